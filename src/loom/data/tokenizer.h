@@ -1,0 +1,28 @@
+#pragma once
+// Tokenizers: byte-level (ids 0..255) and tiktoken-style byte-level BPE loaded from `.tiktoken`
+// rank files (r50k_base = GPT-2, cl100k_base, o200k_base).
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace loom::data {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // Ordinary text: special-token strings are encoded as plain text.
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  virtual std::string decode(std::span<const int32_t> ids) const = 0;
+  virtual int32_t vocab_size() const = 0;  // including special tokens
+  virtual int32_t eot_token() const = 0;   // <|endoftext|> (byte tokenizer: 0)
+  virtual std::string name() const = 0;
+};
+
+// name: byte | gpt2 | r50k_base | cl100k_base | o200k_base. `data_dir` holds the verified
+// downloads (default LOOM_DATA_DIR); rank files are checked against their sha256.
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& data_dir = LOOM_DATA_DIR);
+
+}  // namespace loom::data

@@ -1,0 +1,108 @@
+#pragma once
+// RunConfig: every setting of a run, parsed from YAML plus `section.key=value` overrides and
+// validated (unknown keys, wrong types and out-of-range values are errors) before any work starts.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom::runtime {
+
+// One layer's overrides of the model defaults (Nemotron Super `block_configs`).
+struct BlockConfig {
+  std::string attention = "normal";  // normal | skip (the layer has no attention sub-block)
+  int kv_heads = 0;                  // 0 = model.kv_heads
+  int ffn_size = -1;                 // -1 = model.ffn_size; 0 = the layer has no MLP sub-block
+};
+
+struct ModelConfig {
+  int vocab_size = 256;       // 0 = take it from the tokenizer
+  int d_model = 256;
+  int layers = 4;
+  int heads = 4;
+  int kv_heads = 0;           // 0 = heads (multi-head attention)
+  int ffn_size = 1024;
+  std::string norm = "rms";           // rms | layer
+  std::string activation = "swiglu";  // swiglu | gelu
+  std::string positions = "rope";     // rope | learned
+  bool tied_embeddings = true;
+  bool bias = false;                  // biases in linear layers (GPT-2)
+  int max_seq_len = 256;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  double init_std = 0.02;
+  bool recompute = false;             // activation checkpointing per block
+  std::vector<BlockConfig> block_configs;  // empty, or one entry per layer
+};
+
+struct DataConfig {
+  std::string tokenizer = "byte";  // byte | gpt2 (r50k_base) | cl100k_base | o200k_base
+  std::string train_prefix;        // indexed dataset prefix (path without .bin/.idx)
+  std::string val_prefix;          // empty = no validation
+  int seq_len = 128;
+};
+
+struct OptimConfig {
+  double lr = 3e-4;
+  double min_lr = 3e-5;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  int warmup_steps = 0;
+  std::string schedule = "cosine";  // cosine | constant
+  double clip_grad = 1.0;           // 0 = no clipping
+};
+
+struct TrainConfig {
+  int steps = 100;
+  int global_batch = 8;   // sequences per optimizer step
+  int micro_batch = 8;    // sequences per forward/backward
+  int eval_interval = 0;  // 0 = no evaluation
+  int eval_batches = 4;
+  uint64_t seed = 1234;
+  bool resume = false;
+  int threads = 0;        // 0 = OpenMP default
+};
+
+struct CheckpointConfig {
+  std::string dir;       // empty = run.dir/checkpoints
+  int interval = 0;      // 0 = only at the end
+  int keep = 3;          // retain the newest K
+  bool async = false;
+};
+
+struct RunSection {
+  std::string dir = "runs/default";
+  std::string name = "loom";
+};
+
+struct LogConfig {
+  int interval = 1;        // console line every N steps
+  bool progress = true;    // progress bar (off when not a terminal)
+};
+
+struct RunConfig {
+  RunSection run;
+  ModelConfig model;
+  DataConfig data;
+  OptimConfig optim;
+  TrainConfig train;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+};
+
+// Loads `path` (YAML) and applies `overrides` ("section.key=value", "++section.key=value").
+// Throws loom::Error naming the file, the key and what would be valid.
+RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides);
+
+// Parses YAML text (for tests and for configs stored in checkpoints).
+RunConfig parse_config(const std::string& yaml_text, const std::string& source_name,
+                       const std::vector<std::string>& overrides);
+
+// Range and consistency checks (also run by load_config / parse_config).
+void validate_config(const RunConfig& config);
+
+// Serialises back to YAML (stored in checkpoints; parse_config(to_yaml(c)) == c).
+std::string to_yaml(const RunConfig& config);
+
+}  // namespace loom::runtime
