@@ -8,12 +8,13 @@ packages=(
   build-essential cmake pkg-config git
   libopenblas-openmp-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev libssl-dev libxxhash-dev libzstd-dev
-  nodejs npm
 )
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# npm fetches the data packages; any install of it will do (nodesource's nodejs ships its own).
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   sudo_cmd=""
