@@ -27,7 +27,9 @@ void fsync_directory(const std::string& dir) {
 void write_file_atomic(const std::string& path, std::string_view bytes) {
   std::filesystem::path target(path);
   std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
-  std::string temp = (dir / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
+  std::string temp_name = ".";
+  temp_name.append(target.filename().string()).append(".tmp-").append(std::to_string(::getpid()));
+  std::string temp = (dir / temp_name).string();
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) throw Error("cannot create '" + temp + "': " + errno_text());
   size_t written = 0;
