@@ -1,0 +1,16 @@
+#pragma once
+// MLP activations. SwiGLU reads a fused [gate | up] row (2*width) so both projections are one GEMM.
+#include <cstdint>
+
+namespace loom::kernels::cpu {
+
+// out[r, i] = silu(gate_up[r, i]) * gate_up[r, width + i]
+void swiglu_forward(float* out, const float* gate_up, int64_t rows, int64_t width);
+// Adds into dgate_up.
+void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t rows, int64_t width);
+
+// GELU, tanh approximation (GPT-2).
+void gelu_forward(float* out, const float* in, int64_t n);
+void gelu_backward(float* din, const float* dout, const float* in, int64_t n);
+
+}  // namespace loom::kernels::cpu

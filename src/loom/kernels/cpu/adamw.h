@@ -1,0 +1,23 @@
+#pragma once
+// AdamW (decoupled weight decay, Loshchilov & Hutter) and global-norm gradient clipping over
+// flat buffers. Sums of squares accumulate in double in fixed per-thread blocks (deterministic).
+#include <cstdint>
+
+namespace loom::kernels::cpu {
+
+struct AdamWStep {
+  float lr, beta1, beta2, eps, weight_decay;
+  int64_t step;  // 1-based, for bias correction
+};
+
+// param -= lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * param)
+void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                  const AdamWStep& step);
+
+// Sum of squares of x[0..n).
+double sum_of_squares(const float* x, int64_t n);
+
+// x *= factor
+void scale_in_place(float* x, int64_t n, float factor);
+
+}  // namespace loom::kernels::cpu

@@ -1,0 +1,126 @@
+#include "loom/kernels/cpu/attention.h"
+
+#include <cmath>
+#include <vector>
+
+namespace loom::kernels::cpu {
+
+namespace {
+inline float dot(const float* a, const float* b, int64_t n) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+inline void axpy(float* y, float alpha, const float* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+}  // namespace
+
+void attention_forward(float* out, float* probs, const float* qkv, const AttentionShape& s) {
+  const int64_t T = s.seq, hs = s.head_dim, W = s.qkv_width();
+  const int64_t group = s.heads / s.kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t h = 0; h < s.heads; ++h) {
+      const int64_t kvh = h / group;
+      const float* base = qkv + b * T * W;
+      const int64_t k_off = s.heads * hs + kvh * hs, v_off = (s.heads + s.kv_heads) * hs + kvh * hs;
+      for (int64_t t = 0; t < T; ++t) {
+        const float* q = base + t * W + h * hs;
+        float* p = probs + ((b * s.heads + h) * T + t) * T;
+        float max_score = -INFINITY;
+        for (int64_t t2 = 0; t2 <= t; ++t2) {
+          p[t2] = dot(q, base + t2 * W + k_off, hs) * scale;
+          max_score = std::max(max_score, p[t2]);
+        }
+        float sum = 0.0f;
+        for (int64_t t2 = 0; t2 <= t; ++t2) {
+          p[t2] = std::exp(p[t2] - max_score);
+          sum += p[t2];
+        }
+        float inv = 1.0f / sum;
+        float* o = out + (b * T + t) * s.heads * hs + h * hs;
+        for (int64_t i = 0; i < hs; ++i) o[i] = 0.0f;
+        for (int64_t t2 = 0; t2 <= t; ++t2) {
+          p[t2] *= inv;
+          axpy(o, p[t2], base + t2 * W + v_off, hs);
+        }
+      }
+    }
+  }
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* probs, const float* qkv,
+                        const AttentionShape& s) {
+  const int64_t T = s.seq, hs = s.head_dim, W = s.qkv_width();
+  const int64_t group = s.heads / s.kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  // One task per (batch, kv head): the query heads sharing a kv head write the same dk/dv rows.
+#pragma omp parallel
+  {
+    std::vector<float> dp(T);
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t b = 0; b < s.batch; ++b) {
+      for (int64_t kvh = 0; kvh < s.kv_heads; ++kvh) {
+        const float* base = qkv + b * T * W;
+        float* dbase = dqkv + b * T * W;
+        const int64_t k_off = s.heads * hs + kvh * hs, v_off = (s.heads + s.kv_heads) * hs + kvh * hs;
+        for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+          for (int64_t t = 0; t < T; ++t) {
+            const float* p = probs + ((b * s.heads + h) * T + t) * T;
+            const float* dy = dout + (b * T + t) * s.heads * hs + h * hs;
+            float sum_p_dp = 0.0f;
+            for (int64_t t2 = 0; t2 <= t; ++t2) {
+              dp[t2] = dot(dy, base + t2 * W + v_off, hs);
+              sum_p_dp += p[t2] * dp[t2];
+              axpy(dbase + t2 * W + v_off, p[t2], dy, hs);
+            }
+            const float* q = base + t * W + h * hs;
+            float* dq = dbase + t * W + h * hs;
+            for (int64_t t2 = 0; t2 <= t; ++t2) {
+              float dscore = p[t2] * (dp[t2] - sum_p_dp) * scale;
+              axpy(dq, dscore, base + t2 * W + k_off, hs);
+              axpy(dbase + t2 * W + k_off, dscore, q, hs);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+void attention_decode(float* out, const float* q, int64_t q_stride, const float* k_cache,
+                      const float* v_cache, int64_t past, int64_t new_tokens, int64_t heads,
+                      int64_t kv_heads, int64_t head_dim) {
+  const int64_t group = heads / kv_heads, kv_width = kv_heads * head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+#pragma omp parallel
+  {
+    std::vector<float> p(past + new_tokens);
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t i = 0; i < new_tokens; ++i) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t len = past + i + 1, kv_off = (h / group) * head_dim;
+        const float* qi = q + i * q_stride + h * head_dim;
+        float max_score = -INFINITY;
+        for (int64_t t = 0; t < len; ++t) {
+          p[t] = dot(qi, k_cache + t * kv_width + kv_off, head_dim) * scale;
+          max_score = std::max(max_score, p[t]);
+        }
+        float sum = 0.0f;
+        for (int64_t t = 0; t < len; ++t) {
+          p[t] = std::exp(p[t] - max_score);
+          sum += p[t];
+        }
+        float* o = out + (i * heads + h) * head_dim;
+        for (int64_t d = 0; d < head_dim; ++d) o[d] = 0.0f;
+        for (int64_t t = 0; t < len; ++t) axpy(o, p[t] / sum, v_cache + t * kv_width + kv_off, head_dim);
+      }
+    }
+  }
+}
+
+}  // namespace loom::kernels::cpu

@@ -1,0 +1,28 @@
+#pragma once
+// Causal self-attention with grouped-query heads over a fused qkv activation.
+// Layout: qkv[b, t, :] = [q (heads*head_dim) | k (kv_heads*head_dim) | v (kv_heads*head_dim)],
+// out[b, t, :] = heads*head_dim. Query head h reads kv head h / (heads / kv_heads).
+#include <cstdint>
+
+namespace loom::kernels::cpu {
+
+struct AttentionShape {
+  int64_t batch, seq, heads, kv_heads, head_dim;
+  int64_t qkv_width() const { return (heads + 2 * kv_heads) * head_dim; }
+};
+
+// probs[b, h, t, t'] (t' <= t) saved for backward; entries above the diagonal are left zero.
+void attention_forward(float* out, float* probs, const float* qkv, const AttentionShape& s);
+
+// Adds into dqkv (same layout as qkv) from dout and the saved probs.
+void attention_backward(float* dqkv, const float* dout, const float* probs, const float* qkv,
+                        const AttentionShape& s);
+
+// Decoding with a KV cache: `q` holds `new_tokens` query rows for one sequence at positions
+// [past, past + new_tokens); the caches hold keys/values [position, kv_heads*head_dim] for
+// positions [0, past + new_tokens). out: [new_tokens, heads*head_dim].
+void attention_decode(float* out, const float* q, int64_t q_stride, const float* k_cache,
+                      const float* v_cache, int64_t past, int64_t new_tokens, int64_t heads,
+                      int64_t kv_heads, int64_t head_dim);
+
+}  // namespace loom::kernels::cpu

@@ -1,0 +1,43 @@
+#include "loom/kernels/cpu/cross_entropy.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "loom/core/error.h"
+
+namespace loom::kernels::cpu {
+
+double softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t rows,
+                             int64_t vocab, float grad_scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    int32_t t = targets[r];
+    check(t == kIgnoreIndex || (t >= 0 && t < vocab),
+          "cross-entropy: target id " + std::to_string(t) + " is outside the vocabulary [0, " +
+              std::to_string(vocab) + ")");
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* z = logits + r * vocab;
+    const int32_t target = targets[r];
+    if (target == kIgnoreIndex) {
+      losses[r] = 0.0f;
+      if (grad_scale != 0.0f) std::fill(z, z + vocab, 0.0f);
+      continue;
+    }
+    float max_logit = -INFINITY;
+    for (int64_t i = 0; i < vocab; ++i) max_logit = std::max(max_logit, z[i]);
+    double sum = 0.0;
+    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(z[i] - max_logit);
+    losses[r] = static_cast<float>(std::log(sum) + max_logit - z[target]);
+    if (grad_scale != 0.0f) {
+      float inv = static_cast<float>(1.0 / sum);
+      for (int64_t i = 0; i < vocab; ++i) z[i] = grad_scale * std::exp(z[i] - max_logit) * inv;
+      z[target] -= grad_scale;
+    }
+  }
+  double total = 0.0;
+  for (int64_t r = 0; r < rows; ++r) total += losses[r];
+  return total;
+}
+
+}  // namespace loom::kernels::cpu

@@ -1,0 +1,16 @@
+#pragma once
+// Softmax cross-entropy over logits, fused with its backward as in llm.c: the logits buffer is
+// overwritten by d(loss)/d(logits) so the [rows, vocab] tensor exists only once.
+#include <cstdint>
+
+namespace loom::kernels::cpu {
+
+constexpr int32_t kIgnoreIndex = -1;  // targets equal to this are masked out (no loss, no gradient)
+
+// losses[r] = logsumexp(logits[r]) - logits[r, targets[r]] (0 for ignored rows).
+// When grad_scale != 0, logits[r] is replaced by grad_scale * (softmax(logits[r]) - onehot);
+// ignored rows get zero gradient. Returns the sum of losses over non-ignored rows (in double).
+double softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t rows,
+                             int64_t vocab, float grad_scale);
+
+}  // namespace loom::kernels::cpu

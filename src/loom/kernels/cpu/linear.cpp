@@ -1,0 +1,62 @@
+#include "loom/kernels/cpu/linear.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+
+namespace loom::kernels::cpu {
+
+void linear_forward(float* out, const float* in, const float* weight, const float* bias, int64_t n,
+                    int64_t in_features, int64_t out_features, bool accumulate) {
+  if (n == 0 || out_features == 0) return;
+  if (bias != nullptr) {
+#pragma omp parallel for schedule(static)
+    for (int64_t row = 0; row < n; ++row) {
+      float* o = out + row * out_features;
+      if (accumulate) {
+        for (int64_t i = 0; i < out_features; ++i) o[i] += bias[i];
+      } else {
+        std::copy(bias, bias + out_features, o);
+      }
+    }
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(out_features),
+              static_cast<int>(in_features), 1.0f, in, static_cast<int>(in_features), weight,
+              static_cast<int>(in_features), (bias != nullptr || accumulate) ? 1.0f : 0.0f, out, static_cast<int>(out_features));
+}
+
+void linear_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
+                     const float* weight, int64_t n, int64_t in_features, int64_t out_features) {
+  if (n == 0) return;
+  const int N = static_cast<int>(n), IC = static_cast<int>(in_features), OC = static_cast<int>(out_features);
+  if (din != nullptr) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, weight, IC, 1.0f, din, IC);
+  }
+  if (dweight != nullptr) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, in, IC, 1.0f, dweight, IC);
+  }
+  if (dbias != nullptr) {
+    // Each thread owns a slice of output features: deterministic, no atomics.
+#pragma omp parallel
+    {
+      int threads = omp_get_num_threads(), id = omp_get_thread_num();
+      int64_t chunk = (out_features + threads - 1) / threads;
+      int64_t begin = std::min<int64_t>(out_features, id * chunk);
+      int64_t end = std::min<int64_t>(out_features, begin + chunk);
+      for (int64_t row = 0; row < n; ++row) {
+        const float* d = dout + row * out_features;
+        for (int64_t o = begin; o < end; ++o) dbias[o] += d[o];
+      }
+    }
+  }
+}
+
+void gemm_nt(float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k, bool accumulate) {
+  if (m == 0 || n == 0) return;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), 1.0f, a, static_cast<int>(k), b, static_cast<int>(k),
+              accumulate ? 1.0f : 0.0f, c, static_cast<int>(n));
+}
+
+}  // namespace loom::kernels::cpu

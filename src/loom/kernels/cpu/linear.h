@@ -1,0 +1,22 @@
+#pragma once
+// y = x W^T + b, with W stored [out, in] as in Hugging Face checkpoints. GEMMs go to OpenBLAS.
+// Convention for every backward kernel in loom: gradients are *added* into their outputs, so
+// residual streams and gradient accumulation need no extra copies; callers zero what is new.
+#include <cstdint>
+
+namespace loom::kernels::cpu {
+
+// out[n, OC] (+)= in[n, IC] . weight[OC, IC]^T (+ bias[OC] when bias != nullptr); with
+// `accumulate` the result is added to out (a residual connection for free).
+void linear_forward(float* out, const float* in, const float* weight, const float* bias, int64_t n,
+                    int64_t in_features, int64_t out_features, bool accumulate = false);
+
+// din += dout . W ; dweight += dout^T . in ; dbias += sum over rows of dout.
+// Any of din, dweight, dbias may be nullptr to skip it.
+void linear_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
+                     const float* weight, int64_t n, int64_t in_features, int64_t out_features);
+
+// c[m, n] (+)= a[m, k] . b[n, k]^T  (accumulate when `accumulate`); plain GEMM for attention etc.
+void gemm_nt(float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k, bool accumulate);
+
+}  // namespace loom::kernels::cpu

@@ -1,0 +1,119 @@
+#include "loom/kernels/cpu/norm.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+namespace loom::kernels::cpu {
+
+namespace {
+// Parameter gradients are summed over rows: each thread sums its static block of rows into a
+// private buffer, then the buffers are added in thread order (deterministic for a thread count).
+struct PerThreadSums {
+  explicit PerThreadSums(int64_t width) : width(width), buffers(omp_get_max_threads() * width, 0.0f) {}
+  float* mine() { return buffers.data() + omp_get_thread_num() * width; }
+  void add_into(float* target) const {
+    int threads = static_cast<int>(buffers.size() / (width == 0 ? 1 : width));
+    for (int t = 0; t < threads; ++t)
+      for (int64_t i = 0; i < width; ++i) target[i] += buffers[t * width + i];
+  }
+  int64_t width;
+  std::vector<float> buffers;
+};
+}  // namespace
+
+void rmsnorm_forward(float* out, float* rstd, const float* in, const float* weight, int64_t rows,
+                     int64_t dim, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = in + r * dim;
+    float sum_sq = 0.0f;
+    for (int64_t i = 0; i < dim; ++i) sum_sq += x[i] * x[i];
+    float s = 1.0f / std::sqrt(sum_sq / static_cast<float>(dim) + eps);
+    rstd[r] = s;
+    float* y = out + r * dim;
+    for (int64_t i = 0; i < dim; ++i) y[i] = x[i] * s * weight[i];
+  }
+}
+
+void rmsnorm_backward(float* din, float* dweight, const float* dout, const float* in, const float* weight,
+                      const float* rstd, int64_t rows, int64_t dim) {
+  PerThreadSums dw(dim);
+#pragma omp parallel
+  {
+    float* my_dw = dw.mine();
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* x = in + r * dim;
+      const float* dy = dout + r * dim;
+      float s = rstd[r];
+      // d/dx of x*s*w: s*w*dy - x * s^3 * mean(x*w*dy)
+      float dot = 0.0f;
+      for (int64_t i = 0; i < dim; ++i) dot += dy[i] * weight[i] * x[i];
+      float coeff = dot * s * s * s / static_cast<float>(dim);
+      float* dx = din + r * dim;
+      for (int64_t i = 0; i < dim; ++i) {
+        dx[i] += dy[i] * weight[i] * s - x[i] * coeff;
+        my_dw[i] += dy[i] * x[i] * s;
+      }
+    }
+  }
+  dw.add_into(dweight);
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* in, const float* weight,
+                       const float* bias, int64_t rows, int64_t dim, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = in + r * dim;
+    float m = 0.0f;
+    for (int64_t i = 0; i < dim; ++i) m += x[i];
+    m /= static_cast<float>(dim);
+    float var = 0.0f;
+    for (int64_t i = 0; i < dim; ++i) var += (x[i] - m) * (x[i] - m);
+    var /= static_cast<float>(dim);
+    float s = 1.0f / std::sqrt(var + eps);
+    mean[r] = m;
+    rstd[r] = s;
+    float* y = out + r * dim;
+    for (int64_t i = 0; i < dim; ++i) y[i] = (x[i] - m) * s * weight[i] + bias[i];
+  }
+}
+
+void layernorm_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
+                        const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim) {
+  PerThreadSums dw(dim), db(dim);
+#pragma omp parallel
+  {
+    float* my_dw = dw.mine();
+    float* my_db = db.mine();
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* x = in + r * dim;
+      const float* dy = dout + r * dim;
+      float m = mean[r], s = rstd[r];
+      float mean_dnorm = 0.0f, mean_dnorm_xhat = 0.0f;
+      for (int64_t i = 0; i < dim; ++i) {
+        float xhat = (x[i] - m) * s;
+        float dnorm = dy[i] * weight[i];
+        mean_dnorm += dnorm;
+        mean_dnorm_xhat += dnorm * xhat;
+      }
+      mean_dnorm /= static_cast<float>(dim);
+      mean_dnorm_xhat /= static_cast<float>(dim);
+      float* dx = din + r * dim;
+      for (int64_t i = 0; i < dim; ++i) {
+        float xhat = (x[i] - m) * s;
+        float dnorm = dy[i] * weight[i];
+        dx[i] += (dnorm - mean_dnorm - xhat * mean_dnorm_xhat) * s;
+        my_dw[i] += dy[i] * xhat;
+        my_db[i] += dy[i];
+      }
+    }
+  }
+  dw.add_into(dweight);
+  db.add_into(dbias);
+}
+
+}  // namespace loom::kernels::cpu

@@ -1,0 +1,20 @@
+#pragma once
+// RMSNorm (Llama) and LayerNorm (GPT-2) over the last dimension. Forward saves per-row
+// statistics for backward; backward adds into din, dweight and dbias (see linear.h).
+#include <cstdint>
+
+namespace loom::kernels::cpu {
+
+// out = in / rms(in) * weight;  rstd[row] = 1 / sqrt(mean(in^2) + eps)
+void rmsnorm_forward(float* out, float* rstd, const float* in, const float* weight, int64_t rows,
+                     int64_t dim, float eps);
+void rmsnorm_backward(float* din, float* dweight, const float* dout, const float* in, const float* weight,
+                      const float* rstd, int64_t rows, int64_t dim);
+
+// out = (in - mean) * rstd * weight + bias
+void layernorm_forward(float* out, float* mean, float* rstd, const float* in, const float* weight,
+                       const float* bias, int64_t rows, int64_t dim, float eps);
+void layernorm_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
+                        const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim);
+
+}  // namespace loom::kernels::cpu

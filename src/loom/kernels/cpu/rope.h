@@ -1,0 +1,24 @@
+#pragma once
+// Rotary position embedding, Hugging Face Llama convention ("rotate_half": element i pairs
+// with i + head_dim/2), applied in place to the q and k heads of rows of a fused qkv tensor.
+#include <cstdint>
+#include <vector>
+
+namespace loom::kernels::cpu {
+
+// cos/sin tables [max_positions, head_dim/2] for frequencies theta^(-2i/head_dim).
+struct RopeTable {
+  RopeTable(int64_t max_positions, int64_t head_dim, double theta);
+  int64_t head_dim;
+  std::vector<float> cos, sin;
+};
+
+// Rotates `heads` heads (each head_dim wide) starting at column `first_col` of each row; row r
+// of `rows` has position positions_start + (r % seq) (rows are [batch, seq] flattened).
+void rope_forward(float* x, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
+                  int64_t seq, int64_t positions_start, const RopeTable& table);
+// The inverse rotation, applied to gradients in place.
+void rope_backward(float* dx, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
+                   int64_t seq, int64_t positions_start, const RopeTable& table);
+
+}  // namespace loom::kernels::cpu

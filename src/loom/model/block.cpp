@@ -1,0 +1,75 @@
+#include "loom/model/block.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace loom::model {
+
+Block::Block(ParameterStore& store, int layer, const runtime::ModelConfig& config, const LayerSpec& spec,
+             const kernels::cpu::RopeTable* rope)
+    : d_model_(config.d_model) {
+  const std::string prefix = "model.layers." + std::to_string(layer);
+  const bool layer_norm = config.norm == "layer";
+  const float eps = static_cast<float>(config.norm_eps);
+  const float std = static_cast<float>(config.init_std);
+  // Residual-branch outputs start smaller so the stream's variance does not grow with depth (GPT-2).
+  const float out_std = std / std::sqrt(2.0f * static_cast<float>(config.layers));
+  if (spec.has_attention) {
+    norm1_.emplace(store, prefix + ".input_layernorm", config.d_model, layer_norm, eps);
+    attention_.emplace(store, prefix + ".self_attn", config.d_model, config.heads, spec.kv_heads, config.bias, rope,
+                       std, out_std);
+  }
+  if (spec.has_mlp()) {
+    norm2_.emplace(store, prefix + ".post_attention_layernorm", config.d_model, layer_norm, eps);
+    mlp_.emplace(store, prefix + ".mlp", config.d_model, spec.ffn_size, config.activation == "swiglu", config.bias,
+                 std, out_std);
+  }
+}
+
+void Block::forward(Saved& saved, const float* x_in, float* x_out, int64_t batch, int64_t seq) const {
+  const int64_t rows = batch * seq, n = rows * d_model_;
+  const float* mid = x_in;
+  if (attention_) {
+    norm1_->forward(saved.norm1, x_in, rows);
+    float* m = sized(saved.mid, n);
+    std::copy(x_in, x_in + n, m);
+    attention_->forward(saved.attention, m, saved.norm1.out.data(), batch, seq);
+    mid = m;
+  }
+  std::copy(mid, mid + n, x_out);
+  if (mlp_) {
+    norm2_->forward(saved.norm2, mid, rows);
+    mlp_->forward(saved.mlp, x_out, saved.norm2.out.data(), rows);
+  }
+}
+
+void Block::backward(float* d_x, const float* x_in, const Saved& saved, Workspace& work, int64_t batch,
+                     int64_t seq) const {
+  const int64_t rows = batch * seq, n = rows * d_model_;
+  if (mlp_) {
+    const float* mid = attention_ ? saved.mid.data() : x_in;
+    float* d_normed = zeroed(work.d_normed, n);
+    mlp_->backward(d_normed, d_x, saved.norm2.out.data(), saved.mlp, work, rows);
+    norm2_->backward(d_x, d_normed, mid, saved.norm2, rows);
+  }
+  if (attention_) {
+    float* d_normed = zeroed(work.d_normed, n);
+    attention_->backward(d_normed, d_x, saved.norm1.out.data(), saved.attention, work, batch, seq);
+    norm1_->backward(d_x, d_normed, x_in, saved.norm1, rows);
+  }
+}
+
+void Block::decode(float* x, int64_t rows, int64_t past, KVCache& cache, Saved& scratch,
+                   int64_t max_positions) const {
+  if (attention_) {
+    norm1_->forward(scratch.norm1, x, rows);
+    attention_->decode(x, scratch.norm1.out.data(), rows, past, cache, scratch.attention, max_positions);
+  }
+  if (mlp_) {
+    norm2_->forward(scratch.norm2, x, rows);
+    mlp_->forward(scratch.mlp, x, scratch.norm2.out.data(), rows);
+  }
+}
+
+}  // namespace loom::model

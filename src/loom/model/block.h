@@ -1,0 +1,38 @@
+#pragma once
+// One transformer layer: x_mid = x + attention(norm1(x)); x_out = x_mid + mlp(norm2(x_mid)).
+// Either sub-block may be absent (heterogeneous layers).
+#include <optional>
+
+#include "loom/model/attention.h"
+#include "loom/model/layer_spec.h"
+#include "loom/model/mlp.h"
+#include "loom/model/norm.h"
+
+namespace loom::model {
+
+class Block {
+ public:
+  struct Saved {
+    Norm::Saved norm1, norm2;
+    Attention::Saved attention;
+    Mlp::Saved mlp;
+    Buffer mid;
+  };
+  Block(ParameterStore& store, int layer, const runtime::ModelConfig& config, const LayerSpec& spec,
+        const kernels::cpu::RopeTable* rope);
+
+  void forward(Saved& saved, const float* x_in, float* x_out, int64_t batch, int64_t seq) const;
+  // d_x holds d(loss)/d(x_out) on entry and d(loss)/d(x_in) on return.
+  void backward(float* d_x, const float* x_in, const Saved& saved, Workspace& work, int64_t batch,
+                int64_t seq) const;
+  // Inference on `rows` new positions of one sequence; x is updated in place.
+  void decode(float* x, int64_t rows, int64_t past, KVCache& cache, Saved& scratch, int64_t max_positions) const;
+
+ private:
+  std::optional<Norm> norm1_, norm2_;
+  std::optional<Attention> attention_;
+  std::optional<Mlp> mlp_;
+  int d_model_;
+};
+
+}  // namespace loom::model

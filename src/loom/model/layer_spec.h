@@ -1,0 +1,23 @@
+#pragma once
+// Per-layer shapes after applying `model.block_configs` (heterogeneous layers, as Nemotron
+// Super's block_configs): each layer may skip attention, use its own kv-head count, its own
+// ffn size, or skip its MLP.
+#include <vector>
+
+#include "loom/runtime/config.h"
+
+namespace loom::model {
+
+struct LayerSpec {
+  bool has_attention = true;
+  int kv_heads = 0;
+  int ffn_size = 0;  // 0 = no MLP sub-block
+  bool has_mlp() const { return ffn_size > 0; }
+};
+
+// Resolves the per-layer specs; a block config that cannot work is an Error naming the layer.
+std::vector<LayerSpec> resolve_layers(const runtime::ModelConfig& config);
+
+int head_dim(const runtime::ModelConfig& config);
+
+}  // namespace loom::model

@@ -1,0 +1,35 @@
+#include "loom/model/norm.h"
+
+#include "loom/kernels/cpu/norm.h"
+
+namespace loom::model {
+
+namespace k = loom::kernels::cpu;
+
+Norm::Norm(ParameterStore& store, const std::string& name, int dim, bool layer_norm, float eps)
+    : store_(&store), dim_(dim), layer_norm_(layer_norm), eps_(eps) {
+  weight_ = store.add(name + ".weight", {dim}, Init::Ones);
+  if (layer_norm) bias_ = store.add(name + ".bias", {dim}, Init::Zeros);
+}
+
+void Norm::forward(Saved& saved, const float* in, int64_t rows) const {
+  float* out = sized(saved.out, rows * dim_);
+  float* rstd = sized(saved.rstd, rows);
+  if (layer_norm_) {
+    k::layernorm_forward(out, sized(saved.mean, rows), rstd, in, store_->value(weight_), store_->value(bias_), rows,
+                         dim_, eps_);
+  } else {
+    k::rmsnorm_forward(out, rstd, in, store_->value(weight_), rows, dim_, eps_);
+  }
+}
+
+void Norm::backward(float* din, const float* dout, const float* in, const Saved& saved, int64_t rows) const {
+  if (layer_norm_) {
+    k::layernorm_backward(din, store_->grad(weight_), store_->grad(bias_), dout, in, store_->value(weight_),
+                          saved.mean.data(), saved.rstd.data(), rows, dim_);
+  } else {
+    k::rmsnorm_backward(din, store_->grad(weight_), dout, in, store_->value(weight_), saved.rstd.data(), rows, dim_);
+  }
+}
+
+}  // namespace loom::model

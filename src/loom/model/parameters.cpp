@@ -1,0 +1,50 @@
+#include "loom/model/parameters.h"
+
+#include "loom/core/error.h"
+#include "loom/core/philox.h"
+
+namespace loom::model {
+
+int ParameterStore::add(const std::string& name, Shape shape, Init init, float init_std) {
+  check(values_.empty(), "ParameterStore: parameter '" + name + "' added after allocation");
+  check(find(name) < 0, "ParameterStore: duplicate parameter name '" + name + "'");
+  Parameter p;
+  p.name = name;
+  p.numel = shape_numel(shape);
+  p.weight_decay = shape.size() >= 2 && name.find("norm") == std::string::npos;
+  p.shape = std::move(shape);
+  p.offset = total_;
+  p.init = init;
+  p.init_std = init_std;
+  total_ += p.numel;
+  params_.push_back(std::move(p));
+  return static_cast<int>(params_.size()) - 1;
+}
+
+void ParameterStore::allocate() {
+  values_ = Tensor({total_}, DType::F32);
+  grads_ = Tensor({total_}, DType::F32);
+}
+
+void ParameterStore::initialize(uint64_t seed) {
+  for (const Parameter& p : params_) {
+    float* v = values_.data<float>() + p.offset;
+    const uint64_t key = philox_key(seed, p.name);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < p.numel; ++i) {
+      switch (p.init) {
+        case Init::Normal: v[i] = p.init_std * philox_normal(key, static_cast<uint64_t>(i)); break;
+        case Init::Ones: v[i] = 1.0f; break;
+        case Init::Zeros: v[i] = 0.0f; break;
+      }
+    }
+  }
+}
+
+int ParameterStore::find(const std::string& name) const {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+}  // namespace loom::model

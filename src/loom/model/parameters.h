@@ -1,0 +1,54 @@
+#pragma once
+// ParameterStore: every parameter of a model with its global identity (Hugging Face name,
+// global shape), laid out back to back in one flat fp32 buffer, with a gradient buffer of the
+// same layout. Flat buffers make the optimizer one loop and gradient buckets (DDP/ZeRO) slices.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/core/tensor.h"
+
+namespace loom::model {
+
+enum class Init : uint8_t { Normal, Ones, Zeros };
+
+struct Parameter {
+  std::string name;   // e.g. model.layers.3.mlp.up_proj.weight
+  Shape shape;        // global shape
+  int64_t offset = 0; // into the flat buffers
+  int64_t numel = 0;
+  Init init = Init::Normal;
+  float init_std = 0.0f;
+  bool weight_decay = true;  // matrices decay; norms and biases do not
+};
+
+class ParameterStore {
+ public:
+  // Registers a parameter (before allocate()); returns its id. Consecutive registrations are
+  // adjacent in memory, which modules use to fuse q/k/v and gate/up projections into one GEMM.
+  int add(const std::string& name, Shape shape, Init init, float init_std = 0.0f);
+  void allocate();
+
+  // Initial values depend only on (seed, name, global element index): Philox, not a stream.
+  void initialize(uint64_t seed);
+
+  float* value(int id) { return values_.data<float>() + params_.at(id).offset; }
+  const float* value(int id) const { return values_.data<float>() + params_.at(id).offset; }
+  float* grad(int id) { return grads_.data<float>() + params_.at(id).offset; }
+
+  float* values() { return values_.data<float>(); }
+  const float* values() const { return values_.data<float>(); }
+  float* grads() { return grads_.data<float>(); }
+  void zero_grads() { grads_.zero(); }
+
+  int64_t total() const { return total_; }
+  const std::vector<Parameter>& list() const { return params_; }
+  int find(const std::string& name) const;  // -1 when absent
+
+ private:
+  std::vector<Parameter> params_;
+  int64_t total_ = 0;
+  Tensor values_, grads_;
+};
+
+}  // namespace loom::model

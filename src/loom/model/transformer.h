@@ -1,0 +1,77 @@
+#pragma once
+// Decoder-only transformer (GPT-2 and Llama families, heterogeneous layers) with explicit
+// forward and backward. Activations live in buffers owned here; with `model.recompute` each
+// block keeps only its input and recomputes the rest in backward (activation checkpointing).
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "loom/kernels/cpu/rope.h"
+#include "loom/model/block.h"
+#include "loom/model/layer_spec.h"
+#include "loom/model/norm.h"
+#include "loom/model/parameters.h"
+#include "loom/runtime/config.h"
+
+namespace loom::model {
+
+// Per-sequence state for generation with a KV cache.
+struct DecodeState {
+  std::vector<KVCache> caches;  // one per layer
+  int64_t length = 0;           // positions already in the caches
+  Block::Saved scratch;
+  Norm::Saved final_norm;
+  Buffer x, logits;
+};
+
+class Transformer {
+ public:
+  // config.vocab_size must be resolved (> 0). Parameters are allocated, not initialised.
+  explicit Transformer(const runtime::ModelConfig& config);
+
+  void initialize(uint64_t seed) { params_.initialize(seed); }
+  ParameterStore& params() { return params_; }
+  const ParameterStore& params() const { return params_; }
+  const runtime::ModelConfig& config() const { return config_; }
+  const std::vector<LayerSpec>& layers() const { return specs_; }
+
+  // Forward and backward on one micro-batch: inputs/targets are [batch, seq]; targets equal to
+  // kIgnoreIndex are masked. Gradients of grad_scale * (sum of token losses) are *added* into
+  // params().grads(). Returns the sum of token losses.
+  double forward_backward(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
+                          float grad_scale);
+  // Sum of token losses without gradients (evaluation).
+  double forward_loss(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq);
+
+  // Appends `count` tokens to the sequence and returns the logits [vocab] after the last one.
+  const float* decode(DecodeState& state, const int32_t* tokens, int64_t count);
+
+  // Training FLOPs per token at sequence length `seq` (3x forward GEMMs incl. attention's).
+  double training_flops_per_token(int64_t seq) const;
+  // Bytes of activations held between forward and backward for (batch, seq).
+  int64_t activation_bytes() const;
+
+ private:
+  void embed(float* out, const int32_t* tokens, int64_t batch, int64_t seq, int64_t position_start);
+  double forward(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq, float grad_scale);
+  Block::Saved& saved_for(int layer) { return config_.recompute ? shared_saved_ : saved_[layer]; }
+
+  runtime::ModelConfig config_;
+  std::vector<LayerSpec> specs_;
+  ParameterStore params_;
+  std::unique_ptr<kernels::cpu::RopeTable> rope_;
+  int embed_ = -1, positions_ = -1, head_ = -1;
+  std::vector<Block> blocks_;
+  std::optional<Norm> final_norm_;
+
+  // Activations: residual stream before each block (and after the last), per-block saved state.
+  std::vector<Buffer> residual_;
+  std::vector<Block::Saved> saved_;
+  Block::Saved shared_saved_;
+  Norm::Saved final_saved_;
+  Buffer logits_, losses_, d_residual_, d_final_, recompute_out_;
+  std::vector<int32_t> position_ids_;
+  Workspace work_;
+};
+
+}  // namespace loom::model

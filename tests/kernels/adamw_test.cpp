@@ -1,0 +1,41 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "../gradient_check.h"
+#include "loom/kernels/cpu/adamw.h"
+
+namespace loom::kernels::cpu {
+namespace {
+
+TEST(AdamW, MatchesDoublePrecisionReference) {
+  const int64_t n = 1001;
+  auto p = loom::testing::random_vector(n, 1), g = loom::testing::random_vector(n, 2);
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  std::vector<double> rp(p.begin(), p.end()), rm(n, 0.0), rv(n, 0.0);
+  const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
+  for (int64_t step = 1; step <= 3; ++step) {
+    adamw_update(p.data(), g.data(), m.data(), v.data(), n,
+                 {static_cast<float>(lr), static_cast<float>(b1), static_cast<float>(b2), static_cast<float>(eps),
+                  static_cast<float>(wd), step});
+    for (int64_t i = 0; i < n; ++i) {
+      rm[i] = b1 * rm[i] + (1 - b1) * g[i];
+      rv[i] = b2 * rv[i] + (1 - b2) * g[i] * g[i];
+      double mhat = rm[i] / (1 - std::pow(b1, step)), vhat = rv[i] / (1 - std::pow(b2, step));
+      rp[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * rp[i]);
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(p[i], rp[i], 1e-5 * (1.0 + std::fabs(rp[i])));
+}
+
+TEST(AdamW, SumOfSquaresMatchesSerialOnAwkwardSizes) {
+  for (int64_t n : {0, 1, 7, 4095, 4096, 4097, 100003}) {
+    auto x = loom::testing::random_vector(n, 3);
+    double expect = 0.0;
+    for (float v : x) expect += static_cast<double>(v) * v;
+    EXPECT_NEAR(sum_of_squares(x.data(), n), expect, 1e-5 * (1.0 + expect)) << "n=" << n;
+  }
+}
+
+}  // namespace
+}  // namespace loom::kernels::cpu

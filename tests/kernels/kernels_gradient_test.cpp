@@ -1,0 +1,201 @@
+// Every CPU kernel's backward against finite differences of its forward.
+#include <gtest/gtest.h>
+
+#include "../gradient_check.h"
+#include "loom/core/error.h"
+#include "loom/kernels/cpu/activation.h"
+#include "loom/kernels/cpu/attention.h"
+#include "loom/kernels/cpu/cross_entropy.h"
+#include "loom/kernels/cpu/embedding.h"
+#include "loom/kernels/cpu/linear.h"
+#include "loom/kernels/cpu/norm.h"
+#include "loom/kernels/cpu/rope.h"
+
+namespace loom::kernels::cpu {
+namespace {
+
+using loom::testing::expect_gradient_matches;
+using loom::testing::random_vector;
+using loom::testing::weighted_sum;
+
+TEST(KernelGradients, LinearWithBias) {
+  const int64_t n = 7, in = 13, out = 5;
+  auto x = random_vector(n * in, 1), w = random_vector(out * in, 2, 0.3f), b = random_vector(out, 3);
+  auto dy = random_vector(n * out, 4);
+  std::vector<float> y(n * out);
+  auto loss = [&] {
+    linear_forward(y.data(), x.data(), w.data(), b.data(), n, in, out);
+    return weighted_sum(y.data(), dy.data(), n * out);
+  };
+  std::vector<float> dx(n * in, 0.0f), dw(out * in, 0.0f), db(out, 0.0f);
+  linear_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), n, in, out);
+  expect_gradient_matches("dx", x.data(), x.size(), dx.data(), loss);
+  expect_gradient_matches("dw", w.data(), w.size(), dw.data(), loss);
+  expect_gradient_matches("db", b.data(), b.size(), db.data(), loss);
+}
+
+TEST(KernelGradients, LinearAccumulatesIntoOutputAndGradients) {
+  const int64_t n = 3, in = 4, out = 2;
+  auto x = random_vector(n * in, 1), w = random_vector(out * in, 2);
+  std::vector<float> plain(n * out), acc(n * out, 1.5f);
+  linear_forward(plain.data(), x.data(), w.data(), nullptr, n, in, out);
+  linear_forward(acc.data(), x.data(), w.data(), nullptr, n, in, out, true);
+  for (int64_t i = 0; i < n * out; ++i) EXPECT_NEAR(acc[i], plain[i] + 1.5f, 1e-5f);
+}
+
+TEST(KernelGradients, RmsNorm) {
+  const int64_t rows = 6, dim = 17;
+  auto x = random_vector(rows * dim, 5), w = random_vector(dim, 6), dy = random_vector(rows * dim, 7);
+  std::vector<float> y(rows * dim), rstd(rows);
+  auto loss = [&] {
+    rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), rows, dim, 1e-5f);
+    return weighted_sum(y.data(), dy.data(), rows * dim);
+  };
+  loss();
+  std::vector<float> dx(rows * dim, 0.0f), dw(dim, 0.0f);
+  rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), rows, dim);
+  expect_gradient_matches("dx", x.data(), x.size(), dx.data(), loss);
+  expect_gradient_matches("dw", w.data(), w.size(), dw.data(), loss);
+}
+
+TEST(KernelGradients, LayerNorm) {
+  const int64_t rows = 5, dim = 19;
+  auto x = random_vector(rows * dim, 8), w = random_vector(dim, 9), b = random_vector(dim, 10);
+  auto dy = random_vector(rows * dim, 11);
+  std::vector<float> y(rows * dim), mean(rows), rstd(rows);
+  auto loss = [&] {
+    layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, dim, 1e-5f);
+    return weighted_sum(y.data(), dy.data(), rows * dim);
+  };
+  loss();
+  std::vector<float> dx(rows * dim, 0.0f), dw(dim, 0.0f), db(dim, 0.0f);
+  layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), rows,
+                     dim);
+  expect_gradient_matches("dx", x.data(), x.size(), dx.data(), loss);
+  expect_gradient_matches("dw", w.data(), w.size(), dw.data(), loss);
+  expect_gradient_matches("db", b.data(), b.size(), db.data(), loss);
+}
+
+TEST(KernelGradients, CausalGroupedQueryAttention) {
+  AttentionShape s{2, 5, 4, 2, 3};
+  auto qkv = random_vector(s.batch * s.seq * s.qkv_width(), 12);
+  auto dy = random_vector(s.batch * s.seq * s.heads * s.head_dim, 13);
+  std::vector<float> out(dy.size()), probs(s.batch * s.heads * s.seq * s.seq);
+  auto loss = [&] {
+    attention_forward(out.data(), probs.data(), qkv.data(), s);
+    return weighted_sum(out.data(), dy.data(), out.size());
+  };
+  loss();
+  std::vector<float> dqkv(qkv.size(), 0.0f);
+  attention_backward(dqkv.data(), dy.data(), probs.data(), qkv.data(), s);
+  expect_gradient_matches("dqkv", qkv.data(), qkv.size(), dqkv.data(), loss, {.max_checks = 400});
+}
+
+TEST(KernelGradients, AttentionIsCausal) {
+  AttentionShape s{1, 6, 2, 1, 4};
+  auto qkv = random_vector(s.seq * s.qkv_width(), 14);
+  std::vector<float> out(s.seq * s.heads * s.head_dim), probs(s.heads * s.seq * s.seq);
+  attention_forward(out.data(), probs.data(), qkv.data(), s);
+  std::vector<float> before = out;
+  // Changing the last position's key and value must not change earlier outputs.
+  for (int64_t c = s.heads * s.head_dim; c < s.qkv_width(); ++c) qkv[(s.seq - 1) * s.qkv_width() + c] += 1.0f;
+  attention_forward(out.data(), probs.data(), qkv.data(), s);
+  for (int64_t i = 0; i < (s.seq - 1) * s.heads * s.head_dim; ++i) EXPECT_EQ(out[i], before[i]);
+}
+
+TEST(KernelGradients, DecodeWithCacheMatchesFullAttention) {
+  AttentionShape s{1, 7, 4, 2, 4};
+  const int64_t W = s.qkv_width(), kv = s.kv_heads * s.head_dim, q = s.heads * s.head_dim;
+  auto qkv = random_vector(s.seq * W, 15);
+  std::vector<float> full(s.seq * q), probs(s.heads * s.seq * s.seq);
+  attention_forward(full.data(), probs.data(), qkv.data(), s);
+  std::vector<float> keys(s.seq * kv), values(s.seq * kv), step(q);
+  for (int64_t t = 0; t < s.seq; ++t) {
+    std::copy(qkv.begin() + t * W + q, qkv.begin() + t * W + q + kv, keys.begin() + t * kv);
+    std::copy(qkv.begin() + t * W + q + kv, qkv.begin() + t * W + q + 2 * kv, values.begin() + t * kv);
+    attention_decode(step.data(), qkv.data() + t * W, W, keys.data(), values.data(), t, 1, s.heads, s.kv_heads,
+                     s.head_dim);
+    for (int64_t i = 0; i < q; ++i) EXPECT_NEAR(step[i], full[t * q + i], 1e-5f);
+  }
+}
+
+TEST(KernelGradients, Rope) {
+  const int64_t batch = 2, seq = 5, heads = 3, hd = 6, width = heads * hd + 2;
+  RopeTable table(16, hd, 10000.0);
+  auto x = random_vector(batch * seq * width, 16), dy = random_vector(x.size(), 17);
+  std::vector<float> y(x.size());
+  auto loss = [&] {
+    y = x;
+    rope_forward(y.data(), batch * seq, width, 1, heads, seq, 0, table);
+    return weighted_sum(y.data(), dy.data(), y.size());
+  };
+  loss();
+  std::vector<float> dx = dy;
+  rope_backward(dx.data(), batch * seq, width, 1, heads, seq, 0, table);
+  expect_gradient_matches("dx", x.data(), x.size(), dx.data(), loss, {.max_checks = 200});
+  // Position 0 is the identity; rotation preserves each pair's norm.
+  EXPECT_EQ(y[1], x[1] * 1.0f + 0.0f * 0.0f);
+}
+
+TEST(KernelGradients, SwiGlu) {
+  const int64_t rows = 4, width = 9;
+  auto gu = random_vector(rows * 2 * width, 18), dy = random_vector(rows * width, 19);
+  std::vector<float> y(rows * width);
+  auto loss = [&] {
+    swiglu_forward(y.data(), gu.data(), rows, width);
+    return weighted_sum(y.data(), dy.data(), y.size());
+  };
+  std::vector<float> dgu(gu.size(), 0.0f);
+  swiglu_backward(dgu.data(), dy.data(), gu.data(), rows, width);
+  expect_gradient_matches("dgate_up", gu.data(), gu.size(), dgu.data(), loss, {.max_checks = 100});
+}
+
+TEST(KernelGradients, Gelu) {
+  const int64_t n = 50;
+  auto x = random_vector(n, 20, 2.0f), dy = random_vector(n, 21);
+  std::vector<float> y(n);
+  auto loss = [&] {
+    gelu_forward(y.data(), x.data(), n);
+    return weighted_sum(y.data(), dy.data(), n);
+  };
+  std::vector<float> dx(n, 0.0f);
+  gelu_backward(dx.data(), dy.data(), x.data(), n);
+  expect_gradient_matches("dx", x.data(), n, dx.data(), loss);
+}
+
+TEST(KernelGradients, EmbeddingWithRepeatedIds) {
+  const int64_t vocab = 6, dim = 5, rows = 8;
+  std::vector<int32_t> ids = {1, 3, 1, 0, 5, 3, 3, 2};
+  auto table = random_vector(vocab * dim, 22), dy = random_vector(rows * dim, 23);
+  std::vector<float> y(rows * dim);
+  auto loss = [&] {
+    embedding_forward(y.data(), ids.data(), table.data(), rows, dim, false);
+    return weighted_sum(y.data(), dy.data(), y.size());
+  };
+  std::vector<float> dtable(table.size(), 0.0f);
+  embedding_backward(dtable.data(), dy.data(), ids.data(), rows, dim);
+  expect_gradient_matches("dtable", table.data(), table.size(), dtable.data(), loss, {.max_checks = 100});
+  for (int64_t c = 0; c < dim; ++c) EXPECT_EQ(dtable[4 * dim + c], 0.0f);  // id 4 never used
+}
+
+TEST(KernelGradients, SoftmaxCrossEntropyWithIgnoredRows) {
+  const int64_t rows = 5, vocab = 11;
+  std::vector<int32_t> targets = {3, kIgnoreIndex, 0, 10, 7};
+  auto logits = random_vector(rows * vocab, 24, 2.0f);
+  std::vector<float> losses(rows);
+  auto loss = [&] {
+    std::vector<float> copy = logits;
+    return softmax_cross_entropy(copy.data(), losses.data(), targets.data(), rows, vocab, 0.0f);
+  };
+  std::vector<float> grad = logits;
+  const double total = softmax_cross_entropy(grad.data(), losses.data(), targets.data(), rows, vocab, 1.0f);
+  EXPECT_NEAR(total, loss(), 1e-9);
+  EXPECT_EQ(losses[1], 0.0f);
+  for (int64_t v = 0; v < vocab; ++v) EXPECT_EQ(grad[vocab + v], 0.0f);
+  expect_gradient_matches("dlogits", logits.data(), logits.size(), grad.data(), loss, {.max_checks = 100});
+  std::vector<int32_t> bad = {vocab, 0, 0, 0, 0};
+  EXPECT_THROW(softmax_cross_entropy(grad.data(), losses.data(), bad.data(), rows, vocab, 1.0f), loom::Error);
+}
+
+}  // namespace
+}  // namespace loom::kernels::cpu
