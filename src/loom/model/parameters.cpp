@@ -30,7 +30,7 @@ void ParameterStore::initialize(uint64_t seed) {
   for (const Parameter& p : params_) {
     float* v = values_.data<float>() + p.offset;
     const uint64_t key = philox_key(seed, p.name);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(p.numel >= 32768)
     for (int64_t i = 0; i < p.numel; ++i) {
       switch (p.init) {
         case Init::Normal: v[i] = p.init_std * philox_normal(key, static_cast<uint64_t>(i)); break;

@@ -1,11 +1,12 @@
 #include "loom/kernels/cpu/activation.h"
+#include "loom/kernels/cpu/parallel.h"
 
 #include <cmath>
 
 namespace loom::kernels::cpu {
 
 void swiglu_forward(float* out, const float* gate_up, int64_t rows, int64_t width) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(worth_parallel(rows * width))
   for (int64_t r = 0; r < rows; ++r) {
     const float* g = gate_up + r * 2 * width;
     const float* u = g + width;
@@ -15,7 +16,7 @@ void swiglu_forward(float* out, const float* gate_up, int64_t rows, int64_t widt
 }
 
 void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t rows, int64_t width) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(worth_parallel(rows * width))
   for (int64_t r = 0; r < rows; ++r) {
     const float* g = gate_up + r * 2 * width;
     const float* u = g + width;
@@ -37,7 +38,7 @@ constexpr float kCubic = 0.044715f;
 }  // namespace
 
 void gelu_forward(float* out, const float* in, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(worth_parallel(n))
   for (int64_t i = 0; i < n; ++i) {
     float x = in[i];
     out[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + kCubic * x * x * x)));
@@ -45,7 +46,7 @@ void gelu_forward(float* out, const float* in, int64_t n) {
 }
 
 void gelu_backward(float* din, const float* dout, const float* in, int64_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(worth_parallel(n))
   for (int64_t i = 0; i < n; ++i) {
     float x = in[i];
     float inner = kSqrt2OverPi * (x + kCubic * x * x * x);

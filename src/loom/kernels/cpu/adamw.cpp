@@ -1,4 +1,5 @@
 #include "loom/kernels/cpu/adamw.h"
+#include "loom/kernels/cpu/parallel.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +11,7 @@ void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_av
                   const AdamWStep& s) {
   const float bias1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(s.beta1), static_cast<double>(s.step)));
   const float bias2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(s.beta2), static_cast<double>(s.step)));
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if(worth_parallel(n))
   for (int64_t i = 0; i < n; ++i) {
     float g = grad[i];
     float m = s.beta1 * exp_avg[i] + (1.0f - s.beta1) * g;
@@ -27,7 +28,7 @@ double sum_of_squares(const float* x, int64_t n) {
   constexpr int64_t kBlock = 4096;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   std::vector<double> partials(blocks);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(worth_parallel(n))
   for (int64_t block = 0; block < blocks; ++block) {
     int64_t begin = block * kBlock, end = std::min(n, begin + kBlock);
     float partial = 0.0f;
@@ -41,7 +42,7 @@ double sum_of_squares(const float* x, int64_t n) {
 }
 
 void scale_in_place(float* x, int64_t n, float factor) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if(worth_parallel(n))
   for (int64_t i = 0; i < n; ++i) x[i] *= factor;
 }
 

@@ -1,4 +1,5 @@
 #include "loom/kernels/cpu/attention.h"
+#include "loom/kernels/cpu/parallel.h"
 
 #include <cmath>
 #include <vector>
@@ -22,7 +23,7 @@ void attention_forward(float* out, float* probs, const float* qkv, const Attenti
   const int64_t T = s.seq, hs = s.head_dim, W = s.qkv_width();
   const int64_t group = s.heads / s.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if(worth_parallel(s.batch * s.heads * T * T * hs))
   for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t h = 0; h < s.heads; ++h) {
       const int64_t kvh = h / group;
@@ -59,7 +60,7 @@ void attention_backward(float* dqkv, const float* dout, const float* probs, cons
   const int64_t group = s.heads / s.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   // One task per (batch, kv head): the query heads sharing a kv head write the same dk/dv rows.
-#pragma omp parallel
+#pragma omp parallel if(worth_parallel(s.batch * s.heads * T * T * hs))
   {
     std::vector<float> dp(T);
 #pragma omp for collapse(2) schedule(static)
@@ -97,7 +98,7 @@ void attention_decode(float* out, const float* q, int64_t q_stride, const float*
                       int64_t kv_heads, int64_t head_dim) {
   const int64_t group = heads / kv_heads, kv_width = kv_heads * head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-#pragma omp parallel
+#pragma omp parallel if(worth_parallel((past + new_tokens) * new_tokens * heads * head_dim))
   {
     std::vector<float> p(past + new_tokens);
 #pragma omp for collapse(2) schedule(static)

@@ -1,4 +1,5 @@
 #include "loom/kernels/cpu/cross_entropy.h"
+#include "loom/kernels/cpu/parallel.h"
 
 #include <algorithm>
 #include <cmath>
@@ -15,7 +16,7 @@ double softmax_cross_entropy(float* logits, float* losses, const int32_t* target
           "cross-entropy: target id " + std::to_string(t) + " is outside the vocabulary [0, " +
               std::to_string(vocab) + ")");
   }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(worth_parallel(rows * vocab))
   for (int64_t r = 0; r < rows; ++r) {
     float* z = logits + r * vocab;
     const int32_t target = targets[r];

@@ -1,4 +1,5 @@
 #include "loom/kernels/cpu/embedding.h"
+#include "loom/kernels/cpu/parallel.h"
 
 #include <omp.h>
 
@@ -8,7 +9,7 @@ namespace loom::kernels::cpu {
 
 void embedding_forward(float* out, const int32_t* ids, const float* table, int64_t rows, int64_t dim,
                        bool accumulate) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(worth_parallel(rows * dim))
   for (int64_t r = 0; r < rows; ++r) {
     const float* src = table + static_cast<int64_t>(ids[r]) * dim;
     float* dst = out + r * dim;
@@ -21,7 +22,7 @@ void embedding_forward(float* out, const int32_t* ids, const float* table, int64
 }
 
 void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t rows, int64_t dim) {
-#pragma omp parallel
+#pragma omp parallel if(worth_parallel(rows * dim))
   {
     int threads = omp_get_num_threads(), id = omp_get_thread_num();
     int64_t chunk = (dim + threads - 1) / threads;

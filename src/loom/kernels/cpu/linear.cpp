@@ -1,4 +1,5 @@
 #include "loom/kernels/cpu/linear.h"
+#include "loom/kernels/cpu/parallel.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -11,7 +12,7 @@ void linear_forward(float* out, const float* in, const float* weight, const floa
                     int64_t in_features, int64_t out_features, bool accumulate) {
   if (n == 0 || out_features == 0) return;
   if (bias != nullptr) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(worth_parallel(n * out_features))
     for (int64_t row = 0; row < n; ++row) {
       float* o = out + row * out_features;
       if (accumulate) {
@@ -38,7 +39,7 @@ void linear_backward(float* din, float* dweight, float* dbias, const float* dout
   }
   if (dbias != nullptr) {
     // Each thread owns a slice of output features: deterministic, no atomics.
-#pragma omp parallel
+#pragma omp parallel if(worth_parallel(n * out_features))
     {
       int threads = omp_get_num_threads(), id = omp_get_thread_num();
       int64_t chunk = (out_features + threads - 1) / threads;

@@ -1,4 +1,5 @@
 #include "loom/kernels/cpu/norm.h"
+#include "loom/kernels/cpu/parallel.h"
 
 #include <omp.h>
 
@@ -25,7 +26,7 @@ struct PerThreadSums {
 
 void rmsnorm_forward(float* out, float* rstd, const float* in, const float* weight, int64_t rows,
                      int64_t dim, float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(worth_parallel(rows * dim))
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = in + r * dim;
     float sum_sq = 0.0f;
@@ -40,7 +41,7 @@ void rmsnorm_forward(float* out, float* rstd, const float* in, const float* weig
 void rmsnorm_backward(float* din, float* dweight, const float* dout, const float* in, const float* weight,
                       const float* rstd, int64_t rows, int64_t dim) {
   PerThreadSums dw(dim);
-#pragma omp parallel
+#pragma omp parallel if(worth_parallel(rows * dim))
   {
     float* my_dw = dw.mine();
 #pragma omp for schedule(static)
@@ -64,7 +65,7 @@ void rmsnorm_backward(float* din, float* dweight, const float* dout, const float
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* in, const float* weight,
                        const float* bias, int64_t rows, int64_t dim, float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(worth_parallel(rows * dim))
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = in + r * dim;
     float m = 0.0f;
@@ -84,7 +85,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* in, co
 void layernorm_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                         const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim) {
   PerThreadSums dw(dim), db(dim);
-#pragma omp parallel
+#pragma omp parallel if(worth_parallel(rows * dim))
   {
     float* my_dw = dw.mine();
     float* my_db = db.mine();

@@ -1,4 +1,5 @@
 #include "loom/kernels/cpu/rope.h"
+#include "loom/kernels/cpu/parallel.h"
 
 #include <cmath>
 
@@ -22,7 +23,7 @@ namespace {
 void rotate(float* x, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads, int64_t seq,
             int64_t positions_start, const RopeTable& table, float direction) {
   const int64_t hs = table.head_dim, half = hs / 2;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(worth_parallel(rows * heads * table.head_dim))
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t pos = positions_start + r % seq;
     const float* c = table.cos.data() + pos * half;

@@ -1,0 +1,38 @@
+#include "loom/optim/adamw.h"
+
+#include <cmath>
+
+#include "loom/kernels/cpu/adamw.h"
+
+namespace loom::optim {
+
+namespace k = loom::kernels::cpu;
+
+AdamW::AdamW(const runtime::OptimConfig& config, int64_t total, std::vector<Segment> segments)
+    : config_(config),
+      total_(total),
+      segments_(std::move(segments)),
+      exp_avg_({total}, DType::F32),
+      exp_avg_sq_({total}, DType::F32) {}
+
+double global_norm(const float* grads, int64_t n) { return std::sqrt(k::sum_of_squares(grads, n)); }
+
+double AdamW::step(float* params, float* grads, double lr, int64_t step) {
+  const double norm = global_norm(grads, total_);
+  if (config_.clip_grad > 0.0 && norm > config_.clip_grad) {
+    k::scale_in_place(grads, total_, static_cast<float>(config_.clip_grad / (norm + 1e-6)));
+  }
+  for (const Segment& s : segments_) {
+    k::AdamWStep hyper{static_cast<float>(lr),
+                       static_cast<float>(config_.beta1),
+                       static_cast<float>(config_.beta2),
+                       static_cast<float>(config_.eps),
+                       s.weight_decay ? static_cast<float>(config_.weight_decay) : 0.0f,
+                       step};
+    k::adamw_update(params + s.offset, grads + s.offset, exp_avg() + s.offset, exp_avg_sq() + s.offset, s.numel,
+                    hyper);
+  }
+  return norm;
+}
+
+}  // namespace loom::optim

@@ -1,0 +1,40 @@
+#pragma once
+// AdamW over a flat parameter buffer: moments in fp32 laid out like the parameters, weight
+// decay only on the segments that ask for it (matrices, not norms or biases), global-norm
+// gradient clipping before the update.
+#include <cstdint>
+#include <vector>
+
+#include "loom/core/tensor.h"
+#include "loom/runtime/config.h"
+
+namespace loom::optim {
+
+struct Segment {
+  int64_t offset = 0, numel = 0;
+  bool weight_decay = true;
+};
+
+class AdamW {
+ public:
+  AdamW(const runtime::OptimConfig& config, int64_t total, std::vector<Segment> segments);
+
+  // Clips `grads` to config.clip_grad by global norm (when > 0), then updates `params`.
+  // Returns the global gradient norm before clipping. `step` is 1-based.
+  double step(float* params, float* grads, double lr, int64_t step);
+
+  float* exp_avg() { return exp_avg_.data<float>(); }
+  float* exp_avg_sq() { return exp_avg_sq_.data<float>(); }
+  int64_t total() const { return total_; }
+
+ private:
+  runtime::OptimConfig config_;
+  int64_t total_;
+  std::vector<Segment> segments_;
+  Tensor exp_avg_, exp_avg_sq_;
+};
+
+// Global L2 norm of grads[0..n).
+double global_norm(const float* grads, int64_t n);
+
+}  // namespace loom::optim
