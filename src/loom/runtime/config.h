@@ -62,6 +62,7 @@ struct TrainConfig {
   uint64_t seed = 1234;
   bool resume = false;
   int threads = 0;        // 0 = OpenMP default
+  int exit_interval = 0;  // stop (with a checkpoint) after this many steps of this run; 0 = never
 };
 
 struct CheckpointConfig {

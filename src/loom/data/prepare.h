@@ -1,0 +1,49 @@
+#pragma once
+// Dataset preparation (`loom data prepare`): text files -> documents -> tokens -> a training and
+// a validation indexed dataset, deterministically for a given seed.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "loom/data/tokenizer.h"
+
+namespace loom::data {
+
+struct PrepareStats {
+  int64_t files = 0;
+  int64_t bytes = 0;  // text read
+  int64_t train_documents = 0;
+  int64_t train_tokens = 0;  // including one eot per document
+  int64_t val_documents = 0;
+  int64_t val_tokens = 0;
+};
+
+// Documents are at least this much text (except a file's last one), so that each is a
+// meaningful unit for the train/validation split rather than a stray line.
+inline constexpr size_t kMinDocumentBytes = 4096;
+
+// Inputs are text files or directories; a directory contributes all `*.txt` files below it,
+// sorted by path. Throws loom::Error naming an input that is missing or holds no text files.
+std::vector<std::string> list_input_files(const std::vector<std::string>& inputs);
+
+// Splits text at paragraph boundaries (lines holding only whitespace) and merges consecutive
+// paragraphs until a document has at least `min_bytes`. Each document runs from the start of its
+// first paragraph to the end of its last (the blank lines between them kept); blank text around
+// documents is dropped. The views point into `text`.
+std::vector<std::string_view> split_documents(std::string_view text, size_t min_bytes = kMinDocumentBytes);
+
+// Whether the document with this global index (0-based, in input order) goes to validation:
+// a 53-bit uniform from philox4x32(philox_key(seed, "data.split"), index) is < val_fraction.
+bool is_validation_document(uint64_t seed, int64_t document_index, double val_fraction);
+
+// Writes `<output_prefix>_train.{bin,idx}` and `<output_prefix>_val.{bin,idx}` (creating the
+// parent directory); each document is encoded and followed by tokenizer.eot_token(). Encodes
+// documents in parallel with OpenMP, so tokenizer.encode() must be safe to call concurrently;
+// the output does not depend on the thread count. Prints nothing. Throws loom::Error for a bad
+// val_fraction (valid: [0, 1]), a missing input, or inputs with no text.
+PrepareStats prepare_dataset(const std::vector<std::string>& inputs, const Tokenizer& tokenizer,
+                             const std::string& output_prefix, double val_fraction, uint64_t seed);
+
+}  // namespace loom::data

@@ -1,0 +1,16 @@
+#pragma once
+// Next-token sampling from logits: temperature, top-k, top-p (nucleus). Temperature 0 = greedy.
+#include <cstdint>
+
+namespace loom::model {
+
+struct SamplingParams {
+  double temperature = 1.0;
+  int top_k = 0;       // 0 = no limit
+  double top_p = 1.0;  // 1 = no limit
+};
+
+// Draws with a counter-based Philox value keyed by (key, index): reproducible for a seed.
+int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params, uint64_t key, uint64_t index);
+
+}  // namespace loom::model

@@ -1,0 +1,40 @@
+#pragma once
+// Building a model from a run's config, and moving its training state in and out of checkpoints.
+#include <memory>
+#include <string>
+
+#include "loom/ckpt/checkpoint.h"
+#include "loom/data/tokenizer.h"
+#include "loom/model/transformer.h"
+#include "loom/optim/adamw.h"
+#include "loom/runtime/config.h"
+
+namespace loom::recipes {
+
+// model.vocab_size 0 takes the tokenizer's; a smaller explicit one is an error.
+runtime::ModelConfig resolve_model_config(const runtime::ModelConfig& model, const data::Tokenizer& tokenizer);
+
+// Optimizer segments: one per parameter, weight decay where the parameter asks for it.
+std::vector<optim::Segment> optimizer_segments(const model::ParameterStore& params);
+
+// What a checkpoint holds besides tensors.
+struct TrainingProgress {
+  int64_t step = 0;
+  int64_t consumed_samples = 0;  // data position: global sample index of the next sample
+};
+
+void save_training_checkpoint(const std::string& root, const model::Transformer& model, optim::AdamW& optimizer,
+                              const TrainingProgress& progress, const runtime::RunConfig& config, int keep);
+
+// Loads parameters and optimizer moments; a tensor whose shape differs from the model's is an
+// Error naming the tensor and both shapes.
+TrainingProgress load_training_checkpoint(const ckpt::LoadedCheckpoint& checkpoint, model::Transformer& model,
+                                          optim::AdamW& optimizer);
+
+// Loads only the parameters (generation, evaluation).
+void load_parameters(const ckpt::LoadedCheckpoint& checkpoint, model::Transformer& model);
+
+// The checkpoint root of a run: checkpoint.dir, or run.dir/checkpoints.
+std::string checkpoint_root(const runtime::RunConfig& config);
+
+}  // namespace loom::recipes
