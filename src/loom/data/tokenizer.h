@@ -21,8 +21,13 @@ class Tokenizer {
   virtual std::string name() const = 0;
 };
 
-// name: byte | gpt2 | r50k_base | cl100k_base | o200k_base. `data_dir` holds the verified
-// downloads (default LOOM_DATA_DIR); rank files are checked against their sha256.
+// name: byte | gpt2 | r50k_base | p50k_base | p50k_edit | cl100k_base | o200k_base (gpt2 is
+// r50k_base; name() reports the encoding, so both say "r50k_base"). `data_dir` holds the verified
+// downloads (default LOOM_DATA_DIR); rank files are checked against their sha256. encode and
+// decode are safe to call from many threads at once.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& data_dir = LOOM_DATA_DIR);
+
+// The names make_tokenizer accepts, in the order above.
+std::vector<std::string> tokenizer_names();
 
 }  // namespace loom::data

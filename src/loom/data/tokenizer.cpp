@@ -1,0 +1,24 @@
+#include "loom/data/tokenizer.h"
+
+#include "loom/core/error.h"
+#include "loom/data/bpe_tokenizer.h"
+#include "loom/data/byte_tokenizer.h"
+
+namespace loom::data {
+
+std::vector<std::string> tokenizer_names() {
+  std::vector<std::string> names = {"byte"};
+  for (std::string& name : bpe_encoding_names()) names.push_back(std::move(name));
+  return names;
+}
+
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& data_dir) {
+  if (name == "byte") return std::make_unique<ByteTokenizer>();
+  if (const BpeEncoding* encoding = find_bpe_encoding(name))
+    return std::make_unique<BpeTokenizer>(*encoding, data_dir);
+  std::string valid;
+  for (const std::string& n : tokenizer_names()) valid += (valid.empty() ? "" : ", ") + n;
+  throw Error("unknown tokenizer '" + name + "'; valid names: " + valid);
+}
+
+}  // namespace loom::data
