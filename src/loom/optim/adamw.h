@@ -19,9 +19,10 @@ class AdamW {
  public:
   AdamW(const runtime::OptimConfig& config, int64_t total, std::vector<Segment> segments);
 
-  // Clips `grads` to config.clip_grad by global norm (when > 0), then updates `params`.
-  // Returns the global gradient norm before clipping. `step` is 1-based.
-  double step(float* params, float* grads, double lr, int64_t step);
+  // Updates `params` with `grads` clipped to config.clip_grad by global norm (when > 0; the
+  // gradients themselves are left as they are). Returns the global norm before clipping.
+  // `step` is 1-based.
+  double step(float* params, const float* grads, double lr, int64_t step);
 
   float* exp_avg() { return exp_avg_.data<float>(); }
   float* exp_avg_sq() { return exp_avg_sq_.data<float>(); }

@@ -1,4 +1,5 @@
 #include "loom/kernels/cpu/activation.h"
+#include "loom/kernels/cpu/fast_math.h"
 #include "loom/kernels/cpu/parallel.h"
 
 #include <cmath>
@@ -11,7 +12,8 @@ void swiglu_forward(float* out, const float* gate_up, int64_t rows, int64_t widt
     const float* g = gate_up + r * 2 * width;
     const float* u = g + width;
     float* o = out + r * width;
-    for (int64_t i = 0; i < width; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+#pragma omp simd
+    for (int64_t i = 0; i < width; ++i) o[i] = g[i] * fast_sigmoid(g[i]) * u[i];
   }
 }
 
@@ -23,8 +25,9 @@ void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, i
     const float* dy = dout + r * width;
     float* dg = dgate_up + r * 2 * width;
     float* du = dg + width;
+#pragma omp simd
     for (int64_t i = 0; i < width; ++i) {
-      float sig = 1.0f / (1.0f + std::exp(-g[i]));
+      float sig = fast_sigmoid(g[i]);
       float silu = g[i] * sig;
       du[i] += dy[i] * silu;
       dg[i] += dy[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
@@ -37,23 +40,22 @@ constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCubic = 0.044715f;
 }  // namespace
 
+// 0.5 (1 + tanh(u)) = sigmoid(2u): the tanh form without cancellation near zero.
 void gelu_forward(float* out, const float* in, int64_t n) {
-#pragma omp parallel for schedule(static) if(worth_parallel(n))
+#pragma omp parallel for simd schedule(static) if(worth_parallel(n))
   for (int64_t i = 0; i < n; ++i) {
     float x = in[i];
-    out[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + kCubic * x * x * x)));
+    out[i] = x * fast_sigmoid(2.0f * kSqrt2OverPi * (x + kCubic * x * x * x));
   }
 }
 
 void gelu_backward(float* din, const float* dout, const float* in, int64_t n) {
-#pragma omp parallel for schedule(static) if(worth_parallel(n))
+#pragma omp parallel for simd schedule(static) if(worth_parallel(n))
   for (int64_t i = 0; i < n; ++i) {
     float x = in[i];
-    float inner = kSqrt2OverPi * (x + kCubic * x * x * x);
-    float th = std::tanh(inner);
-    float sech2 = 1.0f - th * th;
-    float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
-    din[i] += grad * dout[i];
+    float s = fast_sigmoid(2.0f * kSqrt2OverPi * (x + kCubic * x * x * x));
+    float du_dx = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
+    din[i] += (s + x * s * (1.0f - s) * 2.0f * du_dx) * dout[i];
   }
 }
 

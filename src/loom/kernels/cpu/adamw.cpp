@@ -13,7 +13,7 @@ void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_av
   const float bias2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(s.beta2), static_cast<double>(s.step)));
 #pragma omp parallel for simd schedule(static) if(worth_parallel(n))
   for (int64_t i = 0; i < n; ++i) {
-    float g = grad[i];
+    float g = s.grad_scale * grad[i];
     float m = s.beta1 * exp_avg[i] + (1.0f - s.beta1) * g;
     float v = s.beta2 * exp_avg_sq[i] + (1.0f - s.beta2) * g * g;
     exp_avg[i] = m;

@@ -1,4 +1,5 @@
 #include "loom/kernels/cpu/attention.h"
+#include "loom/kernels/cpu/fast_math.h"
 #include "loom/kernels/cpu/parallel.h"
 
 #include <cmath>
@@ -38,8 +39,9 @@ void attention_forward(float* out, float* probs, const float* qkv, const Attenti
           max_score = std::max(max_score, p[t2]);
         }
         float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
         for (int64_t t2 = 0; t2 <= t; ++t2) {
-          p[t2] = std::exp(p[t2] - max_score);
+          p[t2] = fast_exp(p[t2] - max_score);
           sum += p[t2];
         }
         float inv = 1.0f / sum;
@@ -112,8 +114,9 @@ void attention_decode(float* out, const float* q, int64_t q_stride, const float*
           max_score = std::max(max_score, p[t]);
         }
         float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
         for (int64_t t = 0; t < len; ++t) {
-          p[t] = std::exp(p[t] - max_score);
+          p[t] = fast_exp(p[t] - max_score);
           sum += p[t];
         }
         float* o = out + (i * heads + h) * head_dim;

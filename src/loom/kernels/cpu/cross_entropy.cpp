@@ -1,4 +1,5 @@
 #include "loom/kernels/cpu/cross_entropy.h"
+#include "loom/kernels/cpu/fast_math.h"
 #include "loom/kernels/cpu/parallel.h"
 
 #include <algorithm>
@@ -26,13 +27,16 @@ double softmax_cross_entropy(float* logits, float* losses, const int32_t* target
       continue;
     }
     float max_logit = -INFINITY;
+#pragma omp simd reduction(max : max_logit)
     for (int64_t i = 0; i < vocab; ++i) max_logit = std::max(max_logit, z[i]);
-    double sum = 0.0;
-    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(z[i] - max_logit);
-    losses[r] = static_cast<float>(std::log(sum) + max_logit - z[target]);
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < vocab; ++i) sum += fast_exp(z[i] - max_logit);
+    losses[r] = static_cast<float>(std::log(static_cast<double>(sum)) + max_logit - z[target]);
     if (grad_scale != 0.0f) {
-      float inv = static_cast<float>(1.0 / sum);
-      for (int64_t i = 0; i < vocab; ++i) z[i] = grad_scale * std::exp(z[i] - max_logit) * inv;
+      const float factor = grad_scale / sum;
+#pragma omp simd
+      for (int64_t i = 0; i < vocab; ++i) z[i] = factor * fast_exp(z[i] - max_logit);
       z[target] -= grad_scale;
     }
   }
