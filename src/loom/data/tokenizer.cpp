@@ -1,5 +1,7 @@
 #include "loom/data/tokenizer.h"
 
+#include <cstdlib>
+
 #include "loom/core/error.h"
 #include "loom/data/bpe_tokenizer.h"
 #include "loom/data/byte_tokenizer.h"
@@ -10,6 +12,11 @@ std::vector<std::string> tokenizer_names() {
   std::vector<std::string> names = {"byte"};
   for (std::string& name : bpe_encoding_names()) names.push_back(std::move(name));
   return names;
+}
+
+std::string default_data_dir() {
+  const char* from_env = std::getenv("LOOM_DATA_DIR");
+  return from_env != nullptr && *from_env != '\0' ? from_env : LOOM_DATA_DIR;
 }
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& data_dir) {

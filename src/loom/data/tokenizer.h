@@ -10,6 +10,9 @@
 
 namespace loom::data {
 
+// The environment's LOOM_DATA_DIR when set, else the build's (LOOM_DATA_DIR: <repo>/.cache/data).
+std::string default_data_dir();
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -25,7 +28,7 @@ class Tokenizer {
 // r50k_base; name() reports the encoding, so both say "r50k_base"). `data_dir` holds the verified
 // downloads (default LOOM_DATA_DIR); rank files are checked against their sha256. encode and
 // decode are safe to call from many threads at once.
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& data_dir = LOOM_DATA_DIR);
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& data_dir = default_data_dir());
 
 // The names make_tokenizer accepts, in the order above.
 std::vector<std::string> tokenizer_names();

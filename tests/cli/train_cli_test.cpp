@@ -1,0 +1,141 @@
+// End-to-end: `loom data prepare`, `loom train`, resume, `loom ckpt digest`, `loom generate`,
+// and every kind of bad input giving a clear message, a non-zero exit and no damage.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "cli_support.h"
+
+namespace loom::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A small corpus and config: byte tokenizer, a 2-layer Llama-style model, 32-token sequences.
+class TrainCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string text;
+    for (int i = 0; i < 400; ++i) {
+      text += "Call me Ishmael. Some years ago, never mind how long precisely, having little money " +
+              std::to_string(i) + ".\n\n";
+    }
+    write_text(dir / "corpus.txt", text);
+    CommandResult prepared =
+        run_loom("data prepare " + (dir / "corpus.txt") + " --tokenizer byte --val-fraction 0.3 --output " + (dir / "data/c"));
+    ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
+    write_text(dir / "config.yaml",
+               "run:\n  dir: " + (dir / "run") + "\n"
+               "model:\n  vocab_size: 0\n  d_model: 32\n  layers: 2\n  heads: 4\n  kv_heads: 2\n  ffn_size: 64\n"
+               "  max_seq_len: 64\n"
+               "data:\n  tokenizer: byte\n  train_prefix: " + (dir / "data/c_train") + "\n  val_prefix: " +
+               (dir / "data/c_val") + "\n  seq_len: 32\n"
+               "optim:\n  lr: 3.0e-3\n  warmup_steps: 2\n"
+               "train:\n  steps: 8\n  global_batch: 4\n  micro_batch: 2\n  eval_interval: 4\n  eval_batches: 2\n"
+               "  threads: 1\n"
+               "checkpoint:\n  interval: 4\n  keep: 3\n");
+  }
+
+  CommandResult train(const std::string& overrides) { return run_loom("train " + (dir / "config.yaml") + " " + overrides); }
+  std::string digest(const std::string& path) { return last_line(run_loom("ckpt digest " + path).output); }
+
+  TempDir dir;
+};
+
+TEST_F(TrainCli, ResumedRunIsBitwiseIdenticalToUninterrupted) {
+  CommandResult full = train("run.dir=" + (dir / "full"));
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  CommandResult first = train("run.dir=" + (dir / "split") + " train.exit_interval=3");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_TRUE(fs::exists(dir / "split/checkpoints/step-00000003"));
+  CommandResult rest = train("run.dir=" + (dir / "split") + " ++train.resume=true");
+  ASSERT_EQ(rest.exit_code, 0) << rest.output;
+  EXPECT_NE(rest.output.find("resumed from"), std::string::npos) << rest.output;
+
+  const std::string a = digest(dir / "full/checkpoints"), b = digest(dir / "split/checkpoints");
+  EXPECT_EQ(a.size(), 32u) << a;
+  EXPECT_EQ(a, b);
+  // A different step's parameters differ.
+  EXPECT_NE(a, digest(dir / "full/checkpoints/step-00000004"));
+
+  // metrics.jsonl: one line per step, the resumed run appending from where it resumed.
+  std::ifstream metrics(dir / "split/metrics.jsonl");
+  std::string line;
+  int lines = 0;
+  while (std::getline(metrics, line)) {
+    ++lines;
+    EXPECT_NE(line.find("\"step\":" + std::to_string(lines)), std::string::npos) << line;
+    EXPECT_NE(line.find("\"tokens_per_s\""), std::string::npos);
+  }
+  EXPECT_EQ(lines, 8);
+}
+
+TEST_F(TrainCli, TrainingLowersValidationLossAndGenerates) {
+  CommandResult run = train("train.steps=30 train.eval_interval=5");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  std::ifstream metrics(dir / "run/metrics.jsonl");
+  std::string line;
+  std::vector<double> val_losses;
+  while (std::getline(metrics, line)) {
+    size_t at = line.find("\"val_loss\":");
+    if (at != std::string::npos) val_losses.push_back(std::stod(line.substr(at + 11)));
+  }
+  ASSERT_EQ(val_losses.size(), 6u) << run.output;
+  EXPECT_LT(val_losses.back(), 0.8 * val_losses.front()) << "validation loss did not fall:\n" << run.output;
+  CommandResult generated = run_loom("generate " + (dir / "run/checkpoints") + " --prompt 'Call me' --max-tokens 20 --temperature 0.5 --top-k 10 --top-p 0.9");
+  ASSERT_EQ(generated.exit_code, 0) << generated.output;
+  EXPECT_EQ(generated.output.rfind("Call me", 0), 0u) << generated.output;
+  EXPECT_GT(generated.output.size(), std::string("Call me\n").size());
+}
+
+void expect_clear_failure(const CommandResult& result, std::initializer_list<std::string> mentions) {
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  for (const std::string& m : mentions) EXPECT_NE(result.output.find(m), std::string::npos) << "missing '" << m << "' in:\n" << result.output;
+}
+
+TEST_F(TrainCli, BadInputsFailClearlyAndDamageNothing) {
+  ASSERT_EQ(train("train.steps=4").exit_code, 0);
+  const std::string checkpoint = dir / "run/checkpoints";
+  const std::string before = digest(checkpoint);
+  ASSERT_EQ(before.size(), 32u);
+
+  write_text(dir / "broken.yaml", "train:\n  steps: [1, 2\n");
+  expect_clear_failure(run_loom("train " + (dir / "broken.yaml")), {"broken.yaml:3", "malformed YAML"});
+  expect_clear_failure(train("train.stepz=3"), {"stepz", "did you mean", "steps"});
+  expect_clear_failure(train("train.steps=0"), {"train.steps", "0"});
+  expect_clear_failure(train("optim.lr=-1"), {"optim.lr"});
+  expect_clear_failure(run_loom("train " + (dir / "missing.yaml")), {"missing.yaml"});
+  expect_clear_failure(train("data.train_prefix=" + (dir / "nowhere/c_train")), {"nowhere/c_train"});
+  // A checkpoint of another model shape: the tensor and both shapes are named.
+  expect_clear_failure(train("train.resume=true train.steps=8 model.d_model=48"),
+                       {"model.embed_tokens.weight", "incompatible"});
+  // Truncated index file.
+  fs::resize_file(dir / "data/c_val.idx", 20);
+  expect_clear_failure(train("train.steps=8"), {"c_val.idx"});
+
+  EXPECT_EQ(digest(checkpoint), before);
+  EXPECT_EQ(run_loom("ckpt digest " + (dir / "nowhere")).exit_code != 0, true);
+}
+
+TEST(TokenizerFiles, WrongHashIsAClearError) {
+  TempDir dir;
+  const std::string source = std::string(LOOM_SOURCE_DIR) + "/.cache/data/gpt-tokenizer/r50k_base.tiktoken";
+  ASSERT_TRUE(fs::exists(source)) << "run scripts/setup.sh first: " << source << " is missing";
+  fs::create_directories(dir / "gpt-tokenizer");
+  fs::copy_file(source, dir / "gpt-tokenizer/r50k_base.tiktoken");
+  {
+    std::fstream f(dir / "gpt-tokenizer/r50k_base.tiktoken", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('#');
+  }
+  write_text(dir / "t.txt", "hello world\n");
+  CommandResult r = run_loom("data prepare " + (dir / "t.txt") + " --tokenizer gpt2 --output " + (dir / "o"),
+                             "LOOM_DATA_DIR=" + dir.path());
+  expect_clear_failure(r, {"r50k_base.tiktoken", "sha256"});
+  EXPECT_FALSE(fs::exists(dir / "o_train.bin"));
+}
+
+}  // namespace
+}  // namespace loom::testing
