@@ -8,6 +8,7 @@ packages=(
   build-essential cmake pkg-config git
   libopenblas-openmp-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev libssl-dev libxxhash-dev libzstd-dev
+  libopenmpi-dev openmpi-bin
 )
 missing=()
 for p in "${packages[@]}"; do

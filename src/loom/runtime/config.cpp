@@ -386,6 +386,12 @@ const std::vector<SectionSchema>& schema() {
                   field("dir", &RunSection::dir),
                   field("name", &RunSection::name),
               }),
+      section("runtime", &RunConfig::runtime,
+              {
+                  field("backend", &RuntimeConfig::backend, one_of({"threads", "mpi", "auto"})),
+                  field("ranks", &RuntimeConfig::ranks, at_least(1)),
+                  field("timeout_s", &RuntimeConfig::timeout_s, greater_than(0)),
+              }),
       section("model", &RunConfig::model,
               {
                   field("vocab_size", &ModelConfig::vocab_size, at_least(0)),

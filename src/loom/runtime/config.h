@@ -82,8 +82,16 @@ struct LogConfig {
   bool progress = true;    // progress bar (off when not a terminal)
 };
 
+// How ranks are started and talk (see comm/launch.h).
+struct RuntimeConfig {
+  std::string backend = "threads";  // threads | mpi | auto
+  int ranks = 1;                    // threads backend: ranks as threads of this process
+  double timeout_s = 300.0;         // every blocking communication wait
+};
+
 struct RunConfig {
   RunSection run;
+  RuntimeConfig runtime;
   ModelConfig model;
   DataConfig data;
   OptimConfig optim;

@@ -1,0 +1,21 @@
+#pragma once
+// One `loom <verb>`: each verb registers its options on the CLI11 app and the action to run
+// when it is the one parsed. Verbs live one per file (train_command.cpp, ...).
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <vector>
+
+namespace loom::cli {
+
+struct Command {
+  CLI::App* app = nullptr;       // the (sub)command that must have been parsed
+  std::function<int()> action;   // returns the exit code
+};
+
+void register_train(CLI::App& app, std::vector<Command>& commands);
+void register_data(CLI::App& app, std::vector<Command>& commands);
+void register_generate(CLI::App& app, std::vector<Command>& commands);
+void register_ckpt(CLI::App& app, std::vector<Command>& commands);
+
+}  // namespace loom::cli

@@ -1,0 +1,35 @@
+// loom train CONFIG.yaml [section.key=value ...]
+#include <iostream>
+#include <memory>
+
+#include "loom/cli/command.h"
+#include "loom/recipes/pretrain.h"
+#include "loom/runtime/config.h"
+
+namespace loom::cli {
+
+void register_train(CLI::App& app, std::vector<Command>& commands) {
+  struct Args {
+    std::string config;
+    std::vector<std::string> overrides;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("train", "pre-train a model: loom train CONFIG.yaml [section.key=value ...]");
+  cmd->add_option("config", args->config, "YAML recipe")->required();
+  cmd->add_option("overrides", args->overrides, "section.key=value (or ++section.key=value) overrides");
+  commands.push_back({cmd, [args] {
+                        runtime::RunConfig config = runtime::load_config(args->config, args->overrides);
+                        recipes::TrainSummary s = recipes::pretrain(config, std::cout);
+                        std::cout << "trained steps " << s.first_step << ".." << s.last_step << ": loss "
+                                  << s.first_loss << " -> " << s.last_loss;
+                        if (s.first_val_loss && s.last_val_loss) {
+                          std::cout << ", val_loss " << *s.first_val_loss << " -> " << *s.last_val_loss;
+                        }
+                        std::cout << "; " << static_cast<int64_t>(s.tokens_per_s) << " tokens/s, " << s.gflops_per_s
+                                  << " GFLOP/s\n";
+                        if (!s.checkpoint.empty()) std::cout << "checkpoint: " << s.checkpoint << "\n";
+                        return 0;
+                      }});
+}
+
+}  // namespace loom::cli
