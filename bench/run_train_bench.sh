@@ -9,6 +9,9 @@ rounds="${1:-2}"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target loom_bench_train loom_bench_sgemm >/dev/null
 export OMP_NUM_THREADS=2
+# loom picks the OpenBLAS kernel for this CPU itself (see README); the PyTorch peer is given
+# OPENBLAS_CORETYPE=SkylakeX by run_peers.sh so its BLAS is not handicapped either.
+unset OPENBLAS_CORETYPE
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores"
 for round in $(seq 1 "$rounds"); do
   echo "--- round $round"
