@@ -54,9 +54,14 @@ TEST_F(TrainCli, ResumedRunIsBitwiseIdenticalToUninterrupted) {
   ASSERT_EQ(rest.exit_code, 0) << rest.output;
   EXPECT_NE(rest.output.find("resumed from"), std::string::npos) << rest.output;
 
+  // The same with checkpoints written in the background.
+  ASSERT_EQ(train("run.dir=" + (dir / "async") + " checkpoint.async=true train.exit_interval=5").exit_code, 0);
+  ASSERT_EQ(train("run.dir=" + (dir / "async") + " checkpoint.async=true train.resume=true").exit_code, 0);
+
   const std::string a = digest(dir / "full/checkpoints"), b = digest(dir / "split/checkpoints");
   EXPECT_EQ(a.size(), 32u) << a;
   EXPECT_EQ(a, b);
+  EXPECT_EQ(a, digest(dir / "async/checkpoints"));
   // A different step's parameters differ.
   EXPECT_NE(a, digest(dir / "full/checkpoints/step-00000004"));
 

@@ -27,8 +27,8 @@ std::string checkpoint_root(const runtime::RunConfig& config) {
   return (std::filesystem::path(config.run.dir) / "checkpoints").string();
 }
 
-void save_training_checkpoint(const std::string& root, const model::Transformer& model, optim::AdamW& optimizer,
-                              const TrainingProgress& progress, const runtime::RunConfig& config, int keep) {
+ckpt::CheckpointSnapshot snapshot_training_state(const model::Transformer& model, optim::AdamW& optimizer,
+                                                 const TrainingProgress& progress, const runtime::RunConfig& config) {
   std::vector<ckpt::TensorRef> tensors;
   const model::ParameterStore& params = model.params();
   for (const model::Parameter& p : params.list()) {
@@ -42,7 +42,7 @@ void save_training_checkpoint(const std::string& root, const model::Transformer&
                           {"consumed_samples", progress.consumed_samples},
                           {"seed", config.train.seed},
                           {"rng", {{"generator", "philox4x32-10"}, {"seed", config.train.seed}}}};
-  ckpt::save_checkpoint(root, progress.step, tensors, state, runtime::to_yaml(config), keep);
+  return ckpt::snapshot_checkpoint(progress.step, tensors, state, runtime::to_yaml(config));
 }
 
 void load_parameters(const ckpt::LoadedCheckpoint& checkpoint, model::Transformer& model) {

@@ -23,8 +23,10 @@ struct TrainingProgress {
   int64_t consumed_samples = 0;  // data position: global sample index of the next sample
 };
 
-void save_training_checkpoint(const std::string& root, const model::Transformer& model, optim::AdamW& optimizer,
-                              const TrainingProgress& progress, const runtime::RunConfig& config, int keep);
+// Copies parameters, optimizer moments, progress and config into a snapshot ready to be written
+// (synchronously, or by ckpt::AsyncCheckpointWriter while training continues).
+ckpt::CheckpointSnapshot snapshot_training_state(const model::Transformer& model, optim::AdamW& optimizer,
+                                                 const TrainingProgress& progress, const runtime::RunConfig& config);
 
 // Loads parameters and optimizer moments; a tensor whose shape differs from the model's is an
 // Error naming the tensor and both shapes.

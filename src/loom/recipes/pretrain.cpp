@@ -12,6 +12,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "loom/ckpt/async_writer.h"
 #include "loom/ckpt/checkpoint.h"
 #include "loom/core/error.h"
 #include "loom/data/sequence_loader.h"
@@ -110,6 +111,7 @@ TrainSummary pretrain(const runtime::RunConfig& config, std::ostream& out) {
   runtime::ProgressBar bar(run.train.steps, static_cast<int>(progress.step),
                            run.log.progress && ::isatty(STDOUT_FILENO), run.log.interval, out);
   StopSignals signals;
+  ckpt::AsyncCheckpointWriter async_writer;
 
   TrainSummary summary;
   summary.first_step = static_cast<int>(progress.step) + 1;
@@ -185,7 +187,12 @@ TrainSummary pretrain(const runtime::RunConfig& config, std::ostream& out) {
 
     const bool interval_due = run.checkpoint.interval > 0 && step % run.checkpoint.interval == 0;
     if (interval_due || last || stop) {
-      save_training_checkpoint(root, model, optimizer, progress, run, run.checkpoint.keep);
+      ckpt::CheckpointSnapshot snapshot = snapshot_training_state(model, optimizer, progress, run);
+      if (run.checkpoint.async) {
+        async_writer.save(root, std::move(snapshot), run.checkpoint.keep);  // the disk works while we train
+      } else {
+        ckpt::write_snapshot(root, snapshot, run.checkpoint.keep);
+      }
       last_checkpoint = (std::filesystem::path(root) / ckpt::step_dir_name(step)).string();
     }
     if (stop && !last) {
@@ -193,6 +200,7 @@ TrainSummary pretrain(const runtime::RunConfig& config, std::ostream& out) {
       break;
     }
   }
+  async_writer.wait();
   summary.checkpoint = last_checkpoint;
   if (timed_seconds > 0.0) {
     summary.tokens_per_s = static_cast<double>(timed_tokens) / timed_seconds;
