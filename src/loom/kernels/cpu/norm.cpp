@@ -30,6 +30,7 @@ void rmsnorm_forward(float* out, float* rstd, const float* in, const float* weig
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = in + r * dim;
     float sum_sq = 0.0f;
+#pragma omp simd reduction(+ : sum_sq)
     for (int64_t i = 0; i < dim; ++i) sum_sq += x[i] * x[i];
     float s = 1.0f / std::sqrt(sum_sq / static_cast<float>(dim) + eps);
     rstd[r] = s;
@@ -51,6 +52,7 @@ void rmsnorm_backward(float* din, float* dweight, const float* dout, const float
       float s = rstd[r];
       // d/dx of x*s*w: s*w*dy - x * s^3 * mean(x*w*dy)
       float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
       for (int64_t i = 0; i < dim; ++i) dot += dy[i] * weight[i] * x[i];
       float coeff = dot * s * s * s / static_cast<float>(dim);
       float* dx = din + r * dim;
@@ -69,9 +71,11 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* in, co
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = in + r * dim;
     float m = 0.0f;
+#pragma omp simd reduction(+ : m)
     for (int64_t i = 0; i < dim; ++i) m += x[i];
     m /= static_cast<float>(dim);
     float var = 0.0f;
+#pragma omp simd reduction(+ : var)
     for (int64_t i = 0; i < dim; ++i) var += (x[i] - m) * (x[i] - m);
     var /= static_cast<float>(dim);
     float s = 1.0f / std::sqrt(var + eps);
@@ -95,6 +99,7 @@ void layernorm_backward(float* din, float* dweight, float* dbias, const float* d
       const float* dy = dout + r * dim;
       float m = mean[r], s = rstd[r];
       float mean_dnorm = 0.0f, mean_dnorm_xhat = 0.0f;
+#pragma omp simd reduction(+ : mean_dnorm, mean_dnorm_xhat)
       for (int64_t i = 0; i < dim; ++i) {
         float xhat = (x[i] - m) * s;
         float dnorm = dy[i] * weight[i];
