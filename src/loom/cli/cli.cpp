@@ -15,6 +15,8 @@ int run(int argc, char** argv) {
   register_data(app, commands);
   register_generate(app, commands);
   register_ckpt(app, commands);
+  register_mesh(app, commands);
+  register_bench(app, commands);
 
   try {
     app.parse(argc, argv);

@@ -392,6 +392,18 @@ const std::vector<SectionSchema>& schema() {
                   field("ranks", &RuntimeConfig::ranks, at_least(1)),
                   field("timeout_s", &RuntimeConfig::timeout_s, greater_than(0)),
               }),
+      section("topology", &RunConfig::topology,
+              {
+                  field("ranks_per_node", &TopologyConfig::ranks_per_node, at_least(0)),
+                  field("nodes_per_site", &TopologyConfig::nodes_per_site, at_least(0)),
+                  field("node_latency_us", &TopologyConfig::node_latency_us, at_least(0.0)),
+                  field("node_bandwidth_gbps", &TopologyConfig::node_bandwidth_gbps, at_least(0.0)),
+                  field("site_latency_us", &TopologyConfig::site_latency_us, at_least(0.0)),
+                  field("site_bandwidth_gbps", &TopologyConfig::site_bandwidth_gbps, at_least(0.0)),
+                  field("cross_site_latency_us", &TopologyConfig::cross_site_latency_us, at_least(0.0)),
+                  field("cross_site_bandwidth_gbps", &TopologyConfig::cross_site_bandwidth_gbps, at_least(0.0)),
+                  field("simulate", &TopologyConfig::simulate),
+              }),
       section("model", &RunConfig::model,
               {
                   field("vocab_size", &ModelConfig::vocab_size, at_least(0)),

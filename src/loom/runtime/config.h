@@ -89,9 +89,25 @@ struct RuntimeConfig {
   double timeout_s = 300.0;         // every blocking communication wait
 };
 
+// Which ranks share a node and which nodes share a site (data center), and each link class's
+// latency and bandwidth for the threads backend's simulation (see comm/topology.h and
+// comm/simulated_links.h). Bandwidths are per rank, in gigabits per second; 0 = unlimited.
+struct TopologyConfig {
+  int ranks_per_node = 0;                 // 0 = from the ranks' hostnames (threads backend: one node)
+  int nodes_per_site = 0;                 // 0 = one site
+  double node_latency_us = 1.0;           // same node (NVLink class)
+  double node_bandwidth_gbps = 3600.0;
+  double site_latency_us = 5.0;           // same site, across nodes (InfiniBand class)
+  double site_bandwidth_gbps = 400.0;
+  double cross_site_latency_us = 10500.0; // half of a 21 ms round trip between data centers
+  double cross_site_bandwidth_gbps = 100.0;
+  bool simulate = false;                  // threads backend: delay transfers and count bytes per class
+};
+
 struct RunConfig {
   RunSection run;
   RuntimeConfig runtime;
+  TopologyConfig topology;
   ModelConfig model;
   DataConfig data;
   OptimConfig optim;

@@ -1,0 +1,141 @@
+#include "loom/comm/mpi_arrival.h"
+
+#include <mutex>
+#include <thread>
+
+#include "loom/comm/mpi_util.h"
+
+namespace loom::comm::mpi_detail {
+
+namespace {
+
+// Serialises reads of one process's windows: reads happen only on the timeout path.
+std::mutex& read_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+}  // namespace
+
+void ArrivalCounters::create(MPI_Comm comm, bool prefer_shared_memory) {
+  MPI_Comm_size(comm, &size_);
+  bool on_one_node = false;
+  if (prefer_shared_memory) {
+    MPI_Comm node = MPI_COMM_NULL;
+    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS &&
+        node != MPI_COMM_NULL) {
+      int node_size = 0;
+      MPI_Comm_size(node, &node_size);
+      // Every rank must take the same branch (window creation is collective).
+      int local = node_size == size_ ? 1 : 0;
+      int all = 0;
+      MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_MIN, comm);
+      on_one_node = all == 1;
+      MPI_Comm_free(&node);
+    }
+  }
+  if (on_one_node) {
+    int rc = MPI_Win_allocate_shared(sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, comm, &local_, &win_);
+    if (rc != MPI_SUCCESS) {
+      win_ = MPI_WIN_NULL;
+      local_ = nullptr;
+      description_ = "unavailable: MPI_Win_allocate_shared failed: " + mpi_error_string(rc);
+      return;
+    }
+    MPI_Win_set_errhandler(win_, MPI_ERRORS_RETURN);
+    shared_ = true;
+    peers_.assign(static_cast<size_t>(size_), nullptr);
+    for (int r = 0; r < size_; ++r) {
+      MPI_Aint bytes = 0;
+      int unit = 0;
+      int64_t* slot = nullptr;
+      if (MPI_Win_shared_query(win_, r, &bytes, &unit, &slot) == MPI_SUCCESS) peers_[static_cast<size_t>(r)] = slot;
+    }
+    description_ = "shared-memory window";
+  } else {
+    int rc = MPI_Win_allocate(sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, comm, &local_, &win_);
+    if (rc != MPI_SUCCESS) {
+      win_ = MPI_WIN_NULL;
+      local_ = nullptr;
+      description_ = "unavailable: MPI_Win_allocate failed: " + mpi_error_string(rc);
+      return;
+    }
+    MPI_Win_set_errhandler(win_, MPI_ERRORS_RETURN);
+    rc = MPI_Win_lock_all(MPI_MODE_NOCHECK, win_);
+    if (rc != MPI_SUCCESS) {
+      MPI_Win_free(&win_);
+      win_ = MPI_WIN_NULL;
+      local_ = nullptr;
+      description_ = "unavailable: MPI_Win_lock_all failed: " + mpi_error_string(rc);
+      return;
+    }
+    description_ = "rma window";
+  }
+  *local_ = 0;
+  // Nobody reads a slot before its owner zeroed it.
+  MPI_Barrier(comm);
+}
+
+void ArrivalCounters::free() {
+  if (win_ == MPI_WIN_NULL) return;
+  if (leaked_requests_) {
+    // An Rget never completed; MPI_Win_unlock_all would wait for it. The window stays allocated.
+    win_ = MPI_WIN_NULL;
+    local_ = nullptr;
+    return;
+  }
+  if (!shared_) MPI_Win_unlock_all(win_);
+  MPI_Win_free(&win_);
+  win_ = MPI_WIN_NULL;
+  local_ = nullptr;
+  peers_.clear();
+}
+
+std::vector<int64_t> ArrivalCounters::read(std::chrono::milliseconds budget) {
+  std::vector<int64_t> values(static_cast<size_t>(size_), -1);
+  if (win_ == MPI_WIN_NULL) return values;
+  std::lock_guard<std::mutex> lock(read_mutex());
+  if (shared_) {
+    for (int r = 0; r < size_; ++r) {
+      if (peers_[static_cast<size_t>(r)] != nullptr) {
+        values[static_cast<size_t>(r)] =
+            std::atomic_ref<int64_t>(*peers_[static_cast<size_t>(r)]).load(std::memory_order_acquire);
+      }
+    }
+    return values;
+  }
+  // The buffer must outlive any request that does not complete in time, so it is heap-held and
+  // released only when every request finished.
+  auto* buffer = new int64_t[static_cast<size_t>(size_)];
+  std::vector<MPI_Request> requests(static_cast<size_t>(size_), MPI_REQUEST_NULL);
+  for (int r = 0; r < size_; ++r) {
+    buffer[r] = -1;
+    MPI_Rget(&buffer[r], 1, MPI_INT64_T, r, 0, 1, MPI_INT64_T, win_, &requests[static_cast<size_t>(r)]);
+  }
+  const auto deadline = Clock::now() + budget;
+  Backoff backoff;
+  while (true) {
+    int done = 0;
+    MPI_Testall(size_, requests.data(), &done, MPI_STATUSES_IGNORE);
+    if (done || Clock::now() >= deadline) break;
+    backoff.pause();
+  }
+  for (int r = 0; r < size_; ++r) {
+    int done = 0;
+    if (requests[static_cast<size_t>(r)] == MPI_REQUEST_NULL) {
+      values[static_cast<size_t>(r)] = buffer[r];
+    } else if (MPI_Test(&requests[static_cast<size_t>(r)], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) {
+      values[static_cast<size_t>(r)] = buffer[r];
+    }
+  }
+  bool pending = false;
+  for (MPI_Request request : requests) pending = pending || request != MPI_REQUEST_NULL;
+  if (!pending) {
+    delete[] buffer;
+  } else {
+    leaked_requests_ = true;  // buffer intentionally kept: MPI may still write into it
+  }
+  return values;
+}
+
+}  // namespace loom::comm::mpi_detail

@@ -1,0 +1,50 @@
+#pragma once
+// Arrival counters of one mpi group: every rank publishes the sequence number of the last
+// collective it entered on the group, and a rank whose wait times out reads everyone's to name
+// the ranks that never arrived. The counters live in an MPI window (one int64 per rank):
+// - the whole group on one node: MPI_Win_allocate_shared; a reader loads its peers' counters
+//   directly, so it gets an answer even from a peer that is busy computing and never enters MPI;
+// - otherwise: MPI_Win_allocate, held in a passive-target epoch (MPI_Win_lock_all) for the
+//   group's life and read with MPI_Rget. Whether that completes while a peer stays out of MPI
+//   depends on the one-sided transport (RDMA networks do; a software fallback may not), so the
+//   read has a time budget and reports the counters it could not get as unknown.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/comm/mpi_util.h"
+
+namespace loom::comm::mpi_detail {
+
+class ArrivalCounters {
+ public:
+  // Collective over `comm`. Never throws: when no window can be made the counters are
+  // unavailable and description() says why.
+  void create(MPI_Comm comm, bool prefer_shared_memory);
+  // Collective: frees the window. Skipped (the window is leaked) when an earlier read left
+  // one-sided requests in flight, since freeing would wait for them.
+  void free();
+
+  // This rank entered collective `seq` (a store into its own slot; no communication).
+  void arrive(int64_t seq) {
+    if (local_ != nullptr) std::atomic_ref<int64_t>(*local_).store(seq, std::memory_order_release);
+  }
+  // Every rank's counter; -1 where it could not be read within `budget`. Thread-safe.
+  std::vector<int64_t> read(std::chrono::milliseconds budget);
+
+  bool available() const { return win_ != MPI_WIN_NULL; }
+  const std::string& description() const { return description_; }
+
+ private:
+  MPI_Win win_ = MPI_WIN_NULL;
+  bool shared_ = false;
+  int size_ = 0;
+  int64_t* local_ = nullptr;
+  std::vector<int64_t*> peers_;  // shared-memory mode: each rank's slot, mapped here
+  bool leaked_requests_ = false;
+  std::string description_ = "unavailable: not created";
+};
+
+}  // namespace loom::comm::mpi_detail

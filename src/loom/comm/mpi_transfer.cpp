@@ -1,0 +1,272 @@
+// Phase 2 of the mpi backend's collectives: the data moves with MPI's blocking collectives.
+//
+// - Reductions: f32 goes to MPI as MPI_FLOAT with MPI_SUM / MPI_MAX. bf16 and f16 are widened to
+//   an f32 scratch buffer, reduced there by MPI in f32 and rounded to the dtype once at the end
+//   (reduce.h's to_f32 / finish), which keeps the "accumulate in f32, round once" rule exactly; a
+//   user-defined MPI_Op on 16-bit data would round at every step of MPI's reduction tree. Avg is
+//   a Sum divided by the group size before that final rounding.
+// - Counts: MPI takes int counts, so an operation is split into calls of at most
+//   CollectiveOp::max_elements elements. Where a split would cut across the per-rank blocks of a
+//   gather or scatter layout, the operation becomes one rooted call per rank (MPI_Reduce /
+//   MPI_Bcast); all-to-all-v, whose sizes differ per rank, always runs as posted point-to-point
+//   messages on the collective communicator, so every rank takes the same path.
+// - Overlapping send and receive buffers (MPI forbids aliasing) are handled with MPI_IN_PLACE
+//   where the layout is MPI's in-place one, or by copying the send side to scratch first.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "loom/comm/mpi_group.h"
+#include "loom/comm/reduce.h"
+
+namespace loom::comm::mpi_detail {
+
+namespace {
+
+// MPI's blocking all-to-all-v runs on the collective communicator with this tag; no other
+// point-to-point traffic uses that communicator.
+constexpr int kAllToAllTag = 1;
+
+bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  if (a_bytes == 0 || b_bytes == 0 || a == nullptr || b == nullptr) return false;
+  const auto x = reinterpret_cast<uintptr_t>(a);
+  const auto y = reinterpret_cast<uintptr_t>(b);
+  return x < y + b_bytes && y < x + a_bytes;
+}
+
+MPI_Op mpi_reduce_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
+
+template <typename F>
+void for_chunks(int64_t count, int64_t limit, F&& f) {
+  for (int64_t offset = 0; offset < count; offset += limit) f(offset, static_cast<int>(std::min(limit, count - offset)));
+}
+
+std::vector<int64_t> prefix(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> displs(counts.size(), 0);
+  for (size_t i = 1; i < counts.size(); ++i) displs[i] = displs[i - 1] + counts[i - 1];
+  return displs;
+}
+
+struct Context {
+  MPI_Comm comm;
+  int rank;
+  int size;
+  int64_t limit;
+  std::string where;
+};
+
+std::byte* bytes(void* p) { return static_cast<std::byte*>(p); }
+const std::byte* bytes(const void* p) { return static_cast<const std::byte*>(p); }
+
+// Point-to-point exchange: send_counts[r] elements at send_displs[r] go to r, recv_counts[r]
+// arrive from r at recv_displs[r]. Chunk boundaries agree on both sides because the counts do.
+void exchange(const Context& c, const void* send, const std::vector<int64_t>& send_counts,
+              const std::vector<int64_t>& send_displs, void* recv, const std::vector<int64_t>& recv_counts,
+              const std::vector<int64_t>& recv_displs, DType dtype) {
+  const size_t element = dtype_size(dtype);
+  const MPI_Datatype type = mpi_type(dtype);
+  std::vector<MPI_Request> requests;
+  for (int step = 0; step < c.size; ++step) {
+    // Staggered partners, so that not every rank sends to rank 0 first.
+    const int to = (c.rank + step) % c.size;
+    const int from = (c.rank - step + c.size) % c.size;
+    if (step == 0) {
+      const int64_t n = send_counts[static_cast<size_t>(c.rank)];
+      if (n > 0) {
+        std::memmove(bytes(recv) + recv_displs[static_cast<size_t>(c.rank)] * static_cast<int64_t>(element),
+                     bytes(send) + send_displs[static_cast<size_t>(c.rank)] * static_cast<int64_t>(element),
+                     static_cast<size_t>(n) * element);
+      }
+      continue;
+    }
+    for_chunks(recv_counts[static_cast<size_t>(from)], c.limit, [&](int64_t offset, int n) {
+      requests.emplace_back();
+      mpi_check(MPI_Irecv(bytes(recv) + (recv_displs[static_cast<size_t>(from)] + offset) * static_cast<int64_t>(element),
+                          n, type, from, kAllToAllTag, c.comm, &requests.back()),
+                c.where);
+    });
+    for_chunks(send_counts[static_cast<size_t>(to)], c.limit, [&](int64_t offset, int n) {
+      requests.emplace_back();
+      mpi_check(MPI_Isend(bytes(send) + (send_displs[static_cast<size_t>(to)] + offset) * static_cast<int64_t>(element),
+                          n, type, to, kAllToAllTag, c.comm, &requests.back()),
+                c.where);
+    });
+  }
+  if (!requests.empty()) {
+    mpi_check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), c.where);
+  }
+}
+
+}  // namespace
+
+void run_transfer(Group& group, CollectiveOp& op) {
+  const Context c{group.comm_, group.rank_, group.size_, op.max_elements, group.label() + ": " + op.describe()};
+  const int n = c.size;
+  const size_t element = dtype_size(op.dtype);
+  const MPI_Datatype type = mpi_type(op.dtype);
+  const bool wide = op.dtype == DType::F32;  // reductions: f32 is reduced in place, bf16/f16 staged
+
+  switch (op.kind) {
+    case OpKind::AllReduce: {
+      if (op.count == 0) return;
+      float* acc = static_cast<float*>(op.recv);
+      if (!wide) {
+        acc = static_cast<float*>(group.scratch(static_cast<size_t>(op.count) * sizeof(float)));
+        to_f32(acc, op.recv, op.count, op.dtype);
+      }
+      for_chunks(op.count, c.limit, [&](int64_t offset, int len) {
+        mpi_check(MPI_Allreduce(MPI_IN_PLACE, acc + offset, len, MPI_FLOAT, mpi_reduce_op(op.reduce), c.comm), c.where);
+      });
+      if (!wide || op.reduce == ReduceOp::Avg) finish(op.recv, acc, op.count, op.dtype, op.reduce, n);
+      return;
+    }
+
+    case OpKind::ReduceScatter: {
+      const int64_t block = op.count;
+      const int64_t total = block * n;
+      if (block == 0) return;
+      const bool one_call = total <= c.limit;
+      if (wide && !overlaps(op.send, static_cast<size_t>(total) * 4, op.recv, static_cast<size_t>(block) * 4) &&
+          one_call) {
+        mpi_check(MPI_Reduce_scatter_block(op.send, op.recv, static_cast<int>(block), MPI_FLOAT,
+                                           mpi_reduce_op(op.reduce), c.comm),
+                  c.where);
+        if (op.reduce == ReduceOp::Avg) finish(op.recv, static_cast<float*>(op.recv), block, op.dtype, op.reduce, n);
+        return;
+      }
+      // acc holds the whole send side in f32; MPI_IN_PLACE leaves this rank's block at acc[0]
+      // (one call) or at acc[rank * block] (one rooted reduce per block).
+      float* acc = static_cast<float*>(group.scratch(static_cast<size_t>(total) * sizeof(float)));
+      to_f32(acc, op.send, total, op.dtype);
+      float* result = acc;
+      if (one_call) {
+        mpi_check(MPI_Reduce_scatter_block(MPI_IN_PLACE, acc, static_cast<int>(block), MPI_FLOAT,
+                                           mpi_reduce_op(op.reduce), c.comm),
+                  c.where);
+      } else {
+        for (int root = 0; root < n; ++root) {
+          float* part = acc + static_cast<int64_t>(root) * block;
+          for_chunks(block, c.limit, [&](int64_t offset, int len) {
+            // The receive buffer matters on the root only.
+            mpi_check(MPI_Reduce(root == c.rank ? MPI_IN_PLACE : part + offset, root == c.rank ? part + offset : nullptr,
+                                 len, MPI_FLOAT,
+                                 mpi_reduce_op(op.reduce), root, c.comm),
+                      c.where);
+          });
+        }
+        result = acc + static_cast<int64_t>(c.rank) * block;
+      }
+      finish(op.recv, result, block, op.dtype, op.reduce, n);
+      return;
+    }
+
+    case OpKind::Reduce: {
+      if (op.count == 0) return;
+      const bool root = c.rank == op.root;
+      const size_t send_bytes = static_cast<size_t>(op.count) * element;
+      if (wide && !(root && overlaps(op.send, send_bytes, op.recv, send_bytes) && op.send != op.recv)) {
+        // In place when the root passes one buffer for both.
+        const bool in_place = root && op.send == op.recv;
+        const float* send = static_cast<const float*>(op.send);
+        float* recv = static_cast<float*>(op.recv);
+        for_chunks(op.count, c.limit, [&](int64_t offset, int len) {
+          mpi_check(MPI_Reduce(in_place ? MPI_IN_PLACE : send + offset, root ? recv + offset : nullptr, len, MPI_FLOAT,
+                               mpi_reduce_op(op.reduce), op.root, c.comm),
+                    c.where);
+        });
+        if (root && op.reduce == ReduceOp::Avg) finish(recv, recv, op.count, op.dtype, op.reduce, n);
+        return;
+      }
+      float* acc = static_cast<float*>(group.scratch(static_cast<size_t>(op.count) * sizeof(float)));
+      to_f32(acc, op.send, op.count, op.dtype);
+      for_chunks(op.count, c.limit, [&](int64_t offset, int len) {
+        mpi_check(MPI_Reduce(root ? MPI_IN_PLACE : acc + offset, root ? acc + offset : nullptr, len, MPI_FLOAT,
+                             mpi_reduce_op(op.reduce), op.root, c.comm),
+                  c.where);
+      });
+      if (root) finish(op.recv, acc, op.count, op.dtype, op.reduce, n);
+      return;
+    }
+
+    case OpKind::AllGather:
+    case OpKind::AllGatherV: {
+      std::vector<int64_t> counts = op.counts;
+      if (op.kind == OpKind::AllGather) counts.assign(static_cast<size_t>(n), op.count);
+      const std::vector<int64_t> displs = prefix(counts);
+      const int64_t total = displs.back() + counts.back();
+      if (total == 0) return;
+      const int64_t mine = counts[static_cast<size_t>(c.rank)];
+      std::byte* own = bytes(op.recv) + displs[static_cast<size_t>(c.rank)] * static_cast<int64_t>(element);
+      // Put this rank's block in place first when it is not already there: then MPI's in-place
+      // form applies, whatever the send buffer overlaps.
+      if (mine > 0 && op.send != own) std::memmove(own, op.send, static_cast<size_t>(mine) * element);
+      if (total <= c.limit) {
+        std::vector<int> icounts(counts.begin(), counts.end());
+        std::vector<int> idispls(displs.begin(), displs.end());
+        if (op.kind == OpKind::AllGather) {
+          mpi_check(MPI_Allgather(MPI_IN_PLACE, 0, type, op.recv, static_cast<int>(op.count), type, c.comm), c.where);
+        } else {
+          mpi_check(MPI_Allgatherv(MPI_IN_PLACE, 0, type, op.recv, icounts.data(), idispls.data(), type, c.comm),
+                    c.where);
+        }
+        return;
+      }
+      for (int root = 0; root < n; ++root) {
+        std::byte* part = bytes(op.recv) + displs[static_cast<size_t>(root)] * static_cast<int64_t>(element);
+        for_chunks(counts[static_cast<size_t>(root)], c.limit, [&](int64_t offset, int len) {
+          mpi_check(MPI_Bcast(part + offset * static_cast<int64_t>(element), len, type, root, c.comm), c.where);
+        });
+      }
+      return;
+    }
+
+    case OpKind::Broadcast:
+      for_chunks(op.count, c.limit, [&](int64_t offset, int len) {
+        mpi_check(MPI_Bcast(bytes(op.recv) + offset * static_cast<int64_t>(element), len, type, op.root, c.comm),
+                  c.where);
+      });
+      return;
+
+    case OpKind::AllToAll:
+    case OpKind::AllToAllV: {
+      std::vector<int64_t> send_counts = op.counts;
+      std::vector<int64_t> recv_counts = op.recv_counts;
+      if (op.kind == OpKind::AllToAll) {
+        send_counts.assign(static_cast<size_t>(n), op.count);
+        recv_counts = send_counts;
+      }
+      const std::vector<int64_t> send_displs = prefix(send_counts);
+      const std::vector<int64_t> recv_displs = prefix(recv_counts);
+      const int64_t send_total = send_displs.back() + send_counts.back();
+      const int64_t recv_total = recv_displs.back() + recv_counts.back();
+      const void* send = op.send;
+      if (overlaps(send, static_cast<size_t>(send_total) * element, op.recv, static_cast<size_t>(recv_total) * element)) {
+        void* copy = group.scratch(static_cast<size_t>(send_total) * element);
+        std::memcpy(copy, send, static_cast<size_t>(send_total) * element);
+        send = copy;
+      }
+      if (op.kind == OpKind::AllToAll) {
+        if (op.count == 0) return;
+        if (op.count * n <= c.limit) {
+          mpi_check(MPI_Alltoall(send, static_cast<int>(op.count), type, op.recv, static_cast<int>(op.count), type,
+                                 c.comm),
+                    c.where);
+          return;
+        }
+      }
+      exchange(c, send, send_counts, send_displs, op.recv, recv_counts, recv_displs, op.dtype);
+      return;
+    }
+
+    case OpKind::Barrier:
+      // With the agreement handshake every rank has already arrived.
+      if (!op.check_agreement) mpi_check(MPI_Barrier(c.comm), c.where);
+      return;
+
+    case OpKind::Split:
+      return;  // Group::run_split
+  }
+}
+
+}  // namespace loom::comm::mpi_detail
