@@ -20,6 +20,7 @@ void register_train(CLI::App& app, std::vector<Command>& commands) {
   commands.push_back({cmd, [args] {
                         runtime::RunConfig config = runtime::load_config(args->config, args->overrides);
                         recipes::TrainSummary s = recipes::pretrain(config, std::cout);
+                        if (!s.reporter) return 0;  // another process (MPI rank 0) reports
                         std::cout << "trained steps " << s.first_step << ".." << s.last_step << ": loss "
                                   << s.first_loss << " -> " << s.last_loss;
                         if (s.first_val_loss && s.last_val_loss) {

@@ -4,16 +4,20 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <mutex>
 #include <sstream>
 
 #include "loom/ckpt/async_writer.h"
 #include "loom/ckpt/checkpoint.h"
+#include "loom/comm/launch.h"
 #include "loom/core/error.h"
 #include "loom/data/sequence_loader.h"
 #include "loom/kernels/cpu/cross_entropy.h"
@@ -47,12 +51,6 @@ class StopSignals {
   void (*previous_term_)(int);
 };
 
-void set_threads(int threads) {
-  if (threads <= 0) return;
-  omp_set_num_threads(threads);
-  openblas_set_num_threads(threads);
-}
-
 using Clock = std::chrono::steady_clock;
 
 // Mean token loss over a fixed set of validation samples (the same ones at every evaluation).
@@ -71,8 +69,33 @@ double evaluate(model::Transformer& model, const data::SequenceLoader& loader, c
 
 }  // namespace
 
-TrainSummary pretrain(const runtime::RunConfig& config, std::ostream& out) {
-  set_threads(config.train.threads);
+namespace {
+
+// Threads per rank: the threads backend runs every rank in this process, so the cores are shared.
+int threads_per_rank(const runtime::RunConfig& config, const comm::Communicator& world) {
+  int total = config.train.threads > 0 ? config.train.threads : omp_get_num_procs();
+  if (world.backend() == "threads") total = std::max(1, total / world.size());
+  return total;
+}
+
+// One rank's share of training. Every rank holds a full replica (data parallelism): it runs its
+// slice of each global batch, gradients are summed over the data-parallel group, and the same
+// optimizer step keeps the replicas identical. Rank 0 prints, evaluates and writes files.
+TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& world, std::ostream& console) {
+  const bool reporter = world.rank() == 0;
+  std::ostringstream discard;
+  std::ostream& out = reporter ? console : discard;
+  const int dp = world.size();
+  check(config.parallel.dp == 0 || config.parallel.dp == dp,
+        "parallel.dp is " + std::to_string(config.parallel.dp) + " but the world has " + std::to_string(dp) +
+            " ranks (runtime.ranks or the launcher's); use 0 (auto) or " + std::to_string(dp));
+  check(config.train.global_batch % (config.train.micro_batch * dp) == 0,
+        "train.global_batch " + std::to_string(config.train.global_batch) + " must be a multiple of train.micro_batch " +
+            std::to_string(config.train.micro_batch) + " x data-parallel ranks " + std::to_string(dp));
+  const int threads = threads_per_rank(config, world);
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+
   auto tokenizer = data::make_tokenizer(config.data.tokenizer);
   check(!config.data.train_prefix.empty(),
         "data.train_prefix is empty: give the prefix of a dataset made by `loom data prepare`");
@@ -99,53 +122,73 @@ TrainSummary pretrain(const runtime::RunConfig& config, std::ostream& out) {
   }
 
   const int seq = run.data.seq_len, micro = run.train.micro_batch;
-  const int micro_batches = run.train.global_batch / micro;
+  const int local_batch = run.train.global_batch / dp;
+  const int micro_batches = local_batch / micro;
   const int64_t tokens_per_step = static_cast<int64_t>(run.train.global_batch) * seq;
   const double flops_per_token = model.training_flops_per_token(seq);
   out << "model: " << model.params().total() << " parameters, " << run.model.layers << " layers, vocab "
       << run.model.vocab_size << "; " << std::fixed << std::setprecision(3) << flops_per_token / 1e9
-      << " GFLOP per token; " << micro_batches << " micro-batches of " << micro << " x " << seq << " tokens per step\n"
+      << " GFLOP per token; " << dp << " data-parallel rank(s) (" << world.backend() << ") x " << micro_batches
+      << " micro-batches of " << micro << " x " << seq << " tokens per step\n"
       << std::defaultfloat;
 
-  runtime::MetricsWriter metrics(run.run.dir, progress.step + 1);
-  runtime::ProgressBar bar(run.train.steps, static_cast<int>(progress.step),
-                           run.log.progress && ::isatty(STDOUT_FILENO), run.log.interval, out);
+  std::optional<runtime::MetricsWriter> metrics;
+  std::optional<runtime::ProgressBar> bar;
+  if (reporter) {
+    metrics.emplace(run.run.dir, progress.step + 1);
+    bar.emplace(run.train.steps, static_cast<int>(progress.step), run.log.progress && ::isatty(STDOUT_FILENO),
+                run.log.interval, out);
+  }
+  auto message = [&](const std::string& text) {
+    if (bar) bar->message(text);
+  };
   StopSignals signals;
   ckpt::AsyncCheckpointWriter async_writer;
 
   TrainSummary summary;
+  summary.reporter = reporter;
   summary.first_step = static_cast<int>(progress.step) + 1;
   std::vector<int32_t> inputs(static_cast<size_t>(micro) * seq), targets(inputs.size());
+  std::vector<int32_t> all_targets(static_cast<size_t>(run.train.global_batch) * seq);
+  std::vector<int32_t> scratch_inputs(all_targets.size());
   double timed_seconds = 0.0;
   int64_t timed_tokens = 0;
   int steps_this_run = 0;
   std::string last_checkpoint;
 
-  if (val_data && progress.step == 0 && run.train.eval_interval > 0) {
+  if (reporter && val_data && progress.step == 0 && run.train.eval_interval > 0) {
     summary.first_val_loss = evaluate(model, *val_data, run);
-    bar.message("step 0: val_loss " + std::to_string(*summary.first_val_loss));
+    message("step 0: val_loss " + std::to_string(*summary.first_val_loss));
   }
 
   for (int step = static_cast<int>(progress.step) + 1; step <= run.train.steps; ++step) {
     const auto start = Clock::now();
-    // Tokens that count towards the loss over the whole global batch: each micro-batch's
-    // gradient is scaled by 1/total so accumulation gives the global-batch mean exactly.
+    // Tokens that count towards the loss over the whole global batch (every rank counts them
+    // all, exactly): each micro-batch's gradient is scaled by 1/total, so summing over
+    // micro-batches and ranks gives the global-batch mean.
+    train_data.fill_batch(progress.consumed_samples, run.train.global_batch, scratch_inputs.data(), all_targets.data());
     int64_t valid_tokens = 0;
-    std::vector<std::vector<int32_t>> batch_targets(micro_batches);
-    std::vector<std::vector<int32_t>> batch_inputs(micro_batches);
-    for (int m = 0; m < micro_batches; ++m) {
-      batch_inputs[m].resize(inputs.size());
-      batch_targets[m].resize(inputs.size());
-      train_data.fill_batch(progress.consumed_samples + static_cast<int64_t>(m) * micro, micro,
-                            batch_inputs[m].data(), batch_targets[m].data());
-      for (int32_t t : batch_targets[m]) valid_tokens += t != kernels::cpu::kIgnoreIndex;
-    }
+    for (int32_t t : all_targets) valid_tokens += t != kernels::cpu::kIgnoreIndex;
     check(valid_tokens > 0, "step " + std::to_string(step) + " has no target tokens to learn from");
     const float grad_scale = static_cast<float>(1.0 / static_cast<double>(valid_tokens));
+
     model.params().zero_grads();
-    double loss_sum = 0.0;
+    double local_loss_sum = 0.0;
+    const int64_t first_sample = progress.consumed_samples + static_cast<int64_t>(world.rank()) * local_batch;
     for (int m = 0; m < micro_batches; ++m) {
-      loss_sum += model.forward_backward(batch_inputs[m].data(), batch_targets[m].data(), micro, seq, grad_scale);
+      train_data.fill_batch(first_sample + static_cast<int64_t>(m) * micro, micro, inputs.data(), targets.data());
+      local_loss_sum += model.forward_backward(inputs.data(), targets.data(), micro, seq, grad_scale);
+    }
+    double loss_sum = local_loss_sum;
+    bool stop_requested = g_stop_requested.load();
+    if (dp > 1) {
+      // Gradients of the global mean loss are the sum of every rank's contributions.
+      world.all_reduce(model.params().grads(), model.params().total(), DType::F32, comm::ReduceOp::Sum);
+      // Loss and the stop decision travel together, so every rank stops after the same step.
+      float shared[2] = {static_cast<float>(local_loss_sum), stop_requested ? 1.0f : 0.0f};
+      world.all_reduce(shared, 2, DType::F32, comm::ReduceOp::Sum);
+      loss_sum = shared[0];
+      stop_requested = shared[1] > 0.0f;
     }
     const double loss = loss_sum / static_cast<double>(valid_tokens);
     const double lr = optim::learning_rate(run.optim, step, run.train.steps);
@@ -164,48 +207,74 @@ TrainSummary pretrain(const runtime::RunConfig& config, std::ostream& out) {
     summary.last_loss = loss;
     summary.last_step = step;
 
-    nlohmann::json record = {{"step", step},
-                             {"loss", loss},
-                             {"lr", lr},
-                             {"grad_norm", grad_norm},
-                             {"tokens_per_s", tokens_per_s},
-                             {"gflops_per_s", flops_per_token * tokens_per_s / 1e9},
-                             {"step_time_s", seconds},
-                             {"consumed_samples", progress.consumed_samples}};
     const bool last = step == run.train.steps;
-    const bool stop = g_stop_requested.load() ||
-                      (run.train.exit_interval > 0 && steps_this_run >= run.train.exit_interval);
-    if (val_data && run.train.eval_interval > 0 && (step % run.train.eval_interval == 0 || last)) {
-      const double val_loss = evaluate(model, *val_data, run);
-      record["val_loss"] = val_loss;
-      if (!summary.first_val_loss) summary.first_val_loss = val_loss;
-      summary.last_val_loss = val_loss;
-      bar.message("step " + std::to_string(step) + ": val_loss " + std::to_string(val_loss));
+    const bool stop = stop_requested || (run.train.exit_interval > 0 && steps_this_run >= run.train.exit_interval);
+    if (reporter) {
+      nlohmann::json record = {{"step", step},
+                               {"loss", loss},
+                               {"lr", lr},
+                               {"grad_norm", grad_norm},
+                               {"tokens_per_s", tokens_per_s},
+                               {"gflops_per_s", flops_per_token * tokens_per_s / 1e9},
+                               {"step_time_s", seconds},
+                               {"consumed_samples", progress.consumed_samples}};
+      if (val_data && run.train.eval_interval > 0 && (step % run.train.eval_interval == 0 || last)) {
+        const double val_loss = evaluate(model, *val_data, run);
+        record["val_loss"] = val_loss;
+        if (!summary.first_val_loss) summary.first_val_loss = val_loss;
+        summary.last_val_loss = val_loss;
+        message("step " + std::to_string(step) + ": val_loss " + std::to_string(val_loss));
+      }
+      metrics->write(record);
+      bar->update(step, loss, lr, grad_norm, tokens_per_s);
     }
-    metrics.write(record);
-    bar.update(step, loss, lr, grad_norm, tokens_per_s);
 
     const bool interval_due = run.checkpoint.interval > 0 && step % run.checkpoint.interval == 0;
     if (interval_due || last || stop) {
-      ckpt::CheckpointSnapshot snapshot = snapshot_training_state(model, optimizer, progress, run);
-      if (run.checkpoint.async) {
-        async_writer.save(root, std::move(snapshot), run.checkpoint.keep);  // the disk works while we train
-      } else {
-        ckpt::write_snapshot(root, snapshot, run.checkpoint.keep);
+      // Replicas are identical: rank 0 writes the checkpoint for all.
+      if (reporter) {
+        ckpt::CheckpointSnapshot snapshot = snapshot_training_state(model, optimizer, progress, run);
+        if (run.checkpoint.async) {
+          async_writer.save(root, std::move(snapshot), run.checkpoint.keep);  // the disk works while we train
+        } else {
+          ckpt::write_snapshot(root, snapshot, run.checkpoint.keep);
+        }
       }
       last_checkpoint = (std::filesystem::path(root) / ckpt::step_dir_name(step)).string();
     }
     if (stop && !last) {
-      bar.message("stopping after step " + std::to_string(step) + "; resume with train.resume=true");
+      message("stopping after step " + std::to_string(step) + "; resume with train.resume=true");
       break;
     }
   }
   async_writer.wait();
+  // Nobody returns (and, with MPI, finalises) before the files are complete.
+  world.barrier();
   summary.checkpoint = last_checkpoint;
   if (timed_seconds > 0.0) {
     summary.tokens_per_s = static_cast<double>(timed_tokens) / timed_seconds;
     summary.gflops_per_s = flops_per_token * summary.tokens_per_s / 1e9;
   }
+  return summary;
+}
+
+}  // namespace
+
+TrainSummary pretrain(const runtime::RunConfig& config, std::ostream& out) {
+  comm::LaunchOptions options;
+  options.backend = config.runtime.backend;
+  options.ranks = config.runtime.ranks;
+  options.comm.timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(std::llround(config.runtime.timeout_s * 1000.0)));
+  TrainSummary summary;
+  std::mutex summary_mutex;
+  comm::launch(options, [&](comm::Communicator& world) {
+    TrainSummary mine = train_rank(config, world, out);
+    if (mine.reporter) {
+      std::lock_guard<std::mutex> lock(summary_mutex);
+      summary = mine;
+    }
+  });
   return summary;
 }
 

@@ -8,6 +8,7 @@
 namespace loom::recipes {
 
 struct TrainSummary {
+  bool reporter = true;  // this process hosts rank 0 (the one that prints and writes files)
   int first_step = 0;  // the first step this invocation ran
   int last_step = 0;   // the last step completed
   double first_loss = 0.0, last_loss = 0.0;
@@ -17,8 +18,10 @@ struct TrainSummary {
   std::string checkpoint;     // the last checkpoint written
 };
 
-// Runs `config` (already validated). SIGINT/SIGTERM finish the current step, save a checkpoint
-// and return. Throws loom::Error on bad input (missing data, incompatible checkpoint, ...).
+// Runs `config` (already validated) on the ranks of `runtime` (threads in this process, or this
+// process as one MPI rank) with data parallelism over them. SIGINT/SIGTERM finish the current
+// step, save a checkpoint and return. Throws loom::Error on bad input (missing data,
+// incompatible checkpoint, ...).
 TrainSummary pretrain(const runtime::RunConfig& config, std::ostream& out);
 
 }  // namespace loom::recipes

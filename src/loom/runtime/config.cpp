@@ -392,6 +392,10 @@ const std::vector<SectionSchema>& schema() {
                   field("ranks", &RuntimeConfig::ranks, at_least(1)),
                   field("timeout_s", &RuntimeConfig::timeout_s, greater_than(0)),
               }),
+      section("parallel", &RunConfig::parallel,
+              {
+                  field("dp", &ParallelConfig::dp, at_least(0)),
+              }),
       section("topology", &RunConfig::topology,
               {
                   field("ranks_per_node", &TopologyConfig::ranks_per_node, at_least(0)),

@@ -104,9 +104,15 @@ struct TopologyConfig {
   bool simulate = false;                  // threads backend: delay transfers and count bytes per class
 };
 
+// Parallel layout (see comm/mesh.h).
+struct ParallelConfig {
+  int dp = 0;  // data-parallel ranks; 0 = auto (the whole world)
+};
+
 struct RunConfig {
   RunSection run;
   RuntimeConfig runtime;
+  ParallelConfig parallel;
   TopologyConfig topology;
   ModelConfig model;
   DataConfig data;
