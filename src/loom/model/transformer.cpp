@@ -15,19 +15,31 @@ namespace k = loom::kernels::cpu;
 Transformer::Transformer(const runtime::ModelConfig& config) : config_(config), specs_(resolve_layers(config)) {
   check(config.vocab_size > 0, "model.vocab_size must be resolved before building the model");
   const float std = static_cast<float>(config.init_std);
+  unit_params_.resize(config.layers + 2);
+  auto registered_since = [&](int unit, int first) {
+    for (int id = first; id < static_cast<int>(params_.list().size()); ++id) unit_params_[unit].push_back(id);
+  };
   embed_ = params_.add("model.embed_tokens.weight", {config.vocab_size, config.d_model}, Init::Normal, std);
   if (config.positions == "learned") {
     positions_ = params_.add("model.embed_positions.weight", {config.max_seq_len, config.d_model}, Init::Normal, std);
   } else {
     rope_ = std::make_unique<k::RopeTable>(config.max_seq_len, head_dim(config), config.rope_theta);
   }
+  registered_since(0, 0);
   blocks_.reserve(config.layers);
-  for (int l = 0; l < config.layers; ++l) blocks_.emplace_back(params_, l, config, specs_[l], rope_.get());
+  for (int l = 0; l < config.layers; ++l) {
+    const int first = static_cast<int>(params_.list().size());
+    blocks_.emplace_back(params_, l, config, specs_[l], rope_.get());
+    registered_since(l + 1, first);
+  }
+  const int head_first = static_cast<int>(params_.list().size());
   final_norm_.emplace(params_, "model.norm", config.d_model, config.norm == "layer",
                       static_cast<float>(config.norm_eps));
   head_ = config.tied_embeddings
               ? embed_
               : params_.add("lm_head.weight", {config.vocab_size, config.d_model}, Init::Normal, std);
+  registered_since(config.layers + 1, head_first);
+  if (config.tied_embeddings) unit_params_[config.layers + 1].push_back(embed_);
   params_.allocate();
   residual_.resize(config.layers + 1);
   saved_.resize(config.recompute ? 0 : config.layers);
@@ -56,14 +68,22 @@ double Transformer::forward(const int32_t* inputs, const int32_t* targets, int64
   check(seq <= config_.max_seq_len, "sequence length " + std::to_string(seq) + " exceeds model.max_seq_len " +
                                         std::to_string(config_.max_seq_len));
   const int64_t rows = batch * seq, C = config_.d_model, V = config_.vocab_size;
+  const int head_unit = config_.layers + 1;
+  if (hooks_) hooks_->before_forward(0);
   embed(sized(residual_[0], rows * C), inputs, batch, seq, 0);
+  if (hooks_) hooks_->after_forward(0);
   for (int l = 0; l < config_.layers; ++l) {
+    if (hooks_) hooks_->before_forward(l + 1);
     blocks_[l].forward(saved_for(l), residual_[l].data(), sized(residual_[l + 1], rows * C), batch, seq);
+    if (hooks_) hooks_->after_forward(l + 1);
   }
+  if (hooks_) hooks_->before_forward(head_unit);
   final_norm_->forward(final_saved_, residual_[config_.layers].data(), rows);
   float* logits = sized(logits_, rows * V);
   k::linear_forward(logits, final_saved_.out.data(), params_.value(head_), nullptr, rows, C, V);
-  return k::softmax_cross_entropy(logits, sized(losses_, rows), targets, rows, V, grad_scale);
+  const double loss_sum = k::softmax_cross_entropy(logits, sized(losses_, rows), targets, rows, V, grad_scale);
+  if (hooks_) hooks_->after_forward(head_unit);
+  return loss_sum;
 }
 
 double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq) {
@@ -76,19 +96,26 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
   const double loss_sum = forward(inputs, targets, batch, seq, grad_scale);
   const int64_t rows = batch * seq, C = config_.d_model, V = config_.vocab_size;
   // logits_ now holds d(loss)/d(logits).
+  const int head_unit = config_.layers + 1;
+  if (hooks_) hooks_->before_backward(head_unit);
   float* d_final = zeroed(d_final_, rows * C);
   k::linear_backward(d_final, params_.grad(head_), nullptr, logits_.data(), final_saved_.out.data(),
                      params_.value(head_), rows, C, V);
   float* d_x = zeroed(d_residual_, rows * C);
   final_norm_->backward(d_x, d_final, residual_[config_.layers].data(), final_saved_, rows);
+  if (hooks_) hooks_->after_backward(head_unit);
   for (int l = config_.layers - 1; l >= 0; --l) {
+    if (hooks_) hooks_->before_backward(l + 1);
     if (config_.recompute) {
       blocks_[l].forward(shared_saved_, residual_[l].data(), sized(recompute_out_, rows * C), batch, seq);
     }
     blocks_[l].backward(d_x, residual_[l].data(), saved_for(l), work_, batch, seq);
+    if (hooks_) hooks_->after_backward(l + 1);
   }
+  if (hooks_) hooks_->before_backward(0);
   k::embedding_backward(params_.grad(embed_), d_x, inputs, rows, C);
   if (positions_ >= 0) k::embedding_backward(params_.grad(positions_), d_x, position_ids_.data(), rows, C);
+  if (hooks_) hooks_->after_backward(0);
   return loss_sum;
 }
 
@@ -107,6 +134,15 @@ const float* Transformer::decode(DecodeState& state, const int32_t* tokens, int6
   float* logits = sized(state.logits, V);
   k::linear_forward(logits, state.final_norm.out.data(), params_.value(head_), nullptr, 1, C, V);
   return logits;
+}
+
+std::vector<int> Transformer::gradient_ready_unit() const {
+  std::vector<int> ready(params_.list().size(), -1);
+  // Backward runs units from last to first, so a gradient is complete after the lowest unit using it.
+  for (int unit = units() - 1; unit >= 0; --unit) {
+    for (int id : unit_params_[unit]) ready[id] = unit;
+  }
+  return ready;
 }
 
 double Transformer::training_flops_per_token(int64_t seq) const {

@@ -10,6 +10,7 @@
 #include "loom/model/block.h"
 #include "loom/model/layer_spec.h"
 #include "loom/model/norm.h"
+#include "loom/model/parameter_hooks.h"
 #include "loom/model/parameters.h"
 #include "loom/runtime/config.h"
 
@@ -46,6 +47,14 @@ class Transformer {
   // Appends `count` tokens to the sequence and returns the logits [vocab] after the last one.
   const float* decode(DecodeState& state, const int32_t* tokens, int64_t count);
 
+  // Parallel wrappers observe each unit (see parameter_hooks.h); null = none.
+  void set_hooks(ParameterHooks* hooks) { hooks_ = hooks; }
+  int units() const { return config_.layers + 2; }
+  // Parameter ids a unit reads (the head unit includes the embedding when tied).
+  const std::vector<int>& unit_parameters(int unit) const { return unit_params_.at(unit); }
+  // For each parameter: the unit whose backward completes its gradient (the lowest unit using it).
+  std::vector<int> gradient_ready_unit() const;
+
   // Training FLOPs per token at sequence length `seq` (3x forward GEMMs incl. attention's).
   double training_flops_per_token(int64_t seq) const;
   // Bytes of activations held between forward and backward for (batch, seq).
@@ -72,6 +81,8 @@ class Transformer {
   Buffer logits_, losses_, d_residual_, d_final_, recompute_out_;
   std::vector<int32_t> position_ids_;
   Workspace work_;
+  ParameterHooks* hooks_ = nullptr;
+  std::vector<std::vector<int>> unit_params_;
 };
 
 }  // namespace loom::model
