@@ -10,10 +10,15 @@ namespace {
 
 struct Recorder : ParameterHooks {
   std::vector<std::string> calls;
-  void before_forward(int u) override { calls.push_back("F" + std::to_string(u)); }
-  void after_forward(int u) override { calls.push_back("f" + std::to_string(u)); }
-  void before_backward(int u) override { calls.push_back("B" + std::to_string(u)); }
-  void after_backward(int u) override { calls.push_back("b" + std::to_string(u)); }
+  void record(char what, int unit) {
+    std::string call(1, what);
+    call.append(std::to_string(unit));
+    calls.push_back(call);
+  }
+  void before_forward(int u) override { record('F', u); }
+  void after_forward(int u) override { record('f', u); }
+  void before_backward(int u) override { record('B', u); }
+  void after_backward(int u) override { record('b', u); }
 };
 
 TEST(ParameterHooks, UnitsAreVisitedInOrderAndCoverEveryParameter) {

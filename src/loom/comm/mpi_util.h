@@ -28,26 +28,29 @@ std::string mpi_error_string(int rc);
 // copies them; every reduction of them is done in f32 (see mpi_transfer.cpp).
 MPI_Datatype mpi_type(DType dtype);
 
-// Pauses between MPI_Test polls: a few yields (a peer a few microseconds behind costs no
-// sleep), then sleeps doubling up to 200 us, so that oversubscribed ranks (8 processes on 2
-// cores in the tests) leave the cores to the ranks that still have work.
+using Clock = std::chrono::steady_clock;
+
+// Pauses between MPI_Test polls. At first it polls as MPI's own blocking waits do, with only a
+// yield between tests (so oversubscribed ranks still share the cores): sleeping there costs a
+// large transfer that follows dearly, since a process that sleeps on a loaded machine gets its
+// core back late (measured: +25-50% on back-to-back 64 MiB all-reduces, see
+// docs/comm-benchmarks.md). A wait that lasts past kSpin is a late peer, not a busy one; it
+// sleeps between tests, doubling up to 1 ms.
 class Backoff {
  public:
   void pause() {
-    if (spins_ < 64) {
-      ++spins_;
+    if (Clock::now() - start_ < kSpin) {
       std::this_thread::yield();
       return;
     }
     std::this_thread::sleep_for(sleep_);
-    sleep_ = std::min(sleep_ * 2, std::chrono::microseconds(200));
+    sleep_ = std::min(sleep_ * 2, std::chrono::microseconds(1000));
   }
 
  private:
-  int spins_ = 0;
-  std::chrono::microseconds sleep_{2};
+  static constexpr std::chrono::milliseconds kSpin{20};
+  Clock::time_point start_ = Clock::now();
+  std::chrono::microseconds sleep_{10};
 };
-
-using Clock = std::chrono::steady_clock;
 
 }  // namespace loom::comm::mpi_detail
