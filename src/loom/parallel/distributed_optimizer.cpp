@@ -1,0 +1,250 @@
+#include "loom/parallel/distributed_optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "loom/core/error.h"
+#include "loom/kernels/cpu/adamw.h"
+
+namespace loom::parallel {
+
+namespace k = loom::kernels::cpu;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+DistributedOptimizer::DistributedOptimizer(comm::Communicator& dp, BucketLayout layout,
+                                           std::vector<optim::Segment> segments, const runtime::OptimConfig& config,
+                                           float* params, float* grads, DistributedOptimizerOptions options)
+    : dp_(dp),
+      layout_(std::move(layout)),
+      segments_(std::move(segments)),
+      config_(config),
+      params_(params),
+      grads_(grads),
+      options_(std::move(options)),
+      rank_(dp.rank()),
+      schedule_(layout_, "DistributedOptimizer") {
+  const std::string who = "DistributedOptimizer (group '" + dp.name() + "')";
+  check(options_.zero == 1 || options_.zero == 2,
+        who + ": parallel.zero=" + std::to_string(options_.zero) +
+            " is not a stage of the distributed optimizer (valid: 1, 2; 0 is plain DDP with GradReducer, 3 shards "
+            "the parameters themselves)");
+  check_gradient_op(options_.reduce_op, who);
+  check(options_.comm_buffers >= 1,
+        who + ": comm_buffers must be >= 1 (got " + std::to_string(options_.comm_buffers) + ")");
+  check(layout_.shard_ranks == dp.size(), who + ": the bucket layout is sharded for " +
+                                              std::to_string(layout_.shard_ranks) + " ranks but the group has " +
+                                              std::to_string(dp.size()) + "; make it with shard_ranks = dp size");
+  check((params_ != nullptr && grads_ != nullptr) || layout_.numel() == 0,
+        who + ": the parameter and gradient buffers must not be null");
+  for (comm::Communicator* g : options_.norm_groups) check(g != nullptr, who + ": a norm group is null");
+
+  const size_t buckets = layout_.buckets.size();
+  state_offset_.resize(buckets);
+  grad_offset_.resize(buckets);
+  pieces_.resize(buckets);
+  gather_counts_.resize(buckets);
+  in_flight_.resize(buckets);
+  int64_t state = 0, grad = 0, max_shard = 0, communicating = 0;
+  for (size_t b = 0; b < buckets; ++b) {
+    const Bucket& bucket = layout_.buckets[b];
+    const FlatRange mine = bucket.shards[rank_];
+    state_offset_[b] = state;
+    grad_offset_[b] = grad;
+    state += mine.size();
+    grad += bucket.shard_numel;
+    max_shard = std::max(max_shard, bucket.shard_numel);
+    if (bucket.numel > 0) ++communicating;
+    for (const FlatRange& s : bucket.shards) gather_counts_[b].push_back(s.size());
+    for (const optim::Segment& seg : segments_) {
+      const int64_t begin = std::max(mine.begin, seg.offset), end = std::min(mine.end, seg.offset + seg.numel);
+      if (end > begin) pieces_[b].push_back({begin - mine.begin, end - begin, seg.weight_decay});
+    }
+    std::sort(pieces_[b].begin(), pieces_[b].end(), [](const Piece& x, const Piece& y) { return x.local < y.local; });
+  }
+  // Only the owned shards get optimizer state: ~numel / dp elements each.
+  master_ = Tensor({state}, DType::F32);
+  exp_avg_ = Tensor({state}, DType::F32);
+  exp_avg_sq_ = Tensor({state}, DType::F32);
+  grad_shards_ = Tensor({grad}, DType::F32);
+  const int slots = static_cast<int>(std::min<int64_t>(options_.comm_buffers, communicating));
+  slot_elements_ = (dp.size() + 1) * max_shard;  // the padded bucket, then a receive area
+  staging_ = Tensor({slots * slot_elements_}, DType::F32);
+  slot_bucket_.assign(slots, -1);
+  load_master_from_params();
+}
+
+DistributedOptimizer::~DistributedOptimizer() { wait_all_quietly(); }
+
+void DistributedOptimizer::load_master_from_params() {
+  float* master = master_.data<float>();
+  for (size_t b = 0; b < layout_.buckets.size(); ++b) {
+    const FlatRange mine = layout_.buckets[b].shards[rank_];
+    if (!mine.empty()) {
+      std::memcpy(master + state_offset_[b], params_ + mine.begin, static_cast<size_t>(mine.size()) * sizeof(float));
+    }
+  }
+}
+
+void DistributedOptimizer::launch(int bucket) {
+  const Bucket& b = layout_.buckets[bucket];
+  if (b.numel == 0) return;  // nothing to reduce; every rank skips it alike
+  if (!window_open_) {
+    window_start_ = Clock::now();
+    window_open_ = true;
+  }
+  const int slot = bucket % static_cast<int>(slot_bucket_.size());
+  if (slot_bucket_[slot] >= 0) {  // the slot's previous bucket must be done before it is overwritten
+    const Clock::time_point t0 = Clock::now();
+    complete(slot_bucket_[slot]);
+    blocked_s_ += seconds(Clock::now() - t0);
+  }
+  float* send = staging_.data<float>() + slot * slot_elements_;
+  std::memcpy(send, grads_ + b.offset, static_cast<size_t>(b.numel) * sizeof(float));
+  std::fill(send + b.numel, send + b.padded_numel, 0.0f);  // the padding adds nothing to any shard
+  // The first round of a step receives straight into the shard; later ones (ZeRO-2 rounds per
+  // micro-batch) receive beside the send area and are added on completion.
+  const bool accumulate = rounds_ > 0;
+  float* recv = accumulate ? send + b.padded_numel : grad_shards_.data<float>() + grad_offset_[bucket];
+  in_flight_[bucket] = {dp_.reduce_scatter_async(send, recv, b.shard_numel, DType::F32, options_.reduce_op),
+                        accumulate};
+  slot_bucket_[slot] = bucket;
+}
+
+void DistributedOptimizer::complete(int bucket) {
+  InFlight& f = in_flight_[bucket];
+  const int slot = bucket % static_cast<int>(slot_bucket_.size());
+  slot_bucket_[slot] = -1;
+  comm::WorkHandle work = std::move(f.work);
+  f.work.reset();
+  work->wait();
+  if (f.accumulate) {
+    const Bucket& b = layout_.buckets[bucket];
+    const float* received = staging_.data<float>() + slot * slot_elements_ + b.padded_numel;
+    float* shard = grad_shards_.data<float>() + grad_offset_[bucket];
+    for (int64_t i = 0; i < b.shard_numel; ++i) shard[i] += received[i];
+  }
+}
+
+void DistributedOptimizer::wait_all_quietly() {
+  for (InFlight& f : in_flight_) {
+    if (!f.work) continue;
+    try {
+      f.work->wait();
+    } catch (...) {
+      // Destruction during unwinding: the original error is what matters.
+    }
+    f.work.reset();
+  }
+  std::fill(slot_bucket_.begin(), slot_bucket_.end(), -1);
+}
+
+void DistributedOptimizer::mark_ready(int param) {
+  check(options_.zero == 2 || rounds_ == 0,
+        "DistributedOptimizer: ZeRO-1 reduces gradients once per step (after the last micro-batch); call step() "
+        "before marking gradients again, or use parallel.zero=2 to reduce every micro-batch");
+  schedule_.mark_ready(param, [this](int b) { launch(b); });
+}
+
+void DistributedOptimizer::finish_grads() {
+  check(options_.zero == 2 || rounds_ == 0,
+        "DistributedOptimizer: ZeRO-1 reduces gradients once per step; finish_grads() was already called since the "
+        "last step()");
+  const Clock::time_point t0 = Clock::now();
+  if (!window_open_) window_start_ = t0;
+  schedule_.launch_rest([this](int b) { launch(b); });
+  for (size_t b = 0; b < in_flight_.size(); ++b) {
+    if (in_flight_[b].work) complete(static_cast<int>(b));
+  }
+  const Clock::time_point t1 = Clock::now();
+  last_ = OverlapStats{blocked_s_ + seconds(t1 - t0), seconds(t1 - window_start_), 1};
+  total_.add(last_);
+  blocked_s_ = 0.0;
+  window_open_ = false;
+  schedule_.rearm();
+  ++rounds_;
+}
+
+double DistributedOptimizer::global_sum_of_squares() {
+  double local = 0.0;
+  const float* grads = grad_shards_.data<float>();
+  for (size_t b = 0; b < layout_.buckets.size(); ++b) {
+    local += k::sum_of_squares(grads + grad_offset_[b], layout_.buckets[b].shards[rank_].size());
+  }
+  // Reduced in f32 (the reducible dtypes); its rounding moves the clip factor by ~1e-7 relative.
+  auto sum_over = [](comm::Communicator& group, double value) {
+    if (group.size() == 1) return value;
+    float v = static_cast<float>(value);
+    group.all_reduce(&v, 1, DType::F32, comm::ReduceOp::Sum);
+    return static_cast<double>(v);
+  };
+  double total = sum_over(dp_, local);
+  for (comm::Communicator* g : options_.norm_groups) total = sum_over(*g, total);
+  return total;
+}
+
+comm::WorkHandle DistributedOptimizer::gather_parameters(int bucket) {
+  const Bucket& b = layout_.buckets[bucket];
+  return dp_.all_gather_v_async(master_.data<float>() + state_offset_[bucket], params_ + b.offset,
+                                gather_counts_[bucket], DType::F32);
+}
+
+double DistributedOptimizer::step(double lr, int64_t step) {
+  check(rounds_ > 0, "DistributedOptimizer: step() needs the gradients reduced first: mark_ready each parameter "
+                     "(or not) and call finish_grads() before step()");
+  const double norm = std::sqrt(global_sum_of_squares());
+  // Same clipping rule as optim::AdamW, so both compute the same function.
+  float clip_factor = 1.0f;
+  if (config_.clip_grad > 0.0 && norm > config_.clip_grad) {
+    clip_factor = static_cast<float>(config_.clip_grad / (norm + 1e-6));
+  }
+  float* master = master_.data<float>();
+  float* m = exp_avg_.data<float>();
+  float* v = exp_avg_sq_.data<float>();
+  const float* grads = grad_shards_.data<float>();
+  std::vector<comm::WorkHandle> gathers;
+  gathers.reserve(layout_.buckets.size());
+  for (size_t b = 0; b < layout_.buckets.size(); ++b) {
+    for (const Piece& p : pieces_[b]) {
+      const k::AdamWStep hyper{static_cast<float>(lr),
+                               static_cast<float>(config_.beta1),
+                               static_cast<float>(config_.beta2),
+                               static_cast<float>(config_.eps),
+                               p.weight_decay ? static_cast<float>(config_.weight_decay) : 0.0f,
+                               step,
+                               clip_factor};
+      const int64_t s = state_offset_[b] + p.local;
+      k::adamw_update(master + s, grads + grad_offset_[b] + p.local, m + s, v + s, p.numel, hyper);
+    }
+    // Each bucket's gather starts as soon as it is updated, overlapping the next bucket's update.
+    if (layout_.buckets[b].numel > 0) gathers.push_back(gather_parameters(static_cast<int>(b)));
+  }
+  for (comm::WorkHandle& w : gathers) w->wait();
+  rounds_ = 0;  // the next round's reduce-scatters overwrite the shards' gradients
+  return norm;
+}
+
+std::vector<OwnedShard> DistributedOptimizer::shards() {
+  std::vector<OwnedShard> out;
+  for (size_t b = 0; b < layout_.buckets.size(); ++b) {
+    const FlatRange mine = layout_.buckets[b].shards[rank_];
+    if (mine.empty()) continue;
+    const int64_t s = state_offset_[b];
+    out.push_back({static_cast<int>(b), mine.begin, mine.end, master_.data<float>() + s, exp_avg_.data<float>() + s,
+                   exp_avg_sq_.data<float>() + s, grad_shards_.data<float>() + grad_offset_[b]});
+  }
+  return out;
+}
+
+ShardAllocation DistributedOptimizer::allocation() const {
+  return {master_.numel(), exp_avg_.numel() + exp_avg_sq_.numel(), grad_shards_.numel(), staging_.numel()};
+}
+
+}  // namespace loom::parallel
