@@ -27,16 +27,17 @@ std::string checkpoint_root(const runtime::RunConfig& config) {
   return (std::filesystem::path(config.run.dir) / "checkpoints").string();
 }
 
-ckpt::CheckpointSnapshot snapshot_training_state(const model::Transformer& model, optim::AdamW& optimizer,
-                                                 const TrainingProgress& progress, const runtime::RunConfig& config) {
+ckpt::CheckpointSnapshot snapshot_training_state(const model::Transformer& model, const float* exp_avg,
+                                                 const float* exp_avg_sq, const TrainingProgress& progress,
+                                                 const runtime::RunConfig& config) {
   std::vector<ckpt::TensorRef> tensors;
   const model::ParameterStore& params = model.params();
   for (const model::Parameter& p : params.list()) {
     tensors.push_back({p.name, p.shape, DType::F32, params.values() + p.offset, {}});
     tensors.push_back({ckpt::optimizer_state_name("exp_avg", p.name), p.shape, DType::F32,
-                       optimizer.exp_avg() + p.offset, {}});
+                       exp_avg + p.offset, {}});
     tensors.push_back({ckpt::optimizer_state_name("exp_avg_sq", p.name), p.shape, DType::F32,
-                       optimizer.exp_avg_sq() + p.offset, {}});
+                       exp_avg_sq + p.offset, {}});
   }
   nlohmann::json state = {{"step", progress.step},
                           {"consumed_samples", progress.consumed_samples},
@@ -59,11 +60,11 @@ void load_parameters(const ckpt::LoadedCheckpoint& checkpoint, model::Transforme
 }
 
 TrainingProgress load_training_checkpoint(const ckpt::LoadedCheckpoint& checkpoint, model::Transformer& model,
-                                          optim::AdamW& optimizer) {
+                                          float* exp_avg, float* exp_avg_sq) {
   load_parameters(checkpoint, model);
   for (const model::Parameter& p : model.params().list()) {
-    checkpoint.read(ckpt::optimizer_state_name("exp_avg", p.name), optimizer.exp_avg() + p.offset, DType::F32, p.shape);
-    checkpoint.read(ckpt::optimizer_state_name("exp_avg_sq", p.name), optimizer.exp_avg_sq() + p.offset, DType::F32,
+    checkpoint.read(ckpt::optimizer_state_name("exp_avg", p.name), exp_avg + p.offset, DType::F32, p.shape);
+    checkpoint.read(ckpt::optimizer_state_name("exp_avg_sq", p.name), exp_avg_sq + p.offset, DType::F32,
                     p.shape);
   }
   TrainingProgress progress;

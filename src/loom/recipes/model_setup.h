@@ -25,13 +25,15 @@ struct TrainingProgress {
 
 // Copies parameters, optimizer moments, progress and config into a snapshot ready to be written
 // (synchronously, or by ckpt::AsyncCheckpointWriter while training continues).
-ckpt::CheckpointSnapshot snapshot_training_state(const model::Transformer& model, optim::AdamW& optimizer,
-                                                 const TrainingProgress& progress, const runtime::RunConfig& config);
+// exp_avg / exp_avg_sq are the Adam moments as full flat buffers laid out like the parameters.
+ckpt::CheckpointSnapshot snapshot_training_state(const model::Transformer& model, const float* exp_avg,
+                                                 const float* exp_avg_sq, const TrainingProgress& progress,
+                                                 const runtime::RunConfig& config);
 
 // Loads parameters and optimizer moments; a tensor whose shape differs from the model's is an
 // Error naming the tensor and both shapes.
 TrainingProgress load_training_checkpoint(const ckpt::LoadedCheckpoint& checkpoint, model::Transformer& model,
-                                          optim::AdamW& optimizer);
+                                          float* exp_avg, float* exp_avg_sq);
 
 // Loads only the parameters (generation, evaluation).
 void load_parameters(const ckpt::LoadedCheckpoint& checkpoint, model::Transformer& model);

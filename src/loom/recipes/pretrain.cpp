@@ -22,6 +22,7 @@
 #include "loom/data/sequence_loader.h"
 #include "loom/kernels/cpu/cross_entropy.h"
 #include "loom/optim/schedule.h"
+#include "loom/recipes/data_parallel_step.h"
 #include "loom/recipes/model_setup.h"
 #include "loom/runtime/metrics.h"
 #include "loom/runtime/progress.h"
@@ -107,14 +108,18 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
   run.model = resolve_model_config(config.model, *tokenizer);
   model::Transformer model(run.model);
   model.initialize(run.train.seed);
-  optim::AdamW optimizer(run.optim, model.params().total(), optimizer_segments(model.params()));
+  DataParallelStep optimizer(world, model, run);
 
   const std::string root = checkpoint_root(run);
   TrainingProgress progress;
+  std::vector<float> exp_avg, exp_avg_sq;  // full moments, for checkpoints
   if (run.train.resume) {
     if (std::filesystem::exists(std::filesystem::path(root) / "latest")) {
       ckpt::LoadedCheckpoint checkpoint = ckpt::load_checkpoint(root);
-      progress = load_training_checkpoint(checkpoint, model, optimizer);
+      exp_avg.assign(model.params().total(), 0.0f);
+      exp_avg_sq.assign(model.params().total(), 0.0f);
+      progress = load_training_checkpoint(checkpoint, model, exp_avg.data(), exp_avg_sq.data());
+      optimizer.load_moments(exp_avg.data(), exp_avg_sq.data());
       out << "resumed from " << checkpoint.path() << " at step " << progress.step << "\n";
     } else {
       out << "train.resume: no checkpoint under " << root << ", starting from step 0\n";
@@ -130,7 +135,7 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
       << run.model.vocab_size << "; " << std::fixed << std::setprecision(3) << flops_per_token / 1e9
       << " GFLOP per token; " << dp << " data-parallel rank(s) (" << world.backend() << ") x " << micro_batches
       << " micro-batches of " << micro << " x " << seq << " tokens per step\n"
-      << std::defaultfloat;
+      << std::defaultfloat << optimizer.memory_report() << "\n";
 
   std::optional<runtime::MetricsWriter> metrics;
   std::optional<runtime::ProgressBar> bar;
@@ -172,18 +177,20 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
     check(valid_tokens > 0, "step " + std::to_string(step) + " has no target tokens to learn from");
     const float grad_scale = static_cast<float>(1.0 / static_cast<double>(valid_tokens));
 
-    model.params().zero_grads();
     double local_loss_sum = 0.0;
     const int64_t first_sample = progress.consumed_samples + static_cast<int64_t>(world.rank()) * local_batch;
     for (int m = 0; m < micro_batches; ++m) {
+      const bool last_micro_batch = m + 1 == micro_batches;
       train_data.fill_batch(first_sample + static_cast<int64_t>(m) * micro, micro, inputs.data(), targets.data());
+      // Gradients of the global mean loss are the sum of every rank's contributions: their
+      // reduction starts bucket by bucket during backward (see DataParallelStep).
+      optimizer.begin_micro_batch(last_micro_batch);
       local_loss_sum += model.forward_backward(inputs.data(), targets.data(), micro, seq, grad_scale);
+      optimizer.end_micro_batch(last_micro_batch);
     }
     double loss_sum = local_loss_sum;
     bool stop_requested = g_stop_requested.load();
     if (dp > 1) {
-      // Gradients of the global mean loss are the sum of every rank's contributions.
-      world.all_reduce(model.params().grads(), model.params().total(), DType::F32, comm::ReduceOp::Sum);
       // Loss and the stop decision travel together, so every rank stops after the same step.
       float shared[2] = {static_cast<float>(local_loss_sum), stop_requested ? 1.0f : 0.0f};
       world.all_reduce(shared, 2, DType::F32, comm::ReduceOp::Sum);
@@ -192,7 +199,7 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
     }
     const double loss = loss_sum / static_cast<double>(valid_tokens);
     const double lr = optim::learning_rate(run.optim, step, run.train.steps);
-    const double grad_norm = optimizer.step(model.params().values(), model.params().grads(), lr, step);
+    const double grad_norm = optimizer.step(lr, step);
     progress.step = step;
     progress.consumed_samples += run.train.global_batch;
     ++steps_this_run;
@@ -225,15 +232,19 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
         summary.last_val_loss = val_loss;
         message("step " + std::to_string(step) + ": val_loss " + std::to_string(val_loss));
       }
+      if (dp > 1) record["comm_hidden_fraction"] = optimizer.hidden_fraction();
       metrics->write(record);
       bar->update(step, loss, lr, grad_norm, tokens_per_s);
     }
 
     const bool interval_due = run.checkpoint.interval > 0 && step % run.checkpoint.interval == 0;
     if (interval_due || last || stop) {
-      // Replicas are identical: rank 0 writes the checkpoint for all.
+      // Parameters are identical on every rank and the moments are gathered from their shards:
+      // rank 0 writes the checkpoint for all.
+      optimizer.gather_moments(exp_avg, exp_avg_sq);
       if (reporter) {
-        ckpt::CheckpointSnapshot snapshot = snapshot_training_state(model, optimizer, progress, run);
+        ckpt::CheckpointSnapshot snapshot =
+            snapshot_training_state(model, exp_avg.data(), exp_avg_sq.data(), progress, run);
         if (run.checkpoint.async) {
           async_writer.save(root, std::move(snapshot), run.checkpoint.keep);  // the disk works while we train
         } else {

@@ -395,6 +395,8 @@ const std::vector<SectionSchema>& schema() {
       section("parallel", &RunConfig::parallel,
               {
                   field("dp", &ParallelConfig::dp, at_least(0)),
+                  field("zero", &ParallelConfig::zero, at_least(0)),
+                  field("bucket_mb", &ParallelConfig::bucket_mb, greater_than(0)),
               }),
       section("topology", &RunConfig::topology,
               {

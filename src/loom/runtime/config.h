@@ -106,7 +106,9 @@ struct TopologyConfig {
 
 // Parallel layout (see comm/mesh.h).
 struct ParallelConfig {
-  int dp = 0;  // data-parallel ranks; 0 = auto (the whole world)
+  int dp = 0;               // data-parallel ranks; 0 = auto (the whole world)
+  int zero = 0;             // distributed optimizer stage: 0 (DDP), 1, 2
+  double bucket_mb = 16.0;  // gradient bucket size for overlapped reduction
 };
 
 struct RunConfig {

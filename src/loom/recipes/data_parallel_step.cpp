@@ -1,0 +1,135 @@
+#include "loom/recipes/data_parallel_step.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "loom/core/error.h"
+#include "loom/parallel/memory_accounting.h"
+#include "loom/recipes/model_setup.h"
+
+namespace loom::recipes {
+
+namespace {
+std::vector<parallel::ParamRange> param_ranges(const model::ParameterStore& params) {
+  std::vector<parallel::ParamRange> ranges;
+  for (const model::Parameter& p : params.list()) ranges.push_back({p.offset, p.numel});
+  return ranges;
+}
+}  // namespace
+
+DataParallelStep::DataParallelStep(comm::Communicator& dp, model::Transformer& model, const runtime::RunConfig& config)
+    : dp_(dp), model_(model), zero_(config.parallel.zero) {
+  check(zero_ >= 0 && zero_ <= 2, "parallel.zero " + std::to_string(zero_) + " is not supported by this trainer (valid: 0, 1, 2)");
+  model::ParameterStore& params = model.params();
+  const std::vector<int> ready = model.gradient_ready_unit();
+  ready_by_unit_.resize(model.units());
+  for (size_t id = 0; id < ready.size(); ++id) ready_by_unit_[ready[id]].push_back(static_cast<int>(id));
+
+  const int64_t bucket_bytes = static_cast<int64_t>(config.parallel.bucket_mb * 1024.0 * 1024.0);
+  parallel::BucketLayout layout = parallel::make_buckets(param_ranges(params), bucket_bytes, dp.size());
+  if (zero_ == 0) {
+    adamw_ = std::make_unique<optim::AdamW>(config.optim, params.total(), optimizer_segments(params));
+    if (dp.size() > 1) reducer_ = std::make_unique<parallel::GradReducer>(dp, params.grads(), std::move(layout));
+  } else {
+    parallel::DistributedOptimizerOptions options;
+    options.zero = zero_;
+    sharded_ = std::make_unique<parallel::DistributedOptimizer>(dp, std::move(layout), optimizer_segments(params),
+                                                                config.optim, params.values(), params.grads(), options);
+  }
+}
+
+DataParallelStep::~DataParallelStep() { model_.set_hooks(nullptr); }
+
+void DataParallelStep::begin_micro_batch(bool last) {
+  // Reductions start during backward: of the last micro-batch (zero 0, 1) or of each (zero 2).
+  const bool reduce_now = (reducer_ || sharded_) && (last || zero_ == 2);
+  model_.set_hooks(reduce_now ? this : nullptr);
+}
+
+void DataParallelStep::after_backward(int unit) {
+  for (int id : ready_by_unit_[unit]) {
+    if (reducer_) reducer_->mark_ready(id);
+    if (sharded_) sharded_->mark_ready(id);
+  }
+}
+
+void DataParallelStep::end_micro_batch(bool last) {
+  model_.set_hooks(nullptr);
+  if (zero_ == 2) {
+    // The shards now hold this micro-batch's reduced gradient; the full buffer is free again.
+    sharded_->finish_grads();
+    model_.params().zero_grads();
+  } else if (last && reducer_) {
+    reducer_->finish();
+  } else if (last && sharded_) {
+    sharded_->finish_grads();
+  }
+}
+
+double DataParallelStep::step(double lr, int64_t step) {
+  model::ParameterStore& params = model_.params();
+  double norm = sharded_ ? sharded_->step(lr, step) : adamw_->step(params.values(), params.grads(), lr, step);
+  params.zero_grads();
+  return norm;
+}
+
+void DataParallelStep::gather_moments(std::vector<float>& exp_avg, std::vector<float>& exp_avg_sq) {
+  const int64_t total = model_.params().total();
+  exp_avg.assign(total, 0.0f);
+  exp_avg_sq.assign(total, 0.0f);
+  if (adamw_) {
+    std::copy(adamw_->exp_avg(), adamw_->exp_avg() + total, exp_avg.begin());
+    std::copy(adamw_->exp_avg_sq(), adamw_->exp_avg_sq() + total, exp_avg_sq.begin());
+    return;
+  }
+  // Each rank contributes its shards; the sum over ranks assembles the full buffers exactly
+  // (every element is owned by one rank, the others contribute zero).
+  for (const parallel::OwnedShard& s : sharded_->shards()) {
+    std::copy(s.exp_avg, s.exp_avg + (s.end - s.begin), exp_avg.begin() + s.begin);
+    std::copy(s.exp_avg_sq, s.exp_avg_sq + (s.end - s.begin), exp_avg_sq.begin() + s.begin);
+  }
+  dp_.all_reduce(exp_avg.data(), total, DType::F32, comm::ReduceOp::Sum);
+  dp_.all_reduce(exp_avg_sq.data(), total, DType::F32, comm::ReduceOp::Sum);
+}
+
+void DataParallelStep::load_moments(const float* exp_avg, const float* exp_avg_sq) {
+  const int64_t total = model_.params().total();
+  if (adamw_) {
+    std::copy(exp_avg, exp_avg + total, adamw_->exp_avg());
+    std::copy(exp_avg_sq, exp_avg_sq + total, adamw_->exp_avg_sq());
+    return;
+  }
+  sharded_->load_master_from_params();
+  for (const parallel::OwnedShard& s : sharded_->shards()) {
+    std::copy(exp_avg + s.begin, exp_avg + s.end, s.exp_avg);
+    std::copy(exp_avg_sq + s.begin, exp_avg_sq + s.end, s.exp_avg_sq);
+  }
+}
+
+double DataParallelStep::hidden_fraction() const {
+  if (reducer_) return reducer_->total_stats().hidden_fraction();
+  if (sharded_) return sharded_->total_stats().hidden_fraction();
+  return 1.0;
+}
+
+std::string DataParallelStep::memory_report() const {
+  const int64_t total = model_.params().total();
+  parallel::MemoryBytes bytes{};
+  bytes.parameters = total * 4;
+  bytes.gradients = total * 4;
+  if (sharded_) {
+    parallel::ShardAllocation a = sharded_->allocation();
+    bytes.master_weights = a.master * 4;
+    bytes.optimizer_moments = a.moments * 4;
+    bytes.gradients += a.grad_shards * 4;
+    bytes.communication_buffers = a.comm_buffers * 4;
+  } else {
+    bytes.optimizer_moments = total * 8;
+  }
+  std::ostringstream out;
+  out << "memory per rank (allocated, fp32 training, zero " << zero_ << ", dp " << dp_.size()
+      << "): " << parallel::describe_memory(bytes);
+  return out.str();
+}
+
+}  // namespace loom::recipes

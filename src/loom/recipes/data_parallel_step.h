@@ -1,0 +1,60 @@
+#pragma once
+// How the gradients of the data-parallel ranks are combined and the optimizer steps, by ZeRO
+// stage (parallel.zero):
+//   0: every rank holds everything; buckets are all-reduced during the last micro-batch's
+//      backward (DDP), then each rank runs the same AdamW step.
+//   1: buckets are reduce-scattered during the last backward; master weights and moments exist
+//      for this rank's shard only; updated shards are all-gathered into every rank's parameters.
+//   2: as 1, with a reduce-scatter after every micro-batch so only the shard of the reduced
+//      gradient is kept across micro-batches (the full buffer holds one micro-batch at a time).
+// With one rank and zero 0 nothing is communicated.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/comm/communicator.h"
+#include "loom/model/transformer.h"
+#include "loom/optim/adamw.h"
+#include "loom/parallel/distributed_optimizer.h"
+#include "loom/parallel/grad_buckets.h"
+#include "loom/runtime/config.h"
+
+namespace loom::recipes {
+
+class DataParallelStep : private model::ParameterHooks {
+ public:
+  DataParallelStep(comm::Communicator& dp, model::Transformer& model, const runtime::RunConfig& config);
+  ~DataParallelStep() override;
+
+  // Before each micro-batch's forward_backward (last = the step's final micro-batch).
+  void begin_micro_batch(bool last);
+  // After each micro-batch's forward_backward.
+  void end_micro_batch(bool last);
+  // Clip by global norm and update; parameters are identical on every rank afterwards, and the
+  // gradient buffer is zeroed for the next step. Returns the global norm before clipping.
+  double step(double lr, int64_t step);
+
+  // Adam moments as full flat buffers laid out like the parameters (gathered from the shards).
+  void gather_moments(std::vector<float>& exp_avg, std::vector<float>& exp_avg_sq);
+  // Restores the moments from full flat buffers (each rank keeps its shards); parameters must
+  // already hold the checkpoint's values.
+  void load_moments(const float* exp_avg, const float* exp_avg_sq);
+
+  // Fraction of the gradient communication hidden behind backward, over all steps so far.
+  double hidden_fraction() const;
+  // Per-rank bytes by category: parameters, gradients, master weights, moments, comm buffers.
+  std::string memory_report() const;
+
+ private:
+  void after_backward(int unit) override;
+
+  comm::Communicator& dp_;
+  model::Transformer& model_;
+  int zero_;
+  std::vector<std::vector<int>> ready_by_unit_;  // parameters whose gradient completes in a unit
+  std::unique_ptr<optim::AdamW> adamw_;                      // zero 0
+  std::unique_ptr<parallel::GradReducer> reducer_;          // zero 0 with dp > 1
+  std::unique_ptr<parallel::DistributedOptimizer> sharded_;  // zero 1 and 2
+};
+
+}  // namespace loom::recipes
