@@ -15,6 +15,17 @@ AdamW::AdamW(const runtime::OptimConfig& config, int64_t total, std::vector<Segm
       exp_avg_({total}, DType::F32),
       exp_avg_sq_({total}, DType::F32) {}
 
+k::AdamWStep adamw_hyper(const runtime::OptimConfig& config, double lr, int64_t step, bool weight_decay,
+                         float clip_factor) {
+  return {static_cast<float>(lr),
+          static_cast<float>(config.beta1),
+          static_cast<float>(config.beta2),
+          static_cast<float>(config.eps),
+          weight_decay ? static_cast<float>(config.weight_decay) : 0.0f,
+          step,
+          clip_factor};
+}
+
 double global_norm(const float* grads, int64_t n) { return std::sqrt(k::sum_of_squares(grads, n)); }
 
 double AdamW::step(float* params, const float* grads, double lr, int64_t step) {
@@ -25,15 +36,8 @@ double AdamW::step(float* params, const float* grads, double lr, int64_t step) {
     clip_factor = static_cast<float>(config_.clip_grad / (norm + 1e-6));
   }
   for (const Segment& s : segments_) {
-    k::AdamWStep hyper{static_cast<float>(lr),
-                       static_cast<float>(config_.beta1),
-                       static_cast<float>(config_.beta2),
-                       static_cast<float>(config_.eps),
-                       s.weight_decay ? static_cast<float>(config_.weight_decay) : 0.0f,
-                       step,
-                       clip_factor};
     k::adamw_update(params + s.offset, grads + s.offset, exp_avg() + s.offset, exp_avg_sq() + s.offset, s.numel,
-                    hyper);
+                    adamw_hyper(config_, lr, step, s.weight_decay, clip_factor));
   }
   return norm;
 }

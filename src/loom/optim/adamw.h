@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "loom/core/tensor.h"
+#include "loom/kernels/cpu/adamw.h"
 #include "loom/runtime/config.h"
 
 namespace loom::optim {
@@ -34,6 +35,11 @@ class AdamW {
   std::vector<Segment> segments_;
   Tensor exp_avg_, exp_avg_sq_;
 };
+
+// The kernel's hyper-parameters for one update of a segment (weight decay only where it decays;
+// clip_factor scales the gradients first).
+kernels::cpu::AdamWStep adamw_hyper(const runtime::OptimConfig& config, double lr, int64_t step, bool weight_decay,
+                                    float clip_factor);
 
 // Global L2 norm of grads[0..n).
 double global_norm(const float* grads, int64_t n);

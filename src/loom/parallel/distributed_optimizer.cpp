@@ -213,15 +213,9 @@ double DistributedOptimizer::step(double lr, int64_t step) {
   gathers.reserve(layout_.buckets.size());
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
     for (const Piece& p : pieces_[b]) {
-      const k::AdamWStep hyper{static_cast<float>(lr),
-                               static_cast<float>(config_.beta1),
-                               static_cast<float>(config_.beta2),
-                               static_cast<float>(config_.eps),
-                               p.weight_decay ? static_cast<float>(config_.weight_decay) : 0.0f,
-                               step,
-                               clip_factor};
       const int64_t s = state_offset_[b] + p.local;
-      k::adamw_update(master + s, grads + grad_offset_[b] + p.local, m + s, v + s, p.numel, hyper);
+      k::adamw_update(master + s, grads + grad_offset_[b] + p.local, m + s, v + s, p.numel,
+                      optim::adamw_hyper(config_, lr, step, p.weight_decay, clip_factor));
     }
     // Each bucket's gather starts as soon as it is updated, overlapping the next bucket's update.
     if (layout_.buckets[b].numel > 0) gathers.push_back(gather_parameters(static_cast<int>(b)));
