@@ -134,6 +134,18 @@ TEST_F(Groups, AsyncOperationsOnTwoGroupsOverlap) {
   }
 }
 
+TEST_F(Groups, AsyncOperationProgressesWhileTheCallerIsAway) {
+  // Issued, then no call into the communicator for a while: the group's communication thread
+  // runs it meanwhile, so it is complete when the caller comes back.
+  const int n = world().size();
+  std::vector<std::byte> data = make_data(1250, world().rank(), 0, 1000, DType::F32);
+  comm::WorkHandle handle = world().all_reduce_async(data.data(), 1000, DType::F32, ReduceOp::Sum);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  EXPECT_TRUE(handle->test());
+  handle->wait();
+  EXPECT_TRUE(matches_reduction(data.data(), 1000, DType::F32, ReduceOp::Sum, 1250, all_ranks(n), 0));
+}
+
 TEST_F(Groups, OperationsCompleteInIssueOrder) {
   const int rank = world().rank();
   const int n = world().size();

@@ -88,13 +88,13 @@ class DataParallel : public ::testing::Test {
 };
 std::string DataParallel::root_;
 
-// The grid: dp in {1, 2, 4} x ZeRO stage 0..2, micro-batch b = 8 / dp (and b = 2 with
+// The grid: dp in {1, 2, 4} x ZeRO stage 0..3, micro-batch b = 8 / dp (and b = 2 with
 // accumulation), against one rank with the whole batch of 8.
 TEST_F(DataParallel, EveryLayoutComputesTheSameFunctionAsOneRank) {
   std::vector<double> one = train("reference", {});
   ASSERT_EQ(one.size(), 20u);
   EXPECT_LT(one.back(), one.front());
-  for (int zero : {0, 1, 2}) {
+  for (int zero : {0, 1, 2, 3}) {
     for (int dp : {1, 2, 4}) {
       for (int micro : {8 / dp, 2}) {
         if (dp == 1 && zero == 0 && micro == 8) continue;  // the reference itself
@@ -107,12 +107,17 @@ TEST_F(DataParallel, EveryLayoutComputesTheSameFunctionAsOneRank) {
       }
     }
   }
+  // ZeRO-3 gathers a block's parameters again for its recompute (activation checkpointing).
+  std::vector<double> recomputed = train("dp2-zero3-recompute", {"runtime.ranks=2", "parallel.zero=3", "train.micro_batch=2",
+                                                                "model.recompute=true"});
+  expect_same_training(one, recomputed);
+  EXPECT_LE(parameter_difference("reference", "dp2-zero3-recompute"), 1e-5);
 }
 
 // Sharded optimizer state survives a checkpoint: stopping and resuming at the same layout is
 // bitwise identical to an uninterrupted run.
 TEST_F(DataParallel, ShardedOptimizerStateResumesBitwise) {
-  for (int zero : {1, 2}) {
+  for (int zero : {1, 2, 3}) {
     const std::string layout = "runtime.ranks=2", stage = "parallel.zero=" + std::to_string(zero);
     const std::string full = "resume-full-" + std::to_string(zero), split = "resume-split-" + std::to_string(zero);
     train(full, {layout, stage, "train.micro_batch=2", "parallel.bucket_mb=0.01"});

@@ -1,5 +1,6 @@
 #include "loom/comm/mpi_arrival.h"
 
+#include <algorithm>
 #include <mutex>
 #include <thread>
 
@@ -15,10 +16,21 @@ std::mutex& read_mutex() {
   return mutex;
 }
 
+struct Retired {
+  int64_t order;
+  MPI_Win win;
+  bool shared;
+};
+
+std::mutex g_retired_mutex;
+std::vector<Retired> g_retired;
+std::atomic<int64_t> g_created{0};
+
 }  // namespace
 
 void ArrivalCounters::create(MPI_Comm comm, bool prefer_shared_memory) {
   MPI_Comm_size(comm, &size_);
+  order_ = ++g_created;
   bool on_one_node = false;
   if (prefer_shared_memory) {
     MPI_Comm node = MPI_COMM_NULL;
@@ -76,19 +88,29 @@ void ArrivalCounters::create(MPI_Comm comm, bool prefer_shared_memory) {
   MPI_Barrier(comm);
 }
 
-void ArrivalCounters::free() {
+void ArrivalCounters::retire() {
   if (win_ == MPI_WIN_NULL) return;
-  if (leaked_requests_) {
-    // An Rget never completed; MPI_Win_unlock_all would wait for it. The window stays allocated.
-    win_ = MPI_WIN_NULL;
-    local_ = nullptr;
-    return;
+  // An Rget that never completed would make MPI_Win_unlock_all wait: such a window stays.
+  if (!leaked_requests_) {
+    std::lock_guard<std::mutex> lock(g_retired_mutex);
+    g_retired.push_back({order_, win_, shared_});
   }
-  if (!shared_) MPI_Win_unlock_all(win_);
-  MPI_Win_free(&win_);
   win_ = MPI_WIN_NULL;
   local_ = nullptr;
   peers_.clear();
+}
+
+void free_retired_windows() {
+  std::vector<Retired> retired;
+  {
+    std::lock_guard<std::mutex> lock(g_retired_mutex);
+    retired.swap(g_retired);
+  }
+  std::sort(retired.begin(), retired.end(), [](const Retired& a, const Retired& b) { return a.order < b.order; });
+  for (Retired& r : retired) {
+    if (!r.shared) MPI_Win_unlock_all(r.win);
+    MPI_Win_free(&r.win);
+  }
 }
 
 std::vector<int64_t> ArrivalCounters::read(std::chrono::milliseconds budget) {

@@ -23,9 +23,10 @@ class ArrivalCounters {
   // Collective over `comm`. Never throws: when no window can be made the counters are
   // unavailable and description() says why.
   void create(MPI_Comm comm, bool prefer_shared_memory);
-  // Collective: frees the window. Skipped (the window is leaked) when an earlier read left
-  // one-sided requests in flight, since freeing would wait for them.
-  void free();
+  // Hands the window over to free_retired_windows(). MPI_Win_free waits for every member, so a
+  // group's destructor does not call it: a member that failed (and unwinds, or never gets
+  // there) would leave the others blocked in it. Local; no communication.
+  void retire();
 
   // This rank entered collective `seq` (a store into its own slot; no communication).
   void arrive(int64_t seq) {
@@ -39,6 +40,7 @@ class ArrivalCounters {
 
  private:
   MPI_Win win_ = MPI_WIN_NULL;
+  int64_t order_ = 0;  // creation order in this process, the order windows are freed in
   bool shared_ = false;
   int size_ = 0;
   int64_t* local_ = nullptr;
@@ -46,5 +48,10 @@ class ArrivalCounters {
   bool leaked_requests_ = false;
   std::string description_ = "unavailable: not created";
 };
+
+// Frees every retired window, in creation order (a collective order every member shares, since
+// groups are created collectively). run_mpi calls it once every rank has finished its work, just
+// before MPI_Finalize. Windows whose reads left requests in flight are left to MPI_Finalize.
+void free_retired_windows();
 
 }  // namespace loom::comm::mpi_detail

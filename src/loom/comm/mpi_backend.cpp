@@ -84,6 +84,7 @@ void run_mpi(const LaunchOptions& options, const std::function<void(Communicator
   MPI_Comm world_comm = MPI_COMM_NULL;
   mpi_detail::mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &finish), "mpi backend: MPI_Comm_dup");
   mpi_detail::mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &world_comm), "mpi backend: MPI_Comm_dup");
+  mpi_detail::start_ticker();
   MpiOptions mpi;
   mpi.comm = options.comm;
   auto world = std::make_unique<mpi_detail::MpiCommunicator>(mpi_detail::Group::create(world_comm, "world", mpi));
@@ -115,11 +116,14 @@ void run_mpi(const LaunchOptions& options, const std::function<void(Communicator
   }
 
   world.reset();
+  mpi_detail::stop_ticker();
   std::string stuck;
   if (mpi_detail::communication_thread_stuck(&stuck)) {
     abort_job(rank, (error ? "error: " + describe(error) + "\nloom: rank " + std::to_string(rank) + ": " : "") + stuck +
                         "; aborting instead of finalising MPI");
   }
+  // Every rank is here (the handshake above proved it), so the collective frees cannot hang.
+  mpi_detail::free_retired_windows();
   MPI_Comm_free(&finish);
   if (own) MPI_Finalize();
   if (error) std::rethrow_exception(error);

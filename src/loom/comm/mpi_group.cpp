@@ -14,6 +14,14 @@ namespace {
 
 // How long a timed-out waiter may spend reading its peers' arrival counters.
 constexpr std::chrono::milliseconds kCounterReadBudget{500};
+// How long the communication thread leaves a newly issued operation to its caller (see
+// worker_loop).
+constexpr std::chrono::microseconds kClaimGrace{50};
+// The ticker's period, and how old an untouched operation must be for it to wake the thread.
+constexpr std::chrono::microseconds kTick{1000};
+constexpr std::chrono::microseconds kPark{100};
+// How long closing a failed group waits for its communication thread to leave MPI.
+constexpr std::chrono::milliseconds kStuckPatience{2000};
 // The most ranks a timeout message lists by name.
 constexpr size_t kListedRanks = 16;
 
@@ -168,6 +176,72 @@ bool communication_thread_stuck(std::string* what) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Ticker
+
+namespace {
+
+class Ticker {
+ public:
+  static Ticker& instance() {
+    static auto* ticker = new Ticker();  // never destroyed: stop() ends the thread
+    return *ticker;
+  }
+  void start() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (running_) return;
+    running_ = true;
+    thread_ = std::thread([this] { loop(); });
+  }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!running_) return;
+      running_ = false;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  bool running() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return running_;
+  }
+  void add(std::weak_ptr<Group> group) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    groups_.push_back(std::move(group));
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (running_) {
+      cv_.wait_for(lock, kTick);
+      if (!running_) break;
+      std::vector<std::shared_ptr<Group>> live;
+      std::erase_if(groups_, [](const std::weak_ptr<Group>& weak) { return weak.expired(); });
+      for (const auto& weak : groups_) {
+        if (std::shared_ptr<Group> group = weak.lock()) live.push_back(std::move(group));
+      }
+      lock.unlock();
+      const auto now = Clock::now();
+      for (const auto& group : live) group->tick(now);
+      live.clear();
+      lock.lock();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool running_ = false;
+  std::thread thread_;
+  std::vector<std::weak_ptr<Group>> groups_;
+};
+
+}  // namespace
+
+void start_ticker() { Ticker::instance().start(); }
+void stop_ticker() { Ticker::instance().stop(); }
+
+// ---------------------------------------------------------------------------------------------
 // Work handles
 
 namespace {
@@ -208,10 +282,10 @@ class P2pWork final : public Work {
         (*header_)[0] = count;
         (*header_)[1] = static_cast<int64_t>(dtype);
         mpi_check(MPI_Isend(header_->data(), 2, MPI_INT64_T, peer, tag, group_->header_comm(), &header_request_),
-                  where());
+                  [this] { return where(); });
       } else {
         mpi_check(MPI_Irecv(header_->data(), 2, MPI_INT64_T, peer, tag, group_->header_comm(), &header_request_),
-                  where());
+                  [this] { return where(); });
       }
     }
     // One message of `count` elements: a plain count when it fits MPI's int, otherwise one
@@ -249,7 +323,7 @@ class P2pWork final : public Work {
                             : MPI_Irecv(data, type_count, type, peer, tag, comm, &data_request_);
     // Freeing a datatype that pending operations use is allowed: MPI keeps it until they finish.
     if (message_type != MPI_DATATYPE_NULL) MPI_Type_free(&message_type);
-    mpi_check(rc, where());
+    mpi_check(rc, [this] { return where(); });
   }
 
   ~P2pWork() override {
@@ -318,7 +392,7 @@ class P2pWork final : public Work {
     if (finished_) return true;
     int done = 0;
     if (header_request_ != MPI_REQUEST_NULL) {
-      mpi_check(MPI_Test(&header_request_, &done, MPI_STATUS_IGNORE), where());
+      mpi_check(MPI_Test(&header_request_, &done, MPI_STATUS_IGNORE), [this] { return where(); });
       if (done && !is_send_) {
         const int64_t sent_count = (*header_)[0];
         const int64_t sent_dtype = (*header_)[1];
@@ -338,7 +412,7 @@ class P2pWork final : public Work {
       if (rc != MPI_SUCCESS) {
         int error_class = 0;
         MPI_Error_class(rc, &error_class);
-        if (error_class != MPI_ERR_TRUNCATE) mpi_check(rc, where());
+        if (error_class != MPI_ERR_TRUNCATE) mpi_check(rc, [this] { return where(); });
         // A longer message than this receive: it was consumed, truncated.
         if (mismatch_.empty()) {
           mismatch_ = peer_name() + " sends more than the " + std::to_string(count_) + " elements this rank expects";
@@ -406,7 +480,13 @@ std::shared_ptr<Group> Group::create(MPI_Comm comm, std::string name, const MpiO
   MPI_Group_free(&mine);
   MPI_Group_free(&world);
 
+  int* tag_ub = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(group->p2p_, MPI_TAG_UB, &tag_ub, &found);
+  if (found && tag_ub != nullptr) group->tag_ub_ = *tag_ub;
+
   group->counters_.create(comm, options.shared_memory_counters);
+  Ticker::instance().add(group);
   return group;
 }
 
@@ -414,7 +494,7 @@ Group::~Group() {
   // close() normally ran and the thread is gone; otherwise stop it without anything collective.
   if (worker_.joinable()) {
     shutdown_ = true;
-    cv_.notify_all();
+    work_cv_.notify_all();
     if (worker_.get_id() == std::this_thread::get_id()) {
       worker_.detach();
     } else {
@@ -443,7 +523,10 @@ void Group::close(bool unwinding) {
         }
         continue;
       }
-      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && (executing_ || !queue_.empty())) {
+      ++waiters_;
+      const std::cv_status status = done_cv_.wait_until(lock, deadline);
+      --waiters_;
+      if (status == std::cv_status::timeout && (executing_ || !queue_.empty())) {
         broken_ = true;
         broken_reason_ = "the group was closed while operations were still pending";
         if (running_ && running_->phase == CollectiveOp::Phase::Handshake) running_->abandoned = true;
@@ -456,10 +539,18 @@ void Group::close(bool unwinding) {
   for (auto& op : queue_) fail_locked(*op, label() + ": " + op->describe() + " never ran: the group was closed");
   queue_.clear();
   shutdown_ = true;
-  cv_.notify_all();
+  work_cv_.notify_all();
   bool stuck = false;
   if (worker_.joinable()) {
-    if (!cv_.wait_until(lock, deadline, [&] { return worker_exited_; })) {
+    // Idle or in a handshake, the thread stops at once; in a transfer it stops when that ends,
+    // which after a failure (a peer gone) may be never.
+    const auto patience =
+        broken_ || unwinding ? std::min<std::chrono::milliseconds>(options_.comm.timeout, kStuckPatience)
+                             : options_.comm.timeout;
+    ++waiters_;
+    const bool exited = done_cv_.wait_until(lock, Clock::now() + patience, [&] { return worker_exited_; });
+    --waiters_;
+    if (!exited) {
       // Blocked inside an MPI transfer whose peers never came; it cannot be interrupted.
       stuck = true;
       const std::string what = label() + ": the communication thread is blocked in " +
@@ -472,8 +563,10 @@ void Group::close(bool unwinding) {
   }
   lock.unlock();
   if (worker_.joinable()) worker_.join();
-  if (unwinding) return;
-  counters_.free();
+  counters_.retire();
+  // MPI_Comm_free does not wait for the peers (Open MPI and MPICH free locally, deferring the
+  // release while operations are pending), so it is safe even while unwinding; a communicator a
+  // stuck thread is inside stays.
   if (!stuck) {
     MPI_Comm_free(&header_);
     MPI_Comm_free(&p2p_);
@@ -524,11 +617,20 @@ WorkHandle Group::issue(std::shared_ptr<CollectiveOp> op) {
       // Without the handshake the peers cannot be told; fail here, they will time out.
       fail_locked(*op, label() + ": " + op->describe() + ": " + op->invalid);
     } else {
+      op->issued = Clock::now();
       queue_.push_back(op);
       start_worker_locked();
+      // Whether to wake the communication thread now. A blocking collective waits right after
+      // issuing and runs inline; waking the thread for it would cost a wake-up per operation
+      // (measured: 20-60 us at 32 KiB-1 MiB on 2 cores). So the thread is woken at once only
+      // when the caller will not run it (no handshake), when the group is used asynchronously
+      // (earlier operations still queued, or seen before), or when no ticker runs; otherwise
+      // the ticker wakes it if the operation is still untouched a millisecond later.
+      const bool async_use = queue_.size() > 1;
+      if (async_use) eager_wake_ = true;
+      if (!op->check_agreement || eager_wake_ || !Ticker::instance().running()) wake_worker_locked();
     }
   }
-  if (getenv("NO_NOTIFY") == nullptr) cv_.notify_all();
   return std::make_shared<CollectiveWork>(shared_from_this(), std::move(op));
 }
 
@@ -540,18 +642,20 @@ WorkHandle Group::issue_p2p(bool is_send, void* data, int64_t count, DType dtype
     number = ++p2p_seq_;
     options = options_;
   }
-  const std::string what = label() + ": " + (is_send ? "send #" : "recv #") + std::to_string(number);
-  check(peer >= 0 && peer < size_, what + ": peer " + std::to_string(peer) + " is not a rank of the group (0.." +
-                                       std::to_string(size_ - 1) + ")");
-  check(peer != rank_, what + ": peer " + std::to_string(peer) + " is this rank itself");
-  check(tag >= 0, what + ": tag " + std::to_string(tag) + " is negative");
-  int* tag_ub = nullptr;
-  int found = 0;
-  MPI_Comm_get_attr(p2p_, MPI_TAG_UB, &tag_ub, &found);
-  check(!found || tag <= *tag_ub,
-        what + ": tag " + std::to_string(tag) + " exceeds MPI_TAG_UB (" + std::to_string(found ? *tag_ub : 0) + ")");
-  check(count >= 0, what + ": negative count " + std::to_string(count));
-  check(count == 0 || data != nullptr, what + ": null buffer for " + std::to_string(count) + " elements");
+  auto require = [&](bool condition, auto&& problem) {
+    if (!condition) {
+      throw Error(label() + ": " + (is_send ? "send #" : "recv #") + std::to_string(number) + ": " + problem());
+    }
+  };
+  require(peer >= 0 && peer < size_, [&] {
+    return "peer " + std::to_string(peer) + " is not a rank of the group (0.." + std::to_string(size_ - 1) + ")";
+  });
+  require(peer != rank_, [&] { return "peer " + std::to_string(peer) + " is this rank itself"; });
+  require(tag >= 0 && tag <= tag_ub_, [&] {
+    return "tag " + std::to_string(tag) + " is outside 0..MPI_TAG_UB (" + std::to_string(tag_ub_) + ")";
+  });
+  require(count >= 0, [&] { return "negative count " + std::to_string(count); });
+  require(count == 0 || data != nullptr, [&] { return "null buffer for " + std::to_string(count) + " elements"; });
   return std::make_shared<P2pWork>(shared_from_this(), is_send, data, count, dtype, peer, tag, number,
                                    options.check_agreement, options.max_elements_per_call, options.comm.timeout);
 }
@@ -565,8 +669,21 @@ void Group::start_worker_locked() {
 void Group::worker_loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
-    cv_.wait(lock, [&] { return shutdown_.load() || (!executing_ && !queue_.empty()); });
+    worker_idle_ = true;
+    work_cv_.wait(lock, [&] { return shutdown_.load() || (!executing_ && !queue_.empty()); });
+    worker_idle_ = false;
     if (shutdown_) break;
+    // A caller that waits right after issuing (every blocking collective) runs the operation
+    // itself; give it the moment to claim it, so that it need not sleep while this thread runs
+    // it. (Without the handshake a caller never runs it: see wait().)
+    const auto claimable = queue_.front()->issued + kClaimGrace;
+    if (queue_.front()->check_agreement && Clock::now() < claimable) {
+      lock.unlock();
+      std::this_thread::sleep_until(claimable);
+      lock.lock();
+      if (shutdown_) break;
+      if (executing_ || queue_.empty()) continue;
+    }
     auto op = claim_locked();
     lock.unlock();
     execute(op, std::nullopt);
@@ -574,7 +691,7 @@ void Group::worker_loop() {
     release_locked();
   }
   worker_exited_ = true;
-  cv_.notify_all();
+  done_cv_.notify_all();
 }
 
 std::shared_ptr<CollectiveOp> Group::claim_locked() {
@@ -588,7 +705,25 @@ std::shared_ptr<CollectiveOp> Group::claim_locked() {
 void Group::release_locked() {
   executing_ = false;
   running_.reset();
-  cv_.notify_all();
+  wake_worker_locked();
+  wake_waiters_locked();
+}
+
+void Group::wake_worker_locked() {
+  if (worker_idle_ && !executing_ && !queue_.empty()) work_cv_.notify_one();
+}
+
+void Group::tick(Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (shutdown_ || executing_ || queue_.empty() || !worker_idle_) return;
+  if (now - queue_.front()->issued < kPark) return;
+  // Its caller went on without waiting: the group is used asynchronously.
+  eager_wake_ = true;
+  work_cv_.notify_one();
+}
+
+void Group::wake_waiters_locked() {
+  if (waiters_ > 0) done_cv_.notify_all();
 }
 
 void Group::fail_locked(CollectiveOp& op, const std::string& message) {
@@ -603,7 +738,7 @@ void Group::complete(const std::shared_ptr<CollectiveOp>& op, std::exception_ptr
     op->phase = error ? CollectiveOp::Phase::Failed : CollectiveOp::Phase::Done;
     op->error = std::move(error);
   }
-  cv_.notify_all();
+  wake_waiters_locked();
 }
 
 std::string Group::unusable_message() const {
@@ -615,7 +750,7 @@ bool Group::execute(const std::shared_ptr<CollectiveOp>& op, std::optional<Clock
     std::lock_guard<std::mutex> lock(mutex_);
     if (broken_) {
       fail_locked(*op, label() + ": " + op->describe() + " was not run: " + unusable_message());
-      cv_.notify_all();
+      wake_waiters_locked();
       return true;
     }
     op->phase = op->check_agreement ? CollectiveOp::Phase::Handshake : CollectiveOp::Phase::Transfer;
@@ -652,7 +787,8 @@ Group::Poll Group::poll(CollectiveOp& op, std::optional<Clock::time_point> deadl
   Backoff backoff;
   while (true) {
     int done = 0;
-    mpi_check(MPI_Test(&op.pending, &done, MPI_STATUS_IGNORE), label() + ": " + op.describe() + ": " + what);
+    mpi_check(MPI_Test(&op.pending, &done, MPI_STATUS_IGNORE),
+              [&] { return label() + ": " + op.describe() + ": " + what; });
     if (done) return Poll::Done;
     if (op.abandoned.load() || shutdown_.load()) return Poll::Abandoned;
     if (deadline && Clock::now() >= *deadline) {
@@ -669,9 +805,9 @@ Group::Poll Group::handshake(CollectiveOp& op, std::optional<Clock::time_point> 
     op.agreement[static_cast<size_t>(i)] = op.descriptor[static_cast<size_t>(i)];
     op.agreement[static_cast<size_t>(kFields + i)] = -op.descriptor[static_cast<size_t>(i)];
   }
-  const std::string where = label() + ": " + op.describe();
+  auto where = [&] { return label() + ": " + op.describe(); };
   mpi_check(MPI_Iallreduce(MPI_IN_PLACE, op.agreement.data(), 2 * kFields, MPI_INT64_T, MPI_MAX, comm_, &op.pending),
-            where + ": handshake");
+            [&] { return where() + ": handshake"; });
   if (Poll r = poll(op, deadline, "handshake"); r != Poll::Done) return r;
 
   bool agree = op.agreement[kInvalid] == 0;
@@ -683,7 +819,7 @@ Group::Poll Group::handshake(CollectiveOp& op, std::optional<Clock::time_point> 
     op.views.assign(static_cast<size_t>(size_) * kFields, 0);
     mpi_check(MPI_Iallgather(op.descriptor.data(), kFields, MPI_INT64_T, op.views.data(), kFields, MPI_INT64_T, comm_,
                              &op.pending),
-              where + ": gathering the ranks' views");
+              [&] { return where() + ": gathering the ranks' views"; });
     if (Poll r = poll(op, deadline, "gathering the ranks' views"); r != Poll::Done) return r;
     std::map<Descriptor, std::vector<int>> by_view;
     for (int r = 0; r < size_; ++r) {
@@ -691,8 +827,8 @@ Group::Poll Group::handshake(CollectiveOp& op, std::optional<Clock::time_point> 
       std::copy_n(op.views.begin() + static_cast<std::ptrdiff_t>(r) * kFields, kFields, d.begin());
       by_view[d].push_back(r);
     }
-    std::string message = where + ": the ranks disagree on the operation:";
-    if (by_view.size() == 1) message = where + ": invalid arguments:";
+    std::string message = where() + ": the ranks disagree on the operation:";
+    if (by_view.size() == 1) message = where() + ": invalid arguments:";
     for (const auto& [view, ranks] : by_view) {
       message += (ranks.size() == 1 ? " rank " : " ranks ") + rank_ranges(ranks) + ": " + describe_descriptor(view) + ";";
     }
@@ -705,7 +841,7 @@ Group::Poll Group::handshake(CollectiveOp& op, std::optional<Clock::time_point> 
     // Rank r's send count to this rank must equal this rank's receive count from r.
     op.peer_sends.assign(static_cast<size_t>(size_), 0);
     mpi_check(MPI_Ialltoall(op.counts.data(), 1, MPI_INT64_T, op.peer_sends.data(), 1, MPI_INT64_T, comm_, &op.pending),
-              where + ": exchanging counts");
+              [&] { return where() + ": exchanging counts"; });
     if (Poll r = poll(op, deadline, "exchanging counts"); r != Poll::Done) return r;
     op.pair_report = {0, -1, 0, 0};
     for (int r = 0; r < size_; ++r) {
@@ -717,7 +853,7 @@ Group::Poll Group::handshake(CollectiveOp& op, std::optional<Clock::time_point> 
     op.pair_reports.assign(static_cast<size_t>(size_) * 4, 0);
     mpi_check(MPI_Iallgather(op.pair_report.data(), 4, MPI_INT64_T, op.pair_reports.data(), 4, MPI_INT64_T, comm_,
                              &op.pending),
-              where + ": checking counts");
+              [&] { return where() + ": checking counts"; });
     if (Poll r = poll(op, deadline, "checking counts"); r != Poll::Done) return r;
     std::string message;
     for (int r = 0; r < size_; ++r) {
@@ -728,7 +864,7 @@ Group::Poll Group::handshake(CollectiveOp& op, std::optional<Clock::time_point> 
     }
     if (!message.empty()) {
       message.pop_back();
-      throw Error(where + ": the ranks disagree on the counts:" + message);
+      throw Error(where() + ": the ranks disagree on the counts:" + message);
     }
   }
   return Poll::Done;
@@ -758,6 +894,8 @@ void Group::wait(const std::shared_ptr<CollectiveOp>& op) {
     // Run what precedes `op` (and `op` itself) on this thread when nobody is running it. Only
     // with a handshake: a bare blocking transfer could not honour the deadline.
     if (!executing_ && !queue_.empty() && queue_.front()->check_agreement) {
+      // Its own operation, waited for right after issue: the blocking pattern.
+      if (queue_.front() == op && Clock::now() - op->issued < kPark) eager_wake_ = false;
       auto next = claim_locked();
       lock.unlock();
       const bool in_time = execute(next, deadline);
@@ -766,7 +904,10 @@ void Group::wait(const std::shared_ptr<CollectiveOp>& op) {
       if (!in_time) throw timeout_locked(op, next, started);
       continue;
     }
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !finished()) {
+    ++waiters_;
+    const std::cv_status status = done_cv_.wait_until(lock, deadline);
+    --waiters_;
+    if (status == std::cv_status::timeout && !finished()) {
       throw timeout_locked(op, running_ ? running_ : op, started);
     }
   }
@@ -775,6 +916,11 @@ void Group::wait(const std::shared_ptr<CollectiveOp>& op) {
 
 bool Group::test(const std::shared_ptr<CollectiveOp>& op) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (op->phase == CollectiveOp::Phase::Queued) {
+    // Polled, not waited for: the caller expects the operation to progress on its own.
+    eager_wake_ = true;
+    wake_worker_locked();
+  }
   if (op->phase == CollectiveOp::Phase::Failed) std::rethrow_exception(op->error);
   return op->phase == CollectiveOp::Phase::Done;
 }
@@ -831,7 +977,7 @@ Error Group::timeout_locked(const std::shared_ptr<CollectiveOp>& waited, const s
   if (blocking) fail_locked(*blocking, message);
   for (auto& op : queue_) fail_locked(*op, label() + ": " + op->describe() + " was not run: " + unusable_message());
   queue_.clear();
-  cv_.notify_all();
+  wake_waiters_locked();
   return Error(message);
 }
 
@@ -840,28 +986,35 @@ Error Group::timeout_locked(const std::shared_ptr<CollectiveOp>& waited, const s
 
 namespace {
 
-// The first argument error of a call, or "".
+// The first argument error of a call, or "". Messages are built only for failed checks: this
+// runs on every collective.
 class Validator {
  public:
-  void require(bool condition, const std::string& message) {
-    if (!condition && error_.empty()) error_ = message;
+  template <typename Message>
+  void require(bool condition, Message&& message) {
+    if (!condition && error_.empty()) error_ = message();
   }
   void count(int64_t value, const char* name) {
-    require(value >= 0, std::string(name) + " is negative (" + std::to_string(value) + ")");
+    require(value >= 0, [&] { return std::string(name) + " is negative (" + std::to_string(value) + ")"; });
   }
   void buffer(const void* pointer, int64_t count, const char* name) {
-    require(count == 0 || pointer != nullptr, std::string(name) + " is null for " + std::to_string(count) + " elements");
+    require(count == 0 || pointer != nullptr,
+            [&] { return std::string(name) + " is null for " + std::to_string(count) + " elements"; });
   }
   void reducible(DType dtype) {
-    require(comm::reducible(dtype), "dtype " + dtype_name(dtype) + " cannot be reduced (valid: f32, bf16, f16)");
+    require(comm::reducible(dtype),
+            [&] { return "dtype " + dtype_name(dtype) + " cannot be reduced (valid: f32, bf16, f16)"; });
   }
   void root(int root, int size) {
-    require(root >= 0 && root < size,
-            "root " + std::to_string(root) + " is not a rank of the group (0.." + std::to_string(size - 1) + ")");
+    require(root >= 0 && root < size, [&] {
+      return "root " + std::to_string(root) + " is not a rank of the group (0.." + std::to_string(size - 1) + ")";
+    });
   }
   void counts(std::span<const int64_t> counts, int size, const char* name) {
-    require(static_cast<int>(counts.size()) == size, std::string(name) + " has " + std::to_string(counts.size()) +
-                                                         " entries for a group of " + std::to_string(size));
+    require(static_cast<int>(counts.size()) == size, [&] {
+      return std::string(name) + " has " + std::to_string(counts.size()) + " entries for a group of " +
+             std::to_string(size);
+    });
     for (int64_t c : counts) count(c, name);
   }
   std::string take() { return std::move(error_); }

@@ -76,6 +76,7 @@ struct CollectiveOp {
   int64_t max_elements = INT_MAX;
 
   int64_t seq = 0;  // 1-based position among this group's collectives
+  Clock::time_point issued{};
   enum class Phase { Queued, Handshake, Transfer, Done, Failed };
   Phase phase = Phase::Queued;  // guarded by the group's mutex
   std::exception_ptr error;     // with Phase::Failed
@@ -95,6 +96,13 @@ struct CollectiveOp {
   std::string describe() const;
 };
 
+// The ticker: one thread per process that wakes the communication thread of a group whose
+// operation was issued but, a moment later, neither waited for nor started (see Group::issue).
+// run_mpi starts it after MPI_Init and stops it before MPI_Finalize; without it every issue wakes
+// the communication thread at once.
+void start_ticker();
+void stop_ticker();
+
 // Keeps `object` alive until the process exits: for buffers MPI may still write after the
 // operation that owned them was abandoned.
 void keep_alive(std::shared_ptr<void> object);
@@ -109,9 +117,8 @@ class Group : public std::enable_shared_from_this<Group> {
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
 
-  // Collective: runs what is still queued, stops the communication thread, frees the MPI
-  // objects. While an exception unwinds (`unwinding`), the peers may not be here, so nothing
-  // that waits for them is done and the MPI objects are left to MPI_Finalize / MPI_Abort.
+  // Runs what is still queued (unless an exception unwinds: then the peers may not be here),
+  // stops the communication thread and releases the MPI objects without waiting for the peers.
   void close(bool unwinding);
 
   int rank() const { return rank_; }
@@ -124,6 +131,9 @@ class Group : public std::enable_shared_from_this<Group> {
 
   WorkHandle issue(std::shared_ptr<CollectiveOp> op);
   WorkHandle issue_p2p(bool is_send, void* data, int64_t count, DType dtype, int peer, int tag);
+
+  // The ticker's visit: wakes the communication thread for an operation left untouched.
+  void tick(Clock::time_point now);
 
   // For the Work handles.
   void wait(const std::shared_ptr<CollectiveOp>& op);
@@ -141,6 +151,8 @@ class Group : public std::enable_shared_from_this<Group> {
   void start_worker_locked();
   std::shared_ptr<CollectiveOp> claim_locked();
   void release_locked();
+  void wake_worker_locked();
+  void wake_waiters_locked();
   // Runs `op` (claimed by this thread). False when its handshake missed `deadline`.
   bool execute(const std::shared_ptr<CollectiveOp>& op, std::optional<Clock::time_point> deadline);
   Poll handshake(CollectiveOp& op, std::optional<Clock::time_point> deadline);
@@ -159,12 +171,22 @@ class Group : public std::enable_shared_from_this<Group> {
   MPI_Comm header_ = MPI_COMM_NULL;  // send/recv headers (count, dtype), in step with the data
   int rank_ = 0;
   int size_ = 0;
+  int tag_ub_ = 32767;  // MPI_TAG_UB; the standard guarantees at least this
   std::string name_;
   std::vector<int> world_ranks_;
   ArrivalCounters counters_;
 
   mutable std::mutex mutex_;
-  std::condition_variable cv_;  // work queued, an operation finished, the executor freed, shutdown
+  // Separate wake-ups for the communication thread (work it may run, shutdown) and for waiters
+  // (an operation finished, the executor freed), each signalled only when someone sleeps on it:
+  // a blocking collective run inline then costs no thread switch beyond the one wake-up at issue.
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  bool worker_idle_ = false;
+  int waiters_ = 0;
+  // Wake the communication thread at every issue: set once the group is seen used
+  // asynchronously, cleared when a caller runs its own operation right after issuing it.
+  bool eager_wake_ = false;
   MpiOptions options_;
   std::deque<std::shared_ptr<CollectiveOp>> queue_;
   std::shared_ptr<CollectiveOp> running_;

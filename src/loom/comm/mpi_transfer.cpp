@@ -53,7 +53,12 @@ struct Context {
   int rank;
   int size;
   int64_t limit;
-  std::string where;
+  const Group* group;
+  const CollectiveOp* op;
+  // The error message names the group and the operation; built only when a call fails.
+  void check(int rc) const {
+    mpi_check(rc, [this] { return group->label() + ": " + op->describe(); });
+  }
 };
 
 std::byte* bytes(void* p) { return static_cast<std::byte*>(p); }
@@ -82,26 +87,24 @@ void exchange(const Context& c, const void* send, const std::vector<int64_t>& se
     }
     for_chunks(recv_counts[static_cast<size_t>(from)], c.limit, [&](int64_t offset, int n) {
       requests.emplace_back();
-      mpi_check(MPI_Irecv(bytes(recv) + (recv_displs[static_cast<size_t>(from)] + offset) * static_cast<int64_t>(element),
-                          n, type, from, kAllToAllTag, c.comm, &requests.back()),
-                c.where);
+      c.check(MPI_Irecv(bytes(recv) + (recv_displs[static_cast<size_t>(from)] + offset) * static_cast<int64_t>(element),
+                          n, type, from, kAllToAllTag, c.comm, &requests.back()));
     });
     for_chunks(send_counts[static_cast<size_t>(to)], c.limit, [&](int64_t offset, int n) {
       requests.emplace_back();
-      mpi_check(MPI_Isend(bytes(send) + (send_displs[static_cast<size_t>(to)] + offset) * static_cast<int64_t>(element),
-                          n, type, to, kAllToAllTag, c.comm, &requests.back()),
-                c.where);
+      c.check(MPI_Isend(bytes(send) + (send_displs[static_cast<size_t>(to)] + offset) * static_cast<int64_t>(element),
+                          n, type, to, kAllToAllTag, c.comm, &requests.back()));
     });
   }
   if (!requests.empty()) {
-    mpi_check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), c.where);
+    c.check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
   }
 }
 
 }  // namespace
 
 void run_transfer(Group& group, CollectiveOp& op) {
-  const Context c{group.comm_, group.rank_, group.size_, op.max_elements, group.label() + ": " + op.describe()};
+  const Context c{group.comm_, group.rank_, group.size_, op.max_elements, &group, &op};
   const int n = c.size;
   const size_t element = dtype_size(op.dtype);
   const MPI_Datatype type = mpi_type(op.dtype);
@@ -116,7 +119,7 @@ void run_transfer(Group& group, CollectiveOp& op) {
         to_f32(acc, op.recv, op.count, op.dtype);
       }
       for_chunks(op.count, c.limit, [&](int64_t offset, int len) {
-        mpi_check(MPI_Allreduce(MPI_IN_PLACE, acc + offset, len, MPI_FLOAT, mpi_reduce_op(op.reduce), c.comm), c.where);
+        c.check(MPI_Allreduce(MPI_IN_PLACE, acc + offset, len, MPI_FLOAT, mpi_reduce_op(op.reduce), c.comm));
       });
       if (!wide || op.reduce == ReduceOp::Avg) finish(op.recv, acc, op.count, op.dtype, op.reduce, n);
       return;
@@ -129,9 +132,8 @@ void run_transfer(Group& group, CollectiveOp& op) {
       const bool one_call = total <= c.limit;
       if (wide && !overlaps(op.send, static_cast<size_t>(total) * 4, op.recv, static_cast<size_t>(block) * 4) &&
           one_call) {
-        mpi_check(MPI_Reduce_scatter_block(op.send, op.recv, static_cast<int>(block), MPI_FLOAT,
-                                           mpi_reduce_op(op.reduce), c.comm),
-                  c.where);
+        c.check(MPI_Reduce_scatter_block(op.send, op.recv, static_cast<int>(block), MPI_FLOAT,
+                                           mpi_reduce_op(op.reduce), c.comm));
         if (op.reduce == ReduceOp::Avg) finish(op.recv, static_cast<float*>(op.recv), block, op.dtype, op.reduce, n);
         return;
       }
@@ -141,18 +143,16 @@ void run_transfer(Group& group, CollectiveOp& op) {
       to_f32(acc, op.send, total, op.dtype);
       float* result = acc;
       if (one_call) {
-        mpi_check(MPI_Reduce_scatter_block(MPI_IN_PLACE, acc, static_cast<int>(block), MPI_FLOAT,
-                                           mpi_reduce_op(op.reduce), c.comm),
-                  c.where);
+        c.check(MPI_Reduce_scatter_block(MPI_IN_PLACE, acc, static_cast<int>(block), MPI_FLOAT,
+                                           mpi_reduce_op(op.reduce), c.comm));
       } else {
         for (int root = 0; root < n; ++root) {
           float* part = acc + static_cast<int64_t>(root) * block;
           for_chunks(block, c.limit, [&](int64_t offset, int len) {
             // The receive buffer matters on the root only.
-            mpi_check(MPI_Reduce(root == c.rank ? MPI_IN_PLACE : part + offset, root == c.rank ? part + offset : nullptr,
+            c.check(MPI_Reduce(root == c.rank ? MPI_IN_PLACE : part + offset, root == c.rank ? part + offset : nullptr,
                                  len, MPI_FLOAT,
-                                 mpi_reduce_op(op.reduce), root, c.comm),
-                      c.where);
+                                 mpi_reduce_op(op.reduce), root, c.comm));
           });
         }
         result = acc + static_cast<int64_t>(c.rank) * block;
@@ -171,9 +171,8 @@ void run_transfer(Group& group, CollectiveOp& op) {
         const float* send = static_cast<const float*>(op.send);
         float* recv = static_cast<float*>(op.recv);
         for_chunks(op.count, c.limit, [&](int64_t offset, int len) {
-          mpi_check(MPI_Reduce(in_place ? MPI_IN_PLACE : send + offset, root ? recv + offset : nullptr, len, MPI_FLOAT,
-                               mpi_reduce_op(op.reduce), op.root, c.comm),
-                    c.where);
+          c.check(MPI_Reduce(in_place ? MPI_IN_PLACE : send + offset, root ? recv + offset : nullptr, len, MPI_FLOAT,
+                               mpi_reduce_op(op.reduce), op.root, c.comm));
         });
         if (root && op.reduce == ReduceOp::Avg) finish(recv, recv, op.count, op.dtype, op.reduce, n);
         return;
@@ -181,9 +180,8 @@ void run_transfer(Group& group, CollectiveOp& op) {
       float* acc = static_cast<float*>(group.scratch(static_cast<size_t>(op.count) * sizeof(float)));
       to_f32(acc, op.send, op.count, op.dtype);
       for_chunks(op.count, c.limit, [&](int64_t offset, int len) {
-        mpi_check(MPI_Reduce(root ? MPI_IN_PLACE : acc + offset, root ? acc + offset : nullptr, len, MPI_FLOAT,
-                             mpi_reduce_op(op.reduce), op.root, c.comm),
-                  c.where);
+        c.check(MPI_Reduce(root ? MPI_IN_PLACE : acc + offset, root ? acc + offset : nullptr, len, MPI_FLOAT,
+                             mpi_reduce_op(op.reduce), op.root, c.comm));
       });
       if (root) finish(op.recv, acc, op.count, op.dtype, op.reduce, n);
       return;
@@ -205,17 +203,16 @@ void run_transfer(Group& group, CollectiveOp& op) {
         std::vector<int> icounts(counts.begin(), counts.end());
         std::vector<int> idispls(displs.begin(), displs.end());
         if (op.kind == OpKind::AllGather) {
-          mpi_check(MPI_Allgather(MPI_IN_PLACE, 0, type, op.recv, static_cast<int>(op.count), type, c.comm), c.where);
+          c.check(MPI_Allgather(MPI_IN_PLACE, 0, type, op.recv, static_cast<int>(op.count), type, c.comm));
         } else {
-          mpi_check(MPI_Allgatherv(MPI_IN_PLACE, 0, type, op.recv, icounts.data(), idispls.data(), type, c.comm),
-                    c.where);
+          c.check(MPI_Allgatherv(MPI_IN_PLACE, 0, type, op.recv, icounts.data(), idispls.data(), type, c.comm));
         }
         return;
       }
       for (int root = 0; root < n; ++root) {
         std::byte* part = bytes(op.recv) + displs[static_cast<size_t>(root)] * static_cast<int64_t>(element);
         for_chunks(counts[static_cast<size_t>(root)], c.limit, [&](int64_t offset, int len) {
-          mpi_check(MPI_Bcast(part + offset * static_cast<int64_t>(element), len, type, root, c.comm), c.where);
+          c.check(MPI_Bcast(part + offset * static_cast<int64_t>(element), len, type, root, c.comm));
         });
       }
       return;
@@ -223,8 +220,7 @@ void run_transfer(Group& group, CollectiveOp& op) {
 
     case OpKind::Broadcast:
       for_chunks(op.count, c.limit, [&](int64_t offset, int len) {
-        mpi_check(MPI_Bcast(bytes(op.recv) + offset * static_cast<int64_t>(element), len, type, op.root, c.comm),
-                  c.where);
+        c.check(MPI_Bcast(bytes(op.recv) + offset * static_cast<int64_t>(element), len, type, op.root, c.comm));
       });
       return;
 
@@ -249,9 +245,8 @@ void run_transfer(Group& group, CollectiveOp& op) {
       if (op.kind == OpKind::AllToAll) {
         if (op.count == 0) return;
         if (op.count * n <= c.limit) {
-          mpi_check(MPI_Alltoall(send, static_cast<int>(op.count), type, op.recv, static_cast<int>(op.count), type,
-                                 c.comm),
-                    c.where);
+          c.check(MPI_Alltoall(send, static_cast<int>(op.count), type, op.recv, static_cast<int>(op.count), type,
+                                 c.comm));
           return;
         }
       }
@@ -261,7 +256,7 @@ void run_transfer(Group& group, CollectiveOp& op) {
 
     case OpKind::Barrier:
       // With the agreement handshake every rank has already arrived.
-      if (!op.check_agreement) mpi_check(MPI_Barrier(c.comm), c.where);
+      if (!op.check_agreement) c.check(MPI_Barrier(c.comm));
       return;
 
     case OpKind::Split:

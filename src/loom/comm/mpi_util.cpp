@@ -11,10 +11,6 @@ std::string mpi_error_string(int rc) {
   return std::string(text, static_cast<size_t>(length));
 }
 
-void mpi_check(int rc, const std::string& what) {
-  if (rc != MPI_SUCCESS) throw Error(what + ": " + mpi_error_string(rc));
-}
-
 MPI_Datatype mpi_type(DType dtype) {
   switch (dtype) {
     case DType::F32: return MPI_FLOAT;

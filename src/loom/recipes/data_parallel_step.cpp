@@ -19,12 +19,22 @@ std::vector<parallel::ParamRange> param_ranges(const model::ParameterStore& para
 
 DataParallelStep::DataParallelStep(comm::Communicator& dp, model::Transformer& model, const runtime::RunConfig& config)
     : dp_(dp), model_(model), zero_(config.parallel.zero) {
-  check(zero_ >= 0 && zero_ <= 2, "parallel.zero " + std::to_string(zero_) + " is not supported by this trainer (valid: 0, 1, 2)");
+  check(zero_ >= 0 && zero_ <= 3, "parallel.zero " + std::to_string(zero_) + " is not supported by this trainer (valid: 0, 1, 2, 3)");
   model::ParameterStore& params = model.params();
   const std::vector<int> ready = model.gradient_ready_unit();
   ready_by_unit_.resize(model.units());
   for (size_t id = 0; id < ready.size(); ++id) ready_by_unit_[ready[id]].push_back(static_cast<int>(id));
 
+  if (zero_ == 3) {
+    std::vector<std::vector<int>> units;
+    for (int u = 0; u < model.units(); ++u) units.push_back(model.unit_parameters(u));
+    zero3_ = std::make_unique<parallel::Zero3>(dp, params.values(), params.grads(), param_ranges(params), units,
+                                               optimizer_segments(params), config.optim);
+    // Installed for good: a forward outside a micro-batch (evaluation) without the full
+    // parameters gathered is then an Error rather than a pass over released (zero) weights.
+    model.set_hooks(zero3_.get());
+    return;
+  }
   const int64_t bucket_bytes = static_cast<int64_t>(config.parallel.bucket_mb * 1024.0 * 1024.0);
   parallel::BucketLayout layout = parallel::make_buckets(param_ranges(params), bucket_bytes, dp.size());
   if (zero_ == 0) {
@@ -41,6 +51,10 @@ DataParallelStep::DataParallelStep(comm::Communicator& dp, model::Transformer& m
 DataParallelStep::~DataParallelStep() { model_.set_hooks(nullptr); }
 
 void DataParallelStep::begin_micro_batch(bool last) {
+  if (zero3_) {  // every micro-batch gathers and reduces unit by unit
+    zero3_->begin_micro_batch();
+    return;
+  }
   // Reductions start during backward: of the last micro-batch (zero 0, 1) or of each (zero 2).
   const bool reduce_now = (reducer_ || sharded_) && (last || zero_ == 2);
   model_.set_hooks(reduce_now ? this : nullptr);
@@ -54,6 +68,10 @@ void DataParallelStep::after_backward(int unit) {
 }
 
 void DataParallelStep::end_micro_batch(bool last) {
+  if (zero3_) {
+    zero3_->end_micro_batch();
+    return;
+  }
   model_.set_hooks(nullptr);
   if (zero_ == 2) {
     // The shards now hold this micro-batch's reduced gradient; the full buffer is free again.
@@ -67,6 +85,7 @@ void DataParallelStep::end_micro_batch(bool last) {
 }
 
 double DataParallelStep::step(double lr, int64_t step) {
+  if (zero3_) return zero3_->step(lr, step);  // the gradient buffer was released unit by unit
   model::ParameterStore& params = model_.params();
   double norm = sharded_ ? sharded_->step(lr, step) : adamw_->step(params.values(), params.grads(), lr, step);
   params.zero_grads();
@@ -77,6 +96,11 @@ void DataParallelStep::gather_moments(std::vector<float>& exp_avg, std::vector<f
   const int64_t total = model_.params().total();
   exp_avg.assign(total, 0.0f);
   exp_avg_sq.assign(total, 0.0f);
+  if (zero3_) {
+    zero3_->gather_moments(exp_avg.data(), exp_avg_sq.data());
+    zero3_->gather_full_parameters();
+    return;
+  }
   if (adamw_) {
     std::copy(adamw_->exp_avg(), adamw_->exp_avg() + total, exp_avg.begin());
     std::copy(adamw_->exp_avg_sq(), adamw_->exp_avg_sq() + total, exp_avg_sq.begin());
@@ -94,6 +118,11 @@ void DataParallelStep::gather_moments(std::vector<float>& exp_avg, std::vector<f
 
 void DataParallelStep::load_moments(const float* exp_avg, const float* exp_avg_sq) {
   const int64_t total = model_.params().total();
+  if (zero3_) {
+    zero3_->load_from_full();
+    zero3_->load_moments(exp_avg, exp_avg_sq);
+    return;
+  }
   if (adamw_) {
     std::copy(exp_avg, exp_avg + total, adamw_->exp_avg());
     std::copy(exp_avg_sq, exp_avg_sq + total, adamw_->exp_avg_sq());
@@ -106,7 +135,16 @@ void DataParallelStep::load_moments(const float* exp_avg, const float* exp_avg_s
   }
 }
 
+void DataParallelStep::gather_full_parameters() {
+  if (zero3_) zero3_->gather_full_parameters();
+}
+
+void DataParallelStep::release_full_parameters() {
+  if (zero3_) zero3_->release_full_parameters();
+}
+
 double DataParallelStep::hidden_fraction() const {
+  if (zero3_) return zero3_->hidden_fraction();
   if (reducer_) return reducer_->total_stats().hidden_fraction();
   if (sharded_) return sharded_->total_stats().hidden_fraction();
   return 1.0;
@@ -115,6 +153,18 @@ double DataParallelStep::hidden_fraction() const {
 std::string DataParallelStep::memory_report() const {
   const int64_t total = model_.params().total();
   parallel::MemoryBytes bytes{};
+  if (zero3_) {
+    // Persistent state only; the units gathered in flight come on top (peak_memory_report()).
+    const parallel::Zero3Memory m = zero3_->memory();
+    bytes.parameters = m.parameter_shard;  // fp32: the shard is its own master copy
+    bytes.gradients = m.gradient_shard;
+    bytes.optimizer_moments = m.moments;
+    bytes.communication_buffers = m.comm_buffers;
+    std::ostringstream out;
+    out << "memory per rank (allocated, fp32 training, zero 3, dp " << dp_.size()
+        << "): " << parallel::describe_memory(bytes) << "; plus the units gathered in flight";
+    return out.str();
+  }
   bytes.parameters = total * 4;
   bytes.gradients = total * 4;
   if (sharded_) {
@@ -129,6 +179,15 @@ std::string DataParallelStep::memory_report() const {
   std::ostringstream out;
   out << "memory per rank (allocated, fp32 training, zero " << zero_ << ", dp " << dp_.size()
       << "): " << parallel::describe_memory(bytes);
+  return out.str();
+}
+
+std::string DataParallelStep::peak_memory_report() const {
+  if (zero3_) return parallel::describe_zero3_peak(zero3_->memory());
+  std::ostringstream out;
+  out << "measured: process RSS now " << parallel::process_rss_bytes() / (1024 * 1024) << " MiB, peak "
+      << parallel::process_peak_rss_bytes() / (1024 * 1024) << " MiB (all ranks of the process; parameters and "
+      << "gradients are fully resident at zero " << zero_ << ")";
   return out.str();
 }
 

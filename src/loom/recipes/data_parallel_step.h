@@ -7,6 +7,10 @@
 //      for this rank's shard only; updated shards are all-gathered into every rank's parameters.
 //   2: as 1, with a reduce-scatter after every micro-batch so only the shard of the reduced
 //      gradient is kept across micro-batches (the full buffer holds one micro-batch at a time).
+//   3: parameters sharded too (parallel/zero3.h): each unit's parameters are gathered around
+//      its forward and backward and released after; gradients are reduce-scattered per unit.
+//      Outside a micro-batch the model's values buffer holds nothing: gather_full_parameters()
+//      before reading it (checkpoints, evaluation), release_full_parameters() after.
 // With one rank and zero 0 nothing is communicated.
 #include <memory>
 #include <string>
@@ -17,6 +21,7 @@
 #include "loom/optim/adamw.h"
 #include "loom/parallel/distributed_optimizer.h"
 #include "loom/parallel/grad_buckets.h"
+#include "loom/parallel/zero3.h"
 #include "loom/runtime/config.h"
 
 namespace loom::recipes {
@@ -35,15 +40,25 @@ class DataParallelStep : private model::ParameterHooks {
   double step(double lr, int64_t step);
 
   // Adam moments as full flat buffers laid out like the parameters (gathered from the shards).
+  // Zero 3: also gathers the full parameters into the model, since a checkpoint saves both; the
+  // next micro-batch (or release_full_parameters()) releases them.
   void gather_moments(std::vector<float>& exp_avg, std::vector<float>& exp_avg_sq);
   // Restores the moments from full flat buffers (each rank keeps its shards); parameters must
-  // already hold the checkpoint's values.
+  // already hold the checkpoint's values (zero 3 re-shards them from there).
   void load_moments(const float* exp_avg, const float* exp_avg_sq);
+
+  // Collective. The model's values buffer holds the full parameters until release (zero 3; the
+  // other stages always hold them, and these do nothing).
+  void gather_full_parameters();
+  void release_full_parameters();
 
   // Fraction of the gradient communication hidden behind backward, over all steps so far.
   double hidden_fraction() const;
   // Per-rank bytes by category: parameters, gradients, master weights, moments, comm buffers.
   std::string memory_report() const;
+  // The measured peak so far (zero 3: resident parameters and gradients per rank) and the
+  // process's peak RSS; for the report after the first step.
+  std::string peak_memory_report() const;
 
  private:
   void after_backward(int unit) override;
@@ -55,6 +70,7 @@ class DataParallelStep : private model::ParameterHooks {
   std::unique_ptr<optim::AdamW> adamw_;                      // zero 0
   std::unique_ptr<parallel::GradReducer> reducer_;          // zero 0 with dp > 1
   std::unique_ptr<parallel::DistributedOptimizer> sharded_;  // zero 1 and 2
+  std::unique_ptr<parallel::Zero3> zero3_;                   // zero 3
 };
 
 }  // namespace loom::recipes
