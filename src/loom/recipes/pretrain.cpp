@@ -161,9 +161,17 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
   int steps_this_run = 0;
   std::string last_checkpoint;
 
-  if (reporter && val_data && progress.step == 0 && run.train.eval_interval > 0) {
-    summary.first_val_loss = evaluate(model, *val_data, run);
-    message("step 0: val_loss " + std::to_string(*summary.first_val_loss));
+  // Rank 0 evaluates; with ZeRO-3 every rank first contributes its shard of the parameters.
+  auto evaluate_on_rank0 = [&]() -> std::optional<double> {
+    optimizer.gather_full_parameters();
+    std::optional<double> val_loss;
+    if (reporter) val_loss = evaluate(model, *val_data, run);
+    optimizer.release_full_parameters();
+    return val_loss;
+  };
+  if (val_data && progress.step == 0 && run.train.eval_interval > 0) {
+    summary.first_val_loss = evaluate_on_rank0();
+    if (reporter) message("step 0: val_loss " + std::to_string(*summary.first_val_loss));
   }
 
   for (int step = static_cast<int>(progress.step) + 1; step <= run.train.steps; ++step) {
@@ -216,6 +224,11 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
 
     const bool last = step == run.train.steps;
     const bool stop = stop_requested || (run.train.exit_interval > 0 && steps_this_run >= run.train.exit_interval);
+    std::optional<double> val_loss;
+    if (val_data && run.train.eval_interval > 0 && (step % run.train.eval_interval == 0 || last)) {
+      val_loss = evaluate_on_rank0();
+    }
+    if (steps_this_run == 1) out << optimizer.peak_memory_report() << "\n";
     if (reporter) {
       nlohmann::json record = {{"step", step},
                                {"loss", loss},
@@ -225,12 +238,11 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
                                {"gflops_per_s", flops_per_token * tokens_per_s / 1e9},
                                {"step_time_s", seconds},
                                {"consumed_samples", progress.consumed_samples}};
-      if (val_data && run.train.eval_interval > 0 && (step % run.train.eval_interval == 0 || last)) {
-        const double val_loss = evaluate(model, *val_data, run);
-        record["val_loss"] = val_loss;
+      if (val_loss) {
+        record["val_loss"] = *val_loss;
         if (!summary.first_val_loss) summary.first_val_loss = val_loss;
         summary.last_val_loss = val_loss;
-        message("step " + std::to_string(step) + ": val_loss " + std::to_string(val_loss));
+        message("step " + std::to_string(step) + ": val_loss " + std::to_string(*val_loss));
       }
       if (dp > 1) record["comm_hidden_fraction"] = optimizer.hidden_fraction();
       metrics->write(record);
