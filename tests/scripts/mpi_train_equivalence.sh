@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Data parallelism under MPI computes the same function as one rank: trains 12 steps on one rank
+# (threads backend) and on 4 MPI processes with ZeRO stages 0 and 1, and compares every step's
+# loss (relative 1e-5). Usage: mpi_train_equivalence.sh LOOM_BINARY MPIEXEC
+set -euo pipefail
+loom="$1"
+mpiexec="$2"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+for i in $(seq 1 300); do printf 'It is a truth universally acknowledged, item %d.\n\n' "$((i * 7))"; done > "$work/corpus.txt"
+"$loom" data prepare "$work/corpus.txt" --tokenizer byte --val-fraction 0 --output "$work/c" > /dev/null
+cat > "$work/config.yaml" <<YAML
+model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, max_seq_len: 32}
+data: {tokenizer: byte, train_prefix: $work/c_train, seq_len: 16}
+optim: {lr: 1.0e-3, warmup_steps: 2}
+train: {steps: 12, global_batch: 8, micro_batch: 8, threads: 1}
+log: {progress: false, interval: 100}
+YAML
+"$loom" train "$work/config.yaml" run.dir="$work/one" > /dev/null
+losses() { sed -E 's/.*"loss":([-0-9.e+]+).*/\1/' "$1/metrics.jsonl"; }
+for zero in 0 1; do
+  "$mpiexec" --allow-run-as-root --oversubscribe -np 4 "$loom" train "$work/config.yaml" runtime.backend=mpi \
+    run.dir="$work/mpi$zero" parallel.zero=$zero train.micro_batch=2 > "$work/mpi$zero.log" 2>&1 ||
+    { cat "$work/mpi$zero.log"; exit 1; }
+  paste <(losses "$work/one") <(losses "$work/mpi$zero") | awk -v zero="$zero" '
+    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1);
+      if (r > 1e-5) { printf "zero %s step %d: one rank %s, 4 MPI ranks %s (relative %.2e)\n", zero, n, $1, $2, r; bad = 1 } }
+    END { if (n != 12) { print "expected 12 steps, got " n; exit 1 } exit bad }'
+  echo "zero $zero: 4 MPI ranks match one rank over 12 steps"
+done
