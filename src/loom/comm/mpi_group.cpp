@@ -1,9 +1,7 @@
 #include "loom/comm/mpi_group.h"
 
 #include <algorithm>
-#include <cstring>
 #include <map>
-#include <sstream>
 
 #include "loom/comm/reduce.h"
 #include "loom/core/error.h"

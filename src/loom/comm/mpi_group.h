@@ -3,17 +3,25 @@
 // on it, and the Communicator that fronts it.
 //
 // How a collective runs. Issuing it (all_reduce_async, ...) assigns the next sequence number of
-// the group, publishes it in the arrival counters and queues the operation. Operations of a group
-// execute one at a time in issue order, either on the group's communication thread (so async
-// operations progress while the caller computes) or, when the caller waits for one that has not
-// started, inline on the caller's thread (a blocking call then costs no thread hand-off). Every
-// execution has two phases:
+// the group, publishes it in the arrival counters (mpi_arrival.h) and queues the operation.
+// Operations of a group execute one at a time in issue order, either inline on a caller that
+// waits for one not yet started (every blocking collective: no thread hand-off), or on the
+// group's communication thread, so that async operations progress while the caller computes
+// (the thread is woken at issue once the group is seen used asynchronously, else by the ticker
+// when an operation is still untouched a millisecond after issue). Every execution has two
+// phases:
 // 1. Handshake: a nonblocking all-reduce of the operation's descriptor, polled with MPI_Test. It
-//    proves that every rank has arrived and that all agree on the operation; a waiter whose
-//    deadline passes abandons it (the group is then unusable: the error says so).
+//    proves that every rank has arrived and that all agree on the operation (else every rank
+//    throws naming each rank's view, and the group stays usable). A waiter whose deadline passes
+//    abandons it and reads the arrival counters to name the ranks that never came; the group is
+//    unusable from then on (its later operations fail at once, saying why).
 // 2. Transfer: MPI's blocking collective (MPI_Allreduce, ...). Open MPI's blocking collectives
-//    are much faster than its nonblocking ones for large messages (2-3x at 64 MiB here, see
-//    docs/comm-benchmarks.md), and after the handshake every rank is known to be there.
+//    are much faster than its nonblocking ones for large messages (about 2x at 64 MiB here, see
+//    docs/benchmarks.md), and after the handshake every rank is known to be there.
+// With MpiOptions::check_agreement off there is no handshake: the communication thread runs the
+// transfer alone (a caller could not bound a blocking MPI call by its deadline), and a waiter
+// that times out still names the missing ranks from the counters.
+// Send and receive are MPI_Isend / MPI_Irecv polled by the waiter (see P2pWork).
 #include <array>
 #include <atomic>
 #include <climits>
