@@ -95,6 +95,17 @@ TEST_F(TrainCli, TrainingLowersValidationLossAndGenerates) {
   EXPECT_GT(generated.output.size(), std::string("Call me\n").size());
 }
 
+TEST_F(TrainCli, SimulatedTopologyCountsCrossSiteBytes) {
+  CommandResult run = train("runtime.ranks=4 train.steps=2 topology.simulate=true topology.ranks_per_node=1 "
+                            "topology.nodes_per_site=2 topology.cross_site_latency_us=100");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("cross_site"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("cross_site 0 B"), std::string::npos) << run.output;
+  CommandResult refused = train("runtime.backend=mpi topology.simulate=true");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("topology.simulate"), std::string::npos) << refused.output;
+}
+
 void expect_clear_failure(const CommandResult& result, std::initializer_list<std::string> mentions) {
   EXPECT_NE(result.exit_code, 0) << result.output;
   for (const std::string& m : mentions) EXPECT_NE(result.output.find(m), std::string::npos) << "missing '" << m << "' in:\n" << result.output;

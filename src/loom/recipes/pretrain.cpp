@@ -18,6 +18,8 @@
 #include "loom/ckpt/async_writer.h"
 #include "loom/ckpt/checkpoint.h"
 #include "loom/comm/launch.h"
+#include "loom/comm/simulated_links.h"
+#include "loom/comm/topology.h"
 #include "loom/core/error.h"
 #include "loom/data/sequence_loader.h"
 #include "loom/kernels/cpu/cross_entropy.h"
@@ -289,6 +291,21 @@ TrainSummary pretrain(const runtime::RunConfig& config, std::ostream& out) {
   options.ranks = config.runtime.ranks;
   options.comm.timeout =
       std::chrono::milliseconds(static_cast<int64_t>(std::llround(config.runtime.timeout_s * 1000.0)));
+  std::shared_ptr<comm::SimulatedLinks> links;
+  if (config.topology.simulate) {
+    // The threads backend delays every inter-rank copy by its link class and counts the bytes.
+    const std::string backend =
+        config.runtime.backend == "auto" ? comm::detect_backend() : config.runtime.backend;
+    check(backend == "threads", "topology.simulate needs the threads backend (runtime.backend is '" + backend +
+                                    "'; real launchers have real links)");
+    const runtime::TopologyConfig& t = config.topology;
+    links = std::make_shared<comm::SimulatedLinks>(
+        comm::topology_from_blocks(config.runtime.ranks, t.ranks_per_node, t.nodes_per_site),
+        comm::LinkSpecs{{t.node_latency_us, t.node_bandwidth_gbps},
+                        {t.site_latency_us, t.site_bandwidth_gbps},
+                        {t.cross_site_latency_us, t.cross_site_bandwidth_gbps}});
+    options.link_model = links;
+  }
   TrainSummary summary;
   std::mutex summary_mutex;
   comm::launch(options, [&](comm::Communicator& world) {
@@ -298,6 +315,7 @@ TrainSummary pretrain(const runtime::RunConfig& config, std::ostream& out) {
       summary = mine;
     }
   });
+  if (links) out << "simulated links: " << links->describe_traffic() << "\n";
   return summary;
 }
 
