@@ -96,7 +96,7 @@ TEST_F(TrainCli, TrainingLowersValidationLossAndGenerates) {
 }
 
 TEST_F(TrainCli, SimulatedTopologyCountsCrossSiteBytes) {
-  CommandResult run = train("runtime.ranks=4 train.steps=2 topology.simulate=true topology.ranks_per_node=1 "
+  CommandResult run = train("runtime.ranks=4 train.micro_batch=1 train.steps=2 topology.simulate=true topology.ranks_per_node=1 "
                             "topology.nodes_per_site=2 topology.cross_site_latency_us=100");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("cross_site"), std::string::npos) << run.output;
