@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds, prepares the shipped corpus and trains the embedded default (configs/tiny.yaml),
-# then prints a sample of generated text. Extra arguments are passed to `loom train` as overrides.
+# then prints a sample of generated text. Extra arguments are passed to `loom train` as overrides;
+# RUN_DIR (default runs/tiny) says where the run, its metrics and checkpoints go.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -11,6 +12,7 @@ tokenizer=byte
 if [ ! -f "data/$tokenizer/corpus_train.idx" ] || [ ! -f "data/$tokenizer/corpus_val.idx" ]; then
   build/loom data prepare .cache/data/corpus --tokenizer "$tokenizer" --output "data/$tokenizer/corpus" --val-fraction 0.02
 fi
-build/loom train configs/tiny.yaml "$@"
+run_dir="${RUN_DIR:-runs/tiny}"
+build/loom train configs/tiny.yaml run.dir="$run_dir" "$@"
 echo "--- sample ---"
-build/loom generate runs/tiny/checkpoints --prompt "The whale " --max-tokens 300 --temperature 0.8 --top-k 40 --seed 7
+build/loom generate "$run_dir/checkpoints" --prompt "The whale " --max-tokens 300 --temperature 0.8 --top-k 40 --seed 7
