@@ -3,6 +3,7 @@
 
 #include <filesystem>
 
+#include "loom/core/error.h"
 #include "loom/runtime/config.h"
 
 namespace loom::runtime {
@@ -18,6 +19,27 @@ TEST(ShippedConfigs, AllParseAndValidate) {
     ++count;
   }
   EXPECT_GE(count, 3);
+}
+
+}  // namespace
+}  // namespace loom::runtime
+
+namespace loom::runtime {
+namespace {
+
+TEST(ParallelConfig, DataParallelCanBeAuto) {
+  RunConfig a = parse_config("parallel:\n  dp: auto\n", "t.yaml", {});
+  EXPECT_TRUE(a.parallel.dp.is_auto());
+  RunConfig b = parse_config("", "t.yaml", {"parallel.dp=4"});
+  EXPECT_EQ(static_cast<int>(b.parallel.dp), 4);
+  EXPECT_NE(to_yaml(a).find("dp: auto"), std::string::npos) << to_yaml(a);
+  EXPECT_TRUE(parse_config(to_yaml(a), "round-trip", {}).parallel.dp.is_auto());
+  try {
+    parse_config("", "t.yaml", {"parallel.dp=many"});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a positive integer or auto"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -143,6 +143,24 @@ struct Value<int> {
 };
 
 template <>
+struct Value<AutoCount> {
+  static constexpr const char* kExpected = "a positive integer or auto";
+  static AutoCount parse(const YAML::Node& node, const Origin& origin) {
+    if (node.IsScalar() && node.Scalar() == "auto") return AutoCount{0};
+    int value = -1;
+    try {
+      value = Value<int>::parse(node, origin);
+    } catch (const Error&) {
+      wrong_type(origin, node, kExpected);
+    }
+    if (value < 0) wrong_type(origin, node, kExpected);
+    return AutoCount{value};
+  }
+  static void emit(YAML::Emitter& out, AutoCount value) { out << show(value); }
+  static std::string show(AutoCount value) { return value.is_auto() ? "auto" : std::to_string(value.value); }
+};
+
+template <>
 struct Value<uint64_t> {
   static constexpr const char* kExpected = "a non-negative integer (e.g. 1234)";
   static uint64_t parse(const YAML::Node& node, const Origin& origin) {
@@ -394,7 +412,7 @@ const std::vector<SectionSchema>& schema() {
               }),
       section("parallel", &RunConfig::parallel,
               {
-                  field("dp", &ParallelConfig::dp, at_least(0)),
+                  field("dp", &ParallelConfig::dp),
                   field("zero", &ParallelConfig::zero, at_least(0)),
                   field("bucket_mb", &ParallelConfig::bucket_mb, greater_than(0)),
               }),

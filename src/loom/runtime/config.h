@@ -104,9 +104,16 @@ struct TopologyConfig {
   bool simulate = false;                  // threads backend: delay transfers and count bytes per class
 };
 
+// A count that may be `auto` (written as 0): e.g. `parallel.dp: auto` = the rest of the world.
+struct AutoCount {
+  int value = 0;
+  bool is_auto() const { return value == 0; }
+  operator int() const { return value; }
+};
+
 // Parallel layout (see comm/mesh.h).
 struct ParallelConfig {
-  int dp = 0;               // data-parallel ranks; 0 = auto (the whole world)
+  AutoCount dp;             // data-parallel ranks; auto = world / (tp * cp * pp)
   int zero = 0;             // distributed optimizer stage: 0 (DDP), 1, 2
   double bucket_mb = 16.0;  // gradient bucket size for overlapped reduction
 };
