@@ -26,18 +26,22 @@ k::AdamWStep adamw_hyper(const runtime::OptimConfig& config, double lr, int64_t 
           clip_factor};
 }
 
+float clip_factor(const runtime::OptimConfig& config, double global_norm) {
+  if (config.clip_grad > 0.0 && global_norm > config.clip_grad) {
+    return static_cast<float>(config.clip_grad / (global_norm + 1e-6));
+  }
+  return 1.0f;
+}
+
 double global_norm(const float* grads, int64_t n) { return std::sqrt(k::sum_of_squares(grads, n)); }
 
 double AdamW::step(float* params, const float* grads, double lr, int64_t step) {
   const double norm = global_norm(grads, total_);
   // Clipping is fused into the update (one pass over the gradients fewer).
-  float clip_factor = 1.0f;
-  if (config_.clip_grad > 0.0 && norm > config_.clip_grad) {
-    clip_factor = static_cast<float>(config_.clip_grad / (norm + 1e-6));
-  }
+  const float clip = clip_factor(config_, norm);
   for (const Segment& s : segments_) {
     k::adamw_update(params + s.offset, grads + s.offset, exp_avg() + s.offset, exp_avg_sq() + s.offset, s.numel,
-                    adamw_hyper(config_, lr, step, s.weight_decay, clip_factor));
+                    adamw_hyper(config_, lr, step, s.weight_decay, clip));
   }
   return norm;
 }

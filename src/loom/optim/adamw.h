@@ -41,6 +41,10 @@ class AdamW {
 kernels::cpu::AdamWStep adamw_hyper(const runtime::OptimConfig& config, double lr, int64_t step, bool weight_decay,
                                     float clip_factor);
 
+// The factor gradients are scaled by to clip them to config.clip_grad (1 when no clipping is due).
+// One rule for every optimizer, sharded or not, so every layout computes the same function.
+float clip_factor(const runtime::OptimConfig& config, double global_norm);
+
 // Global L2 norm of grads[0..n).
 double global_norm(const float* grads, int64_t n);
 

@@ -179,14 +179,7 @@ double DistributedOptimizer::global_sum_of_squares() {
     local += k::sum_of_squares(grads + grad_offset_[b], layout_.buckets[b].shards[rank_].size());
   }
   // Reduced in f32 (the reducible dtypes); its rounding moves the clip factor by ~1e-7 relative.
-  auto sum_over = [](comm::Communicator& group, double value) {
-    if (group.size() == 1) return value;
-    float v = static_cast<float>(value);
-    group.all_reduce(&v, 1, DType::F32, comm::ReduceOp::Sum);
-    return static_cast<double>(v);
-  };
-  double total = sum_over(dp_, local);
-  for (comm::Communicator* g : options_.norm_groups) total = sum_over(*g, total);
+  double total = sum_over_groups(local, dp_, options_.norm_groups);
   return total;
 }
 
@@ -201,10 +194,7 @@ double DistributedOptimizer::step(double lr, int64_t step) {
                      "(or not) and call finish_grads() before step()");
   const double norm = std::sqrt(global_sum_of_squares());
   // Same clipping rule as optim::AdamW, so both compute the same function.
-  float clip_factor = 1.0f;
-  if (config_.clip_grad > 0.0 && norm > config_.clip_grad) {
-    clip_factor = static_cast<float>(config_.clip_grad / (norm + 1e-6));
-  }
+  const float clip_factor = optim::clip_factor(config_, norm);
   float* master = master_.data<float>();
   float* m = exp_avg_.data<float>();
   float* v = exp_avg_sq_.data<float>();

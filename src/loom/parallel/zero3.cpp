@@ -322,20 +322,10 @@ double Zero3::step(double lr, int64_t step) {
   const float* grads = grad_shards_.data<float>();
   for (const Section& sec : sections_) local += k::sum_of_squares(grads + sec.grad_offset, sec.mine.size());
   // Reduced in f32, as DistributedOptimizer does, so both stages clip alike.
-  auto sum_over = [](comm::Communicator& group, double value) {
-    if (group.size() == 1) return value;
-    float v = static_cast<float>(value);
-    group.all_reduce(&v, 1, DType::F32, comm::ReduceOp::Sum);
-    return static_cast<double>(v);
-  };
-  double total = sum_over(dp_, local);
-  for (comm::Communicator* g : options_.norm_groups) total = sum_over(*g, total);
+  double total = sum_over_groups(local, dp_, options_.norm_groups);
   const double norm = std::sqrt(total);
   // Same clipping rule as optim::AdamW, so every stage computes the same function.
-  float clip_factor = 1.0f;
-  if (config_.clip_grad > 0.0 && norm > config_.clip_grad) {
-    clip_factor = static_cast<float>(config_.clip_grad / (norm + 1e-6));
-  }
+  const float clip_factor = optim::clip_factor(config_, norm);
   float* shard = shard_.data<float>();
   float* m = exp_avg_.data<float>();
   float* v = exp_avg_sq_.data<float>();
