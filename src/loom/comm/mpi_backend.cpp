@@ -25,16 +25,6 @@ std::string thread_level_name(int level) {
   return "level " + std::to_string(level);
 }
 
-std::string describe(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "an exception that is not a std::exception";
-  }
-}
-
 [[noreturn]] void abort_job(int rank, const std::string& message) {
   std::fprintf(stderr, "loom: rank %d: %s\n", rank, message.c_str());
   std::fflush(stderr);
@@ -108,7 +98,7 @@ void run_mpi(const LaunchOptions& options, const std::function<void(Communicator
     if (done) break;
     // A rank that finished cleanly waits as long as the others work, as MPI_Finalize would.
     if (error && Clock::now() >= deadline) {
-      abort_job(rank, "error: " + describe(error) + "\nloom: rank " + std::to_string(rank) +
+      abort_job(rank, "error: " + describe_exception(error) + "\nloom: rank " + std::to_string(rank) +
                           ": the other ranks did not finish within " + std::to_string(kFailureGrace.count()) +
                           " s; aborting the job so that none waits for this one");
     }
@@ -119,7 +109,7 @@ void run_mpi(const LaunchOptions& options, const std::function<void(Communicator
   mpi_detail::stop_ticker();
   std::string stuck;
   if (mpi_detail::communication_thread_stuck(&stuck)) {
-    abort_job(rank, (error ? "error: " + describe(error) + "\nloom: rank " + std::to_string(rank) + ": " : "") + stuck +
+    abort_job(rank, (error ? "error: " + describe_exception(error) + "\nloom: rank " + std::to_string(rank) + ": " : "") + stuck +
                         "; aborting instead of finalising MPI");
   }
   // Every rank is here (the handshake above proved it), so the collective frees cannot hang.

@@ -16,16 +16,6 @@ std::string list(const std::vector<int>& values) {
   return out.str();
 }
 
-std::string what_of(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "an exception that is not a std::exception";
-  }
-}
-
 }  // namespace
 
 World::World(int size, CommOptions options, std::shared_ptr<LinkModel> link_model)
@@ -37,7 +27,7 @@ void World::fail(int rank, std::exception_ptr error) {
     std::lock_guard lock(mutex_);
     if (aborted_.load(std::memory_order_relaxed)) return;  // later failures are consequences
     first_error_ = error;
-    abort_reason_ = "world rank " + std::to_string(rank) + " failed: " + what_of(error);
+    abort_reason_ = "world rank " + std::to_string(rank) + " failed: " + describe_exception(error);
     aborted_.store(true, std::memory_order_release);
     for (const auto& weak : groups_) {
       if (auto group = weak.lock()) live.push_back(std::move(group));

@@ -1,5 +1,6 @@
 #pragma once
 // loom::Error: the one exception type; its message names the file/key/value and what would be valid.
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -13,6 +14,17 @@ class Error : public std::runtime_error {
 // Throws loom::Error(message) when `condition` is false.
 inline void check(bool condition, const std::string& message) {
   if (!condition) throw Error(message);
+}
+
+// The message of a captured exception (for reporting another thread's or rank's failure).
+inline std::string describe_exception(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
 }
 
 }  // namespace loom
