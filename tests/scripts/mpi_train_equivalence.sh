@@ -22,6 +22,8 @@ for zero in 0 1; do
   "$mpiexec" --allow-run-as-root --oversubscribe -np 4 "$loom" train "$work/config.yaml" runtime.backend=mpi \
     run.dir="$work/mpi$zero" parallel.zero=$zero train.micro_batch=2 > "$work/mpi$zero.log" 2>&1 ||
     { cat "$work/mpi$zero.log"; exit 1; }
+  reports=$(grep -c "^trained steps" "$work/mpi$zero.log" || true)
+  [ "$reports" -eq 1 ] || { echo "expected one summary (rank 0's), got $reports:"; cat "$work/mpi$zero.log"; exit 1; }
   paste <(losses "$work/one") <(losses "$work/mpi$zero") | awk -v zero="$zero" '
     { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1);
       if (r > 1e-5) { printf "zero %s step %d: one rank %s, 4 MPI ranks %s (relative %.2e)\n", zero, n, $1, $2, r; bad = 1 } }

@@ -307,6 +307,7 @@ TrainSummary pretrain(const runtime::RunConfig& config, std::ostream& out) {
     options.link_model = links;
   }
   TrainSummary summary;
+  summary.reporter = false;  // set by the rank that reports (in this process, if any)
   std::mutex summary_mutex;
   comm::launch(options, [&](comm::Communicator& world) {
     TrainSummary mine = train_rank(config, world, out);
