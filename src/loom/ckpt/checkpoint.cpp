@@ -461,7 +461,7 @@ LoadedCheckpoint load_checkpoint(const std::string& path_or_root) {
       candidates.push_back((fs::path(root) / *latest).string());
       below = *step;
     } else {
-      problems.push_back("'" + latest_path + "' holds '" + *latest + "', not a step-XXXXXXXX directory name");
+      problems.push_back("'" + latest_path + "' holds '" + *latest + "', not a step directory name such as step-00000060");
       std::cerr << "loom: warning: " << problems.back() << "; trying the step directories instead\n";
     }
   }
@@ -470,7 +470,7 @@ LoadedCheckpoint load_checkpoint(const std::string& path_or_root) {
     if (!below || it->step < *below) candidates.push_back(it->path);
   }
   check(!candidates.empty() || !problems.empty(),
-        "no checkpoint in '" + root + "' (expected step-XXXXXXXX directories and a 'latest' file)");
+        "no checkpoint in '" + root + "' (expected step-NNNNNNNN directories and a 'latest' file)");
 
   for (size_t i = 0; i < candidates.size(); ++i) {
     try {

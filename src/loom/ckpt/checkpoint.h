@@ -1,7 +1,7 @@
 #pragma once
 // Saving and loading checkpoints.
 //
-// A checkpoint is `<root>/step-XXXXXXXX/` holding `manifest.json` (see manifest.h) and one data
+// A checkpoint is `<root>/step-NNNNNNNN/` holding `manifest.json` (see manifest.h) and one data
 // file per writing rank (`rank-00000.bin`); `<root>/latest` names the newest complete one.
 // Tensors are global: each is stored as shards that carry their global slice, so a checkpoint
 // written by any layout can be read into any other. Today one rank writes every shard.
@@ -70,13 +70,13 @@ CheckpointSnapshot snapshot_checkpoint(int64_t step, const std::vector<TensorRef
 enum class SaveStage {
   DataWritten,      // data file written and fsync'd
   ManifestWritten,  // manifest written, directory fsync'd; nothing visible yet
-  Published,        // renamed to step-XXXXXXXX; `latest` still names the previous one
+  Published,        // renamed to step-NNNNNNNN; `latest` still names the previous one
   LatestUpdated,    // `latest` names it; retention comes next
 };
 // An observer may throw to abort the save at that point (tests use it to inject failures).
 using SaveObserver = std::function<void(SaveStage stage, const std::string& dir)>;
 
-// Writes `snapshot` to `<root>/step-XXXXXXXX` (creating root; replacing an existing directory of
+// Writes `snapshot` to `<root>/step-NNNNNNNN` (creating root; replacing an existing directory of
 // the same step safely), points `latest` at it, then keeps the newest `keep` checkpoints at or
 // below this step (keep <= 0: all; see apply_retention). Throws loom::Error naming the file on
 // any write failure, after removing its temporary directory.

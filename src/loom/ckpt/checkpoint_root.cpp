@@ -102,14 +102,14 @@ std::string resolve_checkpoint(const std::string& path_or_root) {
       // Built by appending: gcc 12 warns falsely (-Wrestrict) on "'" + temporary.
       std::string message = "'";
       message.append((fs::path(path_or_root) / kLatestFile).string()).append("' holds '").append(*latest);
-      throw Error(message.append("' (valid: the name of a step-XXXXXXXX directory)"));
+      throw Error(message.append("' (valid: the name of a step directory such as step-00000060)"));
     }
     return (fs::path(path_or_root) / *latest).string();
   }
   auto all = list_checkpoints(path_or_root);
   check(!all.empty(), "'" + path_or_root +
                           "' is neither a checkpoint (no manifest.json) nor a checkpoint root (no 'latest' file, "
-                          "no step-XXXXXXXX directories)");
+                          "no step-NNNNNNNN directories)");
   return all.back().path;
 }
 

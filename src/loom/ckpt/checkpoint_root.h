@@ -1,5 +1,5 @@
 #pragma once
-// A checkpoint root: the directory holding one `step-XXXXXXXX` directory per saved step, a
+// A checkpoint root: the directory holding one `step-NNNNNNNN` directory per saved step, a
 // `latest` file naming the newest complete one, and `.tmp-*` directories of saves in progress.
 #include <cstdint>
 #include <optional>
@@ -14,9 +14,9 @@ inline constexpr std::string_view kTempPrefix = ".tmp-";
 
 // step-00000060 (at least 8 digits).
 std::string step_dir_name(int64_t step);
-// The step of a `step-XXXXXXXX` name; nullopt for any other name.
+// The step of a `step-NNNNNNNN` name; nullopt for any other name.
 std::optional<int64_t> parse_step_dir_name(std::string_view name);
-// True when `path` is a checkpoint directory (holds manifest.json or is named step-XXXXXXXX).
+// True when `path` is a checkpoint directory (holds manifest.json or is named step-NNNNNNNN).
 bool is_checkpoint_dir(const std::string& path);
 
 struct CheckpointEntry {
