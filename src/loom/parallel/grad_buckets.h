@@ -148,10 +148,6 @@ class GradReducer {
   OverlapStats last_, total_;
 };
 
-// Sums a per-rank value (e.g. a squared gradient norm) over `group` and then each of `more`.
-// Carried in f32 (the reducible dtypes): its rounding moves a clip factor by ~1e-7 relative.
-double sum_over_groups(double local, comm::Communicator& group, const std::vector<comm::Communicator*>& more);
-
 // Checks that `op` is one gradients can be combined with (Sum or Avg); `who` names the caller.
 void check_gradient_op(comm::ReduceOp op, const std::string& who);
 

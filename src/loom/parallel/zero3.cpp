@@ -12,6 +12,7 @@
 
 #include "loom/core/error.h"
 #include "loom/kernels/cpu/adamw.h"
+#include "loom/parallel/global_norm.h"
 
 namespace loom::parallel {
 
