@@ -413,8 +413,22 @@ const std::vector<SectionSchema>& schema() {
       section("parallel", &RunConfig::parallel,
               {
                   field("dp", &ParallelConfig::dp),
+                  field("tp", &ParallelConfig::tp, at_least(1)),
+                  field("sequence_parallel", &ParallelConfig::sequence_parallel),
                   field("zero", &ParallelConfig::zero, at_least(0)),
                   field("bucket_mb", &ParallelConfig::bucket_mb, greater_than(0)),
+              }),
+      section("precision", &RunConfig::precision,
+              {
+                  field("recipe", &PrecisionConfig::recipe,
+                        one_of({"fp32", "bf16", "fp16", "fp8_delayed", "fp8_current", "fp8_blockwise", "mxfp8"})),
+                  field("grad_reduce", &PrecisionConfig::grad_reduce, one_of({"fp32", "bf16"})),
+                  field("loss_scale_initial", &PrecisionConfig::loss_scale_initial, greater_than(0)),
+                  field("loss_scale_growth_interval", &PrecisionConfig::loss_scale_growth_interval, at_least(1)),
+                  field("loss_scale_min", &PrecisionConfig::loss_scale_min, greater_than(0)),
+                  field("fp8_amax_history", &PrecisionConfig::fp8_amax_history, at_least(1)),
+                  field("fp8_margin", &PrecisionConfig::fp8_margin, at_least(0)),
+                  field("fp8_edge_layers_bf16", &PrecisionConfig::fp8_edge_layers_bf16),
               }),
       section("topology", &RunConfig::topology,
               {
@@ -491,6 +505,15 @@ const std::vector<SectionSchema>& schema() {
               {
                   field("interval", &LogConfig::interval, at_least(1)),
                   field("progress", &LogConfig::progress),
+              }),
+      section("fault", &RunConfig::fault,
+              {
+                  field("kill_rank", &FaultConfig::kill_rank, at_least(-1)),
+                  field("kill_step", &FaultConfig::kill_step, at_least(0)),
+                  field("stall_rank", &FaultConfig::stall_rank, at_least(-1)),
+                  field("stall_step", &FaultConfig::stall_step, at_least(0)),
+                  field("stall_s", &FaultConfig::stall_s, at_least(0.0)),
+                  field("corrupt_step", &FaultConfig::corrupt_step, at_least(0)),
               }),
   };
   return sections;

@@ -114,14 +114,40 @@ struct AutoCount {
 // Parallel layout (see comm/mesh.h).
 struct ParallelConfig {
   AutoCount dp;             // data-parallel ranks; auto = world / (tp * cp * pp)
-  int zero = 0;             // distributed optimizer stage: 0 (DDP), 1, 2
+  int tp = 1;               // tensor-parallel ranks (Megatron column/row split)
+  bool sequence_parallel = false;  // split norms/residuals along the sequence over the tp group
+  int zero = 0;             // distributed optimizer stage: 0 (DDP), 1, 2, 3
   double bucket_mb = 16.0;  // gradient bucket size for overlapped reduction
+};
+
+// Numeric formats of a run (see docs/precision.md). Master weights and optimizer state are
+// always fp32; `recipe` picks what the GEMMs of linear layers compute in.
+struct PrecisionConfig {
+  std::string recipe = "fp32";  // fp32 | bf16 | fp16 | fp8_delayed | fp8_current | fp8_blockwise | mxfp8
+  std::string grad_reduce = "fp32";  // fp32 | bf16: dtype of data-parallel gradient reduction
+  double loss_scale_initial = 65536.0;  // fp16: dynamic loss scale to start from
+  int loss_scale_growth_interval = 1000;  // fp16: clean steps before the scale doubles
+  double loss_scale_min = 1.0;          // fp16: the scale never drops below this
+  int fp8_amax_history = 16;            // fp8_delayed: steps of amax history per tensor
+  int fp8_margin = 0;                   // fp8: scale = fp8_max / amax / 2^margin
+  bool fp8_edge_layers_bf16 = true;     // fp8 recipes: first and last block's linears in bf16
+};
+
+// Faults injected on purpose, for tests and demonstrations of recovery (see docs/operations.md).
+struct FaultConfig {
+  int kill_rank = -1;       // this rank exits abruptly ...
+  int kill_step = 0;        // ... when it reaches this step (0 = never)
+  int stall_rank = -1;      // this rank stops making progress ...
+  int stall_step = 0;       // ... at this step (0 = never) ...
+  double stall_s = 0.0;     // ... for this long (0 = forever)
+  int corrupt_step = 0;     // after saving this step's checkpoint, damage one of its shards (0 = never)
 };
 
 struct RunConfig {
   RunSection run;
   RuntimeConfig runtime;
   ParallelConfig parallel;
+  PrecisionConfig precision;
   TopologyConfig topology;
   ModelConfig model;
   DataConfig data;
@@ -129,6 +155,7 @@ struct RunConfig {
   TrainConfig train;
   CheckpointConfig checkpoint;
   LogConfig log;
+  FaultConfig fault;
 };
 
 // Loads `path` (YAML) and applies `overrides` ("section.key=value", "++section.key=value").
