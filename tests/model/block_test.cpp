@@ -12,7 +12,8 @@ void check_block(runtime::ModelConfig config, const LayerSpec& spec, bool use_ro
   ParameterStore store;
   std::unique_ptr<kernels::cpu::RopeTable> rope;
   if (use_rope) rope = std::make_unique<kernels::cpu::RopeTable>(config.max_seq_len, config.d_model / config.heads, 10000.0);
-  Block block(store, 0, config, spec, rope.get());
+  TensorParallel tp;  // one rank
+  Block block(store, tp, 0, config, spec, rope.get());
   store.allocate();
   store.initialize(3);
   // Non-trivial norm weights and biases so their gradients are exercised too.
@@ -22,14 +23,15 @@ void check_block(runtime::ModelConfig config, const LayerSpec& spec, bool use_ro
   std::vector<float> y(n);
   Block::Saved saved;
   Workspace work;
+  ParallelScratch scratch;
   auto loss = [&] {
-    block.forward(saved, x.data(), y.data(), batch, seq);
+    block.forward(saved, x.data(), y.data(), batch, seq, scratch);
     return loom::testing::weighted_sum(y.data(), dy.data(), n);
   };
   loss();
   store.zero_grads();
   std::vector<float> dx = dy;  // d(x_out) in, d(x_in) out
-  block.backward(dx.data(), x.data(), saved, work, batch, seq);
+  block.backward(dx.data(), x.data(), saved, work, batch, seq, scratch);
   std::vector<float> analytic(store.grads(), store.grads() + store.total());
   loom::testing::FdTolerance tol{.eps = 1e-2, .atol = 1e-3, .rtol = 1e-2, .max_checks = 24};
   loom::testing::expect_gradient_matches("d_input", x.data(), n, dx.data(), loss, tol);

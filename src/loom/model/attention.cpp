@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "loom/core/error.h"
 #include "loom/kernels/cpu/attention.h"
 #include "loom/kernels/cpu/linear.h"
 
@@ -9,50 +10,79 @@ namespace loom::model {
 
 namespace k = loom::kernels::cpu;
 
-Attention::Attention(ParameterStore& store, const std::string& prefix, int d_model, int heads, int kv_heads,
-                     bool bias, const k::RopeTable* rope, float init_std, float out_std)
-    : store_(&store), d_model_(d_model), heads_(heads), kv_heads_(kv_heads), head_dim_(d_model / heads), rope_(rope) {
+Attention::Attention(ParameterStore& store, const TensorParallel& tp, int layer, const std::string& prefix,
+                     int d_model, int heads, int kv_heads, bool bias, const k::RopeTable* rope, float init_std,
+                     float out_std)
+    : store_(&store), tp_(&tp), d_model_(d_model), head_dim_(d_model / heads), rope_(rope) {
+  const int ranks = tp.size(), rank = tp.rank(), hd = head_dim_;
+  const std::string where = "layer " + std::to_string(layer) + " (" + prefix + ")";
+  check(heads % ranks == 0, where + ": " + std::to_string(heads) + " attention heads cannot be split over " +
+                                std::to_string(ranks) + " tensor-parallel ranks (parallel.tp must divide heads)");
+  check(kv_heads % ranks == 0 || ranks % kv_heads == 0,
+        where + ": " + std::to_string(kv_heads) + " kv heads and parallel.tp = " + std::to_string(ranks) +
+            ": one must divide the other (kv heads split over ranks, or each replicated on tp / kv_heads ranks)");
+  heads_ = heads / ranks;
+  // kv heads: split when there are enough, else the one this rank's query heads read, replicated.
+  const int replicas = kv_heads >= ranks ? 1 : ranks / kv_heads;
+  kv_heads_ = kv_heads >= ranks ? kv_heads / ranks : 1;
+  const int first_kv = kv_heads >= ranks ? rank * kv_heads_ : rank / replicas;
+  auto kv_spec = [&](Shape global, int dim) {
+    ShardSpec spec = tp.split(std::move(global), dim, static_cast<int64_t>(first_kv) * hd,
+                              static_cast<int64_t>(kv_heads_) * hd);
+    if (replicas > 1) {
+      spec.grad_sync = TpGradSync::SumOverHolders;  // each holder saw only its query heads
+      spec.counts_in_norm = rank % replicas == 0;
+    }
+    return spec;
+  };
+  const int64_t q_start = static_cast<int64_t>(rank) * heads_ * hd, q_len = static_cast<int64_t>(heads_) * hd;
+  const int64_t kv_len = static_cast<int64_t>(kv_heads_) * hd;
   // Registered back to back so [q; k; v] is one [(heads + 2 kv_heads) * head_dim, d_model] matrix.
-  qkv_weight_ = store.add(prefix + ".q_proj.weight", {heads * head_dim_, d_model}, Init::Normal, init_std);
-  store.add(prefix + ".k_proj.weight", {kv_heads * head_dim_, d_model}, Init::Normal, init_std);
-  store.add(prefix + ".v_proj.weight", {kv_heads * head_dim_, d_model}, Init::Normal, init_std);
+  qkv_weight_ = store.add(prefix + ".q_proj.weight", {q_len, d_model}, Init::Normal, init_std,
+                          tp.split({static_cast<int64_t>(heads) * hd, d_model}, 0, q_start, q_len));
+  store.add(prefix + ".k_proj.weight", {kv_len, d_model}, Init::Normal, init_std,
+            kv_spec({static_cast<int64_t>(kv_heads) * hd, d_model}, 0));
+  store.add(prefix + ".v_proj.weight", {kv_len, d_model}, Init::Normal, init_std,
+            kv_spec({static_cast<int64_t>(kv_heads) * hd, d_model}, 0));
   if (bias) {
-    qkv_bias_ = store.add(prefix + ".q_proj.bias", {heads * head_dim_}, Init::Zeros);
-    store.add(prefix + ".k_proj.bias", {kv_heads * head_dim_}, Init::Zeros);
-    store.add(prefix + ".v_proj.bias", {kv_heads * head_dim_}, Init::Zeros);
+    qkv_bias_ = store.add(prefix + ".q_proj.bias", {q_len}, Init::Zeros, 0.0f,
+                          tp.split({static_cast<int64_t>(heads) * hd}, 0, q_start, q_len));
+    store.add(prefix + ".k_proj.bias", {kv_len}, Init::Zeros, 0.0f, kv_spec({static_cast<int64_t>(kv_heads) * hd}, 0));
+    store.add(prefix + ".v_proj.bias", {kv_len}, Init::Zeros, 0.0f, kv_spec({static_cast<int64_t>(kv_heads) * hd}, 0));
   }
-  out_weight_ = store.add(prefix + ".o_proj.weight", {d_model, heads * head_dim_}, Init::Normal, out_std);
-  if (bias) out_bias_ = store.add(prefix + ".o_proj.bias", {d_model}, Init::Zeros);
+  out_weight_ = store.add(prefix + ".o_proj.weight", {d_model, q_len}, Init::Normal, out_std,
+                          tp.split({d_model, static_cast<int64_t>(heads) * hd}, 1, q_start, q_len));
+  if (bias) out_bias_ = store.add(prefix + ".o_proj.bias", {d_model}, Init::Zeros, 0.0f, tp.replicated());
+  qkv_.emplace(store, tp, qkv_weight_, qkv_bias_, d_model, qkv_width());
+  out_.emplace(store, tp, out_weight_, out_bias_, q_len, d_model);
 }
 
-void Attention::forward(Saved& saved, float* residual, const float* normed, int64_t batch, int64_t seq) const {
+void Attention::forward(Saved& saved, float* residual, const float* normed, int64_t batch, int64_t seq,
+                        ParallelScratch& scratch) const {
   const int64_t rows = batch * seq, W = qkv_width(), att_width = heads_ * head_dim_;
   float* qkv = sized(saved.qkv, rows * W);
-  k::linear_forward(qkv, normed, store_->value(qkv_weight_), qkv_bias_ >= 0 ? store_->value(qkv_bias_) : nullptr,
-                    rows, d_model_, W);
+  qkv_->forward(qkv, normed, rows, scratch);
   if (rope_ != nullptr) k::rope_forward(qkv, rows, W, 0, heads_ + kv_heads_, seq, 0, *rope_);
   float* att = sized(saved.att, rows * att_width);
   float* probs = zeroed(saved.probs, batch * heads_ * seq * seq);
   k::attention_forward(att, probs, qkv, {batch, seq, heads_, kv_heads_, head_dim_});
-  k::linear_forward(residual, att, store_->value(out_weight_), out_bias_ >= 0 ? store_->value(out_bias_) : nullptr,
-                    rows, att_width, d_model_, true);
+  out_->forward(residual, att, rows, scratch);
 }
 
 void Attention::backward(float* d_normed, const float* d_residual, const float* normed, const Saved& saved,
-                         Workspace& work, int64_t batch, int64_t seq) const {
+                         Workspace& work, int64_t batch, int64_t seq, ParallelScratch& scratch) const {
   const int64_t rows = batch * seq, W = qkv_width(), att_width = heads_ * head_dim_;
   float* d_att = zeroed(work.d_att, rows * att_width);
-  k::linear_backward(d_att, store_->grad(out_weight_), out_bias_ >= 0 ? store_->grad(out_bias_) : nullptr,
-                     d_residual, saved.att.data(), store_->value(out_weight_), rows, att_width, d_model_);
+  out_->backward(d_att, d_residual, saved.att.data(), rows, scratch);
   float* d_qkv = zeroed(work.d_qkv, rows * W);
   k::attention_backward(d_qkv, d_att, saved.probs.data(), saved.qkv.data(), {batch, seq, heads_, kv_heads_, head_dim_});
   if (rope_ != nullptr) k::rope_backward(d_qkv, rows, W, 0, heads_ + kv_heads_, seq, 0, *rope_);
-  k::linear_backward(d_normed, store_->grad(qkv_weight_), qkv_bias_ >= 0 ? store_->grad(qkv_bias_) : nullptr, d_qkv,
-                     normed, store_->value(qkv_weight_), rows, d_model_, W);
+  qkv_->backward(d_normed, d_qkv, normed, rows, scratch);
 }
 
 void Attention::decode(float* residual, const float* normed, int64_t rows, int64_t past, KVCache& cache,
                        Saved& scratch, int64_t max_positions) const {
+  check(tp_->single(), "generation runs on one rank (parallel.tp = 1)");
   const int64_t W = qkv_width(), kv_width = kv_heads_ * head_dim_, att_width = heads_ * head_dim_;
   float* qkv = sized(scratch.qkv, rows * W);
   k::linear_forward(qkv, normed, store_->value(qkv_weight_), qkv_bias_ >= 0 ? store_->value(qkv_bias_) : nullptr,

@@ -6,9 +6,9 @@
 
 namespace loom::model {
 
-Block::Block(ParameterStore& store, int layer, const runtime::ModelConfig& config, const LayerSpec& spec,
-             const kernels::cpu::RopeTable* rope)
-    : d_model_(config.d_model) {
+Block::Block(ParameterStore& store, const TensorParallel& tp, int layer, const runtime::ModelConfig& config,
+             const LayerSpec& spec, const kernels::cpu::RopeTable* rope)
+    : tp_(&tp), d_model_(config.d_model) {
   const std::string prefix = "model.layers." + std::to_string(layer);
   const bool layer_norm = config.norm == "layer";
   const float eps = static_cast<float>(config.norm_eps);
@@ -16,51 +16,53 @@ Block::Block(ParameterStore& store, int layer, const runtime::ModelConfig& confi
   // Residual-branch outputs start smaller so the stream's variance does not grow with depth (GPT-2).
   const float out_std = std / std::sqrt(2.0f * static_cast<float>(config.layers));
   if (spec.has_attention) {
-    norm1_.emplace(store, prefix + ".input_layernorm", config.d_model, layer_norm, eps);
-    attention_.emplace(store, prefix + ".self_attn", config.d_model, config.heads, spec.kv_heads, config.bias, rope,
-                       std, out_std);
+    norm1_.emplace(store, prefix + ".input_layernorm", config.d_model, layer_norm, eps, tp.replicated());
+    attention_.emplace(store, tp, layer, prefix + ".self_attn", config.d_model, config.heads, spec.kv_heads,
+                       config.bias, rope, std, out_std);
   }
   if (spec.has_mlp()) {
-    norm2_.emplace(store, prefix + ".post_attention_layernorm", config.d_model, layer_norm, eps);
-    mlp_.emplace(store, prefix + ".mlp", config.d_model, spec.ffn_size, config.activation == "swiglu", config.bias,
-                 std, out_std);
+    norm2_.emplace(store, prefix + ".post_attention_layernorm", config.d_model, layer_norm, eps, tp.replicated());
+    mlp_.emplace(store, tp, layer, prefix + ".mlp", config.d_model, spec.ffn_size, config.activation == "swiglu",
+                 config.bias, std, out_std);
   }
 }
 
-void Block::forward(Saved& saved, const float* x_in, float* x_out, int64_t batch, int64_t seq) const {
-  const int64_t rows = batch * seq, n = rows * d_model_;
+void Block::forward(Saved& saved, const float* x_in, float* x_out, int64_t batch, int64_t seq,
+                    ParallelScratch& scratch) const {
+  // Norms and residual adds run on this rank's rows; the sub-blocks see all rows inside.
+  const int64_t rows = batch * seq, local = tp_->local_rows(rows), n = local * d_model_;
   const float* mid = x_in;
   if (attention_) {
-    norm1_->forward(saved.norm1, x_in, rows);
+    norm1_->forward(saved.norm1, x_in, local);
     float* m = sized(saved.mid, n);
     std::copy(x_in, x_in + n, m);
-    attention_->forward(saved.attention, m, saved.norm1.out.data(), batch, seq);
+    attention_->forward(saved.attention, m, saved.norm1.out.data(), batch, seq, scratch);
     mid = m;
   }
   std::copy(mid, mid + n, x_out);
   if (mlp_) {
-    norm2_->forward(saved.norm2, mid, rows);
-    mlp_->forward(saved.mlp, x_out, saved.norm2.out.data(), rows);
+    norm2_->forward(saved.norm2, mid, local);
+    mlp_->forward(saved.mlp, x_out, saved.norm2.out.data(), rows, scratch);
   }
 }
 
-void Block::backward(float* d_x, const float* x_in, const Saved& saved, Workspace& work, int64_t batch,
-                     int64_t seq) const {
-  const int64_t rows = batch * seq, n = rows * d_model_;
+void Block::backward(float* d_x, const float* x_in, const Saved& saved, Workspace& work, int64_t batch, int64_t seq,
+                     ParallelScratch& scratch) const {
+  const int64_t rows = batch * seq, local = tp_->local_rows(rows), n = local * d_model_;
   if (mlp_) {
     const float* mid = attention_ ? saved.mid.data() : x_in;
     float* d_normed = zeroed(work.d_normed, n);
-    mlp_->backward(d_normed, d_x, saved.norm2.out.data(), saved.mlp, work, rows);
-    norm2_->backward(d_x, d_normed, mid, saved.norm2, rows);
+    mlp_->backward(d_normed, d_x, saved.norm2.out.data(), saved.mlp, work, rows, scratch);
+    norm2_->backward(d_x, d_normed, mid, saved.norm2, local);
   }
   if (attention_) {
     float* d_normed = zeroed(work.d_normed, n);
-    attention_->backward(d_normed, d_x, saved.norm1.out.data(), saved.attention, work, batch, seq);
-    norm1_->backward(d_x, d_normed, x_in, saved.norm1, rows);
+    attention_->backward(d_normed, d_x, saved.norm1.out.data(), saved.attention, work, batch, seq, scratch);
+    norm1_->backward(d_x, d_normed, x_in, saved.norm1, local);
   }
 }
 
-void Block::decode(float* x, int64_t rows, int64_t past, KVCache& cache, Saved& scratch,
+void Block::decode(float* x, int64_t rows, int64_t past, KVCache& cache, Saved& scratch, ParallelScratch& tp_scratch,
                    int64_t max_positions) const {
   if (attention_) {
     norm1_->forward(scratch.norm1, x, rows);
@@ -68,7 +70,7 @@ void Block::decode(float* x, int64_t rows, int64_t past, KVCache& cache, Saved& 
   }
   if (mlp_) {
     norm2_->forward(scratch.norm2, x, rows);
-    mlp_->forward(scratch.mlp, x, scratch.norm2.out.data(), rows);
+    mlp_->forward(scratch.mlp, x, scratch.norm2.out.data(), rows, tp_scratch);
   }
 }
 

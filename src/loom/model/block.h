@@ -18,17 +18,21 @@ class Block {
     Mlp::Saved mlp;
     Buffer mid;
   };
-  Block(ParameterStore& store, int layer, const runtime::ModelConfig& config, const LayerSpec& spec,
-        const kernels::cpu::RopeTable* rope);
+  Block(ParameterStore& store, const TensorParallel& tp, int layer, const runtime::ModelConfig& config,
+        const LayerSpec& spec, const kernels::cpu::RopeTable* rope);
 
-  void forward(Saved& saved, const float* x_in, float* x_out, int64_t batch, int64_t seq) const;
+  // x_in / x_out: this rank's rows of the residual stream (all of them unless sequence parallel).
+  void forward(Saved& saved, const float* x_in, float* x_out, int64_t batch, int64_t seq,
+               ParallelScratch& scratch) const;
   // d_x holds d(loss)/d(x_out) on entry and d(loss)/d(x_in) on return.
-  void backward(float* d_x, const float* x_in, const Saved& saved, Workspace& work, int64_t batch,
-                int64_t seq) const;
+  void backward(float* d_x, const float* x_in, const Saved& saved, Workspace& work, int64_t batch, int64_t seq,
+                ParallelScratch& scratch) const;
   // Inference on `rows` new positions of one sequence; x is updated in place.
-  void decode(float* x, int64_t rows, int64_t past, KVCache& cache, Saved& scratch, int64_t max_positions) const;
+  void decode(float* x, int64_t rows, int64_t past, KVCache& cache, Saved& scratch, ParallelScratch& tp_scratch,
+              int64_t max_positions) const;
 
  private:
+  const TensorParallel* tp_;
   std::optional<Norm> norm1_, norm2_;
   std::optional<Attention> attention_;
   std::optional<Mlp> mlp_;

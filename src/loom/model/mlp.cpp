@@ -1,60 +1,65 @@
 #include "loom/model/mlp.h"
 
+#include "loom/core/error.h"
 #include "loom/kernels/cpu/activation.h"
-#include "loom/kernels/cpu/linear.h"
 
 namespace loom::model {
 
 namespace k = loom::kernels::cpu;
 
-Mlp::Mlp(ParameterStore& store, const std::string& prefix, int d_model, int ffn_size, bool swiglu, bool bias,
-         float init_std, float out_std)
-    : store_(&store), d_model_(d_model), ffn_(ffn_size), swiglu_(swiglu) {
+Mlp::Mlp(ParameterStore& store, const TensorParallel& tp, int layer, const std::string& prefix, int d_model,
+         int ffn_size, bool swiglu, bool bias, float init_std, float out_std)
+    : d_model_(d_model), swiglu_(swiglu) {
+  check(ffn_size % tp.size() == 0, "layer " + std::to_string(layer) + " (" + prefix + "): ffn_size " +
+                                        std::to_string(ffn_size) + " cannot be split over " +
+                                        std::to_string(tp.size()) + " tensor-parallel ranks (parallel.tp must divide it)");
+  ffn_ = ffn_size / tp.size();
+  const int64_t start = static_cast<int64_t>(tp.rank()) * ffn_;
+  auto rows_spec = [&] { return tp.split({ffn_size, d_model}, 0, start, ffn_); };
+  auto bias_spec = [&] { return tp.split({ffn_size}, 0, start, ffn_); };
   // Registered back to back so [gate; up] is one [2*ffn, d_model] matrix.
+  int in_weight = -1, in_bias = -1, down_weight = -1, down_bias = -1;
   if (swiglu) {
-    in_weight_ = store.add(prefix + ".gate_proj.weight", {ffn_size, d_model}, Init::Normal, init_std);
-    store.add(prefix + ".up_proj.weight", {ffn_size, d_model}, Init::Normal, init_std);
+    in_weight = store.add(prefix + ".gate_proj.weight", {ffn_, d_model}, Init::Normal, init_std, rows_spec());
+    store.add(prefix + ".up_proj.weight", {ffn_, d_model}, Init::Normal, init_std, rows_spec());
     if (bias) {
-      in_bias_ = store.add(prefix + ".gate_proj.bias", {ffn_size}, Init::Zeros);
-      store.add(prefix + ".up_proj.bias", {ffn_size}, Init::Zeros);
+      in_bias = store.add(prefix + ".gate_proj.bias", {ffn_}, Init::Zeros, 0.0f, bias_spec());
+      store.add(prefix + ".up_proj.bias", {ffn_}, Init::Zeros, 0.0f, bias_spec());
     }
   } else {
-    in_weight_ = store.add(prefix + ".up_proj.weight", {ffn_size, d_model}, Init::Normal, init_std);
-    if (bias) in_bias_ = store.add(prefix + ".up_proj.bias", {ffn_size}, Init::Zeros);
+    in_weight = store.add(prefix + ".up_proj.weight", {ffn_, d_model}, Init::Normal, init_std, rows_spec());
+    if (bias) in_bias = store.add(prefix + ".up_proj.bias", {ffn_}, Init::Zeros, 0.0f, bias_spec());
   }
-  down_weight_ = store.add(prefix + ".down_proj.weight", {d_model, ffn_size}, Init::Normal, out_std);
-  if (bias) down_bias_ = store.add(prefix + ".down_proj.bias", {d_model}, Init::Zeros);
+  down_weight = store.add(prefix + ".down_proj.weight", {d_model, ffn_}, Init::Normal, out_std,
+                          tp.split({d_model, ffn_size}, 1, start, ffn_));
+  if (bias) down_bias = store.add(prefix + ".down_proj.bias", {d_model}, Init::Zeros, 0.0f, tp.replicated());
+  in_.emplace(store, tp, in_weight, in_bias, d_model, hidden_width());
+  down_.emplace(store, tp, down_weight, down_bias, ffn_, d_model);
 }
 
-void Mlp::forward(Saved& saved, float* residual, const float* normed, int64_t rows) const {
-  const int width = hidden_width();
-  float* hidden = sized(saved.hidden, rows * width);
+void Mlp::forward(Saved& saved, float* residual, const float* normed, int64_t rows, ParallelScratch& scratch) const {
+  float* hidden = sized(saved.hidden, rows * hidden_width());
   float* act = sized(saved.act, rows * ffn_);
-  k::linear_forward(hidden, normed, store_->value(in_weight_), in_bias_ >= 0 ? store_->value(in_bias_) : nullptr,
-                    rows, d_model_, width);
+  in_->forward(hidden, normed, rows, scratch);
   if (swiglu_) {
     k::swiglu_forward(act, hidden, rows, ffn_);
   } else {
     k::gelu_forward(act, hidden, rows * ffn_);
   }
-  k::linear_forward(residual, act, store_->value(down_weight_),
-                    down_bias_ >= 0 ? store_->value(down_bias_) : nullptr, rows, ffn_, d_model_, true);
+  down_->forward(residual, act, rows, scratch);
 }
 
 void Mlp::backward(float* d_normed, const float* d_residual, const float* normed, const Saved& saved,
-                   Workspace& work, int64_t rows) const {
-  const int width = hidden_width();
+                   Workspace& work, int64_t rows, ParallelScratch& scratch) const {
   float* d_act = zeroed(work.d_act, rows * ffn_);
-  k::linear_backward(d_act, store_->grad(down_weight_), down_bias_ >= 0 ? store_->grad(down_bias_) : nullptr,
-                     d_residual, saved.act.data(), store_->value(down_weight_), rows, ffn_, d_model_);
-  float* d_hidden = zeroed(work.d_hidden, rows * width);
+  down_->backward(d_act, d_residual, saved.act.data(), rows, scratch);
+  float* d_hidden = zeroed(work.d_hidden, rows * hidden_width());
   if (swiglu_) {
     k::swiglu_backward(d_hidden, d_act, saved.hidden.data(), rows, ffn_);
   } else {
     k::gelu_backward(d_hidden, d_act, saved.hidden.data(), rows * ffn_);
   }
-  k::linear_backward(d_normed, store_->grad(in_weight_), in_bias_ >= 0 ? store_->grad(in_bias_) : nullptr,
-                     d_hidden, normed, store_->value(in_weight_), rows, d_model_, width);
+  in_->backward(d_normed, d_hidden, normed, rows, scratch);
 }
 
 }  // namespace loom::model

@@ -1,10 +1,14 @@
 #pragma once
 // MLP sub-block: SwiGLU (gate_proj, up_proj, down_proj; gate and up fused into one GEMM) or
-// GELU (up_proj, down_proj, as GPT-2's c_fc / c_proj).
+// GELU (up_proj, down_proj, as GPT-2's c_fc / c_proj). Tensor parallelism splits the ffn
+// features: [gate; up] column-parallel, down row-parallel.
+#include <optional>
 #include <string>
 
 #include "loom/model/buffers.h"
+#include "loom/model/parallel_linear.h"
 #include "loom/model/parameters.h"
+#include "loom/model/tensor_parallel.h"
 
 namespace loom::model {
 
@@ -13,20 +17,21 @@ class Mlp {
   struct Saved {
     Buffer hidden, act;  // hidden = [gate | up] rows for SwiGLU, pre-activation for GELU
   };
-  Mlp(ParameterStore& store, const std::string& prefix, int d_model, int ffn_size, bool swiglu, bool bias,
-      float init_std, float out_std);
-  // residual += down(act(up(normed)))
-  void forward(Saved& saved, float* residual, const float* normed, int64_t rows) const;
+  // Throws naming the layer when ffn_size cannot be split over the tensor-parallel group.
+  Mlp(ParameterStore& store, const TensorParallel& tp, int layer, const std::string& prefix, int d_model,
+      int ffn_size, bool swiglu, bool bias, float init_std, float out_std);
+  // residual[local rows] += down(act(up(normed))), rows = the layer's batch * seq.
+  void forward(Saved& saved, float* residual, const float* normed, int64_t rows, ParallelScratch& scratch) const;
   // d_normed += d/d(normed) of the branch, given d_residual; parameter gradients into the store.
   void backward(float* d_normed, const float* d_residual, const float* normed, const Saved& saved,
-                Workspace& work, int64_t rows) const;
+                Workspace& work, int64_t rows, ParallelScratch& scratch) const;
 
  private:
   int hidden_width() const { return swiglu_ ? 2 * ffn_ : ffn_; }
-  ParameterStore* store_;
-  int d_model_, ffn_;
+  int d_model_, ffn_;  // ffn_: this rank's features
   bool swiglu_;
-  int in_weight_ = -1, in_bias_ = -1, down_weight_ = -1, down_bias_ = -1;
+  std::optional<ColumnParallelLinear> in_;
+  std::optional<RowParallelLinear> down_;
 };
 
 }  // namespace loom::model

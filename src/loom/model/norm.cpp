@@ -6,10 +6,11 @@ namespace loom::model {
 
 namespace k = loom::kernels::cpu;
 
-Norm::Norm(ParameterStore& store, const std::string& name, int dim, bool layer_norm, float eps)
+Norm::Norm(ParameterStore& store, const std::string& name, int dim, bool layer_norm, float eps,
+           const ShardSpec& placement)
     : store_(&store), dim_(dim), layer_norm_(layer_norm), eps_(eps) {
-  weight_ = store.add(name + ".weight", {dim}, Init::Ones);
-  if (layer_norm) bias_ = store.add(name + ".bias", {dim}, Init::Zeros);
+  weight_ = store.add(name + ".weight", {dim}, Init::Ones, 0.0f, placement);
+  if (layer_norm) bias_ = store.add(name + ".bias", {dim}, Init::Zeros, 0.0f, placement);
 }
 
 void Norm::forward(Saved& saved, const float* in, int64_t rows) const {

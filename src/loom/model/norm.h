@@ -12,7 +12,9 @@ class Norm {
   struct Saved {
     Buffer out, mean, rstd;
   };
-  Norm(ParameterStore& store, const std::string& name, int dim, bool layer_norm, float eps);
+  // `placement`: how tensor-parallel ranks hold the weights (replicated; see TensorParallel).
+  Norm(ParameterStore& store, const std::string& name, int dim, bool layer_norm, float eps,
+       const ShardSpec& placement = {});
   void forward(Saved& saved, const float* in, int64_t rows) const;
   // din += d(norm)/d(in) . dout; parameter gradients added into the store.
   void backward(float* din, const float* dout, const float* in, const Saved& saved, int64_t rows) const;

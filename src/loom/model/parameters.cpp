@@ -5,7 +5,7 @@
 
 namespace loom::model {
 
-int ParameterStore::add(const std::string& name, Shape shape, Init init, float init_std) {
+int ParameterStore::add(const std::string& name, Shape shape, Init init, float init_std, ShardSpec shard) {
   check(values_.empty(), "ParameterStore: parameter '" + name + "' added after allocation");
   check(find(name) < 0, "ParameterStore: duplicate parameter name '" + name + "'");
   Parameter p;
@@ -16,6 +16,7 @@ int ParameterStore::add(const std::string& name, Shape shape, Init init, float i
   p.offset = total_;
   p.init = init;
   p.init_std = init_std;
+  p.shard = std::move(shard);
   total_ += p.numel;
   params_.push_back(std::move(p));
   return static_cast<int>(params_.size()) - 1;
@@ -33,7 +34,9 @@ void ParameterStore::initialize(uint64_t seed) {
 #pragma omp parallel for schedule(static) if(p.numel >= 32768)
     for (int64_t i = 0; i < p.numel; ++i) {
       switch (p.init) {
-        case Init::Normal: v[i] = p.init_std * philox_normal(key, static_cast<uint64_t>(i)); break;
+        case Init::Normal:
+          v[i] = p.init_std * philox_normal(key, static_cast<uint64_t>(global_index(p.shard, p.shape, i)));
+          break;
         case Init::Ones: v[i] = 1.0f; break;
         case Init::Zeros: v[i] = 0.0f; break;
       }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "loom/core/tensor.h"
+#include "loom/model/shard_spec.h"
 
 namespace loom::model {
 
@@ -14,22 +15,25 @@ enum class Init : uint8_t { Normal, Ones, Zeros };
 
 struct Parameter {
   std::string name;   // e.g. model.layers.3.mlp.up_proj.weight
-  Shape shape;        // global shape
+  Shape shape;        // this rank's shape (the global shape unless tensor-parallel split)
   int64_t offset = 0; // into the flat buffers
   int64_t numel = 0;
   Init init = Init::Normal;
   float init_std = 0.0f;
   bool weight_decay = true;  // matrices decay; norms and biases do not
+  ShardSpec shard;           // tensor-parallel placement (default: a full copy)
+  const Shape& global_shape() const { return model::global_shape(shard, shape); }
 };
 
 class ParameterStore {
  public:
   // Registers a parameter (before allocate()); returns its id. Consecutive registrations are
   // adjacent in memory, which modules use to fuse q/k/v and gate/up projections into one GEMM.
-  int add(const std::string& name, Shape shape, Init init, float init_std = 0.0f);
+  int add(const std::string& name, Shape shape, Init init, float init_std = 0.0f, ShardSpec shard = {});
   void allocate();
 
-  // Initial values depend only on (seed, name, global element index): Philox, not a stream.
+  // Initial values depend only on (seed, name, global element index): Philox, not a stream, so
+  // a tensor-parallel shard holds exactly its slice of the unsplit model.
   void initialize(uint64_t seed);
 
   float* value(int id) { return values_.data<float>() + params_.at(id).offset; }

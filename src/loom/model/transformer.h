@@ -12,6 +12,8 @@
 #include "loom/model/norm.h"
 #include "loom/model/parameter_hooks.h"
 #include "loom/model/parameters.h"
+#include "loom/model/tensor_parallel.h"
+#include "loom/model/tensor_parallel_grads.h"
 #include "loom/runtime/config.h"
 
 namespace loom::model {
@@ -21,30 +23,36 @@ struct DecodeState {
   std::vector<KVCache> caches;  // one per layer
   int64_t length = 0;           // positions already in the caches
   Block::Saved scratch;
+  ParallelScratch tp_scratch;
   Norm::Saved final_norm;
   Buffer x, logits;
 };
 
 class Transformer {
  public:
-  // config.vocab_size must be resolved (> 0). Parameters are allocated, not initialised.
-  explicit Transformer(const runtime::ModelConfig& config);
+  // config.vocab_size must be resolved (> 0). Parameters are allocated, not initialised. With a
+  // tensor-parallel group each rank holds its shard of every split parameter (heads, ffn
+  // features, vocabulary rows) and the model computes the same function as on one rank; a layer
+  // whose sizes cannot be split is an Error naming it.
+  explicit Transformer(const runtime::ModelConfig& config, TensorParallel tp = {});
 
   void initialize(uint64_t seed) { params_.initialize(seed); }
   ParameterStore& params() { return params_; }
   const ParameterStore& params() const { return params_; }
   const runtime::ModelConfig& config() const { return config_; }
   const std::vector<LayerSpec>& layers() const { return specs_; }
+  const TensorParallel& tensor_parallel() const { return tp_; }
 
-  // Forward and backward on one micro-batch: inputs/targets are [batch, seq]; targets equal to
-  // kIgnoreIndex are masked. Gradients of grad_scale * (sum of token losses) are *added* into
+  // Forward and backward on one micro-batch: inputs/targets are [batch, seq] (the same on every
+  // tensor-parallel rank); targets equal to kIgnoreIndex are masked. Gradients of grad_scale * (sum of token losses) are *added* into
   // params().grads(). Returns the sum of token losses.
   double forward_backward(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
                           float grad_scale);
   // Sum of token losses without gradients (evaluation).
   double forward_loss(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq);
 
-  // Appends `count` tokens to the sequence and returns the logits [vocab] after the last one.
+  // Appends `count` tokens to the sequence and returns the logits [vocab] after the last one
+  // (one rank: parallel.tp = 1).
   const float* decode(DecodeState& state, const int32_t* tokens, int64_t count);
 
   // Parallel wrappers observe each unit (see parameter_hooks.h); null = none.
@@ -57,16 +65,22 @@ class Transformer {
 
   // Training FLOPs per token at sequence length `seq` (3x forward GEMMs incl. attention's).
   double training_flops_per_token(int64_t seq) const;
-  // Bytes of activations held between forward and backward for (batch, seq).
+  // Bytes of activations this rank holds between forward and backward for (batch, seq).
   int64_t activation_bytes() const;
 
  private:
+  void check_tokens(const int32_t* tokens, int64_t rows) const;
   void embed(float* out, const int32_t* tokens, int64_t batch, int64_t seq, int64_t position_start);
+  void embed_backward(const float* d_x, const int32_t* tokens, int64_t rows);
+  // Sum of token losses; logits_ holds grad_scale * d(loss)/d(logits) after it (when non-zero).
+  double cross_entropy(const int32_t* targets, int64_t rows, float grad_scale);
   double forward(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq, float grad_scale);
   Block::Saved& saved_for(int layer) { return config_.recompute ? shared_saved_ : saved_[layer]; }
 
   runtime::ModelConfig config_;
+  TensorParallel tp_;
   std::vector<LayerSpec> specs_;
+  int64_t vocab_first_ = 0, vocab_local_ = 0;  // this rank's rows of the embedding and head
   ParameterStore params_;
   std::unique_ptr<kernels::cpu::RopeTable> rope_;
   int embed_ = -1, positions_ = -1, head_ = -1;
@@ -78,11 +92,14 @@ class Transformer {
   std::vector<Block::Saved> saved_;
   Block::Saved shared_saved_;
   Norm::Saved final_saved_;
-  Buffer logits_, losses_, d_residual_, d_final_, recompute_out_;
+  Buffer logits_, losses_, d_residual_, d_final_, recompute_out_, head_input_;
+  Buffer ce_max_, ce_stats_;
   std::vector<int32_t> position_ids_;
   Workspace work_;
+  ParallelScratch tp_scratch_;
   ParameterHooks* hooks_ = nullptr;
   std::vector<std::vector<int>> unit_params_;
+  std::optional<TensorParallelGrads> tp_grads_;
 };
 
 }  // namespace loom::model

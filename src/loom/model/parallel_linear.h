@@ -1,0 +1,60 @@
+#pragma once
+// Megatron's tensor-parallel linear layers (weights stored [out, in] as in Hugging Face).
+//
+// ColumnParallelLinear: the global weight's rows (output features) are split over the group;
+//   y_local = f(x) W_local^T + b_local. It opens a parallel region: its input crosses f.
+// RowParallelLinear: the global weight's columns (input features) are split;
+//   y = g(x_local W_local^T) + b. It closes the region: its partial products cross g, and the
+//   (replicated) bias is added once, after the reduction.
+//
+// Both read their parameters from the store by id, so a fused projection ([q; k; v] or
+// [gate; up], registered back to back) is one layer with one GEMM.
+#include <cstdint>
+
+#include "loom/model/buffers.h"
+#include "loom/model/parameters.h"
+#include "loom/model/tensor_parallel.h"
+
+namespace loom::model {
+
+// Scratch of the f/g operators, shared by the layers of a model (one runs at a time).
+struct ParallelScratch {
+  Buffer gathered, partial, d_full;
+};
+
+class ColumnParallelLinear {
+ public:
+  // weight: [out_local, in] (bias: [out_local], or -1).
+  ColumnParallelLinear(ParameterStore& store, const TensorParallel& tp, int weight, int bias, int64_t in_features,
+                       int64_t out_local);
+  // out[rows, out_local] = f(x) W^T + b, x being this rank's [local_rows, in] of rows = batch*seq.
+  void forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch) const;
+  // d_x[local rows] += f_backward(d_out W); parameter gradients added into the store.
+  void backward(float* d_x, const float* d_out, const float* x, int64_t rows, ParallelScratch& scratch) const;
+  int64_t out_local() const { return out_; }
+
+ private:
+  ParameterStore* store_;
+  const TensorParallel* tp_;
+  int weight_, bias_;
+  int64_t in_, out_;
+};
+
+class RowParallelLinear {
+ public:
+  // weight: [out, in_local] (bias: [out], replicated, or -1).
+  RowParallelLinear(ParameterStore& store, const TensorParallel& tp, int weight, int bias, int64_t in_local,
+                    int64_t out_features);
+  // out[local rows, out] += g(x W^T) + b, x being [rows, in_local] inside the region.
+  void forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch) const;
+  // d_x[rows, in_local] += g_backward(d_out) W, d_out being this rank's [local_rows, out].
+  void backward(float* d_x, const float* d_out, const float* x, int64_t rows, ParallelScratch& scratch) const;
+
+ private:
+  ParameterStore* store_;
+  const TensorParallel* tp_;
+  int weight_, bias_;
+  int64_t in_, out_;
+};
+
+}  // namespace loom::model

@@ -1,0 +1,94 @@
+#include "loom/model/tensor_parallel.h"
+
+#include <algorithm>
+
+#include "loom/core/error.h"
+
+namespace loom::model {
+
+TensorParallel::TensorParallel(comm::Communicator* group, bool sequence_parallel)
+    : group_(group), sequence_parallel_(sequence_parallel) {}
+
+const float* TensorParallel::enter_forward(const float* x, int64_t rows, int64_t width, Buffer& scratch) const {
+  if (!sequence_parallel()) return x;
+  float* full = sized(scratch, rows * width);
+  group_->all_gather(x, full, local_rows(rows) * width, DType::F32);
+  return full;
+}
+
+float* TensorParallel::enter_backward_target(float* d_x, int64_t rows, int64_t width, Buffer& scratch) const {
+  if (single()) return d_x;
+  return zeroed(scratch, rows * width);
+}
+
+void TensorParallel::enter_backward(float* d_x, float* target, int64_t rows, int64_t width) const {
+  if (single()) return;
+  const int64_t n = local_rows(rows) * width;
+  if (sequence_parallel()) {
+    float* mine = sized(reduce_scratch_, n);
+    group_->reduce_scatter(target, mine, n, DType::F32, comm::ReduceOp::Sum);
+    for (int64_t i = 0; i < n; ++i) d_x[i] += mine[i];
+  } else {
+    group_->all_reduce(target, n, DType::F32, comm::ReduceOp::Sum);
+    for (int64_t i = 0; i < n; ++i) d_x[i] += target[i];
+  }
+}
+
+float* TensorParallel::exit_forward_target(float* out, int64_t rows, int64_t width, Buffer& scratch) const {
+  if (single()) return out;
+  return zeroed(scratch, rows * width);
+}
+
+void TensorParallel::exit_forward(float* out, float* partial, const float* bias, int64_t rows,
+                                  int64_t width) const {
+  if (single()) return;  // the caller accumulated into `out` directly (with the bias)
+  const int64_t local = local_rows(rows), n = local * width;
+  const float* sum = partial;
+  if (sequence_parallel()) {
+    float* mine = sized(reduce_scratch_, n);
+    group_->reduce_scatter(partial, mine, n, DType::F32, comm::ReduceOp::Sum);
+    sum = mine;
+  } else {
+    group_->all_reduce(partial, n, DType::F32, comm::ReduceOp::Sum);
+  }
+  for (int64_t r = 0; r < local; ++r) {
+    float* o = out + r * width;
+    const float* s = sum + r * width;
+    if (bias != nullptr) {
+      for (int64_t i = 0; i < width; ++i) o[i] += s[i] + bias[i];
+    } else {
+      for (int64_t i = 0; i < width; ++i) o[i] += s[i];
+    }
+  }
+}
+
+const float* TensorParallel::exit_backward(const float* d_out, int64_t rows, int64_t width, Buffer& scratch) const {
+  return enter_forward(d_out, rows, width, scratch);  // both are "all-gather the rows, or nothing"
+}
+
+ShardSpec TensorParallel::replicated() const {
+  ShardSpec spec;
+  spec.grad_sync = sequence_parallel() ? TpGradSync::SumOverHolders : TpGradSync::None;
+  spec.counts_in_norm = rank() == 0;
+  return spec;
+}
+
+ShardSpec TensorParallel::split(Shape global, int dim, int64_t start, int64_t length) const {
+  ShardSpec spec;
+  if (single()) return spec;
+  spec.global_shape = std::move(global);
+  spec.split_dim = dim;
+  spec.start = start;
+  spec.length = length;
+  return spec;
+}
+
+void TensorParallel::all_reduce(float* data, int64_t count) const {
+  if (!single()) group_->all_reduce(data, count, DType::F32, comm::ReduceOp::Sum);
+}
+
+void TensorParallel::all_reduce_max(float* data, int64_t count) const {
+  if (!single()) group_->all_reduce(data, count, DType::F32, comm::ReduceOp::Max);
+}
+
+}  // namespace loom::model

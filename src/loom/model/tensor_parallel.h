@@ -1,0 +1,71 @@
+#pragma once
+// The tensor-parallel group of a model and Megatron's conjugate operators around its parallel
+// regions. A region starts at the input of column-parallel linears and ends at the output of
+// row-parallel linears; between them each rank holds its own heads / ffn columns / vocabulary
+// rows. Outside, every rank holds the full activations (tensor parallel) or its contiguous share
+// of the rows (sequence parallel, rows = batch * seq flattened):
+//
+//   operator        forward                         backward
+//   f (enter)       identity | all-gather rows      all-reduce | reduce-scatter rows
+//   g (exit)        all-reduce | reduce-scatter     identity | all-gather rows
+//
+// With one rank every operator is free (no copies): modules write straight into their targets.
+#include <cstdint>
+
+#include "loom/comm/communicator.h"
+#include "loom/model/buffers.h"
+#include "loom/model/shard_spec.h"
+
+namespace loom::model {
+
+class TensorParallel {
+ public:
+  TensorParallel() = default;  // one rank
+  TensorParallel(comm::Communicator* group, bool sequence_parallel);
+
+  int size() const { return group_ ? group_->size() : 1; }
+  int rank() const { return group_ ? group_->rank() : 0; }
+  bool single() const { return size() == 1; }
+  bool sequence_parallel() const { return sequence_parallel_ && !single(); }
+  comm::Communicator* group() const { return group_; }
+
+  // Rows this rank holds outside the parallel regions, of `rows` = batch * seq.
+  int64_t local_rows(int64_t rows) const { return sequence_parallel() ? rows / size() : rows; }
+  // Index of this rank's first row outside the regions.
+  int64_t first_local_row(int64_t rows) const { return sequence_parallel() ? rank() * (rows / size()) : 0; }
+
+  // f forward: the full [rows, width] input of the region from this rank's [local_rows, width];
+  // `x` itself without sequence parallelism, else the rows gathered into `scratch`.
+  const float* enter_forward(const float* x, int64_t rows, int64_t width, Buffer& scratch) const;
+  // f backward: where the region's input gradient [rows, width] should be accumulated (the
+  // caller adds into it): `d_x` itself with one rank, else `scratch`, zeroed.
+  float* enter_backward_target(float* d_x, int64_t rows, int64_t width, Buffer& scratch) const;
+  // f backward: d_x[local rows] += sum over ranks of `target` (all-reduce / reduce-scatter).
+  void enter_backward(float* d_x, float* target, int64_t rows, int64_t width) const;
+
+  // g forward: where the region's partial output [rows, width] is accumulated: `out` itself with
+  // one rank (the residual stream), else `scratch`, zeroed.
+  float* exit_forward_target(float* out, int64_t rows, int64_t width, Buffer& scratch) const;
+  // g forward: out[local rows] += sum over ranks of `partial` (+ bias, added once, when given).
+  void exit_forward(float* out, float* partial, const float* bias, int64_t rows, int64_t width) const;
+  // g backward: the full [rows, width] gradient of the region's output from this rank's
+  // [local_rows, width]: `d_out` itself without sequence parallelism, else gathered.
+  const float* exit_backward(const float* d_out, int64_t rows, int64_t width, Buffer& scratch) const;
+
+  // Placement of a parameter every rank holds whole (norms, row-parallel biases, positions):
+  // under sequence parallelism each rank's gradient covers its rows only, so they are summed.
+  ShardSpec replicated() const;
+  // Placement of this rank's [start, start + length) of dimension `dim` of `global`.
+  ShardSpec split(Shape global, int dim, int64_t start, int64_t length) const;
+
+  // Sums `data` over the group in place (identity with one rank).
+  void all_reduce(float* data, int64_t count) const;
+  void all_reduce_max(float* data, int64_t count) const;
+
+ private:
+  comm::Communicator* group_ = nullptr;
+  bool sequence_parallel_ = false;
+  mutable Buffer reduce_scratch_;
+};
+
+}  // namespace loom::model
