@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Data parallelism under MPI computes the same function as one rank: trains 12 steps on one rank
-# (threads backend) and on 4 MPI processes with ZeRO stages 0 and 1, and compares every step's
-# loss (relative 1e-5). Usage: mpi_train_equivalence.sh LOOM_BINARY MPIEXEC
+# Data and tensor parallelism under MPI compute the same function as one rank: trains 12 steps
+# on one rank (threads backend) and on 4 MPI processes (dp 4 with ZeRO stages 0 and 1; tp 2 x
+# dp 2 with sequence parallelism and ZeRO-1), and compares every step's loss (relative 1e-5). Usage: mpi_train_equivalence.sh LOOM_BINARY MPIEXEC
 set -euo pipefail
 loom="$1"
 mpiexec="$2"
@@ -18,15 +18,18 @@ log: {progress: false, interval: 100}
 YAML
 "$loom" train "$work/config.yaml" run.dir="$work/one" > /dev/null
 losses() { sed -E 's/.*"loss":([-0-9.e+]+).*/\1/' "$1/metrics.jsonl"; }
-for zero in 0 1; do
+layouts=("parallel.zero=0 train.micro_batch=2" "parallel.zero=1 train.micro_batch=2"
+         "parallel.tp=2 parallel.sequence_parallel=true parallel.zero=1 train.micro_batch=4")
+for zero in 0 1 2; do
+  # shellcheck disable=SC2086  # the layout is a list of overrides
   "$mpiexec" --allow-run-as-root --oversubscribe -np 4 "$loom" train "$work/config.yaml" runtime.backend=mpi \
-    run.dir="$work/mpi$zero" parallel.zero=$zero train.micro_batch=2 > "$work/mpi$zero.log" 2>&1 ||
+    run.dir="$work/mpi$zero" ${layouts[$zero]} > "$work/mpi$zero.log" 2>&1 ||
     { cat "$work/mpi$zero.log"; exit 1; }
   reports=$(grep -c "^trained steps" "$work/mpi$zero.log" || true)
   [ "$reports" -eq 1 ] || { echo "expected one summary (rank 0's), got $reports:"; cat "$work/mpi$zero.log"; exit 1; }
-  paste <(losses "$work/one") <(losses "$work/mpi$zero") | awk -v zero="$zero" '
+  paste <(losses "$work/one") <(losses "$work/mpi$zero") | awk -v layout="${layouts[$zero]}" '
     { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1);
-      if (r > 1e-5) { printf "zero %s step %d: one rank %s, 4 MPI ranks %s (relative %.2e)\n", zero, n, $1, $2, r; bad = 1 } }
+      if (r > 1e-5) { printf "%s, step %d: one rank %s, 4 MPI ranks %s (relative %.2e)\n", layout, n, $1, $2, r; bad = 1 } }
     END { if (n != 12) { print "expected 12 steps, got " n; exit 1 } exit bad }'
-  echo "zero $zero: 4 MPI ranks match one rank over 12 steps"
+  echo "${layouts[$zero]}: 4 MPI ranks match one rank over 12 steps"
 done

@@ -37,13 +37,17 @@ double global_norm(const float* grads, int64_t n) { return std::sqrt(k::sum_of_s
 
 double AdamW::step(float* params, const float* grads, double lr, int64_t step) {
   const double norm = global_norm(grads, total_);
+  step_with_norm(params, grads, lr, step, norm);
+  return norm;
+}
+
+void AdamW::step_with_norm(float* params, const float* grads, double lr, int64_t step, double global_norm) {
   // Clipping is fused into the update (one pass over the gradients fewer).
-  const float clip = clip_factor(config_, norm);
+  const float clip = clip_factor(config_, global_norm);
   for (const Segment& s : segments_) {
     k::adamw_update(params + s.offset, grads + s.offset, exp_avg() + s.offset, exp_avg_sq() + s.offset, s.numel,
                     adamw_hyper(config_, lr, step, s.weight_decay, clip));
   }
-  return norm;
 }
 
 }  // namespace loom::optim

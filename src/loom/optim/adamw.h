@@ -24,6 +24,8 @@ class AdamW {
   // gradients themselves are left as they are). Returns the global norm before clipping.
   // `step` is 1-based.
   double step(float* params, const float* grads, double lr, int64_t step);
+  // As step(), with the global norm computed by the caller (e.g. over tensor-parallel shards).
+  void step_with_norm(float* params, const float* grads, double lr, int64_t step, double global_norm);
 
   float* exp_avg() { return exp_avg_.data<float>(); }
   float* exp_avg_sq() { return exp_avg_sq_.data<float>(); }

@@ -177,7 +177,7 @@ double DistributedOptimizer::global_sum_of_squares() {
   double local = 0.0;
   const float* grads = grad_shards_.data<float>();
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
-    local += k::sum_of_squares(grads + grad_offset_[b], layout_.buckets[b].shards[rank_].size());
+    local += sum_of_squares_excluding(grads + grad_offset_[b], layout_.buckets[b].shards[rank_], options_.norm_excluded);
   }
   // Reduced in f32 (the reducible dtypes); its rounding moves the clip factor by ~1e-7 relative.
   double total = sum_over_groups(local, dp_, options_.norm_groups);

@@ -53,6 +53,8 @@ struct DistributedOptimizerOptions {
   // Further groups the squared gradient norm is summed over (e.g. tp and pp, whose ranks hold
   // different parameters; the caller must count a replicated parameter on one rank only).
   std::vector<comm::Communicator*> norm_groups;
+  // Flat ranges this rank leaves out of its share of the norm (sorted): another rank counts them.
+  std::vector<FlatRange> norm_excluded;
 };
 
 // One shard this rank owns: flat [begin, end) of the full buffers, and its optimizer state.

@@ -321,7 +321,9 @@ double Zero3::step(double lr, int64_t step) {
   if (full_) release_full_parameters();  // the full copy would go stale
   double local = 0.0;
   const float* grads = grad_shards_.data<float>();
-  for (const Section& sec : sections_) local += k::sum_of_squares(grads + sec.grad_offset, sec.mine.size());
+  for (const Section& sec : sections_) {
+    local += sum_of_squares_excluding(grads + sec.grad_offset, sec.mine, options_.norm_excluded);
+  }
   // Reduced in f32, as DistributedOptimizer does, so both stages clip alike.
   double total = sum_over_groups(local, dp_, options_.norm_groups);
   const double norm = std::sqrt(total);

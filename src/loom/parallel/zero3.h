@@ -60,6 +60,8 @@ struct Zero3Options {
   int comm_buffers = 2;
   // Further groups the squared gradient norm is summed over (as for DistributedOptimizer).
   std::vector<comm::Communicator*> norm_groups;
+  // Flat ranges this rank leaves out of its share of the norm (sorted): another rank counts them.
+  std::vector<FlatRange> norm_excluded;
 };
 
 // Bytes this rank holds: persistent shard state, and the measured residency of the full-size

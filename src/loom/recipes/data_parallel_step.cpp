@@ -1,9 +1,11 @@
 #include "loom/recipes/data_parallel_step.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "loom/core/error.h"
+#include "loom/parallel/global_norm.h"
 #include "loom/parallel/memory_accounting.h"
 #include "loom/recipes/model_setup.h"
 
@@ -15,6 +17,21 @@ std::vector<parallel::ParamRange> param_ranges(const model::ParameterStore& para
   for (const model::Parameter& p : params.list()) ranges.push_back({p.offset, p.numel});
   return ranges;
 }
+
+// Parameters this rank leaves out of the gradient norm (another tensor-parallel rank counts
+// them), as merged flat ranges in order.
+std::vector<parallel::FlatRange> norm_excluded(const model::ParameterStore& params) {
+  std::vector<parallel::FlatRange> out;
+  for (const model::Parameter& p : params.list()) {
+    if (p.shard.counts_in_norm) continue;
+    if (!out.empty() && out.back().end == p.offset) {
+      out.back().end += p.numel;
+    } else {
+      out.push_back({p.offset, p.offset + p.numel});
+    }
+  }
+  return out;
+}
 }  // namespace
 
 DataParallelStep::DataParallelStep(comm::Communicator& dp, model::Transformer& model, const runtime::RunConfig& config)
@@ -24,12 +41,19 @@ DataParallelStep::DataParallelStep(comm::Communicator& dp, model::Transformer& m
   const std::vector<int> ready = model.gradient_ready_unit();
   ready_by_unit_.resize(model.units());
   for (size_t id = 0; id < ready.size(); ++id) ready_by_unit_[ready[id]].push_back(static_cast<int>(id));
+  if (comm::Communicator* tp = model.tensor_parallel().group(); tp != nullptr && tp->size() > 1) {
+    norm_groups_.push_back(tp);
+    norm_excluded_ = norm_excluded(params);
+  }
 
   if (zero_ == 3) {
     std::vector<std::vector<int>> units;
     for (int u = 0; u < model.units(); ++u) units.push_back(model.unit_parameters(u));
+    parallel::Zero3Options options;
+    options.norm_groups = norm_groups_;
+    options.norm_excluded = norm_excluded_;
     zero3_ = std::make_unique<parallel::Zero3>(dp, params.values(), params.grads(), param_ranges(params), units,
-                                               optimizer_segments(params), config.optim);
+                                               optimizer_segments(params), config.optim, options);
     // Installed for good: a forward outside a micro-batch (evaluation) without the full
     // parameters gathered is then an Error rather than a pass over released (zero) weights.
     model.set_hooks(zero3_.get());
@@ -43,6 +67,8 @@ DataParallelStep::DataParallelStep(comm::Communicator& dp, model::Transformer& m
   } else {
     parallel::DistributedOptimizerOptions options;
     options.zero = zero_;
+    options.norm_groups = norm_groups_;
+    options.norm_excluded = norm_excluded_;
     sharded_ = std::make_unique<parallel::DistributedOptimizer>(dp, std::move(layout), optimizer_segments(params),
                                                                 config.optim, params.values(), params.grads(), options);
   }
@@ -87,7 +113,16 @@ void DataParallelStep::end_micro_batch(bool last) {
 double DataParallelStep::step(double lr, int64_t step) {
   if (zero3_) return zero3_->step(lr, step);  // the gradient buffer was released unit by unit
   model::ParameterStore& params = model_.params();
-  double norm = sharded_ ? sharded_->step(lr, step) : adamw_->step(params.values(), params.grads(), lr, step);
+  double norm = 0.0;
+  if (sharded_) {
+    norm = sharded_->step(lr, step);
+  } else {
+    // Gradients are whole on every data-parallel rank: the norm sums this rank's shard of the
+    // model over the tensor-parallel group, each replicated copy counted once.
+    const double local = parallel::sum_of_squares_excluding(params.grads(), {0, params.total()}, norm_excluded_);
+    norm = std::sqrt(norm_groups_.empty() ? local : parallel::sum_over_groups(local, *norm_groups_[0], {}));
+    adamw_->step_with_norm(params.values(), params.grads(), lr, step, norm);
+  }
   params.zero_grads();
   return norm;
 }

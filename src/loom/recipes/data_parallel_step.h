@@ -28,6 +28,8 @@ namespace loom::recipes {
 
 class DataParallelStep : private model::ParameterHooks {
  public:
+  // `dp`: the ranks holding the same shard of the model (the model's tensor-parallel group, if
+  // any, is taken from the model: the gradient norm is summed over it too).
   DataParallelStep(comm::Communicator& dp, model::Transformer& model, const runtime::RunConfig& config);
   ~DataParallelStep() override;
 
@@ -67,6 +69,8 @@ class DataParallelStep : private model::ParameterHooks {
   model::Transformer& model_;
   int zero_;
   std::vector<std::vector<int>> ready_by_unit_;  // parameters whose gradient completes in a unit
+  std::vector<comm::Communicator*> norm_groups_;  // beyond dp: the tensor-parallel group
+  std::vector<parallel::FlatRange> norm_excluded_;  // copies another tensor-parallel rank counts
   std::unique_ptr<optim::AdamW> adamw_;                      // zero 0
   std::unique_ptr<parallel::GradReducer> reducer_;          // zero 0 with dp > 1
   std::unique_ptr<parallel::DistributedOptimizer> sharded_;  // zero 1 and 2

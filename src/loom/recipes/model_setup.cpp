@@ -4,6 +4,7 @@
 
 #include "loom/ckpt/tensor_names.h"
 #include "loom/core/error.h"
+#include "loom/recipes/sharded_training_state.h"
 
 namespace loom::recipes {
 
@@ -27,31 +28,36 @@ std::string checkpoint_root(const runtime::RunConfig& config) {
   return (std::filesystem::path(config.run.dir) / "checkpoints").string();
 }
 
-ckpt::CheckpointSnapshot snapshot_training_state(const model::Transformer& model, const float* exp_avg,
-                                                 const float* exp_avg_sq, const TrainingProgress& progress,
-                                                 const runtime::RunConfig& config) {
-  std::vector<ckpt::TensorRef> tensors;
-  const model::ParameterStore& params = model.params();
-  for (const model::Parameter& p : params.list()) {
-    tensors.push_back({p.name, p.shape, DType::F32, params.values() + p.offset, {}});
-    tensors.push_back({ckpt::optimizer_state_name("exp_avg", p.name), p.shape, DType::F32,
-                       exp_avg + p.offset, {}});
-    tensors.push_back({ckpt::optimizer_state_name("exp_avg_sq", p.name), p.shape, DType::F32,
-                       exp_avg_sq + p.offset, {}});
-  }
+ckpt::CheckpointSnapshot snapshot_training_state(const std::vector<ckpt::TensorRef>& tensors,
+                                                 const TrainingProgress& progress, const runtime::RunConfig& config) {
   nlohmann::json state = {{"step", progress.step},
                           {"consumed_samples", progress.consumed_samples},
                           {"seed", config.train.seed},
                           {"rng", {{"generator", "philox4x32-10"}, {"seed", config.train.seed}}}};
+  if (!progress.precision.is_null()) state["precision"] = progress.precision;
   return ckpt::snapshot_checkpoint(progress.step, tensors, state, runtime::to_yaml(config));
 }
+
+namespace {
+
+// Reads this rank's slice of global tensor `name` (a parameter's or its optimizer state's).
+void read_parameter_slice(const ckpt::LoadedCheckpoint& checkpoint, const std::string& name,
+                          const model::Parameter& p, float* out) {
+  check(checkpoint.has(name), "checkpoint " + checkpoint.path() + " has no tensor '" + name +
+                                  "' (it was written for an incompatible model config)");
+  const Shape stored = checkpoint.shape(name);
+  check(stored == p.global_shape(), "checkpoint " + checkpoint.path() + ": tensor '" + name + "' has shape " +
+                                        shape_string(stored) + " but the model's is " +
+                                        shape_string(p.global_shape()) + " (incompatible model config)");
+  checkpoint.read_slice(name, parameter_slice(p), out, DType::F32);
+}
+
+}  // namespace
 
 void load_parameters(const ckpt::LoadedCheckpoint& checkpoint, model::Transformer& model) {
   model::ParameterStore& params = model.params();
   for (const model::Parameter& p : params.list()) {
-    check(checkpoint.has(p.name), "checkpoint " + checkpoint.path() + " has no tensor '" + p.name +
-                                      "' (it was written for an incompatible model config)");
-    checkpoint.read(p.name, params.values() + p.offset, DType::F32, p.shape);
+    read_parameter_slice(checkpoint, p.name, p, params.values() + p.offset);
   }
   for (const std::string& name : checkpoint.parameter_names()) {
     check(params.find(name) >= 0, "checkpoint " + checkpoint.path() + " holds parameter '" + name +
@@ -63,13 +69,13 @@ TrainingProgress load_training_checkpoint(const ckpt::LoadedCheckpoint& checkpoi
                                           float* exp_avg, float* exp_avg_sq) {
   load_parameters(checkpoint, model);
   for (const model::Parameter& p : model.params().list()) {
-    checkpoint.read(ckpt::optimizer_state_name("exp_avg", p.name), exp_avg + p.offset, DType::F32, p.shape);
-    checkpoint.read(ckpt::optimizer_state_name("exp_avg_sq", p.name), exp_avg_sq + p.offset, DType::F32,
-                    p.shape);
+    read_parameter_slice(checkpoint, ckpt::optimizer_state_name("exp_avg", p.name), p, exp_avg + p.offset);
+    read_parameter_slice(checkpoint, ckpt::optimizer_state_name("exp_avg_sq", p.name), p, exp_avg_sq + p.offset);
   }
   TrainingProgress progress;
   progress.step = checkpoint.state().at("step").get<int64_t>();
   progress.consumed_samples = checkpoint.state().at("consumed_samples").get<int64_t>();
+  if (checkpoint.state().contains("precision")) progress.precision = checkpoint.state().at("precision");
   return progress;
 }
 

@@ -21,17 +21,18 @@ std::vector<optim::Segment> optimizer_segments(const model::ParameterStore& para
 struct TrainingProgress {
   int64_t step = 0;
   int64_t consumed_samples = 0;  // data position: global sample index of the next sample
+  nlohmann::json precision;      // mixed precision: loss scaler, FP8 amax histories (precision_step.h)
 };
 
-// Copies parameters, optimizer moments, progress and config into a snapshot ready to be written
+// Copies the training state (parameters and optimizer moments as global tensors or shards of
+// them, see sharded_training_state.h), progress and config into a snapshot ready to be written
 // (synchronously, or by ckpt::AsyncCheckpointWriter while training continues).
-// exp_avg / exp_avg_sq are the Adam moments as full flat buffers laid out like the parameters.
-ckpt::CheckpointSnapshot snapshot_training_state(const model::Transformer& model, const float* exp_avg,
-                                                 const float* exp_avg_sq, const TrainingProgress& progress,
-                                                 const runtime::RunConfig& config);
+ckpt::CheckpointSnapshot snapshot_training_state(const std::vector<ckpt::TensorRef>& tensors,
+                                                 const TrainingProgress& progress, const runtime::RunConfig& config);
 
-// Loads parameters and optimizer moments; a tensor whose shape differs from the model's is an
-// Error naming the tensor and both shapes.
+// Loads parameters and optimizer moments, each rank its own slice of every global tensor (so any
+// tensor-parallel layout reads any other's checkpoint); a tensor whose global shape differs from
+// the model's is an Error naming the tensor and both shapes.
 TrainingProgress load_training_checkpoint(const ckpt::LoadedCheckpoint& checkpoint, model::Transformer& model,
                                           float* exp_avg, float* exp_avg_sq);
 

@@ -18,6 +18,7 @@
 #include "loom/ckpt/async_writer.h"
 #include "loom/ckpt/checkpoint.h"
 #include "loom/comm/launch.h"
+#include "loom/comm/mesh.h"
 #include "loom/comm/simulated_links.h"
 #include "loom/comm/topology.h"
 #include "loom/core/error.h"
@@ -26,6 +27,7 @@
 #include "loom/optim/schedule.h"
 #include "loom/recipes/data_parallel_step.h"
 #include "loom/recipes/model_setup.h"
+#include "loom/recipes/sharded_training_state.h"
 #include "loom/runtime/metrics.h"
 #include "loom/runtime/progress.h"
 
@@ -81,17 +83,24 @@ int threads_per_rank(const runtime::RunConfig& config, const comm::Communicator&
   return total;
 }
 
-// One rank's share of training. Every rank holds a full replica (data parallelism): it runs its
-// slice of each global batch, gradients are summed over the data-parallel group, and the same
-// optimizer step keeps the replicas identical. Rank 0 prints, evaluates and writes files.
+// One rank's share of training. The world is tp x dp: the tensor-parallel ranks of a replica
+// each hold their shard of the model and run the same micro-batches together; the replicas run
+// their slices of each global batch, gradients are summed over the data-parallel group, and the
+// same optimizer step keeps the replicas identical. Rank 0 prints and writes files.
 TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& world, std::ostream& console) {
   const bool reporter = world.rank() == 0;
   std::ostringstream discard;
   std::ostream& out = reporter ? console : discard;
-  const int dp = world.size();
+  const int tp = config.parallel.tp;
+  check(world.size() % tp == 0, "parallel.tp = " + std::to_string(tp) + " does not divide the world's " +
+                                    std::to_string(world.size()) + " ranks (runtime.ranks or the launcher's)");
+  const int dp = world.size() / tp;
   check(config.parallel.dp == 0 || config.parallel.dp == dp,
-        "parallel.dp is " + std::to_string(config.parallel.dp) + " but the world has " + std::to_string(dp) +
-            " ranks (runtime.ranks or the launcher's); use 0 (auto) or " + std::to_string(dp));
+        "parallel.dp is " + std::to_string(config.parallel.dp) + " but the world has " + std::to_string(world.size()) +
+            " ranks (runtime.ranks or the launcher's) and parallel.tp = " + std::to_string(tp) + "; use 0 (auto) or " +
+            std::to_string(dp));
+  // Megatron's rank order: the tensor-parallel ranks of a data-parallel replica are adjacent.
+  comm::Mesh mesh(world, comm::MeshShape{.tp = tp, .dp = dp});
   check(config.train.global_batch % (config.train.micro_batch * dp) == 0,
         "train.global_batch " + std::to_string(config.train.global_batch) + " must be a multiple of train.micro_batch " +
             std::to_string(config.train.micro_batch) + " x data-parallel ranks " + std::to_string(dp));
@@ -108,9 +117,9 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
 
   runtime::RunConfig run = config;
   run.model = resolve_model_config(config.model, *tokenizer);
-  model::Transformer model(run.model);
+  model::Transformer model(run.model, model::TensorParallel(&mesh.tp(), run.parallel.sequence_parallel));
   model.initialize(run.train.seed);
-  DataParallelStep optimizer(world, model, run);
+  DataParallelStep optimizer(mesh.dp(), model, run);
 
   const std::string root = checkpoint_root(run);
   TrainingProgress progress;
@@ -135,7 +144,9 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
   const double flops_per_token = model.training_flops_per_token(seq);
   out << "model: " << model.params().total() << " parameters, " << run.model.layers << " layers, vocab "
       << run.model.vocab_size << "; " << std::fixed << std::setprecision(3) << flops_per_token / 1e9
-      << " GFLOP per token; " << dp << " data-parallel rank(s) (" << world.backend() << ") x " << micro_batches
+      << " GFLOP per token; " << dp << " data-parallel x " << tp << " tensor-parallel rank(s)"
+      << (run.parallel.sequence_parallel && tp > 1 ? " with sequence parallelism" : "") << " (" << world.backend()
+      << ") x " << micro_batches
       << " micro-batches of " << micro << " x " << seq << " tokens per step\n"
       << std::defaultfloat << optimizer.memory_report() << "\n";
 
@@ -163,11 +174,13 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
   int steps_this_run = 0;
   std::string last_checkpoint;
 
-  // Rank 0 evaluates; with ZeRO-3 every rank first contributes its shard of the parameters.
+  // Data-parallel replica 0 evaluates (all its tensor-parallel ranks: the forward pass needs
+  // them) and rank 0 reports; with ZeRO-3 every rank first contributes its shard of the parameters.
   auto evaluate_on_rank0 = [&]() -> std::optional<double> {
     optimizer.gather_full_parameters();
     std::optional<double> val_loss;
-    if (reporter) val_loss = evaluate(model, *val_data, run);
+    if (mesh.dp_rank() == 0) val_loss = evaluate(model, *val_data, run);
+    if (!reporter) val_loss.reset();
     optimizer.release_full_parameters();
     return val_loss;
   };
@@ -188,7 +201,7 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
     const float grad_scale = static_cast<float>(1.0 / static_cast<double>(valid_tokens));
 
     double local_loss_sum = 0.0;
-    const int64_t first_sample = progress.consumed_samples + static_cast<int64_t>(world.rank()) * local_batch;
+    const int64_t first_sample = progress.consumed_samples + static_cast<int64_t>(mesh.dp_rank()) * local_batch;
     for (int m = 0; m < micro_batches; ++m) {
       const bool last_micro_batch = m + 1 == micro_batches;
       train_data.fill_batch(first_sample + static_cast<int64_t>(m) * micro, micro, inputs.data(), targets.data());
@@ -200,9 +213,10 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
     }
     double loss_sum = local_loss_sum;
     bool stop_requested = g_stop_requested.load();
-    if (dp > 1) {
+    if (world.size() > 1) {
       // Loss and the stop decision travel together, so every rank stops after the same step.
-      float shared[2] = {static_cast<float>(local_loss_sum), stop_requested ? 1.0f : 0.0f};
+      // The tensor-parallel ranks of a replica share its loss: one of them contributes it.
+      float shared[2] = {mesh.tp_rank() == 0 ? static_cast<float>(local_loss_sum) : 0.0f, stop_requested ? 1.0f : 0.0f};
       world.all_reduce(shared, 2, DType::F32, comm::ReduceOp::Sum);
       loss_sum = shared[0];
       stop_requested = shared[1] > 0.0f;
@@ -256,9 +270,11 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
       // Parameters are identical on every rank and the moments are gathered from their shards:
       // rank 0 writes the checkpoint for all.
       optimizer.gather_moments(exp_avg, exp_avg_sq);
+      // Replica 0's tensor-parallel ranks bring their shards together as slices of global tensors.
+      ShardedTrainingState state;
+      if (mesh.dp_rank() == 0) state = gather_sharded_training_state(model, exp_avg.data(), exp_avg_sq.data());
       if (reporter) {
-        ckpt::CheckpointSnapshot snapshot =
-            snapshot_training_state(model, exp_avg.data(), exp_avg_sq.data(), progress, run);
+        ckpt::CheckpointSnapshot snapshot = snapshot_training_state(state.tensors, progress, run);
         if (run.checkpoint.async) {
           async_writer.save(root, std::move(snapshot), run.checkpoint.keep);  // the disk works while we train
         } else {
