@@ -477,9 +477,9 @@ LoadedCheckpoint load_checkpoint(const std::string& path_or_root) {
       return open_checkpoint_dir(candidates[i]);
     } catch (const Error& e) {
       problems.push_back(e.what());
-      std::cerr << "loom: warning: checkpoint '" << candidates[i] << "' is unusable: " << e.what()
-                << (i + 1 < candidates.size() ? "; falling back to '" + candidates[i + 1] + "'" : std::string())
-                << "\n";
+      // One write, so that the warnings of ranks loading at once (threads backend) do not interleave.
+      std::cerr << ("loom: warning: checkpoint '" + candidates[i] + "' is unusable: " + e.what() +
+                    (i + 1 < candidates.size() ? "; falling back to '" + candidates[i + 1] + "'" : std::string()) + "\n");
     }
   }
   std::string message = "no usable checkpoint in '" + root + "':";

@@ -17,6 +17,7 @@ int run(int argc, char** argv) {
   register_ckpt(app, commands);
   register_mesh(app, commands);
   register_bench(app, commands);
+  register_launch(app, commands);
 
   try {
     app.parse(argc, argv);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "loom/comm/activity.h"
 #include "loom/comm/reduce.h"
 #include "loom/core/error.h"
 
@@ -336,6 +337,8 @@ class P2pWork final : public Work {
   }
 
   void wait() override {
+    activity::Scope waiting(group_->world_ranks()[static_cast<size_t>(group_->rank())], is_send_ ? "send" : "recv",
+                            group_->name(), number_);  // for heartbeats
     std::lock_guard<std::mutex> lock(mutex_);
     const auto start = Clock::now();
     const auto deadline = start + timeout_;
@@ -882,6 +885,7 @@ void Group::run_split(CollectiveOp& op) {
 }
 
 void Group::wait(const std::shared_ptr<CollectiveOp>& op) {
+  activity::Scope waiting(world_ranks_[static_cast<size_t>(rank_)], op_kind_name(op->kind), name_, op->seq);  // heartbeats
   std::unique_lock<std::mutex> lock(mutex_);
   const auto started = Clock::now();
   const auto deadline = started + options_.comm.timeout;

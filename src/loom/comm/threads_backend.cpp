@@ -8,6 +8,7 @@
 #include <numeric>
 #include <thread>
 
+#include "loom/comm/activity.h"
 #include "loom/comm/reduce.h"
 #include "loom/comm/threads_collectives.h"
 #include "loom/comm/threads_group.h"
@@ -139,6 +140,9 @@ class P2PWork final : public Work {
 
   // Times out only while unmatched: once matched, the receiver's copy thread finishes it.
   void wait() override {
+    const int self = request_->is_send ? request_->source : request_->destination;
+    activity::Scope waiting(group_->world_ranks()[self], request_->is_send ? "send" : "recv", group_->name(),
+                            static_cast<int64_t>(request_->index));  // for heartbeats
     P2PState& p2p = group_->p2p();
     const auto timeout = group_->world().timeout();
     const auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "loom/comm/activity.h"
 #include "loom/core/error.h"
 
 namespace loom::comm::threads {
@@ -119,6 +120,7 @@ Slot& Group::arrive(int rank, uint64_t seq, Post post, const Finalize& finalize)
     slot.complete = true;
     cv_.notify_all();
   } else {
+    activity::Scope waiting(world_ranks_[rank], kind, name_, static_cast<int64_t>(seq));  // for heartbeats
     const auto timeout = world_->timeout();
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     // A satisfied wait proceeds even if the world aborted meanwhile: the others already read

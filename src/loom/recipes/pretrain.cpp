@@ -26,6 +26,8 @@
 #include "loom/kernels/cpu/cross_entropy.h"
 #include "loom/optim/schedule.h"
 #include "loom/recipes/data_parallel_step.h"
+#include "loom/recipes/fault_injection.h"
+#include "loom/recipes/heartbeat_writer.h"
 #include "loom/recipes/model_setup.h"
 #include "loom/recipes/sharded_training_state.h"
 #include "loom/runtime/metrics.h"
@@ -89,6 +91,8 @@ int threads_per_rank(const runtime::RunConfig& config, const comm::Communicator&
 // same optimizer step keeps the replicas identical. Rank 0 prints and writes files.
 TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& world, std::ostream& console) {
   const bool reporter = world.rank() == 0;
+  Heartbeat heartbeat(world.rank(), world.size());  // for `loom launch` (docs/operations.md)
+  const FaultInjector faults(config.fault, world.rank(), world.size());
   std::ostringstream discard;
   std::ostream& out = reporter ? console : discard;
   const int tp = config.parallel.tp;
@@ -177,6 +181,7 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
   // Data-parallel replica 0 evaluates (all its tensor-parallel ranks: the forward pass needs
   // them) and rank 0 reports; with ZeRO-3 every rank first contributes its shard of the parameters.
   auto evaluate_on_rank0 = [&]() -> std::optional<double> {
+    heartbeat.phase("eval", progress.step);
     optimizer.gather_full_parameters();
     std::optional<double> val_loss;
     if (mesh.dp_rank() == 0) val_loss = evaluate(model, *val_data, run);
@@ -191,6 +196,8 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
 
   for (int step = static_cast<int>(progress.step) + 1; step <= run.train.steps; ++step) {
     const auto start = Clock::now();
+    heartbeat.phase("forward_backward", step);
+    faults.at_step_start(step);
     // Tokens that count towards the loss over the whole global batch (every rank counts them
     // all, exactly): each micro-batch's gradient is scaled by 1/total, so summing over
     // micro-batches and ranks gives the global-batch mean.
@@ -223,6 +230,7 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
     }
     const double loss = loss_sum / static_cast<double>(valid_tokens);
     const double lr = optim::learning_rate(run.optim, step, run.train.steps);
+    heartbeat.phase("optimizer", step);
     const double grad_norm = optimizer.step(lr, step);
     progress.step = step;
     progress.consumed_samples += run.train.global_batch;
@@ -267,6 +275,7 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
 
     const bool interval_due = run.checkpoint.interval > 0 && step % run.checkpoint.interval == 0;
     if (interval_due || last || stop) {
+      heartbeat.phase("checkpoint", step);
       // Parameters are identical on every rank and the moments are gathered from their shards:
       // rank 0 writes the checkpoint for all.
       optimizer.gather_moments(exp_avg, exp_avg_sq);
@@ -280,6 +289,7 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
         } else {
           ckpt::write_snapshot(root, snapshot, run.checkpoint.keep);
         }
+        faults.after_checkpoint(step, root, [&] { async_writer.wait(); });
       }
       last_checkpoint = (std::filesystem::path(root) / ckpt::step_dir_name(step)).string();
     }
@@ -291,6 +301,7 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
   async_writer.wait();
   // Nobody returns (and, with MPI, finalises) before the files are complete.
   world.barrier();
+  heartbeat.done(progress.step == run.train.steps, progress.step);
   summary.checkpoint = last_checkpoint;
   if (timed_seconds > 0.0) {
     summary.tokens_per_s = static_cast<double>(timed_tokens) / timed_seconds;

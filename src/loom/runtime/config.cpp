@@ -514,6 +514,7 @@ const std::vector<SectionSchema>& schema() {
                   field("stall_step", &FaultConfig::stall_step, at_least(0)),
                   field("stall_s", &FaultConfig::stall_s, at_least(0.0)),
                   field("corrupt_step", &FaultConfig::corrupt_step, at_least(0)),
+                  field("repeat", &FaultConfig::repeat),
               }),
   };
   return sections;

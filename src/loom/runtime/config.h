@@ -141,6 +141,7 @@ struct FaultConfig {
   int stall_step = 0;       // ... at this step (0 = never) ...
   double stall_s = 0.0;     // ... for this long (0 = forever)
   int corrupt_step = 0;     // after saving this step's checkpoint, damage one of its shards (0 = never)
+  bool repeat = false;      // fire on restarts too (LOOM_RESTART_COUNT > 0), not only on the first attempt
 };
 
 struct RunConfig {

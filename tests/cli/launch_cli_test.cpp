@@ -1,0 +1,124 @@
+// End-to-end: `loom launch` supervising `loom train` (2 ranks, threads backend) with injected
+// faults: a killed rank, a stalled rank, a corrupted checkpoint, restarts used up. Each recovered
+// run ends with the same parameters as an uninterrupted one (`loom ckpt digest`).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "cli_support.h"
+
+namespace loom::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+class LaunchCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string text;
+    for (int i = 0; i < 300; ++i) {
+      text += "Call me Ishmael. Some years ago, never mind how long precisely, having little money " +
+              std::to_string(i) + ".\n\n";
+    }
+    write_text(dir / "corpus.txt", text);
+    CommandResult prepared =
+        run_loom("data prepare " + (dir / "corpus.txt") + " --tokenizer byte --val-fraction 0.2 --output " + (dir / "data/c"));
+    ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
+    write_text(dir / "config.yaml",
+               "model:\n  vocab_size: 0\n  d_model: 32\n  layers: 2\n  heads: 4\n  kv_heads: 2\n  ffn_size: 64\n"
+               "  max_seq_len: 64\n"
+               "data:\n  tokenizer: byte\n  train_prefix: " + (dir / "data/c_train") + "\n  val_prefix: " +
+               (dir / "data/c_val") + "\n  seq_len: 32\n"
+               "optim:\n  lr: 3.0e-3\n  warmup_steps: 2\n"
+               "train:\n  steps: 8\n  global_batch: 4\n  micro_batch: 2\n  eval_interval: 4\n  eval_batches: 2\n"
+               "  threads: 1\n"
+               "runtime:\n  ranks: 2\n"
+               "checkpoint:\n  interval: 2\n  keep: 3\n"
+               "log:\n  progress: false\n");
+  }
+
+  std::string train_command(const std::string& run, const std::string& overrides) {
+    return std::string(LOOM_BINARY) + " train " + (dir / "config.yaml") + " run.dir=" + (dir / run) + " " + overrides;
+  }
+  CommandResult launch(const std::string& options, const std::string& run, const std::string& overrides) {
+    return run_loom("launch " + options + " -- " + train_command(run, overrides));
+  }
+  std::string digest(const std::string& run) { return last_line(run_loom("ckpt digest " + (dir / run) + "/checkpoints").output); }
+  std::string uninterrupted_digest() {
+    CommandResult full = run_loom("train " + (dir / "config.yaml") + " run.dir=" + (dir / "full"));
+    EXPECT_EQ(full.exit_code, 0) << full.output;
+    return digest("full");
+  }
+  static bool has(const CommandResult& r, const std::string& text) { return r.output.find(text) != std::string::npos; }
+
+  TempDir dir;
+};
+
+TEST_F(LaunchCli, KilledRankIsRestartedFromTheLastCheckpointAndFinishes) {
+  CommandResult r = launch("--max-restarts 2 --hang-timeout-s 60 --grace-s 1", "kill", "fault.kill_rank=1 fault.kill_step=5");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r, "fault injection: rank 1")) << r.output;
+  EXPECT_TRUE(has(r, "attempt 1 failed: the job was killed by signal 9 (SIGKILL)")) << r.output;
+  EXPECT_TRUE(has(r, "restart 1 of 2 after the job was killed by signal 9")) << r.output;
+  EXPECT_TRUE(has(r, "train.resume=true")) << r.output;
+  EXPECT_TRUE(has(r, "resumed from")) << r.output;
+  EXPECT_TRUE(has(r, "faults are configured but off on restart 1")) << r.output;
+  EXPECT_TRUE(has(r, "training finished on attempt 2 (1 restart(s))")) << r.output;
+  EXPECT_EQ(digest("kill"), uninterrupted_digest());
+}
+
+TEST_F(LaunchCli, StalledRankIsDiagnosedAsAHangAndRestarted) {
+  CommandResult r = launch("--max-restarts 1 --hang-timeout-s 2 --grace-s 0.5", "stall",
+                           "fault.stall_rank=1 fault.stall_step=5 fault.stall_s=0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r, "fault injection: rank 1 stalls at step 5 forever")) << r.output;
+  // The stalled rank is named outside any collective; rank 0 waits for it in the step's all-reduce.
+  EXPECT_TRUE(has(r, "hang: no progress for")) << r.output;
+  EXPECT_TRUE(has(r, "rank 1 (pid ")) << r.output;
+  EXPECT_TRUE(has(r, "in forward_backward of step 5, not in a collective")) << r.output;
+  EXPECT_TRUE(has(r, "rank 0 waiting for")) << r.output;
+  EXPECT_TRUE(has(r, "in all_reduce on group '")) << r.output;  // the data-parallel group
+  EXPECT_TRUE(has(r, "restart 1 of 1 after a hang")) << r.output;
+  EXPECT_TRUE(has(r, "training finished on attempt 2")) << r.output;
+  EXPECT_EQ(digest("stall"), uninterrupted_digest());
+}
+
+TEST_F(LaunchCli, CorruptCheckpointFallsBackToThePreviousOne) {
+  // Rank 0 damages step 4's checkpoint right after saving it and dies at the start of step 5:
+  // the restart finds `latest` (step 4) corrupt, warns naming the file and resumes from step 2.
+  CommandResult r = launch("--max-restarts 1 --hang-timeout-s 60 --grace-s 1", "corrupt",
+                           "fault.corrupt_step=4 fault.kill_rank=0 fault.kill_step=5");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r, "fault injection: corrupted checkpoint")) << r.output;
+  EXPECT_TRUE(has(r, "step-00000004/rank-00000.bin' is corrupt")) << r.output;
+  EXPECT_TRUE(has(r, "falling back to '" + (dir / "corrupt/checkpoints/step-00000002") + "'")) << r.output;
+  EXPECT_TRUE(has(r, "resumed from " + (dir / "corrupt/checkpoints/step-00000002") + " at step 2")) << r.output;
+  EXPECT_EQ(digest("corrupt"), uninterrupted_digest());
+}
+
+TEST_F(LaunchCli, UsedUpRestartsFailClearly) {
+  CommandResult r = launch("--max-restarts 1 --hang-timeout-s 60 --grace-s 1", "repeat",
+                           "fault.kill_rank=1 fault.kill_step=5 fault.repeat=true");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(has(r, "attempt 2 failed: the job was killed by signal 9 (SIGKILL)")) << r.output;
+  EXPECT_TRUE(has(r, "giving up: 1 restart(s) used up (--max-restarts 1); training did not finish")) << r.output;
+  // The checkpoints written before the failures are intact.
+  EXPECT_EQ(run_loom("ckpt digest " + (dir / "repeat/checkpoints")).exit_code, 0);
+}
+
+TEST_F(LaunchCli, CleanRunsEarlyStopsAndBadCommands) {
+  CommandResult ok = launch("", "clean", "");
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_TRUE(has(ok, "training finished on attempt 1 (0 restart(s))")) << ok.output;
+  // A deliberate early stop is not a failure to restart from, nor a finished training.
+  CommandResult early = launch("", "early", "train.exit_interval=3");
+  EXPECT_EQ(early.exit_code, 3) << early.output;
+  EXPECT_TRUE(has(early, "before its last step")) << early.output;
+  CommandResult missing = run_loom("launch -- " + (dir / "no-such-program"));
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_TRUE(has(missing, "cannot execute")) << missing.output;
+  EXPECT_NE(run_loom("launch --max-restarts 1").exit_code, 0);  // no command
+}
+
+}  // namespace
+}  // namespace loom::testing
