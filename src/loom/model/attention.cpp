@@ -57,6 +57,11 @@ Attention::Attention(ParameterStore& store, const TensorParallel& tp, int layer,
   out_.emplace(store, tp, out_weight_, out_bias_, q_len, d_model);
 }
 
+void Attention::set_precision(PrecisionContext& context, Recipe recipe) {
+  qkv_->set_precision(context.make(recipe));
+  out_->set_precision(context.make(recipe));
+}
+
 void Attention::forward(Saved& saved, float* residual, const float* normed, int64_t batch, int64_t seq,
                         ParallelScratch& scratch) const {
   const int64_t rows = batch * seq, W = qkv_width(), att_width = heads_ * head_dim_;

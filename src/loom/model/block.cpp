@@ -27,6 +27,11 @@ Block::Block(ParameterStore& store, const TensorParallel& tp, int layer, const r
   }
 }
 
+void Block::set_precision(PrecisionContext& context, Recipe recipe) {
+  if (attention_) attention_->set_precision(context, recipe);
+  if (mlp_) mlp_->set_precision(context, recipe);
+}
+
 void Block::forward(Saved& saved, const float* x_in, float* x_out, int64_t batch, int64_t seq,
                     ParallelScratch& scratch) const {
   // Norms and residual adds run on this rank's rows; the sub-blocks see all rows inside.

@@ -30,6 +30,8 @@ class Block {
   // Inference on `rows` new positions of one sequence; x is updated in place.
   void decode(float* x, int64_t rows, int64_t past, KVCache& cache, Saved& scratch, ParallelScratch& tp_scratch,
               int64_t max_positions) const;
+  // Precision recipe of the layer's linear GEMMs (linear_precision.h); fp32 unless called.
+  void set_precision(PrecisionContext& context, Recipe recipe);
 
  private:
   const TensorParallel* tp_;

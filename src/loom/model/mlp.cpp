@@ -37,6 +37,11 @@ Mlp::Mlp(ParameterStore& store, const TensorParallel& tp, int layer, const std::
   down_.emplace(store, tp, down_weight, down_bias, ffn_, d_model);
 }
 
+void Mlp::set_precision(PrecisionContext& context, Recipe recipe) {
+  in_->set_precision(context.make(recipe));
+  down_->set_precision(context.make(recipe));
+}
+
 void Mlp::forward(Saved& saved, float* residual, const float* normed, int64_t rows, ParallelScratch& scratch) const {
   float* hidden = sized(saved.hidden, rows * hidden_width());
   float* act = sized(saved.act, rows * ffn_);

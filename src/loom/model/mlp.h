@@ -25,6 +25,8 @@ class Mlp {
   // d_normed += d/d(normed) of the branch, given d_residual; parameter gradients into the store.
   void backward(float* d_normed, const float* d_residual, const float* normed, const Saved& saved,
                 Workspace& work, int64_t rows, ParallelScratch& scratch) const;
+  // Precision recipe of the up (gate+up) and down projections' GEMMs.
+  void set_precision(PrecisionContext& context, Recipe recipe);
 
  private:
   int hidden_width() const { return swiglu_ ? 2 * ffn_ : ffn_; }

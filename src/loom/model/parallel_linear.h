@@ -10,8 +10,10 @@
 // Both read their parameters from the store by id, so a fused projection ([q; k; v] or
 // [gate; up], registered back to back) is one layer with one GEMM.
 #include <cstdint>
+#include <memory>
 
 #include "loom/model/buffers.h"
+#include "loom/model/linear_precision.h"
 #include "loom/model/parameters.h"
 #include "loom/model/tensor_parallel.h"
 
@@ -32,12 +34,15 @@ class ColumnParallelLinear {
   // d_x[local rows] += f_backward(d_out W); parameter gradients added into the store.
   void backward(float* d_x, const float* d_out, const float* x, int64_t rows, ParallelScratch& scratch) const;
   int64_t out_local() const { return out_; }
+  // The GEMMs' precision recipe (linear_precision.h); null (the default) = fp32 kernels.
+  void set_precision(std::shared_ptr<LinearPrecision> precision) { precision_ = std::move(precision); }
 
  private:
   ParameterStore* store_;
   const TensorParallel* tp_;
   int weight_, bias_;
   int64_t in_, out_;
+  std::shared_ptr<LinearPrecision> precision_;
 };
 
 class RowParallelLinear {
@@ -49,12 +54,14 @@ class RowParallelLinear {
   void forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch) const;
   // d_x[rows, in_local] += g_backward(d_out) W, d_out being this rank's [local_rows, out].
   void backward(float* d_x, const float* d_out, const float* x, int64_t rows, ParallelScratch& scratch) const;
+  void set_precision(std::shared_ptr<LinearPrecision> precision) { precision_ = std::move(precision); }
 
  private:
   ParameterStore* store_;
   const TensorParallel* tp_;
   int weight_, bias_;
   int64_t in_, out_;
+  std::shared_ptr<LinearPrecision> precision_;
 };
 
 }  // namespace loom::model

@@ -13,8 +13,9 @@ namespace loom::model {
 
 namespace k = loom::kernels::cpu;
 
-Transformer::Transformer(const runtime::ModelConfig& config, TensorParallel tp)
-    : config_(config), tp_(tp), specs_(resolve_layers(config)) {
+Transformer::Transformer(const runtime::ModelConfig& config, TensorParallel tp, PrecisionPolicy precision)
+    : config_(config), tp_(tp), specs_(resolve_layers(config)),
+      precision_(std::make_shared<PrecisionContext>(precision)) {
   check(config.vocab_size > 0, "model.vocab_size must be resolved before building the model");
   const float std = static_cast<float>(config.init_std);
   const int64_t V = config.vocab_size, C = config.d_model;
@@ -38,6 +39,7 @@ Transformer::Transformer(const runtime::ModelConfig& config, TensorParallel tp)
   for (int l = 0; l < config.layers; ++l) {
     const int first = static_cast<int>(params_.list().size());
     blocks_.emplace_back(params_, tp_, l, config, specs_[l], rope_.get());
+    if (precision.recipe != Recipe::Fp32) blocks_.back().set_precision(*precision_, precision.block_recipe(l, config.layers));
     registered_since(l + 1, first);
   }
   const int head_first = static_cast<int>(params_.list().size());
@@ -52,6 +54,7 @@ Transformer::Transformer(const runtime::ModelConfig& config, TensorParallel tp)
   residual_.resize(config.layers + 1);
   saved_.resize(config.recompute ? 0 : config.layers);
   tp_grads_.emplace(params_, tp_, unit_params_);
+  head_precision_ = precision_->make(precision.head_recipe());
 }
 
 void Transformer::check_tokens(const int32_t* tokens, int64_t rows) const {
@@ -144,7 +147,11 @@ double Transformer::forward(const int32_t* inputs, const int32_t* targets, int64
     head_in = tp_.enter_forward(final_saved_.out.data(), rows, C, head_input_);
   }
   float* logits = sized(logits_, rows * vocab_local_);
-  k::linear_forward(logits, head_in, params_.value(head_), nullptr, rows, C, vocab_local_);
+  if (head_precision_) {
+    head_precision_->forward(logits, head_in, params_.value(head_), nullptr, rows, C, vocab_local_);
+  } else {
+    k::linear_forward(logits, head_in, params_.value(head_), nullptr, rows, C, vocab_local_);
+  }
   const double loss_sum = cross_entropy(targets, rows, grad_scale);
   if (hooks_) hooks_->after_forward(head_unit);
   return loss_sum;
@@ -173,8 +180,13 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
   float* d_final = zeroed(d_final_, local * C);
   const float* head_in = tp_.sequence_parallel() ? head_input_.data() : final_saved_.out.data();
   float* d_head_in = tp_.enter_backward_target(d_final, rows, C, tp_scratch_.d_full);
-  k::linear_backward(d_head_in, params_.grad(head_), nullptr, logits_.data(), head_in, params_.value(head_), rows, C,
-                     vocab_local_);
+  if (head_precision_) {
+    head_precision_->backward(d_head_in, params_.grad(head_), nullptr, logits_.data(), head_in, params_.value(head_),
+                              rows, C, vocab_local_);
+  } else {
+    k::linear_backward(d_head_in, params_.grad(head_), nullptr, logits_.data(), head_in, params_.value(head_), rows, C,
+                       vocab_local_);
+  }
   tp_.enter_backward(d_final, d_head_in, rows, C);
   float* d_x = zeroed(d_residual_, local * C);
   final_norm_->backward(d_x, d_final, residual_[config_.layers].data(), final_saved_, local);

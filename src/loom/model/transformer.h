@@ -9,6 +9,7 @@
 #include "loom/kernels/cpu/rope.h"
 #include "loom/model/block.h"
 #include "loom/model/layer_spec.h"
+#include "loom/model/linear_precision.h"
 #include "loom/model/norm.h"
 #include "loom/model/parameter_hooks.h"
 #include "loom/model/parameters.h"
@@ -34,7 +35,8 @@ class Transformer {
   // tensor-parallel group each rank holds its shard of every split parameter (heads, ffn
   // features, vocabulary rows) and the model computes the same function as on one rank; a layer
   // whose sizes cannot be split is an Error naming it.
-  explicit Transformer(const runtime::ModelConfig& config, TensorParallel tp = {});
+  // `precision`: the recipe of the linear layers' and the head's GEMMs (default fp32).
+  explicit Transformer(const runtime::ModelConfig& config, TensorParallel tp = {}, PrecisionPolicy precision = {});
 
   void initialize(uint64_t seed) { params_.initialize(seed); }
   ParameterStore& params() { return params_; }
@@ -42,6 +44,8 @@ class Transformer {
   const runtime::ModelConfig& config() const { return config_; }
   const std::vector<LayerSpec>& layers() const { return specs_; }
   const TensorParallel& tensor_parallel() const { return tp_; }
+  // The linear layers' precision state (FP8 amax histories), for the trainer and checkpoints.
+  PrecisionContext& precision() { return *precision_; }
 
   // Forward and backward on one micro-batch: inputs/targets are [batch, seq] (the same on every
   // tensor-parallel rank); targets equal to kIgnoreIndex are masked. Gradients of grad_scale * (sum of token losses) are *added* into
@@ -100,6 +104,8 @@ class Transformer {
   ParameterHooks* hooks_ = nullptr;
   std::vector<std::vector<int>> unit_params_;
   std::optional<TensorParallelGrads> tp_grads_;
+  std::shared_ptr<PrecisionContext> precision_;
+  std::shared_ptr<LinearPrecision> head_precision_;  // null: fp32 head
 };
 
 }  // namespace loom::model

@@ -97,6 +97,9 @@ class DistributedOptimizer {
   // parameter buffer. `step` is 1-based. Returns the global gradient norm before clipping.
   // Needs at least one finished round since the last step.
   double step(double lr, int64_t step);
+  // Instead of step() (mixed precision found Inf/NaN): drops this round's gradients, updating
+  // nothing; the next round's reduce-scatters overwrite the shards.
+  void skip_step() { rounds_ = 0; }
 
   // Copies the owned slices of the parameter buffer into the master weights (after parameters
   // were loaded from a checkpoint that has no optimizer state).

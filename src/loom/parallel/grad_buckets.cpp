@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "loom/comm/reduce.h"
 #include "loom/core/error.h"
 
 namespace loom::parallel {
@@ -144,11 +145,17 @@ void check_gradient_op(comm::ReduceOp op, const std::string& who) {
         who + ": gradients are combined with sum or avg, not " + comm::reduce_op_name(op));
 }
 
-GradReducer::GradReducer(comm::Communicator& dp, float* grads, BucketLayout layout, comm::ReduceOp op)
-    : dp_(dp), grads_(grads), layout_(std::move(layout)), op_(op), schedule_(layout_, "GradReducer") {
+GradReducer::GradReducer(comm::Communicator& dp, float* grads, BucketLayout layout, comm::ReduceOp op, DType wire)
+    : dp_(dp), grads_(grads), layout_(std::move(layout)), op_(op), schedule_(layout_, "GradReducer"), wire_(wire) {
   check_gradient_op(op, "GradReducer");
   check(grads_ != nullptr || layout_.numel() == 0, "GradReducer: the gradient buffer is null");
+  check(wire == DType::F32 || wire == DType::BF16, "GradReducer: gradients are reduced in f32 or bf16");
   work_.resize(layout_.buckets.size());
+  if (wire_ != DType::F32) {
+    int64_t end = 0;
+    for (const Bucket& b : layout_.buckets) end = std::max(end, b.offset + b.numel);
+    staging_.resize(static_cast<size_t>(end));
+  }
 }
 
 GradReducer::~GradReducer() { wait_all(false); }
@@ -159,7 +166,13 @@ void GradReducer::launch(int bucket) {
     window_open_ = true;
   }
   const Bucket& b = layout_.buckets[bucket];
-  if (b.numel > 0) work_[bucket] = dp_.all_reduce_async(grads_ + b.offset, b.numel, DType::F32, op_);
+  if (b.numel == 0) return;
+  if (wire_ == DType::F32) {
+    work_[bucket] = dp_.all_reduce_async(grads_ + b.offset, b.numel, DType::F32, op_);
+  } else {
+    comm::from_f32(staging_.data() + b.offset, grads_ + b.offset, b.numel, wire_);
+    work_[bucket] = dp_.all_reduce_async(staging_.data() + b.offset, b.numel, wire_, op_);
+  }
 }
 
 void GradReducer::mark_ready(int param) {
@@ -167,12 +180,17 @@ void GradReducer::mark_ready(int param) {
 }
 
 void GradReducer::wait_all(bool rethrow) {
-  for (comm::WorkHandle& w : work_) {
+  for (size_t bucket = 0; bucket < work_.size(); ++bucket) {
+    comm::WorkHandle& w = work_[bucket];
     if (!w) continue;
     comm::WorkHandle pending = std::move(w);
     w.reset();
     if (rethrow) {
       pending->wait();
+      if (wire_ != DType::F32) {  // widen the reduced bucket back into the fp32 gradients
+        const Bucket& b = layout_.buckets[bucket];
+        comm::to_f32(grads_ + b.offset, staging_.data() + b.offset, b.numel, wire_);
+      }
     } else {
       try {
         pending->wait();

@@ -117,7 +117,10 @@ class BucketSchedule {
 // on the (now identical on every rank) gradients -> zero the gradients.
 class GradReducer {
  public:
-  GradReducer(comm::Communicator& dp, float* grads, BucketLayout layout, comm::ReduceOp op = comm::ReduceOp::Sum);
+  // `wire`: F32, or BF16 (precision.grad_reduce=bf16): each bucket is rounded to bf16 into a
+  // staging buffer, all-reduced in bf16 (accumulated in f32, rounded once) and widened back.
+  GradReducer(comm::Communicator& dp, float* grads, BucketLayout layout, comm::ReduceOp op = comm::ReduceOp::Sum,
+              DType wire = DType::F32);
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
@@ -143,6 +146,8 @@ class GradReducer {
   comm::ReduceOp op_;
   BucketSchedule schedule_;
   std::vector<comm::WorkHandle> work_;
+  DType wire_ = DType::F32;
+  std::vector<uint16_t> staging_;  // wire_ != F32: the buckets in the wire dtype
   std::chrono::steady_clock::time_point window_start_;
   bool window_open_ = false;
   OverlapStats last_, total_;

@@ -103,6 +103,15 @@ class Zero3 : public model::ParameterHooks {
   // Global norm, clipping (config.clip_grad), AdamW on the owned shards; returns the norm
   // before clipping. Needs at least one micro-batch since the last step.
   double step(double lr, int64_t step);
+  // This rank's reduced gradient shards (padding included, zero) after end_micro_batch(): what
+  // step() reads, for mixed precision's unscale / non-finite check.
+  float* reduced_gradients() { return grad_shards_.data<float>(); }
+  int64_t reduced_gradients_numel() const { return grad_shards_.numel(); }
+  // Instead of step(): drops the gradients of this step, updating nothing.
+  void skip_step() {
+    grad_shards_.zero();
+    rounds_ = 0;
+  }
 
   // Collective: the whole values buffer holds the current parameters until release.
   void gather_full_parameters();

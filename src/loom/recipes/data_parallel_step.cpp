@@ -46,6 +46,9 @@ DataParallelStep::DataParallelStep(comm::Communicator& dp, model::Transformer& m
     norm_excluded_ = norm_excluded(params);
   }
 
+  check(config.precision.grad_reduce == "fp32" || zero_ == 0 || dp.size() == 1,
+        "precision.grad_reduce=bf16 is implemented for parallel.zero=0 (DDP all-reduce); ZeRO " +
+            std::to_string(zero_) + " reduce-scatters gradients in fp32 (use precision.grad_reduce=fp32)");
   if (zero_ == 3) {
     std::vector<std::vector<int>> units;
     for (int u = 0; u < model.units(); ++u) units.push_back(model.unit_parameters(u));
@@ -63,7 +66,11 @@ DataParallelStep::DataParallelStep(comm::Communicator& dp, model::Transformer& m
   parallel::BucketLayout layout = parallel::make_buckets(param_ranges(params), bucket_bytes, dp.size());
   if (zero_ == 0) {
     adamw_ = std::make_unique<optim::AdamW>(config.optim, params.total(), optimizer_segments(params));
-    if (dp.size() > 1) reducer_ = std::make_unique<parallel::GradReducer>(dp, params.grads(), std::move(layout));
+    // precision.grad_reduce=bf16: buckets travel and are summed as bf16 (f32 accumulation).
+    const DType wire = config.precision.grad_reduce == "bf16" ? DType::BF16 : DType::F32;
+    if (dp.size() > 1) {
+      reducer_ = std::make_unique<parallel::GradReducer>(dp, params.grads(), std::move(layout), comm::ReduceOp::Sum, wire);
+    }
   } else {
     parallel::DistributedOptimizerOptions options;
     options.zero = zero_;
@@ -125,6 +132,26 @@ double DataParallelStep::step(double lr, int64_t step) {
   }
   params.zero_grads();
   return norm;
+}
+
+std::vector<std::span<float>> DataParallelStep::reduced_gradients() {
+  if (zero3_) return {{zero3_->reduced_gradients(), static_cast<size_t>(zero3_->reduced_gradients_numel())}};
+  std::vector<std::span<float>> out;
+  if (sharded_) {
+    for (const parallel::OwnedShard& s : sharded_->shards()) out.emplace_back(s.grad, static_cast<size_t>(s.end - s.begin));
+  } else {
+    out.emplace_back(model_.params().grads(), static_cast<size_t>(model_.params().total()));
+  }
+  return out;
+}
+
+void DataParallelStep::skip_step() {
+  if (zero3_) {
+    zero3_->skip_step();
+    return;
+  }
+  if (sharded_) sharded_->skip_step();
+  model_.params().zero_grads();
 }
 
 void DataParallelStep::gather_moments(std::vector<float>& exp_avg, std::vector<float>& exp_avg_sq) {

@@ -13,6 +13,7 @@
 //      before reading it (checkpoints, evaluation), release_full_parameters() after.
 // With one rank and zero 0 nothing is communicated.
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,11 @@ class DataParallelStep : private model::ParameterHooks {
   // Clip by global norm and update; parameters are identical on every rank afterwards, and the
   // gradient buffer is zeroed for the next step. Returns the global norm before clipping.
   double step(double lr, int64_t step);
+  // After the last micro-batch, before step(): the reduced gradients this rank holds (the whole
+  // buffer at zero 0, its shards at 1-3), for mixed precision (recipes/precision_step.h) to
+  // unscale and check for Inf/NaN. skip_step() replaces step() when a step is skipped.
+  std::vector<std::span<float>> reduced_gradients();
+  void skip_step();
 
   // Adam moments as full flat buffers laid out like the parameters (gathered from the shards).
   // Zero 3: also gathers the full parameters into the model, since a checkpoint saves both; the

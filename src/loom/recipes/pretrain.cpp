@@ -29,6 +29,7 @@
 #include "loom/recipes/fault_injection.h"
 #include "loom/recipes/heartbeat_writer.h"
 #include "loom/recipes/model_setup.h"
+#include "loom/recipes/precision_step.h"
 #include "loom/recipes/sharded_training_state.h"
 #include "loom/runtime/metrics.h"
 #include "loom/runtime/progress.h"
@@ -121,9 +122,11 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
 
   runtime::RunConfig run = config;
   run.model = resolve_model_config(config.model, *tokenizer);
-  model::Transformer model(run.model, model::TensorParallel(&mesh.tp(), run.parallel.sequence_parallel));
+  model::Transformer model(run.model, model::TensorParallel(&mesh.tp(), run.parallel.sequence_parallel),
+                           model::PrecisionPolicy::from_config(run.precision));
   model.initialize(run.train.seed);
   DataParallelStep optimizer(mesh.dp(), model, run);
+  PrecisionStep precision(run.precision, model, optimizer, world);  // loss scaling, Inf/NaN skips, FP8 amaxes
 
   const std::string root = checkpoint_root(run);
   TrainingProgress progress;
@@ -134,6 +137,7 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
       exp_avg.assign(model.params().total(), 0.0f);
       exp_avg_sq.assign(model.params().total(), 0.0f);
       progress = load_training_checkpoint(checkpoint, model, exp_avg.data(), exp_avg_sq.data());
+      precision.restore(progress.precision);
       optimizer.load_moments(exp_avg.data(), exp_avg_sq.data());
       out << "resumed from " << checkpoint.path() << " at step " << progress.step << "\n";
     } else {
@@ -153,6 +157,10 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
       << ") x " << micro_batches
       << " micro-batches of " << micro << " x " << seq << " tokens per step\n"
       << std::defaultfloat << optimizer.memory_report() << "\n";
+  if (run.precision.recipe != "fp32") {
+    out << "precision: " << run.precision.recipe << " GEMMs in the linear layers, fp32 master weights and optimizer"
+        << (precision.loss_scaling() ? ", dynamic loss scale " + std::to_string(precision.loss_scale()) : "") << "\n";
+  }
 
   std::optional<runtime::MetricsWriter> metrics;
   std::optional<runtime::ProgressBar> bar;
@@ -205,7 +213,8 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
     int64_t valid_tokens = 0;
     for (int32_t t : all_targets) valid_tokens += t != kernels::cpu::kIgnoreIndex;
     check(valid_tokens > 0, "step " + std::to_string(step) + " has no target tokens to learn from");
-    const float grad_scale = static_cast<float>(1.0 / static_cast<double>(valid_tokens));
+    // fp16: times the dynamic loss scale (a power of two, so exact; 1 for the other recipes).
+    const float grad_scale = static_cast<float>(1.0 / static_cast<double>(valid_tokens)) * precision.begin_step();
 
     double local_loss_sum = 0.0;
     const int64_t first_sample = progress.consumed_samples + static_cast<int64_t>(mesh.dp_rank()) * local_batch;
@@ -231,7 +240,8 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
     const double loss = loss_sum / static_cast<double>(valid_tokens);
     const double lr = optim::learning_rate(run.optim, step, run.train.steps);
     heartbeat.phase("optimizer", step);
-    const double grad_norm = optimizer.step(lr, step);
+    const PrecisionStepResult stepped = precision.step(lr, step);  // optimizer.step unless skipped
+    const double grad_norm = stepped.grad_norm;
     progress.step = step;
     progress.consumed_samples += run.train.global_batch;
     ++steps_this_run;
@@ -269,6 +279,13 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
         message("step " + std::to_string(step) + ": val_loss " + std::to_string(*val_loss));
       }
       if (dp > 1) record["comm_hidden_fraction"] = optimizer.hidden_fraction();
+      if (precision.loss_scaling()) record["loss_scale"] = stepped.loss_scale;
+      if (precision.loss_scaling() || stepped.skipped) record["skipped"] = stepped.skipped;
+      if (stepped.skipped) {
+        message("step " + std::to_string(step) + ": skipped (Inf/NaN in the gradients), " +
+                std::to_string(precision.skipped_steps()) + " skipped so far" +
+                (precision.loss_scaling() ? "; loss scale now " + std::to_string(stepped.next_loss_scale) : ""));
+      }
       metrics->write(record);
       bar->update(step, loss, lr, grad_norm, tokens_per_s);
     }
@@ -283,6 +300,7 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
       ShardedTrainingState state;
       if (mesh.dp_rank() == 0) state = gather_sharded_training_state(model, exp_avg.data(), exp_avg_sq.data());
       if (reporter) {
+        progress.precision = precision.state();
         ckpt::CheckpointSnapshot snapshot = snapshot_training_state(state.tensors, progress, run);
         if (run.checkpoint.async) {
           async_writer.save(root, std::move(snapshot), run.checkpoint.keep);  // the disk works while we train

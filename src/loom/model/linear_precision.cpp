@@ -1,0 +1,305 @@
+#include "loom/model/linear_precision.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "loom/core/error.h"
+#include "loom/kernels/cpu/linear.h"
+#include "loom/precision/formats.h"
+#include "loom/precision/mx.h"
+#include "loom/precision/parallel.h"
+
+namespace loom::model {
+
+namespace k = loom::kernels::cpu;
+namespace p = loom::precision;
+
+namespace {
+
+constexpr const char* kRecipeNames[] = {"fp32", "bf16", "fp16", "fp8_delayed", "fp8_current", "fp8_blockwise", "mxfp8"};
+
+// dst += src (n elements).
+void add_into(float* dst, const float* src, int64_t n) {
+#pragma omp parallel for simd schedule(static) if(p::worth_parallel(n))
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+// out[cols, rows] = in[rows, cols]^T, in cache-sized tiles.
+void transpose(const float* in, float* out, int64_t rows, int64_t cols) {
+  constexpr int64_t kTile = 32;
+#pragma omp parallel for schedule(static) if(p::worth_parallel(rows * cols))
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t c = c0; c < c1; ++c) out[c * rows + r] = in[r * cols + c];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Recipe parse_recipe(const std::string& name) {
+  for (int i = 0; i < 7; ++i) {
+    if (name == kRecipeNames[i]) return static_cast<Recipe>(i);
+  }
+  throw Error("precision.recipe '" + name +
+              "' is not a recipe (valid: fp32, bf16, fp16, fp8_delayed, fp8_current, fp8_blockwise, mxfp8)");
+}
+
+std::string recipe_name(Recipe recipe) { return kRecipeNames[static_cast<int>(recipe)]; }
+
+bool is_fp8(Recipe recipe) {
+  return recipe == Recipe::Fp8Delayed || recipe == Recipe::Fp8Current || recipe == Recipe::Fp8Blockwise ||
+         recipe == Recipe::Mxfp8;
+}
+
+PrecisionPolicy PrecisionPolicy::from_config(const runtime::PrecisionConfig& config) {
+  PrecisionPolicy policy;
+  policy.recipe = parse_recipe(config.recipe);
+  policy.amax_history = config.fp8_amax_history;
+  policy.margin = config.fp8_margin;
+  policy.edge_layers_bf16 = config.fp8_edge_layers_bf16;
+  return policy;
+}
+
+Recipe PrecisionPolicy::block_recipe(int layer, int layers) const {
+  if (is_fp8(recipe) && edge_layers_bf16 && (layer == 0 || layer == layers - 1)) return Recipe::Bf16;
+  return recipe;
+}
+
+Recipe PrecisionPolicy::head_recipe() const { return is_fp8(recipe) ? Recipe::Bf16 : recipe; }
+
+LinearPrecision::LinearPrecision(Recipe recipe, int amax_history, int margin, std::shared_ptr<PrecisionScratch> scratch)
+    : recipe_(recipe), margin_(margin), scratch_(std::move(scratch)) {
+  check(recipe != Recipe::Fp32, "LinearPrecision: the fp32 recipe needs no object (call the fp32 kernels)");
+  check(amax_history >= 1 && margin >= 0, "LinearPrecision: amax history must be >= 1 and margin >= 0");
+  if (!scratch_) scratch_ = std::make_shared<PrecisionScratch>();
+  if (recipe == Recipe::Fp8Delayed) {
+    for (Operand op : {Operand::Input, Operand::Weight, Operand::OutputGrad}) {
+      scaling_.emplace_back(format(op), amax_history, margin);
+    }
+  }
+}
+
+p::Fp8Format LinearPrecision::format(Operand op) const {
+  // Per-tensor recipes (TE's HYBRID format): gradients need E5M2's range. Block-scaled recipes
+  // give every block its own range and use E4M3's precision everywhere.
+  const bool per_tensor = recipe_ == Recipe::Fp8Delayed || recipe_ == Recipe::Fp8Current;
+  return per_tensor && op == Operand::OutputGrad ? p::Fp8Format::E5M2 : p::Fp8Format::E4M3;
+}
+
+float LinearPrecision::scale(Operand op) const {
+  return recipe_ == Recipe::Fp8Delayed ? scaling_[static_cast<int>(op)].scale() : 1.0f;
+}
+
+void LinearPrecision::commit_amaxes(const float* amaxes) {
+  if (recipe_ == Recipe::Fp8Delayed) {
+    for (int i = 0; i < 3; ++i) scaling_[i].update(amaxes[i]);  // non-finite ones are not recorded
+  }
+  clear_pending();
+}
+
+void LinearPrecision::clear_pending() { std::fill(pending_, pending_ + 3, 0.0f); }
+
+void LinearPrecision::restore_delayed(Operand op, const p::DelayedScalingState& state) {
+  check(recipe_ == Recipe::Fp8Delayed, "LinearPrecision: only fp8_delayed has scaling state to restore");
+  scaling_[static_cast<int>(op)].restore(state);
+}
+
+void LinearPrecision::quantize_fp8(Operand op, GemmPass pass, float* buf, int64_t rows, int64_t cols,
+                                   float tensor_amax) {
+  const int64_t n = rows * cols;
+  const p::Fp8Format f = format(op);
+  switch (recipe_) {
+    case Recipe::Fp8Delayed: {
+      float& pending = pending_[static_cast<int>(op)];
+      pending = std::max(pending, tensor_amax);
+      p::quantize_dequantize_fp8(buf, n, f, scaling_[static_cast<int>(op)].scale());
+      return;
+    }
+    case Recipe::Fp8Current:
+      // As precision::CurrentScaling (previous scale 1 for an all-zero tensor).
+      p::quantize_dequantize_fp8(buf, n, f, p::compute_scale(tensor_amax, p::max_finite(f), margin_, 1.0f));
+      return;
+    case Recipe::Fp8Blockwise: {
+      if (op == Operand::Weight) {
+        p::quantize_dequantize_tile_blocks(buf, rows, cols, f);  // 128x128 tiles: the same for W and W^T
+      } else if (pass == GemmPass::WeightGrad) {
+        // wgrad reduces over the rows: 128x1 blocks down each column.
+        float* t = sized(scratch_->transposed, n);
+        transpose(buf, t, rows, cols);
+        p::quantize_dequantize_rowwise_blocks(t, cols, rows, f);
+        transpose(t, buf, cols, rows);
+      } else {
+        p::quantize_dequantize_rowwise_blocks(buf, rows, cols, f);
+      }
+      return;
+    }
+    case Recipe::Mxfp8: {
+      // Blocks of 32 along the pass's reduction dimension: along the rows of in / W / dout for
+      // forward and dgrad's dout; down the columns of W for dgrad and of dout / in for wgrad.
+      const bool columns = (op == Operand::Weight && pass == GemmPass::DataGrad) || pass == GemmPass::WeightGrad;
+      if (columns) {
+        p::quantize_dequantize_mx_columns(buf, rows, cols, f);
+      } else {
+        p::quantize_dequantize_mx(buf, rows, cols, f);
+      }
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+const float* LinearPrecision::prepare(Operand op, GemmPass pass, const float* x, int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  float* buf = sized(scratch_->operand[static_cast<int>(op)], n);
+  std::copy(x, x + n, buf);
+  if (recipe_ == Recipe::Bf16) {
+    p::round_to_bf16(buf, n);
+  } else if (recipe_ == Recipe::Fp16) {
+    p::round_to_fp16(buf, n);  // non-saturating: an overflow becomes Inf
+  } else {
+    const float a = p::amax(x, n);
+    if (!std::isfinite(a)) {
+      // Left as it is, so the Inf/NaN reaches the gradients' check instead of saturating.
+      if (recipe_ == Recipe::Fp8Delayed) pending_[static_cast<int>(op)] = INFINITY;
+      return buf;
+    }
+    quantize_fp8(op, pass, buf, rows, cols, a);
+  }
+  return buf;
+}
+
+void LinearPrecision::round_output(float* data, int64_t n) const {
+  if (recipe_ == Recipe::Fp16) {
+    p::round_to_fp16(data, n);
+  } else {
+    p::round_to_bf16(data, n);  // bf16, and the bf16 activations of the FP8 recipes
+  }
+}
+
+float* LinearPrecision::output_scratch(int64_t n) { return sized(scratch_->out, n); }
+
+void LinearPrecision::forward(float* out, const float* in, const float* weight, const float* bias, int64_t n,
+                              int64_t in_features, int64_t out_features, bool accumulate) {
+  if (n == 0 || out_features == 0) return;
+  const float* x = prepare(Operand::Input, GemmPass::Forward, in, n, in_features);
+  const float* w = prepare(Operand::Weight, GemmPass::Forward, weight, out_features, in_features);
+  const int64_t count = n * out_features;
+  float* y = accumulate ? output_scratch(count) : out;
+  k::linear_forward(y, x, w, bias, n, in_features, out_features, false);
+  round_output(y, count);
+  if (accumulate) add_into(out, y, count);
+}
+
+void LinearPrecision::backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
+                               const float* weight, int64_t n, int64_t in_features, int64_t out_features) {
+  if (n == 0) return;
+  if (dbias != nullptr) k::linear_backward(nullptr, nullptr, dbias, dout, nullptr, nullptr, n, in_features, out_features);
+  const int N = static_cast<int>(n), IC = static_cast<int>(in_features), OC = static_cast<int>(out_features);
+  // Per-tensor recipes quantize dout the same way for both GEMMs; block-scaled ones block it
+  // along each GEMM's reduction dimension.
+  const bool oriented = recipe_ == Recipe::Fp8Blockwise || recipe_ == Recipe::Mxfp8;
+  const float* g = nullptr;
+  if (din != nullptr) {
+    g = prepare(Operand::OutputGrad, GemmPass::DataGrad, dout, n, out_features);
+    const float* w = prepare(Operand::Weight, GemmPass::DataGrad, weight, out_features, in_features);
+    float* y = output_scratch(n * in_features);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, g, OC, w, IC, 0.0f, y, IC);
+    round_output(y, n * in_features);
+    add_into(din, y, n * in_features);
+  }
+  if (dweight != nullptr) {
+    if (g == nullptr || oriented) g = prepare(Operand::OutputGrad, GemmPass::WeightGrad, dout, n, out_features);
+    const float* x = prepare(Operand::Input, GemmPass::WeightGrad, in, n, in_features);
+    float* y = output_scratch(out_features * in_features);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, g, OC, x, IC, 0.0f, y, IC);
+    // The weight gradient of one micro-batch in the recipe's dtype, accumulated in the fp32
+    // main gradient (as Megatron's main_grad).
+    round_output(y, out_features * in_features);
+    add_into(dweight, y, out_features * in_features);
+  }
+}
+
+PrecisionContext::PrecisionContext(PrecisionPolicy policy)
+    : policy_(policy), scratch_(std::make_shared<PrecisionScratch>()) {}
+
+std::shared_ptr<LinearPrecision> PrecisionContext::make(Recipe recipe) {
+  if (recipe == Recipe::Fp32) return nullptr;
+  auto layer = std::make_shared<LinearPrecision>(recipe, policy_.amax_history, policy_.margin, scratch_);
+  layers_.push_back(layer);
+  return layer;
+}
+
+bool PrecisionContext::has_delayed() const {
+  return std::any_of(layers_.begin(), layers_.end(), [](const auto& l) { return l->delayed(); });
+}
+
+std::vector<float> PrecisionContext::pending_amaxes() const {
+  std::vector<float> out;
+  for (const auto& l : layers_) {
+    if (!l->delayed()) continue;
+    for (Operand op : {Operand::Input, Operand::Weight, Operand::OutputGrad}) out.push_back(l->pending_amax(op));
+  }
+  return out;
+}
+
+void PrecisionContext::commit_amaxes(const std::vector<float>& amaxes) {
+  size_t at = 0;
+  for (const auto& l : layers_) {
+    if (!l->delayed()) continue;
+    check(at + 3 <= amaxes.size(), "PrecisionContext::commit_amaxes: too few amaxes");
+    l->commit_amaxes(amaxes.data() + at);
+    at += 3;
+  }
+  check(at == amaxes.size(), "PrecisionContext::commit_amaxes: too many amaxes");
+}
+
+void PrecisionContext::clear_pending() {
+  for (const auto& l : layers_) l->clear_pending();
+}
+
+nlohmann::json PrecisionContext::state() const {
+  nlohmann::json layers = nlohmann::json::array();
+  for (const auto& l : layers_) {
+    if (!l->delayed()) continue;
+    nlohmann::json ops = nlohmann::json::array();
+    for (Operand op : {Operand::Input, Operand::Weight, Operand::OutputGrad}) {
+      const p::DelayedScalingState& s = l->delayed_scaling(op).state();
+      ops.push_back({{"amax_history", s.amax_history}, {"next", s.next}, {"scale", s.scale}});
+    }
+    layers.push_back(ops);
+  }
+  if (layers.empty()) return nlohmann::json();
+  return nlohmann::json{{"fp8_delayed", layers}};
+}
+
+void PrecisionContext::restore(const nlohmann::json& state) {
+  if (state.is_null() || !state.contains("fp8_delayed")) return;
+  const nlohmann::json& layers = state.at("fp8_delayed");
+  size_t at = 0;
+  for (const auto& l : layers_) {
+    if (!l->delayed()) continue;
+    check(at < layers.size(), "checkpoint: fp8_delayed scaling state for " + std::to_string(layers.size()) +
+                                  " linear layers, but the model has more (different model or recipe?)");
+    int i = 0;
+    for (Operand op : {Operand::Input, Operand::Weight, Operand::OutputGrad}) {
+      const nlohmann::json& s = layers[at].at(i++);
+      p::DelayedScalingState restored;
+      restored.amax_history = s.at("amax_history").get<std::vector<float>>();
+      restored.next = s.at("next").get<int64_t>();
+      restored.scale = s.at("scale").get<float>();
+      l->restore_delayed(op, restored);
+    }
+    ++at;
+  }
+  check(at == layers.size(), "checkpoint: fp8_delayed scaling state for " + std::to_string(layers.size()) +
+                                 " linear layers, but the model has " + std::to_string(at));
+}
+
+}  // namespace loom::model

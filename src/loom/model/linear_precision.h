@@ -1,0 +1,146 @@
+#pragma once
+// Mixed precision in the GEMMs of the linear layers (precision.recipe), emulated exactly on the
+// CPU: each GEMM operand is copied and quantized to the recipe's format and back
+// ("quantize-dequantize", src/loom/precision/), the product runs in fp32 as a tensor core
+// accumulates, and the result is rounded to the recipe's activation dtype. Master weights,
+// optimizer states and the main gradients stay fp32.
+//
+// A linear layer out[n, OC] = in[n, IC] . W[OC, IC]^T has three GEMMs, each reducing over a
+// different dimension, which matters for block-scaled formats (blocks run along the reduction):
+//   forward  out  = in . W^T      reduces over IC: in and W blocked along their rows
+//   dgrad    din  = dout . W      reduces over OC: dout along its rows, W down its columns
+//   wgrad    dW   = dout^T . in   reduces over n:  dout and in down their columns
+//
+// Recipes (operand formats; GEMM outputs):
+//   fp32           nothing (no LinearPrecision object exists: zero overhead)
+//   bf16 / fp16    operands rounded to the format; outputs rounded to it (fp16 without
+//                  saturation, so an overflow stays visible to the loss scaler)
+//   fp8_delayed    per-tensor scale from an amax history (TE DelayedScaling); E4M3 for inputs and
+//                  weights, E5M2 for output gradients; outputs in bf16
+//   fp8_current    per-tensor scale from the tensor's own amax (TE Float8CurrentScaling); formats
+//                  and outputs as fp8_delayed
+//   fp8_blockwise  1x128 blocks for inputs and output gradients (along the GEMM's reduction
+//                  dimension), 128x128 tiles for weights; E4M3 everywhere (DeepSeek-V3, TE
+//                  Float8BlockScaling); outputs in bf16
+//   mxfp8          OCP MX v1.0: blocks of 32 along the reduction dimension with E8M0 scales;
+//                  E4M3 everywhere (TE MXFP8BlockScaling); outputs in bf16
+// An FP8 operand holding Inf or NaN is passed on unquantized (a saturating cast would hide the
+// overflow from the non-finite check of the gradients).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "loom/model/buffers.h"
+#include "loom/precision/fp8_scaling.h"
+#include "loom/runtime/config.h"
+
+namespace loom::model {
+
+enum class Recipe : uint8_t { Fp32, Bf16, Fp16, Fp8Delayed, Fp8Current, Fp8Blockwise, Mxfp8 };
+
+// "fp32" | "bf16" | "fp16" | "fp8_delayed" | "fp8_current" | "fp8_blockwise" | "mxfp8"
+Recipe parse_recipe(const std::string& name);
+std::string recipe_name(Recipe recipe);
+bool is_fp8(Recipe recipe);  // the four FP8 / MXFP8 recipes
+
+enum class GemmPass : uint8_t { Forward, DataGrad, WeightGrad };
+enum class Operand : uint8_t { Input = 0, Weight = 1, OutputGrad = 2 };
+
+// The recipe of every linear GEMM of a model, from the run's `precision` section.
+struct PrecisionPolicy {
+  Recipe recipe = Recipe::Fp32;
+  int amax_history = 16;          // fp8_delayed: window of amaxes per tensor
+  int margin = 0;                 // fp8 per-tensor: scale = fp8_max / amax / 2^margin
+  bool edge_layers_bf16 = true;   // FP8 recipes: first and last block's linears in bf16
+
+  static PrecisionPolicy from_config(const runtime::PrecisionConfig& config);
+  // The recipe of block `layer` of `layers` (FP8 recipes keep the edge blocks in bf16 if asked).
+  Recipe block_recipe(int layer, int layers) const;
+  // The output head: the recipe's 16-bit dtype; FP8 recipes keep it in bf16 (as TransformerEngine).
+  Recipe head_recipe() const;
+};
+
+// Scratch for the quantized operand copies and GEMM outputs, shared by the layers of a model
+// (one GEMM runs at a time).
+struct PrecisionScratch {
+  Buffer operand[3];  // by Operand
+  Buffer out;         // a GEMM's output before rounding and accumulation
+  Buffer transposed;  // blockwise column blocks
+};
+
+class LinearPrecision {
+ public:
+  // recipe != Fp32. history / margin: fp8_delayed (margin also fp8_current).
+  explicit LinearPrecision(Recipe recipe, int amax_history = 16, int margin = 0,
+                           std::shared_ptr<PrecisionScratch> scratch = nullptr);
+
+  Recipe recipe() const { return recipe_; }
+
+  // What GEMM `pass` reads for `op` = x [rows, cols] row-major: a quantize-dequantized copy in
+  // the scratch (valid until the next prepare of the same operand). fp8_delayed records the
+  // tensor's amax for the next scale update (pending_amax).
+  const float* prepare(Operand op, GemmPass pass, const float* x, int64_t rows, int64_t cols);
+  // Rounds a GEMM output to the recipe's activation dtype in place (bf16; fp16 for fp16).
+  void round_output(float* data, int64_t n) const;
+
+  // The same contracts as kernels::cpu::linear_forward / linear_backward, computed in the recipe.
+  // The bias (and its gradient) stays fp32; the output is rounded after the bias is added.
+  void forward(float* out, const float* in, const float* weight, const float* bias, int64_t n, int64_t in_features,
+               int64_t out_features, bool accumulate = false);
+  void backward(float* din, float* dweight, float* dbias, const float* dout, const float* in, const float* weight,
+                int64_t n, int64_t in_features, int64_t out_features);
+
+  // fp8_delayed: one DelayedScaling per operand. scale() is what prepare uses now (1 for the
+  // other recipes); pending_amax() the largest amax seen since the last commit (Inf if any was
+  // non-finite, 0 if none). commit_amaxes updates each operand's history with amaxes[op] (the
+  // trainer passes the max over all ranks) and clears the pending ones.
+  bool delayed() const { return recipe_ == Recipe::Fp8Delayed; }
+  float scale(Operand op) const;
+  float pending_amax(Operand op) const { return pending_[static_cast<int>(op)]; }
+  void commit_amaxes(const float* amaxes);
+  void clear_pending();
+  const precision::DelayedScaling& delayed_scaling(Operand op) const { return scaling_[static_cast<int>(op)]; }
+  void restore_delayed(Operand op, const precision::DelayedScalingState& state);
+
+ private:
+  precision::Fp8Format format(Operand op) const;
+  void quantize_fp8(Operand op, GemmPass pass, float* buf, int64_t rows, int64_t cols, float tensor_amax);
+  float* output_scratch(int64_t n);
+
+  Recipe recipe_;
+  int margin_;
+  std::shared_ptr<PrecisionScratch> scratch_;
+  std::vector<precision::DelayedScaling> scaling_;  // fp8_delayed: by Operand
+  float pending_[3] = {0.0f, 0.0f, 0.0f};
+};
+
+// The linear layers of one model (blocks in order, then the head) and their shared scratch; the
+// trainer reduces their pending amaxes over the ranks once per step and checkpoints their state.
+class PrecisionContext {
+ public:
+  explicit PrecisionContext(PrecisionPolicy policy = {});
+  const PrecisionPolicy& policy() const { return policy_; }
+  // A new layer's precision, registered here; nullptr for Fp32 (the layer then calls the fp32
+  // kernels directly).
+  std::shared_ptr<LinearPrecision> make(Recipe recipe);
+  const std::vector<std::shared_ptr<LinearPrecision>>& layers() const { return layers_; }
+
+  // fp8_delayed bookkeeping over all layers, 3 values per delayed layer in registration order.
+  bool has_delayed() const;
+  std::vector<float> pending_amaxes() const;
+  void commit_amaxes(const std::vector<float>& amaxes);
+  void clear_pending();
+  // Delayed-scaling histories for checkpoints ({} when no layer has any); restore checks counts.
+  nlohmann::json state() const;
+  void restore(const nlohmann::json& state);
+
+ private:
+  PrecisionPolicy policy_;
+  std::shared_ptr<PrecisionScratch> scratch_;
+  std::vector<std::shared_ptr<LinearPrecision>> layers_;
+};
+
+}  // namespace loom::model

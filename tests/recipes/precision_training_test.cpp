@@ -1,0 +1,230 @@
+// precision.recipe in training (recipes/precision_step.h, model/linear_precision.h): every recipe
+// trains the small test model with finite, falling loss; fp16's dynamic loss scale skips a step
+// on every rank when one rank's gradients hold an Inf, halves, grows after its interval, and
+// comes back from a checkpoint; any recipe skips a step with a NaN instead of applying it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "loom/ckpt/checkpoint.h"
+#include "loom/ckpt/digest.h"
+#include "loom/core/error.h"
+#include "loom/data/prepare.h"
+#include "loom/data/tokenizer.h"
+#include "loom/recipes/precision_step.h"
+#include "loom/recipes/pretrain.h"
+#include "loom/runtime/config.h"
+
+namespace loom::recipes {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+class PrecisionTraining : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = (fs::temp_directory_path() / ("loom-precision-test-" + std::to_string(::getpid()))).string();
+    fs::create_directories(root_);
+    std::string text;
+    for (int i = 0; i < 300; ++i) text += "It is a truth universally acknowledged, item " + std::to_string(i * 7) + ".\n\n";
+    std::ofstream(root_ + "/corpus.txt") << text;
+    auto tokenizer = data::make_tokenizer("byte");
+    data::prepare_dataset({root_ + "/corpus.txt"}, *tokenizer, root_ + "/data/c", 0.0, 1);
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+  void TearDown() override { set_precision_step_hooks({}); }
+
+  // Trains and returns metrics.jsonl's records; the run directory is root_/name.
+  std::vector<json> train(const std::string& name, const std::vector<std::string>& overrides, int steps = 20) {
+    std::string yaml =
+        "run: {dir: " + root_ + "/" + name + "}\n"
+        "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, max_seq_len: 32}\n"
+        "data: {tokenizer: byte, train_prefix: " + root_ + "/data/c_train, seq_len: 16}\n"
+        "optim: {lr: 3.0e-3, warmup_steps: 2, clip_grad: 1.0}\n"
+        "train: {steps: " + std::to_string(steps) + ", global_batch: 8, micro_batch: 4, threads: 1}\n"
+        "log: {progress: false, interval: 100}\n";
+    runtime::RunConfig config = runtime::parse_config(yaml, name, overrides);
+    std::ostringstream out;
+    pretrain(config, out);
+    console_ = out.str();
+    std::vector<json> records;
+    std::ifstream metrics(root_ + "/" + name + "/metrics.jsonl");
+    std::string line;
+    while (std::getline(metrics, line)) records.push_back(json::parse(line));
+    return records;
+  }
+
+  static std::string root_;
+  std::string console_;
+};
+std::string PrecisionTraining::root_;
+
+// Every rank's decision at every step, recorded by the observe hook.
+struct Decisions {
+  std::mutex mutex;
+  std::map<std::pair<int, int64_t>, PrecisionStepResult> by_rank_step;
+  void install(int corrupt_rank, int64_t corrupt_step, float value) {
+    PrecisionStepHooks hooks;
+    hooks.corrupt_gradients = [=](int rank, int64_t step, const std::vector<std::span<float>>& grads) {
+      if (rank == corrupt_rank && step == corrupt_step && !grads.empty() && !grads.back().empty()) {
+        grads.back()[grads.back().size() / 2] = value;
+      }
+    };
+    hooks.observe = [this](int rank, int64_t step, const PrecisionStepResult& result) {
+      std::lock_guard<std::mutex> lock(mutex);
+      by_rank_step[{rank, step}] = result;
+    };
+    set_precision_step_hooks(hooks);
+  }
+};
+
+TEST_F(PrecisionTraining, EveryRecipeTrainsWithFiniteFallingLoss) {
+  const std::vector<json> fp32 = train("fp32", {});
+  ASSERT_EQ(fp32.size(), 20u);
+  for (const char* recipe : {"bf16", "fp16", "fp8_delayed", "fp8_current", "fp8_blockwise", "mxfp8"}) {
+    SCOPED_TRACE(recipe);
+    // Both blocks in the recipe (the edge layers would otherwise be bf16 in a 2-layer model).
+    const std::vector<json> run = train(std::string("recipe-") + recipe,
+                                        {std::string("precision.recipe=") + recipe, "precision.fp8_edge_layers_bf16=false"});
+    ASSERT_EQ(run.size(), 20u);
+    for (const json& r : run) {
+      EXPECT_TRUE(std::isfinite(r.at("loss").get<double>())) << "step " << r.at("step");
+      EXPECT_FALSE(r.value("skipped", false)) << "step " << r.at("step");
+    }
+    const double first = run.front().at("loss"), last = run.back().at("loss");
+    EXPECT_LT(last, 0.8 * first);
+    // The GEMMs really ran in the recipe (not fp32), and it trained about as well.
+    EXPECT_NE(last, fp32.back().at("loss").get<double>());
+    EXPECT_NEAR(last, fp32.back().at("loss").get<double>(), 0.1 * fp32.back().at("loss").get<double>());
+    EXPECT_EQ(run.back().contains("loss_scale"), std::string(recipe) == "fp16");
+  }
+}
+
+// One rank of two finds an Inf in its reduced gradients (after the data-parallel reduction, so
+// only the agreement can tell the other rank): both skip the step and halve the scale.
+TEST_F(PrecisionTraining, Fp16InfOnOneRankSkipsTheStepOnEveryRank) {
+  for (int zero : {0, 1, 2, 3}) {
+    SCOPED_TRACE("zero " + std::to_string(zero));
+    Decisions decisions;
+    decisions.install(/*rank=*/1, /*step=*/5, INFINITY);
+    const std::vector<json> run =
+        train("fp16-inf-zero" + std::to_string(zero),
+              {"precision.recipe=fp16", "runtime.ranks=2", "parallel.zero=" + std::to_string(zero),
+               "precision.loss_scale_initial=1024", "precision.loss_scale_growth_interval=100"},
+              8);
+    ASSERT_EQ(run.size(), 8u);
+    for (int64_t step = 1; step <= 8; ++step) {
+      for (int rank : {0, 1}) {
+        const PrecisionStepResult& d = decisions.by_rank_step.at({rank, step});
+        EXPECT_EQ(d.skipped, step == 5) << "rank " << rank << " step " << step;
+        EXPECT_EQ(d.loss_scale, step <= 5 ? 1024.0f : 512.0f) << "rank " << rank << " step " << step;
+      }
+    }
+    EXPECT_TRUE(run[4].at("skipped").get<bool>());
+    EXPECT_EQ(run[4].at("grad_norm").get<double>(), 0.0);
+    EXPECT_EQ(run[4].at("loss_scale").get<double>(), 1024.0);
+    EXPECT_EQ(run[5].at("loss_scale").get<double>(), 512.0);
+    EXPECT_FALSE(run[5].at("skipped").get<bool>());
+    EXPECT_TRUE(std::isfinite(run.back().at("loss").get<double>()));
+    EXPECT_NE(console_.find("step 5: skipped"), std::string::npos) << console_;
+  }
+}
+
+TEST_F(PrecisionTraining, Fp16ScaleGrowsAfterTheIntervalOfCleanSteps) {
+  const std::vector<json> run =
+      train("fp16-growth", {"precision.recipe=fp16", "precision.loss_scale_initial=256",
+                            "precision.loss_scale_growth_interval=3"}, 10);
+  ASSERT_EQ(run.size(), 10u);
+  const float expected[] = {256, 256, 256, 512, 512, 512, 1024, 1024, 1024, 2048};
+  for (size_t i = 0; i < run.size(); ++i) {
+    EXPECT_FALSE(run[i].at("skipped").get<bool>());
+    EXPECT_EQ(run[i].at("loss_scale").get<double>(), expected[i]) << "step " << i + 1;
+  }
+}
+
+// A NaN in a bf16 run (no loss scaling) is not applied either: the step is skipped and the
+// weights stay finite.
+TEST_F(PrecisionTraining, NonFiniteGradientsSkipTheStepWithoutLossScaling) {
+  Decisions decisions;
+  decisions.install(/*rank=*/0, /*step=*/3, NAN);
+  const std::vector<json> run = train("bf16-nan", {"precision.recipe=bf16"}, 6);
+  ASSERT_EQ(run.size(), 6u);
+  EXPECT_TRUE(run[2].at("skipped").get<bool>());
+  EXPECT_FALSE(run[2].contains("loss_scale"));
+  EXPECT_FALSE(run[3].contains("skipped"));
+  for (const json& r : run) EXPECT_TRUE(std::isfinite(r.at("loss").get<double>()));
+  EXPECT_EQ(decisions.by_rank_step.at({0, 3}).loss_scale, 1.0f);
+}
+
+// Stop after step 7 and resume: the scaler (scale, clean-step count), the skipped-step count and
+// fp8_delayed's amax histories come back from the checkpoint, so the result is bitwise the same.
+TEST_F(PrecisionTraining, ResumeRestoresTheScalerAndAmaxHistories) {
+  struct Case {
+    std::string name;
+    std::vector<std::string> overrides;
+  };
+  const std::vector<Case> cases = {
+      {"fp16", {"precision.recipe=fp16", "precision.loss_scale_initial=1024", "precision.loss_scale_growth_interval=3",
+                "runtime.ranks=2", "parallel.zero=1"}},
+      {"fp8_delayed", {"precision.recipe=fp8_delayed", "precision.fp8_edge_layers_bf16=false",
+                       "precision.fp8_amax_history=4"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Decisions decisions;
+    decisions.install(/*rank=*/0, /*step=*/2, INFINITY);  // a skip before the checkpoint
+    const std::string full = "resume-full-" + c.name, split = "resume-split-" + c.name;
+    const std::vector<json> reference = train(full, c.overrides, 12);
+    std::vector<std::string> first = c.overrides, second = c.overrides;
+    first.push_back("train.exit_interval=7");
+    second.push_back("train.resume=true");
+    train(split, first, 12);
+    const ckpt::LoadedCheckpoint at7 = ckpt::load_checkpoint(root_ + "/" + split + "/checkpoints");
+    const json& state = at7.state().at("precision");
+    EXPECT_EQ(state.at("skipped_steps").get<int64_t>(), 1);
+    if (c.name == "fp16") {
+      // 1024, skip at 2 -> 512, clean 3..5 -> 1024, clean 6, 7: two clean steps counted.
+      EXPECT_EQ(state.at("loss_scale").get<double>(), 1024.0);
+      EXPECT_EQ(state.at("clean_steps").get<int64_t>(), 2);
+    } else {
+      EXPECT_EQ(state.at("linear").at("fp8_delayed").size(), 8u);  // 2 blocks x 4 linears (the head is bf16)
+    }
+    const std::vector<json> resumed = train(split, second, 12);
+    ASSERT_EQ(resumed.size(), reference.size());
+    for (size_t i = 0; i < reference.size(); ++i) {
+      EXPECT_EQ(resumed[i].at("loss").get<double>(), reference[i].at("loss").get<double>()) << "step " << i + 1;
+      EXPECT_EQ(resumed[i].value("loss_scale", 0.0), reference[i].value("loss_scale", 0.0)) << "step " << i + 1;
+    }
+    EXPECT_EQ(ckpt::parameter_digest(root_ + "/" + full + "/checkpoints"),
+              ckpt::parameter_digest(root_ + "/" + split + "/checkpoints"));
+  }
+}
+
+// precision.grad_reduce=bf16: the data-parallel all-reduce runs in bf16 (zero 0); close to the
+// fp32 reduction but not equal to it. ZeRO 1-3 reduce-scatter in fp32 and say so.
+TEST_F(PrecisionTraining, Bf16GradientReduction) {
+  const std::vector<json> f32 = train("reduce-f32", {"precision.recipe=bf16", "runtime.ranks=2"});
+  const std::vector<json> b16 = train("reduce-bf16", {"precision.recipe=bf16", "runtime.ranks=2", "precision.grad_reduce=bf16"});
+  ASSERT_EQ(b16.size(), f32.size());
+  EXPECT_NE(b16.back().at("loss").get<double>(), f32.back().at("loss").get<double>());
+  EXPECT_NEAR(b16.back().at("loss").get<double>(), f32.back().at("loss").get<double>(),
+              0.05 * f32.back().at("loss").get<double>());
+  EXPECT_LT(b16.back().at("loss").get<double>(), 0.8 * b16.front().at("loss").get<double>());
+  try {
+    train("reduce-bf16-zero1", {"runtime.ranks=2", "parallel.zero=1", "precision.grad_reduce=bf16"});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("precision.grad_reduce"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace loom::recipes
