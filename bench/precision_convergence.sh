@@ -59,6 +59,7 @@ import json, os, sys
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 
 out, plot, recipes = sys.argv[1], sys.argv[2], sys.argv[3:]
 runs = {}
@@ -104,6 +105,8 @@ for ax in (ax1, ax2):
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats/byte)")
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%.1f"))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
 fig.suptitle("configs/tiny.yaml, 300 steps, by precision.recipe")
