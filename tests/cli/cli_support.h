@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 namespace loom::testing {
@@ -50,6 +51,21 @@ inline void write_text(const std::string& path, const std::string& text) {
 }
 
 // The last non-empty line of a command's output.
+// Writes dir/corpus.txt (`paragraphs` numbered paragraphs) and prepares it as dir/data/c with
+// the byte tokenizer; returns `loom data prepare`'s result.
+inline CommandResult prepare_small_corpus(const std::string& dir, int paragraphs, double val_fraction) {
+  std::string text;
+  for (int i = 0; i < paragraphs; ++i) {
+    text += "Call me Ishmael. Some years ago, never mind how long precisely, having little money " + std::to_string(i) +
+            ".\n\n";
+  }
+  write_text(dir + "/corpus.txt", text);
+  std::ostringstream fraction;
+  fraction << val_fraction;
+  return run_loom("data prepare " + dir + "/corpus.txt --tokenizer byte --val-fraction " + fraction.str() +
+                  " --output " + dir + "/data/c");
+}
+
 inline std::string last_line(const std::string& output) {
   size_t end = output.find_last_not_of('\n');
   if (end == std::string::npos) return "";

@@ -15,14 +15,7 @@ namespace fs = std::filesystem;
 class LaunchCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string text;
-    for (int i = 0; i < 300; ++i) {
-      text += "Call me Ishmael. Some years ago, never mind how long precisely, having little money " +
-              std::to_string(i) + ".\n\n";
-    }
-    write_text(dir / "corpus.txt", text);
-    CommandResult prepared =
-        run_loom("data prepare " + (dir / "corpus.txt") + " --tokenizer byte --val-fraction 0.2 --output " + (dir / "data/c"));
+    CommandResult prepared = prepare_small_corpus(dir.path(), 300, 0.2);
     ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
     write_text(dir / "config.yaml",
                "model:\n  vocab_size: 0\n  d_model: 32\n  layers: 2\n  heads: 4\n  kv_heads: 2\n  ffn_size: 64\n"

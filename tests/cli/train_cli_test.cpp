@@ -17,14 +17,7 @@ namespace fs = std::filesystem;
 class TrainCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string text;
-    for (int i = 0; i < 400; ++i) {
-      text += "Call me Ishmael. Some years ago, never mind how long precisely, having little money " +
-              std::to_string(i) + ".\n\n";
-    }
-    write_text(dir / "corpus.txt", text);
-    CommandResult prepared =
-        run_loom("data prepare " + (dir / "corpus.txt") + " --tokenizer byte --val-fraction 0.3 --output " + (dir / "data/c"));
+    CommandResult prepared = prepare_small_corpus(dir.path(), 400, 0.3);
     ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
     write_text(dir / "config.yaml",
                "run:\n  dir: " + (dir / "run") + "\n"

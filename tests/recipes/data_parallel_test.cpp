@@ -11,10 +11,9 @@
 
 #include "loom/ckpt/checkpoint.h"
 #include "loom/ckpt/digest.h"
-#include "loom/data/prepare.h"
-#include "loom/data/tokenizer.h"
 #include "loom/recipes/pretrain.h"
 #include "loom/runtime/config.h"
+#include "training_runs.h"
 
 namespace loom::recipes {
 namespace {
@@ -23,58 +22,24 @@ namespace fs = std::filesystem;
 
 class DataParallel : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    root_ = (fs::temp_directory_path() / ("loom-dp-test-" + std::to_string(::getpid()))).string();
-    fs::create_directories(root_);
-    std::string text;
-    for (int i = 0; i < 300; ++i) text += "It is a truth universally acknowledged, item " + std::to_string(i * 7) + ".\n\n";
-    std::ofstream(root_ + "/corpus.txt") << text;
-    auto tokenizer = data::make_tokenizer("byte");
-    data::prepare_dataset({root_ + "/corpus.txt"}, *tokenizer, root_ + "/data/c", 0.0, 1);
-  }
+  static void SetUpTestSuite() { root_ = testing::make_training_root("dp-test"); }
   static void TearDownTestSuite() { fs::remove_all(root_); }
 
   // Trains and returns the per-step losses; the run directory is root_/name.
   std::vector<double> train(const std::string& name, const std::vector<std::string>& overrides) {
-    std::string yaml =
-        "run: {dir: " + root_ + "/" + name + "}\n"
+    const std::string yaml =
         "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, max_seq_len: 32,\n"
-        "        block_configs: [{attention: normal}, {attention: normal, kv_heads: 1, ffn_size: 40}]}\n"
-        "data: {tokenizer: byte, train_prefix: " + root_ + "/data/c_train, seq_len: 16}\n"
+        "        block_configs: [{attention: normal}, {attention: normal, kv_heads: 1, ffn_size: 40}]}\n" +
+        testing::data_section(root_) +
         "optim: {lr: 1.0e-3, warmup_steps: 2, clip_grad: 1.0}\n"
         "train: {steps: 20, global_batch: 8, micro_batch: 8, threads: 1}\n"
         "log: {progress: false, interval: 100}\n";
-    runtime::RunConfig config = runtime::parse_config(yaml, name, overrides);
-    std::ostringstream out;
-    pretrain(config, out);
-    std::vector<double> losses;
-    std::ifstream metrics(root_ + "/" + name + "/metrics.jsonl");
-    std::string line;
-    while (std::getline(metrics, line)) {
-      size_t at = line.find("\"loss\":");
-      losses.push_back(std::stod(line.substr(at + 7)));
-    }
-    return losses;
+    return testing::losses_of(testing::train_run(root_, name, yaml, overrides));
   }
 
-  // Max over tensors of max|a - b| / max|a| (normwise relative difference).
+  // Max over parameters of max|a - b| / max|a| (normwise relative difference).
   double parameter_difference(const std::string& a, const std::string& b) {
-    ckpt::LoadedCheckpoint ca = ckpt::load_checkpoint(root_ + "/" + a + "/checkpoints");
-    ckpt::LoadedCheckpoint cb = ckpt::load_checkpoint(root_ + "/" + b + "/checkpoints");
-    double worst = 0.0;
-    for (const std::string& name : ca.parameter_names()) {
-      Shape shape = ca.shape(name);
-      std::vector<float> va(shape_numel(shape)), vb(va.size());
-      ca.read(name, va.data(), DType::F32, shape);
-      cb.read(name, vb.data(), DType::F32, shape);
-      double diff = 0.0, scale = 1e-30;
-      for (size_t i = 0; i < va.size(); ++i) {
-        diff = std::max(diff, static_cast<double>(std::fabs(va[i] - vb[i])));
-        scale = std::max(scale, static_cast<double>(std::fabs(va[i])));
-      }
-      worst = std::max(worst, diff / scale);
-    }
-    return worst;
+    return testing::checkpoint_difference(root_, a, b, [](const ckpt::LoadedCheckpoint& c) { return c.parameter_names(); });
   }
 
   void expect_same_training(const std::vector<double>& reference, const std::vector<double>& other) {

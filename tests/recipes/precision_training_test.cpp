@@ -16,11 +16,10 @@
 #include "loom/ckpt/checkpoint.h"
 #include "loom/ckpt/digest.h"
 #include "loom/core/error.h"
-#include "loom/data/prepare.h"
-#include "loom/data/tokenizer.h"
 #include "loom/recipes/precision_step.h"
 #include "loom/recipes/pretrain.h"
 #include "loom/runtime/config.h"
+#include "training_runs.h"
 
 namespace loom::recipes {
 namespace {
@@ -30,36 +29,19 @@ using nlohmann::json;
 
 class PrecisionTraining : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    root_ = (fs::temp_directory_path() / ("loom-precision-test-" + std::to_string(::getpid()))).string();
-    fs::create_directories(root_);
-    std::string text;
-    for (int i = 0; i < 300; ++i) text += "It is a truth universally acknowledged, item " + std::to_string(i * 7) + ".\n\n";
-    std::ofstream(root_ + "/corpus.txt") << text;
-    auto tokenizer = data::make_tokenizer("byte");
-    data::prepare_dataset({root_ + "/corpus.txt"}, *tokenizer, root_ + "/data/c", 0.0, 1);
-  }
+  static void SetUpTestSuite() { root_ = testing::make_training_root("precision-test"); }
   static void TearDownTestSuite() { fs::remove_all(root_); }
   void TearDown() override { set_precision_step_hooks({}); }
 
   // Trains and returns metrics.jsonl's records; the run directory is root_/name.
   std::vector<json> train(const std::string& name, const std::vector<std::string>& overrides, int steps = 20) {
-    std::string yaml =
-        "run: {dir: " + root_ + "/" + name + "}\n"
-        "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, max_seq_len: 32}\n"
-        "data: {tokenizer: byte, train_prefix: " + root_ + "/data/c_train, seq_len: 16}\n"
+    const std::string yaml =
+        "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, max_seq_len: 32}\n" +
+        testing::data_section(root_) +
         "optim: {lr: 3.0e-3, warmup_steps: 2, clip_grad: 1.0}\n"
         "train: {steps: " + std::to_string(steps) + ", global_batch: 8, micro_batch: 4, threads: 1}\n"
         "log: {progress: false, interval: 100}\n";
-    runtime::RunConfig config = runtime::parse_config(yaml, name, overrides);
-    std::ostringstream out;
-    pretrain(config, out);
-    console_ = out.str();
-    std::vector<json> records;
-    std::ifstream metrics(root_ + "/" + name + "/metrics.jsonl");
-    std::string line;
-    while (std::getline(metrics, line)) records.push_back(json::parse(line));
-    return records;
+    return testing::train_run(root_, name, yaml, overrides, &console_);
   }
 
   static std::string root_;

@@ -11,10 +11,9 @@
 #include <sstream>
 
 #include "loom/ckpt/checkpoint.h"
-#include "loom/data/prepare.h"
-#include "loom/data/tokenizer.h"
 #include "loom/recipes/pretrain.h"
 #include "loom/runtime/config.h"
+#include "training_runs.h"
 
 namespace loom::recipes {
 namespace {
@@ -31,56 +30,32 @@ const char* kLlamaHetero =
 
 class TensorParallelTraining : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    root_ = (fs::temp_directory_path() / ("loom-tp-test-" + std::to_string(::getpid()))).string();
-    fs::create_directories(root_);
-    std::string text;
-    for (int i = 0; i < 300; ++i) text += "It is a truth universally acknowledged, item " + std::to_string(i * 7) + ".\n\n";
-    std::ofstream(root_ + "/corpus.txt") << text;
-    auto tokenizer = data::make_tokenizer("byte");
-    data::prepare_dataset({root_ + "/corpus.txt"}, *tokenizer, root_ + "/data/c", 0.0, 1);
-  }
+  static void SetUpTestSuite() { root_ = testing::make_training_root("tp-test"); }
   static void TearDownTestSuite() { fs::remove_all(root_); }
 
   std::vector<double> train(const std::string& name, const std::string& model, const std::vector<std::string>& overrides) {
-    std::string yaml = "run: {dir: " + root_ + "/" + name + "}\n" + model +
-                       "data: {tokenizer: byte, train_prefix: " + root_ + "/data/c_train, seq_len: 16}\n"
-                       "optim: {lr: 1.0e-3, warmup_steps: 2, clip_grad: 1.0}\n"
-                       "train: {steps: 20, global_batch: 8, micro_batch: 4, threads: 1}\n"
-                       "log: {progress: false, interval: 100}\n";
-    runtime::RunConfig config = runtime::parse_config(yaml, name, overrides);
-    std::ostringstream out;
-    pretrain(config, out);
-    std::vector<double> losses;
-    std::ifstream metrics(root_ + "/" + name + "/metrics.jsonl");
-    std::string line;
-    while (std::getline(metrics, line)) losses.push_back(std::stod(line.substr(line.find("\"loss\":") + 7)));
-    return losses;
+    const std::string yaml = model + testing::data_section(root_) +
+                             "optim: {lr: 1.0e-3, warmup_steps: 2, clip_grad: 1.0}\n"
+                             "train: {steps: 20, global_batch: 8, micro_batch: 4, threads: 1}\n"
+                             "log: {progress: false, interval: 100}\n";
+    return testing::losses_of(testing::train_run(root_, name, yaml, overrides));
   }
 
-  // Max over tensors (parameters and moments) of max|a - b| / max|a|.
+  // Max over tensors (parameters and moments) of max|a - b| / max|a|; each over 1e-5 is named.
   double state_difference(const std::string& a, const std::string& b) {
-    ckpt::LoadedCheckpoint ca = ckpt::load_checkpoint(root_ + "/" + a + "/checkpoints");
-    ckpt::LoadedCheckpoint cb = ckpt::load_checkpoint(root_ + "/" + b + "/checkpoints");
-    EXPECT_EQ(ca.names(), cb.names());
-    double worst = 0.0;
-    for (const std::string& name : ca.names()) {
+    EXPECT_EQ(ckpt::load_checkpoint(root_ + "/" + a + "/checkpoints").names(),
+              ckpt::load_checkpoint(root_ + "/" + b + "/checkpoints").names());
+    auto compared = [](const ckpt::LoadedCheckpoint& c) {
       // A key bias does not change the function (softmax ignores a shift shared by all keys):
       // its gradient is rounding noise, which Adam amplifies to lr-sized steps of any sign.
-      if (name.find("k_proj.bias") != std::string::npos) continue;
-      Shape shape = ca.shape(name);
-      std::vector<float> va(shape_numel(shape)), vb(va.size());
-      ca.read(name, va.data(), DType::F32, shape);
-      cb.read(name, vb.data(), DType::F32, shape);
-      double diff = 0.0, scale = 1e-30;
-      for (size_t i = 0; i < va.size(); ++i) {
-        diff = std::max(diff, static_cast<double>(std::fabs(va[i] - vb[i])));
-        scale = std::max(scale, static_cast<double>(std::fabs(va[i])));
-      }
-      if (diff / scale > 1e-5) ADD_FAILURE() << name << ": relative difference " << diff / scale;
-      worst = std::max(worst, diff / scale);
-    }
-    return worst;
+      std::vector<std::string> names;
+      for (const std::string& name : c.names())
+        if (name.find("k_proj.bias") == std::string::npos) names.push_back(name);
+      return names;
+    };
+    return testing::checkpoint_difference(root_, a, b, compared, [](const std::string& name, double difference) {
+      if (difference > 1e-5) ADD_FAILURE() << name << ": relative difference " << difference;
+    });
   }
 
   void expect_same_losses(const std::vector<double>& reference, const std::vector<double>& other, size_t from = 0) {

@@ -7,8 +7,9 @@ loom="$1"
 mpiexec="$2"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-for i in $(seq 1 300); do printf 'It is a truth universally acknowledged, item %d.\n\n' "$((i * 7))"; done > "$work/corpus.txt"
-"$loom" data prepare "$work/corpus.txt" --tokenizer byte --val-fraction 0 --output "$work/c" > /dev/null
+# shellcheck source=small_corpus.sh
+source "$(dirname "$0")/small_corpus.sh"
+prepare_small_corpus "$loom" "$work"
 cat > "$work/config.yaml" <<YAML
 model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, max_seq_len: 32}
 data: {tokenizer: byte, train_prefix: $work/c_train, seq_len: 16}

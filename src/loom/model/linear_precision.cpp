@@ -9,7 +9,7 @@
 #include "loom/kernels/cpu/linear.h"
 #include "loom/precision/formats.h"
 #include "loom/precision/mx.h"
-#include "loom/precision/parallel.h"
+#include "loom/kernels/cpu/parallel.h"
 
 namespace loom::model {
 
@@ -22,14 +22,14 @@ constexpr const char* kRecipeNames[] = {"fp32", "bf16", "fp16", "fp8_delayed", "
 
 // dst += src (n elements).
 void add_into(float* dst, const float* src, int64_t n) {
-#pragma omp parallel for simd schedule(static) if(p::worth_parallel(n))
+#pragma omp parallel for simd schedule(static) if(kernels::cpu::worth_parallel(n))
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
 // out[cols, rows] = in[rows, cols]^T, in cache-sized tiles.
 void transpose(const float* in, float* out, int64_t rows, int64_t cols) {
   constexpr int64_t kTile = 32;
-#pragma omp parallel for schedule(static) if(p::worth_parallel(rows * cols))
+#pragma omp parallel for schedule(static) if(kernels::cpu::worth_parallel(rows * cols))
   for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
     for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
       const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);

@@ -279,7 +279,7 @@ int supervise(const SupervisorOptions& options, std::ostream& log) {
   std::string heartbeat_dir = options.heartbeat_dir;
   bool own_dir = false;
   if (heartbeat_dir.empty()) {
-    std::string pattern = (fs::temp_directory_path() / "loom-launch-XXXXXX").string();
+    std::string pattern = (fs::temp_directory_path() / "loom-launch-XXXXXX").string();  // mkdtemp fills the Xs
     check(::mkdtemp(pattern.data()) != nullptr,
           "loom launch: cannot create a heartbeat directory under " + fs::temp_directory_path().string() + ": " +
               std::strerror(errno));
