@@ -8,53 +8,110 @@
 #include "loom/kernels/cpu/embedding.h"
 #include "loom/kernels/cpu/linear.h"
 #include "loom/kernels/cpu/vocab_parallel_cross_entropy.h"
+#include "loom/model/flops.h"
 
 namespace loom::model {
 
 namespace k = loom::kernels::cpu;
 
-Transformer::Transformer(const runtime::ModelConfig& config, TensorParallel tp, PrecisionPolicy precision)
-    : config_(config), tp_(tp), specs_(resolve_layers(config)),
+Transformer::Transformer(const runtime::ModelConfig& config, TensorParallel tp, PrecisionPolicy precision,
+                         std::vector<LayerRange> chunks)
+    : config_(config), tp_(tp), specs_(resolve_layers(config)), chunks_(std::move(chunks)),
       precision_(std::make_shared<PrecisionContext>(precision)) {
   check(config.vocab_size > 0, "model.vocab_size must be resolved before building the model");
+  const int L = config.layers;
+  if (chunks_.empty()) chunks_.push_back({0, L});
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const int floor = c == 0 ? 0 : chunks_[c - 1].last;
+    check(chunks_[c].first >= floor && chunks_[c].first < chunks_[c].last && chunks_[c].last <= L,
+          "model chunk " + std::to_string(c) + " holds layers [" + std::to_string(chunks_[c].first) + ", " +
+              std::to_string(chunks_[c].last) + "): chunks need at least one layer each, in order, within the " +
+              std::to_string(L) + " layers");
+  }
   const float std = static_cast<float>(config.init_std);
   const int64_t V = config.vocab_size, C = config.d_model;
   // Vocabulary rows split as evenly as they go (no padding): rank r holds [first(r), first(r+1)).
   vocab_first_ = balanced_first(V, tp_.size(), tp_.rank());
   vocab_local_ = balanced_first(V, tp_.size(), tp_.rank() + 1) - vocab_first_;
-  unit_params_.resize(config.layers + 2);
+  unit_params_.resize(L + 2);
   auto registered_since = [&](int unit, int first) {
     for (int id = first; id < static_cast<int>(params_.list().size()); ++id) unit_params_[unit].push_back(id);
   };
-  embed_ = params_.add("model.embed_tokens.weight", {vocab_local_, C}, Init::Normal, std,
-                       tp_.split({V, C}, 0, vocab_first_, vocab_local_));
-  if (config.positions == "learned") {
-    positions_ = params_.add("model.embed_positions.weight", {config.max_seq_len, config.d_model}, Init::Normal, std,
-                             tp_.replicated());
-  } else {
+  const bool first_stage = chunks_.front().first == 0, last_stage = chunks_.back().last == L;
+  if (first_stage) {
+    embed_ = params_.add("model.embed_tokens.weight", {vocab_local_, C}, Init::Normal, std,
+                         tp_.split({V, C}, 0, vocab_first_, vocab_local_));
+    if (config.positions == "learned") {
+      positions_ = params_.add("model.embed_positions.weight", {config.max_seq_len, config.d_model}, Init::Normal,
+                               std, tp_.replicated());
+    }
+    registered_since(0, 0);
+  }
+  if (config.positions != "learned") {
     rope_ = std::make_unique<k::RopeTable>(config.max_seq_len, head_dim(config), config.rope_theta);
   }
-  registered_since(0, 0);
-  blocks_.reserve(config.layers);
-  for (int l = 0; l < config.layers; ++l) {
-    const int first = static_cast<int>(params_.list().size());
-    blocks_.emplace_back(params_, tp_, l, config, specs_[l], rope_.get());
-    if (precision.recipe != Recipe::Fp32) blocks_.back().set_precision(*precision_, precision.block_recipe(l, config.layers));
-    registered_since(l + 1, first);
+  block_index_.assign(L, -1);
+  blocks_.reserve(L);
+  for (const LayerRange& chunk : chunks_) {
+    for (int l = chunk.first; l < chunk.last; ++l) {
+      const int first = static_cast<int>(params_.list().size());
+      block_index_[l] = static_cast<int>(blocks_.size());
+      blocks_.emplace_back(params_, tp_, l, config, specs_[l], rope_.get());
+      if (precision.recipe != Recipe::Fp32) blocks_.back().set_precision(*precision_, precision.block_recipe(l, L));
+      registered_since(l + 1, first);
+    }
   }
-  const int head_first = static_cast<int>(params_.list().size());
-  final_norm_.emplace(params_, "model.norm", config.d_model, config.norm == "layer",
-                      static_cast<float>(config.norm_eps), tp_.replicated());
-  head_ = config.tied_embeddings ? embed_
-                                 : params_.add("lm_head.weight", {vocab_local_, C}, Init::Normal, std,
-                                               tp_.split({V, C}, 0, vocab_first_, vocab_local_));
-  registered_since(config.layers + 1, head_first);
-  if (config.tied_embeddings) unit_params_[config.layers + 1].push_back(embed_);
+  if (last_stage) {
+    const int head_first = static_cast<int>(params_.list().size());
+    final_norm_.emplace(params_, "model.norm", config.d_model, config.norm == "layer",
+                        static_cast<float>(config.norm_eps), tp_.replicated());
+    if (config.tied_embeddings && embed_ >= 0) {
+      head_ = embed_;
+    } else {
+      // A tied head on the last pipeline stage is a copy of the first stage's embedding: same
+      // name and initial values, gradient summed over the embedding group, counted in the norm
+      // (and written to checkpoints) by the first stage only.
+      tied_copy_ = config.tied_embeddings;
+      ShardSpec spec = tp_.split({V, C}, 0, vocab_first_, vocab_local_);
+      if (tied_copy_) spec.counts_in_norm = false;
+      head_ = params_.add(tied_copy_ ? "model.embed_tokens.weight" : "lm_head.weight", {vocab_local_, C},
+                          Init::Normal, std, spec);
+    }
+    registered_since(L + 1, head_first);
+    if (head_ == embed_ && embed_ >= 0) unit_params_[L + 1].push_back(embed_);
+    head_precision_ = precision_->make(precision.head_recipe());
+  }
   params_.allocate();
-  residual_.resize(config.layers + 1);
-  saved_.resize(config.recompute ? 0 : config.layers);
   tp_grads_.emplace(params_, tp_, unit_params_);
-  head_precision_ = precision_->make(precision.head_recipe());
+}
+
+namespace {
+int64_t buffer_bytes(const Buffer& x) { return static_cast<int64_t>(x.size() * sizeof(float)); }
+int64_t saved_bytes(const Block::Saved& s) {
+  auto b = buffer_bytes;
+  return b(s.norm1.out) + b(s.norm1.mean) + b(s.norm1.rstd) + b(s.norm2.out) + b(s.norm2.mean) + b(s.norm2.rstd) +
+         b(s.attention.qkv) + b(s.attention.probs) + b(s.attention.att) + b(s.mlp.hidden) + b(s.mlp.act) + b(s.mid);
+}
+}  // namespace
+
+int64_t Activations::bytes() const {
+  auto b = buffer_bytes;
+  int64_t total = b(logits) + b(head_input) + b(d_x) + b(final_norm.out) + b(final_norm.mean) + b(final_norm.rstd);
+  total += static_cast<int64_t>(position_ids.size() * sizeof(int32_t));
+  for (const Buffer& r : residual) total += b(r);
+  for (const Block::Saved& s : saved) total += saved_bytes(s);
+  return total;
+}
+
+void Transformer::check_whole_model(const std::string& what) const {
+  check(chunks_.size() == 1 && chunks_[0].first == 0 && chunks_[0].last == config_.layers,
+        what + " needs the whole model on this rank; a pipeline stage runs chunks (forward_chunk / backward_chunk)");
+}
+
+Block::Saved& Transformer::saved_for(Activations& a, int layer) {
+  if (config_.recompute) return shared_saved_;
+  if (a.saved.size() != static_cast<size_t>(config_.layers)) a.saved.resize(config_.layers);
+  return a.saved[layer];
 }
 
 void Transformer::check_tokens(const int32_t* tokens, int64_t rows) const {
@@ -65,7 +122,8 @@ void Transformer::check_tokens(const int32_t* tokens, int64_t rows) const {
   }
 }
 
-void Transformer::embed(float* out, const int32_t* tokens, int64_t batch, int64_t seq, int64_t position_start) {
+void Transformer::embed(float* out, const int32_t* tokens, int64_t batch, int64_t seq, int64_t position_start,
+                        std::vector<int32_t>& position_ids) {
   const int64_t rows = batch * seq, local = tp_.local_rows(rows), first = tp_.first_local_row(rows);
   const int64_t C = config_.d_model;
   check_tokens(tokens, rows);
@@ -82,13 +140,14 @@ void Transformer::embed(float* out, const int32_t* tokens, int64_t batch, int64_
     check(position_start + seq <= config_.max_seq_len,
           "sequence of " + std::to_string(position_start + seq) + " positions exceeds model.max_seq_len " +
               std::to_string(config_.max_seq_len));
-    position_ids_.resize(local);
-    for (int64_t r = 0; r < local; ++r) position_ids_[r] = static_cast<int32_t>(position_start + (first + r) % seq);
-    k::embedding_forward(out, position_ids_.data(), params_.value(positions_), local, C, true);
+    position_ids.resize(local);
+    for (int64_t r = 0; r < local; ++r) position_ids[r] = static_cast<int32_t>(position_start + (first + r) % seq);
+    k::embedding_forward(out, position_ids.data(), params_.value(positions_), local, C, true);
   }
 }
 
-void Transformer::embed_backward(const float* d_x, const int32_t* tokens, int64_t rows) {
+void Transformer::embed_backward(const float* d_x, const int32_t* tokens, int64_t rows,
+                                 const std::vector<int32_t>& position_ids) {
   const int64_t C = config_.d_model;
   const float* d_full = tp_.exit_backward(d_x, rows, C, tp_scratch_.gathered);
   if (tp_.single()) {
@@ -97,12 +156,11 @@ void Transformer::embed_backward(const float* d_x, const int32_t* tokens, int64_
     k::embedding_backward_shard(params_.grad(embed_), d_full, tokens, rows, C, vocab_first_, vocab_local_);
   }
   if (positions_ >= 0) {
-    k::embedding_backward(params_.grad(positions_), d_x, position_ids_.data(), tp_.local_rows(rows), C);
+    k::embedding_backward(params_.grad(positions_), d_x, position_ids.data(), tp_.local_rows(rows), C);
   }
 }
 
-double Transformer::cross_entropy(const int32_t* targets, int64_t rows, float grad_scale) {
-  float* logits = logits_.data();
+double Transformer::cross_entropy(float* logits, const int32_t* targets, int64_t rows, float grad_scale) {
   float* losses = sized(losses_, rows);
   if (tp_.single()) return k::softmax_cross_entropy(logits, losses, targets, rows, config_.vocab_size, grad_scale);
   // Vocabulary-parallel: two reductions of per-row scalars, never a full row of logits.
@@ -120,8 +178,54 @@ double Transformer::cross_entropy(const int32_t* targets, int64_t rows, float gr
   return k::vocab_shard_finish(logits, losses, row_max, stats, targets, rows, vocab_local_, vocab_first_, grad_scale);
 }
 
-double Transformer::forward(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
-                            float grad_scale) {
+double Transformer::head_forward(Activations& a, const int32_t* targets, int64_t rows, float grad_scale) {
+  const int64_t C = config_.d_model, local = tp_.local_rows(rows);
+  final_norm_->forward(a.final_norm, a.residual[config_.layers].data(), local);
+  // The head is column-parallel over the vocabulary; its input (all rows) is kept for backward.
+  const float* head_in = a.final_norm.out.data();
+  if (tp_.sequence_parallel()) head_in = tp_.enter_forward(a.final_norm.out.data(), rows, C, a.head_input);
+  float* logits = sized(a.logits, rows * vocab_local_);
+  if (head_precision_) {
+    head_precision_->forward(logits, head_in, params_.value(head_), nullptr, rows, C, vocab_local_);
+  } else {
+    k::linear_forward(logits, head_in, params_.value(head_), nullptr, rows, C, vocab_local_);
+  }
+  return cross_entropy(logits, targets, rows, grad_scale);
+}
+
+void Transformer::head_backward(Activations& a, int64_t rows) {
+  const int64_t C = config_.d_model, local = tp_.local_rows(rows);
+  // a.logits holds d(loss)/d(logits).
+  float* d_final = zeroed(d_final_, local * C);
+  const float* head_in = tp_.sequence_parallel() ? a.head_input.data() : a.final_norm.out.data();
+  float* d_head_in = tp_.enter_backward_target(d_final, rows, C, tp_scratch_.d_full);
+  if (head_precision_) {
+    head_precision_->backward(d_head_in, params_.grad(head_), nullptr, a.logits.data(), head_in, params_.value(head_),
+                              rows, C, vocab_local_);
+  } else {
+    k::linear_backward(d_head_in, params_.grad(head_), nullptr, a.logits.data(), head_in, params_.value(head_), rows,
+                       C, vocab_local_);
+  }
+  tp_.enter_backward(d_final, d_head_in, rows, C);
+  float* d_x = zeroed(a.d_x, local * C);
+  final_norm_->backward(d_x, d_final, a.residual[config_.layers].data(), a.final_norm, local);
+}
+
+float* Transformer::chunk_input(Activations& a, int chunk, int64_t rows) {
+  if (a.residual.size() != static_cast<size_t>(config_.layers + 1)) a.residual.resize(config_.layers + 1);
+  return sized(a.residual[chunks_.at(chunk).first], stage_rows(rows) * config_.d_model);
+}
+
+const float* Transformer::chunk_output(const Activations& a, int chunk) const {
+  return a.residual.at(chunks_.at(chunk).last).data();
+}
+
+float* Transformer::chunk_output_grad(Activations& a, int64_t rows) {
+  return sized(a.d_x, stage_rows(rows) * config_.d_model);
+}
+
+double Transformer::forward_chunk(Activations& a, int chunk, const int32_t* inputs, const int32_t* targets,
+                                  int64_t batch, int64_t seq, float grad_scale) {
   check(seq <= config_.max_seq_len, "sequence length " + std::to_string(seq) + " exceeds model.max_seq_len " +
                                         std::to_string(config_.max_seq_len));
   const int64_t rows = batch * seq, C = config_.d_model;
@@ -129,45 +233,30 @@ double Transformer::forward(const int32_t* inputs, const int32_t* targets, int64
         "sequence parallelism splits the " + std::to_string(rows) + " tokens of a micro-batch (batch x seq) over " +
             std::to_string(tp_.size()) + " tensor-parallel ranks: they must divide evenly");
   const int64_t local = tp_.local_rows(rows);
-  const int head_unit = config_.layers + 1;
-  if (hooks_) hooks_->before_forward(0);
-  embed(sized(residual_[0], local * C), inputs, batch, seq, 0);
-  if (hooks_) hooks_->after_forward(0);
-  for (int l = 0; l < config_.layers; ++l) {
+  const LayerRange range = chunks_.at(chunk);
+  if (a.residual.size() != static_cast<size_t>(config_.layers + 1)) a.residual.resize(config_.layers + 1);
+  if (range.first == 0) {
+    if (hooks_) hooks_->before_forward(0);
+    embed(sized(a.residual[0], local * C), inputs, batch, seq, 0, a.position_ids);
+    if (hooks_) hooks_->after_forward(0);
+  }
+  for (int l = range.first; l < range.last; ++l) {
     if (hooks_) hooks_->before_forward(l + 1);
-    blocks_[l].forward(saved_for(l), residual_[l].data(), sized(residual_[l + 1], local * C), batch, seq,
-                       tp_scratch_);
+    block(l).forward(saved_for(a, l), a.residual[l].data(), sized(a.residual[l + 1], local * C), batch, seq,
+                     tp_scratch_);
     if (hooks_) hooks_->after_forward(l + 1);
   }
+  if (range.last != config_.layers) return 0.0;
+  const int head_unit = config_.layers + 1;
   if (hooks_) hooks_->before_forward(head_unit);
-  final_norm_->forward(final_saved_, residual_[config_.layers].data(), local);
-  // The head is column-parallel over the vocabulary; its input (all rows) is kept for backward.
-  const float* head_in = final_saved_.out.data();
-  if (tp_.sequence_parallel()) {
-    head_in = tp_.enter_forward(final_saved_.out.data(), rows, C, head_input_);
-  }
-  float* logits = sized(logits_, rows * vocab_local_);
-  if (head_precision_) {
-    head_precision_->forward(logits, head_in, params_.value(head_), nullptr, rows, C, vocab_local_);
-  } else {
-    k::linear_forward(logits, head_in, params_.value(head_), nullptr, rows, C, vocab_local_);
-  }
-  const double loss_sum = cross_entropy(targets, rows, grad_scale);
+  const double loss_sum = head_forward(a, targets, rows, grad_scale);
   if (hooks_) hooks_->after_forward(head_unit);
   return loss_sum;
 }
 
-double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq) {
-  return forward(inputs, targets, batch, seq, 0.0f);
-}
-
-double Transformer::forward_backward(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
-                                     float grad_scale) {
-  check(grad_scale != 0.0f, "forward_backward: grad_scale must be non-zero");
-  const double loss_sum = forward(inputs, targets, batch, seq, grad_scale);
-  const int64_t rows = batch * seq, C = config_.d_model, local = tp_.local_rows(rows);
-  // logits_ now holds d(loss)/d(logits).
-  const int head_unit = config_.layers + 1;
+void Transformer::backward_chunk(Activations& a, int chunk, const int32_t* inputs, int64_t batch, int64_t seq) {
+  const int64_t rows = batch * seq, local = tp_.local_rows(rows);
+  const LayerRange range = chunks_.at(chunk);
   auto begin_unit = [&](int unit) {
     if (hooks_) hooks_->before_backward(unit);
     tp_grads_->begin_unit(unit);
@@ -176,44 +265,53 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
     tp_grads_->finish_unit(unit);
     if (hooks_) hooks_->after_backward(unit);
   };
-  begin_unit(head_unit);
-  float* d_final = zeroed(d_final_, local * C);
-  const float* head_in = tp_.sequence_parallel() ? head_input_.data() : final_saved_.out.data();
-  float* d_head_in = tp_.enter_backward_target(d_final, rows, C, tp_scratch_.d_full);
-  if (head_precision_) {
-    head_precision_->backward(d_head_in, params_.grad(head_), nullptr, logits_.data(), head_in, params_.value(head_),
-                              rows, C, vocab_local_);
-  } else {
-    k::linear_backward(d_head_in, params_.grad(head_), nullptr, logits_.data(), head_in, params_.value(head_), rows, C,
-                       vocab_local_);
+  if (range.last == config_.layers) {
+    const int head_unit = config_.layers + 1;
+    begin_unit(head_unit);
+    head_backward(a, rows);
+    finish_unit(head_unit);
   }
-  tp_.enter_backward(d_final, d_head_in, rows, C);
-  float* d_x = zeroed(d_residual_, local * C);
-  final_norm_->backward(d_x, d_final, residual_[config_.layers].data(), final_saved_, local);
-  finish_unit(head_unit);
-  for (int l = config_.layers - 1; l >= 0; --l) {
+  float* d_x = a.d_x.data();  // d(loss)/d(chunk output), from the head or the next stage
+  for (int l = range.last - 1; l >= range.first; --l) {
     begin_unit(l + 1);
     if (config_.recompute) {
-      blocks_[l].forward(shared_saved_, residual_[l].data(), sized(recompute_out_, local * C), batch, seq,
-                         tp_scratch_);
+      block(l).forward(shared_saved_, a.residual[l].data(), sized(recompute_out_, local * config_.d_model), batch, seq,
+                       tp_scratch_);
     }
-    blocks_[l].backward(d_x, residual_[l].data(), saved_for(l), work_, batch, seq, tp_scratch_);
+    block(l).backward(d_x, a.residual[l].data(), saved_for(a, l), work_, batch, seq, tp_scratch_);
     finish_unit(l + 1);
   }
-  begin_unit(0);
-  embed_backward(d_x, inputs, rows);
-  finish_unit(0);
+  if (range.first == 0) {
+    begin_unit(0);
+    embed_backward(d_x, inputs, rows, a.position_ids);
+    finish_unit(0);
+  }
+}
+
+double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq) {
+  check_whole_model("forward_loss");
+  return forward_chunk(activations_, 0, inputs, targets, batch, seq, 0.0f);
+}
+
+double Transformer::forward_backward(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
+                                     float grad_scale) {
+  check(grad_scale != 0.0f, "forward_backward: grad_scale must be non-zero");
+  check_whole_model("forward_backward");
+  const double loss_sum = forward_chunk(activations_, 0, inputs, targets, batch, seq, grad_scale);
+  backward_chunk(activations_, 0, inputs, batch, seq);
   return loss_sum;
 }
 
 const float* Transformer::decode(DecodeState& state, const int32_t* tokens, int64_t count) {
   check(tp_.single(), "generation runs on one rank: load the checkpoint with parallel.tp = 1");
+  check_whole_model("generation");
   const int64_t C = config_.d_model, V = config_.vocab_size, max_positions = config_.max_seq_len;
   check(state.length + count <= max_positions,
         "generation reached model.max_seq_len " + std::to_string(max_positions) + " positions");
   if (state.caches.size() != blocks_.size()) state.caches.resize(blocks_.size());
   float* x = sized(state.x, count * C);
-  embed(x, tokens, 1, count, state.length);
+  std::vector<int32_t> position_ids;
+  embed(x, tokens, 1, count, state.length, position_ids);
   for (size_t l = 0; l < blocks_.size(); ++l) {
     blocks_[l].decode(x, count, state.length, state.caches[l], state.scratch, state.tp_scratch, max_positions);
   }
@@ -234,33 +332,11 @@ std::vector<int> Transformer::gradient_ready_unit() const {
 }
 
 double Transformer::training_flops_per_token(int64_t seq) const {
-  const double C = config_.d_model, hd = head_dim(config_), H = config_.heads;
-  double forward = 2.0 * C * config_.vocab_size;  // output head
-  for (const LayerSpec& spec : specs_) {
-    if (spec.has_attention) {
-      forward += 2.0 * C * (H + 2.0 * spec.kv_heads) * hd + 2.0 * H * hd * C;
-      // Scores and weighted values over the causal prefix: (seq + 1) / 2 keys on average.
-      forward += 2.0 * 2.0 * H * hd * (static_cast<double>(seq) + 1.0) / 2.0;
-    }
-    if (spec.has_mlp()) {
-      const double in_width = config_.activation == "swiglu" ? 2.0 * spec.ffn_size : spec.ffn_size;
-      forward += 2.0 * C * in_width + 2.0 * spec.ffn_size * C;
-    }
-  }
-  return 3.0 * forward;
-}
-
-int64_t Transformer::activation_bytes() const {
-  auto bytes = [](const Buffer& b) { return static_cast<int64_t>(b.size() * sizeof(float)); };
-  auto saved_bytes = [&](const Block::Saved& s) {
-    return bytes(s.norm1.out) + bytes(s.norm1.mean) + bytes(s.norm1.rstd) + bytes(s.norm2.out) +
-           bytes(s.norm2.mean) + bytes(s.norm2.rstd) + bytes(s.attention.qkv) + bytes(s.attention.probs) +
-           bytes(s.attention.att) + bytes(s.mlp.hidden) + bytes(s.mlp.act) + bytes(s.mid);
-  };
-  int64_t total = saved_bytes(shared_saved_) + bytes(logits_) + bytes(final_saved_.out) + bytes(head_input_);
-  for (const Buffer& r : residual_) total += bytes(r);
-  for (const Block::Saved& s : saved_) total += saved_bytes(s);
+  double total = head_training_flops_per_token(config_);
+  for (const LayerSpec& spec : specs_) total += layer_training_flops_per_token(config_, spec, seq);
   return total;
 }
+
+int64_t Transformer::activation_bytes() const { return activations_.bytes() + saved_bytes(shared_saved_); }
 
 }  // namespace loom::model

@@ -29,6 +29,25 @@ struct DecodeState {
   Buffer x, logits;
 };
 
+// The layers a pipeline rank holds for one of its model chunks (virtual stages): [first, last).
+struct LayerRange {
+  int first = 0, last = 0;
+  bool operator==(const LayerRange&) const = default;
+};
+
+// What one micro-batch leaves between a chunk's forward and its backward. forward_backward
+// uses the model's own; pipeline schedules keep one per micro-batch and chunk in flight.
+struct Activations {
+  std::vector<Buffer> residual;     // by global layer: the stream before layer l, and after the last
+  std::vector<Block::Saved> saved;  // by global layer (empty with recompute: blocks recompute theirs)
+  Norm::Saved final_norm;
+  Buffer logits;      // the head's output; after the loss, grad_scale * d(loss)/d(logits)
+  Buffer head_input;  // the head's input over all rows (sequence parallel)
+  Buffer d_x;         // a backward's running gradient of the residual stream
+  std::vector<int32_t> position_ids;
+  int64_t bytes() const;
+};
+
 class Transformer {
  public:
   // config.vocab_size must be resolved (> 0). Parameters are allocated, not initialised. With a
@@ -36,7 +55,13 @@ class Transformer {
   // features, vocabulary rows) and the model computes the same function as on one rank; a layer
   // whose sizes cannot be split is an Error naming it.
   // `precision`: the recipe of the linear layers' and the head's GEMMs (default fp32).
-  explicit Transformer(const runtime::ModelConfig& config, TensorParallel tp = {}, PrecisionPolicy precision = {});
+  // `chunks`: the layers this pipeline rank holds, one range per model chunk in stage order
+  // (empty: every layer). The rank holding layer 0 holds the embeddings, the one holding the
+  // last layer the final norm and head; with tied embeddings and both on different ranks, the
+  // last one holds a copy of the embedding (same name, same initial values; its gradient is
+  // summed with the first's over the embedding group, and it is left out of the norm).
+  explicit Transformer(const runtime::ModelConfig& config, TensorParallel tp = {}, PrecisionPolicy precision = {},
+                       std::vector<LayerRange> chunks = {});
 
   void initialize(uint64_t seed) { params_.initialize(seed); }
   ParameterStore& params() { return params_; }
@@ -47,13 +72,42 @@ class Transformer {
   // The linear layers' precision state (FP8 amax histories), for the trainer and checkpoints.
   PrecisionContext& precision() { return *precision_; }
 
-  // Forward and backward on one micro-batch: inputs/targets are [batch, seq] (the same on every
+  // The model chunks this rank holds (one when there is no pipeline).
+  const std::vector<LayerRange>& chunks() const { return chunks_; }
+  bool holds_embedding() const { return embed_ >= 0 && chunks_.front().first == 0; }
+  bool holds_head() const { return chunks_.back().last == config_.layers; }
+  // The head's copy of a tied embedding on a pipeline's last stage (-1: none).
+  int tied_head_copy() const { return tied_copy_ ? head_ : -1; }
+
+  // Forward and backward on one micro-batch (the model must hold every layer): inputs/targets are [batch, seq] (the same on every
   // tensor-parallel rank); targets equal to kIgnoreIndex are masked. Gradients of grad_scale * (sum of token losses) are *added* into
   // params().grads(). Returns the sum of token losses.
   double forward_backward(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
                           float grad_scale);
   // Sum of token losses without gradients (evaluation).
   double forward_loss(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq);
+
+  // Pipeline stages run one chunk of one micro-batch at a time, each with its own Activations.
+  // Activations exchanged between stages are this rank's rows of the residual stream:
+  // stage_rows(batch * seq) x d_model floats.
+  int64_t stage_rows(int64_t rows) const { return tp_.local_rows(rows); }
+  // Where the previous stage's output is received before forward_chunk (not for chunk 0 of
+  // the model, which embeds `inputs`).
+  float* chunk_input(Activations& a, int chunk, int64_t rows);
+  // A chunk's forward. The model's first chunk embeds `inputs`; the last computes the loss of
+  // `targets` and returns its sum (grad_scale as in forward_backward, 0: no gradient kept); any
+  // other returns 0 and leaves its output in chunk_output.
+  double forward_chunk(Activations& a, int chunk, const int32_t* inputs, const int32_t* targets, int64_t batch,
+                       int64_t seq, float grad_scale);
+  const float* chunk_output(const Activations& a, int chunk) const;
+  // Where the next stage's gradient of chunk_output is received before backward_chunk (not for
+  // the model's last chunk, which starts from its loss).
+  float* chunk_output_grad(Activations& a, int64_t rows);
+  // A chunk's backward: adds its parameters' gradients; afterwards chunk_input_grad holds the
+  // gradient of the chunk's input (for the previous stage; the model's first chunk instead
+  // reaches the embeddings and needs `inputs`).
+  void backward_chunk(Activations& a, int chunk, const int32_t* inputs, int64_t batch, int64_t seq);
+  const float* chunk_input_grad(const Activations& a) const { return a.d_x.data(); }
 
   // Appends `count` tokens to the sequence and returns the logits [vocab] after the last one
   // (one rank: parallel.tp = 1).
@@ -74,31 +128,33 @@ class Transformer {
 
  private:
   void check_tokens(const int32_t* tokens, int64_t rows) const;
-  void embed(float* out, const int32_t* tokens, int64_t batch, int64_t seq, int64_t position_start);
-  void embed_backward(const float* d_x, const int32_t* tokens, int64_t rows);
-  // Sum of token losses; logits_ holds grad_scale * d(loss)/d(logits) after it (when non-zero).
-  double cross_entropy(const int32_t* targets, int64_t rows, float grad_scale);
-  double forward(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq, float grad_scale);
-  Block::Saved& saved_for(int layer) { return config_.recompute ? shared_saved_ : saved_[layer]; }
+  void check_whole_model(const std::string& what) const;
+  void embed(float* out, const int32_t* tokens, int64_t batch, int64_t seq, int64_t position_start,
+             std::vector<int32_t>& position_ids);
+  void embed_backward(const float* d_x, const int32_t* tokens, int64_t rows, const std::vector<int32_t>& position_ids);
+  // Sum of token losses; logits holds grad_scale * d(loss)/d(logits) after it (when non-zero).
+  double cross_entropy(float* logits, const int32_t* targets, int64_t rows, float grad_scale);
+  double head_forward(Activations& a, const int32_t* targets, int64_t rows, float grad_scale);
+  void head_backward(Activations& a, int64_t rows);
+  Block::Saved& saved_for(Activations& a, int layer);
+  const Block& block(int layer) const { return blocks_[block_index_.at(layer)]; }
 
   runtime::ModelConfig config_;
   TensorParallel tp_;
   std::vector<LayerSpec> specs_;
+  std::vector<LayerRange> chunks_;
+  bool tied_copy_ = false;
   int64_t vocab_first_ = 0, vocab_local_ = 0;  // this rank's rows of the embedding and head
   ParameterStore params_;
   std::unique_ptr<kernels::cpu::RopeTable> rope_;
   int embed_ = -1, positions_ = -1, head_ = -1;
-  std::vector<Block> blocks_;
+  std::vector<Block> blocks_;     // the layers held, in order
+  std::vector<int> block_index_;  // global layer -> index in blocks_ (-1: another stage's)
   std::optional<Norm> final_norm_;
 
-  // Activations: residual stream before each block (and after the last), per-block saved state.
-  std::vector<Buffer> residual_;
-  std::vector<Block::Saved> saved_;
-  Block::Saved shared_saved_;
-  Norm::Saved final_saved_;
-  Buffer logits_, losses_, d_residual_, d_final_, recompute_out_, head_input_;
-  Buffer ce_max_, ce_stats_;
-  std::vector<int32_t> position_ids_;
+  Activations activations_;     // forward_backward's
+  Block::Saved shared_saved_;   // with recompute: the one block being recomputed
+  Buffer losses_, d_final_, recompute_out_, ce_max_, ce_stats_;
   Workspace work_;
   ParallelScratch tp_scratch_;
   ParameterHooks* hooks_ = nullptr;

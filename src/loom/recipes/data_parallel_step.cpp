@@ -34,7 +34,8 @@ std::vector<parallel::FlatRange> norm_excluded(const model::ParameterStore& para
 }
 }  // namespace
 
-DataParallelStep::DataParallelStep(comm::Communicator& dp, model::Transformer& model, const runtime::RunConfig& config)
+DataParallelStep::DataParallelStep(comm::Communicator& dp, model::Transformer& model, const runtime::RunConfig& config,
+                                   comm::Communicator* pp)
     : dp_(dp), model_(model), zero_(config.parallel.zero) {
   check(zero_ >= 0 && zero_ <= 3, "parallel.zero " + std::to_string(zero_) + " is not supported by this trainer (valid: 0, 1, 2, 3)");
   model::ParameterStore& params = model.params();
@@ -43,8 +44,13 @@ DataParallelStep::DataParallelStep(comm::Communicator& dp, model::Transformer& m
   for (size_t id = 0; id < ready.size(); ++id) ready_by_unit_[ready[id]].push_back(static_cast<int>(id));
   if (comm::Communicator* tp = model.tensor_parallel().group(); tp != nullptr && tp->size() > 1) {
     norm_groups_.push_back(tp);
-    norm_excluded_ = norm_excluded(params);
   }
+  if (pp != nullptr && pp->size() > 1) {
+    check(zero_ != 3, "parallel.zero=3 shards every parameter over the data-parallel ranks around each unit; with "
+                      "pipeline parallelism (parallel.pp > 1) use parallel.zero 0, 1 or 2");
+    norm_groups_.push_back(pp);
+  }
+  norm_excluded_ = norm_excluded(params);
 
   check(config.precision.grad_reduce == "fp32" || zero_ == 0 || dp.size() == 1,
         "precision.grad_reduce=bf16 is implemented for parallel.zero=0 (DDP all-reduce); ZeRO " +
@@ -83,21 +89,38 @@ DataParallelStep::DataParallelStep(comm::Communicator& dp, model::Transformer& m
 
 DataParallelStep::~DataParallelStep() { model_.set_hooks(nullptr); }
 
+void DataParallelStep::set_tied_embedding(comm::Communicator* embedding, int param) {
+  check(zero_ != 3, "tied embeddings across pipeline stages need parallel.zero 0, 1 or 2");
+  tied_group_ = embedding;
+  tied_param_ = param;
+}
+
 void DataParallelStep::begin_micro_batch(bool last) {
   if (zero3_) {  // every micro-batch gathers and reduces unit by unit
     zero3_->begin_micro_batch();
     return;
   }
   // Reductions start during backward: of the last micro-batch (zero 0, 1) or of each (zero 2).
-  const bool reduce_now = (reducer_ || sharded_) && (last || zero_ == 2);
+  const bool reduce_now = (reducer_ || sharded_) && (last || rounds_per_micro_batch());
   model_.set_hooks(reduce_now ? this : nullptr);
 }
 
 void DataParallelStep::after_backward(int unit) {
   for (int id : ready_by_unit_[unit]) {
+    if (id == tied_param_) continue;  // waits for the other stage's half (reduce_tied_embedding)
     if (reducer_) reducer_->mark_ready(id);
     if (sharded_) sharded_->mark_ready(id);
   }
+}
+
+void DataParallelStep::reduce_tied_embedding() {
+  if (tied_param_ < 0) return;
+  const model::Parameter& p = model_.params().list().at(tied_param_);
+  // Blocking, at the end of a round: inside backward the first stage would wait for the last
+  // stage's half while the last stage waits for gradients the first one has not yet sent.
+  tied_group_->all_reduce(model_.params().grads() + p.offset, p.numel, DType::F32, comm::ReduceOp::Sum);
+  if (reducer_) reducer_->mark_ready(tied_param_);
+  if (sharded_) sharded_->mark_ready(tied_param_);
 }
 
 void DataParallelStep::end_micro_batch(bool last) {
@@ -106,7 +129,8 @@ void DataParallelStep::end_micro_batch(bool last) {
     return;
   }
   model_.set_hooks(nullptr);
-  if (zero_ == 2) {
+  if (last || rounds_per_micro_batch()) reduce_tied_embedding();
+  if (rounds_per_micro_batch()) {
     // The shards now hold this micro-batch's reduced gradient; the full buffer is free again.
     sharded_->finish_grads();
     model_.params().zero_grads();
@@ -127,7 +151,9 @@ double DataParallelStep::step(double lr, int64_t step) {
     // Gradients are whole on every data-parallel rank: the norm sums this rank's shard of the
     // model over the tensor-parallel group, each replicated copy counted once.
     const double local = parallel::sum_of_squares_excluding(params.grads(), {0, params.total()}, norm_excluded_);
-    norm = std::sqrt(norm_groups_.empty() ? local : parallel::sum_over_groups(local, *norm_groups_[0], {}));
+    norm = std::sqrt(norm_groups_.empty()
+                         ? local
+                         : parallel::sum_over_groups(local, *norm_groups_[0], {norm_groups_.begin() + 1, norm_groups_.end()}));
     adamw_->step_with_norm(params.values(), params.grads(), lr, step, norm);
   }
   params.zero_grads();

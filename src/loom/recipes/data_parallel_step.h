@@ -30,8 +30,18 @@ namespace loom::recipes {
 class DataParallelStep : private model::ParameterHooks {
  public:
   // `dp`: the ranks holding the same shard of the model (the model's tensor-parallel group, if
-  // any, is taken from the model: the gradient norm is summed over it too).
-  DataParallelStep(comm::Communicator& dp, model::Transformer& model, const runtime::RunConfig& config);
+  // any, is taken from the model: the gradient norm is summed over it too). `pp`: the pipeline
+  // group when the model is a pipeline stage (the norm sums over the stages; ZeRO 0-2 only).
+  DataParallelStep(comm::Communicator& dp, model::Transformer& model, const runtime::RunConfig& config,
+                   comm::Communicator* pp = nullptr);
+
+  // Pipeline stages with tied embeddings: the first stage's embedding and the last stage's copy
+  // (`param`) have their gradients summed over `embedding` (the two stages) when a reduction
+  // round ends, before the data-parallel reduction, so both copies take the same update.
+  void set_tied_embedding(comm::Communicator* embedding, int param);
+  // Pipeline schedules that interleave model chunks spread a micro-batch's backward over time, so
+  // zero 2 reduces once per step as zero 1 does (the gradient buffer lives through the step).
+  void reduce_once_per_step() { once_per_step_ = true; }
   ~DataParallelStep() override;
 
   // Before each micro-batch's forward_backward (last = the step's final micro-batch).
@@ -71,9 +81,15 @@ class DataParallelStep : private model::ParameterHooks {
  private:
   void after_backward(int unit) override;
 
+  bool rounds_per_micro_batch() const { return zero_ == 2 && !once_per_step_; }
+  void reduce_tied_embedding();
+
   comm::Communicator& dp_;
   model::Transformer& model_;
   int zero_;
+  bool once_per_step_ = false;
+  comm::Communicator* tied_group_ = nullptr;  // first and last pipeline stage
+  int tied_param_ = -1;
   std::vector<std::vector<int>> ready_by_unit_;  // parameters whose gradient completes in a unit
   std::vector<comm::Communicator*> norm_groups_;  // beyond dp: the tensor-parallel group
   std::vector<parallel::FlatRange> norm_excluded_;  // copies another tensor-parallel rank counts

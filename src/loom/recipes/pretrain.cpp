@@ -9,6 +9,7 @@
 #include <cmath>
 #include <chrono>
 #include <csignal>
+#include <functional>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -28,6 +29,9 @@
 #include "loom/recipes/data_parallel_step.h"
 #include "loom/recipes/fault_injection.h"
 #include "loom/recipes/heartbeat_writer.h"
+#include "loom/recipes/pipeline_step.h"
+#include "loom/model/flops.h"
+#include "loom/parallel/pipeline_partition.h"
 #include "loom/recipes/model_setup.h"
 #include "loom/recipes/precision_step.h"
 #include "loom/recipes/sharded_training_state.h"
@@ -62,14 +66,16 @@ class StopSignals {
 using Clock = std::chrono::steady_clock;
 
 // Mean token loss over a fixed set of validation samples (the same ones at every evaluation).
-double evaluate(model::Transformer& model, const data::SequenceLoader& loader, const runtime::RunConfig& config) {
+// `forward_loss` runs one micro-batch through the model (or its pipeline) and returns the sum.
+double evaluate(const std::function<double(const int32_t*, const int32_t*, int64_t, int64_t)>& forward_loss,
+                const data::SequenceLoader& loader, const runtime::RunConfig& config) {
   const int batch = config.train.micro_batch, seq = config.data.seq_len;
   std::vector<int32_t> inputs(static_cast<size_t>(batch) * seq), targets(inputs.size());
   double loss_sum = 0.0;
   int64_t tokens = 0;
   for (int b = 0; b < config.train.eval_batches; ++b) {
     loader.fill_batch(static_cast<int64_t>(b) * batch, batch, inputs.data(), targets.data());
-    loss_sum += model.forward_loss(inputs.data(), targets.data(), batch, seq);
+    loss_sum += forward_loss(inputs.data(), targets.data(), batch, seq);
     for (int32_t t : targets) tokens += t != kernels::cpu::kIgnoreIndex;
   }
   return loss_sum / static_cast<double>(std::max<int64_t>(1, tokens));
@@ -86,26 +92,29 @@ int threads_per_rank(const runtime::RunConfig& config, const comm::Communicator&
   return total;
 }
 
-// One rank's share of training. The world is tp x dp: the tensor-parallel ranks of a replica
-// each hold their shard of the model and run the same micro-batches together; the replicas run
-// their slices of each global batch, gradients are summed over the data-parallel group, and the
-// same optimizer step keeps the replicas identical. Rank 0 prints and writes files.
+// One rank's share of training. The world is tp x dp x pp: the tensor-parallel ranks of a
+// replica's stage each hold their shard of its layers and run the same micro-batches together;
+// the pipeline stages of a replica pass each micro-batch's activations forward and gradients
+// back in the order of the pipeline schedule; the replicas run their slices of each global batch,
+// gradients are summed over the data-parallel group, and the same optimizer step keeps the
+// replicas identical. Rank 0 prints and writes files.
 TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& world, std::ostream& console) {
   const bool reporter = world.rank() == 0;
   Heartbeat heartbeat(world.rank(), world.size());  // for `loom launch` (docs/operations.md)
   const FaultInjector faults(config.fault, world.rank(), world.size());
   std::ostringstream discard;
   std::ostream& out = reporter ? console : discard;
-  const int tp = config.parallel.tp;
-  check(world.size() % tp == 0, "parallel.tp = " + std::to_string(tp) + " does not divide the world's " +
-                                    std::to_string(world.size()) + " ranks (runtime.ranks or the launcher's)");
-  const int dp = world.size() / tp;
+  const int tp = config.parallel.tp, pp = config.parallel.pp;
+  check(world.size() % (tp * pp) == 0, "parallel.tp x parallel.pp = " + std::to_string(tp) + " x " +
+                                            std::to_string(pp) + " does not divide the world's " +
+                                            std::to_string(world.size()) + " ranks (runtime.ranks or the launcher's)");
+  const int dp = world.size() / (tp * pp);
   check(config.parallel.dp == 0 || config.parallel.dp == dp,
         "parallel.dp is " + std::to_string(config.parallel.dp) + " but the world has " + std::to_string(world.size()) +
-            " ranks (runtime.ranks or the launcher's) and parallel.tp = " + std::to_string(tp) + "; use 0 (auto) or " +
-            std::to_string(dp));
-  // Megatron's rank order: the tensor-parallel ranks of a data-parallel replica are adjacent.
-  comm::Mesh mesh(world, comm::MeshShape{.tp = tp, .dp = dp});
+            " ranks (runtime.ranks or the launcher's), parallel.tp = " + std::to_string(tp) + " and parallel.pp = " +
+            std::to_string(pp) + "; use 0 (auto) or " + std::to_string(dp));
+  // Megatron's rank order: tensor-parallel ranks adjacent, then data-parallel, pipeline slowest.
+  comm::Mesh mesh(world, comm::MeshShape{.tp = tp, .dp = dp, .pp = pp});
   check(config.train.global_batch % (config.train.micro_batch * dp) == 0,
         "train.global_batch " + std::to_string(config.train.global_batch) + " must be a multiple of train.micro_batch " +
             std::to_string(config.train.micro_batch) + " x data-parallel ranks " + std::to_string(dp));
@@ -122,10 +131,46 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
 
   runtime::RunConfig run = config;
   run.model = resolve_model_config(config.model, *tokenizer);
+  const int seq = run.data.seq_len, micro = run.train.micro_batch;
+  const int local_batch = run.train.global_batch / dp;
+  const int micro_batches = local_batch / micro;
+  // Pipeline: the schedule (checked before anything is built) and this rank's model chunks.
+  std::optional<parallel::PipelineSchedule> schedule;
+  std::vector<model::LayerRange> chunks;
+  if (pp > 1) {
+    schedule = parallel::make_pipeline_schedule(parallel::parse_pipeline_schedule(run.parallel.pipeline_schedule), pp,
+                                                micro_batches, run.parallel.virtual_stages);
+    std::vector<double> costs;
+    for (const model::LayerSpec& spec : model::resolve_layers(run.model)) {
+      costs.push_back(model::layer_training_flops_per_token(run.model, spec, seq));
+    }
+    const std::vector<int> bounds = parallel::partition_layers(
+        run.parallel.pipeline_partition, costs, model::head_training_flops_per_token(run.model), schedule->total_stages());
+    for (int c = 0; c < schedule->virtual_stages; ++c) {
+      const int stage = schedule->virtual_stage(mesh.pp_rank(), c);
+      chunks.push_back({bounds[stage], bounds[stage + 1]});
+    }
+    check(run.precision.recipe != "fp8_delayed",
+          "precision.recipe=fp8_delayed keeps amax histories per linear layer, which pipeline stages do not yet share "
+          "or checkpoint; with parallel.pp > 1 use fp8_current, fp8_blockwise, mxfp8, bf16 or fp16");
+  } else {
+    check(run.parallel.virtual_stages == 1, "parallel.virtual_stages = " + std::to_string(run.parallel.virtual_stages) +
+                                                " needs a pipeline: set parallel.pp > 1 (and pipeline_schedule: interleaved)");
+  }
   model::Transformer model(run.model, model::TensorParallel(&mesh.tp(), run.parallel.sequence_parallel),
-                           model::PrecisionPolicy::from_config(run.precision));
+                           model::PrecisionPolicy::from_config(run.precision), chunks);
   model.initialize(run.train.seed);
-  DataParallelStep optimizer(mesh.dp(), model, run);
+  DataParallelStep optimizer(mesh.dp(), model, run, pp > 1 ? &mesh.pp() : nullptr);
+  std::optional<PipelineStep> pipeline;
+  if (schedule) {
+    if (model.tied_head_copy() >= 0) {
+      optimizer.set_tied_embedding(mesh.embedding(), model.tied_head_copy());
+    } else if (model.holds_embedding() && run.model.tied_embeddings) {
+      optimizer.set_tied_embedding(mesh.embedding(), model.params().find("model.embed_tokens.weight"));
+    }
+    if (schedule->virtual_stages > 1) optimizer.reduce_once_per_step();
+    pipeline.emplace(mesh.pp(), model, *schedule);
+  }
   PrecisionStep precision(run.precision, model, optimizer, world);  // loss scaling, Inf/NaN skips, FP8 amaxes
 
   const std::string root = checkpoint_root(run);
@@ -145,15 +190,20 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
     }
   }
 
-  const int seq = run.data.seq_len, micro = run.train.micro_batch;
-  const int local_batch = run.train.global_batch / dp;
-  const int micro_batches = local_batch / micro;
   const int64_t tokens_per_step = static_cast<int64_t>(run.train.global_batch) * seq;
   const double flops_per_token = model.training_flops_per_token(seq);
   out << "model: " << model.params().total() << " parameters, " << run.model.layers << " layers, vocab "
       << run.model.vocab_size << "; " << std::fixed << std::setprecision(3) << flops_per_token / 1e9
       << " GFLOP per token; " << dp << " data-parallel x " << tp << " tensor-parallel rank(s)"
-      << (run.parallel.sequence_parallel && tp > 1 ? " with sequence parallelism" : "") << " (" << world.backend()
+      << (run.parallel.sequence_parallel && tp > 1 ? " with sequence parallelism" : "");
+  if (schedule) {
+    out << " x " << pp << " pipeline stages (" << run.parallel.pipeline_schedule;
+    if (schedule->virtual_stages > 1) out << ", " << schedule->virtual_stages << " virtual stages per rank";
+    out << "; layers of this rank:";
+    for (const model::LayerRange& c : chunks) out << " [" << c.first << ", " << c.last << ")";
+    out << ")";
+  }
+  out << " (" << world.backend()
       << ") x " << micro_batches
       << " micro-batches of " << micro << " x " << seq << " tokens per step\n"
       << std::defaultfloat << optimizer.memory_report() << "\n";
@@ -181,6 +231,7 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
   std::vector<int32_t> inputs(static_cast<size_t>(micro) * seq), targets(inputs.size());
   std::vector<int32_t> all_targets(static_cast<size_t>(run.train.global_batch) * seq);
   std::vector<int32_t> scratch_inputs(all_targets.size());
+  std::vector<int32_t> step_inputs(pipeline ? static_cast<size_t>(local_batch) * seq : 0), step_targets(step_inputs.size());
   double timed_seconds = 0.0;
   int64_t timed_tokens = 0;
   int steps_this_run = 0;
@@ -192,7 +243,13 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
     heartbeat.phase("eval", progress.step);
     optimizer.gather_full_parameters();
     std::optional<double> val_loss;
-    if (mesh.dp_rank() == 0) val_loss = evaluate(model, *val_data, run);
+    if (mesh.dp_rank() == 0) {
+      val_loss = evaluate(
+          [&](const int32_t* in, const int32_t* tg, int64_t b, int64_t t) {
+            return pipeline ? pipeline->forward_loss(in, tg, b, t) : model.forward_loss(in, tg, b, t);
+          },
+          *val_data, run);
+    }
     if (!reporter) val_loss.reset();
     optimizer.release_full_parameters();
     return val_loss;
@@ -218,7 +275,13 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
 
     double local_loss_sum = 0.0;
     const int64_t first_sample = progress.consumed_samples + static_cast<int64_t>(mesh.dp_rank()) * local_batch;
-    for (int m = 0; m < micro_batches; ++m) {
+    if (pipeline) {
+      // The stages run the replica's micro-batches in the schedule's order; every stage reads
+      // them (the first needs the inputs, the last the targets, the first's backward the inputs).
+      train_data.fill_batch(first_sample, local_batch, step_inputs.data(), step_targets.data());
+      local_loss_sum = pipeline->run(step_inputs.data(), step_targets.data(), micro, seq, grad_scale, optimizer);
+    }
+    for (int m = 0; m < micro_batches && !pipeline; ++m) {
       const bool last_micro_batch = m + 1 == micro_batches;
       train_data.fill_batch(first_sample + static_cast<int64_t>(m) * micro, micro, inputs.data(), targets.data());
       // Gradients of the global mean loss are the sum of every rank's contributions: their
@@ -231,8 +294,10 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
     bool stop_requested = g_stop_requested.load();
     if (world.size() > 1) {
       // Loss and the stop decision travel together, so every rank stops after the same step.
-      // The tensor-parallel ranks of a replica share its loss: one of them contributes it.
-      float shared[2] = {mesh.tp_rank() == 0 ? static_cast<float>(local_loss_sum) : 0.0f, stop_requested ? 1.0f : 0.0f};
+      // The tensor-parallel ranks of a replica share its loss (computed on the last pipeline
+      // stage): one of them contributes it.
+      const bool contributes = mesh.tp_rank() == 0 && mesh.pp_rank() == pp - 1;
+      float shared[2] = {contributes ? static_cast<float>(local_loss_sum) : 0.0f, stop_requested ? 1.0f : 0.0f};
       world.all_reduce(shared, 2, DType::F32, comm::ReduceOp::Sum);
       loss_sum = shared[0];
       stop_requested = shared[1] > 0.0f;
@@ -297,8 +362,12 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
       // rank 0 writes the checkpoint for all.
       optimizer.gather_moments(exp_avg, exp_avg_sq);
       // Replica 0's tensor-parallel ranks bring their shards together as slices of global tensors.
-      ShardedTrainingState state;
-      if (mesh.dp_rank() == 0) state = gather_sharded_training_state(model, exp_avg.data(), exp_avg_sq.data());
+      // Then the pipeline stages send theirs to the first stage, whose rank 0 writes.
+      ShardedTrainingState stage_state, state;
+      if (mesh.dp_rank() == 0) {
+        stage_state = gather_sharded_training_state(model, exp_avg.data(), exp_avg_sq.data());
+        if (mesh.tp_rank() == 0) state = gather_pipeline_state(stage_state, mesh.pp());
+      }
       if (reporter) {
         progress.precision = precision.state();
         ckpt::CheckpointSnapshot snapshot = snapshot_training_state(state.tensors, progress, run);

@@ -1,5 +1,9 @@
 #include "loom/recipes/sharded_training_state.h"
 
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
 #include "loom/ckpt/tensor_names.h"
 
 namespace loom::recipes {
@@ -29,6 +33,7 @@ ShardedTrainingState gather_sharded_training_state(const model::Transformer& mod
   comm::Communicator* tp = model.tensor_parallel().group();
   if (tp == nullptr || tp->size() == 1) {
     for (const model::Parameter& p : params.list()) {
+      if (!p.shard.counts_in_norm) continue;  // a copy another rank stores (tied head of a pipeline)
       add_shard(state.tensors, p.name, p.global_shape(), parameter_slice(p), params.values() + p.offset,
                 exp_avg + p.offset, exp_avg_sq + p.offset);
     }
@@ -78,6 +83,74 @@ ShardedTrainingState gather_sharded_training_state(const model::Transformer& mod
     base += counts[r];
   }
   return state;
+}
+
+namespace {
+
+// A stage's tensors as JSON (name, global shape, slice) and their values back to back.
+std::string describe_tensors(const std::vector<ckpt::TensorRef>& tensors, std::vector<float>& values) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const ckpt::TensorRef& t : tensors) {
+    list.push_back({{"name", t.name}, {"shape", t.global_shape}, {"slice", t.slice}});
+    const float* data = static_cast<const float*>(t.data);
+    values.insert(values.end(), data, data + ckpt::slice_numel(t.slice));
+  }
+  return list.dump();
+}
+
+}  // namespace
+
+ShardedTrainingState gather_pipeline_state(const ShardedTrainingState& stage, comm::Communicator& pp) {
+  if (pp.size() == 1) {
+    ShardedTrainingState copy;
+    copy.tensors = stage.tensors;  // refs stay valid: the caller keeps `stage`
+    return copy;
+  }
+  constexpr int kSizesTag = 0, kTextTag = 1, kValuesTag = 2;
+  if (pp.rank() != 0) {
+    std::vector<float> values;
+    const std::string text = describe_tensors(stage.tensors, values);
+    const int64_t sizes[2] = {static_cast<int64_t>(text.size()), static_cast<int64_t>(values.size())};
+    pp.send(sizes, 2, DType::I64, 0, kSizesTag);
+    // The description travels as 16-bit words (padded), the values as floats.
+    std::vector<uint16_t> words((text.size() + 1) / 2, 0);
+    std::memcpy(words.data(), text.data(), text.size());
+    pp.send(words.data(), static_cast<int64_t>(words.size()), DType::U16, 0, kTextTag);
+    pp.send(values.data(), static_cast<int64_t>(values.size()), DType::F32, 0, kValuesTag);
+    return {};
+  }
+  // Pipeline rank 0: its own tensors, then each other stage's, copied into one storage.
+  std::vector<float> own;
+  const std::string own_text = describe_tensors(stage.tensors, own);
+  std::vector<std::string> texts{own_text};
+  std::vector<std::vector<float>> values{std::move(own)};
+  for (int from = 1; from < pp.size(); ++from) {
+    int64_t sizes[2] = {0, 0};
+    pp.recv(sizes, 2, DType::I64, from, kSizesTag);
+    std::vector<uint16_t> words((sizes[0] + 1) / 2);
+    pp.recv(words.data(), static_cast<int64_t>(words.size()), DType::U16, from, kTextTag);
+    texts.emplace_back(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(sizes[0]));
+    values.emplace_back(static_cast<size_t>(sizes[1]));
+    pp.recv(values.back().data(), sizes[1], DType::F32, from, kValuesTag);
+  }
+  ShardedTrainingState all;
+  size_t total = 0;
+  for (const auto& v : values) total += v.size();
+  all.storage.reserve(total);
+  for (const auto& v : values) all.storage.insert(all.storage.end(), v.begin(), v.end());
+  size_t offset = 0;
+  for (const std::string& text : texts) {
+    for (const nlohmann::json& t : nlohmann::json::parse(text)) {
+      ckpt::TensorRef ref;
+      ref.name = t.at("name").get<std::string>();
+      ref.global_shape = t.at("shape").get<Shape>();
+      ref.slice = t.at("slice").get<ckpt::Slice>();
+      ref.data = all.storage.data() + offset;
+      offset += static_cast<size_t>(ckpt::slice_numel(ref.slice));
+      all.tensors.push_back(std::move(ref));
+    }
+  }
+  return all;
 }
 
 }  // namespace loom::recipes

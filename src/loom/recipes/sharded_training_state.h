@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "loom/ckpt/checkpoint.h"
+#include "loom/comm/communicator.h"
 #include "loom/model/transformer.h"
 
 namespace loom::recipes {
@@ -23,5 +24,9 @@ ckpt::Slice parameter_slice(const model::Parameter& p);
 // held by several ranks is stored once (from the holder that counts it in the gradient norm).
 ShardedTrainingState gather_sharded_training_state(const model::Transformer& model, const float* exp_avg,
                                                    const float* exp_avg_sq);
+
+// Collective over the pipeline group: every stage's state (each gathered over its tensor-parallel
+// group first) reaches pipeline rank 0, which returns all of them; the other stages get {}.
+ShardedTrainingState gather_pipeline_state(const ShardedTrainingState& stage, comm::Communicator& pp);
 
 }  // namespace loom::recipes

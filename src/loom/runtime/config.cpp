@@ -417,6 +417,10 @@ const std::vector<SectionSchema>& schema() {
                   field("sequence_parallel", &ParallelConfig::sequence_parallel),
                   field("zero", &ParallelConfig::zero, at_least(0)),
                   field("bucket_mb", &ParallelConfig::bucket_mb, greater_than(0)),
+                  field("pp", &ParallelConfig::pp, at_least(1)),
+                  field("pipeline_schedule", &ParallelConfig::pipeline_schedule, one_of({"gpipe", "1f1b", "interleaved"})),
+                  field("virtual_stages", &ParallelConfig::virtual_stages, at_least(1)),
+                  field("pipeline_partition", &ParallelConfig::pipeline_partition),
               }),
       section("precision", &RunConfig::precision,
               {

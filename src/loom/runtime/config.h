@@ -118,6 +118,10 @@ struct ParallelConfig {
   bool sequence_parallel = false;  // split norms/residuals along the sequence over the tp group
   int zero = 0;             // distributed optimizer stage: 0 (DDP), 1, 2, 3
   double bucket_mb = 16.0;  // gradient bucket size for overlapped reduction
+  int pp = 1;               // pipeline stages
+  std::string pipeline_schedule = "1f1b";  // gpipe | 1f1b | interleaved
+  int virtual_stages = 1;   // model chunks per pipeline rank (interleaved)
+  std::string pipeline_partition = "even";  // even | balanced | layer counts per virtual stage "3,5,..."
 };
 
 // Numeric formats of a run (see docs/precision.md). Master weights and optimizer state are

@@ -1,0 +1,24 @@
+#include "loom/model/flops.h"
+
+namespace loom::model {
+
+double layer_training_flops_per_token(const runtime::ModelConfig& config, const LayerSpec& spec, int64_t seq) {
+  const double C = config.d_model, hd = head_dim(config), H = config.heads;
+  double forward = 0.0;
+  if (spec.has_attention) {
+    forward += 2.0 * C * (H + 2.0 * spec.kv_heads) * hd + 2.0 * H * hd * C;
+    // Scores and weighted values over the causal prefix: (seq + 1) / 2 keys on average.
+    forward += 2.0 * 2.0 * H * hd * (static_cast<double>(seq) + 1.0) / 2.0;
+  }
+  if (spec.has_mlp()) {
+    const double in_width = config.activation == "swiglu" ? 2.0 * spec.ffn_size : spec.ffn_size;
+    forward += 2.0 * C * in_width + 2.0 * spec.ffn_size * C;
+  }
+  return 3.0 * forward;
+}
+
+double head_training_flops_per_token(const runtime::ModelConfig& config) {
+  return 3.0 * 2.0 * static_cast<double>(config.d_model) * static_cast<double>(config.vocab_size);
+}
+
+}  // namespace loom::model

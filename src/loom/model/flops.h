@@ -1,0 +1,15 @@
+#pragma once
+// Training FLOPs per token (3x the forward's GEMMs, attention's score and value products
+// included), per layer and for the output head: the MFU numerator and the cost model of
+// cost-balanced pipeline partitioning.
+#include <cstdint>
+
+#include "loom/model/layer_spec.h"
+#include "loom/runtime/config.h"
+
+namespace loom::model {
+
+double layer_training_flops_per_token(const runtime::ModelConfig& config, const LayerSpec& spec, int64_t seq);
+double head_training_flops_per_token(const runtime::ModelConfig& config);
+
+}  // namespace loom::model
