@@ -41,28 +41,9 @@ class TensorParallelTraining : public ::testing::Test {
     return testing::losses_of(testing::train_run(root_, name, yaml, overrides));
   }
 
-  // Max over tensors (parameters and moments) of max|a - b| / max|a|; each over 1e-5 is named.
-  double state_difference(const std::string& a, const std::string& b) {
-    EXPECT_EQ(ckpt::load_checkpoint(root_ + "/" + a + "/checkpoints").names(),
-              ckpt::load_checkpoint(root_ + "/" + b + "/checkpoints").names());
-    auto compared = [](const ckpt::LoadedCheckpoint& c) {
-      // A key bias does not change the function (softmax ignores a shift shared by all keys):
-      // its gradient is rounding noise, which Adam amplifies to lr-sized steps of any sign.
-      std::vector<std::string> names;
-      for (const std::string& name : c.names())
-        if (name.find("k_proj.bias") == std::string::npos) names.push_back(name);
-      return names;
-    };
-    return testing::checkpoint_difference(root_, a, b, compared, [](const std::string& name, double difference) {
-      if (difference > 1e-5) ADD_FAILURE() << name << ": relative difference " << difference;
-    });
-  }
-
+  double state_difference(const std::string& a, const std::string& b) { return testing::state_difference(root_, a, b); }
   void expect_same_losses(const std::vector<double>& reference, const std::vector<double>& other, size_t from = 0) {
-    ASSERT_EQ(reference.size(), other.size() + from);
-    for (size_t i = 0; i < other.size(); ++i) {
-      EXPECT_NEAR(other[i], reference[from + i], 1e-5 * std::fabs(reference[from + i])) << "step " << from + i + 1;
-    }
+    testing::expect_same_losses(reference, other, from);
   }
 
   static std::string root_;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "loom/ckpt/checkpoint.h"
@@ -84,6 +85,33 @@ inline double checkpoint_difference(const std::string& root, const std::string& 
     worst = std::max(worst, diff / scale);
   }
   return worst;
+}
+
+// Every step's loss of `other` within relative `tolerance` of `reference`'s steps from + 1, ...
+inline void expect_same_losses(const std::vector<double>& reference, const std::vector<double>& other, size_t from = 0,
+                               double tolerance = 1e-5) {
+  ASSERT_EQ(reference.size(), other.size() + from);
+  for (size_t i = 0; i < other.size(); ++i) {
+    EXPECT_NEAR(other[i], reference[from + i], tolerance * std::fabs(reference[from + i])) << "step " << from + i + 1;
+  }
+}
+
+// The largest relative difference between the final parameters and moments of runs root/a and
+// root/b (which must hold the same tensors); each tensor over 1e-5 is a failure naming it.
+inline double state_difference(const std::string& root, const std::string& a, const std::string& b) {
+  EXPECT_EQ(ckpt::load_checkpoint(root + "/" + a + "/checkpoints").names(),
+            ckpt::load_checkpoint(root + "/" + b + "/checkpoints").names());
+  auto compared = [](const ckpt::LoadedCheckpoint& c) {
+    // A key bias does not change the function (softmax ignores a shift shared by all keys):
+    // its gradient is rounding noise, which Adam amplifies to lr-sized steps of any sign.
+    std::vector<std::string> names;
+    for (const std::string& name : c.names())
+      if (name.find("k_proj.bias") == std::string::npos) names.push_back(name);
+    return names;
+  };
+  return checkpoint_difference(root, a, b, compared, [](const std::string& name, double difference) {
+    if (difference > 1e-5) ADD_FAILURE() << name << ": relative difference " << difference;
+  });
 }
 
 }  // namespace loom::recipes::testing
