@@ -16,6 +16,7 @@ int run(int argc, char** argv) {
   register_generate(app, commands);
   register_ckpt(app, commands);
   register_mesh(app, commands);
+  register_plan(app, commands);
   register_bench(app, commands);
   register_launch(app, commands);
 

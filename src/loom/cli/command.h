@@ -18,6 +18,7 @@ void register_data(CLI::App& app, std::vector<Command>& commands);
 void register_generate(CLI::App& app, std::vector<Command>& commands);
 void register_ckpt(CLI::App& app, std::vector<Command>& commands);
 void register_mesh(CLI::App& app, std::vector<Command>& commands);
+void register_plan(CLI::App& app, std::vector<Command>& commands);
 void register_bench(CLI::App& app, std::vector<Command>& commands);
 void register_launch(CLI::App& app, std::vector<Command>& commands);
 
