@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "loom/comm/communicator.h"
 #include "loom/core/error.h"
 #include "loom/kernels/cpu/linear.h"
 #include "loom/precision/formats.h"
@@ -57,6 +58,12 @@ bool is_fp8(Recipe recipe) {
          recipe == Recipe::Mxfp8;
 }
 
+int64_t scaling_block(Recipe recipe) {
+  if (recipe == Recipe::Fp8Blockwise) return p::kBlockwiseSize;
+  if (recipe == Recipe::Mxfp8) return p::kMxBlockSize;
+  return 0;
+}
+
 PrecisionPolicy PrecisionPolicy::from_config(const runtime::PrecisionConfig& config) {
   PrecisionPolicy policy;
   policy.recipe = parse_recipe(config.recipe);
@@ -83,6 +90,23 @@ LinearPrecision::LinearPrecision(Recipe recipe, int amax_history, int margin, st
       scaling_.emplace_back(format(op), amax_history, margin);
     }
   }
+}
+
+void LinearPrecision::set_sharded_operands(comm::Communicator* group, std::array<bool, 3> sharded) {
+  tp_group_ = group;
+  sharded_ = sharded;
+}
+
+float LinearPrecision::global_amax(Operand op, float local) const {
+  // Only a per-tensor scale computed now needs the whole tensor's amax: fp8_delayed's histories
+  // are reduced over the world once per step, and block scales never leave their block.
+  if (recipe_ != Recipe::Fp8Current || tp_group_ == nullptr || tp_group_->size() == 1 ||
+      !sharded_[static_cast<int>(op)]) {
+    return local;
+  }
+  float global = local;
+  tp_group_->all_reduce(&global, 1, DType::F32, comm::ReduceOp::Max);  // NaN propagates: all pass through
+  return global;
 }
 
 p::Fp8Format LinearPrecision::format(Operand op) const {
@@ -164,7 +188,7 @@ const float* LinearPrecision::prepare(Operand op, GemmPass pass, const float* x,
   } else if (recipe_ == Recipe::Fp16) {
     p::round_to_fp16(buf, n);  // non-saturating: an overflow becomes Inf
   } else {
-    const float a = p::amax(x, n);
+    const float a = global_amax(op, p::amax(x, n));
     if (!std::isfinite(a)) {
       // Left as it is, so the Inf/NaN reaches the gradients' check instead of saturating.
       if (recipe_ == Recipe::Fp8Delayed) pending_[static_cast<int>(op)] = INFINITY;
@@ -186,19 +210,20 @@ void LinearPrecision::round_output(float* data, int64_t n) const {
 float* LinearPrecision::output_scratch(int64_t n) { return sized(scratch_->out, n); }
 
 void LinearPrecision::forward(float* out, const float* in, const float* weight, const float* bias, int64_t n,
-                              int64_t in_features, int64_t out_features, bool accumulate) {
+                              int64_t in_features, int64_t out_features, bool accumulate, GemmOutput output) {
   if (n == 0 || out_features == 0) return;
   const float* x = prepare(Operand::Input, GemmPass::Forward, in, n, in_features);
   const float* w = prepare(Operand::Weight, GemmPass::Forward, weight, out_features, in_features);
   const int64_t count = n * out_features;
   float* y = accumulate ? output_scratch(count) : out;
   k::linear_forward(y, x, w, bias, n, in_features, out_features, false);
-  round_output(y, count);
+  if (output == GemmOutput::Rounded) round_output(y, count);
   if (accumulate) add_into(out, y, count);
 }
 
 void LinearPrecision::backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
-                               const float* weight, int64_t n, int64_t in_features, int64_t out_features) {
+                               const float* weight, int64_t n, int64_t in_features, int64_t out_features,
+                               GemmOutput din_output) {
   if (n == 0) return;
   if (dbias != nullptr) k::linear_backward(nullptr, nullptr, dbias, dout, nullptr, nullptr, n, in_features, out_features);
   const int N = static_cast<int>(n), IC = static_cast<int>(in_features), OC = static_cast<int>(out_features);
@@ -211,7 +236,7 @@ void LinearPrecision::backward(float* din, float* dweight, float* dbias, const f
     const float* w = prepare(Operand::Weight, GemmPass::DataGrad, weight, out_features, in_features);
     float* y = output_scratch(n * in_features);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, g, OC, w, IC, 0.0f, y, IC);
-    round_output(y, n * in_features);
+    if (din_output == GemmOutput::Rounded) round_output(y, n * in_features);
     add_into(din, y, n * in_features);
   }
   if (dweight != nullptr) {

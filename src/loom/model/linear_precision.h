@@ -26,6 +26,12 @@
 //                  E4M3 everywhere (TE MXFP8BlockScaling); outputs in bf16
 // An FP8 operand holding Inf or NaN is passed on unquantized (a saturating cast would hide the
 // overflow from the non-finite check of the gradients).
+//
+// Under tensor parallelism (parallel_linear.h) an operand may be this rank's piece of a larger
+// tensor. fp8_current then takes the max of the pieces' amaxes over the tensor-parallel group,
+// and a GEMM whose reduction dimension is split leaves its fp32 partial product unrounded for
+// the caller to sum and round once, so every rank computes what one rank would.
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -37,6 +43,10 @@
 #include "loom/precision/fp8_scaling.h"
 #include "loom/runtime/config.h"
 
+namespace loom::comm {
+class Communicator;
+}
+
 namespace loom::model {
 
 enum class Recipe : uint8_t { Fp32, Bf16, Fp16, Fp8Delayed, Fp8Current, Fp8Blockwise, Mxfp8 };
@@ -45,9 +55,18 @@ enum class Recipe : uint8_t { Fp32, Bf16, Fp16, Fp8Delayed, Fp8Current, Fp8Block
 Recipe parse_recipe(const std::string& name);
 std::string recipe_name(Recipe recipe);
 bool is_fp8(Recipe recipe);  // the four FP8 / MXFP8 recipes
+// Elements per scaling block along a GEMM operand's dimension: 128 for fp8_blockwise (1x128
+// blocks, 128x128 weight tiles), 32 for mxfp8; 0 for recipes whose scale is per tensor or none.
+int64_t scaling_block(Recipe recipe);
 
 enum class GemmPass : uint8_t { Forward, DataGrad, WeightGrad };
 enum class Operand : uint8_t { Input = 0, Weight = 1, OutputGrad = 2 };
+
+// What a GEMM leaves in its output. Rounded: the recipe's activation dtype. Partial: the fp32
+// product, for a GEMM whose reduction dimension is split over tensor-parallel ranks; the caller
+// sums the partial products over the ranks and rounds the sum once (round_output), as one
+// rank's GEMM rounds its whole sum.
+enum class GemmOutput : uint8_t { Rounded, Partial };
 
 // The recipe of every linear GEMM of a model, from the run's `precision` section.
 struct PrecisionPolicy {
@@ -79,6 +98,13 @@ class LinearPrecision {
 
   Recipe recipe() const { return recipe_; }
 
+  // Tensor parallelism: `sharded[op]` says this rank holds only a piece of operand op's global
+  // tensor. fp8_current then scales such an operand by the max of the pieces' amaxes over
+  // `group` (one all-reduce per prepare, so every rank of the group must prepare it in the same
+  // order, as the parallel layers do). Block-scaled recipes need no reduction: their blocks stay
+  // whole when the split falls on block boundaries, which the parallel layers check.
+  void set_sharded_operands(comm::Communicator* group, std::array<bool, 3> sharded);
+
   // What GEMM `pass` reads for `op` = x [rows, cols] row-major: a quantize-dequantized copy in
   // the scratch (valid until the next prepare of the same operand). fp8_delayed records the
   // tensor's amax for the next scale update (pending_amax).
@@ -88,10 +114,11 @@ class LinearPrecision {
 
   // The same contracts as kernels::cpu::linear_forward / linear_backward, computed in the recipe.
   // The bias (and its gradient) stays fp32; the output is rounded after the bias is added.
+  // `output` / `din_output` Partial: the forward output / input gradient stays fp32 (GemmOutput).
   void forward(float* out, const float* in, const float* weight, const float* bias, int64_t n, int64_t in_features,
-               int64_t out_features, bool accumulate = false);
+               int64_t out_features, bool accumulate = false, GemmOutput output = GemmOutput::Rounded);
   void backward(float* din, float* dweight, float* dbias, const float* dout, const float* in, const float* weight,
-                int64_t n, int64_t in_features, int64_t out_features);
+                int64_t n, int64_t in_features, int64_t out_features, GemmOutput din_output = GemmOutput::Rounded);
 
   // fp8_delayed: one DelayedScaling per operand. scale() is what prepare uses now (1 for the
   // other recipes); pending_amax() the largest amax seen since the last commit (Inf if any was
@@ -109,10 +136,14 @@ class LinearPrecision {
   precision::Fp8Format format(Operand op) const;
   void quantize_fp8(Operand op, GemmPass pass, float* buf, int64_t rows, int64_t cols, float tensor_amax);
   float* output_scratch(int64_t n);
+  // The amax of operand `op`'s global tensor from this rank's piece's `local` amax.
+  float global_amax(Operand op, float local) const;
 
   Recipe recipe_;
   int margin_;
   std::shared_ptr<PrecisionScratch> scratch_;
+  comm::Communicator* tp_group_ = nullptr;
+  std::array<bool, 3> sharded_ = {false, false, false};  // by Operand
   std::vector<precision::DelayedScaling> scaling_;  // fp8_delayed: by Operand
   float pending_[3] = {0.0f, 0.0f, 0.0f};
 };

@@ -1,5 +1,9 @@
 #include "loom/model/parallel_linear.h"
 
+#include <string>
+#include <vector>
+
+#include "loom/core/error.h"
 #include "loom/kernels/cpu/linear.h"
 
 namespace loom::model {
@@ -9,26 +13,76 @@ namespace k = loom::kernels::cpu;
 namespace {
 // The fp32 kernels, or the layer's precision recipe when it has one.
 void linear_forward(LinearPrecision* precision, float* out, const float* in, const float* weight, const float* bias,
-                    int64_t n, int64_t in_features, int64_t out_features, bool accumulate = false) {
+                    int64_t n, int64_t in_features, int64_t out_features, bool accumulate = false,
+                    GemmOutput output = GemmOutput::Rounded) {
   if (precision != nullptr) {
-    precision->forward(out, in, weight, bias, n, in_features, out_features, accumulate);
+    precision->forward(out, in, weight, bias, n, in_features, out_features, accumulate, output);
   } else {
     k::linear_forward(out, in, weight, bias, n, in_features, out_features, accumulate);
   }
 }
 void linear_backward(LinearPrecision* precision, float* din, float* dweight, float* dbias, const float* dout,
-                     const float* in, const float* weight, int64_t n, int64_t in_features, int64_t out_features) {
+                     const float* in, const float* weight, int64_t n, int64_t in_features, int64_t out_features,
+                     GemmOutput din_output = GemmOutput::Rounded) {
   if (precision != nullptr) {
-    precision->backward(din, dweight, dbias, dout, in, weight, n, in_features, out_features);
+    precision->backward(din, dweight, dbias, dout, in, weight, n, in_features, out_features, din_output);
   } else {
     k::linear_backward(din, dweight, dbias, dout, in, weight, n, in_features, out_features);
   }
+}
+
+// A GEMM reducing over a dimension split across the ranks leaves partial products to be summed.
+GemmOutput split_output(const TensorParallel& tp) { return tp.single() ? GemmOutput::Rounded : GemmOutput::Partial; }
+
+// The weights of a (possibly fused) projection: the parameters registered back to back from
+// `first` whose rows add up to `rows` ([q; k; v], [gate; up], or one weight).
+std::vector<const Parameter*> projection_weights(const ParameterStore& store, int first, int64_t rows) {
+  std::vector<const Parameter*> weights;
+  int64_t covered = 0;
+  for (size_t id = static_cast<size_t>(first); covered < rows && id < store.list().size(); ++id) {
+    weights.push_back(&store.list()[id]);
+    covered += store.list()[id].shape.at(0);
+  }
+  check(covered == rows, "parallel linear: the weights from " + store.list().at(first).name + " do not add up to " +
+                             std::to_string(rows) + " rows");
+  return weights;
+}
+
+// Block-scaled recipes give each run of `block` elements along a GEMM dimension its own scale.
+// Along the split dimension (`dim` of `weight`: its output features for a column-parallel layer,
+// its input features for a row-parallel one) a rank's piece holds whole blocks of the global
+// tensor, so quantizes exactly as one rank does, iff its length (hence also its offset, the
+// pieces being equal) is a multiple of the block; otherwise blocks would straddle the split.
+void check_blocks_whole(const LinearPrecision& precision, const TensorParallel& tp, const Parameter& weight, int dim) {
+  const int64_t block = scaling_block(precision.recipe());
+  const int64_t local = weight.shape.at(dim), global = weight.global_shape().at(dim);
+  if (block == 0 || tp.single() || local % block == 0) return;
+  std::string layer = weight.name;
+  if (layer.size() > 7 && layer.ends_with(".weight")) layer.resize(layer.size() - 7);
+  const std::string features = dim == 0 ? "output features" : "input features";
+  throw Error(layer + ": precision.recipe=" + recipe_name(precision.recipe()) + " scales blocks of " +
+              std::to_string(block) + " along the " + features + ", but parallel.tp=" + std::to_string(tp.size()) +
+              " gives each rank " + std::to_string(local) + " of its " + std::to_string(global) + " " + features +
+              ", not a multiple of " + std::to_string(block) +
+              ": blocks would straddle the split and quantize differently from one rank. Valid: sizes whose "
+              "per-rank share is a multiple of " + std::to_string(block) +
+              ", or a per-tensor recipe (fp8_current, fp8_delayed, bf16)");
 }
 }  // namespace
 
 ColumnParallelLinear::ColumnParallelLinear(ParameterStore& store, const TensorParallel& tp, int weight, int bias,
                                            int64_t in_features, int64_t out_local)
     : store_(&store), tp_(&tp), weight_(weight), bias_(bias), in_(in_features), out_(out_local) {}
+
+void ColumnParallelLinear::set_precision(std::shared_ptr<LinearPrecision> precision) {
+  if (precision != nullptr && !tp_->single()) {
+    for (const Parameter* w : projection_weights(*store_, weight_, out_)) check_blocks_whole(*precision, *tp_, *w, 0);
+    // The input is the whole (gathered) activation on every rank; the weight and the output
+    // gradient are this rank's output features.
+    precision->set_sharded_operands(tp_->group(), {false, true, true});
+  }
+  precision_ = std::move(precision);
+}
 
 void ColumnParallelLinear::forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch) const {
   const float* full = tp_->enter_forward(x, rows, in_, scratch.gathered);
@@ -41,14 +95,24 @@ void ColumnParallelLinear::backward(float* d_x, const float* d_out, const float*
   // Sequence parallel: the full input is gathered again rather than kept from forward.
   const float* full = tp_->enter_forward(x, rows, in_, scratch.gathered);
   float* d_full = tp_->enter_backward_target(d_x, rows, in_, scratch.d_full);
+  // dgrad reduces over the split output features: partial products, rounded after the sum.
   linear_backward(precision_.get(), d_full, store_->grad(weight_), bias_ >= 0 ? store_->grad(bias_) : nullptr, d_out,
-                  full, store_->value(weight_), rows, in_, out_);
-  tp_->enter_backward(d_x, d_full, rows, in_);
+                  full, store_->value(weight_), rows, in_, out_, split_output(*tp_));
+  tp_->enter_backward(d_x, d_full, rows, in_, precision_.get());
 }
 
 RowParallelLinear::RowParallelLinear(ParameterStore& store, const TensorParallel& tp, int weight, int bias,
                                      int64_t in_local, int64_t out_features)
     : store_(&store), tp_(&tp), weight_(weight), bias_(bias), in_(in_local), out_(out_features) {}
+
+void RowParallelLinear::set_precision(std::shared_ptr<LinearPrecision> precision) {
+  if (precision != nullptr && !tp_->single()) {
+    check_blocks_whole(*precision, *tp_, store_->list().at(weight_), 1);
+    // The input and the weight are this rank's input features; the output gradient is whole.
+    precision->set_sharded_operands(tp_->group(), {true, true, false});
+  }
+  precision_ = std::move(precision);
+}
 
 void RowParallelLinear::forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch) const {
   const float* bias = bias_ >= 0 ? store_->value(bias_) : nullptr;
@@ -56,9 +120,11 @@ void RowParallelLinear::forward(float* out, const float* x, int64_t rows, Parall
     linear_forward(precision_.get(), out, x, store_->value(weight_), bias, rows, in_, out_, true);
     return;
   }
+  // The forward GEMM reduces over the split input features: partial products, rounded after g.
   float* partial = tp_->exit_forward_target(out, rows, out_, scratch.partial);
-  linear_forward(precision_.get(), partial, x, store_->value(weight_), nullptr, rows, in_, out_, true);
-  tp_->exit_forward(out, partial, bias, rows, out_);
+  linear_forward(precision_.get(), partial, x, store_->value(weight_), nullptr, rows, in_, out_, true,
+                 GemmOutput::Partial);
+  tp_->exit_forward(out, partial, bias, rows, out_, precision_.get());
 }
 
 void RowParallelLinear::backward(float* d_x, const float* d_out, const float* x, int64_t rows,

@@ -9,6 +9,13 @@
 //
 // Both read their parameters from the store by id, so a fused projection ([q; k; v] or
 // [gate; up], registered back to back) is one layer with one GEMM.
+//
+// With a precision recipe, each layer computes what one rank computes (linear_precision.h):
+// the GEMM whose reduction dimension is split (column: dgrad over the output features; row:
+// forward over the input features) is summed over the ranks in fp32 and rounded once;
+// fp8_current's per-tensor scales come from the whole tensor's amax (the max over the group of
+// the weight's and of the split operand's pieces); block-scaled recipes require the split to fall
+// on their block boundaries (an Error at set_precision otherwise).
 #include <cstdint>
 #include <memory>
 
@@ -34,8 +41,9 @@ class ColumnParallelLinear {
   // d_x[local rows] += f_backward(d_out W); parameter gradients added into the store.
   void backward(float* d_x, const float* d_out, const float* x, int64_t rows, ParallelScratch& scratch) const;
   int64_t out_local() const { return out_; }
-  // The GEMMs' precision recipe (linear_precision.h); null (the default) = fp32 kernels.
-  void set_precision(std::shared_ptr<LinearPrecision> precision) { precision_ = std::move(precision); }
+  // The GEMMs' precision recipe (linear_precision.h); null (the default) = fp32 kernels. Throws
+  // an Error naming the projection when the recipe's blocks would straddle the split.
+  void set_precision(std::shared_ptr<LinearPrecision> precision);
 
  private:
   ParameterStore* store_;
@@ -54,7 +62,8 @@ class RowParallelLinear {
   void forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch) const;
   // d_x[rows, in_local] += g_backward(d_out) W, d_out being this rank's [local_rows, out].
   void backward(float* d_x, const float* d_out, const float* x, int64_t rows, ParallelScratch& scratch) const;
-  void set_precision(std::shared_ptr<LinearPrecision> precision) { precision_ = std::move(precision); }
+  // As ColumnParallelLinear::set_precision.
+  void set_precision(std::shared_ptr<LinearPrecision> precision);
 
  private:
   ParameterStore* store_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "loom/core/error.h"
+#include "loom/model/linear_precision.h"
 
 namespace loom::model {
 
@@ -21,17 +22,13 @@ float* TensorParallel::enter_backward_target(float* d_x, int64_t rows, int64_t w
   return zeroed(scratch, rows * width);
 }
 
-void TensorParallel::enter_backward(float* d_x, float* target, int64_t rows, int64_t width) const {
+void TensorParallel::enter_backward(float* d_x, float* target, int64_t rows, int64_t width,
+                                    const LinearPrecision* rounding) const {
   if (single()) return;
   const int64_t n = local_rows(rows) * width;
-  if (sequence_parallel()) {
-    float* mine = sized(reduce_scratch_, n);
-    group_->reduce_scatter(target, mine, n, DType::F32, comm::ReduceOp::Sum);
-    for (int64_t i = 0; i < n; ++i) d_x[i] += mine[i];
-  } else {
-    group_->all_reduce(target, n, DType::F32, comm::ReduceOp::Sum);
-    for (int64_t i = 0; i < n; ++i) d_x[i] += target[i];
-  }
+  float* sum = reduce_rows(target, rows, width);
+  if (rounding != nullptr) rounding->round_output(sum, n);
+  for (int64_t i = 0; i < n; ++i) d_x[i] += sum[i];
 }
 
 float* TensorParallel::exit_forward_target(float* out, int64_t rows, int64_t width, Buffer& scratch) const {
@@ -39,27 +36,30 @@ float* TensorParallel::exit_forward_target(float* out, int64_t rows, int64_t wid
   return zeroed(scratch, rows * width);
 }
 
-void TensorParallel::exit_forward(float* out, float* partial, const float* bias, int64_t rows,
-                                  int64_t width) const {
+void TensorParallel::exit_forward(float* out, float* partial, const float* bias, int64_t rows, int64_t width,
+                                  const LinearPrecision* rounding) const {
   if (single()) return;  // the caller accumulated into `out` directly (with the bias)
   const int64_t local = local_rows(rows), n = local * width;
-  const float* sum = partial;
-  if (sequence_parallel()) {
-    float* mine = sized(reduce_scratch_, n);
-    group_->reduce_scatter(partial, mine, n, DType::F32, comm::ReduceOp::Sum);
-    sum = mine;
-  } else {
-    group_->all_reduce(partial, n, DType::F32, comm::ReduceOp::Sum);
-  }
-  for (int64_t r = 0; r < local; ++r) {
-    float* o = out + r * width;
-    const float* s = sum + r * width;
-    if (bias != nullptr) {
-      for (int64_t i = 0; i < width; ++i) o[i] += s[i] + bias[i];
-    } else {
-      for (int64_t i = 0; i < width; ++i) o[i] += s[i];
+  float* sum = reduce_rows(partial, rows, width);
+  if (bias != nullptr) {
+    for (int64_t r = 0; r < local; ++r) {
+      float* s = sum + r * width;
+      for (int64_t i = 0; i < width; ++i) s[i] += bias[i];
     }
   }
+  if (rounding != nullptr) rounding->round_output(sum, n);
+  for (int64_t i = 0; i < n; ++i) out[i] += sum[i];
+}
+
+float* TensorParallel::reduce_rows(float* partial, int64_t rows, int64_t width) const {
+  const int64_t n = local_rows(rows) * width;
+  if (!sequence_parallel()) {
+    group_->all_reduce(partial, n, DType::F32, comm::ReduceOp::Sum);
+    return partial;
+  }
+  float* mine = sized(reduce_scratch_, n);
+  group_->reduce_scatter(partial, mine, n, DType::F32, comm::ReduceOp::Sum);
+  return mine;
 }
 
 const float* TensorParallel::exit_backward(const float* d_out, int64_t rows, int64_t width, Buffer& scratch) const {

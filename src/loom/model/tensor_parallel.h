@@ -18,6 +18,8 @@
 
 namespace loom::model {
 
+class LinearPrecision;
+
 class TensorParallel {
  public:
   TensorParallel() = default;  // one rank
@@ -41,13 +43,18 @@ class TensorParallel {
   // caller adds into it): `d_x` itself with one rank, else `scratch`, zeroed.
   float* enter_backward_target(float* d_x, int64_t rows, int64_t width, Buffer& scratch) const;
   // f backward: d_x[local rows] += sum over ranks of `target` (all-reduce / reduce-scatter).
-  void enter_backward(float* d_x, float* target, int64_t rows, int64_t width) const;
+  // `rounding`: `target` holds fp32 partial products (GemmOutput::Partial); the sum is rounded
+  // to that recipe's output dtype before it is added, as one rank's whole GEMM is.
+  void enter_backward(float* d_x, float* target, int64_t rows, int64_t width,
+                      const LinearPrecision* rounding = nullptr) const;
 
   // g forward: where the region's partial output [rows, width] is accumulated: `out` itself with
   // one rank (the residual stream), else `scratch`, zeroed.
   float* exit_forward_target(float* out, int64_t rows, int64_t width, Buffer& scratch) const;
   // g forward: out[local rows] += sum over ranks of `partial` (+ bias, added once, when given).
-  void exit_forward(float* out, float* partial, const float* bias, int64_t rows, int64_t width) const;
+  // `rounding`: as enter_backward; the bias is added before the sum is rounded.
+  void exit_forward(float* out, float* partial, const float* bias, int64_t rows, int64_t width,
+                    const LinearPrecision* rounding = nullptr) const;
   // g backward: the full [rows, width] gradient of the region's output from this rank's
   // [local_rows, width]: `d_out` itself without sequence parallelism, else gathered.
   const float* exit_backward(const float* d_out, int64_t rows, int64_t width, Buffer& scratch) const;
@@ -63,6 +70,10 @@ class TensorParallel {
   void all_reduce_max(float* data, int64_t count) const;
 
  private:
+  // The sum over the group of `partial` [rows, width]: this rank's local rows of it, in place
+  // (all-reduce) or in reduce_scratch_ (reduce-scatter).
+  float* reduce_rows(float* partial, int64_t rows, int64_t width) const;
+
   comm::Communicator* group_ = nullptr;
   bool sequence_parallel_ = false;
   mutable Buffer reduce_scratch_;

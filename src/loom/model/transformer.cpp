@@ -200,13 +200,14 @@ void Transformer::head_backward(Activations& a, int64_t rows) {
   const float* head_in = tp_.sequence_parallel() ? a.head_input.data() : a.final_norm.out.data();
   float* d_head_in = tp_.enter_backward_target(d_final, rows, C, tp_scratch_.d_full);
   if (head_precision_) {
+    // Each vocabulary shard's input gradient is a partial sum: rounded once, after the sum over ranks.
     head_precision_->backward(d_head_in, params_.grad(head_), nullptr, a.logits.data(), head_in, params_.value(head_),
-                              rows, C, vocab_local_);
+                              rows, C, vocab_local_, tp_.single() ? GemmOutput::Rounded : GemmOutput::Partial);
   } else {
     k::linear_backward(d_head_in, params_.grad(head_), nullptr, a.logits.data(), head_in, params_.value(head_), rows,
                        C, vocab_local_);
   }
-  tp_.enter_backward(d_final, d_head_in, rows, C);
+  tp_.enter_backward(d_final, d_head_in, rows, C, head_precision_.get());
   float* d_x = zeroed(a.d_x, local * C);
   final_norm_->backward(d_x, d_final, a.residual[config_.layers].data(), a.final_norm, local);
 }

@@ -1,0 +1,318 @@
+// Mixed precision under tensor parallelism computes what one rank computes: column- and
+// row-parallel linears (tp 2 and 4, with and without sequence parallelism) in every quantizing
+// recipe against the unsplit LinearPrecision GEMMs, forward and backward; whole models at tp 2
+// against one rank; and a split that would cut the blocks of a block-scaled recipe is an Error
+// naming the projection. Ranks are threads.
+//
+// What "the same" means: every operand is quantized exactly as one rank quantizes it (per-tensor
+// scales from the whole tensor's amax, blocks that do not straddle the split), and a GEMM whose
+// reduction is split sums its fp32 partial products before the one rounding to bf16/fp16. Only
+// the fp32 summation order differs, so results agree to 1e-6, except that a sum lying within
+// that difference of a rounding boundary of the output dtype may round the other way: a rare
+// flip of one bf16 ulp (about 1e-4 of the elements for these sizes; we allow 1%). Quantizing
+// one shard differently (by its own amax) or rounding partial sums changes most elements.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "loom/comm/launch.h"
+#include "loom/core/error.h"
+#include "loom/model/linear_precision.h"
+#include "loom/model/parallel_linear.h"
+#include "loom/model/transformer.h"
+
+namespace loom::model {
+namespace {
+
+comm::LaunchOptions threads(int ranks) {
+  comm::LaunchOptions options;
+  options.backend = "threads";
+  options.ranks = ranks;
+  options.comm.timeout = std::chrono::seconds(30);
+  return options;
+}
+
+std::vector<float> random_values(int64_t n, float stddev, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Columns [start, start + count) of a row-major [rows, cols] matrix.
+std::vector<float> columns(const float* m, int64_t rows, int64_t cols, int64_t start, int64_t count) {
+  std::vector<float> out(static_cast<size_t>(rows * count));
+  for (int64_t r = 0; r < rows; ++r) std::copy(m + r * cols + start, m + r * cols + start + count, out.begin() + r * count);
+  return out;
+}
+
+// Multiplies columns [from, cols) of a row-major [rows, cols] matrix by `factor`: the pieces of a
+// split tensor then have different amaxes, so a shard scaled by its own amax quantizes differently.
+void scale_columns(float* m, int64_t rows, int64_t cols, int64_t from, float factor) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = from; c < cols; ++c) m[r * cols + c] *= factor;
+}
+
+// `got` equals `want` up to the fp32 summation order (1e-6 of the tensor's largest magnitude),
+// but for at most 1% of the elements rounded one bf16 ulp the other way (see the file comment).
+void expect_same_up_to_rounding_flips(const float* got, const float* want, int64_t n, const std::string& what) {
+  double scale = 1e-30;
+  for (int64_t i = 0; i < n; ++i) scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
+  int64_t flips = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double diff = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (diff <= 1e-6 * scale) continue;
+    ++flips;
+    // One bf16 ulp of |want| is at most 2^-7 |want| (fp16's 2^-10 is smaller).
+    if (diff > std::ldexp(std::fabs(static_cast<double>(want[i])), -7) * (1.0 + 1e-6)) {
+      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", one rank has " << want[i]
+                    << " (more than a rounding flip apart)";
+      return;
+    }
+  }
+  EXPECT_LE(flips, std::max<int64_t>(1, n / 100)) << what << ": " << flips << " of " << n << " elements differ";
+}
+
+struct PrecisionCase {
+  Recipe recipe;
+  int ranks;
+  bool sequence_parallel;
+};
+
+class ParallelLinearPrecisionTest : public ::testing::TestWithParam<PrecisionCase> {};
+
+// Column-parallel then row-parallel (f ... g) in the recipe, each checked on its own against
+// LinearPrecision on the unsplit tensors: outputs, input gradients, weight and bias gradients.
+TEST_P(ParallelLinearPrecisionTest, ColumnAndRowParallelEqualOneRank) {
+  const auto [recipe, ranks, sp] = GetParam();
+  // out splits into 128 (tp 2) or 64 (tp 4) features: whole 128- and 32-blocks; `in` is ragged
+  // for both block sizes but never split.
+  const int64_t rows = 16, in = 80, out = 256;
+  const std::vector<float> x = random_values(rows * in, 1.0f, 1);
+  std::vector<float> d_y = random_values(rows * out, 0.01f, 2);
+  const std::vector<float> d_z = random_values(rows * in, 0.01f, 3);
+  scale_columns(d_y.data(), rows, out, out / 2, 4.0f);
+  // Reference: y = x A^T + a (A: [out, in]); z = y B^T + b (B: [in, out]). The second half of
+  // A's rows and of B's columns (the last ranks' pieces) is larger.
+  ParameterStore ref;
+  const int A = ref.add("a.weight", {out, in}, Init::Normal, 0.1f), a = ref.add("a.bias", {out}, Init::Normal, 0.1f);
+  const int B = ref.add("b.weight", {in, out}, Init::Normal, 0.1f), b = ref.add("b.bias", {in}, Init::Normal, 0.1f);
+  ref.allocate();
+  ref.initialize(7);
+  ref.zero_grads();
+  scale_columns(ref.value(A), 1, out * in, out / 2 * in, 4.0f);
+  scale_columns(ref.value(B), in, out, out / 2, 4.0f);
+  std::vector<float> y(rows * out), z(rows * in), d_x(rows * in, 0.0f), d_y_from_z(rows * out, 0.0f);
+  LinearPrecision one_a(recipe), one_b(recipe);
+  one_a.forward(y.data(), x.data(), ref.value(A), ref.value(a), rows, in, out);
+  one_b.forward(z.data(), y.data(), ref.value(B), ref.value(b), rows, out, in);
+  one_a.backward(d_x.data(), ref.grad(A), ref.grad(a), d_y.data(), x.data(), ref.value(A), rows, in, out);
+  one_b.backward(d_y_from_z.data(), ref.grad(B), ref.grad(b), d_z.data(), y.data(), ref.value(B), rows, out, in);
+
+  std::mutex mutex;
+  comm::launch(threads(ranks), [&](comm::Communicator& world) {
+    TensorParallel tp(&world, sp);
+    const int64_t part = out / ranks, start = world.rank() * part;
+    const int64_t local = tp.local_rows(rows), first = tp.first_local_row(rows);
+    ParameterStore store;
+    const int la = store.add("a.weight", {part, in}, Init::Normal, 0.1f, tp.split({out, in}, 0, start, part));
+    const int lab = store.add("a.bias", {part}, Init::Normal, 0.1f, tp.split({out}, 0, start, part));
+    const int lb = store.add("b.weight", {in, part}, Init::Normal, 0.1f, tp.split({in, out}, 1, start, part));
+    const int lbb = store.add("b.bias", {in}, Init::Normal, 0.1f, tp.replicated());
+    store.allocate();
+    store.initialize(7);
+    store.zero_grads();
+    if (start >= out / 2) {
+      scale_columns(store.value(la), 1, part * in, 0, 4.0f);
+      scale_columns(store.value(lb), in, part, 0, 4.0f);
+    }
+    ColumnParallelLinear column(store, tp, la, lab, in, part);
+    RowParallelLinear row(store, tp, lb, lbb, part, in);
+    column.set_precision(std::make_shared<LinearPrecision>(recipe));
+    row.set_precision(std::make_shared<LinearPrecision>(recipe));
+    ParallelScratch scratch;
+
+    const float* x_local = x.data() + first * in;
+    std::vector<float> y_local(rows * part), z_local(local * in, 0.0f);
+    column.forward(y_local.data(), x_local, rows, scratch);
+    const std::vector<float> y_ref = columns(y.data(), rows, out, start, part);
+    row.forward(z_local.data(), y_ref.data(), rows, scratch);
+    std::vector<float> d_x_local(local * in, 0.0f), d_y_local(rows * part, 0.0f);
+    const std::vector<float> d_y_ref = columns(d_y.data(), rows, out, start, part);
+    column.backward(d_x_local.data(), d_y_ref.data(), x_local, rows, scratch);
+    row.backward(d_y_local.data(), d_z.data() + first * in, y_ref.data(), rows, scratch);
+    std::vector<float> bias_grad(store.grad(lbb), store.grad(lbb) + in);
+    if (sp) tp.all_reduce(bias_grad.data(), in);
+
+    std::lock_guard<std::mutex> lock(mutex);
+    SCOPED_TRACE("rank " + std::to_string(world.rank()));
+    expect_same_up_to_rounding_flips(y_local.data(), y_ref.data(), rows * part, "column forward");
+    expect_same_up_to_rounding_flips(z_local.data(), z.data() + first * in, local * in, "row forward");
+    expect_same_up_to_rounding_flips(d_x_local.data(), d_x.data() + first * in, local * in, "column dgrad");
+    const std::vector<float> d_y_from_z_ref = columns(d_y_from_z.data(), rows, out, start, part);
+    expect_same_up_to_rounding_flips(d_y_local.data(), d_y_from_z_ref.data(), rows * part, "row dgrad");
+    expect_same_up_to_rounding_flips(store.grad(la), ref.grad(A) + start * in, part * in, "column wgrad");
+    expect_same_up_to_rounding_flips(store.grad(lab), ref.grad(a) + start, part, "column bias grad");
+    const std::vector<float> grad_b = columns(ref.grad(B), in, out, start, part);
+    expect_same_up_to_rounding_flips(store.grad(lb), grad_b.data(), in * part, "row wgrad");
+    expect_same_up_to_rounding_flips(bias_grad.data(), ref.grad(b), in, "row bias grad");
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Recipes, ParallelLinearPrecisionTest,
+    ::testing::Values(PrecisionCase{Recipe::Bf16, 2, false}, PrecisionCase{Recipe::Fp16, 2, true},
+                      PrecisionCase{Recipe::Fp8Delayed, 2, false}, PrecisionCase{Recipe::Fp8Current, 2, false},
+                      PrecisionCase{Recipe::Fp8Current, 2, true}, PrecisionCase{Recipe::Fp8Current, 4, true},
+                      PrecisionCase{Recipe::Fp8Blockwise, 2, false}, PrecisionCase{Recipe::Fp8Blockwise, 2, true},
+                      PrecisionCase{Recipe::Mxfp8, 2, false}, PrecisionCase{Recipe::Mxfp8, 2, true},
+                      PrecisionCase{Recipe::Mxfp8, 4, false}),
+    [](const auto& info) {
+      return recipe_name(info.param.recipe) + "_tp" + std::to_string(info.param.ranks) +
+             (info.param.sequence_parallel ? "_sp" : "");
+    });
+
+// A model whose every split falls on 128-element boundaries at tp 2: head_dim 128 (one query
+// and one kv head per rank), ffn 256 (128 per rank).
+runtime::ModelConfig block_aligned_llama() {
+  runtime::ModelConfig c;
+  c.vocab_size = 40;
+  c.d_model = 256;
+  c.layers = 2;
+  c.heads = 2;
+  c.kv_heads = 2;
+  c.ffn_size = 256;
+  c.max_seq_len = 16;
+  c.init_std = 0.05;
+  return c;
+}
+
+// max |a - b| / max |b| over this rank's slice of parameter `p` (a: local, b: global gradient).
+double slice_difference(const float* a, const float* b, const Parameter& p) {
+  double diff = 0.0, scale = 1e-30;
+  for (int64_t i = 0; i < p.numel; ++i) {
+    const float expected = b[global_index(p.shard, p.shape, i)];
+    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - expected)));
+    scale = std::max(scale, static_cast<double>(std::fabs(expected)));
+  }
+  return diff / scale;
+}
+
+// Whole models at tp 2 (with and without sequence parallelism), fused [q; k; v] and [gate; up]
+// included, against one rank in each recipe. The layers are exact up to rounding flips (above),
+// but a flip feeds the next layers and FP8 amplifies it: an amax or a block's maximum that moves
+// by one bf16 ulp rescales a whole tensor or block, moving a share of its elements by one FP8
+// step (up to 2^-2 for E5M2 gradients). And the vocabulary-parallel head still rounds its partial
+// input gradients before the tensor-parallel sum (Transformer::head_backward), which perturbs
+// every gradient by about a bf16 ulp. So this is a check at the scale of the recipe's own
+// error: the loss (forward only: no head gradient) within 1e-3 (measured: 3.4e-4 for
+// fp8_blockwise, whose block maxima are the most sensitive; <= 2e-6 for the others), and every
+// gradient no further from one rank's than twice one rank's own distance from fp32 (measured:
+// at most 1.1 times; 0.5% to 16% of the gradient's largest magnitude).
+TEST(TensorParallelPrecisionModel, RecipesAtTp2StayWithinTheirOwnQuantizationError) {
+  const runtime::ModelConfig c = block_aligned_llama();
+  const int64_t batch = 2, seq = 8;
+  std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
+  for (int64_t i = 0; i < batch * seq; ++i) {
+    inputs[i] = static_cast<int32_t>((i * 7 + 3) % c.vocab_size);
+    targets[i] = static_cast<int32_t>((i * 13 + 1) % c.vocab_size);
+  }
+  auto one_rank = [&](Recipe recipe, double* loss) {
+    auto model = std::make_unique<Transformer>(c, TensorParallel(), PrecisionPolicy{recipe, 16, 0, false});
+    model->initialize(11);
+    model->params().zero_grads();
+    *loss = model->forward_backward(inputs.data(), targets.data(), batch, seq, 0.1f);
+    return model;
+  };
+  double loss = 0.0;
+  const std::unique_ptr<Transformer> fp32 = one_rank(Recipe::Fp32, &loss);
+  for (Recipe recipe : {Recipe::Bf16, Recipe::Fp8Delayed, Recipe::Fp8Current, Recipe::Fp8Blockwise, Recipe::Mxfp8}) {
+    const std::unique_ptr<Transformer> one = one_rank(recipe, &loss);
+    for (bool sp : {false, true}) {
+      const std::string layout = recipe_name(recipe) + " at tp 2" + (sp ? " sp" : "");
+      std::mutex mutex;
+      comm::launch(threads(2), [&](comm::Communicator& world) {
+        Transformer model(c, TensorParallel(&world, sp), PrecisionPolicy{recipe, 16, 0, false});
+        model.initialize(11);
+        model.params().zero_grads();
+        const double mine = model.forward_backward(inputs.data(), targets.data(), batch, seq, 0.1f);
+        std::lock_guard<std::mutex> lock(mutex);
+        SCOPED_TRACE(layout + ", rank " + std::to_string(world.rank()));
+        EXPECT_NEAR(mine, loss, 1e-3 * loss);
+        for (const Parameter& p : model.params().list()) {
+          const float* reference = one->params().grad(one->params().find(p.name));
+          const float* in_fp32 = fp32->params().grad(fp32->params().find(p.name));
+          std::vector<float> own(p.numel);  // one rank's gradient in the recipe, on this slice
+          for (int64_t i = 0; i < p.numel; ++i) own[i] = reference[global_index(p.shard, p.shape, i)];
+          const double split = slice_difference(model.params().grad(model.params().find(p.name)), reference, p);
+          EXPECT_LE(split, 2.0 * slice_difference(own.data(), in_fp32, p)) << p.name;
+        }
+      });
+    }
+  }
+}
+
+// Splits that cut blocks: the layer is named with the dimension, the sizes and the block.
+TEST(TensorParallelPrecisionModel, SplitsThatCutBlocksAreErrorsNamingTheLayer) {
+  auto error_of = [](const runtime::ModelConfig& c, Recipe recipe) -> std::string {
+    try {
+      comm::launch(threads(2), [&](comm::Communicator& world) {
+        Transformer model(c, TensorParallel(&world, false), PrecisionPolicy{recipe, 16, 0, false});
+      });
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  runtime::ModelConfig c = block_aligned_llama();
+  c.d_model = 128;  // head_dim 64: each rank's 64 query features are half a 128-block
+  std::string message = error_of(c, Recipe::Fp8Blockwise);
+  ASSERT_FALSE(message.empty()) << "expected an error";
+  for (const char* part : {"model.layers.0.self_attn.q_proj", "fp8_blockwise", "blocks of 128", "output features",
+                           "64 of its 128"}) {
+    EXPECT_NE(message.find(part), std::string::npos) << part << " not in: " << message;
+  }
+  EXPECT_TRUE(error_of(c, Recipe::Mxfp8).empty()) << "64 is a whole number of 32-blocks";
+  EXPECT_TRUE(error_of(c, Recipe::Fp8Current).empty()) << "per-tensor scales fit any split";
+
+  // The MLP's split: query and kv features (32 per rank) are whole 32-blocks, the 48 ffn
+  // features per rank are not (gate_proj, of the fused [gate; up], is the first weight cut).
+  c = block_aligned_llama();
+  c.d_model = 64;
+  c.ffn_size = 96;
+  message = error_of(c, Recipe::Mxfp8);
+  ASSERT_FALSE(message.empty()) << "expected an error";
+  EXPECT_NE(message.find("model.layers.0.mlp.gate_proj"), std::string::npos) << message;
+  EXPECT_NE(message.find("48 of its 96 output features"), std::string::npos) << message;
+
+  // A row-parallel layer on its own (in a model, the column-parallel layer before it holds the
+  // same features and fails first): 48 input features per rank.
+  message.clear();
+  std::mutex mutex;
+  comm::launch(threads(2), [&](comm::Communicator& world) {
+    TensorParallel tp(&world, false);
+    ParameterStore store;
+    const int w = store.add("proj.weight", {16, 48}, Init::Normal, 0.1f, tp.split({16, 96}, 1, world.rank() * 48, 48));
+    store.allocate();
+    RowParallelLinear row(store, tp, w, -1, 48, 16);
+    try {
+      row.set_precision(std::make_shared<LinearPrecision>(Recipe::Mxfp8));
+    } catch (const Error& e) {
+      std::lock_guard<std::mutex> lock(mutex);
+      message = e.what();
+    }
+  });
+  EXPECT_NE(message.find("proj: precision.recipe=mxfp8 scales blocks of 32 along the input features"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("48 of its 96 input features"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace loom::model
