@@ -106,7 +106,7 @@ TEST(LinearPrecision, RecipeNamesRoundTripAndFp32IsNoObject) {
   }
   EXPECT_THROW(parse_recipe("fp4"), Error);
   PrecisionContext context;
-  EXPECT_EQ(context.make(Recipe::Fp32), nullptr);
+  EXPECT_EQ(context.make(Recipe::Fp32, "fp32"), nullptr);
   EXPECT_TRUE(context.layers().empty());
   EXPECT_THROW(LinearPrecision(Recipe::Fp32), Error);
 }
@@ -253,21 +253,33 @@ TEST(LinearPrecision, DelayedScalingUsesThePreviousStepsAmaxes) {
                                                    cols, own)));
   // The context carries the histories through a checkpoint.
   PrecisionContext context(PrecisionPolicy{Recipe::Fp8Delayed, 4, margin, false});
-  auto a = context.make(Recipe::Fp8Delayed);
-  context.make(Recipe::Bf16);  // no delayed state
+  auto a = context.make(Recipe::Fp8Delayed, "model.layers.0.mlp.up_proj");
+  context.make(Recipe::Bf16, "lm_head");  // no delayed state
   a->prepare(Operand::OutputGrad, GemmPass::DataGrad, step2.data(), rows, cols);
   std::vector<float> pending = context.pending_amaxes();
   ASSERT_EQ(pending.size(), 3u);
   EXPECT_EQ(pending[2], p::amax(step2.data(), rows * cols));
   context.commit_amaxes(pending);
   PrecisionContext restored(PrecisionPolicy{Recipe::Fp8Delayed, 4, margin, false});
-  auto b = restored.make(Recipe::Fp8Delayed);
-  restored.make(Recipe::Bf16);
+  auto b = restored.make(Recipe::Fp8Delayed, "model.layers.0.mlp.up_proj");
+  restored.make(Recipe::Bf16, "lm_head");
   EXPECT_NE(b->scale(Operand::OutputGrad), a->scale(Operand::OutputGrad));
   restored.restore(nlohmann::json::parse(context.state().dump()));
   EXPECT_EQ(b->scale(Operand::OutputGrad), a->scale(Operand::OutputGrad));
   EXPECT_EQ(b->delayed_scaling(Operand::OutputGrad).state().amax_history,
             a->delayed_scaling(Operand::OutputGrad).state().amax_history);
+  // State is keyed by GEMM name: a model missing from it is an error naming the GEMM; entries
+  // of GEMMs this model does not hold (another pipeline stage's) are left alone.
+  PrecisionContext other(PrecisionPolicy{Recipe::Fp8Delayed, 4, margin, false});
+  other.make(Recipe::Fp8Delayed, "model.layers.1.mlp.up_proj");
+  try {
+    other.restore(context.state());
+    ADD_FAILURE() << "restored a state without the layer";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.1.mlp.up_proj"), std::string::npos) << e.what();
+  }
+  PrecisionContext empty(PrecisionPolicy{Recipe::Fp8Delayed, 4, margin, false});
+  EXPECT_NO_THROW(empty.restore(context.state()));
 }
 
 runtime::ModelConfig small_llama(int layers) {

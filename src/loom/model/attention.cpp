@@ -57,9 +57,9 @@ Attention::Attention(ParameterStore& store, const TensorParallel& tp, int layer,
   out_.emplace(store, tp, out_weight_, out_bias_, q_len, d_model);
 }
 
-void Attention::set_precision(PrecisionContext& context, Recipe recipe) {
-  qkv_->set_precision(context.make(recipe));
-  out_->set_precision(context.make(recipe));
+void Attention::set_precision(PrecisionContext& context, Recipe recipe, const std::string& prefix) {
+  qkv_->set_precision(context.make(recipe, prefix + ".qkv_proj"));
+  out_->set_precision(context.make(recipe, prefix + ".o_proj"));
 }
 
 void Attention::forward(Saved& saved, float* residual, const float* normed, int64_t batch, int64_t seq,

@@ -36,7 +36,8 @@ class Attention {
   void decode(float* residual, const float* normed, int64_t rows, int64_t past, KVCache& cache,
               Saved& scratch, int64_t max_positions) const;
   // Precision recipe of the q/k/v and output projections' GEMMs (training; decode stays fp32).
-  void set_precision(PrecisionContext& context, Recipe recipe);
+  // `prefix`: the module's name (model.layers.N.self_attn), naming its GEMMs' precision state.
+  void set_precision(PrecisionContext& context, Recipe recipe, const std::string& prefix);
 
  private:
   int64_t qkv_width() const { return static_cast<int64_t>(heads_ + 2 * kv_heads_) * head_dim_; }

@@ -9,7 +9,7 @@ namespace loom::model {
 Block::Block(ParameterStore& store, const TensorParallel& tp, int layer, const runtime::ModelConfig& config,
              const LayerSpec& spec, const kernels::cpu::RopeTable* rope)
     : tp_(&tp), d_model_(config.d_model) {
-  const std::string prefix = "model.layers." + std::to_string(layer);
+  const std::string prefix = prefix_ = "model.layers." + std::to_string(layer);
   const bool layer_norm = config.norm == "layer";
   const float eps = static_cast<float>(config.norm_eps);
   const float std = static_cast<float>(config.init_std);
@@ -28,8 +28,8 @@ Block::Block(ParameterStore& store, const TensorParallel& tp, int layer, const r
 }
 
 void Block::set_precision(PrecisionContext& context, Recipe recipe) {
-  if (attention_) attention_->set_precision(context, recipe);
-  if (mlp_) mlp_->set_precision(context, recipe);
+  if (attention_) attention_->set_precision(context, recipe, prefix_ + ".self_attn");
+  if (mlp_) mlp_->set_precision(context, recipe, prefix_ + ".mlp");
 }
 
 void Block::forward(Saved& saved, const float* x_in, float* x_out, int64_t batch, int64_t seq,

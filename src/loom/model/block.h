@@ -35,6 +35,7 @@ class Block {
 
  private:
   const TensorParallel* tp_;
+  std::string prefix_;  // model.layers.N
   std::optional<Norm> norm1_, norm2_;
   std::optional<Attention> attention_;
   std::optional<Mlp> mlp_;

@@ -254,10 +254,11 @@ void LinearPrecision::backward(float* din, float* dweight, float* dbias, const f
 PrecisionContext::PrecisionContext(PrecisionPolicy policy)
     : policy_(policy), scratch_(std::make_shared<PrecisionScratch>()) {}
 
-std::shared_ptr<LinearPrecision> PrecisionContext::make(Recipe recipe) {
+std::shared_ptr<LinearPrecision> PrecisionContext::make(Recipe recipe, const std::string& name) {
   if (recipe == Recipe::Fp32) return nullptr;
   auto layer = std::make_shared<LinearPrecision>(recipe, policy_.amax_history, policy_.margin, scratch_);
   layers_.push_back(layer);
+  names_.push_back(name);
   return layer;
 }
 
@@ -290,15 +291,15 @@ void PrecisionContext::clear_pending() {
 }
 
 nlohmann::json PrecisionContext::state() const {
-  nlohmann::json layers = nlohmann::json::array();
-  for (const auto& l : layers_) {
-    if (!l->delayed()) continue;
+  nlohmann::json layers = nlohmann::json::object();
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (!layers_[i]->delayed()) continue;
     nlohmann::json ops = nlohmann::json::array();
     for (Operand op : {Operand::Input, Operand::Weight, Operand::OutputGrad}) {
-      const p::DelayedScalingState& s = l->delayed_scaling(op).state();
+      const p::DelayedScalingState& s = layers_[i]->delayed_scaling(op).state();
       ops.push_back({{"amax_history", s.amax_history}, {"next", s.next}, {"scale", s.scale}});
     }
-    layers.push_back(ops);
+    layers[names_[i]] = ops;
   }
   if (layers.empty()) return nlohmann::json();
   return nlohmann::json{{"fp8_delayed", layers}};
@@ -307,24 +308,22 @@ nlohmann::json PrecisionContext::state() const {
 void PrecisionContext::restore(const nlohmann::json& state) {
   if (state.is_null() || !state.contains("fp8_delayed")) return;
   const nlohmann::json& layers = state.at("fp8_delayed");
-  size_t at = 0;
-  for (const auto& l : layers_) {
-    if (!l->delayed()) continue;
-    check(at < layers.size(), "checkpoint: fp8_delayed scaling state for " + std::to_string(layers.size()) +
-                                  " linear layers, but the model has more (different model or recipe?)");
-    int i = 0;
+  check(layers.is_object(), "checkpoint: fp8_delayed scaling state must map GEMM names to their histories");
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (!layers_[i]->delayed()) continue;
+    check(layers.contains(names_[i]), "checkpoint: no fp8_delayed scaling state for " + names_[i] +
+                                          " (written for a different model or recipe?)");
+    const nlohmann::json& ops = layers.at(names_[i]);
+    int k = 0;
     for (Operand op : {Operand::Input, Operand::Weight, Operand::OutputGrad}) {
-      const nlohmann::json& s = layers[at].at(i++);
+      const nlohmann::json& s = ops.at(k++);
       p::DelayedScalingState restored;
       restored.amax_history = s.at("amax_history").get<std::vector<float>>();
       restored.next = s.at("next").get<int64_t>();
       restored.scale = s.at("scale").get<float>();
-      l->restore_delayed(op, restored);
+      layers_[i]->restore_delayed(op, restored);
     }
-    ++at;
   }
-  check(at == layers.size(), "checkpoint: fp8_delayed scaling state for " + std::to_string(layers.size()) +
-                                 " linear layers, but the model has " + std::to_string(at));
 }
 
 }  // namespace loom::model

@@ -154,9 +154,9 @@ class PrecisionContext {
  public:
   explicit PrecisionContext(PrecisionPolicy policy = {});
   const PrecisionPolicy& policy() const { return policy_; }
-  // A new layer's precision, registered here; nullptr for Fp32 (the layer then calls the fp32
-  // kernels directly).
-  std::shared_ptr<LinearPrecision> make(Recipe recipe);
+  // A new layer's precision, registered here under the GEMM's name (model.layers.3.mlp.up_proj);
+  // nullptr for Fp32 (the layer then calls the fp32 kernels directly).
+  std::shared_ptr<LinearPrecision> make(Recipe recipe, const std::string& name);
   const std::vector<std::shared_ptr<LinearPrecision>>& layers() const { return layers_; }
 
   // fp8_delayed bookkeeping over all layers, 3 values per delayed layer in registration order.
@@ -164,7 +164,10 @@ class PrecisionContext {
   std::vector<float> pending_amaxes() const;
   void commit_amaxes(const std::vector<float>& amaxes);
   void clear_pending();
-  // Delayed-scaling histories for checkpoints ({} when no layer has any); restore checks counts.
+  // Delayed-scaling histories for checkpoints, by GEMM name (null when no layer has any), so a
+  // pipeline stage saves and restores its own layers' whatever the layout. restore() needs every
+  // delayed layer of this model in the state (an Error naming the first missing one); entries of
+  // layers another stage holds are left to it.
   nlohmann::json state() const;
   void restore(const nlohmann::json& state);
 
@@ -172,6 +175,7 @@ class PrecisionContext {
   PrecisionPolicy policy_;
   std::shared_ptr<PrecisionScratch> scratch_;
   std::vector<std::shared_ptr<LinearPrecision>> layers_;
+  std::vector<std::string> names_;  // by layer
 };
 
 }  // namespace loom::model

@@ -37,9 +37,9 @@ Mlp::Mlp(ParameterStore& store, const TensorParallel& tp, int layer, const std::
   down_.emplace(store, tp, down_weight, down_bias, ffn_, d_model);
 }
 
-void Mlp::set_precision(PrecisionContext& context, Recipe recipe) {
-  in_->set_precision(context.make(recipe));
-  down_->set_precision(context.make(recipe));
+void Mlp::set_precision(PrecisionContext& context, Recipe recipe, const std::string& prefix) {
+  in_->set_precision(context.make(recipe, prefix + ".up_proj"));
+  down_->set_precision(context.make(recipe, prefix + ".down_proj"));
 }
 
 void Mlp::forward(Saved& saved, float* residual, const float* normed, int64_t rows, ParallelScratch& scratch) const {

@@ -26,7 +26,8 @@ class Mlp {
   void backward(float* d_normed, const float* d_residual, const float* normed, const Saved& saved,
                 Workspace& work, int64_t rows, ParallelScratch& scratch) const;
   // Precision recipe of the up (gate+up) and down projections' GEMMs.
-  void set_precision(PrecisionContext& context, Recipe recipe);
+  // `prefix`: the module's name (model.layers.N.mlp), naming its GEMMs' precision state.
+  void set_precision(PrecisionContext& context, Recipe recipe, const std::string& prefix);
 
  private:
   int hidden_width() const { return swiglu_ ? 2 * ffn_ : ffn_; }

@@ -79,7 +79,7 @@ Transformer::Transformer(const runtime::ModelConfig& config, TensorParallel tp, 
     }
     registered_since(L + 1, head_first);
     if (head_ == embed_ && embed_ >= 0) unit_params_[L + 1].push_back(embed_);
-    head_precision_ = precision_->make(precision.head_recipe());
+    head_precision_ = precision_->make(precision.head_recipe(), "lm_head");
   }
   params_.allocate();
   tp_grads_.emplace(params_, tp_, unit_params_);

@@ -1,5 +1,7 @@
 #include "loom/recipes/precision_step.h"
 
+#include "loom/comm/gather_text.h"
+
 #include <cmath>
 #include <mutex>
 
@@ -33,8 +35,10 @@ precision::DynamicLossScaler make_loss_scaler(const runtime::PrecisionConfig& co
 }
 
 PrecisionStep::PrecisionStep(const runtime::PrecisionConfig& config, model::Transformer& model,
-                             DataParallelStep& optimizer, comm::Communicator& world)
-    : recipe_(config.recipe), model_(model), optimizer_(optimizer), world_(world), scaler_(make_loss_scaler(config)) {}
+                             DataParallelStep& optimizer, comm::Communicator& world, comm::Communicator* same_layers)
+    : recipe_(config.recipe), model_(model), optimizer_(optimizer), world_(world),
+      same_layers_(same_layers != nullptr && same_layers != &world ? same_layers : nullptr),
+      scaler_(make_loss_scaler(config)) {}
 
 float PrecisionStep::begin_step() {
   model_.precision().clear_pending();  // amaxes of evaluation forwards do not count
@@ -57,15 +61,23 @@ PrecisionStepResult PrecisionStep::step(double lr, int64_t step) {
       local = precision::found_non_finite(g.data(), static_cast<int64_t>(g.size()));
     }
   }
-  // One all-reduce max over the world: the non-finite flag, then this step's FP8 amaxes (a
-  // non-finite amax as +Inf, which max keeps deterministically and the history ignores).
+  // An all-reduce max: the non-finite flag over the world, this step's FP8 amaxes (a non-finite
+  // amax as +Inf, which max keeps deterministically and the history ignores) over the ranks
+  // holding the same layers. Without a pipeline those are the world: one all-reduce.
+  std::vector<float> amaxes;
+  for (float a : model_.precision().pending_amaxes()) amaxes.push_back(std::isfinite(a) ? a : INFINITY);
   std::vector<float> agreed = {local ? 1.0f : 0.0f};
-  for (float a : model_.precision().pending_amaxes()) agreed.push_back(std::isfinite(a) ? a : INFINITY);
+  if (same_layers_ == nullptr) agreed.insert(agreed.end(), amaxes.begin(), amaxes.end());
   if (world_.size() > 1) {
     world_.all_reduce(agreed.data(), static_cast<int64_t>(agreed.size()), DType::F32, comm::ReduceOp::Max);
   }
+  if (same_layers_ == nullptr) {
+    amaxes.assign(agreed.begin() + 1, agreed.end());
+  } else if (!amaxes.empty() && same_layers_->size() > 1) {
+    same_layers_->all_reduce(amaxes.data(), static_cast<int64_t>(amaxes.size()), DType::F32, comm::ReduceOp::Max);
+  }
   const bool found = agreed[0] != 0.0f;
-  model_.precision().commit_amaxes(std::vector<float>(agreed.begin() + 1, agreed.end()));
+  model_.precision().commit_amaxes(amaxes);
   scaler_.update(found);
   if (found) {
     optimizer_.skip_step();
@@ -88,6 +100,20 @@ nlohmann::json PrecisionStep::state() const {
   nlohmann::json linear = model_.precision().state();
   if (!linear.is_null()) state["linear"] = linear;
   return state;
+}
+
+nlohmann::json PrecisionStep::pipeline_state(comm::Communicator& pp) const {
+  nlohmann::json mine = state();
+  const std::vector<std::string> stages = comm::gather_text(mine.dump(), pp, 0);
+  if (pp.rank() != 0) return nullptr;
+  for (const std::string& text : stages) {
+    const nlohmann::json stage = nlohmann::json::parse(text);
+    if (!stage.contains("linear")) continue;
+    for (const auto& [name, histories] : stage.at("linear").at("fp8_delayed").items()) {
+      mine["linear"]["fp8_delayed"][name] = histories;
+    }
+  }
+  return mine;
 }
 
 void PrecisionStep::restore(const nlohmann::json& state) {

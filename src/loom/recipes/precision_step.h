@@ -53,9 +53,11 @@ precision::DynamicLossScaler make_loss_scaler(const runtime::PrecisionConfig& co
 
 class PrecisionStep {
  public:
-  // `world`: every rank of the run (the agreement spans data- and tensor-parallel ranks).
+  // `world`: every rank of the run (the skip decision spans all of them). `same_layers`: the
+  // ranks holding this rank's layers (tensor x data parallel: one pipeline stage), over which
+  // the FP8 amaxes are agreed; null = the world (no pipeline).
   PrecisionStep(const runtime::PrecisionConfig& config, model::Transformer& model, DataParallelStep& optimizer,
-                comm::Communicator& world);
+                comm::Communicator& world, comm::Communicator* same_layers = nullptr);
 
   // Before the step's first micro-batch: the factor to multiply forward_backward's grad_scale by.
   float begin_step();
@@ -71,12 +73,16 @@ class PrecisionStep {
   // written under the same recipe (else they start fresh); null restores nothing.
   nlohmann::json state() const;
   void restore(const nlohmann::json& state);
+  // Collective over the pipeline group: state() with the FP8 histories of every stage's layers
+  // (each stage holds its own), complete on pipeline rank 0; null elsewhere.
+  nlohmann::json pipeline_state(comm::Communicator& pp) const;
 
  private:
   std::string recipe_;
   model::Transformer& model_;
   DataParallelStep& optimizer_;
   comm::Communicator& world_;
+  comm::Communicator* same_layers_;
   precision::DynamicLossScaler scaler_;
   int64_t skipped_ = 0;
 };

@@ -150,9 +150,6 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
       const int stage = schedule->virtual_stage(mesh.pp_rank(), c);
       chunks.push_back({bounds[stage], bounds[stage + 1]});
     }
-    check(run.precision.recipe != "fp8_delayed",
-          "precision.recipe=fp8_delayed keeps amax histories per linear layer, which pipeline stages do not yet share "
-          "or checkpoint; with parallel.pp > 1 use fp8_current, fp8_blockwise, mxfp8, bf16 or fp16");
   } else {
     check(run.parallel.virtual_stages == 1, "parallel.virtual_stages = " + std::to_string(run.parallel.virtual_stages) +
                                                 " needs a pipeline: set parallel.pp > 1 (and pipeline_schedule: interleaved)");
@@ -171,7 +168,8 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
     if (schedule->virtual_stages > 1) optimizer.reduce_once_per_step();
     pipeline.emplace(mesh.pp(), model, *schedule);
   }
-  PrecisionStep precision(run.precision, model, optimizer, world);  // loss scaling, Inf/NaN skips, FP8 amaxes
+  // Loss scaling, Inf/NaN skips, FP8 amaxes (agreed among the ranks holding the same layers).
+  PrecisionStep precision(run.precision, model, optimizer, world, pp > 1 ? &mesh.add_group("tp-dp") : nullptr);
 
   const std::string root = checkpoint_root(run);
   TrainingProgress progress;
@@ -366,10 +364,13 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
       ShardedTrainingState stage_state, state;
       if (mesh.dp_rank() == 0) {
         stage_state = gather_sharded_training_state(model, exp_avg.data(), exp_avg_sq.data());
-        if (mesh.tp_rank() == 0) state = gather_pipeline_state(stage_state, mesh.pp());
+        if (mesh.tp_rank() == 0) {
+          state = gather_pipeline_state(stage_state, mesh.pp());
+          if (pp > 1) progress.precision = precision.pipeline_state(mesh.pp());
+        }
       }
       if (reporter) {
-        progress.precision = precision.state();
+        if (pp == 1) progress.precision = precision.state();
         ckpt::CheckpointSnapshot snapshot = snapshot_training_state(state.tensors, progress, run);
         if (run.checkpoint.async) {
           async_writer.save(root, std::move(snapshot), run.checkpoint.keep);  // the disk works while we train

@@ -1,10 +1,9 @@
 #include "loom/recipes/sharded_training_state.h"
 
-#include <cstring>
-
 #include <nlohmann/json.hpp>
 
 #include "loom/ckpt/tensor_names.h"
+#include "loom/comm/gather_text.h"
 
 namespace loom::recipes {
 
@@ -106,32 +105,22 @@ ShardedTrainingState gather_pipeline_state(const ShardedTrainingState& stage, co
     copy.tensors = stage.tensors;  // refs stay valid: the caller keeps `stage`
     return copy;
   }
-  constexpr int kSizesTag = 0, kTextTag = 1, kValuesTag = 2;
+  constexpr int kValuesTag = 2;  // after gather_text's tags
+  std::vector<float> own;
+  const std::vector<std::string> texts = comm::gather_text(describe_tensors(stage.tensors, own), pp, 0);
   if (pp.rank() != 0) {
-    std::vector<float> values;
-    const std::string text = describe_tensors(stage.tensors, values);
-    const int64_t sizes[2] = {static_cast<int64_t>(text.size()), static_cast<int64_t>(values.size())};
-    pp.send(sizes, 2, DType::I64, 0, kSizesTag);
-    // The description travels as 16-bit words (padded), the values as floats.
-    std::vector<uint16_t> words((text.size() + 1) / 2, 0);
-    std::memcpy(words.data(), text.data(), text.size());
-    pp.send(words.data(), static_cast<int64_t>(words.size()), DType::U16, 0, kTextTag);
-    pp.send(values.data(), static_cast<int64_t>(values.size()), DType::F32, 0, kValuesTag);
+    const int64_t count = static_cast<int64_t>(own.size());
+    pp.send(&count, 1, DType::I64, 0, kValuesTag);
+    pp.send(own.data(), count, DType::F32, 0, kValuesTag);
     return {};
   }
   // Pipeline rank 0: its own tensors, then each other stage's, copied into one storage.
-  std::vector<float> own;
-  const std::string own_text = describe_tensors(stage.tensors, own);
-  std::vector<std::string> texts{own_text};
   std::vector<std::vector<float>> values{std::move(own)};
   for (int from = 1; from < pp.size(); ++from) {
-    int64_t sizes[2] = {0, 0};
-    pp.recv(sizes, 2, DType::I64, from, kSizesTag);
-    std::vector<uint16_t> words((sizes[0] + 1) / 2);
-    pp.recv(words.data(), static_cast<int64_t>(words.size()), DType::U16, from, kTextTag);
-    texts.emplace_back(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(sizes[0]));
-    values.emplace_back(static_cast<size_t>(sizes[1]));
-    pp.recv(values.back().data(), sizes[1], DType::F32, from, kValuesTag);
+    int64_t count = 0;
+    pp.recv(&count, 1, DType::I64, from, kValuesTag);
+    values.emplace_back(static_cast<size_t>(count));
+    pp.recv(values.back().data(), count, DType::F32, from, kValuesTag);
   }
   ShardedTrainingState all;
   size_t total = 0;
