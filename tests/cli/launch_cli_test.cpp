@@ -47,6 +47,22 @@ class LaunchCli : public ::testing::Test {
   TempDir dir;
 };
 
+// Three SIGKILLs of random ranks at random steps (each attempt dies 1-2 steps after it starts,
+// one step after its last checkpoint at the latest): the job still finishes with the parameters of
+// an uninterrupted run.
+TEST_F(LaunchCli, ThreeRandomKillsStillFinishWithTheUninterruptedParameters) {
+  CommandResult r = launch("--max-restarts 3 --hang-timeout-s 60 --grace-s 1", "random",
+                           "fault.random_kills=3 fault.random_kill_window=2 fault.seed=7 checkpoint.interval=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    EXPECT_TRUE(has(r, "attempt " + std::to_string(attempt) + " failed: the job was killed by signal 9 (SIGKILL)"))
+        << r.output;
+  }
+  EXPECT_TRUE(has(r, "fault.random_kills: attempt 2 of 3")) << r.output;
+  EXPECT_TRUE(has(r, "training finished on attempt 4 (3 restart(s))")) << r.output;
+  EXPECT_EQ(digest("random"), uninterrupted_digest());
+}
+
 TEST_F(LaunchCli, KilledRankIsRestartedFromTheLastCheckpointAndFinishes) {
   CommandResult r = launch("--max-restarts 2 --hang-timeout-s 60 --grace-s 1", "kill", "fault.kill_rank=1 fault.kill_step=5");
   ASSERT_EQ(r.exit_code, 0) << r.output;

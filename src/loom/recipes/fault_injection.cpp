@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +24,14 @@ namespace {
 void say(const std::string& text) {
   // One write, flushed: the process may die next, and other ranks' lines must not split it.
   std::cerr << ("loom: fault injection: " + text + "\n") << std::flush;
+}
+
+// SplitMix64: a well-mixed 64-bit value from a counter.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
 }
 
 std::string seconds_text(double s) {
@@ -45,7 +54,13 @@ FaultInjector::FaultInjector(const runtime::FaultConfig& config, int world_rank,
   check_rank(config.kill_rank, config.kill_step, "kill_rank", "kill_step");
   check_rank(config.stall_rank, config.stall_step, "stall_rank", "stall_step");
   const char* restart = std::getenv(kRestartCountEnv);
-  const bool first_attempt = restart == nullptr || std::atoi(restart) == 0;
+  attempt_ = restart == nullptr ? 0 : std::atoi(restart);
+  const bool first_attempt = attempt_ == 0;
+  if (attempt_ < config.random_kills) {
+    const uint64_t draw = mix(mix(static_cast<uint64_t>(config.seed)) ^ static_cast<uint64_t>(attempt_));
+    random_kill_rank_ = static_cast<int>(draw % static_cast<uint64_t>(world_size));
+    random_kill_offset_ = 1 + static_cast<int>((draw >> 32) % static_cast<uint64_t>(config.random_kill_window));
+  }
   const bool any = config.kill_step > 0 || config.stall_step > 0 || config.corrupt_step > 0;
   armed_ = any && (first_attempt || config.repeat);
   if (any && !armed_ && world_rank == 0) {
@@ -53,13 +68,22 @@ FaultInjector::FaultInjector(const runtime::FaultConfig& config, int world_rank,
   }
 }
 
+void FaultInjector::kill_self(int64_t step, const std::string& why) const {
+  say("rank " + std::to_string(rank_) + " (pid " + std::to_string(::getpid()) + ") kills its process at step " +
+      std::to_string(step) + " (" + why + ")");
+  ::kill(::getpid(), SIGKILL);
+  std::_Exit(137);  // not reached
+}
+
 void FaultInjector::at_step_start(int64_t step) const {
+  if (first_step_ < 0) first_step_ = step;
+  if (random_kill_rank_ == rank_ && step == first_step_ + random_kill_offset_) {
+    kill_self(step, "fault.random_kills: attempt " + std::to_string(attempt_) + " of " +
+                        std::to_string(config_.random_kills));
+  }
   if (!armed_) return;
   if (config_.kill_step > 0 && step == config_.kill_step && rank_ == config_.kill_rank) {
-    say("rank " + std::to_string(rank_) + " (pid " + std::to_string(::getpid()) + ") kills its process at step " +
-        std::to_string(step) + " (fault.kill_rank/kill_step)");
-    ::kill(::getpid(), SIGKILL);
-    std::_Exit(137);  // not reached
+    kill_self(step, "fault.kill_rank/kill_step");
   }
   if (config_.stall_step > 0 && step == config_.stall_step && rank_ == config_.stall_rank) {
     say("rank " + std::to_string(rank_) + " stalls at step " + std::to_string(step) +

@@ -6,7 +6,10 @@
 // - stall_rank/stall_step/stall_s: that rank sleeps stall_s seconds (0 = forever) at the start of
 //   the step, so the other ranks block in the step's first collective;
 // - corrupt_step: once that step's checkpoint is complete, one byte of one of its shards is
-//   flipped, so loading it fails its checksum and loom falls back to the previous checkpoint.
+//   flipped, so loading it fails its checksum and loom falls back to the previous checkpoint;
+// - random_kills = N: attempts 0..N-1 (LOOM_RESTART_COUNT) each SIGKILL a rank drawn from
+//   (seed, attempt) at a step 1..random_kill_window after the one the attempt starts at, so a job
+//   under `loom launch --max-restarts N` dies N times at unpredictable points and still finishes.
 // Faults fire only on the first attempt of a job (LOOM_RESTART_COUNT unset or 0, as `loom
 // launch` sets it), so a restarted run gets past them; `fault.repeat=true` fires them always.
 #include <cstdint>
@@ -30,9 +33,15 @@ class FaultInjector {
   void after_checkpoint(int64_t step, const std::string& root, const std::function<void()>& wait_for_save) const;
 
  private:
+  void kill_self(int64_t step, const std::string& why) const;
+
   runtime::FaultConfig config_;
   int rank_;
   bool armed_ = false;
+  int attempt_ = 0;
+  int random_kill_rank_ = -1;
+  int random_kill_offset_ = 0;        // steps after the attempt's first step
+  mutable int64_t first_step_ = -1;   // of this attempt: the first at_step_start
 };
 
 // Flips one byte in the middle of the first shard (by tensor name) of the checkpoint in

@@ -519,6 +519,9 @@ const std::vector<SectionSchema>& schema() {
                   field("stall_s", &FaultConfig::stall_s, at_least(0.0)),
                   field("corrupt_step", &FaultConfig::corrupt_step, at_least(0)),
                   field("repeat", &FaultConfig::repeat),
+                  field("random_kills", &FaultConfig::random_kills, at_least(0)),
+                  field("random_kill_window", &FaultConfig::random_kill_window, at_least(1)),
+                  field("seed", &FaultConfig::seed),
               }),
   };
   return sections;

@@ -146,6 +146,9 @@ struct FaultConfig {
   double stall_s = 0.0;     // ... for this long (0 = forever)
   int corrupt_step = 0;     // after saving this step's checkpoint, damage one of its shards (0 = never)
   bool repeat = false;      // fire on restarts too (LOOM_RESTART_COUNT > 0), not only on the first attempt
+  int random_kills = 0;     // attempts 0..N-1 each kill a random rank at a random step ...
+  int random_kill_window = 3;  // ... 1..window steps after the step the attempt started at
+  int seed = 1;             // of the random ranks and steps
 };
 
 struct RunConfig {
