@@ -1,9 +1,10 @@
-// Checkpoints load into any layout: a run saved at (dp 2, tp 2, ZeRO-1) continues at tp 1,
+// Checkpoints load into any layout: every rank writes its own shards, and a run saved at (dp 2, tp 2, ZeRO-1) continues at tp 1,
 // pp 2 x dp 2, tp 4 and dp 4 with ZeRO-3, and runs saved at each of those continue at
 // (dp 2, tp 2, ZeRO-1); the next 10 steps' losses equal the uninterrupted run's (relative 1e-5).
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 
 #include "training_runs.h"
 
@@ -45,6 +46,14 @@ TEST_F(Reshard, SavedLayoutLoadsIntoEveryOtherAndBack) {
   const std::vector<std::string> saved = {"runtime.ranks=4", "parallel.tp=2", "parallel.zero=1"};
   const std::vector<double> full = train("full", saved);
   ASSERT_EQ(full.size(), 20u);
+  // Every rank wrote its own shards: four data files, each holding some of the tensors.
+  const ckpt::LoadedCheckpoint written = ckpt::load_checkpoint(root_ + "/full/checkpoints");
+  ASSERT_EQ(written.manifest().files.size(), 4u);
+  std::map<std::string, int> shards_per_file;
+  for (const ckpt::TensorRecord& t : written.manifest().tensors) {
+    for (const ckpt::ShardRecord& shard : t.shards) ++shards_per_file[shard.file];
+  }
+  EXPECT_EQ(shards_per_file.size(), 4u);
   const std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
       {"tp1", {"runtime.ranks=1"}},
       {"pp2-dp2", {"runtime.ranks=4", "parallel.pp=2"}},

@@ -15,16 +15,25 @@ AsyncCheckpointWriter::~AsyncCheckpointWriter() {
   }
 }
 
-void AsyncCheckpointWriter::save(const std::string& root, CheckpointSnapshot snapshot, int keep) {
+void AsyncCheckpointWriter::save(const std::string& root, CheckpointSnapshot snapshot, int keep, const SaveRank& who) {
   wait();
-  auto shared = std::make_shared<CheckpointSnapshot>(std::move(snapshot));
-  pending_ = std::async(std::launch::async, [root, shared, keep] { write_snapshot(root, *shared, keep); });
+  written_ = std::make_shared<CheckpointSnapshot>(std::move(snapshot));
+  pending_ = std::async(std::launch::async,
+                        [root, shared = written_, keep, who] { write_snapshot(root, *shared, keep, who); });
 }
 
 void AsyncCheckpointWriter::wait() {
   if (!pending_.valid()) return;
   std::future<void> done = std::move(pending_);
   done.get();
+}
+
+std::vector<std::byte> AsyncCheckpointWriter::take_arena() {
+  wait();
+  if (!written_) return {};
+  std::vector<std::byte> arena = std::move(written_->arena);
+  written_.reset();
+  return arena;
 }
 
 bool AsyncCheckpointWriter::busy() const {

@@ -18,13 +18,17 @@ class AsyncCheckpointWriter {
   ~AsyncCheckpointWriter();  // waits; a failure is printed to stderr (destructors cannot throw)
 
   // Waits for the previous save (rethrowing its failure), then starts writing `snapshot`.
-  void save(const std::string& root, CheckpointSnapshot snapshot, int keep);
+  void save(const std::string& root, CheckpointSnapshot snapshot, int keep, const SaveRank& who = {});
   // Blocks until no save is in flight; rethrows a failure of the last one.
   void wait();
+  // Waits like wait(), then hands back the last written snapshot's memory for the next
+  // snapshot_checkpoint (empty before the first save).
+  std::vector<std::byte> take_arena();
   bool busy() const;
 
  private:
   std::future<void> pending_;
+  std::shared_ptr<CheckpointSnapshot> written_;  // the snapshot being (or last) written
 };
 
 }  // namespace loom::ckpt

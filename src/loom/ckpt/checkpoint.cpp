@@ -7,6 +7,9 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <thread>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -106,12 +109,12 @@ void fsync_dir_or_throw(const std::string& dir) {
 // The manifest a save of `refs` will write, with offsets laid out and checksums still zero,
 // plus the source bytes of each shard in manifest order. Throws naming the tensor on bad refs.
 Manifest plan_manifest(int64_t step, const std::vector<TensorRef>& refs, const json& state,
-                       const std::string& config_yaml, std::vector<const void*>* shard_data) {
+                       const std::string& config_yaml, std::vector<const void*>* shard_data, int rank = 0,
+                       ManifestScope scope = ManifestScope::Complete) {
   const std::string where = "checkpoint of step " + std::to_string(step);
   check(step >= 0, where + ": the step must be 0 or more");
   check(state.is_object() || state.is_null(),
         where + ": the trainer state must be a JSON object (it is " + std::string(state.type_name()) + ")");
-  const int rank = 0;  // the only writer today; each rank will plan its own file
   Manifest m;
   m.step = step;
   m.state = state.is_null() ? json::object() : state;
@@ -162,7 +165,7 @@ Manifest plan_manifest(int64_t step, const std::vector<TensorRef>& refs, const j
   }
   file.bytes = offset;
   m.files.push_back(file);
-  validate_manifest(m, where);
+  validate_manifest(m, where, scope);
   return m;
 }
 
@@ -190,11 +193,8 @@ void publish(const std::string& temp_dir, const std::string& final_dir, const st
   }
 }
 
-void write_checkpoint(const std::string& root, int64_t step, const std::vector<TensorRef>& refs,
-                      const json& state, const std::string& config_yaml, int keep, const SaveObserver& observer) {
-  std::vector<const void*> shard_data;
-  Manifest m = plan_manifest(step, refs, state, config_yaml, &shard_data);
-
+// Creates `root` (syncing its parent when new) and returns the step directory's name.
+std::string prepare_root(const std::string& root, int64_t step) {
   std::error_code ec;
   if (fs::create_directories(root, ec)) {
     fs::path dir = fs::absolute(root).lexically_normal();
@@ -202,31 +202,35 @@ void write_checkpoint(const std::string& root, int64_t step, const std::vector<T
     fsync_directory(dir.parent_path().string());          // so the new root itself survives a crash
   }
   check(!ec, "cannot create checkpoint directory '" + root + "': " + ec.message());
-  const std::string name = step_dir_name(step);
-  const std::string pid = std::to_string(::getpid());
-  const std::string temp_dir = (fs::path(root) / (std::string(kTempPrefix) + name + "-" + pid)).string();
-  const std::string aside_dir = (fs::path(root) / (std::string(kTempPrefix) + "old-" + name + "-" + pid)).string();
-  const std::string final_dir = (fs::path(root) / name).string();
+  return step_dir_name(step);
+}
 
-  fs::remove_all(temp_dir, ec);  // left by an earlier failed attempt of this process
-  if (::mkdir(temp_dir.c_str(), 0755) != 0) throw_errno("cannot create '" + temp_dir + "'", errno);
-  try {
-    FileWriter data((fs::path(temp_dir) / m.files[0].name).string());
-    size_t k = 0;
-    for (TensorRecord& t : m.tensors) {
-      for (ShardRecord& s : t.shards) {
-        const void* bytes = shard_data[k++];
-        data.pad_to(kShardAlignment);
-        s.xxh3 = XXH3_64bits(s.bytes == 0 ? "" : bytes, static_cast<size_t>(s.bytes));
-        if (s.bytes > 0) data.write(bytes, static_cast<size_t>(s.bytes));
-      }
+// Writes the data file m.files[0] into `dir`, filling in the shards' checksums.
+void write_data_file(const std::string& dir, Manifest& m, const std::vector<const void*>& shard_data) {
+  FileWriter data((fs::path(dir) / m.files[0].name).string());
+  size_t k = 0;
+  for (TensorRecord& t : m.tensors) {
+    for (ShardRecord& s : t.shards) {
+      const void* bytes = shard_data[k++];
+      data.pad_to(kShardAlignment);
+      s.xxh3 = XXH3_64bits(s.bytes == 0 ? "" : bytes, static_cast<size_t>(s.bytes));
+      if (s.bytes > 0) data.write(bytes, static_cast<size_t>(s.bytes));
     }
-    check(data.written() == m.files[0].bytes, "internal error: '" + m.files[0].name + "' laid out as " +
-                                                  std::to_string(m.files[0].bytes) + " bytes, written as " +
-                                                  std::to_string(data.written()));
-    data.finish();
-    if (observer) observer(SaveStage::DataWritten, temp_dir);
+  }
+  check(data.written() == m.files[0].bytes, "internal error: '" + m.files[0].name + "' laid out as " +
+                                                std::to_string(m.files[0].bytes) + " bytes, written as " +
+                                                std::to_string(data.written()));
+  data.finish();
+}
 
+// Writes the complete manifest into the temporary directory, moves it to its step directory,
+// then points `latest` at it and applies retention. Removes the temporary directory on failure.
+void publish_checkpoint(const std::string& root, const std::string& temp_dir, const std::string& aside_dir,
+                        const Manifest& m, int keep, const SaveObserver& observer) {
+  const std::string name = step_dir_name(m.step);
+  const std::string final_dir = (fs::path(root) / name).string();
+  std::error_code ec;
+  try {
     FileWriter manifest((fs::path(temp_dir) / kManifestFile).string());
     std::string text = serialize_manifest(m);
     manifest.write(text.data(), text.size());
@@ -246,7 +250,81 @@ void write_checkpoint(const std::string& root, int64_t step, const std::vector<T
 
   write_latest(root, name);
   if (observer) observer(SaveStage::LatestUpdated, final_dir);
-  apply_retention(root, step, keep);
+  apply_retention(root, m.step, keep);
+}
+
+void write_checkpoint(const std::string& root, int64_t step, const std::vector<TensorRef>& refs,
+                      const json& state, const std::string& config_yaml, int keep, const SaveObserver& observer) {
+  std::vector<const void*> shard_data;
+  Manifest m = plan_manifest(step, refs, state, config_yaml, &shard_data);
+  const std::string name = prepare_root(root, step);
+  const std::string pid = std::to_string(::getpid());
+  const std::string temp_dir = (fs::path(root) / (std::string(kTempPrefix) + name + "-" + pid)).string();
+  const std::string aside_dir = (fs::path(root) / (std::string(kTempPrefix) + "old-" + name + "-" + pid)).string();
+
+  std::error_code ec;
+  fs::remove_all(temp_dir, ec);  // left by an earlier failed attempt of this process
+  if (::mkdir(temp_dir.c_str(), 0755) != 0) throw_errno("cannot create '" + temp_dir + "'", errno);
+  try {
+    write_data_file(temp_dir, m, shard_data);
+    if (observer) observer(SaveStage::DataWritten, temp_dir);
+  } catch (...) {
+    fs::remove_all(temp_dir, ec);
+    throw;
+  }
+  publish_checkpoint(root, temp_dir, aside_dir, m, keep, observer);
+}
+
+std::string rank_part_name(int rank) {
+  std::string name = rank_file_name(rank);
+  return name.substr(0, name.rfind('.')) + ".json";
+}
+
+// Rank 0 of a save by several ranks: waits for every other rank's part and merges the parts
+// into one manifest (shards of each tensor in slice order, so the result does not depend on which
+// rank wrote what first).
+Manifest merge_rank_parts(const std::string& temp_dir, Manifest own, const SaveRank& who) {
+  const auto deadline = std::chrono::steady_clock::now() + who.timeout;
+  std::map<std::string, TensorRecord> tensors;
+  auto add = [&](Manifest& part) {
+    for (TensorRecord& t : part.tensors) {
+      auto [it, fresh] = tensors.try_emplace(t.name, t);
+      if (!fresh) it->second.shards.insert(it->second.shards.end(), t.shards.begin(), t.shards.end());
+    }
+  };
+  Manifest merged;
+  merged.step = own.step;
+  merged.state = own.state;
+  merged.config_yaml = own.config_yaml;
+  merged.files = own.files;
+  add(own);
+  std::error_code ec;
+  for (int r = 1; r < who.ranks; ++r) {
+    const std::string path = (fs::path(temp_dir) / rank_part_name(r)).string();
+    while (!fs::exists(path, ec)) {
+      check(std::chrono::steady_clock::now() < deadline,
+            "checkpoint of step " + std::to_string(own.step) + ": rank " + std::to_string(r) + " of " +
+                std::to_string(who.ranks) + " did not write its shards within " +
+                std::to_string(who.timeout.count()) + " ms; the save is abandoned and earlier checkpoints are intact");
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::ifstream in(path, std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    Manifest part = parse_manifest(text, path, ManifestScope::RankPart);
+    check(part.step == own.step && part.files.size() == 1 && part.files[0].rank == r,
+          "'" + path + "' is not rank " + std::to_string(r) + "'s part of the checkpoint of step " +
+              std::to_string(own.step));
+    merged.files.push_back(part.files[0]);
+    add(part);
+    fs::remove(path, ec);
+  }
+  for (auto& [name, t] : tensors) {
+    std::sort(t.shards.begin(), t.shards.end(),
+              [](const ShardRecord& a, const ShardRecord& b) { return a.slice < b.slice; });
+    merged.tensors.push_back(std::move(t));
+  }
+  validate_manifest(merged, "checkpoint of step " + std::to_string(own.step));
+  return merged;
 }
 
 void pread_exact(int fd, void* out, size_t n, uint64_t offset, const std::string& path) {
@@ -285,23 +363,32 @@ void check_checksum(uint64_t computed, const TensorRecord& t, const ShardRecord&
 }  // namespace
 
 CheckpointSnapshot snapshot_checkpoint(int64_t step, const std::vector<TensorRef>& tensors, const json& state,
-                                       const std::string& config_yaml) {
+                                       const std::string& config_yaml, ManifestScope scope, std::vector<std::byte> arena) {
   std::vector<const void*> unused;
-  Manifest m = plan_manifest(step, tensors, state, config_yaml, &unused);
+  Manifest m = plan_manifest(step, tensors, state, config_yaml, &unused, 0, scope);
   CheckpointSnapshot snap;
   snap.step = step;
   snap.state = m.state;
   snap.config_yaml = config_yaml;
+  constexpr size_t kAlign = 16;
+  auto bytes_of = [](const TensorRef& r) {
+    return static_cast<size_t>(slice_numel(r.slice.empty() ? full_slice(r.global_shape) : r.slice)) *
+           dtype_size(r.dtype);
+  };
+  size_t total = 0;
+  for (const TensorRef& r : tensors) total += (bytes_of(r) + kAlign - 1) / kAlign * kAlign;
+  snap.arena = std::move(arena);
+  snap.arena.resize(total);  // no work when a reused arena has the size already
   snap.tensors.reserve(tensors.size());
+  size_t offset = 0;
   for (const TensorRef& r : tensors) {
     TensorRef copy = r;
-    size_t bytes = static_cast<size_t>(slice_numel(r.slice.empty() ? full_slice(r.global_shape) : r.slice)) *
-                   dtype_size(r.dtype);
+    const size_t bytes = bytes_of(r);
     if (bytes > 0) {
-      snap.buffers.push_back(std::make_unique_for_overwrite<std::byte[]>(bytes));
-      std::memcpy(snap.buffers.back().get(), r.data, bytes);
-      copy.data = snap.buffers.back().get();
+      std::memcpy(snap.arena.data() + offset, r.data, bytes);
+      copy.data = snap.arena.data() + offset;
     }
+    offset += (bytes + kAlign - 1) / kAlign * kAlign;
     snap.tensors.push_back(std::move(copy));
   }
   return snap;
@@ -310,6 +397,45 @@ CheckpointSnapshot snapshot_checkpoint(int64_t step, const std::vector<TensorRef
 void write_snapshot(const std::string& root, const CheckpointSnapshot& snapshot, int keep,
                     const SaveObserver& observer) {
   write_checkpoint(root, snapshot.step, snapshot.tensors, snapshot.state, snapshot.config_yaml, keep, observer);
+}
+
+void write_snapshot(const std::string& root, const CheckpointSnapshot& snapshot, int keep, const SaveRank& who,
+                    const SaveObserver& observer) {
+  if (who.ranks == 1) return write_snapshot(root, snapshot, keep, observer);
+  check(who.rank >= 0 && who.rank < who.ranks, "checkpoint save: rank " + std::to_string(who.rank) +
+                                                   " is not one of the " + std::to_string(who.ranks) + " writers");
+  std::vector<const void*> shard_data;
+  Manifest m = plan_manifest(snapshot.step, snapshot.tensors, snapshot.state, snapshot.config_yaml, &shard_data,
+                             who.rank, ManifestScope::RankPart);
+  const std::string name = prepare_root(root, snapshot.step);
+  const std::string token = std::to_string(who.token);
+  const std::string temp_dir = (fs::path(root) / (std::string(kTempPrefix) + name + "-" + token)).string();
+  const std::string aside_dir = (fs::path(root) / (std::string(kTempPrefix) + "old-" + name + "-" + token)).string();
+  std::error_code ec;
+  fs::create_directories(temp_dir, ec);
+  check(!ec, "cannot create '" + temp_dir + "': " + ec.message());
+  try {
+    write_data_file(temp_dir, m, shard_data);
+    if (observer) observer(SaveStage::DataWritten, temp_dir);
+    if (who.rank != 0) {
+      // This rank's part of the manifest, renamed into place only once complete.
+      const std::string part = (fs::path(temp_dir) / rank_part_name(who.rank)).string();
+      {
+        FileWriter writer(part + ".partial");
+        const std::string text = serialize_manifest(m);
+        writer.write(text.data(), text.size());
+        writer.finish();
+      }
+      if (::rename((part + ".partial").c_str(), part.c_str()) != 0) throw_errno("cannot rename '" + part + "'", errno);
+      fsync_dir_or_throw(temp_dir);
+      return;
+    }
+    m = merge_rank_parts(temp_dir, std::move(m), who);
+  } catch (...) {
+    if (who.rank == 0) fs::remove_all(temp_dir, ec);
+    throw;
+  }
+  publish_checkpoint(root, temp_dir, aside_dir, m, keep, observer);
 }
 
 void save_checkpoint(const std::string& root, int64_t step, const std::vector<TensorRef>& tensors, const json& state,

@@ -4,7 +4,8 @@
 // A checkpoint is `<root>/step-NNNNNNNN/` holding `manifest.json` (see manifest.h) and one data
 // file per writing rank (`rank-00000.bin`); `<root>/latest` names the newest complete one.
 // Tensors are global: each is stored as shards that carry their global slice, so a checkpoint
-// written by any layout can be read into any other. Today one rank writes every shard.
+// written by any layout can be read into any other. Every rank writes only the shards it owns
+// (SaveRank); rank 0 merges their parts into the manifest and publishes.
 //
 // Saving is two steps so that the second can run on a background thread: `snapshot_checkpoint`
 // copies the tensors to host buffers, `write_snapshot` writes them crash-safely (a temporary
@@ -14,6 +15,7 @@
 //
 // Loading verifies every shard checksum. Loading a root falls back from a corrupt newest
 // checkpoint to the previous good one, with a warning on stderr.
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -45,14 +47,14 @@ struct TensorRef {
   Slice slice;
 };
 
-// What one save writes, with the tensor bytes copied into buffers it owns. Move-only: `tensors`
-// point into `buffers`.
+// What one save writes, with the tensor bytes copied into a buffer it owns. Move-only: `tensors`
+// point into `arena`.
 struct CheckpointSnapshot {
   int64_t step = 0;
   std::vector<TensorRef> tensors;
   nlohmann::json state = nlohmann::json::object();
   std::string config_yaml;
-  std::vector<std::unique_ptr<std::byte[]>> buffers;
+  std::vector<std::byte> arena;  // every tensor's bytes, back to back (16-byte aligned offsets)
 
   CheckpointSnapshot() = default;
   CheckpointSnapshot(CheckpointSnapshot&&) = default;
@@ -61,10 +63,15 @@ struct CheckpointSnapshot {
   CheckpointSnapshot& operator=(const CheckpointSnapshot&) = delete;
 };
 
-// Checks the refs (names, shapes, slices, full coverage; errors name the tensor) and copies them.
-// `state` is the trainer's JSON object (step, data position, RNG, loss scaler, ...).
+// Checks the refs (names, shapes, slices, full coverage unless `scope` is one rank's part;
+// errors name the tensor) and copies them. `state` is the trainer's JSON object (step, data
+// position, RNG, loss scaler, ...).
+// `arena`: a previous snapshot's, to reuse: a save of the same tensors then copies at memory speed
+// instead of first faulting in fresh pages (AsyncCheckpointWriter::take_arena).
 CheckpointSnapshot snapshot_checkpoint(int64_t step, const std::vector<TensorRef>& tensors,
-                                       const nlohmann::json& state, const std::string& config_yaml);
+                                       const nlohmann::json& state, const std::string& config_yaml,
+                                       ManifestScope scope = ManifestScope::Complete,
+                                       std::vector<std::byte> arena = {});
 
 // Points at which a save reports progress; the directory is the temporary one until Published.
 enum class SaveStage {
@@ -81,6 +88,23 @@ using SaveObserver = std::function<void(SaveStage stage, const std::string& dir)
 // below this step (keep <= 0: all; see apply_retention). Throws loom::Error naming the file on
 // any write failure, after removing its temporary directory.
 void write_snapshot(const std::string& root, const CheckpointSnapshot& snapshot, int keep,
+                    const SaveObserver& observer = {});
+
+// One of several ranks saving one checkpoint together, each the shards it owns (its snapshot's
+// refs need not cover any tensor whole; together they must cover every tensor exactly).
+struct SaveRank {
+  int rank = 0, ranks = 1;
+  // Names the shared temporary directory `.tmp-step-NNNNNNNN-<token>`: the same on every rank of
+  // the save (rank 0's process id, so retention can tell a dead save's leftovers).
+  int64_t token = 0;
+  std::chrono::milliseconds timeout{std::chrono::minutes(10)};  // rank 0's wait for the others
+};
+// Every rank writes its data file rank-NNNNN.bin and then its part of the manifest
+// (rank-NNNNN.json) into the temporary directory, which must be on a filesystem all ranks share.
+// Rank 0 waits for every part, merges them into manifest.json (checking that the shards tile
+// every tensor), and publishes the checkpoint as write_snapshot does. A rank that never writes its
+// part makes rank 0 give up after `timeout` with an Error naming it; nothing is published.
+void write_snapshot(const std::string& root, const CheckpointSnapshot& snapshot, int keep, const SaveRank& who,
                     const SaveObserver& observer = {});
 
 // snapshot_checkpoint + write_snapshot without copying the tensors.

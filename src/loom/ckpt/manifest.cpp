@@ -145,7 +145,7 @@ std::string rank_file_name(int rank) {
   return buf;
 }
 
-void validate_manifest(const Manifest& m, const std::string& where) {
+void validate_manifest(const Manifest& m, const std::string& where, ManifestScope scope) {
   std::map<std::string, uint64_t> file_bytes;
   for (const FileRecord& f : m.files) {
     check(f.name.find('/') == std::string::npos && !f.name.empty() && f.name[0] != '.',
@@ -188,7 +188,7 @@ void validate_manifest(const Manifest& m, const std::string& where) {
       covered += slice_numel(s.slice);
     }
     // Disjoint shards inside the tensor cover it exactly when their sizes add up.
-    check(covered == shape_numel(t.shape), what + ": its shards cover " + std::to_string(covered) + " of " +
+    check(scope == ManifestScope::RankPart || covered == shape_numel(t.shape), what + ": its shards cover " + std::to_string(covered) + " of " +
                                                std::to_string(shape_numel(t.shape)) + " elements of shape " +
                                                shape_string(t.shape));
   }
@@ -222,7 +222,7 @@ std::string serialize_manifest(const Manifest& manifest) {
   }
 }
 
-Manifest parse_manifest(std::string_view text, const std::string& path) {
+Manifest parse_manifest(std::string_view text, const std::string& path, ManifestScope scope) {
   json j;
   try {
     j = json::parse(text);
@@ -236,7 +236,7 @@ Manifest parse_manifest(std::string_view text, const std::string& path) {
   check(parse_hex64(stored, "'" + path + "' " + kChecksumKey) == computed,
         "'" + path + "' is corrupt: its checksum is " + stored + " but its contents hash to " + hex64(computed));
   Manifest m = from_json(j, "'" + path + "'");
-  validate_manifest(m, "'" + path + "'");
+  validate_manifest(m, "'" + path + "'", scope);
   return m;
 }
 

@@ -65,16 +65,21 @@ struct Manifest {
 // Name of the data file a rank writes: rank-00000.bin.
 std::string rank_file_name(int rank);
 
+// What a manifest describes: a whole checkpoint, or the part one rank wrote of a checkpoint
+// saved by several (`rank-NNNNN.json`, merged into the manifest when every rank has written).
+enum class ManifestScope : uint8_t { Complete, RankPart };
+
 // Throws loom::Error naming `where` and the tensor/file when the manifest is inconsistent:
 // duplicate names, a shard outside its tensor or its file, a wrong byte count, shards that
-// overlap or leave part of a tensor uncovered, a file that is not listed.
-void validate_manifest(const Manifest& manifest, const std::string& where);
+// overlap or (Complete only) leave part of a tensor uncovered, a file that is not listed.
+void validate_manifest(const Manifest& manifest, const std::string& where,
+                       ManifestScope scope = ManifestScope::Complete);
 
 // The manifest as JSON text, with its own checksum.
 std::string serialize_manifest(const Manifest& manifest);
 // Parses and validates manifest text; errors name `path` and what is wrong (bad JSON, missing
 // or mistyped key, checksum mismatch, a version newer than this build reads).
-Manifest parse_manifest(std::string_view text, const std::string& path);
+Manifest parse_manifest(std::string_view text, const std::string& path, ManifestScope scope = ManifestScope::Complete);
 
 std::string hex64(uint64_t value);
 

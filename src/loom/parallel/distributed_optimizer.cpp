@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "loom/comm/reduce.h"
 #include "loom/core/error.h"
 #include "loom/kernels/cpu/adamw.h"
 #include "loom/parallel/global_norm.h"
@@ -38,6 +39,7 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& dp, BucketLayout 
             " is not a stage of the distributed optimizer (valid: 1, 2; 0 is plain DDP with GradReducer, 3 shards "
             "the parameters themselves)");
   check_gradient_op(options_.reduce_op, who);
+  check_gradient_wire(options_.wire, who);
   check(options_.comm_buffers >= 1,
         who + ": comm_buffers must be >= 1 (got " + std::to_string(options_.comm_buffers) + ")");
   check(layout_.shard_ranks == dp.size(), who + ": the bucket layout is sharded for " +
@@ -77,8 +79,15 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& dp, BucketLayout 
   grad_shards_ = Tensor({grad}, DType::F32);
   const int slots = static_cast<int>(std::min<int64_t>(options_.comm_buffers, communicating));
   slot_elements_ = (dp.size() + 1) * max_shard;  // the padded bucket, then a receive area
-  staging_ = Tensor({slots * slot_elements_}, DType::F32);
+  staging_ = Tensor({slots * slot_elements_}, options_.wire);
   slot_bucket_.assign(slots, -1);
+  check(options_.param_gather == DType::F32 || options_.param_gather == DType::BF16 ||
+            options_.param_gather == DType::F16,
+        who + ": parameters are all-gathered in f32, bf16 or f16 (precision.param_dtype=fp32 or compute)");
+  if (options_.param_gather != DType::F32) {
+    gathered_ = Tensor({layout_.numel()}, options_.param_gather);
+    gather_send_ = Tensor({state}, options_.param_gather);
+  }
   load_master_from_params();
 }
 
@@ -91,6 +100,12 @@ void DistributedOptimizer::load_master_from_params() {
     if (!mine.empty()) {
       std::memcpy(master + state_offset_[b], params_ + mine.begin, static_cast<size_t>(mine.size()) * sizeof(float));
     }
+  }
+  // The parameters as a gather would leave them: rounded to its dtype (every rank alike).
+  if (options_.param_gather != DType::F32) {
+    std::byte* rounded = gathered_.data<std::byte>();
+    comm::from_f32(rounded, params_, layout_.numel(), options_.param_gather);
+    comm::to_f32(params_, rounded, layout_.numel(), options_.param_gather);
   }
 }
 
@@ -107,14 +122,19 @@ void DistributedOptimizer::launch(int bucket) {
     complete(slot_bucket_[slot]);
     blocked_s_ += seconds(Clock::now() - t0);
   }
-  float* send = staging_.data<float>() + slot * slot_elements_;
-  std::memcpy(send, grads_ + b.offset, static_cast<size_t>(b.numel) * sizeof(float));
-  std::fill(send + b.numel, send + b.padded_numel, 0.0f);  // the padding adds nothing to any shard
-  // The first round of a step receives straight into the shard; later ones (ZeRO-2 rounds per
-  // micro-batch) receive beside the send area and are added on completion.
+  const DType wire = options_.wire;
+  const size_t element = dtype_size(wire);
+  std::byte* send = staging_.data<std::byte>() + slot * slot_elements_ * element;
+  comm::from_f32(send, grads_ + b.offset, b.numel, wire);  // a copy for f32, rounded for bf16
+  // The padding adds nothing to any shard (zero bits are +0 in every wire dtype).
+  std::memset(send + b.numel * element, 0, static_cast<size_t>(b.padded_numel - b.numel) * element);
+  // The first f32 round of a step receives straight into the shard; later ones (ZeRO-2 rounds
+  // per micro-batch) and narrow wires receive beside the send area, then are added or widened.
   const bool accumulate = rounds_ > 0;
-  float* recv = accumulate ? send + b.padded_numel : grad_shards_.data<float>() + grad_offset_[bucket];
-  in_flight_[bucket] = {dp_.reduce_scatter_async(send, recv, b.shard_numel, DType::F32, options_.reduce_op),
+  const bool staged = accumulate || wire != DType::F32;
+  void* recv = staged ? static_cast<void*>(send + b.padded_numel * element)
+                      : static_cast<void*>(grad_shards_.data<float>() + grad_offset_[bucket]);
+  in_flight_[bucket] = {dp_.reduce_scatter_async(send, recv, b.shard_numel, wire, options_.reduce_op), staged,
                         accumulate};
   slot_bucket_[slot] = bucket;
 }
@@ -126,11 +146,15 @@ void DistributedOptimizer::complete(int bucket) {
   comm::WorkHandle work = std::move(f.work);
   f.work.reset();
   work->wait();
+  if (!f.staged) return;
+  const Bucket& b = layout_.buckets[bucket];
+  const size_t element = dtype_size(options_.wire);
+  const std::byte* received = staging_.data<std::byte>() + (slot * slot_elements_ + b.padded_numel) * element;
+  float* shard = grad_shards_.data<float>() + grad_offset_[bucket];
   if (f.accumulate) {
-    const Bucket& b = layout_.buckets[bucket];
-    const float* received = staging_.data<float>() + slot * slot_elements_ + b.padded_numel;
-    float* shard = grad_shards_.data<float>() + grad_offset_[bucket];
-    for (int64_t i = 0; i < b.shard_numel; ++i) shard[i] += received[i];
+    comm::accumulate(shard, received, b.shard_numel, options_.wire, comm::ReduceOp::Sum);
+  } else {
+    comm::to_f32(shard, received, b.shard_numel, options_.wire);
   }
 }
 
@@ -186,8 +210,16 @@ double DistributedOptimizer::global_sum_of_squares() {
 
 comm::WorkHandle DistributedOptimizer::gather_parameters(int bucket) {
   const Bucket& b = layout_.buckets[bucket];
-  return dp_.all_gather_v_async(master_.data<float>() + state_offset_[bucket], params_ + b.offset,
-                                gather_counts_[bucket], DType::F32);
+  if (options_.param_gather == DType::F32) {
+    return dp_.all_gather_v_async(master_.data<float>() + state_offset_[bucket], params_ + b.offset,
+                                  gather_counts_[bucket], DType::F32);
+  }
+  // The owned shard travels rounded to the compute dtype.
+  const size_t element = dtype_size(options_.param_gather);
+  std::byte* send = gather_send_.data<std::byte>() + state_offset_[bucket] * element;
+  comm::from_f32(send, master_.data<float>() + state_offset_[bucket], b.shards[rank_].size(), options_.param_gather);
+  return dp_.all_gather_v_async(send, gathered_.data<std::byte>() + b.offset * element, gather_counts_[bucket],
+                                options_.param_gather);
 }
 
 double DistributedOptimizer::step(double lr, int64_t step) {
@@ -212,6 +244,9 @@ double DistributedOptimizer::step(double lr, int64_t step) {
     if (layout_.buckets[b].numel > 0) gathers.push_back(gather_parameters(static_cast<int>(b)));
   }
   for (comm::WorkHandle& w : gathers) w->wait();
+  if (options_.param_gather != DType::F32) {
+    comm::to_f32(params_, gathered_.data<std::byte>(), layout_.numel(), options_.param_gather);
+  }
   rounds_ = 0;  // the next round's reduce-scatters overwrite the shards' gradients
   return norm;
 }
@@ -229,7 +264,8 @@ std::vector<OwnedShard> DistributedOptimizer::shards() {
 }
 
 ShardAllocation DistributedOptimizer::allocation() const {
-  return {master_.numel(), exp_avg_.numel() + exp_avg_sq_.numel(), grad_shards_.numel(), staging_.numel()};
+  return {master_.numel(), exp_avg_.numel() + exp_avg_sq_.numel(), grad_shards_.numel(),
+          static_cast<int64_t>(staging_.nbytes() / sizeof(float))};
 }
 
 }  // namespace loom::parallel

@@ -14,6 +14,12 @@
 // `comm_buffers` staging buffers of one padded bucket each (the flat buffers have no room for a
 // bucket's padding, so a bucket is copied into a staging buffer for its reduce-scatter).
 //
+// Wire dtype (precision.grad_reduce): with `wire` = BF16 a bucket is rounded to bf16 as it is
+// staged, reduce-scattered as bf16 (the backends accumulate in f32 in rank order and round once,
+// as GradReducer's all-reduce does at ZeRO 0) and the received shard is widened into the fp32
+// reduced gradient; half the bytes on the wire and in the staging buffers. Rounds of ZeRO-2 add
+// their widened shards in fp32. The optimizer state and its arithmetic stay fp32.
+//
 // ZeRO-1 vs ZeRO-2 (the optimizer's own state is the same; what differs is the contract on the
 // trainer's full gradient buffer):
 // - zero=1: one reduction round per optimizer step, after the last micro-batch; gradients of
@@ -47,6 +53,12 @@ struct DistributedOptimizerOptions {
   int zero = 1;  // 1 or 2 (ZeRO-3 shards the parameters themselves: FSDP, elsewhere)
   // Sum when the loss is normalised over the global batch (loom's trainers); Avg otherwise.
   comm::ReduceOp reduce_op = comm::ReduceOp::Sum;
+  // Dtype the gradients travel in: F32, or BF16 (precision.grad_reduce=bf16; see above).
+  DType wire = DType::F32;
+  // The dtype the updated parameters are all-gathered in: F32, or the compute dtype (BF16, F16;
+  // precision.param_dtype=compute), which halves the bytes and leaves every rank's parameter
+  // buffer holding the master weights rounded to it (the master weights stay fp32).
+  DType param_gather = DType::F32;
   // Staging buffers for reduce-scatters in flight; a launch beyond that many waits for the
   // oldest to finish (bounded memory; with many buckets 2 keeps the network busy).
   int comm_buffers = 2;
@@ -73,7 +85,9 @@ struct ShardAllocation {
   int64_t master = 0;        // fp32 master weights
   int64_t moments = 0;       // exp_avg + exp_avg_sq
   int64_t grad_shards = 0;   // reduced gradients of the owned shards (with each bucket's padding)
-  int64_t comm_buffers = 0;  // reduce-scatter staging
+  // Reduce-scatter staging, in fp32-sized elements (bytes / 4) so that a bf16 wire, which
+  // stages half the bytes, is reported as such by callers that multiply by 4.
+  int64_t comm_buffers = 0;
 };
 
 class DistributedOptimizer {
@@ -122,7 +136,10 @@ class DistributedOptimizer {
   };
   struct InFlight {
     comm::WorkHandle work;
-    bool accumulate = false;  // the result lands in the staging tail and is added on completion
+    // The result lands in the staging tail (a later round, or a narrow wire) and is added to or
+    // widened into the shard on completion.
+    bool staged = false;
+    bool accumulate = false;  // add to the shard (a later round) rather than overwrite it
   };
 
   void launch(int bucket);
@@ -149,7 +166,9 @@ class DistributedOptimizer {
   std::vector<std::vector<Piece>> pieces_;
   std::vector<std::vector<int64_t>> gather_counts_;  // per bucket, per rank: real shard sizes
   Tensor master_, exp_avg_, exp_avg_sq_, grad_shards_;
-  Tensor staging_;                 // comm_buffers slots of (dp + 1) * max shard elements
+  Tensor staging_;                 // comm_buffers slots of (dp + 1) * max shard elements, wire dtype
+  Tensor gathered_;                // param_gather != F32: the parameters as gathered, whole buffer
+  Tensor gather_send_;             // ... and this rank's rounded shard, sent from here
   int64_t slot_elements_ = 0;
   std::vector<int> slot_bucket_;   // bucket using each slot, -1 when free
   std::vector<InFlight> in_flight_;

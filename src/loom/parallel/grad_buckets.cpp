@@ -145,11 +145,16 @@ void check_gradient_op(comm::ReduceOp op, const std::string& who) {
         who + ": gradients are combined with sum or avg, not " + comm::reduce_op_name(op));
 }
 
+void check_gradient_wire(DType wire, const std::string& who) {
+  check(wire == DType::F32 || wire == DType::BF16,
+        who + ": gradients are reduced in f32 or bf16 (precision.grad_reduce=fp32 or bf16), not " + dtype_name(wire));
+}
+
 GradReducer::GradReducer(comm::Communicator& dp, float* grads, BucketLayout layout, comm::ReduceOp op, DType wire)
     : dp_(dp), grads_(grads), layout_(std::move(layout)), op_(op), schedule_(layout_, "GradReducer"), wire_(wire) {
   check_gradient_op(op, "GradReducer");
   check(grads_ != nullptr || layout_.numel() == 0, "GradReducer: the gradient buffer is null");
-  check(wire == DType::F32 || wire == DType::BF16, "GradReducer: gradients are reduced in f32 or bf16");
+  check_gradient_wire(wire, "GradReducer");
   work_.resize(layout_.buckets.size());
   if (wire_ != DType::F32) {
     int64_t end = 0;

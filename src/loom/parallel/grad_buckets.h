@@ -155,5 +155,8 @@ class GradReducer {
 
 // Checks that `op` is one gradients can be combined with (Sum or Avg); `who` names the caller.
 void check_gradient_op(comm::ReduceOp op, const std::string& who);
+// Checks that `wire` is a dtype gradients may travel in (F32, or BF16 for
+// precision.grad_reduce=bf16); `who` names the caller.
+void check_gradient_wire(DType wire, const std::string& who);
 
 }  // namespace loom::parallel

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "loom/comm/reduce.h"
 #include "loom/core/error.h"
 #include "loom/kernels/cpu/adamw.h"
 #include "loom/parallel/global_norm.h"
@@ -46,6 +47,7 @@ Zero3::Zero3(comm::Communicator& dp, float* values, float* grads, std::vector<Pa
       rank_(dp.rank()) {
   const std::string who = "Zero3 (group '" + dp.name() + "')";
   check_gradient_op(options_.reduce_op, who);
+  check_gradient_wire(options_.wire, who);
   check(options_.comm_buffers >= 1, who + ": comm_buffers must be >= 1");
   check(!unit_params.empty(), who + ": the model has no units");
   for (comm::Communicator* g : options_.norm_groups) check(g != nullptr, who + ": a norm group is null");
@@ -119,7 +121,7 @@ Zero3::Zero3(comm::Communicator& dp, float* values, float* grads, std::vector<Pa
   shard_elements_ = state;
   // A slot holds a padded section to send, then the received shard.
   slot_elements_ = max_padded + max_shard;
-  staging_ = Tensor({options_.comm_buffers * slot_elements_}, DType::F32);
+  staging_ = Tensor({options_.comm_buffers * slot_elements_}, options_.wire);
   slot_section_.assign(options_.comm_buffers, -1);
   slot_work_.resize(options_.comm_buffers);
   acquired_.assign(2 * U, 0);
@@ -259,11 +261,14 @@ void Zero3::launch_reduce_scatter(int s) {
   const int slot = next_slot_;
   next_slot_ = (next_slot_ + 1) % static_cast<int>(slot_section_.size());
   if (slot_section_[slot] >= 0) complete_reduce_scatter(slot);
-  float* send = staging_.data<float>() + slot * slot_elements_;
+  const size_t element = dtype_size(options_.wire);
+  std::byte* send = staging_.data<std::byte>() + slot * slot_elements_ * element;
   const int64_t padded = sec.shard_numel * dp_.size();
-  std::memcpy(send, grads_ + sec.begin, static_cast<size_t>(sec.numel) * sizeof(float));
-  std::fill(send + sec.numel, send + padded, 0.0f);  // the padding adds nothing to any shard
-  slot_work_[slot] = dp_.reduce_scatter_async(send, send + padded, sec.shard_numel, DType::F32, options_.reduce_op);
+  comm::from_f32(send, grads_ + sec.begin, sec.numel, options_.wire);  // a copy for f32, rounded for bf16
+  // The padding adds nothing to any shard (zero bits are +0 in every wire dtype).
+  std::memset(send + sec.numel * element, 0, static_cast<size_t>(padded - sec.numel) * element);
+  slot_work_[slot] = dp_.reduce_scatter_async(send, send + padded * element, sec.shard_numel, options_.wire,
+                                              options_.reduce_op);
   slot_section_[slot] = s;
   // The copy is in flight; the full gradient range is free at once.
   if (sec.grad_resident) {
@@ -282,9 +287,12 @@ void Zero3::complete_reduce_scatter(int slot) {
   work->wait();
   blocked_s_ += seconds(Clock::now() - t0);
   const Section& sec = sections_[s];
-  const float* received = staging_.data<float>() + slot * slot_elements_ + sec.shard_numel * dp_.size();
-  float* shard = grad_shards_.data<float>() + sec.grad_offset;
-  for (int64_t i = 0; i < sec.shard_numel; ++i) shard[i] += received[i];
+  const size_t element = dtype_size(options_.wire);
+  const std::byte* received =
+      staging_.data<std::byte>() + (slot * slot_elements_ + sec.shard_numel * dp_.size()) * element;
+  // Micro-batches accumulate in fp32 whatever the wire.
+  comm::accumulate(grad_shards_.data<float>() + sec.grad_offset, received, sec.shard_numel, options_.wire,
+                   comm::ReduceOp::Sum);
 }
 
 void Zero3::begin_micro_batch() {
@@ -406,7 +414,7 @@ Zero3Memory Zero3::memory() const {
   m.parameter_shard = shard_.numel() * 4;
   m.moments = (exp_avg_.numel() + exp_avg_sq_.numel()) * 4;
   m.gradient_shard = grad_shards_.numel() * 4;
-  m.comm_buffers = staging_.numel() * 4;
+  m.comm_buffers = static_cast<int64_t>(staging_.nbytes());
   for (const Section& sec : sections_) m.full_parameters += sec.numel * 4;
   m.peak_parameters = peak_parameters_ * 4;
   m.peak_gradients = peak_gradients_ * 4;

@@ -28,6 +28,11 @@
 // ZeRO-2. step() clips by the global norm over every shard and updates the owned shards only; the
 // next forward gathers the new values unit by unit.
 //
+// Wire dtype (precision.grad_reduce): with `wire` = BF16 the section's gradient is rounded to
+// bf16 as it is staged, reduce-scattered as bf16 (f32 accumulation in rank order, one rounding)
+// and the received shard is widened and added to the fp32 accumulated gradient; the parameter
+// gathers stay fp32 (they are the master weights).
+//
 // Call sequence per optimizer step (each rank, same order; install this object as the model's
 // hooks around each forward_backward):
 //   per micro-batch: begin_micro_batch(); model.forward_backward(...); end_micro_batch();
@@ -55,6 +60,8 @@ namespace loom::parallel {
 struct Zero3Options {
   // Sum when the loss is normalised over the global batch (loom's trainers); Avg otherwise.
   comm::ReduceOp reduce_op = comm::ReduceOp::Sum;
+  // Dtype the gradients travel in: F32, or BF16 (precision.grad_reduce=bf16; see above).
+  DType wire = DType::F32;
   bool prefetch = true;  // gather the next phase's sections while the current one computes
   // Staging slots for reduce-scatters in flight (a launch beyond that waits for the oldest).
   int comm_buffers = 2;
@@ -70,7 +77,7 @@ struct Zero3Memory {
   int64_t parameter_shard = 0;   // fp32 parameter shard (also the master weights)
   int64_t moments = 0;           // exp_avg + exp_avg_sq
   int64_t gradient_shard = 0;    // accumulated reduced gradients (padded shards)
-  int64_t comm_buffers = 0;      // reduce-scatter staging
+  int64_t comm_buffers = 0;      // reduce-scatter staging (in the wire dtype)
   int64_t full_parameters = 0;   // the unsharded model, for comparison
   int64_t peak_parameters = 0;   // max over time of shard + gathered sections
   int64_t peak_gradients = 0;    // max over time of gradient shard + resident gradient sections
@@ -180,7 +187,7 @@ class Zero3 : public model::ParameterHooks {
   std::vector<std::vector<Piece>> pieces_;       // per section
   std::vector<char> acquired_;                   // per phase
   Tensor shard_, exp_avg_, exp_avg_sq_, grad_shards_;
-  Tensor staging_;
+  Tensor staging_;  // wire dtype
   int64_t slot_elements_ = 0;
   std::vector<int> slot_section_;  // section reduce-scattering in each slot, -1 when free
   std::vector<comm::WorkHandle> slot_work_;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "loom/comm/reduce.h"
 #include "loom/core/error.h"
 #include "loom/parallel/global_norm.h"
 #include "loom/parallel/memory_accounting.h"
@@ -52,13 +53,24 @@ DataParallelStep::DataParallelStep(comm::Communicator& dp, model::Transformer& m
   }
   norm_excluded_ = norm_excluded(params);
 
-  check(config.precision.grad_reduce == "fp32" || zero_ == 0 || dp.size() == 1,
-        "precision.grad_reduce=bf16 is implemented for parallel.zero=0 (DDP all-reduce); ZeRO " +
-            std::to_string(zero_) + " reduce-scatters gradients in fp32 (use precision.grad_reduce=fp32)");
+  // precision.grad_reduce=bf16: gradients travel and are summed as bf16 (f32 accumulation) at
+  // every stage: DDP's all-reduce, ZeRO 1-2's bucket and ZeRO 3's unit reduce-scatters. One rank
+  // sends nothing, so nothing is rounded (as zero 0, which then builds no reducer).
+  const DType wire = config.precision.grad_reduce == "bf16" && dp.size() > 1 ? DType::BF16 : DType::F32;
+  // precision.param_dtype=compute: the fp32 master weights live in the optimizer and the model's
+  // parameters are them rounded to the compute dtype (what Megatron's bf16 models hold).
+  param_dtype_ = DType::F32;
+  if (config.precision.param_dtype == "compute" && config.precision.recipe != "fp32") {
+    param_dtype_ = config.precision.recipe == "fp16" ? DType::F16 : DType::BF16;
+  }
+  check(param_dtype_ == DType::F32 || zero_ != 3,
+        "precision.param_dtype=compute is implemented for parallel.zero 0, 1 and 2 (ZeRO-3 gathers each unit's "
+        "fp32 shards); use precision.param_dtype=fp32 with parallel.zero=3");
   if (zero_ == 3) {
     std::vector<std::vector<int>> units;
     for (int u = 0; u < model.units(); ++u) units.push_back(model.unit_parameters(u));
     parallel::Zero3Options options;
+    options.wire = wire;
     options.norm_groups = norm_groups_;
     options.norm_excluded = norm_excluded_;
     zero3_ = std::make_unique<parallel::Zero3>(dp, params.values(), params.grads(), param_ranges(params), units,
@@ -72,14 +84,15 @@ DataParallelStep::DataParallelStep(comm::Communicator& dp, model::Transformer& m
   parallel::BucketLayout layout = parallel::make_buckets(param_ranges(params), bucket_bytes, dp.size());
   if (zero_ == 0) {
     adamw_ = std::make_unique<optim::AdamW>(config.optim, params.total(), optimizer_segments(params));
-    // precision.grad_reduce=bf16: buckets travel and are summed as bf16 (f32 accumulation).
-    const DType wire = config.precision.grad_reduce == "bf16" ? DType::BF16 : DType::F32;
+    if (param_dtype_ != DType::F32) load_master_from_params();
     if (dp.size() > 1) {
       reducer_ = std::make_unique<parallel::GradReducer>(dp, params.grads(), std::move(layout), comm::ReduceOp::Sum, wire);
     }
   } else {
     parallel::DistributedOptimizerOptions options;
     options.zero = zero_;
+    options.wire = wire;
+    options.param_gather = param_dtype_;
     options.norm_groups = norm_groups_;
     options.norm_excluded = norm_excluded_;
     sharded_ = std::make_unique<parallel::DistributedOptimizer>(dp, std::move(layout), optimizer_segments(params),
@@ -154,7 +167,12 @@ double DataParallelStep::step(double lr, int64_t step) {
     norm = std::sqrt(norm_groups_.empty()
                          ? local
                          : parallel::sum_over_groups(local, *norm_groups_[0], {norm_groups_.begin() + 1, norm_groups_.end()}));
-    adamw_->step_with_norm(params.values(), params.grads(), lr, step, norm);
+    if (master_.empty()) {
+      adamw_->step_with_norm(params.values(), params.grads(), lr, step, norm);
+    } else {
+      adamw_->step_with_norm(master_.data(), params.grads(), lr, step, norm);
+      round_into_params();
+    }
   }
   params.zero_grads();
   return norm;
@@ -204,6 +222,46 @@ void DataParallelStep::gather_moments(std::vector<float>& exp_avg, std::vector<f
   dp_.all_reduce(exp_avg_sq.data(), total, DType::F32, comm::ReduceOp::Sum);
 }
 
+void DataParallelStep::load_master_from_params() {
+  const model::ParameterStore& params = model_.params();
+  master_.assign(params.values(), params.values() + params.total());
+  round_into_params();
+}
+
+void DataParallelStep::round_into_params() {
+  model::ParameterStore& params = model_.params();
+  std::vector<uint16_t> rounded(static_cast<size_t>(params.total()));
+  comm::from_f32(rounded.data(), master_.data(), params.total(), param_dtype_);
+  comm::to_f32(params.values(), rounded.data(), params.total(), param_dtype_);
+}
+
+std::vector<OwnedRange> DataParallelStep::checkpoint_ranges(std::vector<float>& exp_avg_scratch,
+                                                           std::vector<float>& exp_avg_sq_scratch) {
+  const model::ParameterStore& params = model_.params();
+  const int64_t total = params.total();
+  if (sharded_) {
+    std::vector<OwnedRange> out;
+    for (const parallel::OwnedShard& s : sharded_->shards()) out.push_back({s.begin, s.end, s.master, s.exp_avg, s.exp_avg_sq});
+    return out;
+  }
+  const float* exp_avg = nullptr;
+  const float* exp_avg_sq = nullptr;
+  if (zero3_) {
+    gather_moments(exp_avg_scratch, exp_avg_sq_scratch);  // also gathers the parameters
+    exp_avg = exp_avg_scratch.data();
+    exp_avg_sq = exp_avg_sq_scratch.data();
+  } else {
+    exp_avg = adamw_->exp_avg();
+    exp_avg_sq = adamw_->exp_avg_sq();
+  }
+  // Every rank holds everything: each writes an even part (of the master weights, when the
+  // parameters are rounded copies of them).
+  const int64_t begin = model::balanced_first(total, dp_.size(), dp_.rank());
+  const int64_t end = model::balanced_first(total, dp_.size(), dp_.rank() + 1);
+  const float* values = master_.empty() ? params.values() : master_.data();
+  return {{begin, end, values + begin, exp_avg + begin, exp_avg_sq + begin}};
+}
+
 void DataParallelStep::load_moments(const float* exp_avg, const float* exp_avg_sq) {
   const int64_t total = model_.params().total();
   if (zero3_) {
@@ -214,6 +272,7 @@ void DataParallelStep::load_moments(const float* exp_avg, const float* exp_avg_s
   if (adamw_) {
     std::copy(exp_avg, exp_avg + total, adamw_->exp_avg());
     std::copy(exp_avg_sq, exp_avg_sq + total, adamw_->exp_avg_sq());
+    if (!master_.empty()) load_master_from_params();  // the checkpoint holds the master weights
     return;
   }
   sharded_->load_master_from_params();
@@ -263,6 +322,7 @@ std::string DataParallelStep::memory_report() const {
     bytes.communication_buffers = a.comm_buffers * 4;
   } else {
     bytes.optimizer_moments = total * 8;
+    bytes.master_weights = static_cast<int64_t>(master_.size()) * 4;  // param_dtype=compute
   }
   std::ostringstream out;
   out << "memory per rank (allocated, fp32 training, zero " << zero_ << ", dp " << dp_.size()

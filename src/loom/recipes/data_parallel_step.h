@@ -23,6 +23,7 @@
 #include "loom/parallel/distributed_optimizer.h"
 #include "loom/parallel/grad_buckets.h"
 #include "loom/parallel/zero3.h"
+#include "loom/recipes/sharded_training_state.h"
 #include "loom/runtime/config.h"
 
 namespace loom::recipes {
@@ -65,6 +66,13 @@ class DataParallelStep : private model::ParameterHooks {
   // already hold the checkpoint's values (zero 3 re-shards them from there).
   void load_moments(const float* exp_avg, const float* exp_avg_sq);
 
+  // The flat ranges of the parameter buffer whose values and moments this rank writes to a
+  // checkpoint: disjoint over the data-parallel ranks, together the whole buffer (zero 1-2: the
+  // shards it owns; zero 0: an even split of the replicated state). Collective at zero 3, which
+  // first gathers the parameters (until release_full_parameters) and moments (into the scratch
+  // buffers, which the ranges then point into).
+  std::vector<OwnedRange> checkpoint_ranges(std::vector<float>& exp_avg_scratch, std::vector<float>& exp_avg_sq_scratch);
+
   // Collective. The model's values buffer holds the full parameters until release (zero 3; the
   // other stages always hold them, and these do nothing).
   void gather_full_parameters();
@@ -82,11 +90,16 @@ class DataParallelStep : private model::ParameterHooks {
   void after_backward(int unit) override;
 
   bool rounds_per_micro_batch() const { return zero_ == 2 && !once_per_step_; }
+  // precision.param_dtype=compute at zero 0: master_ <- the parameters, which are then rounded.
+  void load_master_from_params();
+  void round_into_params();
   void reduce_tied_embedding();
 
   comm::Communicator& dp_;
   model::Transformer& model_;
   int zero_;
+  DType param_dtype_ = DType::F32;  // what the model's parameters are rounded to
+  std::vector<float> master_;       // zero 0 with param_dtype_ != F32: the fp32 master weights
   bool once_per_step_ = false;
   comm::Communicator* tied_group_ = nullptr;  // first and last pipeline stage
   int tied_param_ = -1;

@@ -28,14 +28,18 @@ std::string checkpoint_root(const runtime::RunConfig& config) {
   return (std::filesystem::path(config.run.dir) / "checkpoints").string();
 }
 
-ckpt::CheckpointSnapshot snapshot_training_state(const std::vector<ckpt::TensorRef>& tensors,
-                                                 const TrainingProgress& progress, const runtime::RunConfig& config) {
+nlohmann::json training_state(const TrainingProgress& progress, const runtime::RunConfig& config) {
   nlohmann::json state = {{"step", progress.step},
                           {"consumed_samples", progress.consumed_samples},
                           {"seed", config.train.seed},
                           {"rng", {{"generator", "philox4x32-10"}, {"seed", config.train.seed}}}};
   if (!progress.precision.is_null()) state["precision"] = progress.precision;
-  return ckpt::snapshot_checkpoint(progress.step, tensors, state, runtime::to_yaml(config));
+  return state;
+}
+
+ckpt::CheckpointSnapshot snapshot_training_state(const std::vector<ckpt::TensorRef>& tensors,
+                                                 const TrainingProgress& progress, const runtime::RunConfig& config) {
+  return ckpt::snapshot_checkpoint(progress.step, tensors, training_state(progress, config), runtime::to_yaml(config));
 }
 
 namespace {

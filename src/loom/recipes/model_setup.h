@@ -24,6 +24,10 @@ struct TrainingProgress {
   nlohmann::json precision;      // mixed precision: loss scaler, FP8 amax histories (precision_step.h)
 };
 
+// The checkpoint's trainer state object (step, data position, seed, precision state) that
+// load_training_checkpoint reads back.
+nlohmann::json training_state(const TrainingProgress& progress, const runtime::RunConfig& config);
+
 // Copies the training state (parameters and optimizer moments as global tensors or shards of
 // them, see sharded_training_state.h), progress and config into a snapshot ready to be written
 // (synchronously, or by ckpt::AsyncCheckpointWriter while training continues).

@@ -356,29 +356,32 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
     const bool interval_due = run.checkpoint.interval > 0 && step % run.checkpoint.interval == 0;
     if (interval_due || last || stop) {
       heartbeat.phase("checkpoint", step);
-      // Parameters are identical on every rank and the moments are gathered from their shards:
-      // rank 0 writes the checkpoint for all.
-      optimizer.gather_moments(exp_avg, exp_avg_sq);
-      // Replica 0's tensor-parallel ranks bring their shards together as slices of global tensors.
-      // Then the pipeline stages send theirs to the first stage, whose rank 0 writes.
-      ShardedTrainingState stage_state, state;
-      if (mesh.dp_rank() == 0) {
-        stage_state = gather_sharded_training_state(model, exp_avg.data(), exp_avg_sq.data());
-        if (mesh.tp_rank() == 0) {
-          state = gather_pipeline_state(stage_state, mesh.pp());
-          if (pp > 1) progress.precision = precision.pipeline_state(mesh.pp());
-        }
+      // Every rank writes the shards it owns (its tensor-parallel slices, its stage's layers, its
+      // part of the data-parallel state) into one shared directory; rank 0 publishes the
+      // checkpoint once every rank's part is there.
+      const std::vector<OwnedRange> owned = optimizer.checkpoint_ranges(exp_avg, exp_avg_sq);
+      const std::vector<ckpt::TensorRef> refs = owned_training_state(model, owned);
+      if (pp > 1 && mesh.dp_rank() == 0 && mesh.tp_rank() == 0) {
+        progress.precision = precision.pipeline_state(mesh.pp());  // every stage's FP8 histories
+      } else if (pp == 1) {
+        progress.precision = precision.state();
       }
-      if (reporter) {
-        if (pp == 1) progress.precision = precision.state();
-        ckpt::CheckpointSnapshot snapshot = snapshot_training_state(state.tensors, progress, run);
-        if (run.checkpoint.async) {
-          async_writer.save(root, std::move(snapshot), run.checkpoint.keep);  // the disk works while we train
-        } else {
-          ckpt::write_snapshot(root, snapshot, run.checkpoint.keep);
-        }
-        faults.after_checkpoint(step, root, [&] { async_writer.wait(); });
+      // The state and config travel in rank 0's part: it writes the manifest.
+      ckpt::CheckpointSnapshot snapshot =
+          ckpt::snapshot_checkpoint(progress.step, refs, reporter ? training_state(progress, run) : nlohmann::json::object(),
+                                    reporter ? runtime::to_yaml(run) : std::string(), ckpt::ManifestScope::RankPart,
+                                    async_writer.take_arena());  // waits only for a save still in flight
+      int64_t token = reporter ? static_cast<int64_t>(::getpid()) : 0;
+      if (world.size() > 1) world.broadcast(&token, 1, DType::I64, 0);
+      const ckpt::SaveRank who{world.rank(), world.size(), token,
+                               std::chrono::milliseconds(static_cast<int64_t>(run.runtime.timeout_s * 1000.0))};
+      if (run.checkpoint.async) {
+        async_writer.save(root, std::move(snapshot), run.checkpoint.keep, who);  // the disk works while we train
+      } else {
+        ckpt::write_snapshot(root, snapshot, run.checkpoint.keep, who);
       }
+      optimizer.release_full_parameters();  // zero 3 gathered them for the checkpoint
+      if (reporter) faults.after_checkpoint(step, root, [&] { async_writer.wait(); });
       last_checkpoint = (std::filesystem::path(root) / ckpt::step_dir_name(step)).string();
     }
     if (stop && !last) {

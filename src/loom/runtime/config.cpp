@@ -427,6 +427,7 @@ const std::vector<SectionSchema>& schema() {
                   field("recipe", &PrecisionConfig::recipe,
                         one_of({"fp32", "bf16", "fp16", "fp8_delayed", "fp8_current", "fp8_blockwise", "mxfp8"})),
                   field("grad_reduce", &PrecisionConfig::grad_reduce, one_of({"fp32", "bf16"})),
+                  field("param_dtype", &PrecisionConfig::param_dtype, one_of({"fp32", "compute"})),
                   field("loss_scale_initial", &PrecisionConfig::loss_scale_initial, greater_than(0)),
                   field("loss_scale_growth_interval", &PrecisionConfig::loss_scale_growth_interval, at_least(1)),
                   field("loss_scale_min", &PrecisionConfig::loss_scale_min, greater_than(0)),

@@ -129,6 +129,9 @@ struct ParallelConfig {
 struct PrecisionConfig {
   std::string recipe = "fp32";  // fp32 | bf16 | fp16 | fp8_delayed | fp8_current | fp8_blockwise | mxfp8
   std::string grad_reduce = "fp32";  // fp32 | bf16: dtype of data-parallel gradient reduction
+  // fp32 | compute: the model's parameters hold the fp32 master weights, or the master weights
+  // rounded to the compute dtype (bf16; fp16 for fp16), all-gathered in it by ZeRO 1-2.
+  std::string param_dtype = "fp32";
   double loss_scale_initial = 65536.0;  // fp16: dynamic loss scale to start from
   int loss_scale_growth_interval = 1000;  // fp16: clean steps before the scale doubles
   double loss_scale_min = 1.0;          // fp16: the scale never drops below this
