@@ -122,6 +122,10 @@ Zero3::Zero3(comm::Communicator& dp, float* values, float* grads, std::vector<Pa
   // A slot holds a padded section to send, then the received shard.
   slot_elements_ = max_padded + max_shard;
   staging_ = Tensor({options_.comm_buffers * slot_elements_}, options_.wire);
+  check(options_.param_gather == DType::F32 || options_.param_gather == DType::BF16 ||
+            options_.param_gather == DType::F16,
+        "Zero3: parameters are gathered in f32, bf16 or f16 (precision.param_dtype=fp32 or compute)");
+  if (options_.param_gather != DType::F32) gather_send_ = Tensor({state}, options_.param_gather);
   slot_section_.assign(options_.comm_buffers, -1);
   slot_work_.resize(options_.comm_buffers);
   acquired_.assign(2 * U, 0);
@@ -176,8 +180,27 @@ void Zero3::acquire_section(int s) {
   if (sec.numel == 0) return;
   gathered_elements_ += sec.numel;
   note_residency();
-  sec.gather = dp_.all_gather_v_async(shard_.data<float>() + sec.state_offset, values_ + sec.begin, sec.counts,
-                                      DType::F32);
+  if (options_.param_gather == DType::F32) {
+    sec.gather = dp_.all_gather_v_async(shard_.data<float>() + sec.state_offset, values_ + sec.begin, sec.counts,
+                                        DType::F32);
+    return;
+  }
+  // The shard travels rounded to the compute dtype and lands in a staging area of that dtype,
+  // widened into the values when the gather is waited for (finish_gather).
+  const size_t element = dtype_size(options_.param_gather);
+  std::byte* send = gather_send_.data<std::byte>() + sec.state_offset * element;
+  comm::from_f32(send, shard_.data<float>() + sec.state_offset, sec.mine.size(), options_.param_gather);
+  sec.gathered_bits.resize(static_cast<size_t>(sec.numel) * element);
+  sec.gather = dp_.all_gather_v_async(send, sec.gathered_bits.data(), sec.counts, options_.param_gather);
+}
+
+void Zero3::finish_gather(Section& sec) {
+  if (!sec.gather) return;
+  sec.gather->wait();
+  sec.gather.reset();
+  if (sec.gathered_bits.empty()) return;
+  comm::to_f32(values_ + sec.begin, sec.gathered_bits.data(), sec.numel, options_.param_gather);
+  std::vector<std::byte>().swap(sec.gathered_bits);
 }
 
 void Zero3::release_section(int s) {
@@ -187,6 +210,7 @@ void Zero3::release_section(int s) {
   if (sec.gather) {  // prefetched but never used (e.g. a forward without backward)
     sec.gather->wait();
     sec.gather.reset();
+    std::vector<std::byte>().swap(sec.gathered_bits);
   }
   sec.gathered = false;
   if (sec.numel == 0) return;
@@ -205,9 +229,8 @@ void Zero3::wait_gathers(int phase) {
     Section& sec = sections_[s];
     if (!sec.gather) continue;
     const Clock::time_point t0 = Clock::now();
-    sec.gather->wait();
+    finish_gather(sec);
     blocked_s_ += seconds(Clock::now() - t0);
-    sec.gather.reset();
   }
 }
 
@@ -358,11 +381,7 @@ void Zero3::gather_full_parameters() {
   if (full_) return;
   full_ = true;
   for (int s = 0; s < sections(); ++s) acquire_section(s);
-  for (Section& sec : sections_) {
-    if (!sec.gather) continue;
-    sec.gather->wait();
-    sec.gather.reset();
-  }
+  for (Section& sec : sections_) finish_gather(sec);
 }
 
 void Zero3::release_full_parameters() {
@@ -399,6 +418,16 @@ void Zero3::gather_moments(float* exp_avg, float* exp_avg_sq) {
                                           sec.counts, DType::F32));
   }
   for (comm::WorkHandle& w : work) w->wait();
+}
+
+std::vector<Zero3::OwnedShard> Zero3::shards() const {
+  std::vector<OwnedShard> out;
+  for (const Section& sec : sections_) {
+    if (sec.mine.empty()) continue;
+    out.push_back({sec.mine.begin, sec.mine.end, shard_.data<float>() + sec.state_offset,
+                   exp_avg_.data<float>() + sec.state_offset, exp_avg_sq_.data<float>() + sec.state_offset});
+  }
+  return out;
 }
 
 void Zero3::load_moments(const float* exp_avg, const float* exp_avg_sq) {

@@ -62,6 +62,10 @@ struct Zero3Options {
   comm::ReduceOp reduce_op = comm::ReduceOp::Sum;
   // Dtype the gradients travel in: F32, or BF16 (precision.grad_reduce=bf16; see above).
   DType wire = DType::F32;
+  // Dtype the parameters are gathered in: F32, or the compute dtype (BF16/F16;
+  // precision.param_dtype=compute): the model then computes with the fp32 shards (the master
+  // weights) rounded to it, for half the gather bytes.
+  DType param_gather = DType::F32;
   bool prefetch = true;  // gather the next phase's sections while the current one computes
   // Staging slots for reduce-scatters in flight (a launch beyond that waits for the oldest).
   int comm_buffers = 2;
@@ -129,6 +133,15 @@ class Zero3 : public model::ParameterHooks {
   void load_from_full();
   // Collective: Adam moments as full flat buffers laid out like the parameters.
   void gather_moments(float* exp_avg, float* exp_avg_sq);
+  // This rank's shards: flat [begin, end) with its fp32 parameters (the master weights) and
+  // moments, for checkpoints that store each rank's own part.
+  struct OwnedShard {
+    int64_t begin = 0, end = 0;
+    const float* value = nullptr;
+    const float* exp_avg = nullptr;
+    const float* exp_avg_sq = nullptr;
+  };
+  std::vector<OwnedShard> shards() const;
   // Takes this rank's shards of full flat moment buffers.
   void load_moments(const float* exp_avg, const float* exp_avg_sq);
 
@@ -153,6 +166,7 @@ class Zero3 : public model::ParameterHooks {
     bool gathered = false;
     bool grad_resident = false;
     comm::WorkHandle gather;
+    std::vector<std::byte> gathered_bits;  // param_gather != F32: the gather's landing area
   };
   struct Piece {  // part of an owned shard inside one weight-decay segment
     int64_t local = 0, numel = 0;
@@ -165,6 +179,7 @@ class Zero3 : public model::ParameterHooks {
   void end_phase(int phase);
   void acquire(int phase);
   void wait_gathers(int phase);
+  void finish_gather(Section& sec);
   void acquire_section(int s);
   void release_section(int s);
   void launch_reduce_scatter(int s);
@@ -188,6 +203,7 @@ class Zero3 : public model::ParameterHooks {
   std::vector<char> acquired_;                   // per phase
   Tensor shard_, exp_avg_, exp_avg_sq_, grad_shards_;
   Tensor staging_;  // wire dtype
+  Tensor gather_send_;  // param_gather != F32: this rank's shards, rounded for the gathers
   int64_t slot_elements_ = 0;
   std::vector<int> slot_section_;  // section reduce-scattering in each slot, -1 when free
   std::vector<comm::WorkHandle> slot_work_;

@@ -63,14 +63,12 @@ DataParallelStep::DataParallelStep(comm::Communicator& dp, model::Transformer& m
   if (config.precision.param_dtype == "compute" && config.precision.recipe != "fp32") {
     param_dtype_ = config.precision.recipe == "fp16" ? DType::F16 : DType::BF16;
   }
-  check(param_dtype_ == DType::F32 || zero_ != 3,
-        "precision.param_dtype=compute is implemented for parallel.zero 0, 1 and 2 (ZeRO-3 gathers each unit's "
-        "fp32 shards); use precision.param_dtype=fp32 with parallel.zero=3");
   if (zero_ == 3) {
     std::vector<std::vector<int>> units;
     for (int u = 0; u < model.units(); ++u) units.push_back(model.unit_parameters(u));
     parallel::Zero3Options options;
     options.wire = wire;
+    options.param_gather = param_dtype_;
     options.norm_groups = norm_groups_;
     options.norm_excluded = norm_excluded_;
     zero3_ = std::make_unique<parallel::Zero3>(dp, params.values(), params.grads(), param_ranges(params), units,
@@ -235,8 +233,7 @@ void DataParallelStep::round_into_params() {
   comm::to_f32(params.values(), rounded.data(), params.total(), param_dtype_);
 }
 
-std::vector<OwnedRange> DataParallelStep::checkpoint_ranges(std::vector<float>& exp_avg_scratch,
-                                                           std::vector<float>& exp_avg_sq_scratch) {
+std::vector<OwnedRange> DataParallelStep::checkpoint_ranges() const {
   const model::ParameterStore& params = model_.params();
   const int64_t total = params.total();
   if (sharded_) {
@@ -244,16 +241,13 @@ std::vector<OwnedRange> DataParallelStep::checkpoint_ranges(std::vector<float>& 
     for (const parallel::OwnedShard& s : sharded_->shards()) out.push_back({s.begin, s.end, s.master, s.exp_avg, s.exp_avg_sq});
     return out;
   }
-  const float* exp_avg = nullptr;
-  const float* exp_avg_sq = nullptr;
   if (zero3_) {
-    gather_moments(exp_avg_scratch, exp_avg_sq_scratch);  // also gathers the parameters
-    exp_avg = exp_avg_scratch.data();
-    exp_avg_sq = exp_avg_sq_scratch.data();
-  } else {
-    exp_avg = adamw_->exp_avg();
-    exp_avg_sq = adamw_->exp_avg_sq();
+    std::vector<OwnedRange> out;
+    for (const parallel::Zero3::OwnedShard& s : zero3_->shards()) out.push_back({s.begin, s.end, s.value, s.exp_avg, s.exp_avg_sq});
+    return out;
   }
+  const float* exp_avg = adamw_->exp_avg();
+  const float* exp_avg_sq = adamw_->exp_avg_sq();
   // Every rank holds everything: each writes an even part (of the master weights, when the
   // parameters are rounded copies of them).
   const int64_t begin = model::balanced_first(total, dp_.size(), dp_.rank());

@@ -66,12 +66,10 @@ class DataParallelStep : private model::ParameterHooks {
   // already hold the checkpoint's values (zero 3 re-shards them from there).
   void load_moments(const float* exp_avg, const float* exp_avg_sq);
 
-  // The flat ranges of the parameter buffer whose values and moments this rank writes to a
-  // checkpoint: disjoint over the data-parallel ranks, together the whole buffer (zero 1-2: the
-  // shards it owns; zero 0: an even split of the replicated state). Collective at zero 3, which
-  // first gathers the parameters (until release_full_parameters) and moments (into the scratch
-  // buffers, which the ranges then point into).
-  std::vector<OwnedRange> checkpoint_ranges(std::vector<float>& exp_avg_scratch, std::vector<float>& exp_avg_sq_scratch);
+  // The flat ranges of the parameter buffer whose values (the fp32 master weights) and moments
+  // this rank writes to a checkpoint: disjoint over the data-parallel ranks, together the whole
+  // buffer (zero 1-3: the shards it owns; zero 0: an even split of the replicated state).
+  std::vector<OwnedRange> checkpoint_ranges() const;
 
   // Collective. The model's values buffer holds the full parameters until release (zero 3; the
   // other stages always hold them, and these do nothing).

@@ -173,7 +173,7 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
 
   const std::string root = checkpoint_root(run);
   TrainingProgress progress;
-  std::vector<float> exp_avg, exp_avg_sq;  // full moments, for checkpoints
+  std::vector<float> exp_avg, exp_avg_sq;  // full moments read from a checkpoint on resume
   if (run.train.resume) {
     if (std::filesystem::exists(std::filesystem::path(root) / "latest")) {
       ckpt::LoadedCheckpoint checkpoint = ckpt::load_checkpoint(root);
@@ -359,7 +359,7 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
       // Every rank writes the shards it owns (its tensor-parallel slices, its stage's layers, its
       // part of the data-parallel state) into one shared directory; rank 0 publishes the
       // checkpoint once every rank's part is there.
-      const std::vector<OwnedRange> owned = optimizer.checkpoint_ranges(exp_avg, exp_avg_sq);
+      const std::vector<OwnedRange> owned = optimizer.checkpoint_ranges();
       const std::vector<ckpt::TensorRef> refs = owned_training_state(model, owned);
       if (pp > 1 && mesh.dp_rank() == 0 && mesh.tp_rank() == 0) {
         progress.precision = precision.pipeline_state(mesh.pp());  // every stage's FP8 histories
@@ -380,7 +380,6 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
       } else {
         ckpt::write_snapshot(root, snapshot, run.checkpoint.keep, who);
       }
-      optimizer.release_full_parameters();  // zero 3 gathered them for the checkpoint
       if (reporter) faults.after_checkpoint(step, root, [&] { async_writer.wait(); });
       last_checkpoint = (std::filesystem::path(root) / ckpt::step_dir_name(step)).string();
     }
