@@ -105,7 +105,7 @@ void DistributedOptimizer::load_master_from_params() {
   if (options_.param_gather != DType::F32) {
     std::byte* rounded = gathered_.data<std::byte>();
     comm::from_f32(rounded, params_, layout_.numel(), options_.param_gather);
-    comm::to_f32(params_, rounded, layout_.numel(), options_.param_gather);
+    if (!options_.keep_gathered) comm::to_f32(params_, rounded, layout_.numel(), options_.param_gather);
   }
 }
 
@@ -244,7 +244,7 @@ double DistributedOptimizer::step(double lr, int64_t step) {
     if (layout_.buckets[b].numel > 0) gathers.push_back(gather_parameters(static_cast<int>(b)));
   }
   for (comm::WorkHandle& w : gathers) w->wait();
-  if (options_.param_gather != DType::F32) {
+  if (options_.param_gather != DType::F32 && !options_.keep_gathered) {
     comm::to_f32(params_, gathered_.data<std::byte>(), layout_.numel(), options_.param_gather);
   }
   rounds_ = 0;  // the next round's reduce-scatters overwrite the shards' gradients

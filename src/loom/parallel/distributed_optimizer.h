@@ -59,6 +59,9 @@ struct DistributedOptimizerOptions {
   // precision.param_dtype=compute), which halves the bytes and leaves every rank's parameter
   // buffer holding the master weights rounded to it (the master weights stay fp32).
   DType param_gather = DType::F32;
+  // With param_gather != F32: leave the gathered parameters in gathered_parameters() (a
+  // CompactParameters store) instead of widening them into the full parameter buffer.
+  bool keep_gathered = false;
   // Staging buffers for reduce-scatters in flight; a launch beyond that many waits for the
   // oldest to finish (bounded memory; with many buckets 2 keeps the network busy).
   int comm_buffers = 2;
@@ -102,6 +105,9 @@ class DistributedOptimizer {
   ~DistributedOptimizer();
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
+
+  // param_gather != F32: every parameter in that dtype, as the last step's gather left it.
+  std::byte* gathered_parameters() { return gathered_.data<std::byte>(); }
 
   // The gradient of `param` in the full buffer is final for this round.
   void mark_ready(int param);

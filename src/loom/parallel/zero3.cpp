@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "loom/comm/reduce.h"
+#include "loom/parallel/release_pages.h"
 #include "loom/core/error.h"
 #include "loom/kernels/cpu/adamw.h"
 #include "loom/parallel/global_norm.h"
@@ -51,8 +52,6 @@ Zero3::Zero3(comm::Communicator& dp, float* values, float* grads, std::vector<Pa
   check(options_.comm_buffers >= 1, who + ": comm_buffers must be >= 1");
   check(!unit_params.empty(), who + ": the model has no units");
   for (comm::Communicator* g : options_.norm_groups) check(g != nullptr, who + ": a norm group is null");
-  const long page = ::sysconf(_SC_PAGESIZE);
-  if (page > 0) page_ = page;
 
   // A parameter belongs to the section of the lowest unit reading it (the tied embedding: unit 0).
   const int U = static_cast<int>(unit_params.size());
@@ -131,7 +130,7 @@ Zero3::Zero3(comm::Communicator& dp, float* values, float* grads, std::vector<Pa
   acquired_.assign(2 * U, 0);
   load_from_full();
   // The gradient buffer is address space only from now on.
-  for (const Section& sec : sections_) discard(grads_, sec.begin, sec.numel);
+  for (const Section& sec : sections_) release_pages(grads_, sec.begin, sec.numel);
 }
 
 Zero3::~Zero3() { wait_all_quietly(); }
@@ -150,21 +149,6 @@ void Zero3::wait_all_quietly() {
   for (comm::WorkHandle& w : slot_work_) quietly(w);
 }
 
-void Zero3::discard(float* base, int64_t begin, int64_t numel) {
-  if (numel <= 0) return;
-  char* start = reinterpret_cast<char*>(base + begin);
-  char* end = reinterpret_cast<char*>(base + begin + numel);
-  const uintptr_t p = static_cast<uintptr_t>(page_);
-  char* first = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(start) + p - 1) / p * p);
-  char* last = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(end) / p * p);
-  if (last > first && ::madvise(first, static_cast<size_t>(last - first), MADV_DONTNEED) == 0) {
-    // Pages shared with a neighbouring section stay; only this range's part of them is zeroed.
-    std::memset(start, 0, static_cast<size_t>(first - start));
-    std::memset(last, 0, static_cast<size_t>(end - last));
-  } else {
-    std::memset(start, 0, static_cast<size_t>(end - start));
-  }
-}
 
 void Zero3::note_residency() {
   const int64_t params = resident_parameter_elements(), grads = resident_gradient_elements();
@@ -214,7 +198,7 @@ void Zero3::release_section(int s) {
   }
   sec.gathered = false;
   if (sec.numel == 0) return;
-  discard(values_, sec.begin, sec.numel);
+  release_pages(values_, sec.begin, sec.numel);
   gathered_elements_ -= sec.numel;
 }
 
@@ -298,7 +282,7 @@ void Zero3::launch_reduce_scatter(int s) {
     sec.grad_resident = false;
     grad_resident_elements_ -= sec.numel;
   }
-  discard(grads_, sec.begin, sec.numel);
+  release_pages(grads_, sec.begin, sec.numel);
 }
 
 void Zero3::complete_reduce_scatter(int slot) {
@@ -405,7 +389,7 @@ void Zero3::load_from_full() {
     std::memcpy(shard_.data<float>() + sec.state_offset, values_ + sec.mine.begin,
                 static_cast<size_t>(sec.mine.size()) * sizeof(float));
   }
-  for (const Section& sec : sections_) discard(values_, sec.begin, sec.numel);
+  for (const Section& sec : sections_) release_pages(values_, sec.begin, sec.numel);
 }
 
 void Zero3::gather_moments(float* exp_avg, float* exp_avg_sq) {

@@ -184,7 +184,6 @@ class Zero3 : public model::ParameterHooks {
   void release_section(int s);
   void launch_reduce_scatter(int s);
   void complete_reduce_scatter(int slot);
-  void discard(float* base, int64_t begin, int64_t numel);
   void note_residency();
   void wait_all_quietly();
 
@@ -214,7 +213,6 @@ class Zero3 : public model::ParameterHooks {
 
   int64_t shard_elements_ = 0, gathered_elements_ = 0, grad_resident_elements_ = 0;
   int64_t peak_parameters_ = 0, peak_gradients_ = 0, peak_resident_ = 0;
-  int64_t page_ = 4096;
 
   double blocked_s_ = 0.0, window_s_ = 0.0;
   std::chrono::steady_clock::time_point window_start_;

@@ -82,7 +82,10 @@ DataParallelStep::DataParallelStep(comm::Communicator& dp, model::Transformer& m
   parallel::BucketLayout layout = parallel::make_buckets(param_ranges(params), bucket_bytes, dp.size());
   if (zero_ == 0) {
     adamw_ = std::make_unique<optim::AdamW>(config.optim, params.total(), optimizer_segments(params));
-    if (param_dtype_ != DType::F32) load_master_from_params();
+    if (param_dtype_ != DType::F32) {
+      master_.assign(params.values(), params.values() + params.total());
+      compact_store_.resize(static_cast<size_t>(params.total()) * dtype_size(param_dtype_));
+    }
     if (dp.size() > 1) {
       reducer_ = std::make_unique<parallel::GradReducer>(dp, params.grads(), std::move(layout), comm::ReduceOp::Sum, wire);
     }
@@ -91,10 +94,31 @@ DataParallelStep::DataParallelStep(comm::Communicator& dp, model::Transformer& m
     options.zero = zero_;
     options.wire = wire;
     options.param_gather = param_dtype_;
+    options.keep_gathered = param_dtype_ != DType::F32;
     options.norm_groups = norm_groups_;
     options.norm_excluded = norm_excluded_;
     sharded_ = std::make_unique<parallel::DistributedOptimizer>(dp, std::move(layout), optimizer_segments(params),
                                                                 config.optim, params.values(), params.grads(), options);
+  }
+  if (param_dtype_ != DType::F32) {
+    // The units' flat ranges (adjacent parameters merged), for widening unit by unit.
+    std::vector<std::vector<parallel::FlatRange>> units;
+    for (int u = 0; u < model.units(); ++u) {
+      std::vector<parallel::FlatRange> ranges;
+      for (int id : model.unit_parameters(u)) {
+        const model::Parameter& p = params.list()[id];
+        if (!ranges.empty() && ranges.back().end == p.offset) {
+          ranges.back().end += p.numel;
+        } else {
+          ranges.push_back({p.offset, p.offset + p.numel});
+        }
+      }
+      units.push_back(std::move(ranges));
+    }
+    std::byte* store = sharded_ ? sharded_->gathered_parameters() : compact_store_.data();
+    compact_ = std::make_unique<parallel::CompactParameters>(params.values(), params.total(), param_dtype_, store,
+                                                             std::move(units));
+    install_hooks();
   }
 }
 
@@ -112,11 +136,27 @@ void DataParallelStep::begin_micro_batch(bool last) {
     return;
   }
   // Reductions start during backward: of the last micro-batch (zero 0, 1) or of each (zero 2).
-  const bool reduce_now = (reducer_ || sharded_) && (last || rounds_per_micro_batch());
-  model_.set_hooks(reduce_now ? this : nullptr);
+  reducing_ = (reducer_ || sharded_) && (last || rounds_per_micro_batch());
+  install_hooks();
+}
+
+void DataParallelStep::install_hooks() { model_.set_hooks(reducing_ || compact_ ? this : nullptr); }
+
+void DataParallelStep::before_forward(int unit) {
+  if (compact_) compact_->materialize(unit);
+}
+
+void DataParallelStep::after_forward(int unit) {
+  if (compact_) compact_->release(unit);
+}
+
+void DataParallelStep::before_backward(int unit) {
+  if (compact_) compact_->materialize(unit);
 }
 
 void DataParallelStep::after_backward(int unit) {
+  if (compact_) compact_->release(unit);
+  if (!reducing_) return;
   for (int id : ready_by_unit_[unit]) {
     if (id == tied_param_) continue;  // waits for the other stage's half (reduce_tied_embedding)
     if (reducer_) reducer_->mark_ready(id);
@@ -139,7 +179,8 @@ void DataParallelStep::end_micro_batch(bool last) {
     zero3_->end_micro_batch();
     return;
   }
-  model_.set_hooks(nullptr);
+  reducing_ = false;
+  install_hooks();
   if (last || rounds_per_micro_batch()) reduce_tied_embedding();
   if (rounds_per_micro_batch()) {
     // The shards now hold this micro-batch's reduced gradient; the full buffer is free again.
@@ -169,7 +210,7 @@ double DataParallelStep::step(double lr, int64_t step) {
       adamw_->step_with_norm(params.values(), params.grads(), lr, step, norm);
     } else {
       adamw_->step_with_norm(master_.data(), params.grads(), lr, step, norm);
-      round_into_params();
+      comm::from_f32(compact_store_.data(), master_.data(), params.total(), param_dtype_);
     }
   }
   params.zero_grads();
@@ -220,19 +261,6 @@ void DataParallelStep::gather_moments(std::vector<float>& exp_avg, std::vector<f
   dp_.all_reduce(exp_avg_sq.data(), total, DType::F32, comm::ReduceOp::Sum);
 }
 
-void DataParallelStep::load_master_from_params() {
-  const model::ParameterStore& params = model_.params();
-  master_.assign(params.values(), params.values() + params.total());
-  round_into_params();
-}
-
-void DataParallelStep::round_into_params() {
-  model::ParameterStore& params = model_.params();
-  std::vector<uint16_t> rounded(static_cast<size_t>(params.total()));
-  comm::from_f32(rounded.data(), master_.data(), params.total(), param_dtype_);
-  comm::to_f32(params.values(), rounded.data(), params.total(), param_dtype_);
-}
-
 std::vector<OwnedRange> DataParallelStep::checkpoint_ranges() const {
   const model::ParameterStore& params = model_.params();
   const int64_t total = params.total();
@@ -266,10 +294,14 @@ void DataParallelStep::load_moments(const float* exp_avg, const float* exp_avg_s
   if (adamw_) {
     std::copy(exp_avg, exp_avg + total, adamw_->exp_avg());
     std::copy(exp_avg_sq, exp_avg_sq + total, adamw_->exp_avg_sq());
-    if (!master_.empty()) load_master_from_params();  // the checkpoint holds the master weights
+    if (compact_) {  // the checkpoint holds the master weights, loaded into the values
+      master_.assign(model_.params().values(), model_.params().values() + total);
+      compact_->store_from_values();
+    }
     return;
   }
   sharded_->load_master_from_params();
+  if (compact_) compact_->store_from_values();
   for (const parallel::OwnedShard& s : sharded_->shards()) {
     std::copy(exp_avg + s.begin, exp_avg + s.end, s.exp_avg);
     std::copy(exp_avg_sq + s.begin, exp_avg_sq + s.end, s.exp_avg_sq);
@@ -291,7 +323,7 @@ double DataParallelStep::hidden_fraction() const {
   return 1.0;
 }
 
-std::string DataParallelStep::memory_report() const {
+parallel::MemoryBytes DataParallelStep::memory_bytes() const {
   const int64_t total = model_.params().total();
   parallel::MemoryBytes bytes{};
   if (zero3_) {
@@ -301,12 +333,10 @@ std::string DataParallelStep::memory_report() const {
     bytes.gradients = m.gradient_shard;
     bytes.optimizer_moments = m.moments;
     bytes.communication_buffers = m.comm_buffers;
-    std::ostringstream out;
-    out << "memory per rank (allocated, fp32 training, zero 3, dp " << dp_.size()
-        << "): " << parallel::describe_memory(bytes) << "; plus the units gathered in flight";
-    return out.str();
+    return bytes;
   }
-  bytes.parameters = total * 4;
+  // Compact parameters: 2 bytes each, the fp32 values resident only for the unit in flight.
+  bytes.parameters = compact_ ? total * static_cast<int64_t>(dtype_size(param_dtype_)) : total * 4;
   bytes.gradients = total * 4;
   if (sharded_) {
     parallel::ShardAllocation a = sharded_->allocation();
@@ -314,13 +344,21 @@ std::string DataParallelStep::memory_report() const {
     bytes.optimizer_moments = a.moments * 4;
     bytes.gradients += a.grad_shards * 4;
     bytes.communication_buffers = a.comm_buffers * 4;
+    if (compact_) bytes.communication_buffers += a.master * static_cast<int64_t>(dtype_size(param_dtype_));  // gather send
   } else {
     bytes.optimizer_moments = total * 8;
     bytes.master_weights = static_cast<int64_t>(master_.size()) * 4;  // param_dtype=compute
   }
+  return bytes;
+}
+
+std::string DataParallelStep::memory_report() const {
   std::ostringstream out;
-  out << "memory per rank (allocated, fp32 training, zero " << zero_ << ", dp " << dp_.size()
-      << "): " << parallel::describe_memory(bytes);
+  const std::string params = param_dtype_ == DType::F32 ? "fp32" : dtype_name(param_dtype_);
+  out << "memory per rank (allocated, " << params << " parameters, fp32 gradients, master weights and moments, zero "
+      << zero_ << ", dp " << dp_.size() << "): " << parallel::describe_memory(memory_bytes());
+  if (zero3_) out << "; plus the units gathered in flight";
+  if (compact_) out << "; plus the fp32 values of the unit in flight";
   return out.str();
 }
 
@@ -328,8 +366,13 @@ std::string DataParallelStep::peak_memory_report() const {
   if (zero3_) return parallel::describe_zero3_peak(zero3_->memory());
   std::ostringstream out;
   out << "measured: process RSS now " << parallel::process_rss_bytes() / (1024 * 1024) << " MiB, peak "
-      << parallel::process_peak_rss_bytes() / (1024 * 1024) << " MiB (all ranks of the process; parameters and "
-      << "gradients are fully resident at zero " << zero_ << ")";
+      << parallel::process_peak_rss_bytes() / (1024 * 1024) << " MiB (all ranks of the process); ";
+  if (compact_) {
+    out << "fp32 parameter values resident at most " << compact_->peak_resident() * 4 / 1024 << " KiB of "
+        << model_.params().total() * 4 / 1024 << " KiB (one unit at a time)";
+  } else {
+    out << "parameters and gradients are fully resident at zero " << zero_;
+  }
   return out.str();
 }
 

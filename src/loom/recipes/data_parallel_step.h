@@ -20,8 +20,10 @@
 #include "loom/comm/communicator.h"
 #include "loom/model/transformer.h"
 #include "loom/optim/adamw.h"
+#include "loom/parallel/compact_parameters.h"
 #include "loom/parallel/distributed_optimizer.h"
 #include "loom/parallel/grad_buckets.h"
+#include "loom/parallel/memory_accounting.h"
 #include "loom/parallel/zero3.h"
 #include "loom/recipes/sharded_training_state.h"
 #include "loom/runtime/config.h"
@@ -80,17 +82,21 @@ class DataParallelStep : private model::ParameterHooks {
   double hidden_fraction() const;
   // Per-rank bytes by category: parameters, gradients, master weights, moments, comm buffers.
   std::string memory_report() const;
+  parallel::MemoryBytes memory_bytes() const;
   // The measured peak so far (zero 3: resident parameters and gradients per rank) and the
   // process's peak RSS; for the report after the first step.
   std::string peak_memory_report() const;
 
  private:
+  void before_forward(int unit) override;
+  void after_forward(int unit) override;
+  void before_backward(int unit) override;
   void after_backward(int unit) override;
 
   bool rounds_per_micro_batch() const { return zero_ == 2 && !once_per_step_; }
-  // precision.param_dtype=compute at zero 0: master_ <- the parameters, which are then rounded.
-  void load_master_from_params();
-  void round_into_params();
+  // Hooks stay installed between micro-batches when parameters are compact (they must be
+  // widened around every unit, evaluation included).
+  void install_hooks();
   void reduce_tied_embedding();
 
   comm::Communicator& dp_;
@@ -98,6 +104,9 @@ class DataParallelStep : private model::ParameterHooks {
   int zero_;
   DType param_dtype_ = DType::F32;  // what the model's parameters are rounded to
   std::vector<float> master_;       // zero 0 with param_dtype_ != F32: the fp32 master weights
+  std::vector<std::byte> compact_store_;  // zero 0 with param_dtype_ != F32: the compact parameters
+  std::unique_ptr<parallel::CompactParameters> compact_;  // zero 0-2 with param_dtype_ != F32
+  bool reducing_ = false;  // this micro-batch's backward marks gradients ready
   bool once_per_step_ = false;
   comm::Communicator* tied_group_ = nullptr;  // first and last pipeline stage
   int tied_param_ = -1;
