@@ -9,6 +9,7 @@ packages=(
   libopenblas-openmp-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev libssl-dev libxxhash-dev libzstd-dev
   libopenmpi-dev openmpi-bin
+  clang libclang-rt-14-dev  # libFuzzer + AddressSanitizer for tests/scripts/fuzz_parsers.sh
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -85,7 +85,9 @@ Result run_zero(const Setup& s) {
         if (s.shuffled_marks) std::shuffle(marks.begin(), marks.end(), rng);
         for (int p : marks) opt.mark_ready(p);
         opt.finish_grads();
-        std::fill(grads.begin(), grads.end(), 0.0f);  // ZeRO-2: the full buffer is free after the round
+        // ZeRO-2: the full buffer is free after the round. ZeRO-1's lives through the step (its
+        // reduced shards are written back into it).
+        if (s.zero == 2) std::fill(grads.begin(), grads.end(), 0.0f);
         for (int r = 0; r < s.ranks; ++r) {
           const std::vector<float> g = random_values(grad_seed(step, round, r), n);
           for (int64_t i = 0; i < n; ++i) summed[i] += g[i];

@@ -186,7 +186,8 @@ void expect_bf16_shards(const ShardedCase& c) {
         std::copy(round[world.rank()].begin(), round[world.rank()].end(), grads.begin());
         for (int p = static_cast<int>(params.size()) - 1; p >= 0; --p) opt.mark_ready(p);
         opt.finish_grads();
-        std::fill(grads.begin(), grads.end(), 0.0f);  // ZeRO-2: the full buffer is free after a round
+        // ZeRO-2: the full buffer is free after a round; ZeRO-1's holds the reduced shards.
+        if (c.zero == 2) std::fill(grads.begin(), grads.end(), 0.0f);
       }
       for (const OwnedShard& shard : opt.shards()) {
         for (int64_t i = shard.begin; i < shard.end; ++i) {

@@ -66,5 +66,37 @@ TEST(CompactParameters, ComputesWithRoundedParametersAndHoldsEighteenBytesPerPar
   });
 }
 
+// With the distributed optimizer over d ranks the persistent state is Megatron's 6 + 12/d bytes
+// per parameter: bf16 parameters, the fp32 gradient buffer (the reduced shard written back into
+// it), and ceil(N / d) elements of fp32 master weights and moments (one bucket here, so the
+// shard is exactly that); staging buffers are reported apart.
+TEST(CompactParameters, DistributedOptimizerHoldsSixPlusTwelveOverDBytesPerParameter) {
+  for (int dp : {2, 3}) {
+    runtime::RunConfig config;
+    config.model = small_model();
+    config.precision.recipe = "bf16";
+    config.precision.param_dtype = "compute";
+    config.parallel.zero = 1;
+    config.parallel.bucket_mb = 64.0;
+    comm::LaunchOptions options;
+    options.backend = "threads";
+    options.ranks = dp;
+    comm::launch(options, [&](comm::Communicator& world) {
+      model::Transformer model(config.model, {}, model::PrecisionPolicy::from_config(config.precision));
+      model.initialize(3);
+      DataParallelStep step(world, model, config);
+      if (world.rank() != 0) return;
+      const int64_t n = model.params().total();
+      const parallel::MemoryBytes bytes = step.memory_bytes();
+      const parallel::MemoryBytes formula = parallel::memory_per_rank({n, dp, 1, 2, 4, 0});
+      EXPECT_EQ(bytes.parameters, formula.parameters) << "dp " << dp;
+      EXPECT_EQ(bytes.gradients, formula.gradients) << "dp " << dp;
+      EXPECT_EQ(bytes.master_weights, formula.master_weights) << "dp " << dp;
+      EXPECT_EQ(bytes.optimizer_moments, formula.optimizer_moments) << "dp " << dp;
+      EXPECT_EQ(bytes.total() - bytes.communication_buffers, 6 * n + 12 * ((n + dp - 1) / dp)) << "dp " << dp;
+    });
+  }
+}
+
 }  // namespace
 }  // namespace loom::recipes

@@ -19,6 +19,7 @@ int run(int argc, char** argv) {
   register_plan(app, commands);
   register_bench(app, commands);
   register_launch(app, commands);
+  register_convert(app, commands);
 
   try {
     app.parse(argc, argv);

@@ -76,7 +76,11 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& dp, BucketLayout 
   master_ = Tensor({state}, DType::F32);
   exp_avg_ = Tensor({state}, DType::F32);
   exp_avg_sq_ = Tensor({state}, DType::F32);
-  grad_shards_ = Tensor({grad}, DType::F32);
+  // ZeRO-1 reduces once per step and keeps the full gradient buffer through it: the reduced shard
+  // is written back in place into the buffer (Megatron's layout: 6 + 12/d bytes per parameter with
+  // bf16 parameters). ZeRO-2 frees the buffer between rounds, so its shards are a buffer of their own.
+  in_place_ = options_.zero == 1;
+  grad_shards_ = Tensor({in_place_ ? 0 : grad}, DType::F32);
   const int slots = static_cast<int>(std::min<int64_t>(options_.comm_buffers, communicating));
   slot_elements_ = (dp.size() + 1) * max_shard;  // the padded bucket, then a receive area
   staging_ = Tensor({slots * slot_elements_}, options_.wire);
@@ -131,9 +135,11 @@ void DistributedOptimizer::launch(int bucket) {
   // The first f32 round of a step receives straight into the shard; later ones (ZeRO-2 rounds
   // per micro-batch) and narrow wires receive beside the send area, then are added or widened.
   const bool accumulate = rounds_ > 0;
-  const bool staged = accumulate || wire != DType::F32;
-  void* recv = staged ? static_cast<void*>(send + b.padded_numel * element)
-                      : static_cast<void*>(grad_shards_.data<float>() + grad_offset_[bucket]);
+  check(!accumulate || !in_place_, "DistributedOptimizer: ZeRO-1 reduces once per step (finish_grads() once before "
+                                   "step()); several rounds are ZeRO-2's");
+  // In place, the received shard's padding must not land in the gradient buffer: staged too.
+  const bool staged = accumulate || wire != DType::F32 || in_place_;
+  void* recv = staged ? static_cast<void*>(send + b.padded_numel * element) : static_cast<void*>(reduced_shard(bucket));
   in_flight_[bucket] = {dp_.reduce_scatter_async(send, recv, b.shard_numel, wire, options_.reduce_op), staged,
                         accumulate};
   slot_bucket_[slot] = bucket;
@@ -150,12 +156,18 @@ void DistributedOptimizer::complete(int bucket) {
   const Bucket& b = layout_.buckets[bucket];
   const size_t element = dtype_size(options_.wire);
   const std::byte* received = staging_.data<std::byte>() + (slot * slot_elements_ + b.padded_numel) * element;
-  float* shard = grad_shards_.data<float>() + grad_offset_[bucket];
+  float* shard = reduced_shard(bucket);
+  const int64_t count = in_place_ ? b.shards[rank_].size() : b.shard_numel;
   if (f.accumulate) {
-    comm::accumulate(shard, received, b.shard_numel, options_.wire, comm::ReduceOp::Sum);
+    comm::accumulate(shard, received, count, options_.wire, comm::ReduceOp::Sum);
   } else {
-    comm::to_f32(shard, received, b.shard_numel, options_.wire);
+    comm::to_f32(shard, received, count, options_.wire);
   }
+}
+
+float* DistributedOptimizer::reduced_shard(int bucket) {
+  if (in_place_) return grads_ + layout_.buckets[bucket].shards[rank_].begin;
+  return grad_shards_.data<float>() + grad_offset_[bucket];
 }
 
 void DistributedOptimizer::wait_all_quietly() {
@@ -199,9 +211,9 @@ void DistributedOptimizer::finish_grads() {
 
 double DistributedOptimizer::global_sum_of_squares() {
   double local = 0.0;
-  const float* grads = grad_shards_.data<float>();
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
-    local += sum_of_squares_excluding(grads + grad_offset_[b], layout_.buckets[b].shards[rank_], options_.norm_excluded);
+    local += sum_of_squares_excluding(reduced_shard(static_cast<int>(b)), layout_.buckets[b].shards[rank_],
+                                      options_.norm_excluded);
   }
   // Reduced in f32 (the reducible dtypes); its rounding moves the clip factor by ~1e-7 relative.
   double total = sum_over_groups(local, dp_, options_.norm_groups);
@@ -231,13 +243,12 @@ double DistributedOptimizer::step(double lr, int64_t step) {
   float* master = master_.data<float>();
   float* m = exp_avg_.data<float>();
   float* v = exp_avg_sq_.data<float>();
-  const float* grads = grad_shards_.data<float>();
   std::vector<comm::WorkHandle> gathers;
   gathers.reserve(layout_.buckets.size());
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
     for (const Piece& p : pieces_[b]) {
       const int64_t s = state_offset_[b] + p.local;
-      k::adamw_update(master + s, grads + grad_offset_[b] + p.local, m + s, v + s, p.numel,
+      k::adamw_update(master + s, reduced_shard(static_cast<int>(b)) + p.local, m + s, v + s, p.numel,
                       optim::adamw_hyper(config_, lr, step, p.weight_decay, clip_factor));
     }
     // Each bucket's gather starts as soon as it is updated, overlapping the next bucket's update.
@@ -258,7 +269,7 @@ std::vector<OwnedShard> DistributedOptimizer::shards() {
     if (mine.empty()) continue;
     const int64_t s = state_offset_[b];
     out.push_back({static_cast<int>(b), mine.begin, mine.end, master_.data<float>() + s, exp_avg_.data<float>() + s,
-                   exp_avg_sq_.data<float>() + s, grad_shards_.data<float>() + grad_offset_[b]});
+                   exp_avg_sq_.data<float>() + s, reduced_shard(static_cast<int>(b))});
   }
   return out;
 }

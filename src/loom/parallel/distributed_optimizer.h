@@ -173,6 +173,8 @@ class DistributedOptimizer {
   std::vector<std::vector<int64_t>> gather_counts_;  // per bucket, per rank: real shard sizes
   Tensor master_, exp_avg_, exp_avg_sq_, grad_shards_;
   Tensor staging_;                 // comm_buffers slots of (dp + 1) * max shard elements, wire dtype
+  bool in_place_ = false;          // ZeRO-1: reduced shards live in the full gradient buffer
+  float* reduced_shard(int bucket);
   Tensor gathered_;                // param_gather != F32: the parameters as gathered, whole buffer
   Tensor gather_send_;             // ... and this rank's rounded shard, sent from here
   int64_t slot_elements_ = 0;

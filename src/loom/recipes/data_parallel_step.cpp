@@ -8,6 +8,7 @@
 #include "loom/core/error.h"
 #include "loom/parallel/global_norm.h"
 #include "loom/parallel/memory_accounting.h"
+#include "loom/parallel/release_pages.h"
 #include "loom/recipes/model_setup.h"
 
 namespace loom::recipes {
@@ -183,9 +184,10 @@ void DataParallelStep::end_micro_batch(bool last) {
   install_hooks();
   if (last || rounds_per_micro_batch()) reduce_tied_embedding();
   if (rounds_per_micro_batch()) {
-    // The shards now hold this micro-batch's reduced gradient; the full buffer is free again.
+    // The shards now hold this micro-batch's reduced gradient; the full buffer is free again:
+    // its pages go back to the system (and read as zero) until the next backward writes them.
     sharded_->finish_grads();
-    model_.params().zero_grads();
+    clear_gradients();
   } else if (last && reducer_) {
     reducer_->finish();
   } else if (last && sharded_) {
@@ -213,8 +215,17 @@ double DataParallelStep::step(double lr, int64_t step) {
       comm::from_f32(compact_store_.data(), master_.data(), params.total(), param_dtype_);
     }
   }
-  params.zero_grads();
+  clear_gradients();
   return norm;
+}
+
+void DataParallelStep::clear_gradients() {
+  model::ParameterStore& params = model_.params();
+  if (rounds_per_micro_batch()) {
+    parallel::release_pages(params.grads(), 0, params.total());
+  } else {
+    params.zero_grads();
+  }
 }
 
 std::vector<std::span<float>> DataParallelStep::reduced_gradients() {
@@ -234,7 +245,7 @@ void DataParallelStep::skip_step() {
     return;
   }
   if (sharded_) sharded_->skip_step();
-  model_.params().zero_grads();
+  clear_gradients();
 }
 
 void DataParallelStep::gather_moments(std::vector<float>& exp_avg, std::vector<float>& exp_avg_sq) {
@@ -337,7 +348,9 @@ parallel::MemoryBytes DataParallelStep::memory_bytes() const {
   }
   // Compact parameters: 2 bytes each, the fp32 values resident only for the unit in flight.
   bytes.parameters = compact_ ? total * static_cast<int64_t>(dtype_size(param_dtype_)) : total * 4;
-  bytes.gradients = total * 4;
+  // ZeRO-2 keeps only the reduced shards between backward passes (the full buffer's pages are
+  // released after each round); the others keep the full buffer.
+  bytes.gradients = rounds_per_micro_batch() ? 0 : total * 4;
   if (sharded_) {
     parallel::ShardAllocation a = sharded_->allocation();
     bytes.master_weights = a.master * 4;
@@ -359,6 +372,7 @@ std::string DataParallelStep::memory_report() const {
       << zero_ << ", dp " << dp_.size() << "): " << parallel::describe_memory(memory_bytes());
   if (zero3_) out << "; plus the units gathered in flight";
   if (compact_) out << "; plus the fp32 values of the unit in flight";
+  if (rounds_per_micro_batch()) out << "; plus the fp32 gradient buffer during each backward";
   return out.str();
 }
 

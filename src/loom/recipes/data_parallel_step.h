@@ -97,6 +97,8 @@ class DataParallelStep : private model::ParameterHooks {
   // Hooks stay installed between micro-batches when parameters are compact (they must be
   // widened around every unit, evaluation included).
   void install_hooks();
+  // Zeroes the full gradient buffer for the next step or round; ZeRO-2 releases its pages.
+  void clear_gradients();
   void reduce_tied_embedding();
 
   comm::Communicator& dp_;

@@ -1,0 +1,62 @@
+// loom convert --to-hf CHECKPOINT OUT_DIR [--dtype f32|bf16]
+// loom convert --from-hf HF_DIR OUT_ROOT [--config RUN.yaml] [--tokenizer NAME]
+#include <iomanip>
+#include <iostream>
+#include <memory>
+
+#include "loom/cli/command.h"
+#include "loom/core/error.h"
+#include "loom/recipes/hf_convert.h"
+
+namespace loom::cli {
+
+void register_convert(CLI::App& app, std::vector<Command>& commands) {
+  struct Args {
+    bool to_hf = false, from_hf = false;
+    std::string source, output;
+    recipes::HfExportOptions to;
+    recipes::HfImportOptions from;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "convert", "convert between loom checkpoints and Hugging Face model directories (config.json + safetensors)");
+  CLI::Option* to = cmd->add_flag("--to-hf", args->to_hf,
+                                  "SOURCE is a loom checkpoint (directory or root); write OUTPUT/model.safetensors "
+                                  "and OUTPUT/config.json (model parameters only, no optimizer state)");
+  CLI::Option* from = cmd->add_flag("--from-hf", args->from_hf,
+                                    "SOURCE is a Hugging Face model directory; write a step-0 checkpoint under "
+                                    "the new checkpoint root OUTPUT");
+  to->excludes(from);
+  cmd->add_option("source", args->source, "checkpoint (--to-hf) or Hugging Face model directory (--from-hf)")->required();
+  cmd->add_option("output", args->output, "output directory (--to-hf) or new checkpoint root (--from-hf)")->required();
+  CLI::Option* dtype = cmd->add_option("--dtype", args->to.dtype, "--to-hf: tensor dtype in model.safetensors")
+                           ->check(CLI::IsMember({"f32", "bf16"}));
+  CLI::Option* config = cmd->add_option("--config", args->from.config_path,
+                                        "--from-hf: run config (YAML) for the checkpoint's non-model sections");
+  CLI::Option* tokenizer = cmd->add_option("--tokenizer", args->from.tokenizer,
+                                           "--from-hf: data.tokenizer to record (default: the one --to-hf recorded, "
+                                           "else byte)");
+  dtype->needs(to);
+  config->needs(from);
+  tokenizer->needs(from);
+  commands.push_back({cmd, [args] {
+                        check(args->to_hf || args->from_hf, "loom convert: say which way: --to-hf or --from-hf");
+                        if (args->to_hf) {
+                          const recipes::HfExportResult r = recipes::export_to_hf(args->source, args->output, args->to);
+                          std::cout << "wrote " << args->output << "/model.safetensors (" << r.tensors << " tensors, "
+                                    << std::fixed << std::setprecision(1) << static_cast<double>(r.bytes) / 1e6
+                                    << " MB, " << args->to.dtype << ") and " << args->output << "/config.json ("
+                                    << r.architecture << ") from " << r.checkpoint << " (step " << r.step
+                                    << "); optimizer state is not exported" << std::endl;
+                        } else {
+                          const recipes::HfImportResult r =
+                              recipes::import_from_hf(args->source, args->output, args->from);
+                          std::cout << "wrote " << r.checkpoint << " (" << r.architecture << ", " << r.tensors
+                                    << " parameters as f32, zero optimizer moments, tokenizer " << r.tokenizer
+                                    << ")" << std::endl;
+                        }
+                        return 0;
+                      }});
+}
+
+}  // namespace loom::cli

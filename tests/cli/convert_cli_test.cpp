@@ -1,0 +1,241 @@
+// End-to-end `loom convert`: loom -> Hugging Face -> loom keeps the parameter digest and the
+// generated text for a Llama-style and a heterogeneous (DeciLM) model, the converted checkpoint
+// resumes training, config.json holds the Hugging Face fields, and bad inputs fail naming the
+// key, tensor or file.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_support.h"
+#include "loom/ckpt/safetensors.h"
+#include "loom/core/atomic_file.h"
+
+namespace loom::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+class ConvertCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CommandResult prepared = prepare_small_corpus(dir.path(), 200, 0.2);
+    ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
+  }
+
+  // A run config for `model` (YAML lines under model:), trained 3 steps.
+  std::string write_config(const std::string& name, const std::string& model) {
+    const std::string path = dir / (name + ".yaml");
+    write_text(path, "run:\n  dir: " + (dir / name) + "\n"
+                     "model:\n  vocab_size: 0\n  d_model: 32\n  heads: 4\n  max_seq_len: 64\n" + model +
+                     "data:\n  tokenizer: byte\n  train_prefix: " + (dir / "data/c_train") + "\n  seq_len: 32\n"
+                     "optim:\n  lr: 3.0e-3\n"
+                     "train:\n  steps: 3\n  global_batch: 4\n  micro_batch: 2\n  threads: 1\n");
+    return path;
+  }
+
+  void train(const std::string& config, const std::string& overrides = "") {
+    CommandResult run = run_loom("train " + config + " " + overrides);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+  }
+
+  std::string digest(const std::string& path) { return last_line(run_loom("ckpt digest " + path).output); }
+  std::string generate(const std::string& path) {
+    CommandResult r = run_loom("generate " + path + " --prompt 'Call me' --max-tokens 16 --temperature 0");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r.output;
+  }
+  json read_json(const std::string& path) { return json::parse(read_file(path)); }
+
+  // Converts run `name`'s checkpoints to HF and back; expects the same digest and text.
+  void expect_round_trip(const std::string& name) {
+    const std::string original = dir / (name + "/checkpoints");
+    CommandResult to = run_loom("convert --to-hf " + original + " " + (dir / (name + "-hf")));
+    ASSERT_EQ(to.exit_code, 0) << to.output;
+    EXPECT_NE(to.output.find("optimizer state is not exported"), std::string::npos) << to.output;
+    CommandResult from = run_loom("convert --from-hf " + (dir / (name + "-hf")) + " " + (dir / (name + "-back")));
+    ASSERT_EQ(from.exit_code, 0) << from.output;
+    EXPECT_NE(from.output.find("tokenizer byte"), std::string::npos) << from.output;
+    const std::string before = digest(original);
+    ASSERT_EQ(before.size(), 32u);
+    EXPECT_EQ(digest(dir / (name + "-back")), before);
+    EXPECT_EQ(generate(dir / (name + "-back")), generate(original));
+  }
+
+  TempDir dir;
+};
+
+TEST_F(ConvertCli, LlamaRoundTripKeepsTheDigestTextAndResumes) {
+  const std::string config = write_config("llama", "  layers: 2\n  kv_heads: 2\n  ffn_size: 64\n");
+  train(config);
+  expect_round_trip("llama");
+
+  const json c = read_json(dir / "llama-hf/config.json");
+  EXPECT_EQ(c.at("architectures"), json::array({"LlamaForCausalLM"}));
+  EXPECT_EQ(c.at("hidden_size"), 32);
+  EXPECT_EQ(c.at("intermediate_size"), 64);
+  EXPECT_EQ(c.at("num_hidden_layers"), 2);
+  EXPECT_EQ(c.at("num_attention_heads"), 4);
+  EXPECT_EQ(c.at("num_key_value_heads"), 2);
+  EXPECT_EQ(c.at("vocab_size"), 256);  // the byte tokenizer's, resolved from vocab_size: 0
+  EXPECT_EQ(c.at("max_position_embeddings"), 64);
+  EXPECT_EQ(c.at("rms_norm_eps"), 1e-5);
+  EXPECT_EQ(c.at("rope_theta"), 10000.0);
+  EXPECT_EQ(c.at("tie_word_embeddings"), true);
+  EXPECT_EQ(c.at("hidden_act"), "silu");
+  EXPECT_EQ(c.at("torch_dtype"), "float32");
+
+  // Parameters only, by their Hugging Face names; the tied head is not repeated.
+  const ckpt::SafetensorsReader weights(dir / "llama-hf/model.safetensors");
+  EXPECT_EQ(weights.header().metadata.at("format"), "pt");
+  EXPECT_NE(weights.header().find("model.embed_tokens.weight"), nullptr);
+  EXPECT_NE(weights.header().find("model.layers.1.mlp.up_proj.weight"), nullptr);
+  EXPECT_EQ(weights.header().find("lm_head.weight"), nullptr);
+  for (const ckpt::SafetensorsTensor& t : weights.header().tensors) {
+    EXPECT_EQ(t.name.rfind("optim.", 0), std::string::npos) << t.name;
+    EXPECT_EQ(t.dtype, "F32");
+  }
+  EXPECT_EQ(weights.header().tensors.size(), 2u + 2u * 9u);  // embedding, final norm; 9 per layer
+
+  // The converted checkpoint resumes training (zero optimizer moments, step 0).
+  CommandResult resumed = run_loom("train " + config + " checkpoint.dir=" + (dir / "llama-back") +
+                                   " train.resume=true train.steps=2");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("at step 0"), std::string::npos) << resumed.output;
+  EXPECT_TRUE(fs::exists(dir / "llama-back/step-00000002"));
+}
+
+TEST_F(ConvertCli, HeterogeneousRoundTripWritesDeciLMBlockConfigs) {
+  train(write_config("hetero", "  layers: 3\n  kv_heads: 2\n  ffn_size: 64\n  tied_embeddings: false\n"
+                               "  block_configs: [{}, {attention: skip, ffn_size: 256}, {kv_heads: 1, ffn_size: 0}]\n"));
+  expect_round_trip("hetero");
+  const json c = read_json(dir / "hetero-hf/config.json");
+  EXPECT_EQ(c.at("architectures"), json::array({"DeciLMForCausalLM"}));
+  EXPECT_EQ(c.at("tie_word_embeddings"), false);
+  const json& b = c.at("block_configs");
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[0].at("attention").at("n_heads_in_group"), 2);
+  EXPECT_EQ(b[0].at("ffn").at("intermediate_size"), 64);
+  EXPECT_EQ(b[1].at("attention").at("no_op"), true);
+  EXPECT_EQ(b[1].at("ffn").at("ffn_mult"), 12.0);
+  EXPECT_EQ(b[2].at("attention").at("n_heads_in_group"), 4);
+  EXPECT_EQ(b[2].at("ffn").at("no_op"), true);
+  const ckpt::SafetensorsReader weights(dir / "hetero-hf/model.safetensors");
+  EXPECT_NE(weights.header().find("lm_head.weight"), nullptr);
+  EXPECT_EQ(weights.header().find("model.layers.1.input_layernorm.weight"), nullptr);  // no attention
+  EXPECT_EQ(weights.header().find("model.layers.2.mlp.up_proj.weight"), nullptr);      // no MLP
+}
+
+TEST_F(ConvertCli, Bf16ExportAndShardedImport) {
+  train(write_config("llama", "  layers: 2\n  ffn_size: 64\n"));
+  const std::string original = dir / "llama/checkpoints";
+  CommandResult bf16 = run_loom("convert --to-hf " + original + " " + (dir / "bf16") + " --dtype bf16");
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
+  EXPECT_EQ(read_json(dir / "bf16/config.json").at("torch_dtype"), "bfloat16");
+  const ckpt::SafetensorsReader bf16_weights(dir / "bf16/model.safetensors");
+  for (const ckpt::SafetensorsTensor& t : bf16_weights.header().tensors) {
+    EXPECT_EQ(t.dtype, "BF16") << t.name;
+  }
+  CommandResult back = run_loom("convert --from-hf " + (dir / "bf16") + " " + (dir / "bf16-back"));
+  ASSERT_EQ(back.exit_code, 0) << back.output;
+  EXPECT_NE(digest(dir / "bf16-back"), digest(original));  // rounded to bf16
+  generate(dir / "bf16-back");
+
+  // The f32 export split into two shards with model.safetensors.index.json reads back exactly.
+  ASSERT_EQ(run_loom("convert --to-hf " + original + " " + (dir / "hf")).exit_code, 0);
+  const ckpt::SafetensorsReader whole(dir / "hf/model.safetensors");
+  fs::create_directories(dir / "sharded");
+  fs::copy_file(dir / "hf/config.json", dir / "sharded/config.json");
+  std::vector<ckpt::SafetensorsOutput> shards[2];
+  json weight_map = json::object();
+  for (size_t i = 0; i < whole.header().tensors.size(); ++i) {
+    const ckpt::SafetensorsTensor& t = whole.header().tensors[i];
+    const std::string file = i % 2 == 0 ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+    weight_map[t.name] = file;
+    shards[i % 2].push_back({t.name, t.dtype, t.shape, [&whole, &t](std::span<std::byte> out) { whole.read(t, out); }});
+  }
+  ckpt::write_safetensors(dir / "sharded/model-00001-of-00002.safetensors", shards[0], {{"format", "pt"}});
+  ckpt::write_safetensors(dir / "sharded/model-00002-of-00002.safetensors", shards[1], {{"format", "pt"}});
+  write_text(dir / "sharded/model.safetensors.index.json", json{{"metadata", json::object()}, {"weight_map", weight_map}}.dump());
+  CommandResult sharded = run_loom("convert --from-hf " + (dir / "sharded") + " " + (dir / "sharded-back"));
+  ASSERT_EQ(sharded.exit_code, 0) << sharded.output;
+  EXPECT_EQ(digest(dir / "sharded-back"), digest(original));
+
+  // An index pointing outside the directory is refused.
+  write_text(dir / "sharded/model.safetensors.index.json",
+             json{{"weight_map", {{"model.norm.weight", "../hf/model.safetensors"}}}}.dump());
+  CommandResult escaped = run_loom("convert --from-hf " + (dir / "sharded") + " " + (dir / "escaped"));
+  EXPECT_NE(escaped.exit_code, 0);
+  EXPECT_NE(escaped.output.find("is not a file name in"), std::string::npos) << escaped.output;
+}
+
+void expect_clear_failure(const CommandResult& result, std::initializer_list<std::string> mentions) {
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  for (const std::string& m : mentions) {
+    EXPECT_NE(result.output.find(m), std::string::npos) << "missing '" << m << "' in:\n" << result.output;
+  }
+}
+
+TEST_F(ConvertCli, BadInputsFailNamingTheKeyTensorOrFile) {
+  // A GPT-2 style model has no Llama form.
+  train(write_config("gpt2", "  layers: 1\n  ffn_size: 64\n  norm: layer\n  activation: gelu\n  positions: learned\n"
+                             "  bias: true\n"));
+  expect_clear_failure(run_loom("convert --to-hf " + (dir / "gpt2/checkpoints") + " " + (dir / "gpt2-hf")),
+                       {"model.norm is 'layer'", "Llama-style"});
+  EXPECT_FALSE(fs::exists(dir / "gpt2-hf/model.safetensors"));
+
+  train(write_config("llama", "  layers: 2\n  ffn_size: 64\n"));
+  const std::string hf = dir / "hf";
+  ASSERT_EQ(run_loom("convert --to-hf " + (dir / "llama/checkpoints") + " " + hf).exit_code, 0);
+  expect_clear_failure(run_loom("convert " + hf + " " + (dir / "x")), {"--to-hf or --from-hf"});
+  expect_clear_failure(run_loom("convert --to-hf --from-hf " + hf + " " + (dir / "x")), {"excludes"});
+  expect_clear_failure(run_loom("convert --from-hf " + hf + " " + (dir / "llama")), {"already exists", "llama"});
+  expect_clear_failure(run_loom("convert --from-hf " + hf + " " + (dir / "x") + " --tokenizer klingon"),
+                       {"data.tokenizer", "klingon"});
+
+  // A tensor missing from the weights.
+  const std::string broken = dir / "broken";
+  fs::create_directories(broken);
+  fs::copy_file(hf + "/config.json", broken + "/config.json");
+  {
+    const ckpt::SafetensorsReader whole(hf + "/model.safetensors");
+    std::vector<ckpt::SafetensorsOutput> kept;
+    for (const ckpt::SafetensorsTensor& t : whole.header().tensors) {
+      if (t.name == "model.layers.1.mlp.down_proj.weight") continue;
+      kept.push_back({t.name, t.dtype, t.shape, [&whole, &t](std::span<std::byte> out) { whole.read(t, out); }});
+    }
+    ckpt::write_safetensors(broken + "/model.safetensors", kept, {});
+  }
+  expect_clear_failure(run_loom("convert --from-hf " + broken + " " + (dir / "x")),
+                       {"no tensor 'model.layers.1.mlp.down_proj.weight'", "[32, 64]"});
+  EXPECT_FALSE(fs::exists(dir / "x"));
+
+  // A config.json that does not match the weights: the first misshapen tensor is named.
+  json config = json::parse(read_file(hf + "/config.json"));
+  config["intermediate_size"] = 48;
+  fs::copy_file(hf + "/model.safetensors", broken + "/model.safetensors", fs::copy_options::overwrite_existing);
+  write_text(broken + "/config.json", config.dump());
+  expect_clear_failure(run_loom("convert --from-hf " + broken + " " + (dir / "x")),
+                       {"model.safetensors: tensor 'model.layers.0.mlp.gate_proj.weight' has shape [64, 32]", "[48, 32]"});
+  config["intermediate_size"] = 64;
+  config["rope_scaling"] = {{"rope_type", "yarn"}};
+  write_text(broken + "/config.json", config.dump());
+  expect_clear_failure(run_loom("convert --from-hf " + broken + " " + (dir / "x")), {"config.json: rope_scaling"});
+
+  // A truncated or corrupt model.safetensors.
+  write_text(broken + "/config.json", read_file(hf + "/config.json"));
+  const std::string bytes = read_file(hf + "/model.safetensors");
+  write_text(broken + "/model.safetensors", bytes.substr(0, bytes.size() - 100));
+  expect_clear_failure(run_loom("convert --from-hf " + broken + " " + (dir / "x")),
+                       {"broken/model.safetensors: tensor", "reach past the data section", "truncated"});
+  write_text(broken + "/model.safetensors", bytes.substr(0, 5));
+  expect_clear_failure(run_loom("convert --from-hf " + broken + " " + (dir / "x")), {"model.safetensors: file is 5 bytes"});
+  expect_clear_failure(run_loom("convert --from-hf " + (dir / "nowhere") + " " + (dir / "x")), {"nowhere"});
+}
+
+}  // namespace
+}  // namespace loom::testing
