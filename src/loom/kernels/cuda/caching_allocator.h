@@ -1,0 +1,44 @@
+#pragma once
+// Device memory through a caching allocator: cudaMalloc and cudaFree synchronise the device and
+// cost tens of microseconds, so freed blocks are kept in free lists by rounded size and handed
+// out again. Sizes round up to 512 bytes below 1 MiB and to 2 MiB above (bounded waste, few
+// distinct sizes). Not thread-safe: one allocator per device per thread.
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <vector>
+
+namespace loom::kernels::cuda {
+
+struct AllocatorStats {
+  int64_t allocated_bytes = 0;  // held by callers now
+  int64_t cached_bytes = 0;     // in the free lists
+  int64_t device_allocations = 0;  // cudaMalloc calls so far
+  int64_t reuses = 0;           // requests served from a free list
+};
+
+class CachingAllocator {
+ public:
+  CachingAllocator() = default;
+  ~CachingAllocator();  // returns every cached block to the device
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // At least `bytes` of device memory (256-byte aligned); nullptr for 0. Throws loom::Error
+  // naming the size when the device has none left even after emptying the cache.
+  void* allocate(size_t bytes);
+  // Back to the cache (not to the device). `ptr` must come from allocate().
+  void release(void* ptr);
+  // Frees every cached block on the device.
+  void empty_cache();
+
+  const AllocatorStats& stats() const { return stats_; }
+  static size_t rounded_size(size_t bytes);
+
+ private:
+  std::multimap<size_t, void*> free_;  // rounded size -> block
+  std::map<void*, size_t> sizes_;      // every live block's rounded size
+  AllocatorStats stats_;
+};
+
+}  // namespace loom::kernels::cuda

@@ -1,0 +1,17 @@
+#pragma once
+// RMSNorm on the device, with the contracts of kernels::cpu::rmsnorm_forward / _backward:
+//   forward:  out = in / rms(in) * weight, rstd[row] = 1 / sqrt(mean(in^2) + eps)
+//   backward: din += d(loss)/d(in), dweight += d(loss)/d(weight) (accumulated, as on the CPU).
+// One block per row; the row's sums are reduced in shared memory (fp32).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace loom::kernels::cuda {
+
+void rmsnorm_forward(float* out, float* rstd, const float* in, const float* weight, int64_t rows, int64_t dim,
+                     float eps, cudaStream_t stream = nullptr);
+void rmsnorm_backward(float* din, float* dweight, const float* dout, const float* in, const float* weight,
+                      const float* rstd, int64_t rows, int64_t dim, cudaStream_t stream = nullptr);
+
+}  // namespace loom::kernels::cuda

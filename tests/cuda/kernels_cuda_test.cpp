@@ -1,0 +1,116 @@
+// The CUDA kernels against the CPU path (METHOD: fresh random inputs, outputs poisoned before
+// each run, every element checked): AdamW equal to kernels::cpu::adamw_update, RMSNorm forward
+// and backward within fp32 rounding of the CPU (the weight gradient's row sum is accumulated in
+// another order). Without a usable GPU every test skips, saying why.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "loom/kernels/cpu/adamw.h"
+#include "loom/kernels/cpu/norm.h"
+#include "loom/kernels/cuda/adamw.h"
+#include "loom/kernels/cuda/caching_allocator.h"
+#include "loom/kernels/cuda/device.h"
+#include "loom/kernels/cuda/rmsnorm.h"
+
+namespace loom::kernels::cuda {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                                     \
+  do {                                                                         \
+    if (!device_status().available) GTEST_SKIP() << device_status().reason;    \
+  } while (false)
+
+std::vector<float> random_values(uint32_t seed, int64_t n, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> out(static_cast<size_t>(n));
+  for (float& x : out) x = dist(rng);
+  return out;
+}
+
+// A device copy of `host` from `allocator`, and back.
+struct DeviceArray {
+  CachingAllocator& allocator;
+  float* ptr;
+  int64_t n;
+  DeviceArray(CachingAllocator& a, const std::vector<float>& host)
+      : allocator(a), ptr(static_cast<float*>(a.allocate(host.size() * sizeof(float)))), n(static_cast<int64_t>(host.size())) {
+    check_cuda(cudaMemcpy(ptr, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice), "copy to device");
+  }
+  ~DeviceArray() { allocator.release(ptr); }
+  std::vector<float> host() const {
+    std::vector<float> out(static_cast<size_t>(n));
+    check_cuda(cudaMemcpy(out.data(), ptr, out.size() * sizeof(float), cudaMemcpyDeviceToHost), "copy to host");
+    return out;
+  }
+};
+
+double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0.0, norm = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-300));
+}
+
+TEST(CudaDevice, StatusSaysWhyWhenThereIsNoGpu) {
+  const DeviceStatus& s = device_status();
+  if (s.available) {
+    EXPECT_GT(s.devices, 0);
+  } else {
+    EXPECT_FALSE(s.reason.empty());
+  }
+}
+
+TEST(CudaKernels, AdamWEqualsTheCpuUpdate) {
+  SKIP_WITHOUT_GPU();
+  CachingAllocator allocator;
+  for (int64_t n : {1, 1000, 1 << 20}) {
+    for (uint32_t trial = 0; trial < 2; ++trial) {
+      const std::vector<float> p0 = random_values(1 + trial, n, 0.5f), g = random_values(2 + trial, n, 1e-2f);
+      std::vector<float> m = random_values(3 + trial, n, 1e-3f), v = random_values(4 + trial, n, 1e-5f);
+      for (float& x : v) x = std::fabs(x);
+      const cpu::AdamWStep step{3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 7, 0.5f};
+      DeviceArray dp(allocator, p0), dg(allocator, g), dm(allocator, m), dv(allocator, v);
+      std::vector<float> p = p0;
+      cpu::adamw_update(p.data(), g.data(), m.data(), v.data(), n, step);
+      cuda::adamw_update(dp.ptr, dg.ptr, dm.ptr, dv.ptr, n, step);
+      check_cuda(cudaDeviceSynchronize(), "adamw");
+      EXPECT_EQ(dp.host(), p) << "n " << n;
+      EXPECT_EQ(dm.host(), m) << "n " << n;
+      EXPECT_EQ(dv.host(), v) << "n " << n;
+    }
+  }
+  EXPECT_GT(allocator.stats().reuses, 0);  // the second trial's buffers came from the cache
+}
+
+TEST(CudaKernels, RmsNormForwardAndBackwardMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  CachingAllocator allocator;
+  for (auto [rows, dim] : {std::pair<int64_t, int64_t>{1, 7}, {37, 256}, {64, 2048}}) {
+    const std::vector<float> x = random_values(11, rows * dim, 1.0f), w = random_values(12, dim, 1.0f),
+                             dy = random_values(13, rows * dim, 1.0f);
+    std::vector<float> out(x.size()), rstd(static_cast<size_t>(rows)), dx(x.size(), 0.25f), dw(w.size(), 0.5f);
+    cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), rows, dim, 1e-5f);
+    cpu::rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), rows, dim);
+    const std::vector<float> poison(x.size(), NAN), poison_rows(static_cast<size_t>(rows), NAN);
+    DeviceArray d_x(allocator, x), d_w(allocator, w), d_dy(allocator, dy), d_out(allocator, poison),
+        d_rstd(allocator, poison_rows), d_dx(allocator, std::vector<float>(x.size(), 0.25f)),
+        d_dw(allocator, std::vector<float>(w.size(), 0.5f));
+    cuda::rmsnorm_forward(d_out.ptr, d_rstd.ptr, d_x.ptr, d_w.ptr, rows, dim, 1e-5f);
+    cuda::rmsnorm_backward(d_dx.ptr, d_dw.ptr, d_dy.ptr, d_x.ptr, d_w.ptr, d_rstd.ptr, rows, dim);
+    check_cuda(cudaDeviceSynchronize(), "rmsnorm");
+    EXPECT_LE(relative_error(d_out.host(), out), 1e-6) << rows << " x " << dim;
+    EXPECT_LE(relative_error(d_rstd.host(), rstd), 1e-6) << rows << " x " << dim;
+    EXPECT_LE(relative_error(d_dx.host(), dx), 1e-5) << rows << " x " << dim;
+    EXPECT_LE(relative_error(d_dw.host(), dw), 1e-5) << rows << " x " << dim;
+  }
+}
+
+}  // namespace
+}  // namespace loom::kernels::cuda
