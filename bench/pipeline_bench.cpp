@@ -18,6 +18,7 @@
 
 #include "loom/comm/launch.h"
 #include "loom/comm/mesh.h"
+#include "loom/parallel/pipeline_partition.h"
 #include "loom/parallel/pipeline_simulation.h"
 #include "loom/recipes/data_parallel_step.h"
 #include "loom/recipes/pipeline_step.h"
@@ -64,26 +65,18 @@ Result run(const parallel::PipelineSchedule& schedule, int64_t batch, int64_t se
     openblas_set_num_threads(1);
     comm::Mesh mesh(world, comm::MeshShape{.dp = 1, .pp = p});
     const runtime::ModelConfig config = model_config();
-    std::vector<model::LayerRange> chunks;
-    const int total = schedule.total_stages();
-    for (int c = 0; c < schedule.virtual_stages; ++c) {
-      const int s = schedule.virtual_stage(mesh.pp_rank(), c);
-      chunks.push_back({config.layers * s / total, config.layers * (s + 1) / total});
-    }
-    model::Transformer model(config, {}, {}, p > 1 ? chunks : std::vector<model::LayerRange>{});
+    const std::vector<int> bounds = parallel::partition_layers(
+        "even", std::vector<double>(config.layers, 1.0), 0.0, schedule.total_stages());
+    model::Transformer model(config, {}, {},
+                             p > 1 ? recipes::stage_chunks(schedule, mesh.pp_rank(), bounds) : std::vector<model::LayerRange>{});
     model.initialize(1);
     runtime::RunConfig run_config;
     run_config.model = config;
     recipes::DataParallelStep optimizer(mesh.dp(), model, run_config, p > 1 ? &mesh.pp() : nullptr);
-    if (model.tied_head_copy() >= 0) optimizer.set_tied_embedding(mesh.embedding(), model.tied_head_copy());
-    if (p > 1 && model.holds_embedding()) {
-      optimizer.set_tied_embedding(mesh.embedding(), model.params().find("model.embed_tokens.weight"));
-    }
-    if (schedule.virtual_stages > 1) optimizer.reduce_once_per_step();
-    recipes::PipelineStep pipeline(mesh.pp(), model, schedule);
+    recipes::PipelineStep pipeline(mesh.pp(), model, schedule, optimizer, mesh.embedding());
     auto step = [&] {
       if (p > 1) {
-        pipeline.run(tokens.data(), targets.data(), batch, seq, 1e-3f, optimizer);
+        pipeline.run(tokens.data(), targets.data(), batch, seq, 1e-3f);
       } else {
         for (int m = 0; m < schedule.micro_batches; ++m) {
           optimizer.begin_micro_batch(m + 1 == schedule.micro_batches);

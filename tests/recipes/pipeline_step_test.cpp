@@ -10,6 +10,7 @@
 
 #include "loom/comm/launch.h"
 #include "loom/comm/mesh.h"
+#include "loom/parallel/pipeline_partition.h"
 #include "loom/parallel/pipeline_simulation.h"
 #include "loom/recipes/data_parallel_step.h"
 #include "loom/recipes/pipeline_step.h"
@@ -66,21 +67,14 @@ TEST(PipelineStep, EveryScheduleGivesTheWholeModelsGradientsWithinItsActivationB
       std::mutex mutex;
       comm::launch(options, [&](comm::Communicator& world) {
         comm::Mesh mesh(world, comm::MeshShape{.dp = 1, .pp = p});
-        const int total = schedule.total_stages(), layers = model_config().layers;
-        std::vector<model::LayerRange> chunks;
-        for (int c = 0; c < v; ++c) {
-          const int s = schedule.virtual_stage(mesh.pp_rank(), c);
-          chunks.push_back({layers * s / total, layers * (s + 1) / total});
-        }
-        model::Transformer stage(model_config(), {}, {}, chunks);
+        const std::vector<int> bounds = parallel::partition_layers(
+            "even", std::vector<double>(model_config().layers, 1.0), 0.0, schedule.total_stages());
+        model::Transformer stage(model_config(), {}, {}, stage_chunks(schedule, mesh.pp_rank(), bounds));
         stage.initialize(7);
         runtime::RunConfig config;
         DataParallelStep dp(mesh.dp(), stage, config, &mesh.pp());
-        if (stage.tied_head_copy() >= 0) dp.set_tied_embedding(mesh.embedding(), stage.tied_head_copy());
-        if (stage.holds_embedding()) dp.set_tied_embedding(mesh.embedding(), stage.params().find("model.embed_tokens.weight"));
-        if (v > 1) dp.reduce_once_per_step();
-        PipelineStep pipeline(mesh.pp(), stage, schedule);
-        const double loss = pipeline.run(tokens.inputs.data(), tokens.targets.data(), kBatch, kSeq, scale, dp);
+        PipelineStep pipeline(mesh.pp(), stage, schedule, dp, mesh.embedding());
+        const double loss = pipeline.run(tokens.inputs.data(), tokens.targets.data(), kBatch, kSeq, scale);
 
         std::lock_guard<std::mutex> lock(mutex);
         const int r = mesh.pp_rank();

@@ -35,8 +35,19 @@ std::string pipeline_schedule_name(PipelineScheduleKind kind) {
   return "?";
 }
 
-int pipeline_tag(bool forward, int micro_batch, int sender_chunk, int virtual_stages) {
-  return (micro_batch * virtual_stages + sender_chunk) * 2 + (forward ? 0 : 1);
+PipelineMessage pipeline_message(const PipelineSchedule& s, int rank, const PipelineInstruction& in) {
+  const int vs = s.virtual_stage(rank, in.chunk);
+  auto tag = [&](bool forward, int sender_chunk) {
+    return (in.micro_batch * s.virtual_stages + sender_chunk) * 2 + (forward ? 0 : 1);
+  };
+  switch (in.op) {
+    case PipelineOp::SendForward: return {s.rank_of(vs + 1), tag(true, in.chunk)};
+    case PipelineOp::RecvForward: return {s.rank_of(vs - 1), tag(true, s.chunk_of(vs - 1))};
+    case PipelineOp::SendBackward: return {s.rank_of(vs - 1), tag(false, in.chunk)};
+    case PipelineOp::RecvBackward: return {s.rank_of(vs + 1), tag(false, s.chunk_of(vs + 1))};
+    default: break;
+  }
+  throw Error("pipeline_message: " + pipeline_op_name(in.op) + " is not a message");
 }
 
 namespace {

@@ -64,8 +64,13 @@ struct PipelineSchedule {
 PipelineSchedule make_pipeline_schedule(PipelineScheduleKind kind, int stages, int micro_batches,
                                         int virtual_stages = 1);
 
-// Message tag of an activation (forward = true) or gradient sent by (sender rank's) chunk for a
-// micro-batch: unique per pair of ranks and direction, so messages match whatever their order.
-int pipeline_tag(bool forward, int micro_batch, int sender_chunk, int virtual_stages);
+// The other end of a message instruction (a send or receive) of `rank`, and its tag: unique per
+// pair of ranks and direction (from the micro-batch and the sender's chunk), so messages match
+// whatever their order.
+struct PipelineMessage {
+  int peer = 0;
+  int tag = 0;
+};
+PipelineMessage pipeline_message(const PipelineSchedule& schedule, int rank, const PipelineInstruction& message);
 
 }  // namespace loom::parallel

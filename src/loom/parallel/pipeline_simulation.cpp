@@ -93,21 +93,11 @@ PipelineSimulation simulate_pipeline(const PipelineSchedule& s, PipelineCosts co
   // Messages sent and not yet received: (from, to, tag) -> time sent.
   std::map<std::tuple<int, int, int>, double> mailbox;
 
-  // The peer and tag of a message instruction, seen from `rank`.
+  // A message as (from, to, tag).
   auto message = [&](int rank, const PipelineInstruction& in) {
-    const int vs = s.virtual_stage(rank, in.chunk);
-    switch (in.op) {
-      case PipelineOp::SendForward:
-        return std::tuple{rank, s.rank_of(vs + 1), pipeline_tag(true, in.micro_batch, in.chunk, s.virtual_stages)};
-      case PipelineOp::RecvForward:
-        return std::tuple{s.rank_of(vs - 1), rank,
-                          pipeline_tag(true, in.micro_batch, s.chunk_of(vs - 1), s.virtual_stages)};
-      case PipelineOp::SendBackward:
-        return std::tuple{rank, s.rank_of(vs - 1), pipeline_tag(false, in.micro_batch, in.chunk, s.virtual_stages)};
-      default:  // RecvBackward
-        return std::tuple{s.rank_of(vs + 1), rank,
-                          pipeline_tag(false, in.micro_batch, s.chunk_of(vs + 1), s.virtual_stages)};
-    }
+    const PipelineMessage m = pipeline_message(s, rank, in);
+    const bool send = in.op == PipelineOp::SendForward || in.op == PipelineOp::SendBackward;
+    return send ? std::tuple{rank, m.peer, m.tag} : std::tuple{m.peer, rank, m.tag};
   };
 
   bool progress = true;

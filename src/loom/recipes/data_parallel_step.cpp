@@ -248,30 +248,6 @@ void DataParallelStep::skip_step() {
   clear_gradients();
 }
 
-void DataParallelStep::gather_moments(std::vector<float>& exp_avg, std::vector<float>& exp_avg_sq) {
-  const int64_t total = model_.params().total();
-  exp_avg.assign(total, 0.0f);
-  exp_avg_sq.assign(total, 0.0f);
-  if (zero3_) {
-    zero3_->gather_moments(exp_avg.data(), exp_avg_sq.data());
-    zero3_->gather_full_parameters();
-    return;
-  }
-  if (adamw_) {
-    std::copy(adamw_->exp_avg(), adamw_->exp_avg() + total, exp_avg.begin());
-    std::copy(adamw_->exp_avg_sq(), adamw_->exp_avg_sq() + total, exp_avg_sq.begin());
-    return;
-  }
-  // Each rank contributes its shards; the sum over ranks assembles the full buffers exactly
-  // (every element is owned by one rank, the others contribute zero).
-  for (const parallel::OwnedShard& s : sharded_->shards()) {
-    std::copy(s.exp_avg, s.exp_avg + (s.end - s.begin), exp_avg.begin() + s.begin);
-    std::copy(s.exp_avg_sq, s.exp_avg_sq + (s.end - s.begin), exp_avg_sq.begin() + s.begin);
-  }
-  dp_.all_reduce(exp_avg.data(), total, DType::F32, comm::ReduceOp::Sum);
-  dp_.all_reduce(exp_avg_sq.data(), total, DType::F32, comm::ReduceOp::Sum);
-}
-
 std::vector<OwnedRange> DataParallelStep::checkpoint_ranges() const {
   const model::ParameterStore& params = model_.params();
   const int64_t total = params.total();

@@ -60,10 +60,6 @@ class DataParallelStep : private model::ParameterHooks {
   std::vector<std::span<float>> reduced_gradients();
   void skip_step();
 
-  // Adam moments as full flat buffers laid out like the parameters (gathered from the shards).
-  // Zero 3: also gathers the full parameters into the model, since a checkpoint saves both; the
-  // next micro-batch (or release_full_parameters()) releases them.
-  void gather_moments(std::vector<float>& exp_avg, std::vector<float>& exp_avg_sq);
   // Restores the moments from full flat buffers (each rank keeps its shards); parameters must
   // already hold the checkpoint's values (zero 3 re-shards them from there).
   void load_moments(const float* exp_avg, const float* exp_avg_sq);

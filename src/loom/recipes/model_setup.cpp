@@ -1,9 +1,11 @@
 #include "loom/recipes/model_setup.h"
 
 #include <filesystem>
+#include <set>
 
 #include "loom/ckpt/tensor_names.h"
 #include "loom/core/error.h"
+#include "loom/recipes/hf_parameters.h"
 #include "loom/recipes/sharded_training_state.h"
 
 namespace loom::recipes {
@@ -56,29 +58,6 @@ void read_parameter_slice(const ckpt::LoadedCheckpoint& checkpoint, const std::s
   checkpoint.read_slice(name, parameter_slice(p), out, DType::F32);
 }
 
-// Whether checkpoint parameter `name` belongs to a part of the model that another pipeline stage
-// holds (that stage checks it against its own config).
-bool held_by_another_stage(const model::Transformer& model, const std::string& name) {
-  const std::string layers = "model.layers.";
-  if (name.rfind(layers, 0) == 0) {
-    const size_t dot = name.find('.', layers.size());
-    int layer = -1;
-    try {
-      layer = std::stoi(name.substr(layers.size(), dot - layers.size()));
-    } catch (const std::exception&) {
-      return false;
-    }
-    if (layer < 0 || layer >= model.config().layers) return false;
-    for (const model::LayerRange& chunk : model.chunks()) {
-      if (layer >= chunk.first && layer < chunk.last) return false;
-    }
-    return true;
-  }
-  if (name.rfind("model.embed_", 0) == 0) return !model.holds_embedding();
-  if (name.rfind("model.norm.", 0) == 0 || name == "lm_head.weight") return !model.holds_head();
-  return false;
-}
-
 }  // namespace
 
 void load_parameters(const ckpt::LoadedCheckpoint& checkpoint, model::Transformer& model) {
@@ -86,8 +65,11 @@ void load_parameters(const ckpt::LoadedCheckpoint& checkpoint, model::Transforme
   for (const model::Parameter& p : params.list()) {
     read_parameter_slice(checkpoint, p.name, p, params.values() + p.offset);
   }
+  // Against the whole model's names, not this rank's: a pipeline stage holds only some layers.
+  std::set<std::string> known;
+  for (const ParameterShape& p : model_parameter_shapes(model.config())) known.insert(p.name);
   for (const std::string& name : checkpoint.parameter_names()) {
-    check(params.find(name) >= 0 || held_by_another_stage(model, name), "checkpoint " + checkpoint.path() + " holds parameter '" + name +
+    check(known.count(name) != 0, "checkpoint " + checkpoint.path() + " holds parameter '" + name +
                                       "' that this model config does not have (incompatible model config)");
   }
 }

@@ -12,13 +12,30 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 }  // namespace
 
-PipelineStep::PipelineStep(comm::Communicator& pp, model::Transformer& model, parallel::PipelineSchedule schedule)
-    : pp_(pp), model_(model), schedule_(std::move(schedule)), rank_(pp.rank()) {
+std::vector<model::LayerRange> stage_chunks(const parallel::PipelineSchedule& schedule, int rank,
+                                            const std::vector<int>& bounds) {
+  std::vector<model::LayerRange> chunks;
+  for (int c = 0; c < schedule.virtual_stages; ++c) {
+    const int stage = schedule.virtual_stage(rank, c);
+    chunks.push_back({bounds.at(stage), bounds.at(stage + 1)});
+  }
+  return chunks;
+}
+
+PipelineStep::PipelineStep(comm::Communicator& pp, model::Transformer& model, parallel::PipelineSchedule schedule,
+                           DataParallelStep& dp, comm::Communicator* embedding)
+    : pp_(pp), model_(model), dp_(dp), schedule_(std::move(schedule)), rank_(pp.rank()) {
   check(schedule_.stages == pp.size(), "pipeline schedule for " + std::to_string(schedule_.stages) +
                                            " stages on a pipeline group of " + std::to_string(pp.size()) + " ranks");
   check(static_cast<int>(model.chunks().size()) == schedule_.virtual_stages,
         "pipeline rank " + std::to_string(rank_) + " holds " + std::to_string(model.chunks().size()) +
             " model chunks but the schedule runs " + std::to_string(schedule_.virtual_stages) + " per rank");
+  if (model.tied_head_copy() >= 0) {
+    dp.set_tied_embedding(embedding, model.tied_head_copy());
+  } else if (model.holds_embedding() && model.config().tied_embeddings && schedule_.stages > 1) {
+    dp.set_tied_embedding(embedding, model.params().find("model.embed_tokens.weight"));
+  }
+  if (schedule_.virtual_stages > 1) dp.reduce_once_per_step();
 }
 
 PipelineStep::~PipelineStep() {
@@ -71,17 +88,21 @@ void PipelineStep::recycle(bool wait) {
   }
 }
 
-void PipelineStep::receive(float* buffer, int64_t count, int peer, int tag) {
+void PipelineStep::receive(float* buffer, int64_t count, const parallel::PipelineMessage& message) {
   const Clock::time_point start = Clock::now();
-  pp_.recv_async(buffer, count, DType::F32, peer, tag)->wait();
+  pp_.recv_async(buffer, count, DType::F32, message.peer, message.tag)->wait();
   stats_.wait_seconds += seconds_since(start);
 }
 
-double PipelineStep::run(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq, float grad_scale,
-                         DataParallelStep& dp) {
+comm::WorkHandle PipelineStep::send(const float* buffer, int64_t count, const parallel::PipelineMessage& message) {
+  return pp_.send_async(buffer, count, DType::F32, message.peer, message.tag);
+}
+
+double PipelineStep::run(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
+                         float grad_scale) {
+  DataParallelStep& dp = dp_;
   const parallel::PipelineSchedule& s = schedule_;
   const int64_t rows = batch * seq, count = model_.stage_rows(rows) * model_.config().d_model;
-  const int v = s.virtual_stages;
   stats_ = {};
   const std::vector<parallel::PipelineInstruction>& list = s.ranks[rank_];
   size_t last_backward = 0;
@@ -99,8 +120,7 @@ double PipelineStep::run(const int32_t* inputs, const int32_t* targets, int64_t 
     switch (in.op) {
       case parallel::PipelineOp::RecvForward: {
         InFlight& f = acquire(key);
-        receive(model_.chunk_input(*f.activations, in.chunk, rows), count, s.rank_of(vs - 1),
-                parallel::pipeline_tag(true, in.micro_batch, s.chunk_of(vs - 1), v));
+        receive(model_.chunk_input(*f.activations, in.chunk, rows), count, parallel::pipeline_message(s, rank_, in));
         break;
       }
       case parallel::PipelineOp::Forward: {
@@ -116,14 +136,12 @@ double PipelineStep::run(const int32_t* inputs, const int32_t* targets, int64_t 
       }
       case parallel::PipelineOp::SendForward: {
         InFlight& f = acquire(key);
-        f.sends.push_back(pp_.send_async(model_.chunk_output(*f.activations, in.chunk), count, DType::F32,
-                                         s.rank_of(vs + 1), parallel::pipeline_tag(true, in.micro_batch, in.chunk, v)));
+        f.sends.push_back(send(model_.chunk_output(*f.activations, in.chunk), count, parallel::pipeline_message(s, rank_, in)));
         break;
       }
       case parallel::PipelineOp::RecvBackward: {
         InFlight& f = acquire(key);
-        receive(model_.chunk_output_grad(*f.activations, rows), count, s.rank_of(vs + 1),
-                parallel::pipeline_tag(false, in.micro_batch, s.chunk_of(vs + 1), v));
+        receive(model_.chunk_output_grad(*f.activations, rows), count, parallel::pipeline_message(s, rank_, in));
         break;
       }
       case parallel::PipelineOp::Backward: {
@@ -141,8 +159,7 @@ double PipelineStep::run(const int32_t* inputs, const int32_t* targets, int64_t 
       }
       case parallel::PipelineOp::SendBackward: {
         InFlight& f = acquire(key);
-        f.sends.push_back(pp_.send_async(model_.chunk_input_grad(*f.activations), count, DType::F32,
-                                         s.rank_of(vs - 1), parallel::pipeline_tag(false, in.micro_batch, in.chunk, v)));
+        f.sends.push_back(send(model_.chunk_input_grad(*f.activations), count, parallel::pipeline_message(s, rank_, in)));
         release(key);
         break;
       }
@@ -180,13 +197,13 @@ double PipelineStep::forward_loss(const int32_t* inputs, const int32_t* targets,
     f.sends.clear();
     const int vs = s.virtual_stage(rank_, c);
     if (vs > 0) {
-      receive(model_.chunk_input(*f.activations, c, rows), count, s.rank_of(vs - 1),
-              parallel::pipeline_tag(true, 0, s.chunk_of(vs - 1), v));
+      receive(model_.chunk_input(*f.activations, c, rows), count,
+              parallel::pipeline_message(s, rank_, {parallel::PipelineOp::RecvForward, 0, c}));
     }
     loss_sum += model_.forward_chunk(*f.activations, c, inputs, targets, batch, seq, 0.0f);
     if (vs + 1 < s.total_stages()) {
-      f.sends.push_back(pp_.send_async(model_.chunk_output(*f.activations, c), count, DType::F32, s.rank_of(vs + 1),
-                                       parallel::pipeline_tag(true, 0, c, v)));
+      f.sends.push_back(send(model_.chunk_output(*f.activations, c), count,
+                             parallel::pipeline_message(s, rank_, {parallel::PipelineOp::SendForward, 0, c})));
     }
   }
   for (InFlight& f : evaluation_) {

@@ -29,20 +29,27 @@ struct PipelineStats {
   int64_t peak_activation_bytes = 0;
 };
 
+// The layers of `rank`'s model chunks, from the virtual stages' boundaries (as
+// parallel::partition_layers returns them).
+std::vector<model::LayerRange> stage_chunks(const parallel::PipelineSchedule& schedule, int rank,
+                                            const std::vector<int>& bounds);
+
 class PipelineStep {
  public:
   // `pp`: the pipeline group (this rank's stage is pp.rank()); the model holds this rank's
-  // chunks of the schedule's virtual stages.
-  PipelineStep(comm::Communicator& pp, model::Transformer& model, parallel::PipelineSchedule schedule);
+  // chunks of the schedule's virtual stages (stage_chunks). `dp` reduces the stage's gradients:
+  // it is set up for the pipeline here (tied embeddings summed over `embedding`, the first and
+  // last stage; ZeRO-2 once per step when interleaving).
+  PipelineStep(comm::Communicator& pp, model::Transformer& model, parallel::PipelineSchedule schedule,
+               DataParallelStep& dp, comm::Communicator* embedding);
   ~PipelineStep();
 
   // One optimizer step's micro-batches: inputs and targets hold schedule.micro_batches
   // micro-batches of [batch, seq] back to back. Gradients of grad_scale * (sum of token
-  // losses) are added to the model's and reduced by `dp` (begin/end_micro_batch around each
-  // backward, the last one at the schedule's reduce_gradients). Returns this rank's sum of token
-  // losses: the last stage's, 0 on the others.
-  double run(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq, float grad_scale,
-             DataParallelStep& dp);
+  // losses) are added to the model's and reduced by the data-parallel step (begin/end_micro_batch
+  // around each backward, the last one at the schedule's reduce_gradients). Returns this rank's
+  // sum of token losses: the last stage's, 0 on the others.
+  double run(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq, float grad_scale);
 
   // Evaluation: one micro-batch forward through every stage; the sum of token losses, on every
   // rank of the pipeline.
@@ -62,10 +69,13 @@ class PipelineStep {
   void release(Key key);
   void recycle(bool wait);
   // Receives `count` floats into `buffer`, waiting (the time counts as idle).
-  void receive(float* buffer, int64_t count, int peer, int tag);
+  void receive(float* buffer, int64_t count, const parallel::PipelineMessage& message);
+  // Starts sending; `buffer` must stay valid until the returned work completes.
+  comm::WorkHandle send(const float* buffer, int64_t count, const parallel::PipelineMessage& message);
 
   comm::Communicator& pp_;
   model::Transformer& model_;
+  DataParallelStep& dp_;
   parallel::PipelineSchedule schedule_;
   int rank_;
   std::map<Key, InFlight> live_;

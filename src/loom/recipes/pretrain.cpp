@@ -146,10 +146,7 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
     }
     const std::vector<int> bounds = parallel::partition_layers(
         run.parallel.pipeline_partition, costs, model::head_training_flops_per_token(run.model), schedule->total_stages());
-    for (int c = 0; c < schedule->virtual_stages; ++c) {
-      const int stage = schedule->virtual_stage(mesh.pp_rank(), c);
-      chunks.push_back({bounds[stage], bounds[stage + 1]});
-    }
+    chunks = stage_chunks(*schedule, mesh.pp_rank(), bounds);
   } else {
     check(run.parallel.virtual_stages == 1, "parallel.virtual_stages = " + std::to_string(run.parallel.virtual_stages) +
                                                 " needs a pipeline: set parallel.pp > 1 (and pipeline_schedule: interleaved)");
@@ -159,15 +156,7 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
   model.initialize(run.train.seed);
   DataParallelStep optimizer(mesh.dp(), model, run, pp > 1 ? &mesh.pp() : nullptr);
   std::optional<PipelineStep> pipeline;
-  if (schedule) {
-    if (model.tied_head_copy() >= 0) {
-      optimizer.set_tied_embedding(mesh.embedding(), model.tied_head_copy());
-    } else if (model.holds_embedding() && run.model.tied_embeddings) {
-      optimizer.set_tied_embedding(mesh.embedding(), model.params().find("model.embed_tokens.weight"));
-    }
-    if (schedule->virtual_stages > 1) optimizer.reduce_once_per_step();
-    pipeline.emplace(mesh.pp(), model, *schedule);
-  }
+  if (schedule) pipeline.emplace(mesh.pp(), model, *schedule, optimizer, mesh.embedding());
   // Loss scaling, Inf/NaN skips, FP8 amaxes (agreed among the ranks holding the same layers).
   PrecisionStep precision(run.precision, model, optimizer, world, pp > 1 ? &mesh.add_group("tp-dp") : nullptr);
 
@@ -277,7 +266,7 @@ TrainSummary train_rank(const runtime::RunConfig& config, comm::Communicator& wo
       // The stages run the replica's micro-batches in the schedule's order; every stage reads
       // them (the first needs the inputs, the last the targets, the first's backward the inputs).
       train_data.fill_batch(first_sample, local_batch, step_inputs.data(), step_targets.data());
-      local_loss_sum = pipeline->run(step_inputs.data(), step_targets.data(), micro, seq, grad_scale, optimizer);
+      local_loss_sum = pipeline->run(step_inputs.data(), step_targets.data(), micro, seq, grad_scale);
     }
     for (int m = 0; m < micro_batches && !pipeline; ++m) {
       const bool last_micro_batch = m + 1 == micro_batches;
