@@ -25,6 +25,7 @@
 #include "loom/model/linear_precision.h"
 #include "loom/model/parallel_linear.h"
 #include "loom/model/transformer.h"
+#include "linear_pair.h"
 
 namespace loom::model {
 namespace {
@@ -101,11 +102,7 @@ TEST_P(ParallelLinearPrecisionTest, ColumnAndRowParallelEqualOneRank) {
   // Reference: y = x A^T + a (A: [out, in]); z = y B^T + b (B: [in, out]). The second half of
   // A's rows and of B's columns (the last ranks' pieces) is larger.
   ParameterStore ref;
-  const int A = ref.add("a.weight", {out, in}, Init::Normal, 0.1f), a = ref.add("a.bias", {out}, Init::Normal, 0.1f);
-  const int B = ref.add("b.weight", {in, out}, Init::Normal, 0.1f), b = ref.add("b.bias", {in}, Init::Normal, 0.1f);
-  ref.allocate();
-  ref.initialize(7);
-  ref.zero_grads();
+  const auto [A, a, B, b] = model::testing::add_linear_pair(ref, in, out, 0.1f);
   scale_columns(ref.value(A), 1, out * in, out / 2 * in, 4.0f);
   scale_columns(ref.value(B), in, out, out / 2, 4.0f);
   std::vector<float> y(rows * out), z(rows * in), d_x(rows * in, 0.0f), d_y_from_z(rows * out, 0.0f);
@@ -121,13 +118,7 @@ TEST_P(ParallelLinearPrecisionTest, ColumnAndRowParallelEqualOneRank) {
     const int64_t part = out / ranks, start = world.rank() * part;
     const int64_t local = tp.local_rows(rows), first = tp.first_local_row(rows);
     ParameterStore store;
-    const int la = store.add("a.weight", {part, in}, Init::Normal, 0.1f, tp.split({out, in}, 0, start, part));
-    const int lab = store.add("a.bias", {part}, Init::Normal, 0.1f, tp.split({out}, 0, start, part));
-    const int lb = store.add("b.weight", {in, part}, Init::Normal, 0.1f, tp.split({in, out}, 1, start, part));
-    const int lbb = store.add("b.bias", {in}, Init::Normal, 0.1f, tp.replicated());
-    store.allocate();
-    store.initialize(7);
-    store.zero_grads();
+    const auto [la, lab, lb, lbb] = model::testing::add_sharded_linear_pair(store, tp, in, out, start, part, 0.1f);
     if (start >= out / 2) {
       scale_columns(store.value(la), 1, part * in, 0, 4.0f);
       scale_columns(store.value(lb), in, part, 0, 4.0f);

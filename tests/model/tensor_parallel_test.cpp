@@ -17,6 +17,7 @@
 #include "loom/kernels/cpu/vocab_parallel_cross_entropy.h"
 #include "loom/model/parallel_linear.h"
 #include "loom/model/transformer.h"
+#include "linear_pair.h"
 
 namespace loom::model {
 namespace {
@@ -63,10 +64,7 @@ TEST_P(ParallelLinearTest, ColumnAndRowParallelEqualTheUnsplitLayers) {
   const auto d_z = loom::testing::random_vector(rows * in, 3);
   // Reference: y = x A^T + a (A: [out, in]); z = y B^T + b (B: [in, out]).
   ParameterStore ref;
-  const int A = ref.add("a.weight", {out, in}, Init::Normal, 0.5f), a = ref.add("a.bias", {out}, Init::Normal, 0.5f);
-  const int B = ref.add("b.weight", {in, out}, Init::Normal, 0.5f), b = ref.add("b.bias", {in}, Init::Normal, 0.5f);
-  ref.allocate();
-  ref.initialize(7);
+  const auto [A, a, B, b] = model::testing::add_linear_pair(ref, in, out, 0.5f);
   std::vector<float> y(rows * out), z(rows * in), d_x(rows * in, 0.0f), d_y_from_z(rows * out, 0.0f);
   namespace k = kernels::cpu;
   k::linear_forward(y.data(), x.data(), ref.value(A), ref.value(a), rows, in, out);
@@ -80,13 +78,7 @@ TEST_P(ParallelLinearTest, ColumnAndRowParallelEqualTheUnsplitLayers) {
     const int64_t part = out / ranks, start = world.rank() * part;
     const int64_t local = tp.local_rows(rows), first = tp.first_local_row(rows);
     ParameterStore store;
-    const int la = store.add("a.weight", {part, in}, Init::Normal, 0.5f, tp.split({out, in}, 0, start, part));
-    const int lab = store.add("a.bias", {part}, Init::Normal, 0.5f, tp.split({out}, 0, start, part));
-    const int lb = store.add("b.weight", {in, part}, Init::Normal, 0.5f, tp.split({in, out}, 1, start, part));
-    const int lbb = store.add("b.bias", {in}, Init::Normal, 0.5f, tp.replicated());
-    store.allocate();
-    store.initialize(7);
-    store.zero_grads();
+    const auto [la, lab, lb, lbb] = model::testing::add_sharded_linear_pair(store, tp, in, out, start, part, 0.5f);
     ColumnParallelLinear column(store, tp, la, lab, in, part);
     RowParallelLinear row(store, tp, lb, lbb, part, in);
     ParallelScratch scratch;
