@@ -8,15 +8,15 @@
 
 #include "loom/comm/launch.h"
 #include "loom/data/tokenizer.h"
-#include "loom/parallel/memory_accounting.h"
-#include "loom/recipes/data_parallel_step.h"
-#include "loom/recipes/model_setup.h"
+#include "loom/parallel/data/memory_accounting.h"
+#include "loom/parallel/data/data_parallel_step.h"
+#include "loom/train/model_setup.h"
 
 int main(int argc, char** argv) {
   using namespace loom;
   const std::string path = argc > 1 ? argv[1] : "configs/gpt2-124m.yaml";
-  runtime::RunConfig config = runtime::load_config(path, {"precision.recipe=bf16", "precision.param_dtype=compute"});
-  config.model = recipes::resolve_model_config(config.model, *data::make_tokenizer(config.data.tokenizer));
+  config::RunConfig config = config::load_config(path, {"precision.recipe=bf16", "precision.param_dtype=compute"});
+  config.model = train::resolve_model_config(config.model, *data::make_tokenizer(config.data.tokenizer));
   auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); };
   std::printf("%s, bf16 parameters (precision.param_dtype=compute), bucket_mb %.0f\n", path.c_str(),
               config.parallel.bucket_mb);
@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int dp : {2, 4}) {
     for (int zero : {0, 1, 2, 3}) {
-      runtime::RunConfig run = config;
+      config::RunConfig run = config;
       run.parallel.zero = zero;
       comm::LaunchOptions options;
       options.backend = "threads";
@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
       std::mutex mutex;
       comm::launch(options, [&](comm::Communicator& world) {
         model::Transformer model(run.model, {}, model::PrecisionPolicy::from_config(run.precision));
-        recipes::DataParallelStep step(world, model, run);
+        parallel::DataParallelStep step(world, model, run);
         if (world.rank() != 0) return;
         std::lock_guard<std::mutex> lock(mutex);
         bytes = step.memory_bytes();

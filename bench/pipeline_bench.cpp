@@ -18,10 +18,10 @@
 
 #include "loom/comm/launch.h"
 #include "loom/comm/mesh.h"
-#include "loom/parallel/pipeline_partition.h"
-#include "loom/parallel/pipeline_simulation.h"
-#include "loom/recipes/data_parallel_step.h"
-#include "loom/recipes/pipeline_step.h"
+#include "loom/parallel/pipeline/pipeline_partition.h"
+#include "loom/parallel/pipeline/pipeline_simulation.h"
+#include "loom/parallel/data/data_parallel_step.h"
+#include "loom/parallel/pipeline/pipeline_step.h"
 
 namespace {
 
@@ -39,8 +39,8 @@ struct Result {
   std::vector<StageResult> stages;
 };
 
-runtime::ModelConfig model_config() {
-  runtime::ModelConfig c;
+config::ModelConfig model_config() {
+  config::ModelConfig c;
   c.vocab_size = 256;
   c.d_model = 128;
   c.layers = 8;
@@ -64,16 +64,16 @@ Result run(const parallel::PipelineSchedule& schedule, int64_t batch, int64_t se
     omp_set_num_threads(1);
     openblas_set_num_threads(1);
     comm::Mesh mesh(world, comm::MeshShape{.dp = 1, .pp = p});
-    const runtime::ModelConfig config = model_config();
+    const config::ModelConfig config = model_config();
     const std::vector<int> bounds = parallel::partition_layers(
         "even", std::vector<double>(config.layers, 1.0), 0.0, schedule.total_stages());
     model::Transformer model(config, {}, {},
-                             p > 1 ? recipes::stage_chunks(schedule, mesh.pp_rank(), bounds) : std::vector<model::LayerRange>{});
+                             p > 1 ? parallel::stage_chunks(schedule, mesh.pp_rank(), bounds) : std::vector<model::LayerRange>{});
     model.initialize(1);
-    runtime::RunConfig run_config;
+    config::RunConfig run_config;
     run_config.model = config;
-    recipes::DataParallelStep optimizer(mesh.dp(), model, run_config, p > 1 ? &mesh.pp() : nullptr);
-    recipes::PipelineStep pipeline(mesh.pp(), model, schedule, optimizer, mesh.embedding());
+    parallel::DataParallelStep optimizer(mesh.dp(), model, run_config, p > 1 ? &mesh.pp() : nullptr);
+    parallel::PipelineStep pipeline(mesh.pp(), model, schedule, optimizer, mesh.embedding());
     auto step = [&] {
       if (p > 1) {
         pipeline.run(tokens.data(), targets.data(), batch, seq, 1e-3f);

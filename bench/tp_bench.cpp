@@ -32,14 +32,14 @@ struct Result {
 // reduce-scatter (g), backward all-gather (g) and reduce-scatter (f), plus the all-gather again
 // of the column-parallel input for its weight gradient. The embedding (g), the head (f) and the
 // cross-entropy's per-row statistics (3 floats per row) come on top.
-double analytic_bytes(const runtime::ModelConfig& c, int64_t rows, int p, bool sp) {
+double analytic_bytes(const config::ModelConfig& c, int64_t rows, int p, bool sp) {
   const double act = static_cast<double>(rows) * c.d_model * 4.0, frac = (p - 1.0) / p;
   const double sub_blocks = 2.0 * c.layers;
   if (!sp) return frac * (2.0 * act * (2.0 * sub_blocks + 2.0) + 2.0 * rows * 3.0 * 4.0);
   return frac * (act * (5.0 * sub_blocks + 2.0 + 2.0) + 2.0 * rows * 3.0 * 4.0);
 }
 
-Result run(const runtime::ModelConfig& config, int tp, bool sp, int64_t batch, int64_t seq, int iterations) {
+Result run(const config::ModelConfig& config, int tp, bool sp, int64_t batch, int64_t seq, int iterations) {
   comm::LaunchOptions options;
   options.backend = "threads";
   options.ranks = tp;
@@ -77,7 +77,7 @@ Result run(const runtime::ModelConfig& config, int tp, bool sp, int64_t batch, i
 
 int main(int argc, char** argv) {
   const int iterations = argc > 1 ? std::atoi(argv[1]) : 3;
-  runtime::ModelConfig c;  // GPT-2-small-like width, 4 layers, byte vocabulary
+  config::ModelConfig c;  // GPT-2-small-like width, 4 layers, byte vocabulary
   c.vocab_size = 256;
   c.d_model = 768;
   c.layers = 4;

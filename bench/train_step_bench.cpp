@@ -17,8 +17,9 @@
 #include "loom/data/tokenizer.h"
 #include "loom/optim/adamw.h"
 #include "loom/optim/schedule.h"
-#include "loom/recipes/model_setup.h"
-#include "loom/runtime/config.h"
+#include "loom/parallel/data/parameter_ranges.h"
+#include "loom/train/model_setup.h"
+#include "loom/config/run_config.h"
 
 int main(int argc, char** argv) {
   loom::ensure_openblas_coretype(argv);
@@ -35,17 +36,17 @@ int main(int argc, char** argv) {
     else overrides.push_back(arg);
   }
   try {
-    loom::runtime::RunConfig config = loom::runtime::load_config(argv[1], overrides);
+    loom::config::RunConfig config = loom::config::load_config(argv[1], overrides);
     if (config.train.threads > 0) {
       omp_set_num_threads(config.train.threads);
       openblas_set_num_threads(config.train.threads);
     }
     auto tokenizer = loom::data::make_tokenizer(config.data.tokenizer);
-    config.model = loom::recipes::resolve_model_config(config.model, *tokenizer);
+    config.model = loom::train::resolve_model_config(config.model, *tokenizer);
     loom::model::Transformer model(config.model);
     model.initialize(config.train.seed);
     loom::optim::AdamW optimizer(config.optim, model.params().total(),
-                                 loom::recipes::optimizer_segments(model.params()));
+                                 loom::parallel::optimizer_segments(model.params()));
     const int micro = config.train.micro_batch, seq = config.data.seq_len;
     const int micro_batches = config.train.global_batch / micro;
     std::vector<int32_t> tokens(static_cast<size_t>(micro) * (seq + 1));

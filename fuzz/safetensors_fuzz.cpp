@@ -6,14 +6,14 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "loom/ckpt/safetensors.h"
+#include "loom/interop/hf/safetensors.h"
 #include "loom/core/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view file(reinterpret_cast<const char*>(data), size);
-  loom::ckpt::SafetensorsHeader header;
+  loom::interop::hf::SafetensorsHeader header;
   try {
-    header = loom::ckpt::parse_safetensors(file, "fuzz.safetensors");
+    header = loom::interop::hf::parse_safetensors(file, "fuzz.safetensors");
   } catch (const loom::Error&) {
     return 0;  // refused with a message: what a bad file should get
   }
@@ -21,10 +21,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (header.data_offset + header.data_bytes != size || header.data_offset > size) std::abort();
   uint64_t covered = 0;
   for (size_t i = 0; i < header.tensors.size(); ++i) {
-    const loom::ckpt::SafetensorsTensor& t = header.tensors[i];
+    const loom::interop::hf::SafetensorsTensor& t = header.tensors[i];
     if (i > 0 && !(header.tensors[i - 1].name < t.name)) std::abort();  // sorted, unique
     if (t.begin > t.end || t.end > header.data_bytes) std::abort();
-    if (t.bytes() != t.numel() * loom::ckpt::safetensors_dtype_size(t.dtype)) std::abort();
+    if (t.bytes() != t.numel() * loom::interop::hf::safetensors_dtype_size(t.dtype)) std::abort();
     if (header.find(t.name) != &t) std::abort();
     covered += t.bytes();
   }

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_support.h"
-#include "loom/ckpt/safetensors.h"
+#include "loom/interop/hf/safetensors.h"
 #include "loom/core/atomic_file.h"
 
 namespace loom::testing {
@@ -90,12 +90,12 @@ TEST_F(ConvertCli, LlamaRoundTripKeepsTheDigestTextAndResumes) {
   EXPECT_EQ(c.at("torch_dtype"), "float32");
 
   // Parameters only, by their Hugging Face names; the tied head is not repeated.
-  const ckpt::SafetensorsReader weights(dir / "llama-hf/model.safetensors");
+  const loom::interop::hf::SafetensorsReader weights(dir / "llama-hf/model.safetensors");
   EXPECT_EQ(weights.header().metadata.at("format"), "pt");
   EXPECT_NE(weights.header().find("model.embed_tokens.weight"), nullptr);
   EXPECT_NE(weights.header().find("model.layers.1.mlp.up_proj.weight"), nullptr);
   EXPECT_EQ(weights.header().find("lm_head.weight"), nullptr);
-  for (const ckpt::SafetensorsTensor& t : weights.header().tensors) {
+  for (const loom::interop::hf::SafetensorsTensor& t : weights.header().tensors) {
     EXPECT_EQ(t.name.rfind("optim.", 0), std::string::npos) << t.name;
     EXPECT_EQ(t.dtype, "F32");
   }
@@ -124,7 +124,7 @@ TEST_F(ConvertCli, HeterogeneousRoundTripWritesDeciLMBlockConfigs) {
   EXPECT_EQ(b[1].at("ffn").at("ffn_mult"), 12.0);
   EXPECT_EQ(b[2].at("attention").at("n_heads_in_group"), 4);
   EXPECT_EQ(b[2].at("ffn").at("no_op"), true);
-  const ckpt::SafetensorsReader weights(dir / "hetero-hf/model.safetensors");
+  const loom::interop::hf::SafetensorsReader weights(dir / "hetero-hf/model.safetensors");
   EXPECT_NE(weights.header().find("lm_head.weight"), nullptr);
   EXPECT_EQ(weights.header().find("model.layers.1.input_layernorm.weight"), nullptr);  // no attention
   EXPECT_EQ(weights.header().find("model.layers.2.mlp.up_proj.weight"), nullptr);      // no MLP
@@ -136,8 +136,8 @@ TEST_F(ConvertCli, Bf16ExportAndShardedImport) {
   CommandResult bf16 = run_loom("convert --to-hf " + original + " " + (dir / "bf16") + " --dtype bf16");
   ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
   EXPECT_EQ(read_json(dir / "bf16/config.json").at("torch_dtype"), "bfloat16");
-  const ckpt::SafetensorsReader bf16_weights(dir / "bf16/model.safetensors");
-  for (const ckpt::SafetensorsTensor& t : bf16_weights.header().tensors) {
+  const loom::interop::hf::SafetensorsReader bf16_weights(dir / "bf16/model.safetensors");
+  for (const loom::interop::hf::SafetensorsTensor& t : bf16_weights.header().tensors) {
     EXPECT_EQ(t.dtype, "BF16") << t.name;
   }
   CommandResult back = run_loom("convert --from-hf " + (dir / "bf16") + " " + (dir / "bf16-back"));
@@ -147,19 +147,19 @@ TEST_F(ConvertCli, Bf16ExportAndShardedImport) {
 
   // The f32 export split into two shards with model.safetensors.index.json reads back exactly.
   ASSERT_EQ(run_loom("convert --to-hf " + original + " " + (dir / "hf")).exit_code, 0);
-  const ckpt::SafetensorsReader whole(dir / "hf/model.safetensors");
+  const loom::interop::hf::SafetensorsReader whole(dir / "hf/model.safetensors");
   fs::create_directories(dir / "sharded");
   fs::copy_file(dir / "hf/config.json", dir / "sharded/config.json");
-  std::vector<ckpt::SafetensorsOutput> shards[2];
+  std::vector<loom::interop::hf::SafetensorsOutput> shards[2];
   json weight_map = json::object();
   for (size_t i = 0; i < whole.header().tensors.size(); ++i) {
-    const ckpt::SafetensorsTensor& t = whole.header().tensors[i];
+    const loom::interop::hf::SafetensorsTensor& t = whole.header().tensors[i];
     const std::string file = i % 2 == 0 ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
     weight_map[t.name] = file;
     shards[i % 2].push_back({t.name, t.dtype, t.shape, [&whole, &t](std::span<std::byte> out) { whole.read(t, out); }});
   }
-  ckpt::write_safetensors(dir / "sharded/model-00001-of-00002.safetensors", shards[0], {{"format", "pt"}});
-  ckpt::write_safetensors(dir / "sharded/model-00002-of-00002.safetensors", shards[1], {{"format", "pt"}});
+  loom::interop::hf::write_safetensors(dir / "sharded/model-00001-of-00002.safetensors", shards[0], {{"format", "pt"}});
+  loom::interop::hf::write_safetensors(dir / "sharded/model-00002-of-00002.safetensors", shards[1], {{"format", "pt"}});
   write_text(dir / "sharded/model.safetensors.index.json", json{{"metadata", json::object()}, {"weight_map", weight_map}}.dump());
   CommandResult sharded = run_loom("convert --from-hf " + (dir / "sharded") + " " + (dir / "sharded-back"));
   ASSERT_EQ(sharded.exit_code, 0) << sharded.output;
@@ -202,13 +202,13 @@ TEST_F(ConvertCli, BadInputsFailNamingTheKeyTensorOrFile) {
   fs::create_directories(broken);
   fs::copy_file(hf + "/config.json", broken + "/config.json");
   {
-    const ckpt::SafetensorsReader whole(hf + "/model.safetensors");
-    std::vector<ckpt::SafetensorsOutput> kept;
-    for (const ckpt::SafetensorsTensor& t : whole.header().tensors) {
+    const loom::interop::hf::SafetensorsReader whole(hf + "/model.safetensors");
+    std::vector<loom::interop::hf::SafetensorsOutput> kept;
+    for (const loom::interop::hf::SafetensorsTensor& t : whole.header().tensors) {
       if (t.name == "model.layers.1.mlp.down_proj.weight") continue;
       kept.push_back({t.name, t.dtype, t.shape, [&whole, &t](std::span<std::byte> out) { whole.read(t, out); }});
     }
-    ckpt::write_safetensors(broken + "/model.safetensors", kept, {});
+    loom::interop::hf::write_safetensors(broken + "/model.safetensors", kept, {});
   }
   expect_clear_failure(run_loom("convert --from-hf " + broken + " " + (dir / "x")),
                        {"no tensor 'model.layers.1.mlp.down_proj.weight'", "[32, 64]"});

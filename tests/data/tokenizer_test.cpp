@@ -54,7 +54,7 @@ std::vector<TestVector> read_test_plans() {
       in_sample = true;
     } else if (line.starts_with("Encoded: [")) {
       std::string list = after("Encoded: [");
-      check(list.ends_with("]"), path.string() + " line " + std::to_string(line_no) + ": expected ']'");
+      LOOM_CHECK(list.ends_with("]"), path.string() + " line " + std::to_string(line_no) + ": expected ']'");
       list.pop_back();
       std::istringstream numbers(list);
       for (std::string item; std::getline(numbers, item, ',');) current.ids.push_back(std::stoi(item));

@@ -8,7 +8,7 @@
 namespace loom::model {
 namespace {
 
-void check_block(runtime::ModelConfig config, const LayerSpec& spec, bool use_rope) {
+void check_block(config::ModelConfig config, const LayerSpec& spec, bool use_rope) {
   ParameterStore store;
   std::unique_ptr<kernels::cpu::RopeTable> rope;
   if (use_rope) rope = std::make_unique<kernels::cpu::RopeTable>(config.max_seq_len, config.d_model / config.heads, 10000.0);
@@ -42,7 +42,7 @@ void check_block(runtime::ModelConfig config, const LayerSpec& spec, bool use_ro
 }
 
 TEST(BlockGradients, Gpt2Block) {
-  runtime::ModelConfig c;
+  config::ModelConfig c;
   c.d_model = 12;
   c.heads = 3;
   c.ffn_size = 20;
@@ -56,7 +56,7 @@ TEST(BlockGradients, Gpt2Block) {
 }
 
 TEST(BlockGradients, LlamaGqaBlock) {
-  runtime::ModelConfig c;
+  config::ModelConfig c;
   c.d_model = 16;
   c.heads = 4;
   c.kv_heads = 2;
@@ -67,7 +67,7 @@ TEST(BlockGradients, LlamaGqaBlock) {
 }
 
 TEST(BlockGradients, AttentionOnlyAndMlpOnlyBlocks) {
-  runtime::ModelConfig c;
+  config::ModelConfig c;
   c.d_model = 16;
   c.heads = 4;
   c.ffn_size = 24;

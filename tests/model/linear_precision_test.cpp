@@ -282,8 +282,8 @@ TEST(LinearPrecision, DelayedScalingUsesThePreviousStepsAmaxes) {
   EXPECT_NO_THROW(empty.restore(context.state()));
 }
 
-runtime::ModelConfig small_llama(int layers) {
-  runtime::ModelConfig c;
+config::ModelConfig small_llama(int layers) {
+  config::ModelConfig c;
   c.vocab_size = 31;
   c.d_model = 32;
   c.layers = layers;

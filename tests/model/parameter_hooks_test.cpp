@@ -22,7 +22,7 @@ struct Recorder : ParameterHooks {
 };
 
 TEST(ParameterHooks, UnitsAreVisitedInOrderAndCoverEveryParameter) {
-  runtime::ModelConfig c;
+  config::ModelConfig c;
   c.vocab_size = 11;
   c.d_model = 8;
   c.layers = 2;

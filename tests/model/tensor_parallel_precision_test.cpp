@@ -171,8 +171,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 // A model whose every split falls on 128-element boundaries at tp 2: head_dim 128 (one query
 // and one kv head per rank), ffn 256 (128 per rank).
-runtime::ModelConfig block_aligned_llama() {
-  runtime::ModelConfig c;
+config::ModelConfig block_aligned_llama() {
+  config::ModelConfig c;
   c.vocab_size = 40;
   c.d_model = 256;
   c.layers = 2;
@@ -207,7 +207,7 @@ double slice_difference(const float* a, const float* b, const Parameter& p) {
 // gradient no further from one rank's than twice one rank's own distance from fp32 (measured:
 // at most 1.1 times; 0.5% to 16% of the gradient's largest magnitude).
 TEST(TensorParallelPrecisionModel, RecipesAtTp2StayWithinTheirOwnQuantizationError) {
-  const runtime::ModelConfig c = block_aligned_llama();
+  const config::ModelConfig c = block_aligned_llama();
   const int64_t batch = 2, seq = 8;
   std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
   for (int64_t i = 0; i < batch * seq; ++i) {
@@ -251,7 +251,7 @@ TEST(TensorParallelPrecisionModel, RecipesAtTp2StayWithinTheirOwnQuantizationErr
 
 // Splits that cut blocks: the layer is named with the dimension, the sizes and the block.
 TEST(TensorParallelPrecisionModel, SplitsThatCutBlocksAreErrorsNamingTheLayer) {
-  auto error_of = [](const runtime::ModelConfig& c, Recipe recipe) -> std::string {
+  auto error_of = [](const config::ModelConfig& c, Recipe recipe) -> std::string {
     try {
       comm::launch(threads(2), [&](comm::Communicator& world) {
         Transformer model(c, TensorParallel(&world, false), PrecisionPolicy{recipe, 16, 0, false});
@@ -261,7 +261,7 @@ TEST(TensorParallelPrecisionModel, SplitsThatCutBlocksAreErrorsNamingTheLayer) {
     }
     return "";
   };
-  runtime::ModelConfig c = block_aligned_llama();
+  config::ModelConfig c = block_aligned_llama();
   c.d_model = 128;  // head_dim 64: each rank's 64 query features are half a 128-block
   std::string message = error_of(c, Recipe::Fp8Blockwise);
   ASSERT_FALSE(message.empty()) << "expected an error";

@@ -173,8 +173,8 @@ TEST(VocabParallel, EmbeddingShardsSumToTheFullLookup) {
   EXPECT_LE(relative_difference(sum.data(), full.data(), rows * dim), 0.0);
 }
 
-runtime::ModelConfig gpt2_style() {
-  runtime::ModelConfig c;
+config::ModelConfig gpt2_style() {
+  config::ModelConfig c;
   c.vocab_size = 61;  // uneven over 2 and 4 ranks
   c.d_model = 32;
   c.layers = 2;
@@ -188,8 +188,8 @@ runtime::ModelConfig gpt2_style() {
   return c;
 }
 
-runtime::ModelConfig llama_hetero() {
-  runtime::ModelConfig c;
+config::ModelConfig llama_hetero() {
+  config::ModelConfig c;
   c.vocab_size = 50;
   c.d_model = 32;
   c.layers = 3;
@@ -204,8 +204,8 @@ runtime::ModelConfig llama_hetero() {
 
 // One forward_backward of a whole model at tp = ranks equals tp = 1: the loss, and every
 // parameter's gradient on its slice.
-void expect_model_matches_one_rank(const runtime::ModelConfig& config, int ranks, bool sp, bool recompute = false) {
-  runtime::ModelConfig c = config;
+void expect_model_matches_one_rank(const config::ModelConfig& config, int ranks, bool sp, bool recompute = false) {
+  config::ModelConfig c = config;
   c.recompute = recompute;
   const int64_t batch = 2, seq = 8;
   std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
@@ -270,7 +270,7 @@ TEST(TensorParallelModel, HeterogeneousLlamaWithGqaEqualsOneRank) {
 
 // Sequence parallelism keeps the residual stream, norms and their saved inputs split by rows.
 TEST(TensorParallelModel, SequenceParallelDividesActivationMemory) {
-  runtime::ModelConfig c = llama_hetero();
+  config::ModelConfig c = llama_hetero();
   c.block_configs.clear();
   const int64_t batch = 2, seq = 16;
   std::vector<int32_t> tokens(batch * seq, 1);
@@ -287,7 +287,7 @@ TEST(TensorParallelModel, SequenceParallelDividesActivationMemory) {
 }
 
 TEST(TensorParallelModel, UnsplittableLayersAreErrorsNamingTheLayer) {
-  runtime::ModelConfig c = llama_hetero();
+  config::ModelConfig c = llama_hetero();
   c.block_configs[1].ffn_size = 30;  // 30 / 4 ranks
   try {
     comm::launch(threads(4), [&](comm::Communicator& world) { Transformer model(c, TensorParallel(&world, false)); });

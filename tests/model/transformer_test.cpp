@@ -13,8 +13,8 @@
 namespace loom::model {
 namespace {
 
-runtime::ModelConfig gpt2_style() {
-  runtime::ModelConfig c;
+config::ModelConfig gpt2_style() {
+  config::ModelConfig c;
   c.vocab_size = 23;
   c.d_model = 12;
   c.layers = 2;
@@ -30,8 +30,8 @@ runtime::ModelConfig gpt2_style() {
   return c;
 }
 
-runtime::ModelConfig heterogeneous_llama() {
-  runtime::ModelConfig c;
+config::ModelConfig heterogeneous_llama() {
+  config::ModelConfig c;
   c.vocab_size = 19;
   c.d_model = 16;
   c.layers = 4;
@@ -63,7 +63,7 @@ Batch make_batch(int vocab, int64_t batch, int64_t seq, uint64_t seed) {
   return b;
 }
 
-void check_model_gradients(const runtime::ModelConfig& config) {
+void check_model_gradients(const config::ModelConfig& config) {
   Transformer model(config);
   model.initialize(7);
   const int64_t batch = 2, seq = 6;
@@ -95,7 +95,7 @@ TEST(Transformer, HeterogeneousLayersHaveTheirOwnShapes) {
 }
 
 TEST(Transformer, BadBlockConfigNamesTheLayer) {
-  runtime::ModelConfig c = heterogeneous_llama();
+  config::ModelConfig c = heterogeneous_llama();
   c.block_configs[2].kv_heads = 3;
   try {
     Transformer model(c);
@@ -106,7 +106,7 @@ TEST(Transformer, BadBlockConfigNamesTheLayer) {
 }
 
 TEST(Transformer, RecomputeGivesIdenticalGradients) {
-  runtime::ModelConfig c = heterogeneous_llama();
+  config::ModelConfig c = heterogeneous_llama();
   Transformer plain(c);
   c.recompute = true;
   Transformer recompute(c);
@@ -123,7 +123,7 @@ TEST(Transformer, RecomputeGivesIdenticalGradients) {
 }
 
 TEST(Transformer, InitialValuesDependOnlyOnSeedNameAndIndex) {
-  runtime::ModelConfig small = gpt2_style(), deeper = gpt2_style();
+  config::ModelConfig small = gpt2_style(), deeper = gpt2_style();
   deeper.layers = 3;
   Transformer a(small), b(deeper);
   a.initialize(9);
@@ -135,7 +135,7 @@ TEST(Transformer, InitialValuesDependOnlyOnSeedNameAndIndex) {
   }
 }
 
-void check_decode_matches_full_forward(const runtime::ModelConfig& config) {
+void check_decode_matches_full_forward(const config::ModelConfig& config) {
   Transformer model(config);
   model.initialize(3);
   const int64_t seq = 7;
@@ -167,7 +167,7 @@ TEST(Transformer, KvCacheDecodingMatchesFullForwardRope) { check_decode_matches_
 TEST(Transformer, KvCacheDecodingMatchesFullForwardLearned) { check_decode_matches_full_forward(gpt2_style()); }
 
 TEST(Transformer, MemorisesOneBatch) {
-  runtime::ModelConfig c;
+  config::ModelConfig c;
   c.vocab_size = 32;
   c.d_model = 32;
   c.layers = 2;

@@ -9,7 +9,7 @@ namespace loom::optim {
 namespace {
 
 TEST(Schedule, WarmupThenCosineToMinLr) {
-  runtime::OptimConfig c;
+  config::OptimConfig c;
   c.lr = 1.0;
   c.min_lr = 0.1;
   c.warmup_steps = 10;
@@ -22,7 +22,7 @@ TEST(Schedule, WarmupThenCosineToMinLr) {
 }
 
 TEST(AdamW, ClipsByGlobalNormAndSkipsDecayWhereAsked) {
-  runtime::OptimConfig c;
+  config::OptimConfig c;
   c.clip_grad = 1.0;
   c.weight_decay = 0.5;
   std::vector<float> params = {1.0f, 1.0f, 1.0f, 1.0f};

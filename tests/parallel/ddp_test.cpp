@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "loom/core/error.h"
-#include "loom/parallel/grad_buckets.h"
+#include "loom/parallel/data/grad_buckets.h"
 #include "test_helpers.h"
 
 namespace loom::parallel {

@@ -10,7 +10,7 @@
 #include <random>
 
 #include "loom/core/error.h"
-#include "loom/parallel/distributed_optimizer.h"
+#include "loom/parallel/data/distributed_optimizer.h"
 #include "test_helpers.h"
 
 namespace loom::parallel {
@@ -25,8 +25,8 @@ using testing::total;
 // 257 and 101 are primes; 0 and 1 are edge cases; nothing is a multiple of 3.
 const std::vector<int64_t> kSizes = {101, 7, 1, 257, 30, 13, 64, 3, 0, 19};
 
-runtime::OptimConfig config() {
-  runtime::OptimConfig c;
+config::OptimConfig config() {
+  config::OptimConfig c;
   c.lr = 1e-2;
   c.weight_decay = 0.1;
   c.clip_grad = 1.0;  // random gradients of this size have norm ~20-50: clipping is active
@@ -58,7 +58,7 @@ struct Result {
 Result run_zero(const Setup& s) {
   const auto params = ranges(kSizes);
   const int64_t n = total(params);
-  const runtime::OptimConfig c = config();
+  const config::OptimConfig c = config();
   const std::vector<float> init = random_values(7, n, 0.5f);
   std::mutex mutex;
   Result result;

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "loom/core/error.h"
-#include "loom/parallel/grad_buckets.h"
+#include "loom/parallel/data/grad_buckets.h"
 #include "test_helpers.h"
 
 namespace loom::parallel {

@@ -14,9 +14,9 @@
 #include "loom/comm/reduce.h"
 #include "loom/comm/simulated_links.h"
 #include "loom/core/error.h"
-#include "loom/parallel/distributed_optimizer.h"
-#include "loom/parallel/grad_buckets.h"
-#include "loom/parallel/zero3.h"
+#include "loom/parallel/data/distributed_optimizer.h"
+#include "loom/parallel/data/grad_buckets.h"
+#include "loom/parallel/data/zero3.h"
 #include "test_helpers.h"
 
 namespace loom::parallel {
@@ -51,8 +51,8 @@ std::vector<float> f32_reduction(const std::vector<std::vector<float>>& per_rank
   return out;
 }
 
-runtime::OptimConfig optim_config() {
-  runtime::OptimConfig c;
+config::OptimConfig optim_config() {
+  config::OptimConfig c;
   c.lr = 1e-2;
   c.weight_decay = 0.1;
   c.clip_grad = 0.05;  // active for these gradients

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "loom/core/error.h"
-#include "loom/parallel/memory_accounting.h"
+#include "loom/parallel/data/memory_accounting.h"
 
 namespace loom::parallel {
 namespace {

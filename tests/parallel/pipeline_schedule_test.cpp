@@ -6,9 +6,9 @@
 #include <algorithm>
 
 #include "loom/core/error.h"
-#include "loom/parallel/pipeline_partition.h"
-#include "loom/parallel/pipeline_schedule.h"
-#include "loom/parallel/pipeline_simulation.h"
+#include "loom/parallel/pipeline/pipeline_partition.h"
+#include "loom/parallel/pipeline/pipeline_schedule.h"
+#include "loom/parallel/pipeline/pipeline_simulation.h"
 
 namespace loom::parallel {
 namespace {

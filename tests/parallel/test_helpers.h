@@ -7,7 +7,7 @@
 
 #include "loom/comm/launch.h"
 #include "loom/optim/adamw.h"
-#include "loom/parallel/grad_buckets.h"
+#include "loom/parallel/data/grad_buckets.h"
 
 namespace loom::parallel::testing {
 

@@ -15,7 +15,7 @@
 #include <mutex>
 
 #include "loom/core/error.h"
-#include "loom/parallel/zero3.h"
+#include "loom/parallel/data/zero3.h"
 #include "test_helpers.h"
 
 namespace loom::parallel {
@@ -134,8 +134,8 @@ struct Chain {
   }
 };
 
-runtime::OptimConfig config() {
-  runtime::OptimConfig c;
+config::OptimConfig config() {
+  config::OptimConfig c;
   c.lr = 1e-2;
   c.weight_decay = 0.1;
   c.clip_grad = 0.5;  // active for these gradients: the norm spans every shard

@@ -112,8 +112,8 @@ Manifest plan_manifest(int64_t step, const std::vector<TensorRef>& refs, const j
                        const std::string& config_yaml, std::vector<const void*>* shard_data, int rank = 0,
                        ManifestScope scope = ManifestScope::Complete) {
   const std::string where = "checkpoint of step " + std::to_string(step);
-  check(step >= 0, where + ": the step must be 0 or more");
-  check(state.is_object() || state.is_null(),
+  LOOM_CHECK(step >= 0, where + ": the step must be 0 or more");
+  LOOM_CHECK(state.is_object() || state.is_null(),
         where + ": the trainer state must be a JSON object (it is " + std::string(state.type_name()) + ")");
   Manifest m;
   m.step = step;
@@ -133,15 +133,15 @@ Manifest plan_manifest(int64_t step, const std::vector<TensorRef>& refs, const j
     }
     std::string what = where + ": tensor '" + r.name + "'";
     for (int64_t d : r.global_shape) {
-      check(d >= 0, what + " has a negative dimension in shape " + shape_string(r.global_shape));
+      LOOM_CHECK(d >= 0, what + " has a negative dimension in shape " + shape_string(r.global_shape));
     }
     Slice slice = r.slice.empty() ? full_slice(r.global_shape) : r.slice;
     check_slice(slice, r.global_shape, what);
-    check(r.data != nullptr || slice_numel(slice) == 0, what + " has no data (null pointer)");
+    LOOM_CHECK(r.data != nullptr || slice_numel(slice) == 0, what + " has no data (null pointer)");
     auto& pieces = by_name[r.name];
     if (!pieces.empty()) {
       const TensorRef* first = pieces.front().ref;
-      check(first->global_shape == r.global_shape && first->dtype == r.dtype,
+      LOOM_CHECK(first->global_shape == r.global_shape && first->dtype == r.dtype,
             what + " is given twice with different shapes or dtypes (" + shape_string(first->global_shape) + " " +
                 dtype_name(first->dtype) + " and " + shape_string(r.global_shape) + " " + dtype_name(r.dtype) + ")");
     }
@@ -201,7 +201,7 @@ std::string prepare_root(const std::string& root, int64_t step) {
     if (dir.filename().empty()) dir = dir.parent_path();  // "root/"
     fsync_directory(dir.parent_path().string());          // so the new root itself survives a crash
   }
-  check(!ec, "cannot create checkpoint directory '" + root + "': " + ec.message());
+  LOOM_CHECK(!ec, "cannot create checkpoint directory '" + root + "': " + ec.message());
   return step_dir_name(step);
 }
 
@@ -217,7 +217,7 @@ void write_data_file(const std::string& dir, Manifest& m, const std::vector<cons
       if (s.bytes > 0) data.write(bytes, static_cast<size_t>(s.bytes));
     }
   }
-  check(data.written() == m.files[0].bytes, "internal error: '" + m.files[0].name + "' laid out as " +
+  LOOM_CHECK(data.written() == m.files[0].bytes, "internal error: '" + m.files[0].name + "' laid out as " +
                                                 std::to_string(m.files[0].bytes) + " bytes, written as " +
                                                 std::to_string(data.written()));
   data.finish();
@@ -302,7 +302,7 @@ Manifest merge_rank_parts(const std::string& temp_dir, Manifest own, const SaveR
   for (int r = 1; r < who.ranks; ++r) {
     const std::string path = (fs::path(temp_dir) / rank_part_name(r)).string();
     while (!fs::exists(path, ec)) {
-      check(std::chrono::steady_clock::now() < deadline,
+      LOOM_CHECK(std::chrono::steady_clock::now() < deadline,
             "checkpoint of step " + std::to_string(own.step) + ": rank " + std::to_string(r) + " of " +
                 std::to_string(who.ranks) + " did not write its shards within " +
                 std::to_string(who.timeout.count()) + " ms; the save is abandoned and earlier checkpoints are intact");
@@ -311,7 +311,7 @@ Manifest merge_rank_parts(const std::string& temp_dir, Manifest own, const SaveR
     std::ifstream in(path, std::ios::binary);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     Manifest part = parse_manifest(text, path, ManifestScope::RankPart);
-    check(part.step == own.step && part.files.size() == 1 && part.files[0].rank == r,
+    LOOM_CHECK(part.step == own.step && part.files.size() == 1 && part.files[0].rank == r,
           "'" + path + "' is not rank " + std::to_string(r) + "'s part of the checkpoint of step " +
               std::to_string(own.step));
     merged.files.push_back(part.files[0]);
@@ -402,7 +402,7 @@ void write_snapshot(const std::string& root, const CheckpointSnapshot& snapshot,
 void write_snapshot(const std::string& root, const CheckpointSnapshot& snapshot, int keep, const SaveRank& who,
                     const SaveObserver& observer) {
   if (who.ranks == 1) return write_snapshot(root, snapshot, keep, observer);
-  check(who.rank >= 0 && who.rank < who.ranks, "checkpoint save: rank " + std::to_string(who.rank) +
+  LOOM_CHECK(who.rank >= 0 && who.rank < who.ranks, "checkpoint save: rank " + std::to_string(who.rank) +
                                                    " is not one of the " + std::to_string(who.ranks) + " writers");
   std::vector<const void*> shard_data;
   Manifest m = plan_manifest(snapshot.step, snapshot.tensors, snapshot.state, snapshot.config_yaml, &shard_data,
@@ -413,7 +413,7 @@ void write_snapshot(const std::string& root, const CheckpointSnapshot& snapshot,
   const std::string aside_dir = (fs::path(root) / (std::string(kTempPrefix) + "old-" + name + "-" + token)).string();
   std::error_code ec;
   fs::create_directories(temp_dir, ec);
-  check(!ec, "cannot create '" + temp_dir + "': " + ec.message());
+  LOOM_CHECK(!ec, "cannot create '" + temp_dir + "': " + ec.message());
   try {
     write_data_file(temp_dir, m, shard_data);
     if (observer) observer(SaveStage::DataWritten, temp_dir);
@@ -484,10 +484,10 @@ std::vector<std::string> LoadedCheckpoint::parameter_names() const {
 
 void LoadedCheckpoint::read(const std::string& name, void* out, DType expect_dtype, const Shape& expect_shape) const {
   const TensorRecord& t = record(name);
-  check(t.shape == expect_shape, "tensor '" + name + "' in checkpoint '" + path_ + "' has shape " +
+  LOOM_CHECK(t.shape == expect_shape, "tensor '" + name + "' in checkpoint '" + path_ + "' has shape " +
                                      shape_string(t.shape) + ", the model expects " + shape_string(expect_shape) +
                                      " (checkpoint from an incompatible model config?)");
-  check(t.dtype == expect_dtype, "tensor '" + name + "' in checkpoint '" + path_ + "' is " + dtype_name(t.dtype) +
+  LOOM_CHECK(t.dtype == expect_dtype, "tensor '" + name + "' in checkpoint '" + path_ + "' is " + dtype_name(t.dtype) +
                                      ", the caller expects " + dtype_name(expect_dtype));
   // A shard covering the whole tensor goes straight into `out`.
   if (t.shards.size() == 1 && t.shards[0].slice == full_slice(t.shape)) {
@@ -504,7 +504,7 @@ void LoadedCheckpoint::read(const std::string& name, void* out, DType expect_dty
 void LoadedCheckpoint::read_slice(const std::string& name, const Slice& slice, void* out, DType expect_dtype) const {
   const TensorRecord& t = record(name);
   check_slice(slice, t.shape, "reading tensor '" + name + "' from checkpoint '" + path_ + "'");
-  check(t.dtype == expect_dtype, "tensor '" + name + "' in checkpoint '" + path_ + "' is " + dtype_name(t.dtype) +
+  LOOM_CHECK(t.dtype == expect_dtype, "tensor '" + name + "' in checkpoint '" + path_ + "' is " + dtype_name(t.dtype) +
                                      ", the caller expects " + dtype_name(expect_dtype));
   std::vector<std::byte> buffer;
   for (const ShardRecord& s : t.shards) {
@@ -524,12 +524,12 @@ void LoadedCheckpoint::verify() const {
     std::string path = file_path(f.name);
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) throw_errno("'" + path + "' is missing", errno);
-    check(static_cast<uint64_t>(st.st_size) == f.bytes,
+    LOOM_CHECK(static_cast<uint64_t>(st.st_size) == f.bytes,
           "'" + path + "' is " + std::to_string(st.st_size) + " bytes, the manifest expects " +
               std::to_string(f.bytes) + (static_cast<uint64_t>(st.st_size) < f.bytes ? " (truncated)" : ""));
   }
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), &XXH3_freeState);
-  check(state != nullptr, "out of memory verifying checkpoint '" + path_ + "'");
+  LOOM_CHECK(state != nullptr, "out of memory verifying checkpoint '" + path_ + "'");
   std::vector<unsigned char> chunk;
   for (const FileRecord& f : manifest_.files) {
     std::string path = file_path(f.name);
@@ -554,13 +554,13 @@ void LoadedCheckpoint::verify() const {
 LoadedCheckpoint open_checkpoint_dir(const std::string& dir) {
   std::string manifest_path = (fs::path(dir) / kManifestFile).string();
   std::error_code ec;
-  check(fs::is_directory(dir, ec), "checkpoint directory '" + dir + "' does not exist");
-  check(fs::exists(manifest_path, ec), "'" + manifest_path + "' is missing (not a complete checkpoint)");
+  LOOM_CHECK(fs::is_directory(dir, ec), "checkpoint directory '" + dir + "' does not exist");
+  LOOM_CHECK(fs::exists(manifest_path, ec), "'" + manifest_path + "' is missing (not a complete checkpoint)");
   Manifest m = parse_manifest(read_file(manifest_path), manifest_path);
   fs::path p = fs::path(dir).lexically_normal();
   if (p.filename().empty()) p = p.parent_path();
   if (auto step = parse_step_dir_name(p.filename().string())) {
-    check(*step == m.step, "'" + manifest_path + "' is for step " + std::to_string(m.step) + " but its directory is " +
+    LOOM_CHECK(*step == m.step, "'" + manifest_path + "' is for step " + std::to_string(m.step) + " but its directory is " +
                                p.filename().string() + " (renamed or copied over?)");
   }
   LoadedCheckpoint c(dir, std::move(m));
@@ -570,7 +570,7 @@ LoadedCheckpoint open_checkpoint_dir(const std::string& dir) {
 
 LoadedCheckpoint load_checkpoint(const std::string& path_or_root) {
   std::error_code ec;
-  check(fs::exists(path_or_root, ec), "checkpoint path '" + path_or_root + "' does not exist");
+  LOOM_CHECK(fs::exists(path_or_root, ec), "checkpoint path '" + path_or_root + "' does not exist");
   if (is_checkpoint_dir(path_or_root)) return open_checkpoint_dir(path_or_root);
 
   // Candidates: the one `latest` names, then every earlier step, newest first. Directories above
@@ -595,7 +595,7 @@ LoadedCheckpoint load_checkpoint(const std::string& path_or_root) {
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     if (!below || it->step < *below) candidates.push_back(it->path);
   }
-  check(!candidates.empty() || !problems.empty(),
+  LOOM_CHECK(!candidates.empty() || !problems.empty(),
         "no checkpoint in '" + root + "' (expected step-NNNNNNNN directories and a 'latest' file)");
 
   for (size_t i = 0; i < candidates.size(); ++i) {

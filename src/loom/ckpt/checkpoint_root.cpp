@@ -42,7 +42,7 @@ void remove_reporting(const fs::path& path, const char* why) {
 }  // namespace
 
 std::string step_dir_name(int64_t step) {
-  check(step >= 0, "checkpoint step " + std::to_string(step) + " is negative (valid: 0 or more)");
+  LOOM_CHECK(step >= 0, "checkpoint step " + std::to_string(step) + " is negative (valid: 0 or more)");
   char buf[32];
   std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
   return buf;
@@ -74,7 +74,7 @@ std::vector<CheckpointEntry> list_checkpoints(const std::string& root) {
     if (!step || !e.is_directory(ec2)) continue;
     out.push_back({*step, e.path().string(), fs::exists(e.path() / kManifestFile, ec2)});
   }
-  check(!ec, "cannot list checkpoint directory '" + root + "': " + ec.message());
+  LOOM_CHECK(!ec, "cannot list checkpoint directory '" + root + "': " + ec.message());
   std::sort(out.begin(), out.end(), [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step < b.step; });
   return out;
 }
@@ -95,7 +95,7 @@ void write_latest(const std::string& root, const std::string& dir_name) {
 
 std::string resolve_checkpoint(const std::string& path_or_root) {
   std::error_code ec;
-  check(fs::exists(path_or_root, ec), "checkpoint path '" + path_or_root + "' does not exist");
+  LOOM_CHECK(fs::exists(path_or_root, ec), "checkpoint path '" + path_or_root + "' does not exist");
   if (is_checkpoint_dir(path_or_root)) return path_or_root;
   if (auto latest = read_latest(path_or_root)) {
     if (!parse_step_dir_name(*latest)) {
@@ -107,7 +107,7 @@ std::string resolve_checkpoint(const std::string& path_or_root) {
     return (fs::path(path_or_root) / *latest).string();
   }
   auto all = list_checkpoints(path_or_root);
-  check(!all.empty(), "'" + path_or_root +
+  LOOM_CHECK(!all.empty(), "'" + path_or_root +
                           "' is neither a checkpoint (no manifest.json) nor a checkpoint root (no 'latest' file, "
                           "no step-NNNNNNNN directories)");
   return all.back().path;

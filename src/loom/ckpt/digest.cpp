@@ -28,7 +28,7 @@ void put_string(XXH3_state_t* state, const std::string& s) {
 
 std::string parameter_digest(const LoadedCheckpoint& checkpoint) {
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), &XXH3_freeState);
-  check(state != nullptr, "out of memory computing the parameter digest");
+  LOOM_CHECK(state != nullptr, "out of memory computing the parameter digest");
   XXH3_128bits_reset(state.get());
   put_string(state.get(), "loom-parameter-digest-v1");
   std::vector<std::byte> buffer;

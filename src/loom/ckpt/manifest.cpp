@@ -18,41 +18,41 @@ namespace {
 constexpr const char* kChecksumKey = "manifest_xxh3";
 
 uint64_t parse_hex64(const std::string& text, const std::string& what) {
-  check(text.size() == 16 && text.find_first_not_of("0123456789abcdef") == std::string::npos,
+  LOOM_CHECK(text.size() == 16 && text.find_first_not_of("0123456789abcdef") == std::string::npos,
         what + ": '" + text + "' is not a checksum (valid: 16 lowercase hex digits)");
   return std::stoull(text, nullptr, 16);
 }
 
 // Typed access to a JSON key; errors name the key and where it is.
 const json& member(const json& j, const char* key, const std::string& where) {
-  check(j.is_object(), where + ": expected a JSON object");
+  LOOM_CHECK(j.is_object(), where + ": expected a JSON object");
   auto it = j.find(key);
-  check(it != j.end(), where + ": missing key '" + key + "'");
+  LOOM_CHECK(it != j.end(), where + ": missing key '" + key + "'");
   return *it;
 }
 
 std::string get_string(const json& j, const char* key, const std::string& where) {
   const json& v = member(j, key, where);
-  check(v.is_string(), where + ": '" + key + "' must be a string");
+  LOOM_CHECK(v.is_string(), where + ": '" + key + "' must be a string");
   return v.get<std::string>();
 }
 
 int64_t get_int(const json& j, const char* key, const std::string& where) {
   const json& v = member(j, key, where);
-  check(v.is_number_integer(), where + ": '" + key + "' must be an integer");
+  LOOM_CHECK(v.is_number_integer(), where + ": '" + key + "' must be an integer");
   return v.get<int64_t>();
 }
 
 uint64_t get_uint(const json& j, const char* key, const std::string& where) {
   const json& v = member(j, key, where);
-  check(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0),
+  LOOM_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0),
         where + ": '" + key + "' must be a non-negative integer");
   return v.get<uint64_t>();
 }
 
 const json& get_array(const json& j, const char* key, const std::string& where) {
   const json& v = member(j, key, where);
-  check(v.is_array(), where + ": '" + key + "' must be an array");
+  LOOM_CHECK(v.is_array(), where + ": '" + key + "' must be an array");
   return v;
 }
 
@@ -81,10 +81,10 @@ json to_json(const Manifest& m) {
 
 Manifest from_json(const json& j, const std::string& where) {
   Manifest m;
-  check(get_string(j, "format", where) == kFormatName,
+  LOOM_CHECK(get_string(j, "format", where) == kFormatName,
         where + ": 'format' is not '" + std::string(kFormatName) + "'");
   int64_t version = get_int(j, "version", where);
-  check(version >= 1 && version <= kFormatVersion,
+  LOOM_CHECK(version >= 1 && version <= kFormatVersion,
         where + ": format version " + std::to_string(version) + " (this build reads versions 1 to " +
             std::to_string(kFormatVersion) + "; a newer loom wrote it?)");
   m.version = static_cast<int>(version);
@@ -106,7 +106,7 @@ Manifest from_json(const json& j, const std::string& where) {
       throw Error(what + ": " + e.what());
     }
     for (const json& d : get_array(t, "shape", what)) {
-      check(d.is_number_integer(), what + ": 'shape' must hold integers");
+      LOOM_CHECK(d.is_number_integer(), what + ": 'shape' must hold integers");
       r.shape.push_back(d.get<int64_t>());
     }
     for (const json& s : get_array(t, "shards", what)) {
@@ -116,7 +116,7 @@ Manifest from_json(const json& j, const std::string& where) {
       sr.bytes = get_uint(s, "bytes", what + " shard");
       sr.xxh3 = parse_hex64(get_string(s, "xxh3", what + " shard"), what + " shard 'xxh3'");
       for (const json& p : get_array(s, "slice", what + " shard")) {
-        check(p.is_array() && p.size() == 2 && p[0].is_number_integer() && p[1].is_number_integer(),
+        LOOM_CHECK(p.is_array() && p.size() == 2 && p[0].is_number_integer() && p[1].is_number_integer(),
               what + ": a shard 'slice' entry must be [start, length]");
         sr.slice.emplace_back(p[0].get<int64_t>(), p[1].get<int64_t>());
       }
@@ -125,7 +125,7 @@ Manifest from_json(const json& j, const std::string& where) {
     m.tensors.push_back(std::move(r));
   }
   m.state = member(j, "state", where);
-  check(m.state.is_object(), where + ": 'state' must be a JSON object");
+  LOOM_CHECK(m.state.is_object(), where + ": 'state' must be a JSON object");
   m.config_yaml = get_string(j, "config_yaml", where);
   return m;
 }
@@ -139,7 +139,7 @@ std::string hex64(uint64_t value) {
 }
 
 std::string rank_file_name(int rank) {
-  check(rank >= 0 && rank <= 99999, "rank " + std::to_string(rank) + " out of range (valid: 0 to 99999)");
+  LOOM_CHECK(rank >= 0 && rank <= 99999, "rank " + std::to_string(rank) + " out of range (valid: 0 to 99999)");
   char buf[32];
   std::snprintf(buf, sizeof buf, "rank-%05d.bin", rank);
   return buf;
@@ -148,9 +148,9 @@ std::string rank_file_name(int rank) {
 void validate_manifest(const Manifest& m, const std::string& where, ManifestScope scope) {
   std::map<std::string, uint64_t> file_bytes;
   for (const FileRecord& f : m.files) {
-    check(f.name.find('/') == std::string::npos && !f.name.empty() && f.name[0] != '.',
+    LOOM_CHECK(f.name.find('/') == std::string::npos && !f.name.empty() && f.name[0] != '.',
           where + ": data file name '" + f.name + "' must be a plain name inside the checkpoint directory");
-    check(file_bytes.emplace(f.name, f.bytes).second, where + ": data file '" + f.name + "' is listed twice");
+    LOOM_CHECK(file_bytes.emplace(f.name, f.bytes).second, where + ": data file '" + f.name + "' is listed twice");
   }
   std::string previous;
   for (const TensorRecord& t : m.tensors) {
@@ -160,22 +160,22 @@ void validate_manifest(const Manifest& m, const std::string& where, ManifestScop
     } catch (const Error& e) {
       throw Error(where + ": " + e.what());
     }
-    check(previous.empty() || previous < t.name,
+    LOOM_CHECK(previous.empty() || previous < t.name,
           what + " is listed twice or out of order (tensors are sorted by name)");
     previous = t.name;
-    for (int64_t d : t.shape) check(d >= 0, what + " has a negative dimension in shape " + shape_string(t.shape));
+    for (int64_t d : t.shape) LOOM_CHECK(d >= 0, what + " has a negative dimension in shape " + shape_string(t.shape));
     int64_t covered = 0;
     for (size_t i = 0; i < t.shards.size(); ++i) {
       const ShardRecord& s = t.shards[i];
       check_slice(s.slice, t.shape, what + " shard " + std::to_string(i));
       uint64_t expect = static_cast<uint64_t>(slice_numel(s.slice)) * dtype_size(t.dtype);
-      check(s.bytes == expect, what + " shard " + std::to_string(i) + " holds " + std::to_string(s.bytes) +
+      LOOM_CHECK(s.bytes == expect, what + " shard " + std::to_string(i) + " holds " + std::to_string(s.bytes) +
                                    " bytes, its slice " + slice_string(s.slice) + " of " + dtype_name(t.dtype) +
                                    " needs " + std::to_string(expect));
       auto f = file_bytes.find(s.file);
-      check(f != file_bytes.end(), what + " shard " + std::to_string(i) + " names data file '" + s.file +
+      LOOM_CHECK(f != file_bytes.end(), what + " shard " + std::to_string(i) + " names data file '" + s.file +
                                        "', which the manifest does not list");
-      check(s.offset <= f->second && s.bytes <= f->second - s.offset,
+      LOOM_CHECK(s.offset <= f->second && s.bytes <= f->second - s.offset,
             what + " shard " + std::to_string(i) + " (bytes " + std::to_string(s.offset) + " to " +
                 std::to_string(s.offset + s.bytes) + ") lies beyond the end of '" + s.file + "' (" +
                 std::to_string(f->second) + " bytes)");
@@ -188,11 +188,11 @@ void validate_manifest(const Manifest& m, const std::string& where, ManifestScop
       covered += slice_numel(s.slice);
     }
     // Disjoint shards inside the tensor cover it exactly when their sizes add up.
-    check(scope == ManifestScope::RankPart || covered == shape_numel(t.shape), what + ": its shards cover " + std::to_string(covered) + " of " +
+    LOOM_CHECK(scope == ManifestScope::RankPart || covered == shape_numel(t.shape), what + ": its shards cover " + std::to_string(covered) + " of " +
                                                std::to_string(shape_numel(t.shape)) + " elements of shape " +
                                                shape_string(t.shape));
   }
-  check(m.state.is_object(), where + ": 'state' must be a JSON object");
+  LOOM_CHECK(m.state.is_object(), where + ": 'state' must be a JSON object");
 }
 
 std::string serialize_manifest(const Manifest& manifest) {
@@ -233,7 +233,7 @@ Manifest parse_manifest(std::string_view text, const std::string& path, Manifest
   j.erase(kChecksumKey);
   std::string body = j.dump();
   uint64_t computed = XXH3_64bits(body.data(), body.size());
-  check(parse_hex64(stored, "'" + path + "' " + kChecksumKey) == computed,
+  LOOM_CHECK(parse_hex64(stored, "'" + path + "' " + kChecksumKey) == computed,
         "'" + path + "' is corrupt: its checksum is " + stored + " but its contents hash to " + hex64(computed));
   Manifest m = from_json(j, "'" + path + "'");
   validate_manifest(m, "'" + path + "'", scope);

@@ -32,12 +32,12 @@ std::string slice_string(const Slice& slice) {
 }
 
 void check_slice(const Slice& slice, const Shape& shape, const std::string& what) {
-  check(slice.size() == shape.size(), what + ": slice " + slice_string(slice) + " has " +
+  LOOM_CHECK(slice.size() == shape.size(), what + ": slice " + slice_string(slice) + " has " +
                                           std::to_string(slice.size()) + " dims, the tensor shape " +
                                           shape_string(shape) + " has " + std::to_string(shape.size()));
   for (size_t i = 0; i < slice.size(); ++i) {
     const auto& [start, length] = slice[i];
-    check(start >= 0 && length >= 0 && shape[i] >= 0 && start <= shape[i] && length <= shape[i] - start,
+    LOOM_CHECK(start >= 0 && length >= 0 && shape[i] >= 0 && start <= shape[i] && length <= shape[i] - start,
           what + ": slice " + slice_string(slice) + " does not lie inside shape " + shape_string(shape) +
               " (dim " + std::to_string(i) + ")");
   }
@@ -143,7 +143,7 @@ void flat_range_rec(const Shape& shape, size_t dim, Slice& prefix, int64_t begin
 
 std::vector<Slice> flat_range_slices(const Shape& shape, int64_t begin, int64_t count) {
   int64_t numel = shape_numel(shape);
-  check(begin >= 0 && count >= 0 && begin <= numel && count <= numel - begin,
+  LOOM_CHECK(begin >= 0 && count >= 0 && begin <= numel && count <= numel - begin,
         "flat range [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
             ") does not lie inside a tensor of shape " + shape_string(shape) + " (" + std::to_string(numel) +
             " elements)");

@@ -11,7 +11,7 @@ TensorKind tensor_kind(std::string_view name) {
 bool is_model_parameter(std::string_view name) { return tensor_kind(name) == TensorKind::Parameter; }
 
 std::string optimizer_state_name(std::string_view slot, std::string_view param) {
-  check(!slot.empty() && slot.find('.') == std::string_view::npos,
+  LOOM_CHECK(!slot.empty() && slot.find('.') == std::string_view::npos,
         "optimizer state slot '" + std::string(slot) + "' must be non-empty and hold no '.'");
   std::string name(kOptimizerPrefix);
   name.append(slot).append(".").append(param);
@@ -19,10 +19,10 @@ std::string optimizer_state_name(std::string_view slot, std::string_view param) 
 }
 
 void check_tensor_name(std::string_view name) {
-  check(!name.empty(), "checkpoint tensor names must not be empty");
+  LOOM_CHECK(!name.empty(), "checkpoint tensor names must not be empty");
   for (char c : name) {
     auto u = static_cast<unsigned char>(c);
-    check(u > 0x20 && u != 0x7f,
+    LOOM_CHECK(u > 0x20 && u != 0x7f,
           "checkpoint tensor name '" + std::string(name) +
               "' holds whitespace or a control character (valid: printable characters without spaces)");
   }

@@ -6,7 +6,7 @@
 
 #include "loom/cli/command.h"
 #include "loom/core/error.h"
-#include "loom/recipes/hf_convert.h"
+#include "loom/interop/hf/hf_convert.h"
 
 namespace loom::cli {
 
@@ -14,8 +14,8 @@ void register_convert(CLI::App& app, std::vector<Command>& commands) {
   struct Args {
     bool to_hf = false, from_hf = false;
     std::string source, output;
-    recipes::HfExportOptions to;
-    recipes::HfImportOptions from;
+    interop::hf::HfExportOptions to;
+    interop::hf::HfImportOptions from;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -40,17 +40,17 @@ void register_convert(CLI::App& app, std::vector<Command>& commands) {
   config->needs(from);
   tokenizer->needs(from);
   commands.push_back({cmd, [args] {
-                        check(args->to_hf || args->from_hf, "loom convert: say which way: --to-hf or --from-hf");
+                        LOOM_CHECK(args->to_hf || args->from_hf, "loom convert: say which way: --to-hf or --from-hf");
                         if (args->to_hf) {
-                          const recipes::HfExportResult r = recipes::export_to_hf(args->source, args->output, args->to);
+                          const interop::hf::HfExportResult r = interop::hf::export_to_hf(args->source, args->output, args->to);
                           std::cout << "wrote " << args->output << "/model.safetensors (" << r.tensors << " tensors, "
                                     << std::fixed << std::setprecision(1) << static_cast<double>(r.bytes) / 1e6
                                     << " MB, " << args->to.dtype << ") and " << args->output << "/config.json ("
                                     << r.architecture << ") from " << r.checkpoint << " (step " << r.step
                                     << "); optimizer state is not exported" << std::endl;
                         } else {
-                          const recipes::HfImportResult r =
-                              recipes::import_from_hf(args->source, args->output, args->from);
+                          const interop::hf::HfImportResult r =
+                              interop::hf::import_from_hf(args->source, args->output, args->from);
                           std::cout << "wrote " << r.checkpoint << " (" << r.architecture << ", " << r.tensors
                                     << " parameters as f32, zero optimizer moments, tokenizer " << r.tokenizer
                                     << ")" << std::endl;

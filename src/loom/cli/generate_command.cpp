@@ -3,17 +3,17 @@
 #include <memory>
 
 #include "loom/cli/command.h"
-#include "loom/recipes/generate.h"
+#include "loom/infer/generate.h"
 
 namespace loom::cli {
 
 void register_generate(CLI::App& app, std::vector<Command>& commands) {
   struct Args {
     std::string checkpoint;
-    recipes::GenerateOptions options;
+    infer::GenerateOptions options;
   };
   auto args = std::make_shared<Args>();
-  recipes::GenerateOptions& o = args->options;
+  infer::GenerateOptions& o = args->options;
   CLI::App* cmd = app.add_subcommand("generate", "generate text from a checkpoint (KV cache)");
   cmd->add_option("checkpoint", args->checkpoint, "checkpoint directory or checkpoint root")->required();
   cmd->add_option("--prompt", o.prompt, "text to continue");
@@ -23,7 +23,7 @@ void register_generate(CLI::App& app, std::vector<Command>& commands) {
   cmd->add_option("--top-p", o.sampling.top_p, "nucleus mass (1 = all)")->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--seed", o.seed, "sampling seed");
   commands.push_back({cmd, [args] {
-                        std::cout << recipes::generate_text(args->checkpoint, args->options) << std::endl;
+                        std::cout << infer::generate_text(args->checkpoint, args->options) << std::endl;
                         return 0;
                       }});
 }

@@ -3,12 +3,12 @@
 #include <memory>
 
 #include "loom/cli/command.h"
-#include "loom/recipes/supervisor.h"
+#include "loom/ops/supervisor.h"
 
 namespace loom::cli {
 
 void register_launch(CLI::App& app, std::vector<Command>& commands) {
-  auto options = std::make_shared<recipes::SupervisorOptions>();
+  auto options = std::make_shared<ops::SupervisorOptions>();
   CLI::App* cmd = app.add_subcommand(
       "launch",
       "run a training job under supervision, restarting it from the latest good checkpoint when a rank dies or "
@@ -29,7 +29,7 @@ void register_launch(CLI::App& app, std::vector<Command>& commands) {
   cmd->add_flag("!--no-resume", options->resume, "do not append train.resume=true to restarts");
   cmd->add_option("command", options->command, "the job: after --, e.g. -- loom train CONFIG.yaml key=value")
       ->required();
-  commands.push_back({cmd, [options] { return recipes::supervise(*options, std::cerr); }});
+  commands.push_back({cmd, [options] { return ops::supervise(*options, std::cerr); }});
 }
 
 }  // namespace loom::cli

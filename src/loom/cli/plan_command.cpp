@@ -7,8 +7,8 @@
 #include <memory>
 
 #include "loom/cli/command.h"
-#include "loom/parallel/pipeline_schedule.h"
-#include "loom/parallel/pipeline_simulation.h"
+#include "loom/parallel/pipeline/pipeline_schedule.h"
+#include "loom/parallel/pipeline/pipeline_simulation.h"
 
 namespace loom::cli {
 

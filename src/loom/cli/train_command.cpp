@@ -3,8 +3,8 @@
 #include <memory>
 
 #include "loom/cli/command.h"
-#include "loom/recipes/pretrain.h"
-#include "loom/runtime/config.h"
+#include "loom/train/pretrain.h"
+#include "loom/config/run_config.h"
 
 namespace loom::cli {
 
@@ -18,8 +18,8 @@ void register_train(CLI::App& app, std::vector<Command>& commands) {
   cmd->add_option("config", args->config, "YAML recipe")->required();
   cmd->add_option("overrides", args->overrides, "section.key=value (or ++section.key=value) overrides");
   commands.push_back({cmd, [args] {
-                        runtime::RunConfig config = runtime::load_config(args->config, args->overrides);
-                        recipes::TrainSummary s = recipes::pretrain(config, std::cout);
+                        config::RunConfig config = config::load_config(args->config, args->overrides);
+                        train::TrainSummary s = train::pretrain(config, std::cout);
                         if (!s.reporter) return 0;  // another process (MPI rank 0) reports
                         std::cout << "trained steps " << s.first_step << ".." << s.last_step << ": loss "
                                   << s.first_loss << " -> " << s.last_loss;

@@ -1,6 +1,6 @@
 #pragma once
 // Which collective each rank of this process is blocked in right now, for heartbeats and hang
-// diagnosis (see recipes/heartbeat.h and docs/operations.md).
+// diagnosis (see ops/heartbeat.h and docs/operations.md).
 //
 // The backends open an `activity::Scope` where a rank waits for its peers (threads: a rank that
 // arrived at a collective before the others, in Group::arrive; mpi: a caller waiting for an

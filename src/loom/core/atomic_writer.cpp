@@ -38,7 +38,7 @@ void AtomicFileWriter::discard() noexcept {
 }
 
 void AtomicFileWriter::write(const void* data, size_t bytes) {
-  check(fd_ >= 0, "write to '" + path_ + "' after it was committed or failed");
+  LOOM_CHECK(fd_ >= 0, "write to '" + path_ + "' after it was committed or failed");
   const char* p = static_cast<const char*>(data);
   size_t done = 0;
   while (done < bytes) {
@@ -55,7 +55,7 @@ void AtomicFileWriter::write(const void* data, size_t bytes) {
 }
 
 void AtomicFileWriter::commit() {
-  check(fd_ >= 0, "commit of '" + path_ + "' after it was committed or failed");
+  LOOM_CHECK(fd_ >= 0, "commit of '" + path_ + "' after it was committed or failed");
   if (::fsync(fd_) != 0) {
     const std::string why = errno_text();
     discard();

@@ -11,7 +11,15 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
-// Throws loom::Error(message) when `condition` is false.
+// Throws loom::Error(message) when `condition` is false. The message is built only then, so a
+// check on a hot path costs one branch, and a message that reads data the condition guards
+// (a key that may be missing) is safe.
+#define LOOM_CHECK(condition, ...)                                    \
+  do {                                                                \
+    if (!(condition)) [[unlikely]] throw ::loom::Error(__VA_ARGS__); \
+  } while (0)
+
+// The function form, for the communication layer until it moves to LOOM_CHECK.
 inline void check(bool condition, const std::string& message) {
   if (!condition) throw Error(message);
 }

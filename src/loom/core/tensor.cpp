@@ -19,12 +19,12 @@ std::string shape_string(const Shape& shape) {
 
 Tensor::Tensor(Shape shape, DType dtype, Device device)
     : shape_(std::move(shape)), dtype_(dtype), device_(device) {
-  check(device == Device::CPU, "Tensor: only CPU storage is allocated by the core layer");
-  for (int64_t d : shape_) check(d >= 0, "Tensor: negative dimension in shape " + shape_string(shape_));
+  LOOM_CHECK(device == Device::CPU, "Tensor: only CPU storage is allocated by the core layer");
+  for (int64_t d : shape_) LOOM_CHECK(d >= 0, "Tensor: negative dimension in shape " + shape_string(shape_));
   size_t bytes = nbytes();
   size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  check(p != nullptr, "Tensor: out of memory allocating " + std::to_string(bytes) + " bytes");
+  LOOM_CHECK(p != nullptr, "Tensor: out of memory allocating " + std::to_string(bytes) + " bytes");
   std::memset(p, 0, rounded == 0 ? 64 : rounded);
   storage_ = std::shared_ptr<void>(p, std::free);
   data_ = p;

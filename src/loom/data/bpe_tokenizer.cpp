@@ -77,7 +77,7 @@ std::string spell_out_white_space(std::string_view pattern) {
       } else if (next == 'S' && !in_class) {
         out += "[^" + std::string(ws) + "]";
       } else {
-        check(next != 'S', "BPE split pattern: \\S inside a character class is not supported");
+        LOOM_CHECK(next != 'S', "BPE split pattern: \\S inside a character class is not supported");
         out += c;
         out += next;
       }
@@ -161,7 +161,7 @@ BpeTokenizer::BpeTokenizer(const BpeEncoding& encoding, const std::string& data_
     : encoding_(encoding), splitter_(std::make_unique<Splitter>()) {
   for (const SpecialToken& s : encoding_.specials)
     if (s.text == kEndOfText) eot_ = s.id;
-  check(eot_ >= 0, "BPE encoding " + std::string(encoding_.name) + " defines no " + std::string(kEndOfText));
+  LOOM_CHECK(eot_ >= 0, "BPE encoding " + std::string(encoding_.name) + " defines no " + std::string(kEndOfText));
   load_ranks((std::filesystem::path(data_dir) / "gpt-tokenizer" / encoding_.rank_file).string());
 
   std::string pattern = spell_out_white_space(encoding_.pattern);
@@ -185,11 +185,11 @@ BpeTokenizer::~BpeTokenizer() = default;
 
 void BpeTokenizer::load_ranks(const std::string& path) {
   const std::string who = "tokenizer " + std::string(encoding_.name) + ": rank file " + path;
-  check(std::filesystem::is_regular_file(path),
+  LOOM_CHECK(std::filesystem::is_regular_file(path),
         who + " not found; run scripts/setup.sh to fetch the verified tokenizer data");
   std::string text = read_file(path);
   std::string actual = sha256_hex(text);
-  check(actual == encoding_.sha256, who + " has sha256 " + actual + ", expected " +
+  LOOM_CHECK(actual == encoding_.sha256, who + " has sha256 " + actual + ", expected " +
                                         std::string(encoding_.sha256) +
                                         "; run scripts/setup.sh to fetch it again");
 
@@ -227,7 +227,7 @@ void BpeTokenizer::load_ranks(const std::string& path) {
   }
   // Byte-level BPE can encode any input only if every single byte is a token.
   for (int b = 0; b < 256; ++b)
-    check(rank_of(std::string(1, static_cast<char>(b))) != INT32_MAX,
+    LOOM_CHECK(rank_of(std::string(1, static_cast<char>(b))) != INT32_MAX,
           who + " has no token for byte " + std::to_string(b) + "; it is not a byte-level BPE rank file");
 }
 
@@ -294,7 +294,7 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
   // The patterns repeat no groups, so PCRE2's default JIT stack suffices for any input length.
   std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match(pcre2_match_data_create(1, nullptr),
                                                                             &pcre2_match_data_free);
-  check(match != nullptr, "BPE encode: out of memory for PCRE2 match data");
+  LOOM_CHECK(match != nullptr, "BPE encode: out of memory for PCRE2 match data");
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   MergeMemo memo;
   size_t offset = 0;

@@ -179,7 +179,7 @@ std::string token_dtype_name(TokenDType dtype) {
 }
 
 TokenDType dtype_for_vocab(int64_t vocab_size) {
-  check(vocab_size > 0, "vocabulary size " + std::to_string(vocab_size) + " must be positive");
+  LOOM_CHECK(vocab_size > 0, "vocabulary size " + std::to_string(vocab_size) + " must be positive");
   return vocab_size < 65500 ? TokenDType::kUInt16 : TokenDType::kInt32;
 }
 
@@ -401,7 +401,7 @@ void IndexedDatasetWriter::flush() {
 }
 
 void IndexedDatasetWriter::finish() {
-  check(!finished_, "dataset '" + prefix_ + "' is already finished");
+  LOOM_CHECK(!finished_, "dataset '" + prefix_ + "' is already finished");
   flush();
   if (::fsync(fd_) != 0) throw Error("cannot flush '" + bin_temp_ + "': " + errno_text());
   int fd = fd_;

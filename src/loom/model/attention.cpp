@@ -16,9 +16,9 @@ Attention::Attention(ParameterStore& store, const TensorParallel& tp, int layer,
     : store_(&store), tp_(&tp), d_model_(d_model), head_dim_(d_model / heads), rope_(rope) {
   const int ranks = tp.size(), rank = tp.rank(), hd = head_dim_;
   const std::string where = "layer " + std::to_string(layer) + " (" + prefix + ")";
-  check(heads % ranks == 0, where + ": " + std::to_string(heads) + " attention heads cannot be split over " +
+  LOOM_CHECK(heads % ranks == 0, where + ": " + std::to_string(heads) + " attention heads cannot be split over " +
                                 std::to_string(ranks) + " tensor-parallel ranks (parallel.tp must divide heads)");
-  check(kv_heads % ranks == 0 || ranks % kv_heads == 0,
+  LOOM_CHECK(kv_heads % ranks == 0 || ranks % kv_heads == 0,
         where + ": " + std::to_string(kv_heads) + " kv heads and parallel.tp = " + std::to_string(ranks) +
             ": one must divide the other (kv heads split over ranks, or each replicated on tp / kv_heads ranks)");
   heads_ = heads / ranks;
@@ -87,7 +87,7 @@ void Attention::backward(float* d_normed, const float* d_residual, const float* 
 
 void Attention::decode(float* residual, const float* normed, int64_t rows, int64_t past, KVCache& cache,
                        Saved& scratch, int64_t max_positions) const {
-  check(tp_->single(), "generation runs on one rank (parallel.tp = 1)");
+  LOOM_CHECK(tp_->single(), "generation runs on one rank (parallel.tp = 1)");
   const int64_t W = qkv_width(), kv_width = kv_heads_ * head_dim_, att_width = heads_ * head_dim_;
   float* qkv = sized(scratch.qkv, rows * W);
   k::linear_forward(qkv, normed, store_->value(qkv_weight_), qkv_bias_ >= 0 ? store_->value(qkv_bias_) : nullptr,

@@ -18,7 +18,7 @@ class Block {
     Mlp::Saved mlp;
     Buffer mid;
   };
-  Block(ParameterStore& store, const TensorParallel& tp, int layer, const runtime::ModelConfig& config,
+  Block(ParameterStore& store, const TensorParallel& tp, int layer, const config::ModelConfig& config,
         const LayerSpec& spec, const kernels::cpu::RopeTable* rope);
 
   // x_in / x_out: this rank's rows of the residual stream (all of them unless sequence parallel).

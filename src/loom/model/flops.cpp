@@ -2,7 +2,7 @@
 
 namespace loom::model {
 
-double layer_training_flops_per_token(const runtime::ModelConfig& config, const LayerSpec& spec, int64_t seq) {
+double layer_training_flops_per_token(const config::ModelConfig& config, const LayerSpec& spec, int64_t seq) {
   const double C = config.d_model, hd = head_dim(config), H = config.heads;
   double forward = 0.0;
   if (spec.has_attention) {
@@ -17,7 +17,7 @@ double layer_training_flops_per_token(const runtime::ModelConfig& config, const 
   return 3.0 * forward;
 }
 
-double head_training_flops_per_token(const runtime::ModelConfig& config) {
+double head_training_flops_per_token(const config::ModelConfig& config) {
   return 3.0 * 2.0 * static_cast<double>(config.d_model) * static_cast<double>(config.vocab_size);
 }
 

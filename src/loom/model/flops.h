@@ -5,11 +5,11 @@
 #include <cstdint>
 
 #include "loom/model/layer_spec.h"
-#include "loom/runtime/config.h"
+#include "loom/config/run_config.h"
 
 namespace loom::model {
 
-double layer_training_flops_per_token(const runtime::ModelConfig& config, const LayerSpec& spec, int64_t seq);
-double head_training_flops_per_token(const runtime::ModelConfig& config);
+double layer_training_flops_per_token(const config::ModelConfig& config, const LayerSpec& spec, int64_t seq);
+double head_training_flops_per_token(const config::ModelConfig& config);
 
 }  // namespace loom::model

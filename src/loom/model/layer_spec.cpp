@@ -6,10 +6,10 @@
 
 namespace loom::model {
 
-int head_dim(const runtime::ModelConfig& config) { return config.d_model / config.heads; }
+int head_dim(const config::ModelConfig& config) { return config.d_model / config.heads; }
 
-std::vector<LayerSpec> resolve_layers(const runtime::ModelConfig& config) {
-  check(config.block_configs.empty() || static_cast<int>(config.block_configs.size()) == config.layers,
+std::vector<LayerSpec> resolve_layers(const config::ModelConfig& config) {
+  LOOM_CHECK(config.block_configs.empty() || static_cast<int>(config.block_configs.size()) == config.layers,
         "model.block_configs has " + std::to_string(config.block_configs.size()) + " entries but model.layers is " +
             std::to_string(config.layers) + " (give one entry per layer, or none)");
   const int default_kv = config.kv_heads == 0 ? config.heads : config.kv_heads;
@@ -19,15 +19,15 @@ std::vector<LayerSpec> resolve_layers(const runtime::ModelConfig& config) {
     spec.kv_heads = default_kv;
     spec.ffn_size = config.ffn_size;
     if (!config.block_configs.empty()) {
-      const runtime::BlockConfig& block = config.block_configs[l];
+      const config::BlockConfig& block = config.block_configs[l];
       const std::string where = "model.block_configs[" + std::to_string(l) + "]";
-      check(block.attention == "normal" || block.attention == "skip",
+      LOOM_CHECK(block.attention == "normal" || block.attention == "skip",
             where + ".attention is '" + block.attention + "' (valid: normal, skip)");
       spec.has_attention = block.attention == "normal";
       if (block.kv_heads != 0) spec.kv_heads = block.kv_heads;
       if (block.ffn_size >= 0) spec.ffn_size = block.ffn_size;
     }
-    check(spec.kv_heads >= 1 && config.heads % spec.kv_heads == 0,
+    LOOM_CHECK(spec.kv_heads >= 1 && config.heads % spec.kv_heads == 0,
           "layer " + std::to_string(l) + ": kv_heads " + std::to_string(spec.kv_heads) +
               " must divide heads " + std::to_string(config.heads));
   }

@@ -4,7 +4,7 @@
 // ffn size, or skip its MLP.
 #include <vector>
 
-#include "loom/runtime/config.h"
+#include "loom/config/run_config.h"
 
 namespace loom::model {
 
@@ -16,8 +16,8 @@ struct LayerSpec {
 };
 
 // Resolves the per-layer specs; a block config that cannot work is an Error naming the layer.
-std::vector<LayerSpec> resolve_layers(const runtime::ModelConfig& config);
+std::vector<LayerSpec> resolve_layers(const config::ModelConfig& config);
 
-int head_dim(const runtime::ModelConfig& config);
+int head_dim(const config::ModelConfig& config);
 
 }  // namespace loom::model

@@ -64,7 +64,7 @@ int64_t scaling_block(Recipe recipe) {
   return 0;
 }
 
-PrecisionPolicy PrecisionPolicy::from_config(const runtime::PrecisionConfig& config) {
+PrecisionPolicy PrecisionPolicy::from_config(const config::PrecisionConfig& config) {
   PrecisionPolicy policy;
   policy.recipe = parse_recipe(config.recipe);
   policy.amax_history = config.fp8_amax_history;
@@ -82,8 +82,8 @@ Recipe PrecisionPolicy::head_recipe() const { return is_fp8(recipe) ? Recipe::Bf
 
 LinearPrecision::LinearPrecision(Recipe recipe, int amax_history, int margin, std::shared_ptr<PrecisionScratch> scratch)
     : recipe_(recipe), margin_(margin), scratch_(std::move(scratch)) {
-  check(recipe != Recipe::Fp32, "LinearPrecision: the fp32 recipe needs no object (call the fp32 kernels)");
-  check(amax_history >= 1 && margin >= 0, "LinearPrecision: amax history must be >= 1 and margin >= 0");
+  LOOM_CHECK(recipe != Recipe::Fp32, "LinearPrecision: the fp32 recipe needs no object (call the fp32 kernels)");
+  LOOM_CHECK(amax_history >= 1 && margin >= 0, "LinearPrecision: amax history must be >= 1 and margin >= 0");
   if (!scratch_) scratch_ = std::make_shared<PrecisionScratch>();
   if (recipe == Recipe::Fp8Delayed) {
     for (Operand op : {Operand::Input, Operand::Weight, Operand::OutputGrad}) {
@@ -130,7 +130,7 @@ void LinearPrecision::commit_amaxes(const float* amaxes) {
 void LinearPrecision::clear_pending() { std::fill(pending_, pending_ + 3, 0.0f); }
 
 void LinearPrecision::restore_delayed(Operand op, const p::DelayedScalingState& state) {
-  check(recipe_ == Recipe::Fp8Delayed, "LinearPrecision: only fp8_delayed has scaling state to restore");
+  LOOM_CHECK(recipe_ == Recipe::Fp8Delayed, "LinearPrecision: only fp8_delayed has scaling state to restore");
   scaling_[static_cast<int>(op)].restore(state);
 }
 
@@ -279,11 +279,11 @@ void PrecisionContext::commit_amaxes(const std::vector<float>& amaxes) {
   size_t at = 0;
   for (const auto& l : layers_) {
     if (!l->delayed()) continue;
-    check(at + 3 <= amaxes.size(), "PrecisionContext::commit_amaxes: too few amaxes");
+    LOOM_CHECK(at + 3 <= amaxes.size(), "PrecisionContext::commit_amaxes: too few amaxes");
     l->commit_amaxes(amaxes.data() + at);
     at += 3;
   }
-  check(at == amaxes.size(), "PrecisionContext::commit_amaxes: too many amaxes");
+  LOOM_CHECK(at == amaxes.size(), "PrecisionContext::commit_amaxes: too many amaxes");
 }
 
 void PrecisionContext::clear_pending() {
@@ -308,10 +308,10 @@ nlohmann::json PrecisionContext::state() const {
 void PrecisionContext::restore(const nlohmann::json& state) {
   if (state.is_null() || !state.contains("fp8_delayed")) return;
   const nlohmann::json& layers = state.at("fp8_delayed");
-  check(layers.is_object(), "checkpoint: fp8_delayed scaling state must map GEMM names to their histories");
+  LOOM_CHECK(layers.is_object(), "checkpoint: fp8_delayed scaling state must map GEMM names to their histories");
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (!layers_[i]->delayed()) continue;
-    check(layers.contains(names_[i]), "checkpoint: no fp8_delayed scaling state for " + names_[i] +
+    LOOM_CHECK(layers.contains(names_[i]), "checkpoint: no fp8_delayed scaling state for " + names_[i] +
                                           " (written for a different model or recipe?)");
     const nlohmann::json& ops = layers.at(names_[i]);
     int k = 0;

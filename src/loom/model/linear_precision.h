@@ -41,7 +41,7 @@
 
 #include "loom/model/buffers.h"
 #include "loom/precision/fp8_scaling.h"
-#include "loom/runtime/config.h"
+#include "loom/config/run_config.h"
 
 namespace loom::comm {
 class Communicator;
@@ -75,7 +75,7 @@ struct PrecisionPolicy {
   int margin = 0;                 // fp8 per-tensor: scale = fp8_max / amax / 2^margin
   bool edge_layers_bf16 = true;   // FP8 recipes: first and last block's linears in bf16
 
-  static PrecisionPolicy from_config(const runtime::PrecisionConfig& config);
+  static PrecisionPolicy from_config(const config::PrecisionConfig& config);
   // The recipe of block `layer` of `layers` (FP8 recipes keep the edge blocks in bf16 if asked).
   Recipe block_recipe(int layer, int layers) const;
   // The output head: the recipe's 16-bit dtype; FP8 recipes keep it in bf16 (as TransformerEngine).

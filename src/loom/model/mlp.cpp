@@ -10,7 +10,7 @@ namespace k = loom::kernels::cpu;
 Mlp::Mlp(ParameterStore& store, const TensorParallel& tp, int layer, const std::string& prefix, int d_model,
          int ffn_size, bool swiglu, bool bias, float init_std, float out_std)
     : d_model_(d_model), swiglu_(swiglu) {
-  check(ffn_size % tp.size() == 0, "layer " + std::to_string(layer) + " (" + prefix + "): ffn_size " +
+  LOOM_CHECK(ffn_size % tp.size() == 0, "layer " + std::to_string(layer) + " (" + prefix + "): ffn_size " +
                                         std::to_string(ffn_size) + " cannot be split over " +
                                         std::to_string(tp.size()) + " tensor-parallel ranks (parallel.tp must divide it)");
   ffn_ = ffn_size / tp.size();

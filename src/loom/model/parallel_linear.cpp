@@ -43,7 +43,7 @@ std::vector<const Parameter*> projection_weights(const ParameterStore& store, in
     weights.push_back(&store.list()[id]);
     covered += store.list()[id].shape.at(0);
   }
-  check(covered == rows, "parallel linear: the weights from " + store.list().at(first).name + " do not add up to " +
+  LOOM_CHECK(covered == rows, "parallel linear: the weights from " + store.list().at(first).name + " do not add up to " +
                              std::to_string(rows) + " rows");
   return weights;
 }

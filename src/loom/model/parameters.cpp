@@ -6,8 +6,8 @@
 namespace loom::model {
 
 int ParameterStore::add(const std::string& name, Shape shape, Init init, float init_std, ShardSpec shard) {
-  check(values_.empty(), "ParameterStore: parameter '" + name + "' added after allocation");
-  check(find(name) < 0, "ParameterStore: duplicate parameter name '" + name + "'");
+  LOOM_CHECK(values_.empty(), "ParameterStore: parameter '" + name + "' added after allocation");
+  LOOM_CHECK(find(name) < 0, "ParameterStore: duplicate parameter name '" + name + "'");
   Parameter p;
   p.name = name;
   p.numel = shape_numel(shape);

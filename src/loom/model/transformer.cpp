@@ -14,16 +14,16 @@ namespace loom::model {
 
 namespace k = loom::kernels::cpu;
 
-Transformer::Transformer(const runtime::ModelConfig& config, TensorParallel tp, PrecisionPolicy precision,
+Transformer::Transformer(const config::ModelConfig& config, TensorParallel tp, PrecisionPolicy precision,
                          std::vector<LayerRange> chunks)
     : config_(config), tp_(tp), specs_(resolve_layers(config)), chunks_(std::move(chunks)),
       precision_(std::make_shared<PrecisionContext>(precision)) {
-  check(config.vocab_size > 0, "model.vocab_size must be resolved before building the model");
+  LOOM_CHECK(config.vocab_size > 0, "model.vocab_size must be resolved before building the model");
   const int L = config.layers;
   if (chunks_.empty()) chunks_.push_back({0, L});
   for (size_t c = 0; c < chunks_.size(); ++c) {
     const int floor = c == 0 ? 0 : chunks_[c - 1].last;
-    check(chunks_[c].first >= floor && chunks_[c].first < chunks_[c].last && chunks_[c].last <= L,
+    LOOM_CHECK(chunks_[c].first >= floor && chunks_[c].first < chunks_[c].last && chunks_[c].last <= L,
           "model chunk " + std::to_string(c) + " holds layers [" + std::to_string(chunks_[c].first) + ", " +
               std::to_string(chunks_[c].last) + "): chunks need at least one layer each, in order, within the " +
               std::to_string(L) + " layers");
@@ -104,7 +104,7 @@ int64_t Activations::bytes() const {
 }
 
 void Transformer::check_whole_model(const std::string& what) const {
-  check(chunks_.size() == 1 && chunks_[0].first == 0 && chunks_[0].last == config_.layers,
+  LOOM_CHECK(chunks_.size() == 1 && chunks_[0].first == 0 && chunks_[0].last == config_.layers,
         what + " needs the whole model on this rank; a pipeline stage runs chunks (forward_chunk / backward_chunk)");
 }
 
@@ -116,7 +116,7 @@ Block::Saved& Transformer::saved_for(Activations& a, int layer) {
 
 void Transformer::check_tokens(const int32_t* tokens, int64_t rows) const {
   for (int64_t r = 0; r < rows; ++r) {
-    check(tokens[r] >= 0 && tokens[r] < config_.vocab_size,
+    LOOM_CHECK(tokens[r] >= 0 && tokens[r] < config_.vocab_size,
           "token id " + std::to_string(tokens[r]) + " is outside the model's vocabulary [0, " +
               std::to_string(config_.vocab_size) + ")");
   }
@@ -137,7 +137,7 @@ void Transformer::embed(float* out, const int32_t* tokens, int64_t batch, int64_
     tp_.exit_forward(out, partial, nullptr, rows, C);
   }
   if (positions_ >= 0) {
-    check(position_start + seq <= config_.max_seq_len,
+    LOOM_CHECK(position_start + seq <= config_.max_seq_len,
           "sequence of " + std::to_string(position_start + seq) + " positions exceeds model.max_seq_len " +
               std::to_string(config_.max_seq_len));
     position_ids.resize(local);
@@ -165,7 +165,7 @@ double Transformer::cross_entropy(float* logits, const int32_t* targets, int64_t
   if (tp_.single()) return k::softmax_cross_entropy(logits, losses, targets, rows, config_.vocab_size, grad_scale);
   // Vocabulary-parallel: two reductions of per-row scalars, never a full row of logits.
   for (int64_t r = 0; r < rows; ++r) {
-    check(targets[r] == k::kIgnoreIndex || (targets[r] >= 0 && targets[r] < config_.vocab_size),
+    LOOM_CHECK(targets[r] == k::kIgnoreIndex || (targets[r] >= 0 && targets[r] < config_.vocab_size),
           "cross-entropy: target id " + std::to_string(targets[r]) + " is outside the vocabulary [0, " +
               std::to_string(config_.vocab_size) + ")");
   }
@@ -227,10 +227,10 @@ float* Transformer::chunk_output_grad(Activations& a, int64_t rows) {
 
 double Transformer::forward_chunk(Activations& a, int chunk, const int32_t* inputs, const int32_t* targets,
                                   int64_t batch, int64_t seq, float grad_scale) {
-  check(seq <= config_.max_seq_len, "sequence length " + std::to_string(seq) + " exceeds model.max_seq_len " +
+  LOOM_CHECK(seq <= config_.max_seq_len, "sequence length " + std::to_string(seq) + " exceeds model.max_seq_len " +
                                         std::to_string(config_.max_seq_len));
   const int64_t rows = batch * seq, C = config_.d_model;
-  check(!tp_.sequence_parallel() || rows % tp_.size() == 0,
+  LOOM_CHECK(!tp_.sequence_parallel() || rows % tp_.size() == 0,
         "sequence parallelism splits the " + std::to_string(rows) + " tokens of a micro-batch (batch x seq) over " +
             std::to_string(tp_.size()) + " tensor-parallel ranks: they must divide evenly");
   const int64_t local = tp_.local_rows(rows);
@@ -296,7 +296,7 @@ double Transformer::forward_loss(const int32_t* inputs, const int32_t* targets, 
 
 double Transformer::forward_backward(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
                                      float grad_scale) {
-  check(grad_scale != 0.0f, "forward_backward: grad_scale must be non-zero");
+  LOOM_CHECK(grad_scale != 0.0f, "forward_backward: grad_scale must be non-zero");
   check_whole_model("forward_backward");
   const double loss_sum = forward_chunk(activations_, 0, inputs, targets, batch, seq, grad_scale);
   backward_chunk(activations_, 0, inputs, batch, seq);
@@ -304,10 +304,10 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
 }
 
 const float* Transformer::decode(DecodeState& state, const int32_t* tokens, int64_t count) {
-  check(tp_.single(), "generation runs on one rank: load the checkpoint with parallel.tp = 1");
+  LOOM_CHECK(tp_.single(), "generation runs on one rank: load the checkpoint with parallel.tp = 1");
   check_whole_model("generation");
   const int64_t C = config_.d_model, V = config_.vocab_size, max_positions = config_.max_seq_len;
-  check(state.length + count <= max_positions,
+  LOOM_CHECK(state.length + count <= max_positions,
         "generation reached model.max_seq_len " + std::to_string(max_positions) + " positions");
   if (state.caches.size() != blocks_.size()) state.caches.resize(blocks_.size());
   float* x = sized(state.x, count * C);

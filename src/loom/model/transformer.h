@@ -15,7 +15,7 @@
 #include "loom/model/parameters.h"
 #include "loom/model/tensor_parallel.h"
 #include "loom/model/tensor_parallel_grads.h"
-#include "loom/runtime/config.h"
+#include "loom/config/run_config.h"
 
 namespace loom::model {
 
@@ -60,13 +60,13 @@ class Transformer {
   // last layer the final norm and head; with tied embeddings and both on different ranks, the
   // last one holds a copy of the embedding (same name, same initial values; its gradient is
   // summed with the first's over the embedding group, and it is left out of the norm).
-  explicit Transformer(const runtime::ModelConfig& config, TensorParallel tp = {}, PrecisionPolicy precision = {},
+  explicit Transformer(const config::ModelConfig& config, TensorParallel tp = {}, PrecisionPolicy precision = {},
                        std::vector<LayerRange> chunks = {});
 
   void initialize(uint64_t seed) { params_.initialize(seed); }
   ParameterStore& params() { return params_; }
   const ParameterStore& params() const { return params_; }
-  const runtime::ModelConfig& config() const { return config_; }
+  const config::ModelConfig& config() const { return config_; }
   const std::vector<LayerSpec>& layers() const { return specs_; }
   const TensorParallel& tensor_parallel() const { return tp_; }
   // The linear layers' precision state (FP8 amax histories), for the trainer and checkpoints.
@@ -139,7 +139,7 @@ class Transformer {
   Block::Saved& saved_for(Activations& a, int layer);
   const Block& block(int layer) const { return blocks_[block_index_.at(layer)]; }
 
-  runtime::ModelConfig config_;
+  config::ModelConfig config_;
   TensorParallel tp_;
   std::vector<LayerSpec> specs_;
   std::vector<LayerRange> chunks_;

@@ -8,14 +8,14 @@ namespace loom::optim {
 
 namespace k = loom::kernels::cpu;
 
-AdamW::AdamW(const runtime::OptimConfig& config, int64_t total, std::vector<Segment> segments)
+AdamW::AdamW(const config::OptimConfig& config, int64_t total, std::vector<Segment> segments)
     : config_(config),
       total_(total),
       segments_(std::move(segments)),
       exp_avg_({total}, DType::F32),
       exp_avg_sq_({total}, DType::F32) {}
 
-k::AdamWStep adamw_hyper(const runtime::OptimConfig& config, double lr, int64_t step, bool weight_decay,
+k::AdamWStep adamw_hyper(const config::OptimConfig& config, double lr, int64_t step, bool weight_decay,
                          float clip_factor) {
   return {static_cast<float>(lr),
           static_cast<float>(config.beta1),
@@ -26,7 +26,7 @@ k::AdamWStep adamw_hyper(const runtime::OptimConfig& config, double lr, int64_t 
           clip_factor};
 }
 
-float clip_factor(const runtime::OptimConfig& config, double global_norm) {
+float clip_factor(const config::OptimConfig& config, double global_norm) {
   if (config.clip_grad > 0.0 && global_norm > config.clip_grad) {
     return static_cast<float>(config.clip_grad / (global_norm + 1e-6));
   }

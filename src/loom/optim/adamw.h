@@ -7,7 +7,7 @@
 
 #include "loom/core/tensor.h"
 #include "loom/kernels/cpu/adamw.h"
-#include "loom/runtime/config.h"
+#include "loom/config/run_config.h"
 
 namespace loom::optim {
 
@@ -18,7 +18,7 @@ struct Segment {
 
 class AdamW {
  public:
-  AdamW(const runtime::OptimConfig& config, int64_t total, std::vector<Segment> segments);
+  AdamW(const config::OptimConfig& config, int64_t total, std::vector<Segment> segments);
 
   // Updates `params` with `grads` clipped to config.clip_grad by global norm (when > 0; the
   // gradients themselves are left as they are). Returns the global norm before clipping.
@@ -32,7 +32,7 @@ class AdamW {
   int64_t total() const { return total_; }
 
  private:
-  runtime::OptimConfig config_;
+  config::OptimConfig config_;
   int64_t total_;
   std::vector<Segment> segments_;
   Tensor exp_avg_, exp_avg_sq_;
@@ -40,12 +40,12 @@ class AdamW {
 
 // The kernel's hyper-parameters for one update of a segment (weight decay only where it decays;
 // clip_factor scales the gradients first).
-kernels::cpu::AdamWStep adamw_hyper(const runtime::OptimConfig& config, double lr, int64_t step, bool weight_decay,
+kernels::cpu::AdamWStep adamw_hyper(const config::OptimConfig& config, double lr, int64_t step, bool weight_decay,
                                     float clip_factor);
 
 // The factor gradients are scaled by to clip them to config.clip_grad (1 when no clipping is due).
 // One rule for every optimizer, sharded or not, so every layout computes the same function.
-float clip_factor(const runtime::OptimConfig& config, double global_norm);
+float clip_factor(const config::OptimConfig& config, double global_norm);
 
 // Global L2 norm of grads[0..n).
 double global_norm(const float* grads, int64_t n);

@@ -5,7 +5,7 @@
 
 namespace loom::optim {
 
-double learning_rate(const runtime::OptimConfig& config, int step, int total_steps) {
+double learning_rate(const config::OptimConfig& config, int step, int total_steps) {
   if (config.warmup_steps > 0 && step <= config.warmup_steps) {
     return config.lr * static_cast<double>(step) / static_cast<double>(config.warmup_steps);
   }

@@ -29,7 +29,7 @@ void decode_scaled(const uint8_t* codes, float* out, int64_t n, float scale_inve
 }
 
 void check_scale(float scale, const char* what) {
-  check(scale > 0.0f && scale <= std::numeric_limits<float>::max(),
+  LOOM_CHECK(scale > 0.0f && scale <= std::numeric_limits<float>::max(),
         std::string(what) + ": the scale must be finite and > 0, got " + std::to_string(scale));
 }
 

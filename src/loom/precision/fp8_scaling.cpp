@@ -49,7 +49,7 @@ float compute_scale(float amax_value, float fp8_max, int margin, float previous_
 
 DelayedScaling::DelayedScaling(Fp8Format format, int history_length, int margin, AmaxAlgorithm algorithm)
     : format_(format), margin_(margin), algorithm_(algorithm) {
-  check(history_length >= 1, "DelayedScaling: the amax history length must be >= 1, got " +
+  LOOM_CHECK(history_length >= 1, "DelayedScaling: the amax history length must be >= 1, got " +
                                  std::to_string(history_length));
   state_.amax_history.assign(static_cast<size_t>(history_length), 0.0f);
 }
@@ -72,12 +72,12 @@ float DelayedScaling::history_amax() const {
 }
 
 void DelayedScaling::restore(const DelayedScalingState& state) {
-  check(state.amax_history.size() == state_.amax_history.size(),
+  LOOM_CHECK(state.amax_history.size() == state_.amax_history.size(),
         "DelayedScaling::restore: the amax history has " + std::to_string(state.amax_history.size()) +
             " entries, this tensor's recipe keeps " + std::to_string(state_.amax_history.size()));
-  check(state.next >= 0 && state.next < static_cast<int64_t>(state.amax_history.size()),
+  LOOM_CHECK(state.next >= 0 && state.next < static_cast<int64_t>(state.amax_history.size()),
         "DelayedScaling::restore: history position " + std::to_string(state.next) + " out of range");
-  check(state.scale > 0.0f && std::isfinite(state.scale),
+  LOOM_CHECK(state.scale > 0.0f && std::isfinite(state.scale),
         "DelayedScaling::restore: the scale must be finite and > 0, got " + std::to_string(state.scale));
   state_ = state;
 }
@@ -98,7 +98,7 @@ float block_scale(float block_amax, Fp8Format format) {
 
 void quantize_dequantize_rowwise_blocks(float* x, int64_t rows, int64_t cols, Fp8Format format, int64_t block,
                                         float* scales) {
-  check(rows >= 0 && cols >= 0 && block >= 1, "quantize_dequantize_rowwise_blocks: bad shape or block size");
+  LOOM_CHECK(rows >= 0 && cols >= 0 && block >= 1, "quantize_dequantize_rowwise_blocks: bad shape or block size");
   const int64_t blocks_per_row = (cols + block - 1) / block;
 #pragma omp parallel for schedule(static) if (kernels::cpu::worth_parallel(rows * cols))
   for (int64_t r = 0; r < rows; ++r) {
@@ -114,7 +114,7 @@ void quantize_dequantize_rowwise_blocks(float* x, int64_t rows, int64_t cols, Fp
 
 void quantize_dequantize_tile_blocks(float* w, int64_t rows, int64_t cols, Fp8Format format, int64_t tile,
                                      float* scales) {
-  check(rows >= 0 && cols >= 0 && tile >= 1, "quantize_dequantize_tile_blocks: bad shape or tile size");
+  LOOM_CHECK(rows >= 0 && cols >= 0 && tile >= 1, "quantize_dequantize_tile_blocks: bad shape or tile size");
   const int64_t tile_rows = (rows + tile - 1) / tile;
   const int64_t tile_cols = (cols + tile - 1) / tile;
 #pragma omp parallel for collapse(2) schedule(static) if (kernels::cpu::worth_parallel(rows * cols))

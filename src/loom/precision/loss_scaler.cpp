@@ -47,15 +47,15 @@ DynamicLossScaler::DynamicLossScaler(const LossScalerConfig& config) : config_(c
     state_.scale = 1.0f;
     return;
   }
-  check(config_.initial_scale > 0.0f && std::isfinite(config_.initial_scale),
+  LOOM_CHECK(config_.initial_scale > 0.0f && std::isfinite(config_.initial_scale),
         "loss scaler: initial_scale must be finite and > 0, got " + std::to_string(config_.initial_scale));
-  check(config_.growth_factor >= 1.0f, "loss scaler: growth_factor must be >= 1, got " +
+  LOOM_CHECK(config_.growth_factor >= 1.0f, "loss scaler: growth_factor must be >= 1, got " +
                                            std::to_string(config_.growth_factor));
-  check(config_.backoff_factor > 0.0f && config_.backoff_factor < 1.0f,
+  LOOM_CHECK(config_.backoff_factor > 0.0f && config_.backoff_factor < 1.0f,
         "loss scaler: backoff_factor must be in (0, 1), got " + std::to_string(config_.backoff_factor));
-  check(config_.growth_interval >= 1, "loss scaler: growth_interval must be >= 1, got " +
+  LOOM_CHECK(config_.growth_interval >= 1, "loss scaler: growth_interval must be >= 1, got " +
                                           std::to_string(config_.growth_interval));
-  check(config_.min_scale > 0.0f && config_.min_scale <= config_.max_scale && std::isfinite(config_.max_scale),
+  LOOM_CHECK(config_.min_scale > 0.0f && config_.min_scale <= config_.max_scale && std::isfinite(config_.max_scale),
         "loss scaler: need 0 < min_scale <= max_scale < Inf, got " + std::to_string(config_.min_scale) + " and " +
             std::to_string(config_.max_scale));
   state_.scale = std::clamp(config_.initial_scale, config_.min_scale, config_.max_scale);
@@ -86,10 +86,10 @@ LossScaleDecision DynamicLossScaler::update(bool non_finite) {
 }
 
 void DynamicLossScaler::restore(const LossScalerState& state) {
-  check(state.scale > 0.0f && std::isfinite(state.scale),
+  LOOM_CHECK(state.scale > 0.0f && std::isfinite(state.scale),
         "loss scaler: restored scale must be finite and > 0, got " + std::to_string(state.scale));
-  check(state.clean_steps >= 0, "loss scaler: restored clean-step count is negative");
-  check(config_.enabled || state.scale == 1.0f, "loss scaler: a disabled scaler keeps scale 1, got " +
+  LOOM_CHECK(state.clean_steps >= 0, "loss scaler: restored clean-step count is negative");
+  LOOM_CHECK(config_.enabled || state.scale == 1.0f, "loss scaler: a disabled scaler keeps scale 1, got " +
                                                     std::to_string(state.scale));
   state_ = state;
 }

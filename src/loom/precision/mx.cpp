@@ -61,7 +61,7 @@ uint8_t mx_scale_bits(float amax_value, Fp8Format format) {
 }
 
 MxBlock encode_mx_block(const float* v, int count, Fp8Format format) {
-  check(count >= 1 && count <= kMxBlockSize,
+  LOOM_CHECK(count >= 1 && count <= kMxBlockSize,
         "encode_mx_block: a block holds 1 to " + std::to_string(kMxBlockSize) + " elements, got " +
             std::to_string(count));
   MxBlock block;

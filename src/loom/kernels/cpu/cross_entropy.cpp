@@ -13,7 +13,7 @@ double softmax_cross_entropy(float* logits, float* losses, const int32_t* target
                              int64_t vocab, float grad_scale) {
   for (int64_t r = 0; r < rows; ++r) {
     int32_t t = targets[r];
-    check(t == kIgnoreIndex || (t >= 0 && t < vocab),
+    LOOM_CHECK(t == kIgnoreIndex || (t >= 0 && t < vocab),
           "cross-entropy: target id " + std::to_string(t) + " is outside the vocabulary [0, " +
               std::to_string(vocab) + ")");
   }

@@ -47,7 +47,7 @@ void* CachingAllocator::allocate(size_t bytes) {
 void CachingAllocator::release(void* ptr) {
   if (ptr == nullptr) return;
   auto it = sizes_.find(ptr);
-  check(it != sizes_.end(), "CachingAllocator: released a pointer it did not allocate");
+  LOOM_CHECK(it != sizes_.end(), "CachingAllocator: released a pointer it did not allocate");
   free_.emplace(it->second, ptr);
   stats_.allocated_bytes -= static_cast<int64_t>(it->second);
   stats_.cached_bytes += static_cast<int64_t>(it->second);

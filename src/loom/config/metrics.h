@@ -1,0 +1,31 @@
+#pragma once
+// MetricsWriter: `run_dir/metrics.jsonl`, one JSON object per line (per optimizer step: step,
+// loss, lr, grad_norm, tokens_per_s, val_loss when evaluated). Written by rank 0 only.
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace loom::config {
+
+class MetricsWriter {
+ public:
+  // Creates `run_dir` if needed. `resume_from_step` == 0: a fresh run; an existing
+  // metrics.jsonl is replaced by an empty one. > 0: a resumed run; the file keeps only the
+  // lines whose integer `step` is < resume_from_step (lines without one, e.g. a line torn by
+  // a crash, are dropped), so the steps redone after the checkpoint are not listed twice.
+  // Both rewrites are atomic (temp file, fsync, rename).
+  MetricsWriter(const std::string& run_dir, int64_t resume_from_step);
+
+  // Appends `object` (a JSON object) as one line and flushes it.
+  void write(const nlohmann::json& object);
+
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+}  // namespace loom::config

@@ -1,0 +1,713 @@
+#include "loom/config/run_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <system_error>
+
+#include "loom/core/atomic_file.h"
+#include "loom/core/error.h"
+
+namespace loom::config {
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Helpers for messages: quoting, lists, "did you mean".
+
+std::string in_quotes(std::string_view text) {
+  std::string out;  // appended, not "'" + ...: gcc 12 gives a false -Wrestrict on the latter
+  out.reserve(text.size() + 2);
+  return out.append("'").append(text).append("'");
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i];
+  return out;
+}
+
+// Optimal string alignment distance: Levenshtein plus adjacent transpositions, so a swapped
+// pair of letters ("stpes") counts as one typo.
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// The closest candidate when it is plausibly a typo of `word`, else nothing: beyond about a
+// third of the word's length a "suggestion" would only confuse. A truncated name ("cl100k" for
+// "cl100k_base") is far in edit distance but an obvious intent, so a prefix match counts too.
+std::optional<std::string> closest(std::string_view word, const std::vector<std::string>& candidates) {
+  std::optional<std::string> best;
+  if (word.size() >= 3) {
+    int matches = 0;
+    for (const auto& candidate : candidates) {
+      if (std::string_view(candidate).starts_with(word)) {
+        best = candidate;
+        ++matches;
+      }
+    }
+    if (matches == 1) return best;
+    best.reset();  // ambiguous ("eval"): fall back to edit distance
+  }
+  size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const auto& candidate : candidates) {
+    size_t distance = edit_distance(word, candidate);
+    if (distance < best_distance) {
+      best_distance = distance;
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+std::string suggestion(std::string_view word, const std::vector<std::string>& candidates) {
+  auto best = closest(word, candidates);
+  return best ? "; did you mean " + in_quotes(*best) + "?" : "";
+}
+
+// "file.yaml:3:5" from a yaml-cpp mark (0-based), or just the source when the mark is unknown.
+std::string at(const std::string& source, const YAML::Mark& mark) {
+  if (mark.is_null()) return source;
+  return source + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+}
+
+// Shortest text that parses back to exactly the same double.
+std::string format_double(double value) {
+  char buffer[64];
+  auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, result.ptr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Value types: how a YAML node becomes a field, how a field is written back, how it is shown
+// in messages. A new field type (e.g. `dp: auto`) is one more specialisation.
+
+// Where a value came from, for messages: "file.yaml:4:10" or "override 'train.steps=ten'".
+struct Origin {
+  std::string where;
+  std::string path;  // "train.steps", "model.block_configs[2].ffn_size"
+};
+
+[[noreturn]] void wrong_type(const Origin& origin, const YAML::Node& node, const std::string& expected) {
+  std::string shown;
+  if (node.IsScalar()) shown = in_quotes(node.Scalar());
+  else if (node.IsSequence()) shown = "a list";
+  else if (node.IsMap()) shown = "a map";
+  else shown = "nothing";
+  throw Error(origin.where + ": " + origin.path + " = " + shown + " is not " + expected);
+}
+
+template <class T>
+struct Value;
+
+template <>
+struct Value<int> {
+  static constexpr const char* kExpected = "an integer (e.g. 8)";
+  static int parse(const YAML::Node& node, const Origin& origin) {
+    if (!node.IsScalar()) wrong_type(origin, node, kExpected);
+    std::string_view text = node.Scalar();
+    if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+    long long value = 0;
+    auto result = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (result.ec == std::errc::result_out_of_range ||
+        (result.ec == std::errc() && result.ptr == text.data() + text.size() &&
+         (value < std::numeric_limits<int>::min() || value > std::numeric_limits<int>::max())))
+      throw Error(origin.where + ": " + origin.path + " = " + in_quotes(node.Scalar()) +
+                  " does not fit a 32-bit integer");
+    if (result.ec != std::errc() || result.ptr != text.data() + text.size() || text.empty())
+      wrong_type(origin, node, kExpected);
+    return static_cast<int>(value);
+  }
+  static void emit(YAML::Emitter& out, int value) { out << std::to_string(value); }
+  static std::string show(int value) { return std::to_string(value); }
+};
+
+template <>
+struct Value<AutoCount> {
+  static constexpr const char* kExpected = "a positive integer or auto";
+  static AutoCount parse(const YAML::Node& node, const Origin& origin) {
+    if (node.IsScalar() && node.Scalar() == "auto") return AutoCount{0};
+    int value = -1;
+    try {
+      value = Value<int>::parse(node, origin);
+    } catch (const Error&) {
+      wrong_type(origin, node, kExpected);
+    }
+    if (value < 0) wrong_type(origin, node, kExpected);
+    return AutoCount{value};
+  }
+  static void emit(YAML::Emitter& out, AutoCount value) { out << show(value); }
+  static std::string show(AutoCount value) { return value.is_auto() ? "auto" : std::to_string(value.value); }
+};
+
+template <>
+struct Value<uint64_t> {
+  static constexpr const char* kExpected = "a non-negative integer (e.g. 1234)";
+  static uint64_t parse(const YAML::Node& node, const Origin& origin) {
+    if (!node.IsScalar()) wrong_type(origin, node, kExpected);
+    std::string_view text = node.Scalar();
+    if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+    uint64_t value = 0;
+    auto result = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (result.ec == std::errc::result_out_of_range)
+      throw Error(origin.where + ": " + origin.path + " = " + in_quotes(node.Scalar()) +
+                  " does not fit a 64-bit unsigned integer");
+    if (result.ec != std::errc() || result.ptr != text.data() + text.size() || text.empty())
+      wrong_type(origin, node, kExpected);
+    return value;
+  }
+  static void emit(YAML::Emitter& out, uint64_t value) { out << std::to_string(value); }
+  static std::string show(uint64_t value) { return std::to_string(value); }
+};
+
+template <>
+struct Value<double> {
+  static constexpr const char* kExpected = "a finite number (e.g. 3e-4)";
+  static double parse(const YAML::Node& node, const Origin& origin) {
+    if (!node.IsScalar()) wrong_type(origin, node, kExpected);
+    std::string_view text = node.Scalar();
+    if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+    double value = 0;
+    auto result = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (result.ec != std::errc() || result.ptr != text.data() + text.size() || text.empty() ||
+        !std::isfinite(value))
+      wrong_type(origin, node, kExpected);
+    return value;
+  }
+  static void emit(YAML::Emitter& out, double value) { out << format_double(value); }
+  static std::string show(double value) { return format_double(value); }
+};
+
+template <>
+struct Value<bool> {
+  static constexpr const char* kExpected = "a bool (true or false)";
+  static bool parse(const YAML::Node& node, const Origin& origin) {
+    if (!node.IsScalar()) wrong_type(origin, node, kExpected);
+    std::string text = node.Scalar();
+    std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
+    // The YAML 1.1 spellings, which is what yaml-cpp users expect.
+    if (text == "true" || text == "yes" || text == "on") return true;
+    if (text == "false" || text == "no" || text == "off") return false;
+    wrong_type(origin, node, kExpected);
+  }
+  static void emit(YAML::Emitter& out, bool value) { out << (value ? "true" : "false"); }
+  static std::string show(bool value) { return value ? "true" : "false"; }
+};
+
+template <>
+struct Value<std::string> {
+  static constexpr const char* kExpected = "a string";
+  static std::string parse(const YAML::Node& node, const Origin& origin) {
+    if (node.IsNull()) return "";  // `val_prefix:` with nothing after it means empty
+    if (!node.IsScalar()) wrong_type(origin, node, kExpected);
+    return node.Scalar();
+  }
+  // Always quoted: a path like "~" or "null" must not come back as YAML null.
+  static void emit(YAML::Emitter& out, const std::string& value) { out << YAML::DoubleQuoted << value; }
+  static std::string show(const std::string& value) { return in_quotes(value); }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Keys: one descriptor per field, built from a pointer to member; a section is a named list of
+// keys. Parsing, writing and range checks all walk these tables.
+
+// Returns why a value is invalid ("must be >= 1"), or nothing when it is valid.
+template <class T>
+using Check = std::function<std::optional<std::string>(const T&)>;
+
+template <class Root>
+struct Key {
+  std::string name;
+  std::function<void(Root&, const YAML::Node&, const Origin&)> parse;
+  std::function<void(const Root&, YAML::Emitter&)> emit;
+  std::function<void(const Root&, const std::string& path)> check;
+};
+
+template <class Root, class T>
+Key<Root> field(std::string name, T Root::*member, std::type_identity_t<Check<T>> check = nullptr) {
+  Key<Root> key;
+  key.name = std::move(name);
+  key.parse = [member](Root& root, const YAML::Node& node, const Origin& origin) {
+    root.*member = Value<T>::parse(node, origin);
+  };
+  key.emit = [member](const Root& root, YAML::Emitter& out) { Value<T>::emit(out, root.*member); };
+  key.check = [member, check](const Root& root, const std::string& path) {
+    const T& value = root.*member;
+    if (check) {
+      if (auto why = check(value)) throw Error(path + " = " + Value<T>::show(value) + " is invalid: " + *why);
+    }
+    if constexpr (requires { Value<T>::check(value, path); }) Value<T>::check(value, path);
+  };
+  return key;
+}
+
+template <class T>
+Check<T> at_least(T low) {
+  return [low](const T& value) -> std::optional<std::string> {
+    if (value >= low) return std::nullopt;
+    return "must be >= " + Value<T>::show(low);
+  };
+}
+
+Check<double> greater_than(double low) {
+  return [low](const double& value) -> std::optional<std::string> {
+    if (value > low) return std::nullopt;
+    return "must be > " + format_double(low);
+  };
+}
+
+Check<double> in_unit_interval() {
+  return [](const double& value) -> std::optional<std::string> {
+    if (value >= 0.0 && value < 1.0) return std::nullopt;
+    return std::string("must be in [0, 1)");
+  };
+}
+
+Check<std::string> one_of(std::vector<std::string> allowed) {
+  return [allowed](const std::string& value) -> std::optional<std::string> {
+    if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return std::nullopt;
+    return "must be one of " + join(allowed) + suggestion(value, allowed);
+  };
+}
+
+// Keys of one `model.block_configs` entry.
+const std::vector<Key<BlockConfig>>& block_keys() {
+  static const std::vector<Key<BlockConfig>> keys = {
+      field("attention", &BlockConfig::attention, one_of({"normal", "skip"})),
+      field("kv_heads", &BlockConfig::kv_heads, at_least(0)),
+      field("ffn_size", &BlockConfig::ffn_size,
+            [](const int& v) -> std::optional<std::string> {
+              if (v >= -1) return std::nullopt;
+              return std::string("must be -1 (= model.ffn_size), 0 (no MLP) or a positive size");
+            }),
+  };
+  return keys;
+}
+
+std::vector<std::string> names_of(const auto& keys) {
+  std::vector<std::string> names;
+  for (const auto& key : keys) names.push_back(key.name);
+  return names;
+}
+
+// Unknown key in a map of `keys`: names it, lists the valid ones, suggests the closest.
+// `what` is "section" or "key"; `valid_label` says whose names `valid` are.
+[[noreturn]] void unknown_key(const std::string& where, const std::string& written, const std::string& what,
+                              const std::string& valid_label, const std::vector<std::string>& valid,
+                              const std::string& extra_hint = "") {
+  std::string key = written.substr(written.rfind('.') == std::string::npos ? 0 : written.rfind('.') + 1);
+  throw Error(where + ": unknown " + what + " " + in_quotes(written) + "; valid " + valid_label + ": " +
+              join(valid) + (extra_hint.empty() ? suggestion(key, valid) : extra_hint));
+}
+
+template <>
+struct Value<std::vector<BlockConfig>> {
+  static constexpr const char* kExpected =
+      "a list of maps with keys attention, kv_heads, ffn_size (e.g. [{attention: skip}, {ffn_size: 512}])";
+  static std::vector<BlockConfig> parse(const YAML::Node& node, const Origin& origin) {
+    if (node.IsNull()) return {};
+    if (!node.IsSequence()) wrong_type(origin, node, kExpected);
+    std::vector<BlockConfig> blocks;
+    for (size_t i = 0; i < node.size(); ++i) {
+      const YAML::Node entry = node[i];
+      Origin entry_origin{origin.where, origin.path + "[" + std::to_string(i) + "]"};
+      BlockConfig block;
+      if (!entry.IsNull()) {
+        if (!entry.IsMap()) wrong_type(entry_origin, entry, "a map with keys attention, kv_heads, ffn_size");
+        for (const auto& item : entry) {
+          const std::string name = item.first.Scalar();
+          const auto& keys = block_keys();
+          auto key = std::find_if(keys.begin(), keys.end(), [&](const auto& k) { return k.name == name; });
+          if (key == keys.end())
+            unknown_key(origin.where, entry_origin.path + "." + name, "key",
+                        "keys of a block_configs entry", names_of(keys));
+          key->parse(block, item.second, Origin{origin.where, entry_origin.path + "." + name});
+        }
+      }
+      blocks.push_back(block);
+    }
+    return blocks;
+  }
+  static void emit(YAML::Emitter& out, const std::vector<BlockConfig>& blocks) {
+    if (blocks.empty()) out << YAML::Flow;  // "[]" on the key's line
+    out << YAML::BeginSeq;
+    for (const auto& block : blocks) {
+      out << YAML::Flow << YAML::BeginMap;
+      for (const auto& key : block_keys()) {
+        out << YAML::Key << key.name << YAML::Value;
+        key.emit(block, out);
+      }
+      out << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
+  }
+  static std::string show(const std::vector<BlockConfig>& blocks) {
+    return "a list of " + std::to_string(blocks.size()) + " entries";
+  }
+  static void check(const std::vector<BlockConfig>& blocks, const std::string& path) {
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      for (const auto& key : block_keys())
+        key.check(blocks[i], path + "[" + std::to_string(i) + "]." + key.name);
+    }
+  }
+};
+
+// Lifts a section's keys to keys of the whole RunConfig.
+template <class Section>
+Key<RunConfig> lift(Section RunConfig::*section, Key<Section> key) {
+  Key<RunConfig> lifted;
+  lifted.name = key.name;
+  lifted.parse = [section, parse = key.parse](RunConfig& c, const YAML::Node& n, const Origin& o) { parse(c.*section, n, o); };
+  lifted.emit = [section, emit = key.emit](const RunConfig& c, YAML::Emitter& out) { emit(c.*section, out); };
+  lifted.check = [section, check = key.check](const RunConfig& c, const std::string& p) { check(c.*section, p); };
+  return lifted;
+}
+
+struct SectionSchema {
+  std::string name;
+  std::vector<Key<RunConfig>> keys;
+};
+
+template <class Section>
+SectionSchema section(std::string name, Section RunConfig::*member, std::vector<Key<Section>> keys) {
+  SectionSchema schema{std::move(name), {}};
+  for (auto& key : keys) schema.keys.push_back(lift(member, std::move(key)));
+  return schema;
+}
+
+// The schema: every section and key of a config, with its per-key range check. Checks that
+// relate several keys live in validate_config. A new key is one line here.
+const std::vector<SectionSchema>& schema() {
+  static const std::vector<SectionSchema> sections = {
+      section("run", &RunConfig::run,
+              {
+                  field("dir", &RunSection::dir),
+                  field("name", &RunSection::name),
+              }),
+      section("runtime", &RunConfig::runtime,
+              {
+                  field("backend", &RuntimeConfig::backend, one_of({"threads", "mpi", "auto"})),
+                  field("ranks", &RuntimeConfig::ranks, at_least(1)),
+                  field("timeout_s", &RuntimeConfig::timeout_s, greater_than(0)),
+              }),
+      section("parallel", &RunConfig::parallel,
+              {
+                  field("dp", &ParallelConfig::dp),
+                  field("tp", &ParallelConfig::tp, at_least(1)),
+                  field("sequence_parallel", &ParallelConfig::sequence_parallel),
+                  field("zero", &ParallelConfig::zero, at_least(0)),
+                  field("bucket_mb", &ParallelConfig::bucket_mb, greater_than(0)),
+                  field("pp", &ParallelConfig::pp, at_least(1)),
+                  field("pipeline_schedule", &ParallelConfig::pipeline_schedule, one_of({"gpipe", "1f1b", "interleaved"})),
+                  field("virtual_stages", &ParallelConfig::virtual_stages, at_least(1)),
+                  field("pipeline_partition", &ParallelConfig::pipeline_partition),
+              }),
+      section("precision", &RunConfig::precision,
+              {
+                  field("recipe", &PrecisionConfig::recipe,
+                        one_of({"fp32", "bf16", "fp16", "fp8_delayed", "fp8_current", "fp8_blockwise", "mxfp8"})),
+                  field("grad_reduce", &PrecisionConfig::grad_reduce, one_of({"fp32", "bf16"})),
+                  field("param_dtype", &PrecisionConfig::param_dtype, one_of({"fp32", "compute"})),
+                  field("loss_scale_initial", &PrecisionConfig::loss_scale_initial, greater_than(0)),
+                  field("loss_scale_growth_interval", &PrecisionConfig::loss_scale_growth_interval, at_least(1)),
+                  field("loss_scale_min", &PrecisionConfig::loss_scale_min, greater_than(0)),
+                  field("fp8_amax_history", &PrecisionConfig::fp8_amax_history, at_least(1)),
+                  field("fp8_margin", &PrecisionConfig::fp8_margin, at_least(0)),
+                  field("fp8_edge_layers_bf16", &PrecisionConfig::fp8_edge_layers_bf16),
+              }),
+      section("topology", &RunConfig::topology,
+              {
+                  field("ranks_per_node", &TopologyConfig::ranks_per_node, at_least(0)),
+                  field("nodes_per_site", &TopologyConfig::nodes_per_site, at_least(0)),
+                  field("node_latency_us", &TopologyConfig::node_latency_us, at_least(0.0)),
+                  field("node_bandwidth_gbps", &TopologyConfig::node_bandwidth_gbps, at_least(0.0)),
+                  field("site_latency_us", &TopologyConfig::site_latency_us, at_least(0.0)),
+                  field("site_bandwidth_gbps", &TopologyConfig::site_bandwidth_gbps, at_least(0.0)),
+                  field("cross_site_latency_us", &TopologyConfig::cross_site_latency_us, at_least(0.0)),
+                  field("cross_site_bandwidth_gbps", &TopologyConfig::cross_site_bandwidth_gbps, at_least(0.0)),
+                  field("simulate", &TopologyConfig::simulate),
+              }),
+      section("model", &RunConfig::model,
+              {
+                  field("vocab_size", &ModelConfig::vocab_size, at_least(0)),
+                  field("d_model", &ModelConfig::d_model, at_least(1)),
+                  field("layers", &ModelConfig::layers, at_least(1)),
+                  field("heads", &ModelConfig::heads, at_least(1)),
+                  field("kv_heads", &ModelConfig::kv_heads, at_least(0)),
+                  field("ffn_size", &ModelConfig::ffn_size, at_least(1)),
+                  field("norm", &ModelConfig::norm, one_of({"rms", "layer"})),
+                  field("activation", &ModelConfig::activation, one_of({"swiglu", "gelu"})),
+                  field("positions", &ModelConfig::positions, one_of({"rope", "learned"})),
+                  field("tied_embeddings", &ModelConfig::tied_embeddings),
+                  field("bias", &ModelConfig::bias),
+                  field("max_seq_len", &ModelConfig::max_seq_len, at_least(1)),
+                  field("rope_theta", &ModelConfig::rope_theta, greater_than(0)),
+                  field("norm_eps", &ModelConfig::norm_eps, greater_than(0)),
+                  field("init_std", &ModelConfig::init_std, greater_than(0)),
+                  field("recompute", &ModelConfig::recompute),
+                  field("block_configs", &ModelConfig::block_configs),
+              }),
+      section("data", &RunConfig::data,
+              {
+                  field("tokenizer", &DataConfig::tokenizer,
+                        one_of({"byte", "gpt2", "r50k_base", "cl100k_base", "o200k_base"})),
+                  field("train_prefix", &DataConfig::train_prefix),
+                  field("val_prefix", &DataConfig::val_prefix),
+                  field("seq_len", &DataConfig::seq_len, at_least(1)),
+              }),
+      section("optim", &RunConfig::optim,
+              {
+                  field("lr", &OptimConfig::lr, greater_than(0)),
+                  field("min_lr", &OptimConfig::min_lr, at_least(0.0)),
+                  field("beta1", &OptimConfig::beta1, in_unit_interval()),
+                  field("beta2", &OptimConfig::beta2, in_unit_interval()),
+                  field("eps", &OptimConfig::eps, greater_than(0)),
+                  field("weight_decay", &OptimConfig::weight_decay, at_least(0.0)),
+                  field("warmup_steps", &OptimConfig::warmup_steps, at_least(0)),
+                  field("schedule", &OptimConfig::schedule, one_of({"cosine", "constant"})),
+                  field("clip_grad", &OptimConfig::clip_grad, at_least(0.0)),
+              }),
+      section("train", &RunConfig::train,
+              {
+                  field("steps", &TrainConfig::steps, at_least(1)),
+                  field("global_batch", &TrainConfig::global_batch, at_least(1)),
+                  field("micro_batch", &TrainConfig::micro_batch, at_least(1)),
+                  field("eval_interval", &TrainConfig::eval_interval, at_least(0)),
+                  field("eval_batches", &TrainConfig::eval_batches, at_least(1)),
+                  field("seed", &TrainConfig::seed),
+                  field("resume", &TrainConfig::resume),
+                  field("threads", &TrainConfig::threads, at_least(0)),
+                  field("exit_interval", &TrainConfig::exit_interval, at_least(0)),
+              }),
+      section("checkpoint", &RunConfig::checkpoint,
+              {
+                  field("dir", &CheckpointConfig::dir),
+                  field("interval", &CheckpointConfig::interval, at_least(0)),
+                  field("keep", &CheckpointConfig::keep, at_least(1)),
+                  field("async", &CheckpointConfig::async),
+              }),
+      section("log", &RunConfig::log,
+              {
+                  field("interval", &LogConfig::interval, at_least(1)),
+                  field("progress", &LogConfig::progress),
+              }),
+      section("fault", &RunConfig::fault,
+              {
+                  field("kill_rank", &FaultConfig::kill_rank, at_least(-1)),
+                  field("kill_step", &FaultConfig::kill_step, at_least(0)),
+                  field("stall_rank", &FaultConfig::stall_rank, at_least(-1)),
+                  field("stall_step", &FaultConfig::stall_step, at_least(0)),
+                  field("stall_s", &FaultConfig::stall_s, at_least(0.0)),
+                  field("corrupt_step", &FaultConfig::corrupt_step, at_least(0)),
+                  field("repeat", &FaultConfig::repeat),
+                  field("random_kills", &FaultConfig::random_kills, at_least(0)),
+                  field("random_kill_window", &FaultConfig::random_kill_window, at_least(1)),
+                  field("seed", &FaultConfig::seed),
+              }),
+  };
+  return sections;
+}
+
+const SectionSchema* find_section(const std::string& name) {
+  for (const auto& s : schema())
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+const Key<RunConfig>* find_key(const SectionSchema& section, const std::string& name) {
+  for (const auto& k : section.keys)
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+// Resolves `section.key` (as written) to its descriptor, or throws naming it, the valid keys
+// and the closest one. A key that exists in another section ("train.lr") points there.
+const Key<RunConfig>& resolve(const std::string& where, const std::string& section_name, const std::string& key_name) {
+  const SectionSchema* section = find_section(section_name);
+  if (!section) unknown_key(where, section_name, "section", "sections", names_of(schema()));
+  if (const Key<RunConfig>* key = find_key(*section, key_name)) return *key;
+  std::string hint;
+  for (const auto& other : schema()) {
+    if (find_key(other, key_name)) {
+      hint = "; did you mean " + in_quotes(other.name + "." + key_name) + "?";
+      break;
+    }
+  }
+  unknown_key(where, section_name + "." + key_name, "key", "keys of section " + in_quotes(section_name),
+              names_of(section->keys), hint);
+}
+
+void apply_yaml(RunConfig& config, const YAML::Node& root, const std::string& source) {
+  if (!root || root.IsNull()) return;  // an empty file: all defaults
+  if (!root.IsMap())
+    throw Error(at(source, root.Mark()) + ": a config must be a map of sections (run, model, data, ...), not " +
+                (root.IsSequence() ? "a list" : "a single value"));
+  std::set<std::string> seen;
+  for (const auto& item : root) {
+    const std::string where = at(source, item.first.Mark());
+    if (!item.first.IsScalar()) throw Error(where + ": a section name must be a plain word");
+    const std::string section_name = item.first.Scalar();
+    const SectionSchema* section = find_section(section_name);
+    if (!section) unknown_key(where, section_name, "section", "sections", names_of(schema()));
+    if (item.second.IsNull()) continue;  // `train:` with nothing under it
+    if (!item.second.IsMap())
+      throw Error(where + ": section " + in_quotes(section_name) + " must be a map of key: value (keys: " +
+                  join(names_of(section->keys)) + ")");
+    for (const auto& entry : item.second) {
+      const std::string key_where = at(source, entry.first.Mark());
+      if (!entry.first.IsScalar()) throw Error(key_where + ": a key in section " + in_quotes(section_name) + " must be a plain word");
+      const std::string key_name = entry.first.Scalar();
+      const std::string path = section_name + "." + key_name;
+      const Key<RunConfig>& key = resolve(key_where, section_name, key_name);
+      // yaml-cpp keeps both copies of a repeated key; silently taking one would hide a mistake.
+      if (!seen.insert(path).second) throw Error(key_where + ": key " + in_quotes(path) + " is given twice");
+      const YAML::Node& value = entry.second;
+      const std::string value_where = value.IsNull() ? key_where : at(source, value.Mark());
+      key.parse(config, value, Origin{value_where, path});
+    }
+  }
+}
+
+void apply_override(RunConfig& config, const std::string& text) {
+  const std::string where = "override " + in_quotes(text);
+  std::string_view body = text;
+  // NeMo/Hydra spellings: `+key=value` adds, `++key=value` adds or replaces; every key exists
+  // here already, so all three mean "set".
+  if (body.starts_with("++")) body.remove_prefix(2);
+  else if (body.starts_with("+")) body.remove_prefix(1);
+  size_t equals = body.find('=');
+  if (equals == std::string_view::npos)
+    throw Error(where + ": expected section.key=value (e.g. train.steps=100)");
+  std::string dotted(body.substr(0, equals));
+  std::string value_text(body.substr(equals + 1));
+  size_t dot = dotted.find('.');
+  if (dot == std::string::npos || dotted.find('.', dot + 1) != std::string::npos || dot == 0 ||
+      dot + 1 == dotted.size()) {
+    if (dot == std::string::npos && find_section(dotted) == nullptr) {
+      // A bare key ("steps=5"): say which section it belongs to when there is exactly one.
+      for (const auto& s : schema())
+        if (find_key(s, dotted))
+          throw Error(where + ": expected section.key=value; did you mean " + in_quotes(s.name + "." + dotted) + "?");
+    }
+    throw Error(where + ": expected section.key=value with exactly one '.' (e.g. train.steps=100)");
+  }
+  const Key<RunConfig>& key = resolve(where, dotted.substr(0, dot), dotted.substr(dot + 1));
+  YAML::Node value;
+  try {
+    value = YAML::Load(value_text);
+  } catch (const YAML::Exception& e) {
+    throw Error(where + ": value " + in_quotes(value_text) + " is not valid YAML: " + e.msg);
+  }
+  key.parse(config, value, Origin{where, dotted});
+}
+
+}  // namespace
+
+RunConfig parse_config(const std::string& yaml_text, const std::string& source_name,
+                       const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    throw Error(at(source_name, e.mark) + ": malformed YAML: " + e.msg);
+  }
+  RunConfig config;
+  apply_yaml(config, root, source_name);
+  for (const auto& text : overrides) apply_override(config, text);
+  try {
+    validate_config(config);
+  } catch (const Error& e) {
+    // The value may come from the file or an override; name both places to look.
+    throw Error(source_name + (overrides.empty() ? "" : " (with overrides)") + ": " + e.what());
+  }
+  return config;
+}
+
+RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    throw Error("config file '" + path + "' does not exist (working directory: '" +
+                std::filesystem::current_path(ec).string() + "')");
+  if (std::filesystem::is_directory(path, ec))
+    throw Error("config file '" + path + "' is a directory; expected a YAML file");
+  return parse_config(read_file(path), path, overrides);
+}
+
+void validate_config(const RunConfig& c) {
+  for (const auto& section : schema())
+    for (const auto& key : section.keys) key.check(c, section.name + "." + key.name);
+
+  const ModelConfig& m = c.model;
+  auto divisors = [](int n) {
+    std::vector<std::string> out{"0"};
+    for (int d = 1; d <= n; ++d)
+      if (n % d == 0) out.push_back(std::to_string(d));
+    return join(out);
+  };
+  LOOM_CHECK(m.kv_heads == 0 || m.heads % m.kv_heads == 0,
+        "model.kv_heads = " + std::to_string(m.kv_heads) + " is invalid: must be 0 (= heads) or divide model.heads = " +
+            std::to_string(m.heads) + " (valid: " + divisors(m.heads) + ")");
+  LOOM_CHECK(m.d_model % m.heads == 0, "model.d_model = " + std::to_string(m.d_model) +
+                                      " is invalid: must be a multiple of model.heads = " + std::to_string(m.heads));
+  const int head_dim = m.d_model / m.heads;
+  LOOM_CHECK(m.positions != "rope" || head_dim % 2 == 0,
+        "model.positions = 'rope' needs an even head dimension, but model.d_model / model.heads = " +
+            std::to_string(m.d_model) + " / " + std::to_string(m.heads) + " = " + std::to_string(head_dim) +
+            "; change d_model or heads, or use positions: learned");
+  LOOM_CHECK(m.block_configs.empty() || m.block_configs.size() == static_cast<size_t>(m.layers),
+        "model.block_configs has " + std::to_string(m.block_configs.size()) +
+            (m.block_configs.size() == 1 ? " entry" : " entries") + "; it must be empty or have exactly model.layers = " + std::to_string(m.layers));
+  for (size_t i = 0; i < m.block_configs.size(); ++i) {
+    const int kv = m.block_configs[i].kv_heads;
+    LOOM_CHECK(kv == 0 || m.heads % kv == 0,
+          "model.block_configs[" + std::to_string(i) + "].kv_heads = " + std::to_string(kv) +
+              " is invalid: must be 0 (= model.kv_heads) or divide model.heads = " + std::to_string(m.heads) +
+              " (valid: " + divisors(m.heads) + ")");
+  }
+  LOOM_CHECK(c.data.seq_len <= m.max_seq_len,
+        "data.seq_len = " + std::to_string(c.data.seq_len) + " is invalid: must be in [1, model.max_seq_len = " +
+            std::to_string(m.max_seq_len) + "]");
+  LOOM_CHECK(c.optim.min_lr <= c.optim.lr, "optim.min_lr = " + format_double(c.optim.min_lr) +
+                                          " is invalid: must be in [0, optim.lr = " + format_double(c.optim.lr) + "]");
+  LOOM_CHECK(c.train.global_batch % c.train.micro_batch == 0,
+        "train.global_batch = " + std::to_string(c.train.global_batch) +
+            " is invalid: must be a multiple of train.micro_batch = " + std::to_string(c.train.micro_batch));
+}
+
+std::string to_yaml(const RunConfig& config) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  for (const auto& section : schema()) {
+    out << YAML::Key << section.name << YAML::Value << YAML::BeginMap;
+    for (const auto& key : section.keys) {
+      out << YAML::Key << key.name << YAML::Value;
+      key.emit(config, out);
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+  LOOM_CHECK(out.good(), "to_yaml: cannot write the config as YAML: " + out.GetLastError());
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace loom::config

@@ -1,0 +1,186 @@
+#pragma once
+// RunConfig: every setting of a run, parsed from YAML plus `section.key=value` overrides and
+// validated (unknown keys, wrong types and out-of-range values are errors) before any work starts.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom::config {
+
+// One layer's overrides of the model defaults (Nemotron Super `block_configs`).
+struct BlockConfig {
+  std::string attention = "normal";  // normal | skip (the layer has no attention sub-block)
+  int kv_heads = 0;                  // 0 = model.kv_heads
+  int ffn_size = -1;                 // -1 = model.ffn_size; 0 = the layer has no MLP sub-block
+};
+
+struct ModelConfig {
+  int vocab_size = 256;       // 0 = take it from the tokenizer
+  int d_model = 256;
+  int layers = 4;
+  int heads = 4;
+  int kv_heads = 0;           // 0 = heads (multi-head attention)
+  int ffn_size = 1024;
+  std::string norm = "rms";           // rms | layer
+  std::string activation = "swiglu";  // swiglu | gelu
+  std::string positions = "rope";     // rope | learned
+  bool tied_embeddings = true;
+  bool bias = false;                  // biases in linear layers (GPT-2)
+  int max_seq_len = 256;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  double init_std = 0.02;
+  bool recompute = false;             // activation checkpointing per block
+  std::vector<BlockConfig> block_configs;  // empty, or one entry per layer
+};
+
+struct DataConfig {
+  std::string tokenizer = "byte";  // byte | gpt2 (r50k_base) | cl100k_base | o200k_base
+  std::string train_prefix;        // indexed dataset prefix (path without .bin/.idx)
+  std::string val_prefix;          // empty = no validation
+  int seq_len = 128;
+};
+
+struct OptimConfig {
+  double lr = 3e-4;
+  double min_lr = 3e-5;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  int warmup_steps = 0;
+  std::string schedule = "cosine";  // cosine | constant
+  double clip_grad = 1.0;           // 0 = no clipping
+};
+
+struct TrainConfig {
+  int steps = 100;
+  int global_batch = 8;   // sequences per optimizer step
+  int micro_batch = 8;    // sequences per forward/backward
+  int eval_interval = 0;  // 0 = no evaluation
+  int eval_batches = 4;
+  uint64_t seed = 1234;
+  bool resume = false;
+  int threads = 0;        // 0 = OpenMP default
+  int exit_interval = 0;  // stop (with a checkpoint) after this many steps of this run; 0 = never
+};
+
+struct CheckpointConfig {
+  std::string dir;       // empty = run.dir/checkpoints
+  int interval = 0;      // 0 = only at the end
+  int keep = 3;          // retain the newest K
+  bool async = false;
+};
+
+struct RunSection {
+  std::string dir = "runs/default";
+  std::string name = "loom";
+};
+
+struct LogConfig {
+  int interval = 1;        // console line every N steps
+  bool progress = true;    // progress bar (off when not a terminal)
+};
+
+// How ranks are started and talk (see comm/launch.h).
+struct RuntimeConfig {
+  std::string backend = "threads";  // threads | mpi | auto
+  int ranks = 1;                    // threads backend: ranks as threads of this process
+  double timeout_s = 300.0;         // every blocking communication wait
+};
+
+// Which ranks share a node and which nodes share a site (data center), and each link class's
+// latency and bandwidth for the threads backend's simulation (see comm/topology.h and
+// comm/simulated_links.h). Bandwidths are per rank, in gigabits per second; 0 = unlimited.
+struct TopologyConfig {
+  int ranks_per_node = 0;                 // 0 = from the ranks' hostnames (threads backend: one node)
+  int nodes_per_site = 0;                 // 0 = one site
+  double node_latency_us = 1.0;           // same node (NVLink class)
+  double node_bandwidth_gbps = 3600.0;
+  double site_latency_us = 5.0;           // same site, across nodes (InfiniBand class)
+  double site_bandwidth_gbps = 400.0;
+  double cross_site_latency_us = 10500.0; // half of a 21 ms round trip between data centers
+  double cross_site_bandwidth_gbps = 100.0;
+  bool simulate = false;                  // threads backend: delay transfers and count bytes per class
+};
+
+// A count that may be `auto` (written as 0): e.g. `parallel.dp: auto` = the rest of the world.
+struct AutoCount {
+  int value = 0;
+  bool is_auto() const { return value == 0; }
+  operator int() const { return value; }
+};
+
+// Parallel layout (see comm/mesh.h).
+struct ParallelConfig {
+  AutoCount dp;             // data-parallel ranks; auto = world / (tp * cp * pp)
+  int tp = 1;               // tensor-parallel ranks (Megatron column/row split)
+  bool sequence_parallel = false;  // split norms/residuals along the sequence over the tp group
+  int zero = 0;             // distributed optimizer stage: 0 (DDP), 1, 2, 3
+  double bucket_mb = 16.0;  // gradient bucket size for overlapped reduction
+  int pp = 1;               // pipeline stages
+  std::string pipeline_schedule = "1f1b";  // gpipe | 1f1b | interleaved
+  int virtual_stages = 1;   // model chunks per pipeline rank (interleaved)
+  std::string pipeline_partition = "even";  // even | balanced | layer counts per virtual stage "3,5,..."
+};
+
+// Numeric formats of a run (see docs/precision.md). Master weights and optimizer state are
+// always fp32; `recipe` picks what the GEMMs of linear layers compute in.
+struct PrecisionConfig {
+  std::string recipe = "fp32";  // fp32 | bf16 | fp16 | fp8_delayed | fp8_current | fp8_blockwise | mxfp8
+  std::string grad_reduce = "fp32";  // fp32 | bf16: dtype of data-parallel gradient reduction
+  // fp32 | compute: the model's parameters hold the fp32 master weights, or the master weights
+  // rounded to the compute dtype (bf16; fp16 for fp16), all-gathered in it by ZeRO 1-2.
+  std::string param_dtype = "fp32";
+  double loss_scale_initial = 65536.0;  // fp16: dynamic loss scale to start from
+  int loss_scale_growth_interval = 1000;  // fp16: clean steps before the scale doubles
+  double loss_scale_min = 1.0;          // fp16: the scale never drops below this
+  int fp8_amax_history = 16;            // fp8_delayed: steps of amax history per tensor
+  int fp8_margin = 0;                   // fp8: scale = fp8_max / amax / 2^margin
+  bool fp8_edge_layers_bf16 = true;     // fp8 recipes: first and last block's linears in bf16
+};
+
+// Faults injected on purpose, for tests and demonstrations of recovery (see docs/operations.md).
+struct FaultConfig {
+  int kill_rank = -1;       // this rank exits abruptly ...
+  int kill_step = 0;        // ... when it reaches this step (0 = never)
+  int stall_rank = -1;      // this rank stops making progress ...
+  int stall_step = 0;       // ... at this step (0 = never) ...
+  double stall_s = 0.0;     // ... for this long (0 = forever)
+  int corrupt_step = 0;     // after saving this step's checkpoint, damage one of its shards (0 = never)
+  bool repeat = false;      // fire on restarts too (LOOM_RESTART_COUNT > 0), not only on the first attempt
+  int random_kills = 0;     // attempts 0..N-1 each kill a random rank at a random step ...
+  int random_kill_window = 3;  // ... 1..window steps after the step the attempt started at
+  int seed = 1;             // of the random ranks and steps
+};
+
+struct RunConfig {
+  RunSection run;
+  RuntimeConfig runtime;
+  ParallelConfig parallel;
+  PrecisionConfig precision;
+  TopologyConfig topology;
+  ModelConfig model;
+  DataConfig data;
+  OptimConfig optim;
+  TrainConfig train;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+  FaultConfig fault;
+};
+
+// Loads `path` (YAML) and applies `overrides` ("section.key=value", "++section.key=value").
+// Throws loom::Error naming the file, the key and what would be valid.
+RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides);
+
+// Parses YAML text (for tests and for configs stored in checkpoints).
+RunConfig parse_config(const std::string& yaml_text, const std::string& source_name,
+                       const std::vector<std::string>& overrides);
+
+// Range and consistency checks (also run by load_config / parse_config).
+void validate_config(const RunConfig& config);
+
+// Serialises back to YAML (stored in checkpoints; parse_config(to_yaml(c)) == c).
+std::string to_yaml(const RunConfig& config);
+
+}  // namespace loom::config

@@ -1,0 +1,282 @@
+#include "loom/parallel/data/distributed_optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "loom/comm/reduce.h"
+#include "loom/core/error.h"
+#include "loom/kernels/cpu/adamw.h"
+#include "loom/parallel/data/global_norm.h"
+
+namespace loom::parallel {
+
+namespace k = loom::kernels::cpu;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+DistributedOptimizer::DistributedOptimizer(comm::Communicator& dp, BucketLayout layout,
+                                           std::vector<optim::Segment> segments, const config::OptimConfig& config,
+                                           float* params, float* grads, DistributedOptimizerOptions options)
+    : dp_(dp),
+      layout_(std::move(layout)),
+      segments_(std::move(segments)),
+      config_(config),
+      params_(params),
+      grads_(grads),
+      options_(std::move(options)),
+      rank_(dp.rank()),
+      schedule_(layout_, "DistributedOptimizer") {
+  const std::string who = "DistributedOptimizer (group '" + dp.name() + "')";
+  LOOM_CHECK(options_.zero == 1 || options_.zero == 2,
+        who + ": parallel.zero=" + std::to_string(options_.zero) +
+            " is not a stage of the distributed optimizer (valid: 1, 2; 0 is plain DDP with GradReducer, 3 shards "
+            "the parameters themselves)");
+  check_gradient_op(options_.reduce_op, who);
+  check_gradient_wire(options_.wire, who);
+  LOOM_CHECK(options_.comm_buffers >= 1,
+        who + ": comm_buffers must be >= 1 (got " + std::to_string(options_.comm_buffers) + ")");
+  LOOM_CHECK(layout_.shard_ranks == dp.size(), who + ": the bucket layout is sharded for " +
+                                              std::to_string(layout_.shard_ranks) + " ranks but the group has " +
+                                              std::to_string(dp.size()) + "; make it with shard_ranks = dp size");
+  LOOM_CHECK((params_ != nullptr && grads_ != nullptr) || layout_.numel() == 0,
+        who + ": the parameter and gradient buffers must not be null");
+  for (comm::Communicator* g : options_.norm_groups) LOOM_CHECK(g != nullptr, who + ": a norm group is null");
+
+  const size_t buckets = layout_.buckets.size();
+  state_offset_.resize(buckets);
+  grad_offset_.resize(buckets);
+  pieces_.resize(buckets);
+  gather_counts_.resize(buckets);
+  in_flight_.resize(buckets);
+  int64_t state = 0, grad = 0, max_shard = 0, communicating = 0;
+  for (size_t b = 0; b < buckets; ++b) {
+    const Bucket& bucket = layout_.buckets[b];
+    const FlatRange mine = bucket.shards[rank_];
+    state_offset_[b] = state;
+    grad_offset_[b] = grad;
+    state += mine.size();
+    grad += bucket.shard_numel;
+    max_shard = std::max(max_shard, bucket.shard_numel);
+    if (bucket.numel > 0) ++communicating;
+    for (const FlatRange& s : bucket.shards) gather_counts_[b].push_back(s.size());
+    for (const optim::Segment& seg : segments_) {
+      const int64_t begin = std::max(mine.begin, seg.offset), end = std::min(mine.end, seg.offset + seg.numel);
+      if (end > begin) pieces_[b].push_back({begin - mine.begin, end - begin, seg.weight_decay});
+    }
+    std::sort(pieces_[b].begin(), pieces_[b].end(), [](const Piece& x, const Piece& y) { return x.local < y.local; });
+  }
+  // Only the owned shards get optimizer state: ~numel / dp elements each.
+  master_ = Tensor({state}, DType::F32);
+  exp_avg_ = Tensor({state}, DType::F32);
+  exp_avg_sq_ = Tensor({state}, DType::F32);
+  // ZeRO-1 reduces once per step and keeps the full gradient buffer through it: the reduced shard
+  // is written back in place into the buffer (Megatron's layout: 6 + 12/d bytes per parameter with
+  // bf16 parameters). ZeRO-2 frees the buffer between rounds, so its shards are a buffer of their own.
+  in_place_ = options_.zero == 1;
+  grad_shards_ = Tensor({in_place_ ? 0 : grad}, DType::F32);
+  const int slots = static_cast<int>(std::min<int64_t>(options_.comm_buffers, communicating));
+  slot_elements_ = (dp.size() + 1) * max_shard;  // the padded bucket, then a receive area
+  staging_ = Tensor({slots * slot_elements_}, options_.wire);
+  slot_bucket_.assign(slots, -1);
+  LOOM_CHECK(options_.param_gather == DType::F32 || options_.param_gather == DType::BF16 ||
+            options_.param_gather == DType::F16,
+        who + ": parameters are all-gathered in f32, bf16 or f16 (precision.param_dtype=fp32 or compute)");
+  if (options_.param_gather != DType::F32) {
+    gathered_ = Tensor({layout_.numel()}, options_.param_gather);
+    gather_send_ = Tensor({state}, options_.param_gather);
+  }
+  load_master_from_params();
+}
+
+DistributedOptimizer::~DistributedOptimizer() { wait_all_quietly(); }
+
+void DistributedOptimizer::load_master_from_params() {
+  float* master = master_.data<float>();
+  for (size_t b = 0; b < layout_.buckets.size(); ++b) {
+    const FlatRange mine = layout_.buckets[b].shards[rank_];
+    if (!mine.empty()) {
+      std::memcpy(master + state_offset_[b], params_ + mine.begin, static_cast<size_t>(mine.size()) * sizeof(float));
+    }
+  }
+  // The parameters as a gather would leave them: rounded to its dtype (every rank alike).
+  if (options_.param_gather != DType::F32) {
+    std::byte* rounded = gathered_.data<std::byte>();
+    comm::from_f32(rounded, params_, layout_.numel(), options_.param_gather);
+    if (!options_.keep_gathered) comm::to_f32(params_, rounded, layout_.numel(), options_.param_gather);
+  }
+}
+
+void DistributedOptimizer::launch(int bucket) {
+  const Bucket& b = layout_.buckets[bucket];
+  if (b.numel == 0) return;  // nothing to reduce; every rank skips it alike
+  if (!window_open_) {
+    window_start_ = Clock::now();
+    window_open_ = true;
+  }
+  const int slot = bucket % static_cast<int>(slot_bucket_.size());
+  if (slot_bucket_[slot] >= 0) {  // the slot's previous bucket must be done before it is overwritten
+    const Clock::time_point t0 = Clock::now();
+    complete(slot_bucket_[slot]);
+    blocked_s_ += seconds(Clock::now() - t0);
+  }
+  const DType wire = options_.wire;
+  const size_t element = dtype_size(wire);
+  std::byte* send = staging_.data<std::byte>() + slot * slot_elements_ * element;
+  comm::from_f32(send, grads_ + b.offset, b.numel, wire);  // a copy for f32, rounded for bf16
+  // The padding adds nothing to any shard (zero bits are +0 in every wire dtype).
+  std::memset(send + b.numel * element, 0, static_cast<size_t>(b.padded_numel - b.numel) * element);
+  // The first f32 round of a step receives straight into the shard; later ones (ZeRO-2 rounds
+  // per micro-batch) and narrow wires receive beside the send area, then are added or widened.
+  const bool accumulate = rounds_ > 0;
+  LOOM_CHECK(!accumulate || !in_place_, "DistributedOptimizer: ZeRO-1 reduces once per step (finish_grads() once before "
+                                   "step()); several rounds are ZeRO-2's");
+  // In place, the received shard's padding must not land in the gradient buffer: staged too.
+  const bool staged = accumulate || wire != DType::F32 || in_place_;
+  void* recv = staged ? static_cast<void*>(send + b.padded_numel * element) : static_cast<void*>(reduced_shard(bucket));
+  in_flight_[bucket] = {dp_.reduce_scatter_async(send, recv, b.shard_numel, wire, options_.reduce_op), staged,
+                        accumulate};
+  slot_bucket_[slot] = bucket;
+}
+
+void DistributedOptimizer::complete(int bucket) {
+  InFlight& f = in_flight_[bucket];
+  const int slot = bucket % static_cast<int>(slot_bucket_.size());
+  slot_bucket_[slot] = -1;
+  comm::WorkHandle work = std::move(f.work);
+  f.work.reset();
+  work->wait();
+  if (!f.staged) return;
+  const Bucket& b = layout_.buckets[bucket];
+  const size_t element = dtype_size(options_.wire);
+  const std::byte* received = staging_.data<std::byte>() + (slot * slot_elements_ + b.padded_numel) * element;
+  float* shard = reduced_shard(bucket);
+  const int64_t count = in_place_ ? b.shards[rank_].size() : b.shard_numel;
+  if (f.accumulate) {
+    comm::accumulate(shard, received, count, options_.wire, comm::ReduceOp::Sum);
+  } else {
+    comm::to_f32(shard, received, count, options_.wire);
+  }
+}
+
+float* DistributedOptimizer::reduced_shard(int bucket) {
+  if (in_place_) return grads_ + layout_.buckets[bucket].shards[rank_].begin;
+  return grad_shards_.data<float>() + grad_offset_[bucket];
+}
+
+void DistributedOptimizer::wait_all_quietly() {
+  for (InFlight& f : in_flight_) {
+    if (!f.work) continue;
+    try {
+      f.work->wait();
+    } catch (...) {
+      // Destruction during unwinding: the original error is what matters.
+    }
+    f.work.reset();
+  }
+  std::fill(slot_bucket_.begin(), slot_bucket_.end(), -1);
+}
+
+void DistributedOptimizer::mark_ready(int param) {
+  LOOM_CHECK(options_.zero == 2 || rounds_ == 0,
+        "DistributedOptimizer: ZeRO-1 reduces gradients once per step (after the last micro-batch); call step() "
+        "before marking gradients again, or use parallel.zero=2 to reduce every micro-batch");
+  schedule_.mark_ready(param, [this](int b) { launch(b); });
+}
+
+void DistributedOptimizer::finish_grads() {
+  LOOM_CHECK(options_.zero == 2 || rounds_ == 0,
+        "DistributedOptimizer: ZeRO-1 reduces gradients once per step; finish_grads() was already called since the "
+        "last step()");
+  const Clock::time_point t0 = Clock::now();
+  if (!window_open_) window_start_ = t0;
+  schedule_.launch_rest([this](int b) { launch(b); });
+  for (size_t b = 0; b < in_flight_.size(); ++b) {
+    if (in_flight_[b].work) complete(static_cast<int>(b));
+  }
+  const Clock::time_point t1 = Clock::now();
+  last_ = OverlapStats{blocked_s_ + seconds(t1 - t0), seconds(t1 - window_start_), 1};
+  total_.add(last_);
+  blocked_s_ = 0.0;
+  window_open_ = false;
+  schedule_.rearm();
+  ++rounds_;
+}
+
+double DistributedOptimizer::global_sum_of_squares() {
+  double local = 0.0;
+  for (size_t b = 0; b < layout_.buckets.size(); ++b) {
+    local += sum_of_squares_excluding(reduced_shard(static_cast<int>(b)), layout_.buckets[b].shards[rank_],
+                                      options_.norm_excluded);
+  }
+  // Reduced in f32 (the reducible dtypes); its rounding moves the clip factor by ~1e-7 relative.
+  double total = sum_over_groups(local, dp_, options_.norm_groups);
+  return total;
+}
+
+comm::WorkHandle DistributedOptimizer::gather_parameters(int bucket) {
+  const Bucket& b = layout_.buckets[bucket];
+  if (options_.param_gather == DType::F32) {
+    return dp_.all_gather_v_async(master_.data<float>() + state_offset_[bucket], params_ + b.offset,
+                                  gather_counts_[bucket], DType::F32);
+  }
+  // The owned shard travels rounded to the compute dtype.
+  const size_t element = dtype_size(options_.param_gather);
+  std::byte* send = gather_send_.data<std::byte>() + state_offset_[bucket] * element;
+  comm::from_f32(send, master_.data<float>() + state_offset_[bucket], b.shards[rank_].size(), options_.param_gather);
+  return dp_.all_gather_v_async(send, gathered_.data<std::byte>() + b.offset * element, gather_counts_[bucket],
+                                options_.param_gather);
+}
+
+double DistributedOptimizer::step(double lr, int64_t step) {
+  LOOM_CHECK(rounds_ > 0, "DistributedOptimizer: step() needs the gradients reduced first: mark_ready each parameter "
+                     "(or not) and call finish_grads() before step()");
+  const double norm = std::sqrt(global_sum_of_squares());
+  // Same clipping rule as optim::AdamW, so both compute the same function.
+  const float clip_factor = optim::clip_factor(config_, norm);
+  float* master = master_.data<float>();
+  float* m = exp_avg_.data<float>();
+  float* v = exp_avg_sq_.data<float>();
+  std::vector<comm::WorkHandle> gathers;
+  gathers.reserve(layout_.buckets.size());
+  for (size_t b = 0; b < layout_.buckets.size(); ++b) {
+    for (const Piece& p : pieces_[b]) {
+      const int64_t s = state_offset_[b] + p.local;
+      k::adamw_update(master + s, reduced_shard(static_cast<int>(b)) + p.local, m + s, v + s, p.numel,
+                      optim::adamw_hyper(config_, lr, step, p.weight_decay, clip_factor));
+    }
+    // Each bucket's gather starts as soon as it is updated, overlapping the next bucket's update.
+    if (layout_.buckets[b].numel > 0) gathers.push_back(gather_parameters(static_cast<int>(b)));
+  }
+  for (comm::WorkHandle& w : gathers) w->wait();
+  if (options_.param_gather != DType::F32 && !options_.keep_gathered) {
+    comm::to_f32(params_, gathered_.data<std::byte>(), layout_.numel(), options_.param_gather);
+  }
+  rounds_ = 0;  // the next round's reduce-scatters overwrite the shards' gradients
+  return norm;
+}
+
+std::vector<OwnedShard> DistributedOptimizer::shards() {
+  std::vector<OwnedShard> out;
+  for (size_t b = 0; b < layout_.buckets.size(); ++b) {
+    const FlatRange mine = layout_.buckets[b].shards[rank_];
+    if (mine.empty()) continue;
+    const int64_t s = state_offset_[b];
+    out.push_back({static_cast<int>(b), mine.begin, mine.end, master_.data<float>() + s, exp_avg_.data<float>() + s,
+                   exp_avg_sq_.data<float>() + s, reduced_shard(static_cast<int>(b))});
+  }
+  return out;
+}
+
+ShardAllocation DistributedOptimizer::allocation() const {
+  return {master_.numel(), exp_avg_.numel() + exp_avg_sq_.numel(), grad_shards_.numel(),
+          static_cast<int64_t>(staging_.nbytes() / sizeof(float))};
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,23 @@
+#pragma once
+// How the model's flat parameter buffer is cut up for the optimizer and for checkpoints.
+#include <cstdint>
+#include <vector>
+
+#include "loom/model/parameters.h"
+#include "loom/optim/adamw.h"
+
+namespace loom::parallel {
+
+// Optimizer segments: one per parameter, weight decay where the parameter asks for it.
+std::vector<optim::Segment> optimizer_segments(const model::ParameterStore& params);
+
+// A range [begin, end) of this rank's flat parameter buffer whose values and moments it writes
+// to a checkpoint, and where they are (each pointer at element `begin`).
+struct OwnedRange {
+  int64_t begin = 0, end = 0;
+  const float* value = nullptr;
+  const float* exp_avg = nullptr;
+  const float* exp_avg_sq = nullptr;
+};
+
+}  // namespace loom::parallel

@@ -1,0 +1,462 @@
+#include "loom/parallel/data/zero3.h"
+
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "loom/comm/reduce.h"
+#include "loom/parallel/data/release_pages.h"
+#include "loom/core/error.h"
+#include "loom/kernels/cpu/adamw.h"
+#include "loom/parallel/data/global_norm.h"
+
+namespace loom::parallel {
+
+namespace k = loom::kernels::cpu;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::string mib(int64_t bytes) {
+  std::ostringstream out;
+  out.precision(2);
+  out << std::fixed << static_cast<double>(bytes) / (1024.0 * 1024.0) << " MiB";
+  return out.str();
+}
+
+}  // namespace
+
+Zero3::Zero3(comm::Communicator& dp, float* values, float* grads, std::vector<ParamRange> params,
+             const std::vector<std::vector<int>>& unit_params, std::vector<optim::Segment> segments,
+             const config::OptimConfig& config, Zero3Options options)
+    : dp_(dp),
+      values_(values),
+      grads_(grads),
+      params_(std::move(params)),
+      segments_(std::move(segments)),
+      config_(config),
+      options_(std::move(options)),
+      rank_(dp.rank()) {
+  const std::string who = "Zero3 (group '" + dp.name() + "')";
+  check_gradient_op(options_.reduce_op, who);
+  check_gradient_wire(options_.wire, who);
+  LOOM_CHECK(options_.comm_buffers >= 1, who + ": comm_buffers must be >= 1");
+  LOOM_CHECK(!unit_params.empty(), who + ": the model has no units");
+  for (comm::Communicator* g : options_.norm_groups) LOOM_CHECK(g != nullptr, who + ": a norm group is null");
+
+  // A parameter belongs to the section of the lowest unit reading it (the tied embedding: unit 0).
+  const int U = static_cast<int>(unit_params.size());
+  std::vector<int> section_of(params_.size(), -1);
+  for (int u = U - 1; u >= 0; --u) {
+    for (int id : unit_params[u]) {
+      LOOM_CHECK(id >= 0 && id < static_cast<int>(params_.size()),
+            who + ": unit " + std::to_string(u) + " lists parameter " + std::to_string(id) + " of " +
+                std::to_string(params_.size()));
+      section_of[id] = u;
+    }
+  }
+  for (size_t id = 0; id < params_.size(); ++id) {
+    LOOM_CHECK(section_of[id] >= 0, who + ": parameter " + std::to_string(id) + " is read by no unit");
+  }
+  const int ranks = dp.size();
+  sections_.resize(U);
+  unit_sections_.resize(U);
+  pieces_.resize(U);
+  int64_t state = 0, grad = 0, max_padded = 0, max_shard = 0;
+  for (int s = 0; s < U; ++s) {
+    std::vector<int> ids;
+    for (size_t id = 0; id < params_.size(); ++id) {
+      if (section_of[id] == s) ids.push_back(static_cast<int>(id));
+    }
+    std::sort(ids.begin(), ids.end(), [&](int a, int b) { return params_[a].offset < params_[b].offset; });
+    Section& sec = sections_[s];
+    if (!ids.empty()) {
+      sec.begin = params_[ids.front()].offset;
+      int64_t end = sec.begin;
+      for (int id : ids) {
+        LOOM_CHECK(params_[id].offset == end, who + ": the parameters of unit " + std::to_string(s) +
+                                             " are not one contiguous range of the flat buffer (parameter " +
+                                             std::to_string(id) + ")");
+        end += params_[id].numel;
+      }
+      sec.numel = end - sec.begin;
+    }
+    sec.shard_numel = (sec.numel + ranks - 1) / ranks;
+    for (int r = 0; r < ranks; ++r) {
+      const int64_t b = std::min(sec.numel, r * sec.shard_numel), e = std::min(sec.numel, (r + 1) * sec.shard_numel);
+      sec.counts.push_back(e - b);
+      if (r == rank_) sec.mine = {sec.begin + b, sec.begin + e};
+    }
+    sec.state_offset = state;
+    sec.grad_offset = grad;
+    state += sec.mine.size();
+    grad += sec.shard_numel;
+    max_padded = std::max(max_padded, sec.shard_numel * ranks);
+    max_shard = std::max(max_shard, sec.shard_numel);
+    for (const optim::Segment& seg : segments_) {
+      const int64_t b = std::max(sec.mine.begin, seg.offset), e = std::min(sec.mine.end, seg.offset + seg.numel);
+      if (e > b) pieces_[s].push_back({b - sec.mine.begin, e - b, seg.weight_decay});
+    }
+    std::sort(pieces_[s].begin(), pieces_[s].end(), [](const Piece& x, const Piece& y) { return x.local < y.local; });
+  }
+  for (int u = 0; u < U; ++u) {
+    for (int id : unit_params[u]) unit_sections_[u].push_back(section_of[id]);
+    std::sort(unit_sections_[u].begin(), unit_sections_[u].end());
+    unit_sections_[u].erase(std::unique(unit_sections_[u].begin(), unit_sections_[u].end()), unit_sections_[u].end());
+  }
+  shard_ = Tensor({state}, DType::F32);
+  exp_avg_ = Tensor({state}, DType::F32);
+  exp_avg_sq_ = Tensor({state}, DType::F32);
+  grad_shards_ = Tensor({grad}, DType::F32);
+  shard_elements_ = state;
+  // A slot holds a padded section to send, then the received shard.
+  slot_elements_ = max_padded + max_shard;
+  staging_ = Tensor({options_.comm_buffers * slot_elements_}, options_.wire);
+  LOOM_CHECK(options_.param_gather == DType::F32 || options_.param_gather == DType::BF16 ||
+            options_.param_gather == DType::F16,
+        "Zero3: parameters are gathered in f32, bf16 or f16 (precision.param_dtype=fp32 or compute)");
+  if (options_.param_gather != DType::F32) gather_send_ = Tensor({state}, options_.param_gather);
+  slot_section_.assign(options_.comm_buffers, -1);
+  slot_work_.resize(options_.comm_buffers);
+  acquired_.assign(2 * U, 0);
+  load_from_full();
+  // The gradient buffer is address space only from now on.
+  for (const Section& sec : sections_) release_pages(grads_, sec.begin, sec.numel);
+}
+
+Zero3::~Zero3() { wait_all_quietly(); }
+
+void Zero3::wait_all_quietly() {
+  auto quietly = [](comm::WorkHandle& w) {
+    if (!w) return;
+    try {
+      w->wait();
+    } catch (...) {
+      // Destruction during unwinding: the original error is what matters.
+    }
+    w.reset();
+  };
+  for (Section& sec : sections_) quietly(sec.gather);
+  for (comm::WorkHandle& w : slot_work_) quietly(w);
+}
+
+
+void Zero3::note_residency() {
+  const int64_t params = resident_parameter_elements(), grads = resident_gradient_elements();
+  peak_parameters_ = std::max(peak_parameters_, params);
+  peak_gradients_ = std::max(peak_gradients_, grads);
+  peak_resident_ = std::max(peak_resident_, params + grads);
+}
+
+void Zero3::acquire_section(int s) {
+  Section& sec = sections_[s];
+  if (sec.refs++ > 0 || sec.gathered) return;
+  sec.gathered = true;
+  if (sec.numel == 0) return;
+  gathered_elements_ += sec.numel;
+  note_residency();
+  if (options_.param_gather == DType::F32) {
+    sec.gather = dp_.all_gather_v_async(shard_.data<float>() + sec.state_offset, values_ + sec.begin, sec.counts,
+                                        DType::F32);
+    return;
+  }
+  // The shard travels rounded to the compute dtype and lands in a staging area of that dtype,
+  // widened into the values when the gather is waited for (finish_gather).
+  const size_t element = dtype_size(options_.param_gather);
+  std::byte* send = gather_send_.data<std::byte>() + sec.state_offset * element;
+  comm::from_f32(send, shard_.data<float>() + sec.state_offset, sec.mine.size(), options_.param_gather);
+  sec.gathered_bits.resize(static_cast<size_t>(sec.numel) * element);
+  sec.gather = dp_.all_gather_v_async(send, sec.gathered_bits.data(), sec.counts, options_.param_gather);
+}
+
+void Zero3::finish_gather(Section& sec) {
+  if (!sec.gather) return;
+  sec.gather->wait();
+  sec.gather.reset();
+  if (sec.gathered_bits.empty()) return;
+  comm::to_f32(values_ + sec.begin, sec.gathered_bits.data(), sec.numel, options_.param_gather);
+  std::vector<std::byte>().swap(sec.gathered_bits);
+}
+
+void Zero3::release_section(int s) {
+  Section& sec = sections_[s];
+  LOOM_CHECK(sec.refs > 0, "Zero3: section " + std::to_string(s) + " released more often than gathered");
+  if (--sec.refs > 0) return;
+  if (sec.gather) {  // prefetched but never used (e.g. a forward without backward)
+    sec.gather->wait();
+    sec.gather.reset();
+    std::vector<std::byte>().swap(sec.gathered_bits);
+  }
+  sec.gathered = false;
+  if (sec.numel == 0) return;
+  release_pages(values_, sec.begin, sec.numel);
+  gathered_elements_ -= sec.numel;
+}
+
+void Zero3::acquire(int phase) {
+  if (acquired_[phase]) return;
+  acquired_[phase] = 1;
+  for (int s : unit_sections_[phase_unit(phase)]) acquire_section(s);
+}
+
+void Zero3::wait_gathers(int phase) {
+  for (int s : unit_sections_[phase_unit(phase)]) {
+    Section& sec = sections_[s];
+    if (!sec.gather) continue;
+    const Clock::time_point t0 = Clock::now();
+    finish_gather(sec);
+    blocked_s_ += seconds(Clock::now() - t0);
+  }
+}
+
+void Zero3::begin_phase(int phase) {
+  if (!in_micro_batch_) {
+    // A forward outside training (evaluation) reads the full buffer, which must then be full.
+    LOOM_CHECK(full_ && phase < units(), "Zero3: the model ran unit " + std::to_string(phase_unit(phase)) +
+                                        (phase < units() ? "'s forward" : "'s backward") +
+                                        " outside a micro-batch while its parameters are sharded; call "
+                                        "gather_full_parameters() on every rank before a forward-only pass (e.g. "
+                                        "evaluation), or begin_micro_batch() before training");
+    return;
+  }
+  acquire(phase);
+  // The next phase's gather goes out before this one's wait, so it overlaps this unit's compute.
+  if (options_.prefetch && phase + 1 < 2 * units()) acquire(phase + 1);
+  wait_gathers(phase);
+}
+
+void Zero3::end_phase(int phase) {
+  if (!acquired_[phase]) return;
+  acquired_[phase] = 0;
+  for (int s : unit_sections_[phase_unit(phase)]) release_section(s);
+}
+
+void Zero3::before_forward(int unit) { begin_phase(unit); }
+
+void Zero3::after_forward(int unit) { end_phase(unit); }
+
+void Zero3::before_backward(int unit) {
+  begin_phase(2 * units() - 1 - unit);  // throws outside a micro-batch: gradients are reduced per unit
+  // The unit's backward adds into these gradient ranges, which read as zeros while released.
+  for (int s : unit_sections_[unit]) {
+    Section& sec = sections_[s];
+    if (sec.grad_resident) continue;
+    sec.grad_resident = true;
+    grad_resident_elements_ += sec.numel;
+  }
+  note_residency();
+}
+
+void Zero3::after_backward(int unit) {
+  end_phase(2 * units() - 1 - unit);
+  // Units below this one do not read its section: its gradient is complete.
+  launch_reduce_scatter(unit);
+}
+
+void Zero3::launch_reduce_scatter(int s) {
+  Section& sec = sections_[s];
+  if (sec.numel == 0) return;  // every rank skips it alike
+  const int slot = next_slot_;
+  next_slot_ = (next_slot_ + 1) % static_cast<int>(slot_section_.size());
+  if (slot_section_[slot] >= 0) complete_reduce_scatter(slot);
+  const size_t element = dtype_size(options_.wire);
+  std::byte* send = staging_.data<std::byte>() + slot * slot_elements_ * element;
+  const int64_t padded = sec.shard_numel * dp_.size();
+  comm::from_f32(send, grads_ + sec.begin, sec.numel, options_.wire);  // a copy for f32, rounded for bf16
+  // The padding adds nothing to any shard (zero bits are +0 in every wire dtype).
+  std::memset(send + sec.numel * element, 0, static_cast<size_t>(padded - sec.numel) * element);
+  slot_work_[slot] = dp_.reduce_scatter_async(send, send + padded * element, sec.shard_numel, options_.wire,
+                                              options_.reduce_op);
+  slot_section_[slot] = s;
+  // The copy is in flight; the full gradient range is free at once.
+  if (sec.grad_resident) {
+    sec.grad_resident = false;
+    grad_resident_elements_ -= sec.numel;
+  }
+  release_pages(grads_, sec.begin, sec.numel);
+}
+
+void Zero3::complete_reduce_scatter(int slot) {
+  const int s = slot_section_[slot];
+  const Clock::time_point t0 = Clock::now();
+  comm::WorkHandle work = std::move(slot_work_[slot]);
+  slot_work_[slot].reset();
+  slot_section_[slot] = -1;
+  work->wait();
+  blocked_s_ += seconds(Clock::now() - t0);
+  const Section& sec = sections_[s];
+  const size_t element = dtype_size(options_.wire);
+  const std::byte* received =
+      staging_.data<std::byte>() + (slot * slot_elements_ + sec.shard_numel * dp_.size()) * element;
+  // Micro-batches accumulate in fp32 whatever the wire.
+  comm::accumulate(grad_shards_.data<float>() + sec.grad_offset, received, sec.shard_numel, options_.wire,
+                   comm::ReduceOp::Sum);
+}
+
+void Zero3::begin_micro_batch() {
+  LOOM_CHECK(!in_micro_batch_, "Zero3: begin_micro_batch() twice without end_micro_batch()");
+  if (full_) release_full_parameters();
+  in_micro_batch_ = true;
+  window_start_ = Clock::now();
+}
+
+void Zero3::end_micro_batch() {
+  LOOM_CHECK(in_micro_batch_, "Zero3: end_micro_batch() without begin_micro_batch()");
+  // Units whose backward did not run (none in forward_backward) are reduced too, so every rank
+  // issues the same collectives and their gradients (zeros) still count.
+  for (int s = 0; s < sections(); ++s) {
+    if (sections_[s].grad_resident) launch_reduce_scatter(s);
+  }
+  for (int phase = 0; phase < 2 * units(); ++phase) end_phase(phase);
+  for (size_t slot = 0; slot < slot_section_.size(); ++slot) {
+    if (slot_section_[slot] >= 0) complete_reduce_scatter(static_cast<int>(slot));
+  }
+  window_s_ += seconds(Clock::now() - window_start_);
+  in_micro_batch_ = false;
+  ++rounds_;
+}
+
+double Zero3::hidden_fraction() const {
+  if (window_s_ <= 0.0) return 1.0;
+  return std::clamp(1.0 - blocked_s_ / window_s_, 0.0, 1.0);
+}
+
+double Zero3::step(double lr, int64_t step) {
+  LOOM_CHECK(!in_micro_batch_, "Zero3: step() inside a micro-batch; call end_micro_batch() first");
+  LOOM_CHECK(rounds_ > 0, "Zero3: step() needs at least one micro-batch's gradients since the last step");
+  if (full_) release_full_parameters();  // the full copy would go stale
+  double local = 0.0;
+  const float* grads = grad_shards_.data<float>();
+  for (const Section& sec : sections_) {
+    local += sum_of_squares_excluding(grads + sec.grad_offset, sec.mine, options_.norm_excluded);
+  }
+  // Reduced in f32, as DistributedOptimizer does, so both stages clip alike.
+  double total = sum_over_groups(local, dp_, options_.norm_groups);
+  const double norm = std::sqrt(total);
+  // Same clipping rule as optim::AdamW, so every stage computes the same function.
+  const float clip_factor = optim::clip_factor(config_, norm);
+  float* shard = shard_.data<float>();
+  float* m = exp_avg_.data<float>();
+  float* v = exp_avg_sq_.data<float>();
+  for (size_t s = 0; s < sections_.size(); ++s) {
+    const Section& sec = sections_[s];
+    for (const Piece& p : pieces_[s]) {
+      const int64_t at = sec.state_offset + p.local;
+      k::adamw_update(shard + at, grads + sec.grad_offset + p.local, m + at, v + at, p.numel,
+                      optim::adamw_hyper(config_, lr, step, p.weight_decay, clip_factor));
+    }
+  }
+  grad_shards_.zero();
+  rounds_ = 0;
+  return norm;
+}
+
+void Zero3::gather_full_parameters() {
+  LOOM_CHECK(!in_micro_batch_, "Zero3: gather_full_parameters() inside a micro-batch");
+  if (full_) return;
+  full_ = true;
+  for (int s = 0; s < sections(); ++s) acquire_section(s);
+  for (Section& sec : sections_) finish_gather(sec);
+}
+
+void Zero3::release_full_parameters() {
+  if (!full_) return;
+  full_ = false;
+  for (int s = 0; s < sections(); ++s) release_section(s);
+}
+
+void Zero3::load_from_full() {
+  LOOM_CHECK(!in_micro_batch_, "Zero3: load_from_full() inside a micro-batch");
+  if (full_) {  // the buffer was filled from outside: its values are the new parameters
+    full_ = false;
+    for (Section& sec : sections_) {
+      sec.refs = 0;
+      sec.gathered = false;
+    }
+    gathered_elements_ = 0;
+  }
+  for (const Section& sec : sections_) {
+    LOOM_CHECK(sec.refs == 0, "Zero3: load_from_full() while a unit's parameters are gathered");
+    std::memcpy(shard_.data<float>() + sec.state_offset, values_ + sec.mine.begin,
+                static_cast<size_t>(sec.mine.size()) * sizeof(float));
+  }
+  for (const Section& sec : sections_) release_pages(values_, sec.begin, sec.numel);
+}
+
+void Zero3::gather_moments(float* exp_avg, float* exp_avg_sq) {
+  std::vector<comm::WorkHandle> work;
+  for (const Section& sec : sections_) {
+    if (sec.numel == 0) continue;
+    work.push_back(dp_.all_gather_v_async(exp_avg_.data<float>() + sec.state_offset, exp_avg + sec.begin, sec.counts,
+                                          DType::F32));
+    work.push_back(dp_.all_gather_v_async(exp_avg_sq_.data<float>() + sec.state_offset, exp_avg_sq + sec.begin,
+                                          sec.counts, DType::F32));
+  }
+  for (comm::WorkHandle& w : work) w->wait();
+}
+
+std::vector<Zero3::OwnedShard> Zero3::shards() const {
+  std::vector<OwnedShard> out;
+  for (const Section& sec : sections_) {
+    if (sec.mine.empty()) continue;
+    out.push_back({sec.mine.begin, sec.mine.end, shard_.data<float>() + sec.state_offset,
+                   exp_avg_.data<float>() + sec.state_offset, exp_avg_sq_.data<float>() + sec.state_offset});
+  }
+  return out;
+}
+
+void Zero3::load_moments(const float* exp_avg, const float* exp_avg_sq) {
+  for (const Section& sec : sections_) {
+    const size_t bytes = static_cast<size_t>(sec.mine.size()) * sizeof(float);
+    std::memcpy(exp_avg_.data<float>() + sec.state_offset, exp_avg + sec.mine.begin, bytes);
+    std::memcpy(exp_avg_sq_.data<float>() + sec.state_offset, exp_avg_sq + sec.mine.begin, bytes);
+  }
+}
+
+Zero3Memory Zero3::memory() const {
+  Zero3Memory m;
+  m.parameter_shard = shard_.numel() * 4;
+  m.moments = (exp_avg_.numel() + exp_avg_sq_.numel()) * 4;
+  m.gradient_shard = grad_shards_.numel() * 4;
+  m.comm_buffers = static_cast<int64_t>(staging_.nbytes());
+  for (const Section& sec : sections_) m.full_parameters += sec.numel * 4;
+  m.peak_parameters = peak_parameters_ * 4;
+  m.peak_gradients = peak_gradients_ * 4;
+  m.peak_resident = peak_resident_ * 4;
+  return m;
+}
+
+int64_t process_peak_rss_bytes() {
+  struct rusage usage {};
+  if (::getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+int64_t process_rss_bytes() {
+  // statm: total and resident pages of the process's address space.
+  std::ifstream statm("/proc/self/statm");
+  int64_t total = 0, resident = 0;
+  if (!(statm >> total >> resident)) return 0;
+  return resident * static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+std::string describe_zero3_peak(const Zero3Memory& memory) {
+  std::ostringstream out;
+  out << "measured peak per rank (zero 3): parameters " << mib(memory.peak_parameters) << " (full model "
+      << mib(memory.full_parameters) << "), gradients " << mib(memory.peak_gradients) << ", both together "
+      << mib(memory.peak_resident) << "; process RSS now " << mib(process_rss_bytes()) << ", peak "
+      << mib(process_peak_rss_bytes()) << " (all ranks of the process; the peak includes start-up, when the model is "
+      << "initialised in full before it is sharded)";
+  return out.str();
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,219 @@
+#include "loom/parallel/pipeline/pipeline_step.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "loom/core/error.h"
+
+namespace loom::parallel {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+}  // namespace
+
+std::vector<model::LayerRange> stage_chunks(const parallel::PipelineSchedule& schedule, int rank,
+                                            const std::vector<int>& bounds) {
+  std::vector<model::LayerRange> chunks;
+  for (int c = 0; c < schedule.virtual_stages; ++c) {
+    const int stage = schedule.virtual_stage(rank, c);
+    chunks.push_back({bounds.at(stage), bounds.at(stage + 1)});
+  }
+  return chunks;
+}
+
+PipelineStep::PipelineStep(comm::Communicator& pp, model::Transformer& model, parallel::PipelineSchedule schedule,
+                           DataParallelStep& dp, comm::Communicator* embedding)
+    : pp_(pp), model_(model), dp_(dp), schedule_(std::move(schedule)), rank_(pp.rank()) {
+  LOOM_CHECK(schedule_.stages == pp.size(), "pipeline schedule for " + std::to_string(schedule_.stages) +
+                                           " stages on a pipeline group of " + std::to_string(pp.size()) + " ranks");
+  LOOM_CHECK(static_cast<int>(model.chunks().size()) == schedule_.virtual_stages,
+        "pipeline rank " + std::to_string(rank_) + " holds " + std::to_string(model.chunks().size()) +
+            " model chunks but the schedule runs " + std::to_string(schedule_.virtual_stages) + " per rank");
+  if (model.tied_head_copy() >= 0) {
+    dp.set_tied_embedding(embedding, model.tied_head_copy());
+  } else if (model.holds_embedding() && model.config().tied_embeddings && schedule_.stages > 1) {
+    dp.set_tied_embedding(embedding, model.params().find("model.embed_tokens.weight"));
+  }
+  if (schedule_.virtual_stages > 1) dp.reduce_once_per_step();
+}
+
+PipelineStep::~PipelineStep() {
+  try {
+    recycle(true);
+  } catch (...) {
+    // Unwinding from a failed step: the original error is what matters.
+  }
+}
+
+PipelineStep::InFlight& PipelineStep::acquire(Key key) {
+  auto [it, fresh] = live_.try_emplace(key);
+  if (fresh) {
+    recycle(false);
+    if (pool_.empty()) {
+      it->second.activations = std::make_unique<model::Activations>();
+    } else {
+      it->second.activations = std::move(pool_.back());
+      pool_.pop_back();
+    }
+  }
+  return it->second;
+}
+
+void PipelineStep::release(Key key) {
+  auto it = live_.find(key);
+  LOOM_CHECK(it != live_.end(), "pipeline: no activations in flight for micro-batch " + std::to_string(key.first) +
+                               " chunk " + std::to_string(key.second));
+  retiring_.push_back(std::move(it->second));
+  live_.erase(it);
+}
+
+// Returns released activations whose sends have completed to the pool (all of them if `wait`).
+void PipelineStep::recycle(bool wait) {
+  for (size_t i = 0; i < retiring_.size();) {
+    bool done = true;
+    for (comm::WorkHandle& send : retiring_[i].sends) {
+      if (wait) {
+        send->wait();
+      } else if (!send->test()) {
+        done = false;
+      }
+    }
+    if (!done) {
+      ++i;
+      continue;
+    }
+    pool_.push_back(std::move(retiring_[i].activations));
+    retiring_.erase(retiring_.begin() + static_cast<long>(i));
+  }
+}
+
+void PipelineStep::receive(float* buffer, int64_t count, const parallel::PipelineMessage& message) {
+  const Clock::time_point start = Clock::now();
+  pp_.recv_async(buffer, count, DType::F32, message.peer, message.tag)->wait();
+  stats_.wait_seconds += seconds_since(start);
+}
+
+comm::WorkHandle PipelineStep::send(const float* buffer, int64_t count, const parallel::PipelineMessage& message) {
+  return pp_.send_async(buffer, count, DType::F32, message.peer, message.tag);
+}
+
+double PipelineStep::run(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
+                         float grad_scale) {
+  DataParallelStep& dp = dp_;
+  const parallel::PipelineSchedule& s = schedule_;
+  const int64_t rows = batch * seq, count = model_.stage_rows(rows) * model_.config().d_model;
+  stats_ = {};
+  const std::vector<parallel::PipelineInstruction>& list = s.ranks[rank_];
+  size_t last_backward = 0;
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (list[i].op == parallel::PipelineOp::Backward) last_backward = i;
+  }
+  double loss_sum = 0.0;
+  bool round_pending = false;  // a backward's data-parallel round still to end
+  for (size_t i = 0; i < list.size(); ++i) {
+    const parallel::PipelineInstruction& in = list[i];
+    const Key key{in.micro_batch, in.chunk};
+    const int vs = s.virtual_stage(rank_, in.chunk);
+    const int32_t* mb_inputs = inputs + static_cast<int64_t>(in.micro_batch) * rows;
+    const int32_t* mb_targets = targets + static_cast<int64_t>(in.micro_batch) * rows;
+    switch (in.op) {
+      case parallel::PipelineOp::RecvForward: {
+        InFlight& f = acquire(key);
+        receive(model_.chunk_input(*f.activations, in.chunk, rows), count, parallel::pipeline_message(s, rank_, in));
+        break;
+      }
+      case parallel::PipelineOp::Forward: {
+        InFlight& f = acquire(key);
+        const Clock::time_point start = Clock::now();
+        loss_sum += model_.forward_chunk(*f.activations, in.chunk, mb_inputs, mb_targets, batch, seq, grad_scale);
+        stats_.compute_seconds += seconds_since(start);
+        int64_t bytes = 0;
+        for (const auto& [k, held] : live_) bytes += held.activations->bytes();
+        stats_.peak_in_flight = std::max(stats_.peak_in_flight, static_cast<int>(live_.size()));
+        stats_.peak_activation_bytes = std::max(stats_.peak_activation_bytes, bytes);
+        break;
+      }
+      case parallel::PipelineOp::SendForward: {
+        InFlight& f = acquire(key);
+        f.sends.push_back(send(model_.chunk_output(*f.activations, in.chunk), count, parallel::pipeline_message(s, rank_, in)));
+        break;
+      }
+      case parallel::PipelineOp::RecvBackward: {
+        InFlight& f = acquire(key);
+        receive(model_.chunk_output_grad(*f.activations, rows), count, parallel::pipeline_message(s, rank_, in));
+        break;
+      }
+      case parallel::PipelineOp::Backward: {
+        InFlight& f = acquire(key);
+        // The data-parallel reduction of a unit starts during its last micro-batch's backward.
+        dp.begin_micro_batch(in.micro_batch == s.micro_batches - 1);
+        const Clock::time_point start = Clock::now();
+        model_.backward_chunk(*f.activations, in.chunk, mb_inputs, batch, seq);
+        stats_.compute_seconds += seconds_since(start);
+        // A reduction round may block (ZeRO-2's reduce-scatter, tied embeddings): it waits until
+        // the gradient for the previous stage is on its way, or that stage could wait for us.
+        round_pending = i != last_backward;
+        if (vs == 0) release(key);  // nothing to send back
+        break;
+      }
+      case parallel::PipelineOp::SendBackward: {
+        InFlight& f = acquire(key);
+        f.sends.push_back(send(model_.chunk_input_grad(*f.activations), count, parallel::pipeline_message(s, rank_, in)));
+        release(key);
+        break;
+      }
+      case parallel::PipelineOp::ReduceGradients: {
+        const Clock::time_point start = Clock::now();
+        recycle(true);
+        stats_.wait_seconds += seconds_since(start);
+        dp.end_micro_batch(true);
+        break;
+      }
+    }
+    const bool sending_back = i + 1 < list.size() && list[i + 1].op == parallel::PipelineOp::SendBackward;
+    if (round_pending && !sending_back) {
+      dp.end_micro_batch(false);
+      round_pending = false;
+    }
+  }
+  LOOM_CHECK(live_.empty(), "pipeline: activations of " + std::to_string(live_.size()) +
+                           " micro-batch chunk(s) are still held after the schedule ended");
+  return loss_sum;
+}
+
+double PipelineStep::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq) {
+  const parallel::PipelineSchedule& s = schedule_;
+  const int64_t rows = batch * seq, count = model_.stage_rows(rows) * model_.config().d_model;
+  const int v = s.virtual_stages;
+  if (evaluation_.empty()) {
+    evaluation_.resize(v);
+    for (InFlight& f : evaluation_) f.activations = std::make_unique<model::Activations>();
+  }
+  double loss_sum = 0.0;
+  for (int c = 0; c < v; ++c) {
+    InFlight& f = evaluation_[c];
+    for (comm::WorkHandle& send : f.sends) send->wait();
+    f.sends.clear();
+    const int vs = s.virtual_stage(rank_, c);
+    if (vs > 0) {
+      receive(model_.chunk_input(*f.activations, c, rows), count,
+              parallel::pipeline_message(s, rank_, {parallel::PipelineOp::RecvForward, 0, c}));
+    }
+    loss_sum += model_.forward_chunk(*f.activations, c, inputs, targets, batch, seq, 0.0f);
+    if (vs + 1 < s.total_stages()) {
+      f.sends.push_back(send(model_.chunk_output(*f.activations, c), count,
+                             parallel::pipeline_message(s, rank_, {parallel::PipelineOp::SendForward, 0, c})));
+    }
+  }
+  for (InFlight& f : evaluation_) {
+    for (comm::WorkHandle& send : f.sends) send->wait();
+    f.sends.clear();
+  }
+  // The last stage has the loss; every rank of the pipeline gets it (a double's 8 bytes, as is).
+  double shared = loss_sum;
+  pp_.broadcast(&shared, 1, DType::I64, s.rank_of(s.total_stages() - 1));
+  return shared;
+}
+
+}  // namespace loom::parallel

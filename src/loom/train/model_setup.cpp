@@ -1,0 +1,85 @@
+#include "loom/train/model_setup.h"
+
+#include <filesystem>
+#include <set>
+
+#include "loom/ckpt/tensor_names.h"
+#include "loom/core/error.h"
+#include "loom/model/parameter_shapes.h"
+#include "loom/train/sharded_training_state.h"
+
+namespace loom::train {
+
+config::ModelConfig resolve_model_config(const config::ModelConfig& model, const data::Tokenizer& tokenizer) {
+  config::ModelConfig resolved = model;
+  if (resolved.vocab_size == 0) resolved.vocab_size = tokenizer.vocab_size();
+  LOOM_CHECK(resolved.vocab_size >= tokenizer.vocab_size(),
+        "model.vocab_size " + std::to_string(resolved.vocab_size) + " is smaller than tokenizer '" + tokenizer.name() +
+            "' needs (" + std::to_string(tokenizer.vocab_size()) + "); use 0 to take the tokenizer's");
+  return resolved;
+}
+
+std::string checkpoint_root(const config::RunConfig& config) {
+  if (!config.checkpoint.dir.empty()) return config.checkpoint.dir;
+  return (std::filesystem::path(config.run.dir) / "checkpoints").string();
+}
+
+nlohmann::json training_state(const TrainingProgress& progress, const config::RunConfig& config) {
+  nlohmann::json state = {{"step", progress.step},
+                          {"consumed_samples", progress.consumed_samples},
+                          {"seed", config.train.seed},
+                          {"rng", {{"generator", "philox4x32-10"}, {"seed", config.train.seed}}}};
+  if (!progress.precision.is_null()) state["precision"] = progress.precision;
+  return state;
+}
+
+ckpt::CheckpointSnapshot snapshot_training_state(const std::vector<ckpt::TensorRef>& tensors,
+                                                 const TrainingProgress& progress, const config::RunConfig& config) {
+  return ckpt::snapshot_checkpoint(progress.step, tensors, training_state(progress, config), config::to_yaml(config));
+}
+
+namespace {
+
+// Reads this rank's slice of global tensor `name` (a parameter's or its optimizer state's).
+void read_parameter_slice(const ckpt::LoadedCheckpoint& checkpoint, const std::string& name,
+                          const model::Parameter& p, float* out) {
+  LOOM_CHECK(checkpoint.has(name), "checkpoint " + checkpoint.path() + " has no tensor '" + name +
+                                  "' (it was written for an incompatible model config)");
+  const Shape stored = checkpoint.shape(name);
+  LOOM_CHECK(stored == p.global_shape(), "checkpoint " + checkpoint.path() + ": tensor '" + name + "' has shape " +
+                                        shape_string(stored) + " but the model's is " +
+                                        shape_string(p.global_shape()) + " (incompatible model config)");
+  checkpoint.read_slice(name, parameter_slice(p), out, DType::F32);
+}
+
+}  // namespace
+
+void load_parameters(const ckpt::LoadedCheckpoint& checkpoint, model::Transformer& model) {
+  model::ParameterStore& params = model.params();
+  for (const model::Parameter& p : params.list()) {
+    read_parameter_slice(checkpoint, p.name, p, params.values() + p.offset);
+  }
+  // Against the whole model's names, not this rank's: a pipeline stage holds only some layers.
+  std::set<std::string> known;
+  for (const model::ParameterShape& p : model::model_parameter_shapes(model.config())) known.insert(p.name);
+  for (const std::string& name : checkpoint.parameter_names()) {
+    LOOM_CHECK(known.count(name) != 0, "checkpoint " + checkpoint.path() + " holds parameter '" + name +
+                                      "' that this model config does not have (incompatible model config)");
+  }
+}
+
+TrainingProgress load_training_checkpoint(const ckpt::LoadedCheckpoint& checkpoint, model::Transformer& model,
+                                          float* exp_avg, float* exp_avg_sq) {
+  load_parameters(checkpoint, model);
+  for (const model::Parameter& p : model.params().list()) {
+    read_parameter_slice(checkpoint, ckpt::optimizer_state_name("exp_avg", p.name), p, exp_avg + p.offset);
+    read_parameter_slice(checkpoint, ckpt::optimizer_state_name("exp_avg_sq", p.name), p, exp_avg_sq + p.offset);
+  }
+  TrainingProgress progress;
+  progress.step = checkpoint.state().at("step").get<int64_t>();
+  progress.consumed_samples = checkpoint.state().at("consumed_samples").get<int64_t>();
+  if (checkpoint.state().contains("precision")) progress.precision = checkpoint.state().at("precision");
+  return progress;
+}
+
+}  // namespace loom::train

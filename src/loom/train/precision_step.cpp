@@ -1,0 +1,130 @@
+#include "loom/train/precision_step.h"
+
+#include "loom/comm/gather_text.h"
+
+#include <cmath>
+#include <mutex>
+
+#include "loom/core/error.h"
+
+namespace loom::train {
+
+namespace {
+std::mutex g_hooks_mutex;
+PrecisionStepHooks g_hooks;
+
+PrecisionStepHooks current_hooks() {
+  std::lock_guard<std::mutex> lock(g_hooks_mutex);
+  return g_hooks;
+}
+}  // namespace
+
+void set_precision_step_hooks(PrecisionStepHooks hooks) {
+  std::lock_guard<std::mutex> lock(g_hooks_mutex);
+  g_hooks = std::move(hooks);
+}
+
+precision::DynamicLossScaler make_loss_scaler(const config::PrecisionConfig& config) {
+  if (config.recipe != "fp16") return precision::DynamicLossScaler::disabled();
+  precision::LossScalerConfig scaler;
+  scaler.initial_scale = static_cast<float>(config.loss_scale_initial);
+  scaler.growth_interval = config.loss_scale_growth_interval;
+  scaler.min_scale = static_cast<float>(config.loss_scale_min);
+  scaler.max_scale = std::max(scaler.max_scale, scaler.min_scale);
+  return precision::DynamicLossScaler(scaler);
+}
+
+PrecisionStep::PrecisionStep(const config::PrecisionConfig& config, model::Transformer& model,
+                             parallel::DataParallelStep& optimizer, comm::Communicator& world, comm::Communicator* same_layers)
+    : recipe_(config.recipe), model_(model), optimizer_(optimizer), world_(world),
+      same_layers_(same_layers != nullptr && same_layers != &world ? same_layers : nullptr),
+      scaler_(make_loss_scaler(config)) {}
+
+float PrecisionStep::begin_step() {
+  model_.precision().clear_pending();  // amaxes of evaluation forwards do not count
+  return scaler_.scale();
+}
+
+PrecisionStepResult PrecisionStep::step(double lr, int64_t step) {
+  PrecisionStepResult result;
+  result.loss_scale = scaler_.scale();
+  const PrecisionStepHooks hooks = current_hooks();
+  const std::vector<std::span<float>> grads = optimizer_.reduced_gradients();
+  if (hooks.corrupt_gradients) hooks.corrupt_gradients(world_.rank(), step, grads);
+  bool local = false;
+  if (scaler_.enabled()) {
+    const float inverse = scaler_.inverse_scale();  // a power of two: exact
+    for (const std::span<float>& g : grads) local |= precision::unscale_and_check(g.data(), static_cast<int64_t>(g.size()), inverse);
+  } else {
+    for (const std::span<float>& g : grads) {
+      if (local) break;
+      local = precision::found_non_finite(g.data(), static_cast<int64_t>(g.size()));
+    }
+  }
+  // An all-reduce max: the non-finite flag over the world, this step's FP8 amaxes (a non-finite
+  // amax as +Inf, which max keeps deterministically and the history ignores) over the ranks
+  // holding the same layers. Without a pipeline those are the world: one all-reduce.
+  std::vector<float> amaxes;
+  for (float a : model_.precision().pending_amaxes()) amaxes.push_back(std::isfinite(a) ? a : INFINITY);
+  std::vector<float> agreed = {local ? 1.0f : 0.0f};
+  if (same_layers_ == nullptr) agreed.insert(agreed.end(), amaxes.begin(), amaxes.end());
+  if (world_.size() > 1) {
+    world_.all_reduce(agreed.data(), static_cast<int64_t>(agreed.size()), DType::F32, comm::ReduceOp::Max);
+  }
+  if (same_layers_ == nullptr) {
+    amaxes.assign(agreed.begin() + 1, agreed.end());
+  } else if (!amaxes.empty() && same_layers_->size() > 1) {
+    same_layers_->all_reduce(amaxes.data(), static_cast<int64_t>(amaxes.size()), DType::F32, comm::ReduceOp::Max);
+  }
+  const bool found = agreed[0] != 0.0f;
+  model_.precision().commit_amaxes(amaxes);
+  scaler_.update(found);
+  if (found) {
+    optimizer_.skip_step();
+    result.skipped = true;
+    ++skipped_;
+  } else {
+    // AdamW's step number counts the updates applied (bias correction), not the iterations.
+    result.grad_norm = optimizer_.step(lr, step - skipped_);
+  }
+  result.next_loss_scale = scaler_.scale();
+  if (hooks.observe) hooks.observe(world_.rank(), step, result);
+  return result;
+}
+
+nlohmann::json PrecisionStep::state() const {
+  nlohmann::json state = {{"recipe", recipe_},
+                          {"loss_scale", scaler_.scale()},
+                          {"clean_steps", scaler_.state().clean_steps},
+                          {"skipped_steps", skipped_}};
+  nlohmann::json linear = model_.precision().state();
+  if (!linear.is_null()) state["linear"] = linear;
+  return state;
+}
+
+nlohmann::json PrecisionStep::pipeline_state(comm::Communicator& pp) const {
+  nlohmann::json mine = state();
+  const std::vector<std::string> stages = comm::gather_text(mine.dump(), pp, 0);
+  if (pp.rank() != 0) return nullptr;
+  for (const std::string& text : stages) {
+    const nlohmann::json stage = nlohmann::json::parse(text);
+    if (!stage.contains("linear")) continue;
+    for (const auto& [name, histories] : stage.at("linear").at("fp8_delayed").items()) {
+      mine["linear"]["fp8_delayed"][name] = histories;
+    }
+  }
+  return mine;
+}
+
+void PrecisionStep::restore(const nlohmann::json& state) {
+  if (state.is_null()) return;
+  skipped_ = state.value("skipped_steps", int64_t{0});  // the optimizer's update count, whatever the recipe
+  if (state.value("recipe", std::string()) != recipe_) return;
+  precision::LossScalerState scaler;
+  scaler.scale = state.at("loss_scale").get<float>();
+  scaler.clean_steps = state.at("clean_steps").get<int64_t>();
+  scaler_.restore(scaler);
+  if (state.contains("linear")) model_.precision().restore(state.at("linear"));
+}
+
+}  // namespace loom::train
