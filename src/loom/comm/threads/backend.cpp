@@ -1,4 +1,4 @@
-#include "loom/comm/threads_backend.h"
+#include "loom/comm/threads/backend.h"
 
 #include <algorithm>
 #include <condition_variable>
@@ -10,8 +10,8 @@
 
 #include "loom/comm/activity.h"
 #include "loom/comm/reduce.h"
-#include "loom/comm/threads_collectives.h"
-#include "loom/comm/threads_group.h"
+#include "loom/comm/threads/collectives.h"
+#include "loom/comm/threads/group.h"
 #include "loom/core/error.h"
 
 namespace loom::comm {

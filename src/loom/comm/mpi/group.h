@@ -3,7 +3,7 @@
 // on it, and the Communicator that fronts it.
 //
 // How a collective runs. Issuing it (all_reduce_async, ...) assigns the next sequence number of
-// the group, publishes it in the arrival counters (mpi_arrival.h) and queues the operation.
+// the group, publishes it in the arrival counters (mpi/arrival.h) and queues the operation.
 // Operations of a group execute one at a time in issue order, either inline on a caller that
 // waits for one not yet started (every blocking collective: no thread hand-off), or on the
 // group's communication thread, so that async operations progress while the caller computes
@@ -37,9 +37,9 @@
 #include <vector>
 
 #include "loom/comm/communicator.h"
-#include "loom/comm/mpi_arrival.h"
-#include "loom/comm/mpi_backend.h"
-#include "loom/comm/mpi_util.h"
+#include "loom/comm/mpi/arrival.h"
+#include "loom/comm/mpi/backend.h"
+#include "loom/comm/mpi/util.h"
 #include "loom/core/error.h"
 
 namespace loom::comm::mpi_detail {
@@ -216,7 +216,7 @@ class Group : public std::enable_shared_from_this<Group> {
 };
 
 // Phase 2 of every collective but split: MPI's blocking collectives, chunked to
-// max_elements_per_call, with bf16/f16 reductions staged through f32 (mpi_transfer.cpp).
+// max_elements_per_call, with bf16/f16 reductions staged through f32 (mpi/transfer.cpp).
 void run_transfer(Group& group, CollectiveOp& op);
 
 class MpiCommunicator final : public Communicator {

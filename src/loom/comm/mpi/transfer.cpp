@@ -17,7 +17,7 @@
 #include <cstring>
 #include <vector>
 
-#include "loom/comm/mpi_group.h"
+#include "loom/comm/mpi/group.h"
 #include "loom/comm/reduce.h"
 
 namespace loom::comm::mpi_detail {

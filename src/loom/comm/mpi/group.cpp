@@ -1,4 +1,4 @@
-#include "loom/comm/mpi_group.h"
+#include "loom/comm/mpi/group.h"
 
 #include <algorithm>
 #include <map>
