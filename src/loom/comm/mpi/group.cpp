@@ -4,7 +4,7 @@
 #include <map>
 
 #include "loom/comm/activity.h"
-#include "loom/comm/reduce.h"
+#include "loom/comm/arguments.h"
 #include "loom/core/error.h"
 
 namespace loom::comm::mpi_detail {
@@ -643,20 +643,10 @@ WorkHandle Group::issue_p2p(bool is_send, void* data, int64_t count, DType dtype
     number = ++p2p_seq_;
     options = options_;
   }
-  auto require = [&](bool condition, auto&& problem) {
-    if (!condition) {
-      throw Error(label() + ": " + (is_send ? "send #" : "recv #") + std::to_string(number) + ": " + problem());
-    }
-  };
-  require(peer >= 0 && peer < size_, [&] {
-    return "peer " + std::to_string(peer) + " is not a rank of the group (0.." + std::to_string(size_ - 1) + ")";
-  });
-  require(peer != rank_, [&] { return "peer " + std::to_string(peer) + " is this rank itself"; });
-  require(tag >= 0 && tag <= tag_ub_, [&] {
-    return "tag " + std::to_string(tag) + " is outside 0..MPI_TAG_UB (" + std::to_string(tag_ub_) + ")";
-  });
-  require(count >= 0, [&] { return "negative count " + std::to_string(count); });
-  require(count == 0 || data != nullptr, [&] { return "null buffer for " + std::to_string(count) + " elements"; });
+  // Messages to this rank itself are not supported; tags run up to MPI_TAG_UB.
+  const std::string problem =
+      message_problem(data, count, peer, tag, rank_, size_, MessageLimits{.max_tag = tag_ub_, .max_tag_name = "MPI_TAG_UB", .to_self = false});
+  if (!problem.empty()) throw Error(label() + ": " + (is_send ? "send #" : "recv #") + std::to_string(number) + ": " + problem);
   return std::make_shared<P2pWork>(shared_from_this(), is_send, data, count, dtype, peer, tag, number,
                                    options.check_agreement, options.max_elements_per_call, options.comm.timeout);
 }
@@ -988,49 +978,6 @@ Error Group::timeout_locked(const std::shared_ptr<CollectiveOp>& waited, const s
 
 namespace {
 
-// The first argument error of a call, or "". Messages are built only for failed checks: this
-// runs on every collective.
-class Validator {
- public:
-  template <typename Message>
-  void require(bool condition, Message&& message) {
-    if (!condition && error_.empty()) error_ = message();
-  }
-  void count(int64_t value, const char* name) {
-    require(value >= 0, [&] { return std::string(name) + " is negative (" + std::to_string(value) + ")"; });
-  }
-  void buffer(const void* pointer, int64_t count, const char* name) {
-    require(count == 0 || pointer != nullptr,
-            [&] { return std::string(name) + " is null for " + std::to_string(count) + " elements"; });
-  }
-  void reducible(DType dtype) {
-    require(comm::reducible(dtype),
-            [&] { return "dtype " + dtype_name(dtype) + " cannot be reduced (valid: f32, bf16, f16)"; });
-  }
-  void root(int root, int size) {
-    require(root >= 0 && root < size, [&] {
-      return "root " + std::to_string(root) + " is not a rank of the group (0.." + std::to_string(size - 1) + ")";
-    });
-  }
-  void counts(std::span<const int64_t> counts, int size, const char* name) {
-    require(static_cast<int>(counts.size()) == size, [&] {
-      return std::string(name) + " has " + std::to_string(counts.size()) + " entries for a group of " +
-             std::to_string(size);
-    });
-    for (int64_t c : counts) count(c, name);
-  }
-  std::string take() { return std::move(error_); }
-
- private:
-  std::string error_;
-};
-
-int64_t sum(std::span<const int64_t> counts) {
-  int64_t total = 0;
-  for (int64_t c : counts) total += c;
-  return total;
-}
-
 }  // namespace
 
 MpiCommunicator::~MpiCommunicator() { group_->close(std::uncaught_exceptions() > 0); }
@@ -1047,11 +994,7 @@ WorkHandle MpiCommunicator::all_reduce_async(void* data, int64_t count, DType dt
   op->recv = data;
   op->count = count;
   op->reduce = reduce;
-  Validator v;
-  v.count(count, "count");
-  v.buffer(data, count, "data");
-  v.reducible(dtype);
-  op->invalid = v.take();
+  op->invalid = argument_problem(CollectiveCall::all_reduce(data, count, dtype, reduce), rank(), size());
   return group_->issue(std::move(op));
 }
 
@@ -1062,12 +1005,7 @@ WorkHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv, i
   op->recv = recv;
   op->count = recv_count;
   op->reduce = reduce;
-  Validator v;
-  v.count(recv_count, "recv_count");
-  v.buffer(send, recv_count * size(), "send");
-  v.buffer(recv, recv_count, "recv");
-  v.reducible(dtype);
-  op->invalid = v.take();
+  op->invalid = argument_problem(CollectiveCall::reduce_scatter(send, recv, recv_count, dtype, reduce), rank(), size());
   return group_->issue(std::move(op));
 }
 
@@ -1076,11 +1014,7 @@ WorkHandle MpiCommunicator::all_gather_async(const void* send, void* recv, int64
   op->send = send;
   op->recv = recv;
   op->count = send_count;
-  Validator v;
-  v.count(send_count, "send_count");
-  v.buffer(send, send_count, "send");
-  v.buffer(recv, send_count * size(), "recv");
-  op->invalid = v.take();
+  op->invalid = argument_problem(CollectiveCall::all_gather(send, recv, send_count, dtype), rank(), size());
   return group_->issue(std::move(op));
 }
 
@@ -1090,13 +1024,7 @@ WorkHandle MpiCommunicator::all_gather_v_async(const void* send, void* recv, std
   op->send = send;
   op->recv = recv;
   op->counts.assign(counts.begin(), counts.end());
-  Validator v;
-  v.counts(counts, size(), "counts");
-  if (static_cast<int>(counts.size()) == size()) {
-    v.buffer(send, counts[static_cast<size_t>(rank())], "send");
-    v.buffer(recv, sum(counts), "recv");
-  }
-  op->invalid = v.take();
+  op->invalid = argument_problem(CollectiveCall::all_gather_v(send, recv, counts, dtype), rank(), size());
   if (!op->invalid.empty()) op->counts.assign(static_cast<size_t>(size()), 0);
   return group_->issue(std::move(op));
 }
@@ -1106,11 +1034,7 @@ WorkHandle MpiCommunicator::broadcast_async(void* data, int64_t count, DType dty
   op->recv = data;
   op->count = count;
   op->root = root;
-  Validator v;
-  v.count(count, "count");
-  v.buffer(data, count, "data");
-  v.root(root, size());
-  op->invalid = v.take();
+  op->invalid = argument_problem(CollectiveCall::broadcast(data, count, dtype, root), rank(), size());
   return group_->issue(std::move(op));
 }
 
@@ -1122,13 +1046,7 @@ WorkHandle MpiCommunicator::reduce_async(const void* send, void* recv, int64_t c
   op->count = count;
   op->reduce = reduce;
   op->root = root;
-  Validator v;
-  v.count(count, "count");
-  v.buffer(send, count, "send");
-  if (root == rank()) v.buffer(recv, count, "recv (on the root)");
-  v.reducible(dtype);
-  v.root(root, size());
-  op->invalid = v.take();
+  op->invalid = argument_problem(CollectiveCall::reduce(send, recv, count, dtype, reduce, root), rank(), size());
   return group_->issue(std::move(op));
 }
 
@@ -1137,11 +1055,7 @@ WorkHandle MpiCommunicator::all_to_all_async(const void* send, void* recv, int64
   op->send = send;
   op->recv = recv;
   op->count = count;
-  Validator v;
-  v.count(count, "count");
-  v.buffer(send, count * size(), "send");
-  v.buffer(recv, count * size(), "recv");
-  op->invalid = v.take();
+  op->invalid = argument_problem(CollectiveCall::all_to_all(send, recv, count, dtype), rank(), size());
   return group_->issue(std::move(op));
 }
 
@@ -1152,12 +1066,8 @@ WorkHandle MpiCommunicator::all_to_all_v_async(const void* send, std::span<const
   op->recv = recv;
   op->counts.assign(send_counts.begin(), send_counts.end());
   op->recv_counts.assign(recv_counts.begin(), recv_counts.end());
-  Validator v;
-  v.counts(send_counts, size(), "send_counts");
-  v.counts(recv_counts, size(), "recv_counts");
-  v.buffer(send, sum(send_counts), "send");
-  v.buffer(recv, sum(recv_counts), "recv");
-  op->invalid = v.take();
+  op->invalid = argument_problem(CollectiveCall::all_to_all_v(send, send_counts, recv, recv_counts, dtype), rank(),
+                                 size());
   if (!op->invalid.empty()) {
     // The count exchange of the handshake needs one entry per rank.
     op->counts.assign(static_cast<size_t>(size()), 0);
