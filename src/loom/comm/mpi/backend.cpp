@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "loom/comm/mpi/group.h"
+#include "loom/comm/mpi/communicator.h"
 #include "loom/core/error.h"
 
 namespace loom::comm {
