@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "loom/comm/mpi_backend.h"
+#include "loom/comm/mpi/backend.h"
 #include "mpi_test_util.h"
 
 namespace loom::mpi_test {

@@ -5,7 +5,7 @@
 #include <climits>
 #include <thread>
 
-#include "loom/comm/mpi_backend.h"
+#include "loom/comm/mpi/backend.h"
 #include "mpi_test_util.h"
 
 namespace loom::mpi_test {

@@ -2,7 +2,7 @@
 // groups overlapping, completion in issue order, and point-to-point messages with tags.
 #include <thread>
 
-#include "loom/comm/mpi_backend.h"
+#include "loom/comm/mpi/backend.h"
 #include "mpi_test_util.h"
 
 namespace loom::mpi_test {

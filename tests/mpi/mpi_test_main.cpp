@@ -6,7 +6,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "loom/comm/mpi_backend.h"
+#include "loom/comm/mpi/backend.h"
 #include "mpi_test_util.h"
 
 namespace loom::mpi_test {

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <memory>
 
-#include "loom/comm/mpi_backend.h"
+#include "loom/comm/mpi/backend.h"
 #include "loom/core/error.h"
 
 namespace loom::comm {

@@ -10,6 +10,138 @@
 
 namespace loom::comm {
 
+namespace {
+
+// The chunked hierarchical all-reduce of one call (see hierarchical.h): chunk i is
+// reduce-scattered inside the site into a free shard buffer, its shard all-reduced across sites
+// asynchronously, and once more than max_inflight chunks cross, the oldest is all-gathered
+// inside the site straight into the data.
+class ChunkPipeline {
+ public:
+  ChunkPipeline(Communicator& in_site, Communicator& across_sites, const HierarchicalOptions& options, char* data,
+                int64_t count, DType dtype, ReduceOp op)
+      : in_site_(in_site),
+        across_sites_(across_sites),
+        max_inflight_(options.max_inflight),
+        data_(data),
+        count_(count),
+        dtype_(dtype),
+        op_(op),
+        s_(in_site.size()),
+        element_(static_cast<int64_t>(dtype_size(dtype))),
+        position_(in_site.rank()),
+        // Chunks hold a multiple of s elements so that only the last one needs padding.
+        chunk_(std::max<int64_t>(s_, options.chunk_bytes / element_ / s_ * s_)),
+        chunks_((count + chunk_ - 1) / chunk_),
+        // A shard buffer is busy from its chunk's reduce-scatter until its all-gather has read
+        // it: max_inflight chunks crossing sites plus the one being reduce-scattered. (A gather
+        // still running when its slot comes round again finishes before the next in-site
+        // reduce-scatter anyway: operations on one group complete in issue order.)
+        slots_(std::min<int64_t>(chunks_, options.max_inflight + 1)),
+        shard_(chunk_ / s_),
+        shards_(static_cast<size_t>(slots_ * shard_ * element_)),
+        gathers_(static_cast<size_t>(slots_)),
+        gather_counts_(static_cast<size_t>(slots_), std::vector<int64_t>(static_cast<size_t>(s_))) {}
+
+  void run() {
+    try {
+      for (int64_t i = 0; i < chunks_; ++i) issue(i);
+      while (!crossing_.empty()) retire();
+      for (const WorkHandle& gather : gathers_) {
+        if (gather) gather->wait();
+      }
+    } catch (...) {
+      // Operations still pending may read or write the shards: let each end (or fail) before
+      // the buffers go away.
+      for (const Crossing& c : crossing_) settle(c.work);
+      for (const WorkHandle& gather : gathers_) settle(gather);
+      throw;
+    }
+  }
+
+ private:
+  struct Crossing {
+    int64_t index;
+    WorkHandle work;
+  };
+
+  int64_t chunk_length(int64_t i) const { return std::min(chunk_, count_ - i * chunk_); }
+  // Block j of a chunk of `length` elements reduce-scattered in blocks of ceil(length / s):
+  // how many of its elements are data rather than padding.
+  int64_t block_count(int64_t length, int64_t j) const {
+    const int64_t block = (length + s_ - 1) / s_;
+    return std::clamp<int64_t>(length - j * block, 0, block);
+  }
+  char* shard(int64_t slot) { return shards_.data() + slot * shard_ * element_; }
+
+  // Chunk i: in-site reduce-scatter into a free shard buffer, then its cross-site all-reduce
+  // in flight; the oldest crossing is gathered once more than max_inflight are.
+  void issue(int64_t i) {
+    const int64_t slot = i % slots_;
+    if (gathers_[static_cast<size_t>(slot)]) gathers_[static_cast<size_t>(slot)]->wait();  // previous chunk read out
+    const int64_t length = chunk_length(i);
+    const int64_t block = (length + s_ - 1) / s_;
+    const char* send = data_ + i * chunk_ * element_;
+    if (length % s_ != 0) {
+      // Zero padding: the padded elements are reduced and then dropped by the all-gather.
+      padded_.assign(static_cast<size_t>(block * s_ * element_), 0);
+      std::memcpy(padded_.data(), send, static_cast<size_t>(length * element_));
+      send = padded_.data();
+    }
+    char* mine = shard(slot);
+    in_site_.reduce_scatter(send, mine, block, dtype_, op_);
+    // Only the real elements of this rank's block cross sites; the cross-site group shares the
+    // position, hence the block and its count.
+    crossing_.push_back({i, across_sites_.all_reduce_async(mine, block_count(length, position_), dtype_, op_)});
+    // Retire by count, never by polling: every rank must issue the in-site all-gathers and
+    // reduce-scatters in the same order.
+    if (static_cast<int>(crossing_.size()) > max_inflight_) retire();
+  }
+
+  // Cross-site step done: gather the reduced shards straight into the data.
+  void retire() {
+    Crossing done = crossing_.front();
+    crossing_.pop_front();
+    done.work->wait();
+    const int64_t slot = done.index % slots_;
+    const int64_t length = chunk_length(done.index);
+    std::vector<int64_t>& counts = gather_counts_[static_cast<size_t>(slot)];
+    for (int64_t j = 0; j < s_; ++j) counts[static_cast<size_t>(j)] = block_count(length, j);
+    gathers_[static_cast<size_t>(slot)] =
+        in_site_.all_gather_v_async(shard(slot), data_ + done.index * chunk_ * element_, counts, dtype_);
+  }
+
+  static void settle(const WorkHandle& work) {
+    if (!work) return;
+    try {
+      work->wait();
+    } catch (...) {  // the first error is the one rethrown
+    }
+  }
+
+  Communicator& in_site_;
+  Communicator& across_sites_;
+  const int max_inflight_;
+  char* const data_;
+  const int64_t count_;
+  const DType dtype_;
+  const ReduceOp op_;
+  const int64_t s_;
+  const int64_t element_;
+  const int position_;  // this rank's block of every chunk
+  const int64_t chunk_;
+  const int64_t chunks_;
+  const int64_t slots_;
+  const int64_t shard_;
+  std::vector<char> shards_;
+  std::vector<WorkHandle> gathers_;
+  std::vector<std::vector<int64_t>> gather_counts_;
+  std::vector<char> padded_;  // the last chunk when its length is not a multiple of s
+  std::deque<Crossing> crossing_;
+};
+
+}  // namespace
+
 HierarchicalAllReduce::HierarchicalAllReduce(Communicator& group, const Topology& topology, HierarchicalOptions options)
     : group_(&group), options_(options) {
   check(options_.chunk_bytes >= 1 && options_.max_inflight >= 1,
@@ -57,92 +189,7 @@ void HierarchicalAllReduce::all_reduce(void* data, int64_t count, DType dtype, R
 }
 
 void HierarchicalAllReduce::chunked(char* data, int64_t count, DType dtype, ReduceOp op) {
-  const int64_t s = ranks_per_site_;
-  const int64_t element = static_cast<int64_t>(dtype_size(dtype));
-  const int position = in_site_->rank();  // this rank's block of every chunk
-  // Chunks hold a multiple of s elements so that only the last one needs padding.
-  const int64_t chunk = std::max<int64_t>(s, options_.chunk_bytes / element / s * s);
-  const int64_t chunks = (count + chunk - 1) / chunk;
-  // A shard buffer is busy from its chunk's reduce-scatter until its all-gather has read it:
-  // max_inflight chunks crossing sites plus the one being reduce-scattered. (A gather still
-  // running when its slot comes round again finishes before the next in-site reduce-scatter
-  // anyway: operations on one group complete in issue order.)
-  const int64_t slots = std::min<int64_t>(chunks, options_.max_inflight + 1);
-  const int64_t shard = chunk / s;
-  std::vector<char> shards(static_cast<size_t>(slots * shard * element));
-  std::vector<WorkHandle> gathers(slots);
-  std::vector<std::vector<int64_t>> gather_counts(slots, std::vector<int64_t>(s));
-  std::vector<char> padded;  // the last chunk when its length is not a multiple of s
-
-  struct Crossing {
-    int64_t index;
-    WorkHandle work;
-  };
-  std::deque<Crossing> crossing;
-
-  auto chunk_length = [&](int64_t i) { return std::min(chunk, count - i * chunk); };
-  // Block j of a chunk of `length` elements reduce-scattered in blocks of ceil(length / s):
-  // how many of its elements are data rather than padding.
-  auto block_count = [&](int64_t length, int64_t j) {
-    const int64_t block = (length + s - 1) / s;
-    return std::clamp<int64_t>(length - j * block, 0, block);
-  };
-  // Cross-site step done: gather the reduced shards straight into the data.
-  auto retire = [&]() {
-    Crossing done = crossing.front();
-    crossing.pop_front();
-    done.work->wait();
-    const int64_t slot = done.index % slots;
-    const int64_t length = chunk_length(done.index);
-    for (int64_t j = 0; j < s; ++j) gather_counts[slot][j] = block_count(length, j);
-    gathers[slot] = in_site_->all_gather_v_async(shards.data() + slot * shard * element,
-                                                 data + done.index * chunk * element, gather_counts[slot], dtype);
-  };
-
-  // Chunk i: in-site reduce-scatter into a free shard buffer, then its cross-site all-reduce
-  // in flight; the oldest crossing is gathered once more than max_inflight are.
-  auto issue = [&](int64_t i) {
-    const int64_t slot = i % slots;
-    if (gathers[slot]) gathers[slot]->wait();  // its previous chunk has been read out
-    const int64_t length = chunk_length(i);
-    const int64_t block = (length + s - 1) / s;
-    const char* send = data + i * chunk * element;
-    if (length % s != 0) {
-      // Zero padding: the padded elements are reduced and then dropped by the all-gather.
-      padded.assign(static_cast<size_t>(block * s * element), 0);
-      std::memcpy(padded.data(), send, static_cast<size_t>(length * element));
-      send = padded.data();
-    }
-    char* mine = shards.data() + slot * shard * element;
-    in_site_->reduce_scatter(send, mine, block, dtype, op);
-    // Only the real elements of this rank's block cross sites; the cross-site group shares the
-    // position, hence the block and its count.
-    crossing.push_back({i, across_sites_->all_reduce_async(mine, block_count(length, position), dtype, op)});
-    // Retire by count, never by polling: every rank must issue the in-site all-gathers and
-    // reduce-scatters in the same order.
-    if (static_cast<int>(crossing.size()) > options_.max_inflight) retire();
-  };
-  auto settle = [](const WorkHandle& work) {
-    if (!work) return;
-    try {
-      work->wait();
-    } catch (...) {  // the first error is the one rethrown
-    }
-  };
-
-  try {
-    for (int64_t i = 0; i < chunks; ++i) issue(i);
-    while (!crossing.empty()) retire();
-    for (const WorkHandle& gather : gathers) {
-      if (gather) gather->wait();
-    }
-  } catch (...) {
-    // Operations still pending may read or write `shards`: let each end (or fail) before the
-    // buffers go away with the stack.
-    for (const Crossing& c : crossing) settle(c.work);
-    for (const WorkHandle& gather : gathers) settle(gather);
-    throw;
-  }
+  ChunkPipeline(*in_site_, *across_sites_, options_, data, count, dtype, op).run();
 }
 
 }  // namespace loom::comm

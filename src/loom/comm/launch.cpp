@@ -3,8 +3,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "loom/comm/mpi_backend.h"
-#include "loom/comm/threads_backend.h"
+#include "loom/comm/mpi/backend.h"
+#include "loom/comm/threads/backend.h"
 #include "loom/core/error.h"
 
 namespace loom::comm {

@@ -1,4 +1,4 @@
-#include "loom/comm/mpi_util.h"
+#include "loom/comm/mpi/util.h"
 
 #include "loom/core/error.h"
 

@@ -1,10 +1,10 @@
-#include "loom/comm/mpi_arrival.h"
+#include "loom/comm/mpi/arrival.h"
 
 #include <algorithm>
 #include <mutex>
 #include <thread>
 
-#include "loom/comm/mpi_util.h"
+#include "loom/comm/mpi/util.h"
 
 namespace loom::comm::mpi_detail {
 

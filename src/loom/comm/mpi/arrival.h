@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "loom/comm/mpi_util.h"
+#include "loom/comm/mpi/util.h"
 
 namespace loom::comm::mpi_detail {
 

@@ -38,7 +38,7 @@ void mpi_check(int rc, What&& what) {
 }
 
 // The MPI datatype that moves `dtype` elements. bf16 and f16 travel as 16-bit words: MPI only
-// copies them; every reduction of them is done in f32 (see mpi_transfer.cpp).
+// copies them; every reduction of them is done in f32 (see mpi/transfer.cpp).
 MPI_Datatype mpi_type(DType dtype);
 
 using Clock = std::chrono::steady_clock;

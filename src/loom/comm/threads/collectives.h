@@ -1,13 +1,13 @@
 #pragma once
 // Internal to the threads backend: the shared-memory algorithm of every collective. Each runs on
-// the progress thread of one rank (threads_backend.cpp) as operation `seq` of its group; the
+// the progress thread of one rank (threads/backend.cpp) as operation `seq` of its group; the
 // arguments were checked by the caller. They throw loom::Error on timeout, abort or ranks that
 // disagree (see Group::arrive).
 #include <cstdint>
 #include <span>
 #include <string>
 
-#include "loom/comm/threads_group.h"
+#include "loom/comm/threads/group.h"
 
 namespace loom::comm::threads {
 

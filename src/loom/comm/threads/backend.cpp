@@ -1,4 +1,4 @@
-#include "loom/comm/threads_backend.h"
+#include "loom/comm/threads/backend.h"
 
 #include <algorithm>
 #include <condition_variable>
@@ -9,9 +9,9 @@
 #include <thread>
 
 #include "loom/comm/activity.h"
-#include "loom/comm/reduce.h"
-#include "loom/comm/threads_collectives.h"
-#include "loom/comm/threads_group.h"
+#include "loom/comm/arguments.h"
+#include "loom/comm/threads/collectives.h"
+#include "loom/comm/threads/group.h"
 #include "loom/core/error.h"
 
 namespace loom::comm {
@@ -253,78 +253,52 @@ class ThreadsCommunicator final : public Communicator {
   std::string backend() const override { return "threads"; }
 
   WorkHandle all_reduce_async(void* data, int64_t count, DType dtype, ReduceOp op) override {
-    const std::string kind = "all_reduce";
-    check_reduction(kind, dtype, op);
-    check_buffer(kind, "data", data, count);
+    require_valid(CollectiveCall::all_reduce(data, count, dtype, op));
     return submit([=, this](uint64_t seq) { threads::all_reduce(call(seq), data, count, dtype, op); });
   }
 
   WorkHandle reduce_scatter_async(const void* send, void* recv, int64_t recv_count, DType dtype,
                                   ReduceOp op) override {
-    const std::string kind = "reduce_scatter";
-    check_reduction(kind, dtype, op);
-    check_buffer(kind, "send", send, recv_count * size());
-    check_buffer(kind, "recv", recv, recv_count);
+    require_valid(CollectiveCall::reduce_scatter(send, recv, recv_count, dtype, op));
     return submit([=, this](uint64_t seq) { threads::reduce_scatter(call(seq), send, recv, recv_count, dtype, op); });
   }
 
   WorkHandle all_gather_async(const void* send, void* recv, int64_t send_count, DType dtype) override {
-    const std::string kind = "all_gather";
-    check_buffer(kind, "send", send, send_count);
-    check_buffer(kind, "recv", recv, send_count * size());
+    require_valid(CollectiveCall::all_gather(send, recv, send_count, dtype));
     return submit([=, this](uint64_t seq) { threads::all_gather(call(seq), send, recv, send_count, dtype); });
   }
 
   WorkHandle all_gather_v_async(const void* send, void* recv, std::span<const int64_t> counts,
                                 DType dtype) override {
-    const std::string kind = "all_gather_v";
-    check_counts(kind, "counts", counts);
-    check_buffer(kind, "send", send, counts[rank_]);
-    check_buffer(kind, "recv", recv, std::accumulate(counts.begin(), counts.end(), int64_t{0}));
-    std::vector<int64_t> owned(counts.begin(), counts.end());  // the caller's span may not outlive this call
-    return submit([=, this, owned = std::move(owned)](uint64_t seq) {
+    CollectiveCall args = CollectiveCall::all_gather_v(send, recv, counts, dtype);
+    require_valid(args);
+    // The call owns a copy of the counts: the caller's span may not outlive this call.
+    return submit([=, this, owned = std::move(args.counts)](uint64_t seq) {
       threads::all_gather_v(call(seq), send, recv, owned, dtype);
     });
   }
 
   WorkHandle broadcast_async(void* data, int64_t count, DType dtype, int root) override {
-    const std::string kind = "broadcast";
-    check_root(kind, root);
-    check_buffer(kind, "data", data, count);
+    require_valid(CollectiveCall::broadcast(data, count, dtype, root));
     return submit([=, this](uint64_t seq) { threads::broadcast(call(seq), data, count, dtype, root); });
   }
 
   WorkHandle reduce_async(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op, int root) override {
-    const std::string kind = "reduce";
-    check_reduction(kind, dtype, op);
-    check_root(kind, root);
-    check_buffer(kind, "send", send, count);
-    if (rank_ == root) check_buffer(kind, "recv (on the root)", recv, count);
+    require_valid(CollectiveCall::reduce(send, recv, count, dtype, op, root));
     return submit([=, this](uint64_t seq) { threads::reduce(call(seq), send, recv, count, dtype, op, root); });
   }
 
+  // The all-to-alls read other ranks' send while writing this rank's recv: no in-place form.
   WorkHandle all_to_all_async(const void* send, void* recv, int64_t count, DType dtype) override {
-    const std::string kind = "all_to_all";
-    check_buffer(kind, "send", send, count * size());
-    check_buffer(kind, "recv", recv, count * size());
-    check_disjoint(kind, send, recv, count * size() * static_cast<int64_t>(dtype_size(dtype)));
+    require_valid(CollectiveCall::all_to_all(send, recv, count, dtype), /*disjoint=*/true);
     return submit([=, this](uint64_t seq) { threads::all_to_all(call(seq), send, recv, count, dtype); });
   }
 
   WorkHandle all_to_all_v_async(const void* send, std::span<const int64_t> send_counts, void* recv,
                                 std::span<const int64_t> recv_counts, DType dtype) override {
-    const std::string kind = "all_to_all_v";
-    check_counts(kind, "send_counts", send_counts);
-    check_counts(kind, "recv_counts", recv_counts);
-    const int64_t sent = std::accumulate(send_counts.begin(), send_counts.end(), int64_t{0});
-    const int64_t received = std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t{0});
-    check_buffer(kind, "send", send, sent);
-    check_buffer(kind, "recv", recv, received);
-    const auto element = static_cast<int64_t>(dtype_size(dtype));
-    check_disjoint(kind, send, recv, std::min(sent, received) * element, std::max(sent, received) * element);
-    std::vector<int64_t> sends(send_counts.begin(), send_counts.end());
-    std::vector<int64_t> recvs(recv_counts.begin(), recv_counts.end());
-    return submit([=, this, sends = std::move(sends), recvs = std::move(recvs)](uint64_t seq) {
+    CollectiveCall args = CollectiveCall::all_to_all_v(send, send_counts, recv, recv_counts, dtype);
+    require_valid(args, /*disjoint=*/true);
+    return submit([=, this, sends = std::move(args.counts), recvs = std::move(args.recv_counts)](uint64_t seq) {
       threads::all_to_all_v(call(seq), send, sends, recv, recvs, dtype);
     });
   }
@@ -342,7 +316,7 @@ class ThreadsCommunicator final : public Communicator {
   }
 
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
-    check(color < 0 || !name.empty(), where("split") + "the new group needs a name (e.g. \"tp-0\")");
+    require_valid(CollectiveCall::split(color, key, name));
     auto result = std::make_shared<SplitResult>();
     submit([=, this](uint64_t seq) { *result = threads::split(call(seq), color, key, name); })->wait();
     if (!result->group) return nullptr;
@@ -357,42 +331,12 @@ class ThreadsCommunicator final : public Communicator {
     return group_->where(rank_, next_seq_, kind);
   }
 
-  void check_buffer(const std::string& kind, const std::string& what, const void* buffer, int64_t count) {
-    check(count >= 0, where(kind) + what + " count must be >= 0 (got " + std::to_string(count) + ")");
-    check(buffer != nullptr || count == 0,
-          where(kind) + what + " is null but must hold " + std::to_string(count) + " elements");
-  }
-
-  void check_reduction(const std::string& kind, DType dtype, ReduceOp op) {
-    check(reducible(dtype),
-          where(kind) + "dtype " + dtype_name(dtype) + " cannot be reduced (valid: f32, bf16, f16)");
-    check(op == ReduceOp::Sum || op == ReduceOp::Avg || op == ReduceOp::Max,
-          where(kind) + "unknown reduce op " + std::to_string(static_cast<int>(op)) + " (valid: sum, avg, max)");
-  }
-
-  void check_root(const std::string& kind, int root) {
-    check(root >= 0 && root < size(), where(kind) + "root " + std::to_string(root) + " is not a rank of the group (0.." +
-                                          std::to_string(size() - 1) + ")");
-  }
-
-  void check_counts(const std::string& kind, const std::string& what, std::span<const int64_t> counts) {
-    check(static_cast<int>(counts.size()) == size(), where(kind) + what + " has " + std::to_string(counts.size()) +
-                                                         " entries; it needs one per rank (" +
-                                                         std::to_string(size()) + ")");
-    for (size_t i = 0; i < counts.size(); ++i) {
-      check(counts[i] >= 0, where(kind) + what + "[" + std::to_string(i) + "] = " + std::to_string(counts[i]) +
-                                " is negative");
-    }
-  }
-
-  // The all-to-alls read other ranks' send while writing this rank's recv: they must not overlap.
-  void check_disjoint(const std::string& kind, const void* send, const void* recv, int64_t send_bytes,
-                      int64_t recv_bytes = -1) {
-    if (recv_bytes < 0) recv_bytes = send_bytes;
-    const auto* s = static_cast<const std::byte*>(send);
-    const auto* r = static_cast<const std::byte*>(recv);
-    const bool overlap = send_bytes > 0 && recv_bytes > 0 && s < r + recv_bytes && r < s + send_bytes;
-    check(!overlap, where(kind) + "send and recv overlap; this collective has no in-place form, use separate buffers");
+  // Throws, naming the operation, when the arguments of `args` are invalid (the shared rules of
+  // arguments.h; `disjoint`: send and recv must not overlap either).
+  void require_valid(const CollectiveCall& args, bool disjoint = false) {
+    std::string problem = argument_problem(args, rank_, size());
+    if (problem.empty() && disjoint) problem = overlap_problem(args, size());
+    if (!problem.empty()) throw Error(where(collective_name(args.kind)) + problem);
   }
 
   WorkHandle submit(std::function<void(uint64_t)> body) {
@@ -420,10 +364,9 @@ class ThreadsCommunicator final : public Communicator {
 
   WorkHandle post_message(bool is_send, void* data, int64_t count, DType dtype, int peer, int tag) {
     const std::string kind = is_send ? "send" : "recv";
-    check(peer >= 0 && peer < size(), where(kind) + "peer " + std::to_string(peer) + " is not a rank of the group (0.." +
-                                          std::to_string(size() - 1) + ")");
-    check(tag >= 0, where(kind) + "tag " + std::to_string(tag) + " is negative; tags must be >= 0");
-    check_buffer(kind, "data", data, count);
+    if (std::string problem = message_problem(data, count, peer, tag, rank_, size(), MessageLimits{}); !problem.empty()) {
+      throw Error(where(kind) + problem);
+    }
     auto request = std::make_shared<P2PRequest>();
     request->is_send = is_send;
     request->source = is_send ? rank_ : peer;

@@ -1,8 +1,8 @@
-#include "loom/comm/mpi_backend.h"
+#include "loom/comm/mpi/backend.h"
 
 #include <cstdio>
 
-#include "loom/comm/mpi_group.h"
+#include "loom/comm/mpi/communicator.h"
 #include "loom/core/error.h"
 
 namespace loom::comm {

@@ -1,7 +1,7 @@
 #pragma once
 // The `mpi` backend: this process is one rank of an mpirun / srun job. Every group is an MPI
 // communicator of its own (MPI_Comm_dup / MPI_Comm_split) and the data moves with MPI's own
-// collectives. How operations run, wait, time out and detect mismatches: mpi_group.h.
+// collectives. How operations run, wait, time out and detect mismatches: mpi/group.h.
 #include <climits>
 #include <cstdint>
 #include <functional>

@@ -2,7 +2,7 @@
 // The `threads` backend: N ranks as threads of this process, sharing memory. The embedded
 // default (runtime.backend=threads, runtime.ranks=N); launch() calls run_threads().
 //
-// How it works (details in threads_group.h and threads_collectives.h):
+// How it works (details in threads/group.h and threads/collectives.h):
 // - Each rank has, per group it uses, a queue of collectives run one at a time in issue order by
 //   a progress thread, so *_async returns at once and the collective runs while the caller
 //   computes; groups progress independently. A caller that waits while nothing runs runs the

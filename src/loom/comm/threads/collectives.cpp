@@ -1,4 +1,4 @@
-#include "loom/comm/threads_collectives.h"
+#include "loom/comm/threads/collectives.h"
 
 #include <algorithm>
 #include <cstring>

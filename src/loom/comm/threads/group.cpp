@@ -1,4 +1,4 @@
-#include "loom/comm/threads_group.h"
+#include "loom/comm/threads/group.h"
 
 #include <sstream>
 
