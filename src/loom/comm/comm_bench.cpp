@@ -89,7 +89,7 @@ int64_t parse_byte_size(const std::string& text) {
   if (suffix.size() > 1 && suffix.back() == 'B') suffix.pop_back();
   if (suffix.size() > 1 && suffix.back() == 'I') suffix.pop_back();
   const std::string valid = " (valid: a number of bytes with an optional K, M or G suffix, e.g. 8, 64K, 256M)";
-  check(digits > 0 && digits <= 12, "bench comm: size '" + text + "' is not a size" + valid);
+  LOOM_CHECK(digits > 0 && digits <= 12, "bench comm: size '" + text + "' is not a size" + valid);
   int64_t value = std::stoll(text.substr(0, digits));
   if (suffix.empty() || suffix == "B") return value;
   if (suffix == "K") return value << 10;
@@ -101,13 +101,13 @@ int64_t parse_byte_size(const std::string& text) {
 std::vector<CommBenchRow> run_comm_bench(Communicator& world, const CommBenchOptions& options, std::ostream* out) {
   const std::vector<std::string> valid = comm_bench_ops();
   for (const std::string& op : options.ops) {
-    check(std::find(valid.begin(), valid.end(), op) != valid.end(),
+    LOOM_CHECK(std::find(valid.begin(), valid.end(), op) != valid.end(),
           "bench comm: unknown op '" + op + "' (valid: " + join(valid) + ")");
   }
-  check(options.min_bytes >= 1 && options.min_bytes <= options.max_bytes,
+  LOOM_CHECK(options.min_bytes >= 1 && options.min_bytes <= options.max_bytes,
         "bench comm: sizes must satisfy 1 <= min-bytes <= max-bytes (got " + std::to_string(options.min_bytes) +
             " and " + std::to_string(options.max_bytes) + ")");
-  check(options.iters >= 1 && options.warmup >= 0,
+  LOOM_CHECK(options.iters >= 1 && options.warmup >= 0,
         "bench comm: iters must be >= 1 and warmup >= 0 (got " + std::to_string(options.iters) + " and " +
             std::to_string(options.warmup) + ")");
   if (world.backend() == "mpi") {

@@ -144,7 +144,7 @@ class ChunkPipeline {
 
 HierarchicalAllReduce::HierarchicalAllReduce(Communicator& group, const Topology& topology, HierarchicalOptions options)
     : group_(&group), options_(options) {
-  check(options_.chunk_bytes >= 1 && options_.max_inflight >= 1,
+  LOOM_CHECK(options_.chunk_bytes >= 1 && options_.max_inflight >= 1,
         "hierarchical all-reduce: chunk_bytes = " + std::to_string(options_.chunk_bytes) +
             " and max_inflight = " + std::to_string(options_.max_inflight) + " must both be >= 1");
   const std::vector<int>& world_ranks = group.world_ranks();
@@ -152,7 +152,7 @@ HierarchicalAllReduce::HierarchicalAllReduce(Communicator& group, const Topology
   // among the group's ranks of its site (members are visited in group-rank order).
   std::map<int, std::vector<int>> members_of_site;  // topology site -> group ranks
   for (int r = 0; r < group.size(); ++r) {
-    check(world_ranks[r] < topology.world_size(),
+    LOOM_CHECK(world_ranks[r] < topology.world_size(),
           "hierarchical all-reduce: group '" + group.name() + "' has world rank " + std::to_string(world_ranks[r]) +
               " but the topology describes " + std::to_string(topology.world_size()) + " ranks");
     members_of_site[topology.site_of(world_ranks[r])].push_back(r);
@@ -172,14 +172,14 @@ HierarchicalAllReduce::HierarchicalAllReduce(Communicator& group, const Topology
     }
     ++index;
   }
-  check(even, "hierarchical all-reduce: group '" + group.name() + "' has " + counts +
+  LOOM_CHECK(even, "hierarchical all-reduce: group '" + group.name() + "' has " + counts +
                   "; every site needs the same number of the group's ranks");
   in_site_ = group.split(my_site, group.rank(), group.name() + ".site-" + std::to_string(my_site));
   across_sites_ = group.split(my_position, my_site, group.name() + ".cross-" + std::to_string(my_position));
 }
 
 void HierarchicalAllReduce::all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) {
-  check(count >= 0,
+  LOOM_CHECK(count >= 0,
         "hierarchical all-reduce on '" + group_->name() + "': count " + std::to_string(count) + " must be >= 0");
   // Degenerate shapes are one plain all-reduce: nothing to save on the long-haul link.
   if (sites_ == 1) return in_site_->all_reduce(data, count, dtype, op);

@@ -84,9 +84,9 @@ std::vector<std::vector<int>> groups_over(const std::vector<Axis>& axes, const s
   std::vector<bool> mask(axes.size(), false);
   for (const std::string& name : split_axes(names)) {
     auto it = std::find_if(axes.begin(), axes.end(), [&](const Axis& a) { return a.name == name; });
-    check(it != axes.end(), "mesh: unknown " + std::string(expert ? "expert " : "") + "axis '" + name + "' in '" +
+    LOOM_CHECK(it != axes.end(), "mesh: unknown " + std::string(expert ? "expert " : "") + "axis '" + name + "' in '" +
                                 names + "'; valid axes: " + axis_names(axes) + " (joined with '-', e.g. 'dp-cp')");
-    check(!mask[it - axes.begin()], "mesh: axis '" + name + "' is named twice in '" + names + "'");
+    LOOM_CHECK(!mask[it - axes.begin()], "mesh: axis '" + name + "' is named twice in '" + names + "'");
     mask[it - axes.begin()] = true;
   }
   return orthogonal_groups(axes, mask);
@@ -109,22 +109,22 @@ MeshLayout make_mesh_layout(int world_size, MeshShape shape) {
   const std::string sizes = "world " + std::to_string(world_size) + ", tp " + std::to_string(shape.tp) + ", cp " +
                             std::to_string(shape.cp) + ", ep " + std::to_string(shape.ep) + ", dp " +
                             std::to_string(shape.dp) + ", pp " + std::to_string(shape.pp);
-  check(world_size >= 1, "mesh: world size must be >= 1 (" + sizes + ")");
-  check(shape.tp >= 1 && shape.cp >= 1 && shape.ep >= 1 && shape.pp >= 1 && shape.dp >= 0,
+  LOOM_CHECK(world_size >= 1, "mesh: world size must be >= 1 (" + sizes + ")");
+  LOOM_CHECK(shape.tp >= 1 && shape.cp >= 1 && shape.ep >= 1 && shape.pp >= 1 && shape.dp >= 0,
         "mesh: tp, cp, ep and pp must be >= 1 and dp >= 0 (0 = the rest of the world); got " + sizes);
   const int model = shape.tp * shape.cp * shape.pp;
-  check(world_size % model == 0, "mesh: world size " + std::to_string(world_size) +
+  LOOM_CHECK(world_size % model == 0, "mesh: world size " + std::to_string(world_size) +
                                      " is not divisible by tp * cp * pp = " + std::to_string(shape.tp) + " * " +
                                      std::to_string(shape.cp) + " * " + std::to_string(shape.pp) + " = " +
                                      std::to_string(model) + " (" + sizes + ")");
   const int dp = world_size / model;
-  check(shape.dp == 0 || shape.dp == dp,
+  LOOM_CHECK(shape.dp == 0 || shape.dp == dp,
         "mesh: tp * cp * dp * pp = " + std::to_string(shape.tp) + " * " + std::to_string(shape.cp) + " * " +
             std::to_string(shape.dp) + " * " + std::to_string(shape.pp) + " = " +
             std::to_string(static_cast<long long>(model) * shape.dp) + " but the world has " +
             std::to_string(world_size) + " ranks; use dp " + std::to_string(dp) + " or 0 (auto)");
   shape.dp = dp;
-  check(dp * shape.cp % shape.ep == 0, "mesh: ep " + std::to_string(shape.ep) +
+  LOOM_CHECK(dp * shape.cp % shape.ep == 0, "mesh: ep " + std::to_string(shape.ep) +
                                            " does not divide dp * cp = " + std::to_string(dp) + " * " +
                                            std::to_string(shape.cp) + " = " + std::to_string(dp * shape.cp) +
                                            " (expert parallelism is carved out of dp x cp; " + sizes + ")");
@@ -158,7 +158,7 @@ std::vector<std::vector<int>> mesh_rank_groups(const MeshLayout& layout, const s
 }
 
 MeshCoord mesh_coord(const MeshLayout& layout, int world_rank) {
-  check(world_rank >= 0 && world_rank < layout.world_size, "mesh: rank " + std::to_string(world_rank) +
+  LOOM_CHECK(world_rank >= 0 && world_rank < layout.world_size, "mesh: rank " + std::to_string(world_rank) +
                                                                " is outside the world [0, " +
                                                                std::to_string(layout.world_size) + ")");
   const MeshShape& s = layout.shape;

@@ -34,7 +34,7 @@ void combine(float* acc, const float* x, int64_t count, ReduceOp op) {
 bool reducible(DType dtype) { return dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16; }
 
 void check_reducible(DType dtype, const std::string& what) {
-  check(reducible(dtype), what + ": dtype " + dtype_name(dtype) + " cannot be reduced (valid: f32, bf16, f16)");
+  LOOM_CHECK(reducible(dtype), what + ": dtype " + dtype_name(dtype) + " cannot be reduced (valid: f32, bf16, f16)");
 }
 
 float bf16_to_f32(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
@@ -157,7 +157,7 @@ void finish(void* dst, const float* acc, int64_t count, DType dtype, ReduceOp op
     from_f32(dst, acc, count, dtype);
     return;
   }
-  check(ranks > 0, "finish: Avg over " + std::to_string(ranks) + " ranks");
+  LOOM_CHECK(ranks > 0, "finish: Avg over " + std::to_string(ranks) + " ranks");
   const float divisor = static_cast<float>(ranks);
   alignas(64) float block[kBlock];
   auto* d = static_cast<std::byte*>(dst);
@@ -171,7 +171,7 @@ void finish(void* dst, const float* acc, int64_t count, DType dtype, ReduceOp op
 
 void reduce_n(void* dst, const void* const* srcs, int n, int64_t count, DType dtype, ReduceOp op) {
   check_reducible(dtype, "reduce");
-  check(n >= 1, "reduce_n: needs at least one source (got " + std::to_string(n) + ")");
+  LOOM_CHECK(n >= 1, "reduce_n: needs at least one source (got " + std::to_string(n) + ")");
   const size_t element = dtype_size(dtype);
   alignas(64) float acc[kBlock];
   auto* d = static_cast<std::byte*>(dst);

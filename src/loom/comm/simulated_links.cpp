@@ -20,7 +20,7 @@ const LinkSpec& LinkSpecs::operator[](LinkClass link) const {
 SimulatedLinks::SimulatedLinks(Topology topology, LinkSpecs specs) : topology_(std::move(topology)), specs_(specs) {
   for (LinkClass link : {LinkClass::SameNode, LinkClass::SameSite, LinkClass::CrossSite}) {
     const LinkSpec& s = specs_[link];
-    check(s.latency_us >= 0 && s.bandwidth_gbps >= 0,
+    LOOM_CHECK(s.latency_us >= 0 && s.bandwidth_gbps >= 0,
           "simulated links: " + link_class_name(link) + " latency " + std::to_string(s.latency_us) + " us, bandwidth " +
               std::to_string(s.bandwidth_gbps) + " Gb/s are invalid: both must be >= 0 (bandwidth 0 = unlimited)");
   }
@@ -31,7 +31,7 @@ SimulatedLinks::SimulatedLinks(Topology topology, LinkSpecs specs) : topology_(s
 }
 
 void SimulatedLinks::transfer(int source, int destination, int64_t bytes) {
-  check(source != destination, "simulated links: transfer from rank " + std::to_string(source) + " to itself");
+  LOOM_CHECK(source != destination, "simulated links: transfer from rank " + std::to_string(source) + " to itself");
   const LinkClass link = topology_.link(source, destination);
   const int c = static_cast<int>(link);
   bytes_[c].fetch_add(bytes, std::memory_order_relaxed);
@@ -63,7 +63,7 @@ int64_t SimulatedLinks::bytes(LinkClass link) const { return bytes_[static_cast<
 int64_t SimulatedLinks::transfers(LinkClass link) const { return transfers_[static_cast<int>(link)].load(); }
 
 int64_t SimulatedLinks::bytes_sent(int rank, LinkClass link) const {
-  check(rank >= 0 && rank < topology_.world_size(), "simulated links: rank " + std::to_string(rank) +
+  LOOM_CHECK(rank >= 0 && rank < topology_.world_size(), "simulated links: rank " + std::to_string(rank) +
                                                         " is outside the world [0, " +
                                                         std::to_string(topology_.world_size()) + ")");
   return sent_[slot(rank, link)].load();

@@ -24,28 +24,28 @@ std::string link_class_name(LinkClass link) {
 
 Topology::Topology(std::vector<int> node_of_rank, std::vector<int> site_of_node)
     : node_of_rank_(std::move(node_of_rank)), site_of_node_(std::move(site_of_node)) {
-  check(!node_of_rank_.empty(), "topology: no ranks");
+  LOOM_CHECK(!node_of_rank_.empty(), "topology: no ranks");
   const int nodes = static_cast<int>(site_of_node_.size());
   std::vector<bool> node_used(nodes, false);
   for (size_t r = 0; r < node_of_rank_.size(); ++r) {
     const int n = node_of_rank_[r];
-    check(n >= 0 && n < nodes, "topology: rank " + std::to_string(r) + " is on node " + std::to_string(n) +
+    LOOM_CHECK(n >= 0 && n < nodes, "topology: rank " + std::to_string(r) + " is on node " + std::to_string(n) +
                                    " but there are " + std::to_string(nodes) + " nodes (valid: 0.." +
                                    std::to_string(nodes - 1) + ")");
     node_used[n] = true;
   }
   for (int n = 0; n < nodes; ++n) {
-    check(node_used[n], "topology: node " + std::to_string(n) + " has no ranks");
+    LOOM_CHECK(node_used[n], "topology: node " + std::to_string(n) + " has no ranks");
     sites_ = std::max(sites_, site_of_node_[n] + 1);
-    check(site_of_node_[n] >= 0, "topology: node " + std::to_string(n) + " has a negative site");
+    LOOM_CHECK(site_of_node_[n] >= 0, "topology: node " + std::to_string(n) + " has a negative site");
   }
   std::vector<bool> site_used(sites_, false);
   for (int s : site_of_node_) site_used[s] = true;
-  for (int s = 0; s < sites_; ++s) check(site_used[s], "topology: site " + std::to_string(s) + " has no nodes");
+  for (int s = 0; s < sites_; ++s) LOOM_CHECK(site_used[s], "topology: site " + std::to_string(s) + " has no nodes");
 }
 
 int Topology::node_of(int rank) const {
-  check(rank >= 0 && rank < world_size(),
+  LOOM_CHECK(rank >= 0 && rank < world_size(),
         "topology: rank " + std::to_string(rank) + " is outside the world [0, " + std::to_string(world_size()) + ")");
   return node_of_rank_[rank];
 }
@@ -67,10 +67,10 @@ std::vector<std::vector<int>> Topology::site_ranks() const {
 namespace {
 
 std::vector<int> sites_of_nodes(int nodes, int nodes_per_site, const std::string& context) {
-  check(nodes_per_site >= 0,
+  LOOM_CHECK(nodes_per_site >= 0,
         "topology.nodes_per_site = " + std::to_string(nodes_per_site) + " is invalid: must be >= 0 (0 = one site)");
   if (nodes_per_site == 0) nodes_per_site = nodes;
-  check(nodes % nodes_per_site == 0, "topology.nodes_per_site = " + std::to_string(nodes_per_site) +
+  LOOM_CHECK(nodes % nodes_per_site == 0, "topology.nodes_per_site = " + std::to_string(nodes_per_site) +
                                          " does not divide the " + std::to_string(nodes) + " nodes (" + context +
                                          "); every site needs the same number of nodes");
   std::vector<int> site(nodes);
@@ -81,11 +81,11 @@ std::vector<int> sites_of_nodes(int nodes, int nodes_per_site, const std::string
 }  // namespace
 
 Topology topology_from_blocks(int world_size, int ranks_per_node, int nodes_per_site) {
-  check(world_size >= 1, "topology: world size must be >= 1, got " + std::to_string(world_size));
-  check(ranks_per_node >= 0, "topology.ranks_per_node = " + std::to_string(ranks_per_node) +
+  LOOM_CHECK(world_size >= 1, "topology: world size must be >= 1, got " + std::to_string(world_size));
+  LOOM_CHECK(ranks_per_node >= 0, "topology.ranks_per_node = " + std::to_string(ranks_per_node) +
                                  " is invalid: must be >= 0 (0 = all ranks on one node)");
   if (ranks_per_node == 0) ranks_per_node = world_size;
-  check(world_size % ranks_per_node == 0, "topology.ranks_per_node = " + std::to_string(ranks_per_node) +
+  LOOM_CHECK(world_size % ranks_per_node == 0, "topology.ranks_per_node = " + std::to_string(ranks_per_node) +
                                               " does not divide the world size " + std::to_string(world_size));
   const int nodes = world_size / ranks_per_node;
   std::vector<int> node(world_size);
@@ -96,7 +96,7 @@ Topology topology_from_blocks(int world_size, int ranks_per_node, int nodes_per_
 }
 
 Topology topology_from_hostnames(const std::vector<std::string>& hostnames, int nodes_per_site) {
-  check(!hostnames.empty(), "topology: no hostnames");
+  LOOM_CHECK(!hostnames.empty(), "topology: no hostnames");
   std::map<std::string, int> node_of_host;
   std::vector<int> node(hostnames.size());
   for (size_t r = 0; r < hostnames.size(); ++r) {
@@ -113,7 +113,7 @@ Topology discover_topology(Communicator& world, int ranks_per_node, int nodes_pe
   constexpr int kRecord = 256;
   static_assert(HOST_NAME_MAX < kRecord);
   std::vector<char> mine(kRecord, '\0');
-  check(gethostname(mine.data(), kRecord - 1) == 0,
+  LOOM_CHECK(gethostname(mine.data(), kRecord - 1) == 0,
         std::string("topology: gethostname failed: ") + std::strerror(errno));
   std::vector<char> all(static_cast<size_t>(kRecord) * world.size());
   world.all_gather(mine.data(), all.data(), kRecord / 4, DType::I32);

@@ -19,11 +19,6 @@ class Error : public std::runtime_error {
     if (!(condition)) [[unlikely]] throw ::loom::Error(__VA_ARGS__); \
   } while (0)
 
-// The function form, for the communication layer until it moves to LOOM_CHECK.
-inline void check(bool condition, const std::string& message) {
-  if (!condition) throw Error(message);
-}
-
 // The message of a captured exception (for reporting another thread's or rank's failure).
 inline std::string describe_exception(const std::exception_ptr& error) {
   try {

@@ -34,7 +34,7 @@ std::string thread_level_name(int level) {
 
 const mpi_detail::MpiCommunicator& as_mpi(const Communicator& comm) {
   const auto* mpi = dynamic_cast<const mpi_detail::MpiCommunicator*>(&comm);
-  check(mpi != nullptr, "communicator '" + comm.name() + "' is a " + comm.backend() + "-backend one, not mpi");
+  LOOM_CHECK(mpi != nullptr, "communicator '" + comm.name() + "' is a " + comm.backend() + "-backend one, not mpi");
   return *mpi;
 }
 
@@ -53,7 +53,7 @@ void run_mpi(const LaunchOptions& options, const std::function<void(Communicator
   int finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  check(!finalized, "mpi backend: MPI was already finalised in this process (run_mpi runs once per process)");
+  LOOM_CHECK(!finalized, "mpi backend: MPI was already finalised in this process (run_mpi runs once per process)");
   const bool own = !initialized;
   int provided = MPI_THREAD_SINGLE;
   if (own) {

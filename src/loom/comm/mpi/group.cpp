@@ -138,10 +138,10 @@ MpiOptions Group::options() const {
 }
 
 void Group::set_options(const MpiOptions& options) {
-  check(options.max_elements_per_call >= 1 && options.max_elements_per_call <= INT_MAX,
+  LOOM_CHECK(options.max_elements_per_call >= 1 && options.max_elements_per_call <= INT_MAX,
         label() + ": max_elements_per_call must be in [1, " + std::to_string(INT_MAX) + "] (got " +
             std::to_string(options.max_elements_per_call) + ")");
-  check(options.comm.timeout.count() > 0, label() + ": the timeout must be positive");
+  LOOM_CHECK(options.comm.timeout.count() > 0, label() + ": the timeout must be positive");
   std::lock_guard<std::mutex> lock(mutex_);
   options_ = options;
 }

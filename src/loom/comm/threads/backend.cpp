@@ -467,9 +467,9 @@ class ThreadsCommunicator final : public Communicator {
 }  // namespace threads
 
 void run_threads(const LaunchOptions& options, const std::function<void(Communicator& world)>& body) {
-  check(options.ranks >= 1,
+  LOOM_CHECK(options.ranks >= 1,
         "runtime.ranks must be at least 1 for the threads backend (got " + std::to_string(options.ranks) + ")");
-  check(options.comm.timeout.count() > 0, "runtime.timeout_s must be positive (got " +
+  LOOM_CHECK(options.comm.timeout.count() > 0, "runtime.timeout_s must be positive (got " +
                                               std::to_string(options.comm.timeout.count()) + " ms)");
   auto world = std::make_shared<threads::World>(options.ranks, options.comm, options.link_model);
   std::vector<int> members(options.ranks);
