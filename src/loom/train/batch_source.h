@@ -1,0 +1,55 @@
+#pragma once
+// Where a recipe's training batches come from. The trainer asks a BatchSource for samples by
+// global sample index, so every layout reads the same global batch (data order = f(seed, index))
+// and a resumed run continues it from the checkpoint's data position. Each token carries a loss
+// weight: 1 = trained on, 0 = not (a prompt token in SFT, padding, a token after a document
+// end). Pre-training's loader is the first source; SFT and RL add theirs.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/data/sequence_loader.h"
+
+namespace loom::train {
+
+// `batch` samples of `seq` tokens, row-major [batch, seq]: the model's inputs, the targets they
+// predict, and each target's loss weight.
+struct TokenBatch {
+  int batch = 0, seq = 0;
+  std::vector<int32_t> inputs, targets;
+  std::vector<float> loss_weights;
+
+  void resize(int batch_size, int seq_len);
+  // Masks the targets whose weight is 0 (they leave the loss, its gradient and the token count)
+  // and returns the number of targets that count. A weight other than 0 or 1 is an Error naming
+  // `source`, the sample and the position: the loss is a token mean over weights 0 or 1.
+  int64_t mask_and_count(const std::string& source, int64_t first_sample);
+  const int32_t* micro_inputs(int m, int micro) const { return inputs.data() + static_cast<size_t>(m) * micro * seq; }
+  const int32_t* micro_targets(int m, int micro) const { return targets.data() + static_cast<size_t>(m) * micro * seq; }
+};
+
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  // Fills rows [0, batch.batch) of `batch` with global samples first, first + 1, ...; the same
+  // global index gives the same sample on every rank.
+  virtual void fill(int64_t first, TokenBatch& batch) const = 0;
+  // For messages: the dataset this source reads.
+  virtual std::string describe() const = 0;
+};
+
+// Pre-training: GPT-style samples from a Megatron indexed dataset (data/sequence_loader.h),
+// every target trained on.
+class PretrainingSource : public BatchSource {
+ public:
+  PretrainingSource(const std::string& prefix, int seq_len, uint64_t seed);
+  void fill(int64_t first, TokenBatch& batch) const override;
+  std::string describe() const override { return prefix_; }
+
+ private:
+  std::string prefix_;
+  data::SequenceLoader loader_;
+};
+
+}  // namespace loom::train

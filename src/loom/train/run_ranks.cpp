@@ -1,0 +1,64 @@
+#include "loom/train/run_ranks.h"
+
+#include <cmath>
+#include <memory>
+#include <mutex>
+#include <ostream>
+
+#include "loom/comm/launch.h"
+#include "loom/comm/simulated_links.h"
+#include "loom/comm/topology.h"
+#include "loom/core/error.h"
+
+namespace loom::train {
+
+namespace {
+
+// topology.simulate: the threads backend delays every inter-rank copy by its link class and
+// counts the bytes.
+std::shared_ptr<comm::SimulatedLinks> simulated_links(const config::RunConfig& config) {
+  if (!config.topology.simulate) return nullptr;
+  const std::string backend = config.runtime.backend == "auto" ? comm::detect_backend() : config.runtime.backend;
+  LOOM_CHECK(backend == "threads", "topology.simulate needs the threads backend (runtime.backend is '" + backend +
+                                       "'; real launchers have real links)");
+  const config::TopologyConfig& t = config.topology;
+  return std::make_shared<comm::SimulatedLinks>(
+      comm::topology_from_blocks(config.runtime.ranks, t.ranks_per_node, t.nodes_per_site),
+      comm::LinkSpecs{{t.node_latency_us, t.node_bandwidth_gbps},
+                      {t.site_latency_us, t.site_bandwidth_gbps},
+                      {t.cross_site_latency_us, t.cross_site_bandwidth_gbps}});
+}
+
+}  // namespace
+
+TrainSummary run_on_ranks(const config::RunConfig& config, std::ostream& out, const RankRecipe& recipe) {
+  comm::LaunchOptions options;
+  options.backend = config.runtime.backend;
+  options.ranks = config.runtime.ranks;
+  options.comm.timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(std::llround(config.runtime.timeout_s * 1000.0)));
+  std::shared_ptr<comm::SimulatedLinks> links = simulated_links(config);
+  options.link_model = links;
+  TrainSummary summary;
+  summary.reporter = false;  // set by the rank that reports (in this process, if any)
+  std::mutex summary_mutex;
+  comm::launch(options, [&](comm::Communicator& world) {
+    TrainSummary mine = recipe(world);
+    if (mine.reporter) {
+      std::lock_guard<std::mutex> lock(summary_mutex);
+      summary = mine;
+    }
+  });
+  if (links) out << "simulated links: " << links->describe_traffic() << "\n";
+  return summary;
+}
+
+TrainSummary train_rank(const config::RunConfig& config, comm::Communicator& world, const BatchSource& train,
+                        const BatchSource* validation, std::ostream& out) {
+  Trainer trainer(config, world, train, validation, out);
+  trainer.restore();
+  trainer.describe();
+  return run_training(trainer);
+}
+
+}  // namespace loom::train

@@ -1,0 +1,335 @@
+#include "loom/train/trainer.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+
+#include "loom/ckpt/async_writer.h"
+#include "loom/ckpt/checkpoint.h"
+#include "loom/comm/mesh.h"
+#include "loom/core/error.h"
+#include "loom/data/tokenizer.h"
+#include "loom/model/flops.h"
+#include "loom/ops/fault_injection.h"
+#include "loom/ops/heartbeat_writer.h"
+#include "loom/optim/schedule.h"
+#include "loom/parallel/data/data_parallel_step.h"
+#include "loom/parallel/pipeline/pipeline_partition.h"
+#include "loom/parallel/pipeline/pipeline_step.h"
+#include "loom/train/precision_step.h"
+#include "loom/train/sharded_training_state.h"
+#include "loom/train/world_agreements.h"
+
+namespace loom::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Threads per rank: the threads backend runs every rank in this process, so the cores are shared.
+int threads_per_rank(const config::RunConfig& config, const comm::Communicator& world) {
+  int total = config.train.threads > 0 ? config.train.threads : omp_get_num_procs();
+  if (world.backend() == "threads") total = std::max(1, total / world.size());
+  return total;
+}
+
+// The data-parallel size the world leaves for tp x pp, checked against the config.
+comm::MeshShape mesh_shape(const config::RunConfig& config, const comm::Communicator& world) {
+  const int tp = config.parallel.tp, pp = config.parallel.pp;
+  LOOM_CHECK(world.size() % (tp * pp) == 0, "parallel.tp x parallel.pp = " + std::to_string(tp) + " x " +
+                                                std::to_string(pp) + " does not divide the world's " +
+                                                std::to_string(world.size()) + " ranks (runtime.ranks or the launcher's)");
+  const int dp = world.size() / (tp * pp);
+  LOOM_CHECK(config.parallel.dp == 0 || config.parallel.dp == dp,
+             "parallel.dp is " + std::to_string(config.parallel.dp) + " but the world has " +
+                 std::to_string(world.size()) + " ranks (runtime.ranks or the launcher's), parallel.tp = " +
+                 std::to_string(tp) + " and parallel.pp = " + std::to_string(pp) + "; use 0 (auto) or " +
+                 std::to_string(dp));
+  LOOM_CHECK(config.train.global_batch % (config.train.micro_batch * dp) == 0,
+             "train.global_batch " + std::to_string(config.train.global_batch) +
+                 " must be a multiple of train.micro_batch " + std::to_string(config.train.micro_batch) +
+                 " x data-parallel ranks " + std::to_string(dp));
+  return comm::MeshShape{.tp = tp, .dp = dp, .pp = pp};
+}
+
+}  // namespace
+
+struct Trainer::State {
+  config::RunConfig run;
+  comm::Communicator& world;
+  const BatchSource& train;
+  ops::Heartbeat heartbeat;  // for `loom launch` (docs/operations.md)
+  ops::FaultInjector faults;
+  comm::Mesh mesh;
+  int micro_batches = 0, local_batch = 0;
+  std::optional<parallel::PipelineSchedule> schedule;
+  std::vector<model::LayerRange> chunks;
+  std::unique_ptr<model::Transformer> model;
+  std::unique_ptr<parallel::DataParallelStep> optimizer;
+  std::optional<parallel::PipelineStep> pipeline;
+  std::unique_ptr<PrecisionStep> precision;
+  TrainingProgress progress;
+  TokenBatch batch;
+  ckpt::AsyncCheckpointWriter async_writer;
+
+  State(const config::RunConfig& config, comm::Communicator& w, const BatchSource& source)
+      : run(config),
+        world(w),
+        train(source),
+        heartbeat(w.rank(), w.size()),
+        faults(config.fault, w.rank(), w.size()),
+        mesh(w, mesh_shape(config, w)) {}
+
+  void plan_pipeline();
+  void build_model();
+  // The sum of token losses of the replica's micro-batches (the last stage's; 0 elsewhere).
+  double forward_backward(float grad_scale);
+  double forward_loss(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq);
+};
+
+// The schedule (checked before anything is built) and this rank's model chunks.
+void Trainer::State::plan_pipeline() {
+  const int pp = mesh.layout().shape.pp;
+  if (pp == 1) {
+    LOOM_CHECK(run.parallel.virtual_stages == 1, "parallel.virtual_stages = " +
+                                                     std::to_string(run.parallel.virtual_stages) +
+                                                     " needs a pipeline: set parallel.pp > 1 (and pipeline_schedule: interleaved)");
+    return;
+  }
+  schedule = parallel::make_pipeline_schedule(parallel::parse_pipeline_schedule(run.parallel.pipeline_schedule), pp,
+                                              micro_batches, run.parallel.virtual_stages);
+  std::vector<double> costs;
+  for (const model::LayerSpec& spec : model::resolve_layers(run.model)) {
+    costs.push_back(model::layer_training_flops_per_token(run.model, spec, run.data.seq_len));
+  }
+  const std::vector<int> bounds = parallel::partition_layers(
+      run.parallel.pipeline_partition, costs, model::head_training_flops_per_token(run.model), schedule->total_stages());
+  chunks = parallel::stage_chunks(*schedule, mesh.pp_rank(), bounds);
+}
+
+void Trainer::State::build_model() {
+  const int pp = mesh.layout().shape.pp;
+  model = std::make_unique<model::Transformer>(run.model, model::TensorParallel(&mesh.tp(), run.parallel.sequence_parallel),
+                                               model::PrecisionPolicy::from_config(run.precision), chunks);
+  model->initialize(run.train.seed);
+  optimizer = std::make_unique<parallel::DataParallelStep>(mesh.dp(), *model, run, pp > 1 ? &mesh.pp() : nullptr);
+  if (schedule) pipeline.emplace(mesh.pp(), *model, *schedule, *optimizer, mesh.embedding());
+  // Loss scaling, Inf/NaN skips, FP8 amaxes (agreed among the ranks holding the same layers).
+  precision = std::make_unique<PrecisionStep>(run.precision, *model, *optimizer, world,
+                                              pp > 1 ? &mesh.add_group("tp-dp") : nullptr);
+}
+
+double Trainer::State::forward_backward(float grad_scale) {
+  const int micro = run.train.micro_batch, seq = run.data.seq_len;
+  // The stages run the replica's micro-batches in the schedule's order; every stage reads them
+  // (the first needs the inputs, the last the targets, the first's backward the inputs).
+  if (pipeline) return pipeline->run(batch.inputs.data(), batch.targets.data(), micro, seq, grad_scale);
+  double loss_sum = 0.0;
+  for (int m = 0; m < micro_batches; ++m) {
+    const bool last_micro_batch = m + 1 == micro_batches;
+    // Gradients of the global mean loss are the sum of every rank's contributions: their
+    // reduction starts bucket by bucket during backward (see DataParallelStep).
+    optimizer->begin_micro_batch(last_micro_batch);
+    loss_sum += model->forward_backward(batch.micro_inputs(m, micro), batch.micro_targets(m, micro), micro, seq, grad_scale);
+    optimizer->end_micro_batch(last_micro_batch);
+  }
+  return loss_sum;
+}
+
+double Trainer::State::forward_loss(const int32_t* inputs, const int32_t* targets, int64_t b, int64_t t) {
+  return pipeline ? pipeline->forward_loss(inputs, targets, b, t) : model->forward_loss(inputs, targets, b, t);
+}
+
+Trainer::Trainer(const config::RunConfig& config, comm::Communicator& world, const BatchSource& train,
+                 const BatchSource* validation, std::ostream& console)
+    : state_(std::make_unique<State>(config, world, train)), validation_(validation), out_(&console) {
+  State& s = *state_;
+  static std::ostringstream discard;  // ranks other than 0 say nothing
+  if (!reporter()) out_ = &discard;
+  const int threads = threads_per_rank(config, world);
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+  auto tokenizer = data::make_tokenizer(config.data.tokenizer);
+  s.run.model = resolve_model_config(config.model, *tokenizer);
+  s.local_batch = s.run.train.global_batch / s.mesh.layout().shape.dp;
+  s.micro_batches = s.local_batch / s.run.train.micro_batch;
+  s.batch.resize(s.local_batch, s.run.data.seq_len);
+  s.plan_pipeline();
+  s.build_model();
+}
+
+Trainer::~Trainer() = default;
+
+bool Trainer::reporter() const { return state_->world.rank() == 0; }
+const config::RunConfig& Trainer::config() const { return state_->run; }
+const TrainingProgress& Trainer::progress() const { return state_->progress; }
+double Trainer::flops_per_token() const { return state_->model->training_flops_per_token(state_->run.data.seq_len); }
+int64_t Trainer::tokens_per_step() const {
+  return static_cast<int64_t>(state_->run.train.global_batch) * state_->run.data.seq_len;
+}
+std::string Trainer::peak_memory_report() const { return state_->optimizer->peak_memory_report(); }
+int64_t Trainer::skipped_steps() const { return state_->precision->skipped_steps(); }
+bool Trainer::loss_scaling() const { return state_->precision->loss_scaling(); }
+
+void Trainer::restore() {
+  State& s = *state_;
+  if (!s.run.train.resume) return;
+  const std::string root = checkpoint_root(s.run);
+  if (!std::filesystem::exists(std::filesystem::path(root) / "latest")) {
+    out() << "train.resume: no checkpoint under " << root << ", starting from step 0\n";
+    return;
+  }
+  ckpt::LoadedCheckpoint checkpoint = ckpt::load_checkpoint(root);
+  // Full moments read from the checkpoint; each rank keeps its shards.
+  std::vector<float> exp_avg(s.model->params().total(), 0.0f), exp_avg_sq(exp_avg.size(), 0.0f);
+  s.progress = load_training_checkpoint(checkpoint, *s.model, exp_avg.data(), exp_avg_sq.data());
+  s.precision->restore(s.progress.precision);
+  s.optimizer->load_moments(exp_avg.data(), exp_avg_sq.data());
+  out() << "resumed from " << checkpoint.path() << " at step " << s.progress.step << "\n";
+}
+
+void Trainer::describe() {
+  State& s = *state_;
+  const config::RunConfig& run = s.run;
+  const comm::MeshShape shape = s.mesh.layout().shape;
+  std::ostream& o = out();
+  o << "model: " << s.model->params().total() << " parameters, " << run.model.layers << " layers, vocab "
+    << run.model.vocab_size << "; " << std::fixed << std::setprecision(3) << flops_per_token() / 1e9
+    << " GFLOP per token; " << shape.dp << " data-parallel x " << shape.tp << " tensor-parallel rank(s)"
+    << (run.parallel.sequence_parallel && shape.tp > 1 ? " with sequence parallelism" : "");
+  if (s.schedule) {
+    o << " x " << shape.pp << " pipeline stages (" << run.parallel.pipeline_schedule;
+    if (s.schedule->virtual_stages > 1) o << ", " << s.schedule->virtual_stages << " virtual stages per rank";
+    o << "; layers of this rank:";
+    for (const model::LayerRange& c : s.chunks) o << " [" << c.first << ", " << c.last << ")";
+    o << ")";
+  }
+  o << " (" << s.world.backend() << ") x " << s.micro_batches << " micro-batches of " << run.train.micro_batch << " x "
+    << run.data.seq_len << " tokens per step\n"
+    << std::defaultfloat << s.optimizer->memory_report() << "\n";
+  if (run.precision.recipe != "fp32") {
+    o << "precision: " << run.precision.recipe << " GEMMs in the linear layers, fp32 master weights and optimizer"
+      << (s.precision->loss_scaling() ? ", dynamic loss scale " + std::to_string(s.precision->loss_scale()) : "")
+      << "\n";
+  }
+}
+
+StepResult Trainer::step(bool stop_requested) {
+  State& s = *state_;
+  const auto start = Clock::now();
+  StepResult result;
+  result.step = s.progress.step + 1;
+  s.heartbeat.phase("forward_backward", result.step);
+  s.faults.at_step_start(result.step);
+  // This replica's slice of the global batch; its trained tokens are counted here and summed
+  // over the replicas, so each micro-batch's gradient is scaled by 1/(global count) and the sum
+  // over micro-batches and ranks is the global-batch mean.
+  const int64_t first_sample = s.progress.consumed_samples + static_cast<int64_t>(s.mesh.dp_rank()) * s.local_batch;
+  s.train.fill(first_sample, s.batch);
+  const int64_t local_tokens = s.batch.mask_and_count(s.train.describe(), first_sample);
+  result.trained_tokens = agree_token_count(s.mesh.dp(), local_tokens);
+  LOOM_CHECK(result.trained_tokens > 0, "step " + std::to_string(result.step) + " has no target tokens to learn from");
+  // fp16: times the dynamic loss scale (a power of two, so exact; 1 for the other recipes).
+  const float grad_scale =
+      static_cast<float>(1.0 / static_cast<double>(result.trained_tokens)) * s.precision->begin_step();
+  const double local_loss_sum = s.forward_backward(grad_scale);
+  // The tensor-parallel ranks of a replica share its loss (computed on the last pipeline
+  // stage): one of them contributes it.
+  const bool contributes = s.mesh.tp_rank() == 0 && s.mesh.pp_rank() == s.mesh.layout().shape.pp - 1;
+  const LossAndStop agreed = agree_loss_and_stop(s.world, contributes, local_loss_sum, stop_requested);
+  result.loss = agreed.loss_sum / static_cast<double>(result.trained_tokens);
+  result.stop_requested = agreed.stop;
+  result.lr = optim::learning_rate(s.run.optim, result.step, s.run.train.steps);
+  s.heartbeat.phase("optimizer", result.step);
+  const PrecisionStepResult stepped = s.precision->step(result.lr, result.step);  // optimizer step unless skipped
+  result.grad_norm = stepped.grad_norm;
+  result.skipped = stepped.skipped;
+  result.loss_scale = stepped.loss_scale;
+  result.next_loss_scale = stepped.next_loss_scale;
+  s.progress.step = result.step;
+  s.progress.consumed_samples += s.run.train.global_batch;
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return result;
+}
+
+void Trainer::add_metrics(const StepResult& result, nlohmann::json& record) const {
+  const State& s = *state_;
+  if (s.mesh.layout().shape.dp > 1) record["comm_hidden_fraction"] = s.optimizer->hidden_fraction();
+  if (s.precision->loss_scaling()) record["loss_scale"] = result.loss_scale;
+  if (s.precision->loss_scaling() || result.skipped) record["skipped"] = result.skipped;
+}
+
+std::optional<double> Trainer::evaluate() {
+  State& s = *state_;
+  if (validation_ == nullptr) return std::nullopt;
+  s.heartbeat.phase("eval", s.progress.step);
+  // Data-parallel replica 0 evaluates (all its tensor-parallel ranks and stages: the forward
+  // pass needs them); with ZeRO-3 every rank first contributes its shard of the parameters.
+  s.optimizer->gather_full_parameters();
+  std::optional<double> val_loss;
+  if (s.mesh.dp_rank() == 0) {
+    // The same validation samples at every evaluation.
+    TokenBatch batch;
+    batch.resize(s.run.train.micro_batch, s.run.data.seq_len);
+    double loss_sum = 0.0;
+    int64_t tokens = 0;
+    for (int b = 0; b < s.run.train.eval_batches; ++b) {
+      const int64_t first = static_cast<int64_t>(b) * batch.batch;
+      validation_->fill(first, batch);
+      tokens += batch.mask_and_count(validation_->describe(), first);
+      loss_sum += s.forward_loss(batch.inputs.data(), batch.targets.data(), batch.batch, batch.seq);
+    }
+    val_loss = loss_sum / static_cast<double>(std::max<int64_t>(1, tokens));
+  }
+  if (!reporter()) val_loss.reset();
+  s.optimizer->release_full_parameters();
+  return val_loss;
+}
+
+std::string Trainer::save() {
+  State& s = *state_;
+  const int64_t step = s.progress.step;
+  s.heartbeat.phase("checkpoint", step);
+  const std::string root = checkpoint_root(s.run);
+  // Every rank writes the shards it owns (its tensor-parallel slices, its stage's layers, its
+  // part of the data-parallel state) into one shared directory; rank 0 publishes the
+  // checkpoint once every rank's part is there.
+  const std::vector<ckpt::TensorRef> refs = owned_training_state(*s.model, s.optimizer->checkpoint_ranges());
+  if (s.mesh.layout().shape.pp > 1) {
+    if (s.mesh.dp_rank() == 0 && s.mesh.tp_rank() == 0) {
+      s.progress.precision = s.precision->pipeline_state(s.mesh.pp());  // every stage's FP8 histories
+    }
+  } else {
+    s.progress.precision = s.precision->state();
+  }
+  // The state and config travel in rank 0's part: it writes the manifest.
+  ckpt::CheckpointSnapshot snapshot = ckpt::snapshot_checkpoint(
+      step, refs, reporter() ? training_state(s.progress, s.run) : nlohmann::json::object(),
+      reporter() ? config::to_yaml(s.run) : std::string(), ckpt::ManifestScope::RankPart,
+      s.async_writer.take_arena());  // waits only for a save still in flight
+  const int64_t token = agree_save_token(s.world, static_cast<int64_t>(::getpid()));
+  const ckpt::SaveRank who{s.world.rank(), s.world.size(), token,
+                           std::chrono::milliseconds(static_cast<int64_t>(s.run.runtime.timeout_s * 1000.0))};
+  if (s.run.checkpoint.async) {
+    s.async_writer.save(root, std::move(snapshot), s.run.checkpoint.keep, who);  // the disk works while we train
+  } else {
+    ckpt::write_snapshot(root, snapshot, s.run.checkpoint.keep, who);
+  }
+  if (reporter()) s.faults.after_checkpoint(step, root, [&] { s.async_writer.wait(); });
+  return (std::filesystem::path(root) / ckpt::step_dir_name(step)).string();
+}
+
+void Trainer::finish() {
+  State& s = *state_;
+  s.async_writer.wait();
+  wait_for_every_rank(s.world);
+  s.heartbeat.done(s.progress.step == s.run.train.steps, s.progress.step);
+}
+
+}  // namespace loom::train

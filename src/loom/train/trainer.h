@@ -1,0 +1,88 @@
+#pragma once
+// The one trainer every recipe uses: it sets up one rank's share of a run (mesh, model, gradient
+// synchronisation, pipeline, mixed precision), and then steps, evaluates, saves and restores.
+// Recipes differ only in their batch sources (batch_source.h) and wiring (pretrain.cpp); the
+// step loop with metrics, progress and checkpoint intervals is training_loop.h.
+//
+// The world is tp x dp x pp (Megatron's rank order: tensor-parallel ranks adjacent, then data-
+// parallel, pipeline slowest). The tensor-parallel ranks of a replica's stage hold their shards of
+// its layers and run the same micro-batches; the pipeline stages of a replica pass activations
+// forward and gradients back in the schedule's order; the replicas run their slices of each
+// global batch, gradients are summed over the data-parallel group, and the same optimizer step
+// keeps them identical. The loss is the mean over the global count of trained tokens (weight 1)
+// across micro-batches and replicas, agreed by a collective (world_agreements.h).
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "loom/comm/communicator.h"
+#include "loom/config/run_config.h"
+#include "loom/train/batch_source.h"
+#include "loom/train/model_setup.h"
+
+namespace loom::train {
+
+// What one optimizer step did (the same on every rank, but for `reporter`-only fields noted).
+struct StepResult {
+  int64_t step = 0;
+  double loss = 0.0;          // mean token loss over the global batch's trained tokens
+  int64_t trained_tokens = 0; // targets with loss weight 1 in the global batch
+  double lr = 0.0;
+  double grad_norm = 0.0;
+  double seconds = 0.0;
+  bool skipped = false;       // Inf/NaN in the gradients: nothing was updated
+  float loss_scale = 1.0f, next_loss_scale = 1.0f;
+  bool stop_requested = false;  // some rank was asked to stop: every rank stops after this step
+};
+
+class Trainer {
+ public:
+  // `config` validated; `train` and `validation` (may be null) outlive the trainer. Messages go
+  // to `console` on rank 0 only. Throws loom::Error on a layout that does not fit the world.
+  Trainer(const config::RunConfig& config, comm::Communicator& world, const BatchSource& train,
+          const BatchSource* validation, std::ostream& console);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // train.resume: loads the latest checkpoint under the run's root, each rank its own slices
+  // (collective); says so when there is none.
+  void restore();
+  // The start-up report: model size, layout, memory, precision (rank 0).
+  void describe();
+
+  // One optimizer step over the next global batch (collective). `stop_requested`: this rank was
+  // asked to stop; the result says whether any was.
+  StepResult step(bool stop_requested);
+  // Mean token loss over the validation set's first train.eval_batches micro-batches, on rank 0
+  // (nullopt elsewhere, and when there is no validation source). Collective.
+  std::optional<double> evaluate();
+  bool has_validation() const { return validation_ != nullptr; }
+  // Writes a checkpoint of the current step (collective; train.checkpoint.async: in the
+  // background). Returns its directory.
+  std::string save();
+  // Waits for background saves and for every rank; the heartbeat says whether the run finished.
+  void finish();
+
+  bool reporter() const;
+  std::ostream& out() { return *out_; }
+  const config::RunConfig& config() const;  // with the model's sizes resolved
+  const TrainingProgress& progress() const;
+  double flops_per_token() const;
+  int64_t tokens_per_step() const;
+  // The extra fields of a step's metrics record (communication overlap, loss scaling).
+  void add_metrics(const StepResult& result, nlohmann::json& record) const;
+  std::string peak_memory_report() const;
+  int64_t skipped_steps() const;
+  bool loss_scaling() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+  const BatchSource* validation_;
+  std::ostream* out_;
+};
+
+}  // namespace loom::train

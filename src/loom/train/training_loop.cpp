@@ -1,0 +1,134 @@
+#include "loom/train/training_loop.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+
+#include "loom/config/metrics.h"
+#include "loom/config/progress.h"
+
+namespace loom::train {
+
+namespace {
+
+std::atomic<bool> g_stop_requested{false};
+extern "C" void request_stop(int) { g_stop_requested.store(true); }
+
+// Installs SIGINT/SIGTERM handlers for the duration of training, restoring the old ones after.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_requested.store(false);
+    previous_int_ = std::signal(SIGINT, request_stop);
+    previous_term_ = std::signal(SIGTERM, request_stop);
+  }
+  ~StopSignals() {
+    std::signal(SIGINT, previous_int_);
+    std::signal(SIGTERM, previous_term_);
+  }
+
+ private:
+  void (*previous_int_)(int);
+  void (*previous_term_)(int);
+};
+
+// What rank 0 writes and draws: metrics.jsonl and the progress bar.
+class Reporter {
+ public:
+  explicit Reporter(Trainer& trainer) : trainer_(trainer) {
+    if (!trainer.reporter()) return;
+    const config::RunConfig& run = trainer.config();
+    const int64_t step = trainer.progress().step;
+    metrics_.emplace(run.run.dir, step + 1);
+    bar_.emplace(run.train.steps, static_cast<int>(step), run.log.progress && ::isatty(STDOUT_FILENO),
+                 run.log.interval, trainer.out());
+  }
+  void message(const std::string& text) {
+    if (bar_) bar_->message(text);
+  }
+  void step(const StepResult& r, const std::optional<double>& val_loss, TrainSummary& summary);
+
+ private:
+  Trainer& trainer_;
+  std::optional<config::MetricsWriter> metrics_;
+  std::optional<config::ProgressBar> bar_;
+};
+
+void Reporter::step(const StepResult& r, const std::optional<double>& val_loss, TrainSummary& summary) {
+  if (!metrics_) return;
+  const double tokens_per_s = static_cast<double>(trainer_.tokens_per_step()) / r.seconds;
+  nlohmann::json record = {{"step", r.step},
+                           {"loss", r.loss},
+                           {"lr", r.lr},
+                           {"grad_norm", r.grad_norm},
+                           {"tokens_per_s", tokens_per_s},
+                           {"gflops_per_s", trainer_.flops_per_token() * tokens_per_s / 1e9},
+                           {"step_time_s", r.seconds},
+                           {"trained_tokens", r.trained_tokens},
+                           {"consumed_samples", trainer_.progress().consumed_samples}};
+  if (val_loss) {
+    record["val_loss"] = *val_loss;
+    if (!summary.first_val_loss) summary.first_val_loss = val_loss;
+    summary.last_val_loss = val_loss;
+    message("step " + std::to_string(r.step) + ": val_loss " + std::to_string(*val_loss));
+  }
+  trainer_.add_metrics(r, record);
+  if (r.skipped) {
+    message("step " + std::to_string(r.step) + ": skipped (Inf/NaN in the gradients), " +
+            std::to_string(trainer_.skipped_steps()) + " skipped so far" +
+            (trainer_.loss_scaling() ? "; loss scale now " + std::to_string(r.next_loss_scale) : ""));
+  }
+  metrics_->write(record);
+  bar_->update(static_cast<int>(r.step), r.loss, r.lr, r.grad_norm, tokens_per_s);
+}
+
+}  // namespace
+
+TrainSummary run_training(Trainer& trainer) {
+  const config::RunConfig& run = trainer.config();
+  Reporter reporter(trainer);
+  StopSignals signals;
+  TrainSummary summary;
+  summary.reporter = trainer.reporter();
+  summary.first_step = static_cast<int>(trainer.progress().step) + 1;
+  const bool evaluating = trainer.has_validation() && run.train.eval_interval > 0;
+  if (evaluating && trainer.progress().step == 0) {
+    summary.first_val_loss = trainer.evaluate();
+    if (summary.first_val_loss) reporter.message("step 0: val_loss " + std::to_string(*summary.first_val_loss));
+  }
+  double timed_seconds = 0.0;
+  int64_t timed_tokens = 0;
+  int steps_this_run = 0;
+  while (trainer.progress().step < run.train.steps) {
+    const StepResult r = trainer.step(g_stop_requested.load());
+    ++steps_this_run;
+    if (steps_this_run > 1) {  // the first step pays for allocations
+      timed_seconds += r.seconds;
+      timed_tokens += trainer.tokens_per_step();
+    }
+    if (steps_this_run == 1) summary.first_loss = r.loss;
+    summary.last_loss = r.loss;
+    summary.last_step = static_cast<int>(r.step);
+    const bool last = r.step == run.train.steps;
+    const bool stop = r.stop_requested || (run.train.exit_interval > 0 && steps_this_run >= run.train.exit_interval);
+    std::optional<double> val_loss;
+    if (evaluating && (r.step % run.train.eval_interval == 0 || last)) val_loss = trainer.evaluate();
+    if (steps_this_run == 1) trainer.out() << trainer.peak_memory_report() << "\n";
+    reporter.step(r, val_loss, summary);
+    const bool interval_due = run.checkpoint.interval > 0 && r.step % run.checkpoint.interval == 0;
+    if (interval_due || last || stop) summary.checkpoint = trainer.save();
+    if (stop && !last) {
+      reporter.message("stopping after step " + std::to_string(r.step) + "; resume with train.resume=true");
+      break;
+    }
+  }
+  trainer.finish();
+  if (timed_seconds > 0.0) {
+    summary.tokens_per_s = static_cast<double>(timed_tokens) / timed_seconds;
+    summary.gflops_per_s = trainer.flops_per_token() * summary.tokens_per_s / 1e9;
+  }
+  return summary;
+}
+
+}  // namespace loom::train

@@ -1,0 +1,27 @@
+#pragma once
+// The step loop every recipe runs on its Trainer: steps until train.steps, evaluating every
+// train.eval_interval steps, writing metrics.jsonl and the progress bar (rank 0), saving every
+// checkpoint.interval steps and at the end, and stopping after a step with a checkpoint on
+// SIGINT/SIGTERM or after train.exit_interval steps.
+#include <optional>
+#include <string>
+
+#include "loom/train/trainer.h"
+
+namespace loom::train {
+
+struct TrainSummary {
+  bool reporter = true;  // this process hosts rank 0 (the one that prints and writes files)
+  int first_step = 0;    // the first step this invocation ran
+  int last_step = 0;     // the last step completed
+  double first_loss = 0.0, last_loss = 0.0;
+  std::optional<double> first_val_loss, last_val_loss;
+  double tokens_per_s = 0.0;  // mean over steps after the first
+  double gflops_per_s = 0.0;  // achieved model FLOP/s over the same steps
+  std::string checkpoint;     // the last checkpoint written
+};
+
+// Runs `trainer` (restored already) to the end. Collective over the trainer's world.
+TrainSummary run_training(Trainer& trainer);
+
+}  // namespace loom::train

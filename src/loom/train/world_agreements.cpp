@@ -1,0 +1,41 @@
+#include "loom/train/world_agreements.h"
+
+#include <string>
+
+#include "loom/core/error.h"
+
+namespace loom::train {
+
+int64_t agree_token_count(comm::Communicator& dp, int64_t local_tokens) {
+  if (dp.size() == 1) return local_tokens;
+  // Summed exactly by an f32 all-reduce: the count travels as base-256 digits, and a digit's sum
+  // over up to 65536 ranks stays below 2^24, where every integer is an f32.
+  constexpr int kDigits = 6, kBits = 8;
+  LOOM_CHECK(local_tokens >= 0 && local_tokens < (int64_t{1} << (kDigits * kBits)),
+             "token count " + std::to_string(local_tokens) + " of one rank's batch is out of range");
+  LOOM_CHECK(dp.size() <= 65536, "the token count is agreed over at most 65536 data-parallel ranks, not " +
+                                     std::to_string(dp.size()));
+  float digits[kDigits];
+  for (int i = 0; i < kDigits; ++i) digits[i] = static_cast<float>((local_tokens >> (i * kBits)) & 0xff);
+  dp.all_reduce(digits, kDigits, DType::F32, comm::ReduceOp::Sum);
+  int64_t total = 0;
+  for (int i = 0; i < kDigits; ++i) total += static_cast<int64_t>(digits[i]) << (i * kBits);
+  return total;
+}
+
+LossAndStop agree_loss_and_stop(comm::Communicator& world, bool contribute, double local_loss_sum, bool stop) {
+  if (world.size() == 1) return {local_loss_sum, stop};
+  float shared[2] = {contribute ? static_cast<float>(local_loss_sum) : 0.0f, stop ? 1.0f : 0.0f};
+  world.all_reduce(shared, 2, DType::F32, comm::ReduceOp::Sum);
+  return {shared[0], shared[1] > 0.0f};
+}
+
+int64_t agree_save_token(comm::Communicator& world, int64_t token_on_rank0) {
+  int64_t token = world.rank() == 0 ? token_on_rank0 : 0;
+  if (world.size() > 1) world.broadcast(&token, 1, DType::I64, 0);
+  return token;
+}
+
+void wait_for_every_rank(comm::Communicator& world) { world.barrier(); }
+
+}  // namespace loom::train

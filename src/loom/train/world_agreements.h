@@ -1,0 +1,31 @@
+#pragma once
+// The trainer's own collectives: what every rank must agree on for a step to be one step of one
+// model (docs/collectives.md). Each is one small collective per step or per save.
+#include <cstdint>
+
+#include "loom/comm/communicator.h"
+
+namespace loom::train {
+
+// The global number of trained tokens of a step: each data-parallel rank counts its share of the
+// global batch, the counts are summed exactly over `dp` by one small all-reduce, so every
+// rank scales its gradients by the same 1/count without reading the other ranks' data.
+int64_t agree_token_count(comm::Communicator& dp, int64_t local_tokens);
+
+struct LossAndStop {
+  double loss_sum = 0.0;  // the step's summed token loss over the whole global batch
+  bool stop = false;      // any rank was asked to stop (SIGINT/SIGTERM)
+};
+// Sums the loss of the ranks that `contribute` (one per replica: the last pipeline stage's first
+// tensor-parallel rank) and ORs the stop requests, in one all-reduce over `world`, so every rank
+// stops after the same step.
+LossAndStop agree_loss_and_stop(comm::Communicator& world, bool contribute, double local_loss_sum, bool stop);
+
+// The token that names a save (rank 0's process id): every rank's part of the checkpoint carries
+// it, so rank 0 never merges a part left by another attempt.
+int64_t agree_save_token(comm::Communicator& world, int64_t token_on_rank0);
+
+// Nobody returns (and, with MPI, finalises) before every rank's files are complete.
+void wait_for_every_rank(comm::Communicator& world);
+
+}  // namespace loom::train
