@@ -13,6 +13,7 @@ if [ ! -f "data/$tokenizer/corpus_train.idx" ] || [ ! -f "data/$tokenizer/corpus
   build/loom data prepare .cache/data/corpus --tokenizer "$tokenizer" --output "data/$tokenizer/corpus" --val-fraction 0.02
 fi
 run_dir="${RUN_DIR:-runs/tiny}"
-build/loom train configs/tiny.yaml run.dir="$run_dir" "$@"
+# train.resume: a second run continues (or finds complete) the first instead of being refused.
+build/loom train configs/tiny.yaml run.dir="$run_dir" train.resume=true "$@"
 echo "--- sample ---"
 build/loom generate "$run_dir/checkpoints" --prompt "The whale " --max-tokens 300 --temperature 0.8 --top-k 40 --seed 7

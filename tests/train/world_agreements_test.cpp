@@ -2,6 +2,7 @@
 // and the loss/stop agreement sums the contributing ranks and ORs the stop requests.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <mutex>
 #include <vector>
 
@@ -31,20 +32,22 @@ TEST(WorldAgreements, TokenCountIsExactForLargeAndAwkwardCounts) {
 }
 
 TEST(WorldAgreements, LossSumsContributorsAndAnyStopStopsAll) {
+  // Rank 2 got SIGINT, rank 3 SIGTERM: every rank stops, reporting SIGTERM.
   comm::LaunchOptions options;
   options.ranks = 4;
   std::mutex mutex;
   std::vector<LossAndStop> results;
   comm::launch(options, [&](comm::Communicator& world) {
     const bool contributes = world.rank() % 2 == 1;
-    const LossAndStop r = agree_loss_and_stop(world, contributes, 1.5 * world.rank(), world.rank() == 2);
+    const LossAndStop r = agree_loss_and_stop(world, contributes, 1.5 * world.rank(),
+                                               world.rank() == 2 ? SIGINT : world.rank() == 3 ? SIGTERM : 0);
     std::lock_guard<std::mutex> lock(mutex);
     results.push_back(r);
   });
   ASSERT_EQ(results.size(), 4u);
   for (const LossAndStop& r : results) {
     EXPECT_DOUBLE_EQ(r.loss_sum, 1.5 * 1 + 1.5 * 3);
-    EXPECT_TRUE(r.stop);
+    EXPECT_EQ(r.stop_signal, SIGTERM);
   }
 }
 

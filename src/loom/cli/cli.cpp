@@ -1,8 +1,10 @@
 #include "loom/cli/cli.h"
 
+#include <cstdlib>
 #include <iostream>
 
 #include "loom/cli/command.h"
+#include "loom/comm/launch.h"
 #include "loom/core/error.h"
 
 namespace loom::cli {
@@ -30,6 +32,11 @@ int run(int argc, char** argv) {
     for (const Command& command : commands) {
       if (command.app->parsed()) return command.action();
     }
+  } catch (const comm::AbandonedRanks& e) {
+    // Rank threads still run (stuck outside a collective): end the process without waiting.
+    std::cerr << "loom: error: " << e.what() << std::endl;
+    std::cout.flush();
+    std::_Exit(1);
   } catch (const Error& e) {
     std::cerr << "loom: error: " << e.what() << std::endl;
     return 1;

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "loom/cli/command.h"
+#include "loom/ops/exit_status.h"
 #include "loom/train/pretrain.h"
 #include "loom/config/run_config.h"
 
@@ -20,7 +21,8 @@ void register_train(CLI::App& app, std::vector<Command>& commands) {
   commands.push_back({cmd, [args] {
                         config::RunConfig config = config::load_config(args->config, args->overrides);
                         train::TrainSummary s = train::pretrain(config, std::cout);
-                        if (!s.reporter) return 0;  // another process (MPI rank 0) reports
+                        if (!s.reporter) return ops::kExitFinished;  // another process (MPI rank 0) reports
+                        if (s.steps_run == 0) return ops::kExitFinished;  // already complete: restore() said so
                         std::cout << "trained steps " << s.first_step << ".." << s.last_step << ": loss "
                                   << s.first_loss << " -> " << s.last_loss;
                         if (s.first_val_loss && s.last_val_loss) {
@@ -29,7 +31,12 @@ void register_train(CLI::App& app, std::vector<Command>& commands) {
                         std::cout << "; " << static_cast<int64_t>(s.tokens_per_s) << " tokens/s, " << s.gflops_per_s
                                   << " GFLOP/s\n";
                         if (!s.checkpoint.empty()) std::cout << "checkpoint: " << s.checkpoint << "\n";
-                        return 0;
+                        if (s.stop_signal != 0) {
+                          std::cout << "interrupted at step " << s.last_step << " of " << config.train.steps
+                                    << "; continue with train.resume=true\n";
+                          return ops::exit_status_interrupted(s.stop_signal);
+                        }
+                        return ops::kExitFinished;
                       }});
 }
 

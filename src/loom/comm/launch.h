@@ -10,6 +10,7 @@
 
 #include "loom/comm/communicator.h"
 #include "loom/comm/link_model.h"
+#include "loom/core/error.h"
 
 namespace loom::comm {
 
@@ -22,6 +23,14 @@ struct LaunchOptions {
 
 // The backend `auto` resolves to in this environment.
 std::string detect_backend();
+
+// The threads backend's failure when some rank did not stop after another failed (it is stuck
+// outside a collective, where no timeout reaches it): those threads still run, so the process
+// must end at once (std::_Exit) after reporting it.
+class AbandonedRanks : public Error {
+ public:
+  using Error::Error;
+};
 
 // Runs `body(world)` on every rank and returns when all have finished. An exception on any rank
 // is rethrown here (threads: the first one; the other ranks' pending waits fail rather than hang).

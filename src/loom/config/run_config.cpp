@@ -269,6 +269,14 @@ Check<T> at_least(T low) {
   };
 }
 
+template <class T>
+Check<T> in_range(T low, T high, std::string why_high) {
+  return [low, high, why_high](const T& value) -> std::optional<std::string> {
+    if (value >= low && value <= high) return std::nullopt;
+    return "must be in [" + Value<T>::show(low) + ", " + Value<T>::show(high) + "]" + why_high;
+  };
+}
+
 Check<double> greater_than(double low) {
   return [low](const double& value) -> std::optional<std::string> {
     if (value > low) return std::nullopt;
@@ -403,11 +411,14 @@ const std::vector<SectionSchema>& schema() {
               {
                   field("dir", &RunSection::dir),
                   field("name", &RunSection::name),
+                  field("overwrite", &RunSection::overwrite),
               }),
       section("runtime", &RunConfig::runtime,
               {
                   field("backend", &RuntimeConfig::backend, one_of({"threads", "mpi", "auto"})),
-                  field("ranks", &RuntimeConfig::ranks, at_least(1)),
+                  field("ranks", &RuntimeConfig::ranks,
+                        in_range(1, kMaxThreadRanks, " (ranks of the threads backend are threads of one process; "
+                                                     "more ranks run under mpirun or srun)")),
                   field("timeout_s", &RuntimeConfig::timeout_s, greater_than(0)),
               }),
       section("parallel", &RunConfig::parallel,

@@ -75,7 +75,13 @@ struct CheckpointConfig {
 struct RunSection {
   std::string dir = "runs/default";
   std::string name = "loom";
+  // A fresh run (train.resume=false) into a run directory that holds another run's checkpoints
+  // or metrics is refused unless this is set; then those are removed first.
+  bool overwrite = false;
 };
+
+// The most ranks the threads backend starts in one process.
+inline constexpr int kMaxThreadRanks = 1024;
 
 struct LogConfig {
   int interval = 1;        // console line every N steps

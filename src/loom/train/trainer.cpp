@@ -22,7 +22,9 @@
 #include "loom/parallel/data/data_parallel_step.h"
 #include "loom/parallel/pipeline/pipeline_partition.h"
 #include "loom/parallel/pipeline/pipeline_step.h"
+#include "loom/train/config_changes.h"
 #include "loom/train/precision_step.h"
+#include "loom/train/run_directory.h"
 #include "loom/train/sharded_training_state.h"
 #include "loom/train/world_agreements.h"
 
@@ -74,6 +76,7 @@ struct Trainer::State {
   std::unique_ptr<parallel::DataParallelStep> optimizer;
   std::optional<parallel::PipelineStep> pipeline;
   std::unique_ptr<PrecisionStep> precision;
+  std::unique_ptr<RunDirectory> run_directory;  // rank 0: the run directory's lock and checks
   TrainingProgress progress;
   TokenBatch batch;
   ckpt::AsyncCheckpointWriter async_writer;
@@ -157,11 +160,13 @@ Trainer::Trainer(const config::RunConfig& config, comm::Communicator& world, con
   openblas_set_num_threads(threads);
   auto tokenizer = data::make_tokenizer(config.data.tokenizer);
   s.run.model = resolve_model_config(config.model, *tokenizer);
+  if (reporter()) s.run_directory = std::make_unique<RunDirectory>(s.run);
   s.local_batch = s.run.train.global_batch / s.mesh.layout().shape.dp;
   s.micro_batches = s.local_batch / s.run.train.micro_batch;
   s.batch.resize(s.local_batch, s.run.data.seq_len);
   s.plan_pipeline();
   s.build_model();
+  if (s.run_directory) s.run_directory->check_free_space(checkpoint_bytes(s.run.model));
 }
 
 Trainer::~Trainer() = default;
@@ -177,6 +182,18 @@ std::string Trainer::peak_memory_report() const { return state_->optimizer->peak
 int64_t Trainer::skipped_steps() const { return state_->precision->skipped_steps(); }
 bool Trainer::loss_scaling() const { return state_->precision->loss_scaling(); }
 
+// A model change cannot resume; changed settings are listed (allowed, never silent).
+void Trainer::check_resumable(const ckpt::LoadedCheckpoint& checkpoint) {
+  if (checkpoint.config_yaml().empty()) return;  // written without a config (an import)
+  const ConfigChanges changes = compare_configs(checkpoint.config_yaml(), state_->run);
+  LOOM_CHECK(changes.model.empty(), "train.resume: " + checkpoint.path() +
+                                        " was trained with another model: " + describe_changes(changes.model) +
+                                        ". Restore those values to continue it, or start a new run in another run.dir");
+  if (!changes.settings.empty()) {
+    out() << "resume: settings changed since the checkpoint: " << describe_changes(changes.settings) << "\n";
+  }
+}
+
 void Trainer::restore() {
   State& s = *state_;
   if (!s.run.train.resume) return;
@@ -189,9 +206,18 @@ void Trainer::restore() {
   // Full moments read from the checkpoint; each rank keeps its shards.
   std::vector<float> exp_avg(s.model->params().total(), 0.0f), exp_avg_sq(exp_avg.size(), 0.0f);
   s.progress = load_training_checkpoint(checkpoint, *s.model, exp_avg.data(), exp_avg_sq.data());
+  check_resumable(checkpoint);  // after the shapes: a shape mismatch names its tensor
   s.precision->restore(s.progress.precision);
   s.optimizer->load_moments(exp_avg.data(), exp_avg_sq.data());
   out() << "resumed from " << checkpoint.path() << " at step " << s.progress.step << "\n";
+  LOOM_CHECK(s.progress.step <= s.run.train.steps,
+             "train.steps = " + std::to_string(s.run.train.steps) + " is behind the checkpoint " + checkpoint.path() +
+                 " at step " + std::to_string(s.progress.step) + ": set train.steps above " +
+                 std::to_string(s.progress.step) + " to train on, or start a new run in another run.dir");
+  if (s.progress.step == s.run.train.steps) {
+    out() << "the run is already complete: the checkpoint is at step " << s.progress.step
+          << " = train.steps; nothing to train (raise train.steps to continue)\n";
+  }
 }
 
 void Trainer::describe() {
@@ -220,7 +246,7 @@ void Trainer::describe() {
   }
 }
 
-StepResult Trainer::step(bool stop_requested) {
+StepResult Trainer::step(int stop_signal) {
   State& s = *state_;
   const auto start = Clock::now();
   StepResult result;
@@ -242,9 +268,9 @@ StepResult Trainer::step(bool stop_requested) {
   // The tensor-parallel ranks of a replica share its loss (computed on the last pipeline
   // stage): one of them contributes it.
   const bool contributes = s.mesh.tp_rank() == 0 && s.mesh.pp_rank() == s.mesh.layout().shape.pp - 1;
-  const LossAndStop agreed = agree_loss_and_stop(s.world, contributes, local_loss_sum, stop_requested);
+  const LossAndStop agreed = agree_loss_and_stop(s.world, contributes, local_loss_sum, stop_signal);
   result.loss = agreed.loss_sum / static_cast<double>(result.trained_tokens);
-  result.stop_requested = agreed.stop;
+  result.stop_signal = agreed.stop_signal;
   result.lr = optim::learning_rate(s.run.optim, result.step, s.run.train.steps);
   s.heartbeat.phase("optimizer", result.step);
   const PrecisionStepResult stepped = s.precision->step(result.lr, result.step);  // optimizer step unless skipped

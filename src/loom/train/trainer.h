@@ -34,7 +34,7 @@ struct StepResult {
   double seconds = 0.0;
   bool skipped = false;       // Inf/NaN in the gradients: nothing was updated
   float loss_scale = 1.0f, next_loss_scale = 1.0f;
-  bool stop_requested = false;  // some rank was asked to stop: every rank stops after this step
+  int stop_signal = 0;  // some rank was asked to stop (SIGINT/SIGTERM): every rank stops after this step
 };
 
 class Trainer {
@@ -53,9 +53,9 @@ class Trainer {
   // The start-up report: model size, layout, memory, precision (rank 0).
   void describe();
 
-  // One optimizer step over the next global batch (collective). `stop_requested`: this rank was
-  // asked to stop; the result says whether any was.
-  StepResult step(bool stop_requested);
+  // One optimizer step over the next global batch (collective). `stop_signal`: the signal this
+  // rank was asked to stop by (0: none); the result says whether any rank was.
+  StepResult step(int stop_signal);
   // Mean token loss over the validation set's first train.eval_batches micro-batches, on rank 0
   // (nullopt elsewhere, and when there is no validation source). Collective.
   std::optional<double> evaluate();
@@ -79,6 +79,8 @@ class Trainer {
   bool loss_scaling() const;
 
  private:
+  void check_resumable(const ckpt::LoadedCheckpoint& checkpoint);
+
   struct State;
   std::unique_ptr<State> state_;
   const BatchSource* validation_;

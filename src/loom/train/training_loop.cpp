@@ -12,14 +12,22 @@ namespace loom::train {
 
 namespace {
 
-std::atomic<bool> g_stop_requested{false};
-extern "C" void request_stop(int) { g_stop_requested.store(true); }
+std::atomic<int> g_stop_signal{0};  // the signal that asked this process to stop, 0 if none
+// The first SIGINT/SIGTERM stops after the current step with a checkpoint; a second one ends the
+// process at once (a rank may be stuck where the step never ends).
+extern "C" void request_stop(int signal_number) {
+  if (g_stop_signal.exchange(signal_number) != 0) {
+    static const char message[] = "\nloom: second signal: exiting now, without a checkpoint\n";
+    [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, message, sizeof(message) - 1);
+    ::_exit(128 + signal_number);
+  }
+}
 
 // Installs SIGINT/SIGTERM handlers for the duration of training, restoring the old ones after.
 class StopSignals {
  public:
   StopSignals() {
-    g_stop_requested.store(false);
+    g_stop_signal.store(0);
     previous_int_ = std::signal(SIGINT, request_stop);
     previous_term_ = std::signal(SIGTERM, request_stop);
   }
@@ -101,7 +109,7 @@ TrainSummary run_training(Trainer& trainer) {
   int64_t timed_tokens = 0;
   int steps_this_run = 0;
   while (trainer.progress().step < run.train.steps) {
-    const StepResult r = trainer.step(g_stop_requested.load());
+    const StepResult r = trainer.step(g_stop_signal.load());
     ++steps_this_run;
     if (steps_this_run > 1) {  // the first step pays for allocations
       timed_seconds += r.seconds;
@@ -111,14 +119,17 @@ TrainSummary run_training(Trainer& trainer) {
     summary.last_loss = r.loss;
     summary.last_step = static_cast<int>(r.step);
     const bool last = r.step == run.train.steps;
-    const bool stop = r.stop_requested || (run.train.exit_interval > 0 && steps_this_run >= run.train.exit_interval);
+    const bool stop = r.stop_signal != 0 || (run.train.exit_interval > 0 && steps_this_run >= run.train.exit_interval);
     std::optional<double> val_loss;
     if (evaluating && (r.step % run.train.eval_interval == 0 || last)) val_loss = trainer.evaluate();
     if (steps_this_run == 1) trainer.out() << trainer.peak_memory_report() << "\n";
     reporter.step(r, val_loss, summary);
     const bool interval_due = run.checkpoint.interval > 0 && r.step % run.checkpoint.interval == 0;
     if (interval_due || last || stop) summary.checkpoint = trainer.save();
+    summary.steps_run = steps_this_run;
     if (stop && !last) {
+      summary.stopped_early = true;
+      summary.stop_signal = r.stop_signal;
       reporter.message("stopping after step " + std::to_string(r.step) + "; resume with train.resume=true");
       break;
     }

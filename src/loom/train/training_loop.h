@@ -14,6 +14,9 @@ struct TrainSummary {
   bool reporter = true;  // this process hosts rank 0 (the one that prints and writes files)
   int first_step = 0;    // the first step this invocation ran
   int last_step = 0;     // the last step completed
+  int steps_run = 0;     // steps this invocation ran (0: the run was already complete)
+  bool stopped_early = false;  // stopped before train.steps (a signal, train.exit_interval)
+  int stop_signal = 0;         // the signal (SIGINT, SIGTERM) that stopped it, 0 if none
   double first_loss = 0.0, last_loss = 0.0;
   std::optional<double> first_val_loss, last_val_loss;
   double tokens_per_s = 0.0;  // mean over steps after the first

@@ -1,5 +1,6 @@
 #include "loom/train/world_agreements.h"
 
+#include <csignal>
 #include <string>
 
 #include "loom/core/error.h"
@@ -23,11 +24,13 @@ int64_t agree_token_count(comm::Communicator& dp, int64_t local_tokens) {
   return total;
 }
 
-LossAndStop agree_loss_and_stop(comm::Communicator& world, bool contribute, double local_loss_sum, bool stop) {
-  if (world.size() == 1) return {local_loss_sum, stop};
-  float shared[2] = {contribute ? static_cast<float>(local_loss_sum) : 0.0f, stop ? 1.0f : 0.0f};
-  world.all_reduce(shared, 2, DType::F32, comm::ReduceOp::Sum);
-  return {shared[0], shared[1] > 0.0f};
+LossAndStop agree_loss_and_stop(comm::Communicator& world, bool contribute, double local_loss_sum, int stop_signal) {
+  if (world.size() == 1) return {local_loss_sum, stop_signal};
+  // Counts of ranks asked to stop by SIGTERM and by SIGINT (small integers: exact in f32).
+  float shared[3] = {contribute ? static_cast<float>(local_loss_sum) : 0.0f, stop_signal == SIGTERM ? 1.0f : 0.0f,
+                     stop_signal != 0 && stop_signal != SIGTERM ? 1.0f : 0.0f};
+  world.all_reduce(shared, 3, DType::F32, comm::ReduceOp::Sum);
+  return {shared[0], shared[1] > 0.0f ? SIGTERM : shared[2] > 0.0f ? SIGINT : 0};
 }
 
 int64_t agree_save_token(comm::Communicator& world, int64_t token_on_rank0) {

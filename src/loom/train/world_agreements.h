@@ -14,12 +14,13 @@ int64_t agree_token_count(comm::Communicator& dp, int64_t local_tokens);
 
 struct LossAndStop {
   double loss_sum = 0.0;  // the step's summed token loss over the whole global batch
-  bool stop = false;      // any rank was asked to stop (SIGINT/SIGTERM)
+  int stop_signal = 0;    // SIGTERM if any rank got one, else SIGINT if any did, else 0
 };
 // Sums the loss of the ranks that `contribute` (one per replica: the last pipeline stage's first
-// tensor-parallel rank) and ORs the stop requests, in one all-reduce over `world`, so every rank
-// stops after the same step.
-LossAndStop agree_loss_and_stop(comm::Communicator& world, bool contribute, double local_loss_sum, bool stop);
+// tensor-parallel rank) and agrees on the stop requests (`stop_signal`: the signal this rank was
+// asked to stop by, 0 if none), in one all-reduce over `world`, so every rank stops after the
+// same step and reports the same signal.
+LossAndStop agree_loss_and_stop(comm::Communicator& world, bool contribute, double local_loss_sum, int stop_signal);
 
 // The token that names a save (rank 0's process id): every rank's part of the checkpoint carries
 // it, so rank 0 never merges a part left by another attempt.

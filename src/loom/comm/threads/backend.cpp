@@ -466,6 +466,61 @@ class ThreadsCommunicator final : public Communicator {
 }  // namespace
 }  // namespace threads
 
+namespace {
+
+// Which rank threads have returned, for a launcher that must not wait forever for a rank stuck
+// outside a collective once another has failed.
+struct RankExits {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<bool> exited;
+  int count = 0;
+};
+
+// After a rank failed, how long the others get to notice (their collectives fail at once; a rank
+// computing reaches its next one) before they are abandoned.
+std::chrono::milliseconds abandon_grace(const CommOptions& options) {
+  return std::min<std::chrono::milliseconds>(options.timeout, std::chrono::seconds(2));
+}
+
+// Joins every rank; when one has failed and another has not returned within `grace` after that,
+// the ones still running are abandoned (detached) and AbandonedRanks names them with the failure.
+void wait_for_ranks(std::vector<std::thread>& ranks, threads::World& world, RankExits& exits,
+                    std::chrono::milliseconds grace) {
+  const int total = static_cast<int>(ranks.size());
+  bool abandon = false;
+  {
+    std::unique_lock<std::mutex> lock(exits.mutex);
+    while (exits.count < total) {
+      if (world.aborted()) {
+        abandon = !exits.changed.wait_for(lock, grace, [&] { return exits.count == total; });
+        break;
+      }
+      exits.changed.wait_for(lock, std::chrono::milliseconds(50));
+    }
+  }
+  if (!abandon) {
+    for (auto& t : ranks) t.join();
+    if (auto error = world.first_error()) std::rethrow_exception(error);
+    return;
+  }
+  std::string stuck;
+  {
+    std::lock_guard<std::mutex> lock(exits.mutex);
+    for (int r = 0; r < total; ++r) {
+      if (exits.exited[static_cast<size_t>(r)]) continue;
+      stuck += (stuck.empty() ? "" : ", ") + std::to_string(r);
+    }
+  }
+  for (auto& t : ranks) t.detach();  // the finished ones are done; the others cannot be stopped
+  const std::string failure = describe_exception(world.first_error());
+  throw AbandonedRanks(failure + "\n(rank(s) " + stuck + " did not stop within " +
+                       std::to_string(grace.count() / 1000.0).substr(0, 4) +
+                       " s of that failure: busy or stuck outside a collective; the job ends without them)");
+}
+
+}  // namespace
+
 void run_threads(const LaunchOptions& options, const std::function<void(Communicator& world)>& body) {
   LOOM_CHECK(options.ranks >= 1,
         "runtime.ranks must be at least 1 for the threads backend (got " + std::to_string(options.ranks) + ")");
@@ -475,22 +530,30 @@ void run_threads(const LaunchOptions& options, const std::function<void(Communic
   std::vector<int> members(options.ranks);
   std::iota(members.begin(), members.end(), 0);
   auto group = threads::Group::create(world, "world", members);
+  // Owned by the threads too: an abandoned rank may outlive this call.
+  auto job = std::make_shared<const std::function<void(Communicator&)>>(body);
+  auto exits = std::make_shared<RankExits>();
+  exits->exited.assign(static_cast<size_t>(options.ranks), false);
 
   std::vector<std::thread> ranks;
   ranks.reserve(options.ranks);
   try {
     for (int r = 0; r < options.ranks; ++r) {
-      ranks.emplace_back([&world, &group, &body, r] {
+      ranks.emplace_back([world, group, job, exits, r] {
         try {
           threads::ThreadsCommunicator comm(group, r);
           try {
-            body(comm);
+            (*job)(comm);
           } catch (...) {
             world->fail(r, std::current_exception());  // before `comm` drains: its queued ops then fail fast
           }
         } catch (...) {
           world->fail(r, std::current_exception());
         }
+        std::lock_guard<std::mutex> lock(exits->mutex);
+        exits->exited[static_cast<size_t>(r)] = true;
+        ++exits->count;
+        exits->changed.notify_all();
       });
     }
   } catch (...) {  // could not start a thread: stop the ones running
@@ -498,8 +561,7 @@ void run_threads(const LaunchOptions& options, const std::function<void(Communic
     for (auto& t : ranks) t.join();
     throw;
   }
-  for (auto& t : ranks) t.join();
-  if (auto error = world->first_error()) std::rethrow_exception(error);
+  wait_for_ranks(ranks, *world, *exits, abandon_grace(options.comm));
 }
 
 }  // namespace loom::comm
