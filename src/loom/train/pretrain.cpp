@@ -154,7 +154,9 @@ TrainSummary train_rank(const config::RunConfig& config, comm::Communicator& wor
   model::Transformer model(run.model, model::TensorParallel(&mesh.tp(), run.parallel.sequence_parallel),
                            model::PrecisionPolicy::from_config(run.precision), chunks);
   model.initialize(run.train.seed);
-  parallel::DataParallelStep optimizer(mesh.dp(), model, run, pp > 1 ? &mesh.pp() : nullptr);
+  parallel::DataParallelStep optimizer(
+      mesh.dp(), model, run, pp > 1 ? &mesh.pp() : nullptr,
+      schedule ? parallel::pipeline_sync_options(model, *schedule, mesh.embedding()) : parallel::PipelineSyncOptions{});
   std::optional<parallel::PipelineStep> pipeline;
   if (schedule) pipeline.emplace(mesh.pp(), model, *schedule, optimizer, mesh.embedding());
   // Loss scaling, Inf/NaN skips, FP8 amaxes (agreed among the ranks holding the same layers).
