@@ -72,40 +72,14 @@ Zero3::Zero3(comm::Communicator& dp, float* values, float* grads, std::vector<Pa
   pieces_.resize(U);
   int64_t state = 0, grad = 0, max_padded = 0, max_shard = 0;
   for (int s = 0; s < U; ++s) {
-    std::vector<int> ids;
-    for (size_t id = 0; id < params_.size(); ++id) {
-      if (section_of[id] == s) ids.push_back(static_cast<int>(id));
-    }
-    std::sort(ids.begin(), ids.end(), [&](int a, int b) { return params_[a].offset < params_[b].offset; });
     Section& sec = sections_[s];
-    if (!ids.empty()) {
-      sec.begin = params_[ids.front()].offset;
-      int64_t end = sec.begin;
-      for (int id : ids) {
-        LOOM_CHECK(params_[id].offset == end, who + ": the parameters of unit " + std::to_string(s) +
-                                             " are not one contiguous range of the flat buffer (parameter " +
-                                             std::to_string(id) + ")");
-        end += params_[id].numel;
-      }
-      sec.numel = end - sec.begin;
-    }
-    sec.shard_numel = (sec.numel + ranks - 1) / ranks;
-    for (int r = 0; r < ranks; ++r) {
-      const int64_t b = std::min(sec.numel, r * sec.shard_numel), e = std::min(sec.numel, (r + 1) * sec.shard_numel);
-      sec.counts.push_back(e - b);
-      if (r == rank_) sec.mine = {sec.begin + b, sec.begin + e};
-    }
+    lay_out_section(s, section_of, who);
     sec.state_offset = state;
     sec.grad_offset = grad;
     state += sec.mine.size();
     grad += sec.shard_numel;
     max_padded = std::max(max_padded, sec.shard_numel * ranks);
     max_shard = std::max(max_shard, sec.shard_numel);
-    for (const optim::Segment& seg : segments_) {
-      const int64_t b = std::max(sec.mine.begin, seg.offset), e = std::min(sec.mine.end, seg.offset + seg.numel);
-      if (e > b) pieces_[s].push_back({b - sec.mine.begin, e - b, seg.weight_decay});
-    }
-    std::sort(pieces_[s].begin(), pieces_[s].end(), [](const Piece& x, const Piece& y) { return x.local < y.local; });
   }
   for (int u = 0; u < U; ++u) {
     for (int id : unit_params[u]) unit_sections_[u].push_back(section_of[id]);
@@ -130,6 +104,40 @@ Zero3::Zero3(comm::Communicator& dp, float* values, float* grads, std::vector<Pa
   load_from_full();
   // The gradient buffer is address space only from now on.
   for (const Section& sec : sections_) release_pages(grads_, sec.begin, sec.numel);
+}
+
+// Section s: the contiguous flat range of the parameters in it, split into dp shards, and the
+// pieces of this rank's shard by weight-decay segment.
+void Zero3::lay_out_section(int s, const std::vector<int>& section_of, const std::string& who) {
+  const int ranks = dp_.size();
+  Section& sec = sections_[s];
+    std::vector<int> ids;
+    for (size_t id = 0; id < params_.size(); ++id) {
+      if (section_of[id] == s) ids.push_back(static_cast<int>(id));
+    }
+    std::sort(ids.begin(), ids.end(), [&](int a, int b) { return params_[a].offset < params_[b].offset; });
+    if (!ids.empty()) {
+      sec.begin = params_[ids.front()].offset;
+      int64_t end = sec.begin;
+      for (int id : ids) {
+        LOOM_CHECK(params_[id].offset == end, who + ": the parameters of unit " + std::to_string(s) +
+                                             " are not one contiguous range of the flat buffer (parameter " +
+                                             std::to_string(id) + ")");
+        end += params_[id].numel;
+      }
+      sec.numel = end - sec.begin;
+    }
+    sec.shard_numel = (sec.numel + ranks - 1) / ranks;
+    for (int r = 0; r < ranks; ++r) {
+      const int64_t b = std::min(sec.numel, r * sec.shard_numel), e = std::min(sec.numel, (r + 1) * sec.shard_numel);
+      sec.counts.push_back(e - b);
+      if (r == rank_) sec.mine = {sec.begin + b, sec.begin + e};
+    }
+    for (const optim::Segment& seg : segments_) {
+      const int64_t b = std::max(sec.mine.begin, seg.offset), e = std::min(sec.mine.end, seg.offset + seg.numel);
+      if (e > b) pieces_[s].push_back({b - sec.mine.begin, e - b, seg.weight_decay});
+    }
+    std::sort(pieces_[s].begin(), pieces_[s].end(), [](const Piece& x, const Piece& y) { return x.local < y.local; });
 }
 
 Zero3::~Zero3() { wait_all_quietly(); }
