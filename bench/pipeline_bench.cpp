@@ -72,7 +72,8 @@ Result run(const parallel::PipelineSchedule& schedule, int64_t batch, int64_t se
     model.initialize(1);
     config::RunConfig run_config;
     run_config.model = config;
-    parallel::DataParallelStep optimizer(mesh.dp(), model, run_config, p > 1 ? &mesh.pp() : nullptr);
+    parallel::DataParallelStep optimizer(mesh.dp(), model, run_config, p > 1 ? &mesh.pp() : nullptr,
+                                         parallel::pipeline_sync_options(model, schedule, mesh.embedding()));
     parallel::PipelineStep pipeline(mesh.pp(), model, schedule, optimizer, mesh.embedding());
     auto step = [&] {
       if (p > 1) {

@@ -72,7 +72,8 @@ TEST(PipelineStep, EveryScheduleGivesTheWholeModelsGradientsWithinItsActivationB
         model::Transformer stage(model_config(), {}, {}, parallel::stage_chunks(schedule, mesh.pp_rank(), bounds));
         stage.initialize(7);
         config::RunConfig config;
-        parallel::DataParallelStep dp(mesh.dp(), stage, config, &mesh.pp());
+        parallel::DataParallelStep dp(mesh.dp(), stage, config, &mesh.pp(),
+                                      parallel::pipeline_sync_options(stage, schedule, mesh.embedding()));
         parallel::PipelineStep pipeline(mesh.pp(), stage, schedule, dp, mesh.embedding());
         const double loss = pipeline.run(tokens.inputs.data(), tokens.targets.data(), kBatch, kSeq, scale);
 

@@ -8,6 +8,8 @@ namespace loom::optim {
 
 namespace k = loom::kernels::cpu;
 
+AdamW::AdamW(const config::OptimConfig& config) : config_(config) {}
+
 AdamW::AdamW(const config::OptimConfig& config, int64_t total, std::vector<Segment> segments)
     : config_(config),
       total_(total),
@@ -26,14 +28,12 @@ k::AdamWStep adamw_hyper(const config::OptimConfig& config, double lr, int64_t s
           clip_factor};
 }
 
-float clip_factor(const config::OptimConfig& config, double global_norm) {
-  if (config.clip_grad > 0.0 && global_norm > config.clip_grad) {
-    return static_cast<float>(config.clip_grad / (global_norm + 1e-6));
-  }
-  return 1.0f;
-}
-
 double global_norm(const float* grads, int64_t n) { return std::sqrt(k::sum_of_squares(grads, n)); }
+
+void AdamW::update(const ShardPiece& piece, const StepParams& step) const {
+  k::adamw_update(piece.param, piece.grad, piece.state[0], piece.state[1], piece.numel,
+                  adamw_hyper(config_, step.lr, step.step, piece.weight_decay, step.clip_factor));
+}
 
 double AdamW::step(float* params, const float* grads, double lr, int64_t step) {
   const double norm = global_norm(grads, total_);
@@ -43,10 +43,11 @@ double AdamW::step(float* params, const float* grads, double lr, int64_t step) {
 
 void AdamW::step_with_norm(float* params, const float* grads, double lr, int64_t step, double global_norm) {
   // Clipping is fused into the update (one pass over the gradients fewer).
-  const float clip = clip_factor(config_, global_norm);
+  const StepParams at{lr, step, clip_factor(config_, global_norm)};
   for (const Segment& s : segments_) {
-    k::adamw_update(params + s.offset, grads + s.offset, exp_avg() + s.offset, exp_avg_sq() + s.offset, s.numel,
-                    adamw_hyper(config_, lr, step, s.weight_decay, clip));
+    update({params + s.offset, grads + s.offset, {exp_avg() + s.offset, exp_avg_sq() + s.offset}, s.numel,
+            s.weight_decay},
+           at);
   }
 }
 

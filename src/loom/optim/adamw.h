@@ -1,13 +1,17 @@
 #pragma once
-// AdamW over a flat parameter buffer: moments in fp32 laid out like the parameters, weight
-// decay only on the segments that ask for it (matrices, not norms or biases), global-norm
-// gradient clipping before the update.
+// AdamW: moments in fp32 laid out like the parameters, weight decay only on the pieces that ask
+// for it (matrices, not norms or biases), clipping fused into the update.
+//
+// As an Optimizer it updates the pieces the data-parallel stages hand it and owns nothing. The
+// flat form (constructed with a size and segments) owns moments for one whole buffer and steps
+// it segment by segment: the one-rank reference the tests and benchmarks compare against.
 #include <cstdint>
 #include <vector>
 
+#include "loom/config/run_config.h"
 #include "loom/core/tensor.h"
 #include "loom/kernels/cpu/adamw.h"
-#include "loom/config/run_config.h"
+#include "loom/optim/optimizer.h"
 
 namespace loom::optim {
 
@@ -16,13 +20,17 @@ struct Segment {
   bool weight_decay = true;
 };
 
-class AdamW {
+class AdamW final : public Optimizer {
  public:
+  explicit AdamW(const config::OptimConfig& config);
+  // The flat form: moments for `total` elements, updated where `segments` say.
   AdamW(const config::OptimConfig& config, int64_t total, std::vector<Segment> segments);
 
-  // Updates `params` with `grads` clipped to config.clip_grad by global norm (when > 0; the
-  // gradients themselves are left as they are). Returns the global norm before clipping.
-  // `step` is 1-based.
+  void update(const ShardPiece& piece, const StepParams& step) const override;
+
+  // Flat form. Updates `params` with `grads` clipped to config.clip_grad by global norm (when
+  // > 0; the gradients themselves are left as they are). Returns the global norm before
+  // clipping. `step` is 1-based.
   double step(float* params, const float* grads, double lr, int64_t step);
   // As step(), with the global norm computed by the caller (e.g. over tensor-parallel shards).
   void step_with_norm(float* params, const float* grads, double lr, int64_t step, double global_norm);
@@ -33,7 +41,7 @@ class AdamW {
 
  private:
   config::OptimConfig config_;
-  int64_t total_;
+  int64_t total_ = 0;
   std::vector<Segment> segments_;
   Tensor exp_avg_, exp_avg_sq_;
 };
@@ -42,10 +50,6 @@ class AdamW {
 // clip_factor scales the gradients first).
 kernels::cpu::AdamWStep adamw_hyper(const config::OptimConfig& config, double lr, int64_t step, bool weight_decay,
                                     float clip_factor);
-
-// The factor gradients are scaled by to clip them to config.clip_grad (1 when no clipping is due).
-// One rule for every optimizer, sharded or not, so every layout computes the same function.
-float clip_factor(const config::OptimConfig& config, double global_norm);
 
 // Global L2 norm of grads[0..n).
 double global_norm(const float* grads, int64_t n);

@@ -121,7 +121,9 @@ void Trainer::State::build_model() {
   model = std::make_unique<model::Transformer>(run.model, model::TensorParallel(&mesh.tp(), run.parallel.sequence_parallel),
                                                model::PrecisionPolicy::from_config(run.precision), chunks);
   model->initialize(run.train.seed);
-  optimizer = std::make_unique<parallel::DataParallelStep>(mesh.dp(), *model, run, pp > 1 ? &mesh.pp() : nullptr);
+  optimizer = std::make_unique<parallel::DataParallelStep>(
+      mesh.dp(), *model, run, pp > 1 ? &mesh.pp() : nullptr,
+      schedule ? parallel::pipeline_sync_options(*model, *schedule, mesh.embedding()) : parallel::PipelineSyncOptions{});
   if (schedule) pipeline.emplace(mesh.pp(), *model, *schedule, *optimizer, mesh.embedding());
   // Loss scaling, Inf/NaN skips, FP8 amaxes (agreed among the ranks holding the same layers).
   precision = std::make_unique<PrecisionStep>(run.precision, *model, *optimizer, world,

@@ -6,12 +6,10 @@
 
 #include "loom/comm/reduce.h"
 #include "loom/core/error.h"
-#include "loom/kernels/cpu/adamw.h"
+#include "loom/parallel/data/communication.h"
 #include "loom/parallel/data/global_norm.h"
 
 namespace loom::parallel {
-
-namespace k = loom::kernels::cpu;
 
 namespace {
 
@@ -28,6 +26,7 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& dp, BucketLayout 
       layout_(std::move(layout)),
       segments_(std::move(segments)),
       config_(config),
+      optimizer_(optim::make_optimizer(config)),
       params_(params),
       grads_(grads),
       options_(std::move(options)),
@@ -140,7 +139,7 @@ void DistributedOptimizer::launch(int bucket) {
   // In place, the received shard's padding must not land in the gradient buffer: staged too.
   const bool staged = accumulate || wire != DType::F32 || in_place_;
   void* recv = staged ? static_cast<void*>(send + b.padded_numel * element) : static_cast<void*>(reduced_shard(bucket));
-  in_flight_[bucket] = {dp_.reduce_scatter_async(send, recv, b.shard_numel, wire, options_.reduce_op), staged,
+  in_flight_[bucket] = {start_gradient_reduce_scatter(dp_, send, recv, b.shard_numel, wire, options_.reduce_op), staged,
                         accumulate};
   slot_bucket_[slot] = bucket;
 }
@@ -209,47 +208,52 @@ void DistributedOptimizer::finish_grads() {
   ++rounds_;
 }
 
-double DistributedOptimizer::global_sum_of_squares() {
-  double local = 0.0;
+void DistributedOptimizer::check_reduced() const {
+  LOOM_CHECK(rounds_ > 0, "DistributedOptimizer: step() needs the gradients reduced first: mark_ready each parameter "
+                     "(or not) and call finish_grads() before step()");
+}
+
+NormShare DistributedOptimizer::norm_share() {
+  check_reduced();
+  NormShare share{{}, &dp_};
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
-    local += sum_of_squares_excluding(reduced_shard(static_cast<int>(b)), layout_.buckets[b].shards[rank_],
-                                      options_.norm_excluded);
+    share.pieces.push_back({reduced_shard(static_cast<int>(b)), layout_.buckets[b].shards[rank_]});
   }
-  // Reduced in f32 (the reducible dtypes); its rounding moves the clip factor by ~1e-7 relative.
-  double total = sum_over_groups(local, dp_, options_.norm_groups);
-  return total;
+  return share;
 }
 
 comm::WorkHandle DistributedOptimizer::gather_parameters(int bucket) {
   const Bucket& b = layout_.buckets[bucket];
   if (options_.param_gather == DType::F32) {
-    return dp_.all_gather_v_async(master_.data<float>() + state_offset_[bucket], params_ + b.offset,
+    return start_shard_all_gather(dp_, master_.data<float>() + state_offset_[bucket], params_ + b.offset,
                                   gather_counts_[bucket], DType::F32);
   }
   // The owned shard travels rounded to the compute dtype.
   const size_t element = dtype_size(options_.param_gather);
   std::byte* send = gather_send_.data<std::byte>() + state_offset_[bucket] * element;
   comm::from_f32(send, master_.data<float>() + state_offset_[bucket], b.shards[rank_].size(), options_.param_gather);
-  return dp_.all_gather_v_async(send, gathered_.data<std::byte>() + b.offset * element, gather_counts_[bucket],
+  return start_shard_all_gather(dp_, send, gathered_.data<std::byte>() + b.offset * element, gather_counts_[bucket],
                                 options_.param_gather);
 }
 
 double DistributedOptimizer::step(double lr, int64_t step) {
-  LOOM_CHECK(rounds_ > 0, "DistributedOptimizer: step() needs the gradients reduced first: mark_ready each parameter "
-                     "(or not) and call finish_grads() before step()");
-  const double norm = std::sqrt(global_sum_of_squares());
-  // Same clipping rule as optim::AdamW, so both compute the same function.
-  const float clip_factor = optim::clip_factor(config_, norm);
+  const double norm = global_norm({norm_share()}, options_.norm_excluded, options_.norm_groups);
+  update(optim::StepParams{lr, step, optim::clip_factor(config_, norm)});
+  return norm;
+}
+
+void DistributedOptimizer::update(const optim::StepParams& at) {
+  check_reduced();
   float* master = master_.data<float>();
   float* m = exp_avg_.data<float>();
   float* v = exp_avg_sq_.data<float>();
   std::vector<comm::WorkHandle> gathers;
   gathers.reserve(layout_.buckets.size());
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
+    const float* grad = reduced_shard(static_cast<int>(b));
     for (const Piece& p : pieces_[b]) {
       const int64_t s = state_offset_[b] + p.local;
-      k::adamw_update(master + s, reduced_shard(static_cast<int>(b)) + p.local, m + s, v + s, p.numel,
-                      optim::adamw_hyper(config_, lr, step, p.weight_decay, clip_factor));
+      optimizer_->update({master + s, grad + p.local, {m + s, v + s}, p.numel, p.weight_decay}, at);
     }
     // Each bucket's gather starts as soon as it is updated, overlapping the next bucket's update.
     if (layout_.buckets[b].numel > 0) gathers.push_back(gather_parameters(static_cast<int>(b)));
@@ -259,7 +263,6 @@ double DistributedOptimizer::step(double lr, int64_t step) {
     comm::to_f32(params_, gathered_.data<std::byte>(), layout_.numel(), options_.param_gather);
   }
   rounds_ = 0;  // the next round's reduce-scatters overwrite the shards' gradients
-  return norm;
 }
 
 std::vector<OwnedShard> DistributedOptimizer::shards() {

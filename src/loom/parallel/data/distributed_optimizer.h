@@ -39,11 +39,14 @@
 //   [zero=1: zero the full gradient buffer]
 // Not thread-safe: call from the thread that runs backward.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "loom/comm/communicator.h"
 #include "loom/core/tensor.h"
 #include "loom/optim/adamw.h"
+#include "loom/optim/optimizer.h"
+#include "loom/parallel/data/global_norm.h"
 #include "loom/parallel/data/grad_buckets.h"
 #include "loom/config/run_config.h"
 
@@ -117,6 +120,11 @@ class DistributedOptimizer {
   // parameter buffer. `step` is 1-based. Returns the global gradient norm before clipping.
   // Needs at least one finished round since the last step.
   double step(double lr, int64_t step);
+  // step() in two halves, for callers that take the norm over several groups: this rank's
+  // reduced shards (for global_norm), and the update with the clip factor that norm gives plus
+  // the all-gather of the updated parameters.
+  NormShare norm_share();
+  void update(const optim::StepParams& step);
   // Instead of step() (mixed precision found Inf/NaN): drops this round's gradients, updating
   // nothing; the next round's reduce-scatters overwrite the shards.
   void skip_step() { rounds_ = 0; }
@@ -151,7 +159,7 @@ class DistributedOptimizer {
   void launch(int bucket);
   void complete(int bucket);
   void wait_all_quietly();
-  double global_sum_of_squares();
+  void check_reduced() const;
   // Seam for a bf16 compute copy: today the compute parameters are the fp32 flat buffer and the
   // master shard is gathered as it is; with bf16 weights, round the master shard into a bf16
   // send buffer here and gather that into the bf16 compute buffer (half the bytes on the wire).
@@ -161,6 +169,7 @@ class DistributedOptimizer {
   BucketLayout layout_;
   std::vector<optim::Segment> segments_;
   config::OptimConfig config_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
   float* params_;
   float* grads_;
   DistributedOptimizerOptions options_;

@@ -1,21 +1,23 @@
 #include "loom/parallel/data/global_norm.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "loom/kernels/cpu/adamw.h"
+#include "loom/parallel/data/communication.h"
 
 namespace loom::parallel {
 
-double sum_over_groups(double local, comm::Communicator& group, const std::vector<comm::Communicator*>& more) {
-  auto sum_over = [](comm::Communicator& g, double value) {
-    if (g.size() == 1) return value;
-    float v = static_cast<float>(value);
-    g.all_reduce(&v, 1, DType::F32, comm::ReduceOp::Sum);
-    return static_cast<double>(v);
-  };
-  double total = sum_over(group, local);
-  for (comm::Communicator* g : more) total = sum_over(*g, total);
-  return total;
+double global_norm(const std::vector<NormShare>& shares, const std::vector<FlatRange>& excluded,
+                   const std::vector<comm::Communicator*>& model_groups) {
+  double total = 0.0;
+  for (const NormShare& share : shares) {
+    double local = 0.0;
+    for (const NormPiece& p : share.pieces) local += sum_of_squares_excluding(p.data, p.range, excluded);
+    total += share.sharded_over != nullptr ? sum_over_group(*share.sharded_over, local) : local;
+  }
+  for (comm::Communicator* g : model_groups) total = sum_over_group(*g, total);
+  return std::sqrt(total);
 }
 
 double sum_of_squares_excluding(const float* data, FlatRange range, const std::vector<FlatRange>& excluded) {

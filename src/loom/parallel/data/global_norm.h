@@ -1,6 +1,10 @@
 #pragma once
-// The global gradient norm of sharded optimizers: each rank's sum of squares over what it owns,
-// summed over the groups that shard the parameters.
+// The global gradient norm, computed in one place for every ZeRO stage. Each stage supplies the
+// reduced gradients it holds, per parameter group: whole (ZeRO 0: every rank of the group holds
+// the same sums) or as this rank's shards (ZeRO 1-3). global_norm() takes their sums of squares
+// outside the excluded ranges, sums the sharded ones over their group's communicator, then sums
+// the total over the model-parallel groups (tensor, pipeline), whose ranks hold different
+// parameters. Sums travel in f32 (the reducible dtypes; see communication.h).
 #include <vector>
 
 #include "loom/comm/communicator.h"
@@ -8,12 +12,27 @@
 
 namespace loom::parallel {
 
-// Sums a per-rank value (e.g. a squared gradient norm) over `group` and then each of `more`.
-// Carried in f32 (the reducible dtypes): its rounding moves a clip factor by ~1e-7 relative.
-double sum_over_groups(double local, comm::Communicator& group, const std::vector<comm::Communicator*>& more);
+// Reduced gradients of flat elements [range.begin, range.end); `data` points at range.begin.
+struct NormPiece {
+  const float* data = nullptr;
+  FlatRange range;
+};
 
-// Sum of squares of flat elements [range.begin, range.end) outside `excluded` (sorted, disjoint
-// ranges: parameters another rank counts, e.g. copies held by every tensor-parallel rank).
+// One parameter group's share of the norm on this rank.
+struct NormShare {
+  std::vector<NormPiece> pieces;
+  // The group's communicator when the pieces are this rank's shards; null when they are whole
+  // (already the same on every rank of the group).
+  comm::Communicator* sharded_over = nullptr;
+};
+
+// sqrt of the sum of squares of every share (each element outside `excluded` counted once),
+// summed over `model_groups` in turn. `excluded`: sorted, disjoint flat ranges another rank of a
+// model-parallel group counts (e.g. copies every tensor-parallel rank holds).
+double global_norm(const std::vector<NormShare>& shares, const std::vector<FlatRange>& excluded,
+                   const std::vector<comm::Communicator*>& model_groups);
+
+// Sum of squares of flat elements [range.begin, range.end) outside `excluded` (sorted, disjoint).
 // `data` points at element range.begin.
 double sum_of_squares_excluding(const float* data, FlatRange range, const std::vector<FlatRange>& excluded);
 

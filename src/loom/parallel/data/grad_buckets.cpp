@@ -4,6 +4,7 @@
 
 #include "loom/comm/reduce.h"
 #include "loom/core/error.h"
+#include "loom/parallel/data/communication.h"
 
 namespace loom::parallel {
 
@@ -173,10 +174,10 @@ void GradReducer::launch(int bucket) {
   const Bucket& b = layout_.buckets[bucket];
   if (b.numel == 0) return;
   if (wire_ == DType::F32) {
-    work_[bucket] = dp_.all_reduce_async(grads_ + b.offset, b.numel, DType::F32, op_);
+    work_[bucket] = start_gradient_all_reduce(dp_, grads_ + b.offset, b.numel, DType::F32, op_);
   } else {
     comm::from_f32(staging_.data() + b.offset, grads_ + b.offset, b.numel, wire_);
-    work_[bucket] = dp_.all_reduce_async(staging_.data() + b.offset, b.numel, wire_, op_);
+    work_[bucket] = start_gradient_all_reduce(dp_, staging_.data() + b.offset, b.numel, wire_, op_);
   }
 }
 

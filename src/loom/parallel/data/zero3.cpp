@@ -13,12 +13,10 @@
 #include "loom/comm/reduce.h"
 #include "loom/parallel/data/release_pages.h"
 #include "loom/core/error.h"
-#include "loom/kernels/cpu/adamw.h"
+#include "loom/parallel/data/communication.h"
 #include "loom/parallel/data/global_norm.h"
 
 namespace loom::parallel {
-
-namespace k = loom::kernels::cpu;
 
 namespace {
 
@@ -44,6 +42,7 @@ Zero3::Zero3(comm::Communicator& dp, float* values, float* grads, std::vector<Pa
       params_(std::move(params)),
       segments_(std::move(segments)),
       config_(config),
+      optimizer_(optim::make_optimizer(config)),
       options_(std::move(options)),
       rank_(dp.rank()) {
   const std::string who = "Zero3 (group '" + dp.name() + "')";
@@ -73,40 +72,14 @@ Zero3::Zero3(comm::Communicator& dp, float* values, float* grads, std::vector<Pa
   pieces_.resize(U);
   int64_t state = 0, grad = 0, max_padded = 0, max_shard = 0;
   for (int s = 0; s < U; ++s) {
-    std::vector<int> ids;
-    for (size_t id = 0; id < params_.size(); ++id) {
-      if (section_of[id] == s) ids.push_back(static_cast<int>(id));
-    }
-    std::sort(ids.begin(), ids.end(), [&](int a, int b) { return params_[a].offset < params_[b].offset; });
     Section& sec = sections_[s];
-    if (!ids.empty()) {
-      sec.begin = params_[ids.front()].offset;
-      int64_t end = sec.begin;
-      for (int id : ids) {
-        LOOM_CHECK(params_[id].offset == end, who + ": the parameters of unit " + std::to_string(s) +
-                                             " are not one contiguous range of the flat buffer (parameter " +
-                                             std::to_string(id) + ")");
-        end += params_[id].numel;
-      }
-      sec.numel = end - sec.begin;
-    }
-    sec.shard_numel = (sec.numel + ranks - 1) / ranks;
-    for (int r = 0; r < ranks; ++r) {
-      const int64_t b = std::min(sec.numel, r * sec.shard_numel), e = std::min(sec.numel, (r + 1) * sec.shard_numel);
-      sec.counts.push_back(e - b);
-      if (r == rank_) sec.mine = {sec.begin + b, sec.begin + e};
-    }
+    lay_out_section(s, section_of, who);
     sec.state_offset = state;
     sec.grad_offset = grad;
     state += sec.mine.size();
     grad += sec.shard_numel;
     max_padded = std::max(max_padded, sec.shard_numel * ranks);
     max_shard = std::max(max_shard, sec.shard_numel);
-    for (const optim::Segment& seg : segments_) {
-      const int64_t b = std::max(sec.mine.begin, seg.offset), e = std::min(sec.mine.end, seg.offset + seg.numel);
-      if (e > b) pieces_[s].push_back({b - sec.mine.begin, e - b, seg.weight_decay});
-    }
-    std::sort(pieces_[s].begin(), pieces_[s].end(), [](const Piece& x, const Piece& y) { return x.local < y.local; });
   }
   for (int u = 0; u < U; ++u) {
     for (int id : unit_params[u]) unit_sections_[u].push_back(section_of[id]);
@@ -131,6 +104,40 @@ Zero3::Zero3(comm::Communicator& dp, float* values, float* grads, std::vector<Pa
   load_from_full();
   // The gradient buffer is address space only from now on.
   for (const Section& sec : sections_) release_pages(grads_, sec.begin, sec.numel);
+}
+
+// Section s: the contiguous flat range of the parameters in it, split into dp shards, and the
+// pieces of this rank's shard by weight-decay segment.
+void Zero3::lay_out_section(int s, const std::vector<int>& section_of, const std::string& who) {
+  const int ranks = dp_.size();
+  Section& sec = sections_[s];
+    std::vector<int> ids;
+    for (size_t id = 0; id < params_.size(); ++id) {
+      if (section_of[id] == s) ids.push_back(static_cast<int>(id));
+    }
+    std::sort(ids.begin(), ids.end(), [&](int a, int b) { return params_[a].offset < params_[b].offset; });
+    if (!ids.empty()) {
+      sec.begin = params_[ids.front()].offset;
+      int64_t end = sec.begin;
+      for (int id : ids) {
+        LOOM_CHECK(params_[id].offset == end, who + ": the parameters of unit " + std::to_string(s) +
+                                             " are not one contiguous range of the flat buffer (parameter " +
+                                             std::to_string(id) + ")");
+        end += params_[id].numel;
+      }
+      sec.numel = end - sec.begin;
+    }
+    sec.shard_numel = (sec.numel + ranks - 1) / ranks;
+    for (int r = 0; r < ranks; ++r) {
+      const int64_t b = std::min(sec.numel, r * sec.shard_numel), e = std::min(sec.numel, (r + 1) * sec.shard_numel);
+      sec.counts.push_back(e - b);
+      if (r == rank_) sec.mine = {sec.begin + b, sec.begin + e};
+    }
+    for (const optim::Segment& seg : segments_) {
+      const int64_t b = std::max(sec.mine.begin, seg.offset), e = std::min(sec.mine.end, seg.offset + seg.numel);
+      if (e > b) pieces_[s].push_back({b - sec.mine.begin, e - b, seg.weight_decay});
+    }
+    std::sort(pieces_[s].begin(), pieces_[s].end(), [](const Piece& x, const Piece& y) { return x.local < y.local; });
 }
 
 Zero3::~Zero3() { wait_all_quietly(); }
@@ -165,7 +172,7 @@ void Zero3::acquire_section(int s) {
   gathered_elements_ += sec.numel;
   note_residency();
   if (options_.param_gather == DType::F32) {
-    sec.gather = dp_.all_gather_v_async(shard_.data<float>() + sec.state_offset, values_ + sec.begin, sec.counts,
+    sec.gather = start_shard_all_gather(dp_, shard_.data<float>() + sec.state_offset, values_ + sec.begin, sec.counts,
                                         DType::F32);
     return;
   }
@@ -175,7 +182,7 @@ void Zero3::acquire_section(int s) {
   std::byte* send = gather_send_.data<std::byte>() + sec.state_offset * element;
   comm::from_f32(send, shard_.data<float>() + sec.state_offset, sec.mine.size(), options_.param_gather);
   sec.gathered_bits.resize(static_cast<size_t>(sec.numel) * element);
-  sec.gather = dp_.all_gather_v_async(send, sec.gathered_bits.data(), sec.counts, options_.param_gather);
+  sec.gather = start_shard_all_gather(dp_, send, sec.gathered_bits.data(), sec.counts, options_.param_gather);
 }
 
 void Zero3::finish_gather(Section& sec) {
@@ -274,7 +281,7 @@ void Zero3::launch_reduce_scatter(int s) {
   comm::from_f32(send, grads_ + sec.begin, sec.numel, options_.wire);  // a copy for f32, rounded for bf16
   // The padding adds nothing to any shard (zero bits are +0 in every wire dtype).
   std::memset(send + sec.numel * element, 0, static_cast<size_t>(padded - sec.numel) * element);
-  slot_work_[slot] = dp_.reduce_scatter_async(send, send + padded * element, sec.shard_numel, options_.wire,
+  slot_work_[slot] = start_gradient_reduce_scatter(dp_, send, send + padded * element, sec.shard_numel, options_.wire,
                                               options_.reduce_op);
   slot_section_[slot] = s;
   // The copy is in flight; the full gradient range is free at once.
@@ -330,34 +337,37 @@ double Zero3::hidden_fraction() const {
   return std::clamp(1.0 - blocked_s_ / window_s_, 0.0, 1.0);
 }
 
-double Zero3::step(double lr, int64_t step) {
+NormShare Zero3::norm_share() {
   LOOM_CHECK(!in_micro_batch_, "Zero3: step() inside a micro-batch; call end_micro_batch() first");
   LOOM_CHECK(rounds_ > 0, "Zero3: step() needs at least one micro-batch's gradients since the last step");
-  if (full_) release_full_parameters();  // the full copy would go stale
-  double local = 0.0;
+  NormShare share{{}, &dp_};
   const float* grads = grad_shards_.data<float>();
-  for (const Section& sec : sections_) {
-    local += sum_of_squares_excluding(grads + sec.grad_offset, sec.mine, options_.norm_excluded);
-  }
-  // Reduced in f32, as DistributedOptimizer does, so both stages clip alike.
-  double total = sum_over_groups(local, dp_, options_.norm_groups);
-  const double norm = std::sqrt(total);
-  // Same clipping rule as optim::AdamW, so every stage computes the same function.
-  const float clip_factor = optim::clip_factor(config_, norm);
+  for (const Section& sec : sections_) share.pieces.push_back({grads + sec.grad_offset, sec.mine});
+  return share;
+}
+
+double Zero3::step(double lr, int64_t step) {
+  const double norm = global_norm({norm_share()}, options_.norm_excluded, options_.norm_groups);
+  update(optim::StepParams{lr, step, optim::clip_factor(config_, norm)});
+  return norm;
+}
+
+void Zero3::update(const optim::StepParams& at) {
+  LOOM_CHECK(!in_micro_batch_ && rounds_ > 0, "Zero3: update() needs a finished micro-batch since the last step");
+  if (full_) release_full_parameters();  // the full copy would go stale
+  const float* grads = grad_shards_.data<float>();
   float* shard = shard_.data<float>();
   float* m = exp_avg_.data<float>();
   float* v = exp_avg_sq_.data<float>();
   for (size_t s = 0; s < sections_.size(); ++s) {
     const Section& sec = sections_[s];
     for (const Piece& p : pieces_[s]) {
-      const int64_t at = sec.state_offset + p.local;
-      k::adamw_update(shard + at, grads + sec.grad_offset + p.local, m + at, v + at, p.numel,
-                      optim::adamw_hyper(config_, lr, step, p.weight_decay, clip_factor));
+      const int64_t i = sec.state_offset + p.local;
+      optimizer_->update({shard + i, grads + sec.grad_offset + p.local, {m + i, v + i}, p.numel, p.weight_decay}, at);
     }
   }
   grad_shards_.zero();
   rounds_ = 0;
-  return norm;
 }
 
 void Zero3::gather_full_parameters() {
@@ -396,9 +406,9 @@ void Zero3::gather_moments(float* exp_avg, float* exp_avg_sq) {
   std::vector<comm::WorkHandle> work;
   for (const Section& sec : sections_) {
     if (sec.numel == 0) continue;
-    work.push_back(dp_.all_gather_v_async(exp_avg_.data<float>() + sec.state_offset, exp_avg + sec.begin, sec.counts,
+    work.push_back(start_shard_all_gather(dp_, exp_avg_.data<float>() + sec.state_offset, exp_avg + sec.begin, sec.counts,
                                           DType::F32));
-    work.push_back(dp_.all_gather_v_async(exp_avg_sq_.data<float>() + sec.state_offset, exp_avg_sq + sec.begin,
+    work.push_back(start_shard_all_gather(dp_, exp_avg_sq_.data<float>() + sec.state_offset, exp_avg_sq + sec.begin,
                                           sec.counts, DType::F32));
   }
   for (comm::WorkHandle& w : work) w->wait();

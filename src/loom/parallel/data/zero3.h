@@ -45,6 +45,7 @@
 // written into the full buffer (initialisation, checkpoint load). Not thread-safe.
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,8 @@
 #include "loom/core/tensor.h"
 #include "loom/model/parameter_hooks.h"
 #include "loom/optim/adamw.h"
+#include "loom/optim/optimizer.h"
+#include "loom/parallel/data/global_norm.h"
 #include "loom/parallel/data/grad_buckets.h"
 #include "loom/config/run_config.h"
 
@@ -114,6 +117,10 @@ class Zero3 : public model::ParameterHooks {
   // Global norm, clipping (config.clip_grad), AdamW on the owned shards; returns the norm
   // before clipping. Needs at least one micro-batch since the last step.
   double step(double lr, int64_t step);
+  // step() in two halves (as DistributedOptimizer's): this rank's reduced shards for
+  // global_norm, and the update with the clip factor that norm gives.
+  NormShare norm_share();
+  void update(const optim::StepParams& step);
   // This rank's reduced gradient shards (padding included, zero) after end_micro_batch(): what
   // step() reads, for mixed precision's unscale / non-finite check.
   float* reduced_gradients() { return grad_shards_.data<float>(); }
@@ -175,6 +182,7 @@ class Zero3 : public model::ParameterHooks {
 
   int phase_unit(int phase) const { return phase < units() ? phase : 2 * units() - 1 - phase; }
   int units() const { return static_cast<int>(unit_sections_.size()); }
+  void lay_out_section(int s, const std::vector<int>& section_of, const std::string& who);
   void begin_phase(int phase);
   void end_phase(int phase);
   void acquire(int phase);
@@ -193,6 +201,7 @@ class Zero3 : public model::ParameterHooks {
   std::vector<ParamRange> params_;
   std::vector<optim::Segment> segments_;
   config::OptimConfig config_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
   Zero3Options options_;
   int rank_;
 

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "loom/core/error.h"
+#include "loom/parallel/pipeline/communication.h"
 
 namespace loom::parallel {
 
@@ -22,20 +23,34 @@ std::vector<model::LayerRange> stage_chunks(const parallel::PipelineSchedule& sc
   return chunks;
 }
 
+PipelineSyncOptions pipeline_sync_options(const model::Transformer& model, const parallel::PipelineSchedule& schedule,
+                                          comm::Communicator* embedding) {
+  PipelineSyncOptions options;
+  if (model.tied_head_copy() >= 0) {
+    options.tied_param = model.tied_head_copy();
+  } else if (model.holds_embedding() && model.config().tied_embeddings && schedule.stages > 1) {
+    options.tied_param = model.params().find("model.embed_tokens.weight");
+  }
+  if (options.tied_param >= 0) options.tied_group = embedding;
+  options.reduce_once_per_step = schedule.virtual_stages > 1;
+  return options;
+}
+
 PipelineStep::PipelineStep(comm::Communicator& pp, model::Transformer& model, parallel::PipelineSchedule schedule,
-                           DataParallelStep& dp, comm::Communicator* embedding)
+                           GradientSync& dp, comm::Communicator* embedding)
     : pp_(pp), model_(model), dp_(dp), schedule_(std::move(schedule)), rank_(pp.rank()) {
   LOOM_CHECK(schedule_.stages == pp.size(), "pipeline schedule for " + std::to_string(schedule_.stages) +
                                            " stages on a pipeline group of " + std::to_string(pp.size()) + " ranks");
   LOOM_CHECK(static_cast<int>(model.chunks().size()) == schedule_.virtual_stages,
         "pipeline rank " + std::to_string(rank_) + " holds " + std::to_string(model.chunks().size()) +
             " model chunks but the schedule runs " + std::to_string(schedule_.virtual_stages) + " per rank");
-  if (model.tied_head_copy() >= 0) {
-    dp.set_tied_embedding(embedding, model.tied_head_copy());
-  } else if (model.holds_embedding() && model.config().tied_embeddings && schedule_.stages > 1) {
-    dp.set_tied_embedding(embedding, model.params().find("model.embed_tokens.weight"));
-  }
-  if (schedule_.virtual_stages > 1) dp.reduce_once_per_step();
+  const PipelineSyncOptions expected = pipeline_sync_options(model, schedule_, embedding);
+  const PipelineSyncOptions& given = dp.pipeline_options();
+  LOOM_CHECK(given.tied_param == expected.tied_param && given.tied_group == expected.tied_group &&
+                 given.reduce_once_per_step == expected.reduce_once_per_step,
+             "pipeline rank " + std::to_string(rank_) +
+                 ": the gradient synchronisation was not built for this stage; pass "
+                 "pipeline_sync_options(model, schedule, embedding) when making it");
 }
 
 PipelineStep::~PipelineStep() {
@@ -90,17 +105,17 @@ void PipelineStep::recycle(bool wait) {
 
 void PipelineStep::receive(float* buffer, int64_t count, const parallel::PipelineMessage& message) {
   const Clock::time_point start = Clock::now();
-  pp_.recv_async(buffer, count, DType::F32, message.peer, message.tag)->wait();
+  receive_activations(pp_, buffer, count, message);
   stats_.wait_seconds += seconds_since(start);
 }
 
 comm::WorkHandle PipelineStep::send(const float* buffer, int64_t count, const parallel::PipelineMessage& message) {
-  return pp_.send_async(buffer, count, DType::F32, message.peer, message.tag);
+  return start_send_activations(pp_, buffer, count, message);
 }
 
 double PipelineStep::run(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
                          float grad_scale) {
-  DataParallelStep& dp = dp_;
+  GradientSync& dp = dp_;
   const parallel::PipelineSchedule& s = schedule_;
   const int64_t rows = batch * seq, count = model_.stage_rows(rows) * model_.config().d_model;
   stats_ = {};
@@ -210,10 +225,8 @@ double PipelineStep::forward_loss(const int32_t* inputs, const int32_t* targets,
     for (comm::WorkHandle& send : f.sends) send->wait();
     f.sends.clear();
   }
-  // The last stage has the loss; every rank of the pipeline gets it (a double's 8 bytes, as is).
-  double shared = loss_sum;
-  pp_.broadcast(&shared, 1, DType::I64, s.rank_of(s.total_stages() - 1));
-  return shared;
+  // The last stage has the loss; every rank of the pipeline gets it.
+  return share_loss(pp_, loss_sum, s.rank_of(s.total_stages() - 1));
 }
 
 }  // namespace loom::parallel

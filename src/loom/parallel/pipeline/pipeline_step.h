@@ -17,7 +17,7 @@
 #include "loom/comm/communicator.h"
 #include "loom/model/transformer.h"
 #include "loom/parallel/pipeline/pipeline_schedule.h"
-#include "loom/parallel/data/data_parallel_step.h"
+#include "loom/parallel/data/gradient_sync.h"
 
 namespace loom::parallel {
 
@@ -34,14 +34,19 @@ struct PipelineStats {
 std::vector<model::LayerRange> stage_chunks(const parallel::PipelineSchedule& schedule, int rank,
                                             const std::vector<int>& bounds);
 
+// What the gradient synchronisation of `model`'s stage must be built with (GradientSyncOptions::
+// pipeline): tied embeddings summed over `embedding` (the first and last stage), zero 2 reducing
+// once per step when the schedule interleaves chunks.
+PipelineSyncOptions pipeline_sync_options(const model::Transformer& model, const parallel::PipelineSchedule& schedule,
+                                          comm::Communicator* embedding);
+
 class PipelineStep {
  public:
   // `pp`: the pipeline group (this rank's stage is pp.rank()); the model holds this rank's
-  // chunks of the schedule's virtual stages (stage_chunks). `dp` reduces the stage's gradients:
-  // it is set up for the pipeline here (tied embeddings summed over `embedding`, the first and
-  // last stage; ZeRO-2 once per step when interleaving).
+  // chunks of the schedule's virtual stages (stage_chunks). `dp` reduces the stage's gradients;
+  // it must have been made with pipeline_sync_options(model, schedule, embedding) (checked).
   PipelineStep(comm::Communicator& pp, model::Transformer& model, parallel::PipelineSchedule schedule,
-               DataParallelStep& dp, comm::Communicator* embedding);
+               GradientSync& dp, comm::Communicator* embedding);
   ~PipelineStep();
 
   // One optimizer step's micro-batches: inputs and targets hold schedule.micro_batches
@@ -75,7 +80,7 @@ class PipelineStep {
 
   comm::Communicator& pp_;
   model::Transformer& model_;
-  DataParallelStep& dp_;
+  GradientSync& dp_;
   parallel::PipelineSchedule schedule_;
   int rank_;
   std::map<Key, InFlight> live_;

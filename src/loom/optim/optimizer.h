@@ -1,0 +1,48 @@
+#pragma once
+// The optimizer as the data-parallel stages see it: an update of the pieces of the flat buffers
+// a rank owns (all of them at ZeRO 0, its shards at ZeRO 1-3), one call per piece. A piece lies
+// inside one parameter segment, so it has one weight-decay setting. Clipping by the global norm
+// is fused into the update as a factor on the gradients (clip_factor below).
+//
+// A new optimizer is one new file: a class implementing Optimizer, and its name in
+// make_optimizer. The per-element state is at most two fp32 arrays laid out like the parameters
+// (stored in checkpoints as optim.exp_avg.<name> / optim.exp_avg_sq.<name>).
+#include <array>
+#include <cstdint>
+#include <memory>
+
+#include "loom/config/run_config.h"
+
+namespace loom::optim {
+
+// One piece to update: `numel` elements from each pointer.
+struct ShardPiece {
+  float* param = nullptr;       // the fp32 values or master weights, updated in place
+  const float* grad = nullptr;  // the reduced gradient (not scaled by the clip factor)
+  std::array<float*, 2> state{};  // per-element optimizer state (AdamW: exp_avg, exp_avg_sq)
+  int64_t numel = 0;
+  bool weight_decay = true;
+};
+
+// What is the same for every piece of one step.
+struct StepParams {
+  double lr = 0.0;
+  int64_t step = 1;          // 1-based
+  float clip_factor = 1.0f;  // the gradients are scaled by it first
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // Updates one piece; called once per piece per step (the loop over elements is inside).
+  virtual void update(const ShardPiece& piece, const StepParams& step) const = 0;
+};
+
+// The optimizer a run's config asks for (today AdamW).
+std::unique_ptr<Optimizer> make_optimizer(const config::OptimConfig& config);
+
+// The factor gradients are scaled by to clip them to config.clip_grad (1 when no clipping is due).
+// One rule for every optimizer and ZeRO stage, so every layout computes the same function.
+float clip_factor(const config::OptimConfig& config, double global_norm);
+
+}  // namespace loom::optim

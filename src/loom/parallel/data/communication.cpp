@@ -1,0 +1,31 @@
+#include "loom/parallel/data/communication.h"
+
+namespace loom::parallel {
+
+comm::WorkHandle start_gradient_all_reduce(comm::Communicator& group, void* bucket, int64_t count, DType wire,
+                                           comm::ReduceOp op) {
+  return group.all_reduce_async(bucket, count, wire, op);
+}
+
+comm::WorkHandle start_gradient_reduce_scatter(comm::Communicator& group, const void* send, void* recv,
+                                               int64_t shard_count, DType wire, comm::ReduceOp op) {
+  return group.reduce_scatter_async(send, recv, shard_count, wire, op);
+}
+
+comm::WorkHandle start_shard_all_gather(comm::Communicator& group, const void* send, void* recv,
+                                        std::span<const int64_t> counts, DType dtype) {
+  return group.all_gather_v_async(send, recv, counts, dtype);
+}
+
+double sum_over_group(comm::Communicator& group, double value) {
+  if (group.size() == 1) return value;
+  float v = static_cast<float>(value);
+  group.all_reduce(&v, 1, DType::F32, comm::ReduceOp::Sum);
+  return static_cast<double>(v);
+}
+
+void sum_tied_gradient(comm::Communicator& group, float* grad, int64_t numel) {
+  group.all_reduce(grad, numel, DType::F32, comm::ReduceOp::Sum);
+}
+
+}  // namespace loom::parallel

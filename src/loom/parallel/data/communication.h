@@ -1,0 +1,31 @@
+#pragma once
+// Every collective the data-parallel code issues, by purpose. The gradient reducers, the ZeRO
+// stages, the global norm and the tied-embedding sum call these and no Communicator method
+// directly, so what travels over which group is readable in one place.
+#include <cstdint>
+#include <span>
+
+#include "loom/comm/communicator.h"
+
+namespace loom::parallel {
+
+// DDP: starts the all-reduce of one bucket of gradients (in place, `wire` dtype).
+comm::WorkHandle start_gradient_all_reduce(comm::Communicator& group, void* bucket, int64_t count, DType wire,
+                                           comm::ReduceOp op);
+// ZeRO: starts the reduce-scatter of a padded bucket or section; `recv` gets this rank's
+// `shard_count` reduced elements.
+comm::WorkHandle start_gradient_reduce_scatter(comm::Communicator& group, const void* send, void* recv,
+                                               int64_t shard_count, DType wire, comm::ReduceOp op);
+// ZeRO: starts the all-gather of every rank's shard (`counts[r]` elements from rank r, back to
+// back in `recv`): updated parameters, parameters around a unit, or moments for a checkpoint.
+comm::WorkHandle start_shard_all_gather(comm::Communicator& group, const void* send, void* recv,
+                                        std::span<const int64_t> counts, DType dtype);
+// The global norm: a rank's share of a sum of squares summed over `group`, carried in f32 (the
+// reducible dtypes: its rounding moves a clip factor by ~1e-7 relative). A group of one rank
+// returns `value` as it is.
+double sum_over_group(comm::Communicator& group, double value);
+// Pipeline stages with tied embeddings: sums the two copies' gradients over the embedding group
+// (first and last stage), blocking.
+void sum_tied_gradient(comm::Communicator& group, float* grad, int64_t numel);
+
+}  // namespace loom::parallel

@@ -1,0 +1,120 @@
+#include "loom/parallel/data/ddp_sync.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "loom/comm/reduce.h"
+#include "loom/parallel/data/global_norm.h"
+
+namespace loom::parallel {
+
+DdpSync::DdpSync(SyncSetup setup)
+    : BucketedSync(std::move(setup)), optimizer_(optim::make_optimizer(setup_.config->optim)) {
+  model::ParameterStore& params = model_.params();
+  segments_ = optimizer_segments(params);
+  exp_avg_ = Tensor({params.total()}, DType::F32);
+  exp_avg_sq_ = Tensor({params.total()}, DType::F32);
+  const int64_t bucket_bytes = static_cast<int64_t>(setup_.config->parallel.bucket_mb * 1024.0 * 1024.0);
+  for (const Lane& lane : lanes_) {
+    if (lane.comm->size() == 1) {
+      reducers_.emplace_back();
+      continue;
+    }
+    reducers_.push_back(std::make_unique<GradReducer>(*lane.comm, params.grads(), make_buckets(lane.params, bucket_bytes, lane.comm->size()),
+                                                      comm::ReduceOp::Sum, setup_.wire(*lane.comm)));
+  }
+  if (setup_.param_dtype != DType::F32) {
+    master_.assign(params.values(), params.values() + params.total());
+    compact_store_.resize(static_cast<size_t>(params.total()) * dtype_size(setup_.param_dtype));
+    use_compact_parameters(compact_store_.data());
+  }
+}
+
+bool DdpSync::reduces() const {
+  return std::any_of(reducers_.begin(), reducers_.end(), [](const auto& r) { return r != nullptr; });
+}
+
+void DdpSync::mark_ready(int lane, int local) {
+  if (reducers_[lane]) reducers_[lane]->mark_ready(local);
+}
+
+void DdpSync::finish_round(bool last) {
+  if (!last) return;
+  for (auto& r : reducers_) {
+    if (r) r->finish();
+  }
+}
+
+double DdpSync::step(double lr, int64_t step) {
+  model::ParameterStore& params = model_.params();
+  // Gradients are whole on every rank of a group: the norm sums this rank's shard of the model
+  // over the tensor-parallel group, each replicated copy counted once.
+  std::vector<NormShare> shares;
+  for (const Lane& lane : lanes_) shares.push_back({{{params.grads() + lane.range().begin, lane.range()}}, nullptr});
+  const double norm = global_norm(shares, setup_.norm_excluded, setup_.model_groups);
+  const optim::StepParams at{lr, step, optim::clip_factor(setup_.config->optim, norm)};
+  float* target = master_.empty() ? params.values() : master_.data();
+  for (const optim::Segment& s : segments_) {
+    optimizer_->update({target + s.offset, params.grads() + s.offset,
+                        {exp_avg_.data<float>() + s.offset, exp_avg_sq_.data<float>() + s.offset}, s.numel,
+                        s.weight_decay},
+                       at);
+  }
+  if (!master_.empty()) comm::from_f32(compact_store_.data(), master_.data(), params.total(), setup_.param_dtype);
+  clear_gradients();
+  return norm;
+}
+
+std::vector<std::span<float>> DdpSync::reduced_gradients() {
+  return {{model_.params().grads(), static_cast<size_t>(model_.params().total())}};
+}
+
+void DdpSync::skip_step() { clear_gradients(); }
+
+std::vector<OwnedRange> DdpSync::checkpoint_ranges() const {
+  const model::ParameterStore& params = model_.params();
+  const int64_t total = params.total();
+  // Every rank holds everything: each writes an even part (of the master weights, when the
+  // parameters are rounded copies of them).
+  const int64_t begin = model::balanced_first(total, setup_.dp->size(), setup_.dp->rank());
+  const int64_t end = model::balanced_first(total, setup_.dp->size(), setup_.dp->rank() + 1);
+  const float* values = master_.empty() ? params.values() : master_.data();
+  return {{begin, end, values + begin, exp_avg_.data<float>() + begin, exp_avg_sq_.data<float>() + begin}};
+}
+
+void DdpSync::load_moments(const float* exp_avg, const float* exp_avg_sq) {
+  const int64_t total = model_.params().total();
+  std::copy(exp_avg, exp_avg + total, exp_avg_.data<float>());
+  std::copy(exp_avg_sq, exp_avg_sq + total, exp_avg_sq_.data<float>());
+  if (compact_) {  // the checkpoint holds the master weights, loaded into the values
+    master_.assign(model_.params().values(), model_.params().values() + total);
+    compact_->store_from_values();
+  }
+}
+
+double DdpSync::hidden_fraction() const {
+  OverlapStats total;
+  for (const auto& r : reducers_) {
+    if (r) total.add(r->total_stats());
+  }
+  return total.hidden_fraction();
+}
+
+MemoryBytes DdpSync::memory_bytes() const {
+  const int64_t total = model_.params().total();
+  MemoryBytes bytes{};
+  // Compact parameters: 2 bytes each, the fp32 values resident only for the unit in flight.
+  bytes.parameters = compact_ ? total * static_cast<int64_t>(dtype_size(setup_.param_dtype)) : total * 4;
+  bytes.gradients = total * 4;
+  bytes.optimizer_moments = total * 8;
+  bytes.master_weights = static_cast<int64_t>(master_.size()) * 4;  // param_dtype=compute
+  return bytes;
+}
+
+std::string DdpSync::memory_report() const {
+  std::string out = memory_header();
+  if (compact_) out += "; plus the fp32 values of the unit in flight";
+  return out;
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,41 @@
+#pragma once
+// Zero 0 (DDP): every rank holds the whole model, its gradients and the optimizer state; each
+// lane's buckets are all-reduced over its group during the last micro-batch's backward
+// (GradReducer, grad_buckets.h), then every rank of a group runs the same update.
+#include <memory>
+#include <vector>
+
+#include "loom/core/tensor.h"
+#include "loom/optim/optimizer.h"
+#include "loom/parallel/data/bucketed_sync.h"
+#include "loom/parallel/data/grad_buckets.h"
+
+namespace loom::parallel {
+
+class DdpSync final : public BucketedSync {
+ public:
+  explicit DdpSync(SyncSetup setup);
+
+  double step(double lr, int64_t step) override;
+  std::vector<std::span<float>> reduced_gradients() override;
+  void skip_step() override;
+  void load_moments(const float* exp_avg, const float* exp_avg_sq) override;
+  std::vector<OwnedRange> checkpoint_ranges() const override;
+  double hidden_fraction() const override;
+  MemoryBytes memory_bytes() const override;
+  std::string memory_report() const override;
+
+ private:
+  bool reduces() const override;
+  void mark_ready(int lane, int local) override;
+  void finish_round(bool last) override;
+
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::vector<optim::Segment> segments_;
+  Tensor exp_avg_, exp_avg_sq_;
+  std::vector<float> master_;             // param_dtype != F32: the fp32 master weights
+  std::vector<std::byte> compact_store_;  // param_dtype != F32: the compact parameters
+  std::vector<std::unique_ptr<GradReducer>> reducers_;  // per lane; null over a group of one rank
+};
+
+}  // namespace loom::parallel

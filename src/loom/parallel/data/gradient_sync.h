@@ -1,0 +1,103 @@
+#pragma once
+// Gradient synchronisation over the data-parallel ranks and the optimizer step, one interface
+// with one implementation per ZeRO stage (parallel.zero), made by make_gradient_sync():
+//   0 (DdpSync, ddp_sync.h): every rank holds everything; buckets are all-reduced during the
+//     last micro-batch's backward, then each rank runs the same optimizer step.
+//   1, 2 (ShardedSync, sharded_sync.h): buckets are reduce-scattered; master weights and moments
+//     exist for this rank's shards only; updated shards are all-gathered (distributed_optimizer.h).
+//     Zero 2 reduces after every micro-batch and keeps only the reduced shards across them.
+//   3 (Zero3Sync, zero3_sync.h): parameters sharded too (zero3.h); each unit's parameters are
+//     gathered around its forward and backward and released after; gradients are reduce-scattered
+//     per unit. Outside a micro-batch the model's values buffer holds nothing:
+//     gather_full_parameters() before reading it (checkpoints, evaluation), release after.
+// Every implementation is the model's ParameterHooks, installed by itself while it needs them.
+// Parameters come in groups, each reduced over its own communicator (today one group, "dense",
+// over the data-parallel group; expert parameters would reduce over an expert-data-parallel one).
+// The global norm is global_norm.h's, the update optim::Optimizer's, and every collective goes
+// through communication.h. With one rank and zero 0 nothing is communicated.
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "loom/comm/communicator.h"
+#include "loom/config/run_config.h"
+#include "loom/model/parameter_hooks.h"
+#include "loom/model/transformer.h"
+#include "loom/parallel/data/memory_accounting.h"
+#include "loom/parallel/data/parameter_ranges.h"
+
+namespace loom::parallel {
+
+// Parameters whose gradients are summed over one communicator: the ranks holding the same copy.
+struct ParameterGroup {
+  std::string name;         // "dense"
+  std::vector<int> params;  // parameter ids (model::ParameterStore order)
+  comm::Communicator* comm = nullptr;
+};
+
+// What a pipeline stage needs of the synchronisation (parallel/pipeline/pipeline_step.h makes it).
+struct PipelineSyncOptions {
+  // Tied embeddings: the first stage's embedding and the last stage's copy (`tied_param`) have
+  // their gradients summed over `tied_group` (the two stages) when a reduction round ends,
+  // before the data-parallel reduction, so both copies take the same update.
+  comm::Communicator* tied_group = nullptr;
+  int tied_param = -1;
+  // Interleaved schedules spread a micro-batch's backward over time, so zero 2 reduces once per
+  // step as zero 1 does (the gradient buffer lives through the step).
+  bool reduce_once_per_step = false;
+};
+
+struct GradientSyncOptions {
+  // Empty: one group "dense" of every parameter over the data-parallel group.
+  std::vector<ParameterGroup> groups;
+  // The pipeline group when the model is a pipeline stage: the norm sums over the stages (zero 0-2).
+  comm::Communicator* pp = nullptr;
+  PipelineSyncOptions pipeline;
+};
+
+class GradientSync : public model::ParameterHooks {
+ public:
+  ~GradientSync() override = default;
+
+  // Before each micro-batch's forward_backward (last = the step's final micro-batch).
+  virtual void begin_micro_batch(bool last) = 0;
+  // After each micro-batch's forward_backward.
+  virtual void end_micro_batch(bool last) = 0;
+  // Clip by global norm and update; parameters are identical on every rank of a group afterwards,
+  // and the gradients are cleared for the next step. Returns the global norm before clipping.
+  virtual double step(double lr, int64_t step) = 0;
+  // After the last micro-batch, before step(): the reduced gradients this rank holds (the whole
+  // buffer at zero 0, its shards at 1-3), for mixed precision (train/precision_step.h) to
+  // unscale and check for Inf/NaN. skip_step() replaces step() when a step is skipped.
+  virtual std::vector<std::span<float>> reduced_gradients() = 0;
+  virtual void skip_step() = 0;
+  // Restores the moments from full flat buffers (each rank keeps its shards); parameters must
+  // already hold the checkpoint's values (zero 3 re-shards them from there).
+  virtual void load_moments(const float* exp_avg, const float* exp_avg_sq) = 0;
+  // The flat ranges of the parameter buffer whose values (the fp32 master weights) and moments
+  // this rank writes to a checkpoint: disjoint over the data-parallel ranks, together the whole
+  // buffer (zero 1-3: the shards it owns; zero 0: an even split of the replicated state).
+  virtual std::vector<OwnedRange> checkpoint_ranges() const = 0;
+  // Collective. The model's values buffer holds the full parameters until release (zero 3; the
+  // other stages always hold them, and these do nothing).
+  virtual void gather_full_parameters() {}
+  virtual void release_full_parameters() {}
+  // Fraction of the gradient communication hidden behind backward, over all steps so far.
+  virtual double hidden_fraction() const = 0;
+  // Per-rank bytes by category: parameters, gradients, master weights, moments, comm buffers.
+  virtual MemoryBytes memory_bytes() const = 0;
+  virtual std::string memory_report() const = 0;
+  // The measured peak so far and the process's peak RSS; for the report after the first step.
+  virtual std::string peak_memory_report() const = 0;
+  // What it was built with for a pipeline stage.
+  virtual const PipelineSyncOptions& pipeline_options() const = 0;
+};
+
+// The implementation for config.parallel.zero. `dp`: the ranks holding the same shard of the
+// model (the model's tensor-parallel group, if any, is taken from the model: the norm sums over
+// it too).
+std::unique_ptr<GradientSync> make_gradient_sync(comm::Communicator& dp, model::Transformer& model,
+                                                 const config::RunConfig& config, GradientSyncOptions options = {});
+
+}  // namespace loom::parallel

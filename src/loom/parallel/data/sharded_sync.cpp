@@ -1,0 +1,117 @@
+#include "loom/parallel/data/sharded_sync.h"
+
+#include <algorithm>
+
+#include "loom/core/error.h"
+#include "loom/parallel/data/global_norm.h"
+
+namespace loom::parallel {
+
+ShardedSync::ShardedSync(SyncSetup setup) : BucketedSync(std::move(setup)) {
+  model::ParameterStore& params = model_.params();
+  const bool compact = setup_.param_dtype != DType::F32;
+  LOOM_CHECK(!compact || lanes_.size() == 1,
+             "precision.param_dtype=compute at parallel.zero " + std::to_string(zero_) +
+                 " needs every parameter in one contiguous parameter group");
+  const int64_t bucket_bytes = static_cast<int64_t>(setup_.config->parallel.bucket_mb * 1024.0 * 1024.0);
+  for (const Lane& lane : lanes_) {
+    DistributedOptimizerOptions options;
+    options.zero = zero_;
+    options.wire = setup_.wire(*lane.comm);
+    options.param_gather = setup_.param_dtype;
+    options.keep_gathered = compact;
+    options.norm_groups = setup_.model_groups;
+    options.norm_excluded = setup_.norm_excluded;
+    sharded_.push_back(std::make_unique<DistributedOptimizer>(
+        *lane.comm, make_buckets(lane.params, bucket_bytes, lane.comm->size()), optimizer_segments(params),
+        setup_.config->optim, params.values(), params.grads(), options));
+  }
+  if (compact) use_compact_parameters(sharded_.front()->gathered_parameters());
+}
+
+void ShardedSync::finish_round(bool last) {
+  if (rounds_per_micro_batch()) {
+    // The shards now hold this micro-batch's reduced gradient; the full buffer is free again:
+    // its pages go back to the system (and read as zero) until the next backward writes them.
+    for (auto& s : sharded_) s->finish_grads();
+    clear_gradients();
+  } else if (last) {
+    for (auto& s : sharded_) s->finish_grads();
+  }
+}
+
+double ShardedSync::step(double lr, int64_t step) {
+  std::vector<NormShare> shares;
+  for (auto& s : sharded_) shares.push_back(s->norm_share());
+  const double norm = global_norm(shares, setup_.norm_excluded, setup_.model_groups);
+  const optim::StepParams at{lr, step, optim::clip_factor(setup_.config->optim, norm)};
+  for (auto& s : sharded_) s->update(at);
+  clear_gradients();
+  return norm;
+}
+
+std::vector<std::span<float>> ShardedSync::reduced_gradients() {
+  std::vector<std::span<float>> out;
+  for (auto& sharded : sharded_) {
+    for (const OwnedShard& s : sharded->shards()) out.emplace_back(s.grad, static_cast<size_t>(s.end - s.begin));
+  }
+  return out;
+}
+
+void ShardedSync::skip_step() {
+  for (auto& s : sharded_) s->skip_step();
+  clear_gradients();
+}
+
+std::vector<OwnedRange> ShardedSync::checkpoint_ranges() const {
+  std::vector<OwnedRange> out;
+  for (const auto& sharded : sharded_) {
+    for (const OwnedShard& s : sharded->shards()) out.push_back({s.begin, s.end, s.master, s.exp_avg, s.exp_avg_sq});
+  }
+  return out;
+}
+
+void ShardedSync::load_moments(const float* exp_avg, const float* exp_avg_sq) {
+  for (auto& s : sharded_) s->load_master_from_params();
+  if (compact_) compact_->store_from_values();
+  for (auto& sharded : sharded_) {
+    for (const OwnedShard& s : sharded->shards()) {
+      std::copy(exp_avg + s.begin, exp_avg + s.end, s.exp_avg);
+      std::copy(exp_avg_sq + s.begin, exp_avg_sq + s.end, s.exp_avg_sq);
+    }
+  }
+}
+
+double ShardedSync::hidden_fraction() const {
+  OverlapStats total;
+  for (const auto& s : sharded_) total.add(s->total_stats());
+  return total.hidden_fraction();
+}
+
+MemoryBytes ShardedSync::memory_bytes() const {
+  const int64_t total = model_.params().total();
+  MemoryBytes bytes{};
+  // Compact parameters: 2 bytes each, the fp32 values resident only for the unit in flight.
+  bytes.parameters = compact_ ? total * static_cast<int64_t>(dtype_size(setup_.param_dtype)) : total * 4;
+  // ZeRO-2 keeps only the reduced shards between backward passes (the full buffer's pages are
+  // released after each round); ZeRO-1 keeps the full buffer.
+  bytes.gradients = rounds_per_micro_batch() ? 0 : total * 4;
+  for (const auto& s : sharded_) {
+    const ShardAllocation a = s->allocation();
+    bytes.master_weights += a.master * 4;
+    bytes.optimizer_moments += a.moments * 4;
+    bytes.gradients += a.grad_shards * 4;
+    bytes.communication_buffers += a.comm_buffers * 4;
+    if (compact_) bytes.communication_buffers += a.master * static_cast<int64_t>(dtype_size(setup_.param_dtype));
+  }
+  return bytes;
+}
+
+std::string ShardedSync::memory_report() const {
+  std::string out = memory_header();
+  if (compact_) out += "; plus the fp32 values of the unit in flight";
+  if (rounds_per_micro_batch()) out += "; plus the fp32 gradient buffer during each backward";
+  return out;
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,36 @@
+#pragma once
+// Zero 1 and 2: each lane's buckets are reduce-scattered over its group and this rank keeps
+// master weights, moments and the reduced gradient for its shards only (DistributedOptimizer,
+// distributed_optimizer.h); the updated shards are all-gathered into every rank's parameters.
+// Zero 2 reduces after every micro-batch (once per step when a pipeline interleaves) and
+// releases the full gradient buffer's pages between backward passes.
+#include <memory>
+#include <vector>
+
+#include "loom/parallel/data/bucketed_sync.h"
+#include "loom/parallel/data/distributed_optimizer.h"
+
+namespace loom::parallel {
+
+class ShardedSync final : public BucketedSync {
+ public:
+  explicit ShardedSync(SyncSetup setup);
+
+  double step(double lr, int64_t step) override;
+  std::vector<std::span<float>> reduced_gradients() override;
+  void skip_step() override;
+  void load_moments(const float* exp_avg, const float* exp_avg_sq) override;
+  std::vector<OwnedRange> checkpoint_ranges() const override;
+  double hidden_fraction() const override;
+  MemoryBytes memory_bytes() const override;
+  std::string memory_report() const override;
+
+ private:
+  bool reduces() const override { return true; }
+  void mark_ready(int lane, int local) override { sharded_[lane]->mark_ready(local); }
+  void finish_round(bool last) override;
+
+  std::vector<std::unique_ptr<DistributedOptimizer>> sharded_;  // per lane
+};
+
+}  // namespace loom::parallel
