@@ -348,24 +348,15 @@ IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, TokenDType dtype)
   if (!is_integer(dtype_))
     throw Error("dataset '" + prefix_ + "': cannot write " + token_dtype_name(dtype_) +
                 " tokens; use an integer dtype (uint16 or int32)");
-  std::filesystem::path target(bin_path(prefix_));
-  std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
-  std::string temp_name = ".";  // built by append: gcc 12 misreports -Wrestrict on "." + string
-  temp_name.append(target.filename().string()).append(".tmp-").append(std::to_string(::getpid()));
-  bin_temp_ = (dir / temp_name).string();
-  fd_ = ::open(bin_temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd_ < 0)
-    throw Error("cannot create '" + bin_temp_ + "' for dataset '" + prefix_ + "': " + errno_text() +
-                " (does the directory exist?)");
+  try {
+    bin_ = std::make_unique<AtomicFileWriter>(bin_path(prefix_));
+  } catch (const Error& e) {
+    throw Error("dataset '" + prefix_ + "': " + e.what() + " (does the directory exist?)");
+  }
   buffer_.reserve(kWriteBufferBytes + 4096);
 }
 
-IndexedDatasetWriter::~IndexedDatasetWriter() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    ::unlink(bin_temp_.c_str());
-  }
-}
+IndexedDatasetWriter::~IndexedDatasetWriter() = default;
 
 void IndexedDatasetWriter::add_document(std::span<const int32_t> tokens) {
   if (finished_) throw Error("dataset '" + prefix_ + "' is already finished; no more documents can be added");
@@ -388,35 +379,15 @@ void IndexedDatasetWriter::add_document(std::span<const int32_t> tokens) {
 }
 
 void IndexedDatasetWriter::flush() {
-  size_t written = 0;
-  while (written < buffer_.size()) {
-    ssize_t n = ::write(fd_, buffer_.data() + written, buffer_.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw Error("cannot write '" + bin_temp_ + "': " + errno_text());
-    }
-    written += static_cast<size_t>(n);
-  }
+  bin_->write(buffer_.data(), buffer_.size());
   buffer_.clear();
 }
 
 void IndexedDatasetWriter::finish() {
   LOOM_CHECK(!finished_, "dataset '" + prefix_ + "' is already finished");
   flush();
-  if (::fsync(fd_) != 0) throw Error("cannot flush '" + bin_temp_ + "': " + errno_text());
-  int fd = fd_;
-  fd_ = -1;
-  if (::close(fd) != 0) {
-    std::string why = errno_text();
-    ::unlink(bin_temp_.c_str());
-    throw Error("cannot close '" + bin_temp_ + "': " + why);
-  }
-  const std::string bin = bin_path(prefix_);
-  if (::rename(bin_temp_.c_str(), bin.c_str()) != 0) {
-    std::string why = errno_text();
-    ::unlink(bin_temp_.c_str());
-    throw Error("cannot rename '" + bin_temp_ + "' to '" + bin + "': " + why);
-  }
+  bin_->commit();
+  bin_.reset();
 
   const uint64_t n = lengths_.size();
   std::string idx;
