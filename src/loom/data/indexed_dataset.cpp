@@ -103,6 +103,43 @@ void narrow(std::span<const int32_t> tokens, std::vector<char>& out, TokenDType 
   }
 }
 
+// The dtype of a Megatron index whose `size` bytes start at `p`, after checking its header.
+TokenDType check_header(const char* p, size_t size, const std::string& ipath) {
+  if (size < kHeaderBytes)
+    throw Error("index '" + ipath + "' is truncated: " + std::to_string(size) + " bytes, expected at least " +
+                std::to_string(kHeaderBytes) + " for the header");
+  if (std::memcmp(p, kMagic, sizeof kMagic) != 0)
+    throw Error("index '" + ipath + "' is not a Megatron indexed dataset: it does not start with \"MMIDIDX\\0\\0\"");
+  uint64_t version = load<uint64_t>(p + 9);
+  if (version != kVersion)
+    throw Error("index '" + ipath + "' has version " + std::to_string(version) + "; only version 1 is supported");
+  uint8_t code = load<uint8_t>(p + 17);
+  if (code < 1 || code > 8)
+    throw Error("index '" + ipath + "' has unknown dtype code " + std::to_string(code) +
+                "; valid codes are 1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 8 uint16");
+  const auto dtype = static_cast<TokenDType>(code);
+  if (!is_integer(dtype))
+    throw Error("index '" + ipath + "' stores " + token_dtype_name(dtype) +
+                " elements; token datasets need an integer dtype (codes 1-5 or 8)");
+  return dtype;
+}
+
+// Document indices start at 0 and rise to the sequence count.
+void check_document_indices(const char* documents, int64_t count, int64_t sequences, const std::string& ipath) {
+  int64_t previous = 0;
+  for (int64_t j = 0; j < count; ++j) {
+    int64_t value = load<int64_t>(documents + 8 * j);
+    bool ok = j == 0 ? value == 0 : (value >= previous && value <= sequences);
+    if (!ok)
+      throw Error("index '" + ipath + "' has document index " + std::to_string(value) + " at position " +
+                  std::to_string(j) + "; they must start at 0 and rise to the sequence count " + std::to_string(sequences));
+    previous = value;
+  }
+  if (previous != sequences)
+    throw Error("index '" + ipath + "' ends its document indices at " + std::to_string(previous) +
+                ", expected the sequence count " + std::to_string(sequences));
+}
+
 }  // namespace
 
 // Read-only memory map of a whole file; an empty file maps to nothing.
@@ -195,22 +232,7 @@ IndexedDataset IndexedDataset::open(const std::string& prefix) {
   const char* p = idx->data();
   const size_t size = idx->size();
 
-  if (size < kHeaderBytes)
-    throw Error("index '" + ipath + "' is truncated: " + std::to_string(size) + " bytes, expected at least " +
-                std::to_string(kHeaderBytes) + " for the header");
-  if (std::memcmp(p, kMagic, sizeof kMagic) != 0)
-    throw Error("index '" + ipath + "' is not a Megatron indexed dataset: it does not start with \"MMIDIDX\\0\\0\"");
-  uint64_t version = load<uint64_t>(p + 9);
-  if (version != kVersion)
-    throw Error("index '" + ipath + "' has version " + std::to_string(version) + "; only version 1 is supported");
-  uint8_t code = load<uint8_t>(p + 17);
-  if (code < 1 || code > 8)
-    throw Error("index '" + ipath + "' has unknown dtype code " + std::to_string(code) +
-                "; valid codes are 1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 8 uint16");
-  ds.dtype_ = static_cast<TokenDType>(code);
-  if (!is_integer(ds.dtype_))
-    throw Error("index '" + ipath + "' stores " + token_dtype_name(ds.dtype_) +
-                " elements; token datasets need an integer dtype (codes 1-5 or 8)");
+  ds.dtype_ = check_header(p, size, ipath);
   uint64_t n = load<uint64_t>(p + 18);
   uint64_t d = load<uint64_t>(p + 26);
 
@@ -233,18 +255,7 @@ IndexedDataset IndexedDataset::open(const std::string& prefix) {
   ds.pointers_ = ds.lengths_ + 4 * n;
   ds.documents_ = ds.pointers_ + 8 * n;
 
-  int64_t previous = 0;
-  for (int64_t j = 0; j < ds.num_document_indices_; ++j) {
-    int64_t value = load<int64_t>(ds.documents_ + 8 * j);
-    bool ok = j == 0 ? value == 0 : (value >= previous && value <= ds.num_sequences_);
-    if (!ok)
-      throw Error("index '" + ipath + "' has document index " + std::to_string(value) + " at position " +
-                  std::to_string(j) + "; they must start at 0 and rise to the sequence count " + std::to_string(n));
-    previous = value;
-  }
-  if (previous != ds.num_sequences_)
-    throw Error("index '" + ipath + "' ends its document indices at " + std::to_string(previous) +
-                ", expected the sequence count " + std::to_string(n));
+  check_document_indices(ds.documents_, ds.num_document_indices_, ds.num_sequences_, ipath);
 
   const int64_t item = static_cast<int64_t>(token_dtype_size(ds.dtype_));
   const int64_t bin_size = static_cast<int64_t>(bin->size());
