@@ -28,7 +28,7 @@ using testing::segments;
 using testing::threads;
 using testing::total;
 
-float through_bf16(float x) { return comm::bf16_to_f32(comm::f32_to_bf16(x)); }
+float through_bf16(float x) { return loom::bf16_to_f32(loom::f32_to_bf16(x)); }
 
 // The serial reference of one bf16 reduction: every rank's value rounded to bf16, summed in f32
 // in rank order, the sum rounded to bf16 once.
@@ -113,10 +113,10 @@ TEST(GradReducerBf16, ReducesBucketsInBf16) {
         float sum = 0.0f, sum_f32 = 0.0f;
         for (int r = 0; r < ranks; ++r) {
           const float v = all[r][i];
-          sum += comm::bf16_to_f32(comm::f32_to_bf16(v));
+          sum += loom::bf16_to_f32(loom::f32_to_bf16(v));
           sum_f32 += v;
         }
-        const float expected = comm::bf16_to_f32(comm::f32_to_bf16(sum));
+        const float expected = loom::bf16_to_f32(loom::f32_to_bf16(sum));
         ASSERT_EQ(grads[i], expected) << "rank " << world.rank() << " element " << i;
         differs_from_f32 += grads[i] != sum_f32;
       }
@@ -452,7 +452,7 @@ TEST(DistributedOptimizerBf16, GathersParametersInTheComputeDtype) {
         opt.step(1e-2, 1);
         std::lock_guard<std::mutex> lock(mutex);
         for (int64_t i = 0; i < n; ++i) {
-          const float want = gather == DType::F32 ? expected[i] : comm::bf16_to_f32(comm::f32_to_bf16(expected[i]));
+          const float want = gather == DType::F32 ? expected[i] : loom::bf16_to_f32(loom::f32_to_bf16(expected[i]));
           ASSERT_NEAR(values[i], want, 1e-6f * std::max(1.0f, std::fabs(want))) << "rank " << world.rank() << " element " << i;
         }
       });

@@ -97,15 +97,6 @@ class FileWriter {
   uint64_t written_ = 0;
 };
 
-void fsync_dir_or_throw(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw_errno("cannot open directory '" + dir + "' to sync it", errno);
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) throw Error("cannot sync directory '" + dir + "': " + errno_text(err));
-}
-
 // The manifest a save of `refs` will write, with offsets laid out and checksums still zero,
 // plus the source bytes of each shard in manifest order. Throws naming the tensor on bad refs.
 Manifest plan_manifest(int64_t step, const std::vector<TensorRef>& refs, const json& state,
@@ -235,11 +226,11 @@ void publish_checkpoint(const std::string& root, const std::string& temp_dir, co
     std::string text = serialize_manifest(m);
     manifest.write(text.data(), text.size());
     manifest.finish();
-    fsync_dir_or_throw(temp_dir);
+    fsync_directory(temp_dir);
     if (observer) observer(SaveStage::ManifestWritten, temp_dir);
 
     publish(temp_dir, final_dir, aside_dir);
-    fsync_dir_or_throw(root);
+    fsync_directory(root);
     if (observer) observer(SaveStage::Published, final_dir);
   } catch (...) {
     fs::remove_all(temp_dir, ec);
@@ -419,15 +410,7 @@ void write_snapshot(const std::string& root, const CheckpointSnapshot& snapshot,
     if (observer) observer(SaveStage::DataWritten, temp_dir);
     if (who.rank != 0) {
       // This rank's part of the manifest, renamed into place only once complete.
-      const std::string part = (fs::path(temp_dir) / rank_part_name(who.rank)).string();
-      {
-        FileWriter writer(part + ".partial");
-        const std::string text = serialize_manifest(m);
-        writer.write(text.data(), text.size());
-        writer.finish();
-      }
-      if (::rename((part + ".partial").c_str(), part.c_str()) != 0) throw_errno("cannot rename '" + part + "'", errno);
-      fsync_dir_or_throw(temp_dir);
+      write_file_atomic((fs::path(temp_dir) / rank_part_name(who.rank)).string(), serialize_manifest(m));
       return;
     }
     m = merge_rank_parts(temp_dir, std::move(m), who);

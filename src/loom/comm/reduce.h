@@ -15,6 +15,7 @@
 
 #include "loom/comm/communicator.h"
 #include "loom/core/dtype.h"
+#include "loom/core/dtype_convert.h"
 
 namespace loom::comm {
 
@@ -23,17 +24,10 @@ bool reducible(DType dtype);
 // Throws loom::Error naming `what` (e.g. "all_reduce"), the dtype and the reducible ones.
 void check_reducible(DType dtype, const std::string& what);
 
-// Scalar conversions. To the narrow types: round to nearest even, overflow to infinity, NaN stays
-// a (quiet) NaN.
-float bf16_to_f32(uint16_t bits);
-uint16_t f32_to_bf16(float value);
-float f16_to_f32(uint16_t bits);
-uint16_t f32_to_f16(float value);
-
-// dst[i] = f32(src[i]) for `count` elements of a reducible `dtype` (f32: a copy).
-void to_f32(float* dst, const void* src, int64_t count, DType dtype);
-// dst[i] = round(src[i]) to `dtype` (f32: a copy).
-void from_f32(void* dst, const float* src, int64_t count, DType dtype);
+// The conversions between the reducible dtypes and f32 are core's (core/dtype_convert.h):
+// to_f32(dst, src, count, dtype) widens, from_f32(dst, src, count, dtype) rounds to nearest even.
+using loom::from_f32;
+using loom::to_f32;
 
 // acc[i] = acc[i] (op) f32(src[i]). Avg accumulates as Sum; finish() divides.
 void accumulate(float* acc, const void* src, int64_t count, DType dtype, ReduceOp op);

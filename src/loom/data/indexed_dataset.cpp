@@ -103,6 +103,43 @@ void narrow(std::span<const int32_t> tokens, std::vector<char>& out, TokenDType 
   }
 }
 
+// The dtype of a Megatron index whose `size` bytes start at `p`, after checking its header.
+TokenDType check_header(const char* p, size_t size, const std::string& ipath) {
+  if (size < kHeaderBytes)
+    throw Error("index '" + ipath + "' is truncated: " + std::to_string(size) + " bytes, expected at least " +
+                std::to_string(kHeaderBytes) + " for the header");
+  if (std::memcmp(p, kMagic, sizeof kMagic) != 0)
+    throw Error("index '" + ipath + "' is not a Megatron indexed dataset: it does not start with \"MMIDIDX\\0\\0\"");
+  uint64_t version = load<uint64_t>(p + 9);
+  if (version != kVersion)
+    throw Error("index '" + ipath + "' has version " + std::to_string(version) + "; only version 1 is supported");
+  uint8_t code = load<uint8_t>(p + 17);
+  if (code < 1 || code > 8)
+    throw Error("index '" + ipath + "' has unknown dtype code " + std::to_string(code) +
+                "; valid codes are 1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 8 uint16");
+  const auto dtype = static_cast<TokenDType>(code);
+  if (!is_integer(dtype))
+    throw Error("index '" + ipath + "' stores " + token_dtype_name(dtype) +
+                " elements; token datasets need an integer dtype (codes 1-5 or 8)");
+  return dtype;
+}
+
+// Document indices start at 0 and rise to the sequence count.
+void check_document_indices(const char* documents, int64_t count, int64_t sequences, const std::string& ipath) {
+  int64_t previous = 0;
+  for (int64_t j = 0; j < count; ++j) {
+    int64_t value = load<int64_t>(documents + 8 * j);
+    bool ok = j == 0 ? value == 0 : (value >= previous && value <= sequences);
+    if (!ok)
+      throw Error("index '" + ipath + "' has document index " + std::to_string(value) + " at position " +
+                  std::to_string(j) + "; they must start at 0 and rise to the sequence count " + std::to_string(sequences));
+    previous = value;
+  }
+  if (previous != sequences)
+    throw Error("index '" + ipath + "' ends its document indices at " + std::to_string(previous) +
+                ", expected the sequence count " + std::to_string(sequences));
+}
+
 }  // namespace
 
 // Read-only memory map of a whole file; an empty file maps to nothing.
@@ -195,22 +232,7 @@ IndexedDataset IndexedDataset::open(const std::string& prefix) {
   const char* p = idx->data();
   const size_t size = idx->size();
 
-  if (size < kHeaderBytes)
-    throw Error("index '" + ipath + "' is truncated: " + std::to_string(size) + " bytes, expected at least " +
-                std::to_string(kHeaderBytes) + " for the header");
-  if (std::memcmp(p, kMagic, sizeof kMagic) != 0)
-    throw Error("index '" + ipath + "' is not a Megatron indexed dataset: it does not start with \"MMIDIDX\\0\\0\"");
-  uint64_t version = load<uint64_t>(p + 9);
-  if (version != kVersion)
-    throw Error("index '" + ipath + "' has version " + std::to_string(version) + "; only version 1 is supported");
-  uint8_t code = load<uint8_t>(p + 17);
-  if (code < 1 || code > 8)
-    throw Error("index '" + ipath + "' has unknown dtype code " + std::to_string(code) +
-                "; valid codes are 1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 8 uint16");
-  ds.dtype_ = static_cast<TokenDType>(code);
-  if (!is_integer(ds.dtype_))
-    throw Error("index '" + ipath + "' stores " + token_dtype_name(ds.dtype_) +
-                " elements; token datasets need an integer dtype (codes 1-5 or 8)");
+  ds.dtype_ = check_header(p, size, ipath);
   uint64_t n = load<uint64_t>(p + 18);
   uint64_t d = load<uint64_t>(p + 26);
 
@@ -233,18 +255,7 @@ IndexedDataset IndexedDataset::open(const std::string& prefix) {
   ds.pointers_ = ds.lengths_ + 4 * n;
   ds.documents_ = ds.pointers_ + 8 * n;
 
-  int64_t previous = 0;
-  for (int64_t j = 0; j < ds.num_document_indices_; ++j) {
-    int64_t value = load<int64_t>(ds.documents_ + 8 * j);
-    bool ok = j == 0 ? value == 0 : (value >= previous && value <= ds.num_sequences_);
-    if (!ok)
-      throw Error("index '" + ipath + "' has document index " + std::to_string(value) + " at position " +
-                  std::to_string(j) + "; they must start at 0 and rise to the sequence count " + std::to_string(n));
-    previous = value;
-  }
-  if (previous != ds.num_sequences_)
-    throw Error("index '" + ipath + "' ends its document indices at " + std::to_string(previous) +
-                ", expected the sequence count " + std::to_string(n));
+  check_document_indices(ds.documents_, ds.num_document_indices_, ds.num_sequences_, ipath);
 
   const int64_t item = static_cast<int64_t>(token_dtype_size(ds.dtype_));
   const int64_t bin_size = static_cast<int64_t>(bin->size());
@@ -348,24 +359,15 @@ IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, TokenDType dtype)
   if (!is_integer(dtype_))
     throw Error("dataset '" + prefix_ + "': cannot write " + token_dtype_name(dtype_) +
                 " tokens; use an integer dtype (uint16 or int32)");
-  std::filesystem::path target(bin_path(prefix_));
-  std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
-  std::string temp_name = ".";  // built by append: gcc 12 misreports -Wrestrict on "." + string
-  temp_name.append(target.filename().string()).append(".tmp-").append(std::to_string(::getpid()));
-  bin_temp_ = (dir / temp_name).string();
-  fd_ = ::open(bin_temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd_ < 0)
-    throw Error("cannot create '" + bin_temp_ + "' for dataset '" + prefix_ + "': " + errno_text() +
-                " (does the directory exist?)");
+  try {
+    bin_ = std::make_unique<AtomicFileWriter>(bin_path(prefix_));
+  } catch (const Error& e) {
+    throw Error("dataset '" + prefix_ + "': " + e.what() + " (does the directory exist?)");
+  }
   buffer_.reserve(kWriteBufferBytes + 4096);
 }
 
-IndexedDatasetWriter::~IndexedDatasetWriter() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    ::unlink(bin_temp_.c_str());
-  }
-}
+IndexedDatasetWriter::~IndexedDatasetWriter() = default;
 
 void IndexedDatasetWriter::add_document(std::span<const int32_t> tokens) {
   if (finished_) throw Error("dataset '" + prefix_ + "' is already finished; no more documents can be added");
@@ -388,35 +390,15 @@ void IndexedDatasetWriter::add_document(std::span<const int32_t> tokens) {
 }
 
 void IndexedDatasetWriter::flush() {
-  size_t written = 0;
-  while (written < buffer_.size()) {
-    ssize_t n = ::write(fd_, buffer_.data() + written, buffer_.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw Error("cannot write '" + bin_temp_ + "': " + errno_text());
-    }
-    written += static_cast<size_t>(n);
-  }
+  bin_->write(buffer_.data(), buffer_.size());
   buffer_.clear();
 }
 
 void IndexedDatasetWriter::finish() {
   LOOM_CHECK(!finished_, "dataset '" + prefix_ + "' is already finished");
   flush();
-  if (::fsync(fd_) != 0) throw Error("cannot flush '" + bin_temp_ + "': " + errno_text());
-  int fd = fd_;
-  fd_ = -1;
-  if (::close(fd) != 0) {
-    std::string why = errno_text();
-    ::unlink(bin_temp_.c_str());
-    throw Error("cannot close '" + bin_temp_ + "': " + why);
-  }
-  const std::string bin = bin_path(prefix_);
-  if (::rename(bin_temp_.c_str(), bin.c_str()) != 0) {
-    std::string why = errno_text();
-    ::unlink(bin_temp_.c_str());
-    throw Error("cannot rename '" + bin_temp_ + "' to '" + bin + "': " + why);
-  }
+  bin_->commit();
+  bin_.reset();
 
   const uint64_t n = lengths_.size();
   std::string idx;

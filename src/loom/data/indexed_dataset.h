@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "loom/core/atomic_file.h"
+
 namespace loom::data {
 
 // Megatron's DType codes for the .bin element type.
@@ -116,9 +118,8 @@ class IndexedDatasetWriter {
   void flush();
 
   std::string prefix_;
-  std::string bin_temp_;
   TokenDType dtype_;
-  int fd_ = -1;
+  std::unique_ptr<AtomicFileWriter> bin_;  // the .bin until finish() commits it
   bool finished_ = false;
   std::vector<char> buffer_;
   std::vector<int32_t> lengths_;

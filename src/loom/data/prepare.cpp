@@ -91,6 +91,31 @@ bool is_validation_document(uint64_t seed, int64_t document_index, double val_fr
   return u < val_fraction;
 }
 
+namespace {
+
+// Each document's tokens followed by `eot`, encoded in parallel, in the documents' order.
+std::vector<std::vector<int32_t>> encode_documents(const Tokenizer& tokenizer,
+                                                   const std::vector<std::string_view>& documents, int32_t eot) {
+  std::vector<std::vector<int32_t>> encoded(documents.size());
+  std::exception_ptr failure;
+  const int64_t count = static_cast<int64_t>(documents.size());
+#pragma omp parallel for schedule(dynamic, 8)
+  for (int64_t i = 0; i < count; ++i) {
+    try {
+      std::vector<int32_t>& tokens = encoded[static_cast<size_t>(i)];
+      tokens = tokenizer.encode(documents[static_cast<size_t>(i)]);
+      tokens.push_back(eot);
+    } catch (...) {
+#pragma omp critical(loom_prepare_failure)
+      if (!failure) failure = std::current_exception();
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+  return encoded;
+}
+
+}  // namespace
+
 PrepareStats prepare_dataset(const std::vector<std::string>& inputs, const Tokenizer& tokenizer,
                              const std::string& output_prefix, double val_fraction, uint64_t seed) {
   if (!(val_fraction >= 0.0 && val_fraction <= 1.0))
@@ -121,23 +146,8 @@ PrepareStats prepare_dataset(const std::vector<std::string>& inputs, const Token
   size_t pending_bytes = 0;
 
   auto encode_pending = [&]() {
-    std::vector<std::vector<int32_t>> encoded(documents.size());
-    std::exception_ptr failure;
-    const int64_t count = static_cast<int64_t>(documents.size());
-#pragma omp parallel for schedule(dynamic, 8)
-    for (int64_t i = 0; i < count; ++i) {
-      try {
-        std::vector<int32_t>& tokens = encoded[static_cast<size_t>(i)];
-        tokens = tokenizer.encode(documents[static_cast<size_t>(i)]);
-        tokens.push_back(eot);
-      } catch (...) {
-#pragma omp critical(loom_prepare_failure)
-        if (!failure) failure = std::current_exception();
-      }
-    }
-    if (failure) std::rethrow_exception(failure);
     // Written in input order, so the files do not depend on the thread count.
-    for (const std::vector<int32_t>& tokens : encoded) {
+    for (const std::vector<int32_t>& tokens : encode_documents(tokenizer, documents, eot)) {
       const int64_t n = static_cast<int64_t>(tokens.size());
       if (is_validation_document(seed, next_document++, val_fraction)) {
         val.add_document(tokens);

@@ -1,10 +1,8 @@
 #include "loom/ops/heartbeat.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
 
 namespace loom::ops {
@@ -106,28 +105,8 @@ std::optional<HeartbeatRecord> parse_heartbeat(std::string_view text) {
 void write_heartbeat(const std::string& dir, const HeartbeatRecord& record) {
   const std::string name = heartbeat_file_name(record.rank);
   const std::string target = (fs::path(dir) / name).string();
-  const std::string temp = (fs::path(dir) / ("." + name + ".tmp-" + std::to_string(::getpid()))).string();
-  const std::string bytes = serialize_heartbeat(record);
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error("cannot write heartbeat '" + temp + "': " + std::strerror(errno));
-  size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      ::unlink(temp.c_str());
-      throw Error("cannot write heartbeat '" + temp + "': " + why);
-    }
-    written += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  if (::rename(temp.c_str(), target.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(temp.c_str());
-    throw Error("cannot rename heartbeat '" + temp + "' to '" + target + "': " + why);
-  }
+  // Rewritten every few seconds and worthless after a crash: atomic, but not flushed to disk.
+  write_file_atomic(target, serialize_heartbeat(record), Durability::Unsynced);
 }
 
 std::vector<HeartbeatRecord> read_heartbeats(const std::string& dir, int attempt) {

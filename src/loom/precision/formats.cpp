@@ -42,7 +42,7 @@ void round_to_bf16(float* data, int64_t n, Overflow overflow) {
 
 void round_to_fp16(float* data, int64_t n, Overflow overflow) {
 #pragma omp parallel for schedule(static) if (kernels::cpu::worth_parallel(n))
-  for (int64_t i = 0; i < n; ++i) data[i] = detail::Fp16::decode(detail::Fp16::encode(data[i], overflow));
+  for (int64_t i = 0; i < n; ++i) data[i] = fp16_to_float(float_to_fp16(data[i], overflow));
 }
 
 void quantize_dequantize_fp8(float* data, int64_t n, Fp8Format format, float scale, Overflow overflow) {

@@ -10,8 +10,9 @@
 // - NonSaturating: IEEE behaviour, overflow -> +-Inf. E4M3 has no Inf, so there it gives NaN.
 //   Default for bf16 and fp16, so an overflow stays visible to the loss scaler.
 //
-// The scalar casts are inline bit manipulation (no tables, no loops over codes) because they run
-// on every element of every emulated GEMM operand; the array forms live in formats.cpp.
+// bf16 and fp16 are core's casts (core/dtype_convert.h) plus the overflow policy. The FP8 casts
+// are inline bit manipulation (no tables, no loops over codes) because they run on every element
+// of every emulated GEMM operand; the array forms live in formats.cpp.
 //
 // Format facts (OFP8 Rev 1.0; IEEE 754 for fp16; bf16 = the top half of fp32):
 //   format  bias  max finite   min normal  min subnormal  Inf        NaN
@@ -23,6 +24,8 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+
+#include "loom/core/dtype_convert.h"
 
 namespace loom::precision {
 
@@ -93,25 +96,24 @@ struct NarrowFloat {
 
 using E4M3 = NarrowFloat<8, 3, 7, 0x7e, 0, 0x7f>;
 using E5M2 = NarrowFloat<8, 2, 15, 0x7b, 0x7c, 0x7e>;
-using Fp16 = NarrowFloat<16, 10, 15, 0x7bff, 0x7c00, 0x7e00>;
 
 }  // namespace detail
 
-// bf16: the top 16 bits of fp32, rounded to nearest even. Overflow rounds into the Inf pattern,
-// which Saturate replaces by +-max finite (0x7f7f).
+// bf16 and fp16: core's conversions (core/dtype_convert.h: IEEE, overflow to +-Inf), with
+// Saturate replacing an Inf result by +-max finite (bf16 0x7f7f, fp16 0x7bff).
 inline uint16_t float_to_bf16(float x, Overflow overflow = Overflow::NonSaturating) {
-  const uint32_t u = std::bit_cast<uint32_t>(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // quiet NaN
-  uint32_t bits = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  if (overflow == Overflow::Saturate && (bits & 0x7fffu) == 0x7f80u) bits = (bits & 0x8000u) | 0x7f7fu;
-  return static_cast<uint16_t>(bits);
+  const uint16_t bits = f32_to_bf16(x);
+  if (overflow == Overflow::Saturate && (bits & 0x7fffu) == 0x7f80u) return static_cast<uint16_t>((bits & 0x8000u) | 0x7f7fu);
+  return bits;
 }
-inline float bf16_to_float(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+inline float bf16_to_float(uint16_t bits) { return bf16_to_f32(bits); }
 
 inline uint16_t float_to_fp16(float x, Overflow overflow = Overflow::NonSaturating) {
-  return static_cast<uint16_t>(detail::Fp16::encode(x, overflow));
+  const uint16_t bits = f32_to_f16(x);
+  if (overflow == Overflow::Saturate && (bits & 0x7fffu) == 0x7c00u) return static_cast<uint16_t>((bits & 0x8000u) | 0x7bffu);
+  return bits;
 }
-inline float fp16_to_float(uint16_t bits) { return detail::Fp16::decode(bits); }
+inline float fp16_to_float(uint16_t bits) { return f16_to_f32(bits); }
 
 inline uint8_t float_to_e4m3(float x, Overflow overflow = Overflow::Saturate) {
   return static_cast<uint8_t>(detail::E4M3::encode(x, overflow));

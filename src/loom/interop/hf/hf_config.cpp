@@ -210,11 +210,10 @@ nlohmann::ordered_json hf_config_json(const config::ModelConfig& model, std::str
   return out;
 }
 
-config::ModelConfig model_config_from_hf(const json& config, const std::string& where) {
-  LOOM_CHECK(config.is_object(), where + ": expected a JSON object");
-  const ConfigReader c(config, where);
+namespace {
 
-  bool deci = false;
+// Whether config.json describes a DeciLM (Nemotron-NAS) model rather than a Llama one.
+bool is_deci(const ConfigReader& c, const std::string& where) {
   if (c.has("architectures")) {
     const json& arch = c.at("architectures");
     LOOM_CHECK(arch.is_array() && arch.size() == 1 && arch[0].is_string(),
@@ -222,15 +221,43 @@ config::ModelConfig model_config_from_hf(const json& config, const std::string& 
     const std::string name = arch[0].get<std::string>();
     LOOM_CHECK(name == kLlamaArchitecture || name == kDeciArchitecture,
           where + ": architectures is [\"" + name + "\"]; loom converts LlamaForCausalLM and DeciLMForCausalLM");
-    deci = name == kDeciArchitecture;
+    return name == kDeciArchitecture;
   } else {
     LOOM_CHECK(c.has("model_type") && c.at("model_type").is_string(),
           where + ": neither architectures nor model_type says which model this is");
     const std::string type = c.at("model_type").get<std::string>();
     LOOM_CHECK(type == "llama" || type == "nemotron-nas" || type == "deci",
           where + ": model_type is '" + type + "'; loom converts llama and nemotron-nas (DeciLM)");
-    deci = type != "llama";
+    return type != "llama";
   }
+}
+
+// hidden_act must be SwiGLU's and RoPE plain; a rope_theta in rope_parameters overrides m's.
+void check_activation_and_rope(const ConfigReader& c, config::ModelConfig& m, const std::string& where) {
+  if (c.has("hidden_act")) {
+    LOOM_CHECK(c.at("hidden_act") == "silu",
+          where + ": hidden_act is " + shown(c.at("hidden_act")) + "; loom's Llama MLP is SwiGLU (hidden_act \"silu\")");
+  }
+  LOOM_CHECK(!c.has("rope_scaling"), where + ": rope_scaling is " + shown(c.at("rope_scaling")) +
+                                    "; loom implements plain RoPE (rope_scaling null)");
+  if (c.has("rope_parameters")) {  // newer transformers: {"rope_type": "default", "rope_theta": ...}
+    const json& rope = c.at("rope_parameters");
+    LOOM_CHECK(rope.is_object(), where + ": rope_parameters is " + shown(rope) + "; expected an object");
+    const ConfigReader r(rope, where + ": rope_parameters");
+    LOOM_CHECK(!r.has("rope_type") || r.at("rope_type") == "default",
+          where + ": rope_parameters.rope_type is " + (r.has("rope_type") ? shown(r.at("rope_type")) : "") +
+              "; loom implements plain RoPE (rope_type \"default\")");
+    m.rope_theta = r.positive_number("rope_theta", m.rope_theta);
+  }
+}
+
+}  // namespace
+
+config::ModelConfig model_config_from_hf(const json& config, const std::string& where) {
+  LOOM_CHECK(config.is_object(), where + ": expected a JSON object");
+  const ConfigReader c(config, where);
+
+  const bool deci = is_deci(c, where);
 
   config::ModelConfig m;
   m.d_model = c.positive_int("hidden_size");
@@ -252,21 +279,7 @@ config::ModelConfig model_config_from_hf(const json& config, const std::string& 
           where + ": head_dim is " + std::to_string(*head_dim) + " but loom's is hidden_size / num_attention_heads = " +
               std::to_string(m.d_model / m.heads));
   }
-  if (c.has("hidden_act")) {
-    LOOM_CHECK(c.at("hidden_act") == "silu",
-          where + ": hidden_act is " + shown(c.at("hidden_act")) + "; loom's Llama MLP is SwiGLU (hidden_act \"silu\")");
-  }
-  LOOM_CHECK(!c.has("rope_scaling"), where + ": rope_scaling is " + shown(c.at("rope_scaling")) +
-                                    "; loom implements plain RoPE (rope_scaling null)");
-  if (c.has("rope_parameters")) {  // newer transformers: {"rope_type": "default", "rope_theta": ...}
-    const json& rope = c.at("rope_parameters");
-    LOOM_CHECK(rope.is_object(), where + ": rope_parameters is " + shown(rope) + "; expected an object");
-    const ConfigReader r(rope, where + ": rope_parameters");
-    LOOM_CHECK(!r.has("rope_type") || r.at("rope_type") == "default",
-          where + ": rope_parameters.rope_type is " + (r.has("rope_type") ? shown(r.at("rope_type")) : "") +
-              "; loom implements plain RoPE (rope_type \"default\")");
-    m.rope_theta = r.positive_number("rope_theta", m.rope_theta);
-  }
+  check_activation_and_rope(c, m, where);
   const bool attention_bias = c.boolean("attention_bias", false), mlp_bias = c.boolean("mlp_bias", false);
   LOOM_CHECK(attention_bias == mlp_bias, where + ": attention_bias is " + std::string(attention_bias ? "true" : "false") +
                                         " but mlp_bias is " + (mlp_bias ? "true" : "false") +

@@ -14,8 +14,8 @@
 #include "loom/interop/hf/safetensors.h"
 #include "loom/ckpt/tensor_names.h"
 #include "loom/core/atomic_file.h"
+#include "loom/core/dtype_convert.h"
 #include "loom/core/error.h"
-#include "loom/precision/formats.h"
 #include "loom/interop/hf/hf_config.h"
 #include "loom/model/parameter_shapes.h"
 #include "loom/train/model_setup.h"
@@ -34,20 +34,6 @@ constexpr const char* kTokenizerMetadata = "loom.tokenizer";
 
 std::string architecture_of(const config::ModelConfig& model) {
   return model.block_configs.empty() ? "LlamaForCausalLM" : "DeciLMForCausalLM";
-}
-
-// Elements of a float tensor to f32 (loom and safetensors both store little-endian; loom builds
-// for x86-64 only, so the bytes are the host's).
-void to_f32(const std::byte* in, DType dtype, int64_t n, float* out) {
-  if (dtype == DType::F32) {
-    std::memcpy(out, in, static_cast<size_t>(n) * sizeof(float));
-    return;
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    uint16_t bits;
-    std::memcpy(&bits, in + 2 * i, 2);
-    out[i] = dtype == DType::BF16 ? precision::bf16_to_float(bits) : precision::fp16_to_float(bits);
-  }
 }
 
 // The loom dtype of a safetensors float dtype; nullopt for the others.
@@ -175,7 +161,7 @@ std::vector<float> read_as_f32(const loom::interop::hf::SafetensorsReader& file,
   std::vector<std::byte> bytes(t.bytes());
   file.read(t, bytes);
   std::vector<float> out(t.numel());
-  to_f32(bytes.data(), *dtype, static_cast<int64_t>(out.size()), out.data());
+  to_f32(out.data(), bytes.data(), static_cast<int64_t>(out.size()), *dtype);
   return out;
 }
 
@@ -220,15 +206,8 @@ HfExportResult export_to_hf(const std::string& checkpoint_path, const std::strin
                          std::vector<std::byte> raw(static_cast<size_t>(n) * dtype_size(stored));
                          checkpoint.read(p.name, raw.data(), stored, p.shape);
                          std::vector<float> values(static_cast<size_t>(n));
-                         to_f32(raw.data(), stored, n, values.data());
-                         if (!bf16) {
-                           std::memcpy(out.data(), values.data(), out.size());
-                           return;
-                         }
-                         for (int64_t i = 0; i < n; ++i) {
-                           const uint16_t bits = precision::float_to_bf16(values[static_cast<size_t>(i)]);
-                           std::memcpy(out.data() + 2 * i, &bits, 2);
-                         }
+                         to_f32(values.data(), raw.data(), n, stored);  // little-endian, as loom (x86-64) and safetensors
+                         from_f32(out.data(), values.data(), n, bf16 ? DType::BF16 : DType::F32);
                        }});
   }
   std::error_code ec;

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "loom/core/atomic_writer.h"
+#include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
 
 namespace loom::interop::hf {
