@@ -1,4 +1,5 @@
 #include "loom/model/linear_precision.h"
+#include "loom/model/tensor_parallel.h"
 
 #include <cblas.h>
 
@@ -104,9 +105,7 @@ float LinearPrecision::global_amax(Operand op, float local) const {
       !sharded_[static_cast<int>(op)]) {
     return local;
   }
-  float global = local;
-  tp_group_->all_reduce(&global, 1, DType::F32, comm::ReduceOp::Max);  // NaN propagates: all pass through
-  return global;
+  return max_over_tensor_parallel(*tp_group_, local);  // NaN propagates: all pass through
 }
 
 p::Fp8Format LinearPrecision::format(Operand op) const {

@@ -91,4 +91,9 @@ void TensorParallel::all_reduce_max(float* data, int64_t count) const {
   if (!single()) group_->all_reduce(data, count, DType::F32, comm::ReduceOp::Max);
 }
 
+float max_over_tensor_parallel(comm::Communicator& tp, float value) {
+  if (tp.size() > 1) tp.all_reduce(&value, 1, DType::F32, comm::ReduceOp::Max);
+  return value;
+}
+
 }  // namespace loom::model

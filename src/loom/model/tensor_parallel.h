@@ -79,4 +79,8 @@ class TensorParallel {
   mutable Buffer reduce_scratch_;
 };
 
+// The largest of every tensor-parallel rank's `value` (a NaN propagates), e.g. an FP8 amax of a
+// sharded operand that a per-tensor scale needs whole.
+float max_over_tensor_parallel(comm::Communicator& tp, float value);
+
 }  // namespace loom::model

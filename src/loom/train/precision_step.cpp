@@ -1,4 +1,5 @@
 #include "loom/train/precision_step.h"
+#include "loom/train/world_agreements.h"
 
 #include "loom/comm/gather_text.h"
 
@@ -66,17 +67,7 @@ PrecisionStepResult PrecisionStep::step(double lr, int64_t step) {
   // holding the same layers. Without a pipeline those are the world: one all-reduce.
   std::vector<float> amaxes;
   for (float a : model_.precision().pending_amaxes()) amaxes.push_back(std::isfinite(a) ? a : INFINITY);
-  std::vector<float> agreed = {local ? 1.0f : 0.0f};
-  if (same_layers_ == nullptr) agreed.insert(agreed.end(), amaxes.begin(), amaxes.end());
-  if (world_.size() > 1) {
-    world_.all_reduce(agreed.data(), static_cast<int64_t>(agreed.size()), DType::F32, comm::ReduceOp::Max);
-  }
-  if (same_layers_ == nullptr) {
-    amaxes.assign(agreed.begin() + 1, agreed.end());
-  } else if (!amaxes.empty() && same_layers_->size() > 1) {
-    same_layers_->all_reduce(amaxes.data(), static_cast<int64_t>(amaxes.size()), DType::F32, comm::ReduceOp::Max);
-  }
-  const bool found = agreed[0] != 0.0f;
+  const bool found = agree_non_finite_and_amaxes(world_, same_layers_, local, amaxes);
   model_.precision().commit_amaxes(amaxes);
   scaler_.update(found);
   if (found) {

@@ -2,6 +2,7 @@
 
 #include <csignal>
 #include <string>
+#include <vector>
 
 #include "loom/core/error.h"
 
@@ -31,6 +32,21 @@ LossAndStop agree_loss_and_stop(comm::Communicator& world, bool contribute, doub
                      stop_signal != 0 && stop_signal != SIGTERM ? 1.0f : 0.0f};
   world.all_reduce(shared, 3, DType::F32, comm::ReduceOp::Sum);
   return {shared[0], shared[1] > 0.0f ? SIGTERM : shared[2] > 0.0f ? SIGINT : 0};
+}
+
+bool agree_non_finite_and_amaxes(comm::Communicator& world, comm::Communicator* same_layers, bool local_found,
+                                 std::vector<float>& amaxes) {
+  std::vector<float> agreed = {local_found ? 1.0f : 0.0f};
+  if (same_layers == nullptr) agreed.insert(agreed.end(), amaxes.begin(), amaxes.end());
+  if (world.size() > 1) {
+    world.all_reduce(agreed.data(), static_cast<int64_t>(agreed.size()), DType::F32, comm::ReduceOp::Max);
+  }
+  if (same_layers == nullptr) {
+    amaxes.assign(agreed.begin() + 1, agreed.end());
+  } else if (!amaxes.empty() && same_layers->size() > 1) {
+    same_layers->all_reduce(amaxes.data(), static_cast<int64_t>(amaxes.size()), DType::F32, comm::ReduceOp::Max);
+  }
+  return agreed[0] != 0.0f;
 }
 
 int64_t agree_save_token(comm::Communicator& world, int64_t token_on_rank0) {

@@ -2,6 +2,7 @@
 // The trainer's own collectives: what every rank must agree on for a step to be one step of one
 // model (docs/collectives.md). Each is one small collective per step or per save.
 #include <cstdint>
+#include <vector>
 
 #include "loom/comm/communicator.h"
 
@@ -21,6 +22,13 @@ struct LossAndStop {
 // asked to stop by, 0 if none), in one all-reduce over `world`, so every rank stops after the
 // same step and reports the same signal.
 LossAndStop agree_loss_and_stop(comm::Communicator& world, bool contribute, double local_loss_sum, int stop_signal);
+
+// Mixed precision's step decision: whether any rank of `world` found Inf/NaN in its gradients
+// (every rank then skips or steps together), and this step's FP8 amaxes (`amaxes`, replaced by
+// their maximum) over the ranks holding the same layers, `same_layers` (null: the world, and both
+// travel in one all-reduce max).
+bool agree_non_finite_and_amaxes(comm::Communicator& world, comm::Communicator* same_layers, bool local_found,
+                                 std::vector<float>& amaxes);
 
 // The token that names a save (rank 0's process id): every rank's part of the checkpoint carries
 // it, so rank 0 never merges a part left by another attempt.
