@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include "loom/kernels/cpu/rope.h"
+#include "loom/kernels/types.h"
 #include "loom/model/block.h"
 #include "loom/model/layer_spec.h"
 #include "loom/model/linear_precision.h"
@@ -146,7 +146,7 @@ class Transformer {
   bool tied_copy_ = false;
   int64_t vocab_first_ = 0, vocab_local_ = 0;  // this rank's rows of the embedding and head
   ParameterStore params_;
-  std::unique_ptr<kernels::cpu::RopeTable> rope_;
+  std::unique_ptr<kernels::RopeTable> rope_;
   int embed_ = -1, positions_ = -1, head_ = -1;
   std::vector<Block> blocks_;     // the layers held, in order
   std::vector<int> block_index_;  // global layer -> index in blocks_ (-1: another stage's)

@@ -2,21 +2,20 @@
 
 #include <cmath>
 
-#include "loom/kernels/cpu/adamw.h"
+#include "loom/kernels/ops.h"
 
 namespace loom::optim {
 
-namespace k = loom::kernels::cpu;
-
-AdamW::AdamW(const config::OptimConfig& config, int64_t total, std::vector<Segment> segments)
+AdamW::AdamW(const config::OptimConfig& config, int64_t total, std::vector<Segment> segments, Device device)
     : config_(config),
       total_(total),
       segments_(std::move(segments)),
-      exp_avg_({total}, DType::F32),
-      exp_avg_sq_({total}, DType::F32) {}
+      device_(device),
+      exp_avg_({total}, DType::F32, device),
+      exp_avg_sq_({total}, DType::F32, device) {}
 
-k::AdamWStep adamw_hyper(const config::OptimConfig& config, double lr, int64_t step, bool weight_decay,
-                         float clip_factor) {
+kernels::AdamWStep adamw_hyper(const config::OptimConfig& config, double lr, int64_t step, bool weight_decay,
+                               float clip_factor) {
   return {static_cast<float>(lr),
           static_cast<float>(config.beta1),
           static_cast<float>(config.beta2),
@@ -33,10 +32,12 @@ float clip_factor(const config::OptimConfig& config, double global_norm) {
   return 1.0f;
 }
 
-double global_norm(const float* grads, int64_t n) { return std::sqrt(k::sum_of_squares(grads, n)); }
+double global_norm(const float* grads, int64_t n, Device device) {
+  return std::sqrt(kernels::sum_of_squares(device, grads, n));
+}
 
 double AdamW::step(float* params, const float* grads, double lr, int64_t step) {
-  const double norm = global_norm(grads, total_);
+  const double norm = global_norm(grads, total_, device_);
   step_with_norm(params, grads, lr, step, norm);
   return norm;
 }
@@ -45,8 +46,8 @@ void AdamW::step_with_norm(float* params, const float* grads, double lr, int64_t
   // Clipping is fused into the update (one pass over the gradients fewer).
   const float clip = clip_factor(config_, global_norm);
   for (const Segment& s : segments_) {
-    k::adamw_update(params + s.offset, grads + s.offset, exp_avg() + s.offset, exp_avg_sq() + s.offset, s.numel,
-                    adamw_hyper(config_, lr, step, s.weight_decay, clip));
+    kernels::adamw_update(device_, params + s.offset, grads + s.offset, exp_avg() + s.offset, exp_avg_sq() + s.offset,
+                          s.numel, adamw_hyper(config_, lr, step, s.weight_decay, clip));
   }
 }
 

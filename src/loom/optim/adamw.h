@@ -6,7 +6,8 @@
 #include <vector>
 
 #include "loom/core/tensor.h"
-#include "loom/kernels/cpu/adamw.h"
+#include "loom/core/device.h"
+#include "loom/kernels/types.h"
 #include "loom/config/run_config.h"
 
 namespace loom::optim {
@@ -18,7 +19,8 @@ struct Segment {
 
 class AdamW {
  public:
-  AdamW(const config::OptimConfig& config, int64_t total, std::vector<Segment> segments);
+  // The moments live on `device`, as the parameters and gradients the steps are given.
+  AdamW(const config::OptimConfig& config, int64_t total, std::vector<Segment> segments, Device device = Device::cpu());
 
   // Updates `params` with `grads` clipped to config.clip_grad by global norm (when > 0; the
   // gradients themselves are left as they are). Returns the global norm before clipping.
@@ -35,19 +37,20 @@ class AdamW {
   config::OptimConfig config_;
   int64_t total_;
   std::vector<Segment> segments_;
+  Device device_;
   Tensor exp_avg_, exp_avg_sq_;
 };
 
 // The kernel's hyper-parameters for one update of a segment (weight decay only where it decays;
 // clip_factor scales the gradients first).
-kernels::cpu::AdamWStep adamw_hyper(const config::OptimConfig& config, double lr, int64_t step, bool weight_decay,
-                                    float clip_factor);
+kernels::AdamWStep adamw_hyper(const config::OptimConfig& config, double lr, int64_t step, bool weight_decay,
+                               float clip_factor);
 
 // The factor gradients are scaled by to clip them to config.clip_grad (1 when no clipping is due).
 // One rule for every optimizer, sharded or not, so every layout computes the same function.
 float clip_factor(const config::OptimConfig& config, double global_norm);
 
-// Global L2 norm of grads[0..n).
-double global_norm(const float* grads, int64_t n);
+// Global L2 norm of grads[0..n) (on `device`).
+double global_norm(const float* grads, int64_t n, Device device = Device::cpu());
 
 }  // namespace loom::optim

@@ -24,7 +24,7 @@
 #include "loom/comm/topology.h"
 #include "loom/core/error.h"
 #include "loom/data/sequence_loader.h"
-#include "loom/kernels/cpu/cross_entropy.h"
+#include "loom/kernels/types.h"
 #include "loom/optim/schedule.h"
 #include "loom/parallel/data/data_parallel_step.h"
 #include "loom/ops/fault_injection.h"
@@ -76,7 +76,7 @@ double evaluate(const std::function<double(const int32_t*, const int32_t*, int64
   for (int b = 0; b < config.train.eval_batches; ++b) {
     loader.fill_batch(static_cast<int64_t>(b) * batch, batch, inputs.data(), targets.data());
     loss_sum += forward_loss(inputs.data(), targets.data(), batch, seq);
-    for (int32_t t : targets) tokens += t != kernels::cpu::kIgnoreIndex;
+    for (int32_t t : targets) tokens += t != kernels::kIgnoreIndex;
   }
   return loss_sum / static_cast<double>(std::max<int64_t>(1, tokens));
 }
@@ -255,7 +255,7 @@ TrainSummary train_rank(const config::RunConfig& config, comm::Communicator& wor
     // micro-batches and ranks gives the global-batch mean.
     train_data.fill_batch(progress.consumed_samples, run.train.global_batch, scratch_inputs.data(), all_targets.data());
     int64_t valid_tokens = 0;
-    for (int32_t t : all_targets) valid_tokens += t != kernels::cpu::kIgnoreIndex;
+    for (int32_t t : all_targets) valid_tokens += t != kernels::kIgnoreIndex;
     LOOM_CHECK(valid_tokens > 0, "step " + std::to_string(step) + " has no target tokens to learn from");
     // fp16: times the dynamic loss scale (a power of two, so exact; 1 for the other recipes).
     const float grad_scale = static_cast<float>(1.0 / static_cast<double>(valid_tokens)) * precision.begin_step();
