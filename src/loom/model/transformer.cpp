@@ -11,8 +11,18 @@ namespace loom::model {
 
 Transformer::Transformer(const config::ModelConfig& config, TensorParallel tp, PrecisionPolicy precision,
                          std::vector<LayerRange> chunks)
+    : Transformer(config, std::move(tp), precision, std::move(chunks), ParameterStore::Allocation::Buffers) {}
+
+std::vector<Parameter> Transformer::parameter_list(const config::ModelConfig& config, TensorParallel tp,
+                                                   std::vector<LayerRange> chunks) {
+  const Transformer shapes(config, std::move(tp), {}, std::move(chunks), ParameterStore::Allocation::ShapesOnly);
+  return shapes.params().list();
+}
+
+Transformer::Transformer(const config::ModelConfig& config, TensorParallel tp, PrecisionPolicy precision,
+                         std::vector<LayerRange> chunks, ParameterStore::Allocation allocation)
     : config_(config), tp_(tp), specs_(resolve_layers(config)), chunks_(std::move(chunks)),
-      precision_(std::make_shared<PrecisionContext>(precision)) {
+      params_(Device::cpu(), allocation), precision_(std::make_shared<PrecisionContext>(precision)) {
   LOOM_CHECK(config.vocab_size > 0, "model.vocab_size must be resolved before building the model");
   const int L = config.layers;
   if (chunks_.empty()) chunks_.push_back({0, L});
@@ -42,7 +52,7 @@ Transformer::Transformer(const config::ModelConfig& config, TensorParallel tp, P
     }
     registered_since(0, 0);
   }
-  if (config.positions != "learned") {
+  if (config.positions != "learned" && !params_.shapes_only()) {
     rope_ = std::make_unique<kernels::RopeTable>(config.max_seq_len, head_dim(config), config.rope_theta);
   }
   block_index_.assign(L, -1);
@@ -77,7 +87,7 @@ Transformer::Transformer(const config::ModelConfig& config, TensorParallel tp, P
     head_precision_ = precision_->make(precision.head_recipe(), "lm_head");
   }
   params_.allocate();
-  tp_grads_.emplace(params_, tp_, unit_params_);
+  if (!params_.shapes_only()) tp_grads_.emplace(params_, tp_, unit_params_);
 }
 
 namespace {

@@ -63,6 +63,12 @@ class Transformer {
   explicit Transformer(const config::ModelConfig& config, TensorParallel tp = {}, PrecisionPolicy precision = {},
                        std::vector<LayerRange> chunks = {});
 
+  // Every parameter the model of `config` registers on this rank (names, shapes, shard specs,
+  // weight decay, offsets), in registration order: the modules are built on a shapes-only store,
+  // so nothing is allocated for the model, however large. The one source of the parameter list.
+  static std::vector<Parameter> parameter_list(const config::ModelConfig& config, TensorParallel tp = {},
+                                               std::vector<LayerRange> chunks = {});
+
   void initialize(uint64_t seed) { params_.initialize(seed); }
   ParameterStore& params() { return params_; }
   const ParameterStore& params() const { return params_; }
@@ -127,6 +133,8 @@ class Transformer {
   int64_t activation_bytes() const;
 
  private:
+  Transformer(const config::ModelConfig& config, TensorParallel tp, PrecisionPolicy precision,
+              std::vector<LayerRange> chunks, ParameterStore::Allocation allocation);
   void check_tokens(const int32_t* tokens, int64_t rows) const;
   void check_whole_model(const std::string& what) const;
   void embed(float* out, const int32_t* tokens, int64_t batch, int64_t seq, int64_t position_start,
