@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "../gradient_check.h"
+#include "loom/kernels/cpu/rope.h"
 #include "loom/model/block.h"
 
 namespace loom::model {

@@ -61,7 +61,9 @@ TEST_F(DataParallel, EveryLayoutComputesTheSameFunctionAsOneRank) {
   EXPECT_LT(one.back(), one.front());
   for (int zero : {0, 1, 2, 3}) {
     for (int dp : {1, 2, 4}) {
-      for (int micro : {8 / dp, 2}) {
+      std::vector<int> micros = {8 / dp};
+      if (8 / dp != 2) micros.push_back(2);  // dp 4 has micro-batches of 2 already
+      for (int micro : micros) {
         if (dp == 1 && zero == 0 && micro == 8) continue;  // the reference itself
         const std::string name = "dp" + std::to_string(dp) + "-zero" + std::to_string(zero) + "-b" + std::to_string(micro);
         SCOPED_TRACE(name);

@@ -1,7 +1,6 @@
 #include "loom/core/tensor.h"
 
-#include <cstdlib>
-#include <cstring>
+#include <algorithm>
 
 namespace loom {
 
@@ -19,14 +18,12 @@ std::string shape_string(const Shape& shape) {
 
 Tensor::Tensor(Shape shape, DType dtype, Device device)
     : shape_(std::move(shape)), dtype_(dtype), device_(device) {
-  LOOM_CHECK(device == Device::CPU, "Tensor: only CPU storage is allocated by the core layer");
   for (int64_t d : shape_) LOOM_CHECK(d >= 0, "Tensor: negative dimension in shape " + shape_string(shape_));
-  size_t bytes = nbytes();
-  size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  LOOM_CHECK(p != nullptr, "Tensor: out of memory allocating " + std::to_string(bytes) + " bytes");
-  std::memset(p, 0, rounded == 0 ? 64 : rounded);
-  storage_ = std::shared_ptr<void>(p, std::free);
+  Allocator& a = allocator(device);
+  const size_t bytes = std::max<size_t>(nbytes(), 1);  // an allocated tensor is never empty()
+  void* p = a.allocate(bytes);
+  a.zero(p, bytes);
+  storage_ = std::shared_ptr<void>(p, [&a, bytes](void* q) { a.free(q, bytes); });
   data_ = p;
 }
 
@@ -40,7 +37,7 @@ Tensor Tensor::view(void* data, Shape shape, DType dtype, Device device) {
 }
 
 void Tensor::zero() {
-  if (data_ != nullptr) std::memset(data_, 0, nbytes());
+  if (data_ != nullptr && nbytes() > 0) allocator(device_).zero(data_, nbytes());
 }
 
 }  // namespace loom

@@ -6,12 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "loom/core/device.h"
 #include "loom/core/dtype.h"
 #include "loom/core/error.h"
 
 namespace loom {
-
-enum class Device : uint8_t { CPU, CUDA };
 
 using Shape = std::vector<int64_t>;
 
@@ -21,10 +20,10 @@ std::string shape_string(const Shape& shape);
 class Tensor {
  public:
   Tensor() = default;
-  // Allocates zero-filled storage (64-byte aligned) on the CPU.
-  Tensor(Shape shape, DType dtype, Device device = Device::CPU);
+  // Allocates zero-filled storage through the device's allocator (on the host: 64-byte aligned).
+  Tensor(Shape shape, DType dtype, Device device = Device::cpu());
   // A non-owning view of `data`, which must outlive the view.
-  static Tensor view(void* data, Shape shape, DType dtype, Device device = Device::CPU);
+  static Tensor view(void* data, Shape shape, DType dtype, Device device = Device::cpu());
 
   const Shape& shape() const { return shape_; }
   int64_t dim(size_t i) const { return shape_.at(i); }
@@ -45,7 +44,7 @@ class Tensor {
  private:
   Shape shape_;
   DType dtype_ = DType::F32;
-  Device device_ = Device::CPU;
+  Device device_;
   std::shared_ptr<void> storage_;  // null for views
   void* data_ = nullptr;
 };

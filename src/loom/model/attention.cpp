@@ -3,16 +3,12 @@
 #include <algorithm>
 
 #include "loom/core/error.h"
-#include "loom/kernels/cpu/attention.h"
-#include "loom/kernels/cpu/linear.h"
+#include "loom/kernels/ops.h"
 
 namespace loom::model {
 
-namespace k = loom::kernels::cpu;
-
-Attention::Attention(ParameterStore& store, const TensorParallel& tp, int layer, const std::string& prefix,
-                     int d_model, int heads, int kv_heads, bool bias, const k::RopeTable* rope, float init_std,
-                     float out_std)
+Attention::Attention(ParameterStore& store, const TensorParallel& tp, int layer, const std::string& prefix, int d_model,
+                     int heads, int kv_heads, bool bias, const kernels::RopeTable* rope, float init_std, float out_std)
     : store_(&store), tp_(&tp), d_model_(d_model), head_dim_(d_model / heads), rope_(rope) {
   const int ranks = tp.size(), rank = tp.rank(), hd = head_dim_;
   const std::string where = "layer " + std::to_string(layer) + " (" + prefix + ")";
@@ -67,10 +63,10 @@ void Attention::forward(Saved& saved, float* residual, const float* normed, int6
   const int64_t rows = batch * seq, W = qkv_width(), att_width = heads_ * head_dim_;
   float* qkv = sized(saved.qkv, rows * W);
   qkv_->forward(qkv, normed, rows, scratch);
-  if (rope_ != nullptr) k::rope_forward(qkv, rows, W, 0, heads_ + kv_heads_, seq, 0, *rope_);
+  if (rope_ != nullptr) kernels::rope_forward(store_->device(), qkv, rows, W, 0, heads_ + kv_heads_, seq, 0, *rope_);
   float* att = sized(saved.att, rows * att_width);
   float* probs = zeroed(saved.probs, batch * heads_ * seq * seq);
-  k::attention_forward(att, probs, qkv, {batch, seq, heads_, kv_heads_, head_dim_});
+  kernels::attention_forward(store_->device(), att, probs, qkv, {batch, seq, heads_, kv_heads_, head_dim_});
   out_->forward(residual, att, rows, scratch);
 }
 
@@ -80,8 +76,9 @@ void Attention::backward(float* d_normed, const float* d_residual, const float* 
   float* d_att = zeroed(work.d_att, rows * att_width);
   out_->backward(d_att, d_residual, saved.att.data(), rows, scratch);
   float* d_qkv = zeroed(work.d_qkv, rows * W);
-  k::attention_backward(d_qkv, d_att, saved.probs.data(), saved.qkv.data(), {batch, seq, heads_, kv_heads_, head_dim_});
-  if (rope_ != nullptr) k::rope_backward(d_qkv, rows, W, 0, heads_ + kv_heads_, seq, 0, *rope_);
+  kernels::attention_backward(store_->device(), d_qkv, d_att, saved.probs.data(), saved.qkv.data(),
+                              {batch, seq, heads_, kv_heads_, head_dim_});
+  if (rope_ != nullptr) kernels::rope_backward(store_->device(), d_qkv, rows, W, 0, heads_ + kv_heads_, seq, 0, *rope_);
   qkv_->backward(d_normed, d_qkv, normed, rows, scratch);
 }
 
@@ -90,9 +87,10 @@ void Attention::decode(float* residual, const float* normed, int64_t rows, int64
   LOOM_CHECK(tp_->single(), "generation runs on one rank (parallel.tp = 1)");
   const int64_t W = qkv_width(), kv_width = kv_heads_ * head_dim_, att_width = heads_ * head_dim_;
   float* qkv = sized(scratch.qkv, rows * W);
-  k::linear_forward(qkv, normed, store_->value(qkv_weight_), qkv_bias_ >= 0 ? store_->value(qkv_bias_) : nullptr,
-                    rows, d_model_, W);
-  if (rope_ != nullptr) k::rope_forward(qkv, rows, W, 0, heads_ + kv_heads_, rows, past, *rope_);
+  kernels::linear_forward(store_->device(), qkv, normed, store_->value(qkv_weight_),
+                          qkv_bias_ >= 0 ? store_->value(qkv_bias_) : nullptr, rows, d_model_, W);
+  if (rope_ != nullptr)
+    kernels::rope_forward(store_->device(), qkv, rows, W, 0, heads_ + kv_heads_, rows, past, *rope_);
   float* keys = sized(cache.keys, max_positions * kv_width);
   float* values = sized(cache.values, max_positions * kv_width);
   for (int64_t r = 0; r < rows; ++r) {
@@ -101,9 +99,9 @@ void Attention::decode(float* residual, const float* normed, int64_t rows, int64
     std::copy(row + att_width + kv_width, row + att_width + 2 * kv_width, values + (past + r) * kv_width);
   }
   float* att = sized(scratch.att, rows * att_width);
-  k::attention_decode(att, qkv, W, keys, values, past, rows, heads_, kv_heads_, head_dim_);
-  k::linear_forward(residual, att, store_->value(out_weight_), out_bias_ >= 0 ? store_->value(out_bias_) : nullptr,
-                    rows, att_width, d_model_, true);
+  kernels::attention_decode(store_->device(), att, qkv, W, keys, values, past, rows, heads_, kv_heads_, head_dim_);
+  kernels::linear_forward(store_->device(), residual, att, store_->value(out_weight_),
+                          out_bias_ >= 0 ? store_->value(out_bias_) : nullptr, rows, att_width, d_model_, true);
 }
 
 }  // namespace loom::model

@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "loom/kernels/cpu/rope.h"
+#include "loom/kernels/types.h"
 #include "loom/model/buffers.h"
 #include "loom/model/parallel_linear.h"
 #include "loom/model/parameters.h"
@@ -26,7 +26,7 @@ class Attention {
   };
   // Throws naming the layer when its heads cannot be split over the tensor-parallel group.
   Attention(ParameterStore& store, const TensorParallel& tp, int layer, const std::string& prefix, int d_model,
-            int heads, int kv_heads, bool bias, const kernels::cpu::RopeTable* rope, float init_std, float out_std);
+            int heads, int kv_heads, bool bias, const kernels::RopeTable* rope, float init_std, float out_std);
   // residual[local rows] += o_proj(attention(normed)); normed is this rank's rows of [batch*seq, d_model].
   void forward(Saved& saved, float* residual, const float* normed, int64_t batch, int64_t seq,
                ParallelScratch& scratch) const;
@@ -44,7 +44,7 @@ class Attention {
   ParameterStore* store_;
   const TensorParallel* tp_;
   int d_model_, heads_, kv_heads_, head_dim_;  // heads_ and kv_heads_: this rank's
-  const kernels::cpu::RopeTable* rope_;        // null for learned positions
+  const kernels::RopeTable* rope_;             // null for learned positions
   int qkv_weight_ = -1, qkv_bias_ = -1, out_weight_ = -1, out_bias_ = -1;
   std::optional<ColumnParallelLinear> qkv_;
   std::optional<RowParallelLinear> out_;

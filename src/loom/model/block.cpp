@@ -7,7 +7,7 @@
 namespace loom::model {
 
 Block::Block(ParameterStore& store, const TensorParallel& tp, int layer, const config::ModelConfig& config,
-             const LayerSpec& spec, const kernels::cpu::RopeTable* rope)
+             const LayerSpec& spec, const kernels::RopeTable* rope)
     : tp_(&tp), d_model_(config.d_model) {
   const std::string prefix = prefix_ = "model.layers." + std::to_string(layer);
   const bool layer_norm = config.norm == "layer";

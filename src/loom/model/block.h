@@ -19,7 +19,7 @@ class Block {
     Buffer mid;
   };
   Block(ParameterStore& store, const TensorParallel& tp, int layer, const config::ModelConfig& config,
-        const LayerSpec& spec, const kernels::cpu::RopeTable* rope);
+        const LayerSpec& spec, const kernels::RopeTable* rope);
 
   // x_in / x_out: this rank's rows of the residual stream (all of them unless sequence parallel).
   void forward(Saved& saved, const float* x_in, float* x_out, int64_t batch, int64_t seq,

@@ -1,23 +1,26 @@
 #pragma once
-// Activation and scratch buffers: grown on first use for a (batch, seq) and then reused.
-#include <algorithm>
+// Activation and scratch buffers: grown on first use for a (batch, seq) and then reused, released
+// explicitly. Each is a DeviceBuffer (core/device.h), allocated through its device's allocator
+// (the host's unless made on another device); .data() is the raw pointer kernels take.
 #include <cstdint>
-#include <vector>
+
+#include "loom/core/device.h"
 
 namespace loom::model {
 
-using Buffer = std::vector<float>;
+using Buffer = DeviceBuffer<float>;
 
+// At least n elements (grows, keeping the contents; never shrinks).
 inline float* sized(Buffer& buffer, int64_t n) {
-  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
+  if (buffer.size() < n) [[unlikely]] buffer.resize(n);
   return buffer.data();
 }
 inline float* zeroed(Buffer& buffer, int64_t n) {
   float* p = sized(buffer, n);
-  std::fill(p, p + n, 0.0f);
+  if (n > 0) allocator(buffer.device()).zero(p, static_cast<size_t>(n) * sizeof(float));
   return p;
 }
-inline void release(Buffer& buffer) { Buffer().swap(buffer); }
+inline void release(Buffer& buffer) { buffer.release(); }
 
 // Gradient scratch shared by all blocks (only one block runs backward at a time).
 struct Workspace {

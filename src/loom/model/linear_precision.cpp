@@ -1,22 +1,22 @@
 #include "loom/model/linear_precision.h"
 #include "loom/model/tensor_parallel.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 
 #include "loom/comm/communicator.h"
 #include "loom/core/error.h"
-#include "loom/kernels/cpu/linear.h"
+#include "loom/kernels/ops.h"
+#include "loom/kernels/parallel.h"
 #include "loom/precision/formats.h"
 #include "loom/precision/mx.h"
-#include "loom/kernels/cpu/parallel.h"
 
 namespace loom::model {
 
-namespace k = loom::kernels::cpu;
 namespace p = loom::precision;
+
+// The recipes quantize and round on the host (precision/ is host code), so their GEMMs run there.
+constexpr Device kHost = Device::cpu();
 
 namespace {
 
@@ -24,14 +24,14 @@ constexpr const char* kRecipeNames[] = {"fp32", "bf16", "fp16", "fp8_delayed", "
 
 // dst += src (n elements).
 void add_into(float* dst, const float* src, int64_t n) {
-#pragma omp parallel for simd schedule(static) if(kernels::cpu::worth_parallel(n))
+#pragma omp parallel for simd schedule(static) if (kernels::worth_parallel(n))
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
 // out[cols, rows] = in[rows, cols]^T, in cache-sized tiles.
 void transpose(const float* in, float* out, int64_t rows, int64_t cols) {
   constexpr int64_t kTile = 32;
-#pragma omp parallel for schedule(static) if(kernels::cpu::worth_parallel(rows * cols))
+#pragma omp parallel for schedule(static) if (kernels::worth_parallel(rows * cols))
   for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
     for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
       const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
@@ -215,7 +215,7 @@ void LinearPrecision::forward(float* out, const float* in, const float* weight, 
   const float* w = prepare(Operand::Weight, GemmPass::Forward, weight, out_features, in_features);
   const int64_t count = n * out_features;
   float* y = accumulate ? output_scratch(count) : out;
-  k::linear_forward(y, x, w, bias, n, in_features, out_features, false);
+  kernels::linear_forward(kHost, y, x, w, bias, n, in_features, out_features, false);
   if (output == GemmOutput::Rounded) round_output(y, count);
   if (accumulate) add_into(out, y, count);
 }
@@ -224,8 +224,8 @@ void LinearPrecision::backward(float* din, float* dweight, float* dbias, const f
                                const float* weight, int64_t n, int64_t in_features, int64_t out_features,
                                GemmOutput din_output) {
   if (n == 0) return;
-  if (dbias != nullptr) k::linear_backward(nullptr, nullptr, dbias, dout, nullptr, nullptr, n, in_features, out_features);
-  const int N = static_cast<int>(n), IC = static_cast<int>(in_features), OC = static_cast<int>(out_features);
+  if (dbias != nullptr)
+    kernels::linear_backward(kHost, nullptr, nullptr, dbias, dout, nullptr, nullptr, n, in_features, out_features);
   // Per-tensor recipes quantize dout the same way for both GEMMs; block-scaled ones block it
   // along each GEMM's reduction dimension.
   const bool oriented = recipe_ == Recipe::Fp8Blockwise || recipe_ == Recipe::Mxfp8;
@@ -234,7 +234,7 @@ void LinearPrecision::backward(float* din, float* dweight, float* dbias, const f
     g = prepare(Operand::OutputGrad, GemmPass::DataGrad, dout, n, out_features);
     const float* w = prepare(Operand::Weight, GemmPass::DataGrad, weight, out_features, in_features);
     float* y = output_scratch(n * in_features);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, g, OC, w, IC, 0.0f, y, IC);
+    kernels::gemm(kHost, y, g, w, n, in_features, out_features, false, false, false);
     if (din_output == GemmOutput::Rounded) round_output(y, n * in_features);
     add_into(din, y, n * in_features);
   }
@@ -242,7 +242,7 @@ void LinearPrecision::backward(float* din, float* dweight, float* dbias, const f
     if (g == nullptr || oriented) g = prepare(Operand::OutputGrad, GemmPass::WeightGrad, dout, n, out_features);
     const float* x = prepare(Operand::Input, GemmPass::WeightGrad, in, n, in_features);
     float* y = output_scratch(out_features * in_features);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, g, OC, x, IC, 0.0f, y, IC);
+    kernels::gemm(kHost, y, g, x, out_features, in_features, n, true, false, false);
     // The weight gradient of one micro-batch in the recipe's dtype, accumulated in the fp32
     // main gradient (as Megatron's main_grad).
     round_output(y, out_features * in_features);

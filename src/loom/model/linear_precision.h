@@ -112,7 +112,7 @@ class LinearPrecision {
   // Rounds a GEMM output to the recipe's activation dtype in place (bf16; fp16 for fp16).
   void round_output(float* data, int64_t n) const;
 
-  // The same contracts as kernels::cpu::linear_forward / linear_backward, computed in the recipe.
+  // The same contracts as kernels::linear_forward / linear_backward, computed in the recipe.
   // The bias (and its gradient) stays fp32; the output is rounded after the bias is added.
   // `output` / `din_output` Partial: the forward output / input gradient stays fp32 (GemmOutput).
   void forward(float* out, const float* in, const float* weight, const float* bias, int64_t n, int64_t in_features,

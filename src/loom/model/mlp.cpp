@@ -1,15 +1,13 @@
 #include "loom/model/mlp.h"
 
 #include "loom/core/error.h"
-#include "loom/kernels/cpu/activation.h"
+#include "loom/kernels/ops.h"
 
 namespace loom::model {
 
-namespace k = loom::kernels::cpu;
-
 Mlp::Mlp(ParameterStore& store, const TensorParallel& tp, int layer, const std::string& prefix, int d_model,
          int ffn_size, bool swiglu, bool bias, float init_std, float out_std)
-    : d_model_(d_model), swiglu_(swiglu) {
+    : device_(store.device()), d_model_(d_model), swiglu_(swiglu) {
   LOOM_CHECK(ffn_size % tp.size() == 0, "layer " + std::to_string(layer) + " (" + prefix + "): ffn_size " +
                                         std::to_string(ffn_size) + " cannot be split over " +
                                         std::to_string(tp.size()) + " tensor-parallel ranks (parallel.tp must divide it)");
@@ -47,9 +45,9 @@ void Mlp::forward(Saved& saved, float* residual, const float* normed, int64_t ro
   float* act = sized(saved.act, rows * ffn_);
   in_->forward(hidden, normed, rows, scratch);
   if (swiglu_) {
-    k::swiglu_forward(act, hidden, rows, ffn_);
+    kernels::swiglu_forward(device_, act, hidden, rows, ffn_);
   } else {
-    k::gelu_forward(act, hidden, rows * ffn_);
+    kernels::gelu_forward(device_, act, hidden, rows * ffn_);
   }
   down_->forward(residual, act, rows, scratch);
 }
@@ -60,9 +58,9 @@ void Mlp::backward(float* d_normed, const float* d_residual, const float* normed
   down_->backward(d_act, d_residual, saved.act.data(), rows, scratch);
   float* d_hidden = zeroed(work.d_hidden, rows * hidden_width());
   if (swiglu_) {
-    k::swiglu_backward(d_hidden, d_act, saved.hidden.data(), rows, ffn_);
+    kernels::swiglu_backward(device_, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
   } else {
-    k::gelu_backward(d_hidden, d_act, saved.hidden.data(), rows * ffn_);
+    kernels::gelu_backward(device_, d_hidden, d_act, saved.hidden.data(), rows * ffn_);
   }
   in_->backward(d_normed, d_hidden, normed, rows, scratch);
 }

@@ -31,6 +31,7 @@ class Mlp {
 
  private:
   int hidden_width() const { return swiglu_ ? 2 * ffn_ : ffn_; }
+  Device device_;
   int d_model_, ffn_;  // ffn_: this rank's features
   bool swiglu_;
   std::optional<ColumnParallelLinear> in_;

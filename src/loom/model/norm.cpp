@@ -1,10 +1,8 @@
 #include "loom/model/norm.h"
 
-#include "loom/kernels/cpu/norm.h"
+#include "loom/kernels/ops.h"
 
 namespace loom::model {
-
-namespace k = loom::kernels::cpu;
 
 Norm::Norm(ParameterStore& store, const std::string& name, int dim, bool layer_norm, float eps,
            const ShardSpec& placement)
@@ -17,19 +15,20 @@ void Norm::forward(Saved& saved, const float* in, int64_t rows) const {
   float* out = sized(saved.out, rows * dim_);
   float* rstd = sized(saved.rstd, rows);
   if (layer_norm_) {
-    k::layernorm_forward(out, sized(saved.mean, rows), rstd, in, store_->value(weight_), store_->value(bias_), rows,
-                         dim_, eps_);
+    kernels::layernorm_forward(store_->device(), out, sized(saved.mean, rows), rstd, in, store_->value(weight_),
+                               store_->value(bias_), rows, dim_, eps_);
   } else {
-    k::rmsnorm_forward(out, rstd, in, store_->value(weight_), rows, dim_, eps_);
+    kernels::rmsnorm_forward(store_->device(), out, rstd, in, store_->value(weight_), rows, dim_, eps_);
   }
 }
 
 void Norm::backward(float* din, const float* dout, const float* in, const Saved& saved, int64_t rows) const {
   if (layer_norm_) {
-    k::layernorm_backward(din, store_->grad(weight_), store_->grad(bias_), dout, in, store_->value(weight_),
-                          saved.mean.data(), saved.rstd.data(), rows, dim_);
+    kernels::layernorm_backward(store_->device(), din, store_->grad(weight_), store_->grad(bias_), dout, in,
+                                store_->value(weight_), saved.mean.data(), saved.rstd.data(), rows, dim_);
   } else {
-    k::rmsnorm_backward(din, store_->grad(weight_), dout, in, store_->value(weight_), saved.rstd.data(), rows, dim_);
+    kernels::rmsnorm_backward(store_->device(), din, store_->grad(weight_), dout, in, store_->value(weight_),
+                              saved.rstd.data(), rows, dim_);
   }
 }
 

@@ -4,30 +4,28 @@
 #include <vector>
 
 #include "loom/core/error.h"
-#include "loom/kernels/cpu/linear.h"
+#include "loom/kernels/ops.h"
 
 namespace loom::model {
 
-namespace k = loom::kernels::cpu;
-
 namespace {
 // The fp32 kernels, or the layer's precision recipe when it has one.
-void linear_forward(LinearPrecision* precision, float* out, const float* in, const float* weight, const float* bias,
-                    int64_t n, int64_t in_features, int64_t out_features, bool accumulate = false,
+void linear_forward(Device device, LinearPrecision* precision, float* out, const float* in, const float* weight,
+                    const float* bias, int64_t n, int64_t in_features, int64_t out_features, bool accumulate = false,
                     GemmOutput output = GemmOutput::Rounded) {
   if (precision != nullptr) {
     precision->forward(out, in, weight, bias, n, in_features, out_features, accumulate, output);
   } else {
-    k::linear_forward(out, in, weight, bias, n, in_features, out_features, accumulate);
+    kernels::linear_forward(device, out, in, weight, bias, n, in_features, out_features, accumulate);
   }
 }
-void linear_backward(LinearPrecision* precision, float* din, float* dweight, float* dbias, const float* dout,
-                     const float* in, const float* weight, int64_t n, int64_t in_features, int64_t out_features,
-                     GemmOutput din_output = GemmOutput::Rounded) {
+void linear_backward(Device device, LinearPrecision* precision, float* din, float* dweight, float* dbias,
+                     const float* dout, const float* in, const float* weight, int64_t n, int64_t in_features,
+                     int64_t out_features, GemmOutput din_output = GemmOutput::Rounded) {
   if (precision != nullptr) {
     precision->backward(din, dweight, dbias, dout, in, weight, n, in_features, out_features, din_output);
   } else {
-    k::linear_backward(din, dweight, dbias, dout, in, weight, n, in_features, out_features);
+    kernels::linear_backward(device, din, dweight, dbias, dout, in, weight, n, in_features, out_features);
   }
 }
 
@@ -86,8 +84,8 @@ void ColumnParallelLinear::set_precision(std::shared_ptr<LinearPrecision> precis
 
 void ColumnParallelLinear::forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch) const {
   const float* full = tp_->enter_forward(x, rows, in_, scratch.gathered);
-  linear_forward(precision_.get(), out, full, store_->value(weight_), bias_ >= 0 ? store_->value(bias_) : nullptr,
-                 rows, in_, out_);
+  linear_forward(store_->device(), precision_.get(), out, full, store_->value(weight_),
+                 bias_ >= 0 ? store_->value(bias_) : nullptr, rows, in_, out_);
 }
 
 void ColumnParallelLinear::backward(float* d_x, const float* d_out, const float* x, int64_t rows,
@@ -96,8 +94,9 @@ void ColumnParallelLinear::backward(float* d_x, const float* d_out, const float*
   const float* full = tp_->enter_forward(x, rows, in_, scratch.gathered);
   float* d_full = tp_->enter_backward_target(d_x, rows, in_, scratch.d_full);
   // dgrad reduces over the split output features: partial products, rounded after the sum.
-  linear_backward(precision_.get(), d_full, store_->grad(weight_), bias_ >= 0 ? store_->grad(bias_) : nullptr, d_out,
-                  full, store_->value(weight_), rows, in_, out_, split_output(*tp_));
+  linear_backward(store_->device(), precision_.get(), d_full, store_->grad(weight_),
+                  bias_ >= 0 ? store_->grad(bias_) : nullptr, d_out, full, store_->value(weight_), rows, in_, out_,
+                  split_output(*tp_));
   tp_->enter_backward(d_x, d_full, rows, in_, precision_.get());
 }
 
@@ -117,12 +116,12 @@ void RowParallelLinear::set_precision(std::shared_ptr<LinearPrecision> precision
 void RowParallelLinear::forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch) const {
   const float* bias = bias_ >= 0 ? store_->value(bias_) : nullptr;
   if (tp_->single()) {  // no reduction: accumulate straight into the residual stream
-    linear_forward(precision_.get(), out, x, store_->value(weight_), bias, rows, in_, out_, true);
+    linear_forward(store_->device(), precision_.get(), out, x, store_->value(weight_), bias, rows, in_, out_, true);
     return;
   }
   // The forward GEMM reduces over the split input features: partial products, rounded after g.
   float* partial = tp_->exit_forward_target(out, rows, out_, scratch.partial);
-  linear_forward(precision_.get(), partial, x, store_->value(weight_), nullptr, rows, in_, out_, true,
+  linear_forward(store_->device(), precision_.get(), partial, x, store_->value(weight_), nullptr, rows, in_, out_, true,
                  GemmOutput::Partial);
   tp_->exit_forward(out, partial, bias, rows, out_, precision_.get());
 }
@@ -130,13 +129,13 @@ void RowParallelLinear::forward(float* out, const float* x, int64_t rows, Parall
 void RowParallelLinear::backward(float* d_x, const float* d_out, const float* x, int64_t rows,
                                  ParallelScratch& scratch) const {
   const float* d_full = tp_->exit_backward(d_out, rows, out_, scratch.gathered);
-  linear_backward(precision_.get(), d_x, store_->grad(weight_), nullptr, d_full, x, store_->value(weight_), rows, in_,
-                  out_);
+  linear_backward(store_->device(), precision_.get(), d_x, store_->grad(weight_), nullptr, d_full, x,
+                  store_->value(weight_), rows, in_, out_);
   // The bias was added after g, to this rank's rows: its gradient is over those rows (a partial
   // sum under sequence parallelism, completed by the model's gradient sync).
   if (bias_ >= 0) {
-    k::linear_backward(nullptr, nullptr, store_->grad(bias_), d_out, nullptr, nullptr, tp_->local_rows(rows), 0,
-                       out_);
+    kernels::linear_backward(store_->device(), nullptr, nullptr, store_->grad(bias_), d_out, nullptr, nullptr,
+                             tp_->local_rows(rows), 0, out_);
   }
 }
 

@@ -1,10 +1,9 @@
 #pragma once
-// The parameters a loom model of a given config holds, by global name and shape, computed from
-// the config alone (no model is built, so converting a large model allocates nothing for it).
-// loom names its parameters as Hugging Face's Llama does (`model.layers.3.mlp.up_proj.weight`),
-// so this is also the tensor list of the model.safetensors that `loom convert` reads and writes.
-// It follows the registration in model/transformer.cpp, block.cpp, attention.cpp, mlp.cpp and
-// norm.cpp; tests/interop/hf_convert_test.cpp checks that the two agree.
+// The parameters a loom model of a given config holds, by global name and shape, without
+// building its buffers: the modules register on a shapes-only store (Transformer::parameter_list),
+// so converting a large model allocates nothing for it. loom names its parameters as Hugging
+// Face's Llama does (`model.layers.3.mlp.up_proj.weight`), so this is also the tensor list of the
+// model.safetensors that `loom convert` reads and writes.
 #include <string>
 #include <vector>
 
@@ -15,7 +14,7 @@ namespace loom::model {
 
 struct ParameterShape {
   std::string name;
-  Shape shape;
+  Shape shape;  // global (unsplit)
 };
 
 // In model order: embeddings, then each layer's tensors, then the final norm and the head.

@@ -6,7 +6,7 @@
 namespace loom::model {
 
 int ParameterStore::add(const std::string& name, Shape shape, Init init, float init_std, ShardSpec shard) {
-  LOOM_CHECK(values_.empty(), "ParameterStore: parameter '" + name + "' added after allocation");
+  LOOM_CHECK(!allocated_, "ParameterStore: parameter '" + name + "' added after allocation");
   LOOM_CHECK(find(name) < 0, "ParameterStore: duplicate parameter name '" + name + "'");
   Parameter p;
   p.name = name;
@@ -23,13 +23,18 @@ int ParameterStore::add(const std::string& name, Shape shape, Init init, float i
 }
 
 void ParameterStore::allocate() {
-  values_ = Tensor({total_}, DType::F32);
-  grads_ = Tensor({total_}, DType::F32);
+  allocated_ = true;
+  if (shapes_only()) return;
+  values_ = DeviceBuffer<float>(device_, total_);
+  grads_ = DeviceBuffer<float>(device_, total_);
 }
 
 void ParameterStore::initialize(uint64_t seed) {
+  if (shapes_only()) return;
+  LOOM_CHECK(device_.is_cpu(), "ParameterStore::initialize: initial values are drawn on the host; " + device_.name() +
+                                   " needs a host staging copy (not built yet)");
   for (const Parameter& p : params_) {
-    float* v = values_.data<float>() + p.offset;
+    float* v = values_.data() + p.offset;
     const uint64_t key = philox_key(seed, p.name);
 #pragma omp parallel for schedule(static) if(p.numel >= 32768)
     for (int64_t i = 0; i < p.numel; ++i) {

@@ -2,10 +2,14 @@
 // ParameterStore: every parameter of a model with its global identity (Hugging Face name,
 // global shape), laid out back to back in one flat fp32 buffer, with a gradient buffer of the
 // same layout. Flat buffers make the optimizer one loop and gradient buckets (DDP/ZeRO) slices.
+// Both buffers live on the store's device and are allocated through its allocator
+// (core/device.h). A store made with Allocation::ShapesOnly only records the list: building a
+// model on it gives every parameter's name, shape and placement and allocates nothing.
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "loom/core/device.h"
 #include "loom/core/tensor.h"
 #include "loom/model/shard_spec.h"
 
@@ -27,23 +31,31 @@ struct Parameter {
 
 class ParameterStore {
  public:
+  enum class Allocation : uint8_t { Buffers, ShapesOnly };
+  explicit ParameterStore(Device device = Device::cpu(), Allocation allocation = Allocation::Buffers)
+      : device_(device), allocation_(allocation) {}
+
   // Registers a parameter (before allocate()); returns its id. Consecutive registrations are
   // adjacent in memory, which modules use to fuse q/k/v and gate/up projections into one GEMM.
   int add(const std::string& name, Shape shape, Init init, float init_std = 0.0f, ShardSpec shard = {});
+  // Allocates the zeroed values and gradients (nothing for a ShapesOnly store).
   void allocate();
 
   // Initial values depend only on (seed, name, global element index): Philox, not a stream, so
   // a tensor-parallel shard holds exactly its slice of the unsplit model.
   void initialize(uint64_t seed);
 
-  float* value(int id) { return values_.data<float>() + params_.at(id).offset; }
-  const float* value(int id) const { return values_.data<float>() + params_.at(id).offset; }
-  float* grad(int id) { return grads_.data<float>() + params_.at(id).offset; }
+  float* value(int id) { return values_.data() + params_.at(id).offset; }
+  const float* value(int id) const { return values_.data() + params_.at(id).offset; }
+  float* grad(int id) { return grads_.data() + params_.at(id).offset; }
 
-  float* values() { return values_.data<float>(); }
-  const float* values() const { return values_.data<float>(); }
-  float* grads() { return grads_.data<float>(); }
+  float* values() { return values_.data(); }
+  const float* values() const { return values_.data(); }
+  float* grads() { return grads_.data(); }
   void zero_grads() { grads_.zero(); }
+
+  Device device() const { return device_; }
+  bool shapes_only() const { return allocation_ == Allocation::ShapesOnly; }
 
   int64_t total() const { return total_; }
   const std::vector<Parameter>& list() const { return params_; }
@@ -52,7 +64,10 @@ class ParameterStore {
  private:
   std::vector<Parameter> params_;
   int64_t total_ = 0;
-  Tensor values_, grads_;
+  Device device_;
+  Allocation allocation_;
+  bool allocated_ = false;
+  DeviceBuffer<float> values_, grads_;
 };
 
 }  // namespace loom::model

@@ -4,20 +4,25 @@
 #include <numeric>
 
 #include "loom/core/error.h"
-#include "loom/kernels/cpu/cross_entropy.h"
-#include "loom/kernels/cpu/embedding.h"
-#include "loom/kernels/cpu/linear.h"
-#include "loom/kernels/cpu/vocab_parallel_cross_entropy.h"
+#include "loom/kernels/ops.h"
 #include "loom/model/flops.h"
 
 namespace loom::model {
 
-namespace k = loom::kernels::cpu;
-
 Transformer::Transformer(const config::ModelConfig& config, TensorParallel tp, PrecisionPolicy precision,
                          std::vector<LayerRange> chunks)
+    : Transformer(config, std::move(tp), precision, std::move(chunks), ParameterStore::Allocation::Buffers) {}
+
+std::vector<Parameter> Transformer::parameter_list(const config::ModelConfig& config, TensorParallel tp,
+                                                   std::vector<LayerRange> chunks) {
+  const Transformer shapes(config, std::move(tp), {}, std::move(chunks), ParameterStore::Allocation::ShapesOnly);
+  return shapes.params().list();
+}
+
+Transformer::Transformer(const config::ModelConfig& config, TensorParallel tp, PrecisionPolicy precision,
+                         std::vector<LayerRange> chunks, ParameterStore::Allocation allocation)
     : config_(config), tp_(tp), specs_(resolve_layers(config)), chunks_(std::move(chunks)),
-      precision_(std::make_shared<PrecisionContext>(precision)) {
+      params_(Device::cpu(), allocation), precision_(std::make_shared<PrecisionContext>(precision)) {
   LOOM_CHECK(config.vocab_size > 0, "model.vocab_size must be resolved before building the model");
   const int L = config.layers;
   if (chunks_.empty()) chunks_.push_back({0, L});
@@ -47,8 +52,8 @@ Transformer::Transformer(const config::ModelConfig& config, TensorParallel tp, P
     }
     registered_since(0, 0);
   }
-  if (config.positions != "learned") {
-    rope_ = std::make_unique<k::RopeTable>(config.max_seq_len, head_dim(config), config.rope_theta);
+  if (config.positions != "learned" && !params_.shapes_only()) {
+    rope_ = std::make_unique<kernels::RopeTable>(config.max_seq_len, head_dim(config), config.rope_theta);
   }
   block_index_.assign(L, -1);
   blocks_.reserve(L);
@@ -82,7 +87,7 @@ Transformer::Transformer(const config::ModelConfig& config, TensorParallel tp, P
     head_precision_ = precision_->make(precision.head_recipe(), "lm_head");
   }
   params_.allocate();
-  tp_grads_.emplace(params_, tp_, unit_params_);
+  if (!params_.shapes_only()) tp_grads_.emplace(params_, tp_, unit_params_);
 }
 
 namespace {
@@ -128,11 +133,12 @@ void Transformer::embed(float* out, const int32_t* tokens, int64_t batch, int64_
   const int64_t C = config_.d_model;
   check_tokens(tokens, rows);
   if (tp_.single()) {
-    k::embedding_forward(out, tokens, params_.value(embed_), rows, C, false);
+    kernels::embedding_forward(params_.device(), out, tokens, params_.value(embed_), rows, C, false);
   } else {
     // Each rank looks up the ids it holds; the sum over ranks (g) is the full lookup.
     float* partial = tp_.exit_forward_target(out, rows, C, tp_scratch_.partial);
-    k::embedding_forward_shard(partial, tokens, params_.value(embed_), rows, C, vocab_first_, vocab_local_);
+    kernels::embedding_forward_shard(params_.device(), partial, tokens, params_.value(embed_), rows, C, vocab_first_,
+                                     vocab_local_);
     std::fill(out, out + local * C, 0.0f);
     tp_.exit_forward(out, partial, nullptr, rows, C);
   }
@@ -142,7 +148,7 @@ void Transformer::embed(float* out, const int32_t* tokens, int64_t batch, int64_
               std::to_string(config_.max_seq_len));
     position_ids.resize(local);
     for (int64_t r = 0; r < local; ++r) position_ids[r] = static_cast<int32_t>(position_start + (first + r) % seq);
-    k::embedding_forward(out, position_ids.data(), params_.value(positions_), local, C, true);
+    kernels::embedding_forward(params_.device(), out, position_ids.data(), params_.value(positions_), local, C, true);
   }
 }
 
@@ -151,31 +157,36 @@ void Transformer::embed_backward(const float* d_x, const int32_t* tokens, int64_
   const int64_t C = config_.d_model;
   const float* d_full = tp_.exit_backward(d_x, rows, C, tp_scratch_.gathered);
   if (tp_.single()) {
-    k::embedding_backward(params_.grad(embed_), d_full, tokens, rows, C);
+    kernels::embedding_backward(params_.device(), params_.grad(embed_), d_full, tokens, rows, C);
   } else {
-    k::embedding_backward_shard(params_.grad(embed_), d_full, tokens, rows, C, vocab_first_, vocab_local_);
+    kernels::embedding_backward_shard(params_.device(), params_.grad(embed_), d_full, tokens, rows, C, vocab_first_,
+                                      vocab_local_);
   }
   if (positions_ >= 0) {
-    k::embedding_backward(params_.grad(positions_), d_x, position_ids.data(), tp_.local_rows(rows), C);
+    kernels::embedding_backward(params_.device(), params_.grad(positions_), d_x, position_ids.data(),
+                                tp_.local_rows(rows), C);
   }
 }
 
 double Transformer::cross_entropy(float* logits, const int32_t* targets, int64_t rows, float grad_scale) {
   float* losses = sized(losses_, rows);
-  if (tp_.single()) return k::softmax_cross_entropy(logits, losses, targets, rows, config_.vocab_size, grad_scale);
+  if (tp_.single())
+    return kernels::softmax_cross_entropy(params_.device(), logits, losses, targets, rows, config_.vocab_size,
+                                          grad_scale);
   // Vocabulary-parallel: two reductions of per-row scalars, never a full row of logits.
   for (int64_t r = 0; r < rows; ++r) {
-    LOOM_CHECK(targets[r] == k::kIgnoreIndex || (targets[r] >= 0 && targets[r] < config_.vocab_size),
-          "cross-entropy: target id " + std::to_string(targets[r]) + " is outside the vocabulary [0, " +
-              std::to_string(config_.vocab_size) + ")");
+    LOOM_CHECK(targets[r] == kernels::kIgnoreIndex || (targets[r] >= 0 && targets[r] < config_.vocab_size),
+               "cross-entropy: target id " + std::to_string(targets[r]) + " is outside the vocabulary [0, " +
+                   std::to_string(config_.vocab_size) + ")");
   }
   float* row_max = sized(ce_max_, rows);
-  k::vocab_shard_row_max(logits, rows, vocab_local_, row_max);
+  kernels::vocab_shard_row_max(params_.device(), logits, rows, vocab_local_, row_max);
   tp_.all_reduce_max(row_max, rows);
   float* stats = sized(ce_stats_, 2 * rows);
-  k::vocab_shard_exp_sums(logits, row_max, targets, rows, vocab_local_, vocab_first_, stats);
+  kernels::vocab_shard_exp_sums(params_.device(), logits, row_max, targets, rows, vocab_local_, vocab_first_, stats);
   tp_.all_reduce(stats, 2 * rows);
-  return k::vocab_shard_finish(logits, losses, row_max, stats, targets, rows, vocab_local_, vocab_first_, grad_scale);
+  return kernels::vocab_shard_finish(params_.device(), logits, losses, row_max, stats, targets, rows, vocab_local_,
+                                     vocab_first_, grad_scale);
 }
 
 double Transformer::head_forward(Activations& a, const int32_t* targets, int64_t rows, float grad_scale) {
@@ -188,7 +199,7 @@ double Transformer::head_forward(Activations& a, const int32_t* targets, int64_t
   if (head_precision_) {
     head_precision_->forward(logits, head_in, params_.value(head_), nullptr, rows, C, vocab_local_);
   } else {
-    k::linear_forward(logits, head_in, params_.value(head_), nullptr, rows, C, vocab_local_);
+    kernels::linear_forward(params_.device(), logits, head_in, params_.value(head_), nullptr, rows, C, vocab_local_);
   }
   return cross_entropy(logits, targets, rows, grad_scale);
 }
@@ -204,8 +215,8 @@ void Transformer::head_backward(Activations& a, int64_t rows) {
     head_precision_->backward(d_head_in, params_.grad(head_), nullptr, a.logits.data(), head_in, params_.value(head_),
                               rows, C, vocab_local_, tp_.single() ? GemmOutput::Rounded : GemmOutput::Partial);
   } else {
-    k::linear_backward(d_head_in, params_.grad(head_), nullptr, a.logits.data(), head_in, params_.value(head_), rows,
-                       C, vocab_local_);
+    kernels::linear_backward(params_.device(), d_head_in, params_.grad(head_), nullptr, a.logits.data(), head_in,
+                             params_.value(head_), rows, C, vocab_local_);
   }
   tp_.enter_backward(d_final, d_head_in, rows, C, head_precision_.get());
   float* d_x = zeroed(a.d_x, local * C);
@@ -319,7 +330,8 @@ const float* Transformer::decode(DecodeState& state, const int32_t* tokens, int6
   state.length += count;
   final_norm_->forward(state.final_norm, x + (count - 1) * C, 1);
   float* logits = sized(state.logits, V);
-  k::linear_forward(logits, state.final_norm.out.data(), params_.value(head_), nullptr, 1, C, V);
+  kernels::linear_forward(params_.device(), logits, state.final_norm.out.data(), params_.value(head_), nullptr, 1, C,
+                          V);
   return logits;
 }
 

@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include "loom/kernels/cpu/rope.h"
+#include "loom/kernels/types.h"
 #include "loom/model/block.h"
 #include "loom/model/layer_spec.h"
 #include "loom/model/linear_precision.h"
@@ -62,6 +62,12 @@ class Transformer {
   // summed with the first's over the embedding group, and it is left out of the norm).
   explicit Transformer(const config::ModelConfig& config, TensorParallel tp = {}, PrecisionPolicy precision = {},
                        std::vector<LayerRange> chunks = {});
+
+  // Every parameter the model of `config` registers on this rank (names, shapes, shard specs,
+  // weight decay, offsets), in registration order: the modules are built on a shapes-only store,
+  // so nothing is allocated for the model, however large. The one source of the parameter list.
+  static std::vector<Parameter> parameter_list(const config::ModelConfig& config, TensorParallel tp = {},
+                                               std::vector<LayerRange> chunks = {});
 
   void initialize(uint64_t seed) { params_.initialize(seed); }
   ParameterStore& params() { return params_; }
@@ -127,6 +133,8 @@ class Transformer {
   int64_t activation_bytes() const;
 
  private:
+  Transformer(const config::ModelConfig& config, TensorParallel tp, PrecisionPolicy precision,
+              std::vector<LayerRange> chunks, ParameterStore::Allocation allocation);
   void check_tokens(const int32_t* tokens, int64_t rows) const;
   void check_whole_model(const std::string& what) const;
   void embed(float* out, const int32_t* tokens, int64_t batch, int64_t seq, int64_t position_start,
@@ -146,7 +154,7 @@ class Transformer {
   bool tied_copy_ = false;
   int64_t vocab_first_ = 0, vocab_local_ = 0;  // this rank's rows of the embedding and head
   ParameterStore params_;
-  std::unique_ptr<kernels::cpu::RopeTable> rope_;
+  std::unique_ptr<kernels::RopeTable> rope_;
   int embed_ = -1, positions_ = -1, head_ = -1;
   std::vector<Block> blocks_;     // the layers held, in order
   std::vector<int> block_index_;  // global layer -> index in blocks_ (-1: another stage's)

@@ -2,23 +2,22 @@
 
 #include <cmath>
 
-#include "loom/kernels/cpu/adamw.h"
+#include "loom/kernels/ops.h"
 
 namespace loom::optim {
 
-namespace k = loom::kernels::cpu;
+AdamW::AdamW(const config::OptimConfig& config, Device device) : config_(config), device_(device) {}
 
-AdamW::AdamW(const config::OptimConfig& config) : config_(config) {}
-
-AdamW::AdamW(const config::OptimConfig& config, int64_t total, std::vector<Segment> segments)
+AdamW::AdamW(const config::OptimConfig& config, int64_t total, std::vector<Segment> segments, Device device)
     : config_(config),
       total_(total),
       segments_(std::move(segments)),
-      exp_avg_({total}, DType::F32),
-      exp_avg_sq_({total}, DType::F32) {}
+      device_(device),
+      exp_avg_({total}, DType::F32, device),
+      exp_avg_sq_({total}, DType::F32, device) {}
 
-k::AdamWStep adamw_hyper(const config::OptimConfig& config, double lr, int64_t step, bool weight_decay,
-                         float clip_factor) {
+kernels::AdamWStep adamw_hyper(const config::OptimConfig& config, double lr, int64_t step, bool weight_decay,
+                               float clip_factor) {
   return {static_cast<float>(lr),
           static_cast<float>(config.beta1),
           static_cast<float>(config.beta2),
@@ -28,15 +27,17 @@ k::AdamWStep adamw_hyper(const config::OptimConfig& config, double lr, int64_t s
           clip_factor};
 }
 
-double global_norm(const float* grads, int64_t n) { return std::sqrt(k::sum_of_squares(grads, n)); }
+double global_norm(const float* grads, int64_t n, Device device) {
+  return std::sqrt(kernels::sum_of_squares(device, grads, n));
+}
 
 void AdamW::update(const ShardPiece& piece, const StepParams& step) const {
-  k::adamw_update(piece.param, piece.grad, piece.state[0], piece.state[1], piece.numel,
-                  adamw_hyper(config_, step.lr, step.step, piece.weight_decay, step.clip_factor));
+  kernels::adamw_update(device_, piece.param, piece.grad, piece.state[0], piece.state[1], piece.numel,
+                        adamw_hyper(config_, step.lr, step.step, piece.weight_decay, step.clip_factor));
 }
 
 double AdamW::step(float* params, const float* grads, double lr, int64_t step) {
-  const double norm = global_norm(grads, total_);
+  const double norm = global_norm(grads, total_, device_);
   step_with_norm(params, grads, lr, step, norm);
   return norm;
 }

@@ -10,7 +10,8 @@
 
 #include "loom/config/run_config.h"
 #include "loom/core/tensor.h"
-#include "loom/kernels/cpu/adamw.h"
+#include "loom/core/device.h"
+#include "loom/kernels/types.h"
 #include "loom/optim/optimizer.h"
 
 namespace loom::optim {
@@ -22,9 +23,10 @@ struct Segment {
 
 class AdamW final : public Optimizer {
  public:
-  explicit AdamW(const config::OptimConfig& config);
+  // The moments live on `device`, as the parameters and gradients the updates are given.
+  explicit AdamW(const config::OptimConfig& config, Device device = Device::cpu());
   // The flat form: moments for `total` elements, updated where `segments` say.
-  AdamW(const config::OptimConfig& config, int64_t total, std::vector<Segment> segments);
+  AdamW(const config::OptimConfig& config, int64_t total, std::vector<Segment> segments, Device device = Device::cpu());
 
   void update(const ShardPiece& piece, const StepParams& step) const override;
 
@@ -43,15 +45,16 @@ class AdamW final : public Optimizer {
   config::OptimConfig config_;
   int64_t total_ = 0;
   std::vector<Segment> segments_;
+  Device device_;
   Tensor exp_avg_, exp_avg_sq_;
 };
 
 // The kernel's hyper-parameters for one update of a segment (weight decay only where it decays;
 // clip_factor scales the gradients first).
-kernels::cpu::AdamWStep adamw_hyper(const config::OptimConfig& config, double lr, int64_t step, bool weight_decay,
-                                    float clip_factor);
+kernels::AdamWStep adamw_hyper(const config::OptimConfig& config, double lr, int64_t step, bool weight_decay,
+                               float clip_factor);
 
-// Global L2 norm of grads[0..n).
-double global_norm(const float* grads, int64_t n);
+// Global L2 norm of grads[0..n) (on `device`).
+double global_norm(const float* grads, int64_t n, Device device = Device::cpu());
 
 }  // namespace loom::optim

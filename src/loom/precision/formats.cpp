@@ -1,7 +1,7 @@
 #include "loom/precision/formats.h"
 
 #include "loom/core/error.h"
-#include "loom/kernels/cpu/parallel.h"
+#include "loom/kernels/parallel.h"
 
 namespace loom::precision {
 
@@ -12,19 +12,19 @@ namespace {
 // One loop per format so the cast inlines and the loop body has no per-element dispatch.
 template <class Format>
 void quantize_dequantize(float* data, int64_t n, float scale, Overflow overflow) {
-#pragma omp parallel for schedule(static) if (kernels::cpu::worth_parallel(n))
+#pragma omp parallel for schedule(static) if (kernels::worth_parallel(n))
   for (int64_t i = 0; i < n; ++i) data[i] = Format::decode(Format::encode(data[i] * scale, overflow)) / scale;
 }
 
 template <class Format>
 void encode_scaled(const float* in, uint8_t* codes, int64_t n, float scale, Overflow overflow) {
-#pragma omp parallel for schedule(static) if (kernels::cpu::worth_parallel(n))
+#pragma omp parallel for schedule(static) if (kernels::worth_parallel(n))
   for (int64_t i = 0; i < n; ++i) codes[i] = static_cast<uint8_t>(Format::encode(in[i] * scale, overflow));
 }
 
 template <class Format>
 void decode_scaled(const uint8_t* codes, float* out, int64_t n, float scale_inverse) {
-#pragma omp parallel for schedule(static) if (kernels::cpu::worth_parallel(n))
+#pragma omp parallel for schedule(static) if (kernels::worth_parallel(n))
   for (int64_t i = 0; i < n; ++i) out[i] = Format::decode(codes[i]) * scale_inverse;
 }
 
@@ -36,12 +36,12 @@ void check_scale(float scale, const char* what) {
 }  // namespace
 
 void round_to_bf16(float* data, int64_t n, Overflow overflow) {
-#pragma omp parallel for schedule(static) if (kernels::cpu::worth_parallel(n))
+#pragma omp parallel for schedule(static) if (kernels::worth_parallel(n))
   for (int64_t i = 0; i < n; ++i) data[i] = bf16_to_float(float_to_bf16(data[i], overflow));
 }
 
 void round_to_fp16(float* data, int64_t n, Overflow overflow) {
-#pragma omp parallel for schedule(static) if (kernels::cpu::worth_parallel(n))
+#pragma omp parallel for schedule(static) if (kernels::worth_parallel(n))
   for (int64_t i = 0; i < n; ++i) data[i] = fp16_to_float(float_to_fp16(data[i], overflow));
 }
 

@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "loom/core/error.h"
-#include "loom/kernels/cpu/parallel.h"
+#include "loom/kernels/parallel.h"
 
 namespace loom::precision {
 
@@ -25,7 +25,7 @@ float serial_amax(const float* x, int64_t n) {
 }  // namespace
 
 float amax(const float* x, int64_t n) {
-  if (!kernels::cpu::worth_parallel(n)) return serial_amax(x, n);
+  if (!kernels::worth_parallel(n)) return serial_amax(x, n);
   // Per-thread partial maxima combined afterwards (max is exact, so any split gives the same value).
   std::vector<float> partial(static_cast<size_t>(omp_get_max_threads()), 0.0f);
 #pragma omp parallel
@@ -100,7 +100,7 @@ void quantize_dequantize_rowwise_blocks(float* x, int64_t rows, int64_t cols, Fp
                                         float* scales) {
   LOOM_CHECK(rows >= 0 && cols >= 0 && block >= 1, "quantize_dequantize_rowwise_blocks: bad shape or block size");
   const int64_t blocks_per_row = (cols + block - 1) / block;
-#pragma omp parallel for schedule(static) if (kernels::cpu::worth_parallel(rows * cols))
+#pragma omp parallel for schedule(static) if (kernels::worth_parallel(rows * cols))
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t b = 0; b < blocks_per_row; ++b) {
       float* run = x + r * cols + b * block;
@@ -117,7 +117,7 @@ void quantize_dequantize_tile_blocks(float* w, int64_t rows, int64_t cols, Fp8Fo
   LOOM_CHECK(rows >= 0 && cols >= 0 && tile >= 1, "quantize_dequantize_tile_blocks: bad shape or tile size");
   const int64_t tile_rows = (rows + tile - 1) / tile;
   const int64_t tile_cols = (cols + tile - 1) / tile;
-#pragma omp parallel for collapse(2) schedule(static) if (kernels::cpu::worth_parallel(rows * cols))
+#pragma omp parallel for collapse(2) schedule(static) if (kernels::worth_parallel(rows * cols))
   for (int64_t tr = 0; tr < tile_rows; ++tr) {
     for (int64_t tc = 0; tc < tile_cols; ++tc) {
       const int64_t r0 = tr * tile, r1 = std::min(rows, r0 + tile);

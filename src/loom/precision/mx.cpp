@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "loom/core/error.h"
-#include "loom/kernels/cpu/parallel.h"
+#include "loom/kernels/parallel.h"
 
 namespace loom::precision {
 
@@ -83,7 +83,7 @@ void decode_mx_block(const MxBlock& block, Fp8Format format, float* out) {
 
 void encode_mx(const float* data, int64_t rows, int64_t cols, Fp8Format format, uint8_t* codes, uint8_t* scales) {
   const int64_t blocks = (cols + kMxBlockSize - 1) / kMxBlockSize;
-#pragma omp parallel for schedule(static) if (kernels::cpu::worth_parallel(rows * cols))
+#pragma omp parallel for schedule(static) if (kernels::worth_parallel(rows * cols))
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t begin = r * cols + b * kMxBlockSize;
@@ -98,7 +98,7 @@ void encode_mx(const float* data, int64_t rows, int64_t cols, Fp8Format format, 
 void decode_mx(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols, Fp8Format format,
                float* out) {
   const int64_t blocks = (cols + kMxBlockSize - 1) / kMxBlockSize;
-#pragma omp parallel for schedule(static) if (kernels::cpu::worth_parallel(rows * cols))
+#pragma omp parallel for schedule(static) if (kernels::worth_parallel(rows * cols))
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
       out[r * cols + c] = fp8_to_float(codes[r * cols + c], format) * e8m0_to_float(scales[r * blocks + c / kMxBlockSize]);
@@ -108,7 +108,7 @@ void decode_mx(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_
 
 void quantize_dequantize_mx(float* data, int64_t rows, int64_t cols, Fp8Format format) {
   const int64_t blocks = (cols + kMxBlockSize - 1) / kMxBlockSize;
-#pragma omp parallel for schedule(static) if (kernels::cpu::worth_parallel(rows * cols))
+#pragma omp parallel for schedule(static) if (kernels::worth_parallel(rows * cols))
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t b = 0; b < blocks; ++b) {
       quantize_dequantize_run(data + r * cols + b * kMxBlockSize, std::min<int64_t>(kMxBlockSize, cols - b * kMxBlockSize),
@@ -126,7 +126,7 @@ void quantize_dequantize_columns(float* data, int64_t rows, int64_t cols, Fp8For
   constexpr int64_t kChunk = 256;
   const int64_t panels = (rows + kMxBlockSize - 1) / kMxBlockSize;
   const int64_t chunks = (cols + kChunk - 1) / kChunk;
-#pragma omp parallel for collapse(2) schedule(static) if (kernels::cpu::worth_parallel(rows * cols))
+#pragma omp parallel for collapse(2) schedule(static) if (kernels::worth_parallel(rows * cols))
   for (int64_t p = 0; p < panels; ++p) {
     for (int64_t ch = 0; ch < chunks; ++ch) {
       const int64_t r0 = p * kMxBlockSize, r1 = std::min(rows, r0 + kMxBlockSize);

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "loom/core/error.h"
-#include "loom/kernels/cpu/cross_entropy.h"
+#include "loom/kernels/types.h"
 
 namespace loom::train {
 
@@ -23,8 +23,8 @@ int64_t TokenBatch::mask_and_count(const std::string& source, int64_t first_samp
     LOOM_CHECK(w == 0.0f || w == 1.0f, source + ": sample " + std::to_string(first_sample + static_cast<int64_t>(i) / seq) +
                                            " position " + std::to_string(static_cast<int64_t>(i) % seq) +
                                            " has loss weight " + std::to_string(w) + " (valid: 0 or 1)");
-    if (w == 0.0f) targets[i] = kernels::cpu::kIgnoreIndex;
-    counted += targets[i] != kernels::cpu::kIgnoreIndex;
+    if (w == 0.0f) targets[i] = kernels::kIgnoreIndex;
+    counted += targets[i] != kernels::kIgnoreIndex;
   }
   return counted;
 }

@@ -3,13 +3,11 @@
 // flat buffers. Sums of squares accumulate in double in fixed per-thread blocks (deterministic).
 #include <cstdint>
 
+#include "loom/kernels/types.h"
+
 namespace loom::kernels::cpu {
 
-struct AdamWStep {
-  float lr, beta1, beta2, eps, weight_decay;
-  int64_t step;             // 1-based, for bias correction
-  float grad_scale = 1.0f;  // gradients are multiplied by this first (clipping, fused)
-};
+using kernels::AdamWStep;
 
 // g = grad_scale * grad; param -= lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * param)
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,

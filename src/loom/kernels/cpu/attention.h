@@ -4,12 +4,11 @@
 // out[b, t, :] = heads*head_dim. Query head h reads kv head h / (heads / kv_heads).
 #include <cstdint>
 
+#include "loom/kernels/types.h"
+
 namespace loom::kernels::cpu {
 
-struct AttentionShape {
-  int64_t batch, seq, heads, kv_heads, head_dim;
-  int64_t qkv_width() const { return (heads + 2 * kv_heads) * head_dim; }
-};
+using kernels::AttentionShape;
 
 // probs[b, h, t, t'] (t' <= t) saved for backward; entries above the diagonal are left zero.
 void attention_forward(float* out, float* probs, const float* qkv, const AttentionShape& s);

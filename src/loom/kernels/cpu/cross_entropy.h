@@ -3,9 +3,11 @@
 // overwritten by d(loss)/d(logits) so the [rows, vocab] tensor exists only once.
 #include <cstdint>
 
+#include "loom/kernels/types.h"
+
 namespace loom::kernels::cpu {
 
-constexpr int32_t kIgnoreIndex = -1;  // targets equal to this are masked out (no loss, no gradient)
+using kernels::kIgnoreIndex;  // targets equal to this are masked out (no loss, no gradient)
 
 // losses[r] = logsumexp(logits[r]) - logits[r, targets[r]] (0 for ignored rows).
 // When grad_scale != 0, logits[r] is replaced by grad_scale * (softmax(logits[r]) - onehot);

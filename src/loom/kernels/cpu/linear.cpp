@@ -60,4 +60,12 @@ void gemm_nt(float* c, const float* a, const float* b, int64_t m, int64_t n, int
               accumulate ? 1.0f : 0.0f, c, static_cast<int>(n));
 }
 
+void gemm(float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b,
+          bool accumulate) {
+  if (m == 0 || n == 0) return;
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a, static_cast<int>(trans_a ? m : k),
+              b, static_cast<int>(trans_b ? k : n), accumulate ? 1.0f : 0.0f, c, static_cast<int>(n));
+}
+
 }  // namespace loom::kernels::cpu

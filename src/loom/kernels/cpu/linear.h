@@ -19,4 +19,9 @@ void linear_backward(float* din, float* dweight, float* dbias, const float* dout
 // c[m, n] (+)= a[m, k] . b[n, k]^T  (accumulate when `accumulate`); plain GEMM for attention etc.
 void gemm_nt(float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k, bool accumulate);
 
+// c[m, n] (+)= op(a) . op(b), op(a) [m, k] and op(b) [k, n], op = transpose when asked; a and b
+// are stored row-major as they are before op (a [k, m] when trans_a, b [n, k] when trans_b).
+void gemm(float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b,
+          bool accumulate);
+
 }  // namespace loom::kernels::cpu

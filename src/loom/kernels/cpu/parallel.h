@@ -3,9 +3,11 @@
 // (and with busy cores, far more): kernels pass `if(worth_parallel(work))` to their regions.
 #include <cstdint>
 
+#include "loom/kernels/parallel.h"
+
 namespace loom::kernels::cpu {
 
-constexpr int64_t kMinParallelWork = 32768;  // elements touched
-inline bool worth_parallel(int64_t work) { return work >= kMinParallelWork; }
+using kernels::kMinParallelWork;
+using kernels::worth_parallel;
 
 }  // namespace loom::kernels::cpu

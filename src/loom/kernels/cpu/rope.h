@@ -2,16 +2,12 @@
 // Rotary position embedding, Hugging Face Llama convention ("rotate_half": element i pairs
 // with i + head_dim/2), applied in place to the q and k heads of rows of a fused qkv tensor.
 #include <cstdint>
-#include <vector>
+
+#include "loom/kernels/types.h"
 
 namespace loom::kernels::cpu {
 
-// cos/sin tables [max_positions, head_dim/2] for frequencies theta^(-2i/head_dim).
-struct RopeTable {
-  RopeTable(int64_t max_positions, int64_t head_dim, double theta);
-  int64_t head_dim;
-  std::vector<float> cos, sin;
-};
+using kernels::RopeTable;  // cos/sin tables [max_positions, head_dim/2]
 
 // Rotates `heads` heads (each head_dim wide) starting at column `first_col` of each row; row r
 // of `rows` has position positions_start + (r % seq) (rows are [batch, seq] flattened).

@@ -32,7 +32,7 @@ __global__ void adamw_kernel(float* __restrict__ param, const float* __restrict_
 }  // namespace
 
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
-                  const kernels::cpu::AdamWStep& s, cudaStream_t stream) {
+                  const kernels::AdamWStep& s, cudaStream_t stream) {
   if (n == 0) return;
   const Hyper h{s.lr,
                 s.beta1,

@@ -6,11 +6,11 @@
 
 #include <cstdint>
 
-#include "loom/kernels/cpu/adamw.h"
+#include "loom/kernels/types.h"
 
 namespace loom::kernels::cuda {
 
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
-                  const kernels::cpu::AdamWStep& step, cudaStream_t stream = nullptr);
+                  const kernels::AdamWStep& step, cudaStream_t stream = nullptr);
 
 }  // namespace loom::kernels::cuda

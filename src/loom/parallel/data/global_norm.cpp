@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "loom/kernels/cpu/adamw.h"
+#include "loom/kernels/ops.h"
 #include "loom/parallel/data/communication.h"
 
 namespace loom::parallel {
@@ -24,7 +24,7 @@ double sum_of_squares_excluding(const float* data, FlatRange range, const std::v
   double total = 0.0;
   int64_t at = range.begin;
   auto add_until = [&](int64_t end) {
-    if (end > at) total += kernels::cpu::sum_of_squares(data + (at - range.begin), end - at);
+    if (end > at) total += kernels::sum_of_squares(Device::cpu(), data + (at - range.begin), end - at);
   };
   for (const FlatRange& skip : excluded) {
     if (skip.end <= at) continue;

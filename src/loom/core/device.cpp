@@ -1,0 +1,89 @@
+#include "loom/core/device.h"
+
+#include <array>
+#include <cstdlib>
+#include <cstring>
+
+namespace loom {
+
+std::string Device::name() const {
+  return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
+}
+
+void Allocator::count_allocation(size_t bytes) {
+  const int64_t now = in_use_.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed) +
+                      static_cast<int64_t>(bytes);
+  int64_t peak = peak_.load(std::memory_order_relaxed);
+  while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+void Allocator::count_free(size_t bytes) { in_use_.fetch_sub(static_cast<int64_t>(bytes), std::memory_order_relaxed); }
+
+namespace {
+
+class HostAllocator final : public Allocator {
+ public:
+  void* allocate(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    void* p = std::aligned_alloc(kAlignment, rounded);
+    LOOM_CHECK(p != nullptr, "host allocator: out of memory allocating " + std::to_string(bytes) + " bytes");
+    count_allocation(bytes);
+    return p;
+  }
+  void free(void* ptr, size_t bytes) override {
+    if (ptr == nullptr) return;
+    std::free(ptr);
+    count_free(bytes);
+  }
+  void zero(void* ptr, size_t bytes) override {
+    if (bytes > 0) std::memset(ptr, 0, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+  }
+  size_t alignment() const override { return kAlignment; }
+  Device device() const override { return Device::cpu(); }
+
+ private:
+  static constexpr size_t kAlignment = 64;
+};
+
+struct Registry {
+  std::atomic<Allocator*> cpu{&host_allocator()};
+  std::array<std::atomic<Allocator*>, kMaxCudaDevices> cuda{};
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+std::atomic<Allocator*>& slot(Device device) {
+  LOOM_CHECK(device.is_cpu() || (device.index >= 0 && device.index < kMaxCudaDevices),
+             "device " + device.name() + ": index out of range (at most " + std::to_string(kMaxCudaDevices) +
+                 " GPUs)");
+  return device.is_cpu() ? registry().cpu : registry().cuda[static_cast<size_t>(device.index)];
+}
+
+}  // namespace
+
+Allocator& host_allocator() {
+  static HostAllocator host;
+  return host;
+}
+
+Allocator& allocator(Device device) {
+  Allocator* a = slot(device).load(std::memory_order_acquire);
+  LOOM_CHECK(a != nullptr, "device " + device.name() + " has no allocator: " +
+                               (device.is_cuda() ? "this build has no CUDA backend, or it was not started"
+                                                 : "none registered"));
+  return *a;
+}
+
+void register_allocator(Device device, Allocator* allocator) {
+  slot(device).store(allocator, std::memory_order_release);
+}
+
+}  // namespace loom

@@ -1,0 +1,135 @@
+#pragma once
+// Where memory lives and kernels run: a `Device` (cpu, or cuda with an index), a per-device
+// `Allocator` behind one registry, and `DeviceBuffer<T>`, an owning array that allocates through
+// it. The host allocator is registered from the start; a CUDA build registers its caching
+// allocator per GPU (kernels/cuda/backend.h). See docs/architecture.md, "The device seam".
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "loom/core/error.h"
+
+namespace loom {
+
+enum class DeviceKind : uint8_t { Cpu, Cuda };
+
+struct Device {
+  DeviceKind kind = DeviceKind::Cpu;
+  int index = 0;
+
+  static constexpr Device cpu() { return {}; }
+  static constexpr Device cuda(int index) { return {DeviceKind::Cuda, index}; }
+  constexpr bool is_cpu() const { return kind == DeviceKind::Cpu; }
+  constexpr bool is_cuda() const { return kind == DeviceKind::Cuda; }
+  friend constexpr bool operator==(Device, Device) = default;
+  std::string name() const;  // "cpu", "cuda:0"
+};
+
+constexpr int kMaxCudaDevices = 16;
+
+// Bytes on one device. allocate(0) returns nullptr; free(nullptr, 0) does nothing. zero and
+// copy are the two memory operations an owning buffer needs (growing keeps its contents);
+// they run in the device's order of work (on a GPU: its compute stream).
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void free(void* ptr, size_t bytes) = 0;
+  virtual void zero(void* ptr, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual size_t alignment() const = 0;
+  virtual Device device() const = 0;
+
+  int64_t bytes_in_use() const { return in_use_.load(std::memory_order_relaxed); }
+  int64_t peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
+
+ protected:
+  // Implementations call these with the bytes asked for (thread-safe).
+  void count_allocation(size_t bytes);
+  void count_free(size_t bytes);
+
+ private:
+  std::atomic<int64_t> in_use_{0}, peak_{0};
+};
+
+// The allocator of `device`; throws loom::Error naming the device when none is registered (a
+// cuda device in a build without the CUDA backend, or before it registered).
+Allocator& allocator(Device device);
+// Registers (or replaces, with nullptr removes) the allocator of `device`. The registry holds a
+// pointer: the allocator must outlive its use. Registration happens at start-up, before any
+// buffer on that device exists.
+void register_allocator(Device device, Allocator* allocator);
+// The host allocator (64-byte aligned, std::aligned_alloc), registered for Device::cpu().
+Allocator& host_allocator();
+
+// An owning array of T on one device, allocated through that device's allocator. Elements are
+// zero after allocation, as std::vector's; resize() keeps the first min(old, new) elements.
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(Device device, int64_t n = 0) : device_(device) { resize(n); }
+  // Copies are deep (on the same device), as std::vector's.
+  DeviceBuffer(const DeviceBuffer& other) : device_(other.device_) {
+    if (other.size_ == 0) return;
+    Allocator& a = allocator(device_);
+    data_ = static_cast<T*>(a.allocate(other.bytes()));
+    a.copy(data_, other.data_, other.bytes());
+    size_ = other.size_;
+  }
+  DeviceBuffer& operator=(const DeviceBuffer& other) {
+    if (this != &other) DeviceBuffer(other).swap(*this);
+    return *this;
+  }
+  DeviceBuffer(DeviceBuffer&& other) noexcept { swap(other); }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    DeviceBuffer(std::move(other)).swap(*this);
+    return *this;
+  }
+  ~DeviceBuffer() { release(); }
+
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  int64_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  Device device() const { return device_; }
+  size_t bytes() const { return static_cast<size_t>(size_) * sizeof(T); }
+
+  // Reallocates unless n == size(); new elements are zero.
+  void resize(int64_t n) {
+    if (n == size_) return;
+    LOOM_CHECK(n >= 0, "DeviceBuffer: negative size " + std::to_string(n));
+    Allocator& a = allocator(device_);
+    const size_t bytes = static_cast<size_t>(n) * sizeof(T);
+    T* fresh = static_cast<T*>(a.allocate(bytes));
+    const size_t kept = static_cast<size_t>(n < size_ ? n : size_) * sizeof(T);
+    if (kept > 0) a.copy(fresh, data_, kept);
+    if (bytes > kept) a.zero(reinterpret_cast<char*>(fresh) + kept, bytes - kept);
+    release();
+    data_ = fresh;
+    size_ = n;
+  }
+  void zero() {
+    if (size_ > 0) allocator(device_).zero(data_, bytes());
+  }
+  // Frees the memory; the buffer stays on its device, empty.
+  void release() {
+    if (data_ != nullptr) allocator(device_).free(data_, bytes());
+    data_ = nullptr;
+    size_ = 0;
+  }
+  void swap(DeviceBuffer& other) noexcept {
+    std::swap(device_, other.device_);
+    std::swap(data_, other.data_);
+    std::swap(size_, other.size_);
+  }
+
+ private:
+  Device device_;
+  T* data_ = nullptr;
+  int64_t size_ = 0;
+};
+
+}  // namespace loom

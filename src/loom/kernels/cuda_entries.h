@@ -1,0 +1,26 @@
+#pragma once
+// The CUDA kernels the device-neutral entries (ops.h) reach. Empty in every build until the CUDA
+// backend starts (kernels/cuda/backend.h fills it, with the caching allocators); an entry that
+// stays null has no CUDA kernel yet and its op throws. Each kernel runs on the device's compute
+// stream (see docs/architecture.md, "The device seam").
+#include <cstdint>
+
+#include "loom/core/device.h"
+#include "loom/kernels/types.h"
+
+namespace loom::kernels {
+
+struct CudaEntries {
+  void (*rmsnorm_forward)(Device, float* out, float* rstd, const float* in, const float* weight, int64_t rows,
+                          int64_t dim, float eps) = nullptr;
+  void (*rmsnorm_backward)(Device, float* din, float* dweight, const float* dout, const float* in,
+                           const float* weight, const float* rstd, int64_t rows, int64_t dim) = nullptr;
+  void (*adamw_update)(Device, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                       const AdamWStep& step) = nullptr;
+  bool started = false;  // whether a CUDA backend registered at all
+};
+
+// Written once at start-up, before any op runs on a GPU; read by every dispatch.
+CudaEntries& cuda_entries();
+
+}  // namespace loom::kernels

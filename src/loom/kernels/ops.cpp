@@ -1,0 +1,173 @@
+#include "loom/kernels/ops.h"
+
+#include <string>
+
+#include "loom/core/error.h"
+#include "loom/kernels/cpu/activation.h"
+#include "loom/kernels/cpu/adamw.h"
+#include "loom/kernels/cpu/attention.h"
+#include "loom/kernels/cpu/cross_entropy.h"
+#include "loom/kernels/cpu/embedding.h"
+#include "loom/kernels/cpu/linear.h"
+#include "loom/kernels/cpu/norm.h"
+#include "loom/kernels/cpu/rope.h"
+#include "loom/kernels/cpu/vocab_parallel_cross_entropy.h"
+#include "loom/kernels/cuda_entries.h"
+
+// Every entry: `if (device.is_cpu())` the CPU kernel, else the registered CUDA kernel or an error.
+// The error paths are out of line so the CPU path stays one predictable branch.
+
+namespace loom::kernels {
+
+CudaEntries& cuda_entries() {
+  static CudaEntries entries;
+  return entries;
+}
+
+namespace {
+
+[[noreturn]] [[gnu::cold]] void no_kernel(const char* op, Device device) {
+  if (device.is_cuda() && !cuda_entries().started) {
+    throw Error(std::string("kernels::") + op + " on " + device.name() +
+                ": the CUDA backend is not started (or this build has none)");
+  }
+  throw Error(std::string("kernels::") + op + " has no CUDA kernel yet (asked to run on " + device.name() + ")");
+}
+
+// The registered CUDA kernel, or the error naming the op.
+template <typename F>
+F cuda_kernel(F kernel, const char* op, Device device) {
+  if (kernel == nullptr) [[unlikely]] no_kernel(op, device);
+  return kernel;
+}
+
+}  // namespace
+
+#define LOOM_CPU_ONLY(op, ...)                      \
+  if (device.is_cpu()) [[likely]]                   \
+    return cpu::op(__VA_ARGS__);                    \
+  no_kernel(#op, device)
+
+void embedding_forward(Device device, float* out, const int32_t* ids, const float* table, int64_t rows, int64_t dim,
+                       bool accumulate) {
+  LOOM_CPU_ONLY(embedding_forward, out, ids, table, rows, dim, accumulate);
+}
+void embedding_backward(Device device, float* dtable, const float* dout, const int32_t* ids, int64_t rows,
+                        int64_t dim) {
+  LOOM_CPU_ONLY(embedding_backward, dtable, dout, ids, rows, dim);
+}
+void embedding_forward_shard(Device device, float* out, const int32_t* ids, const float* table, int64_t rows,
+                             int64_t dim, int64_t first_id, int64_t count) {
+  LOOM_CPU_ONLY(embedding_forward_shard, out, ids, table, rows, dim, first_id, count);
+}
+void embedding_backward_shard(Device device, float* dtable, const float* dout, const int32_t* ids, int64_t rows,
+                              int64_t dim, int64_t first_id, int64_t count) {
+  LOOM_CPU_ONLY(embedding_backward_shard, dtable, dout, ids, rows, dim, first_id, count);
+}
+
+void rmsnorm_forward(Device device, float* out, float* rstd, const float* in, const float* weight, int64_t rows,
+                     int64_t dim, float eps) {
+  if (device.is_cpu()) [[likely]]
+    return cpu::rmsnorm_forward(out, rstd, in, weight, rows, dim, eps);
+  cuda_kernel(cuda_entries().rmsnorm_forward, "rmsnorm_forward", device)(device, out, rstd, in, weight, rows, dim,
+                                                                          eps);
+}
+void rmsnorm_backward(Device device, float* din, float* dweight, const float* dout, const float* in,
+                      const float* weight, const float* rstd, int64_t rows, int64_t dim) {
+  if (device.is_cpu()) [[likely]]
+    return cpu::rmsnorm_backward(din, dweight, dout, in, weight, rstd, rows, dim);
+  cuda_kernel(cuda_entries().rmsnorm_backward, "rmsnorm_backward", device)(device, din, dweight, dout, in, weight,
+                                                                            rstd, rows, dim);
+}
+void layernorm_forward(Device device, float* out, float* mean, float* rstd, const float* in, const float* weight,
+                       const float* bias, int64_t rows, int64_t dim, float eps) {
+  LOOM_CPU_ONLY(layernorm_forward, out, mean, rstd, in, weight, bias, rows, dim, eps);
+}
+void layernorm_backward(Device device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
+                        const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim) {
+  LOOM_CPU_ONLY(layernorm_backward, din, dweight, dbias, dout, in, weight, mean, rstd, rows, dim);
+}
+
+void rope_forward(Device device, float* x, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
+                  int64_t seq, int64_t positions_start, const RopeTable& table) {
+  LOOM_CPU_ONLY(rope_forward, x, rows, row_stride, first_col, heads, seq, positions_start, table);
+}
+void rope_backward(Device device, float* dx, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
+                   int64_t seq, int64_t positions_start, const RopeTable& table) {
+  LOOM_CPU_ONLY(rope_backward, dx, rows, row_stride, first_col, heads, seq, positions_start, table);
+}
+
+void swiglu_forward(Device device, float* out, const float* gate_up, int64_t rows, int64_t width) {
+  LOOM_CPU_ONLY(swiglu_forward, out, gate_up, rows, width);
+}
+void swiglu_backward(Device device, float* dgate_up, const float* dout, const float* gate_up, int64_t rows,
+                     int64_t width) {
+  LOOM_CPU_ONLY(swiglu_backward, dgate_up, dout, gate_up, rows, width);
+}
+void gelu_forward(Device device, float* out, const float* in, int64_t n) { LOOM_CPU_ONLY(gelu_forward, out, in, n); }
+void gelu_backward(Device device, float* din, const float* dout, const float* in, int64_t n) {
+  LOOM_CPU_ONLY(gelu_backward, din, dout, in, n);
+}
+
+void linear_forward(Device device, float* out, const float* in, const float* weight, const float* bias, int64_t n,
+                    int64_t in_features, int64_t out_features, bool accumulate) {
+  LOOM_CPU_ONLY(linear_forward, out, in, weight, bias, n, in_features, out_features, accumulate);
+}
+void linear_backward(Device device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
+                     const float* weight, int64_t n, int64_t in_features, int64_t out_features) {
+  LOOM_CPU_ONLY(linear_backward, din, dweight, dbias, dout, in, weight, n, in_features, out_features);
+}
+void gemm_nt(Device device, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k,
+             bool accumulate) {
+  LOOM_CPU_ONLY(gemm_nt, c, a, b, m, n, k, accumulate);
+}
+void gemm(Device device, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k, bool trans_a,
+          bool trans_b, bool accumulate) {
+  LOOM_CPU_ONLY(gemm, c, a, b, m, n, k, trans_a, trans_b, accumulate);
+}
+
+void attention_forward(Device device, float* out, float* probs, const float* qkv, const AttentionShape& s) {
+  LOOM_CPU_ONLY(attention_forward, out, probs, qkv, s);
+}
+void attention_backward(Device device, float* dqkv, const float* dout, const float* probs, const float* qkv,
+                        const AttentionShape& s) {
+  LOOM_CPU_ONLY(attention_backward, dqkv, dout, probs, qkv, s);
+}
+void attention_decode(Device device, float* out, const float* q, int64_t q_stride, const float* k_cache,
+                      const float* v_cache, int64_t past, int64_t new_tokens, int64_t heads, int64_t kv_heads,
+                      int64_t head_dim) {
+  LOOM_CPU_ONLY(attention_decode, out, q, q_stride, k_cache, v_cache, past, new_tokens, heads, kv_heads, head_dim);
+}
+
+double softmax_cross_entropy(Device device, float* logits, float* losses, const int32_t* targets, int64_t rows,
+                             int64_t vocab, float grad_scale) {
+  LOOM_CPU_ONLY(softmax_cross_entropy, logits, losses, targets, rows, vocab, grad_scale);
+}
+void vocab_shard_row_max(Device device, const float* logits, int64_t rows, int64_t vocab_shard, float* row_max) {
+  LOOM_CPU_ONLY(vocab_shard_row_max, logits, rows, vocab_shard, row_max);
+}
+void vocab_shard_exp_sums(Device device, const float* logits, const float* row_max, const int32_t* targets,
+                          int64_t rows, int64_t vocab_shard, int64_t first_id, float* stats) {
+  LOOM_CPU_ONLY(vocab_shard_exp_sums, logits, row_max, targets, rows, vocab_shard, first_id, stats);
+}
+double vocab_shard_finish(Device device, float* logits, float* losses, const float* row_max, const float* stats,
+                          const int32_t* targets, int64_t rows, int64_t vocab_shard, int64_t first_id,
+                          float grad_scale) {
+  LOOM_CPU_ONLY(vocab_shard_finish, logits, losses, row_max, stats, targets, rows, vocab_shard, first_id,
+                grad_scale);
+}
+
+void adamw_update(Device device, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                  const AdamWStep& step) {
+  if (device.is_cpu()) [[likely]]
+    return cpu::adamw_update(param, grad, exp_avg, exp_avg_sq, n, step);
+  cuda_kernel(cuda_entries().adamw_update, "adamw_update", device)(device, param, grad, exp_avg, exp_avg_sq, n, step);
+}
+double sum_of_squares(Device device, const float* x, int64_t n) { LOOM_CPU_ONLY(sum_of_squares, x, n); }
+void scale_in_place(Device device, float* x, int64_t n, float factor) {
+  LOOM_CPU_ONLY(scale_in_place, x, n, factor);
+}
+
+#undef LOOM_CPU_ONLY
+
+}  // namespace loom::kernels

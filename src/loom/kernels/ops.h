@@ -1,0 +1,88 @@
+#pragma once
+// The device-neutral kernel entries: one function per op, forward and backward, each taking the
+// device its pointers live on first. On the CPU each calls kernels::cpu (same contracts, see
+// cpu/*.h); on a GPU the kernel from kernels/cuda where one is registered (cuda_entries.h), else
+// it throws loom::Error naming the op. Dispatch is one branch, no allocation. Model, precision,
+// optimizer and training code call these, never a backend directly.
+//
+// Conventions of every backend: backward kernels add into their gradient outputs; cross-entropy
+// overwrites the logits with their gradient (docs/architecture.md, "Kernels").
+#include <cstdint>
+
+#include "loom/core/device.h"
+#include "loom/kernels/types.h"
+
+namespace loom::kernels {
+
+// --- embedding: out[r, :] = table[ids[r], :] (+= with accumulate); backward adds into dtable.
+void embedding_forward(Device device, float* out, const int32_t* ids, const float* table, int64_t rows, int64_t dim,
+                       bool accumulate);
+void embedding_backward(Device device, float* dtable, const float* dout, const int32_t* ids, int64_t rows,
+                        int64_t dim);
+// Vocabulary-parallel: `table` holds ids [first_id, first_id + count).
+void embedding_forward_shard(Device device, float* out, const int32_t* ids, const float* table, int64_t rows,
+                             int64_t dim, int64_t first_id, int64_t count);
+void embedding_backward_shard(Device device, float* dtable, const float* dout, const int32_t* ids, int64_t rows,
+                              int64_t dim, int64_t first_id, int64_t count);
+
+// --- norms over the last dimension; forward saves per-row statistics for backward.
+void rmsnorm_forward(Device device, float* out, float* rstd, const float* in, const float* weight, int64_t rows,
+                     int64_t dim, float eps);
+void rmsnorm_backward(Device device, float* din, float* dweight, const float* dout, const float* in,
+                      const float* weight, const float* rstd, int64_t rows, int64_t dim);
+void layernorm_forward(Device device, float* out, float* mean, float* rstd, const float* in, const float* weight,
+                       const float* bias, int64_t rows, int64_t dim, float eps);
+void layernorm_backward(Device device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
+                        const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim);
+
+// --- rotary position embedding, in place on `heads` heads from column first_col of each row.
+void rope_forward(Device device, float* x, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
+                  int64_t seq, int64_t positions_start, const RopeTable& table);
+void rope_backward(Device device, float* dx, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
+                   int64_t seq, int64_t positions_start, const RopeTable& table);
+
+// --- MLP activations. SwiGLU reads fused [gate | up] rows (2 * width).
+void swiglu_forward(Device device, float* out, const float* gate_up, int64_t rows, int64_t width);
+void swiglu_backward(Device device, float* dgate_up, const float* dout, const float* gate_up, int64_t rows,
+                     int64_t width);
+void gelu_forward(Device device, float* out, const float* in, int64_t n);
+void gelu_backward(Device device, float* din, const float* dout, const float* in, int64_t n);
+
+// --- linear layers (W stored [out, in]) and a plain GEMM.
+void linear_forward(Device device, float* out, const float* in, const float* weight, const float* bias, int64_t n,
+                    int64_t in_features, int64_t out_features, bool accumulate = false);
+void linear_backward(Device device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
+                     const float* weight, int64_t n, int64_t in_features, int64_t out_features);
+void gemm_nt(Device device, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k,
+             bool accumulate);
+// c[m, n] (+)= op(a) . op(b) with op = transpose when asked (a stored [k, m] when trans_a, b [n, k]
+// when trans_b).
+void gemm(Device device, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k, bool trans_a,
+          bool trans_b, bool accumulate);
+
+// --- causal grouped-query attention over a fused qkv activation, and KV-cache decoding.
+void attention_forward(Device device, float* out, float* probs, const float* qkv, const AttentionShape& s);
+void attention_backward(Device device, float* dqkv, const float* dout, const float* probs, const float* qkv,
+                        const AttentionShape& s);
+void attention_decode(Device device, float* out, const float* q, int64_t q_stride, const float* k_cache,
+                      const float* v_cache, int64_t past, int64_t new_tokens, int64_t heads, int64_t kv_heads,
+                      int64_t head_dim);
+
+// --- softmax cross-entropy fused with its backward; returns the sum of losses (double).
+double softmax_cross_entropy(Device device, float* logits, float* losses, const int32_t* targets, int64_t rows,
+                             int64_t vocab, float grad_scale);
+// Vocabulary-parallel pieces: row_max -> all-reduce max -> exp_sums -> all-reduce sum -> finish.
+void vocab_shard_row_max(Device device, const float* logits, int64_t rows, int64_t vocab_shard, float* row_max);
+void vocab_shard_exp_sums(Device device, const float* logits, const float* row_max, const int32_t* targets,
+                          int64_t rows, int64_t vocab_shard, int64_t first_id, float* stats);
+double vocab_shard_finish(Device device, float* logits, float* losses, const float* row_max, const float* stats,
+                          const int32_t* targets, int64_t rows, int64_t vocab_shard, int64_t first_id,
+                          float grad_scale);
+
+// --- optimizer: fused AdamW, the sum of squares for global-norm clipping, scaling.
+void adamw_update(Device device, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                  const AdamWStep& step);
+double sum_of_squares(Device device, const float* x, int64_t n);
+void scale_in_place(Device device, float* x, int64_t n, float factor);
+
+}  // namespace loom::kernels
