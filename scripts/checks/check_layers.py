@@ -6,7 +6,9 @@ Usage: check_layers.py [ROOT]   (ROOT: the tree to check, default the repository
 A layer is a folder src/loom/<layer>/ (subfolders included) built by `loom_layer(<layer> deps...)`
 in ROOT/CMakeLists.txt; src/loom/kernels/cuda/ is the `loom_cuda` library, whose links are its
 `target_link_libraries(loom_cuda ...)`. A layer may include its own headers and those of every
-layer it links, directly or transitively.
+layer it links, directly or transitively. The device seam: only src/loom/kernels/ includes the
+CPU kernels (loom/kernels/cpu/...); every other layer calls the device-neutral entries
+(loom/kernels/ops.h), which dispatch on where the tensors live.
 """
 import os
 import re
@@ -72,6 +74,10 @@ def main(argv):
                 for number, line in enumerate(f, 1):
                     m = INCLUDE.match(line)
                     if not m:
+                        continue
+                    if m.group(1).startswith("kernels/cpu/") and layer not in ("kernels", "cuda"):
+                        failures.append(f"src/loom/{rel}:{number}: includes \"loom/{m.group(1)}\" outside "
+                                        f"src/loom/kernels/; call the device-neutral entry in loom/kernels/ops.h")
                         continue
                     target = layer_of(m.group(1))
                     if target is None or target in allowed:

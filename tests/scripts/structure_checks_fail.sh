@@ -22,7 +22,8 @@ expect_failure() {  # check, then the strings its message must contain
   echo "ok: check_$check fails on its fixture: $(head -n1 <<<"$out")"
 }
 
-expect_failure layers "src/loom/low/sub/upward.cpp:2" '"loom/high/high.h"' "loom_low does not link loom_high"
+expect_failure layers "src/loom/low/sub/upward.cpp:2" '"loom/high/high.h"' "loom_low does not link loom_high" \
+  "src/loom/high/high.h:3" "outside src/loom/kernels/; call the device-neutral entry"
 expect_failure collectives "src/loom/model/rogue.cpp:4" "all_reduce_async" "not a declared communication file"
 expect_failure sizes "src/loom/big/long_file.cpp: 611 lines" "function long_function is 89 lines"
 exit $status

@@ -113,6 +113,19 @@ comm::WorkHandle PipelineStep::send(const float* buffer, int64_t count, const pa
   return start_send_activations(pp_, buffer, count, message);
 }
 
+double PipelineStep::forward(Key key, const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
+                             float grad_scale) {
+  InFlight& f = acquire(key);
+  const Clock::time_point start = Clock::now();
+  const double loss_sum = model_.forward_chunk(*f.activations, key.second, inputs, targets, batch, seq, grad_scale);
+  stats_.compute_seconds += seconds_since(start);
+  int64_t bytes = 0;
+  for (const auto& [k, held] : live_) bytes += held.activations->bytes();
+  stats_.peak_in_flight = std::max(stats_.peak_in_flight, static_cast<int>(live_.size()));
+  stats_.peak_activation_bytes = std::max(stats_.peak_activation_bytes, bytes);
+  return loss_sum;
+}
+
 double PipelineStep::run(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
                          float grad_scale) {
   GradientSync& dp = dp_;
@@ -138,17 +151,9 @@ double PipelineStep::run(const int32_t* inputs, const int32_t* targets, int64_t 
         receive(model_.chunk_input(*f.activations, in.chunk, rows), count, parallel::pipeline_message(s, rank_, in));
         break;
       }
-      case parallel::PipelineOp::Forward: {
-        InFlight& f = acquire(key);
-        const Clock::time_point start = Clock::now();
-        loss_sum += model_.forward_chunk(*f.activations, in.chunk, mb_inputs, mb_targets, batch, seq, grad_scale);
-        stats_.compute_seconds += seconds_since(start);
-        int64_t bytes = 0;
-        for (const auto& [k, held] : live_) bytes += held.activations->bytes();
-        stats_.peak_in_flight = std::max(stats_.peak_in_flight, static_cast<int>(live_.size()));
-        stats_.peak_activation_bytes = std::max(stats_.peak_activation_bytes, bytes);
+      case parallel::PipelineOp::Forward:
+        loss_sum += forward(key, mb_inputs, mb_targets, batch, seq, grad_scale);
         break;
-      }
       case parallel::PipelineOp::SendForward: {
         InFlight& f = acquire(key);
         f.sends.push_back(send(model_.chunk_output(*f.activations, in.chunk), count, parallel::pipeline_message(s, rank_, in)));

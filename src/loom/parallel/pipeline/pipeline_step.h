@@ -71,6 +71,8 @@ class PipelineStep {
   using Key = std::pair<int, int>;  // (micro-batch, chunk)
 
   InFlight& acquire(Key key);
+  // A Forward instruction: the chunk's forward on the micro-batch; its loss sum (last stage).
+  double forward(Key key, const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq, float grad_scale);
   void release(Key key);
   void recycle(bool wait);
   // Receives `count` floats into `buffer`, waiting (the time counts as idle).
