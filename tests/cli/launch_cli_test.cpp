@@ -129,5 +129,15 @@ TEST_F(LaunchCli, CleanRunsEarlyStopsAndBadCommands) {
   EXPECT_NE(run_loom("launch --max-restarts 1").exit_code, 0);  // no command
 }
 
+// A rank killed right after its step began leaves that step behind in the last heartbeats (a
+// writer that batched changes showed "setup" here: the job died before its first periodic write).
+TEST_F(LaunchCli, LastHeartbeatsShowEachRanksLatestStep) {
+  CommandResult r = launch("--max-restarts 0 --hang-timeout-s 60 --grace-s 1", "latest", "fault.kill_rank=1 fault.kill_step=5");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(has(r, "last heartbeats: rank 0 ")) << r.output;
+  EXPECT_TRUE(has(r, "; rank 1 forward_backward of step 5\n")) << r.output;
+  EXPECT_FALSE(has(r, "setup")) << r.output;
+}
+
 }  // namespace
 }  // namespace loom::testing
