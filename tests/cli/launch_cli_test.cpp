@@ -3,6 +3,7 @@
 // run ends with the same parameters as an uninterrupted one (`loom ckpt digest`).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 
 #include "cli_support.h"
@@ -127,6 +128,45 @@ TEST_F(LaunchCli, CleanRunsEarlyStopsAndBadCommands) {
   EXPECT_EQ(missing.exit_code, 2) << missing.output;
   EXPECT_TRUE(has(missing, "cannot execute")) << missing.output;
   EXPECT_NE(run_loom("launch --max-restarts 1").exit_code, 0);  // no command
+}
+
+// A rank killed right after its step began leaves that step behind in the last heartbeats (a
+// writer that batched changes showed "setup" here: the job died before its first periodic write).
+TEST_F(LaunchCli, LastHeartbeatsShowEachRanksLatestStep) {
+  CommandResult r = launch("--max-restarts 0 --hang-timeout-s 60 --grace-s 1", "latest", "fault.kill_rank=1 fault.kill_step=5");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(has(r, "last heartbeats: rank 0 ")) << r.output;
+  EXPECT_TRUE(has(r, "; rank 1 forward_backward of step 5\n")) << r.output;
+  EXPECT_FALSE(has(r, "setup")) << r.output;
+}
+
+// A job that fails before its first step (here a layout that does not fit the world) would fail
+// the same way again: it is not restarted, and launch exits with the job's status.
+TEST_F(LaunchCli, FailureBeforeTheFirstStepIsNotRestarted) {
+  CommandResult r = launch("--max-restarts 3 --restart-backoff-s 0", "layout", "runtime.ranks=3");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(has(r, "train.global_batch 4 must be a multiple of train.micro_batch 2 x data-parallel ranks 3"))
+      << r.output;
+  EXPECT_TRUE(has(r, "attempt 1 failed: the job exited with code 1")) << r.output;
+  EXPECT_TRUE(has(r, "before any rank reached its first step")) << r.output;
+  EXPECT_FALSE(has(r, "attempt 2")) << r.output;
+  EXPECT_FALSE(has(r, "giving up")) << r.output;
+}
+
+// Restarts wait: 0.4 s before the first, 0.8 s before the second.
+TEST_F(LaunchCli, RestartsBackOff) {
+  const auto start = std::chrono::steady_clock::now();
+  CommandResult r = launch("--max-restarts 2 --restart-backoff-s 0.4 --hang-timeout-s 60 --grace-s 1", "backoff",
+                           "fault.kill_rank=1 fault.kill_step=3 fault.repeat=true");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(has(r, "restart 1 of 2 after the job was killed by signal 9 (SIGKILL); resuming from the latest good "
+                     "checkpoint (train.resume=true) in 0.4 s")) << r.output;
+  EXPECT_TRUE(has(r, "restart 2 of 2 after the job was killed by signal 9 (SIGKILL); resuming from the latest good "
+                     "checkpoint (train.resume=true) in 0.8 s")) << r.output;
+  EXPECT_TRUE(has(r, "giving up: 2 restart(s) used up")) << r.output;
+  EXPECT_GE(seconds, 1.2) << r.output;
+  EXPECT_NE(run_loom("launch --restart-backoff-s -1 -- true").exit_code, 0);
 }
 
 }  // namespace

@@ -226,6 +226,28 @@ TEST(HeartbeatWriter, WritesPhaseCollectiveAndCompletion) {
   EXPECT_FALSE(off.active());
 }
 
+// Each change of step or phase is in the file when phase() returns, however soon after the last
+// write: a rank killed right after it leaves its latest step behind.
+TEST(HeartbeatWriter, EveryChangeIsWrittenAtOnce) {
+  TempDir dir;
+  ::setenv(kHeartbeatDirEnv, dir.path().c_str(), 1);
+  ::setenv(kRestartCountEnv, "0", 1);
+  {
+    Heartbeat heartbeat(0, 1);
+    for (int64_t step = 1; step <= 5; ++step) {
+      for (const char* phase : {"forward_backward", "optimizer"}) {
+        heartbeat.phase(phase, step);
+        const std::vector<HeartbeatRecord> got = read_heartbeats(dir.path(), 0);
+        ASSERT_EQ(got.size(), 1u);
+        EXPECT_EQ(got[0].step, step);
+        EXPECT_EQ(got[0].phase, phase);
+      }
+    }
+  }
+  ::unsetenv(kHeartbeatDirEnv);
+  ::unsetenv(kRestartCountEnv);
+}
+
 TEST(FaultInjection, FiresOnlyOnTheFirstAttemptUnlessRepeated) {
   config::FaultConfig config;
   EXPECT_FALSE(FaultInjector(config, 0, 2).armed());

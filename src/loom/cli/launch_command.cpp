@@ -1,4 +1,5 @@
-// loom launch [--max-restarts N] [--hang-timeout-s S] [--grace-s S] [--heartbeat-dir D] -- COMMAND ...
+// loom launch [--max-restarts N] [--hang-timeout-s S] [--grace-s S] [--restart-backoff-s S] [--heartbeat-dir D]
+//             [--no-resume] -- COMMAND ...
 #include <iostream>
 #include <memory>
 
@@ -21,6 +22,11 @@ void register_launch(CLI::App& app, std::vector<Command>& commands) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--grace-s", options->grace_s, "seconds between SIGTERM and SIGKILL when stopping the job")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--restart-backoff-s", options->restart_backoff_s,
+                  "seconds to wait before the first restart, doubling for each further one (at most 30 s, or this "
+                  "value when larger); 0 = restart at once")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--heartbeat-dir", options->heartbeat_dir,

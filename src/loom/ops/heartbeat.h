@@ -4,7 +4,8 @@
 // uses to decide that a job hangs or lost a rank. Format and rules: docs/operations.md.
 //
 // When LOOM_HEARTBEAT_DIR is set, every rank keeps `<dir>/rank-00003.json` up to date (written
-// atomically by temp + rename, at most every 0.5 s, by one background thread per process):
+// atomically by temp + rename: by the rank itself at once on each change of step or phase, and
+// by one background thread per process every 0.5 s between changes):
 //
 //   {"rank": 3, "world_size": 4, "pid": 1234, "host": "node7", "attempt": 0, "step": 57,
 //    "phase": "forward_backward", "time": 1718000000.5, "progress_time": 1718000000.1,

@@ -57,14 +57,15 @@ class Writer {
     auto it = ranks_.find(rank);
     if (it == ranks_.end()) return;
     State& s = it->second;
-    const double now = wall_seconds();
     if (s.phase != phase || s.step != step || s.finished != finished) {
       s.phase = phase;
       s.step = step;
       s.finished = finished;
-      s.progress_time = now;
-      // Changes reach the file at once when the last write is old enough (the rate stays bounded).
-      write_now = write_now || now - s.written >= std::chrono::duration<double>(kInterval).count();
+      s.progress_time = wall_seconds();
+      // Every change reaches the file at once: a rank killed right after it (SIGKILL, a node
+      // lost) leaves its latest step and phase behind, not the state of up to kInterval ago.
+      // A few writes per step at most; the loop below only refreshes `time` between changes.
+      write_now = true;
     }
     if (write_now) write_locked(rank, s);
   }
@@ -93,7 +94,6 @@ class Writer {
     int64_t step = 0;
     bool finished = false;
     double progress_time = 0.0;
-    double written = 0.0;  // when the file was last written
     bool warned = false;
   };
 
@@ -119,7 +119,6 @@ class Writer {
     r.phase = s.phase;
     r.finished = s.finished;
     r.time = wall_seconds();
-    s.written = r.time;
     r.progress_time = s.progress_time;
     const comm::activity::RankActivity activity = comm::activity::snapshot(rank);
     if (activity.changes > 0) r.progress_time = std::max(r.progress_time, to_seconds(activity.last_change));

@@ -1,8 +1,9 @@
 #pragma once
 // The training side of heartbeats (format: heartbeat.h): each rank of `loom train` holds a
-// `Heartbeat` and tells it its step and phase; one background thread per process writes every
-// registered rank's file at most every 0.5 s, adding the collective the rank waits in (from
-// comm/activity.h). Without LOOM_HEARTBEAT_DIR in the environment it does nothing.
+// `Heartbeat` and tells it its step and phase. Each change of step or phase is written at once;
+// one background thread per process rewrites every registered rank's file every 0.5 s between
+// changes (fresh `time`, and the collective the rank waits in, from comm/activity.h). Without
+// LOOM_HEARTBEAT_DIR in the environment it does nothing.
 #include <cstdint>
 #include <string_view>
 

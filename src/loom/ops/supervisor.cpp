@@ -187,6 +187,7 @@ struct AttemptResult {
   std::string reason;  // for failures
   std::string cause;   // the reason in a few words
   bool logged = false;  // the failure was logged already
+  bool child_exited = false;  // the failure is the job's own exit (status holds it)
   std::vector<HeartbeatRecord> last_records;
 };
 
@@ -197,8 +198,7 @@ AttemptResult run_attempt(const SupervisorOptions& options, const std::vector<st
   const double started = wall_seconds();
   const pid_t pid = spawn(argv, heartbeat_dir, attempt, error);
   AttemptResult result;
-  if (pid < 0) {
-    result.kind = AttemptResult::Kind::Failed;
+  if (pid < 0) {  // kind stays Failed
     result.status = -1;
     result.reason = error;
     result.cause = error;
@@ -218,6 +218,7 @@ AttemptResult run_attempt(const SupervisorOptions& options, const std::vector<st
         result.kind = AttemptResult::Kind::Exited;
       } else {
         result.kind = AttemptResult::Kind::Failed;
+        result.child_exited = true;
         result.reason = "the job " + describe_status(status);
         result.cause = result.reason;
         // Processes of the job may linger (e.g. ranks of a launcher that died).
@@ -271,26 +272,77 @@ AttemptResult run_attempt(const SupervisorOptions& options, const std::vector<st
   }
 }
 
+// Whether any rank's heartbeat got as far as a step: before that (config, layout, data, the
+// run directory, loading a checkpoint) a failure is deterministic and a restart repeats it.
+bool reached_a_step(const std::vector<HeartbeatRecord>& records) {
+  return std::any_of(records.begin(), records.end(), [](const HeartbeatRecord& r) { return r.step > 0; });
+}
+
+// The status a shell would report for the job's waitpid status.
+int shell_status(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return kLaunchGaveUp;
+}
+
+// The wait before restart `restart` (1, 2, ...): the initial backoff, doubling, capped.
+double restart_backoff(const SupervisorOptions& options, int restart) {
+  const double cap = std::max(kMaxRestartBackoffS, options.restart_backoff_s);
+  double wait = options.restart_backoff_s;
+  for (int i = 1; i < restart && wait < cap; ++i) wait *= 2.0;
+  return std::min(wait, cap);
+}
+
+// Sleeps `seconds` unless SIGINT/SIGTERM arrives first; false then.
+bool wait_unless_signalled(double seconds) {
+  const double deadline = wall_seconds() + seconds;
+  while (g_signal.load() == 0) {
+    const double left = deadline - wall_seconds();
+    if (left <= 0) return true;
+    sleep_seconds(std::min(left, 0.25));
+  }
+  return false;
+}
+
+// Where the ranks write heartbeats: --heartbeat-dir (created), or a fresh directory under
+// $TMPDIR that `own` says to remove at the end.
+std::string heartbeat_directory(const SupervisorOptions& options, bool& own) {
+  own = options.heartbeat_dir.empty();
+  if (own) {
+    std::string pattern = (fs::temp_directory_path() / "loom-launch-XXXXXX").string();  // mkdtemp fills the Xs
+    LOOM_CHECK(::mkdtemp(pattern.data()) != nullptr,
+               "loom launch: cannot create a heartbeat directory under " + fs::temp_directory_path().string() +
+                   ": " + std::strerror(errno));
+    return pattern;
+  }
+  std::error_code ec;
+  fs::create_directories(options.heartbeat_dir, ec);
+  LOOM_CHECK(!ec, "loom launch: cannot create --heartbeat-dir '" + options.heartbeat_dir + "': " + ec.message());
+  return fs::absolute(options.heartbeat_dir).string();
+}
+
+// The end of an attempt whose job exited 0: finished, or stopped early on purpose.
+int exited_cleanly(const AttemptResult& result, int attempt, std::ostream& log) {
+  const auto rank0 = std::find_if(result.last_records.begin(), result.last_records.end(),
+                                  [](const HeartbeatRecord& r) { return r.rank == 0; });
+  if (rank0 != result.last_records.end() && !rank0->finished) {
+    log << "loom launch: the job exited 0 at step " << rank0->step
+        << " before its last step (stopped by train.exit_interval or a signal); not restarting" << std::endl;
+    return kLaunchStoppedEarly;
+  }
+  log << "loom launch: training finished on attempt " << attempt + 1 << " (" << attempt << " restart(s))"
+      << std::endl;
+  return kLaunchFinished;
+}
+
 }  // namespace
 
 int supervise(const SupervisorOptions& options, std::ostream& log) {
   LOOM_CHECK(!options.command.empty(), "loom launch: no command given (loom launch [options] -- loom train CONFIG ...)");
   LOOM_CHECK(options.max_restarts >= 0, "loom launch: --max-restarts must be >= 0");
-  std::string heartbeat_dir = options.heartbeat_dir;
+  LOOM_CHECK(options.restart_backoff_s >= 0, "loom launch: --restart-backoff-s must be >= 0");
   bool own_dir = false;
-  if (heartbeat_dir.empty()) {
-    std::string pattern = (fs::temp_directory_path() / "loom-launch-XXXXXX").string();  // mkdtemp fills the Xs
-    LOOM_CHECK(::mkdtemp(pattern.data()) != nullptr,
-          "loom launch: cannot create a heartbeat directory under " + fs::temp_directory_path().string() + ": " +
-              std::strerror(errno));
-    heartbeat_dir = pattern;
-    own_dir = true;
-  } else {
-    std::error_code ec;
-    fs::create_directories(heartbeat_dir, ec);
-    LOOM_CHECK(!ec, "loom launch: cannot create --heartbeat-dir '" + heartbeat_dir + "': " + ec.message());
-    heartbeat_dir = fs::absolute(heartbeat_dir).string();
-  }
+  const std::string heartbeat_dir = heartbeat_directory(options, own_dir);
   struct Cleanup {
     std::string dir;
     bool own;
@@ -307,9 +359,7 @@ int supervise(const SupervisorOptions& options, std::ostream& log) {
   } else {
     log << "off";
   }
-  log
-      << "; up to " << options.max_restarts << " restart(s)" << std::endl;
-  std::string last_failure;
+  log << "; up to " << options.max_restarts << " restart(s)" << std::endl;
   for (int attempt = 0;; ++attempt) {
     std::vector<std::string> argv = options.command;
     if (attempt > 0 && options.resume) argv.push_back("train.resume=true");
@@ -322,32 +372,35 @@ int supervise(const SupervisorOptions& options, std::ostream& log) {
           << "; not restarting" << std::endl;
       return 128 + sig;
     }
-    if (result.kind == AttemptResult::Kind::Exited) {
-      const auto rank0 = std::find_if(result.last_records.begin(), result.last_records.end(),
-                                      [](const HeartbeatRecord& r) { return r.rank == 0; });
-      if (rank0 != result.last_records.end() && !rank0->finished) {
-        log << "loom launch: the job exited 0 at step " << rank0->step
-            << " before its last step (stopped by train.exit_interval or a signal); not restarting" << std::endl;
-        return kLaunchStoppedEarly;
-      }
-      log << "loom launch: training finished on attempt " << attempt + 1 << " (" << attempt << " restart(s))"
-          << std::endl;
-      return kLaunchFinished;
-    }
+    if (result.kind == AttemptResult::Kind::Exited) return exited_cleanly(result, attempt, log);
     if (result.status == -1 && attempt == 0) {  // could not execute the command at all
       log << "loom launch: " << result.reason << std::endl;
       return kLaunchCannotStart;
     }
-    last_failure = result.reason;
     if (!result.logged) log << "loom launch: attempt " << attempt + 1 << " failed: " << result.reason << std::endl;
     log << "loom launch: last heartbeats: " << summarize_heartbeats(result.last_records) << std::endl;
+    if (result.child_exited && !reached_a_step(result.last_records)) {
+      log << "loom launch: the job failed before any rank reached its first step (its error is above); a restart "
+             "would fail the same way: not restarting"
+          << std::endl;
+      return shell_status(result.status);
+    }
     if (attempt >= options.max_restarts) {
       log << "loom launch: giving up: " << options.max_restarts << " restart(s) used up (--max-restarts "
-          << options.max_restarts << "); training did not finish. Last failure: " << last_failure << std::endl;
+          << options.max_restarts << "); training did not finish. Last failure: " << result.reason << std::endl;
       return kLaunchGaveUp;
     }
+    const double backoff = restart_backoff(options, attempt + 1);
     log << "loom launch: restart " << attempt + 1 << " of " << options.max_restarts << " after " << result.cause
-        << (options.resume ? "; resuming from the latest good checkpoint (train.resume=true)" : "") << std::endl;
+        << (options.resume ? "; resuming from the latest good checkpoint (train.resume=true)" : "");
+    if (backoff > 0) log << " in " << backoff << " s";
+    log << std::endl;
+    if (!wait_unless_signalled(backoff)) {
+      const int sig = g_signal.load();
+      log << "loom launch: interrupted by signal " << signal_name(sig) << " before restart " << attempt + 1
+          << "; not restarting" << std::endl;
+      return 128 + sig;
+    }
   }
 }
 

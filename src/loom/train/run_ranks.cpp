@@ -9,6 +9,7 @@
 #include "loom/comm/simulated_links.h"
 #include "loom/comm/topology.h"
 #include "loom/core/error.h"
+#include "loom/train/layout_check.h"
 
 namespace loom::train {
 
@@ -37,6 +38,10 @@ TrainSummary run_on_ranks(const config::RunConfig& config, std::ostream& out, co
   options.ranks = config.runtime.ranks;
   options.comm.timeout =
       std::chrono::milliseconds(static_cast<int64_t>(std::llround(config.runtime.timeout_s * 1000.0)));
+  // The threads backend knows its world size now: refuse a layout that cannot fit before any
+  // rank (thread, communicator, buffers) exists. Launched worlds check it on every rank.
+  const std::string backend = config.runtime.backend == "auto" ? comm::detect_backend() : config.runtime.backend;
+  if (backend == "threads") check_layout(config, config.runtime.ranks);
   std::shared_ptr<comm::SimulatedLinks> links = simulated_links(config);
   options.link_model = links;
   TrainSummary summary;

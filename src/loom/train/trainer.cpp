@@ -23,6 +23,7 @@
 #include "loom/parallel/pipeline/pipeline_partition.h"
 #include "loom/parallel/pipeline/pipeline_step.h"
 #include "loom/train/config_changes.h"
+#include "loom/train/layout_check.h"
 #include "loom/train/precision_step.h"
 #include "loom/train/run_directory.h"
 #include "loom/train/sharded_training_state.h"
@@ -43,21 +44,7 @@ int threads_per_rank(const config::RunConfig& config, const comm::Communicator& 
 
 // The data-parallel size the world leaves for tp x pp, checked against the config.
 comm::MeshShape mesh_shape(const config::RunConfig& config, const comm::Communicator& world) {
-  const int tp = config.parallel.tp, pp = config.parallel.pp;
-  LOOM_CHECK(world.size() % (tp * pp) == 0, "parallel.tp x parallel.pp = " + std::to_string(tp) + " x " +
-                                                std::to_string(pp) + " does not divide the world's " +
-                                                std::to_string(world.size()) + " ranks (runtime.ranks or the launcher's)");
-  const int dp = world.size() / (tp * pp);
-  LOOM_CHECK(config.parallel.dp == 0 || config.parallel.dp == dp,
-             "parallel.dp is " + std::to_string(config.parallel.dp) + " but the world has " +
-                 std::to_string(world.size()) + " ranks (runtime.ranks or the launcher's), parallel.tp = " +
-                 std::to_string(tp) + " and parallel.pp = " + std::to_string(pp) + "; use 0 (auto) or " +
-                 std::to_string(dp));
-  LOOM_CHECK(config.train.global_batch % (config.train.micro_batch * dp) == 0,
-             "train.global_batch " + std::to_string(config.train.global_batch) +
-                 " must be a multiple of train.micro_batch " + std::to_string(config.train.micro_batch) +
-                 " x data-parallel ranks " + std::to_string(dp));
-  return comm::MeshShape{.tp = tp, .dp = dp, .pp = pp};
+  return check_layout(config, world.size());
 }
 
 }  // namespace
