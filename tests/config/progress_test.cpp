@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <sstream>
 
 #include "loom/core/error.h"
@@ -85,6 +87,19 @@ TEST(Progress, RejectsBadArguments) {
   EXPECT_THROW(ProgressBar(0, 0, false, 1, out), Error);
   EXPECT_THROW(ProgressBar(10, 11, false, 1, out), Error);
   EXPECT_THROW(ProgressBar(10, 0, false, 0, out), Error);
+}
+
+}  // namespace
+}  // namespace loom::config
+
+namespace loom::config {
+namespace {
+
+// Under mpirun or srun ranks may get a pseudo-terminal while the job's log is a file: no '\r' then.
+TEST(ProgressBarTest, LauncherRanksAreNotInteractive) {
+  ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  EXPECT_FALSE(stdout_is_interactive());
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
 }
 
 }  // namespace

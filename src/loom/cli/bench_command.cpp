@@ -43,8 +43,8 @@ void register_bench(CLI::App& app, std::vector<Command>& commands) {
   cmd->add_option("--min-bytes", args->min_bytes, "smallest message (8, 64K, 1M, ...)")->capture_default_str();
   cmd->add_option("--max-bytes", args->max_bytes, "largest message; sizes double from min to max")
       ->capture_default_str();
-  cmd->add_option("--iters", args->iters, "timed iterations per size")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--warmup", args->warmup, "untimed iterations first")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--iters", args->iters, "timed iterations per size")->check(positive())->capture_default_str();
+  cmd->add_option("--warmup", args->warmup, "untimed iterations first")->check(non_negative())->capture_default_str();
   cmd->add_option("--dtype", args->dtype, "f32 | bf16 | f16")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}))
       ->capture_default_str();
@@ -53,7 +53,7 @@ void register_bench(CLI::App& app, std::vector<Command>& commands) {
       ->capture_default_str();
   cmd->add_flag("--no-check", args->no_check,
                 "mpi backend: skip the per-collective agreement handshake (to measure what it costs)");
-  cmd->add_option("--timeout-s", args->timeout_s, "timeout of every wait")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--timeout-s", args->timeout_s, "timeout of every wait")->check(positive())->capture_default_str();
 
   commands.push_back({cmd, [args] {
                         comm::CommBenchOptions options;

@@ -12,6 +12,9 @@ namespace loom::cli {
 int run(int argc, char** argv) {
   CLI::App app{"loom: train transformer language models on CPUs, clusters and GPUs"};
   app.require_subcommand(1);
+  const std::string commit = LOOM_GIT_COMMIT;
+  app.set_version_flag("--version", std::string("loom ") + LOOM_VERSION + (commit.empty() ? "" : " (commit " + commit + ")"),
+                       "print the version (and the git commit of the build) and exit");
   std::vector<Command> commands;
   register_train(app, commands);
   register_data(app, commands);

@@ -15,14 +15,26 @@ void register_generate(CLI::App& app, std::vector<Command>& commands) {
   auto args = std::make_shared<Args>();
   infer::GenerateOptions& o = args->options;
   CLI::App* cmd = app.add_subcommand("generate", "generate text from a checkpoint (KV cache)");
+  cmd->option_defaults()->always_capture_default();
   cmd->add_option("checkpoint", args->checkpoint, "checkpoint directory or checkpoint root")->required();
   cmd->add_option("--prompt", o.prompt, "text to continue");
-  cmd->add_option("--max-tokens", o.max_tokens, "tokens to generate")->check(CLI::PositiveNumber);
-  cmd->add_option("--temperature", o.sampling.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
-  cmd->add_option("--top-k", o.sampling.top_k, "keep the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-p", o.sampling.top_p, "nucleus mass (1 = all)")->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--seed", o.seed, "sampling seed");
+  cmd->add_option("--max-tokens", o.max_tokens,
+                  "tokens to generate (at most the model's context minus the prompt; a larger value is "
+                  "shortened, with a note on stderr)")
+      ->check(positive());
+  cmd->add_option("--temperature", o.sampling.temperature, "0 = greedy")->check(finite_range(0.0, 100.0));
+  cmd->add_option("--top-k", o.sampling.top_k, "keep the k most likely tokens (0 = all)")->check(non_negative());
+  cmd->add_option("--top-p", o.sampling.top_p, "nucleus mass (1 = all)")->check(finite_range(0.0, 1.0));
+  cmd->add_option("--seed", o.seed, "sampling seed, 0 .. 18446744073709551615 (2^64 - 1)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            return !text.empty() && text.find_first_not_of("0123456789") == std::string::npos
+                       ? std::string()
+                       : "must be an integer in 0 .. 18446744073709551615, got '" + text + "'";
+          },
+          "UINT64"));
   commands.push_back({cmd, [args] {
+                        args->options.notices = &std::cerr;
                         std::cout << infer::generate_text(args->checkpoint, args->options) << std::endl;
                         return 0;
                       }});

@@ -20,17 +20,17 @@ void register_mesh(CLI::App& app, std::vector<Command>& commands) {
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("mesh", "print the process groups of a device mesh (Megatron-Core rank order)");
   cmd->add_option("--world", args->world, "world size (default: tp * cp * dp * pp, dp default 1)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--tp", args->shape.tp, "tensor parallel size")->check(CLI::PositiveNumber);
-  cmd->add_option("--cp", args->shape.cp, "context parallel size")->check(CLI::PositiveNumber);
-  cmd->add_option("--ep", args->shape.ep, "expert parallel size (carved out of dp x cp)")->check(CLI::PositiveNumber);
+      ->check(non_negative());
+  cmd->add_option("--tp", args->shape.tp, "tensor parallel size")->check(positive());
+  cmd->add_option("--cp", args->shape.cp, "context parallel size")->check(positive());
+  cmd->add_option("--ep", args->shape.ep, "expert parallel size (carved out of dp x cp)")->check(positive());
   cmd->add_option("--dp", args->shape.dp, "data parallel size (0 = the rest of the world)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--pp", args->shape.pp, "pipeline parallel size")->check(CLI::PositiveNumber);
+      ->check(non_negative());
+  cmd->add_option("--pp", args->shape.pp, "pipeline parallel size")->check(positive());
   cmd->add_option("--ranks-per-node", args->ranks_per_node, "show the topology: ranks per node (contiguous blocks)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   cmd->add_option("--nodes-per-site", args->nodes_per_site, "nodes per site (0 = one site)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   commands.push_back({cmd, [args] {
                         const comm::MeshShape& s = args->shape;
                         const int world = args->world > 0 ? args->world : s.tp * s.cp * s.pp * std::max(s.dp, 1);

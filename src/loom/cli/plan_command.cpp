@@ -23,15 +23,15 @@ void register_plan(CLI::App& app, std::vector<Command>& commands) {
   CLI::App* plan = app.add_subcommand("plan", "plan a parallel layout before running it");
   plan->require_subcommand(1);
   CLI::App* cmd = plan->add_subcommand("schedule", "print a pipeline schedule's timeline and bubble");
-  cmd->add_option("--pp", args->pp, "pipeline stages")->check(CLI::PositiveNumber);
-  cmd->add_option("--microbatches", args->micro_batches, "micro-batches per step")->check(CLI::PositiveNumber);
+  cmd->add_option("--pp", args->pp, "pipeline stages")->check(positive());
+  cmd->add_option("--microbatches", args->micro_batches, "micro-batches per step")->check(positive());
   cmd->add_option("--schedule", args->schedule, "gpipe | 1f1b | interleaved")
       ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
   cmd->add_option("--virtual", args->virtual_stages, "virtual stages (model chunks) per rank, interleaved")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--forward", args->costs.forward, "time of one micro-batch's forward through a stage")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--backward", args->costs.backward, "time of its backward")->check(CLI::PositiveNumber);
+      ->check(positive());
+  cmd->add_option("--backward", args->costs.backward, "time of its backward")->check(positive());
   cmd->add_flag("--list", args->list, "print every rank's instruction list instead of the timeline");
   commands.push_back({cmd, [args] {
                         const parallel::PipelineSchedule schedule = parallel::make_pipeline_schedule(

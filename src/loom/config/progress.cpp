@@ -4,10 +4,20 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+
+#include <unistd.h>
 
 #include "loom/core/error.h"
 
 namespace loom::config {
+
+bool stdout_is_interactive() {
+  for (const char* launcher_variable : {"OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}) {
+    if (std::getenv(launcher_variable) != nullptr) return false;
+  }
+  return ::isatty(STDOUT_FILENO) == 1;
+}
 
 namespace {
 

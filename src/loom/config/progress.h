@@ -7,6 +7,11 @@
 
 namespace loom::config {
 
+// Whether the bar may redraw in place: stdout is a terminal and this is not a rank started by
+// an MPI launcher or Slurm (mpirun gives ranks a pseudo-terminal even when its own output goes
+// to a log file, which '\r' redraws would fill).
+bool stdout_is_interactive();
+
 class ProgressBar {
  public:
   // Seconds since an arbitrary epoch; injectable so tests can fix the ETA.
@@ -14,7 +19,7 @@ class ProgressBar {
 
   // `total_steps`: the run's last step. `first_step`: steps already done when this process
   // started (0, or the step a resumed run continues from); the ETA counts only steps timed
-  // here. `is_terminal`: redraw in place with '\r' (pass isatty(STDOUT_FILENO)); otherwise a
+  // here. `is_terminal`: redraw in place with '\r' (pass stdout_is_interactive()); otherwise a
   // plain line every `log_interval` steps and at the last step. An empty `clock` uses
   // std::chrono::steady_clock.
   ProgressBar(int total_steps, int first_step, bool is_terminal, int log_interval = 1,

@@ -16,6 +16,7 @@
 
 #include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
+#include "loom/core/tokenizer_names.h"
 
 namespace loom::config {
 
@@ -89,6 +90,23 @@ std::string suggestion(std::string_view word, const std::vector<std::string>& ca
 std::string at(const std::string& source, const YAML::Mark& mark) {
   if (mark.is_null()) return source;
   return source + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+}
+
+// The 1-based number of the first line whose leading whitespace holds a tab, or 0.
+int first_tab_indented_line(const std::string& text) {
+  int line = 1;
+  bool leading = true;
+  for (char c : text) {
+    if (c == '\n') {
+      ++line;
+      leading = true;
+    } else if (leading && c == '\t') {
+      return line;
+    } else if (c != ' ') {
+      leading = false;
+    }
+  }
+  return 0;
 }
 
 // Shortest text that parses back to exactly the same double.
@@ -481,7 +499,7 @@ const std::vector<SectionSchema>& schema() {
       section("data", &RunConfig::data,
               {
                   field("tokenizer", &DataConfig::tokenizer,
-                        one_of({"byte", "gpt2", "r50k_base", "cl100k_base", "o200k_base"})),
+                        one_of(known_tokenizer_names())),
                   field("train_prefix", &DataConfig::train_prefix),
                   field("val_prefix", &DataConfig::val_prefix),
                   field("seq_len", &DataConfig::seq_len, at_least(1)),
@@ -640,6 +658,9 @@ RunConfig parse_config(const std::string& yaml_text, const std::string& source_n
   try {
     root = YAML::Load(yaml_text);
   } catch (const YAML::Exception& e) {
+    if (const int line = first_tab_indented_line(yaml_text))
+      throw Error(source_name + ":" + std::to_string(line) +
+                  ": a tab in the indentation: tabs are not allowed for indentation in YAML (use spaces)");
     throw Error(at(source_name, e.mark) + ": malformed YAML: " + e.msg);
   }
   RunConfig config;

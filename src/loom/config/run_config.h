@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "loom/core/tokenizer_names.h"
+
 namespace loom::config {
 
 // One layer's overrides of the model defaults (Nemotron Super `block_configs`).
@@ -35,7 +37,7 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string tokenizer = "byte";  // byte | gpt2 (r50k_base) | cl100k_base | o200k_base
+  std::string tokenizer = kDefaultTokenizer;  // one of loom::known_tokenizers() (core/tokenizer_names.h)
   std::string train_prefix;        // indexed dataset prefix (path without .bin/.idx)
   std::string val_prefix;          // empty = no validation
   int seq_len = 128;

@@ -22,6 +22,13 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace {
 
+// " (relative to the working directory '/x')" for a relative path, else nothing.
+std::string relative_to_working_directory(const std::string& path) {
+  if (std::filesystem::path(path).is_absolute()) return "";
+  std::error_code ec;
+  return " (relative to the working directory '" + std::filesystem::current_path(ec).string() + "')";
+}
+
 constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 constexpr uint64_t kVersion = 1;
 constexpr size_t kHeaderBytes = 9 + 8 + 1 + 8 + 8;
@@ -149,8 +156,8 @@ class MappedFile {
     int fd = ::open(path.c_str(), O_RDONLY);
     if (fd < 0) {
       if (errno == ENOENT)
-        throw Error("dataset file '" + path + "' does not exist (a dataset is a <prefix>.idx and <prefix>.bin "
-                    "pair, e.g. from `loom data prepare`)");
+        throw Error("dataset file '" + path + "' does not exist" + relative_to_working_directory(path) +
+                    " (a dataset is a <prefix>.idx and <prefix>.bin pair, e.g. from `loom data prepare`)");
       throw Error("cannot open dataset file '" + path + "': " + errno_text());
     }
     struct stat info {};
@@ -223,6 +230,30 @@ TokenDType dtype_for_vocab(int64_t vocab_size) {
 std::string idx_path(const std::string& prefix) { return prefix + ".idx"; }
 std::string bin_path(const std::string& prefix) { return prefix + ".bin"; }
 
+// Sequences stored out of order must still cover the .bin exactly once: sorted by pointer, each
+// starts where the previous one ends (an overlap or a gap means a corrupt index or a wrong dtype).
+void IndexedDataset::check_sequences_tile_bin(const IndexedDataset& ds, int64_t item, const std::string& ipath,
+                                              const std::string& bpath) {
+  std::vector<std::pair<int64_t, int64_t>> by_pointer;  // (pointer, sequence)
+  by_pointer.reserve(static_cast<size_t>(ds.num_sequences_));
+  for (int64_t i = 0; i < ds.num_sequences_; ++i) by_pointer.emplace_back(ds.pointer_at(i), i);
+  std::sort(by_pointer.begin(), by_pointer.end());
+  int64_t end = 0, previous = -1;
+  for (const auto& [pointer, i] : by_pointer) {
+    if (pointer < end)
+      throw Error("index '" + ipath + "': sequence " + std::to_string(i) + " (bytes [" + std::to_string(pointer) +
+                  ", " + std::to_string(pointer + ds.length_at(i) * item) + ") of '" + bpath +
+                  "') overlaps sequence " + std::to_string(previous) + ", which ends at byte " + std::to_string(end));
+    if (pointer > end)
+      throw Error("index '" + ipath + "': sequence " + std::to_string(i) + " starts at byte " +
+                  std::to_string(pointer) + " of '" + bpath + "' but the sequences before it end at byte " +
+                  std::to_string(end) + ": " + std::to_string(pointer - end) + " bytes belong to no sequence (a " +
+                  "corrupt index, or tokens that are not " + token_dtype_name(ds.dtype_) + " as it says)");
+    end = pointer + ds.length_at(i) * item;
+    previous = i;
+  }
+}
+
 IndexedDataset IndexedDataset::open(const std::string& prefix) {
   IndexedDataset ds;
   ds.prefix_ = prefix;
@@ -273,14 +304,20 @@ IndexedDataset IndexedDataset::open(const std::string& prefix) {
                   std::to_string(i) + " needs bytes [" + std::to_string(pointer) + ", " +
                   std::to_string(pointer + length * item) + ") but the file has " + std::to_string(bin_size) +
                   " bytes");
+    if (pointer % item != 0)
+      throw Error("index '" + ipath + "': sequence " + std::to_string(i) + " starts at byte " + std::to_string(pointer) +
+                  " of '" + bpath + "', which is not a multiple of the " + token_dtype_name(ds.dtype_) +
+                  " token size " + std::to_string(item) + " (misaligned pointer, or the wrong dtype in the index)");
     back_to_back = back_to_back && pointer == total * item;
     total += length;
   }
   ds.total_tokens_ = total;
-  if (back_to_back && total * item != bin_size)
+  if (!back_to_back) check_sequences_tile_bin(ds, item, ipath, bpath);
+  if (total * item != bin_size)
     throw Error("data file '" + bpath + "' has " + std::to_string(bin_size) + " bytes but '" + ipath +
                 "' describes " + std::to_string(total) + " " + token_dtype_name(ds.dtype_) + " tokens (" +
-                std::to_string(total * item) + " bytes); the two files are from different datasets");
+                std::to_string(total * item) + " bytes); the two files are from different datasets, or the index's "
+                "dtype is wrong");
   if (!back_to_back) {
     ds.stream_starts_.resize(static_cast<size_t>(n) + 1);
     ds.stream_starts_[0] = 0;
@@ -291,6 +328,22 @@ IndexedDataset IndexedDataset::open(const std::string& prefix) {
   ds.idx_ = std::move(idx);
   ds.bin_ = std::move(bin);
   return ds;
+}
+
+std::optional<TokenOutOfRange> IndexedDataset::find_token_at_least(int64_t limit) const {
+  const int64_t item = static_cast<int64_t>(token_dtype_size(dtype_));
+  const bool narrow_unsigned = dtype_ == TokenDType::kUInt8 || dtype_ == TokenDType::kUInt16;
+  if (narrow_unsigned && limit >= (int64_t{1} << (8 * item)))
+    return std::nullopt;  // an unsigned dtype too narrow to hold such an id
+  std::vector<int32_t> tokens;
+  for (int64_t i = 0; i < num_sequences_; ++i) {
+    tokens.resize(static_cast<size_t>(length_at(i)));
+    read_sequence(i, tokens.data());
+    for (size_t k = 0; k < tokens.size(); ++k) {
+      if (tokens[k] >= limit || tokens[k] < 0) return TokenOutOfRange{i, static_cast<int64_t>(k), tokens[k]};
+    }
+  }
+  return std::nullopt;
 }
 
 int64_t IndexedDataset::length_at(int64_t i) const { return load<int32_t>(lengths_ + 4 * i); }

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -47,12 +48,21 @@ std::string bin_path(const std::string& prefix);  // prefix + ".bin"
 
 class MappedFile;
 
+// A token id outside a vocabulary: where it is and what it is.
+struct TokenOutOfRange {
+  int64_t sequence = 0;
+  int64_t position = 0;  // within the sequence
+  int64_t id = 0;
+};
+
 // Read-only view of a dataset; both files are memory-mapped and fully validated by open().
 // Copies share the mappings. All accessors are const and safe to call from many threads.
 class IndexedDataset {
  public:
   // Throws loom::Error naming the file when it is missing, has a bad magic, version or dtype,
-  // is truncated, or when the .bin does not hold the bytes the index points at.
+  // is truncated, or when the .bin does not hold the bytes the index points at: every pointer
+  // must be aligned to the token size, and the sequences must cover the .bin exactly, without
+  // overlaps or gaps (the sequence at fault is named).
   static IndexedDataset open(const std::string& prefix);
 
   const std::string& prefix() const { return prefix_; }
@@ -73,10 +83,15 @@ class IndexedDataset {
   void read_sequence(int64_t i, int32_t* out) const;
   // Tokens [first, first + count) of the stream formed by all sequences back to back.
   void read_tokens(int64_t first, int64_t count, int32_t* out) const;
+  // The first token (in sequence order) that is negative or >= limit; nothing when every id fits.
+  // Reads the whole .bin unless the dtype cannot hold such an id (uint8 with limit >= 256, ...).
+  std::optional<TokenOutOfRange> find_token_at_least(int64_t limit) const;
 
  private:
   IndexedDataset() = default;
   void check_sequence(int64_t i) const;
+  static void check_sequences_tile_bin(const IndexedDataset& ds, int64_t item, const std::string& ipath,
+                                       const std::string& bpath);
   int64_t length_at(int64_t i) const;  // unchecked
   int64_t pointer_at(int64_t i) const;  // unchecked
 

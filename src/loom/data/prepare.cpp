@@ -5,6 +5,8 @@
 #include <deque>
 #include <exception>
 #include <filesystem>
+#include <optional>
+#include <sstream>
 #include <system_error>
 
 #include "loom/core/atomic_file.h"
@@ -27,6 +29,39 @@ bool is_blank(std::string_view line) {
 }
 
 }  // namespace
+
+std::optional<size_t> first_invalid_utf8(std::string_view text) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = bytes[i];
+    if (c == 0) return i;  // text files hold no NUL bytes
+    size_t extra = 0;
+    uint32_t lowest = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      extra = 1, lowest = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+      extra = 2, lowest = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+      extra = 3, lowest = 0x10000;
+    } else {
+      return i;
+    }
+    if (n - i <= extra) return i;
+    uint32_t code = c & (0x3F >> extra);
+    for (size_t k = 1; k <= extra; ++k) {
+      if ((bytes[i + k] & 0xC0) != 0x80) return i;
+      code = (code << 6) | (bytes[i + k] & 0x3F);
+    }
+    if (code < lowest || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return i;
+    i += extra + 1;
+  }
+  return std::nullopt;
+}
 
 std::vector<std::string> list_input_files(const std::vector<std::string>& inputs) {
   std::vector<std::string> files;
@@ -114,6 +149,20 @@ std::vector<std::vector<int32_t>> encode_documents(const Tokenizer& tokenizer,
   return encoded;
 }
 
+// Empty splits are legal but rarely meant: say which one and why.
+void warn_about_empty_splits(PrepareStats& stats, const std::string& output_prefix, double val_fraction) {
+  std::ostringstream fraction;
+  fraction << val_fraction;
+  if (stats.train_documents == 0)
+    stats.warnings.push_back("the train split '" + output_prefix + "_train' is empty: all " +
+                             std::to_string(stats.val_documents) + " documents went to validation (val fraction " +
+                             fraction.str() + "); it cannot be trained on. Lower the val fraction or add text");
+  if (stats.val_documents == 0 && val_fraction > 0.0)
+    stats.warnings.push_back("the validation split '" + output_prefix + "_val' is empty: none of the " +
+                             std::to_string(stats.train_documents) + " documents was drawn for it (val fraction " +
+                             fraction.str() + "); raise the val fraction or add text to evaluate on");
+}
+
 }  // namespace
 
 PrepareStats prepare_dataset(const std::vector<std::string>& inputs, const Tokenizer& tokenizer,
@@ -167,6 +216,11 @@ PrepareStats prepare_dataset(const std::vector<std::string>& inputs, const Token
   for (const std::string& file : files) {
     texts.push_back(read_file(file));
     const std::string& text = texts.back();
+    if (const std::optional<size_t> bad = first_invalid_utf8(text)) {
+      stats.warnings.push_back("input '" + file + "' is not UTF-8 text (byte " + std::to_string(*bad) +
+                               " is not valid UTF-8" + (text[*bad] == '\0' ? ": a NUL byte" : "") +
+                               "); is it a binary file? It was tokenized anyway");
+    }
     stats.bytes += static_cast<int64_t>(text.size());
     std::vector<std::string_view> found = split_documents(text);
     documents.insert(documents.end(), found.begin(), found.end());
@@ -180,6 +234,7 @@ PrepareStats prepare_dataset(const std::vector<std::string>& inputs, const Token
     for (const std::string& input : inputs) names += (names.empty() ? "'" : ", '") + input + "'";
     throw Error("inputs " + names + " hold no text (every file is empty or blank)");
   }
+  warn_about_empty_splits(stats, output_prefix, val_fraction);
   train.finish();
   val.finish();
   return stats;

@@ -3,6 +3,7 @@
 // a validation indexed dataset, deterministically for a given seed.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,9 @@ struct PrepareStats {
   int64_t train_tokens = 0;  // including one eot per document
   int64_t val_documents = 0;
   int64_t val_tokens = 0;
+  // Things the output is made of but a user probably did not mean: an input that is not UTF-8
+  // text (a binary file), an empty train or validation split. One sentence each.
+  std::vector<std::string> warnings;
 };
 
 // Documents are at least this much text (except a file's last one), so that each is a
@@ -43,6 +47,9 @@ bool is_validation_document(uint64_t seed, int64_t document_index, double val_fr
 // documents in parallel with OpenMP, so tokenizer.encode() must be safe to call concurrently;
 // the output does not depend on the thread count. Prints nothing. Throws loom::Error for a bad
 // val_fraction (valid: [0, 1]), a missing input, or inputs with no text.
+// The offset of the first byte that breaks UTF-8 (or is NUL), or nothing for valid text.
+std::optional<size_t> first_invalid_utf8(std::string_view text);
+
 PrepareStats prepare_dataset(const std::vector<std::string>& inputs, const Tokenizer& tokenizer,
                              const std::string& output_prefix, double val_fraction, uint64_t seed);
 

@@ -3,15 +3,14 @@
 #include <cstdlib>
 
 #include "loom/core/error.h"
+#include "loom/core/tokenizer_names.h"
 #include "loom/data/bpe_tokenizer.h"
 #include "loom/data/byte_tokenizer.h"
 
 namespace loom::data {
 
 std::vector<std::string> tokenizer_names() {
-  std::vector<std::string> names = {"byte"};
-  for (std::string& name : bpe_encoding_names()) names.push_back(std::move(name));
-  return names;
+  return known_tokenizer_names();
 }
 
 std::string default_data_dir() {

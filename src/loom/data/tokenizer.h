@@ -30,7 +30,7 @@ class Tokenizer {
 // decode are safe to call from many threads at once.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& data_dir = default_data_dir());
 
-// The names make_tokenizer accepts, in the order above.
+// The names make_tokenizer accepts: loom::known_tokenizer_names() (core/tokenizer_names.h).
 std::vector<std::string> tokenizer_names();
 
 }  // namespace loom::data

@@ -5,11 +5,16 @@
 #include <numeric>
 #include <vector>
 
+#include "loom/core/error.h"
 #include "loom/core/philox.h"
 
 namespace loom::model {
 
 int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params, uint64_t key, uint64_t index) {
+  LOOM_CHECK(std::isfinite(params.temperature) && params.temperature >= 0.0,
+             "sampling: temperature is " + std::to_string(params.temperature) + "; expected a finite number >= 0");
+  LOOM_CHECK(std::isfinite(params.top_p) && params.top_p >= 0.0 && params.top_p <= 1.0,
+             "sampling: top_p is " + std::to_string(params.top_p) + "; expected a number in [0, 1]");
   if (params.temperature <= 0.0) return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
   std::vector<int32_t> order(vocab);
   std::iota(order.begin(), order.end(), 0);

@@ -49,7 +49,7 @@ class Reporter {
     const config::RunConfig& run = trainer.config();
     const int64_t step = trainer.progress().step;
     metrics_.emplace(run.run.dir, step + 1);
-    bar_.emplace(run.train.steps, static_cast<int>(step), run.log.progress && ::isatty(STDOUT_FILENO),
+    bar_.emplace(run.train.steps, static_cast<int>(step), run.log.progress && config::stdout_is_interactive(),
                  run.log.interval, trainer.out());
   }
   void message(const std::string& text) {

@@ -25,6 +25,20 @@ std::string shown(const json& value) {
   return std::string("a JSON ") + value.type_name();
 }
 
+// The largest value loom accepts for each size read from config.json, checked before anything
+// is allocated from it: far above any published model, far below what would exhaust memory.
+int64_t max_size(std::string_view key) {
+  static const std::pair<std::string_view, int64_t> limits[] = {
+      {"hidden_size", 65536},           {"num_hidden_layers", 1024},   {"num_attention_heads", 1024},
+      {"num_key_value_heads", 1024},    {"head_dim", 65536},           {"vocab_size", 4194304},
+      {"intermediate_size", 1048576},   {"max_position_embeddings", 1048576},
+      {"n_heads_in_group", 1024},
+  };
+  for (const auto& [name, limit] : limits)
+    if (name == key) return limit;
+  return INT_MAX;
+}
+
 // Typed reads of config.json keys; absent and null both mean "use the default".
 class ConfigReader {
  public:
@@ -36,11 +50,11 @@ class ConfigReader {
 
   int positive_int(const char* key) const {
     LOOM_CHECK(has(key), where_ + ": missing key '" + key + "' (a positive integer)");
-    return positive_int_value(at(key), where(key));
+    return positive_int_value(at(key), where(key), max_size(key));
   }
   std::optional<int> optional_positive_int(const char* key) const {
     if (!has(key)) return std::nullopt;
-    return positive_int_value(at(key), where(key));
+    return positive_int_value(at(key), where(key), max_size(key));
   }
   double positive_number(const char* key, double fallback) const {
     if (!has(key)) return fallback;
@@ -55,9 +69,9 @@ class ConfigReader {
     return at(key).get<bool>();
   }
 
-  static int positive_int_value(const json& v, const std::string& what) {
-    LOOM_CHECK(v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= INT_MAX,
-          what + " is " + shown(v) + "; expected a positive integer");
+  static int positive_int_value(const json& v, const std::string& what, int64_t max) {
+    LOOM_CHECK(v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= max,
+          what + " is " + shown(v) + "; expected a positive integer of at most " + std::to_string(max));
     return static_cast<int>(v.get<int64_t>());
   }
 
@@ -117,7 +131,9 @@ model::LayerSpec parse_block(const json& block, int layer, const config::ModelCo
     const json& m = ffn.at("ffn_mult");
     LOOM_CHECK(m.is_number(), at + ".ffn.ffn_mult is " + shown(m) + "; expected a positive number");
     const std::optional<int> from_mult = decilm_intermediate_size(m.get<double>(), model.d_model);
-    LOOM_CHECK(from_mult.has_value(), at + ".ffn.ffn_mult is " + shown(m) + "; expected a positive number giving an ffn size");
+    LOOM_CHECK(from_mult.has_value() && *from_mult <= max_size("intermediate_size"),
+               at + ".ffn.ffn_mult is " + shown(m) + "; expected a positive number giving an ffn size of at most " +
+                   std::to_string(max_size("intermediate_size")));
     LOOM_CHECK(!size || *size == *from_mult, at + ".ffn: intermediate_size " + std::to_string(size.value_or(0)) +
                                             " disagrees with ffn_mult " + shown(m) + " (which gives " +
                                             std::to_string(*from_mult) + ")");

@@ -16,6 +16,7 @@
 #include "loom/core/atomic_file.h"
 #include "loom/core/dtype_convert.h"
 #include "loom/core/error.h"
+#include "loom/core/tokenizer_names.h"
 #include "loom/interop/hf/hf_config.h"
 #include "loom/model/parameter_shapes.h"
 #include "loom/train/model_setup.h"
@@ -251,6 +252,12 @@ HfImportResult import_from_hf(const std::string& hf_dir, const std::string& out_
   } catch (const Error& e) {
     throw Error("converting " + hf_dir + ": the resulting loom run config is not valid: " + e.what());
   }
+  const int32_t tokenizer_vocab = known_tokenizer_vocab_size(run.data.tokenizer);
+  LOOM_CHECK(run.model.vocab_size >= tokenizer_vocab,
+             config_path + ": vocab_size is " + std::to_string(run.model.vocab_size) + " but tokenizer '" +
+                 run.data.tokenizer + "' has " + std::to_string(tokenizer_vocab) +
+                 " ids; the model could not embed its tokens. Give --tokenizer one whose vocabulary fits (at most " +
+                 std::to_string(run.model.vocab_size) + " ids; byte has 256)");
 
   // Every parameter present with its shape; then nothing else.
   const std::vector<model::ParameterShape> layout = model::model_parameter_shapes(run.model);
