@@ -32,16 +32,20 @@ std::shared_ptr<comm::SimulatedLinks> simulated_links(const config::RunConfig& c
 
 }  // namespace
 
+void check_layout_before_launch(const config::RunConfig& config) {
+  // The threads backend knows its world size now: refuse a layout that cannot fit before any
+  // rank (thread, communicator, buffers) exists. Launched worlds check it on every rank.
+  const std::string backend = config.runtime.backend == "auto" ? comm::detect_backend() : config.runtime.backend;
+  if (backend == "threads") check_layout(config, config.runtime.ranks);
+}
+
 TrainSummary run_on_ranks(const config::RunConfig& config, std::ostream& out, const RankRecipe& recipe) {
   comm::LaunchOptions options;
   options.backend = config.runtime.backend;
   options.ranks = config.runtime.ranks;
   options.comm.timeout =
       std::chrono::milliseconds(static_cast<int64_t>(std::llround(config.runtime.timeout_s * 1000.0)));
-  // The threads backend knows its world size now: refuse a layout that cannot fit before any
-  // rank (thread, communicator, buffers) exists. Launched worlds check it on every rank.
-  const std::string backend = config.runtime.backend == "auto" ? comm::detect_backend() : config.runtime.backend;
-  if (backend == "threads") check_layout(config, config.runtime.ranks);
+  check_layout_before_launch(config);
   std::shared_ptr<comm::SimulatedLinks> links = simulated_links(config);
   options.link_model = links;
   TrainSummary summary;

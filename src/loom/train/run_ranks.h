@@ -12,6 +12,10 @@
 
 namespace loom::train {
 
+// The layout checks that need no rank: done here when the world size is known before launch
+// (the threads backend's runtime.ranks), else by every rank at set-up.
+void check_layout_before_launch(const config::RunConfig& config);
+
 // What one rank runs; the summary of the rank that reports (rank 0) is returned.
 using RankRecipe = std::function<TrainSummary(comm::Communicator& world)>;
 TrainSummary run_on_ranks(const config::RunConfig& config, std::ostream& out, const RankRecipe& recipe);

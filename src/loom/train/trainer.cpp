@@ -142,8 +142,7 @@ Trainer::Trainer(const config::RunConfig& config, comm::Communicator& world, con
                  const BatchSource* validation, std::ostream& console)
     : state_(std::make_unique<State>(config, world, train)), validation_(validation), out_(&console) {
   State& s = *state_;
-  static std::ostringstream discard;  // ranks other than 0 say nothing
-  if (!reporter()) out_ = &discard;
+  if (!reporter()) out_ = &discard_;  // ranks other than 0 say nothing
   const int threads = threads_per_rank(config, world);
   omp_set_num_threads(threads);
   openblas_set_num_threads(threads);

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <sstream>
 #include <string>
 
 #include "loom/comm/communicator.h"
@@ -84,6 +85,7 @@ class Trainer {
   struct State;
   std::unique_ptr<State> state_;
   const BatchSource* validation_;
+  std::ostringstream discard_;  // where a rank other than 0 writes (each rank its own)
   std::ostream* out_;
 };
 
