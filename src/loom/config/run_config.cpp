@@ -179,6 +179,25 @@ struct Value<std::string> {
   static std::string show(const std::string& value) { return in_quotes(value); }
 };
 
+// A name outside an enum's table, found while parsing: parse_config reports it as it reports a
+// failed check (after the source's name), with the message a one_of check gives.
+struct UnknownName : Error {
+  using Error::Error;
+};
+
+// A closed set of names (config/enums.h), written as the name.
+template <NamedEnum E>
+struct Value<E> {
+  static constexpr const char* kExpected = Value<std::string>::kExpected;
+  static E parse(const YAML::Node& node, const Origin& origin) {
+    const std::string text = Value<std::string>::parse(node, origin);
+    if (auto value = from_name<E>(text)) return *value;
+    throw UnknownName(unknown_name_message(origin.path, text, names(E{})));
+  }
+  static void emit(YAML::Emitter& out, E value) { Value<std::string>::emit(out, to_string(value)); }
+  static std::string show(E value) { return in_quotes(name_of(value)); }
+};
+
 // ---------------------------------------------------------------------------------------------
 // Keys: one descriptor per field, built from a pointer to member; a section is a named list of
 // keys. Parsing, writing and range checks all walk these tables.
@@ -253,7 +272,7 @@ Check<std::string> one_of(std::vector<std::string> allowed) {
 // Keys of one `model.block_configs` entry.
 const std::vector<Key<BlockConfig>>& block_keys() {
   static const std::vector<Key<BlockConfig>> keys = {
-      field("attention", &BlockConfig::attention, one_of({"normal", "skip"})),
+      field("attention", &BlockConfig::attention),
       field("kv_heads", &BlockConfig::kv_heads, at_least(0)),
       field("ffn_size", &BlockConfig::ffn_size,
             [](const int& v) -> std::optional<std::string> {
@@ -367,7 +386,7 @@ const std::vector<SectionSchema>& schema() {
               }),
       section("runtime", &RunConfig::runtime,
               {
-                  field("backend", &RuntimeConfig::backend, one_of({"threads", "mpi", "auto"})),
+                  field("backend", &RuntimeConfig::backend),
                   field("ranks", &RuntimeConfig::ranks,
                         in_range(1, kMaxThreadRanks, " (ranks of the threads backend are threads of one process; "
                                                      "more ranks run under mpirun or srun)")),
@@ -381,16 +400,15 @@ const std::vector<SectionSchema>& schema() {
                   field("zero", &ParallelConfig::zero, at_least(0)),
                   field("bucket_mb", &ParallelConfig::bucket_mb, greater_than(0)),
                   field("pp", &ParallelConfig::pp, at_least(1)),
-                  field("pipeline_schedule", &ParallelConfig::pipeline_schedule, one_of({"gpipe", "1f1b", "interleaved"})),
+                  field("pipeline_schedule", &ParallelConfig::pipeline_schedule),
                   field("virtual_stages", &ParallelConfig::virtual_stages, at_least(1)),
                   field("pipeline_partition", &ParallelConfig::pipeline_partition),
               }),
       section("precision", &RunConfig::precision,
               {
-                  field("recipe", &PrecisionConfig::recipe,
-                        one_of({"fp32", "bf16", "fp16", "fp8_delayed", "fp8_current", "fp8_blockwise", "mxfp8"})),
-                  field("grad_reduce", &PrecisionConfig::grad_reduce, one_of({"fp32", "bf16"})),
-                  field("param_dtype", &PrecisionConfig::param_dtype, one_of({"fp32", "compute"})),
+                  field("recipe", &PrecisionConfig::recipe),
+                  field("grad_reduce", &PrecisionConfig::grad_reduce),
+                  field("param_dtype", &PrecisionConfig::param_dtype),
                   field("loss_scale_initial", &PrecisionConfig::loss_scale_initial, greater_than(0)),
                   field("loss_scale_growth_interval", &PrecisionConfig::loss_scale_growth_interval, at_least(1)),
                   field("loss_scale_min", &PrecisionConfig::loss_scale_min, greater_than(0)),
@@ -418,9 +436,9 @@ const std::vector<SectionSchema>& schema() {
                   field("heads", &ModelConfig::heads, at_least(1)),
                   field("kv_heads", &ModelConfig::kv_heads, at_least(0)),
                   field("ffn_size", &ModelConfig::ffn_size, at_least(1)),
-                  field("norm", &ModelConfig::norm, one_of({"rms", "layer"})),
-                  field("activation", &ModelConfig::activation, one_of({"swiglu", "gelu"})),
-                  field("positions", &ModelConfig::positions, one_of({"rope", "learned"})),
+                  field("norm", &ModelConfig::norm),
+                  field("activation", &ModelConfig::activation),
+                  field("positions", &ModelConfig::positions),
                   field("tied_embeddings", &ModelConfig::tied_embeddings),
                   field("bias", &ModelConfig::bias),
                   field("max_seq_len", &ModelConfig::max_seq_len, at_least(1)),
@@ -447,7 +465,7 @@ const std::vector<SectionSchema>& schema() {
                   field("eps", &OptimConfig::eps, greater_than(0)),
                   field("weight_decay", &OptimConfig::weight_decay, at_least(0.0)),
                   field("warmup_steps", &OptimConfig::warmup_steps, at_least(0)),
-                  field("schedule", &OptimConfig::schedule, one_of({"cosine", "constant"})),
+                  field("schedule", &OptimConfig::schedule),
                   field("clip_grad", &OptimConfig::clip_grad, at_least(0.0)),
               }),
       section("train", &RunConfig::train,
@@ -594,14 +612,21 @@ RunConfig parse_config(const std::string& yaml_text, const std::string& source_n
   } catch (const YAML::Exception& e) {
     throw Error(at(source_name, e.mark) + ": malformed YAML: " + e.msg);
   }
+  // The value may come from the file or an override; name both places to look.
+  auto in_source = [&](const Error& e) {
+    return Error(source_name + (overrides.empty() ? "" : " (with overrides)") + ": " + e.what());
+  };
   RunConfig config;
-  apply_yaml(config, root, source_name);
-  for (const auto& text : overrides) apply_override(config, text);
+  try {
+    apply_yaml(config, root, source_name);
+    for (const auto& text : overrides) apply_override(config, text);
+  } catch (const UnknownName& e) {
+    throw in_source(e);
+  }
   try {
     validate_config(config);
   } catch (const Error& e) {
-    // The value may come from the file or an override; name both places to look.
-    throw Error(source_name + (overrides.empty() ? "" : " (with overrides)") + ": " + e.what());
+    throw in_source(e);
   }
   return config;
 }
@@ -633,7 +658,7 @@ void validate_config(const RunConfig& c) {
   LOOM_CHECK(m.d_model % m.heads == 0, "model.d_model = " + std::to_string(m.d_model) +
                                       " is invalid: must be a multiple of model.heads = " + std::to_string(m.heads));
   const int head_dim = m.d_model / m.heads;
-  LOOM_CHECK(m.positions != "rope" || head_dim % 2 == 0,
+  LOOM_CHECK(m.positions != Positions::Rope || head_dim % 2 == 0,
         "model.positions = 'rope' needs an even head dimension, but model.d_model / model.heads = " +
             std::to_string(m.d_model) + " / " + std::to_string(m.heads) + " = " + std::to_string(head_dim) +
             "; change d_model or heads, or use positions: learned");

@@ -18,7 +18,8 @@ namespace {
 // counts the bytes.
 std::shared_ptr<comm::SimulatedLinks> simulated_links(const config::RunConfig& config) {
   if (!config.topology.simulate) return nullptr;
-  const std::string backend = config.runtime.backend == "auto" ? comm::detect_backend() : config.runtime.backend;
+  const config::Backend chosen = config.runtime.backend;
+  const std::string backend = chosen == config::Backend::Auto ? comm::detect_backend() : config::to_string(chosen);
   LOOM_CHECK(backend == "threads", "topology.simulate needs the threads backend (runtime.backend is '" + backend +
                                        "'; real launchers have real links)");
   const config::TopologyConfig& t = config.topology;
@@ -33,7 +34,7 @@ std::shared_ptr<comm::SimulatedLinks> simulated_links(const config::RunConfig& c
 
 TrainSummary run_on_ranks(const config::RunConfig& config, std::ostream& out, const RankRecipe& recipe) {
   comm::LaunchOptions options;
-  options.backend = config.runtime.backend;
+  options.backend = config::to_string(config.runtime.backend);  // comm/ takes the name
   options.ranks = config.runtime.ranks;
   options.comm.timeout =
       std::chrono::milliseconds(static_cast<int64_t>(std::llround(config.runtime.timeout_s * 1000.0)));
