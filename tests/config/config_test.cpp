@@ -56,7 +56,7 @@ log: {interval: 3, progress: off}
 )");
   EXPECT_EQ(c.run.dir, "/tmp/r");
   EXPECT_EQ(c.model.kv_heads, 2);
-  EXPECT_EQ(c.model.norm, "layer");
+  EXPECT_EQ(c.model.norm, Norm::Layer);
   EXPECT_FALSE(c.model.tied_embeddings);
   EXPECT_EQ(c.model.rope_theta, 500000.0);
   EXPECT_EQ(c.model.norm_eps, 1e-6);
@@ -94,17 +94,17 @@ model:
     - {}
 )");
   ASSERT_EQ(c.model.block_configs.size(), 3u);
-  EXPECT_EQ(c.model.block_configs[0].attention, "skip");
+  EXPECT_EQ(c.model.block_configs[0].attention, BlockAttention::Skip);
   EXPECT_EQ(c.model.block_configs[0].ffn_size, -1);
   EXPECT_EQ(c.model.block_configs[1].kv_heads, 2);
   EXPECT_EQ(c.model.block_configs[1].ffn_size, 0);
-  EXPECT_EQ(c.model.block_configs[2].attention, "normal");
+  EXPECT_EQ(c.model.block_configs[2].attention, BlockAttention::Normal);
 }
 
 TEST(Config, BlockConfigsFromOverride) {
   RunConfig c = parse("model: {layers: 2}\n", {"model.block_configs=[{attention: skip}, {ffn_size: 512}]"});
   ASSERT_EQ(c.model.block_configs.size(), 2u);
-  EXPECT_EQ(c.model.block_configs[0].attention, "skip");
+  EXPECT_EQ(c.model.block_configs[0].attention, BlockAttention::Skip);
   EXPECT_EQ(c.model.block_configs[1].ffn_size, 512);
   EXPECT_TRUE(parse("model: {layers: 1, block_configs: [{}]}", {"model.block_configs=[]"}).model.block_configs.empty());
   std::string msg = error_of([] { parse("model: {layers: 1}", {"model.block_configs=[{ffn_sise: 3}]"}); });
@@ -276,7 +276,7 @@ TEST(Config, ToYamlRoundTrip) {
   c.run.name = "a: b # not a comment";
   c.model.layers = 3;
   c.model.kv_heads = 2;
-  c.model.block_configs = {BlockConfig{"skip", 1, 0}, BlockConfig{"normal", 0, 333}, BlockConfig{}};
+  c.model.block_configs = {BlockConfig{BlockAttention::Skip, 1, 0}, BlockConfig{BlockAttention::Normal, 0, 333}, BlockConfig{}};
   c.model.rope_theta = 1.0 / 3.0;
   c.model.norm_eps = 1e-300;
   c.optim.lr = 0.1 + 0.2;
@@ -301,7 +301,7 @@ TEST(Config, ToYamlRoundTrip) {
   EXPECT_TRUE(back.train.resume);
   EXPECT_EQ(back.checkpoint.dir, "true");
   ASSERT_EQ(back.model.block_configs.size(), 3u);
-  EXPECT_EQ(back.model.block_configs[0].attention, "skip");
+  EXPECT_EQ(back.model.block_configs[0].attention, BlockAttention::Skip);
   EXPECT_EQ(back.model.block_configs[0].kv_heads, 1);
   EXPECT_EQ(back.model.block_configs[0].ffn_size, 0);
   EXPECT_EQ(back.model.block_configs[1].ffn_size, 333);

@@ -32,16 +32,17 @@ config::ModelConfig llama() {
 config::ModelConfig heterogeneous() {
   config::ModelConfig m = llama();
   m.tied_embeddings = false;
-  m.block_configs = {{"normal", 0, -1}, {"skip", 0, 256}, {"normal", 1, 0}};
+  using Attention = config::BlockAttention;
+  m.block_configs = {{Attention::Normal, 0, -1}, {Attention::Skip, 0, 256}, {Attention::Normal, 1, 0}};
   return m;
 }
 
 config::ModelConfig gpt2_style() {
   config::ModelConfig m = llama();
   m.kv_heads = 0;
-  m.norm = "layer";
-  m.activation = "gelu";
-  m.positions = "learned";
+  m.norm = config::Norm::Layer;
+  m.activation = config::Activation::Gelu;
+  m.positions = config::Positions::Learned;
   m.bias = true;
   return m;
 }
@@ -203,10 +204,10 @@ TEST(HfConfig, RefusesGpt2StyleModelsNamingTheKey) {
     EXPECT_NE(std::string(e.what()).find("model.norm is 'layer'"), std::string::npos) << e.what();
   }
   config::ModelConfig gelu = llama();
-  gelu.activation = "gelu";
+  gelu.activation = config::Activation::Gelu;
   EXPECT_THROW(check_hf_exportable(gelu), Error);
   config::ModelConfig learned = llama();
-  learned.positions = "learned";
+  learned.positions = config::Positions::Learned;
   EXPECT_THROW(check_hf_exportable(learned), Error);
 }
 

@@ -47,9 +47,9 @@ TEST(BlockGradients, Gpt2Block) {
   c.d_model = 12;
   c.heads = 3;
   c.ffn_size = 20;
-  c.norm = "layer";
-  c.activation = "gelu";
-  c.positions = "learned";
+  c.norm = config::Norm::Layer;
+  c.activation = config::Activation::Gelu;
+  c.positions = config::Positions::Learned;
   c.bias = true;
   c.max_seq_len = 8;
   c.init_std = 0.3;

@@ -290,9 +290,9 @@ config::ModelConfig small_llama(int layers) {
   c.heads = 4;
   c.kv_heads = 2;
   c.ffn_size = 48;
-  c.norm = "rms";
-  c.activation = "swiglu";
-  c.positions = "rope";
+  c.norm = config::Norm::Rms;
+  c.activation = config::Activation::Swiglu;
+  c.positions = config::Positions::Rope;
   c.tied_embeddings = true;
   c.max_seq_len = 16;
   c.init_std = 0.1;

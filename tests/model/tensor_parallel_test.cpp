@@ -180,9 +180,9 @@ config::ModelConfig gpt2_style() {
   c.layers = 2;
   c.heads = 4;
   c.ffn_size = 64;
-  c.norm = "layer";
-  c.activation = "gelu";
-  c.positions = "learned";
+  c.norm = config::Norm::Layer;
+  c.activation = config::Activation::Gelu;
+  c.positions = config::Positions::Learned;
   c.bias = true;
   c.max_seq_len = 16;
   return c;
@@ -198,7 +198,8 @@ config::ModelConfig llama_hetero() {
   c.ffn_size = 48;
   c.tied_embeddings = false;
   c.max_seq_len = 16;
-  c.block_configs = {{"normal", 0, -1}, {"skip", 0, 32}, {"normal", 4, 0}};
+  using Attention = config::BlockAttention;
+  c.block_configs = {{Attention::Normal, 0, -1}, {Attention::Skip, 0, 32}, {Attention::Normal, 4, 0}};
   return c;
 }
 

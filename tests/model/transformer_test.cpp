@@ -20,9 +20,9 @@ config::ModelConfig gpt2_style() {
   c.layers = 2;
   c.heads = 3;
   c.ffn_size = 20;
-  c.norm = "layer";
-  c.activation = "gelu";
-  c.positions = "learned";
+  c.norm = config::Norm::Layer;
+  c.activation = config::Activation::Gelu;
+  c.positions = config::Positions::Learned;
   c.tied_embeddings = true;
   c.bias = true;
   c.max_seq_len = 8;
@@ -38,13 +38,14 @@ config::ModelConfig heterogeneous_llama() {
   c.heads = 4;
   c.kv_heads = 2;
   c.ffn_size = 24;
-  c.norm = "rms";
-  c.activation = "swiglu";
-  c.positions = "rope";
+  c.norm = config::Norm::Rms;
+  c.activation = config::Activation::Swiglu;
+  c.positions = config::Positions::Rope;
   c.tied_embeddings = false;
   c.max_seq_len = 8;
   c.init_std = 0.3;
-  c.block_configs = {{"normal", 0, -1}, {"skip", 0, 12}, {"normal", 1, 32}, {"normal", 4, 0}};
+  using Attention = config::BlockAttention;
+  c.block_configs = {{Attention::Normal, 0, -1}, {Attention::Skip, 0, 12}, {Attention::Normal, 1, 32}, {Attention::Normal, 4, 0}};
   return c;
 }
 

@@ -17,7 +17,7 @@ TEST(Schedule, WarmupThenCosineToMinLr) {
   EXPECT_DOUBLE_EQ(learning_rate(c, 10, 110), 1.0);
   EXPECT_NEAR(learning_rate(c, 60, 110), 0.55, 1e-12);  // halfway through the cosine
   EXPECT_NEAR(learning_rate(c, 110, 110), 0.1, 1e-12);
-  c.schedule = "constant";
+  c.schedule = config::LrSchedule::Constant;
   EXPECT_DOUBLE_EQ(learning_rate(c, 50, 110), 1.0);
 }
 

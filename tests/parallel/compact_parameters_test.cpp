@@ -27,8 +27,8 @@ config::ModelConfig small_model() {
 TEST(CompactParameters, ComputesWithRoundedParametersAndHoldsEighteenBytesPerParameter) {
   config::RunConfig config;
   config.model = small_model();
-  config.precision.recipe = "bf16";
-  config.precision.param_dtype = "compute";
+  config.precision.recipe = config::PrecisionRecipe::Bf16;
+  config.precision.param_dtype = config::ParamDtype::Compute;
   std::vector<int32_t> tokens, targets;
   for (int i = 0; i < 2 * 12; ++i) {
     tokens.push_back((i * 7 + 1) % 53);
@@ -74,8 +74,8 @@ TEST(CompactParameters, DistributedOptimizerHoldsSixPlusTwelveOverDBytesPerParam
   for (int dp : {2, 3}) {
     config::RunConfig config;
     config.model = small_model();
-    config.precision.recipe = "bf16";
-    config.precision.param_dtype = "compute";
+    config.precision.recipe = config::PrecisionRecipe::Bf16;
+    config.precision.param_dtype = config::ParamDtype::Compute;
     config.parallel.zero = 1;
     config.parallel.bucket_mb = 64.0;
     comm::LaunchOptions options;

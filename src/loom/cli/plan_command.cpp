@@ -5,12 +5,31 @@
 // no ranks are started.
 #include <iostream>
 #include <memory>
+#include <string_view>
 
 #include "loom/cli/command.h"
+#include "loom/config/enums.h"
 #include "loom/parallel/pipeline/pipeline_schedule.h"
 #include "loom/parallel/pipeline/pipeline_simulation.h"
 
 namespace loom::cli {
+
+namespace {
+
+// Accepts a name of E's config table; anything else gets the config's message ("must be one of
+// ...; did you mean ...?").
+template <config::NamedEnum E>
+CLI::Validator one_of_names() {
+  std::string shown;
+  for (std::string_view name : names(E{})) shown += (shown.empty() ? "{" : ",") + std::string(name);
+  return CLI::Validator(
+      [](std::string& text) {
+        return config::from_name<E>(text) ? std::string() : config::one_of_message(text, names(E{}));
+      },
+      shown + "}");
+}
+
+}  // namespace
 
 void register_plan(CLI::App& app, std::vector<Command>& commands) {
   struct Args {
@@ -26,7 +45,7 @@ void register_plan(CLI::App& app, std::vector<Command>& commands) {
   cmd->add_option("--pp", args->pp, "pipeline stages")->check(positive());
   cmd->add_option("--microbatches", args->micro_batches, "micro-batches per step")->check(positive());
   cmd->add_option("--schedule", args->schedule, "gpipe | 1f1b | interleaved")
-      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
+      ->check(one_of_names<config::PipelineScheduleKind>());
   cmd->add_option("--virtual", args->virtual_stages, "virtual stages (model chunks) per rank, interleaved")
       ->check(positive());
   cmd->add_option("--forward", args->costs.forward, "time of one micro-batch's forward through a stage")

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <system_error>
 
+#include "loom/config/suggestion.h"
 #include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
 #include "loom/core/tokenizer_names.h"
@@ -35,55 +36,6 @@ std::string join(const std::vector<std::string>& items) {
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i];
   return out;
-}
-
-// Optimal string alignment distance: Levenshtein plus adjacent transpositions, so a swapped
-// pair of letters ("stpes") counts as one typo.
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
-  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-    }
-  }
-  return d[a.size()][b.size()];
-}
-
-// The closest candidate when it is plausibly a typo of `word`, else nothing: beyond about a
-// third of the word's length a "suggestion" would only confuse. A truncated name ("cl100k" for
-// "cl100k_base") is far in edit distance but an obvious intent, so a prefix match counts too.
-std::optional<std::string> closest(std::string_view word, const std::vector<std::string>& candidates) {
-  std::optional<std::string> best;
-  if (word.size() >= 3) {
-    int matches = 0;
-    for (const auto& candidate : candidates) {
-      if (std::string_view(candidate).starts_with(word)) {
-        best = candidate;
-        ++matches;
-      }
-    }
-    if (matches == 1) return best;
-    best.reset();  // ambiguous ("eval"): fall back to edit distance
-  }
-  size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
-  for (const auto& candidate : candidates) {
-    size_t distance = edit_distance(word, candidate);
-    if (distance < best_distance) {
-      best_distance = distance;
-      best = candidate;
-    }
-  }
-  return best;
-}
-
-std::string suggestion(std::string_view word, const std::vector<std::string>& candidates) {
-  auto best = closest(word, candidates);
-  return best ? "; did you mean " + in_quotes(*best) + "?" : "";
 }
 
 // "file.yaml:3:5" from a yaml-cpp mark (0-based), or just the source when the mark is unknown.
@@ -245,6 +197,25 @@ struct Value<std::string> {
   static std::string show(const std::string& value) { return in_quotes(value); }
 };
 
+// A name outside an enum's table, found while parsing: parse_config reports it as it reports a
+// failed check (after the source's name), with the message a one_of check gives.
+struct UnknownName : Error {
+  using Error::Error;
+};
+
+// A closed set of names (config/enums.h), written as the name.
+template <NamedEnum E>
+struct Value<E> {
+  static constexpr const char* kExpected = Value<std::string>::kExpected;
+  static E parse(const YAML::Node& node, const Origin& origin) {
+    const std::string text = Value<std::string>::parse(node, origin);
+    if (auto value = from_name<E>(text)) return *value;
+    throw UnknownName(unknown_name_message(origin.path, text, names(E{})));
+  }
+  static void emit(YAML::Emitter& out, E value) { Value<std::string>::emit(out, to_string(value)); }
+  static std::string show(E value) { return in_quotes(name_of(value)); }
+};
+
 // ---------------------------------------------------------------------------------------------
 // Keys: one descriptor per field, built from a pointer to member; a section is a named list of
 // keys. Parsing, writing and range checks all walk these tables.
@@ -319,7 +290,7 @@ Check<std::string> one_of(std::vector<std::string> allowed) {
 // Keys of one `model.block_configs` entry.
 const std::vector<Key<BlockConfig>>& block_keys() {
   static const std::vector<Key<BlockConfig>> keys = {
-      field("attention", &BlockConfig::attention, one_of({"normal", "skip"})),
+      field("attention", &BlockConfig::attention),
       field("kv_heads", &BlockConfig::kv_heads, at_least(0)),
       field("ffn_size", &BlockConfig::ffn_size,
             [](const int& v) -> std::optional<std::string> {
@@ -433,7 +404,7 @@ const std::vector<SectionSchema>& schema() {
               }),
       section("runtime", &RunConfig::runtime,
               {
-                  field("backend", &RuntimeConfig::backend, one_of({"threads", "mpi", "auto"})),
+                  field("backend", &RuntimeConfig::backend),
                   field("ranks", &RuntimeConfig::ranks,
                         in_range(1, kMaxThreadRanks, " (ranks of the threads backend are threads of one process; "
                                                      "more ranks run under mpirun or srun)")),
@@ -447,16 +418,15 @@ const std::vector<SectionSchema>& schema() {
                   field("zero", &ParallelConfig::zero, at_least(0)),
                   field("bucket_mb", &ParallelConfig::bucket_mb, greater_than(0)),
                   field("pp", &ParallelConfig::pp, at_least(1)),
-                  field("pipeline_schedule", &ParallelConfig::pipeline_schedule, one_of({"gpipe", "1f1b", "interleaved"})),
+                  field("pipeline_schedule", &ParallelConfig::pipeline_schedule),
                   field("virtual_stages", &ParallelConfig::virtual_stages, at_least(1)),
                   field("pipeline_partition", &ParallelConfig::pipeline_partition),
               }),
       section("precision", &RunConfig::precision,
               {
-                  field("recipe", &PrecisionConfig::recipe,
-                        one_of({"fp32", "bf16", "fp16", "fp8_delayed", "fp8_current", "fp8_blockwise", "mxfp8"})),
-                  field("grad_reduce", &PrecisionConfig::grad_reduce, one_of({"fp32", "bf16"})),
-                  field("param_dtype", &PrecisionConfig::param_dtype, one_of({"fp32", "compute"})),
+                  field("recipe", &PrecisionConfig::recipe),
+                  field("grad_reduce", &PrecisionConfig::grad_reduce),
+                  field("param_dtype", &PrecisionConfig::param_dtype),
                   field("loss_scale_initial", &PrecisionConfig::loss_scale_initial, greater_than(0)),
                   field("loss_scale_growth_interval", &PrecisionConfig::loss_scale_growth_interval, at_least(1)),
                   field("loss_scale_min", &PrecisionConfig::loss_scale_min, greater_than(0)),
@@ -484,9 +454,9 @@ const std::vector<SectionSchema>& schema() {
                   field("heads", &ModelConfig::heads, at_least(1)),
                   field("kv_heads", &ModelConfig::kv_heads, at_least(0)),
                   field("ffn_size", &ModelConfig::ffn_size, at_least(1)),
-                  field("norm", &ModelConfig::norm, one_of({"rms", "layer"})),
-                  field("activation", &ModelConfig::activation, one_of({"swiglu", "gelu"})),
-                  field("positions", &ModelConfig::positions, one_of({"rope", "learned"})),
+                  field("norm", &ModelConfig::norm),
+                  field("activation", &ModelConfig::activation),
+                  field("positions", &ModelConfig::positions),
                   field("tied_embeddings", &ModelConfig::tied_embeddings),
                   field("bias", &ModelConfig::bias),
                   field("max_seq_len", &ModelConfig::max_seq_len, at_least(1)),
@@ -513,7 +483,7 @@ const std::vector<SectionSchema>& schema() {
                   field("eps", &OptimConfig::eps, greater_than(0)),
                   field("weight_decay", &OptimConfig::weight_decay, at_least(0.0)),
                   field("warmup_steps", &OptimConfig::warmup_steps, at_least(0)),
-                  field("schedule", &OptimConfig::schedule, one_of({"cosine", "constant"})),
+                  field("schedule", &OptimConfig::schedule),
                   field("clip_grad", &OptimConfig::clip_grad, at_least(0.0)),
               }),
       section("train", &RunConfig::train,
@@ -663,14 +633,21 @@ RunConfig parse_config(const std::string& yaml_text, const std::string& source_n
                   ": a tab in the indentation: tabs are not allowed for indentation in YAML (use spaces)");
     throw Error(at(source_name, e.mark) + ": malformed YAML: " + e.msg);
   }
+  // The value may come from the file or an override; name both places to look.
+  auto in_source = [&](const Error& e) {
+    return Error(source_name + (overrides.empty() ? "" : " (with overrides)") + ": " + e.what());
+  };
   RunConfig config;
-  apply_yaml(config, root, source_name);
-  for (const auto& text : overrides) apply_override(config, text);
+  try {
+    apply_yaml(config, root, source_name);
+    for (const auto& text : overrides) apply_override(config, text);
+  } catch (const UnknownName& e) {
+    throw in_source(e);
+  }
   try {
     validate_config(config);
   } catch (const Error& e) {
-    // The value may come from the file or an override; name both places to look.
-    throw Error(source_name + (overrides.empty() ? "" : " (with overrides)") + ": " + e.what());
+    throw in_source(e);
   }
   return config;
 }
@@ -702,7 +679,7 @@ void validate_config(const RunConfig& c) {
   LOOM_CHECK(m.d_model % m.heads == 0, "model.d_model = " + std::to_string(m.d_model) +
                                       " is invalid: must be a multiple of model.heads = " + std::to_string(m.heads));
   const int head_dim = m.d_model / m.heads;
-  LOOM_CHECK(m.positions != "rope" || head_dim % 2 == 0,
+  LOOM_CHECK(m.positions != Positions::Rope || head_dim % 2 == 0,
         "model.positions = 'rope' needs an even head dimension, but model.d_model / model.heads = " +
             std::to_string(m.d_model) + " / " + std::to_string(m.heads) + " = " + std::to_string(head_dim) +
             "; change d_model or heads, or use positions: learned");

@@ -5,13 +5,14 @@
 #include <string>
 #include <vector>
 
+#include "loom/config/enums.h"
 #include "loom/core/tokenizer_names.h"
 
 namespace loom::config {
 
 // One layer's overrides of the model defaults (Nemotron Super `block_configs`).
 struct BlockConfig {
-  std::string attention = "normal";  // normal | skip (the layer has no attention sub-block)
+  BlockAttention attention = BlockAttention::Normal;  // normal | skip (the layer has no attention sub-block)
   int kv_heads = 0;                  // 0 = model.kv_heads
   int ffn_size = -1;                 // -1 = model.ffn_size; 0 = the layer has no MLP sub-block
 };
@@ -23,9 +24,9 @@ struct ModelConfig {
   int heads = 4;
   int kv_heads = 0;           // 0 = heads (multi-head attention)
   int ffn_size = 1024;
-  std::string norm = "rms";           // rms | layer
-  std::string activation = "swiglu";  // swiglu | gelu
-  std::string positions = "rope";     // rope | learned
+  Norm norm = Norm::Rms;                          // rms | layer
+  Activation activation = Activation::Swiglu;     // swiglu | gelu
+  Positions positions = Positions::Rope;          // rope | learned
   bool tied_embeddings = true;
   bool bias = false;                  // biases in linear layers (GPT-2)
   int max_seq_len = 256;
@@ -51,7 +52,7 @@ struct OptimConfig {
   double eps = 1e-8;
   double weight_decay = 0.1;
   int warmup_steps = 0;
-  std::string schedule = "cosine";  // cosine | constant
+  LrSchedule schedule = LrSchedule::Cosine;  // cosine | constant
   double clip_grad = 1.0;           // 0 = no clipping
 };
 
@@ -92,7 +93,7 @@ struct LogConfig {
 
 // How ranks are started and talk (see comm/launch.h).
 struct RuntimeConfig {
-  std::string backend = "threads";  // threads | mpi | auto
+  Backend backend = Backend::Threads;  // threads | mpi | auto
   int ranks = 1;                    // threads backend: ranks as threads of this process
   double timeout_s = 300.0;         // every blocking communication wait
 };
@@ -127,7 +128,7 @@ struct ParallelConfig {
   int zero = 0;             // distributed optimizer stage: 0 (DDP), 1, 2, 3
   double bucket_mb = 16.0;  // gradient bucket size for overlapped reduction
   int pp = 1;               // pipeline stages
-  std::string pipeline_schedule = "1f1b";  // gpipe | 1f1b | interleaved
+  PipelineScheduleKind pipeline_schedule = PipelineScheduleKind::OneFOneB;  // gpipe | 1f1b | interleaved
   int virtual_stages = 1;   // model chunks per pipeline rank (interleaved)
   std::string pipeline_partition = "even";  // even | balanced | layer counts per virtual stage "3,5,..."
 };
@@ -135,11 +136,11 @@ struct ParallelConfig {
 // Numeric formats of a run (see docs/precision.md). Master weights and optimizer state are
 // always fp32; `recipe` picks what the GEMMs of linear layers compute in.
 struct PrecisionConfig {
-  std::string recipe = "fp32";  // fp32 | bf16 | fp16 | fp8_delayed | fp8_current | fp8_blockwise | mxfp8
-  std::string grad_reduce = "fp32";  // fp32 | bf16: dtype of data-parallel gradient reduction
+  PrecisionRecipe recipe = PrecisionRecipe::Fp32;  // fp32 | bf16 | fp16 | fp8_delayed | fp8_current | fp8_blockwise | mxfp8
+  GradReduce grad_reduce = GradReduce::Fp32;  // fp32 | bf16: dtype of data-parallel gradient reduction
   // fp32 | compute: the model's parameters hold the fp32 master weights, or the master weights
   // rounded to the compute dtype (bf16; fp16 for fp16), all-gathered in it by ZeRO 1-2.
-  std::string param_dtype = "fp32";
+  ParamDtype param_dtype = ParamDtype::Fp32;
   double loss_scale_initial = 65536.0;  // fp16: dynamic loss scale to start from
   int loss_scale_growth_interval = 1000;  // fp16: clean steps before the scale doubles
   double loss_scale_min = 1.0;          // fp16: the scale never drops below this

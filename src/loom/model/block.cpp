@@ -10,7 +10,7 @@ Block::Block(ParameterStore& store, const TensorParallel& tp, int layer, const c
              const LayerSpec& spec, const kernels::RopeTable* rope)
     : tp_(&tp), d_model_(config.d_model) {
   const std::string prefix = prefix_ = "model.layers." + std::to_string(layer);
-  const bool layer_norm = config.norm == "layer";
+  const bool layer_norm = config.norm == config::Norm::Layer;
   const float eps = static_cast<float>(config.norm_eps);
   const float std = static_cast<float>(config.init_std);
   // Residual-branch outputs start smaller so the stream's variance does not grow with depth (GPT-2).
@@ -22,7 +22,7 @@ Block::Block(ParameterStore& store, const TensorParallel& tp, int layer, const c
   }
   if (spec.has_mlp()) {
     norm2_.emplace(store, prefix + ".post_attention_layernorm", config.d_model, layer_norm, eps, tp.replicated());
-    mlp_.emplace(store, tp, layer, prefix + ".mlp", config.d_model, spec.ffn_size, config.activation == "swiglu",
+    mlp_.emplace(store, tp, layer, prefix + ".mlp", config.d_model, spec.ffn_size, config.activation == config::Activation::Swiglu,
                  config.bias, std, out_std);
   }
 }

@@ -11,7 +11,7 @@ double layer_training_flops_per_token(const config::ModelConfig& config, const L
     forward += 2.0 * 2.0 * H * hd * (static_cast<double>(seq) + 1.0) / 2.0;
   }
   if (spec.has_mlp()) {
-    const double in_width = config.activation == "swiglu" ? 2.0 * spec.ffn_size : spec.ffn_size;
+    const double in_width = config.activation == config::Activation::Swiglu ? 2.0 * spec.ffn_size : spec.ffn_size;
     forward += 2.0 * C * in_width + 2.0 * spec.ffn_size * C;
   }
   return 3.0 * forward;

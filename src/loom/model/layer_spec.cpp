@@ -20,10 +20,7 @@ std::vector<LayerSpec> resolve_layers(const config::ModelConfig& config) {
     spec.ffn_size = config.ffn_size;
     if (!config.block_configs.empty()) {
       const config::BlockConfig& block = config.block_configs[l];
-      const std::string where = "model.block_configs[" + std::to_string(l) + "]";
-      LOOM_CHECK(block.attention == "normal" || block.attention == "skip",
-            where + ".attention is '" + block.attention + "' (valid: normal, skip)");
-      spec.has_attention = block.attention == "normal";
+      spec.has_attention = block.attention == config::BlockAttention::Normal;
       if (block.kv_heads != 0) spec.kv_heads = block.kv_heads;
       if (block.ffn_size >= 0) spec.ffn_size = block.ffn_size;
     }

@@ -20,8 +20,6 @@ constexpr Device kHost = Device::cpu();
 
 namespace {
 
-constexpr const char* kRecipeNames[] = {"fp32", "bf16", "fp16", "fp8_delayed", "fp8_current", "fp8_blockwise", "mxfp8"};
-
 // dst += src (n elements).
 void add_into(float* dst, const float* src, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (kernels::worth_parallel(n))
@@ -44,15 +42,9 @@ void transpose(const float* in, float* out, int64_t rows, int64_t cols) {
 
 }  // namespace
 
-Recipe parse_recipe(const std::string& name) {
-  for (int i = 0; i < 7; ++i) {
-    if (name == kRecipeNames[i]) return static_cast<Recipe>(i);
-  }
-  throw Error("precision.recipe '" + name +
-              "' is not a recipe (valid: fp32, bf16, fp16, fp8_delayed, fp8_current, fp8_blockwise, mxfp8)");
-}
+Recipe parse_recipe(const std::string& name) { return config::parse_name<Recipe>(name, "precision.recipe"); }
 
-std::string recipe_name(Recipe recipe) { return kRecipeNames[static_cast<int>(recipe)]; }
+std::string recipe_name(Recipe recipe) { return config::to_string(recipe); }
 
 bool is_fp8(Recipe recipe) {
   return recipe == Recipe::Fp8Delayed || recipe == Recipe::Fp8Current || recipe == Recipe::Fp8Blockwise ||
@@ -67,7 +59,7 @@ int64_t scaling_block(Recipe recipe) {
 
 PrecisionPolicy PrecisionPolicy::from_config(const config::PrecisionConfig& config) {
   PrecisionPolicy policy;
-  policy.recipe = parse_recipe(config.recipe);
+  policy.recipe = config.recipe;
   policy.amax_history = config.fp8_amax_history;
   policy.margin = config.fp8_margin;
   policy.edge_layers_bf16 = config.fp8_edge_layers_bf16;

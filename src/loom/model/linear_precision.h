@@ -49,9 +49,11 @@ class Communicator;
 
 namespace loom::model {
 
-enum class Recipe : uint8_t { Fp32, Bf16, Fp16, Fp8Delayed, Fp8Current, Fp8Blockwise, Mxfp8 };
+// precision.recipe's enum (config/enums.h), parsed when the config is read.
+using Recipe = config::PrecisionRecipe;
 
-// "fp32" | "bf16" | "fp16" | "fp8_delayed" | "fp8_current" | "fp8_blockwise" | "mxfp8"
+// "fp32" | "bf16" | "fp16" | "fp8_delayed" | "fp8_current" | "fp8_blockwise" | "mxfp8" (the
+// config's table of names)
 Recipe parse_recipe(const std::string& name);
 std::string recipe_name(Recipe recipe);
 bool is_fp8(Recipe recipe);  // the four FP8 / MXFP8 recipes

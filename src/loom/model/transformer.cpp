@@ -46,13 +46,13 @@ Transformer::Transformer(const config::ModelConfig& config, TensorParallel tp, P
   if (first_stage) {
     embed_ = params_.add("model.embed_tokens.weight", {vocab_local_, C}, Init::Normal, std,
                          tp_.split({V, C}, 0, vocab_first_, vocab_local_));
-    if (config.positions == "learned") {
+    if (config.positions == config::Positions::Learned) {
       positions_ = params_.add("model.embed_positions.weight", {config.max_seq_len, config.d_model}, Init::Normal,
                                std, tp_.replicated());
     }
     registered_since(0, 0);
   }
-  if (config.positions != "learned" && !params_.shapes_only()) {
+  if (config.positions != config::Positions::Learned && !params_.shapes_only()) {
     rope_ = std::make_unique<kernels::RopeTable>(config.max_seq_len, head_dim(config), config.rope_theta);
   }
   block_index_.assign(L, -1);
@@ -68,7 +68,7 @@ Transformer::Transformer(const config::ModelConfig& config, TensorParallel tp, P
   }
   if (last_stage) {
     const int head_first = static_cast<int>(params_.list().size());
-    final_norm_.emplace(params_, "model.norm", config.d_model, config.norm == "layer",
+    final_norm_.emplace(params_, "model.norm", config.d_model, config.norm == config::Norm::Layer,
                         static_cast<float>(config.norm_eps), tp_.replicated());
     if (config.tied_embeddings && embed_ >= 0) {
       head_ = embed_;

@@ -26,7 +26,7 @@ void set_precision_step_hooks(PrecisionStepHooks hooks) {
 }
 
 precision::DynamicLossScaler make_loss_scaler(const config::PrecisionConfig& config) {
-  if (config.recipe != "fp16") return precision::DynamicLossScaler::disabled();
+  if (config.recipe != config::PrecisionRecipe::Fp16) return precision::DynamicLossScaler::disabled();
   precision::LossScalerConfig scaler;
   scaler.initial_scale = static_cast<float>(config.loss_scale_initial);
   scaler.growth_interval = config.loss_scale_growth_interval;
@@ -84,7 +84,7 @@ PrecisionStepResult PrecisionStep::step(double lr, int64_t step) {
 }
 
 nlohmann::json PrecisionStep::state() const {
-  nlohmann::json state = {{"recipe", recipe_},
+  nlohmann::json state = {{"recipe", config::to_string(recipe_)},
                           {"loss_scale", scaler_.scale()},
                           {"clean_steps", scaler_.state().clean_steps},
                           {"skipped_steps", skipped_}};
@@ -110,7 +110,7 @@ nlohmann::json PrecisionStep::pipeline_state(comm::Communicator& pp) const {
 void PrecisionStep::restore(const nlohmann::json& state) {
   if (state.is_null()) return;
   skipped_ = state.value("skipped_steps", int64_t{0});  // the optimizer's update count, whatever the recipe
-  if (state.value("recipe", std::string()) != recipe_) return;
+  if (state.value("recipe", std::string()) != config::to_string(recipe_)) return;
   precision::LossScalerState scaler;
   scaler.scale = state.at("loss_scale").get<float>();
   scaler.clean_steps = state.at("clean_steps").get<int64_t>();

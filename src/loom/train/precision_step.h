@@ -78,7 +78,7 @@ class PrecisionStep {
   nlohmann::json pipeline_state(comm::Communicator& pp) const;
 
  private:
-  std::string recipe_;
+  config::PrecisionRecipe recipe_;
   model::Transformer& model_;
   parallel::DataParallelStep& optimizer_;
   comm::Communicator& world_;

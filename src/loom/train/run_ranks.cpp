@@ -15,11 +15,17 @@ namespace loom::train {
 
 namespace {
 
+// The backend's name, `auto` resolved for this environment.
+std::string resolved_backend(const config::RunConfig& config) {
+  const config::Backend chosen = config.runtime.backend;
+  return chosen == config::Backend::Auto ? comm::detect_backend() : config::to_string(chosen);
+}
+
 // topology.simulate: the threads backend delays every inter-rank copy by its link class and
 // counts the bytes.
 std::shared_ptr<comm::SimulatedLinks> simulated_links(const config::RunConfig& config) {
   if (!config.topology.simulate) return nullptr;
-  const std::string backend = config.runtime.backend == "auto" ? comm::detect_backend() : config.runtime.backend;
+  const std::string backend = resolved_backend(config);
   LOOM_CHECK(backend == "threads", "topology.simulate needs the threads backend (runtime.backend is '" + backend +
                                        "'; real launchers have real links)");
   const config::TopologyConfig& t = config.topology;
@@ -35,13 +41,13 @@ std::shared_ptr<comm::SimulatedLinks> simulated_links(const config::RunConfig& c
 void check_layout_before_launch(const config::RunConfig& config) {
   // The threads backend knows its world size now: refuse a layout that cannot fit before any
   // rank (thread, communicator, buffers) exists. Launched worlds check it on every rank.
-  const std::string backend = config.runtime.backend == "auto" ? comm::detect_backend() : config.runtime.backend;
+  const std::string backend = resolved_backend(config);
   if (backend == "threads") check_layout(config, config.runtime.ranks);
 }
 
 TrainSummary run_on_ranks(const config::RunConfig& config, std::ostream& out, const RankRecipe& recipe) {
   comm::LaunchOptions options;
-  options.backend = config.runtime.backend;
+  options.backend = config::to_string(config.runtime.backend);  // comm/ takes the name
   options.ranks = config.runtime.ranks;
   options.comm.timeout =
       std::chrono::milliseconds(static_cast<int64_t>(std::llround(config.runtime.timeout_s * 1000.0)));

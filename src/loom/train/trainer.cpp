@@ -92,7 +92,7 @@ void Trainer::State::plan_pipeline() {
                                                      " needs a pipeline: set parallel.pp > 1 (and pipeline_schedule: interleaved)");
     return;
   }
-  schedule = parallel::make_pipeline_schedule(parallel::parse_pipeline_schedule(run.parallel.pipeline_schedule), pp,
+  schedule = parallel::make_pipeline_schedule(run.parallel.pipeline_schedule, pp,
                                               micro_batches, run.parallel.virtual_stages);
   std::vector<double> costs;
   for (const model::LayerSpec& spec : model::resolve_layers(run.model)) {
@@ -227,7 +227,7 @@ void Trainer::describe() {
   o << " (" << s.world.backend() << ") x " << s.micro_batches << " micro-batches of " << run.train.micro_batch << " x "
     << run.data.seq_len << " tokens per step\n"
     << std::defaultfloat << s.optimizer->memory_report() << "\n";
-  if (run.precision.recipe != "fp32") {
+  if (run.precision.recipe != config::PrecisionRecipe::Fp32) {
     o << "precision: " << run.precision.recipe << " GEMMs in the linear layers, fp32 master weights and optimizer"
       << (s.precision->loss_scaling() ? ", dynamic loss scale " + std::to_string(s.precision->loss_scale()) : "")
       << "\n";

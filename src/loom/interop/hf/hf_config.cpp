@@ -167,9 +167,11 @@ void check_hf_exportable(const config::ModelConfig& model) {
   const std::string why =
       ": Hugging Face's LlamaForCausalLM / DeciLMForCausalLM cannot compute it, so loom convert --to-hf exports only "
       "Llama-style models (model.norm rms, model.activation swiglu, model.positions rope)";
-  LOOM_CHECK(model.norm == "rms", "model.norm is '" + model.norm + "' (LayerNorm)" + why);
-  LOOM_CHECK(model.activation == "swiglu", "model.activation is '" + model.activation + "'" + why);
-  LOOM_CHECK(model.positions == "rope", "model.positions is '" + model.positions + "'" + why);
+  LOOM_CHECK(model.norm == config::Norm::Rms, "model.norm is '" + config::to_string(model.norm) + "' (LayerNorm)" + why);
+  LOOM_CHECK(model.activation == config::Activation::Swiglu,
+             "model.activation is '" + config::to_string(model.activation) + "'" + why);
+  LOOM_CHECK(model.positions == config::Positions::Rope,
+             "model.positions is '" + config::to_string(model.positions) + "'" + why);
 }
 
 nlohmann::ordered_json hf_config_json(const config::ModelConfig& model, std::string_view torch_dtype) {
@@ -281,9 +283,9 @@ config::ModelConfig model_config_from_hf(const json& config, const std::string& 
   m.heads = c.positive_int("num_attention_heads");
   m.vocab_size = c.positive_int("vocab_size");
   m.max_seq_len = c.positive_int("max_position_embeddings");
-  m.norm = "rms";
-  m.activation = "swiglu";
-  m.positions = "rope";
+  m.norm = config::Norm::Rms;
+  m.activation = config::Activation::Swiglu;
+  m.positions = config::Positions::Rope;
   m.norm_eps = c.positive_number("rms_norm_eps", 1e-6);
   m.rope_theta = c.positive_number("rope_theta", 10000.0);
   m.init_std = c.positive_number("initializer_range", 0.02);
@@ -334,7 +336,7 @@ config::ModelConfig model_config_from_hf(const json& config, const std::string& 
   if (m.ffn_size == 0) m.ffn_size = 4 * m.d_model;
   for (const model::LayerSpec& spec : specs) {
     config::BlockConfig block;
-    block.attention = spec.has_attention ? "normal" : "skip";
+    block.attention = spec.has_attention ? config::BlockAttention::Normal : config::BlockAttention::Skip;
     block.kv_heads = spec.has_attention && spec.kv_heads != m.kv_heads ? spec.kv_heads : 0;
     block.ffn_size = !spec.has_mlp() ? 0 : spec.ffn_size == m.ffn_size ? -1 : spec.ffn_size;
     m.block_configs.push_back(block);

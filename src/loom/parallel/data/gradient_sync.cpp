@@ -72,8 +72,9 @@ SyncSetup make_setup(comm::Communicator& dp, model::Transformer& model, const co
   s.groups = std::move(options.groups);
   // precision.param_dtype=compute: the fp32 master weights live in the optimizer and the model's
   // parameters are them rounded to the compute dtype (what Megatron's bf16 models hold).
-  if (config.precision.param_dtype == "compute" && config.precision.recipe != "fp32") {
-    s.param_dtype = config.precision.recipe == "fp16" ? DType::F16 : DType::BF16;
+  if (config.precision.param_dtype == config::ParamDtype::Compute &&
+      config.precision.recipe != config::PrecisionRecipe::Fp32) {
+    s.param_dtype = config.precision.recipe == config::PrecisionRecipe::Fp16 ? DType::F16 : DType::BF16;
   }
   s.pipeline = options.pipeline;
   LOOM_CHECK(zero != 3 || s.pipeline.tied_param < 0, "tied embeddings across pipeline stages need parallel.zero 0, 1 or 2");
@@ -83,7 +84,7 @@ SyncSetup make_setup(comm::Communicator& dp, model::Transformer& model, const co
 }  // namespace
 
 DType SyncSetup::wire(const comm::Communicator& group) const {
-  return config->precision.grad_reduce == "bf16" && group.size() > 1 ? DType::BF16 : DType::F32;
+  return config->precision.grad_reduce == config::GradReduce::Bf16 && group.size() > 1 ? DType::BF16 : DType::F32;
 }
 
 std::vector<ParamRange> param_ranges(const model::ParameterStore& params) {

@@ -20,20 +20,10 @@ std::string pipeline_op_name(PipelineOp op) {
 }
 
 PipelineScheduleKind parse_pipeline_schedule(const std::string& name) {
-  if (name == "gpipe") return PipelineScheduleKind::GPipe;
-  if (name == "1f1b") return PipelineScheduleKind::OneFOneB;
-  if (name == "interleaved") return PipelineScheduleKind::Interleaved;
-  throw Error("unknown pipeline schedule '" + name + "' (valid: gpipe, 1f1b, interleaved)");
+  return config::parse_name<PipelineScheduleKind>(name, "parallel.pipeline_schedule");
 }
 
-std::string pipeline_schedule_name(PipelineScheduleKind kind) {
-  switch (kind) {
-    case PipelineScheduleKind::GPipe: return "gpipe";
-    case PipelineScheduleKind::OneFOneB: return "1f1b";
-    case PipelineScheduleKind::Interleaved: return "interleaved";
-  }
-  return "?";
-}
+std::string pipeline_schedule_name(PipelineScheduleKind kind) { return config::to_string(kind); }
 
 PipelineMessage pipeline_message(const PipelineSchedule& s, int rank, const PipelineInstruction& in) {
   const int vs = s.virtual_stage(rank, in.chunk);

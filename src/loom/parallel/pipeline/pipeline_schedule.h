@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "loom/config/enums.h"
+
 namespace loom::parallel {
 
 enum class PipelineOp : uint8_t {
@@ -39,8 +41,10 @@ struct PipelineInstruction {
   bool operator==(const PipelineInstruction&) const = default;
 };
 
-enum class PipelineScheduleKind : uint8_t { GPipe, OneFOneB, Interleaved };
-// "gpipe" | "1f1b" | "interleaved"; anything else is an Error listing them.
+// parallel.pipeline_schedule's enum (config/enums.h), parsed when the config is read.
+using PipelineScheduleKind = config::PipelineScheduleKind;
+// "gpipe" | "1f1b" | "interleaved" (the config's table of names); anything else is an Error
+// listing them.
 PipelineScheduleKind parse_pipeline_schedule(const std::string& name);
 std::string pipeline_schedule_name(PipelineScheduleKind kind);
 

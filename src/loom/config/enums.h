@@ -1,0 +1,114 @@
+#pragma once
+// The config keys whose values form a closed set of names, as enums. Each enum has one table of
+// its names, indexed by the value (`names(E{})`, found by argument-dependent lookup); the config
+// parses a name into its value once, when it is read, and writes the same name back.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "loom/core/error.h"
+
+namespace loom::config {
+
+// runtime.backend: how ranks start and talk (comm/launch.h).
+enum class Backend : uint8_t { Threads, Mpi, Auto };
+constexpr std::array<std::string_view, 3> names(Backend) { return {"threads", "mpi", "auto"}; }
+
+// precision.recipe: what the GEMMs of linear layers compute in (model/linear_precision.h).
+enum class PrecisionRecipe : uint8_t { Fp32, Bf16, Fp16, Fp8Delayed, Fp8Current, Fp8Blockwise, Mxfp8 };
+constexpr std::array<std::string_view, 7> names(PrecisionRecipe) {
+  return {"fp32", "bf16", "fp16", "fp8_delayed", "fp8_current", "fp8_blockwise", "mxfp8"};
+}
+
+// precision.grad_reduce: the dtype of the data-parallel gradient reduction.
+enum class GradReduce : uint8_t { Fp32, Bf16 };
+constexpr std::array<std::string_view, 2> names(GradReduce) { return {"fp32", "bf16"}; }
+
+// precision.param_dtype: the model's parameters hold the fp32 master weights, or them rounded to
+// the recipe's compute dtype.
+enum class ParamDtype : uint8_t { Fp32, Compute };
+constexpr std::array<std::string_view, 2> names(ParamDtype) { return {"fp32", "compute"}; }
+
+// parallel.pipeline_schedule (parallel/pipeline/pipeline_schedule.h).
+enum class PipelineScheduleKind : uint8_t { GPipe, OneFOneB, Interleaved };
+constexpr std::array<std::string_view, 3> names(PipelineScheduleKind) { return {"gpipe", "1f1b", "interleaved"}; }
+
+// model.norm: RMSNorm or LayerNorm.
+enum class Norm : uint8_t { Rms, Layer };
+constexpr std::array<std::string_view, 2> names(Norm) { return {"rms", "layer"}; }
+
+// model.activation of the MLP.
+enum class Activation : uint8_t { Swiglu, Gelu };
+constexpr std::array<std::string_view, 2> names(Activation) { return {"swiglu", "gelu"}; }
+
+// model.positions: rotary embeddings or a learned position table.
+enum class Positions : uint8_t { Rope, Learned };
+constexpr std::array<std::string_view, 2> names(Positions) { return {"rope", "learned"}; }
+
+// model.block_configs[i].attention: the layer has an attention sub-block, or skips it.
+enum class BlockAttention : uint8_t { Normal, Skip };
+constexpr std::array<std::string_view, 2> names(BlockAttention) { return {"normal", "skip"}; }
+
+// optim.schedule: the learning rate's shape after warm-up.
+enum class LrSchedule : uint8_t { Cosine, Constant };
+constexpr std::array<std::string_view, 2> names(LrSchedule) { return {"cosine", "constant"}; }
+
+template <class E>
+concept NamedEnum = std::is_enum_v<E> && requires { names(E{}); };
+
+// Every value of E, in declaration order.
+template <NamedEnum E>
+constexpr auto all_values() {
+  std::array<E, names(E{}).size()> values{};
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<E>(i);
+  return values;
+}
+
+template <NamedEnum E>
+constexpr std::string_view name_of(E value) {
+  return names(E{})[static_cast<size_t>(value)];
+}
+
+template <NamedEnum E>
+std::string to_string(E value) {
+  return std::string(name_of(value));
+}
+
+template <NamedEnum E>
+std::ostream& operator<<(std::ostream& out, E value) {
+  return out << name_of(value);
+}
+
+// The value named `text`, or nothing.
+template <NamedEnum E>
+constexpr std::optional<E> from_name(std::string_view text) {
+  const auto all = names(E{});
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i] == text) return static_cast<E>(i);
+  }
+  return std::nullopt;
+}
+
+// Why `text` is none of `names`: "must be one of a, b, c", plus "; did you mean 'b'?" when it
+// is plausibly a typo of one of them (the message of every closed-set config key).
+std::string one_of_message(std::string_view text, std::span<const std::string_view> names);
+
+// "<key> = 'text' is invalid: <one_of_message>".
+std::string unknown_name_message(const std::string& key, std::string_view text,
+                                 std::span<const std::string_view> names);
+
+// The value named `text`; anything else is an Error naming `key`, the valid names and the
+// closest one.
+template <NamedEnum E>
+E parse_name(std::string_view text, const std::string& key) {
+  if (auto value = from_name<E>(text)) return *value;
+  throw Error(unknown_name_message(key, text, names(E{})));
+}
+
+}  // namespace loom::config
