@@ -2,6 +2,8 @@
 # End-to-end training benchmark, loom against its peers in one session, same shapes and threads:
 # GPT-2 124M at B=4, T=64 with 2 threads (loom, llm.c's train_gpt2.c, PyTorch), the tiny default,
 # and the machine's sgemm ceiling. Usage: bench/run_train_bench.sh [rounds]
+# With LOOM_BASELINE=path/to/an/older/loom, also times `loom train` on GPT-2 124M with that binary
+# and this build alternately (bench/compare_train.sh), to show a change costs no speed.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -21,3 +23,7 @@ for round in $(seq 1 "$rounds"); do
   build/bench/loom_bench_train configs/tiny.yaml train.threads=2 --steps 8 --warmup 2 | sed 's/^/tiny default: /'
   bench/peers/run_peers.sh
 done
+if [ -n "${LOOM_BASELINE:-}" ]; then
+  cmake --build build -j"$(nproc)" --target loom >/dev/null
+  bench/compare_train.sh "$LOOM_BASELINE" build/loom "$rounds"
+fi
