@@ -1,15 +1,18 @@
 // The CUDA kernels against the CPU path (METHOD: fresh random inputs, outputs poisoned before
 // each run, every element checked): AdamW equal to kernels::cpu::adamw_update, RMSNorm forward
 // and backward within fp32 rounding of the CPU (the weight gradient's row sum is accumulated in
-// another order). Without a usable GPU every test skips, saying why.
+// another order), SwiGLU and GELU forward and backward within 1e-5 (expf against the CPU's
+// polynomial exp; backward adds into a non-zero gradient, as on the CPU). Without a usable GPU every test skips, saying why.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "loom/kernels/cpu/activation.h"
 #include "loom/kernels/cpu/adamw.h"
 #include "loom/kernels/cpu/norm.h"
+#include "loom/kernels/cuda/activation.h"
 #include "loom/kernels/cuda/adamw.h"
 #include "loom/kernels/cuda/caching_allocator.h"
 #include "loom/kernels/cuda/device.h"
@@ -109,6 +112,44 @@ TEST(CudaKernels, RmsNormForwardAndBackwardMatchTheCpu) {
     EXPECT_LE(relative_error(d_rstd.host(), rstd), 1e-6) << rows << " x " << dim;
     EXPECT_LE(relative_error(d_dx.host(), dx), 1e-5) << rows << " x " << dim;
     EXPECT_LE(relative_error(d_dw.host(), dw), 1e-5) << rows << " x " << dim;
+  }
+}
+
+TEST(CudaKernels, SwigluForwardAndBackwardMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  CachingAllocator allocator;
+  for (auto [rows, width] : {std::pair<int64_t, int64_t>{1, 1}, {7, 13}, {257, 1024}}) {
+    const std::vector<float> gate_up = random_values(21, rows * 2 * width, 2.0f), dy = random_values(22, rows * width, 1.0f),
+                             dgu0 = random_values(23, rows * 2 * width, 0.5f);
+    std::vector<float> out(static_cast<size_t>(rows * width)), dgu = dgu0;
+    cpu::swiglu_forward(out.data(), gate_up.data(), rows, width);
+    cpu::swiglu_backward(dgu.data(), dy.data(), gate_up.data(), rows, width);
+    DeviceArray d_gu(allocator, gate_up), d_dy(allocator, dy), d_out(allocator, std::vector<float>(out.size(), NAN)),
+        d_dgu(allocator, dgu0);
+    cuda::swiglu_forward(d_out.ptr, d_gu.ptr, rows, width);
+    cuda::swiglu_backward(d_dgu.ptr, d_dy.ptr, d_gu.ptr, rows, width);
+    check_cuda(cudaDeviceSynchronize(), "swiglu");
+    EXPECT_LE(relative_error(d_out.host(), out), 1e-5) << rows << " x " << width;
+    EXPECT_LE(relative_error(d_dgu.host(), dgu), 1e-5) << rows << " x " << width;
+  }
+}
+
+TEST(CudaKernels, GeluForwardAndBackwardMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  CachingAllocator allocator;
+  for (int64_t n : {1, 1001, 1 << 20}) {
+    const std::vector<float> x = random_values(31, n, 3.0f), dy = random_values(32, n, 1.0f),
+                             dx0 = random_values(33, n, 0.5f);
+    std::vector<float> out(static_cast<size_t>(n)), dx = dx0;
+    cpu::gelu_forward(out.data(), x.data(), n);
+    cpu::gelu_backward(dx.data(), dy.data(), x.data(), n);
+    DeviceArray d_x(allocator, x), d_dy(allocator, dy), d_out(allocator, std::vector<float>(out.size(), NAN)),
+        d_dx(allocator, dx0);
+    cuda::gelu_forward(d_out.ptr, d_x.ptr, n);
+    cuda::gelu_backward(d_dx.ptr, d_dy.ptr, d_x.ptr, n);
+    check_cuda(cudaDeviceSynchronize(), "gelu");
+    EXPECT_LE(relative_error(d_out.host(), out), 1e-5) << "n " << n;
+    EXPECT_LE(relative_error(d_dx.host(), dx), 1e-5) << "n " << n;
   }
 }
 

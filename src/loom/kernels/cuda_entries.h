@@ -17,6 +17,11 @@ struct CudaEntries {
                            const float* weight, const float* rstd, int64_t rows, int64_t dim) = nullptr;
   void (*adamw_update)(Device, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                        const AdamWStep& step) = nullptr;
+  void (*swiglu_forward)(Device, float* out, const float* gate_up, int64_t rows, int64_t width) = nullptr;
+  void (*swiglu_backward)(Device, float* dgate_up, const float* dout, const float* gate_up, int64_t rows,
+                          int64_t width) = nullptr;
+  void (*gelu_forward)(Device, float* out, const float* in, int64_t n) = nullptr;
+  void (*gelu_backward)(Device, float* din, const float* dout, const float* in, int64_t n) = nullptr;
   bool started = false;  // whether a CUDA backend registered at all
 };
 

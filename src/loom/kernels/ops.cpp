@@ -98,15 +98,25 @@ void rope_backward(Device device, float* dx, int64_t rows, int64_t row_stride, i
 }
 
 void swiglu_forward(Device device, float* out, const float* gate_up, int64_t rows, int64_t width) {
-  LOOM_CPU_ONLY(swiglu_forward, out, gate_up, rows, width);
+  if (device.is_cpu()) [[likely]]
+    return cpu::swiglu_forward(out, gate_up, rows, width);
+  cuda_kernel(cuda_entries().swiglu_forward, "swiglu_forward", device)(device, out, gate_up, rows, width);
 }
 void swiglu_backward(Device device, float* dgate_up, const float* dout, const float* gate_up, int64_t rows,
                      int64_t width) {
-  LOOM_CPU_ONLY(swiglu_backward, dgate_up, dout, gate_up, rows, width);
+  if (device.is_cpu()) [[likely]]
+    return cpu::swiglu_backward(dgate_up, dout, gate_up, rows, width);
+  cuda_kernel(cuda_entries().swiglu_backward, "swiglu_backward", device)(device, dgate_up, dout, gate_up, rows, width);
 }
-void gelu_forward(Device device, float* out, const float* in, int64_t n) { LOOM_CPU_ONLY(gelu_forward, out, in, n); }
+void gelu_forward(Device device, float* out, const float* in, int64_t n) {
+  if (device.is_cpu()) [[likely]]
+    return cpu::gelu_forward(out, in, n);
+  cuda_kernel(cuda_entries().gelu_forward, "gelu_forward", device)(device, out, in, n);
+}
 void gelu_backward(Device device, float* din, const float* dout, const float* in, int64_t n) {
-  LOOM_CPU_ONLY(gelu_backward, din, dout, in, n);
+  if (device.is_cpu()) [[likely]]
+    return cpu::gelu_backward(din, dout, in, n);
+  cuda_kernel(cuda_entries().gelu_backward, "gelu_backward", device)(device, din, dout, in, n);
 }
 
 void linear_forward(Device device, float* out, const float* in, const float* weight, const float* bias, int64_t n,

@@ -1,0 +1,19 @@
+#pragma once
+// MLP activations on the device, with the contracts of kernels::cpu's (activation.h):
+//   swiglu: out[r, i] = silu(gate_up[r, i]) * gate_up[r, width + i] over a fused [gate | up] row;
+//   gelu: the tanh approximation (GPT-2), written as x * sigmoid(2u) as on the CPU.
+// Backward adds into its gradient output, as every loom backward does. fp32 throughout; the
+// sigmoid uses expf (the CPU a polynomial exp within 2e-7), so results agree to fp32 rounding.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace loom::kernels::cuda {
+
+void swiglu_forward(float* out, const float* gate_up, int64_t rows, int64_t width, cudaStream_t stream = nullptr);
+void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t rows, int64_t width,
+                     cudaStream_t stream = nullptr);
+void gelu_forward(float* out, const float* in, int64_t n, cudaStream_t stream = nullptr);
+void gelu_backward(float* din, const float* dout, const float* in, int64_t n, cudaStream_t stream = nullptr);
+
+}  // namespace loom::kernels::cuda
