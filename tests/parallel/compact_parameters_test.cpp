@@ -1,7 +1,7 @@
 // precision.param_dtype=compute at ZeRO 0: the model's parameters live in bf16 between uses and
 // are widened unit by unit, so a forward computes exactly what a model holding bf16-rounded fp32
 // parameters computes, only one unit's fp32 values are ever resident, and the allocated state is
-// the seed's 18 bytes per parameter (bf16 parameters, fp32 gradients, master weights and moments).
+// mixed-precision Adam's 18 bytes per parameter (bf16 parameters, fp32 gradients, master weights and moments).
 #include <gtest/gtest.h>
 
 #include "loom/comm/launch.h"

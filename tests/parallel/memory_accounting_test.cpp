@@ -1,5 +1,5 @@
 // Per-rank model-state bytes follow the documented formulas (Megatron's distributed-optimizer
-// table and seed 002's 18 bytes/param for bf16 parameters with fp32 gradients).
+// table and mixed-precision Adam's 18 bytes/param for bf16 parameters with fp32 gradients).
 #include <gtest/gtest.h>
 
 #include "loom/core/error.h"

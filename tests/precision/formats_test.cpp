@@ -1,4 +1,4 @@
-// The scalar and array casts of formats.h: the seed's worked example, every code of every format
+// The scalar and array casts of formats.h: a worked example, every code of every format
 // against the textbook formula, round trips, ties to even at every midpoint, and the boundaries
 // (max normal, subnormals, underflow to signed zero, overflow under both policies, Inf, NaN).
 #include <gtest/gtest.h>
@@ -45,7 +45,7 @@ const FormatSpec* const kAll[] = {&kE4M3, &kE5M2, &kFp16, &kBf16};
 
 uint32_t bits(float x) { return std::bit_cast<uint32_t>(x); }
 
-// The seed's table: 0.395264 (exactly the fp16 value 0.395263671875, bits 0 01101 1001010011)
+// A worked example: 0.395264 (exactly the fp16 value 0.395263671875, bits 0 01101 1001010011)
 // becomes bf16 0 01111101 1001010 = 0.394531, E4M3 0 0101 101 = 0.40625, E5M2 0 01101 10 = 0.375.
 TEST(Formats, SeedWorkedExample) {
   const float x = 0.395264f;

@@ -15,206 +15,14 @@
 #include <system_error>
 
 #include "loom/config/suggestion.h"
+#include "loom/config/yaml_values.h"
 #include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
 #include "loom/core/tokenizer_names.h"
 
 namespace loom::config {
 
-namespace {
-
-// ---------------------------------------------------------------------------------------------
-// Helpers for messages: quoting, lists, "did you mean".
-
-std::string in_quotes(std::string_view text) {
-  std::string out;  // appended, not "'" + ...: gcc 12 gives a false -Wrestrict on the latter
-  out.reserve(text.size() + 2);
-  return out.append("'").append(text).append("'");
-}
-
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i];
-  return out;
-}
-
-// "file.yaml:3:5" from a yaml-cpp mark (0-based), or just the source when the mark is unknown.
-std::string at(const std::string& source, const YAML::Mark& mark) {
-  if (mark.is_null()) return source;
-  return source + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
-}
-
-// The 1-based number of the first line whose leading whitespace holds a tab, or 0.
-int first_tab_indented_line(const std::string& text) {
-  int line = 1;
-  bool leading = true;
-  for (char c : text) {
-    if (c == '\n') {
-      ++line;
-      leading = true;
-    } else if (leading && c == '\t') {
-      return line;
-    } else if (c != ' ') {
-      leading = false;
-    }
-  }
-  return 0;
-}
-
-// Shortest text that parses back to exactly the same double.
-std::string format_double(double value) {
-  char buffer[64];
-  auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  return std::string(buffer, result.ptr);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Value types: how a YAML node becomes a field, how a field is written back, how it is shown
-// in messages. A new field type (e.g. `dp: auto`) is one more specialisation.
-
-// Where a value came from, for messages: "file.yaml:4:10" or "override 'train.steps=ten'".
-struct Origin {
-  std::string where;
-  std::string path;  // "train.steps", "model.block_configs[2].ffn_size"
-};
-
-[[noreturn]] void wrong_type(const Origin& origin, const YAML::Node& node, const std::string& expected) {
-  std::string shown;
-  if (node.IsScalar()) shown = in_quotes(node.Scalar());
-  else if (node.IsSequence()) shown = "a list";
-  else if (node.IsMap()) shown = "a map";
-  else shown = "nothing";
-  throw Error(origin.where + ": " + origin.path + " = " + shown + " is not " + expected);
-}
-
-template <class T>
-struct Value;
-
-template <>
-struct Value<int> {
-  static constexpr const char* kExpected = "an integer (e.g. 8)";
-  static int parse(const YAML::Node& node, const Origin& origin) {
-    if (!node.IsScalar()) wrong_type(origin, node, kExpected);
-    std::string_view text = node.Scalar();
-    if (!text.empty() && text.front() == '+') text.remove_prefix(1);
-    long long value = 0;
-    auto result = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (result.ec == std::errc::result_out_of_range ||
-        (result.ec == std::errc() && result.ptr == text.data() + text.size() &&
-         (value < std::numeric_limits<int>::min() || value > std::numeric_limits<int>::max())))
-      throw Error(origin.where + ": " + origin.path + " = " + in_quotes(node.Scalar()) +
-                  " does not fit a 32-bit integer");
-    if (result.ec != std::errc() || result.ptr != text.data() + text.size() || text.empty())
-      wrong_type(origin, node, kExpected);
-    return static_cast<int>(value);
-  }
-  static void emit(YAML::Emitter& out, int value) { out << std::to_string(value); }
-  static std::string show(int value) { return std::to_string(value); }
-};
-
-template <>
-struct Value<AutoCount> {
-  static constexpr const char* kExpected = "a positive integer or auto";
-  static AutoCount parse(const YAML::Node& node, const Origin& origin) {
-    if (node.IsScalar() && node.Scalar() == "auto") return AutoCount{0};
-    int value = -1;
-    try {
-      value = Value<int>::parse(node, origin);
-    } catch (const Error&) {
-      wrong_type(origin, node, kExpected);
-    }
-    if (value < 0) wrong_type(origin, node, kExpected);
-    return AutoCount{value};
-  }
-  static void emit(YAML::Emitter& out, AutoCount value) { out << show(value); }
-  static std::string show(AutoCount value) { return value.is_auto() ? "auto" : std::to_string(value.value); }
-};
-
-template <>
-struct Value<uint64_t> {
-  static constexpr const char* kExpected = "a non-negative integer (e.g. 1234)";
-  static uint64_t parse(const YAML::Node& node, const Origin& origin) {
-    if (!node.IsScalar()) wrong_type(origin, node, kExpected);
-    std::string_view text = node.Scalar();
-    if (!text.empty() && text.front() == '+') text.remove_prefix(1);
-    uint64_t value = 0;
-    auto result = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (result.ec == std::errc::result_out_of_range)
-      throw Error(origin.where + ": " + origin.path + " = " + in_quotes(node.Scalar()) +
-                  " does not fit a 64-bit unsigned integer");
-    if (result.ec != std::errc() || result.ptr != text.data() + text.size() || text.empty())
-      wrong_type(origin, node, kExpected);
-    return value;
-  }
-  static void emit(YAML::Emitter& out, uint64_t value) { out << std::to_string(value); }
-  static std::string show(uint64_t value) { return std::to_string(value); }
-};
-
-template <>
-struct Value<double> {
-  static constexpr const char* kExpected = "a finite number (e.g. 3e-4)";
-  static double parse(const YAML::Node& node, const Origin& origin) {
-    if (!node.IsScalar()) wrong_type(origin, node, kExpected);
-    std::string_view text = node.Scalar();
-    if (!text.empty() && text.front() == '+') text.remove_prefix(1);
-    double value = 0;
-    auto result = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (result.ec != std::errc() || result.ptr != text.data() + text.size() || text.empty() ||
-        !std::isfinite(value))
-      wrong_type(origin, node, kExpected);
-    return value;
-  }
-  static void emit(YAML::Emitter& out, double value) { out << format_double(value); }
-  static std::string show(double value) { return format_double(value); }
-};
-
-template <>
-struct Value<bool> {
-  static constexpr const char* kExpected = "a bool (true or false)";
-  static bool parse(const YAML::Node& node, const Origin& origin) {
-    if (!node.IsScalar()) wrong_type(origin, node, kExpected);
-    std::string text = node.Scalar();
-    std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
-    // The YAML 1.1 spellings, which is what yaml-cpp users expect.
-    if (text == "true" || text == "yes" || text == "on") return true;
-    if (text == "false" || text == "no" || text == "off") return false;
-    wrong_type(origin, node, kExpected);
-  }
-  static void emit(YAML::Emitter& out, bool value) { out << (value ? "true" : "false"); }
-  static std::string show(bool value) { return value ? "true" : "false"; }
-};
-
-template <>
-struct Value<std::string> {
-  static constexpr const char* kExpected = "a string";
-  static std::string parse(const YAML::Node& node, const Origin& origin) {
-    if (node.IsNull()) return "";  // `val_prefix:` with nothing after it means empty
-    if (!node.IsScalar()) wrong_type(origin, node, kExpected);
-    return node.Scalar();
-  }
-  // Always quoted: a path like "~" or "null" must not come back as YAML null.
-  static void emit(YAML::Emitter& out, const std::string& value) { out << YAML::DoubleQuoted << value; }
-  static std::string show(const std::string& value) { return in_quotes(value); }
-};
-
-// A name outside an enum's table, found while parsing: parse_config reports it as it reports a
-// failed check (after the source's name), with the message a one_of check gives.
-struct UnknownName : Error {
-  using Error::Error;
-};
-
-// A closed set of names (config/enums.h), written as the name.
-template <NamedEnum E>
-struct Value<E> {
-  static constexpr const char* kExpected = Value<std::string>::kExpected;
-  static E parse(const YAML::Node& node, const Origin& origin) {
-    const std::string text = Value<std::string>::parse(node, origin);
-    if (auto value = from_name<E>(text)) return *value;
-    throw UnknownName(unknown_name_message(origin.path, text, names(E{})));
-  }
-  static void emit(YAML::Emitter& out, E value) { Value<std::string>::emit(out, to_string(value)); }
-  static std::string show(E value) { return in_quotes(name_of(value)); }
-};
+namespace detail {
 
 // ---------------------------------------------------------------------------------------------
 // Keys: one descriptor per field, built from a pointer to member; a section is a named list of
@@ -620,7 +428,9 @@ void apply_override(RunConfig& config, const std::string& text) {
   key.parse(config, value, Origin{where, dotted});
 }
 
-}  // namespace
+}  // namespace detail
+
+using namespace detail;
 
 RunConfig parse_config(const std::string& yaml_text, const std::string& source_name,
                        const std::vector<std::string>& overrides) {

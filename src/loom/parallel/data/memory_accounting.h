@@ -13,7 +13,7 @@
 // So with bf16 parameters and fp32 gradients (bytes per parameter):
 //   zero 0: 2 + 4 + 4 + 8 = 18;  zero 1: 6 + 12/d;  zero 2: 2 + 16/d;  zero 3: 18/d,
 // and Megatron's distributed-optimizer table holds: fp16/fp16 20 and 4 + 16/d, fp32/fp32 16 and
-// 8 + 8/d (seed 002: "2 + 4 + 4 + 4 + 4" bytes/param). A sharded quantity counts
+// 8 + 8/d (mixed-precision Adam: 2 + 4 + 4 + 4 + 4 bytes/param). A sharded quantity counts
 // ceil(N / d) elements. Activations are not included.
 #include <cstdint>
 #include <string>
