@@ -38,16 +38,15 @@ void check_dataset_vocabulary(const config::RunConfig& config) {
 }  // namespace
 
 TrainSummary pretrain(const config::RunConfig& config, std::ostream& out) {
-  check_layout_before_launch(config);  // the cheapest refusal first
-  check_dataset_vocabulary(config);
-  return run_on_ranks(config, out, [&](comm::Communicator& world) {
+  const auto rank = [&](comm::Communicator& world) {
     LOOM_CHECK(!config.data.train_prefix.empty(),
                "data.train_prefix is empty: give the prefix of a dataset made by `loom data prepare`");
     const PretrainingSource train(config.data.train_prefix, config.data.seq_len, config.train.seed);
     std::optional<PretrainingSource> validation;
     if (!config.data.val_prefix.empty()) validation.emplace(config.data.val_prefix, config.data.seq_len, config.train.seed);
     return train_rank(config, world, train, validation ? &*validation : nullptr, out);
-  });
+  };
+  return run_on_ranks(config, out, rank, [&] { check_dataset_vocabulary(config); });
 }
 
 }  // namespace loom::train

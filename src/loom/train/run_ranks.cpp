@@ -36,8 +36,6 @@ std::shared_ptr<comm::SimulatedLinks> simulated_links(const config::RunConfig& c
                       {t.cross_site_latency_us, t.cross_site_bandwidth_gbps}});
 }
 
-}  // namespace
-
 void check_layout_before_launch(const config::RunConfig& config) {
   // The threads backend knows its world size now: refuse a layout that cannot fit before any
   // rank (thread, communicator, buffers) exists. Launched worlds check it on every rank.
@@ -45,13 +43,17 @@ void check_layout_before_launch(const config::RunConfig& config) {
   if (backend == "threads") check_layout(config, config.runtime.ranks);
 }
 
-TrainSummary run_on_ranks(const config::RunConfig& config, std::ostream& out, const RankRecipe& recipe) {
+}  // namespace
+
+TrainSummary run_on_ranks(const config::RunConfig& config, std::ostream& out, const RankRecipe& recipe,
+                          const std::function<void()>& before_launch) {
   comm::LaunchOptions options;
   options.backend = config::to_string(config.runtime.backend);  // comm/ takes the name
   options.ranks = config.runtime.ranks;
   options.comm.timeout =
       std::chrono::milliseconds(static_cast<int64_t>(std::llround(config.runtime.timeout_s * 1000.0)));
   check_layout_before_launch(config);
+  if (before_launch) before_launch();
   std::shared_ptr<comm::SimulatedLinks> links = simulated_links(config);
   options.link_model = links;
   TrainSummary summary;

@@ -12,13 +12,15 @@
 
 namespace loom::train {
 
-// The layout checks that need no rank: done here when the world size is known before launch
-// (the threads backend's runtime.ranks), else by every rank at set-up.
-void check_layout_before_launch(const config::RunConfig& config);
-
-// What one rank runs; the summary of the rank that reports (rank 0) is returned.
+// What one rank runs.
 using RankRecipe = std::function<TrainSummary(comm::Communicator& world)>;
-TrainSummary run_on_ranks(const config::RunConfig& config, std::ostream& out, const RankRecipe& recipe);
+
+// Runs `recipe` on every rank; the summary of the rank that reports (rank 0) is returned. Before any rank
+// starts, the layout is checked against the world when its size is known up front (the threads
+// backend's runtime.ranks; launched worlds check it on every rank at set-up), then
+// `before_launch` runs (a recipe's own checks that need no rank, e.g. of its data).
+TrainSummary run_on_ranks(const config::RunConfig& config, std::ostream& out, const RankRecipe& recipe,
+                          const std::function<void()>& before_launch = {});
 
 // The shared wiring of a training recipe on one rank: a Trainer over `train` (and `validation`,
 // may be null), restored when train.resume asks, described, and run to the end.
