@@ -104,5 +104,21 @@ TEST_F(MaskedBatches, MaskedTokensAreLeftOutOfTheGlobalTokenCount) {
   }
 }
 
+TEST_F(MaskedBatches, AWeightOtherThanZeroOrOneIsRefusedNamingTheSource) {
+  const MaskingSource source(root_ + "/data/c_train", 16);
+  TokenBatch batch;
+  batch.resize(2, 16);
+  source.fill(10, batch);
+  batch.loss_weights[16 + 3] = 0.5f;
+  try {
+    batch.mask_and_count(source, 10);
+    FAIL() << "a weight of 0.5 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("masked " + root_ + "/data/c_train: sample 11 position 3 has loss weight 0.5"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace loom::train

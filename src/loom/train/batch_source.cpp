@@ -16,11 +16,11 @@ void TokenBatch::resize(int batch_size, int seq_len) {
   loss_weights.resize(n);
 }
 
-int64_t TokenBatch::mask_and_count(const std::string& source, int64_t first_sample) {
+int64_t TokenBatch::mask_and_count(const BatchSource& source, int64_t first_sample) {
   int64_t counted = 0;
   for (size_t i = 0; i < targets.size(); ++i) {
     const float w = loss_weights[i];
-    LOOM_CHECK(w == 0.0f || w == 1.0f, source + ": sample " + std::to_string(first_sample + static_cast<int64_t>(i) / seq) +
+    LOOM_CHECK(w == 0.0f || w == 1.0f, source.describe() + ": sample " + std::to_string(first_sample + static_cast<int64_t>(i) / seq) +
                                            " position " + std::to_string(static_cast<int64_t>(i) % seq) +
                                            " has loss weight " + std::to_string(w) + " (valid: 0 or 1)");
     if (w == 0.0f) targets[i] = kernels::kIgnoreIndex;

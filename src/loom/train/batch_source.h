@@ -13,6 +13,8 @@
 
 namespace loom::train {
 
+class BatchSource;
+
 // `batch` samples of `seq` tokens, row-major [batch, seq]: the model's inputs, the targets they
 // predict, and each target's loss weight.
 struct TokenBatch {
@@ -23,8 +25,8 @@ struct TokenBatch {
   void resize(int batch_size, int seq_len);
   // Masks the targets whose weight is 0 (they leave the loss, its gradient and the token count)
   // and returns the number of targets that count. A weight other than 0 or 1 is an Error naming
-  // `source`, the sample and the position: the loss is a token mean over weights 0 or 1.
-  int64_t mask_and_count(const std::string& source, int64_t first_sample);
+  // `source`'s dataset, the sample and the position: the loss is a token mean over weights 0 or 1.
+  int64_t mask_and_count(const BatchSource& source, int64_t first_sample);
   const int32_t* micro_inputs(int m, int micro) const { return inputs.data() + static_cast<size_t>(m) * micro * seq; }
   const int32_t* micro_targets(int m, int micro) const { return targets.data() + static_cast<size_t>(m) * micro * seq; }
 };

@@ -246,7 +246,7 @@ StepResult Trainer::step(int stop_signal) {
   // over micro-batches and ranks is the global-batch mean.
   const int64_t first_sample = s.progress.consumed_samples + static_cast<int64_t>(s.mesh.dp_rank()) * s.local_batch;
   s.train.fill(first_sample, s.batch);
-  const int64_t local_tokens = s.batch.mask_and_count(s.train.describe(), first_sample);
+  const int64_t local_tokens = s.batch.mask_and_count(s.train, first_sample);
   result.trained_tokens = agree_token_count(s.mesh.dp(), local_tokens);
   LOOM_CHECK(result.trained_tokens > 0, "step " + std::to_string(result.step) + " has no target tokens to learn from");
   // fp16: times the dynamic loss scale (a power of two, so exact; 1 for the other recipes).
@@ -296,7 +296,7 @@ std::optional<double> Trainer::evaluate() {
     for (int b = 0; b < s.run.train.eval_batches; ++b) {
       const int64_t first = static_cast<int64_t>(b) * batch.batch;
       validation_->fill(first, batch);
-      tokens += batch.mask_and_count(validation_->describe(), first);
+      tokens += batch.mask_and_count(*validation_, first);
       loss_sum += s.forward_loss(batch.inputs.data(), batch.targets.data(), batch.batch, batch.seq);
     }
     val_loss = loss_sum / static_cast<double>(std::max<int64_t>(1, tokens));
