@@ -28,6 +28,7 @@ int run(int argc, char** argv) {
   register_convert(app, commands);
   register_eval(app, commands);
   register_tokenize(app, commands);
+  register_env(app, commands);
 
   try {
     app.parse(argc, argv);

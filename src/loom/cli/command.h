@@ -57,5 +57,7 @@ void register_launch(CLI::App& app, std::vector<Command>& commands);
 void register_convert(CLI::App& app, std::vector<Command>& commands);
 void register_eval(CLI::App& app, std::vector<Command>& commands);
 void register_tokenize(CLI::App& app, std::vector<Command>& commands);
+void register_env(CLI::App& app, std::vector<Command>& commands);
+void register_grpo(CLI::App& app, std::vector<Command>& commands);
 
 }  // namespace loom::cli
