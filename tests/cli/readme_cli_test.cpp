@@ -8,7 +8,7 @@
 // copied configs/tiny.yaml becomes 2, and a `train.steps=N` argument in a command becomes
 // `train.steps=1` (so that the README's resume still has a step to continue with). Nothing else
 // of a command or a config changes: a command that fails here fails for a reader too. A server
-// (`build/loom serve ...`) runs until it says it is listening, then gets SIGTERM and must shut
+// (`build/loom serve ...`, `build/loom env serve ...`) runs until it says it is listening, then gets SIGTERM and must shut
 // down cleanly (exit 0).
 #include <gtest/gtest.h>
 
@@ -117,7 +117,7 @@ TEST(ReadmeCli, EveryBuildLoomCommandRunsAsWritten) {
   const std::regex steps_argument("train\\.steps=[0-9]+");
   for (const std::string& written : commands) {
     const std::string command = std::regex_replace(written, steps_argument, "train.steps=1");
-    const bool server = command.starts_with("build/loom serve ");
+    const bool server = command.starts_with("build/loom serve ") || command.starts_with("build/loom env serve ");
     CommandResult r = run_shell(dir.path(), server ? as_server_script(command) : command);
     EXPECT_EQ(r.exit_code, 0) << "README command failed: " << written << "\n" << r.output;
   }

@@ -25,7 +25,8 @@ struct Served {
 void expect_error(const JsonReply& reply, int status, const std::string& param) {
   EXPECT_EQ(reply.status, status) << reply.body.dump();
   ASSERT_TRUE(reply.body.is_object() && reply.body.contains("error")) << reply.body.dump();
-  EXPECT_EQ(reply.body["error"].value("param", ""), param) << reply.body.dump();
+  const json& named = reply.body["error"]["param"];
+  EXPECT_EQ(named.is_string() ? named.get<std::string>() : "", param) << reply.body.dump();
 }
 
 TEST(EnvServer, ArithmeticSeedsDeterministicTasksAndRewardsExactMatch) {

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "loom/core/error.h"
 #include "loom/rl/replay_buffer.h"
 
 namespace loom::rl {
@@ -22,7 +23,7 @@ RolloutGroup group_of(int64_t version, int64_t index = 0) {
 // A producer that generates with the weights of `version` (refit by the learner after each
 // step), one group every `delay`, through reservations as the controller's rollout workers do.
 struct Producer {
-  Producer(ReplayBuffer& buffer, std::chrono::milliseconds delay) : buffer(buffer) {
+  Producer(ReplayBuffer& target, std::chrono::milliseconds delay) : buffer(target) {
     thread = std::thread([this, delay] {
       int64_t index = 0;
       while (!stop) {

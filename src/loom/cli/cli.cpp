@@ -29,6 +29,7 @@ int run(int argc, char** argv) {
   register_eval(app, commands);
   register_tokenize(app, commands);
   register_env(app, commands);
+  register_grpo(app, commands);
 
   try {
     app.parse(argc, argv);

@@ -181,6 +181,7 @@ RolloutGroup run_group(const AgentOptions& o, int64_t prompt_index, GroupStats* 
         append_turn(episodes[i].rollout, reply["prompt_token_ids"], choice);
         take_version(episodes[i], reply);
         episodes[i].answer = content_of(choice);
+        if (find_tool_call(episodes[i].answer)) episodes[i].rollout.truncated = true;  // no turn left for the tool
       } catch (const json::exception& ex) {
         throw EpisodeFailure(FailedRole::Generation, std::string("generation worker: malformed choice: ") + ex.what());
       }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "loom/core/error.h"
 #include "loom/rl/rollout.h"
 
 namespace loom::rl {

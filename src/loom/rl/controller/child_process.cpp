@@ -1,0 +1,114 @@
+#include "loom/rl/controller/child_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "loom/core/error.h"
+
+namespace loom::rl {
+
+namespace {
+std::string describe(int status) {
+  if (WIFEXITED(status)) return "exited with " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("killed by signal ") + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+  return "ended";
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+}  // namespace
+
+ChildProcess::ChildProcess(std::vector<std::string> argv, std::string log_path) : log_path_(std::move(log_path)) {
+  LOOM_CHECK(!argv.empty(), "ChildProcess: empty command");
+  const int log = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  LOOM_CHECK(log >= 0, "cannot open the role's log '" + log_path_ + "': " + std::strerror(errno));
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  pid_ = ::fork();
+  if (pid_ < 0) {
+    ::close(log);
+    throw Error(std::string("fork: ") + std::strerror(errno));
+  }
+  if (pid_ == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(127);  // the controller is already gone
+    ::dup2(log, STDOUT_FILENO);
+    ::dup2(log, STDERR_FILENO);
+    ::execv(args[0], args.data());
+    const std::string message = std::string("cannot execute '") + args[0] + "': " + std::strerror(errno) + "\n";
+    (void)!::write(STDERR_FILENO, message.data(), message.size());
+    ::_exit(127);
+  }
+  ::setpgid(pid_, pid_);
+  ::close(log);
+}
+
+ChildProcess::~ChildProcess() {
+  try {
+    stop(2.0);
+  } catch (...) {
+  }
+}
+
+std::optional<std::string> ChildProcess::ended() {
+  if (reaped_) return status_;
+  int status = 0;
+  const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+  if (r == 0) return std::nullopt;
+  reaped_ = true;
+  status_ = r == pid_ ? describe(status) : "ended (not waitable)";
+  return status_;
+}
+
+void ChildProcess::stop(double grace_s) {
+  if (ended()) return;
+  ::kill(-pid_, SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
+  while (!ended() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (!ended()) {
+    ::kill(-pid_, SIGKILL);
+    while (!ended()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+void ChildProcess::kill_now() {
+  if (!ended()) ::kill(-pid_, SIGKILL);
+}
+
+std::string wait_for_listening(ChildProcess& child, double timeout_s, const std::string& role) {
+  static const std::regex listening("listening on (http://[0-9A-Za-z.:\\-\\[\\]]+:[0-9]+)");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (true) {
+    const std::string log = read_all(child.log_path());
+    std::smatch m;
+    if (std::regex_search(log, m, listening)) return m[1].str();
+    const auto status = child.ended();
+    const bool late = std::chrono::steady_clock::now() > deadline;
+    if (status || late) {
+      const std::string tail = log.size() > 2000 ? log.substr(log.size() - 2000) : log;
+      throw Error(role + " (pid " + std::to_string(child.pid()) + ") " +
+                  (status ? *status + " before listening" : "did not listen within " + std::to_string(timeout_s) + " s") +
+                  "; its log '" + child.log_path() + "' ends:\n" + tail);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+}  // namespace loom::rl

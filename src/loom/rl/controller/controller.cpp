@@ -1,0 +1,253 @@
+#include "loom/rl/controller/controller.h"
+
+#include <httplib.h>
+
+#include <filesystem>
+
+#include "loom/core/atomic_file.h"
+#include "loom/core/error.h"
+#include "loom/rl/http_json.h"
+#include "loom/rl/rollout_json.h"
+#include "loom/serve/api_error.h"
+#include "loom/serve/request_parse.h"
+#include "loom/serve/responses.h"
+
+namespace loom::rl {
+
+namespace {
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(serve::dump(body), "application/json");
+}
+
+std::string grpo_dir(const config::RunConfig& c) { return c.run.dir + "/grpo"; }
+}  // namespace
+
+Controller::Controller(const config::RunConfig& config, ControllerOptions options, std::ostream& log)
+    : config_(config), options_(std::move(options)), log_(log),
+      buffer_(config.grpo.max_staleness, config.grpo.prompts_per_step), http_(std::make_unique<httplib::Server>()) {
+  LOOM_CHECK(!options_.initial_checkpoint.empty(),
+             "loom grpo: train.init_from must name the checkpoint the generation workers and the learner start from");
+  std::filesystem::create_directories(grpo_dir(config) + "/logs");
+  roles_ = std::make_unique<Roles>(config, RoleOptions{options_.loom_binary, grpo_dir(config) + "/logs", options_.initial_checkpoint});
+}
+
+Controller::~Controller() {
+  stopping_ = true;
+  buffer_.close();
+  http_->stop();
+}
+
+void Controller::request_stop() {
+  stopping_ = true;
+  buffer_.close();
+}
+
+void Controller::write_roles_file() {
+  json roles = roles_->addresses();
+  roles["controller"] = url_;
+  write_file_atomic(grpo_dir(config_) + "/roles.json", roles.dump(2) + "\n");
+}
+
+void Controller::serve_learner_api() {
+  httplib::Server& s = *http_;
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, {{"status", "ok"}, {"steps_done", steps_done_.load()}, {"weight_version", roles_->version()}});
+  });
+  s.Get("/roles", [this](const httplib::Request&, httplib::Response& res) { send_json(res, 200, roles_->addresses()); });
+  s.Get("/batch", [this](const httplib::Request& req, httplib::Response& res) {
+    try {
+      const std::string text = req.get_param_value("step");
+      size_t used = 0;
+      int64_t step = -1;
+      try {
+        step = std::stoll(text, &used);
+      } catch (const std::exception&) {
+      }
+      if (text.empty() || used != text.size() || step < 0)
+        throw serve::bad_field("step", "the learner step (an integer >= 0) is required: /batch?step=S");
+      send_json(res, 200, batch_for(step));
+    } catch (const serve::ApiError& e) {
+      send_json(res, e.status, e.body());
+    } catch (const Error& e) {
+      send_json(res, 503, serve::ApiError(503, e.what(), "", "server_error").body());
+    }
+  });
+  s.Post("/step_done", [this](const httplib::Request& req, httplib::Response& res) {
+    try {
+      send_json(res, 200, step_done(serve::parse_body(req.body)));
+    } catch (const serve::ApiError& e) {
+      send_json(res, e.status, e.body());
+    } catch (const Error& e) {
+      send_json(res, 500, serve::ApiError(500, e.what(), "", "server_error").body());
+    }
+  });
+  const int port = options_.port == 0 ? s.bind_to_any_port("127.0.0.1") : (s.bind_to_port("127.0.0.1", options_.port) ? options_.port : -1);
+  LOOM_CHECK(port > 0, "loom grpo: the controller cannot listen on port " + std::to_string(options_.port));
+  url_ = "http://127.0.0.1:" + std::to_string(port);
+}
+
+json Controller::batch_for(int64_t step) {
+  {
+    std::lock_guard<std::mutex> lock(batch_mutex_);
+    auto it = batches_.find(step);
+    if (it != batches_.end()) return {{"step", step}, {"groups", groups_to_json(it->second.groups)}, {"waited_s", 0.0}, {"again", true}};
+  }
+  if (step != steps_done_.load())
+    throw serve::bad_field("step", "step " + std::to_string(step) + " is not the next one: " + std::to_string(steps_done_.load()) +
+                                       " steps are done (POST /step_done after each)");
+  TakenBatch batch = buffer_.take(step, config_.grpo.prompts_per_step, config_.grpo.step_timeout_s);
+  json out = {{"step", step}, {"groups", groups_to_json(batch.groups)}, {"waited_s", batch.waited_s}};
+  std::lock_guard<std::mutex> lock(batch_mutex_);
+  batches_[step] = std::move(batch);
+  batches_[step].waited_s = out["waited_s"].get<double>();
+  taken_at_[step] = Clock::now();
+  return out;
+}
+
+json Controller::step_done(const json& body) {
+  if (!body.is_object() || !body.contains("step") || !body["step"].is_number_integer())
+    throw serve::bad_field("step", "the step just trained (an integer) is required");
+  if (!body.contains("checkpoint") || !body["checkpoint"].is_string())
+    throw serve::bad_field("checkpoint", "the checkpoint holding the new weights (a path) is required");
+  const int64_t step = body["step"].get<int64_t>();
+  TakenBatch batch;
+  LearnerReport learner;
+  {
+    std::lock_guard<std::mutex> lock(batch_mutex_);
+    auto it = batches_.find(step);
+    if (it == batches_.end()) throw serve::bad_field("step", "step " + std::to_string(step) + " was not handed out by /batch");
+    batch = std::move(it->second);
+    batches_.erase(it);
+    learner.seconds = std::chrono::duration<double>(Clock::now() - taken_at_[step]).count();
+    taken_at_.erase(step);
+  }
+  if (body.contains("metrics") && body["metrics"].is_object()) learner.metrics = body["metrics"];
+  // The refit: in `wait` mode the groups being generated finish on the old weights first.
+  const auto refit_start = Clock::now();
+  {
+    std::unique_lock<std::shared_mutex> hold(refit_lock_, std::defer_lock);
+    if (config_.grpo.inflight_updates == "wait") hold.lock();
+    roles_->refit(body["checkpoint"].get<std::string>(), step + 1);
+  }
+  json row = metrics_.row(batch, learner, buffer_.evicted_total(), roles_->restarts(), step + 1);
+  row["refit_s"] = std::chrono::duration<double>(Clock::now() - refit_start).count();
+  writer_->write(row);
+  write_roles_file();
+  steps_done_ = step + 1;
+  {
+    std::lock_guard<std::mutex> lock(log_mutex_);
+    log_ << "loom grpo: step " << step << " reward " << row["reward_mean"] << " (min " << row["reward_min"] << ", max "
+         << row["reward_max"] << "), learner waited " << row["learner_wait_s"] << " s, staleness " << row["staleness"]
+         << ", evicted " << row["evicted"] << "; workers now at step-" << step + 1 << std::endl;
+  }
+  return {{"weight_version", "step-" + std::to_string(step + 1)}};
+}
+
+void Controller::rollout_loop(int thread) {
+  const config::GrpoConfig& g = config_.grpo;
+  while (!stopping_) {
+    if (!buffer_.try_reserve(roles_->version())) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      continue;
+    }
+    const int64_t index = next_prompt_++;
+    bool pushed = false;
+    for (int attempt = 0; !stopping_; ++attempt) {
+      std::shared_lock<std::shared_mutex> hold(refit_lock_, std::defer_lock);
+      if (g.inflight_updates == "wait") hold.lock();
+      AgentOptions o;
+      o.model_url = roles_->worker_url(static_cast<size_t>(thread + attempt));
+      o.environment_url = roles_->environment_url(static_cast<size_t>(thread + attempt));
+      o.samples = g.samples_per_prompt;
+      o.max_turns = g.max_turns;
+      o.max_tokens = g.max_tokens;
+      o.temperature = g.temperature;
+      o.top_p = g.top_p;
+      o.seed = static_cast<uint64_t>(config_.train.seed) * 1000003ULL + static_cast<uint64_t>(index) * 7919ULL + attempt;
+      o.generation_timeout_s = g.generation_timeout_s;
+      o.environment_timeout_s = g.environment_timeout_s;
+      try {
+        GroupStats stats;
+        RolloutGroup group = run_group(o, index, &stats);
+        metrics_.group_done(stats);
+        buffer_.push(std::move(group));
+        pushed = true;
+        break;
+      } catch (const EpisodeFailure& e) {
+        metrics_.episode_failed(e.role);
+        roles_->report_failure(e.role, e.role == FailedRole::Environment ? o.environment_url : o.model_url);
+        const bool give_up = g.episode_failure == "drop" || attempt >= g.episode_retries;
+        {
+          std::lock_guard<std::mutex> lock(log_mutex_);
+          log_ << "loom grpo: prompt " << index << " failed (attempt " << attempt + 1 << "): " << e.what() << "; "
+               << (give_up ? "dropped" : "retrying") << std::endl;
+        }
+        if (give_up) {
+          metrics_.group_dropped();
+          break;
+        }
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(fatal_mutex_);
+        fatal_ = std::string("rollout of prompt ") + std::to_string(index) + ": " + e.what();
+        stopping_ = true;
+        break;
+      }
+      hold = {};
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(5000, 250 << std::min(attempt, 4))));
+    }
+    if (!pushed) buffer_.release();
+  }
+}
+
+int Controller::run() {
+  writer_ = std::make_unique<config::MetricsWriter>(config_.run.dir, 0);
+  roles_->start_all(log_);
+  serve_learner_api();
+  std::thread http_thread([this] {
+    listening_ = true;
+    http_->listen_after_bind();
+  });
+  write_roles_file();
+  log_ << "loom grpo: controller on " << url_ << "; roles in " << grpo_dir(config_) << "/roles.json" << std::endl;
+  const int threads = config_.grpo.rollout_threads > 0 ? config_.grpo.rollout_threads : 2 * config_.grpo.generation_workers;
+  std::vector<std::thread> rollouts;
+  for (int t = 0; t < threads; ++t) rollouts.emplace_back([this, t] { rollout_loop(t); });
+  if (!options_.learner_command.empty())
+    learner_ = std::make_unique<ChildProcess>(options_.learner_command, grpo_dir(config_) + "/logs/learner.log");
+  std::string failure;
+  try {
+    while (!stopping_ && steps_done_ < config_.train.steps) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      roles_->check(log_);
+      if (learner_) {
+        if (const auto status = learner_->ended(); status && steps_done_ < config_.train.steps)
+          throw Error("loom grpo: the learner " + *status + " after " + std::to_string(steps_done_.load()) + " of " +
+                      std::to_string(config_.train.steps) + " steps; its log: " + learner_->log_path());
+      }
+    }
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  const bool interrupted = stopping_ && failure.empty() && steps_done_ < config_.train.steps;
+  stopping_ = true;
+  buffer_.close();
+  for (auto& t : rollouts) t.join();
+  if (learner_) learner_->stop(30.0);
+  http_->stop();
+  http_thread.join();
+  roles_->stop_all();
+  {
+    std::lock_guard<std::mutex> lock(fatal_mutex_);
+    if (failure.empty() && !fatal_.empty()) failure = fatal_;
+  }
+  if (!failure.empty()) throw Error(failure);
+  if (interrupted) return 128 + 15;
+  log_ << "loom grpo: " << steps_done_.load() << " steps done; metrics in " << config_.run.dir << "/metrics.jsonl" << std::endl;
+  return 0;
+}
+
+}  // namespace loom::rl

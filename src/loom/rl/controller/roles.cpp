@@ -1,0 +1,186 @@
+#include "loom/rl/controller/roles.h"
+
+#include <chrono>
+#include <filesystem>
+#include <ostream>
+#include <thread>
+
+#include "loom/core/error.h"
+#include "loom/rl/http_json.h"
+
+namespace loom::rl {
+
+Roles::Roles(const config::RunConfig& config, RoleOptions options)
+    : config_(config), options_(std::move(options)), checkpoint_(options_.checkpoint) {
+  for (int i = 0; i < config.grpo.environment_servers; ++i) environments_.push_back({"environment", static_cast<size_t>(i)});
+  for (int i = 0; i < config.grpo.generation_workers; ++i) workers_.push_back({"worker", static_cast<size_t>(i)});
+}
+
+Roles::~Roles() { stop_all(); }
+
+std::vector<std::string> Roles::command(const Role& role) const {
+  const config::GrpoConfig& g = config_.grpo;
+  if (role.kind == "environment")
+    return {options_.loom_binary, "env", "serve", "--task", g.environment, "--port", "0",
+            "--seed", std::to_string(config_.train.seed), "--digits", std::to_string(g.task_digits),
+            "--numbers", std::to_string(g.task_numbers)};
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {options_.loom_binary, "serve", checkpoint_, "--port", "0", "--kv-cache-mb", std::to_string(g.worker_kv_cache_mb),
+          "--max-running", std::to_string(std::max(64, g.samples_per_prompt * 4))};
+}
+
+void Roles::start(Role& role, std::ostream& log) {
+  const std::string name = role.kind + " " + std::to_string(role.index);
+  const std::string log_path = options_.log_dir + "/" + role.kind + "-" + std::to_string(role.index) + "." +
+                               std::to_string(role.starts++) + ".log";
+  role.process = std::make_unique<ChildProcess>(command(role), log_path);
+  const std::string url = wait_for_listening(*role.process, options_.start_timeout_s, name);
+  if (role.kind == "worker") {
+    // Whatever checkpoint it started from, it serves the current weights under their version.
+    std::string checkpoint;
+    int64_t version = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      checkpoint = checkpoint_;
+      version = version_;
+    }
+    post_ok(url, "/load_weights", {{"path", checkpoint}, {"version", "step-" + std::to_string(version)}}, options_.start_timeout_s);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    role.url = url;
+    role.suspect = false;
+  }
+  log << "loom grpo: " << name << " (pid " << role.process->pid() << ") listening on " << url << std::endl;
+}
+
+void Roles::start_all(std::ostream& log) {
+  for (Role& r : environments_) start(r, log);
+  for (Role& r : workers_) start(r, log);
+}
+
+void Roles::stop_all() {
+  for (Role& r : workers_) {
+    if (r.process) r.process->stop();
+  }
+  for (Role& r : environments_) {
+    if (r.process) r.process->stop();
+  }
+}
+
+std::string Roles::environment_url(size_t i) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return environments_.at(i % environments_.size()).url;
+}
+
+std::string Roles::worker_url(size_t i) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return workers_.at(i % workers_.size()).url;
+}
+
+void Roles::report_failure(FailedRole role, const std::string& url) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Role& r : role == FailedRole::Environment ? environments_ : workers_) {
+    if (r.url == url) r.suspect = true;
+  }
+}
+
+void Roles::check(std::ostream& log) {
+  for (auto* list : {&environments_, &workers_}) {
+    for (Role& r : *list) {
+      std::string why;
+      if (const auto status = r.process->ended()) {
+        why = *status;
+      } else {
+        bool suspect = false;
+        std::string url;
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          suspect = r.suspect;
+          url = r.url;
+        }
+        if (!suspect) continue;
+        try {
+          if (get_json(url, "/health", 5.0).status == 200) {
+            std::lock_guard<std::mutex> lock(mutex_);
+            r.suspect = false;
+            continue;
+          }
+          why = "its /health is not ok";
+        } catch (const HttpFailure& e) {
+          why = std::string("it does not answer /health: ") + e.what();
+        }
+        r.process->kill_now();
+        r.process->stop();
+      }
+      const std::string name = r.kind + " " + std::to_string(r.index);
+      LOOM_CHECK(r.starts <= config_.grpo.max_role_restarts,
+                 "loom grpo: " + name + " failed again (" + why + ") after " + std::to_string(r.starts - 1) +
+                     " restarts (grpo.max_role_restarts = " + std::to_string(config_.grpo.max_role_restarts) +
+                     "); its log: " + r.process->log_path());
+      log << "loom grpo: " << name << " (pid " << r.process->pid() << ") " << why << "; restarting it (restart "
+          << r.starts << ", log " << r.process->log_path() << ")" << std::endl;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++restarts_;
+      }
+      start(r, log);
+    }
+  }
+}
+
+int64_t Roles::restarts() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return restarts_;
+}
+
+int64_t Roles::version() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return version_;
+}
+
+void Roles::refit(const std::string& checkpoint, int64_t version) {
+  // An asynchronous save renames its directory into place once complete: wait for it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(config_.grpo.generation_timeout_s);
+  while (!std::filesystem::exists(checkpoint)) {
+    LOOM_CHECK(std::chrono::steady_clock::now() < deadline,
+               "loom grpo: the learner's checkpoint '" + checkpoint + "' did not appear within grpo.generation_timeout_s = " +
+                   std::to_string(config_.grpo.generation_timeout_s) + " s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::vector<std::string> urls;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    checkpoint_ = checkpoint;
+    version_ = version;
+    for (const Role& r : workers_) urls.push_back(r.url);
+  }
+  std::vector<std::thread> threads;
+  for (const std::string& url : urls) {
+    threads.emplace_back([&, url] {
+      try {
+        post_ok(url, "/load_weights", {{"path", checkpoint}, {"version", "step-" + std::to_string(version)}},
+                config_.grpo.generation_timeout_s);
+      } catch (const HttpFailure&) {
+        report_failure(FailedRole::Generation, url);  // restarted by check(), with these weights
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+nlohmann::json Roles::addresses() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  nlohmann::json env = nlohmann::json::array(), workers = nlohmann::json::array();
+  for (const Role& r : environments_) env.push_back(r.url);
+  for (const Role& r : workers_) workers.push_back(r.url);
+  return {{"environments", env}, {"generation_workers", workers}, {"weight_version", version_}, {"checkpoint", checkpoint_}};
+}
+
+void Roles::kill(const std::string& kind, size_t index) {
+  auto& list = kind == "environment" ? environments_ : workers_;
+  LOOM_CHECK(index < list.size(), "no " + kind + " " + std::to_string(index));
+  list[index].process->kill_now();
+}
+
+}  // namespace loom::rl

@@ -1,0 +1,77 @@
+#pragma once
+// The environment servers and generation workers of a GRPO run, as child processes of the
+// controller: started with port 0 (each prints where it listens), their addresses kept here and
+// written to run.dir/grpo/roles.json, dead ones restarted (a restarted worker first loads the
+// current weights), weights refit on every worker (POST /load_weights).
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "loom/config/run_config.h"
+#include "loom/rl/agent_loop.h"
+#include "loom/rl/controller/child_process.h"
+
+namespace loom::rl {
+
+struct RoleOptions {
+  std::string loom_binary;         // the `loom` executable the roles run
+  std::string log_dir;             // one log per start: <role>-<i>.<start>.log
+  std::string checkpoint;          // the weights workers start from
+  double start_timeout_s = 120.0;  // until a role listens
+};
+
+class Roles {
+ public:
+  Roles(const config::RunConfig& config, RoleOptions options);
+  ~Roles();
+  void start_all(std::ostream& log);
+  void stop_all();
+
+  std::string environment_url(size_t i) const;
+  std::string worker_url(size_t i) const;
+  size_t environments() const { return environments_.size(); }
+  size_t workers() const { return workers_.size(); }
+
+  // A rollout saw `url` fail: the next check() probes it (GET /health) and restarts it if it
+  // does not answer.
+  void report_failure(FailedRole role, const std::string& url);
+  // Restarts every role that ended or was reported and does not answer; logs each restart.
+  // Throws when a role needed more than grpo.max_role_restarts restarts.
+  void check(std::ostream& log);
+  int64_t restarts() const;
+
+  // Every worker loads `checkpoint` as weight version `version` (in parallel).
+  void refit(const std::string& checkpoint, int64_t version);
+  int64_t version() const;
+
+  nlohmann::json addresses() const;  // {"environments": [...], "generation_workers": [...]}
+  // Kills one role with SIGKILL (fault injection and tests): "environment" or "worker", index.
+  void kill(const std::string& kind, size_t index);
+
+ private:
+  struct Role {
+    std::string kind;  // "environment" | "worker"
+    size_t index = 0;
+    std::unique_ptr<ChildProcess> process;
+    std::string url;
+    int starts = 0;
+    bool suspect = false;
+  };
+  void start(Role& role, std::ostream& log);
+  std::vector<std::string> command(const Role& role) const;
+
+  const config::RunConfig& config_;
+  RoleOptions options_;
+  mutable std::mutex mutex_;  // guards urls, suspect flags, checkpoint_, version_
+  std::vector<Role> environments_, workers_;
+  std::string checkpoint_;
+  int64_t version_ = 0;
+  int64_t restarts_ = 0;
+};
+
+}  // namespace loom::rl

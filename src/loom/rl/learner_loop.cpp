@@ -1,0 +1,40 @@
+#include "loom/rl/learner_loop.h"
+
+#include <memory>
+#include <ostream>
+
+#include "loom/core/error.h"
+#include "loom/rl/communication.h"
+#include "loom/rl/learner_client.h"
+#include "loom/train/run_ranks.h"
+
+#if __has_include("loom/rl/grpo_learner.h")
+#include "loom/rl/grpo_learner.h"
+#define LOOM_HAS_GRPO_LEARNER 1
+#endif
+
+namespace loom::rl {
+
+#ifdef LOOM_HAS_GRPO_LEARNER
+void run_learner(const config::RunConfig& config, const std::string& grpo_dir, std::ostream& out) {
+  train::run_on_ranks(config, out, [&](comm::Communicator& world) {
+    GrpoLearner learner(config, world, out);
+    std::unique_ptr<LearnerClient> client;
+    if (world.rank() == 0) client = std::make_unique<LearnerClient>(find_controller(grpo_dir, 600.0), config.grpo.step_timeout_s);
+    for (int64_t step = learner.weight_version(); step < config.train.steps; ++step) {
+      const std::string text = broadcast_text(world.rank() == 0 ? client->batch_text(step) : std::string(), world, 0);
+      const LearnerStep result = learner.step(groups_of_batch(text, step));
+      const std::string checkpoint = learner.save();
+      if (world.rank() == 0) client->step_done(step, checkpoint, result.to_json());
+    }
+    learner.finish();
+    return train::TrainSummary{};
+  });
+}
+#else
+void run_learner(const config::RunConfig&, const std::string&, std::ostream&) {
+  throw Error("loom grpo --role learner: this build has no GRPO learner (rl/grpo_learner.h)");
+}
+#endif
+
+}  // namespace loom::rl

@@ -1,0 +1,140 @@
+// The controller over real processes: `loom env serve` and `loom serve` started by it, the
+// learner's protocol (GET /batch, POST /step_done) driven by the test, refits that move every
+// worker's weight_version, a killed environment server and a killed worker restarted while the
+// run goes on, one metrics row per step.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "../train/training_runs.h"
+#include "loom/core/atomic_file.h"
+#include "loom/rl/controller/controller.h"
+#include "loom/rl/http_json.h"
+#include "loom/rl/learner_client.h"
+
+namespace loom::rl {
+namespace {
+using nlohmann::json;
+
+const char* kModel =
+    "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: swiglu,\n"
+    "        positions: rope, tied_embeddings: false, max_seq_len: 128}\n"
+    "optim: {lr: 3.0e-3}\n";
+
+struct GrpoRun {
+  std::string root, checkpoint;
+  GrpoRun() {
+    root = train::testing::make_training_root("rl-controller");
+    train::testing::train_run(root, "tiny", std::string(kModel) + "train: {steps: 2, global_batch: 4, micro_batch: 4, seed: 7}\n" +
+                                                train::testing::data_section(root), {});
+    checkpoint = root + "/tiny/checkpoints";
+  }
+  config::RunConfig config(const std::vector<std::string>& overrides) const {
+    return config::parse_config("run: {dir: " + root + "/grpo-run}\n" + std::string(kModel) +
+                                    "train: {steps: 3, global_batch: 4, micro_batch: 4, seed: 7, init_from: " + checkpoint + "}\n" +
+                                    train::testing::data_section(root) +
+                                    "grpo: {environment: arithmetic, task_digits: 1, samples_per_prompt: 2, prompts_per_step: 2,\n"
+                                    "       max_tokens: 4, worker_kv_cache_mb: 4, generation_timeout_s: 60, environment_timeout_s: 5,\n"
+                                    "       step_timeout_s: 120}\n",
+                                "controller_test", overrides);
+  }
+};
+
+std::vector<json> metric_rows(const std::string& path) {
+  std::vector<json> rows;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) rows.push_back(json::parse(line));
+  return rows;
+}
+
+// The worker's weight_version once it answers (a killed worker is being restarted meanwhile).
+std::string worker_version(Controller& c, const std::string& expected) {
+  std::string seen;
+  for (int i = 0; i < 600 && seen != expected; ++i) {
+    try {
+      seen = get_json(c.roles().worker_url(0), "/v1/models", 5.0).body["data"][0]["weight_version"].get<std::string>();
+    } catch (const HttpFailure&) {
+    }
+    if (seen != expected) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return seen;
+}
+
+TEST(Controller, ServesStepsRefitsWorkersAndRestartsDeadRoles) {
+  GrpoRun run;
+  const config::RunConfig config = run.config({"grpo.max_staleness=1"});
+  std::ostringstream log;
+  ControllerOptions options;
+  options.loom_binary = LOOM_BINARY;
+  options.initial_checkpoint = run.checkpoint;
+  Controller controller(config, options, log);
+  int status = -1;
+  std::string failure;
+  std::thread thread([&] {
+    try {
+      status = controller.run();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  });
+  const std::string grpo_dir = config.run.dir + "/grpo";
+  LearnerClient learner(find_controller(grpo_dir, 120.0), 120.0);
+  const json roles = json::parse(read_file(grpo_dir + "/roles.json"));
+  EXPECT_EQ(roles["environments"].size(), 1u);
+  EXPECT_EQ(roles["generation_workers"].size(), 1u);
+  EXPECT_EQ(worker_version(controller, "step-0"), "step-0") << "a worker serves the starting weights as version 0";
+  for (int64_t step = 0; step < 3; ++step) {
+    const std::vector<RolloutGroup> groups = groups_of_batch(learner.batch_text(step), step);
+    ASSERT_EQ(groups.size(), 2u);
+    for (const RolloutGroup& g : groups) {
+      EXPECT_GE(g.weight_version, step - 1) << "step " << step;
+      ASSERT_EQ(g.samples.size(), 2u);
+      EXPECT_EQ(g.samples[0].environment, "arithmetic");
+    }
+    // The same step asked again (a restarted learner) gets the same groups.
+    EXPECT_EQ(groups_of_batch(learner.batch_text(step), step)[0].prompt_index, groups[0].prompt_index);
+    if (step == 1) controller.roles().kill("environment", 0);
+    EXPECT_EQ(learner.step_done(step, run.checkpoint + "/step-00000002", {{"loss", 0.5}}), "step-" + std::to_string(step + 1));
+    if (step < 2) EXPECT_EQ(worker_version(controller, "step-" + std::to_string(step + 1)), "step-" + std::to_string(step + 1));
+    if (step == 0) controller.roles().kill("worker", 0);
+  }
+  thread.join();
+  ASSERT_EQ(failure, "") << log.str();
+  EXPECT_EQ(status, 0) << log.str();
+  EXPECT_NE(log.str().find("environment 0 (pid"), std::string::npos);
+  EXPECT_NE(log.str().find("restarting it"), std::string::npos) << log.str();
+  const std::vector<json> rows = metric_rows(config.run.dir + "/metrics.jsonl");
+  ASSERT_EQ(rows.size(), 3u);
+  int64_t restarts = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const json& r = rows[i];
+    EXPECT_EQ(r["step"], static_cast<int64_t>(i));
+    EXPECT_EQ(r["groups"], 2);
+    EXPECT_EQ(r["samples"], 4);
+    EXPECT_GE(r["reward_mean"].get<double>(), 0.0);
+    EXPECT_LE(r["reward_mean"].get<double>(), 1.0);
+    EXPECT_TRUE(r["reward"].contains("arithmetic"));
+    EXPECT_TRUE(r.contains("learner_wait_s") && r.contains("staleness") && r.contains("evicted") &&
+                r.contains("generation_tokens_per_s") && r.contains("learner_tokens_per_s"));
+    EXPECT_EQ(r["learner"]["loss"], 0.5);
+    EXPECT_EQ(r["weight_version"], static_cast<int64_t>(i) + 1);
+    restarts = r["role_restarts"].get<int64_t>();
+  }
+  EXPECT_GE(restarts, 1) << log.str();
+}
+
+TEST(Controller, RefusesARunWithoutStartingWeights) {
+  GrpoRun run;
+  config::RunConfig config = run.config({"train.init_from="});
+  std::ostringstream log;
+  ControllerOptions options;
+  options.loom_binary = LOOM_BINARY;
+  EXPECT_THROW(Controller(config, options, log), Error);
+}
+
+}  // namespace
+}  // namespace loom::rl
