@@ -38,6 +38,13 @@ std::string LearnerClient::batch_text(int64_t step) const {
   return reply.body.dump();
 }
 
+int64_t LearnerClient::steps_done() const {
+  const JsonReply reply = get_json(url_, "/health", 30.0);
+  LOOM_CHECK(reply.status == 200 && reply.body.contains("steps_done") && reply.body["steps_done"].is_number_integer(),
+             "loom grpo learner: the controller " + url_ + " did not answer /health with steps_done");
+  return reply.body["steps_done"].get<int64_t>();
+}
+
 std::string LearnerClient::step_done(int64_t step, const std::string& checkpoint, const json& metrics) const {
   const json reply = post_ok(url_, "/step_done", {{"step", step}, {"checkpoint", checkpoint}, {"metrics", metrics}}, timeout_s_);
   return reply.value("weight_version", "");

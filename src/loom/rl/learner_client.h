@@ -20,6 +20,8 @@ class LearnerClient {
   LearnerClient(std::string controller_url, double step_timeout_s) : url_(std::move(controller_url)), timeout_s_(step_timeout_s) {}
   // The JSON text of step `step`'s groups (blocks while the controller waits for them).
   std::string batch_text(int64_t step) const;
+  // How many steps the controller has seen reported (GET /health).
+  int64_t steps_done() const;
   // Step `step` is trained and its weights are complete at `checkpoint`; returns the workers' new version.
   std::string step_done(int64_t step, const std::string& checkpoint, const nlohmann::json& metrics) const;
 

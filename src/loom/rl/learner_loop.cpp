@@ -6,6 +6,8 @@
 #include "loom/core/error.h"
 #include "loom/rl/communication.h"
 #include "loom/rl/learner_client.h"
+#include "loom/ckpt/checkpoint_root.h"
+#include "loom/train/model_setup.h"
 #include "loom/train/run_ranks.h"
 
 #if __has_include("loom/rl/grpo_learner.h")
@@ -20,7 +22,14 @@ void run_learner(const config::RunConfig& config, const std::string& grpo_dir, s
   train::run_on_ranks(config, out, [&](comm::Communicator& world) {
     GrpoLearner learner(config, world, out);
     std::unique_ptr<LearnerClient> client;
-    if (world.rank() == 0) client = std::make_unique<LearnerClient>(find_controller(grpo_dir, 600.0), config.grpo.step_timeout_s);
+    if (world.rank() == 0) {
+      client = std::make_unique<LearnerClient>(find_controller(grpo_dir, 600.0), config.grpo.step_timeout_s);
+      // Resumed from a checkpoint saved just before a crash, whose report never reached the
+      // controller: report it now, so that the workers are refit and the steps agree.
+      const int64_t resumed = learner.weight_version();
+      if (resumed > 0 && client->steps_done() == resumed - 1)
+        client->step_done(resumed - 1, train::checkpoint_root(config) + "/" + ckpt::step_dir_name(resumed), {{"resumed", true}});
+    }
     for (int64_t step = learner.weight_version(); step < config.train.steps; ++step) {
       const std::string text = broadcast_text(world.rank() == 0 ? client->batch_text(step) : std::string(), world, 0);
       const LearnerStep result = learner.step(groups_of_batch(text, step));

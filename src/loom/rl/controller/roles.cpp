@@ -171,10 +171,16 @@ void Roles::refit(const std::string& checkpoint, int64_t version) {
 
 nlohmann::json Roles::addresses() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  nlohmann::json env = nlohmann::json::array(), workers = nlohmann::json::array();
+  nlohmann::json env = nlohmann::json::array(), workers = nlohmann::json::array(), pids = nlohmann::json::object();
   for (const Role& r : environments_) env.push_back(r.url);
   for (const Role& r : workers_) workers.push_back(r.url);
-  return {{"environments", env}, {"generation_workers", workers}, {"weight_version", version_}, {"checkpoint", checkpoint_}};
+  for (const auto* list : {&environments_, &workers_}) {
+    for (const Role& r : *list) {
+      if (r.process) pids[r.url] = r.process->pid();
+    }
+  }
+  return {{"environments", env}, {"generation_workers", workers}, {"pids", pids}, {"weight_version", version_},
+          {"checkpoint", checkpoint_}};
 }
 
 void Roles::kill(const std::string& kind, size_t index) {
