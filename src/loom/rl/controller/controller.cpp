@@ -236,7 +236,12 @@ int Controller::run() {
   stopping_ = true;
   buffer_.close();
   for (auto& t : rollouts) t.join();
-  if (learner_) learner_->stop(30.0);
+  if (learner_) {
+    // A learner that reported its last step finishes on its own (waits for its saves).
+    for (int i = 0; i < 1200 && steps_done_ >= config_.train.steps && !learner_->ended(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    learner_->stop(30.0);
+  }
   http_->stop();
   http_thread.join();
   roles_->stop_all();
