@@ -93,13 +93,29 @@ TEST(ReplayBuffer, SynchronousTakesOnlyTheCurrentVersion) {
   ReplayBuffer buffer(0, 2);
   EXPECT_TRUE(buffer.try_reserve(0));
   EXPECT_TRUE(buffer.try_reserve(0));
-  EXPECT_FALSE(buffer.try_reserve(0)) << "capacity is prompts_per_step * (k + 1)";
+  EXPECT_FALSE(buffer.try_reserve(0)) << "version 0 serves step 0 only: prompts_per_step groups";
   buffer.push(group_of(0));
   buffer.push(group_of(0));
   const TakenBatch first = buffer.take(0, 2, 1.0);
   EXPECT_EQ(first.staleness.at(0), 2);
   EXPECT_FALSE(buffer.try_reserve(0)) << "version 0 can no longer be consumed by step 1";
   EXPECT_TRUE(buffer.try_reserve(1));
+  buffer.release();
+}
+
+// A group of version v serves steps next .. v + k: no more than prompts_per_step groups per
+// such step are generated, so a fast producer does not make groups that go stale unused.
+TEST(ReplayBuffer, ReservationsNeverOutrunTheStalenessBound) {
+  ReplayBuffer buffer(1, 2);
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(buffer.try_reserve(0)) << i;  // steps 0 and 1
+  EXPECT_FALSE(buffer.try_reserve(0));
+  for (int i = 0; i < 4; ++i) buffer.push(group_of(0));
+  buffer.take(0, 2, 1.0);
+  EXPECT_FALSE(buffer.try_reserve(0)) << "step 1's groups are there; version 0 cannot serve step 2";
+  EXPECT_TRUE(buffer.try_reserve(1)) << "version 1 serves steps 1 and 2: 4 slots, 2 taken by step 1's groups";
+  EXPECT_TRUE(buffer.try_reserve(1));
+  EXPECT_FALSE(buffer.try_reserve(1));
+  buffer.release();
   buffer.release();
 }
 

@@ -8,7 +8,7 @@
 namespace loom::rl {
 
 ReplayBuffer::ReplayBuffer(int64_t max_staleness, int64_t prompts_per_step)
-    : max_staleness_(max_staleness), capacity_(prompts_per_step * (max_staleness + 1)) {
+    : max_staleness_(max_staleness), prompts_per_step_(prompts_per_step) {
   LOOM_CHECK(max_staleness >= 0, "grpo.max_staleness must be >= 0, got " + std::to_string(max_staleness));
   LOOM_CHECK(prompts_per_step >= 1, "grpo.prompts_per_step must be >= 1, got " + std::to_string(prompts_per_step));
 }
@@ -16,7 +16,10 @@ ReplayBuffer::ReplayBuffer(int64_t max_staleness, int64_t prompts_per_step)
 bool ReplayBuffer::try_reserve(int64_t version) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (closed_ || version < next_step_ - max_staleness_) return false;  // would be evicted unused
-  if (static_cast<int64_t>(groups_.size()) + reserved_ >= capacity_) return false;
+  // A group of `version` can serve steps next_step .. version + k: at most prompts_per_step
+  // groups for each of them, so none waits long enough to go stale.
+  const int64_t steps_served = std::min(version + max_staleness_ - next_step_ + 1, max_staleness_ + 1);
+  if (static_cast<int64_t>(groups_.size()) + reserved_ >= steps_served * prompts_per_step_) return false;
   ++reserved_;
   return true;
 }

@@ -7,8 +7,9 @@
 //
 // Producers reserve a slot before generating a group (try_reserve): a slot is granted only when
 // the group, generated now by `version`, can still be consumed (version >= next step - k), and
-// when stored + reserved groups stay under prompts_per_step * (k + 1), so generation never runs
-// further ahead than the staleness bound lets the learner use.
+// when stored + reserved groups stay under prompts_per_step for each step it can serve (next
+// step .. version + k), so generation never runs further ahead than the learner can use before
+// the groups go stale.
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -54,7 +55,7 @@ class ReplayBuffer {
   int64_t evict_locked(int64_t step);
   int64_t eligible_locked(int64_t step) const;
 
-  const int64_t max_staleness_, capacity_;
+  const int64_t max_staleness_, prompts_per_step_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<RolloutGroup> groups_;  // in arrival order
