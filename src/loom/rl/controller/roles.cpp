@@ -151,8 +151,7 @@ void Roles::refit(const std::string& checkpoint, int64_t version) {
   std::vector<std::string> urls;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    checkpoint_ = checkpoint;
-    version_ = version;
+    checkpoint_ = checkpoint;  // a worker restarted from now on starts from these weights
     for (const Role& r : workers_) urls.push_back(r.url);
   }
   std::vector<std::thread> threads;
@@ -167,6 +166,9 @@ void Roles::refit(const std::string& checkpoint, int64_t version) {
     });
   }
   for (auto& t : threads) t.join();
+  // Only now may rollouts count on the new version (reservations are made with it).
+  std::lock_guard<std::mutex> lock(mutex_);
+  version_ = version;
 }
 
 nlohmann::json Roles::addresses() const {
