@@ -1,0 +1,95 @@
+// `loom grpo` end to end: the controller starts an environment server, a generation worker and
+// a tp 2 learner under `loom launch`; the test kills the environment server, then the worker,
+// then the learner while the run goes on; every step is trained and the run exits 0.
+#include <dirent.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "../train/training_runs.h"
+#include "loom/core/atomic_file.h"
+
+namespace loom::rl {
+namespace {
+using nlohmann::json;
+
+int64_t rows_in(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  int64_t n = 0;
+  while (std::getline(in, line)) n += line.empty() ? 0 : 1;
+  return n;
+}
+
+// The pid of the learner process itself (not its `loom launch`), 0 when there is none.
+pid_t learner_pid(const std::string& grpo_dir) {
+  DIR* proc = opendir("/proc");
+  pid_t found = 0;
+  while (dirent* e = proc ? readdir(proc) : nullptr) {
+    std::ifstream in(std::string("/proc/") + e->d_name + "/cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<std::string> argv;
+    std::stringstream split(cmdline);
+    for (std::string a; std::getline(split, a, '\0');) argv.push_back(a);
+    if (argv.size() > 5 && argv[1] == "grpo" && argv[2] == "--role" && argv[3] == "learner" && argv[5] == grpo_dir)
+      found = static_cast<pid_t>(std::stol(e->d_name));
+  }
+  if (proc) closedir(proc);
+  return found;
+}
+
+TEST(GrpoCli, RunsEveryStepAndSurvivesKilledRoles) {
+  const std::string root = train::testing::make_training_root("rl-grpo-cli");
+  const std::string model =
+      "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: swiglu,\n"
+      "        positions: rope, tied_embeddings: false, max_seq_len: 128}\n";
+  train::testing::train_run(root, "tiny", model + "train: {steps: 2, global_batch: 4, micro_batch: 4, seed: 7}\n" +
+                                              train::testing::data_section(root), {});
+  const std::string run_dir = root + "/grpo";
+  std::ofstream(root + "/grpo.yaml") << "run: {dir: " << run_dir << "}\n" << model
+                                     << "data: {tokenizer: byte, seq_len: 128}\noptim: {lr: 1.0e-3, warmup_steps: 0}\n"
+                                        "train: {steps: 6, global_batch: 4, micro_batch: 4, seed: 7, init_from: "
+                                     << root << "/tiny/checkpoints}\nruntime: {ranks: 2}\nparallel: {tp: 2}\n"
+                                        "grpo: {environment: arithmetic, task_digits: 1, samples_per_prompt: 2, prompts_per_step: 2,\n"
+                                        "       max_tokens: 4, worker_kv_cache_mb: 4, episode_retries: 6}\n";
+  const std::string command = std::string(LOOM_BINARY) + " grpo " + root + "/grpo.yaml > " + root + "/grpo.log 2>&1";
+  int status = -1;
+  std::thread run([&] { status = std::system(command.c_str()); });
+  const std::string metrics = run_dir + "/metrics.jsonl", grpo_dir = run_dir + "/grpo";
+  auto wait_rows = [&](int64_t n) {
+    for (int i = 0; i < 3000 && rows_in(metrics) < n && status == -1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  auto role_pid = [&](const std::string& kind) {
+    const json roles = json::parse(read_file(grpo_dir + "/roles.json"));
+    return static_cast<pid_t>(roles["pids"][roles[kind][0].get<std::string>()].get<int64_t>());
+  };
+  wait_rows(1);
+  const bool learner_built = status == -1 || rows_in(metrics) > 0;
+  if (learner_built) {
+    ::kill(role_pid("environments"), SIGKILL);
+    wait_rows(2);
+    ::kill(role_pid("generation_workers"), SIGKILL);
+    wait_rows(3);
+    const pid_t learner = learner_pid(grpo_dir);
+    EXPECT_GT(learner, 0);
+    if (learner > 0) ::kill(learner, SIGKILL);
+  }
+  run.join();
+  const std::string log = read_file(root + "/grpo.log");
+  const std::string learner_log = read_file(grpo_dir + "/logs/learner.log");
+  if (!learner_built && learner_log.find("this build has no GRPO learner") != std::string::npos)
+    GTEST_SKIP() << "the learner (rl/grpo_learner.h) is not in this build";
+  EXPECT_EQ(status, 0) << log;
+  EXPECT_EQ(rows_in(metrics), 6) << log;
+  EXPECT_NE(log.find("environment 0 (pid"), std::string::npos) << log;
+  EXPECT_NE(log.find("killed by signal 9"), std::string::npos) << log;
+  EXPECT_NE(learner_log.find("training finished on attempt 2"), std::string::npos) << learner_log;
+}
+
+}  // namespace
+}  // namespace loom::rl
