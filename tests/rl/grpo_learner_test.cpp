@@ -1,0 +1,188 @@
+// The GRPO learner on the shared trainer: steps on the same rollout groups at dp 2 (ZeRO 0 and
+// 3), tp 2 with sequence parallelism, pp 2 and with recompute equal one rank (fp32: relative 1e-5
+// on each step's loss and the final parameters); the statistics are those of the loss; a step
+// with a zero advantage and no reference leaves the model unchanged; bad rollouts and context
+// parallelism are refused with errors naming what to change.
+#include "loom/rl/grpo_learner.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <mutex>
+#include <sstream>
+
+#include "../train/training_runs.h"
+#include "loom/ckpt/digest.h"
+#include "loom/core/error.h"
+#include "loom/core/philox.h"
+#include "loom/train/run_ranks.h"
+
+namespace loom::rl {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Four prompts x 4 samples of random bytes; the first 5 tokens are the prompt (not trained), the
+// rest sampled with a generation log-probability near -6.5; rewards make 3 of the 4 groups vary.
+std::vector<RolloutGroup> make_groups(uint64_t seed) {
+  std::vector<RolloutGroup> groups;
+  for (int g = 0; g < 4; ++g) {
+    RolloutGroup group;
+    group.prompt_index = g;
+    for (int s = 0; s < 4; ++s) {
+      Rollout r;
+      const int length = 9 + static_cast<int>(philox4x32(seed, g * 4 + s, 99)[0] % 8);  // 9..16 tokens
+      for (int k = 0; k < length; ++k) {
+        const auto bits = philox4x32(seed, g * 4 + s, k);
+        r.tokens.push_back(static_cast<int32_t>(bits[0] % 256));
+        r.trained.push_back(k >= 5 ? 1 : 0);
+        r.generation_logprobs.push_back(k >= 5 ? -6.0f - static_cast<float>(bits[1] % 1000) / 1000.0f : 0.0f);
+      }
+      r.reward = g == 3 ? 1.0 : static_cast<double>(philox4x32(seed, g, s + 50)[0] % 3);
+      if (g < 3 && s == 0) r.reward = 5.0;  // never a zero-variance group by chance
+      group.samples.push_back(r);
+    }
+    groups.push_back(group);
+  }
+  return groups;
+}
+
+class GrpoLearnerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = (fs::temp_directory_path() / ("loom-grpo-learner-" + std::to_string(::getpid()))).string();
+    fs::create_directories(root_);
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  static config::RunConfig config(const std::string& name, const std::vector<std::string>& overrides) {
+    const std::string yaml =
+        "run: {dir: " + root_ + "/" + name + "}\n" +
+        "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, max_seq_len: 32}\n"
+        "data: {tokenizer: byte, seq_len: 16}\n"
+        "optim: {lr: 1.0e-3, warmup_steps: 1, clip_grad: 1.0}\n"
+        "train: {steps: 2, global_batch: 16, micro_batch: 4, threads: 1, seed: 1234}\n"
+        "grpo: {kl_coeff: 0.05, importance_correction: tis, tis_cap: 2.0}\n"
+        "log: {progress: false}\n";
+    return config::parse_config(yaml, name, overrides);
+  }
+
+  // Two learner steps on two sets of groups, then a checkpoint; rank 0's step metrics.
+  static std::vector<LearnerStep> learn(const std::string& name, const std::vector<std::string>& overrides) {
+    const config::RunConfig c = config(name, overrides);
+    std::ostringstream out;
+    std::vector<LearnerStep> steps;
+    std::mutex mutex;
+    train::run_on_ranks(c, out, [&](comm::Communicator& world) {
+      GrpoLearner learner(c, world, out);
+      std::vector<LearnerStep> mine;
+      for (uint64_t seed : {7, 8}) mine.push_back(learner.step(make_groups(seed)));
+      learner.save();
+      learner.finish();
+      if (world.rank() == 0) {
+        std::lock_guard<std::mutex> lock(mutex);
+        steps = mine;
+      }
+      return train::TrainSummary{};
+    });
+    return steps;
+  }
+
+  static std::string root_;
+};
+std::string GrpoLearnerTest::root_;
+
+TEST_F(GrpoLearnerTest, EveryLayoutEqualsOneRank) {
+  const std::vector<LearnerStep> reference = learn("one", {});
+  ASSERT_EQ(reference.size(), 2u);
+  EXPECT_EQ(reference[0].kl, 0.0);  // step 1: the policy is the reference
+  EXPECT_GT(reference[1].kl, 0.0);
+  EXPECT_EQ(reference[0].samples, 16);
+  EXPECT_EQ(reference[0].zero_variance_groups, 1);
+  EXPECT_GT(reference[0].importance_weight_max, 2.0);  // exp(logp - gen): logp near -log 256, gen near -6.5
+  EXPECT_GT(reference[0].truncated_fraction, 0.0);
+  const std::vector<std::vector<std::string>> layouts = {
+      {"runtime.ranks=2"},                                                         // dp 2
+      {"runtime.ranks=2", "parallel.zero=3"},                                      // dp 2, ZeRO-3
+      {"runtime.ranks=2", "parallel.tp=2", "parallel.sequence_parallel=true"},     // tp 2 + sp
+      {"runtime.ranks=2", "parallel.pp=2", "parallel.pipeline_schedule=1f1b"},     // pp 2
+      {"model.recompute=true"},
+  };
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    SCOPED_TRACE("layout " + std::to_string(i));
+    const std::string name = "layout" + std::to_string(i);
+    const std::vector<LearnerStep> other = learn(name, layouts[i]);
+    ASSERT_EQ(other.size(), reference.size());
+    for (size_t s = 0; s < other.size(); ++s) {
+      EXPECT_NEAR(other[s].loss, reference[s].loss, 1e-5 * std::fabs(reference[s].loss)) << "step " << s + 1;
+      EXPECT_EQ(other[s].trained_tokens, reference[s].trained_tokens);
+      EXPECT_NEAR(other[s].kl, reference[s].kl, 1e-5 * reference[s].kl + 1e-12);
+      EXPECT_NEAR(other[s].importance_weight_max, reference[s].importance_weight_max,
+                  1e-5 * reference[s].importance_weight_max);
+      EXPECT_NEAR(other[s].truncated_fraction, reference[s].truncated_fraction, 1e-12);
+    }
+    EXPECT_LE(train::testing::state_difference(root_, "one", name), 1e-5);
+  }
+}
+
+// Zero advantages everywhere and no reference: the loss and every gradient are 0, and AdamW
+// without weight decay leaves the parameters as they were.
+TEST_F(GrpoLearnerTest, ZeroAdvantagesWithoutReferenceChangeNothing) {
+  const config::RunConfig c = config("still", {"grpo.kl_coeff=0", "optim.weight_decay=0", "train.steps=1"});
+  std::vector<RolloutGroup> groups = make_groups(7);
+  for (RolloutGroup& g : groups)
+    for (Rollout& r : g.samples) r.reward = 1.0;
+  std::ostringstream out;
+  train::run_on_ranks(c, out, [&](comm::Communicator& world) {
+    GrpoLearner learner(c, world, out);
+    const std::vector<float> before = learner.trainer().parameter_copy();
+    const LearnerStep step = learner.step(groups);
+    EXPECT_EQ(step.loss, 0.0);
+    EXPECT_EQ(step.zero_variance_groups, 4);
+    EXPECT_EQ(step.grad_norm, 0.0);
+    EXPECT_EQ(learner.trainer().parameter_copy(), before);
+    EXPECT_EQ(learner.weight_version(), 1);
+    learner.finish();
+    return train::TrainSummary{};
+  });
+}
+
+TEST_F(GrpoLearnerTest, RefusesWhatItCannotTrain) {
+  auto fails = [](const std::function<void()>& f, const std::string& needle) {
+    try {
+      f();
+      ADD_FAILURE() << "no error mentioning " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  const config::RunConfig c = config("refuse", {});
+  std::ostringstream out;
+  train::run_on_ranks(c, out, [&](comm::Communicator& world) {
+    GrpoLearner learner(c, world, out);
+    std::vector<RolloutGroup> groups = make_groups(7);
+    groups[1].samples[2].tokens.resize(30, 1);
+    groups[1].samples[2].trained.resize(30, 1);
+    groups[1].samples[2].generation_logprobs.resize(30, -1.0f);
+    fails([&] { learner.step(groups); }, "rollout group 1 sample 2 has 30 tokens");
+    groups = make_groups(7);
+    groups[0].samples[0].trained.pop_back();
+    fails([&] { learner.step(groups); }, "trained marks");
+    groups = make_groups(7);
+    groups.push_back(groups[0]);
+    fails([&] { learner.step(groups); }, "train.global_batch");
+    learner.finish();
+    return train::TrainSummary{};
+  });
+  const config::RunConfig cp = config("refuse-cp", {"runtime.ranks=2", "parallel.cp=2"});
+  fails([&] {
+    train::run_on_ranks(cp, out, [&](comm::Communicator& world) {
+      GrpoLearner learner(cp, world, out);
+      return train::TrainSummary{};
+    });
+  }, "parallel.cp");
+}
+
+}  // namespace
+}  // namespace loom::rl
