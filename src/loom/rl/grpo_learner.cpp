@@ -1,5 +1,6 @@
 #include "loom/rl/grpo_learner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
