@@ -68,7 +68,8 @@ class GrpoLearnerTest : public ::testing::Test {
     return config::parse_config(yaml, name, overrides);
   }
 
-  // `steps` learner steps (on the groups of seeds 7, 8, ...), then a checkpoint; rank 0's step metrics.
+  // Learner steps up to train.steps = `steps` (step k on the groups of seed 6 + k), then a
+  // checkpoint; rank 0's step metrics.
   static std::vector<LearnerStep> learn(const std::string& name, std::vector<std::string> overrides, int steps) {
     overrides.push_back("train.steps=" + std::to_string(steps));
     const config::RunConfig c = config(name, overrides);
@@ -78,7 +79,7 @@ class GrpoLearnerTest : public ::testing::Test {
     train::run_on_ranks(c, out, [&](comm::Communicator& world) {
       GrpoLearner learner(c, world, out);
       std::vector<LearnerStep> mine;
-      for (int k = 0; k < steps; ++k) mine.push_back(learner.step(make_groups(7 + k)));
+      while (learner.weight_version() < steps) mine.push_back(learner.step(make_groups(7 + learner.weight_version())));
       learner.save();
       learner.finish();
       if (world.rank() == 0) {
@@ -148,6 +149,25 @@ TEST_F(GrpoLearnerTest, Bf16LayoutsEqualOneRank) {
       EXPECT_NEAR(other[s].grad_norm, reference[s].grad_norm, 1e-5 * reference[s].grad_norm) << "step " << s + 1;
     }
   }
+}
+
+// The reference policy is where the run started: a resumed run keeps the seed's initialisation
+// as its reference (its second step is the uninterrupted run's, bit for bit), and a run started
+// from train.init_from takes that checkpoint's parameters (its first step's KL is 0).
+TEST_F(GrpoLearnerTest, TheReferenceIsTheRunsStartingPoint) {
+  const std::vector<LearnerStep> whole = learn("whole", {}, 2);
+  ASSERT_EQ(whole.size(), 2u);
+  ASSERT_EQ(learn("split", {}, 1).size(), 1u);
+  const std::vector<LearnerStep> resumed = learn("split", {"train.resume=true"}, 2);
+  ASSERT_EQ(resumed.size(), 1u);
+  EXPECT_EQ(resumed[0].step, 2);
+  EXPECT_EQ(resumed[0].kl, whole[1].kl);
+  EXPECT_EQ(resumed[0].loss, whole[1].loss);
+  EXPECT_GT(resumed[0].kl, 0.0);
+  const std::vector<LearnerStep> tuned = learn("tuned", {"train.init_from=" + root_ + "/whole/checkpoints"}, 1);
+  ASSERT_EQ(tuned.size(), 1u);
+  EXPECT_EQ(tuned[0].kl, 0.0);
+  EXPECT_NE(tuned[0].loss, whole[0].loss);  // other parameters than the seed's
 }
 
 // Zero advantages everywhere and no reference: the loss and every gradient are 0, and AdamW
