@@ -1,8 +1,10 @@
 // The GRPO learner on the shared trainer: steps on the same rollout groups at dp 2 (ZeRO 0 and
-// 3), tp 2 with sequence parallelism, pp 2 and with recompute equal one rank (fp32: relative 1e-5
-// on each step's loss and the final parameters); the statistics are those of the loss; a step
-// with a zero advantage and no reference leaves the model unchanged; bad rollouts and context
-// parallelism are refused with errors naming what to change.
+// 3), tp 2 with sequence parallelism, pp 2, recompute, tp 2 x pp 2 and dp 2 x tp 2 equal one
+// rank (fp32: relative 1e-5 on each step's loss and the final parameters), and so do bf16 runs;
+// the statistics are those of the loss; the reference policy is the run's starting point across
+// a resume and from train.init_from; a step with zero advantages and no reference leaves the
+// model unchanged; bad rollouts and context parallelism are refused with errors naming what to
+// change.
 #include "loom/rl/grpo_learner.h"
 
 #include <gtest/gtest.h>
@@ -114,6 +116,8 @@ TEST_F(GrpoLearnerTest, EveryLayoutEqualsOneRank) {
       {"runtime.ranks=2", "parallel.tp=2", "parallel.sequence_parallel=true"},     // tp 2 + sp
       {"runtime.ranks=2", "parallel.pp=2", "parallel.pipeline_schedule=1f1b"},     // pp 2
       {"model.recompute=true"},
+      {"runtime.ranks=4", "parallel.tp=2", "parallel.pp=2", "parallel.sequence_parallel=true"},  // tp 2 x pp 2
+      {"runtime.ranks=4", "parallel.tp=2", "parallel.zero=3"},                                      // dp 2 x tp 2, ZeRO-3
   };
   for (size_t i = 0; i < layouts.size(); ++i) {
     SCOPED_TRACE("layout " + std::to_string(i));
