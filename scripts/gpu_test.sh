@@ -5,7 +5,8 @@
 # torch._scaled_mm, flash attention against scaled_dot_product_attention), and prints a short
 # table last. Binaries come from .gpu-bundle/ (scripts/gpu_bundle.sh, made on a build machine)
 # when it is there, else they are built here (which needs the build's Debian packages). Logs and
-# results go to $OUT (the device tool's folder that comes back) or /tmp/loom-gpu-out.
+# results go to $OUT (the device tool's folder that comes back) or /tmp/loom-gpu-out. The steps'
+# timeouts add up to about 8 minutes, inside one 10-minute device command.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -42,11 +43,11 @@ PY
 export LD_LIBRARY_PATH="${libs:+$libs:}/usr/local/cuda/lib64${extra:+:$extra}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 for b in "$test_bin" "$bin"/loom_bench_*cuda; do ldd "$b" | grep "not found" && echo "missing libraries for $b"; done
 echo "== tests"
-timeout 420 "$test_bin" --gtest_output="xml:$out/test_cuda.xml" 2>&1 | tee "$out/test_cuda.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|error:|Expected|Which is|rel|  Actual" | head -80
+timeout 200 "$test_bin" --gtest_output="xml:$out/test_cuda.xml" 2>&1 | tee "$out/test_cuda.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|error:|Expected|Which is|rel|  Actual" | head -80
 echo "== benchmarks"
 : >"$out/bench.txt"
-timeout 150 "$bin/loom_bench_gemm_cuda" 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
-timeout 150 python3 bench/cuda/torch_cuda_peer.py gemm 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
-timeout 200 "$bin/loom_bench_flash_attention_cuda" 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
-timeout 120 python3 bench/cuda/torch_cuda_peer.py attention 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
+timeout 60 "$bin/loom_bench_gemm_cuda" 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
+timeout 60 python3 bench/cuda/torch_cuda_peer.py gemm 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
+timeout 120 "$bin/loom_bench_flash_attention_cuda" 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
+timeout 60 python3 bench/cuda/torch_cuda_peer.py attention 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
 python3 bench/cuda/gpu_table.py "$out/test_cuda.xml" "$out/bench.txt"

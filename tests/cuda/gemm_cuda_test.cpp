@@ -4,7 +4,8 @@
 // fp32 inputs; FP8 with per-tensor scales (E4M3 x E4M3, E4M3 x E5M2) and with 1 x 128 / 128 x 128
 // block scales within 1e-3 of the fp64 product of the quantised operands (loom::precision's
 // reference); MXFP8 emulated on Hopper (decode to bf16, bf16 GEMM) within 1e-5 of that product.
-// Fresh random inputs, outputs poisoned. Skipped, saying why, without a GPU.
+// Fresh random inputs, outputs poisoned. Skipped, saying why, without a GPU; the argument checks
+// (FP8 shape rules, flash attention's head_dim) run everywhere.
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
@@ -12,7 +13,9 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "loom/core/error.h"
 #include "loom/kernels/cuda/backend.h"
+#include "loom/kernels/cuda/flash_attention.h"
 #include "loom/kernels/cuda/gemm_lt.h"
 #include "loom/kernels/cuda/quantize.h"
 #include "loom/kernels/ops.h"
@@ -182,6 +185,42 @@ TEST_F(CudaGemm, Mxfp8EmulatedIsWithin1e5OfTheQuantisedProduct) {
   encode_mx(d_b.ptr, n, k, Fp8::E4M3, d_cb.ptr, d_sb.ptr);
   mxfp8_matmul_emulated(GemmOutput{d_c.ptr, GemmType::F32}, d_ca.ptr, d_sa.ptr, d_cb.ptr, d_sb.ptr, false, m, n, k);
   EXPECT_LE(relative_error(d_c.host(), product_nt(qa, qb, m, n, k)), 1e-5);
+}
+
+}  // namespace
+}  // namespace loom::kernels::cuda
+
+namespace loom::kernels::cuda {
+namespace {
+
+// Argument checks come before any CUDA call, so these run (and must pass) without a GPU too.
+TEST(CudaGemmArguments, Fp8RulesAreErrorsNamingWhatIsWrong) {
+  const float scale = 1.0f;
+  const GemmOutput out{nullptr, GemmType::F32};
+  auto message = [&](int64_t m, int64_t n, int64_t k, bool a_t, bool b_t, GemmType tb) {
+    try {
+      matmul(out, GemmOperand{&scale, GemmType::E4M3, a_t, &scale, ScaleMode::Tensor},
+             GemmOperand{&scale, tb, b_t, &scale, ScaleMode::Tensor}, m, n, k, 1.0f, 0.0f);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(16, 16, 24, false, true, GemmType::E4M3).find("multiples of 16, got (16, 16, 24)"),
+            std::string::npos);
+  EXPECT_NE(message(16, 16, 16, true, true, GemmType::E4M3).find("c = a . b^T"), std::string::npos);
+  EXPECT_NE(message(16, 16, 16, false, true, GemmType::BF16).find("two FP8 operands"), std::string::npos);
+}
+
+TEST(CudaFlashAttentionArguments, HeadDimBeyondTheKernelsIsAnError) {
+  const FlashAttentionShape s{1, 4, 4, 2, 2, 512, 1024, 1024, 1024, 1024};
+  try {
+    flash_attention_forward(static_cast<float*>(nullptr), nullptr, static_cast<const float*>(nullptr), nullptr,
+                            nullptr, s, AttentionVisibility{});
+    FAIL() << "no error for head_dim 512";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head_dim 512 is outside [1, 256]"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
