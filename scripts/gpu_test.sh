@@ -16,13 +16,13 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 if [ -f .gpu-bundle/payload.tar.xz ]; then
   work=/tmp/loom-gpu
   rm -rf "$work" && mkdir -p "$work" && tar -C "$work" -xJf .gpu-bundle/payload.tar.xz
-  bin="$work/bin" test_bin="$work/bin/test_cuda"
+  bin="$work/bin" tests="$work/bin"
   libs="$work/lib"
 else
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON >/dev/null &&
-    cmake --build build-gpu -j"$(nproc)" --target test_cuda loom_bench_gemm_cuda loom_bench_flash_attention_cuda \
+    cmake --build build-gpu -j"$(nproc)" --target test_cuda test_nccl loom_bench_gemm_cuda loom_bench_flash_attention_cuda \
       >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
-  bin="$repo/build-gpu/bench" test_bin="$repo/build-gpu/test_cuda" libs=""
+  bin="$repo/build-gpu/bench" tests="$repo/build-gpu" libs=""
 fi
 # cuBLASLt and NCCL: the toolkit's, else the ones PyTorch's nvidia-* packages carry.
 extra=$(python3 - <<'PY' 2>/dev/null
@@ -41,13 +41,16 @@ print(":".join(sorted(found)))
 PY
 )
 export LD_LIBRARY_PATH="${libs:+$libs:}/usr/local/cuda/lib64${extra:+:$extra}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-for b in "$test_bin" "$bin"/loom_bench_*cuda; do ldd "$b" | grep "not found" && echo "missing libraries for $b"; done
+for b in "$tests"/test_cuda "$tests"/test_nccl "$bin"/loom_bench_*cuda; do ldd "$b" | grep "not found" && echo "missing libraries for $b"; done
 echo "== tests"
-timeout 200 "$test_bin" --gtest_output="xml:$out/test_cuda.xml" 2>&1 | tee "$out/test_cuda.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|error:|Expected|Which is|rel|  Actual" | head -80
+for t in test_cuda test_nccl; do
+  timeout 150 "$tests/$t" --gtest_output="xml:$out/$t.xml" 2>&1 | tee "$out/$t.log" |
+    grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|error:|Expected|Which is|rel|  Actual" | head -60
+done
 echo "== benchmarks"
 : >"$out/bench.txt"
 timeout 60 "$bin/loom_bench_gemm_cuda" 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
 timeout 60 python3 bench/cuda/torch_cuda_peer.py gemm 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
 timeout 120 "$bin/loom_bench_flash_attention_cuda" 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
 timeout 60 python3 bench/cuda/torch_cuda_peer.py attention 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
-python3 bench/cuda/gpu_table.py "$out/test_cuda.xml" "$out/bench.txt"
+python3 bench/cuda/gpu_table.py "$out/bench.txt" "$out/test_cuda.xml" "$out/test_nccl.xml"

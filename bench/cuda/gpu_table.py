@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The short table scripts/gpu_test.sh prints last: the GPU tests' counts (from gtest's XML) and,
 per operation and shape, loom's and PyTorch's milliseconds and TFLOP/s (from the RESULT lines of
-bench/cuda/*) with their ratio. Usage: gpu_table.py TEST_XML BENCH_TXT"""
+bench/cuda/*) with their ratio. Usage: gpu_table.py BENCH_TXT TEST_XML..."""
 import sys
 import xml.etree.ElementTree as ET
 
@@ -10,11 +10,12 @@ def tests(path):
     try:
         root = ET.parse(path).getroot()
     except (OSError, ET.ParseError) as e:
-        return f"tests: no result file ({e})"
+        return f"{path}: no result ({e})"
     cases = root.findall(".//testcase")
     failed = [c for c in cases if c.find("failure") is not None]
     skipped = [c for c in cases if c.get("result") == "skipped" or c.find("skipped") is not None]
-    lines = [f"tests: {len(cases)} run, {len(cases) - len(failed) - len(skipped)} passed, {len(failed)} failed, "
+    name = path.rsplit("/", 1)[-1].removesuffix(".xml")
+    lines = [f"{name}: {len(cases)} run, {len(cases) - len(failed) - len(skipped)} passed, {len(failed)} failed, "
              f"{len(skipped)} skipped"]
     lines += [f"  FAILED {c.get('classname')}.{c.get('name')}" for c in failed]
     return "\n".join(lines)
@@ -42,5 +43,6 @@ def bench(path):
 
 
 if __name__ == "__main__":
-    print(tests(sys.argv[1]))
-    print(bench(sys.argv[2]))
+    for xml in sys.argv[2:]:
+        print(tests(xml))
+    print(bench(sys.argv[1]))

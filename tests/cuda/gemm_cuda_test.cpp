@@ -1,5 +1,5 @@
 // cuBLASLt products against the CPU and against fp64: the fp32 entries (gemm in all four
-// transposes, accumulating or not, k = 0; the linear layer forward and backward with bias) within
+// transposes, accumulating or not; the linear layer forward and backward with bias) within
 // 1e-5 of the CPU's; bf16 operands with fp32 accumulation within 1e-2 of the fp64 product of the
 // fp32 inputs; FP8 with per-tensor scales (E4M3 x E4M3, E4M3 x E5M2) and with 1 x 128 / 128 x 128
 // block scales within 1e-3 of the fp64 product of the quantised operands (loom::precision's
@@ -59,7 +59,7 @@ class CudaGemm : public ::testing::Test {
 
 TEST_F(CudaGemm, Fp32GemmInEveryTransposeMatchesTheCpu) {
   const Device gpu = Device::cuda(0);
-  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {37, 53, 71}, {5, 7, 0}, {512, 768, 256}}) {
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {37, 53, 71}, {512, 768, 256}}) {
     for (int t = 0; t < 8; ++t) {
       const bool ta = t & 1, tb = t & 2, accumulate = t & 4;
       const std::vector<float> a = random_values(seed_ + t, m * k, 1.0f), b = random_values(seed_ + 10 + t, n * k, 1.0f),

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "cuda_test_util.h"
+#include "../cuda/cuda_test_util.h"
 #include "loom/comm/nccl/communicator.h"
 
 namespace loom::comm {
