@@ -6,7 +6,7 @@
 # table last. Binaries come from .gpu-bundle/ (scripts/gpu_bundle.sh, made on a build machine)
 # when it is there, else they are built here (which needs the build's Debian packages). Logs and
 # results go to $OUT (the device tool's folder that comes back) or /tmp/loom-gpu-out. The steps'
-# timeouts add up to about 8 minutes, inside one 10-minute device command.
+# timeouts add up to about 8 minutes, inside one 10-minute device command (give it timeout_s 600).
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -44,13 +44,23 @@ export LD_LIBRARY_PATH="${libs:+$libs:}/usr/local/cuda/lib64${extra:+:$extra}${L
 for b in "$tests"/test_cuda "$tests"/test_nccl "$bin"/loom_bench_*cuda; do ldd "$b" | grep "not found" && echo "missing libraries for $b"; done
 echo "== tests"
 for t in test_cuda test_nccl; do
-  timeout 150 "$tests/$t" --gtest_output="xml:$out/$t.xml" 2>&1 | tee "$out/$t.log" |
+  timeout "$([ $t = test_cuda ] && echo 120 || echo 60)" "$tests/$t" --gtest_output="xml:$out/$t.xml" 2>&1 | tee "$out/$t.log" |
     grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|error:|Expected|Which is|rel|  Actual" | head -60
 done
+# The hand-written kernels once more under compute-sanitizer's memcheck, on the tests' small
+# shapes (out-of-bounds and misaligned accesses; it works on the Firecracker machines).
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if [ -n "$sanitizer" ]; then
+  echo "== memcheck"
+  timeout 60 "$sanitizer" --tool memcheck --print-limit 5 "$tests/test_cuda" \
+    --gtest_filter='*one_token*:*key_block*:*documents_d128*:*Mx*:*Blockwise*:*LayerNorm*:*Rope*:*Embedding*:*Linear*' \
+    >"$out/memcheck.log" 2>&1
+  grep -E "ERROR SUMMARY|Invalid|PASSED|FAILED" "$out/memcheck.log" | head -12
+fi
 echo "== benchmarks"
 : >"$out/bench.txt"
-timeout 60 "$bin/loom_bench_gemm_cuda" 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
-timeout 60 python3 bench/cuda/torch_cuda_peer.py gemm 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
-timeout 120 "$bin/loom_bench_flash_attention_cuda" 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
+timeout 45 "$bin/loom_bench_gemm_cuda" 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
+timeout 45 python3 bench/cuda/torch_cuda_peer.py gemm 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
+timeout 90 "$bin/loom_bench_flash_attention_cuda" 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
 timeout 60 python3 bench/cuda/torch_cuda_peer.py attention 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
 python3 bench/cuda/gpu_table.py "$out/bench.txt" "$out/test_cuda.xml" "$out/test_nccl.xml"

@@ -94,14 +94,15 @@ struct Context {
 };
 
 Context& context() {
-  static std::array<std::unique_ptr<Context>, kMaxDevices> contexts;
+  // Never destroyed: at exit the CUDA runtime and cuBLASLt may already be gone.
+  static auto* contexts = new std::array<std::unique_ptr<Context>, kMaxDevices>();
   static std::mutex mutex;
   int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   LOOM_CHECK(device < kMaxDevices, "cuBLASLt: device " + std::to_string(device) + " beyond the supported " +
                                        std::to_string(kMaxDevices));
   std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = contexts[static_cast<size_t>(device)];
+  auto& slot = (*contexts)[static_cast<size_t>(device)];
   if (!slot) {
     auto made = std::make_unique<Context>();
     check_lt(cublasLtCreate(&made->handle), "cublasLtCreate");
