@@ -11,11 +11,12 @@ namespace {
 
 constexpr int32_t kIgnore = -1;  // kernels::kIgnoreIndex
 
-// What the host reads back after a loss: the sum and the first bad target (if any).
+// What the host reads back after a loss: the sum and the first bad target (if any), as
+// (row << 32 | target bits) so one atomicMin keeps the smallest row with its own target.
+constexpr unsigned long long kNoBadTarget = ~0ull;
 struct LossResult {
   double total;
-  int64_t bad_row;  // -1 when every target is valid
-  int32_t bad_target;
+  unsigned long long bad;  // kNoBadTarget when every target is valid
 };
 
 __global__ void check_targets_kernel(const int32_t* targets, int64_t rows, int64_t vocab, LossResult* result) {
@@ -23,8 +24,7 @@ __global__ void check_targets_kernel(const int32_t* targets, int64_t rows, int64
     const int32_t t = targets[r];
     if (t != kIgnore && (t < 0 || t >= vocab)) {
       // The smallest bad row wins, so the message names the first one as the CPU's does.
-      const unsigned long long row = static_cast<unsigned long long>(r);
-      if (atomicMin(reinterpret_cast<unsigned long long*>(&result->bad_row), row) > row) result->bad_target = t;
+      atomicMin(&result->bad, (static_cast<unsigned long long>(r) << 32) | static_cast<uint32_t>(t));
     }
   }
 }
@@ -42,7 +42,7 @@ __device__ void write_gradient(float* z, int64_t vocab, float m, float sum, int6
 __global__ void cross_entropy_kernel(float* logits, float* losses, const int32_t* targets, int64_t vocab,
                                      float grad_scale, const LossResult* result) {
   __shared__ float shared[kThreads / 32];
-  if (result->bad_row != -1) return;  // a bad target: nothing is touched
+  if (result->bad != kNoBadTarget) return;  // a bad target: nothing is touched
   float* z = logits + blockIdx.x * vocab;
   const int32_t target = targets[blockIdx.x];
   if (target == kIgnore) {
@@ -128,7 +128,7 @@ class ResultSlot {
  public:
   explicit ResultSlot(cudaStream_t stream) : stream_(stream) {
     check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&device_), sizeof(LossResult), stream), "cudaMallocAsync");
-    const LossResult init{0.0, -1, 0};
+    const LossResult init{0.0, kNoBadTarget};
     check_cuda(cudaMemcpyAsync(device_, &init, sizeof init, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
   }
   ~ResultSlot() { cudaFreeAsync(device_, stream_); }
@@ -159,9 +159,9 @@ double softmax_cross_entropy(float* logits, float* losses, const int32_t* target
   sum_losses_kernel<<<1, kThreads, 0, stream>>>(losses, rows, slot.device());
   check_launch("sum_losses_kernel");
   const LossResult result = slot.read();
-  LOOM_CHECK(result.bad_row == -1, "cross-entropy: target id " + std::to_string(result.bad_target) +
-                                       " (row " + std::to_string(result.bad_row) +
-                                       ") is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  LOOM_CHECK(result.bad == kNoBadTarget,
+             "cross-entropy: target id " + std::to_string(static_cast<int32_t>(result.bad & 0xffffffffu)) + " (row " +
+                 std::to_string(result.bad >> 32) + ") is outside the vocabulary [0, " + std::to_string(vocab) + ")");
   return result.total;
 }
 
