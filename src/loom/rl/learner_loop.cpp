@@ -3,21 +3,15 @@
 #include <memory>
 #include <ostream>
 
-#include "loom/core/error.h"
-#include "loom/rl/communication.h"
-#include "loom/rl/learner_client.h"
 #include "loom/ckpt/checkpoint_root.h"
+#include "loom/rl/communication.h"
+#include "loom/rl/grpo_learner.h"
+#include "loom/rl/learner_client.h"
 #include "loom/train/model_setup.h"
 #include "loom/train/run_ranks.h"
 
-#if __has_include("loom/rl/grpo_learner.h")
-#include "loom/rl/grpo_learner.h"
-#define LOOM_HAS_GRPO_LEARNER 1
-#endif
-
 namespace loom::rl {
 
-#ifdef LOOM_HAS_GRPO_LEARNER
 void run_learner(const config::RunConfig& config, const std::string& grpo_dir, std::ostream& out) {
   train::run_on_ranks(config, out, [&](comm::Communicator& world) {
     GrpoLearner learner(config, world, out);
@@ -40,10 +34,5 @@ void run_learner(const config::RunConfig& config, const std::string& grpo_dir, s
     return train::TrainSummary{};
   });
 }
-#else
-void run_learner(const config::RunConfig&, const std::string&, std::ostream&) {
-  throw Error("loom grpo --role learner: this build has no GRPO learner (rl/grpo_learner.h)");
-}
-#endif
 
 }  // namespace loom::rl
