@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "ckpt_test_util.h"
+#include "loom/core/error.h"
 
 namespace loom::ckpt {
 namespace {
@@ -64,6 +65,40 @@ TEST(ParameterDigest, ChangesWithAnyParameterByteNameOrShape) {
   reshaped[0].shape = {4, 11};  // same bytes, other shape
   save_checkpoint(shape_dir.str(), 1, test::refs_of(reshaped), json::object(), "", 0);
   EXPECT_NE(base, parameter_digest(shape_dir.str()));
+}
+
+// The digest of shards held in memory (a serving engine's ranks) equals the checkpoint's; a
+// changed byte changes it; shards that leave a gap or overlap are errors naming the tensor.
+TEST(ParameterDigest, OfShardsInMemoryEqualsTheCheckpoints) {
+  TempDir dir;
+  auto params = parameters();
+  HostTensor moment("optim.exp_avg.model.norm.weight", {4}, DType::F32, 10);
+  auto refs = test::refs_of(params);
+  refs.push_back(moment.ref());
+  save_checkpoint(dir.str(), 1, refs, json::object(), "", 0);
+  const HostTensor& emb = params[0];
+  auto shard = [&](int64_t first, int64_t rows) {
+    return TensorRef{emb.name, emb.shape, emb.dtype, emb.bytes.data() + first * 4 * 4, {{first, rows}, {0, 4}}};
+  };
+  std::vector<TensorRef> held = {params[1].ref(), moment.ref(), shard(6, 5), params[2].ref(), shard(0, 6)};
+  EXPECT_EQ(parameter_digest(held), parameter_digest(dir.str()));
+
+  auto changed = parameters();
+  changed[2].bytes[7] ^= std::byte{1};
+  EXPECT_NE(parameter_digest(test::refs_of(changed)), parameter_digest(dir.str()));
+
+  auto error_of = [](const std::vector<TensorRef>& shards) -> std::string {
+    try {
+      parameter_digest(shards);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const std::string gap = error_of({params[1].ref(), params[2].ref(), shard(0, 6)});
+  EXPECT_NE(gap.find("model.embed_tokens.weight cover 24 of its 44 elements"), std::string::npos) << gap;
+  const std::string overlap = error_of({params[1].ref(), params[2].ref(), shard(0, 6), shard(5, 6)});
+  EXPECT_NE(overlap.find("two shards of model.embed_tokens.weight overlap"), std::string::npos) << overlap;
 }
 
 }  // namespace

@@ -2,8 +2,11 @@
 // prefill, prefix sharing, n samples and tensor parallelism change nothing in the output.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "engine_support.h"
 #include "loom/ckpt/checkpoint.h"
+#include "loom/ckpt/digest.h"
 #include "loom/config/run_config.h"
 #include "loom/kernels/types.h"
 #include "loom/train/model_setup.h"
@@ -110,6 +113,24 @@ TEST_P(EngineTest, TensorParallelEqualsOneRank) {
     for (int k = 0; k < 2; ++k) expect_same(got[i][k], expected[i][k], "prompt " + std::to_string(i));
   }
   EXPECT_EQ(two.blocks().used_blocks(), 0);
+}
+
+// The weights an engine holds, gathered over its tensor-parallel ranks, have the digest of the
+// checkpoint they were loaded from (what a trainer checks after a refit).
+TEST_P(EngineTest, WeightsDigestIsTheCheckpointsAtEveryTp) {
+  const std::string ckpt = checkpoint_of(GetParam());
+  const std::string expected = ckpt::parameter_digest(ckpt);
+  for (int tp : {1, 2}) {
+    EngineOptions options;
+    options.tp = tp;
+    Engine engine(ckpt, options);
+    std::thread loop([&] { engine.run(); });
+    const auto [digest, version] = engine.weights_digest();
+    engine.stop(true);
+    loop.join();
+    EXPECT_EQ(digest, expected) << "tp " << tp;
+    EXPECT_FALSE(version.empty());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, EngineTest, ::testing::Values("llama", "gpt2"));

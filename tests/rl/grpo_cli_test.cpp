@@ -86,5 +86,34 @@ TEST(GrpoCli, RunsEveryStepAndSurvivesKilledRoles) {
   EXPECT_NE(learner_log.find("training finished on attempt 2"), std::string::npos) << learner_log;
 }
 
+// Refit from a tp 2 x pp 2 learner to a tp 1 worker: with grpo.verify_refit the worker's weights
+// digest equals the learner's checkpoint's after every step (a mismatch would stop the run).
+TEST(GrpoCli, RefitGivesTheWorkersTheLearnersWeightsBitForBit) {
+  const std::string root = train::testing::make_training_root("rl-grpo-refit");
+  const std::string model =
+      "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: swiglu,\n"
+      "        positions: rope, tied_embeddings: false, max_seq_len: 128}\n";
+  train::testing::train_run(root, "tiny", model + "train: {steps: 2, global_batch: 4, micro_batch: 4, seed: 7}\n" +
+                                              train::testing::data_section(root), {});
+  const std::string run_dir = root + "/grpo";
+  std::ofstream(root + "/grpo.yaml") << "run: {dir: " << run_dir << "}\n" << model
+                                     << "data: {tokenizer: byte, seq_len: 128}\noptim: {lr: 1.0e-2, warmup_steps: 0}\n"
+                                        "train: {steps: 2, global_batch: 4, micro_batch: 2, seed: 7, init_from: "
+                                     << root << "/tiny/checkpoints}\nruntime: {ranks: 4}\nparallel: {tp: 2, pp: 2}\n"
+                                        "grpo: {environment: arithmetic, task_digits: 1, samples_per_prompt: 2, prompts_per_step: 2,\n"
+                                        "       max_tokens: 4, worker_kv_cache_mb: 4, verify_refit: true}\n";
+  const int status = std::system((std::string(LOOM_BINARY) + " grpo " + root + "/grpo.yaml > " + root + "/grpo.log 2>&1").c_str());
+  const std::string log = read_file(root + "/grpo.log");
+  ASSERT_EQ(status, 0) << log;
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  int rows = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    ++rows;
+    EXPECT_EQ(json::parse(line).value("refit_verified_workers", -1), 1) << line;
+  }
+  EXPECT_EQ(rows, 2) << log;
+}
+
 }  // namespace
 }  // namespace loom::rl

@@ -57,6 +57,7 @@ std::vector<Key<GrpoConfig>> grpo_keys() {
       field("rollout_threads", &GrpoConfig::rollout_threads, at_least(0)),
       field("max_staleness", &GrpoConfig::max_staleness, at_least(0)),
       field("inflight_updates", &GrpoConfig::inflight_updates, one_of({"continue", "wait"})),
+      field("verify_refit", &GrpoConfig::verify_refit),
       field("episode_failure", &GrpoConfig::episode_failure, one_of({"retry", "drop"})),
       field("episode_retries", &GrpoConfig::episode_retries, at_least(0)),
       field("generation_timeout_s", &GrpoConfig::generation_timeout_s, greater_than(0)),

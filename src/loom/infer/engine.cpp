@@ -154,6 +154,35 @@ void Engine::apply_pending_load() {
   loaded_.notify_all();
 }
 
+std::pair<std::string, std::string> Engine::weights_digest() {
+  std::unique_lock lock(mutex_);
+  const uint64_t ticket = ++digests_requested_;
+  wake_.notify_all();
+  loaded_.wait(lock, [&] { return digests_done_ >= ticket; });
+  if (!digest_error_.empty()) throw Error(digest_error_);
+  return {digest_, weight_version_};
+}
+
+void Engine::apply_pending_digest() {
+  {
+    std::lock_guard lock(mutex_);
+    if (digests_done_ == digests_requested_) return;
+  }
+  std::string digest, error;
+  try {
+    digest = runner_->parameter_digest();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  {
+    std::lock_guard lock(mutex_);
+    digest_ = digest;
+    digest_error_ = error;
+    digests_done_ = digests_requested_;
+  }
+  loaded_.notify_all();
+}
+
 void Engine::run() {
   for (;;) {
     {

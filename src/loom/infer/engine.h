@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/data/tokenizer.h"
@@ -64,6 +65,10 @@ class Engine {
   // Loads new weights between two steps (thread-safe; blocks until done). Queued and running
   // requests continue; cached prompt prefixes are forgotten. Returns the new weight version.
   std::string load_weights(const std::string& checkpoint, const std::string& version);
+  // The digest of the weights the engine now holds (ckpt::parameter_digest over every rank's
+  // shards: equal to `loom ckpt digest` of the checkpoint they came from) and their version,
+  // taken between two steps (thread-safe; blocks until done).
+  std::pair<std::string, std::string> weights_digest();
 
   EngineMetrics& metrics() { return metrics_; }
   int64_t queued() const;
@@ -93,6 +98,7 @@ class Engine {
   };
 
   void apply_pending_load();
+  void apply_pending_digest();
   void admit();
   bool build_batch(model::PagedBatch& batch, std::vector<Sample*>& rows_of, std::vector<int64_t>& taken);
   void ensure_blocks(Sample& sample, int64_t positions);
@@ -114,12 +120,14 @@ class Engine {
   BlockManager blocks_;
   EngineMetrics metrics_;
 
-  mutable std::mutex mutex_;  // guards waiting_, pending load, stop flags, weight_version_
+  mutable std::mutex mutex_;  // guards waiting_, pending load and digest, stop flags, weight_version_
   std::condition_variable wake_, loaded_;
   std::list<std::unique_ptr<Request>> waiting_;
   std::list<std::unique_ptr<Request>> running_;  // engine thread only
   std::string pending_load_, pending_version_, load_error_, weight_version_;
   uint64_t loads_requested_ = 0, loads_done_ = 0;
+  std::string digest_, digest_error_;
+  uint64_t digests_requested_ = 0, digests_done_ = 0;
   bool stop_ = false, drain_ = true;
   std::atomic<int64_t> next_id_{0}, running_samples_{0};
 };

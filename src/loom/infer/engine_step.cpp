@@ -8,6 +8,7 @@ namespace loom::infer {
 
 bool Engine::step() {
   apply_pending_load();
+  apply_pending_digest();
   drop_finished();
   admit();
   metrics_.kv_blocks_in_use = blocks_.used_blocks();

@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "loom/comm/launch.h"
+#include "loom/ckpt/digest.h"
 #include "loom/core/error.h"
 #include "loom/train/model_setup.h"
+#include "loom/train/sharded_training_state.h"
 
 namespace loom::infer {
 
@@ -142,6 +146,21 @@ void ModelRunner::copy_block(int32_t from, int32_t to) {
 
 void ModelRunner::load(const ckpt::LoadedCheckpoint& checkpoint) {
   run([&](Rank& rank) { train::load_parameters(checkpoint, rank.model); });
+}
+
+std::string ModelRunner::parameter_digest() {
+  std::mutex refs_mutex;
+  std::vector<ckpt::TensorRef> refs;
+  run([&](Rank& rank) {
+    const model::ParameterStore& params = rank.model.params();
+    std::lock_guard lock(refs_mutex);
+    for (size_t id = 0; id < params.list().size(); ++id) {
+      const model::Parameter& p = params.list()[id];
+      if (!p.shard.counts_in_norm) continue;  // a copy another rank holds too
+      refs.push_back({p.name, p.global_shape(), DType::F32, params.value(static_cast<int>(id)), train::parameter_slice(p)});
+    }
+  });
+  return ckpt::parameter_digest(refs);
 }
 
 }  // namespace loom::infer

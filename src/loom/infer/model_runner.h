@@ -36,6 +36,8 @@ class ModelRunner {
   void copy_block(int32_t from, int32_t to);
   // New weights, every rank its slice (the model's config must match).
   void load(const ckpt::LoadedCheckpoint& checkpoint);
+  // ckpt::parameter_digest of the weights the ranks hold together (each parameter once).
+  std::string parameter_digest();
 
  private:
   struct Rank {

@@ -112,6 +112,14 @@ void Server::routes() {
       send_json(res, 200, {{"weight_version", engine_.load_weights(body["path"].get<std::string>(), version)}});
     });
   });
+  // The digest of the weights being served (as `loom ckpt digest` prints it): what a trainer
+  // compares with its own after a refit.
+  s.Get("/weights_digest", [this](const httplib::Request&, httplib::Response& res) {
+    answer(res, bad_requests_, [&] {
+      const auto [digest, version] = engine_.weights_digest();
+      send_json(res, 200, {{"digest", digest}, {"weight_version", version}});
+    });
+  });
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     const std::string message = res.status == 404 ? "no route " + req.method + " " + req.path : "request failed";

@@ -128,13 +128,22 @@ json Controller::step_done(const json& body) {
   if (body.contains("metrics") && body["metrics"].is_object()) learner.metrics = body["metrics"];
   // The refit: in `wait` mode the groups being generated finish on the old weights first.
   const auto refit_start = Clock::now();
+  int refit_verified = 0;
   {
     std::unique_lock<std::shared_mutex> hold(refit_lock_, std::defer_lock);
     if (config_.grpo.inflight_updates == "wait") hold.lock();
-    roles_->refit(body["checkpoint"].get<std::string>(), step + 1);
+    try {
+      refit_verified = roles_->refit(body["checkpoint"].get<std::string>(), step + 1);
+    } catch (const Error& e) {  // a worker's weights differ from the learner's: the run stops
+      std::lock_guard<std::mutex> lock(fatal_mutex_);
+      fatal_ = e.what();
+      stopping_ = true;
+      throw;
+    }
   }
   json row = metrics_.row(batch, learner, buffer_.evicted_total(), roles_->restarts(), step + 1);
   row["refit_s"] = std::chrono::duration<double>(Clock::now() - refit_start).count();
+  if (config_.grpo.verify_refit) row["refit_verified_workers"] = refit_verified;
   writer_->write(row);
   write_roles_file();
   steps_done_ = step + 1;

@@ -2,9 +2,11 @@
 
 #include <chrono>
 #include <filesystem>
+#include <mutex>
 #include <ostream>
 #include <thread>
 
+#include "loom/ckpt/digest.h"
 #include "loom/core/error.h"
 #include "loom/rl/http_json.h"
 
@@ -139,7 +141,7 @@ int64_t Roles::version() const {
   return version_;
 }
 
-void Roles::refit(const std::string& checkpoint, int64_t version) {
+int Roles::refit(const std::string& checkpoint, int64_t version) {
   // An asynchronous save renames its directory into place once complete: wait for it.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(config_.grpo.generation_timeout_s);
   while (!std::filesystem::exists(checkpoint)) {
@@ -154,21 +156,41 @@ void Roles::refit(const std::string& checkpoint, int64_t version) {
     checkpoint_ = checkpoint;  // a worker restarted from now on starts from these weights
     for (const Role& r : workers_) urls.push_back(r.url);
   }
+  const std::string expected = config_.grpo.verify_refit ? ckpt::parameter_digest(checkpoint) : "";
+  std::mutex checked_mutex;
+  std::vector<std::string> mismatches;
+  int verified = 0;
   std::vector<std::thread> threads;
   for (const std::string& url : urls) {
     threads.emplace_back([&, url] {
       try {
         post_ok(url, "/load_weights", {{"path", checkpoint}, {"version", "step-" + std::to_string(version)}},
                 config_.grpo.generation_timeout_s);
+        if (expected.empty()) return;
+        const JsonReply reply = get_json(url, "/weights_digest", config_.grpo.generation_timeout_s);
+        if (reply.status != 200) throw HttpFailure(url + "/weights_digest: " + reply.error_message());
+        const std::string held = reply.body.value("digest", "");
+        std::lock_guard<std::mutex> lock(checked_mutex);
+        if (held == expected) {
+          ++verified;
+        } else {
+          mismatches.push_back("generation worker " + url + " holds weights of digest " + held);
+        }
       } catch (const HttpFailure&) {
         report_failure(FailedRole::Generation, url);  // restarted by check(), with these weights
       }
     });
   }
   for (auto& t : threads) t.join();
+  if (!mismatches.empty()) {
+    std::string message = "loom grpo: after the refit to " + checkpoint + " (digest " + expected + "):";
+    for (const std::string& m : mismatches) message += "\n  " + m;
+    throw Error(message);
+  }
   // Only now may rollouts count on the new version (reservations are made with it).
   std::lock_guard<std::mutex> lock(mutex_);
   version_ = version;
+  return verified;
 }
 
 nlohmann::json Roles::addresses() const {

@@ -45,8 +45,11 @@ class Roles {
   void check(std::ostream& log);
   int64_t restarts() const;
 
-  // Every worker loads `checkpoint` as weight version `version` (in parallel).
-  void refit(const std::string& checkpoint, int64_t version);
+  // Every worker loads `checkpoint` as weight version `version` (in parallel). With
+  // grpo.verify_refit each worker then reports the digest of the weights it holds
+  // (GET /weights_digest), which must equal the checkpoint's (`loom ckpt digest`): a worker that
+  // differs is an Error naming it. Returns the number of workers verified.
+  int refit(const std::string& checkpoint, int64_t version);
   int64_t version() const;
 
   nlohmann::json addresses() const;  // {"environments": [...], "generation_workers": [...]}
