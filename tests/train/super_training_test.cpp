@@ -1,8 +1,9 @@
 // The layout invariant for Nemotron 3 Super's mix: Mamba-2, attention and latent squared-ReLU
 // MoE layers with two multi-token prediction depths. Tensor parallelism, two pipeline stages that
 // each hold two layer kinds (the MTP depths on the last), expert parallelism and ZeRO-1 each
-// compute the same function as one rank for 20 steps (losses and MTP losses per step, final
-// parameters; fp32, relative 1e-5), and a checkpoint saved at one layout continues at another.
+// compute the same function as one rank for 20 steps (losses and MTP losses per step: fp32,
+// relative 1e-5; final parameters and Adam moments: relative 5e-5, see kStateTolerance), and a
+// checkpoint saved at one layout continues at another.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -21,6 +22,20 @@ const char* kSuper =
     "        moe_experts: 4, moe_top_k: 2, moe_ffn_size: 24, moe_latent_size: 16, moe_shared_ffn_size: 24,\n"
     "        mamba: {state_size: 8, heads: 4, head_dim: 8, groups: 2, conv_kernel: 4, chunk_size: 6}}\n"
     "parallel: {pipeline_partition: even}\n";
+
+// The final state after 20 Adam steps: tensor parallelism's row-parallel sums (the shared
+// expert's down_proj, the MTP blocks' o_proj) reassociate, and Adam turns the last-bit
+// differences of near-zero gradients into lr-sized steps; measured up to 2.7e-5 (tp 2 + sp,
+// the shared expert of layer 3), ep and pp within 1e-5. The per-step losses stay within 1e-5.
+constexpr double kStateTolerance = 5e-5;
+
+double state_difference(const std::string& root, const std::string& a, const std::string& b) {
+  return testing::checkpoint_difference(
+      root, a, b, [](const ckpt::LoadedCheckpoint& c) { return c.names(); },
+      [](const std::string& name, double difference) {
+        if (difference > kStateTolerance) ADD_FAILURE() << name << ": relative difference " << difference;
+      });
+}
 
 class SuperTraining : public ::testing::Test {
  protected:
@@ -63,7 +78,7 @@ TEST_F(SuperTraining, LayoutsComputeTheSameFunctionAsOneRank) {
     const std::vector<nlohmann::json> other = train(name, overrides);
     testing::expect_same_losses(losses, testing::losses_of(other));
     testing::expect_same_losses(mtp, field(other, "mtp_loss"));
-    EXPECT_LE(testing::state_difference(root_, "one", name), 1e-5);
+    EXPECT_LE(state_difference(root_, "one", name), kStateTolerance);
   }
 }
 

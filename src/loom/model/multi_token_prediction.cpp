@@ -9,6 +9,13 @@ namespace loom::model {
 
 namespace {
 std::string depth_prefix(int depth) { return "mtp.layers." + std::to_string(depth - 1); }
+
+// A replicated weight whose gradient every rank computes whole (from all rows).
+ShardSpec identical_copies(const TensorParallel& tp) {
+  ShardSpec spec = tp.replicated();
+  spec.grad_sync = TpGradSync::None;
+  return spec;
+}
 }  // namespace
 
 LayerSpec mtp_block_spec(const config::ModelConfig& config) {
@@ -23,7 +30,7 @@ LayerSpec mtp_block_spec(const config::ModelConfig& config) {
 int64_t MtpDepth::Saved::bytes() const {
   auto b = [](const Buffer& x) { return static_cast<int64_t>(x.size() * sizeof(float)); };
   auto n = [&](const Norm::Saved& x) { return b(x.out) + b(x.mean) + b(x.rstd); };
-  return n(enorm) + n(hnorm) + n(final_norm) + b(embedded) + b(combined) + b(block_in) + b(hidden) +
+  return n(enorm) + n(hnorm) + n(final_norm) + b(embedded) + b(combined) + b(combined_all) + b(block_in) + b(hidden) +
          b(head_input) + b(logits) +
          static_cast<int64_t>((tokens.size() + targets.size()) * sizeof(int32_t));
 }
@@ -36,7 +43,7 @@ MtpDepth::MtpDepth(ParameterStore& store, const TensorParallel& tp, int depth, c
       hnorm_(store, depth_prefix(depth) + ".hnorm", config.d_model, config.norm == config::Norm::Layer,
              static_cast<float>(config.norm_eps), tp.replicated()),
       eh_proj_(store.add(depth_prefix(depth) + ".eh_proj.weight", {config.d_model, 2 * config.d_model}, Init::Normal,
-                         static_cast<float>(config.init_std), tp.replicated())),
+                         static_cast<float>(config.init_std), identical_copies(tp))),
       block_(store, tp, config.layers + depth - 1, config, mtp_block_spec(config), rope, experts,
              depth_prefix(depth)) {}
 
@@ -65,7 +72,16 @@ void MtpDepth::forward(Saved& saved, Block::Saved& block_saved, const float* h_p
     std::copy_n(saved.hnorm.out.data() + r * C, C, combined + r * 2 * C + C);
   }
   float* block_in = sized(saved.block_in, local * C);
-  kernels::linear_forward(store_->device(), block_in, combined, store_->value(eh_proj_), nullptr, local, 2 * C, C);
+  if (tp_->sequence_parallel()) {
+    // All rows through one GEMM; this rank keeps its own.
+    const int64_t rows = batch * seq, first = tp_->first_local_row(rows);
+    const float* all = tp_->enter_forward(combined, rows, 2 * C, saved.combined_all);
+    float* out = sized(out_all_, rows * C);
+    kernels::linear_forward(store_->device(), out, all, store_->value(eh_proj_), nullptr, rows, 2 * C, C);
+    std::copy_n(out + first * C, local * C, block_in);
+  } else {
+    kernels::linear_forward(store_->device(), block_in, combined, store_->value(eh_proj_), nullptr, local, 2 * C, C);
+  }
   block_.forward(block_saved, block_in, sized(saved.hidden, local * C), batch, seq, packing, scratch);
 }
 
@@ -76,8 +92,18 @@ void MtpDepth::backward(float* d_hidden, float* d_prev, float* d_embedded, const
   // d_hidden becomes d(loss)/d(block_in).
   block_.backward(d_hidden, saved.block_in.data(), block_saved, work, batch, seq, packing, scratch);
   float* d_combined = zeroed(d_combined_, local * 2 * C);
-  kernels::linear_backward(store_->device(), d_combined, store_->grad(eh_proj_), nullptr, d_hidden,
-                           saved.combined.data(), store_->value(eh_proj_), local, 2 * C, C);
+  const float* weight = store_->value(eh_proj_);
+  if (tp_->sequence_parallel()) {
+    // The weight's gradient over all rows (every rank the same); the input's for this rank's.
+    const float* d_all = tp_->exit_backward(d_hidden, batch * seq, C, d_out_all_);
+    kernels::linear_backward(store_->device(), nullptr, store_->grad(eh_proj_), nullptr, d_all,
+                             saved.combined_all.data(), weight, batch * seq, 2 * C, C);
+    kernels::linear_backward(store_->device(), d_combined, nullptr, nullptr, d_hidden, saved.combined.data(), weight,
+                             local, 2 * C, C);
+  } else {
+    kernels::linear_backward(store_->device(), d_combined, store_->grad(eh_proj_), nullptr, d_hidden,
+                             saved.combined.data(), weight, local, 2 * C, C);
+  }
   // The two halves of each row, each contiguous for its norm's backward.
   float* d_half = sized(d_half_, local * C);
   for (int64_t r = 0; r < local; ++r) std::copy_n(d_combined + r * 2 * C, C, d_half + r * C);

@@ -8,9 +8,10 @@
 //
 // and the model's shared final norm and head turn h_k into the logits of token t + 1 + k (the
 // Transformer owns the embedding lookup and the head). Names: mtp.layers.{k-1}.{enorm, hnorm,
-// eh_proj}.weight and the block's own under mtp.layers.{k-1}. Every module here is replicated over
-// tensor-parallel ranks or split as the model's layers are; the combination runs on this rank's
-// rows (sequence parallel: its share).
+// eh_proj}.weight and the block's own under mtp.layers.{k-1}. The norms and eh_proj are replicated
+// over tensor-parallel ranks (the block is split as the model's layers are); the norms run on
+// this rank's rows (sequence parallel: its share), eh_proj on all rows gathered, so that its
+// weight gradient is one GEMM over every row, as on one rank.
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@ class MtpDepth {
     Norm::Saved enorm, hnorm;
     Buffer embedded;  // [local, C]: the shifted tokens' embeddings (the Transformer fills it)
     Buffer combined;  // [local, 2C]: enorm(e) | hnorm(h_{k-1})
+    Buffer combined_all;  // sequence parallel: every rank's rows of it (eh_proj's GEMM input)
     Buffer block_in;  // [local, C]: eh_proj's output
     Buffer hidden;    // [local, C]: h_k
     Block::Saved block;  // unused with recompute (the model's shared one)
@@ -67,7 +69,7 @@ class MtpDepth {
   Norm enorm_, hnorm_;
   int eh_proj_ = -1;
   Block block_;
-  mutable Buffer d_combined_, d_half_;
+  mutable Buffer d_combined_, d_half_, out_all_, d_out_all_;
 };
 
 // The layer spec of an MTP block (attention and the model's feed-forward).
