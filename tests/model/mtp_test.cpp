@@ -6,6 +6,7 @@
 #include "../gradient_check.h"
 #include "loom/core/philox.h"
 #include "loom/kernels/cpu/cross_entropy.h"
+#include "loom/model/flops.h"
 #include "loom/model/transformer.h"
 
 namespace loom::model {
@@ -156,6 +157,19 @@ TEST(Mtp, ZeroWeightLeavesTheMainModelAlone) {
     const Parameter& q = a.params().list()[a.params().find(p.name)];
     for (int64_t i = 0; i < p.numel; ++i) ASSERT_EQ(b.params().grads()[p.offset + i], a.params().grads()[q.offset + i]) << p.name;
   }
+}
+
+// FLOPs (MFU, the pipeline's head cost) count each depth: eh_proj, its block and the head again.
+TEST(Mtp, FlopsCountEveryDepth) {
+  config::ModelConfig with = llama_with_mtp(), without = with;
+  without.mtp_depths = 0;
+  const int64_t seq = 8;
+  const double C = with.d_model, head = 3.0 * 2.0 * C * with.vocab_size;
+  const double depth = head + 3.0 * 2.0 * 2.0 * C * C + layer_training_flops_per_token(with, mtp_block_spec(with), seq);
+  EXPECT_DOUBLE_EQ(head_training_flops_per_token(without, seq), head);
+  EXPECT_DOUBLE_EQ(head_training_flops_per_token(with, seq), head + 2.0 * depth);
+  const double total = Transformer(with).training_flops_per_token(seq);
+  EXPECT_NEAR(total - Transformer(without).training_flops_per_token(seq), 2.0 * depth, 1e-12 * total);
 }
 
 }  // namespace
