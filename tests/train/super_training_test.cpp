@@ -1,7 +1,7 @@
 // The layout invariant for Nemotron 3 Super's mix: Mamba-2, attention and latent squared-ReLU
 // MoE layers with two multi-token prediction depths. Tensor parallelism, two pipeline stages that
-// each hold two layer kinds (the MTP depths on the last), expert parallelism and ZeRO-1 each
-// compute the same function as one rank for 20 steps (losses and MTP losses per step: fp32,
+// each hold two layer kinds (the MTP depths on the last), expert parallelism with ZeRO-1, ZeRO-3
+// and recompute each compute the same function as one rank for 20 steps (losses and MTP losses per step: fp32,
 // relative 1e-5; final parameters and Adam moments: relative 5e-5, see kStateTolerance), and a
 // checkpoint saved at one layout continues at another.
 #include <gtest/gtest.h>
@@ -72,6 +72,8 @@ TEST_F(SuperTraining, LayoutsComputeTheSameFunctionAsOneRank) {
       {"tp2", {"runtime.ranks=2", "parallel.tp=2", "parallel.sequence_parallel=true"}},
       {"pp2", {"runtime.ranks=2", "parallel.pp=2"}},
       {"ep2", {"runtime.ranks=2", "parallel.ep=2", "parallel.zero=1"}},
+      {"dp2-zero3", {"runtime.ranks=2", "parallel.zero=3"}},
+      {"recompute", {"model.recompute=true"}},
   };
   for (const auto& [name, overrides] : layouts) {
     SCOPED_TRACE(name);

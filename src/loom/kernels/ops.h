@@ -129,6 +129,10 @@ void vocab_shard_exp_sums(Device device, const float* logits, const float* row_m
 double vocab_shard_finish(Device device, float* logits, float* losses, const float* row_max, const float* stats,
                           const int32_t* targets, int64_t rows, int64_t vocab_shard, int64_t first_id,
                           float grad_scale);
+// A per-token objective's gradient: row_scale[r] * (softmax - onehot) per row (cpu/vocab_parallel_cross_entropy.h).
+void vocab_shard_gradient(Device device, float* logits, const float* row_max, const float* stats,
+                          const int32_t* targets, int64_t rows, int64_t vocab_shard, int64_t first_id,
+                          const float* row_scale);
 
 // --- optimizer: fused AdamW, the sum of squares for global-norm clipping, scaling.
 void adamw_update(Device device, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,

@@ -228,6 +228,7 @@ void Transformer::embed_backward(const float* d_x, const int32_t* tokens, int64_
 }
 
 double Transformer::cross_entropy(float* logits, const int32_t* targets, int64_t rows, float grad_scale) {
+  if (objective_ != nullptr) return objective_loss(logits, targets, rows, grad_scale);
   float* losses = sized(losses_, rows);
   if (tp_.single())
     return kernels::softmax_cross_entropy(params_.device(), logits, losses, targets, rows, config_.vocab_size,
@@ -246,6 +247,32 @@ double Transformer::cross_entropy(float* logits, const int32_t* targets, int64_t
   tp_.all_reduce(stats, 2 * rows);
   return kernels::vocab_shard_finish(params_.device(), logits, losses, row_max, stats, targets, rows, vocab_local_,
                                      vocab_first_, grad_scale);
+}
+
+double Transformer::objective_loss(float* logits, const int32_t* targets, int64_t rows, float grad_scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    LOOM_CHECK(targets[r] == kernels::kIgnoreIndex || (targets[r] >= 0 && targets[r] < config_.vocab_size),
+               "objective: target id " + std::to_string(targets[r]) + " is outside the vocabulary [0, " +
+                   std::to_string(config_.vocab_size) + ")");
+  }
+  // The vocabulary-parallel passes (one rank: a single shard), then each row's log-probability.
+  const Device device = params_.device();
+  float* row_max = sized(ce_max_, rows);
+  kernels::vocab_shard_row_max(device, logits, rows, vocab_local_, row_max);
+  if (!tp_.single()) tp_.all_reduce_max(row_max, rows);
+  float* stats = sized(ce_stats_, 2 * rows);
+  kernels::vocab_shard_exp_sums(device, logits, row_max, targets, rows, vocab_local_, vocab_first_, stats);
+  if (!tp_.single()) tp_.all_reduce(stats, 2 * rows);
+  float* logp = sized(objective_logp_, rows);
+  kernels::vocab_shard_finish(device, logits, logp, row_max, stats, targets, rows, vocab_local_, vocab_first_, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) logp[r] = -logp[r];  // the loss -logp, negated
+  float* scale = sized(objective_scale_, rows);
+  const double loss_sum = objective_->evaluate(targets, logp, rows, scale);
+  if (grad_scale == 0.0f) return loss_sum;
+  // d(loss)/d(logits) = g (onehot - softmax) = (-g) (softmax - onehot).
+  for (int64_t r = 0; r < rows; ++r) scale[r] *= -grad_scale;
+  kernels::vocab_shard_gradient(device, logits, row_max, stats, targets, rows, vocab_local_, vocab_first_, scale);
+  return loss_sum;
 }
 
 double Transformer::head_forward(Activations& a, const int32_t* targets, int64_t rows, float grad_scale) {
@@ -332,7 +359,8 @@ double Transformer::forward_chunk(Activations& a, int chunk, const int32_t* inpu
   const int head_unit = config_.layers + 1;
   if (hooks_) hooks_->before_forward(head_unit);
   const double loss_sum = head_forward(a, targets, rows, grad_scale);
-  if (!mtp_.empty()) mtp_forward(a, inputs, targets, batch, seq, grad_scale, packing);
+  // A token objective (GRPO) trains the main model only: the depths predict nothing it scores.
+  if (!mtp_.empty() && objective_ == nullptr) mtp_forward(a, inputs, targets, batch, seq, grad_scale, packing);
   if (hooks_) hooks_->after_forward(head_unit);
   return loss_sum;
 }
@@ -353,7 +381,7 @@ void Transformer::backward_chunk(Activations& a, int chunk, const int32_t* input
     const int head_unit = config_.layers + 1;
     begin_unit(head_unit);
     head_backward(a, rows);
-    mtp_backward(a, batch, seq, packing);
+    if (objective_ == nullptr) mtp_backward(a, batch, seq, packing);
     finish_unit(head_unit);
   }
   float* d_x = a.d_x.data();  // d(loss)/d(chunk output), from the head or the next stage
