@@ -47,8 +47,24 @@ TEST(HybridConfig, InvalidPatternsAndSizesNameTheKey) {
   EXPECT_HAS(error_of(kHybrid, {"model.mamba={heads: 4, groups: 3}"}), "model.mamba.groups");
   EXPECT_HAS(error_of(kHybrid, {"model.mamba={head_dim: 0}"}), "model.mamba.head_dim");
   EXPECT_HAS(error_of(kHybrid, {"model.mamba={stat_size: 4}"}), "keys of model.mamba");
-  EXPECT_HAS(error_of(kHybrid, {"model.activation=relu2", "model.moe_experts=4"}), "relu2");
   EXPECT_HAS(error_of(kHybrid, {"parallel.cp=2", "runtime.ranks=2"}), "parallel.cp");
+  EXPECT_HAS(error_of(kHybrid, {"model.mtp_depths=-1"}), "model.mtp_depths");
+  EXPECT_HAS(error_of(kHybrid, {"model.mtp_loss_weight=-0.5"}), "model.mtp_loss_weight");
+}
+
+// Nemotron-H's latent MoE (squared-ReLU experts) and multi-token prediction are accepted; MTP
+// with context parallelism is refused naming both keys.
+TEST(HybridConfig, SquaredReluExpertsAndMultiTokenPrediction) {
+  const RunConfig c = parse_config(kHybrid, "hybrid.yaml",
+                                   {"model.layer_pattern=M*ME", "model.activation=relu2", "model.moe_experts=4",
+                                    "model.moe_latent_size=16", "model.mtp_depths=2"});
+  EXPECT_EQ(c.model.mtp_depths, 2);
+  EXPECT_DOUBLE_EQ(c.model.mtp_loss_weight, 0.3);
+  EXPECT_EQ(parse_config(to_yaml(c), "again.yaml", {}).model.mtp_depths, 2);
+  const std::string dense = "model: {d_model: 32, layers: 2, heads: 4, mtp_depths: 1}\n";
+  const std::string cp = error_of(dense, {"parallel.cp=2", "runtime.ranks=2"});
+  EXPECT_HAS(cp, "parallel.cp");
+  EXPECT_HAS(cp, "model.mtp_depths");
 }
 
 }  // namespace

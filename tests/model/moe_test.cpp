@@ -92,6 +92,16 @@ TEST(MoeGradients, LatentProjectionsSharedExpertAndGelu) {
   check_moe(c);
 }
 
+// Nemotron-H's latent MoE: squared-ReLU routed and shared experts behind latent projections.
+TEST(MoeGradients, LatentSquaredReluExperts) {
+  auto c = moe_model(config::MoeRouter::Sigmoid);
+  c.activation = config::Activation::Relu2;
+  c.moe.latent_size = 4;
+  c.moe.shared_ffn_size = 5;
+  c.moe.ffn_size = 3;
+  check_moe(c);
+}
+
 TEST(MoeGradients, CapacityDroppingByPosition) {
   auto c = moe_model(config::MoeRouter::TopkSoftmax);
   c.moe.capacity_factor = 0.5;

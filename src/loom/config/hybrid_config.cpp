@@ -49,11 +49,6 @@ void check_mamba(const ModelConfig& model) {
 }  // namespace
 
 void check_hybrid(const ModelConfig& model) {
-  // Routed experts compute SwiGLU or GELU (model/expert_mlp.cpp); squared-ReLU experts are not built.
-  const bool moe = model.moe.experts > 0 || model.layer_pattern.find(kMoeLayer) != std::string::npos;
-  LOOM_CHECK(!moe || model.activation != Activation::Relu2,
-             "model.activation = 'relu2' with MoE layers (model.moe_experts = " + std::to_string(model.moe.experts) +
-                 "): squared-ReLU experts are not built yet; use swiglu or gelu, or '-' (MLP) layers");
   if (model.layer_pattern.empty()) return;
   check_pattern(model);
   if (model.layer_pattern.find(kMambaLayer) != std::string::npos) check_mamba(model);
@@ -65,6 +60,10 @@ void check_hybrid_layout(const RunConfig& config) {
              "parallel.cp = " + std::to_string(config.parallel.cp) + " with Mamba-2 layers (model.layer_pattern = '" +
                  config.model.layer_pattern + "'): context parallelism of the Mamba scan (passing the state between "
                  "sequence shards) is not built yet; use parallel.cp = 1");
+  LOOM_CHECK(config.model.mtp_depths == 0 || config.parallel.cp == 1,
+             "parallel.cp = " + std::to_string(config.parallel.cp) + " with model.mtp_depths = " +
+                 std::to_string(config.model.mtp_depths) + ": multi-token prediction shifts tokens across the "
+                 "context-parallel shards, which is not built; use parallel.cp = 1 or model.mtp_depths = 0");
 }
 
 }  // namespace loom::config

@@ -82,6 +82,11 @@ struct ModelConfig {
   std::string layer_pattern;
   MambaConfig mamba;
   MoeConfig moe;
+  // Multi-token prediction (DeepSeek-V3, Nemotron 3): extra modules on top of the model, depth k
+  // predicting the token 1 + k positions ahead; their mean loss times mtp_loss_weight joins the
+  // training loss. 0 = none.
+  int mtp_depths = 0;
+  double mtp_loss_weight = 0.3;
 };
 
 struct DataConfig {

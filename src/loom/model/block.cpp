@@ -7,9 +7,10 @@
 namespace loom::model {
 
 Block::Block(ParameterStore& store, const TensorParallel& tp, int layer, const config::ModelConfig& config,
-             const LayerSpec& spec, const kernels::RopeTable* rope, ExpertLayout experts)
+             const LayerSpec& spec, const kernels::RopeTable* rope, ExpertLayout experts,
+             const std::string& name)
     : tp_(&tp), d_model_(config.d_model) {
-  const std::string prefix = prefix_ = "model.layers." + std::to_string(layer);
+  const std::string prefix = prefix_ = name.empty() ? "model.layers." + std::to_string(layer) : name;
   const bool layer_norm = config.norm == config::Norm::Layer;
   const float eps = static_cast<float>(config.norm_eps);
   const float std = static_cast<float>(config.init_std);

@@ -3,6 +3,7 @@
 // Either sub-block may be absent (heterogeneous layers). A hybrid layer has a Mamba-2 mixer in
 // attention's place (x_out = x + mixer(norm1(x)), no MLP: Nemotron-H's one mixer per layer).
 #include <optional>
+#include <string>
 
 #include "loom/model/attention.h"
 #include "loom/model/layer_spec.h"
@@ -24,7 +25,8 @@ class Block {
     Buffer mid;
   };
   Block(ParameterStore& store, const TensorParallel& tp, int layer, const config::ModelConfig& config,
-        const LayerSpec& spec, const kernels::RopeTable* rope, ExpertLayout experts = {});
+        const LayerSpec& spec, const kernels::RopeTable* rope, ExpertLayout experts = {},
+        const std::string& prefix = "");  // empty: model.layers.<layer>
 
   // x_in / x_out: this rank's rows of the residual stream (all of them unless sequence parallel).
   void forward(Saved& saved, const float* x_in, float* x_out, int64_t batch, int64_t seq, const Packing& packing,

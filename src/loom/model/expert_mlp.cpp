@@ -7,8 +7,10 @@
 namespace loom::model {
 
 ExpertMlp::ExpertMlp(ParameterStore& store, const TensorParallel& tp, const std::string& prefix, int first,
-                     int count, int width, int ffn_size, bool swiglu, float init_std, float out_std)
-    : store_(&store), device_(store.device()), count_(count), width_(width), ffn_(ffn_size), swiglu_(swiglu) {
+                     int count, int width, int ffn_size, config::Activation activation, float init_std,
+                     float out_std)
+    : store_(&store), device_(store.device()), count_(count), width_(width), ffn_(ffn_size), activation_(activation) {
+  const bool swiglu = activation == config::Activation::Swiglu;
   for (int j = 0; j < count; ++j) {
     const std::string name = prefix + ".experts." + std::to_string(first + j);
     // Whole on every tensor-parallel rank (each computes the layer for all its tokens).
@@ -33,11 +35,7 @@ void ExpertMlp::forward(Saved& saved, float* out, const float* in, const std::ve
     float* h = hidden + at * hidden_width();
     float* a = act + at * ffn_;
     kernels::linear_forward(device_, h, in + at * width_, store_->value(in_[j]), nullptr, n, width_, hidden_width());
-    if (swiglu_) {
-      kernels::swiglu_forward(device_, a, h, n, ffn_);
-    } else {
-      kernels::gelu_forward(device_, a, h, n * ffn_);
-    }
+    activation_forward(device_, activation_, a, h, n, ffn_);
     kernels::linear_forward(device_, out + at * width_, a, store_->value(down_[j]), nullptr, n, ffn_, width_);
     at += n;
   }
@@ -57,11 +55,7 @@ void ExpertMlp::backward(float* d_in, const float* d_out, const float* in, const
     float* dh = d_hidden + at * hidden_width();
     kernels::linear_backward(device_, da, store_->grad(down_[j]), nullptr, d_out + at * width_,
                              saved.act.data() + at * ffn_, store_->value(down_[j]), n, ffn_, width_);
-    if (swiglu_) {
-      kernels::swiglu_backward(device_, dh, da, saved.hidden.data() + at * hidden_width(), n, ffn_);
-    } else {
-      kernels::gelu_backward(device_, dh, da, saved.hidden.data() + at * hidden_width(), n * ffn_);
-    }
+    activation_backward(device_, activation_, dh, da, saved.hidden.data() + at * hidden_width(), n, ffn_);
     kernels::linear_backward(device_, d_in + at * width_, store_->grad(in_[j]), nullptr, dh, in + at * width_,
                              store_->value(in_[j]), n, width_, hidden_width());
     at += n;

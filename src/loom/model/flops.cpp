@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "loom/config/hybrid_config.h"
+#include "loom/model/multi_token_prediction.h"
 
 namespace loom::model {
 
@@ -50,8 +51,10 @@ double layer_training_flops_per_token(const config::ModelConfig& config, const L
   return 3.0 * forward;
 }
 
-double head_training_flops_per_token(const config::ModelConfig& config) {
-  return 3.0 * 2.0 * static_cast<double>(config.d_model) * static_cast<double>(config.vocab_size);
+double head_training_flops_per_token(const config::ModelConfig& config, int64_t seq) {
+  const double C = config.d_model, head = 3.0 * 2.0 * C * static_cast<double>(config.vocab_size);
+  const double depth = head + 3.0 * 2.0 * (2.0 * C) * C + layer_training_flops_per_token(config, mtp_block_spec(config), seq);
+  return head + config.mtp_depths * depth;
 }
 
 }  // namespace loom::model

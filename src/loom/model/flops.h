@@ -10,6 +10,8 @@
 namespace loom::model {
 
 double layer_training_flops_per_token(const config::ModelConfig& config, const LayerSpec& spec, int64_t seq);
-double head_training_flops_per_token(const config::ModelConfig& config);
+// The head, and with model.mtp_depths each multi-token prediction depth (eh_proj, its block and
+// the shared head again) at sequence length `seq`.
+double head_training_flops_per_token(const config::ModelConfig& config, int64_t seq);
 
 }  // namespace loom::model

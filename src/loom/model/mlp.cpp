@@ -1,7 +1,7 @@
 #include "loom/model/mlp.h"
 
 #include "loom/core/error.h"
-#include "loom/kernels/ops.h"
+#include "loom/model/activation.h"
 
 namespace loom::model {
 
@@ -44,13 +44,7 @@ void Mlp::forward(Saved& saved, float* residual, const float* normed, int64_t ro
   float* hidden = sized(saved.hidden, rows * hidden_width());
   float* act = sized(saved.act, rows * ffn_);
   in_->forward(hidden, normed, rows, scratch);
-  if (swiglu_) {
-    kernels::swiglu_forward(device_, act, hidden, rows, ffn_);
-  } else if (activation_ == config::Activation::Relu2) {
-    kernels::relu2_forward(device_, act, hidden, rows * ffn_);
-  } else {
-    kernels::gelu_forward(device_, act, hidden, rows * ffn_);
-  }
+  activation_forward(device_, activation_, act, hidden, rows, ffn_);
   down_->forward(residual, act, rows, scratch);
 }
 
@@ -59,13 +53,7 @@ void Mlp::backward(float* d_normed, const float* d_residual, const float* normed
   float* d_act = zeroed(work.d_act, rows * ffn_);
   down_->backward(d_act, d_residual, saved.act.data(), rows, scratch);
   float* d_hidden = zeroed(work.d_hidden, rows * hidden_width());
-  if (swiglu_) {
-    kernels::swiglu_backward(device_, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
-  } else if (activation_ == config::Activation::Relu2) {
-    kernels::relu2_backward(device_, d_hidden, d_act, saved.hidden.data(), rows * ffn_);
-  } else {
-    kernels::gelu_backward(device_, d_hidden, d_act, saved.hidden.data(), rows * ffn_);
-  }
+  activation_backward(device_, activation_, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
   in_->backward(d_normed, d_hidden, normed, rows, scratch);
 }
 

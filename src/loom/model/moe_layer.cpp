@@ -30,7 +30,6 @@ MoeLayer::MoeLayer(ParameterStore& store, const TensorParallel& tp, ExpertLayout
   LOOM_CHECK(E % experts.size == 0, "layer " + std::to_string(layer) + " (" + prefix + "): model.moe_experts " +
                                         std::to_string(E) + " cannot be split over " + std::to_string(experts.size) +
                                         " expert-parallel ranks (parallel.ep must divide it)");
-  const bool swiglu = config.activation == config::Activation::Swiglu;
   router_weight_ = store.add(prefix + ".gate.weight", {E, config.d_model}, Init::Normal, init_std, tp.replicated());
   if (config.moe.latent_size > 0) {
     latent_down_ = store.add(prefix + ".fc1_latent_proj.weight", {width_, config.d_model}, Init::Normal, init_std,
@@ -46,7 +45,8 @@ MoeLayer::MoeLayer(ParameterStore& store, const TensorParallel& tp, ExpertLayout
   // (expert parallelism reduces and shards them over different groups).
   const int local = E / experts.size;
   const int ffn = config.moe.ffn_size > 0 ? config.moe.ffn_size : dense_ffn;
-  experts_.emplace(store, tp, prefix, experts.rank * local, local, width_, ffn, swiglu, init_std, out_std);
+  experts_.emplace(store, tp, prefix, experts.rank * local, local, width_, ffn, config.activation, init_std,
+                   out_std);
   bias_.assign(E, 0.0f);
   stats_.loads.assign(E, 0.0);
 }

@@ -89,20 +89,28 @@ Transformer::Transformer(const config::ModelConfig& config, TensorParallel tp, P
     const int head_first = static_cast<int>(params_.list().size());
     final_norm_.emplace(params_, "model.norm", config.d_model, config.norm == config::Norm::Layer,
                         static_cast<float>(config.norm_eps), tp_.replicated());
-    if (config.tied_embeddings && embed_ >= 0) {
-      head_ = embed_;
-    } else {
-      // A tied head on the last pipeline stage is a copy of the first stage's embedding: same
-      // name and initial values, gradient summed over the embedding group, counted in the norm
-      // (and written to checkpoints) by the first stage only.
-      tied_copy_ = config.tied_embeddings;
+    // A tied head on the last pipeline stage is a copy of the first stage's embedding: same
+    // name and initial values, gradient summed over the embedding group, counted in the norm
+    // (and written to checkpoints) by the first stage only. Multi-token prediction's lookups
+    // use such a copy too.
+    auto embedding_copy = [&] {
       ShardSpec spec = tp_.split({V, C}, 0, vocab_first_, vocab_local_);
-      if (tied_copy_) spec.counts_in_norm = false;
-      head_ = params_.add(tied_copy_ ? "model.embed_tokens.weight" : "lm_head.weight", {vocab_local_, C},
-                          Init::Normal, std, spec);
+      spec.counts_in_norm = false;
+      return embedding_copy_ = params_.add("model.embed_tokens.weight", {vocab_local_, C}, Init::Normal, std, spec);
+    };
+    if (config.tied_embeddings) {
+      head_ = embed_ >= 0 ? embed_ : embedding_copy();
+    } else {
+      head_ = params_.add("lm_head.weight", {vocab_local_, C}, Init::Normal, std,
+                          tp_.split({V, C}, 0, vocab_first_, vocab_local_));
+    }
+    if (config.mtp_depths > 0) {
+      mtp_embed_ = embed_ >= 0 ? embed_ : embedding_copy_ >= 0 ? embedding_copy_ : embedding_copy();
+      build_mtp(config, precision, experts);
     }
     registered_since(L + 1, head_first);
-    if (head_ == embed_ && embed_ >= 0) unit_params_[L + 1].push_back(embed_);
+    // The head unit reads the first stage's embedding too when it is on this rank (tied, MTP).
+    if (embed_ >= 0 && (head_ == embed_ || mtp_embed_ == embed_)) unit_params_[L + 1].push_back(embed_);
     head_precision_ = precision_->make(precision.head_recipe(), "lm_head");
   }
   params_.allocate();
@@ -127,6 +135,7 @@ int64_t Activations::bytes() const {
   total += static_cast<int64_t>(position_ids.size() * sizeof(int32_t));
   for (const Buffer& r : residual) total += b(r);
   for (const Block::Saved& s : saved) total += saved_bytes(s);
+  for (const MtpDepth::Saved& s : mtp) total += s.bytes() + saved_bytes(s.block);
   return total;
 }
 
@@ -167,17 +176,7 @@ void Transformer::embed(float* out, const int32_t* tokens, int64_t batch, int64_
                         const int32_t* positions, std::vector<int32_t>& position_ids) {
   const int64_t rows = batch * seq, local = tp_.local_rows(rows), first = tp_.first_local_row(rows);
   const int64_t C = config_.d_model;
-  check_tokens(tokens, rows);
-  if (tp_.single()) {
-    kernels::embedding_forward(params_.device(), out, tokens, params_.value(embed_), rows, C, false);
-  } else {
-    // Each rank looks up the ids it holds; the sum over ranks (g) is the full lookup.
-    float* partial = tp_.exit_forward_target(out, rows, C, tp_scratch_.partial);
-    kernels::embedding_forward_shard(params_.device(), partial, tokens, params_.value(embed_), rows, C, vocab_first_,
-                                     vocab_local_);
-    std::fill(out, out + local * C, 0.0f);
-    tp_.exit_forward(out, partial, nullptr, rows, C);
-  }
+  lookup_tokens(out, tokens, rows, embed_);
   if (positions_ >= 0) {
     LOOM_CHECK(position_start + global_seq(seq) <= config_.max_seq_len,
           "sequence of " + std::to_string(position_start + global_seq(seq)) + " positions exceeds model.max_seq_len " +
@@ -192,16 +191,36 @@ void Transformer::embed(float* out, const int32_t* tokens, int64_t batch, int64_
   }
 }
 
+void Transformer::lookup_tokens(float* out, const int32_t* tokens, int64_t rows, int table) {
+  const int64_t C = config_.d_model, local = tp_.local_rows(rows);
+  check_tokens(tokens, rows);
+  if (tp_.single()) {
+    kernels::embedding_forward(params_.device(), out, tokens, params_.value(table), rows, C, false);
+    return;
+  }
+  // Each rank looks up the ids it holds; the sum over ranks (g) is the full lookup.
+  float* partial = tp_.exit_forward_target(out, rows, C, tp_scratch_.partial);
+  kernels::embedding_forward_shard(params_.device(), partial, tokens, params_.value(table), rows, C, vocab_first_,
+                                   vocab_local_);
+  std::fill(out, out + local * C, 0.0f);
+  tp_.exit_forward(out, partial, nullptr, rows, C);
+}
+
+void Transformer::lookup_tokens_backward(const float* d_out, const int32_t* tokens, int64_t rows, int table) {
+  const int64_t C = config_.d_model;
+  const float* d_full = tp_.exit_backward(d_out, rows, C, tp_scratch_.gathered);
+  if (tp_.single()) {
+    kernels::embedding_backward(params_.device(), params_.grad(table), d_full, tokens, rows, C);
+  } else {
+    kernels::embedding_backward_shard(params_.device(), params_.grad(table), d_full, tokens, rows, C, vocab_first_,
+                                      vocab_local_);
+  }
+}
+
 void Transformer::embed_backward(const float* d_x, const int32_t* tokens, int64_t rows,
                                  const std::vector<int32_t>& position_ids) {
   const int64_t C = config_.d_model;
-  const float* d_full = tp_.exit_backward(d_x, rows, C, tp_scratch_.gathered);
-  if (tp_.single()) {
-    kernels::embedding_backward(params_.device(), params_.grad(embed_), d_full, tokens, rows, C);
-  } else {
-    kernels::embedding_backward_shard(params_.device(), params_.grad(embed_), d_full, tokens, rows, C, vocab_first_,
-                                      vocab_local_);
-  }
+  lookup_tokens_backward(d_x, tokens, rows, embed_);
   if (positions_ >= 0) {
     kernels::embedding_backward(params_.device(), params_.grad(positions_), d_x, position_ids.data(),
                                 tp_.local_rows(rows), C);
@@ -257,12 +276,17 @@ double Transformer::objective_loss(float* logits, const int32_t* targets, int64_
 }
 
 double Transformer::head_forward(Activations& a, const int32_t* targets, int64_t rows, float grad_scale) {
+  return head_loss(a.residual[config_.layers].data(), a.final_norm, a.head_input, a.logits, targets, rows, grad_scale);
+}
+
+double Transformer::head_loss(const float* hidden, Norm::Saved& norm, Buffer& head_input, Buffer& logits_out,
+                              const int32_t* targets, int64_t rows, float grad_scale) {
   const int64_t C = config_.d_model, local = tp_.local_rows(rows);
-  final_norm_->forward(a.final_norm, a.residual[config_.layers].data(), local);
+  final_norm_->forward(norm, hidden, local);
   // The head is column-parallel over the vocabulary; its input (all rows) is kept for backward.
-  const float* head_in = a.final_norm.out.data();
-  if (tp_.sequence_parallel()) head_in = tp_.enter_forward(a.final_norm.out.data(), rows, C, a.head_input);
-  float* logits = sized(a.logits, rows * vocab_local_);
+  const float* head_in = norm.out.data();
+  if (tp_.sequence_parallel()) head_in = tp_.enter_forward(norm.out.data(), rows, C, head_input);
+  float* logits = sized(logits_out, rows * vocab_local_);
   if (head_precision_) {
     head_precision_->forward(logits, head_in, params_.value(head_), nullptr, rows, C, vocab_local_);
   } else {
@@ -272,22 +296,27 @@ double Transformer::head_forward(Activations& a, const int32_t* targets, int64_t
 }
 
 void Transformer::head_backward(Activations& a, int64_t rows) {
+  float* d_x = zeroed(a.d_x, tp_.local_rows(rows) * config_.d_model);
+  head_grad(d_x, a.residual[config_.layers].data(), a.final_norm, a.head_input, a.logits, rows);
+}
+
+void Transformer::head_grad(float* d_hidden, const float* hidden, const Norm::Saved& norm, const Buffer& head_input,
+                            const Buffer& logits, int64_t rows) {
   const int64_t C = config_.d_model, local = tp_.local_rows(rows);
-  // a.logits holds d(loss)/d(logits).
+  // logits holds d(loss)/d(logits).
   float* d_final = zeroed(d_final_, local * C);
-  const float* head_in = tp_.sequence_parallel() ? a.head_input.data() : a.final_norm.out.data();
+  const float* head_in = tp_.sequence_parallel() ? head_input.data() : norm.out.data();
   float* d_head_in = tp_.enter_backward_target(d_final, rows, C, tp_scratch_.d_full);
   if (head_precision_) {
     // Each vocabulary shard's input gradient is a partial sum: rounded once, after the sum over ranks.
-    head_precision_->backward(d_head_in, params_.grad(head_), nullptr, a.logits.data(), head_in, params_.value(head_),
+    head_precision_->backward(d_head_in, params_.grad(head_), nullptr, logits.data(), head_in, params_.value(head_),
                               rows, C, vocab_local_, tp_.single() ? GemmOutput::Rounded : GemmOutput::Partial);
   } else {
-    kernels::linear_backward(params_.device(), d_head_in, params_.grad(head_), nullptr, a.logits.data(), head_in,
+    kernels::linear_backward(params_.device(), d_head_in, params_.grad(head_), nullptr, logits.data(), head_in,
                              params_.value(head_), rows, C, vocab_local_);
   }
   tp_.enter_backward(d_final, d_head_in, rows, C, head_precision_.get());
-  float* d_x = zeroed(a.d_x, local * C);
-  final_norm_->backward(d_x, d_final, a.residual[config_.layers].data(), a.final_norm, local);
+  final_norm_->backward(d_hidden, d_final, hidden, norm, local);
 }
 
 float* Transformer::chunk_input(Activations& a, int chunk, int64_t rows) {
@@ -330,6 +359,8 @@ double Transformer::forward_chunk(Activations& a, int chunk, const int32_t* inpu
   const int head_unit = config_.layers + 1;
   if (hooks_) hooks_->before_forward(head_unit);
   const double loss_sum = head_forward(a, targets, rows, grad_scale);
+  // A token objective (GRPO) trains the main model only: the depths predict nothing it scores.
+  if (!mtp_.empty() && objective_ == nullptr) mtp_forward(a, inputs, targets, batch, seq, grad_scale, packing);
   if (hooks_) hooks_->after_forward(head_unit);
   return loss_sum;
 }
@@ -350,6 +381,7 @@ void Transformer::backward_chunk(Activations& a, int chunk, const int32_t* input
     const int head_unit = config_.layers + 1;
     begin_unit(head_unit);
     head_backward(a, rows);
+    if (objective_ == nullptr) mtp_backward(a, batch, seq, packing);
     finish_unit(head_unit);
   }
   float* d_x = a.d_x.data();  // d(loss)/d(chunk output), from the head or the next stage
@@ -410,6 +442,9 @@ std::vector<MoeLayer*> Transformer::moe_layers() {
   for (Block& b : blocks_) {
     if (b.moe()) out.push_back(b.moe());
   }
+  for (MtpDepth& d : mtp_) {
+    if (d.block().moe()) out.push_back(d.block().moe());
+  }
   return out;
 }
 
@@ -417,6 +452,9 @@ std::vector<const MoeLayer*> Transformer::moe_layers() const {
   std::vector<const MoeLayer*> out;
   for (const Block& b : blocks_) {
     if (b.moe()) out.push_back(b.moe());
+  }
+  for (const MtpDepth& d : mtp_) {
+    if (d.block().moe()) out.push_back(d.block().moe());
   }
   return out;
 }
@@ -439,7 +477,7 @@ std::vector<int> Transformer::gradient_ready_unit() const {
 }
 
 double Transformer::training_flops_per_token(int64_t seq) const {
-  double total = head_training_flops_per_token(config_);
+  double total = head_training_flops_per_token(config_, seq);
   for (const LayerSpec& spec : specs_) total += layer_training_flops_per_token(config_, spec, seq);
   return total;
 }

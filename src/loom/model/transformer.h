@@ -10,6 +10,7 @@
 #include "loom/model/block.h"
 #include "loom/model/layer_spec.h"
 #include "loom/model/linear_precision.h"
+#include "loom/model/multi_token_prediction.h"
 #include "loom/model/norm.h"
 #include "loom/model/packing.h"
 #include "loom/model/paged.h"
@@ -56,7 +57,14 @@ struct Activations {
   Buffer head_input;  // the head's input over all rows (sequence parallel)
   Buffer d_x;         // a backward's running gradient of the residual stream
   std::vector<int32_t> position_ids;
+  std::vector<MtpDepth::Saved> mtp;  // by depth: multi-token prediction (the last chunk)
   int64_t bytes() const;
+};
+
+// Multi-token prediction's losses over the micro-batches trained since they were last taken.
+struct MtpTotals {
+  std::vector<double> loss_sums;  // by depth: summed token losses
+  std::vector<double> tokens;     // by depth: the target tokens they cover
 };
 
 class Transformer {
@@ -103,8 +111,18 @@ class Transformer {
   const std::vector<LayerRange>& chunks() const { return chunks_; }
   bool holds_embedding() const { return embed_ >= 0 && chunks_.front().first == 0; }
   bool holds_head() const { return chunks_.back().last == config_.layers; }
-  // The head's copy of a tied embedding on a pipeline's last stage (-1: none).
-  int tied_head_copy() const { return tied_copy_ ? head_ : -1; }
+  // The last pipeline stage's copy of the embedding (-1: none): a tied head's, or the one
+  // multi-token prediction looks tokens up in when the first stage is another rank.
+  int embedding_copy() const { return embedding_copy_; }
+
+  // Multi-token prediction (model.mtp_depths, on the rank holding the head). The training loss
+  // is the main loss plus mtp_loss_weight / depths times the depths' summed losses; forward_chunk
+  // returns the main loss only. The summed losses of training micro-batches (grad_scale != 0)
+  // are accumulated here until taken.
+  int mtp_depths() const { return static_cast<int>(mtp_.size()); }
+  MtpTotals take_mtp_totals();
+  // Each depth's summed token loss in the last forward (training or not).
+  const std::vector<double>& last_mtp_loss_sums() const { return last_mtp_; }
 
   // Forward and backward on one micro-batch (the model must hold every layer): inputs/targets are [batch, seq] (the same on every
   // tensor-parallel rank); targets equal to kIgnoreIndex are masked. Gradients of grad_scale * (sum of token losses) are *added* into
@@ -190,6 +208,20 @@ class Transformer {
   double objective_loss(float* logits, const int32_t* targets, int64_t rows, float grad_scale);
   double head_forward(Activations& a, const int32_t* targets, int64_t rows, float grad_scale);
   void head_backward(Activations& a, int64_t rows);
+  // The final norm, head and loss on `hidden` (this rank's rows); head_grad adds the gradient of
+  // `hidden` into d_hidden (logits holding the loss's gradient).
+  double head_loss(const float* hidden, Norm::Saved& norm, Buffer& head_input, Buffer& logits,
+                   const int32_t* targets, int64_t rows, float grad_scale);
+  void head_grad(float* d_hidden, const float* hidden, const Norm::Saved& norm, const Buffer& head_input,
+                 const Buffer& logits, int64_t rows);
+  // The token lookup of embedding table `table` (vocabulary-parallel over tp) and its backward.
+  void lookup_tokens(float* out, const int32_t* tokens, int64_t rows, int table);
+  void lookup_tokens_backward(const float* d_out, const int32_t* tokens, int64_t rows, int table);
+  // Multi-token prediction on the last chunk (transformer_mtp.cpp).
+  void build_mtp(const config::ModelConfig& config, const PrecisionPolicy& precision, ExpertLayout experts);
+  void mtp_forward(Activations& a, const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
+                   float grad_scale, const Packing& packing);
+  void mtp_backward(Activations& a, int64_t batch, int64_t seq, const Packing& packing);
   Block::Saved& saved_for(Activations& a, int layer);
   const Block& block(int layer) const { return blocks_[block_index_.at(layer)]; }
 
@@ -197,7 +229,7 @@ class Transformer {
   TensorParallel tp_;
   std::vector<LayerSpec> specs_;
   std::vector<LayerRange> chunks_;
-  bool tied_copy_ = false;
+  int embedding_copy_ = -1;
   int64_t vocab_first_ = 0, vocab_local_ = 0;  // this rank's rows of the embedding and head
   ParameterStore params_;
   std::unique_ptr<kernels::RopeTable> rope_;
@@ -205,6 +237,12 @@ class Transformer {
   std::vector<Block> blocks_;     // the layers held, in order
   std::vector<int> block_index_;  // global layer -> index in blocks_ (-1: another stage's)
   std::optional<Norm> final_norm_;
+  std::vector<MtpDepth> mtp_;  // by depth (the rank holding the head)
+  int mtp_embed_ = -1;         // the embedding table multi-token prediction reads
+  MtpTotals mtp_totals_;
+  std::vector<double> last_mtp_;
+  std::vector<Buffer> mtp_d_;  // by depth: d(loss)/d(h_k) during backward
+  Buffer mtp_d_embedded_;
 
   Activations activations_;     // forward_backward's
   Block::Saved shared_saved_;   // with recompute: the one block being recomputed

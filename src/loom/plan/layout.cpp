@@ -41,7 +41,8 @@ PlannedLayout plan_layout(const config::RunConfig& config, comm::MeshShape shape
   }
   const std::vector<int> bounds =
       parallel::partition_layers(config.parallel.pipeline_partition, costs,
-                                 model::head_training_flops_per_token(config.model), out.schedule->total_stages());
+                                 model::head_training_flops_per_token(config.model, config.data.seq_len),
+                                 out.schedule->total_stages());
   for (int r = 0; r < shape.pp; ++r) out.chunks.push_back(parallel::stage_chunks(*out.schedule, r, bounds));
   return out;
 }

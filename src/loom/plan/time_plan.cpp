@@ -34,7 +34,9 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
       ++layers;
     }
   }
-  if (stage.chunks.back().last == config.model.layers) head_flops = model::head_training_flops_per_token(config.model);
+  if (stage.chunks.back().last == config.model.layers) {
+    head_flops = model::head_training_flops_per_token(config.model, config.data.seq_len);
+  }
   const double rate = hw.flops_per_rank(world) * hw.gemm_rows_factor(tokens),
                bandwidth = hw.bandwidth_per_rank(world);
   const double gemm = tokens * (block_flops + head_flops) / shape.tp / rate;

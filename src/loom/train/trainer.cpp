@@ -122,7 +122,8 @@ void Trainer::State::plan_pipeline() {
     costs.push_back(model::layer_training_flops_per_token(run.model, spec, run.data.seq_len));
   }
   const std::vector<int> bounds = parallel::partition_layers(
-      run.parallel.pipeline_partition, costs, model::head_training_flops_per_token(run.model), schedule->total_stages());
+      run.parallel.pipeline_partition, costs, model::head_training_flops_per_token(run.model, run.data.seq_len),
+      schedule->total_stages());
   chunks = parallel::stage_chunks(*schedule, mesh.pp_rank(), bounds);
 }
 
@@ -345,9 +346,19 @@ StepResult Trainer::step(int stop_signal) {
   s.model->set_token_objective(nullptr);
   // The tensor-parallel ranks of a replica share its loss (computed on the last pipeline
   // stage): one of them contributes it.
-  const LossAndStop agreed = agree_loss_and_stop(s.world, holds_loss(), local_loss_sum, stop_signal);
+  // Multi-token prediction's per-depth loss sums, then their token counts (zeros on the ranks
+  // without the head: every rank sends as many).
+  const int depths = s.run.model.mtp_depths;
+  std::vector<double> mtp_sums(2 * static_cast<size_t>(depths), 0.0);
+  if (s.model->mtp_depths() > 0) {
+    const model::MtpTotals mtp = s.model->take_mtp_totals();
+    std::copy(mtp.loss_sums.begin(), mtp.loss_sums.end(), mtp_sums.begin());
+    std::copy(mtp.tokens.begin(), mtp.tokens.end(), mtp_sums.begin() + depths);
+  }
+  const LossAndStop agreed = agree_loss_and_stop(s.world, holds_loss(), local_loss_sum, stop_signal, mtp_sums);
   result.loss = agreed.loss_sum / static_cast<double>(result.trained_tokens);
   result.stop_signal = agreed.stop_signal;
+  for (int k = 0; k < depths; ++k) result.mtp_losses.push_back(agreed.extra[k] / std::max(1.0, agreed.extra[depths + k]));
   if (s.has_moe) {
     // Loads summed over the routing ranks move the expert biases, identically on every rank.
     const parallel::MoeStepSummary moe =
@@ -382,6 +393,14 @@ void Trainer::add_metrics(const StepResult& result, nlohmann::json& record) cons
   if (s.outer) record["cross_site_bytes"] = s.outer->take_cross_site_bytes();
   if (s.precision->loss_scaling()) record["loss_scale"] = result.loss_scale;
   if (s.precision->loss_scaling() || result.skipped) record["skipped"] = result.skipped;
+  if (!result.mtp_losses.empty()) {
+    double mean = 0.0;
+    for (size_t k = 0; k < result.mtp_losses.size(); ++k) {
+      record["mtp_loss_" + std::to_string(k + 1)] = result.mtp_losses[k];
+      mean += result.mtp_losses[k] / static_cast<double>(result.mtp_losses.size());
+    }
+    record["mtp_loss"] = mean;
+  }
   if (result.moe.present) {
     record["moe_tokens_per_expert_min"] = result.moe.tokens_min;
     record["moe_tokens_per_expert_mean"] = result.moe.tokens_mean;
@@ -396,8 +415,13 @@ void Trainer::add_metrics(const StepResult& result, nlohmann::json& record) cons
 }
 
 std::string Trainer::progress_extra(const StepResult& result) {
-  if (!result.moe.present) return "";
   std::ostringstream line;
+  if (!result.mtp_losses.empty()) {
+    line << std::fixed << std::setprecision(4) << "mtp";
+    for (double loss : result.mtp_losses) line << " " << loss;
+    if (result.moe.present) line << " ";
+  }
+  if (!result.moe.present) return line.str();
   line << std::fixed << std::setprecision(0) << "moe tok/expert " << result.moe.tokens_min << "/"
        << result.moe.tokens_mean << "/" << result.moe.tokens_max << std::setprecision(1) << " drop "
        << 100.0 * result.moe.dropped_fraction << "%" << std::setprecision(4) << " aux " << result.moe.aux_loss;

@@ -47,6 +47,7 @@ struct StepResult {
   bool skipped = false;       // Inf/NaN in the gradients: nothing was updated
   float loss_scale = 1.0f, next_loss_scale = 1.0f;
   MoeMetrics moe;
+  std::vector<double> mtp_losses;  // by depth: multi-token prediction's mean token loss (model.mtp_depths)
   int stop_signal = 0;  // some rank was asked to stop (SIGINT/SIGTERM): every rank stops after this step
 };
 

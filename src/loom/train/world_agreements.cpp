@@ -27,13 +27,17 @@ int64_t agree_token_count(comm::Communicator& dp, int64_t local_tokens) {
   return total;
 }
 
-LossAndStop agree_loss_and_stop(comm::Communicator& world, bool contribute, double local_loss_sum, int stop_signal) {
-  if (world.size() == 1) return {local_loss_sum, stop_signal};
+LossAndStop agree_loss_and_stop(comm::Communicator& world, bool contribute, double local_loss_sum, int stop_signal,
+                                const std::vector<double>& extra_sums) {
+  if (world.size() == 1) return {local_loss_sum, stop_signal, extra_sums};
   // Counts of ranks asked to stop by SIGTERM and by SIGINT (small integers: exact in f32).
-  float shared[3] = {contribute ? static_cast<float>(local_loss_sum) : 0.0f, stop_signal == SIGTERM ? 1.0f : 0.0f,
-                     stop_signal != 0 && stop_signal != SIGTERM ? 1.0f : 0.0f};
-  world.all_reduce(shared, 3, DType::F32, comm::ReduceOp::Sum);
-  return {shared[0], shared[1] > 0.0f ? SIGTERM : shared[2] > 0.0f ? SIGINT : 0};
+  std::vector<float> shared = {contribute ? static_cast<float>(local_loss_sum) : 0.0f,
+                               stop_signal == SIGTERM ? 1.0f : 0.0f,
+                               stop_signal != 0 && stop_signal != SIGTERM ? 1.0f : 0.0f};
+  for (double x : extra_sums) shared.push_back(contribute ? static_cast<float>(x) : 0.0f);
+  world.all_reduce(shared.data(), static_cast<int64_t>(shared.size()), DType::F32, comm::ReduceOp::Sum);
+  return {shared[0], shared[1] > 0.0f ? SIGTERM : shared[2] > 0.0f ? SIGINT : 0,
+          std::vector<double>(shared.begin() + 3, shared.end())};
 }
 
 void sum_loss_and_tokens(comm::Communicator& group, double& loss_sum, int64_t& tokens) {

@@ -22,12 +22,15 @@ void sum_loss_and_tokens(comm::Communicator& group, double& loss_sum, int64_t& t
 struct LossAndStop {
   double loss_sum = 0.0;  // the step's summed token loss over the whole global batch
   int stop_signal = 0;    // SIGTERM if any rank got one, else SIGINT if any did, else 0
+  std::vector<double> extra;  // `extra_sums`, summed like the loss
 };
 // Sums the loss of the ranks that `contribute` (one per replica: the last pipeline stage's first
 // tensor-parallel rank) and agrees on the stop requests (`stop_signal`: the signal this rank was
 // asked to stop by, 0 if none), in one all-reduce over `world`, so every rank stops after the
-// same step and reports the same signal.
-LossAndStop agree_loss_and_stop(comm::Communicator& world, bool contribute, double local_loss_sum, int stop_signal);
+// same step and reports the same signal. `extra_sums` (multi-token prediction's losses and
+// token counts) travel in the same all-reduce, summed over the contributing ranks.
+LossAndStop agree_loss_and_stop(comm::Communicator& world, bool contribute, double local_loss_sum, int stop_signal,
+                                const std::vector<double>& extra_sums = {});
 
 // Statistics of a step summed (`sums`) and maximised (`maxima`) over the ranks that `contribute`
 // (one per replica, as agree_loss_and_stop), for every rank: one all-gather of doubles over

@@ -186,6 +186,9 @@ void check_hf_exportable(const config::ModelConfig& model) {
       "Llama-style models (model.norm rms, model.activation swiglu, model.positions rope)";
   LOOM_CHECK(model.layer_pattern.empty(), "model.layer_pattern is '" + model.layer_pattern +
                                              "' (a hybrid model; NemotronHForCausalLM export is not built yet)" + why);
+  LOOM_CHECK(model.mtp_depths == 0, "model.mtp_depths is " + std::to_string(model.mtp_depths) +
+                                        " (multi-token prediction modules, which these architectures do not have)" +
+                                        why);
   LOOM_CHECK(model.norm == config::Norm::Rms, "model.norm is '" + config::to_string(model.norm) + "' (LayerNorm)" + why);
   LOOM_CHECK(model.activation == config::Activation::Swiglu,
              "model.activation is '" + config::to_string(model.activation) + "'" + why);

@@ -99,7 +99,8 @@ SyncSetup make_setup(comm::Communicator& dp, model::Transformer& model, const co
     s.param_dtype = config.precision.recipe == config::PrecisionRecipe::Fp16 ? DType::F16 : DType::BF16;
   }
   s.pipeline = options.pipeline;
-  LOOM_CHECK(zero != 3 || s.pipeline.tied_param < 0, "tied embeddings across pipeline stages need parallel.zero 0, 1 or 2");
+  LOOM_CHECK(zero != 3 || s.pipeline.tied_param < 0, "an embedding on two pipeline stages (tied embeddings, or model.mtp_depths > 0) needs "
+                                             "parallel.zero 0, 1 or 2");
   s.site = make_site_reduction(dp, config, s.groups);
   return s;
 }

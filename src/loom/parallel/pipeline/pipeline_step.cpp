@@ -26,9 +26,12 @@ std::vector<model::LayerRange> stage_chunks(const parallel::PipelineSchedule& sc
 PipelineSyncOptions pipeline_sync_options(const model::Transformer& model, const parallel::PipelineSchedule& schedule,
                                           comm::Communicator* embedding) {
   PipelineSyncOptions options;
-  if (model.tied_head_copy() >= 0) {
-    options.tied_param = model.tied_head_copy();
-  } else if (model.holds_embedding() && model.config().tied_embeddings && schedule.stages > 1) {
+  // The last stage's copy of the embedding (a tied head, multi-token prediction's lookups) and
+  // the first stage's embedding have their gradients summed.
+  const bool copied = model.config().tied_embeddings || model.config().mtp_depths > 0;
+  if (model.embedding_copy() >= 0) {
+    options.tied_param = model.embedding_copy();
+  } else if (model.holds_embedding() && copied && schedule.stages > 1) {
     options.tied_param = model.params().find("model.embed_tokens.weight");
   }
   if (options.tied_param >= 0) options.tied_group = embedding;

@@ -1,0 +1,41 @@
+#pragma once
+// The feed-forward activations (model.activation) over [rows, ffn] features, for the dense MLP
+// and the routed experts alike: SwiGLU reads [gate | up] rows of 2 ffn, GELU and squared ReLU
+// (Nemotron-H's relu(x)^2) read ffn.
+#include <cstdint>
+
+#include "loom/config/enums.h"
+#include "loom/core/device.h"
+#include "loom/kernels/ops.h"
+
+namespace loom::model {
+
+// Width of the pre-activation rows.
+inline int64_t activation_input_width(config::Activation activation, int64_t ffn) {
+  return activation == config::Activation::Swiglu ? 2 * ffn : ffn;
+}
+
+inline void activation_forward(Device device, config::Activation activation, float* act, const float* hidden,
+                               int64_t rows, int64_t ffn) {
+  if (activation == config::Activation::Swiglu) {
+    kernels::swiglu_forward(device, act, hidden, rows, ffn);
+  } else if (activation == config::Activation::Relu2) {
+    kernels::relu2_forward(device, act, hidden, rows * ffn);
+  } else {
+    kernels::gelu_forward(device, act, hidden, rows * ffn);
+  }
+}
+
+// d_hidden from d_act (as the kernels do: written for these rows).
+inline void activation_backward(Device device, config::Activation activation, float* d_hidden, const float* d_act,
+                                const float* hidden, int64_t rows, int64_t ffn) {
+  if (activation == config::Activation::Swiglu) {
+    kernels::swiglu_backward(device, d_hidden, d_act, hidden, rows, ffn);
+  } else if (activation == config::Activation::Relu2) {
+    kernels::relu2_backward(device, d_hidden, d_act, hidden, rows * ffn);
+  } else {
+    kernels::gelu_backward(device, d_hidden, d_act, hidden, rows * ffn);
+  }
+}
+
+}  // namespace loom::model

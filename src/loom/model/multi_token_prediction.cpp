@@ -1,0 +1,116 @@
+#include "loom/model/multi_token_prediction.h"
+
+#include <algorithm>
+
+#include "loom/kernels/ops.h"
+#include "loom/kernels/types.h"
+
+namespace loom::model {
+
+namespace {
+std::string depth_prefix(int depth) { return "mtp.layers." + std::to_string(depth - 1); }
+
+// A replicated weight whose gradient every rank computes whole (from all rows).
+ShardSpec identical_copies(const TensorParallel& tp) {
+  ShardSpec spec = tp.replicated();
+  spec.grad_sync = TpGradSync::None;
+  return spec;
+}
+}  // namespace
+
+LayerSpec mtp_block_spec(const config::ModelConfig& config) {
+  LayerSpec spec;
+  spec.has_attention = true;
+  spec.kv_heads = config.kv_heads == 0 ? config.heads : config.kv_heads;
+  spec.ffn_size = config.ffn_size;
+  spec.moe = config.moe.experts > 0;
+  return spec;
+}
+
+int64_t MtpDepth::Saved::bytes() const {
+  auto b = [](const Buffer& x) { return static_cast<int64_t>(x.size() * sizeof(float)); };
+  auto n = [&](const Norm::Saved& x) { return b(x.out) + b(x.mean) + b(x.rstd); };
+  return n(enorm) + n(hnorm) + n(final_norm) + b(embedded) + b(combined) + b(combined_all) + b(block_in) + b(hidden) +
+         b(head_input) + b(logits) +
+         static_cast<int64_t>((tokens.size() + targets.size()) * sizeof(int32_t));
+}
+
+MtpDepth::MtpDepth(ParameterStore& store, const TensorParallel& tp, int depth, const config::ModelConfig& config,
+                   const kernels::RopeTable* rope, ExpertLayout experts)
+    : tp_(&tp), store_(&store), depth_(depth), d_model_(config.d_model),
+      enorm_(store, depth_prefix(depth) + ".enorm", config.d_model, config.norm == config::Norm::Layer,
+             static_cast<float>(config.norm_eps), tp.replicated()),
+      hnorm_(store, depth_prefix(depth) + ".hnorm", config.d_model, config.norm == config::Norm::Layer,
+             static_cast<float>(config.norm_eps), tp.replicated()),
+      eh_proj_(store.add(depth_prefix(depth) + ".eh_proj.weight", {config.d_model, 2 * config.d_model}, Init::Normal,
+                         static_cast<float>(config.init_std), identical_copies(tp))),
+      block_(store, tp, config.layers + depth - 1, config, mtp_block_spec(config), rope, experts,
+             depth_prefix(depth)) {}
+
+void MtpDepth::shift(Saved& saved, const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
+                     const int32_t* documents) const {
+  const int64_t rows = batch * seq, k = depth_;
+  saved.tokens.assign(rows, 0);
+  saved.targets.assign(rows, kernels::kIgnoreIndex);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t t = 0; t + k < seq; ++t) {
+      const int64_t here = b * seq + t, ahead = here + k;
+      saved.tokens[here] = inputs[ahead];
+      if (documents == nullptr || documents[here] == documents[ahead]) saved.targets[here] = targets[ahead];
+    }
+  }
+}
+
+void MtpDepth::forward(Saved& saved, Block::Saved& block_saved, const float* h_prev, int64_t batch, int64_t seq,
+                       const Packing& packing, ParallelScratch& scratch) const {
+  const int64_t C = d_model_, local = tp_->local_rows(batch * seq);
+  enorm_.forward(saved.enorm, saved.embedded.data(), local);
+  hnorm_.forward(saved.hnorm, h_prev, local);
+  float* combined = sized(saved.combined, local * 2 * C);
+  for (int64_t r = 0; r < local; ++r) {
+    std::copy_n(saved.enorm.out.data() + r * C, C, combined + r * 2 * C);
+    std::copy_n(saved.hnorm.out.data() + r * C, C, combined + r * 2 * C + C);
+  }
+  float* block_in = sized(saved.block_in, local * C);
+  if (tp_->sequence_parallel()) {
+    // All rows through one GEMM; this rank keeps its own.
+    const int64_t rows = batch * seq, first = tp_->first_local_row(rows);
+    const float* all = tp_->enter_forward(combined, rows, 2 * C, saved.combined_all);
+    float* out = sized(out_all_, rows * C);
+    kernels::linear_forward(store_->device(), out, all, store_->value(eh_proj_), nullptr, rows, 2 * C, C);
+    std::copy_n(out + first * C, local * C, block_in);
+  } else {
+    kernels::linear_forward(store_->device(), block_in, combined, store_->value(eh_proj_), nullptr, local, 2 * C, C);
+  }
+  block_.forward(block_saved, block_in, sized(saved.hidden, local * C), batch, seq, packing, scratch);
+}
+
+void MtpDepth::backward(float* d_hidden, float* d_prev, float* d_embedded, const float* h_prev, const Saved& saved,
+                        const Block::Saved& block_saved, Workspace& work, int64_t batch, int64_t seq,
+                        const Packing& packing, ParallelScratch& scratch) const {
+  const int64_t C = d_model_, local = tp_->local_rows(batch * seq);
+  // d_hidden becomes d(loss)/d(block_in).
+  block_.backward(d_hidden, saved.block_in.data(), block_saved, work, batch, seq, packing, scratch);
+  float* d_combined = zeroed(d_combined_, local * 2 * C);
+  const float* weight = store_->value(eh_proj_);
+  if (tp_->sequence_parallel()) {
+    // The weight's gradient over all rows (every rank the same); the input's for this rank's.
+    const float* d_all = tp_->exit_backward(d_hidden, batch * seq, C, d_out_all_);
+    kernels::linear_backward(store_->device(), nullptr, store_->grad(eh_proj_), nullptr, d_all,
+                             saved.combined_all.data(), weight, batch * seq, 2 * C, C);
+    kernels::linear_backward(store_->device(), d_combined, nullptr, nullptr, d_hidden, saved.combined.data(), weight,
+                             local, 2 * C, C);
+  } else {
+    kernels::linear_backward(store_->device(), d_combined, store_->grad(eh_proj_), nullptr, d_hidden,
+                             saved.combined.data(), weight, local, 2 * C, C);
+  }
+  // The two halves of each row, each contiguous for its norm's backward.
+  float* d_half = sized(d_half_, local * C);
+  for (int64_t r = 0; r < local; ++r) std::copy_n(d_combined + r * 2 * C, C, d_half + r * C);
+  std::fill(d_embedded, d_embedded + local * C, 0.0f);
+  enorm_.backward(d_embedded, d_half, saved.embedded.data(), saved.enorm, local);
+  for (int64_t r = 0; r < local; ++r) std::copy_n(d_combined + r * 2 * C + C, C, d_half + r * C);
+  hnorm_.backward(d_prev, d_half, h_prev, saved.hnorm, local);
+}
+
+}  // namespace loom::model

@@ -1,0 +1,81 @@
+// Multi-token prediction on the rank holding the head (multi_token_prediction.h): the depths run
+// after the main head's loss, in the head's unit, and their backward before the main model's.
+#include <algorithm>
+
+#include "loom/core/error.h"
+#include "loom/kernels/types.h"
+#include "loom/model/transformer.h"
+
+namespace loom::model {
+
+void Transformer::build_mtp(const config::ModelConfig& config, const PrecisionPolicy& precision,
+                            ExpertLayout experts) {
+  mtp_.reserve(config.mtp_depths);
+  for (int k = 1; k <= config.mtp_depths; ++k) {
+    mtp_.emplace_back(params_, tp_, k, config, rope_.get(), experts);
+    // The blocks' GEMMs follow the last layer's recipe; eh_proj stays fp32.
+    if (precision.recipe != Recipe::Fp32) {
+      mtp_.back().block().set_precision(*precision_, precision.block_recipe(config.layers - 1, config.layers));
+    }
+  }
+  mtp_totals_ = {std::vector<double>(config.mtp_depths, 0.0), std::vector<double>(config.mtp_depths, 0.0)};
+  last_mtp_.assign(config.mtp_depths, 0.0);
+}
+
+MtpTotals Transformer::take_mtp_totals() {
+  MtpTotals out = mtp_totals_;
+  std::fill(mtp_totals_.loss_sums.begin(), mtp_totals_.loss_sums.end(), 0.0);
+  std::fill(mtp_totals_.tokens.begin(), mtp_totals_.tokens.end(), 0.0);
+  return out;
+}
+
+void Transformer::mtp_forward(Activations& a, const int32_t* inputs, const int32_t* targets, int64_t batch,
+                              int64_t seq, float grad_scale, const Packing& packing) {
+  LOOM_CHECK(inputs != nullptr, "multi-token prediction (model.mtp_depths) needs the input tokens on the last stage");
+  const int64_t rows = batch * seq, local = tp_.local_rows(rows), C = config_.d_model;
+  const int depths = mtp_depths();
+  // Each depth's loss enters the objective with weight mtp_loss_weight / depths.
+  const float scale = grad_scale * static_cast<float>(config_.mtp_loss_weight / depths);
+  if (a.mtp.size() != mtp_.size()) a.mtp.resize(mtp_.size());
+  const float* h_prev = a.residual[config_.layers].data();
+  for (int k = 0; k < depths; ++k) {
+    MtpDepth::Saved& s = a.mtp[k];
+    mtp_[k].shift(s, inputs, targets, batch, seq, packing.documents);
+    lookup_tokens(sized(s.embedded, local * C), s.tokens.data(), rows, mtp_embed_);
+    mtp_[k].forward(s, config_.recompute ? shared_saved_ : s.block, h_prev, batch, seq, packing, tp_scratch_);
+    last_mtp_[k] = head_loss(s.hidden.data(), s.final_norm, s.head_input, s.logits, s.targets.data(), rows, scale);
+    if (grad_scale != 0.0f) {
+      mtp_totals_.loss_sums[k] += last_mtp_[k];
+      mtp_totals_.tokens[k] += static_cast<double>(
+          std::count_if(s.targets.begin(), s.targets.end(), [](int32_t t) { return t != kernels::kIgnoreIndex; }));
+    }
+    h_prev = s.hidden.data();
+  }
+}
+
+void Transformer::mtp_backward(Activations& a, int64_t batch, int64_t seq, const Packing& packing) {
+  if (mtp_.empty() || config_.mtp_loss_weight == 0.0) return;  // a zero weight leaves no gradient
+  const int64_t rows = batch * seq, local = tp_.local_rows(rows), C = config_.d_model;
+  const int depths = mtp_depths();
+  if (mtp_d_.size() != mtp_.size()) mtp_d_.resize(mtp_.size());
+  zeroed(mtp_d_[depths - 1], local * C);
+  for (int k = depths - 1; k >= 0; --k) {
+    const MtpDepth::Saved& s = a.mtp[k];
+    // d(h_k): its own loss's, plus (already there) what depth k + 1's hnorm passed back.
+    float* d_hidden = mtp_d_[k].data();
+    head_grad(d_hidden, s.hidden.data(), s.final_norm, s.head_input, s.logits, rows);
+    const float* h_prev = k == 0 ? a.residual[config_.layers].data() : a.mtp[k - 1].hidden.data();
+    float* d_prev = k == 0 ? a.d_x.data() : zeroed(mtp_d_[k - 1], local * C);
+    const Block::Saved* block_saved = &s.block;
+    if (config_.recompute) {
+      mtp_[k].block().forward(shared_saved_, s.block_in.data(), sized(recompute_out_, local * C), batch, seq,
+                              packing, tp_scratch_);
+      block_saved = &shared_saved_;
+    }
+    float* d_embedded = sized(mtp_d_embedded_, local * C);
+    mtp_[k].backward(d_hidden, d_prev, d_embedded, h_prev, s, *block_saved, work_, batch, seq, packing, tp_scratch_);
+    lookup_tokens_backward(d_embedded, s.tokens.data(), rows, mtp_embed_);
+  }
+}
+
+}  // namespace loom::model

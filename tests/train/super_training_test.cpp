@@ -1,0 +1,100 @@
+// The layout invariant for Nemotron 3 Super's mix: Mamba-2, attention and latent squared-ReLU
+// MoE layers with two multi-token prediction depths. Tensor parallelism, two pipeline stages that
+// each hold two layer kinds (the MTP depths on the last), expert parallelism with ZeRO-1, ZeRO-3
+// and recompute each compute the same function as one rank for 20 steps (losses and MTP losses per step: fp32,
+// relative 1e-5; final parameters and Adam moments: relative 5e-5, see kStateTolerance), and a
+// checkpoint saved at one layout continues at another.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "training_runs.h"
+
+namespace loom::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Layers M * M E: the pipeline's two stages hold [M, *] and [M, E] plus the MTP depths.
+const char* kSuper =
+    "model: {vocab_size: 0, d_model: 32, layers: 4, heads: 4, kv_heads: 2, ffn_size: 48, max_seq_len: 32,\n"
+    "        activation: relu2, tied_embeddings: false, layer_pattern: 'M*ME', mtp_depths: 2,\n"
+    "        moe_experts: 4, moe_top_k: 2, moe_ffn_size: 24, moe_latent_size: 16, moe_shared_ffn_size: 24,\n"
+    "        mamba: {state_size: 8, heads: 4, head_dim: 8, groups: 2, conv_kernel: 4, chunk_size: 6}}\n"
+    "parallel: {pipeline_partition: even}\n";
+
+// The final state after 20 Adam steps: tensor parallelism's row-parallel sums (the shared
+// expert's down_proj, the MTP blocks' o_proj) reassociate, and Adam turns the last-bit
+// differences of near-zero gradients into lr-sized steps; measured up to 2.7e-5 (tp 2 + sp,
+// the shared expert of layer 3), ep and pp within 1e-5. The per-step losses stay within 1e-5.
+constexpr double kStateTolerance = 5e-5;
+
+double state_difference(const std::string& root, const std::string& a, const std::string& b) {
+  return testing::checkpoint_difference(
+      root, a, b, [](const ckpt::LoadedCheckpoint& c) { return c.names(); },
+      [](const std::string& name, double difference) {
+        if (difference > kStateTolerance) ADD_FAILURE() << name << ": relative difference " << difference;
+      });
+}
+
+class SuperTraining : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { root_ = testing::make_training_root("super-test"); }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  std::vector<nlohmann::json> train(const std::string& name, const std::vector<std::string>& overrides) {
+    const std::string yaml = std::string(kSuper) + testing::data_section(root_) +
+                             "optim: {lr: 3.0e-3, warmup_steps: 2, clip_grad: 1.0}\n"
+                             "train: {steps: 20, global_batch: 8, micro_batch: 4, threads: 1}\n"
+                             "log: {progress: false, interval: 100}\n";
+    return testing::train_run(root_, name, yaml, overrides);
+  }
+
+  static std::vector<double> field(const std::vector<nlohmann::json>& records, const std::string& key) {
+    std::vector<double> out;
+    for (const nlohmann::json& r : records) out.push_back(r.at(key).get<double>());
+    return out;
+  }
+
+  static std::string root_;
+};
+std::string SuperTraining::root_;
+
+TEST_F(SuperTraining, LayoutsComputeTheSameFunctionAsOneRank) {
+  const std::vector<nlohmann::json> one = train("one", {});
+  ASSERT_EQ(one.size(), 20u);
+  const std::vector<double> losses = testing::losses_of(one), mtp = field(one, "mtp_loss");
+  EXPECT_LT(losses.back(), losses.front());
+  EXPECT_LT(mtp.back(), mtp.front());
+  // Depth 2 predicts a token further ahead: harder than the next one.
+  EXPECT_GT(one.back().at("mtp_loss_2").get<double>(), losses.back());
+  const std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
+      {"tp2", {"runtime.ranks=2", "parallel.tp=2", "parallel.sequence_parallel=true"}},
+      {"pp2", {"runtime.ranks=2", "parallel.pp=2"}},
+      {"ep2", {"runtime.ranks=2", "parallel.ep=2", "parallel.zero=1"}},
+      {"dp2-zero3", {"runtime.ranks=2", "parallel.zero=3"}},
+      {"recompute", {"model.recompute=true"}},
+  };
+  for (const auto& [name, overrides] : layouts) {
+    SCOPED_TRACE(name);
+    const std::vector<nlohmann::json> other = train(name, overrides);
+    testing::expect_same_losses(losses, testing::losses_of(other));
+    testing::expect_same_losses(mtp, field(other, "mtp_loss"));
+    EXPECT_LE(state_difference(root_, "one", name), kStateTolerance);
+  }
+}
+
+// 10 steps at pp 2, the next 10 at tp 2 x ep 2 from its checkpoint: the losses of the
+// uninterrupted one-rank run.
+TEST_F(SuperTraining, CheckpointContinuesAtAnotherLayout) {
+  const std::vector<double> one = testing::losses_of(train("full", {}));
+  train("moved", {"runtime.ranks=2", "parallel.pp=2", "train.exit_interval=10"});
+  fs::remove(root_ + "/moved/metrics.jsonl");
+  const std::vector<double> rest =
+      testing::losses_of(train("moved", {"runtime.ranks=4", "parallel.tp=2", "parallel.ep=2", "train.resume=true"}));
+  ASSERT_EQ(rest.size(), 10u);
+  testing::expect_same_losses(std::vector<double>(one.begin() + 10, one.end()), rest);
+}
+
+}  // namespace
+}  // namespace loom::train
