@@ -26,16 +26,8 @@ if [ ! -f data/byte/corpus_train.idx ] || [ ! -f data/byte/corpus_val.idx ]; the
   [ -d .cache/data/corpus ] || scripts/setup.sh
   "$loom" data prepare .cache/data/corpus --tokenizer byte --output data/byte/corpus --val-fraction 0.02
 fi
-# matplotlib only for the plot (not a build or CI dependency): Debian's python3-matplotlib, used
-# by the system python even when another python3 comes first in PATH.
-py=python3
-if ! "$py" -c "import matplotlib" 2>/dev/null; then
-  py=/usr/bin/python3
-  if ! "$py" -c "import matplotlib" 2>/dev/null; then
-    sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
-    $sudo apt-get install -y -q python3-matplotlib >/dev/null || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q python3-matplotlib >/dev/null; }
-  fi
-fi
+# matplotlib only for the plot (not a build or CI dependency): the python bench/with_matplotlib.sh finds.
+py="$(bash bench/with_matplotlib.sh -c 'import sys; print(sys.executable)')"
 
 mkdir -p "$out"
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$out/machine.txt"

@@ -1,10 +1,66 @@
 #!/usr/bin/env bash
-# On a machine with an NVIDIA GPU: builds loom with the CUDA backend and runs the GPU tests (the
-# CUDA kernels against the CPU path). One call; the last lines are the test summary.
-set -euo pipefail
+# One call on a machine with an NVIDIA GPU: runs loom's GPU tests (every CUDA kernel against the
+# CPU path, the cuBLASLt products, flash attention, the NCCL communicator), then the GPU
+# benchmarks beside PyTorch on the same GPU and shapes (bf16 / FP8 GEMMs against torch.matmul and
+# torch._scaled_mm, flash attention against scaled_dot_product_attention), and prints a short
+# table last. Binaries come from .gpu-bundle/ (scripts/gpu_bundle.sh, made on a build machine)
+# when it is there, else they are built here (which needs the build's Debian packages). Logs and
+# results go to $OUT (the device tool's folder that comes back) or /tmp/loom-gpu-out. The steps'
+# timeouts add up to about 8 minutes, inside one 10-minute device command (give it timeout_s 600).
+set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON -DLOOM_BUILD_BENCH=OFF > /dev/null
-cmake --build build-gpu -j"$(nproc)" --target test_cuda
-build-gpu/test_cuda
+out="${OUT:-/tmp/loom-gpu-out}"
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
+if [ -f .gpu-bundle/payload.tar.xz ]; then
+  work=/tmp/loom-gpu
+  rm -rf "$work" && mkdir -p "$work" && tar -C "$work" -xJf .gpu-bundle/payload.tar.xz
+  bin="$work/bin" tests="$work/bin"
+  libs="$work/lib"
+else
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON >/dev/null &&
+    cmake --build build-gpu -j"$(nproc)" --target test_cuda test_nccl loom_bench_gemm_cuda loom_bench_flash_attention_cuda \
+      >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+  bin="$repo/build-gpu/bench" tests="$repo/build-gpu" libs=""
+fi
+# cuBLASLt and NCCL: the toolkit's, else the ones PyTorch's nvidia-* packages carry.
+extra=$(python3 - <<'PY' 2>/dev/null
+import glob, os
+try:
+    import nvidia
+    roots = list(nvidia.__path__)
+except Exception:
+    roots = []
+found = set()
+for root in roots:
+    for pattern in ("libcublasLt.so.*", "libnccl.so.*", "libcudart.so.*"):
+        for path in glob.glob(os.path.join(root, "**", pattern), recursive=True):
+            found.add(os.path.dirname(path))
+print(":".join(sorted(found)))
+PY
+)
+export LD_LIBRARY_PATH="${libs:+$libs:}/usr/local/cuda/lib64${extra:+:$extra}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+for b in "$tests"/test_cuda "$tests"/test_nccl "$bin"/loom_bench_*cuda; do ldd "$b" | grep "not found" && echo "missing libraries for $b"; done
+echo "== tests"
+for t in test_cuda test_nccl; do
+  timeout "$([ $t = test_cuda ] && echo 120 || echo 60)" "$tests/$t" --gtest_output="xml:$out/$t.xml" 2>&1 | tee "$out/$t.log" |
+    grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|error:|Expected|Which is|rel|  Actual" | head -60
+done
+# The hand-written kernels once more under compute-sanitizer's memcheck, on the tests' small
+# shapes (out-of-bounds and misaligned accesses; it works on the Firecracker machines).
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if [ -n "$sanitizer" ]; then
+  echo "== memcheck"
+  timeout 60 "$sanitizer" --tool memcheck --print-limit 5 "$tests/test_cuda" \
+    --gtest_filter='*one_token*:*key_block*:*documents_d128*:*Mx*:*Blockwise*:*LayerNorm*:*Rope*:*Embedding*:*Linear*' \
+    >"$out/memcheck.log" 2>&1
+  grep -E "ERROR SUMMARY|Invalid|PASSED|FAILED" "$out/memcheck.log" | head -12
+fi
+echo "== benchmarks"
+: >"$out/bench.txt"
+timeout 45 "$bin/loom_bench_gemm_cuda" 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
+timeout 45 python3 bench/cuda/torch_cuda_peer.py gemm 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
+timeout 90 "$bin/loom_bench_flash_attention_cuda" 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
+timeout 60 python3 bench/cuda/torch_cuda_peer.py attention 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
+python3 bench/cuda/gpu_table.py "$out/bench.txt" "$out/test_cuda.xml" "$out/test_nccl.xml"

@@ -71,6 +71,21 @@ TEST_F(SftCli, FineTunesResumesAndEvaluates) {
   EXPECT_EQ(chat.output.find("<|im_start|>"), std::string::npos) << "only the reply is printed: " << chat.output;
 }
 
+// A Hugging Face tokenizer with its own chat template (Llama 3's, which appends the assistant's
+// header to every rendering): the conversations are attributed, trained and generated from.
+TEST_F(SftCli, FineTunesWithAHuggingFaceTokenizerAndItsTemplate) {
+  const std::string llama3 = std::string(LOOM_DATA_DIR) + "/hf/llama3";
+  ASSERT_TRUE(fs::is_regular_file(llama3 + "/tokenizer_config.json")) << llama3 << " missing; run scripts/setup.sh";
+  CommandResult tuned = sft("run.dir=" + (dir / "hf") + " data.tokenizer=hf:" + llama3 +
+                            " sft.chat_template=tokenizer train.steps=2 train.eval_interval=0 checkpoint.interval=0");
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.output;
+  EXPECT_NE(tuned.output.find("sft: train: 4"), std::string::npos) << "every conversation kept: " << tuned.output;
+  EXPECT_NE(tuned.output.find("0 skipped"), std::string::npos) << tuned.output;
+  CommandResult chat = run_loom("generate " + (dir / "hf/checkpoints") + " --chat --prompt 'What is 2 + 2?' --max-tokens 3");
+  EXPECT_EQ(chat.exit_code, 0) << chat.output;
+  EXPECT_EQ(chat.output.find("<|start_header_id|>"), std::string::npos) << "only the reply is printed: " << chat.output;
+}
+
 TEST_F(SftCli, BadChatDataIsNamedByFileAndLine) {
   std::ofstream(dir / "a.jsonl", std::ios::app) << "{\"messages\": [{\"role\": \"robot\", \"content\": \"x\"}]}\n";
   CommandResult failed = sft("");

@@ -17,49 +17,15 @@
 #include "loom/kernels/cuda/caching_allocator.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/rmsnorm.h"
+#include "cuda_test_util.h"
 
 namespace loom::kernels::cuda {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                                     \
-  do {                                                                         \
-    if (!device_status().available) GTEST_SKIP() << device_status().reason;    \
-  } while (false)
-
-std::vector<float> random_values(uint32_t seed, int64_t n, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> out(static_cast<size_t>(n));
-  for (float& x : out) x = dist(rng);
-  return out;
-}
-
-// A device copy of `host` from `allocator`, and back.
-struct DeviceArray {
-  CachingAllocator& allocator;
-  float* ptr;
-  int64_t n;
-  DeviceArray(CachingAllocator& a, const std::vector<float>& host)
-      : allocator(a), ptr(static_cast<float*>(a.allocate(host.size() * sizeof(float)))), n(static_cast<int64_t>(host.size())) {
-    check_cuda(cudaMemcpy(ptr, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice), "copy to device");
-  }
-  ~DeviceArray() { allocator.release(ptr); }
-  std::vector<float> host() const {
-    std::vector<float> out(static_cast<size_t>(n));
-    check_cuda(cudaMemcpy(out.data(), ptr, out.size() * sizeof(float), cudaMemcpyDeviceToHost), "copy to host");
-    return out;
-  }
-};
-
-double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double diff = 0.0, norm = 0.0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
-    norm += static_cast<double>(want[i]) * want[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-300));
-}
+using testing::DeviceFloats;
+using testing::random_values;
+using testing::relative_error;
+using DeviceArray = DeviceFloats;
 
 TEST(CudaDevice, StatusSaysWhyWhenThereIsNoGpu) {
   const DeviceStatus& s = device_status();

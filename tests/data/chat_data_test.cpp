@@ -124,6 +124,58 @@ TEST(ChatMasks, OnlyTheAssistantsAnswersAreTrainedByDefault) {
   EXPECT_EQ(trained_text(t), "<|im_start|>user\nQ1<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n");
 }
 
+std::string hf_dir(const std::string& name) {
+  const fs::path dir = fs::path(LOOM_DATA_DIR) / "hf" / name;
+  if (!fs::is_regular_file(dir / "tokenizer_config.json"))
+    throw Error(dir.string() + " missing; run scripts/setup.sh to fetch the verified data");
+  return dir.string();
+}
+
+// The decoded text of the trained tokens (special tokens written out), and of all tokens.
+std::string decoded(const Tokenizer& tokenizer, const TokenizedConversation& t, bool trained_only) {
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < t.tokens.size(); ++i)
+    if (!trained_only || t.trained[i]) ids.push_back(t.tokens[i]);
+  return tokenizer.decode(ids);
+}
+
+// Llama 3's template appends the assistant's header to every rendering, whatever
+// add_generation_prompt says: its renderings less that header are attributed, and the answers
+// with their <|eot_id|> are what is trained.
+TEST(ChatMasks, ATemplateThatAlwaysAppendsTheAssistantHeaderIsAttributed) {
+  const auto llama3 = make_tokenizer("hf:" + hf_dir("llama3"));
+  const auto format = make_chat_format("tokenizer", *llama3);
+  TokenizedConversation t;
+  const auto problem = tokenize_conversation(two_turns(), *format, *llama3, MaskOptions{}, t);
+  ASSERT_FALSE(problem) << *problem;
+  EXPECT_EQ(decoded(*llama3, t, true), "A1<|eot_id|>A2<|eot_id|>");
+  const std::string header = "<|start_header_id|>";
+  EXPECT_EQ(decoded(*llama3, t, false),
+            "<|begin_of_text|>" + header + "system<|end_header_id|>\n\nS<|eot_id|>" + header +
+                "user<|end_header_id|>\n\nQ1<|eot_id|>" + header + "assistant<|end_header_id|>\n\nA1<|eot_id|>" +
+                header + "user<|end_header_id|>\n\nQ2<|eot_id|>" + header +
+                "assistant<|end_header_id|>\n\nA2<|eot_id|>");
+  // The pieces are tokenized at message boundaries, as the whole text would be.
+  EXPECT_EQ(t.tokens, llama3->encode(decoded(*llama3, t, false), EncodeOptions{}));
+}
+
+// Qwen 3's template writes an empty thinking block into the last assistant turn only: one turn
+// is attributed (the block is part of the trained answer), a later turn that drops it from an
+// earlier answer is reported as not prefix stable.
+TEST(ChatMasks, QwenThreeTrainsItsThinkingBlockAndReportsRewrittenTurns) {
+  const auto qwen = make_tokenizer("hf:" + hf_dir("qwen3"));
+  const auto format = make_chat_format("tokenizer", *qwen);
+  Conversation one;
+  ASSERT_FALSE(parse_conversation(R"({"messages":[{"role":"user","content":"Q"},{"role":"assistant","content":"A"}]})", one));
+  TokenizedConversation t;
+  const auto problem = tokenize_conversation(one, *format, *qwen, MaskOptions{}, t);
+  ASSERT_FALSE(problem) << *problem;
+  EXPECT_EQ(decoded(*qwen, t, true), "<think>\n\n</think>\n\nA<|im_end|>\n");
+  const auto rewritten = tokenize_conversation(two_turns(), *format, *qwen, MaskOptions{}, t);
+  ASSERT_TRUE(rewritten);
+  EXPECT_NE(rewritten->find("not prefix stable at messages[3]"), std::string::npos) << *rewritten;
+}
+
 // A template that rewrites earlier turns (it numbers them from the end) cannot be attributed.
 class Unstable : public ChatFormat {
  public:

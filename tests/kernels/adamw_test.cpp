@@ -4,6 +4,7 @@
 
 #include "../gradient_check.h"
 #include "loom/kernels/cpu/adamw.h"
+#include "loom/kernels/ops.h"
 
 namespace loom::kernels::cpu {
 namespace {
@@ -35,6 +36,28 @@ TEST(AdamW, SumOfSquaresMatchesSerialOnAwkwardSizes) {
     for (float v : x) expect += static_cast<double>(v) * v;
     EXPECT_NEAR(sum_of_squares(x.data(), n), expect, 1e-5 * (1.0 + expect)) << "n=" << n;
   }
+}
+
+TEST(AdamW, ManyTensorsInOneCallEqualOneCallEach) {
+  const AdamWStep step{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, 0.5f};
+  std::vector<std::vector<float>> p, g, m, v;
+  for (int64_t n : {0, 1, 4097, 333}) {
+    p.push_back(loom::testing::random_vector(n, 10 + n));
+    g.push_back(loom::testing::random_vector(n, 20 + n));
+    m.push_back(loom::testing::random_vector(n, 30 + n));
+    v.push_back(loom::testing::random_vector(n, 40 + n));
+    for (float& x : v.back()) x = std::fabs(x);
+  }
+  auto p1 = p, m1 = m, v1 = v;
+  std::vector<AdamWTensor> tensors;
+  for (size_t t = 0; t < p.size(); ++t) {
+    tensors.push_back({p[t].data(), g[t].data(), m[t].data(), v[t].data(), static_cast<int64_t>(p[t].size())});
+    adamw_update(p1[t].data(), g[t].data(), m1[t].data(), v1[t].data(), static_cast<int64_t>(p[t].size()), step);
+  }
+  kernels::adamw_update_many(Device::cpu(), tensors, step);
+  EXPECT_EQ(p, p1);
+  EXPECT_EQ(m, m1);
+  EXPECT_EQ(v, v1);
 }
 
 }  // namespace

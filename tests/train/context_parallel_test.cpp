@@ -88,20 +88,31 @@ TEST_F(ContextParallelTraining, ComposesWithTensorPipelineAndDataParallelism) {
   }
 }
 
-// Recompute and mixed precision: each setting on one rank and at cp 2 with either exchange,
-// every step's loss within 1e-5.
+// Recompute and mixed precision: each setting on one rank and at cp 2 with either exchange.
+// Recompute (fp32): every step's loss within 1e-5. The precision recipes (both blocks in the
+// recipe, as the edge layers would otherwise be bf16 in a 2-layer model): cp sums attention's
+// partial results in another fp32 order, so a bf16 output may round one ulp (2^-8) the other way
+// now and then, and an FP8 cast downstream can turn that into one FP8 step of an element; the
+// bound is that of tensor and data parallelism under the same recipes
+// (tests/train/precision_training_test.cpp): 2e-3 relative per step.
 TEST_F(ContextParallelTraining, ComposesWithRecomputeAndPrecisionRecipes) {
-  const std::vector<std::vector<std::string>> settings = {
-      {"model.recompute=true"}, {"precision.recipe=bf16"}, {"precision.recipe=fp8_delayed"}, {"precision.recipe=fp8_current"}, {"precision.recipe=mxfp8"}, {"precision.recipe=fp8_blockwise"}};
-  for (const std::vector<std::string>& setting : settings) {
+  const std::vector<std::vector<std::string>> settings = {{"model.recompute=true"},
+                                                          {"precision.recipe=bf16"},
+                                                          {"precision.recipe=fp8_delayed"},
+                                                          {"precision.recipe=fp8_current"},
+                                                          {"precision.recipe=mxfp8"},
+                                                          {"precision.recipe=fp8_blockwise"}};
+  for (std::vector<std::string> setting : settings) {
     const std::string tag = setting[0].substr(setting[0].find('=') + 1);
+    const bool fp32 = setting[0].starts_with("model.");
+    if (!fp32) setting.push_back("precision.fp8_edge_layers_bf16=false");
     const std::vector<double> one = train("one-" + tag, kLlama, setting, 6);
     for (const std::string comm : {"p2p", "a2a"}) {
       std::vector<std::string> overrides = cp_layout(2, comm, 2);
       overrides.insert(overrides.end(), setting.begin(), setting.end());
       const std::string name = "cp2-" + comm + "-" + tag;
       SCOPED_TRACE(name);
-      testing::expect_same_losses(one, train(name, kLlama, overrides, 6));
+      testing::expect_same_losses(one, train(name, kLlama, overrides, 6), 0, fp32 ? 1e-5 : 2e-3);
     }
   }
 }

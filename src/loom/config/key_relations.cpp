@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/config/grpo_schema.h"
 #include "loom/config/hybrid_config.h"
 #include "loom/config/yaml_values.h"
 #include "loom/core/error.h"
@@ -72,6 +73,7 @@ void check_key_relations(const RunConfig& c) {
             format_double(m.rope_beta_slow));
   check_hybrid(m);
   check_hybrid_layout(c);
+  check_grpo(c);
   validate_moe(m);
   LOOM_CHECK(c.data.seq_len <= m.max_seq_len,
         "data.seq_len = " + std::to_string(c.data.seq_len) + " is invalid: must be in [1, model.max_seq_len = " +

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <system_error>
 
+#include "loom/config/grpo_schema.h"
 #include "loom/config/key_relations.h"
 #include "loom/config/map_values.h"
 #include "loom/config/schema_keys.h"
@@ -247,6 +248,7 @@ const std::vector<SectionSchema>& schema() {
                   field("bad_lines", &SftConfig::bad_lines),
                   field("overlong", &SftConfig::overlong),
               }),
+      section("grpo", &RunConfig::grpo, grpo_keys()),
       section("log", &RunConfig::log,
               {
                   field("interval", &LogConfig::interval, at_least(1)),

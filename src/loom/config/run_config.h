@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "loom/config/enums.h"
+#include "loom/config/grpo_config.h"
 #include "loom/core/tokenizer_names.h"
 
 namespace loom::config {
@@ -262,6 +263,7 @@ struct RunConfig {
   TrainConfig train;
   CheckpointConfig checkpoint;
   SftConfig sft;
+  GrpoConfig grpo;
   LogConfig log;
   FaultConfig fault;
 };

@@ -11,6 +11,45 @@
 namespace loom::kernels {
 
 struct CudaEntries {
+  void (*embedding_forward)(Device, float* out, const int32_t* ids, const float* table, int64_t rows, int64_t dim,
+                            bool accumulate) = nullptr;
+  void (*embedding_backward)(Device, float* dtable, const float* dout, const int32_t* ids, int64_t rows,
+                             int64_t dim) = nullptr;
+  void (*embedding_forward_shard)(Device, float* out, const int32_t* ids, const float* table, int64_t rows,
+                                  int64_t dim, int64_t first_id, int64_t count) = nullptr;
+  void (*embedding_backward_shard)(Device, float* dtable, const float* dout, const int32_t* ids, int64_t rows,
+                                   int64_t dim, int64_t first_id, int64_t count) = nullptr;
+  void (*layernorm_forward)(Device, float* out, float* mean, float* rstd, const float* in, const float* weight,
+                            const float* bias, int64_t rows, int64_t dim, float eps) = nullptr;
+  void (*layernorm_backward)(Device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
+                             const float* weight, const float* mean, const float* rstd, int64_t rows,
+                             int64_t dim) = nullptr;
+  void (*rope_forward)(Device, float* x, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
+                       int64_t seq, int64_t positions_start, const RopeTable& table,
+                       const int32_t* positions) = nullptr;
+  void (*rope_backward)(Device, float* dx, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
+                        int64_t seq, int64_t positions_start, const RopeTable& table,
+                        const int32_t* positions) = nullptr;
+  void (*linear_forward)(Device, float* out, const float* in, const float* weight, const float* bias, int64_t n,
+                         int64_t in_features, int64_t out_features, bool accumulate) = nullptr;
+  void (*linear_backward)(Device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
+                          const float* weight, int64_t n, int64_t in_features, int64_t out_features) = nullptr;
+  void (*gemm_nt)(Device, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k,
+                  bool accumulate) = nullptr;
+  void (*gemm)(Device, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k, bool trans_a,
+               bool trans_b, bool accumulate) = nullptr;
+  double (*softmax_cross_entropy)(Device, float* logits, float* losses, const int32_t* targets, int64_t rows,
+                                  int64_t vocab, float grad_scale) = nullptr;
+  void (*vocab_shard_row_max)(Device, const float* logits, int64_t rows, int64_t vocab_shard,
+                              float* row_max) = nullptr;
+  void (*vocab_shard_exp_sums)(Device, const float* logits, const float* row_max, const int32_t* targets,
+                               int64_t rows, int64_t vocab_shard, int64_t first_id, float* stats) = nullptr;
+  double (*vocab_shard_finish)(Device, float* logits, float* losses, const float* row_max, const float* stats,
+                               const int32_t* targets, int64_t rows, int64_t vocab_shard, int64_t first_id,
+                               float grad_scale) = nullptr;
+  double (*sum_of_squares)(Device, const float* x, int64_t n) = nullptr;
+  void (*scale_in_place)(Device, float* x, int64_t n, float factor) = nullptr;
+  void (*adamw_update_many)(Device, const AdamWTensor* tensors, int64_t count, const AdamWStep& step) = nullptr;
   void (*rmsnorm_forward)(Device, float* out, float* rstd, const float* in, const float* weight, int64_t rows,
                           int64_t dim, float eps) = nullptr;
   void (*rmsnorm_backward)(Device, float* din, float* dweight, const float* dout, const float* in,

@@ -53,21 +53,27 @@ F cuda_kernel(F kernel, const char* op, Device device) {
     return cpu::op(__VA_ARGS__);                    \
   no_kernel(#op, device)
 
+// The CPU kernel, or the CUDA kernel registered for the op (same arguments after the device).
+#define LOOM_DISPATCH(op, ...)                      \
+  if (device.is_cpu()) [[likely]]                   \
+    return cpu::op(__VA_ARGS__);                    \
+  return cuda_kernel(cuda_entries().op, #op, device)(device, __VA_ARGS__)
+
 void embedding_forward(Device device, float* out, const int32_t* ids, const float* table, int64_t rows, int64_t dim,
                        bool accumulate) {
-  LOOM_CPU_ONLY(embedding_forward, out, ids, table, rows, dim, accumulate);
+  LOOM_DISPATCH(embedding_forward, out, ids, table, rows, dim, accumulate);
 }
 void embedding_backward(Device device, float* dtable, const float* dout, const int32_t* ids, int64_t rows,
                         int64_t dim) {
-  LOOM_CPU_ONLY(embedding_backward, dtable, dout, ids, rows, dim);
+  LOOM_DISPATCH(embedding_backward, dtable, dout, ids, rows, dim);
 }
 void embedding_forward_shard(Device device, float* out, const int32_t* ids, const float* table, int64_t rows,
                              int64_t dim, int64_t first_id, int64_t count) {
-  LOOM_CPU_ONLY(embedding_forward_shard, out, ids, table, rows, dim, first_id, count);
+  LOOM_DISPATCH(embedding_forward_shard, out, ids, table, rows, dim, first_id, count);
 }
 void embedding_backward_shard(Device device, float* dtable, const float* dout, const int32_t* ids, int64_t rows,
                               int64_t dim, int64_t first_id, int64_t count) {
-  LOOM_CPU_ONLY(embedding_backward_shard, dtable, dout, ids, rows, dim, first_id, count);
+  LOOM_DISPATCH(embedding_backward_shard, dtable, dout, ids, rows, dim, first_id, count);
 }
 
 void rmsnorm_forward(Device device, float* out, float* rstd, const float* in, const float* weight, int64_t rows,
@@ -86,20 +92,20 @@ void rmsnorm_backward(Device device, float* din, float* dweight, const float* do
 }
 void layernorm_forward(Device device, float* out, float* mean, float* rstd, const float* in, const float* weight,
                        const float* bias, int64_t rows, int64_t dim, float eps) {
-  LOOM_CPU_ONLY(layernorm_forward, out, mean, rstd, in, weight, bias, rows, dim, eps);
+  LOOM_DISPATCH(layernorm_forward, out, mean, rstd, in, weight, bias, rows, dim, eps);
 }
 void layernorm_backward(Device device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
                         const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim) {
-  LOOM_CPU_ONLY(layernorm_backward, din, dweight, dbias, dout, in, weight, mean, rstd, rows, dim);
+  LOOM_DISPATCH(layernorm_backward, din, dweight, dbias, dout, in, weight, mean, rstd, rows, dim);
 }
 
 void rope_forward(Device device, float* x, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
                   int64_t seq, int64_t positions_start, const RopeTable& table, const int32_t* positions) {
-  LOOM_CPU_ONLY(rope_forward, x, rows, row_stride, first_col, heads, seq, positions_start, table, positions);
+  LOOM_DISPATCH(rope_forward, x, rows, row_stride, first_col, heads, seq, positions_start, table, positions);
 }
 void rope_backward(Device device, float* dx, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
                    int64_t seq, int64_t positions_start, const RopeTable& table, const int32_t* positions) {
-  LOOM_CPU_ONLY(rope_backward, dx, rows, row_stride, first_col, heads, seq, positions_start, table, positions);
+  LOOM_DISPATCH(rope_backward, dx, rows, row_stride, first_col, heads, seq, positions_start, table, positions);
 }
 
 void swiglu_forward(Device device, float* out, const float* gate_up, int64_t rows, int64_t width) {
@@ -126,19 +132,19 @@ void gelu_backward(Device device, float* din, const float* dout, const float* in
 
 void linear_forward(Device device, float* out, const float* in, const float* weight, const float* bias, int64_t n,
                     int64_t in_features, int64_t out_features, bool accumulate) {
-  LOOM_CPU_ONLY(linear_forward, out, in, weight, bias, n, in_features, out_features, accumulate);
+  LOOM_DISPATCH(linear_forward, out, in, weight, bias, n, in_features, out_features, accumulate);
 }
 void linear_backward(Device device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
                      const float* weight, int64_t n, int64_t in_features, int64_t out_features) {
-  LOOM_CPU_ONLY(linear_backward, din, dweight, dbias, dout, in, weight, n, in_features, out_features);
+  LOOM_DISPATCH(linear_backward, din, dweight, dbias, dout, in, weight, n, in_features, out_features);
 }
 void gemm_nt(Device device, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k,
              bool accumulate) {
-  LOOM_CPU_ONLY(gemm_nt, c, a, b, m, n, k, accumulate);
+  LOOM_DISPATCH(gemm_nt, c, a, b, m, n, k, accumulate);
 }
 void gemm(Device device, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k, bool trans_a,
           bool trans_b, bool accumulate) {
-  LOOM_CPU_ONLY(gemm, c, a, b, m, n, k, trans_a, trans_b, accumulate);
+  LOOM_DISPATCH(gemm, c, a, b, m, n, k, trans_a, trans_b, accumulate);
 }
 
 namespace {
@@ -193,20 +199,25 @@ void paged_attention(Device device, float* out, const float* q, int64_t q_stride
 
 double softmax_cross_entropy(Device device, float* logits, float* losses, const int32_t* targets, int64_t rows,
                              int64_t vocab, float grad_scale) {
-  LOOM_CPU_ONLY(softmax_cross_entropy, logits, losses, targets, rows, vocab, grad_scale);
+  LOOM_DISPATCH(softmax_cross_entropy, logits, losses, targets, rows, vocab, grad_scale);
 }
 void vocab_shard_row_max(Device device, const float* logits, int64_t rows, int64_t vocab_shard, float* row_max) {
-  LOOM_CPU_ONLY(vocab_shard_row_max, logits, rows, vocab_shard, row_max);
+  LOOM_DISPATCH(vocab_shard_row_max, logits, rows, vocab_shard, row_max);
 }
 void vocab_shard_exp_sums(Device device, const float* logits, const float* row_max, const int32_t* targets,
                           int64_t rows, int64_t vocab_shard, int64_t first_id, float* stats) {
-  LOOM_CPU_ONLY(vocab_shard_exp_sums, logits, row_max, targets, rows, vocab_shard, first_id, stats);
+  LOOM_DISPATCH(vocab_shard_exp_sums, logits, row_max, targets, rows, vocab_shard, first_id, stats);
 }
 double vocab_shard_finish(Device device, float* logits, float* losses, const float* row_max, const float* stats,
                           const int32_t* targets, int64_t rows, int64_t vocab_shard, int64_t first_id,
                           float grad_scale) {
-  LOOM_CPU_ONLY(vocab_shard_finish, logits, losses, row_max, stats, targets, rows, vocab_shard, first_id,
+  LOOM_DISPATCH(vocab_shard_finish, logits, losses, row_max, stats, targets, rows, vocab_shard, first_id,
                 grad_scale);
+}
+void vocab_shard_gradient(Device device, float* logits, const float* row_max, const float* stats,
+                          const int32_t* targets, int64_t rows, int64_t vocab_shard, int64_t first_id,
+                          const float* row_scale) {
+  LOOM_CPU_ONLY(vocab_shard_gradient, logits, row_max, stats, targets, rows, vocab_shard, first_id, row_scale);
 }
 
 void adamw_update(Device device, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
@@ -215,9 +226,17 @@ void adamw_update(Device device, float* param, const float* grad, float* exp_avg
     return cpu::adamw_update(param, grad, exp_avg, exp_avg_sq, n, step);
   cuda_kernel(cuda_entries().adamw_update, "adamw_update", device)(device, param, grad, exp_avg, exp_avg_sq, n, step);
 }
-double sum_of_squares(Device device, const float* x, int64_t n) { LOOM_CPU_ONLY(sum_of_squares, x, n); }
+void adamw_update_many(Device device, std::span<const AdamWTensor> tensors, const AdamWStep& step) {
+  if (device.is_cpu()) [[likely]] {
+    for (const AdamWTensor& t : tensors) cpu::adamw_update(t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.n, step);
+    return;
+  }
+  cuda_kernel(cuda_entries().adamw_update_many, "adamw_update_many", device)(
+      device, tensors.data(), static_cast<int64_t>(tensors.size()), step);
+}
+double sum_of_squares(Device device, const float* x, int64_t n) { LOOM_DISPATCH(sum_of_squares, x, n); }
 void scale_in_place(Device device, float* x, int64_t n, float factor) {
-  LOOM_CPU_ONLY(scale_in_place, x, n, factor);
+  LOOM_DISPATCH(scale_in_place, x, n, factor);
 }
 
 void relu2_forward(Device device, float* out, const float* in, int64_t n) {
@@ -267,5 +286,6 @@ void gated_rmsnorm_backward(Device device, float* dy, float* dz, float* dweight,
 }
 
 #undef LOOM_CPU_ONLY
+#undef LOOM_DISPATCH
 
 }  // namespace loom::kernels

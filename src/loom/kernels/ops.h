@@ -8,6 +8,7 @@
 // Conventions of every backend: backward kernels add into their gradient outputs; cross-entropy
 // overwrites the logits with their gradient (docs/architecture.md, "Kernels").
 #include <cstdint>
+#include <span>
 
 #include "loom/core/device.h"
 #include "loom/kernels/types.h"
@@ -128,10 +129,16 @@ void vocab_shard_exp_sums(Device device, const float* logits, const float* row_m
 double vocab_shard_finish(Device device, float* logits, float* losses, const float* row_max, const float* stats,
                           const int32_t* targets, int64_t rows, int64_t vocab_shard, int64_t first_id,
                           float grad_scale);
+// A per-token objective's gradient: row_scale[r] * (softmax - onehot) per row (cpu/vocab_parallel_cross_entropy.h).
+void vocab_shard_gradient(Device device, float* logits, const float* row_max, const float* stats,
+                          const int32_t* targets, int64_t rows, int64_t vocab_shard, int64_t first_id,
+                          const float* row_scale);
 
 // --- optimizer: fused AdamW, the sum of squares for global-norm clipping, scaling.
 void adamw_update(Device device, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                   const AdamWStep& step);
+// Many tensors in one pass (one launch on a GPU); the same result as adamw_update on each.
+void adamw_update_many(Device device, std::span<const AdamWTensor> tensors, const AdamWStep& step);
 double sum_of_squares(Device device, const float* x, int64_t n);
 void scale_in_place(Device device, float* x, int64_t n, float factor);
 

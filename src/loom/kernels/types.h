@@ -15,6 +15,15 @@ struct AdamWStep {
   float grad_scale = 1.0f;  // gradients are multiplied by this first (clipping, fused)
 };
 
+// One tensor of a multi-tensor AdamW update (adamw_update_many): n elements of each array.
+struct AdamWTensor {
+  float* param;
+  const float* grad;
+  float* exp_avg;
+  float* exp_avg_sq;
+  int64_t n;
+};
+
 struct AttentionShape {
   int64_t batch, seq, heads, kv_heads, head_dim;
   int64_t qkv_width() const { return (heads + 2 * kv_heads) * head_dim; }

@@ -209,6 +209,7 @@ void Transformer::embed_backward(const float* d_x, const int32_t* tokens, int64_
 }
 
 double Transformer::cross_entropy(float* logits, const int32_t* targets, int64_t rows, float grad_scale) {
+  if (objective_ != nullptr) return objective_loss(logits, targets, rows, grad_scale);
   float* losses = sized(losses_, rows);
   if (tp_.single())
     return kernels::softmax_cross_entropy(params_.device(), logits, losses, targets, rows, config_.vocab_size,
@@ -227,6 +228,32 @@ double Transformer::cross_entropy(float* logits, const int32_t* targets, int64_t
   tp_.all_reduce(stats, 2 * rows);
   return kernels::vocab_shard_finish(params_.device(), logits, losses, row_max, stats, targets, rows, vocab_local_,
                                      vocab_first_, grad_scale);
+}
+
+double Transformer::objective_loss(float* logits, const int32_t* targets, int64_t rows, float grad_scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    LOOM_CHECK(targets[r] == kernels::kIgnoreIndex || (targets[r] >= 0 && targets[r] < config_.vocab_size),
+               "objective: target id " + std::to_string(targets[r]) + " is outside the vocabulary [0, " +
+                   std::to_string(config_.vocab_size) + ")");
+  }
+  // The vocabulary-parallel passes (one rank: a single shard), then each row's log-probability.
+  const Device device = params_.device();
+  float* row_max = sized(ce_max_, rows);
+  kernels::vocab_shard_row_max(device, logits, rows, vocab_local_, row_max);
+  if (!tp_.single()) tp_.all_reduce_max(row_max, rows);
+  float* stats = sized(ce_stats_, 2 * rows);
+  kernels::vocab_shard_exp_sums(device, logits, row_max, targets, rows, vocab_local_, vocab_first_, stats);
+  if (!tp_.single()) tp_.all_reduce(stats, 2 * rows);
+  float* logp = sized(objective_logp_, rows);
+  kernels::vocab_shard_finish(device, logits, logp, row_max, stats, targets, rows, vocab_local_, vocab_first_, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) logp[r] = -logp[r];  // the loss -logp, negated
+  float* scale = sized(objective_scale_, rows);
+  const double loss_sum = objective_->evaluate(targets, logp, rows, scale);
+  if (grad_scale == 0.0f) return loss_sum;
+  // d(loss)/d(logits) = g (onehot - softmax) = (-g) (softmax - onehot).
+  for (int64_t r = 0; r < rows; ++r) scale[r] *= -grad_scale;
+  kernels::vocab_shard_gradient(device, logits, row_max, stats, targets, rows, vocab_local_, vocab_first_, scale);
+  return loss_sum;
 }
 
 double Transformer::head_forward(Activations& a, const int32_t* targets, int64_t rows, float grad_scale) {

@@ -17,6 +17,7 @@
 #include "loom/model/parameters.h"
 #include "loom/model/tensor_parallel.h"
 #include "loom/model/tensor_parallel_grads.h"
+#include "loom/model/token_objective.h"
 #include "loom/config/run_config.h"
 
 namespace loom::model {
@@ -157,6 +158,10 @@ class Transformer {
   // Tokens per sequence of the whole group: `seq` local ones times the context-parallel ranks.
   int64_t global_seq(int64_t seq) const { return context_ != nullptr ? seq * context_->size() : seq; }
 
+  // The head's objective in place of cross-entropy for the next passes (null: cross-entropy).
+  // Passes return the sum of its row losses; with grad_scale, gradients of grad_scale * that sum.
+  void set_token_objective(TokenObjective* objective) { objective_ = objective; }
+
   // Parallel wrappers observe each unit (see parameter_hooks.h); null = none.
   void set_hooks(ParameterHooks* hooks) { hooks_ = hooks; }
   int units() const { return config_.layers + 2; }
@@ -181,6 +186,8 @@ class Transformer {
   void embed_backward(const float* d_x, const int32_t* tokens, int64_t rows, const std::vector<int32_t>& position_ids);
   // Sum of token losses; logits holds grad_scale * d(loss)/d(logits) after it (when non-zero).
   double cross_entropy(float* logits, const int32_t* targets, int64_t rows, float grad_scale);
+  // The same with objective_: log-probabilities, the objective's row gradients, their logits' gradient.
+  double objective_loss(float* logits, const int32_t* targets, int64_t rows, float grad_scale);
   double head_forward(Activations& a, const int32_t* targets, int64_t rows, float grad_scale);
   void head_backward(Activations& a, int64_t rows);
   Block::Saved& saved_for(Activations& a, int layer);
@@ -206,6 +213,8 @@ class Transformer {
   ParallelScratch tp_scratch_;
   ParameterHooks* hooks_ = nullptr;
   ContextAttention* context_ = nullptr;
+  TokenObjective* objective_ = nullptr;
+  Buffer objective_logp_, objective_scale_;
   std::vector<std::vector<int>> unit_params_;
   std::optional<TensorParallelGrads> tp_grads_;
   std::shared_ptr<PrecisionContext> precision_;

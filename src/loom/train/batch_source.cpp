@@ -17,6 +17,8 @@ void TokenBatch::resize(int batch_size, int seq_len) {
   loss_weights.resize(n);
   positions.clear();  // plain rows until a source packs documents
   documents.clear();
+  advantages.clear();  // no per-target data until a source gives it
+  generation_logprobs.clear();
 }
 
 int64_t TokenBatch::mask_and_count(const BatchSource& source, int64_t first_sample) {

@@ -26,6 +26,10 @@ struct TokenBatch {
   std::vector<int32_t> inputs, targets;
   std::vector<float> loss_weights;
   std::vector<int32_t> positions, documents;
+  // Reinforcement learning's per-target data ([batch, seq] each; empty for pre-training and SFT):
+  // the advantage of the sample a target belongs to, and the generation server's log-probability
+  // of the target. Read by a StepObjective (step_objective.h); not split by context parallelism.
+  std::vector<float> advantages, generation_logprobs;
 
   model::Packing packing() const {
     return {positions.empty() ? nullptr : positions.data(), documents.empty() ? nullptr : documents.data()};

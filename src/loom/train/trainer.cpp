@@ -16,6 +16,7 @@
 #include "loom/comm/mesh.h"
 #include "loom/core/error.h"
 #include "loom/data/tokenizer.h"
+#include "loom/kernels/types.h"
 #include "loom/model/flops.h"
 #include "loom/ops/fault_injection.h"
 #include "loom/ops/heartbeat_writer.h"
@@ -81,6 +82,7 @@ struct Trainer::State {
   std::unique_ptr<RunDirectory> run_directory;  // rank 0: the run directory's lock and checks
   TrainingProgress progress;
   TokenBatch batch;
+  StepObjective* objective = nullptr;  // reinforcement learning's, in place of cross-entropy
   ckpt::AsyncCheckpointWriter async_writer;
 
   State(const config::RunConfig& config, comm::Communicator& w, const BatchSource& source)
@@ -206,6 +208,10 @@ Trainer::Trainer(const config::RunConfig& config, comm::Communicator& world, con
 Trainer::~Trainer() = default;
 
 bool Trainer::reporter() const { return state_->world.rank() == 0; }
+bool Trainer::holds_loss() const {
+  const State& s = *state_;
+  return s.mesh.tp_rank() == 0 && s.mesh.pp_rank() == s.mesh.layout().shape.pp - 1;
+}
 const config::RunConfig& Trainer::config() const { return state_->run; }
 const TrainingProgress& Trainer::progress() const { return state_->progress; }
 double Trainer::flops_per_token() const { return state_->model->training_flops_per_token(state_->run.data.seq_len); }
@@ -328,16 +334,18 @@ StepResult Trainer::step(int stop_signal) {
   // fp16: times the dynamic loss scale (a power of two, so exact; 1 for the other recipes).
   // DiLoCo: each site takes a step of its own, over its own tokens.
   const int64_t scale_tokens = s.outer ? agree_token_count(s.outer->inner_group(), local_tokens) : result.trained_tokens;
+  if (s.objective != nullptr) s.objective->prepare(*this, s.batch);  // its own forward passes first
   const float loss_scale = s.precision->begin_step();
   const float grad_scale = static_cast<float>(1.0 / static_cast<double>(scale_tokens)) * loss_scale;
   // MoE balancing losses are per micro-batch, averaged over the global batch's micro-batches.
   s.model->set_aux_loss_scale(loss_scale * static_cast<float>(s.run.train.micro_batch) /
                               static_cast<float>(s.run.train.global_batch));
+  s.model->set_token_objective(s.objective);
   const double local_loss_sum = s.forward_backward(grad_scale);
+  s.model->set_token_objective(nullptr);
   // The tensor-parallel ranks of a replica share its loss (computed on the last pipeline
   // stage): one of them contributes it.
-  const bool contributes = s.mesh.tp_rank() == 0 && s.mesh.pp_rank() == s.mesh.layout().shape.pp - 1;
-  const LossAndStop agreed = agree_loss_and_stop(s.world, contributes, local_loss_sum, stop_signal);
+  const LossAndStop agreed = agree_loss_and_stop(s.world, holds_loss(), local_loss_sum, stop_signal);
   result.loss = agreed.loss_sum / static_cast<double>(result.trained_tokens);
   result.stop_signal = agreed.stop_signal;
   if (s.has_moe) {
@@ -394,6 +402,85 @@ std::string Trainer::progress_extra(const StepResult& result) {
        << result.moe.tokens_mean << "/" << result.moe.tokens_max << std::setprecision(1) << " drop "
        << 100.0 * result.moe.dropped_fraction << "%" << std::setprecision(4) << " aux " << result.moe.aux_loss;
   return line.str();
+}
+
+void Trainer::set_objective(StepObjective* objective) {
+  LOOM_CHECK(objective == nullptr || state_->mesh.layout().shape.cp == 1,
+             "parallel.cp = " + std::to_string(state_->mesh.layout().shape.cp) +
+                 ": a per-token objective (GRPO) under context parallelism is not built yet; use parallel.cp = 1");
+  state_->objective = objective;
+}
+
+namespace {
+// Writes each row's log-probability at its place in the batch (a forward-only pass's objective).
+class LogprobRecorder : public model::TokenObjective {
+ public:
+  LogprobRecorder(const TokenBatch& batch, std::vector<float>& out) : batch_(batch), out_(out) {}
+  double evaluate(const int32_t* targets, const float* logp, int64_t rows, float* gradient) override {
+    const int64_t first = targets - batch_.targets.data();
+    LOOM_CHECK(first >= 0 && first + rows <= static_cast<int64_t>(batch_.targets.size()),
+               "target_logprobs: rows outside the batch they were asked for");
+    for (int64_t r = 0; r < rows; ++r) {
+      out_[first + r] = targets[r] == kernels::kIgnoreIndex ? 0.0f : logp[r];
+      gradient[r] = 0.0f;
+    }
+    return 0.0;
+  }
+
+ private:
+  const TokenBatch& batch_;
+  std::vector<float>& out_;
+};
+}  // namespace
+
+std::vector<float> Trainer::target_logprobs(const TokenBatch& batch, const std::vector<float>* parameters) {
+  State& s = *state_;
+  std::vector<float> logp(batch.targets.size(), 0.0f);
+  LogprobRecorder recorder(batch, logp);
+  s.optimizer->gather_full_parameters();  // ZeRO-3: the forward-only passes need every parameter
+  float* values = s.model->params().values();
+  const size_t total = static_cast<size_t>(s.model->params().total());
+  std::vector<float> current;
+  if (parameters != nullptr) {
+    LOOM_CHECK(parameters->size() == total, "target_logprobs: " + std::to_string(parameters->size()) +
+                                                " parameters given for a rank holding " + std::to_string(total));
+    current.assign(values, values + total);
+    std::copy(parameters->begin(), parameters->end(), values);
+  }
+  s.model->set_token_objective(&recorder);
+  const int micro = s.run.train.micro_batch;
+  for (int m = 0; m * micro < batch.batch; ++m) {
+    const model::Packing packing = batch.packing().at(static_cast<int64_t>(m) * micro * batch.seq);
+    if (s.pipeline) {
+      s.pipeline->forward_loss(batch.micro_inputs(m, micro), batch.micro_targets(m, micro), micro, batch.seq, packing);
+    } else {
+      s.model->forward_loss(batch.micro_inputs(m, micro), batch.micro_targets(m, micro), micro, batch.seq, packing);
+    }
+  }
+  s.model->set_token_objective(nullptr);
+  if (parameters != nullptr) std::copy(current.begin(), current.end(), values);
+  s.optimizer->release_full_parameters();
+  return logp;
+}
+
+std::vector<float> Trainer::parameter_copy(const std::string& checkpoint) {
+  State& s = *state_;
+  LOOM_CHECK(s.run.precision.param_dtype == config::ParamDtype::Fp32,
+             "precision.param_dtype = compute keeps the parameters in a compact store between uses; a copy of them "
+             "(the reference policy of grpo.kl_coeff) needs precision.param_dtype = fp32");
+  s.optimizer->gather_full_parameters();
+  float* values = s.model->params().values();
+  const size_t total = static_cast<size_t>(s.model->params().total());
+  std::vector<float> copy(values, values + total);
+  if (!checkpoint.empty()) {
+    const std::vector<float> current = copy;
+    ckpt::LoadedCheckpoint loaded = ckpt::load_checkpoint(checkpoint);
+    load_parameters(loaded, *s.model);
+    copy.assign(values, values + total);
+    std::copy(current.begin(), current.end(), values);
+  }
+  s.optimizer->release_full_parameters();
+  return copy;
 }
 
 std::optional<double> Trainer::evaluate() {

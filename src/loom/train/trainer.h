@@ -23,6 +23,7 @@
 #include "loom/config/run_config.h"
 #include "loom/train/batch_source.h"
 #include "loom/train/model_setup.h"
+#include "loom/train/step_objective.h"
 
 namespace loom::train {
 
@@ -69,6 +70,22 @@ class Trainer {
   // One optimizer step over the next global batch (collective). `stop_signal`: the signal this
   // rank was asked to stop by (0: none); the result says whether any rank was.
   StepResult step(int stop_signal);
+  // Reinforcement learning: the objective of the next steps in place of cross-entropy (null:
+  // cross-entropy again); StepResult::loss is then the mean of its token losses. Not with
+  // context parallelism (an Error naming parallel.cp).
+  void set_objective(StepObjective* objective);
+  // The log-probabilities of `batch`'s targets ([batch, seq], 0 where masked) under this rank's
+  // parameters, or under `parameters` (a full copy of them, as parameter_copy gives) when not
+  // null: forward only, micro-batch by micro-batch, on every replica. The values are those of
+  // the ranks holding the head (the last pipeline stage); 0 elsewhere. Collective.
+  std::vector<float> target_logprobs(const TokenBatch& batch, const std::vector<float>* parameters);
+  // A full copy of this rank's parameters (its tensor-parallel slices and stages), the current
+  // ones or those of `checkpoint` (a root or step directory). Collective under ZeRO-3.
+  std::vector<float> parameter_copy(const std::string& checkpoint = "");
+  // Whether this rank contributes its replica's loss (and objective statistics) to the world's
+  // sums: the first tensor-parallel rank of the last pipeline stage.
+  bool holds_loss() const;
+
   // Mean token loss over the validation set's first train.eval_batches micro-batches, on rank 0
   // (nullopt elsewhere, and when there is no validation source). Collective.
   std::optional<double> evaluate();

@@ -1,5 +1,6 @@
 #include "loom/train/world_agreements.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <string>
@@ -48,6 +49,31 @@ void sum_loss_and_tokens(comm::Communicator& group, double& loss_sum, int64_t& t
     std::memcpy(&loss, &all[2 * static_cast<size_t>(r)], sizeof(double));
     loss_sum += loss;
     tokens += all[2 * static_cast<size_t>(r) + 1];
+  }
+}
+
+void agree_sums_and_maxima(comm::Communicator& world, bool contribute, std::vector<double>& sums,
+                           std::vector<double>& maxima) {
+  if (world.size() == 1 && contribute) return;
+  // One flag word, then the sums and maxima as 8-byte words (each double's bits as they are).
+  const size_t n = 1 + sums.size() + maxima.size();
+  std::vector<double> mine(n, 0.0);
+  mine[0] = contribute ? 1.0 : 0.0;
+  std::copy(sums.begin(), sums.end(), mine.begin() + 1);
+  std::copy(maxima.begin(), maxima.end(), mine.begin() + 1 + static_cast<std::ptrdiff_t>(sums.size()));
+  std::vector<double> all(n * static_cast<size_t>(world.size()));
+  world.all_gather(mine.data(), all.data(), static_cast<int64_t>(n), DType::I64);
+  std::fill(sums.begin(), sums.end(), 0.0);
+  bool first = true;
+  for (int r = 0; r < world.size(); ++r) {
+    const double* theirs = all.data() + n * static_cast<size_t>(r);
+    if (theirs[0] == 0.0) continue;
+    for (size_t i = 0; i < sums.size(); ++i) sums[i] += theirs[1 + i];
+    for (size_t i = 0; i < maxima.size(); ++i) {
+      const double v = theirs[1 + sums.size() + i];
+      maxima[i] = first ? v : std::max(maxima[i], v);
+    }
+    first = false;
   }
 }
 

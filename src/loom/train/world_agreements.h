@@ -29,6 +29,12 @@ struct LossAndStop {
 // same step and reports the same signal.
 LossAndStop agree_loss_and_stop(comm::Communicator& world, bool contribute, double local_loss_sum, int stop_signal);
 
+// Statistics of a step summed (`sums`) and maximised (`maxima`) over the ranks that `contribute`
+// (one per replica, as agree_loss_and_stop), for every rank: one all-gather of doubles over
+// `world`, combined in rank order (a minimum travels as its negation).
+void agree_sums_and_maxima(comm::Communicator& world, bool contribute, std::vector<double>& sums,
+                           std::vector<double>& maxima);
+
 // Mixed precision's step decision: whether any rank of `world` found Inf/NaN in its gradients
 // (every rank then skips or steps together), and this step's FP8 amaxes (`amaxes`, replaced by
 // their maximum) over the ranks holding the same layers, `same_layers` (null: the world, and both

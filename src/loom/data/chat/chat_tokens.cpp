@@ -23,6 +23,51 @@ void append_piece(const Tokenizer& tokenizer, std::string_view text, bool traine
   out.trained.insert(out.trained.end(), ids.size(), trained ? 1 : 0);
 }
 
+
+// Attribution with renderings that may end in a `trailing` text the template appends whatever
+// add_generation_prompt says (Llama 3.0's template always ends with the assistant's header): the
+// renderings less that text must be prefix stable. `trailing` empty: the plain rule.
+std::optional<std::string> attribute(const Conversation& conversation, const ChatFormat& chat_template,
+                                     const Tokenizer& tokenizer, const MaskOptions& options,
+                                     const std::string& trailing, TokenizedConversation& out) {
+  const nlohmann::json messages = messages_json(conversation.messages);
+  const int last = last_trained_message(conversation, options);
+  auto render = [&](size_t count, bool generation_prompt) {
+    const nlohmann::json head(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(count));
+    return chat_template.render(head, conversation.tools, generation_prompt);
+  };
+  auto prefix = [&](size_t count) -> std::optional<std::string> {
+    std::string text = render(count, false);
+    if (trailing.empty()) return text;
+    if (!text.ends_with(trailing)) return std::nullopt;
+    text.resize(text.size() - trailing.size());
+    return text;
+  };
+  out = TokenizedConversation{};
+  std::optional<std::string> previous = prefix(0);
+  if (!previous) return "chat template '" + chat_template.name() + "' does not end every rendering alike";
+  append_piece(tokenizer, *previous, false, out);
+  for (size_t i = 0; i < conversation.messages.size(); ++i) {
+    const std::optional<std::string> next = prefix(i + 1);
+    if (!next || !next->starts_with(*previous))
+      return "chat template '" + chat_template.name() + "' is not prefix stable at messages[" + std::to_string(i) +
+             "]: rendering the conversation up to it changes the text of earlier messages";
+    const std::string& role = conversation.messages[i].role;
+    const bool role_trained = std::find(options.roles.begin(), options.roles.end(), role) != options.roles.end();
+    const bool trained = role_trained && (!options.last_turn_only || static_cast<int>(i) == last);
+    size_t content_start = previous->size();
+    if (role == "assistant") {
+      const std::string prompt = render(i, true);
+      if (prompt.size() >= previous->size() && next->starts_with(prompt)) content_start = prompt.size();
+    }
+    const std::string_view text(*next);
+    append_piece(tokenizer, text.substr(previous->size(), content_start - previous->size()), false, out);
+    append_piece(tokenizer, text.substr(content_start), trained, out);
+    previous = next;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int64_t TokenizedConversation::trained_tokens() const {
@@ -32,34 +77,16 @@ int64_t TokenizedConversation::trained_tokens() const {
 std::optional<std::string> tokenize_conversation(const Conversation& conversation, const ChatFormat& chat_template,
                                                  const Tokenizer& tokenizer, const MaskOptions& options,
                                                  TokenizedConversation& out) {
-  const nlohmann::json messages = messages_json(conversation.messages);
-  const int last = last_trained_message(conversation, options);
-  auto prefix = [&](size_t count, bool generation_prompt) {
-    const nlohmann::json head(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(count));
-    return chat_template.render(head, conversation.tools, generation_prompt);
-  };
-  out = TokenizedConversation{};
-  std::string previous = prefix(0, false);
-  append_piece(tokenizer, previous, false, out);
-  for (size_t i = 0; i < conversation.messages.size(); ++i) {
-    const std::string next = prefix(i + 1, false);
-    if (!next.starts_with(previous))
-      return "chat template '" + chat_template.name() + "' is not prefix stable at messages[" + std::to_string(i) +
-             "]: rendering the conversation up to it changes the text of earlier messages";
-    const std::string& role = conversation.messages[i].role;
-    const bool role_trained = std::find(options.roles.begin(), options.roles.end(), role) != options.roles.end();
-    const bool trained = role_trained && (!options.last_turn_only || static_cast<int>(i) == last);
-    size_t content_start = previous.size();
-    if (role == "assistant") {
-      const std::string prompt = prefix(i, true);
-      if (prompt.size() >= previous.size() && next.starts_with(prompt)) content_start = prompt.size();
-    }
-    const std::string_view text(next);
-    append_piece(tokenizer, text.substr(previous.size(), content_start - previous.size()), false, out);
-    append_piece(tokenizer, text.substr(content_start), trained, out);
-    previous = next;
-  }
-  return std::nullopt;
+  std::optional<std::string> problem = attribute(conversation, chat_template, tokenizer, options, "", out);
+  if (!problem) return std::nullopt;
+  // A template that appends the same text to every rendering (what it renders for no messages,
+  // e.g. the assistant's header) is attributed without it; the training text then ends with the
+  // last message, as a template that honours add_generation_prompt renders it.
+  const nlohmann::json none = nlohmann::json::array();
+  const std::string trailing = chat_template.render(none, conversation.tools, false);
+  if (!trailing.empty() && !attribute(conversation, chat_template, tokenizer, options, trailing, out))
+    return std::nullopt;
+  return problem;
 }
 
 }  // namespace loom::data

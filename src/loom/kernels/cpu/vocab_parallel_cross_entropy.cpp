@@ -62,4 +62,22 @@ double vocab_shard_finish(float* logits, float* losses, const float* row_max, co
   return total;
 }
 
+void vocab_shard_gradient(float* logits, const float* row_max, const float* stats, const int32_t* targets,
+                          int64_t rows, int64_t vocab_shard, int64_t first_id, const float* row_scale) {
+#pragma omp parallel for schedule(static) if(worth_parallel(rows * vocab_shard))
+  for (int64_t r = 0; r < rows; ++r) {
+    float* z = logits + r * vocab_shard;
+    const float scale = targets[r] == kIgnoreIndex ? 0.0f : row_scale[r];
+    if (scale == 0.0f) {
+      std::fill(z, z + vocab_shard, 0.0f);
+      continue;
+    }
+    const float m = row_max[r], factor = scale / stats[2 * r];
+#pragma omp simd
+    for (int64_t i = 0; i < vocab_shard; ++i) z[i] = factor * fast_exp(z[i] - m);
+    const int64_t local = static_cast<int64_t>(targets[r]) - first_id;
+    if (local >= 0 && local < vocab_shard) z[local] -= scale;
+  }
+}
+
 }  // namespace loom::kernels::cpu

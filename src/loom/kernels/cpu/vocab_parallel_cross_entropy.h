@@ -24,4 +24,10 @@ double vocab_shard_finish(float* logits, float* losses, const float* row_max, co
                           const int32_t* targets, int64_t rows, int64_t vocab_shard, int64_t first_id,
                           float grad_scale);
 
+// A per-token objective's gradient (model/token_objective.h): with stats summed over the shards,
+// the shard's logits of row r become row_scale[r] * (softmax - onehot); ignored rows and rows
+// whose scale is 0 get zero gradient. (Cross-entropy is the case row_scale[r] = grad_scale.)
+void vocab_shard_gradient(float* logits, const float* row_max, const float* stats, const int32_t* targets,
+                          int64_t rows, int64_t vocab_shard, int64_t first_id, const float* row_scale);
+
 }  // namespace loom::kernels::cpu

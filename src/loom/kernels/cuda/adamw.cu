@@ -1,8 +1,10 @@
 #include "loom/kernels/cuda/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "loom/kernels/cuda/device.h"
+#include "loom/kernels/cuda/launch.cuh"
 
 namespace loom::kernels::cuda {
 
@@ -12,21 +14,52 @@ struct Hyper {
   float lr, beta1, beta2, eps, weight_decay, grad_scale, bias1, bias2;
 };
 
+Hyper hyper(const kernels::AdamWStep& s) {
+  return Hyper{s.lr,
+               s.beta1,
+               s.beta2,
+               s.eps,
+               s.weight_decay,
+               s.grad_scale,
+               1.0f - static_cast<float>(std::pow(static_cast<double>(s.beta1), static_cast<double>(s.step))),
+               1.0f - static_cast<float>(std::pow(static_cast<double>(s.beta2), static_cast<double>(s.step)))};
+}
+
+// Every operation rounded on its own (no fused multiply-add), in the CPU loop's order, so the
+// result is bit for bit the CPU's.
+__device__ inline void adamw_element(float* param, const float* grad, float* m, float* v, int64_t i, const Hyper& h) {
+  const float g = __fmul_rn(h.grad_scale, grad[i]);
+  const float mi = __fadd_rn(__fmul_rn(h.beta1, m[i]), __fmul_rn(1.0f - h.beta1, g));
+  const float vi = __fadd_rn(__fmul_rn(h.beta2, v[i]), __fmul_rn(__fmul_rn(1.0f - h.beta2, g), g));
+  m[i] = mi;
+  v[i] = vi;
+  const float update = __fdiv_rn(__fdiv_rn(mi, h.bias1), __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, h.bias2)), h.eps));
+  const float p = param[i];
+  param[i] = __fsub_rn(p, __fmul_rn(h.lr, __fadd_rn(update, __fmul_rn(h.weight_decay, p))));
+}
+
 __global__ void adamw_kernel(float* __restrict__ param, const float* __restrict__ grad, float* __restrict__ m,
                              float* __restrict__ v, int64_t n, Hyper h) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    // Every operation rounded on its own (no fused multiply-add), in the CPU loop's order, so
-    // the result is bit for bit the CPU's.
-    const float g = __fmul_rn(h.grad_scale, grad[i]);
-    const float mi = __fadd_rn(__fmul_rn(h.beta1, m[i]), __fmul_rn(1.0f - h.beta1, g));
-    const float vi = __fadd_rn(__fmul_rn(h.beta2, v[i]), __fmul_rn(__fmul_rn(1.0f - h.beta2, g), g));
-    m[i] = mi;
-    v[i] = vi;
-    const float update = __fdiv_rn(__fdiv_rn(mi, h.bias1), __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, h.bias2)), h.eps));
-    const float p = param[i];
-    param[i] = __fsub_rn(p, __fmul_rn(h.lr, __fadd_rn(update, __fmul_rn(h.weight_decay, p))));
-  }
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) adamw_element(param, grad, m, v, i, h);
+}
+
+// Up to kMaxTensorsPerLaunch tensors, passed by value; tensor t owns blocks
+// [first_block[t], first_block[t + 1]), each block kChunk consecutive elements.
+constexpr int64_t kChunk = 4 * kThreads;
+struct TensorList {
+  kernels::AdamWTensor tensors[kMaxTensorsPerLaunch];
+  int64_t first_block[kMaxTensorsPerLaunch + 1];
+  int count;
+};
+
+__global__ void adamw_many_kernel(const __grid_constant__ TensorList list, Hyper h) {
+  int t = 0;
+  while (t + 1 < list.count && list.first_block[t + 1] <= static_cast<int64_t>(blockIdx.x)) ++t;
+  const kernels::AdamWTensor& x = list.tensors[t];
+  const int64_t begin = (blockIdx.x - list.first_block[t]) * kChunk;
+  const int64_t end = min(x.n, begin + kChunk);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+    adamw_element(x.param, x.grad, x.exp_avg, x.exp_avg_sq, i, h);
 }
 
 }  // namespace
@@ -34,18 +67,29 @@ __global__ void adamw_kernel(float* __restrict__ param, const float* __restrict_
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                   const kernels::AdamWStep& s, cudaStream_t stream) {
   if (n == 0) return;
-  const Hyper h{s.lr,
-                s.beta1,
-                s.beta2,
-                s.eps,
-                s.weight_decay,
-                s.grad_scale,
-                1.0f - static_cast<float>(std::pow(static_cast<double>(s.beta1), static_cast<double>(s.step))),
-                1.0f - static_cast<float>(std::pow(static_cast<double>(s.beta2), static_cast<double>(s.step)))};
-  constexpr int kThreads = 256;
-  const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 65536);
-  adamw_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(param, grad, exp_avg, exp_avg_sq, n, h);
+  adamw_kernel<<<grid_for(n), kThreads, 0, stream>>>(param, grad, exp_avg, exp_avg_sq, n, hyper(s));
   check_launch("adamw_kernel");
+}
+
+void adamw_update_many(const kernels::AdamWTensor* tensors, int64_t count, const kernels::AdamWStep& s,
+                       cudaStream_t stream) {
+  const Hyper h = hyper(s);
+  int64_t next = 0;
+  while (next < count) {
+    TensorList list{};
+    int64_t blocks = 0;
+    for (; next < count && list.count < kMaxTensorsPerLaunch; ++next) {
+      if (tensors[next].n == 0) continue;
+      list.tensors[list.count] = tensors[next];
+      list.first_block[list.count] = blocks;
+      blocks += (tensors[next].n + kChunk - 1) / kChunk;
+      ++list.count;
+    }
+    if (list.count == 0) continue;
+    list.first_block[list.count] = blocks;
+    adamw_many_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(list, h);
+    check_launch("adamw_many_kernel");
+  }
 }
 
 }  // namespace loom::kernels::cuda

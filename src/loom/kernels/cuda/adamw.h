@@ -1,7 +1,9 @@
 #pragma once
 // AdamW on the device: the same update, element for element, as kernels::cpu::adamw_update
 // (fp32 throughout, bias corrections computed once on the host), fused into one pass over the
-// parameters, gradients and moments.
+// parameters, gradients and moments. adamw_update_many updates many tensors in one launch (the
+// tensors go to the kernel as an argument, kMaxTensorsPerLaunch at a time), bit for bit the same
+// as one adamw_update per tensor.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -10,7 +12,11 @@
 
 namespace loom::kernels::cuda {
 
+constexpr int kMaxTensorsPerLaunch = 48;
+
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                   const kernels::AdamWStep& step, cudaStream_t stream = nullptr);
+void adamw_update_many(const kernels::AdamWTensor* tensors, int64_t count, const kernels::AdamWStep& step,
+                       cudaStream_t stream = nullptr);
 
 }  // namespace loom::kernels::cuda

@@ -6,11 +6,9 @@
 
 #include "loom/core/device.h"
 #include "loom/core/error.h"
-#include "loom/kernels/cuda/activation.h"
-#include "loom/kernels/cuda/adamw.h"
 #include "loom/kernels/cuda/caching_allocator.h"
 #include "loom/kernels/cuda/device.h"
-#include "loom/kernels/cuda/rmsnorm.h"
+#include "loom/kernels/cuda/entries.h"
 #include "loom/kernels/cuda_entries.h"
 
 namespace loom::kernels::cuda {
@@ -56,33 +54,6 @@ class DeviceAllocator final : public Allocator {
   CachingAllocator cache_;
 };
 
-void rmsnorm_forward_entry(Device d, float* out, float* rstd, const float* in, const float* weight, int64_t rows,
-                           int64_t dim, float eps) {
-  rmsnorm_forward(out, rstd, in, weight, rows, dim, eps, compute_stream(d.index));
-}
-void rmsnorm_backward_entry(Device d, float* din, float* dweight, const float* dout, const float* in,
-                            const float* weight, const float* rstd, int64_t rows, int64_t dim) {
-  rmsnorm_backward(din, dweight, dout, in, weight, rstd, rows, dim, compute_stream(d.index));
-}
-void adamw_update_entry(Device d, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
-                        const AdamWStep& step) {
-  adamw_update(param, grad, exp_avg, exp_avg_sq, n, step, compute_stream(d.index));
-}
-
-void swiglu_forward_entry(Device d, float* out, const float* gate_up, int64_t rows, int64_t width) {
-  swiglu_forward(out, gate_up, rows, width, compute_stream(d.index));
-}
-void swiglu_backward_entry(Device d, float* dgate_up, const float* dout, const float* gate_up, int64_t rows,
-                           int64_t width) {
-  swiglu_backward(dgate_up, dout, gate_up, rows, width, compute_stream(d.index));
-}
-void gelu_forward_entry(Device d, float* out, const float* in, int64_t n) {
-  gelu_forward(out, in, n, compute_stream(d.index));
-}
-void gelu_backward_entry(Device d, float* din, const float* dout, const float* in, int64_t n) {
-  gelu_backward(din, dout, in, n, compute_stream(d.index));
-}
-
 }  // namespace
 
 cudaStream_t compute_stream(int /*index*/) { return nullptr; }
@@ -98,13 +69,7 @@ void start_backend() {
       register_allocator(Device::cuda(i), allocators.back().get());
     }
     CudaEntries& entries = kernels::cuda_entries();
-    entries.rmsnorm_forward = rmsnorm_forward_entry;
-    entries.rmsnorm_backward = rmsnorm_backward_entry;
-    entries.adamw_update = adamw_update_entry;
-    entries.swiglu_forward = swiglu_forward_entry;
-    entries.swiglu_backward = swiglu_backward_entry;
-    entries.gelu_forward = gelu_forward_entry;
-    entries.gelu_backward = gelu_backward_entry;
+    register_kernels(entries);
     entries.started = true;
   });
 }

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""PyTorch on the same GPU and shapes as loom's GPU benchmarks (bench/cuda/*_bench.cpp):
+torch.matmul in bf16, torch._scaled_mm in FP8 E4M3 with per-tensor scales (bf16 output), and
+torch.nn.functional.scaled_dot_product_attention (causal, forward and forward + backward, bf16 and
+fp32, GQA through enable_gqa). Random data; mean over timed runs after warm-ups, CUDA events.
+Prints the same RESULT|impl|op|shape|ms|TFLOP/s lines as loom's programs."""
+import sys
+
+import torch
+import torch.nn.functional as F
+
+GEMMS = [("4096^3", 4096, 4096, 4096), ("gpt2.qkv", 8192, 2304, 768), ("gpt2.fc", 8192, 3072, 768),
+         ("gpt2.proj", 8192, 768, 3072), ("llama1b.qkv", 8192, 3072, 2048), ("llama1b.gate_up", 8192, 16384, 2048),
+         ("llama1b.down", 8192, 2048, 8192)]
+ATTENTION = [("gpt2", 8, 1024, 12, 12, 64), ("llama1b", 4, 2048, 32, 8, 64), ("long_d128", 1, 8192, 16, 16, 128)]
+
+
+def time_ms(fn, warmup=3, iterations=20):
+    for _ in range(warmup):
+        fn()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iterations):
+        fn()
+    stop.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(stop) / iterations
+
+
+def result(op, shape, ms, flops):
+    print(f"RESULT|torch|{op}|{shape}|{ms:.4f}|{flops / (ms * 1e-3) / 1e12:.1f}", flush=True)
+
+
+def gemms():
+    for name, m, n, k in GEMMS:
+        shape = f"{name} {m}x{n}x{k}"
+        a = torch.rand(m, k, device="cuda") * 2 - 1
+        b = torch.rand(n, k, device="cuda") * 2 - 1
+        a16, b16 = a.bfloat16(), b.bfloat16()
+        result("gemm bf16", shape, time_ms(lambda: torch.matmul(a16, b16.t())), 2.0 * m * n * k)
+        a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+        one = torch.ones((), device="cuda")
+        try:
+            result("gemm fp8 e4m3 tensor", shape,
+                   time_ms(lambda: torch._scaled_mm(a8, b8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)),
+                   2.0 * m * n * k)
+        except Exception as e:  # an older torch without this signature
+            print(f"SKIP|torch|gemm fp8 e4m3 tensor|{shape}|{e}", flush=True)
+        if m == n == k == 4096:
+            result("gemm fp32", shape, time_ms(lambda: torch.matmul(a, b.t())), 2.0 * m * n * k)
+
+
+def attention():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for name, batch, seq, heads, kv_heads, dim in ATTENTION:
+        shape = f"{name} B{batch} T{seq} H{heads}/{kv_heads} D{dim}"
+        forward_flops = 4.0 * batch * heads * seq * seq * dim / 2.0
+        for dtype, tag in ((torch.bfloat16, "bf16"), (torch.float32, "fp32")):
+            q = torch.randn(batch, heads, seq, dim, device="cuda", dtype=dtype, requires_grad=True)
+            k = torch.randn(batch, kv_heads, seq, dim, device="cuda", dtype=dtype, requires_grad=True)
+            v = torch.randn(batch, kv_heads, seq, dim, device="cuda", dtype=dtype, requires_grad=True)
+            dout = torch.randn(batch, heads, seq, dim, device="cuda", dtype=dtype)
+            gqa = kv_heads != heads
+
+            def forward():
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+
+            def both():
+                forward().backward(dout)
+
+            with torch.no_grad():
+                fwd = time_ms(forward, 2, 5)
+            result(f"attention fwd {tag}", shape, fwd, forward_flops)
+            result(f"attention fwd+bwd {tag}", shape, time_ms(both, 1, 3), 3.5 * forward_flops)
+
+
+if __name__ == "__main__":
+    if not torch.cuda.is_available():
+        print("SKIP|torch|all|all|no CUDA device for torch", flush=True)
+        sys.exit(0)
+    what = sys.argv[1] if len(sys.argv) > 1 else "all"
+    if what in ("all", "gemm"):
+        gemms()
+    if what in ("all", "attention"):
+        attention()

@@ -1,0 +1,310 @@
+#include "loom/comm/nccl/communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <thread>
+
+#include "loom/core/error.h"
+
+namespace loom::comm {
+
+namespace {
+
+void check_nccl(ncclResult_t result, const std::string& what) {
+  if (result != ncclSuccess && result != ncclInProgress)
+    throw Error("NCCL: " + what + " failed: " + ncclGetErrorString(result) + " (" + ncclGetLastError(nullptr) + ")");
+}
+void check_runtime(cudaError_t result, const std::string& what) {
+  if (result != cudaSuccess) throw Error("CUDA: " + what + " failed: " + cudaGetErrorName(result) + " (" +
+                                         cudaGetErrorString(result) + ")");
+}
+
+// NCCL's element type for a reduction; data movement goes as bytes (every dtype).
+ncclDataType_t reduce_type(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return ncclFloat32;
+    case DType::BF16: return ncclBfloat16;
+    case DType::F16: return ncclFloat16;
+    case DType::I32: return ncclInt32;
+    case DType::I64: return ncclInt64;
+    case DType::F8E4M3: return ncclFloat8e4m3;
+    case DType::F8E5M2: return ncclFloat8e5m2;
+    default: throw Error("nccl backend: no reduction over " + dtype_name(dtype) + " elements");
+  }
+}
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return ncclSum;
+    case ReduceOp::Avg: return ncclAvg;
+    case ReduceOp::Max: return ncclMax;
+  }
+  return ncclSum;
+}
+
+// The state every group of one rank shares: its GPU and NCCL communicator.
+struct Endpoint {
+  ncclComm_t comm = nullptr;
+  int device = 0;
+  cudaStream_t stream = nullptr;  // the communication stream
+  float* scratch = nullptr;       // barrier's one element
+  ~Endpoint() {
+    if (comm) ncclCommDestroy(comm);
+    if (scratch) cudaFree(scratch);
+    if (stream) cudaStreamDestroy(stream);
+  }
+};
+
+class NcclWork final : public Work {
+ public:
+  NcclWork(std::shared_ptr<Endpoint> endpoint, cudaEvent_t done, std::string what, std::chrono::milliseconds timeout)
+      : endpoint_(std::move(endpoint)), done_(done), what_(std::move(what)), timeout_(timeout) {}
+  ~NcclWork() override { cudaEventDestroy(done_); }
+  bool test() override {
+    const cudaError_t state = cudaEventQuery(done_);
+    if (state == cudaErrorNotReady) {
+      check_async_error();
+      return false;
+    }
+    check_runtime(state, what_);
+    return true;
+  }
+  void wait() override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    while (!test()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ncclCommAbort(endpoint_->comm);
+        endpoint_->comm = nullptr;
+        throw Error(what_ + " timed out after " + std::to_string(timeout_.count()) +
+                    " ms (some rank did not issue it; the NCCL communicator is aborted)");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+ private:
+  void check_async_error() {
+    if (endpoint_->comm == nullptr) throw Error(what_ + ": the NCCL communicator was aborted");
+    ncclResult_t async = ncclSuccess;
+    check_nccl(ncclCommGetAsyncError(endpoint_->comm, &async), "ncclCommGetAsyncError");
+    if (async != ncclSuccess && async != ncclInProgress) check_nccl(async, what_);
+  }
+  std::shared_ptr<Endpoint> endpoint_;
+  cudaEvent_t done_;
+  std::string what_;
+  std::chrono::milliseconds timeout_;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(std::shared_ptr<Endpoint> endpoint, std::string name, std::vector<int> world_ranks,
+                   CommOptions options)
+      : endpoint_(std::move(endpoint)), name_(std::move(name)), world_ranks_(std::move(world_ranks)),
+        options_(options) {
+    check_nccl(ncclCommUserRank(endpoint_->comm, &rank_), "ncclCommUserRank");
+    check_nccl(ncclCommCount(endpoint_->comm, &size_), "ncclCommCount");
+    if (world_ranks_.empty()) {
+      world_ranks_.resize(static_cast<size_t>(size_));
+      std::iota(world_ranks_.begin(), world_ranks_.end(), 0);
+    }
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  const std::vector<int>& world_ranks() const override { return world_ranks_; }
+  std::string backend() const override { return "nccl"; }
+
+  WorkHandle all_reduce_async(void* data, int64_t count, DType dtype, ReduceOp op) override {
+    return issue("all_reduce", [&](ncclComm_t c, cudaStream_t s) {
+      check_nccl(ncclAllReduce(data, data, size_t(count), reduce_type(dtype), nccl_op(op), c, s), "ncclAllReduce");
+    });
+  }
+  WorkHandle reduce_scatter_async(const void* send, void* recv, int64_t recv_count, DType dtype,
+                                  ReduceOp op) override {
+    return issue("reduce_scatter", [&](ncclComm_t c, cudaStream_t s) {
+      check_nccl(ncclReduceScatter(send, recv, size_t(recv_count), reduce_type(dtype), nccl_op(op), c, s),
+                 "ncclReduceScatter");
+    });
+  }
+  WorkHandle all_gather_async(const void* send, void* recv, int64_t send_count, DType dtype) override {
+    return issue("all_gather", [&](ncclComm_t c, cudaStream_t s) {
+      check_nccl(ncclAllGather(send, recv, bytes(send_count, dtype), ncclUint8, c, s), "ncclAllGather");
+    });
+  }
+  WorkHandle all_gather_v_async(const void* send, void* recv, std::span<const int64_t> counts,
+                                DType dtype) override {
+    check_counts(counts, "all_gather_v");
+    return issue("all_gather_v", [&](ncclComm_t c, cudaStream_t s) {
+      size_t offset = 0;
+      check_nccl(ncclGroupStart(), "ncclGroupStart");
+      for (int r = 0; r < size_; ++r) {
+        const size_t n = bytes(counts[size_t(r)], dtype);
+        if (n > 0)
+          check_nccl(ncclBroadcast(send, static_cast<char*>(recv) + offset, n, ncclUint8, r, c, s), "ncclBroadcast");
+        offset += n;
+      }
+      check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+    });
+  }
+  WorkHandle broadcast_async(void* data, int64_t count, DType dtype, int root) override {
+    check_rank(root, "broadcast root");
+    return issue("broadcast", [&](ncclComm_t c, cudaStream_t s) {
+      check_nccl(ncclBroadcast(data, data, bytes(count, dtype), ncclUint8, root, c, s), "ncclBroadcast");
+    });
+  }
+  WorkHandle reduce_async(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op, int root) override {
+    check_rank(root, "reduce root");
+    return issue("reduce", [&](ncclComm_t c, cudaStream_t s) {
+      check_nccl(ncclReduce(send, recv, size_t(count), reduce_type(dtype), nccl_op(op), root, c, s), "ncclReduce");
+    });
+  }
+  WorkHandle all_to_all_async(const void* send, void* recv, int64_t count, DType dtype) override {
+    const std::vector<int64_t> counts(static_cast<size_t>(size_), count);
+    return all_to_all_v_async(send, counts, recv, counts, dtype);
+  }
+  WorkHandle all_to_all_v_async(const void* send, std::span<const int64_t> send_counts, void* recv,
+                                std::span<const int64_t> recv_counts, DType dtype) override {
+    check_counts(send_counts, "all_to_all_v send counts");
+    check_counts(recv_counts, "all_to_all_v recv counts");
+    return issue("all_to_all_v", [&](ncclComm_t c, cudaStream_t s) {
+      size_t send_offset = 0, recv_offset = 0;
+      check_nccl(ncclGroupStart(), "ncclGroupStart");
+      for (int r = 0; r < size_; ++r) {
+        const size_t out = bytes(send_counts[size_t(r)], dtype), in = bytes(recv_counts[size_t(r)], dtype);
+        if (out > 0)
+          check_nccl(ncclSend(static_cast<const char*>(send) + send_offset, out, ncclUint8, r, c, s), "ncclSend");
+        if (in > 0) check_nccl(ncclRecv(static_cast<char*>(recv) + recv_offset, in, ncclUint8, r, c, s), "ncclRecv");
+        send_offset += out;
+        recv_offset += in;
+      }
+      check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+    });
+  }
+  WorkHandle barrier_async() override {
+    return issue("barrier", [&](ncclComm_t c, cudaStream_t s) {
+      check_nccl(ncclAllReduce(endpoint_->scratch, endpoint_->scratch, 1, ncclFloat32, ncclSum, c, s), "ncclAllReduce");
+    });
+  }
+  WorkHandle send_async(const void* data, int64_t count, DType dtype, int peer, int /*tag*/) override {
+    check_rank(peer, "send peer");
+    return issue("send", [&](ncclComm_t c, cudaStream_t s) {
+      check_nccl(ncclSend(data, bytes(count, dtype), ncclUint8, peer, c, s), "ncclSend");
+    });
+  }
+  WorkHandle recv_async(void* data, int64_t count, DType dtype, int peer, int /*tag*/) override {
+    check_rank(peer, "recv peer");
+    return issue("recv", [&](ncclComm_t c, cudaStream_t s) {
+      check_nccl(ncclRecv(data, bytes(count, dtype), ncclUint8, peer, c, s), "ncclRecv");
+    });
+  }
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
+
+ private:
+  static size_t bytes(int64_t count, DType dtype) { return static_cast<size_t>(count) * dtype_size(dtype); }
+  void check_rank(int r, const char* what) const {
+    LOOM_CHECK(r >= 0 && r < size_, "nccl group '" + name_ + "': " + what + " " + std::to_string(r) +
+                                        " is outside [0, " + std::to_string(size_) + ")");
+  }
+  void check_counts(std::span<const int64_t> counts, const char* what) const {
+    LOOM_CHECK(static_cast<int>(counts.size()) == size_, "nccl group '" + name_ + "': " + what + " has " +
+                                                            std::to_string(counts.size()) + " entries for " +
+                                                            std::to_string(size_) + " ranks");
+  }
+
+  // Runs `body` on the communication stream after the compute stream's work, and returns a
+  // handle on its completion event.
+  template <typename Body>
+  WorkHandle issue(const char* op, Body&& body) {
+    LOOM_CHECK(endpoint_->comm != nullptr, "nccl group '" + name_ + "': " + op + " after the communicator was aborted");
+    check_runtime(cudaSetDevice(endpoint_->device), "cudaSetDevice");
+    cudaEvent_t ready = nullptr, done = nullptr;
+    check_runtime(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
+    check_runtime(cudaEventRecord(ready, nullptr), "cudaEventRecord (compute stream)");
+    check_runtime(cudaStreamWaitEvent(endpoint_->stream, ready, 0), "cudaStreamWaitEvent");
+    cudaEventDestroy(ready);
+    body(endpoint_->comm, endpoint_->stream);
+    check_runtime(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
+    check_runtime(cudaEventRecord(done, endpoint_->stream), "cudaEventRecord (communication stream)");
+    const std::string what = "nccl group '" + name_ + "' (rank " + std::to_string(rank_) + " of " +
+                             std::to_string(size_) + "): " + op + " #" + std::to_string(++sequence_);
+    return std::make_shared<NcclWork>(endpoint_, done, what, options_.timeout);
+  }
+
+  std::shared_ptr<Endpoint> endpoint_;
+  std::string name_;
+  std::vector<int> world_ranks_;
+  CommOptions options_;
+  int rank_ = 0, size_ = 0;
+  int64_t sequence_ = 0;
+};
+
+std::shared_ptr<Endpoint> make_endpoint(int device) {
+  auto endpoint = std::make_shared<Endpoint>();
+  endpoint->device = device;
+  check_runtime(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+  check_runtime(cudaStreamCreateWithFlags(&endpoint->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  check_runtime(cudaMalloc(reinterpret_cast<void**>(&endpoint->scratch), sizeof(float)), "cudaMalloc");
+  return endpoint;
+}
+
+std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, const std::string& name) {
+  // Every member's (color, key, world rank), gathered first so the new group knows its members.
+  int* table = nullptr;
+  check_runtime(cudaSetDevice(endpoint_->device), "cudaSetDevice");
+  check_runtime(cudaMalloc(reinterpret_cast<void**>(&table), sizeof(int) * 3 * (size_ + 1)), "cudaMalloc");
+  const int mine[3] = {color, key, world_ranks_[size_t(rank_)]};
+  check_runtime(cudaMemcpy(table, mine, sizeof mine, cudaMemcpyHostToDevice), "cudaMemcpy");
+  all_gather_async(table, table + 3, 3, DType::I32)->wait();
+  std::vector<int> all(static_cast<size_t>(3 * size_));
+  check_runtime(cudaMemcpy(all.data(), table + 3, all.size() * sizeof(int), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  cudaFree(table);
+  ncclComm_t child = nullptr;
+  check_nccl(ncclCommSplit(endpoint_->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, nullptr),
+             "ncclCommSplit");
+  if (color < 0) return nullptr;
+  std::vector<int> members;  // old ranks of the new group, by (key, rank)
+  for (int r = 0; r < size_; ++r)
+    if (all[size_t(3 * r)] == color) members.push_back(r);
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return all[size_t(3 * a + 1)] < all[size_t(3 * b + 1)]; });
+  std::vector<int> world;
+  for (int r : members) world.push_back(all[size_t(3 * r + 2)]);
+  auto endpoint = make_endpoint(endpoint_->device);
+  endpoint->comm = child;
+  return std::make_unique<NcclCommunicator>(std::move(endpoint), name, std::move(world), options_);
+}
+
+}  // namespace
+
+std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(std::span<const int> devices,
+                                                                   const std::string& name,
+                                                                   const CommOptions& options) {
+  LOOM_CHECK(!devices.empty(), "make_nccl_communicators: no devices given");
+  std::vector<ncclComm_t> comms(devices.size());
+  check_nccl(ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()), "ncclCommInitAll");
+  std::vector<std::unique_ptr<Communicator>> out;
+  for (size_t r = 0; r < devices.size(); ++r) {
+    auto endpoint = make_endpoint(devices[r]);
+    endpoint->comm = comms[r];
+    out.push_back(std::make_unique<NcclCommunicator>(std::move(endpoint), name, std::vector<int>{}, options));
+  }
+  return out;
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device, const std::string& name,
+                                                     const CommOptions& options) {
+  ncclUniqueId id{};
+  if (bootstrap.rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  static_assert(sizeof(id) % sizeof(int32_t) == 0);
+  bootstrap.broadcast(&id, sizeof(id) / sizeof(int32_t), DType::I32, 0);
+  auto endpoint = make_endpoint(device);
+  check_nccl(ncclCommInitRank(&endpoint->comm, bootstrap.size(), id, bootstrap.rank()), "ncclCommInitRank");
+  return std::make_unique<NcclCommunicator>(std::move(endpoint), name, bootstrap.world_ranks(), options);
+}
+
+}  // namespace loom::comm

@@ -1,0 +1,15 @@
+#pragma once
+// The bias halves of the linear layer on the device: rows of out set to (or increased by) the
+// bias before the product accumulates into them, and the bias gradient as column sums added in
+// row order (one thread per column: deterministic, the CPU's order).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace loom::kernels::cuda {
+
+void broadcast_bias(float* out, const float* bias, int64_t rows, int64_t cols, bool accumulate,
+                    cudaStream_t stream = nullptr);
+void add_column_sums(float* sums, const float* x, int64_t rows, int64_t cols, cudaStream_t stream = nullptr);
+
+}  // namespace loom::kernels::cuda

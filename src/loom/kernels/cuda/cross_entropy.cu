@@ -1,0 +1,195 @@
+#include <string>
+
+#include "loom/core/error.h"
+#include "loom/kernels/cuda/cross_entropy.h"
+#include "loom/kernels/cuda/device.h"
+#include "loom/kernels/cuda/launch.cuh"
+
+namespace loom::kernels::cuda {
+
+namespace {
+
+constexpr int32_t kIgnore = -1;  // kernels::kIgnoreIndex
+
+// What the host reads back after a loss: the sum and the first bad target (if any), as
+// (row << 32 | target bits) so one atomicMin keeps the smallest row with its own target.
+constexpr unsigned long long kNoBadTarget = ~0ull;
+struct LossResult {
+  double total;
+  unsigned long long bad;  // kNoBadTarget when every target is valid
+};
+
+__global__ void check_targets_kernel(const int32_t* targets, int64_t rows, int64_t vocab, LossResult* result) {
+  for (int64_t r = grid_start(); r < rows; r += grid_stride()) {
+    const int32_t t = targets[r];
+    if (t != kIgnore && (t < 0 || t >= vocab)) {
+      // The smallest bad row wins, so the message names the first one as the CPU's does.
+      atomicMin(&result->bad, (static_cast<unsigned long long>(r) << 32) | static_cast<uint32_t>(t));
+    }
+  }
+}
+
+// The gradient row: factor * exp(z - m), minus grad_scale at the target (when local to this row).
+__device__ void write_gradient(float* z, int64_t vocab, float m, float sum, int64_t local, float grad_scale) {
+  const float factor = grad_scale / sum;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+    float g = factor * expf(z[i] - m);
+    if (i == local) g -= grad_scale;
+    z[i] = g;
+  }
+}
+
+__global__ void cross_entropy_kernel(float* logits, float* losses, const int32_t* targets, int64_t vocab,
+                                     float grad_scale, const LossResult* result) {
+  __shared__ float shared[kThreads / 32];
+  if (result->bad != kNoBadTarget) return;  // a bad target: nothing is touched
+  float* z = logits + blockIdx.x * vocab;
+  const int32_t target = targets[blockIdx.x];
+  if (target == kIgnore) {
+    if (threadIdx.x == 0) losses[blockIdx.x] = 0.0f;
+    if (grad_scale != 0.0f)
+      for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) z[i] = 0.0f;
+    return;
+  }
+  float m = -INFINITY;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) m = fmaxf(m, z[i]);
+  m = block_max(m, shared);
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) sum += expf(z[i] - m);
+  sum = block_sum(sum, shared);
+  const float target_logit = z[target];
+  __syncthreads();  // every thread has read z[target] before any overwrites it
+  if (threadIdx.x == 0) losses[blockIdx.x] = static_cast<float>(log(static_cast<double>(sum)) + m - target_logit);
+  if (grad_scale != 0.0f) write_gradient(z, vocab, m, sum, target, grad_scale);
+}
+
+__global__ void row_max_kernel(const float* logits, int64_t vocab, float* row_max) {
+  __shared__ float shared[kThreads / 32];
+  const float* z = logits + blockIdx.x * vocab;
+  float m = -INFINITY;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) m = fmaxf(m, z[i]);
+  m = block_max(m, shared);
+  if (threadIdx.x == 0) row_max[blockIdx.x] = m;
+}
+
+__global__ void exp_sums_kernel(const float* logits, const float* row_max, const int32_t* targets, int64_t vocab,
+                                int64_t first_id, float* stats) {
+  __shared__ float shared[kThreads / 32];
+  const float* z = logits + blockIdx.x * vocab;
+  const float m = row_max[blockIdx.x];
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) sum += expf(z[i] - m);
+  sum = block_sum(sum, shared);
+  if (threadIdx.x == 0) {
+    const int32_t t = targets[blockIdx.x];
+    const int64_t local = static_cast<int64_t>(t) - first_id;
+    const bool mine = t != kIgnore && local >= 0 && local < vocab;
+    stats[2 * blockIdx.x] = sum;
+    stats[2 * blockIdx.x + 1] = mine ? z[local] : 0.0f;
+  }
+}
+
+__global__ void finish_kernel(float* logits, float* losses, const float* row_max, const float* stats,
+                              const int32_t* targets, int64_t vocab, int64_t first_id, float grad_scale) {
+  float* z = logits + blockIdx.x * vocab;
+  const int32_t t = targets[blockIdx.x];
+  if (t == kIgnore) {
+    if (threadIdx.x == 0) losses[blockIdx.x] = 0.0f;
+    if (grad_scale != 0.0f)
+      for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) z[i] = 0.0f;
+    return;
+  }
+  const float m = row_max[blockIdx.x], sum = stats[2 * blockIdx.x];
+  if (threadIdx.x == 0)
+    losses[blockIdx.x] = static_cast<float>(log(static_cast<double>(sum)) + m - stats[2 * blockIdx.x + 1]);
+  if (grad_scale != 0.0f) {
+    const int64_t local = static_cast<int64_t>(t) - first_id;
+    write_gradient(z, vocab, m, sum, (local >= 0 && local < vocab) ? local : -1, grad_scale);
+  }
+}
+
+// total = sum of the losses in double: one block, each thread a fixed strided share, then a
+// fixed tree (deterministic).
+__global__ void sum_losses_kernel(const float* losses, int64_t rows, LossResult* result) {
+  __shared__ double partial[kThreads];
+  double total = 0.0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) total += losses[r];
+  partial[threadIdx.x] = total;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    if (static_cast<int>(threadIdx.x) < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) result->total = partial[0];
+}
+
+// A small device record for one loss call, read back after the stream finishes.
+class ResultSlot {
+ public:
+  explicit ResultSlot(cudaStream_t stream) : stream_(stream) {
+    check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&device_), sizeof(LossResult), stream), "cudaMallocAsync");
+    const LossResult init{0.0, kNoBadTarget};
+    check_cuda(cudaMemcpyAsync(device_, &init, sizeof init, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+  }
+  ~ResultSlot() { cudaFreeAsync(device_, stream_); }
+  LossResult* device() { return device_; }
+  LossResult read() {
+    LossResult host{};
+    check_cuda(cudaMemcpyAsync(&host, device_, sizeof host, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (cross-entropy)");
+    return host;
+  }
+
+ private:
+  cudaStream_t stream_;
+  LossResult* device_ = nullptr;
+};
+
+}  // namespace
+
+double softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t rows, int64_t vocab,
+                             float grad_scale, cudaStream_t stream) {
+  if (rows == 0) return 0.0;
+  ResultSlot slot(stream);
+  check_targets_kernel<<<grid_for(rows), kThreads, 0, stream>>>(targets, rows, vocab, slot.device());
+  check_launch("check_targets_kernel");
+  cross_entropy_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, losses, targets, vocab,
+                                                                             grad_scale, slot.device());
+  check_launch("cross_entropy_kernel");
+  sum_losses_kernel<<<1, kThreads, 0, stream>>>(losses, rows, slot.device());
+  check_launch("sum_losses_kernel");
+  const LossResult result = slot.read();
+  LOOM_CHECK(result.bad == kNoBadTarget,
+             "cross-entropy: target id " + std::to_string(static_cast<int32_t>(result.bad & 0xffffffffu)) + " (row " +
+                 std::to_string(result.bad >> 32) + ") is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  return result.total;
+}
+
+void vocab_shard_row_max(const float* logits, int64_t rows, int64_t vocab_shard, float* row_max, cudaStream_t stream) {
+  if (rows == 0) return;
+  row_max_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, vocab_shard, row_max);
+  check_launch("row_max_kernel");
+}
+
+void vocab_shard_exp_sums(const float* logits, const float* row_max, const int32_t* targets, int64_t rows,
+                          int64_t vocab_shard, int64_t first_id, float* stats, cudaStream_t stream) {
+  if (rows == 0) return;
+  exp_sums_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, row_max, targets, vocab_shard,
+                                                                        first_id, stats);
+  check_launch("exp_sums_kernel");
+}
+
+double vocab_shard_finish(float* logits, float* losses, const float* row_max, const float* stats,
+                          const int32_t* targets, int64_t rows, int64_t vocab_shard, int64_t first_id,
+                          float grad_scale, cudaStream_t stream) {
+  if (rows == 0) return 0.0;
+  finish_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, losses, row_max, stats, targets,
+                                                                      vocab_shard, first_id, grad_scale);
+  check_launch("finish_kernel");
+  ResultSlot slot(stream);
+  sum_losses_kernel<<<1, kThreads, 0, stream>>>(losses, rows, slot.device());
+  check_launch("sum_losses_kernel");
+  return slot.read().total;
+}
+
+}  // namespace loom::kernels::cuda

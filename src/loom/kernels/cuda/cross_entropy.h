@@ -1,0 +1,27 @@
+#pragma once
+// Softmax cross-entropy on the device, fused with its backward, with the contracts of
+// kernels::cpu (cross_entropy.h, vocab_parallel_cross_entropy.h): logits [rows, vocab] are
+// overwritten with grad_scale * (softmax - onehot(target)) unless grad_scale is 0; losses[r] is
+// the row's loss (0 for kIgnoreIndex, whose gradient row is zeroed); the return value is the sum
+// of the losses, accumulated in double in a fixed order (deterministic). A target outside
+// [0, vocab) throws loom::Error naming it before any logit is touched. The vocabulary-parallel
+// pieces (row_max -> all-reduce max -> exp_sums -> all-reduce sum -> finish) keep their CPU
+// contracts too. One block per row; expf where the CPU uses its polynomial exp (within 2e-7),
+// so results agree to fp32 rounding. These calls wait for the stream (they return a host sum).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace loom::kernels::cuda {
+
+double softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t rows, int64_t vocab,
+                             float grad_scale, cudaStream_t stream = nullptr);
+void vocab_shard_row_max(const float* logits, int64_t rows, int64_t vocab_shard, float* row_max,
+                         cudaStream_t stream = nullptr);
+void vocab_shard_exp_sums(const float* logits, const float* row_max, const int32_t* targets, int64_t rows,
+                          int64_t vocab_shard, int64_t first_id, float* stats, cudaStream_t stream = nullptr);
+double vocab_shard_finish(float* logits, float* losses, const float* row_max, const float* stats,
+                          const int32_t* targets, int64_t rows, int64_t vocab_shard, int64_t first_id,
+                          float grad_scale, cudaStream_t stream = nullptr);
+
+}  // namespace loom::kernels::cuda

@@ -1,0 +1,69 @@
+#include "loom/kernels/cuda/device.h"
+#include "loom/kernels/cuda/embedding.h"
+#include "loom/kernels/cuda/launch.cuh"
+
+namespace loom::kernels::cuda {
+
+namespace {
+
+// One grid-stride loop over rows * dim elements. A shard keeps ids in [first_id, first_id + count);
+// the whole table is the shard [0, INT64_MAX).
+__global__ void embedding_forward_kernel(float* __restrict__ out, const int32_t* __restrict__ ids,
+                                         const float* __restrict__ table, int64_t rows, int64_t dim, int64_t first_id,
+                                         int64_t count, bool accumulate) {
+  for (int64_t k = grid_start(); k < rows * dim; k += grid_stride()) {
+    const int64_t r = k / dim, i = k % dim;
+    const int64_t local = static_cast<int64_t>(ids[r]) - first_id;
+    const float value = (local >= 0 && local < count) ? table[local * dim + i] : 0.0f;
+    out[k] = accumulate ? out[k] + value : value;
+  }
+}
+
+__global__ void embedding_backward_kernel(float* __restrict__ dtable, const float* __restrict__ dout,
+                                          const int32_t* __restrict__ ids, int64_t rows, int64_t dim,
+                                          int64_t first_id, int64_t count) {
+  for (int64_t k = grid_start(); k < rows * dim; k += grid_stride()) {
+    const int64_t r = k / dim, i = k % dim;
+    const int64_t local = static_cast<int64_t>(ids[r]) - first_id;
+    if (local >= 0 && local < count) atomicAdd(dtable + local * dim + i, dout[k]);
+  }
+}
+
+constexpr int64_t kWholeTable = INT64_MAX;
+
+void forward(float* out, const int32_t* ids, const float* table, int64_t rows, int64_t dim, int64_t first_id,
+             int64_t count, bool accumulate, cudaStream_t stream) {
+  if (rows * dim == 0) return;
+  embedding_forward_kernel<<<grid_for(rows * dim), kThreads, 0, stream>>>(out, ids, table, rows, dim, first_id,
+                                                                           count, accumulate);
+  check_launch("embedding_forward_kernel");
+}
+
+void backward(float* dtable, const float* dout, const int32_t* ids, int64_t rows, int64_t dim, int64_t first_id,
+              int64_t count, cudaStream_t stream) {
+  if (rows * dim == 0) return;
+  embedding_backward_kernel<<<grid_for(rows * dim), kThreads, 0, stream>>>(dtable, dout, ids, rows, dim, first_id,
+                                                                            count);
+  check_launch("embedding_backward_kernel");
+}
+
+}  // namespace
+
+void embedding_forward(float* out, const int32_t* ids, const float* table, int64_t rows, int64_t dim, bool accumulate,
+                       cudaStream_t stream) {
+  forward(out, ids, table, rows, dim, 0, kWholeTable, accumulate, stream);
+}
+void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t rows, int64_t dim,
+                        cudaStream_t stream) {
+  backward(dtable, dout, ids, rows, dim, 0, kWholeTable, stream);
+}
+void embedding_forward_shard(float* out, const int32_t* ids, const float* table, int64_t rows, int64_t dim,
+                             int64_t first_id, int64_t count, cudaStream_t stream) {
+  forward(out, ids, table, rows, dim, first_id, count, false, stream);
+}
+void embedding_backward_shard(float* dtable, const float* dout, const int32_t* ids, int64_t rows, int64_t dim,
+                              int64_t first_id, int64_t count, cudaStream_t stream) {
+  backward(dtable, dout, ids, rows, dim, first_id, count, stream);
+}
+
+}  // namespace loom::kernels::cuda

@@ -1,0 +1,177 @@
+#include "loom/kernels/cuda/entries.h"
+
+#include <map>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "loom/kernels/cuda/activation.h"
+#include "loom/kernels/cuda/adamw.h"
+#include "loom/kernels/cuda/backend.h"
+#include "loom/kernels/cuda/cross_entropy.h"
+#include "loom/kernels/cuda/device.h"
+#include "loom/kernels/cuda/embedding.h"
+#include "loom/kernels/cuda/flash_attention.h"
+#include "loom/kernels/cuda/gemm_lt.h"
+#include "loom/kernels/cuda/layernorm.h"
+#include "loom/kernels/cuda/reduce.h"
+#include "loom/kernels/cuda/rmsnorm.h"
+#include "loom/kernels/cuda/rope.h"
+
+namespace loom::kernels::cuda {
+
+namespace {
+
+cudaStream_t stream_of(Device d) { return compute_stream(d.index); }
+
+// RoPE tables live on the host (kernels/types.h); each device keeps a mirror per table, uploaded
+// again whenever the host values differ from the mirrored ones.
+class RopeMirrors {
+ public:
+  DeviceRopeTable get(Device d, const RopeTable& t) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Mirror& m = mirrors_[{d.index, &t}];
+    if (m.cos != t.cos || m.sin != t.sin) {
+      if (m.device != nullptr) check_cuda(cudaFree(m.device), "cudaFree (RoPE table)");
+      m.device = nullptr;
+      const size_t bytes = (t.cos.size() + t.sin.size()) * sizeof(float);
+      check_cuda(cudaMalloc(reinterpret_cast<void**>(&m.device), bytes), "cudaMalloc (RoPE table)");
+      check_cuda(cudaMemcpy(m.device, t.cos.data(), t.cos.size() * sizeof(float), cudaMemcpyHostToDevice),
+                 "cudaMemcpy (RoPE cos)");
+      check_cuda(cudaMemcpy(m.device + t.cos.size(), t.sin.data(), t.sin.size() * sizeof(float),
+                            cudaMemcpyHostToDevice),
+                 "cudaMemcpy (RoPE sin)");
+      m.cos = t.cos;
+      m.sin = t.sin;
+    }
+    return DeviceRopeTable{m.device, m.device + t.cos.size(), t.head_dim};
+  }
+
+ private:
+  struct Mirror {
+    std::vector<float> cos, sin;
+    float* device = nullptr;
+  };
+  std::mutex mutex_;
+  std::map<std::pair<int, const RopeTable*>, Mirror> mirrors_;
+};
+
+RopeMirrors& rope_mirrors() {
+  static RopeMirrors mirrors;
+  return mirrors;
+}
+
+void register_norms_and_activations(CudaEntries& e) {
+  e.rmsnorm_forward = [](Device d, float* out, float* rstd, const float* in, const float* w, int64_t rows,
+                         int64_t dim, float eps) { rmsnorm_forward(out, rstd, in, w, rows, dim, eps, stream_of(d)); };
+  e.rmsnorm_backward = [](Device d, float* din, float* dw, const float* dout, const float* in, const float* w,
+                          const float* rstd, int64_t rows, int64_t dim) {
+    rmsnorm_backward(din, dw, dout, in, w, rstd, rows, dim, stream_of(d));
+  };
+  e.layernorm_forward = [](Device d, float* out, float* mean, float* rstd, const float* in, const float* w,
+                           const float* b, int64_t rows, int64_t dim, float eps) {
+    layernorm_forward(out, mean, rstd, in, w, b, rows, dim, eps, stream_of(d));
+  };
+  e.layernorm_backward = [](Device d, float* din, float* dw, float* db, const float* dout, const float* in,
+                            const float* w, const float* mean, const float* rstd, int64_t rows, int64_t dim) {
+    layernorm_backward(din, dw, db, dout, in, w, mean, rstd, rows, dim, stream_of(d));
+  };
+  e.swiglu_forward = [](Device d, float* out, const float* gu, int64_t rows, int64_t width) {
+    swiglu_forward(out, gu, rows, width, stream_of(d));
+  };
+  e.swiglu_backward = [](Device d, float* dgu, const float* dout, const float* gu, int64_t rows, int64_t width) {
+    swiglu_backward(dgu, dout, gu, rows, width, stream_of(d));
+  };
+  e.gelu_forward = [](Device d, float* out, const float* in, int64_t n) { gelu_forward(out, in, n, stream_of(d)); };
+  e.gelu_backward = [](Device d, float* din, const float* dout, const float* in, int64_t n) {
+    gelu_backward(din, dout, in, n, stream_of(d));
+  };
+}
+
+void register_embedding_and_rope(CudaEntries& e) {
+  e.embedding_forward = [](Device d, float* out, const int32_t* ids, const float* table, int64_t rows, int64_t dim,
+                           bool accumulate) { embedding_forward(out, ids, table, rows, dim, accumulate, stream_of(d)); };
+  e.embedding_backward = [](Device d, float* dtable, const float* dout, const int32_t* ids, int64_t rows,
+                            int64_t dim) { embedding_backward(dtable, dout, ids, rows, dim, stream_of(d)); };
+  e.embedding_forward_shard = [](Device d, float* out, const int32_t* ids, const float* table, int64_t rows,
+                                 int64_t dim, int64_t first, int64_t count) {
+    embedding_forward_shard(out, ids, table, rows, dim, first, count, stream_of(d));
+  };
+  e.embedding_backward_shard = [](Device d, float* dtable, const float* dout, const int32_t* ids, int64_t rows,
+                                  int64_t dim, int64_t first, int64_t count) {
+    embedding_backward_shard(dtable, dout, ids, rows, dim, first, count, stream_of(d));
+  };
+  e.rope_forward = [](Device d, float* x, int64_t rows, int64_t stride, int64_t col, int64_t heads, int64_t seq,
+                      int64_t start, const RopeTable& t, const int32_t* positions) {
+    rope_forward(x, rows, stride, col, heads, seq, start, rope_mirrors().get(d, t), positions, stream_of(d));
+  };
+  e.rope_backward = [](Device d, float* dx, int64_t rows, int64_t stride, int64_t col, int64_t heads, int64_t seq,
+                       int64_t start, const RopeTable& t, const int32_t* positions) {
+    rope_backward(dx, rows, stride, col, heads, seq, start, rope_mirrors().get(d, t), positions, stream_of(d));
+  };
+}
+
+void register_products_and_attention(CudaEntries& e) {
+  e.linear_forward = [](Device d, float* out, const float* in, const float* w, const float* b, int64_t n,
+                        int64_t in_f, int64_t out_f, bool accumulate) {
+    linear_forward(out, in, w, b, n, in_f, out_f, accumulate, stream_of(d));
+  };
+  e.linear_backward = [](Device d, float* din, float* dw, float* db, const float* dout, const float* in,
+                         const float* w, int64_t n, int64_t in_f, int64_t out_f) {
+    linear_backward(din, dw, db, dout, in, w, n, in_f, out_f, stream_of(d));
+  };
+  e.gemm_nt = [](Device d, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k,
+                 bool accumulate) { gemm(c, a, b, m, n, k, false, true, accumulate, stream_of(d)); };
+  e.gemm = [](Device d, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k, bool ta, bool tb,
+              bool accumulate) { gemm(c, a, b, m, n, k, ta, tb, accumulate, stream_of(d)); };
+  e.flash_attention_forward = [](Device d, float* out, float* lse, const float* q, const float* k, const float* v,
+                                 const FlashAttentionShape& s, const AttentionVisibility& vis) {
+    flash_attention_forward(out, lse, q, k, v, s, vis, stream_of(d));
+  };
+  e.flash_attention_backward = [](Device d, float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                  const float* lse, const float* q, const float* k, const float* v,
+                                  const FlashAttentionShape& s, const AttentionVisibility& vis) {
+    flash_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s, vis, stream_of(d));
+  };
+  e.merge_attention_partials = [](Device d, float* out, float* lse, const float* part_out, const float* part_lse,
+                                  const FlashAttentionShape& s) {
+    merge_attention_partials(out, lse, part_out, part_lse, s, stream_of(d));
+  };
+}
+
+void register_loss_and_optimizer(CudaEntries& e) {
+  e.softmax_cross_entropy = [](Device d, float* logits, float* losses, const int32_t* targets, int64_t rows,
+                               int64_t vocab, float grad_scale) {
+    return softmax_cross_entropy(logits, losses, targets, rows, vocab, grad_scale, stream_of(d));
+  };
+  e.vocab_shard_row_max = [](Device d, const float* logits, int64_t rows, int64_t vocab, float* row_max) {
+    vocab_shard_row_max(logits, rows, vocab, row_max, stream_of(d));
+  };
+  e.vocab_shard_exp_sums = [](Device d, const float* logits, const float* row_max, const int32_t* targets,
+                              int64_t rows, int64_t vocab, int64_t first, float* stats) {
+    vocab_shard_exp_sums(logits, row_max, targets, rows, vocab, first, stats, stream_of(d));
+  };
+  e.vocab_shard_finish = [](Device d, float* logits, float* losses, const float* row_max, const float* stats,
+                            const int32_t* targets, int64_t rows, int64_t vocab, int64_t first, float grad_scale) {
+    return vocab_shard_finish(logits, losses, row_max, stats, targets, rows, vocab, first, grad_scale, stream_of(d));
+  };
+  e.adamw_update = [](Device d, float* p, const float* g, float* m, float* v, int64_t n, const AdamWStep& step) {
+    adamw_update(p, g, m, v, n, step, stream_of(d));
+  };
+  e.adamw_update_many = [](Device d, const AdamWTensor* tensors, int64_t count, const AdamWStep& step) {
+    adamw_update_many(tensors, count, step, stream_of(d));
+  };
+  e.sum_of_squares = [](Device d, const float* x, int64_t n) { return sum_of_squares(x, n, stream_of(d)); };
+  e.scale_in_place = [](Device d, float* x, int64_t n, float f) { scale_in_place(x, n, f, stream_of(d)); };
+}
+
+}  // namespace
+
+void register_kernels(CudaEntries& entries) {
+  register_norms_and_activations(entries);
+  register_embedding_and_rope(entries);
+  register_products_and_attention(entries);
+  register_loss_and_optimizer(entries);
+}
+
+}  // namespace loom::kernels::cuda

@@ -1,0 +1,284 @@
+#include "loom/kernels/cuda/gemm_lt.h"
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "loom/core/error.h"
+#include "loom/kernels/cuda/bias.h"
+#include "loom/kernels/cuda/caching_allocator.h"
+#include "loom/kernels/cuda/device.h"
+#include "loom/kernels/cuda/quantize.h"
+
+namespace loom::kernels::cuda {
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = 32u << 20;
+constexpr int kMaxDevices = 16;
+
+void check_lt(cublasStatus_t status, const std::string& what) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    throw Error("cuBLASLt: " + what + " failed: " + cublasLtGetStatusName(status) + " (" +
+                cublasLtGetStatusString(status) + ")");
+  }
+}
+
+cudaDataType_t cuda_type(GemmType t) {
+  switch (t) {
+    case GemmType::F32: return CUDA_R_32F;
+    case GemmType::BF16: return CUDA_R_16BF;
+    case GemmType::E4M3: return CUDA_R_8F_E4M3;
+    case GemmType::E5M2: return CUDA_R_8F_E5M2;
+  }
+  return CUDA_R_32F;
+}
+bool is_fp8(GemmType t) { return t == GemmType::E4M3 || t == GemmType::E5M2; }
+const char* type_name(GemmType t) {
+  switch (t) {
+    case GemmType::F32: return "f32";
+    case GemmType::BF16: return "bf16";
+    case GemmType::E4M3: return "e4m3";
+    case GemmType::E5M2: return "e5m2";
+  }
+  return "?";
+}
+
+cublasLtMatmulMatrixScale_t lt_scale_mode(ScaleMode mode) {
+  switch (mode) {
+    case ScaleMode::Vec128: return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    case ScaleMode::Block128x128: return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    default: return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+  }
+}
+
+// The largest power of two up to 256 dividing the address (cuBLASLt picks kernels by it).
+int alignment_of(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  int a = 256;
+  while (a > 1 && address % static_cast<uintptr_t>(a) != 0) a /= 2;
+  return a;
+}
+
+// Everything an algorithm choice depends on, in cuBLASLt's column-major terms.
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, int, int, int, int, int, bool>;
+
+// A matmul descriptor, its layouts and the chosen algorithm, made once per key.
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+// One device's handle, workspace and plans.
+struct Context {
+  std::mutex mutex;
+  cublasLtHandle_t handle = nullptr;
+  CachingAllocator allocator;
+  void* workspace = nullptr;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans;
+};
+
+Context& context() {
+  // Never destroyed: at exit the CUDA runtime and cuBLASLt may already be gone.
+  static auto* contexts = new std::array<std::unique_ptr<Context>, kMaxDevices>();
+  static std::mutex mutex;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  LOOM_CHECK(device < kMaxDevices, "cuBLASLt: device " + std::to_string(device) + " beyond the supported " +
+                                       std::to_string(kMaxDevices));
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = (*contexts)[static_cast<size_t>(device)];
+  if (!slot) {
+    auto made = std::make_unique<Context>();
+    check_lt(cublasLtCreate(&made->handle), "cublasLtCreate");
+    made->workspace = made->allocator.allocate(kWorkspaceBytes);
+    slot = std::move(made);
+  }
+  return *slot;
+}
+
+template <typename T>
+void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value, const char* what) {
+  check_lt(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof value), what);
+}
+
+// The operands in cuBLASLt's column-major view: C^T (n x m) = op(b)^T . op(a)^T, so cuBLASLt's
+// first operand is b and its second is a.
+struct LtProblem {
+  int64_t rows, cols, depth;  // cuBLASLt's m (= our n), n (= our m), k
+  GemmOperand first, second;
+  GemmType out;
+};
+
+std::unique_ptr<Plan> make_plan(Context& ctx, const LtProblem& p, bool accumulate, int alignment) {
+  auto plan = std::make_unique<Plan>();
+  const bool fp8 = is_fp8(p.first.type);
+  check_lt(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const cublasOperation_t op_first = p.first.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_second = p.second.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+  set(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, op_first, "set TRANSA");
+  set(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, op_second, "set TRANSB");
+  if (fp8) {
+    set(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, static_cast<int32_t>(lt_scale_mode(p.first.scale_mode)),
+        "set A_SCALE_MODE");
+    set(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, static_cast<int32_t>(lt_scale_mode(p.second.scale_mode)),
+        "set B_SCALE_MODE");
+  }
+  const uint64_t m = static_cast<uint64_t>(p.rows), n = static_cast<uint64_t>(p.cols), k = static_cast<uint64_t>(p.depth);
+  // cuBLASLt A: (m x k) after op; stored k x m when transposed.
+  check_lt(cublasLtMatrixLayoutCreate(&plan->a, cuda_type(p.first.type), p.first.transposed ? k : m,
+                                      p.first.transposed ? m : k, static_cast<int64_t>(p.first.transposed ? k : m)),
+           "layout A");
+  check_lt(cublasLtMatrixLayoutCreate(&plan->b, cuda_type(p.second.type), p.second.transposed ? n : k,
+                                      p.second.transposed ? k : n, static_cast<int64_t>(p.second.transposed ? n : k)),
+           "layout B");
+  // C: with FP8 inputs and an fp32 output, C is fp32 too; otherwise C has D's type.
+  check_lt(cublasLtMatrixLayoutCreate(&plan->c, cuda_type(p.out), m, n, static_cast<int64_t>(m)), "layout C");
+  check_lt(cublasLtMatrixLayoutCreate(&plan->d, cuda_type(p.out), m, n, static_cast<int64_t>(m)), "layout D");
+  cublasLtMatmulPreference_t preference = nullptr;
+  check_lt(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+  const uint64_t workspace = kWorkspaceBytes;
+  const uint32_t align = static_cast<uint32_t>(alignment);
+  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                       sizeof workspace);
+  for (auto attribute : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    cublasLtMatmulPreferenceSetAttribute(preference, attribute, &align, sizeof align);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(ctx.handle, plan->desc, plan->a, plan->b, plan->c,
+                                                               plan->d, preference, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(preference);
+  if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+    throw Error(std::string("cuBLASLt has no algorithm for ") + type_name(p.second.type) + " x " +
+                type_name(p.first.type) + " -> " + type_name(p.out) + " with (m, n, k) = (" + std::to_string(p.cols) +
+                ", " + std::to_string(p.rows) + ", " + std::to_string(p.depth) + ")" +
+                (accumulate ? ", accumulating" : "") + ", alignment " + std::to_string(alignment) + " bytes: " +
+                cublasLtGetStatusName(status));
+  }
+  plan->algo = result.algo;
+  return plan;
+}
+
+}  // namespace
+
+void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int64_t m, int64_t n, int64_t k,
+            float alpha, float beta, cudaStream_t stream) {
+  if (m == 0 || n == 0) return;
+  LOOM_CHECK(m > 0 && n > 0 && k >= 0, "matmul: bad shape (" + std::to_string(m) + ", " + std::to_string(n) + ", " +
+                                           std::to_string(k) + ")");
+  const bool fp8 = is_fp8(a.type) || is_fp8(b.type);
+  if (fp8) {
+    LOOM_CHECK(is_fp8(a.type) && is_fp8(b.type) && !(a.type == GemmType::E5M2 && b.type == GemmType::E5M2),
+               std::string("matmul: FP8 needs two FP8 operands, not both e5m2; got ") + type_name(a.type) + " and " +
+                   type_name(b.type));
+    LOOM_CHECK(!a.transposed && b.transposed,
+               "matmul: FP8 operands must be a [m, k] and b [n, k] (c = a . b^T), as cuBLASLt requires");
+    LOOM_CHECK(m % 16 == 0 && n % 16 == 0 && k % 16 == 0,
+               "matmul: FP8 needs m, n, k multiples of 16, got (" + std::to_string(m) + ", " + std::to_string(n) +
+                   ", " + std::to_string(k) + ")");
+    LOOM_CHECK(a.scale != nullptr && b.scale != nullptr, "matmul: FP8 operands need their scales");
+  } else {
+    LOOM_CHECK(a.type == b.type, std::string("matmul: operand types differ: ") + type_name(a.type) + " and " +
+                                     type_name(b.type));
+  }
+  if (k == 0) {  // nothing to multiply: c = beta * c
+    LOOM_CHECK(c.type == GemmType::F32, "matmul: k = 0 is supported for fp32 outputs only");
+    if (beta == 0.0f) {
+      check_cuda(cudaMemsetAsync(c.data, 0, static_cast<size_t>(m * n) * sizeof(float), stream), "cudaMemsetAsync");
+    } else if (beta != 1.0f) {
+      LOOM_CHECK(false, "matmul: k = 0 with beta other than 0 or 1");
+    }
+    return;
+  }
+  const LtProblem p{n, m, k, b, a, c.type};
+  const int alignment = std::min({alignment_of(a.data), alignment_of(b.data), alignment_of(c.data)});
+  const bool accumulate = beta != 0.0f;
+  const PlanKey key{p.rows,
+                    p.cols,
+                    p.depth,
+                    static_cast<int>(p.first.type),
+                    static_cast<int>(p.second.type),
+                    static_cast<int>(p.out),
+                    p.first.transposed,
+                    p.second.transposed,
+                    static_cast<int>(p.first.scale_mode),
+                    static_cast<int>(p.second.scale_mode),
+                    alignment,
+                    0,
+                    0,
+                    accumulate};
+  Context& ctx = context();
+  std::lock_guard<std::mutex> lock(ctx.mutex);
+  auto it = ctx.plans.find(key);
+  if (it == ctx.plans.end()) it = ctx.plans.emplace(key, make_plan(ctx, p, accumulate, alignment)).first;
+  Plan& plan = *it->second;
+  if (fp8) {
+    set(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, p.first.scale, "set A_SCALE_POINTER");
+    set(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, p.second.scale, "set B_SCALE_POINTER");
+  }
+  check_lt(cublasLtMatmul(ctx.handle, plan.desc, &alpha, p.first.data, plan.a, p.second.data, plan.b, &beta, c.data,
+                          plan.c, c.data, plan.d, &plan.algo, ctx.workspace, kWorkspaceBytes, stream),
+           "cublasLtMatmul");
+}
+
+void gemm(float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b,
+          bool accumulate, cudaStream_t stream) {
+  matmul(GemmOutput{c, GemmType::F32}, GemmOperand{a, GemmType::F32, trans_a}, GemmOperand{b, GemmType::F32, trans_b},
+         m, n, k, 1.0f, accumulate ? 1.0f : 0.0f, stream);
+}
+
+void linear_forward(float* out, const float* in, const float* weight, const float* bias, int64_t n,
+                    int64_t in_features, int64_t out_features, bool accumulate, cudaStream_t stream) {
+  if (n == 0 || out_features == 0) return;
+  if (bias != nullptr) broadcast_bias(out, bias, n, out_features, accumulate, stream);
+  gemm(out, in, weight, n, out_features, in_features, false, true, bias != nullptr || accumulate, stream);
+}
+
+void linear_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
+                     const float* weight, int64_t n, int64_t in_features, int64_t out_features, cudaStream_t stream) {
+  if (n == 0) return;
+  if (din != nullptr) gemm(din, dout, weight, n, in_features, out_features, false, false, true, stream);
+  if (dweight != nullptr) gemm(dweight, dout, in, out_features, in_features, n, true, false, true, stream);
+  if (dbias != nullptr) add_column_sums(dbias, dout, n, out_features, stream);
+}
+
+void mxfp8_matmul_emulated(const GemmOutput& c, const uint8_t* a_codes, const uint8_t* a_scales,
+                           const uint8_t* b_codes, const uint8_t* b_scales, bool e5m2, int64_t m, int64_t n,
+                           int64_t k, cudaStream_t stream) {
+  if (m == 0 || n == 0) return;
+  const Fp8 format = e5m2 ? Fp8::E5M2 : Fp8::E4M3;
+  Context& ctx = context();
+  __nv_bfloat16* a = nullptr;
+  __nv_bfloat16* b = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(ctx.mutex);
+    a = static_cast<__nv_bfloat16*>(ctx.allocator.allocate(static_cast<size_t>(m * k) * sizeof(__nv_bfloat16)));
+    b = static_cast<__nv_bfloat16*>(ctx.allocator.allocate(static_cast<size_t>(n * k) * sizeof(__nv_bfloat16)));
+  }
+  decode_mx_bf16(a_codes, a_scales, m, k, format, a, stream);
+  decode_mx_bf16(b_codes, b_scales, n, k, format, b, stream);
+  matmul(c, GemmOperand{a, GemmType::BF16, false}, GemmOperand{b, GemmType::BF16, true}, m, n, k, 1.0f, 0.0f, stream);
+  // The temporaries go back to the cache once the product has read them.
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (mxfp8 emulation)");
+  std::lock_guard<std::mutex> lock(ctx.mutex);
+  ctx.allocator.release(a);
+  ctx.allocator.release(b);
+}
+
+}  // namespace loom::kernels::cuda

@@ -1,0 +1,53 @@
+#pragma once
+// Launch shapes and block-wide reductions shared by the CUDA kernels (device code only).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace loom::kernels::cuda {
+
+constexpr int kThreads = 256;
+
+// Enough blocks of kThreads to cover n elements with a grid-stride loop, at most 65536.
+inline unsigned grid_for(int64_t n) {
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, 65536)));
+}
+
+// The first index of this thread and the stride of a grid-stride loop.
+__device__ inline int64_t grid_start() { return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; }
+__device__ inline int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+__device__ inline float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+__device__ inline float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Sum (or max) of `value` over a block of kThreads threads; every thread gets it. `shared` holds
+// kThreads / 32 floats. Deterministic for a given block size.
+__device__ inline float block_sum(float value, float* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  value = warp_sum(value);
+  __syncthreads();  // `shared` may still be read by a previous call
+  if (lane == 0) shared[warp] = value;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += shared[w];
+  return total;
+}
+__device__ inline float block_max(float value, float* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  value = warp_max(value);
+  __syncthreads();
+  if (lane == 0) shared[warp] = value;
+  __syncthreads();
+  float m = shared[0];
+  for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) m = fmaxf(m, shared[w]);
+  return m;
+}
+
+}  // namespace loom::kernels::cuda

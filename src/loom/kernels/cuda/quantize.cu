@@ -1,0 +1,259 @@
+#include <algorithm>
+#include <cfloat>
+#include <cstring>
+
+#include "loom/kernels/cuda/device.h"
+#include "loom/kernels/cuda/fp8_format.cuh"
+#include "loom/kernels/cuda/launch.cuh"
+#include "loom/kernels/cuda/quantize.h"
+
+namespace loom::kernels::cuda {
+
+namespace {
+
+constexpr int64_t kBlockwise = 128;  // precision::kBlockwiseSize
+constexpr int kMx = 32;              // precision::kMxBlockSize
+
+__host__ __device__ inline float fp8_max(Fp8 f) { return f == Fp8::E4M3 ? 448.0f : 57344.0f; }
+__device__ inline int max_normal_exponent(Fp8 f) { return f == Fp8::E4M3 ? 8 : 15; }
+
+// precision::block_scale: fp8_max / amax, 1 for a zero or non-finite amax, FLT_MAX on overflow.
+__device__ inline float block_scale(float amax, Fp8 f) {
+  if (!(amax > 0.0f) || !isfinite(amax)) return 1.0f;
+  const float scale = __fdiv_rn(fp8_max(f), amax);
+  return isinf(scale) ? FLT_MAX : scale;
+}
+
+// MX: the E8M0 bits of a block's scale (0xFF for a non-finite amax) and 2^-shared_exp.
+__device__ inline uint8_t mx_scale_bits(float amax, Fp8 f) {
+  if (!isfinite(amax)) return 0xff;
+  const int field = static_cast<int>((__float_as_uint(fabsf(amax)) >> 23) & 0xffu);
+  return static_cast<uint8_t>(max(-127, field - 127 - max_normal_exponent(f)) + 127);
+}
+__device__ inline float mx_inverse_scale(uint8_t bits) { return __uint_as_float(static_cast<uint32_t>(254 - bits) << 23); }
+__device__ inline float e8m0_to_float(uint8_t bits) {
+  if (bits == 0xff) return __uint_as_float(0x7fc00000u);
+  if (bits == 0) return 0x1p-127f;
+  return __uint_as_float(static_cast<uint32_t>(bits) << 23);
+}
+
+__global__ void amax_kernel(const float* __restrict__ x, int64_t n, unsigned* result) {
+  float m = 0.0f;
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) m = nan_max(m, fabsf(x[i]));
+  m = warp_nan_max(m);
+  // Non-negative floats (and NaN, whose bits exceed Inf's) order as their bit patterns.
+  if (threadIdx.x % 32 == 0) atomicMax(result, __float_as_uint(m));
+}
+
+__global__ void encode_kernel(const float* __restrict__ in, uint8_t* __restrict__ codes, int64_t n, Fp8 f,
+                              float scale) {
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) codes[i] = fp8_encode(__fmul_rn(in[i], scale), f);
+}
+__global__ void decode_kernel(const uint8_t* __restrict__ codes, float* __restrict__ out, int64_t n, Fp8 f,
+                              float scale_inverse) {
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) out[i] = __fmul_rn(fp8_decode(codes[i], f), scale_inverse);
+}
+__global__ void round_trip_kernel(float* data, int64_t n, Fp8 f, float scale) {
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) data[i] = fp8_round_trip(data[i], f, scale);
+}
+
+// One warp per 1 x 128 run: amax, scale, then either the round trip in place or the codes.
+__global__ void rowwise_kernel(float* x, const float* in, uint8_t* codes, float* scales, bool inverse, int64_t rows,
+                               int64_t cols, Fp8 f) {
+  const int64_t per_row = (cols + kBlockwise - 1) / kBlockwise;
+  const int64_t run = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  if (run >= rows * per_row) return;  // whole warps leave together
+  const int lane = threadIdx.x % 32;
+  const int64_t r = run / per_row, c0 = (run % per_row) * kBlockwise, length = min(kBlockwise, cols - c0);
+  const float* src = (in ? in : x) + r * cols + c0;
+  float m = 0.0f;
+  for (int64_t i = lane; i < length; i += 32) m = nan_max(m, fabsf(src[i]));
+  const float scale = block_scale(warp_nan_max(m), f);
+  for (int64_t i = lane; i < length; i += 32) {
+    if (codes) {
+      codes[r * cols + c0 + i] = fp8_encode(__fmul_rn(src[i], scale), f);
+    } else {
+      x[r * cols + c0 + i] = fp8_round_trip(src[i], f, scale);
+    }
+  }
+  if (lane == 0 && scales) scales[run] = inverse ? __fdiv_rn(1.0f, scale) : scale;
+}
+
+// One block per 128 x 128 tile.
+__global__ void tile_kernel(float* w, const float* in, uint8_t* codes, float* scales, bool inverse, int64_t rows,
+                            int64_t cols, Fp8 f) {
+  __shared__ float warp_max_values[kThreads / 32];
+  const int64_t tile_cols = (cols + kBlockwise - 1) / kBlockwise;
+  const int64_t r0 = (blockIdx.x / tile_cols) * kBlockwise, c0 = (blockIdx.x % tile_cols) * kBlockwise;
+  const int64_t height = min(kBlockwise, rows - r0), width = min(kBlockwise, cols - c0);
+  const float* src = in ? in : w;
+  float m = 0.0f;
+  for (int64_t k = threadIdx.x; k < height * width; k += blockDim.x)
+    m = nan_max(m, fabsf(src[(r0 + k / width) * cols + c0 + k % width]));
+  m = warp_nan_max(m);
+  if (threadIdx.x % 32 == 0) warp_max_values[threadIdx.x / 32] = m;
+  __syncthreads();
+  m = 0.0f;
+  for (int i = 0; i < kThreads / 32; ++i) m = nan_max(m, warp_max_values[i]);
+  const float scale = block_scale(m, f);
+  for (int64_t k = threadIdx.x; k < height * width; k += blockDim.x) {
+    const int64_t at = (r0 + k / width) * cols + c0 + k % width;
+    if (codes) {
+      codes[at] = fp8_encode(__fmul_rn(src[at], scale), f);
+    } else {
+      w[at] = fp8_round_trip(src[at], f, scale);
+    }
+  }
+  if (threadIdx.x == 0 && scales) scales[blockIdx.x] = inverse ? __fdiv_rn(1.0f, scale) : scale;
+}
+
+// One warp per block of 32 along a row (lane = element).
+__global__ void mx_rows_kernel(float* data, const float* in, uint8_t* codes, uint8_t* scales, int64_t rows,
+                               int64_t cols, Fp8 f) {
+  const int64_t per_row = (cols + kMx - 1) / kMx;
+  const int64_t block = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  if (block >= rows * per_row) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t r = block / per_row, c = (block % per_row) * kMx + lane;
+  const bool inside = c < cols;
+  const float v = inside ? (in ? in : data)[r * cols + c] : 0.0f;
+  const uint8_t bits = mx_scale_bits(warp_nan_max(fabsf(v)), f);
+  if (codes) {
+    const uint8_t nan_code = f == Fp8::E4M3 ? 0x7f : 0x7e;
+    if (inside) codes[r * cols + c] = bits == 0xff ? nan_code : fp8_encode(__fmul_rn(v, mx_inverse_scale(bits)), f);
+    if (lane == 0) scales[block] = bits;
+  } else if (inside) {
+    data[r * cols + c] = bits == 0xff ? __uint_as_float(0x7fc00000u) : fp8_round_trip(v, f, mx_inverse_scale(bits));
+  }
+}
+
+__device__ inline void put(float* p, float v) { *p = v; }
+__device__ inline void put(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+
+template <typename T>
+__global__ void mx_decode_kernel(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols, Fp8 f,
+                                 T* out) {
+  const int64_t per_row = (cols + kMx - 1) / kMx;
+  for (int64_t k = grid_start(); k < rows * cols; k += grid_stride()) {
+    const int64_t r = k / cols, c = k % cols;
+    put(out + k, __fmul_rn(fp8_decode(codes[k], f), e8m0_to_float(scales[r * per_row + c / kMx])));
+  }
+}
+
+// One thread per (column, 32-row panel): adjacent threads read adjacent columns.
+__global__ void mx_columns_kernel(float* data, int64_t rows, int64_t cols, Fp8 f) {
+  const int64_t panels = (rows + kMx - 1) / kMx;
+  for (int64_t k = grid_start(); k < panels * cols; k += grid_stride()) {
+    const int64_t c = k % cols, r0 = (k / cols) * kMx, r1 = min(rows, r0 + kMx);
+    float m = 0.0f;
+    for (int64_t r = r0; r < r1; ++r) m = nan_max(m, fabsf(data[r * cols + c]));
+    const uint8_t bits = mx_scale_bits(m, f);
+    for (int64_t r = r0; r < r1; ++r) {
+      float& v = data[r * cols + c];
+      v = bits == 0xff ? __uint_as_float(0x7fc00000u) : fp8_round_trip(v, f, mx_inverse_scale(bits));
+    }
+  }
+}
+
+unsigned warps_grid(int64_t warps) { return static_cast<unsigned>((warps * 32 + kThreads - 1) / kThreads); }
+
+}  // namespace
+
+float amax(const float* x, int64_t n, cudaStream_t stream) {
+  if (n == 0) return 0.0f;
+  unsigned* result = nullptr;
+  check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&result), sizeof(unsigned), stream), "cudaMallocAsync");
+  check_cuda(cudaMemsetAsync(result, 0, sizeof(unsigned), stream), "cudaMemsetAsync");
+  amax_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, result);
+  check_launch("amax_kernel");
+  unsigned bits = 0;
+  check_cuda(cudaMemcpyAsync(&bits, result, sizeof bits, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+  check_cuda(cudaFreeAsync(result, stream), "cudaFreeAsync");
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (amax)");
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+void encode_fp8(const float* in, uint8_t* codes, int64_t n, Fp8 format, float scale, cudaStream_t stream) {
+  if (n == 0) return;
+  encode_kernel<<<grid_for(n), kThreads, 0, stream>>>(in, codes, n, format, scale);
+  check_launch("encode_kernel");
+}
+void decode_fp8(const uint8_t* codes, float* out, int64_t n, Fp8 format, float scale_inverse, cudaStream_t stream) {
+  if (n == 0) return;
+  decode_kernel<<<grid_for(n), kThreads, 0, stream>>>(codes, out, n, format, scale_inverse);
+  check_launch("decode_kernel");
+}
+void quantize_dequantize_fp8(float* data, int64_t n, Fp8 format, float scale, cudaStream_t stream) {
+  if (n == 0) return;
+  round_trip_kernel<<<grid_for(n), kThreads, 0, stream>>>(data, n, format, scale);
+  check_launch("round_trip_kernel");
+}
+
+void quantize_dequantize_rowwise_blocks(float* x, int64_t rows, int64_t cols, Fp8 format, float* scales,
+                                        cudaStream_t stream) {
+  const int64_t runs = rows * ((cols + kBlockwise - 1) / kBlockwise);
+  if (runs == 0) return;
+  rowwise_kernel<<<warps_grid(runs), kThreads, 0, stream>>>(x, nullptr, nullptr, scales, false, rows, cols, format);
+  check_launch("rowwise_kernel");
+}
+void encode_rowwise_blocks(const float* x, uint8_t* codes, float* scale_inverses, int64_t rows, int64_t cols,
+                           Fp8 format, cudaStream_t stream) {
+  const int64_t runs = rows * ((cols + kBlockwise - 1) / kBlockwise);
+  if (runs == 0) return;
+  rowwise_kernel<<<warps_grid(runs), kThreads, 0, stream>>>(nullptr, x, codes, scale_inverses, true, rows, cols,
+                                                             format);
+  check_launch("rowwise_kernel");
+}
+void quantize_dequantize_tile_blocks(float* w, int64_t rows, int64_t cols, Fp8 format, float* scales,
+                                     cudaStream_t stream) {
+  const int64_t tiles = ((rows + kBlockwise - 1) / kBlockwise) * ((cols + kBlockwise - 1) / kBlockwise);
+  if (tiles == 0) return;
+  tile_kernel<<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(w, nullptr, nullptr, scales, false, rows, cols,
+                                                                     format);
+  check_launch("tile_kernel");
+}
+void encode_tile_blocks(const float* w, uint8_t* codes, float* scale_inverses, int64_t rows, int64_t cols, Fp8 format,
+                        cudaStream_t stream) {
+  const int64_t tiles = ((rows + kBlockwise - 1) / kBlockwise) * ((cols + kBlockwise - 1) / kBlockwise);
+  if (tiles == 0) return;
+  tile_kernel<<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(nullptr, w, codes, scale_inverses, true, rows,
+                                                                     cols, format);
+  check_launch("tile_kernel");
+}
+
+void encode_mx(const float* data, int64_t rows, int64_t cols, Fp8 format, uint8_t* codes, uint8_t* scales,
+               cudaStream_t stream) {
+  const int64_t blocks = rows * ((cols + kMx - 1) / kMx);
+  if (blocks == 0) return;
+  mx_rows_kernel<<<warps_grid(blocks), kThreads, 0, stream>>>(nullptr, data, codes, scales, rows, cols, format);
+  check_launch("mx_rows_kernel");
+}
+void decode_mx(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols, Fp8 format, float* out,
+               cudaStream_t stream) {
+  if (rows * cols == 0) return;
+  mx_decode_kernel<float><<<grid_for(rows * cols), kThreads, 0, stream>>>(codes, scales, rows, cols, format, out);
+  check_launch("mx_decode_kernel");
+}
+void decode_mx_bf16(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols, Fp8 format,
+                    __nv_bfloat16* out, cudaStream_t stream) {
+  if (rows * cols == 0) return;
+  mx_decode_kernel<__nv_bfloat16><<<grid_for(rows * cols), kThreads, 0, stream>>>(codes, scales, rows, cols, format,
+                                                                                  out);
+  check_launch("mx_decode_kernel");
+}
+void quantize_dequantize_mx(float* data, int64_t rows, int64_t cols, Fp8 format, cudaStream_t stream) {
+  const int64_t blocks = rows * ((cols + kMx - 1) / kMx);
+  if (blocks == 0) return;
+  mx_rows_kernel<<<warps_grid(blocks), kThreads, 0, stream>>>(data, nullptr, nullptr, nullptr, rows, cols, format);
+  check_launch("mx_rows_kernel");
+}
+void quantize_dequantize_mx_columns(float* data, int64_t rows, int64_t cols, Fp8 format, cudaStream_t stream) {
+  const int64_t work = ((rows + kMx - 1) / kMx) * cols;
+  if (work == 0) return;
+  mx_columns_kernel<<<grid_for(work), kThreads, 0, stream>>>(data, rows, cols, format);
+  check_launch("mx_columns_kernel");
+}
+
+}  // namespace loom::kernels::cuda

@@ -1,0 +1,63 @@
+#include "loom/kernels/cuda/device.h"
+#include "loom/kernels/cuda/launch.cuh"
+#include "loom/kernels/cuda/reduce.h"
+
+namespace loom::kernels::cuda {
+
+namespace {
+
+constexpr int64_t kBlock = 4096;  // elements per partial sum, as the CPU
+
+__global__ void block_squares_kernel(const float* __restrict__ x, int64_t n, float* partials) {
+  __shared__ float shared[kThreads / 32];
+  const int64_t begin = blockIdx.x * kBlock, end = min(n, begin + kBlock);
+  float sum = 0.0f;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) sum += x[i] * x[i];
+  sum = block_sum(sum, shared);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
+
+__global__ void sum_partials_kernel(const float* partials, int64_t count, double* total) {
+  __shared__ double shared[kThreads];
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) sum += partials[i];
+  shared[threadIdx.x] = sum;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    if (static_cast<int>(threadIdx.x) < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *total = shared[0];
+}
+
+__global__ void scale_kernel(float* x, int64_t n, float factor) {
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) x[i] *= factor;
+}
+
+}  // namespace
+
+double sum_of_squares(const float* x, int64_t n, cudaStream_t stream) {
+  if (n == 0) return 0.0;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  void* scratch = nullptr;
+  check_cuda(cudaMallocAsync(&scratch, sizeof(double) + blocks * sizeof(float), stream), "cudaMallocAsync");
+  double* total = static_cast<double*>(scratch);
+  float* partials = reinterpret_cast<float*>(total + 1);
+  block_squares_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, n, partials);
+  check_launch("block_squares_kernel");
+  sum_partials_kernel<<<1, kThreads, 0, stream>>>(partials, blocks, total);
+  check_launch("sum_partials_kernel");
+  double host = 0.0;
+  check_cuda(cudaMemcpyAsync(&host, total, sizeof host, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+  check_cuda(cudaFreeAsync(scratch, stream), "cudaFreeAsync");
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (sum_of_squares)");
+  return host;
+}
+
+void scale_in_place(float* x, int64_t n, float factor, cudaStream_t stream) {
+  if (n == 0) return;
+  scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, factor);
+  check_launch("scale_kernel");
+}
+
+}  // namespace loom::kernels::cuda

@@ -1,0 +1,15 @@
+#pragma once
+// Global-norm clipping on the device, with the contracts of kernels::cpu (adamw.h):
+// sum_of_squares returns sum(x^2) as a double (fp32 partial sums over fixed blocks of 4096
+// elements, added in double in block order: deterministic, the CPU's up to fp32 rounding inside a
+// block; waits for the stream), scale_in_place multiplies by a factor.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace loom::kernels::cuda {
+
+double sum_of_squares(const float* x, int64_t n, cudaStream_t stream = nullptr);
+void scale_in_place(float* x, int64_t n, float factor, cudaStream_t stream = nullptr);
+
+}  // namespace loom::kernels::cuda

@@ -1,0 +1,51 @@
+#include "loom/kernels/cuda/device.h"
+#include "loom/kernels/cuda/launch.cuh"
+#include "loom/kernels/cuda/rope.h"
+
+namespace loom::kernels::cuda {
+
+namespace {
+
+// One thread per (row, head, pair i): rotates (v[i], v[i + half]).
+__global__ void rope_kernel(float* x, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads, int64_t seq,
+                            int64_t positions_start, const float* __restrict__ cos_table,
+                            const float* __restrict__ sin_table, int64_t half, const int32_t* __restrict__ positions,
+                            float direction) {
+  const int64_t n = rows * heads * half;
+  for (int64_t k = grid_start(); k < n; k += grid_stride()) {
+    const int64_t i = k % half, h = (k / half) % heads, r = k / (half * heads);
+    const int64_t pos = positions != nullptr ? positions[r] : positions_start + r % seq;
+    const float c = cos_table[pos * half + i], sn = __fmul_rn(direction, sin_table[pos * half + i]);
+    float* v = x + r * row_stride + first_col + h * 2 * half;
+    const float a = v[i], b = v[i + half];
+    v[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, sn));
+    v[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, sn));
+  }
+}
+
+void rotate(float* x, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads, int64_t seq,
+            int64_t positions_start, const DeviceRopeTable& t, const int32_t* positions, float direction,
+            cudaStream_t stream) {
+  const int64_t half = t.head_dim / 2;
+  if (rows * heads * half == 0) return;
+  rope_kernel<<<grid_for(rows * heads * half), kThreads, 0, stream>>>(x, rows, row_stride, first_col, heads, seq,
+                                                                       positions_start, t.cos, t.sin, half, positions,
+                                                                       direction);
+  check_launch("rope_kernel");
+}
+
+}  // namespace
+
+void rope_forward(float* x, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads, int64_t seq,
+                  int64_t positions_start, const DeviceRopeTable& table, const int32_t* positions,
+                  cudaStream_t stream) {
+  rotate(x, rows, row_stride, first_col, heads, seq, positions_start, table, positions, 1.0f, stream);
+}
+
+void rope_backward(float* dx, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads, int64_t seq,
+                   int64_t positions_start, const DeviceRopeTable& table, const int32_t* positions,
+                   cudaStream_t stream) {
+  rotate(dx, rows, row_stride, first_col, heads, seq, positions_start, table, positions, -1.0f, stream);
+}
+
+}  // namespace loom::kernels::cuda

@@ -1,0 +1,27 @@
+#pragma once
+// Rotary position embedding on the device, in place, with the contract of kernels::cpu::rope_*:
+// `heads` heads of table.head_dim columns from column first_col of each row; row r's position is
+// positions[r] (device memory) when given, else positions_start + r % seq. cos and sin are the
+// RopeTable's [max_positions, head_dim / 2] tables in device memory. Backward rotates by the
+// opposite angle. Each product and sum is rounded on its own, as the CPU loop does (no fused
+// multiply-add), so the result is the CPU's bit for bit.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace loom::kernels::cuda {
+
+struct DeviceRopeTable {
+  const float* cos;
+  const float* sin;
+  int64_t head_dim;
+};
+
+void rope_forward(float* x, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads, int64_t seq,
+                  int64_t positions_start, const DeviceRopeTable& table, const int32_t* positions,
+                  cudaStream_t stream = nullptr);
+void rope_backward(float* dx, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads, int64_t seq,
+                   int64_t positions_start, const DeviceRopeTable& table, const int32_t* positions,
+                   cudaStream_t stream = nullptr);
+
+}  // namespace loom::kernels::cuda

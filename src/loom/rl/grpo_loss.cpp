@@ -1,0 +1,170 @@
+#include "loom/rl/grpo_loss.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace loom::rl {
+
+GroupAdvantages group_advantages(const std::vector<double>& rewards, bool normalize_std, double epsilon) {
+  const size_t n = rewards.size();
+  GroupAdvantages out;
+  out.advantages.assign(n, 0.0);
+  const bool all_equal = n < 2 || std::all_of(rewards.begin(), rewards.end(), [&](double r) { return r == rewards[0]; });
+  if (all_equal) {
+    out.zero_variance = true;
+    return out;
+  }
+  double sum = 0.0, sum_sq = 0.0;
+  for (double r : rewards) {
+    sum += r;
+    sum_sq += r * r;
+  }
+  const double others = static_cast<double>(n - 1);
+  for (size_t i = 0; i < n; ++i) {
+    const double mean = (sum - rewards[i]) / others;
+    const double mean_sq = (sum_sq - rewards[i] * rewards[i]) / others;
+    double advantage = rewards[i] - mean;
+    if (normalize_std) {
+      const double std = std::sqrt(std::max(0.0, mean_sq - mean * mean));
+      if (std > 0.0) advantage /= std + epsilon;
+    }
+    out.advantages[i] = advantage;
+  }
+  return out;
+}
+
+LossOptions LossOptions::from_config(const config::GrpoConfig& grpo) {
+  LossOptions o;
+  o.clip_low = grpo.clip_low;
+  o.clip_high = grpo.clip_high;
+  o.dual_clip = grpo.dual_clip;
+  o.kl_coeff = grpo.kl_coeff;
+  o.correction = grpo.importance_correction;
+  o.tis_cap = grpo.tis_cap;
+  o.icepop_low = grpo.icepop_low;
+  o.icepop_high = grpo.icepop_high;
+  return o;
+}
+
+void LossStatistics::add(const LossStatistics& o) {
+  if (o.tokens == 0) return;
+  weight_min = tokens == 0 ? o.weight_min : std::min(weight_min, o.weight_min);
+  weight_max = tokens == 0 ? o.weight_max : std::max(weight_max, o.weight_max);
+  tokens += o.tokens;
+  loss_sum += o.loss_sum;
+  kl_sum += o.kl_sum;
+  clipped_low += o.clipped_low;
+  clipped_high += o.clipped_high;
+  dual_clipped += o.dual_clipped;
+  weight_sum += o.weight_sum;
+  masked += o.masked;
+  truncated += o.truncated;
+}
+
+namespace {
+
+// The importance weight used for a token whose raw weight is `raw`, counting what was changed.
+double corrected_weight(const LossOptions& o, double raw, LossStatistics& stats) {
+  switch (o.correction) {
+    case config::ImportanceCorrection::None:
+      return 1.0;
+    case config::ImportanceCorrection::Tis:
+      if (raw > o.tis_cap) {
+        ++stats.truncated;
+        return o.tis_cap;
+      }
+      return raw;
+    case config::ImportanceCorrection::Icepop:
+      if (raw < o.icepop_low || raw > o.icepop_high) {
+        ++stats.masked;
+        return 0.0;
+      }
+      return raw;
+  }
+  return 1.0;
+}
+
+// The clipped policy-gradient term -A r (pessimistic over the clipped ratio, and the dual clip)
+// and its derivative in logp (d r / d logp = r: old is detached).
+TokenLoss policy_gradient(const LossOptions& o, double ratio, double advantage, LossStatistics& stats) {
+  const double clamped = std::clamp(ratio, 1.0 - o.clip_low, 1.0 + o.clip_high);
+  const double unclipped = -advantage * ratio, clipped = -advantage * clamped;
+  if (clipped > unclipped) {  // the clamp is active and wins: no gradient
+    if (ratio < 1.0 - o.clip_low) ++stats.clipped_low;
+    if (ratio > 1.0 + o.clip_high) ++stats.clipped_high;
+    return {clipped, 0.0};
+  }
+  if (o.dual_clip > 0.0 && advantage < 0.0 && -advantage * o.dual_clip < unclipped) {
+    ++stats.dual_clipped;
+    return {-advantage * o.dual_clip, 0.0};
+  }
+  return {unclipped, -advantage * ratio};
+}
+
+}  // namespace
+
+TokenLoss token_loss(const LossOptions& o, double logp, double old_logp, double generation_logp,
+                     double reference_logp, double advantage, LossStatistics& stats) {
+  LossStatistics mine;
+  mine.tokens = 1;
+  const double ratio = std::exp(logp - old_logp);
+  double raw = std::exp(old_logp - generation_logp);
+  if (!std::isfinite(raw)) raw = 0.0;  // as NeMo RL's nan_to_num
+  mine.weight_sum = mine.weight_min = mine.weight_max = raw;
+  const double weight = corrected_weight(o, raw, mine);
+  const TokenLoss pg = policy_gradient(o, ratio, advantage, mine);
+  TokenLoss out{weight * pg.loss, weight * pg.gradient};
+  if (o.kl_coeff != 0.0) {
+    const double d = reference_logp - logp, e = std::exp(d);
+    const double kl = e - d - 1.0;
+    mine.kl_sum = kl;
+    out.loss += o.kl_coeff * kl;
+    out.gradient += o.kl_coeff * (1.0 - e);  // d kl / d logp = -e + 1
+  }
+  mine.loss_sum = out.loss;
+  stats.add(mine);
+  return out;
+}
+
+double grpo_loss(const LossOptions& options, const TokenArrays& t, int64_t global_tokens, float* loss, float* gradient,
+                 LossStatistics& stats) {
+  const double scale = 1.0 / static_cast<double>(std::max<int64_t>(1, global_tokens));
+  double total = 0.0;
+  for (int64_t i = 0; i < t.count; ++i) {
+    loss[i] = gradient[i] = 0.0f;
+    if (t.trained[i] == 0) continue;
+    const double ref = t.reference_logp != nullptr ? t.reference_logp[i] : 0.0;
+    const TokenLoss one = token_loss(options, t.logp[i], t.old_logp[i], t.generation_logp[i], ref, t.advantage[i], stats);
+    loss[i] = static_cast<float>(one.loss * scale);
+    gradient[i] = static_cast<float>(one.gradient * scale);
+    total += one.loss * scale;
+  }
+  return total;
+}
+
+double overlong_penalty(int64_t length, int64_t max_tokens, int64_t buffer, double factor) {
+  if (buffer <= 0 || length <= max_tokens - buffer) return 0.0;
+  if (length > max_tokens) return -factor;
+  return factor * static_cast<double>((max_tokens - buffer) - length) / static_cast<double>(buffer);
+}
+
+void shape_overlong_rewards(RolloutGroup& group, int64_t max_tokens, int64_t buffer, double factor) {
+  for (Rollout& sample : group.samples) {
+    int64_t length = 0;
+    for (uint8_t t : sample.trained) length += t != 0 ? 1 : 0;
+    sample.reward += overlong_penalty(length, max_tokens, buffer, factor);
+  }
+}
+
+int filter_overlong(RolloutGroup& group) {
+  int filtered = 0;
+  for (Rollout& sample : group.samples) {
+    if (!sample.truncated) continue;
+    std::fill(sample.trained.begin(), sample.trained.end(), uint8_t{0});
+    ++filtered;
+  }
+  return filtered;
+}
+
+}  // namespace loom::rl

@@ -1,0 +1,110 @@
+#pragma once
+// The GRPO loss as NeMo RL defines it (ClippedPGLossFn), as pure functions over plain arrays:
+// group-relative advantages, the clipped policy-gradient objective per sampled token with an
+// importance-sampling correction for off-policy data and a k3 KL penalty to a frozen reference
+// policy, and DAPO's overlong shaping and filtering. docs/grpo.md gives the formulas.
+//
+// Per token t with log-probability logp (the learner's, the only input that carries a gradient),
+// old log-probability old (the learner's before the update, detached), generation log-probability
+// gen (the server's), reference log-probability ref and advantage A:
+//   r = exp(logp - old)
+//   pg = max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high));  A < 0 and dual_clip c > 1: min(pg, -A c)
+//   w = exp(old - gen), then none: 1 | tis: min(w, tis_cap) | icepop: w in [low, high] ? w : 0
+//   kl = exp(ref - logp) - (ref - logp) - 1
+//   loss_t = (w pg + kl_coeff kl) / N      N = the global count of trained tokens
+#include <cstdint>
+#include <vector>
+
+#include "loom/config/grpo_config.h"
+#include "loom/rl/rollout.h"
+
+namespace loom::rl {
+
+// ---- advantages
+
+struct GroupAdvantages {
+  std::vector<double> advantages;  // one per sample
+  bool zero_variance = false;      // every reward equal (or one sample): every advantage is 0
+};
+
+// A_i = r_i - mean of the other samples' rewards (leave-one-out baseline). With `normalize_std`,
+// A_i is divided by (s_i + epsilon), s_i the standard deviation of the other samples' rewards
+// (population form: sqrt(mean(r^2) - mean(r)^2) over the others), where s_i > 0; a sample whose
+// s_i is 0 keeps A_i (NeMo RL's rule). A group whose rewards are all equal contributes nothing.
+GroupAdvantages group_advantages(const std::vector<double>& rewards, bool normalize_std, double epsilon);
+
+// ---- the per-token objective
+
+struct LossOptions {
+  double clip_low = 0.2, clip_high = 0.2;
+  double dual_clip = 0.0;  // 0: off; else c > 1
+  double kl_coeff = 0.01;  // 0: no reference policy, no KL term
+  config::ImportanceCorrection correction = config::ImportanceCorrection::None;
+  double tis_cap = 2.0;
+  double icepop_low = 0.5, icepop_high = 5.0;
+  static LossOptions from_config(const config::GrpoConfig& grpo);
+};
+
+// Sums over tokens; merged over micro-batches and ranks (sums added, min/max taken).
+struct LossStatistics {
+  int64_t tokens = 0;                // trained tokens seen
+  double loss_sum = 0.0;             // sum of unnormalised token losses (w pg + kl_coeff kl)
+  double kl_sum = 0.0;               // sum of kl (without the coefficient); 0 without a reference
+  int64_t clipped_low = 0;           // A < 0 and r < 1 - clip_low: the gradient is clipped away
+  int64_t clipped_high = 0;          // A > 0 and r > 1 + clip_high
+  int64_t dual_clipped = 0;          // A < 0 and r > dual_clip
+  double weight_sum = 0.0;           // raw importance weights exp(old - gen) (0 where not finite)
+  double weight_min = 0.0, weight_max = 0.0;
+  int64_t masked = 0;                // icepop: weights outside [low, high], set to 0
+  int64_t truncated = 0;             // tis: weights above the cap, set to it
+  void add(const LossStatistics& other);
+  double clip_low_fraction() const { return fraction(clipped_low); }
+  double clip_high_fraction() const { return fraction(clipped_high); }
+  double dual_clip_fraction() const { return fraction(dual_clipped); }
+  double masked_fraction() const { return fraction(masked); }
+  double truncated_fraction() const { return fraction(truncated); }
+  double kl_mean() const { return tokens > 0 ? kl_sum / static_cast<double>(tokens) : 0.0; }
+  double weight_mean() const { return tokens > 0 ? weight_sum / static_cast<double>(tokens) : 0.0; }
+
+ private:
+  double fraction(int64_t count) const { return tokens > 0 ? static_cast<double>(count) / static_cast<double>(tokens) : 0.0; }
+};
+
+struct TokenLoss {
+  double loss = 0.0;      // w pg + kl_coeff kl (unnormalised)
+  double gradient = 0.0;  // d(loss)/d(logp)
+};
+
+// One trained token's loss and gradient (`ref` is read only when kl_coeff > 0); adds it to `stats`.
+TokenLoss token_loss(const LossOptions& options, double logp, double old_logp, double generation_logp,
+                     double reference_logp, double advantage, LossStatistics& stats);
+
+// Per-token arrays of `count` tokens (reference may be null when kl_coeff is 0). Tokens with
+// trained[t] = 0 get loss and gradient 0. loss[t] and gradient[t] are divided by
+// `global_tokens`, the trained tokens of the whole global batch, so their sum over every rank's
+// tokens is the token-level mean. Returns this array's share of the loss (the sum of loss[t]).
+struct TokenArrays {
+  int64_t count = 0;
+  const float* logp = nullptr;
+  const float* old_logp = nullptr;
+  const float* generation_logp = nullptr;
+  const float* reference_logp = nullptr;
+  const float* advantage = nullptr;
+  const uint8_t* trained = nullptr;
+};
+double grpo_loss(const LossOptions& options, const TokenArrays& tokens, int64_t global_tokens, float* loss,
+                 float* gradient, LossStatistics& stats);
+
+// ---- DAPO's overlong options
+
+// The soft overlong penalty of a response of `length` generated tokens with the limit
+// `max_tokens` and a buffer of the last `buffer` tokens: 0 up to max_tokens - buffer, then
+// falling linearly to -factor at max_tokens, -factor beyond.
+double overlong_penalty(int64_t length, int64_t max_tokens, int64_t buffer, double factor);
+// Adds overlong_penalty to each sample's reward (its length: its trained tokens).
+void shape_overlong_rewards(RolloutGroup& group, int64_t max_tokens, int64_t buffer, double factor);
+// Truncated samples leave the loss: their trained marks are cleared (their rewards still count in
+// the group's advantages, as NeMo RL's overlong filtering). Returns the number filtered.
+int filter_overlong(RolloutGroup& group);
+
+}  // namespace loom::rl

@@ -1,0 +1,47 @@
+#include "loom/rl/grpo_objective.h"
+
+#include <string>
+
+#include "loom/core/error.h"
+#include "loom/kernels/types.h"
+#include "loom/train/trainer.h"
+
+namespace loom::rl {
+
+GrpoObjective::GrpoObjective(LossOptions options, const std::vector<float>* reference)
+    : options_(options), reference_(reference) {
+  LOOM_CHECK(options_.kl_coeff == 0.0 || reference_ != nullptr,
+             "GrpoObjective: grpo.kl_coeff > 0 needs the reference policy's parameters");
+}
+
+void GrpoObjective::prepare(train::Trainer& trainer, const train::TokenBatch& batch) {
+  const size_t n = batch.targets.size();
+  LOOM_CHECK(batch.advantages.size() == n && batch.generation_logprobs.size() == n,
+             "GrpoObjective: the batch carries no advantages and generation log-probabilities (a rollout source "
+             "fills them)");
+  batch_ = &batch;
+  stats_ = {};
+  reference_logp_.clear();
+  if (options_.kl_coeff != 0.0) reference_logp_ = trainer.target_logprobs(batch, reference_);
+}
+
+double GrpoObjective::evaluate(const int32_t* targets, const float* logp, int64_t rows, float* gradient) {
+  LOOM_CHECK(batch_ != nullptr, "GrpoObjective: evaluate before prepare");
+  const int64_t first = targets - batch_->targets.data();
+  LOOM_CHECK(first >= 0 && first + rows <= static_cast<int64_t>(batch_->targets.size()),
+             "GrpoObjective: rows outside the batch it was prepared for");
+  double loss_sum = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    gradient[r] = 0.0f;
+    if (targets[r] == kernels::kIgnoreIndex) continue;
+    const size_t i = static_cast<size_t>(first + r);
+    const double reference = reference_logp_.empty() ? 0.0 : reference_logp_[i];
+    const TokenLoss t = token_loss(options_, logp[r], logp[r], batch_->generation_logprobs[i], reference,
+                                   batch_->advantages[i], stats_);
+    gradient[r] = static_cast<float>(t.gradient);
+    loss_sum += t.loss;
+  }
+  return loss_sum;
+}
+
+}  // namespace loom::rl

@@ -1,0 +1,82 @@
+#pragma once
+// Helpers of the GPU tests: the skip when no GPU is usable (with the runtime's reason), fresh
+// random inputs, device copies of host vectors, and the error measures the tests compare by.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "loom/kernels/cuda/caching_allocator.h"
+#include "loom/kernels/cuda/device.h"
+
+namespace loom::kernels::cuda::testing {
+
+#define SKIP_WITHOUT_GPU()                                                                             \
+  do {                                                                                                 \
+    if (!::loom::kernels::cuda::device_status().available)                                             \
+      GTEST_SKIP() << ::loom::kernels::cuda::device_status().reason;                                   \
+  } while (false)
+
+inline std::vector<float> random_values(uint32_t seed, int64_t n, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> out(static_cast<size_t>(n));
+  for (float& x : out) x = dist(rng);
+  return out;
+}
+
+inline std::vector<int32_t> random_ids(uint32_t seed, int64_t n, int32_t lo, int32_t hi) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(lo, hi);
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  for (int32_t& x : out) x = dist(rng);
+  return out;
+}
+
+// A fresh seed per run, so every run checks new inputs; printed by the tests that use it.
+inline uint32_t fresh_seed() { return std::random_device{}(); }
+
+// A device copy of `host` from `allocator`, and back.
+template <typename T>
+struct DeviceArray {
+  CachingAllocator& allocator;
+  T* ptr;
+  int64_t n;
+  DeviceArray(CachingAllocator& a, const std::vector<T>& host)
+      : allocator(a), ptr(static_cast<T*>(a.allocate(std::max<size_t>(1, host.size()) * sizeof(T)))),
+        n(static_cast<int64_t>(host.size())) {
+    if (!host.empty())
+      check_cuda(cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "copy to device");
+  }
+  ~DeviceArray() { allocator.release(ptr); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  std::vector<T> host() const {
+    std::vector<T> out(static_cast<size_t>(n));
+    check_cuda(cudaDeviceSynchronize(), "synchronize before the copy back");
+    if (n > 0) check_cuda(cudaMemcpy(out.data(), ptr, out.size() * sizeof(T), cudaMemcpyDeviceToHost), "copy to host");
+    return out;
+  }
+};
+using DeviceFloats = DeviceArray<float>;
+
+// ||got - want|| / ||want|| (infinite when got has a non-finite element where want is finite).
+template <typename A, typename B>
+double relative_error(const std::vector<A>& got, const std::vector<B>& want) {
+  double diff = 0.0, norm = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double g = static_cast<double>(got[i]), w = static_cast<double>(want[i]);
+    if (!std::isfinite(g) && std::isfinite(w)) return INFINITY;
+    if (!std::isfinite(w)) continue;
+    diff += (g - w) * (g - w);
+    norm += w * w;
+  }
+  return std::sqrt(diff / std::max(norm, 1e-300));
+}
+
+inline std::vector<float> poison(int64_t n) { return std::vector<float>(static_cast<size_t>(n), NAN); }
+
+}  // namespace loom::kernels::cuda::testing

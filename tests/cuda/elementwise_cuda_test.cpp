@@ -1,0 +1,207 @@
+// The CUDA kernels behind the device-neutral entries, called through kernels/ops.h on
+// Device::cuda(0) (start_backend registers them) and compared with the same entries on the CPU:
+// fresh random inputs each run, outputs poisoned, backward adding into non-zero gradients.
+// Embedding, LayerNorm, RoPE, fused softmax cross-entropy and its vocabulary-parallel pieces,
+// sum of squares and scaling, AdamW over many tensors. fp32 within 1e-5 relative (bit for bit
+// where the kernel rounds as the CPU does: RoPE, AdamW). Skipped, saying why, without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "loom/core/error.h"
+#include "loom/kernels/cuda/backend.h"
+#include "loom/kernels/ops.h"
+
+namespace loom::kernels::cuda {
+namespace {
+
+using testing::DeviceArray;
+using testing::DeviceFloats;
+using testing::fresh_seed;
+using testing::poison;
+using testing::random_ids;
+using testing::random_values;
+using testing::relative_error;
+
+constexpr Device kCpu = Device::cpu();
+const Device kGpu = Device::cuda(0);
+
+class CudaEntries : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_GPU();
+    start_backend();
+    seed_ = fresh_seed();
+    RecordProperty("seed", static_cast<int>(seed_ % 1000000));
+  }
+  uint32_t seed_ = 0;
+  CachingAllocator allocator_;
+};
+
+TEST_F(CudaEntries, EmbeddingForwardBackwardAndShardsMatchTheCpu) {
+  for (auto [rows, dim, vocab] : {std::tuple<int64_t, int64_t, int32_t>{1, 1, 3}, {37, 129, 50}, {4096, 768, 1000}}) {
+    const std::vector<float> table = random_values(seed_, vocab * dim, 1.0f), dout = random_values(seed_ + 1, rows * dim, 1.0f),
+                             base = random_values(seed_ + 2, rows * dim, 1.0f), dtable0 = random_values(seed_ + 3, vocab * dim, 0.5f);
+    const std::vector<int32_t> ids = random_ids(seed_ + 4, rows, 0, vocab - 1);
+    const int64_t first = vocab / 3, count = vocab / 2 + 1;
+    std::vector<float> out = base, shard_out(rows * dim), dtable = dtable0, dshard(dtable0.begin(), dtable0.begin() + count * dim);
+    embedding_forward(kCpu, out.data(), ids.data(), table.data(), rows, dim, true);
+    embedding_backward(kCpu, dtable.data(), dout.data(), ids.data(), rows, dim);
+    embedding_forward_shard(kCpu, shard_out.data(), ids.data(), table.data() + first * dim, rows, dim, first, count);
+    embedding_backward_shard(kCpu, dshard.data(), dout.data(), ids.data(), rows, dim, first, count);
+    DeviceArray<int32_t> d_ids(allocator_, ids);
+    DeviceFloats d_table(allocator_, table), d_dout(allocator_, dout), d_out(allocator_, base),
+        d_shard_out(allocator_, poison(rows * dim)), d_dtable(allocator_, dtable0),
+        d_dshard(allocator_, std::vector<float>(dtable0.begin(), dtable0.begin() + count * dim));
+    embedding_forward(kGpu, d_out.ptr, d_ids.ptr, d_table.ptr, rows, dim, true);
+    embedding_backward(kGpu, d_dtable.ptr, d_dout.ptr, d_ids.ptr, rows, dim);
+    embedding_forward_shard(kGpu, d_shard_out.ptr, d_ids.ptr, d_table.ptr + first * dim, rows, dim, first, count);
+    embedding_backward_shard(kGpu, d_dshard.ptr, d_dout.ptr, d_ids.ptr, rows, dim, first, count);
+    EXPECT_EQ(d_out.host(), out) << rows << " x " << dim;
+    EXPECT_EQ(d_shard_out.host(), shard_out) << rows << " x " << dim;
+    EXPECT_LE(relative_error(d_dtable.host(), dtable), 1e-6) << rows << " x " << dim;
+    EXPECT_LE(relative_error(d_dshard.host(), dshard), 1e-6) << rows << " x " << dim;
+  }
+}
+
+TEST_F(CudaEntries, LayerNormForwardAndBackwardMatchTheCpu) {
+  for (auto [rows, dim] : {std::pair<int64_t, int64_t>{1, 7}, {37, 256}, {300, 2049}}) {
+    const std::vector<float> x = random_values(seed_, rows * dim, 2.0f), w = random_values(seed_ + 1, dim, 1.0f),
+                             b = random_values(seed_ + 2, dim, 1.0f), dy = random_values(seed_ + 3, rows * dim, 1.0f),
+                             dx0 = random_values(seed_ + 4, rows * dim, 0.5f), dw0 = random_values(seed_ + 5, dim, 0.5f),
+                             db0 = random_values(seed_ + 6, dim, 0.5f);
+    std::vector<float> out(x.size()), mean(rows), rstd(rows), dx = dx0, dw = dw0, db = db0;
+    layernorm_forward(kCpu, out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, dim, 1e-5f);
+    layernorm_backward(kCpu, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                       rows, dim);
+    DeviceFloats d_x(allocator_, x), d_w(allocator_, w), d_b(allocator_, b), d_dy(allocator_, dy),
+        d_out(allocator_, poison(rows * dim)), d_mean(allocator_, poison(rows)), d_rstd(allocator_, poison(rows)),
+        d_dx(allocator_, dx0), d_dw(allocator_, dw0), d_db(allocator_, db0);
+    layernorm_forward(kGpu, d_out.ptr, d_mean.ptr, d_rstd.ptr, d_x.ptr, d_w.ptr, d_b.ptr, rows, dim, 1e-5f);
+    layernorm_backward(kGpu, d_dx.ptr, d_dw.ptr, d_db.ptr, d_dy.ptr, d_x.ptr, d_w.ptr, d_mean.ptr, d_rstd.ptr, rows,
+                       dim);
+    EXPECT_LE(relative_error(d_out.host(), out), 1e-5) << rows << " x " << dim;
+    EXPECT_LE(relative_error(d_mean.host(), mean), 1e-5) << rows << " x " << dim;
+    EXPECT_LE(relative_error(d_rstd.host(), rstd), 1e-5) << rows << " x " << dim;
+    EXPECT_LE(relative_error(d_dx.host(), dx), 1e-5) << rows << " x " << dim;
+    EXPECT_LE(relative_error(d_dw.host(), dw), 1e-5) << rows << " x " << dim;
+    EXPECT_LE(relative_error(d_db.host(), db), 1e-5) << rows << " x " << dim;
+  }
+}
+
+TEST_F(CudaEntries, RopeForwardAndBackwardEqualTheCpu) {
+  const RopeTable table(512, 64, 10000.0);
+  const int64_t rows = 300, heads = 3, stride = 5 * 64 + 3, first_col = 64 + 3, seq = 100;
+  const std::vector<int32_t> positions = random_ids(seed_, rows, 0, 511);
+  for (bool packed : {false, true}) {
+    const std::vector<float> x0 = random_values(seed_ + packed, rows * stride, 1.0f);
+    std::vector<float> x = x0;
+    rope_forward(kCpu, x.data(), rows, stride, first_col, heads, seq, 7, table, packed ? positions.data() : nullptr);
+    DeviceFloats d_x(allocator_, x0);
+    DeviceArray<int32_t> d_pos(allocator_, positions);
+    rope_forward(kGpu, d_x.ptr, rows, stride, first_col, heads, seq, 7, table, packed ? d_pos.ptr : nullptr);
+    EXPECT_EQ(d_x.host(), x) << "forward, packed " << packed;
+    rope_backward(kCpu, x.data(), rows, stride, first_col, heads, seq, 7, table, packed ? positions.data() : nullptr);
+    rope_backward(kGpu, d_x.ptr, rows, stride, first_col, heads, seq, 7, table, packed ? d_pos.ptr : nullptr);
+    EXPECT_EQ(d_x.host(), x) << "backward, packed " << packed;
+  }
+}
+
+TEST_F(CudaEntries, CrossEntropyAndItsVocabParallelPiecesMatchTheCpu) {
+  for (auto [rows, vocab] : {std::pair<int64_t, int64_t>{1, 2}, {33, 1000}, {64, 50257}}) {
+    const std::vector<float> logits = random_values(seed_, rows * vocab, 3.0f);
+    std::vector<int32_t> targets = random_ids(seed_ + 1, rows, 0, static_cast<int32_t>(vocab - 1));
+    targets[0] = -1;  // kIgnoreIndex
+    std::vector<float> grad = logits, losses(rows);
+    const double total = softmax_cross_entropy(kCpu, grad.data(), losses.data(), targets.data(), rows, vocab, 0.25f);
+    DeviceFloats d_logits(allocator_, logits), d_losses(allocator_, poison(rows));
+    DeviceArray<int32_t> d_targets(allocator_, targets);
+    const double gpu_total =
+        softmax_cross_entropy(kGpu, d_logits.ptr, d_losses.ptr, d_targets.ptr, rows, vocab, 0.25f);
+    EXPECT_NEAR(gpu_total, total, 1e-5 * std::max(1.0, std::fabs(total))) << rows << " x " << vocab;
+    EXPECT_LE(relative_error(d_losses.host(), losses), 1e-5) << rows << " x " << vocab;
+    EXPECT_LE(relative_error(d_logits.host(), grad), 1e-5) << rows << " x " << vocab;
+    // The same through the vocabulary-parallel pieces over one shard [first, first + shard).
+    const int64_t first = vocab / 3, shard = vocab - first;
+    std::vector<float> part(rows * shard), row_max(rows), stats(2 * rows), part_losses(rows);
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy(logits.begin() + r * vocab + first, logits.begin() + (r + 1) * vocab, part.begin() + r * shard);
+    DeviceFloats d_part(allocator_, part), d_max(allocator_, poison(rows)), d_stats(allocator_, poison(2 * rows)),
+        d_part_losses(allocator_, poison(rows));
+    vocab_shard_row_max(kCpu, part.data(), rows, shard, row_max.data());
+    vocab_shard_exp_sums(kCpu, part.data(), row_max.data(), targets.data(), rows, shard, first, stats.data());
+    const double part_total = vocab_shard_finish(kCpu, part.data(), part_losses.data(), row_max.data(), stats.data(),
+                                                 targets.data(), rows, shard, first, 0.5f);
+    vocab_shard_row_max(kGpu, d_part.ptr, rows, shard, d_max.ptr);
+    vocab_shard_exp_sums(kGpu, d_part.ptr, d_max.ptr, d_targets.ptr, rows, shard, first, d_stats.ptr);
+    EXPECT_EQ(d_max.host(), row_max);
+    EXPECT_LE(relative_error(d_stats.host(), stats), 1e-5);
+    const double gpu_part_total = vocab_shard_finish(kGpu, d_part.ptr, d_part_losses.ptr, d_max.ptr, d_stats.ptr,
+                                                     d_targets.ptr, rows, shard, first, 0.5f);
+    EXPECT_NEAR(gpu_part_total, part_total, 1e-5 * std::max(1.0, std::fabs(part_total)));
+    EXPECT_LE(relative_error(d_part_losses.host(), part_losses), 1e-5);
+    EXPECT_LE(relative_error(d_part.host(), part), 1e-5);
+  }
+}
+
+TEST_F(CudaEntries, CrossEntropyNamesABadTargetAndLeavesTheLogits) {
+  const std::vector<float> logits = random_values(seed_, 4 * 10, 1.0f);
+  DeviceFloats d_logits(allocator_, logits), d_losses(allocator_, poison(4));
+  DeviceArray<int32_t> d_targets(allocator_, std::vector<int32_t>{1, 2, 10, 3});
+  try {
+    softmax_cross_entropy(kGpu, d_logits.ptr, d_losses.ptr, d_targets.ptr, 4, 10, 1.0f);
+    FAIL() << "no error for target 10 of a vocabulary of 10";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("target id 10"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(d_logits.host(), logits);
+}
+
+TEST_F(CudaEntries, SumOfSquaresScaleAndAdamWOverManyTensorsMatchTheCpu) {
+  for (int64_t n : {1, 4097, 3000001}) {
+    const std::vector<float> x = random_values(seed_, n, 1.0f);
+    DeviceFloats d_x(allocator_, x);
+    const double want = sum_of_squares(kCpu, x.data(), n);
+    EXPECT_NEAR(sum_of_squares(kGpu, d_x.ptr, n), want, 1e-5 * want) << n;
+    std::vector<float> scaled = x;
+    scale_in_place(kCpu, scaled.data(), n, 0.37f);
+    scale_in_place(kGpu, d_x.ptr, n, 0.37f);
+    EXPECT_EQ(d_x.host(), scaled) << n;
+  }
+  // AdamW over 60 tensors of awkward sizes (two launches): equal to the CPU update, bit for bit.
+  std::vector<std::vector<float>> p, g, m, v;
+  std::vector<std::unique_ptr<DeviceFloats>> dp, dg, dm, dv;
+  std::vector<AdamWTensor> cpu_tensors, gpu_tensors;
+  for (int t = 0; t < 60; ++t) {
+    const int64_t n = t % 7 == 0 ? 0 : (t * 7919) % 20000 + 1;
+    p.push_back(random_values(seed_ + t, n, 0.5f));
+    g.push_back(random_values(seed_ + 100 + t, n, 0.01f));
+    m.push_back(random_values(seed_ + 200 + t, n, 0.001f));
+    v.push_back(random_values(seed_ + 300 + t, n, 1e-5f));
+    for (float& x : v.back()) x = std::fabs(x);
+    dp.push_back(std::make_unique<DeviceFloats>(allocator_, p.back()));
+    dg.push_back(std::make_unique<DeviceFloats>(allocator_, g.back()));
+    dm.push_back(std::make_unique<DeviceFloats>(allocator_, m.back()));
+    dv.push_back(std::make_unique<DeviceFloats>(allocator_, v.back()));
+  }
+  for (int t = 0; t < 60; ++t) {
+    cpu_tensors.push_back({p[t].data(), g[t].data(), m[t].data(), v[t].data(), static_cast<int64_t>(p[t].size())});
+    gpu_tensors.push_back({dp[t]->ptr, dg[t]->ptr, dm[t]->ptr, dv[t]->ptr, static_cast<int64_t>(p[t].size())});
+  }
+  const AdamWStep step{3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 11, 0.7f};
+  adamw_update_many(kCpu, cpu_tensors, step);
+  adamw_update_many(kGpu, gpu_tensors, step);
+  for (int t = 0; t < 60; ++t) {
+    EXPECT_EQ(dp[t]->host(), p[t]) << "tensor " << t;
+    EXPECT_EQ(dm[t]->host(), m[t]) << "tensor " << t;
+    EXPECT_EQ(dv[t]->host(), v[t]) << "tensor " << t;
+  }
+}
+
+}  // namespace
+}  // namespace loom::kernels::cuda

@@ -1,0 +1,160 @@
+// The device quantisation of the precision recipes against loom::precision's CPU reference, bit
+// for bit: per-tensor FP8 (E4M3, E5M2) encode, decode and round trip, amax; blockwise 1 x 128
+// runs and 128 x 128 tiles with their scales; MXFP8 along rows (codes, E8M0 scales, round trip)
+// and down columns. Inputs span many binades, with subnormals, values past the format's range,
+// signed zeros, and a NaN and an Inf in their own blocks. Skipped, saying why, without a GPU.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "loom/kernels/cuda/quantize.h"
+#include "loom/precision/formats.h"
+#include "loom/precision/fp8_scaling.h"
+#include "loom/precision/mx.h"
+
+namespace loom::kernels::cuda {
+namespace {
+
+using testing::DeviceArray;
+using testing::DeviceFloats;
+using testing::fresh_seed;
+using testing::poison;
+
+// Values over about 2^-30 .. 2^20 with random signs, some zeros, subnormal-range values, and
+// (when `specials`) a NaN at 5 and an Inf at 1000.
+std::vector<float> wide_values(uint32_t seed, int64_t n, bool specials) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> exponent(-30.0f, 20.0f), mantissa(1.0f, 2.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    float x = std::ldexp(mantissa(rng), static_cast<int>(exponent(rng)));
+    if (rng() % 2) x = -x;
+    if (rng() % 50 == 0) x = (rng() % 2) ? 0.0f : -0.0f;
+    v[static_cast<size_t>(i)] = x;
+  }
+  if (specials && n > 1000) {
+    v[5] = NAN;
+    v[1000] = INFINITY;
+  }
+  return v;
+}
+
+// Equal as bit patterns, NaNs of any payload counted equal.
+void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  int64_t bad = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const bool same = std::bit_cast<uint32_t>(got[i]) == std::bit_cast<uint32_t>(want[i]) ||
+                      (std::isnan(got[i]) && std::isnan(want[i]));
+    if (!same && bad++ < 5) ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", want " << want[i];
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+precision::Fp8Format cpu_format(Fp8 f) { return f == Fp8::E4M3 ? precision::Fp8Format::E4M3 : precision::Fp8Format::E5M2; }
+
+class CudaQuantize : public ::testing::TestWithParam<Fp8> {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_GPU();
+    seed_ = fresh_seed();
+  }
+  uint32_t seed_ = 0;
+  CachingAllocator allocator_;
+};
+
+TEST_P(CudaQuantize, PerTensorCastsEqualTheCpu) {
+  const Fp8 f = GetParam();
+  const int64_t n = 100003;
+  const std::vector<float> x = wide_values(seed_, n, true);
+  const float scale = 3.75f;
+  std::vector<uint8_t> codes(n);
+  precision::encode_fp8(x.data(), codes.data(), n, cpu_format(f), scale);
+  std::vector<float> decoded(n), round_trip = x;
+  precision::decode_fp8(codes.data(), decoded.data(), n, cpu_format(f), 1.0f / scale);
+  precision::quantize_dequantize_fp8(round_trip.data(), n, cpu_format(f), scale);
+  DeviceFloats d_x(allocator_, x), d_decoded(allocator_, poison(n)), d_rt(allocator_, x);
+  DeviceArray<uint8_t> d_codes(allocator_, std::vector<uint8_t>(n, 0xAB));
+  encode_fp8(d_x.ptr, d_codes.ptr, n, f, scale);
+  decode_fp8(d_codes.ptr, d_decoded.ptr, n, f, 1.0f / scale);
+  quantize_dequantize_fp8(d_rt.ptr, n, f, scale);
+  EXPECT_EQ(d_codes.host(), codes);
+  expect_same_bits(d_decoded.host(), decoded, "decode");
+  expect_same_bits(d_rt.host(), round_trip, "round trip");
+  const std::vector<float> finite = wide_values(seed_ + 1, n, false);
+  DeviceFloats d_finite(allocator_, finite);
+  EXPECT_EQ(amax(d_finite.ptr, n), precision::amax(finite.data(), n));
+  EXPECT_TRUE(std::isnan(amax(d_x.ptr, n)));
+}
+
+TEST_P(CudaQuantize, BlockwiseRunsAndTilesEqualTheCpu) {
+  const Fp8 f = GetParam();
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {3, 300}, {257, 1000}}) {
+    const std::vector<float> x = wide_values(seed_, rows * cols, rows * cols > 1000);
+    const int64_t runs = rows * ((cols + 127) / 128), tiles = ((rows + 127) / 128) * ((cols + 127) / 128);
+    std::vector<float> rowwise = x, tiled = x, run_scales(runs), tile_scales(tiles);
+    precision::quantize_dequantize_rowwise_blocks(rowwise.data(), rows, cols, cpu_format(f), 128, run_scales.data());
+    precision::quantize_dequantize_tile_blocks(tiled.data(), rows, cols, cpu_format(f), 128, tile_scales.data());
+    DeviceFloats d_rowwise(allocator_, x), d_tiled(allocator_, x), d_run_scales(allocator_, poison(runs)),
+        d_tile_scales(allocator_, poison(tiles)), d_inverse(allocator_, poison(runs));
+    DeviceArray<uint8_t> d_codes(allocator_, std::vector<uint8_t>(rows * cols, 0xAB));
+    quantize_dequantize_rowwise_blocks(d_rowwise.ptr, rows, cols, f, d_run_scales.ptr);
+    quantize_dequantize_tile_blocks(d_tiled.ptr, rows, cols, f, d_tile_scales.ptr);
+    expect_same_bits(d_rowwise.host(), rowwise, "1 x 128 runs");
+    expect_same_bits(d_run_scales.host(), run_scales, "1 x 128 scales");
+    expect_same_bits(d_tiled.host(), tiled, "128 x 128 tiles");
+    expect_same_bits(d_tile_scales.host(), tile_scales, "128 x 128 scales");
+    // The GEMM's encoding: codes of x * scale per run, and 1 / scale.
+    DeviceFloats d_x(allocator_, x);
+    encode_rowwise_blocks(d_x.ptr, d_codes.ptr, d_inverse.ptr, rows, cols, f);
+    const std::vector<uint8_t> codes = d_codes.host();
+    const std::vector<float> inverse = d_inverse.host();
+    for (int64_t r = 0, bad = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const float scale = run_scales[r * ((cols + 127) / 128) + c / 128];
+        const uint8_t want = precision::float_to_fp8(x[r * cols + c] * scale, cpu_format(f));
+        if (codes[r * cols + c] != want && bad++ < 5) ADD_FAILURE() << "code at " << r << ", " << c;
+      }
+    }
+    for (int64_t i = 0; i < runs; ++i) EXPECT_EQ(inverse[i], 1.0f / run_scales[i]) << "run " << i;
+  }
+}
+
+TEST_P(CudaQuantize, MxBlocksAlongRowsAndDownColumnsEqualTheCpu) {
+  const Fp8 f = GetParam();
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {5, 33}, {130, 1000}}) {
+    const std::vector<float> x = wide_values(seed_, rows * cols, rows * cols > 1000);
+    const int64_t blocks = rows * ((cols + 31) / 32);
+    std::vector<uint8_t> codes(rows * cols), scales(blocks);
+    precision::encode_mx(x.data(), rows, cols, cpu_format(f), codes.data(), scales.data());
+    std::vector<float> decoded(rows * cols), along_rows = x, down_columns = x;
+    precision::decode_mx(codes.data(), scales.data(), rows, cols, cpu_format(f), decoded.data());
+    precision::quantize_dequantize_mx(along_rows.data(), rows, cols, cpu_format(f));
+    precision::quantize_dequantize_mx_columns(down_columns.data(), rows, cols, cpu_format(f));
+    DeviceFloats d_x(allocator_, x), d_decoded(allocator_, poison(rows * cols)), d_rows(allocator_, x),
+        d_columns(allocator_, x);
+    DeviceArray<uint8_t> d_codes(allocator_, std::vector<uint8_t>(rows * cols, 0xAB)),
+        d_scales(allocator_, std::vector<uint8_t>(blocks, 0xAB));
+    encode_mx(d_x.ptr, rows, cols, f, d_codes.ptr, d_scales.ptr);
+    decode_mx(d_codes.ptr, d_scales.ptr, rows, cols, f, d_decoded.ptr);
+    quantize_dequantize_mx(d_rows.ptr, rows, cols, f);
+    quantize_dequantize_mx_columns(d_columns.ptr, rows, cols, f);
+    EXPECT_EQ(d_codes.host(), codes) << rows << " x " << cols;
+    EXPECT_EQ(d_scales.host(), scales) << rows << " x " << cols;
+    expect_same_bits(d_decoded.host(), decoded, "MX decode");
+    expect_same_bits(d_rows.host(), along_rows, "MX along rows");
+    expect_same_bits(d_columns.host(), down_columns, "MX down columns");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantize, ::testing::Values(Fp8::E4M3, Fp8::E5M2),
+                         [](const ::testing::TestParamInfo<Fp8>& info) {
+                           return info.param == Fp8::E4M3 ? std::string("E4M3") : std::string("E5M2");
+                         });
+
+}  // namespace
+}  // namespace loom::kernels::cuda

@@ -1,0 +1,174 @@
+// The nccl backend of Communicator against a serial reference: one rank per visible GPU (ranks of
+// this process, ncclCommInitAll; a thread each), every collective on awkward sizes (0, 1, a prime,
+// a large count that is no multiple of anything), the reductions Sum, Avg and Max, split, and
+// send/recv around a ring where there are two ranks or more. NCCL refuses two ranks on one GPU,
+// so a one-GPU machine runs this at world size 1. Skipped, saying why, without a GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "../cuda/cuda_test_util.h"
+#include "loom/comm/nccl/communicator.h"
+
+namespace loom::comm {
+namespace {
+
+using kernels::cuda::check_cuda;
+using kernels::cuda::testing::random_values;
+
+// A device buffer of one rank's GPU.
+struct Buffer {
+  float* ptr = nullptr;
+  size_t n = 0;
+  Buffer(const std::vector<float>& host) : n(host.size()) {
+    check_cuda(cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<size_t>(1, n) * sizeof(float)), "cudaMalloc");
+    if (n) check_cuda(cudaMemcpy(ptr, host.data(), n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+  }
+  ~Buffer() { cudaFree(ptr); }
+  std::vector<float> host() const {
+    std::vector<float> out(n);
+    if (n) check_cuda(cudaMemcpy(out.data(), ptr, n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    return out;
+  }
+};
+
+class NcclCollectives : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_GPU();
+    const int gpus = kernels::cuda::device_status().devices;
+    devices_.resize(static_cast<size_t>(gpus));
+    std::iota(devices_.begin(), devices_.end(), 0);
+    comms_ = make_nccl_communicators(devices_, "world", CommOptions{std::chrono::seconds(60)});
+    seed_ = kernels::cuda::testing::fresh_seed();
+  }
+  int size() const { return static_cast<int>(comms_.size()); }
+  // Runs body(rank) on every rank at once (a thread each), on that rank's GPU.
+  void on_every_rank(const std::function<void(int)>& body) {
+    std::vector<std::thread> threads;
+    std::vector<std::exception_ptr> errors(comms_.size());
+    for (int r = 0; r < size(); ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          check_cuda(cudaSetDevice(devices_[size_t(r)]), "cudaSetDevice");
+          body(r);
+        } catch (...) {
+          errors[size_t(r)] = std::current_exception();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+  std::vector<float> input(int rank, int64_t n) const { return random_values(seed_ + 7919 * rank + uint32_t(n), n, 1.0f); }
+
+  std::vector<int> devices_;
+  std::vector<std::unique_ptr<Communicator>> comms_;
+  uint32_t seed_ = 0;
+};
+
+constexpr int64_t kSizes[] = {0, 1, 7, 1021, (1 << 20) + 3};
+
+TEST_F(NcclCollectives, ReductionsMatchTheSerialReference) {
+  for (int64_t n : kSizes) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
+      std::vector<float> want(static_cast<size_t>(n), op == ReduceOp::Max ? -INFINITY : 0.0f);
+      for (int r = 0; r < size(); ++r) {
+        const std::vector<float> x = input(r, n);
+        for (int64_t i = 0; i < n; ++i) want[i] = op == ReduceOp::Max ? std::max(want[i], x[i]) : want[i] + x[i];
+      }
+      if (op == ReduceOp::Avg)
+        for (float& w : want) w /= static_cast<float>(size());
+      on_every_rank([&](int r) {
+        Buffer data(input(r, n));
+        comms_[size_t(r)]->all_reduce(data.ptr, n, DType::F32, op);
+        EXPECT_LE(kernels::cuda::testing::relative_error(data.host(), want), 1e-6) << "all_reduce " << n;
+        // reduce_scatter: rank r keeps block r of the sum of every rank's size() blocks.
+        std::vector<float> blocks;
+        for (int b = 0; b < size(); ++b) {
+          const std::vector<float> x = input(r, n);
+          blocks.insert(blocks.end(), x.begin(), x.end());
+        }
+        Buffer send(blocks), recv(std::vector<float>(static_cast<size_t>(n), NAN));
+        comms_[size_t(r)]->reduce_scatter(send.ptr, recv.ptr, n, DType::F32, op);
+        EXPECT_LE(kernels::cuda::testing::relative_error(recv.host(), want), 1e-6) << "reduce_scatter " << n;
+        Buffer reduced(std::vector<float>(static_cast<size_t>(n), NAN)), mine(input(r, n));
+        comms_[size_t(r)]->reduce(mine.ptr, reduced.ptr, n, DType::F32, op, 0);
+        if (r == 0) {
+          EXPECT_LE(kernels::cuda::testing::relative_error(reduced.host(), want), 1e-6) << "reduce " << n;
+        }
+      });
+    }
+  }
+}
+
+TEST_F(NcclCollectives, DataMovementMatchesTheSerialReference) {
+  for (int64_t n : kSizes) {
+    std::vector<float> gathered, gathered_v;
+    std::vector<int64_t> counts;
+    for (int r = 0; r < size(); ++r) {
+      const std::vector<float> x = input(r, n);
+      gathered.insert(gathered.end(), x.begin(), x.end());
+      counts.push_back(n + r);
+      const std::vector<float> y = input(r, n + r);
+      gathered_v.insert(gathered_v.end(), y.begin(), y.end());
+    }
+    on_every_rank([&](int r) {
+      Communicator& c = *comms_[size_t(r)];
+      Buffer mine(input(r, n)), all(std::vector<float>(gathered.size(), NAN));
+      c.all_gather(mine.ptr, all.ptr, n, DType::F32);
+      EXPECT_EQ(all.host(), gathered) << "all_gather " << n;
+      Buffer mine_v(input(r, n + r)), all_v(std::vector<float>(gathered_v.size(), NAN));
+      c.all_gather_v(mine_v.ptr, all_v.ptr, counts, DType::F32);
+      EXPECT_EQ(all_v.host(), gathered_v) << "all_gather_v " << n;
+      Buffer b(input(r, n));
+      c.broadcast(b.ptr, n, DType::F32, size() - 1);
+      EXPECT_EQ(b.host(), input(size() - 1, n)) << "broadcast " << n;
+      // all_to_all: block j of rank i's send goes to rank j; here every rank sends its gathered copy.
+      Buffer send(gathered), recv(std::vector<float>(gathered.size(), NAN));
+      c.all_to_all(send.ptr, recv.ptr, n, DType::F32);
+      std::vector<float> want;
+      for (int i = 0; i < size(); ++i) want.insert(want.end(), gathered.begin() + r * n, gathered.begin() + (r + 1) * n);
+      EXPECT_EQ(recv.host(), want) << "all_to_all " << n;
+      c.barrier();
+    });
+  }
+}
+
+TEST_F(NcclCollectives, SplitAndSendRecvAroundARing) {
+  on_every_rank([&](int r) {
+    auto half = comms_[size_t(r)]->split(r % 2, -r, "half");
+    ASSERT_NE(half, nullptr);
+    EXPECT_EQ(half->size(), (size() + 1 - r % 2) / 2);
+    Buffer one(std::vector<float>{1.0f});
+    half->all_reduce(one.ptr, 1, DType::F32, ReduceOp::Sum);
+    EXPECT_EQ(one.host()[0], static_cast<float>(half->size()));
+    EXPECT_EQ(comms_[size_t(r)]->split(-1, 0, "none"), nullptr);
+  });
+  if (size() < 2) GTEST_SKIP() << "send/recv needs two ranks on two GPUs (NCCL refuses two ranks on one GPU); this machine has "
+                               << size();
+  const int64_t n = 1021;
+  on_every_rank([&](int r) {
+    Communicator& c = *comms_[size_t(r)];
+    Buffer out(input(r, n)), in(std::vector<float>(n, NAN));
+    // Even ranks send first, odd ranks receive first: NCCL runs one operation at a time per
+    // communicator, so two ranks sending to each other at once would wait for each other.
+    if (r % 2 == 0) {
+      c.send(out.ptr, n, DType::F32, (r + 1) % size(), 0);
+      c.recv(in.ptr, n, DType::F32, (r + size() - 1) % size(), 0);
+    } else {
+      c.recv(in.ptr, n, DType::F32, (r + size() - 1) % size(), 0);
+      c.send(out.ptr, n, DType::F32, (r + 1) % size(), 0);
+    }
+    EXPECT_EQ(in.host(), input((r + size() - 1) % size(), n));
+  });
+}
+
+}  // namespace
+}  // namespace loom::comm

@@ -1,0 +1,236 @@
+// The GRPO learner on the shared trainer: steps on the same rollout groups at dp 2 (ZeRO 0 and
+// 3), tp 2 with sequence parallelism, pp 2, recompute, tp 2 x pp 2 and dp 2 x tp 2 equal one
+// rank (fp32: relative 1e-5 on each step's loss and the final parameters), and so do bf16 runs;
+// the statistics are those of the loss; the reference policy is the run's starting point across
+// a resume and from train.init_from; a step with zero advantages and no reference leaves the
+// model unchanged; bad rollouts and context parallelism are refused with errors naming what to
+// change.
+#include "loom/rl/grpo_learner.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <mutex>
+#include <sstream>
+
+#include "../train/training_runs.h"
+#include "loom/ckpt/digest.h"
+#include "loom/core/error.h"
+#include "loom/core/philox.h"
+#include "loom/train/run_ranks.h"
+
+namespace loom::rl {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Four prompts x 4 samples of random bytes; the first 5 tokens are the prompt (not trained), the
+// rest sampled with a generation log-probability near -6.5; rewards make 3 of the 4 groups vary.
+std::vector<RolloutGroup> make_groups(uint64_t seed) {
+  std::vector<RolloutGroup> groups;
+  for (int g = 0; g < 4; ++g) {
+    RolloutGroup group;
+    group.prompt_index = g;
+    for (int s = 0; s < 4; ++s) {
+      Rollout r;
+      const int length = 9 + static_cast<int>(philox4x32(seed, g * 4 + s, 99)[0] % 8);  // 9..16 tokens
+      for (int k = 0; k < length; ++k) {
+        const auto bits = philox4x32(seed, g * 4 + s, k);
+        r.tokens.push_back(static_cast<int32_t>(bits[0] % 256));
+        r.trained.push_back(k >= 5 ? 1 : 0);
+        r.generation_logprobs.push_back(k >= 5 ? -6.0f - static_cast<float>(bits[1] % 1000) / 1000.0f : 0.0f);
+      }
+      r.reward = g == 3 ? 1.0 : static_cast<double>(philox4x32(seed, g, s + 50)[0] % 3);
+      if (g < 3 && s == 0) r.reward = 5.0;  // never a zero-variance group by chance
+      group.samples.push_back(r);
+    }
+    groups.push_back(group);
+  }
+  return groups;
+}
+
+class GrpoLearnerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = (fs::temp_directory_path() / ("loom-grpo-learner-" + std::to_string(::getpid()))).string();
+    fs::create_directories(root_);
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  static config::RunConfig config(const std::string& name, const std::vector<std::string>& overrides) {
+    const std::string yaml =
+        "run: {dir: " + root_ + "/" + name + "}\n" +
+        "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, max_seq_len: 32}\n"
+        "data: {tokenizer: byte, seq_len: 16}\n"
+        "optim: {lr: 1.0e-3, warmup_steps: 1, clip_grad: 1.0, eps: 1.0e-6}\n"
+        "train: {steps: 2, global_batch: 16, micro_batch: 4, threads: 1, seed: 1234}\n"
+        "grpo: {kl_coeff: 0.05, importance_correction: tis, tis_cap: 2.0}\n"
+        "log: {progress: false}\n";
+    return config::parse_config(yaml, name, overrides);
+  }
+
+  // Learner steps up to train.steps = `steps` (step k on the groups of seed 6 + k), then a
+  // checkpoint; rank 0's step metrics.
+  static std::vector<LearnerStep> learn(const std::string& name, std::vector<std::string> overrides, int steps) {
+    overrides.push_back("train.steps=" + std::to_string(steps));
+    const config::RunConfig c = config(name, overrides);
+    std::ostringstream out;
+    std::vector<LearnerStep> result;
+    std::mutex mutex;
+    train::run_on_ranks(c, out, [&](comm::Communicator& world) {
+      GrpoLearner learner(c, world, out);
+      std::vector<LearnerStep> mine;
+      while (learner.weight_version() < steps) mine.push_back(learner.step(make_groups(7 + learner.weight_version())));
+      learner.save();
+      learner.finish();
+      if (world.rank() == 0) {
+        std::lock_guard<std::mutex> lock(mutex);
+        result = mine;
+      }
+      return train::TrainSummary{};
+    });
+    return result;
+  }
+
+  static std::string root_;
+};
+std::string GrpoLearnerTest::root_;
+
+// Each of two steps' loss, gradient norm, KL and importance statistics, and the parameters and
+// Adam moments after them. (optim.eps is 1e-6: with 1e-8, Adam's first update g / (|g| + eps)
+// of a gradient element near 1e-8 depends on its rounding, which moved a few elements of a
+// layer by 8e-5 relative between tp 2 and one rank while the moments agreed to 1e-5.)
+TEST_F(GrpoLearnerTest, EveryLayoutEqualsOneRank) {
+  const std::vector<LearnerStep> reference = learn("one", {}, 2);
+  ASSERT_EQ(reference.size(), 2u);
+  EXPECT_EQ(reference[0].kl, 0.0);  // step 1: the policy is the reference
+  EXPECT_GT(reference[1].kl, 0.0);
+  EXPECT_EQ(reference[0].samples, 16);
+  EXPECT_EQ(reference[0].zero_variance_groups, 1);
+  EXPECT_GT(reference[0].importance_weight_max, 2.0);  // exp(logp - gen): logp near -log 256, gen near -6.5
+  EXPECT_GT(reference[0].truncated_fraction, 0.0);
+  const std::vector<std::vector<std::string>> layouts = {
+      {"runtime.ranks=2"},                                                         // dp 2
+      {"runtime.ranks=2", "parallel.zero=3"},                                      // dp 2, ZeRO-3
+      {"runtime.ranks=2", "parallel.tp=2", "parallel.sequence_parallel=true"},     // tp 2 + sp
+      {"runtime.ranks=2", "parallel.pp=2", "parallel.pipeline_schedule=1f1b"},     // pp 2
+      {"model.recompute=true"},
+      {"runtime.ranks=4", "parallel.tp=2", "parallel.pp=2", "parallel.sequence_parallel=true"},  // tp 2 x pp 2
+      {"runtime.ranks=4", "parallel.tp=2", "parallel.zero=3"},                                      // dp 2 x tp 2, ZeRO-3
+  };
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    SCOPED_TRACE("layout " + std::to_string(i));
+    const std::string name = "layout" + std::to_string(i);
+    const std::vector<LearnerStep> other = learn(name, layouts[i], 2);
+    ASSERT_EQ(other.size(), reference.size());
+    for (size_t s = 0; s < other.size(); ++s) {
+      EXPECT_NEAR(other[s].loss, reference[s].loss, 1e-5 * std::fabs(reference[s].loss)) << "step " << s + 1;
+      EXPECT_NEAR(other[s].grad_norm, reference[s].grad_norm, 1e-5 * reference[s].grad_norm) << "step " << s + 1;
+      EXPECT_EQ(other[s].trained_tokens, reference[s].trained_tokens);
+      EXPECT_NEAR(other[s].kl, reference[s].kl, 1e-5 * reference[s].kl + 1e-12);
+      EXPECT_NEAR(other[s].importance_weight_max, reference[s].importance_weight_max,
+                  1e-5 * reference[s].importance_weight_max);
+      EXPECT_NEAR(other[s].truncated_fraction, reference[s].truncated_fraction, 1e-12);
+    }
+    EXPECT_LE(train::testing::state_difference(root_, "one", name), 1e-5);
+  }
+}
+
+// bf16 GEMMs: data and tensor parallelism still compute one rank's bf16 step (its losses and
+// gradient norms; the bf16 rounding of each GEMM is the same on every layout's rows).
+TEST_F(GrpoLearnerTest, Bf16LayoutsEqualOneRank) {
+  const std::vector<LearnerStep> reference = learn("bf16-one", {"precision.recipe=bf16"}, 2);
+  EXPECT_GT(reference[1].kl, 0.0);
+  for (const std::vector<std::string>& layout :
+       {std::vector<std::string>{"runtime.ranks=2"}, std::vector<std::string>{"runtime.ranks=2", "parallel.pp=2"}}) {
+    std::vector<std::string> overrides = layout;
+    overrides.push_back("precision.recipe=bf16");
+    const std::vector<LearnerStep> other = learn("bf16-" + std::to_string(layout.size()), overrides, 2);
+    ASSERT_EQ(other.size(), reference.size());
+    for (size_t s = 0; s < other.size(); ++s) {
+      EXPECT_NEAR(other[s].loss, reference[s].loss, 1e-5 * std::fabs(reference[s].loss)) << "step " << s + 1;
+      EXPECT_NEAR(other[s].grad_norm, reference[s].grad_norm, 1e-5 * reference[s].grad_norm) << "step " << s + 1;
+    }
+  }
+}
+
+// The reference policy is where the run started: a resumed run keeps the seed's initialisation
+// as its reference (its second step is the uninterrupted run's, bit for bit), and a run started
+// from train.init_from takes that checkpoint's parameters (its first step's KL is 0).
+TEST_F(GrpoLearnerTest, TheReferenceIsTheRunsStartingPoint) {
+  const std::vector<LearnerStep> whole = learn("whole", {}, 2);
+  ASSERT_EQ(whole.size(), 2u);
+  ASSERT_EQ(learn("split", {}, 1).size(), 1u);
+  const std::vector<LearnerStep> resumed = learn("split", {"train.resume=true"}, 2);
+  ASSERT_EQ(resumed.size(), 1u);
+  EXPECT_EQ(resumed[0].step, 2);
+  EXPECT_EQ(resumed[0].kl, whole[1].kl);
+  EXPECT_EQ(resumed[0].loss, whole[1].loss);
+  EXPECT_GT(resumed[0].kl, 0.0);
+  const std::vector<LearnerStep> tuned = learn("tuned", {"train.init_from=" + root_ + "/whole/checkpoints"}, 1);
+  ASSERT_EQ(tuned.size(), 1u);
+  EXPECT_EQ(tuned[0].kl, 0.0);
+  EXPECT_NE(tuned[0].loss, whole[0].loss);  // other parameters than the seed's
+}
+
+// Zero advantages everywhere and no reference: the loss and every gradient are 0, and AdamW
+// without weight decay leaves the parameters as they were.
+TEST_F(GrpoLearnerTest, ZeroAdvantagesWithoutReferenceChangeNothing) {
+  const config::RunConfig c = config("still", {"grpo.kl_coeff=0", "optim.weight_decay=0", "train.steps=1"});
+  std::vector<RolloutGroup> groups = make_groups(7);
+  for (RolloutGroup& g : groups)
+    for (Rollout& r : g.samples) r.reward = 1.0;
+  std::ostringstream out;
+  train::run_on_ranks(c, out, [&](comm::Communicator& world) {
+    GrpoLearner learner(c, world, out);
+    const std::vector<float> before = learner.trainer().parameter_copy();
+    const LearnerStep step = learner.step(groups);
+    EXPECT_EQ(step.loss, 0.0);
+    EXPECT_EQ(step.zero_variance_groups, 4);
+    EXPECT_EQ(step.grad_norm, 0.0);
+    EXPECT_EQ(learner.trainer().parameter_copy(), before);
+    EXPECT_EQ(learner.weight_version(), 1);
+    learner.finish();
+    return train::TrainSummary{};
+  });
+}
+
+TEST_F(GrpoLearnerTest, RefusesWhatItCannotTrain) {
+  auto fails = [](const std::function<void()>& f, const std::string& needle) {
+    try {
+      f();
+      ADD_FAILURE() << "no error mentioning " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  const config::RunConfig c = config("refuse", {});
+  std::ostringstream out;
+  train::run_on_ranks(c, out, [&](comm::Communicator& world) {
+    GrpoLearner learner(c, world, out);
+    std::vector<RolloutGroup> groups = make_groups(7);
+    groups[1].samples[2].tokens.resize(30, 1);
+    groups[1].samples[2].trained.resize(30, 1);
+    groups[1].samples[2].generation_logprobs.resize(30, -1.0f);
+    fails([&] { learner.step(groups); }, "rollout group 1 sample 2 has 30 tokens");
+    groups = make_groups(7);
+    groups[0].samples[0].trained.pop_back();
+    fails([&] { learner.step(groups); }, "trained marks");
+    groups = make_groups(7);
+    groups.push_back(groups[0]);
+    fails([&] { learner.step(groups); }, "train.global_batch");
+    learner.finish();
+    return train::TrainSummary{};
+  });
+  const config::RunConfig cp = config("refuse-cp", {"runtime.ranks=2", "parallel.cp=2"});
+  fails([&] {
+    train::run_on_ranks(cp, out, [&](comm::Communicator& world) {
+      GrpoLearner learner(cp, world, out);
+      return train::TrainSummary{};
+    });
+  }, "parallel.cp");
+}
+
+}  // namespace
+}  // namespace loom::rl

@@ -1,0 +1,260 @@
+// The GRPO loss against values computed by hand: leave-one-out advantages with and without the
+// std division, zero-variance groups, the ratio clipped on each side, the dual clip, tis and
+// icepop weights, the k3 KL, masks and the global token mean, DAPO's overlong shaping and
+// filtering; and every token gradient against central finite differences.
+#include "loom/rl/grpo_loss.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "loom/config/run_config.h"
+#include "loom/core/error.h"
+#include "loom/core/philox.h"
+
+namespace loom::rl {
+namespace {
+
+LossOptions no_kl() {
+  LossOptions o;
+  o.kl_coeff = 0.0;
+  return o;
+}
+
+// A token whose ratio is `ratio` (logp - old = log ratio) and whose generation log-prob equals old.
+TokenLoss at_ratio(const LossOptions& o, double ratio, double advantage, LossStatistics& stats) {
+  const double old = -1.0;
+  return token_loss(o, old + std::log(ratio), old, old, 0.0, advantage, stats);
+}
+
+TEST(GroupAdvantages, LeaveOneOutBaselineWithoutNormalisation) {
+  const GroupAdvantages a = group_advantages({1.0, 0.0, 0.0, 0.0}, false, 0.0);
+  EXPECT_FALSE(a.zero_variance);
+  EXPECT_DOUBLE_EQ(a.advantages[0], 1.0);           // 1 - mean(0, 0, 0)
+  EXPECT_DOUBLE_EQ(a.advantages[1], -1.0 / 3.0);    // 0 - mean(1, 0, 0)
+  EXPECT_DOUBLE_EQ(a.advantages[3], -1.0 / 3.0);
+}
+
+TEST(GroupAdvantages, DividedByTheOtherSamplesStd) {
+  // Sample 1's others are {1, 0, 0}: mean 1/3, std sqrt(1/3 - 1/9) = sqrt(2)/3, so
+  // A = (-1/3) / (sqrt(2)/3) = -1/sqrt(2). Sample 0's others are all 0 (std 0): A stays 1.
+  const GroupAdvantages a = group_advantages({1.0, 0.0, 0.0, 0.0}, true, 0.0);
+  EXPECT_DOUBLE_EQ(a.advantages[0], 1.0);
+  EXPECT_NEAR(a.advantages[1], -1.0 / std::sqrt(2.0), 1e-15);
+  const GroupAdvantages e = group_advantages({1.0, 0.0, 0.0, 0.0}, true, 0.1);
+  EXPECT_NEAR(e.advantages[2], (-1.0 / 3.0) / (std::sqrt(2.0) / 3.0 + 0.1), 1e-15);
+  // Two samples: each has one other (std 0), so the advantages are the plain differences.
+  const GroupAdvantages two = group_advantages({1.0, 3.0}, true, 1e-6);
+  EXPECT_DOUBLE_EQ(two.advantages[0], -2.0);
+  EXPECT_DOUBLE_EQ(two.advantages[1], 2.0);
+}
+
+TEST(GroupAdvantages, ZeroVarianceGroupsContributeNothing) {
+  for (const std::vector<double>& rewards : {std::vector<double>{0.7, 0.7, 0.7}, std::vector<double>{1.0}}) {
+    const GroupAdvantages a = group_advantages(rewards, true, 1e-6);
+    EXPECT_TRUE(a.zero_variance);
+    for (double v : a.advantages) EXPECT_EQ(v, 0.0);
+  }
+}
+
+TEST(GrpoTokenLoss, OnPolicyTokenIsMinusTheAdvantage) {
+  LossStatistics s;
+  const TokenLoss t = at_ratio(no_kl(), 1.0, 0.5, s);
+  EXPECT_DOUBLE_EQ(t.loss, -0.5);
+  EXPECT_DOUBLE_EQ(t.gradient, -0.5);
+  EXPECT_EQ(s.tokens, 1);
+  EXPECT_EQ(s.clipped_low + s.clipped_high + s.dual_clipped, 0);
+}
+
+TEST(GrpoTokenLoss, ClipsOnBothSidesOnlyInThePessimisticDirection) {
+  const LossOptions o = no_kl();
+  LossStatistics s;
+  TokenLoss t = at_ratio(o, 1.5, 1.0, s);  // A > 0, r above 1.2: -A * 1.2, no gradient
+  EXPECT_NEAR(t.loss, -1.2, 1e-12);
+  EXPECT_EQ(t.gradient, 0.0);
+  EXPECT_EQ(s.clipped_high, 1);
+  t = at_ratio(o, 0.5, -1.0, s);  // A < 0, r below 0.8: -A * 0.8, no gradient
+  EXPECT_NEAR(t.loss, 0.8, 1e-12);
+  EXPECT_EQ(t.gradient, 0.0);
+  EXPECT_EQ(s.clipped_low, 1);
+  t = at_ratio(o, 1.5, -1.0, s);  // A < 0, r above 1.2: the unclipped term is larger and kept
+  EXPECT_NEAR(t.loss, 1.5, 1e-12);
+  EXPECT_NEAR(t.gradient, 1.5, 1e-12);
+  t = at_ratio(o, 0.5, 1.0, s);  // A > 0, r below 0.8: kept
+  EXPECT_NEAR(t.loss, -0.5, 1e-12);
+  EXPECT_NEAR(t.gradient, -0.5, 1e-12);
+  EXPECT_EQ(s.clipped_low, 1);
+  EXPECT_EQ(s.clipped_high, 1);
+  EXPECT_EQ(s.tokens, 4);
+  EXPECT_DOUBLE_EQ(s.clip_high_fraction(), 0.25);
+}
+
+TEST(GrpoTokenLoss, SeparateLowAndHighClips) {
+  LossOptions o = no_kl();
+  o.clip_low = 0.1;
+  o.clip_high = 0.3;
+  LossStatistics s;
+  EXPECT_NEAR(at_ratio(o, 1.25, 1.0, s).loss, -1.25, 1e-12);  // inside 1.3
+  EXPECT_NEAR(at_ratio(o, 1.35, 1.0, s).loss, -1.3, 1e-12);
+  EXPECT_NEAR(at_ratio(o, 0.85, -1.0, s).loss, 0.9, 1e-12);   // below 0.9
+  EXPECT_NEAR(at_ratio(o, 0.95, -1.0, s).loss, 0.95, 1e-12);
+  EXPECT_EQ(s.clipped_high, 1);
+  EXPECT_EQ(s.clipped_low, 1);
+}
+
+TEST(GrpoTokenLoss, DualClipBoundsNegativeAdvantages) {
+  LossOptions o = no_kl();
+  o.dual_clip = 3.0;
+  LossStatistics s;
+  TokenLoss t = at_ratio(o, 4.0, -2.0, s);  // -A r = 8 > -A c = 6
+  EXPECT_NEAR(t.loss, 6.0, 1e-12);
+  EXPECT_EQ(t.gradient, 0.0);
+  EXPECT_EQ(s.dual_clipped, 1);
+  t = at_ratio(o, 2.5, -2.0, s);  // 5 < 6: unclipped
+  EXPECT_NEAR(t.loss, 5.0, 1e-12);
+  EXPECT_NEAR(t.gradient, 5.0, 1e-12);
+  t = at_ratio(o, 4.0, 2.0, s);  // positive advantages are not dual-clipped: -2 * 1.2
+  EXPECT_NEAR(t.loss, -2.4, 1e-12);
+  EXPECT_EQ(s.dual_clipped, 1);
+}
+
+TEST(GrpoTokenLoss, TruncatedImportanceWeights) {
+  LossOptions o = no_kl();
+  o.correction = config::ImportanceCorrection::Tis;
+  o.tis_cap = 2.0;
+  LossStatistics s;
+  // old - gen = log 3: the weight 3 is truncated to 2; on-policy ratio 1, A = 1.
+  TokenLoss t = token_loss(o, -1.0, -1.0, -1.0 - std::log(3.0), 0.0, 1.0, s);
+  EXPECT_NEAR(t.loss, -2.0, 1e-12);
+  EXPECT_NEAR(t.gradient, -2.0, 1e-12);
+  t = token_loss(o, -1.0, -1.0, -1.0 - std::log(0.5), 0.0, 1.0, s);
+  EXPECT_NEAR(t.loss, -0.5, 1e-12);
+  EXPECT_EQ(s.truncated, 1);
+  EXPECT_NEAR(s.weight_mean(), 1.75, 1e-12);  // raw weights 3 and 0.5
+  EXPECT_NEAR(s.weight_min, 0.5, 1e-12);
+  EXPECT_NEAR(s.weight_max, 3.0, 1e-12);
+}
+
+TEST(GrpoTokenLoss, IcepopMasksWeightsOutsideItsBand) {
+  LossOptions o = no_kl();
+  o.correction = config::ImportanceCorrection::Icepop;
+  LossStatistics s;
+  for (double raw : {6.0, 0.4}) {
+    const TokenLoss t = token_loss(o, -1.0, -1.0, -1.0 - std::log(raw), 0.0, 1.0, s);
+    EXPECT_EQ(t.loss, 0.0);
+    EXPECT_EQ(t.gradient, 0.0);
+  }
+  const TokenLoss kept = token_loss(o, -1.0, -1.0, -1.0 - std::log(2.0), 0.0, 1.0, s);
+  EXPECT_NEAR(kept.loss, -2.0, 1e-12);
+  EXPECT_EQ(s.masked, 2);
+  EXPECT_NEAR(s.masked_fraction(), 2.0 / 3.0, 1e-15);
+}
+
+TEST(GrpoTokenLoss, K3KlToTheReference) {
+  LossOptions o;
+  o.kl_coeff = 0.1;
+  LossStatistics s;
+  // A = 0: only the KL term. ref - logp = -0.5: kl = e^-0.5 + 0.5 - 1.
+  const TokenLoss t = token_loss(o, -1.0, -1.0, -1.0, -1.5, 0.0, s);
+  const double kl = std::exp(-0.5) + 0.5 - 1.0;
+  EXPECT_NEAR(t.loss, 0.1 * kl, 1e-15);
+  EXPECT_NEAR(t.gradient, 0.1 * (1.0 - std::exp(-0.5)), 1e-15);
+  EXPECT_NEAR(s.kl_mean(), kl, 1e-15);
+  // At the reference the KL and its gradient vanish.
+  const TokenLoss at_ref = token_loss(o, -2.0, -2.0, -2.0, -2.0, 0.0, s);
+  EXPECT_EQ(at_ref.loss, 0.0);
+  EXPECT_EQ(at_ref.gradient, 0.0);
+}
+
+TEST(GrpoLoss, MasksAndTheGlobalTokenMean) {
+  // Four tokens, the second not trained; 6 trained tokens in the global batch.
+  const std::vector<float> logp = {-1.0f, -2.0f, -0.5f, -3.0f}, advantage = {1.0f, 5.0f, -0.5f, 2.0f};
+  const std::vector<uint8_t> trained = {1, 0, 1, 1};
+  TokenArrays t{4, logp.data(), logp.data(), logp.data(), nullptr, advantage.data(), trained.data()};
+  std::vector<float> loss(4), gradient(4);
+  LossStatistics s;
+  const double total = grpo_loss(no_kl(), t, 6, loss.data(), gradient.data(), s);
+  EXPECT_NEAR(total, (-1.0 + 0.5 - 2.0) / 6.0, 1e-7);
+  EXPECT_EQ(loss[1], 0.0f);
+  EXPECT_EQ(gradient[1], 0.0f);
+  EXPECT_NEAR(gradient[3], -2.0 / 6.0, 1e-7);
+  EXPECT_EQ(s.tokens, 3);
+}
+
+// Central differences of each token's loss in logp (old, gen and ref fixed), away from the
+// clip boundaries, for every option together.
+TEST(GrpoLoss, GradientsMatchFiniteDifferences) {
+  LossOptions o;
+  o.kl_coeff = 0.05;
+  o.dual_clip = 3.0;
+  for (config::ImportanceCorrection correction :
+       {config::ImportanceCorrection::None, config::ImportanceCorrection::Tis, config::ImportanceCorrection::Icepop}) {
+    o.correction = correction;
+    for (int i = 0; i < 200; ++i) {
+      auto u = [&](int k) { return (philox4x32(11, i, k)[0] % 100000) / 100000.0; };
+      const double old = -0.2 - 3.0 * u(0), logp = old + 2.0 * (u(1) - 0.5);
+      const double gen = old + 1.5 * (u(2) - 0.5), ref = old + (u(3) - 0.5), advantage = 4.0 * (u(4) - 0.5);
+      const double ratio = std::exp(logp - old);
+      const double h = 1e-6;
+      auto near = [&](double edge) { return std::fabs(ratio - edge) < 1e-3; };
+      if (near(1.0 - o.clip_low) || near(1.0 + o.clip_high) || near(o.dual_clip)) continue;
+      LossStatistics s;
+      const TokenLoss t = token_loss(o, logp, old, gen, ref, advantage, s);
+      const double numeric = (token_loss(o, logp + h, old, gen, ref, advantage, s).loss -
+                              token_loss(o, logp - h, old, gen, ref, advantage, s).loss) / (2.0 * h);
+      EXPECT_NEAR(t.gradient, numeric, 1e-6 * std::max(1.0, std::fabs(numeric))) << "token " << i;
+    }
+  }
+}
+
+TEST(Overlong, SoftPenaltyInTheLastTokens) {
+  EXPECT_EQ(overlong_penalty(15, 20, 5, 1.0), 0.0);
+  EXPECT_NEAR(overlong_penalty(16, 20, 5, 1.0), -0.2, 1e-15);
+  EXPECT_NEAR(overlong_penalty(18, 20, 5, 2.0), -1.2, 1e-15);
+  EXPECT_NEAR(overlong_penalty(20, 20, 5, 1.0), -1.0, 1e-15);
+  EXPECT_EQ(overlong_penalty(25, 20, 5, 1.0), -1.0);
+  EXPECT_EQ(overlong_penalty(25, 20, 0, 1.0), 0.0);  // no buffer: off
+}
+
+TEST(Overlong, ShapingCountsGeneratedTokensAndFilteringMasksTruncatedSamples) {
+  RolloutGroup group;
+  Rollout short_one, long_one;
+  short_one.trained = {0, 0, 1, 1};
+  short_one.reward = 1.0;
+  long_one.trained = {0, 1, 1, 1, 1, 1, 1, 1};  // 7 generated tokens
+  long_one.reward = 1.0;
+  long_one.truncated = true;
+  group.samples = {short_one, long_one};
+  shape_overlong_rewards(group, 8, 4, 1.0);
+  EXPECT_EQ(group.samples[0].reward, 1.0);
+  EXPECT_NEAR(group.samples[1].reward, 1.0 - 0.75, 1e-15);  // (4 - 7) / 4
+  EXPECT_EQ(filter_overlong(group), 1);
+  EXPECT_EQ(group.samples[0].trained, short_one.trained);
+  for (uint8_t t : group.samples[1].trained) EXPECT_EQ(t, 0);
+}
+
+TEST(GrpoConfig, KeysAreDeclaredAndChecked) {
+  const config::RunConfig c = config::parse_config(
+      "grpo: {clip_low: 0.1, clip_high: 0.28, dual_clip: 3, kl_coeff: 0, importance_correction: icepop}\n", "grpo",
+      {});
+  const LossOptions o = LossOptions::from_config(c.grpo);
+  EXPECT_EQ(o.clip_high, 0.28);
+  EXPECT_EQ(o.correction, config::ImportanceCorrection::Icepop);
+  auto fails = [](const std::string& yaml, const std::string& needle) {
+    try {
+      config::parse_config(yaml, "bad", {});
+      ADD_FAILURE() << "accepted: " << yaml;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  fails("grpo: {dual_clip: 0.5}\n", "grpo.dual_clip");
+  fails("grpo: {importance_correction: tiss}\n", "tis");
+  fails("grpo: {clip_lo: 0.1}\n", "clip_low");
+  fails("grpo: {icepop_low: 3, icepop_high: 2}\n", "grpo.icepop_low");
+  fails("grpo: {overlong_buffer: 8}\n", "grpo.overlong_max_tokens");
+}
+
+}  // namespace
+}  // namespace loom::rl
