@@ -43,5 +43,22 @@ TEST(AdamW, ClipsByGlobalNormAndSkipsDecayWhereAsked) {
   EXPECT_LT(params[0], 1.0f - 0.1f * 0.5f + 1e-3f);
 }
 
+// A segment's learning-rate scale (the MoE router's model.moe_router_lr_scale) multiplies the
+// step's rate, weight decay included; the moments are the same.
+TEST(AdamW, SegmentLearningRateScale) {
+  config::OptimConfig c;
+  c.weight_decay = 0.1;
+  std::vector<float> params = {1.0f, 1.0f, -2.0f, -2.0f};
+  const std::vector<float> grads = {0.5f, -0.25f, 0.5f, -0.25f};
+  AdamW opt(c, 4, {{0, 2, true, 1.0f}, {2, 2, true, 0.25f}});
+  for (int step = 1; step <= 3; ++step) opt.step(params.data(), grads.data(), 0.01, step);
+  std::vector<float> ref = {-2.0f, -2.0f};
+  AdamW quarter(c, 2, {{0, 2, true}});
+  for (int step = 1; step <= 3; ++step) quarter.step(ref.data(), grads.data() + 2, 0.0025, step);
+  EXPECT_FLOAT_EQ(params[2], ref[0]);
+  EXPECT_FLOAT_EQ(params[3], ref[1]);
+  EXPECT_GT(std::fabs(1.0f - params[0]), 3.0f * std::fabs(-2.0f - params[2]));
+}
+
 }  // namespace
 }  // namespace loom::optim

@@ -82,8 +82,10 @@ TEST_F(ExpertParallelTraining, Ep2AndEp4EqualOneRankForEveryRouterDroplessAndWit
 }
 
 TEST_F(ExpertParallelTraining, Ep2ComposesWithTensorPipelineAndDataParallelism) {
+  // The router's own learning rate (a parameter-group scale) goes through every optimizer layout.
   const std::vector<std::string> keys = {"model.moe_router=sigmoid", "model.moe_expert_bias=true",
-                                         "model.moe_bias_update_rate=0.01", "model.moe_latent_size=8"};
+                                         "model.moe_bias_update_rate=0.01", "model.moe_latent_size=8",
+                                         "model.moe_router_lr_scale=0.25"};
   const std::vector<double> one = losses("composed-one", keys);
   expect_same_run(one, "composed-one", "composed-ep2-tp2-sp",
                   with(keys, {"runtime.ranks=4", "parallel.tp=2", "parallel.ep=2", "parallel.sequence_parallel=true"}));

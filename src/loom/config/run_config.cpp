@@ -190,6 +190,7 @@ const std::vector<SectionSchema>& schema() {
                   moe_field("moe_topk_scaling", &MoeConfig::topk_scaling, greater_than(0)),
                   moe_field("moe_expert_bias", &MoeConfig::expert_bias),
                   moe_field("moe_bias_update_rate", &MoeConfig::bias_update_rate, at_least(0.0)),
+                  moe_field("moe_router_lr_scale", &MoeConfig::router_lr_scale, greater_than(0)),
                   moe_field("moe_aux_loss", &MoeConfig::aux_loss),
                   moe_field("moe_aux_loss_coeff", &MoeConfig::aux_loss_coeff, at_least(0.0)),
                   moe_field("moe_z_loss_coeff", &MoeConfig::z_loss_coeff, at_least(0.0)),

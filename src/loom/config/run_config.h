@@ -31,6 +31,7 @@ struct MoeConfig {
   double topk_scaling = 1.0;        // the combine weights times this
   bool expert_bias = false;         // aux-loss-free balancing: a per-expert bias added for selection only
   double bias_update_rate = 1e-3;   // bias += rate * sign(mean load - load), once per global batch
+  double router_lr_scale = 1.0;     // the router weight's learning rate, times optim.lr's schedule
   MoeAuxLoss aux_loss = MoeAuxLoss::MicroBatch;  // micro_batch | sequence | global
   double aux_loss_coeff = 0.0;      // load-balancing loss weight; 0 = none
   double z_loss_coeff = 0.0;        // router z-loss weight; 0 = none

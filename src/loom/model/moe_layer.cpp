@@ -31,6 +31,7 @@ MoeLayer::MoeLayer(ParameterStore& store, const TensorParallel& tp, ExpertLayout
                                         std::to_string(E) + " cannot be split over " + std::to_string(experts.size) +
                                         " expert-parallel ranks (parallel.ep must divide it)");
   router_weight_ = store.add(prefix + ".gate.weight", {E, config.d_model}, Init::Normal, init_std, tp.replicated());
+  store.set_lr_scale(router_weight_, static_cast<float>(config.moe.router_lr_scale));
   if (config.moe.latent_size > 0) {
     latent_down_ = store.add(prefix + ".fc1_latent_proj.weight", {width_, config.d_model}, Init::Normal, init_std,
                              tp.replicated());

@@ -27,6 +27,7 @@ struct Parameter {
   Init init = Init::Normal;
   float init_std = 0.0f;
   bool weight_decay = true;  // matrices decay; norms and biases do not
+  float lr_scale = 1.0f;     // the optimizer's learning rate times this (the MoE router's own rate)
   ShardSpec shard;           // tensor-parallel placement (default: a full copy)
   const Shape& global_shape() const { return model::global_shape(shard, shape); }
 };
@@ -42,6 +43,8 @@ class ParameterStore {
   int add(const std::string& name, Shape shape, Init init, float init_std = 0.0f, ShardSpec shard = {});
   // Allocates the zeroed values and gradients (nothing for a ShapesOnly store).
   void allocate();
+  // This parameter's learning rate is the schedule's times `scale` (before allocate()).
+  void set_lr_scale(int id, float scale) { params_[id].lr_scale = scale; }
 
   // Initial values depend only on (seed, name, global element index): Philox, not a stream, so
   // a tensor-parallel shard holds exactly its slice of the unsplit model.

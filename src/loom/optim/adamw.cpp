@@ -33,7 +33,7 @@ double global_norm(const float* grads, int64_t n, Device device) {
 
 void AdamW::update(const ShardPiece& piece, const StepParams& step) const {
   kernels::adamw_update(device_, piece.param, piece.grad, piece.state[0], piece.state[1], piece.numel,
-                        adamw_hyper(config_, step.lr, step.step, piece.weight_decay, step.clip_factor));
+                        adamw_hyper(config_, step.lr * piece.lr_scale, step.step, piece.weight_decay, step.clip_factor));
 }
 
 double AdamW::step(float* params, const float* grads, double lr, int64_t step) {
@@ -47,7 +47,7 @@ void AdamW::step_with_norm(float* params, const float* grads, double lr, int64_t
   const StepParams at{lr, step, clip_factor(config_, global_norm)};
   for (const Segment& s : segments_) {
     update({params + s.offset, grads + s.offset, {exp_avg() + s.offset, exp_avg_sq() + s.offset}, s.numel,
-            s.weight_decay},
+            s.weight_decay, s.lr_scale},
            at);
   }
 }

@@ -19,6 +19,7 @@ namespace loom::optim {
 struct Segment {
   int64_t offset = 0, numel = 0;
   bool weight_decay = true;
+  float lr_scale = 1.0f;
 };
 
 class AdamW final : public Optimizer {

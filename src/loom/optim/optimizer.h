@@ -22,6 +22,7 @@ struct ShardPiece {
   std::array<float*, 2> state{};  // per-element optimizer state (AdamW: exp_avg, exp_avg_sq)
   int64_t numel = 0;
   bool weight_decay = true;
+  float lr_scale = 1.0f;  // times the step's learning rate
 };
 
 // What is the same for every piece of one step.

@@ -64,7 +64,7 @@ double DdpSync::step(double lr, int64_t step) {
   for (const optim::Segment& s : segments_) {
     optimizer_->update({target + s.offset, params.grads() + s.offset,
                         {exp_avg_.data<float>() + s.offset, exp_avg_sq_.data<float>() + s.offset}, s.numel,
-                        s.weight_decay},
+                        s.weight_decay, s.lr_scale},
                        at);
   }
   if (!master_.empty()) comm::from_f32(compact_store_.data(), master_.data(), params.total(), setup_.param_dtype);

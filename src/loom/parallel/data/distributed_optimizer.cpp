@@ -68,7 +68,7 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& dp, BucketLayout 
     for (const FlatRange& s : bucket.shards) gather_counts_[b].push_back(s.size());
     for (const optim::Segment& seg : segments_) {
       const int64_t begin = std::max(mine.begin, seg.offset), end = std::min(mine.end, seg.offset + seg.numel);
-      if (end > begin) pieces_[b].push_back({begin - mine.begin, end - begin, seg.weight_decay});
+      if (end > begin) pieces_[b].push_back({begin - mine.begin, end - begin, seg.weight_decay, seg.lr_scale});
     }
     std::sort(pieces_[b].begin(), pieces_[b].end(), [](const Piece& x, const Piece& y) { return x.local < y.local; });
   }
@@ -265,7 +265,7 @@ void DistributedOptimizer::update(const optim::StepParams& at) {
     const float* grad = reduced_shard(static_cast<int>(b));
     for (const Piece& p : pieces_[b]) {
       const int64_t s = state_offset_[b] + p.local;
-      optimizer_->update({master + s, grad + p.local, {m + s, v + s}, p.numel, p.weight_decay}, at);
+      optimizer_->update({master + s, grad + p.local, {m + s, v + s}, p.numel, p.weight_decay, p.lr_scale}, at);
     }
     // Each bucket's gather starts as soon as it is updated, overlapping the next bucket's update.
     if (layout_.buckets[b].numel > 0) gathers.push_back(gather_parameters(static_cast<int>(b)));

@@ -151,6 +151,7 @@ class DistributedOptimizer {
   struct Piece {  // part of an owned shard inside one weight-decay segment
     int64_t local = 0, numel = 0;  // into the master/moment arrays
     bool weight_decay = true;
+    float lr_scale = 1.0f;
   };
   struct InFlight {
     comm::WorkHandle work;

@@ -135,7 +135,7 @@ void Zero3::lay_out_section(int s, const std::vector<int>& section_of, const std
     }
     for (const optim::Segment& seg : segments_) {
       const int64_t b = std::max(sec.mine.begin, seg.offset), e = std::min(sec.mine.end, seg.offset + seg.numel);
-      if (e > b) pieces_[s].push_back({b - sec.mine.begin, e - b, seg.weight_decay});
+      if (e > b) pieces_[s].push_back({b - sec.mine.begin, e - b, seg.weight_decay, seg.lr_scale});
     }
     std::sort(pieces_[s].begin(), pieces_[s].end(), [](const Piece& x, const Piece& y) { return x.local < y.local; });
 }
@@ -363,7 +363,7 @@ void Zero3::update(const optim::StepParams& at) {
     const Section& sec = sections_[s];
     for (const Piece& p : pieces_[s]) {
       const int64_t i = sec.state_offset + p.local;
-      optimizer_->update({shard + i, grads + sec.grad_offset + p.local, {m + i, v + i}, p.numel, p.weight_decay}, at);
+      optimizer_->update({shard + i, grads + sec.grad_offset + p.local, {m + i, v + i}, p.numel, p.weight_decay, p.lr_scale}, at);
     }
   }
   grad_shards_.zero();

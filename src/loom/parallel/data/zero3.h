@@ -178,6 +178,7 @@ class Zero3 : public model::ParameterHooks {
   struct Piece {  // part of an owned shard inside one weight-decay segment
     int64_t local = 0, numel = 0;
     bool weight_decay = true;
+    float lr_scale = 1.0f;
   };
 
   int phase_unit(int phase) const { return phase < units() ? phase : 2 * units() - 1 - phase; }
