@@ -1,6 +1,6 @@
 #pragma once
-// Shared by the inference tests: two tiny checkpoints (a Llama-style model with heterogeneous
-// layers, a GPT-2-style one) trained for two steps, and running requests through an engine.
+// Shared by the inference tests: three tiny checkpoints (a Llama-style model with heterogeneous
+// layers, a GPT-2-style one, a Llama-style one with MoE layers) trained for two steps, and running requests through an engine.
 #include <map>
 #include <memory>
 #include <string>
@@ -33,12 +33,24 @@ inline const std::string& gpt2_yaml() {
   return yaml;
 }
 
-// Trains both models once per test binary; returns the checkpoint root of `name` (llama | gpt2).
+// A Llama-style model whose MLPs are latent MoE layers with a shared expert (sigmoid router).
+inline const std::string& moe_yaml() {
+  static const std::string yaml =
+      "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: swiglu,\n"
+      "        positions: rope, tied_embeddings: false, max_seq_len: 64, moe_experts: 4, moe_top_k: 2,\n"
+      "        moe_ffn_size: 24, moe_shared_ffn_size: 16, moe_latent_size: 16, moe_router: sigmoid}\n"
+      "optim: {lr: 3.0e-3}\n"
+      "train: {steps: 2, global_batch: 4, micro_batch: 4, seed: 5}\n";
+  return yaml;
+}
+
+// Trains each model once per test binary; returns the checkpoint root of `name` (llama | gpt2 | moe).
 inline std::string checkpoint_of(const std::string& name) {
   static std::map<std::string, std::string> made;
   if (made.count(name) != 0) return made[name];
   static const std::string root = loom::train::testing::make_training_root("infer");
-  const std::string yaml = (name == "llama" ? llama_yaml() : gpt2_yaml()) + loom::train::testing::data_section(root);
+  const std::string& model = name == "llama" ? llama_yaml() : name == "moe" ? moe_yaml() : gpt2_yaml();
+  const std::string yaml = model + loom::train::testing::data_section(root);
   loom::train::testing::train_run(root, name, yaml, {});
   return made[name] = root + "/" + name + "/checkpoints";
 }

@@ -7,6 +7,7 @@
 #include "engine_support.h"
 #include "loom/ckpt/checkpoint.h"
 #include "loom/ckpt/digest.h"
+#include "loom/core/error.h"
 #include "loom/config/run_config.h"
 #include "loom/kernels/types.h"
 #include "loom/train/model_setup.h"
@@ -133,7 +134,26 @@ TEST_P(EngineTest, WeightsDigestIsTheCheckpointsAtEveryTp) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, EngineTest, ::testing::Values("llama", "gpt2"));
+// A hybrid model's Mamba-2 state is not in the paged cache: the engine refuses it at start,
+// naming the layer, rather than serving it without its mixers.
+TEST(EngineRefuses, MambaLayers) {
+  const std::string root = train::testing::make_training_root("infer-hybrid");
+  const std::string yaml =
+      "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: relu2,\n"
+      "        positions: rope, tied_embeddings: false, max_seq_len: 64, layer_pattern: '*M',\n"
+      "        mamba: {state_size: 8, heads: 4, head_dim: 8, groups: 2, conv_kernel: 4, chunk_size: 6}}\n"
+      "train: {steps: 1, global_batch: 4, micro_batch: 4, seed: 5}\n" +
+      train::testing::data_section(root);
+  train::testing::train_run(root, "hybrid", yaml, {});
+  try {
+    Engine engine(root + "/hybrid/checkpoints", {});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.1 of model.layer_pattern is 'M'"), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, EngineTest, ::testing::Values("llama", "gpt2", "moe"));
 
 }  // namespace
 }  // namespace loom::infer::testing

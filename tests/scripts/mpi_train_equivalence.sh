@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Data, tensor, pipeline, context and expert parallelism under MPI compute the same function as
-# one rank: trains 12 steps on one rank (threads backend) and on 4 MPI processes (dp 4 with ZeRO
+# one rank: trains 20 steps on one rank (threads backend) and on 4 MPI processes (dp 4 with ZeRO
 # stages 0 and 1; tp 2 x dp 2 with sequence parallelism and ZeRO-1; pp 2 x dp 2 with 1F1B and
 # ZeRO-1; cp 2 x dp 2 with Ulysses all-to-all and ZeRO-1; cp 4 with ring attention; a mixture of
 # experts at ep 2 and ep 4 with ZeRO-1, and ep 2 x tp 2), and compares every step's loss
@@ -8,6 +8,7 @@
 set -euo pipefail
 loom="$1"
 mpiexec="$2"
+steps=20
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 # shellcheck source=small_corpus.sh
@@ -17,7 +18,7 @@ cat > "$work/config.yaml" <<YAML
 model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, max_seq_len: 32}
 data: {tokenizer: byte, train_prefix: $work/c_train, seq_len: 16}
 optim: {lr: 1.0e-3, warmup_steps: 2}
-train: {steps: 12, global_batch: 8, micro_batch: 8, threads: 1}
+train: {steps: $steps, global_batch: 8, micro_batch: 8, threads: 1}
 log: {progress: false, interval: 100}
 YAML
 "$loom" train "$work/config.yaml" run.dir="$work/one" > /dev/null
@@ -28,10 +29,10 @@ layouts=("parallel.zero=0 train.micro_batch=2" "parallel.zero=1 train.micro_batc
          "parallel.cp=2 parallel.cp_comm=a2a parallel.zero=1 train.micro_batch=2"
          "parallel.cp=4 parallel.cp_comm=p2p")
 compare() {  # compare REFERENCE_DIR RUN_DIR LAYOUT
-  paste <(losses "$1") <(losses "$2") | awk -v layout="$3" '
+  paste <(losses "$1") <(losses "$2") | awk -v layout="$3" -v steps="$steps" '
     { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1);
       if (r > 1e-5) { printf "%s, step %d: one rank %s, 4 MPI ranks %s (relative %.2e)\n", layout, n, $1, $2, r; bad = 1 } }
-    END { if (n != 12) { print "expected 12 steps, got " n; exit 1 } exit bad }'
+    END { if (n != steps) { print "expected " steps " steps, got " n; exit 1 } exit bad }'
 }
 for zero in 0 1 2 3 4 5; do
   # shellcheck disable=SC2086  # the layout is a list of overrides
@@ -41,7 +42,7 @@ for zero in 0 1 2 3 4 5; do
   reports=$(grep -c "^trained steps" "$work/mpi$zero.log" || true)
   [ "$reports" -eq 1 ] || { echo "expected one summary (rank 0's), got $reports:"; cat "$work/mpi$zero.log"; exit 1; }
   compare "$work/one" "$work/mpi$zero" "${layouts[$zero]}"
-  echo "${layouts[$zero]}: 4 MPI ranks match one rank over 12 steps"
+  echo "${layouts[$zero]}: 4 MPI ranks match one rank over $steps steps"
 done
 # Mixture of experts: tokens cross the expert-parallel ranks by all-to-all.
 sed -e 's/^model: {\(.*\)}$/model: {\1, moe_experts: 4, moe_top_k: 2, moe_ffn_size: 24, moe_aux_loss_coeff: 0.01,\
@@ -55,5 +56,5 @@ for i in 0 1 2; do
   "$mpiexec" --allow-run-as-root --oversubscribe -np 4 "$loom" train "$work/moe.yaml" runtime.backend=mpi \
     run.dir="$work/moe$i" ${moe_layouts[$i]} > "$work/moe$i.log" 2>&1 || { cat "$work/moe$i.log"; exit 1; }
   compare "$work/moe-one" "$work/moe$i" "${moe_layouts[$i]}"
-  echo "MoE ${moe_layouts[$i]}: 4 MPI ranks match one rank over 12 steps"
+  echo "MoE ${moe_layouts[$i]}: 4 MPI ranks match one rank over $steps steps"
 done

@@ -127,6 +127,9 @@ void Block::forward_paged(float* x, const PagedBatch& batch, PagedLayerCache& ca
   if (mlp_) {
     norm2_->forward(scratch.norm2, x, rows);
     mlp_->forward(scratch.mlp, x, scratch.norm2.out.data(), rows, tp_scratch);
+  } else if (moe_) {  // every row routed on its own token: a batch computes what each row alone does
+    norm2_->forward(scratch.norm2, x, rows);
+    moe_->forward(scratch.moe, x, scratch.norm2.out.data(), 1, rows, tp_scratch);
   }
 }
 

@@ -10,6 +10,11 @@ namespace loom::model {
 
 PagedKVCache Transformer::make_paged_cache(int64_t blocks, int64_t block_size) const {
   check_whole_model("a paged KV cache");
+  for (size_t l = 0; l < specs_.size(); ++l) {
+    LOOM_CHECK(!specs_[l].has_mamba, "serving from a paged KV cache is not built for Mamba-2 layers (model.layers." +
+                                         std::to_string(l) + " of model.layer_pattern is 'M'): `loom generate` " +
+                                         "decodes hybrid models with their per-layer state");
+  }
   LOOM_CHECK(blocks > 0 && block_size > 0, "a paged KV cache needs blocks > 0 and block_size > 0");
   PagedKVCache cache;
   cache.blocks = blocks;
