@@ -43,20 +43,30 @@ pid_t learner_pid(const std::string& grpo_dir) {
   return found;
 }
 
-TEST(GrpoCli, RunsEveryStepAndSurvivesKilledRoles) {
-  const std::string root = train::testing::make_training_root("rl-grpo-cli");
+// A tiny checkpoint trained for 2 steps under `root`, and a `loom grpo` config starting from it
+// with the learner layout and grpo keys given; returns the config's path (its run.dir: root/grpo).
+std::string grpo_config(const std::string& root, const std::string& train, const std::string& layout,
+                        const std::string& grpo) {
   const std::string model =
       "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: swiglu,\n"
       "        positions: rope, tied_embeddings: false, max_seq_len: 128}\n";
   train::testing::train_run(root, "tiny", model + "train: {steps: 2, global_batch: 4, micro_batch: 4, seed: 7}\n" +
                                               train::testing::data_section(root), {});
+  std::ofstream(root + "/grpo.yaml") << "run: {dir: " << root << "/grpo}\n" << model
+                                     << "data: {tokenizer: byte, seq_len: 128}\n" << train << "\n" << layout << "\n"
+                                     << "grpo: {environment: arithmetic, task_digits: 1, samples_per_prompt: 2, "
+                                        "prompts_per_step: 2, max_tokens: 4, worker_kv_cache_mb: 4, "
+                                     << grpo << "}\n";
+  return root + "/grpo.yaml";
+}
+
+TEST(GrpoCli, RunsEveryStepAndSurvivesKilledRoles) {
+  const std::string root = train::testing::make_training_root("rl-grpo-cli");
+  grpo_config(root,
+              "optim: {lr: 1.0e-3, warmup_steps: 0}\ntrain: {steps: 6, global_batch: 4, micro_batch: 4, seed: 7, init_from: " +
+                  root + "/tiny/checkpoints}",
+              "runtime: {ranks: 2}\nparallel: {tp: 2}", "episode_retries: 6");
   const std::string run_dir = root + "/grpo";
-  std::ofstream(root + "/grpo.yaml") << "run: {dir: " << run_dir << "}\n" << model
-                                     << "data: {tokenizer: byte, seq_len: 128}\noptim: {lr: 1.0e-3, warmup_steps: 0}\n"
-                                        "train: {steps: 6, global_batch: 4, micro_batch: 4, seed: 7, init_from: "
-                                     << root << "/tiny/checkpoints}\nruntime: {ranks: 2}\nparallel: {tp: 2}\n"
-                                        "grpo: {environment: arithmetic, task_digits: 1, samples_per_prompt: 2, prompts_per_step: 2,\n"
-                                        "       max_tokens: 4, worker_kv_cache_mb: 4, episode_retries: 6}\n";
   const std::string command = std::string(LOOM_BINARY) + " grpo " + root + "/grpo.yaml > " + root + "/grpo.log 2>&1";
   int status = -1;
   std::thread run([&] { status = std::system(command.c_str()); });
@@ -90,18 +100,11 @@ TEST(GrpoCli, RunsEveryStepAndSurvivesKilledRoles) {
 // digest equals the learner's checkpoint's after every step (a mismatch would stop the run).
 TEST(GrpoCli, RefitGivesTheWorkersTheLearnersWeightsBitForBit) {
   const std::string root = train::testing::make_training_root("rl-grpo-refit");
-  const std::string model =
-      "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: swiglu,\n"
-      "        positions: rope, tied_embeddings: false, max_seq_len: 128}\n";
-  train::testing::train_run(root, "tiny", model + "train: {steps: 2, global_batch: 4, micro_batch: 4, seed: 7}\n" +
-                                              train::testing::data_section(root), {});
+  grpo_config(root,
+              "optim: {lr: 1.0e-2, warmup_steps: 0}\ntrain: {steps: 2, global_batch: 4, micro_batch: 2, seed: 7, init_from: " +
+                  root + "/tiny/checkpoints}",
+              "runtime: {ranks: 4}\nparallel: {tp: 2, pp: 2}", "verify_refit: true");
   const std::string run_dir = root + "/grpo";
-  std::ofstream(root + "/grpo.yaml") << "run: {dir: " << run_dir << "}\n" << model
-                                     << "data: {tokenizer: byte, seq_len: 128}\noptim: {lr: 1.0e-2, warmup_steps: 0}\n"
-                                        "train: {steps: 2, global_batch: 4, micro_batch: 2, seed: 7, init_from: "
-                                     << root << "/tiny/checkpoints}\nruntime: {ranks: 4}\nparallel: {tp: 2, pp: 2}\n"
-                                        "grpo: {environment: arithmetic, task_digits: 1, samples_per_prompt: 2, prompts_per_step: 2,\n"
-                                        "       max_tokens: 4, worker_kv_cache_mb: 4, verify_refit: true}\n";
   const int status = std::system((std::string(LOOM_BINARY) + " grpo " + root + "/grpo.yaml > " + root + "/grpo.log 2>&1").c_str());
   const std::string log = read_file(root + "/grpo.log");
   ASSERT_EQ(status, 0) << log;

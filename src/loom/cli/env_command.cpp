@@ -1,20 +1,14 @@
 // loom env serve --task arithmetic|countdown|calculator [--host H] [--port P] [--port-file F]
 //                [--seed S] [--digits D] [--numbers K]
-#include <csignal>
 #include <iostream>
 #include <memory>
-#include <thread>
 
 #include "loom/cli/command.h"
+#include "loom/cli/serve_until_signal.h"
 #include "loom/core/atomic_file.h"
 #include "loom/rl/env/env_server.h"
 
 namespace loom::cli {
-
-namespace {
-volatile std::sig_atomic_t g_env_stop = 0;
-void on_env_stop(int) { g_env_stop = 1; }
-}  // namespace
 
 void register_env(CLI::App& app, std::vector<Command>& commands) {
   struct Args {
@@ -37,27 +31,15 @@ void register_env(CLI::App& app, std::vector<Command>& commands) {
   cmd->add_option("--numbers", args->environment.numbers, "countdown: how many numbers are given")->check(CLI::Range(2, 8));
   commands.push_back({cmd, [args] {
                         rl::EnvironmentServer server(rl::make_environment(args->environment), args->host, args->port);
-                        std::signal(SIGPIPE, SIG_IGN);
-                        std::signal(SIGTERM, on_env_stop);
-                        std::signal(SIGINT, on_env_stop);
-                        std::atomic<bool> served{false};
-                        std::thread watcher([&] {
-                          while (!served && g_env_stop == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-                          if (g_env_stop != 0) server.stop();
-                        });
-                        try {
-                          server.run([&](int port) {
-                            if (!args->port_file.empty()) write_file_atomic(args->port_file, std::to_string(port) + "\n");
-                            std::cout << "loom env serve: listening on http://" << args->host << ":" << port
-                                      << " (environment '" << args->environment.task << "')" << std::endl;
-                          });
-                        } catch (...) {
-                          served = true;
-                          watcher.join();
-                          throw;
-                        }
-                        served = true;
-                        watcher.join();
+                        serve_until_signal(
+                            [&] {
+                              server.run([&](int port) {
+                                if (!args->port_file.empty()) write_file_atomic(args->port_file, std::to_string(port) + "\n");
+                                std::cout << "loom env serve: listening on http://" << args->host << ":" << port
+                                          << " (environment '" << args->environment.task << "')" << std::endl;
+                              });
+                            },
+                            [&] { server.stop(); });
                         return 0;
                       }});
 }

@@ -1,19 +1,13 @@
 // loom serve CHECKPOINT [--host H] [--port P] [--max-queue N] [--tp N] [--kv-cache-mb M] ...
-#include <csignal>
 #include <iostream>
 #include <memory>
-#include <thread>
 
 #include "loom/cli/command.h"
+#include "loom/cli/serve_until_signal.h"
 #include "loom/infer/engine.h"
 #include "loom/serve/server.h"
 
 namespace loom::cli {
-
-namespace {
-volatile std::sig_atomic_t g_stop_signal = 0;
-void on_stop_signal(int) { g_stop_signal = 1; }
-}  // namespace
 
 void register_serve(CLI::App& app, std::vector<Command>& commands) {
   struct Args {
@@ -41,32 +35,19 @@ void register_serve(CLI::App& app, std::vector<Command>& commands) {
                         args->engine.kv_cache_bytes = args->kv_cache_mb << 20;
                         infer::Engine engine(args->checkpoint, args->engine);
                         serve::Server server(engine, args->server);
-                        std::signal(SIGPIPE, SIG_IGN);
-                        std::signal(SIGTERM, on_stop_signal);
-                        std::signal(SIGINT, on_stop_signal);
-                        // A signal only sets a flag: this thread turns it into a graceful shutdown.
-                        std::atomic<bool> served{false};
-                        std::thread watcher([&] {
-                          while (!served && g_stop_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-                          if (g_stop_signal != 0) {
-                            std::cerr << "loom serve: stopping: finishing the running requests" << std::endl;
-                            server.shutdown();
-                          }
-                        });
-                        try {
-                          server.run([&](int port) {
-                            std::cout << "loom serve: listening on http://" << args->server.host << ":" << port
-                                      << " (model '" << args->server.model_name << "', "
-                                      << engine.blocks().blocks() << " KV blocks of " << args->engine.block_size
-                                      << " positions)" << std::endl;
-                          });
-                        } catch (...) {
-                          served = true;
-                          watcher.join();
-                          throw;
-                        }
-                        served = true;
-                        watcher.join();
+                        serve_until_signal(
+                            [&] {
+                              server.run([&](int port) {
+                                std::cout << "loom serve: listening on http://" << args->server.host << ":" << port
+                                          << " (model '" << args->server.model_name << "', "
+                                          << engine.blocks().blocks() << " KV blocks of " << args->engine.block_size
+                                          << " positions)" << std::endl;
+                              });
+                            },
+                            [&] {
+                              std::cerr << "loom serve: stopping: finishing the running requests" << std::endl;
+                              server.shutdown();
+                            });
                         return 0;
                       }});
 }
