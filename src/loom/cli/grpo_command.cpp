@@ -2,13 +2,12 @@
 // loom grpo --role learner CONFIG.yaml [section.key=value ...]    the learner ranks (started by it)
 #include <unistd.h>
 
-#include <csignal>
 #include <filesystem>
 #include <iostream>
 #include <memory>
-#include <thread>
 
 #include "loom/cli/command.h"
+#include "loom/cli/serve_until_signal.h"
 #include "loom/config/run_config.h"
 #include "loom/rl/controller/controller.h"
 #include "loom/rl/learner_loop.h"
@@ -16,8 +15,6 @@
 namespace loom::cli {
 
 namespace {
-volatile std::sig_atomic_t g_grpo_stop = 0;
-void on_grpo_stop(int) { g_grpo_stop = 1; }
 
 std::string this_executable() {
   std::error_code error;
@@ -68,24 +65,8 @@ void register_grpo(CLI::App& app, std::vector<Command>& commands) {
                         options.learner_command =
                             learner_command(options.loom_binary, args->config, args->overrides, config, args->learner_restarts);
                         rl::Controller controller(config, options, std::cout);
-                        std::signal(SIGPIPE, SIG_IGN);
-                        std::signal(SIGTERM, on_grpo_stop);
-                        std::signal(SIGINT, on_grpo_stop);
-                        std::atomic<bool> done{false};
-                        std::thread watcher([&] {
-                          while (!done && g_grpo_stop == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-                          if (g_grpo_stop != 0) controller.request_stop();
-                        });
                         int status = 0;
-                        try {
-                          status = controller.run();
-                        } catch (...) {
-                          done = true;
-                          watcher.join();
-                          throw;
-                        }
-                        done = true;
-                        watcher.join();
+                        serve_until_signal([&] { status = controller.run(); }, [&] { controller.request_stop(); });
                         return status;
                       }});
 }

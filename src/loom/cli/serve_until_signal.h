@@ -1,7 +1,8 @@
 #pragma once
-// The HTTP verbs' (`loom serve`, `loom env serve`) life cycle: `serve` blocks until the server
-// stops; SIGTERM and SIGINT only set a flag, which a watcher thread turns into `stop()` (a
-// graceful shutdown outside the signal handler). SIGPIPE is ignored: a client that hangs up is
+// The life cycle of the verbs that serve until stopped (`loom serve`, `loom env serve`, the
+// `loom grpo` controller): `serve` blocks until the server stops; SIGTERM and SIGINT only set a
+// flag, which a watcher thread turns into `stop()` (a graceful shutdown outside the signal
+// handler). SIGPIPE is ignored: a client that hangs up is
 // the server's business, not a reason to die.
 #include <functional>
 
