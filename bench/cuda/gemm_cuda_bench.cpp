@@ -50,7 +50,7 @@ void bench_shape(const Shape& s) {
   check_cuda(cudaMalloc(&sa, 4), "cudaMalloc");
   check_cuda(cudaMalloc(&sb, 4), "cudaMalloc");
   check_cuda(cudaMalloc(&block_sa, s.m * ((s.k + 127) / 128) * 4), "cudaMalloc");
-  check_cuda(cudaMalloc(&block_sb, ((s.n + 127) / 128) * ((s.k + 127) / 128) * 4), "cudaMalloc");
+  check_cuda(cudaMalloc(&block_sb, blockwise_tile_scale_count(s.n, s.k) * 4), "cudaMalloc");
   // The same values in every format: FP8 codes of scale 1, read as bf16 through the MX decoder
   // with unit scales (E8M0 127 = 2^0), which is exact.
   encode_fp8(a, a8, s.m * s.k, Fp8::E4M3, 1.0f);

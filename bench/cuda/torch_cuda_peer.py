@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch on the same GPU and shapes as loom's GPU benchmarks (bench/cuda/*_bench.cpp):
-torch.matmul in bf16, torch._scaled_mm in FP8 E4M3 with per-tensor scales (bf16 output), and
+torch.matmul in bf16, torch._scaled_mm in FP8 E4M3 with per-tensor scales and with 1 x 128 /
+128 x 128 block scales (bf16 output), and
 torch.nn.functional.scaled_dot_product_attention (causal, forward and forward + backward, bf16 and
 fp32, GQA through enable_gqa). Random data; mean over timed runs after warm-ups, CUDA events.
 Prints the same RESULT|impl|op|shape|ms|TFLOP/s lines as loom's programs."""
@@ -46,6 +47,18 @@ def gemms():
                    2.0 * m * n * k)
         except Exception as e:  # an older torch without this signature
             print(f"SKIP|torch|gemm fp8 e4m3 tensor|{shape}|{e}", flush=True)
+        # DeepSeek-style blocks: 1 x 128 runs of a (scales [m, k/128], m contiguous), 128 x 128
+        # tiles of b (scales [k/128 rounded up to 4, n/128], k-blocks contiguous).
+        kb = (k + 127) // 128
+        scale_a = torch.rand(kb, m, device="cuda").t() + 0.5
+        scale_b = torch.rand(n // 128, (kb + 3) // 4 * 4, device="cuda").t() + 0.5
+        try:
+            result("gemm fp8 e4m3 block128", shape,
+                   time_ms(lambda: torch._scaled_mm(a8, b8.t(), scale_a=scale_a, scale_b=scale_b,
+                                                    out_dtype=torch.bfloat16)),
+                   2.0 * m * n * k)
+        except Exception as e:
+            print(f"SKIP|torch|gemm fp8 e4m3 block128|{shape}|{str(e).splitlines()[0]}", flush=True)
         if m == n == k == 4096:
             result("gemm fp32", shape, time_ms(lambda: torch.matmul(a, b.t())), 2.0 * m * n * k)
 

@@ -94,7 +94,10 @@ TEST_F(CudaEntries, LayerNormForwardAndBackwardMatchTheCpu) {
   }
 }
 
-TEST_F(CudaEntries, RopeForwardAndBackwardEqualTheCpu) {
+// RoPE and AdamW round every GPU operation explicitly, but the CPU build (x86-64-v3) lets the
+// compiler contract a * b + c into one FMA where it likes, so the two agree to an ulp or so, not
+// bit for bit: 1e-6 relative.
+TEST_F(CudaEntries, RopeForwardAndBackwardMatchTheCpu) {
   const RopeTable table(512, 64, 10000.0);
   const int64_t rows = 300, heads = 3, stride = 5 * 64 + 3, first_col = 64 + 3, seq = 100;
   const std::vector<int32_t> positions = random_ids(seed_, rows, 0, 511);
@@ -105,10 +108,10 @@ TEST_F(CudaEntries, RopeForwardAndBackwardEqualTheCpu) {
     DeviceFloats d_x(allocator_, x0);
     DeviceArray<int32_t> d_pos(allocator_, positions);
     rope_forward(kGpu, d_x.ptr, rows, stride, first_col, heads, seq, 7, table, packed ? d_pos.ptr : nullptr);
-    EXPECT_EQ(d_x.host(), x) << "forward, packed " << packed;
+    EXPECT_LE(relative_error(d_x.host(), x), 1e-6) << "forward, packed " << packed;
     rope_backward(kCpu, x.data(), rows, stride, first_col, heads, seq, 7, table, packed ? positions.data() : nullptr);
     rope_backward(kGpu, d_x.ptr, rows, stride, first_col, heads, seq, 7, table, packed ? d_pos.ptr : nullptr);
-    EXPECT_EQ(d_x.host(), x) << "backward, packed " << packed;
+    EXPECT_LE(relative_error(d_x.host(), x), 1e-6) << "backward, packed " << packed;
   }
 }
 
@@ -173,7 +176,7 @@ TEST_F(CudaEntries, SumOfSquaresScaleAndAdamWOverManyTensorsMatchTheCpu) {
     scale_in_place(kGpu, d_x.ptr, n, 0.37f);
     EXPECT_EQ(d_x.host(), scaled) << n;
   }
-  // AdamW over 60 tensors of awkward sizes (two launches): equal to the CPU update, bit for bit.
+  // AdamW over 60 tensors of awkward sizes (two launches): the CPU update within 1e-6 (FMA, above).
   std::vector<std::vector<float>> p, g, m, v;
   std::vector<std::unique_ptr<DeviceFloats>> dp, dg, dm, dv;
   std::vector<AdamWTensor> cpu_tensors, gpu_tensors;
@@ -197,9 +200,9 @@ TEST_F(CudaEntries, SumOfSquaresScaleAndAdamWOverManyTensorsMatchTheCpu) {
   adamw_update_many(kCpu, cpu_tensors, step);
   adamw_update_many(kGpu, gpu_tensors, step);
   for (int t = 0; t < 60; ++t) {
-    EXPECT_EQ(dp[t]->host(), p[t]) << "tensor " << t;
-    EXPECT_EQ(dm[t]->host(), m[t]) << "tensor " << t;
-    EXPECT_EQ(dv[t]->host(), v[t]) << "tensor " << t;
+    EXPECT_LE(relative_error(dp[t]->host(), p[t]), 1e-6) << "tensor " << t;
+    EXPECT_LE(relative_error(dm[t]->host(), m[t]), 1e-6) << "tensor " << t;
+    EXPECT_LE(relative_error(dv[t]->host(), v[t]), 1e-6) << "tensor " << t;
   }
 }
 

@@ -163,7 +163,7 @@ TEST_F(CudaGemm, Fp8BlockwiseIsWithin1e3OfTheQuantisedProduct) {
   precision::quantize_dequantize_rowwise_blocks(qa.data(), m, k);  // activations: 1 x 128 runs
   precision::quantize_dequantize_tile_blocks(qb.data(), n, k);     // weights: 128 x 128 tiles
   DeviceFloats d_a(allocator_, a), d_b(allocator_, b), d_sa(allocator_, poison(m * (k / 128))),
-      d_sb(allocator_, poison((n / 128) * (k / 128))), d_c(allocator_, poison(m * n));
+      d_sb(allocator_, poison(blockwise_tile_scale_count(n, k))), d_c(allocator_, poison(m * n));
   DeviceArray<uint8_t> d_ca(allocator_, std::vector<uint8_t>(m * k)), d_cb(allocator_, std::vector<uint8_t>(n * k));
   encode_rowwise_blocks(d_a.ptr, d_ca.ptr, d_sa.ptr, m, k, Fp8::E4M3);
   encode_tile_blocks(d_b.ptr, d_cb.ptr, d_sb.ptr, n, k, Fp8::E4M3);

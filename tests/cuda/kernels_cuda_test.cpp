@@ -1,5 +1,6 @@
 // The CUDA kernels against the CPU path (METHOD: fresh random inputs, outputs poisoned before
-// each run, every element checked): AdamW equal to kernels::cpu::adamw_update, RMSNorm forward
+// each run, every element checked): AdamW within 1e-6 of kernels::cpu::adamw_update (the CPU build may
+// contract to FMA), RMSNorm forward
 // and backward within fp32 rounding of the CPU (the weight gradient's row sum is accumulated in
 // another order), SwiGLU and GELU forward and backward within 1e-5 (expf against the CPU's
 // polynomial exp; backward adds into a non-zero gradient, as on the CPU). Without a usable GPU every test skips, saying why.
@@ -50,9 +51,9 @@ TEST(CudaKernels, AdamWEqualsTheCpuUpdate) {
       cpu::adamw_update(p.data(), g.data(), m.data(), v.data(), n, step);
       cuda::adamw_update(dp.ptr, dg.ptr, dm.ptr, dv.ptr, n, step);
       check_cuda(cudaDeviceSynchronize(), "adamw");
-      EXPECT_EQ(dp.host(), p) << "n " << n;
-      EXPECT_EQ(dm.host(), m) << "n " << n;
-      EXPECT_EQ(dv.host(), v) << "n " << n;
+      EXPECT_LE(relative_error(dp.host(), p), 1e-6) << "n " << n;
+      EXPECT_LE(relative_error(dm.host(), m), 1e-6) << "n " << n;
+      EXPECT_LE(relative_error(dv.host(), v), 1e-6) << "n " << n;
     }
   }
   EXPECT_GT(allocator.stats().reuses, 0);  // the second trial's buffers came from the cache

@@ -120,7 +120,18 @@ TEST_P(CudaQuantize, BlockwiseRunsAndTilesEqualTheCpu) {
         if (codes[r * cols + c] != want && bad++ < 5) ADD_FAILURE() << "code at " << r << ", " << c;
       }
     }
-    for (int64_t i = 0; i < runs; ++i) EXPECT_EQ(inverse[i], 1.0f / run_scales[i]) << "run " << i;
+    // Scale inverses in cuBLASLt's layout: [blocks along the row, rows].
+    const int64_t per_row = (cols + 127) / 128;
+    for (int64_t i = 0; i < runs; ++i)
+      EXPECT_EQ(inverse[(i % per_row) * rows + i / per_row], 1.0f / run_scales[i]) << "run " << i;
+    // Tiles: [tile rows, tile columns padded to 4].
+    DeviceFloats d_tile_inverse(allocator_, poison(blockwise_tile_scale_count(rows, cols)));
+    encode_tile_blocks(d_x.ptr, d_codes.ptr, d_tile_inverse.ptr, rows, cols, f);
+    const std::vector<float> tile_inverse = d_tile_inverse.host();
+    const int64_t tile_cols = (cols + 127) / 128;
+    for (int64_t i = 0; i < tiles; ++i)
+      EXPECT_EQ(tile_inverse[(i / tile_cols) * blockwise_tile_stride(cols) + i % tile_cols], 1.0f / tile_scales[i])
+          << "tile " << i;
   }
 }
 

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <string>
 #include <functional>
 #include <numeric>
 #include <thread>
@@ -75,6 +77,28 @@ class NcclCollectives : public ::testing::Test {
 
 constexpr int64_t kSizes[] = {0, 1, 7, 1021, (1 << 20) + 3};
 
+const char* op_name(ReduceOp op) { return op == ReduceOp::Sum ? "sum" : op == ReduceOp::Avg ? "avg" : "max"; }
+
+// Where a result is off: the first element that differs and how many are not finite; then the
+// same after a device-wide synchronize (if that changes them, the collective's wait was short).
+std::string describe(const Buffer& got, const std::vector<float>& want) {
+  auto summary = [&](const std::vector<float>& values) {
+    int64_t first = -1, not_finite = 0;
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (!std::isfinite(values[i])) ++not_finite;
+      if (first < 0 && std::fabs(values[i] - want[i]) > 1e-5f * (1.0f + std::fabs(want[i]))) first = int64_t(i);
+    }
+    std::string s = std::to_string(not_finite) + " not finite";
+    if (first >= 0)
+      s += ", first off at " + std::to_string(first) + ": " + std::to_string(values[size_t(first)]) + " for " +
+           std::to_string(want[size_t(first)]);
+    return s;
+  };
+  std::string text = "right after wait: " + summary(got.host());
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  return text + "; after a synchronize: " + summary(got.host());
+}
+
 TEST_F(NcclCollectives, ReductionsMatchTheSerialReference) {
   for (int64_t n : kSizes) {
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
@@ -88,7 +112,8 @@ TEST_F(NcclCollectives, ReductionsMatchTheSerialReference) {
       on_every_rank([&](int r) {
         Buffer data(input(r, n));
         comms_[size_t(r)]->all_reduce(data.ptr, n, DType::F32, op);
-        EXPECT_LE(kernels::cuda::testing::relative_error(data.host(), want), 1e-6) << "all_reduce " << n;
+        EXPECT_LE(kernels::cuda::testing::relative_error(data.host(), want), 1e-6)
+            << "all_reduce " << op_name(op) << " " << n << ": " << describe(data, want);
         // reduce_scatter: rank r keeps block r of the sum of every rank's size() blocks.
         std::vector<float> blocks;
         for (int b = 0; b < size(); ++b) {
@@ -97,11 +122,13 @@ TEST_F(NcclCollectives, ReductionsMatchTheSerialReference) {
         }
         Buffer send(blocks), recv(std::vector<float>(static_cast<size_t>(n), NAN));
         comms_[size_t(r)]->reduce_scatter(send.ptr, recv.ptr, n, DType::F32, op);
-        EXPECT_LE(kernels::cuda::testing::relative_error(recv.host(), want), 1e-6) << "reduce_scatter " << n;
+        EXPECT_LE(kernels::cuda::testing::relative_error(recv.host(), want), 1e-6)
+            << "reduce_scatter " << op_name(op) << " " << n << ": " << describe(recv, want);
         Buffer reduced(std::vector<float>(static_cast<size_t>(n), NAN)), mine(input(r, n));
         comms_[size_t(r)]->reduce(mine.ptr, reduced.ptr, n, DType::F32, op, 0);
         if (r == 0) {
-          EXPECT_LE(kernels::cuda::testing::relative_error(reduced.host(), want), 1e-6) << "reduce " << n;
+          EXPECT_LE(kernels::cuda::testing::relative_error(reduced.host(), want), 1e-6)
+              << "reduce " << op_name(op) << " " << n << ": " << describe(reduced, want);
         }
       });
     }

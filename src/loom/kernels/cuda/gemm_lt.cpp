@@ -138,6 +138,10 @@ std::unique_ptr<Plan> make_plan(Context& ctx, const LtProblem& p, bool accumulat
         "set A_SCALE_MODE");
     set(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, static_cast<int32_t>(lt_scale_mode(p.second.scale_mode)),
         "set B_SCALE_MODE");
+    // The block modes need the scale pointers set before the heuristic is asked (cuBLASLt: "requires
+    // a custom pointer"); every call sets them again to its own.
+    set(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, p.first.scale, "set A_SCALE_POINTER");
+    set(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, p.second.scale, "set B_SCALE_POINTER");
   }
   const uint64_t m = static_cast<uint64_t>(p.rows), n = static_cast<uint64_t>(p.cols), k = static_cast<uint64_t>(p.depth);
   // cuBLASLt A: (m x k) after op; stored k x m when transposed.

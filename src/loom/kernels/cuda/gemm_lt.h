@@ -7,9 +7,9 @@
 // - BF16: bf16 operands, fp32 accumulation, bf16 or fp32 output;
 // - FP8 (E4M3 / E5M2 operands, not both E5M2): fp32 accumulation, bf16 or fp32 output, each
 //   operand with a dequantisation scale in device memory: one fp32 per tensor (Tensor), one per
-//   1 x 128 run along k (Vec128: [rows, ceil(k / 128)] row-major) or one per 128 x 128 tile
-//   (Block128x128: [ceil(rows / 128), ceil(k / 128)] row-major), the blockwise modes cuBLASLt
-//   offers on Hopper. cuBLASLt's FP8 rules hold: only c = a . b^T (a [m, k], b [n, k], both with
+//   1 x 128 run along k (Vec128: [ceil(k / 128), rows], rows contiguous) or one per 128 x 128
+//   tile (Block128x128: [ceil(rows / 128), ceil(k / 128) rounded up to 4]), the blockwise modes
+//   cuBLASLt offers on Hopper, in its layouts (what encode_rowwise_blocks / encode_tile_blocks write). cuBLASLt's FP8 rules hold: only c = a . b^T (a [m, k], b [n, k], both with
 //   k contiguous), m, n, k multiples of 16.
 // Each device has one cuBLASLt handle, a 32 MiB workspace from a caching allocator, and a plan
 // cache keyed by shape, types, transposes, scale modes and pointer alignment; calls are

@@ -76,7 +76,14 @@ __global__ void rowwise_kernel(float* x, const float* in, uint8_t* codes, float*
       x[r * cols + c0 + i] = fp8_round_trip(src[i], f, scale);
     }
   }
-  if (lane == 0 && scales) scales[run] = inverse ? __fdiv_rn(1.0f, scale) : scale;
+  // The GEMM's scale inverses go in cuBLASLt's layout for 1 x 128 runs: [blocks along k, rows].
+  if (lane == 0 && scales) {
+    if (inverse) {
+      scales[(run % per_row) * rows + r] = __fdiv_rn(1.0f, scale);
+    } else {
+      scales[run] = scale;
+    }
+  }
 }
 
 // One block per 128 x 128 tile.
@@ -104,7 +111,14 @@ __global__ void tile_kernel(float* w, const float* in, uint8_t* codes, float* sc
       w[at] = fp8_round_trip(src[at], f, scale);
     }
   }
-  if (threadIdx.x == 0 && scales) scales[blockIdx.x] = inverse ? __fdiv_rn(1.0f, scale) : scale;
+  // The GEMM's scale inverses go in cuBLASLt's layout for tiles: [tile rows, tile columns padded to 4].
+  if (threadIdx.x == 0 && scales) {
+    if (inverse) {
+      scales[(blockIdx.x / tile_cols) * blockwise_tile_stride(cols) + blockIdx.x % tile_cols] = __fdiv_rn(1.0f, scale);
+    } else {
+      scales[blockIdx.x] = scale;
+    }
+  }
 }
 
 // One warp per block of 32 along a row (lane = element).

@@ -32,10 +32,16 @@ void quantize_dequantize_rowwise_blocks(float* x, int64_t rows, int64_t cols, Fp
 void quantize_dequantize_tile_blocks(float* w, int64_t rows, int64_t cols, Fp8 format, float* scales = nullptr,
                                      cudaStream_t stream = nullptr);
 // Blockwise encoding for the GEMM: codes [rows, cols] and each block's scale_inverse (1 / scale,
-// what cuBLASLt multiplies by) [rows, ceil(cols / 128)], one per 1 x 128 run.
+// what cuBLASLt multiplies by), one per 1 x 128 run, in the layout cuBLASLt reads for
+// CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F: [ceil(cols / 128), rows], rows contiguous.
+__host__ __device__ inline int64_t blockwise_tile_stride(int64_t cols) { return ((cols + 127) / 128 + 3) / 4 * 4; }
+inline int64_t blockwise_tile_scale_count(int64_t rows, int64_t cols) {
+  return (rows + 127) / 128 * blockwise_tile_stride(cols);
+}
 void encode_rowwise_blocks(const float* x, uint8_t* codes, float* scale_inverses, int64_t rows, int64_t cols,
                            Fp8 format, cudaStream_t stream = nullptr);
-// The same per 128 x 128 tile: scale_inverses [ceil(rows / 128), ceil(cols / 128)].
+// The same per 128 x 128 tile, in cuBLASLt's layout for CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F:
+// [ceil(rows / 128), blockwise_tile_stride(cols)], the tiles along k padded to a multiple of 4.
 void encode_tile_blocks(const float* w, uint8_t* codes, float* scale_inverses, int64_t rows, int64_t cols, Fp8 format,
                         cudaStream_t stream = nullptr);
 
