@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <thread>
 
@@ -215,7 +216,7 @@ class NcclCommunicator final : public Communicator {
   // A reduction over one rank is the identity, so a group of one copies instead of calling NCCL:
   // faster, and NCCL's one-rank ncclAvg left the last elements of a count 2^20 + 3 unwritten
   // (seen on an H100 with PyTorch's NCCL for CUDA 13, out of place).
-  static auto one_rank_copy(const void* send, void* recv, size_t n) {
+  static std::function<void(ncclComm_t, cudaStream_t)> one_rank_copy(const void* send, void* recv, size_t n) {
     return [=](ncclComm_t, cudaStream_t s) {
       if (send != recv && n > 0)
         check_runtime(cudaMemcpyAsync(recv, send, n, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync (one rank)");
