@@ -2,9 +2,10 @@
 // GQA, packed documents with per-token positions, a block of keys unlike the queries (context
 // parallelism), q/k/v as strided views of one fused qkv, head_dim 64, 128 and an odd one;
 // forward out and LSE, backward adding into non-zero dq/dk/dv, and the merge of partials: fp32
-// within 1e-5 relative. bf16 inputs: out within 1e-2 of an fp64 reference on the same
-// (bf16-rounded) inputs, gradients within 1e-2 of the CPU's on them. Fresh random inputs,
-// outputs poisoned. Skipped, saying why, without a GPU.
+// within 1e-5 relative. bf16 inputs (tensor cores at head_dim 64 and 128): out within 1e-2 of an
+// fp64 reference on the same (bf16-rounded) inputs and of the CPU's kernel on every case above,
+// gradients within 1e-2 of the CPU's, backward deterministic. Fresh random inputs, outputs
+// poisoned. Skipped, saying why, without a GPU.
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
@@ -126,6 +127,74 @@ TEST_P(CudaFlashAttention, Fp32ForwardBackwardAndMergeMatchTheCpu) {
   EXPECT_LE(relative_error(d_merged_lse.host(), merged_lse), 1e-5);
 }
 
+std::vector<float> bf16_rounded(std::vector<float> x) {
+  for (float& v : x) v = __bfloat162float(__float2bfloat16(v));
+  return x;
+}
+std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& x) {
+  std::vector<__nv_bfloat16> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = __float2bfloat16(x[i]);
+  return out;
+}
+std::vector<float> to_float(const std::vector<__nv_bfloat16>& x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = __bfloat162float(x[i]);
+  return out;
+}
+
+// bf16 q/k/v (the tensor-core kernels at head_dim 64 and 128, the CUDA-core one otherwise): out
+// within 1e-2 and lse within 1e-4 of the CPU's fp32 kernel on the same bf16-rounded inputs,
+// gradients (added into non-zero ones) within 1e-2 of the CPU's from the GPU's out, and a second
+// backward bit for bit the first (one writer per gradient element).
+TEST_P(CudaFlashAttention, Bf16ForwardAndBackwardMatchTheCpuDeterministically) {
+  const Case& c = GetParam();
+  const int64_t width = (c.heads + 2 * c.kv_heads) * c.head_dim;
+  const FlashAttentionShape s{c.batch, c.q_len, c.k_len, c.heads, c.kv_heads, c.head_dim, width, width, width,
+                              c.heads * c.head_dim};
+  const std::vector<float> q = bf16_rounded(random_values(seed_, c.batch * c.q_len * width, 1.0f)),
+                           kv = bf16_rounded(random_values(seed_ + 1, c.batch * c.k_len * width, 1.0f)),
+                           dout = bf16_rounded(random_values(seed_ + 2, c.batch * c.q_len * s.out_stride, 1.0f)),
+                           dq0 = random_values(seed_ + 3, q.size(), 0.5f), dkv0 = random_values(seed_ + 4, kv.size(), 0.5f);
+  std::vector<int32_t> qpos, qdoc, kpos, kdoc;
+  const int64_t total = c.key_block ? c.k_len + c.q_len : c.k_len;
+  metadata(c, c.q_len, c.key_block ? c.k_len : 0, total, seed_ + 5, qpos, qdoc);
+  metadata(c, c.k_len, 0, total, seed_ + 5, kpos, kdoc);
+  const bool explicit_meta = c.documents || c.key_block;
+  const AttentionVisibility cpu_vis = explicit_meta ? AttentionVisibility{qpos.data(), kpos.data(), qdoc.data(), kdoc.data()}
+                                                    : AttentionVisibility{};
+  const int64_t k_at = c.heads * c.head_dim, v_at = (c.heads + c.kv_heads) * c.head_dim;
+  std::vector<float> out(c.batch * c.q_len * s.out_stride), lse(c.batch * c.heads * c.q_len);
+  flash_attention_forward(Device::cpu(), out.data(), lse.data(), q.data(), kv.data() + k_at, kv.data() + v_at, s,
+                          cpu_vis);
+  DeviceArray<__nv_bfloat16> d_q(allocator_, to_bf16(q)), d_kv(allocator_, to_bf16(kv)), d_dout(allocator_, to_bf16(dout)),
+      d_out(allocator_, std::vector<__nv_bfloat16>(out.size(), __float2bfloat16(NAN)));
+  DeviceFloats d_lse(allocator_, poison(lse.size())), d_dq(allocator_, dq0), d_dkv(allocator_, dkv0),
+      d_dq2(allocator_, dq0), d_dkv2(allocator_, dkv0);
+  DeviceArray<int32_t> d_qpos(allocator_, qpos), d_qdoc(allocator_, qdoc), d_kpos(allocator_, kpos), d_kdoc(allocator_, kdoc);
+  const AttentionVisibility gpu_vis = explicit_meta ? AttentionVisibility{d_qpos.ptr, d_kpos.ptr, d_qdoc.ptr, d_kdoc.ptr}
+                                                    : AttentionVisibility{};
+  flash_attention_forward(d_out.ptr, d_lse.ptr, d_q.ptr, d_kv.ptr + k_at, d_kv.ptr + v_at, s, gpu_vis);
+  const std::vector<float> got_out = to_float(d_out.host()), got_lse = d_lse.host();
+  for (size_t i = 0; i < lse.size(); ++i) {
+    if (std::isinf(lse[i])) {
+      EXPECT_TRUE(std::isinf(got_lse[i]) && got_lse[i] < 0) << "lse " << i;
+    }
+  }
+  EXPECT_LE(relative_error(got_out, out), 1e-2);
+  EXPECT_LE(relative_error(got_lse, lse), 1e-4);
+  std::vector<float> dq = dq0, dkv = dkv0;
+  flash_attention_backward(Device::cpu(), dq.data(), dkv.data() + k_at, dkv.data() + v_at, dout.data(), got_out.data(),
+                           lse.data(), q.data(), kv.data() + k_at, kv.data() + v_at, s, cpu_vis);
+  for (auto [gq, gkv] : {std::pair{&d_dq, &d_dkv}, std::pair{&d_dq2, &d_dkv2}})
+    flash_attention_backward(gq->ptr, gkv->ptr + k_at, gkv->ptr + v_at, d_dout.ptr, d_out.ptr, d_lse.ptr, d_q.ptr,
+                             d_kv.ptr + k_at, d_kv.ptr + v_at, s, gpu_vis);
+  const std::vector<float> got_dq = d_dq.host(), got_dkv = d_dkv.host();
+  EXPECT_LE(relative_error(got_dq, dq), 1e-2);
+  EXPECT_LE(relative_error(got_dkv, dkv), 1e-2);
+  EXPECT_EQ(d_dq2.host(), got_dq) << "a second backward differs";
+  EXPECT_EQ(d_dkv2.host(), got_dkv) << "a second backward differs";
+}
+
 // fp64 causal attention of one document per row (q = k tokens, packed [batch, seq, heads, dim]).
 std::vector<double> reference_out(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
                                   const FlashAttentionShape& s) {
@@ -159,15 +228,7 @@ TEST(CudaFlashAttentionBf16, ForwardWithin1e2OfFp64AndBackwardOfTheCpu) {
   CachingAllocator allocator;
   const int64_t batch = 2, seq = 130, heads = 4, kv_heads = 2, dim = 64;
   const FlashAttentionShape s{batch, seq, seq, heads, kv_heads, dim, heads * dim, kv_heads * dim, kv_heads * dim, heads * dim};
-  auto rounded = [](std::vector<float> x) {
-    for (float& v : x) v = __bfloat162float(__float2bfloat16(v));
-    return x;
-  };
-  auto to_bf16 = [](const std::vector<float>& x) {
-    std::vector<__nv_bfloat16> out(x.size());
-    for (size_t i = 0; i < x.size(); ++i) out[i] = __float2bfloat16(x[i]);
-    return out;
-  };
+  const auto rounded = bf16_rounded;
   const std::vector<float> q = rounded(random_values(seed, batch * seq * heads * dim, 1.0f)),
                            k = rounded(random_values(seed + 1, batch * seq * kv_heads * dim, 1.0f)),
                            v = rounded(random_values(seed + 2, batch * seq * kv_heads * dim, 1.0f)),
@@ -199,7 +260,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"one_token", 1, 1, 1, 1, 1, 8, false, false},
                       Case{"documents_d128", 2, 257, 257, 2, 1, 128, true, false},
                       Case{"key_block_d40", 1, 37, 150, 3, 3, 40, true, true},
-                      Case{"long_d64", 1, 1030, 1030, 2, 2, 64, true, false}),
+                      Case{"long_d64", 1, 1030, 1030, 2, 2, 64, true, false},
+                      Case{"key_block_gqa_d128", 2, 70, 200, 4, 2, 128, true, true},
+                      Case{"causal_d128", 1, 513, 513, 2, 2, 128, false, false}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace

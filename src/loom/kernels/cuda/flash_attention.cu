@@ -1,8 +1,11 @@
 #include <string>
+#include <type_traits>
 
 #include "loom/core/error.h"
+#include "loom/kernels/cuda/attention_tokens.cuh"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/flash_attention.h"
+#include "loom/kernels/cuda/flash_attention_tc.h"
 #include "loom/kernels/cuda/launch.cuh"
 
 namespace loom::kernels::cuda {
@@ -20,34 +23,6 @@ __device__ inline float load(const float* p) { return *p; }
 __device__ inline float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
 __device__ inline void store(float* p, float value) { *p = value; }
 __device__ inline void store(__nv_bfloat16* p, float value) { *p = __float2bfloat16(value); }
-
-// One side's (queries' or keys') per-token metadata, as kernels/types.h defines it.
-struct Tokens {
-  const int32_t* pos;
-  const int32_t* doc;
-  int64_t len;
-  __device__ int32_t position(int64_t b, int64_t i) const { return pos ? pos[b * len + i] : static_cast<int32_t>(i); }
-  __device__ int32_t document(int64_t b, int64_t i) const { return doc ? doc[b * len + i] : 0; }
-};
-
-// Bounds of the positions and documents of n staged tokens.
-struct Range {
-  int32_t pos_lo, pos_hi, doc_lo, doc_hi;
-};
-__device__ Range range_of(const int32_t* pos, const int32_t* doc, int n) {
-  Range r{INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN};
-  for (int t = 0; t < n; ++t) {
-    r.pos_lo = min(r.pos_lo, pos[t]);
-    r.pos_hi = max(r.pos_hi, pos[t]);
-    r.doc_lo = min(r.doc_lo, doc[t]);
-    r.doc_hi = max(r.doc_hi, doc[t]);
-  }
-  return r;
-}
-// No key of the block is visible to any query of the block.
-__device__ bool hidden(const Range& q, const Range& k) {
-  return k.pos_lo > q.pos_hi || k.doc_hi < q.doc_lo || k.doc_lo > q.doc_hi;
-}
 
 __device__ float dot(const float* a, const float* b, int n) {
   float sum = 0.0f;
@@ -333,6 +308,12 @@ void forward(T* out, float* lse, const T* q, const T* k, const T* v, const Flash
              const AttentionVisibility& vis, cudaStream_t stream) {
   check_shape(s);
   if (s.batch * s.heads * s.q_len == 0) return;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    if (tensor_core_attention_supports(s, {out, q, k, v})) {
+      tensor_core_attention_forward(out, lse, q, k, v, s, vis, stream);
+      return;
+    }
+  }
   const size_t bytes = sizeof(float) * (kKeys * (s.head_dim + 1) + kKeys * s.head_dim + kQueryRows * s.head_dim);
   allow_shared(forward_kernel<T>, bytes, "forward_kernel");
   const dim3 grid(blocks_of(s.q_len, kQueryRows), static_cast<unsigned>(s.heads), static_cast<unsigned>(s.batch));
@@ -352,6 +333,13 @@ void backward(float* dq, float* dk, float* dv, const T* dout, const T* out, cons
   check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&delta), rows * sizeof(float), stream), "cudaMallocAsync");
   delta_kernel<T><<<blocks_of(rows * 32, kThreads), kThreads, 0, stream>>>(delta, dout, out, s);
   check_launch("flash_attention delta_kernel");
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    if (tensor_core_attention_supports(s, {dout, out, q, k, v})) {
+      tensor_core_attention_backward(dq, dk, dv, dout, lse, delta, q, k, v, s, vis, stream);
+      check_cuda(cudaFreeAsync(delta, stream), "cudaFreeAsync");
+      return;
+    }
+  }
   const size_t q_bytes = sizeof(float) * (2 * kKeys * (s.head_dim + 1) + 2 * kQueryRows * s.head_dim);
   allow_shared(backward_queries_kernel<T>, q_bytes, "backward_queries_kernel");
   const dim3 q_grid(blocks_of(s.q_len, kQueryRows), static_cast<unsigned>(s.heads), static_cast<unsigned>(s.batch));

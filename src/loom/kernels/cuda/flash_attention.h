@@ -7,9 +7,10 @@
 // an online softmax in registers: no [q_len, k_len] matrix exists. Tiles no query of the block
 // sees are skipped. Backward: one pass owns dq (per query block), one owns dk and dv (per key
 // block, over every query head of its kv head), so every gradient row has one writer and
-// results are deterministic. fp32 arithmetic on CUDA cores (no tensor cores yet); the bf16
-// forms read bf16 q, k, v (and out, dout), write bf16 out, and keep lse and the gradients fp32.
-// head_dim up to 256. Visibility arrays live on the device.
+// results are deterministic. fp32 arithmetic on CUDA cores; the bf16 forms read bf16 q, k, v
+// (and out, dout), write bf16 out, and keep lse and the gradients fp32, and run on tensor cores
+// (flash_attention_tc.h) at head_dim 64 and 128 with aligned views, on the CUDA-core kernel
+// otherwise. head_dim up to 256. Visibility arrays live on the device.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
