@@ -39,26 +39,21 @@ __device__ void stage_rows(bf16* tile, const bf16* base, int64_t b, int64_t len,
   }
 }
 
-// Positions and documents of rows [row0, row0 + N); rows past len repeat the last one, so they
-// leave a block's bounds alone (their scores are masked or never written).
+// Bounds of the positions and documents of rows [row0, row0 + N) (rows past len left out),
+// computed by each warp from global memory (every lane gets them; no shared memory, no barrier).
 template <int N>
-__device__ void stage_tokens(int32_t* pos, int32_t* doc, const Tokens& tokens, int64_t b, int64_t row0) {
-  for (int r = threadIdx.x; r < N; r += kBlockThreads) {
-    const int64_t row = min(row0 + r, tokens.len - 1);
-    pos[r] = tokens.position(b, row);
-    doc[r] = tokens.document(b, row);
-  }
-}
-
-// Bounds of N staged tokens, computed by each warp with shuffles (every lane gets them).
-template <int N>
-__device__ Range warp_range(const int32_t* pos, const int32_t* doc) {
+__device__ Range token_range(const Tokens& tokens, int64_t b, int64_t row0) {
+  const int64_t last = min(row0 + N, tokens.len) - 1;
+  if (tokens.pos == nullptr && tokens.doc == nullptr)
+    return Range{static_cast<int32_t>(row0), static_cast<int32_t>(last), 0, 0};
   Range r{INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN};
   for (int i = threadIdx.x % 32; i < N; i += 32) {
-    r.pos_lo = min(r.pos_lo, pos[i]);
-    r.pos_hi = max(r.pos_hi, pos[i]);
-    r.doc_lo = min(r.doc_lo, doc[i]);
-    r.doc_hi = max(r.doc_hi, doc[i]);
+    const int64_t row = min(row0 + i, last);
+    const int32_t pos = tokens.position(b, row), doc = tokens.document(b, row);
+    r.pos_lo = min(r.pos_lo, pos);
+    r.pos_hi = max(r.pos_hi, pos);
+    r.doc_lo = min(r.doc_lo, doc);
+    r.doc_hi = max(r.doc_hi, doc);
   }
   for (int offset = 16; offset > 0; offset /= 2) {
     r.pos_lo = min(r.pos_lo, __shfl_xor_sync(0xffffffffu, r.pos_lo, offset));
@@ -67,6 +62,18 @@ __device__ Range warp_range(const int32_t* pos, const int32_t* doc) {
     r.doc_hi = max(r.doc_hi, __shfl_xor_sync(0xffffffffu, r.doc_hi, offset));
   }
   return r;
+}
+
+// The first tile of N rows of `tokens` at or after `from` that is not hidden from `fixed` (the
+// block's own rows; KeysStream: the tiles are keys, else queries), or tokens.len if none is. Every
+// warp computes the same answer.
+template <int N, bool KeysStream>
+__device__ int64_t next_visible_tile(const Range& fixed, const Tokens& tokens, int64_t b, int64_t from) {
+  for (; from < tokens.len; from += N) {
+    const Range tile = token_range<N>(tokens, b, from);
+    if (!(KeysStream ? hidden(fixed, tile) : hidden(tile, fixed))) return from;
+  }
+  return tokens.len;
 }
 
 // Sum / max over the four lanes that hold one row of a C fragment.
@@ -80,7 +87,8 @@ __device__ inline float quad_max(float v) {
 }
 
 // Forward: one block per 64 queries of one head; each warp owns 16 of them (rows g and g + 8 of
-// its fragments) and streams key tiles of 64 with an online softmax in the log2 domain.
+// its fragments) and streams key tiles of 64 with an online softmax in the log2 domain. Key tiles
+// are double-buffered: the next visible tile's copies are in flight while this one is computed.
 template <int D>
 __global__ void __launch_bounds__(kBlockThreads) forward_kernel(bf16* out, float* lse, const bf16* q, const bf16* k,
                                                                 const bf16* v, FlashAttentionShape s, Tokens qt,
@@ -88,45 +96,54 @@ __global__ void __launch_bounds__(kBlockThreads) forward_kernel(bf16* out, float
   constexpr int S = kRowStride<D>, KT = 64;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   bf16* qs = reinterpret_cast<bf16*>(shared_bytes);  // [64][S]
-  bf16* ks = qs + kBlockRows * S;                     // [KT][S]
-  bf16* vs = ks + KT * S;                             // [KT][S]
-  __shared__ int32_t qpos[kBlockRows], qdoc[kBlockRows], kpos[KT], kdoc[KT];
+  bf16* ks = qs + kBlockRows * S;                     // [2][KT][S]
+  bf16* vs = ks + 2 * KT * S;                         // [2][KT][S]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int64_t b = blockIdx.z, h = blockIdx.y, i0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
   const int64_t kvh = h / (s.heads / s.kv_heads);
+  const Range qr = token_range<kBlockRows>(qt, b, i0);
+  int64_t j0 = next_visible_tile<KT, true>(qr, kt, b, 0);
   stage_rows<D, kBlockRows>(qs, q, b, s.q_len, s.q_stride, h * D, i0);
+  if (j0 < s.k_len) {
+    stage_rows<D, KT>(ks, k, b, s.k_len, s.k_stride, kvh * D, j0);
+    stage_rows<D, KT>(vs, v, b, s.k_len, s.v_stride, kvh * D, j0);
+  }
   mma::copies_commit();
-  stage_tokens<kBlockRows>(qpos, qdoc, qt, b, i0);
   mma::copies_wait_all();
   __syncthreads();
-  const Range qr = warp_range<kBlockRows>(qpos, qdoc);
   unsigned qa[D / 16][4];
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) mma::load_a(qa[kk], qs, S, warp * 16, kk * 16);
   const int row[2] = {warp * 16 + g, warp * 16 + g + 8};
-  const int32_t my_pos[2] = {qpos[row[0]], qpos[row[1]]}, my_doc[2] = {qdoc[row[0]], qdoc[row[1]]};
+  int32_t my_pos[2], my_doc[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t i = min(i0 + row[half], s.q_len - 1);
+    my_pos[half] = qt.position(b, i);
+    my_doc[half] = qt.document(b, i);
+  }
   const float scale_log2 = kLog2e / sqrtf(static_cast<float>(D));
   float o[D / 8][4] = {};
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
-  for (int64_t j0 = 0; j0 < s.k_len; j0 += KT) {
-    __syncthreads();  // the previous tile's readers are done
-    stage_tokens<KT>(kpos, kdoc, kt, b, j0);
-    __syncthreads();
-    const Range kr = warp_range<KT>(kpos, kdoc);
-    if (hidden(qr, kr)) continue;  // the same answer in every thread
-    stage_rows<D, KT>(ks, k, b, s.k_len, s.k_stride, kvh * D, j0);
-    stage_rows<D, KT>(vs, v, b, s.k_len, s.v_stride, kvh * D, j0);
+  for (int buffer = 0; j0 < s.k_len; buffer ^= 1) {
+    const int64_t next = next_visible_tile<KT, true>(qr, kt, b, j0 + KT);
+    if (next < s.k_len) {  // the other buffer's readers passed the barrier that ended the last tile
+      stage_rows<D, KT>(ks + (buffer ^ 1) * KT * S, k, b, s.k_len, s.k_stride, kvh * D, next);
+      stage_rows<D, KT>(vs + (buffer ^ 1) * KT * S, v, b, s.k_len, s.v_stride, kvh * D, next);
+    }
     mma::copies_commit();
-    mma::copies_wait_all();
+    mma::copies_wait_all_but_last();
     __syncthreads();
-    const bool masked = !(j0 + KT <= s.k_len && all_visible(qr, kr));
+    const bf16* ktile = ks + buffer * KT * S;
+    const bf16* vtile = vs + buffer * KT * S;
+    const bool masked = !(j0 + KT <= s.k_len && all_visible(qr, token_range<KT>(kt, b, j0)));
     float sc[KT / 8][4] = {};
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
       for (int np = 0; np < KT / 16; ++np) {
         unsigned kb[4];
-        mma::load_b_nk(kb, ks, S, np * 16, kk * 16);
+        mma::load_b_nk(kb, ktile, S, np * 16, kk * 16);
         mma::multiply_add(sc[2 * np], qa[kk], kb[0], kb[1]);
         mma::multiply_add(sc[2 * np + 1], qa[kk], kb[2], kb[3]);
       }
@@ -136,9 +153,11 @@ __global__ void __launch_bounds__(kBlockThreads) forward_kernel(bf16* out, float
     for (int nt = 0; nt < KT / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int col = nt * 8 + 2 * t + (e & 1), half = e / 2;
+        const int half = e / 2;
+        const int64_t j = j0 + nt * 8 + 2 * t + (e & 1);
         float x = sc[nt][e] * scale_log2;
-        if (masked && !(j0 + col < s.k_len && kdoc[col] == my_doc[half] && kpos[col] <= my_pos[half])) x = kNegInf;
+        if (masked && !(j < s.k_len && kt.document(b, j) == my_doc[half] && kt.position(b, j) <= my_pos[half]))
+          x = kNegInf;
         sc[nt][e] = x;
         tile_max[half] = fmaxf(tile_max[half], x);
       }
@@ -175,11 +194,13 @@ __global__ void __launch_bounds__(kBlockThreads) forward_kernel(bf16* out, float
 #pragma unroll
       for (int np = 0; np < D / 16; ++np) {
         unsigned vb[4];
-        mma::load_b_kn(vb, vs, S, np * 16, kk * 16);
+        mma::load_b_kn(vb, vtile, S, np * 16, kk * 16);
         mma::multiply_add(o[2 * np], pa, vb[0], vb[1]);
         mma::multiply_add(o[2 * np + 1], pa, vb[2], vb[3]);
       }
     }
+    __syncthreads();  // this buffer's readers are done before the next tile's copies refill it
+    j0 = next;
   }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -198,8 +219,8 @@ __global__ void __launch_bounds__(kBlockThreads) forward_kernel(bf16* out, float
 }
 
 // dk and dv of 64 keys of one kv head (16 per warp), over every query head of the group and
-// query tiles of QT: S^T = K Q^T, P^T, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dV += P^T dO,
-// dK += dS^T Q.
+// query tiles of QT (one stream of group x tiles, double-buffered like the forward's keys):
+// S^T = K Q^T, P^T, dP^T = V dO^T, dS^T = P^T (dP^T - delta), dV += P^T dO, dK += dS^T Q.
 template <int D, int QT>
 __global__ void __launch_bounds__(kBlockThreads) backward_keys_kernel(float* dk, float* dv, const bf16* dout,
                                                                       const float* lse, const float* delta,
@@ -209,92 +230,115 @@ __global__ void __launch_bounds__(kBlockThreads) backward_keys_kernel(float* dk,
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   bf16* ks = reinterpret_cast<bf16*>(shared_bytes);  // [64][S]
   bf16* vs = ks + kBlockRows * S;                     // [64][S]
-  bf16* qs = vs + kBlockRows * S;                     // [QT][S]
-  bf16* gs = qs + QT * S;                             // [QT][S]: dout
-  __shared__ int32_t kpos[kBlockRows], kdoc[kBlockRows], qpos[QT], qdoc[QT];
-  __shared__ float lse_s[QT], delta_s[QT];
+  bf16* qs = vs + kBlockRows * S;                     // [2][QT][S]
+  bf16* gs = qs + 2 * QT * S;                         // [2][QT][S]: dout
+  __shared__ float lse_s[2][QT], delta_s[2][QT];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int64_t b = blockIdx.z, kvh = blockIdx.y, j0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
-  const int64_t group = s.heads / s.kv_heads;
+  const int64_t group = s.heads / s.kv_heads, tiles = (s.q_len + QT - 1) / QT;
+  const Range kr = token_range<kBlockRows>(kt, b, j0);
+  // Stream position u: query head kvh * group + u / tiles, query tile (u % tiles) * QT. Whether a
+  // tile is visible does not depend on the head.
+  auto next_visible = [&](int64_t u) {
+    while (u < group * tiles) {
+      const int64_t i0 = next_visible_tile<QT, false>(kr, qt, b, (u % tiles) * QT);
+      if (i0 < s.q_len) return u - u % tiles + i0 / QT;
+      u += tiles - u % tiles;  // no visible tile left for this head
+    }
+    return group * tiles;
+  };
+  auto stage = [&](int64_t u, int buffer) {
+    const int64_t h = kvh * group + u / tiles, i0 = (u % tiles) * QT;
+    stage_rows<D, QT>(qs + buffer * QT * S, q, b, s.q_len, s.q_stride, h * D, i0);
+    stage_rows<D, QT>(gs + buffer * QT * S, dout, b, s.q_len, s.out_stride, h * D, i0);
+    for (int r = threadIdx.x; r < QT; r += kBlockThreads) {
+      const bool valid = i0 + r < s.q_len;
+      const int64_t stat = (b * s.heads + h) * s.q_len + i0 + r;
+      lse_s[buffer][r] = valid ? lse[stat] : kNegInf;
+      delta_s[buffer][r] = valid ? delta[stat] : 0.0f;
+    }
+  };
+  int64_t u = next_visible(0);
   stage_rows<D, kBlockRows>(ks, k, b, s.k_len, s.k_stride, kvh * D, j0);
   stage_rows<D, kBlockRows>(vs, v, b, s.k_len, s.v_stride, kvh * D, j0);
+  if (u < group * tiles) stage(u, 0);
   mma::copies_commit();
-  stage_tokens<kBlockRows>(kpos, kdoc, kt, b, j0);
   mma::copies_wait_all();
   __syncthreads();
-  const Range kr = warp_range<kBlockRows>(kpos, kdoc);
   const int row[2] = {warp * 16 + g, warp * 16 + g + 8};
-  const int32_t my_pos[2] = {kpos[row[0]], kpos[row[1]]}, my_doc[2] = {kdoc[row[0]], kdoc[row[1]]};
-  const bool key_valid[2] = {j0 + row[0] < s.k_len, j0 + row[1] < s.k_len};
+  int32_t my_pos[2], my_doc[2];
+  bool key_valid[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t j = min(j0 + row[half], s.k_len - 1);
+    my_pos[half] = kt.position(b, j);
+    my_doc[half] = kt.document(b, j);
+    key_valid[half] = j0 + row[half] < s.k_len;
+  }
   const float scale_log2 = kLog2e / sqrtf(static_cast<float>(D));
   float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};
-  for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-    for (int64_t i0 = 0; i0 < s.q_len; i0 += QT) {
-      __syncthreads();
-      stage_tokens<QT>(qpos, qdoc, qt, b, i0);
-      for (int r = threadIdx.x; r < QT; r += kBlockThreads) {
-        const bool valid = i0 + r < s.q_len;
-        const int64_t stat = (b * s.heads + h) * s.q_len + i0 + r;
-        lse_s[r] = valid ? lse[stat] : kNegInf;
-        delta_s[r] = valid ? delta[stat] : 0.0f;
-      }
-      __syncthreads();
-      const Range qr = warp_range<QT>(qpos, qdoc);
-      if (hidden(qr, kr)) continue;
-      stage_rows<D, QT>(qs, q, b, s.q_len, s.q_stride, h * D, i0);
-      stage_rows<D, QT>(gs, dout, b, s.q_len, s.out_stride, h * D, i0);
-      mma::copies_commit();
-      mma::copies_wait_all();
-      __syncthreads();
-      const bool masked = !(j0 + kBlockRows <= s.k_len && all_visible(qr, kr));
-      float st[QT / 8][4] = {}, dpt[QT / 8][4] = {};
+  for (int buffer = 0; u < group * tiles; buffer ^= 1) {
+    const int64_t next = next_visible(u + 1);
+    if (next < group * tiles) stage(next, buffer ^ 1);
+    mma::copies_commit();
+    mma::copies_wait_all_but_last();
+    __syncthreads();
+    const int64_t i0 = (u % tiles) * QT;
+    const bf16* qtile = qs + buffer * QT * S;
+    const bf16* gtile = gs + buffer * QT * S;
+    const bool masked =
+        !(j0 + kBlockRows <= s.k_len && i0 + QT <= s.q_len && all_visible(token_range<QT>(qt, b, i0), kr));
+    float st[QT / 8][4] = {}, dpt[QT / 8][4] = {};
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        unsigned ka[4], va[4];
-        mma::load_a(ka, ks, S, warp * 16, kk * 16);
-        mma::load_a(va, vs, S, warp * 16, kk * 16);
+    for (int kk = 0; kk < D / 16; ++kk) {
+      unsigned ka[4], va[4];
+      mma::load_a(ka, ks, S, warp * 16, kk * 16);
+      mma::load_a(va, vs, S, warp * 16, kk * 16);
 #pragma unroll
-        for (int np = 0; np < QT / 16; ++np) {
-          unsigned fb[4];
-          mma::load_b_nk(fb, qs, S, np * 16, kk * 16);
-          mma::multiply_add(st[2 * np], ka, fb[0], fb[1]);
-          mma::multiply_add(st[2 * np + 1], ka, fb[2], fb[3]);
-          mma::load_b_nk(fb, gs, S, np * 16, kk * 16);
-          mma::multiply_add(dpt[2 * np], va, fb[0], fb[1]);
-          mma::multiply_add(dpt[2 * np + 1], va, fb[2], fb[3]);
-        }
-      }
-#pragma unroll
-      for (int nt = 0; nt < QT / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = nt * 8 + 2 * t + (e & 1), half = e / 2;  // col: query, half: key row
-          const float row_lse = lse_s[col];
-          bool visible = row_lse != kNegInf;
-          if (masked)
-            visible = visible && key_valid[half] && qdoc[col] == my_doc[half] && my_pos[half] <= qpos[col];
-          const float p = visible ? exp2f(st[nt][e] * scale_log2 - row_lse * kLog2e) : 0.0f;
-          st[nt][e] = p;
-          dpt[nt][e] = p * (dpt[nt][e] - delta_s[col]);
-        }
-      }
-#pragma unroll
-      for (int kk = 0; kk < QT / 16; ++kk) {
-        unsigned pa[4], da[4];
-        mma::c_to_a(pa, st[2 * kk], st[2 * kk + 1]);
-        mma::c_to_a(da, dpt[2 * kk], dpt[2 * kk + 1]);
-#pragma unroll
-        for (int np = 0; np < D / 16; ++np) {
-          unsigned fb[4];
-          mma::load_b_kn(fb, gs, S, np * 16, kk * 16);
-          mma::multiply_add(dv_acc[2 * np], pa, fb[0], fb[1]);
-          mma::multiply_add(dv_acc[2 * np + 1], pa, fb[2], fb[3]);
-          mma::load_b_kn(fb, qs, S, np * 16, kk * 16);
-          mma::multiply_add(dk_acc[2 * np], da, fb[0], fb[1]);
-          mma::multiply_add(dk_acc[2 * np + 1], da, fb[2], fb[3]);
-        }
+      for (int np = 0; np < QT / 16; ++np) {
+        unsigned fb[4];
+        mma::load_b_nk(fb, qtile, S, np * 16, kk * 16);
+        mma::multiply_add(st[2 * np], ka, fb[0], fb[1]);
+        mma::multiply_add(st[2 * np + 1], ka, fb[2], fb[3]);
+        mma::load_b_nk(fb, gtile, S, np * 16, kk * 16);
+        mma::multiply_add(dpt[2 * np], va, fb[0], fb[1]);
+        mma::multiply_add(dpt[2 * np + 1], va, fb[2], fb[3]);
       }
     }
+#pragma unroll
+    for (int nt = 0; nt < QT / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = nt * 8 + 2 * t + (e & 1), half = e / 2;  // col: query, half: key row
+        const float row_lse = lse_s[buffer][col];
+        bool visible = row_lse != kNegInf;
+        if (masked) {
+          const int64_t i = min(i0 + col, s.q_len - 1);
+          visible = visible && key_valid[half] && qt.document(b, i) == my_doc[half] && my_pos[half] <= qt.position(b, i);
+        }
+        const float p = visible ? exp2f(st[nt][e] * scale_log2 - row_lse * kLog2e) : 0.0f;
+        st[nt][e] = p;
+        dpt[nt][e] = p * (dpt[nt][e] - delta_s[buffer][col]);
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < QT / 16; ++kk) {
+      unsigned pa[4], da[4];
+      mma::c_to_a(pa, st[2 * kk], st[2 * kk + 1]);
+      mma::c_to_a(da, dpt[2 * kk], dpt[2 * kk + 1]);
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        unsigned fb[4];
+        mma::load_b_kn(fb, gtile, S, np * 16, kk * 16);
+        mma::multiply_add(dv_acc[2 * np], pa, fb[0], fb[1]);
+        mma::multiply_add(dv_acc[2 * np + 1], pa, fb[2], fb[3]);
+        mma::load_b_kn(fb, qtile, S, np * 16, kk * 16);
+        mma::multiply_add(dk_acc[2 * np], da, fb[0], fb[1]);
+        mma::multiply_add(dk_acc[2 * np + 1], da, fb[2], fb[3]);
+      }
+    }
+    __syncthreads();
+    u = next;
   }
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
 #pragma unroll
@@ -314,8 +358,8 @@ __global__ void __launch_bounds__(kBlockThreads) backward_keys_kernel(float* dk,
   }
 }
 
-// dq of 64 queries of one head (16 per warp) over key tiles of KT: S = Q K^T, P, dP = dO V^T,
-// dS = P (dP - delta), dQ += dS K.
+// dq of 64 queries of one head (16 per warp) over key tiles of KT (double-buffered): S = Q K^T,
+// P, dP = dO V^T, dS = P (dP - delta), dQ += dS K.
 template <int D, int KT>
 __global__ void __launch_bounds__(kBlockThreads) backward_queries_kernel(float* dq, const bf16* dout,
                                                                          const float* lse, const float* delta,
@@ -326,43 +370,48 @@ __global__ void __launch_bounds__(kBlockThreads) backward_queries_kernel(float* 
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   bf16* qs = reinterpret_cast<bf16*>(shared_bytes);  // [64][S]
   bf16* gs = qs + kBlockRows * S;                     // [64][S]: dout
-  bf16* ks = gs + kBlockRows * S;                     // [KT][S]
-  bf16* vs = ks + KT * S;                             // [KT][S]
-  __shared__ int32_t qpos[kBlockRows], qdoc[kBlockRows], kpos[KT], kdoc[KT];
+  bf16* ks = gs + kBlockRows * S;                     // [2][KT][S]
+  bf16* vs = ks + 2 * KT * S;                         // [2][KT][S]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int64_t b = blockIdx.z, h = blockIdx.y, i0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
   const int64_t kvh = h / (s.heads / s.kv_heads);
+  const Range qr = token_range<kBlockRows>(qt, b, i0);
+  int64_t j0 = next_visible_tile<KT, true>(qr, kt, b, 0);
   stage_rows<D, kBlockRows>(qs, q, b, s.q_len, s.q_stride, h * D, i0);
   stage_rows<D, kBlockRows>(gs, dout, b, s.q_len, s.out_stride, h * D, i0);
+  if (j0 < s.k_len) {
+    stage_rows<D, KT>(ks, k, b, s.k_len, s.k_stride, kvh * D, j0);
+    stage_rows<D, KT>(vs, v, b, s.k_len, s.v_stride, kvh * D, j0);
+  }
   mma::copies_commit();
-  stage_tokens<kBlockRows>(qpos, qdoc, qt, b, i0);
   mma::copies_wait_all();
   __syncthreads();
-  const Range qr = warp_range<kBlockRows>(qpos, qdoc);
   const int row[2] = {warp * 16 + g, warp * 16 + g + 8};
-  const int32_t my_pos[2] = {qpos[row[0]], qpos[row[1]]}, my_doc[2] = {qdoc[row[0]], qdoc[row[1]]};
+  int32_t my_pos[2], my_doc[2];
   float row_lse[2], row_delta[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const bool valid = i0 + row[half] < s.q_len;
-    const int64_t stat = (b * s.heads + h) * s.q_len + i0 + row[half];
+    const int64_t i = min(i0 + row[half], s.q_len - 1), stat = (b * s.heads + h) * s.q_len + i;
+    my_pos[half] = qt.position(b, i);
+    my_doc[half] = qt.document(b, i);
     row_lse[half] = valid ? lse[stat] : kNegInf;
     row_delta[half] = valid ? delta[stat] : 0.0f;
   }
   const float scale_log2 = kLog2e / sqrtf(static_cast<float>(D));
   float dq_acc[D / 8][4] = {};
-  for (int64_t j0 = 0; j0 < s.k_len; j0 += KT) {
-    __syncthreads();
-    stage_tokens<KT>(kpos, kdoc, kt, b, j0);
-    __syncthreads();
-    const Range kr = warp_range<KT>(kpos, kdoc);
-    if (hidden(qr, kr)) continue;
-    stage_rows<D, KT>(ks, k, b, s.k_len, s.k_stride, kvh * D, j0);
-    stage_rows<D, KT>(vs, v, b, s.k_len, s.v_stride, kvh * D, j0);
+  for (int buffer = 0; j0 < s.k_len; buffer ^= 1) {
+    const int64_t next = next_visible_tile<KT, true>(qr, kt, b, j0 + KT);
+    if (next < s.k_len) {
+      stage_rows<D, KT>(ks + (buffer ^ 1) * KT * S, k, b, s.k_len, s.k_stride, kvh * D, next);
+      stage_rows<D, KT>(vs + (buffer ^ 1) * KT * S, v, b, s.k_len, s.v_stride, kvh * D, next);
+    }
     mma::copies_commit();
-    mma::copies_wait_all();
+    mma::copies_wait_all_but_last();
     __syncthreads();
-    const bool masked = !(j0 + KT <= s.k_len && all_visible(qr, kr));
+    const bf16* ktile = ks + buffer * KT * S;
+    const bf16* vtile = vs + buffer * KT * S;
+    const bool masked = !(j0 + KT <= s.k_len && all_visible(qr, token_range<KT>(kt, b, j0)));
     float sc[KT / 8][4] = {}, dp[KT / 8][4] = {};
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -372,10 +421,10 @@ __global__ void __launch_bounds__(kBlockThreads) backward_queries_kernel(float* 
 #pragma unroll
       for (int np = 0; np < KT / 16; ++np) {
         unsigned fb[4];
-        mma::load_b_nk(fb, ks, S, np * 16, kk * 16);
+        mma::load_b_nk(fb, ktile, S, np * 16, kk * 16);
         mma::multiply_add(sc[2 * np], qa, fb[0], fb[1]);
         mma::multiply_add(sc[2 * np + 1], qa, fb[2], fb[3]);
-        mma::load_b_nk(fb, vs, S, np * 16, kk * 16);
+        mma::load_b_nk(fb, vtile, S, np * 16, kk * 16);
         mma::multiply_add(dp[2 * np], ga, fb[0], fb[1]);
         mma::multiply_add(dp[2 * np + 1], ga, fb[2], fb[3]);
       }
@@ -384,9 +433,11 @@ __global__ void __launch_bounds__(kBlockThreads) backward_queries_kernel(float* 
     for (int nt = 0; nt < KT / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int col = nt * 8 + 2 * t + (e & 1), half = e / 2;  // col: key, half: query row
+        const int half = e / 2;  // query row; the column is a key
+        const int64_t j = j0 + nt * 8 + 2 * t + (e & 1);
         bool visible = row_lse[half] != kNegInf;
-        if (masked) visible = visible && j0 + col < s.k_len && kdoc[col] == my_doc[half] && kpos[col] <= my_pos[half];
+        if (masked)
+          visible = visible && j < s.k_len && kt.document(b, j) == my_doc[half] && kt.position(b, j) <= my_pos[half];
         const float p = visible ? exp2f(sc[nt][e] * scale_log2 - row_lse[half] * kLog2e) : 0.0f;
         sc[nt][e] = p * (dp[nt][e] - row_delta[half]);
       }
@@ -398,11 +449,13 @@ __global__ void __launch_bounds__(kBlockThreads) backward_queries_kernel(float* 
 #pragma unroll
       for (int np = 0; np < D / 16; ++np) {
         unsigned kb[4];
-        mma::load_b_kn(kb, ks, S, np * 16, kk * 16);
+        mma::load_b_kn(kb, ktile, S, np * 16, kk * 16);
         mma::multiply_add(dq_acc[2 * np], da, kb[0], kb[1]);
         mma::multiply_add(dq_acc[2 * np + 1], da, kb[2], kb[3]);
       }
     }
+    __syncthreads();
+    j0 = next;
   }
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
 #pragma unroll
@@ -431,7 +484,7 @@ unsigned blocks_of(int64_t n) { return static_cast<unsigned>((n + kBlockRows - 1
 template <int D>
 void forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const FlashAttentionShape& s,
              const Tokens& qt, const Tokens& kt, cudaStream_t stream) {
-  const size_t bytes = sizeof(bf16) * 3 * 64 * kRowStride<D>;
+  const size_t bytes = sizeof(bf16) * (64 + 2 * 2 * 64) * kRowStride<D>;  // q, two k and v buffers
   allow_shared(forward_kernel<D>, bytes, "tensor-core attention forward_kernel");
   const dim3 grid(blocks_of(s.q_len), static_cast<unsigned>(s.heads), static_cast<unsigned>(s.batch));
   forward_kernel<D><<<grid, kBlockThreads, bytes, stream>>>(out, lse, q, k, v, s, qt, kt);
@@ -444,7 +497,7 @@ void backward(float* dq, float* dk, float* dv, const bf16* dout, const float* ls
               cudaStream_t stream) {
   // Tiles of the streamed side: 64 rows at head_dim 64, 32 at 128 (registers).
   constexpr int streamed = D == 64 ? 64 : 32;
-  const size_t bytes = sizeof(bf16) * (2 * 64 + 2 * streamed) * kRowStride<D>;
+  const size_t bytes = sizeof(bf16) * (2 * 64 + 2 * 2 * streamed) * kRowStride<D>;  // fixed pair, two streamed
   allow_shared(backward_keys_kernel<D, streamed>, bytes, "tensor-core attention backward_keys_kernel");
   const dim3 key_grid(blocks_of(s.k_len), static_cast<unsigned>(s.kv_heads), static_cast<unsigned>(s.batch));
   backward_keys_kernel<D, streamed><<<key_grid, kBlockThreads, bytes, stream>>>(dk, dv, dout, lse, delta, q, k, v, s,

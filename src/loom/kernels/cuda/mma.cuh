@@ -26,6 +26,8 @@ __device__ inline void copy16_async(void* shared, const void* global, bool valid
 }
 __device__ inline void copies_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ inline void copies_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+// Every committed group but the most recent one has landed (the one before it is usable).
+__device__ inline void copies_wait_all_but_last() { asm volatile("cp.async.wait_group 1;\n" ::); }
 
 // Four 8 x 8 bf16 matrices; lanes 8i .. 8i+7 give the row addresses of matrix i, and every lane
 // receives (row g, cols 2t, 2t+1) of matrix i in r[i] (transposed: (rows 2t, 2t+1, col g)).
