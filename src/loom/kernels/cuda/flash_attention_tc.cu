@@ -86,24 +86,26 @@ __device__ inline float quad_max(float v) {
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
 }
 
-// Forward: one block per 64 queries of one head; each warp owns 16 of them (rows g and g + 8 of
-// its fragments) and streams key tiles of 64 with an online softmax in the log2 domain. Key tiles
-// are double-buffered: the next visible tile's copies are in flight while this one is computed.
-template <int D>
+// Forward: one block per 64 MT queries of one head; each warp owns 16 MT of them (MT m-tiles;
+// rows g and g + 8 of each) and streams key tiles of KT with an online softmax in the log2
+// domain. Two m-tiles per warp let every K and V fragment read from shared memory feed twice the
+// products. Key tiles are double-buffered: the next visible tile's copies are in flight while
+// this one is computed.
+template <int D, int MT, int KT>
 __global__ void __launch_bounds__(kBlockThreads) forward_kernel(bf16* out, float* lse, const bf16* q, const bf16* k,
                                                                 const bf16* v, FlashAttentionShape s, Tokens qt,
                                                                 Tokens kt) {
-  constexpr int S = kRowStride<D>, KT = 64;
+  constexpr int S = kRowStride<D>, BR = 64 * MT;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
-  bf16* qs = reinterpret_cast<bf16*>(shared_bytes);  // [64][S]
-  bf16* ks = qs + kBlockRows * S;                     // [2][KT][S]
+  bf16* qs = reinterpret_cast<bf16*>(shared_bytes);  // [BR][S]
+  bf16* ks = qs + BR * S;                             // [2][KT][S]
   bf16* vs = ks + 2 * KT * S;                         // [2][KT][S]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-  const int64_t b = blockIdx.z, h = blockIdx.y, i0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  const int64_t b = blockIdx.z, h = blockIdx.y, i0 = static_cast<int64_t>(blockIdx.x) * BR;
   const int64_t kvh = h / (s.heads / s.kv_heads);
-  const Range qr = token_range<kBlockRows>(qt, b, i0);
+  const Range qr = token_range<BR>(qt, b, i0);
   int64_t j0 = next_visible_tile<KT, true>(qr, kt, b, 0);
-  stage_rows<D, kBlockRows>(qs, q, b, s.q_len, s.q_stride, h * D, i0);
+  stage_rows<D, BR>(qs, q, b, s.q_len, s.q_stride, h * D, i0);
   if (j0 < s.k_len) {
     stage_rows<D, KT>(ks, k, b, s.k_len, s.k_stride, kvh * D, j0);
     stage_rows<D, KT>(vs, v, b, s.k_len, s.v_stride, kvh * D, j0);
@@ -111,20 +113,22 @@ __global__ void __launch_bounds__(kBlockThreads) forward_kernel(bf16* out, float
   mma::copies_commit();
   mma::copies_wait_all();
   __syncthreads();
-  unsigned qa[D / 16][4];
+  // Row r of m-tile mt, half hf: warp * 16 MT + 16 mt + g + 8 hf.
+  int32_t my_pos[MT][2], my_doc[MT][2];
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) mma::load_a(qa[kk], qs, S, warp * 16, kk * 16);
-  const int row[2] = {warp * 16 + g, warp * 16 + g + 8};
-  int32_t my_pos[2], my_doc[2];
+  for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int64_t i = min(i0 + row[half], s.q_len - 1);
-    my_pos[half] = qt.position(b, i);
-    my_doc[half] = qt.document(b, i);
+    for (int hf = 0; hf < 2; ++hf) {
+      const int64_t i = min(i0 + warp * 16 * MT + 16 * mt + g + 8 * hf, s.q_len - 1);
+      my_pos[mt][hf] = qt.position(b, i);
+      my_doc[mt][hf] = qt.document(b, i);
+    }
   }
   const float scale_log2 = kLog2e / sqrtf(static_cast<float>(D));
-  float o[D / 8][4] = {};
-  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+  float o[MT][D / 8][4] = {};
+  float m[MT][2], l[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) m[mt][0] = m[mt][1] = kNegInf, l[mt][0] = l[mt][1] = 0.0f;
   for (int buffer = 0; j0 < s.k_len; buffer ^= 1) {
     const int64_t next = next_visible_tile<KT, true>(qr, kt, b, j0 + KT);
     if (next < s.k_len) {  // the other buffer's readers passed the barrier that ended the last tile
@@ -137,84 +141,101 @@ __global__ void __launch_bounds__(kBlockThreads) forward_kernel(bf16* out, float
     const bf16* ktile = ks + buffer * KT * S;
     const bf16* vtile = vs + buffer * KT * S;
     const bool masked = !(j0 + KT <= s.k_len && all_visible(qr, token_range<KT>(kt, b, j0)));
-    float sc[KT / 8][4] = {};
+    float sc[MT][KT / 8][4] = {};
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
+      unsigned qa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) mma::load_a(qa[mt], qs, S, warp * 16 * MT + 16 * mt, kk * 16);
 #pragma unroll
       for (int np = 0; np < KT / 16; ++np) {
         unsigned kb[4];
         mma::load_b_nk(kb, ktile, S, np * 16, kk * 16);
-        mma::multiply_add(sc[2 * np], qa[kk], kb[0], kb[1]);
-        mma::multiply_add(sc[2 * np + 1], qa[kk], kb[2], kb[3]);
-      }
-    }
-    float tile_max[2] = {kNegInf, kNegInf};
 #pragma unroll
-    for (int nt = 0; nt < KT / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int half = e / 2;
-        const int64_t j = j0 + nt * 8 + 2 * t + (e & 1);
-        float x = sc[nt][e] * scale_log2;
-        if (masked && !(j < s.k_len && kt.document(b, j) == my_doc[half] && kt.position(b, j) <= my_pos[half]))
-          x = kNegInf;
-        sc[nt][e] = x;
-        tile_max[half] = fmaxf(tile_max[half], x);
-      }
-    }
-    float correction[2];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const float m_new = fmaxf(m[half], quad_max(tile_max[half]));
-      correction[half] = m[half] == kNegInf ? 0.0f : exp2f(m[half] - m_new);
-      m[half] = m_new;
-      l[half] *= correction[half];
-    }
-#pragma unroll
-    for (int nt = 0; nt < KT / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int half = e / 2;
-        const float p = sc[nt][e] == kNegInf ? 0.0f : exp2f(sc[nt][e] - m[half]);
-        sc[nt][e] = p;
-        l[half] += p;
+        for (int mt = 0; mt < MT; ++mt) {
+          mma::multiply_add(sc[mt][2 * np], qa[mt], kb[0], kb[1]);
+          mma::multiply_add(sc[mt][2 * np + 1], qa[mt], kb[2], kb[3]);
+        }
       }
     }
 #pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
-      o[nt][0] *= correction[0];
-      o[nt][1] *= correction[0];
-      o[nt][2] *= correction[1];
-      o[nt][3] *= correction[1];
+    for (int mt = 0; mt < MT; ++mt) {
+      float tile_max[2] = {kNegInf, kNegInf};
+#pragma unroll
+      for (int nt = 0; nt < KT / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int hf = e / 2;
+          const int64_t j = j0 + nt * 8 + 2 * t + (e & 1);
+          float x = sc[mt][nt][e] * scale_log2;
+          if (masked &&
+              !(j < s.k_len && kt.document(b, j) == my_doc[mt][hf] && kt.position(b, j) <= my_pos[mt][hf]))
+            x = kNegInf;
+          sc[mt][nt][e] = x;
+          tile_max[hf] = fmaxf(tile_max[hf], x);
+        }
+      }
+      float correction[2];
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const float m_new = fmaxf(m[mt][hf], quad_max(tile_max[hf]));
+        correction[hf] = m[mt][hf] == kNegInf ? 0.0f : exp2f(m[mt][hf] - m_new);
+        m[mt][hf] = m_new;
+        l[mt][hf] *= correction[hf];
+      }
+#pragma unroll
+      for (int nt = 0; nt < KT / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int hf = e / 2;
+          const float p = sc[mt][nt][e] == kNegInf ? 0.0f : exp2f(sc[mt][nt][e] - m[mt][hf]);
+          sc[mt][nt][e] = p;
+          l[mt][hf] += p;
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt) {
+        o[mt][nt][0] *= correction[0];
+        o[mt][nt][1] *= correction[0];
+        o[mt][nt][2] *= correction[1];
+        o[mt][nt][3] *= correction[1];
+      }
     }
 #pragma unroll
     for (int kk = 0; kk < KT / 16; ++kk) {
-      unsigned pa[4];
-      mma::c_to_a(pa, sc[2 * kk], sc[2 * kk + 1]);
+      unsigned pa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) mma::c_to_a(pa[mt], sc[mt][2 * kk], sc[mt][2 * kk + 1]);
 #pragma unroll
       for (int np = 0; np < D / 16; ++np) {
         unsigned vb[4];
         mma::load_b_kn(vb, vtile, S, np * 16, kk * 16);
-        mma::multiply_add(o[2 * np], pa, vb[0], vb[1]);
-        mma::multiply_add(o[2 * np + 1], pa, vb[2], vb[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma::multiply_add(o[mt][2 * np], pa[mt], vb[0], vb[1]);
+          mma::multiply_add(o[mt][2 * np + 1], pa[mt], vb[2], vb[3]);
+        }
       }
     }
     __syncthreads();  // this buffer's readers are done before the next tile's copies refill it
     j0 = next;
   }
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const float total = quad_sum(l[half]);
-    const int64_t i = i0 + row[half];
-    if (i >= s.q_len) continue;
-    const float inverse = total > 0.0f ? 1.0f / total : 0.0f;
-    bf16* out_row = out + (b * s.q_len + i) * s.out_stride + h * D;
+  for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
-      const unsigned pair = mma::pack_bf16(o[nt][2 * half] * inverse, o[nt][2 * half + 1] * inverse);
-      *reinterpret_cast<unsigned*>(out_row + nt * 8 + 2 * t) = pair;
+    for (int hf = 0; hf < 2; ++hf) {
+      const float total = quad_sum(l[mt][hf]);
+      const int64_t i = i0 + warp * 16 * MT + 16 * mt + g + 8 * hf;
+      if (i >= s.q_len) continue;
+      const float inverse = total > 0.0f ? 1.0f / total : 0.0f;
+      bf16* out_row = out + (b * s.q_len + i) * s.out_stride + h * D;
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt) {
+        const unsigned pair = mma::pack_bf16(o[mt][nt][2 * hf] * inverse, o[mt][nt][2 * hf + 1] * inverse);
+        *reinterpret_cast<unsigned*>(out_row + nt * 8 + 2 * t) = pair;
+      }
+      if (t == 0) lse[(b * s.heads + h) * s.q_len + i] = total > 0.0f ? m[mt][hf] * kLn2 + logf(total) : kNegInf;
     }
-    if (t == 0) lse[(b * s.heads + h) * s.q_len + i] = total > 0.0f ? m[half] * kLn2 + logf(total) : kNegInf;
   }
 }
 
@@ -481,13 +502,17 @@ void allow_shared(Kernel kernel, size_t bytes, const char* name) {
 
 unsigned blocks_of(int64_t n) { return static_cast<unsigned>((n + kBlockRows - 1) / kBlockRows); }
 
+// Two m-tiles per warp (128 queries per block) at head_dim 64; one at 128, where two would spill
+// registers. Key tiles of 64.
 template <int D>
 void forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const FlashAttentionShape& s,
              const Tokens& qt, const Tokens& kt, cudaStream_t stream) {
-  const size_t bytes = sizeof(bf16) * (64 + 2 * 2 * 64) * kRowStride<D>;  // q, two k and v buffers
-  allow_shared(forward_kernel<D>, bytes, "tensor-core attention forward_kernel");
-  const dim3 grid(blocks_of(s.q_len), static_cast<unsigned>(s.heads), static_cast<unsigned>(s.batch));
-  forward_kernel<D><<<grid, kBlockThreads, bytes, stream>>>(out, lse, q, k, v, s, qt, kt);
+  constexpr int MT = D == 64 ? 2 : 1, KT = 64;
+  const size_t bytes = sizeof(bf16) * (64 * MT + 2 * 2 * KT) * kRowStride<D>;  // q, two k and v buffers
+  allow_shared(forward_kernel<D, MT, KT>, bytes, "tensor-core attention forward_kernel");
+  const dim3 grid(static_cast<unsigned>((s.q_len + 64 * MT - 1) / (64 * MT)), static_cast<unsigned>(s.heads),
+                  static_cast<unsigned>(s.batch));
+  forward_kernel<D, MT, KT><<<grid, kBlockThreads, bytes, stream>>>(out, lse, q, k, v, s, qt, kt);
   check_launch("tensor-core attention forward_kernel");
 }
 
