@@ -502,12 +502,12 @@ void allow_shared(Kernel kernel, size_t bytes, const char* name) {
 
 unsigned blocks_of(int64_t n) { return static_cast<unsigned>((n + kBlockRows - 1) / kBlockRows); }
 
-// Two m-tiles per warp (128 queries per block) at head_dim 64; one at 128, where two would spill
-// registers. Key tiles of 64.
+// One m-tile per warp, key tiles of 64. Two m-tiles (fewer shared-memory reads per product) were
+// measured slower at head_dim 64 (255 registers: half the resident warps) and spill at 128.
 template <int D>
 void forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const FlashAttentionShape& s,
              const Tokens& qt, const Tokens& kt, cudaStream_t stream) {
-  constexpr int MT = D == 64 ? 2 : 1, KT = 64;
+  constexpr int MT = 1, KT = 64;
   const size_t bytes = sizeof(bf16) * (64 * MT + 2 * 2 * KT) * kRowStride<D>;  // q, two k and v buffers
   allow_shared(forward_kernel<D, MT, KT>, bytes, "tensor-core attention forward_kernel");
   const dim3 grid(static_cast<unsigned>((s.q_len + 64 * MT - 1) / (64 * MT)), static_cast<unsigned>(s.heads),
