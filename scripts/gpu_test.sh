@@ -53,7 +53,7 @@ done
 # clocks left alone): throughput, occupancy and warp stalls, for the next tuning step.
 ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
 if [ -n "$ncu" ]; then
-  timeout 90 "$ncu" --clock-control none --kernel-name-base demangled --kernel-name regex:'forward_kernel<64' \
+  timeout 90 "$ncu" --clock-control none --kernel-name-base demangled --kernel-name regex:'forward_kernel<\(int\)64' \
     --launch-skip 2 --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
     --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     "$bin/loom_bench_flash_attention_cuda" >"$out/ncu.txt" 2>&1 || echo "ncu failed (see ncu.txt)"
