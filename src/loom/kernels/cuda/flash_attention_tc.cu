@@ -101,7 +101,9 @@ __global__ void __launch_bounds__(kBlockThreads) forward_kernel(bf16* out, float
   bf16* ks = qs + BR * S;                             // [2][KT][S]
   bf16* vs = ks + 2 * KT * S;                         // [2][KT][S]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-  const int64_t b = blockIdx.z, h = blockIdx.y, i0 = static_cast<int64_t>(blockIdx.x) * BR;
+  // Later query blocks see more keys under a causal mask: they start first, so the last wave is
+  // made of short blocks (the grid's tail).
+  const int64_t b = blockIdx.z, h = blockIdx.y, i0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * BR;
   const int64_t kvh = h / (s.heads / s.kv_heads);
   const Range qr = token_range<BR>(qt, b, i0);
   int64_t j0 = next_visible_tile<KT, true>(qr, kt, b, 0);
@@ -394,7 +396,8 @@ __global__ void __launch_bounds__(kBlockThreads) backward_queries_kernel(float* 
   bf16* ks = gs + kBlockRows * S;                     // [2][KT][S]
   bf16* vs = ks + 2 * KT * S;                         // [2][KT][S]
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
-  const int64_t b = blockIdx.z, h = blockIdx.y, i0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  const int64_t b = blockIdx.z, h = blockIdx.y;
+  const int64_t i0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kBlockRows;  // heaviest first
   const int64_t kvh = h / (s.heads / s.kv_heads);
   const Range qr = token_range<kBlockRows>(qt, b, i0);
   int64_t j0 = next_visible_tile<KT, true>(qr, kt, b, 0);
