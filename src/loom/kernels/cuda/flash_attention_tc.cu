@@ -2,7 +2,7 @@
 #include <string>
 
 #include "loom/core/error.h"
-#include "loom/kernels/cuda/attention_tokens.cuh"
+#include "loom/kernels/cuda/attention_tiles.cuh"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/flash_attention_tc.h"
 #include "loom/kernels/cuda/mma.cuh"
@@ -11,80 +11,7 @@ namespace loom::kernels::cuda {
 
 namespace {
 
-using bf16 = __nv_bfloat16;
-
-constexpr int kBlockThreads = 128;  // four warps
-constexpr int kBlockRows = 64;      // queries (forward, dq) or keys (dk, dv) per block: 16 per warp
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-constexpr float kNegInf = -INFINITY;
-
-// Shared-memory rows are padded by 16 bytes so the eight rows one ldmatrix reads fall in
-// different banks.
-template <int D>
-constexpr int kRowStride = D + 8;
-
-// Rows [row0, row0 + N) of one head (columns col .. col + D) of a bf16 tensor [batch, len, stride]
-// into tile [N][D + 8] by asynchronous copies; rows past len become zeros.
-template <int D, int N>
-__device__ void stage_rows(bf16* tile, const bf16* base, int64_t b, int64_t len, int64_t stride, int64_t col,
-                           int64_t row0) {
-  constexpr int chunks = D / 8;
-  for (int idx = threadIdx.x; idx < N * chunks; idx += kBlockThreads) {
-    const int r = idx / chunks, c = idx % chunks;
-    const int64_t row = row0 + r;
-    const bool valid = row < len;
-    mma::copy16_async(tile + r * kRowStride<D> + c * 8, valid ? base + (b * len + row) * stride + col + c * 8 : base,
-                      valid);
-  }
-}
-
-// Bounds of the positions and documents of rows [row0, row0 + N) (rows past len left out),
-// computed by each warp from global memory (every lane gets them; no shared memory, no barrier).
-template <int N>
-__device__ Range token_range(const Tokens& tokens, int64_t b, int64_t row0) {
-  const int64_t last = min(row0 + N, tokens.len) - 1;
-  if (tokens.pos == nullptr && tokens.doc == nullptr)
-    return Range{static_cast<int32_t>(row0), static_cast<int32_t>(last), 0, 0};
-  Range r{INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN};
-  for (int i = threadIdx.x % 32; i < N; i += 32) {
-    const int64_t row = min(row0 + i, last);
-    const int32_t pos = tokens.position(b, row), doc = tokens.document(b, row);
-    r.pos_lo = min(r.pos_lo, pos);
-    r.pos_hi = max(r.pos_hi, pos);
-    r.doc_lo = min(r.doc_lo, doc);
-    r.doc_hi = max(r.doc_hi, doc);
-  }
-  for (int offset = 16; offset > 0; offset /= 2) {
-    r.pos_lo = min(r.pos_lo, __shfl_xor_sync(0xffffffffu, r.pos_lo, offset));
-    r.pos_hi = max(r.pos_hi, __shfl_xor_sync(0xffffffffu, r.pos_hi, offset));
-    r.doc_lo = min(r.doc_lo, __shfl_xor_sync(0xffffffffu, r.doc_lo, offset));
-    r.doc_hi = max(r.doc_hi, __shfl_xor_sync(0xffffffffu, r.doc_hi, offset));
-  }
-  return r;
-}
-
-// The first tile of N rows of `tokens` at or after `from` that is not hidden from `fixed` (the
-// block's own rows; KeysStream: the tiles are keys, else queries), or tokens.len if none is. Every
-// warp computes the same answer.
-template <int N, bool KeysStream>
-__device__ int64_t next_visible_tile(const Range& fixed, const Tokens& tokens, int64_t b, int64_t from) {
-  for (; from < tokens.len; from += N) {
-    const Range tile = token_range<N>(tokens, b, from);
-    if (!(KeysStream ? hidden(fixed, tile) : hidden(tile, fixed))) return from;
-  }
-  return tokens.len;
-}
-
-// Sum / max over the four lanes that hold one row of a C fragment.
-__device__ inline float quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
-__device__ inline float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
+using namespace attention_tiles;
 
 // Forward: one block per 64 MT queries of one head; each warp owns 16 MT of them (MT m-tiles;
 // rows g and g + 8 of each) and streams key tiles of KT with an online softmax in the log2
@@ -100,7 +27,7 @@ __global__ void __launch_bounds__(kBlockThreads) forward_kernel(bf16* out, float
   bf16* qs = reinterpret_cast<bf16*>(shared_bytes);  // [BR][S]
   bf16* ks = qs + BR * S;                             // [2][KT][S]
   bf16* vs = ks + 2 * KT * S;                         // [2][KT][S]
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4;
   // Later query blocks see more keys under a causal mask: they start first, so the last wave is
   // made of short blocks (the grid's tail).
   const int64_t b = blockIdx.z, h = blockIdx.y, i0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * BR;
@@ -144,57 +71,12 @@ __global__ void __launch_bounds__(kBlockThreads) forward_kernel(bf16* out, float
     const bf16* vtile = vs + buffer * KT * S;
     const bool masked = !(j0 + KT <= s.k_len && all_visible(qr, token_range<KT>(kt, b, j0)));
     float sc[MT][KT / 8][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      unsigned qa[MT][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) mma::load_a(qa[mt], qs, S, warp * 16 * MT + 16 * mt, kk * 16);
-#pragma unroll
-      for (int np = 0; np < KT / 16; ++np) {
-        unsigned kb[4];
-        mma::load_b_nk(kb, ktile, S, np * 16, kk * 16);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          mma::multiply_add(sc[mt][2 * np], qa[mt], kb[0], kb[1]);
-          mma::multiply_add(sc[mt][2 * np + 1], qa[mt], kb[2], kb[3]);
-        }
-      }
-    }
+    tile_scores<D, MT, KT>(sc, qs, ktile, warp);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-      float tile_max[2] = {kNegInf, kNegInf};
-#pragma unroll
-      for (int nt = 0; nt < KT / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int hf = e / 2;
-          const int64_t j = j0 + nt * 8 + 2 * t + (e & 1);
-          float x = sc[mt][nt][e] * scale_log2;
-          if (masked &&
-              !(j < s.k_len && kt.document(b, j) == my_doc[mt][hf] && kt.position(b, j) <= my_pos[mt][hf]))
-            x = kNegInf;
-          sc[mt][nt][e] = x;
-          tile_max[hf] = fmaxf(tile_max[hf], x);
-        }
-      }
       float correction[2];
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const float m_new = fmaxf(m[mt][hf], quad_max(tile_max[hf]));
-        correction[hf] = m[mt][hf] == kNegInf ? 0.0f : exp2f(m[mt][hf] - m_new);
-        m[mt][hf] = m_new;
-        l[mt][hf] *= correction[hf];
-      }
-#pragma unroll
-      for (int nt = 0; nt < KT / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int hf = e / 2;
-          const float p = sc[mt][nt][e] == kNegInf ? 0.0f : exp2f(sc[mt][nt][e] - m[mt][hf]);
-          sc[mt][nt][e] = p;
-          l[mt][hf] += p;
-        }
-      }
+      online_softmax<KT>(sc[mt], m[mt], l[mt], correction, masked, j0, s.k_len, kt, b, my_pos[mt], my_doc[mt],
+                         scale_log2);
 #pragma unroll
       for (int nt = 0; nt < D / 8; ++nt) {
         o[mt][nt][0] *= correction[0];
@@ -203,42 +85,27 @@ __global__ void __launch_bounds__(kBlockThreads) forward_kernel(bf16* out, float
         o[mt][nt][3] *= correction[1];
       }
     }
-#pragma unroll
-    for (int kk = 0; kk < KT / 16; ++kk) {
-      unsigned pa[MT][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) mma::c_to_a(pa[mt], sc[mt][2 * kk], sc[mt][2 * kk + 1]);
-#pragma unroll
-      for (int np = 0; np < D / 16; ++np) {
-        unsigned vb[4];
-        mma::load_b_kn(vb, vtile, S, np * 16, kk * 16);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          mma::multiply_add(o[mt][2 * np], pa[mt], vb[0], vb[1]);
-          mma::multiply_add(o[mt][2 * np + 1], pa[mt], vb[2], vb[3]);
-        }
-      }
-    }
+    accumulate_values<D, MT, KT>(o, sc, vtile);
     __syncthreads();  // this buffer's readers are done before the next tile's copies refill it
     j0 = next;
   }
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const float total = quad_sum(l[mt][hf]);
-      const int64_t i = i0 + warp * 16 * MT + 16 * mt + g + 8 * hf;
-      if (i >= s.q_len) continue;
-      const float inverse = total > 0.0f ? 1.0f / total : 0.0f;
-      bf16* out_row = out + (b * s.q_len + i) * s.out_stride + h * D;
-#pragma unroll
-      for (int nt = 0; nt < D / 8; ++nt) {
-        const unsigned pair = mma::pack_bf16(o[mt][nt][2 * hf] * inverse, o[mt][nt][2 * hf + 1] * inverse);
-        *reinterpret_cast<unsigned*>(out_row + nt * 8 + 2 * t) = pair;
-      }
-      if (t == 0) lse[(b * s.heads + h) * s.q_len + i] = total > 0.0f ? m[mt][hf] * kLn2 + logf(total) : kNegInf;
-    }
+  for (int mt = 0; mt < MT; ++mt)
+    write_rows<D>(out, lse, o[mt], m[mt], l[mt], s, b, h, i0 + warp * 16 * MT + 16 * mt + g);
+}
+
+// The first position at or after u of the dk/dv kernel's stream (group heads x tiles query tiles
+// of QT) whose query tile some key of the block sees, or group * tiles. Visibility does not
+// depend on the head.
+template <int QT>
+__device__ int64_t next_visible_stream_tile(const Range& keys, const Tokens& qt, int64_t b, int64_t u, int64_t group,
+                                            int64_t tiles) {
+  while (u < group * tiles) {
+    const int64_t i0 = next_visible_tile<QT, false>(keys, qt, b, (u % tiles) * QT);
+    if (i0 < qt.len) return u - u % tiles + i0 / QT;
+    u += tiles - u % tiles;  // no visible tile left for this head
   }
+  return group * tiles;
 }
 
 // dk and dv of 64 keys of one kv head (16 per warp), over every query head of the group and
@@ -256,20 +123,13 @@ __global__ void __launch_bounds__(kBlockThreads) backward_keys_kernel(float* dk,
   bf16* qs = vs + kBlockRows * S;                     // [2][QT][S]
   bf16* gs = qs + 2 * QT * S;                         // [2][QT][S]: dout
   __shared__ float lse_s[2][QT], delta_s[2][QT];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4;
   const int64_t b = blockIdx.z, kvh = blockIdx.y, j0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
   const int64_t group = s.heads / s.kv_heads, tiles = (s.q_len + QT - 1) / QT;
   const Range kr = token_range<kBlockRows>(kt, b, j0);
   // Stream position u: query head kvh * group + u / tiles, query tile (u % tiles) * QT. Whether a
   // tile is visible does not depend on the head.
-  auto next_visible = [&](int64_t u) {
-    while (u < group * tiles) {
-      const int64_t i0 = next_visible_tile<QT, false>(kr, qt, b, (u % tiles) * QT);
-      if (i0 < s.q_len) return u - u % tiles + i0 / QT;
-      u += tiles - u % tiles;  // no visible tile left for this head
-    }
-    return group * tiles;
-  };
+  auto next_visible = [&](int64_t u) { return next_visible_stream_tile<QT>(kr, qt, b, u, group, tiles); };
   auto stage = [&](int64_t u, int buffer) {
     const int64_t h = kvh * group + u / tiles, i0 = (u % tiles) * QT;
     stage_rows<D, QT>(qs + buffer * QT * S, q, b, s.q_len, s.q_stride, h * D, i0);
@@ -312,54 +172,11 @@ __global__ void __launch_bounds__(kBlockThreads) backward_keys_kernel(float* dk,
     const bool masked =
         !(j0 + kBlockRows <= s.k_len && i0 + QT <= s.q_len && all_visible(token_range<QT>(qt, b, i0), kr));
     float st[QT / 8][4] = {}, dpt[QT / 8][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      unsigned ka[4], va[4];
-      mma::load_a(ka, ks, S, warp * 16, kk * 16);
-      mma::load_a(va, vs, S, warp * 16, kk * 16);
-#pragma unroll
-      for (int np = 0; np < QT / 16; ++np) {
-        unsigned fb[4];
-        mma::load_b_nk(fb, qtile, S, np * 16, kk * 16);
-        mma::multiply_add(st[2 * np], ka, fb[0], fb[1]);
-        mma::multiply_add(st[2 * np + 1], ka, fb[2], fb[3]);
-        mma::load_b_nk(fb, gtile, S, np * 16, kk * 16);
-        mma::multiply_add(dpt[2 * np], va, fb[0], fb[1]);
-        mma::multiply_add(dpt[2 * np + 1], va, fb[2], fb[3]);
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < QT / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = nt * 8 + 2 * t + (e & 1), half = e / 2;  // col: query, half: key row
-        const float row_lse = lse_s[buffer][col];
-        bool visible = row_lse != kNegInf;
-        if (masked) {
-          const int64_t i = min(i0 + col, s.q_len - 1);
-          visible = visible && key_valid[half] && qt.document(b, i) == my_doc[half] && my_pos[half] <= qt.position(b, i);
-        }
-        const float p = visible ? exp2f(st[nt][e] * scale_log2 - row_lse * kLog2e) : 0.0f;
-        st[nt][e] = p;
-        dpt[nt][e] = p * (dpt[nt][e] - delta_s[buffer][col]);
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < QT / 16; ++kk) {
-      unsigned pa[4], da[4];
-      mma::c_to_a(pa, st[2 * kk], st[2 * kk + 1]);
-      mma::c_to_a(da, dpt[2 * kk], dpt[2 * kk + 1]);
-#pragma unroll
-      for (int np = 0; np < D / 16; ++np) {
-        unsigned fb[4];
-        mma::load_b_kn(fb, gtile, S, np * 16, kk * 16);
-        mma::multiply_add(dv_acc[2 * np], pa, fb[0], fb[1]);
-        mma::multiply_add(dv_acc[2 * np + 1], pa, fb[2], fb[3]);
-        mma::load_b_kn(fb, qtile, S, np * 16, kk * 16);
-        mma::multiply_add(dk_acc[2 * np], da, fb[0], fb[1]);
-        mma::multiply_add(dk_acc[2 * np + 1], da, fb[2], fb[3]);
-      }
-    }
+    paired_products<D, QT>(st, dpt, ks, vs, qtile, gtile, warp);
+    transposed_probabilities<QT>(st, dpt, lse_s[buffer], delta_s[buffer], masked, i0, s.q_len, qt, b, key_valid,
+                                 my_pos, my_doc, scale_log2);
+    accumulate_products<D, QT>(dv_acc, st, gtile);
+    accumulate_products<D, QT>(dk_acc, dpt, qtile);
     __syncthreads();
     u = next;
   }
@@ -368,16 +185,8 @@ __global__ void __launch_bounds__(kBlockThreads) backward_keys_kernel(float* dk,
   for (int half = 0; half < 2; ++half) {
     if (!key_valid[half]) continue;
     const int64_t j = j0 + row[half];
-    float* dk_row = dk + (b * s.k_len + j) * s.k_stride + kvh * D;
-    float* dv_row = dv + (b * s.k_len + j) * s.v_stride + kvh * D;
-#pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
-      const int col = nt * 8 + 2 * t;
-      dk_row[col] += scale * dk_acc[nt][2 * half];
-      dk_row[col + 1] += scale * dk_acc[nt][2 * half + 1];
-      dv_row[col] += dv_acc[nt][2 * half];
-      dv_row[col + 1] += dv_acc[nt][2 * half + 1];
-    }
+    add_row<D>(dk + (b * s.k_len + j) * s.k_stride + kvh * D, dk_acc, half, scale);
+    add_row<D>(dv + (b * s.k_len + j) * s.v_stride + kvh * D, dv_acc, half, 1.0f);
   }
 }
 
@@ -437,22 +246,7 @@ __global__ void __launch_bounds__(kBlockThreads) backward_queries_kernel(float* 
     const bf16* vtile = vs + buffer * KT * S;
     const bool masked = !(j0 + KT <= s.k_len && all_visible(qr, token_range<KT>(kt, b, j0)));
     float sc[KT / 8][4] = {}, dp[KT / 8][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      unsigned qa[4], ga[4];
-      mma::load_a(qa, qs, S, warp * 16, kk * 16);
-      mma::load_a(ga, gs, S, warp * 16, kk * 16);
-#pragma unroll
-      for (int np = 0; np < KT / 16; ++np) {
-        unsigned fb[4];
-        mma::load_b_nk(fb, ktile, S, np * 16, kk * 16);
-        mma::multiply_add(sc[2 * np], qa, fb[0], fb[1]);
-        mma::multiply_add(sc[2 * np + 1], qa, fb[2], fb[3]);
-        mma::load_b_nk(fb, vtile, S, np * 16, kk * 16);
-        mma::multiply_add(dp[2 * np], ga, fb[0], fb[1]);
-        mma::multiply_add(dp[2 * np + 1], ga, fb[2], fb[3]);
-      }
-    }
+    paired_products<D, KT>(sc, dp, qs, gs, ktile, vtile, warp);
 #pragma unroll
     for (int nt = 0; nt < KT / 8; ++nt) {
 #pragma unroll
@@ -466,18 +260,7 @@ __global__ void __launch_bounds__(kBlockThreads) backward_queries_kernel(float* 
         sc[nt][e] = p * (dp[nt][e] - row_delta[half]);
       }
     }
-#pragma unroll
-    for (int kk = 0; kk < KT / 16; ++kk) {
-      unsigned da[4];
-      mma::c_to_a(da, sc[2 * kk], sc[2 * kk + 1]);
-#pragma unroll
-      for (int np = 0; np < D / 16; ++np) {
-        unsigned kb[4];
-        mma::load_b_kn(kb, ktile, S, np * 16, kk * 16);
-        mma::multiply_add(dq_acc[2 * np], da, kb[0], kb[1]);
-        mma::multiply_add(dq_acc[2 * np + 1], da, kb[2], kb[3]);
-      }
-    }
+    accumulate_products<D, KT>(dq_acc, sc, ktile);
     __syncthreads();
     j0 = next;
   }
@@ -485,14 +268,7 @@ __global__ void __launch_bounds__(kBlockThreads) backward_queries_kernel(float* 
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t i = i0 + row[half];
-    if (i >= s.q_len) continue;
-    float* dq_row = dq + (b * s.q_len + i) * s.q_stride + h * D;
-#pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
-      const int col = nt * 8 + 2 * t;
-      dq_row[col] += scale * dq_acc[nt][2 * half];
-      dq_row[col + 1] += scale * dq_acc[nt][2 * half + 1];
-    }
+    if (i < s.q_len) add_row<D>(dq + (b * s.q_len + i) * s.q_stride + h * D, dq_acc, half, scale);
   }
 }
 
