@@ -1,6 +1,7 @@
 #pragma once
-// Helpers of the GPU tests: the skip when no GPU is usable (with the runtime's reason), fresh
-// random inputs, device copies of host vectors, and the error measures the tests compare by.
+// Helpers of the GPU tests: the skip when no GPU is usable (with the runtime's reason), the tests'
+// fixture, fresh random inputs, device copies of host vectors, and the error measures the tests
+// compare by.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "loom/kernels/cuda/backend.h"
 #include "loom/kernels/cuda/caching_allocator.h"
 #include "loom/kernels/cuda/device.h"
 
@@ -38,6 +40,21 @@ inline std::vector<int32_t> random_ids(uint32_t seed, int64_t n, int32_t lo, int
 
 // A fresh seed per run, so every run checks new inputs; printed by the tests that use it.
 inline uint32_t fresh_seed() { return std::random_device{}(); }
+
+// The GPU tests' fixture: skipped, saying why, without a usable GPU; otherwise the backend started,
+// a fresh seed (recorded with the test's result) and a caching allocator for device arrays.
+template <typename Base = ::testing::Test>
+class GpuTest : public Base {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_GPU();
+    start_backend();
+    seed_ = fresh_seed();
+    ::testing::Test::RecordProperty("seed", static_cast<int>(seed_ % 1000000));
+  }
+  uint32_t seed_ = 0;
+  CachingAllocator allocator_;
+};
 
 // A device copy of `host` from `allocator`, and back.
 template <typename T>

@@ -22,7 +22,6 @@ namespace {
 
 using testing::DeviceArray;
 using testing::DeviceFloats;
-using testing::fresh_seed;
 using testing::poison;
 using testing::random_ids;
 using testing::random_values;
@@ -31,17 +30,7 @@ using testing::relative_error;
 constexpr Device kCpu = Device::cpu();
 const Device kGpu = Device::cuda(0);
 
-class CudaEntries : public ::testing::Test {
- protected:
-  void SetUp() override {
-    SKIP_WITHOUT_GPU();
-    start_backend();
-    seed_ = fresh_seed();
-    RecordProperty("seed", static_cast<int>(seed_ % 1000000));
-  }
-  uint32_t seed_ = 0;
-  CachingAllocator allocator_;
-};
+class CudaEntries : public testing::GpuTest<> {};
 
 TEST_F(CudaEntries, EmbeddingForwardBackwardAndShardsMatchTheCpu) {
   for (auto [rows, dim, vocab] : {std::tuple<int64_t, int64_t, int32_t>{1, 1, 3}, {37, 129, 50}, {4096, 768, 1000}}) {

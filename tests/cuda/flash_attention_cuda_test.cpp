@@ -56,60 +56,98 @@ void metadata(const Case& c, int64_t len, int64_t offset, int64_t total, uint32_
   }
 }
 
-class CudaFlashAttention : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    SKIP_WITHOUT_GPU();
-    start_backend();
-    seed_ = fresh_seed();
+class CudaFlashAttention : public testing::GpuTest<::testing::TestWithParam<Case>> {};
+
+std::vector<float> bf16_rounded(std::vector<float> x) {
+  for (float& v : x) v = __bfloat162float(__float2bfloat16(v));
+  return x;
+}
+std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& x) {
+  std::vector<__nv_bfloat16> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = __float2bfloat16(x[i]);
+  return out;
+}
+std::vector<float> to_float(const std::vector<__nv_bfloat16>& x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = __bfloat162float(x[i]);
+  return out;
+}
+
+// One case's inputs: a fused qkv of the queries' tokens and one of the keys' (k and v at columns
+// k_at and v_at; the same tokens when q_len == k_len and the keys are not another block), dout,
+// non-zero gradients to add into, and each side's positions and documents. `bf16` rounds q, k, v
+// and dout to bf16 (the bf16 kernels' inputs, exactly).
+struct Inputs {
+  Inputs(const Case& c, uint32_t seed, bool bf16)
+      : width((c.heads + 2 * c.kv_heads) * c.head_dim),
+        s{c.batch, c.q_len, c.k_len, c.heads, c.kv_heads, c.head_dim, width, width, width, c.heads * c.head_dim},
+        k_at(c.heads * c.head_dim),
+        v_at((c.heads + c.kv_heads) * c.head_dim),
+        explicit_meta(c.documents || c.key_block) {
+    auto draw = [&](uint32_t at, int64_t n) {
+      std::vector<float> x = random_values(seed + at, n, 1.0f);
+      return bf16 ? bf16_rounded(std::move(x)) : x;
+    };
+    q = draw(0, c.batch * c.q_len * width);
+    kv = draw(1, c.batch * c.k_len * width);
+    dout = draw(2, c.batch * c.q_len * s.out_stride);
+    dq0 = random_values(seed + 3, q.size(), 0.5f);
+    dkv0 = random_values(seed + 4, kv.size(), 0.5f);
+    const int64_t total = c.key_block ? c.k_len + c.q_len : c.k_len;
+    metadata(c, c.q_len, c.key_block ? c.k_len : 0, total, seed + 5, qpos, qdoc);
+    metadata(c, c.k_len, 0, total, seed + 5, kpos, kdoc);
   }
-  uint32_t seed_ = 0;
-  CachingAllocator allocator_;
+  AttentionVisibility cpu_visibility() const {
+    return explicit_meta ? AttentionVisibility{qpos.data(), kpos.data(), qdoc.data(), kdoc.data()} : AttentionVisibility{};
+  }
+  int64_t width;
+  FlashAttentionShape s;
+  int64_t k_at, v_at;
+  bool explicit_meta;
+  std::vector<float> q, kv, dout, dq0, dkv0;
+  std::vector<int32_t> qpos, qdoc, kpos, kdoc;
 };
 
-TEST_P(CudaFlashAttention, Fp32ForwardBackwardAndMergeMatchTheCpu) {
-  const Case& c = GetParam();
-  // A fused qkv of the queries' tokens and a separate k/v of the keys' (the same tensor when
-  // q_len == k_len and the keys are not another block).
-  const int64_t width = (c.heads + 2 * c.kv_heads) * c.head_dim;
-  const FlashAttentionShape s{c.batch, c.q_len, c.k_len, c.heads, c.kv_heads, c.head_dim, width, width, width,
-                              c.heads * c.head_dim};
-  const std::vector<float> q = random_values(seed_, c.batch * c.q_len * width, 1.0f),
-                           kv = random_values(seed_ + 1, c.batch * c.k_len * width, 1.0f),
-                           dout = random_values(seed_ + 2, c.batch * c.q_len * s.out_stride, 1.0f),
-                           dq0 = random_values(seed_ + 3, q.size(), 0.5f), dkv0 = random_values(seed_ + 4, kv.size(), 0.5f);
-  std::vector<int32_t> qpos, qdoc, kpos, kdoc;
-  const int64_t total = c.key_block ? c.k_len + c.q_len : c.k_len;
-  metadata(c, c.q_len, c.key_block ? c.k_len : 0, total, seed_ + 5, qpos, qdoc);
-  metadata(c, c.k_len, 0, total, seed_ + 5, kpos, kdoc);
-  const bool explicit_meta = c.documents || c.key_block;
-  const AttentionVisibility cpu_vis = explicit_meta ? AttentionVisibility{qpos.data(), kpos.data(), qdoc.data(), kdoc.data()}
-                                                    : AttentionVisibility{};
-  const float* k = kv.data() + c.heads * c.head_dim;
-  const float* v = kv.data() + (c.heads + c.kv_heads) * c.head_dim;
-  std::vector<float> out(c.batch * c.q_len * s.out_stride), lse(c.batch * c.heads * c.q_len), dq = dq0, dkv = dkv0;
-  const Device cpu = Device::cpu(), gpu = Device::cuda(0);
-  flash_attention_forward(cpu, out.data(), lse.data(), q.data(), k, v, s, cpu_vis);
-  flash_attention_backward(cpu, dq.data(), dkv.data() + c.heads * c.head_dim,
-                           dkv.data() + (c.heads + c.kv_heads) * c.head_dim, dout.data(), out.data(), lse.data(),
-                           q.data(), k, v, s, cpu_vis);
-  DeviceFloats d_q(allocator_, q), d_kv(allocator_, kv), d_dout(allocator_, dout), d_out(allocator_, poison(out.size())),
-      d_lse(allocator_, poison(lse.size())), d_dq(allocator_, dq0), d_dkv(allocator_, dkv0);
-  DeviceArray<int32_t> d_qpos(allocator_, qpos), d_qdoc(allocator_, qdoc), d_kpos(allocator_, kpos), d_kdoc(allocator_, kdoc);
-  const AttentionVisibility gpu_vis = explicit_meta ? AttentionVisibility{d_qpos.ptr, d_kpos.ptr, d_qdoc.ptr, d_kdoc.ptr}
-                                                    : AttentionVisibility{};
-  const float* dk_ptr = d_kv.ptr + c.heads * c.head_dim;
-  const float* dv_ptr = d_kv.ptr + (c.heads + c.kv_heads) * c.head_dim;
-  flash_attention_forward(gpu, d_out.ptr, d_lse.ptr, d_q.ptr, dk_ptr, dv_ptr, s, gpu_vis);
-  flash_attention_backward(gpu, d_dq.ptr, d_dkv.ptr + c.heads * c.head_dim,
-                           d_dkv.ptr + (c.heads + c.kv_heads) * c.head_dim, d_dout.ptr, d_out.ptr, d_lse.ptr, d_q.ptr,
-                           dk_ptr, dv_ptr, s, gpu_vis);
-  const std::vector<float> got_lse = d_lse.host();
+// The positions and documents on the device.
+struct DeviceMetadata {
+  DeviceMetadata(CachingAllocator& allocator, const Inputs& in)
+      : qpos(allocator, in.qpos), qdoc(allocator, in.qdoc), kpos(allocator, in.kpos), kdoc(allocator, in.kdoc),
+        explicit_meta(in.explicit_meta) {}
+  AttentionVisibility visibility() const {
+    return explicit_meta ? AttentionVisibility{qpos.ptr, kpos.ptr, qdoc.ptr, kdoc.ptr} : AttentionVisibility{};
+  }
+  DeviceArray<int32_t> qpos, qdoc, kpos, kdoc;
+  bool explicit_meta;
+};
+
+// A -inf lse (a query that sees no key) must stay -inf.
+void expect_same_empty_rows(const std::vector<float>& got_lse, const std::vector<float>& lse) {
   for (size_t i = 0; i < lse.size(); ++i) {
     if (std::isinf(lse[i])) {
       EXPECT_TRUE(std::isinf(got_lse[i]) && got_lse[i] < 0) << "lse " << i;
     }
   }
+}
+
+TEST_P(CudaFlashAttention, Fp32ForwardBackwardAndMergeMatchTheCpu) {
+  const Inputs in(GetParam(), seed_, false);
+  const FlashAttentionShape& s = in.s;
+  std::vector<float> out(in.dout.size()), lse(s.batch * s.heads * s.q_len), dq = in.dq0, dkv = in.dkv0;
+  const Device cpu = Device::cpu(), gpu = Device::cuda(0);
+  const float *k = in.kv.data() + in.k_at, *v = in.kv.data() + in.v_at;
+  flash_attention_forward(cpu, out.data(), lse.data(), in.q.data(), k, v, s, in.cpu_visibility());
+  flash_attention_backward(cpu, dq.data(), dkv.data() + in.k_at, dkv.data() + in.v_at, in.dout.data(), out.data(),
+                           lse.data(), in.q.data(), k, v, s, in.cpu_visibility());
+  DeviceFloats d_q(allocator_, in.q), d_kv(allocator_, in.kv), d_dout(allocator_, in.dout),
+      d_out(allocator_, poison(out.size())), d_lse(allocator_, poison(lse.size())), d_dq(allocator_, in.dq0),
+      d_dkv(allocator_, in.dkv0);
+  const DeviceMetadata meta(allocator_, in);
+  const float *d_k = d_kv.ptr + in.k_at, *d_v = d_kv.ptr + in.v_at;
+  flash_attention_forward(gpu, d_out.ptr, d_lse.ptr, d_q.ptr, d_k, d_v, s, meta.visibility());
+  flash_attention_backward(gpu, d_dq.ptr, d_dkv.ptr + in.k_at, d_dkv.ptr + in.v_at, d_dout.ptr, d_out.ptr, d_lse.ptr,
+                           d_q.ptr, d_k, d_v, s, meta.visibility());
+  const std::vector<float> got_lse = d_lse.host();
+  expect_same_empty_rows(got_lse, lse);
   EXPECT_LE(relative_error(d_out.host(), out), 1e-5);
   EXPECT_LE(relative_error(got_lse, lse), 1e-5);
   EXPECT_LE(relative_error(d_dq.host(), dq), 1e-5);
@@ -127,67 +165,33 @@ TEST_P(CudaFlashAttention, Fp32ForwardBackwardAndMergeMatchTheCpu) {
   EXPECT_LE(relative_error(d_merged_lse.host(), merged_lse), 1e-5);
 }
 
-std::vector<float> bf16_rounded(std::vector<float> x) {
-  for (float& v : x) v = __bfloat162float(__float2bfloat16(v));
-  return x;
-}
-std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& x) {
-  std::vector<__nv_bfloat16> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = __float2bfloat16(x[i]);
-  return out;
-}
-std::vector<float> to_float(const std::vector<__nv_bfloat16>& x) {
-  std::vector<float> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = __bfloat162float(x[i]);
-  return out;
-}
-
 // bf16 q/k/v (the tensor-core kernels at head_dim 64 and 128, the CUDA-core one otherwise): out
 // within 1e-2 and lse within 1e-4 of the CPU's fp32 kernel on the same bf16-rounded inputs,
 // gradients (added into non-zero ones) within 1e-2 of the CPU's from the GPU's out, and a second
 // backward bit for bit the first (one writer per gradient element).
 TEST_P(CudaFlashAttention, Bf16ForwardAndBackwardMatchTheCpuDeterministically) {
-  const Case& c = GetParam();
-  const int64_t width = (c.heads + 2 * c.kv_heads) * c.head_dim;
-  const FlashAttentionShape s{c.batch, c.q_len, c.k_len, c.heads, c.kv_heads, c.head_dim, width, width, width,
-                              c.heads * c.head_dim};
-  const std::vector<float> q = bf16_rounded(random_values(seed_, c.batch * c.q_len * width, 1.0f)),
-                           kv = bf16_rounded(random_values(seed_ + 1, c.batch * c.k_len * width, 1.0f)),
-                           dout = bf16_rounded(random_values(seed_ + 2, c.batch * c.q_len * s.out_stride, 1.0f)),
-                           dq0 = random_values(seed_ + 3, q.size(), 0.5f), dkv0 = random_values(seed_ + 4, kv.size(), 0.5f);
-  std::vector<int32_t> qpos, qdoc, kpos, kdoc;
-  const int64_t total = c.key_block ? c.k_len + c.q_len : c.k_len;
-  metadata(c, c.q_len, c.key_block ? c.k_len : 0, total, seed_ + 5, qpos, qdoc);
-  metadata(c, c.k_len, 0, total, seed_ + 5, kpos, kdoc);
-  const bool explicit_meta = c.documents || c.key_block;
-  const AttentionVisibility cpu_vis = explicit_meta ? AttentionVisibility{qpos.data(), kpos.data(), qdoc.data(), kdoc.data()}
-                                                    : AttentionVisibility{};
-  const int64_t k_at = c.heads * c.head_dim, v_at = (c.heads + c.kv_heads) * c.head_dim;
-  std::vector<float> out(c.batch * c.q_len * s.out_stride), lse(c.batch * c.heads * c.q_len);
-  flash_attention_forward(Device::cpu(), out.data(), lse.data(), q.data(), kv.data() + k_at, kv.data() + v_at, s,
-                          cpu_vis);
-  DeviceArray<__nv_bfloat16> d_q(allocator_, to_bf16(q)), d_kv(allocator_, to_bf16(kv)), d_dout(allocator_, to_bf16(dout)),
-      d_out(allocator_, std::vector<__nv_bfloat16>(out.size(), __float2bfloat16(NAN)));
-  DeviceFloats d_lse(allocator_, poison(lse.size())), d_dq(allocator_, dq0), d_dkv(allocator_, dkv0),
-      d_dq2(allocator_, dq0), d_dkv2(allocator_, dkv0);
-  DeviceArray<int32_t> d_qpos(allocator_, qpos), d_qdoc(allocator_, qdoc), d_kpos(allocator_, kpos), d_kdoc(allocator_, kdoc);
-  const AttentionVisibility gpu_vis = explicit_meta ? AttentionVisibility{d_qpos.ptr, d_kpos.ptr, d_qdoc.ptr, d_kdoc.ptr}
-                                                    : AttentionVisibility{};
-  flash_attention_forward(d_out.ptr, d_lse.ptr, d_q.ptr, d_kv.ptr + k_at, d_kv.ptr + v_at, s, gpu_vis);
+  const Inputs in(GetParam(), seed_, true);
+  const FlashAttentionShape& s = in.s;
+  const float *k = in.kv.data() + in.k_at, *v = in.kv.data() + in.v_at;
+  std::vector<float> out(in.dout.size()), lse(s.batch * s.heads * s.q_len);
+  flash_attention_forward(Device::cpu(), out.data(), lse.data(), in.q.data(), k, v, s, in.cpu_visibility());
+  DeviceArray<__nv_bfloat16> d_q(allocator_, to_bf16(in.q)), d_kv(allocator_, to_bf16(in.kv)),
+      d_dout(allocator_, to_bf16(in.dout)), d_out(allocator_, std::vector<__nv_bfloat16>(out.size(), __float2bfloat16(NAN)));
+  DeviceFloats d_lse(allocator_, poison(lse.size())), d_dq(allocator_, in.dq0), d_dkv(allocator_, in.dkv0),
+      d_dq2(allocator_, in.dq0), d_dkv2(allocator_, in.dkv0);
+  const DeviceMetadata meta(allocator_, in);
+  const __nv_bfloat16 *d_k = d_kv.ptr + in.k_at, *d_v = d_kv.ptr + in.v_at;
+  flash_attention_forward(d_out.ptr, d_lse.ptr, d_q.ptr, d_k, d_v, s, meta.visibility());
   const std::vector<float> got_out = to_float(d_out.host()), got_lse = d_lse.host();
-  for (size_t i = 0; i < lse.size(); ++i) {
-    if (std::isinf(lse[i])) {
-      EXPECT_TRUE(std::isinf(got_lse[i]) && got_lse[i] < 0) << "lse " << i;
-    }
-  }
+  expect_same_empty_rows(got_lse, lse);
   EXPECT_LE(relative_error(got_out, out), 1e-2);
   EXPECT_LE(relative_error(got_lse, lse), 1e-4);
-  std::vector<float> dq = dq0, dkv = dkv0;
-  flash_attention_backward(Device::cpu(), dq.data(), dkv.data() + k_at, dkv.data() + v_at, dout.data(), got_out.data(),
-                           lse.data(), q.data(), kv.data() + k_at, kv.data() + v_at, s, cpu_vis);
+  std::vector<float> dq = in.dq0, dkv = in.dkv0;
+  flash_attention_backward(Device::cpu(), dq.data(), dkv.data() + in.k_at, dkv.data() + in.v_at, in.dout.data(),
+                           got_out.data(), lse.data(), in.q.data(), k, v, s, in.cpu_visibility());
   for (auto [gq, gkv] : {std::pair{&d_dq, &d_dkv}, std::pair{&d_dq2, &d_dkv2}})
-    flash_attention_backward(gq->ptr, gkv->ptr + k_at, gkv->ptr + v_at, d_dout.ptr, d_out.ptr, d_lse.ptr, d_q.ptr,
-                             d_kv.ptr + k_at, d_kv.ptr + v_at, s, gpu_vis);
+    flash_attention_backward(gq->ptr, gkv->ptr + in.k_at, gkv->ptr + in.v_at, d_dout.ptr, d_out.ptr, d_lse.ptr,
+                             d_q.ptr, d_k, d_v, s, meta.visibility());
   const std::vector<float> got_dq = d_dq.host(), got_dkv = d_dkv.host();
   EXPECT_LE(relative_error(got_dq, dq), 1e-2);
   EXPECT_LE(relative_error(got_dkv, dkv), 1e-2);

@@ -28,7 +28,6 @@ namespace {
 
 using testing::DeviceArray;
 using testing::DeviceFloats;
-using testing::fresh_seed;
 using testing::poison;
 using testing::random_values;
 using testing::relative_error;
@@ -46,16 +45,7 @@ std::vector<double> product_nt(const std::vector<float>& a, const std::vector<fl
   return c;
 }
 
-class CudaGemm : public ::testing::Test {
- protected:
-  void SetUp() override {
-    SKIP_WITHOUT_GPU();
-    start_backend();
-    seed_ = fresh_seed();
-  }
-  uint32_t seed_ = 0;
-  CachingAllocator allocator_;
-};
+class CudaGemm : public testing::GpuTest<> {};
 
 TEST_F(CudaGemm, Fp32GemmInEveryTransposeMatchesTheCpu) {
   const Device gpu = Device::cuda(0);

@@ -21,7 +21,6 @@ namespace {
 
 using testing::DeviceArray;
 using testing::DeviceFloats;
-using testing::fresh_seed;
 using testing::poison;
 
 // Values over about 2^-30 .. 2^20 with random signs, some zeros, subnormal-range values, and
@@ -57,15 +56,7 @@ void expect_same_bits(const std::vector<float>& got, const std::vector<float>& w
 
 precision::Fp8Format cpu_format(Fp8 f) { return f == Fp8::E4M3 ? precision::Fp8Format::E4M3 : precision::Fp8Format::E5M2; }
 
-class CudaQuantize : public ::testing::TestWithParam<Fp8> {
- protected:
-  void SetUp() override {
-    SKIP_WITHOUT_GPU();
-    seed_ = fresh_seed();
-  }
-  uint32_t seed_ = 0;
-  CachingAllocator allocator_;
-};
+class CudaQuantize : public testing::GpuTest<::testing::TestWithParam<Fp8>> {};
 
 TEST_P(CudaQuantize, PerTensorCastsEqualTheCpu) {
   const Fp8 f = GetParam();

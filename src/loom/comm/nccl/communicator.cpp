@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <functional>
 #include <numeric>
 #include <thread>
 
@@ -45,6 +44,16 @@ ncclRedOp_t nccl_op(ReduceOp op) {
     case ReduceOp::Max: return ncclMax;
   }
   return ncclSum;
+}
+
+// A reduction over one rank is the identity, so a group of one copies instead of calling NCCL:
+// faster, and NCCL's one-rank ncclAvg left the last elements of a count 2^20 + 3 unwritten
+// (seen on an H100 with PyTorch's NCCL for CUDA 13, out of place).
+auto one_rank_copy(const void* send, void* recv, size_t bytes) {
+  return [=](ncclComm_t, cudaStream_t stream) {
+    if (send != recv && bytes > 0)
+      check_runtime(cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync (one rank)");
+  };
 }
 
 // The state every group of one rank shares: its GPU and NCCL communicator.
@@ -213,15 +222,6 @@ class NcclCommunicator final : public Communicator {
 
  private:
   static size_t bytes(int64_t count, DType dtype) { return static_cast<size_t>(count) * dtype_size(dtype); }
-  // A reduction over one rank is the identity, so a group of one copies instead of calling NCCL:
-  // faster, and NCCL's one-rank ncclAvg left the last elements of a count 2^20 + 3 unwritten
-  // (seen on an H100 with PyTorch's NCCL for CUDA 13, out of place).
-  static std::function<void(ncclComm_t, cudaStream_t)> one_rank_copy(const void* send, void* recv, size_t n) {
-    return [=](ncclComm_t, cudaStream_t s) {
-      if (send != recv && n > 0)
-        check_runtime(cudaMemcpyAsync(recv, send, n, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync (one rank)");
-    };
-  }
   void check_rank(int r, const char* what) const {
     LOOM_CHECK(r >= 0 && r < size_, "nccl group '" + name_ + "': " + what + " " + std::to_string(r) +
                                         " is outside [0, " + std::to_string(size_) + ")");

@@ -69,16 +69,56 @@ __device__ Range token_range(const Tokens& tokens, int64_t b, int64_t row0) {
 }
 
 // The first tile of N rows of `tokens` at or after `from` that is not hidden from `fixed` (the
-// block's own rows; KeysStream: the tiles are keys, else queries), or tokens.len if none is. Every
-// warp computes the same answer.
+// block's own rows; KeysStream: the tiles are keys, else queries), or tokens.len if none is, with
+// that tile's bounds in `found`. Every warp computes the same answer.
 template <int N, bool KeysStream>
-__device__ int64_t next_visible_tile(const Range& fixed, const Tokens& tokens, int64_t b, int64_t from) {
+__device__ int64_t next_visible_tile(const Range& fixed, const Tokens& tokens, int64_t b, int64_t from, Range& found) {
   for (; from < tokens.len; from += N) {
-    const Range tile = token_range<N>(tokens, b, from);
-    if (!(KeysStream ? hidden(fixed, tile) : hidden(tile, fixed))) return from;
+    found = token_range<N>(tokens, b, from);
+    if (!(KeysStream ? hidden(fixed, found) : hidden(found, fixed))) return from;
   }
   return tokens.len;
 }
+
+// The key and value tiles of KT rows the forward and dq kernels stream, double-buffered in shared
+// memory ([2][KT][D + 8] each): only tiles some query of the block sees, the next one's copies in
+// flight while this one is used.
+template <int D, int KT>
+struct KeyValueStream {
+  bf16* key_tiles;
+  bf16* value_tiles;
+  const bf16* k;
+  const bf16* v;
+  int64_t k_stride, v_stride, b, kvh;
+  Range queries;  // the block's
+  Tokens kt;
+  Range next_range;  // bounds of the tile `first` or `advance` returned
+
+  __device__ const bf16* keys(int buffer) const { return key_tiles + buffer * KT * kRowStride<D>; }
+  __device__ const bf16* values(int buffer) const { return value_tiles + buffer * KT * kRowStride<D>; }
+  __device__ void stage(int buffer, int64_t j0) {
+    stage_rows<D, KT>(key_tiles + buffer * KT * kRowStride<D>, k, b, kt.len, k_stride, kvh * D, j0);
+    stage_rows<D, KT>(value_tiles + buffer * KT * kRowStride<D>, v, b, kt.len, v_stride, kvh * D, j0);
+  }
+  // The first visible tile (kt.len: none); its copies into buffer 0 join the caller's next commit.
+  __device__ int64_t first() {
+    const int64_t j0 = next_visible_tile<KT, true>(queries, kt, b, 0, next_range);
+    if (j0 < kt.len) stage(0, j0);
+    return j0;
+  }
+  // Tile j0 in `buffer` is next: starts the copies of the visible tile after it into the other
+  // buffer (whose readers passed the barrier that ended the last tile), waits for this one's,
+  // and returns where the next one starts. `masked`: some pair of this tile needs the mask.
+  __device__ int64_t advance(int buffer, int64_t j0, bool& masked) {
+    masked = !(j0 + KT <= kt.len && all_visible(queries, next_range));
+    const int64_t next = next_visible_tile<KT, true>(queries, kt, b, j0 + KT, next_range);
+    if (next < kt.len) stage(buffer ^ 1, next);
+    mma::copies_commit();
+    mma::copies_wait_all_but_last();
+    __syncthreads();
+    return next;
+  }
+};
 
 // Sum / max over the four lanes that hold one row of a C fragment.
 __device__ inline float quad_sum(float v) {
@@ -90,29 +130,26 @@ __device__ inline float quad_max(float v) {
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
 }
 
-// S = Q K^T for a warp's MT m-tiles against a key tile (fp32 accumulators).
-template <int D, int MT, int KT>
-__device__ __forceinline__ void tile_scores(float (&sc)[MT][KT / 8][4], const bf16* qs, const bf16* ktile, int warp) {
+// x += A B^T for a warp's 16 rows of tile A ([rows][D]) against N rows of tile B ([N][D]): the
+// scores S = Q K^T, dP = dO V^T, and their transposes S^T = K Q^T, dP^T = V dO^T.
+template <int D, int N>
+__device__ __forceinline__ void row_products(float (&x)[N / 8][4], const bf16* a, const bf16* b_tile, int warp) {
   constexpr int S = kRowStride<D>;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
-    unsigned qa[MT][4];
+    unsigned af[4];
+    mma::load_a(af, a, S, warp * 16, kk * 16);
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) mma::load_a(qa[mt], qs, S, warp * 16 * MT + 16 * mt, kk * 16);
-#pragma unroll
-    for (int np = 0; np < KT / 16; ++np) {
-      unsigned kb[4];
-      mma::load_b_nk(kb, ktile, S, np * 16, kk * 16);
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        mma::multiply_add(sc[mt][2 * np], qa[mt], kb[0], kb[1]);
-        mma::multiply_add(sc[mt][2 * np + 1], qa[mt], kb[2], kb[3]);
-      }
+    for (int np = 0; np < N / 16; ++np) {
+      unsigned fb[4];
+      mma::load_b_nk(fb, b_tile, S, np * 16, kk * 16);
+      mma::multiply_add(x[2 * np], af, fb[0], fb[1]);
+      mma::multiply_add(x[2 * np + 1], af, fb[2], fb[3]);
     }
   }
 }
 
-// One m-tile's scores of a key tile into probabilities relative to the running row maxima m (log2
+// A warp's scores of a key tile into probabilities relative to the running row maxima m (log2
 // domain; hidden keys get 0), l updated; correction[hf] is what earlier sums must be scaled by.
 template <int KT>
 __device__ __forceinline__ void online_softmax(float (&sc)[KT / 8][4], float (&m)[2], float (&l)[2],
@@ -152,30 +189,19 @@ __device__ __forceinline__ void online_softmax(float (&sc)[KT / 8][4], float (&m
   }
 }
 
-// O += P V for a warp's MT m-tiles (P rounded to bf16).
-template <int D, int MT, int KT>
-__device__ __forceinline__ void accumulate_values(float (&o)[MT][D / 8][4], const float (&sc)[MT][KT / 8][4],
-                                                  const bf16* vtile) {
-  constexpr int S = kRowStride<D>;
+// O rows scaled by the softmax's correction (the running maxima moved).
+template <int D>
+__device__ __forceinline__ void rescale_rows(float (&o)[D / 8][4], const float (&correction)[2]) {
 #pragma unroll
-  for (int kk = 0; kk < KT / 16; ++kk) {
-    unsigned pa[MT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) mma::c_to_a(pa[mt], sc[mt][2 * kk], sc[mt][2 * kk + 1]);
-#pragma unroll
-    for (int np = 0; np < D / 16; ++np) {
-      unsigned vb[4];
-      mma::load_b_kn(vb, vtile, S, np * 16, kk * 16);
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        mma::multiply_add(o[mt][2 * np], pa[mt], vb[0], vb[1]);
-        mma::multiply_add(o[mt][2 * np + 1], pa[mt], vb[2], vb[3]);
-      }
-    }
+  for (int nt = 0; nt < D / 8; ++nt) {
+    o[nt][0] *= correction[0];
+    o[nt][1] *= correction[0];
+    o[nt][2] *= correction[1];
+    o[nt][3] *= correction[1];
   }
 }
 
-// The rows first_row and first_row + 8 of one m-tile: out = O / l in bf16, lse = ln(sum e^s).
+// The rows first_row and first_row + 8 of a warp's fragments: out = O / l in bf16, lse = ln(sum e^s).
 template <int D>
 __device__ __forceinline__ void write_rows(bf16* out, float* lse, const float (&o)[D / 8][4], const float (&m)[2],
                                            const float (&l)[2], const FlashAttentionShape& s, int64_t b, int64_t h,
@@ -197,33 +223,8 @@ __device__ __forceinline__ void write_rows(bf16* out, float* lse, const float (&
   }
 }
 
-// Two products of a warp's 16 rows of `a` and of `c` against the same n-tile stream: x = A B^T and
-// y = C D^T, with B and D stored [n][k] (the backward's S = Q K^T beside dP = dO V^T, or S^T = K Q^T
-// beside dP^T = V dO^T).
-template <int D, int N>
-__device__ __forceinline__ void paired_products(float (&x)[N / 8][4], float (&y)[N / 8][4], const bf16* a,
-                                                const bf16* c, const bf16* b_tile, const bf16* d_tile, int warp) {
-  constexpr int S = kRowStride<D>;
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    unsigned af[4], cf[4];
-    mma::load_a(af, a, S, warp * 16, kk * 16);
-    mma::load_a(cf, c, S, warp * 16, kk * 16);
-#pragma unroll
-    for (int np = 0; np < N / 16; ++np) {
-      unsigned fb[4];
-      mma::load_b_nk(fb, b_tile, S, np * 16, kk * 16);
-      mma::multiply_add(x[2 * np], af, fb[0], fb[1]);
-      mma::multiply_add(x[2 * np + 1], af, fb[2], fb[3]);
-      mma::load_b_nk(fb, d_tile, S, np * 16, kk * 16);
-      mma::multiply_add(y[2 * np], cf, fb[0], fb[1]);
-      mma::multiply_add(y[2 * np + 1], cf, fb[2], fb[3]);
-    }
-  }
-}
-
 // acc += P B for a warp's fp32 fragments P (16 x N, rounded to bf16) and a tile B stored [N][D]
-// (dV += P^T dO, dK += dS^T Q, dQ += dS K).
+// (O += P V, dV += P^T dO, dK += dS^T Q, dQ += dS K).
 template <int D, int N>
 __device__ __forceinline__ void accumulate_products(float (&acc)[D / 8][4], const float (&p)[N / 8][4],
                                                     const bf16* b_tile) {

@@ -39,18 +39,20 @@ __device__ void write_gradient(float* z, int64_t vocab, float m, float sum, int6
   }
 }
 
+// An ignored target's row (this block's): loss 0 and, when a gradient is asked, a zero gradient.
+__device__ void ignore_row(float* z, float* losses, int64_t vocab, float grad_scale) {
+  if (threadIdx.x == 0) losses[blockIdx.x] = 0.0f;
+  if (grad_scale != 0.0f)
+    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) z[i] = 0.0f;
+}
+
 __global__ void cross_entropy_kernel(float* logits, float* losses, const int32_t* targets, int64_t vocab,
                                      float grad_scale, const LossResult* result) {
   __shared__ float shared[kThreads / 32];
   if (result->bad != kNoBadTarget) return;  // a bad target: nothing is touched
   float* z = logits + blockIdx.x * vocab;
   const int32_t target = targets[blockIdx.x];
-  if (target == kIgnore) {
-    if (threadIdx.x == 0) losses[blockIdx.x] = 0.0f;
-    if (grad_scale != 0.0f)
-      for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) z[i] = 0.0f;
-    return;
-  }
+  if (target == kIgnore) return ignore_row(z, losses, vocab, grad_scale);
   float m = -INFINITY;
   for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) m = fmaxf(m, z[i]);
   m = block_max(m, shared);
@@ -93,12 +95,7 @@ __global__ void finish_kernel(float* logits, float* losses, const float* row_max
                               const int32_t* targets, int64_t vocab, int64_t first_id, float grad_scale) {
   float* z = logits + blockIdx.x * vocab;
   const int32_t t = targets[blockIdx.x];
-  if (t == kIgnore) {
-    if (threadIdx.x == 0) losses[blockIdx.x] = 0.0f;
-    if (grad_scale != 0.0f)
-      for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) z[i] = 0.0f;
-    return;
-  }
+  if (t == kIgnore) return ignore_row(z, losses, vocab, grad_scale);
   const float m = row_max[blockIdx.x], sum = stats[2 * blockIdx.x];
   if (threadIdx.x == 0)
     losses[blockIdx.x] = static_cast<float>(log(static_cast<double>(sum)) + m - stats[2 * blockIdx.x + 1]);
@@ -108,19 +105,10 @@ __global__ void finish_kernel(float* logits, float* losses, const float* row_max
   }
 }
 
-// total = sum of the losses in double: one block, each thread a fixed strided share, then a
-// fixed tree (deterministic).
+// total = sum of the losses in double, deterministic (one block).
 __global__ void sum_losses_kernel(const float* losses, int64_t rows, LossResult* result) {
-  __shared__ double partial[kThreads];
-  double total = 0.0;
-  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) total += losses[r];
-  partial[threadIdx.x] = total;
-  __syncthreads();
-  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
-    if (static_cast<int>(threadIdx.x) < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) result->total = partial[0];
+  const double total = block_sum_in_double(losses, rows);
+  if (threadIdx.x == 0) result->total = total;
 }
 
 // A small device record for one loss call, read back after the stream finishes.

@@ -50,4 +50,19 @@ __device__ inline float block_max(float value, float* shared) {
   return m;
 }
 
+// The sum of x[0, n) in double by one block of kThreads threads: each thread a fixed strided
+// share, then a fixed tree, so the result is deterministic. Every thread gets it.
+__device__ inline double block_sum_in_double(const float* x, int64_t n) {
+  __shared__ double partial[kThreads];
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += x[i];
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    if (static_cast<int>(threadIdx.x) < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  return partial[0];
+}
+
 }  // namespace loom::kernels::cuda

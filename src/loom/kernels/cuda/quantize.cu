@@ -57,8 +57,9 @@ __global__ void round_trip_kernel(float* data, int64_t n, Fp8 f, float scale) {
   for (int64_t i = grid_start(); i < n; i += grid_stride()) data[i] = fp8_round_trip(data[i], f, scale);
 }
 
-// One warp per 1 x 128 run: amax, scale, then either the round trip in place or the codes.
-__global__ void rowwise_kernel(float* x, const float* in, uint8_t* codes, float* scales, bool inverse, int64_t rows,
+// One warp per 1 x 128 run: amax, scale, then either the round trip in place (scales as the CPU
+// keeps them) or, for_gemm, the codes and scale inverses in cuBLASLt's layout.
+__global__ void rowwise_kernel(float* x, const float* in, uint8_t* codes, float* scales, bool for_gemm, int64_t rows,
                                int64_t cols, Fp8 f) {
   const int64_t per_row = (cols + kBlockwise - 1) / kBlockwise;
   const int64_t run = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
@@ -78,7 +79,7 @@ __global__ void rowwise_kernel(float* x, const float* in, uint8_t* codes, float*
   }
   // The GEMM's scale inverses go in cuBLASLt's layout for 1 x 128 runs: [blocks along k, rows].
   if (lane == 0 && scales) {
-    if (inverse) {
+    if (for_gemm) {
       scales[(run % per_row) * rows + r] = __fdiv_rn(1.0f, scale);
     } else {
       scales[run] = scale;
@@ -86,8 +87,8 @@ __global__ void rowwise_kernel(float* x, const float* in, uint8_t* codes, float*
   }
 }
 
-// One block per 128 x 128 tile.
-__global__ void tile_kernel(float* w, const float* in, uint8_t* codes, float* scales, bool inverse, int64_t rows,
+// One block per 128 x 128 tile; for_gemm as rowwise_kernel.
+__global__ void tile_kernel(float* w, const float* in, uint8_t* codes, float* scales, bool for_gemm, int64_t rows,
                             int64_t cols, Fp8 f) {
   __shared__ float warp_max_values[kThreads / 32];
   const int64_t tile_cols = (cols + kBlockwise - 1) / kBlockwise;
@@ -113,7 +114,7 @@ __global__ void tile_kernel(float* w, const float* in, uint8_t* codes, float* sc
   }
   // The GEMM's scale inverses go in cuBLASLt's layout for tiles: [tile rows, tile columns padded to 4].
   if (threadIdx.x == 0 && scales) {
-    if (inverse) {
+    if (for_gemm) {
       scales[(blockIdx.x / tile_cols) * blockwise_tile_stride(cols) + blockIdx.x % tile_cols] = __fdiv_rn(1.0f, scale);
     } else {
       scales[blockIdx.x] = scale;

@@ -34,16 +34,17 @@ void quantize_dequantize_tile_blocks(float* w, int64_t rows, int64_t cols, Fp8 f
 // Blockwise encoding for the GEMM: codes [rows, cols] and each block's scale_inverse (1 / scale,
 // what cuBLASLt multiplies by), one per 1 x 128 run, in the layout cuBLASLt reads for
 // CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F: [ceil(cols / 128), rows], rows contiguous.
-__host__ __device__ inline int64_t blockwise_tile_stride(int64_t cols) { return ((cols + 127) / 128 + 3) / 4 * 4; }
-inline int64_t blockwise_tile_scale_count(int64_t rows, int64_t cols) {
-  return (rows + 127) / 128 * blockwise_tile_stride(cols);
-}
 void encode_rowwise_blocks(const float* x, uint8_t* codes, float* scale_inverses, int64_t rows, int64_t cols,
                            Fp8 format, cudaStream_t stream = nullptr);
 // The same per 128 x 128 tile, in cuBLASLt's layout for CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F:
 // [ceil(rows / 128), blockwise_tile_stride(cols)], the tiles along k padded to a multiple of 4.
 void encode_tile_blocks(const float* w, uint8_t* codes, float* scale_inverses, int64_t rows, int64_t cols, Fp8 format,
                         cudaStream_t stream = nullptr);
+// The tile scales' row length (tiles along k rounded up to 4) and how many floats they take.
+__host__ __device__ inline int64_t blockwise_tile_stride(int64_t cols) { return ((cols + 127) / 128 + 3) / 4 * 4; }
+inline int64_t blockwise_tile_scale_count(int64_t rows, int64_t cols) {
+  return (rows + 127) / 128 * blockwise_tile_stride(cols);
+}
 
 // MXFP8: blocks of 32 along each row (codes [rows, cols], E8M0 scales [rows, ceil(cols / 32)]).
 void encode_mx(const float* data, int64_t rows, int64_t cols, Fp8 format, uint8_t* codes, uint8_t* scales,

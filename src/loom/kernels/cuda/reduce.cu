@@ -18,16 +18,8 @@ __global__ void block_squares_kernel(const float* __restrict__ x, int64_t n, flo
 }
 
 __global__ void sum_partials_kernel(const float* partials, int64_t count, double* total) {
-  __shared__ double shared[kThreads];
-  double sum = 0.0;
-  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) sum += partials[i];
-  shared[threadIdx.x] = sum;
-  __syncthreads();
-  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
-    if (static_cast<int>(threadIdx.x) < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) *total = shared[0];
+  const double sum = block_sum_in_double(partials, count);
+  if (threadIdx.x == 0) *total = sum;
 }
 
 __global__ void scale_kernel(float* x, int64_t n, float factor) {
