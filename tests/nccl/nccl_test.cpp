@@ -8,9 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string>
 #include <functional>
 #include <numeric>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -77,8 +77,6 @@ class NcclCollectives : public ::testing::Test {
 
 constexpr int64_t kSizes[] = {0, 1, 7, 1021, (1 << 20) + 3};
 
-const char* op_name(ReduceOp op) { return op == ReduceOp::Sum ? "sum" : op == ReduceOp::Avg ? "avg" : "max"; }
-
 // Where a result is off: the first element that differs and how many are not finite; then the
 // same after a device-wide synchronize (if that changes them, the collective's wait was short).
 std::string describe(const Buffer& got, const std::vector<float>& want) {
@@ -113,7 +111,7 @@ TEST_F(NcclCollectives, ReductionsMatchTheSerialReference) {
         Buffer data(input(r, n));
         comms_[size_t(r)]->all_reduce(data.ptr, n, DType::F32, op);
         EXPECT_LE(kernels::cuda::testing::relative_error(data.host(), want), 1e-6)
-            << "all_reduce " << op_name(op) << " " << n << ": " << describe(data, want);
+            << "all_reduce " << reduce_op_name(op) << " " << n << ": " << describe(data, want);
         // reduce_scatter: rank r keeps block r of the sum of every rank's size() blocks.
         std::vector<float> blocks;
         for (int b = 0; b < size(); ++b) {
@@ -123,12 +121,12 @@ TEST_F(NcclCollectives, ReductionsMatchTheSerialReference) {
         Buffer send(blocks), recv(std::vector<float>(static_cast<size_t>(n), NAN));
         comms_[size_t(r)]->reduce_scatter(send.ptr, recv.ptr, n, DType::F32, op);
         EXPECT_LE(kernels::cuda::testing::relative_error(recv.host(), want), 1e-6)
-            << "reduce_scatter " << op_name(op) << " " << n << ": " << describe(recv, want);
+            << "reduce_scatter " << reduce_op_name(op) << " " << n << ": " << describe(recv, want);
         Buffer reduced(std::vector<float>(static_cast<size_t>(n), NAN)), mine(input(r, n));
         comms_[size_t(r)]->reduce(mine.ptr, reduced.ptr, n, DType::F32, op, 0);
         if (r == 0) {
           EXPECT_LE(kernels::cuda::testing::relative_error(reduced.host(), want), 1e-6)
-              << "reduce " << op_name(op) << " " << n << ": " << describe(reduced, want);
+              << "reduce " << reduce_op_name(op) << " " << n << ": " << describe(reduced, want);
         }
       });
     }
