@@ -170,21 +170,24 @@ __device__ __forceinline__ void online_softmax(float (&sc)[KT / 8][4], float (&m
       tile_max[hf] = fmaxf(tile_max[hf], x);
     }
   }
+  // Hidden scores are -inf and 2^-inf = 0, so no per-element test: only a row that has seen no
+  // key yet (maximum -inf) takes 0 as its reference, to keep -inf - -inf out.
+  float reference[2];
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const float m_new = fmaxf(m[hf], quad_max(tile_max[hf]));
-    correction[hf] = m[hf] == kNegInf ? 0.0f : exp2f(m[hf] - m_new);
+    correction[hf] = m[hf] == kNegInf ? 0.0f : mma::fast_exp2(m[hf] - m_new);
     m[hf] = m_new;
     l[hf] *= correction[hf];
+    reference[hf] = m_new == kNegInf ? 0.0f : m_new;
   }
 #pragma unroll
   for (int nt = 0; nt < KT / 8; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int hf = e / 2;
-      const float p = sc[nt][e] == kNegInf ? 0.0f : exp2f(sc[nt][e] - m[hf]);
+      const float p = mma::fast_exp2(sc[nt][e] - reference[e / 2]);
       sc[nt][e] = p;
-      l[hf] += p;
+      l[e / 2] += p;
     }
   }
 }
@@ -255,7 +258,8 @@ __device__ __forceinline__ void add_row(float* row, const float (&acc)[D / 8][4]
 }
 
 // S^T and dP^T of a warp's 16 keys (rows) against a query tile (columns) into P^T and
-// dS^T = P^T (dP^T - delta) in place; hidden pairs and rows of -inf lse get 0.
+// dS^T = P^T (dP^T - delta) in place; hidden pairs and rows of -inf lse get 0. lse_tile holds
+// each query's lse in the log2 domain (times log2 e).
 template <int QT>
 __device__ __forceinline__ void transposed_probabilities(float (&st)[QT / 8][4], float (&dpt)[QT / 8][4],
                                                          const float* lse_tile, const float* delta_tile, bool masked,
@@ -274,7 +278,7 @@ __device__ __forceinline__ void transposed_probabilities(float (&st)[QT / 8][4],
         const int64_t i = min(i0 + col, q_len - 1);
         visible = visible && key_valid[half] && qt.document(b, i) == my_doc[half] && my_pos[half] <= qt.position(b, i);
       }
-      const float p = visible ? exp2f(st[nt][e] * scale_log2 - row_lse * kLog2e) : 0.0f;
+      const float p = visible ? mma::fast_exp2(st[nt][e] * scale_log2 - row_lse) : 0.0f;
       st[nt][e] = p;
       dpt[nt][e] = p * (dpt[nt][e] - delta_tile[col]);
     }

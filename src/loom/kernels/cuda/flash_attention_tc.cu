@@ -15,8 +15,9 @@ using namespace attention_tiles;
 
 // Forward: one block per 64 queries of one head; each warp owns 16 of them (rows g and g + 8 of
 // its fragments) and streams the visible key tiles with an online softmax in the log2 domain.
+// At head_dim 64 shared memory leaves room for 4 blocks per SM: registers are capped to match.
 template <int D, int KT>
-__global__ void __launch_bounds__(kBlockThreads) forward_kernel(bf16* out, float* lse, const bf16* q, const bf16* k,
+__global__ void __launch_bounds__(kBlockThreads, D == 64 ? 4 : 2) forward_kernel(bf16* out, float* lse, const bf16* q, const bf16* k,
                                                                 const bf16* v, FlashAttentionShape s, Tokens qt,
                                                                 Tokens kt) {
   constexpr int S = kRowStride<D>;
@@ -104,7 +105,7 @@ __global__ void __launch_bounds__(kBlockThreads) backward_keys_kernel(float* dk,
     for (int r = threadIdx.x; r < QT; r += kBlockThreads) {
       const bool valid = i0 + r < s.q_len;
       const int64_t stat = (b * s.heads + h) * s.q_len + i0 + r;
-      lse_s[buffer][r] = valid ? lse[stat] : kNegInf;
+      lse_s[buffer][r] = valid ? lse[stat] * kLog2e : kNegInf;  // log2 domain
       delta_s[buffer][r] = valid ? delta[stat] : 0.0f;
     }
   };
@@ -188,7 +189,7 @@ __global__ void __launch_bounds__(kBlockThreads) backward_queries_kernel(float* 
     const int64_t i = min(i0 + row + 8 * half, s.q_len - 1), stat = (b * s.heads + h) * s.q_len + i;
     my_pos[half] = qt.position(b, i);
     my_doc[half] = qt.document(b, i);
-    row_lse[half] = valid ? lse[stat] : kNegInf;
+    row_lse[half] = valid ? lse[stat] * kLog2e : kNegInf;  // log2 domain
     row_delta[half] = valid ? delta[stat] : 0.0f;
   }
   const float scale_log2 = kLog2e / sqrtf(static_cast<float>(D));
@@ -208,7 +209,7 @@ __global__ void __launch_bounds__(kBlockThreads) backward_queries_kernel(float* 
         bool visible = row_lse[half] != kNegInf;
         if (masked)
           visible = visible && j < s.k_len && kt.document(b, j) == my_doc[half] && kt.position(b, j) <= my_pos[half];
-        const float p = visible ? exp2f(sc[nt][e] * scale_log2 - row_lse[half] * kLog2e) : 0.0f;
+        const float p = visible ? mma::fast_exp2(sc[nt][e] * scale_log2 - row_lse[half]) : 0.0f;
         sc[nt][e] = p * (dp[nt][e] - row_delta[half]);
       }
     }

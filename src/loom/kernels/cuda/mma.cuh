@@ -51,6 +51,14 @@ __device__ inline void multiply_add(float (&d)[4], const unsigned (&a)[4], unsig
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// 2^x in one special-function instruction (relative error about 2^-22; subnormal results flush to
+// 0, and 2^-inf = +0): what a softmax rounded to bf16 needs, without exp2f's range handling.
+__device__ inline float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ inline unsigned pack_bf16(float low, float high) {
   const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
   return *reinterpret_cast<const unsigned*>(&pair);
