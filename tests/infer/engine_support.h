@@ -109,6 +109,17 @@ struct Completion {
   std::string text, finish_reason;
 };
 
+// Appends a stream's pending events to its completions (by sample index).
+inline void drain_stream(RequestStream& stream, std::vector<Completion>& out) {
+  for (SampleEvent& e : stream.pop(std::chrono::milliseconds(0))) {
+    Completion& c = out[e.index];
+    c.tokens.insert(c.tokens.end(), e.tokens.begin(), e.tokens.end());
+    for (const TokenLogprobs& lp : e.logprobs) c.logprobs.push_back(lp.logprob);
+    c.text += e.text;
+    if (!e.finish_reason.empty()) c.finish_reason = e.finish_reason;
+  }
+}
+
 // Runs every request to the end by stepping the engine here; result[request][sample].
 inline std::vector<std::vector<Completion>> run_all(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
                                                     const RequestOptions& options) {
@@ -116,15 +127,7 @@ inline std::vector<std::vector<Completion>> run_all(Engine& engine, const std::v
   for (const auto& p : prompts) streams.push_back(engine.submit(p, options));
   std::vector<std::vector<Completion>> out(prompts.size(), std::vector<Completion>(options.n));
   auto drain = [&] {
-    for (size_t r = 0; r < streams.size(); ++r) {
-      for (SampleEvent& e : streams[r]->pop(std::chrono::milliseconds(0))) {
-        Completion& c = out[r][e.index];
-        c.tokens.insert(c.tokens.end(), e.tokens.begin(), e.tokens.end());
-        for (const TokenLogprobs& lp : e.logprobs) c.logprobs.push_back(lp.logprob);
-        c.text += e.text;
-        if (!e.finish_reason.empty()) c.finish_reason = e.finish_reason;
-      }
-    }
+    for (size_t r = 0; r < streams.size(); ++r) drain_stream(*streams[r], out[r]);
   };
   while (engine.step()) drain();
   drain();

@@ -28,16 +28,6 @@ Completion generate_path(model::Transformer& model, const std::vector<int32_t>& 
   return out;
 }
 
-// Collects a stream's events into completions by sample index.
-void drain(RequestStream& stream, std::vector<Completion>& out) {
-  for (SampleEvent& e : stream.pop(std::chrono::milliseconds(0))) {
-    Completion& c = out[e.index];
-    c.tokens.insert(c.tokens.end(), e.tokens.begin(), e.tokens.end());
-    for (const TokenLogprobs& lp : e.logprobs) c.logprobs.push_back(lp.logprob);
-    if (!e.finish_reason.empty()) c.finish_reason = e.finish_reason;
-  }
-}
-
 TEST(HybridEngine, EqualsTheGeneratePath) {
   const std::string ckpt = checkpoint_of("hybrid");
   std::unique_ptr<model::Transformer> model = load_model(ckpt);
@@ -84,7 +74,7 @@ TEST(HybridEngine, SequencesJoiningAndLeavingKeepTheirState) {
     bool stepped = false;
     for (int k = 0; k < times; ++k) {
       stepped = engine.step();
-      for (size_t r = 0; r < streams.size(); ++r) drain(*streams[r], got[r]);
+      for (size_t r = 0; r < streams.size(); ++r) drain_stream(*streams[r], got[r]);
     }
     return stepped;
   };
@@ -122,7 +112,7 @@ TEST(HybridEngine, CancelledSlotIsReusedWithoutItsState) {
   Engine fresh(ckpt, one_slot);
   expect_same(after[0][0], run_all(fresh, {prompts[1]}, greedy(9))[0][0], "after a cancelled sequence");
   std::vector<Completion> cancelled(1);
-  drain(*first, cancelled);
+  drain_stream(*first, cancelled);
   EXPECT_EQ(cancelled[0].finish_reason, "abort");
   EXPECT_TRUE(first->done());
   EXPECT_EQ(engine.free_state_slots(), 1);

@@ -40,9 +40,9 @@ Engine::Engine(const std::string& checkpoint_path, EngineOptions options)
   runner_ = std::make_unique<ModelRunner>(model_, options.tp, checkpoint, options.kv_cache_bytes, options.block_size,
                                           options.max_running);
   blocks_ = BlockManager(runner_->blocks(), options.block_size);
-  // Slots handed out lowest first; a Mamba state exists only where a prompt's computation
-  // stopped, so cached KV prefixes cannot be resumed from.
   for (int64_t slot = runner_->state_slots() - 1; slot >= 0; --slot) free_slots_.push_back(static_cast<int32_t>(slot));
+  // A Mamba state exists only where a prompt's computation stopped, not at every block
+  // boundary: a cached KV prefix could not be resumed from.
   if (runner_->state_slots() > 0) options_.prefix_caching = false;
   weight_version_ = version_of(checkpoint);
   metrics_.kv_blocks_total = blocks_.blocks();

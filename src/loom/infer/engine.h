@@ -52,7 +52,7 @@ class Engine {
   // Ids the sampler draws from (a padded model vocabulary's extra ids never are).
   int64_t sampled_vocab() const { return sampled_vocab_; }
   const BlockManager& blocks() const { return blocks_; }
-  // Mamba state slots (0 without Mamba-2 layers) and how many no sample holds.
+  // Mamba state slots (0 without Mamba-2 layers) and how many no sample holds (read between steps).
   int64_t state_slots() const { return runner_->state_slots(); }
   int64_t free_state_slots() const { return static_cast<int64_t>(free_slots_.size()); }
   std::string weight_version() const;
