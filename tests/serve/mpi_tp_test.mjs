@@ -4,7 +4,8 @@
 // small blocks, n = 2 forking a shared partial block), before and after /load_weights (each
 // rank loading its slice; the served digest equals `loom ckpt digest` of the checkpoint);
 // SIGTERM on rank 0 finishing a running request and ending both processes with status 0; a
-// follower killed, or stopped, making rank 0 fail rather than hang.
+// follower killed, or stopped, making rank 0 fail rather than hang; a hybrid model (Mamba-2
+// state slots) under MPI decoding as one rank.
 // Usage: node mpi_tp_test.mjs LOOM_BINARY MPIEXEC   (exit 77: no mpirun)
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -171,6 +172,26 @@ await check('a follower that stops answering makes rank 0 fail, naming it', asyn
   try { process.kill(follower, 'SIGCONT'); } catch { /* already gone */ }
   assert.notEqual(code, 0);
   assert.match(err(), /the engine failed.*timed out.*never arrived.*\b1\b/);
+});
+await check('a hybrid model (Mamba-2 state slots copied for n = 2) under MPI decodes as one rank', async () => {
+  fs.writeFileSync(path.join(dir, 'hybrid.yaml'), `run: {dir: ${dir}/hybrid}
+model: {vocab_size: 0, d_model: 32, layers: 4, layer_pattern: 'M*EM', heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: relu2, positions: rope, tied_embeddings: false, max_seq_len: 128, moe_experts: 4, moe_top_k: 2, moe_ffn_size: 24, moe_router: sigmoid, mamba: {state_size: 8, heads: 4, head_dim: 8, groups: 2, conv_kernel: 4, chunk_size: 8}}
+data: {tokenizer: byte, train_prefix: ${dir}/data/c_train, seq_len: 32}
+train: {steps: 4, global_batch: 4, micro_batch: 4}
+log: {progress: false}
+`);
+  execFileSync(loom, ['train', path.join(dir, 'hybrid.yaml')], { stdio: 'ignore' });
+  const checkpoint = path.join(dir, 'hybrid/checkpoints');
+  const one = await start(loom, ['serve', checkpoint, '--tp', '1', ...flags]);
+  const mpi = await start(mpiexec, ['--allow-run-as-root', '--oversubscribe', '-np', '2', loom, 'serve', checkpoint, '--tp', '2', ...flags]);
+  try {
+    same('hybrid mpi', await decode(mpi.base), await decode(one.base));
+  } finally {
+    one.child.kill('SIGTERM');
+    process.kill(ranksOf(mpi.child)[0], 'SIGTERM');
+  }
+  assert.equal((await within(mpi.exited, 30000, 'mpirun')).code, 0);
+  assert.equal((await within(one.exited, 30000, 'loom serve')).code, 0);
 });
 fs.rmSync(dir, { recursive: true, force: true });
 if (failures > 0) {
