@@ -6,7 +6,8 @@
 # and the flat all-reduce over the same links (parallel.dp_sites=1). A third reference: the two
 # ranks with free links (topology.simulate=false), which separates the cost of the links from
 # that of sharing two cores.
-# Usage: bench/multisite_bench.sh [steps] [latencies_ms...]
+# Usage: [BATCH=2 SEQ=64] [LOOM=build/loom] bench/multisite_bench.sh [steps] [latencies_ms...]
+#   BATCH x SEQ tokens per rank and step; LOOM given: that binary, nothing is built.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -14,20 +15,23 @@ steps="${1:-4}"
 shift || true
 latencies=("$@")
 [ ${#latencies[@]} -gt 0 ] || latencies=(1 10 21 50 100)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j2 --target loom >/dev/null
+loom="${LOOM:-build/loom}"
+if [ -z "${LOOM:-}" ]; then
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build build -j2 --target loom >/dev/null
+fi
 unset OPENBLAS_CORETYPE
-[ -f data/gpt2/corpus_train.idx ] || build/loom data prepare .cache/data/corpus --tokenizer gpt2 --output data/gpt2/corpus
+[ -f data/gpt2/corpus_train.idx ] || "$loom" data prepare .cache/data/corpus --tokenizer gpt2 --output data/gpt2/corpus
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 field() { sed -E "s/.*\"$2\":([-0-9.e+]+).*/\1/" "$1/metrics.jsonl" | tail -n +2; }
-batch=2 seq=64  # per rank
+batch="${BATCH:-2}" seq="${SEQ:-64}"  # per rank
 common=(configs/gpt2-124m.yaml train.steps="$steps" train.micro_batch=$batch data.seq_len=$seq
         train.eval_interval=0 checkpoint.interval=0 log.progress=false parallel.bucket_mb=16)
 run() {  # name, overrides...: prints tokens/s (median step after the first) and, across sites, the wait
   local name="$1"; shift
-  build/loom train "${common[@]}" run.dir="$out/$name" checkpoint.dir="$out/$name/ckpt" "$@" > "$out/$name.log" 2>&1
+  "$loom" train "${common[@]}" run.dir="$out/$name" checkpoint.dir="$out/$name/ckpt" "$@" > "$out/$name.log" 2>&1
   local step ranks
   step=$(field "$out/$name" step_time_s | median)
   ranks=$(grep -o 'runtime.ranks=[0-9]*' <<< "$*" | cut -d= -f2 || true)
