@@ -61,7 +61,7 @@ struct ModelConfig {
   int ffn_size = 1024;
   Norm norm = Norm::Rms;                          // rms | layer
   Activation activation = Activation::Swiglu;     // swiglu | gelu
-  Positions positions = Positions::Rope;          // rope | learned
+  Positions positions = Positions::Rope;          // rope | learned | none (attention without positions, as Nemotron-H's)
   bool tied_embeddings = true;
   bool bias = false;                  // biases in linear layers (GPT-2)
   int max_seq_len = 256;
