@@ -150,6 +150,13 @@ TEST(HfNemotronHImport, LogitsEqualTheModelWhoseWeightsWereWritten) {
   write_hf_dir(hf, nemotron_h_config_json(), tensors);
   EXPECT_LE(relative_difference(expected, imported_logits(hf, "ok", kTokens)), 1e-6);
 
+  // config.json as Python's json module writes infinity (a bare Infinity, not JSON) reads the same.
+  std::string text = nemotron_h_config_json().dump(2);
+  const std::string quoted = "\"Infinity\"";
+  text.replace(text.find(quoted), quoted.size(), "Infinity");
+  write_file_atomic(hf + "/config.json", text);
+  EXPECT_LE(relative_difference(expected, imported_logits(hf, "bare-infinity", kTokens)), 1e-6);
+
   // The newer spelling of the pattern reads the same.
   json listed = nemotron_h_config_json();
   listed.erase("hybrid_override_pattern");
