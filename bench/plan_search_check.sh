@@ -4,7 +4,7 @@
 # hardware), then trains a spread of them for a few steps (per layout shape — tp, sequence
 # parallelism, pp x virtual stages, dp, ZeRO stage, recompute — the micro-batch size the search
 # ranks best, at most MAX shapes, the search's pick always among them) and prints predicted and
-# measured step times and how far the pick is from the best measured.
+# measured step times (the median of steps 2-6) and how far the pick is from the best measured.
 #   usage: bench/plan_search_check.sh RANKS [MAX=16] [LOOM=build/loom] [CONFIG overrides...]
 set -euo pipefail
 RANKS=$1
@@ -36,18 +36,13 @@ echo "| search rank | layout | predicted step | measured step |"
 echo "|---:|---|---:|---:|"
 while read -r rank predicted overrides; do
   # shellcheck disable=SC2086
-  out=$("$LOOM" train "${CONFIG[@]}" $overrides "runtime.ranks=$RANKS" "train.threads=$RANKS" train.steps=4 \
+  out=$("$LOOM" train "${CONFIG[@]}" $overrides "runtime.ranks=$RANKS" "train.threads=$RANKS" train.steps=6 \
         train.eval_interval=0 checkpoint.interval=0 log.progress=false "run.dir=$WORK/run$rank" 2>&1) || {
     echo "| $rank | $overrides | failed: $(tail -1 <<<"$out") | |"; continue; }
-  tokens=$(grep -o '[0-9.]* tokens/s' <<<"$out" | tail -1 | cut -d' ' -f1)
-  measured=$(python3 - "$out" "$tokens" <<'PY'
-import re, sys
-out, tokens = sys.argv[1], float(sys.argv[2])
-dp = int(re.search(r"(\d+) data-parallel", out).group(1))
-m = re.search(r"x (\d+) micro-batches of (\d+) x (\d+) tokens", out)
-print(dp * int(m.group(1)) * int(m.group(2)) * int(m.group(3)) / tokens)
-PY
-)
+  # The median step after the first (metrics.jsonl).
+  measured=$(python3 -c 'import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print(statistics.median(r["step_time_s"] for r in rows if r["step"] > 1))' "$WORK/run$rank/metrics.jsonl")
   printf '| %s | %s | %.0f ms | %.0f ms |\n' "$rank" "$overrides" "$(python3 -c "print($predicted*1e3)")" \
     "$(python3 -c "print($measured*1e3)")"
   echo "$rank $measured" >> "$WORK/measured.txt"

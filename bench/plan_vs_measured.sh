@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Planned memory and step time (loom plan memory / time) against measured training runs on this
 # host, one row per layout. Calibrates the host first (loom bench hardware), then trains each
-# layout for a few steps and reads the run's own "memory: planned ... measured ..." line and its
-# tokens/s (steps after the first).
-#   usage: bench/plan_vs_measured.sh [LOOM=build/loom] [STEPS=4]
+# layout for a few steps and reads the run's own "memory: planned ... measured ..." line and the
+# median step time of the steps after the first (metrics.jsonl).
+#   usage: bench/plan_vs_measured.sh [LOOM=build/loom] [STEPS=8]
 # Needs data/byte/corpus (loom data prepare .cache/data/corpus --tokenizer byte --output data/byte/corpus).
 set -euo pipefail
 LOOM=${1:-build/loom}
-STEPS=${2:-4}
+STEPS=${2:-8}
 WORK=$(mktemp -d /tmp/plan-vs-measured.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 HW="$WORK/host.yaml"
@@ -49,16 +49,16 @@ for layout in "${LAYOUTS[@]}"; do
               python3 -c 'import json,sys; print(json.load(sys.stdin)["time"]["step_s"])')
   out=$("$LOOM" train "${BASE[@]}" "${extra[@]}" "run.dir=$WORK/run$i" 2>&1)
   line=$(grep '^memory: planned' <<<"$out")
-  python3 - "$layout" "$planned_s" "$line" "$out" <<'PY'
-import re, sys
-layout, planned_s, line, out = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
+  python3 - "$layout" "$planned_s" "$line" "$WORK/run$i/metrics.jsonl" <<'PY'
+import json, re, statistics, sys
+layout, planned_s, line, metrics = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
 def mib(text):
     value, unit = text.split()
     return float(value) * {"KiB": 1 / 1024, "MiB": 1, "GiB": 1024}[unit]
 planned = mib(re.search(r"planned ([\d.]+ \w+)", line).group(1))
 measured = mib(re.search(r"measured ([\d.]+ \w+)", line).group(1))
-tokens_per_s = float(re.search(r"; ([\d.]+) tokens/s", out).group(1))
-step = 8 * 128 / tokens_per_s
+steps = [json.loads(l) for l in open(metrics) if l.strip()]
+step = statistics.median(r["step_time_s"] for r in steps if r["step"] > 1)
 print(f"| {layout} | {planned:.1f} MiB | {measured:.1f} MiB | {planned / measured:.2f} | "
       f"{planned_s * 1e3:.0f} ms | {step * 1e3:.0f} ms | {planned_s / step:.2f} |")
 PY

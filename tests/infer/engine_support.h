@@ -1,6 +1,7 @@
 #pragma once
-// Shared by the inference tests: three tiny checkpoints (a Llama-style model with heterogeneous
-// layers, a GPT-2-style one, a Llama-style one with MoE layers) trained for two steps, and running requests through an engine.
+// Shared by the inference tests: four tiny checkpoints (a Llama-style model with heterogeneous
+// layers, a GPT-2-style one, a Llama-style one with MoE layers, a hybrid one with Mamba-2,
+// attention, MLP and MoE layers) trained for two steps, and running requests through an engine.
 #include <map>
 #include <memory>
 #include <string>
@@ -9,7 +10,11 @@
 #include <gtest/gtest.h>
 
 #include "../train/training_runs.h"
+#include "loom/ckpt/checkpoint.h"
+#include "loom/config/run_config.h"
 #include "loom/infer/engine.h"
+#include "loom/kernels/types.h"
+#include "loom/train/model_setup.h"
 
 namespace loom::infer::testing {
 
@@ -44,15 +49,58 @@ inline const std::string& moe_yaml() {
   return yaml;
 }
 
-// Trains each model once per test binary; returns the checkpoint root of `name` (llama | gpt2 | moe).
+// A hybrid model (Nemotron-H's alphabet): Mamba-2 mixers, attention, a squared-ReLU MLP and a
+// latent MoE; 4 Mamba heads in 2 groups split over tp 2.
+inline const std::string& hybrid_yaml() {
+  static const std::string yaml =
+      "model: {vocab_size: 0, d_model: 32, layers: 5, layer_pattern: 'M*EM-', heads: 4, kv_heads: 2, ffn_size: 48,\n"
+      "        norm: rms, activation: relu2, positions: rope, tied_embeddings: false, max_seq_len: 64,\n"
+      "        moe_experts: 4, moe_top_k: 2, moe_ffn_size: 24, moe_latent_size: 16, moe_shared_ffn_size: 16,\n"
+      "        moe_router: sigmoid,\n"
+      "        mamba: {state_size: 8, heads: 4, head_dim: 8, groups: 2, conv_kernel: 4, chunk_size: 6}}\n"
+      "optim: {lr: 3.0e-3}\n"
+      "train: {steps: 2, global_batch: 4, micro_batch: 4, seed: 11}\n";
+  return yaml;
+}
+
+// Trains each model once per test binary; returns the checkpoint root of `name` (llama | gpt2 | moe | hybrid).
 inline std::string checkpoint_of(const std::string& name) {
   static std::map<std::string, std::string> made;
   if (made.count(name) != 0) return made[name];
   static const std::string root = loom::train::testing::make_training_root("infer");
-  const std::string& model = name == "llama" ? llama_yaml() : name == "moe" ? moe_yaml() : gpt2_yaml();
+  const std::string& model = name == "llama"    ? llama_yaml()
+                             : name == "moe"    ? moe_yaml()
+                             : name == "hybrid" ? hybrid_yaml()
+                                                : gpt2_yaml();
   const std::string yaml = model + loom::train::testing::data_section(root);
   loom::train::testing::train_run(root, name, yaml, {});
   return made[name] = root + "/" + name + "/checkpoints";
+}
+
+// The log-probability of each completion token from one forward over prompt + completion (fp32 training path).
+// A checkpoint's model on one rank.
+inline std::unique_ptr<model::Transformer> load_model(const std::string& checkpoint_path) {
+  ckpt::LoadedCheckpoint checkpoint = ckpt::load_checkpoint(checkpoint_path);
+  config::RunConfig config = config::parse_config(checkpoint.config_yaml(), "manifest", {});
+  auto tokenizer = data::make_tokenizer(config.data.tokenizer);
+  auto model = std::make_unique<model::Transformer>(train::resolve_model_config(config.model, *tokenizer));
+  train::load_parameters(checkpoint, *model);
+  return model;
+}
+
+inline std::vector<float> full_forward_logprobs(const std::string& checkpoint_path, const std::vector<int32_t>& prompt,
+                                                const std::vector<int32_t>& completion) {
+  std::unique_ptr<model::Transformer> loaded = load_model(checkpoint_path);
+  model::Transformer& model = *loaded;
+  std::vector<int32_t> inputs = prompt;
+  inputs.insert(inputs.end(), completion.begin(), completion.end() - 1);
+  std::vector<float> out;
+  for (size_t j = 0; j < completion.size(); ++j) {
+    std::vector<int32_t> targets(inputs.size(), kernels::kIgnoreIndex);
+    targets[prompt.size() - 1 + j] = completion[j];
+    out.push_back(static_cast<float>(-model.forward_loss(inputs.data(), targets.data(), 1, static_cast<int64_t>(inputs.size()))));
+  }
+  return out;
 }
 
 struct Completion {
@@ -61,6 +109,17 @@ struct Completion {
   std::string text, finish_reason;
 };
 
+// Appends a stream's pending events to its completions (by sample index).
+inline void drain_stream(RequestStream& stream, std::vector<Completion>& out) {
+  for (SampleEvent& e : stream.pop(std::chrono::milliseconds(0))) {
+    Completion& c = out[e.index];
+    c.tokens.insert(c.tokens.end(), e.tokens.begin(), e.tokens.end());
+    for (const TokenLogprobs& lp : e.logprobs) c.logprobs.push_back(lp.logprob);
+    c.text += e.text;
+    if (!e.finish_reason.empty()) c.finish_reason = e.finish_reason;
+  }
+}
+
 // Runs every request to the end by stepping the engine here; result[request][sample].
 inline std::vector<std::vector<Completion>> run_all(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
                                                     const RequestOptions& options) {
@@ -68,15 +127,7 @@ inline std::vector<std::vector<Completion>> run_all(Engine& engine, const std::v
   for (const auto& p : prompts) streams.push_back(engine.submit(p, options));
   std::vector<std::vector<Completion>> out(prompts.size(), std::vector<Completion>(options.n));
   auto drain = [&] {
-    for (size_t r = 0; r < streams.size(); ++r) {
-      for (SampleEvent& e : streams[r]->pop(std::chrono::milliseconds(0))) {
-        Completion& c = out[r][e.index];
-        c.tokens.insert(c.tokens.end(), e.tokens.begin(), e.tokens.end());
-        for (const TokenLogprobs& lp : e.logprobs) c.logprobs.push_back(lp.logprob);
-        c.text += e.text;
-        if (!e.finish_reason.empty()) c.finish_reason = e.finish_reason;
-      }
-    }
+    for (size_t r = 0; r < streams.size(); ++r) drain_stream(*streams[r], out[r]);
   };
   while (engine.step()) drain();
   drain();

@@ -56,6 +56,27 @@ TEST(Hardware, ASharedHostDividesItsCores) {
   EXPECT_DOUBLE_EQ(hw.flops_per_rank(4), 0.02e12);
 }
 
+TEST(Hardware, CastAndMemoryRatesDefaultToTheBandwidthOrToFree) {
+  const Hardware plain = parse_hardware("device: {peak_tflops: 1, memory_gib: 1, memory_bandwidth_gbs: 30}\n", "hw.yaml");
+  EXPECT_DOUBLE_EQ(plain.activation_rate_per_rank(1), 10e9);            // three passes at the bandwidth
+  EXPECT_DOUBLE_EQ(plain.cast_rate_per_rank(false, 1), 30e9 / 6.0);     // fp32 in, bf16 out
+  EXPECT_DOUBLE_EQ(plain.cast_rate_per_rank(true, 1), 30e9 / 5.0);      // fp32 in, fp8 out
+  EXPECT_DOUBLE_EQ(plain.fresh_memory_seconds(1e9, 1), 0.0);
+  const Hardware measured = parse_hardware(R"(
+device: {peak_tflops: 1, memory_gib: 1, shared: true, cores: 2, activation_gbs: 4, bf16_cast_gelems: 2,
+         fp8_cast_gelems: 0.5, fresh_memory_gbs: 8}
+)",
+                                           "hw.yaml");
+  EXPECT_DOUBLE_EQ(measured.activation_rate_per_rank(1), 4e9);
+  EXPECT_DOUBLE_EQ(measured.cast_rate_per_rank(false, 1), 2e9);
+  EXPECT_DOUBLE_EQ(measured.cast_rate_per_rank(true, 4), 0.25e9);  // four ranks on two cores
+  EXPECT_DOUBLE_EQ(measured.fresh_memory_seconds(8e9, 1), 1.0);
+  EXPECT_NE(error_of("device: {peak_tflops: 1, memory_gib: 1, fresh_memory_gbs: -1}")
+                .find("'device.fresh_memory_gbs' must be in [0, 1e+09] (got -1)"),
+            std::string::npos)
+      << error_of("device: {peak_tflops: 1, memory_gib: 1, fresh_memory_gbs: -1}");
+}
+
 TEST(Hardware, BadFilesNameTheFileTheKeyAndWhatIsValid) {
   EXPECT_NE(error_of("device: {peak_tflop: 1, memory_gib: 1}").find(
                 "hw.yaml: hardware key 'device.peak_tflop' is not known; valid keys of device: name, peak_tflops"),

@@ -45,8 +45,16 @@ TEST(MemoryPlan, ZeroOneShardsMasterAndMoments) {
   EXPECT_EQ(s.state.gradients, 4 * kTiny);
   EXPECT_EQ(s.state.master_weights, 4 * shard);  // loom keeps an fp32 master of its shard
   EXPECT_EQ(s.state.optimizer_moments, 8 * shard);
-  // Two slots of (dp + 1) shards of a 16 MiB bucket (4 Mi floats), fp32 on the wire.
-  EXPECT_EQ(s.state.communication_buffers, 2 * 3 * (4194304 / 2) * 4);
+  // Two slots of (dp + 1) shards of the largest bucket, fp32 on the wire. A bucket closes at the
+  // first parameter that takes it to 16 MiB (4 Mi floats), so it holds at most one parameter
+  // (the largest: the fused gate/up projection, 1408 x 256) more.
+  const int64_t largest = 1408 * 256, slot = 2 * 3 * 4 / 2;
+  EXPECT_GE(s.state.communication_buffers, slot * 4194304);
+  EXPECT_LT(s.state.communication_buffers, slot * (4194304 + largest));
+  // Buckets of 1 MiB: each parameter past the size gets one to itself, which sizes the slots.
+  const StageMemory small = plan_memory(tiny({"parallel.zero=1", "parallel.bucket_mb=1"}), {.tp = 1, .dp = 2, .pp = 1}).stages[0];
+  EXPECT_GE(small.state.communication_buffers, slot * largest);
+  EXPECT_LT(small.state.communication_buffers, slot * (262144 + largest));
 }
 
 TEST(MemoryPlan, MixedPrecisionAdamIsEighteenBytesAndSixPlusTwelveOverD) {

@@ -58,6 +58,78 @@ TEST(TimePlan, DataParallelCommunicationIsTheGradientAllReduce) {
   EXPECT_NEAR(t.dp_comm, all_reduce_seconds(bytes, 2, Link{1e9, 1e-6}), 1e-12);
 }
 
+// The tiny model's linears per layer as (rows out, columns in): the fused q/k/v projection
+// (8 heads of 32, 4 kv heads), the output projection, the fused gate/up and the down projection.
+const std::vector<std::pair<double, double>> kTinyLinears = {{256 + 2 * 128, 256}, {256, 256}, {2 * 704, 256}, {256, 704}};
+
+// bf16 on every linear, at 1 G elements/s and an unlimited bandwidth: each linear's copies and casts
+// of its operands (input and weight twice, output gradient once) and of its three outputs.
+TEST(TimePlan, PrecisionCastsEveryLinearOperandAndOutput) {
+  Hardware hw = device();
+  hw.bf16_cast_rate = 1e9;
+  hw.fp8_cast_rate = 0.25e9;
+  const config::RunConfig fp32 = tiny({});
+  EXPECT_EQ(plan_time(fp32, plan_memory(fp32, {.tp = 1, .dp = 1, .pp = 1}), hw).casts, 0.0);
+  const config::RunConfig bf16 = tiny({"precision.recipe=bf16"});
+  const TimeBreakdown b = plan_time(bf16, plan_memory(bf16, {.tp = 1, .dp = 1, .pp = 1}), hw);
+  const double n = 4 * 128;  // rows of a micro-batch
+  double elements = 0.0, added = 0.0;  // cast or rounded; added into fp32 gradients (12 bytes each)
+  auto linear = [&](double out, double in) {
+    added += n * in + out * in;
+    return n * (2 * in + out) + 2 * out * in + n * (out + in) + out * in;
+  };
+  for (int layer = 0; layer < 6; ++layer) {
+    for (const auto& [out, in] : kTinyLinears) elements += linear(out, in);
+  }
+  elements += linear(256, 256);  // the head (256 byte tokens)
+  EXPECT_NEAR(b.casts, 2 * (elements / 1e9 + 12 * added / hw.memory_bandwidth), 1e-12);  // two micro-batches
+  EXPECT_NEAR(b.step, b.compute + b.casts + b.optimizer, 1e-12);
+  // FP8 keeps the first and last block and the head in bf16; the four middle blocks cast at the FP8
+  // rate (inputs, weights and output gradients; outputs are rounded to bf16).
+  const config::RunConfig fp8 = tiny({"precision.recipe=fp8_delayed"});
+  const TimeBreakdown f = plan_time(fp8, plan_memory(fp8, {.tp = 1, .dp = 1, .pp = 1}), hw);
+  double middle_casts = 0.0;
+  for (const auto& [out, in] : kTinyLinears) middle_casts += 4 * (n * (2 * in + out) + 2 * out * in);
+  EXPECT_NEAR(f.casts, b.casts + 2 * (middle_casts / 0.25e9 - middle_casts / 1e9), 1e-12);
+}
+
+// Memory handed back between uses: ZeRO-2's gradients (4 bytes a parameter per micro-batch),
+// ZeRO-3's parameters after forward and backward and its gradients (12 bytes), compact
+// parameters widened twice (8 bytes, plus reading 2 and writing 4 bytes twice at the bandwidth).
+TEST(TimePlan, HandedBackMemoryCostsItsFaults) {
+  Hardware hw = device();
+  hw.fresh_memory_bandwidth = 1e9;
+  hw.memory_bandwidth = 4e9;
+  auto memory_s = [&](const std::vector<std::string>& overrides, int dp) {
+    const config::RunConfig c = tiny(overrides);
+    const MemoryPlan m = plan_memory(c, {.tp = 1, .dp = dp, .pp = 1});
+    return std::pair{plan_time(c, m, hw).memory, static_cast<double>(m.stages[0].parameter_count)};
+  };
+  EXPECT_EQ(memory_s({"parallel.zero=1"}, 2).first, 0.0);
+  const auto [zero2, params] = memory_s({"parallel.zero=2"}, 2);  // one micro-batch per rank
+  EXPECT_NEAR(zero2, 4 * params / 1e9, 1e-12);
+  EXPECT_NEAR(memory_s({"parallel.zero=3"}, 2).first, 12 * params / 1e9, 1e-12);
+  EXPECT_EQ(memory_s({"parallel.zero=2"}, 1).first, 0.0);  // one rank: nothing is sharded
+  EXPECT_NEAR(memory_s({"precision.recipe=bf16", "precision.param_dtype=compute"}, 1).first,
+              2 * (8 * params / 1e9 + 12 * params / 4e9), 1e-12);  // two micro-batches
+}
+
+// Four ranks on a host of two cores: a pipeline of two stages on two data-parallel ranks keeps
+// both cores busy, so the step is all the work over two cores, not each rank's schedule at half
+// a core (which would count the bubble twice).
+TEST(TimePlan, RanksSharingCoresTakeTurns) {
+  Hardware hw = device();
+  hw.shared = true;
+  hw.cores = 2;
+  const config::RunConfig pp = tiny({"parallel.pp=2", "train.micro_batch=2"});
+  const TimeBreakdown two = plan_time(pp, plan_memory(pp, {.tp = 1, .dp = 1, .pp = 2}), hw);
+  EXPECT_EQ(two.core_wait, 0.0);
+  const TimeBreakdown four = plan_time(pp, plan_memory(pp, {.tp = 1, .dp = 2, .pp = 2}), hw);
+  const double busy = four.compute + four.casts + four.memory + four.tp_comm + four.pp_comm;
+  EXPECT_GT(four.core_wait, 0.0);
+  EXPECT_NEAR(busy + four.bubble + four.core_wait, 2 * busy, 1e-12);
+}
+
 TEST(Search, RanksOnlyLayoutsTheRulesAcceptAndThatFit) {
   int checked = 0;
   const LayoutCheck check = [&](const config::RunConfig& c, int devices) {

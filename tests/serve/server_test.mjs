@@ -2,7 +2,8 @@
 // streaming (usage chunk, [DONE]), n > 1, log-probabilities and token ids; malformed requests
 // answered with OpenAI error objects while the server keeps serving; a bounded queue (429); a
 // client that leaves frees its KV blocks; a load of concurrent streams leaks nothing; new weights
-// between steps; SIGTERM finishing the running request. One small server for all of it.
+// between steps; SIGTERM finishing the running request. One small server for all of it, and one
+// for a hybrid model with Mamba-2 layers.
 // Usage: node server_test.mjs LOOM_BINARY NPM_DIR   (exit 77: the npm clients are not installed)
 import { spawn, execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
@@ -35,8 +36,8 @@ train: {steps: 2, global_batch: 4, micro_batch: 4}
 execFileSync(loom, ['train', path.join(dir, 'run.yaml')]);
 const checkpoint = path.join(dir, 'run/checkpoints');
 
-function startServer(extra = []) {
-  const child = spawn(loom, ['serve', checkpoint, '--port', '0', '--max-queue', '4', '--max-running', '4', '--block-size', '8', ...extra],
+function startServer(extra = [], served = checkpoint) {
+  const child = spawn(loom, ['serve', served, '--port', '0', '--max-queue', '4', '--max-running', '4', '--block-size', '8', ...extra],
                       { stdio: ['ignore', 'pipe', 'inherit'] });
   return new Promise((resolve, reject) => {
     let out = '';
@@ -267,6 +268,50 @@ await check('SIGTERM finishes the running request, then the server exits', async
 });
 
 if (child.exitCode === null) child.kill('SIGKILL');
+
+// A hybrid model (Mamba-2, attention, MLP and MoE layers) served with its Mamba state pool.
+fs.writeFileSync(path.join(dir, 'hybrid.yaml'), `run: {dir: ${dir}/hybrid}
+model: {vocab_size: 0, d_model: 32, layers: 4, layer_pattern: 'M*EM', heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: relu2, positions: rope, tied_embeddings: false, max_seq_len: 128, moe_experts: 4, moe_top_k: 2, moe_ffn_size: 24, moe_router: sigmoid, mamba: {state_size: 8, heads: 4, head_dim: 8, groups: 2, conv_kernel: 4, chunk_size: 8}}
+data: {tokenizer: byte, train_prefix: ${dir}/data/c_train, seq_len: 32}
+train: {steps: 2, global_batch: 4, micro_batch: 4}
+`);
+execFileSync(loom, ['train', path.join(dir, 'hybrid.yaml')]);
+const hybridCheckpoint = path.join(dir, 'hybrid/checkpoints');
+const hybrid = await startServer([], hybridCheckpoint);
+await check('a hybrid model: n = 2 greedy samples equal `loom generate`, streaming too; state slots freed', async () => {
+  const hybridClient = new OpenAI({ baseURL: `${hybrid.base}/v1`, apiKey: 'none', maxRetries: 0 });
+  const prompt = 'It is a truth';
+  const c = await hybridClient.completions.create({ model: 'loom', prompt, max_tokens: 16, temperature: 0, n: 2,
+                                                    logprobs: 1, return_token_ids: true });
+  assert.equal(c.choices.length, 2);
+  assert.deepEqual(c.choices[1].token_ids, c.choices[0].token_ids);
+  assert.deepEqual(c.choices[1].logprobs.token_logprobs, c.choices[0].logprobs.token_logprobs);
+  // The byte tokenizer: ids are the bytes `loom generate` prints after the prompt (its end of text, 0, ends both).
+  const ids = c.choices[0].token_ids.filter((id) => id !== 0);
+  assert.ok(ids.length >= 8, `only ${ids.length} tokens before the end of text`);
+  const generated = execFileSync(loom, ['generate', hybridCheckpoint, '--prompt', prompt, '--max-tokens', '16', '--temperature', '0']);
+  assert.deepEqual([...generated.subarray(prompt.length, generated.length - 1)], ids);
+  const stream = await hybridClient.completions.create({ model: 'loom', prompt, max_tokens: 16, temperature: 0, stream: true,
+                                                         return_token_ids: true });
+  const streamed = [];
+  for await (const chunk of stream) for (const ch of chunk.choices) streamed.push(...(ch.token_ids ?? []));
+  assert.deepEqual(streamed, c.choices[0].token_ids);
+  const gauges = async () => {
+    const text = await (await fetch(`${hybrid.base}/metrics`)).text();
+    return (name) => Number(text.match(new RegExp(`^${name} (\\S+)$`, 'm'))[1]);
+  };
+  let value = await gauges();
+  assert.equal(value('loom_mamba_state_slots_total'), 4);
+  assert.ok(value('loom_mamba_state_pool_bytes') > 0);
+  for (let i = 0; i < 100 && value('loom_mamba_state_slots_in_use') + value('loom_kv_blocks_in_use') !== 0; ++i) {
+    await new Promise((r) => setTimeout(r, 50));
+    value = await gauges();
+  }
+  assert.equal(value('loom_mamba_state_slots_in_use'), 0);
+  assert.equal(value('loom_kv_blocks_in_use'), 0);
+});
+hybrid.child.kill('SIGKILL');
+
 fs.rmSync(dir, { recursive: true, force: true });
 console.log(failures === 0 ? 'all server checks passed' : `${failures} server checks failed`);
 process.exit(failures === 0 ? 0 : 1);

@@ -25,12 +25,12 @@ void register_serve(CLI::App& app, std::vector<Command>& commands) {
   cmd->add_option("--max-queue", args->server.max_queue, "requests waiting for the engine before 429")->check(positive());
   cmd->add_option("--model-name", args->server.model_name, "the model id clients send (and /v1/models lists)");
   cmd->add_option("--tp", args->engine.tp, "tensor-parallel ranks (threads)")->check(positive());
-  cmd->add_option("--kv-cache-mb", args->kv_cache_mb, "KV cache memory per rank, MiB")->check(positive());
+  cmd->add_option("--kv-cache-mb", args->kv_cache_mb, "cache memory per rank, MiB (a hybrid model's Mamba state pool, then KV blocks)")->check(positive());
   cmd->add_option("--block-size", args->engine.block_size, "positions per KV cache block")->check(positive());
   cmd->add_option("--max-batch-tokens", args->engine.max_batch_tokens,
                   "tokens in one step's forward (decode tokens + prompt chunks)")->check(positive());
-  cmd->add_option("--max-running", args->engine.max_running, "samples generated at once")->check(positive());
-  cmd->add_flag("!--no-prefix-caching", args->engine.prefix_caching, "do not reuse KV blocks of shared prompt prefixes");
+  cmd->add_option("--max-running", args->engine.max_running, "samples generated at once (a hybrid model's Mamba state slots)")->check(positive());
+  cmd->add_flag("!--no-prefix-caching", args->engine.prefix_caching, "do not reuse KV blocks of shared prompt prefixes (always off for hybrid models)");
   commands.push_back({cmd, [args] {
                         args->engine.kv_cache_bytes = args->kv_cache_mb << 20;
                         infer::Engine engine(args->checkpoint, args->engine);

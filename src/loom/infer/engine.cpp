@@ -37,10 +37,17 @@ Engine::Engine(const std::string& checkpoint_path, EngineOptions options)
                  "' needs; this checkpoint cannot serve with that tokenizer");
   model_ = train::resolve_model_config(config.model, *tokenizer_);
   sampled_vocab_ = std::min<int64_t>(model_.vocab_size, tokenizer_->vocab_size());
-  runner_ = std::make_unique<ModelRunner>(model_, options.tp, checkpoint, options.kv_cache_bytes, options.block_size);
+  runner_ = std::make_unique<ModelRunner>(model_, options.tp, checkpoint, options.kv_cache_bytes, options.block_size,
+                                          options.max_running);
   blocks_ = BlockManager(runner_->blocks(), options.block_size);
+  for (int64_t slot = runner_->state_slots() - 1; slot >= 0; --slot) free_slots_.push_back(static_cast<int32_t>(slot));
+  // A Mamba state exists only where a prompt's computation stopped, not at every block
+  // boundary: a cached KV prefix could not be resumed from.
+  if (runner_->state_slots() > 0) options_.prefix_caching = false;
   weight_version_ = version_of(checkpoint);
   metrics_.kv_blocks_total = blocks_.blocks();
+  metrics_.state_slots_total = runner_->state_slots();
+  metrics_.state_pool_bytes = runner_->state_pool_bytes();
 }
 
 Engine::~Engine() = default;
@@ -235,6 +242,7 @@ void Engine::admit() {
     if (running_samples_ + r.options.n > options_.max_running) break;
     if (need > blocks_.free_blocks() - outstanding_reserve()) break;
     running_samples_ += r.options.n;
+    r.samples.front()->slot = take_slot();
     metrics_.prompt_tokens += static_cast<int64_t>(r.stream->prompt().size());
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
@@ -246,8 +254,20 @@ void Engine::finish(Sample& sample, const std::string& reason) {
   sample.finished = true;
   blocks_.release_all(sample.table);
   sample.table.clear();
+  if (sample.slot >= 0) free_slots_.push_back(sample.slot);
+  sample.slot = -1;
   running_samples_--;
   if (reason == "abort") sample.request->stream->push({.index = sample.index, .finish_reason = reason});
+}
+
+// A state slot for a sample of a hybrid model (-1 otherwise). Admission keeps running samples
+// within max_running, the pool's size, so one is always free.
+int32_t Engine::take_slot() {
+  if (runner_->state_slots() == 0) return -1;
+  LOOM_CHECK(!free_slots_.empty(), "no Mamba state slot is free (more samples running than --max-running)");
+  const int32_t slot = free_slots_.back();
+  free_slots_.pop_back();
+  return slot;
 }
 
 void Engine::drop_finished() {

@@ -5,7 +5,12 @@
 // prompts filling the step's token budget (chunked prefill, so a long prompt never stalls the
 // decoding ones). The n samples of a prompt share its blocks (reference counted; the partial
 // last block copied per sample), and full prompt blocks are cached by prefix hash for later
-// prompts. New weights are loaded between steps. One thread drives steps (run() or step()).
+// prompts. A hybrid model's Mamba-2 layers keep their recurrent state in a fixed pool of
+// max_running slots (counted in the cache budget): a sample holds one from admission (or its
+// fork) to its end, its first position starts it from zero, and the n samples of a prompt copy
+// the prompt's final state; prefix caching is off for them (a state exists only at the end of
+// what was computed, not at every block boundary). New weights are loaded between steps. One
+// thread drives steps (run() or step()).
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -31,8 +36,8 @@ struct EngineOptions {
   int64_t kv_cache_bytes = 64ll << 20;  // per rank
   int64_t block_size = 16;              // positions per KV block
   int64_t max_batch_tokens = 256;       // rows of one step's forward (decode tokens + prefill chunks)
-  int64_t max_running = 64;             // samples decoding at once
-  bool prefix_caching = true;
+  int64_t max_running = 64;             // samples decoding at once (= Mamba state slots of a hybrid model)
+  bool prefix_caching = true;           // off for hybrid models
 };
 
 class Engine {
@@ -47,6 +52,9 @@ class Engine {
   // Ids the sampler draws from (a padded model vocabulary's extra ids never are).
   int64_t sampled_vocab() const { return sampled_vocab_; }
   const BlockManager& blocks() const { return blocks_; }
+  // Mamba state slots (0 without Mamba-2 layers) and how many no sample holds (read between steps).
+  int64_t state_slots() const { return runner_->state_slots(); }
+  int64_t free_state_slots() const { return static_cast<int64_t>(free_slots_.size()); }
   std::string weight_version() const;
 
   // Queues a request (thread-safe). A prompt that cannot fit (context or KV cache) or bad
@@ -82,6 +90,7 @@ class Engine {
     std::vector<int32_t> tokens;  // prompt + sampled
     int64_t computed = 0;         // positions whose keys/values are in the cache
     std::vector<int32_t> table;   // block table
+    int32_t slot = -1;            // Mamba state slot (hybrid models)
     int64_t generated = 0;
     std::unique_ptr<TextOutput> text;
     bool finished = false;
@@ -109,6 +118,7 @@ class Engine {
   void publish_prefix(Sample& sample);
   void reuse_prefix(Sample& sample);
   void finish(Sample& sample, const std::string& reason);
+  int32_t take_slot();
   void drop_finished();
   int64_t outstanding_reserve() const;
 
@@ -118,6 +128,7 @@ class Engine {
   int64_t sampled_vocab_ = 0;
   std::unique_ptr<ModelRunner> runner_;
   BlockManager blocks_;
+  std::vector<int32_t> free_slots_;  // Mamba state slots no sample holds (engine thread only)
   EngineMetrics metrics_;
 
   mutable std::mutex mutex_;  // guards waiting_, pending load and digest, stop flags, weight_version_

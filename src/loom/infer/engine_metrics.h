@@ -30,6 +30,8 @@ struct EngineMetrics {
   std::atomic<int64_t> requests{0}, requests_finished{0}, prompt_tokens{0}, generation_tokens{0};
   std::atomic<int64_t> cached_prompt_tokens{0}, steps{0};
   std::atomic<int64_t> kv_blocks_in_use{0}, kv_blocks_total{0};  // gauges, set by the engine thread
+  // Mamba state pool of a hybrid model (0 otherwise): slots held, slots, bytes per rank.
+  std::atomic<int64_t> state_slots_in_use{0}, state_slots_total{0}, state_pool_bytes{0};
   Histogram time_to_first_token{{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
   Histogram inter_token_latency{{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
 };

@@ -12,6 +12,7 @@ bool Engine::step() {
   drop_finished();
   admit();
   metrics_.kv_blocks_in_use = blocks_.used_blocks();
+  metrics_.state_slots_in_use = runner_->state_slots() - static_cast<int64_t>(free_slots_.size());
   model::PagedBatch batch;
   std::vector<Sample*> stepped;
   std::vector<int64_t> taken;
@@ -26,6 +27,7 @@ bool Engine::step() {
   after_forward(logits, sampled, taken, stepped);
   drop_finished();
   metrics_.kv_blocks_in_use = blocks_.used_blocks();
+  metrics_.state_slots_in_use = runner_->state_slots() - static_cast<int64_t>(free_slots_.size());
   return true;
 }
 
@@ -66,6 +68,7 @@ bool Engine::build_batch(model::PagedBatch& batch, std::vector<Sample*>& stepped
   for (size_t i = 0; i < stepped.size(); ++i) {
     Sample& s = *stepped[i];
     std::copy(s.table.begin(), s.table.end(), batch.block_tables.begin() + i * width);
+    batch.state_slots.push_back(s.slot);
     for (int64_t p = s.computed; p < s.computed + taken[i]; ++p) {
       batch.tokens.push_back(s.tokens[p]);
       batch.positions.push_back(static_cast<int32_t>(p));
@@ -114,6 +117,9 @@ void Engine::fork(Sample& parent) {
       child->table.back() = blocks_.allocate();
       runner_->copy_block(parent.table.back(), child->table.back());
     }
+    // Mamba layers: the prompt's final state, from which each sample goes on on its own.
+    child->slot = take_slot();
+    if (child->slot >= 0) runner_->copy_state_slot(parent.slot, child->slot);
     r.samples.push_back(std::move(child));
   }
 }

@@ -14,9 +14,16 @@
 namespace loom::infer {
 
 namespace {
-int64_t blocks_for(const model::Transformer& model, int64_t bytes, int64_t block_size) {
+// Whole KV blocks in what the Mamba state pool leaves of the budget.
+int64_t blocks_for(const model::Transformer& model, int64_t bytes, int64_t block_size, int64_t state_slots) {
   const int64_t per_block = std::max<int64_t>(model.paged_block_bytes(block_size), 1);
-  return std::max<int64_t>(bytes / per_block, 1);
+  const int64_t pool = state_slots * model.paged_state_slot_bytes();
+  LOOM_CHECK(pool == 0 || pool + per_block <= bytes,
+             "the KV cache budget (" + std::to_string(bytes >> 20) + " MiB per rank, --kv-cache-mb) is smaller than the " +
+                 "Mamba state pool of this hybrid model (" + std::to_string(state_slots) + " slots, one per running " +
+                 "sequence (--max-running), of " + std::to_string(model.paged_state_slot_bytes()) + " bytes = " +
+                 std::to_string(pool) + " bytes) plus one KV block: raise --kv-cache-mb or lower --max-running");
+  return std::max<int64_t>((bytes - pool) / per_block, 1);
 }
 void copy_cache_block(model::PagedKVCache& cache, int32_t from, int32_t to) {
   for (model::PagedLayerCache& layer : cache.layers) {
@@ -26,24 +33,37 @@ void copy_cache_block(model::PagedKVCache& cache, int32_t from, int32_t to) {
     std::memcpy(layer.values.data() + to * n, layer.values.data() + from * n, n * sizeof(float));
   }
 }
+void copy_slot(model::PagedKVCache& cache, int32_t from, int32_t to) {
+  for (model::PagedLayerCache& layer : cache.layers) {
+    if (layer.state_width == 0) continue;
+    const int64_t w = layer.window_width, n = layer.state_width;
+    std::memcpy(layer.windows.data() + to * w, layer.windows.data() + from * w, w * sizeof(float));
+    std::memcpy(layer.states.data() + to * n, layer.states.data() + from * n, n * sizeof(float));
+  }
+}
 }  // namespace
 
 ModelRunner::ModelRunner(const config::ModelConfig& model, int tp, const ckpt::LoadedCheckpoint& checkpoint,
-                         int64_t kv_cache_bytes, int64_t block_size)
+                         int64_t kv_cache_bytes, int64_t block_size, int64_t state_slots)
     : tp_(tp) {
   LOOM_CHECK(tp >= 1, "tensor-parallel ranks must be >= 1, got " + std::to_string(tp));
   auto setup = [&](Rank& rank) {
     train::load_parameters(checkpoint, rank.model);
-    const int64_t blocks = blocks_for(rank.model, kv_cache_bytes, block_size);
-    rank.cache = rank.model.make_paged_cache(blocks, block_size);
+    const int64_t blocks = blocks_for(rank.model, kv_cache_bytes, block_size, state_slots);
+    rank.cache = rank.model.make_paged_cache(blocks, block_size, state_slots);
+  };
+  auto sizes = [this](const Rank& rank) {
+    blocks_ = rank.cache.blocks;
+    state_slots_ = rank.cache.state_slots;
+    state_pool_bytes_ = state_slots_ * rank.model.paged_state_slot_bytes();
   };
   if (tp == 1) {
     single_ = std::make_unique<Rank>(model, model::TensorParallel());
     setup(*single_);
-    blocks_ = single_->cache.blocks;
+    sizes(*single_);
     return;
   }
-  launcher_ = std::thread([this, model, tp, setup] {
+  launcher_ = std::thread([this, model, tp, setup, sizes] {
     comm::LaunchOptions options;
     options.backend = "threads";
     options.ranks = tp;
@@ -60,7 +80,7 @@ ModelRunner::ModelRunner(const config::ModelConfig& model, int tp, const ckpt::L
         {
           std::lock_guard lock(mutex_);
           if (error && !failure_) failure_ = error;
-          if (rank && world.rank() == 0) blocks_ = rank->cache.blocks;
+          if (rank && world.rank() == 0) sizes(*rank);
           ++ready_;
         }
         changed_.notify_all();
@@ -142,6 +162,10 @@ const float* ModelRunner::forward(const model::PagedBatch& batch) {
 
 void ModelRunner::copy_block(int32_t from, int32_t to) {
   run([&](Rank& rank) { copy_cache_block(rank.cache, from, to); });
+}
+
+void ModelRunner::copy_state_slot(int32_t from, int32_t to) {
+  run([&](Rank& rank) { copy_slot(rank.cache, from, to); });
 }
 
 void ModelRunner::load(const ckpt::LoadedCheckpoint& checkpoint) {

@@ -20,20 +20,26 @@ namespace loom::infer {
 
 class ModelRunner {
  public:
-  // Builds the ranks and loads `checkpoint` into them; each rank's KV cache gets
-  // `kv_cache_bytes` (whole blocks of `block_size` positions, at least one).
+  // Builds the ranks and loads `checkpoint` into them; each rank's cache gets `kv_cache_bytes`:
+  // a hybrid model's pool of `state_slots` Mamba state slots first, the rest whole KV blocks of
+  // `block_size` positions (at least one; an Error when the state pool leaves no room for one).
   ModelRunner(const config::ModelConfig& model, int tp, const ckpt::LoadedCheckpoint& checkpoint,
-              int64_t kv_cache_bytes, int64_t block_size);
+              int64_t kv_cache_bytes, int64_t block_size, int64_t state_slots);
   ~ModelRunner();
   ModelRunner(const ModelRunner&) = delete;
   ModelRunner& operator=(const ModelRunner&) = delete;
 
   int64_t blocks() const { return blocks_; }
+  // Mamba state slots and the bytes their pool takes per rank (0 without Mamba-2 layers).
+  int64_t state_slots() const { return state_slots_; }
+  int64_t state_pool_bytes() const { return state_pool_bytes_; }
   int tp() const { return tp_; }
   // Logits [batch.logit_rows, vocab] of one batched step (valid until the next call).
   const float* forward(const model::PagedBatch& batch);
   // Copies block `from`'s keys and values into block `to` (a sample's own copy of a shared partial block).
   void copy_block(int32_t from, int32_t to);
+  // Copies state slot `from` into `to` (a sample continuing from its prompt's final Mamba state).
+  void copy_state_slot(int32_t from, int32_t to);
   // New weights, every rank its slice (the model's config must match).
   void load(const ckpt::LoadedCheckpoint& checkpoint);
   // ckpt::parameter_digest of the weights the ranks hold together (each parameter once).
@@ -51,7 +57,7 @@ class ModelRunner {
   void rank_loop(Rank& rank);
 
   int tp_;
-  int64_t blocks_ = 0;
+  int64_t blocks_ = 0, state_slots_ = 0, state_pool_bytes_ = 0;
   const float* logits_ = nullptr;
   std::unique_ptr<Rank> single_;  // tp = 1: runs inline
   // tp > 1: the rank threads and the job they share.

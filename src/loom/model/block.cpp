@@ -124,6 +124,10 @@ void Block::forward_paged(float* x, const PagedBatch& batch, PagedLayerCache& ca
     norm1_->forward(scratch.norm1, x, rows);
     attention_->forward_paged(x, scratch.norm1.out.data(), batch, cache, block_size, scratch.attention, tp_scratch);
   }
+  if (mamba_) {
+    norm1_->forward(scratch.norm1, x, rows);
+    mamba_->forward_paged(x, scratch.norm1.out.data(), batch, cache, scratch.mamba, tp_scratch);
+  }
   if (mlp_) {
     norm2_->forward(scratch.norm2, x, rows);
     mlp_->forward(scratch.mlp, x, scratch.norm2.out.data(), rows, tp_scratch);

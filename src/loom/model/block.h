@@ -38,11 +38,14 @@ class Block {
   void decode(float* x, int64_t rows, int64_t past, KVCache& cache, Saved& scratch, ParallelScratch& tp_scratch,
               int64_t max_positions) const;
   // A paged batch step (see paged.h); x [rows, d_model] is updated in place. `cache` is unused
-  // by a layer without attention.
+  // by a layer without attention or Mamba-2 mixer.
   void forward_paged(float* x, const PagedBatch& batch, PagedLayerCache& cache, int64_t block_size, Saved& scratch,
                      ParallelScratch& tp_scratch) const;
   // This rank's key (= value) width of the layer's cache rows, 0 without attention.
   int64_t local_kv_width() const { return attention_ ? attention_->local_kv_width() : 0; }
+  // This rank's floats of one sequence's Mamba convolution window and scan state, 0 without a mixer.
+  int64_t local_window_width() const { return mamba_ ? mamba_->window_width() : 0; }
+  int64_t local_state_width() const { return mamba_ ? mamba_->state_width() : 0; }
   // Precision recipe of the layer's linear GEMMs (linear_precision.h); fp32 unless called.
   void set_precision(PrecisionContext& context, Recipe recipe);
   // Context parallelism's attention over the group (context_attention.h); null: none.

@@ -1,6 +1,8 @@
 #include "loom/model/mamba2_mixer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "loom/config/hybrid_config.h"
 #include "loom/core/error.h"
@@ -116,12 +118,39 @@ void Mamba2Mixer::backward(float* d_normed, const float* d_residual, const float
 
 void Mamba2Mixer::decode(float* residual, const float* normed, int64_t rows, MambaCache& cache, Saved& scratch,
                          ParallelScratch& tp_scratch) const {
+  if (cache.state.size() == 0) {
+    zeroed(cache.window, window_width());
+    zeroed(cache.state, state_width());
+  }
+  const std::vector<float*> windows(rows, cache.window.data()), states(rows, cache.state.data());
+  step_rows(residual, normed, rows, windows, states, scratch, tp_scratch);
+}
+
+void Mamba2Mixer::forward_paged(float* residual, const float* normed, const PagedBatch& batch, PagedLayerCache& cache,
+                                Saved& scratch, ParallelScratch& tp_scratch) const {
+  const int64_t rows = batch.rows(), slots = static_cast<int64_t>(cache.windows.size()) / std::max<int64_t>(window_width(), 1);
+  std::vector<float*> windows(rows), states(rows);
+  for (int64_t t = 0; t < rows; ++t) {
+    const int64_t entry = batch.sequences[t];
+    LOOM_CHECK(entry >= 0 && entry < static_cast<int64_t>(batch.state_slots.size()),
+               "a paged step's row " + std::to_string(t) + " names no Mamba state slot");
+    const int64_t slot = batch.state_slots[entry];
+    LOOM_CHECK(slot >= 0 && slot < slots, "Mamba state slot " + std::to_string(slot) + " is outside the pool of " +
+                                              std::to_string(slots));
+    windows[t] = cache.windows.data() + slot * window_width();
+    states[t] = cache.states.data() + slot * state_width();
+    if (batch.positions[t] == 0) {  // a sequence's first position starts from a zero state
+      allocator(device_).zero(windows[t], static_cast<size_t>(window_width()) * sizeof(float));
+      allocator(device_).zero(states[t], static_cast<size_t>(state_width()) * sizeof(float));
+    }
+  }
+  step_rows(residual, normed, rows, windows, states, scratch, tp_scratch);
+}
+
+void Mamba2Mixer::step_rows(float* residual, const float* normed, int64_t rows, std::span<float* const> windows,
+                            std::span<float* const> states, Saved& scratch, ParallelScratch& tp_scratch) const {
   const int64_t gn = groups_ * state_;
   const ParameterStore& p = *store_;
-  if (cache.state.size() == 0) {
-    zeroed(cache.window, conv_channels() * (kernel_ - 1));
-    zeroed(cache.state, heads_ * head_dim_ * state_);
-  }
   float* proj = sized(scratch.proj, rows * proj_width());
   float* conv = sized(scratch.conv, rows * conv_channels());
   float* y = sized(scratch.y, rows * inner_);
@@ -133,10 +162,10 @@ void Mamba2Mixer::decode(float* residual, const float* normed, int64_t rows, Mam
   for (int64_t t = 0; t < rows; ++t) {
     float* pt = proj + t * proj_width();
     float* ct = conv + t * conv_channels();
-    kernels::causal_conv_silu_step(device_, ct, cache.window.data(), pt + inner_, p.value(conv_weight_),
-                                   p.value(conv_bias_), conv_step);
-    kernels::ssd_scan_step(device_, y + t * inner_, cache.state.data(), ct, pt + inner_ + conv_channels(),
-                           p.value(dt_bias_), p.value(a_log_), ct + inner_, ct + inner_ + gn, p.value(d_), scan_step);
+    kernels::causal_conv_silu_step(device_, ct, windows[t], pt + inner_, p.value(conv_weight_), p.value(conv_bias_),
+                                   conv_step);
+    kernels::ssd_scan_step(device_, y + t * inner_, states[t], ct, pt + inner_ + conv_channels(), p.value(dt_bias_),
+                           p.value(a_log_), ct + inner_, ct + inner_ + gn, p.value(d_), scan_step);
   }
   kernels::gated_rmsnorm_forward(device_, gated, rstd, y, proj, proj_width(), p.value(norm_), rows, inner_,
                                  inner_ / groups_, eps_);

@@ -9,12 +9,14 @@
 // norm are per channel / head / group, out_proj is row-parallel (Megatron's Mamba layer).
 // Packed documents restart the scan's state and the convolution's window.
 #include <optional>
+#include <span>
 #include <string>
 
 #include "loom/config/run_config.h"
 #include "loom/kernels/types.h"
 #include "loom/model/buffers.h"
 #include "loom/model/packing.h"
+#include "loom/model/paged.h"
 #include "loom/model/parallel_linear.h"
 #include "loom/model/parameters.h"
 #include "loom/model/tensor_parallel.h"
@@ -39,6 +41,13 @@ class Mamba2Mixer {
   // `rows` new tokens of one sequence, step by step from `cache` (zeroed by the first call).
   void decode(float* residual, const float* normed, int64_t rows, MambaCache& cache, Saved& scratch,
               ParallelScratch& tp_scratch) const;
+  // A paged batch step (paged.h): each row steps the recurrence from its sequence's state slot
+  // in `cache` (any tp: this rank's heads).
+  void forward_paged(float* residual, const float* normed, const PagedBatch& batch, PagedLayerCache& cache,
+                     Saved& scratch, ParallelScratch& tp_scratch) const;
+  // Floats of one sequence's convolution window and scan state on this rank.
+  int64_t window_width() const { return conv_channels() * (kernel_ - 1); }
+  int64_t state_width() const { return heads_ * head_dim_ * state_; }
   void set_precision(PrecisionContext& context, Recipe recipe, const std::string& prefix);
 
  private:
@@ -46,6 +55,10 @@ class Mamba2Mixer {
   int64_t conv_channels() const { return inner_ + 2 * groups_ * state_; }
   kernels::SsdShape scan_shape(int64_t batch, int64_t seq) const;
   kernels::ConvShape conv_shape(int64_t batch, int64_t seq) const;
+  // in_proj over the rows, each row's convolution and scan step from its window and state (the
+  // rows of one sequence in order), gated norm and out_proj over the rows.
+  void step_rows(float* residual, const float* normed, int64_t rows, std::span<float* const> windows,
+                 std::span<float* const> states, Saved& scratch, ParallelScratch& tp_scratch) const;
 
   ParameterStore* store_;
   Device device_;

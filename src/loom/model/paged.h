@@ -2,6 +2,9 @@
 // One step of batched inference over a paged KV cache: the rows of every running sequence
 // (prefill chunks and single decode tokens) in one forward. Sequences name their cache blocks in
 // a block table; which blocks are free or shared is the engine's business (infer/block_manager.h).
+// A hybrid model's Mamba-2 layers keep no keys and values: each sequence owns a slot of a fixed
+// pool of recurrent states (convolution window and scan state per layer), named in state_slots;
+// a sequence's rows are in position order, and its row at position 0 starts the slot from zero.
 #include <cstdint>
 #include <vector>
 
@@ -15,19 +18,25 @@ struct PagedBatch {
   std::vector<int32_t> sequences;     // [rows]: the row's entry in block_tables
   std::vector<int32_t> block_tables;  // [entries, table_width] block ids
   int64_t table_width = 0;
+  std::vector<int32_t> state_slots;   // [entries]: the entry's Mamba state slot (hybrid models)
   std::vector<int64_t> logit_rows;    // rows whose next-token logits are wanted
   int64_t rows() const { return static_cast<int64_t>(tokens.size()); }
 };
 
-// The keys and values of one attention layer for this rank's kv heads: [blocks, block_size, kv_width].
+// The keys and values of one attention layer for this rank's kv heads: [blocks, block_size, kv_width];
+// a Mamba-2 layer's state pool for this rank's heads: windows [slots, window_width] (the
+// convolution's last conv_kernel - 1 inputs) and states [slots, state_width] (heads x head_dim x state).
 struct PagedLayerCache {
   Buffer keys, values;
   int64_t kv_width = 0;
+  Buffer windows, states;
+  int64_t window_width = 0, state_width = 0;
 };
 
 struct PagedKVCache {
   int64_t blocks = 0, block_size = 0;
-  std::vector<PagedLayerCache> layers;  // by layer (empty entries for layers without attention)
+  int64_t state_slots = 0;              // Mamba state slots (0 without Mamba-2 layers)
+  std::vector<PagedLayerCache> layers;  // by layer (empty entries for layers without attention or mixer)
 };
 
 }  // namespace loom::model

@@ -162,10 +162,12 @@ class Transformer {
   // (one rank: parallel.tp = 1).
   const float* decode(DecodeState& state, const int32_t* tokens, int64_t count);
 
-  // A paged KV cache of `blocks` blocks of `block_size` positions for this rank's kv heads, and
-  // the bytes one block takes over all layers (for a memory budget).
-  PagedKVCache make_paged_cache(int64_t blocks, int64_t block_size) const;
+  // A paged KV cache of `blocks` blocks of `block_size` positions for this rank's kv heads, with
+  // `state_slots` Mamba state slots (hybrid models; zeroed), and the bytes one block and one
+  // state slot take over all layers (for a memory budget; a slot is 0 bytes without Mamba layers).
+  PagedKVCache make_paged_cache(int64_t blocks, int64_t block_size, int64_t state_slots = 0) const;
   int64_t paged_block_bytes(int64_t block_size) const;
+  int64_t paged_state_slot_bytes() const;
   // One batched inference step over every row of `batch` (any tp; every rank passes the same
   // batch): returns the logits [logit_rows, vocab] (the whole vocabulary on every rank).
   const float* forward_paged(const PagedBatch& batch, PagedKVCache& cache, PagedScratch& scratch);

@@ -8,24 +8,30 @@
 
 namespace loom::model {
 
-PagedKVCache Transformer::make_paged_cache(int64_t blocks, int64_t block_size) const {
+PagedKVCache Transformer::make_paged_cache(int64_t blocks, int64_t block_size, int64_t state_slots) const {
   check_whole_model("a paged KV cache");
-  for (size_t l = 0; l < specs_.size(); ++l) {
-    LOOM_CHECK(!specs_[l].has_mamba, "serving from a paged KV cache is not built for Mamba-2 layers (model.layers." +
-                                         std::to_string(l) + " of model.layer_pattern is 'M'): `loom generate` " +
-                                         "decodes hybrid models with their per-layer state");
-  }
   LOOM_CHECK(blocks > 0 && block_size > 0, "a paged KV cache needs blocks > 0 and block_size > 0");
+  LOOM_CHECK(state_slots >= 0, "a paged KV cache needs state_slots >= 0");
+  LOOM_CHECK(state_slots > 0 || paged_state_slot_bytes() == 0,
+             "a paged KV cache of a model with Mamba-2 layers needs Mamba state slots (one per running sequence)");
   PagedKVCache cache;
   cache.blocks = blocks;
   cache.block_size = block_size;
+  cache.state_slots = paged_state_slot_bytes() > 0 ? state_slots : 0;
   cache.layers.resize(blocks_.size());
   for (size_t l = 0; l < blocks_.size(); ++l) {
-    const int64_t width = blocks_[l].local_kv_width();
-    cache.layers[l].kv_width = width;
-    if (width == 0) continue;
-    cache.layers[l].keys.resize(blocks * block_size * width);
-    cache.layers[l].values.resize(blocks * block_size * width);
+    PagedLayerCache& layer = cache.layers[l];
+    layer.kv_width = blocks_[l].local_kv_width();
+    if (layer.kv_width > 0) {
+      layer.keys.resize(blocks * block_size * layer.kv_width);
+      layer.values.resize(blocks * block_size * layer.kv_width);
+    }
+    layer.window_width = blocks_[l].local_window_width();
+    layer.state_width = blocks_[l].local_state_width();
+    if (layer.state_width > 0) {
+      zeroed(layer.windows, cache.state_slots * layer.window_width);
+      zeroed(layer.states, cache.state_slots * layer.state_width);
+    }
   }
   return cache;
 }
@@ -33,6 +39,14 @@ PagedKVCache Transformer::make_paged_cache(int64_t blocks, int64_t block_size) c
 int64_t Transformer::paged_block_bytes(int64_t block_size) const {
   int64_t bytes = 0;
   for (const Block& b : blocks_) bytes += 2 * block_size * b.local_kv_width() * static_cast<int64_t>(sizeof(float));
+  return bytes;
+}
+
+int64_t Transformer::paged_state_slot_bytes() const {
+  int64_t bytes = 0;
+  for (const Block& b : blocks_) {
+    bytes += (b.local_window_width() + b.local_state_width()) * static_cast<int64_t>(sizeof(float));
+  }
   return bytes;
 }
 

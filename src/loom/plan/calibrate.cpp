@@ -14,6 +14,9 @@
 #include "loom/comm/comm_bench.h"
 #include "loom/comm/launch.h"
 #include "loom/kernels/ops.h"
+#include "loom/parallel/data/release_pages.h"
+#include "loom/precision/formats.h"
+#include "loom/precision/fp8_scaling.h"
 
 namespace loom::plan {
 
@@ -65,6 +68,59 @@ double copy_bandwidth(int repeats) {
   return 2.0 * static_cast<double>(n) / s;  // read + write
 }
 
+// Bytes of stored activations per second that loom's elementwise kernels get through, forward
+// and backward: SwiGLU over fused [gate | up] rows and RMSNorm, on tensors beyond the caches.
+// The time plan charges every micro-batch's activations at this rate (besides its GEMMs).
+double activation_rate(int repeats) {
+  const int64_t rows = 4096, width = 1024;
+  std::vector<float> gate_up(static_cast<size_t>(rows * 2 * width), 0.5f), dgate_up(gate_up.size()),
+      out(static_cast<size_t>(rows * width)), dout(out.size(), 0.25f), weight(static_cast<size_t>(width), 1.0f),
+      dweight(weight.size()), rstd(static_cast<size_t>(rows)), normed(out.size()), dnormed(out.size());
+  const double s = median_seconds(repeats, [&] {
+    kernels::swiglu_forward(Device::cpu(), out.data(), gate_up.data(), rows, width);
+    kernels::rmsnorm_forward(Device::cpu(), normed.data(), rstd.data(), out.data(), weight.data(), rows, width, 1e-5f);
+    kernels::rmsnorm_backward(Device::cpu(), dnormed.data(), dweight.data(), dout.data(), out.data(), weight.data(),
+                              rstd.data(), rows, width);
+    kernels::swiglu_backward(Device::cpu(), dgate_up.data(), dnormed.data(), gate_up.data(), rows, width);
+  });
+  // Stored for backward: the [gate | up] rows, the SwiGLU output (the norm's input), the norm's output.
+  const double stored = 4.0 * static_cast<double>(gate_up.size() + out.size() + normed.size());
+  return stored / s;
+}
+
+// Elements per second of what the precision recipes do to each GEMM operand on the CPU
+// (model/linear_precision.h): copy it, then round it to bf16, or take its amax and quantize it
+// to FP8 E4M3 and back with a per-tensor scale.
+double cast_rate(bool fp8, int repeats) {
+  const int64_t n = int64_t{1} << 22;
+  std::vector<float> x(static_cast<size_t>(n)), buf(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = 0.001f * static_cast<float>(i % 2003) - 1.0f;
+  const double s = median_seconds(repeats, [&] {
+    std::copy(x.begin(), x.end(), buf.begin());
+    if (!fp8) {
+      precision::round_to_bf16(buf.data(), n);
+      return;
+    }
+    const precision::Fp8Format f = precision::Fp8Format::E4M3;
+    const float scale = precision::compute_scale(precision::amax(x.data(), n), precision::max_finite(f));
+    precision::quantize_dequantize_fp8(buf.data(), n, f, scale);
+  });
+  return static_cast<double>(n) / s;
+}
+
+// Bytes per second at which memory handed back to the system (parallel/data/release_pages.h)
+// comes back when written again: the time of release + write less the write alone.
+double fresh_memory_bandwidth(int repeats) {
+  const size_t n = size_t{64} << 20;  // bytes
+  std::vector<float> buf(n / sizeof(float), 1.0f);
+  const double touch = median_seconds(repeats, [&] { std::memset(buf.data(), 1, n); });
+  const double fresh = median_seconds(repeats, [&] {
+    parallel::release_pages(buf.data(), 0, static_cast<int64_t>(buf.size()));
+    std::memset(buf.data(), 1, n);
+  });
+  return fresh > touch ? static_cast<double>(n) / (fresh - touch) : 0.0;
+}
+
 // Latency from the smallest all-reduce, bandwidth from the largest (bus bandwidth).
 Link threads_link(int ranks) {
   comm::CommBenchOptions options;
@@ -110,6 +166,10 @@ Hardware measure_host(const CalibrationOptions& options, std::ostream* log) {
   const double r = static_cast<double>(options.gemm_rows), s = static_cast<double>(short_rows);
   hw.gemm_half_rows = q >= 1.0 ? 0.0 : r * q > s ? s * r * (1.0 - q) / (r * q - s) : 1e6;
   hw.memory_bandwidth = copy_bandwidth(options.repeats);
+  hw.activation_bandwidth = activation_rate(options.repeats);
+  hw.bf16_cast_rate = cast_rate(false, options.repeats);
+  hw.fp8_cast_rate = cast_rate(true, options.repeats);
+  hw.fresh_memory_bandwidth = fresh_memory_bandwidth(options.repeats);
   omp_set_num_threads(threads);
   openblas_set_num_threads(threads);
   struct sysinfo info {};
@@ -120,7 +180,10 @@ Hardware measure_host(const CalibrationOptions& options, std::ostream* log) {
   if (log != nullptr) {
     *log << "one core: sgemm 2048: " << hw.peak_flops / 1e9 << " GFLOP/s; training-shaped GEMM " << options.gemm_rows << "x"
          << options.gemm_inner << "x" << options.gemm_cols << ": " << achieved / 1e9 << " GFLOP/s (half that rate at " << hw.gemm_half_rows << " rows); copy "
-         << hw.memory_bandwidth / 1e9 << " GB/s; threads all-reduce on " << options.ranks << " ranks: latency "
+         << hw.memory_bandwidth / 1e9 << " GB/s; elementwise kernels " << hw.activation_bandwidth / 1e9
+         << " GB of activations/s; casts to bf16 " << hw.bf16_cast_rate / 1e9 << " G elements/s, to FP8 "
+         << hw.fp8_cast_rate / 1e9 << " G elements/s; handed-back memory faults in at " << hw.fresh_memory_bandwidth / 1e9
+         << " GB/s; threads all-reduce on " << options.ranks << " ranks: latency "
          << link.latency * 1e6 << " us, bus bandwidth " << link.bandwidth / 1e9 << " GB/s; effective cores "
          << hw.cores << " of " << omp_get_num_procs() << "\n";
   }
@@ -134,7 +197,9 @@ std::string hardware_yaml(const Hardware& hw, const std::string& comment) {
     << "\n  gemm_efficiency: " << hw.gemm_efficiency << "\n  gemm_half_rows: " << hw.gemm_half_rows << "\n  memory_gib: " << hw.memory_bytes / (1024.0 * 1024 * 1024)
     << "\n  memory_bandwidth_gbs: " << hw.memory_bandwidth / 1e9 << "\n  shared: " << (hw.shared ? "true" : "false")
     << "\n  cores: " << hw.cores << "\n  activation_bytes: " << hw.activation_bytes
-    << "\n  fused_attention: " << (hw.fused_attention ? "true" : "false")
+    << "\n  fused_attention: " << (hw.fused_attention ? "true" : "false") << "\n  activation_gbs: " << hw.activation_bandwidth / 1e9
+    << "\n  bf16_cast_gelems: " << hw.bf16_cast_rate / 1e9
+    << "\n  fp8_cast_gelems: " << hw.fp8_cast_rate / 1e9 << "\n  fresh_memory_gbs: " << hw.fresh_memory_bandwidth / 1e9
     << "\nranks_per_node: " << hw.ranks_per_node << "\nlinks:\n";
   const char* names[] = {"node", "site", "cross_site"};
   for (int c = 0; c < comm::kLinkClasses; ++c) {

@@ -86,6 +86,18 @@ double core_share(const Hardware& hw, int ranks) {
 
 double Hardware::flops_per_rank(int ranks) const { return peak_flops * gemm_efficiency * core_share(*this, ranks); }
 double Hardware::bandwidth_per_rank(int ranks) const { return memory_bandwidth * core_share(*this, ranks); }
+double Hardware::activation_rate_per_rank(int ranks) const {
+  return (activation_bandwidth > 0.0 ? activation_bandwidth : memory_bandwidth / 3.0) * core_share(*this, ranks);
+}
+double Hardware::cast_rate_per_rank(bool fp8, int ranks) const {
+  const double measured = fp8 ? fp8_cast_rate : bf16_cast_rate;
+  // Memory-bound: read fp32, write the narrow format (bf16 2 bytes, FP8 1).
+  const double rate = measured > 0.0 ? measured : memory_bandwidth / (fp8 ? 5.0 : 6.0);
+  return rate * core_share(*this, ranks);
+}
+double Hardware::fresh_memory_seconds(double bytes, int ranks) const {
+  return fresh_memory_bandwidth > 0.0 ? bytes / (fresh_memory_bandwidth * core_share(*this, ranks)) : 0.0;
+}
 
 Hardware parse_hardware(const std::string& yaml_text, const std::string& source) {
   YAML::Node root;
@@ -100,7 +112,7 @@ Hardware parse_hardware(const std::string& yaml_text, const std::string& source)
   if (!device) r.fail("device", "is missing: a hardware file needs device.peak_tflops and device.memory_gib");
   r.only(device, "device",
          {"name", "peak_tflops", "gemm_efficiency", "gemm_half_rows", "memory_gib", "memory_bandwidth_gbs", "shared", "cores",
-          "activation_bytes", "fused_attention"});
+          "activation_bytes", "fused_attention", "activation_gbs", "bf16_cast_gelems", "fp8_cast_gelems", "fresh_memory_gbs"});
   Hardware hw;
   hw.source = source;
   hw.name = device["name"] ? device["name"].as<std::string>() : source;
@@ -116,6 +128,10 @@ Hardware parse_hardware(const std::string& yaml_text, const std::string& source)
   hw.activation_bytes = static_cast<int>(r.number(device["activation_bytes"], "device.activation_bytes", 4, 2, 4));
   if (hw.activation_bytes == 3) r.fail("device.activation_bytes", "must be 2 or 4 (got 3)");
   hw.fused_attention = r.boolean(device["fused_attention"], "device.fused_attention", true);
+  hw.activation_bandwidth = r.number(device["activation_gbs"], "device.activation_gbs", 0.0, 0.0, 1e9) * 1e9;
+  hw.bf16_cast_rate = r.number(device["bf16_cast_gelems"], "device.bf16_cast_gelems", 0.0, 0.0, 1e9) * 1e9;
+  hw.fp8_cast_rate = r.number(device["fp8_cast_gelems"], "device.fp8_cast_gelems", 0.0, 0.0, 1e9) * 1e9;
+  hw.fresh_memory_bandwidth = r.number(device["fresh_memory_gbs"], "device.fresh_memory_gbs", 0.0, 0.0, 1e9) * 1e9;
   hw.ranks_per_node = static_cast<int>(r.number(root["ranks_per_node"], "ranks_per_node", 1, 1, 1 << 20));
   // The defaults of topology.* (config/run_config.h).
   hw.links[0] = {3600e9 / 8, 1e-6};

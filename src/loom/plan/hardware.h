@@ -17,6 +17,15 @@
 //     activation_bytes: 2       # per stored activation element (4: loom's CPU backend)
 //     fused_attention: true     # attention keeps no probabilities (a tiled / flash kernel, as
 //                               #   loom's); false: it keeps batch x heads x seq^2 of them
+//     activation_gbs: 0         # GB of stored activations per second the elementwise kernels
+//                               #   (norms, activation functions, ...) get through forward and
+//                               #   backward; 0: memory_bandwidth_gbs / 3 (three passes)
+//     bf16_cast_gelems: 0       # G elements/s one rank copies and rounds a GEMM operand to bf16
+//     fp8_cast_gelems: 0        #   / quantizes it to FP8 (amax, scale, quantize); 0: memory-bound
+//                               #   (6 / 5 bytes per element at memory_bandwidth_gbs)
+//     fresh_memory_gbs: 0       # GB/s at which memory handed back to the system between uses
+//                               #   (ZeRO-2/3, compact parameters) faults back in; 0: free (a
+//                               #   caching allocator keeps it)
 //   ranks_per_node: 8
 //   links:
 //     node_bandwidth_gbps: 3600   node_latency_us: 2
@@ -49,6 +58,10 @@ struct Hardware {
   double cores = 1.0;            // shared: cores the host's ranks share (measured: effective)
   int activation_bytes = 4;
   bool fused_attention = true;
+  double activation_bandwidth = 0.0;  // bytes of activations per second; 0: a third of memory_bandwidth
+  double bf16_cast_rate = 0.0;   // elements per second per rank; 0: memory-bound
+  double fp8_cast_rate = 0.0;
+  double fresh_memory_bandwidth = 0.0;  // bytes per second per rank; 0: no cost
   int ranks_per_node = 1;
   Link links[comm::kLinkClasses];
   double step_overhead = 0.0;    // seconds
@@ -60,6 +73,12 @@ struct Hardware {
   // The fraction of that rate a GEMM over `rows` rows reaches: rows / (rows + gemm_half_rows).
   double gemm_rows_factor(double rows) const { return rows / (rows + gemm_half_rows); }
   double bandwidth_per_rank(int ranks) const;
+  // Bytes of activations per second one rank's elementwise kernels get through.
+  double activation_rate_per_rank(int ranks) const;
+  // Elements per second one rank casts to bf16 / FP8 when `ranks` share the host.
+  double cast_rate_per_rank(bool fp8, int ranks) const;
+  // Seconds for one rank to fault `bytes` of handed-back memory in again (0 when free).
+  double fresh_memory_seconds(double bytes, int ranks) const;
 };
 
 Hardware load_hardware(const std::string& path);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "loom/model/layer_spec.h"
+#include "loom/parallel/data/grad_buckets.h"
 #include "loom/plan/activation_memory.h"
 #include "loom/plan/activation_pool.h"
 #include "loom/plan/layer_widths.h"
@@ -14,27 +15,39 @@ namespace {
 
 // Parameters per unit (embeddings, each layer, head) in registration order, to size what ZeRO-3
 // gathers and compact parameters widen one unit at a time.
-int64_t largest_unit(const std::vector<model::Parameter>& params) {
+std::vector<int64_t> unit_sizes(const std::vector<model::Parameter>& params) {
   auto unit_of = [](const std::string& name) -> std::string {
     const std::string layers = "model.layers.";
     if (name.rfind(layers, 0) == 0) return name.substr(0, name.find('.', layers.size()));
     return name.rfind("model.embed", 0) == 0 ? "embeddings" : "head";
   };
-  int64_t best = 0, current = 0;
+  std::vector<int64_t> sizes;
   std::string unit;
   for (const model::Parameter& p : params) {
     const std::string u = unit_of(p.name);
-    if (u != unit) current = 0;
+    if (sizes.empty() || u != unit) sizes.push_back(0);
     unit = u;
-    current += p.numel;
-    best = std::max(best, current);
+    sizes.back() += p.numel;
   }
+  return sizes;
+}
+
+int64_t largest(const std::vector<int64_t>& sizes) { return sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end()); }
+
+// ZeRO-3 holds a unit's gathered parameters while the next one's gather is in flight (prefetch),
+// and a unit's gradients while the previous one's reduce-scatter completes: two neighbours.
+int64_t largest_neighbours(const std::vector<int64_t>& sizes) {
+  int64_t best = largest(sizes);
+  for (size_t u = 1; u < sizes.size(); ++u) best = std::max(best, sizes[u - 1] + sizes[u]);
   return best;
 }
 
-// Staging of the bucketed reductions (parallel/data/distributed_optimizer.cpp: two slots of a
-// padded bucket plus a receive area) and ZeRO-3's reduce-scatter slots.
-int64_t comm_buffer_bytes(const config::RunConfig& config, int64_t n, int64_t unit, int dp) {
+// Staging of the bucketed reductions (parallel/data/distributed_optimizer.cpp: two slots of the
+// largest padded bucket plus a receive area, the buckets cut by the same make_buckets, so a
+// parameter larger than parallel.bucket_mb, e.g. a vocabulary's embedding, sizes them) and
+// ZeRO-3's reduce-scatter slots.
+int64_t comm_buffer_bytes(const config::RunConfig& config, const std::vector<model::Parameter>& params, int64_t unit,
+                          int dp) {
   const int zero = config.parallel.zero;
   if (dp == 1 || zero == 0) return 0;
   const int64_t wire = config.precision.grad_reduce == config::GradReduce::Bf16 ? 2 : 4;
@@ -42,10 +55,21 @@ int64_t comm_buffer_bytes(const config::RunConfig& config, int64_t n, int64_t un
     const int64_t shard = (unit + dp - 1) / dp;
     return 2 * (shard * dp + shard) * wire;
   }
-  const int64_t bucket = std::min<int64_t>(n, static_cast<int64_t>(config.parallel.bucket_mb * 1024 * 1024 / 4));
-  const int64_t shard = (bucket + dp - 1) / dp;
-  const int64_t slots = std::min<int64_t>(2, (n + bucket - 1) / std::max<int64_t>(bucket, 1));
-  return slots * (dp + 1) * shard * wire;
+  std::vector<parallel::ParamRange> ranges;
+  int64_t offset = 0;
+  for (const model::Parameter& p : params) {
+    ranges.push_back({offset, p.numel});
+    offset += p.numel;
+  }
+  const auto bucket_bytes = static_cast<int64_t>(config.parallel.bucket_mb * 1024.0 * 1024.0);
+  const parallel::BucketLayout layout = parallel::make_buckets(ranges, bucket_bytes, dp);
+  int64_t max_shard = 0, communicating = 0;
+  for (const parallel::Bucket& b : layout.buckets) {
+    max_shard = std::max(max_shard, b.shard_numel);
+    communicating += b.numel > 0;
+  }
+  const int64_t slots = std::min<int64_t>(2, communicating);
+  return slots * (dp + 1) * max_shard * wire;
 }
 
 StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& layout, int stage,
@@ -62,9 +86,10 @@ StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& lay
   const bool compact = config.precision.param_dtype == config::ParamDtype::Compute &&
                        config.precision.recipe != config::PrecisionRecipe::Fp32;
   const int zero = config.parallel.zero, dp = shape.dp;
-  const int64_t unit = largest_unit(params);
+  const std::vector<int64_t> units = unit_sizes(params);
+  const int64_t unit = largest(units);
   parallel::MemoryModel model_state{m.parameter_count, dp, zero, compact ? 2 : 4, 4,
-                                    comm_buffer_bytes(config, m.parameter_count, unit, dp)};
+                                    comm_buffer_bytes(config, params, unit, dp)};
   if (dp == 1) model_state.zero = 0;  // one rank: nothing to shard
   m.state = parallel::memory_per_rank(model_state);
   // ZeRO 1-2 keep an fp32 master copy of the owned shard even when the parameters are fp32
@@ -72,7 +97,7 @@ StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& lay
   if (!compact && dp > 1 && (zero == 1 || zero == 2)) m.state.master_weights = 4 * ((m.parameter_count + dp - 1) / dp);
   if (compact) m.gather_buffers += unit * 4;              // the fp32 values of the unit in flight
   if (zero == 2 && dp > 1) m.gather_buffers += m.parameter_count * 4;  // the full gradient buffer in backward
-  if (zero == 3 && dp > 1) m.gather_buffers += 2 * unit * 4 * 2;       // gathered units and their gradients
+  if (zero == 3 && dp > 1) m.gather_buffers += 2 * largest_neighbours(units) * 4;  // gathered units and their gradients
 
   const bool last = m.chunks.back().last == config.model.layers;
   const std::vector<LayerWidths> widths =
@@ -98,6 +123,8 @@ StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& lay
     m.activations = m.activations_per_micro_batch;
   }
   m.workspace = workspace_bytes(config, widths, m.chunks, head, a);
+  m.widths = widths;
+  m.head_rows = head;
   if (options.kv_seq > 0) {
     for (const model::LayerRange& c : m.chunks) {
       for (int l = c.first; l < c.last; ++l) {

@@ -11,6 +11,7 @@
 
 #include "loom/config/run_config.h"
 #include "loom/parallel/data/memory_accounting.h"
+#include "loom/plan/layer_widths.h"
 #include "loom/plan/layout.h"
 
 namespace loom::plan {
@@ -36,6 +37,8 @@ struct StageMemory {
   int64_t activations = 0;              // the sets' buffers (activation_pool.h)
   int64_t workspace = 0;
   int64_t kv_cache = 0;
+  std::vector<LayerWidths> widths;      // this rank's widths by global layer (its linears' shapes)
+  int64_t head_rows = 0;                // output head rows it holds (0: no head)
   int64_t total() const { return state.total() + gather_buffers + activations + workspace + kv_cache; }
 };
 

@@ -4,6 +4,7 @@
 
 #include "loom/model/flops.h"
 #include "loom/model/layer_spec.h"
+#include "loom/model/linear_precision.h"
 
 namespace loom::plan {
 
@@ -12,13 +13,82 @@ namespace {
 struct StageCost {
   double forward = 0.0, backward = 0.0;  // one micro-batch, seconds
   double tp = 0.0, pp = 0.0;             // of which communication
+  double casts = 0.0, fresh = 0.0;       // of which precision casts and handed-back memory
 };
 
-// Passes over the activations besides GEMMs: forward writes them, backward reads and writes.
-constexpr double kActivationPasses = 3.0;
 // AdamW per parameter: reads value, gradient and two moments, writes value and moments (fp32),
 // and the gradient norm reads the gradient once more.
 constexpr double kOptimizerBytesPerParameter = 32.0;
+
+// What a precision recipe adds to one linear's three GEMMs over `n` rows (linear_precision.h):
+// each operand copied and cast (the input and the weight twice, the output gradient once, or
+// once per GEMM for block-scaled recipes), each GEMM's output rounded in place, and the data
+// gradient and weight gradient added into their fp32 buffers. Recompute casts the forward again.
+double linear_cast_seconds(double n, double out, double in, model::Recipe recipe, bool recompute, const Hardware& hw,
+                           int world) {
+  if (recipe == model::Recipe::Fp32) return 0.0;
+  const bool oriented = recipe == model::Recipe::Fp8Blockwise || recipe == model::Recipe::Mxfp8;
+  const double weight = out * in;
+  double cast = n * (2.0 * in + (oriented ? 2.0 : 1.0) * out) + 2.0 * weight;
+  double rounded = n * (out + in) + weight;
+  if (recompute) {
+    cast += n * in + weight;
+    rounded += n * out;
+  }
+  const double added = n * in + weight;  // read two, write one: 12 bytes
+  return cast / hw.cast_rate_per_rank(model::is_fp8(recipe), world) + rounded / hw.cast_rate_per_rank(false, world) +
+         12.0 * added / hw.bandwidth_per_rank(world);
+}
+
+// Casts of every linear of this rank's layers and head, per micro-batch. Attention, dense MLPs
+// and the head; the linears of experts and Mamba mixers are not counted yet.
+double cast_seconds(const config::RunConfig& config, const StageMemory& stage, double tokens, const Hardware& hw,
+                    int world) {
+  const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
+  if (policy.recipe == model::Recipe::Fp32) return 0.0;
+  const double d = static_cast<double>(config.model.d_model);
+  const bool recompute = config.model.recompute;
+  double s = 0.0;
+  for (const model::LayerRange& c : stage.chunks) {
+    for (int l = c.first; l < c.last; ++l) {
+      const LayerWidths& w = stage.widths[static_cast<size_t>(l)];
+      const model::Recipe r = policy.block_recipe(l, config.model.layers);
+      if (w.has_attention()) {
+        s += linear_cast_seconds(tokens, static_cast<double>(w.qkv()), d, r, recompute, hw, world);
+        s += linear_cast_seconds(tokens, d, static_cast<double>(w.q), r, recompute, hw, world);
+      }
+      if (w.has_mlp()) {
+        s += linear_cast_seconds(tokens, static_cast<double>(w.hidden()), d, r, recompute, hw, world);
+        s += linear_cast_seconds(tokens, d, static_cast<double>(w.ffn), r, recompute, hw, world);
+      }
+    }
+  }
+  if (stage.head_rows > 0) {
+    s += linear_cast_seconds(tokens, static_cast<double>(stage.head_rows), d, policy.head_recipe(), false, hw, world);
+  }
+  return s;
+}
+
+// Memory handed back to the system between uses and faulted in again, per micro-batch: ZeRO-2's
+// gradient buffer after each micro-batch's reduce-scatter; ZeRO-3's gathered parameters after
+// each unit's forward and backward and its gradients after their reduce-scatter; compact
+// parameters (precision.param_dtype=compute) widened from their 2-byte store before each unit's
+// forward and backward (which also costs the widening: read 2 bytes, write 4).
+double fresh_memory_seconds(const config::RunConfig& config, const StageMemory& stage, int dp, const Hardware& hw,
+                            int world) {
+  const double params = static_cast<double>(stage.parameter_count);
+  const bool compact = config.precision.param_dtype == config::ParamDtype::Compute &&
+                       config.precision.recipe != config::PrecisionRecipe::Fp32;
+  const int zero = dp > 1 ? config.parallel.zero : 0;
+  double fresh_bytes = 0.0, widened = 0.0;
+  if (zero == 2) fresh_bytes += 4.0 * params;
+  if (zero == 3) fresh_bytes += 3.0 * 4.0 * params;
+  if (compact && zero != 3) {
+    fresh_bytes += 2.0 * 4.0 * params;
+    widened = 2.0 * 6.0 * params;
+  }
+  return hw.fresh_memory_seconds(fresh_bytes, world) + widened / hw.bandwidth_per_rank(world);
+}
 
 StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, const StageMemory& stage,
                      const Hardware& hw) {
@@ -37,14 +107,16 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
   if (stage.chunks.back().last == config.model.layers) {
     head_flops = model::head_training_flops_per_token(config.model, config.data.seq_len);
   }
-  const double rate = hw.flops_per_rank(world) * hw.gemm_rows_factor(tokens),
-               bandwidth = hw.bandwidth_per_rank(world);
+  // Rates of one rank alone; plan_time accounts for ranks sharing a host's cores.
+  const double rate = hw.flops_per_rank(1) * hw.gemm_rows_factor(tokens);
   const double gemm = tokens * (block_flops + head_flops) / shape.tp / rate;
   const double recompute = config.model.recompute ? tokens * block_flops / shape.tp / rate / 3.0 : 0.0;
-  const double elementwise = kActivationPasses * static_cast<double>(stage.activations_per_micro_batch) / bandwidth;
+  const double elementwise = static_cast<double>(stage.activations_per_micro_batch) / hw.activation_rate_per_rank(1);
   StageCost cost;
-  cost.forward = gemm / 3.0 + elementwise / 3.0;
-  cost.backward = 2.0 * gemm / 3.0 + recompute + 2.0 * elementwise / 3.0;
+  cost.casts = cast_seconds(config, stage, tokens, hw, 1);
+  cost.fresh = fresh_memory_seconds(config, stage, shape.dp, hw, 1);
+  cost.forward = gemm / 3.0 + elementwise / 3.0 + (cost.casts + cost.fresh) / 3.0;
+  cost.backward = 2.0 * gemm / 3.0 + recompute + 2.0 * elementwise / 3.0 + 2.0 * (cost.casts + cost.fresh) / 3.0;
   if (shape.tp > 1) {
     const double stream = tokens * config.model.d_model * hw.activation_bytes;
     const Link& link = hw.link(group_link(hw, shape.tp, 1, world));
@@ -119,10 +191,22 @@ TimeBreakdown plan_time(const config::RunConfig& config, const MemoryPlan& memor
   if (memory.layout.schedule) {
     makespan = parallel::simulate_pipeline(*memory.layout.schedule, {worst.forward, worst.backward}).makespan;
   }
+  const double busy = m * (worst.forward + worst.backward);
   t.tp_comm = m * worst.tp;
   t.pp_comm = m * worst.pp;
-  t.compute = m * (worst.forward + worst.backward) - t.tp_comm - t.pp_comm;
-  t.bubble = makespan - m * (worst.forward + worst.backward);
+  t.casts = m * worst.casts;
+  t.memory = m * worst.fresh;
+  t.compute = busy - t.tp_comm - t.pp_comm - t.casts - t.memory;
+  t.bubble = makespan - busy;
+  if (hw.shared) {
+    // Ranks sharing a host's cores: a rank idle in the pipeline bubble leaves its core to the
+    // others, so the step is at least every rank's work over the cores, and at least one
+    // rank's schedule at the rate it gets alone (min(1, cores) of a core).
+    const double alone = std::min(1.0, hw.cores);
+    const double shared = world * busy * alone / hw.cores;
+    t.core_wait = std::max(0.0, shared - makespan);
+    makespan = std::max(makespan, shared);
+  }
   t.dp_comm = (1.0 - hw.comm_overlap) * data_parallel_seconds(config, memory, *widest, hw);
   const double owned = config.parallel.zero >= 1 ? static_cast<double>(widest->parameter_count) / shape.dp
                                                  : static_cast<double>(widest->parameter_count);

@@ -3,8 +3,8 @@
 //
 //   compute      each pipeline stage's training FLOPs per micro-batch (model/flops.h, per layer
 //                kind; recompute adds a forward of the blocks) / tp over the device's achieved
-//                GEMM rate, plus memory-bound passes over the activations (norms, softmax,
-//                activations functions, residual adds) at the memory bandwidth
+//                GEMM rate, plus the elementwise kernels' passes over the activations (norms,
+//                softmax, activation functions, residual adds) at the device's activation rate
 //   tensor par.  per layer and micro-batch one all-reduce (or reduce-scatter + all-gather under
 //                sequence parallelism) of the stream forward and one backward per sub-block
 //   pipeline     the schedule simulated (parallel/pipeline/pipeline_simulation.h) with these
@@ -13,6 +13,13 @@
 //                parameter all-gathers per micro-batch and a reduce-scatter), partly hidden
 //                behind backward (hardware comm_overlap)
 //   optimizer    AdamW's pass over this rank's parameters and state at the memory bandwidth
+//   casts        the precision recipe's copies and casts of every linear's GEMM operands and
+//                outputs (linear_precision.h) at the hardware's cast rates
+//   memory       memory handed back to the system between uses (ZeRO-2's gradients, ZeRO-3's
+//                parameters and gradients, compact parameters) faulting in again
+//   shared host  (hardware shared: true) ranks beyond its cores take turns: a stage computes at
+//                the rate of one rank alone, and the step is at least all ranks' work over the
+//                cores (a rank idle in the bubble leaves its core to the others)
 //
 // Collectives cost as rings over the group's link class: 2(n-1)/n x bytes / bandwidth plus
 // 2(n-1) latencies for an all-reduce, half that for a reduce-scatter or all-gather.
@@ -24,7 +31,10 @@ namespace loom::plan {
 
 struct TimeBreakdown {
   double compute = 0.0;      // the slowest stage's passes over every micro-batch, GEMMs and memory-bound
+  double casts = 0.0;        // the precision recipe's casts of GEMM operands and outputs (in its critical path)
+  double memory = 0.0;       // memory handed back between uses faulting in again (ZeRO-2/3, compact parameters)
   double bubble = 0.0;       // pipeline idle time of that stage
+  double core_wait = 0.0;    // shared host: ranks waiting for one of its cores
   double tp_comm = 0.0;      // tensor-parallel collectives (inside compute's critical path)
   double pp_comm = 0.0;      // pipeline sends and receives
   double dp_comm = 0.0;      // exposed data-parallel communication

@@ -63,6 +63,7 @@ class BucketedSync : public GradientSync {
   void reduce_tied_embedding();
 
   bool reducing_ = false;
+  bool grads_released_ = false;  // ZeRO-2: the gradient buffer's pages went back after the last round
   SiteTraffic at_step_start_, last_step_;  // this micro-batch's backward marks gradients ready
 };
 

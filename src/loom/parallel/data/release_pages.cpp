@@ -7,6 +7,10 @@
 
 namespace loom::parallel {
 
+namespace {
+constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+}  // namespace
+
 void release_pages(float* base, int64_t begin, int64_t numel) {
   if (numel <= 0) return;
   static const uintptr_t page = [] {
@@ -17,6 +21,12 @@ void release_pages(float* base, int64_t begin, int64_t numel) {
   char* end = reinterpret_cast<char*>(base + begin + numel);
   char* first = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(start) + page - 1) / page * page);
   char* last = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(end) / page * page);
+  // The whole huge pages inside the range come back 2 MiB per fault when next written, instead
+  // of 4 KiB per fault (a few microseconds each on a VM, which made ZeRO-2 and -3 steps up to
+  // 1.5x slower); the hint is ignored where transparent huge pages are off.
+  char* huge_first = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(start) + kHugePage - 1) / kHugePage * kHugePage);
+  char* huge_last = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(end) / kHugePage * kHugePage);
+  if (huge_last > huge_first) ::madvise(huge_first, static_cast<size_t>(huge_last - huge_first), MADV_HUGEPAGE);
   if (last > first && ::madvise(first, static_cast<size_t>(last - first), MADV_DONTNEED) == 0) {
     std::memset(start, 0, static_cast<size_t>(first - start));
     std::memset(last, 0, static_cast<size_t>(end - last));

@@ -254,9 +254,13 @@ void Zero3::after_forward(int unit) { end_phase(unit); }
 void Zero3::before_backward(int unit) {
   begin_phase(2 * units() - 1 - unit);  // throws outside a micro-batch: gradients are reduced per unit
   // The unit's backward adds into these gradient ranges, which read as zeros while released.
+  // Writing the zeros first makes their pages come back on a write fault: a GEMM that reads them
+  // first would map the shared zero page and then fault again, flushing every core's TLB, on
+  // its first write.
   for (int s : unit_sections_[unit]) {
     Section& sec = sections_[s];
     if (sec.grad_resident) continue;
+    std::memset(grads_ + sec.begin, 0, static_cast<size_t>(sec.numel) * sizeof(float));
     sec.grad_resident = true;
     grad_resident_elements_ += sec.numel;
   }
