@@ -52,7 +52,7 @@ def main(argv):
         ax1.plot([r["step"] for r in rows], smooth, label=label, linewidth=1.2)
         steps, values = zip(*val[label])
         ax2.plot(steps, values, marker="o", markersize=3, label=f"{label} ({values[-1]:.3f})", linewidth=1.2)
-    ax1.set_title("training loss (mean of 5 logged steps)")
+    ax1.set_title("training loss (mean of 5 steps)")
     ax2.set_title("validation loss")
     for ax in (ax1, ax2):
         ax.set_xlabel("step")
