@@ -58,9 +58,9 @@ TEST(Hardware, ASharedHostDividesItsCores) {
 
 TEST(Hardware, CastAndMemoryRatesDefaultToTheBandwidthOrToFree) {
   const Hardware plain = parse_hardware("device: {peak_tflops: 1, memory_gib: 1, memory_bandwidth_gbs: 30}\n", "hw.yaml");
-  EXPECT_DOUBLE_EQ(plain.activation_rate_per_rank(1), 10e9);            // three passes at the bandwidth
-  EXPECT_DOUBLE_EQ(plain.cast_rate_per_rank(false, 1), 30e9 / 6.0);     // fp32 in, bf16 out
-  EXPECT_DOUBLE_EQ(plain.cast_rate_per_rank(true, 1), 30e9 / 5.0);      // fp32 in, fp8 out
+  EXPECT_DOUBLE_EQ(plain.activation_rate_per_rank(1), 10e9);  // three passes at the bandwidth
+  EXPECT_FALSE(plain.costs_casts());                          // fused into the kernels
+  EXPECT_DOUBLE_EQ(plain.cast_seconds(1e9, true, 1), 0.0);
   EXPECT_DOUBLE_EQ(plain.fresh_memory_seconds(1e9, 1), 0.0);
   const Hardware measured = parse_hardware(R"(
 device: {peak_tflops: 1, memory_gib: 1, shared: true, cores: 2, activation_gbs: 4, bf16_cast_gelems: 2,
@@ -68,8 +68,8 @@ device: {peak_tflops: 1, memory_gib: 1, shared: true, cores: 2, activation_gbs: 
 )",
                                            "hw.yaml");
   EXPECT_DOUBLE_EQ(measured.activation_rate_per_rank(1), 4e9);
-  EXPECT_DOUBLE_EQ(measured.cast_rate_per_rank(false, 1), 2e9);
-  EXPECT_DOUBLE_EQ(measured.cast_rate_per_rank(true, 4), 0.25e9);  // four ranks on two cores
+  EXPECT_DOUBLE_EQ(measured.cast_seconds(2e9, false, 1), 1.0);
+  EXPECT_DOUBLE_EQ(measured.cast_seconds(0.25e9, true, 4), 1.0);  // four ranks on two cores: 0.25 G/s each
   EXPECT_DOUBLE_EQ(measured.fresh_memory_seconds(8e9, 1), 1.0);
   EXPECT_NE(error_of("device: {peak_tflops: 1, memory_gib: 1, fresh_memory_gbs: -1}")
                 .find("'device.fresh_memory_gbs' must be in [0, 1e+09] (got -1)"),

@@ -95,11 +95,11 @@ TEST(TimePlan, PrecisionCastsEveryLinearOperandAndOutput) {
 
 // Memory handed back between uses: ZeRO-2's gradients (4 bytes a parameter per micro-batch),
 // ZeRO-3's parameters after forward and backward and its gradients (12 bytes), compact
-// parameters widened twice (8 bytes, plus reading 2 and writing 4 bytes twice at the bandwidth).
+// parameters widened twice (8 bytes, plus two casts of every parameter).
 TEST(TimePlan, HandedBackMemoryCostsItsFaults) {
   Hardware hw = device();
   hw.fresh_memory_bandwidth = 1e9;
-  hw.memory_bandwidth = 4e9;
+  hw.bf16_cast_rate = 4e9;
   auto memory_s = [&](const std::vector<std::string>& overrides, int dp) {
     const config::RunConfig c = tiny(overrides);
     const MemoryPlan m = plan_memory(c, {.tp = 1, .dp = dp, .pp = 1});
@@ -111,7 +111,7 @@ TEST(TimePlan, HandedBackMemoryCostsItsFaults) {
   EXPECT_NEAR(memory_s({"parallel.zero=3"}, 2).first, 12 * params / 1e9, 1e-12);
   EXPECT_EQ(memory_s({"parallel.zero=2"}, 1).first, 0.0);  // one rank: nothing is sharded
   EXPECT_NEAR(memory_s({"precision.recipe=bf16", "precision.param_dtype=compute"}, 1).first,
-              2 * (8 * params / 1e9 + 12 * params / 4e9), 1e-12);  // two micro-batches
+              2 * (8 * params / 1e9 + 2 * params / 4e9), 1e-12);  // two micro-batches
 }
 
 // Four ranks on a host of two cores: a pipeline of two stages on two data-parallel ranks keeps

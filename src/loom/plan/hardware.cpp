@@ -89,11 +89,10 @@ double Hardware::bandwidth_per_rank(int ranks) const { return memory_bandwidth *
 double Hardware::activation_rate_per_rank(int ranks) const {
   return (activation_bandwidth > 0.0 ? activation_bandwidth : memory_bandwidth / 3.0) * core_share(*this, ranks);
 }
-double Hardware::cast_rate_per_rank(bool fp8, int ranks) const {
-  const double measured = fp8 ? fp8_cast_rate : bf16_cast_rate;
-  // Memory-bound: read fp32, write the narrow format (bf16 2 bytes, FP8 1).
-  const double rate = measured > 0.0 ? measured : memory_bandwidth / (fp8 ? 5.0 : 6.0);
-  return rate * core_share(*this, ranks);
+double Hardware::cast_seconds(double elements, bool fp8, int ranks) const {
+  if (!costs_casts()) return 0.0;
+  const double rate = fp8 && fp8_cast_rate > 0.0 ? fp8_cast_rate : bf16_cast_rate > 0.0 ? bf16_cast_rate : fp8_cast_rate;
+  return elements / (rate * core_share(*this, ranks));
 }
 double Hardware::fresh_memory_seconds(double bytes, int ranks) const {
   return fresh_memory_bandwidth > 0.0 ? bytes / (fresh_memory_bandwidth * core_share(*this, ranks)) : 0.0;

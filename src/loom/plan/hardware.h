@@ -21,8 +21,9 @@
 //                               #   (norms, activation functions, ...) get through forward and
 //                               #   backward; 0: memory_bandwidth_gbs / 3 (three passes)
 //     bf16_cast_gelems: 0       # G elements/s one rank copies and rounds a GEMM operand to bf16
-//     fp8_cast_gelems: 0        #   / quantizes it to FP8 (amax, scale, quantize); 0: memory-bound
-//                               #   (6 / 5 bytes per element at memory_bandwidth_gbs)
+//     fp8_cast_gelems: 0        #   / quantizes it to FP8 (amax, scale, quantize), as loom's CPU
+//                               #   recipes do for every GEMM; 0 (both): casts cost nothing
+//                               #   (fused into the kernels, as on GPUs)
 //     fresh_memory_gbs: 0       # GB/s at which memory handed back to the system between uses
 //                               #   (ZeRO-2/3, compact parameters) faults back in; 0: free (a
 //                               #   caching allocator keeps it)
@@ -59,8 +60,8 @@ struct Hardware {
   int activation_bytes = 4;
   bool fused_attention = true;
   double activation_bandwidth = 0.0;  // bytes of activations per second; 0: a third of memory_bandwidth
-  double bf16_cast_rate = 0.0;   // elements per second per rank; 0: memory-bound
-  double fp8_cast_rate = 0.0;
+  double bf16_cast_rate = 0.0;   // elements per second per rank; both 0: casts are free
+  double fp8_cast_rate = 0.0;    // 0 with a bf16 rate: the bf16 rate
   double fresh_memory_bandwidth = 0.0;  // bytes per second per rank; 0: no cost
   int ranks_per_node = 1;
   Link links[comm::kLinkClasses];
@@ -75,8 +76,10 @@ struct Hardware {
   double bandwidth_per_rank(int ranks) const;
   // Bytes of activations per second one rank's elementwise kernels get through.
   double activation_rate_per_rank(int ranks) const;
-  // Elements per second one rank casts to bf16 / FP8 when `ranks` share the host.
-  double cast_rate_per_rank(bool fp8, int ranks) const;
+  // Whether the precision recipes' casts cost time on this device (a cast rate is given).
+  bool costs_casts() const { return bf16_cast_rate > 0.0 || fp8_cast_rate > 0.0; }
+  // Seconds for one rank to cast `elements` GEMM operand elements to bf16 / FP8 (0 when free).
+  double cast_seconds(double elements, bool fp8, int ranks) const;
   // Seconds for one rank to fault `bytes` of handed-back memory in again (0 when free).
   double fresh_memory_seconds(double bytes, int ranks) const;
 };

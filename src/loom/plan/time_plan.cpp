@@ -36,7 +36,7 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
     rounded += n * out;
   }
   const double added = n * in + weight;  // read two, write one: 12 bytes
-  return cast / hw.cast_rate_per_rank(model::is_fp8(recipe), world) + rounded / hw.cast_rate_per_rank(false, world) +
+  return hw.cast_seconds(cast, model::is_fp8(recipe), world) + hw.cast_seconds(rounded, false, world) +
          12.0 * added / hw.bandwidth_per_rank(world);
 }
 
@@ -45,7 +45,7 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
 double cast_seconds(const config::RunConfig& config, const StageMemory& stage, double tokens, const Hardware& hw,
                     int world) {
   const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
-  if (policy.recipe == model::Recipe::Fp32) return 0.0;
+  if (policy.recipe == model::Recipe::Fp32 || !hw.costs_casts()) return 0.0;
   const double d = static_cast<double>(config.model.d_model);
   const bool recompute = config.model.recompute;
   double s = 0.0;
@@ -73,7 +73,7 @@ double cast_seconds(const config::RunConfig& config, const StageMemory& stage, d
 // gradient buffer after each micro-batch's reduce-scatter; ZeRO-3's gathered parameters after
 // each unit's forward and backward and its gradients after their reduce-scatter; compact
 // parameters (precision.param_dtype=compute) widened from their 2-byte store before each unit's
-// forward and backward (which also costs the widening: read 2 bytes, write 4).
+// forward and backward (which also costs the widening, a cast, where casts cost time).
 double fresh_memory_seconds(const config::RunConfig& config, const StageMemory& stage, int dp, const Hardware& hw,
                             int world) {
   const double params = static_cast<double>(stage.parameter_count);
@@ -85,9 +85,9 @@ double fresh_memory_seconds(const config::RunConfig& config, const StageMemory& 
   if (zero == 3) fresh_bytes += 3.0 * 4.0 * params;
   if (compact && zero != 3) {
     fresh_bytes += 2.0 * 4.0 * params;
-    widened = 2.0 * 6.0 * params;
+    widened = 2.0 * params;
   }
-  return hw.fresh_memory_seconds(fresh_bytes, world) + widened / hw.bandwidth_per_rank(world);
+  return hw.fresh_memory_seconds(fresh_bytes, world) + hw.cast_seconds(widened, false, world);
 }
 
 StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, const StageMemory& stage,
