@@ -1,5 +1,7 @@
 #include "loom/kernels/cpu/ssd_scan.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -156,20 +158,44 @@ struct BlockGrads {
   }
 };
 
-// Gradients through y = D x + exp(cum) S_in C + intra-block terms. dD summed into *dD.
+// A block's rows as a dense [len, width] double matrix (rows of `base` at `stride`, from `col`).
+void block_rows(std::vector<double>& out, const float* base, int64_t stride, int64_t row0, int64_t col, int64_t len,
+                int64_t width) {
+  out.resize(static_cast<size_t>(len * width));
+  for (int64_t i = 0; i < len; ++i)
+    for (int64_t c = 0; c < width; ++c) out[i * width + c] = base[(row0 + i) * stride + col + c];
+}
+
+// c[m, n] += op(a) . op(b), row-major doubles (OpenBLAS).
+void add_product(double* c, const double* a, const double* b, int64_t m, int64_t n, int64_t k, bool trans_a) {
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), 1.0, a, trans_a ? static_cast<int>(m) : static_cast<int>(k), b, static_cast<int>(n), 1.0,
+              c, static_cast<int>(n));
+}
+
+// Gradients through y = D x + exp(cum) S_in C + intra-block terms. dD summed into *dD. The
+// intra-block quadratic form is three products: with DYX = dy . x^T, W_ij = L_ij dt_j cb_ij and
+// G_ij = L_ij dt_j DYX_ij (j <= i), dx += W^T dy, dC += G B and dB += G^T C.
 void block_output_backward(BlockGrads& gr, std::vector<double>& dS_in, double* dD, const float* dy,
                            const HeadBlock& hb, const Segment& seg, const std::vector<double>& S,
                            const std::vector<double>& cb) {
   const SsdShape& s = *hb.s;
   const int64_t len = seg.end - seg.begin, P = s.head_dim, N = s.state;
-  std::vector<double> decays;
+  std::vector<double> Y, X, Bm, Cm, decays;
+  block_rows(Y, dy, s.y_stride, hb.row0 + seg.begin, hb.h * P, len, P);
+  block_rows(X, hb.x, s.x_stride, hb.row0 + seg.begin, hb.h * P, len, P);
+  block_rows(Bm, hb.B, s.bc_stride, hb.row0 + seg.begin, hb.g * N, len, N);
+  block_rows(Cm, hb.C, s.bc_stride, hb.row0 + seg.begin, hb.g * N, len, N);
+  std::vector<double> dyx(static_cast<size_t>(len * len), 0.0), W(dyx.size(), 0.0), G(dyx.size(), 0.0);
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(len), static_cast<int>(len), static_cast<int>(P),
+              1.0, Y.data(), static_cast<int>(P), X.data(), static_cast<int>(P), 0.0, dyx.data(), static_cast<int>(len));
   for (int64_t i = 0; i < len; ++i) {
-    hb.decays_to(i, decays);
-    const float* dyi = dy + (hb.row0 + seg.begin + i) * s.y_stride + hb.h * P;
-    const float* xi = hb.x_at(seg.begin + i);
-    const float* Ci = hb.C_at(seg.begin + i);
-    *dD += dot(dyi, xi, P);
-    for (int64_t p = 0; p < P; ++p) gr.dx[i * P + p] += hb.D * dyi[p];
+    const double* dyi = &Y[static_cast<size_t>(i * P)];
+    const double* Ci = &Cm[static_cast<size_t>(i * N)];
+    for (int64_t p = 0; p < P; ++p) {
+      *dD += dyi[p] * X[static_cast<size_t>(i * P + p)];
+      gr.dx[i * P + p] += hb.D * dyi[p];
+    }
     const double decay = std::exp(hb.cum[i]);
     double through_state = 0.0;
     for (int64_t p = 0; p < P; ++p) {
@@ -180,21 +206,20 @@ void block_output_backward(BlockGrads& gr, std::vector<double>& dS_in, double* d
       }
     }
     gr.dcum[i] += decay * through_state;
+    hb.decays_to(i, decays);
     for (int64_t j = 0; j <= i; ++j) {
-      const float* xj = hb.x_at(seg.begin + j);
-      const float* Bj = hb.B_at(seg.begin + j);
-      const double L = decays[static_cast<size_t>(j)], dyx = dot(dyi, xj, P), cbij = cb[i * len + j];
-      const double w = L * hb.dt[j] * cbij, gg = L * hb.dt[j] * dyx;
-      for (int64_t p = 0; p < P; ++p) gr.dx[j * P + p] += w * dyi[p];
-      for (int64_t n = 0; n < N; ++n) {
-        gr.dC[i * N + n] += gg * Bj[n];
-        gr.dB[j * N + n] += gg * Ci[n];
-      }
-      gr.ddt[j] += L * cbij * dyx;
-      gr.dcum[i] += w * dyx;
-      gr.dcum[j] -= w * dyx;
+      const size_t ij = static_cast<size_t>(i * len + j);
+      const double L = decays[static_cast<size_t>(j)], cbij = cb[ij];
+      W[ij] = L * hb.dt[j] * cbij;
+      G[ij] = L * hb.dt[j] * dyx[ij];
+      gr.ddt[j] += L * cbij * dyx[ij];
+      gr.dcum[i] += W[ij] * dyx[ij];
+      gr.dcum[j] -= W[ij] * dyx[ij];
     }
   }
+  add_product(gr.dx.data(), W.data(), Y.data(), len, P, len, true);
+  add_product(gr.dC.data(), G.data(), Bm.data(), len, N, len, false);
+  add_product(gr.dB.data(), G.data(), Cm.data(), len, N, len, true);
 }
 
 // Gradients through S_out = exp(cum_end) S_in + sum_j exp(cum_end - cum_j) dt_j x_j B_j^T, given
