@@ -49,15 +49,31 @@ struct HeadBlock {
   const float* C_at(int64_t t) const { return C + (row0 + t) * s->bc_stride + g * s->state; }
   double raw_at(int64_t t) const { return dt_raw[(row0 + t) * s->dt_stride + h] + dt_bias; }
 
+  std::vector<double> step_decay;  // exp(dt_i A): exp(cum_i - cum_{i-1})
+
   void load(const Segment& seg) {
     const int64_t len = seg.end - seg.begin;
     dt.assign(len, 0.0);
     cum.assign(len, 0.0);
+    step_decay.assign(len, 0.0);
     double run = 0.0;
     for (int64_t i = 0; i < len; ++i) {
       dt[i] = softplus(raw_at(seg.begin + i));
       run += dt[i] * A;
       cum[i] = run;
+      step_decay[i] = std::exp(dt[i] * A);
+    }
+  }
+  // decay[j] = exp(cum_i - cum_j) for j <= i, as a running product of the steps' decays from i
+  // down (one multiplication each instead of an exp; every factor is in (0, 1], so the product
+  // only shrinks, and its rounding stays far below fp32's).
+  void decays_to(int64_t i, std::vector<double>& decay) const {
+    decay.resize(static_cast<size_t>(i + 1));
+    double d = 1.0;
+    decay[static_cast<size_t>(i)] = d;
+    for (int64_t j = i - 1; j >= 0; --j) {
+      d *= step_decay[static_cast<size_t>(j + 1)];
+      decay[static_cast<size_t>(j)] = d;
     }
   }
 };
@@ -103,18 +119,19 @@ void advance_state(std::vector<double>& S, const HeadBlock& hb, const Segment& s
 void block_output(float* y, const SsdShape& s, const HeadBlock& hb, const Segment& seg, const std::vector<double>& S,
                   const std::vector<double>& cb) {
   const int64_t len = seg.end - seg.begin, P = s.head_dim, N = s.state;
-  std::vector<double> acc(P);
+  std::vector<double> acc(P), L;
   for (int64_t i = 0; i < len; ++i) {
     const float* xi = hb.x_at(seg.begin + i);
     const float* Ci = hb.C_at(seg.begin + i);
     const double decay = std::exp(hb.cum[i]);
+    hb.decays_to(i, L);
     for (int64_t p = 0; p < P; ++p) {
       double sc = 0.0;
       for (int64_t n = 0; n < N; ++n) sc += S[p * N + n] * Ci[n];
       acc[p] = hb.D * xi[p] + decay * sc;
     }
     for (int64_t j = 0; j <= i; ++j) {
-      const double w = std::exp(hb.cum[i] - hb.cum[j]) * hb.dt[j] * cb[i * len + j];
+      const double w = L[static_cast<size_t>(j)] * hb.dt[j] * cb[i * len + j];
       const float* xj = hb.x_at(seg.begin + j);
       for (int64_t p = 0; p < P; ++p) acc[p] += w * xj[p];
     }
@@ -145,7 +162,9 @@ void block_output_backward(BlockGrads& gr, std::vector<double>& dS_in, double* d
                            const std::vector<double>& cb) {
   const SsdShape& s = *hb.s;
   const int64_t len = seg.end - seg.begin, P = s.head_dim, N = s.state;
+  std::vector<double> decays;
   for (int64_t i = 0; i < len; ++i) {
+    hb.decays_to(i, decays);
     const float* dyi = dy + (hb.row0 + seg.begin + i) * s.y_stride + hb.h * P;
     const float* xi = hb.x_at(seg.begin + i);
     const float* Ci = hb.C_at(seg.begin + i);
@@ -164,7 +183,7 @@ void block_output_backward(BlockGrads& gr, std::vector<double>& dS_in, double* d
     for (int64_t j = 0; j <= i; ++j) {
       const float* xj = hb.x_at(seg.begin + j);
       const float* Bj = hb.B_at(seg.begin + j);
-      const double L = std::exp(hb.cum[i] - hb.cum[j]), dyx = dot(dyi, xj, P), cbij = cb[i * len + j];
+      const double L = decays[static_cast<size_t>(j)], dyx = dot(dyi, xj, P), cbij = cb[i * len + j];
       const double w = L * hb.dt[j] * cbij, gg = L * hb.dt[j] * dyx;
       for (int64_t p = 0; p < P; ++p) gr.dx[j * P + p] += w * dyi[p];
       for (int64_t n = 0; n < N; ++n) {
