@@ -187,6 +187,22 @@ TEST(GgufExport, RefusesAPreTokenizerLlamaCppLacks) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(GgufExport, RefusesOtherTokenizersNamingTheKey) {
+  auto expect_refused = [](const std::string& name, const std::string& key) {
+    auto tokenizer = data::make_tokenizer(name);
+    GgufWriter w;
+    try {
+      add_tokenizer(w, tokenizer->vocab_size(), name, *tokenizer);
+      ADD_FAILURE() << name << " was exported";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  };
+  // Llama 2's SentencePiece-converted tokenizer.json (byte fallback, Metaspace-style normalizer).
+  expect_refused("hf:" + data::default_data_dir() + "/hf/llama2", "model.byte_fallback");
+  expect_refused("cl100k_base", "data.tokenizer is cl100k_base");
+}
+
 TEST(GgufExport, RefusesWhatLlamaCppsLlamaCannotRun) {
   const std::string root = t::make_training_root("gguf-refused");
   t::train_run(root, "gpt2", "model: {d_model: 32, layers: 1, heads: 2, ffn_size: 32, norm: layer, activation: gelu, "
