@@ -82,7 +82,7 @@ HeadBlock head_block(const SsdShape& s, int64_t b, int64_t h, const float* x, co
                      const float* dt_bias, const float* A_log, const float* B, const float* C, const float* D) {
   const int64_t g = h / (s.heads / s.groups);
   return {&s, b * s.seq, h, g, x, dt_raw, B, C, -std::exp(static_cast<double>(A_log[h])),
-          static_cast<double>(D[h]), static_cast<double>(dt_bias[h]), {}, {}};
+          static_cast<double>(D[h]), static_cast<double>(dt_bias[h]), {}, {}, {}};
 }
 
 double dot(const float* a, const float* b, int64_t n) {
