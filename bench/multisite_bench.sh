@@ -40,6 +40,13 @@ run() {  # name, overrides...: prints tokens/s (median step after the first) and
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 one=$(run one-site runtime.ranks=1 train.threads=1 train.global_batch=$batch)
 echo "1 site x 1 rank: tokens/s step_s = $one"
+# Two independent 1-site runs at once: each site's rank on a core of its own, sharing the host's
+# memory system as the two ranks of a 2-site run do here (on real sites each has its own).
+run pair-a runtime.ranks=1 train.threads=1 train.global_batch=$batch > "$out/pair-a.txt" &
+run pair-b runtime.ranks=1 train.threads=1 train.global_batch=$batch > "$out/pair-b.txt"
+wait
+pair=$(awk '{s += $1} END {printf "%.1f", s / 2}' "$out/pair-a.txt" "$out/pair-b.txt")
+echo "1 site x 1 rank, two independent runs at once: tokens/s each = $pair"
 two=(runtime.ranks=2 train.threads=2 train.global_batch=$((2 * batch)))
 free=$(run free-links "${two[@]}" parallel.dp_sites=2)
 echo "2 sites x 1 rank, free links: tokens/s step_s = $free"
@@ -49,9 +56,9 @@ for ms in "${latencies[@]}"; do
   hier=$(run "hier-$ms" "${two[@]}" "${links[@]}" topology.cross_site_latency_us="$one_way")
   wait_s=$(field "$out/hier-$ms" cross_site_wait_s | median)
   flat=$(run "flat-$ms" "${two[@]}" "${links[@]}" topology.cross_site_latency_us="$one_way" parallel.dp_sites=1)
-  awk -v ms="$ms" -v one="${one%% *}" -v free="${free%% *}" -v h="${hier%% *}" -v hs="${hier##* }" \
+  awk -v ms="$ms" -v one="${one%% *}" -v pair="$pair" -v free="${free%% *}" -v h="${hier%% *}" -v hs="${hier##* }" \
       -v f="${flat%% *}" -v w="$wait_s" \
-    'BEGIN {printf "rtt %3d ms: hierarchical %.1f tok/s, step %.2f s, blocked on communication %.3f s (%.1f%% of the step not blocked), efficiency %.1f%% (vs free links %.1f%%); flat %.1f tok/s, efficiency %.1f%% (vs free links %.1f%%)\n",
-            ms, h, hs, w, 100 * (1 - w / hs), 100 * h / (2 * one), 100 * h / free, f, 100 * f / (2 * one), 100 * f / free}'
+    'BEGIN {printf "rtt %3d ms: hierarchical %.1f tok/s, step %.2f s, blocked on communication %.3f s (%.1f%% of the step not blocked), efficiency %.1f%% (vs two 1-site runs at once %.1f%%, vs free links %.1f%%); flat %.1f tok/s, efficiency %.1f%% (vs two at once %.1f%%, vs free links %.1f%%)\n",
+            ms, h, hs, w, 100 * (1 - w / hs), 100 * h / (2 * one), 100 * h / (2 * pair), 100 * h / free, f, 100 * f / (2 * one), 100 * f / (2 * pair), 100 * f / free}'
 done
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"

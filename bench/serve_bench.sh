@@ -5,17 +5,8 @@
 # (f32, as loom computes). Runs each engine twice, alternated.
 # Usage: bench/serve_bench.sh [BUILD_DIR=build] [THREADS=2]
 set -euo pipefail
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="${1:-$repo/build}"
-threads="${2:-2}"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-for i in $(seq 1 300); do echo "It is a truth universally acknowledged, item $((i * 7))."; echo; done > "$work/corpus.txt"
-"$build/loom" data prepare "$work/corpus.txt" --output "$work/data/c" --val-fraction 0 > /dev/null
-sed -e "s|dir: runs/tiny|dir: $work/run|" -e "s|train_prefix: data/byte/corpus_train|train_prefix: $work/data/c_train|" \
-    -e "/val_prefix/d" -e "s|steps: 300|steps: 1|" -e "s|interval: 100|interval: 1|" -e "s|eval_interval: 1|eval_interval: 0|" \
-    "$repo/configs/tiny.yaml" > "$work/run.yaml"
-"$build/loom" train "$work/run.yaml" > /dev/null
+source "$(dirname "${BASH_SOURCE[0]}")/serve_common.sh" "$@"
+one_step "$repo/configs/tiny.yaml" run
 "$build/loom" convert --to-gguf "$work/run/checkpoints" "$work/model.gguf" > /dev/null
 export OMP_NUM_THREADS="$threads"
 for round in 1 2; do

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <span>
 
 #include <nlohmann/json.hpp>
 
@@ -148,11 +149,59 @@ TEST_F(ConvertCli, MixtureOfExpertsRoundTripsAsMixtral) {
   EXPECT_EQ(c.at("num_local_experts"), 4);
   EXPECT_EQ(c.at("num_experts_per_tok"), 2);
   EXPECT_EQ(c.at("intermediate_size"), 24);
-  // A shared expert (Qwen-MoE style) is not Mixtral's: refused naming the key.
+  // A shared expert exports as Qwen2-MoE, whose shared expert is gated: an ungated one is refused
+  // naming the key.
   train(write_config("shared", "  layers: 1\n  moe_experts: 4\n  moe_shared_ffn_size: 16\n"));
   CommandResult to = run_loom("convert --to-hf " + (dir / "shared/checkpoints") + " " + (dir / "shared-hf"));
   EXPECT_NE(to.exit_code, 0);
-  EXPECT_NE(to.output.find("model.moe_shared_ffn_size"), std::string::npos) << to.output;
+  EXPECT_NE(to.output.find("model.moe_shared_expert_gate"), std::string::npos) << to.output;
+}
+
+// Qwen2-MoE: q/k/v biases, a gated shared expert, softmax-then-top-k routing and a dense layer
+// (mlp_only_layers) round-trip with the same digest and text.
+TEST_F(ConvertCli, Qwen2MoeRoundTripKeepsTheDigest) {
+  train(write_config("qwen-moe", "  layers: 3\n  kv_heads: 2\n  ffn_size: 48\n  tied_embeddings: false\n"
+                                 "  qkv_bias: true\n  moe_experts: 4\n  moe_top_k: 2\n  moe_ffn_size: 16\n"
+                                 "  moe_shared_ffn_size: 24\n  moe_shared_expert_gate: true\n"
+                                 "  moe_router: softmax_topk\n  block_configs: [{ffn: dense}, {}, {ffn: moe}]\n"));
+  expect_round_trip("qwen-moe");
+  const json c = read_json(dir / "qwen-moe-hf/config.json");
+  EXPECT_EQ(c.at("architectures"), json::array({"Qwen2MoeForCausalLM"}));
+  EXPECT_EQ(c.at("mlp_only_layers"), json::array({0}));
+  EXPECT_EQ(c.at("norm_topk_prob"), false);
+  const loom::interop::hf::SafetensorsReader weights(dir / "qwen-moe-hf/model.safetensors");
+  EXPECT_NE(weights.header().find("model.layers.1.mlp.shared_expert_gate.weight"), nullptr);
+  EXPECT_NE(weights.header().find("model.layers.2.mlp.experts.3.up_proj.weight"), nullptr);
+  EXPECT_NE(weights.header().find("model.layers.0.mlp.down_proj.weight"), nullptr);
+}
+
+// A hybrid model (Mamba-2, attention without positions, squared-ReLU MLP, latent MoE with a
+// trained expert bias) exports as NemotronHForCausalLM and back with the same digest and text.
+TEST_F(ConvertCli, NemotronHRoundTripKeepsTheDigestAndTheExpertBias) {
+  train(write_config("hybrid", "  layers: 4\n  layer_pattern: \"M*-E\"\n  kv_heads: 2\n  ffn_size: 48\n"
+                               "  activation: relu2\n  positions: none\n  tied_embeddings: false\n"
+                               "  moe_experts: 4\n  moe_top_k: 2\n  moe_ffn_size: 16\n  moe_shared_ffn_size: 24\n"
+                               "  moe_latent_size: 16\n  moe_router: sigmoid\n  moe_expert_bias: true\n"
+                               "  moe_bias_update_rate: 0.05\n"
+                               "  mamba: {state_size: 8, heads: 4, head_dim: 8, groups: 2, conv_kernel: 4, chunk_size: 16}\n"));
+  expect_round_trip("hybrid");
+  const json c = read_json(dir / "hybrid-hf/config.json");
+  EXPECT_EQ(c.at("architectures"), json::array({"NemotronHForCausalLM"}));
+  EXPECT_EQ(c.at("hybrid_override_pattern"), "M*-E");
+  const loom::interop::hf::SafetensorsReader weights(dir / "hybrid-hf/model.safetensors");
+  const auto* in_proj = weights.header().find("backbone.layers.0.mixer.in_proj.weight");
+  ASSERT_NE(in_proj, nullptr);
+  EXPECT_EQ(in_proj->shape, (std::vector<uint64_t>{2 * 32 + 2 * 2 * 8 + 4, 32}));
+  EXPECT_EQ(weights.header().find("backbone.layers.0.mixer.conv1d.weight")->shape,
+            (std::vector<uint64_t>{32 + 2 * 2 * 8, 1, 4}));
+  EXPECT_NE(weights.header().find("backbone.layers.3.mixer.shared_experts.up_proj.weight"), nullptr);
+  EXPECT_NE(weights.header().find("backbone.layers.2.norm.weight"), nullptr);
+  // The trained expert bias travels as the router's e_score_correction_bias.
+  const auto* bias = weights.header().find("backbone.layers.3.mixer.gate.e_score_correction_bias");
+  ASSERT_NE(bias, nullptr);
+  std::vector<float> values(4);
+  weights.read(*bias, std::as_writable_bytes(std::span(values)));
+  EXPECT_GT(std::abs(values[0]) + std::abs(values[1]) + std::abs(values[2]) + std::abs(values[3]), 0.0f);
 }
 
 TEST_F(ConvertCli, HeterogeneousRoundTripWritesDeciLMBlockConfigs) {

@@ -393,6 +393,12 @@ TEST(Config, MoeKeysParseAndBadValuesNameTheKey) {
   EXPECT_HAS(msg, "model.moe_latent_size = 100000");
   msg = error_of([] { parse("model: {moe_capacity_factor: -1}\n"); });
   EXPECT_HAS(msg, "model.moe_capacity_factor");
+  // The shared expert's gate (Qwen2-MoE) needs a shared expert.
+  EXPECT_TRUE(parse("model: {moe_experts: 4, moe_shared_ffn_size: 8, moe_shared_expert_gate: true}\n")
+                  .model.moe.shared_expert_gate);
+  msg = error_of([] { parse("model: {moe_experts: 4, moe_shared_expert_gate: true}\n"); });
+  EXPECT_HAS(msg, "model.moe_shared_expert_gate = true needs a shared expert");
+  EXPECT_EQ(parse("model: {positions: none}\n").model.positions, Positions::None);  // attention without positions
 }
 
 }  // namespace

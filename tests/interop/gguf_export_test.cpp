@@ -1,7 +1,10 @@
-// GGUF export: the file's layout, refused models, and the export run in llama.cpp (node-llama-cpp's
-// prebuilt binaries, when scripts/setup.sh installed them) generating greedily the same tokens
-// as loom's own KV-cache decoding.
+// GGUF export: the file's layout, refused models and tokenizers, the tiktoken-to-merges rebuild,
+// and the export run in llama.cpp (node-llama-cpp's prebuilt binaries, which scripts/setup.sh
+// installs) tokenizing and detokenizing prompts as loom does and generating greedily the same
+// tokens as loom's own KV-cache decoding, for the byte, gpt2 and a Hugging Face (Llama 3)
+// tokenizer.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -11,8 +14,12 @@
 #include <nlohmann/json.hpp>
 
 #include "../train/training_runs.h"
+#include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
+#include "loom/data/hf/components.h"
 #include "loom/interop/gguf/gguf_export.h"
+#include "loom/interop/gguf/gguf_tokenizer.h"
+#include "loom/interop/gguf/tiktoken_merges.h"
 #include "loom/train/model_setup.h"
 
 namespace loom::interop::gguf {
@@ -20,35 +27,94 @@ namespace {
 
 namespace t = loom::train::testing;
 
-std::string llama_yaml(const std::string& root) {
-  // init_std 0.2: logits far apart, so greedy choices are varied and never near ties.
+std::string llama_yaml(const std::string& root, const std::string& tokenizer) {
+  // init_std 0.2: logits far apart, so greedy choices are varied and never near ties. The data
+  // are byte ids, valid ids of every tokenizer here.
   return "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, "
          "activation: swiglu, positions: rope, tied_embeddings: false, max_seq_len: 64, init_std: 0.2}\n"
-         "train: {steps: 2, global_batch: 4, micro_batch: 4}\n" + t::data_section(root);
+         "train: {steps: 2, global_batch: 4, micro_batch: 4}\n"
+         "data: {tokenizer: " + tokenizer + ", train_prefix: " + root + "/data/c_train, seq_len: 16}\n";
 }
 
-// Greedy ids after `prompt` from loom's decode (the reference).
-std::vector<int32_t> loom_greedy(const std::string& checkpoint_path, const std::string& prompt, int count) {
+struct Loom {
+  std::vector<int32_t> prompt, generated;
+  std::string text;  // decode(prompt)
+};
+
+// Loom's tokens of `prompt` and greedy ids after it from its decode (the reference).
+Loom loom_greedy(const std::string& checkpoint_path, const std::string& prompt, int count) {
   ckpt::LoadedCheckpoint checkpoint = ckpt::load_checkpoint(checkpoint_path);
   config::RunConfig config = config::parse_config(checkpoint.config_yaml(), "manifest", {});
   auto tokenizer = data::make_tokenizer(config.data.tokenizer);
-  model::Transformer model(train::resolve_model_config(config.model, *tokenizer));
+  const config::ModelConfig m = train::resolve_model_config(config.model, *tokenizer);
+  model::Transformer model(m);
   train::load_parameters(checkpoint, model);
   model::DecodeState state;
-  std::vector<int32_t> ids = tokenizer->encode(prompt), out;
-  const float* logits = model.decode(state, ids.data(), static_cast<int64_t>(ids.size()));
+  Loom out{tokenizer->encode(prompt), {}, ""};
+  out.text = tokenizer->decode(out.prompt);
+  const float* logits = model.decode(state, out.prompt.data(), static_cast<int64_t>(out.prompt.size()));
   for (int i = 0; i < count; ++i) {
-    const int32_t next = static_cast<int32_t>(std::max_element(logits, logits + 256) - logits);
+    const int32_t next = static_cast<int32_t>(std::max_element(logits, logits + m.vocab_size) - logits);
     if (next == tokenizer->eot_token()) break;
-    out.push_back(next);
+    out.generated.push_back(next);
     logits = model.decode(state, &next, 1);
   }
   return out;
 }
 
+// llama.cpp's tokens of `prompt`, its detokenization of them and its greedy ids after them.
+nlohmann::json llama_cpp_greedy(const std::string& file, const std::string& prompt, int count) {
+  const std::string npm = std::string(LOOM_SOURCE_DIR) + "/.cache/npm";
+  const std::string script = std::string(LOOM_SOURCE_DIR) + "/tests/interop/gguf_llama_cpp.mjs";
+  // scripts/setup.sh installs the peer on every machine: its absence is a setup failure, not a skip.
+  if (!std::filesystem::exists(npm + "/node_modules/node-llama-cpp"))
+    throw Error("node-llama-cpp is missing under " + npm + ": run scripts/setup.sh");
+  const std::string prompt_file = file + ".prompt";
+  write_file_atomic(prompt_file, prompt);
+  const std::string command =
+      "node " + script + " " + npm + " " + file + " " + prompt_file + " " + std::to_string(count) + " 2>/dev/null";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) throw Error("cannot run " + command);
+  std::string output;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, n);
+  if (pclose(pipe) != 0) throw Error(command + " failed: " + output);
+  const size_t at = output.rfind("{\"prompt\"");
+  if (at == std::string::npos) throw Error(command + " printed no result: " + output);
+  return nlohmann::json::parse(output.substr(at));
+}
+
+// ASCII, punctuation and contractions, runs of spaces and newlines, numbers, and non-ASCII UTF-8.
+const std::vector<std::string> kPrompts = {
+    "It is a", "Call me Ishmael. Some years ago -- never mind how long precisely!", "It's what they'd say; we've (not) LEFT?",
+    "  two  spaces\nand\ttabs\n\n  three\n", "12345 + 678 = 13023, 3.14159", "naïve café — Zürich, 東京, Ελληνικά 🙂!",
+    "Spaces before marks , . ? ! and ' s"};
+// llama.cpp's detokenizer for its gpt-2 and llama-bpe pre-tokenizers drops the spaces before
+// marks and apostrophes (its clean_spaces, fixed per pre-tokenizer); loom's decode keeps them.
+const std::string kCleanedByLlamaCpp = "Spaces before marks,.?! and's";
+
+// Trains a Llama-style model with `tokenizer`, exports it, and checks llama.cpp against loom.
+void expect_llama_cpp_matches(const std::string& tag, const std::string& tokenizer, bool llama_cpp_cleans_spaces) {
+  const std::string root = t::make_training_root(tag);
+  t::train_run(root, "llama", llama_yaml(root, tokenizer), {});
+  const std::string checkpoint = root + "/llama/checkpoints", file = root + "/model.gguf";
+  const GgufExportResult result = export_to_gguf(checkpoint, file, {});
+  EXPECT_EQ(result.tensors, 1 + 2 * 9 + 2);
+  for (const std::string& prompt : kPrompts) {
+    const Loom expected = loom_greedy(checkpoint, prompt, 20);
+    const nlohmann::json got = llama_cpp_greedy(file, prompt, 20);
+    EXPECT_EQ(got.at("prompt").get<std::vector<int32_t>>(), expected.prompt) << tokenizer << ": " << prompt;
+    const bool cleaned = llama_cpp_cleans_spaces && prompt == kPrompts.back();
+    EXPECT_EQ(got.at("text").get<std::string>(), cleaned ? kCleanedByLlamaCpp : expected.text) << tokenizer << ": " << prompt;
+    EXPECT_EQ(expected.text, prompt) << tokenizer;
+    EXPECT_EQ(got.at("generated").get<std::vector<int32_t>>(), expected.generated) << tokenizer << ": " << prompt;
+  }
+  std::filesystem::remove_all(root);
+}
+
 TEST(GgufExport, HeaderAndLlamaCppGeneratesTheSameTokens) {
   const std::string root = t::make_training_root("gguf");
-  t::train_run(root, "llama", llama_yaml(root), {});
+  t::train_run(root, "llama", llama_yaml(root, "byte"), {});
   const std::string checkpoint = root + "/llama/checkpoints", file = root + "/model.gguf";
   const GgufExportResult result = export_to_gguf(checkpoint, file, {});
   EXPECT_EQ(result.tensors, 1 + 2 * 9 + 2);
@@ -61,24 +127,80 @@ TEST(GgufExport, HeaderAndLlamaCppGeneratesTheSameTokens) {
   EXPECT_EQ(version, 3u);
   EXPECT_EQ(tensors, 21u);
   EXPECT_EQ(std::filesystem::file_size(file) % 32, 0u);
-
-  const std::string npm = std::string(LOOM_SOURCE_DIR) + "/.cache/npm";
-  const std::string script = std::string(LOOM_SOURCE_DIR) + "/tests/interop/gguf_llama_cpp.mjs";
-  // scripts/setup.sh installs the peer on every machine: its absence is a setup failure, not a skip.
-  ASSERT_TRUE(std::filesystem::exists(npm + "/node_modules/node-llama-cpp"))
-      << "node-llama-cpp is missing under " << npm << ": run scripts/setup.sh";
   for (const std::string prompt : {"It is a", "Call me Ishmael", "x"}) {
-    const std::string command = "node " + script + " " + npm + " " + file + " '" + prompt + "' 20 2>/dev/null";
-    FILE* pipe = popen(command.c_str(), "r");
-    ASSERT_NE(pipe, nullptr);
-    std::string output;
-    char buffer[4096];
-    while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, n);
-    ASSERT_EQ(pclose(pipe), 0) << output;
-    const nlohmann::json got = nlohmann::json::parse(output.substr(output.rfind('{')));
-    EXPECT_EQ(got.at("generated").get<std::vector<int32_t>>(), loom_greedy(checkpoint, prompt, 20)) << prompt;
+    const nlohmann::json got = llama_cpp_greedy(file, prompt, 20);
+    const Loom expected = loom_greedy(checkpoint, prompt, 20);
+    EXPECT_EQ(got.at("prompt").get<std::vector<int32_t>>(), expected.prompt) << prompt;
+    EXPECT_EQ(got.at("generated").get<std::vector<int32_t>>(), expected.generated) << prompt;
   }
   std::filesystem::remove_all(root);
+}
+
+TEST(GgufExport, Gpt2TokenizerTokenizesAndGeneratesAsLoom) { expect_llama_cpp_matches("gguf-gpt2", "gpt2", true); }
+
+TEST(GgufExport, HfLlama3TokenizerTokenizesAndGeneratesAsLoom) {
+  expect_llama_cpp_matches("gguf-llama3", "hf:" + data::default_data_dir() + "/hf/llama3", true);
+}
+
+TEST(GgufExport, HfQwen3TokenizerTokenizesAndGeneratesAsLoom) {
+  expect_llama_cpp_matches("gguf-qwen3", "hf:" + data::default_data_dir() + "/hf/qwen3", false);
+}
+
+TEST(GgufExport, MergesRebuiltFromRanks) {
+  // Ranks: bytes a b c, then "ab" (a+b), "bc" (b+c), "abc": merging a b c below rank 5 makes
+  // "ab" first (rank 3 < 4), so "abc" is ab + c, not a + bc.
+  std::vector<std::pair<std::string, std::string>> merges = merges_from_ranks({"a", "b", "c", "ab", "bc", "abc", "cab"});
+  const std::vector<std::pair<std::string, std::string>> expected = {{"a", "b"}, {"b", "c"}, {"ab", "c"}, {"c", "ab"}};
+  EXPECT_EQ(merges, expected);
+  // "bc" ranked before "ab": then "abc" is a + bc.
+  merges = merges_from_ranks({"a", "b", "c", "bc", "ab", "abc"});
+  EXPECT_EQ(merges.back(), (std::pair<std::string, std::string>{"a", "bc"}));
+  // "abc" with no two-part path among the lower ranks (no "ab" nor "bc"): no merge list makes it.
+  try {
+    merges_from_ranks({"a", "b", "c", "abc"});
+    FAIL() << "a token no merge builds was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 3"), std::string::npos) << e.what();
+  }
+}
+
+TEST(GgufExport, RefusesAPreTokenizerLlamaCppLacks) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("loom-gguf-pre-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int c = 0; c < 256; ++c) vocab[data::hf::byte_level_char(static_cast<unsigned char>(c))] = c;
+  const nlohmann::json split = {{"type", "Split"}, {"pattern", {{"Regex", "\\p{L}+|\\s+|."}}}, {"behavior", "Isolated"}, {"invert", false}};
+  const nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}};
+  const nlohmann::json spec = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
+                               {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", {split, byte_level}}}},
+                               {"decoder", {{"type", "ByteLevel"}}}};
+  write_file_atomic((dir / "tokenizer.json").string(), spec.dump());
+  const std::string name = "hf:" + dir.string();
+  auto tokenizer = data::make_tokenizer(name);
+  GgufWriter w;
+  try {
+    add_tokenizer(w, 256, name, *tokenizer);
+    FAIL() << "an unknown pre-tokenizer was exported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.json: pre_tokenizer"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(GgufExport, RefusesOtherTokenizersNamingTheKey) {
+  auto expect_refused = [](const std::string& name, const std::string& key) {
+    auto tokenizer = data::make_tokenizer(name);
+    GgufWriter w;
+    try {
+      add_tokenizer(w, tokenizer->vocab_size(), name, *tokenizer);
+      ADD_FAILURE() << name << " was exported";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  };
+  // Llama 2's SentencePiece-converted tokenizer.json (byte fallback, Metaspace-style normalizer).
+  expect_refused("hf:" + data::default_data_dir() + "/hf/llama2", "model.byte_fallback");
+  expect_refused("cl100k_base", "data.tokenizer is cl100k_base");
 }
 
 TEST(GgufExport, RefusesWhatLlamaCppsLlamaCannotRun) {

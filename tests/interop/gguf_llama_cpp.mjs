@@ -1,12 +1,14 @@
 // Greedy generation of a GGUF export in llama.cpp (node-llama-cpp's prebuilt CPU binaries):
-// prints the generated token ids as JSON, to compare with `loom generate`.
-// Usage: node gguf_llama_cpp.mjs NPM_DIR MODEL.gguf PROMPT MAX_TOKENS   (exit 77: not installed)
+// prints as JSON llama.cpp's tokens of the prompt, its detokenization of them and the generated token
+// ids, to compare with loom's tokenizer and `loom generate`.
+// Usage: node gguf_llama_cpp.mjs NPM_DIR MODEL.gguf PROMPT_FILE MAX_TOKENS   (exit 77: not installed)
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
-const [npmDir, modelPath, prompt, maxTokens] = process.argv.slice(2);
+const [npmDir, modelPath, promptFile, maxTokens] = process.argv.slice(2);
+const prompt = fs.readFileSync(promptFile, 'utf8');
 const entry = path.resolve(npmDir, 'node_modules/node-llama-cpp/dist/index.js');
 if (!fs.existsSync(entry)) {
   console.log(`skipped: node-llama-cpp is not installed in ${npmDir} (run scripts/setup.sh)`);
@@ -24,7 +26,7 @@ for await (const token of sequence.evaluate(input, { temperature: 0 })) {
   generated.push(token);
   if (generated.length >= Number(maxTokens)) break;
 }
-console.log(JSON.stringify({ prompt: Array.from(input), generated }));
+console.log(JSON.stringify({ prompt: Array.from(input), text: model.detokenize(input), generated }));
 await context.dispose();
 await model.dispose();
 process.exit(0);

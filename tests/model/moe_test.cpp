@@ -92,6 +92,49 @@ TEST(MoeGradients, LatentProjectionsSharedExpertAndGelu) {
   check_moe(c);
 }
 
+// Qwen2-MoE's shared expert scaled per token by sigmoid(x . g), under both softmax routers.
+TEST(MoeGradients, GatedSharedExpert) {
+  auto c = moe_model(config::MoeRouter::SoftmaxTopk);
+  c.moe.shared_ffn_size = 5;
+  c.moe.shared_expert_gate = true;
+  check_moe(c);
+  c.moe.router = config::MoeRouter::TopkSoftmax;
+  check_moe(c);
+}
+
+// The gate is a per-token factor in (0, 1): with g = 0 it halves the shared expert's output.
+TEST(MoeSharedExpertGate, ZeroGateHalvesTheSharedExpert) {
+  auto c = moe_model(config::MoeRouter::TopkSoftmax);
+  c.moe.shared_ffn_size = 5;
+  const int64_t rows = 6, n = rows * c.d_model;
+  auto x = loom::testing::random_vector(n, 21);
+  auto run = [&](bool gate) {
+    c.moe.shared_expert_gate = gate;
+    ParameterStore store;
+    TensorParallel tp;
+    MoeLayer layer(store, tp, {}, 0, "model.layers.0.mlp", c, c.ffn_size, 0.4f, 0.3f);
+    store.allocate();
+    store.initialize(5);
+    for (const Parameter& p : store.list()) {
+      const bool zero = p.name.find(".shared_expert_gate.") != std::string::npos ||
+                        (p.name.find(".shared_expert.") == std::string::npos);
+      if (zero) std::fill(store.values() + p.offset, store.values() + p.offset + p.numel, 0.0f);
+    }
+    MoeLayer::Saved saved;
+    ParallelScratch scratch;
+    std::vector<float> y(n, 0.0f);
+    layer.forward(saved, y.data(), x.data(), 2, 3, scratch);
+    return y;
+  };
+  const std::vector<float> plain = run(false), gated = run(true);
+  double norm = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_NEAR(gated[i], 0.5f * plain[i], 1e-6f) << i;
+    norm += std::abs(plain[i]);
+  }
+  EXPECT_GT(norm, 0.0);
+}
+
 // Nemotron-H's latent MoE: squared-ReLU routed and shared experts behind latent projections.
 TEST(MoeGradients, LatentSquaredReluExperts) {
   auto c = moe_model(config::MoeRouter::Sigmoid);

@@ -106,6 +106,22 @@ TEST_F(ExpertParallelTraining, Ep2ComposesWithTensorPipelineAndDataParallelism) 
   EXPECT_GT(std::fabs(bias[0]) + std::fabs(bias[1]) + std::fabs(bias[2]) + std::fabs(bias[3]), 0.0f);
 }
 
+// Qwen2-MoE's gated shared expert: its gate weight is replicated over tensor parallelism (its
+// gradient summed over the sequence-parallel ranks' rows) and dense under expert parallelism.
+TEST_F(ExpertParallelTraining, GatedSharedExpertEqualsOneRankUnderTp2AndEp2) {
+  const std::vector<std::string> keys = {"model.moe_router=softmax_topk", "model.moe_shared_expert_gate=true"};
+  const std::vector<double> one = losses("gated-one", keys);
+  ASSERT_EQ(one.size(), 20u);
+  expect_same_run(one, "gated-one", "gated-tp2", with(keys, {"runtime.ranks=2", "parallel.tp=2"}));
+  expect_same_run(one, "gated-one", "gated-tp2-sp",
+                  with(keys, {"runtime.ranks=2", "parallel.tp=2", "parallel.sequence_parallel=true"}));
+  expect_same_run(one, "gated-one", "gated-ep2", with(keys, {"runtime.ranks=2", "parallel.ep=2"}));
+  // The gate is a trained parameter of the checkpoint, and it moved.
+  ckpt::LoadedCheckpoint c = ckpt::load_checkpoint(root_ + "/gated-ep2/checkpoints");
+  EXPECT_TRUE(c.has("model.layers.1.mlp.shared_expert_gate.weight"));
+  EXPECT_FALSE(c.has("model.layers.0.mlp.shared_expert_gate.weight"));  // the dense layer
+}
+
 }  // namespace
 }  // namespace loom::train
 

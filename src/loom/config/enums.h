@@ -56,9 +56,10 @@ constexpr std::array<std::string_view, 2> names(Norm) { return {"rms", "layer"};
 enum class Activation : uint8_t { Swiglu, Gelu, Relu2 };
 constexpr std::array<std::string_view, 3> names(Activation) { return {"swiglu", "gelu", "relu2"}; }
 
-// model.positions: rotary embeddings or a learned position table.
-enum class Positions : uint8_t { Rope, Learned };
-constexpr std::array<std::string_view, 2> names(Positions) { return {"rope", "learned"}; }
+// model.positions: rotary embeddings, a learned position table, or none (attention sees no
+// positions; Nemotron-H's attention layers, whose Mamba layers carry the order).
+enum class Positions : uint8_t { Rope, Learned, None };
+constexpr std::array<std::string_view, 3> names(Positions) { return {"rope", "learned", "none"}; }
 
 // model.rope_scaling: plain RoPE, Llama 3.1's frequency rescaling, or YaRN (docs/interop.md).
 enum class RopeScaling : uint8_t { None, Llama3, Yarn };

@@ -26,6 +26,8 @@ void validate_moe(const ModelConfig& m) {
     any = any || moe;
   }
   if (!any) return;
+  LOOM_CHECK(!e.shared_expert_gate || e.shared_ffn_size > 0,
+             "model.moe_shared_expert_gate = true needs a shared expert to gate (model.moe_shared_ffn_size > 0)");
   LOOM_CHECK(e.top_k <= e.experts, "model.moe_top_k = " + std::to_string(e.top_k) +
                                        " is invalid: must be in [1, model.moe_experts = " + std::to_string(e.experts) + "]");
   LOOM_CHECK(e.latent_size == 0 || e.latent_size <= m.d_model,

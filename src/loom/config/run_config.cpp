@@ -185,6 +185,7 @@ const std::vector<SectionSchema>& schema() {
                   moe_field("moe_top_k", &MoeConfig::top_k, at_least(1)),
                   moe_field("moe_ffn_size", &MoeConfig::ffn_size, at_least(0)),
                   moe_field("moe_shared_ffn_size", &MoeConfig::shared_ffn_size, at_least(0)),
+                  moe_field("moe_shared_expert_gate", &MoeConfig::shared_expert_gate),
                   moe_field("moe_latent_size", &MoeConfig::latent_size, at_least(0)),
                   moe_field("moe_router", &MoeConfig::router),
                   moe_field("moe_topk_scaling", &MoeConfig::topk_scaling, greater_than(0)),

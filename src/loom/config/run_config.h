@@ -26,6 +26,7 @@ struct MoeConfig {
   int top_k = 2;                    // experts per token
   int ffn_size = 0;                 // each expert's ffn size; 0 = model.ffn_size
   int shared_ffn_size = 0;          // the shared expert's ffn size (sees every token); 0 = none
+  bool shared_expert_gate = false;  // the shared expert's output times sigmoid(x . g), g [1, d_model] (Qwen2-MoE)
   int latent_size = 0;              // experts work in this size (hidden -> latent -> hidden); 0 = d_model
   MoeRouter router = MoeRouter::TopkSoftmax;  // topk_softmax | softmax_topk | sigmoid
   double topk_scaling = 1.0;        // the combine weights times this
@@ -60,7 +61,7 @@ struct ModelConfig {
   int ffn_size = 1024;
   Norm norm = Norm::Rms;                          // rms | layer
   Activation activation = Activation::Swiglu;     // swiglu | gelu
-  Positions positions = Positions::Rope;          // rope | learned
+  Positions positions = Positions::Rope;          // rope | learned | none (attention without positions, as Nemotron-H's)
   bool tied_embeddings = true;
   bool bias = false;                  // biases in linear layers (GPT-2)
   int max_seq_len = 256;

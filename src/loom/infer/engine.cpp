@@ -23,22 +23,36 @@ void check_same_model(const config::ModelConfig& model, const ckpt::LoadedCheckp
 }
 }  // namespace
 
+config::ModelConfig served_model_config(const ckpt::LoadedCheckpoint& checkpoint,
+                                        std::unique_ptr<data::Tokenizer>& tokenizer) {
+  config::RunConfig config =
+      config::parse_config(checkpoint.config_yaml(), checkpoint.path() + "/manifest.json", {});
+  tokenizer = data::make_tokenizer(config.data.tokenizer);
+  LOOM_CHECK(config.model.vocab_size == 0 || config.model.vocab_size >= tokenizer->vocab_size(),
+             checkpoint.path() + ": the model's vocabulary is smaller than tokenizer '" + config.data.tokenizer +
+                 "' needs; this checkpoint cannot serve with that tokenizer");
+  return train::resolve_model_config(config.model, *tokenizer);
+}
+
 Engine::Engine(const std::string& checkpoint_path, EngineOptions options)
     : options_(options), blocks_(1, 1) {
   LOOM_CHECK(options.block_size >= 1, "KV block size must be >= 1, got " + std::to_string(options.block_size));
   LOOM_CHECK(options.max_batch_tokens >= 1, "max batch tokens must be >= 1");
   LOOM_CHECK(options.max_running >= 1, "max running sequences must be >= 1");
   ckpt::LoadedCheckpoint checkpoint = ckpt::load_checkpoint(checkpoint_path);
-  config::RunConfig config =
-      config::parse_config(checkpoint.config_yaml(), checkpoint.path() + "/manifest.json", {});
-  tokenizer_ = data::make_tokenizer(config.data.tokenizer);
-  LOOM_CHECK(config.model.vocab_size == 0 || config.model.vocab_size >= tokenizer_->vocab_size(),
-             checkpoint.path() + ": the model's vocabulary is smaller than tokenizer '" + config.data.tokenizer +
-                 "' needs; this checkpoint cannot serve with that tokenizer");
-  model_ = train::resolve_model_config(config.model, *tokenizer_);
+  model_ = served_model_config(checkpoint, tokenizer_);
   sampled_vocab_ = std::min<int64_t>(model_.vocab_size, tokenizer_->vocab_size());
-  runner_ = std::make_unique<ModelRunner>(model_, options.tp, checkpoint, options.kv_cache_bytes, options.block_size,
-                                          options.max_running);
+  if (options.world != nullptr) {
+    LOOM_CHECK(options.world->rank() == 0, "the serving engine runs on rank 0; other ranks run follow_engine");
+    LOOM_CHECK(options.tp == options.world->size(),
+               "--tp " + std::to_string(options.tp) + " but the MPI job has " + std::to_string(options.world->size()) +
+                   " processes (mpirun -np): under mpirun every tensor-parallel rank is one process");
+    runner_ = std::make_unique<ModelRunner>(model_, *options.world, checkpoint, options.kv_cache_bytes,
+                                            options.block_size, options.max_running);
+  } else {
+    runner_ = std::make_unique<ModelRunner>(model_, options.tp, checkpoint, options.kv_cache_bytes,
+                                            options.block_size, options.max_running);
+  }
   blocks_ = BlockManager(runner_->blocks(), options.block_size);
   for (int64_t slot = runner_->state_slots() - 1; slot >= 0; --slot) free_slots_.push_back(static_cast<int32_t>(slot));
   // A Mamba state exists only where a prompt's computation stopped, not at every block
@@ -197,6 +211,7 @@ void Engine::run() {
       if (stop_ && (!drain_ || (waiting_.empty() && running_.empty()))) break;
     }
     if (!step()) {
+      runner_->keep_alive();
       std::unique_lock lock(mutex_);
       wake_.wait_for(lock, std::chrono::milliseconds(20));
     }

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "loom/comm/communicator.h"
 #include "loom/data/tokenizer.h"
 #include "loom/infer/block_manager.h"
 #include "loom/infer/engine_metrics.h"
@@ -32,13 +33,25 @@
 namespace loom::infer {
 
 struct EngineOptions {
-  int tp = 1;                           // tensor-parallel ranks (threads)
+  int tp = 1;                           // tensor-parallel ranks (threads; with `world`, its size)
+  // Tensor-parallel ranks as MPI processes: this process is rank 0 of `world` (the engine's);
+  // every other rank runs follow_engine. Null: ranks as threads of this process.
+  comm::Communicator* world = nullptr;
   int64_t kv_cache_bytes = 64ll << 20;  // per rank
   int64_t block_size = 16;              // positions per KV block
   int64_t max_batch_tokens = 256;       // rows of one step's forward (decode tokens + prefill chunks)
   int64_t max_running = 64;             // samples decoding at once (= Mamba state slots of a hybrid model)
   bool prefix_caching = true;           // off for hybrid models
 };
+
+// The model config a checkpoint is served with (vocabulary resolved by its tokenizer), and the tokenizer.
+config::ModelConfig served_model_config(const ckpt::LoadedCheckpoint& checkpoint,
+                                        std::unique_ptr<data::Tokenizer>& tokenizer);
+
+// Ranks 1.. of `world` under mpirun (EngineOptions::world on rank 0): loads this rank's shard of
+// the model (the same options as rank 0's) and runs every step rank 0 announces, until the
+// engine on rank 0 is destroyed. An Error on this rank ends it (and so the MPI job).
+void follow_engine(const std::string& checkpoint, const EngineOptions& options, comm::Communicator& world);
 
 class Engine {
  public:

@@ -8,6 +8,7 @@
 #include "loom/comm/launch.h"
 #include "loom/ckpt/digest.h"
 #include "loom/core/error.h"
+#include "loom/infer/communication.h"
 #include "loom/train/model_setup.h"
 #include "loom/train/sharded_training_state.h"
 
@@ -41,16 +42,51 @@ void copy_slot(model::PagedKVCache& cache, int32_t from, int32_t to) {
     std::memcpy(layer.states.data() + to * n, layer.states.data() + from * n, n * sizeof(float));
   }
 }
+// Copies of the parameter shards this rank stores (not those another rank holds too).
+std::vector<ShardValues> own_shards(const model::Transformer& model) {
+  const model::ParameterStore& params = model.params();
+  std::vector<ShardValues> shards;
+  for (size_t id = 0; id < params.list().size(); ++id) {
+    const model::Parameter& p = params.list()[id];
+    if (!p.shard.counts_in_norm) continue;  // a copy another rank holds too
+    const float* values = params.value(static_cast<int>(id));
+    shards.push_back({static_cast<int32_t>(id), train::parameter_slice(p), std::vector<float>(values, values + p.numel)});
+  }
+  return shards;
+}
+StepMessage message_of(StepKind kind, int32_t from = 0, int32_t to = 0) {
+  StepMessage message;
+  message.kind = kind;
+  message.from = from;
+  message.to = to;
+  return message;
+}
 }  // namespace
+
+void ModelRunner::setup(Rank& rank, const ckpt::LoadedCheckpoint& checkpoint, int64_t kv_cache_bytes,
+                        int64_t block_size, int64_t state_slots) {
+  train::load_parameters(checkpoint, rank.model);
+  const int64_t blocks = blocks_for(rank.model, kv_cache_bytes, block_size, state_slots);
+  rank.cache = rank.model.make_paged_cache(blocks, block_size, state_slots);
+}
+
+ModelRunner::ModelRunner(const config::ModelConfig& model, comm::Communicator& world,
+                         const ckpt::LoadedCheckpoint& checkpoint, int64_t kv_cache_bytes, int64_t block_size,
+                         int64_t state_slots)
+    : tp_(world.size()), world_(&world), last_message_(std::chrono::steady_clock::now()) {
+  single_ = std::make_unique<Rank>(model, model::TensorParallel(&world, false));
+  setup(*single_, checkpoint, kv_cache_bytes, block_size, state_slots);
+  blocks_ = single_->cache.blocks;
+  state_slots_ = single_->cache.state_slots;
+  state_pool_bytes_ = state_slots_ * single_->model.paged_state_slot_bytes();
+}
 
 ModelRunner::ModelRunner(const config::ModelConfig& model, int tp, const ckpt::LoadedCheckpoint& checkpoint,
                          int64_t kv_cache_bytes, int64_t block_size, int64_t state_slots)
     : tp_(tp) {
   LOOM_CHECK(tp >= 1, "tensor-parallel ranks must be >= 1, got " + std::to_string(tp));
-  auto setup = [&](Rank& rank) {
-    train::load_parameters(checkpoint, rank.model);
-    const int64_t blocks = blocks_for(rank.model, kv_cache_bytes, block_size, state_slots);
-    rank.cache = rank.model.make_paged_cache(blocks, block_size, state_slots);
+  auto setup = [this, &checkpoint, kv_cache_bytes, block_size, state_slots](Rank& rank) {
+    this->setup(rank, checkpoint, kv_cache_bytes, block_size, state_slots);
   };
   auto sizes = [this](const Rank& rank) {
     blocks_ = rank.cache.blocks;
@@ -104,6 +140,13 @@ ModelRunner::ModelRunner(const config::ModelConfig& model, int tp, const ckpt::L
 }
 
 ModelRunner::~ModelRunner() {
+  if (world_ != nullptr && world_->rank() == 0) {
+    try {
+      execute(message_of(StepKind::Stop));
+    } catch (const std::exception&) {
+      // A follower already gone: the job is failing anyway (the launcher reports it).
+    }
+  }
   if (!launcher_.joinable()) return;
   {
     std::lock_guard lock(mutex_);
@@ -152,37 +195,100 @@ void ModelRunner::run(const Job& job) {
   if (failure_) std::rethrow_exception(failure_);
 }
 
+void ModelRunner::execute(const StepMessage& message, const ckpt::LoadedCheckpoint* checkpoint) {
+  if (world_ != nullptr) {
+    exchange_step(*world_, &message);
+    last_message_ = std::chrono::steady_clock::now();
+  }
+  run([&](Rank& rank) { apply(rank, message, checkpoint); });
+}
+
+void ModelRunner::apply(Rank& rank, const StepMessage& message, const ckpt::LoadedCheckpoint* checkpoint) {
+  switch (message.kind) {
+    case StepKind::Forward: {
+      const float* logits = rank.model.forward_paged(message.batch, rank.cache, rank.scratch);
+      if (rank.model.tensor_parallel().rank() == 0) logits_ = logits;
+      return;
+    }
+    case StepKind::CopyBlock: return copy_cache_block(rank.cache, message.from, message.to);
+    case StepKind::CopyStateSlot: return copy_slot(rank.cache, message.from, message.to);
+    case StepKind::LoadWeights:
+      // A follower reads the checkpoint rank 0 checked (the same path, seen from its machine).
+      if (checkpoint == nullptr) return train::load_parameters(ckpt::load_checkpoint(message.path), rank.model);
+      return train::load_parameters(*checkpoint, rank.model);
+    case StepKind::Digest:
+      if (world_ != nullptr && world_->rank() != 0) gather_shards(encode_shards(own_shards(rank.model)), *world_);
+      return;
+    case StepKind::KeepAlive:
+    case StepKind::Stop: return;
+  }
+}
+
 const float* ModelRunner::forward(const model::PagedBatch& batch) {
-  run([&](Rank& rank) {
-    const float* logits = rank.model.forward_paged(batch, rank.cache, rank.scratch);
-    if (rank.model.tensor_parallel().rank() == 0) logits_ = logits;
-  });
+  StepMessage message = message_of(StepKind::Forward);
+  message.batch = batch;
+  execute(message);
   return logits_;
 }
 
 void ModelRunner::copy_block(int32_t from, int32_t to) {
-  run([&](Rank& rank) { copy_cache_block(rank.cache, from, to); });
+  execute(message_of(StepKind::CopyBlock, from, to));
 }
 
 void ModelRunner::copy_state_slot(int32_t from, int32_t to) {
-  run([&](Rank& rank) { copy_slot(rank.cache, from, to); });
+  execute(message_of(StepKind::CopyStateSlot, from, to));
 }
 
 void ModelRunner::load(const ckpt::LoadedCheckpoint& checkpoint) {
-  run([&](Rank& rank) { train::load_parameters(checkpoint, rank.model); });
+  StepMessage message = message_of(StepKind::LoadWeights);
+  message.path = checkpoint.path();
+  execute(message, &checkpoint);
+}
+
+void ModelRunner::keep_alive() {
+  if (world_ == nullptr || std::chrono::steady_clock::now() - last_message_ < std::chrono::seconds(1)) return;
+  execute(message_of(StepKind::KeepAlive));
+}
+
+void ModelRunner::follow() {
+  LOOM_CHECK(world_ != nullptr && world_->rank() != 0, "ModelRunner::follow: only MPI ranks other than 0 follow");
+  for (;;) {
+    const StepMessage message = exchange_step(*world_, nullptr);
+    if (message.kind == StepKind::Stop) return;
+    apply(*single_, message, nullptr);
+  }
 }
 
 std::string ModelRunner::parameter_digest() {
   std::mutex refs_mutex;
   std::vector<ckpt::TensorRef> refs;
-  run([&](Rank& rank) {
-    const model::ParameterStore& params = rank.model.params();
+  auto add_refs = [&](const model::Transformer& model, const std::vector<ShardValues>& shards) {
+    const model::ParameterStore& params = model.params();
     std::lock_guard lock(refs_mutex);
-    for (size_t id = 0; id < params.list().size(); ++id) {
-      const model::Parameter& p = params.list()[id];
-      if (!p.shard.counts_in_norm) continue;  // a copy another rank holds too
-      refs.push_back({p.name, p.global_shape(), DType::F32, params.value(static_cast<int>(id)), train::parameter_slice(p)});
+    for (const ShardValues& s : shards) {
+      LOOM_CHECK(s.parameter >= 0 && static_cast<size_t>(s.parameter) < params.list().size(),
+                 "weights digest: a rank sent a shard of parameter " + std::to_string(s.parameter) + " of " +
+                     std::to_string(params.list().size()));
+      const model::Parameter& p = params.list()[s.parameter];
+      refs.push_back({p.name, p.global_shape(), DType::F32, s.values.data(), s.slice});
     }
+  };
+  std::vector<std::vector<ShardValues>> held;  // the values the refs point into
+  held.reserve(static_cast<size_t>(tp_));
+  if (world_ != nullptr) {
+    execute(message_of(StepKind::Digest));
+    held.push_back(own_shards(single_->model));
+    const std::vector<std::string> others = gather_shards("", *world_);
+    for (size_t r = 1; r < others.size(); ++r) held.push_back(decode_shards(others[r]));
+    for (const auto& shards : held) add_refs(single_->model, shards);
+    return ckpt::parameter_digest(refs);
+  }
+  std::mutex held_mutex;
+  run([&](Rank& rank) {
+    std::vector<ShardValues> shards = own_shards(rank.model);
+    std::lock_guard lock(held_mutex);
+    held.push_back(std::move(shards));
+    add_refs(rank.model, held.back());
   });
   return ckpt::parameter_digest(refs);
 }

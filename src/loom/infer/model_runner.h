@@ -1,8 +1,11 @@
 #pragma once
 // The model side of the engine: the model's ranks (one, or tp ranks as threads of this process,
-// each holding its shard of the weights and of every KV block) running each engine step's
-// batched forward together. The engine (one thread) calls in; with tp > 1 every call is handed
-// to all rank threads and returns when all have finished it.
+// or tp MPI processes, each holding its shard of the weights and of every KV block) running each
+// engine step's batched forward together. The engine (one thread) calls in; with tp rank threads
+// every call is handed to all of them and returns when all have finished it; with MPI processes
+// rank 0 (the engine's) first announces it to the others (a StepMessage, step_message.h), which
+// run it in follow().
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -13,7 +16,9 @@
 #include <thread>
 
 #include "loom/ckpt/checkpoint.h"
+#include "loom/comm/communicator.h"
 #include "loom/config/run_config.h"
+#include "loom/infer/step_message.h"
 #include "loom/model/transformer.h"
 
 namespace loom::infer {
@@ -25,6 +30,11 @@ class ModelRunner {
   // `block_size` positions (at least one; an Error when the state pool leaves no room for one).
   ModelRunner(const config::ModelConfig& model, int tp, const ckpt::LoadedCheckpoint& checkpoint,
               int64_t kv_cache_bytes, int64_t block_size, int64_t state_slots);
+  // The same with the tp ranks as the processes of `world` (an MPI job, world.size() ranks): this
+  // process builds and loads its own rank. Rank 0 is the engine's; every other rank calls follow().
+  ModelRunner(const config::ModelConfig& model, comm::Communicator& world, const ckpt::LoadedCheckpoint& checkpoint,
+              int64_t kv_cache_bytes, int64_t block_size, int64_t state_slots);
+  // Rank 0 of MPI ranks tells the others to return from follow().
   ~ModelRunner();
   ModelRunner(const ModelRunner&) = delete;
   ModelRunner& operator=(const ModelRunner&) = delete;
@@ -44,6 +54,11 @@ class ModelRunner {
   void load(const ckpt::LoadedCheckpoint& checkpoint);
   // ckpt::parameter_digest of the weights the ranks hold together (each parameter once).
   std::string parameter_digest();
+  // MPI ranks, rank 0 while idle: at most once a second, a message with nothing to run, so that
+  // the followers' wait for the next step never times out and a follower gone is noticed.
+  void keep_alive();
+  // MPI ranks other than 0: runs every operation rank 0 announces until it says Stop.
+  void follow();
 
  private:
   struct Rank {
@@ -55,11 +70,18 @@ class ModelRunner {
   using Job = std::function<void(Rank&)>;
   void run(const Job& job);  // on every rank, returns when all are done
   void rank_loop(Rank& rank);
+  void setup(Rank& rank, const ckpt::LoadedCheckpoint& checkpoint, int64_t kv_cache_bytes, int64_t block_size,
+             int64_t state_slots);
+  // Every operation: announced to MPI followers (rank 0), then run on every rank.
+  void execute(const StepMessage& message, const ckpt::LoadedCheckpoint* checkpoint = nullptr);
+  void apply(Rank& rank, const StepMessage& message, const ckpt::LoadedCheckpoint* checkpoint);
 
   int tp_;
   int64_t blocks_ = 0, state_slots_ = 0, state_pool_bytes_ = 0;
   const float* logits_ = nullptr;
-  std::unique_ptr<Rank> single_;  // tp = 1: runs inline
+  std::unique_ptr<Rank> single_;  // tp = 1, or this process's rank of MPI ranks: runs inline
+  comm::Communicator* world_ = nullptr;  // MPI ranks
+  std::chrono::steady_clock::time_point last_message_;
   // tp > 1: the rank threads and the job they share.
   std::thread launcher_;
   std::mutex mutex_;

@@ -38,13 +38,14 @@ double layer_training_flops_per_token(const config::ModelConfig& config, const L
   };
   if (spec.moe) {
     // Active parameters only: the router, the latent projections, top_k routed experts and the
-    // shared expert.
+    // shared expert (and its gate).
     const config::MoeConfig& moe = config.moe;
     const double width = moe.latent_size > 0 ? moe.latent_size : C;
     const double ffn = moe.ffn_size > 0 ? moe.ffn_size : spec.ffn_size;
     forward += 2.0 * C * moe.experts + moe.top_k * mlp(width, ffn);
     if (moe.latent_size > 0) forward += 2.0 * 2.0 * C * width;
     if (moe.shared_ffn_size > 0) forward += mlp(C, moe.shared_ffn_size);
+    if (moe.shared_expert_gate) forward += 2.0 * C;
   } else if (spec.has_mlp()) {
     forward += mlp(C, spec.ffn_size);
   }

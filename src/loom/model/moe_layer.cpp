@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <numeric>
 
 #include "loom/core/error.h"
@@ -41,6 +42,10 @@ MoeLayer::MoeLayer(ParameterStore& store, const TensorParallel& tp, ExpertLayout
   if (config.moe.shared_ffn_size > 0) {
     shared_.emplace(store, tp, layer, prefix + ".shared_expert", config.d_model, config.moe.shared_ffn_size,
                     config.activation, false, init_std, out_std);
+    if (config.moe.shared_expert_gate) {
+      shared_gate_ = store.add(prefix + ".shared_expert_gate.weight", {1, config.d_model}, Init::Normal, init_std,
+                               tp.replicated());
+    }
   }
   // The routed experts last: a layer's dense and expert parameters are then two contiguous runs
   // (expert parallelism reduces and shards them over different groups).
@@ -94,7 +99,7 @@ void MoeLayer::forward(Saved& s, float* residual, const float* normed, int64_t b
                        ParallelScratch& scratch) const {
   const auto start = std::chrono::steady_clock::now();
   const int64_t rows = batch * seq, C = d_model_, W = width_;
-  if (shared_) shared_->forward(s.shared, residual, normed, rows, scratch);
+  if (shared_) shared_forward(s, residual, normed, rows, scratch);
   const float* x = tp_->enter_forward(normed, rows, C, s.gathered);  // every token of the group
   router_.forward(s.routing, x, rows, seq, value(router_weight_), moe_.expert_bias ? bias_.data() : nullptr, comm_);
   s.plan = plan_dispatch(s.routing.expert.data(), s.routing.weight.data(), rows, router_.top_k(), router_.experts(),
@@ -122,6 +127,56 @@ void MoeLayer::forward(Saved& s, float* residual, const float* normed, int64_t b
   stats_.seconds += seconds_since(start);
 }
 
+// residual[local rows] += shared(normed), times sigmoid(normed . g) per row when gated. The
+// gate sees this rank's rows only (sequence parallel); its replicated weight's gradient is then
+// summed over the tensor-parallel group like a norm's.
+void MoeLayer::shared_forward(Saved& s, float* residual, const float* normed, int64_t rows,
+                              ParallelScratch& scratch) const {
+  if (shared_gate_ < 0) {
+    shared_->forward(s.shared, residual, normed, rows, scratch);
+    return;
+  }
+  const int64_t C = d_model_, local = tp_->local_rows(rows);
+  float* out = zeroed(s.shared_out, local * C);
+  shared_->forward(s.shared, out, normed, rows, scratch);
+  const float* g = value(shared_gate_);
+  s.shared_gate.resize(local);
+  for (int64_t t = 0; t < local; ++t) {
+    double logit = 0.0;
+    for (int64_t c = 0; c < C; ++c) logit += static_cast<double>(normed[t * C + c]) * g[c];
+    const float gate = static_cast<float>(1.0 / (1.0 + std::exp(-logit)));
+    s.shared_gate[t] = gate;
+    for (int64_t c = 0; c < C; ++c) residual[t * C + c] += gate * out[t * C + c];
+  }
+}
+
+// out = gate * shared: d_shared = gate * d_out; d_logit = gate (1 - gate) (d_out . shared).
+void MoeLayer::shared_backward(float* d_normed, const float* d_residual, const float* normed, const Saved& s,
+                               Workspace& work, int64_t rows, ParallelScratch& scratch) const {
+  if (shared_gate_ < 0) {
+    shared_->backward(d_normed, d_residual, normed, s.shared, work, rows, scratch);
+    return;
+  }
+  const int64_t C = d_model_, local = tp_->local_rows(rows);
+  const float* g = value(shared_gate_);
+  float* dg = store_->grad(shared_gate_);
+  float* d_shared = sized(d_shared_, local * C);
+  for (int64_t t = 0; t < local; ++t) {
+    const float gate = s.shared_gate[t];
+    double dot = 0.0;
+    for (int64_t c = 0; c < C; ++c) {
+      d_shared[t * C + c] = gate * d_residual[t * C + c];
+      dot += static_cast<double>(d_residual[t * C + c]) * s.shared_out.data()[t * C + c];
+    }
+    const float d_logit = static_cast<float>(dot) * gate * (1.0f - gate);
+    for (int64_t c = 0; c < C; ++c) {
+      dg[c] += d_logit * normed[t * C + c];
+      d_normed[t * C + c] += d_logit * g[c];
+    }
+  }
+  shared_->backward(d_normed, d_shared, normed, s.shared, work, rows, scratch);
+}
+
 // d_dispatched [rows, width] from d_returned (both in the dispatched order).
 void MoeLayer::experts_backward(float* d_dispatched, const float* d_returned, const Saved& s, Workspace& work,
                                 int64_t width) const {
@@ -145,7 +200,7 @@ void MoeLayer::backward(float* d_normed, const float* d_residual, const float* n
   const auto start = std::chrono::steady_clock::now();
   const int64_t rows = batch * seq, C = d_model_, W = width_, k = router_.top_k();
   const int64_t first = tp_->first_local_row(rows), local = tp_->local_rows(rows);
-  if (shared_) shared_->backward(d_normed, d_residual, normed, s.shared, work, rows, scratch);
+  if (shared_) shared_backward(d_normed, d_residual, normed, s, work, rows, scratch);
   const float* x = tp_->sequence_parallel() ? s.gathered.data() : normed;
   // The gradient of the branch's output over all rows: this rank's rows only (sequence parallel).
   float* d_out = zeroed(d_full_, rows * C);

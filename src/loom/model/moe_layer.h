@@ -7,7 +7,8 @@
 //   travel there by all-to-all (counts first), are regrouped by expert, run through the local
 //   experts' grouped GEMM, regrouped and sent back; combine: out[token] += weight * expert row
 //   [latent MoE: out = y W_up_latent^T]
-//   + a shared expert (an MLP on every token, tensor-parallel like the dense MLP).
+//   + a shared expert (an MLP on every token, tensor-parallel like the dense MLP), optionally
+//     scaled per token by sigmoid(x . g) with g [1, d_model] (Qwen2-MoE's shared_expert_gate).
 // The routing group is every token of this rank's micro-batch (gathered from the sequence-
 // parallel ranks first): capacity and the balancing losses are defined over it, so the result
 // does not depend on the expert-parallel size. Every tensor-parallel rank runs the routed part
@@ -42,6 +43,8 @@ class MoeLayer {
     Buffer latent, dispatched, expert_in, returned, combined;
     ExpertMlp::Saved experts;
     Mlp::Saved shared;
+    Buffer shared_out;               // gated shared expert: its output [local rows, d_model] before the gate
+    std::vector<float> shared_gate;  // and sigmoid(x . g) per local row
   };
   MoeLayer(ParameterStore& store, const TensorParallel& tp, ExpertLayout experts, int layer,
            const std::string& prefix, const config::ModelConfig& config, int dense_ffn, float init_std,
@@ -76,6 +79,9 @@ class MoeLayer {
                         int64_t width) const;
   void exchange(const float* send, float* recv, const ExchangePlan& x, int64_t width, bool to_experts) const;
   void record_stats(const Saved& s) const;
+  void shared_forward(Saved& s, float* residual, const float* normed, int64_t rows, ParallelScratch& scratch) const;
+  void shared_backward(float* d_normed, const float* d_residual, const float* normed, const Saved& s, Workspace& work,
+                       int64_t rows, ParallelScratch& scratch) const;
 
   const float* value(int id) const { return store_->value(id); }
 
@@ -86,14 +92,14 @@ class MoeLayer {
   config::MoeConfig moe_;
   int d_model_, width_;  // width_: the experts' size (latent or d_model)
   MoeRouter router_;
-  int router_weight_ = -1, latent_down_ = -1, latent_up_ = -1;
+  int router_weight_ = -1, latent_down_ = -1, latent_up_ = -1, shared_gate_ = -1;
   std::optional<ExpertMlp> experts_;
   std::optional<Mlp> shared_;
   std::vector<float> bias_;
   ExpertComm* comm_ = nullptr;
   float aux_scale_ = 1.0f;
   mutable MoeStepStats stats_;
-  mutable Buffer out_full_, d_full_, d_y_, d_rows_, d_rows2_, d_x_full_, d_logits_, received_, back_;
+  mutable Buffer d_shared_, out_full_, d_full_, d_y_, d_rows_, d_rows2_, d_x_full_, d_logits_, received_, back_;
   mutable std::vector<float> d_weight_;
 };
 

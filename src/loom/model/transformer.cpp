@@ -70,7 +70,7 @@ Transformer::Transformer(const config::ModelConfig& config, TensorParallel tp, P
     }
     registered_since(0, 0);
   }
-  if (config.positions != config::Positions::Learned && !params_.shapes_only()) {
+  if (config.positions == config::Positions::Rope && !params_.shapes_only()) {
     rope_ = std::make_unique<kernels::RopeTable>(config.max_seq_len, head_dim(config), config.rope_theta,
                                                  rope_scaling(config));
   }

@@ -3,6 +3,8 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "loom/core/error.h"
@@ -128,7 +130,17 @@ void Server::routes() {
 }
 
 void Server::run(const std::function<void(int port)>& on_listening) {
-  engine_thread_ = std::thread([this] { engine_.run(); });
+  engine_thread_ = std::thread([this] {
+    try {
+      engine_.run();
+    } catch (const std::exception& e) {
+      // A model rank failed (or, under mpirun, stopped answering): the engine cannot go on, and
+      // requests would wait forever. Fail loudly; the launcher ends the other ranks.
+      std::fprintf(stderr, "loom serve: the engine failed, exiting: %s\n", e.what());
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+  });
   int port = options_.port;
   if (port == 0) {
     port = http_->bind_to_any_port(options_.host);

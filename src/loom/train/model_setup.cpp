@@ -54,10 +54,19 @@ void read_parameter_slice(const ckpt::LoadedCheckpoint& checkpoint, const std::s
 
 }  // namespace
 
+std::string expert_bias_state_name(const model::MoeLayer& layer) {
+  return std::string(ckpt::kStatePrefix) + "expert_bias." + layer.name() + ".gate";
+}
+
 void load_parameters(const ckpt::LoadedCheckpoint& checkpoint, model::Transformer& model) {
   model::ParameterStore& params = model.params();
   for (const model::Parameter& p : params.list()) {
     read_parameter_slice(checkpoint, p.name, p, params.values() + p.offset);
+  }
+  for (model::MoeLayer* layer : model.moe_layers()) {
+    const std::string name = expert_bias_state_name(*layer);
+    if (layer->has_expert_bias() && checkpoint.has(name))
+      checkpoint.read(name, layer->expert_bias().data(), DType::F32, Shape{layer->experts()});
   }
   // Against the whole model's names, not this rank's: a pipeline stage holds only some layers.
   std::set<std::string> known;

@@ -38,8 +38,11 @@ ckpt::CheckpointSnapshot snapshot_training_state(const std::vector<ckpt::TensorR
 TrainingProgress load_training_checkpoint(const ckpt::LoadedCheckpoint& checkpoint, model::Transformer& model,
                                           float* exp_avg, float* exp_avg_sq);
 
-// Loads only the parameters (generation, evaluation).
+// Loads only the parameters (generation, evaluation), and the MoE routers' aux-loss-free expert
+// biases when the checkpoint holds them (they pick the experts).
 void load_parameters(const ckpt::LoadedCheckpoint& checkpoint, model::Transformer& model);
+// Where a router's aux-loss-free bias lives in a checkpoint (a state tensor, not a parameter).
+std::string expert_bias_state_name(const model::MoeLayer& layer);
 // For every parameter p of `model`, this rank's slice of the global tensor name_of(p.name) into
 // out + p.offset (state kept per parameter under other names, e.g. DiLoCo's outer state).
 void read_parameter_state(const ckpt::LoadedCheckpoint& checkpoint, const model::Transformer& model,

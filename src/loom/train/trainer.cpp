@@ -28,6 +28,7 @@
 #include "loom/parallel/pipeline/pipeline_step.h"
 #include "loom/train/config_changes.h"
 #include "loom/train/layout_check.h"
+#include "loom/train/model_setup.h"
 #include "loom/train/memory_check.h"
 #include "loom/train/outer_step.h"
 #include "loom/train/precision_step.h"
@@ -51,11 +52,6 @@ int threads_per_rank(const config::RunConfig& config, const comm::Communicator& 
 // The data-parallel size the world leaves for tp x pp, checked against the config.
 comm::MeshShape mesh_shape(const config::RunConfig& config, const comm::Communicator& world) {
   return check_layout(config, world.size());
-}
-
-// Where a router's aux-loss-free bias lives in a checkpoint.
-std::string expert_bias_name(const model::MoeLayer& layer) {
-  return std::string(ckpt::kStatePrefix) + "expert_bias." + layer.name() + ".gate";
 }
 
 }  // namespace
@@ -273,7 +269,7 @@ void Trainer::restore() {
   if (s.outer) s.outer->restore(checkpoint, *s.model, exp_avg.data(), exp_avg_sq.data());
   check_resumable(checkpoint);  // after the shapes: a shape mismatch names its tensor
   for (model::MoeLayer* layer : s.model->moe_layers()) {
-    const std::string name = expert_bias_name(*layer);
+    const std::string name = expert_bias_state_name(*layer);
     if (layer->has_expert_bias() && checkpoint.has(name)) {
       checkpoint.read(name, layer->expert_bias().data(), DType::F32, Shape{layer->experts()});
     }
@@ -549,7 +545,7 @@ std::string Trainer::save() {
     for (const model::MoeLayer* layer : s.model->moe_layers()) {  // the same on every rank: one writes it
       if (!layer->has_expert_bias()) continue;
       const Shape shape{layer->experts()};
-      refs.push_back({expert_bias_name(*layer), shape, DType::F32, layer->expert_bias().data(), ckpt::full_slice(shape)});
+      refs.push_back({expert_bias_state_name(*layer), shape, DType::F32, layer->expert_bias().data(), ckpt::full_slice(shape)});
     }
   }
   if (s.mesh.layout().shape.pp > 1) {

@@ -8,6 +8,7 @@
 #include "loom/core/dtype_convert.h"
 #include "loom/core/error.h"
 #include "loom/data/tokenizer.h"
+#include "loom/interop/gguf/gguf_tokenizer.h"
 #include "loom/interop/gguf/gguf_writer.h"
 #include "loom/model/layer_spec.h"
 #include "loom/train/model_setup.h"
@@ -15,11 +16,11 @@
 namespace loom::interop::gguf {
 
 namespace {
-void check_llama_style(const config::ModelConfig& m, const std::string& tokenizer) {
+void check_llama_style(const config::ModelConfig& m) {
   auto refuse = [](const std::string& key, const std::string& value) {
     throw Error("loom convert --to-gguf: " + key + " is " + value +
                 "; the GGUF export writes llama.cpp's `llama` architecture (model.norm rms, model.activation swiglu, "
-                "model.positions rope, model.bias and model.qkv_bias false, model.rope_scaling none, no model.block_configs, data.tokenizer byte)");
+                "model.positions rope, model.bias and model.qkv_bias false, model.rope_scaling none, no model.block_configs)");
   };
   if (m.norm != config::Norm::Rms) refuse("model.norm", "layer");
   if (m.activation != config::Activation::Swiglu) refuse("model.activation", "gelu");
@@ -28,31 +29,6 @@ void check_llama_style(const config::ModelConfig& m, const std::string& tokenize
   if (m.qkv_bias) refuse("model.qkv_bias", "true");
   if (m.rope_scaling != config::RopeScaling::None) refuse("model.rope_scaling", config::to_string(m.rope_scaling));
   if (!m.block_configs.empty()) refuse("model.block_configs", "set (heterogeneous layers)");
-  if (tokenizer != "byte") refuse("data.tokenizer", tokenizer);
-}
-
-// GPT-2's byte-to-unicode map: printable bytes stand for themselves, the others for code points from 256 up.
-std::vector<std::string> byte_symbols() {
-  std::vector<int> code(256, -1);
-  for (int b = 0; b < 256; ++b) {
-    if ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)) code[b] = b;
-  }
-  int next = 256;
-  for (int b = 0; b < 256; ++b) {
-    if (code[b] < 0) code[b] = next++;
-  }
-  std::vector<std::string> symbols;
-  for (int cp : code) {
-    std::string s;
-    if (cp < 0x80) {
-      s += static_cast<char>(cp);
-    } else {
-      s += static_cast<char>(0xC0 | (cp >> 6));
-      s += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-    symbols.push_back(s);
-  }
-  return symbols;
 }
 
 void add_metadata(GgufWriter& w, const config::ModelConfig& m, const std::string& dtype, const std::string& name) {
@@ -70,25 +46,6 @@ void add_metadata(GgufWriter& w, const config::ModelConfig& m, const std::string
   w.add_f32("llama.rope.freq_base", static_cast<float>(m.rope_theta));
   w.add_f32("llama.attention.layer_norm_rms_epsilon", static_cast<float>(m.norm_eps));
   w.add_u32("llama.vocab_size", m.vocab_size);
-}
-
-// Byte tokenizer: a `gpt2` vocabulary of the 256 byte symbols and no merges, so llama.cpp's
-// tokenizer maps every byte to its own id, as loom's does; ids past 255 (padding) are unused.
-void add_tokenizer(GgufWriter& w, const config::ModelConfig& m, const data::Tokenizer& tokenizer) {
-  std::vector<std::string> tokens = byte_symbols();
-  std::vector<int32_t> types(256, 1);  // 1: normal
-  for (int i = 256; i < m.vocab_size; ++i) {
-    tokens.push_back("<unused" + std::to_string(i) + ">");
-    types.push_back(5);  // 5: unused
-  }
-  w.add_string("tokenizer.ggml.model", "gpt2");
-  w.add_string("tokenizer.ggml.pre", "default");
-  w.add_strings("tokenizer.ggml.tokens", tokens);
-  w.add_i32s("tokenizer.ggml.token_type", types);
-  w.add_strings("tokenizer.ggml.merges", {});
-  w.add_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(tokenizer.eot_token()));
-  w.add_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(tokenizer.eot_token()));
-  w.add_bool("tokenizer.ggml.add_bos_token", false);
 }
 
 std::vector<uint8_t> encode(const std::vector<float>& values, const std::string& dtype) {
@@ -130,10 +87,10 @@ GgufExportResult export_to_gguf(const std::string& checkpoint_path, const std::s
   config::RunConfig config = config::parse_config(checkpoint.config_yaml(), checkpoint.path() + "/manifest.json", {});
   auto tokenizer = data::make_tokenizer(config.data.tokenizer);
   const config::ModelConfig m = train::resolve_model_config(config.model, *tokenizer);
-  check_llama_style(m, config.data.tokenizer);
+  check_llama_style(m);
   GgufWriter w;
   add_metadata(w, m, options.dtype, config.run.name);
-  add_tokenizer(w, m, *tokenizer);
+  add_tokenizer(w, m.vocab_size, config.data.tokenizer, *tokenizer);
   const int64_t hd = model::head_dim(m), kv_heads = m.kv_heads == 0 ? m.heads : m.kv_heads;
   GgufExportResult result{checkpoint.path(), checkpoint.step(), 0, 0};
   auto add = [&](const std::string& loom_name, const std::string& gguf_name, int64_t permute_heads) {

@@ -5,7 +5,10 @@
 #include <vector>
 
 #include "loom/core/error.h"
+#include "loom/interop/hf/hf_config_reader.h"
 #include "loom/interop/hf/hf_moe.h"
+#include "loom/interop/hf/hf_nemotron_h.h"
+#include "loom/interop/hf/hf_qwen2_moe.h"
 #include "loom/interop/hf/hf_rope.h"
 #include "loom/model/layer_spec.h"
 
@@ -19,10 +22,10 @@ constexpr std::string_view kLlamaArchitecture = "LlamaForCausalLM";
 constexpr std::string_view kDeciArchitecture = "DeciLMForCausalLM";
 constexpr std::string_view kQwen2Architecture = "Qwen2ForCausalLM";
 
-enum class Arch { Llama, Deci, Mixtral, Qwen2 };
+enum class Arch { Llama, Deci, Mixtral, Qwen2, Qwen2Moe, NemotronH };
 
 // What transformers' config classes give an optional key config.json leaves out (LlamaConfig,
-// which DeciLMConfig extends; Qwen2Config; MixtralConfig). The sizes stay required: a default
+// which DeciLMConfig extends; Qwen2Config; MixtralConfig; Qwen2MoeConfig). The sizes stay required: a default
 // 4096-wide model would only fail later, on the first tensor's shape.
 struct HfDefaults {
   int kv_heads;  // 0: num_attention_heads
@@ -30,72 +33,9 @@ struct HfDefaults {
 };
 HfDefaults defaults_of(Arch arch) {
   if (arch == Arch::Mixtral) return {8, 1e-5, 1e6};
+  if (arch == Arch::Qwen2Moe) return {16, 1e-6, 10000.0};
   return {0, 1e-6, 10000.0};
 }
-
-// A value from the file in a message: short scalars as JSON, anything else by its type.
-std::string shown(const json& value) {
-  if (value.is_primitive()) {
-    std::string text = value.dump();
-    if (text.size() <= 80) return text;
-  }
-  return std::string("a JSON ") + value.type_name();
-}
-
-// The largest value loom accepts for each size read from config.json, checked before anything
-// is allocated from it: far above any published model, far below what would exhaust memory.
-int64_t max_size(std::string_view key) {
-  static const std::pair<std::string_view, int64_t> limits[] = {
-      {"hidden_size", 65536},           {"num_hidden_layers", 1024},   {"num_attention_heads", 1024},
-      {"num_key_value_heads", 1024},    {"head_dim", 65536},           {"vocab_size", 4194304},
-      {"intermediate_size", 1048576},   {"max_position_embeddings", 1048576},
-      {"n_heads_in_group", 1024},
-  };
-  for (const auto& [name, limit] : limits)
-    if (name == key) return limit;
-  return INT_MAX;
-}
-
-// Typed reads of config.json keys; absent and null both mean "use the default".
-class ConfigReader {
- public:
-  ConfigReader(const json& object, std::string where) : object_(object), where_(std::move(where)) {}
-
-  bool has(const char* key) const { return object_.contains(key) && !object_.at(key).is_null(); }
-  const json& at(const char* key) const { return object_.at(key); }
-  std::string where(const char* key) const { return where_ + ": " + key; }
-
-  int positive_int(const char* key) const {
-    LOOM_CHECK(has(key), where_ + ": missing key '" + key + "' (a positive integer)");
-    return positive_int_value(at(key), where(key), max_size(key));
-  }
-  std::optional<int> optional_positive_int(const char* key) const {
-    if (!has(key)) return std::nullopt;
-    return positive_int_value(at(key), where(key), max_size(key));
-  }
-  double positive_number(const char* key, double fallback) const {
-    if (!has(key)) return fallback;
-    const json& v = at(key);
-    LOOM_CHECK(v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() > 0.0,
-          where(key) + " is " + shown(v) + "; expected a positive number");
-    return v.get<double>();
-  }
-  bool boolean(const char* key, bool fallback) const {
-    if (!has(key)) return fallback;
-    LOOM_CHECK(at(key).is_boolean(), where(key) + " is " + shown(at(key)) + "; expected true or false");
-    return at(key).get<bool>();
-  }
-
-  static int positive_int_value(const json& v, const std::string& what, int64_t max) {
-    LOOM_CHECK(v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= max,
-          what + " is " + shown(v) + "; expected a positive integer of at most " + std::to_string(max));
-    return static_cast<int>(v.get<int64_t>());
-  }
-
- private:
-  const json& object_;
-  std::string where_;
-};
 
 // A value that leaves the computation as plain Llama's: null, false or 0.
 bool neutral(const json& v) {
@@ -184,8 +124,10 @@ void check_hf_exportable(const config::ModelConfig& model) {
   const std::string why =
       ": Hugging Face's LlamaForCausalLM / DeciLMForCausalLM cannot compute it, so loom convert --to-hf exports only "
       "Llama-style models (model.norm rms, model.activation swiglu, model.positions rope)";
-  LOOM_CHECK(model.layer_pattern.empty(), "model.layer_pattern is '" + model.layer_pattern +
-                                             "' (a hybrid model; NemotronHForCausalLM export is not built yet)" + why);
+  if (is_nemotron_h_model(model)) {
+    check_nemotron_h_exportable(model);
+    return;
+  }
   LOOM_CHECK(model.mtp_depths == 0, "model.mtp_depths is " + std::to_string(model.mtp_depths) +
                                         " (multi-token prediction modules, which these architectures do not have)" +
                                         why);
@@ -194,16 +136,21 @@ void check_hf_exportable(const config::ModelConfig& model) {
              "model.activation is '" + config::to_string(model.activation) + "'" + why);
   LOOM_CHECK(model.positions == config::Positions::Rope,
              "model.positions is '" + config::to_string(model.positions) + "'" + why);
-  if (is_qwen2_model(model)) {
-    const std::string qwen = "model.qkv_bias without model.bias exports as Qwen2ForCausalLM, which has ";
-    LOOM_CHECK(model.block_configs.empty(), qwen + "no model.block_configs");
-    LOOM_CHECK(!is_moe_model(model), qwen + "no mixture of experts (model.moe_experts must be 0)");
+  if (is_qwen2_model(model) && !is_moe_model(model)) {
+    LOOM_CHECK(model.block_configs.empty(),
+               "model.qkv_bias without model.bias exports as Qwen2ForCausalLM, which has no model.block_configs");
   }
 }
 
 nlohmann::ordered_json hf_config_json(const config::ModelConfig& model, std::string_view torch_dtype) {
+  if (is_nemotron_h_model(model)) return nemotron_h_config_json(model, torch_dtype);
   check_hf_exportable(model);
-  if (is_moe_model(model)) check_mixtral_exportable(model);
+  const bool qwen2_moe = is_qwen2_moe_model(model);
+  if (qwen2_moe) {
+    check_qwen2_moe_exportable(model);
+  } else if (is_moe_model(model)) {
+    check_mixtral_exportable(model);
+  }
   LOOM_CHECK(model.vocab_size > 0, "model.vocab_size must be resolved before writing config.json");
   const bool heterogeneous = !model.block_configs.empty();
   const int kv_heads = model.kv_heads == 0 ? model.heads : model.kv_heads;
@@ -234,7 +181,11 @@ nlohmann::ordered_json hf_config_json(const config::ModelConfig& model, std::str
   out["initializer_range"] = model.init_std;
   out["torch_dtype"] = torch_dtype;
   out["use_cache"] = true;
-  if (is_moe_model(model)) add_mixtral_config(out, model);
+  if (qwen2_moe) {
+    add_qwen2_moe_config(out, model);
+  } else if (is_moe_model(model)) {
+    add_mixtral_config(out, model);
+  }
   if (heterogeneous && !is_moe_model(model)) {
     nlohmann::ordered_json blocks = nlohmann::ordered_json::array();
     for (const model::LayerSpec& spec : model::resolve_layers(model)) {
@@ -266,7 +217,8 @@ namespace {
 
 // Which architecture config.json describes.
 Arch arch_of(const ConfigReader& c, const std::string& where) {
-  const std::string valid = "; loom converts LlamaForCausalLM, DeciLMForCausalLM, MixtralForCausalLM and Qwen2ForCausalLM";
+  const std::string valid = "; loom converts LlamaForCausalLM, DeciLMForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, "
+                            "Qwen2MoeForCausalLM and NemotronHForCausalLM";
   if (c.has("architectures")) {
     const json& arch = c.at("architectures");
     LOOM_CHECK(arch.is_array() && arch.size() == 1 && arch[0].is_string(),
@@ -275,6 +227,8 @@ Arch arch_of(const ConfigReader& c, const std::string& where) {
     if (name == kLlamaArchitecture) return Arch::Llama;
     if (name == kDeciArchitecture) return Arch::Deci;
     if (name == kMixtralArchitecture) return Arch::Mixtral;
+    if (name == kQwen2MoeArchitecture) return Arch::Qwen2Moe;
+    if (name == kNemotronHArchitecture) return Arch::NemotronH;
     LOOM_CHECK(name == kQwen2Architecture, where + ": architectures is [\"" + name + "\"]" + valid);
     return Arch::Qwen2;
   }
@@ -284,8 +238,10 @@ Arch arch_of(const ConfigReader& c, const std::string& where) {
   if (type == "llama") return Arch::Llama;
   if (type == "nemotron-nas" || type == "deci") return Arch::Deci;
   if (type == "mixtral") return Arch::Mixtral;
+  if (type == "qwen2_moe") return Arch::Qwen2Moe;
+  if (type == "nemotron_h") return Arch::NemotronH;
   LOOM_CHECK(type == "qwen2", where + ": model_type is '" + type + "'; loom converts llama, nemotron-nas (DeciLM), "
-                                                                   "mixtral and qwen2");
+                                                                   "mixtral, qwen2, qwen2_moe and nemotron_h");
   return Arch::Qwen2;
 }
 
@@ -295,7 +251,7 @@ void check_activation(const ConfigReader& c, Arch arch, const std::string& where
     LOOM_CHECK(c.at("hidden_act") == "silu",
           where + ": hidden_act is " + shown(c.at("hidden_act")) + "; loom's Llama MLP is SwiGLU (hidden_act \"silu\")");
   }
-  if (arch == Arch::Qwen2) {
+  if (arch == Arch::Qwen2 || arch == Arch::Qwen2Moe) {
     LOOM_CHECK(!c.boolean("use_sliding_window", false),
                where + ": use_sliding_window is true; loom's attention is full causal attention");
   }
@@ -308,6 +264,7 @@ config::ModelConfig model_config_from_hf(const json& config, const std::string& 
   const ConfigReader c(config, where);
 
   const Arch arch = arch_of(c, where);
+  if (arch == Arch::NemotronH) return nemotron_h_model_config(config, where);
   const bool deci = arch == Arch::Deci;
   const HfDefaults d = defaults_of(arch);
 
@@ -338,7 +295,7 @@ config::ModelConfig model_config_from_hf(const json& config, const std::string& 
                                         " but mlp_bias is " + (mlp_bias ? "true" : "false") +
                                         "; loom's model.bias sets both");
   m.bias = attention_bias;
-  m.qkv_bias = arch == Arch::Qwen2;
+  m.qkv_bias = arch == Arch::Qwen2 || arch == Arch::Qwen2Moe;
 
   const std::optional<int> kv_heads = c.optional_positive_int("num_key_value_heads");
   const std::optional<int> ffn_size = c.optional_positive_int("intermediate_size");
@@ -350,6 +307,7 @@ config::ModelConfig model_config_from_hf(const json& config, const std::string& 
     LOOM_CHECK(m.heads % m.kv_heads == 0, where + ": num_key_value_heads " + std::to_string(m.kv_heads) +
                                          " does not divide num_attention_heads " + std::to_string(m.heads));
     if (arch == Arch::Mixtral) read_mixtral_config(config, m, where);
+    if (arch == Arch::Qwen2Moe) read_qwen2_moe_config(config, m, where);
     return m;
   }
 

@@ -16,7 +16,9 @@
 // where ffn_mult is written only when DeciLM's rule (round_up(int(2 * m * d_model / 3), 256))
 // gives back the layer's ffn size exactly; otherwise "intermediate_size": ffn_size (a loom
 // extension that DeciLM's own modeling code does not read).
-// Only Llama-style loom models export: norm rms, activation swiglu, positions rope. GPT-2 style
+// MoE models map to Mixtral (hf_moe.h) or Qwen2-MoE (hf_qwen2_moe.h), hybrid models
+// (model.layer_pattern) to Nemotron-H (hf_nemotron_h.h).
+// Otherwise only Llama-style loom models export: norm rms, activation swiglu, positions rope. GPT-2 style
 // ones (LayerNorm, GELU, learned positions) are an error naming the key, because
 // LlamaForCausalLM cannot compute them and a GPT-2 export would need fused, transposed weights.
 #include <optional>

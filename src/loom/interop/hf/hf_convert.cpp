@@ -20,7 +20,10 @@
 #include "loom/data/tokenizer.h"
 #include "loom/interop/hf/tokenizer_files.h"
 #include "loom/interop/hf/hf_moe.h"
+#include "loom/interop/hf/hf_qwen2_moe.h"
 #include "loom/interop/hf/hf_config.h"
+#include "loom/interop/hf/hf_nemotron_h.h"
+#include "loom/interop/hf/hf_tensor_map.h"
 #include "loom/model/parameter_shapes.h"
 #include "loom/train/model_setup.h"
 
@@ -39,6 +42,8 @@ constexpr const char* kTokenizerMetadata = "loom.tokenizer";
 constexpr const char* kTokenizerDir = "tokenizer";
 
 std::string architecture_of(const config::ModelConfig& model) {
+  if (is_nemotron_h_model(model)) return kNemotronHArchitecture;
+  if (is_qwen2_moe_model(model)) return kQwen2MoeArchitecture;
   if (is_moe_model(model)) return kMixtralArchitecture;
   if (is_qwen2_model(model)) return "Qwen2ForCausalLM";
   return model.block_configs.empty() ? "LlamaForCausalLM" : "DeciLMForCausalLM";
@@ -77,6 +82,23 @@ void check_parameters_match(const ckpt::LoadedCheckpoint& checkpoint, const std:
     LOOM_CHECK(expected.count(name) != 0, "checkpoint " + checkpoint.path() + " holds parameter '" + name +
                                          "' that its config's model does not have; it cannot be mapped to config.json");
   }
+}
+
+// A Hugging Face tensor's values: its loom pieces back to back, as f32 (a state piece the
+// checkpoint lacks, such as the expert bias of a model trained without one, is zeros).
+std::vector<float> read_pieces(const ckpt::LoadedCheckpoint& checkpoint, const HfTensor& t) {
+  std::vector<float> values;
+  for (const HfPiece& piece : t.pieces) {
+    const int64_t n = shape_numel(piece.shape);
+    const size_t at = values.size();
+    values.resize(at + static_cast<size_t>(n), 0.0f);
+    if (t.state && !checkpoint.has(piece.name)) continue;
+    const DType stored = checkpoint.dtype(piece.name);
+    std::vector<std::byte> raw(static_cast<size_t>(n) * dtype_size(stored));
+    checkpoint.read(piece.name, raw.data(), stored, piece.shape);
+    to_f32(values.data() + at, raw.data(), n, stored);  // little-endian, as loom (x86-64) and safetensors
+  }
+  return values;
 }
 
 // ---- Hugging Face -> loom -------------------------------------------------------------------
@@ -173,10 +195,39 @@ std::vector<float> read_as_f32(const loom::interop::hf::SafetensorsReader& file,
   return out;
 }
 
+// Python's json module writes float('inf') as the bare word Infinity (Nemotron-H's
+// time_step_limit), which is not JSON: outside strings, Infinity, -Infinity and NaN become the
+// strings "Infinity", "-Infinity" and "NaN", which the config readers understand where they may appear.
+std::string quote_python_floats(const std::string& text) {
+  std::string out;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size()) out += text[++i];
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    in_string = c == '"';
+    bool replaced = false;
+    for (const std::string_view word : {"-Infinity", "Infinity", "NaN"}) {
+      if (text.compare(i, word.size(), word) == 0) {
+        out += "\"" + std::string(word) + "\"";
+        i += word.size() - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += c;
+  }
+  return out;
+}
+
 nlohmann::json read_config_json(const std::string& path) {
   LOOM_CHECK(fs::is_regular_file(path), path + ": missing (a Hugging Face model directory holds config.json)");
   try {
-    return nlohmann::json::parse(read_file(path));
+    return nlohmann::json::parse(quote_python_floats(read_file(path)));
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": not valid JSON: " + e.what());
   }
@@ -203,6 +254,51 @@ std::string imported_tokenizer(const std::string& hf_dir, const std::string& out
   return from_config;
 }
 
+// The loom tensors of an HF directory, by loom name: every Hugging Face tensor the model needs,
+// present with its shape and split into its pieces; then nothing else (old RoPE buffers and a
+// tied head equal to the embedding aside).
+struct ImportedTensors {
+  std::map<std::string, std::vector<float>> values;
+  std::vector<HfPiece> state;  // the state pieces (expert biases), in model order
+};
+ImportedTensors read_hf_tensors(const HfWeights& weights, const std::string& hf_dir, const config::ModelConfig& model) {
+  ImportedTensors out;
+  std::set<std::string> expected;
+  std::string embedding;
+  for (const HfTensor& t : hf_tensors(model)) {
+    const auto [file, tensor] = weights.find(t.name);
+    LOOM_CHECK(tensor != nullptr, hf_dir + ": no tensor '" + t.name + "' (shape " + shape_string(t.shape) +
+                                     "), which the model in config.json needs");
+    const std::vector<float> all = read_as_f32(*file, *tensor, t.shape);
+    size_t at = 0;
+    for (const HfPiece& piece : t.pieces) {
+      const size_t n = static_cast<size_t>(shape_numel(piece.shape));
+      out.values[piece.name].assign(all.begin() + static_cast<std::ptrdiff_t>(at), all.begin() + static_cast<std::ptrdiff_t>(at + n));
+      at += n;
+      if (t.state) out.state.push_back(piece);
+    }
+    if (embedding.empty()) embedding = t.pieces.front().name;  // the first tensor is the embedding
+    expected.insert(t.name);
+  }
+  for (const std::string& name : weights.names()) {
+    if (expected.count(name) != 0 || is_rope_buffer(name)) continue;
+    const auto [file, tensor] = weights.find(name);
+    if (name == "lm_head.weight" && model.tied_embeddings) {
+      // Some exporters write the tied head too; accept it only as the embedding's copy.
+      const std::vector<float>& embed = out.values.at(embedding);
+      const std::vector<float> head = read_as_f32(*file, *tensor, signed_shape(tensor->shape));
+      LOOM_CHECK(head.size() == embed.size() && std::memcmp(head.data(), embed.data(), head.size() * sizeof(float)) == 0,
+                 file->path() + ": tensor 'lm_head.weight' differs from the embedding, but config.json says "
+                                "tie_word_embeddings: true");
+      continue;
+    }
+    throw Error(file->path() + ": holds tensor '" + name +
+                "' that the model in config.json does not have (a different architecture, or a config.json "
+                "that does not match the weights)");
+  }
+  return out;
+}
+
 }  // namespace
 
 HfExportResult export_to_hf(const std::string& checkpoint_path, const std::string& out_dir,
@@ -222,15 +318,11 @@ HfExportResult export_to_hf(const std::string& checkpoint_path, const std::strin
 
   const bool bf16 = options.dtype == "bf16";
   std::vector<loom::interop::hf::SafetensorsOutput> tensors;
-  for (const model::ParameterShape& p : layout) {
-    tensors.push_back({hf_tensor_name(model, p.name), bf16 ? "BF16" : "F32", unsigned_shape(p.shape), [&checkpoint, p, bf16](std::span<std::byte> out) {
-                         const DType stored = checkpoint.dtype(p.name);
-                         const int64_t n = shape_numel(p.shape);
-                         std::vector<std::byte> raw(static_cast<size_t>(n) * dtype_size(stored));
-                         checkpoint.read(p.name, raw.data(), stored, p.shape);
-                         std::vector<float> values(static_cast<size_t>(n));
-                         to_f32(values.data(), raw.data(), n, stored);  // little-endian, as loom (x86-64) and safetensors
-                         from_f32(out.data(), values.data(), n, bf16 ? DType::BF16 : DType::F32);
+  for (const HfTensor& t : hf_tensors(model)) {
+    tensors.push_back({t.name, bf16 ? "BF16" : "F32", unsigned_shape(t.shape), [&checkpoint, t, bf16](std::span<std::byte> out) {
+                         const std::vector<float> values = read_pieces(checkpoint, t);
+                         from_f32(out.data(), values.data(), static_cast<int64_t>(values.size()),
+                                  bf16 ? DType::BF16 : DType::F32);
                        }});
   }
   std::error_code ec;
@@ -283,43 +375,23 @@ HfImportResult import_from_hf(const std::string& hf_dir, const std::string& out_
 
   // Every parameter present with its shape; then nothing else.
   const std::vector<model::ParameterShape> layout = model::model_parameter_shapes(run.model);
-  std::vector<std::vector<float>> values;
-  std::set<std::string> expected;
-  for (const model::ParameterShape& p : layout) {
-    const std::string hf_name = hf_tensor_name(run.model, p.name);
-    const auto [file, tensor] = weights.find(hf_name);
-    LOOM_CHECK(tensor != nullptr, hf_dir + ": no tensor '" + hf_name + "' (shape " + shape_string(p.shape) +
-                                 "), which the model in config.json needs");
-    values.push_back(read_as_f32(*file, *tensor, p.shape));
-    expected.insert(hf_name);
-  }
-  for (const std::string& name : weights.names()) {
-    if (expected.count(name) != 0 || is_rope_buffer(name)) continue;
-    const auto [file, tensor] = weights.find(name);
-    if (name == "lm_head.weight" && run.model.tied_embeddings) {
-      // Some exporters write the tied head too; accept it only as the embedding's copy.
-      const std::vector<float> head = read_as_f32(*file, *tensor, layout.front().shape);
-      LOOM_CHECK(std::memcmp(head.data(), values.front().data(), head.size() * sizeof(float)) == 0,
-            file->path() + ": tensor 'lm_head.weight' differs from model.embed_tokens.weight, but config.json says "
-                           "tie_word_embeddings: true");
-      continue;
-    }
-    throw Error(file->path() + ": holds tensor '" + name +
-                "' that the model in config.json does not have (a different architecture, or a config.json "
-                "that does not match the weights)");
-  }
+  const ImportedTensors imported = read_hf_tensors(weights, hf_dir, run.model);
 
-  // Parameters and zero AdamW moments, as a training save writes them.
+  // Parameters and zero AdamW moments, as a training save writes them; the expert biases as the
+  // trainer's state tensors.
   size_t largest = 0;
-  for (const std::vector<float>& v : values) largest = std::max(largest, v.size());
+  for (const auto& [name, v] : imported.values) largest = std::max(largest, v.size());
   const std::vector<float> zeros(largest, 0.0f);
   std::vector<ckpt::TensorRef> refs;
-  for (size_t i = 0; i < layout.size(); ++i) {
-    const model::ParameterShape& p = layout[i];
+  for (const model::ParameterShape& p : layout) {
     ckpt::check_tensor_name(p.name);
-    refs.push_back({p.name, p.shape, DType::F32, values[i].data(), {}});
+    refs.push_back({p.name, p.shape, DType::F32, imported.values.at(p.name).data(), {}});
     refs.push_back({ckpt::optimizer_state_name("exp_avg", p.name), p.shape, DType::F32, zeros.data(), {}});
     refs.push_back({ckpt::optimizer_state_name("exp_avg_sq", p.name), p.shape, DType::F32, zeros.data(), {}});
+  }
+  if (run.model.moe.expert_bias) {
+    for (const HfPiece& piece : imported.state) refs.push_back({piece.name, piece.shape, DType::F32,
+                                                                imported.values.at(piece.name).data(), ckpt::full_slice(piece.shape)});
   }
   const train::TrainingProgress progress;  // step 0, no samples consumed
   ckpt::save_checkpoint(out_root, progress.step, refs, train::training_state(progress, run), config::to_yaml(run),

@@ -20,7 +20,8 @@ struct HfExportOptions {
 struct HfExportResult {
   std::string checkpoint;    // the step directory read
   int64_t step = 0;
-  std::string architecture;  // LlamaForCausalLM | DeciLMForCausalLM
+  std::string architecture;  // LlamaForCausalLM, DeciLMForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM,
+                             // Qwen2MoeForCausalLM or NemotronHForCausalLM
   size_t tensors = 0;
   uint64_t bytes = 0;        // model.safetensors' size
 };

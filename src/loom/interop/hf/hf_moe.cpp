@@ -1,6 +1,7 @@
 #include "loom/interop/hf/hf_moe.h"
 
 #include "loom/core/error.h"
+#include "loom/interop/hf/hf_qwen2_moe.h"
 
 namespace loom::interop::hf {
 
@@ -72,7 +73,8 @@ void read_mixtral_config(const nlohmann::json& config, config::ModelConfig& mode
 }
 
 std::string hf_tensor_name(const config::ModelConfig& model, const std::string& name) {
-  if (!is_moe_model(model) || name.find(".mlp.") == std::string::npos) return name;
+  // Qwen2-MoE's names are loom's own.
+  if (!is_moe_model(model) || is_qwen2_moe_model(model) || name.find(".mlp.") == std::string::npos) return name;
   std::string out = name;
   replace(out, ".mlp.", ".block_sparse_moe.");
   replace(out, ".gate_proj.", ".w1.");

@@ -1,5 +1,7 @@
 #include "loom/kernels/cpu/ssd_scan.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -49,15 +51,31 @@ struct HeadBlock {
   const float* C_at(int64_t t) const { return C + (row0 + t) * s->bc_stride + g * s->state; }
   double raw_at(int64_t t) const { return dt_raw[(row0 + t) * s->dt_stride + h] + dt_bias; }
 
+  std::vector<double> step_decay;  // exp(dt_i A): exp(cum_i - cum_{i-1})
+
   void load(const Segment& seg) {
     const int64_t len = seg.end - seg.begin;
     dt.assign(len, 0.0);
     cum.assign(len, 0.0);
+    step_decay.assign(len, 0.0);
     double run = 0.0;
     for (int64_t i = 0; i < len; ++i) {
       dt[i] = softplus(raw_at(seg.begin + i));
       run += dt[i] * A;
       cum[i] = run;
+      step_decay[i] = std::exp(dt[i] * A);
+    }
+  }
+  // decay[j] = exp(cum_i - cum_j) for j <= i, as a running product of the steps' decays from i
+  // down (one multiplication each instead of an exp; every factor is in (0, 1], so the product
+  // only shrinks, and its rounding stays far below fp32's).
+  void decays_to(int64_t i, std::vector<double>& decay) const {
+    decay.resize(static_cast<size_t>(i + 1));
+    double d = 1.0;
+    decay[static_cast<size_t>(i)] = d;
+    for (int64_t j = i - 1; j >= 0; --j) {
+      d *= step_decay[static_cast<size_t>(j + 1)];
+      decay[static_cast<size_t>(j)] = d;
     }
   }
 };
@@ -66,7 +84,7 @@ HeadBlock head_block(const SsdShape& s, int64_t b, int64_t h, const float* x, co
                      const float* dt_bias, const float* A_log, const float* B, const float* C, const float* D) {
   const int64_t g = h / (s.heads / s.groups);
   return {&s, b * s.seq, h, g, x, dt_raw, B, C, -std::exp(static_cast<double>(A_log[h])),
-          static_cast<double>(D[h]), static_cast<double>(dt_bias[h]), {}, {}};
+          static_cast<double>(D[h]), static_cast<double>(dt_bias[h]), {}, {}, {}};
 }
 
 double dot(const float* a, const float* b, int64_t n) {
@@ -103,18 +121,19 @@ void advance_state(std::vector<double>& S, const HeadBlock& hb, const Segment& s
 void block_output(float* y, const SsdShape& s, const HeadBlock& hb, const Segment& seg, const std::vector<double>& S,
                   const std::vector<double>& cb) {
   const int64_t len = seg.end - seg.begin, P = s.head_dim, N = s.state;
-  std::vector<double> acc(P);
+  std::vector<double> acc(P), L;
   for (int64_t i = 0; i < len; ++i) {
     const float* xi = hb.x_at(seg.begin + i);
     const float* Ci = hb.C_at(seg.begin + i);
     const double decay = std::exp(hb.cum[i]);
+    hb.decays_to(i, L);
     for (int64_t p = 0; p < P; ++p) {
       double sc = 0.0;
       for (int64_t n = 0; n < N; ++n) sc += S[p * N + n] * Ci[n];
       acc[p] = hb.D * xi[p] + decay * sc;
     }
     for (int64_t j = 0; j <= i; ++j) {
-      const double w = std::exp(hb.cum[i] - hb.cum[j]) * hb.dt[j] * cb[i * len + j];
+      const double w = L[static_cast<size_t>(j)] * hb.dt[j] * cb[i * len + j];
       const float* xj = hb.x_at(seg.begin + j);
       for (int64_t p = 0; p < P; ++p) acc[p] += w * xj[p];
     }
@@ -139,18 +158,44 @@ struct BlockGrads {
   }
 };
 
-// Gradients through y = D x + exp(cum) S_in C + intra-block terms. dD summed into *dD.
+// A block's rows as a dense [len, width] double matrix (rows of `base` at `stride`, from `col`).
+void block_rows(std::vector<double>& out, const float* base, int64_t stride, int64_t row0, int64_t col, int64_t len,
+                int64_t width) {
+  out.resize(static_cast<size_t>(len * width));
+  for (int64_t i = 0; i < len; ++i)
+    for (int64_t c = 0; c < width; ++c) out[i * width + c] = base[(row0 + i) * stride + col + c];
+}
+
+// c[m, n] += op(a) . op(b), row-major doubles (OpenBLAS).
+void add_product(double* c, const double* a, const double* b, int64_t m, int64_t n, int64_t k, bool trans_a) {
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), 1.0, a, trans_a ? static_cast<int>(m) : static_cast<int>(k), b, static_cast<int>(n), 1.0,
+              c, static_cast<int>(n));
+}
+
+// Gradients through y = D x + exp(cum) S_in C + intra-block terms. dD summed into *dD. The
+// intra-block quadratic form is three products: with DYX = dy . x^T, W_ij = L_ij dt_j cb_ij and
+// G_ij = L_ij dt_j DYX_ij (j <= i), dx += W^T dy, dC += G B and dB += G^T C.
 void block_output_backward(BlockGrads& gr, std::vector<double>& dS_in, double* dD, const float* dy,
                            const HeadBlock& hb, const Segment& seg, const std::vector<double>& S,
                            const std::vector<double>& cb) {
   const SsdShape& s = *hb.s;
   const int64_t len = seg.end - seg.begin, P = s.head_dim, N = s.state;
+  std::vector<double> Y, X, Bm, Cm, decays;
+  block_rows(Y, dy, s.y_stride, hb.row0 + seg.begin, hb.h * P, len, P);
+  block_rows(X, hb.x, s.x_stride, hb.row0 + seg.begin, hb.h * P, len, P);
+  block_rows(Bm, hb.B, s.bc_stride, hb.row0 + seg.begin, hb.g * N, len, N);
+  block_rows(Cm, hb.C, s.bc_stride, hb.row0 + seg.begin, hb.g * N, len, N);
+  std::vector<double> dyx(static_cast<size_t>(len * len), 0.0), W(dyx.size(), 0.0), G(dyx.size(), 0.0);
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(len), static_cast<int>(len), static_cast<int>(P),
+              1.0, Y.data(), static_cast<int>(P), X.data(), static_cast<int>(P), 0.0, dyx.data(), static_cast<int>(len));
   for (int64_t i = 0; i < len; ++i) {
-    const float* dyi = dy + (hb.row0 + seg.begin + i) * s.y_stride + hb.h * P;
-    const float* xi = hb.x_at(seg.begin + i);
-    const float* Ci = hb.C_at(seg.begin + i);
-    *dD += dot(dyi, xi, P);
-    for (int64_t p = 0; p < P; ++p) gr.dx[i * P + p] += hb.D * dyi[p];
+    const double* dyi = &Y[static_cast<size_t>(i * P)];
+    const double* Ci = &Cm[static_cast<size_t>(i * N)];
+    for (int64_t p = 0; p < P; ++p) {
+      *dD += dyi[p] * X[static_cast<size_t>(i * P + p)];
+      gr.dx[i * P + p] += hb.D * dyi[p];
+    }
     const double decay = std::exp(hb.cum[i]);
     double through_state = 0.0;
     for (int64_t p = 0; p < P; ++p) {
@@ -161,21 +206,20 @@ void block_output_backward(BlockGrads& gr, std::vector<double>& dS_in, double* d
       }
     }
     gr.dcum[i] += decay * through_state;
+    hb.decays_to(i, decays);
     for (int64_t j = 0; j <= i; ++j) {
-      const float* xj = hb.x_at(seg.begin + j);
-      const float* Bj = hb.B_at(seg.begin + j);
-      const double L = std::exp(hb.cum[i] - hb.cum[j]), dyx = dot(dyi, xj, P), cbij = cb[i * len + j];
-      const double w = L * hb.dt[j] * cbij, gg = L * hb.dt[j] * dyx;
-      for (int64_t p = 0; p < P; ++p) gr.dx[j * P + p] += w * dyi[p];
-      for (int64_t n = 0; n < N; ++n) {
-        gr.dC[i * N + n] += gg * Bj[n];
-        gr.dB[j * N + n] += gg * Ci[n];
-      }
-      gr.ddt[j] += L * cbij * dyx;
-      gr.dcum[i] += w * dyx;
-      gr.dcum[j] -= w * dyx;
+      const size_t ij = static_cast<size_t>(i * len + j);
+      const double L = decays[static_cast<size_t>(j)], cbij = cb[ij];
+      W[ij] = L * hb.dt[j] * cbij;
+      G[ij] = L * hb.dt[j] * dyx[ij];
+      gr.ddt[j] += L * cbij * dyx[ij];
+      gr.dcum[i] += W[ij] * dyx[ij];
+      gr.dcum[j] -= W[ij] * dyx[ij];
     }
   }
+  add_product(gr.dx.data(), W.data(), Y.data(), len, P, len, true);
+  add_product(gr.dC.data(), G.data(), Bm.data(), len, N, len, false);
+  add_product(gr.dB.data(), G.data(), Cm.data(), len, N, len, true);
 }
 
 // Gradients through S_out = exp(cum_end) S_in + sum_j exp(cum_end - cum_j) dt_j x_j B_j^T, given
