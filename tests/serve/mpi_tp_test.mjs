@@ -11,7 +11,7 @@ import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import assert from 'node:assert/strict';
-import { preparedCorpus, withoutProxies } from './serve_test_support.mjs';
+import { checks, preparedCorpus, withoutProxies } from './serve_test_support.mjs';
 
 const [loom, mpiexec] = [path.resolve(process.argv[2]), process.argv[3] || 'mpirun'];
 try {
@@ -105,16 +105,7 @@ function same(name, got, want) {
   }
 }
 
-let failures = 0;
-async function check(name, body) {
-  try {
-    await body();
-    console.log(`ok: ${name}`);
-  } catch (e) {
-    ++failures;
-    console.log(`FAILED: ${name}: ${e.stack}`);
-  }
-}
+const { check, failures: failedChecks } = checks();
 const digestOf = (checkpoint) => execFileSync(loom, ['ckpt', 'digest', checkpoint]).toString().trim();
 const within = (promise, ms, what) =>
   Promise.race([promise, new Promise((_, reject) => setTimeout(() => reject(new Error(`${what}: still running after ${ms} ms`)), ms))]);
@@ -190,6 +181,7 @@ log: {progress: false}
   assert.equal((await within(one.exited, 30000, 'loom serve')).code, 0);
 });
 fs.rmSync(dir, { recursive: true, force: true });
+const failures = failedChecks();
 if (failures > 0) {
   console.log(`${failures} check(s) failed`);
   process.exit(1);

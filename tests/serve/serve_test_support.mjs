@@ -18,3 +18,21 @@ export function preparedCorpus(loom, prefix) {
   execFileSync(loom, ['data', 'prepare', path.join(dir, 'corpus.txt'), '--output', path.join(dir, 'data/c'), '--val-fraction', '0']);
   return dir;
 }
+
+// Named checks that go on after a failure: check(name, async body) prints ok or FAILED with the
+// stack; failures() counts the failed ones.
+export function checks() {
+  let failed = 0;
+  return {
+    async check(name, body) {
+      try {
+        await body();
+        console.log(`ok: ${name}`);
+      } catch (e) {
+        ++failed;
+        console.log(`FAILED: ${name}: ${e.stack}`);
+      }
+    },
+    failures: () => failed,
+  };
+}

@@ -10,7 +10,7 @@ import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import path from 'node:path';
 import assert from 'node:assert/strict';
-import { preparedCorpus, withoutProxies } from './serve_test_support.mjs';
+import { checks, preparedCorpus, withoutProxies } from './serve_test_support.mjs';
 
 const [loom, npmDir] = process.argv.slice(2).map((p) => path.resolve(p));
 if (!fs.existsSync(path.join(npmDir, 'node_modules', 'openai')) || !fs.existsSync(path.join(npmDir, 'node_modules', 'autocannon'))) {
@@ -63,16 +63,7 @@ async function settled() {
   }
   assert.fail(`KV blocks still in use: ${(await metrics()).text}`);
 }
-let failures = 0;
-async function check(name, body) {
-  try {
-    await body();
-    console.log(`ok: ${name}`);
-  } catch (e) {
-    ++failures;
-    console.log(`FAILED: ${name}: ${e.stack}`);
-  }
-}
+const { check, failures: failedChecks } = checks();
 
 await check('completions with logprobs and token ids', async () => {
   const r = await client.completions.create({ model: 'loom', prompt: 'It is a truth', max_tokens: 12, temperature: 0,
@@ -309,5 +300,6 @@ await check('a hybrid model: n = 2 greedy samples equal `loom generate`, streami
 hybrid.child.kill('SIGKILL');
 
 fs.rmSync(dir, { recursive: true, force: true });
+const failures = failedChecks();
 console.log(failures === 0 ? 'all server checks passed' : `${failures} server checks failed`);
 process.exit(failures === 0 ? 0 : 1);
