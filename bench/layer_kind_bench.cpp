@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_config.h"
 #include "loom/config/run_config.h"
 #include "loom/core/blas_cpu.h"
 #include "loom/core/error.h"
@@ -175,22 +176,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s CONFIG.yaml [section.key=value ...] [--steps N] [--reps N]\n", argv[0]);
     return 2;
   }
-  int steps = 5, reps = 5;
-  std::vector<std::string> overrides;
-  for (int i = 2; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--steps" && i + 1 < argc) steps = std::stoi(argv[++i]);
-    else if (arg == "--reps" && i + 1 < argc) reps = std::stoi(argv[++i]);
-    else overrides.push_back(arg);
-  }
   try {
-    loom::config::RunConfig config = loom::config::load_config(argv[1], overrides);
-    if (config.train.threads > 0) {
-      omp_set_num_threads(config.train.threads);
-      openblas_set_num_threads(config.train.threads);
-    }
-    auto tokenizer = loom::data::make_tokenizer(config.data.tokenizer);
-    config.model = loom::train::resolve_model_config(config.model, *tokenizer);
+    std::map<std::string, int> flags = {{"steps", 5}, {"reps", 5}};
+    const loom::config::RunConfig config = loom::bench::load_bench_config(argc, argv, flags);
+    const int steps = flags["steps"], reps = flags["reps"];
     const double step = time_steps(config, steps);
     const int64_t micro = config.train.micro_batch, seq = config.data.seq_len;
     const int micro_batches = config.train.global_batch / config.train.micro_batch;

@@ -26,16 +26,6 @@ if [ ! -f data/byte/corpus_train.idx ] || [ ! -f data/byte/corpus_val.idx ]; the
   [ -d .cache/data/corpus ] || scripts/setup.sh
   "$loom" data prepare .cache/data/corpus --tokenizer byte --output data/byte/corpus
 fi
-# matplotlib only for the plot (Debian's python3-matplotlib, as bench/precision_convergence.sh).
-py=python3
-if ! "$py" -c "import matplotlib" 2>/dev/null; then
-  py=/usr/bin/python3
-  if ! "$py" -c "import matplotlib" 2>/dev/null; then
-    sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
-    $sudo apt-get install -y -q python3-matplotlib >/dev/null || { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q python3-matplotlib >/dev/null; }
-  fi
-fi
-
 mkdir -p "$out"
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores" | tee "$out/machine.txt"
 common=(train.steps="$steps" optim.warmup_steps="$warmup" train.eval_interval="$eval_interval"
@@ -58,47 +48,5 @@ for run in ${RUNS:-dense moe}; do
 done
 
 for run in dense moe; do [ -f "$out/$run/metrics.jsonl" ] || { echo "no $run run yet: no table or plot"; exit 0; }; done
-"$py" - "$out" "$plot" <<'EOF'
-import json, os, sys
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
-out, plot = sys.argv[1], sys.argv[2]
-runs = {r: [json.loads(l) for l in open(os.path.join(out, r, "metrics.jsonl")) if l.strip()] for r in ("dense", "moe")}
-val = {r: [(x["step"], x["val_loss"]) for x in rows if "val_loss" in x] for r, rows in runs.items()}
-steps = [s for s, _ in val["dense"]]
-lines = ["| validation loss (nats/byte) | " + " | ".join(f"step {s}" for s in steps) + " |",
-         "|---|" + "---:|" * len(steps)]
-for r, name in (("dense", "dense (`tiny.yaml`)"), ("moe", "MoE (`tiny-moe.yaml`)")):
-    lines.append(f"| {name} | " + " | ".join(f"{v:.3f}" for _, v in val[r]) + " |")
-lines.append("| MoE - dense | " + " | ".join(f"{m - d:+.3f}" for (_, d), (_, m) in zip(val["dense"], val["moe"])) + " |")
-busiest = [x.get("moe_tokens_per_expert_max") for x in runs["moe"] if "val_loss" in x]
-lines.append("| MoE busiest (layer, expert) | " + " | ".join("-" if b is None else f"{b:.0f}" for b in busiest) + " |")
-table = "\n".join(lines)
-print(table)
-with open(os.path.join(out, "summary.md"), "w") as f:
-    f.write(table + "\n")
-
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
-for r, rows in runs.items():
-    loss = [x["loss"] for x in rows]
-    w = 5
-    smooth = [sum(loss[max(0, i - w + 1):i + 1]) / (i + 1 - max(0, i - w + 1)) for i in range(len(loss))]
-    ax1.plot([x["step"] for x in rows], smooth, label=r, linewidth=1.2)
-    vs, vl = zip(*val[r])
-    ax2.plot(vs, vl, marker="o", markersize=3, label=f"{r} ({vl[-1]:.3f})", linewidth=1.2)
-ax1.set_title("training loss (mean of 5 steps)")
-ax2.set_title("validation loss")
-for ax in (ax1, ax2):
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss (nats/byte)")
-    ax.set_ylim(top=4.0)
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-fig.suptitle(f"dense vs MoE at the same active parameters (configs/tiny.yaml, configs/tiny-moe.yaml), {steps[-1]} steps")
-fig.tight_layout()
-os.makedirs(os.path.dirname(plot) or ".", exist_ok=True)
-fig.savefig(plot, dpi=100)
-print("wrote", plot)
-EOF
+bash bench/with_matplotlib.sh bench/val_curves.py "$plot" "$out/summary.md" --row moe_tokens_per_expert_max \
+  "dense=$out/dense" "MoE=$out/moe"

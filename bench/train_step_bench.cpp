@@ -8,9 +8,11 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "bench_config.h"
 #include "loom/core/blas_cpu.h"
 #include "loom/core/error.h"
 #include "loom/core/philox.h"
@@ -27,22 +29,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s CONFIG.yaml [section.key=value ...] [--steps N] [--warmup W]\n", argv[0]);
     return 2;
   }
-  int steps = 5, warmup = 2;
-  std::vector<std::string> overrides;
-  for (int i = 2; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--steps" && i + 1 < argc) steps = std::stoi(argv[++i]);
-    else if (arg == "--warmup" && i + 1 < argc) warmup = std::stoi(argv[++i]);
-    else overrides.push_back(arg);
-  }
   try {
-    loom::config::RunConfig config = loom::config::load_config(argv[1], overrides);
-    if (config.train.threads > 0) {
-      omp_set_num_threads(config.train.threads);
-      openblas_set_num_threads(config.train.threads);
-    }
-    auto tokenizer = loom::data::make_tokenizer(config.data.tokenizer);
-    config.model = loom::train::resolve_model_config(config.model, *tokenizer);
+    std::map<std::string, int> flags = {{"steps", 5}, {"warmup", 2}};
+    const loom::config::RunConfig config = loom::bench::load_bench_config(argc, argv, flags);
+    const int steps = flags["steps"], warmup = flags["warmup"];
     loom::model::Transformer model(config.model);
     model.initialize(config.train.seed);
     loom::optim::AdamW optimizer(config.optim, model.params().total(),

@@ -2,8 +2,9 @@
 """Validation curves of training runs: a markdown table of val_loss by step and a PNG with the
 smoothed training loss and the validation loss of each run (for docs/).
 
-usage: val_curves.py OUT.png SUMMARY.md LABEL=RUN_DIR LABEL=RUN_DIR ...
-The first run is the reference: the table ends with each other run minus it. Needs matplotlib
+usage: val_curves.py OUT.png SUMMARY.md [--row METRIC] LABEL=RUN_DIR LABEL=RUN_DIR ...
+The first run is the reference: the table ends with each other run minus it, then with a row of
+METRIC at the validation steps for each run that reports it (--row may repeat). Needs matplotlib
 (bench/with_matplotlib.sh runs this script with a python that has it).
 """
 import json
@@ -21,7 +22,7 @@ def read_metrics(run_dir):
         return [json.loads(line) for line in f if line.strip()]
 
 
-def table(runs):
+def table(runs, extra_rows=()):
     val = {label: [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r] for label, rows in runs}
     first = runs[0][0]
     steps = [s for s, _ in val[first]]
@@ -32,6 +33,11 @@ def table(runs):
     for label, _ in runs[1:]:
         diffs = [f"{v - ref:+.3f}" for (_, ref), (_, v) in zip(val[first], val[label])]
         lines.append(f"| {label} - {first} | " + " | ".join(diffs) + " |")
+    for metric in extra_rows:
+        for label, rows in runs:
+            at_eval = [r.get(metric) for r in rows if "val_loss" in r]
+            if any(v is not None for v in at_eval):
+                lines.append(f"| {label} {metric} | " + " | ".join("-" if v is None else f"{v:.0f}" for v in at_eval) + " |")
     return "\n".join(lines), val
 
 
@@ -39,9 +45,12 @@ def main(argv):
     if len(argv) < 5:
         print(__doc__, file=sys.stderr)
         return 2
-    plot, summary = argv[1], argv[2]
-    runs = [(label, read_metrics(path)) for label, _, path in (spec.partition("=") for spec in argv[3:])]
-    text, val = table(runs)
+    plot, summary, rest, extra_rows = argv[1], argv[2], argv[3:], []
+    while len(rest) >= 2 and rest[0] == "--row":
+        extra_rows.append(rest[1])
+        rest = rest[2:]
+    runs = [(label, read_metrics(path)) for label, _, path in (spec.partition("=") for spec in rest)]
+    text, val = table(runs, extra_rows)
     print(text)
     with open(summary, "w", encoding="utf-8") as f:
         f.write(text + "\n")

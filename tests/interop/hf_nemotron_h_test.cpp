@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "../ckpt/ckpt_test_util.h"
+#include "hf_config_expect.h"
 #include "hf_import_support.h"
 #include "loom/core/error.h"
 #include "loom/interop/hf/hf_config.h"
@@ -194,24 +195,6 @@ TEST(HfNemotronHConfig, WritesAndReadsBack) {
   EXPECT_EQ(back.moe.topk_scaling, 1.5);
   EXPECT_TRUE(back.moe.expert_bias);
   EXPECT_EQ(back.kv_heads, 2);
-}
-
-void expect_refused(const json& c, const std::string& key) {
-  try {
-    model_config_from_hf(c, "config.json");
-    ADD_FAILURE() << "accepted; expected an error naming " << key;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
-  }
-}
-
-void expect_not_exported(const config::ModelConfig& m, const std::string& key) {
-  try {
-    hf_config_json(m, "float32");
-    ADD_FAILURE() << "exported; expected an error naming " << key;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
-  }
 }
 
 TEST(HfNemotronHConfig, RefusesWhatLoomCannotComputeNamingTheKey) {

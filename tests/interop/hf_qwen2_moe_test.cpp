@@ -4,6 +4,7 @@
 // norm_topk_prob or swapped expert projections are caught; config.json round-trips.
 #include <gtest/gtest.h>
 
+#include "hf_config_expect.h"
 #include "hf_import_support.h"
 #include "loom/core/error.h"
 #include "loom/interop/hf/hf_config.h"
@@ -136,24 +137,6 @@ TEST(HfQwen2MoeConfig, WritesAndReadsBack) {
   EXPECT_TRUE(dense.block_configs.empty());
   EXPECT_EQ(dense.moe.router, config::MoeRouter::SoftmaxTopk);  // norm_topk_prob defaults to false
   EXPECT_EQ(dense.moe.aux_loss_coeff, 0.001);
-}
-
-void expect_refused(const json& c, const std::string& key) {
-  try {
-    model_config_from_hf(c, "config.json");
-    ADD_FAILURE() << "accepted; expected an error naming " << key;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
-  }
-}
-
-void expect_not_exported(const config::ModelConfig& m, const std::string& key) {
-  try {
-    hf_config_json(m, "float32");
-    ADD_FAILURE() << "exported; expected an error naming " << key;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
-  }
 }
 
 TEST(HfQwen2MoeConfig, RefusesWhatLoomCannotComputeNamingTheKey) {

@@ -9,9 +9,9 @@
 // Usage: node mpi_tp_test.mjs LOOM_BINARY MPIEXEC   (exit 77: no mpirun)
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import assert from 'node:assert/strict';
+import { checks, preparedCorpus, withoutProxies } from './serve_test_support.mjs';
 
 const [loom, mpiexec] = [path.resolve(process.argv[2]), process.argv[3] || 'mpirun'];
 try {
@@ -20,14 +20,10 @@ try {
   console.log(`skipped: '${mpiexec}' cannot run (no MPI launcher installed; scripts/setup.sh installs Open MPI)`);
   process.exit(77);
 }
-for (const k of ['http_proxy', 'https_proxy', 'HTTP_PROXY', 'HTTPS_PROXY', 'all_proxy', 'ALL_PROXY']) delete process.env[k];
+withoutProxies();
 
 // A small Llama-style model (GQA: each rank holds one of the two kv heads), checkpoints at steps 30 and 60.
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'loom-serve-mpi-'));
-let text = '';
-for (let i = 0; i < 200; ++i) text += `It is a truth universally acknowledged, item ${i * 7}.\n\n`;
-fs.writeFileSync(path.join(dir, 'corpus.txt'), text);
-execFileSync(loom, ['data', 'prepare', path.join(dir, 'corpus.txt'), '--output', path.join(dir, 'data/c'), '--val-fraction', '0']);
+const dir = preparedCorpus(loom, 'loom-serve-mpi-');
 fs.writeFileSync(path.join(dir, 'run.yaml'), `run: {dir: ${dir}/run}
 model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 64, max_seq_len: 128}
 data: {tokenizer: byte, train_prefix: ${dir}/data/c_train, seq_len: 32}
@@ -109,16 +105,7 @@ function same(name, got, want) {
   }
 }
 
-let failures = 0;
-async function check(name, body) {
-  try {
-    await body();
-    console.log(`ok: ${name}`);
-  } catch (e) {
-    ++failures;
-    console.log(`FAILED: ${name}: ${e.stack}`);
-  }
-}
+const { check, failures: failedChecks } = checks();
 const digestOf = (checkpoint) => execFileSync(loom, ['ckpt', 'digest', checkpoint]).toString().trim();
 const within = (promise, ms, what) =>
   Promise.race([promise, new Promise((_, reject) => setTimeout(() => reject(new Error(`${what}: still running after ${ms} ms`)), ms))]);
@@ -194,6 +181,7 @@ log: {progress: false}
   assert.equal((await within(one.exited, 30000, 'loom serve')).code, 0);
 });
 fs.rmSync(dir, { recursive: true, force: true });
+const failures = failedChecks();
 if (failures > 0) {
   console.log(`${failures} check(s) failed`);
   process.exit(1);

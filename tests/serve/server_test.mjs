@@ -8,9 +8,9 @@
 import { spawn, execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import assert from 'node:assert/strict';
+import { checks, preparedCorpus, withoutProxies } from './serve_test_support.mjs';
 
 const [loom, npmDir] = process.argv.slice(2).map((p) => path.resolve(p));
 if (!fs.existsSync(path.join(npmDir, 'node_modules', 'openai')) || !fs.existsSync(path.join(npmDir, 'node_modules', 'autocannon'))) {
@@ -20,14 +20,10 @@ if (!fs.existsSync(path.join(npmDir, 'node_modules', 'openai')) || !fs.existsSyn
 const require = createRequire(path.join(npmDir, 'package.json'));
 const OpenAI = require('openai');
 const autocannon = require('autocannon');
-for (const k of ['http_proxy', 'https_proxy', 'HTTP_PROXY', 'HTTPS_PROXY', 'all_proxy', 'ALL_PROXY']) delete process.env[k];
+withoutProxies();
 
 // A tiny GPT-2-style model trained for two steps on a byte corpus.
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'loom-serve-'));
-let text = '';
-for (let i = 0; i < 200; ++i) text += `It is a truth universally acknowledged, item ${i * 7}.\n\n`;
-fs.writeFileSync(path.join(dir, 'corpus.txt'), text);
-execFileSync(loom, ['data', 'prepare', path.join(dir, 'corpus.txt'), '--output', path.join(dir, 'data/c'), '--val-fraction', '0']);
+const dir = preparedCorpus(loom, 'loom-serve-');
 fs.writeFileSync(path.join(dir, 'run.yaml'), `run: {dir: ${dir}/run}
 model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, ffn_size: 64, norm: layer, activation: gelu, positions: learned, bias: true, tied_embeddings: true, max_seq_len: 256}
 data: {tokenizer: byte, train_prefix: ${dir}/data/c_train, seq_len: 32}
@@ -67,16 +63,7 @@ async function settled() {
   }
   assert.fail(`KV blocks still in use: ${(await metrics()).text}`);
 }
-let failures = 0;
-async function check(name, body) {
-  try {
-    await body();
-    console.log(`ok: ${name}`);
-  } catch (e) {
-    ++failures;
-    console.log(`FAILED: ${name}: ${e.stack}`);
-  }
-}
+const { check, failures: failedChecks } = checks();
 
 await check('completions with logprobs and token ids', async () => {
   const r = await client.completions.create({ model: 'loom', prompt: 'It is a truth', max_tokens: 12, temperature: 0,
@@ -313,5 +300,6 @@ await check('a hybrid model: n = 2 greedy samples equal `loom generate`, streami
 hybrid.child.kill('SIGKILL');
 
 fs.rmSync(dir, { recursive: true, force: true });
+const failures = failedChecks();
 console.log(failures === 0 ? 'all server checks passed' : `${failures} server checks failed`);
 process.exit(failures === 0 ? 0 : 1);
