@@ -20,12 +20,11 @@ struct StageCost {
 // and the gradient norm reads the gradient once more.
 constexpr double kOptimizerBytesPerParameter = 32.0;
 
-// What a precision recipe adds to one linear's three GEMMs over `n` rows (linear_precision.h):
+// What a precision recipe adds to one linear's three GEMMs over `n` rows, for one rank alone (linear_precision.h):
 // each operand copied and cast (the input and the weight twice, the output gradient once, or
 // once per GEMM for block-scaled recipes), each GEMM's output rounded in place, and the data
 // gradient and weight gradient added into their fp32 buffers. Recompute casts the forward again.
-double linear_cast_seconds(double n, double out, double in, model::Recipe recipe, bool recompute, const Hardware& hw,
-                           int world) {
+double linear_cast_seconds(double n, double out, double in, model::Recipe recipe, bool recompute, const Hardware& hw) {
   if (recipe == model::Recipe::Fp32) return 0.0;
   const bool oriented = recipe == model::Recipe::Fp8Blockwise || recipe == model::Recipe::Mxfp8;
   const double weight = out * in;
@@ -36,14 +35,13 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
     rounded += n * out;
   }
   const double added = n * in + weight;  // read two, write one: 12 bytes
-  return hw.cast_seconds(cast, model::is_fp8(recipe), world) + hw.cast_seconds(rounded, false, world) +
-         12.0 * added / hw.bandwidth_per_rank(world);
+  return hw.cast_seconds(cast, model::is_fp8(recipe), 1) + hw.cast_seconds(rounded, false, 1) +
+         12.0 * added / hw.bandwidth_per_rank(1);
 }
 
 // Casts of every linear of this rank's layers and head, per micro-batch. Attention, dense MLPs
 // and the head; the linears of experts and Mamba mixers are not counted yet.
-double cast_seconds(const config::RunConfig& config, const StageMemory& stage, double tokens, const Hardware& hw,
-                    int world) {
+double cast_seconds(const config::RunConfig& config, const StageMemory& stage, double tokens, const Hardware& hw) {
   const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
   if (policy.recipe == model::Recipe::Fp32 || !hw.costs_casts()) return 0.0;
   const double d = static_cast<double>(config.model.d_model);
@@ -54,17 +52,17 @@ double cast_seconds(const config::RunConfig& config, const StageMemory& stage, d
       const LayerWidths& w = stage.widths[static_cast<size_t>(l)];
       const model::Recipe r = policy.block_recipe(l, config.model.layers);
       if (w.has_attention()) {
-        s += linear_cast_seconds(tokens, static_cast<double>(w.qkv()), d, r, recompute, hw, world);
-        s += linear_cast_seconds(tokens, d, static_cast<double>(w.q), r, recompute, hw, world);
+        s += linear_cast_seconds(tokens, static_cast<double>(w.qkv()), d, r, recompute, hw);
+        s += linear_cast_seconds(tokens, d, static_cast<double>(w.q), r, recompute, hw);
       }
       if (w.has_mlp()) {
-        s += linear_cast_seconds(tokens, static_cast<double>(w.hidden()), d, r, recompute, hw, world);
-        s += linear_cast_seconds(tokens, d, static_cast<double>(w.ffn), r, recompute, hw, world);
+        s += linear_cast_seconds(tokens, static_cast<double>(w.hidden()), d, r, recompute, hw);
+        s += linear_cast_seconds(tokens, d, static_cast<double>(w.ffn), r, recompute, hw);
       }
     }
   }
   if (stage.head_rows > 0) {
-    s += linear_cast_seconds(tokens, static_cast<double>(stage.head_rows), d, policy.head_recipe(), false, hw, world);
+    s += linear_cast_seconds(tokens, static_cast<double>(stage.head_rows), d, policy.head_recipe(), false, hw);
   }
   return s;
 }
@@ -74,8 +72,7 @@ double cast_seconds(const config::RunConfig& config, const StageMemory& stage, d
 // each unit's forward and backward and its gradients after their reduce-scatter; compact
 // parameters (precision.param_dtype=compute) widened from their 2-byte store before each unit's
 // forward and backward (which also costs the widening, a cast, where casts cost time).
-double fresh_memory_seconds(const config::RunConfig& config, const StageMemory& stage, int dp, const Hardware& hw,
-                            int world) {
+double fresh_memory_seconds(const config::RunConfig& config, const StageMemory& stage, int dp, const Hardware& hw) {
   const double params = static_cast<double>(stage.parameter_count);
   const bool compact = config.precision.param_dtype == config::ParamDtype::Compute &&
                        config.precision.recipe != config::PrecisionRecipe::Fp32;
@@ -87,7 +84,7 @@ double fresh_memory_seconds(const config::RunConfig& config, const StageMemory& 
     fresh_bytes += 2.0 * 4.0 * params;
     widened = 2.0 * params;
   }
-  return hw.fresh_memory_seconds(fresh_bytes, world) + hw.cast_seconds(widened, false, world);
+  return hw.fresh_memory_seconds(fresh_bytes, 1) + hw.cast_seconds(widened, false, 1);
 }
 
 StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, const StageMemory& stage,
@@ -113,8 +110,8 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
   const double recompute = config.model.recompute ? tokens * block_flops / shape.tp / rate / 3.0 : 0.0;
   const double elementwise = static_cast<double>(stage.activations_per_micro_batch) / hw.activation_rate_per_rank(1);
   StageCost cost;
-  cost.casts = cast_seconds(config, stage, tokens, hw, 1);
-  cost.fresh = fresh_memory_seconds(config, stage, shape.dp, hw, 1);
+  cost.casts = cast_seconds(config, stage, tokens, hw);
+  cost.fresh = fresh_memory_seconds(config, stage, shape.dp, hw);
   cost.forward = gemm / 3.0 + elementwise / 3.0 + (cost.casts + cost.fresh) / 3.0;
   cost.backward = 2.0 * gemm / 3.0 + recompute + 2.0 * elementwise / 3.0 + 2.0 * (cost.casts + cost.fresh) / 3.0;
   if (shape.tp > 1) {
