@@ -50,9 +50,9 @@ void bench_shape(const Shape& s) {
   check_cuda(cudaMemset(dw, 0, static_cast<size_t>(s.out * s.in) * 4), "cudaMemset");
   auto run = [&](const std::string& recipe, const std::function<void()>& step) {
     try {
-      print_result("loom", "linear fwd+dgrad+wgrad " + recipe, shape, time_ms(step, 2, 10), flops);
+      print_result("loom", "linear layer " + recipe, shape, time_ms(step, 2, 10), flops);
     } catch (const loom::Error& e) {
-      std::printf("SKIP|loom|linear fwd+dgrad+wgrad %s|%s|%s\n", recipe.c_str(), shape.c_str(), e.what());
+      std::printf("SKIP|loom|linear layer %s|%s|%s\n", recipe.c_str(), shape.c_str(), e.what());
     }
   };
   run("fp32", [&] {
