@@ -15,7 +15,9 @@
 // and multiples of what cuBLASLt's FP8 products require otherwise (16 per tensor, 128 blockwise).
 // fp8_delayed's amax histories and scales after several steps equal the CPU's exactly; an operand
 // holding Inf or NaN is passed on unquantized (the GEMM falls back to fp32), with the CPU's
-// non-finite outputs. The recipe routing and shape rules run without a GPU too.
+// non-finite outputs. Under tensor parallelism (two ranks as threads on the one GPU) fp8_current
+// scales each piece by the whole tensor's amax, so the pieces compute what one rank does. The
+// recipe routing and shape rules run without a GPU too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "loom/comm/launch.h"
 #include "loom/core/error.h"
 #include "loom/kernels/ops.h"
 #include "loom/model/linear_precision.h"
@@ -272,6 +275,53 @@ TEST_F(CudaLinearPrecisionState, AnOperandWithInfOrNanPassesUnquantizedAsOnTheCp
       EXPECT_TRUE(std::isinf(gpu.pending_amax(Operand::OutputGrad)));
       EXPECT_EQ(gpu.pending_amax(Operand::Weight), cpu.pending_amax(Operand::Weight));
     }
+  }
+}
+
+// A column-parallel layer at tp 2: each rank holds half of W's rows and of dy's columns (pieces),
+// the input whole. Rank 1's piece is ~50x smaller than rank 0's, so scaling it by its own amax
+// would quantize it differently (the ratio is no power of two); with the group's max both pieces
+// quantize as one rank's whole tensor, and the forward and wgrad pieces match one CPU rank's.
+TEST_F(CudaLinearPrecisionState, Fp8CurrentUnderTensorParallelismScalesPiecesByTheWholeTensorsAmax) {
+  const int64_t n = 64, in = 96, out = 128, half = out / 2;
+  const std::vector<float> x = random_values(seed_, n * in, 1.0f), dy = random_values(seed_ + 1, n * out, 0.01f);
+  std::vector<float> w = random_values(seed_ + 2, out * in, 0.1f);
+  for (int64_t i = half * in; i < out * in; ++i) w[i] /= 50.0f;
+  LinearPrecision whole(Recipe::Fp8Current);
+  std::vector<float> y(n * out, NAN), dw(out * in, 0.0f);
+  whole.forward(y.data(), x.data(), w.data(), nullptr, n, in, out);
+  whole.backward(nullptr, dw.data(), nullptr, dy.data(), x.data(), w.data(), n, in, out);
+  std::vector<std::unique_ptr<DeviceFloats>> w_piece, dy_piece, y_piece, dw_piece;
+  for (int64_t r = 0; r < 2; ++r) {
+    std::vector<float> dy_r(n * half);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t c = 0; c < half; ++c) dy_r[t * half + c] = dy[t * out + r * half + c];
+    w_piece.push_back(std::make_unique<DeviceFloats>(
+        allocator_, std::vector<float>(w.begin() + r * half * in, w.begin() + (r + 1) * half * in)));
+    dy_piece.push_back(std::make_unique<DeviceFloats>(allocator_, dy_r));
+    y_piece.push_back(std::make_unique<DeviceFloats>(allocator_, poison(n * half)));
+    dw_piece.push_back(std::make_unique<DeviceFloats>(allocator_, std::vector<float>(half * in, 0.0f)));
+  }
+  DeviceFloats d_x(allocator_, x);
+  comm::LaunchOptions options;
+  options.backend = "threads";
+  options.ranks = 2;
+  comm::launch(options, [&](comm::Communicator& world) {
+    const int r = world.rank();
+    LinearPrecision piece(Recipe::Fp8Current);
+    piece.set_device(Device::cuda(0));
+    piece.set_sharded_operands(&world, {false, true, true});  // input whole; weight, output gradient pieces
+    piece.forward(y_piece[r]->ptr, d_x.ptr, w_piece[r]->ptr, nullptr, n, in, half);
+    piece.backward(nullptr, dw_piece[r]->ptr, nullptr, dy_piece[r]->ptr, d_x.ptr, w_piece[r]->ptr, n, in, half);
+  });
+  for (int64_t r = 0; r < 2; ++r) {
+    const std::vector<float> got_y = y_piece[r]->host(), got_dw = dw_piece[r]->host();
+    std::vector<float> want_y(n * half);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t c = 0; c < half; ++c) want_y[t * half + c] = y[t * out + r * half + c];
+    const std::vector<float> want_dw(dw.begin() + r * half * in, dw.begin() + (r + 1) * half * in);
+    EXPECT_LE(testing::relative_error(got_y, want_y), 1e-3) << "rank " << r << " forward";
+    EXPECT_LE(testing::relative_error(got_dw, want_dw), 1e-3) << "rank " << r << " wgrad";
   }
 }
 
