@@ -1,7 +1,7 @@
 // Every precision recipe's linear-layer GEMMs on the GPU (model::LinearPrecision on
 // Device::cuda(0), through kernels::precision_linear_gemm) against the CPU's emulation of the
-// same recipe on the same inputs: forward (with bias, stored and accumulated), dgrad and wgrad into
-// non-zero gradients. Tolerances (relative, in the norm of each GEMM's contribution):
+// same recipe on the same inputs: forward (with bias, stored and accumulated; a tensor-parallel
+// partial product unrounded, then rounded on the device), dgrad and wgrad into non-zero gradients. Tolerances (relative, in the norm of each GEMM's contribution):
 // - against the fp64 product of the operands as the CPU quantizes them (LinearPrecision::prepare),
 //   rounded to the recipe's dtype: 1e-3. Both sides multiply the same values; the GPU accumulates
 //   in fp32 in another order, so an output differs only where that order moves its fp32 sum
@@ -210,6 +210,21 @@ TEST_P(CudaLinearPrecision, ForwardDgradAndWgradMatchTheCpuEmulation) {
   if (recipe == Recipe::Bf16 || recipe == Recipe::Fp16) {
     const Reference raw = reference(d, d.x, d.w, d.dy, d.w, d.dy, d.x, recipe, false);
     expect_close(got, d, raw, 1e-2, name + " against the fp64 product of the fp32 inputs");
+  }
+  // A tensor-parallel partial product stays fp32: within 1e-4 of the CPU's (no output rounding
+  // hides the summation order here; cuBLASLt promotes FP8 tensor-core partial sums to fp32, so
+  // the difference is of fp32 order, while a wrongly applied bf16 rounding alone would be ~1e-3),
+  // and round_output then rounds it on the device as on the CPU.
+  {
+    const Sizes s = d.s;
+    std::vector<float> partial(s.n * s.out, NAN);
+    cpu.forward(partial.data(), d.x.data(), d.w.data(), nullptr, s.n, s.in, s.out, false, model::GemmOutput::Partial);
+    DeviceFloats x(allocator_, d.x), w(allocator_, d.w), p(allocator_, poison(s.n * s.out));
+    gpu.forward(p.ptr, x.ptr, w.ptr, nullptr, s.n, s.in, s.out, false, model::GemmOutput::Partial);
+    EXPECT_LE(testing::relative_error(p.host(), partial), 1e-4) << name << ": partial forward";
+    cpu.round_output(partial.data(), s.n * s.out);
+    gpu.round_output(p.ptr, s.n * s.out);
+    EXPECT_LE(testing::relative_error(p.host(), partial), 1e-3) << name << ": partial forward rounded";
   }
   // The delayed scaling's pending amaxes are the CPU's, bit for bit.
   for (Operand op : {Operand::Input, Operand::Weight, Operand::OutputGrad})
