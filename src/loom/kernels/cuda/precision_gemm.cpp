@@ -1,5 +1,6 @@
 #include "loom/kernels/cuda/precision_gemm.h"
 
+#include <algorithm>
 #include <array>
 #include <memory>
 #include <mutex>
