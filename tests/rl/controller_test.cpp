@@ -190,6 +190,41 @@ TEST(Controller, ValidatesHeldOutPromptsBeforeTrainingAndEveryInterval) {
   EXPECT_EQ(rows[2]["validation"]["weight_version"], 3);
 }
 
+// grpo.dynamic_sampling keeps only groups whose samples' rewards differ.
+TEST(DynamicSampling, AGroupIsRewardedAlikeOnlyWhenEverySampleHasTheSameReward) {
+  RolloutGroup group;
+  group.samples.resize(4);
+  EXPECT_TRUE(rewarded_alike(group));
+  for (Rollout& s : group.samples) s.reward = 0.1;
+  EXPECT_TRUE(rewarded_alike(group));
+  group.samples[3].reward = 1.0;
+  EXPECT_FALSE(rewarded_alike(group));
+  group.samples[3].reward = 0.1;
+  group.samples[0].reward = 0.0;
+  EXPECT_FALSE(rewarded_alike(group));
+}
+
+// The test model never answers right: every group is rewarded alike (0), so dynamic sampling
+// drops them all and the run fails after dynamic_sampling_max_draws x prompts_per_step of them
+// in a row, naming the key, with no step trained.
+TEST(Controller, DynamicSamplingDropsGroupsRewardedAlikeAndFailsWhenNothingElseComes) {
+  const config::RunConfig config = grpo_run().config("dynamic", {"grpo.dynamic_sampling=true", "grpo.dynamic_sampling_max_draws=2",
+                                                                 "grpo.step_timeout_s=60"});
+  std::ostringstream log;
+  ControllerOptions options;
+  options.loom_binary = LOOM_BINARY;
+  options.initial_checkpoint = grpo_run().checkpoint;
+  Controller controller(config, options, log);
+  std::string failure;
+  try {
+    controller.run();
+  } catch (const Error& e) {
+    failure = e.what();
+  }
+  EXPECT_NE(failure.find("grpo.dynamic_sampling dropped 4 groups in a row"), std::string::npos) << failure << "\n" << log.str();
+  EXPECT_NE(failure.find("grpo.dynamic_sampling_max_draws"), std::string::npos) << failure;
+}
+
 TEST(Controller, RefusesARunWithoutStartingWeights) {
   const config::RunConfig config = grpo_run().config("no-weights", {});
   std::ostringstream log;

@@ -33,6 +33,8 @@ struct GrpoConfig {
   double overlong_penalty = 1.0;   // its largest penalty
   int overlong_max_tokens = 0;     // the response length limit it counts to (the generation limit)
   bool overlong_filter = false;    // truncated samples leave the loss
+  bool dynamic_sampling = false;   // DAPO: groups whose samples are all rewarded alike are dropped and refilled
+  int dynamic_sampling_max_draws = 10;  // the run fails after this many x prompts_per_step such groups in a row
   // Rollouts.
   std::string environment = "countdown";  // arithmetic | countdown | calculator (loom env serve --task)
   int task_digits = 2;                    // arithmetic, calculator: operands of up to this many digits

@@ -28,4 +28,12 @@ struct RolloutGroup {
   std::vector<Rollout> samples;    // grpo.samples_per_prompt of them
 };
 
+// Every sample of the group got the same reward: its advantages are all zero, it teaches nothing
+// (grpo.dynamic_sampling drops such groups).
+inline bool rewarded_alike(const RolloutGroup& group) {
+  for (const Rollout& s : group.samples)
+    if (s.reward != group.samples.front().reward) return false;
+  return true;
+}
+
 }  // namespace loom::rl

@@ -170,6 +170,19 @@ json Controller::run_validation(int64_t weight_version) {
   return result;
 }
 
+void Controller::note_filtered_group(int64_t index) {
+  const int64_t limit = static_cast<int64_t>(config_.grpo.dynamic_sampling_max_draws) * config_.grpo.prompts_per_step;
+  if (++filtered_in_a_row_ < limit) return;
+  std::lock_guard<std::mutex> lock(fatal_mutex_);
+  fatal_ = "loom grpo: grpo.dynamic_sampling dropped " + std::to_string(limit) +
+           " groups in a row (the last: prompt " + std::to_string(index) +
+           ") whose samples were all rewarded alike; the task is too hard or too easy for the policy: raise "
+           "grpo.dynamic_sampling_max_draws (" + std::to_string(config_.grpo.dynamic_sampling_max_draws) +
+           " x grpo.prompts_per_step) or turn grpo.dynamic_sampling off";
+  stopping_ = true;
+  buffer_.close();
+}
+
 void Controller::rollout_loop(int thread) {
   const config::GrpoConfig& g = config_.grpo;
   while (!stopping_) {
@@ -205,6 +218,12 @@ void Controller::rollout_loop(int thread) {
         GroupStats stats;
         RolloutGroup group = run_group(o, index, &stats);
         metrics_.group_done(stats);
+        if (g.dynamic_sampling && rewarded_alike(group)) {
+          metrics_.group_filtered();
+          note_filtered_group(index);
+          break;  // the slot is released below and the next prompt drawn
+        }
+        filtered_in_a_row_ = 0;
         buffer_.push(std::move(group));
         pushed = true;
         break;

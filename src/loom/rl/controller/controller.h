@@ -69,6 +69,8 @@ class Controller {
   // run.dir/validation.jsonl and returns it for the step's metrics row.
   nlohmann::json run_validation(int64_t weight_version);
   void write_roles_file();
+  // grpo.dynamic_sampling: counts a dropped zero-variance group; too many in a row end the run.
+  void note_filtered_group(int64_t index);
 
   const config::RunConfig& config_;
   ControllerOptions options_;
@@ -81,6 +83,7 @@ class Controller {
   std::string url_;
   std::atomic<bool> listening_{false}, stopping_{false};
   std::atomic<int64_t> next_prompt_{0}, steps_done_{0};
+  std::atomic<int64_t> filtered_in_a_row_{0};  // grpo.dynamic_sampling: zero-variance groups since the last kept one
   std::shared_mutex refit_lock_;  // inflight_updates = wait: held shared by a group, exclusively by a refit
   std::mutex batch_mutex_;        // guards batches_
   std::map<int64_t, TakenBatch> batches_;  // handed out, not yet done (a restarted learner asks again)

@@ -26,6 +26,11 @@ void StepMetrics::group_dropped() {
   ++dropped_;
 }
 
+void StepMetrics::group_filtered() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++filtered_;
+}
+
 json StepMetrics::row(const TakenBatch& batch, const LearnerReport& learner, int64_t evicted_total, int64_t restarts,
                       int64_t weight_version) {
   struct Range {
@@ -84,12 +89,13 @@ json StepMetrics::row(const TakenBatch& batch, const LearnerReport& learner, int
               {"environment_failures", environment_failures_},
               {"generation_failures", generation_failures_},
               {"dropped_groups", dropped_},
+              {"filtered_groups", filtered_},
               {"role_restarts", restarts},
               {"weight_version", weight_version},
               {"learner", learner.metrics}};
   generated_tokens_ = groups_ = tool_calls_ = 0;
   group_seconds_ = 0.0;
-  environment_failures_ = generation_failures_ = dropped_ = 0;
+  environment_failures_ = generation_failures_ = dropped_ = filtered_ = 0;
   since_ = now;
   return row;
 }

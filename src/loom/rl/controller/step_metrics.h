@@ -25,6 +25,8 @@ class StepMetrics {
   void group_done(const GroupStats& stats);
   void episode_failed(FailedRole role);
   void group_dropped();
+  // grpo.dynamic_sampling: a generated group whose samples were all rewarded alike, not kept.
+  void group_filtered();
 
   // The row of `batch`'s step; counts since the previous row (generation tokens/s over the
   // wall time between the two rows).
@@ -35,7 +37,7 @@ class StepMetrics {
   std::mutex mutex_;
   int64_t generated_tokens_ = 0, groups_ = 0, tool_calls_ = 0;
   double group_seconds_ = 0.0;
-  int64_t environment_failures_ = 0, generation_failures_ = 0, dropped_ = 0;
+  int64_t environment_failures_ = 0, generation_failures_ = 0, dropped_ = 0, filtered_ = 0;
   std::chrono::steady_clock::time_point since_ = std::chrono::steady_clock::now();
 };
 
