@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""The short table scripts/gpu_test.sh prints last: the GPU tests' counts (from gtest's XML) and,
+"""The short table scripts/gpu_test.sh prints last: the GPU tests' counts (from gtest's XML);
 per operation and shape, loom's and PyTorch's milliseconds and TFLOP/s (from the RESULT lines of
-bench/cuda/*) with their ratio. Usage: gpu_table.py BENCH_TXT TEST_XML..."""
+bench/cuda/*) with their ratio; and, last, the training benchmark (TRAIN lines of
+bench/cuda/train_bench.sh): per model shape and trainer tokens/s, MFU and the ratio to llm.c.
+Usage: gpu_table.py BENCH_TXT TEST_XML..."""
 import sys
 import xml.etree.ElementTree as ET
 
@@ -42,7 +44,41 @@ def bench(path):
     return "\n".join(out) + "\n(loom/torch: torch's time over loom's; > 1 means loom is faster)"
 
 
+def training(path):
+    try:
+        lines = open(path, encoding="utf-8").read().splitlines()
+    except OSError:
+        return "training: no results"
+    gpu = next((line.split("|", 1)[1] for line in lines if line.startswith("GPU|")), "")
+    runs = [line.split("|") for line in lines if line.startswith("TRAIN|") and line.count("|") == 7]
+    if not runs:
+        return "training: no results"
+    import train_shape
+
+    peak = train_shape.peak_tflops(gpu)
+    out = [f"{'model':14} {'B x T':>10} {'trainer':16} {'tokens/s':>10} {'step ms':>9} {'MFU':>6} {'MFU PaLM':>8} "
+           f"{'/ llm.c':>7}"]
+    for model in dict.fromkeys(run[2] for run in runs):
+        rows = [run for run in runs if run[2] == model]
+        llmc = next((float(run[5]) for run in rows if run[1] == "llm.c"), None)
+        try:
+            shape = train_shape.load_model(model)
+        except (ImportError, OSError, ValueError, KeyError):
+            shape = None  # a shape without a config (the smoke test's tiny models): no MFU
+        for _, impl, _, batch, seq, tokens_per_s, step_ms, _ in rows:
+            rate, seq = float(tokens_per_s), int(seq)
+            mfu = [f"{100 * count(shape, seq) * rate / (peak * 1e12):.1f}%" if shape and peak else "-"
+                   for count in (train_shape.flops_per_token, train_shape.palm_flops_per_token)]
+            ratio = f"{rate / llmc:.2f}" if llmc else "-"
+            out.append(f"{model:14} {batch + ' x ' + str(seq):>10} {impl:16} {rate:10.0f} {float(step_ms):9.2f} "
+                       f"{mfu[0]:>6} {mfu[1]:>8} {ratio:>7}")
+    out.append(f"(MFU: loom's FLOPs per token, causal attention; PaLM: attention over all T keys; over "
+               f"{peak or '?'} TFLOP/s dense bf16, {gpu or 'GPU unknown'}; / llm.c: tokens/s over llm.c's)")
+    return "\n".join(out)
+
+
 if __name__ == "__main__":
     for xml in sys.argv[2:]:
         print(tests(xml))
     print(bench(sys.argv[1]))
+    print(training(sys.argv[1]))
