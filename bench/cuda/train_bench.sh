@@ -7,8 +7,9 @@
 # turns into tokens/s, MFU and the ratio to llm.c; every run's whole output goes to OUT/train.log.
 #   bench/cuda/train_bench.sh OUT [BUNDLE]   BUNDLE: the unpacked .gpu-bundle (bin/loom, llmc/)
 # The stage keeps to TRAIN_BENCH_BUDGET_S seconds (default 360), each run to its own timeout
-# within what is left; runs that no longer fit are skipped, saying so. TRAIN_BENCH_TORCH_ARGS adds
-# arguments to the PyTorch runs (a smoke test without a GPU: "--device cpu --tiny --modes eager").
+# within what is left (then SIGTERM, SIGKILL 20 s later); runs that no longer fit are skipped,
+# saying so. TRAIN_BENCH_TORCH_ARGS adds arguments to the PyTorch runs (a smoke test without a
+# GPU: "--device cpu --tiny --modes eager").
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -29,7 +30,7 @@ run() {
   if [ "$left" -lt 20 ]; then echo "$name: skipped, the stage's time is spent" | tee -a "$log"; return 0; fi
   local limit=$((want < left ? want : left))
   echo "== $name (at most $limit s)" | tee -a "$log"
-  timeout "$limit" "$@" >"$part" 2>&1
+  timeout --kill-after=20 "$limit" "$@" >"$part" 2>&1
   local rc=$?
   cat "$part" >>"$log"
   grep '^TRAIN|' "$part" >>"$results"
