@@ -50,11 +50,32 @@ bundle_llmc() {
     rm -rf "$stage/llmc"
     return 0
   fi
-  echo "$rev" >"$stage/llmc/COMMIT"
-  NVCC_LAUNCHER="$(command -v ccache || true)" bash bench/cuda/llmc_peer.sh build "$stage/llmc/src" "$stage/llmc-check"
-  bash bench/cuda/llmc_peer.sh shards "$stage/llmc-check" 16 1024 | tail -1
-  cp "$stage/llmc-check/train_gpt2cu" "$stage/llmc/train_gpt2cu"
-  rm -rf "$stage/llmc-check"
+  echo "llm.c $rev" >"$stage/llmc/COMMIT"
+  # Built under build/ (a fixed path, so that ccache finds the last build).
+  NVCC_LAUNCHER="$(command -v ccache || true)" bash bench/cuda/llmc_peer.sh build "$stage/llmc/src" build/llmc
+  bash bench/cuda/llmc_peer.sh shards build/llmc 16 1024 | tail -1
+  cp build/llmc/train_gpt2cu "$stage/llmc/train_gpt2cu"
+  bundle_llmc_cudnn
+}
+
+# llm.c's fastest single-GPU build (USE_CUDNN=1: cuDNN's flash attention) is built here, where
+# cuDNN's headers are, against cudnn-frontend (header-only, a fetched mirror of
+# NVIDIA/cudnn-frontend: CUDNN_FRONTEND_SRC, CUDNN_FRONTEND_REV, default v1.18.0, the last before it
+# needed NVRTC); only the binary travels, as llmc/train_gpt2cu_cudnn, and runs there with the
+# image's cuDNN 9. LLMC_CUDNN=0 skips it (its first build takes a few minutes; ccache keeps it).
+bundle_llmc_cudnn() {
+  local src="${CUDNN_FRONTEND_SRC:-/work/.mirror/NVIDIA+cudnn-frontend/repo}" rev="${CUDNN_FRONTEND_REV:-v1.18.0}"
+  [ "${LLMC_CUDNN:-1}" != 0 ] || return 0
+  if [ ! -f /usr/local/cuda/include/cudnn.h ] || ! git --git-dir="$src" cat-file -e "$rev^{commit}" 2>/dev/null; then
+    echo "gpu bundle: no cudnn.h here or no cudnn-frontend $rev at $src; no llm.c cuDNN build in the bundle" >&2
+    return 0
+  fi
+  rm -rf build/cudnn-frontend && mkdir -p build/cudnn-frontend
+  git --git-dir="$src" archive "$rev" include | tar -x -C build/cudnn-frontend
+  NVCC_LAUNCHER="$(command -v ccache || true)" bash bench/cuda/llmc_peer.sh build-cudnn "$stage/llmc/src" \
+    build/llmc-cudnn "$repo/build/cudnn-frontend"
+  cp build/llmc-cudnn/train_gpt2cu_cudnn "$stage/llmc/"
+  echo "cudnn-frontend $rev $(git --git-dir="$src" rev-parse "$rev^{commit}")" >>"$stage/llmc/COMMIT"
 }
 bundle_llmc
 
@@ -68,5 +89,5 @@ missing=$(for bin in "$stage"/bin/*; do LD_LIBRARY_PATH="$stage/lib:/usr/local/c
 if [ -n "$missing" ]; then echo "gpu bundle: unresolved libraries:" >&2; echo "$missing" >&2; exit 1; fi
 LD_LIBRARY_PATH="$stage/lib:/usr/local/cuda/lib64" "$stage/bin/test_cuda" --gtest_filter='CudaDevice.*:CudaGemm.Fp32*' |
   grep -E "Skipped|cuda|PASSED|FAILED" | head -4
-echo "gpu bundle: $(du -h "$bundle/payload.tar.xz" | cut -f1) in .gpu-bundle/ ($(ls "$stage/lib" | tr '\n' ' '))$([ -d "$stage/llmc" ] && echo "; llm.c $(cut -c1-8 "$stage/llmc/COMMIT")")"
+echo "gpu bundle: $(du -h "$bundle/payload.tar.xz" | cut -f1) in .gpu-bundle/ ($(ls "$stage/lib" | tr '\n' ' '))$([ -d "$stage/llmc" ] && echo "; $(cut -c1-20 "$stage/llmc/COMMIT" | paste -sd, -)")"
 echo "run on the device machine: bash scripts/gpu_test.sh   (carry .gpu-bundle)"

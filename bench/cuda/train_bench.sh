@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The GPU training benchmark, a stage of scripts/gpu_test.sh: GPT-2 124M (configs/gpt2-124m.yaml,
-# B 16 x T 1024) trained by llm.c's train_gpt2.cu, by loom and by PyTorch (eager and
-# torch.compile), and the ~1B Llama config (configs/llama-1b.yaml, B 4 x T 2048) by loom and
-# PyTorch, all bf16 with fp32 master weights and AdamW, one GPU, random tokens. Each run prints
-# one TRAIN line (bench/cuda/train_results.py) into OUT/bench.txt, which bench/cuda/gpu_table.py
-# turns into tokens/s, MFU and the ratio to llm.c; every run's whole output goes to OUT/train.log.
+# B 16 x T 1024) trained by llm.c's train_gpt2.cu (with cuBLAS alone, and with cuDNN's attention
+# where the bundle has that build), by loom and by PyTorch (eager and torch.compile), and the ~1B
+# Llama config (configs/llama-1b.yaml, B 4 x T 2048) by loom and PyTorch, all bf16 with fp32
+# master weights and AdamW, one GPU, random tokens. Each run prints one TRAIN line
+# (bench/cuda/train_results.py) into OUT/bench.txt, which bench/cuda/gpu_table.py turns into
+# tokens/s, MFU and the ratio to the fastest llm.c build; every run's whole output goes to
+# OUT/train.log.
 #   bench/cuda/train_bench.sh OUT [BUNDLE]   BUNDLE: the unpacked .gpu-bundle (bin/loom, llmc/)
 # The stage keeps to TRAIN_BENCH_BUDGET_S seconds (default 360), each run to its own timeout
 # within what is left (then SIGTERM, SIGKILL 20 s later); runs that no longer fit are skipped,
@@ -66,9 +68,10 @@ fi
 [ -z "$loom_status" ] || echo "$loom_status" | tee -a "$log"
 
 if [ -n "$bundle" ] && [ -f "$bundle/llmc/src/train_gpt2.cu" ]; then
-  echo "llm.c commit $(cat "$bundle/llmc/COMMIT" 2>/dev/null || echo unknown)" | tee -a "$log"
+  echo "$(paste -sd';' "$bundle/llmc/COMMIT" 2>/dev/null || echo "llm.c: commit unknown")" | tee -a "$log"
+  # Built here with cuBLAS only; then, when the bundle has it, the cuDNN build made with the bundle.
   run "llm.c ${gpt2[0]}" 150 bash "$here/llmc_peer.sh" all "$bundle/llmc/src" "$work/llmc" "${gpt2[1]}" "${gpt2[2]}" 50 \
-    "$bundle/llmc/train_gpt2cu"
+    "$bundle/llmc/train_gpt2cu" "$bundle/llmc/train_gpt2cu_cudnn"
 else
   echo "llm.c: not in the bundle (scripts/gpu_bundle.sh copies its sources from a fetched mirror)" | tee -a "$log"
 fi

@@ -6,7 +6,7 @@
 tokens/s is B x T over the median step time of the steps after the first `--warmup` (the first
 steps pay for allocations, cuBLAS's heuristics, compilation).
 
-  train_results.py llmc LOG --model M --batch B --seq T      llm.c's "step i/n | ... | X ms |" lines
+  train_results.py llmc LOG --model M --batch B --seq T [--impl NAME]   llm.c's "| X ms |" step lines
   train_results.py loom METRICS --model M --batch B --seq T  loom's metrics.jsonl (step_time_s)"""
 import argparse
 import json
@@ -53,12 +53,14 @@ def main():
     ap.add_argument("--batch", type=int, required=True)
     ap.add_argument("--seq", type=int, required=True)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--impl", help="the trainer's name in the line (default: llm.c or loom)")
     a = ap.parse_args()
     steps = llmc_steps(a.path) if a.source == "llmc" else loom_steps(a.path, a.batch, a.seq)
     timed = [seconds for step, seconds in steps if step > a.warmup]
     if not timed:
         raise ValueError(f"{a.path}: no step after the {a.warmup} warm-up steps ({len(steps)} steps found)")
-    print(train_line("llm.c" if a.source == "llmc" else "loom", a.model, a.batch, a.seq, timed))
+    impl = a.impl or ("llm.c" if a.source == "llmc" else "loom")
+    print(train_line(impl, a.model, a.batch, a.seq, timed))
 
 
 if __name__ == "__main__":
