@@ -74,7 +74,7 @@ class Block(nn.Module):
         super().__init__()
         d, self.heads, self.kv_heads, self.head_dim = m["d_model"], m["heads"], m["kv_heads"], m["head_dim"]
         layer_norm = m["norm"] == "layer"
-        self.norm1 = nn.LayerNorm(d, eps=m["norm_eps"], elementwise_affine=True) if layer_norm else rms_norm(d, m["norm_eps"])
+        self.norm1 = nn.LayerNorm(d, eps=m["norm_eps"]) if layer_norm else rms_norm(d, m["norm_eps"])
         self.norm2 = nn.LayerNorm(d, eps=m["norm_eps"]) if layer_norm else rms_norm(d, m["norm_eps"])
         self.qkv = nn.Linear(d, (self.heads + 2 * self.kv_heads) * self.head_dim, bias=m["bias"] or m["qkv_bias"])
         self.out = nn.Linear(self.heads * self.head_dim, d, bias=m["bias"])
