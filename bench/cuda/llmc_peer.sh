@@ -9,7 +9,8 @@
 #                                          cudnn-frontend tree with include/)
 #   llmc_peer.sh shards WORK B T           WORK/data/{train,val}.bin, checked by llm.c's loader
 #   llmc_peer.sh run    WORK B T STEPS [BINARY]   train GPT-2 124M from scratch (-e d12) for STEPS
-#                                          steps of B x T tokens; log WORK/run-BINARY.log; a TRAIN line
+#                                          steps of B x T tokens; its output (also in
+#                                          WORK/run-BINARY.log), then a TRAIN line
 #   llmc_peer.sh all    SRC WORK B T STEPS [PREBUILT [PREBUILT_CUDNN]]   build, shards, run;
 #                                          PREBUILT: a train_gpt2cu built elsewhere, used only when
 #                                          the build here fails; PREBUILT_CUDNN: also run that one
@@ -138,8 +139,8 @@ run() {
   echo "llm.c run: ${cmd[*]}"
   # cuDNN from the toolkit, else from PyTorch's nvidia-cudnn wheel.
   local cudnn; cudnn=$(wheel_dir 'libcudnn.so.9')
-  (cd "$work" && LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}${cudnn:+:$cudnn}" "${cmd[@]}") >"$work/run-$binary.log" 2>&1 ||
-    { tail -20 "$work/run-$binary.log" >&2; return 1; }
+  (cd "$work" && LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}${cudnn:+:$cudnn}" "${cmd[@]}") 2>&1 | tee "$work/run-$binary.log" ||
+    return 1
   python3 "$here/train_results.py" llmc "$work/run-$binary.log" --impl "$impl" --model gpt2-124m --batch "$B" --seq "$T"
 }
 
