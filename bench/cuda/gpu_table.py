@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The short table scripts/gpu_test.sh prints last: the GPU tests' counts (from gtest's XML);
 per operation and shape, loom's and PyTorch's milliseconds and TFLOP/s (from the RESULT lines of
-bench/cuda/*) with their ratio; and, last, the training benchmark (TRAIN lines of
+bench/cuda/*) with their ratio; one linear layer's speedup per precision recipe over bf16; and,
+last, the training benchmark (TRAIN lines of
 bench/cuda/train_bench.sh): per model shape and trainer tokens/s, MFU and the ratio to the
 fastest llm.c build. Usage: gpu_table.py BENCH_TXT TEST_XML..."""
 import sys
@@ -23,11 +24,18 @@ def tests(path):
     return "\n".join(lines)
 
 
+def read_lines(path):
+    """The benchmark file's lines, or None when it cannot be read."""
+    try:
+        return open(path, encoding="utf-8").read().splitlines()
+    except OSError:
+        return None
+
+
 def bench(path):
     rows = {}
-    try:
-        lines = open(path, encoding="utf-8").read().splitlines()
-    except OSError:
+    lines = read_lines(path)
+    if lines is None:
         return "benchmarks: no results"
     for line in lines:
         parts = line.split("|")
@@ -44,11 +52,25 @@ def bench(path):
     return "\n".join(out) + "\n(loom/torch: torch's time over loom's; > 1 means loom is faster)"
 
 
+def recipes(path):
+    """One linear layer per precision recipe (loom_bench_linear_precision_cuda): each recipe's
+    time as a speedup over bf16's on the same shape."""
+    prefix = "linear layer "  # forward + dgrad + wgrad
+    times = {}
+    for line in read_lines(path) or []:
+        parts = line.split("|")
+        if len(parts) == 6 and parts[0] == "RESULT" and parts[2].startswith(prefix):
+            times.setdefault(parts[3], {})[parts[2][len(prefix):]] = float(parts[4])
+    out = []
+    for shape, by_recipe in times.items():
+        bf16 = by_recipe.get("bf16")
+        cells = [f"{r} {bf16 / ms:.2f}x" if bf16 else f"{r} {ms:.3f} ms" for r, ms in by_recipe.items()]
+        out.append(f"linear layer (fwd+dgrad+wgrad) {shape}, speedup over bf16: " + ", ".join(cells))
+    return "\n".join(out)
+
+
 def training(path):
-    try:
-        lines = open(path, encoding="utf-8").read().splitlines()
-    except OSError:
-        return "training: no results"
+    lines = read_lines(path) or []
     gpu = next((line.split("|", 1)[1] for line in lines if line.startswith("GPU|")), "")
     runs = [line.split("|") for line in lines if line.startswith("TRAIN|") and line.count("|") == 7]
     if not runs:
@@ -81,4 +103,7 @@ if __name__ == "__main__":
     for xml in sys.argv[2:]:
         print(tests(xml))
     print(bench(sys.argv[1]))
+    speedups = recipes(sys.argv[1])
+    if speedups:
+        print(speedups)
     print(training(sys.argv[1]))
