@@ -2,9 +2,9 @@
 """The short table scripts/gpu_test.sh prints last: the GPU tests' counts (from gtest's XML);
 per operation and shape, loom's and PyTorch's milliseconds and TFLOP/s (from the RESULT lines of
 bench/cuda/*) with their ratio; one linear layer's speedup per precision recipe over bf16; and,
-last, the training benchmark (TRAIN lines of
-bench/cuda/train_bench.sh): per model shape and trainer tokens/s, MFU and the ratio to the
-fastest llm.c build. Usage: gpu_table.py BENCH_TXT TEST_XML..."""
+last, the training benchmark (TRAIN lines of bench/cuda/train_bench.sh): per model shape and
+trainer tokens/s, MFU and the ratio to the fastest llm.c build.
+Usage: gpu_table.py BENCH_TXT TEST_XML..."""
 import sys
 import xml.etree.ElementTree as ET
 
