@@ -93,3 +93,5 @@ train_budget=$((560 - SECONDS < 360 ? 560 - SECONDS : 360))
 TRAIN_BENCH_BUDGET_S=$train_budget timeout $((train_budget + 30)) bash bench/cuda/train_bench.sh "$out" "${work:-}" ||
   echo "training benchmark: exit $?"
 python3 bench/cuda/gpu_table.py "$out/bench.txt" "$out/test_cuda.xml" "$out/test_nccl.xml"
+# The device tool brings back at most 8 files from $OUT: the logs travel as one archive.
+(cd "$out" && ls ./*.log >/dev/null 2>&1 && tar -czf logs.tar.gz ./*.log && rm -f ./*.log)
