@@ -208,7 +208,11 @@ def main():
     if a.tiny:
         m = tiny(m)
     torch.manual_seed(1234)
-    model = Transformer(m, a.seq).to(device)
+    if TORCH_VERSION >= (2, 0):
+        with device:  # parameters made and initialised on the device (a 1B model's init is slow on a CPU)
+            model = Transformer(m, a.seq)
+    else:
+        model = Transformer(m, a.seq).to(device)
     opt = optimizer(model, device)
     parameters = list(model.parameters())
     generator = torch.Generator(device=device).manual_seed(1234)
