@@ -7,7 +7,8 @@
 # Binaries come from .gpu-bundle/ (scripts/gpu_bundle.sh, made on a build machine)
 # when it is there, else they are built here (which needs the build's Debian packages). Logs and
 # results go to $OUT (the device tool's folder that comes back) or /tmp/loom-gpu-out. The steps'
-# timeouts add up to about 8 minutes, inside one 10-minute device command (give it timeout_s 600).
+# timeouts add up to about 8 minutes, and the training benchmark takes at most what is left of 9.5,
+# inside one 10-minute device command (give it timeout_s 600).
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -84,4 +85,13 @@ timeout 45 python3 bench/cuda/torch_cuda_peer.py gemm 2>&1 | tee -a "$out/bench.
 timeout 60 "$bin/loom_bench_linear_precision_cuda" 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
 timeout 90 "$bin/loom_bench_flash_attention_cuda" 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
 timeout 60 python3 bench/cuda/torch_cuda_peer.py attention 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
+# GPT-2 124M and the ~1B Llama config trained by llm.c (GPT-2 only), loom and PyTorch on the same
+# shapes. Its budget: 6 minutes, or less so that the call ends within about 9.5 minutes.
+echo "== training"
+train_budget=$((560 - SECONDS < 360 ? 560 - SECONDS : 360))
+[ "$train_budget" -gt 0 ] || train_budget=0
+TRAIN_BENCH_BUDGET_S=$train_budget timeout $((train_budget + 30)) bash bench/cuda/train_bench.sh "$out" "${work:-}" ||
+  echo "training benchmark: exit $?"
 python3 bench/cuda/gpu_table.py "$out/bench.txt" "$out/test_cuda.xml" "$out/test_nccl.xml"
+# The device tool brings back at most 8 files from $OUT: the logs travel as one archive.
+(cd "$out" && ls ./*.log >/dev/null 2>&1 && tar -czf logs.tar.gz ./*.log && rm -f ./*.log)

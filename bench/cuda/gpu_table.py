@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-"""The short table scripts/gpu_test.sh prints last: the GPU tests' counts (from gtest's XML) and,
+"""The short table scripts/gpu_test.sh prints last: the GPU tests' counts (from gtest's XML);
 per operation and shape, loom's and PyTorch's milliseconds and TFLOP/s (from the RESULT lines of
-bench/cuda/*) with their ratio. Usage: gpu_table.py BENCH_TXT TEST_XML..."""
+bench/cuda/*) with their ratio; one linear layer's speedup per precision recipe over bf16; and,
+last, the training benchmark (TRAIN lines of bench/cuda/train_bench.sh): per model shape and
+trainer tokens/s, MFU and the ratio to the fastest llm.c build.
+Usage: gpu_table.py BENCH_TXT TEST_XML..."""
 import sys
 import xml.etree.ElementTree as ET
 
@@ -21,11 +24,18 @@ def tests(path):
     return "\n".join(lines)
 
 
+def read_lines(path):
+    """The benchmark file's lines, or None when it cannot be read."""
+    try:
+        return open(path, encoding="utf-8").read().splitlines()
+    except OSError:
+        return None
+
+
 def bench(path):
     rows = {}
-    try:
-        lines = open(path, encoding="utf-8").read().splitlines()
-    except OSError:
+    lines = read_lines(path)
+    if lines is None:
         return "benchmarks: no results"
     for line in lines:
         parts = line.split("|")
@@ -47,11 +57,7 @@ def recipes(path):
     time as a speedup over bf16's on the same shape."""
     prefix = "linear layer "  # forward + dgrad + wgrad
     times = {}
-    try:
-        lines = open(path, encoding="utf-8").read().splitlines()
-    except OSError:
-        return ""
-    for line in lines:
+    for line in read_lines(path) or []:
         parts = line.split("|")
         if len(parts) == 6 and parts[0] == "RESULT" and parts[2].startswith(prefix):
             times.setdefault(parts[3], {})[parts[2][len(prefix):]] = float(parts[4])
@@ -63,6 +69,36 @@ def recipes(path):
     return "\n".join(out)
 
 
+def training(path):
+    lines = read_lines(path) or []
+    gpu = next((line.split("|", 1)[1] for line in lines if line.startswith("GPU|")), "")
+    runs = [line.split("|") for line in lines if line.startswith("TRAIN|") and line.count("|") == 7]
+    if not runs:
+        return "training: no results"
+    import train_shape
+
+    peak = train_shape.peak_tflops(gpu)
+    out = [f"{'model':14} {'B x T':>10} {'trainer':16} {'tokens/s':>10} {'step ms':>9} {'MFU':>6} {'MFU PaLM':>8} "
+           f"{'/ llm.c':>7}"]
+    for model in dict.fromkeys(run[2] for run in runs):
+        rows = [run for run in runs if run[2] == model]
+        llmc = max((float(run[5]) for run in rows if run[1].startswith("llm.c")), default=None)
+        try:
+            shape = train_shape.load_model(model)
+        except (ImportError, OSError, ValueError, KeyError):
+            shape = None  # a shape without a config (the smoke test's tiny models): no MFU
+        for _, impl, _, batch, seq, tokens_per_s, step_ms, _ in rows:
+            rate, seq = float(tokens_per_s), int(seq)
+            mfu = [f"{100 * count(shape, seq) * rate / (peak * 1e12):.1f}%" if shape and peak else "-"
+                   for count in (train_shape.flops_per_token, train_shape.palm_flops_per_token)]
+            ratio = f"{rate / llmc:.2f}" if llmc else "-"
+            out.append(f"{model:14} {batch + ' x ' + str(seq):>10} {impl:16} {rate:10.0f} {float(step_ms):9.2f} "
+                       f"{mfu[0]:>6} {mfu[1]:>8} {ratio:>7}")
+    out.append(f"(MFU: loom's FLOPs per token, causal attention; PaLM: attention over all T keys; over "
+               f"{peak or '?'} TFLOP/s dense bf16, {gpu or 'GPU unknown'}; / llm.c: tokens/s over the fastest llm.c build's)")
+    return "\n".join(out)
+
+
 if __name__ == "__main__":
     for xml in sys.argv[2:]:
         print(tests(xml))
@@ -70,3 +106,4 @@ if __name__ == "__main__":
     speedups = recipes(sys.argv[1])
     if speedups:
         print(speedups)
+    print(training(sys.argv[1]))
