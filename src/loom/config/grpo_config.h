@@ -44,6 +44,8 @@ struct GrpoConfig {
   double temperature = 1.0;
   double top_p = 1.0;
   // Roles.
+  std::string launch = "local";           // local: the controller starts every role; external: a launcher does (mpirun MPMD, srun)
+  double register_timeout_s = 300.0;      // external: how long the controller waits for every role to register
   int generation_workers = 1;             // `loom serve` processes
   int environment_servers = 1;            // `loom env serve` processes
   int worker_kv_cache_mb = 64;            // each worker's --kv-cache-mb

@@ -51,6 +51,8 @@ std::vector<Key<GrpoConfig>> grpo_keys() {
       field("max_tokens", &GrpoConfig::max_tokens, at_least(1)),
       field("temperature", &GrpoConfig::temperature, greater_than(0)),
       field("top_p", &GrpoConfig::top_p, nucleus()),
+      field("launch", &GrpoConfig::launch, one_of({"local", "external"})),
+      field("register_timeout_s", &GrpoConfig::register_timeout_s, greater_than(0)),
       field("generation_workers", &GrpoConfig::generation_workers, at_least(1)),
       field("environment_servers", &GrpoConfig::environment_servers, at_least(1)),
       field("worker_kv_cache_mb", &GrpoConfig::worker_kv_cache_mb, at_least(1)),

@@ -1,5 +1,7 @@
 #include "loom/rl/learner_loop.h"
 
+#include <unistd.h>
+
 #include <memory>
 #include <ostream>
 
@@ -12,12 +14,27 @@
 
 namespace loom::rl {
 
-void run_learner(const config::RunConfig& config, const std::string& grpo_dir, std::ostream& out) {
+namespace {
+// The controller's URL: from roles.json; external: once it lists this learner's registration.
+std::string controller_url(const config::RunConfig& config, const LearnerPlace& place, const Registration& me) {
+  if (!place.external) return find_controller(place.grpo_dir, 600.0);
+  write_registration(place.grpo_dir, me, true);
+  return find_controller_listing(place.grpo_dir, me, 2.0 * config.grpo.register_timeout_s);
+}
+}  // namespace
+
+void run_learner(const config::RunConfig& config, const LearnerPlace& place, std::ostream& out) {
+  Registration me;
+  me.role = "learner";
+  me.host = this_host();
+  me.pid = ::getpid();
+  me.job_rank = place.job_rank;
   train::run_on_ranks(config, out, [&](comm::Communicator& world) {
     GrpoLearner learner(config, world, out);
     std::unique_ptr<LearnerClient> client;
     if (world.rank() == 0) {
-      client = std::make_unique<LearnerClient>(find_controller(grpo_dir, 600.0), config.grpo.step_timeout_s);
+      me.ranks = world.size();
+      client = std::make_unique<LearnerClient>(controller_url(config, place, me), config.grpo.step_timeout_s);
       // Resumed from a checkpoint saved just before a crash, whose report never reached the
       // controller: report it now, so that the workers are refit and the steps agree.
       const int64_t resumed = learner.weight_version();
@@ -31,6 +48,7 @@ void run_learner(const config::RunConfig& config, const std::string& grpo_dir, s
       if (world.rank() == 0) client->step_done(step, checkpoint, result.to_json());
     }
     learner.finish();
+    if (world.rank() == 0 && place.external) remove_registration(place.grpo_dir, me);
     return train::TrainSummary{};
   });
 }

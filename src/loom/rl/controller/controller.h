@@ -65,12 +65,12 @@ class Controller {
   void rollout_loop(int thread);
   nlohmann::json batch_for(int64_t step);
   nlohmann::json step_done(const nlohmann::json& body);
-  void write_roles_file();
+  void write_roles_file(bool finished = false);
 
   const config::RunConfig& config_;
   ControllerOptions options_;
   std::ostream& log_;
-  std::mutex log_mutex_;
+  std::mutex log_mutex_, roles_file_mutex_;
   std::unique_ptr<Roles> roles_;
   ReplayBuffer buffer_;
   StepMetrics metrics_;

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# `loom grpo` with every role placed by a launcher (grpo.launch = external): one mpirun with
+# several programs (MPMD) runs the controller, an environment server, a generation worker and a
+# learner of 2 MPI ranks (tp 2) for 3 steps with grpo.verify_refit; the generation worker's
+# server is killed after the first step (its supervisor restarts it, the controller refits it)
+# and the run still finishes every step. Then the errors: a role that never registers, an
+# unknown --role, a duplicate index.
+# Usage: grpo_mpmd.sh LOOM_BINARY MPIEXEC
+set -euo pipefail
+loom="$1"
+mpiexec="$2"
+work="$(mktemp -d)"
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+fail() { echo "FAIL: $1"; shift; for f in "$@"; do echo "--- $f"; cat "$f"; done; exit 1; }
+# shellcheck source=small_corpus.sh
+source "$(dirname "$0")/small_corpus.sh"
+prepare_small_corpus "$loom" "$work"
+model='model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: swiglu, positions: rope, tied_embeddings: false, max_seq_len: 128}'
+cat > "$work/tiny.yaml" <<YAML
+$model
+data: {tokenizer: byte, train_prefix: $work/c_train, seq_len: 32}
+train: {steps: 2, global_batch: 4, micro_batch: 4, seed: 7}
+log: {progress: false}
+YAML
+"$loom" train "$work/tiny.yaml" run.dir="$work/tiny" > "$work/tiny.log" 2>&1 || fail "the starting checkpoint" "$work/tiny.log"
+cat > "$work/grpo.yaml" <<YAML
+run: {dir: $work/run}
+$model
+data: {tokenizer: byte, seq_len: 128}
+optim: {lr: 1.0e-2, warmup_steps: 0}
+train: {steps: 3, global_batch: 4, micro_batch: 4, seed: 7, init_from: $work/tiny/checkpoints}
+log: {progress: false}
+grpo: {launch: external, environment: arithmetic, task_digits: 1, samples_per_prompt: 2, prompts_per_step: 2,
+       max_tokens: 4, worker_kv_cache_mb: 4, verify_refit: true, episode_retries: 6, register_timeout_s: 120}
+YAML
+g=("$loom" grpo "$work/grpo.yaml")
+"$mpiexec" --allow-run-as-root --oversubscribe \
+  -np 1 "${g[@]}" --role controller : -np 1 "${g[@]}" --role environment : -np 1 "${g[@]}" --role generation : \
+  -np 2 "${g[@]}" --role learner runtime.backend=auto parallel.tp=2 > "$work/mpmd.log" 2>&1 &
+job=$!
+metrics="$work/run/metrics.jsonl"
+for _ in $(seq 1 1200); do [ -s "$metrics" ] || ! kill -0 $job 2>/dev/null && break; sleep 0.1; done
+[ -s "$metrics" ] || fail "no first step within 120 s" "$work/mpmd.log"
+server=$(python3 -c "import json; r = json.load(open('$work/run/grpo/roles.json')); print(r['pids'][r['generation_workers'][0]])")
+kill -9 "$server"
+wait $job || fail "the MPMD run exited with $?" "$work/mpmd.log"
+python3 - "$work/run" <<'PY' || fail "metrics or roles.json" "$work/mpmd.log"
+import json, sys
+run = sys.argv[1]
+rows = [json.loads(l) for l in open(run + "/metrics.jsonl") if l.strip()]
+assert len(rows) == 3, f"{len(rows)} metrics rows, expected 3"
+# Each refit is verified, but the one the killed server missed (its restart loads the weights then).
+verified = [r.get("refit_verified_workers") for r in rows]
+assert all(v in (0, 1) for v in verified) and verified.count(0) <= 1 and verified[-1] == 1, f"refit_verified_workers {verified}"
+roles = json.load(open(run + "/grpo/roles.json"))
+assert roles["launch"] == "external" and roles["finished"] is True, roles
+assert len(roles["environments"]) == 1 and len(roles["generation_workers"]) == 1, roles
+registered = {(r["role"], r["index"]) for r in roles["registered"]}
+assert registered == {("environment", 0), ("generation", 0), ("learner", 0)}, registered
+learner = [r for r in roles["registered"] if r["role"] == "learner"][0]
+assert learner["ranks"] == 2, learner
+assert not roles["controller"].startswith("http://127.0.0.1"), roles["controller"]
+gen = [r for r in roles["registered"] if r["role"] == "generation"][0]
+assert gen["starts"] == 2, f"the generation worker's server started {gen['starts']} times, expected 2 (one restart)"
+print(f"3 steps, refits verified {verified}, roles: {sorted(registered)}, generation worker restarted once")
+PY
+grep -q "generation 0: its server (pid $server) killed by signal 9" "$work/mpmd.log" ||
+  fail "no restart of the killed generation server" "$work/mpmd.log"
+
+# A role that never registers: the controller alone gives up naming the missing ones.
+if "${g[@]}" --role controller run.dir="$work/lonely" grpo.register_timeout_s=2 > "$work/lonely.log" 2>&1; then
+  fail "a controller without roles succeeded" "$work/lonely.log"
+fi
+grep -q "these roles have not registered in .*: environment 0, generation 0, learner 0" "$work/lonely.log" ||
+  fail "the missing roles are not named" "$work/lonely.log"
+# An unknown role.
+if "${g[@]}" --role trainer > "$work/unknown.log" 2>&1; then fail "--role trainer succeeded" "$work/unknown.log"; fi
+grep -q "loom grpo --role 'trainer' is not a role; valid: controller, environment, generation, learner" "$work/unknown.log" ||
+  fail "the unknown role is not named" "$work/unknown.log"
+# Two processes launched as environment 0.
+"${g[@]}" --role environment run.dir="$work/twice" > "$work/first.log" 2>&1 &
+first=$!
+for _ in $(seq 1 300); do [ -s "$work/twice/grpo/roles/environment-0.json" ] && break; sleep 0.1; done
+if "${g[@]}" --role environment run.dir="$work/twice" > "$work/second.log" 2>&1; then fail "a duplicate index succeeded" "$work/second.log"; fi
+kill "$first"; wait "$first" || true
+grep -q "environment 0 is registered twice: by process $first on" "$work/second.log" ||
+  fail "the duplicate index is not named" "$work/second.log" "$work/first.log"
+echo "errors: a missing role, an unknown role and a duplicate index are named"
