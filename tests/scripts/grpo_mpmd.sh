@@ -67,6 +67,25 @@ PY
 grep -q "generation 0: its server (pid $server) killed by signal 9" "$work/mpmd.log" ||
   fail "no restart of the killed generation server" "$work/mpmd.log"
 
+# The refit over the communication layer (grpo.refit = comm): the tp 2 learner's ranks send
+# their shards in buckets of 1 MiB to the worker's process; every refit is verified bit for bit
+# (the worker's weights digest equals the learner's checkpoint's).
+"$mpiexec" --allow-run-as-root --oversubscribe \
+  -np 1 "${g[@]}" --role controller grpo.refit=comm grpo.refit_bucket_mb=1 run.dir="$work/comm" : \
+  -np 1 "${g[@]}" --role environment grpo.refit=comm run.dir="$work/comm" : \
+  -np 1 "${g[@]}" --role generation grpo.refit=comm grpo.refit_bucket_mb=1 run.dir="$work/comm" : \
+  -np 2 "${g[@]}" --role learner grpo.refit=comm grpo.refit_bucket_mb=1 run.dir="$work/comm" runtime.backend=auto parallel.tp=2 \
+  > "$work/comm.log" 2>&1 || fail "the MPMD run with grpo.refit=comm exited with $?" "$work/comm.log"
+python3 - "$work/comm" <<'PY' || fail "metrics of the comm refit" "$work/comm.log"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl") if l.strip()]
+verified = [r.get("refit_verified_workers") for r in rows]
+assert len(rows) == 3 and verified == [1, 1, 1], f"{len(rows)} rows, refit_verified_workers {verified}"
+print("grpo.refit=comm: 3 steps, every worker's weights equal the learner's bit for bit")
+PY
+[ "$(grep -c "refit over the communication layer: .* from 2 learner rank(s), loaded by .* as step-" "$work/comm.log")" = 3 ] ||
+  fail "the worker did not receive 3 refits over the communication layer" "$work/comm.log"
+
 # A role that never registers: the controller alone gives up naming the missing ones.
 if "${g[@]}" --role controller run.dir="$work/lonely" grpo.register_timeout_s=2 > "$work/lonely.log" 2>&1; then
   fail "a controller without roles succeeded" "$work/lonely.log"

@@ -58,8 +58,10 @@ int64_t LearnerClient::steps_done() const {
   return reply.body["steps_done"].get<int64_t>();
 }
 
-std::string LearnerClient::step_done(int64_t step, const std::string& checkpoint, const json& metrics) const {
-  const json reply = post_ok(url_, "/step_done", {{"step", step}, {"checkpoint", checkpoint}, {"metrics", metrics}}, timeout_s_);
+std::string LearnerClient::step_done(int64_t step, const std::string& checkpoint, const json& metrics,
+                                     const std::string& refit) const {
+  const json reply =
+      post_ok(url_, "/step_done", {{"step", step}, {"checkpoint", checkpoint}, {"metrics", metrics}, {"refit", refit}}, timeout_s_);
   return reply.value("weight_version", "");
 }
 

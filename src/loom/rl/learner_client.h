@@ -27,7 +27,10 @@ class LearnerClient {
   // How many steps the controller has seen reported (GET /health).
   int64_t steps_done() const;
   // Step `step` is trained and its weights are complete at `checkpoint`; returns the workers' new version.
-  std::string step_done(int64_t step, const std::string& checkpoint, const nlohmann::json& metrics) const;
+  // `refit`: "checkpoint" (the controller has the workers load it) or "comm" (the learner sent
+  // the weights to the workers itself; the controller waits for them to report the version).
+  std::string step_done(int64_t step, const std::string& checkpoint, const nlohmann::json& metrics,
+                        const std::string& refit = "checkpoint") const;
 
  private:
   std::string url_;

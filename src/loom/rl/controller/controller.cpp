@@ -33,7 +33,10 @@ Controller::Controller(const config::RunConfig& config, ControllerOptions option
   LOOM_CHECK(!options_.initial_checkpoint.empty(),
              "loom grpo: train.init_from must name the checkpoint the generation workers and the learner start from");
   std::filesystem::create_directories(grpo_dir(config) + "/logs");
-  RoleOptions roles{options_.loom_binary, grpo_dir(config) + "/logs", options_.initial_checkpoint};
+  RoleOptions roles;
+  roles.loom_binary = options_.loom_binary;
+  roles.log_dir = grpo_dir(config) + "/logs";
+  roles.checkpoint = options_.initial_checkpoint;
   roles.external = config.grpo.launch == "external";
   roles.grpo_dir = grpo_dir(config);
   roles_ = std::make_unique<Roles>(config, roles);
@@ -142,7 +145,7 @@ json Controller::step_done(const json& body) {
     std::unique_lock<std::shared_mutex> hold(refit_lock_, std::defer_lock);
     if (config_.grpo.inflight_updates == "wait") hold.lock();
     try {
-      refit_verified = roles_->refit(body["checkpoint"].get<std::string>(), step + 1);
+      refit_verified = roles_->refit(body["checkpoint"].get<std::string>(), step + 1, body.value("refit", "") == "comm");
     } catch (const Error& e) {  // a worker's weights differ from the learner's: the run stops
       std::lock_guard<std::mutex> lock(fatal_mutex_);
       fatal_ = e.what();

@@ -10,7 +10,9 @@
 //                          the same step (a restarted learner) gets the same groups
 //   POST /step_done {"step": S, "checkpoint": PATH, "metrics": {...}} -> {"weight_version"}:
 //                          step S is trained and its weights saved at PATH (complete); every
-//                          worker loads them as version S + 1
+//                          worker loads them as version S + 1; with "refit": "comm" the
+//                          learner already sent them (grpo.refit = comm) and the controller
+//                          waits for every worker to serve version S + 1
 //   GET  /health, GET /roles (the addresses)
 #include <atomic>
 #include <chrono>

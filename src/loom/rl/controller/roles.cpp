@@ -151,7 +151,24 @@ int64_t Roles::version() const {
   return version_;
 }
 
-int Roles::refit(const std::string& checkpoint, int64_t version) {
+namespace {
+// grpo.refit = comm: waits until the worker at `url` serves `version` (its process loads what
+// the learner sent); an HttpFailure when it does not within timeout_s.
+void wait_for_version(const std::string& url, const std::string& version, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (true) {
+    const JsonReply reply = get_json(url, "/v1/models", timeout_s);
+    if (reply.status == 200 && reply.body.contains("data") && reply.body["data"].is_array() && !reply.body["data"].empty() &&
+        reply.body["data"][0].value("weight_version", "") == version)
+      return;
+    if (std::chrono::steady_clock::now() > deadline)
+      throw HttpFailure(url + " does not serve weight version " + version + " within " + std::to_string(timeout_s) + " s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+}  // namespace
+
+int Roles::refit(const std::string& checkpoint, int64_t version, bool sent) {
   // An asynchronous save renames its directory into place once complete: wait for it.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(config_.grpo.generation_timeout_s);
   while (!std::filesystem::exists(checkpoint)) {
@@ -174,8 +191,12 @@ int Roles::refit(const std::string& checkpoint, int64_t version) {
   for (const std::string& url : urls) {
     threads.emplace_back([&, url] {
       try {
-        post_ok(url, "/load_weights", {{"path", checkpoint}, {"version", "step-" + std::to_string(version)}},
-                config_.grpo.generation_timeout_s);
+        if (sent) {
+          wait_for_version(url, "step-" + std::to_string(version), config_.grpo.generation_timeout_s);
+        } else {
+          post_ok(url, "/load_weights", {{"path", checkpoint}, {"version", "step-" + std::to_string(version)}},
+                  config_.grpo.generation_timeout_s);
+        }
         if (expected.empty()) return;
         const JsonReply reply = get_json(url, "/weights_digest", config_.grpo.generation_timeout_s);
         if (reply.status != 200) throw HttpFailure(url + "/weights_digest: " + reply.error_message());

@@ -59,7 +59,9 @@ class Roles {
   // grpo.verify_refit each worker then reports the digest of the weights it holds
   // (GET /weights_digest), which must equal the checkpoint's (`loom ckpt digest`): a worker that
   // differs is an Error naming it. Returns the number of workers verified.
-  int refit(const std::string& checkpoint, int64_t version);
+  // `sent`: grpo.refit = comm, the learner already sent the weights to the workers' processes;
+  // each worker is then waited for (GET /v1/models) until it serves `version`, not asked to load.
+  int refit(const std::string& checkpoint, int64_t version, bool sent = false);
   int64_t version() const;
 
   nlohmann::json addresses() const;  // {"environments": [...], "generation_workers": [...]}

@@ -44,7 +44,9 @@ RolePlacement place_role(const std::string& role, const config::RunConfig& confi
   RolePlacement p;
   p.role = role;
   if (comm::detect_backend() == "mpi") {
-    const comm::RoleWorld world = comm::join_role_world(role_color(role));
+    // grpo.refit = comm: the learner's ranks (first) and the workers share a second split.
+    const bool exchanges = config.grpo.refit == "comm" && (role == "learner" || role == "generation");
+    const comm::RoleWorld world = comm::join_role_world(role_color(role), exchanges ? 0 : -1, role == "learner" ? 0 : 1);
     p.index = world.rank;
     p.count = world.size;
     p.job_rank = world.job_rank;

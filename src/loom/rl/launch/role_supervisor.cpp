@@ -5,11 +5,13 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <ostream>
 #include <thread>
 
 #include "loom/core/error.h"
 #include "loom/rl/controller/child_process.h"
+#include "loom/rl/launch/comm_refit_receiver.h"
 #include "loom/rl/launch/registration.h"
 #include "loom/rl/launch/server_command.h"
 
@@ -38,15 +40,27 @@ class Supervisor {
         server_command(config_, me_.role, options_.loom_binary, config_.train.init_from, "0.0.0.0"), log_path, true);
     const std::string url = url_on_host(wait_for_listening(*server_, options_.start_timeout_s, name_), me_.host);
     ++me_.starts;
-    me_.url = url;
+    {
+      std::lock_guard<std::mutex> lock(url_mutex_);
+      me_.url = url;
+    }
     me_.server_pid = server_->pid();
     write_registration(options_.grpo_dir, me_, me_.starts == 1);
     log_ << "loom grpo: " << name_ << " on " << me_.host << " (server pid " << me_.server_pid << ") listening on " << url
          << "; registered in " << registration_path(options_.grpo_dir, me_.role, me_.index) << std::endl;
   }
 
+  // grpo.refit = comm: receives each step's weights for the server (after the first start).
+  void receive_refits() {
+    receiver_ = std::make_unique<CommRefitReceiver>(config_, [this] {
+      std::lock_guard<std::mutex> lock(url_mutex_);
+      return me_.url;
+    }, log_);
+  }
+
   // One look at the server and the run; returns false once the run is finished.
   bool check() {
+    if (receiver_ && !receiver_->error().empty()) throw Error("loom grpo: " + name_ + ": " + receiver_->error());
     if (read_controller_view(options_.grpo_dir, me_).finished) return false;
     // Another process took this role's index: a duplicate (both were launched as it).
     const auto registered = read_registration(options_.grpo_dir, me_.role, me_.index);
@@ -86,6 +100,8 @@ class Supervisor {
   Registration me_;
   std::string name_;
   std::unique_ptr<ChildProcess> server_;
+  std::mutex url_mutex_;  // me_.url, read by the refit receiver's thread
+  std::unique_ptr<CommRefitReceiver> receiver_;
 };
 
 }  // namespace
@@ -100,6 +116,12 @@ int supervise_role(const config::RunConfig& config, const SupervisorOptions& opt
   Supervisor supervisor(config, options, log);
   try {
     supervisor.start();
+    if (config.grpo.refit == "comm" && options.placement.role == "generation") {
+      LOOM_CHECK(options.placement.mpi, "grpo.refit = 'comm': generation " + std::to_string(options.placement.index) +
+                                            " is not in an MPI job with the learner (one mpirun with every role, srun "
+                                            "--multi-prog, a heterogeneous Slurm job)");
+      supervisor.receive_refits();
+    }
     while (!stop) {
       if (!supervisor.check()) {
         log << "loom grpo: " << options.placement.role << " " << options.placement.index << ": the run is finished" << std::endl;
