@@ -12,6 +12,7 @@ mpiexec="$2"
 work="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 fail() { echo "FAIL: $1"; shift; for f in "$@"; do echo "--- $f"; cat "$f"; done; exit 1; }
+rows() { local n; n=$(grep -c . "$1" 2>/dev/null) || true; echo "${n:-0}"; }
 # shellcheck source=small_corpus.sh
 source "$(dirname "$0")/small_corpus.sh"
 prepare_small_corpus "$loom" "$work"
@@ -85,6 +86,29 @@ print("grpo.refit=comm: 3 steps, every worker's weights equal the learner's bit 
 PY
 [ "$(grep -c "refit over the communication layer: .* from 2 learner rank(s), loaded by .* as step-" "$work/comm.log")" = 3 ] ||
   fail "the worker did not receive 3 refits over the communication layer" "$work/comm.log"
+
+# One process per role, as one `srun` step each would start them (no MPI job; indices 0), the
+# learner under `loom launch`: killing it after the second step, the supervisor restarts it
+# from its checkpoint, it registers anew, the controller takes it up and the run finishes.
+"${g[@]}" --role controller run.dir="$work/solo" train.steps=4 > "$work/solo.log" 2>&1 &
+controller=$!
+"${g[@]}" --role environment run.dir="$work/solo" > "$work/solo-env.log" 2>&1 &
+"${g[@]}" --role generation run.dir="$work/solo" > "$work/solo-gen.log" 2>&1 &
+"$loom" launch --max-restarts 2 --hang-timeout-s 0 -- "${g[@]}" --role learner run.dir="$work/solo" train.steps=4 \
+  > "$work/solo-learner.log" 2>&1 &
+launcher=$!
+for _ in $(seq 1 1200); do
+  [ "$(rows "$work/solo/metrics.jsonl")" -ge 2 ] || ! kill -0 $controller 2>/dev/null && break; sleep 0.1
+done
+learner=$(python3 -c "import json; print(json.load(open('$work/solo/grpo/roles/learner-0.json'))['pid'])")
+kill -9 "$learner"
+wait $controller || fail "the controller of one process per role exited with $?" "$work/solo.log" "$work/solo-learner.log"
+wait $launcher || fail "the learner's loom launch exited with $?" "$work/solo-learner.log"
+wait
+[ "$(rows "$work/solo/metrics.jsonl")" = 4 ] || fail "not 4 metrics rows" "$work/solo.log"
+grep -q "training finished on attempt 2" "$work/solo-learner.log" || fail "the learner was not restarted" "$work/solo-learner.log"
+grep -q "learner 0 on .* registered (1 ranks)" "$work/solo.log" || fail "the restarted learner was not taken up" "$work/solo.log"
+echo "one process per role: the learner killed after step 2 resumed under loom launch; 4 steps"
 
 # A role that never registers: the controller alone gives up naming the missing ones.
 if "${g[@]}" --role controller run.dir="$work/lonely" grpo.register_timeout_s=2 > "$work/lonely.log" 2>&1; then
