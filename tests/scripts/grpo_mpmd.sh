@@ -13,27 +13,9 @@ work="$(mktemp -d)"
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 fail() { echo "FAIL: $1"; shift; for f in "$@"; do echo "--- $f"; cat "$f"; done; exit 1; }
 rows() { local n; n=$(grep -c . "$1" 2>/dev/null) || true; echo "${n:-0}"; }
-# shellcheck source=small_corpus.sh
-source "$(dirname "$0")/small_corpus.sh"
-prepare_small_corpus "$loom" "$work"
-model='model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: swiglu, positions: rope, tied_embeddings: false, max_seq_len: 128}'
-cat > "$work/tiny.yaml" <<YAML
-$model
-data: {tokenizer: byte, train_prefix: $work/c_train, seq_len: 32}
-train: {steps: 2, global_batch: 4, micro_batch: 4, seed: 7}
-log: {progress: false}
-YAML
-"$loom" train "$work/tiny.yaml" run.dir="$work/tiny" > "$work/tiny.log" 2>&1 || fail "the starting checkpoint" "$work/tiny.log"
-cat > "$work/grpo.yaml" <<YAML
-run: {dir: $work/run}
-$model
-data: {tokenizer: byte, seq_len: 128}
-optim: {lr: 1.0e-2, warmup_steps: 0}
-train: {steps: 3, global_batch: 4, micro_batch: 4, seed: 7, init_from: $work/tiny/checkpoints}
-log: {progress: false}
-grpo: {launch: external, environment: arithmetic, task_digits: 1, samples_per_prompt: 2, prompts_per_step: 2,
-       max_tokens: 4, worker_kv_cache_mb: 4, verify_refit: true, episode_retries: 6, register_timeout_s: 120}
-YAML
+# shellcheck source=grpo_tiny_run.sh
+source "$(dirname "$0")/grpo_tiny_run.sh"
+prepare_grpo_run "$loom" "$work" || fail "the starting checkpoint" "$work/tiny.log"
 g=("$loom" grpo "$work/grpo.yaml")
 "$mpiexec" --allow-run-as-root --oversubscribe \
   -np 1 "${g[@]}" --role controller : -np 1 "${g[@]}" --role environment : -np 1 "${g[@]}" --role generation : \
