@@ -3,8 +3,10 @@
 # several programs (MPMD) runs the controller, an environment server, a generation worker and a
 # learner of 2 MPI ranks (tp 2) for 3 steps with grpo.verify_refit; the generation worker's
 # server is killed after the first step (its supervisor restarts it, the controller refits it)
-# and the run still finishes every step. Then the errors: a role that never registers, an
-# unknown --role, a duplicate index.
+# and the run still finishes every step. The refit over the communication layer from a tp 2 x
+# pp 2 learner and from a dp 2 ZeRO-3 learner to two workers, verified bit for bit. The roles as
+# one process each with the learner under `loom launch`, killed and resumed. Then the errors: a
+# role out of restarts, a role that never registers, an unknown --role, a duplicate index.
 # Usage: grpo_mpmd.sh LOOM_BINARY MPIEXEC
 set -euo pipefail
 loom="$1"
@@ -50,24 +52,30 @@ PY
 grep -q "generation 0: its server (pid $server) killed by signal 9" "$work/mpmd.log" ||
   fail "no restart of the killed generation server" "$work/mpmd.log"
 
-# The refit over the communication layer (grpo.refit = comm): the tp 2 learner's ranks send
-# their shards in buckets of 1 MiB to the worker's process; every refit is verified bit for bit
-# (the worker's weights digest equals the learner's checkpoint's).
-"$mpiexec" --allow-run-as-root --oversubscribe \
-  -np 1 "${g[@]}" --role controller grpo.refit=comm grpo.refit_bucket_mb=1 run.dir="$work/comm" : \
-  -np 1 "${g[@]}" --role environment grpo.refit=comm run.dir="$work/comm" : \
-  -np 1 "${g[@]}" --role generation grpo.refit=comm grpo.refit_bucket_mb=1 run.dir="$work/comm" : \
-  -np 2 "${g[@]}" --role learner grpo.refit=comm grpo.refit_bucket_mb=1 run.dir="$work/comm" runtime.backend=auto parallel.tp=2 \
-  > "$work/comm.log" 2>&1 || fail "the MPMD run with grpo.refit=comm exited with $?" "$work/comm.log"
-python3 - "$work/comm" <<'PY' || fail "metrics of the comm refit" "$work/comm.log"
+# The refit over the communication layer (grpo.refit = comm): the learner's ranks send their
+# shards in buckets of 1 MiB to the workers' processes; every refit is verified bit for bit (each
+# worker's weights digest equals the learner's checkpoint's). A tp 2 x pp 2 learner (4 MPI
+# ranks) to one tp 1 worker, then a dp 2 ZeRO-3 learner to two workers.
+comm_run() {  # NAME WORKERS LEARNER_RANKS LEARNER_OVERRIDES...
+  local name="$1" workers="$2" ranks="$3"
+  shift 3
+  local c=("${g[@]}" grpo.refit=comm grpo.refit_bucket_mb=1 grpo.generation_workers="$workers" run.dir="$work/$name")
+  "$mpiexec" --allow-run-as-root --oversubscribe -np 1 "${c[@]}" --role controller : -np 1 "${c[@]}" --role environment : \
+    -np "$workers" "${c[@]}" --role generation : -np "$ranks" "${c[@]}" --role learner runtime.backend=auto "$@" \
+    > "$work/$name.log" 2>&1 || fail "the MPMD run $name with grpo.refit=comm exited with $?" "$work/$name.log"
+  python3 - "$work/$name" "$workers" <<'PY' || fail "metrics of the comm refit $name" "$work/$name.log"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl") if l.strip()]
 verified = [r.get("refit_verified_workers") for r in rows]
-assert len(rows) == 3 and verified == [1, 1, 1], f"{len(rows)} rows, refit_verified_workers {verified}"
-print("grpo.refit=comm: 3 steps, every worker's weights equal the learner's bit for bit")
+workers = int(sys.argv[2])
+assert len(rows) == 3 and verified == [workers] * 3, f"{len(rows)} rows, refit_verified_workers {verified}"
 PY
-[ "$(grep -c "refit over the communication layer: .* from 2 learner rank(s), loaded by .* as step-" "$work/comm.log")" = 3 ] ||
-  fail "the worker did not receive 3 refits over the communication layer" "$work/comm.log"
+  [ "$(grep -c "refit over the communication layer: .* from $ranks learner rank(s), loaded by .* as step-" "$work/$name.log")" = $((3 * workers)) ] ||
+    fail "the workers did not receive 3 refits each over the communication layer" "$work/$name.log"
+  echo "grpo.refit=comm, $name: 3 steps, $ranks learner ranks to $workers worker(s), every refit bit for bit"
+}
+comm_run tp2pp2 1 4 parallel.tp=2 parallel.pp=2 train.micro_batch=2
+comm_run zero3 2 2 parallel.zero=3 train.micro_batch=2
 
 # One process per role, as one `srun` step each would start them (no MPI job; indices 0), the
 # learner under `loom launch`: killing it after the second step, the supervisor restarts it
@@ -91,6 +99,22 @@ wait
 grep -q "training finished on attempt 2" "$work/solo-learner.log" || fail "the learner was not restarted" "$work/solo-learner.log"
 grep -q "learner 0 on .* registered (1 ranks)" "$work/solo.log" || fail "the restarted learner was not taken up" "$work/solo.log"
 echo "one process per role: the learner killed after step 2 resumed under loom launch; 4 steps"
+
+# A server that keeps dying: with grpo.max_role_restarts = 0 its supervisor gives up at the first
+# death, saying why in its registration, and the controller fails naming it.
+"${g[@]}" --role controller run.dir="$work/giveup" grpo.max_role_restarts=0 > "$work/giveup.log" 2>&1 &
+controller=$!
+"${g[@]}" --role environment run.dir="$work/giveup" grpo.max_role_restarts=0 > "$work/giveup-env.log" 2>&1 &
+"${g[@]}" --role generation run.dir="$work/giveup" > "$work/giveup-gen.log" 2>&1 &
+"${g[@]}" --role learner run.dir="$work/giveup" > "$work/giveup-learner.log" 2>&1 &
+for _ in $(seq 1 600); do [ -s "$work/giveup/grpo/roles.json" ] && break; sleep 0.1; done
+kill -9 "$(python3 -c "import json; print(json.load(open('$work/giveup/grpo/roles/environment-0.json'))['server_pid'])")"
+if wait $controller; then fail "the controller went on without its environment" "$work/giveup.log"; fi
+grep -q "environment 0 on .* gave up: its server (pid [0-9]*) killed by signal 9 (Killed), after 0 restarts (grpo.max_role_restarts = 0)" \
+  "$work/giveup.log" || fail "the controller does not name the role that gave up" "$work/giveup.log" "$work/giveup-env.log"
+kill $(jobs -p) 2>/dev/null || true
+wait || true
+echo "a role out of restarts: the controller fails naming it"
 
 # A role that never registers: the controller alone gives up naming the missing ones.
 if "${g[@]}" --role controller run.dir="$work/lonely" grpo.register_timeout_s=2 > "$work/lonely.log" 2>&1; then
