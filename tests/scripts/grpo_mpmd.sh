@@ -19,9 +19,13 @@ rows() { local n; n=$(grep -c . "$1" 2>/dev/null) || true; echo "${n:-0}"; }
 source "$(dirname "$0")/grpo_tiny_run.sh"
 prepare_grpo_run "$loom" "$work" || fail "the starting checkpoint" "$work/tiny.log"
 g=("$loom" grpo "$work/grpo.yaml")
+# Synchronous (max_staleness 0): each step's groups come from the weights of the refit before,
+# so after the kill no step goes on until the restarted server generates (at most one refit
+# misses it).
+k=("${g[@]}" grpo.max_staleness=0)
 "$mpiexec" --allow-run-as-root --oversubscribe \
-  -np 1 "${g[@]}" --role controller : -np 1 "${g[@]}" --role environment : -np 1 "${g[@]}" --role generation : \
-  -np 2 "${g[@]}" --role learner runtime.backend=auto parallel.tp=2 > "$work/mpmd.log" 2>&1 &
+  -np 1 "${k[@]}" --role controller : -np 1 "${k[@]}" --role environment : -np 1 "${k[@]}" --role generation : \
+  -np 2 "${k[@]}" --role learner runtime.backend=auto parallel.tp=2 > "$work/mpmd.log" 2>&1 &
 job=$!
 metrics="$work/run/metrics.jsonl"
 for _ in $(seq 1 1200); do [ -s "$metrics" ] || ! kill -0 $job 2>/dev/null && break; sleep 0.1; done
@@ -78,13 +82,13 @@ comm_run tp2pp2 1 4 parallel.tp=2 parallel.pp=2 train.micro_batch=2
 comm_run zero3 2 2 parallel.zero=3 train.micro_batch=2
 
 # One process per role, as one `srun` step each would start them (no MPI job; indices 0), the
-# learner under `loom launch`: killing it after the second step, the supervisor restarts it
+# learner under `loom launch` (6 steps): killing it after the second step, the supervisor restarts it
 # from its checkpoint, it registers anew, the controller takes it up and the run finishes.
-"${g[@]}" --role controller run.dir="$work/solo" train.steps=4 > "$work/solo.log" 2>&1 &
+"${g[@]}" --role controller run.dir="$work/solo" train.steps=6 > "$work/solo.log" 2>&1 &
 controller=$!
 "${g[@]}" --role environment run.dir="$work/solo" > "$work/solo-env.log" 2>&1 &
 "${g[@]}" --role generation run.dir="$work/solo" > "$work/solo-gen.log" 2>&1 &
-"$loom" launch --max-restarts 2 --hang-timeout-s 0 -- "${g[@]}" --role learner run.dir="$work/solo" train.steps=4 \
+"$loom" launch --max-restarts 2 --hang-timeout-s 0 -- "${g[@]}" --role learner run.dir="$work/solo" train.steps=6 \
   > "$work/solo-learner.log" 2>&1 &
 launcher=$!
 for _ in $(seq 1 1200); do
@@ -95,10 +99,10 @@ kill -9 "$learner"
 wait $controller || fail "the controller of one process per role exited with $?" "$work/solo.log" "$work/solo-learner.log"
 wait $launcher || fail "the learner's loom launch exited with $?" "$work/solo-learner.log"
 wait
-[ "$(rows "$work/solo/metrics.jsonl")" = 4 ] || fail "not 4 metrics rows" "$work/solo.log"
+[ "$(rows "$work/solo/metrics.jsonl")" = 6 ] || fail "not 6 metrics rows" "$work/solo.log"
 grep -q "training finished on attempt 2" "$work/solo-learner.log" || fail "the learner was not restarted" "$work/solo-learner.log"
 grep -q "learner 0 on .* registered (1 ranks)" "$work/solo.log" || fail "the restarted learner was not taken up" "$work/solo.log"
-echo "one process per role: the learner killed after step 2 resumed under loom launch; 4 steps"
+echo "one process per role: the learner killed after step 2 resumed under loom launch; 6 steps"
 
 # A server that keeps dying: with grpo.max_role_restarts = 0 its supervisor gives up at the first
 # death, saying why in its registration, and the controller fails naming it.
