@@ -9,7 +9,10 @@ start_slurm() {
   host=$(hostname)
   mkdir -p "$dir/state" "$dir/spool" /run/munge
   chown munge:munge /run/munge
-  pgrep -x munged > /dev/null || runuser -u munge -- /usr/sbin/munged
+  if ! pgrep -x munged > /dev/null; then
+    runuser -u munge -- /usr/sbin/munged
+    touch "$dir/munged.started"  # stop_slurm stops it again
+  fi
   cat > "$dir/slurm.conf" <<CONF
 ClusterName=loomcheck
 SlurmctldHost=$host
@@ -50,5 +53,6 @@ stop_slurm() {
   local dir="$1" f
   for f in "$dir/slurmd.pid" "$dir/slurmctld.pid"; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
   sleep 1  # they save their state on the way out
+  if [ -f "$dir/munged.started" ] && [ -f /run/munge/munged.pid ]; then kill "$(cat /run/munge/munged.pid)" 2>/dev/null; fi
   return 0
 }
