@@ -4,6 +4,7 @@
 // loom grpo --role controller|environment|generation|learner CONFIG.yaml [section.key=value ...]
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -38,9 +39,7 @@ std::vector<std::string> learner_command(const std::string& loom, const std::str
   argv.push_back("run.dir=" + config.run.dir + "/learner");
   return argv;
 }
-}  // namespace
 
-namespace {
 struct Args {
   std::string config, role = "controller", grpo_dir;
   std::vector<std::string> overrides;
@@ -63,8 +62,10 @@ int run_controller(const Args& args, const config::RunConfig& config) {
 // The learner's ranks. External: its files in run.dir/learner unless --grpo-dir says where the
 // controller is (as the local controller starts it).
 int run_learner_role(const Args& args, const config::RunConfig& config, const rl::RolePlacement& place) {
-  rl::LearnerPlace learner{args.grpo_dir.empty() ? config.run.dir + "/grpo" : args.grpo_dir, place.role == "learner" && config.grpo.launch == "external",
-                           place.job_rank};
+  rl::LearnerPlace learner;
+  learner.grpo_dir = args.grpo_dir.empty() ? config.run.dir + "/grpo" : args.grpo_dir;
+  learner.external = config.grpo.launch == "external";
+  learner.job_rank = place.job_rank;
   if (!learner.external || !args.grpo_dir.empty()) {
     rl::run_learner(config, learner, std::cout);
     return 0;

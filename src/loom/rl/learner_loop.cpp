@@ -6,9 +6,9 @@
 #include <ostream>
 
 #include "loom/ckpt/checkpoint_root.h"
+#include "loom/comm/role_world.h"
 #include "loom/rl/communication.h"
 #include "loom/rl/grpo_learner.h"
-#include "loom/comm/role_world.h"
 #include "loom/rl/learner_client.h"
 #include "loom/rl/refit_communication.h"
 #include "loom/train/model_setup.h"
@@ -59,7 +59,8 @@ void run_learner(const config::RunConfig& config, const LearnerPlace& place, std
       const std::string text = broadcast_text(world.rank() == 0 ? client->batch_text(step) : std::string(), world, 0);
       const LearnerStep result = learner.step(groups_of_batch(text, step));
       const std::string checkpoint = learner.save();
-      if (refit) send_parameters(*refit, world.size(), learner.trainer().parameter_shards(), "step-" + std::to_string(step + 1), bucket_bytes);
+      if (refit)
+        send_parameters(*refit, world.size(), learner.trainer().parameter_shards(), "step-" + std::to_string(step + 1), bucket_bytes);
       if (world.rank() == 0) client->step_done(step, checkpoint, result.to_json(), refit ? "comm" : "checkpoint");
     }
     learner.finish();
