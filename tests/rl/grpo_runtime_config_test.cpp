@@ -23,6 +23,16 @@ TEST(GrpoRuntimeConfig, DefaultsAndOverrides) {
   EXPECT_EQ(defaults.grpo.environment, "countdown");
   EXPECT_EQ(defaults.grpo.episode_failure, "retry");
   EXPECT_EQ(defaults.grpo.inflight_updates, "continue");
+  EXPECT_EQ(defaults.grpo.launch, "local");
+  EXPECT_EQ(defaults.grpo.refit, "checkpoint");
+  EXPECT_EQ(defaults.grpo.refit_bucket_mb, 64);
+  EXPECT_EQ(defaults.grpo.register_timeout_s, 300.0);
+  const config::RunConfig external =
+      config::parse_config(base, "grpo_test", {"grpo.launch=external", "grpo.refit=comm", "grpo.refit_bucket_mb=8", "grpo.register_timeout_s=20"});
+  EXPECT_EQ(external.grpo.launch, "external");
+  EXPECT_EQ(external.grpo.refit, "comm");
+  EXPECT_EQ(external.grpo.refit_bucket_mb, 8);
+  EXPECT_EQ(external.grpo.register_timeout_s, 20.0);
   const config::RunConfig c = config::parse_config(
       base + "grpo: {environment: calculator, max_turns: 3, samples_per_prompt: 8, max_staleness: 0, episode_failure: drop}\n",
       "grpo_test", {"grpo.prompts_per_step=16", "grpo.inflight_updates=wait"});
@@ -46,6 +56,13 @@ TEST(GrpoRuntimeConfig, BadValuesNameTheKey) {
   EXPECT_NE(error_of({"grpo.samples_per_prompt=0"}).find("grpo.samples_per_prompt"), std::string::npos);
   EXPECT_NE(error_of({"grpo.top_p=0"}).find("(0, 1]"), std::string::npos);
   EXPECT_NE(error_of({"grpo.environment=calculator"}).find("grpo.max_turns = 1"), std::string::npos);
+  EXPECT_NE(error_of({"grpo.launch=slurm"}).find("local, external"), std::string::npos);
+  EXPECT_NE(error_of({"grpo.refit=nccl"}).find("checkpoint, comm"), std::string::npos);
+  EXPECT_NE(error_of({"grpo.refit_bucket_mb=0"}).find("grpo.refit_bucket_mb"), std::string::npos);
+  EXPECT_NE(error_of({"grpo.register_timeout_s=0"}).find("grpo.register_timeout_s"), std::string::npos);
+  EXPECT_NE(error_of({"grpo.refit=comm"}).find("grpo.refit = 'comm' needs grpo.launch = 'external'"), std::string::npos);
+  EXPECT_NE(error_of({"grpo.refit=comm", "grpo.launch=external", "grpo.inflight_updates=wait"}).find("inflight_updates = 'continue'"),
+            std::string::npos);
   EXPECT_NE(error_of({"grpo.max_stalenes=1"}).find("did you mean"), std::string::npos);
 }
 

@@ -46,6 +46,8 @@ struct GrpoConfig {
   double temperature = 1.0;
   double top_p = 1.0;
   // Roles.
+  std::string launch = "local";           // local: the controller starts every role; external: a launcher does (mpirun MPMD, srun)
+  double register_timeout_s = 300.0;      // external: how long the controller waits for every role to register
   int generation_workers = 1;             // `loom serve` processes
   int environment_servers = 1;            // `loom env serve` processes
   int worker_kv_cache_mb = 64;            // each worker's --kv-cache-mb
@@ -53,7 +55,9 @@ struct GrpoConfig {
   // Staleness and weight updates.
   int max_staleness = 1;                  // step s trains on groups of weight version >= s - k; 0: synchronous
   std::string inflight_updates = "continue";  // continue: running requests go on with the new weights; wait: they finish first
-  bool verify_refit = false;              // after each refit, every worker's weights digest must equal the checkpoint's
+  bool verify_refit = false;
+  std::string refit = "checkpoint";       // checkpoint: workers load the learner's checkpoint; comm: buckets over MPI (one job)
+  int refit_bucket_mb = 64;               // comm: the size of one message of parameters              // after each refit, every worker's weights digest must equal the checkpoint's
   // Failures.
   std::string episode_failure = "retry";  // retry | drop: an episode whose environment or worker failed
   int episode_retries = 3;                // retries of one group before it is dropped

@@ -53,6 +53,8 @@ std::vector<Key<GrpoConfig>> grpo_keys() {
       field("max_tokens", &GrpoConfig::max_tokens, at_least(1)),
       field("temperature", &GrpoConfig::temperature, greater_than(0)),
       field("top_p", &GrpoConfig::top_p, nucleus()),
+      field("launch", &GrpoConfig::launch, one_of({"local", "external"})),
+      field("register_timeout_s", &GrpoConfig::register_timeout_s, greater_than(0)),
       field("generation_workers", &GrpoConfig::generation_workers, at_least(1)),
       field("environment_servers", &GrpoConfig::environment_servers, at_least(1)),
       field("worker_kv_cache_mb", &GrpoConfig::worker_kv_cache_mb, at_least(1)),
@@ -60,6 +62,8 @@ std::vector<Key<GrpoConfig>> grpo_keys() {
       field("max_staleness", &GrpoConfig::max_staleness, at_least(0)),
       field("inflight_updates", &GrpoConfig::inflight_updates, one_of({"continue", "wait"})),
       field("verify_refit", &GrpoConfig::verify_refit),
+      field("refit", &GrpoConfig::refit, one_of({"checkpoint", "comm"})),
+      field("refit_bucket_mb", &GrpoConfig::refit_bucket_mb, in_range(1, 2047, "")),
       field("episode_failure", &GrpoConfig::episode_failure, one_of({"retry", "drop"})),
       field("episode_retries", &GrpoConfig::episode_retries, at_least(0)),
       field("generation_timeout_s", &GrpoConfig::generation_timeout_s, greater_than(0)),
@@ -86,6 +90,12 @@ void check_grpo(const RunConfig& config) {
              "grpo.overlong_buffer = " + std::to_string(g.overlong_buffer) +
                  " needs grpo.overlong_max_tokens (the generation's response limit) at least as large; it is " +
                  std::to_string(g.overlong_max_tokens));
+  LOOM_CHECK(g.refit != "comm" || g.launch == "external",
+             "grpo.refit = 'comm' needs grpo.launch = 'external' (the learner and the generation workers in one MPI job); "
+             "with grpo.launch = 'local' the refit is through the checkpoint");
+  LOOM_CHECK(g.refit != "comm" || g.inflight_updates == "continue",
+             "grpo.refit = 'comm' with grpo.inflight_updates = 'wait': the workers load what the learner sends as it arrives; "
+             "use inflight_updates = 'continue' or refit = 'checkpoint'");
   LOOM_CHECK(g.environment != "calculator" || g.max_turns >= 2,
              "grpo.max_turns = " + std::to_string(g.max_turns) +
                  " with grpo.environment = 'calculator': a tool call needs a second turn for the answer; use >= 2");

@@ -30,6 +30,19 @@ std::string find_controller(const std::string& grpo_dir, double wait_s) {
   }
 }
 
+std::string find_controller_listing(const std::string& grpo_dir, const Registration& me, double wait_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
+  while (true) {
+    const ControllerView view = read_controller_view(grpo_dir, me);
+    if (view.lists_me && !view.controller.empty()) return view.controller;
+    LOOM_CHECK(std::chrono::steady_clock::now() < deadline,
+               "loom grpo learner: no controller took up its registration ('" + registration_path(grpo_dir, me.role, me.index) +
+                   "') in '" + grpo_dir + "/roles.json' after " + std::to_string(wait_s) +
+                   " s (is `loom grpo --role controller` running with this run.dir and grpo.launch=external?)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
 std::string LearnerClient::batch_text(int64_t step) const {
   // The controller answers when the step's groups exist: wait as long as it may.
   const JsonReply reply = get_json(url_, "/batch?step=" + std::to_string(step), timeout_s_ + 60.0);
@@ -45,8 +58,10 @@ int64_t LearnerClient::steps_done() const {
   return reply.body["steps_done"].get<int64_t>();
 }
 
-std::string LearnerClient::step_done(int64_t step, const std::string& checkpoint, const json& metrics) const {
-  const json reply = post_ok(url_, "/step_done", {{"step", step}, {"checkpoint", checkpoint}, {"metrics", metrics}}, timeout_s_);
+std::string LearnerClient::step_done(int64_t step, const std::string& checkpoint, const json& metrics,
+                                     const std::string& refit) const {
+  const json reply =
+      post_ok(url_, "/step_done", {{"step", step}, {"checkpoint", checkpoint}, {"metrics", metrics}, {"refit", refit}}, timeout_s_);
   return reply.value("weight_version", "");
 }
 

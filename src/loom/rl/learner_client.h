@@ -8,12 +8,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loom/rl/launch/registration.h"
 #include "loom/rl/rollout.h"
 
 namespace loom::rl {
 
 // Waits up to wait_s for `grpo_dir`/roles.json to name the controller; returns its URL.
 std::string find_controller(const std::string& grpo_dir, double wait_s);
+// grpo.launch = external: waits up to wait_s for a roles.json that lists `me` (the learner's
+// registration: a controller of this run took it up, not one of an earlier run); its controller's URL.
+std::string find_controller_listing(const std::string& grpo_dir, const Registration& me, double wait_s);
 
 class LearnerClient {
  public:
@@ -23,7 +27,10 @@ class LearnerClient {
   // How many steps the controller has seen reported (GET /health).
   int64_t steps_done() const;
   // Step `step` is trained and its weights are complete at `checkpoint`; returns the workers' new version.
-  std::string step_done(int64_t step, const std::string& checkpoint, const nlohmann::json& metrics) const;
+  // `refit`: "checkpoint" (the controller has the workers load it) or "comm" (the learner sent
+  // the weights to the workers itself; the controller waits for them to report the version).
+  std::string step_done(int64_t step, const std::string& checkpoint, const nlohmann::json& metrics,
+                        const std::string& refit = "checkpoint") const;
 
  private:
   std::string url_;

@@ -12,7 +12,14 @@
 
 namespace loom::rl {
 
-// `grpo_dir`: the controller's run.dir/grpo, where roles.json names it.
-void run_learner(const config::RunConfig& config, const std::string& grpo_dir, std::ostream& out);
+struct LearnerPlace {
+  std::string grpo_dir;  // the controller's run.dir/grpo, where roles.json names it
+  // grpo.launch = external: rank 0 registers (grpo_dir/roles/learner-0.json, its ranks) and
+  // waits for a roles.json listing it.
+  bool external = false;
+  int job_rank = -1;     // rank 0's rank in the MPI job, -1 outside one
+};
+
+void run_learner(const config::RunConfig& config, const LearnerPlace& place, std::ostream& out);
 
 }  // namespace loom::rl

@@ -530,6 +530,15 @@ std::optional<double> Trainer::evaluate() {
   return val_loss;
 }
 
+std::vector<ckpt::TensorRef> Trainer::parameter_shards() {
+  State& s = *state_;
+  const std::vector<parallel::OwnedRange> owned = s.optimizer->checkpoint_ranges();
+  std::vector<ckpt::TensorRef> refs = owned_training_state(*s.model, owned);
+  if (s.outer) refs = s.outer->checkpoint_tensors(*s.model, std::move(refs), owned);
+  std::erase_if(refs, [](const ckpt::TensorRef& r) { return !ckpt::is_model_parameter(r.name); });
+  return refs;
+}
+
 std::string Trainer::save() {
   State& s = *state_;
   const int64_t step = s.progress.step;

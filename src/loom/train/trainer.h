@@ -83,6 +83,10 @@ class Trainer {
   // A full copy of this rank's parameters (its tensor-parallel slices and stages), the current
   // ones or those of `checkpoint` (a root or step directory). Collective under ZeRO-3.
   std::vector<float> parameter_copy(const std::string& checkpoint = "");
+  // This rank's shards of the model parameters exactly as save() writes them (its tensor-parallel
+  // slices, its stage's layers, its ZeRO part): over the world's ranks they tile every parameter
+  // once. They point into the live state: valid until the next step.
+  std::vector<ckpt::TensorRef> parameter_shards();
   // Whether this rank contributes its replica's loss (and objective statistics) to the world's
   // sums: the first tensor-parallel rank of the last pipeline stage.
   bool holds_loss() const;

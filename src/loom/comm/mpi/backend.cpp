@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "loom/comm/mpi/communicator.h"
+#include "loom/comm/mpi/role_world.h"
 #include "loom/core/error.h"
 
 namespace loom::comm {
@@ -68,12 +69,14 @@ void run_mpi(const LaunchOptions& options, const std::function<void(Communicator
                 "support, e.g. Open MPI >= 3)");
   }
   int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // The job's world, or this process's role part of it (comm/role_world.h).
+  MPI_Comm job = mpi_detail::job_world();
+  MPI_Comm_rank(job, &rank);
   // A communicator of its own for the end-of-job handshake, untouched by whatever `body` left.
   MPI_Comm finish = MPI_COMM_NULL;
   MPI_Comm world_comm = MPI_COMM_NULL;
-  mpi_detail::mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &finish), "mpi backend: MPI_Comm_dup");
-  mpi_detail::mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &world_comm), "mpi backend: MPI_Comm_dup");
+  mpi_detail::mpi_check(MPI_Comm_dup(job, &finish), "mpi backend: MPI_Comm_dup");
+  mpi_detail::mpi_check(MPI_Comm_dup(job, &world_comm), "mpi backend: MPI_Comm_dup");
   mpi_detail::start_ticker();
   MpiOptions mpi;
   mpi.comm = options.comm;
@@ -115,7 +118,7 @@ void run_mpi(const LaunchOptions& options, const std::function<void(Communicator
   // Every rank is here (the handshake above proved it), so the collective frees cannot hang.
   mpi_detail::free_retired_windows();
   MPI_Comm_free(&finish);
-  if (own) MPI_Finalize();
+  if (own) MPI_Finalize();  // a process that joined its role world: leave_role_world() does
   if (error) std::rethrow_exception(error);
   if (flags[0] != 0) {
     throw Error("mpi backend: rank " + std::to_string(-flags[1]) + " failed (its error is printed by that rank); rank " +

@@ -24,6 +24,18 @@ std::string describe(int status) {
   return "ended";
 }
 
+// This process's environment, less what a launcher set for its ranks.
+std::vector<std::string> environment_outside_launcher() {
+  std::vector<std::string> out;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    bool launcher = false;
+    for (const char* prefix : {"OMPI_", "PMIX_", "PMI_", "SLURM_", "OPAL_", "PRTE_"}) launcher |= entry.rfind(prefix, 0) == 0;
+    if (!launcher) out.push_back(entry);
+  }
+  return out;
+}
+
 std::string read_all(const std::string& path) {
   std::ifstream in(path);
   std::stringstream s;
@@ -32,13 +44,18 @@ std::string read_all(const std::string& path) {
 }
 }  // namespace
 
-ChildProcess::ChildProcess(std::vector<std::string> argv, std::string log_path) : log_path_(std::move(log_path)) {
+ChildProcess::ChildProcess(std::vector<std::string> argv, std::string log_path, bool outside_launcher)
+    : log_path_(std::move(log_path)) {
   LOOM_CHECK(!argv.empty(), "ChildProcess: empty command");
   const int log = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   LOOM_CHECK(log >= 0, "cannot open the role's log '" + log_path_ + "': " + std::strerror(errno));
   std::vector<char*> args;
   for (auto& a : argv) args.push_back(a.data());
   args.push_back(nullptr);
+  std::vector<std::string> environment = outside_launcher ? environment_outside_launcher() : std::vector<std::string>();
+  std::vector<char*> envp;
+  for (auto& e : environment) envp.push_back(e.data());
+  envp.push_back(nullptr);
   const pid_t parent = ::getpid();
   pid_ = ::fork();
   if (pid_ < 0) {
@@ -51,7 +68,11 @@ ChildProcess::ChildProcess(std::vector<std::string> argv, std::string log_path) 
     if (::getppid() != parent) ::_exit(127);  // the controller is already gone
     ::dup2(log, STDOUT_FILENO);
     ::dup2(log, STDERR_FILENO);
-    ::execv(args[0], args.data());
+    if (outside_launcher) {
+      ::execve(args[0], args.data(), envp.data());
+    } else {
+      ::execv(args[0], args.data());
+    }
     const std::string message = std::string("cannot execute '") + args[0] + "': " + std::strerror(errno) + "\n";
     (void)!::write(STDERR_FILENO, message.data(), message.size());
     ::_exit(127);

@@ -13,7 +13,9 @@ namespace loom::rl {
 class ChildProcess {
  public:
   // Starts argv[0] (a path) with the rest as arguments; throws loom::Error when it cannot.
-  ChildProcess(std::vector<std::string> argv, std::string log_path);
+  // `outside_launcher`: without the variables an MPI or Slurm launcher gave this process
+  // (OMPI_*, PMIX_*, PMI_*, SLURM_*), so that the child is not taken for one of the job's ranks.
+  ChildProcess(std::vector<std::string> argv, std::string log_path, bool outside_launcher = false);
   ~ChildProcess();  // stops it
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;

@@ -7,8 +7,9 @@
 
 #include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
-#include "loom/rl/http_json.h"
 #include "loom/rl/controller/validation.h"
+#include "loom/rl/http_json.h"
+#include "loom/rl/launch/registration.h"
 #include "loom/rl/rollout_json.h"
 #include "loom/serve/api_error.h"
 #include "loom/serve/request_parse.h"
@@ -34,7 +35,13 @@ Controller::Controller(const config::RunConfig& config, ControllerOptions option
   LOOM_CHECK(!options_.initial_checkpoint.empty(),
              "loom grpo: train.init_from must name the checkpoint the generation workers and the learner start from");
   std::filesystem::create_directories(grpo_dir(config) + "/logs");
-  roles_ = std::make_unique<Roles>(config, RoleOptions{options_.loom_binary, grpo_dir(config) + "/logs", options_.initial_checkpoint});
+  RoleOptions roles;
+  roles.loom_binary = options_.loom_binary;
+  roles.log_dir = grpo_dir(config) + "/logs";
+  roles.checkpoint = options_.initial_checkpoint;
+  roles.external = config.grpo.launch == "external";
+  roles.grpo_dir = grpo_dir(config);
+  roles_ = std::make_unique<Roles>(config, roles);
 }
 
 Controller::~Controller() {
@@ -48,9 +55,11 @@ void Controller::request_stop() {
   buffer_.close();
 }
 
-void Controller::write_roles_file() {
+void Controller::write_roles_file(bool finished) {
   json roles = roles_->addresses();
   roles["controller"] = url_;
+  if (finished) roles["finished"] = true;  // external roles' supervisors end on it
+  std::lock_guard<std::mutex> lock(roles_file_mutex_);  // a step's refit and a role's restart both rewrite it
   write_file_atomic(grpo_dir(config_) + "/roles.json", roles.dump(2) + "\n");
 }
 
@@ -87,9 +96,12 @@ void Controller::serve_learner_api() {
       send_json(res, 500, serve::ApiError(500, e.what(), "", "server_error").body());
     }
   });
-  const int port = options_.port == 0 ? s.bind_to_any_port("127.0.0.1") : (s.bind_to_port("127.0.0.1", options_.port) ? options_.port : -1);
+  // External roles may be on other nodes: listen on every interface, named by the host name.
+  const bool external = config_.grpo.launch == "external";
+  const std::string host = external ? "0.0.0.0" : "127.0.0.1";
+  const int port = options_.port == 0 ? s.bind_to_any_port(host) : (s.bind_to_port(host, options_.port) ? options_.port : -1);
   LOOM_CHECK(port > 0, "loom grpo: the controller cannot listen on port " + std::to_string(options_.port));
-  url_ = "http://127.0.0.1:" + std::to_string(port);
+  url_ = "http://" + (external ? this_host() : host) + ":" + std::to_string(port);
 }
 
 json Controller::batch_for(int64_t step) {
@@ -135,7 +147,7 @@ json Controller::step_done(const json& body) {
     std::unique_lock<std::shared_mutex> hold(refit_lock_, std::defer_lock);
     if (config_.grpo.inflight_updates == "wait") hold.lock();
     try {
-      refit_verified = roles_->refit(body["checkpoint"].get<std::string>(), step + 1);
+      refit_verified = roles_->refit(body["checkpoint"].get<std::string>(), step + 1, body.value("refit", "") == "comm");
     } catch (const Error& e) {  // a worker's weights differ from the learner's: the run stops
       std::lock_guard<std::mutex> lock(fatal_mutex_);
       fatal_ = e.what();
@@ -276,7 +288,7 @@ int Controller::run() {
   try {
     while (!stopping_ && steps_done_ < config_.train.steps) {
       std::this_thread::sleep_for(std::chrono::milliseconds(250));
-      roles_->check(log_);
+      if (roles_->check(log_)) write_roles_file();
       if (learner_) {
         if (const auto status = learner_->ended(); status && steps_done_ < config_.train.steps)
           throw Error("loom grpo: the learner " + *status + " after " + std::to_string(steps_done_.load()) + " of " +
@@ -298,6 +310,7 @@ int Controller::run() {
   }
   http_->stop();
   http_thread.join();
+  write_roles_file(true);
   roles_->stop_all();
   {
     std::lock_guard<std::mutex> lock(fatal_mutex_);

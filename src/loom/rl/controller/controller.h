@@ -10,7 +10,9 @@
 //                          the same step (a restarted learner) gets the same groups
 //   POST /step_done {"step": S, "checkpoint": PATH, "metrics": {...}} -> {"weight_version"}:
 //                          step S is trained and its weights saved at PATH (complete); every
-//                          worker loads them as version S + 1
+//                          worker loads them as version S + 1; with "refit": "comm" the
+//                          learner already sent them (grpo.refit = comm) and the controller
+//                          waits for every worker to serve version S + 1
 //   GET  /health, GET /roles (the addresses)
 #include <atomic>
 #include <chrono>
@@ -68,14 +70,14 @@ class Controller {
   // Validates the workers' weights (version = learner steps trained); appends the result to
   // run.dir/validation.jsonl and returns it for the step's metrics row.
   nlohmann::json run_validation(int64_t weight_version);
-  void write_roles_file();
+  void write_roles_file(bool finished = false);
   // grpo.dynamic_sampling: counts a dropped zero-variance group; too many in a row end the run.
   void note_filtered_group(int64_t index);
 
   const config::RunConfig& config_;
   ControllerOptions options_;
   std::ostream& log_;
-  std::mutex log_mutex_;
+  std::mutex log_mutex_, roles_file_mutex_;
   std::unique_ptr<Roles> roles_;
   ReplayBuffer buffer_;
   StepMetrics metrics_;

@@ -9,26 +9,27 @@
 #include "loom/ckpt/digest.h"
 #include "loom/core/error.h"
 #include "loom/rl/http_json.h"
+#include "loom/rl/launch/server_command.h"
 
 namespace loom::rl {
 
 Roles::Roles(const config::RunConfig& config, RoleOptions options)
     : config_(config), options_(std::move(options)), checkpoint_(options_.checkpoint) {
-  for (int i = 0; i < config.grpo.environment_servers; ++i) environments_.push_back({"environment", static_cast<size_t>(i)});
-  for (int i = 0; i < config.grpo.generation_workers; ++i) workers_.push_back({"worker", static_cast<size_t>(i)});
+  auto role = [](const std::string& kind, int index) {
+    Role r;
+    r.kind = kind;
+    r.index = static_cast<size_t>(index);
+    return r;
+  };
+  for (int i = 0; i < config.grpo.environment_servers; ++i) environments_.push_back(role("environment", i));
+  for (int i = 0; i < config.grpo.generation_workers; ++i) workers_.push_back(role("worker", i));
 }
 
 Roles::~Roles() { stop_all(); }
 
 std::vector<std::string> Roles::command(const Role& role) const {
-  const config::GrpoConfig& g = config_.grpo;
-  if (role.kind == "environment")
-    return {options_.loom_binary, "env", "serve", "--task", g.environment, "--port", "0",
-            "--seed", std::to_string(config_.train.seed), "--digits", std::to_string(g.task_digits),
-            "--numbers", std::to_string(g.task_numbers)};
   std::lock_guard<std::mutex> lock(mutex_);
-  return {options_.loom_binary, "serve", checkpoint_, "--port", "0", "--kv-cache-mb", std::to_string(g.worker_kv_cache_mb),
-          "--max-running", std::to_string(std::max(64, g.samples_per_prompt * 4))};
+  return server_command(config_, role.kind == "environment" ? "environment" : "generation", options_.loom_binary, checkpoint_, "");
 }
 
 void Roles::start(Role& role, std::ostream& log) {
@@ -57,11 +58,16 @@ void Roles::start(Role& role, std::ostream& log) {
 }
 
 void Roles::start_all(std::ostream& log) {
+  if (options_.external) {
+    wait_for_registrations(log);
+    return;
+  }
   for (Role& r : environments_) start(r, log);
   for (Role& r : workers_) start(r, log);
 }
 
 void Roles::stop_all() {
+  // External roles are the launcher's: they end when roles.json says the run is finished.
   for (Role& r : workers_) {
     if (r.process) r.process->stop();
   }
@@ -87,7 +93,9 @@ void Roles::report_failure(FailedRole role, const std::string& url) {
   }
 }
 
-void Roles::check(std::ostream& log) {
+bool Roles::check(std::ostream& log) {
+  if (options_.external) return check_registered(log);
+  bool changed = false;
   for (auto* list : {&environments_, &workers_}) {
     for (Role& r : *list) {
       std::string why;
@@ -127,8 +135,10 @@ void Roles::check(std::ostream& log) {
         ++restarts_;
       }
       start(r, log);
+      changed = true;
     }
   }
+  return changed;
 }
 
 int64_t Roles::restarts() const {
@@ -141,7 +151,24 @@ int64_t Roles::version() const {
   return version_;
 }
 
-int Roles::refit(const std::string& checkpoint, int64_t version) {
+namespace {
+// grpo.refit = comm: waits until the worker at `url` serves `version` (its process loads what
+// the learner sent); an HttpFailure when it does not within timeout_s.
+void wait_for_version(const std::string& url, const std::string& version, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (true) {
+    const JsonReply reply = get_json(url, "/v1/models", timeout_s);
+    if (reply.status == 200 && reply.body.contains("data") && reply.body["data"].is_array() && !reply.body["data"].empty() &&
+        reply.body["data"][0].value("weight_version", "") == version)
+      return;
+    if (std::chrono::steady_clock::now() > deadline)
+      throw HttpFailure(url + " does not serve weight version " + version + " within " + std::to_string(timeout_s) + " s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+}  // namespace
+
+int Roles::refit(const std::string& checkpoint, int64_t version, bool sent) {
   // An asynchronous save renames its directory into place once complete: wait for it.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(config_.grpo.generation_timeout_s);
   while (!std::filesystem::exists(checkpoint)) {
@@ -164,8 +191,12 @@ int Roles::refit(const std::string& checkpoint, int64_t version) {
   for (const std::string& url : urls) {
     threads.emplace_back([&, url] {
       try {
-        post_ok(url, "/load_weights", {{"path", checkpoint}, {"version", "step-" + std::to_string(version)}},
-                config_.grpo.generation_timeout_s);
+        if (sent) {
+          wait_for_version(url, "step-" + std::to_string(version), config_.grpo.generation_timeout_s);
+        } else {
+          post_ok(url, "/load_weights", {{"path", checkpoint}, {"version", "step-" + std::to_string(version)}},
+                  config_.grpo.generation_timeout_s);
+        }
         if (expected.empty()) return;
         const JsonReply reply = get_json(url, "/weights_digest", config_.grpo.generation_timeout_s);
         if (reply.status != 200) throw HttpFailure(url + "/weights_digest: " + reply.error_message());
@@ -203,12 +234,28 @@ nlohmann::json Roles::addresses() const {
       if (r.process) pids[r.url] = r.process->pid();
     }
   }
-  return {{"environments", env}, {"generation_workers", workers}, {"pids", pids}, {"weight_version", version_},
-          {"checkpoint", checkpoint_}};
+  nlohmann::json out = {{"environments", env}, {"generation_workers", workers}, {"pids", pids}, {"weight_version", version_},
+                        {"checkpoint", checkpoint_}, {"launch", options_.external ? "external" : "local"}};
+  if (options_.external) {
+    nlohmann::json registered = nlohmann::json::array();
+    for (const auto* list : {&environments_, &workers_}) {
+      for (const Role& r : *list) {
+        if (r.registration) {
+          registered.push_back(r.registration->to_json());
+          pids[r.url] = r.registration->server_pid;
+        }
+      }
+    }
+    if (learner_) registered.push_back(learner_->to_json());
+    out["registered"] = registered;
+    out["pids"] = pids;
+  }
+  return out;
 }
 
 void Roles::kill(const std::string& kind, size_t index) {
   auto& list = kind == "environment" ? environments_ : workers_;
+  LOOM_CHECK(!options_.external, "Roles::kill: the roles of an external launch are not this process's children");
   LOOM_CHECK(index < list.size(), "no " + kind + " " + std::to_string(index));
   list[index].process->kill_now();
 }

@@ -7,6 +7,7 @@
 #include <iosfwd>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "loom/config/run_config.h"
 #include "loom/rl/agent_loop.h"
 #include "loom/rl/controller/child_process.h"
+#include "loom/rl/launch/registration.h"
 
 namespace loom::rl {
 
@@ -23,6 +25,12 @@ struct RoleOptions {
   std::string log_dir;             // one log per start: <role>-<i>.<start>.log
   std::string checkpoint;          // the weights workers start from
   double start_timeout_s = 120.0;  // until a role listens
+  // grpo.launch = external: the roles are started by a launcher, each registers itself under
+  // grpo_dir/roles (launch/registration.h) and its supervisor restarts its server; these Roles
+  // only read the registrations (the learner's too), load the current weights into a worker
+  // that registers anew, and ask a supervisor to restart a server that does not answer.
+  bool external = false;
+  std::string grpo_dir;
 };
 
 class Roles {
@@ -41,15 +49,19 @@ class Roles {
   // does not answer.
   void report_failure(FailedRole role, const std::string& url);
   // Restarts every role that ended or was reported and does not answer; logs each restart.
-  // Throws when a role needed more than grpo.max_role_restarts restarts.
-  void check(std::ostream& log);
+  // Throws when a role needed more than grpo.max_role_restarts restarts. External: takes up
+  // new registrations, throws when a role's registration says it gave up. Returns whether an
+  // address changed (roles.json is then out of date).
+  bool check(std::ostream& log);
   int64_t restarts() const;
 
   // Every worker loads `checkpoint` as weight version `version` (in parallel). With
   // grpo.verify_refit each worker then reports the digest of the weights it holds
   // (GET /weights_digest), which must equal the checkpoint's (`loom ckpt digest`): a worker that
   // differs is an Error naming it. Returns the number of workers verified.
-  int refit(const std::string& checkpoint, int64_t version);
+  // `sent`: grpo.refit = comm, the learner already sent the weights to the workers' processes;
+  // each worker is then waited for (GET /v1/models) until it serves `version`, not asked to load.
+  int refit(const std::string& checkpoint, int64_t version, bool sent = false);
   int64_t version() const;
 
   nlohmann::json addresses() const;  // {"environments": [...], "generation_workers": [...]}
@@ -64,14 +76,23 @@ class Roles {
     std::string url;
     int starts = 0;
     bool suspect = false;
+    std::optional<Registration> registration;  // external: the one in use
+    std::optional<Registration> tried;         // external: the last one taken up or refused
   };
   void start(Role& role, std::ostream& log);
+  // External: waits (grpo.register_timeout_s) until every role and the learner registered.
+  void wait_for_registrations(std::ostream& log);
+  // External: a role's registration that is not the one in use is taken up; returns whether.
+  bool adopt(Role& role, const Registration& registration, std::ostream& log);
+  bool check_registered(std::ostream& log);
+  static std::string registered_role(const Role& role) { return role.kind == "worker" ? "generation" : role.kind; }
   std::vector<std::string> command(const Role& role) const;
 
   const config::RunConfig& config_;
   RoleOptions options_;
   mutable std::mutex mutex_;  // guards urls, suspect flags, checkpoint_, version_
   std::vector<Role> environments_, workers_;
+  std::optional<Registration> learner_;  // external: the learner's rank 0
   std::string checkpoint_;
   int64_t version_ = 0;
   int64_t restarts_ = 0;

@@ -1,0 +1,34 @@
+#include "loom/rl/launch/server_command.h"
+
+#include <algorithm>
+
+#include "loom/core/error.h"
+
+namespace loom::rl {
+
+std::vector<std::string> server_command(const config::RunConfig& config, const std::string& role, const std::string& loom,
+                                        const std::string& checkpoint, const std::string& host) {
+  const config::GrpoConfig& g = config.grpo;
+  std::vector<std::string> argv;
+  if (role == "environment") {
+    argv = {loom, "env", "serve", "--task", g.environment, "--port", "0", "--seed", std::to_string(config.train.seed),
+            "--digits", std::to_string(g.task_digits), "--numbers", std::to_string(g.task_numbers)};
+  } else {
+    LOOM_CHECK(role == "generation", "server_command: no server for role '" + role + "'");
+    argv = {loom, "serve", checkpoint, "--port", "0", "--kv-cache-mb", std::to_string(g.worker_kv_cache_mb),
+            "--max-running", std::to_string(std::max(64, g.samples_per_prompt * 4))};
+  }
+  if (!host.empty()) {
+    argv.push_back("--host");
+    argv.push_back(host);
+  }
+  return argv;
+}
+
+std::string url_on_host(const std::string& url, const std::string& host) {
+  const size_t colon = url.rfind(':');
+  LOOM_CHECK(url.rfind("http://", 0) == 0 && colon != std::string::npos && colon > 7, "not an http://HOST:PORT address: '" + url + "'");
+  return "http://" + host + url.substr(colon);
+}
+
+}  // namespace loom::rl
