@@ -26,16 +26,8 @@ bool Roles::adopt(Role& role, const Registration& registration, std::ostream& lo
   role.tried = registration;
   if (role.kind == "worker") {
     // Whatever it started from, it serves the current weights under their version.
-    std::string checkpoint;
-    int64_t version = 0;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      checkpoint = checkpoint_;
-      version = version_;
-    }
     try {
-      post_ok(registration.url, "/load_weights", {{"path", checkpoint}, {"version", "step-" + std::to_string(version)}},
-              options_.start_timeout_s);
+      post_ok(registration.url, "/load_weights", current_weights(), options_.start_timeout_s);
     } catch (const HttpFailure& e) {
       log << "loom grpo: " << name << " registered " << registration.url << " but did not load the weights (" << e.what()
           << "); waiting for it to register again" << std::endl;

@@ -32,6 +32,11 @@ std::vector<std::string> Roles::command(const Role& role) const {
   return server_command(config_, role.kind == "environment" ? "environment" : "generation", options_.loom_binary, checkpoint_, "");
 }
 
+nlohmann::json Roles::current_weights() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {{"path", checkpoint_}, {"version", "step-" + std::to_string(version_)}};
+}
+
 void Roles::start(Role& role, std::ostream& log) {
   const std::string name = role.kind + " " + std::to_string(role.index);
   const std::string log_path = options_.log_dir + "/" + role.kind + "-" + std::to_string(role.index) + "." +
@@ -40,14 +45,7 @@ void Roles::start(Role& role, std::ostream& log) {
   const std::string url = wait_for_listening(*role.process, options_.start_timeout_s, name);
   if (role.kind == "worker") {
     // Whatever checkpoint it started from, it serves the current weights under their version.
-    std::string checkpoint;
-    int64_t version = 0;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      checkpoint = checkpoint_;
-      version = version_;
-    }
-    post_ok(url, "/load_weights", {{"path", checkpoint}, {"version", "step-" + std::to_string(version)}}, options_.start_timeout_s);
+    post_ok(url, "/load_weights", current_weights(), options_.start_timeout_s);
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -90,6 +90,9 @@ class Roles {
 
   const config::RunConfig& config_;
   RoleOptions options_;
+  // The body of POST /load_weights that gives a worker the current weights and their version.
+  nlohmann::json current_weights() const;
+
   mutable std::mutex mutex_;  // guards urls, suspect flags, checkpoint_, version_
   std::vector<Role> environments_, workers_;
   std::optional<Registration> learner_;  // external: the learner's rank 0
