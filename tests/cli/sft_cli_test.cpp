@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "cli_support.h"
 
 namespace loom::testing {
@@ -66,6 +68,21 @@ TEST_F(SftCli, FineTunesResumesAndEvaluates) {
   ASSERT_EQ(eval.exit_code, 0) << eval.output;
   EXPECT_NE(eval.output.find("exact match: "), std::string::npos) << eval.output;
   EXPECT_NE(eval.output.find(" / 3 = "), std::string::npos) << eval.output;
+  // The replies are greedy: each equals `loom generate --chat --temperature 0` of its question
+  // (compared with invalid UTF-8 replaced, as the responses file writes them).
+  std::ifstream tasks(dir / "a.jsonl"), replies(dir / "r.jsonl");
+  std::string task_line, reply_line;
+  for (int i = 0; i < 3 && std::getline(tasks, task_line) && std::getline(replies, reply_line); ++i) {
+    const std::string question = nlohmann::json::parse(task_line)["messages"][0]["content"];
+    CommandResult greedy = run_loom("generate " + (dir / "tuned/checkpoints") + " --chat --temperature 0 --max-tokens 4 --prompt '" +
+                                    question + "'");
+    ASSERT_EQ(greedy.exit_code, 0) << greedy.output;
+    ASSERT_FALSE(greedy.output.empty());
+    greedy.output.pop_back();  // generate's newline
+    const std::string printed = nlohmann::json::parse(
+        nlohmann::json(greedy.output).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)).get<std::string>();
+    EXPECT_EQ(nlohmann::json::parse(reply_line)["reply"].get<std::string>(), printed) << question;
+  }
   CommandResult chat = run_loom("generate " + (dir / "tuned/checkpoints") + " --chat --prompt 'What is 2 + 2?' --max-tokens 4");
   EXPECT_EQ(chat.exit_code, 0) << chat.output;
   EXPECT_EQ(chat.output.find("<|im_start|>"), std::string::npos) << "only the reply is printed: " << chat.output;

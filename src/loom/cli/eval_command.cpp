@@ -46,6 +46,7 @@ int evaluate_tasks(const EvalArgs& args) {
     infer::GenerateOptions options;
     options.prompt = chat_template->render(prompt, nlohmann::json::array(), true);
     options.max_tokens = args.max_tokens;
+    options.sampling.temperature = 0.0;  // greedy: the reply the model ranks first
     options.stop = chat_template->end_of_turn();
     options.parse_special = true;
     const std::string reply = generator.continue_text(options);
