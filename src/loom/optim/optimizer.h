@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "loom/config/run_config.h"
+#include "loom/core/device.h"
 
 namespace loom::optim {
 
@@ -40,7 +41,8 @@ class Optimizer {
 };
 
 // The optimizer a run's config asks for (today AdamW).
-std::unique_ptr<Optimizer> make_optimizer(const config::OptimConfig& config);
+// `device`: where the pieces it is given live.
+std::unique_ptr<Optimizer> make_optimizer(const config::OptimConfig& config, Device device = Device::cpu());
 
 // The factor gradients are scaled by to clip them to config.clip_grad (1 when no clipping is due).
 // One rule for every optimizer and ZeRO stage, so every layout computes the same function.
