@@ -3,8 +3,8 @@
 # Python with PyTorch but none of the build's Debian packages and no network (the lent device
 # machine; docs/cuda.md). Here: builds test_cuda, test_nccl, loom_bench_gemm_cuda,
 # loom_bench_flash_attention_cuda and `loom` (for runtime.device=cuda) with the CUDA backend (nvcc
-# from /usr/local/cuda; sm_90a + compute_90 PTX), strips them, and packs them with the shared libraries they need beyond glibc,
-# libstdc++ and the big CUDA libraries that machine has itself (cuBLASLt, NCCL: in its
+# from /usr/local/cuda; sm_90a + compute_90 PTX), strips them, and packs them with the shared
+# libraries they need beyond glibc, libstdc++ and the big CUDA libraries that machine has itself (cuBLASLt, NCCL: in its
 # /usr/local/cuda or in PyTorch's nvidia-* packages) into .gpu-bundle/payload.tar.xz (ignored by
 # git, a few MB). Then checks that every library resolves but the driver's and that test_cuda
 # starts and skips here, saying why.
