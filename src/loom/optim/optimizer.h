@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "loom/config/run_config.h"
 #include "loom/core/device.h"
@@ -38,6 +39,10 @@ class Optimizer {
   virtual ~Optimizer() = default;
   // Updates one piece; called once per piece per step (the loop over elements is inside).
   virtual void update(const ShardPiece& piece, const StepParams& step) const = 0;
+  // The same for every piece of a step at once (on a GPU: as few launches as the pieces allow).
+  virtual void update_many(std::span<const ShardPiece> pieces, const StepParams& step) const {
+    for (const ShardPiece& piece : pieces) update(piece, step);
+  }
 };
 
 // The optimizer a run's config asks for (today AdamW).

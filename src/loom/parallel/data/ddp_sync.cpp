@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <vector>
 
 #include "loom/comm/reduce.h"
 #include "loom/parallel/data/global_norm.h"
@@ -64,12 +65,13 @@ double DdpSync::step(double lr, int64_t step) {
   const double norm = global_norm(shares, setup_.norm_excluded, setup_.model_groups);
   const optim::StepParams at{lr, step, optim::clip_factor(setup_.config->optim, norm)};
   float* target = master_.empty() ? params.values() : master_.data();
+  std::vector<optim::ShardPiece> pieces;
   for (const optim::Segment& s : segments_) {
-    optimizer_->update({target + s.offset, params.grads() + s.offset,
-                        {exp_avg_.data<float>() + s.offset, exp_avg_sq_.data<float>() + s.offset}, s.numel,
-                        s.weight_decay, s.lr_scale},
-                       at);
+    pieces.push_back({target + s.offset, params.grads() + s.offset,
+                      {exp_avg_.data<float>() + s.offset, exp_avg_sq_.data<float>() + s.offset}, s.numel,
+                      s.weight_decay, s.lr_scale});
   }
+  optimizer_->update_many(pieces, at);
   if (!master_.empty()) comm::from_f32(compact_store_.data(), master_.data(), params.total(), setup_.param_dtype);
   clear_gradients();
   close_step_traffic(blocked_seconds());
