@@ -3,7 +3,8 @@
 # CPU path, the cuBLASLt products, flash attention, the NCCL communicator), then the GPU
 # benchmarks beside PyTorch on the same GPU and shapes (bf16 / FP8 GEMMs against torch.matmul and
 # torch._scaled_mm, flash attention against scaled_dot_product_attention), and prints a short
-# table last. Binaries come from .gpu-bundle/ (scripts/gpu_bundle.sh, made on a build machine)
+# table last; one linear layer per precision recipe shows FP8's speedup over bf16, casts included.
+# Binaries come from .gpu-bundle/ (scripts/gpu_bundle.sh, made on a build machine)
 # when it is there, else they are built here (which needs the build's Debian packages). Logs and
 # results go to $OUT (the device tool's folder that comes back) or /tmp/loom-gpu-out. The steps'
 # timeouts add up to about 8 minutes, inside one 10-minute device command (give it timeout_s 600).
@@ -20,7 +21,8 @@ if [ -f .gpu-bundle/payload.tar.xz ]; then
   libs="$work/lib"
 else
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON >/dev/null &&
-    cmake --build build-gpu -j"$(nproc)" --target test_cuda test_nccl loom_bench_gemm_cuda loom_bench_flash_attention_cuda loom \
+    cmake --build build-gpu -j"$(nproc)" --target test_cuda test_nccl loom_bench_gemm_cuda loom_bench_flash_attention_cuda \
+      loom_bench_linear_precision_cuda loom \
       >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
   bin="$repo/build-gpu/bench" tests="$repo/build-gpu" libs=""
 fi
@@ -89,6 +91,7 @@ echo "== benchmarks"
 : >"$out/bench.txt"
 timeout 45 "$bin/loom_bench_gemm_cuda" 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
 timeout 45 python3 bench/cuda/torch_cuda_peer.py gemm 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
+timeout 60 "$bin/loom_bench_linear_precision_cuda" 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
 timeout 90 "$bin/loom_bench_flash_attention_cuda" 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
 timeout 60 python3 bench/cuda/torch_cuda_peer.py attention 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
 python3 bench/cuda/gpu_table.py "$out/bench.txt" "$out/test_cuda.xml" "$out/test_nccl.xml"

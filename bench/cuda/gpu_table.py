@@ -42,7 +42,31 @@ def bench(path):
     return "\n".join(out) + "\n(loom/torch: torch's time over loom's; > 1 means loom is faster)"
 
 
+def recipes(path):
+    """One linear layer per precision recipe (loom_bench_linear_precision_cuda): each recipe's
+    time as a speedup over bf16's on the same shape."""
+    prefix = "linear layer "  # forward + dgrad + wgrad
+    times = {}
+    try:
+        lines = open(path, encoding="utf-8").read().splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        parts = line.split("|")
+        if len(parts) == 6 and parts[0] == "RESULT" and parts[2].startswith(prefix):
+            times.setdefault(parts[3], {})[parts[2][len(prefix):]] = float(parts[4])
+    out = []
+    for shape, by_recipe in times.items():
+        bf16 = by_recipe.get("bf16")
+        cells = [f"{r} {bf16 / ms:.2f}x" if bf16 else f"{r} {ms:.3f} ms" for r, ms in by_recipe.items()]
+        out.append(f"linear layer (fwd+dgrad+wgrad) {shape}, speedup over bf16: " + ", ".join(cells))
+    return "\n".join(out)
+
+
 if __name__ == "__main__":
     for xml in sys.argv[2:]:
         print(tests(xml))
     print(bench(sys.argv[1]))
+    speedups = recipes(sys.argv[1])
+    if speedups:
+        print(speedups)

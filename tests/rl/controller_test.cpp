@@ -152,6 +152,44 @@ TEST(Controller, SynchronousRunTrainsOnlyOnTheCurrentVersion) {
   for (const json& row : metric_rows(config.run.dir + "/metrics.jsonl")) EXPECT_EQ(row["staleness"], json({{"0", 2}})) << row.dump();
 }
 
+// Validation: the held-out prompts (task indices from grpo.validation_first_index) are answered
+// before training and every validation_interval steps, after the refit. Every refit here loads
+// the starting weights again, so each validation must measure the same reward.
+TEST(Controller, ValidatesHeldOutPromptsBeforeTrainingAndEveryInterval) {
+  const GrpoRun& run = grpo_run();
+  const config::RunConfig config = run.config("validation", {"train.steps=3", "grpo.max_staleness=0", "grpo.validation_prompts=12",
+                                                             "grpo.validation_interval=2", "grpo.validation_first_index=500"});
+  std::ostringstream log;
+  ControllerOptions options;
+  options.loom_binary = LOOM_BINARY;
+  options.initial_checkpoint = run.checkpoint;
+  Controller controller(config, options, log);
+  std::thread thread([&] { controller.run(); });
+  LearnerClient learner(find_controller(config.run.dir + "/grpo", 120.0), 120.0);
+  for (int64_t step = 0; step < 3; ++step) {
+    groups_of_batch(learner.batch_text(step), step);
+    learner.step_done(step, run.checkpoint + "/step-00000002", json::object());
+  }
+  thread.join();
+  const std::vector<json> validations = metric_rows(config.run.dir + "/validation.jsonl");
+  ASSERT_EQ(validations.size(), 3u) << log.str();
+  const std::vector<int64_t> versions = {0, 2, 3};  // before training, after step 2 of the interval, after the last
+  for (size_t i = 0; i < validations.size(); ++i) {
+    const json& v = validations[i];
+    EXPECT_EQ(v["weight_version"], versions[i]);
+    EXPECT_EQ(v["prompts"], 12);
+    EXPECT_EQ(v["samples"], 12);
+    EXPECT_EQ(v["failed_prompts"], 0);
+    EXPECT_EQ(v["reward_mean"], validations[0]["reward_mean"]) << "the same weights, the same greedy answers";
+    EXPECT_EQ(v["truncated"], validations[0]["truncated"]);
+  }
+  const std::vector<json> rows = metric_rows(config.run.dir + "/metrics.jsonl");
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_FALSE(rows[0].contains("validation"));
+  EXPECT_EQ(rows[1]["validation"]["weight_version"], 2);
+  EXPECT_EQ(rows[2]["validation"]["weight_version"], 3);
+}
+
 TEST(Controller, RefusesARunWithoutStartingWeights) {
   const config::RunConfig config = grpo_run().config("no-weights", {});
   std::ostringstream log;

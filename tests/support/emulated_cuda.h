@@ -12,8 +12,9 @@
 namespace loom::testing {
 
 // Registers the emulated device as Device::cuda(0) .. cuda(devices - 1) and its entries: exactly
-// the ops the real backend has a kernel for (where this build has one). Idempotent; `devices`
-// of the first call wins.
+// the ops the real backend has a kernel for (where this build has one), but the precision
+// recipes' device-only entries (amax, round_in_place, precision_linear_gemm), which have no CPU
+// kernel to run. Idempotent; `devices` of the first call wins.
 void install_emulated_cuda(int devices = 2);
 
 constexpr uintptr_t kDeviceTag = uintptr_t{1} << 62;

@@ -59,6 +59,13 @@ struct GrpoConfig {
   double environment_timeout_s = 30.0;    // one environment request
   double step_timeout_s = 1800.0;         // the learner waiting for one step's groups
   int max_role_restarts = 10;             // restarts of one environment server or worker before the run fails
+  // Validation: held-out prompts (task indices from validation_first_index on, never trained),
+  // answered by the workers before training and every validation_interval steps.
+  int validation_prompts = 0;             // 0: no validation
+  int validation_interval = 10;           // learner steps between validations (and after the last)
+  int validation_first_index = 1000000;      // the environment task index of the first held-out prompt
+  int validation_samples = 1;             // answers per held-out prompt
+  double validation_temperature = 0.0;    // 0: greedy
 };
 
 }  // namespace loom::config

@@ -64,6 +64,11 @@ std::vector<Key<GrpoConfig>> grpo_keys() {
       field("environment_timeout_s", &GrpoConfig::environment_timeout_s, greater_than(0)),
       field("step_timeout_s", &GrpoConfig::step_timeout_s, greater_than(0)),
       field("max_role_restarts", &GrpoConfig::max_role_restarts, at_least(0)),
+      field("validation_prompts", &GrpoConfig::validation_prompts, at_least(0)),
+      field("validation_interval", &GrpoConfig::validation_interval, at_least(1)),
+      field("validation_first_index", &GrpoConfig::validation_first_index, at_least(0)),
+      field("validation_samples", &GrpoConfig::validation_samples, at_least(1)),
+      field("validation_temperature", &GrpoConfig::validation_temperature, at_least(0.0)),
   };
 }
 

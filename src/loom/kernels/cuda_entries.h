@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "loom/core/device.h"
+#include "loom/kernels/precision_gemm.h"
 #include "loom/kernels/types.h"
 
 namespace loom::kernels {
@@ -70,6 +71,10 @@ struct CudaEntries {
                                    const FlashAttentionShape& s, const AttentionVisibility& vis) = nullptr;
   void (*merge_attention_partials)(Device, float* out, float* lse, const float* part_out, const float* part_lse,
                                    const FlashAttentionShape& s) = nullptr;
+  // The precision recipes' linear GEMMs (precision_gemm.h).
+  float (*amax)(Device, const float* x, int64_t n) = nullptr;
+  void (*round_in_place)(Device, float* x, int64_t n, OutputRounding rounding) = nullptr;
+  void (*precision_linear_gemm)(Device, const PrecisionGemm& gemm) = nullptr;
   bool started = false;  // whether a CUDA backend registered at all
   int devices = 0;       // the GPUs it serves: Device::cuda(0) .. cuda(devices - 1)
 };

@@ -262,6 +262,22 @@ void scale_in_place(Device device, float* x, int64_t n, float factor) {
 
 bool any_non_finite(Device device, const float* x, int64_t n) { LOOM_DISPATCH(any_non_finite, x, n); }
 
+// The recipes' device entries have no CPU kernel: the CPU path emulates them in the model layer.
+#define LOOM_DEVICE_ONLY(op, ...)                                                                      \
+  if (device.is_cpu()) [[unlikely]]                                                                  \
+    throw Error("kernels::" #op " runs on a GPU only; on the CPU the precision recipes are emulated " \
+                "(model/linear_precision.cpp)");                                                      \
+  return cuda_kernel(cuda_entries().op, #op, device)(device, __VA_ARGS__)
+
+float amax(Device device, const float* x, int64_t n) { LOOM_DEVICE_ONLY(amax, x, n); }
+void round_in_place(Device device, float* x, int64_t n, OutputRounding rounding) {
+  LOOM_DEVICE_ONLY(round_in_place, x, n, rounding);
+}
+void precision_linear_gemm(Device device, const PrecisionGemm& gemm) {
+  LOOM_DEVICE_ONLY(precision_linear_gemm, gemm);
+}
+#undef LOOM_DEVICE_ONLY
+
 void relu2_forward(Device device, float* out, const float* in, int64_t n) {
   LOOM_CPU_ONLY(relu2_forward, out, in, n);
 }

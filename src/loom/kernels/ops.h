@@ -11,6 +11,7 @@
 #include <span>
 
 #include "loom/core/device.h"
+#include "loom/kernels/precision_gemm.h"
 #include "loom/kernels/types.h"
 
 namespace loom::kernels {
@@ -143,5 +144,13 @@ double sum_of_squares(Device device, const float* x, int64_t n);
 void scale_in_place(Device device, float* x, int64_t n, float factor);
 // Whether x[0, n) holds an Inf or NaN (the gradients' check before an optimizer step).
 bool any_non_finite(Device device, const float* x, int64_t n);
+
+// --- the precision recipes' linear GEMMs on a GPU (precision_gemm.h). Device entries only: the
+// CPU emulates the recipes in fp32 (model/linear_precision.cpp), so on the CPU these throw.
+// max |x| (NaN or Inf when one is there), read back to the host: the scale and Inf/NaN decisions
+// are the host's. round_in_place: x rounded to the dtype and widened back (None: unchanged).
+float amax(Device device, const float* x, int64_t n);
+void round_in_place(Device device, float* x, int64_t n, OutputRounding rounding);
+void precision_linear_gemm(Device device, const PrecisionGemm& gemm);
 
 }  // namespace loom::kernels

@@ -190,7 +190,15 @@ const float* LinearPrecision::prepare(Operand op, GemmPass pass, const float* x,
   return buf;
 }
 
+kernels::OutputRounding LinearPrecision::rounding() const {
+  return recipe_ == Recipe::Fp16 ? kernels::OutputRounding::Fp16 : kernels::OutputRounding::Bf16;
+}
+
 void LinearPrecision::round_output(float* data, int64_t n) const {
+  if (!device_.is_cpu()) {
+    kernels::round_in_place(device_, data, n, rounding());
+    return;
+  }
   if (recipe_ == Recipe::Fp16) {
     p::round_to_fp16(data, n);
   } else {
@@ -203,6 +211,7 @@ float* LinearPrecision::output_scratch(int64_t n) { return sized(scratch_->out, 
 void LinearPrecision::forward(float* out, const float* in, const float* weight, const float* bias, int64_t n,
                               int64_t in_features, int64_t out_features, bool accumulate, GemmOutput output) {
   if (n == 0 || out_features == 0) return;
+  if (!device_.is_cpu()) return device_forward(out, in, weight, bias, n, in_features, out_features, accumulate, output);
   const float* x = prepare(Operand::Input, GemmPass::Forward, in, n, in_features);
   const float* w = prepare(Operand::Weight, GemmPass::Forward, weight, out_features, in_features);
   const int64_t count = n * out_features;
@@ -216,6 +225,8 @@ void LinearPrecision::backward(float* din, float* dweight, float* dbias, const f
                                const float* weight, int64_t n, int64_t in_features, int64_t out_features,
                                GemmOutput din_output) {
   if (n == 0) return;
+  if (!device_.is_cpu())
+    return device_backward(din, dweight, dbias, dout, in, weight, n, in_features, out_features, din_output);
   if (dbias != nullptr)
     kernels::linear_backward(kHost, nullptr, nullptr, dbias, dout, nullptr, nullptr, n, in_features, out_features);
   // Per-tensor recipes quantize dout the same way for both GEMMs; block-scaled ones block it
@@ -245,9 +256,15 @@ void LinearPrecision::backward(float* din, float* dweight, float* dbias, const f
 PrecisionContext::PrecisionContext(PrecisionPolicy policy)
     : policy_(policy), scratch_(std::make_shared<PrecisionScratch>()) {}
 
+void PrecisionContext::set_device(Device device) {
+  device_ = device;
+  for (const auto& l : layers_) l->set_device(device);
+}
+
 std::shared_ptr<LinearPrecision> PrecisionContext::make(Recipe recipe, const std::string& name) {
   if (recipe == Recipe::Fp32) return nullptr;
   auto layer = std::make_shared<LinearPrecision>(recipe, policy_.amax_history, policy_.margin, scratch_);
+  layer->set_device(device_);
   layers_.push_back(layer);
   names_.push_back(name);
   return layer;

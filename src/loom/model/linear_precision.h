@@ -31,6 +31,16 @@
 // tensor. fp8_current then takes the max of the pieces' amaxes over the tensor-parallel group,
 // and a GEMM whose reduction dimension is split leaves its fp32 partial product unrounded for
 // the caller to sum and round once, so every rank computes what one rank would.
+//
+// On a GPU (set_device(Device::cuda(i)); docs/cuda.md) the same GEMMs run in the recipe's real
+// formats on tensor cores through the device entry kernels::precision_linear_gemm: bf16 / fp16
+// operands, FP8 with per-tensor scales (E4M3, E5M2 for output gradients) or cuBLASLt's 1x128 /
+// 128x128 block scales, MXFP8 emulated (decoded to bf16: Hopper has no MX tensor cores), fp32
+// accumulation, the result rounded to the activation dtype. The scales and the Inf/NaN decision
+// stay on the host: each FP8 operand's amax is read back (one 4-byte read per operand per GEMM),
+// so fp8_delayed's histories, fp8_current's scales and the tensor-parallel max are exactly the
+// CPU's; an operand with Inf/NaN is passed on unquantized there too (the GEMM then runs in fp32,
+// the other operand quantized and dequantized as on the CPU).
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -39,6 +49,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loom/core/device.h"
+#include "loom/kernels/precision_gemm.h"
 #include "loom/model/buffers.h"
 #include "loom/precision/fp8_scaling.h"
 #include "loom/config/run_config.h"
@@ -84,6 +96,16 @@ struct PrecisionPolicy {
   Recipe head_recipe() const;
 };
 
+// The cast of operand `op` on a device under `recipe` (the formats and scales prepare() emulates on
+// the CPU): amax is the operand's (the whole tensor's for a fp8_current piece), delayed_scale
+// fp8_delayed's current scale. A non-finite amax passes an FP8 operand on unquantized (None).
+// `data` is left null for the caller.
+kernels::CastOperand device_cast(Recipe recipe, Operand op, float amax, float delayed_scale, int margin);
+// cuBLASLt's FP8 products need every GEMM dimension a multiple of 16 (per-tensor recipes) or of
+// 128 (fp8_blockwise, whose block scales loom asks whole); an Error naming the recipe, the sizes
+// and the rule otherwise. bf16, fp16 and the emulated mxfp8 take any size.
+void check_device_shape(Recipe recipe, int64_t n, int64_t in_features, int64_t out_features);
+
 // Scratch for the quantized operand copies and GEMM outputs, shared by the layers of a model
 // (one GEMM runs at a time).
 struct PrecisionScratch {
@@ -99,6 +121,9 @@ class LinearPrecision {
                            std::shared_ptr<PrecisionScratch> scratch = nullptr);
 
   Recipe recipe() const { return recipe_; }
+  // Where the layer's tensors live: the CPU emulates the recipe, a GPU runs its real formats.
+  void set_device(Device device) { device_ = device; }
+  Device device() const { return device_; }
 
   // Tensor parallelism: `sharded[op]` says this rank holds only a piece of operand op's global
   // tensor. fp8_current then scales such an operand by the max of the pieces' amaxes over
@@ -138,10 +163,20 @@ class LinearPrecision {
   precision::Fp8Format format(Operand op) const;
   void quantize_fp8(Operand op, GemmPass pass, float* buf, int64_t rows, int64_t cols, float tensor_amax);
   float* output_scratch(int64_t n);
+  kernels::OutputRounding rounding() const;
+  // The GPU path of forward / backward (linear_precision_device.cpp).
+  void device_forward(float* out, const float* in, const float* weight, const float* bias, int64_t n,
+                      int64_t in_features, int64_t out_features, bool accumulate, GemmOutput output);
+  void device_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
+                       const float* weight, int64_t n, int64_t in_features, int64_t out_features,
+                       GemmOutput din_output);
+  // Operand `op` (n elements on the device) cast as the recipe says; fp8_delayed records its amax.
+  kernels::CastOperand device_operand(Operand op, const float* x, int64_t n);
   // The amax of operand `op`'s global tensor from this rank's piece's `local` amax.
   float global_amax(Operand op, float local) const;
 
   Recipe recipe_;
+  Device device_ = Device::cpu();
   int margin_;
   std::shared_ptr<PrecisionScratch> scratch_;
   comm::Communicator* tp_group_ = nullptr;
@@ -156,6 +191,8 @@ class PrecisionContext {
  public:
   explicit PrecisionContext(PrecisionPolicy policy = {});
   const PrecisionPolicy& policy() const { return policy_; }
+  // The device of every layer's tensors, made so far and from now on (the CPU by default).
+  void set_device(Device device);
   // A new layer's precision, registered here under the GEMM's name (model.layers.3.mlp.up_proj);
   // nullptr for Fp32 (the layer then calls the fp32 kernels directly).
   std::shared_ptr<LinearPrecision> make(Recipe recipe, const std::string& name);
@@ -178,6 +215,7 @@ class PrecisionContext {
   std::shared_ptr<PrecisionScratch> scratch_;
   std::vector<std::shared_ptr<LinearPrecision>> layers_;
   std::vector<std::string> names_;  // by layer
+  Device device_ = Device::cpu();
 };
 
 }  // namespace loom::model

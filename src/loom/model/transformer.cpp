@@ -24,6 +24,16 @@ kernels::RopeScaling rope_scaling(const config::ModelConfig& c) {
   s.beta_slow = c.rope_beta_slow;
   return s;
 }
+
+void check_chunks(const std::vector<LayerRange>& chunks, int layers) {
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const int floor = c == 0 ? 0 : chunks[c - 1].last;
+    LOOM_CHECK(chunks[c].first >= floor && chunks[c].first < chunks[c].last && chunks[c].last <= layers,
+               "model chunk " + std::to_string(c) + " holds layers [" + std::to_string(chunks[c].first) + ", " +
+                   std::to_string(chunks[c].last) + "): chunks need at least one layer each, in order, within the " +
+                   std::to_string(layers) + " layers");
+  }
+}
 }  // namespace
 
 Transformer::Transformer(const config::ModelConfig& config, TensorParallel tp, PrecisionPolicy precision,
@@ -47,13 +57,7 @@ Transformer::Transformer(const config::ModelConfig& config, TensorParallel tp, P
   if (device.is_cuda()) check_device_support(precision);
   const int L = config.layers;
   if (chunks_.empty()) chunks_.push_back({0, L});
-  for (size_t c = 0; c < chunks_.size(); ++c) {
-    const int floor = c == 0 ? 0 : chunks_[c - 1].last;
-    LOOM_CHECK(chunks_[c].first >= floor && chunks_[c].first < chunks_[c].last && chunks_[c].last <= L,
-          "model chunk " + std::to_string(c) + " holds layers [" + std::to_string(chunks_[c].first) + ", " +
-              std::to_string(chunks_[c].last) + "): chunks need at least one layer each, in order, within the " +
-              std::to_string(L) + " layers");
-  }
+  check_chunks(chunks_, L);
   const float std = static_cast<float>(config.init_std);
   const int64_t V = config.vocab_size, C = config.d_model;
   // Vocabulary rows split as evenly as they go (no padding): rank r holds [first(r), first(r+1)).

@@ -36,10 +36,21 @@ bool changes_model(const std::string& key) {
   return key.rfind("model.", 0) == 0 || key == "data.tokenizer";
 }
 
+// The stored config with today's defaults filled in: a key added after the checkpoint was written
+// takes its default, which is what the code computed before the key existed. A stored config that
+// no longer parses is compared as written.
+std::string with_defaults(const std::string& stored_yaml) {
+  try {
+    return config::to_yaml(config::parse_config(stored_yaml, "the checkpoint's config", {}));
+  } catch (const std::exception&) {
+    return stored_yaml;
+  }
+}
+
 }  // namespace
 
 ConfigChanges compare_configs(const std::string& stored_yaml, const config::RunConfig& now) {
-  const Flat before = flatten_yaml(stored_yaml), after = flatten_yaml(config::to_yaml(now));
+  const Flat before = flatten_yaml(with_defaults(stored_yaml)), after = flatten_yaml(config::to_yaml(now));
   ConfigChanges changes;
   auto value = [](const Flat& flat, const std::string& key) {
     auto it = flat.find(key);

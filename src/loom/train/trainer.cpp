@@ -55,26 +55,6 @@ comm::MeshShape mesh_shape(const config::RunConfig& config, const comm::Communic
   return check_layout(config, world.size());
 }
 
-// The ranges a checkpoint writes, readable on the host: as they are on the cpu; on a GPU copied
-// into `storage` (one device-to-host copy per array, after the step's work).
-std::vector<parallel::OwnedRange> host_ranges(Device device, std::vector<parallel::OwnedRange> ranges,
-                                              std::vector<float>& storage) {
-  if (device.is_cpu()) return ranges;
-  int64_t total = 0;
-  for (const parallel::OwnedRange& r : ranges) total += 3 * (r.end - r.begin);
-  storage.resize(static_cast<size_t>(total));
-  float* at = storage.data();
-  for (parallel::OwnedRange& r : ranges) {
-    const int64_t n = r.end - r.begin;
-    for (const float** array : {&r.value, &r.exp_avg, &r.exp_avg_sq}) {
-      copy_to_host(device, at, *array, n);
-      *array = at;
-      at += n;
-    }
-  }
-  return ranges;
-}
-
 // Parts of the trainer that read the parameters on the host.
 void check_on_host(Device device, const std::string& what) {
   LOOM_CHECK(device.is_cpu(), what + " on " + device.name() + " is not built yet (use runtime.device=cpu)");

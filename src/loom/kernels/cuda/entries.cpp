@@ -14,6 +14,8 @@
 #include "loom/kernels/cuda/flash_attention.h"
 #include "loom/kernels/cuda/gemm_lt.h"
 #include "loom/kernels/cuda/layernorm.h"
+#include "loom/kernels/cuda/precision_gemm.h"
+#include "loom/kernels/cuda/quantize.h"
 #include "loom/kernels/cuda/reduce.h"
 #include "loom/kernels/cuda/rmsnorm.h"
 #include "loom/kernels/cuda/rope.h"
@@ -166,6 +168,14 @@ void register_loss_and_optimizer(CudaEntries& e) {
   e.any_non_finite = [](Device d, const float* x, int64_t n) { return any_non_finite(x, n, stream_of(d)); };
 }
 
+void register_precision(CudaEntries& e) {
+  e.amax = [](Device d, const float* x, int64_t n) { return amax(x, n, stream_of(d)); };
+  e.round_in_place = [](Device d, float* x, int64_t n, OutputRounding rounding) {
+    round_in_place(x, n, rounding, stream_of(d));
+  };
+  e.precision_linear_gemm = [](Device d, const PrecisionGemm& g) { precision_linear_gemm(g, stream_of(d)); };
+}
+
 }  // namespace
 
 void register_kernels(CudaEntries& entries) {
@@ -173,6 +183,7 @@ void register_kernels(CudaEntries& entries) {
   register_embedding_and_rope(entries);
   register_products_and_attention(entries);
   register_loss_and_optimizer(entries);
+  register_precision(entries);
 }
 
 }  // namespace loom::kernels::cuda

@@ -35,6 +35,7 @@ cudaDataType_t cuda_type(GemmType t) {
   switch (t) {
     case GemmType::F32: return CUDA_R_32F;
     case GemmType::BF16: return CUDA_R_16BF;
+    case GemmType::F16: return CUDA_R_16F;
     case GemmType::E4M3: return CUDA_R_8F_E4M3;
     case GemmType::E5M2: return CUDA_R_8F_E5M2;
   }
@@ -45,6 +46,7 @@ const char* type_name(GemmType t) {
   switch (t) {
     case GemmType::F32: return "f32";
     case GemmType::BF16: return "bf16";
+    case GemmType::F16: return "f16";
     case GemmType::E4M3: return "e4m3";
     case GemmType::E5M2: return "e5m2";
   }

@@ -4,7 +4,7 @@
 //                                                  a stored [k, m] when transposed, b [n, k])
 // - F32: fp32 operands, fp32 accumulation (CUBLAS_COMPUTE_32F: no TF32), what kernels::gemm and
 //   the linear entries use on the GPU;
-// - BF16: bf16 operands, fp32 accumulation, bf16 or fp32 output;
+// - BF16 / F16: bf16 or fp16 operands, fp32 accumulation, an output of their type or fp32;
 // - FP8 (E4M3 / E5M2 operands, not both E5M2): fp32 accumulation, bf16 or fp32 output, each
 //   operand with a dequantisation scale in device memory: one fp32 per tensor (Tensor), one per
 //   1 x 128 run along k (Vec128: [ceil(k / 128), rows], rows contiguous) or one per 128 x 128
@@ -21,7 +21,7 @@
 
 namespace loom::kernels::cuda {
 
-enum class GemmType : uint8_t { F32, BF16, E4M3, E5M2 };
+enum class GemmType : uint8_t { F32, BF16, F16, E4M3, E5M2 };
 enum class ScaleMode : uint8_t { None, Tensor, Vec128, Block128x128 };
 
 struct GemmOperand {

@@ -3,10 +3,12 @@
 #include <httplib.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
 #include "loom/rl/http_json.h"
+#include "loom/rl/controller/validation.h"
 #include "loom/rl/rollout_json.h"
 #include "loom/serve/api_error.h"
 #include "loom/serve/request_parse.h"
@@ -144,6 +146,10 @@ json Controller::step_done(const json& body) {
   json row = metrics_.row(batch, learner, buffer_.evicted_total(), roles_->restarts(), step + 1);
   row["refit_s"] = std::chrono::duration<double>(Clock::now() - refit_start).count();
   if (config_.grpo.verify_refit) row["refit_verified_workers"] = refit_verified;
+  const int64_t trained = step + 1;
+  if (config_.grpo.validation_prompts > 0 &&
+      (trained % config_.grpo.validation_interval == 0 || trained == config_.train.steps))
+    row["validation"] = run_validation(trained);
   writer_->write(row);
   write_roles_file();
   steps_done_ = step + 1;
@@ -156,6 +162,14 @@ json Controller::step_done(const json& body) {
   return {{"weight_version", "step-" + std::to_string(step + 1)}};
 }
 
+json Controller::run_validation(int64_t weight_version) {
+  const json result = validate(config_, *roles_, weight_version, log_).to_json();
+  std::ofstream out(config_.run.dir + "/validation.jsonl", std::ios::app);
+  out << result.dump() << "\n" << std::flush;
+  LOOM_CHECK(out.good(), "loom grpo: cannot append to " + config_.run.dir + "/validation.jsonl");
+  return result;
+}
+
 void Controller::rollout_loop(int thread) {
   const config::GrpoConfig& g = config_.grpo;
   while (!stopping_) {
@@ -164,6 +178,14 @@ void Controller::rollout_loop(int thread) {
       continue;
     }
     const int64_t index = next_prompt_++;
+    if (g.validation_prompts > 0 && index >= g.validation_first_index) {
+      std::lock_guard<std::mutex> lock(fatal_mutex_);
+      fatal_ = "loom grpo: the rollouts reached task index " + std::to_string(index) +
+               ", the first held-out prompt (grpo.validation_first_index); raise it above the prompts training uses";
+      stopping_ = true;
+      buffer_.release();
+      break;
+    }
     bool pushed = false;
     for (int attempt = 0; !stopping_; ++attempt) {
       std::shared_lock<std::shared_mutex> hold(refit_lock_, std::defer_lock);
@@ -221,6 +243,10 @@ int Controller::run() {
     http_->listen_after_bind();
   });
   write_roles_file();
+  if (config_.grpo.validation_prompts > 0) {
+    std::filesystem::remove(config_.run.dir + "/validation.jsonl");
+    run_validation(0);  // the starting weights, before any rollout competes for the workers
+  }
   log_ << "loom grpo: controller on " << url_ << "; roles in " << grpo_dir(config_) << "/roles.json" << std::endl;
   const int threads = config_.grpo.rollout_threads > 0 ? config_.grpo.rollout_threads : 2 * config_.grpo.generation_workers;
   std::vector<std::thread> rollouts;

@@ -65,6 +65,9 @@ class Controller {
   void rollout_loop(int thread);
   nlohmann::json batch_for(int64_t step);
   nlohmann::json step_done(const nlohmann::json& body);
+  // Validates the workers' weights (version = learner steps trained); appends the result to
+  // run.dir/validation.jsonl and returns it for the step's metrics row.
+  nlohmann::json run_validation(int64_t weight_version);
   void write_roles_file();
 
   const config::RunConfig& config_;

@@ -1,0 +1,133 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+#include <type_traits>
+
+#include "loom/core/error.h"
+#include "loom/kernels/cuda/cast.h"
+#include "loom/kernels/cuda/device.h"
+#include "loom/kernels/cuda/fp8_format.cuh"
+#include "loom/kernels/cuda/launch.cuh"
+
+namespace loom::kernels::cuda {
+
+namespace {
+
+constexpr int kTile = 32;
+
+// One element's cast (the scale multiplies, rounded on its own, before FP8 encoding only).
+template <CastTo kTo>
+struct Caster {
+  float scale;
+  __device__ auto operator()(float x) const {
+    if constexpr (kTo == CastTo::F32) {
+      return x;
+    } else if constexpr (kTo == CastTo::BF16) {
+      return __float2bfloat16_rn(x);
+    } else if constexpr (kTo == CastTo::F16) {
+      return __float2half_rn(x);
+    } else {
+      return fp8_encode(__fmul_rn(x, scale), kTo == CastTo::E4M3 ? Fp8::E4M3 : Fp8::E5M2);
+    }
+  }
+};
+
+template <typename Out, typename Cast>
+__global__ void cast_kernel(const float* __restrict__ in, Out* __restrict__ out, int64_t n, Cast cast) {
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) out[i] = cast(in[i]);
+}
+
+// 32 x 32 tiles through shared memory, so both the reads and the writes are coalesced.
+template <typename Out, typename Cast>
+__global__ void transpose_cast_kernel(const float* __restrict__ in, Out* __restrict__ out, int64_t rows,
+                                      int64_t cols, Cast cast) {
+  __shared__ float tile[kTile][kTile + 1];
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile, r0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
+    const int64_t r = r0 + i, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) tile[i][threadIdx.x] = in[r * cols + c];
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
+    const int64_t c = c0 + i, r = r0 + threadIdx.x;
+    if (c < cols && r < rows) out[c * rows + r] = cast(tile[threadIdx.x][i]);
+  }
+}
+
+template <CastTo kTo>
+void launch_cast(const float* in, void* out, int64_t rows, int64_t cols, bool transpose, float scale,
+                 cudaStream_t stream) {
+  const Caster<kTo> cast{scale};
+  using Out = decltype(cast(0.0f));
+  Out* o = static_cast<Out*>(out);
+  if (!transpose) {
+    cast_kernel<<<grid_for(rows * cols), kThreads, 0, stream>>>(in, o, rows * cols, cast);
+    check_launch("cast_kernel");
+    return;
+  }
+  const int64_t tiles_x = (cols + kTile - 1) / kTile, tiles_y = (rows + kTile - 1) / kTile;
+  LOOM_CHECK(tiles_x < (int64_t{1} << 31) && tiles_y <= 65535,
+             "cast_operand: " + std::to_string(rows) + " x " + std::to_string(cols) + " is too large to transpose");
+  transpose_cast_kernel<<<dim3(static_cast<unsigned>(tiles_x), static_cast<unsigned>(tiles_y)), dim3(kTile, 8), 0,
+                          stream>>>(in, o, rows, cols, cast);
+  check_launch("transpose_cast_kernel");
+}
+
+__device__ inline float rounded(float v, OutputRounding rounding) {
+  if (rounding == OutputRounding::Bf16) return __bfloat162float(__float2bfloat16_rn(v));
+  if (rounding == OutputRounding::Fp16) return __half2float(__float2half_rn(v));
+  return v;
+}
+
+template <typename In>
+__global__ void finish_kernel(float* dst, const In* src, const float* __restrict__ bias, int64_t rows, int64_t cols,
+                              OutputRounding rounding, bool accumulate) {
+  for (int64_t i = grid_start(); i < rows * cols; i += grid_stride()) {
+    float v;
+    if constexpr (std::is_same_v<In, __nv_bfloat16>) {
+      v = __bfloat162float(src[i]);  // cuBLASLt rounded the fp32 sum already
+    } else {
+      v = rounded(bias ? __fadd_rn(src[i], bias[i % cols]) : src[i], rounding);
+    }
+    dst[i] = accumulate ? __fadd_rn(dst[i], v) : v;
+  }
+}
+
+__global__ void set_scalar_kernel(float* p, float value) { *p = value; }
+
+}  // namespace
+
+void cast_operand(const float* in, void* out, int64_t rows, int64_t cols, bool transpose, CastTo to, float scale,
+                  cudaStream_t stream) {
+  if (rows * cols == 0) return;
+  switch (to) {
+    case CastTo::F32: return launch_cast<CastTo::F32>(in, out, rows, cols, transpose, scale, stream);
+    case CastTo::BF16: return launch_cast<CastTo::BF16>(in, out, rows, cols, transpose, scale, stream);
+    case CastTo::F16: return launch_cast<CastTo::F16>(in, out, rows, cols, transpose, scale, stream);
+    case CastTo::E4M3: return launch_cast<CastTo::E4M3>(in, out, rows, cols, transpose, scale, stream);
+    case CastTo::E5M2: return launch_cast<CastTo::E5M2>(in, out, rows, cols, transpose, scale, stream);
+  }
+}
+
+void finish_output(float* dst, const void* src, bool src_bf16, const float* bias, int64_t rows, int64_t cols,
+                   OutputRounding rounding, bool accumulate, cudaStream_t stream) {
+  if (rows * cols == 0) return;
+  LOOM_CHECK(!src_bf16 || (bias == nullptr && rounding == OutputRounding::Bf16),
+             "finish_output: a bf16 result takes no bias and is rounded to bf16 already");
+  if (src_bf16) {
+    finish_kernel<<<grid_for(rows * cols), kThreads, 0, stream>>>(dst, static_cast<const __nv_bfloat16*>(src), bias,
+                                                                   rows, cols, rounding, accumulate);
+  } else {
+    finish_kernel<<<grid_for(rows * cols), kThreads, 0, stream>>>(dst, static_cast<const float*>(src), bias, rows,
+                                                                   cols, rounding, accumulate);
+  }
+  check_launch("finish_kernel");
+}
+
+void set_scalar(float* p, float value, cudaStream_t stream) {
+  set_scalar_kernel<<<1, 1, 0, stream>>>(p, value);
+  check_launch("set_scalar_kernel");
+}
+
+}  // namespace loom::kernels::cuda

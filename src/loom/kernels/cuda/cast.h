@@ -1,0 +1,32 @@
+#pragma once
+// Element casts of the precision recipes' linear GEMMs (precision_gemm.h): an fp32 operand to the
+// GEMM's input type, optionally transposed on the way (cuBLASLt's FP8 products need the reduction
+// dimension contiguous in both operands), and a GEMM's result rounded to the recipe's dtype and
+// stored or added into the fp32 output. Rounding is to nearest even as loom::precision's
+// round_to_bf16 / round_to_fp16 (fp16 overflows to Inf) and fp8_encode (saturating). All pointers
+// are device memory.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "loom/kernels/precision_gemm.h"
+#include "loom/kernels/cuda/quantize.h"
+
+namespace loom::kernels::cuda {
+
+enum class CastTo : uint8_t { F32, BF16, F16, E4M3, E5M2 };
+
+// out = cast(in * scale) for in [rows, cols]; out [rows, cols], or [cols, rows] when transposed.
+// scale multiplies before FP8 encoding only (1 elsewhere).
+void cast_operand(const float* in, void* out, int64_t rows, int64_t cols, bool transpose, CastTo to,
+                  float scale = 1.0f, cudaStream_t stream = nullptr);
+
+// dst[r, c] (+)= round(src[r, c] + bias[c]) over [rows, cols]; src fp32 or (src_bf16) already
+// rounded bf16; bias may be null. src may equal dst.
+void finish_output(float* dst, const void* src, bool src_bf16, const float* bias, int64_t rows, int64_t cols,
+                   OutputRounding rounding, bool accumulate, cudaStream_t stream = nullptr);
+
+// *p = value, in stream order.
+void set_scalar(float* p, float value, cudaStream_t stream = nullptr);
+
+}  // namespace loom::kernels::cuda

@@ -1,0 +1,252 @@
+#include "loom/kernels/cuda/precision_gemm.h"
+
+#include <algorithm>
+#include <array>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "loom/core/error.h"
+#include "loom/kernels/cuda/caching_allocator.h"
+#include "loom/kernels/cuda/cast.h"
+#include "loom/kernels/cuda/device.h"
+#include "loom/kernels/cuda/gemm_lt.h"
+#include "loom/kernels/cuda/quantize.h"
+
+namespace loom::kernels::cuda {
+
+namespace {
+
+constexpr int kMaxDevices = 16;
+
+// One device's scratch cache; calls on a device are serialised.
+struct Context {
+  std::mutex mutex;
+  CachingAllocator allocator;
+};
+
+Context& context() {
+  // Never destroyed: at exit the CUDA runtime may already be gone.
+  static auto* contexts = new std::array<std::unique_ptr<Context>, kMaxDevices>();
+  static std::mutex mutex;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  LOOM_CHECK(device < kMaxDevices, "precision GEMM: device " + std::to_string(device) + " beyond the supported " +
+                                       std::to_string(kMaxDevices));
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = (*contexts)[static_cast<size_t>(device)];
+  if (!slot) slot = std::make_unique<Context>();
+  return *slot;
+}
+
+// The scratch of one call, back to the cache when the call ends (stream order keeps reuse safe).
+class Scratch {
+ public:
+  explicit Scratch(CachingAllocator& allocator) : allocator_(allocator) {}
+  ~Scratch() {
+    for (void* p : held_) allocator_.release(p);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* bytes(int64_t n) {
+    held_.push_back(allocator_.allocate(static_cast<size_t>(std::max<int64_t>(n, 1))));
+    return held_.back();
+  }
+  float* floats(int64_t n) { return static_cast<float*>(bytes(n * static_cast<int64_t>(sizeof(float)))); }
+
+ private:
+  CachingAllocator& allocator_;
+  std::vector<void*> held_;
+};
+
+// An operand as stored, row-major [rows, cols], and whether the GEMM reduces along its columns.
+struct Stored {
+  int64_t rows, cols;
+  bool k_in_cols;
+  int64_t count() const { return rows * cols; }
+  int64_t k() const { return k_in_cols ? cols : rows; }
+  int64_t other() const { return k_in_cols ? rows : cols; }
+};
+
+// The product's view of one operand: what cuBLASLt reads.
+struct Prepared {
+  const void* data;
+  GemmType type;
+  bool k_in_cols;
+  const float* scale = nullptr;
+  ScaleMode mode = ScaleMode::None;
+};
+
+struct Dims {
+  int64_t m, n, k;
+};
+
+Dims dims_of(const PrecisionGemm& g) {
+  switch (g.pass) {
+    case LinearGemm::Forward: return {g.n, g.out_features, g.in_features};
+    case LinearGemm::DataGrad: return {g.n, g.in_features, g.out_features};
+    case LinearGemm::WeightGrad: return {g.out_features, g.in_features, g.n};
+  }
+  return {0, 0, 0};
+}
+
+// a: in [n, IC] (forward), dout [n, OC] (dgrad, wgrad); b: W [OC, IC] (forward, dgrad), in [n, IC] (wgrad).
+Stored stored_a(const PrecisionGemm& g) {
+  if (g.pass == LinearGemm::Forward) return {g.n, g.in_features, true};
+  return {g.n, g.out_features, g.pass == LinearGemm::DataGrad};
+}
+Stored stored_b(const PrecisionGemm& g) {
+  if (g.pass == LinearGemm::WeightGrad) return {g.n, g.in_features, false};
+  return {g.out_features, g.in_features, g.pass == LinearGemm::Forward};
+}
+
+bool is_fp8_cast(OperandCast c) {
+  return c == OperandCast::Fp8Tensor || c == OperandCast::Fp8Blocks || c == OperandCast::Fp8Tiles;
+}
+Fp8 fp8_of(const CastOperand& op) { return op.e5m2 ? Fp8::E5M2 : Fp8::E4M3; }
+
+void copy(float* dst, const float* src, int64_t n, cudaStream_t stream) {
+  check_cuda(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, stream),
+             "cudaMemcpyAsync (precision GEMM operand)");
+}
+
+// The operand's values as the CPU's emulation multiplies them, in fp32 (a block-scaled operand
+// read along its rows comes back transposed, its reduction dimension contiguous).
+Prepared dequantized(const CastOperand& op, const Stored& s, Scratch& scratch, cudaStream_t stream) {
+  if (op.cast == OperandCast::None) return {op.data, GemmType::F32, s.k_in_cols};
+  float* x = scratch.floats(s.count());
+  switch (op.cast) {
+    case OperandCast::Bf16:
+    case OperandCast::Fp16:
+      finish_output(x, op.data, false, nullptr, 1, s.count(),
+                    op.cast == OperandCast::Bf16 ? OutputRounding::Bf16 : OutputRounding::Fp16, false, stream);
+      return {x, GemmType::F32, s.k_in_cols};
+    case OperandCast::Fp8Tensor:
+      copy(x, op.data, s.count(), stream);
+      quantize_dequantize_fp8(x, s.count(), fp8_of(op), op.scale, stream);
+      return {x, GemmType::F32, s.k_in_cols};
+    case OperandCast::Fp8Blocks:
+      cast_operand(op.data, x, s.rows, s.cols, !s.k_in_cols, CastTo::F32, 1.0f, stream);
+      quantize_dequantize_rowwise_blocks(x, s.other(), s.k(), Fp8::E4M3, nullptr, stream);
+      return {x, GemmType::F32, true};
+    case OperandCast::Fp8Tiles:
+      copy(x, op.data, s.count(), stream);
+      quantize_dequantize_tile_blocks(x, s.rows, s.cols, Fp8::E4M3, nullptr, stream);
+      return {x, GemmType::F32, s.k_in_cols};
+    case OperandCast::Mxfp8:
+      copy(x, op.data, s.count(), stream);
+      if (s.k_in_cols) {
+        quantize_dequantize_mx(x, s.rows, s.cols, Fp8::E4M3, stream);
+      } else {
+        quantize_dequantize_mx_columns(x, s.rows, s.cols, Fp8::E4M3, stream);
+      }
+      return {x, GemmType::F32, s.k_in_cols};
+    case OperandCast::None: break;
+  }
+  return {op.data, GemmType::F32, s.k_in_cols};
+}
+
+// bf16 or fp16 copies in the stored orientation (cuBLASLt transposes 16-bit operands itself).
+Prepared sixteen_bit(const float* data, const Stored& s, bool fp16, Scratch& scratch, cudaStream_t stream) {
+  void* x = scratch.bytes(s.count() * 2);
+  cast_operand(data, x, s.rows, s.cols, false, fp16 ? CastTo::F16 : CastTo::BF16, 1.0f, stream);
+  return {x, fp16 ? GemmType::F16 : GemmType::BF16, s.k_in_cols};
+}
+
+// FP8 codes [other, k] (the reduction dimension contiguous) and their scale inverses.
+Prepared fp8(const CastOperand& op, const Stored& s, Scratch& scratch, cudaStream_t stream) {
+  auto* codes = static_cast<uint8_t*>(scratch.bytes(s.count()));
+  if (op.cast == OperandCast::Fp8Tensor) {
+    float* inverse = scratch.floats(1);
+    set_scalar(inverse, 1.0f / op.scale, stream);
+    const Fp8 f = fp8_of(op);
+    cast_operand(op.data, codes, s.rows, s.cols, !s.k_in_cols, f == Fp8::E4M3 ? CastTo::E4M3 : CastTo::E5M2, op.scale,
+                 stream);
+    return {codes, f == Fp8::E4M3 ? GemmType::E4M3 : GemmType::E5M2, true, inverse, ScaleMode::Tensor};
+  }
+  const float* src = op.data;
+  if (!s.k_in_cols) {  // blocks run along the reduction dimension: transpose first
+    float* t = scratch.floats(s.count());
+    cast_operand(op.data, t, s.rows, s.cols, true, CastTo::F32, 1.0f, stream);
+    src = t;
+  }
+  if (op.cast == OperandCast::Fp8Blocks) {
+    float* inverses = scratch.floats((s.k() + 127) / 128 * s.other());
+    encode_rowwise_blocks(src, codes, inverses, s.other(), s.k(), Fp8::E4M3, stream);
+    return {codes, GemmType::E4M3, true, inverses, ScaleMode::Vec128};
+  }
+  float* inverses = scratch.floats(blockwise_tile_scale_count(s.other(), s.k()));
+  encode_tile_blocks(src, codes, inverses, s.other(), s.k(), Fp8::E4M3, stream);
+  return {codes, GemmType::E4M3, true, inverses, ScaleMode::Block128x128};
+}
+
+const char* cast_name(OperandCast c) {
+  switch (c) {
+    case OperandCast::None: return "none";
+    case OperandCast::Bf16: return "bf16";
+    case OperandCast::Fp16: return "fp16";
+    case OperandCast::Fp8Tensor: return "fp8 per tensor";
+    case OperandCast::Fp8Blocks: return "fp8 1x128 blocks";
+    case OperandCast::Fp8Tiles: return "fp8 128x128 tiles";
+    case OperandCast::Mxfp8: return "mxfp8";
+  }
+  return "?";
+}
+
+// Both operands of one kind, unless one is None (the fp32 fallback).
+void check_casts(const PrecisionGemm& g) {
+  const OperandCast a = g.a.cast, b = g.b.cast;
+  const bool fine = a == OperandCast::None || b == OperandCast::None || (is_fp8_cast(a) && is_fp8_cast(b)) ||
+                    (a == b && (a == OperandCast::Bf16 || a == OperandCast::Fp16 || a == OperandCast::Mxfp8));
+  LOOM_CHECK(fine, std::string("precision GEMM: operands cast to ") + cast_name(a) + " and " + cast_name(b) +
+                       " cannot be multiplied together (both 16-bit of one type, both FP8, or both MXFP8)");
+  LOOM_CHECK(g.bias == nullptr || g.pass == LinearGemm::Forward, "precision GEMM: only the forward GEMM adds a bias");
+}
+
+}  // namespace
+
+void precision_linear_gemm(const PrecisionGemm& g, cudaStream_t stream) {
+  const Dims d = dims_of(g);
+  LOOM_CHECK(d.m >= 0 && d.n >= 0 && d.k >= 0, "precision GEMM: negative size");
+  if (d.m == 0 || d.n == 0) return;
+  LOOM_CHECK(d.k > 0, "precision GEMM: an empty reduction (no tokens or no features)");
+  check_casts(g);
+  Context& ctx = context();
+  std::lock_guard<std::mutex> lock(ctx.mutex);
+  Scratch scratch(ctx.allocator);
+  const Stored sa = stored_a(g), sb = stored_b(g);
+  Prepared pa{}, pb{};
+  const OperandCast kind = g.a.cast;
+  if (g.a.cast == OperandCast::None || g.b.cast == OperandCast::None) {
+    pa = dequantized(g.a, sa, scratch, stream);
+    pb = dequantized(g.b, sb, scratch, stream);
+  } else if (kind == OperandCast::Bf16 || kind == OperandCast::Fp16) {
+    pa = sixteen_bit(g.a.data, sa, kind == OperandCast::Fp16, scratch, stream);
+    pb = sixteen_bit(g.b.data, sb, kind == OperandCast::Fp16, scratch, stream);
+  } else if (kind == OperandCast::Mxfp8) {  // emulated: exact bf16 copies of the dequantized blocks
+    const Prepared qa = dequantized(g.a, sa, scratch, stream), qb = dequantized(g.b, sb, scratch, stream);
+    pa = sixteen_bit(static_cast<const float*>(qa.data), sa, false, scratch, stream);
+    pb = sixteen_bit(static_cast<const float*>(qb.data), sb, false, scratch, stream);
+  } else {
+    pa = fp8(g.a, sa, scratch, stream);
+    pb = fp8(g.b, sb, scratch, stream);
+  }
+  // A bf16 result comes out of cuBLASLt rounded (nearest even, as the CPU rounds); anything else in
+  // fp32, rounded by the finishing pass after the bias.
+  const bool bf16_out = g.rounding == OutputRounding::Bf16 && g.bias == nullptr && pa.type != GemmType::F32;
+  const int64_t count = d.m * d.n;
+  void* target = bf16_out ? scratch.bytes(count * 2) : g.accumulate ? scratch.floats(count) : g.out;
+  matmul(GemmOutput{target, bf16_out ? GemmType::BF16 : GemmType::F32},
+         GemmOperand{pa.data, pa.type, !pa.k_in_cols, pa.scale, pa.mode},
+         GemmOperand{pb.data, pb.type, pb.k_in_cols, pb.scale, pb.mode}, d.m, d.n, d.k, 1.0f, 0.0f, stream);
+  if (target != g.out || g.bias != nullptr || g.rounding != OutputRounding::None)
+    finish_output(g.out, target, bf16_out, g.bias, d.m, d.n, g.rounding, g.accumulate, stream);
+}
+
+void round_in_place(float* x, int64_t n, OutputRounding rounding, cudaStream_t stream) {
+  if (rounding == OutputRounding::None) return;
+  finish_output(x, x, false, nullptr, 1, n, rounding, false, stream);
+}
+
+}  // namespace loom::kernels::cuda

@@ -1,0 +1,131 @@
+// LinearPrecision on a GPU: the recipe's GEMMs in its real formats through the device entry
+// kernels::precision_linear_gemm (kernels/precision_gemm.h), with the same scales, amax
+// bookkeeping and Inf/NaN rule as the CPU emulation (linear_precision.cpp).
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "loom/core/error.h"
+#include "loom/kernels/ops.h"
+#include "loom/model/linear_precision.h"
+#include "loom/precision/formats.h"
+#include "loom/precision/fp8_scaling.h"
+
+namespace loom::model {
+
+namespace p = loom::precision;
+using kernels::CastOperand;
+using kernels::OperandCast;
+
+CastOperand device_cast(Recipe recipe, Operand op, float amax, float delayed_scale, int margin) {
+  CastOperand c;
+  switch (recipe) {
+    case Recipe::Fp32: return c;
+    case Recipe::Bf16: c.cast = OperandCast::Bf16; return c;
+    case Recipe::Fp16: c.cast = OperandCast::Fp16; return c;
+    default: break;
+  }
+  if (!std::isfinite(amax)) return c;  // Inf/NaN: passed on unquantized, as on the CPU
+  switch (recipe) {
+    case Recipe::Fp8Delayed:
+    case Recipe::Fp8Current: {
+      // TE's HYBRID formats: E5M2 for output gradients, E4M3 for inputs and weights.
+      c.cast = OperandCast::Fp8Tensor;
+      c.e5m2 = op == Operand::OutputGrad;
+      const p::Fp8Format f = c.e5m2 ? p::Fp8Format::E5M2 : p::Fp8Format::E4M3;
+      c.scale = recipe == Recipe::Fp8Delayed ? delayed_scale : p::compute_scale(amax, p::max_finite(f), margin, 1.0f);
+      return c;
+    }
+    case Recipe::Fp8Blockwise:
+      c.cast = op == Operand::Weight ? OperandCast::Fp8Tiles : OperandCast::Fp8Blocks;
+      return c;
+    case Recipe::Mxfp8: c.cast = OperandCast::Mxfp8; return c;
+    default: return c;
+  }
+}
+
+void check_device_shape(Recipe recipe, int64_t n, int64_t in_features, int64_t out_features) {
+  int64_t multiple = 0;
+  std::string why;
+  if (recipe == Recipe::Fp8Delayed || recipe == Recipe::Fp8Current) {
+    multiple = 16;
+    why = "cuBLASLt's FP8 products need every GEMM dimension a multiple of 16";
+  } else if (recipe == Recipe::Fp8Blockwise) {
+    multiple = 128;
+    why = "its 1x128 / 128x128 block scales are taken whole by cuBLASLt, so every GEMM dimension must be a multiple "
+          "of 128";
+  } else {
+    return;
+  }
+  if (n % multiple == 0 && in_features % multiple == 0 && out_features % multiple == 0) return;
+  throw Error("precision.recipe=" + recipe_name(recipe) + " on a GPU: " + why + "; this linear layer has " +
+              std::to_string(n) + " tokens, " + std::to_string(in_features) + " input and " +
+              std::to_string(out_features) + " output features (use sizes that are multiples of " +
+              std::to_string(multiple) + ", e.g. batch x seq and the model's widths, or precision.recipe=bf16)");
+}
+
+CastOperand LinearPrecision::device_operand(Operand op, const float* x, int64_t n) {
+  float amax = 0.0f;
+  if (is_fp8(recipe_)) {
+    // One read-back per operand: the scale and the Inf/NaN decision are the host's, as on the CPU.
+    amax = global_amax(op, kernels::amax(device_, x, n));
+    if (recipe_ == Recipe::Fp8Delayed) {
+      float& pending = pending_[static_cast<int>(op)];
+      pending = std::isfinite(amax) ? std::max(pending, amax) : INFINITY;
+    }
+  }
+  CastOperand c = device_cast(recipe_, op, amax, scale(op), margin_);
+  c.data = x;
+  return c;
+}
+
+void LinearPrecision::device_forward(float* out, const float* in, const float* weight, const float* bias, int64_t n,
+                                     int64_t in_features, int64_t out_features, bool accumulate, GemmOutput output) {
+  check_device_shape(recipe_, n, in_features, out_features);
+  kernels::PrecisionGemm g;
+  g.pass = kernels::LinearGemm::Forward;
+  g.out = out;
+  g.accumulate = accumulate;
+  g.bias = bias;
+  g.a = device_operand(Operand::Input, in, n * in_features);
+  g.b = device_operand(Operand::Weight, weight, out_features * in_features);
+  g.n = n;
+  g.in_features = in_features;
+  g.out_features = out_features;
+  g.rounding = output == GemmOutput::Rounded ? rounding() : kernels::OutputRounding::None;
+  kernels::precision_linear_gemm(device_, g);
+}
+
+void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
+                                      const float* weight, int64_t n, int64_t in_features, int64_t out_features,
+                                      GemmOutput din_output) {
+  check_device_shape(recipe_, n, in_features, out_features);
+  if (dbias != nullptr)
+    kernels::linear_backward(device_, nullptr, nullptr, dbias, dout, nullptr, nullptr, n, in_features, out_features);
+  if (din == nullptr && dweight == nullptr) return;
+  kernels::PrecisionGemm g;
+  g.n = n;
+  g.in_features = in_features;
+  g.out_features = out_features;
+  g.accumulate = true;  // backward adds into its gradients
+  // dout is cast once for both GEMMs: the device orients block scales along each GEMM's
+  // reduction dimension itself (the CPU quantizes a copy per orientation; the amax is the same).
+  g.a = device_operand(Operand::OutputGrad, dout, n * out_features);
+  if (din != nullptr) {
+    g.pass = kernels::LinearGemm::DataGrad;
+    g.out = din;
+    g.b = device_operand(Operand::Weight, weight, out_features * in_features);
+    g.rounding = din_output == GemmOutput::Rounded ? rounding() : kernels::OutputRounding::None;
+    kernels::precision_linear_gemm(device_, g);
+  }
+  if (dweight != nullptr) {
+    // The weight gradient of one micro-batch in the recipe's dtype, accumulated in fp32.
+    g.pass = kernels::LinearGemm::WeightGrad;
+    g.out = dweight;
+    g.b = device_operand(Operand::Input, in, n * in_features);
+    g.rounding = rounding();
+    kernels::precision_linear_gemm(device_, g);
+  }
+}
+
+}  // namespace loom::model
