@@ -2,9 +2,10 @@
 # Prepares the GPU tests and benchmarks to run on a machine that has the NVIDIA driver, CUDA and
 # Python with PyTorch but none of the build's Debian packages and no network (the lent device
 # machine; docs/cuda.md). Here: builds test_cuda, test_nccl, loom_bench_gemm_cuda,
-# loom_bench_flash_attention_cuda and loom_bench_linear_precision_cuda with the CUDA backend (nvcc from /usr/local/cuda; sm_90a +
-# compute_90 PTX), strips them, and packs them with the shared libraries they need beyond glibc,
-# libstdc++ and the big CUDA libraries that machine has itself (cuBLASLt, NCCL: in its
+# loom_bench_flash_attention_cuda, loom_bench_linear_precision_cuda and `loom` (for
+# runtime.device=cuda) with the CUDA backend (nvcc from /usr/local/cuda; sm_90a + compute_90 PTX),
+# strips them, and packs them with the shared libraries they need beyond glibc, libstdc++ and the
+# big CUDA libraries that machine has itself (cuBLASLt, NCCL: in its
 # /usr/local/cuda or in PyTorch's nvidia-* packages) into .gpu-bundle/payload.tar.xz (ignored by
 # git, a few MB). Then checks that every library resolves but the driver's and that test_cuda
 # starts and skips here, saying why. It also carries llm.c's GPU trainer, the peer of the GPT-2
@@ -17,6 +18,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 targets=(test_cuda test_nccl loom_bench_gemm_cuda loom_bench_flash_attention_cuda loom_bench_linear_precision_cuda)
+targets+=(loom)  # runtime.device=cuda
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON >/dev/null
 cmake --build build -j"$(nproc)" --target "${targets[@]}" >/dev/null
 bundle="$repo/.gpu-bundle"
@@ -25,6 +27,7 @@ trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
 cp build/test_cuda build/test_nccl build/bench/loom_bench_gemm_cuda build/bench/loom_bench_flash_attention_cuda \
   build/bench/loom_bench_linear_precision_cuda "$stage/bin/"
+cp build/loom "$stage/bin/"  # runtime.device=cuda
 strip --strip-unneeded "$stage"/bin/*
 # Libraries outside glibc/libstdc++ (newer on that machine), the driver and the CUDA libraries
 # it has travel with the binaries.

@@ -23,10 +23,11 @@ if [ -f .gpu-bundle/payload.tar.xz ]; then
 else
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON >/dev/null &&
     cmake --build build-gpu -j"$(nproc)" --target test_cuda test_nccl loom_bench_gemm_cuda loom_bench_flash_attention_cuda \
-      loom_bench_linear_precision_cuda \
+      loom_bench_linear_precision_cuda loom \
       >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
   bin="$repo/build-gpu/bench" tests="$repo/build-gpu" libs=""
 fi
+loom="$tests/loom"  # the trainer (runtime.device=cuda, below)
 # cuBLASLt and NCCL: the toolkit's, else the ones PyTorch's nvidia-* packages carry.
 extra=$(python3 - <<'PY' 2>/dev/null
 import glob, os
@@ -52,6 +53,15 @@ for t in test_cuda test_nccl; do
   echo "$t exit $?"
   grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|error:|Expected|rel|  Actual" "$out/$t.log" | cut -c1-400 | head -40
 done
+# The trainer on the GPU: configs/tiny.yaml (4.5M-parameter Llama-style, fp32) for 30 steps on a
+# byte-level corpus of the repository's docs (test_cuda's CudaModel tests compare it with the CPU).
+echo "== loom train runtime.device=cuda"
+mkdir -p /tmp/loom-train/corpus && for f in docs/*.md; do cp "$f" "/tmp/loom-train/corpus/$(basename "$f" .md).txt"; done
+timeout 30 "$loom" data prepare /tmp/loom-train/corpus --tokenizer byte --output /tmp/loom-train/c >"$out/train_cuda.log" 2>&1
+timeout 120 "$loom" train configs/tiny.yaml runtime.device=cuda data.train_prefix=/tmp/loom-train/c_train \
+  data.val_prefix=/tmp/loom-train/c_val train.steps=30 train.eval_interval=0 checkpoint.interval=0 log.progress=false \
+  log.interval=10 run.dir=/tmp/loom-train/run >>"$out/train_cuda.log" 2>&1
+echo "loom train exit $?"; grep -E "^model:|^step|^trained|error" "$out/train_cuda.log" | cut -c1-200 | head -8
 # Where the tensor-core attention forward spends its time (Nsight Compute on the llama1b shape;
 # clocks left alone): throughput, occupancy and warp stalls, for the next tuning step.
 ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)

@@ -13,6 +13,7 @@
 #include "loom/core/philox.h"
 #include "loom/kernels/types.h"
 #include "loom/model/transformer.h"
+#include "support/emulated_cuda.h"
 
 namespace loom::model {
 namespace {
@@ -192,6 +193,37 @@ TEST(Packing, TensorAndSequenceParallelRanksCarryThePacking) {
     losses[world.rank()] = run(model, packed, true).loss;
   });
   for (double loss : losses) EXPECT_NEAR(loss, reference.loss, 1e-5 * std::fabs(reference.loss));
+}
+
+// On the emulated CUDA device (tests/support/emulated_cuda.h: the CPU kernels behind pointers the
+// host cannot read), packed rows compute exactly the CPU's loss and gradients: positions and
+// document ids reach the kernels as device arrays.
+Result run_on_device(Transformer& model, const Layout& l) {
+  model.params().zero_grads();
+  Result r;
+  r.loss = model.forward_backward(l.inputs.data(), l.targets.data(), l.batch, l.seq, 1.0f, l.packing());
+  r.grads.resize(static_cast<size_t>(model.params().total()));
+  copy_to_host(model.params().device(), r.grads.data(), model.params().grads(), model.params().total());
+  return r;
+}
+
+void check_packed_on_device(const config::ModelConfig& config) {
+  ::loom::testing::install_emulated_cuda();
+  const Layout packed = pack_rows(make_documents(kLengths, config.vocab_size), kPacked, 80);
+  Transformer cpu(config), gpu(config, {}, {}, {}, {}, Device::cuda(0));
+  cpu.initialize(3);
+  gpu.initialize(3);
+  const Result want = run(cpu, packed, true), got = run_on_device(gpu, packed);
+  EXPECT_EQ(got.loss, want.loss);
+  EXPECT_EQ(got.grads, want.grads);
+}
+
+TEST(Packing, PackedRowsOnTheDeviceEqualTheCpuBitForBit) {
+  check_packed_on_device(llama_style());
+  check_packed_on_device(gpt2_style());
+  config::ModelConfig recompute = llama_style();
+  recompute.recompute = true;
+  check_packed_on_device(recompute);
 }
 
 }  // namespace

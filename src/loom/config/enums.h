@@ -20,6 +20,10 @@ namespace loom::config {
 enum class Backend : uint8_t { Threads, Mpi, Auto };
 constexpr std::array<std::string_view, 3> names(Backend) { return {"threads", "mpi", "auto"}; }
 
+// runtime.device: where each rank's model trains: the host, or its GPU (docs/cuda.md).
+enum class RuntimeDevice : uint8_t { Cpu, Cuda };
+constexpr std::array<std::string_view, 2> names(RuntimeDevice) { return {"cpu", "cuda"}; }
+
 // precision.recipe: what the GEMMs of linear layers compute in (model/linear_precision.h).
 enum class PrecisionRecipe : uint8_t { Fp32, Bf16, Fp16, Fp8Delayed, Fp8Current, Fp8Blockwise, Mxfp8 };
 constexpr std::array<std::string_view, 7> names(PrecisionRecipe) {

@@ -99,6 +99,7 @@ const std::vector<SectionSchema>& schema() {
       section("runtime", &RunConfig::runtime,
               {
                   field("backend", &RuntimeConfig::backend),
+                  field("device", &RuntimeConfig::device),
                   field("ranks", &RuntimeConfig::ranks,
                         in_range(1, kMaxThreadRanks, " (ranks of the threads backend are threads of one process; "
                                                      "more ranks run under mpirun or srun)")),

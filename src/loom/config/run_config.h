@@ -169,6 +169,7 @@ struct LogConfig {
 // How ranks are started and talk (see comm/launch.h).
 struct RuntimeConfig {
   Backend backend = Backend::Threads;  // threads | mpi | auto
+  RuntimeDevice device = RuntimeDevice::Cpu;  // cpu | cuda (rank r on GPU r modulo the GPUs)
   int ranks = 1;                    // threads backend: ranks as threads of this process
   double timeout_s = 300.0;         // every blocking communication wait
 };

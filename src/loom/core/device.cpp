@@ -43,6 +43,8 @@ class HostAllocator final : public Allocator {
   void copy(void* dst, const void* src, size_t bytes) override {
     if (bytes > 0) std::memcpy(dst, src, bytes);
   }
+  void to_host(void* host_dst, const void* src, size_t bytes) override { copy(host_dst, src, bytes); }
+  void from_host(void* dst, const void* host_src, size_t bytes) override { copy(dst, host_src, bytes); }
   size_t alignment() const override { return kAlignment; }
   Device device() const override { return Device::cpu(); }
 

@@ -30,8 +30,10 @@ struct Device {
 constexpr int kMaxCudaDevices = 16;
 
 // Bytes on one device. allocate(0) returns nullptr; free(nullptr, 0) does nothing. zero and
-// copy are the two memory operations an owning buffer needs (growing keeps its contents);
-// they run in the device's order of work (on a GPU: its compute stream).
+// copy (within the device) are the two memory operations an owning buffer needs (growing keeps
+// its contents); they run in the device's order of work (on a GPU: its compute stream).
+// to_host / from_host move bytes between this device and host memory: to_host returns once the
+// bytes are on the host (after the device's earlier work), from_host once `src` may be reused.
 class Allocator {
  public:
   virtual ~Allocator() = default;
@@ -39,6 +41,8 @@ class Allocator {
   virtual void free(void* ptr, size_t bytes) = 0;
   virtual void zero(void* ptr, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void from_host(void* dst, const void* host_src, size_t bytes) = 0;
   virtual size_t alignment() const = 0;
   virtual Device device() const = 0;
 
@@ -63,6 +67,21 @@ Allocator& allocator(Device device);
 void register_allocator(Device device, Allocator* allocator);
 // The host allocator (64-byte aligned, std::aligned_alloc), registered for Device::cpu().
 Allocator& host_allocator();
+
+// Host <-> device transfers of n elements through `device`'s allocator (on the cpu: a copy).
+template <typename T>
+void copy_to_host(Device device, T* host_dst, const T* src, int64_t n) {
+  if (n > 0) allocator(device).to_host(host_dst, src, static_cast<size_t>(n) * sizeof(T));
+}
+template <typename T>
+void copy_from_host(Device device, T* dst, const T* host_src, int64_t n) {
+  if (n > 0) allocator(device).from_host(dst, host_src, static_cast<size_t>(n) * sizeof(T));
+}
+// Copies n elements within one device (the ranges must not overlap).
+template <typename T>
+void copy_on_device(Device device, T* dst, const T* src, int64_t n) {
+  if (n > 0) allocator(device).copy(dst, src, static_cast<size_t>(n) * sizeof(T));
+}
 
 // An owning array of T on one device, allocated through that device's allocator. Elements are
 // zero after allocation, as std::vector's; resize() keeps the first min(old, new) elements.

@@ -50,6 +50,7 @@ struct CudaEntries {
                                float grad_scale) = nullptr;
   double (*sum_of_squares)(Device, const float* x, int64_t n) = nullptr;
   void (*scale_in_place)(Device, float* x, int64_t n, float factor) = nullptr;
+  bool (*any_non_finite)(Device, const float* x, int64_t n) = nullptr;
   void (*adamw_update_many)(Device, const AdamWTensor* tensors, int64_t count, const AdamWStep& step) = nullptr;
   void (*rmsnorm_forward)(Device, float* out, float* rstd, const float* in, const float* weight, int64_t rows,
                           int64_t dim, float eps) = nullptr;
@@ -75,9 +76,19 @@ struct CudaEntries {
   void (*round_in_place)(Device, float* x, int64_t n, OutputRounding rounding) = nullptr;
   void (*precision_linear_gemm)(Device, const PrecisionGemm& gemm) = nullptr;
   bool started = false;  // whether a CUDA backend registered at all
+  int devices = 0;       // the GPUs it serves: Device::cuda(0) .. cuda(devices - 1)
 };
 
 // Written once at start-up, before any op runs on a GPU; read by every dispatch.
 CudaEntries& cuda_entries();
+
+// How this binary starts its CUDA backend: kernels::cuda::start_backend where the binary is built
+// with it (the `loom` executable sets it first thing); none elsewhere.
+using CudaStarter = void (*)();
+void set_cuda_starter(CudaStarter starter);
+// Starts the backend once (nothing to do when one already serves Device::cuda) and returns how
+// many GPUs it serves. Throws loom::Error when this binary has no CUDA backend, or, from the
+// backend, with the runtime's reason when no GPU is usable.
+int start_cuda();
 
 }  // namespace loom::kernels

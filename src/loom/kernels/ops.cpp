@@ -1,5 +1,7 @@
 #include "loom/kernels/ops.h"
 
+#include <atomic>
+#include <mutex>
 #include <string>
 
 #include "loom/core/error.h"
@@ -9,6 +11,7 @@
 #include "loom/kernels/cpu/causal_conv.h"
 #include "loom/kernels/cpu/cross_entropy.h"
 #include "loom/kernels/cpu/embedding.h"
+#include "loom/kernels/cpu/finite.h"
 #include "loom/kernels/cpu/flash_attention.h"
 #include "loom/kernels/cpu/gated_norm.h"
 #include "loom/kernels/cpu/linear.h"
@@ -27,6 +30,24 @@ namespace loom::kernels {
 CudaEntries& cuda_entries() {
   static CudaEntries entries;
   return entries;
+}
+
+namespace {
+std::atomic<CudaStarter> g_cuda_starter{nullptr};
+std::mutex g_cuda_start;
+}  // namespace
+
+void set_cuda_starter(CudaStarter starter) { g_cuda_starter.store(starter); }
+
+int start_cuda() {
+  std::lock_guard<std::mutex> lock(g_cuda_start);  // ranks as threads start it together
+  if (!cuda_entries().started) {
+    const CudaStarter starter = g_cuda_starter.load();
+    LOOM_CHECK(starter != nullptr, "this loom was built without the CUDA backend (no nvcc when it was configured; "
+                                   "see docs/cuda.md): it runs on the cpu only");
+    starter();
+  }
+  return cuda_entries().devices;
 }
 
 namespace {
@@ -238,6 +259,8 @@ double sum_of_squares(Device device, const float* x, int64_t n) { LOOM_DISPATCH(
 void scale_in_place(Device device, float* x, int64_t n, float factor) {
   LOOM_DISPATCH(scale_in_place, x, n, factor);
 }
+
+bool any_non_finite(Device device, const float* x, int64_t n) { LOOM_DISPATCH(any_non_finite, x, n); }
 
 // The recipes' device entries have no CPU kernel: the CPU path emulates them in the model layer.
 #define LOOM_DEVICE_ONLY(op, ...)                                                                      \

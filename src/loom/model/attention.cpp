@@ -74,14 +74,14 @@ void Attention::forward(Saved& saved, float* residual, const float* normed, int6
                         const Packing& packing, ParallelScratch& scratch) const {
   const int64_t rows = batch * seq, W = qkv_width(), att_width = heads_ * head_dim_;
   const int64_t k_off = att_width, v_off = att_width + static_cast<int64_t>(kv_heads_) * head_dim_;
-  float* qkv = sized(saved.qkv, rows * W);
+  float* qkv = sized(saved.qkv, rows * W, store_->device());
   qkv_->forward(qkv, normed, rows, scratch);
   rotate(qkv, batch, seq, false, packing.positions);
-  float* att = sized(saved.att, rows * att_width);
+  float* att = sized(saved.att, rows * att_width, store_->device());
   if (context_ != nullptr) {
     context_->forward(att, saved.context, qkv, {batch, seq, heads_, kv_heads_, head_dim_}, packing);
   } else {
-    float* lse = sized(saved.lse, batch * heads_ * seq);
+    float* lse = sized(saved.lse, batch * heads_ * seq, store_->device());
     kernels::flash_attention_forward(store_->device(), att, lse, qkv, qkv + k_off, qkv + v_off, flash_shape(batch, seq),
                                      visibility(packing));
   }
@@ -93,9 +93,9 @@ void Attention::backward(float* d_normed, const float* d_residual, const float* 
                          ParallelScratch& scratch) const {
   const int64_t rows = batch * seq, W = qkv_width(), att_width = heads_ * head_dim_;
   const int64_t k_off = att_width, v_off = att_width + static_cast<int64_t>(kv_heads_) * head_dim_;
-  float* d_att = zeroed(work.d_att, rows * att_width);
+  float* d_att = zeroed(work.d_att, rows * att_width, store_->device());
   out_->backward(d_att, d_residual, saved.att.data(), rows, scratch);
-  float* d_qkv = zeroed(work.d_qkv, rows * W);
+  float* d_qkv = zeroed(work.d_qkv, rows * W, store_->device());
   const float* qkv = saved.qkv.data();
   if (context_ != nullptr) {
     context_->backward(d_qkv, d_att, qkv, saved.att.data(), saved.context, {batch, seq, heads_, kv_heads_, head_dim_},

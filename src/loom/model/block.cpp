@@ -9,7 +9,7 @@ namespace loom::model {
 Block::Block(ParameterStore& store, const TensorParallel& tp, int layer, const config::ModelConfig& config,
              const LayerSpec& spec, const kernels::RopeTable* rope, ExpertLayout experts,
              const std::string& name)
-    : tp_(&tp), d_model_(config.d_model) {
+    : tp_(&tp), d_model_(config.d_model), device_(store.device()) {
   const std::string prefix = prefix_ = name.empty() ? "model.layers." + std::to_string(layer) : name;
   const bool layer_norm = config.norm == config::Norm::Layer;
   const float eps = static_cast<float>(config.norm_eps);
@@ -50,19 +50,19 @@ void Block::forward(Saved& saved, const float* x_in, float* x_out, int64_t batch
   const float* mid = x_in;
   if (attention_) {
     norm1_->forward(saved.norm1, x_in, local);
-    float* m = sized(saved.mid, n);
-    std::copy(x_in, x_in + n, m);
+    float* m = sized(saved.mid, n, device_);
+    copy_on_device(device_, m, x_in, n);
     attention_->forward(saved.attention, m, saved.norm1.out.data(), batch, seq, packing, scratch);
     mid = m;
   }
   if (mamba_) {
     norm1_->forward(saved.norm1, x_in, local);
-    float* m = sized(saved.mid, n);
-    std::copy(x_in, x_in + n, m);
+    float* m = sized(saved.mid, n, device_);
+    copy_on_device(device_, m, x_in, n);
     mamba_->forward(saved.mamba, m, saved.norm1.out.data(), batch, seq, packing, scratch);
     mid = m;
   }
-  std::copy(mid, mid + n, x_out);
+  copy_on_device(device_, x_out, mid, n);
   if (mlp_) {
     norm2_->forward(saved.norm2, mid, local);
     mlp_->forward(saved.mlp, x_out, saved.norm2.out.data(), rows, scratch);
@@ -77,7 +77,7 @@ void Block::backward(float* d_x, const float* x_in, const Saved& saved, Workspac
   const int64_t rows = batch * seq, local = tp_->local_rows(rows), n = local * d_model_;
   if (mlp_ || moe_) {
     const float* mid = attention_ || mamba_ ? saved.mid.data() : x_in;
-    float* d_normed = zeroed(work.d_normed, n);
+    float* d_normed = zeroed(work.d_normed, n, device_);
     if (mlp_) {
       mlp_->backward(d_normed, d_x, saved.norm2.out.data(), saved.mlp, work, rows, scratch);
     } else {
@@ -86,12 +86,12 @@ void Block::backward(float* d_x, const float* x_in, const Saved& saved, Workspac
     norm2_->backward(d_x, d_normed, mid, saved.norm2, local);
   }
   if (attention_) {
-    float* d_normed = zeroed(work.d_normed, n);
+    float* d_normed = zeroed(work.d_normed, n, device_);
     attention_->backward(d_normed, d_x, saved.norm1.out.data(), saved.attention, work, batch, seq, packing, scratch);
     norm1_->backward(d_x, d_normed, x_in, saved.norm1, local);
   }
   if (mamba_) {
-    float* d_normed = zeroed(work.d_normed, n);
+    float* d_normed = zeroed(work.d_normed, n, device_);
     mamba_->backward(d_normed, d_x, saved.norm1.out.data(), saved.mamba, work, batch, seq, packing, scratch);
     norm1_->backward(d_x, d_normed, x_in, saved.norm1, local);
   }

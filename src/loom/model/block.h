@@ -65,6 +65,7 @@ class Block {
   std::optional<Mamba2Mixer> mamba_;
   std::optional<MoeLayer> moe_;
   int d_model_;
+  Device device_;  // the store's: where the block's activations live
 };
 
 }  // namespace loom::model

@@ -1,7 +1,9 @@
 #pragma once
 // Activation and scratch buffers: grown on first use for a (batch, seq) and then reused, released
-// explicitly. Each is a DeviceBuffer (core/device.h), allocated through its device's allocator
-// (the host's unless made on another device); .data() is the raw pointer kernels take.
+// explicitly. Each is a DeviceBuffer (core/device.h), allocated through its device's allocator;
+// .data() is the raw pointer kernels take. A buffer starts empty on the host; the forms taking a
+// device (the model's) first move an empty or host buffer there, so modules need not construct
+// their many buffers on a device.
 #include <cstdint>
 
 #include "loom/core/device.h"
@@ -21,6 +23,33 @@ inline float* zeroed(Buffer& buffer, int64_t n) {
   return p;
 }
 inline void release(Buffer& buffer) { buffer.release(); }
+
+// The same on `device` (the buffer is remade there, empty, when it lives elsewhere).
+inline float* sized(Buffer& buffer, int64_t n, Device device) {
+  if (buffer.device() != device) [[unlikely]] buffer = Buffer(device);
+  return sized(buffer, n);
+}
+inline float* zeroed(Buffer& buffer, int64_t n, Device device) {
+  if (buffer.device() != device) [[unlikely]] buffer = Buffer(device);
+  return zeroed(buffer, n);
+}
+
+// Token-level batch inputs (ids, targets, positions, documents: host arrays, checked on the host)
+// where the kernels of `device` read them: on the cpu the host array itself; on a GPU a copy
+// uploaded into the buffer kept here, made right before its use (the upload waits for the
+// device's earlier work, so one staging buffer serves every micro-batch).
+class StagedTokens {
+ public:
+  const int32_t* stage(Device device, const int32_t* host, int64_t n) {
+    if (device.is_cpu() || host == nullptr) return host;
+    if (buffer_.device() != device || buffer_.size() < n) buffer_ = DeviceBuffer<int32_t>(device, n);
+    copy_from_host(device, buffer_.data(), host, n);
+    return buffer_.data();
+  }
+
+ private:
+  DeviceBuffer<int32_t> buffer_;
+};
 
 // A Mamba-2 mixer's decoding state for one sequence: the convolution's last conv_kernel - 1
 // inputs per channel and the scan's state per head (empty = a fresh sequence).

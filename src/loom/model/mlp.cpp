@@ -41,8 +41,8 @@ void Mlp::set_precision(PrecisionContext& context, Recipe recipe, const std::str
 }
 
 void Mlp::forward(Saved& saved, float* residual, const float* normed, int64_t rows, ParallelScratch& scratch) const {
-  float* hidden = sized(saved.hidden, rows * hidden_width());
-  float* act = sized(saved.act, rows * ffn_);
+  float* hidden = sized(saved.hidden, rows * hidden_width(), device_);
+  float* act = sized(saved.act, rows * ffn_, device_);
   in_->forward(hidden, normed, rows, scratch);
   activation_forward(device_, activation_, act, hidden, rows, ffn_);
   down_->forward(residual, act, rows, scratch);
@@ -50,9 +50,9 @@ void Mlp::forward(Saved& saved, float* residual, const float* normed, int64_t ro
 
 void Mlp::backward(float* d_normed, const float* d_residual, const float* normed, const Saved& saved,
                    Workspace& work, int64_t rows, ParallelScratch& scratch) const {
-  float* d_act = zeroed(work.d_act, rows * ffn_);
+  float* d_act = zeroed(work.d_act, rows * ffn_, device_);
   down_->backward(d_act, d_residual, saved.act.data(), rows, scratch);
-  float* d_hidden = zeroed(work.d_hidden, rows * hidden_width());
+  float* d_hidden = zeroed(work.d_hidden, rows * hidden_width(), device_);
   activation_backward(device_, activation_, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
   in_->backward(d_normed, d_hidden, normed, rows, scratch);
 }

@@ -12,10 +12,11 @@ Norm::Norm(ParameterStore& store, const std::string& name, int dim, bool layer_n
 }
 
 void Norm::forward(Saved& saved, const float* in, int64_t rows) const {
-  float* out = sized(saved.out, rows * dim_);
-  float* rstd = sized(saved.rstd, rows);
+  const Device device = store_->device();
+  float* out = sized(saved.out, rows * dim_, device);
+  float* rstd = sized(saved.rstd, rows, device);
   if (layer_norm_) {
-    kernels::layernorm_forward(store_->device(), out, sized(saved.mean, rows), rstd, in, store_->value(weight_),
+    kernels::layernorm_forward(device, out, sized(saved.mean, rows, device), rstd, in, store_->value(weight_),
                                store_->value(bias_), rows, dim_, eps_);
   } else {
     kernels::rmsnorm_forward(store_->device(), out, rstd, in, store_->value(weight_), rows, dim_, eps_);

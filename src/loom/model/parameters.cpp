@@ -1,6 +1,7 @@
 #include "loom/model/parameters.h"
 
 #include <cmath>
+#include <vector>
 
 #include "loom/core/error.h"
 #include "loom/core/philox.h"
@@ -45,10 +46,11 @@ float mamba_init(const Parameter& p, int64_t local) {
 
 void ParameterStore::initialize(uint64_t seed) {
   if (shapes_only()) return;
-  LOOM_CHECK(device_.is_cpu(), "ParameterStore::initialize: initial values are drawn on the host; " + device_.name() +
-                                   " needs a host staging copy (not built yet)");
+  // Drawn on the host: in place on the cpu, else into a staging copy uploaded once.
+  std::vector<float> staging(device_.is_cpu() ? 0 : static_cast<size_t>(total_));
+  float* base = device_.is_cpu() ? values_.data() : staging.data();
   for (const Parameter& p : params_) {
-    float* v = values_.data() + p.offset;
+    float* v = base + p.offset;
     const uint64_t key = philox_key(seed, p.name);
 #pragma omp parallel for schedule(static) if(p.numel >= 32768)
     for (int64_t i = 0; i < p.numel; ++i) {
@@ -63,6 +65,7 @@ void ParameterStore::initialize(uint64_t seed) {
       }
     }
   }
+  if (!device_.is_cpu()) copy_from_host(device_, values_.data(), staging.data(), total_);
 }
 
 int ParameterStore::find(const std::string& name) const {

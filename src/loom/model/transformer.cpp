@@ -24,33 +24,40 @@ kernels::RopeScaling rope_scaling(const config::ModelConfig& c) {
   s.beta_slow = c.rope_beta_slow;
   return s;
 }
+
+void check_chunks(const std::vector<LayerRange>& chunks, int layers) {
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const int floor = c == 0 ? 0 : chunks[c - 1].last;
+    LOOM_CHECK(chunks[c].first >= floor && chunks[c].first < chunks[c].last && chunks[c].last <= layers,
+               "model chunk " + std::to_string(c) + " holds layers [" + std::to_string(chunks[c].first) + ", " +
+                   std::to_string(chunks[c].last) + "): chunks need at least one layer each, in order, within the " +
+                   std::to_string(layers) + " layers");
+  }
+}
 }  // namespace
 
 Transformer::Transformer(const config::ModelConfig& config, TensorParallel tp, PrecisionPolicy precision,
-                         std::vector<LayerRange> chunks, ExpertLayout experts)
-    : Transformer(config, std::move(tp), precision, std::move(chunks), ParameterStore::Allocation::Buffers, experts) {}
+                         std::vector<LayerRange> chunks, ExpertLayout experts, Device device)
+    : Transformer(config, std::move(tp), precision, std::move(chunks), ParameterStore::Allocation::Buffers, experts,
+                  device) {}
 
 std::vector<Parameter> Transformer::parameter_list(const config::ModelConfig& config, TensorParallel tp,
                                                    std::vector<LayerRange> chunks) {
-  const Transformer shapes(config, std::move(tp), {}, std::move(chunks), ParameterStore::Allocation::ShapesOnly, {});
+  const Transformer shapes(config, std::move(tp), {}, std::move(chunks), ParameterStore::Allocation::ShapesOnly, {},
+                           Device::cpu());
   return shapes.params().list();
 }
 
 Transformer::Transformer(const config::ModelConfig& config, TensorParallel tp, PrecisionPolicy precision,
                          std::vector<LayerRange> chunks, ParameterStore::Allocation allocation,
-                         ExpertLayout experts)
+                         ExpertLayout experts, Device device)
     : config_(config), tp_(tp), specs_(resolve_layers(config)), chunks_(std::move(chunks)),
-      params_(Device::cpu(), allocation), precision_(std::make_shared<PrecisionContext>(precision)) {
+      params_(device, allocation), precision_(std::make_shared<PrecisionContext>(precision)) {
   LOOM_CHECK(config.vocab_size > 0, "model.vocab_size must be resolved before building the model");
+  if (device.is_cuda()) check_device_support(precision);
   const int L = config.layers;
   if (chunks_.empty()) chunks_.push_back({0, L});
-  for (size_t c = 0; c < chunks_.size(); ++c) {
-    const int floor = c == 0 ? 0 : chunks_[c - 1].last;
-    LOOM_CHECK(chunks_[c].first >= floor && chunks_[c].first < chunks_[c].last && chunks_[c].last <= L,
-          "model chunk " + std::to_string(c) + " holds layers [" + std::to_string(chunks_[c].first) + ", " +
-              std::to_string(chunks_[c].last) + "): chunks need at least one layer each, in order, within the " +
-              std::to_string(L) + " layers");
-  }
+  check_chunks(chunks_, L);
   const float std = static_cast<float>(config.init_std);
   const int64_t V = config.vocab_size, C = config.d_model;
   // Vocabulary rows split as evenly as they go (no padding): rank r holds [first(r), first(r+1)).
@@ -159,8 +166,29 @@ void Transformer::check_tokens(const int32_t* tokens, int64_t rows) const {
 }
 
 void Transformer::set_context_attention(ContextAttention* context) {
+  LOOM_CHECK(context == nullptr || params_.device().is_cpu(),
+             "context parallelism (parallel.cp > 1) on " + params_.device().name() + " is not built yet");
   context_ = context;
   for (Block& block : blocks_) block.set_context(context);
+}
+
+void Transformer::check_device_support(const PrecisionPolicy& precision) const {
+  const std::string where = " on runtime.device=cuda is not built yet (use runtime.device=cpu)";
+  LOOM_CHECK(precision.recipe == Recipe::Fp32, "precision.recipe=" + recipe_name(precision.recipe) + where +
+                                                   "; the GPU trains in fp32 (precision.recipe=fp32) for now");
+  LOOM_CHECK(tp_.single(), "parallel.tp=" + std::to_string(tp_.size()) + where);
+  LOOM_CHECK(config_.mtp_depths == 0, "model.mtp_depths=" + std::to_string(config_.mtp_depths) + where);
+  LOOM_CHECK(config_.activation != config::Activation::Relu2, "model.activation=relu2" + where);
+  for (size_t l = 0; l < specs_.size(); ++l) {
+    const std::string layer = "layer " + std::to_string(l);
+    LOOM_CHECK(!specs_[l].moe, layer + " is a mixture of experts (model.moe_experts, model.block_configs)" + where);
+    LOOM_CHECK(!specs_[l].has_mamba, layer + " is a Mamba-2 mixer (model.layer_pattern)" + where);
+  }
+}
+
+Packing Transformer::staged_packing(const Packing& packing, int64_t rows) {
+  const Device device = params_.device();
+  return {staged_positions_.stage(device, packing.positions, rows), staged_documents_.stage(device, packing.documents, rows)};
 }
 
 void Transformer::check_packing(const Packing& packing, int64_t rows) const {
@@ -187,13 +215,15 @@ void Transformer::embed(float* out, const int32_t* tokens, int64_t batch, int64_
       const int64_t at = context_ != nullptr ? context_position(context_->size(), context_->rank(), seq, t) : t;
       position_ids[r] = positions != nullptr ? positions[first + r] : static_cast<int32_t>(position_start + at);
     }
-    kernels::embedding_forward(params_.device(), out, position_ids.data(), params_.value(positions_), local, C, true);
+    const int32_t* ids = staged_position_ids_.stage(params_.device(), position_ids.data(), local);
+    kernels::embedding_forward(params_.device(), out, ids, params_.value(positions_), local, C, true);
   }
 }
 
 void Transformer::lookup_tokens(float* out, const int32_t* tokens, int64_t rows, int table) {
   const int64_t C = config_.d_model, local = tp_.local_rows(rows);
   check_tokens(tokens, rows);
+  tokens = staged_tokens_.stage(params_.device(), tokens, rows);
   if (tp_.single()) {
     kernels::embedding_forward(params_.device(), out, tokens, params_.value(table), rows, C, false);
     return;
@@ -209,6 +239,7 @@ void Transformer::lookup_tokens(float* out, const int32_t* tokens, int64_t rows,
 void Transformer::lookup_tokens_backward(const float* d_out, const int32_t* tokens, int64_t rows, int table) {
   const int64_t C = config_.d_model;
   const float* d_full = tp_.exit_backward(d_out, rows, C, tp_scratch_.gathered);
+  tokens = staged_tokens_.stage(params_.device(), tokens, rows);
   if (tp_.single()) {
     kernels::embedding_backward(params_.device(), params_.grad(table), d_full, tokens, rows, C);
   } else {
@@ -222,17 +253,20 @@ void Transformer::embed_backward(const float* d_x, const int32_t* tokens, int64_
   const int64_t C = config_.d_model;
   lookup_tokens_backward(d_x, tokens, rows, embed_);
   if (positions_ >= 0) {
-    kernels::embedding_backward(params_.device(), params_.grad(positions_), d_x, position_ids.data(),
-                                tp_.local_rows(rows), C);
+    const int64_t local = tp_.local_rows(rows);
+    kernels::embedding_backward(params_.device(), params_.grad(positions_), d_x,
+                                staged_position_ids_.stage(params_.device(), position_ids.data(), local), local, C);
   }
 }
 
 double Transformer::cross_entropy(float* logits, const int32_t* targets, int64_t rows, float grad_scale) {
   if (objective_ != nullptr) return objective_loss(logits, targets, rows, grad_scale);
-  float* losses = sized(losses_, rows);
-  if (tp_.single())
-    return kernels::softmax_cross_entropy(params_.device(), logits, losses, targets, rows, config_.vocab_size,
-                                          grad_scale);
+  float* losses = sized(losses_, rows, params_.device());
+  if (tp_.single()) {
+    return kernels::softmax_cross_entropy(params_.device(), logits, losses,
+                                          staged_targets_.stage(params_.device(), targets, rows), rows,
+                                          config_.vocab_size, grad_scale);
+  }
   // Vocabulary-parallel: two reductions of per-row scalars, never a full row of logits.
   for (int64_t r = 0; r < rows; ++r) {
     LOOM_CHECK(targets[r] == kernels::kIgnoreIndex || (targets[r] >= 0 && targets[r] < config_.vocab_size),
@@ -250,6 +284,9 @@ double Transformer::cross_entropy(float* logits, const int32_t* targets, int64_t
 }
 
 double Transformer::objective_loss(float* logits, const int32_t* targets, int64_t rows, float grad_scale) {
+  LOOM_CHECK(params_.device().is_cpu(), "a per-token objective (GRPO) on " + params_.device().name() +
+                                            " is not built yet: its rows' log-probabilities are read on the host; "
+                                            "train it with runtime.device=cpu");
   for (int64_t r = 0; r < rows; ++r) {
     LOOM_CHECK(targets[r] == kernels::kIgnoreIndex || (targets[r] >= 0 && targets[r] < config_.vocab_size),
                "objective: target id " + std::to_string(targets[r]) + " is outside the vocabulary [0, " +
@@ -286,7 +323,7 @@ double Transformer::head_loss(const float* hidden, Norm::Saved& norm, Buffer& he
   // The head is column-parallel over the vocabulary; its input (all rows) is kept for backward.
   const float* head_in = norm.out.data();
   if (tp_.sequence_parallel()) head_in = tp_.enter_forward(norm.out.data(), rows, C, head_input);
-  float* logits = sized(logits_out, rows * vocab_local_);
+  float* logits = sized(logits_out, rows * vocab_local_, params_.device());
   if (head_precision_) {
     head_precision_->forward(logits, head_in, params_.value(head_), nullptr, rows, C, vocab_local_);
   } else {
@@ -296,7 +333,7 @@ double Transformer::head_loss(const float* hidden, Norm::Saved& norm, Buffer& he
 }
 
 void Transformer::head_backward(Activations& a, int64_t rows) {
-  float* d_x = zeroed(a.d_x, tp_.local_rows(rows) * config_.d_model);
+  float* d_x = zeroed(a.d_x, tp_.local_rows(rows) * config_.d_model, params_.device());
   head_grad(d_x, a.residual[config_.layers].data(), a.final_norm, a.head_input, a.logits, rows);
 }
 
@@ -304,7 +341,7 @@ void Transformer::head_grad(float* d_hidden, const float* hidden, const Norm::Sa
                             const Buffer& logits, int64_t rows) {
   const int64_t C = config_.d_model, local = tp_.local_rows(rows);
   // logits holds d(loss)/d(logits).
-  float* d_final = zeroed(d_final_, local * C);
+  float* d_final = zeroed(d_final_, local * C, params_.device());
   const float* head_in = tp_.sequence_parallel() ? head_input.data() : norm.out.data();
   float* d_head_in = tp_.enter_backward_target(d_final, rows, C, tp_scratch_.d_full);
   if (head_precision_) {
@@ -321,7 +358,7 @@ void Transformer::head_grad(float* d_hidden, const float* hidden, const Norm::Sa
 
 float* Transformer::chunk_input(Activations& a, int chunk, int64_t rows) {
   if (a.residual.size() != static_cast<size_t>(config_.layers + 1)) a.residual.resize(config_.layers + 1);
-  return sized(a.residual[chunks_.at(chunk).first], stage_rows(rows) * config_.d_model);
+  return sized(a.residual[chunks_.at(chunk).first], stage_rows(rows) * config_.d_model, params_.device());
 }
 
 const float* Transformer::chunk_output(const Activations& a, int chunk) const {
@@ -329,7 +366,7 @@ const float* Transformer::chunk_output(const Activations& a, int chunk) const {
 }
 
 float* Transformer::chunk_output_grad(Activations& a, int64_t rows) {
-  return sized(a.d_x, stage_rows(rows) * config_.d_model);
+  return sized(a.d_x, stage_rows(rows) * config_.d_model, params_.device());
 }
 
 double Transformer::forward_chunk(Activations& a, int chunk, const int32_t* inputs, const int32_t* targets,
@@ -344,15 +381,17 @@ double Transformer::forward_chunk(Activations& a, int chunk, const int32_t* inpu
   const LayerRange range = chunks_.at(chunk);
   if (a.residual.size() != static_cast<size_t>(config_.layers + 1)) a.residual.resize(config_.layers + 1);
   check_packing(packing, rows);
+  const Device device = params_.device();
   if (range.first == 0) {
     if (hooks_) hooks_->before_forward(0);
-    embed(sized(a.residual[0], local * C), inputs, batch, seq, 0, packing.positions, a.position_ids);
+    embed(sized(a.residual[0], local * C, device), inputs, batch, seq, 0, packing.positions, a.position_ids);
     if (hooks_) hooks_->after_forward(0);
   }
+  const Packing staged = staged_packing(packing, rows);
   for (int l = range.first; l < range.last; ++l) {
     if (hooks_) hooks_->before_forward(l + 1);
-    block(l).forward(saved_for(a, l), a.residual[l].data(), sized(a.residual[l + 1], local * C), batch, seq, packing,
-                     tp_scratch_);
+    block(l).forward(saved_for(a, l), a.residual[l].data(), sized(a.residual[l + 1], local * C, device), batch, seq,
+                     staged, tp_scratch_);
     if (hooks_) hooks_->after_forward(l + 1);
   }
   if (range.last != config_.layers) return 0.0;
@@ -385,13 +424,15 @@ void Transformer::backward_chunk(Activations& a, int chunk, const int32_t* input
     finish_unit(head_unit);
   }
   float* d_x = a.d_x.data();  // d(loss)/d(chunk output), from the head or the next stage
+  const Packing staged = staged_packing(packing, rows);
   for (int l = range.last - 1; l >= range.first; --l) {
     begin_unit(l + 1);
     if (config_.recompute) {
-      block(l).forward(shared_saved_, a.residual[l].data(), sized(recompute_out_, local * config_.d_model), batch, seq,
-                       packing, tp_scratch_);
+      block(l).forward(shared_saved_, a.residual[l].data(),
+                       sized(recompute_out_, local * config_.d_model, params_.device()), batch, seq, staged,
+                       tp_scratch_);
     }
-    block(l).backward(d_x, a.residual[l].data(), saved_for(a, l), work_, batch, seq, packing, tp_scratch_);
+    block(l).backward(d_x, a.residual[l].data(), saved_for(a, l), work_, batch, seq, staged, tp_scratch_);
     finish_unit(l + 1);
   }
   if (range.first == 0) {
@@ -418,6 +459,7 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
 
 const float* Transformer::decode(DecodeState& state, const int32_t* tokens, int64_t count) {
   LOOM_CHECK(tp_.single(), "generation runs on one rank: load the checkpoint with parallel.tp = 1");
+  LOOM_CHECK(params_.device().is_cpu(), "generation on " + params_.device().name() + " is not built yet");
   check_whole_model("generation");
   const int64_t C = config_.d_model, V = config_.vocab_size, max_positions = config_.max_seq_len;
   LOOM_CHECK(state.length + count <= max_positions,

@@ -81,8 +81,13 @@ class Transformer {
   // summed with the first's over the embedding group, and it is left out of the norm).
   // `experts`: this rank's place among the expert-parallel ranks (it registers its MoE layers'
   // experts only; an ExpertComm from set_expert_comm moves tokens between them).
+  // `device`: where parameters, gradients and activations live and the kernels run. Token-level
+  // inputs stay host arrays in every call (checked there, uploaded right before their use). On a
+  // GPU the dense layers of one rank train in fp32; what is not built there yet (MoE, Mamba-2,
+  // multi-token prediction, tensor parallelism, precision recipes, generation, token objectives)
+  // is an Error naming the setting.
   explicit Transformer(const config::ModelConfig& config, TensorParallel tp = {}, PrecisionPolicy precision = {},
-                       std::vector<LayerRange> chunks = {}, ExpertLayout experts = {});
+                       std::vector<LayerRange> chunks = {}, ExpertLayout experts = {}, Device device = Device::cpu());
 
   // Every parameter the model of `config` registers on this rank (names, shapes, shard specs,
   // weight decay, offsets), in registration order: the modules are built on a shapes-only store,
@@ -197,7 +202,12 @@ class Transformer {
 
  private:
   Transformer(const config::ModelConfig& config, TensorParallel tp, PrecisionPolicy precision,
-              std::vector<LayerRange> chunks, ParameterStore::Allocation allocation, ExpertLayout experts);
+              std::vector<LayerRange> chunks, ParameterStore::Allocation allocation, ExpertLayout experts,
+              Device device);
+  // What a model on a GPU cannot hold yet: an Error naming the setting.
+  void check_device_support(const PrecisionPolicy& precision) const;
+  // The micro-batch's packing where the kernels read it (staged_tokens below).
+  Packing staged_packing(const Packing& packing, int64_t rows);
   void check_tokens(const int32_t* tokens, int64_t rows) const;
   void check_whole_model(const std::string& what) const;
   void check_packing(const Packing& packing, int64_t rows) const;
@@ -255,6 +265,8 @@ class Transformer {
   ContextAttention* context_ = nullptr;
   TokenObjective* objective_ = nullptr;
   Buffer objective_logp_, objective_scale_;
+  // Host token arrays uploaded for the kernels on a GPU (buffers.h); unused on the cpu.
+  StagedTokens staged_tokens_, staged_targets_, staged_position_ids_, staged_positions_, staged_documents_;
   std::vector<std::vector<int>> unit_params_;
   std::optional<TensorParallelGrads> tp_grads_;
   std::shared_ptr<PrecisionContext> precision_;

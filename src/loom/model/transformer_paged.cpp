@@ -52,6 +52,7 @@ int64_t Transformer::paged_state_slot_bytes() const {
 
 const float* Transformer::forward_paged(const PagedBatch& batch, PagedKVCache& cache, PagedScratch& s) {
   check_whole_model("inference");
+  LOOM_CHECK(params_.device().is_cpu(), "paged inference on " + params_.device().name() + " is not built yet");
   LOOM_CHECK(!tp_.sequence_parallel(), "inference runs without sequence parallelism");
   const int64_t rows = batch.rows(), C = config_.d_model, V = config_.vocab_size;
   LOOM_CHECK(rows > 0, "a paged step needs at least one row");

@@ -1,6 +1,7 @@
 #include "loom/optim/adamw.h"
 
 #include <cmath>
+#include <vector>
 
 #include "loom/kernels/ops.h"
 
@@ -34,6 +35,20 @@ double global_norm(const float* grads, int64_t n, Device device) {
 void AdamW::update(const ShardPiece& piece, const StepParams& step) const {
   kernels::adamw_update(device_, piece.param, piece.grad, piece.state[0], piece.state[1], piece.numel,
                         adamw_hyper(config_, step.lr * piece.lr_scale, step.step, piece.weight_decay, step.clip_factor));
+}
+
+void AdamW::update_many(std::span<const ShardPiece> pieces, const StepParams& step) const {
+  std::vector<kernels::AdamWTensor> run;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const ShardPiece& p = pieces[i];
+    run.push_back({p.param, p.grad, p.state[0], p.state[1], p.numel});
+    const bool last = i + 1 == pieces.size() || pieces[i + 1].weight_decay != p.weight_decay ||
+                      pieces[i + 1].lr_scale != p.lr_scale;
+    if (!last) continue;
+    kernels::adamw_update_many(device_, run,
+                               adamw_hyper(config_, step.lr * p.lr_scale, step.step, p.weight_decay, step.clip_factor));
+    run.clear();
+  }
 }
 
 double AdamW::step(float* params, const float* grads, double lr, int64_t step) {

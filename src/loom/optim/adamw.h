@@ -30,6 +30,9 @@ class AdamW final : public Optimizer {
   AdamW(const config::OptimConfig& config, int64_t total, std::vector<Segment> segments, Device device = Device::cpu());
 
   void update(const ShardPiece& piece, const StepParams& step) const override;
+  // Runs of pieces with the same weight decay and learning-rate scale go to one
+  // adamw_update_many (on the CPU the same per-piece updates as update()).
+  void update_many(std::span<const ShardPiece> pieces, const StepParams& step) const override;
 
   // Flat form. Updates `params` with `grads` clipped to config.clip_grad by global norm (when
   // > 0; the gradients themselves are left as they are). Returns the global norm before

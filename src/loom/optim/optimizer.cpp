@@ -4,8 +4,8 @@
 
 namespace loom::optim {
 
-std::unique_ptr<Optimizer> make_optimizer(const config::OptimConfig& config) {
-  return std::make_unique<AdamW>(config);
+std::unique_ptr<Optimizer> make_optimizer(const config::OptimConfig& config, Device device) {
+  return std::make_unique<AdamW>(config, device);
 }
 
 float clip_factor(const config::OptimConfig& config, double global_norm) {

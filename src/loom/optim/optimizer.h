@@ -10,8 +10,10 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "loom/config/run_config.h"
+#include "loom/core/device.h"
 
 namespace loom::optim {
 
@@ -37,10 +39,15 @@ class Optimizer {
   virtual ~Optimizer() = default;
   // Updates one piece; called once per piece per step (the loop over elements is inside).
   virtual void update(const ShardPiece& piece, const StepParams& step) const = 0;
+  // The same for every piece of a step at once (on a GPU: as few launches as the pieces allow).
+  virtual void update_many(std::span<const ShardPiece> pieces, const StepParams& step) const {
+    for (const ShardPiece& piece : pieces) update(piece, step);
+  }
 };
 
 // The optimizer a run's config asks for (today AdamW).
-std::unique_ptr<Optimizer> make_optimizer(const config::OptimConfig& config);
+// `device`: where the pieces it is given live.
+std::unique_ptr<Optimizer> make_optimizer(const config::OptimConfig& config, Device device = Device::cpu());
 
 // The factor gradients are scaled by to clip them to config.clip_grad (1 when no clipping is due).
 // One rule for every optimizer and ZeRO stage, so every layout computes the same function.

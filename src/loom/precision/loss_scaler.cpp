@@ -6,6 +6,7 @@
 #include <string>
 
 #include "loom/core/error.h"
+#include "loom/kernels/ops.h"
 #include "loom/kernels/parallel.h"
 
 namespace loom::precision {
@@ -18,13 +19,7 @@ inline uint32_t exponent_all_ones(float x) {
 
 }  // namespace
 
-// OR is exact and order-free, so an OpenMP reduction keeps the result deterministic.
-bool found_non_finite(const float* grads, int64_t n) {
-  uint32_t found = 0;
-#pragma omp parallel for schedule(static) reduction(| : found) if (kernels::worth_parallel(n))
-  for (int64_t i = 0; i < n; ++i) found |= exponent_all_ones(grads[i]);
-  return found != 0;
-}
+bool found_non_finite(const float* grads, int64_t n) { return kernels::any_non_finite(Device::cpu(), grads, n); }
 
 bool unscale_and_check(float* grads, int64_t n, float inverse_scale) {
   uint32_t found = 0;

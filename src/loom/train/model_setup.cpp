@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <set>
+#include <vector>
 
 #include "loom/ckpt/tensor_names.h"
 #include "loom/core/error.h"
@@ -60,9 +61,12 @@ std::string expert_bias_state_name(const model::MoeLayer& layer) {
 
 void load_parameters(const ckpt::LoadedCheckpoint& checkpoint, model::Transformer& model) {
   model::ParameterStore& params = model.params();
-  for (const model::Parameter& p : params.list()) {
-    read_parameter_slice(checkpoint, p.name, p, params.values() + p.offset);
-  }
+  // Read on the host: in place on the cpu, else into a staging copy uploaded once.
+  const Device device = params.device();
+  std::vector<float> staging(device.is_cpu() ? 0 : static_cast<size_t>(params.total()));
+  float* values = device.is_cpu() ? params.values() : staging.data();
+  for (const model::Parameter& p : params.list()) read_parameter_slice(checkpoint, p.name, p, values + p.offset);
+  if (!device.is_cpu()) copy_from_host(device, params.values(), staging.data(), params.total());
   for (model::MoeLayer* layer : model.moe_layers()) {
     const std::string name = expert_bias_state_name(*layer);
     if (layer->has_expert_bias() && checkpoint.has(name))

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "loom/core/error.h"
+#include "loom/kernels/ops.h"
 
 namespace loom::train {
 
@@ -59,7 +60,7 @@ PrecisionStepResult PrecisionStep::step(double lr, int64_t step) {
   } else {
     for (const std::span<float>& g : grads) {
       if (local) break;
-      local = precision::found_non_finite(g.data(), static_cast<int64_t>(g.size()));
+      local = kernels::any_non_finite(model_.params().device(), g.data(), static_cast<int64_t>(g.size()));
     }
   }
   // An all-reduce max: the non-finite flag over the world, this step's FP8 amaxes (a non-finite

@@ -37,4 +37,22 @@ std::vector<ckpt::TensorRef> owned_training_state(const model::Transformer& mode
   return refs;
 }
 
+std::vector<parallel::OwnedRange> host_ranges(Device device, std::vector<parallel::OwnedRange> ranges,
+                                              std::vector<float>& storage) {
+  if (device.is_cpu()) return ranges;
+  int64_t total = 0;
+  for (const parallel::OwnedRange& r : ranges) total += 3 * (r.end - r.begin);
+  storage.resize(static_cast<size_t>(total));
+  float* at = storage.data();
+  for (parallel::OwnedRange& r : ranges) {
+    const int64_t n = r.end - r.begin;
+    for (const float** array : {&r.value, &r.exp_avg, &r.exp_avg_sq}) {
+      copy_to_host(device, at, *array, n);
+      *array = at;
+      at += n;
+    }
+  }
+  return ranges;
+}
+
 }  // namespace loom::train

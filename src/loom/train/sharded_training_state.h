@@ -24,4 +24,9 @@ ckpt::Slice parameter_slice(const model::Parameter& p);
 std::vector<ckpt::TensorRef> owned_training_state(const model::Transformer& model,
                                                   const std::vector<parallel::OwnedRange>& owned);
 
+// The ranges readable on the host: as they are on the cpu; on a GPU copied into `storage` (one
+// device-to-host copy per array, after the step's work), which must outlive their use.
+std::vector<parallel::OwnedRange> host_ranges(Device device, std::vector<parallel::OwnedRange> ranges,
+                                              std::vector<float>& storage);
+
 }  // namespace loom::train

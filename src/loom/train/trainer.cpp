@@ -32,6 +32,7 @@
 #include "loom/train/memory_check.h"
 #include "loom/train/outer_step.h"
 #include "loom/train/precision_step.h"
+#include "loom/train/run_device.h"
 #include "loom/train/run_directory.h"
 #include "loom/train/sharded_training_state.h"
 #include "loom/train/world_agreements.h"
@@ -52,6 +53,11 @@ int threads_per_rank(const config::RunConfig& config, const comm::Communicator& 
 // The data-parallel size the world leaves for tp x pp, checked against the config.
 comm::MeshShape mesh_shape(const config::RunConfig& config, const comm::Communicator& world) {
   return check_layout(config, world.size());
+}
+
+// Parts of the trainer that read the parameters on the host.
+void check_on_host(Device device, const std::string& what) {
+  LOOM_CHECK(device.is_cpu(), what + " on " + device.name() + " is not built yet (use runtime.device=cpu)");
 }
 
 }  // namespace
@@ -78,6 +84,7 @@ struct Trainer::State {
   std::unique_ptr<RunDirectory> run_directory;  // rank 0: the run directory's lock and checks
   TrainingProgress progress;
   TokenBatch batch;
+  std::vector<float> saved_from_device;  // a GPU run's checkpoint ranges, copied to the host
   StepObjective* objective = nullptr;  // reinforcement learning's, in place of cross-entropy
   ckpt::AsyncCheckpointWriter async_writer;
 
@@ -126,9 +133,10 @@ void Trainer::State::plan_pipeline() {
 void Trainer::State::build_model() {
   const comm::MeshShape shape = mesh.layout().shape;
   const int pp = shape.pp;
+  const Device device = training_device(run, world.rank(), world.size());
   model = std::make_unique<model::Transformer>(run.model, model::TensorParallel(&mesh.tp(), run.parallel.sequence_parallel),
                                                model::PrecisionPolicy::from_config(run.precision), chunks,
-                                               model::ExpertLayout{shape.ep, mesh.ep_rank()});
+                                               model::ExpertLayout{shape.ep, mesh.ep_rank()}, device);
   model->initialize(run.train.seed);
   context = parallel::make_context_attention(mesh.cp(), run.parallel.cp_comm, model->params().device());
   model->set_context_attention(context.get());
@@ -297,6 +305,7 @@ void Trainer::describe() {
     << " GFLOP per token; " << shape.dp << " data-parallel x " << shape.tp << " tensor-parallel rank(s)"
     << (run.parallel.sequence_parallel && shape.tp > 1 ? " with sequence parallelism" : "");
   if (shape.cp > 1) o << " x " << shape.cp << " context-parallel ranks (" << run.parallel.cp_comm << ")";
+  if (!s.model->params().device().is_cpu()) o << " on " << s.model->params().device().name();
   if (s.schedule) {
     o << " x " << shape.pp << " pipeline stages (" << run.parallel.pipeline_schedule;
     if (s.schedule->virtual_stages > 1) o << ", " << s.schedule->virtual_stages << " virtual stages per rank";
@@ -455,6 +464,7 @@ class LogprobRecorder : public model::TokenObjective {
 
 std::vector<float> Trainer::target_logprobs(const TokenBatch& batch, const std::vector<float>* parameters) {
   State& s = *state_;
+  check_on_host(s.model->params().device(), "target_logprobs (a reference policy's log-probabilities)");
   std::vector<float> logp(batch.targets.size(), 0.0f);
   LogprobRecorder recorder(batch, logp);
   s.optimizer->gather_full_parameters();  // ZeRO-3: the forward-only passes need every parameter
@@ -485,6 +495,7 @@ std::vector<float> Trainer::target_logprobs(const TokenBatch& batch, const std::
 
 std::vector<float> Trainer::parameter_copy(const std::string& checkpoint) {
   State& s = *state_;
+  check_on_host(s.model->params().device(), "a copy of the parameters (grpo.kl_coeff's reference policy)");
   LOOM_CHECK(s.run.precision.param_dtype == config::ParamDtype::Fp32,
              "precision.param_dtype = compute keeps the parameters in a compact store between uses; a copy of them "
              "(the reference policy of grpo.kl_coeff) needs precision.param_dtype = fp32");
@@ -547,7 +558,8 @@ std::string Trainer::save() {
   // Every rank writes the shards it owns (its tensor-parallel slices, its stage's layers, its
   // part of the data-parallel state) into one shared directory; rank 0 publishes the
   // checkpoint once every rank's part is there.
-  const std::vector<parallel::OwnedRange> owned = s.optimizer->checkpoint_ranges();
+  const std::vector<parallel::OwnedRange> owned = host_ranges(s.model->params().device(),
+                                                              s.optimizer->checkpoint_ranges(), s.saved_from_device);
   std::vector<ckpt::TensorRef> refs = owned_training_state(*s.model, owned);
   if (s.outer) refs = s.outer->checkpoint_tensors(*s.model, std::move(refs), owned);
   if (s.mesh.dp_rank() == 0 && s.mesh.tp_rank() == 0) {

@@ -45,10 +45,26 @@ class DeviceAllocator final : public Allocator {
     check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_stream(index_)),
                "cudaMemcpyAsync");
   }
+  // Pageable host memory: the copy is staged, so it waits for the stream's earlier work and
+  // returns once the host side may be read (to_host) or reused (from_host).
+  void to_host(void* host_dst, const void* src, size_t bytes) override {
+    transfer(host_dst, src, bytes, cudaMemcpyDeviceToHost, "cudaMemcpyAsync (device to host)");
+  }
+  void from_host(void* dst, const void* host_src, size_t bytes) override {
+    transfer(dst, host_src, bytes, cudaMemcpyHostToDevice, "cudaMemcpyAsync (host to device)");
+  }
   size_t alignment() const override { return 256; }
   Device device() const override { return Device::cuda(index_); }
 
  private:
+  void transfer(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, const char* what) {
+    if (bytes == 0) return;
+    check_cuda(cudaSetDevice(index_), "cudaSetDevice(" + std::to_string(index_) + ")");
+    const cudaStream_t stream = compute_stream(index_);
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, kind, stream), what);
+    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (after a host transfer)");
+  }
+
   int index_;
   std::mutex mutex_;
   CachingAllocator cache_;
@@ -70,6 +86,7 @@ void start_backend() {
     }
     CudaEntries& entries = kernels::cuda_entries();
     register_kernels(entries);
+    entries.devices = static_cast<int>(allocators.size());
     entries.started = true;
   });
 }

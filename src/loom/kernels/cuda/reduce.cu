@@ -26,6 +26,14 @@ __global__ void scale_kernel(float* x, int64_t n, float factor) {
   for (int64_t i = grid_start(); i < n; i += grid_stride()) x[i] *= factor;
 }
 
+__global__ void non_finite_kernel(const float* __restrict__ x, int64_t n, unsigned* found) {
+  unsigned mine = 0;
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) {
+    mine |= (__float_as_uint(x[i]) & 0x7f800000u) == 0x7f800000u ? 1u : 0u;
+  }
+  if (__any_sync(0xffffffffu, mine != 0) && threadIdx.x % 32 == 0) atomicOr(found, 1u);
+}
+
 }  // namespace
 
 double sum_of_squares(const float* x, int64_t n, cudaStream_t stream) {
@@ -50,6 +58,20 @@ void scale_in_place(float* x, int64_t n, float factor, cudaStream_t stream) {
   if (n == 0) return;
   scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, factor);
   check_launch("scale_kernel");
+}
+
+bool any_non_finite(const float* x, int64_t n, cudaStream_t stream) {
+  if (n == 0) return false;
+  unsigned* found = nullptr;
+  check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&found), sizeof(unsigned), stream), "cudaMallocAsync");
+  check_cuda(cudaMemsetAsync(found, 0, sizeof(unsigned), stream), "cudaMemsetAsync");
+  non_finite_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, found);
+  check_launch("non_finite_kernel");
+  unsigned host = 0;
+  check_cuda(cudaMemcpyAsync(&host, found, sizeof host, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+  check_cuda(cudaFreeAsync(found, stream), "cudaFreeAsync");
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (any_non_finite)");
+  return host != 0;
 }
 
 }  // namespace loom::kernels::cuda

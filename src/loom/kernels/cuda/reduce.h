@@ -11,5 +11,8 @@ namespace loom::kernels::cuda {
 
 double sum_of_squares(const float* x, int64_t n, cudaStream_t stream = nullptr);
 void scale_in_place(float* x, int64_t n, float factor, cudaStream_t stream = nullptr);
+// Whether some x[i] is Inf or NaN (an all-ones exponent), as kernels::cpu::any_non_finite; waits
+// for the stream.
+bool any_non_finite(const float* x, int64_t n, cudaStream_t stream = nullptr);
 
 }  // namespace loom::kernels::cuda

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <vector>
 
 #include "loom/comm/reduce.h"
 #include "loom/parallel/data/global_norm.h"
@@ -9,11 +10,13 @@
 namespace loom::parallel {
 
 DdpSync::DdpSync(SyncSetup setup)
-    : BucketedSync(std::move(setup)), optimizer_(optim::make_optimizer(setup_.config->optim)) {
+    : BucketedSync(std::move(setup)),
+      optimizer_(optim::make_optimizer(setup_.config->optim, setup_.model->params().device())) {
   model::ParameterStore& params = model_.params();
   segments_ = optimizer_segments(params);
-  exp_avg_ = Tensor({params.total()}, DType::F32);
-  exp_avg_sq_ = Tensor({params.total()}, DType::F32);
+  // The moments live with the parameters (on their device).
+  exp_avg_ = Tensor({params.total()}, DType::F32, params.device());
+  exp_avg_sq_ = Tensor({params.total()}, DType::F32, params.device());
   const int64_t bucket_bytes = static_cast<int64_t>(setup_.config->parallel.bucket_mb * 1024.0 * 1024.0);
   for (const Lane& lane : lanes_) {
     if (lane.comm->size() == 1) {
@@ -56,17 +59,19 @@ double DdpSync::step(double lr, int64_t step) {
   for (const Lane& lane : lanes_) {
     shares.push_back({{{params.grads() + lane.range().begin, lane.range()}},
                       nullptr,
-                      setup_.groups[lane.group].partitioned_over});
+                      setup_.groups[lane.group].partitioned_over,
+                      params.device()});
   }
   const double norm = global_norm(shares, setup_.norm_excluded, setup_.model_groups);
   const optim::StepParams at{lr, step, optim::clip_factor(setup_.config->optim, norm)};
   float* target = master_.empty() ? params.values() : master_.data();
+  std::vector<optim::ShardPiece> pieces;
   for (const optim::Segment& s : segments_) {
-    optimizer_->update({target + s.offset, params.grads() + s.offset,
-                        {exp_avg_.data<float>() + s.offset, exp_avg_sq_.data<float>() + s.offset}, s.numel,
-                        s.weight_decay, s.lr_scale},
-                       at);
+    pieces.push_back({target + s.offset, params.grads() + s.offset,
+                      {exp_avg_.data<float>() + s.offset, exp_avg_sq_.data<float>() + s.offset}, s.numel,
+                      s.weight_decay, s.lr_scale});
   }
+  optimizer_->update_many(pieces, at);
   if (!master_.empty()) comm::from_f32(compact_store_.data(), master_.data(), params.total(), setup_.param_dtype);
   clear_gradients();
   close_step_traffic(blocked_seconds());
@@ -109,8 +114,9 @@ std::vector<OwnedRange> DdpSync::checkpoint_ranges() const {
 
 void DdpSync::load_moments(const float* exp_avg, const float* exp_avg_sq) {
   const int64_t total = model_.params().total();
-  std::copy(exp_avg, exp_avg + total, exp_avg_.data<float>());
-  std::copy(exp_avg_sq, exp_avg_sq + total, exp_avg_sq_.data<float>());
+  const Device device = model_.params().device();
+  copy_from_host(device, exp_avg_.data<float>(), exp_avg, total);
+  copy_from_host(device, exp_avg_sq_.data<float>(), exp_avg_sq, total);
   if (compact_) {  // the checkpoint holds the master weights, loaded into the values
     master_.assign(model_.params().values(), model_.params().values() + total);
     compact_->store_from_values();

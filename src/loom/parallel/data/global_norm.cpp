@@ -13,7 +13,7 @@ double global_norm(const std::vector<NormShare>& shares, const std::vector<FlatR
   double total = 0.0;
   for (const NormShare& share : shares) {
     double local = 0.0;
-    for (const NormPiece& p : share.pieces) local += sum_of_squares_excluding(p.data, p.range, excluded);
+    for (const NormPiece& p : share.pieces) local += sum_of_squares_excluding(p.data, p.range, excluded, share.device);
     double group = share.sharded_over != nullptr ? sum_over_group(*share.sharded_over, local) : local;
     if (share.partitioned_over != nullptr) group = sum_over_group(*share.partitioned_over, group);
     total += group;
@@ -22,11 +22,12 @@ double global_norm(const std::vector<NormShare>& shares, const std::vector<FlatR
   return std::sqrt(total);
 }
 
-double sum_of_squares_excluding(const float* data, FlatRange range, const std::vector<FlatRange>& excluded) {
+double sum_of_squares_excluding(const float* data, FlatRange range, const std::vector<FlatRange>& excluded,
+                                Device device) {
   double total = 0.0;
   int64_t at = range.begin;
   auto add_until = [&](int64_t end) {
-    if (end > at) total += kernels::sum_of_squares(Device::cpu(), data + (at - range.begin), end - at);
+    if (end > at) total += kernels::sum_of_squares(device, data + (at - range.begin), end - at);
   };
   for (const FlatRange& skip : excluded) {
     if (skip.end <= at) continue;

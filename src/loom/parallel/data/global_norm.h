@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "loom/comm/communicator.h"
+#include "loom/core/device.h"
 #include "loom/parallel/data/grad_buckets.h"
 
 namespace loom::parallel {
@@ -26,6 +27,7 @@ struct NormShare {
   comm::Communicator* sharded_over = nullptr;
   // Ranks holding other parameters of the group (ParameterGroup::partitioned_over), or null.
   comm::Communicator* partitioned_over = nullptr;
+  Device device = Device::cpu();  // where the pieces live
 };
 
 // sqrt of the sum of squares of every share (each element outside `excluded` counted once),
@@ -36,6 +38,7 @@ double global_norm(const std::vector<NormShare>& shares, const std::vector<FlatR
 
 // Sum of squares of flat elements [range.begin, range.end) outside `excluded` (sorted, disjoint).
 // `data` points at element range.begin.
-double sum_of_squares_excluding(const float* data, FlatRange range, const std::vector<FlatRange>& excluded);
+double sum_of_squares_excluding(const float* data, FlatRange range, const std::vector<FlatRange>& excluded,
+                                Device device = Device::cpu());
 
 }  // namespace loom::parallel

@@ -1,0 +1,37 @@
+#include "loom/train/run_device.h"
+
+#include <string>
+
+#include "loom/core/error.h"
+#include "loom/kernels/cuda_entries.h"
+
+namespace loom::train {
+
+namespace {
+
+// The settings a GPU run cannot take yet (the model checks its own: model.*, precision.recipe).
+void check_cuda_run(const config::RunConfig& config, int world_size) {
+  const std::string where = " with runtime.device=cuda is not built yet (use runtime.device=cpu)";
+  LOOM_CHECK(world_size == 1, "training on " + std::to_string(world_size) + " ranks" + where +
+                                  ": the GPU trains one rank for now (runtime.ranks=1, one process)");
+  LOOM_CHECK(config.parallel.zero == 0, "parallel.zero=" + std::to_string(config.parallel.zero) + where);
+  LOOM_CHECK(config.precision.param_dtype == config::ParamDtype::Fp32, "precision.param_dtype=compute" + where);
+  LOOM_CHECK(config.parallel.outer == config::OuterOptimizer::None, "parallel.outer=diloco" + where);
+}
+
+}  // namespace
+
+Device training_device(const config::RunConfig& config, int world_rank, int world_size) {
+  if (config.runtime.device == config::RuntimeDevice::Cpu) return Device::cpu();
+  check_cuda_run(config, world_size);
+  int devices = 0;
+  try {
+    devices = kernels::start_cuda();
+  } catch (const Error& e) {
+    throw Error(std::string("runtime.device=cuda: ") + e.what());
+  }
+  LOOM_CHECK(devices > 0, "runtime.device=cuda: the CUDA backend serves no GPU");
+  return Device::cuda(world_rank % devices);
+}
+
+}  // namespace loom::train

@@ -1,0 +1,194 @@
+#include "emulated_cuda.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "loom/core/device.h"
+#include "loom/core/error.h"
+#include "loom/kernels/cuda_entries.h"
+#include "loom/kernels/ops.h"
+#ifdef LOOM_TEST_REAL_CUDA_ENTRIES
+#include "loom/kernels/cuda/entries.h"
+#endif
+
+namespace loom::testing {
+
+namespace {
+
+std::string address(const void* p) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%p", p);
+  return text;
+}
+
+// A device pointer's host address; a host pointer (untagged, non-null) is an Error naming `what`.
+template <typename T>
+T* device_to_host(T* p, const std::string& what) {
+  if (p == nullptr) return p;
+  LOOM_CHECK(is_emulated_device_pointer(p),
+             "emulated cuda: " + what + " is host memory (" + address(p) + "), not the device's");
+  return emulated_host_view(p);
+}
+
+class EmulatedAllocator final : public Allocator {
+ public:
+  explicit EmulatedAllocator(int index) : index_(index) {}
+  void* allocate(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    const size_t rounded = (bytes + 255) / 256 * 256;
+    void* p = std::aligned_alloc(256, rounded);
+    LOOM_CHECK(p != nullptr, "emulated cuda: out of memory allocating " + std::to_string(bytes) + " bytes");
+    count_allocation(bytes);
+    return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) | kDeviceTag);
+  }
+  void free(void* ptr, size_t bytes) override {
+    if (ptr == nullptr) return;
+    std::free(device_to_host(ptr, "free"));
+    count_free(bytes);
+  }
+  void zero(void* ptr, size_t bytes) override {
+    if (bytes > 0) std::memset(device_to_host(ptr, "zero"), 0, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes > 0) std::memcpy(device_to_host(dst, "copy's destination"), device_to_host(src, "copy's source"), bytes);
+  }
+  void to_host(void* host_dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    LOOM_CHECK(!is_emulated_device_pointer(host_dst), "emulated cuda: to_host's destination is device memory");
+    std::memcpy(host_dst, device_to_host(src, "to_host's source"), bytes);
+  }
+  void from_host(void* dst, const void* host_src, size_t bytes) override {
+    if (bytes == 0) return;
+    LOOM_CHECK(!is_emulated_device_pointer(host_src), "emulated cuda: from_host's source is device memory");
+    std::memcpy(device_to_host(dst, "from_host's destination"), host_src, bytes);
+  }
+  size_t alignment() const override { return 256; }
+  Device device() const override { return Device::cuda(index_); }
+
+ private:
+  int index_;
+};
+
+int g_devices = 0;
+
+// An op's name as a template argument, for the errors of its wrapper.
+template <size_t N>
+struct OpName {
+  char text[N];
+  constexpr OpName(const char (&s)[N]) { std::copy_n(s, N, text); }
+};
+
+std::string argument(const char* op, Device device, size_t index) {
+  return "kernels::" + std::string(op) + " on " + device.name() + ": argument " + std::to_string(index + 1) +
+         " (after the device)";
+}
+
+// How each argument of an entry reaches the CPU kernel: pointers are device memory, untagged;
+// visibility's token arrays likewise; everything else (sizes, shapes, the host RoPE table) as is.
+template <typename A>
+struct Arg {
+  static A map(A a, const char*, Device, size_t) { return a; }
+};
+template <typename T>
+struct Arg<T*> {
+  static T* map(T* p, const char* op, Device device, size_t index) {
+    return device_to_host(p, argument(op, device, index));
+  }
+};
+template <>
+struct Arg<const kernels::AttentionVisibility&> {
+  static kernels::AttentionVisibility map(const kernels::AttentionVisibility& v, const char* op, Device device,
+                                         size_t index) {
+    const std::string where = argument(op, device, index);
+    return {device_to_host(v.q_pos, where + " q_pos"), device_to_host(v.k_pos, where + " k_pos"),
+            device_to_host(v.q_doc, where + " q_doc"), device_to_host(v.k_doc, where + " k_doc")};
+  }
+};
+
+void check_device(Device device, const char* op) {
+  LOOM_CHECK(device.is_cuda() && device.index >= 0 && device.index < g_devices,
+             "emulated cuda: kernels::" + std::string(op) + " asked to run on " + device.name());
+}
+
+// The wrapper of the device-neutral entry Op: the same arguments, checked and untagged, to Op
+// on the CPU (which runs the CPU kernel).
+template <auto Op, OpName Name>
+struct Emulate;
+template <typename R, typename... A, R (*Op)(Device, A...), OpName Name>
+struct Emulate<Op, Name> {
+  static R call(Device device, A... a) {
+    check_device(device, Name.text);
+    return invoke(device, std::index_sequence_for<A...>{}, a...);
+  }
+  template <size_t... I>
+  static R invoke(Device device, std::index_sequence<I...>, A... a) {
+    return Op(Device::cpu(), Arg<A>::map(a, Name.text, device, I)...);
+  }
+};
+
+// The multi-tensor AdamW takes a host array of device pointers (a kernel argument on a GPU).
+void adamw_update_many(Device device, const kernels::AdamWTensor* tensors, int64_t count,
+                       const kernels::AdamWStep& step) {
+  check_device(device, "adamw_update_many");
+  std::vector<kernels::AdamWTensor> host(tensors, tensors + count);
+  for (size_t i = 0; i < host.size(); ++i) {
+    const std::string where = "kernels::adamw_update_many's tensor " + std::to_string(i);
+    kernels::AdamWTensor& t = host[i];
+    t = {device_to_host(t.param, where + " param"), device_to_host(t.grad, where + " grad"),
+         device_to_host(t.exp_avg, where + " exp_avg"), device_to_host(t.exp_avg_sq, where + " exp_avg_sq"), t.n};
+  }
+  kernels::adamw_update_many(Device::cpu(), host, step);
+}
+
+#define LOOM_EMULATED_OPS(X)                                                                                    \
+  X(embedding_forward) X(embedding_backward) X(embedding_forward_shard) X(embedding_backward_shard)            \
+  X(rmsnorm_forward) X(rmsnorm_backward) X(layernorm_forward) X(layernorm_backward) X(rope_forward)            \
+  X(rope_backward) X(swiglu_forward) X(swiglu_backward) X(gelu_forward) X(gelu_backward) X(linear_forward)     \
+  X(linear_backward) X(gemm_nt) X(gemm) X(flash_attention_forward) X(flash_attention_backward)                \
+  X(merge_attention_partials) X(softmax_cross_entropy) X(vocab_shard_row_max) X(vocab_shard_exp_sums)         \
+  X(vocab_shard_finish) X(adamw_update) X(sum_of_squares) X(scale_in_place) X(any_non_finite)
+
+void fill_entries(kernels::CudaEntries& e) {
+#define LOOM_EMULATE(op) e.op = &Emulate<&kernels::op, OpName(#op)>::call;
+  LOOM_EMULATED_OPS(LOOM_EMULATE)
+#undef LOOM_EMULATE
+  e.adamw_update_many = &adamw_update_many;
+#ifdef LOOM_TEST_REAL_CUDA_ENTRIES
+  // Only what the real backend serves: an op it lacks must fail here as it would on a GPU.
+  kernels::CudaEntries real;
+  kernels::cuda::register_kernels(real);
+#define LOOM_KEEP_REAL(op) \
+  if (real.op == nullptr) e.op = nullptr;
+  LOOM_EMULATED_OPS(LOOM_KEEP_REAL)
+  if (real.adamw_update_many == nullptr) e.adamw_update_many = nullptr;
+#undef LOOM_KEEP_REAL
+#endif
+}
+
+}  // namespace
+
+void install_emulated_cuda(int devices) {
+  static std::once_flag once;
+  std::call_once(once, [devices] {
+    LOOM_CHECK(devices >= 1 && devices <= kMaxCudaDevices, "emulated cuda: " + std::to_string(devices) + " devices");
+    static std::vector<std::unique_ptr<EmulatedAllocator>> allocators;
+    for (int i = 0; i < devices; ++i) {
+      allocators.push_back(std::make_unique<EmulatedAllocator>(i));
+      register_allocator(Device::cuda(i), allocators.back().get());
+    }
+    g_devices = devices;
+    kernels::CudaEntries& entries = kernels::cuda_entries();
+    fill_entries(entries);
+    entries.devices = devices;
+    entries.started = true;
+  });
+}
+
+}  // namespace loom::testing

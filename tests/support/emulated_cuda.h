@@ -1,0 +1,30 @@
+#pragma once
+// An emulated CUDA device for tests on machines without a GPU. It registers an allocator for
+// Device::cuda(i) whose memory is host memory behind TAGGED pointers (bit 62 set: a
+// non-canonical address on x86-64, so any host load or store through one faults with SIGSEGV),
+// and fills kernels::cuda_entries() with wrappers that check and untag every pointer argument
+// (also those inside AttentionVisibility and AdamWTensor arrays) and run the CPU kernel. Model
+// or trainer code that touches device memory from the host crashes, a host pointer handed to a
+// device op is an Error naming the op, and the device path's numerics are the CPU's bit for bit.
+// Test support only: never linked into the product.
+#include <cstdint>
+
+namespace loom::testing {
+
+// Registers the emulated device as Device::cuda(0) .. cuda(devices - 1) and its entries: exactly
+// the ops the real backend has a kernel for (where this build has one), but the precision
+// recipes' device-only entries (amax, round_in_place, precision_linear_gemm), which have no CPU
+// kernel to run. Idempotent; `devices` of the first call wins.
+void install_emulated_cuda(int devices = 2);
+
+constexpr uintptr_t kDeviceTag = uintptr_t{1} << 62;
+
+inline bool is_emulated_device_pointer(const void* p) { return (reinterpret_cast<uintptr_t>(p) & kDeviceTag) != 0; }
+
+// The host address behind an emulated device pointer (tests that must look inside).
+template <typename T>
+T* emulated_host_view(T* p) {
+  return reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(p) & ~kDeviceTag);
+}
+
+}  // namespace loom::testing
