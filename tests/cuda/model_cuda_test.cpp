@@ -44,16 +44,20 @@ TEST_F(CudaModel, AnyNonFiniteAndHostTransfersMatchTheCpu) {
   }
 }
 
+// A tiny Llama-style config (RMSNorm, SwiGLU, RoPE, GQA, tied embeddings), 4 steps of 2 micro-batches.
+std::string tiny_llama(const std::string& root) {
+  return "model: {vocab_size: 0, d_model: 64, layers: 2, heads: 4, kv_heads: 2, ffn_size: 96, max_seq_len: 32,\n"
+         "        norm: rms, activation: swiglu, positions: rope, tied_embeddings: true}\n" +
+         train::testing::data_section(root) +
+         "optim: {lr: 3.0e-3, warmup_steps: 2, clip_grad: 0.5, weight_decay: 0.1}\n"
+         "train: {steps: 4, global_batch: 8, micro_batch: 4, threads: 1, seed: 7}\n"
+         "log: {progress: false, interval: 100}\n";
+}
+
 TEST_F(CudaModel, TinyLlamaTrainsOnTheGpuAsOnTheCpu) {
   set_cuda_starter(&start_backend);
   const std::string root = train::testing::make_training_root("cuda-model");
-  const std::string yaml =
-      "model: {vocab_size: 0, d_model: 64, layers: 2, heads: 4, kv_heads: 2, ffn_size: 96, max_seq_len: 32,\n"
-      "        norm: rms, activation: swiglu, positions: rope, tied_embeddings: true}\n" +
-      train::testing::data_section(root) +
-      "optim: {lr: 3.0e-3, warmup_steps: 2, clip_grad: 0.5, weight_decay: 0.1}\n"
-      "train: {steps: 4, global_batch: 8, micro_batch: 4, threads: 1, seed: 7}\n"
-      "log: {progress: false, interval: 100}\n";
+  const std::string yaml = tiny_llama(root);
   const std::vector<double> cpu = train::testing::losses_of(train::testing::train_run(root, "cpu", yaml, {}));
   std::string console;
   const std::vector<double> gpu =
@@ -79,13 +83,7 @@ TEST_F(CudaModel, TinyLlamaTrainsOnTheGpuAsOnTheCpu) {
 TEST_F(CudaModel, TinyLlamaTrainsInTheLowPrecisionRecipesOnTheGpuAsOnTheCpu) {
   set_cuda_starter(&start_backend);
   const std::string root = train::testing::make_training_root("cuda-model-precision");
-  const std::string yaml =
-      "model: {vocab_size: 0, d_model: 64, layers: 2, heads: 4, kv_heads: 2, ffn_size: 96, max_seq_len: 32,\n"
-      "        norm: rms, activation: swiglu, positions: rope, tied_embeddings: true}\n" +
-      train::testing::data_section(root) +
-      "optim: {lr: 3.0e-3, warmup_steps: 2, clip_grad: 0.5, weight_decay: 0.1}\n"
-      "train: {steps: 4, global_batch: 8, micro_batch: 4, threads: 1, seed: 7}\n"
-      "log: {progress: false, interval: 100}\n";
+  const std::string yaml = tiny_llama(root);
   for (const std::string recipe : {"bf16", "mxfp8", "fp8_current"}) {
     const std::string run = "precision.recipe=" + recipe;
     const std::vector<double> cpu = train::testing::losses_of(train::testing::train_run(root, recipe + "-cpu", yaml, {run}));

@@ -4,6 +4,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "loom/core/error.h"
+
 namespace loom::train {
 
 namespace {
@@ -73,6 +75,16 @@ std::string describe_changes(const std::vector<ConfigChange>& changes) {
     text += (text.empty() ? "" : "; ") + c.key + " " + c.before + " -> " + c.after;
   }
   return text;
+}
+
+void check_resumable(const std::string& stored_yaml, const std::string& path, const config::RunConfig& now,
+                     std::ostream& out) {
+  if (stored_yaml.empty()) return;
+  const ConfigChanges changes = compare_configs(stored_yaml, now);
+  LOOM_CHECK(changes.model.empty(), "train.resume: " + path + " was trained with another model: " +
+                                        describe_changes(changes.model) +
+                                        ". Restore those values to continue it, or start a new run in another run.dir");
+  if (!changes.settings.empty()) out << "resume: settings changed since the checkpoint: " << describe_changes(changes.settings) << "\n";
 }
 
 }  // namespace loom::train

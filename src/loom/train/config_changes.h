@@ -3,6 +3,7 @@
 // change of the model's function (its shapes, rope, norms, activations, vocabulary, tokenizer)
 // cannot resume; a change of run settings (learning rate, steps, batch, seed, layout, ...) is
 // allowed, as NeMo allows overrides on resume, and listed so that it is never silent.
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -26,5 +27,10 @@ ConfigChanges compare_configs(const std::string& stored_yaml, const config::RunC
 
 // "key before -> after; ..." for messages.
 std::string describe_changes(const std::vector<ConfigChange>& changes);
+
+// train.resume from the checkpoint at `path` written with `stored_yaml` (empty: an import, not
+// checked): a model change is an Error naming each key; changed settings are listed to `out`.
+void check_resumable(const std::string& stored_yaml, const std::string& path, const config::RunConfig& now,
+                     std::ostream& out);
 
 }  // namespace loom::train

@@ -240,14 +240,7 @@ bool Trainer::loss_scaling() const { return state_->precision->loss_scaling(); }
 
 // A model change cannot resume; changed settings are listed (allowed, never silent).
 void Trainer::check_resumable(const ckpt::LoadedCheckpoint& checkpoint) {
-  if (checkpoint.config_yaml().empty()) return;  // written without a config (an import)
-  const ConfigChanges changes = compare_configs(checkpoint.config_yaml(), state_->run);
-  LOOM_CHECK(changes.model.empty(), "train.resume: " + checkpoint.path() +
-                                        " was trained with another model: " + describe_changes(changes.model) +
-                                        ". Restore those values to continue it, or start a new run in another run.dir");
-  if (!changes.settings.empty()) {
-    out() << "resume: settings changed since the checkpoint: " << describe_changes(changes.settings) << "\n";
-  }
+  train::check_resumable(checkpoint.config_yaml(), checkpoint.path(), state_->run, out());
 }
 
 void Trainer::initialize_from(const std::string& path) {

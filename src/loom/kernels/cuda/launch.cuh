@@ -4,10 +4,28 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
+
+#include "loom/kernels/cuda/device.h"
 
 namespace loom::kernels::cuda {
 
 constexpr int kThreads = 256;
+
+// Runs `launch(word)` on `stream` with `word` a zeroed device unsigned, then reads it back (the
+// stream synchronised): the one-word results of reductions such as amax and the non-finite check.
+template <typename Launch>
+unsigned read_back_word(cudaStream_t stream, const char* what, Launch launch) {
+  unsigned* word = nullptr;
+  check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&word), sizeof(unsigned), stream), "cudaMallocAsync");
+  check_cuda(cudaMemsetAsync(word, 0, sizeof(unsigned), stream), "cudaMemsetAsync");
+  launch(word);
+  unsigned host = 0;
+  check_cuda(cudaMemcpyAsync(&host, word, sizeof host, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+  check_cuda(cudaFreeAsync(word, stream), "cudaFreeAsync");
+  check_cuda(cudaStreamSynchronize(stream), std::string("cudaStreamSynchronize (") + what + ")");
+  return host;
+}
 
 // Enough blocks of kThreads to cover n elements with a grid-stride loop, at most 65536.
 inline unsigned grid_for(int64_t n) {

@@ -176,15 +176,10 @@ unsigned warps_grid(int64_t warps) { return static_cast<unsigned>((warps * 32 + 
 
 float amax(const float* x, int64_t n, cudaStream_t stream) {
   if (n == 0) return 0.0f;
-  unsigned* result = nullptr;
-  check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&result), sizeof(unsigned), stream), "cudaMallocAsync");
-  check_cuda(cudaMemsetAsync(result, 0, sizeof(unsigned), stream), "cudaMemsetAsync");
-  amax_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, result);
-  check_launch("amax_kernel");
-  unsigned bits = 0;
-  check_cuda(cudaMemcpyAsync(&bits, result, sizeof bits, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
-  check_cuda(cudaFreeAsync(result, stream), "cudaFreeAsync");
-  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (amax)");
+  const unsigned bits = read_back_word(stream, "amax", [&](unsigned* result) {
+    amax_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, result);
+    check_launch("amax_kernel");
+  });
   float value;
   std::memcpy(&value, &bits, sizeof value);
   return value;

@@ -62,16 +62,10 @@ void scale_in_place(float* x, int64_t n, float factor, cudaStream_t stream) {
 
 bool any_non_finite(const float* x, int64_t n, cudaStream_t stream) {
   if (n == 0) return false;
-  unsigned* found = nullptr;
-  check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&found), sizeof(unsigned), stream), "cudaMallocAsync");
-  check_cuda(cudaMemsetAsync(found, 0, sizeof(unsigned), stream), "cudaMemsetAsync");
-  non_finite_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, found);
-  check_launch("non_finite_kernel");
-  unsigned host = 0;
-  check_cuda(cudaMemcpyAsync(&host, found, sizeof host, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
-  check_cuda(cudaFreeAsync(found, stream), "cudaFreeAsync");
-  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (any_non_finite)");
-  return host != 0;
+  return read_back_word(stream, "any_non_finite", [&](unsigned* found) {
+           non_finite_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, found);
+           check_launch("non_finite_kernel");
+         }) != 0;
 }
 
 }  // namespace loom::kernels::cuda
