@@ -12,7 +12,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 loom="${1:-build/loom}"
 grpo_steps="${2:-100}"
-pair_steps="${3:-10}"
+pair_steps="${3:-30}"
 eval_every="${EVAL_EVERY:-10}"
 out="${OUT:-runs/grpo-demo}"
 threads="${THREADS:-2}"
@@ -91,7 +91,7 @@ done
 echo "greedy validation of the SFT weights: $(head -n 1 "$out/greedy-check/validation.jsonl")"
 bash bench/with_matplotlib.sh bench/plot_metrics.py docs/grpo_reward.png \
   "GRPO of the SFT'd tiny model on 1-digit arithmetic (2 cores)" heldout_reward,reward_mean \
-  "held-out, 4 samples at temperature 0.8=$out/evals.jsonl" "training samples, temperature 0.8=$out/grpo"
+  "held-out, 4 samples at temperature 0.8=$out/evals.jsonl" "training groups kept by dynamic sampling, temperature 0.8=$out/grpo"
 # 4. Synchronous against asynchronous: the same run, back to back, pair_steps steps each, each
 #    validated before its first step and after its last (the validations' time left out).
 for k in 0 1; do
