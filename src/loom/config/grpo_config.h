@@ -52,6 +52,7 @@ struct GrpoConfig {
   int environment_servers = 1;            // `loom env serve` processes
   int worker_kv_cache_mb = 64;            // each worker's --kv-cache-mb
   int rollout_threads = 0;                // groups generated at once; 0: 2 per generation worker
+  int rollout_thread_count() const { return rollout_threads > 0 ? rollout_threads : 2 * generation_workers; }
   // Staleness and weight updates.
   int max_staleness = 1;                  // step s trains on groups of weight version >= s - k; 0: synchronous
   std::string inflight_updates = "continue";  // continue: running requests go on with the new weights; wait: they finish first

@@ -7,6 +7,7 @@
 
 #include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
+#include "loom/rl/controller/episode_options.h"
 #include "loom/rl/controller/validation.h"
 #include "loom/rl/http_json.h"
 #include "loom/rl/launch/registration.h"
@@ -149,9 +150,7 @@ json Controller::step_done(const json& body) {
     try {
       refit_verified = roles_->refit(body["checkpoint"].get<std::string>(), step + 1, body.value("refit", "") == "comm");
     } catch (const Error& e) {  // a worker's weights differ from the learner's: the run stops
-      std::lock_guard<std::mutex> lock(fatal_mutex_);
-      fatal_ = e.what();
-      stopping_ = true;
+      fail_run(e.what());
       throw;
     }
   }
@@ -185,14 +184,18 @@ json Controller::run_validation(int64_t weight_version) {
 void Controller::note_filtered_group(int64_t index) {
   const int64_t limit = static_cast<int64_t>(config_.grpo.dynamic_sampling_max_draws) * config_.grpo.prompts_per_step;
   if (++filtered_in_a_row_ < limit) return;
-  std::lock_guard<std::mutex> lock(fatal_mutex_);
-  fatal_ = "loom grpo: grpo.dynamic_sampling dropped " + std::to_string(limit) +
-           " groups in a row (the last: prompt " + std::to_string(index) +
+  fail_run("loom grpo: grpo.dynamic_sampling dropped " + std::to_string(limit) + " groups in a row (the last: prompt " +
+           std::to_string(index) +
            ") whose samples were all rewarded alike; the task is too hard or too easy for the policy: raise "
            "grpo.dynamic_sampling_max_draws (" + std::to_string(config_.grpo.dynamic_sampling_max_draws) +
-           " x grpo.prompts_per_step) or turn grpo.dynamic_sampling off";
-  stopping_ = true;
+           " x grpo.prompts_per_step) or turn grpo.dynamic_sampling off");
   buffer_.close();
+}
+
+void Controller::fail_run(const std::string& message) {
+  std::lock_guard<std::mutex> lock(fatal_mutex_);
+  fatal_ = message;
+  stopping_ = true;
 }
 
 void Controller::rollout_loop(int thread) {
@@ -204,10 +207,8 @@ void Controller::rollout_loop(int thread) {
     }
     const int64_t index = next_prompt_++;
     if (g.validation_prompts > 0 && index >= g.validation_first_index) {
-      std::lock_guard<std::mutex> lock(fatal_mutex_);
-      fatal_ = "loom grpo: the rollouts reached task index " + std::to_string(index) +
-               ", the first held-out prompt (grpo.validation_first_index); raise it above the prompts training uses";
-      stopping_ = true;
+      fail_run("loom grpo: the rollouts reached task index " + std::to_string(index) +
+               ", the first held-out prompt (grpo.validation_first_index); raise it above the prompts training uses");
       buffer_.release();
       break;
     }
@@ -215,17 +216,7 @@ void Controller::rollout_loop(int thread) {
     for (int attempt = 0; !stopping_; ++attempt) {
       std::shared_lock<std::shared_mutex> hold(refit_lock_, std::defer_lock);
       if (g.inflight_updates == "wait") hold.lock();
-      AgentOptions o;
-      o.model_url = roles_->worker_url(static_cast<size_t>(thread + attempt));
-      o.environment_url = roles_->environment_url(static_cast<size_t>(thread + attempt));
-      o.samples = g.samples_per_prompt;
-      o.max_turns = g.max_turns;
-      o.max_tokens = g.max_tokens;
-      o.temperature = g.temperature;
-      o.top_p = g.top_p;
-      o.seed = static_cast<uint64_t>(config_.train.seed) * 1000003ULL + static_cast<uint64_t>(index) * 7919ULL + attempt;
-      o.generation_timeout_s = g.generation_timeout_s;
-      o.environment_timeout_s = g.environment_timeout_s;
+      const AgentOptions o = episode_options(config_, *roles_, static_cast<size_t>(thread + attempt), index, attempt);
       try {
         GroupStats stats;
         RolloutGroup group = run_group(o, index, &stats);
@@ -253,9 +244,7 @@ void Controller::rollout_loop(int thread) {
           break;
         }
       } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(fatal_mutex_);
-        fatal_ = std::string("rollout of prompt ") + std::to_string(index) + ": " + e.what();
-        stopping_ = true;
+        fail_run(std::string("rollout of prompt ") + std::to_string(index) + ": " + e.what());
         break;
       }
       hold = {};
@@ -279,7 +268,7 @@ int Controller::run() {
     run_validation(0);  // the starting weights, before any rollout competes for the workers
   }
   log_ << "loom grpo: controller on " << url_ << "; roles in " << grpo_dir(config_) << "/roles.json" << std::endl;
-  const int threads = config_.grpo.rollout_threads > 0 ? config_.grpo.rollout_threads : 2 * config_.grpo.generation_workers;
+  const int threads = config_.grpo.rollout_thread_count();
   std::vector<std::thread> rollouts;
   for (int t = 0; t < threads; ++t) rollouts.emplace_back([this, t] { rollout_loop(t); });
   if (!options_.learner_command.empty())

@@ -73,6 +73,8 @@ class Controller {
   void write_roles_file(bool finished = false);
   // grpo.dynamic_sampling: counts a dropped zero-variance group; too many in a row end the run.
   void note_filtered_group(int64_t index);
+  // Ends the run with `message` (run() throws it once the roles are stopped).
+  void fail_run(const std::string& message);
 
   const config::RunConfig& config_;
   ControllerOptions options_;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "loom/rl/agent_loop.h"
+#include "loom/rl/controller/episode_options.h"
 
 namespace loom::rl {
 
@@ -24,18 +25,11 @@ namespace {
 std::vector<Rollout> answer(const config::RunConfig& config, Roles& roles, int64_t index, size_t turn) {
   const config::GrpoConfig& g = config.grpo;
   for (int attempt = 0; attempt <= g.episode_retries; ++attempt) {
-    AgentOptions o;
-    o.model_url = roles.worker_url(turn + static_cast<size_t>(attempt));
-    o.environment_url = roles.environment_url(turn + static_cast<size_t>(attempt));
+    // The same seed for a prompt at every validation (attempt 0's): versions differ in their weights only.
+    AgentOptions o = episode_options(config, roles, turn + static_cast<size_t>(attempt), index, 0);
     o.samples = g.validation_samples;
-    o.max_turns = g.max_turns;
-    o.max_tokens = g.max_tokens;
     o.temperature = g.validation_temperature;
     o.top_p = g.validation_temperature > 0 ? g.top_p : 1.0;
-    // The same seed for a prompt at every validation: versions differ in their weights only.
-    o.seed = static_cast<uint64_t>(config.train.seed) * 1000003ULL + static_cast<uint64_t>(index) * 7919ULL;
-    o.generation_timeout_s = g.generation_timeout_s;
-    o.environment_timeout_s = g.environment_timeout_s;
     try {
       return run_group(o, index).samples;
     } catch (const EpisodeFailure& e) {
@@ -50,7 +44,7 @@ std::vector<Rollout> answer(const config::RunConfig& config, Roles& roles, int64
 ValidationResult validate(const config::RunConfig& config, Roles& roles, int64_t weight_version, std::ostream& log) {
   const config::GrpoConfig& g = config.grpo;
   const auto start = std::chrono::steady_clock::now();
-  const int threads = g.rollout_threads > 0 ? g.rollout_threads : 2 * g.generation_workers;
+  const int threads = g.rollout_thread_count();
   std::atomic<int64_t> next{0};
   std::mutex mutex;
   double sum = 0.0, sum_squares = 0.0;
