@@ -94,7 +94,10 @@ launcher=$!
 for _ in $(seq 1 1200); do
   [ "$(rows "$work/solo/metrics.jsonl")" -ge 2 ] || ! kill -0 $controller 2>/dev/null && break; sleep 0.1
 done
-learner=$(python3 -c "import json; print(json.load(open('$work/solo/grpo/roles/learner-0.json'))['pid'])")
+[ "$(rows "$work/solo/metrics.jsonl")" -ge 2 ] && [ "$(rows "$work/solo/metrics.jsonl")" -lt 6 ] ||
+  fail "one process per role: expected the run between steps 2 and 6 within 120 s" "$work/solo.log" "$work/solo-learner.log"
+learner=$(python3 -c "import json; print(json.load(open('$work/solo/grpo/roles/learner-0.json'))['pid'])") ||
+  fail "no registration of the running learner" "$work/solo.log" "$work/solo-learner.log"
 kill -9 "$learner"
 wait $controller || fail "the controller of one process per role exited with $?" "$work/solo.log" "$work/solo-learner.log"
 wait $launcher || fail "the learner's loom launch exited with $?" "$work/solo-learner.log"
@@ -105,12 +108,14 @@ grep -q "learner 0 on .* registered (1 ranks)" "$work/solo.log" || fail "the res
 echo "one process per role: the learner killed after step 2 resumed under loom launch; 6 steps"
 
 # A server that keeps dying: with grpo.max_role_restarts = 0 its supervisor gives up at the first
-# death, saying why in its registration, and the controller fails naming it.
-"${g[@]}" --role controller run.dir="$work/giveup" grpo.max_role_restarts=0 > "$work/giveup.log" 2>&1 &
+# death, saying why in its registration, and the controller fails naming it. The run is long
+# (1000 steps) so that it cannot have finished before the kill.
+long=(train.steps=1000)
+"${g[@]}" --role controller run.dir="$work/giveup" grpo.max_role_restarts=0 "${long[@]}" > "$work/giveup.log" 2>&1 &
 controller=$!
 "${g[@]}" --role environment run.dir="$work/giveup" grpo.max_role_restarts=0 > "$work/giveup-env.log" 2>&1 &
 "${g[@]}" --role generation run.dir="$work/giveup" > "$work/giveup-gen.log" 2>&1 &
-"${g[@]}" --role learner run.dir="$work/giveup" > "$work/giveup-learner.log" 2>&1 &
+"${g[@]}" --role learner run.dir="$work/giveup" "${long[@]}" > "$work/giveup-learner.log" 2>&1 &
 for _ in $(seq 1 600); do [ -s "$work/giveup/grpo/roles.json" ] && break; sleep 0.1; done
 kill -9 "$(python3 -c "import json; print(json.load(open('$work/giveup/grpo/roles/environment-0.json'))['server_pid'])")"
 if wait $controller; then fail "the controller went on without its environment" "$work/giveup.log"; fi
