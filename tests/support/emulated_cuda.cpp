@@ -71,6 +71,7 @@ class EmulatedAllocator final : public Allocator {
   }
   size_t alignment() const override { return 256; }
   Device device() const override { return Device::cuda(index_); }
+  bool holds(const void* ptr) const override { return is_emulated_device_pointer(ptr); }
 
  private:
   int index_;

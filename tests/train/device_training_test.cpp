@@ -3,74 +3,10 @@
 // training run on it must equal the same run on the CPU bit for bit (losses and every tensor of
 // the final checkpoint), and any host access to device memory in the model or trainer crashes.
 // Checkpoints move freely between the two.
-#include <gtest/gtest.h>
-
-#include <filesystem>
-#include <string>
-#include <vector>
-
-#include "loom/ckpt/checkpoint.h"
-#include "loom/core/error.h"
-#include "support/emulated_cuda.h"
-#include "training_runs.h"
+#include "device_training.h"
 
 namespace loom::train {
 namespace {
-
-namespace fs = std::filesystem;
-
-// Llama-style: RMSNorm, SwiGLU, RoPE, grouped-query attention, tied embeddings.
-const char* kLlama =
-    "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, max_seq_len: 32,\n"
-    "        norm: rms, activation: swiglu, positions: rope, tied_embeddings: true}\n";
-// GPT-2-style: LayerNorm, GELU, learned positions, biases, an untied head.
-const char* kGpt2 =
-    "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 4, ffn_size: 64, max_seq_len: 32,\n"
-    "        norm: layer, activation: gelu, positions: learned, bias: true, tied_embeddings: false}\n";
-
-class DeviceTraining : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    ::loom::testing::install_emulated_cuda();
-    root_ = testing::make_training_root("device-training");
-  }
-  static void TearDownTestSuite() { fs::remove_all(root_); }
-
-  // 2 micro-batches of 2 per step, clipping on, weight decay on matrices.
-  std::vector<double> train(const std::string& name, const char* model, std::vector<std::string> overrides,
-                            int steps = 4, std::string* console = nullptr) {
-    const std::string yaml = std::string(model) + testing::data_section(root_) +
-                             "optim: {lr: 3.0e-3, warmup_steps: 2, clip_grad: 0.5, weight_decay: 0.1}\n"
-                             "train: {steps: " + std::to_string(steps) +
-                             ", global_batch: 4, micro_batch: 2, threads: 1, seed: 7}\n"
-                             "log: {progress: false, interval: 100}\n";
-    return testing::losses_of(testing::train_run(root_, name, yaml, overrides, console));
-  }
-
-  // Every tensor of the two runs' final checkpoints equal bit for bit.
-  void expect_same_checkpoints(const std::string& a, const std::string& b) {
-    const double difference =
-        testing::checkpoint_difference(root_, a, b, [](const ckpt::LoadedCheckpoint& c) { return c.names(); },
-                                       [](const std::string& name, double d) { EXPECT_EQ(d, 0.0) << name; });
-    EXPECT_EQ(difference, 0.0);
-  }
-
-  void expect_bitwise_equal_runs(const char* model, const std::string& tag, std::vector<std::string> extra = {}) {
-    std::vector<std::string> cuda = extra;
-    cuda.push_back("runtime.device=cuda");
-    const std::vector<double> on_cpu = train(tag + "-cpu", model, extra);
-    std::string console;
-    const std::vector<double> on_device = train(tag + "-cuda", model, cuda, 4, &console);
-    EXPECT_NE(console.find(" on cuda:0"), std::string::npos) << console;
-    EXPECT_GT(allocator(Device::cuda(0)).peak_bytes(), 0);
-    ASSERT_EQ(on_cpu.size(), 4u);
-    EXPECT_EQ(on_device, on_cpu);  // bit for bit: the same kernels in the same order
-    expect_same_checkpoints(tag + "-cpu", tag + "-cuda");
-  }
-
-  static std::string root_;
-};
-std::string DeviceTraining::root_;
 
 TEST_F(DeviceTraining, LlamaStyleOnTheDeviceEqualsTheCpuBitForBit) { expect_bitwise_equal_runs(kLlama, "llama"); }
 
@@ -108,7 +44,8 @@ TEST_F(DeviceTraining, UnsupportedSettingsOnTheDeviceNameTheirKey) {
     return "no error";
   };
   EXPECT_NE(error_of(kLlama, {"precision.recipe=fp16"}).find("precision.recipe=fp16"), std::string::npos);
-  EXPECT_NE(error_of(kLlama, {"runtime.ranks=2", "train.micro_batch=1"}).find("runtime.ranks=1"), std::string::npos);
+  EXPECT_NE(error_of(kLlama, {"runtime.ranks=2", "parallel.pp=2", "train.micro_batch=1"}).find("parallel.pp=2"),
+            std::string::npos);
   EXPECT_NE(error_of(kLlama, {"model.moe_experts=4", "model.moe_top_k=2"}).find("mixture of experts"),
             std::string::npos);
   EXPECT_NE(error_of(kLlama, {"model.mtp_depths=1"}).find("model.mtp_depths"), std::string::npos);

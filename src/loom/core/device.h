@@ -45,6 +45,13 @@ class Allocator {
   virtual void from_host(void* dst, const void* host_src, size_t bytes) = 0;
   virtual size_t alignment() const = 0;
   virtual Device device() const = 0;
+  // Whether `ptr` points into this device's memory, anywhere within an allocation (what the
+  // communication layer stages through the host for backends that move host bytes). The host
+  // allocator says false: host memory needs no staging.
+  virtual bool holds(const void* ptr) const {
+    (void)ptr;
+    return false;
+  }
 
   int64_t bytes_in_use() const { return in_use_.load(std::memory_order_relaxed); }
   int64_t peak_bytes() const { return peak_.load(std::memory_order_relaxed); }

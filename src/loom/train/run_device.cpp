@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "loom/comm/device_staging.h"
 #include "loom/core/error.h"
 #include "loom/kernels/cuda_entries.h"
 
@@ -12,8 +13,8 @@ namespace {
 // The settings a GPU run cannot take yet (the model checks its own: model.*, precision.recipe).
 void check_cuda_run(const config::RunConfig& config, int world_size) {
   const std::string where = " with runtime.device=cuda is not built yet (use runtime.device=cpu)";
-  LOOM_CHECK(world_size == 1, "training on " + std::to_string(world_size) + " ranks" + where +
-                                  ": the GPU trains one rank for now (runtime.ranks=1, one process)");
+  (void)world_size;
+  LOOM_CHECK(config.parallel.pp == 1, "parallel.pp=" + std::to_string(config.parallel.pp) + where);
   LOOM_CHECK(config.parallel.zero == 0, "parallel.zero=" + std::to_string(config.parallel.zero) + where);
   LOOM_CHECK(config.precision.param_dtype == config::ParamDtype::Fp32, "precision.param_dtype=compute" + where);
   LOOM_CHECK(config.parallel.outer == config::OuterOptimizer::None, "parallel.outer=diloco" + where);
@@ -32,6 +33,11 @@ Device training_device(const config::RunConfig& config, int world_rank, int worl
   }
   LOOM_CHECK(devices > 0, "runtime.device=cuda: the CUDA backend serves no GPU");
   return Device::cuda(world_rank % devices);
+}
+
+std::unique_ptr<comm::Communicator> staging_communicator(Device device, comm::Communicator& world) {
+  if (device.is_cpu() || world.backend() == "nccl") return nullptr;
+  return comm::stage_device_buffers(world, device);
 }
 
 }  // namespace loom::train

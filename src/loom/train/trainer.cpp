@@ -64,6 +64,8 @@ void check_on_host(Device device, const std::string& what) {
 
 struct Trainer::State {
   config::RunConfig run;
+  Device device;  // runtime.device: where this rank trains
+  std::unique_ptr<comm::Communicator> staged_world;  // see staging_communicator
   comm::Communicator& world;
   const BatchSource& train;
   MemoryCheck memory_check;  // the resident set before anything of the run is built
@@ -90,11 +92,13 @@ struct Trainer::State {
 
   State(const config::RunConfig& config, comm::Communicator& w, const BatchSource& source)
       : run(config),
-        world(w),
+        device(training_device(config, w.rank(), w.size())),
+        staged_world(staging_communicator(device, w)),
+        world(staged_world ? *staged_world : w),
         train(source),
         heartbeat(w.rank(), w.size()),
         faults(config.fault, w.rank(), w.size()),
-        mesh(w, mesh_shape(config, w)) {}
+        mesh(world, mesh_shape(config, world)) {}
 
   void plan_pipeline();
   void build_model();
@@ -133,7 +137,6 @@ void Trainer::State::plan_pipeline() {
 void Trainer::State::build_model() {
   const comm::MeshShape shape = mesh.layout().shape;
   const int pp = shape.pp;
-  const Device device = training_device(run, world.rank(), world.size());
   model = std::make_unique<model::Transformer>(run.model, model::TensorParallel(&mesh.tp(), run.parallel.sequence_parallel),
                                                model::PrecisionPolicy::from_config(run.precision), chunks,
                                                model::ExpertLayout{shape.ep, mesh.ep_rank()}, device);

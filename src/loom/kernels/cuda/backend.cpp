@@ -55,6 +55,16 @@ class DeviceAllocator final : public Allocator {
   }
   size_t alignment() const override { return 256; }
   Device device() const override { return Device::cuda(index_); }
+  // The runtime knows every allocation's range (interior pointers too); a host pointer is
+  // unregistered memory, not an error.
+  bool holds(const void* ptr) const override {
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return attributes.type == cudaMemoryTypeDevice && attributes.device == index_;
+  }
 
  private:
   void transfer(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, const char* what) {

@@ -1,0 +1,180 @@
+#include "loom/comm/device_staging.h"
+
+#include <cstddef>
+#include <functional>
+#include <list>
+#include <mutex>
+#include <numeric>
+#include <utility>
+#include <vector>
+
+#include "loom/core/dtype.h"
+#include "loom/core/error.h"
+
+namespace loom::comm {
+
+namespace {
+
+int64_t total(std::span<const int64_t> counts) { return std::accumulate(counts.begin(), counts.end(), int64_t{0}); }
+
+// The host side of one operation's buffers: inputs copied in at issue, outputs copied back to
+// the device once the wrapped operation is done.
+class Staging {
+ public:
+  explicit Staging(Device device) : device_(device) {}
+
+  // A host pointer for an input of `count` elements: itself when it is host memory.
+  const void* input(const void* data, int64_t count, DType dtype) {
+    if (!on_device(data) || count <= 0) return data;
+    std::vector<std::byte>& host = buffer(count, dtype);
+    allocator(device_).to_host(host.data(), data, host.size());
+    return host.data();
+  }
+  // A host pointer for an output of `count` elements, copied back by finish(). `read_first`: the
+  // operation also reads it (in place: all_reduce, broadcast's root).
+  void* output(void* data, int64_t count, DType dtype, bool read_first) {
+    if (!on_device(data) || count <= 0) return data;
+    std::vector<std::byte>& host = buffer(count, dtype);
+    if (read_first) allocator(device_).to_host(host.data(), data, host.size());
+    outputs_.push_back({data, &host});
+    return host.data();
+  }
+  bool empty() const { return buffers_.empty(); }
+  void finish() {
+    for (const Output& o : outputs_) allocator(device_).from_host(o.device, o.host->data(), o.host->size());
+    outputs_.clear();
+  }
+
+ private:
+  struct Output {
+    void* device;
+    std::vector<std::byte>* host;
+  };
+  bool on_device(const void* data) const { return data != nullptr && allocator(device_).holds(data); }
+  std::vector<std::byte>& buffer(int64_t count, DType dtype) {
+    // A list, not a vector of vectors: the addresses handed out stay valid as more are added.
+    buffers_.emplace_back(static_cast<size_t>(count) * dtype_size(dtype));
+    return buffers_.back();
+  }
+
+  Device device_;
+  std::list<std::vector<std::byte>> buffers_;
+  std::vector<Output> outputs_;
+};
+
+class StagedWork final : public Work {
+ public:
+  StagedWork(std::unique_ptr<Staging> staging, WorkHandle inner) : staging_(std::move(staging)), inner_(std::move(inner)) {}
+  void wait() override {
+    inner_->wait();
+    finish();
+  }
+  bool test() override {
+    if (!inner_->test()) return false;
+    finish();
+    return true;
+  }
+
+ private:
+  void finish() {
+    std::lock_guard lock(mutex_);
+    if (staging_) staging_->finish();
+    staging_.reset();
+  }
+  std::mutex mutex_;
+  std::unique_ptr<Staging> staging_;
+  WorkHandle inner_;
+};
+
+class DeviceStagingCommunicator final : public Communicator {
+ public:
+  DeviceStagingCommunicator(Communicator& inner, std::unique_ptr<Communicator> owned, Device device)
+      : inner_(inner), owned_(std::move(owned)), device_(device) {}
+
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  const std::string& name() const override { return inner_.name(); }
+  const std::vector<int>& world_ranks() const override { return inner_.world_ranks(); }
+  std::string backend() const override { return inner_.backend(); }
+
+  WorkHandle all_reduce_async(void* data, int64_t count, DType dtype, ReduceOp op) override {
+    return staged([&](Staging& s) { return inner_.all_reduce_async(s.output(data, count, dtype, true), count, dtype, op); });
+  }
+  WorkHandle reduce_scatter_async(const void* send, void* recv, int64_t recv_count, DType dtype, ReduceOp op) override {
+    return staged([&](Staging& s) {
+      return inner_.reduce_scatter_async(s.input(send, recv_count * size(), dtype),
+                                         s.output(recv, recv_count, dtype, false), recv_count, dtype, op);
+    });
+  }
+  WorkHandle all_gather_async(const void* send, void* recv, int64_t send_count, DType dtype) override {
+    return staged([&](Staging& s) {
+      return inner_.all_gather_async(s.input(send, send_count, dtype), s.output(recv, send_count * size(), dtype, false),
+                                     send_count, dtype);
+    });
+  }
+  WorkHandle all_gather_v_async(const void* send, void* recv, std::span<const int64_t> counts, DType dtype) override {
+    const int64_t own = rank() < static_cast<int>(counts.size()) ? counts[static_cast<size_t>(rank())] : 0;
+    return staged([&](Staging& s) {
+      return inner_.all_gather_v_async(s.input(send, own, dtype), s.output(recv, total(counts), dtype, false), counts, dtype);
+    });
+  }
+  WorkHandle broadcast_async(void* data, int64_t count, DType dtype, int root) override {
+    return staged([&](Staging& s) {
+      return inner_.broadcast_async(s.output(data, count, dtype, rank() == root), count, dtype, root);
+    });
+  }
+  WorkHandle reduce_async(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op, int root) override {
+    return staged([&](Staging& s) {
+      return inner_.reduce_async(s.input(send, count, dtype), s.output(recv, rank() == root ? count : 0, dtype, false),
+                                 count, dtype, op, root);
+    });
+  }
+  WorkHandle all_to_all_async(const void* send, void* recv, int64_t count, DType dtype) override {
+    return staged([&](Staging& s) {
+      return inner_.all_to_all_async(s.input(send, count * size(), dtype), s.output(recv, count * size(), dtype, false),
+                                     count, dtype);
+    });
+  }
+  WorkHandle all_to_all_v_async(const void* send, std::span<const int64_t> send_counts, void* recv,
+                                std::span<const int64_t> recv_counts, DType dtype) override {
+    return staged([&](Staging& s) {
+      return inner_.all_to_all_v_async(s.input(send, total(send_counts), dtype), send_counts,
+                                       s.output(recv, total(recv_counts), dtype, false), recv_counts, dtype);
+    });
+  }
+  WorkHandle barrier_async() override { return inner_.barrier_async(); }
+  WorkHandle send_async(const void* data, int64_t count, DType dtype, int peer, int tag) override {
+    return staged([&](Staging& s) { return inner_.send_async(s.input(data, count, dtype), count, dtype, peer, tag); });
+  }
+  WorkHandle recv_async(void* data, int64_t count, DType dtype, int peer, int tag) override {
+    return staged([&](Staging& s) { return inner_.recv_async(s.output(data, count, dtype, false), count, dtype, peer, tag); });
+  }
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
+    std::unique_ptr<Communicator> group = inner_.split(color, key, name);
+    if (!group) return nullptr;
+    Communicator& inner = *group;
+    return std::make_unique<DeviceStagingCommunicator>(inner, std::move(group), device_);
+  }
+
+ private:
+  // Runs `issue` with a fresh staging; an operation touching no device buffer is returned as is.
+  WorkHandle staged(const std::function<WorkHandle(Staging&)>& issue) {
+    auto staging = std::make_unique<Staging>(device_);
+    WorkHandle inner = issue(*staging);
+    if (staging->empty()) return inner;
+    return std::make_shared<StagedWork>(std::move(staging), std::move(inner));
+  }
+
+  Communicator& inner_;
+  std::unique_ptr<Communicator> owned_;  // groups made by split()
+  Device device_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> stage_device_buffers(Communicator& inner, Device device) {
+  LOOM_CHECK(device.is_cuda(), "stage_device_buffers: " + device.name() + " is not a device whose memory needs staging");
+  return std::make_unique<DeviceStagingCommunicator>(inner, nullptr, device);
+}
+
+}  // namespace loom::comm
