@@ -18,6 +18,7 @@
 #include "loom/kernels/cpu/norm.h"
 #include "loom/kernels/cpu/paged_attention.h"
 #include "loom/kernels/cpu/rope.h"
+#include "loom/kernels/cpu/rows.h"
 #include "loom/kernels/cpu/ssd_scan.h"
 #include "loom/kernels/cpu/vocab_parallel_cross_entropy.h"
 #include "loom/kernels/cuda_entries.h"
@@ -281,6 +282,9 @@ void precision_linear_gemm(Device device, const PrecisionGemm& gemm) {
 void relu2_forward(Device device, float* out, const float* in, int64_t n) { LOOM_DISPATCH(relu2_forward, out, in, n); }
 void relu2_backward(Device device, float* din, const float* dout, const float* in, int64_t n) {
   LOOM_DISPATCH(relu2_backward, din, dout, in, n);
+}
+void add_rows(Device device, float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t rows, int64_t width) {
+  LOOM_DISPATCH(add_rows, y, y_stride, x, x_stride, rows, width);
 }
 
 void ssd_scan_forward(Device device, float* y, const float* x, const float* dt_raw, const float* dt_bias,

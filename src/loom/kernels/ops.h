@@ -53,6 +53,9 @@ void gelu_forward(Device device, float* out, const float* in, int64_t n);
 void gelu_backward(Device device, float* din, const float* dout, const float* in, int64_t n);
 void relu2_forward(Device device, float* out, const float* in, int64_t n);
 void relu2_backward(Device device, float* din, const float* dout, const float* in, int64_t n);
+// y[r * y_stride + c] += x[r * x_stride + c] for r < rows, c < width: a column block added into
+// another (kernels/cpu/rows.h).
+void add_rows(Device device, float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t rows, int64_t width);
 
 // --- linear layers (W stored [out, in]) and a plain GEMM.
 void linear_forward(Device device, float* out, const float* in, const float* weight, const float* bias, int64_t n,

@@ -169,8 +169,6 @@ void Transformer::check_tokens(const int32_t* tokens, int64_t rows) const {
 }
 
 void Transformer::set_context_attention(ContextAttention* context) {
-  LOOM_CHECK(context == nullptr || params_.device().is_cpu(),
-             "context parallelism (parallel.cp > 1) on " + params_.device().name() + " is not built yet");
   context_ = context;
   for (Block& block : blocks_) block.set_context(context);
 }

@@ -19,6 +19,7 @@
 #include "loom/kernels/cuda/reduce.h"
 #include "loom/kernels/cuda/rmsnorm.h"
 #include "loom/kernels/cuda/rope.h"
+#include "loom/kernels/cuda/rows.h"
 
 namespace loom::kernels::cuda {
 
@@ -91,6 +92,9 @@ void register_norms_and_activations(CudaEntries& e) {
   e.relu2_forward = [](Device d, float* out, const float* in, int64_t n) { relu2_forward(out, in, n, stream_of(d)); };
   e.relu2_backward = [](Device d, float* din, const float* dout, const float* in, int64_t n) {
     relu2_backward(din, dout, in, n, stream_of(d));
+  };
+  e.add_rows = [](Device d, float* y, int64_t ys, const float* x, int64_t xs, int64_t rows, int64_t width) {
+    add_rows(y, ys, x, xs, rows, width, stream_of(d));
   };
 }
 
