@@ -1,0 +1,62 @@
+// Tensor and sequence parallelism with runtime.device=cuda on the emulated device, the ranks
+// sharing it through the threads backend: each run equals the same layout on the CPU bit for bit
+// (losses and every tensor of the final checkpoint). That the CPU layouts train as one rank does
+// is tested in tensor_parallel_test.cpp.
+#include "device_training.h"
+
+namespace loom::train {
+namespace {
+
+using DeviceLayouts = DeviceTraining;
+
+const std::vector<std::string> kTp2 = {"runtime.ranks=2", "parallel.tp=2"};
+
+std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
+  base.insert(base.end(), more.begin(), more.end());
+  return base;
+}
+
+// kLlama has kv_heads 2 over tp 2: one kv head per rank; tied embeddings split by vocabulary.
+// With one kv head, both ranks hold it and their gradients of it are summed (TensorParallelGrads).
+TEST_F(DeviceLayouts, TensorParallelLlamaOnTheDeviceEqualsTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kLlama, "tp2-llama", kTp2);
+  expect_bitwise_equal_runs(kLlama, "tp2-llama-kv1", with(kTp2, {"model.kv_heads=1"}));
+}
+
+// Column- and row-parallel biases, learned positions, an untied vocabulary-parallel head.
+TEST_F(DeviceLayouts, TensorParallelGpt2OnTheDeviceEqualsTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kGpt2, "tp2-gpt2", kTp2);
+}
+
+// Rows scattered and gathered around the regions; norms' gradients summed over the tp group.
+TEST_F(DeviceLayouts, SequenceParallelOnTheDeviceEqualsTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kLlama, "tp2-sp-llama", with(kTp2, {"parallel.sequence_parallel=true"}));
+  expect_bitwise_equal_runs(kGpt2, "tp2-sp-gpt2", with(kTp2, {"parallel.sequence_parallel=true"}));
+}
+
+TEST_F(DeviceLayouts, TensorParallelWithRecomputeOnTheDeviceEqualsTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kGpt2, "tp2-recompute", with(kTp2, {"model.recompute=true"}));
+  expect_bitwise_equal_runs(kLlama, "tp2-sp-recompute",
+                            with(kTp2, {"parallel.sequence_parallel=true", "model.recompute=true"}));
+}
+
+// tp 2 x dp 2 on one mesh of 4 ranks.
+TEST_F(DeviceLayouts, TensorTimesDataParallelOnTheDeviceEqualsTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kLlama, "tp2-dp2",
+                            {"runtime.ranks=4", "parallel.tp=2", "parallel.sequence_parallel=true", "train.micro_batch=1"});
+}
+
+// A tp 2 checkpoint written on the device resumes on the CPU (and the reverse) with the losses
+// of the uninterrupted run.
+TEST_F(DeviceLayouts, TensorParallelCheckpointsMoveBetweenDeviceAndCpu) {
+  const std::vector<double> full = train("tp2-full", kGpt2, kTp2);
+  train("tp2-from-device", kGpt2, with(kTp2, {"runtime.device=cuda"}), 2);
+  EXPECT_EQ(train("tp2-from-device", kGpt2, with(kTp2, {"train.resume=true"})), full);
+  train("tp2-from-cpu", kGpt2, kTp2, 2);
+  EXPECT_EQ(train("tp2-from-cpu", kGpt2, with(kTp2, {"train.resume=true", "runtime.device=cuda"})), full);
+  expect_same_checkpoints("tp2-full", "tp2-from-device");
+  expect_same_checkpoints("tp2-full", "tp2-from-cpu");
+}
+
+}  // namespace
+}  // namespace loom::train
