@@ -2,8 +2,8 @@
 # The GPU training benchmark, a stage of scripts/gpu_test.sh: GPT-2 124M (configs/gpt2-124m.yaml,
 # B 16 x T 1024) trained by llm.c's train_gpt2.cu (with cuBLAS alone, and with cuDNN's attention
 # where the bundle has that build), by loom and by PyTorch (eager and torch.compile), and the ~1B
-# Llama config (configs/llama-1b.yaml, B 4 x T 2048) by loom and PyTorch, all bf16 with fp32
-# master weights and AdamW, one GPU, random tokens. Each run prints one TRAIN line
+# Llama config (configs/llama-1b.yaml, B 4 x T 2048) by loom (bf16, then fp8_current) and PyTorch,
+# bf16 unless named, with fp32 master weights and AdamW, one GPU, random tokens. Each run prints one TRAIN line
 # (bench/cuda/train_results.py) into OUT/bench.txt, which bench/cuda/gpu_table.py turns into
 # tokens/s, MFU and the ratio to the fastest llm.c build; every run's whole output goes to
 # OUT/train.log.
@@ -44,15 +44,16 @@ run() {
 # written as loom's indexed dataset; tokens/s from its metrics.jsonl, also after a timeout (the
 # steps it finished).
 loom_run() {
-  local model="$1" B="$2" T="$3" steps="$4" want="$5" dir="$work/loom-$1"
+  local model="$1" B="$2" T="$3" steps="$4" want="$5" recipe="${6:-bf16}" dir="$work/loom-$1"
+  local impl="loom${6:+ $6}"
   rm -rf "$dir" && mkdir -p "$dir"
   python3 "$here/token_shards.py" loom --prefix "$dir/data/train" --tokens $((8 * B * T + 1)) --vocab 50257 >>"$log"
-  run "loom $model" "$want" "$loom" train "$repo/configs/$model.yaml" runtime.device=cuda precision.recipe=bf16 \
+  run "$impl $model" "$want" "$loom" train "$repo/configs/$model.yaml" runtime.device=cuda precision.recipe="$recipe" \
     data.tokenizer=byte data.train_prefix="$dir/data/train" data.val_prefix= train.eval_interval=0 \
     train.steps="$steps" train.global_batch="$B" train.micro_batch="$B" data.seq_len="$T" run.dir="$dir/run" \
     log.progress=false log.interval=5
   [ -f "$dir/run/metrics.jsonl" ] &&
-    python3 "$here/train_results.py" loom "$dir/run/metrics.jsonl" --model "$model" --batch "$B" --seq "$T" |
+    python3 "$here/train_results.py" loom "$dir/run/metrics.jsonl" --model "$model" --batch "$B" --seq "$T" --impl "$impl" |
     tee -a "$results"
 }
 
@@ -75,10 +76,13 @@ if [ -n "$bundle" ] && [ -f "$bundle/llmc/src/train_gpt2.cu" ]; then
 else
   echo "llm.c: not in the bundle (scripts/gpu_bundle.sh copies its sources from a fetched mirror)" | tee -a "$log"
 fi
-[ -n "$loom_status" ] || loom_run "${gpt2[@]}" 30 120
+[ -n "$loom_status" ] || loom_run "${gpt2[@]}" 30 100
 run "torch ${gpt2[0]}" 150 python3 "$here/torch_gpt2_peer.py" --model "${gpt2[0]}" --batch "${gpt2[1]}" --seq "${gpt2[2]}" \
   ${TRAIN_BENCH_TORCH_ARGS:-}
-[ -n "$loom_status" ] || loom_run "${llama[@]}" 20 150
+[ -n "$loom_status" ] || loom_run "${llama[@]}" 20 120
+# FP8 on the ~1B shape (per-tensor current scaling, as torchtitan's float8 tensorwise): its
+# tokens/s over the bf16 run's is the table's last column.
+[ -n "$loom_status" ] || loom_run "${llama[@]}" 20 100 fp8_current
 run "torch ${llama[0]}" 180 python3 "$here/torch_gpt2_peer.py" --model "${llama[0]}" --batch "${llama[1]}" --seq "${llama[2]}" \
   ${TRAIN_BENCH_TORCH_ARGS:-}
 exit 0

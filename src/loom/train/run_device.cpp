@@ -14,7 +14,6 @@ namespace {
 void check_cuda_run(const config::RunConfig& config, int world_size) {
   const std::string where = " with runtime.device=cuda is not built yet (use runtime.device=cpu)";
   (void)world_size;
-  LOOM_CHECK(config.parallel.pp == 1, "parallel.pp=" + std::to_string(config.parallel.pp) + where);
   LOOM_CHECK(config.parallel.zero == 0, "parallel.zero=" + std::to_string(config.parallel.zero) + where);
   LOOM_CHECK(config.precision.param_dtype == config::ParamDtype::Fp32, "precision.param_dtype=compute" + where);
   LOOM_CHECK(config.parallel.outer == config::OuterOptimizer::None, "parallel.outer=diloco" + where);
