@@ -29,8 +29,14 @@ TEST_F(DeviceLayouts, TensorParallelGpt2OnTheDeviceEqualsTheCpuBitForBit) {
 }
 
 // Rows scattered and gathered around the regions; norms' gradients summed over the tp group.
+// Evaluation runs the same forward, to the same validation losses.
 TEST_F(DeviceLayouts, SequenceParallelOnTheDeviceEqualsTheCpuBitForBit) {
-  expect_bitwise_equal_runs(kLlama, "tp2-sp-llama", with(kTp2, {"parallel.sequence_parallel=true"}));
+  expect_bitwise_equal_runs(kLlama, "tp2-sp-llama",
+                            with(kTp2, {"parallel.sequence_parallel=true", "data.val_prefix=" + root_ + "/data/c_train",
+                                        "train.eval_interval=2", "train.eval_batches=2"}));
+  const std::vector<double> on_cpu = validation_losses(root_, "tp2-sp-llama-cpu");
+  EXPECT_EQ(on_cpu.size(), 2u);
+  EXPECT_EQ(validation_losses(root_, "tp2-sp-llama-cuda"), on_cpu);
   expect_bitwise_equal_runs(kGpt2, "tp2-sp-gpt2", with(kTp2, {"parallel.sequence_parallel=true"}));
 }
 
@@ -44,6 +50,13 @@ TEST_F(DeviceLayouts, TensorParallelWithRecomputeOnTheDeviceEqualsTheCpuBitForBi
 TEST_F(DeviceLayouts, TensorTimesDataParallelOnTheDeviceEqualsTheCpuBitForBit) {
   expect_bitwise_equal_runs(kLlama, "tp2-dp2",
                             {"runtime.ranks=4", "parallel.tp=2", "parallel.sequence_parallel=true", "train.micro_batch=1"});
+}
+
+// tp 2 x pp 2: each stage's two tensor-parallel ranks send their activations to the next stage's.
+TEST_F(DeviceLayouts, TensorTimesPipelineParallelOnTheDeviceEqualsTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kGpt2, "tp2-pp2",
+                            {"runtime.ranks=4", "parallel.tp=2", "parallel.pp=2", "parallel.sequence_parallel=true",
+                             "parallel.pipeline_schedule=1f1b", "train.micro_batch=1"});
 }
 
 // A tp 2 checkpoint written on the device resumes on the CPU (and the reverse) with the losses
