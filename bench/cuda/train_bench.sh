@@ -6,7 +6,8 @@
 # bf16 unless named, with fp32 master weights and AdamW, one GPU, random tokens. Each run prints one TRAIN line
 # (bench/cuda/train_results.py) into OUT/bench.txt, which bench/cuda/gpu_table.py turns into
 # tokens/s, MFU and the ratio to the fastest llm.c build; every run's whole output goes to
-# OUT/train.log.
+# OUT/train.log. Last, when Nsight Compute is there, loom's ~1B bf16 step's GPU time per kernel
+# (OUT/kernel_profile.log, bench/cuda/kernel_profile.py).
 #   bench/cuda/train_bench.sh OUT [BUNDLE]   BUNDLE: the unpacked .gpu-bundle (bin/loom, llmc/)
 # The stage keeps to TRAIN_BENCH_BUDGET_S seconds (default 360), each run to its own timeout
 # within what is left (then SIGTERM, SIGKILL 20 s later); runs that no longer fit are skipped,
@@ -43,15 +44,18 @@ run() {
 # loom's own run of a shape (when the bundle's loom trains on the GPU), on the same random tokens
 # written as loom's indexed dataset; tokens/s from its metrics.jsonl, also after a timeout (the
 # steps it finished).
+# loom_args MODEL B T STEPS RECIPE DIR: `loom train`'s arguments for a run of the shape on DIR's tokens.
+loom_args() {
+  echo "$repo/configs/$1.yaml runtime.device=cuda precision.recipe=$5 data.tokenizer=byte data.train_prefix=$6/data/train" \
+    "data.val_prefix= train.eval_interval=0 train.steps=$4 train.global_batch=$2 train.micro_batch=$2 data.seq_len=$3" \
+    "run.dir=$6/run log.progress=false log.interval=5"
+}
 loom_run() {
   local model="$1" B="$2" T="$3" steps="$4" want="$5" recipe="${6:-bf16}" dir="$work/loom-$1"
   local impl="loom${6:+ $6}"
   rm -rf "$dir" && mkdir -p "$dir"
   python3 "$here/token_shards.py" loom --prefix "$dir/data/train" --tokens $((8 * B * T + 1)) --vocab 50257 >>"$log"
-  run "$impl $model" "$want" "$loom" train "$repo/configs/$model.yaml" runtime.device=cuda precision.recipe="$recipe" \
-    data.tokenizer=byte data.train_prefix="$dir/data/train" data.val_prefix= train.eval_interval=0 \
-    train.steps="$steps" train.global_batch="$B" train.micro_batch="$B" data.seq_len="$T" run.dir="$dir/run" \
-    log.progress=false log.interval=5
+  run "$impl $model" "$want" "$loom" train $(loom_args "$model" "$B" "$T" "$steps" "$recipe" "$dir")
   [ -f "$dir/run/metrics.jsonl" ] &&
     python3 "$here/train_results.py" loom "$dir/run/metrics.jsonl" --model "$model" --batch "$B" --seq "$T" --impl "$impl" |
     tee -a "$results"
@@ -85,4 +89,17 @@ run "torch ${gpt2[0]}" 150 python3 "$here/torch_gpt2_peer.py" --model "${gpt2[0]
 [ -n "$loom_status" ] || loom_run "${llama[@]}" 20 100 fp8_current
 run "torch ${llama[0]}" 180 python3 "$here/torch_gpt2_peer.py" --model "${llama[0]}" --batch "${llama[1]}" --seq "${llama[2]}" \
   ${TRAIN_BENCH_TORCH_ARGS:-}
+# Where loom's ~1B bf16 step spends its GPU time (bench/cuda/kernel_profile.py): every kernel of
+# 3 steps timed by Nsight Compute (one metric: no replay), summed by name, against the step time
+# of the bf16 run above (the rest is the GPU waiting for the host).
+ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
+if [ -z "$loom_status" ] && [ -n "$ncu" ] && [ -d "$work/loom-${llama[0]}/data" ]; then
+  dir="$work/loom-${llama[0]}" profile="$work/ncu.csv"
+  rm -rf "$dir/run" "$profile"
+  run "ncu loom ${llama[0]}" 120 "$ncu" --metrics gpu__time_duration.sum --csv --clock-control none --log-file "$profile" \
+    "$loom" train $(loom_args "${llama[0]}" "${llama[1]}" "${llama[2]}" 3 bf16 "$dir")
+  step_ms=$(grep "^TRAIN|loom|${llama[0]}|" "$results" | tail -1 | cut -d'|' -f7)
+  [ -s "$profile" ] && python3 "$here/kernel_profile.py" "$profile" --steps 3 ${step_ms:+--step-ms "$step_ms"} |
+    tee "$out/kernel_profile.log"
+fi
 exit 0

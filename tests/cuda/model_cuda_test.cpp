@@ -113,6 +113,7 @@ TEST_F(CudaModel, TinyLlamaLayoutsOnTheGpuTrainAsOneCpuRank) {
   ASSERT_EQ(one.size(), 4u);
   const std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
       {"dp2", {"runtime.ranks=2"}},
+      {"pp2", {"runtime.ranks=2", "parallel.pp=2"}},
   };
   for (const auto& [name, overrides] : layouts) {
     std::vector<std::string> on_gpu = overrides;
