@@ -3,6 +3,7 @@
 // (losses and every tensor of the final checkpoint). That the CPU layouts train as one rank does
 // is tested in tensor_parallel_test.cpp.
 #include "device_training.h"
+#include "support/emulated_device_comm.h"
 
 namespace loom::train {
 namespace {
@@ -44,6 +45,16 @@ TEST_F(DeviceLayouts, TensorParallelWithRecomputeOnTheDeviceEqualsTheCpuBitForBi
   expect_bitwise_equal_runs(kGpt2, "tp2-recompute", with(kTp2, {"model.recompute=true"}));
   expect_bitwise_equal_runs(kLlama, "tp2-sp-recompute",
                             with(kTp2, {"parallel.sequence_parallel=true", "model.recompute=true"}));
+}
+
+// runtime.device_comm=nccl: the tp group's collectives go to the device backend (here the emulated
+// one, which refuses host memory), so every buffer the operators hand it is device memory.
+TEST_F(DeviceLayouts, SequenceParallelWithADeviceBackendEqualsTheCpuBitForBit) {
+  ::loom::testing::install_emulated_device_communicator();
+  const int64_t before = ::loom::testing::emulated_device_operations();
+  expect_bitwise_equal_runs(kGpt2, "tp2-sp-device-comm", with(kTp2, {"parallel.sequence_parallel=true"}),
+                            {"runtime.device_comm=nccl"});
+  EXPECT_GT(::loom::testing::emulated_device_operations() - before, 0);
 }
 
 // tp 2 x dp 2 on one mesh of 4 ranks.
