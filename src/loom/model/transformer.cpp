@@ -178,7 +178,6 @@ void Transformer::set_context_attention(ContextAttention* context) {
 
 void Transformer::check_device_support() const {
   const std::string where = " on runtime.device=cuda is not built yet (use runtime.device=cpu)";
-  LOOM_CHECK(config_.mtp_depths == 0, "model.mtp_depths=" + std::to_string(config_.mtp_depths) + where);
   for (size_t l = 0; l < specs_.size(); ++l) {
     const std::string layer = "layer " + std::to_string(l);
     LOOM_CHECK(!specs_[l].moe, layer + " is a mixture of experts (model.moe_experts, model.block_configs)" + where);
