@@ -57,6 +57,11 @@ TEST_F(DeviceLayouts, SequenceParallelWithADeviceBackendEqualsTheCpuBitForBit) {
   EXPECT_GT(::loom::testing::emulated_device_operations() - before, 0);
 }
 
+// Multi-token prediction's modules gather their rows around the same operators.
+TEST_F(DeviceLayouts, SequenceParallelWithMultiTokenPredictionOnTheDeviceEqualsTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kLlama, "tp2-sp-mtp", with(kTp2, {"parallel.sequence_parallel=true", "model.mtp_depths=1"}));
+}
+
 // tp 2 x dp 2 on one mesh of 4 ranks.
 TEST_F(DeviceLayouts, TensorTimesDataParallelOnTheDeviceEqualsTheCpuBitForBit) {
   expect_bitwise_equal_runs(kLlama, "tp2-dp2",

@@ -97,7 +97,7 @@ void TensorParallel::gather_columns(float* out, const float* local, int64_t rows
   const float* piece = gathered;
   for (int r = 0; r < ranks; ++r) {
     const int64_t first = balanced_first(width, ranks, r), cols = balanced_first(width, ranks, r + 1) - first;
-    for (int64_t i = 0; i < rows; ++i) copy_on_device(device_, out + i * width + first, piece + i * cols, cols);
+    copy_rows(device_, out + first, width, piece, cols, rows, cols);
     piece += rows * cols;
   }
 }

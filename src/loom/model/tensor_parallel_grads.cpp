@@ -43,10 +43,8 @@ void TensorParallelGrads::finish_unit(int unit) {
   for (int id : synced_[unit]) {
     const Parameter& p = store_->list()[id];
     const ShardRuns runs = shard_runs(p.shard, p.shape);
-    const float* g = store_->grad(id);
-    for (int64_t k = 0; k < runs.count; ++k) {
-      copy_on_device(device, global + base + runs.first + k * runs.global_stride, g + k * runs.length, runs.length);
-    }
+    copy_rows(device, global + base + runs.first, runs.global_stride, store_->grad(id), runs.length, runs.count,
+              runs.length);
     base += shape_numel(p.global_shape());
   }
   tp_->all_reduce(global, global_numel_[unit]);
@@ -57,9 +55,7 @@ void TensorParallelGrads::finish_unit(int unit) {
     const Parameter& p = store_->list()[id];
     const ShardRuns runs = shard_runs(p.shard, p.shape);
     float* g = store_->grad(id);
-    for (int64_t k = 0; k < runs.count; ++k) {
-      copy_on_device(device, g + k * runs.length, global + base + runs.first + k * runs.global_stride, runs.length);
-    }
+    copy_rows(device, g, runs.length, global + base + runs.first, runs.global_stride, runs.count, runs.length);
     kernels::add_in_place(device, g, stash, p.numel);
     base += shape_numel(p.global_shape());
     stash += p.numel;
