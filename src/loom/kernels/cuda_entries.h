@@ -35,6 +35,7 @@ struct CudaEntries {
                          int64_t in_features, int64_t out_features, bool accumulate) = nullptr;
   void (*linear_backward)(Device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
                           const float* weight, int64_t n, int64_t in_features, int64_t out_features) = nullptr;
+  void (*add_bias)(Device, float* x, const float* bias, int64_t rows, int64_t width) = nullptr;
   void (*gemm_nt)(Device, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k,
                   bool accumulate) = nullptr;
   void (*gemm)(Device, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k, bool trans_a,
@@ -50,6 +51,7 @@ struct CudaEntries {
                                float grad_scale) = nullptr;
   double (*sum_of_squares)(Device, const float* x, int64_t n) = nullptr;
   void (*scale_in_place)(Device, float* x, int64_t n, float factor) = nullptr;
+  void (*add_in_place)(Device, float* y, const float* x, int64_t n) = nullptr;
   bool (*any_non_finite)(Device, const float* x, int64_t n) = nullptr;
   void (*adamw_update_many)(Device, const AdamWTensor* tensors, int64_t count, const AdamWStep& step) = nullptr;
   void (*rmsnorm_forward)(Device, float* out, float* rstd, const float* in, const float* weight, int64_t rows,

@@ -160,6 +160,9 @@ void linear_backward(Device device, float* din, float* dweight, float* dbias, co
                      const float* weight, int64_t n, int64_t in_features, int64_t out_features) {
   LOOM_DISPATCH(linear_backward, din, dweight, dbias, dout, in, weight, n, in_features, out_features);
 }
+void add_bias(Device device, float* x, const float* bias, int64_t rows, int64_t width) {
+  LOOM_DISPATCH(add_bias, x, bias, rows, width);
+}
 void gemm_nt(Device device, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k,
              bool accumulate) {
   LOOM_DISPATCH(gemm_nt, c, a, b, m, n, k, accumulate);
@@ -260,6 +263,7 @@ double sum_of_squares(Device device, const float* x, int64_t n) { LOOM_DISPATCH(
 void scale_in_place(Device device, float* x, int64_t n, float factor) {
   LOOM_DISPATCH(scale_in_place, x, n, factor);
 }
+void add_in_place(Device device, float* y, const float* x, int64_t n) { LOOM_DISPATCH(add_in_place, y, x, n); }
 
 bool any_non_finite(Device device, const float* x, int64_t n) { LOOM_DISPATCH(any_non_finite, x, n); }
 

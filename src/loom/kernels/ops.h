@@ -62,6 +62,9 @@ void linear_forward(Device device, float* out, const float* in, const float* wei
                     int64_t in_features, int64_t out_features, bool accumulate = false);
 void linear_backward(Device device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
                      const float* weight, int64_t n, int64_t in_features, int64_t out_features);
+// x[rows, width] += bias on every row: a row-parallel linear's bias, added once to the sum of the
+// ranks' partial products (model/tensor_parallel.h).
+void add_bias(Device device, float* x, const float* bias, int64_t rows, int64_t width);
 void gemm_nt(Device device, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k,
              bool accumulate);
 // c[m, n] (+)= op(a) . op(b) with op = transpose when asked (a stored [k, m] when trans_a, b [n, k]
@@ -145,6 +148,8 @@ void adamw_update(Device device, float* param, const float* grad, float* exp_avg
 void adamw_update_many(Device device, std::span<const AdamWTensor> tensors, const AdamWStep& step);
 double sum_of_squares(Device device, const float* x, int64_t n);
 void scale_in_place(Device device, float* x, int64_t n, float factor);
+// y += x (ZeRO's reduced gradient shards accumulating over micro-batches).
+void add_in_place(Device device, float* y, const float* x, int64_t n);
 // Whether x[0, n) holds an Inf or NaN (the gradients' check before an optimizer step).
 bool any_non_finite(Device device, const float* x, int64_t n);
 

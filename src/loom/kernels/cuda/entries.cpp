@@ -8,6 +8,7 @@
 #include "loom/kernels/cuda/activation.h"
 #include "loom/kernels/cuda/adamw.h"
 #include "loom/kernels/cuda/backend.h"
+#include "loom/kernels/cuda/bias.h"
 #include "loom/kernels/cuda/cross_entropy.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/embedding.h"
@@ -130,6 +131,9 @@ void register_products_and_attention(CudaEntries& e) {
                          const float* w, int64_t n, int64_t in_f, int64_t out_f) {
     linear_backward(din, dw, db, dout, in, w, n, in_f, out_f, stream_of(d));
   };
+  e.add_bias = [](Device d, float* x, const float* bias, int64_t rows, int64_t width) {
+    broadcast_bias(x, bias, rows, width, true, stream_of(d));
+  };
   e.gemm_nt = [](Device d, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k,
                  bool accumulate) { gemm(c, a, b, m, n, k, false, true, accumulate, stream_of(d)); };
   e.gemm = [](Device d, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k, bool ta, bool tb,
@@ -173,6 +177,7 @@ void register_loss_and_optimizer(CudaEntries& e) {
   };
   e.sum_of_squares = [](Device d, const float* x, int64_t n) { return sum_of_squares(x, n, stream_of(d)); };
   e.scale_in_place = [](Device d, float* x, int64_t n, float f) { scale_in_place(x, n, f, stream_of(d)); };
+  e.add_in_place = [](Device d, float* y, const float* x, int64_t n) { add_in_place(y, x, n, stream_of(d)); };
   e.any_non_finite = [](Device d, const float* x, int64_t n) { return any_non_finite(x, n, stream_of(d)); };
 }
 
