@@ -33,5 +33,11 @@ TEST_F(DeviceLayouts, ContextParallelWithDataParallelismAndRecomputeOnTheDeviceE
                                                 "model.recompute=true"});
 }
 
+// Megatron's rank order tp-cp: sequence-parallel tensor parallelism inside each context shard.
+TEST_F(DeviceLayouts, ContextParallelWithTensorParallelismOnTheDeviceEqualsTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kLlama, "tp2-sp-cp2", {"runtime.ranks=4", "parallel.tp=2", "parallel.sequence_parallel=true",
+                                                   "parallel.cp=2", "parallel.cp_comm=p2p"});
+}
+
 }  // namespace
 }  // namespace loom::train
