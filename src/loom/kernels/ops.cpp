@@ -259,6 +259,7 @@ double sum_of_squares(Device device, const float* x, int64_t n) { LOOM_DISPATCH(
 void scale_in_place(Device device, float* x, int64_t n, float factor) {
   LOOM_DISPATCH(scale_in_place, x, n, factor);
 }
+void add_in_place(Device device, float* y, const float* x, int64_t n) { LOOM_DISPATCH(add_in_place, y, x, n); }
 
 bool any_non_finite(Device device, const float* x, int64_t n) { LOOM_DISPATCH(any_non_finite, x, n); }
 

@@ -142,6 +142,8 @@ void adamw_update(Device device, float* param, const float* grad, float* exp_avg
 void adamw_update_many(Device device, std::span<const AdamWTensor> tensors, const AdamWStep& step);
 double sum_of_squares(Device device, const float* x, int64_t n);
 void scale_in_place(Device device, float* x, int64_t n, float factor);
+// y += x (ZeRO's reduced gradient shards accumulating over micro-batches).
+void add_in_place(Device device, float* y, const float* x, int64_t n);
 // Whether x[0, n) holds an Inf or NaN (the gradients' check before an optimizer step).
 bool any_non_finite(Device device, const float* x, int64_t n);
 

@@ -46,4 +46,9 @@ void scale_in_place(float* x, int64_t n, float factor) {
   for (int64_t i = 0; i < n; ++i) x[i] *= factor;
 }
 
+void add_in_place(float* y, const float* x, int64_t n) {
+#pragma omp parallel for simd schedule(static) if(worth_parallel(n))
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
 }  // namespace loom::kernels::cpu

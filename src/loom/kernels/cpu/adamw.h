@@ -19,4 +19,7 @@ double sum_of_squares(const float* x, int64_t n);
 // x *= factor
 void scale_in_place(float* x, int64_t n, float factor);
 
+// y += x
+void add_in_place(float* y, const float* x, int64_t n);
+
 }  // namespace loom::kernels::cpu

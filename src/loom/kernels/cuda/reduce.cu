@@ -26,6 +26,10 @@ __global__ void scale_kernel(float* x, int64_t n, float factor) {
   for (int64_t i = grid_start(); i < n; i += grid_stride()) x[i] *= factor;
 }
 
+__global__ void add_kernel(float* __restrict__ y, const float* __restrict__ x, int64_t n) {
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) y[i] += x[i];
+}
+
 __global__ void non_finite_kernel(const float* __restrict__ x, int64_t n, unsigned* found) {
   unsigned mine = 0;
   for (int64_t i = grid_start(); i < n; i += grid_stride()) {
@@ -58,6 +62,12 @@ void scale_in_place(float* x, int64_t n, float factor, cudaStream_t stream) {
   if (n == 0) return;
   scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, factor);
   check_launch("scale_kernel");
+}
+
+void add_in_place(float* y, const float* x, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  add_kernel<<<grid_for(n), kThreads, 0, stream>>>(y, x, n);
+  check_launch("add_kernel");
 }
 
 bool any_non_finite(const float* x, int64_t n, cudaStream_t stream) {

@@ -2,7 +2,8 @@
 // Global-norm clipping on the device, with the contracts of kernels::cpu (adamw.h):
 // sum_of_squares returns sum(x^2) as a double (fp32 partial sums over fixed blocks of 4096
 // elements, added in double in block order: deterministic, the CPU's up to fp32 rounding inside a
-// block; waits for the stream), scale_in_place multiplies by a factor.
+// block; waits for the stream), scale_in_place multiplies by a factor; and add_in_place, with
+// which ZeRO's reduced gradient shards accumulate over micro-batches.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -11,6 +12,8 @@ namespace loom::kernels::cuda {
 
 double sum_of_squares(const float* x, int64_t n, cudaStream_t stream = nullptr);
 void scale_in_place(float* x, int64_t n, float factor, cudaStream_t stream = nullptr);
+// y += x, element by element (one rounding each, as the CPU).
+void add_in_place(float* y, const float* x, int64_t n, cudaStream_t stream = nullptr);
 // Whether some x[i] is Inf or NaN (an all-ones exponent), as kernels::cpu::any_non_finite; waits
 // for the stream.
 bool any_non_finite(const float* x, int64_t n, cudaStream_t stream = nullptr);
