@@ -3,7 +3,8 @@
 // where the buffers live. On the cpu: the host routines (wire-dtype conversion, memcpy, pages
 // given back to the system). On a GPU (runtime.device=cuda): the device allocator's copies and
 // zeroes and the kernels entries, in the device's order of work; the host never touches the
-// elements, and the wire is f32 (make_gradient_sync refuses a narrow one there).
+// elements, and the wire is f32 (the trainer refuses precision.grad_reduce=bf16 on a GPU; a
+// narrow wire here is an Error).
 #include <cstddef>
 #include <cstdint>
 
