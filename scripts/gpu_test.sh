@@ -62,17 +62,14 @@ timeout 120 "$loom" train configs/tiny.yaml runtime.device=cuda data.train_prefi
   data.val_prefix=/tmp/loom-train/c_val train.steps=30 train.eval_interval=0 checkpoint.interval=0 log.progress=false \
   log.interval=10 run.dir=/tmp/loom-train/run >>"$out/train_cuda.log" 2>&1
 echo "loom train exit $?"; grep -E "^model:|^step|^trained|error" "$out/train_cuda.log" | cut -c1-200 | head -8
-# Where the tensor-core attention forward spends its time (Nsight Compute on the llama1b shape;
-# clocks left alone): throughput, occupancy and warp stalls, for the next tuning step.
-ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
-if [ -n "$ncu" ]; then
-  timeout 90 "$ncu" --clock-control none --kernel-name-base demangled --kernel-name regex:'forward_kernel<\(int\)64' \
-    --launch-skip 2 --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
-    --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-    "$bin/loom_bench_flash_attention_cuda" >"$out/ncu.txt" 2>&1 || echo "ncu failed (see ncu.txt)"
-  grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Theoretical Occupancy|Stall" \
-    "$out/ncu.txt" | head -12
-fi
+# The same for 10 steps with the gradients' collectives over NCCL (runtime.device_comm=nccl; one
+# rank: the machine has one GPU), then as 2 ranks sharing the GPU (threads, staged through the host).
+for run in "runtime.device_comm=nccl" "runtime.ranks=2"; do
+  timeout 60 "$loom" train configs/tiny.yaml runtime.device=cuda $run data.train_prefix=/tmp/loom-train/c_train \
+    data.val_prefix=/tmp/loom-train/c_val train.steps=10 train.eval_interval=0 checkpoint.interval=0 log.progress=false \
+    log.interval=10 run.dir="/tmp/loom-train/run-${run//[.=]/-}" >>"$out/train_cuda.log" 2>&1
+  echo "loom train $run exit $?"; grep -E "^step +10|error" "$out/train_cuda.log" | tail -1 | cut -c1-200
+done
 # The hand-written kernels once more under compute-sanitizer's memcheck, on the tests' small
 # shapes (out-of-bounds and misaligned accesses; it works on the Firecracker machines).
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)

@@ -3,7 +3,8 @@
 per operation and shape, loom's and PyTorch's milliseconds and TFLOP/s (from the RESULT lines of
 bench/cuda/*) with their ratio; one linear layer's speedup per precision recipe over bf16; and,
 last, the training benchmark (TRAIN lines of bench/cuda/train_bench.sh): per model shape and
-trainer tokens/s, MFU and the ratio to the fastest llm.c build.
+trainer tokens/s, MFU, the ratio to the fastest llm.c build and, for loom's other precision
+recipes, to loom's bf16 run.
 Usage: gpu_table.py BENCH_TXT TEST_XML..."""
 import sys
 import xml.etree.ElementTree as ET
@@ -79,10 +80,11 @@ def training(path):
 
     peak = train_shape.peak_tflops(gpu)
     out = [f"{'model':14} {'B x T':>10} {'trainer':16} {'tokens/s':>10} {'step ms':>9} {'MFU':>6} {'MFU PaLM':>8} "
-           f"{'/ llm.c':>7}"]
+           f"{'/ llm.c':>7} {'/ loom bf16':>11}"]
     for model in dict.fromkeys(run[2] for run in runs):
         rows = [run for run in runs if run[2] == model]
         llmc = max((float(run[5]) for run in rows if run[1].startswith("llm.c")), default=None)
+        loom_bf16 = next((float(run[5]) for run in rows if run[1] == "loom"), None)
         try:
             shape = train_shape.load_model(model)
         except (ImportError, OSError, ValueError, KeyError):
@@ -92,10 +94,11 @@ def training(path):
             mfu = [f"{100 * count(shape, seq) * rate / (peak * 1e12):.1f}%" if shape and peak else "-"
                    for count in (train_shape.flops_per_token, train_shape.palm_flops_per_token)]
             ratio = f"{rate / llmc:.2f}" if llmc else "-"
+            over_bf16 = f"{rate / loom_bf16:.2f}" if loom_bf16 and impl.startswith("loom ") else "-"
             out.append(f"{model:14} {batch + ' x ' + str(seq):>10} {impl:16} {rate:10.0f} {float(step_ms):9.2f} "
-                       f"{mfu[0]:>6} {mfu[1]:>8} {ratio:>7}")
+                       f"{mfu[0]:>6} {mfu[1]:>8} {ratio:>7} {over_bf16:>11}")
     out.append(f"(MFU: loom's FLOPs per token, causal attention; PaLM: attention over all T keys; over "
-               f"{peak or '?'} TFLOP/s dense bf16, {gpu or 'GPU unknown'}; / llm.c: tokens/s over the fastest llm.c build's)")
+               f"{peak or '?'} TFLOP/s dense bf16, {gpu or 'GPU unknown'}; / llm.c: tokens/s over the fastest llm.c build's; / loom bf16: a loom recipe's tokens/s over loom's bf16 run)")
     return "\n".join(out)
 
 

@@ -2,11 +2,12 @@
 # The GPU training benchmark, a stage of scripts/gpu_test.sh: GPT-2 124M (configs/gpt2-124m.yaml,
 # B 16 x T 1024) trained by llm.c's train_gpt2.cu (with cuBLAS alone, and with cuDNN's attention
 # where the bundle has that build), by loom and by PyTorch (eager and torch.compile), and the ~1B
-# Llama config (configs/llama-1b.yaml, B 4 x T 2048) by loom and PyTorch, all bf16 with fp32
-# master weights and AdamW, one GPU, random tokens. Each run prints one TRAIN line
+# Llama config (configs/llama-1b.yaml, B 4 x T 2048) by loom (bf16, then fp8_current) and PyTorch,
+# bf16 unless named, with fp32 master weights and AdamW, one GPU, random tokens. Each run prints one TRAIN line
 # (bench/cuda/train_results.py) into OUT/bench.txt, which bench/cuda/gpu_table.py turns into
 # tokens/s, MFU and the ratio to the fastest llm.c build; every run's whole output goes to
-# OUT/train.log.
+# OUT/train.log. Last, when Nsight Compute is there, loom's ~1B bf16 step's GPU time per kernel
+# (OUT/kernel_profile.log, bench/cuda/kernel_profile.py).
 #   bench/cuda/train_bench.sh OUT [BUNDLE]   BUNDLE: the unpacked .gpu-bundle (bin/loom, llmc/)
 # The stage keeps to TRAIN_BENCH_BUDGET_S seconds (default 360), each run to its own timeout
 # within what is left (then SIGTERM, SIGKILL 20 s later); runs that no longer fit are skipped,
@@ -43,16 +44,20 @@ run() {
 # loom's own run of a shape (when the bundle's loom trains on the GPU), on the same random tokens
 # written as loom's indexed dataset; tokens/s from its metrics.jsonl, also after a timeout (the
 # steps it finished).
+# loom_args MODEL B T STEPS RECIPE DIR: `loom train`'s arguments for a run of the shape on DIR's tokens.
+loom_args() {
+  echo "$repo/configs/$1.yaml runtime.device=cuda precision.recipe=$5 data.tokenizer=byte data.train_prefix=$6/data/train" \
+    "data.val_prefix= train.eval_interval=0 train.steps=$4 train.global_batch=$2 train.micro_batch=$2 data.seq_len=$3" \
+    "run.dir=$6/run log.progress=false log.interval=5"
+}
 loom_run() {
-  local model="$1" B="$2" T="$3" steps="$4" want="$5" dir="$work/loom-$1"
+  local model="$1" B="$2" T="$3" steps="$4" want="$5" recipe="${6:-bf16}" dir="$work/loom-$1"
+  local impl="loom${6:+ $6}"
   rm -rf "$dir" && mkdir -p "$dir"
   python3 "$here/token_shards.py" loom --prefix "$dir/data/train" --tokens $((8 * B * T + 1)) --vocab 50257 >>"$log"
-  run "loom $model" "$want" "$loom" train "$repo/configs/$model.yaml" runtime.device=cuda precision.recipe=bf16 \
-    data.tokenizer=byte data.train_prefix="$dir/data/train" data.val_prefix= train.eval_interval=0 \
-    train.steps="$steps" train.global_batch="$B" train.micro_batch="$B" data.seq_len="$T" run.dir="$dir/run" \
-    log.progress=false log.interval=5
+  run "$impl $model" "$want" "$loom" train $(loom_args "$model" "$B" "$T" "$steps" "$recipe" "$dir")
   [ -f "$dir/run/metrics.jsonl" ] &&
-    python3 "$here/train_results.py" loom "$dir/run/metrics.jsonl" --model "$model" --batch "$B" --seq "$T" |
+    python3 "$here/train_results.py" loom "$dir/run/metrics.jsonl" --model "$model" --batch "$B" --seq "$T" --impl "$impl" |
     tee -a "$results"
 }
 
@@ -75,10 +80,26 @@ if [ -n "$bundle" ] && [ -f "$bundle/llmc/src/train_gpt2.cu" ]; then
 else
   echo "llm.c: not in the bundle (scripts/gpu_bundle.sh copies its sources from a fetched mirror)" | tee -a "$log"
 fi
-[ -n "$loom_status" ] || loom_run "${gpt2[@]}" 30 120
+[ -n "$loom_status" ] || loom_run "${gpt2[@]}" 30 100
 run "torch ${gpt2[0]}" 150 python3 "$here/torch_gpt2_peer.py" --model "${gpt2[0]}" --batch "${gpt2[1]}" --seq "${gpt2[2]}" \
   ${TRAIN_BENCH_TORCH_ARGS:-}
-[ -n "$loom_status" ] || loom_run "${llama[@]}" 20 150
+[ -n "$loom_status" ] || loom_run "${llama[@]}" 20 120
+# FP8 on the ~1B shape (per-tensor current scaling, as torchtitan's float8 tensorwise): its
+# tokens/s over the bf16 run's is the table's last column.
+[ -n "$loom_status" ] || loom_run "${llama[@]}" 20 100 fp8_current
 run "torch ${llama[0]}" 180 python3 "$here/torch_gpt2_peer.py" --model "${llama[0]}" --batch "${llama[1]}" --seq "${llama[2]}" \
   ${TRAIN_BENCH_TORCH_ARGS:-}
+# Where loom's ~1B bf16 step spends its GPU time (bench/cuda/kernel_profile.py): every kernel of
+# 3 steps timed by Nsight Compute (one metric: no replay), summed by name, against the step time
+# of the bf16 run above (the rest is the GPU waiting for the host).
+ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
+if [ -z "$loom_status" ] && [ -n "$ncu" ] && [ -d "$work/loom-${llama[0]}/data" ]; then
+  dir="$work/loom-${llama[0]}" profile="$work/ncu.csv"
+  rm -rf "$dir/run" "$profile"
+  run "ncu loom ${llama[0]}" 120 "$ncu" --metrics gpu__time_duration.sum --csv --clock-control none --log-file "$profile" \
+    "$loom" train $(loom_args "${llama[0]}" "${llama[1]}" "${llama[2]}" 3 bf16 "$dir")
+  step_ms=$(grep "^TRAIN|loom|${llama[0]}|" "$results" | tail -1 | cut -d'|' -f7)
+  [ -s "$profile" ] && python3 "$here/kernel_profile.py" "$profile" --steps 3 ${step_ms:+--step-ms "$step_ms"} |
+    tee "$out/kernel_profile.log"
+fi
 exit 0

@@ -7,6 +7,7 @@
 // integers, so sums are exact and every result is compared bit for bit.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <numeric>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "loom/core/device.h"
 #include "serial_reference.h"
 #include "support/emulated_cuda.h"
+#include "support/emulated_device_comm.h"
 
 namespace loom::comm {
 namespace {
@@ -225,6 +227,44 @@ TEST_F(DeviceStaging, GroupsFromSplitStageTheirDeviceBuffersToo) {
     EXPECT_EQ(group->name(), "pair");
     EXPECT_EQ(c.split(-1, r, "none"), nullptr);
   });
+}
+
+// With a device backend (runtime.device_comm = nccl; here the emulated one, which refuses host
+// memory): operations on device buffers only go to it, unstaged; host and mixed ones stay on the
+// host backend, staged. Results equal the serial reference either way.
+TEST_F(DeviceStaging, ADeviceBackendTakesTheOperationsOnDeviceBuffersOnly) {
+  ::loom::testing::install_emulated_device_communicator();
+  std::atomic<int64_t> device_ops_per_rank{0};
+  LaunchOptions options;
+  options.backend = "threads";
+  options.ranks = kRanks;
+  options.comm.timeout = std::chrono::seconds(60);
+  launch(options, [&](Communicator& world) {
+    const int r = world.rank();
+    const Device device = device_of(r);
+    std::unique_ptr<Communicator> routed = route_device_buffers(world, device, options.comm);
+    world.barrier();
+    const int64_t before = ::loom::testing::emulated_device_operations();
+    world.barrier();
+    OnDevice data(device, input(r, 1009));
+    routed->all_reduce(data.data(), 1009, DType::F32, ReduceOp::Sum);  // device: the device backend
+    EXPECT_EQ(data.values(), reference::reduce(inputs(1009), ReduceOp::Sum));
+    std::unique_ptr<Communicator> group = routed->split(0, r, "all");  // splits both backends
+    OnDevice send(device, input(r, 10)), gathered(device, 10 * kRanks);
+    group->all_gather(send.data(), gathered.data(), 10, DType::F32);  // device: the device backend
+    EXPECT_EQ(gathered.values(), reference::all_gather(inputs(10)));
+    float loss = static_cast<float>(r);
+    routed->all_reduce(&loss, 1, DType::F32, ReduceOp::Sum);  // host: the host backend
+    EXPECT_EQ(loss, 3.0f);
+    std::vector<float> host_send = input(r, 10);
+    OnDevice mixed(device, 10 * kRanks);
+    routed->all_gather(host_send.data(), mixed.data(), 10, DType::F32);  // mixed: staged, the host backend
+    EXPECT_EQ(mixed.values(), reference::all_gather(inputs(10)));
+    world.barrier();
+    if (r == 0) device_ops_per_rank = (::loom::testing::emulated_device_operations() - before) / kRanks;
+    world.barrier();
+  });
+  EXPECT_EQ(device_ops_per_rank, 2);  // the device all_reduce and all_gather of each rank
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../train/training_runs.h"
@@ -76,15 +77,15 @@ TEST_F(CudaModel, TinyLlamaTrainsOnTheGpuAsOnTheCpu) {
   std::filesystem::remove_all(root);
 }
 
-// The recipes' GEMMs in their real formats on the GPU (cuBLASLt bf16, FP8 with per-tensor scales,
-// MXFP8 decoded to bf16) against the CPU's exact emulation of the same formats: the products
+// The recipes' GEMMs in their real formats on the GPU (cuBLASLt bf16 and fp16, FP8 with per-tensor
+// scales, current and delayed, MXFP8 decoded to bf16; fp16's loss scaling unscales on the device) against the CPU's exact emulation of the same formats: the products
 // differ by fp32 summation order only, which can move a rounded output by one bf16 ulp; four
 // steps keep the losses within 1e-2 relative.
 TEST_F(CudaModel, TinyLlamaTrainsInTheLowPrecisionRecipesOnTheGpuAsOnTheCpu) {
   set_cuda_starter(&start_backend);
   const std::string root = train::testing::make_training_root("cuda-model-precision");
   const std::string yaml = tiny_llama(root);
-  for (const std::string recipe : {"bf16", "mxfp8", "fp8_current"}) {
+  for (const std::string recipe : {"bf16", "fp16", "mxfp8", "fp8_current", "fp8_delayed"}) {
     const std::string run = "precision.recipe=" + recipe;
     const std::vector<double> cpu = train::testing::losses_of(train::testing::train_run(root, recipe + "-cpu", yaml, {run}));
     const std::vector<double> gpu =
@@ -94,6 +95,34 @@ TEST_F(CudaModel, TinyLlamaTrainsInTheLowPrecisionRecipesOnTheGpuAsOnTheCpu) {
     for (size_t i = 0; i < cpu.size(); ++i) {
       EXPECT_NEAR(gpu[i], cpu[i], 1e-2 * std::fabs(cpu[i])) << recipe << " step " << i + 1;
       std::printf("%s step %zu: loss cpu %.7f gpu %.7f\n", recipe.c_str(), i + 1, cpu[i], gpu[i]);
+    }
+  }
+  std::filesystem::remove_all(root);
+}
+
+// The parallel layouts with their ranks as threads sharing the one GPU (their collectives stage
+// device buffers through the host: comm/device_staging.h) against one CPU rank: every layout
+// computes the same function, so the losses agree within 1e-4 relative (fp32; other summation
+// orders). The emulated device's tests (tests/train/device_*_test.cpp) check the same layouts bit
+// for bit against the CPU's everywhere.
+TEST_F(CudaModel, TinyLlamaLayoutsOnTheGpuTrainAsOneCpuRank) {
+  set_cuda_starter(&start_backend);
+  const std::string root = train::testing::make_training_root("cuda-model-layouts");
+  const std::string yaml = tiny_llama(root);
+  const std::vector<double> one = train::testing::losses_of(train::testing::train_run(root, "one", yaml, {}));
+  ASSERT_EQ(one.size(), 4u);
+  const std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
+      {"dp2", {"runtime.ranks=2"}},
+      {"pp2", {"runtime.ranks=2", "parallel.pp=2"}},
+  };
+  for (const auto& [name, overrides] : layouts) {
+    std::vector<std::string> on_gpu = overrides;
+    on_gpu.push_back("runtime.device=cuda");
+    const std::vector<double> gpu = train::testing::losses_of(train::testing::train_run(root, name, yaml, on_gpu));
+    ASSERT_EQ(gpu.size(), 4u) << name;
+    for (size_t i = 0; i < one.size(); ++i) {
+      EXPECT_NEAR(gpu[i], one[i], 1e-4 * std::fabs(one[i])) << name << " step " << i + 1;
+      std::printf("%s step %zu: loss one cpu rank %.7f gpu %.7f\n", name.c_str(), i + 1, one[i], gpu[i]);
     }
   }
   std::filesystem::remove_all(root);

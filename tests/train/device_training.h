@@ -53,9 +53,12 @@ class DeviceTraining : public ::testing::Test {
     EXPECT_EQ(difference, 0.0);
   }
 
-  void expect_bitwise_equal_runs(const char* model, const std::string& tag, std::vector<std::string> extra = {}) {
+  // `extra` for both runs, `device_only` for the device's (e.g. runtime.device_comm).
+  void expect_bitwise_equal_runs(const char* model, const std::string& tag, std::vector<std::string> extra = {},
+                                 const std::vector<std::string>& device_only = {}) {
     std::vector<std::string> cuda = extra;
     cuda.push_back("runtime.device=cuda");
+    cuda.insert(cuda.end(), device_only.begin(), device_only.end());
     const std::vector<double> on_cpu = train(tag + "-cpu", model, extra);
     std::string console;
     const std::vector<double> on_device = train(tag + "-cuda", model, cuda, 4, &console);

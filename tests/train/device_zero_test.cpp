@@ -5,6 +5,7 @@
 // at 0.5 by the fixture, and every tensor of the final checkpoint). That the CPU stages train
 // as one rank does is tested in data_parallel_test.cpp and tests/parallel/.
 #include "device_training.h"
+#include "support/emulated_device_comm.h"
 
 namespace loom::train {
 namespace {
@@ -35,6 +36,31 @@ TEST_F(DeviceLayouts, Zero3Gpt2StyleOnTheDeviceEqualsTheCpuBitForBit) {
 // Recompute runs each unit's forward again inside its backward, between the gathers.
 TEST_F(DeviceLayouts, Zero3WithRecomputeOnTheDeviceEqualsTheCpuBitForBit) {
   expect_bitwise_equal_runs(kLlama, "zero3-recompute", zero(3, {"model.recompute=true"}));
+}
+
+// ZeRO 1 and 2 with a pipeline of two stages (dp 2 per stage; the tied embedding's gradient
+// summed over the first and last stage before the reduce-scatter); the interleaved schedule
+// reduces once per step at ZeRO-2.
+TEST_F(DeviceLayouts, ZeroWithPipelineParallelismOnTheDeviceEqualsTheCpuBitForBit) {
+  const std::vector<std::string> pipeline = {"runtime.ranks=4", "parallel.pp=2", "train.micro_batch=1"};
+  std::vector<std::string> zero1 = pipeline, zero2 = pipeline;
+  zero1.push_back("parallel.zero=1");
+  zero2.insert(zero2.end(), {"parallel.zero=2", "parallel.pipeline_schedule=interleaved", "parallel.virtual_stages=2",
+                             "model.layers=4"});
+  expect_bitwise_equal_runs(kLlama, "zero1-pp2", zero1);
+  expect_bitwise_equal_runs(kLlama, "zero2-pp2-interleaved", zero2);
+}
+
+// runtime.device_comm=nccl: the reduce-scatters and gathers of device shards go to the device
+// backend (here the emulated one, which refuses host memory) unstaged.
+TEST_F(DeviceLayouts, ZeroWithADeviceBackendEqualsTheCpuBitForBit) {
+  ::loom::testing::install_emulated_device_communicator();
+  for (int stage : {1, 2, 3}) {
+    const int64_t before = ::loom::testing::emulated_device_operations();
+    expect_bitwise_equal_runs(kLlama, "zero" + std::to_string(stage) + "-device-comm", zero(stage),
+                              {"runtime.device_comm=nccl"});
+    EXPECT_GT(::loom::testing::emulated_device_operations() - before, 0) << "zero " << stage;
+  }
 }
 
 // A ZeRO-3 checkpoint written on the device holds every rank's shards of the parameters and

@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <initializer_list>
 #include <list>
 #include <mutex>
 #include <numeric>
@@ -21,7 +22,8 @@ int64_t total(std::span<const int64_t> counts) { return std::accumulate(counts.b
 // the device once the wrapped operation is done.
 class Staging {
  public:
-  explicit Staging(Device device) : device_(device) {}
+  // `stage` false: every buffer passes through as it is (a device backend's operation).
+  Staging(Device device, bool stage) : device_(device), stage_(stage) {}
 
   // A host pointer for an input of `count` elements: itself when it is host memory.
   const void* input(const void* data, int64_t count, DType dtype) {
@@ -50,7 +52,7 @@ class Staging {
     void* device;
     std::vector<std::byte>* host;
   };
-  bool on_device(const void* data) const { return data != nullptr && allocator(device_).holds(data); }
+  bool on_device(const void* data) const { return stage_ && data != nullptr && allocator(device_).holds(data); }
   std::vector<std::byte>& buffer(int64_t count, DType dtype) {
     // A list, not a vector of vectors: the addresses handed out stay valid as more are added.
     buffers_.emplace_back(static_cast<size_t>(count) * dtype_size(dtype));
@@ -58,6 +60,7 @@ class Staging {
   }
 
   Device device_;
+  bool stage_;
   std::list<std::vector<std::byte>> buffers_;
   std::vector<Output> outputs_;
 };
@@ -86,10 +89,13 @@ class StagedWork final : public Work {
   WorkHandle inner_;
 };
 
+// Operations whose buffers are all device memory go to `device_comm` when there is one;
+// every other operation goes to `inner`, its device buffers staged through the host.
 class DeviceStagingCommunicator final : public Communicator {
  public:
-  DeviceStagingCommunicator(Communicator& inner, std::unique_ptr<Communicator> owned, Device device)
-      : inner_(inner), owned_(std::move(owned)), device_(device) {}
+  DeviceStagingCommunicator(Communicator& inner, std::unique_ptr<Communicator> owned, Device device,
+                            std::unique_ptr<Communicator> device_comm)
+      : inner_(inner), owned_(std::move(owned)), device_(device), device_comm_(std::move(device_comm)) {}
 
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
@@ -98,83 +104,119 @@ class DeviceStagingCommunicator final : public Communicator {
   std::string backend() const override { return inner_.backend(); }
 
   WorkHandle all_reduce_async(void* data, int64_t count, DType dtype, ReduceOp op) override {
-    return staged([&](Staging& s) { return inner_.all_reduce_async(s.output(data, count, dtype, true), count, dtype, op); });
+    return run({data}, [&](Communicator& c, Staging& s) { return c.all_reduce_async(s.output(data, count, dtype, true), count, dtype, op); });
   }
   WorkHandle reduce_scatter_async(const void* send, void* recv, int64_t recv_count, DType dtype, ReduceOp op) override {
-    return staged([&](Staging& s) {
-      return inner_.reduce_scatter_async(s.input(send, recv_count * size(), dtype),
+    return run({send, recv}, [&](Communicator& c, Staging& s) {
+      return c.reduce_scatter_async(s.input(send, recv_count * size(), dtype),
                                          s.output(recv, recv_count, dtype, false), recv_count, dtype, op);
     });
   }
   WorkHandle all_gather_async(const void* send, void* recv, int64_t send_count, DType dtype) override {
-    return staged([&](Staging& s) {
-      return inner_.all_gather_async(s.input(send, send_count, dtype), s.output(recv, send_count * size(), dtype, false),
+    return run({send, recv}, [&](Communicator& c, Staging& s) {
+      return c.all_gather_async(s.input(send, send_count, dtype), s.output(recv, send_count * size(), dtype, false),
                                      send_count, dtype);
     });
   }
   WorkHandle all_gather_v_async(const void* send, void* recv, std::span<const int64_t> counts, DType dtype) override {
     const int64_t own = rank() < static_cast<int>(counts.size()) ? counts[static_cast<size_t>(rank())] : 0;
-    return staged([&](Staging& s) {
-      return inner_.all_gather_v_async(s.input(send, own, dtype), s.output(recv, total(counts), dtype, false), counts, dtype);
+    return run({send, recv}, [&](Communicator& c, Staging& s) {
+      return c.all_gather_v_async(s.input(send, own, dtype), s.output(recv, total(counts), dtype, false), counts, dtype);
     });
   }
   WorkHandle broadcast_async(void* data, int64_t count, DType dtype, int root) override {
-    return staged([&](Staging& s) {
-      return inner_.broadcast_async(s.output(data, count, dtype, rank() == root), count, dtype, root);
+    return run({data}, [&](Communicator& c, Staging& s) {
+      return c.broadcast_async(s.output(data, count, dtype, rank() == root), count, dtype, root);
     });
   }
   WorkHandle reduce_async(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op, int root) override {
-    return staged([&](Staging& s) {
-      return inner_.reduce_async(s.input(send, count, dtype), s.output(recv, rank() == root ? count : 0, dtype, false),
+    return run({send, recv}, [&](Communicator& c, Staging& s) {
+      return c.reduce_async(s.input(send, count, dtype), s.output(recv, rank() == root ? count : 0, dtype, false),
                                  count, dtype, op, root);
     });
   }
   WorkHandle all_to_all_async(const void* send, void* recv, int64_t count, DType dtype) override {
-    return staged([&](Staging& s) {
-      return inner_.all_to_all_async(s.input(send, count * size(), dtype), s.output(recv, count * size(), dtype, false),
+    return run({send, recv}, [&](Communicator& c, Staging& s) {
+      return c.all_to_all_async(s.input(send, count * size(), dtype), s.output(recv, count * size(), dtype, false),
                                      count, dtype);
     });
   }
   WorkHandle all_to_all_v_async(const void* send, std::span<const int64_t> send_counts, void* recv,
                                 std::span<const int64_t> recv_counts, DType dtype) override {
-    return staged([&](Staging& s) {
-      return inner_.all_to_all_v_async(s.input(send, total(send_counts), dtype), send_counts,
+    return run({send, recv}, [&](Communicator& c, Staging& s) {
+      return c.all_to_all_v_async(s.input(send, total(send_counts), dtype), send_counts,
                                        s.output(recv, total(recv_counts), dtype, false), recv_counts, dtype);
     });
   }
-  WorkHandle barrier_async() override { return inner_.barrier_async(); }
+  WorkHandle barrier_async() override { return inner_.barrier_async(); }  // no buffers: the host backend
   WorkHandle send_async(const void* data, int64_t count, DType dtype, int peer, int tag) override {
-    return staged([&](Staging& s) { return inner_.send_async(s.input(data, count, dtype), count, dtype, peer, tag); });
+    return run({data}, [&](Communicator& c, Staging& s) { return c.send_async(s.input(data, count, dtype), count, dtype, peer, tag); });
   }
   WorkHandle recv_async(void* data, int64_t count, DType dtype, int peer, int tag) override {
-    return staged([&](Staging& s) { return inner_.recv_async(s.output(data, count, dtype, false), count, dtype, peer, tag); });
+    return run({data}, [&](Communicator& c, Staging& s) { return c.recv_async(s.output(data, count, dtype, false), count, dtype, peer, tag); });
   }
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
     std::unique_ptr<Communicator> group = inner_.split(color, key, name);
+    std::unique_ptr<Communicator> device_group = device_comm_ ? device_comm_->split(color, key, name) : nullptr;
     if (!group) return nullptr;
     Communicator& inner = *group;
-    return std::make_unique<DeviceStagingCommunicator>(inner, std::move(group), device_);
+    return std::make_unique<DeviceStagingCommunicator>(inner, std::move(group), device_, std::move(device_group));
   }
 
  private:
-  // Runs `issue` with a fresh staging; an operation touching no device buffer is returned as is.
-  WorkHandle staged(const std::function<WorkHandle(Staging&)>& issue) {
-    auto staging = std::make_unique<Staging>(device_);
-    WorkHandle inner = issue(*staging);
+  // Runs `issue` on the device backend when every buffer of the operation is device memory (null
+  // ones aside; the ranks of an operation pass the same kinds of buffers, as SPMD code does),
+  // else on the host backend with a fresh staging; an operation that staged nothing is returned
+  // as the backend's.
+  WorkHandle run(std::initializer_list<const void*> buffers, const std::function<WorkHandle(Communicator&, Staging&)>& issue) {
+    if (device_comm_ && all_on_device(buffers)) {
+      Staging pass_through(device_, false);
+      return issue(*device_comm_, pass_through);
+    }
+    auto staging = std::make_unique<Staging>(device_, true);
+    WorkHandle inner = issue(inner_, *staging);
     if (staging->empty()) return inner;
     return std::make_shared<StagedWork>(std::move(staging), std::move(inner));
+  }
+  bool all_on_device(std::initializer_list<const void*> buffers) const {
+    bool any = false;
+    for (const void* b : buffers) {
+      if (b == nullptr) continue;
+      if (!allocator(device_).holds(b)) return false;
+      any = true;
+    }
+    return any;
   }
 
   Communicator& inner_;
   std::unique_ptr<Communicator> owned_;  // groups made by split()
   Device device_;
+  std::unique_ptr<Communicator> device_comm_;  // the device backend's group (NCCL), if any
 };
+
+DeviceCommunicatorFactory& device_communicator_factory() {
+  static DeviceCommunicatorFactory factory;
+  return factory;
+}
 
 }  // namespace
 
 std::unique_ptr<Communicator> stage_device_buffers(Communicator& inner, Device device) {
   LOOM_CHECK(device.is_cuda(), "stage_device_buffers: " + device.name() + " is not a device whose memory needs staging");
-  return std::make_unique<DeviceStagingCommunicator>(inner, nullptr, device);
+  return std::make_unique<DeviceStagingCommunicator>(inner, nullptr, device, nullptr);
+}
+
+void set_device_communicator_factory(DeviceCommunicatorFactory factory) {
+  device_communicator_factory() = std::move(factory);
+}
+
+std::unique_ptr<Communicator> route_device_buffers(Communicator& inner, Device device, const CommOptions& options) {
+  LOOM_CHECK(device.is_cuda(), "route_device_buffers: " + device.name() + " is not a GPU");
+  const DeviceCommunicatorFactory& factory = device_communicator_factory();
+  LOOM_CHECK(factory != nullptr, "runtime.device_comm=nccl: this build has no NCCL backend (the CUDA toolkit's NCCL was "
+                                 "not found when it was built); use runtime.device_comm=host");
+  std::unique_ptr<Communicator> device_comm = factory(inner, device, options);
+  return std::make_unique<DeviceStagingCommunicator>(inner, nullptr, device, std::move(device_comm));
 }
 
 }  // namespace loom::comm

@@ -13,6 +13,12 @@
 //
 // Which buffers are device memory: `Allocator::holds` of the device's allocator. Groups made by
 // split() stage the same way.
+//
+// With a device backend (runtime.device_comm = nccl): an operation whose buffers are all device
+// memory runs on that backend's group instead, unstaged; the rest (host scalars, mixed buffers)
+// still go through the host backend. The ranks of one operation must pass the same kinds of
+// buffers (as SPMD code does), or they would wait on different backends.
+#include <functional>
 #include <memory>
 
 #include "loom/comm/communicator.h"
@@ -22,5 +28,15 @@ namespace loom::comm {
 
 // Wraps `inner` (not owned: it must outlive the result) for buffers on `device` (a cuda device).
 std::unique_ptr<Communicator> stage_device_buffers(Communicator& inner, Device device);
+
+// Makes a device backend's group of the same ranks as `bootstrap` (collective over it), this rank
+// driving `device`. The binary registers NCCL's (src/main.cpp); tests may register another.
+using DeviceCommunicatorFactory =
+    std::function<std::unique_ptr<Communicator>(Communicator& bootstrap, Device device, const CommOptions& options)>;
+void set_device_communicator_factory(DeviceCommunicatorFactory factory);
+
+// stage_device_buffers, with device-only operations on a group made by the registered factory
+// (an Error naming runtime.device_comm when the build has none). Collective over `inner`.
+std::unique_ptr<Communicator> route_device_buffers(Communicator& inner, Device device, const CommOptions& options);
 
 }  // namespace loom::comm

@@ -23,6 +23,9 @@ constexpr std::array<std::string_view, 3> names(Backend) { return {"threads", "m
 // runtime.device: where each rank's model trains: the host, or its GPU (docs/cuda.md).
 enum class RuntimeDevice : uint8_t { Cpu, Cuda };
 constexpr std::array<std::string_view, 2> names(RuntimeDevice) { return {"cpu", "cuda"}; }
+// runtime.device_comm: how a GPU run's collectives on device memory travel.
+enum class DeviceComm : uint8_t { Host, Nccl };
+constexpr std::array<std::string_view, 2> names(DeviceComm) { return {"host", "nccl"}; }
 
 // precision.recipe: what the GEMMs of linear layers compute in (model/linear_precision.h).
 enum class PrecisionRecipe : uint8_t { Fp32, Bf16, Fp16, Fp8Delayed, Fp8Current, Fp8Blockwise, Mxfp8 };

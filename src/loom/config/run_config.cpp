@@ -100,6 +100,7 @@ const std::vector<SectionSchema>& schema() {
               {
                   field("backend", &RuntimeConfig::backend),
                   field("device", &RuntimeConfig::device),
+                  field("device_comm", &RuntimeConfig::device_comm),
                   field("ranks", &RuntimeConfig::ranks,
                         in_range(1, kMaxThreadRanks, " (ranks of the threads backend are threads of one process; "
                                                      "more ranks run under mpirun or srun)")),

@@ -170,6 +170,9 @@ struct LogConfig {
 struct RuntimeConfig {
   Backend backend = Backend::Threads;  // threads | mpi | auto
   RuntimeDevice device = RuntimeDevice::Cpu;  // cpu | cuda (rank r on GPU r modulo the GPUs)
+  // cuda: host (device buffers staged through the backend's host memory) | nccl (device buffers
+  // over NCCL, one process per GPU; host buffers still over the backend)
+  DeviceComm device_comm = DeviceComm::Host;
   int ranks = 1;                    // threads backend: ranks as threads of this process
   double timeout_s = 300.0;         // every blocking communication wait
 };

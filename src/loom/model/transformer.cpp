@@ -55,7 +55,7 @@ Transformer::Transformer(const config::ModelConfig& config, TensorParallel tp, P
       params_(device, allocation), precision_(std::make_shared<PrecisionContext>(precision)) {
   LOOM_CHECK(config.vocab_size > 0, "model.vocab_size must be resolved before building the model");
   if (device.is_cuda()) {
-    check_device_support(precision);
+    check_device_support();
     precision_->set_device(device);  // the linear layers' GEMMs in the recipe's real formats
   }
   const int L = config.layers;
@@ -175,10 +175,8 @@ void Transformer::set_context_attention(ContextAttention* context) {
   for (Block& block : blocks_) block.set_context(context);
 }
 
-void Transformer::check_device_support(const PrecisionPolicy& precision) const {
+void Transformer::check_device_support() const {
   const std::string where = " on runtime.device=cuda is not built yet (use runtime.device=cpu)";
-  // fp16's loss scaler unscales the gradients on the host (train/precision_step.cpp).
-  LOOM_CHECK(precision.recipe != Recipe::Fp16, "precision.recipe=fp16" + where + "; bf16 and the FP8 recipes are");
   LOOM_CHECK(tp_.single(), "parallel.tp=" + std::to_string(tp_.size()) + where);
   LOOM_CHECK(config_.mtp_depths == 0, "model.mtp_depths=" + std::to_string(config_.mtp_depths) + where);
   LOOM_CHECK(config_.activation != config::Activation::Relu2, "model.activation=relu2" + where);

@@ -54,13 +54,24 @@ PrecisionStepResult PrecisionStep::step(double lr, int64_t step) {
   const std::vector<std::span<float>> grads = optimizer_.reduced_gradients();
   if (hooks.corrupt_gradients) hooks.corrupt_gradients(world_.rank(), step, grads);
   bool local = false;
+  const Device device = model_.params().device();
   if (scaler_.enabled()) {
     const float inverse = scaler_.inverse_scale();  // a power of two: exact
-    for (const std::span<float>& g : grads) local |= precision::unscale_and_check(g.data(), static_cast<int64_t>(g.size()), inverse);
+    for (const std::span<float>& g : grads) {
+      const int64_t n = static_cast<int64_t>(g.size());
+      if (device.is_cpu()) {
+        local |= precision::unscale_and_check(g.data(), n, inverse);  // one pass
+      } else {
+        // Two passes on the device; the same result: scaling by a power of two keeps a finite
+        // value finite and an Inf or NaN as it was.
+        kernels::scale_in_place(device, g.data(), n, inverse);
+        local |= kernels::any_non_finite(device, g.data(), n);
+      }
+    }
   } else {
     for (const std::span<float>& g : grads) {
       if (local) break;
-      local = kernels::any_non_finite(model_.params().device(), g.data(), static_cast<int64_t>(g.size()));
+      local = kernels::any_non_finite(device, g.data(), static_cast<int64_t>(g.size()));
     }
   }
   // An all-reduce max: the non-finite flag over the world, this step's FP8 amaxes (a non-finite

@@ -1,5 +1,7 @@
 #include "loom/train/run_device.h"
 
+#include <chrono>
+#include <cmath>
 #include <string>
 
 #include "loom/comm/device_staging.h"
@@ -13,8 +15,7 @@ namespace {
 // The settings a GPU run cannot take yet (the model checks its own: model.*, precision.recipe).
 void check_cuda_run(const config::RunConfig& config, int world_size) {
   const std::string where = " with runtime.device=cuda is not built yet (use runtime.device=cpu)";
-  LOOM_CHECK(config.parallel.pp == 1, "parallel.pp=" + std::to_string(config.parallel.pp) + where);
-  // Gradients travel in f32 on the device (the data-parallel stages' staging has no bf16 path there).
+  // Gradients travel in f32 on the device (the data-parallel stages have no bf16 wire there).
   LOOM_CHECK(config.precision.grad_reduce == config::GradReduce::Fp32 || world_size == 1,
              "precision.grad_reduce=bf16" + where);
   const bool across_sites = config.parallel.dp_sites > 1 ||
@@ -36,12 +37,24 @@ Device training_device(const config::RunConfig& config, int world_rank, int worl
     throw Error(std::string("runtime.device=cuda: ") + e.what());
   }
   LOOM_CHECK(devices > 0, "runtime.device=cuda: the CUDA backend serves no GPU");
+  // Ranks of one process (the threads backend) share the GPUs; NCCL refuses two on one.
+  LOOM_CHECK(config.runtime.device_comm != config::DeviceComm::Nccl || config.runtime.backend != config::Backend::Threads ||
+                 world_size <= devices,
+             "runtime.device_comm=nccl: " + std::to_string(world_size) + " ranks of this process on " +
+                 std::to_string(devices) + " GPU(s), but NCCL needs a GPU per rank; use runtime.device_comm=host "
+                 "(device buffers staged through the host) or fewer ranks");
   return Device::cuda(world_rank % devices);
 }
 
-std::unique_ptr<comm::Communicator> staging_communicator(Device device, comm::Communicator& world) {
-  if (device.is_cpu() || world.backend() == "nccl") return nullptr;
-  return comm::stage_device_buffers(world, device);
+std::unique_ptr<comm::Communicator> device_world(const config::RunConfig& config, Device device,
+                                                 comm::Communicator& world) {
+  const bool nccl = config.runtime.device_comm == config::DeviceComm::Nccl;
+  LOOM_CHECK(!nccl || device.is_cuda(), "runtime.device_comm=nccl needs runtime.device=cuda");
+  if (device.is_cpu()) return nullptr;
+  if (!nccl) return comm::stage_device_buffers(world, device);
+  comm::CommOptions options;
+  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::llround(config.runtime.timeout_s * 1000.0)));
+  return comm::route_device_buffers(world, device, options);
 }
 
 }  // namespace loom::train

@@ -12,9 +12,10 @@ namespace loom::train {
 
 Device training_device(const config::RunConfig& config, int world_rank, int world_size);
 
-// The world a rank on `device` communicates through: on a GPU with a backend that moves host
-// bytes (threads, mpi), `world` staging device buffers through the host (comm/device_staging.h);
-// nullptr where `world` serves as it is (the CPU; NCCL).
-std::unique_ptr<comm::Communicator> staging_communicator(Device device, comm::Communicator& world);
+// The world a rank on `device` communicates through (comm/device_staging.h): on a GPU, `world`
+// (threads or mpi) with its device buffers staged through the host (runtime.device_comm = host)
+// or sent over NCCL (nccl); nullptr on the CPU, where `world` serves as it is. Collective.
+std::unique_ptr<comm::Communicator> device_world(const config::RunConfig& config, Device device,
+                                                 comm::Communicator& world);
 
 }  // namespace loom::train

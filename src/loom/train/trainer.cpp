@@ -65,7 +65,7 @@ void check_on_host(Device device, const std::string& what) {
 struct Trainer::State {
   config::RunConfig run;
   Device device;  // runtime.device: where this rank trains
-  std::unique_ptr<comm::Communicator> staged_world;  // see staging_communicator
+  std::unique_ptr<comm::Communicator> staged_world;  // see device_world
   comm::Communicator& world;
   const BatchSource& train;
   MemoryCheck memory_check;  // the resident set before anything of the run is built
@@ -93,7 +93,7 @@ struct Trainer::State {
   State(const config::RunConfig& config, comm::Communicator& w, const BatchSource& source)
       : run(config),
         device(training_device(config, w.rank(), w.size())),
-        staged_world(staging_communicator(device, w)),
+        staged_world(device_world(config, device, w)),
         world(staged_world ? *staged_world : w),
         train(source),
         heartbeat(w.rank(), w.size()),

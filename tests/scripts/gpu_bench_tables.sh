@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The GPU benchmark's table makers on fixed inputs (no GPU needed): bench/cuda/kernel_profile.py
+# sums an ncu CSV's kernel times by name (units mixed, thousands separators, ncu's own lines
+# before the table) per step and against a step time, and refuses what is not such a table;
+# bench/cuda/gpu_table.py gives a loom recipe's tokens/s over loom's bf16 run.
+# Usage: gpu_bench_tables.sh
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+bench="$here/../../bench/cuda"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $1"; [ -f "${2:-}" ] && cat "$2"; exit 1; }
+
+python3 "$bench/kernel_profile.py" "$here/fixtures/ncu_kernel_times.csv" --steps 2 --step-ms 2 > "$work/profile.txt" ||
+  fail "kernel_profile.py exited with $?" "$work/profile.txt"
+# Two launches of each kernel over 2 steps: the GEMM 1.25 ms each, RMSNorm 12.5 us and 7,500 ns.
+grep -Eq '^sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64 +1\.250 +99\.2% +1 +1250\.0$' "$work/profile.txt" ||
+  fail "the GEMM's row" "$work/profile.txt"
+grep -Eq '^void loom::kernels::cuda::rmsnorm_forward<float> +0\.010 +0\.8% +1 +10\.0$' "$work/profile.txt" ||
+  fail "the RMSNorm row (argument list dropped, units converted)" "$work/profile.txt"
+grep -q "kernel time per step: 1.260 ms over 2 launches; the step's wall time 2.000 ms: the GPU busy 63.0% of it" \
+  "$work/profile.txt" || fail "the total" "$work/profile.txt"
+printf 'not,a,profile\n1,2,3\n' > "$work/bad.csv"
+if python3 "$bench/kernel_profile.py" "$work/bad.csv" > "$work/bad.txt" 2>&1; then fail "a CSV without ncu's columns was taken"; fi
+grep -q "kernel_profile: .*bad.csv: not an ncu --csv table" "$work/bad.txt" || fail "the bad table is not named" "$work/bad.txt"
+echo "kernel_profile.py: per-kernel sums, shares and the GPU-busy fraction"
+
+printf 'GPU|NVIDIA H100 80GB HBM3\nTRAIN|loom|llama-1b|4|2048|30000|273|15\nTRAIN|loom fp8_current|llama-1b|4|2048|39000|210|15\n' \
+  > "$work/bench.txt"
+(cd "$bench" && python3 -c "import gpu_table, sys; print(gpu_table.training(sys.argv[1]))" "$work/bench.txt") > "$work/table.txt" ||
+  fail "gpu_table.py's training table" "$work/table.txt"
+grep -Eq '^llama-1b +4 x 2048 loom fp8_current +39000 .* 1\.30$' "$work/table.txt" || fail "the fp8 run over bf16" "$work/table.txt"
+grep -Eq '^llama-1b +4 x 2048 loom +30000 .* -$' "$work/table.txt" || fail "the bf16 run's own row" "$work/table.txt"
+echo "gpu_table.py: a loom recipe over loom's bf16 run"
