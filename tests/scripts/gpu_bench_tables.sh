@@ -2,7 +2,8 @@
 # The GPU benchmark's table makers on fixed inputs (no GPU needed): bench/cuda/kernel_profile.py
 # sums an ncu CSV's kernel times by name (units mixed, thousands separators, ncu's own lines
 # before the table) per step and against a step time, and refuses what is not such a table;
-# bench/cuda/gpu_table.py gives a loom recipe's tokens/s over loom's bf16 run.
+# bench/cuda/gpu_table.py gives a loom recipe's tokens/s over loom's bf16 run; bench/cuda/
+# loss_curves.py tells two loss curves within 5% of each other from ones that are not.
 # Usage: gpu_bench_tables.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -32,3 +33,27 @@ printf 'GPU|NVIDIA H100 80GB HBM3\nTRAIN|loom|llama-1b|4|2048|30000|273|15\nTRAI
 grep -Eq '^llama-1b +4 x 2048 loom fp8_current +39000 .* 1\.30$' "$work/table.txt" || fail "the fp8 run over bf16" "$work/table.txt"
 grep -Eq '^llama-1b +4 x 2048 loom +30000 .* -$' "$work/table.txt" || fail "the bf16 run's own row" "$work/table.txt"
 echo "gpu_table.py: a loom recipe over loom's bf16 run"
+
+# Loss curves: bf16 falling from 10 to 4 over 60 steps; fp8 3% above it (within 5%), then 8%.
+python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+for name, factor in (("bf16", 1.0), ("close", 1.03), ("far", 1.08)):
+    with open(f"{work}/{name}.jsonl", "w") as f:
+        for step in range(1, 61):
+            f.write(json.dumps({"step": step, "loss": (10 - step * 0.1) * factor}) + "\n")
+PY
+python3 "$bench/loss_curves.py" "$work/bf16.jsonl" "$work/close.jsonl" --names bf16,fp8 --csv "$work/curve.csv" > "$work/close.txt" ||
+  fail "curves 3% apart were judged beyond 5%" "$work/close.txt"
+grep -q "^LOSS|bf16|fp8|60 steps|10-step averages from step 20: largest difference 3.00% (step .*within 5%" "$work/close.txt" ||
+  fail "the close curves' line" "$work/close.txt"
+[ "$(head -2 "$work/curve.csv" | tail -1)" = "1,9.900000,10.197000" ] || fail "the curves' CSV" "$work/curve.csv"
+rc=0; python3 "$bench/loss_curves.py" "$work/bf16.jsonl" "$work/far.jsonl" > "$work/far.txt" || rc=$?
+[ $rc = 1 ] || fail "curves 8% apart were not judged beyond 5%" "$work/far.txt"
+grep -q "largest difference 8.00% .*BEYOND 5%" "$work/far.txt" || fail "the far curves' line" "$work/far.txt"
+echo '{"step": 1}' > "$work/broken.jsonl"
+rc=0; python3 "$bench/loss_curves.py" "$work/bf16.jsonl" "$work/broken.jsonl" > "$work/broken.txt" 2>&1 || rc=$?
+[ $rc = 2 ] || fail "a record without a loss was taken" "$work/broken.txt"
+grep -q "loss_curves: .*broken.jsonl:1: not a metrics record with step and loss" "$work/broken.txt" ||
+  fail "the broken record is not named" "$work/broken.txt"
+echo "loss_curves.py: within and beyond 5%, a broken record named"

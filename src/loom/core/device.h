@@ -3,6 +3,7 @@
 // `Allocator` behind one registry, and `DeviceBuffer<T>`, an owning array that allocates through
 // it. The host allocator is registered from the start; a CUDA build registers its caching
 // allocator per GPU (kernels/cuda/backend.h). See docs/architecture.md, "The device seam".
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -41,6 +42,13 @@ class Allocator {
   virtual void free(void* ptr, size_t bytes) = 0;
   virtual void zero(void* ptr, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // `rows` runs of `width` bytes within the device, from `src` every `src_pitch` bytes to `dst`
+  // every `dst_pitch` bytes (one strided copy on a GPU; here a copy per row).
+  virtual void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows) {
+    for (size_t r = 0; r < rows; ++r) {
+      copy(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, width);
+    }
+  }
   virtual void to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void from_host(void* dst, const void* host_src, size_t bytes) = 0;
   virtual size_t alignment() const = 0;
@@ -88,6 +96,24 @@ void copy_from_host(Device device, T* dst, const T* host_src, int64_t n) {
 template <typename T>
 void copy_on_device(Device device, T* dst, const T* src, int64_t n) {
   if (n > 0) allocator(device).copy(dst, src, static_cast<size_t>(n) * sizeof(T));
+}
+
+// Copies `rows` rows of `width` elements within one device, row r from src + r * src_stride to
+// dst + r * dst_stride (e.g. a column block of a wider matrix). On the CPU a plain loop.
+template <typename T>
+void copy_rows(Device device, T* dst, int64_t dst_stride, const T* src, int64_t src_stride, int64_t rows,
+               int64_t width) {
+  if (rows <= 0 || width <= 0) return;
+  if (device.is_cpu()) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* from = src + r * src_stride;
+      std::copy(from, from + width, dst + r * dst_stride);
+    }
+    return;
+  }
+  allocator(device).copy_2d(dst, static_cast<size_t>(dst_stride) * sizeof(T), src,
+                            static_cast<size_t>(src_stride) * sizeof(T), static_cast<size_t>(width) * sizeof(T),
+                            static_cast<size_t>(rows));
 }
 
 // An owning array of T on one device, allocated through that device's allocator. Elements are

@@ -64,6 +64,8 @@ struct CudaEntries {
                           int64_t width) = nullptr;
   void (*gelu_forward)(Device, float* out, const float* in, int64_t n) = nullptr;
   void (*gelu_backward)(Device, float* din, const float* dout, const float* in, int64_t n) = nullptr;
+  void (*relu2_forward)(Device, float* out, const float* in, int64_t n) = nullptr;
+  void (*relu2_backward)(Device, float* din, const float* dout, const float* in, int64_t n) = nullptr;
   // Tiled attention: the contract of kernels/ops.h (and docs/architecture.md, "Kernels").
   void (*flash_attention_forward)(Device, float* out, float* lse, const float* q, const float* k, const float* v,
                                   const FlashAttentionShape& s, const AttentionVisibility& vis) = nullptr;

@@ -279,11 +279,9 @@ void precision_linear_gemm(Device device, const PrecisionGemm& gemm) {
 }
 #undef LOOM_DEVICE_ONLY
 
-void relu2_forward(Device device, float* out, const float* in, int64_t n) {
-  LOOM_CPU_ONLY(relu2_forward, out, in, n);
-}
+void relu2_forward(Device device, float* out, const float* in, int64_t n) { LOOM_DISPATCH(relu2_forward, out, in, n); }
 void relu2_backward(Device device, float* din, const float* dout, const float* in, int64_t n) {
-  LOOM_CPU_ONLY(relu2_backward, din, dout, in, n);
+  LOOM_DISPATCH(relu2_backward, din, dout, in, n);
 }
 
 void ssd_scan_forward(Device device, float* y, const float* x, const float* dt_raw, const float* dt_bias,

@@ -64,34 +64,34 @@ void MtpDepth::shift(Saved& saved, const int32_t* inputs, const int32_t* targets
 void MtpDepth::forward(Saved& saved, Block::Saved& block_saved, const float* h_prev, int64_t batch, int64_t seq,
                        const Packing& packing, ParallelScratch& scratch) const {
   const int64_t C = d_model_, local = tp_->local_rows(batch * seq);
+  const Device device = store_->device();
   enorm_.forward(saved.enorm, saved.embedded.data(), local);
   hnorm_.forward(saved.hnorm, h_prev, local);
-  float* combined = sized(saved.combined, local * 2 * C);
-  for (int64_t r = 0; r < local; ++r) {
-    std::copy_n(saved.enorm.out.data() + r * C, C, combined + r * 2 * C);
-    std::copy_n(saved.hnorm.out.data() + r * C, C, combined + r * 2 * C + C);
-  }
-  float* block_in = sized(saved.block_in, local * C);
+  float* combined = sized(saved.combined, local * 2 * C, device);
+  copy_rows(device, combined, 2 * C, saved.enorm.out.data(), C, local, C);
+  copy_rows(device, combined + C, 2 * C, saved.hnorm.out.data(), C, local, C);
+  float* block_in = sized(saved.block_in, local * C, device);
   if (tp_->sequence_parallel()) {
     // All rows through one GEMM; this rank keeps its own.
     const int64_t rows = batch * seq, first = tp_->first_local_row(rows);
     const float* all = tp_->enter_forward(combined, rows, 2 * C, saved.combined_all);
-    float* out = sized(out_all_, rows * C);
-    kernels::linear_forward(store_->device(), out, all, store_->value(eh_proj_), nullptr, rows, 2 * C, C);
-    std::copy_n(out + first * C, local * C, block_in);
+    float* out = sized(out_all_, rows * C, device);
+    kernels::linear_forward(device, out, all, store_->value(eh_proj_), nullptr, rows, 2 * C, C);
+    copy_on_device(device, block_in, out + first * C, local * C);
   } else {
-    kernels::linear_forward(store_->device(), block_in, combined, store_->value(eh_proj_), nullptr, local, 2 * C, C);
+    kernels::linear_forward(device, block_in, combined, store_->value(eh_proj_), nullptr, local, 2 * C, C);
   }
-  block_.forward(block_saved, block_in, sized(saved.hidden, local * C), batch, seq, packing, scratch);
+  block_.forward(block_saved, block_in, sized(saved.hidden, local * C, device), batch, seq, packing, scratch);
 }
 
 void MtpDepth::backward(float* d_hidden, float* d_prev, float* d_embedded, const float* h_prev, const Saved& saved,
                         const Block::Saved& block_saved, Workspace& work, int64_t batch, int64_t seq,
                         const Packing& packing, ParallelScratch& scratch) const {
   const int64_t C = d_model_, local = tp_->local_rows(batch * seq);
+  const Device device = store_->device();
   // d_hidden becomes d(loss)/d(block_in).
   block_.backward(d_hidden, saved.block_in.data(), block_saved, work, batch, seq, packing, scratch);
-  float* d_combined = zeroed(d_combined_, local * 2 * C);
+  float* d_combined = zeroed(d_combined_, local * 2 * C, device);
   const float* weight = store_->value(eh_proj_);
   if (tp_->sequence_parallel()) {
     // The weight's gradient over all rows (every rank the same); the input's for this rank's.
@@ -105,11 +105,11 @@ void MtpDepth::backward(float* d_hidden, float* d_prev, float* d_embedded, const
                              saved.combined.data(), weight, local, 2 * C, C);
   }
   // The two halves of each row, each contiguous for its norm's backward.
-  float* d_half = sized(d_half_, local * C);
-  for (int64_t r = 0; r < local; ++r) std::copy_n(d_combined + r * 2 * C, C, d_half + r * C);
-  std::fill(d_embedded, d_embedded + local * C, 0.0f);
+  float* d_half = sized(d_half_, local * C, device);
+  copy_rows(device, d_half, C, d_combined, 2 * C, local, C);
+  allocator(device).zero(d_embedded, static_cast<size_t>(local * C) * sizeof(float));
   enorm_.backward(d_embedded, d_half, saved.embedded.data(), saved.enorm, local);
-  for (int64_t r = 0; r < local; ++r) std::copy_n(d_combined + r * 2 * C + C, C, d_half + r * C);
+  copy_rows(device, d_half, C, d_combined + C, 2 * C, local, C);
   hnorm_.backward(d_prev, d_half, h_prev, saved.hnorm, local);
 }
 

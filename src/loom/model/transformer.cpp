@@ -178,8 +178,6 @@ void Transformer::set_context_attention(ContextAttention* context) {
 void Transformer::check_device_support() const {
   const std::string where = " on runtime.device=cuda is not built yet (use runtime.device=cpu)";
   LOOM_CHECK(tp_.single(), "parallel.tp=" + std::to_string(tp_.size()) + where);
-  LOOM_CHECK(config_.mtp_depths == 0, "model.mtp_depths=" + std::to_string(config_.mtp_depths) + where);
-  LOOM_CHECK(config_.activation != config::Activation::Relu2, "model.activation=relu2" + where);
   for (size_t l = 0; l < specs_.size(); ++l) {
     const std::string layer = "layer " + std::to_string(l);
     LOOM_CHECK(!specs_[l].moe, layer + " is a mixture of experts (model.moe_experts, model.block_configs)" + where);

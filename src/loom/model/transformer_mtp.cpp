@@ -41,7 +41,7 @@ void Transformer::mtp_forward(Activations& a, const int32_t* inputs, const int32
   for (int k = 0; k < depths; ++k) {
     MtpDepth::Saved& s = a.mtp[k];
     mtp_[k].shift(s, inputs, targets, batch, seq, packing.documents);
-    lookup_tokens(sized(s.embedded, local * C), s.tokens.data(), rows, mtp_embed_);
+    lookup_tokens(sized(s.embedded, local * C, params_.device()), s.tokens.data(), rows, mtp_embed_);
     mtp_[k].forward(s, config_.recompute ? shared_saved_ : s.block, h_prev, batch, seq, packing, tp_scratch_);
     last_mtp_[k] = head_loss(s.hidden.data(), s.final_norm, s.head_input, s.logits, s.targets.data(), rows, scale);
     if (grad_scale != 0.0f) {
@@ -58,21 +58,22 @@ void Transformer::mtp_backward(Activations& a, int64_t batch, int64_t seq, const
   const int64_t rows = batch * seq, local = tp_.local_rows(rows), C = config_.d_model;
   const int depths = mtp_depths();
   if (mtp_d_.size() != mtp_.size()) mtp_d_.resize(mtp_.size());
-  zeroed(mtp_d_[depths - 1], local * C);
+  const Device device = params_.device();
+  zeroed(mtp_d_[depths - 1], local * C, device);
   for (int k = depths - 1; k >= 0; --k) {
     const MtpDepth::Saved& s = a.mtp[k];
     // d(h_k): its own loss's, plus (already there) what depth k + 1's hnorm passed back.
     float* d_hidden = mtp_d_[k].data();
     head_grad(d_hidden, s.hidden.data(), s.final_norm, s.head_input, s.logits, rows);
     const float* h_prev = k == 0 ? a.residual[config_.layers].data() : a.mtp[k - 1].hidden.data();
-    float* d_prev = k == 0 ? a.d_x.data() : zeroed(mtp_d_[k - 1], local * C);
+    float* d_prev = k == 0 ? a.d_x.data() : zeroed(mtp_d_[k - 1], local * C, device);
     const Block::Saved* block_saved = &s.block;
     if (config_.recompute) {
-      mtp_[k].block().forward(shared_saved_, s.block_in.data(), sized(recompute_out_, local * C), batch, seq,
+      mtp_[k].block().forward(shared_saved_, s.block_in.data(), sized(recompute_out_, local * C, device), batch, seq,
                               packing, tp_scratch_);
       block_saved = &shared_saved_;
     }
-    float* d_embedded = sized(mtp_d_embedded_, local * C);
+    float* d_embedded = sized(mtp_d_embedded_, local * C, device);
     mtp_[k].backward(d_hidden, d_prev, d_embedded, h_prev, s, *block_saved, work_, batch, seq, packing, tp_scratch_);
     lookup_tokens_backward(d_embedded, s.tokens.data(), rows, mtp_embed_);
   }

@@ -61,6 +61,25 @@ __global__ void gelu_backward_kernel(float* __restrict__ din, const float* __res
   }
 }
 
+// Squared ReLU (Nemotron's MLP): out = max(x, 0)^2, backward 2 max(x, 0) dout, each product rounded
+// as the CPU's (one rounding per operation: no contraction into an FMA).
+__global__ void relu2_forward_kernel(float* __restrict__ out, const float* __restrict__ in, int64_t n) {
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float r = in[k] > 0.0f ? in[k] : 0.0f;
+    out[k] = __fmul_rn(r, r);
+  }
+}
+
+__global__ void relu2_backward_kernel(float* __restrict__ din, const float* __restrict__ dout,
+                                      const float* __restrict__ in, int64_t n) {
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float x = in[k];
+    din[k] = __fadd_rn(din[k], x > 0.0f ? __fmul_rn(__fmul_rn(2.0f, x), dout[k]) : 0.0f);
+  }
+}
+
 }  // namespace
 
 void swiglu_forward(float* out, const float* gate_up, int64_t rows, int64_t width, cudaStream_t stream) {
@@ -86,6 +105,18 @@ void gelu_backward(float* din, const float* dout, const float* in, int64_t n, cu
   if (n == 0) return;
   gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(din, dout, in, n);
   check_launch("gelu_backward_kernel");
+}
+
+void relu2_forward(float* out, const float* in, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  relu2_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, in, n);
+  check_launch("relu2_forward_kernel");
+}
+
+void relu2_backward(float* din, const float* dout, const float* in, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  relu2_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(din, dout, in, n);
+  check_launch("relu2_backward_kernel");
 }
 
 }  // namespace loom::kernels::cuda

@@ -1,7 +1,8 @@
 #pragma once
 // MLP activations on the device, with the contracts of kernels::cpu's (activation.h):
 //   swiglu: out[r, i] = silu(gate_up[r, i]) * gate_up[r, width + i] over a fused [gate | up] row;
-//   gelu: the tanh approximation (GPT-2), written as x * sigmoid(2u) as on the CPU.
+//   gelu: the tanh approximation (GPT-2), written as x * sigmoid(2u) as on the CPU;
+//   relu2: max(x, 0)^2 (Nemotron's squared ReLU), bit for bit the CPU's.
 // Backward adds into its gradient output, as every loom backward does. fp32 throughout; the
 // sigmoid uses expf (the CPU a polynomial exp within 2e-7), so results agree to fp32 rounding.
 #include <cuda_runtime.h>
@@ -15,5 +16,7 @@ void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, i
                      cudaStream_t stream = nullptr);
 void gelu_forward(float* out, const float* in, int64_t n, cudaStream_t stream = nullptr);
 void gelu_backward(float* din, const float* dout, const float* in, int64_t n, cudaStream_t stream = nullptr);
+void relu2_forward(float* out, const float* in, int64_t n, cudaStream_t stream = nullptr);
+void relu2_backward(float* din, const float* dout, const float* in, int64_t n, cudaStream_t stream = nullptr);
 
 }  // namespace loom::kernels::cuda

@@ -45,6 +45,13 @@ class DeviceAllocator final : public Allocator {
     check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_stream(index_)),
                "cudaMemcpyAsync");
   }
+  void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows) override {
+    if (width == 0 || rows == 0) return;
+    check_cuda(cudaSetDevice(index_), "cudaSetDevice(" + std::to_string(index_) + ")");
+    check_cuda(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToDevice,
+                                 compute_stream(index_)),
+               "cudaMemcpy2DAsync");
+  }
   // Pageable host memory: the copy is staged, so it waits for the stream's earlier work and
   // returns once the host side may be read (to_host) or reused (from_host).
   void to_host(void* host_dst, const void* src, size_t bytes) override {

@@ -88,6 +88,10 @@ void register_norms_and_activations(CudaEntries& e) {
   e.gelu_backward = [](Device d, float* din, const float* dout, const float* in, int64_t n) {
     gelu_backward(din, dout, in, n, stream_of(d));
   };
+  e.relu2_forward = [](Device d, float* out, const float* in, int64_t n) { relu2_forward(out, in, n, stream_of(d)); };
+  e.relu2_backward = [](Device d, float* din, const float* dout, const float* in, int64_t n) {
+    relu2_backward(din, dout, in, n, stream_of(d));
+  };
 }
 
 void register_embedding_and_rope(CudaEntries& e) {
