@@ -1,6 +1,6 @@
 // cuBLASLt products against the CPU and against fp64: the fp32 entries (gemm in all four
 // transposes, accumulating or not; the linear layer forward and backward with bias) within
-// 1e-5 of the CPU's; bf16 operands with fp32 accumulation within 1e-2 of the fp64 product of the
+// 1e-5 of the CPU's (a bias added on its own: bit for bit); bf16 operands with fp32 accumulation within 1e-2 of the fp64 product of the
 // fp32 inputs; FP8 with per-tensor scales (E4M3 x E4M3, E4M3 x E5M2) and with 1 x 128 / 128 x 128
 // block scales within 1e-3 of the fp64 product of the quantised operands (loom::precision's
 // reference); MXFP8 emulated on Hopper (decode to bf16, bf16 GEMM) within 1e-5 of that product.
@@ -86,6 +86,19 @@ TEST_F(CudaGemm, LinearForwardAndBackwardMatchTheCpu) {
   EXPECT_LE(relative_error(d_dx.host(), dx), 1e-5);
   EXPECT_LE(relative_error(d_dw.host(), dw), 1e-5);
   EXPECT_EQ(d_db.host(), db);  // column sums in the CPU's order
+}
+
+// A row-parallel linear's bias, added to the sum of the ranks' partial products: one add per
+// element, bit for bit the CPU.
+TEST_F(CudaGemm, AddBiasMatchesTheCpu) {
+  for (auto [rows, width] : {std::pair<int64_t, int64_t>{1, 1}, {37, 129}, {1000, 768}}) {
+    const std::vector<float> x0 = random_values(seed_, rows * width, 1.0f), b = random_values(seed_ + 1, width, 1.0f);
+    std::vector<float> x = x0;
+    kernels::add_bias(Device::cpu(), x.data(), b.data(), rows, width);
+    DeviceFloats d_x(allocator_, x0), d_b(allocator_, b);
+    kernels::add_bias(Device::cuda(0), d_x.ptr, d_b.ptr, rows, width);
+    EXPECT_EQ(d_x.host(), x) << rows << " x " << width;
+  }
 }
 
 TEST_F(CudaGemm, Bf16WithFp32AccumulationIsWithin1e2OfFp64) {

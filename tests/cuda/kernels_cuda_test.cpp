@@ -13,11 +13,13 @@
 #include "loom/kernels/cpu/activation.h"
 #include "loom/kernels/cpu/adamw.h"
 #include "loom/kernels/cpu/norm.h"
+#include "loom/kernels/cpu/rows.h"
 #include "loom/kernels/cuda/activation.h"
 #include "loom/kernels/cuda/adamw.h"
 #include "loom/kernels/cuda/caching_allocator.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/rmsnorm.h"
+#include "loom/kernels/cuda/rows.h"
 #include "cuda_test_util.h"
 
 namespace loom::kernels::cuda {
@@ -139,6 +141,20 @@ TEST(CudaKernels, Relu2ForwardAndBackwardMatchTheCpu) {
     EXPECT_EQ(d_out.host(), out) << "n " << n;
     EXPECT_LE(relative_error(d_dx.host(), dx), 1e-6) << "n " << n;
   }
+}
+
+// A column block added into another (context parallelism's gradients): bit for bit the CPU's.
+TEST(CudaKernels, AddRowsEqualsTheCpu) {
+  SKIP_WITHOUT_GPU();
+  CachingAllocator allocator;
+  const int64_t rows = 1037, y_stride = 200, x_stride = 72, width = 64;
+  const std::vector<float> y0 = random_values(51, rows * y_stride, 1.0f), x = random_values(52, rows * x_stride, 1.0f);
+  std::vector<float> y = y0;
+  cpu::add_rows(y.data() + 17, y_stride, x.data() + 3, x_stride, rows, width);
+  DeviceArray d_y(allocator, y0), d_x(allocator, x);
+  cuda::add_rows(d_y.ptr + 17, y_stride, d_x.ptr + 3, x_stride, rows, width);
+  check_cuda(cudaDeviceSynchronize(), "add_rows");
+  EXPECT_EQ(d_y.host(), y);
 }
 
 }  // namespace

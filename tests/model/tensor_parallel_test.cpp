@@ -252,6 +252,29 @@ void expect_model_matches_one_rank(const config::ModelConfig& config, int ranks,
   });
 }
 
+// The contiguous runs a shard's copies move are where global_index puts each element.
+TEST(ShardSpec, RunsPlaceEveryElementAtItsGlobalIndex) {
+  const Shape global = {3, 8, 5};
+  for (int dim = -1; dim < 3; ++dim) {
+    ShardSpec spec;
+    Shape local = global;
+    if (dim >= 0) {
+      spec.global_shape = global;
+      spec.split_dim = dim;
+      spec.length = global[dim] / 2 + (dim == 1 ? 1 : 0);
+      spec.start = global[dim] - spec.length;  // the last slice: a wrong offset or stride shows
+      local[dim] = spec.length;
+    }
+    const ShardRuns runs = shard_runs(spec, local);
+    ASSERT_EQ(runs.count * runs.length, shape_numel(local)) << "split dim " << dim;
+    for (int64_t i = 0; i < shape_numel(local); ++i) {
+      const int64_t k = i / runs.length;
+      EXPECT_EQ(runs.first + k * runs.global_stride + i % runs.length, global_index(spec, local, i))
+          << "split dim " << dim << ", element " << i;
+    }
+  }
+}
+
 TEST(TensorParallelModel, Gpt2StyleEqualsOneRank) {
   for (int ranks : {2, 4})
     for (bool sp : {false, true}) {

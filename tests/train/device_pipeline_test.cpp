@@ -4,10 +4,6 @@
 // first and last stage; every schedule equals the same layout on the CPU bit for bit (losses and
 // every tensor of the final checkpoint). That the CPU pipeline trains as one rank does is tested
 // in pipeline_parallel_test.cpp.
-#include <fstream>
-
-#include <nlohmann/json.hpp>
-
 #include "device_training.h"
 
 namespace loom::train {
@@ -20,17 +16,6 @@ std::vector<std::string> pp2(const std::string& schedule, std::vector<std::strin
   std::vector<std::string> overrides = {"runtime.ranks=2", "parallel.pp=2", "parallel.pipeline_schedule=" + schedule};
   overrides.insert(overrides.end(), extra.begin(), extra.end());
   return overrides;
-}
-
-// The validation losses in run `name`'s metrics.
-std::vector<double> validation_losses(const std::string& root, const std::string& name) {
-  std::vector<double> losses;
-  std::ifstream metrics(root + "/" + name + "/metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);) {
-    const nlohmann::json record = nlohmann::json::parse(line);
-    if (record.contains("val_loss")) losses.push_back(record.at("val_loss").get<double>());
-  }
-  return losses;
 }
 
 // Tied embeddings: the last stage's head is a copy of the first stage's embedding. 4 micro-batches

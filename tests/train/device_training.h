@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "loom/ckpt/checkpoint.h"
 #include "loom/core/error.h"
@@ -25,6 +28,17 @@ inline constexpr const char* kLlama =
 inline constexpr const char* kGpt2 =
     "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 4, ffn_size: 64, max_seq_len: 32,\n"
     "        norm: layer, activation: gelu, positions: learned, bias: true, tied_embeddings: false}\n";
+
+// The validation losses in run `name`'s metrics.
+inline std::vector<double> validation_losses(const std::string& root, const std::string& name) {
+  std::vector<double> losses;
+  std::ifstream metrics(root + "/" + name + "/metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json record = nlohmann::json::parse(line);
+    if (record.contains("val_loss")) losses.push_back(record.at("val_loss").get<double>());
+  }
+  return losses;
+}
 
 class DeviceTraining : public ::testing::Test {
  protected:

@@ -35,6 +35,7 @@ struct CudaEntries {
                          int64_t in_features, int64_t out_features, bool accumulate) = nullptr;
   void (*linear_backward)(Device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
                           const float* weight, int64_t n, int64_t in_features, int64_t out_features) = nullptr;
+  void (*add_bias)(Device, float* x, const float* bias, int64_t rows, int64_t width) = nullptr;
   void (*gemm_nt)(Device, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k,
                   bool accumulate) = nullptr;
   void (*gemm)(Device, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k, bool trans_a,
@@ -66,6 +67,8 @@ struct CudaEntries {
   void (*gelu_backward)(Device, float* din, const float* dout, const float* in, int64_t n) = nullptr;
   void (*relu2_forward)(Device, float* out, const float* in, int64_t n) = nullptr;
   void (*relu2_backward)(Device, float* din, const float* dout, const float* in, int64_t n) = nullptr;
+  void (*add_rows)(Device, float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t rows,
+                   int64_t width) = nullptr;
   // Tiled attention: the contract of kernels/ops.h (and docs/architecture.md, "Kernels").
   void (*flash_attention_forward)(Device, float* out, float* lse, const float* q, const float* k, const float* v,
                                   const FlashAttentionShape& s, const AttentionVisibility& vis) = nullptr;

@@ -18,6 +18,7 @@
 #include "loom/kernels/cpu/norm.h"
 #include "loom/kernels/cpu/paged_attention.h"
 #include "loom/kernels/cpu/rope.h"
+#include "loom/kernels/cpu/rows.h"
 #include "loom/kernels/cpu/ssd_scan.h"
 #include "loom/kernels/cpu/vocab_parallel_cross_entropy.h"
 #include "loom/kernels/cuda_entries.h"
@@ -159,6 +160,9 @@ void linear_backward(Device device, float* din, float* dweight, float* dbias, co
                      const float* weight, int64_t n, int64_t in_features, int64_t out_features) {
   LOOM_DISPATCH(linear_backward, din, dweight, dbias, dout, in, weight, n, in_features, out_features);
 }
+void add_bias(Device device, float* x, const float* bias, int64_t rows, int64_t width) {
+  LOOM_DISPATCH(add_bias, x, bias, rows, width);
+}
 void gemm_nt(Device device, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k,
              bool accumulate) {
   LOOM_DISPATCH(gemm_nt, c, a, b, m, n, k, accumulate);
@@ -282,6 +286,9 @@ void precision_linear_gemm(Device device, const PrecisionGemm& gemm) {
 void relu2_forward(Device device, float* out, const float* in, int64_t n) { LOOM_DISPATCH(relu2_forward, out, in, n); }
 void relu2_backward(Device device, float* din, const float* dout, const float* in, int64_t n) {
   LOOM_DISPATCH(relu2_backward, din, dout, in, n);
+}
+void add_rows(Device device, float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t rows, int64_t width) {
+  LOOM_DISPATCH(add_rows, y, y_stride, x, x_stride, rows, width);
 }
 
 void ssd_scan_forward(Device device, float* y, const float* x, const float* dt_raw, const float* dt_bias,

@@ -53,12 +53,18 @@ void gelu_forward(Device device, float* out, const float* in, int64_t n);
 void gelu_backward(Device device, float* din, const float* dout, const float* in, int64_t n);
 void relu2_forward(Device device, float* out, const float* in, int64_t n);
 void relu2_backward(Device device, float* din, const float* dout, const float* in, int64_t n);
+// y[r * y_stride + c] += x[r * x_stride + c] for r < rows, c < width: a column block added into
+// another (kernels/cpu/rows.h).
+void add_rows(Device device, float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t rows, int64_t width);
 
 // --- linear layers (W stored [out, in]) and a plain GEMM.
 void linear_forward(Device device, float* out, const float* in, const float* weight, const float* bias, int64_t n,
                     int64_t in_features, int64_t out_features, bool accumulate = false);
 void linear_backward(Device device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
                      const float* weight, int64_t n, int64_t in_features, int64_t out_features);
+// x[rows, width] += bias on every row: a row-parallel linear's bias, added once to the sum of the
+// ranks' partial products (model/tensor_parallel.h).
+void add_bias(Device device, float* x, const float* bias, int64_t rows, int64_t width);
 void gemm_nt(Device device, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k,
              bool accumulate);
 // c[m, n] (+)= op(a) . op(b) with op = transpose when asked (a stored [k, m] when trans_a, b [n, k]

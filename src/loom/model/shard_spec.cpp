@@ -16,4 +16,13 @@ int64_t global_index(const ShardSpec& spec, const Shape& local_shape, int64_t lo
   return (outer_index * global_mid + spec.start + mid_index) * inner + inner_index;
 }
 
+ShardRuns shard_runs(const ShardSpec& spec, const Shape& local_shape) {
+  const int64_t numel = shape_numel(local_shape);
+  if (!spec.is_split()) return {1, numel, 0, 0};
+  int64_t inner = 1;  // as global_index: [outer, mid, inner] around the split dimension
+  for (size_t d = spec.split_dim + 1; d < local_shape.size(); ++d) inner *= local_shape[d];
+  const int64_t length = local_shape[spec.split_dim] * inner;
+  return {length == 0 ? 0 : numel / length, length, spec.start * inner, spec.global_shape[spec.split_dim] * inner};
+}
+
 }  // namespace loom::model

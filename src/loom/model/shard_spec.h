@@ -30,6 +30,14 @@ struct ShardSpec {
 // Flat index in the global tensor of element `local_index` of the local shard of `local_shape`.
 int64_t global_index(const ShardSpec& spec, const Shape& local_shape, int64_t local_index);
 
+// The local shard as contiguous runs of the flat global tensor (what copies between the two
+// move): run k holds local elements [k * length, (k + 1) * length) at global offset
+// first + k * global_stride. An unsplit tensor is one run.
+struct ShardRuns {
+  int64_t count = 1, length = 0, first = 0, global_stride = 0;
+};
+ShardRuns shard_runs(const ShardSpec& spec, const Shape& local_shape);
+
 // The global shape of a parameter (its local shape when not split).
 inline const Shape& global_shape(const ShardSpec& spec, const Shape& local_shape) {
   return spec.global_shape.empty() ? local_shape : spec.global_shape;

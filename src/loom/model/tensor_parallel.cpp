@@ -1,9 +1,9 @@
 #include "loom/model/tensor_parallel.h"
 
-#include <algorithm>
 #include <vector>
 
 #include "loom/core/error.h"
+#include "loom/kernels/ops.h"
 #include "loom/model/linear_precision.h"
 
 namespace loom::model {
@@ -13,14 +13,14 @@ TensorParallel::TensorParallel(comm::Communicator* group, bool sequence_parallel
 
 const float* TensorParallel::enter_forward(const float* x, int64_t rows, int64_t width, Buffer& scratch) const {
   if (!sequence_parallel()) return x;
-  float* full = sized(scratch, rows * width);
+  float* full = sized(scratch, rows * width, device_);
   group_->all_gather(x, full, local_rows(rows) * width, DType::F32);
   return full;
 }
 
 float* TensorParallel::enter_backward_target(float* d_x, int64_t rows, int64_t width, Buffer& scratch) const {
   if (single()) return d_x;
-  return zeroed(scratch, rows * width);
+  return zeroed(scratch, rows * width, device_);
 }
 
 void TensorParallel::enter_backward(float* d_x, float* target, int64_t rows, int64_t width,
@@ -29,12 +29,12 @@ void TensorParallel::enter_backward(float* d_x, float* target, int64_t rows, int
   const int64_t n = local_rows(rows) * width;
   float* sum = reduce_rows(target, rows, width);
   if (rounding != nullptr) rounding->round_output(sum, n);
-  for (int64_t i = 0; i < n; ++i) d_x[i] += sum[i];
+  kernels::add_in_place(device_, d_x, sum, n);
 }
 
 float* TensorParallel::exit_forward_target(float* out, int64_t rows, int64_t width, Buffer& scratch) const {
   if (single()) return out;
-  return zeroed(scratch, rows * width);
+  return zeroed(scratch, rows * width, device_);
 }
 
 void TensorParallel::exit_forward(float* out, float* partial, const float* bias, int64_t rows, int64_t width,
@@ -42,14 +42,9 @@ void TensorParallel::exit_forward(float* out, float* partial, const float* bias,
   if (single()) return;  // the caller accumulated into `out` directly (with the bias)
   const int64_t local = local_rows(rows), n = local * width;
   float* sum = reduce_rows(partial, rows, width);
-  if (bias != nullptr) {
-    for (int64_t r = 0; r < local; ++r) {
-      float* s = sum + r * width;
-      for (int64_t i = 0; i < width; ++i) s[i] += bias[i];
-    }
-  }
+  if (bias != nullptr) kernels::add_bias(device_, sum, bias, local, width);
   if (rounding != nullptr) rounding->round_output(sum, n);
-  for (int64_t i = 0; i < n; ++i) out[i] += sum[i];
+  kernels::add_in_place(device_, out, sum, n);
 }
 
 float* TensorParallel::reduce_rows(float* partial, int64_t rows, int64_t width) const {
@@ -58,7 +53,7 @@ float* TensorParallel::reduce_rows(float* partial, int64_t rows, int64_t width) 
     group_->all_reduce(partial, n, DType::F32, comm::ReduceOp::Sum);
     return partial;
   }
-  float* mine = sized(reduce_scratch_, n);
+  float* mine = sized(reduce_scratch_, n, device_);
   group_->reduce_scatter(partial, mine, n, DType::F32, comm::ReduceOp::Sum);
   return mine;
 }
@@ -96,13 +91,13 @@ void TensorParallel::gather_columns(float* out, const float* local, int64_t rows
   const int ranks = size();
   std::vector<int64_t> counts(ranks);
   for (int r = 0; r < ranks; ++r) counts[r] = rows * (balanced_first(width, ranks, r + 1) - balanced_first(width, ranks, r));
-  float* gathered = sized(gather_scratch_, rows * width);
+  float* gathered = sized(gather_scratch_, rows * width, device_);
   group_->all_gather_v(local, gathered, counts, DType::F32);
   // gathered holds each rank's [rows, its columns] back to back: interleave them into rows.
   const float* piece = gathered;
   for (int r = 0; r < ranks; ++r) {
     const int64_t first = balanced_first(width, ranks, r), cols = balanced_first(width, ranks, r + 1) - first;
-    for (int64_t i = 0; i < rows; ++i) std::copy(piece + i * cols, piece + (i + 1) * cols, out + i * width + first);
+    copy_rows(device_, out + first, width, piece, cols, rows, cols);
     piece += rows * cols;
   }
 }

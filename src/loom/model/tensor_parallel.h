@@ -10,6 +10,8 @@
 //   g (exit)        all-reduce | reduce-scatter     identity | all-gather rows
 //
 // With one rank every operator is free (no copies): modules write straight into their targets.
+// The operators' scratch and sums live on the model's device (set_device): collectives take
+// device buffers (comm/device_staging.h) and the sums run through kernels/ops.h.
 #include <cstdint>
 
 #include "loom/comm/communicator.h"
@@ -30,6 +32,9 @@ class TensorParallel {
   bool single() const { return size() == 1; }
   bool sequence_parallel() const { return sequence_parallel_ && !single(); }
   comm::Communicator* group() const { return group_; }
+  // Where the activations the operators take live (the model's device; the cpu by default).
+  void set_device(Device device) { device_ = device; }
+  Device device() const { return device_; }
 
   // Rows this rank holds outside the parallel regions, of `rows` = batch * seq.
   int64_t local_rows(int64_t rows) const { return sequence_parallel() ? rows / size() : rows; }
@@ -79,6 +84,7 @@ class TensorParallel {
 
   comm::Communicator* group_ = nullptr;
   bool sequence_parallel_ = false;
+  Device device_;
   mutable Buffer reduce_scratch_, gather_scratch_;
 };
 

@@ -1,6 +1,6 @@
 #include "loom/model/tensor_parallel_grads.h"
 
-#include <algorithm>
+#include "loom/kernels/ops.h"
 
 namespace loom::model {
 
@@ -20,37 +20,43 @@ TensorParallelGrads::TensorParallelGrads(ParameterStore& store, const TensorPara
 
 void TensorParallelGrads::begin_unit(int unit) {
   if (synced_[unit].empty()) return;
+  const Device device = store_->device();
   int64_t at = 0;
   for (int id : synced_[unit]) at += store_->list()[id].numel;
-  float* stash = sized(stash_, at);
+  float* stash = sized(stash_, at, device);
   for (int id : synced_[unit]) {
     const Parameter& p = store_->list()[id];
     float* g = store_->grad(id);
-    std::copy(g, g + p.numel, stash);
-    std::fill(g, g + p.numel, 0.0f);
+    copy_on_device(device, stash, g, p.numel);
+    allocator(device).zero(g, static_cast<size_t>(p.numel) * sizeof(float));
     stash += p.numel;
   }
 }
 
 void TensorParallelGrads::finish_unit(int unit) {
   if (synced_[unit].empty()) return;
+  const Device device = store_->device();
   // Each holder writes its gradient at its slice of the global tensor (zeros elsewhere); the sum
   // over the group then holds, at every slice, the sum over that slice's holders.
-  float* global = zeroed(global_, global_numel_[unit]);
+  float* global = zeroed(global_, global_numel_[unit], device);
   int64_t base = 0;
   for (int id : synced_[unit]) {
     const Parameter& p = store_->list()[id];
-    const float* g = store_->grad(id);
-    for (int64_t i = 0; i < p.numel; ++i) global[base + global_index(p.shard, p.shape, i)] = g[i];
+    const ShardRuns runs = shard_runs(p.shard, p.shape);
+    copy_rows(device, global + base + runs.first, runs.global_stride, store_->grad(id), runs.length, runs.count,
+              runs.length);
     base += shape_numel(p.global_shape());
   }
   tp_->all_reduce(global, global_numel_[unit]);
+  // Each gradient: its slice of the sum, plus what was set aside.
   base = 0;
   const float* stash = stash_.data();
   for (int id : synced_[unit]) {
     const Parameter& p = store_->list()[id];
+    const ShardRuns runs = shard_runs(p.shard, p.shape);
     float* g = store_->grad(id);
-    for (int64_t i = 0; i < p.numel; ++i) g[i] = global[base + global_index(p.shard, p.shape, i)] + stash[i];
+    copy_rows(device, g, runs.length, global + base + runs.first, runs.global_stride, runs.count, runs.length);
+    kernels::add_in_place(device, g, stash, p.numel);
     base += shape_numel(p.global_shape());
     stash += p.numel;
   }

@@ -3,7 +3,8 @@
 // SumOverHolders): norms under sequence parallelism see only their rank's rows, a replicated kv
 // head only its rank's query heads. After each unit's backward their contributions of this
 // micro-batch are summed over the holders; what earlier micro-batches accumulated is set aside
-// first, so it is not summed again.
+// first, so it is not summed again. Gradients move by strided copies on the model's device (a
+// shard's contiguous runs in the global tensor, shard_runs) and are added with kernels::add_in_place.
 #include <vector>
 
 #include "loom/model/buffers.h"

@@ -54,6 +54,7 @@ Transformer::Transformer(const config::ModelConfig& config, TensorParallel tp, P
     : config_(config), tp_(tp), specs_(resolve_layers(config)), chunks_(std::move(chunks)),
       params_(device, allocation), precision_(std::make_shared<PrecisionContext>(precision)) {
   LOOM_CHECK(config.vocab_size > 0, "model.vocab_size must be resolved before building the model");
+  tp_.set_device(device);
   if (device.is_cuda()) {
     check_device_support();
     precision_->set_device(device);  // the linear layers' GEMMs in the recipe's real formats
@@ -169,15 +170,12 @@ void Transformer::check_tokens(const int32_t* tokens, int64_t rows) const {
 }
 
 void Transformer::set_context_attention(ContextAttention* context) {
-  LOOM_CHECK(context == nullptr || params_.device().is_cpu(),
-             "context parallelism (parallel.cp > 1) on " + params_.device().name() + " is not built yet");
   context_ = context;
   for (Block& block : blocks_) block.set_context(context);
 }
 
 void Transformer::check_device_support() const {
   const std::string where = " on runtime.device=cuda is not built yet (use runtime.device=cpu)";
-  LOOM_CHECK(tp_.single(), "parallel.tp=" + std::to_string(tp_.size()) + where);
   for (size_t l = 0; l < specs_.size(); ++l) {
     const std::string layer = "layer " + std::to_string(l);
     LOOM_CHECK(!specs_[l].moe, layer + " is a mixture of experts (model.moe_experts, model.block_configs)" + where);
@@ -231,7 +229,7 @@ void Transformer::lookup_tokens(float* out, const int32_t* tokens, int64_t rows,
   float* partial = tp_.exit_forward_target(out, rows, C, tp_scratch_.partial);
   kernels::embedding_forward_shard(params_.device(), partial, tokens, params_.value(table), rows, C, vocab_first_,
                                    vocab_local_);
-  std::fill(out, out + local * C, 0.0f);
+  allocator(params_.device()).zero(out, static_cast<size_t>(local * C) * sizeof(float));
   tp_.exit_forward(out, partial, nullptr, rows, C);
 }
 
@@ -272,14 +270,16 @@ double Transformer::cross_entropy(float* logits, const int32_t* targets, int64_t
                "cross-entropy: target id " + std::to_string(targets[r]) + " is outside the vocabulary [0, " +
                    std::to_string(config_.vocab_size) + ")");
   }
-  float* row_max = sized(ce_max_, rows);
-  kernels::vocab_shard_row_max(params_.device(), logits, rows, vocab_local_, row_max);
+  const Device device = params_.device();
+  targets = staged_targets_.stage(device, targets, rows);
+  float* row_max = sized(ce_max_, rows, device);
+  kernels::vocab_shard_row_max(device, logits, rows, vocab_local_, row_max);
   tp_.all_reduce_max(row_max, rows);
-  float* stats = sized(ce_stats_, 2 * rows);
-  kernels::vocab_shard_exp_sums(params_.device(), logits, row_max, targets, rows, vocab_local_, vocab_first_, stats);
+  float* stats = sized(ce_stats_, 2 * rows, device);
+  kernels::vocab_shard_exp_sums(device, logits, row_max, targets, rows, vocab_local_, vocab_first_, stats);
   tp_.all_reduce(stats, 2 * rows);
-  return kernels::vocab_shard_finish(params_.device(), logits, losses, row_max, stats, targets, rows, vocab_local_,
-                                     vocab_first_, grad_scale);
+  return kernels::vocab_shard_finish(device, logits, losses, row_max, stats, targets, rows, vocab_local_, vocab_first_,
+                                     grad_scale);
 }
 
 double Transformer::objective_loss(float* logits, const int32_t* targets, int64_t rows, float grad_scale) {

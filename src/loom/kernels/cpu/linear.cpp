@@ -27,6 +27,14 @@ void linear_forward(float* out, const float* in, const float* weight, const floa
               static_cast<int>(in_features), (bias != nullptr || accumulate) ? 1.0f : 0.0f, out, static_cast<int>(out_features));
 }
 
+void add_bias(float* x, const float* bias, int64_t rows, int64_t width) {
+#pragma omp parallel for schedule(static) if(worth_parallel(rows * width))
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = x + r * width;
+    for (int64_t i = 0; i < width; ++i) row[i] += bias[i];
+  }
+}
+
 void linear_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                      const float* weight, int64_t n, int64_t in_features, int64_t out_features) {
   if (n == 0) return;

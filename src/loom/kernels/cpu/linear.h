@@ -16,6 +16,9 @@ void linear_forward(float* out, const float* in, const float* weight, const floa
 void linear_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                      const float* weight, int64_t n, int64_t in_features, int64_t out_features);
 
+// x[rows, width] += bias[width] on every row.
+void add_bias(float* x, const float* bias, int64_t rows, int64_t width);
+
 // c[m, n] (+)= a[m, k] . b[n, k]^T  (accumulate when `accumulate`); plain GEMM for attention etc.
 void gemm_nt(float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k, bool accumulate);
 

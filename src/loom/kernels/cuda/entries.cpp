@@ -8,6 +8,7 @@
 #include "loom/kernels/cuda/activation.h"
 #include "loom/kernels/cuda/adamw.h"
 #include "loom/kernels/cuda/backend.h"
+#include "loom/kernels/cuda/bias.h"
 #include "loom/kernels/cuda/cross_entropy.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/embedding.h"
@@ -19,6 +20,7 @@
 #include "loom/kernels/cuda/reduce.h"
 #include "loom/kernels/cuda/rmsnorm.h"
 #include "loom/kernels/cuda/rope.h"
+#include "loom/kernels/cuda/rows.h"
 
 namespace loom::kernels::cuda {
 
@@ -92,6 +94,9 @@ void register_norms_and_activations(CudaEntries& e) {
   e.relu2_backward = [](Device d, float* din, const float* dout, const float* in, int64_t n) {
     relu2_backward(din, dout, in, n, stream_of(d));
   };
+  e.add_rows = [](Device d, float* y, int64_t ys, const float* x, int64_t xs, int64_t rows, int64_t width) {
+    add_rows(y, ys, x, xs, rows, width, stream_of(d));
+  };
 }
 
 void register_embedding_and_rope(CudaEntries& e) {
@@ -125,6 +130,9 @@ void register_products_and_attention(CudaEntries& e) {
   e.linear_backward = [](Device d, float* din, float* dw, float* db, const float* dout, const float* in,
                          const float* w, int64_t n, int64_t in_f, int64_t out_f) {
     linear_backward(din, dw, db, dout, in, w, n, in_f, out_f, stream_of(d));
+  };
+  e.add_bias = [](Device d, float* x, const float* bias, int64_t rows, int64_t width) {
+    broadcast_bias(x, bias, rows, width, true, stream_of(d));
   };
   e.gemm_nt = [](Device d, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k,
                  bool accumulate) { gemm(c, a, b, m, n, k, false, true, accumulate, stream_of(d)); };

@@ -30,8 +30,9 @@ class RingAttention final : public model::ContextAttention {
   void plan_positions(const kernels::AttentionShape& local);
   // Which keys of `owner`'s block this rank's queries see: global positions, and with packed
   // documents the document ids (`documents`: every rank's, gathered in forward).
-  kernels::AttentionVisibility visibility(int owner, const model::Packing& packing,
-                                          const std::vector<int32_t>& documents, int64_t tokens) const;
+  kernels::AttentionVisibility visibility(int owner, const model::Packing& packing, int64_t tokens) const;
+  // Every rank's document ids where the attention kernels read them (on a GPU, a device copy).
+  void place_documents(const std::vector<int32_t>& documents);
   // This rank's keys and values, [rows, 2 x kv width] (k then v), copied out of the fused rows.
   float* own_block(const float* qkv, const kernels::AttentionShape& local);
 
@@ -39,7 +40,10 @@ class RingAttention final : public model::ContextAttention {
   Device device_;
   int64_t planned_batch_ = -1, planned_seq_ = -1;
   std::vector<std::vector<int32_t>> positions_;  // by rank
+  std::vector<DeviceBuffer<int32_t>> device_positions_;  // on a GPU: their device copies
+  const int32_t* documents_ = nullptr;  // every rank's document ids (packed documents), for the kernels
   model::Buffer blocks_[2], grads_[2], part_out_, part_lse_;
+  DeviceBuffer<int32_t> device_documents_;  // on a GPU: the copy documents_ points to
 };
 
 }  // namespace loom::parallel

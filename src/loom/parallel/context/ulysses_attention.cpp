@@ -22,7 +22,13 @@ std::vector<HeadColumns> head_segments(const kernels::AttentionShape& s, bool fu
 }  // namespace
 
 UlyssesAttention::UlyssesAttention(comm::Communicator& cp, Device device)
-    : cp_(&cp), device_(device), send_(device), recv_(device), whole_grad_(device), whole_d_qkv_(device) {}
+    : cp_(&cp),
+      device_(device),
+      send_(device),
+      recv_(device),
+      whole_grad_(device),
+      whole_d_qkv_(device),
+      device_documents_(device) {}
 
 kernels::AttentionShape UlyssesAttention::head_shape(const kernels::AttentionShape& local) const {
   const int cp = size();
@@ -40,9 +46,9 @@ void UlyssesAttention::to_heads(float* whole, const float* rows, const kernels::
   const int64_t block = head_block_width(segments, cp);
   float* send = model::sized(send_, cp * n * block);
   float* recv = model::sized(recv_, cp * n * block);
-  split_heads(send, rows, n, width, segments, cp);
+  split_heads(device_, send, rows, n, width, segments, cp);
   exchange_all_to_all(*cp_, send, recv, n * block);
-  blocks_to_sequence(whole, recv, local.batch, local.seq, block, cp);
+  blocks_to_sequence(device_, whole, recv, local.batch, local.seq, block, cp);
 }
 
 void UlyssesAttention::to_tokens(float* rows, const float* whole, const kernels::AttentionShape& local, bool fused_qkv,
@@ -53,9 +59,9 @@ void UlyssesAttention::to_tokens(float* rows, const float* whole, const kernels:
   const int64_t block = head_block_width(segments, cp);
   float* send = model::sized(send_, cp * n * block);
   float* recv = model::sized(recv_, cp * n * block);
-  sequence_to_blocks(send, whole, local.batch, local.seq, block, cp);
+  sequence_to_blocks(device_, send, whole, local.batch, local.seq, block, cp);
   exchange_all_to_all(*cp_, send, recv, n * block);
-  merge_heads(rows, recv, n, width, segments, cp, accumulate);
+  merge_heads(device_, rows, recv, n, width, segments, cp, accumulate);
 }
 
 namespace {
@@ -82,16 +88,26 @@ kernels::AttentionVisibility whole_documents(comm::Communicator& cp, const model
 
 }  // namespace
 
+kernels::AttentionVisibility UlyssesAttention::placed(kernels::AttentionVisibility visible,
+                                                      const std::vector<int32_t>& documents) {
+  if (device_.is_cpu() || visible.q_doc == nullptr) return visible;
+  device_documents_.resize(static_cast<int64_t>(documents.size()));
+  copy_from_host(device_, device_documents_.data(), documents.data(), static_cast<int64_t>(documents.size()));
+  visible.q_doc = visible.k_doc = device_documents_.data();
+  return visible;
+}
+
 void UlyssesAttention::forward(float* att, model::ContextSaved& saved, const float* qkv,
                                const kernels::AttentionShape& local, const model::Packing& packing) {
   const kernels::AttentionShape heads = head_shape(local);
-  const kernels::AttentionVisibility visible = whole_documents(*cp_, packing, local, gathered_documents_, saved.documents);
+  const kernels::AttentionVisibility visible =
+      placed(whole_documents(*cp_, packing, local, gathered_documents_, saved.documents), saved.documents);
   const int64_t rows = heads.batch * heads.seq, k_off = heads.heads * heads.head_dim;
   const int64_t v_off = k_off + heads.kv_heads * heads.head_dim;
-  float* gathered = model::sized(saved.gathered, rows * heads.qkv_width());
+  float* gathered = model::sized(saved.gathered, rows * heads.qkv_width(), device_);
   to_heads(gathered, qkv, local, true);
-  float* out = model::sized(saved.out, rows * heads.heads * heads.head_dim);
-  float* lse = model::sized(saved.lse, heads.batch * heads.heads * heads.seq);
+  float* out = model::sized(saved.out, rows * heads.heads * heads.head_dim, device_);
+  float* lse = model::sized(saved.lse, heads.batch * heads.heads * heads.seq, device_);
   kernels::flash_attention_forward(device_, out, lse, gathered, gathered + k_off, gathered + v_off, flash_shape(heads),
                                    visible);
   to_tokens(att, out, local, false, false);
@@ -102,7 +118,9 @@ void UlyssesAttention::backward(float* d_qkv, const float* d_att, const float*, 
                                 const model::Packing& packing) {
   // The documents as forward gathered them (the sequence's natural order).
   kernels::AttentionVisibility visible;
-  if (packing.documents != nullptr) visible = {nullptr, nullptr, saved.documents.data(), saved.documents.data()};
+  if (packing.documents != nullptr) {
+    visible = placed({nullptr, nullptr, saved.documents.data(), saved.documents.data()}, saved.documents);
+  }
   const kernels::AttentionShape heads = head_shape(local);
   const int64_t rows = heads.batch * heads.seq, k_off = heads.heads * heads.head_dim;
   const int64_t v_off = k_off + heads.kv_heads * heads.head_dim;

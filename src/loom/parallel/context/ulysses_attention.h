@@ -35,6 +35,9 @@ class UlyssesAttention final : public model::ContextAttention {
   Device device_;
   model::Buffer send_, recv_, whole_grad_, whole_d_qkv_;
   std::vector<int32_t> gathered_documents_;
+  DeviceBuffer<int32_t> device_documents_;  // on a GPU: the whole sequence's document ids
+  // `visible` with its document ids (a copy of `documents`) where the kernels read them.
+  kernels::AttentionVisibility placed(kernels::AttentionVisibility visible, const std::vector<int32_t>& documents);
 };
 
 }  // namespace loom::parallel
