@@ -51,6 +51,16 @@ TEST_F(DeviceLayouts, ZeroWithPipelineParallelismOnTheDeviceEqualsTheCpuBitForBi
   expect_bitwise_equal_runs(kLlama, "zero2-pp2-interleaved", zero2);
 }
 
+// tp 2 x dp 2: the norm sums the shards over the data-parallel group, then over the
+// tensor-parallel one, each replicated parameter counted on one rank.
+TEST_F(DeviceLayouts, ZeroWithTensorParallelismOnTheDeviceEqualsTheCpuBitForBit) {
+  for (int stage : {1, 3}) {
+    expect_bitwise_equal_runs(kLlama, "zero" + std::to_string(stage) + "-tp2",
+                              {"runtime.ranks=4", "parallel.tp=2", "train.micro_batch=1",
+                               "parallel.zero=" + std::to_string(stage)});
+  }
+}
+
 // runtime.device_comm=nccl: the reduce-scatters and gathers of device shards go to the device
 // backend (here the emulated one, which refuses host memory) unstaged.
 TEST_F(DeviceLayouts, ZeroWithADeviceBackendEqualsTheCpuBitForBit) {
