@@ -2,7 +2,7 @@
 // Device::cuda(0) (start_backend registers them) and compared with the same entries on the CPU:
 // fresh random inputs each run, outputs poisoned, backward adding into non-zero gradients.
 // Embedding, LayerNorm, RoPE, fused softmax cross-entropy and its vocabulary-parallel pieces,
-// sum of squares and scaling, AdamW over many tensors. fp32 within 1e-5 relative (bit for bit
+// sum of squares, scaling and adding, AdamW over many tensors. fp32 within 1e-5 relative (bit for bit
 // where the kernel rounds as the CPU does: RoPE, AdamW). Skipped, saying why, without a GPU.
 #include <gtest/gtest.h>
 
@@ -154,7 +154,7 @@ TEST_F(CudaEntries, CrossEntropyNamesABadTargetAndLeavesTheLogits) {
   EXPECT_EQ(d_logits.host(), logits);
 }
 
-TEST_F(CudaEntries, SumOfSquaresScaleAndAdamWOverManyTensorsMatchTheCpu) {
+TEST_F(CudaEntries, SumOfSquaresScaleAddAndAdamWOverManyTensorsMatchTheCpu) {
   for (int64_t n : {1, 4097, 3000001}) {
     const std::vector<float> x = random_values(seed_, n, 1.0f);
     DeviceFloats d_x(allocator_, x);
@@ -164,6 +164,12 @@ TEST_F(CudaEntries, SumOfSquaresScaleAndAdamWOverManyTensorsMatchTheCpu) {
     scale_in_place(kCpu, scaled.data(), n, 0.37f);
     scale_in_place(kGpu, d_x.ptr, n, 0.37f);
     EXPECT_EQ(d_x.host(), scaled) << n;
+    const std::vector<float> y = random_values(seed_ + 1, n, 1.0f);
+    DeviceFloats d_y(allocator_, y);
+    std::vector<float> sum = y;
+    add_in_place(kCpu, sum.data(), scaled.data(), n);
+    add_in_place(kGpu, d_y.ptr, d_x.ptr, n);
+    EXPECT_EQ(d_y.host(), sum) << n;
   }
   // AdamW over 60 tensors of awkward sizes (two launches): the CPU update within 1e-6 (FMA, above).
   std::vector<std::vector<float>> p, g, m, v;

@@ -38,6 +38,16 @@ TEST(AdamW, SumOfSquaresMatchesSerialOnAwkwardSizes) {
   }
 }
 
+TEST(AdamW, AddInPlaceAddsElementByElement) {
+  for (int64_t n : {0, 1, 4097, 100003}) {
+    auto y = loom::testing::random_vector(n, 5), x = loom::testing::random_vector(n, 6);
+    std::vector<float> expect(y.size());
+    for (int64_t i = 0; i < n; ++i) expect[i] = y[i] + x[i];
+    add_in_place(y.data(), x.data(), n);
+    EXPECT_EQ(y, expect) << "n=" << n;
+  }
+}
+
 TEST(AdamW, ManyTensorsInOneCallEqualOneCallEach) {
   const AdamWStep step{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, 0.5f};
   std::vector<std::vector<float>> p, g, m, v;

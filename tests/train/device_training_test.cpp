@@ -57,6 +57,11 @@ TEST_F(DeviceTraining, UnsupportedSettingsOnTheDeviceNameTheirKey) {
   };
   EXPECT_NE(error_of(kLlama, {"model.moe_experts=4", "model.moe_top_k=2"}).find("mixture of experts"),
             std::string::npos);
+  EXPECT_NE(error_of(kLlama, {"runtime.ranks=2", "train.micro_batch=1", "precision.grad_reduce=bf16"})
+                .find("precision.grad_reduce=bf16"),
+            std::string::npos);
+  EXPECT_NE(error_of(kLlama, {"runtime.ranks=2", "train.micro_batch=1", "parallel.dp_sites=2"}).find("parallel.dp_sites"),
+            std::string::npos);
   const std::string bad = error_of(kLlama, {"runtime.device=gpu"});
   EXPECT_NE(bad.find("runtime.device"), std::string::npos) << bad;
   EXPECT_NE(bad.find("cuda"), std::string::npos) << bad;

@@ -13,9 +13,14 @@ namespace loom::train {
 namespace {
 
 // The settings a GPU run cannot take yet (the model checks its own: model.*, precision.recipe).
-void check_cuda_run(const config::RunConfig& config) {
+void check_cuda_run(const config::RunConfig& config, int world_size) {
   const std::string where = " with runtime.device=cuda is not built yet (use runtime.device=cpu)";
-  LOOM_CHECK(config.parallel.zero == 0, "parallel.zero=" + std::to_string(config.parallel.zero) + where);
+  // Gradients travel in f32 on the device (the data-parallel stages have no bf16 wire there).
+  LOOM_CHECK(config.precision.grad_reduce == config::GradReduce::Fp32 || world_size == 1,
+             "precision.grad_reduce=bf16" + where);
+  const bool across_sites = config.parallel.dp_sites > 1 ||
+                            (config.parallel.dp_sites == 0 && config.topology.nodes_per_site > 0);
+  LOOM_CHECK(!across_sites || world_size == 1, "training across sites (parallel.dp_sites, topology.nodes_per_site)" + where);
   LOOM_CHECK(config.precision.param_dtype == config::ParamDtype::Fp32, "precision.param_dtype=compute" + where);
   LOOM_CHECK(config.parallel.outer == config::OuterOptimizer::None, "parallel.outer=diloco" + where);
 }
@@ -24,7 +29,7 @@ void check_cuda_run(const config::RunConfig& config) {
 
 Device training_device(const config::RunConfig& config, int world_rank, int world_size) {
   if (config.runtime.device == config::RuntimeDevice::Cpu) return Device::cpu();
-  check_cuda_run(config);
+  check_cuda_run(config, world_size);
   int devices = 0;
   try {
     devices = kernels::start_cuda();

@@ -83,7 +83,8 @@ void BucketedSync::end_micro_batch(bool last) {
 
 void BucketedSync::clear_gradients() {
   model::ParameterStore& params = model_.params();
-  if (rounds_per_micro_batch()) {
+  // On a GPU the buffer is one device allocation: it is zeroed, its memory stays.
+  if (rounds_per_micro_batch() && params.device().is_cpu()) {
     release_pages(params.grads(), 0, params.total());
     grads_released_ = true;
   } else {

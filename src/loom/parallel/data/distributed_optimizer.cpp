@@ -8,6 +8,7 @@
 #include "loom/core/error.h"
 #include "loom/parallel/data/communication.h"
 #include "loom/parallel/data/global_norm.h"
+#include "loom/parallel/data/shard_memory.h"
 #include "loom/parallel/data/sync_setup.h"
 
 namespace loom::parallel {
@@ -27,7 +28,7 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& dp, BucketLayout 
       layout_(std::move(layout)),
       segments_(std::move(segments)),
       config_(config),
-      optimizer_(optim::make_optimizer(config)),
+      optimizer_(optim::make_optimizer(config, options.device)),
       params_(params),
       grads_(grads),
       options_(std::move(options)),
@@ -73,17 +74,20 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& dp, BucketLayout 
     std::sort(pieces_[b].begin(), pieces_[b].end(), [](const Piece& x, const Piece& y) { return x.local < y.local; });
   }
   // Only the owned shards get optimizer state: ~numel / dp elements each.
-  master_ = Tensor({state}, DType::F32);
-  exp_avg_ = Tensor({state}, DType::F32);
-  exp_avg_sq_ = Tensor({state}, DType::F32);
+  const Device device = options_.device;
+  LOOM_CHECK(device.is_cpu() || (options_.param_gather == DType::F32 && options_.site == nullptr),
+             who + ": on " + device.name() + " parameters are gathered in f32 within one site");
+  master_ = Tensor({state}, DType::F32, device);
+  exp_avg_ = Tensor({state}, DType::F32, device);
+  exp_avg_sq_ = Tensor({state}, DType::F32, device);
   // ZeRO-1 reduces once per step and keeps the full gradient buffer through it: the reduced shard
   // is written back in place into the buffer (Megatron's layout: 6 + 12/d bytes per parameter with
   // bf16 parameters). ZeRO-2 frees the buffer between rounds, so its shards are a buffer of their own.
   in_place_ = options_.zero == 1;
-  grad_shards_ = Tensor({in_place_ ? 0 : grad}, DType::F32);
+  grad_shards_ = Tensor({in_place_ ? 0 : grad}, DType::F32, device);
   const int slots = static_cast<int>(std::min<int64_t>(options_.comm_buffers, communicating));
   slot_elements_ = (dp.size() + 1) * max_shard;  // the padded bucket, then a receive area
-  staging_ = Tensor({slots * slot_elements_}, options_.wire);
+  staging_ = Tensor({slots * slot_elements_}, options_.wire, device);
   slot_bucket_.assign(slots, -1);
   LOOM_CHECK(options_.param_gather == DType::F32 || options_.param_gather == DType::BF16 ||
             options_.param_gather == DType::F16,
@@ -101,9 +105,7 @@ void DistributedOptimizer::load_master_from_params() {
   float* master = master_.data<float>();
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
     const FlatRange mine = layout_.buckets[b].shards[rank_];
-    if (!mine.empty()) {
-      std::memcpy(master + state_offset_[b], params_ + mine.begin, static_cast<size_t>(mine.size()) * sizeof(float));
-    }
+    copy_floats(options_.device, master + state_offset_[b], params_ + mine.begin, mine.size());
   }
   // The parameters as a gather would leave them: rounded to its dtype (every rank alike).
   if (options_.param_gather != DType::F32) {
@@ -129,9 +131,7 @@ void DistributedOptimizer::launch(int bucket) {
   const DType wire = options_.wire;
   const size_t element = dtype_size(wire);
   std::byte* send = staging_.data<std::byte>() + slot * slot_elements_ * element;
-  comm::from_f32(send, grads_ + b.offset, b.numel, wire);  // a copy for f32, rounded for bf16
-  // The padding adds nothing to any shard (zero bits are +0 in every wire dtype).
-  std::memset(send + b.numel * element, 0, static_cast<size_t>(b.padded_numel - b.numel) * element);
+  stage_for_reduce(options_.device, send, grads_ + b.offset, b.numel, b.padded_numel, wire);
   // The first f32 round of a step receives straight into the shard; later ones (ZeRO-2 rounds
   // per micro-batch) and narrow wires receive beside the send area, then are added or widened.
   const bool accumulate = rounds_ > 0;
@@ -168,11 +168,7 @@ void DistributedOptimizer::complete(int bucket) {
   const std::byte* received = staging_.data<std::byte>() + (slot * slot_elements_ + b.padded_numel) * element;
   float* shard = reduced_shard(bucket);
   const int64_t count = in_place_ ? b.shards[rank_].size() : b.shard_numel;
-  if (f.accumulate) {
-    comm::accumulate(shard, received, count, options_.wire, comm::ReduceOp::Sum);
-  } else {
-    comm::to_f32(shard, received, count, options_.wire);
-  }
+  take_reduced(options_.device, shard, received, count, options_.wire, f.accumulate);
 }
 
 float* DistributedOptimizer::reduced_shard(int bucket) {
@@ -226,7 +222,7 @@ void DistributedOptimizer::check_reduced() const {
 
 NormShare DistributedOptimizer::norm_share() {
   check_reduced();
-  NormShare share{{}, &dp_};
+  NormShare share{{}, &dp_, nullptr, options_.device};
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
     share.pieces.push_back({reduced_shard(static_cast<int>(b)), layout_.buckets[b].shards[rank_]});
   }

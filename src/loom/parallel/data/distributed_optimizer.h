@@ -73,6 +73,9 @@ struct DistributedOptimizerOptions {
   std::vector<comm::Communicator*> norm_groups;
   // Flat ranges this rank leaves out of its share of the norm (sorted): another rank counts them.
   std::vector<FlatRange> norm_excluded;
+  // Where the parameter and gradient buffers live: the shard state (master weights, moments,
+  // reduced gradients, staging) is allocated there too and never read by the host.
+  Device device = Device::cpu();
   // More than one site (the group is then the ranks of this site): each reduced shard is also
   // all-reduced across sites by the site's CrossSiteWorker before it counts as reduced, and the
   // bytes of this rank's in-site collectives are counted there.

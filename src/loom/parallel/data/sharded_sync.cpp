@@ -25,6 +25,7 @@ ShardedSync::ShardedSync(SyncSetup setup) : BucketedSync(std::move(setup)) {
     options.keep_gathered = compact;
     options.norm_groups = setup_.model_groups;
     options.norm_excluded = setup_.norm_excluded;
+    options.device = params.device();
     sharded_.push_back(std::make_unique<DistributedOptimizer>(
         shard_group, make_buckets(lane.params, bucket_bytes, shard_group.size()), optimizer_segments(params),
         setup_.config->optim, params.values(), params.grads(), options));
@@ -95,10 +96,11 @@ std::vector<OwnedRange> ShardedSync::checkpoint_ranges() const {
 void ShardedSync::load_moments(const float* exp_avg, const float* exp_avg_sq) {
   for (auto& s : sharded_) s->load_master_from_params();
   if (compact_) compact_->store_from_values();
+  const Device device = model_.params().device();
   for (auto& sharded : sharded_) {
     for (const OwnedShard& s : sharded->shards()) {
-      std::copy(exp_avg + s.begin, exp_avg + s.end, s.exp_avg);
-      std::copy(exp_avg_sq + s.begin, exp_avg_sq + s.end, s.exp_avg_sq);
+      copy_from_host(device, s.exp_avg, exp_avg + s.begin, s.end - s.begin);
+      copy_from_host(device, s.exp_avg_sq, exp_avg_sq + s.begin, s.end - s.begin);
     }
   }
 }
@@ -126,7 +128,9 @@ MemoryBytes ShardedSync::memory_bytes() const {
   bytes.parameters = compact_ ? total * static_cast<int64_t>(dtype_size(setup_.param_dtype)) : total * 4;
   // ZeRO-2 keeps only the reduced shards between backward passes (the full buffer's pages are
   // released after each round); ZeRO-1 keeps the full buffer.
-  bytes.gradients = rounds_per_micro_batch() ? 0 : total * 4;
+  // (On a GPU the buffer stays allocated: it is zeroed instead.)
+  const bool released = rounds_per_micro_batch() && model_.params().device().is_cpu();
+  bytes.gradients = released ? 0 : total * 4;
   for (const auto& s : sharded_) {
     const ShardAllocation a = s->allocation();
     bytes.master_weights += a.master * 4;
@@ -141,7 +145,9 @@ MemoryBytes ShardedSync::memory_bytes() const {
 std::string ShardedSync::memory_report() const {
   std::string out = memory_header();
   if (compact_) out += "; plus the fp32 values of the unit in flight";
-  if (rounds_per_micro_batch()) out += "; plus the fp32 gradient buffer during each backward";
+  if (rounds_per_micro_batch() && model_.params().device().is_cpu()) {
+    out += "; plus the fp32 gradient buffer during each backward";
+  }
   return out;
 }
 

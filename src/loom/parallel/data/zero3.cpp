@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "loom/comm/reduce.h"
-#include "loom/parallel/data/release_pages.h"
+#include "loom/parallel/data/shard_memory.h"
 #include "loom/core/error.h"
 #include "loom/parallel/data/communication.h"
 #include "loom/parallel/data/global_norm.h"
@@ -42,7 +42,7 @@ Zero3::Zero3(comm::Communicator& dp, float* values, float* grads, std::vector<Pa
       params_(std::move(params)),
       segments_(std::move(segments)),
       config_(config),
-      optimizer_(optim::make_optimizer(config)),
+      optimizer_(optim::make_optimizer(config, options.device)),
       options_(std::move(options)),
       rank_(dp.rank()) {
   const std::string who = "Zero3 (group '" + dp.name() + "')";
@@ -86,14 +86,17 @@ Zero3::Zero3(comm::Communicator& dp, float* values, float* grads, std::vector<Pa
     std::sort(unit_sections_[u].begin(), unit_sections_[u].end());
     unit_sections_[u].erase(std::unique(unit_sections_[u].begin(), unit_sections_[u].end()), unit_sections_[u].end());
   }
-  shard_ = Tensor({state}, DType::F32);
-  exp_avg_ = Tensor({state}, DType::F32);
-  exp_avg_sq_ = Tensor({state}, DType::F32);
-  grad_shards_ = Tensor({grad}, DType::F32);
+  const Device device = options_.device;
+  LOOM_CHECK(device.is_cpu() || options_.param_gather == DType::F32,
+             who + ": on " + device.name() + " parameters are gathered in f32");
+  shard_ = Tensor({state}, DType::F32, device);
+  exp_avg_ = Tensor({state}, DType::F32, device);
+  exp_avg_sq_ = Tensor({state}, DType::F32, device);
+  grad_shards_ = Tensor({grad}, DType::F32, device);
   shard_elements_ = state;
   // A slot holds a padded section to send, then the received shard.
   slot_elements_ = max_padded + max_shard;
-  staging_ = Tensor({options_.comm_buffers * slot_elements_}, options_.wire);
+  staging_ = Tensor({options_.comm_buffers * slot_elements_}, options_.wire, device);
   LOOM_CHECK(options_.param_gather == DType::F32 || options_.param_gather == DType::BF16 ||
             options_.param_gather == DType::F16,
         "Zero3: parameters are gathered in f32, bf16 or f16 (precision.param_dtype=fp32 or compute)");
@@ -103,7 +106,7 @@ Zero3::Zero3(comm::Communicator& dp, float* values, float* grads, std::vector<Pa
   acquired_.assign(2 * U, 0);
   load_from_full();
   // The gradient buffer is address space only from now on.
-  for (const Section& sec : sections_) release_pages(grads_, sec.begin, sec.numel);
+  for (const Section& sec : sections_) release_range(device, grads_, sec.begin, sec.numel);
 }
 
 // Section s: the contiguous flat range of the parameters in it, split into dp shards, and the
@@ -205,7 +208,7 @@ void Zero3::release_section(int s) {
   }
   sec.gathered = false;
   if (sec.numel == 0) return;
-  release_pages(values_, sec.begin, sec.numel);
+  release_range(options_.device, values_, sec.begin, sec.numel);
   gathered_elements_ -= sec.numel;
 }
 
@@ -260,7 +263,7 @@ void Zero3::before_backward(int unit) {
   for (int s : unit_sections_[unit]) {
     Section& sec = sections_[s];
     if (sec.grad_resident) continue;
-    std::memset(grads_ + sec.begin, 0, static_cast<size_t>(sec.numel) * sizeof(float));
+    zero_floats(options_.device, grads_ + sec.begin, sec.numel);
     sec.grad_resident = true;
     grad_resident_elements_ += sec.numel;
   }
@@ -282,9 +285,7 @@ void Zero3::launch_reduce_scatter(int s) {
   const size_t element = dtype_size(options_.wire);
   std::byte* send = staging_.data<std::byte>() + slot * slot_elements_ * element;
   const int64_t padded = sec.shard_numel * dp_.size();
-  comm::from_f32(send, grads_ + sec.begin, sec.numel, options_.wire);  // a copy for f32, rounded for bf16
-  // The padding adds nothing to any shard (zero bits are +0 in every wire dtype).
-  std::memset(send + sec.numel * element, 0, static_cast<size_t>(padded - sec.numel) * element);
+  stage_for_reduce(options_.device, send, grads_ + sec.begin, sec.numel, padded, options_.wire);
   slot_work_[slot] = start_gradient_reduce_scatter(dp_, send, send + padded * element, sec.shard_numel, options_.wire,
                                               options_.reduce_op);
   slot_section_[slot] = s;
@@ -293,7 +294,7 @@ void Zero3::launch_reduce_scatter(int s) {
     sec.grad_resident = false;
     grad_resident_elements_ -= sec.numel;
   }
-  release_pages(grads_, sec.begin, sec.numel);
+  release_range(options_.device, grads_, sec.begin, sec.numel);
 }
 
 void Zero3::complete_reduce_scatter(int slot) {
@@ -309,8 +310,8 @@ void Zero3::complete_reduce_scatter(int slot) {
   const std::byte* received =
       staging_.data<std::byte>() + (slot * slot_elements_ + sec.shard_numel * dp_.size()) * element;
   // Micro-batches accumulate in fp32 whatever the wire.
-  comm::accumulate(grad_shards_.data<float>() + sec.grad_offset, received, sec.shard_numel, options_.wire,
-                   comm::ReduceOp::Sum);
+  take_reduced(options_.device, grad_shards_.data<float>() + sec.grad_offset, received, sec.shard_numel, options_.wire,
+               true);
 }
 
 void Zero3::begin_micro_batch() {
@@ -344,7 +345,7 @@ double Zero3::hidden_fraction() const {
 NormShare Zero3::norm_share() {
   LOOM_CHECK(!in_micro_batch_, "Zero3: step() inside a micro-batch; call end_micro_batch() first");
   LOOM_CHECK(rounds_ > 0, "Zero3: step() needs at least one micro-batch's gradients since the last step");
-  NormShare share{{}, &dp_};
+  NormShare share{{}, &dp_, nullptr, options_.device};
   const float* grads = grad_shards_.data<float>();
   for (const Section& sec : sections_) share.pieces.push_back({grads + sec.grad_offset, sec.mine});
   return share;
@@ -400,10 +401,9 @@ void Zero3::load_from_full() {
   }
   for (const Section& sec : sections_) {
     LOOM_CHECK(sec.refs == 0, "Zero3: load_from_full() while a unit's parameters are gathered");
-    std::memcpy(shard_.data<float>() + sec.state_offset, values_ + sec.mine.begin,
-                static_cast<size_t>(sec.mine.size()) * sizeof(float));
+    copy_floats(options_.device, shard_.data<float>() + sec.state_offset, values_ + sec.mine.begin, sec.mine.size());
   }
-  for (const Section& sec : sections_) release_pages(values_, sec.begin, sec.numel);
+  for (const Section& sec : sections_) release_range(options_.device, values_, sec.begin, sec.numel);
 }
 
 void Zero3::gather_moments(float* exp_avg, float* exp_avg_sq) {
@@ -429,10 +429,10 @@ std::vector<Zero3::OwnedShard> Zero3::shards() const {
 }
 
 void Zero3::load_moments(const float* exp_avg, const float* exp_avg_sq) {
+  const Device device = options_.device;
   for (const Section& sec : sections_) {
-    const size_t bytes = static_cast<size_t>(sec.mine.size()) * sizeof(float);
-    std::memcpy(exp_avg_.data<float>() + sec.state_offset, exp_avg + sec.mine.begin, bytes);
-    std::memcpy(exp_avg_sq_.data<float>() + sec.state_offset, exp_avg_sq + sec.mine.begin, bytes);
+    copy_from_host(device, exp_avg_.data<float>() + sec.state_offset, exp_avg + sec.mine.begin, sec.mine.size());
+    copy_from_host(device, exp_avg_sq_.data<float>() + sec.state_offset, exp_avg_sq + sec.mine.begin, sec.mine.size());
   }
 }
 

@@ -76,6 +76,9 @@ struct Zero3Options {
   std::vector<comm::Communicator*> norm_groups;
   // Flat ranges this rank leaves out of its share of the norm (sorted): another rank counts them.
   std::vector<FlatRange> norm_excluded;
+  // Where the values and gradient buffers live: the shard state is allocated there too, and a
+  // released range is zeroed there (shard_memory.h; the device keeps the whole flat buffers).
+  Device device = Device::cpu();
 };
 
 // Bytes this rank holds: persistent shard state, and the measured residency of the full-size

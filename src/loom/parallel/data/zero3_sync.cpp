@@ -34,6 +34,7 @@ Zero3Sync::Zero3Sync(SyncSetup setup) : setup_(std::move(setup)) {
     options.param_gather = setup_.param_dtype;
     options.norm_groups = setup_.model_groups;
     options.norm_excluded = setup_.norm_excluded;
+    options.device = params.device();
     zero3_.push_back(std::make_unique<Zero3>(*group.comm, params.values(), params.grads(), std::move(mine), units,
                                              optimizer_segments(params), setup_.config->optim, options));
   }

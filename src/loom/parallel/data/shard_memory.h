@@ -1,0 +1,31 @@
+#pragma once
+// How the ZeRO stages move elements between the model's flat buffers and their shard state, by
+// where the buffers live. On the cpu: the host routines (wire-dtype conversion, memcpy, pages
+// given back to the system). On a GPU (runtime.device=cuda): the device allocator's copies and
+// zeroes and the kernels entries, in the device's order of work; the host never touches the
+// elements, and the wire is f32 (the trainer refuses precision.grad_reduce=bf16 on a GPU; a
+// narrow wire here is an Error).
+#include <cstddef>
+#include <cstdint>
+
+#include "loom/core/device.h"
+#include "loom/core/dtype.h"
+
+namespace loom::parallel {
+
+// The n elements at `src` converted to the wire dtype into `dst`, then zero padding up to
+// `padded` elements (the padding adds nothing to any shard: zero bits are +0 in every dtype).
+void stage_for_reduce(Device device, std::byte* dst, const float* src, int64_t n, int64_t padded, DType wire);
+// A reduced shard of n elements in the wire dtype into fp32 `dst`: added to it (accumulate, as
+// micro-batches do) or written over it.
+void take_reduced(Device device, float* dst, const std::byte* received, int64_t n, DType wire, bool accumulate);
+// n floats from `src` to `dst`, both on `device` (not overlapping).
+void copy_floats(Device device, float* dst, const float* src, int64_t n);
+// n floats at `dst` set to zero.
+void zero_floats(Device device, float* dst, int64_t n);
+// Elements [begin, begin + numel) of `base` read as zero from now on; on the cpu their whole
+// pages go back to the system (release_pages.h), on a GPU they are zeroed (the memory stays the
+// buffer's: the device allocation is the model's whole flat buffer).
+void release_range(Device device, float* base, int64_t begin, int64_t numel);
+
+}  // namespace loom::parallel
