@@ -45,7 +45,7 @@ print(":".join(sorted(found)))
 PY
 )
 export LD_LIBRARY_PATH="${libs:+$libs:}/usr/local/cuda/lib64${extra:+:$extra}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-for b in "$tests"/test_cuda "$tests"/test_nccl "$bin"/loom_bench_*cuda; do ldd "$b" | grep "not found" && echo "missing libraries for $b"; done
+for b in "$tests"/test_cuda "$tests"/test_nccl "$bin"/loom_bench_*cuda "$loom"; do ldd "$b" | grep "not found" && echo "missing libraries for $b"; done
 # `gpu_test.sh fp8-curve [STEPS]`: only FP8 against bf16 over a few hundred steps of the ~1B
 # config (bench/cuda/fp8_curve.sh; about 5 minutes), a call of its own.
 if [ "${1:-}" = fp8-curve ]; then
