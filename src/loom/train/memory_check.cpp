@@ -51,7 +51,10 @@ MemoryCheck::Result MemoryCheck::measure(const config::RunConfig& run, comm::Mes
   }
   r.measured = status_bytes("VmHWM") - rss_start_;
   r.allocator_peak = host_allocator().peak_bytes();
-  if (device_.is_cuda()) r.device_peak = allocator(device_).peak_bytes();
+  if (device_.is_cuda()) {
+    r.device_now = allocator(device_).bytes_in_use();
+    r.device_peak = allocator(device_).peak_bytes();
+  }
   return r;
 }
 
@@ -69,8 +72,9 @@ std::string MemoryCheck::report(const Result& r) const {
     o << ": planned / measured " << ratio;
   }
   if (device_.is_cuda()) {
-    o << "; " << device_.name() << " peak " << plan::format_bytes(static_cast<double>(r.device_peak)) << " ("
-      << r.device_peak << " bytes) committed in step 1";
+    o << "; " << device_.name() << " committed: " << r.device_peak << " bytes ("
+      << plan::format_bytes(static_cast<double>(r.device_peak)) << ") at the peak of step 1, " << r.device_now
+      << " bytes after it";
   }
   return o.str();
 }

@@ -22,7 +22,8 @@ class MemoryCheck {
   // Planned and measured bytes for the ranks of this process; `threads`: every rank is here.
   struct Result {
     int64_t planned = 0, measured = 0, allocator_peak = 0;
-    int64_t device_peak = 0;  // on a GPU: its allocator's committed bytes at their peak in the step
+    // On a GPU: its allocator's committed bytes at their peak in the step, and after it.
+    int64_t device_peak = 0, device_now = 0;
     int ranks = 1;
   };
   Result measure(const config::RunConfig& run, comm::MeshShape shape, int pp_rank, bool threads) const;
