@@ -6,9 +6,10 @@
 #   bash bench/precision_convergence.sh [loom binary (default build/loom)]
 #
 # Environment: OUT (runs/precision), THREADS (train.threads, default 1: the runs leave the
-# other core to other work), EVAL_INTERVAL (25), RECIPES (all seven), STEPS (300), PLOT
-# (docs/precision_curves.png). A recipe whose run already finished (its metrics.jsonl has the
-# last step) is not rerun; delete its directory to redo it. Results go to $OUT/summary.md.
+# other core to other work), EVAL_INTERVAL (25), RECIPES (all seven), STEPS (300), ATTENTION
+# (precision.attention, default auto), PLOT (docs/precision_curves.png). A recipe whose run
+# already finished (its metrics.jsonl has the last step) is not rerun; delete its directory to
+# redo it. Results go to $OUT/summary.md.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -18,6 +19,7 @@ threads="${THREADS:-1}"
 eval_interval="${EVAL_INTERVAL:-25}"
 steps="${STEPS:-300}"
 plot="${PLOT:-docs/precision_curves.png}"
+attention="${ATTENTION:-auto}"
 recipes=(${RECIPES:-fp32 bf16 fp16 fp8_delayed fp8_current fp8_blockwise mxfp8})
 
 [ -x "$loom" ] || { echo "no loom binary at $loom (build it: cmake --build build --target loom)" >&2; exit 1; }
@@ -40,7 +42,8 @@ for recipe in "${recipes[@]}"; do
   rm -rf "$dir"
   echo "== $recipe ($(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1 /proc/loadavg))"
   start=$(date +%s)
-  "$loom" train configs/tiny.yaml run.dir="$dir" precision.recipe="$recipe" train.steps="$steps" \
+  "$loom" train configs/tiny.yaml run.dir="$dir" precision.recipe="$recipe" precision.attention="$attention" \
+    train.steps="$steps" \
     train.threads="$threads" train.eval_interval="$eval_interval" log.progress=false log.interval=50 \
     > "$dir.log" 2>&1 || { echo "$recipe failed, see $dir.log" >&2; exit 1; }
   echo "   $(( $(date +%s) - start )) s; $(tail -n 2 "$dir.log" | head -n 1)"

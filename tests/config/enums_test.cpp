@@ -28,8 +28,8 @@ std::string error_of(F&& body) {
 template <class E>
 class ConfigEnum : public ::testing::Test {};
 
-using AllEnums = ::testing::Types<Backend, PrecisionRecipe, GradReduce, ParamDtype, PipelineScheduleKind, Norm,
-                                  Activation, Positions, BlockAttention, LrSchedule>;
+using AllEnums = ::testing::Types<Backend, PrecisionRecipe, GradReduce, ParamDtype, AttentionPrecision,
+                                  PipelineScheduleKind, Norm, Activation, Positions, BlockAttention, LrSchedule>;
 TYPED_TEST_SUITE(ConfigEnum, AllEnums);
 
 TYPED_TEST(ConfigEnum, EveryNameRoundTrips) {
@@ -80,6 +80,8 @@ TEST(ConfigEnums, EveryKeyParsesEveryNameAndWritesItBack) {
                                         [](const RunConfig& c) { return c.precision.grad_reduce; });
   expect_every_value_parses<ParamDtype>("precision.param_dtype",
                                         [](const RunConfig& c) { return c.precision.param_dtype; });
+  expect_every_value_parses<AttentionPrecision>("precision.attention",
+                                                [](const RunConfig& c) { return c.precision.attention; });
   expect_every_value_parses<PipelineScheduleKind>("parallel.pipeline_schedule",
                                                   [](const RunConfig& c) { return c.parallel.pipeline_schedule; });
   expect_every_value_parses<Norm>("model.norm", [](const RunConfig& c) { return c.model.norm; });

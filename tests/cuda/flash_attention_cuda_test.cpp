@@ -4,7 +4,8 @@
 // forward out and LSE, backward adding into non-zero dq/dk/dv, and the merge of partials: fp32
 // within 1e-5 relative. bf16 inputs (tensor cores at head_dim 64 and 128): out within 1e-2 of an
 // fp64 reference on the same (bf16-rounded) inputs and of the CPU's kernel on every case above,
-// gradients within 1e-2 of the CPU's, backward deterministic. Fresh random inputs, outputs
+// gradients within 1e-2 of the CPU's, backward deterministic; the bf16 operands behind the fp32
+// entries (casts on the device) against the CPU's emulation of them. Fresh random inputs, outputs
 // poisoned. Skipped, saying why, without a GPU.
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
@@ -197,6 +198,42 @@ TEST_P(CudaFlashAttention, Bf16ForwardAndBackwardMatchTheCpuDeterministically) {
   EXPECT_LE(relative_error(got_dkv, dkv), 1e-2);
   EXPECT_EQ(d_dq2.host(), got_dq) << "a second backward differs";
   EXPECT_EQ(d_dkv2.host(), got_dkv) << "a second backward differs";
+}
+
+// AttentionOperands::Bf16 through the fp32 entries (what the model calls under the bf16 and FP8
+// recipes): the GPU casts fp32 q, k, v (and out, dout) to bf16 copies with their strides and runs
+// the bf16 kernels; the CPU emulates it (rounded copies, the fp32 kernel, out rounded). out within
+// 1e-2 and lse within 1e-4 of the CPU's, out exactly bf16 values; gradients (added into non-zero
+// ones) within 1e-2 of the CPU's from the GPU's out; the inputs unchanged.
+TEST_P(CudaFlashAttention, Bf16OperandsBehindTheFp32EntriesMatchTheCpuEmulation) {
+  Inputs in(GetParam(), seed_, false);
+  in.s.operands = AttentionOperands::Bf16;
+  const FlashAttentionShape& s = in.s;
+  const float *k = in.kv.data() + in.k_at, *v = in.kv.data() + in.v_at;
+  std::vector<float> out(in.dout.size()), lse(s.batch * s.heads * s.q_len);
+  flash_attention_forward(Device::cpu(), out.data(), lse.data(), in.q.data(), k, v, s, in.cpu_visibility());
+  DeviceFloats d_q(allocator_, in.q), d_kv(allocator_, in.kv), d_dout(allocator_, in.dout),
+      d_out(allocator_, poison(out.size())), d_lse(allocator_, poison(lse.size())), d_dq(allocator_, in.dq0),
+      d_dkv(allocator_, in.dkv0);
+  const DeviceMetadata meta(allocator_, in);
+  const Device gpu = Device::cuda(0);
+  const float *d_k = d_kv.ptr + in.k_at, *d_v = d_kv.ptr + in.v_at;
+  flash_attention_forward(gpu, d_out.ptr, d_lse.ptr, d_q.ptr, d_k, d_v, s, meta.visibility());
+  const std::vector<float> got_out = d_out.host(), got_lse = d_lse.host();
+  expect_same_empty_rows(got_lse, lse);
+  EXPECT_LE(relative_error(got_out, out), 1e-2);
+  EXPECT_LE(relative_error(got_lse, lse), 1e-4);
+  EXPECT_EQ(bf16_rounded(got_out), got_out) << "the output is not rounded to bf16";
+  std::vector<float> dq = in.dq0, dkv = in.dkv0;
+  flash_attention_backward(Device::cpu(), dq.data(), dkv.data() + in.k_at, dkv.data() + in.v_at, in.dout.data(),
+                           got_out.data(), lse.data(), in.q.data(), k, v, s, in.cpu_visibility());
+  flash_attention_backward(gpu, d_dq.ptr, d_dkv.ptr + in.k_at, d_dkv.ptr + in.v_at, d_dout.ptr, d_out.ptr, d_lse.ptr,
+                           d_q.ptr, d_k, d_v, s, meta.visibility());
+  EXPECT_LE(relative_error(d_dq.host(), dq), 1e-2);
+  EXPECT_LE(relative_error(d_dkv.host(), dkv), 1e-2);
+  EXPECT_EQ(d_q.host(), in.q) << "the entry changed its inputs";
+  EXPECT_EQ(d_kv.host(), in.kv) << "the entry changed its inputs";
+  EXPECT_EQ(d_dout.host(), in.dout) << "the entry changed its inputs";
 }
 
 // fp64 causal attention of one document per row (q = k tokens, packed [batch, seq, heads, dim]).

@@ -324,18 +324,20 @@ TEST(LinearPrecision, ModelBuildsTheRecipePerLayer) {
 
 // The same parameters and batch: each recipe's loss is close to fp32's but not equal to it
 // (the GEMMs really run in the format), and the fp32 model is untouched by the machinery.
-TEST(LinearPrecision, ModelLossesAreCloseToFp32) {
+// One forward and backward of a 3-layer Llama under `policy`: the same weights and batch each call.
+double loss_of(const PrecisionPolicy& policy) {
   const int64_t batch = 2, seq = 12;
   std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
   for (int64_t i = 0; i < batch * seq; ++i) {
     inputs[i] = static_cast<int32_t>((i * 7 + 3) % 31);
     targets[i] = static_cast<int32_t>((i * 5 + 1) % 31);
   }
-  auto loss_of = [&](PrecisionPolicy policy) {
-    Transformer model(small_llama(3), {}, policy);
-    model.initialize(5);
-    return model.forward_backward(inputs.data(), targets.data(), batch, seq, 1.0f);
-  };
+  Transformer model(small_llama(3), {}, policy);
+  model.initialize(5);
+  return model.forward_backward(inputs.data(), targets.data(), batch, seq, 1.0f);
+}
+
+TEST(LinearPrecision, ModelLossesAreCloseToFp32) {
   const double fp32 = loss_of({});
   EXPECT_EQ(fp32, loss_of(PrecisionPolicy{Recipe::Fp32, 16, 0, true}));
   for (Recipe recipe : kQuantizing) {
@@ -343,6 +345,28 @@ TEST(LinearPrecision, ModelLossesAreCloseToFp32) {
     EXPECT_NE(loss, fp32) << recipe_name(recipe);
     EXPECT_NEAR(loss, fp32, 0.05 * fp32) << recipe_name(recipe);
   }
+}
+
+// precision.attention: auto gives attention bf16 operands under the bf16, FP8 and MX recipes and
+// fp32 under fp32 and fp16; either can be asked for whatever the recipe. In the model, bf16
+// attention alone moves the loss a little (the rounding really happens).
+TEST(LinearPrecision, AttentionTakesBf16UnderTheBf16AndFp8RecipesUnlessSet) {
+  using config::AttentionPrecision;
+  using kernels::AttentionOperands;
+  for (Recipe recipe : {Recipe::Bf16, Recipe::Fp8Delayed, Recipe::Fp8Current, Recipe::Fp8Blockwise, Recipe::Mxfp8}) {
+    EXPECT_EQ(PrecisionPolicy{recipe}.attention_operands(), AttentionOperands::Bf16) << recipe_name(recipe);
+    EXPECT_EQ((PrecisionPolicy{recipe, 16, 0, true, AttentionPrecision::Fp32}.attention_operands()),
+              AttentionOperands::Fp32);
+  }
+  for (Recipe recipe : {Recipe::Fp32, Recipe::Fp16}) {
+    EXPECT_EQ(PrecisionPolicy{recipe}.attention_operands(), AttentionOperands::Fp32) << recipe_name(recipe);
+    EXPECT_EQ((PrecisionPolicy{recipe, 16, 0, true, AttentionPrecision::Bf16}.attention_operands()),
+              AttentionOperands::Bf16);
+  }
+  const double fp32 = loss_of({});
+  const double bf16_attention = loss_of(PrecisionPolicy{Recipe::Fp32, 16, 0, true, AttentionPrecision::Bf16});
+  EXPECT_NE(bf16_attention, fp32);
+  EXPECT_NEAR(bf16_attention, fp32, 1e-2 * fp32);
 }
 
 }  // namespace

@@ -19,6 +19,16 @@ TEST_F(DeviceLayouts, AllToAllContextParallelOnTheDeviceEqualsTheCpuBitForBit) {
   expect_bitwise_equal_runs(kGpt2, "cp2-a2a", {"runtime.ranks=2", "parallel.cp=2", "parallel.cp_comm=a2a"});
 }
 
+// Both exchanges with bf16 attention operands: ring attention's partial outputs are rounded per
+// block of keys and merged in fp32, Ulysses' heads attend in bf16.
+TEST_F(DeviceLayouts, ContextParallelWithBf16AttentionOnTheDeviceEqualsTheCpuBitForBit) {
+  for (const char* comm : {"p2p", "a2a"}) {
+    expect_bitwise_equal_runs(kLlama, std::string("cp2-bf16-attention-") + comm,
+                              {"runtime.ranks=2", "parallel.cp=2", std::string("parallel.cp_comm=") + comm,
+                               "precision.attention=bf16"});
+  }
+}
+
 // Packed documents: the gathered document ids and the positions reach the kernels as device arrays.
 TEST_F(DeviceLayouts, ContextParallelWithPackedDocumentsOnTheDeviceEqualsTheCpuBitForBit) {
   for (const char* comm : {"p2p", "a2a"}) {

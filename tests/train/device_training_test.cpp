@@ -28,6 +28,13 @@ TEST_F(DeviceTraining, RecomputeOnTheDeviceEqualsTheCpuBitForBit) {
   expect_bitwise_equal_runs(kLlama, "recompute", {"model.recompute=true"});
 }
 
+// Attention with bf16 operands (precision.attention=bf16, what the bf16 and FP8 recipes choose):
+// q, k, v and out rounded on the device, with recompute too.
+TEST_F(DeviceTraining, Bf16AttentionOnTheDeviceEqualsTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kLlama, "bf16-attention", {"precision.attention=bf16"});
+  expect_bitwise_equal_runs(kGpt2, "bf16-attention-recompute", {"precision.attention=bf16", "model.recompute=true"});
+}
+
 // A checkpoint written on the device resumes on the CPU (and the other way round) to the same
 // next losses as the run that never stopped.
 TEST_F(DeviceTraining, CheckpointsMoveBetweenDeviceAndCpu) {

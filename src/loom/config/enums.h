@@ -33,6 +33,11 @@ constexpr std::array<std::string_view, 7> names(PrecisionRecipe) {
   return {"fp32", "bf16", "fp16", "fp8_delayed", "fp8_current", "fp8_blockwise", "mxfp8"};
 }
 
+// precision.attention: what attention's products take (kernels::AttentionOperands): auto (bf16
+// under the bf16, FP8 and MX recipes, fp32 under fp32 and fp16), fp32 or bf16.
+enum class AttentionPrecision : uint8_t { Auto, Fp32, Bf16 };
+constexpr std::array<std::string_view, 3> names(AttentionPrecision) { return {"auto", "fp32", "bf16"}; }
+
 // precision.grad_reduce: the dtype of the data-parallel gradient reduction.
 enum class GradReduce : uint8_t { Fp32, Bf16 };
 constexpr std::array<std::string_view, 2> names(GradReduce) { return {"fp32", "bf16"}; }

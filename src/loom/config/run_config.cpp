@@ -139,6 +139,7 @@ const std::vector<SectionSchema>& schema() {
                   field("fp8_amax_history", &PrecisionConfig::fp8_amax_history, at_least(1)),
                   field("fp8_margin", &PrecisionConfig::fp8_margin, at_least(0)),
                   field("fp8_edge_layers_bf16", &PrecisionConfig::fp8_edge_layers_bf16),
+                  field("attention", &PrecisionConfig::attention),
               }),
       section("topology", &RunConfig::topology,
               {

@@ -245,6 +245,8 @@ struct PrecisionConfig {
   int fp8_amax_history = 16;            // fp8_delayed: steps of amax history per tensor
   int fp8_margin = 0;                   // fp8: scale = fp8_max / amax / 2^margin
   bool fp8_edge_layers_bf16 = true;     // fp8 recipes: first and last block's linears in bf16
+  // auto | fp32 | bf16: attention's q, k, v and output (auto: bf16 unless the recipe is fp32 or fp16)
+  AttentionPrecision attention = AttentionPrecision::Auto;
 };
 
 // Faults injected on purpose, for tests and demonstrations of recovery (see docs/operations.md).

@@ -8,6 +8,7 @@
 #include "loom/kernels/cpu/activation.h"
 #include "loom/kernels/cpu/adamw.h"
 #include "loom/kernels/cpu/attention.h"
+#include "loom/kernels/cpu/attention_bf16.h"
 #include "loom/kernels/cpu/causal_conv.h"
 #include "loom/kernels/cpu/cross_entropy.h"
 #include "loom/kernels/cpu/embedding.h"
@@ -183,8 +184,10 @@ void check_flash_shape(const FlashAttentionShape& s) {
 void flash_attention_forward(Device device, float* out, float* lse, const float* q, const float* k, const float* v,
                              const FlashAttentionShape& s, const AttentionVisibility& vis) {
   check_flash_shape(s);
-  if (device.is_cpu()) [[likely]]
+  if (device.is_cpu()) [[likely]] {
+    if (s.operands == AttentionOperands::Bf16) return cpu::flash_attention_forward_bf16(out, lse, q, k, v, s, vis);
     return cpu::flash_attention_forward(out, lse, q, k, v, s, vis);
+  }
   cuda_kernel(cuda_entries().flash_attention_forward, "flash_attention_forward", device)(device, out, lse, q, k, v, s,
                                                                                           vis);
 }
@@ -192,8 +195,11 @@ void flash_attention_backward(Device device, float* dq, float* dk, float* dv, co
                               const float* lse, const float* q, const float* k, const float* v,
                               const FlashAttentionShape& s, const AttentionVisibility& vis) {
   check_flash_shape(s);
-  if (device.is_cpu()) [[likely]]
+  if (device.is_cpu()) [[likely]] {
+    if (s.operands == AttentionOperands::Bf16)
+      return cpu::flash_attention_backward_bf16(dq, dk, dv, dout, out, lse, q, k, v, s, vis);
     return cpu::flash_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s, vis);
+  }
   cuda_kernel(cuda_entries().flash_attention_backward, "flash_attention_backward", device)(
       device, dq, dk, dv, dout, out, lse, q, k, v, s, vis);
 }

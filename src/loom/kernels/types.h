@@ -24,8 +24,15 @@ struct AdamWTensor {
   int64_t n;
 };
 
+// What attention's products take: fp32 values, or q, k, v (and forward's out, backward's out and
+// dout) rounded to bf16, as tensor cores take them. lse, the merge of partial results and the
+// gradients stay fp32 either way. On the CPU the bf16 form rounds copies and runs the fp32 kernel
+// (cpu/attention_bf16.h); on a GPU it casts them and runs the tensor-core kernels.
+enum class AttentionOperands : uint8_t { Fp32, Bf16 };
+
 struct AttentionShape {
   int64_t batch, seq, heads, kv_heads, head_dim;
+  AttentionOperands operands = AttentionOperands::Fp32;
   int64_t qkv_width() const { return (heads + 2 * kv_heads) * head_dim; }
 };
 
@@ -42,6 +49,7 @@ struct PagedAttentionShape {
 struct FlashAttentionShape {
   int64_t batch, q_len, k_len, heads, kv_heads, head_dim;
   int64_t q_stride, k_stride, v_stride, out_stride;
+  AttentionOperands operands = AttentionOperands::Fp32;
 };
 
 // Which keys a query sees, from per-token metadata: q_* are [batch, q_len], k_* [batch, k_len].

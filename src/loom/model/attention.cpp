@@ -60,7 +60,7 @@ void Attention::set_precision(PrecisionContext& context, Recipe recipe, const st
 
 kernels::FlashAttentionShape Attention::flash_shape(int64_t batch, int64_t seq) const {
   const int64_t W = qkv_width();
-  return {batch, seq, seq, heads_, kv_heads_, head_dim_, W, W, W, static_cast<int64_t>(heads_) * head_dim_};
+  return {batch, seq, seq, heads_, kv_heads_, head_dim_, W, W, W, static_cast<int64_t>(heads_) * head_dim_, operands_};
 }
 
 namespace {
@@ -79,7 +79,7 @@ void Attention::forward(Saved& saved, float* residual, const float* normed, int6
   rotate(qkv, batch, seq, false, packing.positions);
   float* att = sized(saved.att, rows * att_width, store_->device());
   if (context_ != nullptr) {
-    context_->forward(att, saved.context, qkv, {batch, seq, heads_, kv_heads_, head_dim_}, packing);
+    context_->forward(att, saved.context, qkv, {batch, seq, heads_, kv_heads_, head_dim_, operands_}, packing);
   } else {
     float* lse = sized(saved.lse, batch * heads_ * seq, store_->device());
     kernels::flash_attention_forward(store_->device(), att, lse, qkv, qkv + k_off, qkv + v_off, flash_shape(batch, seq),
@@ -98,8 +98,8 @@ void Attention::backward(float* d_normed, const float* d_residual, const float* 
   float* d_qkv = zeroed(work.d_qkv, rows * W, store_->device());
   const float* qkv = saved.qkv.data();
   if (context_ != nullptr) {
-    context_->backward(d_qkv, d_att, qkv, saved.att.data(), saved.context, {batch, seq, heads_, kv_heads_, head_dim_},
-                       packing);
+    context_->backward(d_qkv, d_att, qkv, saved.att.data(), saved.context,
+                       {batch, seq, heads_, kv_heads_, head_dim_, operands_}, packing);
   } else {
     kernels::flash_attention_backward(store_->device(), d_qkv, d_qkv + k_off, d_qkv + v_off, d_att, saved.att.data(),
                                       saved.lse.data(), qkv, qkv + k_off, qkv + v_off, flash_shape(batch, seq),

@@ -55,7 +55,8 @@ class Attention {
   // through `context` (null: this rank holds whole sequences). Throws naming the layer when its
   // heads cannot be split as `context` needs.
   void set_context(ContextAttention* context) { context_ = context; }
-
+  // What training's attention products take (PrecisionPolicy::attention_operands); fp32 unless set.
+  void set_operands(kernels::AttentionOperands operands) { operands_ = operands; }
 
  private:
   int64_t qkv_width() const { return static_cast<int64_t>(heads_ + 2 * kv_heads_) * head_dim_; }
@@ -68,6 +69,7 @@ class Attention {
   int d_model_, heads_, kv_heads_, head_dim_;  // heads_ and kv_heads_: this rank's
   const kernels::RopeTable* rope_;             // null for learned positions
   ContextAttention* context_ = nullptr;
+  kernels::AttentionOperands operands_ = kernels::AttentionOperands::Fp32;
   int qkv_weight_ = -1, qkv_bias_ = -1, out_weight_ = -1, out_bias_ = -1;
   std::optional<ColumnParallelLinear> qkv_;
   std::optional<RowParallelLinear> out_;

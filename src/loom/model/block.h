@@ -52,6 +52,9 @@ class Block {
   void set_context(ContextAttention* context) {
     if (attention_) attention_->set_context(context);
   }
+  void set_attention_operands(kernels::AttentionOperands operands) {
+    if (attention_) attention_->set_operands(operands);
+  }
   // The layer's mixture of experts (null: a dense MLP or none).
   MoeLayer* moe() { return moe_ ? &*moe_ : nullptr; }
   const MoeLayer* moe() const { return moe_ ? &*moe_ : nullptr; }

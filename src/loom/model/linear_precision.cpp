@@ -63,7 +63,15 @@ PrecisionPolicy PrecisionPolicy::from_config(const config::PrecisionConfig& conf
   policy.amax_history = config.fp8_amax_history;
   policy.margin = config.fp8_margin;
   policy.edge_layers_bf16 = config.fp8_edge_layers_bf16;
+  policy.attention = config.attention;
   return policy;
+}
+
+kernels::AttentionOperands PrecisionPolicy::attention_operands() const {
+  using config::AttentionPrecision;
+  const bool bf16 = attention == AttentionPrecision::Bf16 ||
+                    (attention == AttentionPrecision::Auto && recipe != Recipe::Fp32 && recipe != Recipe::Fp16);
+  return bf16 ? kernels::AttentionOperands::Bf16 : kernels::AttentionOperands::Fp32;
 }
 
 Recipe PrecisionPolicy::block_recipe(int layer, int layers) const {

@@ -51,6 +51,7 @@
 
 #include "loom/core/device.h"
 #include "loom/kernels/precision_gemm.h"
+#include "loom/kernels/types.h"
 #include "loom/model/buffers.h"
 #include "loom/precision/fp8_scaling.h"
 #include "loom/config/run_config.h"
@@ -88,12 +89,17 @@ struct PrecisionPolicy {
   int amax_history = 16;          // fp8_delayed: window of amaxes per tensor
   int margin = 0;                 // fp8 per-tensor: scale = fp8_max / amax / 2^margin
   bool edge_layers_bf16 = true;   // FP8 recipes: first and last block's linears in bf16
+  config::AttentionPrecision attention = config::AttentionPrecision::Auto;
 
   static PrecisionPolicy from_config(const config::PrecisionConfig& config);
   // The recipe of block `layer` of `layers` (FP8 recipes keep the edge blocks in bf16 if asked).
   Recipe block_recipe(int layer, int layers) const;
   // The output head: the recipe's 16-bit dtype; FP8 recipes keep it in bf16 (as TransformerEngine).
   Recipe head_recipe() const;
+  // What training's attention products take: `attention`, where auto is bf16 under the bf16, FP8
+  // and MX recipes (what tensor cores take; TransformerEngine's attention under them) and fp32
+  // under fp32 and fp16 (no fp16 attention kernel; bf16 would round more than the recipe asks).
+  kernels::AttentionOperands attention_operands() const;
 };
 
 // The cast of operand `op` on a device under `recipe` (the formats and scales prepare() emulates on

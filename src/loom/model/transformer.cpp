@@ -93,6 +93,7 @@ Transformer::Transformer(const config::ModelConfig& config, TensorParallel tp, P
       block_index_[l] = static_cast<int>(blocks_.size());
       blocks_.emplace_back(params_, tp_, l, config, specs_[l], rope_.get(), experts);
       if (precision.recipe != Recipe::Fp32) blocks_.back().set_precision(*precision_, precision.block_recipe(l, L));
+      blocks_.back().set_attention_operands(precision.attention_operands());
       registered_since(l + 1, first);
     }
   }

@@ -17,6 +17,7 @@ void Transformer::build_mtp(const config::ModelConfig& config, const PrecisionPo
     if (precision.recipe != Recipe::Fp32) {
       mtp_.back().block().set_precision(*precision_, precision.block_recipe(config.layers - 1, config.layers));
     }
+    mtp_.back().block().set_attention_operands(precision.attention_operands());
   }
   mtp_totals_ = {std::vector<double>(config.mtp_depths, 0.0), std::vector<double>(config.mtp_depths, 0.0)};
   last_mtp_.assign(config.mtp_depths, 0.0);

@@ -65,7 +65,7 @@ void check_on_host(Device device, const std::string& what) {
 struct Trainer::State {
   config::RunConfig run;
   Device device;  // runtime.device: where this rank trains
-  std::unique_ptr<comm::Communicator> staged_world;  // see device_world
+  std::unique_ptr<comm::Communicator> device_comm;  // the world wrapped for device buffers (run_device.h), or null
   comm::Communicator& world;
   const BatchSource& train;
   MemoryCheck memory_check;  // the resident set before anything of the run is built
@@ -93,8 +93,8 @@ struct Trainer::State {
   State(const config::RunConfig& config, comm::Communicator& w, const BatchSource& source)
       : run(config),
         device(training_device(config, w.rank(), w.size())),
-        staged_world(device_world(config, device, w)),
-        world(staged_world ? *staged_world : w),
+        device_comm(device_world(config, device, w)),
+        world(device_comm ? *device_comm : w),
         train(source),
         heartbeat(w.rank(), w.size()),
         faults(config.fault, w.rank(), w.size()),

@@ -7,6 +7,7 @@
 
 #include "loom/kernels/cuda/activation.h"
 #include "loom/kernels/cuda/adamw.h"
+#include "loom/kernels/cuda/attention_bf16.h"
 #include "loom/kernels/cuda/backend.h"
 #include "loom/kernels/cuda/bias.h"
 #include "loom/kernels/cuda/cross_entropy.h"
@@ -140,11 +141,15 @@ void register_products_and_attention(CudaEntries& e) {
               bool accumulate) { gemm(c, a, b, m, n, k, ta, tb, accumulate, stream_of(d)); };
   e.flash_attention_forward = [](Device d, float* out, float* lse, const float* q, const float* k, const float* v,
                                  const FlashAttentionShape& s, const AttentionVisibility& vis) {
+    if (s.operands == AttentionOperands::Bf16)
+      return flash_attention_forward_bf16(out, lse, q, k, v, s, vis, stream_of(d));
     flash_attention_forward(out, lse, q, k, v, s, vis, stream_of(d));
   };
   e.flash_attention_backward = [](Device d, float* dq, float* dk, float* dv, const float* dout, const float* out,
                                   const float* lse, const float* q, const float* k, const float* v,
                                   const FlashAttentionShape& s, const AttentionVisibility& vis) {
+    if (s.operands == AttentionOperands::Bf16)
+      return flash_attention_backward_bf16(dq, dk, dv, dout, out, lse, q, k, v, s, vis, stream_of(d));
     flash_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s, vis, stream_of(d));
   };
   e.merge_attention_partials = [](Device d, float* out, float* lse, const float* part_out, const float* part_lse,

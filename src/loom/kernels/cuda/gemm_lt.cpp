@@ -4,7 +4,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <array>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,6 +14,7 @@
 #include "loom/kernels/cuda/bias.h"
 #include "loom/kernels/cuda/caching_allocator.h"
 #include "loom/kernels/cuda/device.h"
+#include "loom/kernels/cuda/per_device.h"
 #include "loom/kernels/cuda/quantize.h"
 
 namespace loom::kernels::cuda {
@@ -22,7 +22,6 @@ namespace loom::kernels::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;
-constexpr int kMaxDevices = 16;
 
 void check_lt(cublasStatus_t status, const std::string& what) {
   if (status != CUBLAS_STATUS_SUCCESS) {
@@ -96,22 +95,12 @@ struct Context {
 };
 
 Context& context() {
-  // Never destroyed: at exit the CUDA runtime and cuBLASLt may already be gone.
-  static auto* contexts = new std::array<std::unique_ptr<Context>, kMaxDevices>();
-  static std::mutex mutex;
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  LOOM_CHECK(device < kMaxDevices, "cuBLASLt: device " + std::to_string(device) + " beyond the supported " +
-                                       std::to_string(kMaxDevices));
-  std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = (*contexts)[static_cast<size_t>(device)];
-  if (!slot) {
+  return current_device_object<Context>("cuBLASLt", [] {
     auto made = std::make_unique<Context>();
     check_lt(cublasLtCreate(&made->handle), "cublasLtCreate");
     made->workspace = made->allocator.allocate(kWorkspaceBytes);
-    slot = std::move(made);
-  }
-  return *slot;
+    return made;
+  });
 }
 
 template <typename T>

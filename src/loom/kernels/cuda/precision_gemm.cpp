@@ -1,64 +1,19 @@
 #include "loom/kernels/cuda/precision_gemm.h"
 
 #include <algorithm>
-#include <array>
-#include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "loom/core/error.h"
-#include "loom/kernels/cuda/caching_allocator.h"
 #include "loom/kernels/cuda/cast.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/gemm_lt.h"
 #include "loom/kernels/cuda/quantize.h"
+#include "loom/kernels/cuda/scratch.h"
 
 namespace loom::kernels::cuda {
 
 namespace {
-
-constexpr int kMaxDevices = 16;
-
-// One device's scratch cache; calls on a device are serialised.
-struct Context {
-  std::mutex mutex;
-  CachingAllocator allocator;
-};
-
-Context& context() {
-  // Never destroyed: at exit the CUDA runtime may already be gone.
-  static auto* contexts = new std::array<std::unique_ptr<Context>, kMaxDevices>();
-  static std::mutex mutex;
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  LOOM_CHECK(device < kMaxDevices, "precision GEMM: device " + std::to_string(device) + " beyond the supported " +
-                                       std::to_string(kMaxDevices));
-  std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = (*contexts)[static_cast<size_t>(device)];
-  if (!slot) slot = std::make_unique<Context>();
-  return *slot;
-}
-
-// The scratch of one call, back to the cache when the call ends (stream order keeps reuse safe).
-class Scratch {
- public:
-  explicit Scratch(CachingAllocator& allocator) : allocator_(allocator) {}
-  ~Scratch() {
-    for (void* p : held_) allocator_.release(p);
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  void* bytes(int64_t n) {
-    held_.push_back(allocator_.allocate(static_cast<size_t>(std::max<int64_t>(n, 1))));
-    return held_.back();
-  }
-  float* floats(int64_t n) { return static_cast<float*>(bytes(n * static_cast<int64_t>(sizeof(float)))); }
-
- private:
-  CachingAllocator& allocator_;
-  std::vector<void*> held_;
-};
 
 // An operand as stored, row-major [rows, cols], and whether the GEMM reduces along its columns.
 struct Stored {
@@ -212,9 +167,7 @@ void precision_linear_gemm(const PrecisionGemm& g, cudaStream_t stream) {
   if (d.m == 0 || d.n == 0) return;
   LOOM_CHECK(d.k > 0, "precision GEMM: an empty reduction (no tokens or no features)");
   check_casts(g);
-  Context& ctx = context();
-  std::lock_guard<std::mutex> lock(ctx.mutex);
-  Scratch scratch(ctx.allocator);
+  Scratch scratch;
   const Stored sa = stored_a(g), sb = stored_b(g);
   Prepared pa{}, pb{};
   const OperandCast kind = g.a.cast;

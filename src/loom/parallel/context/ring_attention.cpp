@@ -16,7 +16,8 @@ constexpr int kBlockTag = 0, kGradTag = 1;
 // Queries are fused qkv rows; keys and values a block of [k | v] rows; outputs att rows.
 kernels::FlashAttentionShape ring_shape(const kernels::AttentionShape& s) {
   const int64_t kv2 = 2 * s.kv_heads * s.head_dim;
-  return {s.batch, s.seq, s.seq, s.heads, s.kv_heads, s.head_dim, s.qkv_width(), kv2, kv2, s.heads * s.head_dim};
+  return {s.batch, s.seq, s.seq, s.heads, s.kv_heads, s.head_dim, s.qkv_width(), kv2, kv2, s.heads * s.head_dim,
+          s.operands};
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ kernels::AttentionShape UlyssesAttention::head_shape(const kernels::AttentionSha
              "parallel.cp_comm = a2a splits heads over the " + std::to_string(cp) + " context-parallel ranks, but a layer has " +
                  std::to_string(local.heads) + " heads and " + std::to_string(local.kv_heads) +
                  " kv heads per tensor-parallel rank (both must be multiples of parallel.cp; or use parallel.cp_comm = p2p)");
-  return {local.batch, local.seq * cp, local.heads / cp, local.kv_heads / cp, local.head_dim};
+  return {local.batch, local.seq * cp, local.heads / cp, local.kv_heads / cp, local.head_dim, local.operands};
 }
 
 void UlyssesAttention::to_heads(float* whole, const float* rows, const kernels::AttentionShape& local, bool fused_qkv) {
@@ -70,7 +70,7 @@ namespace {
 // output rows; plain causal attention over whole sequences.
 kernels::FlashAttentionShape flash_shape(const kernels::AttentionShape& s) {
   const int64_t W = s.qkv_width();
-  return {s.batch, s.seq, s.seq, s.heads, s.kv_heads, s.head_dim, W, W, W, s.heads * s.head_dim};
+  return {s.batch, s.seq, s.seq, s.heads, s.kv_heads, s.head_dim, W, W, W, s.heads * s.head_dim, s.operands};
 }
 
 // Packed documents: every token's document id over the whole sequence, in its natural order.

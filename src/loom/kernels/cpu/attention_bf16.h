@@ -1,0 +1,19 @@
+#pragma once
+// Flash attention with bf16 operands (AttentionOperands::Bf16) on the CPU: what the GPU's
+// tensor-core kernels compute, emulated. q, k, v (backward: also out and dout) are copied rounded
+// to bf16 (nearest even), keeping their strides (attention_operands.h), the fp32 tiled kernel
+// (flash_attention.h) runs on the copies, and forward's out is rounded to bf16. lse and the
+// gradients stay fp32. The GPU also rounds the probabilities (and their gradients) to bf16 for
+// its products; this emulation keeps them fp32, so the two agree to bf16's precision, not bit for
+// bit.
+#include "loom/kernels/types.h"
+
+namespace loom::kernels::cpu {
+
+void flash_attention_forward_bf16(float* out, float* lse, const float* q, const float* k, const float* v,
+                                  const FlashAttentionShape& s, const AttentionVisibility& vis);
+void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                   const float* lse, const float* q, const float* k, const float* v,
+                                   const FlashAttentionShape& s, const AttentionVisibility& vis);
+
+}  // namespace loom::kernels::cpu

@@ -1,0 +1,86 @@
+#include <cuda_bf16.h>
+
+#include <vector>
+
+#include "loom/kernels/attention_operands.h"
+#include "loom/kernels/cuda/attention_bf16.h"
+#include "loom/kernels/cuda/flash_attention.h"
+#include "loom/kernels/cuda/launch.cuh"
+#include "loom/kernels/cuda/scratch.h"
+
+namespace loom::kernels::cuda {
+
+namespace {
+
+// Element (row, col) of a region sits at row * stride + col in the source and in its copy.
+__device__ inline int64_t region_index(int64_t i, int64_t span, int64_t stride) {
+  return (i / span) * stride + i % span;
+}
+
+__global__ void to_bf16_kernel(__nv_bfloat16* __restrict__ dst, const float* __restrict__ src, int64_t rows,
+                               int64_t span, int64_t stride) {
+  for (int64_t i = grid_start(); i < rows * span; i += grid_stride()) {
+    const int64_t at = region_index(i, span, stride);
+    dst[at] = __float2bfloat16_rn(src[at]);
+  }
+}
+
+__global__ void widen_kernel(float* __restrict__ dst, const __nv_bfloat16* __restrict__ src, int64_t rows,
+                             int64_t span, int64_t stride) {
+  for (int64_t i = grid_start(); i < rows * span; i += grid_stride()) {
+    const int64_t at = region_index(i, span, stride);
+    dst[at] = __bfloat162float(src[at]);
+  }
+}
+
+// bf16 copies of the views' regions; pointer(i) is view i within its copy.
+class Bf16Views {
+ public:
+  Bf16Views(const std::vector<OperandView>& views, Scratch& scratch, cudaStream_t stream)
+      : layout_(share_regions(views)) {
+    for (const OperandRegion& r : layout_.regions) {
+      copies_.push_back(scratch.of<__nv_bfloat16>(r.elements()));
+      if (r.rows * r.span == 0) continue;
+      to_bf16_kernel<<<grid_for(r.rows * r.span), kThreads, 0, stream>>>(copies_.back(), r.base, r.rows, r.span,
+                                                                          r.stride);
+      check_launch("attention to_bf16_kernel");
+    }
+  }
+  const __nv_bfloat16* pointer(size_t view) const {
+    return copies_[static_cast<size_t>(layout_.region_of[view])] + layout_.offset_of[view];
+  }
+
+ private:
+  OperandLayout layout_;
+  std::vector<__nv_bfloat16*> copies_;
+};
+
+}  // namespace
+
+void flash_attention_forward_bf16(float* out, float* lse, const float* q, const float* k, const float* v,
+                                  const FlashAttentionShape& s, const AttentionVisibility& vis, cudaStream_t stream) {
+  Scratch scratch;
+  const Bf16Views in(attention_views(s, q, k, v), scratch, stream);
+  const OperandView o = attention_output_view(s, out);
+  const OperandRegion region{out, o.rows, o.width, o.stride};
+  __nv_bfloat16* out16 = scratch.of<__nv_bfloat16>(region.elements());
+  flash_attention_forward(out16, lse, in.pointer(0), in.pointer(1), in.pointer(2), s, vis, stream);
+  if (o.rows * o.width == 0) return;
+  widen_kernel<<<grid_for(o.rows * o.width), kThreads, 0, stream>>>(out, out16, o.rows, o.width, o.stride);
+  check_launch("attention widen_kernel");
+}
+
+void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                   const float* lse, const float* q, const float* k, const float* v,
+                                   const FlashAttentionShape& s, const AttentionVisibility& vis,
+                                   cudaStream_t stream) {
+  Scratch scratch;
+  std::vector<OperandView> views = attention_views(s, q, k, v);
+  views.push_back(attention_output_view(s, out));
+  views.push_back(attention_output_view(s, dout));
+  const Bf16Views in(views, scratch, stream);
+  flash_attention_backward(dq, dk, dv, in.pointer(4), in.pointer(3), lse, in.pointer(0), in.pointer(1), in.pointer(2),
+                           s, vis, stream);
+}
+
+}  // namespace loom::kernels::cuda

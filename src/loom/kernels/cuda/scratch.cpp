@@ -1,0 +1,39 @@
+#include "loom/kernels/cuda/scratch.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "loom/kernels/cuda/caching_allocator.h"
+#include "loom/kernels/cuda/per_device.h"
+
+namespace loom::kernels::cuda {
+
+namespace {
+
+struct Cache {
+  std::mutex mutex;
+  CachingAllocator allocator;
+};
+
+Cache& current_cache() {
+  return current_device_object<Cache>("device scratch", [] { return std::make_unique<Cache>(); });
+}
+
+}  // namespace
+
+Scratch::Scratch() {
+  Cache& cache = current_cache();
+  lock_ = std::unique_lock<std::mutex>(cache.mutex);
+  allocator_ = &cache.allocator;
+}
+
+Scratch::~Scratch() {
+  for (void* p : held_) allocator_->release(p);
+}
+
+void* Scratch::bytes(int64_t n) {
+  held_.push_back(allocator_->allocate(static_cast<size_t>(std::max<int64_t>(n, 1))));
+  return held_.back();
+}
+
+}  // namespace loom::kernels::cuda

@@ -1,0 +1,187 @@
+// Attention with bf16 operands (AttentionOperands::Bf16) on the CPU: bit for bit the fp32 kernel
+// run on bf16-rounded copies of q, k, v (and out, dout) with forward's output rounded, for views
+// of one fused qkv and for a separate block of keys and values (ring attention's), gradients
+// added into non-zero buffers, the inputs untouched; and the regions the copies share.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "../gradient_check.h"
+#include "loom/core/dtype_convert.h"
+#include "loom/kernels/attention_operands.h"
+#include "loom/kernels/ops.h"
+
+namespace loom::kernels {
+namespace {
+
+using loom::testing::random_vector;
+
+std::vector<float> rounded(std::vector<float> x) {
+  for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));
+  return x;
+}
+
+void expect_bitwise_equal(const std::string& what, const std::vector<float>& a, const std::vector<float>& b) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  int64_t differ = 0, first = -1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      if (first < 0) first = static_cast<int64_t>(i);
+      ++differ;
+    }
+  }
+  EXPECT_EQ(differ, 0) << what << ": " << differ << " elements differ, the first at " << first << " ("
+                       << (first >= 0 ? a[first] : 0.0f) << " vs " << (first >= 0 ? b[first] : 0.0f) << ")";
+}
+
+// Elements that differ at all; the bf16 form must not be the fp32 one unchanged.
+int64_t count_different(const std::vector<float>& a, const std::vector<float>& b) {
+  int64_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += a[i] != b[i];
+  return n;
+}
+
+// q, k, v of one problem: either views of one fused qkv, or q from the fused rows and k, v from a
+// separate [k_len, 2 * kv_width] block, as ring attention passes them.
+struct Operands {
+  FlashAttentionShape s;
+  std::vector<float> qkv, kv, dout;
+  std::vector<int32_t> q_pos, k_pos;
+  bool fused;
+  const float* q() const { return qkv.data(); }
+  const float* k() const { return fused ? qkv.data() + s.heads * s.head_dim : kv.data(); }
+  const float* v() const {
+    return fused ? qkv.data() + (s.heads + s.kv_heads) * s.head_dim : kv.data() + s.kv_heads * s.head_dim;
+  }
+  AttentionVisibility vis() const {
+    if (q_pos.empty()) return {};
+    return {q_pos.data(), k_pos.data(), nullptr, nullptr};
+  }
+};
+
+Operands fused_problem() {
+  Operands p;
+  const int64_t batch = 2, seq = 70, heads = 4, kv_heads = 2, hd = 16, W = (heads + 2 * kv_heads) * hd;
+  p.s = {batch, seq, seq, heads, kv_heads, hd, W, W, W, heads * hd, AttentionOperands::Bf16};
+  p.qkv = random_vector(batch * seq * W, 11);
+  p.dout = random_vector(batch * seq * heads * hd, 12);
+  p.fused = true;
+  return p;
+}
+
+// 24 queries at positions 40..63 against a block of 50 keys at positions 0..49.
+Operands key_block_problem() {
+  Operands p;
+  const int64_t heads = 6, kv_heads = 3, hd = 8, W = (heads + 2 * kv_heads) * hd, kv2 = 2 * kv_heads * hd;
+  p.s = {1, 24, 50, heads, kv_heads, hd, W, kv2, kv2, heads * hd, AttentionOperands::Bf16};
+  p.qkv = random_vector(24 * W, 21);
+  p.kv = random_vector(50 * kv2, 22);
+  p.dout = random_vector(24 * heads * hd, 23);
+  for (int32_t i = 0; i < 24; ++i) p.q_pos.push_back(40 + i);
+  for (int32_t j = 0; j < 50; ++j) p.k_pos.push_back(j);
+  p.fused = false;
+  return p;
+}
+
+// The fp32 form of p on operands rounded to bf16 (the same strides).
+Operands rounded_fp32(const Operands& p) {
+  Operands r = p;
+  r.s.operands = AttentionOperands::Fp32;
+  r.qkv = rounded(p.qkv);
+  r.kv = rounded(p.kv);
+  r.dout = rounded(p.dout);
+  return r;
+}
+
+struct Results {
+  std::vector<float> out, lse, dqkv, dkv;
+};
+
+Results run(const Operands& p, const std::vector<float>* backward_out = nullptr) {
+  const FlashAttentionShape& s = p.s;
+  Results r;
+  r.out.assign(s.batch * s.q_len * s.out_stride, 0.0f);
+  r.lse.assign(s.batch * s.heads * s.q_len, 0.0f);
+  flash_attention_forward(Device::cpu(), r.out.data(), r.lse.data(), p.q(), p.k(), p.v(), s, p.vis());
+  // Gradients add into non-zero buffers.
+  r.dqkv = random_vector(static_cast<int64_t>(p.qkv.size()), 31);
+  r.dkv = random_vector(static_cast<int64_t>(p.kv.size()), 32);
+  float* dq = r.dqkv.data();
+  float* dk = p.fused ? dq + s.heads * s.head_dim : r.dkv.data();
+  float* dv = p.fused ? dq + (s.heads + s.kv_heads) * s.head_dim : r.dkv.data() + s.kv_heads * s.head_dim;
+  const std::vector<float>& out = backward_out ? *backward_out : r.out;
+  flash_attention_backward(Device::cpu(), dq, dk, dv, p.dout.data(), out.data(), r.lse.data(), p.q(), p.k(), p.v(), s,
+                           p.vis());
+  return r;
+}
+
+void expect_the_fp32_kernel_on_rounded_operands(const Operands& p) {
+  const std::vector<float> qkv = p.qkv, kv = p.kv, dout = p.dout;
+  const Results bf16 = run(p);
+  expect_bitwise_equal("inputs untouched: qkv", p.qkv, qkv);
+  expect_bitwise_equal("inputs untouched: kv", p.kv, kv);
+  expect_bitwise_equal("inputs untouched: dout", p.dout, dout);
+  // Forward: the fp32 kernel on rounded q, k, v, its output rounded; backward takes that output.
+  const Operands r = rounded_fp32(p);
+  Results fp32 = run(r);
+  fp32.out = rounded(fp32.out);
+  const Results again = run(r, &fp32.out);
+  expect_bitwise_equal("out", bf16.out, fp32.out);
+  expect_bitwise_equal("lse", bf16.lse, fp32.lse);
+  expect_bitwise_equal("dqkv", bf16.dqkv, again.dqkv);
+  expect_bitwise_equal("dkv", bf16.dkv, again.dkv);
+  // And it is not the fp32 attention of the unrounded values.
+  Operands plain = p;
+  plain.s.operands = AttentionOperands::Fp32;
+  const Results unrounded = run(plain);
+  EXPECT_GT(count_different(bf16.out, unrounded.out), static_cast<int64_t>(bf16.out.size() / 2));
+  EXPECT_GT(count_different(bf16.dqkv, unrounded.dqkv), static_cast<int64_t>(bf16.dqkv.size() / 4));
+}
+
+TEST(AttentionBf16, FusedQkvIsTheFp32KernelOnRoundedOperands) { expect_the_fp32_kernel_on_rounded_operands(fused_problem()); }
+
+TEST(AttentionBf16, SeparateKeyBlockIsTheFp32KernelOnRoundedOperands) {
+  expect_the_fp32_kernel_on_rounded_operands(key_block_problem());
+}
+
+TEST(AttentionOperandRegions, FusedViewsShareOneCopy) {
+  const Operands p = fused_problem();
+  const int64_t rows = p.s.batch * p.s.q_len, W = p.s.q_stride;
+  std::vector<OperandView> views = attention_views(p.s, p.q(), p.k(), p.v());
+  const OperandLayout one = share_regions(views);
+  ASSERT_EQ(one.regions.size(), 1u);
+  EXPECT_EQ(one.regions[0].base, p.q());
+  EXPECT_EQ(one.regions[0].span, W);
+  EXPECT_EQ(one.regions[0].elements(), rows * W);
+  EXPECT_EQ(one.offset_of, (std::vector<int64_t>{0, p.s.heads * p.s.head_dim, (p.s.heads + p.s.kv_heads) * p.s.head_dim}));
+  // Listed v first, the region still starts at q; the last row's copy ends where v ends.
+  std::swap(views[0], views[2]);
+  const OperandLayout reordered = share_regions(views);
+  ASSERT_EQ(reordered.regions.size(), 1u);
+  EXPECT_EQ(reordered.regions[0].base, p.q());
+  EXPECT_EQ(reordered.offset_of[0], (p.s.heads + p.s.kv_heads) * p.s.head_dim);
+  // Only q and k: the copy stops after k's columns.
+  const OperandLayout two = share_regions({views[2], views[1]});
+  ASSERT_EQ(two.regions.size(), 1u);
+  EXPECT_EQ(two.regions[0].span, (p.s.heads + p.s.kv_heads) * p.s.head_dim);
+  EXPECT_EQ(two.regions[0].elements(), (rows - 1) * W + two.regions[0].span);
+}
+
+TEST(AttentionOperandRegions, SeparateBuffersKeepTheirOwnCopies) {
+  const Operands p = key_block_problem();
+  const OperandLayout layout = share_regions(attention_views(p.s, p.q(), p.k(), p.v()));
+  ASSERT_EQ(layout.regions.size(), 2u);
+  EXPECT_EQ(layout.region_of, (std::vector<int>{0, 1, 1}));
+  EXPECT_EQ(layout.regions[1].span, p.s.k_stride);
+  // Two compact buffers back to back (out, then dout right after it) never merge.
+  std::vector<float> both(2 * 24 * 48);
+  const OperandLayout outputs = share_regions({{both.data(), 24, 48, 48}, {both.data() + 24 * 48, 24, 48, 48}});
+  EXPECT_EQ(outputs.regions.size(), 2u);
+  // Nor do views of one row each (a single token) that lie side by side.
+  const OperandLayout rows1 = share_regions({{both.data(), 1, 48, 48}, {both.data() + 48, 1, 48, 48}});
+  EXPECT_EQ(rows1.regions.size(), 2u);
+}
+
+}  // namespace
+}  // namespace loom::kernels
