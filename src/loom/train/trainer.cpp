@@ -222,7 +222,7 @@ int64_t Trainer::tokens_per_step() const {
   return static_cast<int64_t>(state_->run.train.global_batch) * state_->run.data.seq_len;
 }
 std::string Trainer::peak_memory_report() const { return state_->optimizer->peak_memory_report(); }
-void Trainer::start_memory_check() { state_->memory_check.start_step(); }
+void Trainer::start_memory_check() { state_->memory_check.start_step(state_->device); }
 std::string Trainer::memory_check_report() const {
   const State& s = *state_;
   try {
