@@ -1,7 +1,10 @@
 #include "loom/kernels/cuda/backend.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "loom/core/device.h"
@@ -20,6 +23,11 @@ namespace {
 // may be threads), with the device made current around every call; releasable memory (the
 // model's flat buffers, which ZeRO 2 and 3 decommit range by range) through virtual memory
 // management (releasable_memory.h), made when first asked for.
+bool vmm_allowed() {
+  const char* value = std::getenv("LOOM_CUDA_VMM");
+  return value == nullptr || std::string(value) != "0";
+}
+
 class DeviceAllocator final : public Allocator {
  public:
   explicit DeviceAllocator(int index) : index_(index) {}
@@ -31,12 +39,25 @@ class DeviceAllocator final : public Allocator {
     count_allocation(bytes);
     return p;
   }
+  // Where virtual memory management is switched off (LOOM_CUDA_VMM=0) or fails, ordinary memory
+  // (said once on stderr): decommit then zeroes, as the default Allocator does, and saves nothing.
   void* allocate_releasable(size_t bytes) override {
     if (bytes == 0) return nullptr;
     std::lock_guard<std::mutex> lock(mutex_);
     check_cuda(cudaSetDevice(index_), "cudaSetDevice(" + std::to_string(index_) + ")");
-    if (!releasable_) releasable_ = std::make_unique<ReleasableMemory>(index_);
-    void* p = releasable_->allocate(bytes);
+    if (vmm_usable_) {
+      try {
+        if (!releasable_) releasable_ = std::make_unique<ReleasableMemory>(index_);
+        void* p = releasable_->allocate(bytes);
+        count_allocation(bytes);
+        return p;
+      } catch (const Error& e) {
+        vmm_usable_ = false;
+        std::fprintf(stderr, "cuda:%d: releasable memory is unavailable (%s); ZeRO 2 and 3 zero released ranges "
+                     "instead of giving them back\n", index_, e.what());
+      }
+    }
+    void* p = cache_.allocate(bytes);
     count_allocation(bytes);
     return p;
   }
@@ -54,14 +75,17 @@ class DeviceAllocator final : public Allocator {
   void decommit(void* ptr, size_t bytes) override {
     if (bytes == 0) return;
     std::lock_guard<std::mutex> lock(mutex_);
-    LOOM_CHECK(releasable_ != nullptr, "cuda:" + std::to_string(index_) + ": decommit of memory not allocated releasable");
     check_cuda(cudaSetDevice(index_), "cudaSetDevice(" + std::to_string(index_) + ")");
+    if (releasable_ == nullptr || !releasable_->holds(ptr)) {  // ordinary memory (above)
+      check_cuda(cudaMemsetAsync(ptr, 0, bytes, compute_stream(index_)), "cudaMemsetAsync");
+      return;
+    }
     count_free(releasable_->decommit(ptr, bytes, compute_stream(index_)));
   }
   void commit(void* ptr, size_t bytes) override {
     if (bytes == 0) return;
     std::lock_guard<std::mutex> lock(mutex_);
-    LOOM_CHECK(releasable_ != nullptr, "cuda:" + std::to_string(index_) + ": commit of memory not allocated releasable");
+    if (releasable_ == nullptr || !releasable_->holds(ptr)) return;  // ordinary memory: zeroed at decommit
     check_cuda(cudaSetDevice(index_), "cudaSetDevice(" + std::to_string(index_) + ")");
     count_allocation(releasable_->commit(ptr, bytes, compute_stream(index_)));
   }
@@ -121,6 +145,7 @@ class DeviceAllocator final : public Allocator {
   mutable std::mutex mutex_;
   CachingAllocator cache_;
   std::unique_ptr<ReleasableMemory> releasable_;
+  bool vmm_usable_ = vmm_allowed();
 };
 
 }  // namespace
