@@ -28,7 +28,8 @@ else
   bin="$repo/build-gpu/bench" tests="$repo/build-gpu" libs=""
 fi
 loom="$tests/loom"  # the trainer (runtime.device=cuda, below)
-# cuBLASLt and NCCL: the toolkit's, else the ones PyTorch's nvidia-* packages carry.
+# cuBLASLt, NCCL and cuDNN (loaded at run time for attention): the toolkit's, else the ones
+# PyTorch's nvidia-* packages carry.
 extra=$(python3 - <<'PY' 2>/dev/null
 import glob, os
 try:
@@ -38,7 +39,7 @@ except Exception:
     roots = []
 found = set()
 for root in roots:
-    for pattern in ("libcublasLt.so.*", "libnccl.so.*", "libcudart.so.*"):
+    for pattern in ("libcublasLt.so.*", "libnccl.so.*", "libcudart.so.*", "libcudnn.so.*"):
         for path in glob.glob(os.path.join(root, "**", pattern), recursive=True):
             found.add(os.path.dirname(path))
 print(":".join(sorted(found)))
@@ -59,6 +60,8 @@ for t in test_cuda test_nccl; do
   echo "$t exit $?"
   grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|error:|Expected|rel|  Actual" "$out/$t.log" | cut -c1-400 | head -40
 done
+# Which attention the bf16 operands ran on (cuDNN's, or loom's kernels and why: once per reason).
+grep -h "^loom: attention" "$out/test_cuda.log" | sort -u | cut -c1-300 | head -6
 # The trainer on the GPU: configs/tiny.yaml (4.5M-parameter Llama-style, fp32) for 30 steps on a
 # byte-level corpus of the repository's docs (test_cuda's CudaModel tests compare it with the CPU).
 echo "== loom train runtime.device=cuda"
