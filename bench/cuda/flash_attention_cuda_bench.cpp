@@ -110,7 +110,8 @@ void bench(const Shape& s, const char* type) {
       1, 3);
   loom::bench::print_result("loom", std::string("attention fwd ") + type, name, fwd, forward_flops);
   loom::bench::print_result("loom", std::string("attention fwd+bwd ") + type, name, both, 3.5 * forward_flops);
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) bench_cudnn(name, shape, forward_flops, out, lse, q, k, v, dout, dq, dk, dv);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    bench_cudnn(name, shape, forward_flops, out, lse, q, k, v, dout, dq, dk, dv);
   for (void* p : std::vector<void*>{source, q, k, v, dout, out, lse, dq, dk, dv}) cudaFree(p);
 }
 

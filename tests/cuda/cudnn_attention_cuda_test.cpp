@@ -25,11 +25,14 @@
 namespace loom::kernels::cuda {
 namespace {
 
+using testing::bf16_rounded;
 using testing::DeviceArray;
 using testing::DeviceFloats;
 using testing::poison;
 using testing::random_values;
 using testing::relative_error;
+using testing::to_bf16;
+using testing::to_float;
 
 struct CudnnCase {
   std::string name;
@@ -56,23 +59,8 @@ struct Layout {
   int64_t q_at = 0, k_at = 0, v_at = 0, elements = 0;
 };
 
-std::vector<float> bf16_rounded(std::vector<float> x) {
-  for (float& v : x) v = __bfloat162float(__float2bfloat16(v));
-  return x;
-}
-std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& x) {
-  std::vector<__nv_bfloat16> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = __float2bfloat16(x[i]);
-  return out;
-}
-std::vector<float> to_float(const std::vector<__nv_bfloat16>& x) {
-  std::vector<float> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = __bfloat162float(x[i]);
-  return out;
-}
-
-#define SKIP_WITHOUT_CUDNN()                                                            \
-  do {                                                                                  \
+#define SKIP_WITHOUT_CUDNN()                                                              \
+  do {                                                                                    \
     if (!cudnn_status().available) GTEST_SKIP() << "no cuDNN: " << cudnn_status().reason; \
   } while (false)
 
@@ -108,8 +96,8 @@ TEST_P(CudnnAttention, ForwardAndBackwardMatchTheCpu) {
   EXPECT_LE(relative_error(got_lse, lse), 1e-4);
   std::vector<float> grad = grad0;
   flash_attention_backward(Device::cpu(), grad.data() + l.q_at, grad.data() + l.k_at, grad.data() + l.v_at, dout.data(),
-                           got_out.data(), lse.data(), qkv.data() + l.q_at, qkv.data() + l.k_at, qkv.data() + l.v_at,
-                           s, {});
+                           got_out.data(), lse.data(), qkv.data() + l.q_at, qkv.data() + l.k_at, qkv.data() + l.v_at, s,
+                           {});
   {
     Scratch scratch;
     cudnn_attention_backward(d_grad.ptr + l.q_at, d_grad.ptr + l.k_at, d_grad.ptr + l.v_at, d_dout.ptr, d_out.ptr,
@@ -119,8 +107,9 @@ TEST_P(CudnnAttention, ForwardAndBackwardMatchTheCpu) {
   const std::vector<float> got = d_grad.host();
   // Each gradient on its own, so a small one is not hidden by the others.
   const std::vector<std::pair<int64_t, int64_t>> parts =
-      GetParam().fused ? std::vector<std::pair<int64_t, int64_t>>{{0, l.elements}}
-                       : std::vector<std::pair<int64_t, int64_t>>{{l.q_at, l.k_at}, {l.k_at, l.v_at}, {l.v_at, l.elements}};
+      GetParam().fused
+          ? std::vector<std::pair<int64_t, int64_t>>{{0, l.elements}}
+          : std::vector<std::pair<int64_t, int64_t>>{{l.q_at, l.k_at}, {l.k_at, l.v_at}, {l.v_at, l.elements}};
   for (const auto& [from, to] : parts) {
     const std::vector<float> want(grad.begin() + from, grad.begin() + to), have(got.begin() + from, got.begin() + to);
     const std::vector<float> before(grad0.begin() + from, grad0.begin() + to);
@@ -131,16 +120,15 @@ TEST_P(CudnnAttention, ForwardAndBackwardMatchTheCpu) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, CudnnAttention,
-    ::testing::Values(CudnnCase{"gqa4_2_d64_fused", 2, 130, 4, 2, 64, true},
-                      CudnnCase{"gqa4_2_d128_separate_long", 1, 1030, 4, 2, 128, false},
-                      CudnnCase{"gqa32_8_d64_fused", 1, 130, 32, 8, 64, true},
-                      CudnnCase{"gqa32_8_d128_separate", 2, 130, 32, 8, 128, false},
-                      CudnnCase{"mha_d64_fused_long", 2, 1030, 2, 2, 64, true},
-                      CudnnCase{"one_token_d128_fused", 2, 1, 4, 2, 128, true},
-                      CudnnCase{"one_token_d64_separate", 1, 1, 4, 2, 64, false}),
-    [](const ::testing::TestParamInfo<CudnnCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Shapes, CudnnAttention,
+                         ::testing::Values(CudnnCase{"gqa4_2_d64_fused", 2, 130, 4, 2, 64, true},
+                                           CudnnCase{"gqa4_2_d128_separate_long", 1, 1030, 4, 2, 128, false},
+                                           CudnnCase{"gqa32_8_d64_fused", 1, 130, 32, 8, 64, true},
+                                           CudnnCase{"gqa32_8_d128_separate", 2, 130, 32, 8, 128, false},
+                                           CudnnCase{"mha_d64_fused_long", 2, 1030, 2, 2, 64, true},
+                                           CudnnCase{"one_token_d128_fused", 2, 1, 4, 2, 128, true},
+                                           CudnnCase{"one_token_d64_separate", 1, 1, 4, 2, 64, false}),
+                         [](const ::testing::TestParamInfo<CudnnCase>& info) { return info.param.name; });
 
 // The bf16 operands' dispatcher: cuDNN for a served shape, loom's kernels (with the reason) for
 // what cuDNN does not serve and under LOOM_ATTENTION=loom; a bad LOOM_ATTENTION is an Error.

@@ -50,8 +50,8 @@ std::string cudnn_attention_refusal(const FlashAttentionShape& s, const Attentio
 
 std::string cudnn_attention_prepare(const FlashAttentionShape&, bool) { return cudnn_status().reason; }
 
-void cudnn_attention_forward(__nv_bfloat16*, float*, const __nv_bfloat16*, const __nv_bfloat16*,
-                             const __nv_bfloat16*, const FlashAttentionShape&, Scratch&, cudaStream_t) {
+void cudnn_attention_forward(__nv_bfloat16*, float*, const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
+                             const FlashAttentionShape&, Scratch&, cudaStream_t) {
   throw Error("cuDNN attention: " + cudnn_status().reason);
 }
 
@@ -224,11 +224,10 @@ struct PlanCache {
 };
 
 Plan& plan_for(const FlashAttentionShape& s, bool backward) {
-  PlanCache& cache = current_device_object<PlanCache>("cuDNN attention plans", [] {
-    return std::make_unique<PlanCache>();
-  });
-  const PlanKey key{backward, s.batch, s.q_len, s.heads, s.kv_heads, s.head_dim,
-                    s.q_stride, s.k_stride, s.v_stride, s.out_stride};
+  PlanCache& cache =
+      current_device_object<PlanCache>("cuDNN attention plans", [] { return std::make_unique<PlanCache>(); });
+  const PlanKey key{backward,   s.batch,    s.q_len,    s.heads,    s.kv_heads,
+                    s.head_dim, s.q_stride, s.k_stride, s.v_stride, s.out_stride};
   std::lock_guard<std::mutex> lock(cache.mutex);
   auto found = cache.plans.find(key);
   if (found != cache.plans.end()) return found->second;
@@ -269,15 +268,13 @@ void cudnn_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16
                              const __nv_bfloat16* v, const FlashAttentionShape& s, Scratch& scratch,
                              cudaStream_t stream) {
   CudnnGraph& graph = ready_plan(s, false);
-  graph.execute(cudnn_handle(stream),
-                {{kQ, bind(q)}, {kK, bind(k)}, {kV, bind(v)}, {kO, out}, {kStats, lse}},
+  graph.execute(cudnn_handle(stream), {{kQ, bind(q)}, {kK, bind(k)}, {kV, bind(v)}, {kO, out}, {kStats, lse}},
                 workspace(scratch, graph));
 }
 
-void cudnn_attention_backward(float* dq, float* dk, float* dv, const __nv_bfloat16* dout,
-                              const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* q,
-                              const __nv_bfloat16* k, const __nv_bfloat16* v, const FlashAttentionShape& s,
-                              Scratch& scratch, cudaStream_t stream) {
+void cudnn_attention_backward(float* dq, float* dk, float* dv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
+                              const float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                              const FlashAttentionShape& s, Scratch& scratch, cudaStream_t stream) {
   CudnnGraph& graph = ready_plan(s, true);
   const Sizes z(s);
   const int64_t tokens = z.b * z.n;
@@ -289,8 +286,16 @@ void cudnn_attention_backward(float* dq, float* dk, float* dv, const __nv_bfloat
   check_cuda(cudaMemsetAsync(dq_accum, 0, static_cast<size_t>(tokens * z.hq * z.d) * sizeof(float), stream),
              "cudaMemsetAsync (cuDNN attention dQ accumulator)");
   graph.execute(cudnn_handle(stream),
-                {{kQ, bind(q)}, {kK, bind(k)}, {kV, bind(v)}, {kO, bind(out)}, {kDout, bind(dout)},
-                 {kStats, bind(lse)}, {kDq, dq16}, {kDk, dk16}, {kDv, dv16}, {kSoftmaxSum, delta},
+                {{kQ, bind(q)},
+                 {kK, bind(k)},
+                 {kV, bind(v)},
+                 {kO, bind(out)},
+                 {kDout, bind(dout)},
+                 {kStats, bind(lse)},
+                 {kDq, dq16},
+                 {kDk, dk16},
+                 {kDv, dv16},
+                 {kSoftmaxSum, delta},
                  {kDqAccum, dq_accum}},
                 workspace(scratch, graph));
   add_bf16_rows(dq, s.q_stride, dq16, z.hq * z.d, tokens, z.hq * z.d, stream);

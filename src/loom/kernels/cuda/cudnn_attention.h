@@ -38,9 +38,8 @@ std::string cudnn_attention_prepare(const FlashAttentionShape& s, bool backward)
 void cudnn_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
                              const __nv_bfloat16* v, const FlashAttentionShape& s, Scratch& scratch,
                              cudaStream_t stream);
-void cudnn_attention_backward(float* dq, float* dk, float* dv, const __nv_bfloat16* dout,
-                              const __nv_bfloat16* out, const float* lse, const __nv_bfloat16* q,
-                              const __nv_bfloat16* k, const __nv_bfloat16* v, const FlashAttentionShape& s,
-                              Scratch& scratch, cudaStream_t stream);
+void cudnn_attention_backward(float* dq, float* dk, float* dv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
+                              const float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                              const FlashAttentionShape& s, Scratch& scratch, cudaStream_t stream);
 
 }  // namespace loom::kernels::cuda

@@ -81,8 +81,7 @@ void CudnnGraph::matmul(cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b, 
 }
 
 void CudnnGraph::pointwise(cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t y, cudnnBackendDescriptor_t x,
-                           cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t, int64_t axis,
-                           cudnnDataType_t math) {
+                           cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t, int64_t axis, cudnnDataType_t math) {
   CudnnDescriptor& desc = keep(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "pointwise mode " + std::to_string(mode));
   desc.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
   desc.set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &math);

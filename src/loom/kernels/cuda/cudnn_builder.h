@@ -22,8 +22,7 @@ class CudnnDescriptor {
   CudnnDescriptor(const CudnnDescriptor&) = delete;
   CudnnDescriptor& operator=(const CudnnDescriptor&) = delete;
 
-  void set(cudnnBackendAttributeName_t attribute, cudnnBackendAttributeType_t type, int64_t count,
-           const void* values);
+  void set(cudnnBackendAttributeName_t attribute, cudnnBackendAttributeType_t type, int64_t count, const void* values);
   void finalize();
   cudnnBackendDescriptor_t get() const { return descriptor_; }
   const std::string& name() const { return name_; }
@@ -64,7 +63,10 @@ class CudnnGraph {
   CudnnDescriptor& keep(cudnnBackendDescriptorType_t type, const std::string& name);
   cudnnBackendDescriptor_t make_tensor(int64_t uid, cudnnDataType_t type, const Dims& dims, const Dims& strides,
                                        bool is_virtual, bool by_value);
-  void add_operation(CudnnDescriptor& op) { op.finalize(); operations_.push_back(op.get()); }
+  void add_operation(CudnnDescriptor& op) {
+    op.finalize();
+    operations_.push_back(op.get());
+  }
 
   std::vector<std::unique_ptr<CudnnDescriptor>> kept_;
   std::vector<cudnnBackendDescriptor_t> operations_;
