@@ -7,7 +7,7 @@
 # Binaries come from .gpu-bundle/ (scripts/gpu_bundle.sh, made on a build machine)
 # when it is there, else they are built here (which needs the build's Debian packages). Logs and
 # results go to $OUT (the device tool's folder that comes back) or /tmp/loom-gpu-out. The steps'
-# timeouts add up to about 8 minutes, and the training benchmark takes at most what is left of 9.5,
+# timeouts add up to about 9 minutes, and the training benchmark takes at most what is left of 9.5,
 # inside one 10-minute device command (give it timeout_s 600).
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,8 +28,8 @@ else
   bin="$repo/build-gpu/bench" tests="$repo/build-gpu" libs=""
 fi
 loom="$tests/loom"  # the trainer (runtime.device=cuda, below)
-# cuBLASLt, NCCL and cuDNN (loaded at run time for attention): the toolkit's, else the ones
-# PyTorch's nvidia-* packages carry.
+# cuBLASLt, NCCL and cuDNN (loaded at run time for attention; its runtime-compiled engines load
+# NVRTC): the toolkit's, else the ones PyTorch's nvidia-* packages carry.
 extra=$(python3 - <<'PY' 2>/dev/null
 import glob, os
 try:
@@ -39,7 +39,7 @@ except Exception:
     roots = []
 found = set()
 for root in roots:
-    for pattern in ("libcublasLt.so.*", "libnccl.so.*", "libcudart.so.*", "libcudnn.so.*"):
+    for pattern in ("libcublasLt.so.*", "libnccl.so.*", "libcudart.so.*", "libcudnn.so.*", "libnvrtc.so.*"):
         for path in glob.glob(os.path.join(root, "**", pattern), recursive=True):
             found.add(os.path.dirname(path))
 print(":".join(sorted(found)))
@@ -56,7 +56,7 @@ fi
 echo "== tests"
 # The whole log goes to a file first: a pipe closed early (head) must not stop the tests.
 for t in test_cuda test_nccl; do
-  timeout "$([ $t = test_cuda ] && echo 120 || echo 60)" "$tests/$t" --gtest_output="xml:$out/$t.xml" >"$out/$t.log" 2>&1
+  timeout "$([ $t = test_cuda ] && echo 180 || echo 60)" "$tests/$t" --gtest_output="xml:$out/$t.xml" >"$out/$t.log" 2>&1
   echo "$t exit $?"
   grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|error:|Expected|rel|  Actual" "$out/$t.log" | cut -c1-400 | head -40
 done

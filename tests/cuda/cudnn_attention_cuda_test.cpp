@@ -126,8 +126,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudnnAttention,
                                            CudnnCase{"gqa32_8_d64_fused", 1, 130, 32, 8, 64, true},
                                            CudnnCase{"gqa32_8_d128_separate", 2, 130, 32, 8, 128, false},
                                            CudnnCase{"mha_d64_fused_long", 2, 1030, 2, 2, 64, true},
-                                           CudnnCase{"one_token_d128_fused", 2, 1, 4, 2, 128, true},
-                                           CudnnCase{"one_token_d64_separate", 1, 1, 4, 2, 64, false}),
+                                           CudnnCase{"token1_d128_fused", 2, 1, 4, 2, 128, true},
+                                           CudnnCase{"token1_d64_separate", 1, 1, 4, 2, 64, false}),
                          [](const ::testing::TestParamInfo<CudnnCase>& info) { return info.param.name; });
 
 // The bf16 operands' dispatcher: cuDNN for a served shape, loom's kernels (with the reason) for
