@@ -1,6 +1,8 @@
 #include "loom/kernels/cuda/cudnn_builder.h"
 
 #ifdef LOOM_HAVE_CUDNN_HEADERS
+#include <algorithm>
+
 #include "loom/core/error.h"
 
 // The handle attributes are marked deprecated in cuDNN 9.x headers and remain the documented way
@@ -147,7 +149,7 @@ void CudnnGraph::build_plan(cudnnHandle_t handle) {
     check_cudnn(cudnn_api().get_attribute(heuristics.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                           CUDNN_TYPE_BACKEND_DESCRIPTOR, kMaxConfigs, &count, raw.data()),
                 "cudnnBackendGetAttribute (engine heuristics results)");
-    for (int64_t i = 0; i < count; ++i) {
+    for (int64_t i = 0; i < std::min<int64_t>(count, kMaxConfigs); ++i) {
       auto plan = std::make_unique<CudnnDescriptor>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "execution plan");
       try {
         plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
