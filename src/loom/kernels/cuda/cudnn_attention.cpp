@@ -141,7 +141,8 @@ std::unique_ptr<CudnnGraph> forward_graph(const FlashAttentionShape& s) {
   const auto log_sum = g->virtual_tensor(kF32, z.stats(), z.stats_strides());
   g->pointwise(CUDNN_POINTWISE_LOG, log_sum, sum);
   g->pointwise(CUDNN_POINTWISE_ADD, stats, max, log_sum);
-  const auto p = score(*g, z);
+  // P is rounded to bf16 for P V: the fused engines take both operands of a product in one type.
+  const auto p = score(*g, z, kBf16);
   g->pointwise(CUDNN_POINTWISE_DIV, p, e, sum);
   g->matmul(p, v, o);
   return g;
