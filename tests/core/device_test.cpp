@@ -38,6 +38,25 @@ TEST(DeviceBuffer, GrowsKeepingContentsAndCountsBytes) {
   EXPECT_EQ(host.bytes_in_use(), before);
 }
 
+// On the host, decommitted pages go back to the system and read as zero (a write fault brings
+// them back, so commit has nothing to do); the range's ends, on pages shared with neighbouring
+// data, are zeroed; the data around the range is kept.
+TEST(DeviceBuffer, HostReleasableMemoryReadsZeroWhenDecommittedAndTakesWritesAgain) {
+  Allocator& host = allocator(Device::cpu());
+  DeviceBuffer<float> b = DeviceBuffer<float>::releasable(Device::cpu(), 1 << 16);  // 256 KiB
+  for (int64_t i = 0; i < b.size(); ++i) b.data()[i] = 1.0f;
+  const int64_t from = 1000, count = 50000;
+  host.decommit(b.data() + from, static_cast<size_t>(count) * sizeof(float));
+  for (int64_t i = 0; i < b.size(); ++i) {
+    ASSERT_EQ(b.data()[i], i >= from && i < from + count ? 0.0f : 1.0f) << i;
+  }
+  host.commit(b.data() + from, static_cast<size_t>(count) * sizeof(float));
+  b.data()[from + count / 2] = 3.0f;
+  EXPECT_EQ(b.data()[from + count / 2], 3.0f);
+  b.resize(8);  // keeps the first elements
+  EXPECT_EQ(b.data()[0], 1.0f);
+}
+
 TEST(DeviceBuffer, DeviceWithoutAllocatorIsAnErrorNamingIt) {
   try {
     DeviceBuffer<float> b(Device::cuda(15), 4);

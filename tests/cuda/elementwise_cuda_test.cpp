@@ -1,9 +1,10 @@
 // The CUDA kernels behind the device-neutral entries, called through kernels/ops.h on
 // Device::cuda(0) (start_backend registers them) and compared with the same entries on the CPU:
 // fresh random inputs each run, outputs poisoned, backward adding into non-zero gradients.
-// Embedding, LayerNorm, RoPE, fused softmax cross-entropy and its vocabulary-parallel pieces,
-// sum of squares, scaling and adding, AdamW over many tensors. fp32 within 1e-5 relative (bit for bit
-// where the kernel rounds as the CPU does: RoPE, AdamW). Skipped, saying why, without a GPU.
+// Embedding, LayerNorm, RoPE, fused softmax cross-entropy and its vocabulary-parallel pieces (with
+// a per-token objective's gradient), sum of squares, scaling and adding, AdamW over many tensors.
+// fp32 within 1e-5 relative (bit for bit where the kernel rounds as the CPU does: RoPE, AdamW).
+// Skipped, saying why, without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -104,6 +105,15 @@ TEST_F(CudaEntries, RopeForwardAndBackwardMatchTheCpu) {
   }
 }
 
+// Columns [first, vocab) of every row of logits [rows, vocab].
+std::vector<float> logits_shard(const std::vector<float>& logits, int64_t rows, int64_t vocab, int64_t first) {
+  const int64_t shard = vocab - first;
+  std::vector<float> part(rows * shard);
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy(logits.begin() + r * vocab + first, logits.begin() + (r + 1) * vocab, part.begin() + r * shard);
+  return part;
+}
+
 TEST_F(CudaEntries, CrossEntropyAndItsVocabParallelPiecesMatchTheCpu) {
   for (auto [rows, vocab] : {std::pair<int64_t, int64_t>{1, 2}, {33, 1000}, {64, 50257}}) {
     const std::vector<float> logits = random_values(seed_, rows * vocab, 3.0f);
@@ -121,8 +131,7 @@ TEST_F(CudaEntries, CrossEntropyAndItsVocabParallelPiecesMatchTheCpu) {
     // The same through the vocabulary-parallel pieces over one shard [first, first + shard).
     const int64_t first = vocab / 3, shard = vocab - first;
     std::vector<float> part(rows * shard), row_max(rows), stats(2 * rows), part_losses(rows);
-    for (int64_t r = 0; r < rows; ++r)
-      std::copy(logits.begin() + r * vocab + first, logits.begin() + (r + 1) * vocab, part.begin() + r * shard);
+    part = logits_shard(logits, rows, vocab, first);
     DeviceFloats d_part(allocator_, part), d_max(allocator_, poison(rows)), d_stats(allocator_, poison(2 * rows)),
         d_part_losses(allocator_, poison(rows));
     vocab_shard_row_max(kCpu, part.data(), rows, shard, row_max.data());
@@ -138,6 +147,15 @@ TEST_F(CudaEntries, CrossEntropyAndItsVocabParallelPiecesMatchTheCpu) {
     EXPECT_NEAR(gpu_part_total, part_total, 1e-5 * std::max(1.0, std::fabs(part_total)));
     EXPECT_LE(relative_error(d_part_losses.host(), part_losses), 1e-5);
     EXPECT_LE(relative_error(d_part.host(), part), 1e-5);
+    // A per-token objective's gradient (GRPO): a scale per row, one of them zero.
+    std::vector<float> objective = logits_shard(logits, rows, vocab, first);
+    std::vector<float> row_scale = random_values(seed_ + 2, rows, 1.0f);
+    row_scale[rows - 1] = 0.0f;
+    DeviceFloats d_objective(allocator_, objective), d_scale(allocator_, row_scale);
+    vocab_shard_gradient(kCpu, objective.data(), row_max.data(), stats.data(), targets.data(), rows, shard, first,
+                         row_scale.data());
+    vocab_shard_gradient(kGpu, d_objective.ptr, d_max.ptr, d_stats.ptr, d_targets.ptr, rows, shard, first, d_scale.ptr);
+    EXPECT_LE(relative_error(d_objective.host(), objective), 1e-5) << rows << " x " << vocab;
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <sstream>
 
@@ -19,6 +20,7 @@
 #include "loom/core/error.h"
 #include "loom/core/philox.h"
 #include "loom/train/run_ranks.h"
+#include "support/emulated_cuda.h"
 
 namespace loom::rl {
 namespace {
@@ -135,6 +137,54 @@ TEST_F(GrpoLearnerTest, EveryLayoutEqualsOneRank) {
     }
     EXPECT_LE(train::testing::state_difference(root_, "one", name), 1e-5);
   }
+}
+
+// runtime.device=cuda on the emulated device (tests/support/emulated_cuda.h: the CPU kernels
+// behind memory the host cannot touch): the learner's steps (its reference and old-policy
+// passes, the objective's log-probabilities going to the host and its gradients coming back)
+// equal the same steps on the CPU bit for bit, alone and at tp 2 x dp 2.
+TEST_F(GrpoLearnerTest, OnTheDeviceEqualsTheCpuBitForBit) {
+  ::loom::testing::install_emulated_cuda();
+  const std::vector<std::vector<std::string>> layouts = {
+      {}, {"runtime.ranks=4", "parallel.tp=2", "parallel.sequence_parallel=true"}};
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    SCOPED_TRACE("layout " + std::to_string(i));
+    const std::string cpu = "cpu" + std::to_string(i), gpu = "device" + std::to_string(i);
+    const std::vector<LearnerStep> expected = learn(cpu, layouts[i], 2);
+    std::vector<std::string> on_device = layouts[i];
+    on_device.push_back("runtime.device=cuda");
+    const std::vector<LearnerStep> got = learn(gpu, on_device, 2);
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t s = 0; s < got.size(); ++s) {
+      EXPECT_EQ(got[s].loss, expected[s].loss) << "step " << s + 1;
+      EXPECT_EQ(got[s].grad_norm, expected[s].grad_norm) << "step " << s + 1;
+      EXPECT_EQ(got[s].kl, expected[s].kl) << "step " << s + 1;
+      EXPECT_EQ(got[s].importance_weight_max, expected[s].importance_weight_max) << "step " << s + 1;
+      EXPECT_EQ(got[s].truncated_fraction, expected[s].truncated_fraction) << "step " << s + 1;
+    }
+    EXPECT_EQ(train::testing::state_difference(root_, cpu, gpu), 0.0);
+  }
+  // What a refit over the communicator sends (parameter_shards): host bytes, the CPU's.
+  auto shards_of = [&](const std::string& name, const std::vector<std::string>& overrides) {
+    const config::RunConfig c = config(name, overrides);
+    std::ostringstream out;
+    std::map<std::string, std::vector<float>> shards;
+    train::run_on_ranks(c, out, [&](comm::Communicator& world) {
+      GrpoLearner learner(c, world, out);
+      learner.step(make_groups(7));
+      for (const ckpt::TensorRef& ref : learner.trainer().parameter_shards()) {
+        const auto* data = static_cast<const float*>(ref.data);
+        const ckpt::Slice slice = ref.slice.empty() ? ckpt::full_slice(ref.global_shape) : ref.slice;
+        shards[ref.name].assign(data, data + ckpt::slice_numel(slice));
+      }
+      learner.finish();
+      return train::TrainSummary{};
+    });
+    return shards;
+  };
+  const auto cpu_shards = shards_of("refit-cpu", {});
+  EXPECT_FALSE(cpu_shards.empty());
+  EXPECT_EQ(shards_of("refit-device", {"runtime.device=cuda"}), cpu_shards);
 }
 
 // bf16 GEMMs: data and tensor parallelism still compute one rank's bf16 step (its losses and

@@ -1,9 +1,14 @@
 #include "emulated_cuda.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -12,6 +17,7 @@
 
 #include "loom/core/device.h"
 #include "loom/core/error.h"
+#include "loom/core/granules.h"
 #include "loom/kernels/cuda_entries.h"
 #include "loom/kernels/ops.h"
 #ifdef LOOM_TEST_REAL_CUDA_ENTRIES
@@ -37,9 +43,129 @@ T* device_to_host(T* p, const std::string& what) {
   return emulated_host_view(p);
 }
 
+size_t host_page() {
+  static const size_t page = [] {
+    const long size = ::sysconf(_SC_PAGESIZE);
+    return static_cast<size_t>(size > 0 ? size : 4096);
+  }();
+  return page;
+}
+
+void check_system(bool ok, const std::string& what) {
+  LOOM_CHECK(ok, "emulated cuda: " + what + " failed: " + std::strerror(errno));
+}
+
+// Releasable memory: a page-aligned mapping of its own, its granules the host pages. A
+// decommitted page is PROT_NONE (and its memory dropped), so any access to it, by a copy, a
+// zero or a kernel, dies with SIGSEGV as it would (or worse) on a GPU.
+class ReleasableRegions {
+ public:
+  // The host address of a new region of `bytes`.
+  char* allocate(size_t bytes) {
+    const size_t pages = (bytes + host_page() - 1) / host_page();
+    void* p = ::mmap(nullptr, pages * host_page(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    check_system(p != MAP_FAILED, "mmap of " + std::to_string(bytes) + " bytes");
+    std::lock_guard<std::mutex> lock(mutex_);
+    regions_[reinterpret_cast<uintptr_t>(p)] = Region{bytes, std::vector<char>(pages, 1), 0};
+    return static_cast<char*>(p);
+  }
+  // Unmaps the region at `host` and says how many of its bytes were decommitted; false when
+  // `host` is not a region's start.
+  bool free(char* host, size_t& decommitted) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = regions_.find(reinterpret_cast<uintptr_t>(host));
+    if (it == regions_.end()) return false;
+    decommitted = it->second.decommitted;
+    check_system(::munmap(host, it->second.committed.size() * host_page()) == 0, "munmap");
+    regions_.erase(it);
+    return true;
+  }
+  // Bytes decommitted.
+  size_t decommit(char* host, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto [base, region] = find(host, bytes, "decommit");
+    const size_t offset = static_cast<size_t>(host - base), page = host_page();
+    for (const GranuleEdge& e : granule_edges(offset, bytes, page)) {
+      if (region.committed[e.granule]) std::memset(base + e.offset, 0, e.bytes);
+    }
+    size_t released = 0;
+    const GranuleRange whole = whole_granules(offset, bytes, page);
+    for (size_t g = whole.first; g < whole.last; ++g) {
+      if (!region.committed[g]) continue;
+      char* at = base + g * page;
+      check_system(::madvise(at, page, MADV_DONTNEED) == 0, "madvise(MADV_DONTNEED)");
+      check_system(::mprotect(at, page, PROT_NONE) == 0, "mprotect(PROT_NONE)");
+      region.committed[g] = 0;
+      released += page;
+    }
+    region.decommitted += released;
+    return released;
+  }
+  // Bytes committed again (zeroed).
+  size_t commit(char* host, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto [base, region] = find(host, bytes, "commit");
+    const size_t page = host_page();
+    size_t taken = 0;
+    const GranuleRange touched = touched_granules(static_cast<size_t>(host - base), bytes, page);
+    for (size_t g = touched.first; g < touched.last; ++g) {
+      if (region.committed[g]) continue;
+      char* at = base + g * page;
+      check_system(::mprotect(at, page, PROT_READ | PROT_WRITE) == 0, "mprotect(PROT_READ | PROT_WRITE)");
+      std::memset(at, 0, page);
+      region.committed[g] = 1;
+      taken += page;
+    }
+    region.decommitted -= taken;
+    return taken;
+  }
+  bool committed(const char* host) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = regions_.upper_bound(reinterpret_cast<uintptr_t>(host));
+    if (it == regions_.begin()) return true;
+    --it;
+    const size_t offset = reinterpret_cast<uintptr_t>(host) - it->first;
+    if (offset >= it->second.committed.size() * host_page()) return true;  // not a region: ordinary memory
+    return it->second.committed[offset / host_page()] != 0;
+  }
+
+ private:
+  struct Region {
+    size_t bytes = 0;
+    std::vector<char> committed;  // per page
+    size_t decommitted = 0;       // bytes
+  };
+  std::pair<char*, Region&> find(char* host, size_t bytes, const char* what) {
+    auto it = regions_.upper_bound(reinterpret_cast<uintptr_t>(host));
+    LOOM_CHECK(it != regions_.begin(), std::string("emulated cuda: ") + what + " of memory not allocated releasable");
+    --it;
+    char* base = reinterpret_cast<char*>(it->first);
+    LOOM_CHECK(host + bytes <= base + it->second.bytes,
+               std::string("emulated cuda: ") + what + " of " + std::to_string(bytes) + " bytes at " + address(host) +
+                   " beyond its releasable allocation (or of memory not allocated releasable)");
+    return {base, it->second};
+  }
+
+  std::mutex mutex_;
+  std::map<uintptr_t, Region> regions_;  // by host start
+};
+
 class EmulatedAllocator final : public Allocator {
  public:
   explicit EmulatedAllocator(int index) : index_(index) {}
+  void* allocate_releasable(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    char* p = releasable_.allocate(bytes);
+    count_allocation(bytes);
+    return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) | kDeviceTag);
+  }
+  void decommit(void* ptr, size_t bytes) override {
+    if (bytes > 0) count_free(releasable_.decommit(device_to_host(static_cast<char*>(ptr), "decommit"), bytes));
+  }
+  void commit(void* ptr, size_t bytes) override {
+    if (bytes > 0) count_allocation(releasable_.commit(device_to_host(static_cast<char*>(ptr), "commit"), bytes));
+  }
+  bool committed(const void* ptr) { return releasable_.committed(emulated_host_view(static_cast<const char*>(ptr))); }
   void* allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
     const size_t rounded = (bytes + 255) / 256 * 256;
@@ -50,7 +176,13 @@ class EmulatedAllocator final : public Allocator {
   }
   void free(void* ptr, size_t bytes) override {
     if (ptr == nullptr) return;
-    std::free(device_to_host(ptr, "free"));
+    char* host = device_to_host(static_cast<char*>(ptr), "free");
+    size_t decommitted = 0;
+    if (releasable_.free(host, decommitted)) {
+      count_free(bytes - decommitted);
+      return;
+    }
+    std::free(host);
     count_free(bytes);
   }
   void zero(void* ptr, size_t bytes) override {
@@ -75,9 +207,11 @@ class EmulatedAllocator final : public Allocator {
 
  private:
   int index_;
+  ReleasableRegions releasable_;
 };
 
 int g_devices = 0;
+std::vector<std::unique_ptr<EmulatedAllocator>> g_allocators;
 
 // An op's name as a template argument, for the errors of its wrapper.
 template <size_t N>
@@ -155,7 +289,8 @@ void adamw_update_many(Device device, const kernels::AdamWTensor* tensors, int64
   X(relu2_backward) X(add_rows) X(linear_forward) X(linear_backward) X(add_bias) X(gemm_nt) X(gemm)             \
   X(flash_attention_forward) X(flash_attention_backward)                                                      \
   X(merge_attention_partials) X(softmax_cross_entropy) X(vocab_shard_row_max) X(vocab_shard_exp_sums)         \
-  X(vocab_shard_finish) X(adamw_update) X(sum_of_squares) X(scale_in_place) X(add_in_place)  \
+  X(vocab_shard_gradient) X(vocab_shard_finish) X(adamw_update) X(sum_of_squares) X(scale_in_place)            \
+  X(add_in_place)                                                                                             \
   X(any_non_finite)
 
 void fill_entries(kernels::CudaEntries& e) {
@@ -181,10 +316,9 @@ void install_emulated_cuda(int devices) {
   static std::once_flag once;
   std::call_once(once, [devices] {
     LOOM_CHECK(devices >= 1 && devices <= kMaxCudaDevices, "emulated cuda: " + std::to_string(devices) + " devices");
-    static std::vector<std::unique_ptr<EmulatedAllocator>> allocators;
     for (int i = 0; i < devices; ++i) {
-      allocators.push_back(std::make_unique<EmulatedAllocator>(i));
-      register_allocator(Device::cuda(i), allocators.back().get());
+      g_allocators.push_back(std::make_unique<EmulatedAllocator>(i));
+      register_allocator(Device::cuda(i), g_allocators.back().get());
     }
     g_devices = devices;
     kernels::CudaEntries& entries = kernels::cuda_entries();
@@ -192,6 +326,12 @@ void install_emulated_cuda(int devices) {
     entries.devices = devices;
     entries.started = true;
   });
+}
+
+bool emulated_committed(Device device, const void* ptr) {
+  LOOM_CHECK(device.is_cuda() && device.index < static_cast<int>(g_allocators.size()),
+             "emulated cuda: no emulated " + device.name());
+  return g_allocators[static_cast<size_t>(device.index)]->committed(ptr);
 }
 
 }  // namespace loom::testing

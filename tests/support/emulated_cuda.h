@@ -6,8 +6,15 @@
 // (also those inside AttentionVisibility and AdamWTensor arrays) and run the CPU kernel. Model
 // or trainer code that touches device memory from the host crashes, a host pointer handed to a
 // device op is an Error naming the op, and the device path's numerics are the CPU's bit for bit.
+// Releasable memory (Allocator::allocate_releasable: the model's flat buffers) is a mapping of
+// its own whose granules are the host pages: decommit makes its whole pages PROT_NONE (and drops
+// their memory), commit makes them readable and writable again, zeroed, and the allocator counts
+// committed bytes. So any access to released memory dies with SIGSEGV too, as on a GPU with no
+// demand paging, and bytes_in_use() / peak_bytes() measure what ZeRO 2 and 3 give back.
 // Test support only: never linked into the product.
 #include <cstdint>
+
+#include "loom/core/device.h"
 
 namespace loom::testing {
 
@@ -16,6 +23,10 @@ namespace loom::testing {
 // recipes' device-only entries (amax, round_in_place, precision_linear_gemm), which have no CPU
 // kernel to run. Idempotent; `devices` of the first call wins.
 void install_emulated_cuda(int devices = 2);
+
+// Whether the page of emulated device memory at `ptr` is committed (true outside releasable
+// memory).
+bool emulated_committed(Device device, const void* ptr);
 
 constexpr uintptr_t kDeviceTag = uintptr_t{1} << 62;
 

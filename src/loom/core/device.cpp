@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "loom/core/release_pages.h"
+
 namespace loom {
 
 std::string Device::name() const {
@@ -43,6 +45,8 @@ class HostAllocator final : public Allocator {
   void copy(void* dst, const void* src, size_t bytes) override {
     if (bytes > 0) std::memcpy(dst, src, bytes);
   }
+  // Pages given back to the system; a write fault brings them back (commit has nothing to do).
+  void decommit(void* ptr, size_t bytes) override { release_pages(ptr, bytes); }
   void to_host(void* host_dst, const void* src, size_t bytes) override { copy(host_dst, src, bytes); }
   void from_host(void* dst, const void* host_src, size_t bytes) override { copy(dst, host_src, bytes); }
   size_t alignment() const override { return kAlignment; }

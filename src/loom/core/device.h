@@ -61,8 +61,32 @@ class Allocator {
     return false;
   }
 
+  // Memory whose parts can be given back and taken again (the model's flat parameter and
+  // gradient buffers, which ZeRO 2 and 3 release range by range). allocate_releasable is
+  // allocate() with every granule committed (backed by memory); free() frees it as any other.
+  // decommit(ptr, bytes): the range reads as zero from now on; the whole granules inside it lose
+  // their memory and must not be touched (not even by the device) until committed again, the
+  // partial granules at its ends, shared with neighbouring data, are zeroed and stay.
+  // commit(ptr, bytes): the range may be touched again; its decommitted granules come back
+  // zeroed, the others keep their contents. Both run in the device's order of work. A GPU has
+  // no demand paging, so code that releases a range commits it before writing it again; on the
+  // host, decommit gives the pages back (release_pages.h) and a write fault brings them back, so
+  // commit does nothing there. Granules: the host's and the emulated device's pages, a GPU's
+  // allocation granularity (2 MiB). Defaults (memory that is not releasable): decommit zeroes,
+  // commit does nothing.
+  virtual void* allocate_releasable(size_t bytes) { return allocate(bytes); }
+  virtual void decommit(void* ptr, size_t bytes) { zero(ptr, bytes); }
+  virtual void commit(void* ptr, size_t bytes) {
+    (void)ptr;
+    (void)bytes;
+  }
+
+  // Bytes held now and at most so far: on a device, committed bytes (decommitted granules are
+  // not counted); on the host, allocated bytes (the pages given back show in the resident set).
   int64_t bytes_in_use() const { return in_use_.load(std::memory_order_relaxed); }
   int64_t peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
+  // The peak from now on (e.g. over one training step).
+  void reset_peak_bytes() { peak_.store(bytes_in_use(), std::memory_order_relaxed); }
 
  protected:
   // Implementations call these with the bytes asked for (thread-safe).
@@ -123,6 +147,13 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(Device device, int64_t n = 0) : device_(device) { resize(n); }
+  // n elements in releasable memory (Allocator::allocate_releasable), which a later resize keeps.
+  static DeviceBuffer releasable(Device device, int64_t n) {
+    DeviceBuffer buffer(device);
+    buffer.releasable_ = true;
+    buffer.resize(n);
+    return buffer;
+  }
   // Copies are deep (on the same device), as std::vector's.
   DeviceBuffer(const DeviceBuffer& other) : device_(other.device_) {
     if (other.size_ == 0) return;
@@ -155,7 +186,7 @@ class DeviceBuffer {
     LOOM_CHECK(n >= 0, "DeviceBuffer: negative size " + std::to_string(n));
     Allocator& a = allocator(device_);
     const size_t bytes = static_cast<size_t>(n) * sizeof(T);
-    T* fresh = static_cast<T*>(a.allocate(bytes));
+    T* fresh = static_cast<T*>(releasable_ ? a.allocate_releasable(bytes) : a.allocate(bytes));
     const size_t kept = static_cast<size_t>(n < size_ ? n : size_) * sizeof(T);
     if (kept > 0) a.copy(fresh, data_, kept);
     if (bytes > kept) a.zero(reinterpret_cast<char*>(fresh) + kept, bytes - kept);
@@ -176,12 +207,14 @@ class DeviceBuffer {
     std::swap(device_, other.device_);
     std::swap(data_, other.data_);
     std::swap(size_, other.size_);
+    std::swap(releasable_, other.releasable_);
   }
 
  private:
   Device device_;
   T* data_ = nullptr;
   int64_t size_ = 0;
+  bool releasable_ = false;
 };
 
 }  // namespace loom

@@ -46,6 +46,9 @@ struct CudaEntries {
                               float* row_max) = nullptr;
   void (*vocab_shard_exp_sums)(Device, const float* logits, const float* row_max, const int32_t* targets,
                                int64_t rows, int64_t vocab_shard, int64_t first_id, float* stats) = nullptr;
+  void (*vocab_shard_gradient)(Device, float* logits, const float* row_max, const float* stats,
+                                const int32_t* targets, int64_t rows, int64_t vocab_shard, int64_t first_id,
+                                const float* row_scale) = nullptr;
   double (*vocab_shard_finish)(Device, float* logits, float* losses, const float* row_max, const float* stats,
                                const int32_t* targets, int64_t rows, int64_t vocab_shard, int64_t first_id,
                                float grad_scale) = nullptr;

@@ -248,7 +248,7 @@ double vocab_shard_finish(Device device, float* logits, float* losses, const flo
 void vocab_shard_gradient(Device device, float* logits, const float* row_max, const float* stats,
                           const int32_t* targets, int64_t rows, int64_t vocab_shard, int64_t first_id,
                           const float* row_scale) {
-  LOOM_CPU_ONLY(vocab_shard_gradient, logits, row_max, stats, targets, rows, vocab_shard, first_id, row_scale);
+  LOOM_DISPATCH(vocab_shard_gradient, logits, row_max, stats, targets, rows, vocab_shard, first_id, row_scale);
 }
 
 void adamw_update(Device device, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,

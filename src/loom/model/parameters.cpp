@@ -28,8 +28,9 @@ int ParameterStore::add(const std::string& name, Shape shape, Init init, float i
 void ParameterStore::allocate() {
   allocated_ = true;
   if (shapes_only()) return;
-  values_ = DeviceBuffer<float>(device_, total_);
-  grads_ = DeviceBuffer<float>(device_, total_);
+  // Releasable: ZeRO 2 and 3 give ranges of them back between uses (parallel/data/shard_memory.h).
+  values_ = DeviceBuffer<float>::releasable(device_, total_);
+  grads_ = DeviceBuffer<float>::releasable(device_, total_);
 }
 
 namespace {

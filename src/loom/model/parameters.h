@@ -58,6 +58,11 @@ class ParameterStore {
   const float* values() const { return values_.data(); }
   float* grads() { return grads_.data(); }
   void zero_grads() { grads_.zero(); }
+  // Both buffers are releasable memory (core/device.h): ZeRO 2 and 3 decommit ranges of them.
+  // Before the values are written whole again (a checkpoint load), they are committed.
+  void commit_values() {
+    if (total_ > 0) allocator(device_).commit(values_.data(), values_.bytes());
+  }
 
   Device device() const { return device_; }
   bool shapes_only() const { return allocation_ == Allocation::ShapesOnly; }

@@ -284,9 +284,6 @@ double Transformer::cross_entropy(float* logits, const int32_t* targets, int64_t
 }
 
 double Transformer::objective_loss(float* logits, const int32_t* targets, int64_t rows, float grad_scale) {
-  LOOM_CHECK(params_.device().is_cpu(), "a per-token objective (GRPO) on " + params_.device().name() +
-                                            " is not built yet: its rows' log-probabilities are read on the host; "
-                                            "train it with runtime.device=cpu");
   for (int64_t r = 0; r < rows; ++r) {
     LOOM_CHECK(targets[r] == kernels::kIgnoreIndex || (targets[r] >= 0 && targets[r] < config_.vocab_size),
                "objective: target id " + std::to_string(targets[r]) + " is outside the vocabulary [0, " +
@@ -294,21 +291,28 @@ double Transformer::objective_loss(float* logits, const int32_t* targets, int64_
   }
   // The vocabulary-parallel passes (one rank: a single shard), then each row's log-probability.
   const Device device = params_.device();
-  float* row_max = sized(ce_max_, rows);
+  const int32_t* device_targets = staged_targets_.stage(device, targets, rows);
+  float* row_max = sized(ce_max_, rows, device);
   kernels::vocab_shard_row_max(device, logits, rows, vocab_local_, row_max);
   if (!tp_.single()) tp_.all_reduce_max(row_max, rows);
-  float* stats = sized(ce_stats_, 2 * rows);
-  kernels::vocab_shard_exp_sums(device, logits, row_max, targets, rows, vocab_local_, vocab_first_, stats);
+  float* stats = sized(ce_stats_, 2 * rows, device);
+  kernels::vocab_shard_exp_sums(device, logits, row_max, device_targets, rows, vocab_local_, vocab_first_, stats);
   if (!tp_.single()) tp_.all_reduce(stats, 2 * rows);
-  float* logp = sized(objective_logp_, rows);
-  kernels::vocab_shard_finish(device, logits, logp, row_max, stats, targets, rows, vocab_local_, vocab_first_, 0.0f);
-  for (int64_t r = 0; r < rows; ++r) logp[r] = -logp[r];  // the loss -logp, negated
-  float* scale = sized(objective_scale_, rows);
-  const double loss_sum = objective_->evaluate(targets, logp, rows, scale);
+  float* losses = sized(objective_logp_, rows, device);
+  kernels::vocab_shard_finish(device, logits, losses, row_max, stats, device_targets, rows, vocab_local_, vocab_first_,
+                              0.0f);
+  // The objective is host code: the rows' log-probabilities come to it, their gradients go back.
+  host_logp_.resize(rows);
+  host_scale_.resize(rows);
+  copy_to_host(device, host_logp_.data(), losses, rows);
+  for (float& logp : host_logp_) logp = -logp;  // the loss -logp, negated
+  const double loss_sum = objective_->evaluate(targets, host_logp_.data(), rows, host_scale_.data());
   if (grad_scale == 0.0f) return loss_sum;
   // d(loss)/d(logits) = g (onehot - softmax) = (-g) (softmax - onehot).
-  for (int64_t r = 0; r < rows; ++r) scale[r] *= -grad_scale;
-  kernels::vocab_shard_gradient(device, logits, row_max, stats, targets, rows, vocab_local_, vocab_first_, scale);
+  for (float& g : host_scale_) g *= -grad_scale;
+  float* scale = sized(objective_scale_, rows, device);
+  copy_from_host(device, scale, host_scale_.data(), rows);
+  kernels::vocab_shard_gradient(device, logits, row_max, stats, device_targets, rows, vocab_local_, vocab_first_, scale);
   return loss_sum;
 }
 

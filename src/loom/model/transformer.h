@@ -264,7 +264,8 @@ class Transformer {
   ParameterHooks* hooks_ = nullptr;
   ContextAttention* context_ = nullptr;
   TokenObjective* objective_ = nullptr;
-  Buffer objective_logp_, objective_scale_;
+  Buffer objective_logp_, objective_scale_;             // on the model's device
+  std::vector<float> host_logp_, host_scale_;           // the objective reads and writes host rows
   // Host token arrays uploaded for the kernels on a GPU (buffers.h); unused on the cpu.
   StagedTokens staged_tokens_, staged_targets_, staged_position_ids_, staged_positions_, staged_documents_;
   std::vector<std::vector<int>> unit_params_;

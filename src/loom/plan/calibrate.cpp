@@ -14,7 +14,7 @@
 #include "loom/comm/comm_bench.h"
 #include "loom/comm/launch.h"
 #include "loom/kernels/ops.h"
-#include "loom/parallel/data/release_pages.h"
+#include "loom/core/release_pages.h"
 #include "loom/precision/formats.h"
 #include "loom/precision/fp8_scaling.h"
 
@@ -108,14 +108,14 @@ double cast_rate(bool fp8, int repeats) {
   return static_cast<double>(n) / s;
 }
 
-// Bytes per second at which memory handed back to the system (parallel/data/release_pages.h)
+// Bytes per second at which memory handed back to the system (core/release_pages.h)
 // comes back when written again: the time of release + write less the write alone.
 double fresh_memory_bandwidth(int repeats) {
   const size_t n = size_t{64} << 20;  // bytes
   std::vector<float> buf(n / sizeof(float), 1.0f);
   const double touch = median_seconds(repeats, [&] { std::memset(buf.data(), 1, n); });
   const double fresh = median_seconds(repeats, [&] {
-    parallel::release_pages(buf.data(), 0, static_cast<int64_t>(buf.size()));
+    release_pages(buf.data(), n);
     std::memset(buf.data(), 1, n);
   });
   return fresh > touch ? static_cast<double>(n) / (fresh - touch) : 0.0;

@@ -30,7 +30,9 @@ int64_t status_bytes(const std::string& field) {
 
 MemoryCheck::MemoryCheck() : rss_start_(status_bytes("VmRSS")) {}
 
-void MemoryCheck::start_step() {
+void MemoryCheck::start_step(Device device) {
+  device_ = device;
+  if (device.is_cuda()) allocator(device).reset_peak_bytes();
   std::ofstream clear("/proc/self/clear_refs");
   clear << "5";  // resets VmHWM to the current resident set
   clear.flush();
@@ -49,6 +51,10 @@ MemoryCheck::Result MemoryCheck::measure(const config::RunConfig& run, comm::Mes
   }
   r.measured = status_bytes("VmHWM") - rss_start_;
   r.allocator_peak = host_allocator().peak_bytes();
+  if (device_.is_cuda()) {
+    r.device_now = allocator(device_).bytes_in_use();
+    r.device_peak = allocator(device_).peak_bytes();
+  }
   return r;
 }
 
@@ -64,6 +70,11 @@ std::string MemoryCheck::report(const Result& r) const {
     char ratio[32];
     std::snprintf(ratio, sizeof ratio, "%.2f", static_cast<double>(r.planned) / static_cast<double>(r.measured));
     o << ": planned / measured " << ratio;
+  }
+  if (device_.is_cuda()) {
+    o << "; " << device_.name() << " committed: " << r.device_peak << " bytes ("
+      << plan::format_bytes(static_cast<double>(r.device_peak)) << ") at the peak of step 1, " << r.device_now
+      << " bytes after it";
   }
   return o.str();
 }

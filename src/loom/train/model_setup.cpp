@@ -66,7 +66,10 @@ void load_parameters(const ckpt::LoadedCheckpoint& checkpoint, model::Transforme
   std::vector<float> staging(device.is_cpu() ? 0 : static_cast<size_t>(params.total()));
   float* values = device.is_cpu() ? params.values() : staging.data();
   for (const model::Parameter& p : params.list()) read_parameter_slice(checkpoint, p.name, p, values + p.offset);
-  if (!device.is_cpu()) copy_from_host(device, params.values(), staging.data(), params.total());
+  if (!device.is_cpu()) {
+    params.commit_values();  // ZeRO-3 released its sections: a GPU does not page them back in
+    copy_from_host(device, params.values(), staging.data(), params.total());
+  }
   for (model::MoeLayer* layer : model.moe_layers()) {
     const std::string name = expert_bias_state_name(*layer);
     if (layer->has_expert_bias() && checkpoint.has(name))

@@ -55,11 +55,6 @@ comm::MeshShape mesh_shape(const config::RunConfig& config, const comm::Communic
   return check_layout(config, world.size());
 }
 
-// Parts of the trainer that read the parameters on the host.
-void check_on_host(Device device, const std::string& what) {
-  LOOM_CHECK(device.is_cpu(), what + " on " + device.name() + " is not built yet (use runtime.device=cpu)");
-}
-
 }  // namespace
 
 struct Trainer::State {
@@ -227,7 +222,7 @@ int64_t Trainer::tokens_per_step() const {
   return static_cast<int64_t>(state_->run.train.global_batch) * state_->run.data.seq_len;
 }
 std::string Trainer::peak_memory_report() const { return state_->optimizer->peak_memory_report(); }
-void Trainer::start_memory_check() { state_->memory_check.start_step(); }
+void Trainer::start_memory_check() { state_->memory_check.start_step(state_->device); }
 std::string Trainer::memory_check_report() const {
   const State& s = *state_;
   try {
@@ -460,18 +455,20 @@ class LogprobRecorder : public model::TokenObjective {
 
 std::vector<float> Trainer::target_logprobs(const TokenBatch& batch, const std::vector<float>* parameters) {
   State& s = *state_;
-  check_on_host(s.model->params().device(), "target_logprobs (a reference policy's log-probabilities)");
+  const Device device = s.model->params().device();
   std::vector<float> logp(batch.targets.size(), 0.0f);
   LogprobRecorder recorder(batch, logp);
   s.optimizer->gather_full_parameters();  // ZeRO-3: the forward-only passes need every parameter
   float* values = s.model->params().values();
-  const size_t total = static_cast<size_t>(s.model->params().total());
+  const int64_t total = s.model->params().total();
   std::vector<float> current;
   if (parameters != nullptr) {
-    LOOM_CHECK(parameters->size() == total, "target_logprobs: " + std::to_string(parameters->size()) +
-                                                " parameters given for a rank holding " + std::to_string(total));
-    current.assign(values, values + total);
-    std::copy(parameters->begin(), parameters->end(), values);
+    LOOM_CHECK(static_cast<int64_t>(parameters->size()) == total,
+               "target_logprobs: " + std::to_string(parameters->size()) + " parameters given for a rank holding " +
+                   std::to_string(total));
+    current.resize(static_cast<size_t>(total));
+    copy_to_host(device, current.data(), values, total);
+    copy_from_host(device, values, parameters->data(), total);
   }
   s.model->set_token_objective(&recorder);
   const int micro = s.run.train.micro_batch;
@@ -484,27 +481,28 @@ std::vector<float> Trainer::target_logprobs(const TokenBatch& batch, const std::
     }
   }
   s.model->set_token_objective(nullptr);
-  if (parameters != nullptr) std::copy(current.begin(), current.end(), values);
+  if (parameters != nullptr) copy_from_host(device, values, current.data(), total);
   s.optimizer->release_full_parameters();
   return logp;
 }
 
 std::vector<float> Trainer::parameter_copy(const std::string& checkpoint) {
   State& s = *state_;
-  check_on_host(s.model->params().device(), "a copy of the parameters (grpo.kl_coeff's reference policy)");
+  const Device device = s.model->params().device();
   LOOM_CHECK(s.run.precision.param_dtype == config::ParamDtype::Fp32,
              "precision.param_dtype = compute keeps the parameters in a compact store between uses; a copy of them "
              "(the reference policy of grpo.kl_coeff) needs precision.param_dtype = fp32");
   s.optimizer->gather_full_parameters();
   float* values = s.model->params().values();
-  const size_t total = static_cast<size_t>(s.model->params().total());
-  std::vector<float> copy(values, values + total);
+  const int64_t total = s.model->params().total();
+  std::vector<float> copy(static_cast<size_t>(total));
+  copy_to_host(device, copy.data(), values, total);
   if (!checkpoint.empty()) {
     const std::vector<float> current = copy;
     ckpt::LoadedCheckpoint loaded = ckpt::load_checkpoint(checkpoint);
     load_parameters(loaded, *s.model);
-    copy.assign(values, values + total);
-    std::copy(current.begin(), current.end(), values);
+    copy_to_host(device, copy.data(), values, total);
+    copy_from_host(device, values, current.data(), total);
   }
   s.optimizer->release_full_parameters();
   return copy;
@@ -539,7 +537,8 @@ std::optional<double> Trainer::evaluate() {
 
 std::vector<ckpt::TensorRef> Trainer::parameter_shards() {
   State& s = *state_;
-  const std::vector<parallel::OwnedRange> owned = s.optimizer->checkpoint_ranges();
+  const std::vector<parallel::OwnedRange> owned = host_ranges(s.model->params().device(),
+                                                              s.optimizer->checkpoint_ranges(), s.saved_from_device);
   std::vector<ckpt::TensorRef> refs = owned_training_state(*s.model, owned);
   if (s.outer) refs = s.outer->checkpoint_tensors(*s.model, std::move(refs), owned);
   std::erase_if(refs, [](const ckpt::TensorRef& r) { return !ckpt::is_model_parameter(r.name); });

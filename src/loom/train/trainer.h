@@ -85,7 +85,8 @@ class Trainer {
   std::vector<float> parameter_copy(const std::string& checkpoint = "");
   // This rank's shards of the model parameters exactly as save() writes them (its tensor-parallel
   // slices, its stage's layers, its ZeRO part): over the world's ranks they tile every parameter
-  // once. They point into the live state: valid until the next step.
+  // once. They point into the live state (on a GPU: a host copy of it): valid until the next step
+  // or save.
   std::vector<ckpt::TensorRef> parameter_shards();
   // Whether this rank contributes its replica's loss (and objective statistics) to the world's
   // sums: the first tensor-parallel rank of the last pipeline stage.

@@ -9,6 +9,7 @@
 #include "loom/kernels/cuda/caching_allocator.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/entries.h"
+#include "loom/kernels/cuda/releasable_memory.h"
 #include "loom/kernels/cuda_entries.h"
 
 namespace loom::kernels::cuda {
@@ -16,7 +17,9 @@ namespace loom::kernels::cuda {
 namespace {
 
 // One GPU's memory for the core layer's registry: the caching allocator, made thread-safe (ranks
-// may be threads), with the device made current around every call.
+// may be threads), with the device made current around every call; releasable memory (the
+// model's flat buffers, which ZeRO 2 and 3 decommit range by range) through virtual memory
+// management (releasable_memory.h), made when first asked for.
 class DeviceAllocator final : public Allocator {
  public:
   explicit DeviceAllocator(int index) : index_(index) {}
@@ -28,11 +31,39 @@ class DeviceAllocator final : public Allocator {
     count_allocation(bytes);
     return p;
   }
+  void* allocate_releasable(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    std::lock_guard<std::mutex> lock(mutex_);
+    check_cuda(cudaSetDevice(index_), "cudaSetDevice(" + std::to_string(index_) + ")");
+    if (!releasable_) releasable_ = std::make_unique<ReleasableMemory>(index_);
+    void* p = releasable_->allocate(bytes);
+    count_allocation(bytes);
+    return p;
+  }
   void free(void* ptr, size_t bytes) override {
     if (ptr == nullptr) return;
     std::lock_guard<std::mutex> lock(mutex_);
+    size_t decommitted = 0;
+    if (releasable_ && releasable_->free(ptr, compute_stream(index_), decommitted)) {
+      count_free(bytes - decommitted);
+      return;
+    }
     cache_.release(ptr);
     count_free(bytes);
+  }
+  void decommit(void* ptr, size_t bytes) override {
+    if (bytes == 0) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    LOOM_CHECK(releasable_ != nullptr, "cuda:" + std::to_string(index_) + ": decommit of memory not allocated releasable");
+    check_cuda(cudaSetDevice(index_), "cudaSetDevice(" + std::to_string(index_) + ")");
+    count_free(releasable_->decommit(ptr, bytes, compute_stream(index_)));
+  }
+  void commit(void* ptr, size_t bytes) override {
+    if (bytes == 0) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    LOOM_CHECK(releasable_ != nullptr, "cuda:" + std::to_string(index_) + ": commit of memory not allocated releasable");
+    check_cuda(cudaSetDevice(index_), "cudaSetDevice(" + std::to_string(index_) + ")");
+    count_allocation(releasable_->commit(ptr, bytes, compute_stream(index_)));
   }
   void zero(void* ptr, size_t bytes) override {
     if (bytes == 0) return;
@@ -65,6 +96,10 @@ class DeviceAllocator final : public Allocator {
   // The runtime knows every allocation's range (interior pointers too); a host pointer is
   // unregistered memory, not an error.
   bool holds(const void* ptr) const override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (releasable_ && releasable_->holds(ptr)) return true;
+    }
     cudaPointerAttributes attributes{};
     if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
       (void)cudaGetLastError();
@@ -83,8 +118,9 @@ class DeviceAllocator final : public Allocator {
   }
 
   int index_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   CachingAllocator cache_;
+  std::unique_ptr<ReleasableMemory> releasable_;
 };
 
 }  // namespace

@@ -105,6 +105,20 @@ __global__ void finish_kernel(float* logits, float* losses, const float* row_max
   }
 }
 
+__global__ void shard_gradient_kernel(float* logits, const float* row_max, const float* stats, const int32_t* targets,
+                                      int64_t vocab, int64_t first_id, const float* row_scale) {
+  float* z = logits + blockIdx.x * vocab;
+  const int32_t t = targets[blockIdx.x];
+  const float scale = t == kIgnore ? 0.0f : row_scale[blockIdx.x];
+  if (scale == 0.0f) {
+    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) z[i] = 0.0f;
+    return;
+  }
+  const int64_t local = static_cast<int64_t>(t) - first_id;
+  write_gradient(z, vocab, row_max[blockIdx.x], stats[2 * blockIdx.x], (local >= 0 && local < vocab) ? local : -1,
+                 scale);
+}
+
 // total = sum of the losses in double, deterministic (one block).
 __global__ void sum_losses_kernel(const float* losses, int64_t rows, LossResult* result) {
   const double total = block_sum_in_double(losses, rows);
@@ -178,6 +192,14 @@ double vocab_shard_finish(float* logits, float* losses, const float* row_max, co
   sum_losses_kernel<<<1, kThreads, 0, stream>>>(losses, rows, slot.device());
   check_launch("sum_losses_kernel");
   return slot.read().total;
+}
+
+void vocab_shard_gradient(float* logits, const float* row_max, const float* stats, const int32_t* targets, int64_t rows,
+                          int64_t vocab_shard, int64_t first_id, const float* row_scale, cudaStream_t stream) {
+  if (rows == 0) return;
+  shard_gradient_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, row_max, stats, targets,
+                                                                              vocab_shard, first_id, row_scale);
+  check_launch("shard_gradient_kernel");
 }
 
 }  // namespace loom::kernels::cuda

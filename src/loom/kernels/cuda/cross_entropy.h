@@ -23,5 +23,9 @@ void vocab_shard_exp_sums(const float* logits, const float* row_max, const int32
 double vocab_shard_finish(float* logits, float* losses, const float* row_max, const float* stats,
                           const int32_t* targets, int64_t rows, int64_t vocab_shard, int64_t first_id,
                           float grad_scale, cudaStream_t stream = nullptr);
+// A per-token objective's gradient: logits[r] = row_scale[r] (softmax_r - onehot(target_r)) over
+// the shard (zero for an ignored target or a zero scale), from the rows' max and exp sums.
+void vocab_shard_gradient(float* logits, const float* row_max, const float* stats, const int32_t* targets, int64_t rows,
+                          int64_t vocab_shard, int64_t first_id, const float* row_scale, cudaStream_t stream = nullptr);
 
 }  // namespace loom::kernels::cuda

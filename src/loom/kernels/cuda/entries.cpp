@@ -170,6 +170,11 @@ void register_loss_and_optimizer(CudaEntries& e) {
                               int64_t rows, int64_t vocab, int64_t first, float* stats) {
     vocab_shard_exp_sums(logits, row_max, targets, rows, vocab, first, stats, stream_of(d));
   };
+  e.vocab_shard_gradient = [](Device d, float* logits, const float* row_max, const float* stats,
+                                const int32_t* targets, int64_t rows, int64_t vocab, int64_t first,
+                                const float* row_scale) {
+    vocab_shard_gradient(logits, row_max, stats, targets, rows, vocab, first, row_scale, stream_of(d));
+  };
   e.vocab_shard_finish = [](Device d, float* logits, float* losses, const float* row_max, const float* stats,
                             const int32_t* targets, int64_t rows, int64_t vocab, int64_t first, float grad_scale) {
     return vocab_shard_finish(logits, losses, row_max, stats, targets, rows, vocab, first, grad_scale, stream_of(d));

@@ -3,7 +3,7 @@
 #include <sstream>
 
 #include "loom/parallel/data/communication.h"
-#include "loom/parallel/data/release_pages.h"
+#include "loom/parallel/data/shard_memory.h"
 #include "loom/parallel/data/zero3.h"
 
 namespace loom::parallel {
@@ -29,11 +29,14 @@ void BucketedSync::begin_micro_batch(bool last) {
   reducing_ = reduces() && (last || rounds_per_micro_batch());
   install_hooks();
   if (grads_released_) {
-    // The released gradients read as zero; writing the zeros brings their pages back on write
-    // faults (2 MiB each, release_pages.h). Backward's GEMMs, which read before they add, would
-    // first map the shared zero page and fault again on every first write, flushing every core's
-    // TLB each time (ZeRO-2 steps of GPT-2 124M took twice as long).
-    model_.params().zero_grads();
+    // The released gradients read as zero. A GPU maps their granules again (it has no demand
+    // paging). On the cpu, writing the zeros brings their pages back on write faults (2 MiB
+    // each, core/release_pages.h): backward's GEMMs, which read before they add, would first map
+    // the shared zero page and fault again on every first write, flushing every core's TLB each
+    // time (ZeRO-2 steps of GPT-2 124M took twice as long).
+    model::ParameterStore& params = model_.params();
+    commit_range(params.device(), params.grads(), 0, params.total());
+    params.zero_grads();
     grads_released_ = false;
   }
 }
@@ -83,9 +86,8 @@ void BucketedSync::end_micro_batch(bool last) {
 
 void BucketedSync::clear_gradients() {
   model::ParameterStore& params = model_.params();
-  // On a GPU the buffer is one device allocation: it is zeroed, its memory stays.
-  if (rounds_per_micro_batch() && params.device().is_cpu()) {
-    release_pages(params.grads(), 0, params.total());
+  if (rounds_per_micro_batch()) {
+    release_range(params.device(), params.grads(), 0, params.total());
     grads_released_ = true;
   } else {
     params.zero_grads();

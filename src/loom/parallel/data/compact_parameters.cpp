@@ -4,7 +4,7 @@
 
 #include "loom/comm/reduce.h"
 #include "loom/core/error.h"
-#include "loom/parallel/data/release_pages.h"
+#include "loom/core/release_pages.h"
 
 namespace loom::parallel {
 
@@ -35,7 +35,7 @@ void CompactParameters::release(int unit) {
   LOOM_CHECK(holders_.at(unit) > 0, "CompactParameters: unit " + std::to_string(unit) + " released more often than used");
   if (--holders_[unit] > 0) return;
   for (const FlatRange& r : units_[unit]) {
-    release_pages(values_, r.begin, r.size());
+    release_pages(values_ + r.begin, static_cast<size_t>(r.size()) * sizeof(float));
     resident_ -= r.size();
   }
 }
@@ -47,7 +47,7 @@ void CompactParameters::materialize_all() {
 }
 
 void CompactParameters::release_all() {
-  release_pages(values_, 0, total_);
+  release_pages(values_, static_cast<size_t>(total_) * sizeof(float));
   std::fill(holders_.begin(), holders_.end(), 0);
   resident_ = 0;
 }

@@ -6,7 +6,9 @@
 // returned to the operating system). The master weights stay fp32 in the optimizer, which writes
 // its rounded update into the store. So the persistent parameter state is 2 bytes per parameter,
 // which with fp32 gradients, master weights and Adam moments gives Megatron's 18 bytes per
-// parameter (6 + 12/d with the distributed optimizer over d ranks).
+// parameter (6 + 12/d with the distributed optimizer over d ranks). Host memory only (the
+// trainer refuses precision.param_dtype=compute on a GPU): a released unit comes back on the
+// write faults of its widening, with no commit (core/device.h, Allocator::commit).
 #include <cstdint>
 #include <vector>
 

@@ -5,7 +5,6 @@
 #include "loom/comm/reduce.h"
 #include "loom/core/error.h"
 #include "loom/kernels/ops.h"
-#include "loom/parallel/data/release_pages.h"
 
 namespace loom::parallel {
 
@@ -67,11 +66,11 @@ void zero_floats(Device device, float* dst, int64_t n) {
 }
 
 void release_range(Device device, float* base, int64_t begin, int64_t numel) {
-  if (device.is_cpu()) {
-    release_pages(base, begin, numel);
-    return;
-  }
-  zero_floats(device, base + begin, numel);
+  if (numel > 0) allocator(device).decommit(base + begin, static_cast<size_t>(numel) * sizeof(float));
+}
+
+void commit_range(Device device, float* base, int64_t begin, int64_t numel) {
+  if (numel > 0) allocator(device).commit(base + begin, static_cast<size_t>(numel) * sizeof(float));
 }
 
 }  // namespace loom::parallel

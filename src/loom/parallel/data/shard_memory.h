@@ -23,9 +23,13 @@ void take_reduced(Device device, float* dst, const std::byte* received, int64_t 
 void copy_floats(Device device, float* dst, const float* src, int64_t n);
 // n floats at `dst` set to zero.
 void zero_floats(Device device, float* dst, int64_t n);
-// Elements [begin, begin + numel) of `base` read as zero from now on; on the cpu their whole
-// pages go back to the system (release_pages.h), on a GPU they are zeroed (the memory stays the
-// buffer's: the device allocation is the model's whole flat buffer).
+// Elements [begin, begin + numel) of `base` (releasable memory: the model's flat buffers) read
+// as zero from now on and their whole granules give their memory back (Allocator::decommit: on
+// the cpu the pages go back to the system, on a GPU the granules are unmapped).
 void release_range(Device device, float* base, int64_t begin, int64_t numel);
+// Elements [begin, begin + numel) of `base` may be written again (Allocator::commit): released
+// elements read as zero. A GPU has no demand paging: every write into a released range (a
+// gather, backward's gradients, a checkpoint load) comes after this; on the cpu a no-op.
+void commit_range(Device device, float* base, int64_t begin, int64_t numel);
 
 }  // namespace loom::parallel

@@ -128,8 +128,7 @@ MemoryBytes ShardedSync::memory_bytes() const {
   bytes.parameters = compact_ ? total * static_cast<int64_t>(dtype_size(setup_.param_dtype)) : total * 4;
   // ZeRO-2 keeps only the reduced shards between backward passes (the full buffer's pages are
   // released after each round); ZeRO-1 keeps the full buffer.
-  // (On a GPU the buffer stays allocated: it is zeroed instead.)
-  const bool released = rounds_per_micro_batch() && model_.params().device().is_cpu();
+  const bool released = rounds_per_micro_batch();
   bytes.gradients = released ? 0 : total * 4;
   for (const auto& s : sharded_) {
     const ShardAllocation a = s->allocation();
@@ -145,9 +144,7 @@ MemoryBytes ShardedSync::memory_bytes() const {
 std::string ShardedSync::memory_report() const {
   std::string out = memory_header();
   if (compact_) out += "; plus the fp32 values of the unit in flight";
-  if (rounds_per_micro_batch() && model_.params().device().is_cpu()) {
-    out += "; plus the fp32 gradient buffer during each backward";
-  }
+  if (rounds_per_micro_batch()) out += "; plus the fp32 gradient buffer during each backward";
   return out;
 }
 

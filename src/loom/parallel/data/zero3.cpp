@@ -174,6 +174,7 @@ void Zero3::acquire_section(int s) {
   if (sec.numel == 0) return;
   gathered_elements_ += sec.numel;
   note_residency();
+  commit_range(options_.device, values_, sec.begin, sec.numel);  // the gather writes it
   if (options_.param_gather == DType::F32) {
     sec.gather = start_shard_all_gather(dp_, shard_.data<float>() + sec.state_offset, values_ + sec.begin, sec.counts,
                                         DType::F32);
@@ -263,6 +264,7 @@ void Zero3::before_backward(int unit) {
   for (int s : unit_sections_[unit]) {
     Section& sec = sections_[s];
     if (sec.grad_resident) continue;
+    commit_range(options_.device, grads_, sec.begin, sec.numel);
     zero_floats(options_.device, grads_ + sec.begin, sec.numel);
     sec.grad_resident = true;
     grad_resident_elements_ += sec.numel;

@@ -13,7 +13,9 @@
 // inside the range to the kernel with madvise(MADV_DONTNEED) (private anonymous memory then
 // costs no RSS and reads back as zeros) and zeroes the few elements on pages shared with a
 // neighbour. So the resident parameters are the shards plus the sections of the units in flight
-// (the one computing and the one being prefetched), and likewise for gradients.
+// (the one computing and the one being prefetched), and likewise for gradients. On a GPU a
+// release decommits the range's whole granules (Allocator::decommit) and, with no demand paging
+// there, a gather or backward commits its range before writing it (shard_memory.h).
 //
 // Schedule (hooks from the model, see model/parameter_hooks.h). The phases of a micro-batch are
 // forward of units 0..U-1 then backward of units U-1..0. At the start of a phase its sections
@@ -77,7 +79,7 @@ struct Zero3Options {
   // Flat ranges this rank leaves out of its share of the norm (sorted): another rank counts them.
   std::vector<FlatRange> norm_excluded;
   // Where the values and gradient buffers live: the shard state is allocated there too, and a
-  // released range is zeroed there (shard_memory.h; the device keeps the whole flat buffers).
+  // released range is decommitted there (shard_memory.h).
   Device device = Device::cpu();
 };
 

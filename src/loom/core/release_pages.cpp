@@ -1,24 +1,25 @@
-#include "loom/parallel/data/release_pages.h"
+#include "loom/core/release_pages.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
 
-namespace loom::parallel {
+namespace loom {
 
 namespace {
 constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
 }  // namespace
 
-void release_pages(float* base, int64_t begin, int64_t numel) {
-  if (numel <= 0) return;
+void release_pages(void* ptr, size_t bytes) {
+  if (bytes == 0) return;
   static const uintptr_t page = [] {
     const long size = ::sysconf(_SC_PAGESIZE);
     return static_cast<uintptr_t>(size > 0 ? size : 4096);
   }();
-  char* start = reinterpret_cast<char*>(base + begin);
-  char* end = reinterpret_cast<char*>(base + begin + numel);
+  char* start = static_cast<char*>(ptr);
+  char* end = start + bytes;
   char* first = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(start) + page - 1) / page * page);
   char* last = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(end) / page * page);
   // The whole huge pages inside the range come back 2 MiB per fault when next written, instead
@@ -35,4 +36,4 @@ void release_pages(float* base, int64_t begin, int64_t numel) {
   }
 }
 
-}  // namespace loom::parallel
+}  // namespace loom
