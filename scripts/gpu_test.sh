@@ -7,7 +7,7 @@
 # Binaries come from .gpu-bundle/ (scripts/gpu_bundle.sh, made on a build machine)
 # when it is there, else they are built here (which needs the build's Debian packages). Logs and
 # results go to $OUT (the device tool's folder that comes back) or /tmp/loom-gpu-out. The steps'
-# timeouts add up to about 8 minutes, and the training benchmark takes at most what is left of 9.5,
+# timeouts add up to about 9 minutes, and the training benchmark takes at most what is left of 9.5,
 # inside one 10-minute device command (give it timeout_s 600).
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,7 +28,8 @@ else
   bin="$repo/build-gpu/bench" tests="$repo/build-gpu" libs=""
 fi
 loom="$tests/loom"  # the trainer (runtime.device=cuda, below)
-# cuBLASLt and NCCL: the toolkit's, else the ones PyTorch's nvidia-* packages carry.
+# cuBLASLt, NCCL and cuDNN (loaded at run time for attention; its runtime-compiled engines load
+# NVRTC): the toolkit's, else the ones PyTorch's nvidia-* packages carry.
 extra=$(python3 - <<'PY' 2>/dev/null
 import glob, os
 try:
@@ -38,7 +39,7 @@ except Exception:
     roots = []
 found = set()
 for root in roots:
-    for pattern in ("libcublasLt.so.*", "libnccl.so.*", "libcudart.so.*"):
+    for pattern in ("libcublasLt.so.*", "libnccl.so.*", "libcudart.so.*", "libcudnn.so.*", "libnvrtc.so.*"):
         for path in glob.glob(os.path.join(root, "**", pattern), recursive=True):
             found.add(os.path.dirname(path))
 print(":".join(sorted(found)))
@@ -55,10 +56,12 @@ fi
 echo "== tests"
 # The whole log goes to a file first: a pipe closed early (head) must not stop the tests.
 for t in test_cuda test_nccl; do
-  timeout "$([ $t = test_cuda ] && echo 120 || echo 60)" "$tests/$t" --gtest_output="xml:$out/$t.xml" >"$out/$t.log" 2>&1
+  timeout "$([ $t = test_cuda ] && echo 180 || echo 60)" "$tests/$t" --gtest_output="xml:$out/$t.xml" >"$out/$t.log" 2>&1
   echo "$t exit $?"
   grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|error:|Expected|rel|  Actual" "$out/$t.log" | cut -c1-400 | head -40
 done
+# Which attention the bf16 operands ran on (cuDNN's, or loom's kernels and why: once per reason).
+grep -h "^loom: attention" "$out/test_cuda.log" | sort -u | cut -c1-300 | head -6
 # The trainer on the GPU: configs/tiny.yaml (4.5M-parameter Llama-style, fp32) for 30 steps on a
 # byte-level corpus of the repository's docs (test_cuda's CudaModel tests compare it with the CPU).
 echo "== loom train runtime.device=cuda"
@@ -85,9 +88,10 @@ if [ -n "$sanitizer" ]; then
     --gtest_filter='*one_token*:*key_block*:*documents_d128*:*Mx*:*Blockwise*:*LayerNorm*:*Rope*:*Embedding*:*Linear*' \
     >"$out/memcheck.log" 2>&1
   grep -E "ERROR SUMMARY|Invalid|PASSED|FAILED" "$out/memcheck.log" | head -12
-  # Shared-memory races in the tensor-core attention kernels (racecheck; small shapes).
+  # Shared-memory races in loom's tensor-core attention kernels (racecheck; small shapes; not
+  # cuDNN's, which LOOM_ATTENTION=loom keeps out).
   echo "== racecheck"
-  timeout 120 "$sanitizer" --tool racecheck --print-limit 5 "$tests/test_cuda" \
+  LOOM_ATTENTION=loom timeout 120 "$sanitizer" --tool racecheck --print-limit 5 "$tests/test_cuda" \
     --gtest_filter='*Bf16*documents_d128*:*Bf16*causal_gqa_d64*' >"$out/racecheck.log" 2>&1
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|PASSED|FAILED" "$out/racecheck.log" | head -8
 fi

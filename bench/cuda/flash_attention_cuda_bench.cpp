@@ -2,16 +2,21 @@
 // bf16 inputs, at GPT-2 124M's and a ~1B Llama-style model's attention shapes and a long one.
 // FLOPs counted as FlashAttention's papers do for causal attention: forward 2 * 2 * B * H * T^2 * D
 // halved, backward 2.5 times the forward. bench/cuda/torch_cuda_peer.py times PyTorch's
-// scaled_dot_product_attention on the same shapes. Usage: loom_bench_flash_attention_cuda
+// scaled_dot_product_attention on the same shapes. bf16 also through cuDNN's fused flash attention
+// (cudnn_attention.h; op names end in "via cuDNN"), what the model runs where cuDNN serves; a
+// SKIP line says why where it cannot. Usage: loom_bench_flash_attention_cuda
 #include <cuda_bf16.h>
 
 #include <cstdio>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "bench_util.h"
+#include "loom/kernels/cuda/cudnn_attention.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/flash_attention.h"
+#include "loom/kernels/cuda/scratch.h"
 
 namespace {
 
@@ -49,6 +54,34 @@ __nv_bfloat16* device_copy<__nv_bfloat16>(const float* values, int64_t n) {
   return out;
 }
 
+// The same calls on cuDNN's fused attention (bf16 only), with workspace from the device's scratch as
+// the model takes it.
+void bench_cudnn(const std::string& name, const FlashAttentionShape& shape, double forward_flops, __nv_bfloat16* out,
+                 float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                 const __nv_bfloat16* dout, float* dq, float* dk, float* dv) {
+  std::string why = cudnn_attention_refusal(shape, AttentionVisibility{}, {out, q, k, v, dout});
+  if (why.empty()) why = cudnn_attention_prepare(shape, false);
+  if (why.empty()) why = cudnn_attention_prepare(shape, true);
+  if (!why.empty()) {
+    std::printf("SKIP|loom|attention via cuDNN|%s|%s\n", name.c_str(), why.c_str());
+    return;
+  }
+  const auto forward = [&] {
+    Scratch scratch;
+    cudnn_attention_forward(out, lse, q, k, v, shape, scratch, nullptr);
+  };
+  const double fwd = loom::bench::time_ms(forward, 2, 5);
+  const double both = loom::bench::time_ms(
+      [&] {
+        forward();
+        Scratch scratch;
+        cudnn_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, shape, scratch, nullptr);
+      },
+      1, 3);
+  loom::bench::print_result("loom", "attention fwd bf16 via cuDNN", name, fwd, forward_flops);
+  loom::bench::print_result("loom", "attention fwd+bwd bf16 via cuDNN", name, both, 3.5 * forward_flops);
+}
+
 template <typename T>
 void bench(const Shape& s, const char* type) {
   const int64_t q_n = s.batch * s.seq * s.heads * s.dim, kv_n = s.batch * s.seq * s.kv_heads * s.dim;
@@ -77,6 +110,8 @@ void bench(const Shape& s, const char* type) {
       1, 3);
   loom::bench::print_result("loom", std::string("attention fwd ") + type, name, fwd, forward_flops);
   loom::bench::print_result("loom", std::string("attention fwd+bwd ") + type, name, both, 3.5 * forward_flops);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    bench_cudnn(name, shape, forward_flops, out, lse, q, k, v, dout, dq, dk, dv);
   for (void* p : std::vector<void*>{source, q, k, v, dout, out, lse, dq, dk, dv}) cudaFree(p);
 }
 

@@ -43,13 +43,14 @@ def bench(path):
         if len(parts) == 6 and parts[0] == "RESULT":
             _, impl, op, shape, ms, tflops = parts
             rows.setdefault((op, shape), {})[impl] = (float(ms), float(tflops))
-    out = [f"{'operation':26} {'shape':44} {'loom ms':>9} {'TFLOP/s':>8} {'torch ms':>9} {'TFLOP/s':>8} {'loom/torch':>10}"]
+    out = [f"{'operation':34} {'shape':44} {'loom ms':>9} {'TFLOP/s':>8} {'torch ms':>9} {'TFLOP/s':>8} {'loom/torch':>10}"]
     for (op, shape), r in rows.items():
-        loom, torch = r.get("loom"), r.get("torch")
+        # A loom variant of an operation ("... via cuDNN") is compared with torch's same operation.
+        loom, torch = r.get("loom"), r.get("torch") or rows.get((op.split(" via ")[0], shape), {}).get("torch")
         cells = [f"{loom[0]:9.3f} {loom[1]:8.1f}" if loom else f"{'-':>9} {'-':>8}",
                  f"{torch[0]:9.3f} {torch[1]:8.1f}" if torch else f"{'-':>9} {'-':>8}"]
         ratio = f"{torch[0] / loom[0]:10.2f}" if loom and torch else f"{'-':>10}"
-        out.append(f"{op:26} {shape:44} {cells[0]} {cells[1]} {ratio}")
+        out.append(f"{op:34} {shape:44} {cells[0]} {cells[1]} {ratio}")
     return "\n".join(out) + "\n(loom/torch: torch's time over loom's; > 1 means loom is faster)"
 
 

@@ -37,7 +37,7 @@ run() {
   local rc=$?
   cat "$part" >>"$log"
   grep '^TRAIN|' "$part" >>"$results"
-  grep -E '^(TRAIN\||# |llm.c|model:|trained steps)' "$part"
+  grep -E '^(TRAIN\||# |llm.c|model:|trained steps|loom: attention)' "$part"
   [ "$rc" = 0 ] || { echo "$name: exit $rc$([ "$rc" = 124 ] && echo ' (timed out)'); its last lines:"; tail -5 "$part"; }
 }
 

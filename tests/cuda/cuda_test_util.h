@@ -1,7 +1,8 @@
 #pragma once
 // Helpers of the GPU tests: the skip when no GPU is usable (with the runtime's reason), the tests'
-// fixture, fresh random inputs, device copies of host vectors, and the error measures the tests
-// compare by.
+// fixture, fresh random inputs, bf16 roundings, device copies of host vectors, and the error
+// measures the tests compare by.
+#include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -92,6 +93,22 @@ double relative_error(const std::vector<A>& got, const std::vector<B>& want) {
     norm += w * w;
   }
   return std::sqrt(diff / std::max(norm, 1e-300));
+}
+
+// bf16 values: x rounded (to nearest even), converted and widened back.
+inline std::vector<float> bf16_rounded(std::vector<float> x) {
+  for (float& v : x) v = __bfloat162float(__float2bfloat16(v));
+  return x;
+}
+inline std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& x) {
+  std::vector<__nv_bfloat16> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = __float2bfloat16(x[i]);
+  return out;
+}
+inline std::vector<float> to_float(const std::vector<__nv_bfloat16>& x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = __bfloat162float(x[i]);
+  return out;
 }
 
 inline std::vector<float> poison(int64_t n) { return std::vector<float>(static_cast<size_t>(n), NAN); }

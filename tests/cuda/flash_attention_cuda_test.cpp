@@ -23,6 +23,7 @@
 namespace loom::kernels::cuda {
 namespace {
 
+using testing::bf16_rounded;
 using testing::DeviceArray;
 using testing::DeviceFloats;
 using testing::fresh_seed;
@@ -30,6 +31,8 @@ using testing::poison;
 using testing::random_ids;
 using testing::random_values;
 using testing::relative_error;
+using testing::to_bf16;
+using testing::to_float;
 
 struct Case {
   std::string name;
@@ -58,21 +61,6 @@ void metadata(const Case& c, int64_t len, int64_t offset, int64_t total, uint32_
 }
 
 class CudaFlashAttention : public testing::GpuTest<::testing::TestWithParam<Case>> {};
-
-std::vector<float> bf16_rounded(std::vector<float> x) {
-  for (float& v : x) v = __bfloat162float(__float2bfloat16(v));
-  return x;
-}
-std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& x) {
-  std::vector<__nv_bfloat16> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = __float2bfloat16(x[i]);
-  return out;
-}
-std::vector<float> to_float(const std::vector<__nv_bfloat16>& x) {
-  std::vector<float> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = __bfloat162float(x[i]);
-  return out;
-}
 
 // One case's inputs: a fused qkv of the queries' tokens and one of the keys' (k and v at columns
 // k_at and v_at; the same tokens when q_len == k_len and the keys are not another block), dout,

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -15,6 +16,7 @@
 #include "cuda_test_util.h"
 #include "loom/core/device.h"
 #include "loom/kernels/cuda/backend.h"
+#include "loom/kernels/cuda/cudnn_library.h"
 #include "loom/kernels/cuda_entries.h"
 #include "loom/kernels/ops.h"
 
@@ -96,6 +98,33 @@ TEST_F(CudaModel, TinyLlamaTrainsInTheLowPrecisionRecipesOnTheGpuAsOnTheCpu) {
       EXPECT_NEAR(gpu[i], cpu[i], 1e-2 * std::fabs(cpu[i])) << recipe << " step " << i + 1;
       std::printf("%s step %zu: loss cpu %.7f gpu %.7f\n", recipe.c_str(), i + 1, cpu[i], gpu[i]);
     }
+  }
+  std::filesystem::remove_all(root);
+}
+
+// The model's attention on cuDNN's fused flash attention: head_dim 64 and plain causal rows, under
+// LOOM_ATTENTION=cudnn so that every attention call must run there (an Error otherwise), trains
+// under the bf16 recipe as the CPU's emulation of it: losses within 1e-2 relative over 4 steps.
+// Skipped without cuDNN.
+TEST_F(CudaModel, TinyLlamaWithCudnnAttentionTrainsInBf16AsOnTheCpu) {
+  if (!cudnn_status().available) GTEST_SKIP() << "no cuDNN: " << cudnn_status().reason;
+  set_cuda_starter(&start_backend);
+  const std::string root = train::testing::make_training_root("cuda-model-cudnn");
+  const std::string yaml = tiny_llama(root);
+  const std::vector<std::string> run = {"precision.recipe=bf16", "model.d_model=128", "model.heads=2",
+                                        "model.kv_heads=1"};
+  const std::vector<double> cpu = train::testing::losses_of(train::testing::train_run(root, "cpu", yaml, run));
+  std::vector<std::string> on_gpu = run;
+  on_gpu.push_back("runtime.device=cuda");
+  ::setenv("LOOM_ATTENTION", "cudnn", 1);
+  std::vector<double> gpu;
+  EXPECT_NO_THROW(gpu = train::testing::losses_of(train::testing::train_run(root, "gpu", yaml, on_gpu)));
+  ::unsetenv("LOOM_ATTENTION");
+  ASSERT_EQ(cpu.size(), 4u);
+  ASSERT_EQ(gpu.size(), 4u);
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    EXPECT_NEAR(gpu[i], cpu[i], 1e-2 * std::fabs(cpu[i])) << "step " << i + 1;
+    std::printf("cuDNN attention step %zu: loss cpu %.7f gpu %.7f\n", i + 1, cpu[i], gpu[i]);
   }
   std::filesystem::remove_all(root);
 }

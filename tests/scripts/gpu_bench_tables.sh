@@ -34,6 +34,17 @@ grep -Eq '^llama-1b +4 x 2048 loom fp8_current +39000 .* 1\.30$' "$work/table.tx
 grep -Eq '^llama-1b +4 x 2048 loom +30000 .* -$' "$work/table.txt" || fail "the bf16 run's own row" "$work/table.txt"
 echo "gpu_table.py: a loom recipe over loom's bf16 run"
 
+# Kernel rows: loom's attention on cuDNN against torch's row of the same operation and shape.
+printf 'RESULT|loom|attention fwd bf16|gpt2 B8|0.400|10.0\nRESULT|torch|attention fwd bf16|gpt2 B8|0.200|20.0\nRESULT|loom|attention fwd bf16 via cuDNN|gpt2 B8|0.100|40.0\n' \
+  > "$work/kernels.txt"
+(cd "$bench" && python3 -c "import gpu_table, sys; print(gpu_table.bench(sys.argv[1]))" "$work/kernels.txt") > "$work/kernels_table.txt" ||
+  fail "gpu_table.py's kernel table" "$work/kernels_table.txt"
+grep -Eq '^attention fwd bf16 via cuDNN +gpt2 B8 +0\.100 +40\.0 +0\.200 +20\.0 +2\.00$' "$work/kernels_table.txt" ||
+  fail "the cuDNN row against torch's" "$work/kernels_table.txt"
+grep -Eq '^attention fwd bf16 +gpt2 B8 +0\.400 +10\.0 +0\.200 +20\.0 +0\.50$' "$work/kernels_table.txt" ||
+  fail "loom's own kernel row" "$work/kernels_table.txt"
+echo "gpu_table.py: a cuDNN row against torch's same operation"
+
 # Loss curves: bf16 falling from 10 to 4 over 60 steps; fp8 3% above it (within 5%), then 8%.
 python3 - "$work" <<'PY'
 import json, sys

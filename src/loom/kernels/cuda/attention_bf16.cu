@@ -4,6 +4,7 @@
 
 #include "loom/kernels/attention_operands.h"
 #include "loom/kernels/cuda/attention_bf16.h"
+#include "loom/kernels/cuda/cudnn_attention.h"
 #include "loom/kernels/cuda/flash_attention.h"
 #include "loom/kernels/cuda/launch.cuh"
 #include "loom/kernels/cuda/scratch.h"
@@ -30,6 +31,14 @@ __global__ void widen_kernel(float* __restrict__ dst, const __nv_bfloat16* __res
   for (int64_t i = grid_start(); i < rows * span; i += grid_stride()) {
     const int64_t at = region_index(i, span, stride);
     dst[at] = __bfloat162float(src[at]);
+  }
+}
+
+__global__ void add_rows_kernel(float* __restrict__ dst, int64_t dst_stride, const __nv_bfloat16* __restrict__ src,
+                                int64_t src_stride, int64_t rows, int64_t width) {
+  for (int64_t i = grid_start(); i < rows * width; i += grid_stride()) {
+    const int64_t r = i / width, c = i % width;
+    dst[r * dst_stride + c] += __bfloat162float(src[r * src_stride + c]);
   }
 }
 
@@ -64,7 +73,11 @@ void flash_attention_forward_bf16(float* out, float* lse, const float* q, const 
   const OperandView o = attention_output_view(s, out);
   const OperandRegion region{out, o.rows, o.width, o.stride};
   __nv_bfloat16* out16 = scratch.of<__nv_bfloat16>(region.elements());
-  flash_attention_forward(out16, lse, in.pointer(0), in.pointer(1), in.pointer(2), s, vis, stream);
+  if (attention_fallback_reason(s, vis, false, {in.pointer(0), in.pointer(1), in.pointer(2), out16}).empty()) {
+    cudnn_attention_forward(out16, lse, in.pointer(0), in.pointer(1), in.pointer(2), s, scratch, stream);
+  } else {
+    flash_attention_forward(out16, lse, in.pointer(0), in.pointer(1), in.pointer(2), s, vis, stream);
+  }
   if (o.rows * o.width == 0) return;
   widen_kernel<<<grid_for(o.rows * o.width), kThreads, 0, stream>>>(out, out16, o.rows, o.width, o.stride);
   check_launch("attention widen_kernel");
@@ -79,8 +92,24 @@ void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float*
   views.push_back(attention_output_view(s, out));
   views.push_back(attention_output_view(s, dout));
   const Bf16Views in(views, scratch, stream);
-  flash_attention_backward(dq, dk, dv, in.pointer(4), in.pointer(3), lse, in.pointer(0), in.pointer(1), in.pointer(2),
-                           s, vis, stream);
+  const bool on_cudnn =
+      attention_fallback_reason(s, vis, true, {in.pointer(0), in.pointer(1), in.pointer(2), in.pointer(3),
+                                               in.pointer(4)})
+          .empty();
+  if (on_cudnn) {
+    cudnn_attention_backward(dq, dk, dv, in.pointer(4), in.pointer(3), lse, in.pointer(0), in.pointer(1),
+                             in.pointer(2), s, scratch, stream);
+  } else {
+    flash_attention_backward(dq, dk, dv, in.pointer(4), in.pointer(3), lse, in.pointer(0), in.pointer(1),
+                             in.pointer(2), s, vis, stream);
+  }
+}
+
+void add_bf16_rows(float* dst, int64_t dst_stride, const __nv_bfloat16* src, int64_t src_stride, int64_t rows,
+                   int64_t width, cudaStream_t stream) {
+  if (rows * width == 0) return;
+  add_rows_kernel<<<grid_for(rows * width), kThreads, 0, stream>>>(dst, dst_stride, src, src_stride, rows, width);
+  check_launch("attention add_rows_kernel");
 }
 
 }  // namespace loom::kernels::cuda

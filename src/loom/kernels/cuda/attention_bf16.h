@@ -4,7 +4,17 @@
 // (attention_operands.h), the bf16 kernels of flash_attention.h run on them (tensor cores at
 // head_dim 64 and 128), and forward's bf16 out is widened into the fp32 out. lse and the
 // gradients are fp32 throughout. The copies are scratch of the device's cache (scratch.h).
+// Where cuDNN serves the call (cudnn_attention.h), its fused flash attention runs on the same
+// bf16 copies instead of loom's kernels; LOOM_ATTENTION (environment) chooses:
+//   auto (default): cuDNN wherever it serves, loom's kernels elsewhere;
+//   cudnn: cuDNN for every call, an Error saying why where it cannot;
+//   loom: loom's kernels always.
+// A call that falls back says why on stderr, once per reason; the first call on cuDNN says so.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <initializer_list>
+#include <string>
 
 #include "loom/kernels/types.h"
 
@@ -17,5 +27,15 @@ void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float*
                                    const float* lse, const float* q, const float* k, const float* v,
                                    const FlashAttentionShape& s, const AttentionVisibility& vis,
                                    cudaStream_t stream = nullptr);
+
+// Empty when a call of this shape runs on cuDNN; otherwise why it runs on loom's kernels (plans
+// are built here, once per shape). Throws only for a bad LOOM_ATTENTION, or under
+// LOOM_ATTENTION=cudnn where cuDNN cannot serve.
+std::string attention_fallback_reason(const FlashAttentionShape& s, const AttentionVisibility& vis, bool backward,
+                                      std::initializer_list<const void*> tensors = {});
+
+// dst[r * dst_stride + c] += src[r * src_stride + c] for r < rows, c < width (device memory).
+void add_bf16_rows(float* dst, int64_t dst_stride, const __nv_bfloat16* src, int64_t src_stride, int64_t rows,
+                   int64_t width, cudaStream_t stream = nullptr);
 
 }  // namespace loom::kernels::cuda

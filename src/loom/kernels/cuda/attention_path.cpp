@@ -1,0 +1,55 @@
+// Which kernels attention with bf16 operands runs on (attention_bf16.h): cuDNN's fused flash
+// attention or loom's own, by LOOM_ATTENTION and by what cuDNN serves.
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+
+#include "loom/core/error.h"
+#include "loom/kernels/cuda/attention_bf16.h"
+#include "loom/kernels/cuda/cudnn_attention.h"
+#include "loom/kernels/cuda/cudnn_library.h"
+
+namespace loom::kernels::cuda {
+
+namespace {
+
+enum class Choice { Auto, Cudnn, Loom };
+
+Choice choice() {
+  const char* value = std::getenv("LOOM_ATTENTION");
+  const std::string v = value != nullptr ? value : "";
+  if (v.empty() || v == "auto") return Choice::Auto;
+  if (v == "cudnn") return Choice::Cudnn;
+  if (v == "loom") return Choice::Loom;
+  throw Error("LOOM_ATTENTION=" + v + ": expected auto, cudnn or loom");
+}
+
+// Each distinct line once per process.
+void say_once(const std::string& line) {
+  static std::mutex mutex;
+  static auto* said = new std::set<std::string>();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (said->insert(line).second) std::fprintf(stderr, "loom: %s\n", line.c_str());
+}
+
+}  // namespace
+
+std::string attention_fallback_reason(const FlashAttentionShape& s, const AttentionVisibility& vis, bool backward,
+                                      std::initializer_list<const void*> tensors) {
+  const Choice c = choice();
+  if (c == Choice::Loom) return "LOOM_ATTENTION=loom";
+  std::string why = cudnn_attention_refusal(s, vis, tensors);
+  if (why.empty()) why = cudnn_attention_prepare(s, backward);
+  LOOM_CHECK(why.empty() || c != Choice::Cudnn, "LOOM_ATTENTION=cudnn but cuDNN cannot serve this attention (batch " +
+                                                    std::to_string(s.batch) + ", q_len " + std::to_string(s.q_len) +
+                                                    ", head_dim " + std::to_string(s.head_dim) + "): " + why);
+  if (why.empty()) {
+    say_once("attention on cuDNN " + std::to_string(cudnn_status().version) + " (fused flash attention)");
+  } else {
+    say_once(std::string("attention ") + (backward ? "backward" : "forward") + " on loom's kernels: " + why);
+  }
+  return why;
+}
+
+}  // namespace loom::kernels::cuda
