@@ -120,14 +120,22 @@ cudnnBackendDescriptor_t causal(CudnnGraph& g, const Sizes& z, cudnnBackendDescr
 
 float softmax_scale(const FlashAttentionShape& s) { return 1.0f / std::sqrt(static_cast<float>(s.head_dim)); }
 
+// The tensors both passes take from loom: q, K^T, the output and the softmax statistics.
+struct SharedTensors {
+  cudnnBackendDescriptor_t q, kt, o, stats;
+};
+SharedTensors shared_tensors(CudnnGraph& g, const Sizes& z, const FlashAttentionShape& s) {
+  return {g.tensor(kQ, kBf16, {z.b, z.hq, z.n, z.d}, rows_strides(z.n, z.d, s.q_stride)),
+          g.tensor(kK, kBf16, {z.b, z.hk, z.d, z.n}, transposed_strides(z.n, z.d, s.k_stride)),
+          g.tensor(kO, kBf16, {z.b, z.hq, z.n, z.d}, rows_strides(z.n, z.d, s.out_stride)),
+          g.tensor(kStats, kF32, z.stats(), z.stats_strides())};
+}
+
 std::unique_ptr<CudnnGraph> forward_graph(const FlashAttentionShape& s) {
   auto g = std::make_unique<CudnnGraph>();
   const Sizes z(s);
-  const auto q = g->tensor(kQ, kBf16, {z.b, z.hq, z.n, z.d}, rows_strides(z.n, z.d, s.q_stride));
-  const auto kt = g->tensor(kK, kBf16, {z.b, z.hk, z.d, z.n}, transposed_strides(z.n, z.d, s.k_stride));
+  const auto [q, kt, o, stats] = shared_tensors(*g, z, s);
   const auto v = g->tensor(kV, kBf16, {z.b, z.hk, z.n, z.d}, rows_strides(z.n, z.d, s.v_stride));
-  const auto o = g->tensor(kO, kBf16, {z.b, z.hq, z.n, z.d}, rows_strides(z.n, z.d, s.out_stride));
-  const auto stats = g->tensor(kStats, kF32, z.stats(), z.stats_strides());
   const auto masked = causal(*g, z, scaled_scores(*g, z, q, kt, g->scalar(softmax_scale(s))));
   // Softmax with its statistics: Stats = max + log(sum exp(x - max)).
   const auto max = g->virtual_tensor(kF32, z.stats(), z.stats_strides());
@@ -164,12 +172,9 @@ void per_kv_head_product(CudnnGraph& g, const Sizes& z, cudnnBackendDescriptor_t
 std::unique_ptr<CudnnGraph> backward_graph(const FlashAttentionShape& s) {
   auto g = std::make_unique<CudnnGraph>();
   const Sizes z(s);
-  const auto q = g->tensor(kQ, kBf16, {z.b, z.hq, z.n, z.d}, rows_strides(z.n, z.d, s.q_stride));
-  const auto kt = g->tensor(kK, kBf16, {z.b, z.hk, z.d, z.n}, transposed_strides(z.n, z.d, s.k_stride));
+  const auto [q, kt, o, stats] = shared_tensors(*g, z, s);
   const auto vt = g->tensor(kV, kBf16, {z.b, z.hk, z.d, z.n}, transposed_strides(z.n, z.d, s.v_stride));
-  const auto o = g->tensor(kO, kBf16, {z.b, z.hq, z.n, z.d}, rows_strides(z.n, z.d, s.out_stride));
   const auto dout = g->tensor(kDout, kBf16, {z.b, z.hq, z.n, z.d}, rows_strides(z.n, z.d, s.out_stride));
-  const auto stats = g->tensor(kStats, kF32, z.stats(), z.stats_strides());
   const auto dq = g->tensor(kDq, kBf16, {z.b, z.hq, z.n, z.d}, rows_strides(z.n, z.d, z.hq * z.d));
   const auto dk = g->tensor(kDk, kBf16, {z.b, z.hk, z.n, z.d}, rows_strides(z.n, z.d, z.hk * z.d));
   const auto dv = g->tensor(kDv, kBf16, {z.b, z.hk, z.n, z.d}, rows_strides(z.n, z.d, z.hk * z.d));
