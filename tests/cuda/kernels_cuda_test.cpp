@@ -157,5 +157,48 @@ TEST(CudaKernels, AddRowsEqualsTheCpu) {
   EXPECT_EQ(d_y.host(), y);
 }
 
+// A mixture of experts' row moves: a gather by index with a per-row scale (exact), a scatter-add
+// with repeated targets in row order, and per-row dot products in double (within 1e-6: the CPU
+// build may or may not contract to FMA).
+TEST(CudaKernels, RowGathersScattersAndDotsEqualTheCpu) {
+  SKIP_WITHOUT_GPU();
+  CachingAllocator allocator;
+  const int64_t rows = 1037, targets = 300, width = 72;
+  std::vector<int32_t> index(rows);
+  std::mt19937 rng(61);
+  for (int32_t& i : index) i = static_cast<int32_t>(rng() % targets);
+  const std::vector<float> x = random_values(62, targets * width, 1.0f), rows_in = random_values(63, rows * width, 1.0f),
+                           scale = random_values(64, rows, 1.0f), out0 = random_values(65, targets * width, 1.0f);
+  DeviceArray d_x(allocator, x), d_rows(allocator, rows_in), d_scale(allocator, scale);
+  testing::DeviceArray<int32_t> d_index(allocator, index);
+  for (const bool scaled : {false, true}) {
+    const float* s = scaled ? scale.data() : nullptr;
+    const float* ds = scaled ? d_scale.ptr : nullptr;
+    std::vector<float> gathered(rows * width), sum = out0;
+    cpu::gather_rows(gathered.data(), x.data(), index.data(), s, rows, width);
+    cpu::scatter_add_rows(sum.data(), rows_in.data(), width, index.data(), s, rows, width);
+    DeviceArray d_gathered(allocator, std::vector<float>(gathered.size(), NAN)), d_sum(allocator, out0);
+    cuda::gather_rows(d_gathered.ptr, d_x.ptr, d_index.ptr, ds, rows, width);
+    cuda::scatter_add_rows(d_sum.ptr, d_rows.ptr, width, d_index.ptr, ds, rows, width);
+    EXPECT_EQ(d_gathered.host(), gathered) << "scaled " << scaled;
+    EXPECT_LE(relative_error(d_sum.host(), sum), 1e-6) << "scaled " << scaled;
+  }
+  // One broadcast row (stride 0) added into every row, no index.
+  std::vector<float> broadcast = rows_in;
+  cpu::scatter_add_rows(broadcast.data(), x.data(), 0, nullptr, scale.data(), rows, width);
+  DeviceArray d_broadcast(allocator, rows_in);
+  cuda::scatter_add_rows(d_broadcast.ptr, d_x.ptr, 0, nullptr, d_scale.ptr, rows, width);
+  EXPECT_LE(relative_error(d_broadcast.host(), broadcast), 1e-6);
+  std::vector<double> dots(rows), dots_broadcast(rows);
+  cpu::row_dots(dots.data(), x.data(), index.data(), rows_in.data(), width, rows, width);
+  cpu::row_dots(dots_broadcast.data(), rows_in.data(), nullptr, x.data(), 0, rows, width);
+  testing::DeviceArray<double> d_dots(allocator, std::vector<double>(rows, NAN)),
+      d_dots_broadcast(allocator, std::vector<double>(rows, NAN));
+  cuda::row_dots(d_dots.ptr, d_x.ptr, d_index.ptr, d_rows.ptr, width, rows, width);
+  cuda::row_dots(d_dots_broadcast.ptr, d_rows.ptr, nullptr, d_x.ptr, 0, rows, width);
+  EXPECT_LE(relative_error(d_dots.host(), dots), 1e-6);
+  EXPECT_LE(relative_error(d_dots_broadcast.host(), dots_broadcast), 1e-6);
+}
+
 }  // namespace
 }  // namespace loom::kernels::cuda

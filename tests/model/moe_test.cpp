@@ -198,8 +198,8 @@ TEST(MoeDispatch, PermutationRoundTripsEveryTokenWithItsWeight) {
   ExchangePlan xp = make_exchange_plan(plan, peers, recv);
   std::vector<float> in(xp.received * width), mid(in.size()), back(in.size());
   std::iota(in.begin(), in.end(), 0.0f);
-  regroup_rows(mid.data(), in.data(), xp, width, true);
-  regroup_rows(back.data(), mid.data(), xp, width, false);
+  regroup_rows(Device::cpu(), mid.data(), in.data(), xp, width, true);
+  regroup_rows(Device::cpu(), back.data(), mid.data(), xp, width, false);
   EXPECT_EQ(back, in);
   std::vector<float> out(tokens * width, 0.0f);
   unpermute_rows(out.data(), rows.data(), plan, weight.data(), width);

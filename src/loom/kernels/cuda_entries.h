@@ -72,6 +72,12 @@ struct CudaEntries {
   void (*relu2_backward)(Device, float* din, const float* dout, const float* in, int64_t n) = nullptr;
   void (*add_rows)(Device, float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t rows,
                    int64_t width) = nullptr;
+  void (*gather_rows)(Device, float* out, const float* x, const int32_t* index, const float* scale, int64_t rows,
+                      int64_t width) = nullptr;
+  void (*scatter_add_rows)(Device, float* out, const float* x, int64_t x_stride, const int32_t* index,
+                           const float* scale, int64_t rows, int64_t width) = nullptr;
+  void (*row_dots)(Device, double* out, const float* a, const int32_t* index, const float* b, int64_t b_stride,
+                   int64_t rows, int64_t width) = nullptr;
   // Tiled attention: the contract of kernels/ops.h (and docs/architecture.md, "Kernels").
   void (*flash_attention_forward)(Device, float* out, float* lse, const float* q, const float* k, const float* v,
                                   const FlashAttentionShape& s, const AttentionVisibility& vis) = nullptr;

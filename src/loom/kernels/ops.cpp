@@ -296,6 +296,18 @@ void relu2_backward(Device device, float* din, const float* dout, const float* i
 void add_rows(Device device, float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t rows, int64_t width) {
   LOOM_DISPATCH(add_rows, y, y_stride, x, x_stride, rows, width);
 }
+void gather_rows(Device device, float* out, const float* x, const int32_t* index, const float* scale, int64_t rows,
+                 int64_t width) {
+  LOOM_DISPATCH(gather_rows, out, x, index, scale, rows, width);
+}
+void scatter_add_rows(Device device, float* out, const float* x, int64_t x_stride, const int32_t* index,
+                      const float* scale, int64_t rows, int64_t width) {
+  LOOM_DISPATCH(scatter_add_rows, out, x, x_stride, index, scale, rows, width);
+}
+void row_dots(Device device, double* out, const float* a, const int32_t* index, const float* b, int64_t b_stride,
+              int64_t rows, int64_t width) {
+  LOOM_DISPATCH(row_dots, out, a, index, b, b_stride, rows, width);
+}
 
 void ssd_scan_forward(Device device, float* y, const float* x, const float* dt_raw, const float* dt_bias,
                       const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,

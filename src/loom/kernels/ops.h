@@ -56,6 +56,15 @@ void relu2_backward(Device device, float* din, const float* dout, const float* i
 // y[r * y_stride + c] += x[r * x_stride + c] for r < rows, c < width: a column block added into
 // another (kernels/cpu/rows.h).
 void add_rows(Device device, float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t rows, int64_t width);
+// Rows moved by index with a per-row scale, and per-row dot products in double (cpu/rows.h):
+// a mixture-of-experts layer's dispatch, combine and gates. Index and scale arrays (may be null)
+// live on `device`.
+void gather_rows(Device device, float* out, const float* x, const int32_t* index, const float* scale, int64_t rows,
+                 int64_t width);
+void scatter_add_rows(Device device, float* out, const float* x, int64_t x_stride, const int32_t* index,
+                      const float* scale, int64_t rows, int64_t width);
+void row_dots(Device device, double* out, const float* a, const int32_t* index, const float* b, int64_t b_stride,
+              int64_t rows, int64_t width);
 
 // --- linear layers (W stored [out, in]) and a plain GEMM.
 void linear_forward(Device device, float* out, const float* in, const float* weight, const float* bias, int64_t n,

@@ -26,8 +26,8 @@ ExpertMlp::ExpertMlp(ParameterStore& store, const TensorParallel& tp, const std:
 
 void ExpertMlp::forward(Saved& saved, float* out, const float* in, const std::vector<int64_t>& expert_rows) const {
   const int64_t rows = std::accumulate(expert_rows.begin(), expert_rows.end(), int64_t{0});
-  float* hidden = sized(saved.hidden, rows * hidden_width());
-  float* act = sized(saved.act, rows * ffn_);
+  float* hidden = sized(saved.hidden, rows * hidden_width(), device_);
+  float* act = sized(saved.act, rows * ffn_, device_);
   int64_t at = 0;
   for (int j = 0; j < count_; ++j) {
     const int64_t n = expert_rows[j];
@@ -44,9 +44,9 @@ void ExpertMlp::forward(Saved& saved, float* out, const float* in, const std::ve
 void ExpertMlp::backward(float* d_in, const float* d_out, const float* in, const Saved& saved, Workspace& work,
                          const std::vector<int64_t>& expert_rows) const {
   const int64_t rows = std::accumulate(expert_rows.begin(), expert_rows.end(), int64_t{0});
-  float* d_act = zeroed(work.d_act, rows * ffn_);
-  float* d_hidden = zeroed(work.d_hidden, rows * hidden_width());
-  std::fill(d_in, d_in + rows * width_, 0.0f);
+  float* d_act = zeroed(work.d_act, rows * ffn_, device_);
+  float* d_hidden = zeroed(work.d_hidden, rows * hidden_width(), device_);
+  if (rows > 0) allocator(device_).zero(d_in, static_cast<size_t>(rows * width_) * sizeof(float));
   int64_t at = 0;
   for (int j = 0; j < count_; ++j) {
     const int64_t n = expert_rows[j];

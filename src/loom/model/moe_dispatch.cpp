@@ -46,6 +46,12 @@ DispatchPlan plan_dispatch(const int32_t* expert, const float* weight, int64_t t
   return plan;
 }
 
+std::vector<int32_t> dispatched_tokens(const DispatchPlan& plan) {
+  std::vector<int32_t> tokens(plan.order.size());
+  for (size_t r = 0; r < plan.order.size(); ++r) tokens[r] = static_cast<int32_t>(plan.order[r] / plan.top_k);
+  return tokens;
+}
+
 void permute_rows(float* out, const float* x, const DispatchPlan& plan, int64_t width) {
   for (size_t r = 0; r < plan.order.size(); ++r) {
     const float* src = x + (plan.order[r] / plan.top_k) * width;
@@ -88,7 +94,8 @@ ExchangePlan make_exchange_plan(const DispatchPlan& plan, int peers, const std::
   return x;
 }
 
-void regroup_rows(float* out, const float* in, const ExchangePlan& plan, int64_t width, bool to_expert_major) {
+void regroup_rows(Device device, float* out, const float* in, const ExchangePlan& plan, int64_t width,
+                  bool to_expert_major) {
   // Start of block (p, j) in the peer-major and in the expert-major layout.
   std::vector<int64_t> peer_major(plan.peers * plan.local), expert_major(plan.peers * plan.local);
   int64_t at = 0;
@@ -109,7 +116,7 @@ void regroup_rows(float* out, const float* in, const ExchangePlan& plan, int64_t
     const int64_t n = plan.recv_counts[b] * width;
     const int64_t from = (to_expert_major ? peer_major[b] : expert_major[b]) * width;
     const int64_t to = (to_expert_major ? expert_major[b] : peer_major[b]) * width;
-    std::copy(in + from, in + from + n, out + to);
+    copy_on_device(device, out + to, in + from, n);
   }
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "loom/config/enums.h"
+#include "loom/core/device.h"
 
 namespace loom::model {
 
@@ -31,7 +32,10 @@ int64_t expert_capacity(int64_t tokens, int top_k, int experts, double capacity_
 DispatchPlan plan_dispatch(const int32_t* expert, const float* weight, int64_t tokens, int top_k, int experts,
                            double capacity_factor, config::MoeDropPolicy policy);
 
-// out[r] = x[token of order[r]] ([rows, width]).
+// The token of each dispatched row (the index of the layer's row gathers and scatter-adds).
+std::vector<int32_t> dispatched_tokens(const DispatchPlan& plan);
+
+// Host references of the layer's device gathers: out[r] = x[token of order[r]] ([rows, width]).
 void permute_rows(float* out, const float* x, const DispatchPlan& plan, int64_t width);
 // out[token of order[r]] += scale[order[r]] * rows[r] (scale null: 1).
 void unpermute_rows(float* out, const float* rows, const DispatchPlan& plan, const float* scale, int64_t width);
@@ -51,7 +55,8 @@ std::vector<int64_t> send_counts_by_expert(const DispatchPlan& plan, int peers);
 ExchangePlan make_exchange_plan(const DispatchPlan& plan, int peers, const std::vector<int64_t>& recv_counts);
 
 // Received rows are peer-major (peer, then expert); experts compute expert-major (expert, then
-// peer). to_expert_major moves rows one way, the reverse the other.
-void regroup_rows(float* out, const float* in, const ExchangePlan& plan, int64_t width, bool to_expert_major);
+// peer). to_expert_major moves rows one way, the reverse the other (block copies on `device`).
+void regroup_rows(Device device, float* out, const float* in, const ExchangePlan& plan, int64_t width,
+                  bool to_expert_major);
 
 }  // namespace loom::model

@@ -14,6 +14,16 @@ namespace {
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
+
+// A host array copied where the kernels of `device` read it (into `buffer`, grown as needed).
+template <typename T>
+T* upload(Device device, DeviceBuffer<T>& buffer, const std::vector<T>& host) {
+  const int64_t n = static_cast<int64_t>(host.size());
+  if (buffer.device() != device) buffer = DeviceBuffer<T>(device);
+  if (buffer.size() < n) buffer.resize(n);
+  copy_from_host(device, buffer.data(), host.data(), n);
+  return buffer.data();
+}
 }  // namespace
 
 MoeLayer::MoeLayer(ParameterStore& store, const TensorParallel& tp, ExpertLayout experts, int layer,
@@ -73,7 +83,7 @@ void MoeLayer::exchange(const float* send, float* recv, const ExchangePlan& x, i
 // Experts' outputs of s.dispatched, in the dispatched order (s.returned).
 const float* MoeLayer::run_experts(Saved& s, int64_t width) const {
   const int64_t rows = static_cast<int64_t>(s.plan.order.size());
-  float* returned = sized(s.returned, rows * width);
+  float* returned = sized(s.returned, rows * width, device_);
   if (comm_ == nullptr || comm_->size() == 1) {
     experts_->forward(s.experts, returned, s.dispatched.data(), s.plan.expert_rows);
     return returned;
@@ -84,13 +94,13 @@ const float* MoeLayer::run_experts(Saved& s, int64_t width) const {
   comm_->exchange_counts(send.data(), recv.data(), experts_->count());
   s.exchange = make_exchange_plan(s.plan, peers, recv);
   const ExchangePlan& x = s.exchange;
-  float* received = sized(received_, x.received * width);
+  float* received = sized(received_, x.received * width, device_);
   exchange(s.dispatched.data(), received, x, width, true);
-  float* expert_in = sized(s.expert_in, x.received * width);
-  regroup_rows(expert_in, received, x, width, true);
-  float* expert_out = sized(back_, x.received * width);
+  float* expert_in = sized(s.expert_in, x.received * width, device_);
+  regroup_rows(device_, expert_in, received, x, width, true);
+  float* expert_out = sized(back_, x.received * width, device_);
   experts_->forward(s.experts, expert_out, expert_in, x.expert_rows);
-  regroup_rows(received, expert_out, x, width, false);
+  regroup_rows(device_, received, expert_out, x, width, false);
   exchange(received, returned, x, width, false);
   return returned;
 }
@@ -104,26 +114,30 @@ void MoeLayer::forward(Saved& s, float* residual, const float* normed, int64_t b
   router_.forward(s.routing, x, rows, seq, value(router_weight_), moe_.expert_bias ? bias_.data() : nullptr, comm_);
   s.plan = plan_dispatch(s.routing.expert.data(), s.routing.weight.data(), rows, router_.top_k(), router_.experts(),
                          moe_.capacity_factor, moe_.drop_policy);
+  const int64_t R = static_cast<int64_t>(s.plan.order.size());
+  const int32_t* tokens = upload(device_, s.row_token, dispatched_tokens(s.plan));
+  std::vector<float> row_weight(R);
+  for (int64_t r = 0; r < R; ++r) row_weight[r] = s.routing.weight[s.plan.order[r]];
+  const float* weights = upload(device_, s.row_weight, row_weight);
   const float* expert_input = x;
   if (latent_down_ >= 0) {
-    float* z = sized(s.latent, rows * W);
+    float* z = sized(s.latent, rows * W, device_);
     kernels::linear_forward(device_, z, x, value(latent_down_), nullptr, rows, C, W);
     expert_input = z;
   }
-  float* dispatched = sized(s.dispatched, static_cast<int64_t>(s.plan.order.size()) * W);
-  permute_rows(dispatched, expert_input, s.plan, W);
+  float* dispatched = sized(s.dispatched, R * W, device_);
+  kernels::gather_rows(device_, dispatched, expert_input, tokens, nullptr, R, W);
   const float* returned = run_experts(s, W);
-  float* y = zeroed(s.combined, rows * W);
-  unpermute_rows(y, returned, s.plan, s.routing.weight.data(), W);
+  float* y = zeroed(s.combined, rows * W, device_);
+  kernels::scatter_add_rows(device_, y, returned, W, tokens, weights, R, W);  // combine, in dispatched order
   const float* out = y;
   if (latent_up_ >= 0) {
-    float* full = sized(out_full_, rows * C);
+    float* full = sized(out_full_, rows * C, device_);
     kernels::linear_forward(device_, full, y, value(latent_up_), nullptr, rows, W, C);
     out = full;
   }
   const int64_t first = tp_->first_local_row(rows), local = tp_->local_rows(rows);
-  const float* mine = out + first * C;
-  for (int64_t i = 0; i < local * C; ++i) residual[i] += mine[i];
+  kernels::add_in_place(device_, residual, out + first * C, local * C);
   stats_.seconds += seconds_since(start);
 }
 
@@ -137,17 +151,23 @@ void MoeLayer::shared_forward(Saved& s, float* residual, const float* normed, in
     return;
   }
   const int64_t C = d_model_, local = tp_->local_rows(rows);
-  float* out = zeroed(s.shared_out, local * C);
+  float* out = zeroed(s.shared_out, local * C, device_);
   shared_->forward(s.shared, out, normed, rows, scratch);
-  const float* g = value(shared_gate_);
+  const std::vector<double>& logit = row_dots(normed, nullptr, value(shared_gate_), 0, local, C);
   s.shared_gate.resize(local);
-  for (int64_t t = 0; t < local; ++t) {
-    double logit = 0.0;
-    for (int64_t c = 0; c < C; ++c) logit += static_cast<double>(normed[t * C + c]) * g[c];
-    const float gate = static_cast<float>(1.0 / (1.0 + std::exp(-logit)));
-    s.shared_gate[t] = gate;
-    for (int64_t c = 0; c < C; ++c) residual[t * C + c] += gate * out[t * C + c];
-  }
+  for (int64_t t = 0; t < local; ++t) s.shared_gate[t] = static_cast<float>(1.0 / (1.0 + std::exp(-logit[t])));
+  const float* gate = upload(device_, s.gate, s.shared_gate);
+  kernels::scatter_add_rows(device_, residual, out, C, nullptr, gate, local, C);
+}
+
+const std::vector<double>& MoeLayer::row_dots(const float* a, const int32_t* index, const float* b, int64_t b_stride,
+                                              int64_t rows, int64_t width) const {
+  if (dots_.device() != device_) dots_ = DeviceBuffer<double>(device_);
+  if (dots_.size() < rows) dots_.resize(rows);
+  kernels::row_dots(device_, dots_.data(), a, index, b, b_stride, rows, width);
+  dots_host_.resize(rows);
+  copy_to_host(device_, dots_host_.data(), dots_.data(), rows);
+  return dots_host_;
 }
 
 // out = gate * shared: d_shared = gate * d_out; d_logit = gate (1 - gate) (d_out . shared).
@@ -158,22 +178,20 @@ void MoeLayer::shared_backward(float* d_normed, const float* d_residual, const f
     return;
   }
   const int64_t C = d_model_, local = tp_->local_rows(rows);
-  const float* g = value(shared_gate_);
-  float* dg = store_->grad(shared_gate_);
-  float* d_shared = sized(d_shared_, local * C);
+  float* d_shared = sized(d_shared_, local * C, device_);
+  kernels::gather_rows(device_, d_shared, d_residual, nullptr, s.gate.data(), local, C);
+  const std::vector<double>& dot = row_dots(d_residual, nullptr, s.shared_out.data(), C, local, C);
+  d_gate_logit_.resize(local);
   for (int64_t t = 0; t < local; ++t) {
     const float gate = s.shared_gate[t];
-    double dot = 0.0;
-    for (int64_t c = 0; c < C; ++c) {
-      d_shared[t * C + c] = gate * d_residual[t * C + c];
-      dot += static_cast<double>(d_residual[t * C + c]) * s.shared_out.data()[t * C + c];
-    }
-    const float d_logit = static_cast<float>(dot) * gate * (1.0f - gate);
-    for (int64_t c = 0; c < C; ++c) {
-      dg[c] += d_logit * normed[t * C + c];
-      d_normed[t * C + c] += d_logit * g[c];
-    }
+    d_gate_logit_[t] = static_cast<float>(dot[t]) * gate * (1.0f - gate);
   }
+  const float* d_logit = upload(device_, d_gate_logit_device_, d_gate_logit_);
+  zeros_host_.assign(local, 0);
+  // dg += sum_t d_logit[t] normed[t] (rows in order into row 0); d_normed[t] += d_logit[t] g.
+  kernels::scatter_add_rows(device_, store_->grad(shared_gate_), normed, C, upload(device_, zeros_, zeros_host_),
+                            d_logit, local, C);
+  kernels::scatter_add_rows(device_, d_normed, value(shared_gate_), 0, nullptr, d_logit, local, C);
   shared_->backward(d_normed, d_shared, normed, s.shared, work, rows, scratch);
 }
 
@@ -185,13 +203,13 @@ void MoeLayer::experts_backward(float* d_dispatched, const float* d_returned, co
     return;
   }
   const ExchangePlan& x = s.exchange;
-  float* received = sized(received_, x.received * width);
+  float* received = sized(received_, x.received * width, device_);
   exchange(d_returned, received, x, width, true);
-  float* d_out = sized(back_, x.received * width);
-  regroup_rows(d_out, received, x, width, true);
-  float* d_in = sized(d_rows2_, x.received * width);
+  float* d_out = sized(back_, x.received * width, device_);
+  regroup_rows(device_, d_out, received, x, width, true);
+  float* d_in = sized(d_rows2_, x.received * width, device_);
   experts_->backward(d_in, d_out, s.expert_in.data(), s.experts, work, x.expert_rows);
-  regroup_rows(received, d_in, x, width, false);
+  regroup_rows(device_, received, d_in, x, width, false);
   exchange(received, d_dispatched, x, width, false);
 }
 
@@ -203,52 +221,47 @@ void MoeLayer::backward(float* d_normed, const float* d_residual, const float* n
   if (shared_) shared_backward(d_normed, d_residual, normed, s, work, rows, scratch);
   const float* x = tp_->sequence_parallel() ? s.gathered.data() : normed;
   // The gradient of the branch's output over all rows: this rank's rows only (sequence parallel).
-  float* d_out = zeroed(d_full_, rows * C);
-  std::copy(d_residual, d_residual + local * C, d_out + first * C);
+  float* d_out = zeroed(d_full_, rows * C, device_);
+  copy_on_device(device_, d_out + first * C, d_residual, local * C);
   const float* d_y = d_out;
   if (latent_up_ >= 0) {
-    float* dy = zeroed(d_y_, rows * W);
+    float* dy = zeroed(d_y_, rows * W, device_);
     kernels::linear_backward(device_, dy, store_->grad(latent_up_), nullptr, d_out, s.combined.data(),
                              value(latent_up_), rows, W, C);
     d_y = dy;
   }
   // Combine: y[t] = sum_r weight[s_r] * returned[r].
+  // d_returned[r] = weight[r] * d_y[token[r]], d_weight[selection of r] = d_y[token[r]] . returned[r].
   const int64_t R = static_cast<int64_t>(s.plan.order.size());
-  float* d_returned = sized(d_rows_, R * W);
+  const int32_t* tokens = s.row_token.data();
+  const std::vector<double>& dot = row_dots(d_y, tokens, s.returned.data(), W, R, W);
   d_weight_.assign(rows * k, 0.0f);
-  for (int64_t r = 0; r < R; ++r) {
-    const int64_t sel = s.plan.order[r];
-    const float* g = d_y + (sel / k) * W;
-    const float* y = s.returned.data() + r * W;
-    const float w = s.routing.weight[sel];
-    double dot = 0.0;
-    for (int64_t c = 0; c < W; ++c) {
-      d_returned[r * W + c] = w * g[c];
-      dot += static_cast<double>(g[c]) * y[c];
-    }
-    d_weight_[sel] = static_cast<float>(dot);
-  }
-  float* d_dispatched = sized(d_rows2_, R * W);
-  if (comm_ != nullptr && comm_->size() > 1) d_dispatched = sized(out_full_, R * W);
+  for (int64_t r = 0; r < R; ++r) d_weight_[s.plan.order[r]] = static_cast<float>(dot[r]);
+  float* d_returned = sized(d_rows_, R * W, device_);
+  kernels::gather_rows(device_, d_returned, d_y, tokens, s.row_weight.data(), R, W);
+  float* d_dispatched = sized(d_rows2_, R * W, device_);
+  if (comm_ != nullptr && comm_->size() > 1) d_dispatched = sized(out_full_, R * W, device_);
   experts_backward(d_dispatched, d_returned, s, work, W);
   // Each rank's input gradient covers its own rows' outputs: summed over the sequence-parallel
   // ranks (reduce-scatter); without sequence parallelism every rank holds the whole gradient.
   float* d_x = tp_->sequence_parallel() ? tp_->enter_backward_target(d_normed, rows, C, scratch.d_full) : d_normed;
-  float* d_x_full = zeroed(d_x_full_, rows * C);
+  float* d_x_full = zeroed(d_x_full_, rows * C, device_);
   if (latent_down_ >= 0) {
-    float* dz = zeroed(d_y_, rows * W);
-    unpermute_rows(dz, d_dispatched, s.plan, nullptr, W);
+    float* dz = zeroed(d_y_, rows * W, device_);
+    kernels::scatter_add_rows(device_, dz, d_dispatched, W, tokens, nullptr, R, W);
     kernels::linear_backward(device_, d_x_full, store_->grad(latent_down_), nullptr, dz, x, value(latent_down_), rows,
                              C, W);
   } else {
-    unpermute_rows(d_x_full, d_dispatched, s.plan, nullptr, W);
+    kernels::scatter_add_rows(device_, d_x_full, d_dispatched, W, tokens, nullptr, R, W);
   }
   const int E = router_.experts();
-  float* d_logits = zeroed(d_logits_, rows * E);
-  router_.backward(d_logits, s.routing, d_weight_.data(), aux_scale_, first, first + local);
+  d_logits_host_.assign(rows * E, 0.0f);
+  router_.backward(d_logits_host_.data(), s.routing, d_weight_.data(), aux_scale_, first, first + local);
+  float* d_logits = sized(d_logits_, rows * E, device_);
+  copy_from_host(device_, d_logits, d_logits_host_.data(), rows * E);
   kernels::linear_backward(device_, d_x_full, store_->grad(router_weight_), nullptr, d_logits, x,
                            value(router_weight_), rows, C, E);
-  for (int64_t i = 0; i < rows * C; ++i) d_x[i] += d_x_full[i];
+  kernels::add_in_place(device_, d_x, d_x_full, rows * C);
   if (tp_->sequence_parallel()) tp_->enter_backward(d_normed, d_x, rows, C);
   record_stats(s);
   stats_.seconds += seconds_since(start);

@@ -9,6 +9,10 @@
 //   [latent MoE: out = y W_up_latent^T]
 //   + a shared expert (an MLP on every token, tensor-parallel like the dense MLP), optionally
 //     scaled per token by sigmoid(x . g) with g [1, d_model] (Qwen2-MoE's shared_expert_gate).
+// The tensors live on the model's device: the routing decisions (top-k, capacity, losses, the
+// dispatch plan, the gates' sigmoids) are made on the host from small downloads (logits, row
+// dot products) and their index and weight arrays uploaded for the row gathers and scatter-adds
+// of kernels/ops.h; the same code runs on the CPU, where the copies are plain copies.
 // The routing group is every token of this rank's micro-batch (gathered from the sequence-
 // parallel ranks first): capacity and the balancing losses are defined over it, so the result
 // does not depend on the expert-parallel size. Every tensor-parallel rank runs the routed part
@@ -40,11 +44,14 @@ class MoeLayer {
     Routing routing;
     DispatchPlan plan;
     ExchangePlan exchange;
+    DeviceBuffer<int32_t> row_token;  // the token of each dispatched row
+    Buffer row_weight;                // and its combine weight
     Buffer latent, dispatched, expert_in, returned, combined;
     ExpertMlp::Saved experts;
     Mlp::Saved shared;
     Buffer shared_out;               // gated shared expert: its output [local rows, d_model] before the gate
     std::vector<float> shared_gate;  // and sigmoid(x . g) per local row
+    Buffer gate;                     // the same on the model's device
   };
   MoeLayer(ParameterStore& store, const TensorParallel& tp, ExpertLayout experts, int layer,
            const std::string& prefix, const config::ModelConfig& config, int dense_ffn, float init_std,
@@ -79,6 +86,9 @@ class MoeLayer {
                         int64_t width) const;
   void exchange(const float* send, float* recv, const ExchangePlan& x, int64_t width, bool to_experts) const;
   void record_stats(const Saved& s) const;
+  // out[r] = a[index[r] (null: r)] . b[r * b_stride] in double, computed on the device, on the host.
+  const std::vector<double>& row_dots(const float* a, const int32_t* index, const float* b, int64_t b_stride,
+                                      int64_t rows, int64_t width) const;
   void shared_forward(Saved& s, float* residual, const float* normed, int64_t rows, ParallelScratch& scratch) const;
   void shared_backward(float* d_normed, const float* d_residual, const float* normed, const Saved& s, Workspace& work,
                        int64_t rows, ParallelScratch& scratch) const;
@@ -100,7 +110,12 @@ class MoeLayer {
   float aux_scale_ = 1.0f;
   mutable MoeStepStats stats_;
   mutable Buffer d_shared_, out_full_, d_full_, d_y_, d_rows_, d_rows2_, d_x_full_, d_logits_, received_, back_;
-  mutable std::vector<float> d_weight_;
+  mutable std::vector<float> d_weight_, d_logits_host_, d_gate_logit_;
+  mutable std::vector<double> dots_host_;
+  mutable std::vector<int32_t> zeros_host_;
+  mutable DeviceBuffer<double> dots_;
+  mutable DeviceBuffer<int32_t> zeros_;
+  mutable Buffer d_gate_logit_device_;
 };
 
 }  // namespace loom::model

@@ -48,8 +48,12 @@ void MoeRouter::forward(Routing& r, const float* x, int64_t tokens, int64_t seq,
   const float scale = static_cast<float>(moe_.topk_scaling);
   r.tokens = tokens;
   r.seq = seq;
-  float* logits = sized(r.logits, tokens * E);
-  kernels::linear_forward(device_, logits, x, weight, nullptr, tokens, d_model_, E);  // fp32 whatever the recipe
+  float* device_logits = sized(r.logits, tokens * E, device_);
+  // fp32 whatever the recipe.
+  kernels::linear_forward(device_, device_logits, x, weight, nullptr, tokens, d_model_, E);
+  r.host_logits.resize(tokens * E);
+  copy_to_host(device_, r.host_logits.data(), device_logits, tokens * E);
+  const float* logits = r.host_logits.data();
   r.scores.resize(tokens * E);
   r.expert.resize(tokens * k);
   r.weight.resize(tokens * k);
@@ -174,7 +178,7 @@ void MoeRouter::weights_backward(float* dl, const Routing& r, int64_t t, const f
 void MoeRouter::losses_backward(float* dl, const Routing& r, int64_t t, float aux_scale) const {
   const int E = experts_;
   const float* s = r.scores.data() + t * E;
-  const float* l = r.logits.data() + t * E;
+  const float* l = r.host_logits.data() + t * E;
   if (!r.aux_factor.empty()) {
     const int64_t group_tokens = moe_.aux_loss == config::MoeAuxLoss::Sequence ? r.seq : r.tokens;
     const int64_t g = t / group_tokens;

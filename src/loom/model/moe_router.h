@@ -6,6 +6,8 @@
 //   softmax_topk: weights = softmax over every expert, at the k selected
 //   sigmoid:      weights = sigmoid scores of the k selected, normalised over them
 // each times model.moe_topk_scaling. Ties pick the lower expert index.
+// The logits are computed where the model lives and copied to the host: every routing decision
+// and the logits' gradient are the host's (small: [tokens, E]), on the CPU and on a GPU alike.
 #include <cstdint>
 #include <vector>
 
@@ -18,7 +20,8 @@ namespace loom::model {
 
 struct Routing {
   int64_t tokens = 0, seq = 0;
-  Buffer logits;                // [tokens, E]
+  Buffer logits;                // [tokens, E] on the model's device
+  std::vector<float> host_logits;  // and their host copy
   std::vector<float> scores;    // [tokens, E]: softmax or sigmoid of the logits
   std::vector<int32_t> expert;  // [tokens, k]: the selected experts
   std::vector<float> weight;    // [tokens, k]: their combine weights
@@ -39,7 +42,7 @@ class MoeRouter {
   // (the per-sequence loss). `comm` (may be null): a global loss sums the counts over it.
   void forward(Routing& r, const float* x, int64_t tokens, int64_t seq, const float* weight, const float* bias,
                ExpertComm* comm) const;
-  // d_logits [tokens, E] += the gradient of sum(d_weight . weight) + aux_scale * (aux + z loss).
+  // d_logits [tokens, E] (host) += the gradient of sum(d_weight . weight) + aux_scale * (aux + z loss).
   // The losses' part only for rows [first, end) (the rows this rank owns under sequence parallelism).
   void backward(float* d_logits, const Routing& r, const float* d_weight, float aux_scale, int64_t first,
                 int64_t end) const;

@@ -179,7 +179,6 @@ void Transformer::check_device_support() const {
   const std::string where = " on runtime.device=cuda is not built yet (use runtime.device=cpu)";
   for (size_t l = 0; l < specs_.size(); ++l) {
     const std::string layer = "layer " + std::to_string(l);
-    LOOM_CHECK(!specs_[l].moe, layer + " is a mixture of experts (model.moe_experts, model.block_configs)" + where);
     LOOM_CHECK(!specs_[l].has_mamba, layer + " is a Mamba-2 mixer (model.layer_pattern)" + where);
   }
 }

@@ -98,6 +98,14 @@ void register_norms_and_activations(CudaEntries& e) {
   e.add_rows = [](Device d, float* y, int64_t ys, const float* x, int64_t xs, int64_t rows, int64_t width) {
     add_rows(y, ys, x, xs, rows, width, stream_of(d));
   };
+  e.gather_rows = [](Device d, float* out, const float* x, const int32_t* index, const float* scale, int64_t rows,
+                     int64_t width) { gather_rows(out, x, index, scale, rows, width, stream_of(d)); };
+  e.scatter_add_rows = [](Device d, float* out, const float* x, int64_t xs, const int32_t* index, const float* scale,
+                          int64_t rows, int64_t width) {
+    scatter_add_rows(out, x, xs, index, scale, rows, width, stream_of(d));
+  };
+  e.row_dots = [](Device d, double* out, const float* a, const int32_t* index, const float* b, int64_t bs,
+                  int64_t rows, int64_t width) { row_dots(out, a, index, b, bs, rows, width, stream_of(d)); };
 }
 
 void register_embedding_and_rope(CudaEntries& e) {

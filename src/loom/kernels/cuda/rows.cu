@@ -16,7 +16,63 @@ __global__ void add_rows_kernel(float* __restrict__ y, int64_t y_stride, const f
   }
 }
 
+__global__ void gather_rows_kernel(float* __restrict__ out, const float* __restrict__ x,
+                                   const int32_t* __restrict__ index, const float* __restrict__ scale, int64_t rows,
+                                   int64_t width) {
+  for (int64_t k = grid_start(); k < rows * width; k += grid_stride()) {
+    const int64_t r = k / width, c = k % width;
+    const float v = x[(index ? index[r] : r) * width + c];
+    out[k] = scale ? __fmul_rn(scale[r], v) : v;
+  }
+}
+
+// One thread per column: a column's rows added in row order (targets may repeat).
+__global__ void scatter_add_rows_kernel(float* __restrict__ out, const float* __restrict__ x, int64_t x_stride,
+                                        const int32_t* __restrict__ index, const float* __restrict__ scale,
+                                        int64_t rows, int64_t width) {
+  for (int64_t c = grid_start(); c < width; c += grid_stride()) {
+    for (int64_t r = 0; r < rows; ++r) {
+      float* to = out + (index ? index[r] : r) * width + c;
+      const float w = scale ? scale[r] : 1.0f;
+      *to = __fmaf_rn(w, x[r * x_stride + c], *to);
+    }
+  }
+}
+
+__global__ void row_dots_kernel(double* __restrict__ out, const float* __restrict__ a,
+                                const int32_t* __restrict__ index, const float* __restrict__ b, int64_t b_stride,
+                                int64_t rows, int64_t width) {
+  for (int64_t r = grid_start(); r < rows; r += grid_stride()) {
+    const float* x = a + (index ? index[r] : r) * width;
+    const float* y = b + r * b_stride;
+    double dot = 0.0;
+    for (int64_t c = 0; c < width; ++c) dot = __fma_rn(static_cast<double>(x[c]), static_cast<double>(y[c]), dot);
+    out[r] = dot;
+  }
+}
+
 }  // namespace
+
+void gather_rows(float* out, const float* x, const int32_t* index, const float* scale, int64_t rows, int64_t width,
+                 cudaStream_t stream) {
+  if (rows * width == 0) return;
+  gather_rows_kernel<<<grid_for(rows * width), kThreads, 0, stream>>>(out, x, index, scale, rows, width);
+  check_launch("gather_rows_kernel");
+}
+
+void scatter_add_rows(float* out, const float* x, int64_t x_stride, const int32_t* index, const float* scale,
+                      int64_t rows, int64_t width, cudaStream_t stream) {
+  if (rows * width == 0) return;
+  scatter_add_rows_kernel<<<grid_for(width), kThreads, 0, stream>>>(out, x, x_stride, index, scale, rows, width);
+  check_launch("scatter_add_rows_kernel");
+}
+
+void row_dots(double* out, const float* a, const int32_t* index, const float* b, int64_t b_stride, int64_t rows,
+              int64_t width, cudaStream_t stream) {
+  if (rows == 0) return;
+  row_dots_kernel<<<grid_for(rows), kThreads, 0, stream>>>(out, a, index, b, b_stride, rows, width);
+  check_launch("row_dots_kernel");
+}
 
 void add_rows(float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t rows, int64_t width,
               cudaStream_t stream) {

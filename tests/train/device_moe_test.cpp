@@ -1,0 +1,59 @@
+// Mixture-of-experts layers with runtime.device=cuda on the emulated device: the router's
+// logits come to the host for the routing decisions, the rows move by the device's gathers and
+// scatter-adds (kernels/ops.h), and every run equals the same run on the CPU bit for bit (losses
+// and every tensor of the final checkpoint): one rank with and without recompute, latent experts,
+// the aux-loss-free expert bias, data x expert parallelism (the all-to-all staged through the
+// host) and tensor x sequence parallelism. That the CPU layouts train as one rank does is
+// tested in expert_parallel_test.cpp.
+#include "device_training.h"
+
+namespace loom::train {
+namespace {
+
+using DeviceLayouts = DeviceTraining;
+
+// A dense layer and an MoE layer: 4 experts, top-2, a shared expert with its sigmoid gate, the
+// load-balancing and z losses.
+constexpr const char* kMoe =
+    "model: {vocab_size: 0, d_model: 16, layers: 2, heads: 2, ffn_size: 32, max_seq_len: 32,\n"
+    "        tied_embeddings: false, block_configs: [{ffn: dense}, {ffn: moe}],\n"
+    "        moe_experts: 4, moe_top_k: 2, moe_ffn_size: 16, moe_shared_ffn_size: 8,\n"
+    "        moe_shared_expert_gate: true, moe_aux_loss_coeff: 0.01, moe_z_loss_coeff: 0.001}\n";
+
+TEST_F(DeviceLayouts, MoeOnOneRankEqualsTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kMoe, "moe");
+  expect_bitwise_equal_runs(kMoe, "moe-recompute", {"model.recompute=true"});
+}
+
+TEST_F(DeviceLayouts, LatentMoeWithCapacityEqualsTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kMoe, "moe-latent",
+                            {"model.moe_latent_size=8", "model.moe_capacity_factor=1.0", "model.moe_drop_policy=probs"});
+}
+
+TEST_F(DeviceLayouts, MoeWithTheExpertBiasEqualsTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kMoe, "moe-bias",
+                            {"model.moe_router=sigmoid", "model.moe_expert_bias=true", "model.moe_bias_update_rate=0.01",
+                             "model.moe_aux_loss=sequence"});
+}
+
+TEST_F(DeviceLayouts, DataAndExpertParallelMoeEqualsTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kMoe, "moe-dp2-ep2", {"runtime.ranks=2", "parallel.ep=2", "train.micro_batch=1"});
+}
+
+TEST_F(DeviceLayouts, TensorAndSequenceParallelMoeEqualsTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kMoe, "moe-tp2-sp",
+                            {"runtime.ranks=2", "parallel.tp=2", "parallel.sequence_parallel=true"});
+}
+
+TEST_F(DeviceLayouts, MoeCheckpointsMoveBetweenDeviceAndCpu) {
+  const std::vector<double> full = train("moe-full", kMoe, {});
+  train("moe-from-device", kMoe, {"runtime.device=cuda"}, 2);
+  EXPECT_EQ(train("moe-from-device", kMoe, {"train.resume=true"}), full);
+  train("moe-from-cpu", kMoe, {}, 2);
+  EXPECT_EQ(train("moe-from-cpu", kMoe, {"train.resume=true", "runtime.device=cuda"}), full);
+  expect_same_checkpoints("moe-full", "moe-from-device");
+  expect_same_checkpoints("moe-full", "moe-from-cpu");
+}
+
+}  // namespace
+}  // namespace loom::train
