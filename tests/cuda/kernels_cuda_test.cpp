@@ -167,8 +167,9 @@ TEST(CudaKernels, RowGathersScattersAndDotsEqualTheCpu) {
   std::vector<int32_t> index(rows);
   std::mt19937 rng(61);
   for (int32_t& i : index) i = static_cast<int32_t>(rng() % targets);
-  const std::vector<float> x = random_values(62, targets * width, 1.0f), rows_in = random_values(63, rows * width, 1.0f),
-                           scale = random_values(64, rows, 1.0f), out0 = random_values(65, targets * width, 1.0f);
+  const std::vector<float> x = random_values(62, targets * width, 1.0f);
+  const std::vector<float> rows_in = random_values(63, rows * width, 1.0f), scale = random_values(64, rows, 1.0f);
+  const std::vector<float> out0 = random_values(65, targets * width, 1.0f);
   DeviceArray d_x(allocator, x), d_rows(allocator, rows_in), d_scale(allocator, scale);
   testing::DeviceArray<int32_t> d_index(allocator, index);
   for (const bool scaled : {false, true}) {

@@ -27,13 +27,14 @@ TEST_F(DeviceLayouts, MoeOnOneRankEqualsTheCpuBitForBit) {
 
 TEST_F(DeviceLayouts, LatentMoeWithCapacityEqualsTheCpuBitForBit) {
   expect_bitwise_equal_runs(kMoe, "moe-latent",
-                            {"model.moe_latent_size=8", "model.moe_capacity_factor=1.0", "model.moe_drop_policy=probs"});
+                            {"model.moe_latent_size=8", "model.moe_capacity_factor=1.0",
+                             "model.moe_drop_policy=probs"});
 }
 
 TEST_F(DeviceLayouts, MoeWithTheExpertBiasEqualsTheCpuBitForBit) {
   expect_bitwise_equal_runs(kMoe, "moe-bias",
-                            {"model.moe_router=sigmoid", "model.moe_expert_bias=true", "model.moe_bias_update_rate=0.01",
-                             "model.moe_aux_loss=sequence"});
+                            {"model.moe_router=sigmoid", "model.moe_expert_bias=true",
+                             "model.moe_bias_update_rate=0.01", "model.moe_aux_loss=sequence"});
 }
 
 TEST_F(DeviceLayouts, DataAndExpertParallelMoeEqualsTheCpuBitForBit) {
