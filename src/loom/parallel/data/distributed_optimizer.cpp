@@ -257,12 +257,15 @@ void DistributedOptimizer::update(const optim::StepParams& at) {
   float* v = exp_avg_sq_.data<float>();
   std::vector<comm::WorkHandle> gathers;
   gathers.reserve(layout_.buckets.size());
+  std::vector<optim::ShardPiece> pieces;
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
     const float* grad = reduced_shard(static_cast<int>(b));
+    pieces.clear();
     for (const Piece& p : pieces_[b]) {
       const int64_t s = state_offset_[b] + p.local;
-      optimizer_->update({master + s, grad + p.local, {m + s, v + s}, p.numel, p.weight_decay, p.lr_scale}, at);
+      pieces.push_back({master + s, grad + p.local, {m + s, v + s}, p.numel, p.weight_decay, p.lr_scale});
     }
+    optimizer_->update_many(pieces, at);  // the bucket's pieces in as few launches as they allow
     // Each bucket's gather starts as soon as it is updated, overlapping the next bucket's update.
     if (layout_.buckets[b].numel > 0) gathers.push_back(gather_parameters(static_cast<int>(b)));
   }

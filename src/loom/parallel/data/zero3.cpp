@@ -366,13 +366,16 @@ void Zero3::update(const optim::StepParams& at) {
   float* shard = shard_.data<float>();
   float* m = exp_avg_.data<float>();
   float* v = exp_avg_sq_.data<float>();
+  std::vector<optim::ShardPiece> pieces;
   for (size_t s = 0; s < sections_.size(); ++s) {
     const Section& sec = sections_[s];
     for (const Piece& p : pieces_[s]) {
       const int64_t i = sec.state_offset + p.local;
-      optimizer_->update({shard + i, grads + sec.grad_offset + p.local, {m + i, v + i}, p.numel, p.weight_decay, p.lr_scale}, at);
+      pieces.push_back(
+          {shard + i, grads + sec.grad_offset + p.local, {m + i, v + i}, p.numel, p.weight_decay, p.lr_scale});
     }
   }
+  optimizer_->update_many(pieces, at);  // every section's pieces in as few launches as they allow
   grad_shards_.zero();
   rounds_ = 0;
 }
