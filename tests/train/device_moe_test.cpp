@@ -1,9 +1,9 @@
 // Mixture-of-experts layers with runtime.device=cuda on the emulated device: the router's
 // logits come to the host for the routing decisions, the rows move by the device's gathers and
 // scatter-adds (kernels/ops.h), and every run equals the same run on the CPU bit for bit (losses
-// and every tensor of the final checkpoint): one rank with and without recompute, latent experts,
-// the aux-loss-free expert bias, data x expert parallelism (the all-to-all staged through the
-// host) and tensor x sequence parallelism. That the CPU layouts train as one rank does is
+// and every tensor of the final checkpoint): one rank with and without recompute, GELU experts,
+// latent experts, the aux-loss-free expert bias, data x expert parallelism (the all-to-all and
+// the global loss's sums staged through the host) and tensor x sequence parallelism. That the CPU layouts train as one rank does is
 // tested in expert_parallel_test.cpp.
 #include "device_training.h"
 
@@ -12,8 +12,8 @@ namespace {
 
 using DeviceLayouts = DeviceTraining;
 
-// A dense layer and an MoE layer: 4 experts, top-2, a shared expert with its sigmoid gate, the
-// load-balancing and z losses.
+// A dense layer and an MoE layer: 4 experts (SwiGLU), top-2, a shared expert with its sigmoid
+// gate, the load-balancing and z losses.
 constexpr const char* kMoe =
     "model: {vocab_size: 0, d_model: 16, layers: 2, heads: 2, ffn_size: 32, max_seq_len: 32,\n"
     "        tied_embeddings: false, block_configs: [{ffn: dense}, {ffn: moe}],\n"
@@ -23,6 +23,7 @@ constexpr const char* kMoe =
 TEST_F(DeviceLayouts, MoeOnOneRankEqualsTheCpuBitForBit) {
   expect_bitwise_equal_runs(kMoe, "moe");
   expect_bitwise_equal_runs(kMoe, "moe-recompute", {"model.recompute=true"});
+  expect_bitwise_equal_runs(kMoe, "moe-gelu-softmax-topk", {"model.activation=gelu", "model.moe_router=softmax_topk"});
 }
 
 TEST_F(DeviceLayouts, LatentMoeWithCapacityEqualsTheCpuBitForBit) {
@@ -39,6 +40,9 @@ TEST_F(DeviceLayouts, MoeWithTheExpertBiasEqualsTheCpuBitForBit) {
 
 TEST_F(DeviceLayouts, DataAndExpertParallelMoeEqualsTheCpuBitForBit) {
   expect_bitwise_equal_runs(kMoe, "moe-dp2-ep2", {"runtime.ranks=2", "parallel.ep=2", "train.micro_batch=1"});
+  // The global balancing loss sums the selection counts over the routing ranks (host arrays).
+  expect_bitwise_equal_runs(kMoe, "moe-dp2-ep2-global",
+                            {"runtime.ranks=2", "parallel.ep=2", "train.micro_batch=1", "model.moe_aux_loss=global"});
 }
 
 TEST_F(DeviceLayouts, TensorAndSequenceParallelMoeEqualsTheCpuBitForBit) {
