@@ -3,8 +3,8 @@
 // scatter-adds (kernels/ops.h), and every run equals the same run on the CPU bit for bit (losses
 // and every tensor of the final checkpoint): one rank with and without recompute, GELU experts,
 // latent experts, the aux-loss-free expert bias, data x expert parallelism (the all-to-all and
-// the global loss's sums staged through the host) and tensor x sequence parallelism. That the CPU layouts train as one rank does is
-// tested in expert_parallel_test.cpp.
+// the global loss's sums staged through the host) and tensor x sequence parallelism. That the
+// CPU layouts train as one rank does is tested in expert_parallel_test.cpp.
 #include "device_training.h"
 
 namespace loom::train {
