@@ -3,9 +3,11 @@
 // dispatcher's permutation and regrouping; capacity drops by policy.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
 
 #include "../gradient_check.h"
+#include "loom/kernels/ops.h"
 #include "loom/model/flops.h"
 #include "loom/model/moe_layer.h"
 
@@ -206,6 +208,44 @@ TEST(MoeDispatch, PermutationRoundTripsEveryTokenWithItsWeight) {
   for (int64_t t = 0; t < tokens; ++t) {
     const float w = weight[t * k] + weight[t * k + 1] + weight[t * k + 2];
     for (int64_t c = 0; c < width; ++c) EXPECT_FLOAT_EQ(out[t * width + c], w * x[t * width + c]) << t;
+  }
+}
+
+// The layer moves rows with kernels/ops.h's entries (the same code on every device): the gather by
+// each dispatched row's token and the weighted scatter-add equal the host permutation and its
+// inverse exactly, and the row dot products the double sums of the combine's weight gradient.
+TEST(MoeDispatch, TheLayersRowEntriesEqualTheHostReferences) {
+  const int64_t tokens = 29, width = 5;
+  const int k = 2, experts = 4;
+  std::vector<int32_t> expert(tokens * k);
+  std::vector<float> weight(tokens * k), x(tokens * width), g(tokens * width);
+  for (int64_t s = 0; s < tokens * k; ++s) {
+    expert[s] = static_cast<int32_t>((s * 3 + s / 5) % experts);
+    weight[s] = 0.1f + 0.037f * static_cast<float>(s % 11);
+  }
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = std::sin(0.7f * static_cast<float>(i));
+    g[i] = std::cos(0.3f * static_cast<float>(i));
+  }
+  const DispatchPlan plan = plan_dispatch(expert.data(), weight.data(), tokens, k, experts, 1.0, {});
+  const int64_t R = static_cast<int64_t>(plan.order.size());
+  const std::vector<int32_t> token = dispatched_tokens(plan);
+  std::vector<float> row_weight(R);
+  for (int64_t r = 0; r < R; ++r) row_weight[r] = weight[plan.order[r]];
+  std::vector<float> rows(R * width), want_rows(R * width);
+  kernels::gather_rows(Device::cpu(), rows.data(), x.data(), token.data(), nullptr, R, width);
+  permute_rows(want_rows.data(), x.data(), plan, width);
+  EXPECT_EQ(rows, want_rows);
+  std::vector<float> out(tokens * width, 0.0f), want_out(out);
+  kernels::scatter_add_rows(Device::cpu(), out.data(), rows.data(), width, token.data(), row_weight.data(), R, width);
+  unpermute_rows(want_out.data(), rows.data(), plan, weight.data(), width);
+  EXPECT_EQ(out, want_out);
+  std::vector<double> dots(R);
+  kernels::row_dots(Device::cpu(), dots.data(), g.data(), token.data(), rows.data(), width, R, width);
+  for (int64_t r = 0; r < R; ++r) {
+    double want = 0.0;
+    for (int64_t c = 0; c < width; ++c) want += static_cast<double>(g[token[r] * width + c]) * rows[r * width + c];
+    EXPECT_EQ(dots[r], want) << r;
   }
 }
 
