@@ -63,7 +63,9 @@ void gather_rows(float* out, const float* x, const int32_t* index, const float* 
 void scatter_add_rows(float* out, const float* x, int64_t x_stride, const int32_t* index, const float* scale,
                       int64_t rows, int64_t width, cudaStream_t stream) {
   if (rows * width == 0) return;
-  scatter_add_rows_kernel<<<grid_for(width), kThreads, 0, stream>>>(out, x, x_stride, index, scale, rows, width);
+  // Warp-sized blocks spread the columns over as many SMs as there are warps of them.
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((width + 31) / 32, 65536));
+  scatter_add_rows_kernel<<<blocks, 32, 0, stream>>>(out, x, x_stride, index, scale, rows, width);
   check_launch("scatter_add_rows_kernel");
 }
 
