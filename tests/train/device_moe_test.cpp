@@ -3,7 +3,8 @@
 // scatter-adds (kernels/ops.h), and every run equals the same run on the CPU bit for bit (losses
 // and every tensor of the final checkpoint): one rank with and without recompute, GELU experts,
 // latent experts, the aux-loss-free expert bias, data x expert parallelism (the all-to-all and
-// the global loss's sums staged through the host) and tensor x sequence parallelism. That the
+// the global loss's sums staged through the host), with ZeRO-3, pipelines and tensor x sequence
+// parallelism. That the
 // CPU layouts train as one rank does is tested in expert_parallel_test.cpp.
 #include "device_training.h"
 
@@ -43,6 +44,16 @@ TEST_F(DeviceLayouts, DataAndExpertParallelMoeEqualsTheCpuBitForBit) {
   // The global balancing loss sums the selection counts over the routing ranks (host arrays).
   expect_bitwise_equal_runs(kMoe, "moe-dp2-ep2-global",
                             {"runtime.ranks=2", "parallel.ep=2", "train.micro_batch=1", "model.moe_aux_loss=global"});
+}
+
+// ZeRO-3 shards the dense and the expert parameters over their own groups.
+TEST_F(DeviceLayouts, ExpertParallelMoeWithZero3EqualsTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kMoe, "moe-dp2-ep2-zero3",
+                            {"runtime.ranks=2", "parallel.ep=2", "train.micro_batch=1", "parallel.zero=3"});
+}
+
+TEST_F(DeviceLayouts, PipelinedMoeEqualsTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kMoe, "moe-pp2", {"runtime.ranks=2", "parallel.pp=2"});
 }
 
 TEST_F(DeviceLayouts, TensorAndSequenceParallelMoeEqualsTheCpuBitForBit) {
