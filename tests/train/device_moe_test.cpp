@@ -62,13 +62,7 @@ TEST_F(DeviceLayouts, TensorAndSequenceParallelMoeEqualsTheCpuBitForBit) {
 }
 
 TEST_F(DeviceLayouts, MoeCheckpointsMoveBetweenDeviceAndCpu) {
-  const std::vector<double> full = train("moe-full", kMoe, {});
-  train("moe-from-device", kMoe, {"runtime.device=cuda"}, 2);
-  EXPECT_EQ(train("moe-from-device", kMoe, {"train.resume=true"}), full);
-  train("moe-from-cpu", kMoe, {}, 2);
-  EXPECT_EQ(train("moe-from-cpu", kMoe, {"train.resume=true", "runtime.device=cuda"}), full);
-  expect_same_checkpoints("moe-full", "moe-from-device");
-  expect_same_checkpoints("moe-full", "moe-from-cpu");
+  expect_checkpoints_move_between_devices(kMoe, "moe-");
 }
 
 }  // namespace

@@ -67,6 +67,20 @@ class DeviceTraining : public ::testing::Test {
     EXPECT_EQ(difference, 0.0);
   }
 
+  // A run stopped after 2 steps on one device and resumed on the other (both ways) gives the
+  // losses and final checkpoint of the run `<tag>full` that never stopped; returns its losses.
+  std::vector<double> expect_checkpoints_move_between_devices(const char* model, const std::string& tag) {
+    const std::vector<double> full = train(tag + "full", model, {});
+    // metrics.jsonl holds both segments' steps.
+    train(tag + "from-device", model, {"runtime.device=cuda"}, 2);
+    EXPECT_EQ(train(tag + "from-device", model, {"train.resume=true"}), full);
+    train(tag + "from-cpu", model, {}, 2);
+    EXPECT_EQ(train(tag + "from-cpu", model, {"train.resume=true", "runtime.device=cuda"}), full);
+    expect_same_checkpoints(tag + "full", tag + "from-device");
+    expect_same_checkpoints(tag + "full", tag + "from-cpu");
+    return full;
+  }
+
   // `extra` for both runs, `device_only` for the device's (e.g. runtime.device_comm).
   void expect_bitwise_equal_runs(const char* model, const std::string& tag, std::vector<std::string> extra = {},
                                  const std::vector<std::string>& device_only = {}) {

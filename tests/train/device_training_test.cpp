@@ -38,14 +38,7 @@ TEST_F(DeviceTraining, Bf16AttentionOnTheDeviceEqualsTheCpuBitForBit) {
 // A checkpoint written on the device resumes on the CPU (and the other way round) to the same
 // next losses as the run that never stopped.
 TEST_F(DeviceTraining, CheckpointsMoveBetweenDeviceAndCpu) {
-  const std::vector<double> full = train("full", kLlama, {});
-  // metrics.jsonl holds both segments' steps.
-  train("from-device", kLlama, {"runtime.device=cuda"}, 2);
-  EXPECT_EQ(train("from-device", kLlama, {"train.resume=true"}), full);
-  train("from-cpu", kLlama, {}, 2);
-  EXPECT_EQ(train("from-cpu", kLlama, {"train.resume=true", "runtime.device=cuda"}), full);
-  expect_same_checkpoints("full", "from-device");
-  expect_same_checkpoints("full", "from-cpu");
+  const std::vector<double> full = expect_checkpoints_move_between_devices(kLlama, "");
   // train.init_from reads the parameters onto the device too.
   const std::string init = "train.init_from=" + root_ + "/full/checkpoints";
   EXPECT_EQ(train("init-cuda", kLlama, {init, "runtime.device=cuda"}, 2), train("init-cpu", kLlama, {init}, 2));
