@@ -10,6 +10,8 @@ namespace loom::comm::mpi_detail {
 
 namespace {
 
+constexpr int kSlot = 2;  // per rank: the last collective entered, the handshake polls
+
 // Serialises reads of one process's windows: reads happen only on the timeout path.
 std::mutex& read_mutex() {
   static std::mutex mutex;
@@ -47,7 +49,7 @@ void ArrivalCounters::create(MPI_Comm comm, bool prefer_shared_memory) {
     }
   }
   if (on_one_node) {
-    int rc = MPI_Win_allocate_shared(sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, comm, &local_, &win_);
+    int rc = MPI_Win_allocate_shared(kSlot * sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, comm, &local_, &win_);
     if (rc != MPI_SUCCESS) {
       win_ = MPI_WIN_NULL;
       local_ = nullptr;
@@ -65,7 +67,7 @@ void ArrivalCounters::create(MPI_Comm comm, bool prefer_shared_memory) {
     }
     description_ = "shared-memory window";
   } else {
-    int rc = MPI_Win_allocate(sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, comm, &local_, &win_);
+    int rc = MPI_Win_allocate(kSlot * sizeof(int64_t), sizeof(int64_t), MPI_INFO_NULL, comm, &local_, &win_);
     if (rc != MPI_SUCCESS) {
       win_ = MPI_WIN_NULL;
       local_ = nullptr;
@@ -83,7 +85,8 @@ void ArrivalCounters::create(MPI_Comm comm, bool prefer_shared_memory) {
     }
     description_ = "rma window";
   }
-  *local_ = 0;
+  local_[0] = 0;
+  local_[1] = 0;
   // Nobody reads a slot before its owner zeroed it.
   MPI_Barrier(comm);
 }
@@ -113,26 +116,27 @@ void free_retired_windows() {
   }
 }
 
-std::vector<int64_t> ArrivalCounters::read(std::chrono::milliseconds budget) {
-  std::vector<int64_t> values(static_cast<size_t>(size_), -1);
+std::vector<ArrivalCounters::Reading> ArrivalCounters::read(std::chrono::milliseconds budget) {
+  std::vector<Reading> values(static_cast<size_t>(size_));
   if (win_ == MPI_WIN_NULL) return values;
   std::lock_guard<std::mutex> lock(read_mutex());
   if (shared_) {
     for (int r = 0; r < size_; ++r) {
-      if (peers_[static_cast<size_t>(r)] != nullptr) {
-        values[static_cast<size_t>(r)] =
-            std::atomic_ref<int64_t>(*peers_[static_cast<size_t>(r)]).load(std::memory_order_acquire);
+      int64_t* slot = peers_[static_cast<size_t>(r)];
+      if (slot != nullptr) {
+        values[static_cast<size_t>(r)] = {std::atomic_ref<int64_t>(slot[0]).load(std::memory_order_acquire),
+                                          std::atomic_ref<int64_t>(slot[1]).load(std::memory_order_acquire)};
       }
     }
     return values;
   }
   // The buffer must outlive any request that does not complete in time, so it is heap-held and
   // released only when every request finished.
-  auto* buffer = new int64_t[static_cast<size_t>(size_)];
+  auto* buffer = new int64_t[static_cast<size_t>(kSlot * size_)];
   std::vector<MPI_Request> requests(static_cast<size_t>(size_), MPI_REQUEST_NULL);
   for (int r = 0; r < size_; ++r) {
-    buffer[r] = -1;
-    MPI_Rget(&buffer[r], 1, MPI_INT64_T, r, 0, 1, MPI_INT64_T, win_, &requests[static_cast<size_t>(r)]);
+    buffer[kSlot * r] = buffer[kSlot * r + 1] = -1;
+    MPI_Rget(&buffer[kSlot * r], kSlot, MPI_INT64_T, r, 0, kSlot, MPI_INT64_T, win_, &requests[static_cast<size_t>(r)]);
   }
   const auto deadline = Clock::now() + budget;
   Backoff backoff;
@@ -144,10 +148,10 @@ std::vector<int64_t> ArrivalCounters::read(std::chrono::milliseconds budget) {
   }
   for (int r = 0; r < size_; ++r) {
     int done = 0;
-    if (requests[static_cast<size_t>(r)] == MPI_REQUEST_NULL) {
-      values[static_cast<size_t>(r)] = buffer[r];
-    } else if (MPI_Test(&requests[static_cast<size_t>(r)], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) {
-      values[static_cast<size_t>(r)] = buffer[r];
+    MPI_Request& request = requests[static_cast<size_t>(r)];
+    if (request == MPI_REQUEST_NULL ||
+        (MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done)) {
+      values[static_cast<size_t>(r)] = {buffer[kSlot * r], buffer[kSlot * r + 1]};
     }
   }
   bool pending = false;

@@ -1,7 +1,9 @@
 #pragma once
 // Arrival counters of one mpi group: every rank publishes the sequence number of the last
 // collective it entered on the group, and a rank whose wait times out reads everyone's to name
-// the ranks that never arrived. The counters live in an MPI window (one int64 per rank):
+// the ranks that never arrived. Beside it each rank counts its polls of a handshake in progress,
+// so that when every rank entered, the one whose count stands still (a stopped or stuck process)
+// can be named too. The counters live in an MPI window (two int64 per rank):
 // - the whole group on one node: MPI_Win_allocate_shared; a reader loads its peers' counters
 //   directly, so it gets an answer even from a peer that is busy computing and never enters MPI;
 // - otherwise: MPI_Win_allocate, held in a passive-target epoch (MPI_Win_lock_all) for the
@@ -30,10 +32,24 @@ class ArrivalCounters {
 
   // This rank entered collective `seq` (a store into its own slot; no communication).
   void arrive(int64_t seq) {
-    if (local_ != nullptr) std::atomic_ref<int64_t>(*local_).store(seq, std::memory_order_release);
+    if (local_ != nullptr) std::atomic_ref<int64_t>(local_[0]).store(seq, std::memory_order_release);
   }
-  // Every rank's counter; -1 where it could not be read within `budget`. Thread-safe.
-  std::vector<int64_t> read(std::chrono::milliseconds budget);
+  // This rank polled a handshake once more (only its own communication thread writes its slot).
+  void progress() {
+    if (local_ == nullptr) return;
+    std::atomic_ref<int64_t> polls(local_[1]);
+    polls.store(polls.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
+  // This rank timed out and stops polling: its poll count turns negative, so that ranks timing
+  // out at the same moment do not name each other as stopped.
+  void give_up() {
+    if (local_ != nullptr) std::atomic_ref<int64_t>(local_[1]).store(-2, std::memory_order_release);
+  }
+  // Every rank's counters; -1 where they could not be read within `budget`. Thread-safe.
+  struct Reading {
+    int64_t entered = -1, polls = -1;
+  };
+  std::vector<Reading> read(std::chrono::milliseconds budget);
 
   bool available() const { return win_ != MPI_WIN_NULL; }
   const std::string& description() const { return description_; }

@@ -128,6 +128,8 @@ class Group : public std::enable_shared_from_this<Group> {
   Error timeout_locked(const std::shared_ptr<CollectiveOp>& waited, const std::shared_ptr<CollectiveOp>& blocking,
                        Clock::time_point started);
   std::string missing_ranks(int64_t seq);
+  // When every rank entered `seq`: the ranks whose handshake polls stood still since `before`.
+  std::string stalled_ranks(int64_t seq, const std::vector<ArrivalCounters::Reading>& before);
   std::string unusable_message() const;
   // Handshake (handshake.cpp).
   Poll handshake(CollectiveOp& op, std::optional<Clock::time_point> deadline);

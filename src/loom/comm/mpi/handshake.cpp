@@ -14,6 +14,7 @@ Group::Poll Group::poll(CollectiveOp& op, std::optional<Clock::time_point> deadl
     mpi_check(MPI_Test(&op.pending, &done, MPI_STATUS_IGNORE),
               [&] { return label() + ": " + op.describe() + ": " + what; });
     if (done) return Poll::Done;
+    counters_.progress();
     if (op.abandoned.load() || shutdown_.load()) return Poll::Abandoned;
     if (deadline && Clock::now() >= *deadline) {
       op.abandoned = true;

@@ -2,6 +2,8 @@
 // handshake, then the operation's Transfer), waiting with a deadline and the diagnosis of a
 // timeout.
 #include <algorithm>
+#include <thread>
+#include <vector>
 
 #include "loom/comm/activity.h"
 #include "loom/comm/mpi/group.h"
@@ -12,6 +14,7 @@ namespace {
 
 // How long a timed-out waiter may spend reading its peers' arrival counters.
 constexpr std::chrono::milliseconds kCounterReadBudget{500};
+constexpr std::chrono::milliseconds kStallWindow{200};
 // The most ranks a timeout message lists by name.
 constexpr size_t kListedRanks = 16;
 
@@ -158,6 +161,7 @@ std::string Group::unusable_message() const {
 
 Error Group::timeout_locked(const std::shared_ptr<CollectiveOp>& waited, const std::shared_ptr<CollectiveOp>& blocking,
                             Clock::time_point started) {
+  counters_.give_up();
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
   std::string message = label() + ": " + waited->describe() + " timed out after " + std::to_string(ms) +
                         " ms on rank " + std::to_string(rank_) + " (world rank " +
@@ -186,11 +190,11 @@ Error Group::timeout_locked(const std::shared_ptr<CollectiveOp>& waited, const s
 }
 
 std::string Group::missing_ranks(int64_t seq) {
-  const std::vector<int64_t> counters = counters_.read(kCounterReadBudget);
+  const std::vector<ArrivalCounters::Reading> counters = counters_.read(kCounterReadBudget);
   std::vector<int> behind;
   std::vector<int> unknown;
   for (int r = 0; r < size_; ++r) {
-    const int64_t c = counters[static_cast<size_t>(r)];
+    const int64_t c = counters[static_cast<size_t>(r)].entered;
     if (c < 0) {
       unknown.push_back(r);
     } else if (c < seq) {
@@ -200,19 +204,38 @@ std::string Group::missing_ranks(int64_t seq) {
   if (!counters_.available()) {
     return "which ranks never arrived is unknown (arrival counters " + counters_.description() + ")";
   }
-  if (behind.empty() && unknown.empty()) {
-    return "every rank entered #" + std::to_string(seq) +
-           ", but the handshake did not complete (a rank may still be busy with an earlier operation of this group)";
-  }
+  if (behind.empty() && unknown.empty()) return stalled_ranks(seq, counters);
   std::string message = "ranks that never arrived at #" + std::to_string(seq) + ":";
   for (size_t i = 0; i < behind.size() && i < kListedRanks; ++i) {
     const int r = behind[i];
     message += (i ? ", " : " ") + std::to_string(r) + " (world rank " +
                std::to_string(world_ranks_[static_cast<size_t>(r)]) + ", last entered #" +
-               std::to_string(counters[static_cast<size_t>(r)]) + ")";
+               std::to_string(counters[static_cast<size_t>(r)].entered) + ")";
   }
   if (behind.size() > kListedRanks) message += " and " + std::to_string(behind.size() - kListedRanks) + " more";
   if (!unknown.empty()) message += "; counters unreadable for ranks " + rank_ranges(unknown);
+  return message;
+}
+
+std::string Group::stalled_ranks(int64_t seq, const std::vector<ArrivalCounters::Reading>& before) {
+  // A rank in a handshake polls it about every millisecond; one whose polls stand still for the
+  // window is stopped, or stuck in its operation outside MPI.
+  std::this_thread::sleep_for(kStallWindow);
+  const std::vector<ArrivalCounters::Reading> after = counters_.read(kCounterReadBudget);
+  std::vector<int> stalled;
+  for (int r = 0; r < size_; ++r) {
+    const size_t i = static_cast<size_t>(r);
+    if (r != rank_ && before[i].polls >= 0 && after[i].polls == before[i].polls) stalled.push_back(r);
+  }
+  std::string message = "every rank entered #" + std::to_string(seq) + ", but the handshake did not complete";
+  if (stalled.empty()) return message + " (a rank may still be busy with an earlier operation of this group)";
+  message += "; ranks that stopped making progress in it (no handshake poll for " +
+             std::to_string(kStallWindow.count()) + " ms; stopped, or stuck outside MPI):";
+  for (size_t i = 0; i < stalled.size() && i < kListedRanks; ++i) {
+    message += (i ? ", " : " ") + std::to_string(stalled[i]) + " (world rank " +
+               std::to_string(world_ranks_[static_cast<size_t>(stalled[i])]) + ")";
+  }
+  if (stalled.size() > kListedRanks) message += " and " + std::to_string(stalled.size() - kListedRanks) + " more";
   return message;
 }
 
