@@ -121,6 +121,11 @@ template <typename T>
 void copy_on_device(Device device, T* dst, const T* src, int64_t n) {
   if (n > 0) allocator(device).copy(dst, src, static_cast<size_t>(n) * sizeof(T));
 }
+// n elements set to zero bits on their device.
+template <typename T>
+void zero_on_device(Device device, T* dst, int64_t n) {
+  if (n > 0) allocator(device).zero(dst, static_cast<size_t>(n) * sizeof(T));
+}
 
 // Copies `rows` rows of `width` elements within one device, row r from src + r * src_stride to
 // dst + r * dst_stride (e.g. a column block of a wider matrix). On the CPU a plain loop.

@@ -105,7 +105,7 @@ void DistributedOptimizer::load_master_from_params() {
   float* master = master_.data<float>();
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
     const FlatRange mine = layout_.buckets[b].shards[rank_];
-    copy_floats(options_.device, master + state_offset_[b], params_ + mine.begin, mine.size());
+    copy_on_device(options_.device, master + state_offset_[b], params_ + mine.begin, mine.size());
   }
   // The parameters as a gather would leave them: rounded to its dtype (every rank alike).
   if (options_.param_gather != DType::F32) {

@@ -27,7 +27,7 @@ void stage_for_reduce(Device device, std::byte* dst, const float* src, int64_t n
   check_f32_wire(device, wire);
   float* staged = reinterpret_cast<float*>(dst);
   copy_on_device(device, staged, src, n);
-  zero_floats(device, staged + n, padded - n);
+  zero_on_device(device, staged + n, padded - n);
 }
 
 void take_reduced(Device device, float* dst, const std::byte* received, int64_t n, DType wire, bool accumulate) {
@@ -46,23 +46,6 @@ void take_reduced(Device device, float* dst, const std::byte* received, int64_t 
   } else {
     copy_on_device(device, dst, shard, n);
   }
-}
-
-void copy_floats(Device device, float* dst, const float* src, int64_t n) {
-  if (device.is_cpu()) {
-    if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-    return;
-  }
-  copy_on_device(device, dst, src, n);
-}
-
-void zero_floats(Device device, float* dst, int64_t n) {
-  if (n <= 0) return;
-  if (device.is_cpu()) {
-    std::memset(dst, 0, static_cast<size_t>(n) * sizeof(float));
-    return;
-  }
-  allocator(device).zero(dst, static_cast<size_t>(n) * sizeof(float));
 }
 
 void release_range(Device device, float* base, int64_t begin, int64_t numel) {

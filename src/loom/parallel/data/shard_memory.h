@@ -19,10 +19,6 @@ void stage_for_reduce(Device device, std::byte* dst, const float* src, int64_t n
 // A reduced shard of n elements in the wire dtype into fp32 `dst`: added to it (accumulate, as
 // micro-batches do) or written over it.
 void take_reduced(Device device, float* dst, const std::byte* received, int64_t n, DType wire, bool accumulate);
-// n floats from `src` to `dst`, both on `device` (not overlapping).
-void copy_floats(Device device, float* dst, const float* src, int64_t n);
-// n floats at `dst` set to zero.
-void zero_floats(Device device, float* dst, int64_t n);
 // Elements [begin, begin + numel) of `base` (releasable memory: the model's flat buffers) read
 // as zero from now on and their whole granules give their memory back (Allocator::decommit: on
 // the cpu the pages go back to the system, on a GPU the granules are unmapped).

@@ -265,7 +265,7 @@ void Zero3::before_backward(int unit) {
     Section& sec = sections_[s];
     if (sec.grad_resident) continue;
     commit_range(options_.device, grads_, sec.begin, sec.numel);
-    zero_floats(options_.device, grads_ + sec.begin, sec.numel);
+    zero_on_device(options_.device, grads_ + sec.begin, sec.numel);
     sec.grad_resident = true;
     grad_resident_elements_ += sec.numel;
   }
@@ -406,7 +406,7 @@ void Zero3::load_from_full() {
   }
   for (const Section& sec : sections_) {
     LOOM_CHECK(sec.refs == 0, "Zero3: load_from_full() while a unit's parameters are gathered");
-    copy_floats(options_.device, shard_.data<float>() + sec.state_offset, values_ + sec.mine.begin, sec.mine.size());
+    copy_on_device(options_.device, shard_.data<float>() + sec.state_offset, values_ + sec.mine.begin, sec.mine.size());
   }
   for (const Section& sec : sections_) release_range(options_.device, values_, sec.begin, sec.numel);
 }
