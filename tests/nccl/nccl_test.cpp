@@ -1,7 +1,8 @@
 // The nccl backend of Communicator against a serial reference: one rank per visible GPU (ranks of
 // this process, ncclCommInitAll; a thread each), every collective on awkward sizes (0, 1, a prime,
 // a large count that is no multiple of anything), the reductions Sum, Avg and Max, split, and
-// send/recv around a ring where there are two ranks or more. NCCL refuses two ranks on one GPU,
+// send/recv around a ring where there are two ranks or more, and exchange_async's batch around a
+// ring at any size (to itself at one). NCCL refuses two ranks on one GPU,
 // so a one-GPU machine runs this at world size 1. Skipped, saying why, without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -193,6 +194,27 @@ TEST_F(NcclCollectives, SplitAndSendRecvAroundARing) {
     }
     EXPECT_EQ(in.host(), input((r + size() - 1) % size(), n));
   });
+}
+
+// exchange_async (one NCCL group): every rank sends to the next and receives from the previous,
+// the sends listed first, which only a group survives; two messages per pair (a second one of
+// another size, matched in issue order). At world size 1 both peers are the rank itself (NCCL
+// allows a send to self with its recv in the same group).
+TEST_F(NcclCollectives, ExchangeAroundARingSendsFirstAndToItself) {
+  for (int64_t n : kSizes) {
+    on_every_rank([&](int r) {
+      Communicator& c = *comms_[size_t(r)];
+      const int next = (r + 1) % size(), previous = (r + size() - 1) % size();
+      Buffer out(input(r, n)), more(input(r, n + 3)), in(std::vector<float>(size_t(n), NAN)),
+          in_more(std::vector<float>(size_t(n + 3), NAN));
+      const PeerOp ops[] = {PeerOp::send(out.ptr, n, DType::F32, next, 0), PeerOp::send(more.ptr, n + 3, DType::F32, next, 1),
+                            PeerOp::recv(in.ptr, n, DType::F32, previous, 0),
+                            PeerOp::recv(in_more.ptr, n + 3, DType::F32, previous, 1)};
+      c.exchange_async(ops)->wait();
+      EXPECT_EQ(in.host(), input(previous, n)) << "exchange " << n;
+      EXPECT_EQ(in_more.host(), input(previous, n + 3)) << "exchange " << n + 3;
+    });
+  }
 }
 
 }  // namespace

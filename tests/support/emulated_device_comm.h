@@ -12,6 +12,7 @@
 #include "loom/comm/device_staging.h"
 #include "loom/core/error.h"
 #include "support/emulated_cuda.h"
+#include "support/rendezvous_comm.h"
 
 namespace loom::testing {
 
@@ -68,6 +69,11 @@ class EmulatedDeviceCommunicator final : public comm::Communicator {
   comm::WorkHandle recv_async(void* data, int64_t count, DType dtype, int peer, int tag) override {
     return counted(group_->recv_async(device(data, "recv's data"), count, dtype, peer, tag));
   }
+  comm::WorkHandle exchange_async(std::span<const comm::PeerOp> ops) override {
+    std::vector<comm::PeerOp> host(ops.begin(), ops.end());
+    for (comm::PeerOp& op : host) op.data = device(op.data, op.is_send() ? "exchange's send" : "exchange's recv");
+    return counted(group_->exchange_async(host));
+  }
   std::unique_ptr<comm::Communicator> split(int color, int key, const std::string& name) override {
     std::unique_ptr<comm::Communicator> group = group_->split(color, key, name);
     return group ? std::make_unique<EmulatedDeviceCommunicator>(std::move(group)) : nullptr;
@@ -90,9 +96,13 @@ class EmulatedDeviceCommunicator final : public comm::Communicator {
 
 // Registers the emulated device backend as the device communicator factory (runtime.device_comm
 // = nccl): a group split from the bootstrap, one color, ranks in order.
-inline void install_emulated_device_communicator() {
-  comm::set_device_communicator_factory([](comm::Communicator& bootstrap, Device, const comm::CommOptions&) {
-    return std::make_unique<EmulatedDeviceCommunicator>(bootstrap.split(0, bootstrap.rank(), bootstrap.name()));
+// `rendezvous`: with NCCL's point-to-point semantics too (rendezvous_comm.h: one operation at a
+// time, a send waits for the peer's recv, messages between two ranks match in issue order).
+inline void install_emulated_device_communicator(bool rendezvous = false) {
+  comm::set_device_communicator_factory([rendezvous](comm::Communicator& bootstrap, Device, const comm::CommOptions&) {
+    std::unique_ptr<comm::Communicator> group = bootstrap.split(0, bootstrap.rank(), bootstrap.name());
+    if (rendezvous) group = std::make_unique<RendezvousCommunicator>(std::move(group));
+    return std::make_unique<EmulatedDeviceCommunicator>(std::move(group));
   });
 }
 

@@ -38,6 +38,28 @@ class Work {
 };
 using WorkHandle = std::shared_ptr<Work>;
 
+// One handle on several operations: done when all are (wait() waits for each in turn).
+WorkHandle all_of(std::vector<WorkHandle> parts);
+
+// One send or receive of a batch (Communicator::exchange_async).
+struct PeerOp {
+  enum class Kind : uint8_t { Send, Recv };
+  Kind kind = Kind::Send;
+  void* data = nullptr;  // read by a send, written by a recv
+  int64_t count = 0;
+  DType dtype = DType::F32;
+  int peer = 0;
+  int tag = 0;
+
+  static PeerOp send(const void* data, int64_t count, DType dtype, int peer, int tag) {
+    return {Kind::Send, const_cast<void*>(data), count, dtype, peer, tag};
+  }
+  static PeerOp recv(void* data, int64_t count, DType dtype, int peer, int tag) {
+    return {Kind::Recv, data, count, dtype, peer, tag};
+  }
+  bool is_send() const { return kind == Kind::Send; }
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -72,6 +94,15 @@ class Communicator {
   // in issue order. Counts and dtypes must agree (checked).
   virtual WorkHandle send_async(const void* data, int64_t count, DType dtype, int peer, int tag) = 0;
   virtual WorkHandle recv_async(void* data, int64_t count, DType dtype, int peer, int tag) = 0;
+  // A batch of sends and receives, done when all of them are (Megatron's batch_isend_irecv). Its
+  // operations progress together, so no order of sends and recvs in the batch, or in the peers'
+  // batches, waits on itself: two ranks that both send before they receive, a ring whose every
+  // rank sends to the next and receives from the previous. Messages match as send_async's do;
+  // where a backend has no tags (nccl), those between one pair of ranks match in issue order.
+  // Buffers stay valid until the handle completes. The default posts each op with send_async /
+  // recv_async and returns all_of them: right where a send does not wait for its peer's recv
+  // (threads, mpi); a backend whose send does (nccl) overrides it.
+  virtual WorkHandle exchange_async(std::span<const PeerOp> ops);
 
   // Collective over this group: ranks passing the same `color` form a new group, ordered by
   // `key` (ties by rank). color < 0 returns nullptr (the rank joins no group).

@@ -155,6 +155,20 @@ class DeviceStagingCommunicator final : public Communicator {
   WorkHandle recv_async(void* data, int64_t count, DType dtype, int peer, int tag) override {
     return run({data}, [&](Communicator& c, Staging& s) { return c.recv_async(s.output(data, count, dtype, false), count, dtype, peer, tag); });
   }
+  // One batch on one backend: the device one when every buffer is device memory, so its sends and
+  // recvs stay one group there (NCCL); else the host one, each device buffer staged.
+  WorkHandle exchange_async(std::span<const PeerOp> ops) override {
+    std::vector<const void*> buffers;
+    for (const PeerOp& op : ops) buffers.push_back(op.data);
+    return run_over(buffers, [&](Communicator& c, Staging& s) {
+      std::vector<PeerOp> staged(ops.begin(), ops.end());
+      for (PeerOp& op : staged) {
+        op.data = op.is_send() ? const_cast<void*>(s.input(op.data, op.count, op.dtype))
+                               : s.output(op.data, op.count, op.dtype, false);
+      }
+      return c.exchange_async(staged);
+    });
+  }
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
     std::unique_ptr<Communicator> group = inner_.split(color, key, name);
     std::unique_ptr<Communicator> device_group = device_comm_ ? device_comm_->split(color, key, name) : nullptr;
@@ -168,7 +182,11 @@ class DeviceStagingCommunicator final : public Communicator {
   // ones aside; the ranks of an operation pass the same kinds of buffers, as SPMD code does),
   // else on the host backend with a fresh staging; an operation that staged nothing is returned
   // as the backend's.
-  WorkHandle run(std::initializer_list<const void*> buffers, const std::function<WorkHandle(Communicator&, Staging&)>& issue) {
+  using Issue = std::function<WorkHandle(Communicator&, Staging&)>;
+  WorkHandle run(std::initializer_list<const void*> buffers, const Issue& issue) {
+    return run_over(std::span<const void* const>(buffers.begin(), buffers.size()), issue);
+  }
+  WorkHandle run_over(std::span<const void* const> buffers, const Issue& issue) {
     if (device_comm_ && all_on_device(buffers)) {
       Staging pass_through(device_, false);
       return issue(*device_comm_, pass_through);
@@ -178,7 +196,7 @@ class DeviceStagingCommunicator final : public Communicator {
     if (staging->empty()) return inner;
     return std::make_shared<StagedWork>(std::move(staging), std::move(inner));
   }
-  bool all_on_device(std::initializer_list<const void*> buffers) const {
+  bool all_on_device(std::span<const void* const> buffers) const {
     bool any = false;
     for (const void* b : buffers) {
       if (b == nullptr) continue;

@@ -52,14 +52,9 @@ std::unique_ptr<comm::Communicator> device_world(const config::RunConfig& config
   LOOM_CHECK(!nccl || device.is_cuda(), "runtime.device_comm=nccl needs runtime.device=cuda");
   if (device.is_cpu()) return nullptr;
   if (!nccl) return comm::stage_device_buffers(world, device);
-  // NCCL pairs the send/recv between two ranks in issue order, one operation at a time, and both
-  // the pipeline's stages and ring attention's hops send before they receive: deadlock there.
-  const std::string unpaired = " with runtime.device_comm=nccl: its send/recv would deadlock (NCCL pairs them in issue "
-                               "order, and both sides send first); use runtime.device_comm=host";
-  LOOM_CHECK(config.parallel.pp == 1, "parallel.pp=" + std::to_string(config.parallel.pp) + unpaired);
-  LOOM_CHECK(config.parallel.cp == 1 || config.parallel.cp_comm != config::ContextComm::P2p,
-             "parallel.cp=" + std::to_string(config.parallel.cp) + " with parallel.cp_comm=p2p (ring attention)" + unpaired +
-                 " or parallel.cp_comm=a2a");
+  // The pipeline's stages and ring attention's hops send and receive as batches
+  // (Communicator::exchange_async: one NCCL group each), so NCCL's pairing of sends and recvs in
+  // issue order cannot deadlock them.
   comm::CommOptions options;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::llround(config.runtime.timeout_s * 1000.0)));
   return comm::route_device_buffers(world, device, options);

@@ -218,6 +218,26 @@ class NcclCommunicator final : public Communicator {
       check_nccl(ncclRecv(data, bytes(count, dtype), ncclUint8, peer, c, s), "ncclRecv");
     });
   }
+  // One NCCL group: every op of the batch runs in one launch, so sends and recvs between two
+  // ranks progress together whatever their order. NCCL has no tags: the ops of one batch between
+  // one pair of ranks match the peer's in issue order (send k to a peer with its recv k from us).
+  // A rank may send to itself (NCCL >= 2.7) when the batch also holds the matching recv.
+  WorkHandle exchange_async(std::span<const PeerOp> ops) override {
+    for (const PeerOp& op : ops) check_rank(op.peer, op.is_send() ? "exchange send peer" : "exchange recv peer");
+    return issue("exchange", [&](ncclComm_t c, cudaStream_t s) {
+      check_nccl(ncclGroupStart(), "ncclGroupStart");
+      for (const PeerOp& op : ops) {
+        const size_t n = bytes(op.count, op.dtype);
+        if (n == 0) continue;
+        if (op.is_send()) {
+          check_nccl(ncclSend(op.data, n, ncclUint8, op.peer, c, s), "ncclSend");
+        } else {
+          check_nccl(ncclRecv(op.data, n, ncclUint8, op.peer, c, s), "ncclRecv");
+        }
+      }
+      check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+    });
+  }
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
 
  private:

@@ -15,7 +15,8 @@
 //   out instead of naming each rank's view;
 // - send/recv tags are not matched: messages between two ranks pair up in issue order, and NCCL
 //   runs one operation at a time per communicator, so two ranks that both send before they
-//   receive wait for each other (order them, or use all_to_all_v, which groups its transfers);
+//   receive wait for each other: exchange_async issues such sends and recvs as one NCCL group
+//   (ncclGroupStart/End), whose operations progress together (as all_to_all_v's do);
 // - NCCL refuses two ranks on one GPU: several ranks sharing a GPU use the threads backend.
 #include <memory>
 #include <span>

@@ -20,14 +20,14 @@ void gather_documents(comm::Communicator& cp, const int32_t* mine, int32_t* all,
 
 RingHop::RingHop(comm::Communicator& cp, const float* send, float* recv, int64_t count, int tag) {
   const int next = (cp.rank() + 1) % cp.size(), previous = (cp.rank() + cp.size() - 1) % cp.size();
-  recv_ = cp.recv_async(recv, count, DType::F32, previous, tag);
-  send_ = cp.send_async(send, count, DType::F32, next, tag);
+  // One batch: every rank sends before it receives, which only a batch's pairing survives
+  // where a send waits for its receive (NCCL).
+  const comm::PeerOp ops[] = {comm::PeerOp::send(send, count, DType::F32, next, tag),
+                              comm::PeerOp::recv(recv, count, DType::F32, previous, tag)};
+  work_ = cp.exchange_async(ops);
   bytes_sent += count * static_cast<int64_t>(sizeof(float));
 }
 
-void RingHop::wait() {
-  recv_->wait();
-  send_->wait();
-}
+void RingHop::wait() { work_->wait(); }
 
 }  // namespace loom::parallel

@@ -19,15 +19,15 @@ void exchange_all_to_all(comm::Communicator& cp, const float* send, float* recv,
 // Every rank's `count` document ids, in rank order (packed documents: who sees whom).
 void gather_documents(comm::Communicator& cp, const int32_t* mine, int32_t* all, int64_t count);
 
-// One hop of the ring: `send` to the next rank (rank + 1), `recv` from the previous one; both
-// buffers must stay valid until wait().
+// One hop of the ring: `send` to the next rank (rank + 1), `recv` from the previous one, as one
+// batch (Communicator::exchange_async); both buffers must stay valid until wait().
 class RingHop {
  public:
   RingHop(comm::Communicator& cp, const float* send, float* recv, int64_t count, int tag);
   void wait();
 
  private:
-  comm::WorkHandle send_, recv_;
+  comm::WorkHandle work_;
 };
 
 }  // namespace loom::parallel

@@ -1,7 +1,7 @@
 #pragma once
 // Ring attention (parallel.cp_comm = p2p): each rank keeps its queries and passes its key/value
 // block around the ring of the cp group; while one block is being attended to, the next one is
-// already in flight (send_async / recv_async), and the partial outputs are merged in fp32 through
+// already in flight (one batched send and receive: Communicator::exchange_async), and the partial outputs are merged in fp32 through
 // their log-sum-exps. Backward recomputes per block with the final output and LSE; the key/value
 // gradients travel with the blocks and reach their owners after a last hop. Visibility uses the
 // tokens' global positions, so the load-balanced chunks need not be contiguous. Each rank sends

@@ -1,14 +1,16 @@
 #include "loom/parallel/pipeline/communication.h"
 
+#include <vector>
+
 namespace loom::parallel {
 
-void receive_activations(comm::Communicator& pp, float* buffer, int64_t count, const PipelineMessage& message) {
-  pp.recv_async(buffer, count, DType::F32, message.peer, message.tag)->wait();
-}
-
-comm::WorkHandle start_send_activations(comm::Communicator& pp, const float* buffer, int64_t count,
-                                        const PipelineMessage& message) {
-  return pp.send_async(buffer, count, DType::F32, message.peer, message.tag);
+comm::WorkHandle start_stage_messages(comm::Communicator& pp, std::span<const StageMessage> messages) {
+  std::vector<comm::PeerOp> ops;
+  for (const StageMessage& m : messages) {
+    ops.push_back(m.send != nullptr ? comm::PeerOp::send(m.send, m.count, DType::F32, m.message.peer, m.message.tag)
+                                    : comm::PeerOp::recv(m.recv, m.count, DType::F32, m.message.peer, m.message.tag));
+  }
+  return pp.exchange_async(ops);
 }
 
 double share_loss(comm::Communicator& pp, double loss, int root) {

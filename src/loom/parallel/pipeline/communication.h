@@ -2,17 +2,28 @@
 // Every message the pipeline executor exchanges with its neighbouring stages, and the loss it
 // shares after evaluation: pipeline_step.cpp calls these and no Communicator method directly.
 #include <cstdint>
+#include <span>
 
 #include "loom/comm/communicator.h"
 #include "loom/parallel/pipeline/pipeline_schedule.h"
 
 namespace loom::parallel {
 
-// Receives `count` floats (activations or their gradient) into `buffer`, blocking.
-void receive_activations(comm::Communicator& pp, float* buffer, int64_t count, const PipelineMessage& message);
-// Starts sending `count` floats; `buffer` must stay valid until the returned work completes.
-comm::WorkHandle start_send_activations(comm::Communicator& pp, const float* buffer, int64_t count,
-                                        const PipelineMessage& message);
+// One message instruction's transfer: `count` floats (activations or their gradient) from
+// `send` or into `recv` (one of the two is set).
+struct StageMessage {
+  const float* send = nullptr;
+  float* recv = nullptr;
+  int64_t count = 0;
+  PipelineMessage message;
+};
+
+// Starts the messages of consecutive message instructions as one batch
+// (Communicator::exchange_async), as Megatron's send_forward_recv_backward and
+// send_backward_recv_forward do: a stage that sends its forward output while its neighbour sends
+// a gradient back would otherwise wait for each other where sends wait for their receive
+// (NCCL). The buffers must stay valid until the returned work completes.
+comm::WorkHandle start_stage_messages(comm::Communicator& pp, std::span<const StageMessage> messages);
 // Evaluation: the loss held by the pipeline rank `root`, on every rank of the pipeline.
 double share_loss(comm::Communicator& pp, double loss, int root);
 

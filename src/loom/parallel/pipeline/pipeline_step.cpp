@@ -106,14 +106,50 @@ void PipelineStep::recycle(bool wait) {
   }
 }
 
-void PipelineStep::receive(float* buffer, int64_t count, const parallel::PipelineMessage& message) {
-  const Clock::time_point start = Clock::now();
-  receive_activations(pp_, buffer, count, message);
-  stats_.wait_seconds += seconds_since(start);
+namespace {
+bool is_message(parallel::PipelineOp op) {
+  return op == parallel::PipelineOp::RecvForward || op == parallel::PipelineOp::SendForward ||
+         op == parallel::PipelineOp::RecvBackward || op == parallel::PipelineOp::SendBackward;
+}
+bool is_send(parallel::PipelineOp op) {
+  return op == parallel::PipelineOp::SendForward || op == parallel::PipelineOp::SendBackward;
+}
+}  // namespace
+
+// The message instructions [begin, end) of the rank's list, started as one batch: the sends
+// (whose activations stay held until it completes) and the receives. Returns the batch when it
+// receives (the caller waits before the data is used), else null.
+comm::WorkHandle PipelineStep::start_messages(size_t begin, size_t end, int64_t rows, int64_t count) {
+  const std::vector<parallel::PipelineInstruction>& list = schedule_.ranks[rank_];
+  std::vector<StageMessage> messages;
+  bool receives = false;
+  for (size_t j = begin; j < end; ++j) {
+    const parallel::PipelineInstruction& in = list[j];
+    InFlight& f = acquire({in.micro_batch, in.chunk});
+    StageMessage m{.count = count, .message = parallel::pipeline_message(schedule_, rank_, in)};
+    switch (in.op) {
+      case parallel::PipelineOp::RecvForward: m.recv = model_.chunk_input(*f.activations, in.chunk, rows); break;
+      case parallel::PipelineOp::SendForward: m.send = model_.chunk_output(*f.activations, in.chunk); break;
+      case parallel::PipelineOp::RecvBackward: m.recv = model_.chunk_output_grad(*f.activations, rows); break;
+      default: m.send = model_.chunk_input_grad(*f.activations); break;  // SendBackward
+    }
+    receives = receives || m.recv != nullptr;
+    messages.push_back(m);
+  }
+  comm::WorkHandle work = start_stage_messages(pp_, messages);
+  for (size_t j = begin; j < end; ++j) {
+    const parallel::PipelineInstruction& in = list[j];
+    if (!is_send(in.op)) continue;
+    acquire({in.micro_batch, in.chunk}).sends.push_back(work);
+    if (in.op == parallel::PipelineOp::SendBackward) release({in.micro_batch, in.chunk});
+  }
+  return receives ? work : nullptr;
 }
 
-comm::WorkHandle PipelineStep::send(const float* buffer, int64_t count, const parallel::PipelineMessage& message) {
-  return start_send_activations(pp_, buffer, count, message);
+void PipelineStep::wait_for(const comm::WorkHandle& work) {
+  const Clock::time_point start = Clock::now();
+  work->wait();
+  stats_.wait_seconds += seconds_since(start);
 }
 
 double PipelineStep::forward(Key key, const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
@@ -149,25 +185,19 @@ double PipelineStep::run(const int32_t* inputs, const int32_t* targets, int64_t 
     const int32_t* mb_inputs = inputs + static_cast<int64_t>(in.micro_batch) * rows;
     const int32_t* mb_targets = targets + static_cast<int64_t>(in.micro_batch) * rows;
     const model::Packing mb_packing = packing.at(static_cast<int64_t>(in.micro_batch) * rows);
+    // Consecutive message instructions go as one batch; its receives are waited for once the
+    // data-parallel round below has ended (the gradient for the previous stage is on its way).
+    comm::WorkHandle incoming;
+    if (is_message(in.op)) {
+      size_t end = i + 1;
+      while (end < list.size() && is_message(list[end].op)) ++end;
+      incoming = start_messages(i, end, rows, count);
+      i = end - 1;
+    }
     switch (in.op) {
-      case parallel::PipelineOp::RecvForward: {
-        InFlight& f = acquire(key);
-        receive(model_.chunk_input(*f.activations, in.chunk, rows), count, parallel::pipeline_message(s, rank_, in));
-        break;
-      }
       case parallel::PipelineOp::Forward:
         loss_sum += forward(key, mb_inputs, mb_targets, batch, seq, grad_scale, mb_packing);
         break;
-      case parallel::PipelineOp::SendForward: {
-        InFlight& f = acquire(key);
-        f.sends.push_back(send(model_.chunk_output(*f.activations, in.chunk), count, parallel::pipeline_message(s, rank_, in)));
-        break;
-      }
-      case parallel::PipelineOp::RecvBackward: {
-        InFlight& f = acquire(key);
-        receive(model_.chunk_output_grad(*f.activations, rows), count, parallel::pipeline_message(s, rank_, in));
-        break;
-      }
       case parallel::PipelineOp::Backward: {
         InFlight& f = acquire(key);
         // The data-parallel reduction of a unit starts during its last micro-batch's backward.
@@ -181,12 +211,6 @@ double PipelineStep::run(const int32_t* inputs, const int32_t* targets, int64_t 
         if (vs == 0) release(key);  // nothing to send back
         break;
       }
-      case parallel::PipelineOp::SendBackward: {
-        InFlight& f = acquire(key);
-        f.sends.push_back(send(model_.chunk_input_grad(*f.activations), count, parallel::pipeline_message(s, rank_, in)));
-        release(key);
-        break;
-      }
       case parallel::PipelineOp::ReduceGradients: {
         const Clock::time_point start = Clock::now();
         recycle(true);
@@ -194,12 +218,14 @@ double PipelineStep::run(const int32_t* inputs, const int32_t* targets, int64_t 
         dp.end_micro_batch(true);
         break;
       }
+      default: break;  // messages: started above
     }
     const bool sending_back = i + 1 < list.size() && list[i + 1].op == parallel::PipelineOp::SendBackward;
     if (round_pending && !sending_back) {
       dp.end_micro_batch(false);
       round_pending = false;
     }
+    if (incoming) wait_for(incoming);
   }
   LOOM_CHECK(live_.empty(), "pipeline: activations of " + std::to_string(live_.size()) +
                            " micro-batch chunk(s) are still held after the schedule ended");
@@ -222,13 +248,15 @@ double PipelineStep::forward_loss(const int32_t* inputs, const int32_t* targets,
     f.sends.clear();
     const int vs = s.virtual_stage(rank_, c);
     if (vs > 0) {
-      receive(model_.chunk_input(*f.activations, c, rows), count,
-              parallel::pipeline_message(s, rank_, {parallel::PipelineOp::RecvForward, 0, c}));
+      const StageMessage in{.recv = model_.chunk_input(*f.activations, c, rows), .count = count,
+                            .message = parallel::pipeline_message(s, rank_, {parallel::PipelineOp::RecvForward, 0, c})};
+      wait_for(start_stage_messages(pp_, {&in, 1}));
     }
     loss_sum += model_.forward_chunk(*f.activations, c, inputs, targets, batch, seq, 0.0f, packing);
     if (vs + 1 < s.total_stages()) {
-      f.sends.push_back(send(model_.chunk_output(*f.activations, c), count,
-                             parallel::pipeline_message(s, rank_, {parallel::PipelineOp::SendForward, 0, c})));
+      const StageMessage out{.send = model_.chunk_output(*f.activations, c), .count = count,
+                             .message = parallel::pipeline_message(s, rank_, {parallel::PipelineOp::SendForward, 0, c})};
+      f.sends.push_back(start_stage_messages(pp_, {&out, 1}));
     }
   }
   for (InFlight& f : evaluation_) {

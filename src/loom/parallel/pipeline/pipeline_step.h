@@ -2,7 +2,9 @@
 // Executes a pipeline schedule (parallel/pipeline_schedule.h) on one pipeline rank: its model
 // chunks run the forward and backward passes of the step's micro-batches in the order of the
 // rank's instruction list, activations and gradients travel between stages with asynchronous
-// point-to-point messages (sends never block; a receive waits only when its data is needed),
+// point-to-point messages (sends never block; a receive waits only when its data is needed; the
+// messages of consecutive instructions go as one batch, so neighbours that both send first
+// cannot wait on each other),
 // and the data-parallel step reduces the gradients as the schedule's backwards complete.
 //
 // Each (micro-batch, chunk) in flight has its own model::Activations, taken from a pool and
@@ -79,10 +81,9 @@ class PipelineStep {
                  const model::Packing& packing);
   void release(Key key);
   void recycle(bool wait);
-  // Receives `count` floats into `buffer`, waiting (the time counts as idle).
-  void receive(float* buffer, int64_t count, const parallel::PipelineMessage& message);
-  // Starts sending; `buffer` must stay valid until the returned work completes.
-  comm::WorkHandle send(const float* buffer, int64_t count, const parallel::PipelineMessage& message);
+  comm::WorkHandle start_messages(size_t begin, size_t end, int64_t rows, int64_t count);
+  // Waits for `work` (the time counts as idle).
+  void wait_for(const comm::WorkHandle& work);
 
   comm::Communicator& pp_;
   model::Transformer& model_;
