@@ -88,7 +88,7 @@ void ring_exchange(Communicator& c, Order order, bool with_self) {
     batch = sends;
     batch.insert(batch.end(), recvs.begin(), recvs.end());
   }
-  c.exchange_async(batch)->wait();
+  all_of(c.exchange_async(batch))->wait();
   for (size_t k = 0; k < received.size(); ++k) EXPECT_EQ(received[k], expected[k]) << "rank " << r << " recv " << k;
 }
 
@@ -109,7 +109,7 @@ TEST(Exchange, TagsMatchMessagesWhateverTheirOrderInTheBatch) {
     std::vector<PeerOp> ops = {PeerOp::send(a.data(), 10, DType::F32, peer, 1), PeerOp::send(b.data(), 20, DType::F32, peer, 2),
                                PeerOp::recv(got_a.data(), 10, DType::F32, peer, 1), PeerOp::recv(got_b.data(), 20, DType::F32, peer, 2)};
     if (c.rank() == 1) std::reverse(ops.begin(), ops.end());
-    c.exchange_async(ops)->wait();
+    all_of(c.exchange_async(ops))->wait();
     EXPECT_EQ(got_a, std::vector<float>(10, float(peer + 1)));
     EXPECT_EQ(got_b, std::vector<float>(20, float(peer + 5)));
   });

@@ -210,7 +210,7 @@ TEST_F(NcclCollectives, ExchangeAroundARingSendsFirstAndToItself) {
       const PeerOp ops[] = {PeerOp::send(out.ptr, n, DType::F32, next, 0), PeerOp::send(more.ptr, n + 3, DType::F32, next, 1),
                             PeerOp::recv(in.ptr, n, DType::F32, previous, 0),
                             PeerOp::recv(in_more.ptr, n + 3, DType::F32, previous, 1)};
-      c.exchange_async(ops)->wait();
+      all_of(c.exchange_async(ops))->wait();
       EXPECT_EQ(in.host(), input(previous, n)) << "exchange " << n;
       EXPECT_EQ(in_more.host(), input(previous, n + 3)) << "exchange " << n + 3;
     });

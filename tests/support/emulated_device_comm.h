@@ -69,10 +69,11 @@ class EmulatedDeviceCommunicator final : public comm::Communicator {
   comm::WorkHandle recv_async(void* data, int64_t count, DType dtype, int peer, int tag) override {
     return counted(group_->recv_async(device(data, "recv's data"), count, dtype, peer, tag));
   }
-  comm::WorkHandle exchange_async(std::span<const comm::PeerOp> ops) override {
+  std::vector<comm::WorkHandle> exchange_async(std::span<const comm::PeerOp> ops) override {
     std::vector<comm::PeerOp> host(ops.begin(), ops.end());
     for (comm::PeerOp& op : host) op.data = device(op.data, op.is_send() ? "exchange's send" : "exchange's recv");
-    return counted(group_->exchange_async(host));
+    ++emulated_device_operations();
+    return group_->exchange_async(host);
   }
   std::unique_ptr<comm::Communicator> split(int color, int key, const std::string& name) override {
     std::unique_ptr<comm::Communicator> group = group_->split(color, key, name);

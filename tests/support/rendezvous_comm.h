@@ -88,10 +88,13 @@ class RendezvousCommunicator final : public comm::Communicator {
   comm::WorkHandle recv_async(void* data, int64_t count, DType dtype, int peer, int /*tag*/) override {
     return queue([=, this] { return inner_->recv_async(data, count, dtype, peer, 0); });
   }
-  comm::WorkHandle exchange_async(std::span<const comm::PeerOp> ops) override {
+  // One operation: every handle completes with the whole batch (an NCCL group's one event).
+  std::vector<comm::WorkHandle> exchange_async(std::span<const comm::PeerOp> ops) override {
     std::vector<comm::PeerOp> untagged(ops.begin(), ops.end());
     for (comm::PeerOp& op : untagged) op.tag = 0;
-    return queue([this, untagged = std::move(untagged)] { return inner_->exchange_async(untagged); });
+    comm::WorkHandle batch =
+        queue([this, untagged = std::move(untagged)] { return comm::all_of(inner_->exchange_async(untagged)); });
+    return std::vector<comm::WorkHandle>(ops.size(), batch);
   }
   std::unique_ptr<comm::Communicator> split(int color, int key, const std::string& name) override {
     std::unique_ptr<comm::Communicator> group;

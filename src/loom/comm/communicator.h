@@ -94,15 +94,16 @@ class Communicator {
   // in issue order. Counts and dtypes must agree (checked).
   virtual WorkHandle send_async(const void* data, int64_t count, DType dtype, int peer, int tag) = 0;
   virtual WorkHandle recv_async(void* data, int64_t count, DType dtype, int peer, int tag) = 0;
-  // A batch of sends and receives, done when all of them are (Megatron's batch_isend_irecv). Its
-  // operations progress together, so no order of sends and recvs in the batch, or in the peers'
-  // batches, waits on itself: two ranks that both send before they receive, a ring whose every
-  // rank sends to the next and receives from the previous. Messages match as send_async's do;
-  // where a backend has no tags (nccl), those between one pair of ranks match in issue order.
-  // Buffers stay valid until the handle completes. The default posts each op with send_async /
-  // recv_async and returns all_of them: right where a send does not wait for its peer's recv
-  // (threads, mpi); a backend whose send does (nccl) overrides it.
-  virtual WorkHandle exchange_async(std::span<const PeerOp> ops);
+  // A batch of sends and receives (Megatron's batch_isend_irecv): one handle per op, in order.
+  // The batch's operations progress together, so no order of sends and recvs in the batch, or in
+  // the peers' batches, waits on itself: two ranks that both send before they receive, a ring
+  // whose every rank sends to the next and receives from the previous. Messages match as
+  // send_async's do; where a backend has no tags (nccl), those between one pair of ranks match in
+  // issue order. Each buffer stays valid until its handle completes. The default posts each op
+  // with send_async / recv_async, so a recv's handle completes with its data, whatever this rank's
+  // sends: right where a send does not wait for its peer's recv (threads, mpi). nccl overrides it
+  // with one group, every handle completing with the whole batch.
+  virtual std::vector<WorkHandle> exchange_async(std::span<const PeerOp> ops);
 
   // Collective over this group: ranks passing the same `color` form a new group, ordered by
   // `key` (ties by rank). color < 0 returns nullptr (the rank joins no group).

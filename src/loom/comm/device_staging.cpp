@@ -156,18 +156,23 @@ class DeviceStagingCommunicator final : public Communicator {
     return run({data}, [&](Communicator& c, Staging& s) { return c.recv_async(s.output(data, count, dtype, false), count, dtype, peer, tag); });
   }
   // One batch on one backend: the device one when every buffer is device memory, so its sends and
-  // recvs stay one group there (NCCL); else the host one, each device buffer staged.
-  WorkHandle exchange_async(std::span<const PeerOp> ops) override {
-    std::vector<const void*> buffers;
-    for (const PeerOp& op : ops) buffers.push_back(op.data);
-    return run_over(buffers, [&](Communicator& c, Staging& s) {
-      std::vector<PeerOp> staged(ops.begin(), ops.end());
-      for (PeerOp& op : staged) {
-        op.data = op.is_send() ? const_cast<void*>(s.input(op.data, op.count, op.dtype))
-                               : s.output(op.data, op.count, op.dtype, false);
-      }
-      return c.exchange_async(staged);
-    });
+  // recvs stay one group there (NCCL); else the host one, each op's device buffer staged on its
+  // own (a recv's data comes back when that recv completes, whatever the batch's sends).
+  std::vector<WorkHandle> exchange_async(std::span<const PeerOp> ops) override {
+    if (device_comm_ && all_on_device(ops)) return device_comm_->exchange_async(ops);
+    std::vector<std::unique_ptr<Staging>> stagings;
+    std::vector<PeerOp> staged(ops.begin(), ops.end());
+    for (PeerOp& op : staged) {
+      stagings.push_back(std::make_unique<Staging>(device_, true));
+      Staging& s = *stagings.back();
+      op.data = op.is_send() ? const_cast<void*>(s.input(op.data, op.count, op.dtype))
+                             : s.output(op.data, op.count, op.dtype, false);
+    }
+    std::vector<WorkHandle> works = inner_.exchange_async(staged);
+    for (size_t k = 0; k < works.size(); ++k) {
+      if (!stagings[k]->empty()) works[k] = std::make_shared<StagedWork>(std::move(stagings[k]), works[k]);
+    }
+    return works;
   }
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
     std::unique_ptr<Communicator> group = inner_.split(color, key, name);
@@ -182,11 +187,7 @@ class DeviceStagingCommunicator final : public Communicator {
   // ones aside; the ranks of an operation pass the same kinds of buffers, as SPMD code does),
   // else on the host backend with a fresh staging; an operation that staged nothing is returned
   // as the backend's.
-  using Issue = std::function<WorkHandle(Communicator&, Staging&)>;
-  WorkHandle run(std::initializer_list<const void*> buffers, const Issue& issue) {
-    return run_over(std::span<const void* const>(buffers.begin(), buffers.size()), issue);
-  }
-  WorkHandle run_over(std::span<const void* const> buffers, const Issue& issue) {
+  WorkHandle run(std::initializer_list<const void*> buffers, const std::function<WorkHandle(Communicator&, Staging&)>& issue) {
     if (device_comm_ && all_on_device(buffers)) {
       Staging pass_through(device_, false);
       return issue(*device_comm_, pass_through);
@@ -195,6 +196,14 @@ class DeviceStagingCommunicator final : public Communicator {
     WorkHandle inner = issue(inner_, *staging);
     if (staging->empty()) return inner;
     return std::make_shared<StagedWork>(std::move(staging), std::move(inner));
+  }
+  bool all_on_device(std::span<const PeerOp> ops) const {
+    std::vector<const void*> buffers;
+    for (const PeerOp& op : ops) buffers.push_back(op.data);
+    return all_on_device(buffers);
+  }
+  bool all_on_device(std::initializer_list<const void*> buffers) const {
+    return all_on_device(std::span<const void* const>(buffers.begin(), buffers.size()));
   }
   bool all_on_device(std::span<const void* const> buffers) const {
     bool any = false;

@@ -1,4 +1,4 @@
-// The batched point-to-point operation's default (Communicator::exchange_async) and all_of.
+// The batched point-to-point operation's default (Communicator::exchange_async), and all_of.
 #include <utility>
 
 #include "loom/comm/communicator.h"
@@ -30,14 +30,14 @@ WorkHandle all_of(std::vector<WorkHandle> parts) { return std::make_shared<AllOf
 // Every op is posted before any is waited for; with a backend whose send_async returns without
 // waiting for the peer (threads queues it for the receiver, mpi posts an MPI_Isend), the batch's
 // messages then match whatever their order here and on the peers.
-WorkHandle Communicator::exchange_async(std::span<const PeerOp> ops) {
+std::vector<WorkHandle> Communicator::exchange_async(std::span<const PeerOp> ops) {
   std::vector<WorkHandle> parts;
   parts.reserve(ops.size());
   for (const PeerOp& op : ops) {
     parts.push_back(op.is_send() ? send_async(op.data, op.count, op.dtype, op.peer, op.tag)
                                  : recv_async(op.data, op.count, op.dtype, op.peer, op.tag));
   }
-  return all_of(std::move(parts));
+  return parts;
 }
 
 }  // namespace loom::comm

@@ -34,7 +34,7 @@ comm::WorkHandle ShapeGroup::all_to_all_v_async(const void*, std::span<const int
 comm::WorkHandle ShapeGroup::barrier_async() { refuse("barrier"); }
 comm::WorkHandle ShapeGroup::send_async(const void*, int64_t, DType, int, int) { refuse("send"); }
 comm::WorkHandle ShapeGroup::recv_async(void*, int64_t, DType, int, int) { refuse("recv"); }
-comm::WorkHandle ShapeGroup::exchange_async(std::span<const comm::PeerOp>) { refuse("exchange"); }
+std::vector<comm::WorkHandle> ShapeGroup::exchange_async(std::span<const comm::PeerOp>) { refuse("exchange"); }
 std::unique_ptr<comm::Communicator> ShapeGroup::split(int, int, const std::string&) { refuse("split"); }
 
 }  // namespace loom::plan

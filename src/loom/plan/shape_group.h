@@ -32,7 +32,7 @@ class ShapeGroup final : public comm::Communicator {
   comm::WorkHandle barrier_async() override;
   comm::WorkHandle send_async(const void*, int64_t, DType, int, int) override;
   comm::WorkHandle recv_async(void*, int64_t, DType, int, int) override;
-  comm::WorkHandle exchange_async(std::span<const comm::PeerOp>) override;
+  std::vector<comm::WorkHandle> exchange_async(std::span<const comm::PeerOp>) override;
   std::unique_ptr<comm::Communicator> split(int, int, const std::string&) override;
 
  private:

@@ -222,9 +222,9 @@ class NcclCommunicator final : public Communicator {
   // ranks progress together whatever their order. NCCL has no tags: the ops of one batch between
   // one pair of ranks match the peer's in issue order (send k to a peer with its recv k from us).
   // A rank may send to itself (NCCL >= 2.7) when the batch also holds the matching recv.
-  WorkHandle exchange_async(std::span<const PeerOp> ops) override {
+  std::vector<WorkHandle> exchange_async(std::span<const PeerOp> ops) override {
     for (const PeerOp& op : ops) check_rank(op.peer, op.is_send() ? "exchange send peer" : "exchange recv peer");
-    return issue("exchange", [&](ncclComm_t c, cudaStream_t s) {
+    WorkHandle group = issue("exchange", [&](ncclComm_t c, cudaStream_t s) {
       check_nccl(ncclGroupStart(), "ncclGroupStart");
       for (const PeerOp& op : ops) {
         const size_t n = bytes(op.count, op.dtype);
@@ -237,6 +237,7 @@ class NcclCommunicator final : public Communicator {
       }
       check_nccl(ncclGroupEnd(), "ncclGroupEnd");
     });
+    return std::vector<WorkHandle>(ops.size(), group);  // one event: the group completes as a whole
   }
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
 

@@ -24,7 +24,7 @@ RingHop::RingHop(comm::Communicator& cp, const float* send, float* recv, int64_t
   // where a send waits for its receive (NCCL).
   const comm::PeerOp ops[] = {comm::PeerOp::send(send, count, DType::F32, next, tag),
                               comm::PeerOp::recv(recv, count, DType::F32, previous, tag)};
-  work_ = cp.exchange_async(ops);
+  work_ = comm::all_of(cp.exchange_async(ops));
   bytes_sent += count * static_cast<int64_t>(sizeof(float));
 }
 

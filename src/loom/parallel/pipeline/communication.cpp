@@ -4,7 +4,7 @@
 
 namespace loom::parallel {
 
-comm::WorkHandle start_stage_messages(comm::Communicator& pp, std::span<const StageMessage> messages) {
+std::vector<comm::WorkHandle> start_stage_messages(comm::Communicator& pp, std::span<const StageMessage> messages) {
   std::vector<comm::PeerOp> ops;
   for (const StageMessage& m : messages) {
     ops.push_back(m.send != nullptr ? comm::PeerOp::send(m.send, m.count, DType::F32, m.message.peer, m.message.tag)

@@ -3,6 +3,7 @@
 // shares after evaluation: pipeline_step.cpp calls these and no Communicator method directly.
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "loom/comm/communicator.h"
 #include "loom/parallel/pipeline/pipeline_schedule.h"
@@ -22,8 +23,8 @@ struct StageMessage {
 // (Communicator::exchange_async), as Megatron's send_forward_recv_backward and
 // send_backward_recv_forward do: a stage that sends its forward output while its neighbour sends
 // a gradient back would otherwise wait for each other where sends wait for their receive
-// (NCCL). The buffers must stay valid until the returned work completes.
-comm::WorkHandle start_stage_messages(comm::Communicator& pp, std::span<const StageMessage> messages);
+// (NCCL). One handle per message; each buffer must stay valid until its handle completes.
+std::vector<comm::WorkHandle> start_stage_messages(comm::Communicator& pp, std::span<const StageMessage> messages);
 // Evaluation: the loss held by the pipeline rank `root`, on every rank of the pipeline.
 double share_loss(comm::Communicator& pp, double loss, int root);
 

@@ -117,12 +117,12 @@ bool is_send(parallel::PipelineOp op) {
 }  // namespace
 
 // The message instructions [begin, end) of the rank's list, started as one batch: the sends
-// (whose activations stay held until it completes) and the receives. Returns the batch when it
-// receives (the caller waits before the data is used), else null.
+// (whose activations stay held until theirs complete) and the receives. Returns the receives'
+// handles, for the caller to wait on before the data is used (not on the sends: where sends are
+// buffered, threads and mpi, a stage runs on while its messages wait for their receiver).
 comm::WorkHandle PipelineStep::start_messages(size_t begin, size_t end, int64_t rows, int64_t count) {
   const std::vector<parallel::PipelineInstruction>& list = schedule_.ranks[rank_];
   std::vector<StageMessage> messages;
-  bool receives = false;
   for (size_t j = begin; j < end; ++j) {
     const parallel::PipelineInstruction& in = list[j];
     InFlight& f = acquire({in.micro_batch, in.chunk});
@@ -133,17 +133,19 @@ comm::WorkHandle PipelineStep::start_messages(size_t begin, size_t end, int64_t 
       case parallel::PipelineOp::RecvBackward: m.recv = model_.chunk_output_grad(*f.activations, rows); break;
       default: m.send = model_.chunk_input_grad(*f.activations); break;  // SendBackward
     }
-    receives = receives || m.recv != nullptr;
     messages.push_back(m);
   }
-  comm::WorkHandle work = start_stage_messages(pp_, messages);
+  std::vector<comm::WorkHandle> work = start_stage_messages(pp_, messages), receives;
   for (size_t j = begin; j < end; ++j) {
     const parallel::PipelineInstruction& in = list[j];
-    if (!is_send(in.op)) continue;
-    acquire({in.micro_batch, in.chunk}).sends.push_back(work);
+    if (!is_send(in.op)) {
+      receives.push_back(work[j - begin]);
+      continue;
+    }
+    acquire({in.micro_batch, in.chunk}).sends.push_back(work[j - begin]);
     if (in.op == parallel::PipelineOp::SendBackward) release({in.micro_batch, in.chunk});
   }
-  return receives ? work : nullptr;
+  return receives.empty() ? nullptr : comm::all_of(std::move(receives));
 }
 
 void PipelineStep::wait_for(const comm::WorkHandle& work) {
@@ -250,13 +252,13 @@ double PipelineStep::forward_loss(const int32_t* inputs, const int32_t* targets,
     if (vs > 0) {
       const StageMessage in{.recv = model_.chunk_input(*f.activations, c, rows), .count = count,
                             .message = parallel::pipeline_message(s, rank_, {parallel::PipelineOp::RecvForward, 0, c})};
-      wait_for(start_stage_messages(pp_, {&in, 1}));
+      wait_for(start_stage_messages(pp_, {&in, 1}).front());
     }
     loss_sum += model_.forward_chunk(*f.activations, c, inputs, targets, batch, seq, 0.0f, packing);
     if (vs + 1 < s.total_stages()) {
       const StageMessage out{.send = model_.chunk_output(*f.activations, c), .count = count,
                              .message = parallel::pipeline_message(s, rank_, {parallel::PipelineOp::SendForward, 0, c})};
-      f.sends.push_back(start_stage_messages(pp_, {&out, 1}));
+      f.sends.push_back(start_stage_messages(pp_, {&out, 1}).front());
     }
   }
   for (InFlight& f : evaluation_) {
