@@ -56,6 +56,7 @@ struct CudaEntries {
   void (*scale_in_place)(Device, float* x, int64_t n, float factor) = nullptr;
   void (*add_in_place)(Device, float* y, const float* x, int64_t n) = nullptr;
   bool (*any_non_finite)(Device, const float* x, int64_t n) = nullptr;
+  void (*amax_into)(Device, float* dst, const float* x, int64_t n) = nullptr;
   void (*adamw_update_many)(Device, const AdamWTensor* tensors, int64_t count, const AdamWStep& step) = nullptr;
   void (*rmsnorm_forward)(Device, float* out, float* rstd, const float* in, const float* weight, int64_t rows,
                           int64_t dim, float eps) = nullptr;

@@ -272,6 +272,7 @@ void scale_in_place(Device device, float* x, int64_t n, float factor) {
 void add_in_place(Device device, float* y, const float* x, int64_t n) { LOOM_DISPATCH(add_in_place, y, x, n); }
 
 bool any_non_finite(Device device, const float* x, int64_t n) { LOOM_DISPATCH(any_non_finite, x, n); }
+void amax_into(Device device, float* dst, const float* x, int64_t n) { LOOM_DISPATCH(amax_into, dst, x, n); }
 
 // The recipes' device entries have no CPU kernel: the CPU path emulates them in the model layer.
 #define LOOM_DEVICE_ONLY(op, ...)                                                                      \

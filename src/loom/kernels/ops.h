@@ -161,11 +161,14 @@ void scale_in_place(Device device, float* x, int64_t n, float factor);
 void add_in_place(Device device, float* y, const float* x, int64_t n);
 // Whether x[0, n) holds an Inf or NaN (the gradients' check before an optimizer step).
 bool any_non_finite(Device device, const float* x, int64_t n);
+// *dst = max(*dst, max |x[0, n)|) where the tensors live, nothing read back: the FP8 recipes'
+// amaxes stay on the device. *dst must be >= 0 or NaN; a NaN or Inf stays (NaN wins over Inf).
+void amax_into(Device device, float* dst, const float* x, int64_t n);
 
 // --- the precision recipes' linear GEMMs on a GPU (precision_gemm.h). Device entries only: the
 // CPU emulates the recipes in fp32 (model/linear_precision.cpp), so on the CPU these throw.
-// max |x| (NaN or Inf when one is there), read back to the host: the scale and Inf/NaN decisions
-// are the host's. round_in_place: x rounded to the dtype and widened back (None: unchanged).
+// max |x| (NaN or Inf when one is there), read back to the host (a synchronisation: the GEMMs
+// do not use it). round_in_place: x rounded to the dtype and widened back (None: unchanged).
 float amax(Device device, const float* x, int64_t n);
 void round_in_place(Device device, float* x, int64_t n, OutputRounding rounding);
 void precision_linear_gemm(Device device, const PrecisionGemm& gemm);

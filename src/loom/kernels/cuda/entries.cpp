@@ -197,6 +197,7 @@ void register_loss_and_optimizer(CudaEntries& e) {
   e.scale_in_place = [](Device d, float* x, int64_t n, float f) { scale_in_place(x, n, f, stream_of(d)); };
   e.add_in_place = [](Device d, float* y, const float* x, int64_t n) { add_in_place(y, x, n, stream_of(d)); };
   e.any_non_finite = [](Device d, const float* x, int64_t n) { return any_non_finite(x, n, stream_of(d)); };
+  e.amax_into = [](Device d, float* dst, const float* x, int64_t n) { amax_into(dst, x, n, stream_of(d)); };
 }
 
 void register_precision(CudaEntries& e) {
