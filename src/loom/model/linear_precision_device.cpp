@@ -5,10 +5,10 @@
 #include <cmath>
 #include <string>
 
-#include "loom/comm/communicator.h"
 #include "loom/core/error.h"
 #include "loom/kernels/ops.h"
 #include "loom/model/linear_precision.h"
+#include "loom/model/tensor_parallel.h"
 #include "loom/precision/formats.h"
 #include "loom/precision/fp8_scaling.h"
 
@@ -78,7 +78,7 @@ CastOperand LinearPrecision::device_operand(Operand op, const float* x, int64_t 
     float* amax = sized(scratch_->amax, 3, device_) + at;
     zero_on_device(device_, amax, 1);
     kernels::amax_into(device_, amax, x, n);
-    if (reduces_over_tensor_parallel(op)) tp_group_->all_reduce(amax, 1, DType::F32, comm::ReduceOp::Max);
+    if (reduces_over_tensor_parallel(op)) max_over_tensor_parallel(*tp_group_, amax);
     c.amax = amax;
   }
   return c;
