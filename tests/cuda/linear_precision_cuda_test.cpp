@@ -277,7 +277,9 @@ TEST_F(CudaLinearPrecisionState, AnOperandWithInfOrNanMakesTheCpusNonFiniteOutpu
       for (size_t i = 0; i < w.size(); ++i) {
         non_finite += !std::isfinite(w[i]);
         ASSERT_EQ(std::isfinite(g[i]), std::isfinite(w[i])) << name << " " << what << " element " << i;
-        if (!std::isfinite(w[i])) ASSERT_TRUE(std::isnan(g[i])) << name << " " << what << " element " << i;
+        if (!std::isfinite(w[i])) {
+          ASSERT_TRUE(std::isnan(g[i])) << name << " " << what << " element " << i;
+        }
       }
       EXPECT_GT(non_finite, 0) << name << " " << what;
       // The finite elements differ: the CPU multiplies the operand unquantized, the device quantized.

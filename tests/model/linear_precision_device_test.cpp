@@ -173,7 +173,9 @@ TEST_P(LinearPrecisionDevice, AnInfOrNanOperandMakesNanExactlyWhereTheCpuIsNonFi
       non_finite += !std::isfinite(w[i]);
       ASSERT_EQ(std::isfinite(g[i]), std::isfinite(w[i])) << recipe_name(recipe) << " " << what << " element " << i;
       // 16-bit recipes pass Inf through as the CPU does; the FP8 casts write NaN.
-      if (is_fp8(recipe) && !std::isfinite(w[i])) ASSERT_TRUE(std::isnan(g[i])) << what << " element " << i;
+      if (is_fp8(recipe) && !std::isfinite(w[i])) {
+        ASSERT_TRUE(std::isnan(g[i])) << what << " element " << i;
+      }
     }
     EXPECT_GT(non_finite, 0) << recipe_name(recipe) << " " << what;
   };

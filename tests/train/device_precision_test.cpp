@@ -55,5 +55,35 @@ TEST_F(DevicePrecision, Fp8DelayedHistoriesMoveBetweenDeviceAndCpuThroughACheckp
   expect_same_checkpoints("fp8-ckpt-full", "fp8-ckpt-from-cpu");
 }
 
+// An overflow inside the FP8 GEMMs: a learning rate so large that the first update makes the
+// weights ~1e37, so the next forward's products overflow and Inf / NaN reach the operands of later
+// FP8 GEMMs. The CPU passes such an operand on unquantized, the device's cast writes NaN: the
+// outputs they reach are non-finite on both, so every later step is skipped on both, at the same
+// steps, with the same skipped-step count; fp8_delayed's histories ignore the Inf amaxes on both,
+// and the parameters, moments and histories end bit for bit equal.
+TEST_F(DevicePrecision, AnOverflowInTheFp8GemmsSkipsTheSameStepsAsOnTheCpu) {
+  for (const char* recipe : {"fp8_delayed", "fp8_current"}) {
+    SCOPED_TRACE(recipe);
+    const std::vector<std::string> overflow = fp8(recipe, {"optim.lr=1.0e37", "optim.clip_grad=0"});
+    std::vector<std::string> on_device = overflow;
+    on_device.push_back("runtime.device=cuda");
+    const std::string tag = std::string("overflow-") + recipe;
+    const std::vector<nlohmann::json> cpu = train_records(tag + "-cpu", kLlama, overflow);
+    const std::vector<nlohmann::json> dev = train_records(tag + "-cuda", kLlama, on_device);
+    ASSERT_EQ(cpu.size(), 4u);
+    ASSERT_EQ(dev.size(), cpu.size());
+    int skipped = 0;
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      const bool skipped_cpu = cpu[i].value("skipped", false);
+      EXPECT_EQ(dev[i].value("skipped", false), skipped_cpu) << "step " << i + 1;
+      skipped += skipped_cpu ? 1 : 0;
+      if (!skipped_cpu) EXPECT_EQ(dev[i].at("loss"), cpu[i].at("loss")) << "step " << i + 1;
+    }
+    EXPECT_FALSE(cpu[0].value("skipped", false));  // the first step is finite
+    EXPECT_GE(skipped, 2);                         // the overflow did happen, and keeps happening
+    expect_same_checkpoints(tag + "-cpu", tag + "-cuda");
+  }
+}
+
 }  // namespace
 }  // namespace loom::train
