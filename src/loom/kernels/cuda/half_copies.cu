@@ -36,7 +36,7 @@ __global__ void widen_kernel(float* __restrict__ dst, const Half* __restrict__ s
 
 void narrow_floats(void* dst, const float* src, int64_t n, DType dtype, cudaStream_t stream) {
   check_half(dtype, "narrow_floats");
-  cast_operand(src, dst, 1, n, false, dtype == DType::BF16 ? CastTo::BF16 : CastTo::F16, 1.0f, stream);
+  cast_operand(src, dst, 1, n, false, dtype == DType::BF16 ? CastTo::BF16 : CastTo::F16, nullptr, stream);
 }
 
 void widen_floats(float* dst, const void* src, int64_t n, DType dtype, bool accumulate, cudaStream_t stream) {
