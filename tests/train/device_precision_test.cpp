@@ -33,6 +33,14 @@ TEST_F(DevicePrecision, Fp8CurrentUnderTensorParallelismOnTheDeviceEqualsTheCpuB
   expect_bitwise_equal_runs(kGpt2, "fp8-current-tp2", fp8("fp8_current", {"runtime.ranks=2", "parallel.tp=2"}));
 }
 
+// Each stage's (and data-parallel rank's) device array of amaxes, read once per step and agreed
+// over the ranks holding the same layers, as on the CPU.
+TEST_F(DevicePrecision, Fp8DelayedInAPipelineAndUnderDataParallelismOnTheDeviceEqualsTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kLlama, "fp8-delayed-pp2",
+                            fp8("fp8_delayed", {"runtime.ranks=2", "parallel.pp=2", "parallel.pipeline_schedule=1f1b"}));
+  expect_bitwise_equal_runs(kGpt2, "fp8-delayed-dp2", fp8("fp8_delayed", {"runtime.ranks=2", "train.micro_batch=1"}));
+}
+
 TEST_F(DevicePrecision, Mxfp8OnTheDeviceEqualsTheCpuBitForBit) {
   expect_bitwise_equal_runs(kLlama, "mxfp8-llama", fp8("mxfp8"));
 }
