@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "loom/comm/device_staging.h"
 #include "loom/comm/launch.h"
 #include "loom/core/error.h"
 #include "loom/kernels/ops.h"
@@ -327,7 +328,10 @@ TEST_F(CudaLinearPrecisionState, Fp8CurrentUnderTensorParallelismScalesPiecesByT
     const int r = world.rank();
     LinearPrecision piece(Recipe::Fp8Current);
     piece.set_device(Device::cuda(0));
-    piece.set_sharded_operands(&world, {false, true, true});  // input whole; weight, output gradient pieces
+    // The amax all-reduced is one device float: the group stages it through the host as the
+    // trainer's does with runtime.device_comm=host.
+    const std::unique_ptr<comm::Communicator> group = comm::stage_device_buffers(world, Device::cuda(0));
+    piece.set_sharded_operands(group.get(), {false, true, true});  // input whole; weight, output gradient pieces
     piece.forward(y_piece[r]->ptr, d_x.ptr, w_piece[r]->ptr, nullptr, n, in, half);
     piece.backward(nullptr, dw_piece[r]->ptr, nullptr, dy_piece[r]->ptr, d_x.ptr, w_piece[r]->ptr, n, in, half);
   });
