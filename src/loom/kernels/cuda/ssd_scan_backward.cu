@@ -13,14 +13,15 @@ namespace {
 
 // A (row, group) block's work arrays: each head's state gradient carried from block to block,
 // then per block C.B, the pair terms G, Q = W * dyx and R = L * cb * dyx ([L, L]), per-token
-// d(dt), d(cum) and two scratch columns, dy.dS_out B ([L, head_dim]) and the group's dB, dC.
+// d(dt), d(cum), exp(cum) and two scratch columns, dy.dS_out B ([L, head_dim]) and the group's
+// dB, dC.
 struct GroupWork {
-  double *carry, *cb, *G, *Q, *R, *ddt, *dcum, *tok, *tok2, *V, *dB, *dC, *head;
+  double *carry, *cb, *G, *Q, *R, *ddt, *dcum, *decay, *tok, *tok2, *V, *dB, *dC, *head;
 };
 
 __host__ __device__ int64_t group_work(const SsdShape& s) {
   const int64_t L = longest_block(s), per_group = s.heads / s.groups;
-  return per_group * s.head_dim * s.state + 4 * L * L + 4 * L + L * s.head_dim + 2 * L * s.state + forward_work(s);
+  return per_group * s.head_dim * s.state + 4 * L * L + 5 * L + L * s.head_dim + 2 * L * s.state + forward_work(s);
 }
 
 __device__ GroupWork group_arrays(const SsdShape& s, double* w) {
@@ -33,7 +34,8 @@ __device__ GroupWork group_arrays(const SsdShape& s, double* w) {
   g.R = g.Q + L * L;
   g.ddt = g.R + L * L;
   g.dcum = g.ddt + L;
-  g.tok = g.dcum + L;
+  g.decay = g.dcum + L;
+  g.tok = g.decay + L;
   g.tok2 = g.tok + L;
   g.V = g.tok2 + L;
   g.dB = g.V + L * s.head_dim;
@@ -58,7 +60,8 @@ __device__ void block_cb(const HeadScan& hs, const Segment& seg, const GroupWork
   __syncthreads();
 }
 
-// Per pair j <= i: W, G, Q, R (see GroupWork); per token: coef_j = exp(cum_end - cum_j) dt_j.
+// Per pair j <= i: W, G, Q, R (see GroupWork); per token: coef_j = exp(cum_end - cum_j) dt_j and
+// exp(cum_j).
 __device__ void pair_terms(const HeadScan& hs, const Segment& seg, const GroupWork& gw, const float* dy) {
   const int64_t len = seg.len(), P = hs.s.head_dim;
   for (int64_t k = threadIdx.x; k < len * len; k += blockDim.x) {
@@ -72,7 +75,10 @@ __device__ void pair_terms(const HeadScan& hs, const Segment& seg, const GroupWo
     gw.R[k] = L * gw.cb[k] * dyx;
   }
   const double last = hs.cum[len - 1];
-  for (int64_t j = threadIdx.x; j < len; j += blockDim.x) hs.coef[j] = exp(last - hs.cum[j]) * hs.dt[j];
+  for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+    hs.coef[j] = exp(last - hs.cum[j]) * hs.dt[j];
+    gw.decay[j] = exp(hs.cum[j]);
+  }
   __syncthreads();
 }
 
@@ -97,7 +103,7 @@ __device__ void token_terms(const HeadScan& hs, const Segment& seg, const GroupW
         for (int64_t n = 0; n < N; ++n) sc += S[p * N + n] * Ct[n];
         through += dyt[p] * sc;
       }
-      dcum += exp(hs.cum[t]) * through;
+      dcum += gw.decay[t] * through;
     }
     gw.ddt[t] = ddt;
     gw.dcum[t] = dcum;
@@ -145,7 +151,7 @@ __device__ void bc_terms(const HeadScan& hs, const Segment& seg, const GroupWork
       if (S) sdy += S[p * N + n] * dyi[p];
       sx += dS_out[p * N + n] * xi[p];
     }
-    dc = exp(hs.cum[i]) * sdy;
+    dc = gw.decay[i] * sdy;
     for (int64_t j = 0; j <= i; ++j) dc += gw.G[i * len + j] * hs.B_at(seg.begin + j)[n];
     db = hs.coef[i] * sx;
     for (int64_t r = i; r < len; ++r) db += gw.G[r * len + i] * hs.C_at(seg.begin + r)[n];
@@ -157,8 +163,8 @@ __device__ void bc_terms(const HeadScan& hs, const Segment& seg, const GroupWork
 
 // dS_in = exp(cum_end) dS_out + sum_i exp(cum_i) dy_i C_i^T (zero at a document's start), in
 // place; returns sum(dS_out * S) to every thread.
-__device__ double carry_update(const HeadScan& hs, const Segment& seg, const float* dy, const double* S,
-                               double* carry) {
+__device__ double carry_update(const HeadScan& hs, const Segment& seg, const GroupWork& gw, const float* dy,
+                               const double* S, double* carry) {
   __shared__ double partial[kThreads];
   const int64_t len = seg.len(), P = hs.s.head_dim, N = hs.s.state;
   const double keep = exp(hs.cum[len - 1]);
@@ -169,7 +175,7 @@ __device__ double carry_update(const HeadScan& hs, const Segment& seg, const flo
     if (S) through += old * S[k];
     double v = keep * old;
     for (int64_t i = 0; i < len; ++i)
-      v += exp(hs.cum[i]) * dy[(hs.row0 + seg.begin + i) * hs.s.y_stride + hs.h * P + p] *
+      v += gw.decay[i] * dy[(hs.row0 + seg.begin + i) * hs.s.y_stride + hs.h * P + p] *
            hs.C_at(seg.begin + i)[n];
     carry[k] = seg.starts_document ? 0.0 : v;
   }
@@ -227,7 +233,7 @@ __device__ void head_block_backward(const HeadScan& hs, const Segment& seg, cons
   token_terms(hs, seg, gw, out.dy, S);
   dx_terms(hs, seg, gw, out, carry);
   bc_terms(hs, seg, gw, out.dy, S, carry);
-  const double through = carry_update(hs, seg, out.dy, S, carry);
+  const double through = carry_update(hs, seg, gw, out.dy, S, carry);
   dt_terms(hs, seg, gw, through, part, out.ddt_raw);
 }
 
