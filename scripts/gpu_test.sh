@@ -84,7 +84,8 @@ done
 # tokens/s of steps 3-12 from each run's metrics.
 for pattern in "" "M*M*M*"; do
   name="hybrid-${pattern:-none}"; name="${name//\*/a}"
-  timeout 90 "$loom" train configs/tiny.yaml runtime.device=cuda ${pattern:+model.layer_pattern=$pattern model.mamba.groups=8} \
+  hybrid=(); [ -n "$pattern" ] && hybrid=("model.layer_pattern=$pattern" "model.mamba={groups: 8}")
+  timeout 90 "$loom" train configs/tiny.yaml runtime.device=cuda "${hybrid[@]}" \
     data.train_prefix=/tmp/loom-train/c_train data.val_prefix=/tmp/loom-train/c_val train.steps=12 \
     train.eval_interval=0 checkpoint.interval=0 log.progress=false log.interval=1 \
     run.dir="/tmp/loom-train/run-$name" >>"$out/train_cuda.log" 2>&1
