@@ -79,13 +79,30 @@ for run in "runtime.device_comm=nccl" "runtime.ranks=2"; do
     log.interval=10 run.dir="/tmp/loom-train/run-${run//[.=]/-}" >>"$out/train_cuda.log" 2>&1
   echo "loom train $run exit $?"; grep -E "^step +10|error" "$out/train_cuda.log" | tail -1 | cut -c1-200
 done
+# A hybrid step beside the attention-only one: configs/tiny.yaml as is and with layers M*M*M*
+# (three Mamba-2 mixers of 32 heads in 8 groups in place of attention), 12 steps each; the median
+# tokens/s of steps 3-12 from each run's metrics.
+for pattern in "" "M*M*M*"; do
+  name="hybrid-${pattern:-none}"; name="${name//\*/a}"
+  hybrid=(); [ -n "$pattern" ] && hybrid=("model.layer_pattern=$pattern" "model.mamba={groups: 8}")
+  timeout 90 "$loom" train configs/tiny.yaml runtime.device=cuda "${hybrid[@]}" \
+    data.train_prefix=/tmp/loom-train/c_train data.val_prefix=/tmp/loom-train/c_val train.steps=12 \
+    train.eval_interval=0 checkpoint.interval=0 log.progress=false log.interval=1 \
+    run.dir="/tmp/loom-train/run-$name" >>"$out/train_cuda.log" 2>&1
+  echo "loom train layer_pattern=${pattern:-(attention only)} exit $?"
+  python3 - "/tmp/loom-train/run-$name/metrics.jsonl" <<'PY' || true
+import json, statistics, sys
+rates = [r["tokens_per_s"] for r in map(json.loads, open(sys.argv[1])) if "tokens_per_s" in r and r["step"] > 2]
+print(f"  median tokens/s over {len(rates)} steps: {statistics.median(rates):.0f}" if rates else "  no steps")
+PY
+done
 # The hand-written kernels once more under compute-sanitizer's memcheck, on the tests' small
 # shapes (out-of-bounds and misaligned accesses; it works on the Firecracker machines).
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 if [ -n "$sanitizer" ]; then
   echo "== memcheck"
   timeout 60 "$sanitizer" --tool memcheck --print-limit 5 "$tests/test_cuda" \
-    --gtest_filter='*one_token*:*key_block*:*documents_d128*:*Mx*:*Blockwise*:*LayerNorm*:*Rope*:*Embedding*:*Linear*' \
+    --gtest_filter='*one_token*:*key_block*:*documents_d128*:*Mx*:*Blockwise*:*LayerNorm*:*Rope*:*Embedding*:*Linear*:*CudaMamba*' \
     >"$out/memcheck.log" 2>&1
   grep -E "ERROR SUMMARY|Invalid|PASSED|FAILED" "$out/memcheck.log" | head -12
   # Shared-memory races in loom's tensor-core attention kernels (racecheck; small shapes; not

@@ -81,6 +81,30 @@ struct CudaEntries {
                            const float* scale, int64_t rows, int64_t width) = nullptr;
   void (*row_dots)(Device, double* out, const float* a, const int32_t* index, const float* b, int64_t b_stride,
                    int64_t rows, int64_t width) = nullptr;
+  // Mamba-2's mixer: the contracts of kernels/cpu/ssd_scan.h, causal_conv.h and gated_norm.h.
+  void (*ssd_scan_forward)(Device, float* y, const float* x, const float* dt_raw, const float* dt_bias,
+                           const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,
+                           const int32_t* documents) = nullptr;
+  void (*ssd_scan_backward)(Device, float* dx, float* ddt_raw, float* ddt_bias, float* dA_log, float* dB, float* dC,
+                            float* dD, const float* dy, const float* x, const float* dt_raw, const float* dt_bias,
+                            const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,
+                            const int32_t* documents) = nullptr;
+  void (*ssd_scan_step)(Device, float* y, float* state, const float* x, const float* dt_raw, const float* dt_bias,
+                        const float* A_log, const float* B, const float* C, const float* D,
+                        const SsdShape& s) = nullptr;
+  void (*causal_conv_silu_forward)(Device, float* out, const float* in, const float* weight, const float* bias,
+                                   const ConvShape& s, const int32_t* documents) = nullptr;
+  void (*causal_conv_silu_backward)(Device, float* din, float* dweight, float* dbias, const float* dout,
+                                    const float* in, const float* weight, const float* bias, const ConvShape& s,
+                                    const int32_t* documents) = nullptr;
+  void (*causal_conv_silu_step)(Device, float* out, float* window, const float* in, const float* weight,
+                                const float* bias, const ConvShape& s) = nullptr;
+  void (*gated_rmsnorm_forward)(Device, float* out, float* rstd, const float* y, const float* z, int64_t z_stride,
+                                const float* weight, int64_t rows, int64_t dim, int64_t group_size,
+                                float eps) = nullptr;
+  void (*gated_rmsnorm_backward)(Device, float* dy, float* dz, float* dweight, const float* dout, const float* y,
+                                 const float* z, int64_t z_stride, const float* weight, const float* rstd,
+                                 int64_t rows, int64_t dim, int64_t group_size) = nullptr;
   // Tiled attention: the contract of kernels/ops.h (and docs/architecture.md, "Kernels").
   void (*flash_attention_forward)(Device, float* out, float* lse, const float* q, const float* k, const float* v,
                                   const FlashAttentionShape& s, const AttentionVisibility& vis) = nullptr;

@@ -204,8 +204,6 @@ class Transformer {
   Transformer(const config::ModelConfig& config, TensorParallel tp, PrecisionPolicy precision,
               std::vector<LayerRange> chunks, ParameterStore::Allocation allocation, ExpertLayout experts,
               Device device);
-  // What a model on a GPU cannot hold yet: an Error naming the setting.
-  void check_device_support() const;
   // The micro-batch's packing where the kernels read it (staged_tokens below).
   Packing staged_packing(const Packing& packing, int64_t rows);
   void check_tokens(const int32_t* tokens, int64_t rows) const;
