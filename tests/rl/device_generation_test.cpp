@@ -6,7 +6,8 @@
 
 #include <algorithm>
 
-#include "../infer/engine_support.h"
+#include "../train/training_runs.h"
+#include "loom/infer/engine.h"
 #include "loom/rl/agent_loop.h"
 #include "loom/rl/env/env_server.h"
 #include "loom/rl/launch/server_command.h"
@@ -16,6 +17,21 @@
 
 namespace loom::rl {
 namespace {
+
+// A GPT-2-style checkpoint (learned positions, biases, tied embeddings) with room for the chat prompt.
+std::string gpt2_checkpoint() {
+  static const std::string made = [] {
+    const std::string root = train::testing::make_training_root("rl-device");
+    const std::string yaml =
+        "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, ffn_size: 64, norm: layer, activation: gelu,\n"
+        "        positions: learned, bias: true, tied_embeddings: true, max_seq_len: 160}\n"
+        "optim: {lr: 3.0e-3}\ntrain: {steps: 2, global_batch: 4, micro_batch: 4, seed: 9}\n" +
+        train::testing::data_section(root);
+    train::testing::train_run(root, "gpt2", yaml, {});
+    return root + "/gpt2/checkpoints";
+  }();
+  return made;
+}
 
 // One group sampled from a worker serving `checkpoint` on `device`.
 RolloutGroup group_from_worker(const std::string& checkpoint, config::RuntimeDevice device,
@@ -39,7 +55,7 @@ RolloutGroup group_from_worker(const std::string& checkpoint, config::RuntimeDev
 
 TEST(DeviceGeneration, AGroupFromADeviceWorkerEqualsTheCpuWorkers) {
   ::loom::testing::install_emulated_cuda();
-  const std::string checkpoint = infer::testing::checkpoint_of("llama");
+  const std::string checkpoint = gpt2_checkpoint();
   EnvironmentServer env_server(make_environment({"arithmetic", 99, 1, 4}), "127.0.0.1", 0);
   testing::ServingThread env([&](const std::function<void(int)>& on) { env_server.run(on); },
                              [&] { env_server.stop(); });

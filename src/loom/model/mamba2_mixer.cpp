@@ -151,11 +151,11 @@ void Mamba2Mixer::step_rows(float* residual, const float* normed, int64_t rows, 
                             std::span<float* const> states, Saved& scratch, ParallelScratch& tp_scratch) const {
   const int64_t gn = groups_ * state_;
   const ParameterStore& p = *store_;
-  float* proj = sized(scratch.proj, rows * proj_width());
-  float* conv = sized(scratch.conv, rows * conv_channels());
-  float* y = sized(scratch.y, rows * inner_);
-  float* gated = sized(scratch.gated, rows * inner_);
-  float* rstd = sized(scratch.rstd, rows * groups_);
+  float* proj = sized(scratch.proj, rows * proj_width(), device_);
+  float* conv = sized(scratch.conv, rows * conv_channels(), device_);
+  float* y = sized(scratch.y, rows * inner_, device_);
+  float* gated = sized(scratch.gated, rows * inner_, device_);
+  float* rstd = sized(scratch.rstd, rows * groups_, device_);
   in_->forward(proj, normed, rows, tp_scratch);
   const kernels::ConvShape conv_step = conv_shape(1, 1);
   const kernels::SsdShape scan_step = scan_shape(1, 1);
