@@ -87,7 +87,7 @@ class Transformer {
   // `device`: where parameters, gradients and activations live and the kernels run. Token-level
   // inputs stay host arrays in every call (checked there, uploaded right before their use). On a
   // GPU the dense layers of one rank train in fp32; what is not built there yet (MoE, Mamba-2,
-  // multi-token prediction, tensor parallelism, precision recipes, generation, token objectives)
+  // multi-token prediction, tensor parallelism, precision recipes, `decode`, token objectives)
   // is an Error naming the setting.
   explicit Transformer(const config::ModelConfig& config, TensorParallel tp = {}, PrecisionPolicy precision = {},
                        std::vector<LayerRange> chunks = {}, ExpertLayout experts = {}, Device device = Device::cpu());
