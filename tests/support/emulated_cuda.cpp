@@ -293,7 +293,7 @@ void adamw_update_many(Device device, const kernels::AdamWTensor* tensors, int64
   X(merge_attention_partials) X(softmax_cross_entropy) X(vocab_shard_row_max) X(vocab_shard_exp_sums)         \
   X(vocab_shard_gradient) X(vocab_shard_finish) X(adamw_update) X(sum_of_squares) X(scale_in_place)            \
   X(add_in_place)                                                                                             \
-  X(any_non_finite)
+  X(any_non_finite) X(narrow_floats) X(widen_floats)
 
 void fill_entries(kernels::CudaEntries& e) {
 #define LOOM_EMULATE(op) e.op = &Emulate<&kernels::op, OpName(#op)>::call;

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "loom/core/device.h"
+#include "loom/core/dtype.h"
 #include "loom/kernels/precision_gemm.h"
 #include "loom/kernels/types.h"
 
@@ -56,6 +57,8 @@ struct CudaEntries {
   void (*scale_in_place)(Device, float* x, int64_t n, float factor) = nullptr;
   void (*add_in_place)(Device, float* y, const float* x, int64_t n) = nullptr;
   bool (*any_non_finite)(Device, const float* x, int64_t n) = nullptr;
+  void (*narrow_floats)(Device, void* dst, const float* src, int64_t n, DType dtype) = nullptr;
+  void (*widen_floats)(Device, float* dst, const void* src, int64_t n, DType dtype, bool accumulate) = nullptr;
   void (*adamw_update_many)(Device, const AdamWTensor* tensors, int64_t count, const AdamWStep& step) = nullptr;
   void (*rmsnorm_forward)(Device, float* out, float* rstd, const float* in, const float* weight, int64_t rows,
                           int64_t dim, float eps) = nullptr;

@@ -15,6 +15,7 @@
 #include "loom/kernels/cpu/finite.h"
 #include "loom/kernels/cpu/flash_attention.h"
 #include "loom/kernels/cpu/gated_norm.h"
+#include "loom/kernels/cpu/half_copies.h"
 #include "loom/kernels/cpu/linear.h"
 #include "loom/kernels/cpu/norm.h"
 #include "loom/kernels/cpu/paged_attention.h"
@@ -277,6 +278,12 @@ void scale_in_place(Device device, float* x, int64_t n, float factor) {
 void add_in_place(Device device, float* y, const float* x, int64_t n) { LOOM_DISPATCH(add_in_place, y, x, n); }
 
 bool any_non_finite(Device device, const float* x, int64_t n) { LOOM_DISPATCH(any_non_finite, x, n); }
+void narrow_floats(Device device, void* dst, const float* src, int64_t n, DType dtype) {
+  LOOM_DISPATCH(narrow_floats, dst, src, n, dtype);
+}
+void widen_floats(Device device, float* dst, const void* src, int64_t n, DType dtype, bool accumulate) {
+  LOOM_DISPATCH(widen_floats, dst, src, n, dtype, accumulate);
+}
 
 // The recipes' device entries have no CPU kernel: the CPU path emulates them in the model layer.
 #define LOOM_DEVICE_ONLY(op, ...)                                                                      \

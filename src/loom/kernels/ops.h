@@ -11,6 +11,7 @@
 #include <span>
 
 #include "loom/core/device.h"
+#include "loom/core/dtype.h"
 #include "loom/kernels/precision_gemm.h"
 #include "loom/kernels/types.h"
 
@@ -165,6 +166,12 @@ void scale_in_place(Device device, float* x, int64_t n, float factor);
 void add_in_place(Device device, float* y, const float* x, int64_t n);
 // Whether x[0, n) holds an Inf or NaN (the gradients' check before an optimizer step).
 bool any_non_finite(Device device, const float* x, int64_t n);
+
+// --- 16-bit copies of fp32 arrays (bf16 gradients on the data-parallel wire). dtype: BF16 or F16.
+// narrow: dst[i] = src[i] rounded to nearest even. widen: dst[i] = f32(src[i]), or += when
+// accumulating (micro-batches' reduced gradient shards).
+void narrow_floats(Device device, void* dst, const float* src, int64_t n, DType dtype);
+void widen_floats(Device device, float* dst, const void* src, int64_t n, DType dtype, bool accumulate);
 
 // --- the precision recipes' linear GEMMs on a GPU (precision_gemm.h). Device entries only: the
 // CPU emulates the recipes in fp32 (model/linear_precision.cpp), so on the CPU these throw.

@@ -15,6 +15,7 @@
 #include "loom/kernels/cuda/embedding.h"
 #include "loom/kernels/cuda/flash_attention.h"
 #include "loom/kernels/cuda/gemm_lt.h"
+#include "loom/kernels/cuda/half_copies.h"
 #include "loom/kernels/cuda/layernorm.h"
 #include "loom/kernels/cuda/paged_attention.h"
 #include "loom/kernels/cuda/precision_gemm.h"
@@ -208,6 +209,12 @@ void register_loss_and_optimizer(CudaEntries& e) {
   e.scale_in_place = [](Device d, float* x, int64_t n, float f) { scale_in_place(x, n, f, stream_of(d)); };
   e.add_in_place = [](Device d, float* y, const float* x, int64_t n) { add_in_place(y, x, n, stream_of(d)); };
   e.any_non_finite = [](Device d, const float* x, int64_t n) { return any_non_finite(x, n, stream_of(d)); };
+  e.narrow_floats = [](Device d, void* dst, const float* src, int64_t n, DType dtype) {
+    narrow_floats(dst, src, n, dtype, stream_of(d));
+  };
+  e.widen_floats = [](Device d, float* dst, const void* src, int64_t n, DType dtype, bool accumulate) {
+    widen_floats(dst, src, n, dtype, accumulate, stream_of(d));
+  };
 }
 
 void register_precision(CudaEntries& e) {
