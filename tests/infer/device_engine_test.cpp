@@ -2,9 +2,10 @@
 // every step's forward on the device (any host access of its memory crashes), sampling on the
 // host. Its tokens and log-probabilities equal the cpu engine's bit for bit: batching with
 // chunked prefill, prefix sharing, the n samples of a prompt (forked blocks), seeded sampling,
-// tensor parallelism, and the weights' digest.
+// tensor parallelism, and the weights' digest before and after new weights are loaded.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <thread>
 
 #include "engine_support.h"
@@ -42,6 +43,17 @@ std::vector<std::vector<Completion>> run_on(const std::string& ckpt, const Engin
   auto out = run_all(engine, prompts, request);
   EXPECT_EQ(engine.blocks().used_blocks(), 0);
   return out;
+}
+
+// The model of checkpoint_of(name) trained from another seed: other weights of the same shapes.
+std::string reseeded_checkpoint(const std::string& name) {
+  static std::map<std::string, std::string> made;
+  if (made.count(name) != 0) return made[name];
+  static const std::string root = loom::train::testing::make_training_root("infer-reseeded");
+  std::string yaml = name == "llama" ? llama_yaml() : name == "moe" ? moe_yaml() : gpt2_yaml();
+  yaml.replace(yaml.find("seed: "), 6, "seed: 1");
+  loom::train::testing::train_run(root, name, yaml + loom::train::testing::data_section(root), {});
+  return made[name] = root + "/" + name + "/checkpoints";
 }
 
 class DeviceEngineTest : public ::testing::TestWithParam<std::string> {
@@ -93,18 +105,24 @@ TEST_P(DeviceEngineTest, TensorParallelOnTheDeviceEqualsTheCpu) {
   expect_identical(run_on(ckpt, on_device(tp2), prompts, request), run_on(ckpt, tp2, prompts, request));
 }
 
-TEST_P(DeviceEngineTest, WeightsDigestOnTheDeviceIsTheCheckpoints) {
-  const std::string ckpt = checkpoint_of(GetParam());
-  const std::string expected = ckpt::parameter_digest(ckpt);
+// New weights (a refit) are uploaded into the device's parameters: the digest is the checkpoint's.
+TEST_P(DeviceEngineTest, WeightsDigestOnTheDeviceIsTheCheckpointsBeforeAndAfterALoad) {
+  const std::string ckpt = checkpoint_of(GetParam()), other = reseeded_checkpoint(GetParam());
+  const std::string expected = ckpt::parameter_digest(ckpt), loaded = ckpt::parameter_digest(other);
+  ASSERT_NE(expected, loaded);
   for (int tp : {1, 2}) {
     EngineOptions options;
     options.tp = tp;
     Engine engine(ckpt, on_device(options));
     std::thread loop([&] { engine.run(); });
-    const auto digest = engine.weights_digest().first;
+    const auto before = engine.weights_digest().first;
+    EXPECT_EQ(engine.load_weights(other, "v2"), "v2");
+    const auto [after, version] = engine.weights_digest();
     engine.stop(true);
     loop.join();
-    EXPECT_EQ(digest, expected) << "tp " << tp;
+    EXPECT_EQ(before, expected) << "tp " << tp;
+    EXPECT_EQ(after, loaded) << "tp " << tp;
+    EXPECT_EQ(version, "v2");
   }
 }
 
