@@ -113,6 +113,13 @@ struct CudaEntries {
                                    const FlashAttentionShape& s, const AttentionVisibility& vis) = nullptr;
   void (*merge_attention_partials)(Device, float* out, float* lse, const float* part_out, const float* part_lse,
                                    const FlashAttentionShape& s) = nullptr;
+  // Attention over a paged KV cache and the writes into it (inference).
+  void (*paged_attention)(Device, float* out, const float* q, int64_t q_stride, const float* k_pool,
+                          const float* v_pool, const int32_t* block_tables, const int32_t* sequences,
+                          const int32_t* positions, int64_t rows, const PagedAttentionShape& shape) = nullptr;
+  void (*paged_cache_write)(Device, float* k_pool, float* v_pool, const float* k, const float* v, int64_t stride,
+                            const int32_t* block_tables, const int32_t* sequences, const int32_t* positions,
+                            int64_t rows, const PagedAttentionShape& shape) = nullptr;
   // The precision recipes' linear GEMMs (precision_gemm.h).
   float (*amax)(Device, const float* x, int64_t n) = nullptr;
   void (*round_in_place)(Device, float* x, int64_t n, OutputRounding rounding) = nullptr;

@@ -226,7 +226,12 @@ void attention_decode(Device device, float* out, const float* q, int64_t q_strid
 void paged_attention(Device device, float* out, const float* q, int64_t q_stride, const float* k_pool,
                      const float* v_pool, const int32_t* block_tables, const int32_t* sequences,
                      const int32_t* positions, int64_t rows, const PagedAttentionShape& shape) {
-  LOOM_CPU_ONLY(paged_attention, out, q, q_stride, k_pool, v_pool, block_tables, sequences, positions, rows, shape);
+  LOOM_DISPATCH(paged_attention, out, q, q_stride, k_pool, v_pool, block_tables, sequences, positions, rows, shape);
+}
+void paged_cache_write(Device device, float* k_pool, float* v_pool, const float* k, const float* v, int64_t stride,
+                       const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
+                       const PagedAttentionShape& shape) {
+  LOOM_DISPATCH(paged_cache_write, k_pool, v_pool, k, v, stride, block_tables, sequences, positions, rows, shape);
 }
 
 double softmax_cross_entropy(Device device, float* logits, float* losses, const int32_t* targets, int64_t rows,

@@ -19,6 +19,7 @@
 #include "loom/kernels/cuda/gemm_lt.h"
 #include "loom/kernels/cuda/half_copies.h"
 #include "loom/kernels/cuda/layernorm.h"
+#include "loom/kernels/cuda/paged_attention.h"
 #include "loom/kernels/cuda/precision_gemm.h"
 #include "loom/kernels/cuda/quantize.h"
 #include "loom/kernels/cuda/reduce.h"
@@ -167,6 +168,16 @@ void register_products_and_attention(CudaEntries& e) {
   e.merge_attention_partials = [](Device d, float* out, float* lse, const float* part_out, const float* part_lse,
                                   const FlashAttentionShape& s) {
     merge_attention_partials(out, lse, part_out, part_lse, s, stream_of(d));
+  };
+  e.paged_attention = [](Device d, float* out, const float* q, int64_t q_stride, const float* k_pool,
+                         const float* v_pool, const int32_t* tables, const int32_t* sequences, const int32_t* positions,
+                         int64_t rows, const PagedAttentionShape& s) {
+    paged_attention(out, q, q_stride, k_pool, v_pool, tables, sequences, positions, rows, s, stream_of(d));
+  };
+  e.paged_cache_write = [](Device d, float* k_pool, float* v_pool, const float* k, const float* v, int64_t stride,
+                           const int32_t* tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
+                           const PagedAttentionShape& s) {
+    paged_cache_write(k_pool, v_pool, k, v, stride, tables, sequences, positions, rows, s, stream_of(d));
   };
 }
 
