@@ -108,6 +108,10 @@ void attention_decode(Device device, float* out, const float* q, int64_t q_strid
 void paged_attention(Device device, float* out, const float* q, int64_t q_stride, const float* k_pool,
                      const float* v_pool, const int32_t* block_tables, const int32_t* sequences,
                      const int32_t* positions, int64_t rows, const PagedAttentionShape& shape);
+// The rows' keys and values stored in the paged cache at their positions (cpu/paged_attention.h).
+void paged_cache_write(Device device, float* k_pool, float* v_pool, const float* k, const float* v, int64_t stride,
+                       const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
+                       const PagedAttentionShape& shape);
 
 // --- Mamba-2 (contracts: cpu/ssd_scan.h, cpu/causal_conv.h, cpu/gated_norm.h). The chunked
 // state-space scan with softplus(dt + dt_bias) and A = -exp(A_log) folded in; backward adds into
