@@ -3,10 +3,9 @@
 // widened unit by unit (kernels::widen_floats) into granules committed for the unit and
 // decommitted after it, so any host access to them, or any use of released values, crashes.
 // Two data-parallel ranks at ZeRO 0-3 train three steps of two micro-batches each and equal the
-// same run on the CPU bit for bit (losses, norms, and every rank's master weights). The model
-// computes in fp32 here (the recipes' GEMMs are device-only entries the emulated device cannot
-// run), so what is tested is the parameter path; that it trains as one rank is tested in
-// precision_training_test.cpp (ParametersInTheComputeDtype).
+// same run on the CPU bit for bit (losses, norms, and every rank's master weights), in the bf16
+// recipe (the emulated device computes the recipe's GEMMs as the CPU emulates them). That it
+// trains as one rank is tested in precision_training_test.cpp (ParametersInTheComputeDtype).
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -66,8 +65,7 @@ CompactRun train_compact(int zero, Device device) {
       staged = comm::stage_device_buffers(world, device);
       dp = staged.get();
     }
-    // fp32 compute (see above); the sync takes param_dtype from the config.
-    model::Transformer model(c.model, {}, {}, {}, {}, device);
+    model::Transformer model(c.model, {}, model::PrecisionPolicy::from_config(c.precision), {}, {}, device);
     model.initialize(3);
     parallel::DataParallelStep step(*dp, model, c);
     std::vector<double> losses, norms;

@@ -22,6 +22,16 @@ TEST_F(DeviceLayouts, Bf16GradientReductionOnTheDeviceEqualsTheCpuBitForBit) {
   }
 }
 
+// The bf16 recipe with its parameters in bf16 (precision.param_dtype=compute: compact stores,
+// master weights and bf16 gathers on the device) and the bf16 wire, at ZeRO 0 and 3.
+TEST_F(DeviceLayouts, Bf16RecipeWithComputeDtypeParametersOnTheDeviceEqualsTheCpuBitForBit) {
+  for (int stage : {0, 3}) {
+    std::vector<std::string> overrides = bf16_wire(stage);
+    overrides.insert(overrides.end(), {"precision.recipe=bf16", "precision.param_dtype=compute"});
+    expect_bitwise_equal_runs(kLlama, "bf16-params-zero" + std::to_string(stage), overrides);
+  }
+}
+
 // Biases and an untied head (more buckets and sections); ZeRO-3 with recompute.
 TEST_F(DeviceLayouts, Bf16GradientReductionGpt2StyleOnTheDeviceEqualsTheCpuBitForBit) {
   std::vector<std::string> overrides = bf16_wire(3);
