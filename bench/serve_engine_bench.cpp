@@ -1,17 +1,25 @@
 // loom's inference engine on a checkpoint: decode tokens/s with 1, 8 and 32 sequences decoding
 // together, prompt (prefill) tokens/s, and time-to-first-token / inter-token latency percentiles.
-// Prints one JSON object per measurement (bench/serve_bench.sh runs it next to llama.cpp).
-// Usage: loom_bench_serve CHECKPOINT [PROMPT_TOKENS=64] [DECODE_TOKENS=64] [PREFILL_TOKENS=448]
+// Prints one JSON object per measurement (bench/serve_bench.sh runs it next to llama.cpp;
+// scripts/gpu_test.sh on cpu and cuda). DEVICE: where the engine runs (cuda where this build has
+// the CUDA backend).
+// Usage: loom_bench_serve CHECKPOINT [PROMPT_TOKENS=64] [DECODE_TOKENS=64] [PREFILL_TOKENS=448] [DEVICE=cpu]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <string>
 #include <vector>
 
 #include "loom/infer/engine.h"
+#ifdef LOOM_WITH_CUDA
+#include "loom/kernels/cuda/backend.h"
+#include "loom/kernels/cuda_entries.h"
+#endif
 
 namespace {
+const char* g_device = "cpu";
 using Clock = std::chrono::steady_clock;
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 double percentile(std::vector<double> v, double q) {
@@ -55,9 +63,9 @@ void run(loom::infer::Engine& engine, int sequences, int64_t prompt, int64_t dec
   const auto end = Clock::now();
   // Decode throughput: tokens after each sequence's first, over the time after all had their first.
   const double decode_tokens = static_cast<double>(sequences) * static_cast<double>(decode - 1);
-  std::printf("{\"engine\": \"loom\", \"sequences\": %d, \"prompt\": %lld, \"decode\": %lld, \"decode_tokens_per_s\": %.1f, "
+  std::printf("{\"engine\": \"loom\", \"device\": \"%s\", \"sequences\": %d, \"prompt\": %lld, \"decode\": %lld, \"decode_tokens_per_s\": %.1f, "
               "\"ttft_p50_ms\": %.2f, \"ttft_p90_ms\": %.2f, \"itl_p50_ms\": %.2f, \"itl_p90_ms\": %.2f, \"itl_p99_ms\": %.2f}\n",
-              sequences, static_cast<long long>(prompt), static_cast<long long>(decode), decode_tokens / seconds(end - first_all),
+              g_device, sequences, static_cast<long long>(prompt), static_cast<long long>(decode), decode_tokens / seconds(end - first_all),
               1e3 * percentile(ttft, 0.5), 1e3 * percentile(ttft, 0.9), 1e3 * percentile(itl, 0.5),
               1e3 * percentile(itl, 0.9), 1e3 * percentile(itl, 0.99));
   std::fflush(stdout);
@@ -76,14 +84,14 @@ void prefill(loom::infer::Engine& engine, int64_t tokens) {
     }
     best = std::max(best, static_cast<double>(tokens) / seconds(Clock::now() - start));
   }
-  std::printf("{\"engine\": \"loom\", \"prefill_tokens\": %lld, \"prompt_tokens_per_s\": %.1f}\n",
-              static_cast<long long>(tokens), best);
+  std::printf("{\"engine\": \"loom\", \"device\": \"%s\", \"prefill_tokens\": %lld, \"prompt_tokens_per_s\": %.1f}\n",
+              g_device, static_cast<long long>(tokens), best);
 }
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s CHECKPOINT [PROMPT_TOKENS] [DECODE_TOKENS] [PREFILL_TOKENS]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s CHECKPOINT [PROMPT_TOKENS] [DECODE_TOKENS] [PREFILL_TOKENS] [cpu|cuda]\n", argv[0]);
     return 2;
   }
   const int64_t prompt = argc > 2 ? std::atoll(argv[2]) : 64, decode = argc > 3 ? std::atoll(argv[3]) : 64;
@@ -92,9 +100,24 @@ int main(int argc, char** argv) {
   options.max_batch_tokens = 512;
   options.max_running = 64;
   options.kv_cache_bytes = 256ll << 20;
-  loom::infer::Engine engine(argv[1], options);
-  run(engine, 1, prompt, 8);  // warm-up
-  for (int sequences : {1, 8, 32}) run(engine, sequences, prompt, decode);
-  prefill(engine, prefill_tokens);
+  if (argc > 5) g_device = argv[5];
+  if (std::string(g_device) == "cuda") {
+#ifdef LOOM_WITH_CUDA
+    loom::kernels::set_cuda_starter(&loom::kernels::cuda::start_backend);
+#endif
+    options.device = loom::config::RuntimeDevice::Cuda;
+  } else if (std::string(g_device) != "cpu") {
+    std::fprintf(stderr, "DEVICE must be cpu or cuda, got '%s'\n", g_device);
+    return 2;
+  }
+  try {
+    loom::infer::Engine engine(argv[1], options);
+    run(engine, 1, prompt, 8);  // warm-up
+    for (int sequences : {1, 8, 32}) run(engine, sequences, prompt, decode);
+    prefill(engine, prefill_tokens);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom_bench_serve: %s\n", e.what());
+    return 1;
+  }
   return 0;
 }

@@ -71,6 +71,34 @@ def recipes(path):
     return "\n".join(out)
 
 
+def serving(path):
+    """The engine's tokens/s on cuda and cpu (SERVE lines: loom_bench_serve's JSON per device)."""
+    import json
+
+    rows = {}
+    for line in read_lines(path) or []:
+        parts = line.split("|", 2)
+        if len(parts) != 3 or parts[0] != "SERVE":
+            continue
+        try:
+            r = json.loads(parts[2])
+        except ValueError:
+            continue
+        if "sequences" in r:
+            rows.setdefault(f"decode, {r['sequences']} sequences", {})[parts[1]] = r["decode_tokens_per_s"]
+        elif "prefill_tokens" in r:
+            rows.setdefault(f"prefill, {r['prefill_tokens']} tokens", {})[parts[1]] = r["prompt_tokens_per_s"]
+    if not rows:
+        return "serving: no results"
+    out = [f"{'serving (tokens/s)':28} {'cuda':>10} {'cpu':>10} {'cuda/cpu':>9}"]
+    for what, by_device in rows.items():
+        cuda, cpu = by_device.get("cuda"), by_device.get("cpu")
+        cells = [f"{v:10.0f}" if v else f"{'-':>10}" for v in (cuda, cpu)]
+        ratio = f"{cuda / cpu:9.2f}" if cuda and cpu else f"{'-':>9}"
+        out.append(f"{what:28} {cells[0]} {cells[1]} {ratio}")
+    return "\n".join(out)
+
+
 def training(path):
     lines = read_lines(path) or []
     gpu = next((line.split("|", 1)[1] for line in lines if line.startswith("GPU|")), "")
@@ -110,4 +138,5 @@ if __name__ == "__main__":
     speedups = recipes(sys.argv[1])
     if speedups:
         print(speedups)
+    print(serving(sys.argv[1]))
     print(training(sys.argv[1]))

@@ -2,12 +2,15 @@
 // Device::cuda(0) (start_backend registers them) and compared with the same entries on the CPU:
 // fresh random inputs each run, outputs poisoned, backward adding into non-zero gradients.
 // Embedding, LayerNorm, RoPE, fused softmax cross-entropy and its vocabulary-parallel pieces (with
-// a per-token objective's gradient), sum of squares, scaling and adding, AdamW over many tensors.
+// a per-token objective's gradient), sum of squares, scaling and adding, AdamW over many tensors,
+// bf16/f16 copies of fp32 arrays.
 // fp32 within 1e-5 relative (bit for bit where the kernel rounds as the CPU does: RoPE, AdamW).
 // Skipped, saying why, without a GPU.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -216,6 +219,45 @@ TEST_F(CudaEntries, SumOfSquaresScaleAddAndAdamWOverManyTensorsMatchTheCpu) {
     EXPECT_LE(relative_error(dp[t]->host(), p[t]), 1e-6) << "tensor " << t;
     EXPECT_LE(relative_error(dm[t]->host(), m[t]), 1e-6) << "tensor " << t;
     EXPECT_LE(relative_error(dv[t]->host(), v[t]), 1e-6) << "tensor " << t;
+  }
+}
+
+// bf16 and f16 copies (the bf16 gradient wire): rounded to nearest even bit for bit as the CPU
+// rounds (values near the halfway points, subnormals, Inf), widened and accumulated exactly. A NaN
+// stays a NaN (its payload bits are the hardware's: compared as "a NaN").
+TEST_F(CudaEntries, HalfCopiesRoundAndWidenAsTheCpu) {
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    const uint16_t exponent_mask = dtype == DType::BF16 ? 0x7f80 : 0x7c00;
+    auto codes = [&](std::vector<uint16_t> c) {  // every NaN code as one
+      for (uint16_t& x : c)
+        if ((x & 0x7fff) > exponent_mask) x = 0x7fff;
+      return c;
+    };
+    auto floats = [](const std::vector<float>& v) {  // bits, every NaN as one
+      std::vector<uint32_t> b(v.size());
+      for (size_t i = 0; i < v.size(); ++i) b[i] = std::isnan(v[i]) ? 0x7fffffffu : std::bit_cast<uint32_t>(v[i]);
+      return b;
+    };
+    for (int64_t n : {1, 4097, 1000003}) {
+      std::vector<float> x = random_values(seed_, n, 3.0f);
+      const float specials[] = {INFINITY, -INFINITY, NAN, 1e-40f, -0.0f, 65504.0f, 65520.0f, 1.00390625f, 3e38f};
+      for (size_t i = 0; i < std::size(specials) && static_cast<int64_t>(i) < n; ++i) x[i * 7 % n] = specials[i];
+      std::vector<uint16_t> narrow(n);
+      narrow_floats(kCpu, narrow.data(), x.data(), n, dtype);
+      DeviceFloats d_x(allocator_, x);
+      DeviceArray<uint16_t> d_narrow(allocator_, std::vector<uint16_t>(n, 0x1234));
+      narrow_floats(kGpu, d_narrow.ptr, d_x.ptr, n, dtype);
+      EXPECT_EQ(codes(d_narrow.host()), codes(narrow)) << dtype_name(dtype) << " " << n;
+      const std::vector<float> base = random_values(seed_ + 1, n, 1.0f);
+      std::vector<float> widened(n), summed = base;
+      widen_floats(kCpu, widened.data(), narrow.data(), n, dtype, false);
+      widen_floats(kCpu, summed.data(), narrow.data(), n, dtype, true);
+      DeviceFloats d_widened(allocator_, poison(n)), d_summed(allocator_, base);
+      widen_floats(kGpu, d_widened.ptr, d_narrow.ptr, n, dtype, false);
+      widen_floats(kGpu, d_summed.ptr, d_narrow.ptr, n, dtype, true);
+      EXPECT_EQ(floats(d_widened.host()), floats(widened)) << dtype_name(dtype) << " " << n;
+      EXPECT_EQ(floats(d_summed.host()), floats(summed)) << dtype_name(dtype) << " " << n;
+    }
   }
 }
 

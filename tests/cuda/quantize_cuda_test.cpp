@@ -2,15 +2,19 @@
 // for bit: per-tensor FP8 (E4M3, E5M2) encode, decode and round trip, amax; blockwise 1 x 128
 // runs and 128 x 128 tiles with their scales; MXFP8 along rows (codes, E8M0 scales, round trip)
 // and down columns. Inputs span many binades, with subnormals, values past the format's range,
-// signed zeros, and a NaN and an Inf in their own blocks. Skipped, saying why, without a GPU.
+// signed zeros, and a NaN and an Inf in their own blocks; the device amax and per-tensor scale of
+// the FP8 GEMMs. Skipped, saying why, without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "loom/kernels/cuda/cast.h"
 #include "loom/kernels/cuda/quantize.h"
 #include "loom/precision/formats.h"
 #include "loom/precision/fp8_scaling.h"
@@ -107,7 +111,9 @@ TEST_P(CudaQuantize, BlockwiseRunsAndTilesEqualTheCpu) {
     for (int64_t r = 0, bad = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
         const float scale = run_scales[r * ((cols + 127) / 128) + c / 128];
-        const uint8_t want = precision::float_to_fp8(x[r * cols + c] * scale, cpu_format(f));
+        // An Inf or NaN element is encoded as NaN, so the product shows it (precision_gemm.h).
+        const float v = x[r * cols + c];
+        const uint8_t want = precision::float_to_fp8(std::isfinite(v) ? v * scale : NAN, cpu_format(f));
         if (codes[r * cols + c] != want && bad++ < 5) ADD_FAILURE() << "code at " << r << ", " << c;
       }
     }
@@ -151,6 +157,81 @@ TEST_P(CudaQuantize, MxBlocksAlongRowsAndDownColumnsEqualTheCpu) {
     expect_same_bits(d_rows.host(), along_rows, "MX along rows");
     expect_same_bits(d_columns.host(), down_columns, "MX down columns");
   }
+}
+
+// The FP8 recipes' device-side amax and per-tensor scale (no read back in the GEMMs): amax_into
+// accumulates precision::amax into what the float holds (a NaN or Inf staying), at awkward sizes;
+// fp8_tensor_scale is precision::compute_scale(amax, fp8 max, margin, 1) bit for bit, with its
+// rounded inverse, over zero, subnormal, ordinary, huge and non-finite amaxes and several
+// margins; the per-tensor GEMM cast with that device scale writes the CPU's codes, and an Inf or
+// NaN element as NaN.
+TEST_P(CudaQuantize, DeviceAmaxAndTensorScaleEqualTheCpu) {
+  const Fp8 f = GetParam();
+  for (int64_t n : {int64_t{1}, int64_t{31}, int64_t{1000}, int64_t{100003}}) {
+    const std::vector<float> x = wide_values(seed_ + static_cast<uint32_t>(n), n, false);
+    const float want = precision::amax(x.data(), n);
+    for (float start : {0.0f, want * 0.5f, want * 2.0f, INFINITY, NAN}) {
+      DeviceFloats d_x(allocator_, x), d_max(allocator_, std::vector<float>{start});
+      amax_into(d_max.ptr, d_x.ptr, n);
+      const float got = d_max.host()[0];
+      if (std::isnan(start)) {
+        EXPECT_TRUE(std::isnan(got)) << n;
+      } else {
+        EXPECT_EQ(got, std::max(start, want)) << n << " from " << start;
+      }
+    }
+  }
+  std::vector<float> specials = wide_values(seed_, 2000, true);  // a NaN at 5, an Inf at 1000
+  DeviceFloats d_specials(allocator_, specials), d_nan(allocator_, std::vector<float>{0.0f});
+  amax_into(d_nan.ptr, d_specials.ptr, 2000);
+  EXPECT_TRUE(std::isnan(d_nan.host()[0]));
+  specials[5] = 1.0f;
+  DeviceFloats d_inf_only(allocator_, specials), d_inf(allocator_, std::vector<float>{0.0f});
+  amax_into(d_inf.ptr, d_inf_only.ptr, 2000);
+  EXPECT_TRUE(std::isinf(d_inf.host()[0]));
+
+  const float fp8_max = precision::max_finite(cpu_format(f));
+  const std::vector<float> amaxes = {0.0f,    -0.0f,   1e-45f, 1e-40f, 3.1e-38f, 1e-30f, 0.37f,  1.0f, 448.0f,
+                                     57344.0f, 1.7e37f, 3e38f,  FLT_MAX, INFINITY, NAN};
+  for (int margin : {0, 1, 3, 40}) {
+    for (float a : amaxes) {
+      DeviceFloats d_amax(allocator_, std::vector<float>{a}), d_scale(allocator_, poison(2));
+      fp8_tensor_scale(d_amax.ptr, 7.0f, margin, f, d_scale.ptr);
+      const std::vector<float> got = d_scale.host();
+      const float want = precision::compute_scale(a, fp8_max, margin, 1.0f);
+      EXPECT_EQ(std::bit_cast<uint32_t>(got[0]), std::bit_cast<uint32_t>(want)) << "amax " << a << " margin " << margin;
+      EXPECT_EQ(std::bit_cast<uint32_t>(got[1]), std::bit_cast<uint32_t>(1.0f / want)) << "amax " << a;
+    }
+  }
+  DeviceFloats d_host_scale(allocator_, poison(2));
+  fp8_tensor_scale(nullptr, 0.125f, 0, f, d_host_scale.ptr);  // fp8_delayed: the host's scale
+  EXPECT_EQ(d_host_scale.host(), (std::vector<float>{0.125f, 8.0f}));
+
+  // The per-tensor GEMM cast, transposed on the way, with the scale from the device amax.
+  const int64_t rows = 37, cols = 91;
+  const std::vector<float> x = wide_values(seed_ + 7, rows * cols, false);
+  std::vector<float> with_specials = x;
+  with_specials[3] = NAN;
+  with_specials[rows * cols - 2] = -INFINITY;
+  DeviceFloats d_x(allocator_, with_specials), d_amax(allocator_, std::vector<float>{0.0f}),
+      d_scale(allocator_, poison(2));
+  amax_into(d_amax.ptr, d_x.ptr, rows * cols);
+  const float amax_finite = precision::amax(x.data(), rows * cols);
+  DeviceFloats d_finite_amax(allocator_, std::vector<float>{amax_finite});
+  fp8_tensor_scale(d_finite_amax.ptr, 1.0f, 2, f, d_scale.ptr);
+  const float scale = precision::compute_scale(amax_finite, fp8_max, 2, 1.0f);
+  DeviceArray<uint8_t> d_codes(allocator_, std::vector<uint8_t>(rows * cols, 0xAB));
+  cast_operand(d_x.ptr, d_codes.ptr, rows, cols, true, f == Fp8::E4M3 ? CastTo::E4M3 : CastTo::E5M2, d_scale.ptr);
+  const std::vector<uint8_t> codes = d_codes.host();
+  int64_t bad = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const float v = with_specials[r * cols + c];
+      const uint8_t want = precision::float_to_fp8(std::isfinite(v) ? v * scale : NAN, cpu_format(f));
+      if (codes[c * rows + r] != want && bad++ < 5) ADD_FAILURE() << "code of " << r << ", " << c;
+    }
+  }
+  EXPECT_EQ(bad, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantize, ::testing::Values(Fp8::E4M3, Fp8::E5M2),

@@ -1,4 +1,5 @@
 #include "emulated_cuda.h"
+#include "emulated_precision.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -289,16 +290,23 @@ void adamw_update_many(Device device, const kernels::AdamWTensor* tensors, int64
   X(relu2_backward) X(add_rows) X(gather_rows) X(scatter_add_rows) X(row_dots) X(linear_forward)               \
   X(linear_backward) X(add_bias) X(gemm_nt) X(gemm)                                                           \
   X(flash_attention_forward) X(flash_attention_backward)                                                      \
+  X(paged_attention) X(paged_cache_write)                                                                     \
   X(merge_attention_partials) X(softmax_cross_entropy) X(vocab_shard_row_max) X(vocab_shard_exp_sums)         \
   X(vocab_shard_gradient) X(vocab_shard_finish) X(adamw_update) X(sum_of_squares) X(scale_in_place)            \
   X(add_in_place)                                                                                             \
-  X(any_non_finite)
+  X(any_non_finite) X(amax_into) X(narrow_floats) X(widen_floats) X(ssd_scan_forward) X(ssd_scan_backward) X(ssd_scan_step)   \
+  X(causal_conv_silu_forward) X(causal_conv_silu_backward) X(causal_conv_silu_step) X(gated_rmsnorm_forward)      \
+  X(gated_rmsnorm_backward)
 
 void fill_entries(kernels::CudaEntries& e) {
 #define LOOM_EMULATE(op) e.op = &Emulate<&kernels::op, OpName(#op)>::call;
   LOOM_EMULATED_OPS(LOOM_EMULATE)
 #undef LOOM_EMULATE
   e.adamw_update_many = &adamw_update_many;
+  // The precision recipes' device-only entries: the CPU's emulation of them (emulated_precision.h).
+  e.amax = &emulated_amax;
+  e.round_in_place = &emulated_round_in_place;
+  e.precision_linear_gemm = &emulated_precision_linear_gemm;
 #ifdef LOOM_TEST_REAL_CUDA_ENTRIES
   // Only what the real backend serves: an op it lacks must fail here as it would on a GPU.
   kernels::CudaEntries real;
@@ -307,6 +315,9 @@ void fill_entries(kernels::CudaEntries& e) {
   if (real.op == nullptr) e.op = nullptr;
   LOOM_EMULATED_OPS(LOOM_KEEP_REAL)
   if (real.adamw_update_many == nullptr) e.adamw_update_many = nullptr;
+  if (real.amax == nullptr) e.amax = nullptr;
+  if (real.round_in_place == nullptr) e.round_in_place = nullptr;
+  if (real.precision_linear_gemm == nullptr) e.precision_linear_gemm = nullptr;
 #undef LOOM_KEEP_REAL
 #endif
 }

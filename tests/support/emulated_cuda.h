@@ -19,9 +19,10 @@
 namespace loom::testing {
 
 // Registers the emulated device as Device::cuda(0) .. cuda(devices - 1) and its entries: exactly
-// the ops the real backend has a kernel for (where this build has one), but the precision
-// recipes' device-only entries (amax, round_in_place, precision_linear_gemm), which have no CPU
-// kernel to run. Idempotent; `devices` of the first call wins.
+// the ops the real backend has a kernel for (where this build has one); the precision recipes'
+// device-only entries (amax, round_in_place, precision_linear_gemm), which have no CPU kernel, run
+// the CPU's emulation of the recipes (emulated_precision.h). Idempotent; `devices` of the first
+// call wins.
 void install_emulated_cuda(int devices = 2);
 
 // Whether the page of emulated device memory at `ptr` is committed (true outside releasable

@@ -48,15 +48,21 @@ class DeviceTraining : public ::testing::Test {
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
 
-  // 2 micro-batches of 2 per step, clipping on, weight decay on matrices.
-  std::vector<double> train(const std::string& name, const char* model, std::vector<std::string> overrides,
-                            int steps = 4, std::string* console = nullptr) {
+  // 2 micro-batches of 2 per step, clipping on, weight decay on matrices: the metrics' records.
+  std::vector<nlohmann::json> train_records(const std::string& name, const char* model,
+                                            std::vector<std::string> overrides, int steps = 4,
+                                            std::string* console = nullptr) {
     const std::string yaml = std::string(model) + testing::data_section(root_) +
                              "optim: {lr: 3.0e-3, warmup_steps: 2, clip_grad: 0.5, weight_decay: 0.1}\n"
                              "train: {steps: " + std::to_string(steps) +
                              ", global_batch: 4, micro_batch: 2, threads: 1, seed: 7}\n"
                              "log: {progress: false, interval: 100}\n";
-    return testing::losses_of(testing::train_run(root_, name, yaml, overrides, console));
+    return testing::train_run(root_, name, yaml, overrides, console);
+  }
+  // The same run's losses.
+  std::vector<double> train(const std::string& name, const char* model, std::vector<std::string> overrides,
+                            int steps = 4, std::string* console = nullptr) {
+    return testing::losses_of(train_records(name, model, std::move(overrides), steps, console));
   }
 
   // Every tensor of the two runs' final checkpoints equal bit for bit.

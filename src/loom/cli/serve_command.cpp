@@ -1,4 +1,4 @@
-// loom serve CHECKPOINT [--host H] [--port P] [--max-queue N] [--tp N] [--kv-cache-mb M] ...
+// loom serve CHECKPOINT [--host H] [--port P] [--max-queue N] [--tp N] [--device cpu|cuda] [--kv-cache-mb M] ...
 // (under mpirun -np N with --tp N: rank 0 serves, the other ranks follow; docs/serving.md)
 #include <chrono>
 #include <csignal>
@@ -20,6 +20,7 @@ struct Args {
   infer::EngineOptions engine;
   serve::ServeOptions server;
   int64_t kv_cache_mb = 64;
+  std::string device = "cpu";
   double comm_timeout_s = 300;  // under mpirun
 };
 
@@ -54,6 +55,9 @@ void register_serve(CLI::App& app, std::vector<Command>& commands) {
   cmd->add_option("--max-queue", args->server.max_queue, "requests waiting for the engine before 429")->check(positive());
   cmd->add_option("--model-name", args->server.model_name, "the model id clients send (and /v1/models lists)");
   cmd->add_option("--tp", args->engine.tp, "tensor-parallel ranks (threads; under mpirun, the processes: mpirun -np N)")->check(positive());
+  cmd->add_option("--device", args->device,
+                  "where the model runs: cpu | cuda (weights and KV cache on the GPU; tp rank r on GPU r modulo the GPUs)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--kv-cache-mb", args->kv_cache_mb, "cache memory per rank, MiB (a hybrid model's Mamba state pool, then KV blocks)")->check(positive());
   cmd->add_option("--block-size", args->engine.block_size, "positions per KV cache block")->check(positive());
   cmd->add_option("--max-batch-tokens", args->engine.max_batch_tokens,
@@ -65,6 +69,7 @@ void register_serve(CLI::App& app, std::vector<Command>& commands) {
   cmd->add_flag("!--no-prefix-caching", args->engine.prefix_caching, "do not reuse KV blocks of shared prompt prefixes (always off for hybrid models)");
   commands.push_back({cmd, [args] {
                         args->engine.kv_cache_bytes = args->kv_cache_mb << 20;
+                        args->engine.device = args->device == "cuda" ? config::RuntimeDevice::Cuda : config::RuntimeDevice::Cpu;
                         if (comm::detect_backend() != "mpi") return serve_http(*args);
                         // Under mpirun: every tensor-parallel rank is one process; rank 0 serves.
                         comm::LaunchOptions launch;

@@ -48,10 +48,10 @@ Engine::Engine(const std::string& checkpoint_path, EngineOptions options)
                "--tp " + std::to_string(options.tp) + " but the MPI job has " + std::to_string(options.world->size()) +
                    " processes (mpirun -np): under mpirun every tensor-parallel rank is one process");
     runner_ = std::make_unique<ModelRunner>(model_, *options.world, checkpoint, options.kv_cache_bytes,
-                                            options.block_size, options.max_running);
+                                            options.block_size, options.max_running, options.device);
   } else {
     runner_ = std::make_unique<ModelRunner>(model_, options.tp, checkpoint, options.kv_cache_bytes,
-                                            options.block_size, options.max_running);
+                                            options.block_size, options.max_running, options.device);
   }
   blocks_ = BlockManager(runner_->blocks(), options.block_size);
   for (int64_t slot = runner_->state_slots() - 1; slot >= 0; --slot) free_slots_.push_back(static_cast<int32_t>(slot));

@@ -42,6 +42,8 @@ struct EngineOptions {
   int64_t max_batch_tokens = 256;       // rows of one step's forward (decode tokens + prefill chunks)
   int64_t max_running = 64;             // samples decoding at once (= Mamba state slots of a hybrid model)
   bool prefix_caching = true;           // off for hybrid models
+  // Where the ranks run (weights, KV cache, forward): cpu | cuda (rank r on GPU r modulo the GPUs).
+  config::RuntimeDevice device = config::RuntimeDevice::Cpu;
 };
 
 // The model config a checkpoint is served with (vocabulary resolved by its tokenizer), and the tokenizer.

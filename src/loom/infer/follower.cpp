@@ -12,7 +12,8 @@ void follow_engine(const std::string& checkpoint_path, const EngineOptions& opti
   const ckpt::LoadedCheckpoint checkpoint = ckpt::load_checkpoint(checkpoint_path);
   std::unique_ptr<data::Tokenizer> tokenizer;
   const config::ModelConfig model = served_model_config(checkpoint, tokenizer);
-  ModelRunner runner(model, world, checkpoint, options.kv_cache_bytes, options.block_size, options.max_running);
+  ModelRunner runner(model, world, checkpoint, options.kv_cache_bytes, options.block_size, options.max_running,
+                     options.device);
   runner.follow();
 }
 

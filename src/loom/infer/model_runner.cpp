@@ -1,14 +1,15 @@
 #include "loom/infer/model_runner.h"
 
 #include <algorithm>
-#include <cstring>
 #include <mutex>
 #include <vector>
 
+#include "loom/comm/device_staging.h"
 #include "loom/comm/launch.h"
 #include "loom/ckpt/digest.h"
 #include "loom/core/error.h"
 #include "loom/infer/communication.h"
+#include "loom/infer/inference_device.h"
 #include "loom/train/model_setup.h"
 #include "loom/train/sharded_training_state.h"
 
@@ -26,20 +27,23 @@ int64_t blocks_for(const model::Transformer& model, int64_t bytes, int64_t block
                  std::to_string(pool) + " bytes) plus one KV block: raise --kv-cache-mb or lower --max-running");
   return std::max<int64_t>((bytes - pool) / per_block, 1);
 }
+// Row `from` of a [rows, width] buffer copied into row `to`, where the buffer lives.
+void copy_row(model::Buffer& buffer, int64_t width, int32_t from, int32_t to) {
+  copy_on_device(buffer.device(), buffer.data() + to * width, buffer.data() + from * width, width);
+}
 void copy_cache_block(model::PagedKVCache& cache, int32_t from, int32_t to) {
   for (model::PagedLayerCache& layer : cache.layers) {
     const int64_t n = cache.block_size * layer.kv_width;
     if (n == 0) continue;
-    std::memcpy(layer.keys.data() + to * n, layer.keys.data() + from * n, n * sizeof(float));
-    std::memcpy(layer.values.data() + to * n, layer.values.data() + from * n, n * sizeof(float));
+    copy_row(layer.keys, n, from, to);
+    copy_row(layer.values, n, from, to);
   }
 }
 void copy_slot(model::PagedKVCache& cache, int32_t from, int32_t to) {
   for (model::PagedLayerCache& layer : cache.layers) {
     if (layer.state_width == 0) continue;
-    const int64_t w = layer.window_width, n = layer.state_width;
-    std::memcpy(layer.windows.data() + to * w, layer.windows.data() + from * w, w * sizeof(float));
-    std::memcpy(layer.states.data() + to * n, layer.states.data() + from * n, n * sizeof(float));
+    copy_row(layer.windows, layer.window_width, from, to);
+    copy_row(layer.states, layer.state_width, from, to);
   }
 }
 // Copies of the parameter shards this rank stores (not those another rank holds too).
@@ -49,8 +53,9 @@ std::vector<ShardValues> own_shards(const model::Transformer& model) {
   for (size_t id = 0; id < params.list().size(); ++id) {
     const model::Parameter& p = params.list()[id];
     if (!p.shard.counts_in_norm) continue;  // a copy another rank holds too
-    const float* values = params.value(static_cast<int>(id));
-    shards.push_back({static_cast<int32_t>(id), train::parameter_slice(p), std::vector<float>(values, values + p.numel)});
+    std::vector<float> values(static_cast<size_t>(p.numel));
+    copy_to_host(params.device(), values.data(), params.value(static_cast<int>(id)), p.numel);
+    shards.push_back({static_cast<int32_t>(id), train::parameter_slice(p), std::move(values)});
   }
   return shards;
 }
@@ -63,6 +68,10 @@ StepMessage message_of(StepKind kind, int32_t from = 0, int32_t to = 0) {
 }
 }  // namespace
 
+ModelRunner::Rank::Rank(const config::ModelConfig& config, comm::Communicator* group, Device device)
+    : staged(group != nullptr && device.is_cuda() ? comm::stage_device_buffers(*group, device) : nullptr),
+      model(config, model::TensorParallel(staged ? staged.get() : group, false), {}, {}, {}, device) {}
+
 void ModelRunner::setup(Rank& rank, const ckpt::LoadedCheckpoint& checkpoint, int64_t kv_cache_bytes,
                         int64_t block_size, int64_t state_slots) {
   train::load_parameters(checkpoint, rank.model);
@@ -72,9 +81,9 @@ void ModelRunner::setup(Rank& rank, const ckpt::LoadedCheckpoint& checkpoint, in
 
 ModelRunner::ModelRunner(const config::ModelConfig& model, comm::Communicator& world,
                          const ckpt::LoadedCheckpoint& checkpoint, int64_t kv_cache_bytes, int64_t block_size,
-                         int64_t state_slots)
-    : tp_(world.size()), world_(&world), last_message_(std::chrono::steady_clock::now()) {
-  single_ = std::make_unique<Rank>(model, model::TensorParallel(&world, false));
+                         int64_t state_slots, config::RuntimeDevice device)
+    : tp_(world.size()), device_(device), world_(&world), last_message_(std::chrono::steady_clock::now()) {
+  single_ = std::make_unique<Rank>(model, &world, inference_device(device, world.rank()));
   setup(*single_, checkpoint, kv_cache_bytes, block_size, state_slots);
   blocks_ = single_->cache.blocks;
   state_slots_ = single_->cache.state_slots;
@@ -82,8 +91,9 @@ ModelRunner::ModelRunner(const config::ModelConfig& model, comm::Communicator& w
 }
 
 ModelRunner::ModelRunner(const config::ModelConfig& model, int tp, const ckpt::LoadedCheckpoint& checkpoint,
-                         int64_t kv_cache_bytes, int64_t block_size, int64_t state_slots)
-    : tp_(tp) {
+                         int64_t kv_cache_bytes, int64_t block_size, int64_t state_slots,
+                         config::RuntimeDevice device)
+    : tp_(tp), device_(device) {
   LOOM_CHECK(tp >= 1, "tensor-parallel ranks must be >= 1, got " + std::to_string(tp));
   auto setup = [this, &checkpoint, kv_cache_bytes, block_size, state_slots](Rank& rank) {
     this->setup(rank, checkpoint, kv_cache_bytes, block_size, state_slots);
@@ -94,7 +104,7 @@ ModelRunner::ModelRunner(const config::ModelConfig& model, int tp, const ckpt::L
     state_pool_bytes_ = state_slots_ * rank.model.paged_state_slot_bytes();
   };
   if (tp == 1) {
-    single_ = std::make_unique<Rank>(model, model::TensorParallel());
+    single_ = std::make_unique<Rank>(model, nullptr, inference_device(device, 0));
     setup(*single_);
     sizes(*single_);
     return;
@@ -108,7 +118,7 @@ ModelRunner::ModelRunner(const config::ModelConfig& model, int tp, const ckpt::L
         std::exception_ptr error;
         std::unique_ptr<Rank> rank;
         try {
-          rank = std::make_unique<Rank>(model, model::TensorParallel(&world, false));
+          rank = std::make_unique<Rank>(model, &world, inference_device(device_, world.rank()));
           setup(*rank);
         } catch (...) {
           error = std::current_exception();
@@ -207,7 +217,16 @@ void ModelRunner::apply(Rank& rank, const StepMessage& message, const ckpt::Load
   switch (message.kind) {
     case StepKind::Forward: {
       const float* logits = rank.model.forward_paged(message.batch, rank.cache, rank.scratch);
-      if (rank.model.tensor_parallel().rank() == 0) logits_ = logits;
+      if (rank.model.tensor_parallel().rank() != 0) return;
+      const Device device = rank.model.params().device();
+      if (device.is_cpu()) {
+        logits_ = logits;
+        return;
+      }
+      const int64_t n = static_cast<int64_t>(message.batch.logit_rows.size()) * rank.model.config().vocab_size;
+      rank.host_logits.resize(static_cast<size_t>(n));
+      copy_to_host(device, rank.host_logits.data(), logits, n);
+      logits_ = rank.host_logits.data();
       return;
     }
     case StepKind::CopyBlock: return copy_cache_block(rank.cache, message.from, message.to);

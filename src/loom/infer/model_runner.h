@@ -5,6 +5,12 @@
 // every call is handed to all of them and returns when all have finished it; with MPI processes
 // rank 0 (the engine's) first announces it to the others (a StepMessage, step_message.h), which
 // run it in follow().
+//
+// On a GPU (`device` cuda) each rank's weights, KV blocks and Mamba state pool are device memory
+// (the block manager's bookkeeping stays the engine's, on the host): a step's metadata is staged
+// to the device by the model, block and slot copies are device copies, the tensor-parallel
+// collectives stage device buffers through the host (comm/device_staging.h), and the step's
+// logits come back to the host for sampling. The cpu runs the same code with host copies.
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -25,15 +31,18 @@ namespace loom::infer {
 
 class ModelRunner {
  public:
-  // Builds the ranks and loads `checkpoint` into them; each rank's cache gets `kv_cache_bytes`:
+  // Builds the ranks on `device` (rank r on GPU r modulo the GPUs, inference_device.h) and
+  // loads `checkpoint` into them; each rank's cache gets `kv_cache_bytes`:
   // a hybrid model's pool of `state_slots` Mamba state slots first, the rest whole KV blocks of
   // `block_size` positions (at least one; an Error when the state pool leaves no room for one).
   ModelRunner(const config::ModelConfig& model, int tp, const ckpt::LoadedCheckpoint& checkpoint,
-              int64_t kv_cache_bytes, int64_t block_size, int64_t state_slots);
+              int64_t kv_cache_bytes, int64_t block_size, int64_t state_slots,
+              config::RuntimeDevice device = config::RuntimeDevice::Cpu);
   // The same with the tp ranks as the processes of `world` (an MPI job, world.size() ranks): this
   // process builds and loads its own rank. Rank 0 is the engine's; every other rank calls follow().
   ModelRunner(const config::ModelConfig& model, comm::Communicator& world, const ckpt::LoadedCheckpoint& checkpoint,
-              int64_t kv_cache_bytes, int64_t block_size, int64_t state_slots);
+              int64_t kv_cache_bytes, int64_t block_size, int64_t state_slots,
+              config::RuntimeDevice device = config::RuntimeDevice::Cpu);
   // Rank 0 of MPI ranks tells the others to return from follow().
   ~ModelRunner();
   ModelRunner(const ModelRunner&) = delete;
@@ -44,7 +53,7 @@ class ModelRunner {
   int64_t state_slots() const { return state_slots_; }
   int64_t state_pool_bytes() const { return state_pool_bytes_; }
   int tp() const { return tp_; }
-  // Logits [batch.logit_rows, vocab] of one batched step (valid until the next call).
+  // Logits [batch.logit_rows, vocab] of one batched step, on the host (valid until the next call).
   const float* forward(const model::PagedBatch& batch);
   // Copies block `from`'s keys and values into block `to` (a sample's own copy of a shared partial block).
   void copy_block(int32_t from, int32_t to);
@@ -62,10 +71,13 @@ class ModelRunner {
 
  private:
   struct Rank {
-    Rank(const config::ModelConfig& config, model::TensorParallel tp) : model(config, tp) {}
+    // `group`: the tensor-parallel ranks (null: one rank); on a GPU, wrapped to stage device buffers.
+    Rank(const config::ModelConfig& config, comm::Communicator* group, Device device);
+    std::unique_ptr<comm::Communicator> staged;  // before model: the model's group may be this
     model::Transformer model;
     model::PagedKVCache cache;
     model::PagedScratch scratch;
+    std::vector<float> host_logits;  // a GPU's logits, brought back for sampling
   };
   using Job = std::function<void(Rank&)>;
   void run(const Job& job);  // on every rank, returns when all are done
@@ -77,6 +89,7 @@ class ModelRunner {
   void apply(Rank& rank, const StepMessage& message, const ckpt::LoadedCheckpoint* checkpoint);
 
   int tp_;
+  config::RuntimeDevice device_;
   int64_t blocks_ = 0, state_slots_ = 0, state_pool_bytes_ = 0;
   const float* logits_ = nullptr;
   std::unique_ptr<Rank> single_;  // tp = 1, or this process's rank of MPI ranks: runs inline

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "loom/core/device.h"
+#include "loom/core/dtype.h"
 #include "loom/kernels/precision_gemm.h"
 #include "loom/kernels/types.h"
 
@@ -56,6 +57,9 @@ struct CudaEntries {
   void (*scale_in_place)(Device, float* x, int64_t n, float factor) = nullptr;
   void (*add_in_place)(Device, float* y, const float* x, int64_t n) = nullptr;
   bool (*any_non_finite)(Device, const float* x, int64_t n) = nullptr;
+  void (*amax_into)(Device, float* dst, const float* x, int64_t n) = nullptr;
+  void (*narrow_floats)(Device, void* dst, const float* src, int64_t n, DType dtype) = nullptr;
+  void (*widen_floats)(Device, float* dst, const void* src, int64_t n, DType dtype, bool accumulate) = nullptr;
   void (*adamw_update_many)(Device, const AdamWTensor* tensors, int64_t count, const AdamWStep& step) = nullptr;
   void (*rmsnorm_forward)(Device, float* out, float* rstd, const float* in, const float* weight, int64_t rows,
                           int64_t dim, float eps) = nullptr;
@@ -78,6 +82,30 @@ struct CudaEntries {
                            const float* scale, int64_t rows, int64_t width) = nullptr;
   void (*row_dots)(Device, double* out, const float* a, const int32_t* index, const float* b, int64_t b_stride,
                    int64_t rows, int64_t width) = nullptr;
+  // Mamba-2's mixer: the contracts of kernels/cpu/ssd_scan.h, causal_conv.h and gated_norm.h.
+  void (*ssd_scan_forward)(Device, float* y, const float* x, const float* dt_raw, const float* dt_bias,
+                           const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,
+                           const int32_t* documents) = nullptr;
+  void (*ssd_scan_backward)(Device, float* dx, float* ddt_raw, float* ddt_bias, float* dA_log, float* dB, float* dC,
+                            float* dD, const float* dy, const float* x, const float* dt_raw, const float* dt_bias,
+                            const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,
+                            const int32_t* documents) = nullptr;
+  void (*ssd_scan_step)(Device, float* y, float* state, const float* x, const float* dt_raw, const float* dt_bias,
+                        const float* A_log, const float* B, const float* C, const float* D,
+                        const SsdShape& s) = nullptr;
+  void (*causal_conv_silu_forward)(Device, float* out, const float* in, const float* weight, const float* bias,
+                                   const ConvShape& s, const int32_t* documents) = nullptr;
+  void (*causal_conv_silu_backward)(Device, float* din, float* dweight, float* dbias, const float* dout,
+                                    const float* in, const float* weight, const float* bias, const ConvShape& s,
+                                    const int32_t* documents) = nullptr;
+  void (*causal_conv_silu_step)(Device, float* out, float* window, const float* in, const float* weight,
+                                const float* bias, const ConvShape& s) = nullptr;
+  void (*gated_rmsnorm_forward)(Device, float* out, float* rstd, const float* y, const float* z, int64_t z_stride,
+                                const float* weight, int64_t rows, int64_t dim, int64_t group_size,
+                                float eps) = nullptr;
+  void (*gated_rmsnorm_backward)(Device, float* dy, float* dz, float* dweight, const float* dout, const float* y,
+                                 const float* z, int64_t z_stride, const float* weight, const float* rstd,
+                                 int64_t rows, int64_t dim, int64_t group_size) = nullptr;
   // Tiled attention: the contract of kernels/ops.h (and docs/architecture.md, "Kernels").
   void (*flash_attention_forward)(Device, float* out, float* lse, const float* q, const float* k, const float* v,
                                   const FlashAttentionShape& s, const AttentionVisibility& vis) = nullptr;
@@ -86,6 +114,13 @@ struct CudaEntries {
                                    const FlashAttentionShape& s, const AttentionVisibility& vis) = nullptr;
   void (*merge_attention_partials)(Device, float* out, float* lse, const float* part_out, const float* part_lse,
                                    const FlashAttentionShape& s) = nullptr;
+  // Attention over a paged KV cache and the writes into it (inference).
+  void (*paged_attention)(Device, float* out, const float* q, int64_t q_stride, const float* k_pool,
+                          const float* v_pool, const int32_t* block_tables, const int32_t* sequences,
+                          const int32_t* positions, int64_t rows, const PagedAttentionShape& shape) = nullptr;
+  void (*paged_cache_write)(Device, float* k_pool, float* v_pool, const float* k, const float* v, int64_t stride,
+                            const int32_t* block_tables, const int32_t* sequences, const int32_t* positions,
+                            int64_t rows, const PagedAttentionShape& shape) = nullptr;
   // The precision recipes' linear GEMMs (precision_gemm.h).
   float (*amax)(Device, const float* x, int64_t n) = nullptr;
   void (*round_in_place)(Device, float* x, int64_t n, OutputRounding rounding) = nullptr;

@@ -15,6 +15,7 @@
 #include "loom/kernels/cpu/finite.h"
 #include "loom/kernels/cpu/flash_attention.h"
 #include "loom/kernels/cpu/gated_norm.h"
+#include "loom/kernels/cpu/half_copies.h"
 #include "loom/kernels/cpu/linear.h"
 #include "loom/kernels/cpu/norm.h"
 #include "loom/kernels/cpu/paged_attention.h"
@@ -225,7 +226,12 @@ void attention_decode(Device device, float* out, const float* q, int64_t q_strid
 void paged_attention(Device device, float* out, const float* q, int64_t q_stride, const float* k_pool,
                      const float* v_pool, const int32_t* block_tables, const int32_t* sequences,
                      const int32_t* positions, int64_t rows, const PagedAttentionShape& shape) {
-  LOOM_CPU_ONLY(paged_attention, out, q, q_stride, k_pool, v_pool, block_tables, sequences, positions, rows, shape);
+  LOOM_DISPATCH(paged_attention, out, q, q_stride, k_pool, v_pool, block_tables, sequences, positions, rows, shape);
+}
+void paged_cache_write(Device device, float* k_pool, float* v_pool, const float* k, const float* v, int64_t stride,
+                       const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
+                       const PagedAttentionShape& shape) {
+  LOOM_DISPATCH(paged_cache_write, k_pool, v_pool, k, v, stride, block_tables, sequences, positions, rows, shape);
 }
 
 double softmax_cross_entropy(Device device, float* logits, float* losses, const int32_t* targets, int64_t rows,
@@ -272,6 +278,13 @@ void scale_in_place(Device device, float* x, int64_t n, float factor) {
 void add_in_place(Device device, float* y, const float* x, int64_t n) { LOOM_DISPATCH(add_in_place, y, x, n); }
 
 bool any_non_finite(Device device, const float* x, int64_t n) { LOOM_DISPATCH(any_non_finite, x, n); }
+void amax_into(Device device, float* dst, const float* x, int64_t n) { LOOM_DISPATCH(amax_into, dst, x, n); }
+void narrow_floats(Device device, void* dst, const float* src, int64_t n, DType dtype) {
+  LOOM_DISPATCH(narrow_floats, dst, src, n, dtype);
+}
+void widen_floats(Device device, float* dst, const void* src, int64_t n, DType dtype, bool accumulate) {
+  LOOM_DISPATCH(widen_floats, dst, src, n, dtype, accumulate);
+}
 
 // The recipes' device entries have no CPU kernel: the CPU path emulates them in the model layer.
 #define LOOM_DEVICE_ONLY(op, ...)                                                                      \
@@ -312,40 +325,40 @@ void row_dots(Device device, double* out, const float* a, const int32_t* index, 
 void ssd_scan_forward(Device device, float* y, const float* x, const float* dt_raw, const float* dt_bias,
                       const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,
                       const int32_t* documents) {
-  LOOM_CPU_ONLY(ssd_scan_forward, y, x, dt_raw, dt_bias, A_log, B, C, D, s, documents);
+  LOOM_DISPATCH(ssd_scan_forward, y, x, dt_raw, dt_bias, A_log, B, C, D, s, documents);
 }
 void ssd_scan_backward(Device device, float* dx, float* ddt_raw, float* ddt_bias, float* dA_log, float* dB,
                        float* dC, float* dD, const float* dy, const float* x, const float* dt_raw,
                        const float* dt_bias, const float* A_log, const float* B, const float* C, const float* D,
                        const SsdShape& s, const int32_t* documents) {
-  LOOM_CPU_ONLY(ssd_scan_backward, dx, ddt_raw, ddt_bias, dA_log, dB, dC, dD, dy, x, dt_raw, dt_bias, A_log, B, C,
+  LOOM_DISPATCH(ssd_scan_backward, dx, ddt_raw, ddt_bias, dA_log, dB, dC, dD, dy, x, dt_raw, dt_bias, A_log, B, C,
                 D, s, documents);
 }
 void ssd_scan_step(Device device, float* y, float* state, const float* x, const float* dt_raw, const float* dt_bias,
                    const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s) {
-  LOOM_CPU_ONLY(ssd_scan_step, y, state, x, dt_raw, dt_bias, A_log, B, C, D, s);
+  LOOM_DISPATCH(ssd_scan_step, y, state, x, dt_raw, dt_bias, A_log, B, C, D, s);
 }
 void causal_conv_silu_forward(Device device, float* out, const float* in, const float* weight, const float* bias,
                               const ConvShape& s, const int32_t* documents) {
-  LOOM_CPU_ONLY(causal_conv_silu_forward, out, in, weight, bias, s, documents);
+  LOOM_DISPATCH(causal_conv_silu_forward, out, in, weight, bias, s, documents);
 }
 void causal_conv_silu_backward(Device device, float* din, float* dweight, float* dbias, const float* dout,
                                const float* in, const float* weight, const float* bias, const ConvShape& s,
                                const int32_t* documents) {
-  LOOM_CPU_ONLY(causal_conv_silu_backward, din, dweight, dbias, dout, in, weight, bias, s, documents);
+  LOOM_DISPATCH(causal_conv_silu_backward, din, dweight, dbias, dout, in, weight, bias, s, documents);
 }
 void causal_conv_silu_step(Device device, float* out, float* window, const float* in, const float* weight,
                            const float* bias, const ConvShape& s) {
-  LOOM_CPU_ONLY(causal_conv_silu_step, out, window, in, weight, bias, s);
+  LOOM_DISPATCH(causal_conv_silu_step, out, window, in, weight, bias, s);
 }
 void gated_rmsnorm_forward(Device device, float* out, float* rstd, const float* y, const float* z, int64_t z_stride,
                            const float* weight, int64_t rows, int64_t dim, int64_t group_size, float eps) {
-  LOOM_CPU_ONLY(gated_rmsnorm_forward, out, rstd, y, z, z_stride, weight, rows, dim, group_size, eps);
+  LOOM_DISPATCH(gated_rmsnorm_forward, out, rstd, y, z, z_stride, weight, rows, dim, group_size, eps);
 }
 void gated_rmsnorm_backward(Device device, float* dy, float* dz, float* dweight, const float* dout, const float* y,
                             const float* z, int64_t z_stride, const float* weight, const float* rstd, int64_t rows,
                             int64_t dim, int64_t group_size) {
-  LOOM_CPU_ONLY(gated_rmsnorm_backward, dy, dz, dweight, dout, y, z, z_stride, weight, rstd, rows, dim, group_size);
+  LOOM_DISPATCH(gated_rmsnorm_backward, dy, dz, dweight, dout, y, z, z_stride, weight, rstd, rows, dim, group_size);
 }
 
 #undef LOOM_CPU_ONLY

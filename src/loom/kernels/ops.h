@@ -11,6 +11,7 @@
 #include <span>
 
 #include "loom/core/device.h"
+#include "loom/core/dtype.h"
 #include "loom/kernels/precision_gemm.h"
 #include "loom/kernels/types.h"
 
@@ -107,6 +108,10 @@ void attention_decode(Device device, float* out, const float* q, int64_t q_strid
 void paged_attention(Device device, float* out, const float* q, int64_t q_stride, const float* k_pool,
                      const float* v_pool, const int32_t* block_tables, const int32_t* sequences,
                      const int32_t* positions, int64_t rows, const PagedAttentionShape& shape);
+// The rows' keys and values stored in the paged cache at their positions (cpu/paged_attention.h).
+void paged_cache_write(Device device, float* k_pool, float* v_pool, const float* k, const float* v, int64_t stride,
+                       const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
+                       const PagedAttentionShape& shape);
 
 // --- Mamba-2 (contracts: cpu/ssd_scan.h, cpu/causal_conv.h, cpu/gated_norm.h). The chunked
 // state-space scan with softplus(dt + dt_bias) and A = -exp(A_log) folded in; backward adds into
@@ -161,11 +166,20 @@ void scale_in_place(Device device, float* x, int64_t n, float factor);
 void add_in_place(Device device, float* y, const float* x, int64_t n);
 // Whether x[0, n) holds an Inf or NaN (the gradients' check before an optimizer step).
 bool any_non_finite(Device device, const float* x, int64_t n);
+// *dst = max(*dst, max |x[0, n)|) where the tensors live, nothing read back: the FP8 recipes'
+// amaxes stay on the device. *dst must be >= 0 or NaN; a NaN or Inf stays (NaN wins over Inf).
+void amax_into(Device device, float* dst, const float* x, int64_t n);
+
+// --- 16-bit copies of fp32 arrays (bf16 gradients on the data-parallel wire). dtype: BF16 or F16.
+// narrow: dst[i] = src[i] rounded to nearest even. widen: dst[i] = f32(src[i]), or += when
+// accumulating (micro-batches' reduced gradient shards).
+void narrow_floats(Device device, void* dst, const float* src, int64_t n, DType dtype);
+void widen_floats(Device device, float* dst, const void* src, int64_t n, DType dtype, bool accumulate);
 
 // --- the precision recipes' linear GEMMs on a GPU (precision_gemm.h). Device entries only: the
 // CPU emulates the recipes in fp32 (model/linear_precision.cpp), so on the CPU these throw.
-// max |x| (NaN or Inf when one is there), read back to the host: the scale and Inf/NaN decisions
-// are the host's. round_in_place: x rounded to the dtype and widened back (None: unchanged).
+// max |x| (NaN or Inf when one is there), read back to the host (a synchronisation: the GEMMs
+// do not use it). round_in_place: x rounded to the dtype and widened back (None: unchanged).
 float amax(Device device, const float* x, int64_t n);
 void round_in_place(Device device, float* x, int64_t n, OutputRounding rounding);
 void precision_linear_gemm(Device device, const PrecisionGemm& gemm);

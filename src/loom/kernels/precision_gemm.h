@@ -32,11 +32,18 @@ enum class OperandCast : uint8_t {
 // or not at all (a partial product a tensor-parallel sum rounds later).
 enum class OutputRounding : uint8_t { None, Bf16, Fp16 };
 
+// The FP8 casts (Fp8Tensor, Fp8Blocks, Fp8Tiles) write an element that is Inf or NaN as FP8's
+// NaN, so a non-finite operand makes every output it reaches NaN (a saturating cast would hide an
+// overflow from the step's non-finite check); MXFP8 makes such an element's whole block NaN.
 struct CastOperand {
   const float* data = nullptr;  // row-major, device memory
   OperandCast cast = OperandCast::None;
   bool e5m2 = false;   // Fp8Tensor: E5M2 codes (output gradients) instead of E4M3
   float scale = 1.0f;  // Fp8Tensor: codes = fp8(x * scale); the product multiplies by 1 / scale
+  // Fp8Tensor, when set: the tensor's amax in device memory, and the scale is computed from it on
+  // the device as precision::compute_scale(amax, fp8 max, margin, 1) (fp8_current), not `scale`.
+  const float* amax = nullptr;
+  int margin = 0;
 };
 
 // out (+)= round(a . b [+ bias]) in the shapes above. When either operand's cast is None, the

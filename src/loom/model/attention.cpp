@@ -154,24 +154,21 @@ void Attention::decode(float* residual, const float* normed, int64_t rows, int64
                           out_bias_ >= 0 ? store_->value(out_bias_) : nullptr, rows, att_width, d_model_, true);
 }
 
-void Attention::forward_paged(float* residual, const float* normed, const PagedBatch& batch, PagedLayerCache& cache,
-                              int64_t block_size, Saved& scratch, ParallelScratch& tp_scratch) const {
+void Attention::forward_paged(float* residual, const float* normed, const PagedBatch& batch, const PagedRows& on_device,
+                              PagedLayerCache& cache, int64_t block_size, Saved& scratch,
+                              ParallelScratch& tp_scratch) const {
   const int64_t rows = batch.rows(), W = qkv_width(), kv_width = local_kv_width(), att_width = heads_ * head_dim_;
-  float* qkv = sized(scratch.qkv, rows * W);
+  const Device device = store_->device();
+  float* qkv = sized(scratch.qkv, rows * W, device);
   qkv_->forward(qkv, normed, rows, tp_scratch);
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = qkv + r * W;
-    if (rope_ != nullptr) kernels::rope_forward(store_->device(), row, 1, W, 0, heads_ + kv_heads_, 1, batch.positions[r], *rope_);
-    const int64_t pos = batch.positions[r];
-    const int32_t block = batch.block_tables[batch.sequences[r] * batch.table_width + pos / block_size];
-    const int64_t slot = (static_cast<int64_t>(block) * block_size + pos % block_size) * kv_width;
-    std::copy(row + att_width, row + att_width + kv_width, cache.keys.data() + slot);
-    std::copy(row + att_width + kv_width, row + att_width + 2 * kv_width, cache.values.data() + slot);
-  }
-  float* att = sized(scratch.att, rows * att_width);
-  kernels::paged_attention(store_->device(), att, qkv, W, cache.keys.data(), cache.values.data(),
-                           batch.block_tables.data(), batch.sequences.data(), batch.positions.data(), rows,
-                           {heads_, kv_heads_, head_dim_, block_size, batch.table_width});
+  if (rope_ != nullptr)
+    kernels::rope_forward(device, qkv, rows, W, 0, heads_ + kv_heads_, rows, 0, *rope_, on_device.positions);
+  const kernels::PagedAttentionShape shape{heads_, kv_heads_, head_dim_, block_size, batch.table_width};
+  kernels::paged_cache_write(device, cache.keys.data(), cache.values.data(), qkv + att_width, qkv + att_width + kv_width,
+                             W, on_device.block_tables, on_device.sequences, on_device.positions, rows, shape);
+  float* att = sized(scratch.att, rows * att_width, device);
+  kernels::paged_attention(device, att, qkv, W, cache.keys.data(), cache.values.data(), on_device.block_tables,
+                           on_device.sequences, on_device.positions, rows, shape);
   out_->forward(residual, att, rows, tp_scratch);
 }
 

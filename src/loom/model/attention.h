@@ -45,8 +45,9 @@ class Attention {
               Saved& scratch, int64_t max_positions) const;
   // Inference on a batch step: writes the rows' keys/values into the paged cache, attends each
   // row over its sequence's positions [0, position] and adds o_proj into residual (any tp).
-  void forward_paged(float* residual, const float* normed, const PagedBatch& batch, PagedLayerCache& cache,
-                     int64_t block_size, Saved& scratch, ParallelScratch& tp_scratch) const;
+  // `on_device`: the batch's metadata where the kernels read it.
+  void forward_paged(float* residual, const float* normed, const PagedBatch& batch, const PagedRows& on_device,
+                     PagedLayerCache& cache, int64_t block_size, Saved& scratch, ParallelScratch& tp_scratch) const;
   int64_t local_kv_width() const { return static_cast<int64_t>(kv_heads_) * head_dim_; }
   // Precision recipe of the q/k/v and output projections' GEMMs (training; decode stays fp32).
   // `prefix`: the module's name (model.layers.N.self_attn), naming its GEMMs' precision state.

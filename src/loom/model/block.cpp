@@ -117,12 +117,13 @@ void Block::decode(float* x, int64_t rows, int64_t past, KVCache& cache, Saved& 
   }
 }
 
-void Block::forward_paged(float* x, const PagedBatch& batch, PagedLayerCache& cache, int64_t block_size,
-                          Saved& scratch, ParallelScratch& tp_scratch) const {
+void Block::forward_paged(float* x, const PagedBatch& batch, const PagedRows& on_device, PagedLayerCache& cache,
+                          int64_t block_size, Saved& scratch, ParallelScratch& tp_scratch) const {
   const int64_t rows = batch.rows();
   if (attention_) {
     norm1_->forward(scratch.norm1, x, rows);
-    attention_->forward_paged(x, scratch.norm1.out.data(), batch, cache, block_size, scratch.attention, tp_scratch);
+    attention_->forward_paged(x, scratch.norm1.out.data(), batch, on_device, cache, block_size, scratch.attention,
+                              tp_scratch);
   }
   if (mamba_) {
     norm1_->forward(scratch.norm1, x, rows);

@@ -39,8 +39,8 @@ class Block {
               int64_t max_positions) const;
   // A paged batch step (see paged.h); x [rows, d_model] is updated in place. `cache` is unused
   // by a layer without attention or Mamba-2 mixer.
-  void forward_paged(float* x, const PagedBatch& batch, PagedLayerCache& cache, int64_t block_size, Saved& scratch,
-                     ParallelScratch& tp_scratch) const;
+  void forward_paged(float* x, const PagedBatch& batch, const PagedRows& on_device, PagedLayerCache& cache,
+                     int64_t block_size, Saved& scratch, ParallelScratch& tp_scratch) const;
   // This rank's key (= value) width of the layer's cache rows, 0 without attention.
   int64_t local_kv_width() const { return attention_ ? attention_->local_kv_width() : 0; }
   // This rank's floats of one sequence's Mamba convolution window and scan state, 0 without a mixer.

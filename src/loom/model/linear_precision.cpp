@@ -98,14 +98,22 @@ void LinearPrecision::set_sharded_operands(comm::Communicator* group, std::array
   sharded_ = sharded;
 }
 
-float LinearPrecision::global_amax(Operand op, float local) const {
+bool LinearPrecision::reduces_over_tensor_parallel(Operand op) const {
   // Only a per-tensor scale computed now needs the whole tensor's amax: fp8_delayed's histories
   // are reduced over the world once per step, and block scales never leave their block.
-  if (recipe_ != Recipe::Fp8Current || tp_group_ == nullptr || tp_group_->size() == 1 ||
-      !sharded_[static_cast<int>(op)]) {
-    return local;
-  }
+  return recipe_ == Recipe::Fp8Current && tp_group_ != nullptr && tp_group_->size() > 1 &&
+         sharded_[static_cast<int>(op)];
+}
+
+float LinearPrecision::global_amax(Operand op, float local) const {
+  if (!reduces_over_tensor_parallel(op)) return local;
   return max_over_tensor_parallel(*tp_group_, local);  // NaN propagates: all pass through
+}
+
+void LinearPrecision::set_device(Device device) {
+  device_ = device;
+  device_pending_ = nullptr;  // a context hands out its slots again; a layer alone makes its own
+  own_pending_ = Buffer();
 }
 
 p::Fp8Format LinearPrecision::format(Operand op) const {
@@ -126,7 +134,17 @@ void LinearPrecision::commit_amaxes(const float* amaxes) {
   clear_pending();
 }
 
-void LinearPrecision::clear_pending() { std::fill(pending_, pending_ + 3, 0.0f); }
+float LinearPrecision::pending_amax(Operand op) const {
+  if (device_.is_cpu() || device_pending_ == nullptr) return pending_[static_cast<int>(op)];
+  float a = 0.0f;
+  copy_to_host(device_, &a, device_pending_ + static_cast<int>(op), 1);
+  return std::isfinite(a) ? a : INFINITY;
+}
+
+void LinearPrecision::clear_pending() {
+  std::fill(pending_, pending_ + 3, 0.0f);
+  if (!device_.is_cpu() && device_pending_ != nullptr) zero_on_device(device_, device_pending_, 3);
+}
 
 void LinearPrecision::restore_delayed(Operand op, const p::DelayedScalingState& state) {
   LOOM_CHECK(recipe_ == Recipe::Fp8Delayed, "LinearPrecision: only fp8_delayed has scaling state to restore");
@@ -267,6 +285,23 @@ PrecisionContext::PrecisionContext(PrecisionPolicy policy)
 void PrecisionContext::set_device(Device device) {
   device_ = device;
   for (const auto& l : layers_) l->set_device(device);
+  place_device_pending();
+}
+
+void PrecisionContext::place_device_pending() {
+  int64_t delayed = 0;
+  for (const auto& l : layers_) delayed += l->delayed() ? 1 : 0;
+  if (device_.is_cpu() || delayed == 0) {
+    device_pending_ = Buffer();
+    return;
+  }
+  device_pending_ = Buffer(device_, 3 * delayed);  // zeroed
+  float* slots = device_pending_.data();
+  for (const auto& l : layers_) {
+    if (!l->delayed()) continue;
+    l->set_pending_slots(slots);
+    slots += 3;
+  }
 }
 
 std::shared_ptr<LinearPrecision> PrecisionContext::make(Recipe recipe, const std::string& name) {
@@ -275,6 +310,7 @@ std::shared_ptr<LinearPrecision> PrecisionContext::make(Recipe recipe, const std
   layer->set_device(device_);
   layers_.push_back(layer);
   names_.push_back(name);
+  if (layer->delayed() && !device_.is_cpu()) place_device_pending();  // made before any GEMM runs
   return layer;
 }
 
@@ -284,6 +320,12 @@ bool PrecisionContext::has_delayed() const {
 
 std::vector<float> PrecisionContext::pending_amaxes() const {
   std::vector<float> out;
+  if (device_pending_.size() > 0) {  // one read for every layer (a non-finite amax as +Inf, as on the CPU)
+    out.resize(static_cast<size_t>(device_pending_.size()));
+    copy_to_host(device_, out.data(), device_pending_.data(), device_pending_.size());
+    for (float& a : out) a = std::isfinite(a) ? a : INFINITY;
+    return out;
+  }
   for (const auto& l : layers_) {
     if (!l->delayed()) continue;
     for (Operand op : {Operand::Input, Operand::Weight, Operand::OutputGrad}) out.push_back(l->pending_amax(op));
@@ -303,7 +345,10 @@ void PrecisionContext::commit_amaxes(const std::vector<float>& amaxes) {
 }
 
 void PrecisionContext::clear_pending() {
-  for (const auto& l : layers_) l->clear_pending();
+  if (device_pending_.size() > 0) device_pending_.zero();  // every delayed layer's slots at once
+  for (const auto& l : layers_) {
+    if (device_pending_.size() == 0 || !l->delayed()) l->clear_pending();
+  }
 }
 
 nlohmann::json PrecisionContext::state() const {

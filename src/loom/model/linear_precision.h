@@ -36,11 +36,13 @@
 // formats on tensor cores through the device entry kernels::precision_linear_gemm: bf16 / fp16
 // operands, FP8 with per-tensor scales (E4M3, E5M2 for output gradients) or cuBLASLt's 1x128 /
 // 128x128 block scales, MXFP8 emulated (decoded to bf16: Hopper has no MX tensor cores), fp32
-// accumulation, the result rounded to the activation dtype. The scales and the Inf/NaN decision
-// stay on the host: each FP8 operand's amax is read back (one 4-byte read per operand per GEMM),
-// so fp8_delayed's histories, fp8_current's scales and the tensor-parallel max are exactly the
-// CPU's; an operand with Inf/NaN is passed on unquantized there too (the GEMM then runs in fp32,
-// the other operand quantized and dequantized as on the CPU).
+// accumulation, the result rounded to the activation dtype. Nothing is read back per GEMM: an
+// operand's amax is reduced on the device (kernels::amax_into), fp8_current's scale is computed
+// there from it (the tensor-parallel max an all-reduce of one device float), and fp8_delayed's
+// amaxes accumulate in a device array of the PrecisionContext, read once per optimizer step
+// (pending_amaxes); its scales stay the host's, from the histories. An operand holding Inf/NaN
+// cannot be passed on unquantized without a read: its FP8 cast writes such elements as NaN, so
+// every output they reach is NaN where the CPU's is Inf or NaN (docs/precision.md).
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -103,10 +105,9 @@ struct PrecisionPolicy {
 };
 
 // The cast of operand `op` on a device under `recipe` (the formats and scales prepare() emulates on
-// the CPU): amax is the operand's (the whole tensor's for a fp8_current piece), delayed_scale
-// fp8_delayed's current scale. A non-finite amax passes an FP8 operand on unquantized (None).
-// `data` is left null for the caller.
-kernels::CastOperand device_cast(Recipe recipe, Operand op, float amax, float delayed_scale, int margin);
+// the CPU): delayed_scale is fp8_delayed's current scale; fp8_current's scale comes from the
+// device amax the caller sets (`amax`, with `margin`). `data` is left null for the caller.
+kernels::CastOperand device_cast(Recipe recipe, Operand op, float delayed_scale, int margin);
 // cuBLASLt's FP8 products need every GEMM dimension a multiple of 16 (per-tensor recipes) or of
 // 128 (fp8_blockwise, whose block scales loom asks whole); an Error naming the recipe, the sizes
 // and the rule otherwise. bf16, fp16 and the emulated mxfp8 take any size.
@@ -118,6 +119,7 @@ struct PrecisionScratch {
   Buffer operand[3];  // by Operand
   Buffer out;         // a GEMM's output before rounding and accumulation
   Buffer transposed;  // blockwise column blocks
+  Buffer amax;        // on a device: fp8_current's amax of each operand (3 floats, by Operand)
 };
 
 class LinearPrecision {
@@ -128,7 +130,7 @@ class LinearPrecision {
 
   Recipe recipe() const { return recipe_; }
   // Where the layer's tensors live: the CPU emulates the recipe, a GPU runs its real formats.
-  void set_device(Device device) { device_ = device; }
+  void set_device(Device device);
   Device device() const { return device_; }
 
   // Tensor parallelism: `sharded[op]` says this rank holds only a piece of operand op's global
@@ -155,13 +157,17 @@ class LinearPrecision {
 
   // fp8_delayed: one DelayedScaling per operand. scale() is what prepare uses now (1 for the
   // other recipes); pending_amax() the largest amax seen since the last commit (Inf if any was
-  // non-finite, 0 if none). commit_amaxes updates each operand's history with amaxes[op] (the
-  // trainer passes the max over all ranks) and clears the pending ones.
+  // non-finite, 0 if none; on a device a read back, the trainer reads all layers' at once through
+  // PrecisionContext). commit_amaxes updates each operand's history with amaxes[op] (the trainer
+  // passes the max over all ranks) and clears the pending ones.
   bool delayed() const { return recipe_ == Recipe::Fp8Delayed; }
   float scale(Operand op) const;
-  float pending_amax(Operand op) const { return pending_[static_cast<int>(op)]; }
+  float pending_amax(Operand op) const;
   void commit_amaxes(const float* amaxes);
   void clear_pending();
+  // On a device: where the 3 pending amaxes accumulate (device memory, by Operand), a slice of the
+  // context's array; a layer made alone keeps its own.
+  void set_pending_slots(float* slots) { device_pending_ = slots; }
   const precision::DelayedScaling& delayed_scaling(Operand op) const { return scaling_[static_cast<int>(op)]; }
   void restore_delayed(Operand op, const precision::DelayedScalingState& state);
 
@@ -178,8 +184,12 @@ class LinearPrecision {
                        GemmOutput din_output);
   // Operand `op` (n elements on the device) cast as the recipe says; fp8_delayed records its amax.
   kernels::CastOperand device_operand(Operand op, const float* x, int64_t n);
+  // fp8_delayed on a device: the 3 pending amaxes in device memory.
+  float* device_pending();
   // The amax of operand `op`'s global tensor from this rank's piece's `local` amax.
   float global_amax(Operand op, float local) const;
+  // Whether operand op's amax is the max over the tensor-parallel group (fp8_current's pieces).
+  bool reduces_over_tensor_parallel(Operand op) const;
 
   Recipe recipe_;
   Device device_ = Device::cpu();
@@ -188,7 +198,9 @@ class LinearPrecision {
   comm::Communicator* tp_group_ = nullptr;
   std::array<bool, 3> sharded_ = {false, false, false};  // by Operand
   std::vector<precision::DelayedScaling> scaling_;  // fp8_delayed: by Operand
-  float pending_[3] = {0.0f, 0.0f, 0.0f};
+  float pending_[3] = {0.0f, 0.0f, 0.0f};           // on the CPU
+  float* device_pending_ = nullptr;                 // on a device (set_pending_slots, or own_pending_)
+  Buffer own_pending_;
 };
 
 // The linear layers of one model (blocks in order, then the head) and their shared scratch; the
@@ -204,7 +216,8 @@ class PrecisionContext {
   std::shared_ptr<LinearPrecision> make(Recipe recipe, const std::string& name);
   const std::vector<std::shared_ptr<LinearPrecision>>& layers() const { return layers_; }
 
-  // fp8_delayed bookkeeping over all layers, 3 values per delayed layer in registration order.
+  // fp8_delayed bookkeeping over all layers, 3 values per delayed layer in registration order
+  // (on a device: one read of the array they accumulate in).
   bool has_delayed() const;
   std::vector<float> pending_amaxes() const;
   void commit_amaxes(const std::vector<float>& amaxes);
@@ -222,6 +235,10 @@ class PrecisionContext {
   std::vector<std::shared_ptr<LinearPrecision>> layers_;
   std::vector<std::string> names_;  // by layer
   Device device_ = Device::cpu();
+  // On a device: the delayed layers' pending amaxes, 3 per delayed layer in registration order
+  // (remade, zeroed, when a layer is made or the device changes: before any GEMM runs).
+  Buffer device_pending_;
+  void place_device_pending();
 };
 
 }  // namespace loom::model

@@ -1,6 +1,6 @@
 // LinearPrecision on a GPU: the recipe's GEMMs in its real formats through the device entry
-// kernels::precision_linear_gemm (kernels/precision_gemm.h), with the same scales, amax
-// bookkeeping and Inf/NaN rule as the CPU emulation (linear_precision.cpp).
+// kernels::precision_linear_gemm (kernels/precision_gemm.h), with the CPU emulation's scales and
+// amax bookkeeping (linear_precision.cpp), kept on the device: no GEMM reads anything back.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -8,6 +8,7 @@
 #include "loom/core/error.h"
 #include "loom/kernels/ops.h"
 #include "loom/model/linear_precision.h"
+#include "loom/model/tensor_parallel.h"
 #include "loom/precision/formats.h"
 #include "loom/precision/fp8_scaling.h"
 
@@ -17,25 +18,20 @@ namespace p = loom::precision;
 using kernels::CastOperand;
 using kernels::OperandCast;
 
-CastOperand device_cast(Recipe recipe, Operand op, float amax, float delayed_scale, int margin) {
+CastOperand device_cast(Recipe recipe, Operand op, float delayed_scale, int margin) {
   CastOperand c;
   switch (recipe) {
     case Recipe::Fp32: return c;
     case Recipe::Bf16: c.cast = OperandCast::Bf16; return c;
     case Recipe::Fp16: c.cast = OperandCast::Fp16; return c;
-    default: break;
-  }
-  if (!std::isfinite(amax)) return c;  // Inf/NaN: passed on unquantized, as on the CPU
-  switch (recipe) {
     case Recipe::Fp8Delayed:
-    case Recipe::Fp8Current: {
+    case Recipe::Fp8Current:
       // TE's HYBRID formats: E5M2 for output gradients, E4M3 for inputs and weights.
       c.cast = OperandCast::Fp8Tensor;
       c.e5m2 = op == Operand::OutputGrad;
-      const p::Fp8Format f = c.e5m2 ? p::Fp8Format::E5M2 : p::Fp8Format::E4M3;
-      c.scale = recipe == Recipe::Fp8Delayed ? delayed_scale : p::compute_scale(amax, p::max_finite(f), margin, 1.0f);
+      c.scale = recipe == Recipe::Fp8Delayed ? delayed_scale : 1.0f;
+      c.margin = margin;  // fp8_current: with the device amax the caller sets
       return c;
-    }
     case Recipe::Fp8Blockwise:
       c.cast = op == Operand::Weight ? OperandCast::Fp8Tiles : OperandCast::Fp8Blocks;
       return c;
@@ -64,18 +60,27 @@ void check_device_shape(Recipe recipe, int64_t n, int64_t in_features, int64_t o
               std::to_string(multiple) + ", e.g. batch x seq and the model's widths, or precision.recipe=bf16)");
 }
 
+float* LinearPrecision::device_pending() {
+  if (device_pending_ == nullptr) device_pending_ = zeroed(own_pending_, 3, device_);
+  return device_pending_;
+}
+
 CastOperand LinearPrecision::device_operand(Operand op, const float* x, int64_t n) {
-  float amax = 0.0f;
-  if (is_fp8(recipe_)) {
-    // One read-back per operand: the scale and the Inf/NaN decision are the host's, as on the CPU.
-    amax = global_amax(op, kernels::amax(device_, x, n));
-    if (recipe_ == Recipe::Fp8Delayed) {
-      float& pending = pending_[static_cast<int>(op)];
-      pending = std::isfinite(amax) ? std::max(pending, amax) : INFINITY;
-    }
-  }
-  CastOperand c = device_cast(recipe_, op, amax, scale(op), margin_);
+  CastOperand c = device_cast(recipe_, op, scale(op), margin_);
   c.data = x;
+  const int at = static_cast<int>(op);
+  if (recipe_ == Recipe::Fp8Delayed) {
+    // The scale is the host's (from the history); the amax only feeds the next step's history.
+    kernels::amax_into(device_, device_pending() + at, x, n);
+  } else if (recipe_ == Recipe::Fp8Current) {
+    // The scale is computed on the device from this amax (no read back); under tensor parallelism
+    // from the whole tensor's, one device float all-reduced over the group.
+    float* amax = sized(scratch_->amax, 3, device_) + at;
+    zero_on_device(device_, amax, 1);
+    kernels::amax_into(device_, amax, x, n);
+    if (reduces_over_tensor_parallel(op)) max_over_tensor_parallel(*tp_group_, amax);
+    c.amax = amax;
+  }
   return c;
 }
 

@@ -77,11 +77,11 @@ void Mamba2Mixer::forward(Saved& saved, float* residual, const float* normed, in
                           const Packing& packing, ParallelScratch& scratch) const {
   const int64_t rows = batch * seq, gn = groups_ * state_;
   const ParameterStore& p = *store_;
-  float* proj = sized(saved.proj, rows * proj_width());
-  float* conv = sized(saved.conv, rows * conv_channels());
-  float* y = sized(saved.y, rows * inner_);
-  float* gated = sized(saved.gated, rows * inner_);
-  float* rstd = sized(saved.rstd, rows * groups_);
+  float* proj = sized(saved.proj, rows * proj_width(), device_);
+  float* conv = sized(saved.conv, rows * conv_channels(), device_);
+  float* y = sized(saved.y, rows * inner_, device_);
+  float* gated = sized(saved.gated, rows * inner_, device_);
+  float* rstd = sized(saved.rstd, rows * groups_, device_);
   in_->forward(proj, normed, rows, scratch);
   kernels::causal_conv_silu_forward(device_, conv, proj + inner_, p.value(conv_weight_), p.value(conv_bias_),
                                     conv_shape(batch, seq), packing.documents);
@@ -99,13 +99,13 @@ void Mamba2Mixer::backward(float* d_normed, const float* d_residual, const float
   ParameterStore& p = *store_;
   const float* proj = saved.proj.data();
   const float* conv = saved.conv.data();
-  float* d_gated = zeroed(work.d_mixer_gated, rows * inner_);
+  float* d_gated = zeroed(work.d_mixer_gated, rows * inner_, device_);
   out_->backward(d_gated, d_residual, saved.gated.data(), rows, scratch);
-  float* d_proj = zeroed(work.d_mixer_proj, rows * proj_width());
-  float* d_y = zeroed(work.d_mixer_scan, rows * inner_);
+  float* d_proj = zeroed(work.d_mixer_proj, rows * proj_width(), device_);
+  float* d_y = zeroed(work.d_mixer_scan, rows * inner_, device_);
   kernels::gated_rmsnorm_backward(device_, d_y, d_proj, p.grad(norm_), d_gated, saved.y.data(), proj, proj_width(),
                                   p.value(norm_), saved.rstd.data(), rows, inner_, inner_ / groups_);
-  float* d_conv = zeroed(work.d_mixer_conv, rows * conv_channels());
+  float* d_conv = zeroed(work.d_mixer_conv, rows * conv_channels(), device_);
   kernels::ssd_scan_backward(device_, d_conv, d_proj + inner_ + conv_channels(), p.grad(dt_bias_), p.grad(a_log_),
                              d_conv + inner_, d_conv + inner_ + gn, p.grad(d_), d_y, conv,
                              proj + inner_ + conv_channels(), p.value(dt_bias_), p.value(a_log_), conv + inner_,
@@ -119,8 +119,8 @@ void Mamba2Mixer::backward(float* d_normed, const float* d_residual, const float
 void Mamba2Mixer::decode(float* residual, const float* normed, int64_t rows, MambaCache& cache, Saved& scratch,
                          ParallelScratch& tp_scratch) const {
   if (cache.state.size() == 0) {
-    zeroed(cache.window, window_width());
-    zeroed(cache.state, state_width());
+    zeroed(cache.window, window_width(), device_);
+    zeroed(cache.state, state_width(), device_);
   }
   const std::vector<float*> windows(rows, cache.window.data()), states(rows, cache.state.data());
   step_rows(residual, normed, rows, windows, states, scratch, tp_scratch);
@@ -151,11 +151,11 @@ void Mamba2Mixer::step_rows(float* residual, const float* normed, int64_t rows, 
                             std::span<float* const> states, Saved& scratch, ParallelScratch& tp_scratch) const {
   const int64_t gn = groups_ * state_;
   const ParameterStore& p = *store_;
-  float* proj = sized(scratch.proj, rows * proj_width());
-  float* conv = sized(scratch.conv, rows * conv_channels());
-  float* y = sized(scratch.y, rows * inner_);
-  float* gated = sized(scratch.gated, rows * inner_);
-  float* rstd = sized(scratch.rstd, rows * groups_);
+  float* proj = sized(scratch.proj, rows * proj_width(), device_);
+  float* conv = sized(scratch.conv, rows * conv_channels(), device_);
+  float* y = sized(scratch.y, rows * inner_, device_);
+  float* gated = sized(scratch.gated, rows * inner_, device_);
+  float* rstd = sized(scratch.rstd, rows * groups_, device_);
   in_->forward(proj, normed, rows, tp_scratch);
   const kernels::ConvShape conv_step = conv_shape(1, 1);
   const kernels::SsdShape scan_step = scan_shape(1, 1);

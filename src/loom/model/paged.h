@@ -23,6 +23,14 @@ struct PagedBatch {
   int64_t rows() const { return static_cast<int64_t>(tokens.size()); }
 };
 
+// A batch's per-row metadata where the model's kernels read it: the host arrays themselves on the
+// cpu, copies staged to the device per step on a GPU (Transformer::forward_paged makes them).
+struct PagedRows {
+  const int32_t* positions = nullptr;     // [rows]
+  const int32_t* sequences = nullptr;     // [rows]
+  const int32_t* block_tables = nullptr;  // [entries, table_width]
+};
+
 // The keys and values of one attention layer for this rank's kv heads: [blocks, block_size, kv_width];
 // a Mamba-2 layer's state pool for this rank's heads: windows [slots, window_width] (the
 // convolution's last conv_kernel - 1 inputs) and states [slots, state_width] (heads x head_dim x state).

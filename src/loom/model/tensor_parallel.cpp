@@ -103,8 +103,12 @@ void TensorParallel::gather_columns(float* out, const float* local, int64_t rows
 }
 
 float max_over_tensor_parallel(comm::Communicator& tp, float value) {
-  if (tp.size() > 1) tp.all_reduce(&value, 1, DType::F32, comm::ReduceOp::Max);
+  max_over_tensor_parallel(tp, &value);
   return value;
+}
+
+void max_over_tensor_parallel(comm::Communicator& tp, float* value) {
+  if (tp.size() > 1) tp.all_reduce(value, 1, DType::F32, comm::ReduceOp::Max);
 }
 
 }  // namespace loom::model

@@ -91,5 +91,8 @@ class TensorParallel {
 // The largest of every tensor-parallel rank's `value` (a NaN propagates), e.g. an FP8 amax of a
 // sharded operand that a per-tensor scale needs whole.
 float max_over_tensor_parallel(comm::Communicator& tp, float value);
+// The same in place on one float in device memory (fp8_current's amax on a GPU: no host read
+// with a device communicator).
+void max_over_tensor_parallel(comm::Communicator& tp, float* value);
 
 }  // namespace loom::model

@@ -55,10 +55,7 @@ Transformer::Transformer(const config::ModelConfig& config, TensorParallel tp, P
       params_(device, allocation), precision_(std::make_shared<PrecisionContext>(precision)) {
   LOOM_CHECK(config.vocab_size > 0, "model.vocab_size must be resolved before building the model");
   tp_.set_device(device);
-  if (device.is_cuda()) {
-    check_device_support();
-    precision_->set_device(device);  // the linear layers' GEMMs in the recipe's real formats
-  }
+  if (device.is_cuda()) precision_->set_device(device);  // the linear layers' GEMMs in the recipe's real formats
   const int L = config.layers;
   if (chunks_.empty()) chunks_.push_back({0, L});
   check_chunks(chunks_, L);
@@ -173,14 +170,6 @@ void Transformer::check_tokens(const int32_t* tokens, int64_t rows) const {
 void Transformer::set_context_attention(ContextAttention* context) {
   context_ = context;
   for (Block& block : blocks_) block.set_context(context);
-}
-
-void Transformer::check_device_support() const {
-  const std::string where = " on runtime.device=cuda is not built yet (use runtime.device=cpu)";
-  for (size_t l = 0; l < specs_.size(); ++l) {
-    const std::string layer = "layer " + std::to_string(l);
-    LOOM_CHECK(!specs_[l].has_mamba, layer + " is a Mamba-2 mixer (model.layer_pattern)" + where);
-  }
 }
 
 Packing Transformer::staged_packing(const Packing& packing, int64_t rows) {

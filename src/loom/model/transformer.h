@@ -33,12 +33,15 @@ struct DecodeState {
   Buffer x, logits;
 };
 
-// Scratch of a paged forward (forward_paged), reused across steps.
+// Scratch of a paged forward (forward_paged), reused across steps; on a GPU the step's metadata
+// is staged to the device here.
 struct PagedScratch {
   Block::Saved block;
   ParallelScratch tp;
   Norm::Saved final_norm;
   Buffer x, head_in, local_logits, logits;
+  std::vector<int32_t> logit_rows;  // the batch's logit rows as gather indices
+  StagedTokens positions, sequences, block_tables, logit_indices;
 };
 
 // The layers a pipeline rank holds for one of its model chunks (virtual stages): [first, last).
@@ -84,7 +87,7 @@ class Transformer {
   // `device`: where parameters, gradients and activations live and the kernels run. Token-level
   // inputs stay host arrays in every call (checked there, uploaded right before their use). On a
   // GPU the dense layers of one rank train in fp32; what is not built there yet (MoE, Mamba-2,
-  // multi-token prediction, tensor parallelism, precision recipes, generation, token objectives)
+  // multi-token prediction, tensor parallelism, precision recipes, `decode`, token objectives)
   // is an Error naming the setting.
   explicit Transformer(const config::ModelConfig& config, TensorParallel tp = {}, PrecisionPolicy precision = {},
                        std::vector<LayerRange> chunks = {}, ExpertLayout experts = {}, Device device = Device::cpu());
@@ -174,7 +177,8 @@ class Transformer {
   int64_t paged_block_bytes(int64_t block_size) const;
   int64_t paged_state_slot_bytes() const;
   // One batched inference step over every row of `batch` (any tp; every rank passes the same
-  // batch): returns the logits [logit_rows, vocab] (the whole vocabulary on every rank).
+  // batch): returns the logits [logit_rows, vocab] (the whole vocabulary on every rank), on the
+  // model's device. The cache must live there too (make_paged_cache puts it there).
   const float* forward_paged(const PagedBatch& batch, PagedKVCache& cache, PagedScratch& scratch);
   // Context parallelism (context_attention.h): this rank's inputs hold its 2 of each sequence's
   // 2 x cp chunks, and attention spans the group through `context`; null (the default): whole
@@ -204,8 +208,6 @@ class Transformer {
   Transformer(const config::ModelConfig& config, TensorParallel tp, PrecisionPolicy precision,
               std::vector<LayerRange> chunks, ParameterStore::Allocation allocation, ExpertLayout experts,
               Device device);
-  // What a model on a GPU cannot hold yet: an Error naming the setting.
-  void check_device_support() const;
   // The micro-batch's packing where the kernels read it (staged_tokens below).
   Packing staged_packing(const Packing& packing, int64_t rows);
   void check_tokens(const int32_t* tokens, int64_t rows) const;

@@ -22,15 +22,16 @@ PagedKVCache Transformer::make_paged_cache(int64_t blocks, int64_t block_size, i
   for (size_t l = 0; l < blocks_.size(); ++l) {
     PagedLayerCache& layer = cache.layers[l];
     layer.kv_width = blocks_[l].local_kv_width();
+    const Device device = params_.device();
     if (layer.kv_width > 0) {
-      layer.keys.resize(blocks * block_size * layer.kv_width);
-      layer.values.resize(blocks * block_size * layer.kv_width);
+      sized(layer.keys, blocks * block_size * layer.kv_width, device);
+      sized(layer.values, blocks * block_size * layer.kv_width, device);
     }
     layer.window_width = blocks_[l].local_window_width();
     layer.state_width = blocks_[l].local_state_width();
     if (layer.state_width > 0) {
-      zeroed(layer.windows, cache.state_slots * layer.window_width);
-      zeroed(layer.states, cache.state_slots * layer.state_width);
+      zeroed(layer.windows, cache.state_slots * layer.window_width, device);
+      zeroed(layer.states, cache.state_slots * layer.state_width, device);
     }
   }
   return cache;
@@ -52,7 +53,6 @@ int64_t Transformer::paged_state_slot_bytes() const {
 
 const float* Transformer::forward_paged(const PagedBatch& batch, PagedKVCache& cache, PagedScratch& s) {
   check_whole_model("inference");
-  LOOM_CHECK(params_.device().is_cpu(), "paged inference on " + params_.device().name() + " is not built yet");
   LOOM_CHECK(!tp_.sequence_parallel(), "inference runs without sequence parallelism");
   const int64_t rows = batch.rows(), C = config_.d_model, V = config_.vocab_size;
   LOOM_CHECK(rows > 0, "a paged step needs at least one row");
@@ -60,34 +60,31 @@ const float* Transformer::forward_paged(const PagedBatch& batch, PagedKVCache& c
     LOOM_CHECK(p >= 0 && p < config_.max_seq_len, "position " + std::to_string(p) + " is outside model.max_seq_len " +
                                                       std::to_string(config_.max_seq_len));
   }
-  check_tokens(batch.tokens.data(), rows);
-  float* x = sized(s.x, rows * C);
-  if (tp_.single()) {
-    kernels::embedding_forward(params_.device(), x, batch.tokens.data(), params_.value(embed_), rows, C, false);
-  } else {
-    float* partial = tp_.exit_forward_target(x, rows, C, s.tp.partial);
-    kernels::embedding_forward_shard(params_.device(), partial, batch.tokens.data(), params_.value(embed_), rows, C,
-                                     vocab_first_, vocab_local_);
-    std::fill(x, x + rows * C, 0.0f);
-    tp_.exit_forward(x, partial, nullptr, rows, C);
-  }
+  const Device device = params_.device();
+  float* x = sized(s.x, rows * C, device);
+  lookup_tokens(x, batch.tokens.data(), rows, embed_);
+  const PagedRows on_device{
+      s.positions.stage(device, batch.positions.data(), rows), s.sequences.stage(device, batch.sequences.data(), rows),
+      s.block_tables.stage(device, batch.block_tables.data(), static_cast<int64_t>(batch.block_tables.size()))};
   if (positions_ >= 0) {
-    kernels::embedding_forward(params_.device(), x, batch.positions.data(), params_.value(positions_), rows, C, true);
+    kernels::embedding_forward(device, x, on_device.positions, params_.value(positions_), rows, C, true);
   }
   for (size_t l = 0; l < blocks_.size(); ++l) {
-    blocks_[l].forward_paged(x, batch, cache.layers[l], cache.block_size, s.block, s.tp);
+    blocks_[l].forward_paged(x, batch, on_device, cache.layers[l], cache.block_size, s.block, s.tp);
   }
   const int64_t n = static_cast<int64_t>(batch.logit_rows.size());
-  float* logits = sized(s.logits, std::max<int64_t>(n, 1) * V);
+  float* logits = sized(s.logits, std::max<int64_t>(n, 1) * V, device);
   if (n == 0) return logits;
-  float* head_in = sized(s.head_in, n * C);
-  for (int64_t i = 0; i < n; ++i) std::copy(x + batch.logit_rows[i] * C, x + (batch.logit_rows[i] + 1) * C, head_in + i * C);
+  // The rows whose logits are wanted, gathered for the head.
+  s.logit_rows.assign(batch.logit_rows.begin(), batch.logit_rows.end());
+  float* head_in = sized(s.head_in, n * C, device);
+  kernels::gather_rows(device, head_in, x, s.logit_indices.stage(device, s.logit_rows.data(), n), nullptr, n, C);
   final_norm_->forward(s.final_norm, head_in, n);
   if (tp_.single()) {
-    kernels::linear_forward(params_.device(), logits, s.final_norm.out.data(), params_.value(head_), nullptr, n, C, V);
+    kernels::linear_forward(device, logits, s.final_norm.out.data(), params_.value(head_), nullptr, n, C, V);
     return logits;
   }
-  float* local = sized(s.local_logits, n * vocab_local_);
+  float* local = sized(s.local_logits, n * vocab_local_, device);
   kernels::linear_forward(params_.device(), local, s.final_norm.out.data(), params_.value(head_), nullptr, n, C,
                           vocab_local_);
   tp_.gather_columns(logits, local, n, V);

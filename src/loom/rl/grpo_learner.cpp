@@ -42,7 +42,7 @@ struct GrpoLearner::State {
   comm::Communicator& world;
   RolloutSource source;
   std::unique_ptr<train::Trainer> trainer;
-  std::vector<float> reference;  // the reference policy's parameters (grpo.kl_coeff > 0)
+  Tensor reference;  // the reference policy's parameters (grpo.kl_coeff > 0), on the model's device
   std::unique_ptr<GrpoObjective> objective;
 
   State(const config::RunConfig& c, comm::Communicator& w) : config(c), world(w) {}

@@ -8,7 +8,7 @@
 
 namespace loom::rl {
 
-GrpoObjective::GrpoObjective(LossOptions options, const std::vector<float>* reference)
+GrpoObjective::GrpoObjective(LossOptions options, const Tensor* reference)
     : options_(options), reference_(reference) {
   LOOM_CHECK(options_.kl_coeff == 0.0 || reference_ != nullptr,
              "GrpoObjective: grpo.kl_coeff > 0 needs the reference policy's parameters");

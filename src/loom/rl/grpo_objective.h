@@ -8,6 +8,7 @@
 //         (only when kl_coeff > 0).
 #include <vector>
 
+#include "loom/core/tensor.h"
 #include "loom/rl/grpo_loss.h"
 #include "loom/train/step_objective.h"
 
@@ -17,7 +18,7 @@ class GrpoObjective : public train::StepObjective {
  public:
   // `reference`: a full copy of this rank's reference parameters (Trainer::parameter_copy),
   // outliving the objective; null when options.kl_coeff is 0.
-  GrpoObjective(LossOptions options, const std::vector<float>* reference);
+  GrpoObjective(LossOptions options, const Tensor* reference);
 
   void prepare(train::Trainer& trainer, const train::TokenBatch& batch) override;
   double evaluate(const int32_t* targets, const float* logp, int64_t rows, float* gradient) override;
@@ -27,7 +28,7 @@ class GrpoObjective : public train::StepObjective {
 
  private:
   LossOptions options_;
-  const std::vector<float>* reference_;
+  const Tensor* reference_;
   const train::TokenBatch* batch_ = nullptr;
   std::vector<float> reference_logp_;
   LossStatistics stats_;

@@ -16,13 +16,9 @@ namespace {
 // The settings a GPU run cannot take yet (the model checks its own: model.*, precision.recipe).
 void check_cuda_run(const config::RunConfig& config, int world_size) {
   const std::string where = " with runtime.device=cuda is not built yet (use runtime.device=cpu)";
-  // Gradients travel in f32 on the device (the data-parallel stages have no bf16 wire there).
-  LOOM_CHECK(config.precision.grad_reduce == config::GradReduce::Fp32 || world_size == 1,
-             "precision.grad_reduce=bf16" + where);
   const bool across_sites = config.parallel.dp_sites > 1 ||
                             (config.parallel.dp_sites == 0 && config.topology.nodes_per_site > 0);
   LOOM_CHECK(!across_sites || world_size == 1, "training across sites (parallel.dp_sites, topology.nodes_per_site)" + where);
-  LOOM_CHECK(config.precision.param_dtype == config::ParamDtype::Fp32, "precision.param_dtype=compute" + where);
   LOOM_CHECK(config.parallel.outer == config::OuterOptimizer::None, "parallel.outer=diloco" + where);
 }
 

@@ -28,6 +28,7 @@ std::vector<ckpt::TensorRef> owned_training_state(const model::Transformer& mode
         if (p.shard.is_split()) slice[p.shard.split_dim].first += p.shard.start;  // local -> global
         const float* sources[3] = {range.value, range.exp_avg, range.exp_avg_sq};
         for (int k = 0; k < 3; ++k) {
+          if (sources[k] == nullptr) continue;  // values only (Trainer::parameter_shards)
           refs.push_back({names[k], p.global_shape(), DType::F32, sources[k] + (at - range.begin), slice});
         }
         at += numel;
@@ -41,12 +42,15 @@ std::vector<parallel::OwnedRange> host_ranges(Device device, std::vector<paralle
                                               std::vector<float>& storage) {
   if (device.is_cpu()) return ranges;
   int64_t total = 0;
-  for (const parallel::OwnedRange& r : ranges) total += 3 * (r.end - r.begin);
+  for (const parallel::OwnedRange& r : ranges) {
+    total += (r.end - r.begin) * ((r.value != nullptr) + (r.exp_avg != nullptr) + (r.exp_avg_sq != nullptr));
+  }
   storage.resize(static_cast<size_t>(total));
   float* at = storage.data();
   for (parallel::OwnedRange& r : ranges) {
     const int64_t n = r.end - r.begin;
     for (const float** array : {&r.value, &r.exp_avg, &r.exp_avg_sq}) {
+      if (*array == nullptr) continue;
       copy_to_host(device, at, *array, n);
       *array = at;
       at += n;

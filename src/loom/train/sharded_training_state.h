@@ -20,12 +20,13 @@ ckpt::Slice parameter_slice(const model::Parameter& p);
 // The refs of this rank's shards: for every parameter it stores (not a copy another rank stores:
 // a replicated one on the tensor-parallel ranks after the first, the tied head of a pipeline's
 // last stage) and every owned range, the rectangles of the overlap (ckpt::flat_range_slices) as
-// global slices of the parameter and its two moments.
+// global slices of the parameter and its two moments (those of a range's arrays that are not null).
 std::vector<ckpt::TensorRef> owned_training_state(const model::Transformer& model,
                                                   const std::vector<parallel::OwnedRange>& owned);
 
 // The ranges readable on the host: as they are on the cpu; on a GPU copied into `storage` (one
-// device-to-host copy per array, after the step's work), which must outlive their use.
+// device-to-host copy per array that is not null, after the step's work), which must outlive
+// their use.
 std::vector<parallel::OwnedRange> host_ranges(Device device, std::vector<parallel::OwnedRange> ranges,
                                               std::vector<float>& storage);
 

@@ -453,7 +453,7 @@ class LogprobRecorder : public model::TokenObjective {
 };
 }  // namespace
 
-std::vector<float> Trainer::target_logprobs(const TokenBatch& batch, const std::vector<float>* parameters) {
+std::vector<float> Trainer::target_logprobs(const TokenBatch& batch, const Tensor* parameters) {
   State& s = *state_;
   const Device device = s.model->params().device();
   std::vector<float> logp(batch.targets.size(), 0.0f);
@@ -461,14 +461,15 @@ std::vector<float> Trainer::target_logprobs(const TokenBatch& batch, const std::
   s.optimizer->gather_full_parameters();  // ZeRO-3: the forward-only passes need every parameter
   float* values = s.model->params().values();
   const int64_t total = s.model->params().total();
-  std::vector<float> current;
+  Tensor current;
   if (parameters != nullptr) {
-    LOOM_CHECK(static_cast<int64_t>(parameters->size()) == total,
-               "target_logprobs: " + std::to_string(parameters->size()) + " parameters given for a rank holding " +
-                   std::to_string(total));
-    current.resize(static_cast<size_t>(total));
-    copy_to_host(device, current.data(), values, total);
-    copy_from_host(device, values, parameters->data(), total);
+    LOOM_CHECK(parameters->numel() == total && parameters->device() == device,
+               "target_logprobs: " + std::to_string(parameters->numel()) + " parameters on " +
+                   parameters->device().name() + " given for a rank holding " + std::to_string(total) + " on " +
+                   device.name());
+    current = Tensor({total}, DType::F32, device);
+    copy_on_device(device, current.data<float>(), values, total);
+    copy_on_device(device, values, parameters->data<float>(), total);
   }
   s.model->set_token_objective(&recorder);
   const int micro = s.run.train.micro_batch;
@@ -481,12 +482,12 @@ std::vector<float> Trainer::target_logprobs(const TokenBatch& batch, const std::
     }
   }
   s.model->set_token_objective(nullptr);
-  if (parameters != nullptr) copy_from_host(device, values, current.data(), total);
+  if (parameters != nullptr) copy_on_device(device, values, current.data<float>(), total);
   s.optimizer->release_full_parameters();
   return logp;
 }
 
-std::vector<float> Trainer::parameter_copy(const std::string& checkpoint) {
+Tensor Trainer::parameter_copy(const std::string& checkpoint) {
   State& s = *state_;
   const Device device = s.model->params().device();
   LOOM_CHECK(s.run.precision.param_dtype == config::ParamDtype::Fp32,
@@ -495,14 +496,14 @@ std::vector<float> Trainer::parameter_copy(const std::string& checkpoint) {
   s.optimizer->gather_full_parameters();
   float* values = s.model->params().values();
   const int64_t total = s.model->params().total();
-  std::vector<float> copy(static_cast<size_t>(total));
-  copy_to_host(device, copy.data(), values, total);
+  Tensor copy({total}, DType::F32, device);
+  copy_on_device(device, copy.data<float>(), values, total);
   if (!checkpoint.empty()) {
-    const std::vector<float> current = copy;
-    ckpt::LoadedCheckpoint loaded = ckpt::load_checkpoint(checkpoint);
-    load_parameters(loaded, *s.model);
-    copy_to_host(device, copy.data(), values, total);
-    copy_from_host(device, values, current.data(), total);
+    const Tensor current = std::move(copy);
+    load_parameters(ckpt::load_checkpoint(checkpoint), *s.model);
+    copy = Tensor({total}, DType::F32, device);
+    copy_on_device(device, copy.data<float>(), values, total);
+    copy_on_device(device, values, current.data<float>(), total);
   }
   s.optimizer->release_full_parameters();
   return copy;
@@ -537,8 +538,9 @@ std::optional<double> Trainer::evaluate() {
 
 std::vector<ckpt::TensorRef> Trainer::parameter_shards() {
   State& s = *state_;
-  const std::vector<parallel::OwnedRange> owned = host_ranges(s.model->params().device(),
-                                                              s.optimizer->checkpoint_ranges(), s.saved_from_device);
+  std::vector<parallel::OwnedRange> values = s.optimizer->checkpoint_ranges();
+  for (parallel::OwnedRange& r : values) r.exp_avg = r.exp_avg_sq = nullptr;  // a GPU copies the values only
+  const auto owned = host_ranges(s.model->params().device(), std::move(values), s.saved_from_device);
   std::vector<ckpt::TensorRef> refs = owned_training_state(*s.model, owned);
   if (s.outer) refs = s.outer->checkpoint_tensors(*s.model, std::move(refs), owned);
   std::erase_if(refs, [](const ckpt::TensorRef& r) { return !ckpt::is_model_parameter(r.name); });

@@ -79,10 +79,11 @@ class Trainer {
   // parameters, or under `parameters` (a full copy of them, as parameter_copy gives) when not
   // null: forward only, micro-batch by micro-batch, on every replica. The values are those of
   // the ranks holding the head (the last pipeline stage); 0 elsewhere. Collective.
-  std::vector<float> target_logprobs(const TokenBatch& batch, const std::vector<float>* parameters);
+  std::vector<float> target_logprobs(const TokenBatch& batch, const Tensor* parameters);
   // A full copy of this rank's parameters (its tensor-parallel slices and stages), the current
-  // ones or those of `checkpoint` (a root or step directory). Collective under ZeRO-3.
-  std::vector<float> parameter_copy(const std::string& checkpoint = "");
+  // ones or those of `checkpoint` (a root or step directory), on the parameters' device (so
+  // target_logprobs swaps them in by device copies). Collective under ZeRO-3.
+  Tensor parameter_copy(const std::string& checkpoint = "");
   // This rank's shards of the model parameters exactly as save() writes them (its tensor-parallel
   // slices, its stage's layers, its ZeRO part): over the world's ranks they tile every parameter
   // once. They point into the live state (on a GPU: a host copy of it): valid until the next step

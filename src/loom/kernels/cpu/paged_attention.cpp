@@ -51,4 +51,17 @@ void paged_attention(float* out, const float* q, int64_t q_stride, const float* 
   }
 }
 
+void paged_cache_write(float* k_pool, float* v_pool, const float* k, const float* v, int64_t stride,
+                       const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
+                       const PagedAttentionShape& s) {
+  const int64_t kv_width = s.kv_heads * s.head_dim;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t pos = positions[r];
+    const int32_t block = block_tables[static_cast<int64_t>(sequences[r]) * s.table_width + pos / s.block_size];
+    const int64_t slot = (static_cast<int64_t>(block) * s.block_size + pos % s.block_size) * kv_width;
+    std::copy(k + r * stride, k + r * stride + kv_width, k_pool + slot);
+    std::copy(v + r * stride, v + r * stride + kv_width, v_pool + slot);
+  }
+}
+
 }  // namespace loom::kernels::cpu

@@ -18,4 +18,10 @@ void paged_attention(float* out, const float* q, int64_t q_stride, const float* 
                      const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
                      const PagedAttentionShape& s);
 
+// Stores each row's key k[r * stride, + kv_width) and value v[r * stride, + kv_width) in the pools
+// at the slot paged_attention reads position positions[r] of sequence sequences[r] from.
+void paged_cache_write(float* k_pool, float* v_pool, const float* k, const float* v, int64_t stride,
+                       const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
+                       const PagedAttentionShape& s);
+
 }  // namespace loom::kernels::cpu

@@ -16,10 +16,11 @@ namespace {
 
 constexpr int kTile = 32;
 
-// One element's cast (the scale multiplies, rounded on its own, before FP8 encoding only).
+// One element's cast (the scale, read from device memory, multiplies before FP8 encoding only; an
+// Inf or NaN becomes FP8 NaN: fp8_gemm_code).
 template <CastTo kTo>
 struct Caster {
-  float scale;
+  const float* scale;
   __device__ auto operator()(float x) const {
     if constexpr (kTo == CastTo::F32) {
       return x;
@@ -28,7 +29,7 @@ struct Caster {
     } else if constexpr (kTo == CastTo::F16) {
       return __float2half_rn(x);
     } else {
-      return fp8_encode(__fmul_rn(x, scale), kTo == CastTo::E4M3 ? Fp8::E4M3 : Fp8::E5M2);
+      return fp8_gemm_code(x, *scale, kTo == CastTo::E4M3 ? Fp8::E4M3 : Fp8::E5M2);
     }
   }
 };
@@ -56,7 +57,7 @@ __global__ void transpose_cast_kernel(const float* __restrict__ in, Out* __restr
 }
 
 template <CastTo kTo>
-void launch_cast(const float* in, void* out, int64_t rows, int64_t cols, bool transpose, float scale,
+void launch_cast(const float* in, void* out, int64_t rows, int64_t cols, bool transpose, const float* scale,
                  cudaStream_t stream) {
   const Caster<kTo> cast{scale};
   using Out = decltype(cast(0.0f));
@@ -94,13 +95,12 @@ __global__ void finish_kernel(float* dst, const In* src, const float* __restrict
   }
 }
 
-__global__ void set_scalar_kernel(float* p, float value) { *p = value; }
-
 }  // namespace
 
-void cast_operand(const float* in, void* out, int64_t rows, int64_t cols, bool transpose, CastTo to, float scale,
-                  cudaStream_t stream) {
+void cast_operand(const float* in, void* out, int64_t rows, int64_t cols, bool transpose, CastTo to,
+                  const float* scale, cudaStream_t stream) {
   if (rows * cols == 0) return;
+  LOOM_CHECK(scale != nullptr || (to != CastTo::E4M3 && to != CastTo::E5M2), "cast_operand: an FP8 cast needs its scale");
   switch (to) {
     case CastTo::F32: return launch_cast<CastTo::F32>(in, out, rows, cols, transpose, scale, stream);
     case CastTo::BF16: return launch_cast<CastTo::BF16>(in, out, rows, cols, transpose, scale, stream);
@@ -123,11 +123,6 @@ void finish_output(float* dst, const void* src, bool src_bf16, const float* bias
                                                                    cols, rounding, accumulate);
   }
   check_launch("finish_kernel");
-}
-
-void set_scalar(float* p, float value, cudaStream_t stream) {
-  set_scalar_kernel<<<1, 1, 0, stream>>>(p, value);
-  check_launch("set_scalar_kernel");
 }
 
 }  // namespace loom::kernels::cuda

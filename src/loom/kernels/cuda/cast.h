@@ -17,16 +17,14 @@ namespace loom::kernels::cuda {
 enum class CastTo : uint8_t { F32, BF16, F16, E4M3, E5M2 };
 
 // out = cast(in * scale) for in [rows, cols]; out [rows, cols], or [cols, rows] when transposed.
-// scale multiplies before FP8 encoding only (1 elsewhere).
+// scale (device memory, one float: fp8_tensor_scale's) multiplies before FP8 encoding only, which
+// writes an Inf or NaN element as FP8 NaN; the other casts take none (null).
 void cast_operand(const float* in, void* out, int64_t rows, int64_t cols, bool transpose, CastTo to,
-                  float scale = 1.0f, cudaStream_t stream = nullptr);
+                  const float* scale = nullptr, cudaStream_t stream = nullptr);
 
 // dst[r, c] (+)= round(src[r, c] + bias[c]) over [rows, cols]; src fp32 or (src_bf16) already
 // rounded bf16; bias may be null. src may equal dst.
 void finish_output(float* dst, const void* src, bool src_bf16, const float* bias, int64_t rows, int64_t cols,
                    OutputRounding rounding, bool accumulate, cudaStream_t stream = nullptr);
-
-// *p = value, in stream order.
-void set_scalar(float* p, float value, cudaStream_t stream = nullptr);
 
 }  // namespace loom::kernels::cuda

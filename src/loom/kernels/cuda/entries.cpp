@@ -10,18 +10,23 @@
 #include "loom/kernels/cuda/attention_bf16.h"
 #include "loom/kernels/cuda/backend.h"
 #include "loom/kernels/cuda/bias.h"
+#include "loom/kernels/cuda/causal_conv.h"
 #include "loom/kernels/cuda/cross_entropy.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/embedding.h"
 #include "loom/kernels/cuda/flash_attention.h"
+#include "loom/kernels/cuda/gated_norm.h"
 #include "loom/kernels/cuda/gemm_lt.h"
+#include "loom/kernels/cuda/half_copies.h"
 #include "loom/kernels/cuda/layernorm.h"
+#include "loom/kernels/cuda/paged_attention.h"
 #include "loom/kernels/cuda/precision_gemm.h"
 #include "loom/kernels/cuda/quantize.h"
 #include "loom/kernels/cuda/reduce.h"
 #include "loom/kernels/cuda/rmsnorm.h"
 #include "loom/kernels/cuda/rope.h"
 #include "loom/kernels/cuda/rows.h"
+#include "loom/kernels/cuda/ssd_scan.h"
 
 namespace loom::kernels::cuda {
 
@@ -164,6 +169,16 @@ void register_products_and_attention(CudaEntries& e) {
                                   const FlashAttentionShape& s) {
     merge_attention_partials(out, lse, part_out, part_lse, s, stream_of(d));
   };
+  e.paged_attention = [](Device d, float* out, const float* q, int64_t q_stride, const float* k_pool,
+                         const float* v_pool, const int32_t* tables, const int32_t* sequences, const int32_t* positions,
+                         int64_t rows, const PagedAttentionShape& s) {
+    paged_attention(out, q, q_stride, k_pool, v_pool, tables, sequences, positions, rows, s, stream_of(d));
+  };
+  e.paged_cache_write = [](Device d, float* k_pool, float* v_pool, const float* k, const float* v, int64_t stride,
+                           const int32_t* tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
+                           const PagedAttentionShape& s) {
+    paged_cache_write(k_pool, v_pool, k, v, stride, tables, sequences, positions, rows, s, stream_of(d));
+  };
 }
 
 void register_loss_and_optimizer(CudaEntries& e) {
@@ -197,6 +212,51 @@ void register_loss_and_optimizer(CudaEntries& e) {
   e.scale_in_place = [](Device d, float* x, int64_t n, float f) { scale_in_place(x, n, f, stream_of(d)); };
   e.add_in_place = [](Device d, float* y, const float* x, int64_t n) { add_in_place(y, x, n, stream_of(d)); };
   e.any_non_finite = [](Device d, const float* x, int64_t n) { return any_non_finite(x, n, stream_of(d)); };
+  e.amax_into = [](Device d, float* dst, const float* x, int64_t n) { amax_into(dst, x, n, stream_of(d)); };
+  e.narrow_floats = [](Device d, void* dst, const float* src, int64_t n, DType dtype) {
+    narrow_floats(dst, src, n, dtype, stream_of(d));
+  };
+  e.widen_floats = [](Device d, float* dst, const void* src, int64_t n, DType dtype, bool accumulate) {
+    widen_floats(dst, src, n, dtype, accumulate, stream_of(d));
+  };
+}
+
+void register_mamba(CudaEntries& e) {
+  e.ssd_scan_forward = [](Device d, float* y, const float* x, const float* dt_raw, const float* dt_bias,
+                          const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,
+                          const int32_t* documents) {
+    ssd_scan_forward(y, x, dt_raw, dt_bias, A_log, B, C, D, s, documents, stream_of(d));
+  };
+  e.ssd_scan_backward = [](Device d, float* dx, float* ddt_raw, float* ddt_bias, float* dA_log, float* dB, float* dC,
+                           float* dD, const float* dy, const float* x, const float* dt_raw, const float* dt_bias,
+                           const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,
+                           const int32_t* documents) {
+    ssd_scan_backward(dx, ddt_raw, ddt_bias, dA_log, dB, dC, dD, dy, x, dt_raw, dt_bias, A_log, B, C, D, s, documents,
+                      stream_of(d));
+  };
+  e.ssd_scan_step = [](Device d, float* y, float* state, const float* x, const float* dt_raw, const float* dt_bias,
+                       const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s) {
+    ssd_scan_step(y, state, x, dt_raw, dt_bias, A_log, B, C, D, s, stream_of(d));
+  };
+  e.causal_conv_silu_forward = [](Device d, float* out, const float* in, const float* w, const float* b,
+                                  const ConvShape& s, const int32_t* documents) {
+    causal_conv_silu_forward(out, in, w, b, s, documents, stream_of(d));
+  };
+  e.causal_conv_silu_backward = [](Device d, float* din, float* dw, float* db, const float* dout, const float* in,
+                                   const float* w, const float* b, const ConvShape& s, const int32_t* documents) {
+    causal_conv_silu_backward(din, dw, db, dout, in, w, b, s, documents, stream_of(d));
+  };
+  e.causal_conv_silu_step = [](Device d, float* out, float* window, const float* in, const float* w, const float* b,
+                               const ConvShape& s) { causal_conv_silu_step(out, window, in, w, b, s, stream_of(d)); };
+  e.gated_rmsnorm_forward = [](Device d, float* out, float* rstd, const float* y, const float* z, int64_t zs,
+                               const float* w, int64_t rows, int64_t dim, int64_t group, float eps) {
+    gated_rmsnorm_forward(out, rstd, y, z, zs, w, rows, dim, group, eps, stream_of(d));
+  };
+  e.gated_rmsnorm_backward = [](Device d, float* dy, float* dz, float* dw, const float* dout, const float* y,
+                                const float* z, int64_t zs, const float* w, const float* rstd, int64_t rows,
+                                int64_t dim, int64_t group) {
+    gated_rmsnorm_backward(dy, dz, dw, dout, y, z, zs, w, rstd, rows, dim, group, stream_of(d));
+  };
 }
 
 void register_precision(CudaEntries& e) {
@@ -215,6 +275,7 @@ void register_kernels(CudaEntries& entries) {
   register_products_and_attention(entries);
   register_loss_and_optimizer(entries);
   register_precision(entries);
+  register_mamba(entries);
 }
 
 }  // namespace loom::kernels::cuda

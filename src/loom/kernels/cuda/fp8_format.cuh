@@ -68,6 +68,12 @@ __device__ inline float fp8_round_trip(float x, Fp8 format, float scale) {
   return __fdiv_rn(fp8_decode(fp8_encode(__fmul_rn(x, scale), format), format), scale);
 }
 
+// An FP8 GEMM operand's code: x * scale encoded (saturating), but an Inf or NaN x as NaN, so the
+// product shows it where a saturated Inf would hide it (kernels/precision_gemm.h).
+__device__ inline uint8_t fp8_gemm_code(float x, float scale, Fp8 format) {
+  return fp8_encode(isfinite(x) ? __fmul_rn(x, scale) : __uint_as_float(0x7fc00000u), format);
+}
+
 // max that lets a NaN through, as precision's amax.
 __device__ inline float nan_max(float running, float value) {
   return (value > running || value != value) ? value : running;

@@ -66,6 +66,14 @@ void copy(float* dst, const float* src, int64_t n, cudaStream_t stream) {
              "cudaMemcpyAsync (precision GEMM operand)");
 }
 
+// A per-tensor FP8 operand's scale and its inverse in device memory (from its device amax under
+// fp8_current, from the host's scale under fp8_delayed): nothing is read back.
+const float* tensor_scale(const CastOperand& op, Scratch& scratch, cudaStream_t stream) {
+  float* scale_and_inverse = scratch.floats(2);
+  fp8_tensor_scale(op.amax, op.scale, op.margin, fp8_of(op), scale_and_inverse, stream);
+  return scale_and_inverse;
+}
+
 // The operand's values as the CPU's emulation multiplies them, in fp32 (a block-scaled operand
 // read along its rows comes back transposed, its reduction dimension contiguous).
 Prepared dequantized(const CastOperand& op, const Stored& s, Scratch& scratch, cudaStream_t stream) {
@@ -79,10 +87,10 @@ Prepared dequantized(const CastOperand& op, const Stored& s, Scratch& scratch, c
       return {x, GemmType::F32, s.k_in_cols};
     case OperandCast::Fp8Tensor:
       copy(x, op.data, s.count(), stream);
-      quantize_dequantize_fp8(x, s.count(), fp8_of(op), op.scale, stream);
+      quantize_dequantize_fp8(x, s.count(), fp8_of(op), tensor_scale(op, scratch, stream), stream);
       return {x, GemmType::F32, s.k_in_cols};
     case OperandCast::Fp8Blocks:
-      cast_operand(op.data, x, s.rows, s.cols, !s.k_in_cols, CastTo::F32, 1.0f, stream);
+      cast_operand(op.data, x, s.rows, s.cols, !s.k_in_cols, CastTo::F32, nullptr, stream);
       quantize_dequantize_rowwise_blocks(x, s.other(), s.k(), Fp8::E4M3, nullptr, stream);
       return {x, GemmType::F32, true};
     case OperandCast::Fp8Tiles:
@@ -105,7 +113,7 @@ Prepared dequantized(const CastOperand& op, const Stored& s, Scratch& scratch, c
 // bf16 or fp16 copies in the stored orientation (cuBLASLt transposes 16-bit operands itself).
 Prepared sixteen_bit(const float* data, const Stored& s, bool fp16, Scratch& scratch, cudaStream_t stream) {
   void* x = scratch.bytes(s.count() * 2);
-  cast_operand(data, x, s.rows, s.cols, false, fp16 ? CastTo::F16 : CastTo::BF16, 1.0f, stream);
+  cast_operand(data, x, s.rows, s.cols, false, fp16 ? CastTo::F16 : CastTo::BF16, nullptr, stream);
   return {x, fp16 ? GemmType::F16 : GemmType::BF16, s.k_in_cols};
 }
 
@@ -113,17 +121,16 @@ Prepared sixteen_bit(const float* data, const Stored& s, bool fp16, Scratch& scr
 Prepared fp8(const CastOperand& op, const Stored& s, Scratch& scratch, cudaStream_t stream) {
   auto* codes = static_cast<uint8_t*>(scratch.bytes(s.count()));
   if (op.cast == OperandCast::Fp8Tensor) {
-    float* inverse = scratch.floats(1);
-    set_scalar(inverse, 1.0f / op.scale, stream);
+    const float* scale = tensor_scale(op, scratch, stream);
     const Fp8 f = fp8_of(op);
-    cast_operand(op.data, codes, s.rows, s.cols, !s.k_in_cols, f == Fp8::E4M3 ? CastTo::E4M3 : CastTo::E5M2, op.scale,
+    cast_operand(op.data, codes, s.rows, s.cols, !s.k_in_cols, f == Fp8::E4M3 ? CastTo::E4M3 : CastTo::E5M2, scale,
                  stream);
-    return {codes, f == Fp8::E4M3 ? GemmType::E4M3 : GemmType::E5M2, true, inverse, ScaleMode::Tensor};
+    return {codes, f == Fp8::E4M3 ? GemmType::E4M3 : GemmType::E5M2, true, scale + 1, ScaleMode::Tensor};
   }
   const float* src = op.data;
   if (!s.k_in_cols) {  // blocks run along the reduction dimension: transpose first
     float* t = scratch.floats(s.count());
-    cast_operand(op.data, t, s.rows, s.cols, true, CastTo::F32, 1.0f, stream);
+    cast_operand(op.data, t, s.rows, s.cols, true, CastTo::F32, nullptr, stream);
     src = t;
   }
   if (op.cast == OperandCast::Fp8Blocks) {

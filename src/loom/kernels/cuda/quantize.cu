@@ -45,6 +45,19 @@ __global__ void amax_kernel(const float* __restrict__ x, int64_t n, unsigned* re
   if (threadIdx.x % 32 == 0) atomicMax(result, __float_as_uint(m));
 }
 
+// precision::compute_scale(amax, fp8_max, margin, 1): ldexpf is exact, as std::ldexp.
+__device__ inline float tensor_scale(float amax, Fp8 f, int margin) {
+  if (!(amax > 0.0f) || !isfinite(amax)) return 1.0f;
+  const float scale = ldexpf(__fdiv_rn(fp8_max(f), amax), -margin);
+  return isinf(scale) ? FLT_MAX : scale;
+}
+
+__global__ void tensor_scale_kernel(const float* amax, float host_scale, int margin, Fp8 f, float* out) {
+  const float scale = amax ? tensor_scale(*amax, f, margin) : host_scale;
+  out[0] = scale;
+  out[1] = __fdiv_rn(1.0f, scale);
+}
+
 __global__ void encode_kernel(const float* __restrict__ in, uint8_t* __restrict__ codes, int64_t n, Fp8 f,
                               float scale) {
   for (int64_t i = grid_start(); i < n; i += grid_stride()) codes[i] = fp8_encode(__fmul_rn(in[i], scale), f);
@@ -53,7 +66,8 @@ __global__ void decode_kernel(const uint8_t* __restrict__ codes, float* __restri
                               float scale_inverse) {
   for (int64_t i = grid_start(); i < n; i += grid_stride()) out[i] = __fmul_rn(fp8_decode(codes[i], f), scale_inverse);
 }
-__global__ void round_trip_kernel(float* data, int64_t n, Fp8 f, float scale) {
+__global__ void round_trip_kernel(float* data, int64_t n, Fp8 f, float scale, const float* device_scale) {
+  if (device_scale) scale = *device_scale;
   for (int64_t i = grid_start(); i < n; i += grid_stride()) data[i] = fp8_round_trip(data[i], f, scale);
 }
 
@@ -72,7 +86,7 @@ __global__ void rowwise_kernel(float* x, const float* in, uint8_t* codes, float*
   const float scale = block_scale(warp_nan_max(m), f);
   for (int64_t i = lane; i < length; i += 32) {
     if (codes) {
-      codes[r * cols + c0 + i] = fp8_encode(__fmul_rn(src[i], scale), f);
+      codes[r * cols + c0 + i] = fp8_gemm_code(src[i], scale, f);
     } else {
       x[r * cols + c0 + i] = fp8_round_trip(src[i], f, scale);
     }
@@ -107,7 +121,7 @@ __global__ void tile_kernel(float* w, const float* in, uint8_t* codes, float* sc
   for (int64_t k = threadIdx.x; k < height * width; k += blockDim.x) {
     const int64_t at = (r0 + k / width) * cols + c0 + k % width;
     if (codes) {
-      codes[at] = fp8_encode(__fmul_rn(src[at], scale), f);
+      codes[at] = fp8_gemm_code(src[at], scale, f);
     } else {
       w[at] = fp8_round_trip(src[at], f, scale);
     }
@@ -174,6 +188,18 @@ unsigned warps_grid(int64_t warps) { return static_cast<unsigned>((warps * 32 + 
 
 }  // namespace
 
+void amax_into(float* dst, const float* x, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  amax_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, reinterpret_cast<unsigned*>(dst));
+  check_launch("amax_kernel");
+}
+
+void fp8_tensor_scale(const float* amax, float host_scale, int margin, Fp8 format, float* scale_and_inverse,
+                      cudaStream_t stream) {
+  tensor_scale_kernel<<<1, 1, 0, stream>>>(amax, host_scale, margin, format, scale_and_inverse);
+  check_launch("tensor_scale_kernel");
+}
+
 float amax(const float* x, int64_t n, cudaStream_t stream) {
   if (n == 0) return 0.0f;
   const unsigned bits = read_back_word(stream, "amax", [&](unsigned* result) {
@@ -197,7 +223,12 @@ void decode_fp8(const uint8_t* codes, float* out, int64_t n, Fp8 format, float s
 }
 void quantize_dequantize_fp8(float* data, int64_t n, Fp8 format, float scale, cudaStream_t stream) {
   if (n == 0) return;
-  round_trip_kernel<<<grid_for(n), kThreads, 0, stream>>>(data, n, format, scale);
+  round_trip_kernel<<<grid_for(n), kThreads, 0, stream>>>(data, n, format, scale, nullptr);
+  check_launch("round_trip_kernel");
+}
+void quantize_dequantize_fp8(float* data, int64_t n, Fp8 format, const float* scale, cudaStream_t stream) {
+  if (n == 0) return;
+  round_trip_kernel<<<grid_for(n), kThreads, 0, stream>>>(data, n, format, 1.0f, scale);
   check_launch("round_trip_kernel");
 }
 

@@ -20,19 +20,29 @@ enum class Fp8 : uint8_t { E4M3, E5M2 };
 
 // max |x| over n elements (0 for n == 0; NaN or Inf when one is there); waits for the stream.
 float amax(const float* x, int64_t n, cudaStream_t stream = nullptr);
+// *dst = max(*dst, max |x|) in stream order, nothing read back (*dst >= 0 or NaN).
+void amax_into(float* dst, const float* x, int64_t n, cudaStream_t stream = nullptr);
+// A per-tensor FP8 operand's scale and its inverse, scale_and_inverse[0] and [1] (device memory),
+// in stream order: from the tensor's amax on the device when `amax` is set, as
+// precision::compute_scale(*amax, fp8 max, margin, 1) bit for bit (1 for a zero or non-finite
+// amax, FLT_MAX when it overflows); otherwise `host_scale`. The inverse is 1 / scale, rounded.
+void fp8_tensor_scale(const float* amax, float host_scale, int margin, Fp8 format, float* scale_and_inverse,
+                      cudaStream_t stream = nullptr);
 
 void encode_fp8(const float* in, uint8_t* codes, int64_t n, Fp8 format, float scale, cudaStream_t stream = nullptr);
 void decode_fp8(const uint8_t* codes, float* out, int64_t n, Fp8 format, float scale_inverse,
                 cudaStream_t stream = nullptr);
 void quantize_dequantize_fp8(float* data, int64_t n, Fp8 format, float scale, cudaStream_t stream = nullptr);
+// The same with the scale in device memory (fp8_tensor_scale's first value).
+void quantize_dequantize_fp8(float* data, int64_t n, Fp8 format, const float* scale, cudaStream_t stream = nullptr);
 
 // Blockwise, in place; scales (optional) receives each block's scale, row-major by block.
 void quantize_dequantize_rowwise_blocks(float* x, int64_t rows, int64_t cols, Fp8 format, float* scales = nullptr,
                                         cudaStream_t stream = nullptr);
 void quantize_dequantize_tile_blocks(float* w, int64_t rows, int64_t cols, Fp8 format, float* scales = nullptr,
                                      cudaStream_t stream = nullptr);
-// Blockwise encoding for the GEMM: codes [rows, cols] and each block's scale_inverse (1 / scale,
-// what cuBLASLt multiplies by), one per 1 x 128 run, in the layout cuBLASLt reads for
+// Blockwise encoding for the GEMM: codes [rows, cols] (an Inf or NaN element as FP8 NaN, so the
+// product shows it) and each block's scale_inverse (1 / scale, what cuBLASLt multiplies by), one per 1 x 128 run, in the layout cuBLASLt reads for
 // CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F: [ceil(cols / 128), rows], rows contiguous.
 void encode_rowwise_blocks(const float* x, uint8_t* codes, float* scale_inverses, int64_t rows, int64_t cols,
                            Fp8 format, cudaStream_t stream = nullptr);

@@ -18,7 +18,7 @@ BucketedSync::~BucketedSync() { model_.set_hooks(nullptr); }
 void BucketedSync::use_compact_parameters(std::byte* store) {
   model::ParameterStore& params = model_.params();
   compact_ = std::make_unique<CompactParameters>(params.values(), params.total(), setup_.param_dtype, store,
-                                                 unit_flat_ranges(model_));
+                                                 unit_flat_ranges(model_), params.device());
   install_hooks();
 }
 

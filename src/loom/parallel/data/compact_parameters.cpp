@@ -2,22 +2,22 @@
 
 #include <algorithm>
 
-#include "loom/comm/reduce.h"
 #include "loom/core/error.h"
-#include "loom/core/release_pages.h"
+#include "loom/kernels/ops.h"
+#include "loom/parallel/data/shard_memory.h"
 
 namespace loom::parallel {
 
 CompactParameters::CompactParameters(float* values, int64_t total, DType dtype, std::byte* store,
-                                     std::vector<std::vector<FlatRange>> units)
-    : values_(values), total_(total), dtype_(dtype), store_(store), units_(std::move(units)) {
+                                     std::vector<std::vector<FlatRange>> units, Device device)
+    : device_(device), values_(values), total_(total), dtype_(dtype), store_(store), units_(std::move(units)) {
   LOOM_CHECK(dtype == DType::BF16 || dtype == DType::F16, "CompactParameters: parameters are kept in bf16 or f16");
   holders_.assign(units_.size(), 0);
   store_from_values();
 }
 
 void CompactParameters::store_from_values() {
-  comm::from_f32(store_, values_, total_, dtype_);
+  kernels::narrow_floats(device_, store_, values_, total_, dtype_);
   release_all();
 }
 
@@ -25,7 +25,8 @@ void CompactParameters::materialize(int unit) {
   if (holders_.at(unit)++ > 0) return;
   const size_t element = dtype_size(dtype_);
   for (const FlatRange& r : units_[unit]) {
-    comm::to_f32(values_ + r.begin, store_ + r.begin * element, r.size(), dtype_);
+    commit_range(device_, values_, r.begin, r.size());
+    kernels::widen_floats(device_, values_ + r.begin, store_ + r.begin * element, r.size(), dtype_, false);
     resident_ += r.size();
   }
   peak_resident_ = std::max(peak_resident_, resident_);
@@ -35,19 +36,20 @@ void CompactParameters::release(int unit) {
   LOOM_CHECK(holders_.at(unit) > 0, "CompactParameters: unit " + std::to_string(unit) + " released more often than used");
   if (--holders_[unit] > 0) return;
   for (const FlatRange& r : units_[unit]) {
-    release_pages(values_ + r.begin, static_cast<size_t>(r.size()) * sizeof(float));
+    release_range(device_, values_, r.begin, r.size());
     resident_ -= r.size();
   }
 }
 
 void CompactParameters::materialize_all() {
-  comm::to_f32(values_, store_, total_, dtype_);
+  commit_range(device_, values_, 0, total_);
+  kernels::widen_floats(device_, values_, store_, total_, dtype_, false);
   resident_ = total_;
   peak_resident_ = std::max(peak_resident_, resident_);
 }
 
 void CompactParameters::release_all() {
-  release_pages(values_, static_cast<size_t>(total_) * sizeof(float));
+  release_range(device_, values_, 0, total_);
   std::fill(holders_.begin(), holders_.end(), 0);
   resident_ = 0;
 }

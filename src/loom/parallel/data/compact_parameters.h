@@ -6,12 +6,14 @@
 // returned to the operating system). The master weights stay fp32 in the optimizer, which writes
 // its rounded update into the store. So the persistent parameter state is 2 bytes per parameter,
 // which with fp32 gradients, master weights and Adam moments gives Megatron's 18 bytes per
-// parameter (6 + 12/d with the distributed optimizer over d ranks). Host memory only (the
-// trainer refuses precision.param_dtype=compute on a GPU): a released unit comes back on the
-// write faults of its widening, with no commit (core/device.h, Allocator::commit).
+// parameter (6 + 12/d with the distributed optimizer over d ranks). The values and the store live
+// on the model's device; the released values are decommitted there (core/device.h: pages on the
+// host, granules on a GPU) and committed again before their widening, which is a kernels entry,
+// so on a GPU the host never touches them.
 #include <cstdint>
 #include <vector>
 
+#include "loom/core/device.h"
 #include "loom/core/dtype.h"
 #include "loom/parallel/data/grad_buckets.h"
 
@@ -21,9 +23,10 @@ class CompactParameters {
  public:
   // `values`: the model's fp32 parameter buffer of `total` elements, holding the initial values
   // now; `units`: the flat ranges each unit reads. `store`: the compact copy (`total` elements of
-  // `dtype`), owned by the caller (a distributed optimizer gathers into it). Fills the store from
-  // `values` and releases the values.
-  CompactParameters(float* values, int64_t total, DType dtype, std::byte* store, std::vector<std::vector<FlatRange>> units);
+  // `dtype`), owned by the caller (a distributed optimizer gathers into it). Both on `device`.
+  // Fills the store from `values` and releases the values.
+  CompactParameters(float* values, int64_t total, DType dtype, std::byte* store, std::vector<std::vector<FlatRange>> units,
+                    Device device = Device::cpu());
 
   // Around each unit's forward or backward.
   void materialize(int unit);
@@ -41,6 +44,7 @@ class CompactParameters {
   int64_t peak_resident() const { return peak_resident_; }
 
  private:
+  Device device_;
   float* values_;
   int64_t total_;
   DType dtype_;

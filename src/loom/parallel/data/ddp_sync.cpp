@@ -4,7 +4,7 @@
 #include <sstream>
 #include <vector>
 
-#include "loom/comm/reduce.h"
+#include "loom/kernels/ops.h"
 #include "loom/parallel/data/global_norm.h"
 
 namespace loom::parallel {
@@ -27,12 +27,14 @@ DdpSync::DdpSync(SyncSetup setup)
     const int shard_ranks = setup_.site ? setup_.site->ranks_per_site() : 1;
     reducers_.push_back(std::make_unique<GradReducer>(*lane.comm, params.grads(),
                                                       make_buckets(lane.params, bucket_bytes, shard_ranks),
-                                                      comm::ReduceOp::Sum, setup_.wire(*lane.comm), setup_.site.get()));
+                                                      comm::ReduceOp::Sum, setup_.wire(*lane.comm), setup_.site.get(),
+                                                      params.device()));
   }
   if (setup_.param_dtype != DType::F32) {
-    master_.assign(params.values(), params.values() + params.total());
-    compact_store_.resize(static_cast<size_t>(params.total()) * dtype_size(setup_.param_dtype));
-    use_compact_parameters(compact_store_.data());
+    master_ = Tensor({params.total()}, DType::F32, params.device());
+    copy_on_device(params.device(), master_.data<float>(), params.values(), params.total());
+    compact_store_ = Tensor({params.total()}, setup_.param_dtype, params.device());
+    use_compact_parameters(compact_store_.data<std::byte>());
   }
 }
 
@@ -64,7 +66,7 @@ double DdpSync::step(double lr, int64_t step) {
   }
   const double norm = global_norm(shares, setup_.norm_excluded, setup_.model_groups);
   const optim::StepParams at{lr, step, optim::clip_factor(setup_.config->optim, norm)};
-  float* target = master_.empty() ? params.values() : master_.data();
+  float* target = master_.empty() ? params.values() : master_.data<float>();
   std::vector<optim::ShardPiece> pieces;
   for (const optim::Segment& s : segments_) {
     pieces.push_back({target + s.offset, params.grads() + s.offset,
@@ -72,7 +74,10 @@ double DdpSync::step(double lr, int64_t step) {
                       s.weight_decay, s.lr_scale});
   }
   optimizer_->update_many(pieces, at);
-  if (!master_.empty()) comm::from_f32(compact_store_.data(), master_.data(), params.total(), setup_.param_dtype);
+  if (!master_.empty()) {
+    kernels::narrow_floats(params.device(), compact_store_.raw(), master_.data<float>(), params.total(),
+                           setup_.param_dtype);
+  }
   clear_gradients();
   close_step_traffic(blocked_seconds());
   return norm;
@@ -98,7 +103,7 @@ double DdpSync::blocked_seconds() const {
 std::vector<OwnedRange> DdpSync::checkpoint_ranges() const {
   // Every rank of a group holds the group's parameters: each writes an even part of each lane
   // (of the master weights, when the parameters are rounded copies of them).
-  const float* values = master_.empty() ? model_.params().values() : master_.data();
+  const float* values = master_.empty() ? model_.params().values() : master_.data<float>();
   std::vector<OwnedRange> out;
   for (const Lane& lane : lanes_) {
     const FlatRange range = lane.range();
@@ -118,7 +123,7 @@ void DdpSync::load_moments(const float* exp_avg, const float* exp_avg_sq) {
   copy_from_host(device, exp_avg_.data<float>(), exp_avg, total);
   copy_from_host(device, exp_avg_sq_.data<float>(), exp_avg_sq, total);
   if (compact_) {  // the checkpoint holds the master weights, loaded into the values
-    master_.assign(model_.params().values(), model_.params().values() + total);
+    copy_on_device(device, master_.data<float>(), model_.params().values(), total);
     compact_->store_from_values();
   }
 }
@@ -138,7 +143,7 @@ MemoryBytes DdpSync::memory_bytes() const {
   bytes.parameters = compact_ ? total * static_cast<int64_t>(dtype_size(setup_.param_dtype)) : total * 4;
   bytes.gradients = total * 4;
   bytes.optimizer_moments = total * 8;
-  bytes.master_weights = static_cast<int64_t>(master_.size()) * 4;  // param_dtype=compute
+  bytes.master_weights = master_.numel() * 4;  // param_dtype=compute
   return bytes;
 }
 

@@ -34,8 +34,8 @@ class DdpSync final : public BucketedSync {
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::vector<optim::Segment> segments_;
   Tensor exp_avg_, exp_avg_sq_;
-  std::vector<float> master_;             // param_dtype != F32: the fp32 master weights
-  std::vector<std::byte> compact_store_;  // param_dtype != F32: the compact parameters
+  Tensor master_;         // param_dtype != F32: the fp32 master weights (on the model's device)
+  Tensor compact_store_;  // param_dtype != F32: the compact parameters (likewise)
   std::vector<std::unique_ptr<GradReducer>> reducers_;  // per lane; null over a group of one rank
 };
 

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "loom/comm/reduce.h"
 #include "loom/core/error.h"
+#include "loom/kernels/ops.h"
 #include "loom/parallel/data/communication.h"
 #include "loom/parallel/data/global_norm.h"
 #include "loom/parallel/data/shard_memory.h"
@@ -75,8 +75,7 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& dp, BucketLayout 
   }
   // Only the owned shards get optimizer state: ~numel / dp elements each.
   const Device device = options_.device;
-  LOOM_CHECK(device.is_cpu() || (options_.param_gather == DType::F32 && options_.site == nullptr),
-             who + ": on " + device.name() + " parameters are gathered in f32 within one site");
+  LOOM_CHECK(device.is_cpu() || options_.site == nullptr, who + ": on " + device.name() + " gradients are reduced within one site");
   master_ = Tensor({state}, DType::F32, device);
   exp_avg_ = Tensor({state}, DType::F32, device);
   exp_avg_sq_ = Tensor({state}, DType::F32, device);
@@ -93,8 +92,8 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& dp, BucketLayout 
             options_.param_gather == DType::F16,
         who + ": parameters are all-gathered in f32, bf16 or f16 (precision.param_dtype=fp32 or compute)");
   if (options_.param_gather != DType::F32) {
-    gathered_ = Tensor({layout_.numel()}, options_.param_gather);
-    gather_send_ = Tensor({state}, options_.param_gather);
+    gathered_ = Tensor({layout_.numel()}, options_.param_gather, device);
+    gather_send_ = Tensor({state}, options_.param_gather, device);
   }
   load_master_from_params();
 }
@@ -110,8 +109,9 @@ void DistributedOptimizer::load_master_from_params() {
   // The parameters as a gather would leave them: rounded to its dtype (every rank alike).
   if (options_.param_gather != DType::F32) {
     std::byte* rounded = gathered_.data<std::byte>();
-    comm::from_f32(rounded, params_, layout_.numel(), options_.param_gather);
-    if (!options_.keep_gathered) comm::to_f32(params_, rounded, layout_.numel(), options_.param_gather);
+    kernels::narrow_floats(options_.device, rounded, params_, layout_.numel(), options_.param_gather);
+    if (!options_.keep_gathered)
+      kernels::widen_floats(options_.device, params_, rounded, layout_.numel(), options_.param_gather, false);
   }
 }
 
@@ -239,7 +239,8 @@ comm::WorkHandle DistributedOptimizer::gather_parameters(int bucket) {
   // The owned shard travels rounded to the compute dtype.
   const size_t element = dtype_size(options_.param_gather);
   std::byte* send = gather_send_.data<std::byte>() + state_offset_[bucket] * element;
-  comm::from_f32(send, master_.data<float>() + state_offset_[bucket], b.shards[rank_].size(), options_.param_gather);
+  kernels::narrow_floats(options_.device, send, master_.data<float>() + state_offset_[bucket], b.shards[rank_].size(),
+                         options_.param_gather);
   return start_shard_all_gather(dp_, send, gathered_.data<std::byte>() + b.offset * element, gather_counts_[bucket],
                                 options_.param_gather);
 }
@@ -271,7 +272,8 @@ void DistributedOptimizer::update(const optim::StepParams& at) {
   }
   for (comm::WorkHandle& w : gathers) w->wait();
   if (options_.param_gather != DType::F32 && !options_.keep_gathered) {
-    comm::to_f32(params_, gathered_.data<std::byte>(), layout_.numel(), options_.param_gather);
+    kernels::widen_floats(options_.device, params_, gathered_.data<std::byte>(), layout_.numel(), options_.param_gather,
+                          false);
   }
   rounds_ = 0;  // the next round's reduce-scatters overwrite the shards' gradients
 }

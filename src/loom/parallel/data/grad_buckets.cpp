@@ -5,6 +5,7 @@
 
 #include "loom/comm/reduce.h"
 #include "loom/core/error.h"
+#include "loom/kernels/ops.h"
 #include "loom/parallel/data/communication.h"
 #include "loom/parallel/data/sync_setup.h"
 
@@ -154,17 +155,18 @@ void check_gradient_wire(DType wire, const std::string& who) {
 }
 
 GradReducer::GradReducer(comm::Communicator& dp, float* grads, BucketLayout layout, comm::ReduceOp op, DType wire,
-                         SiteReduction* site)
+                         SiteReduction* site, Device device)
     : dp_(dp), grads_(grads), layout_(std::move(layout)), op_(op), schedule_(layout_, "GradReducer"), wire_(wire),
-      site_(site) {
+      device_(device), site_(site) {
   check_gradient_op(op, "GradReducer");
   LOOM_CHECK(grads_ != nullptr || layout_.numel() == 0, "GradReducer: the gradient buffer is null");
   check_gradient_wire(wire, "GradReducer");
+  LOOM_CHECK(site_ == nullptr || device_.is_cpu(), "GradReducer: the reduction across sites takes host gradients");
   work_.resize(layout_.buckets.size());
   if (wire_ != DType::F32 && site_ == nullptr) {
     int64_t end = 0;
     for (const Bucket& b : layout_.buckets) end = std::max(end, b.offset + b.numel);
-    staging_.resize(static_cast<size_t>(end));
+    staging_ = Tensor({end}, wire_, device_);
   }
   if (site_ != nullptr && site_->ranks_per_site() > 1) {
     LOOM_CHECK(layout_.shard_ranks == site_->ranks_per_site() && op == comm::ReduceOp::Sum,
@@ -210,8 +212,8 @@ void GradReducer::launch_across_sites(int bucket) {
   work_[bucket] = site_->worker->submit(std::move(job));
 }
 
-const uint16_t* GradReducer::reduced_staging(int bucket) const {
-  if (site_ == nullptr) return staging_.data() + layout_.buckets[bucket].offset;
+const void* GradReducer::reduced_staging(int bucket) const {
+  if (site_ == nullptr) return staging_.data<uint16_t>() + layout_.buckets[bucket].offset;
   return reinterpret_cast<const uint16_t*>(site_padded_.data()) + site_offset_[bucket];
 }
 
@@ -229,8 +231,9 @@ void GradReducer::launch(int bucket) {
   } else if (wire_ == DType::F32) {
     work_[bucket] = start_gradient_all_reduce(dp_, grads_ + b.offset, b.numel, DType::F32, op_);
   } else {
-    comm::from_f32(staging_.data() + b.offset, grads_ + b.offset, b.numel, wire_);
-    work_[bucket] = start_gradient_all_reduce(dp_, staging_.data() + b.offset, b.numel, wire_, op_);
+    uint16_t* staged = staging_.data<uint16_t>() + b.offset;
+    kernels::narrow_floats(device_, staged, grads_ + b.offset, b.numel, wire_);
+    work_[bucket] = start_gradient_all_reduce(dp_, staged, b.numel, wire_, op_);
   }
 }
 
@@ -251,7 +254,8 @@ void GradReducer::wait_all(bool rethrow) {
       const bool narrow = wire_ != DType::F32 && (site_ == nullptr || site_->ranks_per_site() > 1);
       if (narrow) {
         const Bucket& b = layout_.buckets[bucket];
-        comm::to_f32(grads_ + b.offset, reduced_staging(static_cast<int>(bucket)), b.numel, wire_);
+        kernels::widen_floats(device_, grads_ + b.offset, reduced_staging(static_cast<int>(bucket)), b.numel, wire_,
+                              false);
       }
     } else {
       try {

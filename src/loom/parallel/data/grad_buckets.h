@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "loom/comm/communicator.h"
+#include "loom/core/tensor.h"
 
 namespace loom::parallel {
 
@@ -120,12 +121,13 @@ class BucketSchedule {
 class GradReducer {
  public:
   // `wire`: F32, or BF16 (precision.grad_reduce=bf16): each bucket is rounded to bf16 into a
-  // staging buffer, all-reduced in bf16 (accumulated in f32, rounded once) and widened back.
-  // `site` (more than one site; `layout` padded for its ranks per site): each bucket is
-  // reduce-scattered inside the site, its shard all-reduced across sites and gathered inside the
-  // site again by the site's CrossSiteWorker, instead of one all-reduce over `dp`.
+  // staging buffer on the gradients' `device`, all-reduced in bf16 (accumulated in f32, rounded
+  // once) and widened back.
+  // `site` (more than one site; `layout` padded for its ranks per site; host gradients only):
+  // each bucket is reduce-scattered inside the site, its shard all-reduced across sites and
+  // gathered inside the site again by the site's CrossSiteWorker, instead of one all-reduce.
   GradReducer(comm::Communicator& dp, float* grads, BucketLayout layout, comm::ReduceOp op = comm::ReduceOp::Sum,
-              DType wire = DType::F32, SiteReduction* site = nullptr);
+              DType wire = DType::F32, SiteReduction* site = nullptr, Device device = Device::cpu());
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
@@ -145,7 +147,7 @@ class GradReducer {
   void launch(int bucket);
   void launch_across_sites(int bucket);
   // Where a narrow wire's reduced bucket lands, to be widened into the gradients.
-  const uint16_t* reduced_staging(int bucket) const;
+  const void* reduced_staging(int bucket) const;
   void wait_all(bool rethrow);
 
   comm::Communicator& dp_;
@@ -155,7 +157,8 @@ class GradReducer {
   BucketSchedule schedule_;
   std::vector<comm::WorkHandle> work_;
   DType wire_ = DType::F32;
-  std::vector<uint16_t> staging_;  // wire_ != F32: the buckets in the wire dtype
+  Device device_;
+  Tensor staging_;  // wire_ != F32 (on device_): the buckets in the wire dtype
   SiteReduction* site_ = nullptr;
   // Across sites with more than one rank per site: each bucket padded in the wire dtype (f32 as
   // two halves), at site_offset_[bucket], and its reduced shard at shard_offset_[bucket].

@@ -1,45 +1,21 @@
 #include "loom/parallel/data/shard_memory.h"
 
-#include <cstring>
-
-#include "loom/comm/reduce.h"
-#include "loom/core/error.h"
 #include "loom/kernels/ops.h"
 
 namespace loom::parallel {
 
-namespace {
-
-void check_f32_wire(Device device, DType wire) {
-  LOOM_CHECK(wire == DType::F32, "ZeRO on " + device.name() + ": gradients travel in f32 there, not " +
-                                     dtype_name(wire) + " (precision.grad_reduce=fp32)");
-}
-
-}  // namespace
-
 void stage_for_reduce(Device device, std::byte* dst, const float* src, int64_t n, int64_t padded, DType wire) {
-  if (device.is_cpu()) {
-    const size_t element = dtype_size(wire);
-    comm::from_f32(dst, src, n, wire);  // a copy for f32, rounded for bf16
-    std::memset(dst + n * element, 0, static_cast<size_t>(padded - n) * element);
-    return;
+  const size_t element = dtype_size(wire);
+  if (wire == DType::F32) {
+    copy_on_device(device, reinterpret_cast<float*>(dst), src, n);
+  } else {
+    kernels::narrow_floats(device, dst, src, n, wire);  // rounded to nearest even
   }
-  check_f32_wire(device, wire);
-  float* staged = reinterpret_cast<float*>(dst);
-  copy_on_device(device, staged, src, n);
-  zero_on_device(device, staged + n, padded - n);
+  allocator(device).zero(dst + n * element, static_cast<size_t>(padded - n) * element);
 }
 
 void take_reduced(Device device, float* dst, const std::byte* received, int64_t n, DType wire, bool accumulate) {
-  if (device.is_cpu()) {
-    if (accumulate) {
-      comm::accumulate(dst, received, n, wire, comm::ReduceOp::Sum);
-    } else {
-      comm::to_f32(dst, received, n, wire);
-    }
-    return;
-  }
-  check_f32_wire(device, wire);
+  if (wire != DType::F32) return kernels::widen_floats(device, dst, received, n, wire, accumulate);
   const float* shard = reinterpret_cast<const float*>(received);
   if (accumulate) {
     kernels::add_in_place(device, dst, shard, n);

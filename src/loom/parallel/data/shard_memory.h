@@ -1,10 +1,8 @@
 #pragma once
-// How the ZeRO stages move elements between the model's flat buffers and their shard state, by
-// where the buffers live. On the cpu: the host routines (wire-dtype conversion, memcpy, pages
-// given back to the system). On a GPU (runtime.device=cuda): the device allocator's copies and
-// zeroes and the kernels entries, in the device's order of work; the host never touches the
-// elements, and the wire is f32 (the trainer refuses precision.grad_reduce=bf16 on a GPU; a
-// narrow wire here is an Error).
+// How the ZeRO stages move elements between the model's flat buffers and their shard state,
+// wherever the buffers live: through the device's allocator (copies, zeroes, pages or granules
+// given back) and the kernels entries (the wire dtype's rounding and widening, additions), so on a
+// GPU (runtime.device=cuda) the host never touches the elements.
 #include <cstddef>
 #include <cstdint>
 

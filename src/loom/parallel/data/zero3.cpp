@@ -10,7 +10,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "loom/comm/reduce.h"
+#include "loom/kernels/ops.h"
 #include "loom/parallel/data/shard_memory.h"
 #include "loom/core/error.h"
 #include "loom/parallel/data/communication.h"
@@ -87,8 +87,6 @@ Zero3::Zero3(comm::Communicator& dp, float* values, float* grads, std::vector<Pa
     unit_sections_[u].erase(std::unique(unit_sections_[u].begin(), unit_sections_[u].end()), unit_sections_[u].end());
   }
   const Device device = options_.device;
-  LOOM_CHECK(device.is_cpu() || options_.param_gather == DType::F32,
-             who + ": on " + device.name() + " parameters are gathered in f32");
   shard_ = Tensor({state}, DType::F32, device);
   exp_avg_ = Tensor({state}, DType::F32, device);
   exp_avg_sq_ = Tensor({state}, DType::F32, device);
@@ -100,7 +98,7 @@ Zero3::Zero3(comm::Communicator& dp, float* values, float* grads, std::vector<Pa
   LOOM_CHECK(options_.param_gather == DType::F32 || options_.param_gather == DType::BF16 ||
             options_.param_gather == DType::F16,
         "Zero3: parameters are gathered in f32, bf16 or f16 (precision.param_dtype=fp32 or compute)");
-  if (options_.param_gather != DType::F32) gather_send_ = Tensor({state}, options_.param_gather);
+  if (options_.param_gather != DType::F32) gather_send_ = Tensor({state}, options_.param_gather, device);
   slot_section_.assign(options_.comm_buffers, -1);
   slot_work_.resize(options_.comm_buffers);
   acquired_.assign(2 * U, 0);
@@ -184,9 +182,10 @@ void Zero3::acquire_section(int s) {
   // widened into the values when the gather is waited for (finish_gather).
   const size_t element = dtype_size(options_.param_gather);
   std::byte* send = gather_send_.data<std::byte>() + sec.state_offset * element;
-  comm::from_f32(send, shard_.data<float>() + sec.state_offset, sec.mine.size(), options_.param_gather);
-  sec.gathered_bits.resize(static_cast<size_t>(sec.numel) * element);
-  sec.gather = start_shard_all_gather(dp_, send, sec.gathered_bits.data(), sec.counts, options_.param_gather);
+  kernels::narrow_floats(options_.device, send, shard_.data<float>() + sec.state_offset, sec.mine.size(),
+                         options_.param_gather);
+  sec.gathered_bits = Tensor({sec.numel}, options_.param_gather, options_.device);
+  sec.gather = start_shard_all_gather(dp_, send, sec.gathered_bits.raw(), sec.counts, options_.param_gather);
 }
 
 void Zero3::finish_gather(Section& sec) {
@@ -194,8 +193,9 @@ void Zero3::finish_gather(Section& sec) {
   sec.gather->wait();
   sec.gather.reset();
   if (sec.gathered_bits.empty()) return;
-  comm::to_f32(values_ + sec.begin, sec.gathered_bits.data(), sec.numel, options_.param_gather);
-  std::vector<std::byte>().swap(sec.gathered_bits);
+  kernels::widen_floats(options_.device, values_ + sec.begin, sec.gathered_bits.raw(), sec.numel, options_.param_gather,
+                        false);
+  sec.gathered_bits = Tensor();
 }
 
 void Zero3::release_section(int s) {
@@ -205,7 +205,7 @@ void Zero3::release_section(int s) {
   if (sec.gather) {  // prefetched but never used (e.g. a forward without backward)
     sec.gather->wait();
     sec.gather.reset();
-    std::vector<std::byte>().swap(sec.gathered_bits);
+    sec.gathered_bits = Tensor();
   }
   sec.gathered = false;
   if (sec.numel == 0) return;

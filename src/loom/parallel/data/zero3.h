@@ -178,7 +178,7 @@ class Zero3 : public model::ParameterHooks {
     bool gathered = false;
     bool grad_resident = false;
     comm::WorkHandle gather;
-    std::vector<std::byte> gathered_bits;  // param_gather != F32: the gather's landing area
+    Tensor gathered_bits;  // param_gather != F32: the gather's landing area (on the device)
   };
   struct Piece {  // part of an owned shard inside one weight-decay segment
     int64_t local = 0, numel = 0;

@@ -15,8 +15,10 @@ std::vector<std::string> server_command(const config::RunConfig& config, const s
             "--digits", std::to_string(g.task_digits), "--numbers", std::to_string(g.task_numbers)};
   } else {
     LOOM_CHECK(role == "generation", "server_command: no server for role '" + role + "'");
+    // Generation workers run where the learner does (runtime.device).
     argv = {loom, "serve", checkpoint, "--port", "0", "--kv-cache-mb", std::to_string(g.worker_kv_cache_mb),
-            "--max-running", std::to_string(std::max(64, g.samples_per_prompt * 4))};
+            "--max-running", std::to_string(std::max(64, g.samples_per_prompt * 4)), "--device",
+            config.runtime.device == config::RuntimeDevice::Cuda ? "cuda" : "cpu"};
   }
   if (!host.empty()) {
     argv.push_back("--host");

@@ -1,0 +1,15 @@
+#pragma once
+// 16-bit copies of fp32 arrays on the CPU (kernels::narrow_floats / widen_floats): bf16 gradients
+// on the data-parallel wire, rounded to nearest even as loom::from_f32 rounds.
+#include <cstdint>
+
+#include "loom/core/dtype.h"
+
+namespace loom::kernels::cpu {
+
+// dst[i] = src[i] rounded to dtype (BF16 or F16).
+void narrow_floats(void* dst, const float* src, int64_t n, DType dtype);
+// dst[i] = f32(src[i]), or dst[i] += f32(src[i]) when accumulating.
+void widen_floats(float* dst, const void* src, int64_t n, DType dtype, bool accumulate);
+
+}  // namespace loom::kernels::cpu

@@ -1,0 +1,150 @@
+#include "loom/kernels/cuda/ssd_scan.h"
+
+#include "loom/kernels/cuda/launch.cuh"
+#include "loom/kernels/cuda/mamba_math.cuh"
+#include "loom/kernels/cuda/scratch.h"
+#include "loom/kernels/cuda/ssd_scan_blocks.cuh"
+
+namespace loom::kernels::cuda {
+
+namespace {
+
+// Each row's blocks as segments_of_row on the CPU (cpu/ssd_scan.cpp): table[b * (seq + 1) + i] =
+// begin * 2 + (1 if the block starts a document), then a last entry seq * 2; counts[b] blocks.
+__global__ void ssd_segments_kernel(int32_t* __restrict__ table, int32_t* __restrict__ counts, SsdShape s,
+                                    const int32_t* __restrict__ documents) {
+  for (int64_t b = grid_start(); b < s.batch; b += grid_stride()) {
+    const int32_t* doc = documents ? documents + b * s.seq : nullptr;
+    int32_t* row = table + b * (s.seq + 1);
+    int64_t begin = 0, count = 0;
+    bool starts = true;
+    for (int64_t t = 1; t <= s.seq; ++t) {
+      const bool boundary = t < s.seq && doc && doc[t] != doc[t - 1];
+      if (t == s.seq || boundary || t - begin == s.chunk) {
+        row[count++] = static_cast<int32_t>(begin * 2 + (starts ? 1 : 0));
+        begin = t;
+        starts = boundary;
+      }
+    }
+    row[count] = static_cast<int32_t>(s.seq * 2);
+    counts[b] = static_cast<int32_t>(count);
+  }
+}
+
+// y over the block from the entering state S and the block's own tokens (block_output on the CPU).
+__device__ void block_output(const HeadScan& hs, const Segment& seg, float* y) {
+  const SsdShape& s = hs.s;
+  const int64_t len = seg.len(), P = s.head_dim, N = s.state;
+  for (int64_t k = threadIdx.x; k < len * len; k += blockDim.x) {
+    const int64_t i = k / len, j = k % len;
+    if (j > i) continue;
+    hs.W[i * len + j] = exp(hs.cum[i] - hs.cum[j]) * hs.dt[j] * dot(hs.C_at(seg.begin + i), hs.B_at(seg.begin + j), N);
+  }
+  __syncthreads();
+  for (int64_t k = threadIdx.x; k < len * P; k += blockDim.x) {
+    const int64_t i = k / P, p = k % P;
+    const float* Ci = hs.C_at(seg.begin + i);
+    double sc = 0.0;
+    for (int64_t n = 0; n < N; ++n) sc += hs.S[p * N + n] * Ci[n];
+    double acc = hs.D * hs.x_at(seg.begin + i)[p] + exp(hs.cum[i]) * sc;
+    for (int64_t j = 0; j <= i; ++j) acc += hs.W[i * len + j] * hs.x_at(seg.begin + j)[p];
+    y[(hs.row0 + seg.begin + i) * s.y_stride + hs.h * P + p] = static_cast<float>(acc);
+  }
+  __syncthreads();
+}
+
+// S <- exp(cum_end) S + sum_j exp(cum_end - cum_j) dt_j x_j B_j^T (advance_state on the CPU).
+__device__ void advance_state(const HeadScan& hs, const Segment& seg) {
+  const int64_t len = seg.len(), P = hs.s.head_dim, N = hs.s.state;
+  const double last = hs.cum[len - 1];
+  for (int64_t j = threadIdx.x; j < len; j += blockDim.x) hs.coef[j] = exp(last - hs.cum[j]) * hs.dt[j];
+  __syncthreads();
+  const double keep = exp(last);
+  for (int64_t k = threadIdx.x; k < P * N; k += blockDim.x) {
+    const int64_t p = k / N, n = k % N;
+    double v = keep * hs.S[k];
+    for (int64_t j = 0; j < len; ++j) v += hs.coef[j] * hs.x_at(seg.begin + j)[p] * hs.B_at(seg.begin + j)[n];
+    hs.S[k] = v;
+  }
+  __syncthreads();
+}
+
+// One thread block per (row, head): y (when given), or the entering state of every block that
+// does not start a document (when `entering` is given: the backward's recomputation), in slots.
+__global__ void ssd_forward_kernel(float* y, double* entering, int64_t slots, ScanInputs in, SsdShape s,
+                                   const int32_t* __restrict__ table, const int32_t* __restrict__ counts,
+                                   double* work) {
+  const int64_t b = blockIdx.x / s.heads, h = blockIdx.x % s.heads;
+  HeadScan hs = head_scan(in, s, b, h, work + blockIdx.x * forward_work(s));
+  for (int64_t k = threadIdx.x; k < s.head_dim * s.state; k += blockDim.x) hs.S[k] = 0.0;
+  int64_t slot = 0;
+  for (int32_t i = 0; i < counts[b]; ++i) {
+    const Segment seg = segment_at(table, s, b, i);
+    double* saved = entering ? entering + ((b * s.heads + h) * slots + slot) * s.head_dim * s.state : nullptr;
+    for (int64_t k = threadIdx.x; k < s.head_dim * s.state; k += blockDim.x) {
+      if (seg.starts_document) hs.S[k] = 0.0;
+      else if (saved) saved[k] = hs.S[k];
+    }
+    if (!seg.starts_document) ++slot;
+    load_block(hs, seg);
+    if (y) block_output(hs, seg, y);
+    advance_state(hs, seg);
+  }
+}
+
+__global__ void ssd_step_kernel(float* __restrict__ y, float* __restrict__ state, ScanInputs in, SsdShape s) {
+  const int64_t P = s.head_dim, N = s.state, per_group = s.heads / s.groups;
+  for (int64_t k = grid_start(); k < s.batch * s.heads * P; k += grid_stride()) {
+    const int64_t b = k / (s.heads * P), h = (k / P) % s.heads, p = k % P, g = h / per_group;
+    const double dt = softplus_of(static_cast<double>(in.dt_raw[b * s.dt_stride + h]) + in.dt_bias[h]);
+    const double decay = exp(-exp(static_cast<double>(in.A_log[h])) * dt);
+    const double xp = in.x[b * s.x_stride + h * P + p];
+    const float* Bg = in.B + b * s.bc_stride + g * N;
+    const float* Cg = in.C + b * s.bc_stride + g * N;
+    float* S = state + ((b * s.heads + h) * P + p) * N;
+    double acc = static_cast<double>(in.D[h]) * xp;
+    for (int64_t n = 0; n < N; ++n) {
+      const double v = decay * S[n] + dt * xp * Bg[n];
+      S[n] = static_cast<float>(v);
+      acc += v * Cg[n];
+    }
+    y[b * s.y_stride + h * P + p] = static_cast<float>(acc);
+  }
+}
+
+}  // namespace
+
+RowSegments row_segments(const SsdShape& s, const int32_t* documents, Scratch& scratch, cudaStream_t stream) {
+  RowSegments out{scratch.of<int32_t>(s.batch * (s.seq + 1)), scratch.of<int32_t>(s.batch)};
+  ssd_segments_kernel<<<grid_for(s.batch), kThreads, 0, stream>>>(out.table, out.counts, s, documents);
+  check_launch("ssd_segments_kernel");
+  return out;
+}
+
+void scan_states(float* y, double* entering, int64_t slots, const ScanInputs& in, const SsdShape& s,
+                 const RowSegments& segments, Scratch& scratch, cudaStream_t stream) {
+  double* work = scratch.of<double>(s.batch * s.heads * forward_work(s));
+  ssd_forward_kernel<<<static_cast<unsigned>(s.batch * s.heads), kThreads, 0, stream>>>(
+      y, entering, slots, in, s, segments.table, segments.counts, work);
+  check_launch("ssd_forward_kernel");
+}
+
+void ssd_scan_forward(float* y, const float* x, const float* dt_raw, const float* dt_bias, const float* A_log,
+                      const float* B, const float* C, const float* D, const SsdShape& s, const int32_t* documents,
+                      cudaStream_t stream) {
+  if (s.batch * s.seq * s.heads == 0) return;
+  Scratch scratch;
+  const RowSegments segments = row_segments(s, documents, scratch, stream);
+  scan_states(y, nullptr, 0, {x, dt_raw, dt_bias, A_log, B, C, D}, s, segments, scratch, stream);
+}
+
+void ssd_scan_step(float* y, float* state, const float* x, const float* dt_raw, const float* dt_bias,
+                   const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,
+                   cudaStream_t stream) {
+  const int64_t n = s.batch * s.heads * s.head_dim;
+  if (n == 0) return;
+  ssd_step_kernel<<<grid_for(n), kThreads, 0, stream>>>(y, state, {x, dt_raw, dt_bias, A_log, B, C, D}, s);
+  check_launch("ssd_step_kernel");
+}
+
+}  // namespace loom::kernels::cuda

@@ -1,0 +1,157 @@
+// The engine on the emulated CUDA device (tests/support/emulated_cuda.h): weights, KV blocks and
+// every step's forward on the device (any host access of its memory crashes), sampling on the
+// host. Its tokens and log-probabilities equal the cpu engine's bit for bit: batching with
+// chunked prefill, prefix sharing, the n samples of a prompt (forked blocks), seeded sampling,
+// tensor parallelism, and the weights' digest before and after new weights are loaded; a hybrid
+// Mamba-2 model's states in the device's state pool.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <thread>
+
+#include "engine_support.h"
+#include "loom/ckpt/digest.h"
+#include "loom/core/error.h"
+#include "support/emulated_cuda.h"
+
+namespace loom::infer::testing {
+namespace {
+
+EngineOptions on_device(EngineOptions options) {
+  options.device = config::RuntimeDevice::Cuda;
+  return options;
+}
+
+// Bit for bit: the device's kernels are the cpu's on the same inputs.
+void expect_identical(const std::vector<std::vector<Completion>>& got,
+                      const std::vector<std::vector<Completion>>& expected) {
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t r = 0; r < got.size(); ++r) {
+    ASSERT_EQ(got[r].size(), expected[r].size());
+    for (size_t k = 0; k < got[r].size(); ++k) {
+      EXPECT_EQ(got[r][k].tokens, expected[r][k].tokens) << "request " << r << " sample " << k;
+      EXPECT_EQ(got[r][k].logprobs, expected[r][k].logprobs) << "request " << r << " sample " << k;
+      EXPECT_EQ(got[r][k].finish_reason, expected[r][k].finish_reason) << "request " << r << " sample " << k;
+      EXPECT_FALSE(got[r][k].tokens.empty());
+    }
+  }
+}
+
+std::vector<std::vector<Completion>> run_on(const std::string& ckpt, const EngineOptions& options,
+                                            const std::vector<std::vector<int32_t>>& prompts,
+                                            const RequestOptions& request) {
+  Engine engine(ckpt, options);
+  auto out = run_all(engine, prompts, request);
+  EXPECT_EQ(engine.blocks().used_blocks(), 0);
+  return out;
+}
+
+// The model of checkpoint_of(name) trained from another seed: other weights of the same shapes.
+std::string reseeded_checkpoint(const std::string& name) {
+  static std::map<std::string, std::string> made;
+  if (made.count(name) != 0) return made[name];
+  static const std::string root = loom::train::testing::make_training_root("infer-reseeded");
+  std::string yaml = name == "llama" ? llama_yaml() : name == "moe" ? moe_yaml() : gpt2_yaml();
+  yaml.replace(yaml.find("seed: "), 6, "seed: 1");
+  loom::train::testing::train_run(root, name, yaml + loom::train::testing::data_section(root), {});
+  return made[name] = root + "/" + name + "/checkpoints";
+}
+
+class DeviceEngineTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { ::loom::testing::install_emulated_cuda(); }
+};
+
+TEST_P(DeviceEngineTest, BatchedRequestsOfDifferentLengthsEqualTheCpu) {
+  const std::string ckpt = checkpoint_of(GetParam());
+  const auto prompts = prompts_of({3, 9, 17, 30});
+  EngineOptions options;
+  options.block_size = 5;        // sequences end inside blocks
+  options.max_batch_tokens = 7;  // prompts arrive in chunks next to decoding samples
+  RequestOptions request = greedy(10);
+  request.max_tokens = 9;
+  expect_identical(run_on(ckpt, on_device(options), prompts, request), run_on(ckpt, options, prompts, request));
+}
+
+TEST_P(DeviceEngineTest, SharedPrefixesForksAndSeededSamplingEqualTheCpu) {
+  const std::string ckpt = checkpoint_of(GetParam());
+  auto prompts = prompts_of({21, 21, 13});
+  prompts[1] = prompts[0];
+  prompts[1].back() = 'x';  // the first 20 tokens cached from the first prompt
+  EngineOptions options;
+  options.block_size = 4;
+  options.max_batch_tokens = 5;  // the second prompt starts after the first one's blocks are cached
+  RequestOptions sampled;
+  sampled.sampling = {.temperature = 1.0, .top_k = 50, .top_p = 0.95, .min_p = 0.01};
+  sampled.seed = 42;
+  sampled.max_tokens = 12;
+  sampled.n = 3;  // the samples fork the prompt's partial last block
+  sampled.ignore_eos = true;
+  Engine device(ckpt, on_device(options));
+  const auto got = run_all(device, prompts, sampled);
+  expect_identical(got, run_on(ckpt, options, prompts, sampled));
+  EXPECT_GT(device.metrics().cached_prompt_tokens.load(), 0);
+  EXPECT_FALSE(got[2][0].tokens == got[2][1].tokens && got[2][1].tokens == got[2][2].tokens);
+  EXPECT_EQ(device.blocks().used_blocks(), 0);
+}
+
+TEST_P(DeviceEngineTest, TensorParallelOnTheDeviceEqualsTheCpu) {
+  const std::string ckpt = checkpoint_of(GetParam());
+  const auto prompts = prompts_of({5, 18, 11});
+  EngineOptions tp2;
+  tp2.tp = 2;  // ranks on cuda:0 and cuda:1, their collectives staged through the host
+  tp2.max_batch_tokens = 8;
+  RequestOptions request = greedy(8);
+  request.n = 2;
+  expect_identical(run_on(ckpt, on_device(tp2), prompts, request), run_on(ckpt, tp2, prompts, request));
+}
+
+// New weights (a refit) are uploaded into the device's parameters: the digest is the checkpoint's.
+TEST_P(DeviceEngineTest, WeightsDigestOnTheDeviceIsTheCheckpointsBeforeAndAfterALoad) {
+  const std::string ckpt = checkpoint_of(GetParam()), other = reseeded_checkpoint(GetParam());
+  const std::string expected = ckpt::parameter_digest(ckpt), loaded = ckpt::parameter_digest(other);
+  ASSERT_NE(expected, loaded);
+  for (int tp : {1, 2}) {
+    EngineOptions options;
+    options.tp = tp;
+    Engine engine(ckpt, on_device(options));
+    std::thread loop([&] { engine.run(); });
+    const auto before = engine.weights_digest().first;
+    EXPECT_EQ(engine.load_weights(other, "v2"), "v2");
+    const auto [after, version] = engine.weights_digest();
+    engine.stop(true);
+    loop.join();
+    EXPECT_EQ(before, expected) << "tp " << tp;
+    EXPECT_EQ(after, loaded) << "tp " << tp;
+    EXPECT_EQ(version, "v2");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, DeviceEngineTest, ::testing::Values("llama", "gpt2", "moe"));
+
+// A hybrid (Mamba-2 / attention) model: its per-sequence Mamba states live in the device's state
+// pool, stepped by the causal_conv_silu_step / ssd_scan_step kernels, and forked samples copy their
+// slots on the device. Chunked prefill, the n samples of a prompt and tp 2 equal the cpu engine.
+TEST(DeviceEngine, HybridModelOnTheDeviceEqualsTheCpu) {
+  ::loom::testing::install_emulated_cuda();
+  const std::string ckpt = checkpoint_of("hybrid");
+  const auto prompts = prompts_of({3, 9, 17});
+  EngineOptions options;
+  options.block_size = 5;
+  options.max_batch_tokens = 7;
+  RequestOptions request = greedy(8);
+  request.n = 2;
+  expect_identical(run_on(ckpt, on_device(options), prompts, request), run_on(ckpt, options, prompts, request));
+  RequestOptions sampled;
+  sampled.sampling = {.temperature = 1.0, .top_k = 50, .top_p = 0.95, .min_p = 0.01};
+  sampled.seed = 7;
+  sampled.max_tokens = 10;
+  sampled.n = 3;
+  sampled.ignore_eos = true;
+  expect_identical(run_on(ckpt, on_device(options), prompts, sampled), run_on(ckpt, options, prompts, sampled));
+  options.tp = 2;
+  expect_identical(run_on(ckpt, on_device(options), prompts, request), run_on(ckpt, options, prompts, request));
+}
+
+}  // namespace
+}  // namespace loom::infer::testing

@@ -1,0 +1,230 @@
+// LinearPrecision on the emulated CUDA device (tests/support/emulated_cuda.h) against the same
+// layer on the CPU. Finite operands: every recipe's forward (stored, accumulated, a partial
+// product), dgrad and wgrad equal bit for bit, fp8_current's scale coming from the amax reduced
+// on the device and fp8_delayed's amaxes accumulating there, read once per step for all layers
+// (PrecisionContext::pending_amaxes), histories and scales equal after several steps; no GEMM
+// reads an amax back (the host-read entry is removed while they run). An operand holding Inf or
+// NaN: the device's outputs are NaN exactly where the CPU's are Inf or NaN (the CPU passes the
+// operand on unquantized, the device's cast writes the element as NaN; finite outputs differ),
+// and fp8_delayed's pending amax is Inf on both.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "loom/core/device.h"
+#include "loom/kernels/cuda_entries.h"
+#include "loom/model/linear_precision.h"
+#include "support/emulated_cuda.h"
+
+namespace loom::model {
+namespace {
+
+constexpr Device kDevice = Device::cuda(0);
+
+std::vector<float> random_values(int64_t n, float stddev, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+struct Data {
+  int64_t n, in, out;
+  std::vector<float> x, w, b, dy, dx0, dw0;
+};
+
+Data make_data(Recipe r, uint32_t seed) {
+  Data d{};
+  if (r == Recipe::Fp8Blockwise) {
+    d.n = 128, d.in = 256, d.out = 128;
+  } else if (r == Recipe::Fp8Delayed || r == Recipe::Fp8Current) {
+    d.n = 48, d.in = 32, d.out = 64;
+  } else {
+    d.n = 37, d.in = 40, d.out = 24;
+  }
+  d.x = random_values(d.n * d.in, 1.0f, seed);
+  d.w = random_values(d.out * d.in, 0.2f, seed + 1);
+  d.b = random_values(d.out, 0.1f, seed + 2);
+  d.dy = random_values(d.n * d.out, 0.01f, seed + 3);
+  d.dx0 = random_values(d.n * d.in, 0.001f, seed + 4);
+  d.dw0 = random_values(d.out * d.in, 0.001f, seed + 5);
+  return d;
+}
+
+struct Result {
+  std::vector<float> out, out_acc, partial, dx, dw, db;
+};
+
+// Host vectors where `device`'s kernels read them (copies on a GPU).
+struct Placed {
+  Device device;
+  std::vector<DeviceBuffer<float>> held;
+  float* put(const std::vector<float>& v) {
+    if (device.is_cpu()) {
+      held.emplace_back(Device::cpu(), static_cast<int64_t>(v.size()));
+      std::memcpy(held.back().data(), v.data(), v.size() * sizeof(float));
+    } else {
+      held.emplace_back(device, static_cast<int64_t>(v.size()));
+      copy_from_host(device, held.back().data(), v.data(), static_cast<int64_t>(v.size()));
+    }
+    return held.back().data();
+  }
+  std::vector<float> get(const float* p, int64_t n) const {
+    std::vector<float> v(static_cast<size_t>(n));
+    if (device.is_cpu()) {
+      std::memcpy(v.data(), p, v.size() * sizeof(float));
+    } else {
+      copy_to_host(device, v.data(), p, n);
+    }
+    return v;
+  }
+};
+
+Result run(LinearPrecision& lp, const Data& d) {
+  Placed at{lp.device(), {}};
+  const float *x = at.put(d.x), *w = at.put(d.w), *b = at.put(d.b), *dy = at.put(d.dy);
+  float* out = at.put(std::vector<float>(d.n * d.out, NAN));
+  float* out_acc = at.put(d.dy);
+  float* partial = at.put(std::vector<float>(d.n * d.out, NAN));
+  float *dx = at.put(d.dx0), *dw = at.put(d.dw0), *db = at.put(std::vector<float>(d.out, 0.0f));
+  lp.forward(out, x, w, b, d.n, d.in, d.out);
+  lp.forward(out_acc, x, w, nullptr, d.n, d.in, d.out, true);
+  lp.forward(partial, x, w, nullptr, d.n, d.in, d.out, false, GemmOutput::Partial);
+  lp.backward(dx, dw, db, dy, x, w, d.n, d.in, d.out);
+  return {at.get(out, d.n * d.out), at.get(out_acc, d.n * d.out), at.get(partial, d.n * d.out),
+          at.get(dx, d.n * d.in),   at.get(dw, d.out * d.in),      at.get(db, d.out)};
+}
+
+void expect_bitwise(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0) << what;
+}
+
+void expect_bitwise(const Result& got, const Result& want, const std::string& what) {
+  expect_bitwise(got.out, want.out, what + ": forward");
+  expect_bitwise(got.out_acc, want.out_acc, what + ": accumulated forward");
+  expect_bitwise(got.partial, want.partial, what + ": partial forward");
+  expect_bitwise(got.dx, want.dx, what + ": dgrad");
+  expect_bitwise(got.dw, want.dw, what + ": wgrad");
+  expect_bitwise(got.db, want.db, what + ": bias gradient");
+}
+
+// Runs `body` with the entry that reads an amax back to the host removed: a GEMM that still
+// called it would fail ("no CUDA kernel").
+template <typename F>
+void without_amax_reads(F body) {
+  auto& entries = kernels::cuda_entries();
+  const auto read = entries.amax;
+  entries.amax = nullptr;
+  body();
+  entries.amax = read;
+}
+
+class LinearPrecisionDevice : public ::testing::TestWithParam<Recipe> {
+ protected:
+  static void SetUpTestSuite() { ::loom::testing::install_emulated_cuda(); }
+};
+
+TEST_P(LinearPrecisionDevice, GemmsEqualTheCpuBitForBitWithoutReadingAnAmaxBack) {
+  const Recipe recipe = GetParam();
+  LinearPrecision cpu(recipe, 4, 1), dev(recipe, 4, 1);
+  dev.set_device(kDevice);
+  for (int step = 0; step < 3; ++step) {
+    Data d = make_data(recipe, 10 + step);
+    for (float& v : d.dy) v *= std::ldexp(1.0f, 3 * step);  // ranges that move, so fp8 scales do
+    const Result want = run(cpu, d);
+    Result got;
+    without_amax_reads([&] { got = run(dev, d); });
+    expect_bitwise(got, want, recipe_name(recipe) + " step " + std::to_string(step));
+    float amaxes[3];
+    for (Operand op : {Operand::Input, Operand::Weight, Operand::OutputGrad}) {
+      amaxes[static_cast<int>(op)] = cpu.pending_amax(op);
+      EXPECT_EQ(dev.pending_amax(op), cpu.pending_amax(op)) << "operand " << static_cast<int>(op);
+    }
+    cpu.commit_amaxes(amaxes);
+    dev.commit_amaxes(amaxes);
+    EXPECT_EQ(dev.pending_amax(Operand::Input), 0.0f);
+  }
+  if (recipe == Recipe::Fp8Delayed) {
+    for (Operand op : {Operand::Input, Operand::Weight, Operand::OutputGrad}) {
+      EXPECT_EQ(dev.delayed_scaling(op).state().amax_history, cpu.delayed_scaling(op).state().amax_history);
+      EXPECT_EQ(dev.scale(op), cpu.scale(op));
+      EXPECT_NE(cpu.scale(op), 1.0f);  // the scales did move
+    }
+  }
+}
+
+TEST_P(LinearPrecisionDevice, AnInfOrNanOperandMakesNanExactlyWhereTheCpuIsNonFinite) {
+  const Recipe recipe = GetParam();
+  Data d = make_data(recipe, 3);
+  d.x[5 * d.in + 3] = INFINITY;  // token 5 of the input
+  d.dy[7 * d.out + 1] = NAN;     // token 7 of the output gradient
+  LinearPrecision cpu(recipe), dev(recipe);
+  dev.set_device(kDevice);
+  const Result want = run(cpu, d), got = run(dev, d);
+  auto same_non_finite = [&](const std::vector<float>& g, const std::vector<float>& w, const char* what) {
+    int64_t non_finite = 0;
+    for (size_t i = 0; i < w.size(); ++i) {
+      non_finite += !std::isfinite(w[i]);
+      ASSERT_EQ(std::isfinite(g[i]), std::isfinite(w[i])) << recipe_name(recipe) << " " << what << " element " << i;
+      // 16-bit recipes pass Inf through as the CPU does; the FP8 casts write NaN.
+      if (is_fp8(recipe) && !std::isfinite(w[i])) {
+        ASSERT_TRUE(std::isnan(g[i])) << what << " element " << i;
+      }
+    }
+    EXPECT_GT(non_finite, 0) << recipe_name(recipe) << " " << what;
+  };
+  same_non_finite(got.out, want.out, "forward");
+  same_non_finite(got.dx, want.dx, "dgrad");
+  same_non_finite(got.dw, want.dw, "wgrad");
+  if (recipe == Recipe::Fp8Delayed) {
+    EXPECT_TRUE(std::isinf(dev.pending_amax(Operand::Input)));
+    EXPECT_TRUE(std::isinf(dev.pending_amax(Operand::OutputGrad)));
+    EXPECT_EQ(dev.pending_amax(Operand::Weight), cpu.pending_amax(Operand::Weight));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryRecipe, LinearPrecisionDevice,
+                         ::testing::Values(Recipe::Bf16, Recipe::Fp16, Recipe::Fp8Delayed, Recipe::Fp8Current,
+                                           Recipe::Fp8Blockwise, Recipe::Mxfp8),
+                         [](const ::testing::TestParamInfo<Recipe>& info) { return recipe_name(info.param); });
+
+// The context's delayed layers accumulate in one device array, read in one copy per step, and
+// the commit clears it: the same amaxes, in the same order, as the CPU context's.
+TEST(LinearPrecisionDeviceContext, PendingAmaxesOfAllLayersAreReadAtOnceAndEqualTheCpus) {
+  ::loom::testing::install_emulated_cuda();
+  PrecisionPolicy policy;
+  policy.recipe = Recipe::Fp8Delayed;
+  PrecisionContext cpu(policy), dev(policy);
+  dev.set_device(kDevice);
+  std::vector<std::shared_ptr<LinearPrecision>> cpu_layers, dev_layers;
+  for (const char* name : {"a", "b", "c"}) {
+    const Recipe r = std::string(name) == "b" ? Recipe::Bf16 : Recipe::Fp8Delayed;
+    cpu_layers.push_back(cpu.make(r, name));
+    dev_layers.push_back(dev.make(r, name));
+  }
+  for (int step = 0; step < 2; ++step) {
+    cpu.clear_pending();
+    dev.clear_pending();
+    for (size_t l = 0; l < cpu_layers.size(); ++l) {
+      const Data d = make_data(Recipe::Fp8Delayed, 40 + static_cast<uint32_t>(10 * l + step));
+      const Result want = run(*cpu_layers[l], d), got = run(*dev_layers[l], d);
+      expect_bitwise(got, want, "layer " + std::to_string(l));
+    }
+    const std::vector<float> want = cpu.pending_amaxes(), got = dev.pending_amaxes();
+    ASSERT_EQ(want.size(), 6u);
+    EXPECT_EQ(got, want) << "step " << step;
+    cpu.commit_amaxes(want);
+    dev.commit_amaxes(want);
+    EXPECT_EQ(dev.pending_amaxes(), std::vector<float>(6, 0.0f));
+  }
+  EXPECT_EQ(dev.state(), cpu.state());
+}
+
+}  // namespace
+}  // namespace loom::model

@@ -1,0 +1,138 @@
+#include "emulated_precision.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "emulated_cuda.h"
+#include "loom/core/error.h"
+#include "loom/kernels/ops.h"
+#include "loom/precision/formats.h"
+#include "loom/precision/fp8_scaling.h"
+#include "loom/precision/mx.h"
+
+namespace loom::testing {
+
+namespace {
+
+namespace p = loom::precision;
+using kernels::CastOperand;
+using kernels::OperandCast;
+using kernels::OutputRounding;
+
+constexpr Device kHost = Device::cpu();
+
+// The host address behind a device pointer argument; host memory is an Error naming it.
+template <typename T>
+T* host(T* ptr, const char* op, const char* what) {
+  if (ptr == nullptr) return ptr;
+  LOOM_CHECK(is_emulated_device_pointer(ptr),
+             std::string("emulated cuda: kernels::") + op + "'s " + what + " is host memory, not the device's");
+  return emulated_host_view(ptr);
+}
+
+void check_device(Device device, const char* op) {
+  LOOM_CHECK(device.is_cuda(), std::string("emulated cuda: kernels::") + op + " asked to run on " + device.name());
+}
+
+std::vector<float> transposed(const std::vector<float>& in, int64_t rows, int64_t cols) {
+  std::vector<float> out(in.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
+  }
+  return out;
+}
+
+bool is_fp8(OperandCast c) {
+  return c == OperandCast::Fp8Tensor || c == OperandCast::Fp8Blocks || c == OperandCast::Fp8Tiles;
+}
+
+void round_values(float* x, int64_t n, OutputRounding rounding) {
+  if (rounding == OutputRounding::Bf16) p::round_to_bf16(x, n);
+  if (rounding == OutputRounding::Fp16) p::round_to_fp16(x, n);
+}
+
+// Operand `c` [rows, cols] as the GEMM multiplies it, in fp32; `columns`: the GEMM reduces down
+// its columns, so its blocks run there (as LinearPrecision::prepare orients them per pass).
+std::vector<float> cast_values(const CastOperand& c, int64_t rows, int64_t cols, bool columns) {
+  const float* x = host(c.data, "precision_linear_gemm", "operand");
+  const int64_t n = rows * cols;
+  std::vector<float> v(x, x + n);
+  if (is_fp8(c.cast)) {
+    for (float& e : v) e = std::isfinite(e) ? e : NAN;
+  }
+  switch (c.cast) {
+    case OperandCast::None: break;
+    case OperandCast::Bf16: round_values(v.data(), n, OutputRounding::Bf16); break;
+    case OperandCast::Fp16: round_values(v.data(), n, OutputRounding::Fp16); break;
+    case OperandCast::Fp8Tensor: {
+      const p::Fp8Format f = c.e5m2 ? p::Fp8Format::E5M2 : p::Fp8Format::E4M3;
+      const float* amax = host(c.amax, "precision_linear_gemm", "amax");
+      const float scale = amax ? p::compute_scale(*amax, p::max_finite(f), c.margin, 1.0f) : c.scale;
+      p::quantize_dequantize_fp8(v.data(), n, f, scale);
+      break;
+    }
+    case OperandCast::Fp8Blocks:
+      if (columns) {
+        std::vector<float> t = transposed(v, rows, cols);
+        p::quantize_dequantize_rowwise_blocks(t.data(), cols, rows, p::Fp8Format::E4M3);
+        v = transposed(t, cols, rows);
+      } else {
+        p::quantize_dequantize_rowwise_blocks(v.data(), rows, cols, p::Fp8Format::E4M3);
+      }
+      break;
+    case OperandCast::Fp8Tiles: p::quantize_dequantize_tile_blocks(v.data(), rows, cols, p::Fp8Format::E4M3); break;
+    case OperandCast::Mxfp8:
+      if (columns) {
+        p::quantize_dequantize_mx_columns(v.data(), rows, cols, p::Fp8Format::E4M3);
+      } else {
+        p::quantize_dequantize_mx(v.data(), rows, cols, p::Fp8Format::E4M3);
+      }
+      break;
+  }
+  return v;
+}
+
+}  // namespace
+
+float emulated_amax(Device device, const float* x, int64_t n) {
+  check_device(device, "amax");
+  return p::amax(host(x, "amax", "x"), n);
+}
+
+void emulated_round_in_place(Device device, float* x, int64_t n, OutputRounding rounding) {
+  check_device(device, "round_in_place");
+  round_values(host(x, "round_in_place", "x"), n, rounding);
+}
+
+void emulated_precision_linear_gemm(Device device, const kernels::PrecisionGemm& g) {
+  check_device(device, "precision_linear_gemm");
+  const int64_t n = g.n, in = g.in_features, out = g.out_features;
+  std::vector<float> a, b, y;
+  switch (g.pass) {
+    case kernels::LinearGemm::Forward:  // in [n, IC] . W [OC, IC]^T
+      a = cast_values(g.a, n, in, false);
+      b = cast_values(g.b, out, in, false);
+      y.resize(static_cast<size_t>(n * out));
+      kernels::linear_forward(kHost, y.data(), a.data(), b.data(), host(g.bias, "precision_linear_gemm", "bias"), n,
+                              in, out, false);
+      break;
+    case kernels::LinearGemm::DataGrad:  // dout [n, OC] . W [OC, IC]
+      a = cast_values(g.a, n, out, false);
+      b = cast_values(g.b, out, in, true);
+      y.resize(static_cast<size_t>(n * in));
+      kernels::gemm(kHost, y.data(), a.data(), b.data(), n, in, out, false, false, false);
+      break;
+    case kernels::LinearGemm::WeightGrad:  // dout [n, OC]^T . in [n, IC]
+      a = cast_values(g.a, n, out, true);
+      b = cast_values(g.b, n, in, true);
+      y.resize(static_cast<size_t>(out * in));
+      kernels::gemm(kHost, y.data(), a.data(), b.data(), out, in, n, true, false, false);
+      break;
+  }
+  round_values(y.data(), static_cast<int64_t>(y.size()), g.rounding);
+  float* dst = host(g.out, "precision_linear_gemm", "out");
+  for (size_t i = 0; i < y.size(); ++i) dst[i] = g.accumulate ? dst[i] + y[i] : y[i];
+}
+
+}  // namespace loom::testing

@@ -1,0 +1,21 @@
+#pragma once
+// The precision recipes' device entries (kernels/ops.h: amax, round_in_place,
+// precision_linear_gemm) on the emulated CUDA device (emulated_cuda.h). They have no CPU kernel:
+// the CPU emulates the recipes in the model layer (model/linear_precision.cpp). These compute
+// what that emulation computes, bit for bit, from what a GPU is handed: each operand quantized
+// and dequantized in fp32 as its cast says (the scale from the device amax under fp8_current),
+// the fp32 product through the same CPU kernel calls, the result rounded to the recipe's dtype.
+// An Inf or NaN element of an FP8 operand becomes NaN first, as the device's casts write it
+// (kernels/precision_gemm.h), where the CPU passes such an operand on unquantized. Test support.
+#include <cstdint>
+
+#include "loom/core/device.h"
+#include "loom/kernels/precision_gemm.h"
+
+namespace loom::testing {
+
+float emulated_amax(Device device, const float* x, int64_t n);
+void emulated_round_in_place(Device device, float* x, int64_t n, kernels::OutputRounding rounding);
+void emulated_precision_linear_gemm(Device device, const kernels::PrecisionGemm& gemm);
+
+}  // namespace loom::testing

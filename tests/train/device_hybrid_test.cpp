@@ -1,0 +1,62 @@
+// Hybrid (Nemotron-H) models with runtime.device=cuda on the emulated device: the Mamba-2 mixers'
+// convolution, chunked scan and gated norm run through their device entries (kernels/ops.h)
+// beside attention and MLP layers, and every run equals the same run on the CPU bit for bit
+// (losses and every tensor of the final checkpoint): one rank with and without recompute, packed
+// documents (the scan and the convolution restart at each document), tensor parallelism (the
+// mixer's heads and groups split over the ranks), with sequence parallelism, in a pipeline, with
+// latent MoE layers and multi-token prediction (Nemotron 3 Super's alphabet), and a checkpoint
+// moving between the device and the CPU. That the CPU layouts train as one rank does is tested
+// in hybrid_training_test.cpp.
+#include "device_training.h"
+
+namespace loom::train {
+namespace {
+
+using DeviceLayouts = DeviceTraining;
+
+// Layers M * M -: two Mamba-2 mixers of 4 heads in 2 groups, a chunk of 6 tokens (so the
+// 32-token rows span several blocks and end in a partial one).
+constexpr const char* kHybrid =
+    "model: {vocab_size: 0, d_model: 32, layers: 4, heads: 4, kv_heads: 2, ffn_size: 48, max_seq_len: 32,\n"
+    "        activation: relu2, tied_embeddings: false, layer_pattern: 'M*M-',\n"
+    "        mamba: {state_size: 8, heads: 4, head_dim: 8, groups: 2, conv_kernel: 4, chunk_size: 6}}\n";
+
+// Layers M * M E with latent experts and two MTP depths.
+constexpr const char* kSuper =
+    "model: {vocab_size: 0, d_model: 32, layers: 4, heads: 4, kv_heads: 2, ffn_size: 48, max_seq_len: 32,\n"
+    "        activation: relu2, tied_embeddings: false, layer_pattern: 'M*ME', mtp_depths: 2,\n"
+    "        moe_experts: 4, moe_top_k: 2, moe_ffn_size: 24, moe_latent_size: 16, moe_shared_ffn_size: 24,\n"
+    "        mamba: {state_size: 8, heads: 4, head_dim: 8, groups: 2, conv_kernel: 4, chunk_size: 6}}\n";
+
+TEST_F(DeviceLayouts, HybridOnOneRankEqualsTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kHybrid, "hybrid");
+  expect_bitwise_equal_runs(kHybrid, "hybrid-recompute", {"model.recompute=true"});
+}
+
+TEST_F(DeviceLayouts, HybridWithPackedDocumentsEqualsTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kHybrid, "hybrid-docs",
+                            {"data.reset_attention_mask=true", "data.reset_position_ids=true"});
+}
+
+TEST_F(DeviceLayouts, TensorParallelHybridEqualsTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kHybrid, "hybrid-tp2", {"runtime.ranks=2", "parallel.tp=2"});
+  expect_bitwise_equal_runs(kHybrid, "hybrid-tp2-sp-docs",
+                            {"runtime.ranks=2", "parallel.tp=2", "parallel.sequence_parallel=true",
+                             "data.reset_attention_mask=true"});
+}
+
+TEST_F(DeviceLayouts, PipelinedHybridEqualsTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kHybrid, "hybrid-pp2", {"runtime.ranks=2", "parallel.pp=2"});
+}
+
+TEST_F(DeviceLayouts, HybridWithLatentMoeAndMtpEqualsTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kSuper, "super");
+  expect_bitwise_equal_runs(kSuper, "super-tp2-recompute", {"runtime.ranks=2", "parallel.tp=2", "model.recompute=true"});
+}
+
+TEST_F(DeviceLayouts, HybridCheckpointsMoveBetweenDeviceAndCpu) {
+  expect_checkpoints_move_between_devices(kHybrid, "hybrid-");
+}
+
+}  // namespace
+}  // namespace loom::train
