@@ -48,7 +48,9 @@ void check_moe(const config::ModelConfig& config, int64_t batch = 2, int64_t seq
     return loom::testing::weighted_sum(y.data(), dy.data(), n) + saved.routing.aux_loss + saved.routing.z_loss;
   };
   loss();
-  if (config.moe.aux_loss_coeff > 0) EXPECT_GT(saved.routing.aux_loss, 0.0);
+  if (config.moe.aux_loss_coeff > 0) {
+    EXPECT_GT(saved.routing.aux_loss, 0.0);
+  }
   store.zero_grads();
   std::vector<float> dx(n, 0.0f);
   layer.backward(dx.data(), dy.data(), x.data(), saved, work, batch, seq, scratch);
