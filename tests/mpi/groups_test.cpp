@@ -219,6 +219,31 @@ TEST_F(Groups, SendRecvMatchesByTagInIssueOrder) {
   }
 }
 
+// A batch of sends and recvs (exchange_async: the pipeline's and ring attention's messages) over
+// MPI processes: every rank sends to both neighbours first, large messages (past any eager
+// limit) and an empty one, and receives theirs in the same batch; each handle completes, the
+// bytes are the senders'.
+TEST_F(Groups, ExchangeSendsToBothNeighboursBeforeReceiving) {
+  const int n = world().size(), rank = world().rank();
+  const int next = (rank + 1) % n, previous = (rank - 1 + n) % n;
+  const uint64_t seed = 1500;
+  const int64_t big = 1048583, small = 0;
+  const std::vector<std::byte> forward = make_data(seed, rank, 0, big, DType::F32),
+                               backward = make_data(seed + 1, rank, 0, big + 5, DType::F32);
+  std::vector<std::byte> from_previous(forward.size()), from_next(backward.size());
+  std::vector<comm::PeerOp> ops = {comm::PeerOp::send(forward.data(), big, DType::F32, next, 7),
+                                   comm::PeerOp::send(backward.data(), big + 5, DType::F32, previous, 8),
+                                   comm::PeerOp::send(nullptr, small, DType::F32, next, 9),
+                                   comm::PeerOp::recv(from_previous.data(), big, DType::F32, previous, 7),
+                                   comm::PeerOp::recv(from_next.data(), big + 5, DType::F32, next, 8),
+                                   comm::PeerOp::recv(nullptr, small, DType::F32, previous, 9)};
+  std::vector<comm::WorkHandle> handles = world().exchange_async(ops);
+  ASSERT_EQ(handles.size(), ops.size());
+  comm::all_of(std::move(handles))->wait();
+  EXPECT_TRUE(matches_samples(from_previous.data(), big, DType::F32, seed, previous, 0));
+  EXPECT_TRUE(matches_samples(from_next.data(), big + 5, DType::F32, seed + 1, next, 0));
+}
+
 TEST_F(Groups, PointToPointRejectsBadPeersAndTags) {
   int32_t x = 0;
   EXPECT_THROW(world().send(&x, 1, DType::I32, world().size(), 0), Error);
