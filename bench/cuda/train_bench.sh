@@ -72,6 +72,13 @@ else
 fi
 [ -z "$loom_status" ] || echo "$loom_status" | tee -a "$log"
 
+# In order of importance, so that a short budget keeps what matters most: loom's ~1B config in
+# bf16 (the MFU target) and in FP8 (per-tensor current scaling, as torchtitan's float8 tensorwise;
+# its tokens/s over the bf16 run's is the table's last column), then GPT-2 124M by loom and
+# llm.c, then the PyTorch peers.
+[ -n "$loom_status" ] || loom_run "${llama[@]}" 20 120
+[ -n "$loom_status" ] || loom_run "${llama[@]}" 20 100 fp8_current
+[ -n "$loom_status" ] || loom_run "${gpt2[@]}" 30 100
 if [ -n "$bundle" ] && [ -f "$bundle/llmc/src/train_gpt2.cu" ]; then
   echo "$(paste -sd';' "$bundle/llmc/COMMIT" 2>/dev/null || echo "llm.c: commit unknown")" | tee -a "$log"
   # Built here with cuBLAS only; then, when the bundle has it, the cuDNN build made with the bundle.
@@ -80,13 +87,8 @@ if [ -n "$bundle" ] && [ -f "$bundle/llmc/src/train_gpt2.cu" ]; then
 else
   echo "llm.c: not in the bundle (scripts/gpu_bundle.sh copies its sources from a fetched mirror)" | tee -a "$log"
 fi
-[ -n "$loom_status" ] || loom_run "${gpt2[@]}" 30 100
 run "torch ${gpt2[0]}" 150 python3 "$here/torch_gpt2_peer.py" --model "${gpt2[0]}" --batch "${gpt2[1]}" --seq "${gpt2[2]}" \
   ${TRAIN_BENCH_TORCH_ARGS:-}
-[ -n "$loom_status" ] || loom_run "${llama[@]}" 20 120
-# FP8 on the ~1B shape (per-tensor current scaling, as torchtitan's float8 tensorwise): its
-# tokens/s over the bf16 run's is the table's last column.
-[ -n "$loom_status" ] || loom_run "${llama[@]}" 20 100 fp8_current
 run "torch ${llama[0]}" 180 python3 "$here/torch_gpt2_peer.py" --model "${llama[0]}" --batch "${llama[1]}" --seq "${llama[2]}" \
   ${TRAIN_BENCH_TORCH_ARGS:-}
 # Where loom's ~1B bf16 step spends its GPU time (bench/cuda/kernel_profile.py): every kernel of
