@@ -3,8 +3,8 @@
 // scattered over the pool, sequence lengths that end inside blocks, awkward block sizes, GQA
 // (groups of 1, 2, 4 and 8 heads), head_dim from 8 to 256, sequences longer than a tile of keys,
 // q rows as strided views of a fused qkv: fp32 within 1e-5 relative, outputs poisoned. The cache
-// write puts every row's key and value exactly where the CPU's does. Fresh random inputs; skipped,
-// saying why, without a GPU.
+// write puts every row's key and value exactly where the CPU's does; attention_decode over one
+// contiguous cache likewise. Fresh random inputs; skipped, saying why, without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "loom/kernels/cpu/attention.h"
 #include "loom/kernels/cpu/paged_attention.h"
 #include "loom/kernels/cuda/paged_attention.h"
 
@@ -86,6 +87,25 @@ TEST_P(CudaPagedAttention, CacheWriteAndAttentionMatchTheCpu) {
   EXPECT_EQ(d_values.host(), values) << c.name << " (seed " << seed_ << ")";
   paged_attention(d_out.ptr, d_qkv.ptr, s.stride, d_keys.ptr, d_values.ptr, d_tables.ptr, d_sequences.ptr,
                   d_positions.ptr, s.rows, s.shape);
+  EXPECT_LE(relative_error(d_out.host(), out), 1e-5) << c.name << " (seed " << seed_ << ")";
+}
+
+// attention_decode (loom generate's contiguous cache): the same kernel without block tables, new
+// row r attending to positions 0 .. past + r, against the CPU's attention_decode.
+TEST_P(CudaPagedAttention, ContiguousDecodeMatchesTheCpu) {
+  const Case& c = GetParam();
+  const int64_t past = c.lengths[0] - 1, rows = std::min<int64_t>(c.new_rows, c.lengths[0]);
+  const int64_t first = past + 1 - rows;  // the new rows' first position
+  const int64_t kv_width = c.kv_heads * c.head_dim, stride = (c.heads + 2 * c.kv_heads) * c.head_dim;
+  const std::vector<float> q = random_values(seed_, rows * stride, 1.0f),
+                           keys = random_values(seed_ + 1, (past + 1) * kv_width, 1.0f),
+                           values = random_values(seed_ + 2, (past + 1) * kv_width, 1.0f);
+  std::vector<float> out(rows * c.heads * c.head_dim);
+  cpu::attention_decode(out.data(), q.data(), stride, keys.data(), values.data(), first, rows, c.heads, c.kv_heads,
+                        c.head_dim);
+  DeviceFloats d_q(allocator_, q), d_keys(allocator_, keys), d_values(allocator_, values),
+      d_out(allocator_, poison(rows * c.heads * c.head_dim));
+  attention_decode(d_out.ptr, d_q.ptr, stride, d_keys.ptr, d_values.ptr, first, rows, c.heads, c.kv_heads, c.head_dim);
   EXPECT_LE(relative_error(d_out.host(), out), 1e-5) << c.name << " (seed " << seed_ << ")";
 }
 

@@ -1,4 +1,5 @@
 // loom generate CKPT --prompt TEXT [--chat [--system TEXT]] [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
+//               [--device cpu|cuda]
 #include <iostream>
 #include <memory>
 
@@ -14,6 +15,7 @@ void register_generate(CLI::App& app, std::vector<Command>& commands) {
     infer::GenerateOptions options;
     bool chat = false;
     std::string system;
+    std::string device = "cpu";
   };
   auto args = std::make_shared<Args>();
   infer::GenerateOptions& o = args->options;
@@ -40,13 +42,16 @@ void register_generate(CLI::App& app, std::vector<Command>& commands) {
                        : "must be an integer in 0 .. 18446744073709551615, got '" + text + "'";
           },
           "UINT64"));
+  cmd->add_option("--device", args->device, "where the model runs: cpu | cuda (weights and KV cache on GPU 0)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   commands.push_back({cmd, [args] {
                         args->options.notices = &std::cerr;
+                        args->options.device = args->device == "cuda" ? config::RuntimeDevice::Cuda : config::RuntimeDevice::Cpu;
                         if (!args->chat) {
                           std::cout << infer::generate_text(args->checkpoint, args->options) << std::endl;
                           return 0;
                         }
-                        infer::Generator generator(args->checkpoint);
+                        infer::Generator generator(args->checkpoint, args->options.device);
                         const auto chat_template = data::make_chat_format(generator.config().sft.chat_template, generator.tokenizer());
                         nlohmann::json messages = nlohmann::json::array();
                         if (!args->system.empty()) messages.push_back({{"role", "system"}, {"content", args->system}});

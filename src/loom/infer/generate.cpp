@@ -6,11 +6,12 @@
 #include "loom/ckpt/checkpoint.h"
 #include "loom/core/error.h"
 #include "loom/core/philox.h"
+#include "loom/infer/inference_device.h"
 #include "loom/train/model_setup.h"
 
 namespace loom::infer {
 
-Generator::Generator(const std::string& checkpoint_path) {
+Generator::Generator(const std::string& checkpoint_path, config::RuntimeDevice device) {
   ckpt::LoadedCheckpoint checkpoint = ckpt::load_checkpoint(checkpoint_path);
   config_ = config::parse_config(checkpoint.config_yaml(), checkpoint.path() + "/manifest.json", {});
   tokenizer_ = data::make_tokenizer(config_.data.tokenizer);
@@ -21,7 +22,9 @@ Generator::Generator(const std::string& checkpoint_path) {
                  std::to_string(tokenizer_->vocab_size()) +
                  "); this checkpoint cannot generate with that tokenizer (was data.tokenizer changed after training?)");
   config_.model = train::resolve_model_config(config_.model, *tokenizer_);
-  model_ = std::make_unique<model::Transformer>(config_.model);
+  model_ = std::make_unique<model::Transformer>(config_.model, model::TensorParallel{}, model::PrecisionPolicy{},
+                                                std::vector<model::LayerRange>{}, model::ExpertLayout{},
+                                                inference_device(device, 0));
   train::load_parameters(checkpoint, *model_);
 }
 
@@ -61,7 +64,7 @@ std::string Generator::continue_text(const GenerateOptions& options) {
 }
 
 std::string generate_text(const std::string& checkpoint, const GenerateOptions& options) {
-  Generator generator(checkpoint);
+  Generator generator(checkpoint, options.device);
   return options.prompt + generator.continue_text(options);
 }
 

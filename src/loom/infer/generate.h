@@ -21,13 +21,16 @@ struct GenerateOptions {
   bool parse_special = false;       // special-token text in the prompt becomes their ids (a rendered chat)
   std::string stop;                 // stop when the generated text ends with this (not returned); empty: never
   std::ostream* notices = nullptr;  // where to say that max_tokens was shortened to fit the context
+  config::RuntimeDevice device = config::RuntimeDevice::Cpu;  // where the model runs (generate_text)
 };
 
 // A checkpoint's model (a step directory or a root), its config and tokenizer, loaded once to
 // generate many continuations.
 class Generator {
  public:
-  explicit Generator(const std::string& checkpoint);
+  // `device`: cuda puts the weights, the KV cache and every step's forward on GPU 0 (the logits come
+  // back to the host, where sampling runs).
+  explicit Generator(const std::string& checkpoint, config::RuntimeDevice device = config::RuntimeDevice::Cpu);
   // The generated text (without the prompt). Only ids the tokenizer knows are sampled: a model
   // whose vocabulary is padded beyond the tokenizer's (e.g. 50304 for gpt2) never draws a padding id.
   std::string continue_text(const GenerateOptions& options);

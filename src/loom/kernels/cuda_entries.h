@@ -114,7 +114,11 @@ struct CudaEntries {
                                    const FlashAttentionShape& s, const AttentionVisibility& vis) = nullptr;
   void (*merge_attention_partials)(Device, float* out, float* lse, const float* part_out, const float* part_lse,
                                    const FlashAttentionShape& s) = nullptr;
-  // Attention over a paged KV cache and the writes into it (inference).
+  // Attention over a paged KV cache and the writes into it (inference), and over one sequence's
+  // contiguous cache (loom generate).
+  void (*attention_decode)(Device, float* out, const float* q, int64_t q_stride, const float* k_cache,
+                           const float* v_cache, int64_t past, int64_t new_tokens, int64_t heads, int64_t kv_heads,
+                           int64_t head_dim) = nullptr;
   void (*paged_attention)(Device, float* out, const float* q, int64_t q_stride, const float* k_pool,
                           const float* v_pool, const int32_t* block_tables, const int32_t* sequences,
                           const int32_t* positions, int64_t rows, const PagedAttentionShape& shape) = nullptr;

@@ -221,7 +221,7 @@ void reference_attention_backward(Device device, float* dqkv, const float* dout,
 void attention_decode(Device device, float* out, const float* q, int64_t q_stride, const float* k_cache,
                       const float* v_cache, int64_t past, int64_t new_tokens, int64_t heads, int64_t kv_heads,
                       int64_t head_dim) {
-  LOOM_CPU_ONLY(attention_decode, out, q, q_stride, k_cache, v_cache, past, new_tokens, heads, kv_heads, head_dim);
+  LOOM_DISPATCH(attention_decode, out, q, q_stride, k_cache, v_cache, past, new_tokens, heads, kv_heads, head_dim);
 }
 void paged_attention(Device device, float* out, const float* q, int64_t q_stride, const float* k_pool,
                      const float* v_pool, const int32_t* block_tables, const int32_t* sequences,

@@ -135,20 +135,18 @@ void Attention::rotate(float* qkv, int64_t batch, int64_t seq, bool backward, co
 void Attention::decode(float* residual, const float* normed, int64_t rows, int64_t past, KVCache& cache,
                        Saved& scratch, int64_t max_positions) const {
   LOOM_CHECK(tp_->single(), "generation runs on one rank (parallel.tp = 1)");
+  const Device device = store_->device();
   const int64_t W = qkv_width(), kv_width = kv_heads_ * head_dim_, att_width = heads_ * head_dim_;
-  float* qkv = sized(scratch.qkv, rows * W);
+  float* qkv = sized(scratch.qkv, rows * W, device);
   kernels::linear_forward(store_->device(), qkv, normed, store_->value(qkv_weight_),
                           qkv_bias_ >= 0 ? store_->value(qkv_bias_) : nullptr, rows, d_model_, W);
   if (rope_ != nullptr)
     kernels::rope_forward(store_->device(), qkv, rows, W, 0, heads_ + kv_heads_, rows, past, *rope_);
-  float* keys = sized(cache.keys, max_positions * kv_width);
-  float* values = sized(cache.values, max_positions * kv_width);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = qkv + r * W;
-    std::copy(row + att_width, row + att_width + kv_width, keys + (past + r) * kv_width);
-    std::copy(row + att_width + kv_width, row + att_width + 2 * kv_width, values + (past + r) * kv_width);
-  }
-  float* att = sized(scratch.att, rows * att_width);
+  float* keys = sized(cache.keys, max_positions * kv_width, device);
+  float* values = sized(cache.values, max_positions * kv_width, device);
+  copy_rows(device, keys + past * kv_width, kv_width, qkv + att_width, W, rows, kv_width);
+  copy_rows(device, values + past * kv_width, kv_width, qkv + att_width + kv_width, W, rows, kv_width);
+  float* att = sized(scratch.att, rows * att_width, device);
   kernels::attention_decode(store_->device(), att, qkv, W, keys, values, past, rows, heads_, kv_heads_, head_dim_);
   kernels::linear_forward(store_->device(), residual, att, store_->value(out_weight_),
                           out_bias_ >= 0 ? store_->value(out_bias_) : nullptr, rows, att_width, d_model_, true);

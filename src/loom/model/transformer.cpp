@@ -451,13 +451,13 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
 
 const float* Transformer::decode(DecodeState& state, const int32_t* tokens, int64_t count) {
   LOOM_CHECK(tp_.single(), "generation runs on one rank: load the checkpoint with parallel.tp = 1");
-  LOOM_CHECK(params_.device().is_cpu(), "generation on " + params_.device().name() + " is not built yet");
   check_whole_model("generation");
+  const Device device = params_.device();
   const int64_t C = config_.d_model, V = config_.vocab_size, max_positions = config_.max_seq_len;
   LOOM_CHECK(state.length + count <= max_positions,
         "generation reached model.max_seq_len " + std::to_string(max_positions) + " positions");
   if (state.caches.size() != blocks_.size()) state.caches.resize(blocks_.size());
-  float* x = sized(state.x, count * C);
+  float* x = sized(state.x, count * C, device);
   std::vector<int32_t> position_ids;
   embed(x, tokens, 1, count, state.length, nullptr, position_ids);
   for (size_t l = 0; l < blocks_.size(); ++l) {
@@ -465,10 +465,12 @@ const float* Transformer::decode(DecodeState& state, const int32_t* tokens, int6
   }
   state.length += count;
   final_norm_->forward(state.final_norm, x + (count - 1) * C, 1);
-  float* logits = sized(state.logits, V);
-  kernels::linear_forward(params_.device(), logits, state.final_norm.out.data(), params_.value(head_), nullptr, 1, C,
-                          V);
-  return logits;
+  float* logits = sized(state.logits, V, device);
+  kernels::linear_forward(device, logits, state.final_norm.out.data(), params_.value(head_), nullptr, 1, C, V);
+  if (device.is_cpu()) return logits;
+  state.host_logits.resize(static_cast<size_t>(V));  // sampling reads them on the host
+  copy_to_host(device, state.host_logits.data(), logits, V);
+  return state.host_logits.data();
 }
 
 std::vector<MoeLayer*> Transformer::moe_layers() {

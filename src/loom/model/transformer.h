@@ -30,7 +30,8 @@ struct DecodeState {
   Block::Saved scratch;
   ParallelScratch tp_scratch;
   Norm::Saved final_norm;
-  Buffer x, logits;
+  Buffer x, logits;                // on the model's device
+  std::vector<float> host_logits;  // the logits copied to the host when that is a GPU
 };
 
 // Scratch of a paged forward (forward_paged), reused across steps; on a GPU the step's metadata
@@ -166,8 +167,8 @@ class Transformer {
                       const Packing& packing = {});
   const float* chunk_input_grad(const Activations& a) const { return a.d_x.data(); }
 
-  // Appends `count` tokens to the sequence and returns the logits [vocab] after the last one
-  // (one rank: parallel.tp = 1).
+  // Appends `count` tokens to the sequence and returns the logits [vocab] after the last one, in
+  // host memory whatever the model's device (one rank: parallel.tp = 1).
   const float* decode(DecodeState& state, const int32_t* tokens, int64_t count);
 
   // A paged KV cache of `blocks` blocks of `block_size` positions for this rank's kv heads, with

@@ -174,6 +174,11 @@ void register_products_and_attention(CudaEntries& e) {
                          int64_t rows, const PagedAttentionShape& s) {
     paged_attention(out, q, q_stride, k_pool, v_pool, tables, sequences, positions, rows, s, stream_of(d));
   };
+  e.attention_decode = [](Device d, float* out, const float* q, int64_t q_stride, const float* k_cache,
+                          const float* v_cache, int64_t past, int64_t new_tokens, int64_t heads, int64_t kv_heads,
+                          int64_t head_dim) {
+    attention_decode(out, q, q_stride, k_cache, v_cache, past, new_tokens, heads, kv_heads, head_dim, stream_of(d));
+  };
   e.paged_cache_write = [](Device d, float* k_pool, float* v_pool, const float* k, const float* v, int64_t stride,
                            const int32_t* tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
                            const PagedAttentionShape& s) {

@@ -12,9 +12,11 @@ namespace {
 
 constexpr int kPagedThreads = 128;  // keys per tile: one per thread
 
-// The float offset of position t's row in a pool, through the sequence's block table.
+// The float offset of position t's row in a pool, through the sequence's block table (none: one
+// contiguous cache, attention_decode's).
 __device__ inline int64_t cache_row(const int32_t* table, int64_t t, const PagedAttentionShape& s) {
-  return (static_cast<int64_t>(table[t / s.block_size]) * s.block_size + t % s.block_size) * (s.kv_heads * s.head_dim);
+  const int64_t slot = table ? static_cast<int64_t>(table[t / s.block_size]) * s.block_size + t % s.block_size : t;
+  return slot * (s.kv_heads * s.head_dim);
 }
 
 // Block (row, head): shared memory holds q, the output's accumulators, one tile's weights and
@@ -23,7 +25,7 @@ __global__ void __launch_bounds__(kPagedThreads)
     paged_attention_kernel(float* __restrict__ out, const float* __restrict__ q, int64_t q_stride,
                            const float* __restrict__ k_pool, const float* __restrict__ v_pool,
                            const int32_t* __restrict__ block_tables, const int32_t* __restrict__ sequences,
-                           const int32_t* __restrict__ positions, PagedAttentionShape s) {
+                           const int32_t* __restrict__ positions, int64_t past, PagedAttentionShape s) {
   extern __shared__ int64_t tile_rows[];  // [kPagedThreads], then the floats
   const int64_t hd = s.head_dim;
   float* partial = reinterpret_cast<float*>(tile_rows + kPagedThreads);
@@ -31,8 +33,9 @@ __global__ void __launch_bounds__(kPagedThreads)
   float* qs = weight + kPagedThreads;
   float* acc = qs + hd;
   const int64_t r = blockIdx.x / s.heads, h = blockIdx.x % s.heads;
-  const int32_t* table = block_tables + static_cast<int64_t>(sequences[r]) * s.table_width;
-  const int64_t len = static_cast<int64_t>(positions[r]) + 1;
+  // Paged rows carry their sequence and position; without tables, row r is position past + r.
+  const int32_t* table = block_tables ? block_tables + static_cast<int64_t>(sequences[r]) * s.table_width : nullptr;
+  const int64_t len = (block_tables ? static_cast<int64_t>(positions[r]) : past + r) + 1;
   const int64_t kv_off = (h / (s.heads / s.kv_heads)) * hd;
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   const int tid = static_cast<int>(threadIdx.x);
@@ -88,9 +91,11 @@ __global__ void paged_cache_write_kernel(float* __restrict__ k_pool, float* __re
 
 }  // namespace
 
-void paged_attention(float* out, const float* q, int64_t q_stride, const float* k_pool, const float* v_pool,
-                     const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
-                     const PagedAttentionShape& s, cudaStream_t stream) {
+namespace {
+
+void launch_attention(float* out, const float* q, int64_t q_stride, const float* k_pool, const float* v_pool,
+                      const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t past,
+                      int64_t rows, const PagedAttentionShape& s, cudaStream_t stream) {
   if (rows == 0) return;
   LOOM_CHECK(s.heads > 0 && s.kv_heads > 0 && s.heads % s.kv_heads == 0 && s.head_dim > 0 && s.block_size > 0,
              "cuda::paged_attention: heads " + std::to_string(s.heads) + ", kv_heads " + std::to_string(s.kv_heads) +
@@ -102,8 +107,23 @@ void paged_attention(float* out, const float* q, int64_t q_stride, const float* 
                        (kPagedThreads / 32 + kPagedThreads + 2 * static_cast<size_t>(s.head_dim)) * sizeof(float);
   LOOM_CHECK(bytes <= 48 * 1024, "cuda::paged_attention: head_dim " + std::to_string(s.head_dim) + " is too large");
   paged_attention_kernel<<<static_cast<unsigned>(rows * s.heads), kPagedThreads, bytes, stream>>>(
-      out, q, q_stride, k_pool, v_pool, block_tables, sequences, positions, s);
+      out, q, q_stride, k_pool, v_pool, block_tables, sequences, positions, past, s);
   check_launch("paged_attention_kernel");
+}
+
+}  // namespace
+
+void paged_attention(float* out, const float* q, int64_t q_stride, const float* k_pool, const float* v_pool,
+                     const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
+                     const PagedAttentionShape& s, cudaStream_t stream) {
+  launch_attention(out, q, q_stride, k_pool, v_pool, block_tables, sequences, positions, 0, rows, s, stream);
+}
+
+void attention_decode(float* out, const float* q, int64_t q_stride, const float* k_cache, const float* v_cache,
+                      int64_t past, int64_t new_tokens, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                      cudaStream_t stream) {
+  const PagedAttentionShape s{heads, kv_heads, head_dim, 1, 0};
+  launch_attention(out, q, q_stride, k_cache, v_cache, nullptr, nullptr, nullptr, past, new_tokens, s, stream);
 }
 
 void paged_cache_write(float* k_pool, float* v_pool, const float* k, const float* v, int64_t stride,
