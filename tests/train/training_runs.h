@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -23,10 +25,18 @@
 
 namespace loom::train::testing {
 
-// Creates <tmp>/loom-<tag>-<pid> holding the dataset prefix data/c_train; returns its path.
+// Creates <tmp>/loom-<tag>-<pid> holding the dataset prefix data/c_train; returns its path. The
+// first call for a tag in this process removes what a finished process with the same pid left
+// there (pids are reused over a long test run); later calls keep this process's runs.
 inline std::string make_training_root(const std::string& tag) {
   namespace fs = std::filesystem;
+  static std::mutex mutex;
+  static std::set<std::string> made;
   const std::string root = (fs::temp_directory_path() / ("loom-" + tag + "-" + std::to_string(::getpid()))).string();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (made.insert(root).second) fs::remove_all(root);
+  }
   fs::create_directories(root);
   std::string text;
   for (int i = 0; i < 300; ++i) text += "It is a truth universally acknowledged, item " + std::to_string(i * 7) + ".\n\n";
