@@ -46,7 +46,9 @@ void rope_forward(Device device, float* x, int64_t rows, int64_t row_stride, int
 void rope_backward(Device device, float* dx, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
                    int64_t seq, int64_t positions_start, const RopeTable& table, const int32_t* positions = nullptr);
 
-// --- MLP activations. SwiGLU reads fused [gate | up] rows (2 * width).
+// --- MLP activations. SwiGLU reads fused [gate | up] rows (2 * width). Their backwards write
+// the input gradient (every element), unlike most backwards here, which add: its only reader is
+// the next GEMM, so no zeroing pass over the MLP's widest activation is needed.
 void swiglu_forward(Device device, float* out, const float* gate_up, int64_t rows, int64_t width);
 void swiglu_backward(Device device, float* dgate_up, const float* dout, const float* gate_up, int64_t rows,
                      int64_t width);
