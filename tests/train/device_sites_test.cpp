@@ -28,10 +28,19 @@ TEST_F(DeviceLayouts, TwoSitesOnTheDeviceEqualTheCpuBitForBit) {
     SCOPED_TRACE("zero " + std::to_string(zero));
     expect_bitwise_equal_runs(kLlama, "sites-zero" + std::to_string(zero), two_sites(zero));
   }
+  // The sites placed by the topology (one rank per node, two nodes per site) instead.
+  const std::vector<std::string> topology = {"runtime.ranks=4", "train.micro_batch=1", "parallel.bucket_mb=0.01",
+                                             "topology.ranks_per_node=1", "topology.nodes_per_site=2"};
+  expect_bitwise_equal_runs(kLlama, "sites-topology", topology);
+  std::vector<std::string> on_device = topology;
+  on_device.push_back("runtime.device=cuda");
+  const std::vector<nlohmann::json> records = train_records("sites-topology-metrics", kLlama, on_device, 1);
+  ASSERT_FALSE(records.empty());
+  EXPECT_GT(records.front().value("cross_site_bytes", int64_t{0}), 0);  // it did train across sites
 }
 
 // The cross-site hop in bf16 (rounded and widened by the worker on the device), alone and under
-// the bf16 gradient wire (bf16 inside the site too).
+// the bf16 gradient wire (bf16 inside the site too), and with compute-dtype parameters.
 TEST_F(DeviceLayouts, Bf16CrossSiteReductionOnTheDeviceEqualsTheCpuBitForBit) {
   for (int zero : {0, 1}) {
     SCOPED_TRACE("zero " + std::to_string(zero));
@@ -41,6 +50,11 @@ TEST_F(DeviceLayouts, Bf16CrossSiteReductionOnTheDeviceEqualsTheCpuBitForBit) {
     overrides.push_back("precision.grad_reduce=bf16");
     expect_bitwise_equal_runs(kLlama, "sites-bf16-wire-zero" + std::to_string(zero), overrides);
   }
+  // The bf16 recipe with bf16 parameters (master weights on the device) across sites.
+  std::vector<std::string> compact = two_sites(0);
+  compact.insert(compact.end(), {"parallel.cross_site_reduce=bf16", "precision.grad_reduce=bf16",
+                                 "precision.recipe=bf16", "precision.param_dtype=compute"});
+  expect_bitwise_equal_runs(kLlama, "sites-bf16-params-zero0", compact);
 }
 
 // GPT-2 style (biases, untied head) with recompute; one rank per site (buckets cross whole).
