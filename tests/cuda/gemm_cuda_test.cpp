@@ -88,6 +88,20 @@ TEST_F(CudaGemm, LinearForwardAndBackwardMatchTheCpu) {
   EXPECT_EQ(d_db.host(), db);  // column sums in the CPU's order
 }
 
+// The bias gradient alone: column sums in kernels/column_sums.h's order, bit for bit the CPU's, on
+// row counts below, at and across a chunk's 64 rows, and past 65536 rows (chunks of 128).
+TEST_F(CudaGemm, BiasGradientColumnSumsEqualTheCpuBitForBit) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {63, 5}, {64, 300}, {65, 257}, {16384, 768},
+                            {65536 + 77, 33}}) {
+    const std::vector<float> dy = random_values(seed_, rows * cols, 1.0f), db0 = random_values(seed_ + 1, cols, 1.0f);
+    std::vector<float> db = db0;
+    kernels::linear_backward(Device::cpu(), nullptr, nullptr, db.data(), dy.data(), nullptr, nullptr, rows, 1, cols);
+    DeviceFloats d_dy(allocator_, dy), d_db(allocator_, db0);
+    kernels::linear_backward(Device::cuda(0), nullptr, nullptr, d_db.ptr, d_dy.ptr, nullptr, nullptr, rows, 1, cols);
+    EXPECT_EQ(d_db.host(), db) << rows << " x " << cols;
+  }
+}
+
 // A row-parallel linear's bias, added to the sum of the ranks' partial products: one add per
 // element, bit for bit the CPU.
 TEST_F(CudaGemm, AddBiasMatchesTheCpu) {

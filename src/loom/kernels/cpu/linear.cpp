@@ -5,6 +5,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <vector>
+
+#include "loom/kernels/column_sums.h"
 
 namespace loom::kernels::cpu {
 
@@ -45,18 +48,25 @@ void linear_backward(float* din, float* dweight, float* dbias, const float* dout
   if (dweight != nullptr) {
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, in, IC, 1.0f, dweight, IC);
   }
-  if (dbias != nullptr) {
-    // Each thread owns a slice of output features: deterministic, no atomics.
-#pragma omp parallel if(worth_parallel(n * out_features))
-    {
-      int threads = omp_get_num_threads(), id = omp_get_thread_num();
-      int64_t chunk = (out_features + threads - 1) / threads;
-      int64_t begin = std::min<int64_t>(out_features, id * chunk);
-      int64_t end = std::min<int64_t>(out_features, begin + chunk);
-      for (int64_t row = 0; row < n; ++row) {
-        const float* d = dout + row * out_features;
-        for (int64_t o = begin; o < end; ++o) dbias[o] += d[o];
+  if (dbias != nullptr) add_column_sums(dbias, dout, n, out_features);
+}
+
+void add_column_sums(float* sums, const float* x, int64_t rows, int64_t cols) {
+  const int64_t chunk = column_sum_chunk(rows);
+  // Each thread owns a slice of the columns: deterministic, no atomics.
+#pragma omp parallel if(worth_parallel(rows * cols))
+  {
+    const int threads = omp_get_num_threads(), id = omp_get_thread_num();
+    const int64_t slice = (cols + threads - 1) / threads;
+    const int64_t begin = std::min<int64_t>(cols, id * slice), end = std::min<int64_t>(cols, begin + slice);
+    std::vector<float> partial(static_cast<size_t>(end - begin));
+    for (int64_t first = 0; first < rows; first += chunk) {
+      std::fill(partial.begin(), partial.end(), 0.0f);
+      for (int64_t row = first; row < std::min(rows, first + chunk); ++row) {
+        const float* d = x + row * cols + begin;
+        for (int64_t o = 0; o < end - begin; ++o) partial[o] += d[o];
       }
+      for (int64_t o = begin; o < end; ++o) sums[o] += partial[o - begin];
     }
   }
 }

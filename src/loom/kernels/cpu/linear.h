@@ -16,6 +16,9 @@ void linear_forward(float* out, const float* in, const float* weight, const floa
 void linear_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                      const float* weight, int64_t n, int64_t in_features, int64_t out_features);
 
+// sums[c] += the sum over rows of x[r, c], in kernels/column_sums.h's order (the bias gradient).
+void add_column_sums(float* sums, const float* x, int64_t rows, int64_t cols);
+
 // x[rows, width] += bias[width] on every row.
 void add_bias(float* x, const float* bias, int64_t rows, int64_t width);
 

@@ -1,6 +1,12 @@
 #include "loom/kernels/cuda/bias.h"
+
+#include <string>
+
+#include "loom/core/error.h"
+#include "loom/kernels/column_sums.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/launch.cuh"
+#include "loom/kernels/cuda/scratch.h"
 
 namespace loom::kernels::cuda {
 
@@ -13,10 +19,23 @@ __global__ void broadcast_bias_kernel(float* out, const float* bias, int64_t row
   }
 }
 
-__global__ void column_sums_kernel(float* sums, const float* x, int64_t rows, int64_t cols) {
+// partial[k, c] = the sum of x[r, c] over chunk k's rows, in row order from zero.
+__global__ void chunk_column_sums_kernel(float* __restrict__ partial, const float* __restrict__ x, int64_t rows,
+                                         int64_t cols, int64_t chunk) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x, k = blockIdx.y;
+  if (c >= cols) return;
+  const int64_t last = min(rows, (k + 1) * chunk);
+  float s = 0.0f;
+  for (int64_t r = k * chunk; r < last; ++r) s = __fadd_rn(s, x[r * cols + c]);
+  partial[k * cols + c] = s;
+}
+
+// sums[c] += partial[0, c], then partial[1, c], ... in order.
+__global__ void add_chunk_sums_kernel(float* __restrict__ sums, const float* __restrict__ partial, int64_t chunks,
+                                      int64_t cols) {
   for (int64_t c = grid_start(); c < cols; c += grid_stride()) {
     float s = sums[c];
-    for (int64_t r = 0; r < rows; ++r) s += x[r * cols + c];
+    for (int64_t k = 0; k < chunks; ++k) s = __fadd_rn(s, partial[k * cols + c]);
     sums[c] = s;
   }
 }
@@ -31,8 +50,17 @@ void broadcast_bias(float* out, const float* bias, int64_t rows, int64_t cols, b
 
 void add_column_sums(float* sums, const float* x, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows * cols == 0) return;
-  column_sums_kernel<<<grid_for(cols), kThreads, 0, stream>>>(sums, x, rows, cols);
-  check_launch("column_sums_kernel");
+  const int64_t chunk = column_sum_chunk(rows), chunks = (rows + chunk - 1) / chunk;
+  const int64_t column_blocks = (cols + kThreads - 1) / kThreads;
+  LOOM_CHECK(column_blocks < (int64_t{1} << 31) && chunks <= 65535,
+             "cuda::add_column_sums: " + std::to_string(rows) + " x " + std::to_string(cols) + " exceeds one grid");
+  Scratch scratch;
+  float* partial = scratch.floats(chunks * cols);
+  chunk_column_sums_kernel<<<dim3(static_cast<unsigned>(column_blocks), static_cast<unsigned>(chunks)), kThreads, 0,
+                             stream>>>(partial, x, rows, cols, chunk);
+  check_launch("chunk_column_sums_kernel");
+  add_chunk_sums_kernel<<<grid_for(cols), kThreads, 0, stream>>>(sums, partial, chunks, cols);
+  check_launch("add_chunk_sums_kernel");
 }
 
 }  // namespace loom::kernels::cuda

@@ -1,7 +1,8 @@
 #pragma once
 // The bias halves of the linear layer on the device: rows of out set to (or increased by) the
-// bias before the product accumulates into them, and the bias gradient as column sums added in
-// row order (one thread per column: deterministic, the CPU's order).
+// bias before the product accumulates into them, and the bias gradient as column sums in
+// kernels/column_sums.h's order (chunks of rows summed by a thread per (chunk, column), then the
+// chunks' sums added in order by a thread per column): deterministic, the CPU's bits.
 #include <cuda_runtime.h>
 
 #include <cstdint>
