@@ -68,6 +68,18 @@ TEST_F(DeviceLayoutsOverNccl, InterleavedPipelineWithMoreMicroBatchesThanStagesO
                                  pp2("interleaved", {"parallel.virtual_stages=3", "model.layers=6", "train.micro_batch=1"}));
 }
 
+// 3 stages of 2 chunks: neighbours on both sides are different ranks, the last stage's output
+// goes around to the first; with 3 micro-batches (every forward first) and 6.
+TEST_F(DeviceLayoutsOverNccl, InterleavedPipelineOnThreeStagesOverNcclEqualsTheCpuBitForBit) {
+  const std::vector<std::string> pp3 = {"runtime.ranks=3", "parallel.pp=3", "parallel.pipeline_schedule=interleaved",
+                                        "parallel.virtual_stages=2", "model.layers=6", "train.micro_batch=1"};
+  std::vector<std::string> three = pp3, six = pp3;
+  three.push_back("train.global_batch=3");
+  six.insert(six.end(), {"train.global_batch=6", "model.recompute=true"});
+  expect_bitwise_equal_over_nccl(kLlama, "nccl-pp3-interleaved-3", three);
+  expect_bitwise_equal_over_nccl(kGpt2, "nccl-pp3-interleaved-6-recompute", six);
+}
+
 TEST_F(DeviceLayoutsOverNccl, GpipeOverNcclEqualsTheCpuBitForBit) {
   expect_bitwise_equal_over_nccl(kGpt2, "nccl-pp2-gpipe", pp2("gpipe"));
 }
