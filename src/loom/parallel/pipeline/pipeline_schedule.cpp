@@ -85,9 +85,9 @@ void build_1f1b(PipelineSchedule& s) {
 // and one backward; cool-down: one backward) and exchanges with both neighbours once between
 // two steps, in one batch: the sends of the step just run (its output forward, its input's
 // gradient back) and the receives of the next step's passes (Megatron's
-// send_forward_backward_recv_forward_backward). The ranks' steps then meet in lockstep, each
-// message's send and recv in batches run at the same step, so no order deadlocks where a send
-// waits for its recv (NCCL). Within a batch forward messages come before backward ones on every
+// send_forward_backward_recv_forward_backward). The ranks' steps then meet in lockstep, a
+// message's send and recv in batches that run together, so nothing deadlocks where a send waits
+// for its recv (NCCL; check_rendezvous in pipeline_rendezvous.h proves it per shape). Within a batch forward messages come before backward ones on every
 // rank, so that with 2 stages, where both neighbours are the same rank, the messages between
 // two ranks pair in issue order (NCCL has no tags).
 void build_interleaved(PipelineSchedule& s) {
