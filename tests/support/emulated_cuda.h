@@ -24,8 +24,8 @@ namespace loom::testing {
 // the ops the real backend has a kernel for (where this build has one); the precision recipes'
 // device-only entries (amax, round_in_place, precision_linear_gemm), which have no CPU kernel, run
 // the CPU's emulation of the recipes (emulated_precision.h). Idempotent; `devices` of the first
-// call wins.
-void install_emulated_cuda(int devices = 2);
+// call wins (4 by default: runtime.device_comm=nccl, a GPU per rank, on up to 4 ranks).
+void install_emulated_cuda(int devices = 4);
 
 // Whether the page of emulated device memory at `ptr` is committed (true outside releasable
 // memory).

@@ -34,10 +34,10 @@ TEST_F(DeviceLayouts, ADeviceBackendIsRefusedWhereItCannotServe) {
     }
     return "no error";
   };
-  // Three ranks of one process on the two emulated GPUs.
-  const std::string shared = error_of({"runtime.device=cuda", "runtime.device_comm=nccl", "runtime.ranks=3",
-                                       "train.global_batch=3", "train.micro_batch=1"});
-  EXPECT_NE(shared.find("runtime.device_comm=nccl: 3 ranks of this process on 2 GPU(s)"), std::string::npos) << shared;
+  // Five ranks of one process on the four emulated GPUs.
+  const std::string shared = error_of({"runtime.device=cuda", "runtime.device_comm=nccl", "runtime.ranks=5",
+                                       "train.global_batch=5", "train.micro_batch=1"});
+  EXPECT_NE(shared.find("runtime.device_comm=nccl: 5 ranks of this process on 4 GPU(s)"), std::string::npos) << shared;
   const std::string on_cpu = error_of({"runtime.device_comm=nccl"});
   EXPECT_NE(on_cpu.find("runtime.device_comm=nccl needs runtime.device=cuda"), std::string::npos) << on_cpu;
 }

@@ -1,6 +1,7 @@
 #include "loom/parallel/pipeline/pipeline_schedule.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "loom/core/error.h"
 
@@ -80,7 +81,15 @@ void build_1f1b(PipelineSchedule& s) {
 
 // Megatron-LM's interleaved 1F1B: the k-th forward (or backward) pass of a rank handles
 // micro-batch group k / (p v), chunk (k / p) % v (reversed for backward), micro-batch k % p of
-// the group.
+// the group. A rank runs its passes in steps (warm-up: one forward; steady state: one forward
+// and one backward; cool-down: one backward) and exchanges with both neighbours once between
+// two steps, in one batch: the sends of the step just run (its output forward, its input's
+// gradient back) and the receives of the next step's passes (Megatron's
+// send_forward_backward_recv_forward_backward). The ranks' steps then meet in lockstep, a
+// message's send and recv in batches that run together, so nothing deadlocks where a send waits
+// for its recv (NCCL; check_rendezvous in pipeline_rendezvous.h proves it per shape). Within a batch forward messages come before backward ones on every
+// rank, so that with 2 stages, where both neighbours are the same rank, the messages between
+// two ranks pair in issue order (NCCL has no tags).
 void build_interleaved(PipelineSchedule& s) {
   const int p = s.stages, m = s.micro_batches, v = s.virtual_stages, total = m * v;
   auto chunk_of = [&](int k, bool forward) {
@@ -88,16 +97,33 @@ void build_interleaved(PipelineSchedule& s) {
     return forward ? chunk : v - 1 - chunk;
   };
   auto micro_batch_of = [&](int k) { return (k / (p * v)) * p + k % p; };
+  using Pass = std::pair<bool, int>;  // (forward, k)
   for (int r = 0; r < p; ++r) {
     const int warmup = m == p ? total : std::min(total, (p - r - 1) * 2 + (v - 1) * p);
+    std::vector<std::vector<Pass>> steps;
+    for (int k = 0; k < warmup; ++k) steps.push_back({{true, k}});
+    for (int i = 0; i < total - warmup; ++i) steps.push_back({{true, warmup + i}, {false, i}});
+    for (int k = total - warmup; k < total; ++k) steps.push_back({{false, k}});
     std::vector<PipelineInstruction>& list = s.ranks[r];
-    for (int k = 0; k < warmup; ++k) add_pass(s, list, r, true, micro_batch_of(k), chunk_of(k, true));
-    for (int i = 0; i < total - warmup; ++i) {
-      const int k = warmup + i;
-      add_pass(s, list, r, true, micro_batch_of(k), chunk_of(k, true));
-      add_pass(s, list, r, false, micro_batch_of(i), chunk_of(i, false));
+    // The messages of `step`'s passes of one kind (sends or receives), forward first.
+    auto messages = [&](const std::vector<Pass>& step, bool sends) {
+      for (const auto& [forward, k] : step) {
+        const int mb = micro_batch_of(k), chunk = chunk_of(k, forward);
+        const bool to_or_from_next = forward == sends;  // a send forward or a recv of a gradient
+        if (to_or_from_next ? s.last_stage(r, chunk) : s.first_stage(r, chunk)) continue;
+        const PipelineOp op = forward ? (sends ? PipelineOp::SendForward : PipelineOp::RecvForward)
+                                      : (sends ? PipelineOp::SendBackward : PipelineOp::RecvBackward);
+        list.push_back({op, mb, chunk});
+      }
+    };
+    for (size_t j = 0; j < steps.size(); ++j) {
+      if (j == 0) messages(steps[j], false);
+      for (const auto& [forward, k] : steps[j]) {
+        list.push_back({forward ? PipelineOp::Forward : PipelineOp::Backward, micro_batch_of(k), chunk_of(k, forward)});
+      }
+      messages(steps[j], true);
+      if (j + 1 < steps.size()) messages(steps[j + 1], false);
     }
-    for (int k = total - warmup; k < total; ++k) add_pass(s, list, r, false, micro_batch_of(k), chunk_of(k, false));
   }
 }
 

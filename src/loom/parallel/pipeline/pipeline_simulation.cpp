@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "loom/core/error.h"
+#include "loom/parallel/pipeline/pipeline_rendezvous.h"
 
 namespace loom::parallel {
 
@@ -135,6 +136,7 @@ PipelineSimulation simulate_pipeline(const PipelineSchedule& s, PipelineCosts co
   LOOM_CHECK(blocked.empty(), pipeline_schedule_name(s.kind) + " schedule deadlocks; waiting:" + blocked);
   LOOM_CHECK(mailbox.empty(), pipeline_schedule_name(s.kind) + " schedule sends " + std::to_string(mailbox.size()) +
                              " message(s) nobody receives");
+  check_rendezvous(s);  // and where sends wait for their recv (NCCL)
   sim.makespan = *std::max_element(clock.begin(), clock.end());
   for (int r = 0; r < p; ++r) sim.idle[r] = sim.makespan - sim.busy[r];
   return sim;

@@ -6,9 +6,10 @@
 // where every unfinished rank waits on a message nobody will send is an Error listing each
 // rank's blocked instruction), checks that every message sent is received exactly once, that
 // every chunk of every micro-batch runs its forward once and its backward once after it, and
-// that the gradient reduction comes last. With costs per pass it also times the schedule:
-// per-rank busy and idle time (the bubble) and the most micro-batches whose activations a rank
-// holds at once.
+// that the gradient reduction comes last; then that the lists also run where a send waits for
+// its recv (check_rendezvous, pipeline_rendezvous.h: NCCL's semantics). With costs per pass it
+// also times the schedule: per-rank busy and idle time (the bubble) and the most micro-batches
+// whose activations a rank holds at once.
 #include <string>
 #include <vector>
 

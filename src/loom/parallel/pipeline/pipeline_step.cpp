@@ -114,6 +114,16 @@ bool is_message(parallel::PipelineOp op) {
 bool is_send(parallel::PipelineOp op) {
   return op == parallel::PipelineOp::SendForward || op == parallel::PipelineOp::SendBackward;
 }
+// Whether the batch of message instructions starting at `next` sends micro-batch chunk `key`'s
+// input gradient back.
+bool batch_sends_back(const std::vector<parallel::PipelineInstruction>& list, size_t next, std::pair<int, int> key) {
+  for (size_t j = next; j < list.size() && is_message(list[j].op); ++j) {
+    if (list[j].op == parallel::PipelineOp::SendBackward && list[j].micro_batch == key.first && list[j].chunk == key.second) {
+      return true;
+    }
+  }
+  return false;
+}
 }  // namespace
 
 // The message instructions [begin, end) of the rank's list, started as one batch: the sends
@@ -222,7 +232,7 @@ double PipelineStep::run(const int32_t* inputs, const int32_t* targets, int64_t 
       }
       default: break;  // messages: started above
     }
-    const bool sending_back = i + 1 < list.size() && list[i + 1].op == parallel::PipelineOp::SendBackward;
+    const bool sending_back = batch_sends_back(list, i + 1, key);
     if (round_pending && !sending_back) {
       dp.end_micro_batch(false);
       round_pending = false;

@@ -4,8 +4,9 @@
 // rank's instruction list, activations and gradients travel between stages with asynchronous
 // point-to-point messages (sends never block; a receive waits only when its data is needed; the
 // messages of consecutive instructions go as one batch, so neighbours that both send first
-// cannot wait on each other),
-// and the data-parallel step reduces the gradients as the schedule's backwards complete.
+// cannot wait on each other where a send waits for its recv, as under NCCL; the schedules' lists
+// are checked for that in pipeline_rendezvous.h), and the data-parallel step reduces the
+// gradients as the schedule's backwards complete.
 //
 // Each (micro-batch, chunk) in flight has its own model::Activations, taken from a pool and
 // returned after its backward, so a stage holds at most as many micro-batches' activations as
