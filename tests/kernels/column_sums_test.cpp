@@ -29,23 +29,28 @@ TEST(ColumnSums, ChunksAreMultiplesOf64RowsAndAtMost1024OfThem) {
 TEST(ColumnSums, TheCpuKernelFollowsTheChunkedOrderBitForBit) {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 3}, {63, 5}, {64, 7}, {65, 130}, {1000, 33},
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 3}, {63, 5}, {64, 7}, {65, 130}, {1000, 33}, {2049, 9},
                             {64 * 1024 + 5, 3}}) {
     std::vector<float> x(static_cast<size_t>(rows * cols)), start(static_cast<size_t>(cols));
     for (float& v : x) v = normal(rng);
     for (float& v : start) v = normal(rng);
-    // The order written out: chunks summed in row order from zero, added in order to the start.
-    const int64_t chunk = column_sum_chunk(rows);
+    // The order written out: chunks summed in row order from zero, groups of 32 chunk sums from
+    // zero, the groups' sums added in order to the start.
+    const int64_t chunk = column_sum_chunk(rows), group_rows = chunk * kColumnSumChunksPerGroup;
     std::vector<float> expected = start;
     std::vector<double> exact(start.begin(), start.end());
     for (int64_t c = 0; c < cols; ++c) {
-      for (int64_t first = 0; first < rows; first += chunk) {
-        float partial = 0.0f;
-        for (int64_t r = first; r < std::min(rows, first + chunk); ++r) {
-          partial += x[static_cast<size_t>(r * cols + c)];
-          exact[static_cast<size_t>(c)] += x[static_cast<size_t>(r * cols + c)];
+      for (int64_t group_first = 0; group_first < rows; group_first += group_rows) {
+        float group = 0.0f;
+        for (int64_t first = group_first; first < std::min(rows, group_first + group_rows); first += chunk) {
+          float partial = 0.0f;
+          for (int64_t r = first; r < std::min(rows, first + chunk); ++r) {
+            partial += x[static_cast<size_t>(r * cols + c)];
+            exact[static_cast<size_t>(c)] += x[static_cast<size_t>(r * cols + c)];
+          }
+          group += partial;
         }
-        expected[static_cast<size_t>(c)] += partial;
+        expected[static_cast<size_t>(c)] += group;
       }
     }
     std::vector<float> sums = start;

@@ -59,14 +59,19 @@ void add_column_sums(float* sums, const float* x, int64_t rows, int64_t cols) {
     const int threads = omp_get_num_threads(), id = omp_get_thread_num();
     const int64_t slice = (cols + threads - 1) / threads;
     const int64_t begin = std::min<int64_t>(cols, id * slice), end = std::min<int64_t>(cols, begin + slice);
-    std::vector<float> partial(static_cast<size_t>(end - begin));
-    for (int64_t first = 0; first < rows; first += chunk) {
-      std::fill(partial.begin(), partial.end(), 0.0f);
-      for (int64_t row = first; row < std::min(rows, first + chunk); ++row) {
-        const float* d = x + row * cols + begin;
-        for (int64_t o = 0; o < end - begin; ++o) partial[o] += d[o];
+    const int64_t width = end - begin, group_rows = chunk * kColumnSumChunksPerGroup;
+    std::vector<float> partial(static_cast<size_t>(width)), group(static_cast<size_t>(width));
+    for (int64_t group_first = 0; group_first < rows; group_first += group_rows) {
+      std::fill(group.begin(), group.end(), 0.0f);
+      for (int64_t first = group_first; first < std::min(rows, group_first + group_rows); first += chunk) {
+        std::fill(partial.begin(), partial.end(), 0.0f);
+        for (int64_t row = first; row < std::min(rows, first + chunk); ++row) {
+          const float* d = x + row * cols + begin;
+          for (int64_t o = 0; o < width; ++o) partial[o] += d[o];
+        }
+        for (int64_t o = 0; o < width; ++o) group[o] += partial[o];
       }
-      for (int64_t o = begin; o < end; ++o) sums[o] += partial[o - begin];
+      for (int64_t o = 0; o < width; ++o) sums[begin + o] += group[o];
     }
   }
 }

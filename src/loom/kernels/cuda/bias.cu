@@ -30,14 +30,27 @@ __global__ void chunk_column_sums_kernel(float* __restrict__ partial, const floa
   partial[k * cols + c] = s;
 }
 
-// sums[c] += partial[0, c], then partial[1, c], ... in order.
+// A block of 32 columns x 32 groups: thread (g, c) sums group g's chunk sums in order from zero;
+// then thread (0, c) adds the groups' sums in order into sums[c].
+constexpr int kGroupTile = 32;
+static_assert(kGroupTile == kColumnSumChunks / kColumnSumChunksPerGroup, "one thread row per group");
+
 __global__ void add_chunk_sums_kernel(float* __restrict__ sums, const float* __restrict__ partial, int64_t chunks,
                                       int64_t cols) {
-  for (int64_t c = grid_start(); c < cols; c += grid_stride()) {
-    float s = sums[c];
-    for (int64_t k = 0; k < chunks; ++k) s = __fadd_rn(s, partial[k * cols + c]);
-    sums[c] = s;
+  __shared__ float group_sums[kGroupTile][kGroupTile + 1];
+  const int64_t c = blockIdx.x * static_cast<int64_t>(kGroupTile) + threadIdx.x;
+  const int64_t g = threadIdx.y, groups = (chunks + kColumnSumChunksPerGroup - 1) / kColumnSumChunksPerGroup;
+  if (c < cols && g < groups) {
+    const int64_t last = min(chunks, (g + 1) * kColumnSumChunksPerGroup);
+    float s = 0.0f;
+    for (int64_t k = g * kColumnSumChunksPerGroup; k < last; ++k) s = __fadd_rn(s, partial[k * cols + c]);
+    group_sums[threadIdx.y][threadIdx.x] = s;
   }
+  __syncthreads();
+  if (c >= cols || threadIdx.y != 0) return;
+  float total = sums[c];
+  for (int64_t k = 0; k < groups; ++k) total = __fadd_rn(total, group_sums[k][threadIdx.x]);
+  sums[c] = total;
 }
 
 }  // namespace
@@ -52,14 +65,16 @@ void add_column_sums(float* sums, const float* x, int64_t rows, int64_t cols, cu
   if (rows * cols == 0) return;
   const int64_t chunk = column_sum_chunk(rows), chunks = (rows + chunk - 1) / chunk;
   const int64_t column_blocks = (cols + kThreads - 1) / kThreads;
-  LOOM_CHECK(column_blocks < (int64_t{1} << 31) && chunks <= 65535,
+  LOOM_CHECK(column_blocks < (int64_t{1} << 31) && chunks <= kColumnSumChunks,
              "cuda::add_column_sums: " + std::to_string(rows) + " x " + std::to_string(cols) + " exceeds one grid");
   Scratch scratch;
   float* partial = scratch.floats(chunks * cols);
   chunk_column_sums_kernel<<<dim3(static_cast<unsigned>(column_blocks), static_cast<unsigned>(chunks)), kThreads, 0,
                              stream>>>(partial, x, rows, cols, chunk);
   check_launch("chunk_column_sums_kernel");
-  add_chunk_sums_kernel<<<grid_for(cols), kThreads, 0, stream>>>(sums, partial, chunks, cols);
+  const int64_t tiles = (cols + kGroupTile - 1) / kGroupTile;
+  add_chunk_sums_kernel<<<static_cast<unsigned>(tiles), dim3(kGroupTile, kGroupTile), 0, stream>>>(sums, partial, chunks,
+                                                                                                     cols);
   check_launch("add_chunk_sums_kernel");
 }
 

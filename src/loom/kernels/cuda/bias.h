@@ -1,8 +1,9 @@
 #pragma once
 // The bias halves of the linear layer on the device: rows of out set to (or increased by) the
 // bias before the product accumulates into them, and the bias gradient as column sums in
-// kernels/column_sums.h's order (chunks of rows summed by a thread per (chunk, column), then the
-// chunks' sums added in order by a thread per column): deterministic, the CPU's bits.
+// kernels/column_sums.h's order (chunks of rows summed by a thread per (chunk, column), groups of
+// chunks by a thread per (group, column), the groups in order by a thread per column):
+// deterministic, the CPU's bits.
 #include <cuda_runtime.h>
 
 #include <cstdint>
