@@ -3,7 +3,9 @@
 // contract to FMA), RMSNorm forward
 // and backward within fp32 rounding of the CPU (the weight gradient's row sum is accumulated in
 // another order), SwiGLU and GELU forward and backward within 1e-5 (expf against the CPU's
-// polynomial exp; backward adds into a non-zero gradient, as on the CPU). Without a usable GPU every test skips, saying why.
+// polynomial exp; backward writes its gradient whole, as on the CPU); the norms' weight gradients
+// over many rows the same bits on every run and within 1e-6 of fp64. Without a usable GPU every
+// test skips, saying why.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +20,7 @@
 #include "loom/kernels/cuda/adamw.h"
 #include "loom/kernels/cuda/caching_allocator.h"
 #include "loom/kernels/cuda/device.h"
+#include "loom/kernels/cuda/layernorm.h"
 #include "loom/kernels/cuda/rmsnorm.h"
 #include "loom/kernels/cuda/rows.h"
 #include "cuda_test_util.h"
@@ -81,6 +84,56 @@ TEST(CudaKernels, RmsNormForwardAndBackwardMatchTheCpu) {
     EXPECT_LE(relative_error(d_rstd.host(), rstd), 1e-6) << rows << " x " << dim;
     EXPECT_LE(relative_error(d_dx.host(), dx), 1e-5) << rows << " x " << dim;
     EXPECT_LE(relative_error(d_dw.host(), dw), 1e-5) << rows << " x " << dim;
+  }
+}
+
+// The norms' weight (and bias) gradients are summed per run of rows and the runs in a fixed order,
+// with no atomics: two runs give the same bits, within 1e-6 of the sums in fp64. The shapes take
+// runs of more than 16 rows (past 16384 rows) and shared memory beyond the default 48 KB (16384
+// columns: 64 KB for RMSNorm, 128 KB for LayerNorm's two arrays).
+TEST(CudaKernels, NormWeightGradientsAreDeterministicAndExactOverManyRows) {
+  SKIP_WITHOUT_GPU();
+  CachingAllocator allocator;
+  for (auto [rows, dim] : {std::pair<int64_t, int64_t>{20000, 40}, {3, 16384}, {1000, 768}}) {
+    const std::vector<float> x = random_values(61, rows * dim, 1.0f), w = random_values(62, dim, 1.0f),
+                             dy = random_values(63, rows * dim, 1.0f), dw0 = random_values(64, dim, 0.5f);
+    std::vector<float> mean(static_cast<size_t>(rows)), rstd(static_cast<size_t>(rows));
+    std::vector<double> rms_dw(dw0.begin(), dw0.end()), ln_dw(dw0.begin(), dw0.end()), ln_db(dw0.begin(), dw0.end());
+    for (int64_t r = 0; r < rows; ++r) {
+      double sum = 0.0, sum_sq = 0.0;
+      for (int64_t i = 0; i < dim; ++i) sum += x[r * dim + i];
+      mean[r] = static_cast<float>(sum / dim);
+      for (int64_t i = 0; i < dim; ++i) sum_sq += (x[r * dim + i] - mean[r]) * (x[r * dim + i] - mean[r]);
+      rstd[r] = static_cast<float>(1.0 / std::sqrt(sum_sq / dim + 1e-5));
+      for (int64_t i = 0; i < dim; ++i) {
+        const double g = dy[r * dim + i], xv = x[r * dim + i];
+        rms_dw[i] += g * xv * rstd[r];  // RMSNorm reads rstd as its 1 / rms (any positive row scale)
+        ln_dw[i] += g * (xv - mean[r]) * rstd[r];
+        ln_db[i] += g;
+      }
+    }
+    DeviceArray d_x(allocator, x), d_w(allocator, w), d_dy(allocator, dy), d_mean(allocator, mean),
+        d_rstd(allocator, rstd);
+    std::vector<float> first_rms, first_ln_w, first_ln_b;
+    for (int run = 0; run < 2; ++run) {
+      DeviceArray d_dx(allocator, std::vector<float>(x.size(), 0.0f)), d_dw(allocator, dw0),
+          d_ln_dw(allocator, dw0), d_ln_db(allocator, dw0);
+      rmsnorm_backward(d_dx.ptr, d_dw.ptr, d_dy.ptr, d_x.ptr, d_w.ptr, d_rstd.ptr, rows, dim);
+      layernorm_backward(d_dx.ptr, d_ln_dw.ptr, d_ln_db.ptr, d_dy.ptr, d_x.ptr, d_w.ptr, d_mean.ptr, d_rstd.ptr, rows,
+                         dim);
+      check_cuda(cudaDeviceSynchronize(), "norm backward");
+      const std::vector<float> rms = d_dw.host(), ln_w = d_ln_dw.host(), ln_b = d_ln_db.host();
+      EXPECT_LE(relative_error(rms, rms_dw), 1e-6) << rows << " x " << dim;
+      EXPECT_LE(relative_error(ln_w, ln_dw), 1e-6) << rows << " x " << dim;
+      EXPECT_LE(relative_error(ln_b, ln_db), 1e-6) << rows << " x " << dim;
+      if (run == 0) {
+        first_rms = rms, first_ln_w = ln_w, first_ln_b = ln_b;
+      } else {
+        EXPECT_EQ(rms, first_rms) << rows << " x " << dim;
+        EXPECT_EQ(ln_w, first_ln_w) << rows << " x " << dim;
+        EXPECT_EQ(ln_b, first_ln_b) << rows << " x " << dim;
+      }
+    }
   }
 }
 

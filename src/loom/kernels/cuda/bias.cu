@@ -72,6 +72,13 @@ void add_column_sums(float* sums, const float* x, int64_t rows, int64_t cols, cu
   chunk_column_sums_kernel<<<dim3(static_cast<unsigned>(column_blocks), static_cast<unsigned>(chunks)), kThreads, 0,
                              stream>>>(partial, x, rows, cols, chunk);
   check_launch("chunk_column_sums_kernel");
+  add_partial_column_sums(sums, partial, chunks, cols, stream);
+}
+
+void add_partial_column_sums(float* sums, const float* partial, int64_t chunks, int64_t cols, cudaStream_t stream) {
+  if (chunks * cols == 0) return;
+  LOOM_CHECK(chunks <= kColumnSumChunks, "cuda::add_partial_column_sums: " + std::to_string(chunks) +
+                                             " partial rows, at most " + std::to_string(kColumnSumChunks));
   const int64_t tiles = (cols + kGroupTile - 1) / kGroupTile;
   add_chunk_sums_kernel<<<static_cast<unsigned>(tiles), dim3(kGroupTile, kGroupTile), 0, stream>>>(sums, partial, chunks,
                                                                                                      cols);

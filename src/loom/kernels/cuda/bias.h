@@ -13,5 +13,10 @@ namespace loom::kernels::cuda {
 void broadcast_bias(float* out, const float* bias, int64_t rows, int64_t cols, bool accumulate,
                     cudaStream_t stream = nullptr);
 void add_column_sums(float* sums, const float* x, int64_t rows, int64_t cols, cudaStream_t stream = nullptr);
+// sums[c] += the column sums of partial[chunks, cols] (chunks <= kColumnSumChunks), added in
+// column_sums.h's order of chunk sums: groups of 32 from zero, then the groups in order. Also the
+// norms' weight gradients, whose blocks leave one partial row each.
+void add_partial_column_sums(float* sums, const float* partial, int64_t chunks, int64_t cols,
+                             cudaStream_t stream = nullptr);
 
 }  // namespace loom::kernels::cuda

@@ -1,9 +1,10 @@
 #pragma once
 // LayerNorm on the device, with the contracts of kernels::cpu::layernorm_forward / _backward:
 //   forward:  out = (in - mean) * rstd * weight + bias, saving mean[row] and rstd[row];
-//   backward: din += d(loss)/d(in); dweight, dbias += their gradients (summed over rows with
-//             atomic adds, so in a varying order: the CPU's up to fp32 rounding).
-// One block per row; the row's sums are reduced in shared memory (fp32).
+//   backward: din += d(loss)/d(in); dweight, dbias += their gradients (summed per run of rows,
+//             the runs in a fixed order: deterministic, the CPU's up to fp32 rounding).
+// Forward: one block per row, the row's sums reduced in shared memory (fp32). Backward: a block per
+// run of rows (norm_blocks.h), no atomics.
 #include <cuda_runtime.h>
 
 #include <cstdint>

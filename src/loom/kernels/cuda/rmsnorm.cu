@@ -1,6 +1,9 @@
 #include "loom/kernels/cuda/rmsnorm.h"
 
+#include "loom/kernels/cuda/bias.h"
 #include "loom/kernels/cuda/device.h"
+#include "loom/kernels/cuda/norm_blocks.h"
+#include "loom/kernels/cuda/scratch.h"
 
 namespace loom::kernels::cuda {
 
@@ -33,20 +36,29 @@ __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* in,
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) y[i] = x[i] * s * weight[i];
 }
 
-__global__ void rmsnorm_backward_kernel(float* din, float* dweight, const float* dout, const float* in,
-                                        const float* weight, const float* rstd, int64_t dim) {
+// A block per run of `block_rows` rows: each row's din, and the run's weight gradient summed in
+// row order in shared memory (each thread its own columns), left as the block's row of `partial`.
+__global__ void rmsnorm_backward_kernel(float* din, float* partial, const float* dout, const float* in,
+                                        const float* weight, const float* rstd, int64_t rows, int64_t dim,
+                                        int64_t block_rows) {
   __shared__ float shared[kThreads];
-  const float* x = in + blockIdx.x * dim;
-  const float* dy = dout + blockIdx.x * dim;
-  const float s = rstd[blockIdx.x];
-  float dot = 0.0f;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) dot += dy[i] * weight[i] * x[i];
-  const float coeff = block_sum(dot, shared) * s * s * s / static_cast<float>(dim);
-  float* dx = din + blockIdx.x * dim;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-    dx[i] += dy[i] * weight[i] * s - x[i] * coeff;
-    atomicAdd(dweight + i, dy[i] * x[i] * s);  // summed over rows; order varies (fp32 rounding)
+  extern __shared__ float dw[];  // [dim]
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) dw[i] = 0.0f;
+  const int64_t first = blockIdx.x * block_rows, last = min(rows, first + block_rows);
+  for (int64_t r = first; r < last; ++r) {
+    const float* x = in + r * dim;
+    const float* dy = dout + r * dim;
+    const float s = rstd[r];
+    float dot = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) dot += dy[i] * weight[i] * x[i];
+    const float coeff = block_sum(dot, shared) * s * s * s / static_cast<float>(dim);
+    float* dx = din + r * dim;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+      dx[i] += dy[i] * weight[i] * s - x[i] * coeff;
+      dw[i] += dy[i] * x[i] * s;
+    }
   }
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) partial[blockIdx.x * dim + i] = dw[i];
 }
 
 }  // namespace
@@ -61,9 +73,13 @@ void rmsnorm_forward(float* out, float* rstd, const float* in, const float* weig
 void rmsnorm_backward(float* din, float* dweight, const float* dout, const float* in, const float* weight,
                       const float* rstd, int64_t rows, int64_t dim, cudaStream_t stream) {
   if (rows == 0) return;
-  rmsnorm_backward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(din, dweight, dout, in, weight, rstd,
-                                                                                dim);
+  const NormBlocks blocks = norm_blocks(rows, dim, 1, reinterpret_cast<const void*>(&rmsnorm_backward_kernel));
+  Scratch scratch;
+  float* partial = scratch.floats(blocks.count * dim);
+  rmsnorm_backward_kernel<<<static_cast<unsigned>(blocks.count), kThreads, blocks.shared_bytes, stream>>>(
+      din, partial, dout, in, weight, rstd, rows, dim, blocks.rows);
   check_launch("rmsnorm_backward_kernel");
+  add_partial_column_sums(dweight, partial, blocks.count, dim, stream);
 }
 
 }  // namespace loom::kernels::cuda

@@ -2,7 +2,9 @@
 // RMSNorm on the device, with the contracts of kernels::cpu::rmsnorm_forward / _backward:
 //   forward:  out = in / rms(in) * weight, rstd[row] = 1 / sqrt(mean(in^2) + eps)
 //   backward: din += d(loss)/d(in), dweight += d(loss)/d(weight) (accumulated, as on the CPU).
-// One block per row; the row's sums are reduced in shared memory (fp32).
+// Forward: one block per row, the row's sums reduced in shared memory (fp32). Backward: a block per
+// run of rows (norm_blocks.h), the weight gradient summed per run and the runs in a fixed order: no
+// atomics, the same bits on every run.
 #include <cuda_runtime.h>
 
 #include <cstdint>
