@@ -44,6 +44,16 @@ T* device_to_host(T* p, const std::string& what) {
   return emulated_host_view(p);
 }
 
+// The census (emulated_cuda.h), shared by every emulated device and rank thread.
+std::mutex g_census_mutex;
+EmulatedCensus g_census;
+
+template <typename Count>
+void tally(Count count) {
+  std::lock_guard<std::mutex> lock(g_census_mutex);
+  count(g_census);
+}
+
 size_t host_page() {
   static const size_t page = [] {
     const long size = ::sysconf(_SC_PAGESIZE);
@@ -187,18 +197,37 @@ class EmulatedAllocator final : public Allocator {
     count_free(bytes);
   }
   void zero(void* ptr, size_t bytes) override {
-    if (bytes > 0) std::memset(device_to_host(ptr, "zero"), 0, bytes);
+    if (bytes == 0) return;
+    tally([](EmulatedCensus& c) { ++c.zeroes; });
+    std::memset(device_to_host(ptr, "zero"), 0, bytes);
   }
   void copy(void* dst, const void* src, size_t bytes) override {
-    if (bytes > 0) std::memcpy(device_to_host(dst, "copy's destination"), device_to_host(src, "copy's source"), bytes);
+    if (bytes == 0) return;
+    tally([](EmulatedCensus& c) { ++c.copies; });
+    std::memcpy(device_to_host(dst, "copy's destination"), device_to_host(src, "copy's source"), bytes);
+  }
+  void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows) override {
+    if (width == 0 || rows == 0) return;
+    tally([](EmulatedCensus& c) { ++c.copies; });
+    char* d = device_to_host(static_cast<char*>(dst), "copy_2d's destination");
+    const char* s = device_to_host(static_cast<const char*>(src), "copy_2d's source");
+    for (size_t r = 0; r < rows; ++r) std::memcpy(d + r * dst_pitch, s + r * src_pitch, width);
   }
   void to_host(void* host_dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
+    tally([bytes](EmulatedCensus& c) {
+      ++c.to_host;
+      c.to_host_bytes += static_cast<int64_t>(bytes);
+    });
     LOOM_CHECK(!is_emulated_device_pointer(host_dst), "emulated cuda: to_host's destination is device memory");
     std::memcpy(host_dst, device_to_host(src, "to_host's source"), bytes);
   }
   void from_host(void* dst, const void* host_src, size_t bytes) override {
     if (bytes == 0) return;
+    tally([bytes](EmulatedCensus& c) {
+      ++c.from_host;
+      c.from_host_bytes += static_cast<int64_t>(bytes);
+    });
     LOOM_CHECK(!is_emulated_device_pointer(host_src), "emulated cuda: from_host's source is device memory");
     std::memcpy(device_to_host(dst, "from_host's destination"), host_src, bytes);
   }
@@ -261,6 +290,7 @@ template <typename R, typename... A, R (*Op)(Device, A...), OpName Name>
 struct Emulate<Op, Name> {
   static R call(Device device, A... a) {
     check_device(device, Name.text);
+    tally([](EmulatedCensus& c) { ++c.entries[Name.text]; });
     return invoke(device, std::index_sequence_for<A...>{}, a...);
   }
   template <size_t... I>
@@ -273,6 +303,7 @@ struct Emulate<Op, Name> {
 void adamw_update_many(Device device, const kernels::AdamWTensor* tensors, int64_t count,
                        const kernels::AdamWStep& step) {
   check_device(device, "adamw_update_many");
+  tally([](EmulatedCensus& c) { ++c.entries["adamw_update_many"]; });
   std::vector<kernels::AdamWTensor> host(tensors, tensors + count);
   for (size_t i = 0; i < host.size(); ++i) {
     const std::string where = "kernels::adamw_update_many's tensor " + std::to_string(i);
@@ -304,9 +335,18 @@ void fill_entries(kernels::CudaEntries& e) {
 #undef LOOM_EMULATE
   e.adamw_update_many = &adamw_update_many;
   // The precision recipes' device-only entries: the CPU's emulation of them (emulated_precision.h).
-  e.amax = &emulated_amax;
-  e.round_in_place = &emulated_round_in_place;
-  e.precision_linear_gemm = &emulated_precision_linear_gemm;
+  e.amax = [](Device device, const float* x, int64_t n) {
+    tally([](EmulatedCensus& c) { ++c.entries["amax"]; });
+    return emulated_amax(device, x, n);
+  };
+  e.round_in_place = [](Device device, float* x, int64_t n, kernels::OutputRounding rounding) {
+    tally([](EmulatedCensus& c) { ++c.entries["round_in_place"]; });
+    emulated_round_in_place(device, x, n, rounding);
+  };
+  e.precision_linear_gemm = [](Device device, const kernels::PrecisionGemm& gemm) {
+    tally([](EmulatedCensus& c) { ++c.entries["precision_linear_gemm"]; });
+    emulated_precision_linear_gemm(device, gemm);
+  };
 #ifdef LOOM_TEST_REAL_CUDA_ENTRIES
   // Only what the real backend serves: an op it lacks must fail here as it would on a GPU.
   kernels::CudaEntries real;
@@ -338,6 +378,22 @@ void install_emulated_cuda(int devices) {
     entries.devices = devices;
     entries.started = true;
   });
+}
+
+int64_t EmulatedCensus::launches() const {
+  int64_t n = copies + zeroes;
+  for (const auto& [op, calls] : entries) n += calls;
+  return n;
+}
+
+void reset_emulated_census() {
+  std::lock_guard<std::mutex> lock(g_census_mutex);
+  g_census = EmulatedCensus{};
+}
+
+EmulatedCensus emulated_census() {
+  std::lock_guard<std::mutex> lock(g_census_mutex);
+  return g_census;
 }
 
 bool emulated_committed(Device device, const void* ptr) {

@@ -13,6 +13,8 @@
 // demand paging, and bytes_in_use() / peak_bytes() measure what ZeRO 2 and 3 give back.
 // Test support only: never linked into the product.
 #include <cstdint>
+#include <map>
+#include <string>
 
 #include "loom/core/device.h"
 
@@ -28,6 +30,20 @@ void install_emulated_cuda(int devices = 2);
 // Whether the page of emulated device memory at `ptr` is committed (true outside releasable
 // memory).
 bool emulated_committed(Device device, const void* ptr);
+
+// What the device path asked of the emulated devices since the last reset: entry calls by op name
+// (a kernel launch each on a GPU, or more), device copies and zeroings (copy_2d counts once, as
+// one cudaMemcpy2DAsync), and transfers between host and device, each a wait for the device's
+// queued work on a GPU (the backend's to_host and from_host synchronise the compute stream).
+struct EmulatedCensus {
+  std::map<std::string, int64_t> entries;
+  int64_t copies = 0, zeroes = 0;
+  int64_t to_host = 0, from_host = 0;
+  int64_t to_host_bytes = 0, from_host_bytes = 0;
+  int64_t launches() const;  // entry calls + copies + zeroes
+};
+void reset_emulated_census();
+EmulatedCensus emulated_census();
 
 constexpr uintptr_t kDeviceTag = uintptr_t{1} << 62;
 

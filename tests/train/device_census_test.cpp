@@ -1,0 +1,99 @@
+// What one training step asks of the device: kernel launches and copies, and the transfers
+// between host and device, each of which waits for the device's queued work on a GPU (the
+// backend's to_host and from_host synchronise the compute stream). A step that waits on the
+// device lets the GPU run dry while the host queues the next work, so the waits are counted here,
+// on the emulated device, for the ~1B config's layer count (configs/llama-1b.yaml: 16 blocks) at
+// tiny widths, and held to what each one is for.
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "device_training.h"
+
+namespace loom::train {
+namespace {
+
+using ::loom::testing::EmulatedCensus;
+using ::loom::testing::emulated_census;
+using ::loom::testing::reset_emulated_census;
+
+// The ~1B config's shape at tiny widths: 16 Llama-style blocks (tied embeddings, RoPE, GQA).
+constexpr const char* kDeep =
+    "model: {vocab_size: 0, d_model: 32, layers: 16, heads: 4, kv_heads: 2, ffn_size: 48, max_seq_len: 32,\n"
+    "        norm: rms, activation: swiglu, positions: rope, tied_embeddings: true}\n";
+
+// The entries that return a value to the host (each a wait for the device on a GPU).
+constexpr const char* kValueEntries[] = {"softmax_cross_entropy", "any_non_finite", "sum_of_squares", "amax"};
+
+// One step's waits for the device, and its launches.
+struct StepCensus {
+  int64_t launches = 0, to_host = 0, from_host = 0;
+  std::map<std::string, int64_t> entries;
+  int64_t entry(const std::string& op) const {
+    const auto it = entries.find(op);
+    return it == entries.end() ? 0 : it->second;
+  }
+  int64_t waits() const {
+    int64_t n = to_host + from_host;
+    for (const char* op : kValueEntries) n += entry(op);
+    return n;
+  }
+};
+
+}  // namespace
+
+class DeviceCensus : public DeviceTraining {
+ protected:
+  // One step's census on the device: a run of 3 steps less a run of 2 (the setup, the final
+  // checkpoint and the metrics cancel), printed.
+  StepCensus one_step(const std::string& tag, const char* model, std::vector<std::string> overrides) {
+    overrides.push_back("runtime.device=cuda");
+    auto run = [&](int steps) {
+      reset_emulated_census();
+      train(tag + "-" + std::to_string(steps), model, overrides, steps);
+      return emulated_census();
+    };
+    const EmulatedCensus two = run(2), three = run(3);
+    StepCensus step{three.launches() - two.launches(), three.to_host - two.to_host, three.from_host - two.from_host, {}};
+    for (const auto& [op, calls] : three.entries) {
+      const auto before = two.entries.find(op);
+      const int64_t per_step = calls - (before == two.entries.end() ? 0 : before->second);
+      if (per_step != 0) step.entries[op] = per_step;
+    }
+    std::printf("[census] %s, per step: %lld launches (%lld copies, %lld zeroings), %lld waits for the device "
+                "(%lld to_host, %lld from_host)\n",
+                tag.c_str(), static_cast<long long>(step.launches), static_cast<long long>(three.copies - two.copies),
+                static_cast<long long>(three.zeroes - two.zeroes), static_cast<long long>(step.waits()),
+                static_cast<long long>(step.to_host), static_cast<long long>(step.from_host));
+    return step;
+  }
+};
+
+// 2 micro-batches per step (the fixture's global batch 4 of micro-batches of 2). Each micro-batch
+// uploads its tokens for the embedding's forward and again for its backward (a pipeline may run
+// other micro-batches' forwards in between) and its targets (learned positions: their ids twice
+// more) and reads its loss back; each step reads the non-finite check and the gradient norm.
+// Nothing else waits: no layer reads the device (fp8_current's scales and amaxes stay there),
+// fp8_delayed reads its amaxes once per step.
+TEST_F(DeviceCensus, AStepOfTheDeepModelWaitsForTheDeviceOnlyForItsInputsLossAndNorms) {
+  constexpr int64_t kMicroBatches = 2;
+  for (const char* recipe : {"bf16", "fp8_current", "fp8_delayed", "mxfp8"}) {
+    const StepCensus step = one_step(recipe, kDeep, {std::string("precision.recipe=") + recipe});
+    const int64_t amax_reads = std::string(recipe) == "fp8_delayed" ? 1 : 0;
+    EXPECT_EQ(step.to_host, amax_reads) << recipe;
+    EXPECT_EQ(step.from_host, 3 * kMicroBatches) << recipe;
+    EXPECT_EQ(step.entry("softmax_cross_entropy"), kMicroBatches) << recipe;
+    EXPECT_EQ(step.entry("any_non_finite"), 1) << recipe;
+    EXPECT_EQ(step.entry("sum_of_squares"), 1) << recipe;
+    EXPECT_EQ(step.waits(), 4 * kMicroBatches + 2 + amax_reads) << recipe;
+    // Every linear layer's three GEMMs (forward, dgrad, wgrad) per micro-batch: 16 blocks of 4, and the head.
+    EXPECT_EQ(step.entry("precision_linear_gemm"), (16 * 4 + 1) * 3 * kMicroBatches) << recipe;
+  }
+  const StepCensus gpt2 = one_step("gpt2-bf16", kGpt2, {"precision.recipe=bf16", "model.recompute=true"});
+  EXPECT_EQ(gpt2.to_host, 0);
+  EXPECT_EQ(gpt2.from_host, 5 * kMicroBatches);
+  EXPECT_EQ(gpt2.waits(), 6 * kMicroBatches + 2);
+}
+
+}  // namespace loom::train
