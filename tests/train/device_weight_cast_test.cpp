@@ -3,7 +3,8 @@
 // bit for bit over four steps (so each step's casts see the weights the previous optimizer step
 // wrote), while each weight is cast once per form per step: 1 form for the 16-bit recipes, 2 for
 // the FP8 and MX ones (dgrad's transposed or column-blocked cast), the FP8 recipes' bf16 head 1.
-// Tensor and pipeline parallelism too, each rank caching its own shards or stage.
+// Tensor and pipeline parallelism and ZeRO-3 too, each rank caching its own shards or stage;
+// evaluation between steps and a checkpoint's resume see the weights as the last step left them.
 #include "device_training.h"
 #include "support/emulated_precision.h"
 
@@ -68,6 +69,18 @@ TEST_F(DeviceWeightCasts, PipelineStagesCacheTheirLayersBitForBit) {
     // Stage 0 holds block 0, stage 1 block 1 and the head.
     EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().cast, kSteps * casts_per_step(recipe, 8));
   }
+}
+
+// ZeRO-3 gathers each unit's weights for every forward and backward into the same buffers with
+// the same values: a rank still casts each weight once per form per step. Evaluation between the
+// steps runs outside the scope, casting the weights as they are then.
+TEST_F(DeviceWeightCasts, ZeroThreeGathersCastOncePerStepAndEvaluationSeesTheNewWeights) {
+  ::loom::testing::reset_emulated_weight_cast_counts();
+  expect_bitwise_equal_runs(kLlama, "casts-zero3", settings("fp8_current", {"runtime.ranks=2", "parallel.zero=3"}));
+  EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().cast, 2 * kSteps * casts_per_step("fp8_current", 8));
+  expect_bitwise_equal_runs(kGpt2, "casts-zero3-eval",
+                            settings("bf16", {"runtime.ranks=2", "parallel.zero=3", "train.eval_interval=1",
+                                              "data.val_prefix=" + root_ + "/data/c_train"}));
 }
 
 // A checkpoint written on the device with cached casts resumes there and on the CPU, equal to the
