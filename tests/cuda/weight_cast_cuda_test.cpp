@@ -61,7 +61,8 @@ TEST_P(CudaWeightCasts, CachedWeightCastsEqualUncachedOnesBitForBit) {
       DeviceFloats dy(allocator_, random_values(seed + 1, s.n * s.out, 0.01f));
       const std::vector<float> out0 = random_values(seed + 2, s.n * s.out, 0.1f);
       const std::vector<float> dx0 = random_values(seed + 3, s.n * s.in, 0.001f);
-      DeviceFloats y_plain(allocator_, testing::poison(s.n * s.out)), y_cached(allocator_, testing::poison(s.n * s.out));
+      DeviceFloats y_plain(allocator_, testing::poison(s.n * s.out));
+      DeviceFloats y_cached(allocator_, testing::poison(s.n * s.out));
       DeviceFloats acc_plain(allocator_, out0), acc_cached(allocator_, out0);
       DeviceFloats dx_plain(allocator_, dx0), dx_cached(allocator_, dx0);
       for (auto [layer, y, acc, dx, dw] : {std::tuple{&plain, &y_plain, &acc_plain, &dx_plain, &dw_plain},

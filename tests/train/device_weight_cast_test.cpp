@@ -56,7 +56,8 @@ TEST_F(DeviceWeightCasts, TensorParallelRanksCacheTheirShardsBitForBit) {
   EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().cast, 2 * kSteps * casts_per_step("bf16", 8));
   ::loom::testing::reset_emulated_weight_cast_counts();
   // fp8_current's scale from the whole weight's amax, all-reduced over the group when it is cast.
-  expect_bitwise_equal_runs(kGpt2, "casts-tp2-fp8-current", settings("fp8_current", {"runtime.ranks=2", "parallel.tp=2"}));
+  expect_bitwise_equal_runs(kGpt2, "casts-tp2-fp8-current",
+                            settings("fp8_current", {"runtime.ranks=2", "parallel.tp=2"}));
   EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().cast, 2 * kSteps * casts_per_step("fp8_current", 8));
 }
 
@@ -64,8 +65,9 @@ TEST_F(DeviceWeightCasts, PipelineStagesCacheTheirLayersBitForBit) {
   for (const std::string recipe : {"fp8_delayed", "mxfp8"}) {
     SCOPED_TRACE(recipe);
     ::loom::testing::reset_emulated_weight_cast_counts();
-    expect_bitwise_equal_runs(kLlama, "casts-pp2-" + recipe,
-                              settings(recipe, {"runtime.ranks=2", "parallel.pp=2", "parallel.pipeline_schedule=1f1b"}));
+    expect_bitwise_equal_runs(
+        kLlama, "casts-pp2-" + recipe,
+        settings(recipe, {"runtime.ranks=2", "parallel.pp=2", "parallel.pipeline_schedule=1f1b"}));
     // Stage 0 holds block 0, stage 1 block 1 and the head.
     EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().cast, kSteps * casts_per_step(recipe, 8));
   }

@@ -40,7 +40,8 @@
 // operand's amax is reduced on the device (kernels::amax_into), fp8_current's scale is computed
 // there from it (the tensor-parallel max an all-reduce of one device float), and fp8_delayed's
 // amaxes accumulate in a device array of the PrecisionContext, read once per optimizer step
-// (pending_amaxes); its scales stay the host's, from the histories. An operand holding Inf/NaN
+// (pending_amaxes); its scales stay the host's, from the histories. Inside a training step's
+// scope each weight is cast once per form and reused (weight_cast_cache.h). An operand holding Inf/NaN
 // cannot be passed on unquantized without a read: its FP8 cast writes such elements as NaN, so
 // every output they reach is NaN where the CPU's is Inf or NaN (docs/precision.md).
 #include <array>
