@@ -3,7 +3,7 @@
 // fresh random inputs each run, outputs poisoned, backward adding into non-zero gradients.
 // Embedding, LayerNorm, RoPE, fused softmax cross-entropy and its vocabulary-parallel pieces (with
 // a per-token objective's gradient), sum of squares, scaling and adding, AdamW over many tensors,
-// bf16/f16 copies of fp32 arrays.
+// DiLoCo's outer update, bf16/f16 copies of fp32 arrays.
 // fp32 within 1e-5 relative (bit for bit where the kernel rounds as the CPU does: RoPE, AdamW).
 // Skipped, saying why, without a GPU.
 #include <gtest/gtest.h>
@@ -159,6 +159,25 @@ TEST_F(CudaEntries, CrossEntropyAndItsVocabParallelPiecesMatchTheCpu) {
                          row_scale.data());
     vocab_shard_gradient(kGpu, d_objective.ptr, d_max.ptr, d_stats.ptr, d_targets.ptr, rows, shard, first, d_scale.ptr);
     EXPECT_LE(relative_error(d_objective.host(), objective), 1e-5) << rows << " x " << vocab;
+  }
+}
+
+// DiLoCo's outer step: the same fused multiply-adds as the CPU, so bit for bit, on sizes around
+// the grid's limits; the anchor and momentum poisoned outside [0, n) must stay so.
+TEST_F(CudaEntries, NesterovOuterUpdateMatchesTheCpuBitForBit) {
+  for (int64_t n : {1, 255, 257, 4097, 3000001}) {
+    std::vector<float> anchor = random_values(seed_, n + 1, 1.0f), momentum = random_values(seed_ + 1, n + 1, 0.01f);
+    const std::vector<float> delta = random_values(seed_ + 2, n, 1e-3f);
+    anchor[static_cast<size_t>(n)] = momentum[static_cast<size_t>(n)] = std::nanf("");
+    DeviceFloats d_anchor(allocator_, anchor), d_momentum(allocator_, momentum), d_delta(allocator_, delta);
+    nesterov_outer_update(kCpu, anchor.data(), momentum.data(), delta.data(), n, 0.7f, 0.9f);
+    nesterov_outer_update(kGpu, d_anchor.ptr, d_momentum.ptr, d_delta.ptr, n, 0.7f, 0.9f);
+    const std::vector<float> got_anchor = d_anchor.host(), got_momentum = d_momentum.host();
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got_anchor[i]), std::bit_cast<uint32_t>(anchor[i])) << n << " anchor " << i;
+      ASSERT_EQ(std::bit_cast<uint32_t>(got_momentum[i]), std::bit_cast<uint32_t>(momentum[i])) << n << " momentum " << i;
+    }
+    EXPECT_TRUE(std::isnan(got_anchor[static_cast<size_t>(n)]) && std::isnan(got_momentum[static_cast<size_t>(n)])) << n;
   }
 }
 

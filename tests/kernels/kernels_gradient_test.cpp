@@ -169,7 +169,7 @@ TEST(KernelGradients, SwiGlu) {
     swiglu_forward(y.data(), gu.data(), rows, width);
     return weighted_sum(y.data(), dy.data(), y.size());
   };
-  std::vector<float> dgu(gu.size(), 0.0f);
+  std::vector<float> dgu(gu.size(), 1e3f);  // poison: the backward writes every element
   swiglu_backward(dgu.data(), dy.data(), gu.data(), rows, width);
   expect_gradient_matches("dgate_up", gu.data(), gu.size(), dgu.data(), loss, {.max_checks = 100});
 }
@@ -182,7 +182,7 @@ TEST(KernelGradients, Gelu) {
     gelu_forward(y.data(), x.data(), n);
     return weighted_sum(y.data(), dy.data(), n);
   };
-  std::vector<float> dx(n, 0.0f);
+  std::vector<float> dx(n, 1e3f);  // poison: the backward writes every element
   gelu_backward(dx.data(), dy.data(), x.data(), n);
   expect_gradient_matches("dx", x.data(), n, dx.data(), loss);
 }

@@ -265,7 +265,7 @@ TEST(MambaKernels, GatedRmsNormBackwardMatchesFiniteDifferences) {
 
 TEST(MambaKernels, Relu2BackwardMatchesFiniteDifferences) {
   auto x = random_vector(40, 1), dy = random_vector(40, 2);
-  std::vector<float> out(40), dx(40);
+  std::vector<float> out(40), dx(40, 1e3f);  // dx poisoned: the backward writes every element
   auto loss = [&] {
     relu2_forward(out.data(), x.data(), 40);
     return weighted_sum(out.data(), dy.data(), 40);

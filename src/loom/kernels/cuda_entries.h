@@ -56,6 +56,8 @@ struct CudaEntries {
   double (*sum_of_squares)(Device, const float* x, int64_t n) = nullptr;
   void (*scale_in_place)(Device, float* x, int64_t n, float factor) = nullptr;
   void (*add_in_place)(Device, float* y, const float* x, int64_t n) = nullptr;
+  void (*nesterov_outer_update)(Device, float* anchor, float* momentum, const float* delta, int64_t n, float lr,
+                                float mu) = nullptr;
   bool (*any_non_finite)(Device, const float* x, int64_t n) = nullptr;
   void (*amax_into)(Device, float* dst, const float* x, int64_t n) = nullptr;
   void (*narrow_floats)(Device, void* dst, const float* src, int64_t n, DType dtype) = nullptr;

@@ -276,6 +276,10 @@ void scale_in_place(Device device, float* x, int64_t n, float factor) {
   LOOM_DISPATCH(scale_in_place, x, n, factor);
 }
 void add_in_place(Device device, float* y, const float* x, int64_t n) { LOOM_DISPATCH(add_in_place, y, x, n); }
+void nesterov_outer_update(Device device, float* anchor, float* momentum, const float* delta, int64_t n, float lr,
+                           float mu) {
+  LOOM_DISPATCH(nesterov_outer_update, anchor, momentum, delta, n, lr, mu);
+}
 
 bool any_non_finite(Device device, const float* x, int64_t n) { LOOM_DISPATCH(any_non_finite, x, n); }
 void amax_into(Device device, float* dst, const float* x, int64_t n) { LOOM_DISPATCH(amax_into, dst, x, n); }

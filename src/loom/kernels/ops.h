@@ -46,7 +46,9 @@ void rope_forward(Device device, float* x, int64_t rows, int64_t row_stride, int
 void rope_backward(Device device, float* dx, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
                    int64_t seq, int64_t positions_start, const RopeTable& table, const int32_t* positions = nullptr);
 
-// --- MLP activations. SwiGLU reads fused [gate | up] rows (2 * width).
+// --- MLP activations. SwiGLU reads fused [gate | up] rows (2 * width). Their backwards write
+// the input gradient (every element), unlike most backwards here, which add: its only reader is
+// the next GEMM, so no zeroing pass over the MLP's widest activation is needed.
 void swiglu_forward(Device device, float* out, const float* gate_up, int64_t rows, int64_t width);
 void swiglu_backward(Device device, float* dgate_up, const float* dout, const float* gate_up, int64_t rows,
                      int64_t width);
@@ -164,6 +166,10 @@ double sum_of_squares(Device device, const float* x, int64_t n);
 void scale_in_place(Device device, float* x, int64_t n, float factor);
 // y += x (ZeRO's reduced gradient shards accumulating over micro-batches).
 void add_in_place(Device device, float* y, const float* x, int64_t n);
+// DiLoCo's outer update of n elements (kernels/cpu/adamw.h): momentum and anchor updated from the
+// sites' averaged delta with Nesterov momentum, the same fused multiply-adds on every device.
+void nesterov_outer_update(Device device, float* anchor, float* momentum, const float* delta, int64_t n, float lr,
+                           float mu);
 // Whether x[0, n) holds an Inf or NaN (the gradients' check before an optimizer step).
 bool any_non_finite(Device device, const float* x, int64_t n);
 // *dst = max(*dst, max |x[0, n)|) where the tensors live, nothing read back: the FP8 recipes'

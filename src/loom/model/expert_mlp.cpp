@@ -45,7 +45,7 @@ void ExpertMlp::backward(float* d_in, const float* d_out, const float* in, const
                          const std::vector<int64_t>& expert_rows) const {
   const int64_t rows = std::accumulate(expert_rows.begin(), expert_rows.end(), int64_t{0});
   float* d_act = zeroed(work.d_act, rows * ffn_, device_);
-  float* d_hidden = zeroed(work.d_hidden, rows * hidden_width(), device_);
+  float* d_hidden = sized(work.d_hidden, rows * hidden_width(), device_);  // each expert's rows written whole
   if (rows > 0) allocator(device_).zero(d_in, static_cast<size_t>(rows * width_) * sizeof(float));
   int64_t at = 0;
   for (int j = 0; j < count_; ++j) {

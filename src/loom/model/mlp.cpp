@@ -52,7 +52,7 @@ void Mlp::backward(float* d_normed, const float* d_residual, const float* normed
                    Workspace& work, int64_t rows, ParallelScratch& scratch) const {
   float* d_act = zeroed(work.d_act, rows * ffn_, device_);
   down_->backward(d_act, d_residual, saved.act.data(), rows, scratch);
-  float* d_hidden = zeroed(work.d_hidden, rows * hidden_width(), device_);
+  float* d_hidden = sized(work.d_hidden, rows * hidden_width(), device_);  // written whole below
   activation_backward(device_, activation_, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
   in_->backward(d_normed, d_hidden, normed, rows, scratch);
 }

@@ -28,7 +28,8 @@ OuterStep::OuterStep(const config::RunConfig& config, std::unique_ptr<parallel::
 
 void OuterStep::attach(model::Transformer& model) {
   model::ParameterStore& params = model.params();
-  outer_ = std::make_unique<parallel::DilocoOuter>(*groups_->across.front(), params.values(), params.total(), options_);
+  outer_ = std::make_unique<parallel::DilocoOuter>(*groups_->across.front(), params.values(), params.total(),
+                                                   params.device(), options_);
 }
 
 bool OuterStep::after_step(int64_t step) { return outer_->after_step(step); }
@@ -52,11 +53,13 @@ std::vector<ckpt::TensorRef> OuterStep::checkpoint_tensors(const model::Transfor
     for (ckpt::TensorRef& ref : inner) ref.name = site_name(ref.name);
     return inner;
   }
-  // The outer state over the same ranges, as (value, exp_avg) = (anchor, momentum) refs renamed.
+  // The outer state over the same ranges, as (value, exp_avg) = (anchor, momentum) refs renamed
+  // (read from a GPU into host memory that lives until the next checkpoint).
   std::vector<parallel::OwnedRange> outer;
   for (const parallel::OwnedRange& r : owned) {
     outer.push_back({r.begin, r.end, outer_->anchor() + r.begin, outer_->momentum() + r.begin, nullptr});
   }
+  outer = host_ranges(outer_->device(), std::move(outer), saved_from_device_);
   for (ckpt::TensorRef& ref : owned_training_state(model, outer)) {
     if (ckpt::is_model_parameter(ref.name)) {
       ref.name = ckpt::optimizer_state_name("outer_anchor", ref.name);
@@ -81,14 +84,23 @@ void OuterStep::restore(const ckpt::LoadedCheckpoint& checkpoint, model::Transfo
     auto named = [&](const std::string& slot) {
       return [this, slot](const std::string& p) { return site_name(slot.empty() ? p : ckpt::optimizer_state_name(slot, p)); };
     };
-    read_parameter_state(checkpoint, model, named(""), model.params().values());
+    read_state(checkpoint, model, named(""), model.params().values());
     read_parameter_state(checkpoint, model, named("exp_avg"), exp_avg);
     read_parameter_state(checkpoint, model, named("exp_avg_sq"), exp_avg_sq);
   }
-  read_parameter_state(checkpoint, model, [](const std::string& p) { return ckpt::optimizer_state_name("outer_anchor", p); },
-                       outer_->anchor());
-  read_parameter_state(checkpoint, model, [](const std::string& p) { return ckpt::optimizer_state_name("outer_momentum", p); },
-                       outer_->momentum());
+  read_state(checkpoint, model, [](const std::string& p) { return ckpt::optimizer_state_name("outer_anchor", p); },
+             outer_->anchor());
+  read_state(checkpoint, model, [](const std::string& p) { return ckpt::optimizer_state_name("outer_momentum", p); },
+             outer_->momentum());
+}
+
+void OuterStep::read_state(const ckpt::LoadedCheckpoint& checkpoint, const model::Transformer& model,
+                           const std::function<std::string(const std::string&)>& name_of, float* out) const {
+  const Device device = outer_->device();
+  if (device.is_cpu()) return read_parameter_state(checkpoint, model, name_of, out);
+  std::vector<float> host(static_cast<size_t>(model.params().total()));  // read on the host, uploaded once
+  read_parameter_state(checkpoint, model, name_of, host.data());
+  copy_from_host(device, out, host.data(), model.params().total());
 }
 
 }  // namespace loom::train

@@ -9,6 +9,7 @@
 // every site) is `optim.outer_anchor.<param>` and `optim.outer_momentum.<param>`, written by site
 // 0. All are global tensors by parameter, so a resume is bitwise at the same layout.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,11 +50,15 @@ class OuterStep {
  private:
   OuterStep(const config::RunConfig& config, std::unique_ptr<parallel::SiteGroups> groups);
   std::string site_name(const std::string& name) const;
+  // read_parameter_state into `out` on the parameters' device (through the host on a GPU).
+  void read_state(const ckpt::LoadedCheckpoint& checkpoint, const model::Transformer& model,
+                  const std::function<std::string(const std::string&)>& name_of, float* out) const;
 
   parallel::DilocoOptions options_;
   std::unique_ptr<parallel::SiteGroups> groups_;
   std::unique_ptr<parallel::DilocoOuter> outer_;
   int64_t reported_bytes_ = 0;
+  mutable std::vector<float> saved_from_device_;  // the outer state of a GPU's last checkpoint, on the host
 };
 
 }  // namespace loom::train

@@ -11,22 +11,8 @@
 
 namespace loom::train {
 
-namespace {
-
-// The settings a GPU run cannot take yet (the model checks its own: model.*, precision.recipe).
-void check_cuda_run(const config::RunConfig& config, int world_size) {
-  const std::string where = " with runtime.device=cuda is not built yet (use runtime.device=cpu)";
-  const bool across_sites = config.parallel.dp_sites > 1 ||
-                            (config.parallel.dp_sites == 0 && config.topology.nodes_per_site > 0);
-  LOOM_CHECK(!across_sites || world_size == 1, "training across sites (parallel.dp_sites, topology.nodes_per_site)" + where);
-  LOOM_CHECK(config.parallel.outer == config::OuterOptimizer::None, "parallel.outer=diloco" + where);
-}
-
-}  // namespace
-
 Device training_device(const config::RunConfig& config, int world_rank, int world_size) {
   if (config.runtime.device == config::RuntimeDevice::Cpu) return Device::cpu();
-  check_cuda_run(config, world_size);
   int devices = 0;
   try {
     devices = kernels::start_cuda();

@@ -29,8 +29,8 @@ void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, i
     for (int64_t i = 0; i < width; ++i) {
       float sig = fast_sigmoid(g[i]);
       float silu = g[i] * sig;
-      du[i] += dy[i] * silu;
-      dg[i] += dy[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
+      du[i] = dy[i] * silu;
+      dg[i] = dy[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
     }
   }
 }
@@ -55,7 +55,7 @@ void gelu_backward(float* din, const float* dout, const float* in, int64_t n) {
     float x = in[i];
     float s = fast_sigmoid(2.0f * kSqrt2OverPi * (x + kCubic * x * x * x));
     float du_dx = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
-    din[i] += (s + x * s * (1.0f - s) * 2.0f * du_dx) * dout[i];
+    din[i] = (s + x * s * (1.0f - s) * 2.0f * du_dx) * dout[i];
   }
 }
 
@@ -70,7 +70,7 @@ void relu2_forward(float* out, const float* in, int64_t n) {
 
 void relu2_backward(float* din, const float* dout, const float* in, int64_t n) {
 #pragma omp parallel for simd schedule(static) if(worth_parallel(n))
-  for (int64_t i = 0; i < n; ++i) din[i] += in[i] > 0.0f ? 2.0f * in[i] * dout[i] : 0.0f;
+  for (int64_t i = 0; i < n; ++i) din[i] = in[i] > 0.0f ? 2.0f * in[i] * dout[i] : 0.0f;
 }
 
 }  // namespace loom::kernels::cpu

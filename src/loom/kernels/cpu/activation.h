@@ -6,7 +6,7 @@ namespace loom::kernels::cpu {
 
 // out[r, i] = silu(gate_up[r, i]) * gate_up[r, width + i]
 void swiglu_forward(float* out, const float* gate_up, int64_t rows, int64_t width);
-// Adds into dgate_up.
+// Writes dgate_up (every element; it need not be zeroed). The backwards below write likewise.
 void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t rows, int64_t width);
 
 // GELU, tanh approximation (GPT-2).

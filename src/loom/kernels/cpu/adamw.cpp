@@ -51,4 +51,13 @@ void add_in_place(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
+void nesterov_outer_update(float* anchor, float* momentum, const float* delta, int64_t n, float lr, float mu) {
+#pragma omp parallel for simd schedule(static) if(worth_parallel(n))
+  for (int64_t i = 0; i < n; ++i) {
+    const float m = std::fma(mu, momentum[i], delta[i]);
+    momentum[i] = m;
+    anchor[i] = std::fma(-lr, std::fma(mu, m, delta[i]), anchor[i]);
+  }
+}
+
 }  // namespace loom::kernels::cpu

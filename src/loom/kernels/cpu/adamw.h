@@ -22,4 +22,8 @@ void scale_in_place(float* x, int64_t n, float factor);
 // y += x
 void add_in_place(float* y, const float* x, int64_t n);
 
+// DiLoCo's outer step, SGD with Nesterov momentum on the averaged delta, each line one fused
+// multiply-add: momentum = fma(mu, momentum, delta); anchor = fma(-lr, fma(mu, momentum, delta), anchor).
+void nesterov_outer_update(float* anchor, float* momentum, const float* delta, int64_t n, float lr, float mu);
+
 }  // namespace loom::kernels::cpu

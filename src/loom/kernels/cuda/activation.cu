@@ -37,8 +37,8 @@ __global__ void swiglu_backward_kernel(float* __restrict__ dgate_up, const float
     const int64_t gi = r * 2 * width + i, ui = gi + width;
     const float g = gate_up[gi], u = gate_up[ui], dy = dout[k];
     const float sig = sigmoid(g);
-    dgate_up[ui] += dy * g * sig;
-    dgate_up[gi] += dy * u * sig * (1.0f + g * (1.0f - sig));
+    dgate_up[ui] = dy * g * sig;
+    dgate_up[gi] = dy * u * sig * (1.0f + g * (1.0f - sig));
   }
 }
 
@@ -57,7 +57,7 @@ __global__ void gelu_backward_kernel(float* __restrict__ din, const float* __res
     const float x = in[k];
     const float s = sigmoid(2.0f * kSqrt2OverPi * (x + kCubic * x * x * x));
     const float du_dx = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
-    din[k] += (s + x * s * (1.0f - s) * 2.0f * du_dx) * dout[k];
+    din[k] = (s + x * s * (1.0f - s) * 2.0f * du_dx) * dout[k];
   }
 }
 
@@ -76,7 +76,7 @@ __global__ void relu2_backward_kernel(float* __restrict__ din, const float* __re
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float x = in[k];
-    din[k] = __fadd_rn(din[k], x > 0.0f ? __fmul_rn(__fmul_rn(2.0f, x), dout[k]) : 0.0f);
+    din[k] = x > 0.0f ? __fmul_rn(__fmul_rn(2.0f, x), dout[k]) : 0.0f;
   }
 }
 

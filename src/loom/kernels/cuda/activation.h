@@ -3,7 +3,7 @@
 //   swiglu: out[r, i] = silu(gate_up[r, i]) * gate_up[r, width + i] over a fused [gate | up] row;
 //   gelu: the tanh approximation (GPT-2), written as x * sigmoid(2u) as on the CPU;
 //   relu2: max(x, 0)^2 (Nemotron's squared ReLU), bit for bit the CPU's.
-// Backward adds into its gradient output, as every loom backward does. fp32 throughout; the
+// Backward writes its gradient output whole (no zeroing needed first), as the CPU's. fp32 throughout; the
 // sigmoid uses expf (the CPU a polynomial exp within 2e-7), so results agree to fp32 rounding.
 #include <cuda_runtime.h>
 

@@ -64,6 +64,28 @@ __global__ void adamw_many_kernel(const __grid_constant__ TensorList list, Hyper
 
 }  // namespace
 
+namespace {
+
+// The CPU's fused multiply-adds, spelled out (__fmaf_rn rounds once, as std::fma).
+__global__ void nesterov_outer_kernel(float* __restrict__ anchor, float* __restrict__ momentum,
+                                      const float* __restrict__ delta, int64_t n, float lr, float mu) {
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) {
+    const float d = delta[i];
+    const float m = __fmaf_rn(mu, momentum[i], d);
+    momentum[i] = m;
+    anchor[i] = __fmaf_rn(-lr, __fmaf_rn(mu, m, d), anchor[i]);
+  }
+}
+
+}  // namespace
+
+void nesterov_outer_update(float* anchor, float* momentum, const float* delta, int64_t n, float lr, float mu,
+                           cudaStream_t stream) {
+  if (n == 0) return;
+  nesterov_outer_kernel<<<grid_for(n), kThreads, 0, stream>>>(anchor, momentum, delta, n, lr, mu);
+  check_launch("nesterov_outer_kernel");
+}
+
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                   const kernels::AdamWStep& s, cudaStream_t stream) {
   if (n == 0) return;

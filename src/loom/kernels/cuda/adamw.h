@@ -18,5 +18,8 @@ void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_av
                   const kernels::AdamWStep& step, cudaStream_t stream = nullptr);
 void adamw_update_many(const kernels::AdamWTensor* tensors, int64_t count, const kernels::AdamWStep& step,
                        cudaStream_t stream = nullptr);
+// DiLoCo's outer update: the fused multiply-adds of kernels::cpu::nesterov_outer_update, bit for bit.
+void nesterov_outer_update(float* anchor, float* momentum, const float* delta, int64_t n, float lr, float mu,
+                           cudaStream_t stream = nullptr);
 
 }  // namespace loom::kernels::cuda

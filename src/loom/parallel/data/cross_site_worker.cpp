@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "loom/comm/reduce.h"
+#include "loom/kernels/ops.h"
 #include "loom/parallel/data/communication.h"
 
 namespace loom::parallel {
@@ -11,7 +11,7 @@ namespace loom::parallel {
 struct CrossSiteWorker::Pending {
   CrossSiteJob job;
   comm::WorkHandle crossing;     // the cross-site all-reduce in flight
-  std::vector<uint16_t> narrow;  // an f32 shard rounded for a bf16 crossing
+  Tensor narrow;                 // an f32 shard rounded for a bf16 crossing (on the shard's device)
   std::mutex mutex;
   std::condition_variable done_cv;
   bool done = false;
@@ -95,9 +95,9 @@ void CrossSiteWorker::start(Pending& p) {
   if (j.in_site) j.in_site->wait();  // none with one rank per site at zero 0
   void* data = j.shard;
   if (j.cross != j.dtype) {  // f32 shard, bf16 crossing: round here, widen in retire()
-    p.narrow.resize(static_cast<size_t>(j.count));
-    comm::from_f32(p.narrow.data(), static_cast<const float*>(j.shard), j.count, j.cross);
-    data = p.narrow.data();
+    p.narrow = Tensor({j.count}, j.cross, j.device);
+    kernels::narrow_floats(j.device, p.narrow.raw(), static_cast<const float*>(j.shard), j.count, j.cross);
+    data = p.narrow.raw();
   }
   comm::Communicator& channel = *across_[next_channel_++ % across_.size()];
   p.crossing = start_cross_site_all_reduce(channel, data, j.count, j.cross);
@@ -107,7 +107,7 @@ void CrossSiteWorker::start(Pending& p) {
 void CrossSiteWorker::retire(Pending& p) {
   CrossSiteJob& j = p.job;
   p.crossing->wait();
-  if (!p.narrow.empty()) comm::to_f32(static_cast<float*>(j.shard), p.narrow.data(), j.count, j.cross);
+  if (!p.narrow.empty()) kernels::widen_floats(j.device, static_cast<float*>(j.shard), p.narrow.raw(), j.count, j.cross, false);
   if (j.gather) {
     start_shard_all_gather(*gather_group_, j.shard, j.gather_to, j.gather_counts, j.dtype)->wait();
     int64_t total = 0;

@@ -9,6 +9,10 @@
 // cross-site all-reduces in flight at once, so the long-haul latency of one bucket overlaps the
 // next buckets and the rest of backward. The handle submit() returns completes when the shard
 // (and the gather) is done.
+//
+// Device shards: the worker's device work (a bf16 crossing's rounding and widening) runs in the
+// device's order of work after the waits that precede it on this thread, and its buffer is
+// allocated here first (which makes the shard's device this thread's current one).
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -20,6 +24,7 @@
 #include <vector>
 
 #include "loom/comm/communicator.h"
+#include "loom/core/tensor.h"
 
 namespace loom::parallel {
 
@@ -41,6 +46,9 @@ struct CrossSiteJob {
   int64_t count = 0;         // real elements of the shard (padding never crosses)
   DType dtype = DType::F32;  // of the shard
   DType cross = DType::F32;  // what it travels in across sites (bf16 rounds an f32 shard)
+  // Where the shard (and `gather_to`) live: on a GPU the rounding for a bf16 crossing runs
+  // there, issued from the worker's thread after the in-site reduce-scatter has completed.
+  Device device = Device::cpu();
   // Zero 0: all-gather every position's shard inside the site into `gather_to`.
   bool gather = false;
   void* gather_to = nullptr;

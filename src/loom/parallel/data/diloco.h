@@ -11,10 +11,13 @@
 //
 // Cross-site traffic: one all-reduce of a fragment per sync per rank (every rank of a site holds
 // the whole model), 2 (S - 1) / S of its bytes, against data parallelism's every step.
+//
+// The anchor, momentum and delta live with the parameters (on their device); the update runs
+// through the device-neutral entries (kernels/ops.h), so a GPU computes the CPU's bits.
 #include <cstdint>
-#include <vector>
 
 #include "loom/comm/communicator.h"
+#include "loom/core/tensor.h"
 
 namespace loom::parallel {
 
@@ -27,8 +30,9 @@ struct DilocoOptions {
 
 class DilocoOuter {
  public:
-  // `params`: the model's flat parameter buffer (`total` elements), the same on every rank now.
-  DilocoOuter(comm::Communicator& across, float* params, int64_t total, DilocoOptions options);
+  // `params`: the model's flat parameter buffer (`total` elements on `device`), the same on every
+  // rank now.
+  DilocoOuter(comm::Communicator& across, float* params, int64_t total, Device device, DilocoOptions options);
 
   // After inner step `step` (1-based): syncs the fragments due. Collective over `across`.
   // Returns whether the parameters changed (the inner optimizer must then reload its master
@@ -37,10 +41,12 @@ class DilocoOuter {
   // The anchor becomes the parameters and the momentum zero (a start without outer state).
   void reset();
 
-  float* anchor() { return anchor_.data(); }
-  float* momentum() { return momentum_.data(); }
-  const float* anchor() const { return anchor_.data(); }
-  const float* momentum() const { return momentum_.data(); }
+  // On the parameters' device.
+  Device device() const { return device_; }
+  float* anchor() { return anchor_.data<float>(); }
+  float* momentum() { return momentum_.data<float>(); }
+  const float* anchor() const { return anchor_.data<float>(); }
+  const float* momentum() const { return momentum_.data<float>(); }
   // Bytes this rank sent across sites, in total.
   int64_t cross_site_bytes() const { return bytes_; }
 
@@ -50,8 +56,9 @@ class DilocoOuter {
   comm::Communicator& across_;
   float* params_;
   int64_t total_;
+  Device device_;
   DilocoOptions options_;
-  std::vector<float> anchor_, momentum_, delta_;
+  Tensor anchor_, momentum_, delta_;  // delta_: the largest fragment
   int64_t bytes_ = 0;
 };
 

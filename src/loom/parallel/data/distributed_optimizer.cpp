@@ -75,7 +75,6 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& dp, BucketLayout 
   }
   // Only the owned shards get optimizer state: ~numel / dp elements each.
   const Device device = options_.device;
-  LOOM_CHECK(device.is_cpu() || options_.site == nullptr, who + ": on " + device.name() + " gradients are reduced within one site");
   master_ = Tensor({state}, DType::F32, device);
   exp_avg_ = Tensor({state}, DType::F32, device);
   exp_avg_sq_ = Tensor({state}, DType::F32, device);
@@ -149,6 +148,7 @@ void DistributedOptimizer::launch(int bucket) {
     job.count = b.shards[rank_].size();  // the padding never crosses
     job.dtype = wire;
     job.cross = site->cross_dtype(wire);
+    job.device = options_.device;
     work = site->worker->submit(std::move(job));
   }
   in_flight_[bucket] = {std::move(work), staged, accumulate};

@@ -161,7 +161,6 @@ GradReducer::GradReducer(comm::Communicator& dp, float* grads, BucketLayout layo
   check_gradient_op(op, "GradReducer");
   LOOM_CHECK(grads_ != nullptr || layout_.numel() == 0, "GradReducer: the gradient buffer is null");
   check_gradient_wire(wire, "GradReducer");
-  LOOM_CHECK(site_ == nullptr || device_.is_cpu(), "GradReducer: the reduction across sites takes host gradients");
   work_.resize(layout_.buckets.size());
   if (wire_ != DType::F32 && site_ == nullptr) {
     int64_t end = 0;
@@ -178,9 +177,9 @@ GradReducer::GradReducer(comm::Communicator& dp, float* grads, BucketLayout layo
       padded += b.padded_numel;
       shards += b.shard_numel;
     }
-    // Sized in floats; a bf16 wire uses the first half of each area.
-    site_padded_.resize(static_cast<size_t>(padded));
-    site_shards_.resize(static_cast<size_t>(shards));
+    // Sized in floats, on the gradients' device; a bf16 wire uses the first half of each area.
+    site_padded_ = Tensor({padded}, DType::F32, device_);
+    site_shards_ = Tensor({shards}, DType::F32, device_);
   }
 }
 
@@ -191,20 +190,26 @@ void GradReducer::launch_across_sites(int bucket) {
   if (site_->ranks_per_site() == 1) {  // nothing to do inside the site: the bucket crosses as it is
     job.shard = grads_ + b.offset;
     job.count = b.numel;
+    job.device = device_;
     work_[bucket] = site_->worker->submit(std::move(job));
     return;
   }
   const int ranks = site_->ranks_per_site(), position = site_->groups->position;
   const size_t element = dtype_size(wire_);
-  std::byte* padded = reinterpret_cast<std::byte*>(site_padded_.data()) + site_offset_[bucket] * element;
-  comm::from_f32(padded, grads_ + b.offset, b.numel, wire_);  // a copy for f32, rounded for bf16
-  std::memset(padded + b.numel * element, 0, static_cast<size_t>(b.padded_numel - b.numel) * element);
-  std::byte* shard = reinterpret_cast<std::byte*>(site_shards_.data()) + shard_offset_[bucket] * element;
+  std::byte* padded = site_padded_.data<std::byte>() + site_offset_[bucket] * element;
+  if (wire_ == DType::F32) {
+    copy_on_device(device_, reinterpret_cast<float*>(padded), grads_ + b.offset, b.numel);
+  } else {
+    kernels::narrow_floats(device_, padded, grads_ + b.offset, b.numel, wire_);
+  }
+  zero_on_device(device_, padded + b.numel * element, (b.padded_numel - b.numel) * static_cast<int64_t>(element));
+  std::byte* shard = site_shards_.data<std::byte>() + shard_offset_[bucket] * element;
   job.in_site = start_gradient_reduce_scatter(*site_->groups->in_site, padded, shard, b.shard_numel, wire_, op_);
   site_->count_in_site(b.padded_numel * static_cast<int64_t>(element), ranks);
   job.shard = shard;
   job.count = b.shards[position].size();
   job.dtype = wire_;
+  job.device = device_;
   job.gather = true;
   // f32 lands in the gradients; a narrow wire in its padded area, widened when waited for.
   job.gather_to = wire_ == DType::F32 ? static_cast<void*>(grads_ + b.offset) : static_cast<void*>(padded);
@@ -214,7 +219,7 @@ void GradReducer::launch_across_sites(int bucket) {
 
 const void* GradReducer::reduced_staging(int bucket) const {
   if (site_ == nullptr) return staging_.data<uint16_t>() + layout_.buckets[bucket].offset;
-  return reinterpret_cast<const uint16_t*>(site_padded_.data()) + site_offset_[bucket];
+  return site_padded_.data<uint16_t>() + site_offset_[bucket];
 }
 
 GradReducer::~GradReducer() { wait_all(false); }

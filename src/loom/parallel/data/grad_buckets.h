@@ -123,7 +123,7 @@ class GradReducer {
   // `wire`: F32, or BF16 (precision.grad_reduce=bf16): each bucket is rounded to bf16 into a
   // staging buffer on the gradients' `device`, all-reduced in bf16 (accumulated in f32, rounded
   // once) and widened back.
-  // `site` (more than one site; `layout` padded for its ranks per site; host gradients only):
+  // `site` (more than one site; `layout` padded for its ranks per site):
   // each bucket is reduce-scattered inside the site, its shard all-reduced across sites and
   // gathered inside the site again by the site's CrossSiteWorker, instead of one all-reduce.
   GradReducer(comm::Communicator& dp, float* grads, BucketLayout layout, comm::ReduceOp op = comm::ReduceOp::Sum,
@@ -162,7 +162,7 @@ class GradReducer {
   SiteReduction* site_ = nullptr;
   // Across sites with more than one rank per site: each bucket padded in the wire dtype (f32 as
   // two halves), at site_offset_[bucket], and its reduced shard at shard_offset_[bucket].
-  std::vector<float> site_padded_, site_shards_;
+  Tensor site_padded_, site_shards_;
   std::vector<int64_t> site_offset_, shard_offset_;
   std::chrono::steady_clock::time_point window_start_;
   bool window_open_ = false;
