@@ -56,7 +56,8 @@ def bench(path):
 
 def recipes(path):
     """One linear layer per precision recipe (loom_bench_linear_precision_cuda): each recipe's
-    time as a speedup over bf16's on the same shape."""
+    time as a speedup over bf16's on the same shape (uncached weight casts); the "<recipe> cached
+    weights" cells are the same layer with its weight casts kept, as inside a training step."""
     prefix = "linear layer "  # forward + dgrad + wgrad
     times = {}
     for line in read_lines(path) or []:

@@ -3,7 +3,10 @@
 // at a ~1B Llama-style model's MLP shapes with 8192 tokens per step: gate_up 2048 -> 16384 and
 // down 8192 -> 2048. fp32 is the plain fp32 linear layer (cuBLASLt, no TF32), the others go
 // through the recipe's device path. Random data; mean of 10 timed layer steps after 2 warm-ups.
-// FLOP/s count the three GEMMs, 3 x 2 n in out. Usage: loom_bench_linear_precision_cuda
+// FLOP/s count the three GEMMs, 3 x 2 n in out. Each recipe's "cached weights" row is the same
+// layer with its weight casts kept across the timed steps (as a training step keeps them across
+// its micro-batches): what the cache saves is the difference to the row above it.
+// Usage: loom_bench_linear_precision_cuda
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -67,6 +70,17 @@ void bench_shape(const Shape& s) {
       layer.forward(y, x, w, nullptr, s.n, s.in, s.out);
       layer.backward(dx, dw, nullptr, dy, x, w, s.n, s.in, s.out);
     });
+    // The micro-batches of a training step after its first: the weight's casts made once, kept
+    // in the weight cast cache (model/weight_cast_cache.h) and multiplied as they are.
+    auto scratch = std::make_shared<loom::model::PrecisionScratch>();
+    LinearPrecision cached(r, 16, 0, scratch);
+    cached.set_device(gpu);
+    scratch->weight_casts.open();
+    run(loom::model::recipe_name(r) + " cached weights", [&] {
+      cached.forward(y, x, w, nullptr, s.n, s.in, s.out);
+      cached.backward(dx, dw, nullptr, dy, x, w, s.n, s.in, s.out);
+    });
+    scratch->weight_casts.close();
   }
   for (float* p : {x, w, dy, y, dx, dw}) cudaFree(p);
 }

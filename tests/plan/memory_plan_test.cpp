@@ -97,6 +97,22 @@ TEST(MemoryPlan, PipelineStagesSplitTheLayersAndHoldActivationsInFlight) {
   EXPECT_EQ(gpipe.stages[0].activations, 4 * gpipe.stages[0].activations_per_micro_batch);
 }
 
+// On a device a training step keeps its weights' casts while its micro-batches run
+// (model/weight_cast_cache.h): 2 bytes per element of the linear layers' weights and the head (FP8:
+// forward and transposed dgrad codes), 4 for the blocks' under mxfp8; none on the CPU or in fp32.
+TEST(MemoryPlan, TheWeightCastCacheOnADeviceIsCountedInTheWorkspace) {
+  const int64_t linear = 6 * (65536 + 32768 + 32768 + 65536 + 3 * 180224), head = 256 * 256;
+  auto workspace = [](const std::string& recipe, bool cuda) {
+    std::vector<std::string> o = {"precision.recipe=" + recipe};
+    if (cuda) o.push_back("runtime.device=cuda");
+    return plan_memory(tiny(o), {.tp = 1, .dp = 1, .pp = 1}).stages[0].workspace;
+  };
+  EXPECT_EQ(workspace("bf16", true) - workspace("bf16", false), 2 * linear + 2 * head);
+  EXPECT_EQ(workspace("fp8_current", true) - workspace("fp8_current", false), 2 * linear + 2 * head);
+  EXPECT_EQ(workspace("mxfp8", true) - workspace("mxfp8", false), 4 * linear + 2 * head);
+  EXPECT_EQ(workspace("fp32", true), workspace("fp32", false));
+}
+
 // A model small enough to count every activation buffer by hand: batch 2, seq 8, d_model 16,
 // 2 heads (head_dim 8) over 1 kv head, ffn 32 (SwiGLU), vocabulary 16, one layer, untied.
 TEST(ActivationMemory, CountsEveryBufferOfALayerAndTheHead) {

@@ -21,6 +21,7 @@
 #include "loom/core/philox.h"
 #include "loom/train/run_ranks.h"
 #include "support/emulated_cuda.h"
+#include "support/emulated_precision.h"
 
 namespace loom::rl {
 namespace {
@@ -185,6 +186,27 @@ TEST_F(GrpoLearnerTest, OnTheDeviceEqualsTheCpuBitForBit) {
   const auto cpu_shards = shards_of("refit-cpu", {});
   EXPECT_FALSE(cpu_shards.empty());
   EXPECT_EQ(shards_of("refit-device", {"runtime.device=cuda"}), cpu_shards);
+}
+
+// bf16 GEMMs on the device with their weight casts kept through each step's micro-batches: the
+// reference policy's pass swaps its parameters into the same addresses before the step's scope
+// opens (weight_cast_cache.h), so its casts are never the step's, nor the step's its.
+TEST_F(GrpoLearnerTest, Bf16OnTheDeviceWithCachedWeightCastsAndAReferenceEqualsTheCpuBitForBit) {
+  ::loom::testing::install_emulated_cuda();
+  const std::vector<std::string> bf16 = {"precision.recipe=bf16", "model.recompute=true"};
+  std::vector<std::string> on_device = bf16;
+  on_device.push_back("runtime.device=cuda");
+  const std::vector<LearnerStep> expected = learn("bf16-cpu", bf16, 2);
+  ::loom::testing::reset_emulated_weight_cast_counts();
+  const std::vector<LearnerStep> got = learn("bf16-device", on_device, 2);
+  EXPECT_GT(::loom::testing::emulated_weight_cast_counts().reused, 0);
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t s = 0; s < got.size(); ++s) {
+    EXPECT_EQ(got[s].loss, expected[s].loss) << "step " << s + 1;
+    EXPECT_EQ(got[s].kl, expected[s].kl) << "step " << s + 1;
+    if (s > 0) EXPECT_NE(got[s].kl, 0.0) << "step " << s + 1;  // the policy moved from the reference
+  }
+  EXPECT_EQ(train::testing::state_difference(root_, "bf16-cpu", "bf16-device"), 0.0);
 }
 
 // bf16 GEMMs: data and tensor parallelism still compute one rank's bf16 step (its losses and

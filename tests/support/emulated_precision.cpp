@@ -1,6 +1,9 @@
 #include "emulated_precision.h"
 
+#include <atomic>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -93,7 +96,51 @@ std::vector<float> cast_values(const CastOperand& c, int64_t rows, int64_t cols,
   return v;
 }
 
+// What each store holds: the weight's values as the GEMM that wrote it multiplied them.
+struct Kept {
+  std::vector<float> values;
+  kernels::OperandCast cast;
+  int64_t rows, cols;
+  bool columns;
+};
+std::mutex stores_mutex;
+std::map<const void*, Kept> stores;
+std::atomic<int64_t> weight_casts{0}, weight_reuses{0};
+
+// Operand b of a forward or dgrad GEMM (the weight [out, in]): cast now, written to its store,
+// or read from it.
+std::vector<float> weight_values(const kernels::PrecisionGemm& g, bool columns) {
+  const int64_t rows = g.out_features, cols = g.in_features;
+  if (g.b_store_use == kernels::CastStore::Read) {
+    ++weight_reuses;
+    const std::lock_guard<std::mutex> lock(stores_mutex);
+    const auto it = stores.find(host(g.b_store, "precision_linear_gemm", "b_store"));
+    LOOM_CHECK(it != stores.end(), "emulated cuda: precision_linear_gemm reads a weight store never written");
+    const Kept& k = it->second;
+    // A 16-bit copy is cast element by element: forward's serves dgrad (as on a GPU).
+    const bool elementwise = k.cast == OperandCast::Bf16 || k.cast == OperandCast::Fp16;
+    LOOM_CHECK(k.cast == g.b.cast && k.rows == rows && k.cols == cols && (k.columns == columns || elementwise),
+               "emulated cuda: precision_linear_gemm reads a weight store written for another cast or shape");
+    return k.values;
+  }
+  ++weight_casts;
+  std::vector<float> v = cast_values(g.b, rows, cols, columns);
+  if (g.b_store_use == kernels::CastStore::Write) {
+    LOOM_CHECK(g.b.cast != OperandCast::None, "emulated cuda: a weight store needs a cast");
+    const std::lock_guard<std::mutex> lock(stores_mutex);
+    stores[host(g.b_store, "precision_linear_gemm", "b_store")] = Kept{v, g.b.cast, rows, cols, columns};
+  }
+  return v;
+}
+
 }  // namespace
+
+WeightCastCounts emulated_weight_cast_counts() { return {weight_casts.load(), weight_reuses.load()}; }
+
+void reset_emulated_weight_cast_counts() {
+  weight_casts = 0;
+  weight_reuses = 0;
+}
 
 float emulated_amax(Device device, const float* x, int64_t n) {
   check_device(device, "amax");
@@ -107,19 +154,21 @@ void emulated_round_in_place(Device device, float* x, int64_t n, OutputRounding 
 
 void emulated_precision_linear_gemm(Device device, const kernels::PrecisionGemm& g) {
   check_device(device, "precision_linear_gemm");
+  LOOM_CHECK(g.b_store_use == kernels::CastStore::None || g.pass != kernels::LinearGemm::WeightGrad,
+             "emulated cuda: precision_linear_gemm keeps only a weight (forward, dgrad) in a store");
   const int64_t n = g.n, in = g.in_features, out = g.out_features;
   std::vector<float> a, b, y;
   switch (g.pass) {
     case kernels::LinearGemm::Forward:  // in [n, IC] . W [OC, IC]^T
       a = cast_values(g.a, n, in, false);
-      b = cast_values(g.b, out, in, false);
+      b = weight_values(g, false);
       y.resize(static_cast<size_t>(n * out));
       kernels::linear_forward(kHost, y.data(), a.data(), b.data(), host(g.bias, "precision_linear_gemm", "bias"), n,
                               in, out, false);
       break;
     case kernels::LinearGemm::DataGrad:  // dout [n, OC] . W [OC, IC]
       a = cast_values(g.a, n, out, false);
-      b = cast_values(g.b, out, in, true);
+      b = weight_values(g, true);
       y.resize(static_cast<size_t>(n * in));
       kernels::gemm(kHost, y.data(), a.data(), b.data(), n, in, out, false, false, false);
       break;

@@ -6,7 +6,10 @@
 // and dequantized in fp32 as its cast says (the scale from the device amax under fp8_current),
 // the fp32 product through the same CPU kernel calls, the result rounded to the recipe's dtype.
 // An Inf or NaN element of an FP8 operand becomes NaN first, as the device's casts write it
-// (kernels/precision_gemm.h), where the CPU passes such an operand on unquantized. Test support.
+// (kernels/precision_gemm.h), where the CPU passes such an operand on unquantized. A weight's
+// cast kept in a store (CastStore) is kept beside it here, by the store's address: a Read
+// multiplies what the last Write to that store cast, whatever b.data holds now, as a GPU would.
+// Test support.
 #include <cstdint>
 
 #include "loom/core/device.h"
@@ -17,5 +20,13 @@ namespace loom::testing {
 float emulated_amax(Device device, const float* x, int64_t n);
 void emulated_round_in_place(Device device, float* x, int64_t n, kernels::OutputRounding rounding);
 void emulated_precision_linear_gemm(Device device, const kernels::PrecisionGemm& gemm);
+
+// Counts of the weight casts of the forward and dgrad GEMMs since the last reset, over every
+// thread: `cast` the weights cast (uncached, or written to a store), `reused` those read from one.
+struct WeightCastCounts {
+  int64_t cast = 0, reused = 0;
+};
+WeightCastCounts emulated_weight_cast_counts();
+void reset_emulated_weight_cast_counts();
 
 }  // namespace loom::testing

@@ -11,6 +11,7 @@
 //   Forward     out = in . W^T       a = in [n, IC],   b = W [OC, IC]   reduces over IC
 //   DataGrad    din = dout . W       a = dout [n, OC], b = W [OC, IC]   reduces over OC
 //   WeightGrad  dW  = dout^T . in    a = dout [n, OC], b = in [n, IC]   reduces over n
+#include <algorithm>
 #include <cstdint>
 
 namespace loom::kernels {
@@ -46,6 +47,52 @@ struct CastOperand {
   int margin = 0;
 };
 
+// A weight's cast kept between GEMMs (model/weight_cast_cache.h): device memory its owner holds,
+// weight_cast_bytes() long. Write: the GEMM casts b into it (where it would cast into scratch) and
+// multiplies that; Read: an earlier GEMM of the same weight and form wrote it, so the GEMM
+// multiplies it without casting (b.data, b.scale and b.amax are not read). Forward and DataGrad
+// only (b is the weight); never with a None cast.
+enum class CastStore : uint8_t { None, Write, Read };
+
+// Which of a weight's casts a GEMM multiplies: the 16-bit copies serve forward and dgrad alike
+// (cuBLASLt transposes them itself); FP8 codes are transposed for dgrad, and block scales run
+// along each GEMM's reduction dimension, so those recipes keep a second form for dgrad.
+inline int weight_cast_form(OperandCast cast, LinearGemm pass) {
+  if (cast == OperandCast::Bf16 || cast == OperandCast::Fp16) return 0;
+  return pass == LinearGemm::Forward ? 0 : 1;
+}
+
+// The layout of a weight's cast in its store, for W [out_features, in_features]: the codes (FP8:
+// 1 byte per element; 16-bit and MXFP8's decoded bf16: 2) first, then the scales (a per-tensor
+// scale and its inverse, or the block / tile scale inverses in cuBLASLt's layout), 256-byte aligned.
+struct WeightCastLayout {
+  int64_t code_bytes = 0, scale_offset = 0, bytes = 0;
+};
+inline WeightCastLayout weight_cast_layout(OperandCast cast, int64_t out_features, int64_t in_features) {
+  const auto align = [](int64_t n) { return (n + 255) / 256 * 256; };
+  const int64_t count = out_features * in_features;
+  const auto tiles = [](int64_t rows, int64_t cols) { return (rows + 127) / 128 * (((cols + 127) / 128 + 3) / 4 * 4); };
+  int64_t element = 1, scales = 0;
+  switch (cast) {
+    case OperandCast::None: return {};
+    case OperandCast::Bf16:
+    case OperandCast::Fp16:
+    case OperandCast::Mxfp8: element = 2; break;
+    case OperandCast::Fp8Tensor: scales = 2; break;
+    case OperandCast::Fp8Blocks:  // either orientation
+      scales = std::max((in_features + 127) / 128 * out_features, (out_features + 127) / 128 * in_features);
+      break;
+    case OperandCast::Fp8Tiles:  // W or W^T
+      scales = std::max(tiles(out_features, in_features), tiles(in_features, out_features));
+      break;
+  }
+  WeightCastLayout l;
+  l.code_bytes = count * element;
+  l.scale_offset = align(l.code_bytes);
+  l.bytes = l.scale_offset + align(scales * 4);
+  return l;
+}
+
 // out (+)= round(a . b [+ bias]) in the shapes above. When either operand's cast is None, the
 // product runs in fp32 with the other operand quantized and dequantized in fp32 (what the CPU
 // computes); otherwise both operands must be of one kind (16-bit, FP8 or MXFP8).
@@ -57,6 +104,9 @@ struct PrecisionGemm {
   CastOperand a, b;
   int64_t n = 0, in_features = 0, out_features = 0;
   OutputRounding rounding = OutputRounding::Bf16;
+  // b's cast kept in a store (Forward and DataGrad: b is the weight); see CastStore.
+  void* b_store = nullptr;
+  CastStore b_store_use = CastStore::None;
 };
 
 }  // namespace loom::kernels

@@ -40,7 +40,8 @@
 // operand's amax is reduced on the device (kernels::amax_into), fp8_current's scale is computed
 // there from it (the tensor-parallel max an all-reduce of one device float), and fp8_delayed's
 // amaxes accumulate in a device array of the PrecisionContext, read once per optimizer step
-// (pending_amaxes); its scales stay the host's, from the histories. An operand holding Inf/NaN
+// (pending_amaxes); its scales stay the host's, from the histories. Inside a training step's
+// scope each weight is cast once per form and reused (weight_cast_cache.h). An operand holding Inf/NaN
 // cannot be passed on unquantized without a read: its FP8 cast writes such elements as NaN, so
 // every output they reach is NaN where the CPU's is Inf or NaN (docs/precision.md).
 #include <array>
@@ -55,6 +56,7 @@
 #include "loom/kernels/precision_gemm.h"
 #include "loom/kernels/types.h"
 #include "loom/model/buffers.h"
+#include "loom/model/weight_cast_cache.h"
 #include "loom/precision/fp8_scaling.h"
 #include "loom/config/run_config.h"
 
@@ -120,6 +122,7 @@ struct PrecisionScratch {
   Buffer out;         // a GEMM's output before rounding and accumulation
   Buffer transposed;  // blockwise column blocks
   Buffer amax;        // on a device: fp8_current's amax of each operand (3 floats, by Operand)
+  WeightCastCache weight_casts;  // on a device: the weights' casts, kept inside a training step's scope
 };
 
 class LinearPrecision {
@@ -184,6 +187,12 @@ class LinearPrecision {
                        GemmOutput din_output);
   // Operand `op` (n elements on the device) cast as the recipe says; fp8_delayed records its amax.
   kernels::CastOperand device_operand(Operand op, const float* x, int64_t n);
+  // g.b = the weight [out_features, in_features] for g.pass (forward or dgrad): its cast from the
+  // weight cast cache when an earlier GEMM of the scope made it (no cast, no amax), else cast now
+  // (into the cache's store inside a scope). Returns the store to mark ready once g ran.
+  WeightCastCache::Store* device_weight(kernels::PrecisionGemm& g, const float* weight);
+  // Runs g, marking `store` ready.
+  void run_device_gemm(const kernels::PrecisionGemm& g, WeightCastCache::Store* store);
   // fp8_delayed on a device: the 3 pending amaxes in device memory.
   float* device_pending();
   // The amax of operand `op`'s global tensor from this rank's piece's `local` amax.
@@ -215,6 +224,9 @@ class PrecisionContext {
   // nullptr for Fp32 (the layer then calls the fp32 kernels directly).
   std::shared_ptr<LinearPrecision> make(Recipe recipe, const std::string& name);
   const std::vector<std::shared_ptr<LinearPrecision>>& layers() const { return layers_; }
+  // The weights' casts kept across a training step's GEMMs on a device (weight_cast_cache.h):
+  // the step opens it before its first micro-batch and closes it before its optimizer step.
+  WeightCastCache& weight_casts() { return scratch_->weight_casts; }
 
   // fp8_delayed bookkeeping over all layers, 3 values per delayed layer in registration order
   // (on a device: one read of the array they accumulate in).

@@ -84,6 +84,29 @@ CastOperand LinearPrecision::device_operand(Operand op, const float* x, int64_t 
   return c;
 }
 
+WeightCastCache::Store* LinearPrecision::device_weight(kernels::PrecisionGemm& g, const float* weight) {
+  const int64_t rows = g.out_features, cols = g.in_features;
+  CastOperand cast = device_cast(recipe_, Operand::Weight, scale(Operand::Weight), margin_);
+  WeightCastCache::Store* store = scratch_->weight_casts.find(this, weight, g.pass, cast, rows, cols, device_);
+  if (store != nullptr && store->ready) {
+    // Cast by an earlier GEMM of this step: fp8_delayed's pending amax holds this weight's already.
+    cast.data = weight;
+    g.b = cast;
+    g.b_store = store->data;
+    g.b_store_use = kernels::CastStore::Read;
+    return nullptr;
+  }
+  g.b = device_operand(Operand::Weight, weight, rows * cols);
+  g.b_store = store != nullptr ? store->data : nullptr;
+  g.b_store_use = store != nullptr ? kernels::CastStore::Write : kernels::CastStore::None;
+  return store;
+}
+
+void LinearPrecision::run_device_gemm(const kernels::PrecisionGemm& g, WeightCastCache::Store* store) {
+  kernels::precision_linear_gemm(device_, g);
+  if (store != nullptr) store->ready = true;
+}
+
 void LinearPrecision::device_forward(float* out, const float* in, const float* weight, const float* bias, int64_t n,
                                      int64_t in_features, int64_t out_features, bool accumulate, GemmOutput output) {
   check_device_shape(recipe_, n, in_features, out_features);
@@ -92,13 +115,13 @@ void LinearPrecision::device_forward(float* out, const float* in, const float* w
   g.out = out;
   g.accumulate = accumulate;
   g.bias = bias;
-  g.a = device_operand(Operand::Input, in, n * in_features);
-  g.b = device_operand(Operand::Weight, weight, out_features * in_features);
   g.n = n;
   g.in_features = in_features;
   g.out_features = out_features;
+  g.a = device_operand(Operand::Input, in, n * in_features);
+  WeightCastCache::Store* store = device_weight(g, weight);
   g.rounding = output == GemmOutput::Rounded ? rounding() : kernels::OutputRounding::None;
-  kernels::precision_linear_gemm(device_, g);
+  run_device_gemm(g, store);
 }
 
 void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
@@ -119,15 +142,17 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
   if (din != nullptr) {
     g.pass = kernels::LinearGemm::DataGrad;
     g.out = din;
-    g.b = device_operand(Operand::Weight, weight, out_features * in_features);
+    WeightCastCache::Store* store = device_weight(g, weight);
     g.rounding = din_output == GemmOutput::Rounded ? rounding() : kernels::OutputRounding::None;
-    kernels::precision_linear_gemm(device_, g);
+    run_device_gemm(g, store);
   }
   if (dweight != nullptr) {
     // The weight gradient of one micro-batch in the recipe's dtype, accumulated in fp32.
     g.pass = kernels::LinearGemm::WeightGrad;
     g.out = dweight;
     g.b = device_operand(Operand::Input, in, n * in_features);
+    g.b_store = nullptr;
+    g.b_store_use = kernels::CastStore::None;
     g.rounding = rounding();
     kernels::precision_linear_gemm(device_, g);
   }

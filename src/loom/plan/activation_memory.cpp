@@ -1,6 +1,7 @@
 #include "loom/plan/activation_memory.h"
 
 #include <algorithm>
+#include <string>
 
 namespace loom::plan {
 
@@ -82,6 +83,21 @@ int64_t workspace_bytes(const config::RunConfig& config, const std::vector<Layer
     });
     const int64_t deepest = std::max(widest, head_rows);
     bytes += (rows * std::max<int64_t>(C, widest) + deepest * C + rows * deepest + rows * deepest) * e;
+  }
+  return bytes;
+}
+
+int64_t weight_cast_cache_bytes(const config::RunConfig& config, const std::vector<model::Parameter>& params,
+                                int64_t head_rows) {
+  const config::PrecisionRecipe recipe = config.precision.recipe;
+  if (config.runtime.device != config::RuntimeDevice::Cuda || recipe == config::PrecisionRecipe::Fp32) return 0;
+  const int64_t per_element = recipe == config::PrecisionRecipe::Mxfp8 ? 4 : 2;
+  int64_t bytes = head_rows * config.model.d_model * 2;
+  for (const model::Parameter& p : params) {
+    const std::string& n = p.name;
+    const std::string suffix = "_proj.weight";
+    const bool linear = n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
+    if (linear && n.find(".experts.") == std::string::npos) bytes += per_element * p.numel;  // routed experts: fp32
   }
   return bytes;
 }

@@ -11,7 +11,8 @@
 //                      parallelism
 //   workspace          what backward reuses across layers (the widest layer's gradients), the
 //                      one recompute buffer set, tensor-parallel gather/partial buffers, the
-//                      precision recipe's quantized operand copies, the loss rows
+//                      precision recipe's quantized operand copies, the loss rows; on a device
+//                      the weight cast cache (weight_cast_cache_bytes)
 #include <cstdint>
 #include <vector>
 
@@ -42,5 +43,12 @@ int64_t micro_batch_activation_bytes(const config::ModelConfig& model, const std
 // Buffers a rank allocates once and reuses for every layer and micro-batch.
 int64_t workspace_bytes(const config::RunConfig& config, const std::vector<LayerWidths>& widths,
                         const std::vector<model::LayerRange>& chunks, int64_t head_rows, const ActivationShape& a);
+
+// On a device (runtime.device=cuda) under a precision recipe, the weights' casts a training step
+// keeps while its micro-batches run (model/weight_cast_cache.h): per element of each linear
+// layer's weight 2 bytes (a bf16 / fp16 copy, or FP8 codes for forward and transposed ones for
+// dgrad), 4 under mxfp8 (two decoded bf16 forms), and 2 per element of the head (`head_rows`).
+int64_t weight_cast_cache_bytes(const config::RunConfig& config, const std::vector<model::Parameter>& params,
+                                int64_t head_rows);
 
 }  // namespace loom::plan

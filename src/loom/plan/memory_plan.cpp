@@ -122,7 +122,7 @@ StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& lay
   } else {
     m.activations = m.activations_per_micro_batch;
   }
-  m.workspace = workspace_bytes(config, widths, m.chunks, head, a);
+  m.workspace = workspace_bytes(config, widths, m.chunks, head, a) + weight_cast_cache_bytes(config, params, head);
   m.widths = widths;
   m.head_rows = head;
   if (options.kv_seq > 0) {

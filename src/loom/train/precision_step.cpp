@@ -44,10 +44,13 @@ PrecisionStep::PrecisionStep(const config::PrecisionConfig& config, model::Trans
 
 float PrecisionStep::begin_step() {
   model_.precision().clear_pending();  // amaxes of evaluation forwards do not count
+  // The weights stay as they are until step(): their casts are made once for all micro-batches.
+  model_.precision().weight_casts().open();
   return scaler_.scale();
 }
 
 PrecisionStepResult PrecisionStep::step(double lr, int64_t step) {
+  model_.precision().weight_casts().close();  // before anything writes a weight
   PrecisionStepResult result;
   result.loss_scale = scaler_.scale();
   const PrecisionStepHooks hooks = current_hooks();

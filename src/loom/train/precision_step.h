@@ -2,7 +2,8 @@
 // The training step's side of mixed precision (precision.recipe; the GEMMs' side is
 // model/linear_precision.h). Every step:
 //   1. begin_step(): the factor the gradient seed is multiplied by (fp16: the dynamic loss scale
-//      S; 1 otherwise) and a fresh per-step FP8 amax record.
+//      S; 1 otherwise), a fresh per-step FP8 amax record, and on a device the weight cast cache's
+//      scope opened (model/weight_cast_cache.h; step() closes it before anything else).
 //   2. micro-batches and the data-parallel reduction as usual (parallel::DataParallelStep).
 //   3. step(): on this rank's reduced gradients (whole or shards), fp16 unscales (x 1/S) and
 //      checks for Inf/NaN in one pass, the other recipes only check. The flag and the FP8 amaxes

@@ -68,8 +68,21 @@ void copy(float* dst, const float* src, int64_t n, cudaStream_t stream) {
 
 // A per-tensor FP8 operand's scale and its inverse in device memory (from its device amax under
 // fp8_current, from the host's scale under fp8_delayed): nothing is read back.
-const float* tensor_scale(const CastOperand& op, Scratch& scratch, cudaStream_t stream) {
-  float* scale_and_inverse = scratch.floats(2);
+// Where an operand's cast goes: the scratch, or (b under CastStore::Write) the weight's store.
+struct Into {
+  void* codes = nullptr;
+  float* scales = nullptr;
+};
+
+Into store_of(const PrecisionGemm& g) {
+  if (g.b_store_use == CastStore::None) return {};
+  const WeightCastLayout l = weight_cast_layout(g.b.cast, g.out_features, g.in_features);
+  auto* base = static_cast<uint8_t*>(g.b_store);
+  return {base, reinterpret_cast<float*>(base + l.scale_offset)};
+}
+
+const float* tensor_scale(const CastOperand& op, Scratch& scratch, cudaStream_t stream, Into into = {}) {
+  float* scale_and_inverse = into.scales != nullptr ? into.scales : scratch.floats(2);
   fp8_tensor_scale(op.amax, op.scale, op.margin, fp8_of(op), scale_and_inverse, stream);
   return scale_and_inverse;
 }
@@ -111,17 +124,18 @@ Prepared dequantized(const CastOperand& op, const Stored& s, Scratch& scratch, c
 }
 
 // bf16 or fp16 copies in the stored orientation (cuBLASLt transposes 16-bit operands itself).
-Prepared sixteen_bit(const float* data, const Stored& s, bool fp16, Scratch& scratch, cudaStream_t stream) {
-  void* x = scratch.bytes(s.count() * 2);
+Prepared sixteen_bit(const float* data, const Stored& s, bool fp16, Scratch& scratch, cudaStream_t stream,
+                     Into into = {}) {
+  void* x = into.codes != nullptr ? into.codes : scratch.bytes(s.count() * 2);
   cast_operand(data, x, s.rows, s.cols, false, fp16 ? CastTo::F16 : CastTo::BF16, nullptr, stream);
   return {x, fp16 ? GemmType::F16 : GemmType::BF16, s.k_in_cols};
 }
 
 // FP8 codes [other, k] (the reduction dimension contiguous) and their scale inverses.
-Prepared fp8(const CastOperand& op, const Stored& s, Scratch& scratch, cudaStream_t stream) {
-  auto* codes = static_cast<uint8_t*>(scratch.bytes(s.count()));
+Prepared fp8(const CastOperand& op, const Stored& s, Scratch& scratch, cudaStream_t stream, Into into = {}) {
+  auto* codes = static_cast<uint8_t*>(into.codes != nullptr ? into.codes : scratch.bytes(s.count()));
   if (op.cast == OperandCast::Fp8Tensor) {
-    const float* scale = tensor_scale(op, scratch, stream);
+    const float* scale = tensor_scale(op, scratch, stream, into);
     const Fp8 f = fp8_of(op);
     cast_operand(op.data, codes, s.rows, s.cols, !s.k_in_cols, f == Fp8::E4M3 ? CastTo::E4M3 : CastTo::E5M2, scale,
                  stream);
@@ -134,13 +148,31 @@ Prepared fp8(const CastOperand& op, const Stored& s, Scratch& scratch, cudaStrea
     src = t;
   }
   if (op.cast == OperandCast::Fp8Blocks) {
-    float* inverses = scratch.floats((s.k() + 127) / 128 * s.other());
+    float* inverses = into.scales != nullptr ? into.scales : scratch.floats((s.k() + 127) / 128 * s.other());
     encode_rowwise_blocks(src, codes, inverses, s.other(), s.k(), Fp8::E4M3, stream);
     return {codes, GemmType::E4M3, true, inverses, ScaleMode::Vec128};
   }
-  float* inverses = scratch.floats(blockwise_tile_scale_count(s.other(), s.k()));
+  float* inverses =
+      into.scales != nullptr ? into.scales : scratch.floats(blockwise_tile_scale_count(s.other(), s.k()));
   encode_tile_blocks(src, codes, inverses, s.other(), s.k(), Fp8::E4M3, stream);
   return {codes, GemmType::E4M3, true, inverses, ScaleMode::Block128x128};
+}
+
+// b's cast as an earlier GEMM left it in its store (CastStore::Read): what fp8() or sixteen_bit()
+// returned when they wrote it there.
+Prepared from_store(const PrecisionGemm& g, const Stored& s) {
+  const Into into = store_of(g);
+  switch (g.b.cast) {
+    case OperandCast::Bf16:
+    case OperandCast::Mxfp8: return {into.codes, GemmType::BF16, s.k_in_cols};
+    case OperandCast::Fp16: return {into.codes, GemmType::F16, s.k_in_cols};
+    case OperandCast::Fp8Tensor:
+      return {into.codes, g.b.e5m2 ? GemmType::E5M2 : GemmType::E4M3, true, into.scales + 1, ScaleMode::Tensor};
+    case OperandCast::Fp8Blocks: return {into.codes, GemmType::E4M3, true, into.scales, ScaleMode::Vec128};
+    case OperandCast::Fp8Tiles: return {into.codes, GemmType::E4M3, true, into.scales, ScaleMode::Block128x128};
+    case OperandCast::None: break;
+  }
+  throw Error("precision GEMM: an operand without a cast has no store");
 }
 
 const char* cast_name(OperandCast c) {
@@ -164,6 +196,10 @@ void check_casts(const PrecisionGemm& g) {
   LOOM_CHECK(fine, std::string("precision GEMM: operands cast to ") + cast_name(a) + " and " + cast_name(b) +
                        " cannot be multiplied together (both 16-bit of one type, both FP8, or both MXFP8)");
   LOOM_CHECK(g.bias == nullptr || g.pass == LinearGemm::Forward, "precision GEMM: only the forward GEMM adds a bias");
+  LOOM_CHECK(g.b_store_use == CastStore::None ||
+                 (g.b_store != nullptr && g.pass != LinearGemm::WeightGrad && a != OperandCast::None &&
+                  b != OperandCast::None),
+             "precision GEMM: only a cast weight (forward, dgrad) is kept in a store");
 }
 
 }  // namespace
@@ -183,15 +219,20 @@ void precision_linear_gemm(const PrecisionGemm& g, cudaStream_t stream) {
     pb = dequantized(g.b, sb, scratch, stream);
   } else if (kind == OperandCast::Bf16 || kind == OperandCast::Fp16) {
     pa = sixteen_bit(g.a.data, sa, kind == OperandCast::Fp16, scratch, stream);
-    pb = sixteen_bit(g.b.data, sb, kind == OperandCast::Fp16, scratch, stream);
+    if (g.b_store_use != CastStore::Read)
+      pb = sixteen_bit(g.b.data, sb, kind == OperandCast::Fp16, scratch, stream, store_of(g));
   } else if (kind == OperandCast::Mxfp8) {  // emulated: exact bf16 copies of the dequantized blocks
-    const Prepared qa = dequantized(g.a, sa, scratch, stream), qb = dequantized(g.b, sb, scratch, stream);
+    const Prepared qa = dequantized(g.a, sa, scratch, stream);
     pa = sixteen_bit(static_cast<const float*>(qa.data), sa, false, scratch, stream);
-    pb = sixteen_bit(static_cast<const float*>(qb.data), sb, false, scratch, stream);
+    if (g.b_store_use != CastStore::Read) {
+      const Prepared qb = dequantized(g.b, sb, scratch, stream);
+      pb = sixteen_bit(static_cast<const float*>(qb.data), sb, false, scratch, stream, store_of(g));
+    }
   } else {
     pa = fp8(g.a, sa, scratch, stream);
-    pb = fp8(g.b, sb, scratch, stream);
+    if (g.b_store_use != CastStore::Read) pb = fp8(g.b, sb, scratch, stream, store_of(g));
   }
+  if (g.b_store_use == CastStore::Read) pb = from_store(g, sb);
   // A bf16 result comes out of cuBLASLt rounded (nearest even, as the CPU rounds); anything else in
   // fp32, rounded by the finishing pass after the bias.
   const bool bf16_out = g.rounding == OutputRounding::Bf16 && g.bias == nullptr && pa.type != GemmType::F32;

@@ -15,7 +15,9 @@
 //                    quantized and dequantized in fp32 as on the CPU
 // cuBLASLt's FP8 products want the reduction dimension contiguous in both operands, so the
 // operands a GEMM reads along their rows (dgrad's W, wgrad's dout and in) are transposed while
-// they are cast. Scratch comes from a caching allocator per device and goes back to it when the
+// they are cast. A weight (b of forward and dgrad) may be cast into its store instead and read
+// from it by later GEMMs without a cast (PrecisionGemm::b_store, CastStore): the same bytes either
+// way. Scratch comes from a caching allocator per device and goes back to it when the
 // call returns; everything runs on `stream`, in order, so the next call may reuse it at once.
 #include <cuda_runtime.h>
 

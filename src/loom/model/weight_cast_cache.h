@@ -1,0 +1,76 @@
+#pragma once
+// The weights' casts of a model's precision GEMMs on a device, kept for one optimizer step.
+// Forward and dgrad cast each weight to the recipe's format (bf16 / fp16 copies, FP8 codes with
+// their scales, MXFP8's decoded bf16; dgrad's FP8 and block-scaled forms transposed) for every
+// micro-batch and again under recompute, though the weights change only at the optimizer step.
+// Inside a scope that the training step opens before its first micro-batch and closes before
+// its optimizer step (train/precision_step.h), the first GEMM of a weight writes its cast into
+// a store here and every later GEMM of that weight and form reads it (kernels::CastStore), the
+// same codes and scales: fp8_current's scale is a function of the weight's amax, fp8_delayed's of
+// the history, which moves only at the step. Outside a scope (evaluation, inference, a reference
+// policy's pass, a standalone layer) nothing is kept, and closing frees every store, so nothing
+// that writes parameters between steps (the optimizer, a checkpoint load, a weight swap) needs
+// to say so.
+//
+// A cast is keyed by its layer, the weight's address and the form (kernels::weight_cast_form);
+// the recipe's cast, the shape and the delayed scale must match too, or it is cast again. Every
+// address a layer reads a weight from holds the same values for the whole scope: parameters live
+// in the model's store, ZeRO-3 gathers a unit into the same buffers with the same values each
+// time, a tensor-parallel rank holds its own shards (and keeps its own cache), a pipeline stage
+// its own layers. fp8_current's tensor-parallel amax all-reduce is skipped with the cast, on
+// every rank of the group alike (they run the same GEMMs in the same order).
+//
+// Memory: while a scope is open, one store per weight and form: 2 bytes per weight element for
+// bf16 / fp16 (one form), 1 + 1 for the FP8 recipes (forward and transposed dgrad codes), 2 + 2
+// for mxfp8 (plan/activation_memory.h counts it).
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "loom/core/device.h"
+#include "loom/kernels/precision_gemm.h"
+
+namespace loom::model {
+
+class WeightCastCache {
+ public:
+  WeightCastCache() = default;
+  ~WeightCastCache() { close(); }
+  WeightCastCache(const WeightCastCache&) = delete;
+  WeightCastCache& operator=(const WeightCastCache&) = delete;
+
+  // open(): from now on casts are kept (any left from before are dropped first). close(): every
+  // store freed, nothing kept until the next open().
+  void open();
+  void close();
+  bool is_open() const { return open_; }
+
+  struct Store {
+    void* data = nullptr;
+    int64_t bytes = 0;
+    kernels::OperandCast cast = kernels::OperandCast::None;
+    int64_t rows = 0, cols = 0;
+    float scale = 1.0f;
+    bool ready = false;  // a GEMM wrote the cast (set by the caller once its GEMM was issued)
+  };
+  // The store of `layer`'s weight [rows, cols] at `weight` cast as `cast` (b of GEMM `pass`) on
+  // `device`: ready, or to be written (reallocated, not ready, when what it held differs); null
+  // outside a scope.
+  Store* find(const void* layer, const float* weight, kernels::LinearGemm pass, const kernels::CastOperand& cast,
+              int64_t rows, int64_t cols, Device device);
+
+  // Stores written since this cache was made (a cast made, not reused), and bytes held now.
+  int64_t casts_made() const { return casts_made_; }
+  int64_t bytes_held() const;
+
+ private:
+  using Key = std::tuple<const void*, const float*, int>;
+  void free(Store& store);
+
+  bool open_ = false;
+  Device device_ = Device::cpu();
+  std::map<Key, Store> stores_;
+  int64_t casts_made_ = 0;
+};
+
+}  // namespace loom::model

@@ -1,0 +1,103 @@
+// Training on the emulated CUDA device with the weight cast cache (model/weight_cast_cache.h):
+// every recipe, with four micro-batches per step and recomputation, equals the same run on the CPU
+// bit for bit over four steps (so each step's casts see the weights the previous optimizer step
+// wrote), while each weight is cast once per form per step: 1 form for the 16-bit recipes, 2 for
+// the FP8 and MX ones (dgrad's transposed or column-blocked cast), the FP8 recipes' bf16 head 1.
+// Tensor and pipeline parallelism and ZeRO-3 too, each rank caching its own shards or stage;
+// evaluation between steps and a checkpoint's resume see the weights as the last step left them.
+#include "device_training.h"
+#include "support/emulated_precision.h"
+
+namespace loom::train {
+namespace {
+
+using DeviceWeightCasts = DeviceTraining;
+
+// Sizes cuBLASLt's blockwise FP8 products take (every GEMM dimension a multiple of 128).
+constexpr const char* kWide =
+    "model: {vocab_size: 0, d_model: 128, layers: 2, heads: 4, kv_heads: 4, ffn_size: 128, max_seq_len: 128,\n"
+    "        norm: rms, activation: swiglu, positions: rope, tied_embeddings: true}\n";
+
+constexpr int kSteps = 4;
+
+// 4 micro-batches of 1 per step, recomputed blocks, FP8 in the edge blocks too.
+std::vector<std::string> settings(const std::string& recipe, std::vector<std::string> more = {}) {
+  more.insert(more.end(), {"precision.recipe=" + recipe, "precision.fp8_edge_layers_bf16=false",
+                           "train.micro_batch=1", "model.recompute=true"});
+  return more;
+}
+
+// The casts per step of a model whose blocks hold `block_linears` linear layers in all, with a
+// head: 16-bit recipes 1 per layer; FP8 and MX 2 per block layer and 1 for the bf16 head.
+int64_t casts_per_step(const std::string& recipe, int64_t block_linears) {
+  const bool sixteen_bit = recipe == "bf16" || recipe == "fp16";
+  return sixteen_bit ? block_linears + 1 : 2 * block_linears + 1;
+}
+
+
+TEST_F(DeviceWeightCasts, EveryRecipeCastsEachWeightOncePerFormPerStepAndEqualsTheCpuBitForBit) {
+  for (const std::string recipe : {"bf16", "fp16", "fp8_delayed", "fp8_current", "fp8_blockwise", "mxfp8"}) {
+    SCOPED_TRACE(recipe);
+    const bool wide = recipe == "fp8_blockwise";
+    ::loom::testing::reset_emulated_weight_cast_counts();
+    expect_bitwise_equal_runs(wide ? kWide : kLlama, "casts-" + recipe,
+                              settings(recipe, wide ? std::vector<std::string>{"data.seq_len=128"}
+                                                    : std::vector<std::string>{}));
+    // 2 blocks of qkv, o, up and down projections, and the head.
+    const ::loom::testing::WeightCastCounts counts = ::loom::testing::emulated_weight_cast_counts();
+    EXPECT_EQ(counts.cast, kSteps * casts_per_step(recipe, 8));
+    EXPECT_GT(counts.reused, 3 * counts.cast);  // 4 micro-batches, each block's forward twice
+  }
+}
+
+TEST_F(DeviceWeightCasts, TensorParallelRanksCacheTheirShardsBitForBit) {
+  ::loom::testing::reset_emulated_weight_cast_counts();
+  expect_bitwise_equal_runs(kGpt2, "casts-tp2-bf16", settings("bf16", {"runtime.ranks=2", "parallel.tp=2"}));
+  EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().cast, 2 * kSteps * casts_per_step("bf16", 8));
+  ::loom::testing::reset_emulated_weight_cast_counts();
+  // fp8_current's scale from the whole weight's amax, all-reduced over the group when it is cast.
+  expect_bitwise_equal_runs(kGpt2, "casts-tp2-fp8-current",
+                            settings("fp8_current", {"runtime.ranks=2", "parallel.tp=2"}));
+  EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().cast, 2 * kSteps * casts_per_step("fp8_current", 8));
+}
+
+TEST_F(DeviceWeightCasts, PipelineStagesCacheTheirLayersBitForBit) {
+  for (const std::string recipe : {"fp8_delayed", "mxfp8"}) {
+    SCOPED_TRACE(recipe);
+    ::loom::testing::reset_emulated_weight_cast_counts();
+    expect_bitwise_equal_runs(
+        kLlama, "casts-pp2-" + recipe,
+        settings(recipe, {"runtime.ranks=2", "parallel.pp=2", "parallel.pipeline_schedule=1f1b"}));
+    // Stage 0 holds block 0, stage 1 block 1 and the head.
+    EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().cast, kSteps * casts_per_step(recipe, 8));
+  }
+}
+
+// ZeRO-3 gathers each unit's weights for every forward and backward into the same buffers with
+// the same values: a rank still casts each weight once per form per step. Evaluation between the
+// steps runs outside the scope, casting the weights as they are then.
+TEST_F(DeviceWeightCasts, ZeroThreeGathersCastOncePerStepAndEvaluationSeesTheNewWeights) {
+  ::loom::testing::reset_emulated_weight_cast_counts();
+  expect_bitwise_equal_runs(kLlama, "casts-zero3", settings("fp8_current", {"runtime.ranks=2", "parallel.zero=3"}));
+  EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().cast, 2 * kSteps * casts_per_step("fp8_current", 8));
+  expect_bitwise_equal_runs(kGpt2, "casts-zero3-eval",
+                            settings("bf16", {"runtime.ranks=2", "parallel.zero=3", "train.eval_interval=1",
+                                              "data.val_prefix=" + root_ + "/data/c_train"}));
+}
+
+// A checkpoint written on the device with cached casts resumes there and on the CPU, equal to the
+// run that never stopped: the loaded weights are cast afresh.
+TEST_F(DeviceWeightCasts, ACheckpointResumesWithFreshCasts) {
+  const std::vector<std::string> recipe = settings("fp8_current");
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), recipe.begin(), recipe.end());
+    return more;
+  };
+  const std::vector<double> full = train("casts-ckpt-full", kLlama, recipe);
+  train("casts-ckpt-resumed", kLlama, with({"runtime.device=cuda"}), 2);
+  EXPECT_EQ(train("casts-ckpt-resumed", kLlama, with({"train.resume=true", "runtime.device=cuda"})), full);
+  expect_same_checkpoints("casts-ckpt-full", "casts-ckpt-resumed");
+}
+
+}  // namespace
+}  // namespace loom::train
