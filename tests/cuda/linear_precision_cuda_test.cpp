@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "precision_shapes.h"
 #include "loom/comm/device_staging.h"
 #include "loom/comm/launch.h"
 #include "loom/core/error.h"
@@ -42,16 +43,9 @@ using model::Recipe;
 using testing::DeviceFloats;
 using testing::poison;
 using testing::random_values;
+using testing::Sizes;
+using testing::sizes_for;
 
-struct Sizes {
-  int64_t n, in, out;
-};
-
-Sizes sizes_for(Recipe r) {
-  if (r == Recipe::Fp8Delayed || r == Recipe::Fp8Current) return {96, 160, 208};
-  if (r == Recipe::Fp8Blockwise) return {256, 384, 256};
-  return {77, 200, 136};
-}
 
 // One layer's inputs; the initial gradients are about a tenth of what the GEMMs add, so an error
 // in the added part is not hidden by them.

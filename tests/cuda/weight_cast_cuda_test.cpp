@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "precision_shapes.h"
 #include "loom/model/linear_precision.h"
 
 namespace loom::kernels::cuda {
@@ -23,16 +24,9 @@ using model::PrecisionScratch;
 using model::Recipe;
 using testing::DeviceFloats;
 using testing::random_values;
+using testing::Sizes;
+using testing::sizes_for;
 
-struct Sizes {
-  int64_t n, in, out;
-};
-
-Sizes sizes_for(Recipe r) {
-  if (r == Recipe::Fp8Delayed || r == Recipe::Fp8Current) return {96, 160, 208};
-  if (r == Recipe::Fp8Blockwise) return {256, 384, 256};
-  return {77, 200, 136};
-}
 
 void expect_bitwise(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;

@@ -13,6 +13,7 @@
 
 #include "loom/core/device.h"
 #include "loom/model/linear_precision.h"
+#include "../gradient_check.h"
 #include "support/emulated_cuda.h"
 #include "support/emulated_precision.h"
 
@@ -22,13 +23,8 @@ namespace {
 constexpr Device kDevice = Device::cuda(0);
 constexpr int kMicroBatches = 4;
 
-std::vector<float> random_values(int64_t n, float stddev, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, stddev);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+// Normal values of the given spread (random_vector's arguments in this file's order).
+std::vector<float> random_values(int64_t n, float stddev, uint32_t seed) { return testing::random_vector(n, seed, stddev); }
 
 // A tensor held on the CPU and on the device, written to both.
 struct Twin {
