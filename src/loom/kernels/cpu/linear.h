@@ -1,7 +1,8 @@
 #pragma once
 // y = x W^T + b, with W stored [out, in] as in Hugging Face checkpoints. GEMMs go to OpenBLAS.
-// Convention for every backward kernel in loom: gradients are *added* into their outputs, so
-// residual streams and gradient accumulation need no extra copies; callers zero what is new.
+// Convention for the backward kernels in loom: gradients are *added* into their outputs, so
+// residual streams and gradient accumulation need no extra copies; callers zero what is new
+// (the MLP activations' backwards, activation.h, write theirs instead).
 #include <cstdint>
 
 namespace loom::kernels::cpu {
