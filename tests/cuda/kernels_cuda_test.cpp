@@ -243,6 +243,13 @@ TEST(CudaKernels, RowGathersScattersAndDotsEqualTheCpu) {
   DeviceArray d_broadcast(allocator, rows_in);
   cuda::scatter_add_rows(d_broadcast.ptr, d_x.ptr, 0, nullptr, d_scale.ptr, rows, width);
   EXPECT_LE(relative_error(d_broadcast.host(), broadcast), 1e-6);
+  // Row r added into row r (no index, a row stride): a thread per element on the GPU.
+  const std::vector<float> own0 = random_values(66, rows * width, 1.0f);
+  std::vector<float> own = own0;
+  cpu::scatter_add_rows(own.data(), rows_in.data(), width, nullptr, scale.data(), rows, width);
+  DeviceArray d_own(allocator, own0);
+  cuda::scatter_add_rows(d_own.ptr, d_rows.ptr, width, nullptr, d_scale.ptr, rows, width);
+  EXPECT_LE(relative_error(d_own.host(), own), 1e-6);
   std::vector<double> dots(rows), dots_broadcast(rows);
   cpu::row_dots(dots.data(), x.data(), index.data(), rows_in.data(), width, rows, width);
   cpu::row_dots(dots_broadcast.data(), rows_in.data(), nullptr, x.data(), 0, rows, width);

@@ -39,6 +39,16 @@ __global__ void scatter_add_rows_kernel(float* __restrict__ out, const float* __
   }
 }
 
+// Without an index each row has its own target: one fused multiply-add per element, so a thread
+// per element gives the bits of the in-order walk.
+__global__ void add_scaled_rows_kernel(float* __restrict__ out, const float* __restrict__ x, int64_t x_stride,
+                                       const float* __restrict__ scale, int64_t rows, int64_t width) {
+  for (int64_t k = grid_start(); k < rows * width; k += grid_stride()) {
+    const int64_t r = k / width, c = k % width;
+    out[k] = __fmaf_rn(scale ? scale[r] : 1.0f, x[r * x_stride + c], out[k]);
+  }
+}
+
 __global__ void row_dots_kernel(double* __restrict__ out, const float* __restrict__ a,
                                 const int32_t* __restrict__ index, const float* __restrict__ b, int64_t b_stride,
                                 int64_t rows, int64_t width) {
@@ -63,6 +73,11 @@ void gather_rows(float* out, const float* x, const int32_t* index, const float* 
 void scatter_add_rows(float* out, const float* x, int64_t x_stride, const int32_t* index, const float* scale,
                       int64_t rows, int64_t width, cudaStream_t stream) {
   if (rows * width == 0) return;
+  if (index == nullptr) {
+    add_scaled_rows_kernel<<<grid_for(rows * width), kThreads, 0, stream>>>(out, x, x_stride, scale, rows, width);
+    check_launch("add_scaled_rows_kernel");
+    return;
+  }
   // Warp-sized blocks spread the columns over as many SMs as there are warps of them.
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((width + 31) / 32, 65536));
   scatter_add_rows_kernel<<<blocks, 32, 0, stream>>>(out, x, x_stride, index, scale, rows, width);
