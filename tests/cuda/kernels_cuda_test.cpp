@@ -90,11 +90,12 @@ TEST(CudaKernels, RmsNormForwardAndBackwardMatchTheCpu) {
 // The norms' weight (and bias) gradients are summed per run of rows and the runs in a fixed order,
 // with no atomics: two runs give the same bits, within 1e-6 of the sums in fp64. The shapes take
 // runs of more than 16 rows (past 16384 rows) and shared memory beyond the default 48 KB (16384
-// columns: 64 KB for RMSNorm, 128 KB for LayerNorm's two arrays).
+// columns: 64 KB for RMSNorm, 128 KB for LayerNorm's two arrays; 12288: RMSNorm's 48 KB array
+// and its static reduction buffer just past it).
 TEST(CudaKernels, NormWeightGradientsAreDeterministicAndExactOverManyRows) {
   SKIP_WITHOUT_GPU();
   CachingAllocator allocator;
-  for (auto [rows, dim] : {std::pair<int64_t, int64_t>{20000, 40}, {3, 16384}, {1000, 768}}) {
+  for (auto [rows, dim] : {std::pair<int64_t, int64_t>{20000, 40}, {3, 16384}, {5, 12288}, {1000, 768}}) {
     const std::vector<float> x = random_values(61, rows * dim, 1.0f), w = random_values(62, dim, 1.0f),
                              dy = random_values(63, rows * dim, 1.0f), dw0 = random_values(64, dim, 0.5f);
     std::vector<float> mean(static_cast<size_t>(rows)), rstd(static_cast<size_t>(rows));

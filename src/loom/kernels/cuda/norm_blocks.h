@@ -22,19 +22,23 @@ struct NormBlocks {
 };
 
 // `kernel`'s blocks for rows x dim with `arrays` gradient arrays in dynamic shared memory; asks
-// for more than the default 48 KB of shared memory when dim needs it (up to the device's limit).
+// for more than the default 48 KB of shared memory (its static share included) when dim needs it,
+// up to the device's limit.
 inline NormBlocks norm_blocks(int64_t rows, int64_t dim, int arrays, const void* kernel) {
   NormBlocks b;
   b.rows = std::max<int64_t>(16, (rows + kColumnSumChunks - 1) / kColumnSumChunks);
   b.count = (rows + b.rows - 1) / b.rows;
   b.shared_bytes = static_cast<size_t>(arrays) * static_cast<size_t>(dim) * sizeof(float);
-  if (b.shared_bytes > 48 * 1024) {
+  cudaFuncAttributes attributes{};
+  check_cuda(cudaFuncGetAttributes(&attributes, kernel), "cudaFuncGetAttributes (norm backward)");
+  const size_t total = attributes.sharedSizeBytes + b.shared_bytes;
+  if (total > 48 * 1024) {
     int device = 0, limit = 0;
     check_cuda(cudaGetDevice(&device), "cudaGetDevice");
     check_cuda(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
                "cudaDeviceGetAttribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)");
-    LOOM_CHECK(b.shared_bytes <= static_cast<size_t>(limit),
-               "cuda norm backward: width " + std::to_string(dim) + " needs " + std::to_string(b.shared_bytes) +
+    LOOM_CHECK(total <= static_cast<size_t>(limit),
+               "cuda norm backward: width " + std::to_string(dim) + " needs " + std::to_string(total) +
                    " bytes of shared memory per block, more than this GPU's " + std::to_string(limit));
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(b.shared_bytes)),
