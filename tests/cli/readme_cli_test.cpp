@@ -53,8 +53,10 @@ std::vector<std::string> readme_commands(const std::string& markdown) {
 // A server command as a script: started in the background, stopped with SIGTERM once it says it
 // is listening (within 60 s), its exit status the script's.
 std::string as_server_script(const std::string& command) {
-  return "(\n" + command + "\n) > server.log 2>&1 &\npid=$!\ni=0\n"  // own lines: a trailing # comment
-         "while ! grep -q 'listening on' server.log; do\n"
+  // The previous server's log goes first: the background shell truncates it only when it starts,
+  // and a stale 'listening on' would have the new server stopped before it handles SIGTERM.
+  return "rm -f server.log\n(\n" + command + "\n) > server.log 2>&1 &\npid=$!\ni=0\n"  // own lines: a trailing # comment
+         "while ! grep -qs 'listening on' server.log; do\n"
          "  kill -0 $pid 2>/dev/null || { cat server.log; wait $pid; exit $?; }\n"
          "  i=$((i + 1)); [ $i -le 600 ] || { cat server.log; kill -KILL $pid; exit 98; }\n"
          "  sleep 0.1\ndone\nkill -TERM $pid\nwait $pid\nstatus=$?\ncat server.log\nexit $status";
