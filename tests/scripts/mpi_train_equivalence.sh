@@ -2,7 +2,8 @@
 # Data, tensor, pipeline, context and expert parallelism under MPI compute the same function as
 # one rank: trains 20 steps on one rank (threads backend) and on 4 MPI processes (dp 4 with ZeRO
 # stages 0 and 1; tp 2 x dp 2 with sequence parallelism and ZeRO-1; pp 2 x dp 2 with 1F1B and
-# ZeRO-1; cp 2 x dp 2 with Ulysses all-to-all and ZeRO-1; cp 4 with ring attention; a mixture of
+# ZeRO-1; the interleaved pipeline at pp 2 x dp 2 with 4 micro-batches per pipeline; cp 2 x dp 2
+# with Ulysses all-to-all and ZeRO-1; cp 4 with ring attention; a mixture of
 # experts at ep 2 and ep 4 with ZeRO-1, and ep 2 x tp 2), and compares every step's loss
 # (relative 1e-5). Usage: mpi_train_equivalence.sh LOOM_BINARY MPIEXEC
 set -euo pipefail
@@ -44,6 +45,16 @@ for zero in 0 1 2 3 4 5; do
   compare "$work/one" "$work/mpi$zero" "${layouts[$zero]}"
   echo "${layouts[$zero]}: 4 MPI ranks match one rank over $steps steps"
 done
+# The interleaved pipeline (4 layers: 2 chunks per stage) with more micro-batches than stages: its
+# ranks exchange in lockstep batches with both neighbours (pipeline_schedule.cpp).
+sed -e 's/layers: 2,/layers: 4,/' "$work/config.yaml" > "$work/deep.yaml"
+"$loom" train "$work/deep.yaml" run.dir="$work/deep-one" > /dev/null
+interleaved="parallel.pp=2 parallel.pipeline_schedule=interleaved parallel.virtual_stages=2 train.micro_batch=1"
+# shellcheck disable=SC2086  # the layout is a list of overrides
+"$mpiexec" --allow-run-as-root --oversubscribe -np 4 "$loom" train "$work/deep.yaml" runtime.backend=mpi \
+  run.dir="$work/interleaved" $interleaved > "$work/interleaved.log" 2>&1 || { cat "$work/interleaved.log"; exit 1; }
+compare "$work/deep-one" "$work/interleaved" "$interleaved"
+echo "$interleaved: 4 MPI ranks (pp 2 x dp 2, 4 micro-batches per pipeline) match one rank over $steps steps"
 # Mixture of experts: tokens cross the expert-parallel ranks by all-to-all.
 sed -e 's/^model: {\(.*\)}$/model: {\1, moe_experts: 4, moe_top_k: 2, moe_ffn_size: 24, moe_aux_loss_coeff: 0.01,\
         moe_router: sigmoid, moe_expert_bias: true, moe_bias_update_rate: 0.01, moe_capacity_factor: 1.0}/' \
