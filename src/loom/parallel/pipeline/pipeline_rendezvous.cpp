@@ -12,12 +12,6 @@ namespace loom::parallel {
 
 namespace {
 
-bool is_message(PipelineOp op) {
-  return op == PipelineOp::RecvForward || op == PipelineOp::SendForward || op == PipelineOp::RecvBackward ||
-         op == PipelineOp::SendBackward;
-}
-bool is_send(PipelineOp op) { return op == PipelineOp::SendForward || op == PipelineOp::SendBackward; }
-
 // One message instruction and the other end it pairs with.
 struct Op {
   int rank = 0;

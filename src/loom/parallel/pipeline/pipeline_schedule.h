@@ -32,6 +32,13 @@ enum class PipelineOp : uint8_t {
   SendBackward,  // the gradient of the chunk's input to the previous virtual stage
   ReduceGradients,  // the step's last backward is done: finish the data-parallel reduction
 };
+
+// A point-to-point message (a send or a recv), and of those a send.
+inline bool is_message(PipelineOp op) {
+  return op == PipelineOp::RecvForward || op == PipelineOp::SendForward || op == PipelineOp::RecvBackward ||
+         op == PipelineOp::SendBackward;
+}
+inline bool is_send(PipelineOp op) { return op == PipelineOp::SendForward || op == PipelineOp::SendBackward; }
 std::string pipeline_op_name(PipelineOp op);
 
 struct PipelineInstruction {

@@ -107,13 +107,6 @@ void PipelineStep::recycle(bool wait) {
 }
 
 namespace {
-bool is_message(parallel::PipelineOp op) {
-  return op == parallel::PipelineOp::RecvForward || op == parallel::PipelineOp::SendForward ||
-         op == parallel::PipelineOp::RecvBackward || op == parallel::PipelineOp::SendBackward;
-}
-bool is_send(parallel::PipelineOp op) {
-  return op == parallel::PipelineOp::SendForward || op == parallel::PipelineOp::SendBackward;
-}
 // Whether the batch of message instructions starting at `next` sends micro-batch chunk `key`'s
 // input gradient back.
 bool batch_sends_back(const std::vector<parallel::PipelineInstruction>& list, size_t next, std::pair<int, int> key) {
