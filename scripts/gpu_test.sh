@@ -1,24 +1,38 @@
 #!/usr/bin/env bash
-# One call on a machine with an NVIDIA GPU: runs loom's GPU tests (every CUDA kernel against the
-# CPU path, the cuBLASLt products, flash attention, the NCCL communicator), then the GPU
-# benchmarks beside PyTorch on the same GPU and shapes (bf16 / FP8 GEMMs against torch.matmul and
-# torch._scaled_mm, flash attention against scaled_dot_product_attention), and prints a short
-# table last; one linear layer per precision recipe shows FP8's speedup over bf16, casts included.
-# Binaries come from .gpu-bundle/ (scripts/gpu_bundle.sh, made on a build machine)
-# when it is there, else they are built here (which needs the build's Debian packages). Logs and
-# results go to $OUT (the device tool's folder that comes back) or /tmp/loom-gpu-out. Three modes,
-# each one 10-minute device command (give it timeout_s 600), in this order:
-#   gpu_test.sh [tests]   the GPU tests, the trainer's and the engine's runs on the GPU (plain,
-#                         NCCL, 2 ranks, hybrid, serving beside the CPU), compute-sanitizer;
-#   gpu_test.sh bench     the kernel benchmarks beside PyTorch, then the training benchmark
-#                         (GPT-2 124M beside llm.c and PyTorch, the ~1B config's MFU, FP8) with
-#                         what is left of about 9.5 minutes;
-#   gpu_test.sh fp8-curve [STEPS]   FP8 against bf16 over a few hundred steps of the ~1B config.
+# One call on a machine with an NVIDIA GPU (the device tool: timeout_s 600, carry .gpu-bundle):
+# loom's GPU tests and the GPU benchmarks beside their peers, stage by stage in order of
+# importance, all within one time budget, and a short table last. A lent machine gives a session
+# about 15 minutes of device time, its start included, so everything fits one call.
+#   gpu_test.sh [STAGE ...]     default: every stage below, in this order
+# Stages:
+#   kernels   test_cuda: every CUDA kernel against the CPU path, the cuBLASLt products, attention,
+#             the model and the parallel layouts on the GPU against one CPU rank
+#   llama     the ~1B config trained 300 steps in bf16, then in fp8_current: tokens/s, MFU, FP8's
+#             speedup and the two loss curves (bench/cuda/train_bench.sh llama)
+#   gpt2      GPT-2 124M by loom and by llm.c (the bundle's prebuilt binaries)
+#   profile   the ~1B bf16 step's GPU time per kernel (Nsight Compute)
+#   nccl      test_nccl; the trainer over NCCL (one rank) and as 2 ranks sharing the GPU
+#   torch     PyTorch with torch.compile on both shapes
+#   more      the hybrid step, serving on the GPU beside the CPU, compute-sanitizer, the kernel
+#             benchmarks beside PyTorch, the fp8_current step's profile
+# The budget is LOOM_GPU_BUDGET_S seconds from the start (default 540); each step has its own
+# timeout, cut to what is left, and a step that no longer fits is skipped, saying so. Binaries
+# come from .gpu-bundle/ (scripts/gpu_bundle.sh, made on a build machine) when it is there, else
+# they are built here (which needs the build's Debian packages). Logs and results go to $OUT (the
+# device tool's folder that comes back; at most 8 files) or /tmp/loom-gpu-out.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 out="${OUT:-/tmp/loom-gpu-out}"
 mkdir -p "$out"
+export LOOM_GPU_DEADLINE=$(($(date +%s) + ${LOOM_GPU_BUDGET_S:-540}))
+stages=("$@")
+[ "${#stages[@]}" -gt 0 ] || stages=(kernels llama gpt2 profile nccl torch more)
+for s in "${stages[@]}"; do
+  case "$s" in kernels | llama | gpt2 | profile | nccl | torch | more) ;;
+    *) echo "gpu_test.sh: unknown stage '$s' (kernels, llama, gpt2, profile, nccl, torch, more)" >&2; exit 2 ;;
+  esac
+done
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
 if [ -f .gpu-bundle/payload.tar.xz ]; then
   work=/tmp/loom-gpu
@@ -26,13 +40,14 @@ if [ -f .gpu-bundle/payload.tar.xz ]; then
   bin="$work/bin" tests="$work/bin"
   libs="$work/lib"
 else
+  work=""
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON >/dev/null &&
     cmake --build build-gpu -j"$(nproc)" --target test_cuda test_nccl loom_bench_gemm_cuda loom_bench_flash_attention_cuda \
       loom_bench_linear_precision_cuda loom_bench_serve loom \
       >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
   bin="$repo/build-gpu/bench" tests="$repo/build-gpu" libs=""
 fi
-loom="$tests/loom"  # the trainer (runtime.device=cuda, below)
+loom="$tests/loom"  # the trainer (runtime.device=cuda)
 # cuBLASLt, NCCL and cuDNN (loaded at run time for attention; its runtime-compiled engines load
 # NVRTC): the toolkit's, else the ones PyTorch's nvidia-* packages carry.
 extra=$(python3 - <<'PY' 2>/dev/null
@@ -52,109 +67,138 @@ PY
 )
 export LD_LIBRARY_PATH="${libs:+$libs:}/usr/local/cuda/lib64${extra:+:$extra}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 for b in "$tests"/test_cuda "$tests"/test_nccl "$bin"/loom_bench_*cuda "$loom"; do ldd "$b" | grep "not found" && echo "missing libraries for $b"; done
-# `gpu_test.sh fp8-curve [STEPS]`: only FP8 against bf16 over a few hundred steps of the ~1B
-# config (bench/cuda/fp8_curve.sh; about 5 minutes), a call of its own.
-if [ "${1:-}" = fp8-curve ]; then
-  bash bench/cuda/fp8_curve.sh "$out" "$loom" "${2:-300}"
-  exit 0
-fi
-mode="${1:-tests}"
-case "$mode" in tests | bench) ;; *) echo "gpu_test.sh: unknown mode '$mode' (tests, bench or fp8-curve)"; exit 2 ;; esac
-# The tiny model's corpus: a byte-level corpus of the repository's docs (the trainer's runs below
+: >"$out/bench.txt"
+
+left() { echo $((LOOM_GPU_DEADLINE - $(date +%s))); }
+exec 3>&1  # the console, for what must be seen whatever a step's output is redirected to
+# capped NAME SECONDS COMMAND...: COMMAND under min(SECONDS, what is left), or a line on the
+# console saying it was skipped when under 15 seconds are left; returns COMMAND's status.
+capped() {
+  local name="$1" want="$2" rest
+  shift 2
+  rest=$(left)
+  if [ "$rest" -lt 15 ]; then echo "$name: skipped, no time left" >&3; return 0; fi
+  timeout --kill-after=10 "$((want < rest ? want : rest))" "$@"
+}
+# A gtest binary's result: from its XML, else (killed before writing it) counted off its log.
+gtest_summary() {  # NAME LOG
+  grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|error:|Expected|rel|  Actual" "$2" | cut -c1-400 | head -40
+  [ -f "$out/$1.xml" ] || echo "$1: no XML (stopped early): $(grep -c '^\[       OK \]' "$2") passed, $(grep -c '^\[  FAILED  \]' "$2") failed so far; last started: $(grep '^\[ RUN' "$2" | tail -1)"
+}
+gtest_run() {  # NAME BINARY SECONDS [ARGS...]: results in NAME.xml and NAME.log
+  local name="$1" binary="$2" want="$3"
+  shift 3
+  # The whole log goes to a file first: a pipe closed early (head) must not stop the tests.
+  capped "$name" "$want" "$tests/$binary" --gtest_output="xml:$out/$name.xml" "$@" >"$out/$name.log" 2>&1
+  echo "$name exit $?"
+  gtest_summary "$name" "$out/$name.log"
+}
+# The tiny model's corpus: a byte-level corpus of the repository's docs (the trainer's small runs
 # and the serving benchmark's checkpoint).
-mkdir -p /tmp/loom-train/corpus && for f in docs/*.md; do cp "$f" "/tmp/loom-train/corpus/$(basename "$f" .md).txt"; done
-timeout 30 "$loom" data prepare /tmp/loom-train/corpus --tokenizer byte --output /tmp/loom-train/c >"$out/prepare.log" 2>&1
-if [ "$mode" = tests ]; then
-echo "== tests"
-# The whole log goes to a file first: a pipe closed early (head) must not stop the tests.
-for t in test_cuda test_nccl; do
-  timeout "$([ $t = test_cuda ] && echo 180 || echo 60)" "$tests/$t" --gtest_output="xml:$out/$t.xml" >"$out/$t.log" 2>&1
-  echo "$t exit $?"
-  grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|error:|Expected|rel|  Actual" "$out/$t.log" | cut -c1-400 | head -40
-done
-# Which attention the bf16 operands ran on (cuDNN's, or loom's kernels and why: once per reason).
-grep -h "^loom: attention" "$out/test_cuda.log" | sort -u | cut -c1-300 | head -6
-# The trainer on the GPU: configs/tiny.yaml (4.5M-parameter Llama-style, fp32) for 30 steps on a
-# byte-level corpus of the repository's docs (test_cuda's CudaModel tests compare it with the CPU).
-echo "== loom train runtime.device=cuda"
-timeout 120 "$loom" train configs/tiny.yaml runtime.device=cuda data.train_prefix=/tmp/loom-train/c_train \
-  data.val_prefix=/tmp/loom-train/c_val train.steps=30 train.eval_interval=0 checkpoint.interval=0 log.progress=false \
-  log.interval=10 run.dir=/tmp/loom-train/run >"$out/train_cuda.log" 2>&1
-echo "loom train exit $?"; grep -E "^model:|^step|^trained|error" "$out/train_cuda.log" | cut -c1-200 | head -8
-# The same for 10 steps with the gradients' collectives over NCCL (runtime.device_comm=nccl; one
-# rank: the machine has one GPU), then as 2 ranks sharing the GPU (threads, staged through the host).
-for run in "runtime.device_comm=nccl" "runtime.ranks=2"; do
-  timeout 60 "$loom" train configs/tiny.yaml runtime.device=cuda $run data.train_prefix=/tmp/loom-train/c_train \
-    data.val_prefix=/tmp/loom-train/c_val train.steps=10 train.eval_interval=0 checkpoint.interval=0 log.progress=false \
-    log.interval=10 run.dir="/tmp/loom-train/run-${run//[.=]/-}" >>"$out/train_cuda.log" 2>&1
-  echo "loom train $run exit $?"; grep -E "^step +10|error" "$out/train_cuda.log" | tail -1 | cut -c1-200
-done
-# A hybrid step beside the attention-only one: configs/tiny.yaml as is and with layers M*M*M*
-# (three Mamba-2 mixers of 32 heads in 8 groups in place of attention), 12 steps each; the median
-# tokens/s of steps 3-12 from each run's metrics.
-for pattern in "" "M*M*M*"; do
-  name="hybrid-${pattern:-none}"; name="${name//\*/a}"
-  hybrid=(); [ -n "$pattern" ] && hybrid=("model.layer_pattern=$pattern" "model.mamba={groups: 8}")
-  timeout 90 "$loom" train configs/tiny.yaml runtime.device=cuda "${hybrid[@]}" \
-    data.train_prefix=/tmp/loom-train/c_train data.val_prefix=/tmp/loom-train/c_val train.steps=12 \
-    train.eval_interval=0 checkpoint.interval=0 log.progress=false log.interval=1 \
-    run.dir="/tmp/loom-train/run-$name" >>"$out/train_cuda.log" 2>&1
-  echo "loom train layer_pattern=${pattern:-(attention only)} exit $?"
-  python3 - "/tmp/loom-train/run-$name/metrics.jsonl" <<'PY' || true
+tiny_corpus() {
+  [ -f /tmp/loom-train/c_train.idx ] && return 0
+  mkdir -p /tmp/loom-train/corpus && for f in docs/*.md; do cp "$f" "/tmp/loom-train/corpus/$(basename "$f" .md).txt"; done
+  timeout 30 "$loom" data prepare /tmp/loom-train/corpus --tokenizer byte --output /tmp/loom-train/c >"$out/prepare.log" 2>&1
+}
+# tiny_train NAME STEPS SECONDS [OVERRIDE ...]: configs/tiny.yaml on the GPU, into /tmp/loom-train/run-NAME.
+tiny_train() {
+  local name="$1" steps="$2" want="$3"
+  shift 3
+  tiny_corpus
+  capped "loom train $name" "$want" "$loom" train configs/tiny.yaml runtime.device=cuda "$@" \
+    data.train_prefix=/tmp/loom-train/c_train data.val_prefix=/tmp/loom-train/c_val train.steps="$steps" \
+    train.eval_interval=0 checkpoint.interval="$steps" log.progress=false log.interval=1 run.dir="/tmp/loom-train/run-$name" \
+    >>"$out/train_cuda.log" 2>&1
+  echo "loom train $name exit $?"
+  grep -E "^step|error" "$out/train_cuda.log" | tail -1 | cut -c1-200
+}
+train_bench() { bash bench/cuda/train_bench.sh "$out" "$work" "$@"; }
+
+# test_cuda in two runs, the kernels first: a hang among the trainer's tests (several ranks on the
+# GPU) must not cost the kernels' results.
+model_tests='CudaModel.*:CudaReleasableMemory.*'
+stage_kernels() {
+  gtest_run test_cuda test_cuda 100 --gtest_filter="-$model_tests"
+  gtest_run test_cuda_model test_cuda 90 --gtest_filter="$model_tests"
+  # Which attention the bf16 operands ran on (cuDNN's, or loom's kernels and why: once per reason).
+  grep -h "^loom: attention" "$out"/test_cuda*.log | sort -u | cut -c1-300 | head -6
+}
+
+stage_nccl() {
+  gtest_run test_nccl test_nccl 40
+  # The gradients' collectives over NCCL (one rank: the machine has one GPU), then 2 ranks sharing
+  # the GPU (threads, staged through the host).
+  tiny_train nccl 10 40 runtime.device_comm=nccl
+  tiny_train ranks2 10 40 runtime.ranks=2
+}
+
+stage_more() {
+  # A hybrid step beside the attention-only one: configs/tiny.yaml as is and with layers M*M*M*
+  # (three Mamba-2 mixers of 32 heads in 8 groups in place of attention), 12 steps each; the
+  # median tokens/s of steps 3-12 from each run's metrics. The first also serves the serving
+  # benchmark's checkpoint.
+  local pattern name
+  for pattern in "" "M*M*M*"; do
+    name="hybrid-${pattern:-none}"; name="${name//\*/a}"
+    if [ -n "$pattern" ]; then tiny_train "$name" 12 45 "model.layer_pattern=$pattern" "model.mamba={groups: 8}"
+    else tiny_train "$name" 12 45; fi
+    python3 - "/tmp/loom-train/run-$name/metrics.jsonl" <<'PY' || true
 import json, statistics, sys
 rates = [r["tokens_per_s"] for r in map(json.loads, open(sys.argv[1])) if "tokens_per_s" in r and r["step"] > 2]
 print(f"  median tokens/s over {len(rates)} steps: {statistics.median(rates):.0f}" if rates else "  no steps")
 PY
-done
-# The hand-written kernels once more under compute-sanitizer's memcheck, on the tests' small
-# shapes (out-of-bounds and misaligned accesses; it works on the Firecracker machines).
-sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-if [ -n "$sanitizer" ]; then
-  echo "== memcheck"
-  timeout 60 "$sanitizer" --tool memcheck --print-limit 5 "$tests/test_cuda" \
-    --gtest_filter='*one_token*:*key_block*:*Paged*:*documents_d128*:*Mx*:*Blockwise*:*LayerNorm*:*Rope*:*Embedding*:*Linear*:*CudaMamba*:*DeviceAmax*' \
-    >"$out/memcheck.log" 2>&1
-  grep -E "ERROR SUMMARY|Invalid|PASSED|FAILED" "$out/memcheck.log" | head -12
-  # Shared-memory races in loom's tensor-core attention kernels (racecheck; small shapes; not
-  # cuDNN's, which LOOM_ATTENTION=loom keeps out).
-  echo "== racecheck"
-  LOOM_ATTENTION=loom timeout 120 "$sanitizer" --tool racecheck --print-limit 5 "$tests/test_cuda" \
-    --gtest_filter='*Bf16*documents_d128*:*Bf16*causal_gqa_d64*' >"$out/racecheck.log" 2>&1
-  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|PASSED|FAILED" "$out/racecheck.log" | head -8
-fi
-: >"$out/bench.txt"
-echo "== serving"
-# Serving: the engine on the tiny model trained above (loom_bench_serve: decode tokens/s with 1, 8
-# and 32 sequences, prefill tokens/s), on the GPU and on this machine's CPU in the same call.
-for device in cuda cpu; do
-  timeout 60 "$bin/loom_bench_serve" /tmp/loom-train/run/checkpoints 64 32 448 "$device" 2>&1 |
-    sed "s/^/SERVE|$device|/" | tee -a "$out/bench.txt" | cut -c1-200
-done
-python3 bench/cuda/gpu_table.py "$out/bench.txt" "$out/test_cuda.xml" "$out/test_nccl.xml"
-fi
-if [ "$mode" = bench ]; then
-: >"$out/bench.txt"
-# GPT-2 124M and the ~1B Llama config trained by llm.c (GPT-2 only), loom and PyTorch on the same
-# shapes, first: the issue's numbers. Its budget: 7 minutes (its runs in order of importance).
-echo "== training"
-train_budget=$((420 - SECONDS))
-TRAIN_BENCH_BUDGET_S=$train_budget timeout $((train_budget + 30)) bash bench/cuda/train_bench.sh "$out" "${work:-}" ||
-  echo "training benchmark: exit $?"
-# The kernel benchmarks beside PyTorch with what is left of about 9.5 minutes: each runs when its
-# timeout still fits, else says it was skipped.
-echo "== benchmarks"
-kernel_bench() {  # SECONDS COMMAND...
-  local want="$1"
-  shift
-  if [ $((SECONDS + want)) -gt 560 ]; then echo "skipped (no time left): $*"; return 0; fi
-  timeout "$want" "$@" 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
+  done
+  # Serving: the engine on the tiny model trained above (loom_bench_serve: decode tokens/s with 1,
+  # 8 and 32 sequences, prefill tokens/s), on the GPU and on this machine's CPU.
+  if [ -d /tmp/loom-train/run-hybrid-none/checkpoints ]; then
+    echo "== serving"
+    for device in cuda cpu; do
+      capped "serve $device" 45 "$bin/loom_bench_serve" /tmp/loom-train/run-hybrid-none/checkpoints 64 32 448 "$device" 2>&1 |
+        sed "s/^/SERVE|$device|/" | tee -a "$out/bench.txt" | cut -c1-200
+    done
+  fi
+  # The hand-written kernels once more under compute-sanitizer's memcheck, on the tests' small
+  # shapes (out-of-bounds and misaligned accesses), and loom's tensor-core attention under
+  # racecheck (not cuDNN's, which LOOM_ATTENTION=loom keeps out).
+  local sanitizer
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+  if [ -n "$sanitizer" ]; then
+    echo "== memcheck"
+    capped memcheck 60 "$sanitizer" --tool memcheck --print-limit 5 "$tests/test_cuda" \
+      --gtest_filter='*one_token*:*key_block*:*Paged*:*documents_d128*:*Mx*:*Blockwise*:*LayerNorm*:*Rope*:*Embedding*:*Linear*:*CudaMamba*:*DeviceAmax*' \
+      >"$out/memcheck.log" 2>&1
+    grep -E "ERROR SUMMARY|Invalid|PASSED|FAILED|skipped" "$out/memcheck.log" | head -12
+    echo "== racecheck"
+    LOOM_ATTENTION=loom capped racecheck 90 "$sanitizer" --tool racecheck --print-limit 5 "$tests/test_cuda" \
+      --gtest_filter='*Bf16*documents_d128*:*Bf16*causal_gqa_d64*' >"$out/racecheck.log" 2>&1
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|PASSED|FAILED|skipped" "$out/racecheck.log" | head -8
+  fi
+  # The kernel benchmarks beside PyTorch (each prints RESULT lines for the table).
+  echo "== kernel benchmarks"
+  local b
+  for b in "60 $bin/loom_bench_linear_precision_cuda" "45 $bin/loom_bench_gemm_cuda" "45 python3 bench/cuda/torch_cuda_peer.py gemm" \
+           "90 $bin/loom_bench_flash_attention_cuda" "60 python3 bench/cuda/torch_cuda_peer.py attention"; do
+    # shellcheck disable=SC2086
+    capped "${b#* }" ${b} 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
+  done
+  train_bench profile-fp8
 }
-kernel_bench 45 "$bin/loom_bench_gemm_cuda"
-kernel_bench 45 python3 bench/cuda/torch_cuda_peer.py gemm
-kernel_bench 60 "$bin/loom_bench_linear_precision_cuda"
-kernel_bench 90 "$bin/loom_bench_flash_attention_cuda"
-kernel_bench 60 python3 bench/cuda/torch_cuda_peer.py attention
-python3 bench/cuda/gpu_table.py "$out/bench.txt"
-fi
+
+for s in "${stages[@]}"; do
+  echo "== stage $s ($(left) s left)"
+  case "$s" in
+    kernels) stage_kernels ;;
+    llama) train_bench llama ;;
+    gpt2) train_bench gpt2 llmc ;;
+    profile) train_bench profile ;;
+    nccl) stage_nccl ;;
+    torch) train_bench torch-gpt2 torch-llama ;;
+    more) stage_more ;;
+  esac
+done
+echo "== done ($(left) s of the budget left)"
+xmls=()
+for t in test_cuda test_cuda_model test_nccl; do [ -f "$out/$t.xml" ] && xmls+=("$out/$t.xml"); done
+python3 bench/cuda/gpu_table.py "$out/bench.txt" "${xmls[@]}"
 # The device tool brings back at most 8 files from $OUT: the logs travel as one archive.
 (cd "$out" && ls ./*.log >/dev/null 2>&1 && tar -czf logs.tar.gz ./*.log && rm -f ./*.log)

@@ -2,9 +2,9 @@
 """The short table scripts/gpu_test.sh prints last: the GPU tests' counts (from gtest's XML);
 per operation and shape, loom's and PyTorch's milliseconds and TFLOP/s (from the RESULT lines of
 bench/cuda/*) with their ratio; one linear layer's speedup per precision recipe over bf16; and,
-last, the training benchmark (TRAIN lines of bench/cuda/train_bench.sh): per model shape and
+then the training benchmark (TRAIN lines of bench/cuda/train_bench.sh): per model shape and
 trainer tokens/s, MFU, the ratio to the fastest llm.c build and, for loom's other precision
-recipes, to loom's bf16 run.
+recipes, to loom's bf16 run; last, FP8's loss curve against bf16's (LOSS lines).
 Usage: gpu_table.py BENCH_TXT TEST_XML..."""
 import sys
 import xml.etree.ElementTree as ET
@@ -132,6 +132,13 @@ def training(path):
     return "\n".join(out)
 
 
+def loss_curves(path):
+    """FP8's loss curve against bf16's on the ~1B config (LOSS lines: bench/cuda/loss_curves.py's
+    report of the training benchmark's two runs)."""
+    lines = [line.split("|", 1)[1] for line in read_lines(path) or [] if line.startswith("LOSS|")]
+    return "\n".join(["loss curves (fp8_current against bf16, ~1B):"] + lines) if lines else "loss curves: no results"
+
+
 if __name__ == "__main__":
     for xml in sys.argv[2:]:
         print(tests(xml))
@@ -141,3 +148,4 @@ if __name__ == "__main__":
         print(speedups)
     print(serving(sys.argv[1]))
     print(training(sys.argv[1]))
+    print(loss_curves(sys.argv[1]))

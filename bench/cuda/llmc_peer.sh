@@ -14,6 +14,9 @@
 #   llmc_peer.sh all    SRC WORK B T STEPS [PREBUILT [PREBUILT_CUDNN]]   build, shards, run;
 #                                          PREBUILT: a train_gpt2cu built elsewhere, used only when
 #                                          the build here fails; PREBUILT_CUDNN: also run that one
+#   llmc_peer.sh prebuilt SRC WORK B T STEPS PREBUILT [PREBUILT_CUDNN]   shards, then run the
+#                                          binaries built elsewhere (the cuDNN one first): no nvcc
+#                                          build here, which takes about a minute of GPU time
 #
 # The build is llm.c's Makefile's `make train_gpt2cu` spelled out (nvcc -O3 --use_fast_math
 # -std=c++17, code for the GPU's compute capability, -DENABLE_BF16, -lcublas -lcublasLt; no NCCL/MPI
@@ -164,6 +167,19 @@ case "${1:-}" in
       cp "$8" "$work/train_gpt2cu_cudnn"
       run "$work" "$4" "$5" "$6" train_gpt2cu_cudnn || status=1
     fi
+    exit $status ;;
+  prebuilt)
+    src="$2" work=$(absolute "$3")
+    [ -x "${7:-}" ] || { echo "llm.c: no prebuilt binary '${7:-}'" >&2; exit 1; }
+    cp "$7" "$work/train_gpt2cu"
+    "${CC:-cc}" -O2 -I"$src" "$here/llmc_shard_check.c" -lm -o "$work/llmc_shard_check"
+    shards "$work" "$4" "$5"
+    status=0
+    if [ -n "${8:-}" ] && [ -x "$8" ]; then
+      cp "$8" "$work/train_gpt2cu_cudnn"
+      run "$work" "$4" "$5" "$6" train_gpt2cu_cudnn || status=1
+    fi
+    run "$work" "$4" "$5" "$6" || status=1
     exit $status ;;
   *) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" >&2; exit 2 ;;
 esac

@@ -1,64 +1,60 @@
 #!/usr/bin/env bash
-# The GPU training benchmark, a stage of scripts/gpu_test.sh: GPT-2 124M (configs/gpt2-124m.yaml,
-# B 16 x T 1024) trained by llm.c's train_gpt2.cu (with cuBLAS alone, and with cuDNN's attention
-# where the bundle has that build), by loom and by PyTorch (eager and torch.compile), and the ~1B
-# Llama config (configs/llama-1b.yaml, B 4 x T 2048) by loom (bf16, then fp8_current) and PyTorch,
-# bf16 unless named, with fp32 master weights and AdamW, one GPU, random tokens. Each run prints one TRAIN line
-# (bench/cuda/train_results.py) into OUT/bench.txt, which bench/cuda/gpu_table.py turns into
-# tokens/s, MFU and the ratio to the fastest llm.c build; every run's whole output goes to
-# OUT/train.log. Last, when Nsight Compute is there, loom's ~1B bf16 step's GPU time per kernel
-# (OUT/kernel_profile.log, bench/cuda/kernel_profile.py).
-#   bench/cuda/train_bench.sh OUT [BUNDLE]   BUNDLE: the unpacked .gpu-bundle (bin/loom, llmc/)
-# The stage keeps to TRAIN_BENCH_BUDGET_S seconds (default 360), each run to its own timeout
-# within what is left (then SIGTERM, SIGKILL 20 s later); runs that no longer fit are skipped,
+# The GPU training benchmark, run by scripts/gpu_test.sh: the ~1B Llama config
+# (configs/llama-1b.yaml, B 4 x T 2048) trained by loom in bf16 and in fp8_current over a few
+# hundred steps (tokens/s, MFU, FP8's speedup and the two loss curves, from the same runs), GPT-2
+# 124M (configs/gpt2-124m.yaml, B 16 x T 1024) by loom and by llm.c's train_gpt2.cu (with cuBLAS
+# alone, and with cuDNN's attention where the bundle has that build), and both shapes by PyTorch
+# with torch.compile. bf16 unless named, fp32 master weights, AdamW, one GPU. Each run prints one
+# TRAIN line (bench/cuda/train_results.py) into OUT/bench.txt, which bench/cuda/gpu_table.py turns
+# into tokens/s, MFU and the ratio to the fastest llm.c build; every run's whole output goes to
+# OUT/train.log.
+#   bench/cuda/train_bench.sh OUT BUNDLE [RUN ...]   BUNDLE: the unpacked .gpu-bundle (bin/loom,
+#                                                    llmc/), or "" to use build-gpu/loom
+# RUN, in the default order (that of importance):
+#   llama        loom's ~1B for LLAMA_STEPS steps (default 300) in bf16, then in fp8_current, on a
+#                byte-level corpus of the repository's docs (the config's schedule); tokens/s of
+#                each, then bench/cuda/loss_curves.py compares the curves (10-step averages from
+#                step 20, the issue's rule: within 5%) into OUT/fp8_curve.csv
+#   gpt2         loom's GPT-2 124M, 30 steps on random tokens
+#   llmc         llm.c's GPT-2 124M, 50 steps on the same tokens (the bundle's prebuilt binaries:
+#                LLMC_BUILD=1 builds it there first, about a minute)
+#   profile      the ~1B bf16 step's GPU time per kernel under Nsight Compute (OUT/kernel_profile.log)
+#   torch-gpt2   PyTorch's GPT-2 124M, torch.compile (TORCH_MODES, default compile)
+#   torch-llama  PyTorch's ~1B, torch.compile
+#   profile-fp8  as profile, for fp8_current (OUT/fp8_kernel_profile.log)
+# Every run has its own timeout, cut to what is left before LOOM_GPU_DEADLINE (seconds since the
+# epoch; default: now + TRAIN_BENCH_BUDGET_S, default 420); a run that no longer fits is skipped,
 # saying so. TRAIN_BENCH_TORCH_ARGS adds arguments to the PyTorch runs (a smoke test without a
 # GPU: "--device cpu --tiny --modes eager").
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 out="$1" bundle="${2:-}"
+shift 2 || shift $#
+runs=("$@")
+[ "${#runs[@]}" -gt 0 ] || runs=(llama gpt2 llmc profile torch-gpt2 torch-llama profile-fp8)
 log="$out/train.log" results="$out/bench.txt"
 work=/tmp/loom-train-bench
-deadline=$((SECONDS + ${TRAIN_BENCH_BUDGET_S:-360}))
+deadline="${LOOM_GPU_DEADLINE:-$(($(date +%s) + ${TRAIN_BENCH_BUDGET_S:-420}))}"
 gpt2=(gpt2-124m 16 1024) llama=(llama-1b 4 2048)
 mkdir -p "$out" "$work"
-: >"$log"
+touch "$log" "$results"
 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | sed 's/^/GPU|/' >>"$results"
 
-# run NAME SECONDS COMMAND...: the command under min(SECONDS, what the budget has left); its TRAIN
-# lines to the results, its "# " lines and, when it fails, its last lines to the console.
+# run NAME SECONDS COMMAND...: the command under min(SECONDS, what is left before the deadline);
+# its TRAIN lines to the results, its "# " lines and, when it fails, its last lines to the console.
 run() {
-  local name="$1" want="$2" left=$((deadline - SECONDS)) part="$work/part.log"
+  local name="$1" want="$2" left=$((deadline - $(date +%s))) part="$work/part.log"
   shift 2
-  if [ "$left" -lt 20 ]; then echo "$name: skipped, the stage's time is spent" | tee -a "$log"; return 0; fi
+  if [ "$left" -lt 20 ]; then echo "$name: skipped, no time left" | tee -a "$log"; return 0; fi
   local limit=$((want < left ? want : left))
   echo "== $name (at most $limit s)" | tee -a "$log"
-  timeout --kill-after=20 "$limit" "$@" >"$part" 2>&1
+  timeout --kill-after=10 "$limit" "$@" >"$part" 2>&1
   local rc=$?
   cat "$part" >>"$log"
   grep '^TRAIN|' "$part" >>"$results"
   grep -E '^(TRAIN\||# |llm.c|model:|trained steps|loom: attention)' "$part"
   [ "$rc" = 0 ] || { echo "$name: exit $rc$([ "$rc" = 124 ] && echo ' (timed out)'); its last lines:"; tail -5 "$part"; }
-}
-
-# loom's own run of a shape (when the bundle's loom trains on the GPU), on the same random tokens
-# written as loom's indexed dataset; tokens/s from its metrics.jsonl, also after a timeout (the
-# steps it finished).
-# loom_args MODEL B T STEPS RECIPE DIR: `loom train`'s arguments for a run of the shape on DIR's tokens.
-loom_args() {
-  echo "$repo/configs/$1.yaml runtime.device=cuda precision.recipe=$5 data.tokenizer=byte data.train_prefix=$6/data/train" \
-    "data.val_prefix= train.eval_interval=0 train.steps=$4 train.global_batch=$2 train.micro_batch=$2 data.seq_len=$3" \
-    "run.dir=$6/run log.progress=false log.interval=5"
-}
-loom_run() {
-  local model="$1" B="$2" T="$3" steps="$4" want="$5" recipe="${6:-bf16}" dir="$work/loom-$1"
-  local impl="loom${6:+ $6}"
-  rm -rf "$dir" && mkdir -p "$dir"
-  python3 "$here/token_shards.py" loom --prefix "$dir/data/train" --tokens $((8 * B * T + 1)) --vocab 50257 >>"$log"
-  run "$impl $model" "$want" "$loom" train $(loom_args "$model" "$B" "$T" "$steps" "$recipe" "$dir")
-  [ -f "$dir/run/metrics.jsonl" ] &&
-    python3 "$here/train_results.py" loom "$dir/run/metrics.jsonl" --model "$model" --batch "$B" --seq "$T" --impl "$impl" |
-    tee -a "$results"
 }
 
 loom="${bundle:+$bundle/bin/loom}"
@@ -72,36 +68,102 @@ else
 fi
 [ -z "$loom_status" ] || echo "$loom_status" | tee -a "$log"
 
-# In order of importance, so that a short budget keeps what matters most: loom's ~1B config in
-# bf16 (the MFU target) and in FP8 (per-tensor current scaling, as torchtitan's float8 tensorwise;
-# its tokens/s over the bf16 run's is the table's last column), then GPT-2 124M by loom and
-# llm.c, then the PyTorch peers.
-[ -n "$loom_status" ] || loom_run "${llama[@]}" 20 120
-[ -n "$loom_status" ] || loom_run "${llama[@]}" 20 100 fp8_current
-[ -n "$loom_status" ] || loom_run "${gpt2[@]}" 30 100
-if [ -n "$bundle" ] && [ -f "$bundle/llmc/src/train_gpt2.cu" ]; then
+# `loom train`'s arguments for MODEL at B x T for STEPS steps in RECIPE on the dataset PREFIX, into DIR.
+loom_args() {  # MODEL B T STEPS RECIPE PREFIX DIR
+  echo "$repo/configs/$1.yaml runtime.device=cuda precision.recipe=$5 data.tokenizer=byte data.train_prefix=$6" \
+    "data.val_prefix= train.eval_interval=0 train.steps=$4 train.global_batch=$2 train.micro_batch=$2 data.seq_len=$3" \
+    "checkpoint.interval=0 run.dir=$7 log.progress=false log.interval=10"
+}
+# loom_run NAME MODEL B T STEPS SECONDS RECIPE PREFIX DIR: a loom run, then its TRAIN line from its
+# metrics.jsonl (also after a timeout: the steps it finished).
+loom_run() {
+  local name="$1" model="$2" B="$3" T="$4" steps="$5" want="$6" recipe="$7" prefix="$8" dir="$9"
+  [ -z "$loom_status" ] || { echo "$name: skipped ($loom_status)"; return 0; }
+  rm -rf "$dir"
+  run "$name $model" "$want" "$loom" train $(loom_args "$model" "$B" "$T" "$steps" "$recipe" "$prefix" "$dir")
+  [ -f "$dir/metrics.jsonl" ] &&
+    python3 "$here/train_results.py" loom "$dir/metrics.jsonl" --model "$model" --batch "$B" --seq "$T" --impl "$name" |
+    tee -a "$results"
+}
+
+# A loom run's name in the TRAIN lines: "loom" for bf16 (the table's reference), else "loom RECIPE".
+impl_name() { [ "$1" = bf16 ] && echo loom || echo "loom $1"; }
+
+# The byte-level corpus of the repository's docs the ~1B runs train on (a real curve to compare).
+docs_corpus() {
+  [ -f "$work/docs/c_train.idx" ] && return 0
+  mkdir -p "$work/docs/corpus"
+  for f in "$repo"/docs/*.md; do cp "$f" "$work/docs/corpus/$(basename "$f" .md).txt"; done
+  "$loom" data prepare "$work/docs/corpus" --tokenizer byte --output "$work/docs/c" >>"$log" 2>&1
+}
+# GPT-2's random tokens below 50257, as loom's indexed dataset and as llm.c's shards (the same ids).
+random_tokens() {
+  [ -f "$work/random/train.idx" ] && return 0
+  mkdir -p "$work/random"
+  python3 "$here/token_shards.py" loom --prefix "$work/random/train" --tokens $((8 * gpt2[1] * gpt2[2] + 1)) \
+    --vocab 50257 >>"$log"
+}
+
+llama_runs() {
+  [ -z "$loom_status" ] || { echo "llama: skipped ($loom_status)"; return 0; }
+  docs_corpus || { echo "llama: preparing the docs corpus failed"; tail -3 "$log"; return 0; }
+  local steps="${LLAMA_STEPS:-300}" recipe
+  for recipe in bf16 fp8_current; do
+    loom_run "$(impl_name "$recipe")" "${llama[@]}" "$steps" "${LLAMA_RUN_S:-110}" "$recipe" "$work/docs/c_train" \
+      "$work/llama-$recipe"
+  done
+  [ -f "$work/llama-bf16/metrics.jsonl" ] && [ -f "$work/llama-fp8_current/metrics.jsonl" ] &&
+    python3 "$here/loss_curves.py" "$work/llama-bf16/metrics.jsonl" "$work/llama-fp8_current/metrics.jsonl" \
+      --names bf16,fp8_current --csv "$out/fp8_curve.csv" | tee -a "$results"
+}
+
+llmc_runs() {
+  if [ -z "$bundle" ] || [ ! -f "$bundle/llmc/src/train_gpt2.cu" ]; then
+    echo "llm.c: not in the bundle (scripts/gpu_bundle.sh copies its sources from a fetched mirror)" | tee -a "$log"
+    return 0
+  fi
   echo "$(paste -sd';' "$bundle/llmc/COMMIT" 2>/dev/null || echo "llm.c: commit unknown")" | tee -a "$log"
-  # Built here with cuBLAS only; then, when the bundle has it, the cuDNN build made with the bundle.
-  run "llm.c ${gpt2[0]}" 150 bash "$here/llmc_peer.sh" all "$bundle/llmc/src" "$work/llmc" "${gpt2[1]}" "${gpt2[2]}" 50 \
+  # The cuDNN build (llm.c's fastest) first, then cuBLAS alone; built on the build machine with
+  # the same flags for sm_90 (LLMC_BUILD=1: build the cuBLAS one here instead).
+  local mode=prebuilt
+  [ "${LLMC_BUILD:-0}" = 1 ] && mode=all
+  run "llm.c ${gpt2[0]}" 120 bash "$here/llmc_peer.sh" "$mode" "$bundle/llmc/src" "$work/llmc" "${gpt2[1]}" "${gpt2[2]}" 50 \
     "$bundle/llmc/train_gpt2cu" "$bundle/llmc/train_gpt2cu_cudnn"
-else
-  echo "llm.c: not in the bundle (scripts/gpu_bundle.sh copies its sources from a fetched mirror)" | tee -a "$log"
-fi
-run "torch ${gpt2[0]}" 150 python3 "$here/torch_gpt2_peer.py" --model "${gpt2[0]}" --batch "${gpt2[1]}" --seq "${gpt2[2]}" \
-  ${TRAIN_BENCH_TORCH_ARGS:-}
-run "torch ${llama[0]}" 180 python3 "$here/torch_gpt2_peer.py" --model "${llama[0]}" --batch "${llama[1]}" --seq "${llama[2]}" \
-  ${TRAIN_BENCH_TORCH_ARGS:-}
-# Where loom's ~1B bf16 step spends its GPU time (bench/cuda/kernel_profile.py): every kernel of
-# 3 steps timed by Nsight Compute (one metric: no replay), summed by name, against the step time
-# of the bf16 run above (the rest is the GPU waiting for the host).
-ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
-if [ -z "$loom_status" ] && [ -n "$ncu" ] && [ -d "$work/loom-${llama[0]}/data" ]; then
-  dir="$work/loom-${llama[0]}" profile="$work/ncu.csv"
-  rm -rf "$dir/run" "$profile"
-  run "ncu loom ${llama[0]}" 120 "$ncu" --metrics gpu__time_duration.sum --csv --clock-control none --log-file "$profile" \
-    "$loom" train $(loom_args "${llama[0]}" "${llama[1]}" "${llama[2]}" 3 bf16 "$dir")
-  step_ms=$(grep "^TRAIN|loom|${llama[0]}|" "$results" | tail -1 | cut -d'|' -f7)
-  [ -s "$profile" ] && python3 "$here/kernel_profile.py" "$profile" --steps 3 ${step_ms:+--step-ms "$step_ms"} |
-    tee "$out/kernel_profile.log"
-fi
+}
+
+torch_run() {  # MODEL B T
+  run "torch $1" 150 python3 "$here/torch_gpt2_peer.py" --model "$1" --batch "$2" --seq "$3" \
+    --modes "${TORCH_MODES:-compile}" ${TRAIN_BENCH_TORCH_ARGS:-}
+}
+
+# Where a ~1B step spends its GPU time (bench/cuda/kernel_profile.py): every kernel of 2 steps
+# timed by Nsight Compute (one metric: no replay), summed by name, against the step time of the
+# timed run above (the rest is the GPU waiting for the host).
+profile_run() {  # RECIPE OUTPUT_NAME
+  local recipe="$1" name="$2" ncu
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
+  [ -n "$ncu" ] || { echo "profile $recipe: no Nsight Compute here"; return 0; }
+  [ -z "$loom_status" ] || { echo "profile $recipe: skipped ($loom_status)"; return 0; }
+  docs_corpus || return 0
+  local dir="$work/profile-$recipe" csv="$work/ncu-$recipe.csv"
+  rm -rf "$dir" "$csv"
+  run "ncu loom $recipe ${llama[0]}" 90 "$ncu" --metrics gpu__time_duration.sum --csv --clock-control none --log-file "$csv" \
+    "$loom" train $(loom_args "${llama[0]}" "${llama[1]}" "${llama[2]}" 2 "$recipe" "$work/docs/c_train" "$dir")
+  local step_ms
+  step_ms=$(grep "^TRAIN|$(impl_name "$recipe")|${llama[0]}|" "$results" | tail -1 | cut -d'|' -f7)
+  [ -s "$csv" ] && python3 "$here/kernel_profile.py" "$csv" --steps 2 ${step_ms:+--step-ms "$step_ms"} | tee "$out/$name"
+}
+
+for r in "${runs[@]}"; do
+  case "$r" in
+    llama) llama_runs ;;
+    gpt2) random_tokens && loom_run loom "${gpt2[@]}" 30 60 bf16 "$work/random/train" "$work/gpt2" ;;
+    llmc) llmc_runs ;;
+    profile) profile_run bf16 kernel_profile.log ;;
+    profile-fp8) profile_run fp8_current fp8_kernel_profile.log ;;
+    torch-gpt2) torch_run "${gpt2[@]}" ;;
+    torch-llama) torch_run "${llama[@]}" ;;
+    *) echo "train_bench.sh: unknown run '$r' (llama, gpt2, llmc, profile, torch-gpt2, torch-llama, profile-fp8)" >&2; exit 2 ;;
+  esac
+done
 exit 0
