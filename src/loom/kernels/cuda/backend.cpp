@@ -1,5 +1,6 @@
 #include "loom/kernels/cuda/backend.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -148,6 +149,18 @@ class DeviceAllocator final : public Allocator {
   bool vmm_usable_ = vmm_allowed();
 };
 
+// A few kernels take small scratch in stream order (cudaMallocAsync: attention backward's
+// deltas, the loss, reductions) from the device's default pool, which by default hands its memory
+// back to the system at every synchronisation (each step has some), so the next step would map it
+// again; kept instead, each step reuses the last one's.
+void keep_pool_memory(int device) {
+  cudaMemPool_t pool = nullptr;
+  check_cuda(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool");
+  uint64_t keep_all = UINT64_MAX;
+  check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all),
+             "cudaMemPoolSetAttribute(cudaMemPoolAttrReleaseThreshold)");
+}
+
 }  // namespace
 
 cudaStream_t compute_stream(int /*index*/) { return nullptr; }
@@ -159,6 +172,7 @@ void start_backend() {
     const DeviceStatus& status = device_status();
     LOOM_CHECK(status.available, "the CUDA backend cannot start: " + status.reason);
     for (int i = 0; i < status.devices && i < kMaxCudaDevices; ++i) {
+      keep_pool_memory(i);
       allocators.push_back(std::make_unique<DeviceAllocator>(i));
       register_allocator(Device::cuda(i), allocators.back().get());
     }

@@ -293,10 +293,14 @@ void check_shape(const FlashAttentionShape& s) {
                                                        " must each be at most 65535");
 }
 
-// Dynamic shared memory above the default 48 KiB needs the kernel's consent.
+// Without the kernel's consent a block gets 48 KiB of shared memory in all, its static share (the
+// token metadata arrays) included: dynamic bytes just under 48 KiB still need it (head_dim 126
+// and 127 in the backward, 153 in the forward).
 template <typename Kernel>
 void allow_shared(Kernel kernel, size_t bytes, const char* name) {
-  if (bytes > 48 * 1024)
+  cudaFuncAttributes attributes{};
+  check_cuda(cudaFuncGetAttributes(&attributes, kernel), std::string("cudaFuncGetAttributes(") + name + ")");
+  if (attributes.sharedSizeBytes + bytes > 48 * 1024)
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
                std::string("cudaFuncSetAttribute(") + name + ")");
 }
