@@ -49,7 +49,7 @@ inline void expect_gradient_matches(const std::string& what, float* x, int64_t n
     const double numeric = (plus - minus) / (2.0 * tol.eps);
     const double a = analytic[i];
     const double bound = tol.atol + tol.rtol * std::max(std::fabs(a), std::fabs(numeric));
-    if (std::fabs(a - numeric) > bound) {
+    if (!(std::fabs(a - numeric) <= bound)) {  // a NaN on either side fails too
       ++failures;
       ADD_FAILURE() << what << "[" << i << "]: analytic " << a << " vs finite difference " << numeric;
     }

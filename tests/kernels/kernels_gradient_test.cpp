@@ -1,6 +1,8 @@
 // Every CPU kernel's backward against finite differences of its forward.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "../gradient_check.h"
 #include "loom/core/error.h"
 #include "loom/kernels/cpu/activation.h"
@@ -32,6 +34,20 @@ TEST(KernelGradients, LinearWithBias) {
   expect_gradient_matches("dx", x.data(), x.size(), dx.data(), loss);
   expect_gradient_matches("dw", w.data(), w.size(), dw.data(), loss);
   expect_gradient_matches("db", b.data(), b.size(), db.data(), loss);
+}
+
+// Without accumulate_din the input gradient is written whole (over NaN), equal to the one added
+// onto zeros; the weight and bias gradients still add.
+TEST(KernelGradients, LinearBackwardWritesTheInputGradientWhenAsked) {
+  const int64_t n = 5, in = 7, out = 3;
+  auto x = random_vector(n * in, 1), w = random_vector(out * in, 2), dy = random_vector(n * out, 3);
+  std::vector<float> dx_added(n * in, 0.0f), dx_written(n * in, std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> dw_once(out * in, 0.0f), dw_twice(out * in, 0.0f);
+  linear_backward(dx_added.data(), dw_once.data(), nullptr, dy.data(), x.data(), w.data(), n, in, out);
+  linear_backward(dx_written.data(), dw_twice.data(), nullptr, dy.data(), x.data(), w.data(), n, in, out, false);
+  linear_backward(nullptr, dw_twice.data(), nullptr, dy.data(), x.data(), w.data(), n, in, out, false);
+  for (int64_t i = 0; i < n * in; ++i) EXPECT_EQ(dx_written[i], dx_added[i]) << i;
+  for (int64_t i = 0; i < out * in; ++i) EXPECT_NEAR(dw_twice[i], 2.0f * dw_once[i], 1e-5f) << i;
 }
 
 TEST(KernelGradients, LinearAccumulatesIntoOutputAndGradients) {

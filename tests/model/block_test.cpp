@@ -2,12 +2,25 @@
 // respect to its input and every parameter, for the GPT-2 and Llama block variants.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "../gradient_check.h"
 #include "loom/kernels/cpu/rope.h"
 #include "loom/model/block.h"
 
 namespace loom::model {
 namespace {
+
+// Every gradient scratch buffer filled with NaN, as another block's backward could leave it
+// (stale values): a gradient written whole never reads it, one that is added into is zeroed first.
+void poison(Workspace& work, int64_t n) {
+  for (Buffer* b : {&work.d_normed, &work.d_att, &work.d_qkv, &work.d_hidden, &work.d_act, &work.d_mixer_proj,
+                    &work.d_mixer_conv, &work.d_mixer_scan, &work.d_mixer_gated}) {
+    float* p = sized(*b, n);
+    std::fill(p, p + n, std::numeric_limits<float>::quiet_NaN());
+  }
+}
 
 void check_block(config::ModelConfig config, const LayerSpec& spec, bool use_rope) {
   ParameterStore store;
@@ -24,6 +37,7 @@ void check_block(config::ModelConfig config, const LayerSpec& spec, bool use_rop
   std::vector<float> y(n);
   Block::Saved saved;
   Workspace work;
+  poison(work, 4096);  // more than any of these blocks uses
   ParallelScratch scratch;
   auto loss = [&] {
     block.forward(saved, x.data(), y.data(), batch, seq, {}, scratch);

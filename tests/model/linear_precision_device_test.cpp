@@ -1,9 +1,10 @@
 // LinearPrecision on the emulated CUDA device (tests/support/emulated_cuda.h) against the same
 // layer on the CPU. Finite operands: every recipe's forward (stored, accumulated, a partial
-// product), dgrad and wgrad equal bit for bit, fp8_current's scale coming from the amax reduced
-// on the device and fp8_delayed's amaxes accumulating there, read once per step for all layers
-// (PrecisionContext::pending_amaxes), histories and scales equal after several steps; no GEMM
-// reads an amax back (the host-read entry is removed while they run). An operand holding Inf or
+// product), dgrad (added, and written whole) and wgrad equal bit for bit, fp8_current's scale
+// coming from the amax reduced on the device and fp8_delayed's amaxes accumulating there, read
+// once per step for all layers (PrecisionContext::pending_amaxes), histories and scales equal
+// after several steps; no GEMM reads an amax back (the host-read entry is removed while they
+// run). An operand holding Inf or
 // NaN: the device's outputs are NaN exactly where the CPU's are Inf or NaN (the CPU passes the
 // operand on unquantized, the device's cast writes the element as NaN; finite outputs differ),
 // and fp8_delayed's pending amax is Inf on both.
@@ -20,6 +21,7 @@
 #include "loom/model/linear_precision.h"
 #include "../gradient_check.h"
 #include "support/emulated_cuda.h"
+#include "support/emulated_precision.h"
 
 namespace loom::model {
 namespace {
@@ -54,6 +56,7 @@ Data make_data(Recipe r, uint32_t seed) {
 
 struct Result {
   std::vector<float> out, out_acc, partial, dx, dw, db;
+  std::vector<float> dx_written, dx_from_zero;  // dgrad written whole into NaN; added onto zeros
 };
 
 // Host vectors where `device`'s kernels read them (copies on a GPU).
@@ -92,8 +95,13 @@ Result run(LinearPrecision& lp, const Data& d) {
   lp.forward(out_acc, x, w, nullptr, d.n, d.in, d.out, true);
   lp.forward(partial, x, w, nullptr, d.n, d.in, d.out, false, GemmOutput::Partial);
   lp.backward(dx, dw, db, dy, x, w, d.n, d.in, d.out);
+  float* dx_written = at.put(std::vector<float>(d.n * d.in, NAN));
+  float* dx_from_zero = at.put(std::vector<float>(d.n * d.in, 0.0f));
+  lp.backward(dx_written, nullptr, nullptr, dy, x, w, d.n, d.in, d.out, GemmOutput::Rounded, false);
+  lp.backward(dx_from_zero, nullptr, nullptr, dy, x, w, d.n, d.in, d.out);
   return {at.get(out, d.n * d.out), at.get(out_acc, d.n * d.out), at.get(partial, d.n * d.out),
-          at.get(dx, d.n * d.in),   at.get(dw, d.out * d.in),      at.get(db, d.out)};
+          at.get(dx, d.n * d.in),   at.get(dw, d.out * d.in),      at.get(db, d.out),
+          at.get(dx_written, d.n * d.in), at.get(dx_from_zero, d.n * d.in)};
 }
 
 void expect_bitwise(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
@@ -108,6 +116,13 @@ void expect_bitwise(const Result& got, const Result& want, const std::string& wh
   expect_bitwise(got.dx, want.dx, what + ": dgrad");
   expect_bitwise(got.dw, want.dw, what + ": wgrad");
   expect_bitwise(got.db, want.db, what + ": bias gradient");
+  expect_bitwise(got.dx_written, want.dx_written, what + ": dgrad written whole");
+  // Written whole equals added onto zeros (== lets a zero's sign differ).
+  for (const Result* r : {&got, &want}) {
+    ASSERT_EQ(r->dx_written.size(), r->dx_from_zero.size());
+    for (size_t i = 0; i < r->dx_written.size(); ++i)
+      ASSERT_EQ(r->dx_written[i], r->dx_from_zero[i]) << what << ": dgrad written whole, element " << i;
+  }
 }
 
 // Runs `body` with the entry that reads an amax back to the host removed: a GEMM that still
@@ -153,6 +168,18 @@ TEST_P(LinearPrecisionDevice, GemmsEqualTheCpuBitForBitWithoutReadingAnAmaxBack)
       EXPECT_NE(cpu.scale(op), 1.0f);  // the scales did move
     }
   }
+}
+
+// The 16-bit recipes cast a layer's output gradient once: dgrad keeps its copy, wgrad multiplies
+// that (the bit-for-bit test above checks the product); the other recipes cast per GEMM.
+TEST_P(LinearPrecisionDevice, SixteenBitOutputGradientIsCastOnceForBothBackwardGemms) {
+  const Recipe recipe = GetParam();
+  LinearPrecision dev(recipe);
+  dev.set_device(kDevice);
+  const int64_t before = ::loom::testing::emulated_output_grad_reuses();
+  run(dev, make_data(recipe, 21));  // one backward with both gradients, two with dgrad alone
+  const bool sixteen = recipe == Recipe::Bf16 || recipe == Recipe::Fp16;
+  EXPECT_EQ(::loom::testing::emulated_output_grad_reuses() - before, sixteen ? 1 : 0) << recipe_name(recipe);
 }
 
 TEST_P(LinearPrecisionDevice, AnInfOrNanOperandMakesNanExactlyWhereTheCpuIsNonFinite) {

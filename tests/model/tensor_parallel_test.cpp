@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <mutex>
 
 #include "../gradient_check.h"
@@ -30,10 +31,12 @@ comm::LaunchOptions threads(int ranks) {
   return options;
 }
 
-// max |a - b| / max |b|: normwise relative difference of a rank's result from the reference.
+// max |a - b| / max |b|: normwise relative difference of a rank's result from the reference
+// (infinite where an element of a is not finite).
 double relative_difference(const float* a, const float* b, int64_t n) {
   double diff = 0.0, scale = 1e-30;
   for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(a[i])) return std::numeric_limits<double>::infinity();
     diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
     scale = std::max(scale, static_cast<double>(std::fabs(b[i])));
   }
@@ -56,12 +59,14 @@ struct LinearCase {
 class ParallelLinearTest : public ::testing::TestWithParam<LinearCase> {};
 
 // Column-parallel then row-parallel, each checked against the unsplit GEMMs: outputs, input
-// gradients and weight gradients (the canonical Megatron MLP pair, f ... g).
+// gradients and weight gradients (the canonical Megatron MLP pair, f ... g). The input gradients
+// also written whole (`accumulate` false) into buffers holding NaN, and added onto earlier values:
+// on one rank the GEMM writes or adds, across ranks the f operator's sum is copied or added.
 TEST_P(ParallelLinearTest, ColumnAndRowParallelEqualTheUnsplitLayers) {
   const auto [ranks, sp] = GetParam();
   const int64_t rows = 12, in = 6, out = 8;  // rows split over ranks under sequence parallelism
   const auto x = loom::testing::random_vector(rows * in, 1), d_y = loom::testing::random_vector(rows * out, 2);
-  const auto d_z = loom::testing::random_vector(rows * in, 3);
+  const auto d_z = loom::testing::random_vector(rows * in, 3), earlier = loom::testing::random_vector(rows * out, 4);
   // Reference: y = x A^T + a (A: [out, in]); z = y B^T + b (B: [in, out]).
   ParameterStore ref;
   const auto [A, a, B, b] = model::testing::add_linear_pair(ref, in, out, 0.5f);
@@ -96,25 +101,45 @@ TEST_P(ParallelLinearTest, ColumnAndRowParallelEqualTheUnsplitLayers) {
     // The row-parallel bias saw this rank's rows only under sequence parallelism.
     std::vector<float> bias_grad(store.grad(lbb), store.grad(lbb) + in);
     if (sp) tp.all_reduce(bias_grad.data(), in);
+    const std::vector<float> grad_la(store.grad(la), store.grad(la) + part * in);
+    const std::vector<float> grad_lab(store.grad(lab), store.grad(lab) + part);
+    const std::vector<float> grad_lb(store.grad(lb), store.grad(lb) + in * part);
+    // Input gradients written whole, then added onto earlier values (weight gradients add again).
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> d_x_written(local * in, nan), d_y_written(rows * part, nan);
+    column.backward(d_x_written.data(), d_y_ref.data(), x_local, rows, scratch, false);
+    row.backward(d_y_written.data(), d_z.data() + first * in, y_ref.data(), rows, scratch, false);
+    const std::vector<float> earlier_x(earlier.begin() + first * in, earlier.begin() + (first + local) * in);
+    const std::vector<float> earlier_y = columns(earlier, rows, out, start, part);
+    std::vector<float> d_x_added = earlier_x, d_y_added = earlier_y;
+    column.backward(d_x_added.data(), d_y_ref.data(), x_local, rows, scratch, true);
+    row.backward(d_y_added.data(), d_z.data() + first * in, y_ref.data(), rows, scratch, true);
+    for (size_t i = 0; i < d_x_added.size(); ++i) d_x_added[i] -= earlier_x[i];
+    for (size_t i = 0; i < d_y_added.size(); ++i) d_y_added[i] -= earlier_y[i];
 
     std::lock_guard<std::mutex> lock(mutex);
     SCOPED_TRACE("rank " + std::to_string(world.rank()));
     EXPECT_LE(relative_difference(y_local.data(), y_ref.data(), rows * part), 1e-6);
     EXPECT_LE(relative_difference(z_local.data(), z.data() + first * in, local * in), 1e-6);
-    EXPECT_LE(relative_difference(d_x_local.data(), d_x.data() + first * in, local * in), 1e-6);
     const std::vector<float> d_y_from_z_ref = columns(d_y_from_z, rows, out, start, part);
-    EXPECT_LE(relative_difference(d_y_local.data(), d_y_from_z_ref.data(), rows * part), 1e-6);
-    EXPECT_LE(relative_difference(store.grad(la), ref.grad(A) + start * in, part * in), 1e-6);
-    EXPECT_LE(relative_difference(store.grad(lab), ref.grad(a) + start, part), 1e-6);
+    for (const auto* got : {&d_x_local, &d_x_written})
+      EXPECT_LE(relative_difference(got->data(), d_x.data() + first * in, local * in), 1e-6);
+    for (const auto* got : {&d_y_local, &d_y_written})
+      EXPECT_LE(relative_difference(got->data(), d_y_from_z_ref.data(), rows * part), 1e-6);
+    // Added onto earlier values and taken off again: their rounding on top.
+    EXPECT_LE(relative_difference(d_x_added.data(), d_x.data() + first * in, local * in), 1e-5);
+    EXPECT_LE(relative_difference(d_y_added.data(), d_y_from_z_ref.data(), rows * part), 1e-5);
+    EXPECT_LE(relative_difference(grad_la.data(), ref.grad(A) + start * in, part * in), 1e-6);
+    EXPECT_LE(relative_difference(grad_lab.data(), ref.grad(a) + start, part), 1e-6);
     const std::vector<float> grad_b = columns(std::vector<float>(ref.grad(B), ref.grad(B) + in * out), in, out, start, part);
-    EXPECT_LE(relative_difference(store.grad(lb), grad_b.data(), in * part), 1e-6);
+    EXPECT_LE(relative_difference(grad_lb.data(), grad_b.data(), in * part), 1e-6);
     EXPECT_LE(relative_difference(bias_grad.data(), ref.grad(b), in), 1e-6);
   });
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ParallelLinearTest,
-                         ::testing::Values(LinearCase{2, false}, LinearCase{2, true}, LinearCase{4, false},
-                                           LinearCase{4, true}),
+                         ::testing::Values(LinearCase{1, false}, LinearCase{2, false}, LinearCase{2, true},
+                                           LinearCase{4, false}, LinearCase{4, true}),
                          [](const auto& info) {
                            return "tp" + std::to_string(info.param.ranks) + (info.param.sequence_parallel ? "_sp" : "");
                          });

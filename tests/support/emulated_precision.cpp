@@ -105,7 +105,7 @@ struct Kept {
 };
 std::mutex stores_mutex;
 std::map<const void*, Kept> stores;
-std::atomic<int64_t> weight_casts{0}, weight_reuses{0};
+std::atomic<int64_t> weight_casts{0}, weight_reuses{0}, output_grad_reuses{0};
 
 // Operand b of a forward or dgrad GEMM (the weight [out, in]): cast now, written to its store,
 // or read from it.
@@ -133,7 +133,36 @@ std::vector<float> weight_values(const kernels::PrecisionGemm& g, bool columns) 
   return v;
 }
 
+// Operand a (the output gradient [n, OC]) of a dgrad or wgrad GEMM: cast now (and kept in its
+// store by dgrad), or read from the store dgrad wrote (wgrad).
+std::vector<float> output_grad_values(const kernels::PrecisionGemm& g, bool columns) {
+  const int64_t rows = g.n, cols = g.out_features;
+  const bool sixteen = (g.a.cast == OperandCast::Bf16 || g.a.cast == OperandCast::Fp16) && g.a.cast == g.b.cast;
+  LOOM_CHECK(g.a_store_use == kernels::CastStore::None ||
+                 (sixteen && (g.a_store_use == kernels::CastStore::Write ? g.pass == kernels::LinearGemm::DataGrad
+                                                                         : g.pass == kernels::LinearGemm::WeightGrad)),
+             "emulated cuda: precision_linear_gemm keeps only a 16-bit output gradient (dgrad writes, wgrad reads)");
+  if (g.a_store_use == kernels::CastStore::Read) {
+    ++output_grad_reuses;
+    const std::lock_guard<std::mutex> lock(stores_mutex);
+    const auto it = stores.find(host(g.a_store, "precision_linear_gemm", "a_store"));
+    LOOM_CHECK(it != stores.end(), "emulated cuda: precision_linear_gemm reads an output-gradient store never written");
+    const Kept& k = it->second;
+    LOOM_CHECK(k.cast == g.a.cast && k.rows == rows && k.cols == cols,
+               "emulated cuda: precision_linear_gemm reads an output-gradient store written for another cast or shape");
+    return k.values;  // cast element by element: the orientation does not matter
+  }
+  std::vector<float> v = cast_values(g.a, rows, cols, columns);
+  if (g.a_store_use == kernels::CastStore::Write) {
+    const std::lock_guard<std::mutex> lock(stores_mutex);
+    stores[host(g.a_store, "precision_linear_gemm", "a_store")] = Kept{v, g.a.cast, rows, cols, columns};
+  }
+  return v;
+}
+
 }  // namespace
+
+int64_t emulated_output_grad_reuses() { return output_grad_reuses.load(); }
 
 WeightCastCounts emulated_weight_cast_counts() { return {weight_casts.load(), weight_reuses.load()}; }
 
@@ -156,6 +185,8 @@ void emulated_precision_linear_gemm(Device device, const kernels::PrecisionGemm&
   check_device(device, "precision_linear_gemm");
   LOOM_CHECK(g.b_store_use == kernels::CastStore::None || g.pass != kernels::LinearGemm::WeightGrad,
              "emulated cuda: precision_linear_gemm keeps only a weight (forward, dgrad) in a store");
+  LOOM_CHECK(g.a_store_use == kernels::CastStore::None || g.pass != kernels::LinearGemm::Forward,
+             "emulated cuda: precision_linear_gemm keeps no forward input in a store");
   const int64_t n = g.n, in = g.in_features, out = g.out_features;
   std::vector<float> a, b, y;
   switch (g.pass) {
@@ -167,13 +198,13 @@ void emulated_precision_linear_gemm(Device device, const kernels::PrecisionGemm&
                               in, out, false);
       break;
     case kernels::LinearGemm::DataGrad:  // dout [n, OC] . W [OC, IC]
-      a = cast_values(g.a, n, out, false);
+      a = output_grad_values(g, false);
       b = weight_values(g, true);
       y.resize(static_cast<size_t>(n * in));
       kernels::gemm(kHost, y.data(), a.data(), b.data(), n, in, out, false, false, false);
       break;
     case kernels::LinearGemm::WeightGrad:  // dout [n, OC]^T . in [n, IC]
-      a = cast_values(g.a, n, out, true);
+      a = output_grad_values(g, true);
       b = cast_values(g.b, n, in, true);
       y.resize(static_cast<size_t>(out * in));
       kernels::gemm(kHost, y.data(), a.data(), b.data(), out, in, n, true, false, false);

@@ -28,5 +28,8 @@ struct WeightCastCounts {
 };
 WeightCastCounts emulated_weight_cast_counts();
 void reset_emulated_weight_cast_counts();
+// How many weight-gradient GEMMs multiplied the 16-bit output gradient their layer's dgrad kept
+// (PrecisionGemm::a_store), over every thread since the process started.
+int64_t emulated_output_grad_reuses();
 
 }  // namespace loom::testing

@@ -35,7 +35,8 @@ struct CudaEntries {
   void (*linear_forward)(Device, float* out, const float* in, const float* weight, const float* bias, int64_t n,
                          int64_t in_features, int64_t out_features, bool accumulate) = nullptr;
   void (*linear_backward)(Device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
-                          const float* weight, int64_t n, int64_t in_features, int64_t out_features) = nullptr;
+                          const float* weight, int64_t n, int64_t in_features, int64_t out_features,
+                          bool accumulate_din) = nullptr;
   void (*add_bias)(Device, float* x, const float* bias, int64_t rows, int64_t width) = nullptr;
   void (*gemm_nt)(Device, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k,
                   bool accumulate) = nullptr;

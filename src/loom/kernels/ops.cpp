@@ -159,8 +159,8 @@ void linear_forward(Device device, float* out, const float* in, const float* wei
   LOOM_DISPATCH(linear_forward, out, in, weight, bias, n, in_features, out_features, accumulate);
 }
 void linear_backward(Device device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
-                     const float* weight, int64_t n, int64_t in_features, int64_t out_features) {
-  LOOM_DISPATCH(linear_backward, din, dweight, dbias, dout, in, weight, n, in_features, out_features);
+                     const float* weight, int64_t n, int64_t in_features, int64_t out_features, bool accumulate_din) {
+  LOOM_DISPATCH(linear_backward, din, dweight, dbias, dout, in, weight, n, in_features, out_features, accumulate_din);
 }
 void add_bias(Device device, float* x, const float* bias, int64_t rows, int64_t width) {
   LOOM_DISPATCH(add_bias, x, bias, rows, width);

@@ -72,8 +72,11 @@ void row_dots(Device device, double* out, const float* a, const int32_t* index, 
 // --- linear layers (W stored [out, in]) and a plain GEMM.
 void linear_forward(Device device, float* out, const float* in, const float* weight, const float* bias, int64_t n,
                     int64_t in_features, int64_t out_features, bool accumulate = false);
+// din (+)= dout . W (written whole unless `accumulate_din`); dweight += dout^T . in; dbias += the
+// column sums of dout; any of the three may be null (cpu/linear.h).
 void linear_backward(Device device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
-                     const float* weight, int64_t n, int64_t in_features, int64_t out_features);
+                     const float* weight, int64_t n, int64_t in_features, int64_t out_features,
+                     bool accumulate_din = true);
 // x[rows, width] += bias on every row: a row-parallel linear's bias, added once to the sum of the
 // ranks' partial products (model/tensor_parallel.h).
 void add_bias(Device device, float* x, const float* bias, int64_t rows, int64_t width);

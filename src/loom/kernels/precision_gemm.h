@@ -107,6 +107,12 @@ struct PrecisionGemm {
   // b's cast kept in a store (Forward and DataGrad: b is the weight); see CastStore.
   void* b_store = nullptr;
   CastStore b_store_use = CastStore::None;
+  // a's 16-bit copy (Bf16 / Fp16 only) kept from a layer's DataGrad (Write) for its WeightGrad
+  // (Read): the output gradient cast once for both, the same bytes serving both GEMMs (cuBLASLt
+  // transposes 16-bit operands itself). Device memory of n * out_features 16-bit elements; a
+  // Read multiplies it without casting (a.data is not read).
+  void* a_store = nullptr;
+  CastStore a_store_use = CastStore::None;
 };
 
 }  // namespace loom::kernels

@@ -93,8 +93,8 @@ void Attention::backward(float* d_normed, const float* d_residual, const float* 
                          ParallelScratch& scratch) const {
   const int64_t rows = batch * seq, W = qkv_width(), att_width = heads_ * head_dim_;
   const int64_t k_off = att_width, v_off = att_width + static_cast<int64_t>(kv_heads_) * head_dim_;
-  float* d_att = zeroed(work.d_att, rows * att_width, store_->device());
-  out_->backward(d_att, d_residual, saved.att.data(), rows, scratch);
+  float* d_att = sized(work.d_att, rows * att_width, store_->device());
+  out_->backward(d_att, d_residual, saved.att.data(), rows, scratch, false);
   float* d_qkv = zeroed(work.d_qkv, rows * W, store_->device());
   const float* qkv = saved.qkv.data();
   if (context_ != nullptr) {
@@ -106,7 +106,7 @@ void Attention::backward(float* d_normed, const float* d_residual, const float* 
                                       visibility(packing));
   }
   rotate(d_qkv, batch, seq, true, packing.positions);
-  qkv_->backward(d_normed, d_qkv, normed, rows, scratch);
+  qkv_->backward(d_normed, d_qkv, normed, rows, scratch, false);
 }
 
 void Attention::rotate(float* qkv, int64_t batch, int64_t seq, bool backward, const int32_t* positions) const {

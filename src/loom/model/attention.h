@@ -37,6 +37,7 @@ class Attention {
   // residual[local rows] += o_proj(attention(normed)); normed is this rank's rows of [batch*seq, d_model].
   void forward(Saved& saved, float* residual, const float* normed, int64_t batch, int64_t seq,
                const Packing& packing, ParallelScratch& scratch) const;
+  // d_normed = d/d(normed) (written whole), given d_residual; parameter gradients into the store.
   void backward(float* d_normed, const float* d_residual, const float* normed, const Saved& saved,
                 Workspace& work, int64_t batch, int64_t seq, const Packing& packing,
                 ParallelScratch& scratch) const;

@@ -77,21 +77,22 @@ void Block::backward(float* d_x, const float* x_in, const Saved& saved, Workspac
   const int64_t rows = batch * seq, local = tp_->local_rows(rows), n = local * d_model_;
   if (mlp_ || moe_) {
     const float* mid = attention_ || mamba_ ? saved.mid.data() : x_in;
-    float* d_normed = zeroed(work.d_normed, n, device_);
+    // The MLP writes d_normed whole; the MoE layer's experts add into it.
+    float* d_normed = mlp_ ? sized(work.d_normed, n, device_) : zeroed(work.d_normed, n, device_);
     if (mlp_) {
-      mlp_->backward(d_normed, d_x, saved.norm2.out.data(), saved.mlp, work, rows, scratch);
+      mlp_->backward(d_normed, d_x, saved.norm2.out.data(), saved.mlp, work, rows, scratch, false);
     } else {
       moe_->backward(d_normed, d_x, saved.norm2.out.data(), saved.moe, work, batch, seq, scratch);
     }
     norm2_->backward(d_x, d_normed, mid, saved.norm2, local);
   }
   if (attention_) {
-    float* d_normed = zeroed(work.d_normed, n, device_);
+    float* d_normed = sized(work.d_normed, n, device_);  // written whole by attention's backward
     attention_->backward(d_normed, d_x, saved.norm1.out.data(), saved.attention, work, batch, seq, packing, scratch);
     norm1_->backward(d_x, d_normed, x_in, saved.norm1, local);
   }
   if (mamba_) {
-    float* d_normed = zeroed(work.d_normed, n, device_);
+    float* d_normed = sized(work.d_normed, n, device_);  // written whole by the mixer's backward
     mamba_->backward(d_normed, d_x, saved.norm1.out.data(), saved.mamba, work, batch, seq, packing, scratch);
     norm1_->backward(d_x, d_normed, x_in, saved.norm1, local);
   }

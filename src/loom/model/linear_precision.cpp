@@ -249,10 +249,11 @@ void LinearPrecision::forward(float* out, const float* in, const float* weight, 
 
 void LinearPrecision::backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                                const float* weight, int64_t n, int64_t in_features, int64_t out_features,
-                               GemmOutput din_output) {
+                               GemmOutput din_output, bool accumulate_din) {
   if (n == 0) return;
   if (!device_.is_cpu())
-    return device_backward(din, dweight, dbias, dout, in, weight, n, in_features, out_features, din_output);
+    return device_backward(din, dweight, dbias, dout, in, weight, n, in_features, out_features, din_output,
+                           accumulate_din);
   if (dbias != nullptr)
     kernels::linear_backward(kHost, nullptr, nullptr, dbias, dout, nullptr, nullptr, n, in_features, out_features);
   // Per-tensor recipes quantize dout the same way for both GEMMs; block-scaled ones block it
@@ -262,10 +263,10 @@ void LinearPrecision::backward(float* din, float* dweight, float* dbias, const f
   if (din != nullptr) {
     g = prepare(Operand::OutputGrad, GemmPass::DataGrad, dout, n, out_features);
     const float* w = prepare(Operand::Weight, GemmPass::DataGrad, weight, out_features, in_features);
-    float* y = output_scratch(n * in_features);
+    float* y = accumulate_din ? output_scratch(n * in_features) : din;
     kernels::gemm(kHost, y, g, w, n, in_features, out_features, false, false, false);
     if (din_output == GemmOutput::Rounded) round_output(y, n * in_features);
-    add_into(din, y, n * in_features);
+    if (accumulate_din) add_into(din, y, n * in_features);
   }
   if (dweight != nullptr) {
     if (g == nullptr || oriented) g = prepare(Operand::OutputGrad, GemmPass::WeightGrad, dout, n, out_features);

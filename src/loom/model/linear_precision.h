@@ -122,6 +122,7 @@ struct PrecisionScratch {
   Buffer out;         // a GEMM's output before rounding and accumulation
   Buffer transposed;  // blockwise column blocks
   Buffer amax;        // on a device: fp8_current's amax of each operand (3 floats, by Operand)
+  Buffer dout_cast;   // on a device: a layer's 16-bit output gradient, cast by dgrad, read by wgrad
   WeightCastCache weight_casts;  // on a device: the weights' casts, kept inside a training step's scope
 };
 
@@ -153,10 +154,12 @@ class LinearPrecision {
   // The same contracts as kernels::linear_forward / linear_backward, computed in the recipe.
   // The bias (and its gradient) stays fp32; the output is rounded after the bias is added.
   // `output` / `din_output` Partial: the forward output / input gradient stays fp32 (GemmOutput).
+  // `accumulate_din` false: din is written whole instead of added into.
   void forward(float* out, const float* in, const float* weight, const float* bias, int64_t n, int64_t in_features,
                int64_t out_features, bool accumulate = false, GemmOutput output = GemmOutput::Rounded);
   void backward(float* din, float* dweight, float* dbias, const float* dout, const float* in, const float* weight,
-                int64_t n, int64_t in_features, int64_t out_features, GemmOutput din_output = GemmOutput::Rounded);
+                int64_t n, int64_t in_features, int64_t out_features, GemmOutput din_output = GemmOutput::Rounded,
+                bool accumulate_din = true);
 
   // fp8_delayed: one DelayedScaling per operand. scale() is what prepare uses now (1 for the
   // other recipes); pending_amax() the largest amax seen since the last commit (Inf if any was
@@ -184,7 +187,7 @@ class LinearPrecision {
                       int64_t in_features, int64_t out_features, bool accumulate, GemmOutput output);
   void device_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                        const float* weight, int64_t n, int64_t in_features, int64_t out_features,
-                       GemmOutput din_output);
+                       GemmOutput din_output, bool accumulate_din);
   // Operand `op` (n elements on the device) cast as the recipe says; fp8_delayed records its amax.
   kernels::CastOperand device_operand(Operand op, const float* x, int64_t n);
   // g.b = the weight [out_features, in_features] for g.pass (forward or dgrad): its cast from the

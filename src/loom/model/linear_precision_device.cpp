@@ -126,7 +126,7 @@ void LinearPrecision::device_forward(float* out, const float* in, const float* w
 
 void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                                       const float* weight, int64_t n, int64_t in_features, int64_t out_features,
-                                      GemmOutput din_output) {
+                                      GemmOutput din_output, bool accumulate_din) {
   check_device_shape(recipe_, n, in_features, out_features);
   if (dbias != nullptr)
     kernels::linear_backward(device_, nullptr, nullptr, dbias, dout, nullptr, nullptr, n, in_features, out_features);
@@ -135,13 +135,21 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
   g.n = n;
   g.in_features = in_features;
   g.out_features = out_features;
-  g.accumulate = true;  // backward adds into its gradients
+  g.accumulate = true;  // the weight gradient adds into the main gradient
   // dout is cast once for both GEMMs: the device orients block scales along each GEMM's
   // reduction dimension itself (the CPU quantizes a copy per orientation; the amax is the same).
   g.a = device_operand(Operand::OutputGrad, dout, n * out_features);
+  // A 16-bit copy of dout made for dgrad serves wgrad as it is (kernels::PrecisionGemm::a_store).
+  const bool keep_dout = din != nullptr && dweight != nullptr &&
+                         (g.a.cast == kernels::OperandCast::Bf16 || g.a.cast == kernels::OperandCast::Fp16);
+  if (keep_dout) {
+    g.a_store = sized(scratch_->dout_cast, (n * out_features + 1) / 2, device_);  // 16-bit elements
+    g.a_store_use = kernels::CastStore::Write;
+  }
   if (din != nullptr) {
     g.pass = kernels::LinearGemm::DataGrad;
     g.out = din;
+    g.accumulate = accumulate_din;
     WeightCastCache::Store* store = device_weight(g, weight);
     g.rounding = din_output == GemmOutput::Rounded ? rounding() : kernels::OutputRounding::None;
     run_device_gemm(g, store);
@@ -150,9 +158,11 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
     // The weight gradient of one micro-batch in the recipe's dtype, accumulated in fp32.
     g.pass = kernels::LinearGemm::WeightGrad;
     g.out = dweight;
+    g.accumulate = true;
     g.b = device_operand(Operand::Input, in, n * in_features);
     g.b_store = nullptr;
     g.b_store_use = kernels::CastStore::None;
+    g.a_store_use = keep_dout ? kernels::CastStore::Read : kernels::CastStore::None;
     g.rounding = rounding();
     kernels::precision_linear_gemm(device_, g);
   }

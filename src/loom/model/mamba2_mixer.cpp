@@ -99,8 +99,8 @@ void Mamba2Mixer::backward(float* d_normed, const float* d_residual, const float
   ParameterStore& p = *store_;
   const float* proj = saved.proj.data();
   const float* conv = saved.conv.data();
-  float* d_gated = zeroed(work.d_mixer_gated, rows * inner_, device_);
-  out_->backward(d_gated, d_residual, saved.gated.data(), rows, scratch);
+  float* d_gated = sized(work.d_mixer_gated, rows * inner_, device_);
+  out_->backward(d_gated, d_residual, saved.gated.data(), rows, scratch, false);
   float* d_proj = zeroed(work.d_mixer_proj, rows * proj_width(), device_);
   float* d_y = zeroed(work.d_mixer_scan, rows * inner_, device_);
   kernels::gated_rmsnorm_backward(device_, d_y, d_proj, p.grad(norm_), d_gated, saved.y.data(), proj, proj_width(),
@@ -113,7 +113,7 @@ void Mamba2Mixer::backward(float* d_normed, const float* d_residual, const float
   kernels::causal_conv_silu_backward(device_, d_proj + inner_, p.grad(conv_weight_), p.grad(conv_bias_), d_conv,
                                      proj + inner_, p.value(conv_weight_), p.value(conv_bias_), conv_shape(batch, seq),
                                      packing.documents);
-  in_->backward(d_normed, d_proj, normed, rows, scratch);
+  in_->backward(d_normed, d_proj, normed, rows, scratch, false);
 }
 
 void Mamba2Mixer::decode(float* residual, const float* normed, int64_t rows, MambaCache& cache, Saved& scratch,

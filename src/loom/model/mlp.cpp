@@ -49,12 +49,13 @@ void Mlp::forward(Saved& saved, float* residual, const float* normed, int64_t ro
 }
 
 void Mlp::backward(float* d_normed, const float* d_residual, const float* normed, const Saved& saved,
-                   Workspace& work, int64_t rows, ParallelScratch& scratch) const {
-  float* d_act = zeroed(work.d_act, rows * ffn_, device_);
-  down_->backward(d_act, d_residual, saved.act.data(), rows, scratch);
-  float* d_hidden = sized(work.d_hidden, rows * hidden_width(), device_);  // written whole below
+                   Workspace& work, int64_t rows, ParallelScratch& scratch, bool accumulate) const {
+  // Each gradient below is written whole by one producer: nothing is zeroed first.
+  float* d_act = sized(work.d_act, rows * ffn_, device_);
+  down_->backward(d_act, d_residual, saved.act.data(), rows, scratch, false);
+  float* d_hidden = sized(work.d_hidden, rows * hidden_width(), device_);
   activation_backward(device_, activation_, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
-  in_->backward(d_normed, d_hidden, normed, rows, scratch);
+  in_->backward(d_normed, d_hidden, normed, rows, scratch, accumulate);
 }
 
 }  // namespace loom::model

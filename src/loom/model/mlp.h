@@ -24,9 +24,11 @@ class Mlp {
       int ffn_size, config::Activation activation, bool bias, float init_std, float out_std);
   // residual[local rows] += down(act(up(normed))), rows = the layer's batch * seq.
   void forward(Saved& saved, float* residual, const float* normed, int64_t rows, ParallelScratch& scratch) const;
-  // d_normed += d/d(normed) of the branch, given d_residual; parameter gradients into the store.
+  // d_normed += d/d(normed) of the branch, given d_residual (= when not `accumulate`: a block's
+  // MLP is d_normed's only source, a shared expert one of several); parameter gradients into the
+  // store.
   void backward(float* d_normed, const float* d_residual, const float* normed, const Saved& saved,
-                Workspace& work, int64_t rows, ParallelScratch& scratch) const;
+                Workspace& work, int64_t rows, ParallelScratch& scratch, bool accumulate) const;
   // Precision recipe of the up (gate+up) and down projections' GEMMs.
   // `prefix`: the module's name (model.layers.N.mlp), naming its GEMMs' precision state.
   void set_precision(PrecisionContext& context, Recipe recipe, const std::string& prefix);

@@ -174,7 +174,7 @@ const std::vector<double>& MoeLayer::row_dots(const float* a, const int32_t* ind
 void MoeLayer::shared_backward(float* d_normed, const float* d_residual, const float* normed, const Saved& s,
                                Workspace& work, int64_t rows, ParallelScratch& scratch) const {
   if (shared_gate_ < 0) {
-    shared_->backward(d_normed, d_residual, normed, s.shared, work, rows, scratch);
+    shared_->backward(d_normed, d_residual, normed, s.shared, work, rows, scratch, true);
     return;
   }
   const int64_t C = d_model_, local = tp_->local_rows(rows);
@@ -192,7 +192,7 @@ void MoeLayer::shared_backward(float* d_normed, const float* d_residual, const f
   kernels::scatter_add_rows(device_, store_->grad(shared_gate_), normed, C, upload(device_, zeros_, zeros_host_),
                             d_logit, local, C);
   kernels::scatter_add_rows(device_, d_normed, value(shared_gate_), 0, nullptr, d_logit, local, C);
-  shared_->backward(d_normed, d_shared, normed, s.shared, work, rows, scratch);
+  shared_->backward(d_normed, d_shared, normed, s.shared, work, rows, scratch, true);
 }
 
 // d_dispatched [rows, width] from d_returned (both in the dispatched order).

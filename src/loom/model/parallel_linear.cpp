@@ -21,11 +21,13 @@ void linear_forward(Device device, LinearPrecision* precision, float* out, const
 }
 void linear_backward(Device device, LinearPrecision* precision, float* din, float* dweight, float* dbias,
                      const float* dout, const float* in, const float* weight, int64_t n, int64_t in_features,
-                     int64_t out_features, GemmOutput din_output = GemmOutput::Rounded) {
+                     int64_t out_features, GemmOutput din_output, bool accumulate_din) {
   if (precision != nullptr) {
-    precision->backward(din, dweight, dbias, dout, in, weight, n, in_features, out_features, din_output);
+    precision->backward(din, dweight, dbias, dout, in, weight, n, in_features, out_features, din_output,
+                        accumulate_din);
   } else {
-    kernels::linear_backward(device, din, dweight, dbias, dout, in, weight, n, in_features, out_features);
+    kernels::linear_backward(device, din, dweight, dbias, dout, in, weight, n, in_features, out_features,
+                             accumulate_din);
   }
 }
 
@@ -89,15 +91,16 @@ void ColumnParallelLinear::forward(float* out, const float* x, int64_t rows, Par
 }
 
 void ColumnParallelLinear::backward(float* d_x, const float* d_out, const float* x, int64_t rows,
-                                    ParallelScratch& scratch) const {
+                                    ParallelScratch& scratch, bool accumulate) const {
   // Sequence parallel: the full input is gathered again rather than kept from forward.
   const float* full = tp_->enter_forward(x, rows, in_, scratch.gathered);
-  float* d_full = tp_->enter_backward_target(d_x, rows, in_, scratch.d_full);
+  // Across ranks the GEMM writes the whole partial product; the sum then goes into d_x.
+  float* d_full = tp_->enter_backward_target(d_x, rows, in_, scratch.d_full, false);
   // dgrad reduces over the split output features: partial products, rounded after the sum.
   linear_backward(store_->device(), precision_.get(), d_full, store_->grad(weight_),
                   bias_ >= 0 ? store_->grad(bias_) : nullptr, d_out, full, store_->value(weight_), rows, in_, out_,
-                  split_output(*tp_));
-  tp_->enter_backward(d_x, d_full, rows, in_, precision_.get());
+                  split_output(*tp_), accumulate && tp_->single());
+  tp_->enter_backward(d_x, d_full, rows, in_, precision_.get(), accumulate);
 }
 
 RowParallelLinear::RowParallelLinear(ParameterStore& store, const TensorParallel& tp, int weight, int bias,
@@ -127,10 +130,10 @@ void RowParallelLinear::forward(float* out, const float* x, int64_t rows, Parall
 }
 
 void RowParallelLinear::backward(float* d_x, const float* d_out, const float* x, int64_t rows,
-                                 ParallelScratch& scratch) const {
+                                 ParallelScratch& scratch, bool accumulate) const {
   const float* d_full = tp_->exit_backward(d_out, rows, out_, scratch.gathered);
   linear_backward(store_->device(), precision_.get(), d_x, store_->grad(weight_), nullptr, d_full, x,
-                  store_->value(weight_), rows, in_, out_);
+                  store_->value(weight_), rows, in_, out_, GemmOutput::Rounded, accumulate);
   // The bias was added after g, to this rank's rows: its gradient is over those rows (a partial
   // sum under sequence parallelism, completed by the model's gradient sync).
   if (bias_ >= 0) {

@@ -38,8 +38,10 @@ class ColumnParallelLinear {
                        int64_t out_local);
   // out[rows, out_local] = f(x) W^T + b, x being this rank's [local_rows, in] of rows = batch*seq.
   void forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch) const;
-  // d_x[local rows] += f_backward(d_out W); parameter gradients added into the store.
-  void backward(float* d_x, const float* d_out, const float* x, int64_t rows, ParallelScratch& scratch) const;
+  // d_x[local rows] += f_backward(d_out W), or = when not `accumulate` (d_x need not be zeroed);
+  // parameter gradients added into the store.
+  void backward(float* d_x, const float* d_out, const float* x, int64_t rows, ParallelScratch& scratch,
+                bool accumulate = true) const;
   int64_t out_local() const { return out_; }
   // The GEMMs' precision recipe (linear_precision.h); null (the default) = fp32 kernels. Throws
   // an Error naming the projection when the recipe's blocks would straddle the split.
@@ -60,8 +62,10 @@ class RowParallelLinear {
                     int64_t out_features);
   // out[local rows, out] += g(x W^T) + b, x being [rows, in_local] inside the region.
   void forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch) const;
-  // d_x[rows, in_local] += g_backward(d_out) W, d_out being this rank's [local_rows, out].
-  void backward(float* d_x, const float* d_out, const float* x, int64_t rows, ParallelScratch& scratch) const;
+  // d_x[rows, in_local] += g_backward(d_out) W, d_out being this rank's [local_rows, out]; = when
+  // not `accumulate`.
+  void backward(float* d_x, const float* d_out, const float* x, int64_t rows, ParallelScratch& scratch,
+                bool accumulate = true) const;
   // As ColumnParallelLinear::set_precision.
   void set_precision(std::shared_ptr<LinearPrecision> precision);
 

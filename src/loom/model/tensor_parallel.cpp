@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "loom/core/device.h"
 #include "loom/core/error.h"
 #include "loom/kernels/ops.h"
 #include "loom/model/linear_precision.h"
@@ -18,18 +19,23 @@ const float* TensorParallel::enter_forward(const float* x, int64_t rows, int64_t
   return full;
 }
 
-float* TensorParallel::enter_backward_target(float* d_x, int64_t rows, int64_t width, Buffer& scratch) const {
+float* TensorParallel::enter_backward_target(float* d_x, int64_t rows, int64_t width, Buffer& scratch,
+                                             bool zero) const {
   if (single()) return d_x;
-  return zeroed(scratch, rows * width, device_);
+  return zero ? zeroed(scratch, rows * width, device_) : sized(scratch, rows * width, device_);
 }
 
 void TensorParallel::enter_backward(float* d_x, float* target, int64_t rows, int64_t width,
-                                    const LinearPrecision* rounding) const {
+                                    const LinearPrecision* rounding, bool accumulate) const {
   if (single()) return;
   const int64_t n = local_rows(rows) * width;
   float* sum = reduce_rows(target, rows, width);
   if (rounding != nullptr) rounding->round_output(sum, n);
-  kernels::add_in_place(device_, d_x, sum, n);
+  if (accumulate) {
+    kernels::add_in_place(device_, d_x, sum, n);
+  } else {
+    copy_on_device(device_, d_x, sum, n);
+  }
 }
 
 float* TensorParallel::exit_forward_target(float* out, int64_t rows, int64_t width, Buffer& scratch) const {

@@ -44,14 +44,16 @@ class TensorParallel {
   // f forward: the full [rows, width] input of the region from this rank's [local_rows, width];
   // `x` itself without sequence parallelism, else the rows gathered into `scratch`.
   const float* enter_forward(const float* x, int64_t rows, int64_t width, Buffer& scratch) const;
-  // f backward: where the region's input gradient [rows, width] should be accumulated (the
-  // caller adds into it): `d_x` itself with one rank, else `scratch`, zeroed.
-  float* enter_backward_target(float* d_x, int64_t rows, int64_t width, Buffer& scratch) const;
-  // f backward: d_x[local rows] += sum over ranks of `target` (all-reduce / reduce-scatter).
-  // `rounding`: `target` holds fp32 partial products (GemmOutput::Partial); the sum is rounded
-  // to that recipe's output dtype before it is added, as one rank's whole GEMM is.
-  void enter_backward(float* d_x, float* target, int64_t rows, int64_t width,
-                      const LinearPrecision* rounding = nullptr) const;
+  // f backward: where the region's input gradient [rows, width] goes: `d_x` itself with one
+  // rank, else `scratch`, zeroed when `zero` (the caller adds into it), else as it is (the caller
+  // writes it whole).
+  float* enter_backward_target(float* d_x, int64_t rows, int64_t width, Buffer& scratch, bool zero = true) const;
+  // f backward: d_x[local rows] += sum over ranks of `target` (all-reduce / reduce-scatter), or
+  // d_x[local rows] = that sum when not `accumulate`. `rounding`: `target` holds fp32 partial
+  // products (GemmOutput::Partial); the sum is rounded to that recipe's output dtype before it is
+  // added, as one rank's whole GEMM is.
+  void enter_backward(float* d_x, float* target, int64_t rows, int64_t width, const LinearPrecision* rounding = nullptr,
+                      bool accumulate = true) const;
 
   // g forward: where the region's partial output [rows, width] is accumulated: `out` itself with
   // one rank (the residual stream), else `scratch`, zeroed.

@@ -332,19 +332,20 @@ void Transformer::head_backward(Activations& a, int64_t rows) {
 void Transformer::head_grad(float* d_hidden, const float* hidden, const Norm::Saved& norm, const Buffer& head_input,
                             const Buffer& logits, int64_t rows) {
   const int64_t C = config_.d_model, local = tp_.local_rows(rows);
-  // logits holds d(loss)/d(logits).
-  float* d_final = zeroed(d_final_, local * C, params_.device());
+  // logits holds d(loss)/d(logits). The head's input gradient is written whole (d_final and the
+  // tensor-parallel target are not zeroed first).
+  float* d_final = sized(d_final_, local * C, params_.device());
   const float* head_in = tp_.sequence_parallel() ? head_input.data() : norm.out.data();
-  float* d_head_in = tp_.enter_backward_target(d_final, rows, C, tp_scratch_.d_full);
+  float* d_head_in = tp_.enter_backward_target(d_final, rows, C, tp_scratch_.d_full, false);
   if (head_precision_) {
     // Each vocabulary shard's input gradient is a partial sum: rounded once, after the sum over ranks.
     head_precision_->backward(d_head_in, params_.grad(head_), nullptr, logits.data(), head_in, params_.value(head_),
-                              rows, C, vocab_local_, tp_.single() ? GemmOutput::Rounded : GemmOutput::Partial);
+                              rows, C, vocab_local_, tp_.single() ? GemmOutput::Rounded : GemmOutput::Partial, false);
   } else {
     kernels::linear_backward(params_.device(), d_head_in, params_.grad(head_), nullptr, logits.data(), head_in,
-                             params_.value(head_), rows, C, vocab_local_);
+                             params_.value(head_), rows, C, vocab_local_, false);
   }
-  tp_.enter_backward(d_final, d_head_in, rows, C, head_precision_.get());
+  tp_.enter_backward(d_final, d_head_in, rows, C, head_precision_.get(), false);
   final_norm_->backward(d_hidden, d_final, hidden, norm, local);
 }
 

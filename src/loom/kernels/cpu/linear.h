@@ -13,9 +13,11 @@ void linear_forward(float* out, const float* in, const float* weight, const floa
                     int64_t in_features, int64_t out_features, bool accumulate = false);
 
 // din += dout . W ; dweight += dout^T . in ; dbias += sum over rows of dout.
-// Any of din, dweight, dbias may be nullptr to skip it.
+// Any of din, dweight, dbias may be nullptr to skip it. `accumulate_din` false: din = dout . W,
+// written whole (a gradient with no other contribution needs no zeroing first).
 void linear_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
-                     const float* weight, int64_t n, int64_t in_features, int64_t out_features);
+                     const float* weight, int64_t n, int64_t in_features, int64_t out_features,
+                     bool accumulate_din = true);
 
 // sums[c] += the sum over rows of x[r, c], in kernels/column_sums.h's order (the bias gradient).
 void add_column_sums(float* sums, const float* x, int64_t rows, int64_t cols);

@@ -142,8 +142,8 @@ void register_products_and_attention(CudaEntries& e) {
     linear_forward(out, in, w, b, n, in_f, out_f, accumulate, stream_of(d));
   };
   e.linear_backward = [](Device d, float* din, float* dw, float* db, const float* dout, const float* in,
-                         const float* w, int64_t n, int64_t in_f, int64_t out_f) {
-    linear_backward(din, dw, db, dout, in, w, n, in_f, out_f, stream_of(d));
+                         const float* w, int64_t n, int64_t in_f, int64_t out_f, bool accumulate_din) {
+    linear_backward(din, dw, db, dout, in, w, n, in_f, out_f, accumulate_din, stream_of(d));
   };
   e.add_bias = [](Device d, float* x, const float* bias, int64_t rows, int64_t width) {
     broadcast_bias(x, bias, rows, width, true, stream_of(d));

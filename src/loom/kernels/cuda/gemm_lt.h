@@ -46,7 +46,7 @@ void gemm(float* c, const float* a, const float* b, int64_t m, int64_t n, int64_
 void linear_forward(float* out, const float* in, const float* weight, const float* bias, int64_t n,
                     int64_t in_features, int64_t out_features, bool accumulate, cudaStream_t stream = nullptr);
 void linear_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
-                     const float* weight, int64_t n, int64_t in_features, int64_t out_features,
+                     const float* weight, int64_t n, int64_t in_features, int64_t out_features, bool accumulate_din,
                      cudaStream_t stream = nullptr);
 
 // MXFP8 on Hopper, which has no MX tensor cores: both operands (codes and E8M0 scales as

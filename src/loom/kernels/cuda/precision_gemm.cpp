@@ -200,6 +200,11 @@ void check_casts(const PrecisionGemm& g) {
                  (g.b_store != nullptr && g.pass != LinearGemm::WeightGrad && a != OperandCast::None &&
                   b != OperandCast::None),
              "precision GEMM: only a cast weight (forward, dgrad) is kept in a store");
+  const bool sixteen = (a == OperandCast::Bf16 || a == OperandCast::Fp16) && a == b;
+  LOOM_CHECK(g.a_store_use == CastStore::None ||
+                 (g.a_store != nullptr && sixteen &&
+                  (g.a_store_use == CastStore::Write ? g.pass == LinearGemm::DataGrad : g.pass == LinearGemm::WeightGrad)),
+             "precision GEMM: only a 16-bit output gradient is kept in a store (written by dgrad, read by wgrad)");
 }
 
 }  // namespace
@@ -218,7 +223,14 @@ void precision_linear_gemm(const PrecisionGemm& g, cudaStream_t stream) {
     pa = dequantized(g.a, sa, scratch, stream);
     pb = dequantized(g.b, sb, scratch, stream);
   } else if (kind == OperandCast::Bf16 || kind == OperandCast::Fp16) {
-    pa = sixteen_bit(g.a.data, sa, kind == OperandCast::Fp16, scratch, stream);
+    const bool fp16 = kind == OperandCast::Fp16;
+    if (g.a_store_use == CastStore::Read) {
+      pa = {g.a_store, fp16 ? GemmType::F16 : GemmType::BF16, sa.k_in_cols};
+    } else {
+      Into into;
+      if (g.a_store_use == CastStore::Write) into.codes = g.a_store;
+      pa = sixteen_bit(g.a.data, sa, fp16, scratch, stream, into);
+    }
     if (g.b_store_use != CastStore::Read)
       pb = sixteen_bit(g.b.data, sb, kind == OperandCast::Fp16, scratch, stream, store_of(g));
   } else if (kind == OperandCast::Mxfp8) {  // emulated: exact bf16 copies of the dequantized blocks
