@@ -35,6 +35,12 @@ comm_overlap: 0.5
   EXPECT_DOUBLE_EQ(hw.link(comm::LinkClass::SameNode).bandwidth, 450e9);
   EXPECT_DOUBLE_EQ(hw.link(comm::LinkClass::SameSite).latency, 5e-6);
   EXPECT_DOUBLE_EQ(hw.comm_overlap, 0.5);
+  EXPECT_DOUBLE_EQ(hw.fp8_flops_per_rank(1), hw.flops_per_rank(1));  // no FP8 rate: the same
+  const Hardware fp8 = parse_hardware(R"(
+device: {peak_tflops: 989, fp8_peak_tflops: 1979, gemm_efficiency: 0.8, fp8_gemm_efficiency: 0.6, memory_gib: 80}
+)",
+                                      "hw.yaml");
+  EXPECT_DOUBLE_EQ(fp8.fp8_flops_per_rank(1), 1979e12 * 0.6);
 }
 
 TEST(Hardware, ShippedFilesParse) {

@@ -73,9 +73,9 @@ TEST(TimePlan, PrecisionCastsEveryLinearOperandAndOutput) {
   const config::RunConfig bf16 = tiny({"precision.recipe=bf16"});
   const TimeBreakdown b = plan_time(bf16, plan_memory(bf16, {.tp = 1, .dp = 1, .pp = 1}), hw);
   const double n = 4 * 128;  // rows of a micro-batch
-  double elements = 0.0, added = 0.0;  // cast or rounded; added into fp32 gradients (12 bytes each)
+  double elements = 0.0, added = 0.0;  // cast or rounded; added into fp32 weight gradients (12 bytes each)
   auto linear = [&](double out, double in) {
-    added += n * in + out * in;
+    added += out * in;
     return n * (2 * in + out) + 2 * out * in + n * (out + in) + out * in;
   };
   for (int layer = 0; layer < 6; ++layer) {
@@ -91,6 +91,49 @@ TEST(TimePlan, PrecisionCastsEveryLinearOperandAndOutput) {
   double middle_casts = 0.0;
   for (const auto& [out, in] : kTinyLinears) middle_casts += 4 * (n * (2 * in + out) + 2 * out * in);
   EXPECT_NEAR(f.casts, b.casts + 2 * (middle_casts / 0.25e9 - middle_casts / 1e9), 1e-12);
+  // On a GPU each weight is cast once per step and form (16-bit: one copy for the step's two
+  // micro-batches, instead of two casts in each); FP8 casts the output gradient per GEMM.
+  const config::RunConfig bf16_gpu = tiny({"precision.recipe=bf16", "runtime.device=cuda"});
+  const TimeBreakdown bg = plan_time(bf16_gpu, plan_memory(bf16_gpu, {.tp = 1, .dp = 1, .pp = 1}), hw);
+  double weights = 256 * 256;  // the head's
+  for (const auto& [out, in] : kTinyLinears) weights += 6 * out * in;
+  EXPECT_NEAR(bg.casts, b.casts - 2 * (2 - 0.5) * weights / 1e9, 1e-12);
+  const config::RunConfig fp8_gpu = tiny({"precision.recipe=fp8_delayed", "runtime.device=cuda"});
+  const TimeBreakdown fg = plan_time(fp8_gpu, plan_memory(fp8_gpu, {.tp = 1, .dp = 1, .pp = 1}), hw);
+  double middle = 0.0;  // the four FP8 blocks: their casts in FP8 less what bf16 cast of them
+  for (const auto& [out, in] : kTinyLinears)
+    middle += 4 * ((n * (2 * in + 2 * out) + out * in) / 0.25e9 - (n * (2 * in + out) + 0.5 * out * in) / 1e9);
+  EXPECT_NEAR(fg.casts, bg.casts + 2 * middle, 1e-12);
+}
+
+// FP8 linears at the device's FP8 rate: the four middle blocks' linears (the first and last block
+// and the head stay bf16) at twice the rate take half their time; MXFP8 (bf16 products on
+// Hopper) and a device without an FP8 rate (the CPU's emulation) gain nothing.
+TEST(TimePlan, Fp8LinearsRunAtTheFp8Rate) {
+  Hardware hw = device();  // 1 TFLOP/s
+  const auto compute = [&](const std::string& recipe, const std::vector<std::string>& more = {}) {
+    std::vector<std::string> overrides = {"precision.recipe=" + recipe};
+    overrides.insert(overrides.end(), more.begin(), more.end());
+    const config::RunConfig run = tiny(overrides);
+    return plan_time(run, plan_memory(run, {.tp = 1, .dp = 1, .pp = 1}), hw).compute;
+  };
+  const double bf16 = compute("bf16");
+  EXPECT_DOUBLE_EQ(compute("fp8_current"), bf16);  // no FP8 rate: no gain
+  hw.fp8_peak_flops = 2e12;
+  double weights = 0.0;
+  for (const auto& [out, in] : kTinyLinears) weights += out * in;
+  const double tokens = 2 * 4 * 128;                        // two micro-batches of 4 x 128
+  const double saved = tokens * 4 * 6 * weights / 2e12;     // half of the middle blocks' linear time
+  EXPECT_NEAR(compute("fp8_current"), bf16 - saved, 1e-12);
+  EXPECT_NEAR(compute("fp8_blockwise"), bf16 - saved, 1e-12);
+  EXPECT_NEAR(compute("fp8_current", {"precision.fp8_edge_layers_bf16=false"}), bf16 - 1.5 * saved, 1e-12);
+  EXPECT_DOUBLE_EQ(compute("mxfp8"), bf16);
+  hw.fp8_gemm_efficiency = 0.5;  // twice the peak at half the efficiency: the bf16 rate
+  EXPECT_NEAR(compute("fp8_current"), bf16, 1e-12);
+  hw.fp8_gemm_efficiency = 0.0;
+  // Recompute runs the blocks' forward again, at the same rates.
+  EXPECT_NEAR(compute("fp8_current", {"model.recompute=true"}), compute("bf16", {"model.recompute=true"}) - 4.0 / 3.0 * saved,
+              1e-12);
 }
 
 // Memory handed back between uses: ZeRO-2's gradients (4 bytes a parameter per micro-batch),

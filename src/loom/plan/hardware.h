@@ -51,6 +51,8 @@ struct Hardware {
   std::string source;  // the file, for messages
   std::string name;
   double peak_flops = 0.0;       // FLOP/s
+  double fp8_peak_flops = 0.0;   // FLOP/s of FP8 products; 0: peak_flops (FP8 is emulated, no gain)
+  double fp8_gemm_efficiency = 0.0;  // 0: gemm_efficiency
   double gemm_efficiency = 1.0;
   double gemm_half_rows = 0.0;
   double memory_bytes = 0.0;
@@ -71,6 +73,8 @@ struct Hardware {
   // FLOP/s and bytes/s one rank gets when `ranks` share the host (shared: true): one core's
   // when there are cores enough, else their share.
   double flops_per_rank(int ranks) const;
+  // The same for the FP8 recipes' products (per-tensor and blockwise scaled; MXFP8 runs as bf16).
+  double fp8_flops_per_rank(int ranks) const;
   // The fraction of that rate a GEMM over `rows` rows reaches: rows / (rows + gemm_half_rows).
   double gemm_rows_factor(double rows) const { return rows / (rows + gemm_half_rows); }
   double bandwidth_per_rank(int ranks) const;

@@ -20,51 +20,92 @@ struct StageCost {
 // and the gradient norm reads the gradient once more.
 constexpr double kOptimizerBytesPerParameter = 32.0;
 
+// Where a run casts its GEMM operands: the CPU's emulation, or a GPU (runtime.device: cuda),
+// whose weight cast cache casts each weight once per optimizer step and form
+// (model/weight_cast_cache.h) for the step's `micro_batches`.
+struct CastPath {
+  bool device = false;
+  double micro_batches = 1.0;
+};
+
 // What a precision recipe adds to one linear's three GEMMs over `n` rows, for one rank alone (linear_precision.h):
-// each operand copied and cast (the input and the weight twice, the output gradient once, or
-// once per GEMM for block-scaled recipes), each GEMM's output rounded in place, and the data
-// gradient and weight gradient added into their fp32 buffers. Recompute casts the forward again.
-double linear_cast_seconds(double n, double out, double in, model::Recipe recipe, bool recompute, const Hardware& hw) {
+// each operand copied and cast, each GEMM's output rounded in place, and the weight gradient added
+// into its fp32 main gradient. The CPU casts the input and the weight twice
+// and the output gradient once (once per GEMM for block-scaled recipes); a GPU casts the input
+// twice, the output gradient once under bf16 / fp16 and once per GEMM otherwise (FP8's wgrad
+// wants it transposed), and the weight once per step and form (one 16-bit copy; two FP8 or MX
+// forms). Recompute casts the forward's input again (and on the CPU its weight).
+double linear_cast_seconds(double n, double out, double in, model::Recipe recipe, bool recompute, const Hardware& hw,
+                           const CastPath& path) {
   if (recipe == model::Recipe::Fp32) return 0.0;
   const bool oriented = recipe == model::Recipe::Fp8Blockwise || recipe == model::Recipe::Mxfp8;
+  const bool sixteen = recipe == model::Recipe::Bf16 || recipe == model::Recipe::Fp16;
   const double weight = out * in;
-  double cast = n * (2.0 * in + (oriented ? 2.0 : 1.0) * out) + 2.0 * weight;
+  double cast = 0.0;
+  if (path.device) {
+    cast = n * (2.0 * in + (sixteen ? 1.0 : 2.0) * out) + (sixteen ? 1.0 : 2.0) * weight / path.micro_batches;
+  } else {
+    cast = n * (2.0 * in + (oriented ? 2.0 : 1.0) * out) + 2.0 * weight;
+  }
   double rounded = n * (out + in) + weight;
   if (recompute) {
-    cast += n * in + weight;
+    cast += n * in + (path.device ? 0.0 : weight);
     rounded += n * out;
   }
-  const double added = n * in + weight;  // read two, write one: 12 bytes
+  // The weight gradient added into its fp32 main gradient (read two, write one: 12 bytes); the data
+  // gradient is written whole, each of these linears being its only producer.
+  const double added = weight;
   return hw.cast_seconds(cast, model::is_fp8(recipe), 1) + hw.cast_seconds(rounded, false, 1) +
          12.0 * added / hw.bandwidth_per_rank(1);
 }
 
 // Casts of every linear of this rank's layers and head, per micro-batch. Attention, dense MLPs
 // and the head; the linears of experts and Mamba mixers are not counted yet.
-double cast_seconds(const config::RunConfig& config, const StageMemory& stage, double tokens, const Hardware& hw) {
+double cast_seconds(const config::RunConfig& config, const StageMemory& stage, double tokens, double micro_batches,
+                    const Hardware& hw) {
   const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
   if (policy.recipe == model::Recipe::Fp32 || !hw.costs_casts()) return 0.0;
   const double d = static_cast<double>(config.model.d_model);
   const bool recompute = config.model.recompute;
+  const CastPath path{config.runtime.device == config::RuntimeDevice::Cuda, micro_batches};
   double s = 0.0;
   for (const model::LayerRange& c : stage.chunks) {
     for (int l = c.first; l < c.last; ++l) {
       const LayerWidths& w = stage.widths[static_cast<size_t>(l)];
       const model::Recipe r = policy.block_recipe(l, config.model.layers);
       if (w.has_attention()) {
-        s += linear_cast_seconds(tokens, static_cast<double>(w.qkv()), d, r, recompute, hw);
-        s += linear_cast_seconds(tokens, d, static_cast<double>(w.q), r, recompute, hw);
+        s += linear_cast_seconds(tokens, static_cast<double>(w.qkv()), d, r, recompute, hw, path);
+        s += linear_cast_seconds(tokens, d, static_cast<double>(w.q), r, recompute, hw, path);
       }
       if (w.has_mlp()) {
-        s += linear_cast_seconds(tokens, static_cast<double>(w.hidden()), d, r, recompute, hw);
-        s += linear_cast_seconds(tokens, d, static_cast<double>(w.ffn), r, recompute, hw);
+        s += linear_cast_seconds(tokens, static_cast<double>(w.hidden()), d, r, recompute, hw, path);
+        s += linear_cast_seconds(tokens, d, static_cast<double>(w.ffn), r, recompute, hw, path);
       }
     }
   }
   if (stage.head_rows > 0) {
-    s += linear_cast_seconds(tokens, static_cast<double>(stage.head_rows), d, policy.head_recipe(), false, hw);
+    s += linear_cast_seconds(tokens, static_cast<double>(stage.head_rows), d, policy.head_recipe(), false, hw, path);
   }
   return s;
+}
+
+// Training FLOPs per token of this rank's linears whose products run in FP8 (per-tensor or
+// blockwise scaled: fp8_delayed, fp8_current, fp8_blockwise; not MXFP8, which Hopper multiplies
+// in bf16, nor the layers the recipe keeps in bf16, nor the head): 6 x their weights.
+double fp8_linear_flops_per_token(const config::RunConfig& config, const StageMemory& stage) {
+  const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
+  const double d = static_cast<double>(config.model.d_model);
+  double weights = 0.0;
+  for (const model::LayerRange& c : stage.chunks) {
+    for (int l = c.first; l < c.last; ++l) {
+      const model::Recipe r = policy.block_recipe(l, config.model.layers);
+      if (!model::is_fp8(r) || r == model::Recipe::Mxfp8) continue;
+      const LayerWidths& w = stage.widths[static_cast<size_t>(l)];
+      if (w.has_attention()) weights += d * static_cast<double>(w.qkv() + w.q);
+      if (w.has_mlp()) weights += d * static_cast<double>(w.hidden() + w.ffn);
+    }
+  }
+  return 6.0 * weights;
 }
 
 // Memory handed back to the system between uses and faulted in again, per micro-batch: ZeRO-2's
@@ -104,13 +145,17 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
   if (stage.chunks.back().last == config.model.layers) {
     head_flops = model::head_training_flops_per_token(config.model, config.data.seq_len);
   }
-  // Rates of one rank alone; plan_time accounts for ranks sharing a host's cores.
+  // Rates of one rank alone; plan_time accounts for ranks sharing a host's cores. FP8 linears at
+  // the device's FP8 rate, the rest (attention's products, bf16 layers, the head) at its own.
   const double rate = hw.flops_per_rank(1) * hw.gemm_rows_factor(tokens);
-  const double gemm = tokens * (block_flops + head_flops) / shape.tp / rate;
-  const double recompute = config.model.recompute ? tokens * block_flops / shape.tp / rate / 3.0 : 0.0;
+  const double fp8_rate = hw.fp8_flops_per_rank(1) * hw.gemm_rows_factor(tokens);
+  const double fp8_flops = fp8_linear_flops_per_token(config, stage);
+  const double block_seconds = ((block_flops - fp8_flops) / rate + fp8_flops / fp8_rate) * tokens / shape.tp;
+  const double gemm = block_seconds + tokens * head_flops / shape.tp / rate;
+  const double recompute = config.model.recompute ? block_seconds / 3.0 : 0.0;
   const double elementwise = static_cast<double>(stage.activations_per_micro_batch) / hw.activation_rate_per_rank(1);
   StageCost cost;
-  cost.casts = cast_seconds(config, stage, tokens, hw);
+  cost.casts = cast_seconds(config, stage, tokens, static_cast<double>(memory.layout.micro_batches), hw);
   cost.fresh = fresh_memory_seconds(config, stage, shape.dp, hw);
   cost.forward = gemm / 3.0 + elementwise / 3.0 + (cost.casts + cost.fresh) / 3.0;
   cost.backward = 2.0 * gemm / 3.0 + recompute + 2.0 * elementwise / 3.0 + 2.0 * (cost.casts + cost.fresh) / 3.0;
