@@ -142,6 +142,7 @@ stage_more() {
     name="hybrid-${pattern:-none}"; name="${name//\*/a}"
     if [ -n "$pattern" ]; then tiny_train "$name" 12 45 "model.layer_pattern=$pattern" "model.mamba={groups: 8}"
     else tiny_train "$name" 12 45; fi
+    [ -f "/tmp/loom-train/run-$name/metrics.jsonl" ] || continue
     python3 - "/tmp/loom-train/run-$name/metrics.jsonl" <<'PY' || true
 import json, statistics, sys
 rates = [r["tokens_per_s"] for r in map(json.loads, open(sys.argv[1])) if "tokens_per_s" in r and r["step"] > 2]
