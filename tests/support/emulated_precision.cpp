@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -107,28 +108,36 @@ std::mutex stores_mutex;
 std::map<const void*, Kept> stores;
 std::atomic<int64_t> weight_casts{0}, weight_reuses{0}, output_grad_reuses{0};
 
+// What the store at `store` (PrecisionGemm's `name`) holds, written by an earlier GEMM of `what`.
+Kept kept(const void* store, const char* name, const std::string& what) {
+  const std::lock_guard<std::mutex> lock(stores_mutex);
+  const auto it = stores.find(host(store, "precision_linear_gemm", name));
+  LOOM_CHECK(it != stores.end(), "emulated cuda: precision_linear_gemm reads a " + what + " store never written");
+  return it->second;
+}
+void keep(void* store, const char* name, Kept values) {
+  const std::lock_guard<std::mutex> lock(stores_mutex);
+  stores[host(store, "precision_linear_gemm", name)] = std::move(values);
+}
+
 // Operand b of a forward or dgrad GEMM (the weight [out, in]): cast now, written to its store,
 // or read from it.
 std::vector<float> weight_values(const kernels::PrecisionGemm& g, bool columns) {
   const int64_t rows = g.out_features, cols = g.in_features;
   if (g.b_store_use == kernels::CastStore::Read) {
     ++weight_reuses;
-    const std::lock_guard<std::mutex> lock(stores_mutex);
-    const auto it = stores.find(host(g.b_store, "precision_linear_gemm", "b_store"));
-    LOOM_CHECK(it != stores.end(), "emulated cuda: precision_linear_gemm reads a weight store never written");
-    const Kept& k = it->second;
+    Kept k = kept(g.b_store, "b_store", "weight");
     // A 16-bit copy is cast element by element: forward's serves dgrad (as on a GPU).
     const bool elementwise = k.cast == OperandCast::Bf16 || k.cast == OperandCast::Fp16;
     LOOM_CHECK(k.cast == g.b.cast && k.rows == rows && k.cols == cols && (k.columns == columns || elementwise),
                "emulated cuda: precision_linear_gemm reads a weight store written for another cast or shape");
-    return k.values;
+    return std::move(k.values);
   }
   ++weight_casts;
   std::vector<float> v = cast_values(g.b, rows, cols, columns);
   if (g.b_store_use == kernels::CastStore::Write) {
     LOOM_CHECK(g.b.cast != OperandCast::None, "emulated cuda: a weight store needs a cast");
-    const std::lock_guard<std::mutex> lock(stores_mutex);
-    stores[host(g.b_store, "precision_linear_gemm", "b_store")] = Kept{v, g.b.cast, rows, cols, columns};
+    keep(g.b_store, "b_store", Kept{v, g.b.cast, rows, cols, columns});
   }
   return v;
 }
@@ -142,21 +151,19 @@ std::vector<float> output_grad_values(const kernels::PrecisionGemm& g, bool colu
                  (sixteen && (g.a_store_use == kernels::CastStore::Write ? g.pass == kernels::LinearGemm::DataGrad
                                                                          : g.pass == kernels::LinearGemm::WeightGrad)),
              "emulated cuda: precision_linear_gemm keeps only a 16-bit output gradient (dgrad writes, wgrad reads)");
+  std::vector<float> v = cast_values(g.a, rows, cols, columns);  // cast element by element
   if (g.a_store_use == kernels::CastStore::Read) {
     ++output_grad_reuses;
-    const std::lock_guard<std::mutex> lock(stores_mutex);
-    const auto it = stores.find(host(g.a_store, "precision_linear_gemm", "a_store"));
-    LOOM_CHECK(it != stores.end(), "emulated cuda: precision_linear_gemm reads an output-gradient store never written");
-    const Kept& k = it->second;
+    const Kept k = kept(g.a_store, "a_store", "output-gradient");
     LOOM_CHECK(k.cast == g.a.cast && k.rows == rows && k.cols == cols,
                "emulated cuda: precision_linear_gemm reads an output-gradient store written for another cast or shape");
-    return k.values;  // cast element by element: the orientation does not matter
+    // The store must hold this GEMM's own output gradient (a GPU reads it instead of a.data).
+    LOOM_CHECK(std::memcmp(k.values.data(), v.data(), v.size() * sizeof(float)) == 0,  // NaN too
+               "emulated cuda: precision_linear_gemm reads an output-gradient store written from "
+                              "other values than its output gradient (a stale store)");
+    return k.values;
   }
-  std::vector<float> v = cast_values(g.a, rows, cols, columns);
-  if (g.a_store_use == kernels::CastStore::Write) {
-    const std::lock_guard<std::mutex> lock(stores_mutex);
-    stores[host(g.a_store, "precision_linear_gemm", "a_store")] = Kept{v, g.a.cast, rows, cols, columns};
-  }
+  if (g.a_store_use == kernels::CastStore::Write) keep(g.a_store, "a_store", Kept{v, g.a.cast, rows, cols, columns});
   return v;
 }
 
