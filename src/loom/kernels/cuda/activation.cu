@@ -3,42 +3,38 @@
 #include <algorithm>
 
 #include "loom/kernels/cuda/device.h"
+#include "loom/kernels/cuda/launch.cuh"
 
 namespace loom::kernels::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCubic = 0.044715f;
 
 __device__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// Enough blocks to cover n elements with a grid-stride loop, at most 65536.
-unsigned blocks_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65536)); }
-
+// Rows of [gate | up] (2 width) into rows of width (launch_over_rows: no division per element).
 __global__ void swiglu_forward_kernel(float* __restrict__ out, const float* __restrict__ gate_up, int64_t rows,
                                       int64_t width) {
-  const int64_t n = rows * width;
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
-       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = k / width, i = k % width;
-    const float g = gate_up[r * 2 * width + i], u = gate_up[r * 2 * width + width + i];
-    out[k] = g * sigmoid(g) * u;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    for (int64_t i = column_start(); i < width; i += column_stride()) {
+      const float g = gate_up[r * 2 * width + i], u = gate_up[r * 2 * width + width + i];
+      out[r * width + i] = g * sigmoid(g) * u;
+    }
   }
 }
 
 __global__ void swiglu_backward_kernel(float* __restrict__ dgate_up, const float* __restrict__ dout,
                                        const float* __restrict__ gate_up, int64_t rows, int64_t width) {
-  const int64_t n = rows * width;
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
-       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = k / width, i = k % width;
-    const int64_t gi = r * 2 * width + i, ui = gi + width;
-    const float g = gate_up[gi], u = gate_up[ui], dy = dout[k];
-    const float sig = sigmoid(g);
-    dgate_up[ui] = dy * g * sig;
-    dgate_up[gi] = dy * u * sig * (1.0f + g * (1.0f - sig));
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    for (int64_t i = column_start(); i < width; i += column_stride()) {
+      const int64_t gi = r * 2 * width + i, ui = gi + width;
+      const float g = gate_up[gi], u = gate_up[ui], dy = dout[r * width + i];
+      const float sig = sigmoid(g);
+      dgate_up[ui] = dy * g * sig;
+      dgate_up[gi] = dy * u * sig * (1.0f + g * (1.0f - sig));
+    }
   }
 }
 
@@ -84,38 +80,40 @@ __global__ void relu2_backward_kernel(float* __restrict__ din, const float* __re
 
 void swiglu_forward(float* out, const float* gate_up, int64_t rows, int64_t width, cudaStream_t stream) {
   if (rows * width == 0) return;
-  swiglu_forward_kernel<<<blocks_for(rows * width), kThreads, 0, stream>>>(out, gate_up, rows, width);
+  const RowsLaunch l = launch_over_rows(rows, width);
+  swiglu_forward_kernel<<<l.grid, l.block, 0, stream>>>(out, gate_up, rows, width);
   check_launch("swiglu_forward_kernel");
 }
 
 void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t rows, int64_t width,
                      cudaStream_t stream) {
   if (rows * width == 0) return;
-  swiglu_backward_kernel<<<blocks_for(rows * width), kThreads, 0, stream>>>(dgate_up, dout, gate_up, rows, width);
+  const RowsLaunch l = launch_over_rows(rows, width);
+  swiglu_backward_kernel<<<l.grid, l.block, 0, stream>>>(dgate_up, dout, gate_up, rows, width);
   check_launch("swiglu_backward_kernel");
 }
 
 void gelu_forward(float* out, const float* in, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, in, n);
+  gelu_forward_kernel<<<grid_for(n), kThreads, 0, stream>>>(out, in, n);
   check_launch("gelu_forward_kernel");
 }
 
 void gelu_backward(float* din, const float* dout, const float* in, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(din, dout, in, n);
+  gelu_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(din, dout, in, n);
   check_launch("gelu_backward_kernel");
 }
 
 void relu2_forward(float* out, const float* in, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  relu2_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, in, n);
+  relu2_forward_kernel<<<grid_for(n), kThreads, 0, stream>>>(out, in, n);
   check_launch("relu2_forward_kernel");
 }
 
 void relu2_backward(float* din, const float* dout, const float* in, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  relu2_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(din, dout, in, n);
+  relu2_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(din, dout, in, n);
   check_launch("relu2_backward_kernel");
 }
 

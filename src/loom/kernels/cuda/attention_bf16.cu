@@ -13,32 +13,29 @@ namespace loom::kernels::cuda {
 
 namespace {
 
-// Element (row, col) of a region sits at row * stride + col in the source and in its copy.
-__device__ inline int64_t region_index(int64_t i, int64_t span, int64_t stride) {
-  return (i / span) * stride + i % span;
-}
-
+// Element (row, col) of a region sits at row * stride + col in the source and in its copy; the
+// kernels run row by row (launch_over_rows), with no division per element.
 __global__ void to_bf16_kernel(__nv_bfloat16* __restrict__ dst, const float* __restrict__ src, int64_t rows,
                                int64_t span, int64_t stride) {
-  for (int64_t i = grid_start(); i < rows * span; i += grid_stride()) {
-    const int64_t at = region_index(i, span, stride);
-    dst[at] = __float2bfloat16_rn(src[at]);
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    for (int64_t c = column_start(); c < span; c += column_stride())
+      dst[r * stride + c] = __float2bfloat16_rn(src[r * stride + c]);
   }
 }
 
 __global__ void widen_kernel(float* __restrict__ dst, const __nv_bfloat16* __restrict__ src, int64_t rows,
                              int64_t span, int64_t stride) {
-  for (int64_t i = grid_start(); i < rows * span; i += grid_stride()) {
-    const int64_t at = region_index(i, span, stride);
-    dst[at] = __bfloat162float(src[at]);
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    for (int64_t c = column_start(); c < span; c += column_stride())
+      dst[r * stride + c] = __bfloat162float(src[r * stride + c]);
   }
 }
 
 __global__ void add_rows_kernel(float* __restrict__ dst, int64_t dst_stride, const __nv_bfloat16* __restrict__ src,
                                 int64_t src_stride, int64_t rows, int64_t width) {
-  for (int64_t i = grid_start(); i < rows * width; i += grid_stride()) {
-    const int64_t r = i / width, c = i % width;
-    dst[r * dst_stride + c] += __bfloat162float(src[r * src_stride + c]);
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    for (int64_t c = column_start(); c < width; c += column_stride())
+      dst[r * dst_stride + c] += __bfloat162float(src[r * src_stride + c]);
   }
 }
 
@@ -50,8 +47,8 @@ class Bf16Views {
     for (const OperandRegion& r : layout_.regions) {
       copies_.push_back(scratch.of<__nv_bfloat16>(r.elements()));
       if (r.rows * r.span == 0) continue;
-      to_bf16_kernel<<<grid_for(r.rows * r.span), kThreads, 0, stream>>>(copies_.back(), r.base, r.rows, r.span,
-                                                                          r.stride);
+      const RowsLaunch l = launch_over_rows(r.rows, r.span);
+      to_bf16_kernel<<<l.grid, l.block, 0, stream>>>(copies_.back(), r.base, r.rows, r.span, r.stride);
       check_launch("attention to_bf16_kernel");
     }
   }
@@ -79,7 +76,8 @@ void flash_attention_forward_bf16(float* out, float* lse, const float* q, const 
     flash_attention_forward(out16, lse, in.pointer(0), in.pointer(1), in.pointer(2), s, vis, stream);
   }
   if (o.rows * o.width == 0) return;
-  widen_kernel<<<grid_for(o.rows * o.width), kThreads, 0, stream>>>(out, out16, o.rows, o.width, o.stride);
+  const RowsLaunch l = launch_over_rows(o.rows, o.width);
+  widen_kernel<<<l.grid, l.block, 0, stream>>>(out, out16, o.rows, o.width, o.stride);
   check_launch("attention widen_kernel");
 }
 
@@ -108,7 +106,8 @@ void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float*
 void add_bf16_rows(float* dst, int64_t dst_stride, const __nv_bfloat16* src, int64_t src_stride, int64_t rows,
                    int64_t width, cudaStream_t stream) {
   if (rows * width == 0) return;
-  add_rows_kernel<<<grid_for(rows * width), kThreads, 0, stream>>>(dst, dst_stride, src, src_stride, rows, width);
+  const RowsLaunch l = launch_over_rows(rows, width);
+  add_rows_kernel<<<l.grid, l.block, 0, stream>>>(dst, dst_stride, src, src_stride, rows, width);
   check_launch("attention add_rows_kernel");
 }
 

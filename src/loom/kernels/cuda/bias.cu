@@ -12,10 +12,13 @@ namespace loom::kernels::cuda {
 
 namespace {
 
+// Row by row (launch_over_rows): the bias's column needs no division.
 __global__ void broadcast_bias_kernel(float* out, const float* bias, int64_t rows, int64_t cols, bool accumulate) {
-  for (int64_t k = grid_start(); k < rows * cols; k += grid_stride()) {
-    const float b = bias[k % cols];
-    out[k] = accumulate ? out[k] + b : b;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    for (int64_t c = column_start(); c < cols; c += column_stride()) {
+      const int64_t k = r * cols + c;
+      out[k] = accumulate ? out[k] + bias[c] : bias[c];
+    }
   }
 }
 
@@ -57,7 +60,8 @@ __global__ void add_chunk_sums_kernel(float* __restrict__ sums, const float* __r
 
 void broadcast_bias(float* out, const float* bias, int64_t rows, int64_t cols, bool accumulate, cudaStream_t stream) {
   if (rows * cols == 0) return;
-  broadcast_bias_kernel<<<grid_for(rows * cols), kThreads, 0, stream>>>(out, bias, rows, cols, accumulate);
+  const RowsLaunch l = launch_over_rows(rows, cols);
+  broadcast_bias_kernel<<<l.grid, l.block, 0, stream>>>(out, bias, rows, cols, accumulate);
   check_launch("broadcast_bias_kernel");
 }
 

@@ -81,17 +81,21 @@ __device__ inline float rounded(float v, OutputRounding rounding) {
   return v;
 }
 
+// Row by row (launch_over_rows), so the bias's column needs no division.
 template <typename In>
 __global__ void finish_kernel(float* dst, const In* src, const float* __restrict__ bias, int64_t rows, int64_t cols,
                               OutputRounding rounding, bool accumulate) {
-  for (int64_t i = grid_start(); i < rows * cols; i += grid_stride()) {
-    float v;
-    if constexpr (std::is_same_v<In, __nv_bfloat16>) {
-      v = __bfloat162float(src[i]);  // cuBLASLt rounded the fp32 sum already
-    } else {
-      v = rounded(bias ? __fadd_rn(src[i], bias[i % cols]) : src[i], rounding);
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    for (int64_t c = column_start(); c < cols; c += column_stride()) {
+      const int64_t i = r * cols + c;
+      float v;
+      if constexpr (std::is_same_v<In, __nv_bfloat16>) {
+        v = __bfloat162float(src[i]);  // cuBLASLt rounded the fp32 sum already
+      } else {
+        v = rounded(bias ? __fadd_rn(src[i], bias[c]) : src[i], rounding);
+      }
+      dst[i] = accumulate ? __fadd_rn(dst[i], v) : v;
     }
-    dst[i] = accumulate ? __fadd_rn(dst[i], v) : v;
   }
 }
 
@@ -115,12 +119,13 @@ void finish_output(float* dst, const void* src, bool src_bf16, const float* bias
   if (rows * cols == 0) return;
   LOOM_CHECK(!src_bf16 || (bias == nullptr && rounding == OutputRounding::Bf16),
              "finish_output: a bf16 result takes no bias and is rounded to bf16 already");
+  const RowsLaunch l = launch_over_rows(rows, cols);
   if (src_bf16) {
-    finish_kernel<<<grid_for(rows * cols), kThreads, 0, stream>>>(dst, static_cast<const __nv_bfloat16*>(src), bias,
-                                                                   rows, cols, rounding, accumulate);
+    finish_kernel<<<l.grid, l.block, 0, stream>>>(dst, static_cast<const __nv_bfloat16*>(src), bias, rows, cols,
+                                                  rounding, accumulate);
   } else {
-    finish_kernel<<<grid_for(rows * cols), kThreads, 0, stream>>>(dst, static_cast<const float*>(src), bias, rows,
-                                                                   cols, rounding, accumulate);
+    finish_kernel<<<l.grid, l.block, 0, stream>>>(dst, static_cast<const float*>(src), bias, rows, cols, rounding,
+                                                  accumulate);
   }
   check_launch("finish_kernel");
 }

@@ -6,26 +6,30 @@ namespace loom::kernels::cuda {
 
 namespace {
 
-// One grid-stride loop over rows * dim elements. A shard keeps ids in [first_id, first_id + count);
-// the whole table is the shard [0, INT64_MAX).
+// Row by row over the tokens (launch_over_rows: no division per element). A shard keeps ids in
+// [first_id, first_id + count); the whole table is the shard [0, INT64_MAX).
 __global__ void embedding_forward_kernel(float* __restrict__ out, const int32_t* __restrict__ ids,
                                          const float* __restrict__ table, int64_t rows, int64_t dim, int64_t first_id,
                                          int64_t count, bool accumulate) {
-  for (int64_t k = grid_start(); k < rows * dim; k += grid_stride()) {
-    const int64_t r = k / dim, i = k % dim;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const int64_t local = static_cast<int64_t>(ids[r]) - first_id;
-    const float value = (local >= 0 && local < count) ? table[local * dim + i] : 0.0f;
-    out[k] = accumulate ? out[k] + value : value;
+    const bool held = local >= 0 && local < count;
+    for (int64_t i = column_start(); i < dim; i += column_stride()) {
+      const float value = held ? table[local * dim + i] : 0.0f;
+      const int64_t k = r * dim + i;
+      out[k] = accumulate ? out[k] + value : value;
+    }
   }
 }
 
 __global__ void embedding_backward_kernel(float* __restrict__ dtable, const float* __restrict__ dout,
                                           const int32_t* __restrict__ ids, int64_t rows, int64_t dim,
                                           int64_t first_id, int64_t count) {
-  for (int64_t k = grid_start(); k < rows * dim; k += grid_stride()) {
-    const int64_t r = k / dim, i = k % dim;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const int64_t local = static_cast<int64_t>(ids[r]) - first_id;
-    if (local >= 0 && local < count) atomicAdd(dtable + local * dim + i, dout[k]);
+    if (local < 0 || local >= count) continue;
+    for (int64_t i = column_start(); i < dim; i += column_stride())
+      atomicAdd(dtable + local * dim + i, dout[r * dim + i]);
   }
 }
 
@@ -34,16 +38,16 @@ constexpr int64_t kWholeTable = INT64_MAX;
 void forward(float* out, const int32_t* ids, const float* table, int64_t rows, int64_t dim, int64_t first_id,
              int64_t count, bool accumulate, cudaStream_t stream) {
   if (rows * dim == 0) return;
-  embedding_forward_kernel<<<grid_for(rows * dim), kThreads, 0, stream>>>(out, ids, table, rows, dim, first_id,
-                                                                           count, accumulate);
+  const RowsLaunch l = launch_over_rows(rows, dim);
+  embedding_forward_kernel<<<l.grid, l.block, 0, stream>>>(out, ids, table, rows, dim, first_id, count, accumulate);
   check_launch("embedding_forward_kernel");
 }
 
 void backward(float* dtable, const float* dout, const int32_t* ids, int64_t rows, int64_t dim, int64_t first_id,
               int64_t count, cudaStream_t stream) {
   if (rows * dim == 0) return;
-  embedding_backward_kernel<<<grid_for(rows * dim), kThreads, 0, stream>>>(dtable, dout, ids, rows, dim, first_id,
-                                                                            count);
+  const RowsLaunch l = launch_over_rows(rows, dim);
+  embedding_backward_kernel<<<l.grid, l.block, 0, stream>>>(dtable, dout, ids, rows, dim, first_id, count);
   check_launch("embedding_backward_kernel");
 }
 

@@ -36,6 +36,24 @@ inline unsigned grid_for(int64_t n) {
 __device__ inline int64_t grid_start() { return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; }
 __device__ inline int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
+// A launch over a row-major [rows, cols] matrix that finds each element's row and column without
+// dividing (a 64-bit division per element costs more than the element's bytes in these
+// memory-bound kernels): threads along the columns (a multiple of 32, at most kThreads, fewer for
+// narrow rows), one block row per matrix row; both grid-stride. In the kernel:
+//   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+//     for (int64_t c = column_start(); c < cols; c += column_stride()) ...
+struct RowsLaunch {
+  dim3 grid, block;
+};
+inline RowsLaunch launch_over_rows(int64_t rows, int64_t cols) {
+  const int64_t threads = std::min<int64_t>(kThreads, std::max<int64_t>(32, (cols + 31) / 32 * 32));
+  const int64_t x = std::max<int64_t>(1, std::min<int64_t>((cols + threads - 1) / threads, 65535));
+  const int64_t y = std::max<int64_t>(1, std::min<int64_t>(rows, 65535));
+  return {dim3(static_cast<unsigned>(x), static_cast<unsigned>(y)), dim3(static_cast<unsigned>(threads))};
+}
+__device__ inline int64_t column_start() { return blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; }
+__device__ inline int64_t column_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
 __device__ inline float warp_sum(float v) {
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;

@@ -1,3 +1,4 @@
+#include "loom/core/error.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/launch.cuh"
 #include "loom/kernels/cuda/rope.h"
@@ -6,20 +7,24 @@ namespace loom::kernels::cuda {
 
 namespace {
 
-// One thread per (row, head, pair i): rotates (v[i], v[i + half]).
+// One thread per (row, head, pair i): rotates (v[i], v[i + half]). Rows run along y
+// (launch_over_rows over heads * half pairs), so a pair's head and index need only a 32-bit
+// division, not three 64-bit ones.
 __global__ void rope_kernel(float* x, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads, int64_t seq,
                             int64_t positions_start, const float* __restrict__ cos_table,
                             const float* __restrict__ sin_table, int64_t half, const int32_t* __restrict__ positions,
                             float direction) {
-  const int64_t n = rows * heads * half;
-  for (int64_t k = grid_start(); k < n; k += grid_stride()) {
-    const int64_t i = k % half, h = (k / half) % heads, r = k / (half * heads);
+  const int pairs = static_cast<int>(heads * half), half32 = static_cast<int>(half);
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const int64_t pos = positions != nullptr ? positions[r] : positions_start + r % seq;
-    const float c = cos_table[pos * half + i], sn = __fmul_rn(direction, sin_table[pos * half + i]);
-    float* v = x + r * row_stride + first_col + h * 2 * half;
-    const float a = v[i], b = v[i + half];
-    v[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, sn));
-    v[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, sn));
+    for (int64_t j = column_start(); j < pairs; j += column_stride()) {
+      const int h = static_cast<int>(j) / half32, i = static_cast<int>(j) - h * half32;
+      const float c = cos_table[pos * half + i], sn = __fmul_rn(direction, sin_table[pos * half + i]);
+      float* v = x + r * row_stride + first_col + static_cast<int64_t>(h) * 2 * half;
+      const float a = v[i], b = v[i + half];
+      v[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, sn));
+      v[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, sn));
+    }
   }
 }
 
@@ -28,9 +33,10 @@ void rotate(float* x, int64_t rows, int64_t row_stride, int64_t first_col, int64
             cudaStream_t stream) {
   const int64_t half = t.head_dim / 2;
   if (rows * heads * half == 0) return;
-  rope_kernel<<<grid_for(rows * heads * half), kThreads, 0, stream>>>(x, rows, row_stride, first_col, heads, seq,
-                                                                       positions_start, t.cos, t.sin, half, positions,
-                                                                       direction);
+  LOOM_CHECK(heads * half < (int64_t{1} << 31), "rope: heads x head_dim / 2 must be below 2^31");
+  const RowsLaunch l = launch_over_rows(rows, heads * half);
+  rope_kernel<<<l.grid, l.block, 0, stream>>>(x, rows, row_stride, first_col, heads, seq, positions_start, t.cos, t.sin,
+                                              half, positions, direction);
   check_launch("rope_kernel");
 }
 

@@ -6,23 +6,22 @@ namespace loom::kernels::cuda {
 
 namespace {
 
+// The element-wise kernels here run row by row (launch_over_rows): no division per element.
 __global__ void add_rows_kernel(float* __restrict__ y, int64_t y_stride, const float* __restrict__ x, int64_t x_stride,
                                 int64_t rows, int64_t width) {
-  const int64_t n = rows * width;
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
-       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = k / width, c = k % width;
-    y[r * y_stride + c] = __fadd_rn(y[r * y_stride + c], x[r * x_stride + c]);
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    for (int64_t c = column_start(); c < width; c += column_stride())
+      y[r * y_stride + c] = __fadd_rn(y[r * y_stride + c], x[r * x_stride + c]);
   }
 }
 
 __global__ void gather_rows_kernel(float* __restrict__ out, const float* __restrict__ x,
                                    const int32_t* __restrict__ index, const float* __restrict__ scale, int64_t rows,
                                    int64_t width) {
-  for (int64_t k = grid_start(); k < rows * width; k += grid_stride()) {
-    const int64_t r = k / width, c = k % width;
-    const float v = x[(index ? index[r] : r) * width + c];
-    out[k] = scale ? __fmul_rn(scale[r], v) : v;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const float* from = x + (index ? index[r] : r) * width;
+    for (int64_t c = column_start(); c < width; c += column_stride())
+      out[r * width + c] = scale ? __fmul_rn(scale[r], from[c]) : from[c];
   }
 }
 
@@ -43,9 +42,10 @@ __global__ void scatter_add_rows_kernel(float* __restrict__ out, const float* __
 // per element gives the bits of the in-order walk.
 __global__ void add_scaled_rows_kernel(float* __restrict__ out, const float* __restrict__ x, int64_t x_stride,
                                        const float* __restrict__ scale, int64_t rows, int64_t width) {
-  for (int64_t k = grid_start(); k < rows * width; k += grid_stride()) {
-    const int64_t r = k / width, c = k % width;
-    out[k] = __fmaf_rn(scale ? scale[r] : 1.0f, x[r * x_stride + c], out[k]);
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const float w = scale ? scale[r] : 1.0f;
+    for (int64_t c = column_start(); c < width; c += column_stride())
+      out[r * width + c] = __fmaf_rn(w, x[r * x_stride + c], out[r * width + c]);
   }
 }
 
@@ -66,7 +66,8 @@ __global__ void row_dots_kernel(double* __restrict__ out, const float* __restric
 void gather_rows(float* out, const float* x, const int32_t* index, const float* scale, int64_t rows, int64_t width,
                  cudaStream_t stream) {
   if (rows * width == 0) return;
-  gather_rows_kernel<<<grid_for(rows * width), kThreads, 0, stream>>>(out, x, index, scale, rows, width);
+  const RowsLaunch l = launch_over_rows(rows, width);
+  gather_rows_kernel<<<l.grid, l.block, 0, stream>>>(out, x, index, scale, rows, width);
   check_launch("gather_rows_kernel");
 }
 
@@ -74,7 +75,8 @@ void scatter_add_rows(float* out, const float* x, int64_t x_stride, const int32_
                       int64_t rows, int64_t width, cudaStream_t stream) {
   if (rows * width == 0) return;
   if (index == nullptr) {
-    add_scaled_rows_kernel<<<grid_for(rows * width), kThreads, 0, stream>>>(out, x, x_stride, scale, rows, width);
+    const RowsLaunch l = launch_over_rows(rows, width);
+    add_scaled_rows_kernel<<<l.grid, l.block, 0, stream>>>(out, x, x_stride, scale, rows, width);
     check_launch("add_scaled_rows_kernel");
     return;
   }
@@ -94,7 +96,8 @@ void row_dots(double* out, const float* a, const int32_t* index, const float* b,
 void add_rows(float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t rows, int64_t width,
               cudaStream_t stream) {
   if (rows * width == 0) return;
-  add_rows_kernel<<<grid_for(rows * width), kThreads, 0, stream>>>(y, y_stride, x, x_stride, rows, width);
+  const RowsLaunch l = launch_over_rows(rows, width);
+  add_rows_kernel<<<l.grid, l.block, 0, stream>>>(y, y_stride, x, x_stride, rows, width);
   check_launch("add_rows_kernel");
 }
 
