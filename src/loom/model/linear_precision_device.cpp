@@ -135,7 +135,6 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
   g.n = n;
   g.in_features = in_features;
   g.out_features = out_features;
-  g.accumulate = true;  // the weight gradient adds into the main gradient
   // dout is cast once for both GEMMs: the device orients block scales along each GEMM's
   // reduction dimension itself (the CPU quantizes a copy per orientation; the amax is the same).
   g.a = device_operand(Operand::OutputGrad, dout, n * out_features);
@@ -158,7 +157,7 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
     // The weight gradient of one micro-batch in the recipe's dtype, accumulated in fp32.
     g.pass = kernels::LinearGemm::WeightGrad;
     g.out = dweight;
-    g.accumulate = true;
+    g.accumulate = true;  // into the fp32 main gradient
     g.b = device_operand(Operand::Input, in, n * in_features);
     g.b_store = nullptr;
     g.b_store_use = kernels::CastStore::None;
