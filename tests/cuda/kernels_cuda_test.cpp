@@ -157,6 +157,35 @@ TEST(CudaKernels, SwigluForwardAndBackwardMatchTheCpu) {
   }
 }
 
+// The row-by-row launches (launch_over_rows) past what one grid holds: more rows than a grid's
+// 65535 block rows, and a row wider than 65535 blocks of 256 threads, so both loops stride; the
+// outputs start as NaN and every element must be written.
+TEST(CudaKernels, RowByRowKernelsCoverMoreRowsAndColumnsThanOneGrid) {
+  SKIP_WITHOUT_GPU();
+  CachingAllocator allocator;
+  for (auto [rows, width] : {std::pair<int64_t, int64_t>{70001, 3}, {1, 65535 * 256 + 77}}) {
+    const std::vector<float> gate_up = random_values(24, rows * 2 * width, 2.0f), dy = random_values(25, rows * width, 1.0f);
+    std::vector<float> out(static_cast<size_t>(rows * width)), dgu(static_cast<size_t>(rows * 2 * width));
+    cpu::swiglu_forward(out.data(), gate_up.data(), rows, width);
+    cpu::swiglu_backward(dgu.data(), dy.data(), gate_up.data(), rows, width);
+    DeviceArray d_gu(allocator, gate_up), d_dy(allocator, dy), d_out(allocator, std::vector<float>(out.size(), NAN)),
+        d_dgu(allocator, std::vector<float>(dgu.size(), NAN));
+    cuda::swiglu_forward(d_out.ptr, d_gu.ptr, rows, width);
+    cuda::swiglu_backward(d_dgu.ptr, d_dy.ptr, d_gu.ptr, rows, width);
+    check_cuda(cudaDeviceSynchronize(), "swiglu");
+    EXPECT_LE(relative_error(d_out.host(), out), 1e-5) << rows << " x " << width;
+    EXPECT_LE(relative_error(d_dgu.host(), dgu), 1e-5) << rows << " x " << width;
+  }
+  const int64_t rows = 70001, width = 5, stride = 9;
+  const std::vector<float> y0 = random_values(26, rows * stride, 1.0f), x = random_values(27, rows * stride, 1.0f);
+  std::vector<float> y = y0;
+  cpu::add_rows(y.data() + 2, stride, x.data() + 1, stride, rows, width);
+  DeviceArray d_y(allocator, y0), d_x(allocator, x);
+  cuda::add_rows(d_y.ptr + 2, stride, d_x.ptr + 1, stride, rows, width);
+  check_cuda(cudaDeviceSynchronize(), "add_rows");
+  EXPECT_EQ(d_y.host(), y);
+}
+
 TEST(CudaKernels, GeluForwardAndBackwardMatchTheCpu) {
   SKIP_WITHOUT_GPU();
   CachingAllocator allocator;
