@@ -138,44 +138,37 @@ TEST(CudaKernels, NormWeightGradientsAreDeterministicAndExactOverManyRows) {
   }
 }
 
+// SwiGLU forward and backward at rows x width against the CPU, both device outputs poisoned with
+// NaN (the backward writes its gradient whole), every element checked.
+void expect_swiglu_matches_the_cpu(CachingAllocator& allocator, int64_t rows, int64_t width, uint32_t seed) {
+  const std::vector<float> gate_up = random_values(seed, rows * 2 * width, 2.0f);
+  const std::vector<float> dy = random_values(seed + 1, rows * width, 1.0f);
+  std::vector<float> out(static_cast<size_t>(rows * width)), dgu(static_cast<size_t>(rows * 2 * width));
+  cpu::swiglu_forward(out.data(), gate_up.data(), rows, width);
+  cpu::swiglu_backward(dgu.data(), dy.data(), gate_up.data(), rows, width);
+  DeviceArray d_gu(allocator, gate_up), d_dy(allocator, dy), d_out(allocator, std::vector<float>(out.size(), NAN)),
+      d_dgu(allocator, std::vector<float>(dgu.size(), NAN));
+  cuda::swiglu_forward(d_out.ptr, d_gu.ptr, rows, width);
+  cuda::swiglu_backward(d_dgu.ptr, d_dy.ptr, d_gu.ptr, rows, width);
+  check_cuda(cudaDeviceSynchronize(), "swiglu");
+  EXPECT_LE(relative_error(d_out.host(), out), 1e-5) << rows << " x " << width;
+  EXPECT_LE(relative_error(d_dgu.host(), dgu), 1e-5) << rows << " x " << width;
+}
+
 TEST(CudaKernels, SwigluForwardAndBackwardMatchTheCpu) {
   SKIP_WITHOUT_GPU();
   CachingAllocator allocator;
-  for (auto [rows, width] : {std::pair<int64_t, int64_t>{1, 1}, {7, 13}, {257, 1024}}) {
-    const std::vector<float> gate_up = random_values(21, rows * 2 * width, 2.0f), dy = random_values(22, rows * width, 1.0f),
-                             dgu0 = random_values(23, rows * 2 * width, 0.5f);
-    std::vector<float> out(static_cast<size_t>(rows * width)), dgu = dgu0;
-    cpu::swiglu_forward(out.data(), gate_up.data(), rows, width);
-    cpu::swiglu_backward(dgu.data(), dy.data(), gate_up.data(), rows, width);
-    DeviceArray d_gu(allocator, gate_up), d_dy(allocator, dy), d_out(allocator, std::vector<float>(out.size(), NAN)),
-        d_dgu(allocator, dgu0);
-    cuda::swiglu_forward(d_out.ptr, d_gu.ptr, rows, width);
-    cuda::swiglu_backward(d_dgu.ptr, d_dy.ptr, d_gu.ptr, rows, width);
-    check_cuda(cudaDeviceSynchronize(), "swiglu");
-    EXPECT_LE(relative_error(d_out.host(), out), 1e-5) << rows << " x " << width;
-    EXPECT_LE(relative_error(d_dgu.host(), dgu), 1e-5) << rows << " x " << width;
-  }
+  for (auto [rows, width] : {std::pair<int64_t, int64_t>{1, 1}, {7, 13}, {257, 1024}})
+    expect_swiglu_matches_the_cpu(allocator, rows, width, 21);
 }
 
 // The row-by-row launches (launch_over_rows) past what one grid holds: more rows than a grid's
-// 65535 block rows, and a row wider than 65535 blocks of 256 threads, so both loops stride; the
-// outputs start as NaN and every element must be written.
+// 65535 block rows, and a row wider than 65535 blocks of 256 threads, so both loops stride.
 TEST(CudaKernels, RowByRowKernelsCoverMoreRowsAndColumnsThanOneGrid) {
   SKIP_WITHOUT_GPU();
   CachingAllocator allocator;
-  for (auto [rows, width] : {std::pair<int64_t, int64_t>{70001, 3}, {1, 65535 * 256 + 77}}) {
-    const std::vector<float> gate_up = random_values(24, rows * 2 * width, 2.0f), dy = random_values(25, rows * width, 1.0f);
-    std::vector<float> out(static_cast<size_t>(rows * width)), dgu(static_cast<size_t>(rows * 2 * width));
-    cpu::swiglu_forward(out.data(), gate_up.data(), rows, width);
-    cpu::swiglu_backward(dgu.data(), dy.data(), gate_up.data(), rows, width);
-    DeviceArray d_gu(allocator, gate_up), d_dy(allocator, dy), d_out(allocator, std::vector<float>(out.size(), NAN)),
-        d_dgu(allocator, std::vector<float>(dgu.size(), NAN));
-    cuda::swiglu_forward(d_out.ptr, d_gu.ptr, rows, width);
-    cuda::swiglu_backward(d_dgu.ptr, d_dy.ptr, d_gu.ptr, rows, width);
-    check_cuda(cudaDeviceSynchronize(), "swiglu");
-    EXPECT_LE(relative_error(d_out.host(), out), 1e-5) << rows << " x " << width;
-    EXPECT_LE(relative_error(d_dgu.host(), dgu), 1e-5) << rows << " x " << width;
-  }
+  expect_swiglu_matches_the_cpu(allocator, 70001, 3, 24);
+  expect_swiglu_matches_the_cpu(allocator, 1, 65535 * 256 + 77, 24);
   const int64_t rows = 70001, width = 5, stride = 9;
   const std::vector<float> y0 = random_values(26, rows * stride, 1.0f), x = random_values(27, rows * stride, 1.0f);
   std::vector<float> y = y0;

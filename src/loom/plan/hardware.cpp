@@ -114,8 +114,8 @@ Hardware parse_hardware(const std::string& yaml_text, const std::string& source)
   const YAML::Node device = root["device"];
   if (!device) r.fail("device", "is missing: a hardware file needs device.peak_tflops and device.memory_gib");
   r.only(device, "device",
-         {"name", "peak_tflops", "fp8_peak_tflops", "gemm_efficiency", "fp8_gemm_efficiency", "gemm_half_rows", "memory_gib", "memory_bandwidth_gbs", "shared", "cores",
-          "activation_bytes", "fused_attention", "activation_gbs", "bf16_cast_gelems", "fp8_cast_gelems", "fresh_memory_gbs"});
+         {"name", "peak_tflops", "fp8_peak_tflops", "gemm_efficiency", "fp8_gemm_efficiency", "gemm_half_rows",
+          "memory_gib", "memory_bandwidth_gbs", "shared", "cores", "activation_bytes", "fused_attention", "activation_gbs", "bf16_cast_gelems", "fp8_cast_gelems", "fresh_memory_gbs"});
   Hardware hw;
   hw.source = source;
   hw.name = device["name"] ? device["name"].as<std::string>() : source;

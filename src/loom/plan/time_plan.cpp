@@ -59,32 +59,43 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
          12.0 * added / hw.bandwidth_per_rank(1);
 }
 
-// Casts of every linear of this rank's layers and head, per micro-batch. Attention, dense MLPs
-// and the head; the linears of experts and Mamba mixers are not counted yet.
-double cast_seconds(const config::RunConfig& config, const StageMemory& stage, double tokens, double micro_batches,
-                    const Hardware& hw) {
+// Calls visit(out_features, in_features, recipe) for every linear of this rank's layers that
+// the costs below count: attention's q/k/v and output projections and dense MLPs' two (the
+// linears of experts and Mamba mixers are not counted yet), each with its block's recipe.
+template <typename Visit>
+void for_each_block_linear(const config::RunConfig& config, const StageMemory& stage, Visit visit) {
   const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
-  if (policy.recipe == model::Recipe::Fp32 || !hw.costs_casts()) return 0.0;
   const double d = static_cast<double>(config.model.d_model);
-  const bool recompute = config.model.recompute;
-  const CastPath path{config.runtime.device == config::RuntimeDevice::Cuda, micro_batches};
-  double s = 0.0;
   for (const model::LayerRange& c : stage.chunks) {
     for (int l = c.first; l < c.last; ++l) {
       const LayerWidths& w = stage.widths[static_cast<size_t>(l)];
       const model::Recipe r = policy.block_recipe(l, config.model.layers);
       if (w.has_attention()) {
-        s += linear_cast_seconds(tokens, static_cast<double>(w.qkv()), d, r, recompute, hw, path);
-        s += linear_cast_seconds(tokens, d, static_cast<double>(w.q), r, recompute, hw, path);
+        visit(static_cast<double>(w.qkv()), d, r);
+        visit(d, static_cast<double>(w.q), r);
       }
       if (w.has_mlp()) {
-        s += linear_cast_seconds(tokens, static_cast<double>(w.hidden()), d, r, recompute, hw, path);
-        s += linear_cast_seconds(tokens, d, static_cast<double>(w.ffn), r, recompute, hw, path);
+        visit(static_cast<double>(w.hidden()), d, r);
+        visit(d, static_cast<double>(w.ffn), r);
       }
     }
   }
+}
+
+// Casts of every linear of this rank's layers and head, per micro-batch.
+double cast_seconds(const config::RunConfig& config, const StageMemory& stage, double tokens, double micro_batches,
+                    const Hardware& hw) {
+  const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
+  if (policy.recipe == model::Recipe::Fp32 || !hw.costs_casts()) return 0.0;
+  const bool recompute = config.model.recompute;
+  const CastPath path{config.runtime.device == config::RuntimeDevice::Cuda, micro_batches};
+  double s = 0.0;
+  for_each_block_linear(config, stage, [&](double out, double in, model::Recipe r) {
+    s += linear_cast_seconds(tokens, out, in, r, recompute, hw, path);
+  });
   if (stage.head_rows > 0) {
-    s += linear_cast_seconds(tokens, static_cast<double>(stage.head_rows), d, policy.head_recipe(), false, hw, path);
+    s += linear_cast_seconds(tokens, static_cast<double>(stage.head_rows), static_cast<double>(config.model.d_model),
+                             policy.head_recipe(), false, hw, path);
   }
   return s;
 }
@@ -93,18 +104,10 @@ double cast_seconds(const config::RunConfig& config, const StageMemory& stage, d
 // blockwise scaled: fp8_delayed, fp8_current, fp8_blockwise; not MXFP8, which Hopper multiplies
 // in bf16, nor the layers the recipe keeps in bf16, nor the head): 6 x their weights.
 double fp8_linear_flops_per_token(const config::RunConfig& config, const StageMemory& stage) {
-  const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
-  const double d = static_cast<double>(config.model.d_model);
   double weights = 0.0;
-  for (const model::LayerRange& c : stage.chunks) {
-    for (int l = c.first; l < c.last; ++l) {
-      const model::Recipe r = policy.block_recipe(l, config.model.layers);
-      if (!model::is_fp8(r) || r == model::Recipe::Mxfp8) continue;
-      const LayerWidths& w = stage.widths[static_cast<size_t>(l)];
-      if (w.has_attention()) weights += d * static_cast<double>(w.qkv() + w.q);
-      if (w.has_mlp()) weights += d * static_cast<double>(w.hidden() + w.ffn);
-    }
-  }
+  for_each_block_linear(config, stage, [&](double out, double in, model::Recipe r) {
+    if (model::is_fp8(r) && r != model::Recipe::Mxfp8) weights += out * in;
+  });
   return 6.0 * weights;
 }
 

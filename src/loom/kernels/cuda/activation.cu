@@ -1,7 +1,5 @@
 #include "loom/kernels/cuda/activation.h"
 
-#include <algorithm>
-
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/launch.cuh"
 

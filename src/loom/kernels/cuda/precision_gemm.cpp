@@ -232,7 +232,7 @@ void precision_linear_gemm(const PrecisionGemm& g, cudaStream_t stream) {
       pa = sixteen_bit(g.a.data, sa, fp16, scratch, stream, into);
     }
     if (g.b_store_use != CastStore::Read)
-      pb = sixteen_bit(g.b.data, sb, kind == OperandCast::Fp16, scratch, stream, store_of(g));
+      pb = sixteen_bit(g.b.data, sb, fp16, scratch, stream, store_of(g));
   } else if (kind == OperandCast::Mxfp8) {  // emulated: exact bf16 copies of the dequantized blocks
     const Prepared qa = dequantized(g.a, sa, scratch, stream);
     pa = sixteen_bit(static_cast<const float*>(qa.data), sa, false, scratch, stream);
