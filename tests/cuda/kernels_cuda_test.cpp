@@ -169,14 +169,6 @@ TEST(CudaKernels, RowByRowKernelsCoverMoreRowsAndColumnsThanOneGrid) {
   CachingAllocator allocator;
   expect_swiglu_matches_the_cpu(allocator, 70001, 3, 24);
   expect_swiglu_matches_the_cpu(allocator, 1, 65535 * 256 + 77, 24);
-  const int64_t rows = 70001, width = 5, stride = 9;
-  const std::vector<float> y0 = random_values(26, rows * stride, 1.0f), x = random_values(27, rows * stride, 1.0f);
-  std::vector<float> y = y0;
-  cpu::add_rows(y.data() + 2, stride, x.data() + 1, stride, rows, width);
-  DeviceArray d_y(allocator, y0), d_x(allocator, x);
-  cuda::add_rows(d_y.ptr + 2, stride, d_x.ptr + 1, stride, rows, width);
-  check_cuda(cudaDeviceSynchronize(), "add_rows");
-  EXPECT_EQ(d_y.host(), y);
 }
 
 TEST(CudaKernels, GeluForwardAndBackwardMatchTheCpu) {
@@ -219,18 +211,24 @@ TEST(CudaKernels, Relu2ForwardAndBackwardMatchTheCpu) {
   }
 }
 
-// A column block added into another (context parallelism's gradients): bit for bit the CPU's.
+// A column block added into another (context parallelism's gradients): bit for bit the CPU's;
+// also past a grid's 65535 block rows (launch_over_rows strides them).
 TEST(CudaKernels, AddRowsEqualsTheCpu) {
   SKIP_WITHOUT_GPU();
   CachingAllocator allocator;
-  const int64_t rows = 1037, y_stride = 200, x_stride = 72, width = 64;
-  const std::vector<float> y0 = random_values(51, rows * y_stride, 1.0f), x = random_values(52, rows * x_stride, 1.0f);
-  std::vector<float> y = y0;
-  cpu::add_rows(y.data() + 17, y_stride, x.data() + 3, x_stride, rows, width);
-  DeviceArray d_y(allocator, y0), d_x(allocator, x);
-  cuda::add_rows(d_y.ptr + 17, y_stride, d_x.ptr + 3, x_stride, rows, width);
-  check_cuda(cudaDeviceSynchronize(), "add_rows");
-  EXPECT_EQ(d_y.host(), y);
+  struct Case {
+    int64_t rows, width, y_stride, x_stride, y_at, x_at;
+  };
+  for (const Case c : {Case{1037, 64, 200, 72, 17, 3}, Case{70001, 5, 9, 9, 2, 1}}) {
+    const std::vector<float> y0 = random_values(51, c.rows * c.y_stride, 1.0f),
+                             x = random_values(52, c.rows * c.x_stride, 1.0f);
+    std::vector<float> y = y0;
+    cpu::add_rows(y.data() + c.y_at, c.y_stride, x.data() + c.x_at, c.x_stride, c.rows, c.width);
+    DeviceArray d_y(allocator, y0), d_x(allocator, x);
+    cuda::add_rows(d_y.ptr + c.y_at, c.y_stride, d_x.ptr + c.x_at, c.x_stride, c.rows, c.width);
+    check_cuda(cudaDeviceSynchronize(), "add_rows");
+    EXPECT_EQ(d_y.host(), y) << c.rows << " rows";
+  }
 }
 
 // A mixture of experts' row moves: a gather by index with a per-row scale (exact), a scatter-add
