@@ -3,10 +3,12 @@
 //
 // They run with a shell, in a scratch directory holding what they need: `build/loom` (a link to
 // the binary under test), `.cache/data/corpus` (a small generated corpus of 200 documents instead of
-// the shipped one) and `configs/` (copies of the repository's configs). Two things are rewritten,
+// the shipped one) and `configs/` (copies of the repository's configs). Three things are rewritten,
 // only so that the test takes seconds rather than hours on 2 cores: the `steps:` line of the
-// copied configs/tiny.yaml becomes 2, and a `train.steps=N` argument in a command becomes
-// `train.steps=1` (so that the README's resume still has a step to continue with). Nothing else
+// copied configs/tiny.yaml becomes 2, every copied config's `eval_batches:` becomes 1 (the
+// validation at the first and last step was most of a one-step run), and a `train.steps=N`
+// argument in a command becomes `train.steps=1` (so that the README's resume still has a step
+// to continue with). Nothing else
 // of a command or a config changes: a command that fails here fails for a reader too. A server
 // (`build/loom serve ...`, `build/loom env serve ...`) runs until it says it is listening, then gets SIGTERM and must shut
 // down cleanly (exit 0).
@@ -113,6 +115,7 @@ TEST(ReadmeCli, EveryBuildLoomCommandRunsAsWritten) {
       text = std::regex_replace(text, std::regex("\n  steps: [0-9]+"), "\n  steps: 2");
       ASSERT_NE(text, before) << "configs/tiny.yaml has no train steps line to shorten";
     }
+    text = std::regex_replace(text, std::regex("\n  eval_batches: [0-9]+"), "\n  eval_batches: 1");
     write_text((root / "configs" / entry.path().filename()).string(), text);
   }
 

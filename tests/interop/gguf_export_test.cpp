@@ -41,47 +41,57 @@ struct Loom {
   std::string text;  // decode(prompt)
 };
 
-// Loom's tokens of `prompt` and greedy ids after it from its decode (the reference).
-Loom loom_greedy(const std::string& checkpoint_path, const std::string& prompt, int count) {
+// Loom's tokens of each prompt and greedy ids after it from its decode (the reference); the
+// checkpoint and tokenizer loaded once for all prompts.
+std::vector<Loom> loom_greedy(const std::string& checkpoint_path, const std::vector<std::string>& prompts, int count) {
   ckpt::LoadedCheckpoint checkpoint = ckpt::load_checkpoint(checkpoint_path);
   config::RunConfig config = config::parse_config(checkpoint.config_yaml(), "manifest", {});
   auto tokenizer = data::make_tokenizer(config.data.tokenizer);
   const config::ModelConfig m = train::resolve_model_config(config.model, *tokenizer);
   model::Transformer model(m);
   train::load_parameters(checkpoint, model);
-  model::DecodeState state;
-  Loom out{tokenizer->encode(prompt), {}, ""};
-  out.text = tokenizer->decode(out.prompt);
-  const float* logits = model.decode(state, out.prompt.data(), static_cast<int64_t>(out.prompt.size()));
-  for (int i = 0; i < count; ++i) {
-    const int32_t next = static_cast<int32_t>(std::max_element(logits, logits + m.vocab_size) - logits);
-    if (next == tokenizer->eot_token()) break;
-    out.generated.push_back(next);
-    logits = model.decode(state, &next, 1);
+  std::vector<Loom> results;
+  for (const std::string& prompt : prompts) {
+    model::DecodeState state;
+    Loom out{tokenizer->encode(prompt), {}, ""};
+    out.text = tokenizer->decode(out.prompt);
+    const float* logits = model.decode(state, out.prompt.data(), static_cast<int64_t>(out.prompt.size()));
+    for (int i = 0; i < count; ++i) {
+      const int32_t next = static_cast<int32_t>(std::max_element(logits, logits + m.vocab_size) - logits);
+      if (next == tokenizer->eot_token()) break;
+      out.generated.push_back(next);
+      logits = model.decode(state, &next, 1);
+    }
+    results.push_back(std::move(out));
   }
-  return out;
+  return results;
 }
 
-// llama.cpp's tokens of `prompt`, its detokenization of them and its greedy ids after them.
-nlohmann::json llama_cpp_greedy(const std::string& file, const std::string& prompt, int count) {
+// llama.cpp's tokens of each prompt, its detokenization of them and its greedy ids after them:
+// one run of the peer for all prompts (starting node and llama.cpp costs seconds).
+std::vector<nlohmann::json> llama_cpp_greedy(const std::string& file, const std::vector<std::string>& prompts, int count) {
   const std::string npm = std::string(LOOM_SOURCE_DIR) + "/.cache/npm";
   const std::string script = std::string(LOOM_SOURCE_DIR) + "/tests/interop/gguf_llama_cpp.mjs";
   // scripts/setup.sh installs the peer on every machine: its absence is a setup failure, not a skip.
   if (!std::filesystem::exists(npm + "/node_modules/node-llama-cpp"))
     throw Error("node-llama-cpp is missing under " + npm + ": run scripts/setup.sh");
-  const std::string prompt_file = file + ".prompt";
-  write_file_atomic(prompt_file, prompt);
+  const std::string prompts_file = file + ".prompts.json";
+  write_file_atomic(prompts_file, nlohmann::json(prompts).dump());
   const std::string command =
-      "node " + script + " " + npm + " " + file + " " + prompt_file + " " + std::to_string(count) + " 2>/dev/null";
+      "node " + script + " " + npm + " " + file + " " + prompts_file + " " + std::to_string(count) + " 2>/dev/null";
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) throw Error("cannot run " + command);
   std::string output;
   char buffer[4096];
   while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) output.append(buffer, n);
   if (pclose(pipe) != 0) throw Error(command + " failed: " + output);
-  const size_t at = output.rfind("{\"prompt\"");
+  const size_t at = output.rfind("[{\"prompt\"");
   if (at == std::string::npos) throw Error(command + " printed no result: " + output);
-  return nlohmann::json::parse(output.substr(at));
+  const nlohmann::json results = nlohmann::json::parse(output.substr(at));
+  if (results.size() != prompts.size())
+    throw Error(command + " answered " + std::to_string(results.size()) + " of " + std::to_string(prompts.size()) +
+                " prompts: " + output);
+  return results.get<std::vector<nlohmann::json>>();
 }
 
 // ASCII, punctuation and contractions, runs of spaces and newlines, numbers, and non-ASCII UTF-8.
@@ -100,9 +110,12 @@ void expect_llama_cpp_matches(const std::string& tag, const std::string& tokeniz
   const std::string checkpoint = root + "/llama/checkpoints", file = root + "/model.gguf";
   const GgufExportResult result = export_to_gguf(checkpoint, file, {});
   EXPECT_EQ(result.tensors, 1 + 2 * 9 + 2);
-  for (const std::string& prompt : kPrompts) {
-    const Loom expected = loom_greedy(checkpoint, prompt, 20);
-    const nlohmann::json got = llama_cpp_greedy(file, prompt, 20);
+  const std::vector<Loom> loom = loom_greedy(checkpoint, kPrompts, 20);
+  const std::vector<nlohmann::json> llama_cpp = llama_cpp_greedy(file, kPrompts, 20);
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    const std::string& prompt = kPrompts[i];
+    const Loom& expected = loom[i];
+    const nlohmann::json& got = llama_cpp[i];
     EXPECT_EQ(got.at("prompt").get<std::vector<int32_t>>(), expected.prompt) << tokenizer << ": " << prompt;
     const bool cleaned = llama_cpp_cleans_spaces && prompt == kPrompts.back();
     EXPECT_EQ(got.at("text").get<std::string>(), cleaned ? kCleanedByLlamaCpp : expected.text) << tokenizer << ": " << prompt;
@@ -127,9 +140,13 @@ TEST(GgufExport, HeaderAndLlamaCppGeneratesTheSameTokens) {
   EXPECT_EQ(version, 3u);
   EXPECT_EQ(tensors, 21u);
   EXPECT_EQ(std::filesystem::file_size(file) % 32, 0u);
-  for (const std::string prompt : {"It is a", "Call me Ishmael", "x"}) {
-    const nlohmann::json got = llama_cpp_greedy(file, prompt, 20);
-    const Loom expected = loom_greedy(checkpoint, prompt, 20);
+  const std::vector<std::string> prompts = {"It is a", "Call me Ishmael", "x"};
+  const std::vector<Loom> loom = loom_greedy(checkpoint, prompts, 20);
+  const std::vector<nlohmann::json> llama_cpp = llama_cpp_greedy(file, prompts, 20);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::string& prompt = prompts[i];
+    const Loom& expected = loom[i];
+    const nlohmann::json& got = llama_cpp[i];
     EXPECT_EQ(got.at("prompt").get<std::vector<int32_t>>(), expected.prompt) << prompt;
     EXPECT_EQ(got.at("generated").get<std::vector<int32_t>>(), expected.generated) << prompt;
   }
