@@ -5,7 +5,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 packages=(
-  build-essential cmake pkg-config git python3
+  build-essential cmake pkg-config git python3 ccache  # ccache: rebuilds of unchanged sources read objects back
   libopenblas-openmp-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev libssl-dev libxxhash-dev libzstd-dev
   libsentencepiece-dev sentencepiece libutf8proc-dev  # Hugging Face tokenizers (spm_train/spm_encode: tests)

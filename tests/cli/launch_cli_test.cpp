@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "cli_support.h"
+#include "support/test_paths.h"
 
 namespace loom::testing {
 namespace {
@@ -32,7 +33,7 @@ class LaunchCli : public ::testing::Test {
   }
 
   std::string train_command(const std::string& run, const std::string& overrides) {
-    return std::string(LOOM_BINARY) + " train " + (dir / "config.yaml") + " run.dir=" + (dir / run) + " " + overrides;
+    return std::string(loom::test_paths::binary()) + " train " + (dir / "config.yaml") + " run.dir=" + (dir / run) + " " + overrides;
   }
   CommandResult launch(const std::string& options, const std::string& run, const std::string& overrides) {
     return run_loom("launch " + options + " -- " + train_command(run, overrides));

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cli_support.h"
+#include "support/test_paths.h"
 
 namespace loom::testing {
 namespace {
@@ -97,14 +98,14 @@ void write_corpus(const fs::path& dir, int documents) {
 }
 
 TEST(ReadmeCli, EveryBuildLoomCommandRunsAsWritten) {
-  const fs::path source(LOOM_SOURCE_DIR);
+  const fs::path source(loom::test_paths::source_dir());
   const std::vector<std::string> commands = readme_commands(read_text(source / "README.md"));
   ASSERT_GE(commands.size(), 10u) << "README.md's sh blocks should hold the build/loom examples";
 
   TempDir dir;
   const fs::path root(dir.path());
   fs::create_directories(root / "build");
-  fs::create_symlink(LOOM_BINARY, root / "build/loom");
+  fs::create_symlink(loom::test_paths::binary(), root / "build/loom");
   write_corpus(root / ".cache/data/corpus", 200);
   fs::create_directories(root / "configs");
   for (const fs::directory_entry& entry : fs::directory_iterator(source / "configs")) {

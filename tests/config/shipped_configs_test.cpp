@@ -5,13 +5,14 @@
 
 #include "loom/core/error.h"
 #include "loom/config/run_config.h"
+#include "support/test_paths.h"
 
 namespace loom::config {
 namespace {
 
 TEST(ShippedConfigs, AllParseAndValidate) {
   int count = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(std::string(LOOM_SOURCE_DIR) + "/configs")) {
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(loom::test_paths::source_dir()) + "/configs")) {
     if (entry.path().extension() != ".yaml") continue;
     SCOPED_TRACE(entry.path().string());
     RunConfig config = load_config(entry.path().string(), {});

@@ -10,6 +10,7 @@
 #include "loom/core/error.h"
 #include "loom/data/chat/chat_dataset.h"
 #include "loom/data/chat/packing.h"
+#include "support/test_paths.h"
 
 namespace loom::data {
 namespace {
@@ -125,7 +126,7 @@ TEST(ChatMasks, OnlyTheAssistantsAnswersAreTrainedByDefault) {
 }
 
 std::string hf_dir(const std::string& name) {
-  const fs::path dir = fs::path(LOOM_DATA_DIR) / "hf" / name;
+  const fs::path dir = fs::path(loom::test_paths::data_dir()) / "hf" / name;
   if (!fs::is_regular_file(dir / "tokenizer_config.json"))
     throw Error(dir.string() + " missing; run scripts/setup.sh to fetch the verified data");
   return dir.string();

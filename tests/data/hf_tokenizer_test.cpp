@@ -13,6 +13,7 @@
 #include "loom/core/tokenizer_names.h"
 #include "loom/data/chat_template/chat_template.h"
 #include "loom/data/tokenizer.h"
+#include "support/test_paths.h"
 
 namespace loom::data {
 namespace {
@@ -20,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string hf_dir(const std::string& name) {
-  const fs::path dir = fs::path(LOOM_DATA_DIR) / "hf" / name;
+  const fs::path dir = fs::path(loom::test_paths::data_dir()) / "hf" / name;
   if (!fs::is_regular_file(dir / "tokenizer.json"))
     throw Error(dir.string() + " missing; run scripts/setup.sh to fetch the verified data");
   return dir.string();

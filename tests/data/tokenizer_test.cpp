@@ -11,17 +11,18 @@
 #include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
 #include "loom/data/tokenizer.h"
+#include "support/test_paths.h"
 
 namespace loom::data {
 namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kSetupHint = "run scripts/setup.sh to fetch the verified data into " LOOM_DATA_DIR;
+const std::string kSetupHint = std::string("run scripts/setup.sh to fetch the verified data into ") + loom::test_paths::data_dir();
 
 // Absent data is a failure, not a skip: the suite must not pass without the reference vectors.
 std::unique_ptr<Tokenizer> load(const std::string& name) {
-  if (!fs::is_directory(fs::path(LOOM_DATA_DIR) / "gpt-tokenizer"))
+  if (!fs::is_directory(fs::path(loom::test_paths::data_dir()) / "gpt-tokenizer"))
     throw Error("tokenizer data missing; " + kSetupHint);
   return make_tokenizer(name);
 }
@@ -36,7 +37,7 @@ struct TestVector {
 // gpt-tokenizer's TestPlans.txt: blocks of "EncodingName: X", "Sample: TEXT" (TEXT may continue
 // over further lines, joined by '\n'), "Encoded: [id, id, ...]", separated by blank lines.
 std::vector<TestVector> read_test_plans() {
-  const fs::path path = fs::path(LOOM_DATA_DIR) / "gpt-tokenizer" / "TestPlans.txt";
+  const fs::path path = fs::path(loom::test_paths::data_dir()) / "gpt-tokenizer" / "TestPlans.txt";
   if (!fs::is_regular_file(path)) throw Error(path.string() + " missing; " + kSetupHint);
   std::istringstream in(read_file(path.string()));
   std::vector<TestVector> vectors;
@@ -181,7 +182,7 @@ std::string error_of(const std::function<void()>& f) {
 TEST(Tokenizer, RankFileWithWrongHashIsRejected) {
   load("gpt2");  // the data is there
   TempDir dir;
-  std::string ranks = read_file((fs::path(LOOM_DATA_DIR) / "gpt-tokenizer" / "r50k_base.tiktoken").string());
+  std::string ranks = read_file((fs::path(loom::test_paths::data_dir()) / "gpt-tokenizer" / "r50k_base.tiktoken").string());
   ranks[0] = ranks[0] == 'I' ? 'J' : 'I';
   const std::string copy = (dir.path() / "gpt-tokenizer" / "r50k_base.tiktoken").string();
   write_file_atomic(copy, ranks);

@@ -6,6 +6,7 @@
 
 #include "loom/core/error.h"
 #include "loom/plan/hardware.h"
+#include "support/test_paths.h"
 
 namespace loom::plan {
 namespace {
@@ -45,7 +46,7 @@ device: {peak_tflops: 989, fp8_peak_tflops: 1979, gemm_efficiency: 0.8, fp8_gemm
 
 TEST(Hardware, ShippedFilesParse) {
   int count = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(std::string(LOOM_SOURCE_DIR) + "/configs/hardware")) {
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(loom::test_paths::source_dir()) + "/configs/hardware")) {
     SCOPED_TRACE(entry.path().string());
     const Hardware hw = load_hardware(entry.path().string());
     EXPECT_GT(hw.peak_flops, 0.0);

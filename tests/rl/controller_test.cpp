@@ -14,6 +14,7 @@
 #include "loom/rl/controller/controller.h"
 #include "loom/rl/http_json.h"
 #include "loom/rl/learner_client.h"
+#include "support/test_paths.h"
 
 namespace loom::rl {
 namespace {
@@ -75,7 +76,7 @@ TEST(Controller, ServesStepsRefitsWorkersAndRestartsDeadRoles) {
   const config::RunConfig config = run.config("faults", {"grpo.max_staleness=1"});
   std::ostringstream log;
   ControllerOptions options;
-  options.loom_binary = LOOM_BINARY;
+  options.loom_binary = loom::test_paths::binary();
   options.initial_checkpoint = run.checkpoint;
   Controller controller(config, options, log);
   int status = -1;
@@ -139,7 +140,7 @@ TEST(Controller, SynchronousRunTrainsOnlyOnTheCurrentVersion) {
   const config::RunConfig config = grpo_run().config("synchronous", {"grpo.max_staleness=0", "train.steps=2", "grpo.inflight_updates=wait"});
   std::ostringstream log;
   ControllerOptions options;
-  options.loom_binary = LOOM_BINARY;
+  options.loom_binary = loom::test_paths::binary();
   options.initial_checkpoint = grpo_run().checkpoint;
   Controller controller(config, options, log);
   std::thread thread([&] { controller.run(); });
@@ -161,7 +162,7 @@ TEST(Controller, ValidatesHeldOutPromptsBeforeTrainingAndEveryInterval) {
                                                              "grpo.validation_interval=2", "grpo.validation_first_index=500"});
   std::ostringstream log;
   ControllerOptions options;
-  options.loom_binary = LOOM_BINARY;
+  options.loom_binary = loom::test_paths::binary();
   options.initial_checkpoint = run.checkpoint;
   Controller controller(config, options, log);
   std::thread thread([&] { controller.run(); });
@@ -212,7 +213,7 @@ TEST(Controller, DynamicSamplingDropsGroupsRewardedAlikeAndFailsWhenNothingElseC
                                                                  "grpo.step_timeout_s=60"});
   std::ostringstream log;
   ControllerOptions options;
-  options.loom_binary = LOOM_BINARY;
+  options.loom_binary = loom::test_paths::binary();
   options.initial_checkpoint = grpo_run().checkpoint;
   Controller controller(config, options, log);
   std::string failure;
@@ -229,7 +230,7 @@ TEST(Controller, RefusesARunWithoutStartingWeights) {
   const config::RunConfig config = grpo_run().config("no-weights", {});
   std::ostringstream log;
   ControllerOptions options;
-  options.loom_binary = LOOM_BINARY;
+  options.loom_binary = loom::test_paths::binary();
   EXPECT_THROW(Controller(config, options, log), Error);
 }
 
