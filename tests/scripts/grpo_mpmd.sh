@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `loom grpo` with every role placed by a launcher (grpo.launch = external): one mpirun with
 # several programs (MPMD) runs the controller, an environment server, a generation worker and a
-# learner of 2 MPI ranks (tp 2) for 5 steps with grpo.verify_refit; the generation worker's
+# learner of 2 MPI ranks (tp 2) for 40 steps with grpo.verify_refit; the generation worker's
 # server is killed once registered (its supervisor restarts it, the controller refits it)
 # and the run still finishes every step. The refit over the communication layer from a tp 2 x
 # pp 2 learner and from a dp 2 ZeRO-3 learner to two workers, verified bit for bit. The roles as
@@ -22,14 +22,14 @@ g=("$loom" grpo "$work/grpo.yaml")
 # Synchronous (max_staleness 0): each step's groups come from the weights of the refit before,
 # so after the kill no step goes on until the restarted server generates (at most one refit
 # misses it).
-k=("${g[@]}" grpo.max_staleness=0 train.steps=5)
+k=("${g[@]}" grpo.max_staleness=0 train.steps=40)
 "$mpiexec" --allow-run-as-root --oversubscribe \
   -np 1 "${k[@]}" --role controller : -np 1 "${k[@]}" --role environment : -np 1 "${k[@]}" --role generation : \
   -np 2 "${k[@]}" --role learner runtime.backend=auto parallel.tp=2 > "$work/mpmd.log" 2>&1 &
 job=$!
-# The generation worker's server is killed as soon as it is registered: the run cannot finish
-# without it, so the kill always lands mid-run (killing after the first step raced the run's
-# end: its five steps take a few tens of milliseconds).
+# The generation worker's server is killed as soon as it is registered, and the run is 40 steps
+# long, so that the kill lands mid-run: a step of this model takes a few milliseconds, and a run
+# of five steps could end before the kill (a killed zombie then counts as a clean exit).
 server=""
 for _ in $(seq 1 1200); do
   server=$(python3 -c "import json; r = json.load(open('$work/run/grpo/roles.json')); print(r['pids'][r['generation_workers'][0]])" 2>/dev/null) && break
@@ -43,7 +43,7 @@ python3 - "$work/run" <<'PY' || fail "metrics or roles.json" "$work/mpmd.log"
 import json, sys
 run = sys.argv[1]
 rows = [json.loads(l) for l in open(run + "/metrics.jsonl") if l.strip()]
-assert len(rows) == 5, f"{len(rows)} metrics rows, expected 5"
+assert len(rows) == 40, f"{len(rows)} metrics rows, expected 40"
 # Each refit is verified, but the one the killed server missed (its restart loads the weights then).
 verified = [r.get("refit_verified_workers") for r in rows]
 assert all(v in (0, 1) for v in verified) and verified.count(0) <= 1 and verified[-1] == 1, f"refit_verified_workers {verified}"
@@ -57,7 +57,7 @@ assert learner["ranks"] == 2, learner
 assert not roles["controller"].startswith("http://127.0.0.1"), roles["controller"]
 gen = [r for r in roles["registered"] if r["role"] == "generation"][0]
 assert gen["starts"] == 2, f"the generation worker's server started {gen['starts']} times, expected 2 (one restart)"
-print(f"5 steps, refits verified {verified}, roles: {sorted(registered)}, generation worker restarted once")
+print(f"40 steps, refits verified {verified}, roles: {sorted(registered)}, generation worker restarted once")
 PY
 grep -q "generation 0: its server (pid $server) killed by signal 9" "$work/mpmd.log" ||
   fail "no restart of the killed generation server" "$work/mpmd.log"
