@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+
 #include "support/test_paths.h"
 
 namespace loom::testing {
@@ -19,7 +20,7 @@ struct CommandResult {
 };
 
 inline CommandResult run_loom(const std::string& args, const std::string& env = "") {
-  std::string command = env + (env.empty() ? "" : " ") + std::string(loom::test_paths::binary()) + " " + args + " 2>&1";
+  std::string command = env + (env.empty() ? "" : " ") + loom::test_paths::binary() + " " + args + " 2>&1";
   CommandResult result;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return result;

@@ -33,7 +33,7 @@ class LaunchCli : public ::testing::Test {
   }
 
   std::string train_command(const std::string& run, const std::string& overrides) {
-    return std::string(loom::test_paths::binary()) + " train " + (dir / "config.yaml") + " run.dir=" + (dir / run) + " " + overrides;
+    return loom::test_paths::binary() + " train " + (dir / "config.yaml") + " run.dir=" + (dir / run) + " " + overrides;
   }
   CommandResult launch(const std::string& options, const std::string& run, const std::string& overrides) {
     return run_loom("launch " + options + " -- " + train_command(run, overrides));

@@ -24,7 +24,7 @@ TEST(PlanCli, ScheduleThatCannotRunIsAClearError) {
   EXPECT_NE(r.output.find("multiple of the stages (4)"), std::string::npos) << r.output;
 }
 
-std::string source(const std::string& path) { return std::string(loom::test_paths::source_dir()) + "/" + path; }
+std::string source(const std::string& path) { return loom::test_paths::source_dir() + "/" + path; }
 
 TEST(PlanCli, MemoryPrintsEveryCategoryPerStageAndJson) {
   CommandResult r = run_loom("plan memory " + source("configs/tiny.yaml") +

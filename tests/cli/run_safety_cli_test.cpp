@@ -109,7 +109,7 @@ TEST_F(RunSafetyCli, ResumeComparesTheConfigAndTheStepsWithTheCheckpoint) {
 pid_t start_loom(const std::string& args, const std::string& log) {
   const pid_t pid = ::fork();
   if (pid == 0) {
-    const std::string command = std::string(loom::test_paths::binary()) + " " + args + " > " + log + " 2>&1";
+    const std::string command = loom::test_paths::binary() + " " + args + " > " + log + " 2>&1";
     ::execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }

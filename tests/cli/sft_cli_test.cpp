@@ -92,7 +92,7 @@ TEST_F(SftCli, FineTunesResumesAndEvaluates) {
 // A Hugging Face tokenizer with its own chat template (Llama 3's, which appends the assistant's
 // header to every rendering): the conversations are attributed, trained and generated from.
 TEST_F(SftCli, FineTunesWithAHuggingFaceTokenizerAndItsTemplate) {
-  const std::string llama3 = std::string(loom::test_paths::data_dir()) + "/hf/llama3";
+  const std::string llama3 = loom::test_paths::data_dir() + "/hf/llama3";
   ASSERT_TRUE(fs::is_regular_file(llama3 + "/tokenizer_config.json")) << llama3 << " missing; run scripts/setup.sh";
   CommandResult tuned = sft("run.dir=" + (dir / "hf") + " data.tokenizer=hf:" + llama3 +
                             " sft.chat_template=tokenizer train.steps=2 train.eval_interval=0 checkpoint.interval=0");

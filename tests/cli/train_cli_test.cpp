@@ -131,7 +131,7 @@ TEST_F(TrainCli, BadInputsFailClearlyAndDamageNothing) {
 
 TEST(TokenizerFiles, WrongHashIsAClearError) {
   TempDir dir;
-  const std::string source = std::string(loom::test_paths::source_dir()) + "/.cache/data/gpt-tokenizer/r50k_base.tiktoken";
+  const std::string source = loom::test_paths::source_dir() + "/.cache/data/gpt-tokenizer/r50k_base.tiktoken";
   ASSERT_TRUE(fs::exists(source)) << "run scripts/setup.sh first: " << source << " is missing";
   fs::create_directories(dir / "gpt-tokenizer");
   fs::copy_file(source, dir / "gpt-tokenizer/r50k_base.tiktoken");

@@ -12,7 +12,7 @@ namespace {
 
 TEST(ShippedConfigs, AllParseAndValidate) {
   int count = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(std::string(loom::test_paths::source_dir()) + "/configs")) {
+  for (const auto& entry : std::filesystem::directory_iterator(loom::test_paths::source_dir() + "/configs")) {
     if (entry.path().extension() != ".yaml") continue;
     SCOPED_TRACE(entry.path().string());
     RunConfig config = load_config(entry.path().string(), {});

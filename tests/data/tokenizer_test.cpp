@@ -18,7 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kSetupHint = std::string("run scripts/setup.sh to fetch the verified data into ") + loom::test_paths::data_dir();
+const std::string kSetupHint = "run scripts/setup.sh to fetch the verified data into " + loom::test_paths::data_dir();
 
 // Absent data is a failure, not a skip: the suite must not pass without the reference vectors.
 std::unique_ptr<Tokenizer> load(const std::string& name) {

@@ -71,8 +71,8 @@ std::vector<Loom> loom_greedy(const std::string& checkpoint_path, const std::vec
 // llama.cpp's tokens of each prompt, its detokenization of them and its greedy ids after them:
 // one run of the peer for all prompts (starting node and llama.cpp costs seconds).
 std::vector<nlohmann::json> llama_cpp_greedy(const std::string& file, const std::vector<std::string>& prompts, int count) {
-  const std::string npm = std::string(loom::test_paths::source_dir()) + "/.cache/npm";
-  const std::string script = std::string(loom::test_paths::source_dir()) + "/tests/interop/gguf_llama_cpp.mjs";
+  const std::string npm = loom::test_paths::source_dir() + "/.cache/npm";
+  const std::string script = loom::test_paths::source_dir() + "/tests/interop/gguf_llama_cpp.mjs";
   // scripts/setup.sh installs the peer on every machine: its absence is a setup failure, not a skip.
   if (!std::filesystem::exists(npm + "/node_modules/node-llama-cpp"))
     throw Error("node-llama-cpp is missing under " + npm + ": run scripts/setup.sh");

@@ -46,7 +46,7 @@ device: {peak_tflops: 989, fp8_peak_tflops: 1979, gemm_efficiency: 0.8, fp8_gemm
 
 TEST(Hardware, ShippedFilesParse) {
   int count = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(std::string(loom::test_paths::source_dir()) + "/configs/hardware")) {
+  for (const auto& entry : std::filesystem::directory_iterator(loom::test_paths::source_dir() + "/configs/hardware")) {
     SCOPED_TRACE(entry.path().string());
     const Hardware hw = load_hardware(entry.path().string());
     EXPECT_GT(hw.peak_flops, 0.0);

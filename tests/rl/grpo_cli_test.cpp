@@ -68,7 +68,7 @@ TEST(GrpoCli, RunsEveryStepAndSurvivesKilledRoles) {
                   root + "/tiny/checkpoints}",
               "runtime: {ranks: 2}\nparallel: {tp: 2}", "episode_retries: 6");
   const std::string run_dir = root + "/grpo";
-  const std::string command = std::string(loom::test_paths::binary()) + " grpo " + root + "/grpo.yaml > " + root + "/grpo.log 2>&1";
+  const std::string command = loom::test_paths::binary() + " grpo " + root + "/grpo.yaml > " + root + "/grpo.log 2>&1";
   int status = -1;
   std::thread run([&] { status = std::system(command.c_str()); });
   const std::string metrics = run_dir + "/metrics.jsonl", grpo_dir = run_dir + "/grpo";
@@ -106,7 +106,7 @@ TEST(GrpoCli, RefitGivesTheWorkersTheLearnersWeightsBitForBit) {
                   root + "/tiny/checkpoints}",
               "runtime: {ranks: 4}\nparallel: {tp: 2, pp: 2}", "verify_refit: true");
   const std::string run_dir = root + "/grpo";
-  const int status = std::system((std::string(loom::test_paths::binary()) + " grpo " + root + "/grpo.yaml > " + root + "/grpo.log 2>&1").c_str());
+  const int status = std::system((loom::test_paths::binary() + " grpo " + root + "/grpo.yaml > " + root + "/grpo.log 2>&1").c_str());
   const std::string log = read_file(root + "/grpo.log");
   ASSERT_EQ(status, 0) << log;
   std::ifstream in(run_dir + "/metrics.jsonl");
