@@ -1,5 +1,6 @@
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/embedding.h"
+#include "loom/kernels/cuda/grouped_rows.h"
 #include "loom/kernels/cuda/launch.cuh"
 
 namespace loom::kernels::cuda {
@@ -22,17 +23,6 @@ __global__ void embedding_forward_kernel(float* __restrict__ out, const int32_t*
   }
 }
 
-__global__ void embedding_backward_kernel(float* __restrict__ dtable, const float* __restrict__ dout,
-                                          const int32_t* __restrict__ ids, int64_t rows, int64_t dim,
-                                          int64_t first_id, int64_t count) {
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    const int64_t local = static_cast<int64_t>(ids[r]) - first_id;
-    if (local < 0 || local >= count) continue;
-    for (int64_t i = column_start(); i < dim; i += column_stride())
-      atomicAdd(dtable + local * dim + i, dout[r * dim + i]);
-  }
-}
-
 constexpr int64_t kWholeTable = INT64_MAX;
 
 void forward(float* out, const int32_t* ids, const float* table, int64_t rows, int64_t dim, int64_t first_id,
@@ -45,10 +35,17 @@ void forward(float* out, const int32_t* ids, const float* table, int64_t rows, i
 
 void backward(float* dtable, const float* dout, const int32_t* ids, int64_t rows, int64_t dim, int64_t first_id,
               int64_t count, cudaStream_t stream) {
-  if (rows * dim == 0) return;
-  const RowsLaunch l = launch_over_rows(rows, dim);
-  embedding_backward_kernel<<<l.grid, l.block, 0, stream>>>(dtable, dout, ids, rows, dim, first_id, count);
-  check_launch("embedding_backward_kernel");
+  // Each id's rows added in row order by one thread per column: the CPU's bits, no atomics.
+  RowsByTarget a;
+  a.out = dtable;
+  a.x = dout;
+  a.x_stride = dim;
+  a.targets = ids;
+  a.rows = rows;
+  a.width = dim;
+  a.first = first_id;
+  a.count = count;
+  add_rows_by_target(a, stream);
 }
 
 }  // namespace

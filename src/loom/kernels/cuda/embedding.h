@@ -1,8 +1,8 @@
 #pragma once
 // Embedding lookups on the device, with the contracts of kernels::cpu's (embedding.h):
 //   forward:  out[r, :] = table[ids[r], :] (+= with accumulate);
-//   backward: dtable[ids[r], :] += dout[r, :] (atomic adds: rows sharing an id are summed in a
-//             varying order, so the result is the CPU's up to fp32 rounding);
+//   backward: dtable[ids[r], :] += dout[r, :], the rows of an id in row order (grouped_rows.h:
+//             no atomics), so bit for bit the CPU's and the same from run to run;
 //   shards:   the table holds ids [first_id, first_id + count); other ids give zero rows forward
 //             and nothing backward (vocabulary parallelism).
 // ids live on the device.

@@ -1,4 +1,5 @@
 #include "loom/kernels/cuda/device.h"
+#include "loom/kernels/cuda/grouped_rows.h"
 #include "loom/kernels/cuda/launch.cuh"
 #include "loom/kernels/cuda/rows.h"
 
@@ -22,19 +23,6 @@ __global__ void gather_rows_kernel(float* __restrict__ out, const float* __restr
     const float* from = x + (index ? index[r] : r) * width;
     for (int64_t c = column_start(); c < width; c += column_stride())
       out[r * width + c] = scale ? __fmul_rn(scale[r], from[c]) : from[c];
-  }
-}
-
-// One thread per column: a column's rows added in row order (targets may repeat).
-__global__ void scatter_add_rows_kernel(float* __restrict__ out, const float* __restrict__ x, int64_t x_stride,
-                                        const int32_t* __restrict__ index, const float* __restrict__ scale,
-                                        int64_t rows, int64_t width) {
-  for (int64_t c = grid_start(); c < width; c += grid_stride()) {
-    for (int64_t r = 0; r < rows; ++r) {
-      float* to = out + (index ? index[r] : r) * width + c;
-      const float w = scale ? scale[r] : 1.0f;
-      *to = __fmaf_rn(w, x[r * x_stride + c], *to);
-    }
   }
 }
 
@@ -80,10 +68,16 @@ void scatter_add_rows(float* out, const float* x, int64_t x_stride, const int32_
     check_launch("add_scaled_rows_kernel");
     return;
   }
-  // Warp-sized blocks spread the columns over as many SMs as there are warps of them.
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((width + 31) / 32, 65536));
-  scatter_add_rows_kernel<<<blocks, 32, 0, stream>>>(out, x, x_stride, index, scale, rows, width);
-  check_launch("scatter_add_rows_kernel");
+  // Targets repeat: each target's rows in row order, targets in parallel (grouped_rows.h).
+  RowsByTarget a;
+  a.out = out;
+  a.x = x;
+  a.x_stride = x_stride;
+  a.targets = index;
+  a.scale = scale;
+  a.rows = rows;
+  a.width = width;
+  add_rows_by_target(a, stream);
 }
 
 void row_dots(double* out, const float* a, const int32_t* index, const float* b, int64_t b_stride, int64_t rows,

@@ -1,7 +1,8 @@
 #pragma once
 // Row-block operations on the device, with the contracts of kernels::cpu (rows.h): add_rows adds
 // a column block of x into one of y, bit for bit the CPU's (one rounded addition per element);
-// gather_rows, scatter_add_rows (each column's rows added in row order, so deterministic) and
+// gather_rows, scatter_add_rows (with an index, each target's rows added in row order by
+// grouped_rows.h's sorted groups: deterministic, bit for bit the CPU's where it rounds each add) and
 // row_dots (one thread per row, summing in the CPU's order) move and reduce rows by index.
 #include <cuda_runtime.h>
 
