@@ -31,14 +31,38 @@ __global__ void ssd_segments_kernel(int32_t* __restrict__ table, int32_t* __rest
   }
 }
 
+// Per (row, group, token): its block's C_t . B_j, j from the block's start up to t (block_cb on
+// the CPU, per group).
+__global__ void ssd_dots_kernel(double* dots, ScanInputs in, SsdShape s, const int32_t* __restrict__ table,
+                                const int32_t* __restrict__ counts) {
+  for (int64_t r = blockIdx.y; r < s.batch * s.groups * s.seq; r += gridDim.y) {
+    const int64_t b = r / (s.groups * s.seq), g = (r / s.seq) % s.groups, t = r % s.seq;
+    // t's block: the last whose start is at most t.
+    const int32_t* row = table + b * (s.seq + 1);
+    int32_t lo = 0, hi = counts[b] - 1;
+    while (lo < hi) {
+      const int32_t mid = (lo + hi + 1) / 2;
+      if (row[mid] / 2 <= t) lo = mid;
+      else hi = mid - 1;
+    }
+    const int64_t begin = row[lo] / 2;
+    const float* Ct = in.C + (b * s.seq + t) * s.bc_stride + g * s.state;
+    const float* B = in.B + (b * s.seq + begin) * s.bc_stride + g * s.state;
+    double* out = dots + r * longest_block(s);
+    for (int64_t j = column_start(); j <= t - begin; j += column_stride())
+      out[j] = dot(Ct, B + j * s.bc_stride, s.state);
+  }
+}
+
 // y over the block from the entering state S and the block's own tokens (block_output on the CPU).
-__device__ void block_output(const HeadScan& hs, const Segment& seg, float* y) {
+__device__ void block_output(const HeadScan& hs, const Segment& seg, float* y, const double* dots) {
   const SsdShape& s = hs.s;
   const int64_t len = seg.len(), P = s.head_dim, N = s.state;
+  const int64_t b = hs.row0 / s.seq;
   for (int64_t k = threadIdx.x; k < len * len; k += blockDim.x) {
     const int64_t i = k / len, j = k % len;
     if (j > i) continue;
-    hs.W[i * len + j] = exp(hs.cum[i] - hs.cum[j]) * hs.dt[j] * dot(hs.C_at(seg.begin + i), hs.B_at(seg.begin + j), N);
+    hs.W[i * len + j] = exp(hs.cum[i] - hs.cum[j]) * hs.dt[j] * dots_row(dots, s, b, hs.g, seg.begin + i)[j];
   }
   __syncthreads();
   for (int64_t k = threadIdx.x; k < len * P; k += blockDim.x) {
@@ -69,10 +93,11 @@ __device__ void advance_state(const HeadScan& hs, const Segment& seg) {
   __syncthreads();
 }
 
-// One thread block per (row, head): y (when given), or the entering state of every block that
-// does not start a document (when `entering` is given: the backward's recomputation), in slots.
-__global__ void ssd_forward_kernel(float* y, double* entering, int64_t slots, ScanInputs in, SsdShape s,
-                                   const int32_t* __restrict__ table, const int32_t* __restrict__ counts,
+// One thread block per (row, head): y (when given, with block_dots' array), or the entering state of
+// every block that does not start a document (when `entering` is given: the backward's
+// recomputation), in slots.
+__global__ void ssd_forward_kernel(float* y, const double* dots, double* entering, int64_t slots, ScanInputs in,
+                                   SsdShape s, const int32_t* __restrict__ table, const int32_t* __restrict__ counts,
                                    double* work) {
   const int64_t b = blockIdx.x / s.heads, h = blockIdx.x % s.heads;
   HeadScan hs = head_scan(in, s, b, h, work + blockIdx.x * forward_work(s));
@@ -87,7 +112,7 @@ __global__ void ssd_forward_kernel(float* y, double* entering, int64_t slots, Sc
     }
     if (!seg.starts_document) ++slot;
     load_block(hs, seg);
-    if (y) block_output(hs, seg, y);
+    if (y) block_output(hs, seg, y, dots);
     advance_state(hs, seg);
   }
 }
@@ -121,11 +146,21 @@ RowSegments row_segments(const SsdShape& s, const int32_t* documents, Scratch& s
   return out;
 }
 
+double* block_dots(const ScanInputs& in, const SsdShape& s, const RowSegments& segments, Scratch& scratch,
+                   cudaStream_t stream) {
+  double* dots = scratch.of<double>(s.batch * s.groups * s.seq * longest_block(s));
+  const RowsLaunch l = launch_over_rows(s.batch * s.groups * s.seq, longest_block(s));
+  ssd_dots_kernel<<<l.grid, l.block, 0, stream>>>(dots, in, s, segments.table, segments.counts);
+  check_launch("ssd_dots_kernel");
+  return dots;
+}
+
 void scan_states(float* y, double* entering, int64_t slots, const ScanInputs& in, const SsdShape& s,
                  const RowSegments& segments, Scratch& scratch, cudaStream_t stream) {
+  const double* dots = y ? block_dots(in, s, segments, scratch, stream) : nullptr;
   double* work = scratch.of<double>(s.batch * s.heads * forward_work(s));
   ssd_forward_kernel<<<static_cast<unsigned>(s.batch * s.heads), kThreads, 0, stream>>>(
-      y, entering, slots, in, s, segments.table, segments.counts, work);
+      y, dots, entering, slots, in, s, segments.table, segments.counts, work);
   check_launch("ssd_forward_kernel");
 }
 

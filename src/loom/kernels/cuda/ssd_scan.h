@@ -4,11 +4,14 @@
 // document start (where the state restarts at zero), each block's output as the masked quadratic
 // form plus the entering state's term, the state carried from block to block; everything inside
 // a block in double. Forward: one thread block per (row, head), walking the row's blocks in order
-// with the threads over (token, head_dim) and (head_dim, state). Backward: the entering states
-// recomputed by the forward's kernel (one per (row, head)), then one thread block per (row,
-// group) walking the blocks backwards through the group's heads in order, as the CPU does, so that
-// B's and C's gradients (shared by the group's heads) are summed in one order; the per-head
-// parameter gradients are summed over the rows in order. No atomics: deterministic.
+// with the threads over (token, head_dim) and (head_dim, state); C_t . B_j computed once per
+// (row, group) for both passes. Backward: the entering states recomputed by the forward's kernel
+// (one per (row, head)), then one thread block per (row, head) walking the blocks backwards, each
+// head writing its share of B's and C's gradients (shared by the group's heads) into scratch in
+// double, then a pass adding the group's heads' shares in head order, as the CPU sums them; the
+// per-head parameter gradients are summed over the rows in order. No atomics: deterministic. The
+// shares take 2 x batch x heads x seq x state doubles (1 GiB at batch 1, 128 heads, seq 4096,
+// state 128).
 #include <cuda_runtime.h>
 
 #include <cstdint>

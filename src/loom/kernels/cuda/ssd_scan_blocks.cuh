@@ -97,6 +97,14 @@ struct RowSegments {
 };
 // Finds every row's blocks (on the device, from the documents).
 RowSegments row_segments(const SsdShape& s, const int32_t* documents, Scratch& scratch, cudaStream_t stream);
+// C_t . B_j for every token t and each token j of t's block up to t, once per (row, group) (the
+// group's heads share B and C): [batch, groups, seq, longest_block], row t's entry j - begin.
+double* block_dots(const ScanInputs& in, const SsdShape& s, const RowSegments& segments, Scratch& scratch,
+                   cudaStream_t stream);
+// Token t's row of block_dots' array.
+__device__ inline const double* dots_row(const double* dots, const SsdShape& s, int64_t b, int64_t g, int64_t t) {
+  return dots + ((b * s.groups + g) * s.seq + t) * longest_block(s);
+}
 // Entering states of the blocks that do not start a document, at most this many per (row, head).
 inline int64_t state_slots(const SsdShape& s) { return std::max<int64_t>(1, (s.seq + s.chunk - 1) / s.chunk); }
 // The forward walk: y when given, else the entering states into `entering` [batch, heads, slots,
