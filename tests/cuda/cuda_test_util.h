@@ -81,9 +81,11 @@ struct DeviceArray {
 };
 using DeviceFloats = DeviceArray<float>;
 
-// ||got - want|| / ||want|| (infinite when got has a non-finite element where want is finite).
+// ||got - want|| / ||want|| over want's elements (infinite when got has a non-finite element
+// where want is finite, or fewer elements).
 template <typename A, typename B>
 double relative_error(const std::vector<A>& got, const std::vector<B>& want) {
+  if (got.size() < want.size()) return INFINITY;
   double diff = 0.0, norm = 0.0;
   for (size_t i = 0; i < want.size(); ++i) {
     const double g = static_cast<double>(got[i]), w = static_cast<double>(want[i]);

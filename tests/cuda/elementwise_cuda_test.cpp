@@ -188,6 +188,77 @@ TEST_F(CudaEntries, CrossEntropyAndItsVocabParallelPiecesMatchTheCpu) {
   }
 }
 
+// Over bf16 logits (the head's bf16 output on a GPU): the fp32 kernel's arithmetic, so the same
+// losses and total bit for bit as softmax_cross_entropy over the same (bf16-valued) logits, and the
+// gradient is its gradient rounded to bf16; against the CPU's bf16 form within 1e-5 (and the
+// gradient within a bf16 rounding). An ignored row and a gradient scale of 0 too.
+TEST_F(CudaEntries, CrossEntropyOverBf16LogitsIsTheFp32KernelRounded) {
+  for (auto [rows, vocab] : {std::pair<int64_t, int64_t>{1, 2}, {33, 1000}, {64, 50257}}) {
+    const std::vector<float> logits = testing::bf16_rounded(random_values(seed_, rows * vocab, 3.0f));
+    std::vector<int32_t> targets = random_ids(seed_ + 1, rows, 0, static_cast<int32_t>(vocab - 1));
+    targets[0] = -1;  // kIgnoreIndex
+    DeviceArray<int32_t> d_targets(allocator_, targets);
+    DeviceFloats d_fp32(allocator_, logits), d_fp32_losses(allocator_, poison(rows)),
+        d_losses(allocator_, poison(rows));
+    const double fp32_total =
+        softmax_cross_entropy(kGpu, d_fp32.ptr, d_fp32_losses.ptr, d_targets.ptr, rows, vocab, 0.25f);
+    DeviceArray<__nv_bfloat16> d_bf16(allocator_, testing::to_bf16(logits));
+    const double total = softmax_cross_entropy_bf16(kGpu, d_bf16.ptr, d_losses.ptr, d_targets.ptr, rows, vocab, 0.25f);
+    EXPECT_EQ(total, fp32_total) << rows << " x " << vocab;
+    EXPECT_EQ(d_losses.host(), d_fp32_losses.host()) << rows << " x " << vocab;
+    EXPECT_EQ(testing::to_float(d_bf16.host()), testing::bf16_rounded(d_fp32.host())) << rows << " x " << vocab;
+    // The CPU's bf16 form.
+    std::vector<__nv_bfloat16> cpu_bf16 = testing::to_bf16(logits);
+    std::vector<float> cpu_losses(rows);
+    const double cpu_total = softmax_cross_entropy_bf16(kCpu, cpu_bf16.data(), cpu_losses.data(), targets.data(), rows,
+                                                        vocab, 0.25f);
+    EXPECT_NEAR(total, cpu_total, 1e-5 * std::max(1.0, std::fabs(cpu_total)));
+    EXPECT_LE(relative_error(d_losses.host(), cpu_losses), 1e-5);
+    EXPECT_LE(relative_error(testing::to_float(d_bf16.host()), testing::to_float(cpu_bf16)), 1e-2);
+    // grad_scale 0: the losses only, the logits left as they were.
+    DeviceArray<__nv_bfloat16> d_kept(allocator_, testing::to_bf16(logits));
+    softmax_cross_entropy_bf16(kGpu, d_kept.ptr, d_losses.ptr, d_targets.ptr, rows, vocab, 0.0f);
+    EXPECT_EQ(testing::to_float(d_kept.host()), logits);
+  }
+}
+
+// The MLP's activations over bf16 tensors (the bf16 recipe's MLP interior) against the fp32
+// kernels on the same bf16-valued inputs: the fp32 arithmetic rounded once as stored, so within a
+// bf16 rounding (relative 4e-3 in the norm); the fp32-output backward within 1e-6 (the same
+// kernel up to FMA contraction); and against the CPU's bf16 form.
+TEST_F(CudaEntries, ActivationsOverBf16TensorsAreTheFp32KernelsRounded) {
+  const int64_t rows = 300, width = 1000;
+  for (const MlpActivation a : {MlpActivation::Swiglu, MlpActivation::Gelu, MlpActivation::Relu2}) {
+    const int64_t in_width = a == MlpActivation::Swiglu ? 2 * width : width;
+    const std::vector<float> in = testing::bf16_rounded(random_values(seed_, rows * in_width, 2.0f)),
+                             dout = testing::bf16_rounded(random_values(seed_ + 1, rows * width, 1.0f));
+    DeviceFloats d_in(allocator_, in), d_dout(allocator_, dout), d_out(allocator_, poison(rows * width)),
+        d_din(allocator_, poison(rows * in_width)), d_din_fp32(allocator_, poison(rows * in_width));
+    if (a == MlpActivation::Swiglu) {
+      swiglu_forward(kGpu, d_out.ptr, d_in.ptr, rows, width);
+      swiglu_backward(kGpu, d_din.ptr, d_dout.ptr, d_in.ptr, rows, width);
+    } else if (a == MlpActivation::Gelu) {
+      gelu_forward(kGpu, d_out.ptr, d_in.ptr, rows * width);
+      gelu_backward(kGpu, d_din.ptr, d_dout.ptr, d_in.ptr, rows * width);
+    } else {
+      relu2_forward(kGpu, d_out.ptr, d_in.ptr, rows * width);
+      relu2_backward(kGpu, d_din.ptr, d_dout.ptr, d_in.ptr, rows * width);
+    }
+    DeviceArray<__nv_bfloat16> in16(allocator_, testing::to_bf16(in)), dout16(allocator_, testing::to_bf16(dout)),
+        out16(allocator_, std::vector<__nv_bfloat16>(rows * width)), din16(allocator_, std::vector<__nv_bfloat16>(rows * in_width));
+    activation_forward_bf16(kGpu, a, out16.ptr, in16.ptr, rows, width);
+    activation_backward_bf16(kGpu, a, nullptr, din16.ptr, dout16.ptr, in16.ptr, rows, width);
+    activation_backward_bf16(kGpu, a, d_din_fp32.ptr, nullptr, dout16.ptr, in16.ptr, rows, width);
+    const std::string name = "activation " + std::to_string(static_cast<int>(a));
+    EXPECT_LE(relative_error(testing::to_float(out16.host()), d_out.host()), 4e-3) << name;
+    EXPECT_LE(relative_error(testing::to_float(din16.host()), d_din.host()), 4e-3) << name;
+    EXPECT_LE(relative_error(d_din_fp32.host(), d_din.host()), 1e-6) << name;
+    std::vector<__nv_bfloat16> cpu_out(rows * width);
+    activation_forward_bf16(kCpu, a, cpu_out.data(), testing::to_bf16(in).data(), rows, width);
+    EXPECT_LE(relative_error(testing::to_float(out16.host()), testing::to_float(cpu_out)), 4e-3) << name;
+  }
+}
+
 // DiLoCo's outer step: the same fused multiply-adds as the CPU, so bit for bit, on sizes around
 // the grid's limits; the anchor and momentum poisoned outside [0, n) must stay so.
 TEST_F(CudaEntries, NesterovOuterUpdateMatchesTheCpuBitForBit) {

@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "loom/core/device.h"
+#include "loom/core/error.h"
 #include "loom/kernels/cuda_entries.h"
+#include "loom/kernels/ops.h"
 #include "loom/model/linear_precision.h"
 #include "../gradient_check.h"
 #include "support/emulated_cuda.h"
@@ -216,6 +218,71 @@ INSTANTIATE_TEST_SUITE_P(EveryRecipe, LinearPrecisionDevice,
                          ::testing::Values(Recipe::Bf16, Recipe::Fp16, Recipe::Fp8Delayed, Recipe::Fp8Current,
                                            Recipe::Fp8Blockwise, Recipe::Mxfp8),
                          [](const ::testing::TestParamInfo<Recipe>& info) { return recipe_name(info.param); });
+
+// The bf16 recipe's tensors handed over in bf16 (Bf16Tensors: a head's logits, an MLP's interior):
+// each GEMM given a bf16 operand or asked for a bf16 output computes what the fp32 call computes,
+// bit for bit: the forward's output (with a bias: rounded after it) and its input; the backward's
+// output gradient (no cast: both GEMMs multiply it), input gradient and wgrad's input. The fp16
+// recipe and the CPU do not take them.
+TEST(LinearPrecisionDeviceBf16, GemmsOnBf16TensorsEqualTheFp32Calls) {
+  ::loom::testing::install_emulated_cuda();
+  const Data d = make_data(Recipe::Bf16, 31);
+  LinearPrecision dev(Recipe::Bf16);
+  dev.set_device(kDevice);
+  ASSERT_TRUE(dev.takes_bf16_tensors());
+  Placed at{kDevice, {}};
+  const float *x = at.put(d.x), *w = at.put(d.w), *b = at.put(d.b), *dy = at.put(d.dy);
+  // bf16 copies of x and dy (what the GEMMs cast them to), and of results read back widened.
+  auto bf16_of = [&](const float* v, int64_t n) {
+    float* h = at.put(std::vector<float>((n + 1) / 2, NAN));  // 2-byte elements
+    kernels::narrow_floats(kDevice, h, v, n, DType::BF16);
+    return h;
+  };
+  auto widened = [&](const float* h, int64_t n) {
+    float* v = at.put(std::vector<float>(n, NAN));
+    kernels::widen_floats(kDevice, v, h, n, DType::BF16, false);
+    return at.get(v, n);
+  };
+  const float *x16 = bf16_of(x, d.n * d.in), *dy16 = bf16_of(dy, d.n * d.out);
+  for (const float* bias : {static_cast<const float*>(nullptr), b}) {
+    float* out = at.put(std::vector<float>(d.n * d.out, NAN));
+    dev.forward(out, x, w, bias, d.n, d.in, d.out);
+    float* out16 = at.put(std::vector<float>((d.n * d.out + 1) / 2, NAN));
+    dev.forward(nullptr, x, w, bias, d.n, d.in, d.out, false, GemmOutput::Rounded, Bf16Tensors{.out = out16});
+    expect_bitwise(widened(out16, d.n * d.out), at.get(out, d.n * d.out), "forward's bf16 output");
+    float* from16 = at.put(std::vector<float>(d.n * d.out, NAN));
+    dev.forward(from16, nullptr, w, bias, d.n, d.in, d.out, false, GemmOutput::Rounded, Bf16Tensors{.in = x16});
+    expect_bitwise(at.get(from16, d.n * d.out), at.get(out, d.n * d.out), "forward from a bf16 input");
+  }
+  float *dx = at.put(d.dx0), *dw = at.put(d.dw0);
+  dev.backward(dx, dw, nullptr, dy, x, w, d.n, d.in, d.out);
+  // dout given in bf16: no cast for either GEMM.
+  float *dx_given = at.put(d.dx0), *dw_given = at.put(d.dw0);
+  const int64_t reuses = ::loom::testing::emulated_output_grad_reuses();
+  dev.backward(dx_given, dw_given, nullptr, nullptr, x, w, d.n, d.in, d.out, GemmOutput::Rounded, true,
+               Bf16Tensors{.dout = dy16});
+  EXPECT_EQ(::loom::testing::emulated_output_grad_reuses() - reuses, 2);
+  expect_bitwise(at.get(dx_given, d.n * d.in), at.get(dx, d.n * d.in), "dgrad from a bf16 output gradient");
+  expect_bitwise(at.get(dw_given, d.out * d.in), at.get(dw, d.out * d.in), "wgrad from a bf16 output gradient");
+  // dgrad written whole in bf16, wgrad from a bf16 input.
+  float* dx_whole = at.put(std::vector<float>(d.n * d.in, 0.0f));
+  dev.backward(dx_whole, nullptr, nullptr, dy, x, w, d.n, d.in, d.out, GemmOutput::Rounded, false);
+  float* dx16 = at.put(std::vector<float>((d.n * d.in + 1) / 2, NAN));
+  float* dw_in16 = at.put(d.dw0);
+  dev.backward(nullptr, dw_in16, nullptr, dy, nullptr, w, d.n, d.in, d.out, GemmOutput::Rounded, false,
+               Bf16Tensors{.in = x16, .din = dx16});
+  expect_bitwise(widened(dx16, d.n * d.in), at.get(dx_whole, d.n * d.in), "dgrad's bf16 output");
+  expect_bitwise(at.get(dw_in16, d.out * d.in), at.get(dw, d.out * d.in), "wgrad from a bf16 input");
+
+  LinearPrecision fp16(Recipe::Fp16);
+  fp16.set_device(kDevice);
+  EXPECT_FALSE(fp16.takes_bf16_tensors());
+  float* unused = at.put(std::vector<float>(d.n * d.out, NAN));
+  EXPECT_THROW(fp16.forward(nullptr, x, w, nullptr, d.n, d.in, d.out, false, GemmOutput::Rounded,
+                            Bf16Tensors{.out = unused}),
+               Error);
+  EXPECT_FALSE(LinearPrecision(Recipe::Bf16).takes_bf16_tensors());  // on the CPU
+}
 
 // The context's delayed layers accumulate in one device array, read in one copy per step, and
 // the commit clears it: the same amaxes, in the same order, as the CPU context's.

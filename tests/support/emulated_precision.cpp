@@ -142,8 +142,18 @@ std::vector<float> weight_values(const kernels::PrecisionGemm& g, bool columns) 
   return v;
 }
 
+// A bf16 operand the caller handed over (PrecisionGemm::a16 / b16): its bytes in device memory,
+// widened (exact). Both casts must be Bf16, as on a GPU.
+std::vector<float> given_bf16(const kernels::PrecisionGemm& g, const void* x16, int64_t n, const char* name) {
+  LOOM_CHECK(g.a.cast == OperandCast::Bf16 && g.b.cast == OperandCast::Bf16,
+             std::string("emulated cuda: precision_linear_gemm's ") + name + " (a bf16 operand) needs both casts bf16");
+  std::vector<float> v(static_cast<size_t>(n));
+  kernels::widen_floats(kHost, v.data(), host(x16, "precision_linear_gemm", name), n, DType::BF16, false);
+  return v;
+}
+
 // Operand a (the output gradient [n, OC]) of a dgrad or wgrad GEMM: cast now (and kept in its
-// store by dgrad), or read from the store dgrad wrote (wgrad).
+// store by dgrad), read from the store dgrad wrote (wgrad), or the bf16 copy the caller made (a16).
 std::vector<float> output_grad_values(const kernels::PrecisionGemm& g, bool columns) {
   const int64_t rows = g.n, cols = g.out_features;
   const bool sixteen = (g.a.cast == OperandCast::Bf16 || g.a.cast == OperandCast::Fp16) && g.a.cast == g.b.cast;
@@ -151,6 +161,11 @@ std::vector<float> output_grad_values(const kernels::PrecisionGemm& g, bool colu
                  (sixteen && (g.a_store_use == kernels::CastStore::Write ? g.pass == kernels::LinearGemm::DataGrad
                                                                          : g.pass == kernels::LinearGemm::WeightGrad)),
              "emulated cuda: precision_linear_gemm keeps only a 16-bit output gradient (dgrad writes, wgrad reads)");
+  if (g.a16 != nullptr) {  // handed over: no cast
+    LOOM_CHECK(g.a_store_use == kernels::CastStore::None, "emulated cuda: a16 with an output-gradient store");
+    ++output_grad_reuses;
+    return given_bf16(g, g.a16, rows * cols, "a16");
+  }
   std::vector<float> v = cast_values(g.a, rows, cols, columns);  // cast element by element
   if (g.a_store_use == kernels::CastStore::Read) {
     ++output_grad_reuses;
@@ -198,7 +213,7 @@ void emulated_precision_linear_gemm(Device device, const kernels::PrecisionGemm&
   std::vector<float> a, b, y;
   switch (g.pass) {
     case kernels::LinearGemm::Forward:  // in [n, IC] . W [OC, IC]^T
-      a = cast_values(g.a, n, in, false);
+      a = g.a16 != nullptr ? given_bf16(g, g.a16, n * in, "a16") : cast_values(g.a, n, in, false);
       b = weight_values(g, false);
       y.resize(static_cast<size_t>(n * out));
       kernels::linear_forward(kHost, y.data(), a.data(), b.data(), host(g.bias, "precision_linear_gemm", "bias"), n,
@@ -212,12 +227,23 @@ void emulated_precision_linear_gemm(Device device, const kernels::PrecisionGemm&
       break;
     case kernels::LinearGemm::WeightGrad:  // dout [n, OC]^T . in [n, IC]
       a = output_grad_values(g, true);
-      b = cast_values(g.b, n, in, true);
+      b = g.b16 != nullptr ? given_bf16(g, g.b16, n * in, "b16") : cast_values(g.b, n, in, true);
       y.resize(static_cast<size_t>(out * in));
       kernels::gemm(kHost, y.data(), a.data(), b.data(), out, in, n, true, false, false);
       break;
   }
   round_values(y.data(), static_cast<int64_t>(y.size()), g.rounding);
+  LOOM_CHECK(g.b16 == nullptr || g.pass == kernels::LinearGemm::WeightGrad,
+             "emulated cuda: precision_linear_gemm takes a bf16 b (b16) only as wgrad's input");
+  if (g.out16 != nullptr) {  // the bf16 result itself (y is already rounded to bf16: exact)
+    LOOM_CHECK(g.pass != kernels::LinearGemm::WeightGrad && g.rounding == OutputRounding::Bf16 && !g.accumulate &&
+                   g.a.cast == OperandCast::Bf16 && g.b.cast == OperandCast::Bf16,
+               "emulated cuda: precision_linear_gemm leaves a bf16 output only from a bf16 forward or dgrad, rounded "
+               "to bf16, not accumulated");
+    kernels::narrow_floats(kHost, host(g.out16, "precision_linear_gemm", "out16"), y.data(),
+                           static_cast<int64_t>(y.size()), DType::BF16);
+    return;
+  }
   float* dst = host(g.out, "precision_linear_gemm", "out");
   for (size_t i = 0; i < y.size(); ++i) dst[i] = g.accumulate ? dst[i] + y[i] : y[i];
 }

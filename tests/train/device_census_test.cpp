@@ -24,7 +24,8 @@ constexpr const char* kDeep =
     "        norm: rms, activation: swiglu, positions: rope, tied_embeddings: true}\n";
 
 // The entries that return a value to the host (each a wait for the device on a GPU).
-constexpr const char* kValueEntries[] = {"softmax_cross_entropy", "any_non_finite", "sum_of_squares", "amax"};
+constexpr const char* kValueEntries[] = {"softmax_cross_entropy", "softmax_cross_entropy_bf16", "any_non_finite",
+                                         "sum_of_squares", "amax"};
 
 // One step's waits for the device, and its launches.
 struct StepCensus {
@@ -83,7 +84,9 @@ TEST_F(DeviceCensus, AStepOfTheDeepModelWaitsForTheDeviceOnlyForItsInputsLossAnd
     const int64_t amax_reads = std::string(recipe) == "fp8_delayed" ? 1 : 0;
     EXPECT_EQ(step.to_host, amax_reads) << recipe;
     EXPECT_EQ(step.from_host, 3 * kMicroBatches) << recipe;
-    EXPECT_EQ(step.entry("softmax_cross_entropy"), kMicroBatches) << recipe;
+    // Each recipe's head is bf16: its logits stay bf16 into the loss (Transformer::bf16_logits).
+    EXPECT_EQ(step.entry("softmax_cross_entropy_bf16"), kMicroBatches) << recipe;
+    EXPECT_EQ(step.entry("softmax_cross_entropy"), 0) << recipe;
     EXPECT_EQ(step.entry("any_non_finite"), 1) << recipe;
     EXPECT_EQ(step.entry("sum_of_squares"), 1) << recipe;
     EXPECT_EQ(step.waits(), 4 * kMicroBatches + 2 + amax_reads) << recipe;

@@ -44,6 +44,8 @@ struct CudaEntries {
                bool trans_b, bool accumulate) = nullptr;
   double (*softmax_cross_entropy)(Device, float* logits, float* losses, const int32_t* targets, int64_t rows,
                                   int64_t vocab, float grad_scale) = nullptr;
+  double (*softmax_cross_entropy_bf16)(Device, void* logits, float* losses, const int32_t* targets, int64_t rows,
+                                       int64_t vocab, float grad_scale) = nullptr;
   void (*vocab_shard_row_max)(Device, const float* logits, int64_t rows, int64_t vocab_shard,
                               float* row_max) = nullptr;
   void (*vocab_shard_exp_sums)(Device, const float* logits, const float* row_max, const int32_t* targets,
@@ -77,6 +79,10 @@ struct CudaEntries {
   void (*gelu_backward)(Device, float* din, const float* dout, const float* in, int64_t n) = nullptr;
   void (*relu2_forward)(Device, float* out, const float* in, int64_t n) = nullptr;
   void (*relu2_backward)(Device, float* din, const float* dout, const float* in, int64_t n) = nullptr;
+  void (*activation_forward_bf16)(Device, MlpActivation, void* out16, const void* in16, int64_t rows,
+                                  int64_t width) = nullptr;
+  void (*activation_backward_bf16)(Device, MlpActivation, float* din, void* din16, const void* dout16,
+                                   const void* in16, int64_t rows, int64_t width) = nullptr;
   void (*add_rows)(Device, float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t rows,
                    int64_t width) = nullptr;
   void (*gather_rows)(Device, float* out, const float* x, const int32_t* index, const float* scale, int64_t rows,

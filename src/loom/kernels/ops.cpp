@@ -238,6 +238,10 @@ double softmax_cross_entropy(Device device, float* logits, float* losses, const 
                              int64_t vocab, float grad_scale) {
   LOOM_DISPATCH(softmax_cross_entropy, logits, losses, targets, rows, vocab, grad_scale);
 }
+double softmax_cross_entropy_bf16(Device device, void* logits, float* losses, const int32_t* targets, int64_t rows,
+                                  int64_t vocab, float grad_scale) {
+  LOOM_DISPATCH(softmax_cross_entropy_bf16, logits, losses, targets, rows, vocab, grad_scale);
+}
 void vocab_shard_row_max(Device device, const float* logits, int64_t rows, int64_t vocab_shard, float* row_max) {
   LOOM_DISPATCH(vocab_shard_row_max, logits, rows, vocab_shard, row_max);
 }
@@ -307,6 +311,14 @@ void precision_linear_gemm(Device device, const PrecisionGemm& gemm) {
 #undef LOOM_DEVICE_ONLY
 
 void relu2_forward(Device device, float* out, const float* in, int64_t n) { LOOM_DISPATCH(relu2_forward, out, in, n); }
+void activation_forward_bf16(Device device, MlpActivation activation, void* out16, const void* in16, int64_t rows,
+                             int64_t width) {
+  LOOM_DISPATCH(activation_forward_bf16, activation, out16, in16, rows, width);
+}
+void activation_backward_bf16(Device device, MlpActivation activation, float* din, void* din16, const void* dout16,
+                              const void* in16, int64_t rows, int64_t width) {
+  LOOM_DISPATCH(activation_backward_bf16, activation, din, din16, dout16, in16, rows, width);
+}
 void relu2_backward(Device device, float* din, const float* dout, const float* in, int64_t n) {
   LOOM_DISPATCH(relu2_backward, din, dout, in, n);
 }
@@ -355,13 +367,23 @@ void causal_conv_silu_step(Device device, float* out, float* window, const float
                            const float* bias, const ConvShape& s) {
   LOOM_DISPATCH(causal_conv_silu_step, out, window, in, weight, bias, s);
 }
+namespace {
+// The gated norm's groups tile each row: dim a positive multiple of group_size.
+void check_norm_groups(int64_t dim, int64_t group_size) {
+  LOOM_CHECK(group_size > 0 && dim % group_size == 0,
+             "gated_rmsnorm: dim " + std::to_string(dim) + " is not a positive multiple of group_size " +
+                 std::to_string(group_size));
+}
+}  // namespace
 void gated_rmsnorm_forward(Device device, float* out, float* rstd, const float* y, const float* z, int64_t z_stride,
                            const float* weight, int64_t rows, int64_t dim, int64_t group_size, float eps) {
+  check_norm_groups(dim, group_size);
   LOOM_DISPATCH(gated_rmsnorm_forward, out, rstd, y, z, z_stride, weight, rows, dim, group_size, eps);
 }
 void gated_rmsnorm_backward(Device device, float* dy, float* dz, float* dweight, const float* dout, const float* y,
                             const float* z, int64_t z_stride, const float* weight, const float* rstd, int64_t rows,
                             int64_t dim, int64_t group_size) {
+  check_norm_groups(dim, group_size);
   LOOM_DISPATCH(gated_rmsnorm_backward, dy, dz, dweight, dout, y, z, z_stride, weight, rstd, rows, dim, group_size);
 }
 

@@ -56,6 +56,15 @@ void gelu_forward(Device device, float* out, const float* in, int64_t n);
 void gelu_backward(Device device, float* din, const float* dout, const float* in, int64_t n);
 void relu2_forward(Device device, float* out, const float* in, int64_t n);
 void relu2_backward(Device device, float* din, const float* dout, const float* in, int64_t n);
+// The MLP's activation over bf16 tensors (2-byte elements: the bf16 recipe's MLP interior on a
+// device, Mlp::bf16_interior): the fp32 kernels' arithmetic on the widened values, each output
+// rounded to bf16 (nearest even) as it is stored, so round() of the fp32 kernels' outputs. in16:
+// [rows, 2 width] for SwiGLU's [gate | up], else [rows, width]; out16 and dout16 [rows, width].
+// Backward writes din whole in fp32, or din16 in bf16 when din is null.
+void activation_forward_bf16(Device device, MlpActivation activation, void* out16, const void* in16, int64_t rows,
+                             int64_t width);
+void activation_backward_bf16(Device device, MlpActivation activation, float* din, void* din16, const void* dout16,
+                              const void* in16, int64_t rows, int64_t width);
 // y[r * y_stride + c] += x[r * x_stride + c] for r < rows, c < width: a column block added into
 // another (kernels/cpu/rows.h).
 void add_rows(Device device, float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t rows, int64_t width);
@@ -148,6 +157,11 @@ void gated_rmsnorm_backward(Device device, float* dy, float* dz, float* dweight,
 // --- softmax cross-entropy fused with its backward; returns the sum of losses (double).
 double softmax_cross_entropy(Device device, float* logits, float* losses, const int32_t* targets, int64_t rows,
                              int64_t vocab, float grad_scale);
+// The same over bf16 logits (2-byte elements: a linear head's bf16 output on a device), replaced by
+// grad_scale * d(loss)/d(logits) rounded to bf16 (nearest even) unless grad_scale is 0: computed
+// in fp32 as softmax_cross_entropy computes, so the same losses and round() of its gradient.
+double softmax_cross_entropy_bf16(Device device, void* logits, float* losses, const int32_t* targets, int64_t rows,
+                                  int64_t vocab, float grad_scale);
 // Vocabulary-parallel pieces: row_max -> all-reduce max -> exp_sums -> all-reduce sum -> finish.
 void vocab_shard_row_max(Device device, const float* logits, int64_t rows, int64_t vocab_shard, float* row_max);
 void vocab_shard_exp_sums(Device device, const float* logits, const float* row_max, const int32_t* targets,

@@ -113,6 +113,15 @@ struct PrecisionGemm {
   // Read multiplies it without casting (a.data is not read).
   void* a_store = nullptr;
   CastStore a_store_use = CastStore::None;
+  // bf16 tensors handed over as they are, where a GPU keeps them bf16 under the bf16 recipe (a
+  // head's logits: Transformer::bf16_logits; the MLP's interior: Mlp::bf16_interior). a16 / b16,
+  // when set, are a's / b's bf16 copies made by the caller (b16: wgrad's input only), multiplied
+  // as they are (a.data / b.data are not read; both casts must be Bf16). out16, when set,
+  // receives the result rounded to bf16 (after the bias) instead of out: forward or dgrad, never
+  // accumulating. 2-byte elements, device memory, in the layouts above.
+  const void* a16 = nullptr;
+  const void* b16 = nullptr;
+  void* out16 = nullptr;
 };
 
 }  // namespace loom::kernels

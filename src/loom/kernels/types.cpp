@@ -1,6 +1,7 @@
 #include "loom/kernels/types.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <numbers>
 
@@ -60,6 +61,8 @@ double rope_attention_factor(const RopeScaling& scaling) {
 
 RopeTable::RopeTable(int64_t max_positions, int64_t head_dim, double theta, const RopeScaling& scaling)
     : head_dim(head_dim) {
+  static std::atomic<uint64_t> tables_made{0};
+  id = ++tables_made;
   const int64_t half = head_dim / 2;
   const std::vector<double> inv_freq = rope_inverse_frequencies(head_dim, theta, scaling);
   const double attention_factor = rope_attention_factor(scaling);

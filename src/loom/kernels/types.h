@@ -81,12 +81,18 @@ std::vector<double> rope_inverse_frequencies(int64_t head_dim, double theta, con
 // The factor cos and sin are multiplied by: YaRN's 0.1 ln(factor) + 1 (factor > 1), else 1.
 double rope_attention_factor(const RopeScaling& scaling);
 
+// The MLP's activations, for the entries that take them by name (activation_forward_bf16).
+enum class MlpActivation : uint8_t { Swiglu, Gelu, Relu2 };
+
 // cos/sin tables [max_positions, head_dim/2] for those frequencies, times the attention factor
-// (host memory; a device backend mirrors them).
+// (host memory; a device backend mirrors them). Never changed once made: a device keeps its copy
+// by `id`, a number no other table made in the process has, so a call finds it without comparing
+// the values.
 struct RopeTable {
   RopeTable(int64_t max_positions, int64_t head_dim, double theta, const RopeScaling& scaling = {});
   int64_t head_dim;
   std::vector<float> cos, sin;
+  uint64_t id;
 };
 
 }  // namespace loom::kernels

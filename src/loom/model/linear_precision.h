@@ -126,6 +126,21 @@ struct PrecisionScratch {
   WeightCastCache weight_casts;  // on a device: the weights' casts, kept inside a training step's scope
 };
 
+// Tensors a layer's GEMMs take or leave in bf16 on a GPU under the bf16 recipe, where the model
+// keeps them bf16 (2-byte elements, device memory; null: the fp32 argument is used): the
+// forward's input (`in`) and output (`out`, rounded after the bias); the backward's output
+// gradient (`dout`: both GEMMs; no bias gradient, which sums the fp32 one), input gradient (`din`:
+// dgrad's output, written whole) and input (`in`: wgrad's). A bf16 tensor holds exactly what the
+// fp32 path casts or rounds to bf16, so the products are the same (Transformer::bf16_logits,
+// Mlp::bf16_interior); what goes is the casts, the widening passes and half of the bytes.
+struct Bf16Tensors {
+  const void* in = nullptr;
+  void* out = nullptr;
+  const void* dout = nullptr;
+  void* din = nullptr;
+  bool any() const { return in != nullptr || out != nullptr || dout != nullptr || din != nullptr; }
+};
+
 class LinearPrecision {
  public:
   // recipe != Fp32. history / margin: fp8_delayed (margin also fp8_current).
@@ -155,11 +170,16 @@ class LinearPrecision {
   // The bias (and its gradient) stays fp32; the output is rounded after the bias is added.
   // `output` / `din_output` Partial: the forward output / input gradient stays fp32 (GemmOutput).
   // `accumulate_din` false: din is written whole instead of added into.
+  // `bf16`: tensors given or wanted in bf16 instead of fp32 (Bf16Tensors; takes_bf16_tensors only).
   void forward(float* out, const float* in, const float* weight, const float* bias, int64_t n, int64_t in_features,
-               int64_t out_features, bool accumulate = false, GemmOutput output = GemmOutput::Rounded);
+               int64_t out_features, bool accumulate = false, GemmOutput output = GemmOutput::Rounded,
+               const Bf16Tensors& bf16 = {});
   void backward(float* din, float* dweight, float* dbias, const float* dout, const float* in, const float* weight,
                 int64_t n, int64_t in_features, int64_t out_features, GemmOutput din_output = GemmOutput::Rounded,
-                bool accumulate_din = true);
+                bool accumulate_din = true, const Bf16Tensors& bf16 = {});
+
+  // Whether forward / backward take Bf16Tensors: the bf16 recipe on a GPU.
+  bool takes_bf16_tensors() const { return device_.is_cuda() && recipe_ == Recipe::Bf16; }
 
   // fp8_delayed: one DelayedScaling per operand. scale() is what prepare uses now (1 for the
   // other recipes); pending_amax() the largest amax seen since the last commit (Inf if any was
@@ -182,12 +202,15 @@ class LinearPrecision {
   void quantize_fp8(Operand op, GemmPass pass, float* buf, int64_t rows, int64_t cols, float tensor_amax);
   float* output_scratch(int64_t n);
   kernels::OutputRounding rounding() const;
+  // An Error unless takes_bf16_tensors() or `bf16` is empty.
+  void check_bf16_tensors(const Bf16Tensors& bf16) const;
   // The GPU path of forward / backward (linear_precision_device.cpp).
   void device_forward(float* out, const float* in, const float* weight, const float* bias, int64_t n,
-                      int64_t in_features, int64_t out_features, bool accumulate, GemmOutput output);
+                      int64_t in_features, int64_t out_features, bool accumulate, GemmOutput output,
+                      const Bf16Tensors& bf16);
   void device_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                        const float* weight, int64_t n, int64_t in_features, int64_t out_features,
-                       GemmOutput din_output, bool accumulate_din);
+                       GemmOutput din_output, bool accumulate_din, const Bf16Tensors& bf16);
   // Operand `op` (n elements on the device) cast as the recipe says; fp8_delayed records its amax.
   kernels::CastOperand device_operand(Operand op, const float* x, int64_t n);
   // g.b = the weight [out_features, in_features] for g.pass (forward or dgrad): its cast from the

@@ -108,17 +108,20 @@ void LinearPrecision::run_device_gemm(const kernels::PrecisionGemm& g, WeightCas
 }
 
 void LinearPrecision::device_forward(float* out, const float* in, const float* weight, const float* bias, int64_t n,
-                                     int64_t in_features, int64_t out_features, bool accumulate, GemmOutput output) {
+                                     int64_t in_features, int64_t out_features, bool accumulate, GemmOutput output,
+                                     const Bf16Tensors& bf16) {
   check_device_shape(recipe_, n, in_features, out_features);
   kernels::PrecisionGemm g;
   g.pass = kernels::LinearGemm::Forward;
   g.out = out;
+  g.out16 = bf16.out;
   g.accumulate = accumulate;
   g.bias = bias;
   g.n = n;
   g.in_features = in_features;
   g.out_features = out_features;
-  g.a = device_operand(Operand::Input, in, n * in_features);
+  g.a = device_operand(Operand::Input, in, n * in_features);  // the bf16 recipe: no amax, nothing read
+  g.a16 = bf16.in;
   WeightCastCache::Store* store = device_weight(g, weight);
   g.rounding = output == GemmOutput::Rounded ? rounding() : kernels::OutputRounding::None;
   run_device_gemm(g, store);
@@ -126,11 +129,13 @@ void LinearPrecision::device_forward(float* out, const float* in, const float* w
 
 void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                                       const float* weight, int64_t n, int64_t in_features, int64_t out_features,
-                                      GemmOutput din_output, bool accumulate_din) {
+                                      GemmOutput din_output, bool accumulate_din, const Bf16Tensors& bf16) {
   check_device_shape(recipe_, n, in_features, out_features);
+  LOOM_CHECK(dbias == nullptr || bf16.dout == nullptr, "a bias gradient needs the fp32 output gradient, not bf16");
   if (dbias != nullptr)
     kernels::linear_backward(device_, nullptr, nullptr, dbias, dout, nullptr, nullptr, n, in_features, out_features);
-  if (din == nullptr && dweight == nullptr) return;
+  const bool wants_din = din != nullptr || bf16.din != nullptr;
+  if (!wants_din && dweight == nullptr) return;
   kernels::PrecisionGemm g;
   g.n = n;
   g.in_features = in_features;
@@ -138,17 +143,19 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
   // dout is cast once for both GEMMs: the device orients block scales along each GEMM's
   // reduction dimension itself (the CPU quantizes a copy per orientation; the amax is the same).
   g.a = device_operand(Operand::OutputGrad, dout, n * out_features);
+  g.a16 = bf16.dout;  // handed over in bf16: both GEMMs multiply it
   // A 16-bit copy of dout made for dgrad serves wgrad as it is (kernels::PrecisionGemm::a_store).
-  const bool keep_dout = din != nullptr && dweight != nullptr &&
+  const bool keep_dout = wants_din && dweight != nullptr && g.a16 == nullptr &&
                          (g.a.cast == kernels::OperandCast::Bf16 || g.a.cast == kernels::OperandCast::Fp16);
   if (keep_dout) {
     g.a_store = sized(scratch_->dout_cast, (n * out_features + 1) / 2, device_);  // 16-bit elements
     g.a_store_use = kernels::CastStore::Write;
   }
-  if (din != nullptr) {
+  if (wants_din) {
     g.pass = kernels::LinearGemm::DataGrad;
     g.out = din;
-    g.accumulate = accumulate_din;
+    g.out16 = bf16.din;
+    g.accumulate = accumulate_din && bf16.din == nullptr;  // a bf16 din is written whole
     WeightCastCache::Store* store = device_weight(g, weight);
     g.rounding = din_output == GemmOutput::Rounded ? rounding() : kernels::OutputRounding::None;
     run_device_gemm(g, store);
@@ -159,8 +166,10 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
     g.out = dweight;
     g.accumulate = true;  // into the fp32 main gradient
     g.b = device_operand(Operand::Input, in, n * in_features);
+    g.b16 = bf16.in;
     g.b_store = nullptr;
     g.b_store_use = kernels::CastStore::None;
+    g.out16 = nullptr;
     g.a_store_use = keep_dout ? kernels::CastStore::Read : kernels::CastStore::None;
     g.rounding = rounding();
     kernels::precision_linear_gemm(device_, g);

@@ -40,7 +40,20 @@ void Mlp::set_precision(PrecisionContext& context, Recipe recipe, const std::str
   down_->set_precision(context.make(recipe, prefix + ".down_proj"));
 }
 
+bool Mlp::bf16_interior() const {
+  const LinearPrecision *up = in_->precision(), *down = down_->precision();
+  return up != nullptr && down != nullptr && up->takes_bf16_tensors() && down->takes_bf16_tensors();
+}
+
 void Mlp::forward(Saved& saved, float* residual, const float* normed, int64_t rows, ParallelScratch& scratch) const {
+  if (bf16_interior()) {
+    void* hidden = sized(saved.hidden, (rows * hidden_width() + 1) / 2, device_);  // 2-byte elements
+    void* act = sized(saved.act, (rows * ffn_ + 1) / 2, device_);
+    in_->forward(nullptr, normed, rows, scratch, Bf16Tensors{.out = hidden});
+    activation_forward_bf16(device_, activation_, act, hidden, rows, ffn_);
+    down_->forward(residual, nullptr, rows, scratch, Bf16Tensors{.in = act});
+    return;
+  }
   float* hidden = sized(saved.hidden, rows * hidden_width(), device_);
   float* act = sized(saved.act, rows * ffn_, device_);
   in_->forward(hidden, normed, rows, scratch);
@@ -51,6 +64,21 @@ void Mlp::forward(Saved& saved, float* residual, const float* normed, int64_t ro
 void Mlp::backward(float* d_normed, const float* d_residual, const float* normed, const Saved& saved,
                    Workspace& work, int64_t rows, ParallelScratch& scratch, bool accumulate) const {
   // Each gradient below is written whole by one producer: nothing is zeroed first.
+  if (bf16_interior()) {
+    void* d_act = sized(work.d_act, (rows * ffn_ + 1) / 2, device_);  // 2-byte elements
+    down_->backward(nullptr, d_residual, nullptr, rows, scratch, false,
+                    Bf16Tensors{.in = saved.act.data(), .din = d_act});
+    if (in_->has_bias()) {  // the bias gradient sums the fp32 hidden gradient
+      float* d_hidden = sized(work.d_hidden, rows * hidden_width(), device_);
+      activation_backward_bf16(device_, activation_, d_hidden, nullptr, d_act, saved.hidden.data(), rows, ffn_);
+      in_->backward(d_normed, d_hidden, normed, rows, scratch, accumulate);
+    } else {
+      void* d_hidden = sized(work.d_hidden, (rows * hidden_width() + 1) / 2, device_);
+      activation_backward_bf16(device_, activation_, nullptr, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
+      in_->backward(d_normed, nullptr, normed, rows, scratch, accumulate, Bf16Tensors{.dout = d_hidden});
+    }
+    return;
+  }
   float* d_act = sized(work.d_act, rows * ffn_, device_);
   down_->backward(d_act, d_residual, saved.act.data(), rows, scratch, false);
   float* d_hidden = sized(work.d_hidden, rows * hidden_width(), device_);

@@ -17,7 +17,7 @@ namespace loom::model {
 class Mlp {
  public:
   struct Saved {
-    Buffer hidden, act;  // hidden = [gate | up] rows for SwiGLU, else the pre-activation
+    Buffer hidden, act;  // hidden = [gate | up] rows for SwiGLU, else the pre-activation (bf16_interior: 2-byte elements)
   };
   // Throws naming the layer when ffn_size cannot be split over the tensor-parallel group.
   Mlp(ParameterStore& store, const TensorParallel& tp, int layer, const std::string& prefix, int d_model,
@@ -32,6 +32,16 @@ class Mlp {
   // Precision recipe of the up (gate+up) and down projections' GEMMs.
   // `prefix`: the module's name (model.layers.N.mlp), naming its GEMMs' precision state.
   void set_precision(PrecisionContext& context, Recipe recipe, const std::string& prefix);
+  // Whether the MLP keeps its interior in bf16: on a GPU under the bf16 recipe (both projections),
+  // the hidden pre-activation and the activation (saved for backward) and their gradients are
+  // bf16 tensors handed between the GEMMs and the activation kernels as they are
+  // (kernels::activation_forward_bf16, LinearPrecision's Bf16Tensors): the values the fp32 path
+  // rounds or casts to bf16 anyway (the up projection's output is rounded to bf16; the down
+  // projection casts the activation and the hidden gradient is cast for both of the up
+  // projection's backward GEMMs), so the results are the same, without those casts and widenings
+  // and with half the bytes. With a bias on the up projection its gradient is summed from the
+  // fp32 hidden gradient, which then stays fp32.
+  bool bf16_interior() const;
 
  private:
   int hidden_width() const { return swiglu_ ? 2 * ffn_ : ffn_; }

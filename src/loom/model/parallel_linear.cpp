@@ -12,20 +12,22 @@ namespace {
 // The fp32 kernels, or the layer's precision recipe when it has one.
 void linear_forward(Device device, LinearPrecision* precision, float* out, const float* in, const float* weight,
                     const float* bias, int64_t n, int64_t in_features, int64_t out_features, bool accumulate = false,
-                    GemmOutput output = GemmOutput::Rounded) {
+                    GemmOutput output = GemmOutput::Rounded, const Bf16Tensors& bf16 = {}) {
   if (precision != nullptr) {
-    precision->forward(out, in, weight, bias, n, in_features, out_features, accumulate, output);
+    precision->forward(out, in, weight, bias, n, in_features, out_features, accumulate, output, bf16);
   } else {
+    LOOM_CHECK(!bf16.any(), "bf16 tensors need a bf16 linear layer on a GPU (this one runs in fp32)");
     kernels::linear_forward(device, out, in, weight, bias, n, in_features, out_features, accumulate);
   }
 }
 void linear_backward(Device device, LinearPrecision* precision, float* din, float* dweight, float* dbias,
                      const float* dout, const float* in, const float* weight, int64_t n, int64_t in_features,
-                     int64_t out_features, GemmOutput din_output, bool accumulate_din) {
+                     int64_t out_features, GemmOutput din_output, bool accumulate_din, const Bf16Tensors& bf16 = {}) {
   if (precision != nullptr) {
     precision->backward(din, dweight, dbias, dout, in, weight, n, in_features, out_features, din_output,
-                        accumulate_din);
+                        accumulate_din, bf16);
   } else {
+    LOOM_CHECK(!bf16.any(), "bf16 tensors need a bf16 linear layer on a GPU (this one runs in fp32)");
     kernels::linear_backward(device, din, dweight, dbias, dout, in, weight, n, in_features, out_features,
                              accumulate_din);
   }
@@ -84,14 +86,15 @@ void ColumnParallelLinear::set_precision(std::shared_ptr<LinearPrecision> precis
   precision_ = std::move(precision);
 }
 
-void ColumnParallelLinear::forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch) const {
+void ColumnParallelLinear::forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch,
+                                   const Bf16Tensors& bf16) const {
   const float* full = tp_->enter_forward(x, rows, in_, scratch.gathered);
   linear_forward(store_->device(), precision_.get(), out, full, store_->value(weight_),
-                 bias_ >= 0 ? store_->value(bias_) : nullptr, rows, in_, out_);
+                 bias_ >= 0 ? store_->value(bias_) : nullptr, rows, in_, out_, false, GemmOutput::Rounded, bf16);
 }
 
 void ColumnParallelLinear::backward(float* d_x, const float* d_out, const float* x, int64_t rows,
-                                    ParallelScratch& scratch, bool accumulate) const {
+                                    ParallelScratch& scratch, bool accumulate, const Bf16Tensors& bf16) const {
   // Sequence parallel: the full input is gathered again rather than kept from forward.
   const float* full = tp_->enter_forward(x, rows, in_, scratch.gathered);
   // Across ranks the GEMM writes the whole partial product; the sum then goes into d_x.
@@ -99,7 +102,7 @@ void ColumnParallelLinear::backward(float* d_x, const float* d_out, const float*
   // dgrad reduces over the split output features: partial products, rounded after the sum.
   linear_backward(store_->device(), precision_.get(), d_full, store_->grad(weight_),
                   bias_ >= 0 ? store_->grad(bias_) : nullptr, d_out, full, store_->value(weight_), rows, in_, out_,
-                  split_output(*tp_), accumulate && tp_->single());
+                  split_output(*tp_), accumulate && tp_->single(), Bf16Tensors{.dout = bf16.dout});
   tp_->enter_backward(d_x, d_full, rows, in_, precision_.get(), accumulate);
 }
 
@@ -116,24 +119,28 @@ void RowParallelLinear::set_precision(std::shared_ptr<LinearPrecision> precision
   precision_ = std::move(precision);
 }
 
-void RowParallelLinear::forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch) const {
+void RowParallelLinear::forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch,
+                                const Bf16Tensors& bf16) const {
   const float* bias = bias_ >= 0 ? store_->value(bias_) : nullptr;
+  const Bf16Tensors input{.in = bf16.in};
   if (tp_->single()) {  // no reduction: accumulate straight into the residual stream
-    linear_forward(store_->device(), precision_.get(), out, x, store_->value(weight_), bias, rows, in_, out_, true);
+    linear_forward(store_->device(), precision_.get(), out, x, store_->value(weight_), bias, rows, in_, out_, true,
+                   GemmOutput::Rounded, input);
     return;
   }
   // The forward GEMM reduces over the split input features: partial products, rounded after g.
   float* partial = tp_->exit_forward_target(out, rows, out_, scratch.partial);
   linear_forward(store_->device(), precision_.get(), partial, x, store_->value(weight_), nullptr, rows, in_, out_, true,
-                 GemmOutput::Partial);
+                 GemmOutput::Partial, input);
   tp_->exit_forward(out, partial, bias, rows, out_, precision_.get());
 }
 
 void RowParallelLinear::backward(float* d_x, const float* d_out, const float* x, int64_t rows,
-                                 ParallelScratch& scratch, bool accumulate) const {
+                                 ParallelScratch& scratch, bool accumulate, const Bf16Tensors& bf16) const {
   const float* d_full = tp_->exit_backward(d_out, rows, out_, scratch.gathered);
   linear_backward(store_->device(), precision_.get(), d_x, store_->grad(weight_), nullptr, d_full, x,
-                  store_->value(weight_), rows, in_, out_, GemmOutput::Rounded, accumulate);
+                  store_->value(weight_), rows, in_, out_, GemmOutput::Rounded, accumulate,
+                  Bf16Tensors{.in = bf16.in, .din = bf16.din});
   // The bias was added after g, to this rank's rows: its gradient is over those rows (a partial
   // sum under sequence parallelism, completed by the model's gradient sync).
   if (bias_ >= 0) {

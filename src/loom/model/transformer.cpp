@@ -304,6 +304,10 @@ double Transformer::objective_loss(float* logits, const int32_t* targets, int64_
   return loss_sum;
 }
 
+bool Transformer::bf16_logits() const {
+  return head_precision_ && head_precision_->takes_bf16_tensors() && tp_.single() && objective_ == nullptr;
+}
+
 double Transformer::head_forward(Activations& a, const int32_t* targets, int64_t rows, float grad_scale) {
   return head_loss(a.residual[config_.layers].data(), a.final_norm, a.head_input, a.logits, targets, rows, grad_scale);
 }
@@ -315,6 +319,15 @@ double Transformer::head_loss(const float* hidden, Norm::Saved& norm, Buffer& he
   // The head is column-parallel over the vocabulary; its input (all rows) is kept for backward.
   const float* head_in = norm.out.data();
   if (tp_.sequence_parallel()) head_in = tp_.enter_forward(norm.out.data(), rows, C, head_input);
+  if (bf16_logits()) {
+    void* logits16 = sized(logits_out, (rows * vocab_local_ + 1) / 2, params_.device());  // 2-byte elements
+    head_precision_->forward(nullptr, head_in, params_.value(head_), nullptr, rows, C, vocab_local_, false,
+                             GemmOutput::Rounded, Bf16Tensors{.out = logits16});
+    const Device device = params_.device();
+    return kernels::softmax_cross_entropy_bf16(device, logits16, sized(losses_, rows, device),
+                                               staged_targets_.stage(device, targets, rows), rows, config_.vocab_size,
+                                               grad_scale);
+  }
   float* logits = sized(logits_out, rows * vocab_local_, params_.device());
   if (head_precision_) {
     head_precision_->forward(logits, head_in, params_.value(head_), nullptr, rows, C, vocab_local_);
@@ -337,7 +350,10 @@ void Transformer::head_grad(float* d_hidden, const float* hidden, const Norm::Sa
   float* d_final = sized(d_final_, local * C, params_.device());
   const float* head_in = tp_.sequence_parallel() ? head_input.data() : norm.out.data();
   float* d_head_in = tp_.enter_backward_target(d_final, rows, C, tp_scratch_.d_full, false);
-  if (head_precision_) {
+  if (bf16_logits()) {  // the loss's bf16 gradient, multiplied as it is
+    head_precision_->backward(d_head_in, params_.grad(head_), nullptr, nullptr, head_in, params_.value(head_), rows, C,
+                              vocab_local_, GemmOutput::Rounded, false, Bf16Tensors{.dout = logits.data()});
+  } else if (head_precision_) {
     // Each vocabulary shard's input gradient is a partial sum: rounded once, after the sum over ranks.
     head_precision_->backward(d_head_in, params_.grad(head_), nullptr, logits.data(), head_in, params_.value(head_),
                               rows, C, vocab_local_, tp_.single() ? GemmOutput::Rounded : GemmOutput::Partial, false);

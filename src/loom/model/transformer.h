@@ -57,7 +57,7 @@ struct Activations {
   std::vector<Buffer> residual;     // by global layer: the stream before layer l, and after the last
   std::vector<Block::Saved> saved;  // by global layer (empty with recompute: blocks recompute theirs)
   Norm::Saved final_norm;
-  Buffer logits;      // the head's output; after the loss, grad_scale * d(loss)/d(logits)
+  Buffer logits;      // the head's output; after the loss, grad_scale * d(loss)/d(logits) (bf16_logits: 2-byte elements)
   Buffer head_input;  // the head's input over all rows (sequence parallel)
   Buffer d_x;         // a backward's running gradient of the residual stream
   std::vector<int32_t> position_ids;
@@ -217,6 +217,14 @@ class Transformer {
   void embed(float* out, const int32_t* tokens, int64_t batch, int64_t seq, int64_t position_start,
              const int32_t* positions, std::vector<int32_t>& position_ids);
   void embed_backward(const float* d_x, const int32_t* tokens, int64_t rows, const std::vector<int32_t>& position_ids);
+  // Whether the head keeps its logits in bf16: on a GPU under a bf16 head (the bf16, FP8 and MX
+  // recipes), with the whole vocabulary on this rank and the plain cross-entropy (no token
+  // objective). The head GEMM's bf16 result goes to kernels::softmax_cross_entropy_bf16 as it is,
+  // and its bf16 gradient to the head's two backward GEMMs (LinearPrecision's Bf16Tensors): no
+  // widening pass, no cast of the gradient, half the logits' bytes. The
+  // values are those of the fp32 path (logits already rounded to bf16, the gradient cast to bf16
+  // for its GEMMs), so the results are the same.
+  bool bf16_logits() const;
   // Sum of token losses; logits holds grad_scale * d(loss)/d(logits) after it (when non-zero).
   double cross_entropy(float* logits, const int32_t* targets, int64_t rows, float grad_scale);
   // The same with objective_: log-probabilities, the objective's row gradients, their logits' gradient.

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "loom/model/linear_precision.h"
+
 namespace loom::plan {
 
 namespace {
@@ -23,6 +25,15 @@ int64_t max_over_layers(const std::vector<LayerWidths>& widths, const std::vecto
 
 }  // namespace
 
+bool bf16_logits_on_device(const config::RunConfig& config, int tp) {
+  return config.runtime.device == config::RuntimeDevice::Cuda && tp == 1 &&
+         model::PrecisionPolicy::from_config(config.precision).head_recipe() == model::Recipe::Bf16;
+}
+
+bool bf16_mlp_on_device(const config::RunConfig& config) {
+  return config.runtime.device == config::RuntimeDevice::Cuda && config.precision.recipe == config::PrecisionRecipe::Bf16;
+}
+
 int64_t block_saved_bytes(const config::ModelConfig& model, const LayerWidths& w, const ActivationShape& a) {
   const int64_t rows = a.rows(), e = a.element_bytes;
   int64_t bytes = 0;
@@ -32,7 +43,7 @@ int64_t block_saved_bytes(const config::ModelConfig& model, const LayerWidths& w
     bytes += a.batch * w.heads * a.seq * e;                                // log-sum-exp
     if (a.attention_probs) bytes += a.batch * w.heads * a.seq * a.seq * e;  // probabilities
   }
-  if (w.has_mlp()) bytes += norm_bytes(model, a) + rows * (w.hidden() + w.ffn) * e;
+  if (w.has_mlp()) bytes += norm_bytes(model, a) + rows * (w.hidden() + w.ffn) * a.mlp_bytes;
   return bytes;
 }
 
@@ -48,7 +59,7 @@ int64_t micro_batch_activation_bytes(const config::ModelConfig& model, const std
   }
   if (chunks.front().first == 0) bytes += a.local_rows() * 4;  // position ids (int32)
   if (head_rows > 0) {
-    bytes += norm_bytes(model, a) + a.rows() * head_rows * a.element_bytes;
+    bytes += norm_bytes(model, a) + a.rows() * head_rows * a.logit_bytes;
     if (a.sequence_parallel && a.tp > 1) bytes += a.rows() * model.d_model * a.element_bytes;
   }
   return bytes;

@@ -7,8 +7,8 @@
 //                      tensors: norm outputs and statistics, q/k/v, the tiled attention's
 //                      log-sum-exp per query and head, attention output, the MLP's hidden and
 //                      activation (a kernel that keeps its probabilities adds batch x heads x seq^2)
-//   head (last stage)  final norm, logits (rows x vocabulary shard), its input under sequence
-//                      parallelism
+//   head (last stage)  final norm, logits (rows x vocabulary shard, logit_bytes each), its input
+//                      under sequence parallelism
 //   workspace          what backward reuses across layers (the widest layer's gradients), the
 //                      one recompute buffer set, tensor-parallel gather/partial buffers, the
 //                      precision recipe's quantized operand copies, the loss rows; on a device
@@ -28,9 +28,22 @@ struct ActivationShape {
   bool sequence_parallel = false;
   int64_t element_bytes = 4;
   bool attention_probs = false;  // true: a kernel that keeps them (loom's is tiled: it does not)
+  // The logits' bytes: element_bytes, or 2 where a GPU keeps them bf16 (Transformer::bf16_logits).
+  int64_t logit_bytes = 4;
+  // The MLP's saved hidden and activation: element_bytes, or 2 where a GPU keeps them bf16
+  // (Mlp::bf16_interior: every block under the bf16 recipe).
+  int64_t mlp_bytes = 4;
   int64_t rows() const { return batch * seq; }
   int64_t local_rows() const { return sequence_parallel && tp > 1 ? rows() / tp : rows(); }
 };
+
+// Whether the model keeps the head's logits in bf16 (Transformer::bf16_logits): on a GPU
+// (runtime.device: cuda) under a bf16 head (the bf16, FP8 and MX recipes) with the whole
+// vocabulary on the rank (tp 1). A GRPO learner's token objective keeps them fp32.
+bool bf16_logits_on_device(const config::RunConfig& config, int tp);
+// Whether every block's MLP keeps its interior bf16 (Mlp::bf16_interior): on a GPU under the bf16
+// recipe (an FP8 recipe's bf16 edge blocks do too; not counted).
+bool bf16_mlp_on_device(const config::RunConfig& config);
 
 // Bytes one block keeps from its forward for its backward.
 int64_t block_saved_bytes(const config::ModelConfig& model, const LayerWidths& w, const ActivationShape& a);

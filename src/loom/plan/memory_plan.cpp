@@ -103,8 +103,10 @@ StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& lay
   const std::vector<LayerWidths> widths =
       layer_widths(params, config.model.layers, model::head_dim(config.model));
   const int64_t head = head_rows(params, config.model.tied_embeddings, last);
-  const ActivationShape a{config.train.micro_batch, config.data.seq_len, shape.tp, config.parallel.sequence_parallel,
-                          options.activation_bytes, options.attention_probs};
+  ActivationShape a{config.train.micro_batch, config.data.seq_len, shape.tp, config.parallel.sequence_parallel,
+                    options.activation_bytes, options.attention_probs};
+  a.logit_bytes = bf16_logits_on_device(config, shape.tp) ? 2 : a.element_bytes;
+  a.mlp_bytes = bf16_mlp_on_device(config) ? 2 : a.element_bytes;
   // Without a pipeline the model keeps one set; a pipeline rank one per (micro-batch, chunk) in
   // flight, pooled (activation_pool.h).
   std::vector<int64_t> chunk_bytes;

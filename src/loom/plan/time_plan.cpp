@@ -5,6 +5,7 @@
 #include "loom/model/flops.h"
 #include "loom/model/layer_spec.h"
 #include "loom/model/linear_precision.h"
+#include "loom/plan/activation_memory.h"
 
 namespace loom::plan {
 
@@ -26,6 +27,7 @@ constexpr double kOptimizerBytesPerParameter = 32.0;
 struct CastPath {
   bool device = false;
   double micro_batches = 1.0;
+  bool bf16_logits = false;  // the head's logits kept bf16 (activation_memory.h: bf16_logits_on_device)
 };
 
 // What a precision recipe adds to one linear's three GEMMs over `n` rows, for one rank alone (linear_precision.h):
@@ -34,9 +36,17 @@ struct CastPath {
 // and the output gradient once (once per GEMM for block-scaled recipes); a GPU casts the input
 // twice, the output gradient once under bf16 / fp16 and once per GEMM otherwise (FP8's wgrad
 // wants it transposed), and the weight once per step and form (one 16-bit copy; two FP8 or MX
-// forms). Recompute casts the forward's input again (and on the CPU its weight).
+// forms). Recompute casts the forward's input again (and on the CPU its weight). `bf16`: the
+// tensors a GPU hands over in bf16 (LinearPrecision's Bf16Tensors), whose casts and widenings are
+// not made.
+struct Bf16Ends {
+  bool output = false;       // the forward's output left bf16: no widening
+  bool output_grad = false;  // the output gradient given bf16: no cast
+  bool input = false;        // the input given bf16: no cast for the forward, wgrad or a recompute
+  bool input_grad = false;   // the input gradient left bf16: no widening
+};
 double linear_cast_seconds(double n, double out, double in, model::Recipe recipe, bool recompute, const Hardware& hw,
-                           const CastPath& path) {
+                           const CastPath& path, const Bf16Ends& bf16 = {}) {
   if (recipe == model::Recipe::Fp32) return 0.0;
   const bool oriented = recipe == model::Recipe::Fp8Blockwise || recipe == model::Recipe::Mxfp8;
   const bool sixteen = recipe == model::Recipe::Bf16 || recipe == model::Recipe::Fp16;
@@ -52,6 +62,10 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
     cast += n * in + (path.device ? 0.0 : weight);
     rounded += n * out;
   }
+  if (bf16.output) rounded -= (recompute ? 2.0 : 1.0) * n * out;
+  if (bf16.output_grad) cast -= n * out;
+  if (bf16.input) cast -= (recompute ? 3.0 : 2.0) * n * in;
+  if (bf16.input_grad) rounded -= n * in;
   // The weight gradient added into its fp32 main gradient (read two, write one: 12 bytes); the data
   // gradient is written whole, each of these linears being its only producer.
   const double added = weight;
@@ -59,7 +73,11 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
          12.0 * added / hw.bandwidth_per_rank(1);
 }
 
-// Calls visit(out_features, in_features, recipe) for every linear of this rank's layers that
+// Which linear of a block a visit is: the MLP's two keep their interior bf16 on a GPU under the
+// bf16 recipe (Mlp::bf16_interior).
+enum class LinearRole : uint8_t { Attention, MlpUp, MlpDown };
+
+// Calls visit(out_features, in_features, recipe, role) for every linear of this rank's layers that
 // the costs below count: attention's q/k/v and output projections and dense MLPs' two (the
 // linears of experts and Mamba mixers are not counted yet), each with its block's recipe.
 template <typename Visit>
@@ -71,12 +89,12 @@ void for_each_block_linear(const config::RunConfig& config, const StageMemory& s
       const LayerWidths& w = stage.widths[static_cast<size_t>(l)];
       const model::Recipe r = policy.block_recipe(l, config.model.layers);
       if (w.has_attention()) {
-        visit(static_cast<double>(w.qkv()), d, r);
-        visit(d, static_cast<double>(w.q), r);
+        visit(static_cast<double>(w.qkv()), d, r, LinearRole::Attention);
+        visit(d, static_cast<double>(w.q), r, LinearRole::Attention);
       }
       if (w.has_mlp()) {
-        visit(static_cast<double>(w.hidden()), d, r);
-        visit(d, static_cast<double>(w.ffn), r);
+        visit(static_cast<double>(w.hidden()), d, r, LinearRole::MlpUp);
+        visit(d, static_cast<double>(w.ffn), r, LinearRole::MlpDown);
       }
     }
   }
@@ -84,18 +102,26 @@ void for_each_block_linear(const config::RunConfig& config, const StageMemory& s
 
 // Casts of every linear of this rank's layers and head, per micro-batch.
 double cast_seconds(const config::RunConfig& config, const StageMemory& stage, double tokens, double micro_batches,
-                    const Hardware& hw) {
+                    int tp, const Hardware& hw) {
   const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
   if (policy.recipe == model::Recipe::Fp32 || !hw.costs_casts()) return 0.0;
   const bool recompute = config.model.recompute;
-  const CastPath path{config.runtime.device == config::RuntimeDevice::Cuda, micro_batches};
+  const CastPath path{config.runtime.device == config::RuntimeDevice::Cuda, micro_batches,
+                      bf16_logits_on_device(config, tp)};
   double s = 0.0;
-  for_each_block_linear(config, stage, [&](double out, double in, model::Recipe r) {
-    s += linear_cast_seconds(tokens, out, in, r, recompute, hw, path);
+  for_each_block_linear(config, stage, [&](double out, double in, model::Recipe r, LinearRole role) {
+    Bf16Ends ends;
+    if (path.device && r == model::Recipe::Bf16 && role == LinearRole::MlpUp) {
+      ends.output = true;
+      ends.output_grad = !config.model.bias;  // a bias gradient sums the fp32 hidden gradient
+    }
+    if (path.device && r == model::Recipe::Bf16 && role == LinearRole::MlpDown) ends.input = ends.input_grad = true;
+    s += linear_cast_seconds(tokens, out, in, r, recompute, hw, path, ends);
   });
   if (stage.head_rows > 0) {
     s += linear_cast_seconds(tokens, static_cast<double>(stage.head_rows), static_cast<double>(config.model.d_model),
-                             policy.head_recipe(), false, hw, path);
+                             policy.head_recipe(), false, hw, path,
+                             Bf16Ends{.output = path.bf16_logits, .output_grad = path.bf16_logits});
   }
   return s;
 }
@@ -105,7 +131,7 @@ double cast_seconds(const config::RunConfig& config, const StageMemory& stage, d
 // in bf16, nor the layers the recipe keeps in bf16, nor the head): 6 x their weights.
 double fp8_linear_flops_per_token(const config::RunConfig& config, const StageMemory& stage) {
   double weights = 0.0;
-  for_each_block_linear(config, stage, [&](double out, double in, model::Recipe r) {
+  for_each_block_linear(config, stage, [&](double out, double in, model::Recipe r, LinearRole) {
     if (model::is_fp8(r) && r != model::Recipe::Mxfp8) weights += out * in;
   });
   return 6.0 * weights;
@@ -158,7 +184,7 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
   const double recompute = config.model.recompute ? block_seconds / 3.0 : 0.0;
   const double elementwise = static_cast<double>(stage.activations_per_micro_batch) / hw.activation_rate_per_rank(1);
   StageCost cost;
-  cost.casts = cast_seconds(config, stage, tokens, static_cast<double>(memory.layout.micro_batches), hw);
+  cost.casts = cast_seconds(config, stage, tokens, static_cast<double>(memory.layout.micro_batches), shape.tp, hw);
   cost.fresh = fresh_memory_seconds(config, stage, shape.dp, hw);
   cost.forward = gemm / 3.0 + elementwise / 3.0 + (cost.casts + cost.fresh) / 3.0;
   cost.backward = 2.0 * gemm / 3.0 + recompute + 2.0 * elementwise / 3.0 + 2.0 * (cost.casts + cost.fresh) / 3.0;

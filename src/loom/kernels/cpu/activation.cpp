@@ -1,8 +1,10 @@
 #include "loom/kernels/cpu/activation.h"
 #include "loom/kernels/cpu/fast_math.h"
+#include "loom/kernels/cpu/half_copies.h"
 #include "loom/kernels/cpu/parallel.h"
 
 #include <cmath>
+#include <vector>
 
 namespace loom::kernels::cpu {
 
@@ -73,4 +75,47 @@ void relu2_backward(float* din, const float* dout, const float* in, int64_t n) {
   for (int64_t i = 0; i < n; ++i) din[i] = in[i] > 0.0f ? 2.0f * in[i] * dout[i] : 0.0f;
 }
 
+namespace {
+std::vector<float> widened(const void* x16, int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  widen_floats(v.data(), x16, n, DType::BF16, false);
+  return v;
+}
+int64_t input_width(MlpActivation activation, int64_t width) {
+  return activation == MlpActivation::Swiglu ? 2 * width : width;
+}
+}  // namespace
+
+void activation_forward_bf16(MlpActivation activation, void* out16, const void* in16, int64_t rows, int64_t width) {
+  const std::vector<float> in = widened(in16, rows * input_width(activation, width));
+  std::vector<float> out(static_cast<size_t>(rows * width));
+  if (activation == MlpActivation::Swiglu) {
+    swiglu_forward(out.data(), in.data(), rows, width);
+  } else if (activation == MlpActivation::Relu2) {
+    relu2_forward(out.data(), in.data(), rows * width);
+  } else {
+    gelu_forward(out.data(), in.data(), rows * width);
+  }
+  narrow_floats(out16, out.data(), rows * width, DType::BF16);
+}
+
+void activation_backward_bf16(MlpActivation activation, float* din, void* din16, const void* dout16,
+                              const void* in16, int64_t rows, int64_t width) {
+  const int64_t in_count = rows * input_width(activation, width);
+  const std::vector<float> in = widened(in16, in_count), dout = widened(dout16, rows * width);
+  std::vector<float> local;
+  float* d = din;
+  if (d == nullptr) {
+    local.resize(static_cast<size_t>(in_count));
+    d = local.data();
+  }
+  if (activation == MlpActivation::Swiglu) {
+    swiglu_backward(d, dout.data(), in.data(), rows, width);
+  } else if (activation == MlpActivation::Relu2) {
+    relu2_backward(d, dout.data(), in.data(), rows * width);
+  } else {
+    gelu_backward(d, dout.data(), in.data(), rows * width);
+  }
+  if (din == nullptr) narrow_floats(din16, d, in_count, DType::BF16);
+}
 }  // namespace loom::kernels::cpu

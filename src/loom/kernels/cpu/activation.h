@@ -2,6 +2,8 @@
 // MLP activations. SwiGLU reads a fused [gate | up] row (2*width) so both projections are one GEMM.
 #include <cstdint>
 
+#include "loom/kernels/types.h"
+
 namespace loom::kernels::cpu {
 
 // out[r, i] = silu(gate_up[r, i]) * gate_up[r, width + i]
@@ -16,5 +18,11 @@ void gelu_backward(float* din, const float* dout, const float* in, int64_t n);
 // Squared ReLU: max(x, 0)^2 (Nemotron-H).
 void relu2_forward(float* out, const float* in, int64_t n);
 void relu2_backward(float* din, const float* dout, const float* in, int64_t n);
+
+// kernels::activation_forward_bf16 / activation_backward_bf16 (ops.h): the kernels above on the
+// widened bf16 values, outputs rounded to bf16 (nearest even).
+void activation_forward_bf16(MlpActivation activation, void* out16, const void* in16, int64_t rows, int64_t width);
+void activation_backward_bf16(MlpActivation activation, float* din, void* din16, const void* dout16,
+                              const void* in16, int64_t rows, int64_t width);
 
 }  // namespace loom::kernels::cpu

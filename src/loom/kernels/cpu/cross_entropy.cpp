@@ -1,9 +1,11 @@
 #include "loom/kernels/cpu/cross_entropy.h"
 #include "loom/kernels/cpu/fast_math.h"
+#include "loom/kernels/cpu/half_copies.h"
 #include "loom/kernels/cpu/parallel.h"
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "loom/core/error.h"
 
@@ -42,6 +44,15 @@ double softmax_cross_entropy(float* logits, float* losses, const int32_t* target
   }
   double total = 0.0;
   for (int64_t r = 0; r < rows; ++r) total += losses[r];
+  return total;
+}
+
+double softmax_cross_entropy_bf16(void* logits, float* losses, const int32_t* targets, int64_t rows, int64_t vocab,
+                                  float grad_scale) {
+  std::vector<float> wide(static_cast<size_t>(rows * vocab));
+  widen_floats(wide.data(), logits, rows * vocab, DType::BF16, false);
+  const double total = softmax_cross_entropy(wide.data(), losses, targets, rows, vocab, grad_scale);
+  if (grad_scale != 0.0f) narrow_floats(logits, wide.data(), rows * vocab, DType::BF16);
   return total;
 }
 

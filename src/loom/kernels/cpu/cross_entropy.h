@@ -14,5 +14,9 @@ using kernels::kIgnoreIndex;  // targets equal to this are masked out (no loss, 
 // ignored rows get zero gradient. Returns the sum of losses over non-ignored rows (in double).
 double softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t rows,
                              int64_t vocab, float grad_scale);
+// The same over bf16 logits (2-byte elements), replaced by the gradient rounded to bf16 (nearest
+// even): computed in fp32 as above, so the gradient is round() of that one's.
+double softmax_cross_entropy_bf16(void* logits, float* losses, const int32_t* targets, int64_t rows, int64_t vocab,
+                                  float grad_scale);
 
 }  // namespace loom::kernels::cpu

@@ -1,5 +1,6 @@
 #include "loom/kernels/cuda/activation.h"
 
+#include "loom/kernels/cuda/bf16_io.cuh"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/launch.cuh"
 
@@ -12,74 +13,86 @@ constexpr float kCubic = 0.044715f;
 
 __device__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// Rows of [gate | up] (2 width) into rows of width (launch_over_rows: no division per element).
-__global__ void swiglu_forward_kernel(float* __restrict__ out, const float* __restrict__ gate_up, int64_t rows,
+// Each kernel over fp32 or bf16 tensors (bf16_io.cuh): the same fp32 arithmetic, a bf16 output
+// rounded as it is stored. Rows of [gate | up] (2 width) into rows of width (launch_over_rows: no
+// division per element).
+template <typename In, typename Out>
+__global__ void swiglu_forward_kernel(Out* __restrict__ out, const In* __restrict__ gate_up, int64_t rows,
                                       int64_t width) {
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     for (int64_t i = column_start(); i < width; i += column_stride()) {
-      const float g = gate_up[r * 2 * width + i], u = gate_up[r * 2 * width + width + i];
-      out[r * width + i] = g * sigmoid(g) * u;
+      const float g = load(gate_up, r * 2 * width + i), u = load(gate_up, r * 2 * width + width + i);
+      store(out, r * width + i, g * sigmoid(g) * u);
     }
   }
 }
 
-__global__ void swiglu_backward_kernel(float* __restrict__ dgate_up, const float* __restrict__ dout,
-                                       const float* __restrict__ gate_up, int64_t rows, int64_t width) {
+template <typename In, typename DOut, typename DIn>
+__global__ void swiglu_backward_kernel(DIn* __restrict__ dgate_up, const DOut* __restrict__ dout,
+                                       const In* __restrict__ gate_up, int64_t rows, int64_t width) {
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     for (int64_t i = column_start(); i < width; i += column_stride()) {
       const int64_t gi = r * 2 * width + i, ui = gi + width;
-      const float g = gate_up[gi], u = gate_up[ui], dy = dout[r * width + i];
+      const float g = load(gate_up, gi), u = load(gate_up, ui), dy = load(dout, r * width + i);
       const float sig = sigmoid(g);
-      dgate_up[ui] = dy * g * sig;
-      dgate_up[gi] = dy * u * sig * (1.0f + g * (1.0f - sig));
+      store(dgate_up, ui, dy * g * sig);
+      store(dgate_up, gi, dy * u * sig * (1.0f + g * (1.0f - sig)));
     }
   }
 }
 
-__global__ void gelu_forward_kernel(float* __restrict__ out, const float* __restrict__ in, int64_t n) {
+template <typename In, typename Out>
+__global__ void gelu_forward_kernel(Out* __restrict__ out, const In* __restrict__ in, int64_t n) {
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float x = in[k];
-    out[k] = x * sigmoid(2.0f * kSqrt2OverPi * (x + kCubic * x * x * x));
+    const float x = load(in, k);
+    store(out, k, x * sigmoid(2.0f * kSqrt2OverPi * (x + kCubic * x * x * x)));
   }
 }
 
-__global__ void gelu_backward_kernel(float* __restrict__ din, const float* __restrict__ dout,
-                                     const float* __restrict__ in, int64_t n) {
+template <typename In, typename DOut, typename DIn>
+__global__ void gelu_backward_kernel(DIn* __restrict__ din, const DOut* __restrict__ dout, const In* __restrict__ in,
+                                     int64_t n) {
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float x = in[k];
+    const float x = load(in, k);
     const float s = sigmoid(2.0f * kSqrt2OverPi * (x + kCubic * x * x * x));
     const float du_dx = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
-    din[k] = (s + x * s * (1.0f - s) * 2.0f * du_dx) * dout[k];
+    store(din, k, (s + x * s * (1.0f - s) * 2.0f * du_dx) * load(dout, k));
   }
 }
 
 // Squared ReLU (Nemotron's MLP): out = max(x, 0)^2, backward 2 max(x, 0) dout, each product rounded
 // as the CPU's (one rounding per operation: no contraction into an FMA).
-__global__ void relu2_forward_kernel(float* __restrict__ out, const float* __restrict__ in, int64_t n) {
+template <typename In, typename Out>
+__global__ void relu2_forward_kernel(Out* __restrict__ out, const In* __restrict__ in, int64_t n) {
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float r = in[k] > 0.0f ? in[k] : 0.0f;
-    out[k] = __fmul_rn(r, r);
+    const float x = load(in, k), r = x > 0.0f ? x : 0.0f;
+    store(out, k, __fmul_rn(r, r));
   }
 }
 
-__global__ void relu2_backward_kernel(float* __restrict__ din, const float* __restrict__ dout,
-                                      const float* __restrict__ in, int64_t n) {
+template <typename In, typename DOut, typename DIn>
+__global__ void relu2_backward_kernel(DIn* __restrict__ din, const DOut* __restrict__ dout, const In* __restrict__ in,
+                                      int64_t n) {
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float x = in[k];
-    din[k] = x > 0.0f ? __fmul_rn(__fmul_rn(2.0f, x), dout[k]) : 0.0f;
+    const float x = load(in, k);
+    store(din, k, x > 0.0f ? __fmul_rn(__fmul_rn(2.0f, x), load(dout, k)) : 0.0f);
   }
 }
+
+using bf16 = __nv_bfloat16;
+const bf16* as_bf16(const void* p) { return static_cast<const bf16*>(p); }
+bf16* as_bf16(void* p) { return static_cast<bf16*>(p); }
 
 }  // namespace
 
 void swiglu_forward(float* out, const float* gate_up, int64_t rows, int64_t width, cudaStream_t stream) {
   if (rows * width == 0) return;
   const RowsLaunch l = launch_over_rows(rows, width);
-  swiglu_forward_kernel<<<l.grid, l.block, 0, stream>>>(out, gate_up, rows, width);
+  swiglu_forward_kernel<float, float><<<l.grid, l.block, 0, stream>>>(out, gate_up, rows, width);
   check_launch("swiglu_forward_kernel");
 }
 
@@ -87,32 +100,87 @@ void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, i
                      cudaStream_t stream) {
   if (rows * width == 0) return;
   const RowsLaunch l = launch_over_rows(rows, width);
-  swiglu_backward_kernel<<<l.grid, l.block, 0, stream>>>(dgate_up, dout, gate_up, rows, width);
+  swiglu_backward_kernel<float, float, float><<<l.grid, l.block, 0, stream>>>(dgate_up, dout, gate_up, rows, width);
   check_launch("swiglu_backward_kernel");
 }
 
 void gelu_forward(float* out, const float* in, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  gelu_forward_kernel<<<grid_for(n), kThreads, 0, stream>>>(out, in, n);
+  gelu_forward_kernel<float, float><<<grid_for(n), kThreads, 0, stream>>>(out, in, n);
   check_launch("gelu_forward_kernel");
 }
 
 void gelu_backward(float* din, const float* dout, const float* in, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  gelu_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(din, dout, in, n);
+  gelu_backward_kernel<float, float, float><<<grid_for(n), kThreads, 0, stream>>>(din, dout, in, n);
   check_launch("gelu_backward_kernel");
 }
 
 void relu2_forward(float* out, const float* in, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  relu2_forward_kernel<<<grid_for(n), kThreads, 0, stream>>>(out, in, n);
+  relu2_forward_kernel<float, float><<<grid_for(n), kThreads, 0, stream>>>(out, in, n);
   check_launch("relu2_forward_kernel");
 }
 
 void relu2_backward(float* din, const float* dout, const float* in, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  relu2_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(din, dout, in, n);
+  relu2_backward_kernel<float, float, float><<<grid_for(n), kThreads, 0, stream>>>(din, dout, in, n);
   check_launch("relu2_backward_kernel");
+}
+
+void swiglu_forward_bf16(void* out, const void* gate_up, int64_t rows, int64_t width, cudaStream_t stream) {
+  if (rows * width == 0) return;
+  const RowsLaunch l = launch_over_rows(rows, width);
+  swiglu_forward_kernel<bf16, bf16><<<l.grid, l.block, 0, stream>>>(as_bf16(out), as_bf16(gate_up), rows, width);
+  check_launch("swiglu_forward_kernel (bf16)");
+}
+
+void swiglu_backward_bf16(float* dgate_up, void* dgate_up16, const void* dout, const void* gate_up, int64_t rows,
+                          int64_t width, cudaStream_t stream) {
+  if (rows * width == 0) return;
+  const RowsLaunch l = launch_over_rows(rows, width);
+  if (dgate_up16 != nullptr) {
+    swiglu_backward_kernel<bf16, bf16, bf16>
+        <<<l.grid, l.block, 0, stream>>>(as_bf16(dgate_up16), as_bf16(dout), as_bf16(gate_up), rows, width);
+  } else {
+    swiglu_backward_kernel<bf16, bf16, float>
+        <<<l.grid, l.block, 0, stream>>>(dgate_up, as_bf16(dout), as_bf16(gate_up), rows, width);
+  }
+  check_launch("swiglu_backward_kernel (bf16)");
+}
+
+void gelu_forward_bf16(void* out, const void* in, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  gelu_forward_kernel<bf16, bf16><<<grid_for(n), kThreads, 0, stream>>>(as_bf16(out), as_bf16(in), n);
+  check_launch("gelu_forward_kernel (bf16)");
+}
+
+void gelu_backward_bf16(float* din, void* din16, const void* dout, const void* in, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  if (din16 != nullptr) {
+    gelu_backward_kernel<bf16, bf16, bf16>
+        <<<grid_for(n), kThreads, 0, stream>>>(as_bf16(din16), as_bf16(dout), as_bf16(in), n);
+  } else {
+    gelu_backward_kernel<bf16, bf16, float><<<grid_for(n), kThreads, 0, stream>>>(din, as_bf16(dout), as_bf16(in), n);
+  }
+  check_launch("gelu_backward_kernel (bf16)");
+}
+
+void relu2_forward_bf16(void* out, const void* in, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  relu2_forward_kernel<bf16, bf16><<<grid_for(n), kThreads, 0, stream>>>(as_bf16(out), as_bf16(in), n);
+  check_launch("relu2_forward_kernel (bf16)");
+}
+
+void relu2_backward_bf16(float* din, void* din16, const void* dout, const void* in, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  if (din16 != nullptr) {
+    relu2_backward_kernel<bf16, bf16, bf16>
+        <<<grid_for(n), kThreads, 0, stream>>>(as_bf16(din16), as_bf16(dout), as_bf16(in), n);
+  } else {
+    relu2_backward_kernel<bf16, bf16, float><<<grid_for(n), kThreads, 0, stream>>>(din, as_bf16(dout), as_bf16(in), n);
+  }
+  check_launch("relu2_backward_kernel (bf16)");
 }
 
 }  // namespace loom::kernels::cuda

@@ -70,7 +70,7 @@ void flash_attention_forward_bf16(float* out, float* lse, const float* q, const 
   const OperandView o = attention_output_view(s, out);
   const OperandRegion region{out, o.rows, o.width, o.stride};
   __nv_bfloat16* out16 = scratch.of<__nv_bfloat16>(region.elements());
-  if (attention_fallback_reason(s, vis, false, {in.pointer(0), in.pointer(1), in.pointer(2), out16}).empty()) {
+  if (attention_fallback_reason(s, vis, false, {in.pointer(0), in.pointer(1), in.pointer(2), out16, lse}).empty()) {
     cudnn_attention_forward(out16, lse, in.pointer(0), in.pointer(1), in.pointer(2), s, scratch, stream);
   } else {
     flash_attention_forward(out16, lse, in.pointer(0), in.pointer(1), in.pointer(2), s, vis, stream);
@@ -92,7 +92,7 @@ void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float*
   const Bf16Views in(views, scratch, stream);
   const bool on_cudnn =
       attention_fallback_reason(s, vis, true, {in.pointer(0), in.pointer(1), in.pointer(2), in.pointer(3),
-                                               in.pointer(4)})
+                                               in.pointer(4), lse})
           .empty();
   if (on_cudnn) {
     cudnn_attention_backward(dq, dk, dv, in.pointer(4), in.pointer(3), lse, in.pointer(0), in.pointer(1),

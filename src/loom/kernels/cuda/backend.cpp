@@ -66,6 +66,8 @@ class DeviceAllocator final : public Allocator {
     if (ptr == nullptr) return;
     std::lock_guard<std::mutex> lock(mutex_);
     size_t decommitted = 0;
+    // Unmapping waits for this device's compute stream: it must be the current device's.
+    if (releasable_) check_cuda(cudaSetDevice(index_), "cudaSetDevice(" + std::to_string(index_) + ")");
     if (releasable_ && releasable_->free(ptr, compute_stream(index_), decommitted)) {
       count_free(bytes - decommitted);
       return;

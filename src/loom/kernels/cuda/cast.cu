@@ -99,6 +99,16 @@ __global__ void finish_kernel(float* dst, const In* src, const float* __restrict
   }
 }
 
+__global__ void finish_bf16_kernel(__nv_bfloat16* dst, const float* src, const float* __restrict__ bias, int64_t rows,
+                                   int64_t cols) {
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    for (int64_t c = column_start(); c < cols; c += column_stride()) {
+      const int64_t i = r * cols + c;
+      dst[i] = __float2bfloat16_rn(bias ? __fadd_rn(src[i], bias[c]) : src[i]);
+    }
+  }
+}
+
 }  // namespace
 
 void cast_operand(const float* in, void* out, int64_t rows, int64_t cols, bool transpose, CastTo to,
@@ -128,6 +138,14 @@ void finish_output(float* dst, const void* src, bool src_bf16, const float* bias
                                                   accumulate);
   }
   check_launch("finish_kernel");
+}
+
+void finish_output_bf16(void* dst16, const float* src, const float* bias, int64_t rows, int64_t cols,
+                        cudaStream_t stream) {
+  if (rows * cols == 0) return;
+  const RowsLaunch l = launch_over_rows(rows, cols);
+  finish_bf16_kernel<<<l.grid, l.block, 0, stream>>>(static_cast<__nv_bfloat16*>(dst16), src, bias, rows, cols);
+  check_launch("finish_bf16_kernel");
 }
 
 }  // namespace loom::kernels::cuda

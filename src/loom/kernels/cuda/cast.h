@@ -26,5 +26,8 @@ void cast_operand(const float* in, void* out, int64_t rows, int64_t cols, bool t
 // rounded bf16; bias may be null. src may equal dst.
 void finish_output(float* dst, const void* src, bool src_bf16, const float* bias, int64_t rows, int64_t cols,
                    OutputRounding rounding, bool accumulate, cudaStream_t stream = nullptr);
+// dst16[r, c] = bf16(src[r, c] + bias[c]) (2-byte elements; one rounding, as finish_output's bf16).
+void finish_output_bf16(void* dst16, const float* src, const float* bias, int64_t rows, int64_t cols,
+                        cudaStream_t stream = nullptr);
 
 }  // namespace loom::kernels::cuda

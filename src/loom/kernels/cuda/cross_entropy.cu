@@ -1,6 +1,7 @@
 #include <string>
 
 #include "loom/core/error.h"
+#include "loom/kernels/cuda/bf16_io.cuh"
 #include "loom/kernels/cuda/cross_entropy.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/launch.cuh"
@@ -29,37 +30,43 @@ __global__ void check_targets_kernel(const int32_t* targets, int64_t rows, int64
   }
 }
 
+// Logits and their gradients as fp32, or as bf16 (the head's bf16 output, its gradient rounded to
+// nearest even as it is stored): the arithmetic is fp32 either way (bf16_io.cuh).
+
 // The gradient row: factor * exp(z - m), minus grad_scale at the target (when local to this row).
-__device__ void write_gradient(float* z, int64_t vocab, float m, float sum, int64_t local, float grad_scale) {
+template <typename T>
+__device__ void write_gradient(T* z, int64_t vocab, float m, float sum, int64_t local, float grad_scale) {
   const float factor = grad_scale / sum;
   for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-    float g = factor * expf(z[i] - m);
+    float g = factor * expf(load(z, i) - m);
     if (i == local) g -= grad_scale;
-    z[i] = g;
+    store(z, i, g);
   }
 }
 
 // An ignored target's row (this block's): loss 0 and, when a gradient is asked, a zero gradient.
-__device__ void ignore_row(float* z, float* losses, int64_t vocab, float grad_scale) {
+template <typename T>
+__device__ void ignore_row(T* z, float* losses, int64_t vocab, float grad_scale) {
   if (threadIdx.x == 0) losses[blockIdx.x] = 0.0f;
   if (grad_scale != 0.0f)
-    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) z[i] = 0.0f;
+    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) store(z, i, 0.0f);
 }
 
-__global__ void cross_entropy_kernel(float* logits, float* losses, const int32_t* targets, int64_t vocab,
+template <typename T>
+__global__ void cross_entropy_kernel(T* logits, float* losses, const int32_t* targets, int64_t vocab,
                                      float grad_scale, const LossResult* result) {
   __shared__ float shared[kThreads / 32];
   if (result->bad != kNoBadTarget) return;  // a bad target: nothing is touched
-  float* z = logits + blockIdx.x * vocab;
+  T* z = logits + blockIdx.x * vocab;
   const int32_t target = targets[blockIdx.x];
   if (target == kIgnore) return ignore_row(z, losses, vocab, grad_scale);
   float m = -INFINITY;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) m = fmaxf(m, z[i]);
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) m = fmaxf(m, load(z, i));
   m = block_max(m, shared);
   float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) sum += expf(z[i] - m);
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) sum += expf(load(z, i) - m);
   sum = block_sum(sum, shared);
-  const float target_logit = z[target];
+  const float target_logit = load(z, target);
   __syncthreads();  // every thread has read z[target] before any overwrites it
   if (threadIdx.x == 0) losses[blockIdx.x] = static_cast<float>(log(static_cast<double>(sum)) + m - target_logit);
   if (grad_scale != 0.0f) write_gradient(z, vocab, m, sum, target, grad_scale);
@@ -149,14 +156,17 @@ class ResultSlot {
 
 }  // namespace
 
-double softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t rows, int64_t vocab,
-                             float grad_scale, cudaStream_t stream) {
+namespace {
+
+template <typename T>
+double cross_entropy_rows(T* logits, float* losses, const int32_t* targets, int64_t rows, int64_t vocab,
+                          float grad_scale, cudaStream_t stream) {
   if (rows == 0) return 0.0;
   ResultSlot slot(stream);
   check_targets_kernel<<<grid_for(rows), kThreads, 0, stream>>>(targets, rows, vocab, slot.device());
   check_launch("check_targets_kernel");
-  cross_entropy_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, losses, targets, vocab,
-                                                                             grad_scale, slot.device());
+  cross_entropy_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, losses, targets, vocab,
+                                                                                grad_scale, slot.device());
   check_launch("cross_entropy_kernel");
   sum_losses_kernel<<<1, kThreads, 0, stream>>>(losses, rows, slot.device());
   check_launch("sum_losses_kernel");
@@ -165,6 +175,18 @@ double softmax_cross_entropy(float* logits, float* losses, const int32_t* target
              "cross-entropy: target id " + std::to_string(static_cast<int32_t>(result.bad & 0xffffffffu)) + " (row " +
                  std::to_string(result.bad >> 32) + ") is outside the vocabulary [0, " + std::to_string(vocab) + ")");
   return result.total;
+}
+
+}  // namespace
+
+double softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t rows, int64_t vocab,
+                             float grad_scale, cudaStream_t stream) {
+  return cross_entropy_rows(logits, losses, targets, rows, vocab, grad_scale, stream);
+}
+
+double softmax_cross_entropy_bf16(void* logits, float* losses, const int32_t* targets, int64_t rows, int64_t vocab,
+                                  float grad_scale, cudaStream_t stream) {
+  return cross_entropy_rows(static_cast<__nv_bfloat16*>(logits), losses, targets, rows, vocab, grad_scale, stream);
 }
 
 void vocab_shard_row_max(const float* logits, int64_t rows, int64_t vocab_shard, float* row_max, cudaStream_t stream) {

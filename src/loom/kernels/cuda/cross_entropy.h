@@ -16,6 +16,10 @@ namespace loom::kernels::cuda {
 
 double softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t rows, int64_t vocab,
                              float grad_scale, cudaStream_t stream = nullptr);
+// The same over bf16 logits (the head's bf16 output), replaced by the gradient rounded to bf16
+// (nearest even): the fp32 arithmetic of softmax_cross_entropy, so round() of its gradient.
+double softmax_cross_entropy_bf16(void* logits, float* losses, const int32_t* targets, int64_t rows, int64_t vocab,
+                                  float grad_scale, cudaStream_t stream = nullptr);
 void vocab_shard_row_max(const float* logits, int64_t rows, int64_t vocab_shard, float* row_max,
                          cudaStream_t stream = nullptr);
 void vocab_shard_exp_sums(const float* logits, const float* row_max, const int32_t* targets, int64_t rows,

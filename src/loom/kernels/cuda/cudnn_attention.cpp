@@ -46,6 +46,18 @@ std::string cudnn_attention_refusal(const FlashAttentionShape& s, const Attentio
   return {};
 }
 
+std::string cudnn_backward_refusal(const FlashAttentionShape& s) {
+  const long version = cudnn_status().version;
+  if (!cudnn_status().available) return {};
+  if (s.q_len == 1 && s.k_len == 1) return "one query and one key (cuDNN's SDPA backward does not serve them)";
+  if (version == 91000 || version == 91001)
+    return "cuDNN " + std::to_string(version) + "'s SDPA backward (known bugs in 9.10.0 and 9.10.1)";
+  if (version <= 91500 && s.k_len % 128 != 0)
+    return "k_len " + std::to_string(s.k_len) + " not a multiple of 128 on cuDNN " + std::to_string(version) +
+           " (its SDPA backward needs a padding mask there up to 9.15.0)";
+  return {};
+}
+
 #ifndef LOOM_HAVE_CUDNN_HEADERS
 
 std::string cudnn_attention_prepare(const FlashAttentionShape&, bool) { return cudnn_status().reason; }
@@ -267,6 +279,10 @@ void* bind(const T* p) {
 
 std::string cudnn_attention_prepare(const FlashAttentionShape& s, bool backward) {
   if (!cudnn_status().available) return "cuDNN unavailable: " + cudnn_status().reason;
+  if (backward) {
+    std::string why = cudnn_backward_refusal(s);
+    if (!why.empty()) return why;
+  }
   return plan_for(s, backward).failure;
 }
 

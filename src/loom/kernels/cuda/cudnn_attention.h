@@ -29,6 +29,12 @@ namespace loom::kernels::cuda {
 std::string cudnn_attention_refusal(const FlashAttentionShape& s, const AttentionVisibility& vis,
                                     std::initializer_list<const void*> tensors = {});
 
+// Why cuDNN's SDPA backward does not serve a shape its forward serves (cudnn-frontend's SDPA
+// backward refuses or works around the same): one query and one key; cuDNN 9.10.0 and 9.10.1
+// (known bugs); up to 9.15.0, a key length not a multiple of 128 (the frontend adds a padding mask
+// there). Empty when it serves, or when cuDNN is unavailable (cudnn_attention_refusal says so).
+std::string cudnn_backward_refusal(const FlashAttentionShape& s);
+
 // Builds (once) the plan of a served shape on the current device: empty when ready, else cuDNN's
 // reason it could not be built (remembered: a shape that failed is not retried). Never throws a
 // cuDNN error.

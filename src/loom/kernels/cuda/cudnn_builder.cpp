@@ -164,6 +164,9 @@ void CudnnGraph::build_plan(cudnnHandle_t handle) {
                                             &got, &workspace_),
                   "cudnnBackendGetAttribute (plan workspace size)");
       plan_ = std::move(plan);
+      // The plan refers to its engine configuration: kept as long as the plan (cudnn-frontend
+      // keeps it alive too; the backend API does not say it copies it).
+      engine_config_ = std::move(configs[size_t(i)]);
       return;
     }
     if (count == 0) refusals += std::string(" heuristics mode ") + std::to_string(mode) + ": no engine;";

@@ -72,7 +72,7 @@ class CudnnGraph {
   std::vector<cudnnBackendDescriptor_t> operations_;
   std::vector<std::pair<int64_t, std::unique_ptr<float>>> scalars_;  // uid, host value
   int64_t next_uid_ = 1 << 20;  // virtual and scalar tensors; callers' uids stay below
-  std::unique_ptr<CudnnDescriptor> graph_, plan_;
+  std::unique_ptr<CudnnDescriptor> graph_, engine_config_, plan_;  // the plan last: destroyed first
   int64_t workspace_ = 0;
 };
 

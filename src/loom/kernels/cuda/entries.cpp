@@ -2,6 +2,7 @@
 
 #include <map>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -32,16 +33,24 @@ namespace loom::kernels::cuda {
 
 namespace {
 
-cudaStream_t stream_of(Device d) { return compute_stream(d.index); }
+// Every entry runs on its tensors' device, made current first: the thread may have made another
+// one current since (a rank's thread copying another GPU's buffer through that GPU's allocator,
+// which selects it, in a process driving several GPUs). Asking is cheap; switching is rare.
+cudaStream_t stream_of(Device d) {
+  int current = -1;
+  check_cuda(cudaGetDevice(&current), "cudaGetDevice");
+  if (current != d.index) check_cuda(cudaSetDevice(d.index), "cudaSetDevice(" + std::to_string(d.index) + ")");
+  return compute_stream(d.index);
+}
 
-// RoPE tables live on the host (kernels/types.h); each device keeps a mirror per table, uploaded
-// again whenever the host values differ from the mirrored ones.
+// RoPE tables live on the host (kernels/types.h); each device keeps a mirror per table address,
+// uploaded again when a different table (another id) has come to live there.
 class RopeMirrors {
  public:
   DeviceRopeTable get(Device d, const RopeTable& t) {
     std::lock_guard<std::mutex> lock(mutex_);
     Mirror& m = mirrors_[{d.index, &t}];
-    if (m.cos != t.cos || m.sin != t.sin) {
+    if (m.device == nullptr || m.id != t.id) {
       if (m.device != nullptr) check_cuda(cudaFree(m.device), "cudaFree (RoPE table)");
       m.device = nullptr;
       const size_t bytes = (t.cos.size() + t.sin.size()) * sizeof(float);
@@ -51,15 +60,14 @@ class RopeMirrors {
       check_cuda(cudaMemcpy(m.device + t.cos.size(), t.sin.data(), t.sin.size() * sizeof(float),
                             cudaMemcpyHostToDevice),
                  "cudaMemcpy (RoPE sin)");
-      m.cos = t.cos;
-      m.sin = t.sin;
+      m.id = t.id;
     }
     return DeviceRopeTable{m.device, m.device + t.cos.size(), t.head_dim};
   }
 
  private:
   struct Mirror {
-    std::vector<float> cos, sin;
+    uint64_t id = 0;
     float* device = nullptr;
   };
   std::mutex mutex_;
@@ -99,6 +107,17 @@ void register_norms_and_activations(CudaEntries& e) {
   e.relu2_forward = [](Device d, float* out, const float* in, int64_t n) { relu2_forward(out, in, n, stream_of(d)); };
   e.relu2_backward = [](Device d, float* din, const float* dout, const float* in, int64_t n) {
     relu2_backward(din, dout, in, n, stream_of(d));
+  };
+  e.activation_forward_bf16 = [](Device d, MlpActivation a, void* out, const void* in, int64_t rows, int64_t width) {
+    if (a == MlpActivation::Swiglu) return swiglu_forward_bf16(out, in, rows, width, stream_of(d));
+    if (a == MlpActivation::Relu2) return relu2_forward_bf16(out, in, rows * width, stream_of(d));
+    gelu_forward_bf16(out, in, rows * width, stream_of(d));
+  };
+  e.activation_backward_bf16 = [](Device d, MlpActivation a, float* din, void* din16, const void* dout,
+                                  const void* in, int64_t rows, int64_t width) {
+    if (a == MlpActivation::Swiglu) return swiglu_backward_bf16(din, din16, dout, in, rows, width, stream_of(d));
+    if (a == MlpActivation::Relu2) return relu2_backward_bf16(din, din16, dout, in, rows * width, stream_of(d));
+    gelu_backward_bf16(din, din16, dout, in, rows * width, stream_of(d));
   };
   e.add_rows = [](Device d, float* y, int64_t ys, const float* x, int64_t xs, int64_t rows, int64_t width) {
     add_rows(y, ys, x, xs, rows, width, stream_of(d));
@@ -190,6 +209,10 @@ void register_loss_and_optimizer(CudaEntries& e) {
   e.softmax_cross_entropy = [](Device d, float* logits, float* losses, const int32_t* targets, int64_t rows,
                                int64_t vocab, float grad_scale) {
     return softmax_cross_entropy(logits, losses, targets, rows, vocab, grad_scale, stream_of(d));
+  };
+  e.softmax_cross_entropy_bf16 = [](Device d, void* logits, float* losses, const int32_t* targets, int64_t rows,
+                                    int64_t vocab, float grad_scale) {
+    return softmax_cross_entropy_bf16(logits, losses, targets, rows, vocab, grad_scale, stream_of(d));
   };
   e.vocab_shard_row_max = [](Device d, const float* logits, int64_t rows, int64_t vocab, float* row_max) {
     vocab_shard_row_max(logits, rows, vocab, row_max, stream_of(d));

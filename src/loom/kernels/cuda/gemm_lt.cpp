@@ -52,6 +52,19 @@ const char* type_name(GemmType t) {
   return "?";
 }
 
+const char* scale_mode_name(ScaleMode mode) {
+  switch (mode) {
+    case ScaleMode::None:
+    case ScaleMode::Tensor: return "per tensor";
+    case ScaleMode::Vec128: return "1x128 runs";
+    case ScaleMode::Block128x128: return "128x128 tiles";
+  }
+  return "?";
+}
+
+// An FP8 operand without a block mode has one scale (cuBLASLt's scalar mode).
+bool per_tensor(ScaleMode mode) { return mode == ScaleMode::None || mode == ScaleMode::Tensor; }
+
 cublasLtMatmulMatrixScale_t lt_scale_mode(ScaleMode mode) {
   switch (mode) {
     case ScaleMode::Vec128: return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
@@ -188,6 +201,14 @@ void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int
                "matmul: FP8 needs m, n, k multiples of 16, got (" + std::to_string(m) + ", " + std::to_string(n) +
                    ", " + std::to_string(k) + ")");
     LOOM_CHECK(a.scale != nullptr && b.scale != nullptr, "matmul: FP8 operands need their scales");
+    // cuBLASLt multiplies per-tensor scales together and block scales together (1x128 runs with
+    // runs or with 128x128 tiles), not tiles with tiles: refused here with the modes named, before
+    // its heuristic answers "no algorithm".
+    const bool a_tensor = per_tensor(a.scale_mode), b_tensor = per_tensor(b.scale_mode);
+    LOOM_CHECK(a_tensor == b_tensor && !(a.scale_mode == ScaleMode::Block128x128 && b.scale_mode == ScaleMode::Block128x128),
+               std::string("matmul: FP8 scale modes ") + scale_mode_name(a.scale_mode) + " and " +
+                   scale_mode_name(b.scale_mode) +
+                   " cannot be multiplied together (both per tensor, or 1x128 runs with runs or 128x128 tiles)");
   } else {
     LOOM_CHECK(a.type == b.type, std::string("matmul: operand types differ: ") + type_name(a.type) + " and " +
                                      type_name(b.type));

@@ -205,6 +205,13 @@ void check_casts(const PrecisionGemm& g) {
                  (g.a_store != nullptr && sixteen &&
                   (g.a_store_use == CastStore::Write ? g.pass == LinearGemm::DataGrad : g.pass == LinearGemm::WeightGrad)),
              "precision GEMM: only a 16-bit output gradient is kept in a store (written by dgrad, read by wgrad)");
+  const bool bf16 = a == OperandCast::Bf16 && b == OperandCast::Bf16;
+  LOOM_CHECK((g.a16 == nullptr || (bf16 && g.a_store_use == CastStore::None)) &&
+                 (g.b16 == nullptr || (bf16 && g.pass == LinearGemm::WeightGrad)),
+             "precision GEMM: bf16 operands given (a16, b16; b16 only as wgrad's input) need both casts bf16");
+  LOOM_CHECK(g.out16 == nullptr || (bf16 && g.pass != LinearGemm::WeightGrad && g.rounding == OutputRounding::Bf16 &&
+                                    !g.accumulate),
+             "precision GEMM: a bf16 output (out16) is for a bf16 forward or dgrad, rounded to bf16, not accumulated");
 }
 
 }  // namespace
@@ -224,15 +231,20 @@ void precision_linear_gemm(const PrecisionGemm& g, cudaStream_t stream) {
     pb = dequantized(g.b, sb, scratch, stream);
   } else if (kind == OperandCast::Bf16 || kind == OperandCast::Fp16) {
     const bool fp16 = kind == OperandCast::Fp16;
-    if (g.a_store_use == CastStore::Read) {
+    if (g.a16 != nullptr) {
+      pa = {g.a16, GemmType::BF16, sa.k_in_cols};
+    } else if (g.a_store_use == CastStore::Read) {
       pa = {g.a_store, fp16 ? GemmType::F16 : GemmType::BF16, sa.k_in_cols};
     } else {
       Into into;
       if (g.a_store_use == CastStore::Write) into.codes = g.a_store;
       pa = sixteen_bit(g.a.data, sa, fp16, scratch, stream, into);
     }
-    if (g.b_store_use != CastStore::Read)
+    if (g.b16 != nullptr) {
+      pb = {g.b16, GemmType::BF16, sb.k_in_cols};
+    } else if (g.b_store_use != CastStore::Read) {
       pb = sixteen_bit(g.b.data, sb, fp16, scratch, stream, store_of(g));
+    }
   } else if (kind == OperandCast::Mxfp8) {  // emulated: exact bf16 copies of the dequantized blocks
     const Prepared qa = dequantized(g.a, sa, scratch, stream);
     pa = sixteen_bit(static_cast<const float*>(qa.data), sa, false, scratch, stream);
@@ -249,10 +261,18 @@ void precision_linear_gemm(const PrecisionGemm& g, cudaStream_t stream) {
   // fp32, rounded by the finishing pass after the bias.
   const bool bf16_out = g.rounding == OutputRounding::Bf16 && g.bias == nullptr && pa.type != GemmType::F32;
   const int64_t count = d.m * d.n;
+  const GemmOperand a_operand{pa.data, pa.type, !pa.k_in_cols, pa.scale, pa.mode};
+  const GemmOperand b_operand{pb.data, pb.type, pb.k_in_cols, pb.scale, pb.mode};
+  if (g.out16 != nullptr) {  // the result stays bf16: cuBLASLt's own, or rounded after the bias
+    float* sum = bf16_out ? nullptr : scratch.floats(count);
+    matmul(GemmOutput{bf16_out ? g.out16 : sum, bf16_out ? GemmType::BF16 : GemmType::F32}, a_operand, b_operand,
+           d.m, d.n, d.k, 1.0f, 0.0f, stream);
+    if (!bf16_out) finish_output_bf16(g.out16, sum, g.bias, d.m, d.n, stream);
+    return;
+  }
   void* target = bf16_out ? scratch.bytes(count * 2) : g.accumulate ? scratch.floats(count) : g.out;
-  matmul(GemmOutput{target, bf16_out ? GemmType::BF16 : GemmType::F32},
-         GemmOperand{pa.data, pa.type, !pa.k_in_cols, pa.scale, pa.mode},
-         GemmOperand{pb.data, pb.type, pb.k_in_cols, pb.scale, pb.mode}, d.m, d.n, d.k, 1.0f, 0.0f, stream);
+  matmul(GemmOutput{target, bf16_out ? GemmType::BF16 : GemmType::F32}, a_operand, b_operand, d.m, d.n, d.k, 1.0f,
+         0.0f, stream);
   if (target != g.out || g.bias != nullptr || g.rounding != OutputRounding::None)
     finish_output(g.out, target, bf16_out, g.bias, d.m, d.n, g.rounding, g.accumulate, stream);
 }

@@ -259,6 +259,12 @@ void encode_tile_blocks(const float* w, uint8_t* codes, float* scale_inverses, i
                         cudaStream_t stream) {
   const int64_t tiles = ((rows + kBlockwise - 1) / kBlockwise) * ((cols + kBlockwise - 1) / kBlockwise);
   if (tiles == 0) return;
+  // Rows of scales padded to a multiple of 4 (cuBLASLt's layout): the padding zeroed, never stale.
+  const int64_t with_padding = blockwise_tile_scale_count(rows, cols);
+  if (with_padding != tiles) {
+    check_cuda(cudaMemsetAsync(scale_inverses, 0, static_cast<size_t>(with_padding) * sizeof(float), stream),
+               "cudaMemsetAsync (tile scale padding)");
+  }
   tile_kernel<<<static_cast<unsigned>(tiles), kThreads, 0, stream>>>(nullptr, w, codes, scale_inverses, true, rows,
                                                                      cols, format);
   check_launch("tile_kernel");

@@ -1,0 +1,16 @@
+#pragma once
+// Loads and stores of fp32 or bf16 elements (device code): kernels templated on their tensors'
+// element type compute in fp32 either way, widening bf16 loads exactly and rounding bf16 stores to
+// nearest even, so the bf16 form of a kernel stores round() of what its fp32 form stores.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace loom::kernels::cuda {
+
+__device__ inline float load(const float* x, int64_t i) { return x[i]; }
+__device__ inline float load(const __nv_bfloat16* x, int64_t i) { return __bfloat162float(x[i]); }
+__device__ inline void store(float* x, int64_t i, float v) { x[i] = v; }
+__device__ inline void store(__nv_bfloat16* x, int64_t i, float v) { x[i] = __float2bfloat16_rn(v); }
+
+}  // namespace loom::kernels::cuda

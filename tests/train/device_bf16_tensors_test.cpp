@@ -1,0 +1,52 @@
+// Training on the emulated CUDA device with the tensors a GPU keeps in bf16 under the bf16 recipe
+// (LinearPrecision's Bf16Tensors): the head's logits into the bf16 cross-entropy and its gradient
+// back (Transformer::bf16_logits), and the MLP's interior (Mlp::bf16_interior: the up projection's
+// output, the activation, and their gradients). Each holds exactly what the fp32 path rounds or
+// casts to bf16, so every run equals the same run on the CPU bit for bit: Llama (SwiGLU, no
+// biases: all four MLP tensors bf16), GPT-2 (GELU, biases: the hidden gradient stays fp32 for the
+// bias's sum), squared ReLU, with recompute, tensor parallelism (the head then vocabulary-parallel
+// in fp32) and a pipeline; and each step's entries show the hand-overs (the bf16 loss and
+// activations, no fp32 cross-entropy, no fp32 activation).
+#include "device_training.h"
+#include "support/emulated_precision.h"
+
+namespace loom::train {
+namespace {
+
+using DeviceBf16Tensors = DeviceTraining;
+
+std::vector<std::string> bf16(std::vector<std::string> more = {}) {
+  more.push_back("precision.recipe=bf16");
+  return more;
+}
+
+TEST_F(DeviceBf16Tensors, LlamaWithItsMlpInteriorAndLogitsInBf16EqualsTheCpuBitForBit) {
+  ::loom::testing::reset_emulated_census();
+  expect_bitwise_equal_runs(kLlama, "bf16-llama", bf16());
+  const ::loom::testing::EmulatedCensus census = ::loom::testing::emulated_census();
+  auto calls = [&](const std::string& op) {
+    const auto it = census.entries.find(op);
+    return it == census.entries.end() ? int64_t{0} : it->second;
+  };
+  EXPECT_GT(calls("softmax_cross_entropy_bf16"), 0);
+  EXPECT_EQ(calls("softmax_cross_entropy"), 0);
+  EXPECT_GT(calls("activation_forward_bf16"), 0);
+  EXPECT_GT(calls("activation_backward_bf16"), 0);
+  EXPECT_EQ(calls("swiglu_forward"), 0);
+  EXPECT_EQ(calls("swiglu_backward"), 0);
+  expect_bitwise_equal_runs(kLlama, "bf16-llama-recompute", bf16({"model.recompute=true"}));
+}
+
+TEST_F(DeviceBf16Tensors, Gpt2WithBiasesAndSquaredReluEqualTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kGpt2, "bf16-gpt2", bf16());
+  expect_bitwise_equal_runs(kLlama, "bf16-relu2", bf16({"model.activation=relu2"}));
+}
+
+TEST_F(DeviceBf16Tensors, TensorParallelAndPipelineRanksEqualTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kLlama, "bf16-tp2-sp",
+                            bf16({"runtime.ranks=2", "parallel.tp=2", "parallel.sequence_parallel=true"}));
+  expect_bitwise_equal_runs(kGpt2, "bf16-pp2", bf16({"runtime.ranks=2", "parallel.pp=2"}));
+}
+
+}  // namespace
+}  // namespace loom::train
