@@ -36,16 +36,7 @@ void forward(float* out, const int32_t* ids, const float* table, int64_t rows, i
 void backward(float* dtable, const float* dout, const int32_t* ids, int64_t rows, int64_t dim, int64_t first_id,
               int64_t count, cudaStream_t stream) {
   // Each id's rows added in row order by one thread per column: the CPU's bits, no atomics.
-  RowsByTarget a;
-  a.out = dtable;
-  a.x = dout;
-  a.x_stride = dim;
-  a.targets = ids;
-  a.rows = rows;
-  a.width = dim;
-  a.first = first_id;
-  a.count = count;
-  add_rows_by_target(a, stream);
+  add_rows_by_target(RowsByTarget{dtable, dout, dim, ids, nullptr, rows, dim, first_id, count}, stream);
 }
 
 }  // namespace

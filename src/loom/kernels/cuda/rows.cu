@@ -69,15 +69,7 @@ void scatter_add_rows(float* out, const float* x, int64_t x_stride, const int32_
     return;
   }
   // Targets repeat: each target's rows in row order, targets in parallel (grouped_rows.h).
-  RowsByTarget a;
-  a.out = out;
-  a.x = x;
-  a.x_stride = x_stride;
-  a.targets = index;
-  a.scale = scale;
-  a.rows = rows;
-  a.width = width;
-  add_rows_by_target(a, stream);
+  add_rows_by_target(RowsByTarget{out, x, x_stride, index, scale, rows, width}, stream);
 }
 
 void row_dots(double* out, const float* a, const int32_t* index, const float* b, int64_t b_stride, int64_t rows,
