@@ -33,6 +33,8 @@ inline float* zeroed(Buffer& buffer, int64_t n, Device device) {
   if (buffer.device() != device) [[unlikely]] buffer = Buffer(device);
   return zeroed(buffer, n);
 }
+// Room for n 16-bit elements (bf16 / fp16 tensors a device keeps: two to a float of the buffer).
+inline void* sized_16bit(Buffer& buffer, int64_t n, Device device) { return sized(buffer, (n + 1) / 2, device); }
 
 // Token-level batch inputs (ids, targets, positions, documents: host arrays, checked on the host)
 // where the kernels of `device` read them: on the cpu the host array itself; on a GPU a copy

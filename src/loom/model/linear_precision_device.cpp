@@ -148,7 +148,7 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
   const bool keep_dout = wants_din && dweight != nullptr && g.a16 == nullptr &&
                          (g.a.cast == kernels::OperandCast::Bf16 || g.a.cast == kernels::OperandCast::Fp16);
   if (keep_dout) {
-    g.a_store = sized(scratch_->dout_cast, (n * out_features + 1) / 2, device_);  // 16-bit elements
+    g.a_store = sized_16bit(scratch_->dout_cast, n * out_features, device_);
     g.a_store_use = kernels::CastStore::Write;
   }
   if (wants_din) {

@@ -47,8 +47,8 @@ bool Mlp::bf16_interior() const {
 
 void Mlp::forward(Saved& saved, float* residual, const float* normed, int64_t rows, ParallelScratch& scratch) const {
   if (bf16_interior()) {
-    void* hidden = sized(saved.hidden, (rows * hidden_width() + 1) / 2, device_);  // 2-byte elements
-    void* act = sized(saved.act, (rows * ffn_ + 1) / 2, device_);
+    void* hidden = sized_16bit(saved.hidden, rows * hidden_width(), device_);
+    void* act = sized_16bit(saved.act, rows * ffn_, device_);
     in_->forward(nullptr, normed, rows, scratch, Bf16Tensors{.out = hidden});
     activation_forward_bf16(device_, activation_, act, hidden, rows, ffn_);
     down_->forward(residual, nullptr, rows, scratch, Bf16Tensors{.in = act});
@@ -65,7 +65,7 @@ void Mlp::backward(float* d_normed, const float* d_residual, const float* normed
                    Workspace& work, int64_t rows, ParallelScratch& scratch, bool accumulate) const {
   // Each gradient below is written whole by one producer: nothing is zeroed first.
   if (bf16_interior()) {
-    void* d_act = sized(work.d_act, (rows * ffn_ + 1) / 2, device_);  // 2-byte elements
+    void* d_act = sized_16bit(work.d_act, rows * ffn_, device_);
     down_->backward(nullptr, d_residual, nullptr, rows, scratch, false,
                     Bf16Tensors{.in = saved.act.data(), .din = d_act});
     if (in_->has_bias()) {  // the bias gradient sums the fp32 hidden gradient
@@ -73,7 +73,7 @@ void Mlp::backward(float* d_normed, const float* d_residual, const float* normed
       activation_backward_bf16(device_, activation_, d_hidden, nullptr, d_act, saved.hidden.data(), rows, ffn_);
       in_->backward(d_normed, d_hidden, normed, rows, scratch, accumulate);
     } else {
-      void* d_hidden = sized(work.d_hidden, (rows * hidden_width() + 1) / 2, device_);
+      void* d_hidden = sized_16bit(work.d_hidden, rows * hidden_width(), device_);
       activation_backward_bf16(device_, activation_, nullptr, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
       in_->backward(d_normed, nullptr, normed, rows, scratch, accumulate, Bf16Tensors{.dout = d_hidden});
     }

@@ -320,7 +320,7 @@ double Transformer::head_loss(const float* hidden, Norm::Saved& norm, Buffer& he
   const float* head_in = norm.out.data();
   if (tp_.sequence_parallel()) head_in = tp_.enter_forward(norm.out.data(), rows, C, head_input);
   if (bf16_logits()) {
-    void* logits16 = sized(logits_out, (rows * vocab_local_ + 1) / 2, params_.device());  // 2-byte elements
+    void* logits16 = sized_16bit(logits_out, rows * vocab_local_, params_.device());
     head_precision_->forward(nullptr, head_in, params_.value(head_), nullptr, rows, C, vocab_local_, false,
                              GemmOutput::Rounded, Bf16Tensors{.out = logits16});
     const Device device = params_.device();

@@ -128,59 +128,47 @@ void relu2_backward(float* din, const float* dout, const float* in, int64_t n, c
   check_launch("relu2_backward_kernel");
 }
 
-void swiglu_forward_bf16(void* out, const void* gate_up, int64_t rows, int64_t width, cudaStream_t stream) {
+void activation_forward_bf16(MlpActivation activation, void* out, const void* in, int64_t rows, int64_t width,
+                             cudaStream_t stream) {
+  const int64_t n = rows * width;
+  if (n == 0) return;
+  if (activation == MlpActivation::Swiglu) {
+    const RowsLaunch l = launch_over_rows(rows, width);
+    swiglu_forward_kernel<bf16, bf16><<<l.grid, l.block, 0, stream>>>(as_bf16(out), as_bf16(in), rows, width);
+  } else if (activation == MlpActivation::Relu2) {
+    relu2_forward_kernel<bf16, bf16><<<grid_for(n), kThreads, 0, stream>>>(as_bf16(out), as_bf16(in), n);
+  } else {
+    gelu_forward_kernel<bf16, bf16><<<grid_for(n), kThreads, 0, stream>>>(as_bf16(out), as_bf16(in), n);
+  }
+  check_launch("activation forward (bf16)");
+}
+
+namespace {
+// The backward from bf16 dout and input into din of element type DIn (fp32 or bf16).
+template <typename DIn>
+void activation_backward_into(MlpActivation activation, DIn* din, const bf16* dout, const bf16* in, int64_t rows,
+                              int64_t width, cudaStream_t stream) {
+  const int64_t n = rows * width;
+  if (activation == MlpActivation::Swiglu) {
+    const RowsLaunch l = launch_over_rows(rows, width);
+    swiglu_backward_kernel<bf16, bf16, DIn><<<l.grid, l.block, 0, stream>>>(din, dout, in, rows, width);
+  } else if (activation == MlpActivation::Relu2) {
+    relu2_backward_kernel<bf16, bf16, DIn><<<grid_for(n), kThreads, 0, stream>>>(din, dout, in, n);
+  } else {
+    gelu_backward_kernel<bf16, bf16, DIn><<<grid_for(n), kThreads, 0, stream>>>(din, dout, in, n);
+  }
+  check_launch("activation backward (bf16)");
+}
+}  // namespace
+
+void activation_backward_bf16(MlpActivation activation, float* din, void* din16, const void* dout, const void* in,
+                              int64_t rows, int64_t width, cudaStream_t stream) {
   if (rows * width == 0) return;
-  const RowsLaunch l = launch_over_rows(rows, width);
-  swiglu_forward_kernel<bf16, bf16><<<l.grid, l.block, 0, stream>>>(as_bf16(out), as_bf16(gate_up), rows, width);
-  check_launch("swiglu_forward_kernel (bf16)");
-}
-
-void swiglu_backward_bf16(float* dgate_up, void* dgate_up16, const void* dout, const void* gate_up, int64_t rows,
-                          int64_t width, cudaStream_t stream) {
-  if (rows * width == 0) return;
-  const RowsLaunch l = launch_over_rows(rows, width);
-  if (dgate_up16 != nullptr) {
-    swiglu_backward_kernel<bf16, bf16, bf16>
-        <<<l.grid, l.block, 0, stream>>>(as_bf16(dgate_up16), as_bf16(dout), as_bf16(gate_up), rows, width);
+  if (din != nullptr) {
+    activation_backward_into(activation, din, as_bf16(dout), as_bf16(in), rows, width, stream);
   } else {
-    swiglu_backward_kernel<bf16, bf16, float>
-        <<<l.grid, l.block, 0, stream>>>(dgate_up, as_bf16(dout), as_bf16(gate_up), rows, width);
+    activation_backward_into(activation, as_bf16(din16), as_bf16(dout), as_bf16(in), rows, width, stream);
   }
-  check_launch("swiglu_backward_kernel (bf16)");
-}
-
-void gelu_forward_bf16(void* out, const void* in, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  gelu_forward_kernel<bf16, bf16><<<grid_for(n), kThreads, 0, stream>>>(as_bf16(out), as_bf16(in), n);
-  check_launch("gelu_forward_kernel (bf16)");
-}
-
-void gelu_backward_bf16(float* din, void* din16, const void* dout, const void* in, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  if (din16 != nullptr) {
-    gelu_backward_kernel<bf16, bf16, bf16>
-        <<<grid_for(n), kThreads, 0, stream>>>(as_bf16(din16), as_bf16(dout), as_bf16(in), n);
-  } else {
-    gelu_backward_kernel<bf16, bf16, float><<<grid_for(n), kThreads, 0, stream>>>(din, as_bf16(dout), as_bf16(in), n);
-  }
-  check_launch("gelu_backward_kernel (bf16)");
-}
-
-void relu2_forward_bf16(void* out, const void* in, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  relu2_forward_kernel<bf16, bf16><<<grid_for(n), kThreads, 0, stream>>>(as_bf16(out), as_bf16(in), n);
-  check_launch("relu2_forward_kernel (bf16)");
-}
-
-void relu2_backward_bf16(float* din, void* din16, const void* dout, const void* in, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  if (din16 != nullptr) {
-    relu2_backward_kernel<bf16, bf16, bf16>
-        <<<grid_for(n), kThreads, 0, stream>>>(as_bf16(din16), as_bf16(dout), as_bf16(in), n);
-  } else {
-    relu2_backward_kernel<bf16, bf16, float><<<grid_for(n), kThreads, 0, stream>>>(din, as_bf16(dout), as_bf16(in), n);
-  }
-  check_launch("relu2_backward_kernel (bf16)");
 }
 
 }  // namespace loom::kernels::cuda

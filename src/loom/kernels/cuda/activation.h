@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "loom/kernels/types.h"
+
 namespace loom::kernels::cuda {
 
 void swiglu_forward(float* out, const float* gate_up, int64_t rows, int64_t width, cudaStream_t stream = nullptr);
@@ -19,17 +21,13 @@ void gelu_backward(float* din, const float* dout, const float* in, int64_t n, cu
 void relu2_forward(float* out, const float* in, int64_t n, cudaStream_t stream = nullptr);
 void relu2_backward(float* din, const float* dout, const float* in, int64_t n, cudaStream_t stream = nullptr);
 
-// The same over bf16 tensors (the bf16 recipe's MLP interior on a device; void* are 2-byte
-// elements): the fp32 arithmetic on the widened values, each output rounded to bf16 (nearest
-// even) as it is stored. Backward writes din in fp32, or din16 in bf16 when that is non-null.
-void swiglu_forward_bf16(void* out, const void* gate_up, int64_t rows, int64_t width, cudaStream_t stream = nullptr);
-void swiglu_backward_bf16(float* dgate_up, void* dgate_up16, const void* dout, const void* gate_up, int64_t rows,
-                          int64_t width, cudaStream_t stream = nullptr);
-void gelu_forward_bf16(void* out, const void* in, int64_t n, cudaStream_t stream = nullptr);
-void gelu_backward_bf16(float* din, void* din16, const void* dout, const void* in, int64_t n,
-                        cudaStream_t stream = nullptr);
-void relu2_forward_bf16(void* out, const void* in, int64_t n, cudaStream_t stream = nullptr);
-void relu2_backward_bf16(float* din, void* din16, const void* dout, const void* in, int64_t n,
-                         cudaStream_t stream = nullptr);
+// The same over bf16 tensors (kernels::activation_forward_bf16 / activation_backward_bf16: the bf16
+// recipe's MLP interior on a device; void* are 2-byte elements): the fp32 arithmetic on the
+// widened values, each output rounded to bf16 (nearest even) as it is stored. in: [rows, 2 width]
+// for SwiGLU, else [rows, width]. Backward writes din in fp32, or din16 in bf16 when din is null.
+void activation_forward_bf16(MlpActivation activation, void* out, const void* in, int64_t rows, int64_t width,
+                             cudaStream_t stream = nullptr);
+void activation_backward_bf16(MlpActivation activation, float* din, void* din16, const void* dout, const void* in,
+                              int64_t rows, int64_t width, cudaStream_t stream = nullptr);
 
 }  // namespace loom::kernels::cuda

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "loom/core/error.h"
+#include "loom/kernels/cuda/bf16_io.cuh"
 #include "loom/kernels/cuda/cast.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/fp8_format.cuh"
@@ -81,9 +82,10 @@ __device__ inline float rounded(float v, OutputRounding rounding) {
   return v;
 }
 
-// Row by row (launch_over_rows), so the bias's column needs no division.
-template <typename In>
-__global__ void finish_kernel(float* dst, const In* src, const float* __restrict__ bias, int64_t rows, int64_t cols,
+// Row by row (launch_over_rows), so the bias's column needs no division. Out: fp32, or bf16 (a
+// bf16 output: the value rounded to bf16, stored exactly).
+template <typename In, typename Out = float>
+__global__ void finish_kernel(Out* dst, const In* src, const float* __restrict__ bias, int64_t rows, int64_t cols,
                               OutputRounding rounding, bool accumulate) {
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     for (int64_t c = column_start(); c < cols; c += column_stride()) {
@@ -94,17 +96,7 @@ __global__ void finish_kernel(float* dst, const In* src, const float* __restrict
       } else {
         v = rounded(bias ? __fadd_rn(src[i], bias[c]) : src[i], rounding);
       }
-      dst[i] = accumulate ? __fadd_rn(dst[i], v) : v;
-    }
-  }
-}
-
-__global__ void finish_bf16_kernel(__nv_bfloat16* dst, const float* src, const float* __restrict__ bias, int64_t rows,
-                                   int64_t cols) {
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    for (int64_t c = column_start(); c < cols; c += column_stride()) {
-      const int64_t i = r * cols + c;
-      dst[i] = __float2bfloat16_rn(bias ? __fadd_rn(src[i], bias[c]) : src[i]);
+      store(dst, i, accumulate ? __fadd_rn(load(dst, i), v) : v);
     }
   }
 }
@@ -144,8 +136,9 @@ void finish_output_bf16(void* dst16, const float* src, const float* bias, int64_
                         cudaStream_t stream) {
   if (rows * cols == 0) return;
   const RowsLaunch l = launch_over_rows(rows, cols);
-  finish_bf16_kernel<<<l.grid, l.block, 0, stream>>>(static_cast<__nv_bfloat16*>(dst16), src, bias, rows, cols);
-  check_launch("finish_bf16_kernel");
+  finish_kernel<<<l.grid, l.block, 0, stream>>>(static_cast<__nv_bfloat16*>(dst16), src, bias, rows, cols,
+                                                OutputRounding::Bf16, false);
+  check_launch("finish_kernel (bf16)");
 }
 
 }  // namespace loom::kernels::cuda

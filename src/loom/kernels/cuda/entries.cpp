@@ -109,15 +109,11 @@ void register_norms_and_activations(CudaEntries& e) {
     relu2_backward(din, dout, in, n, stream_of(d));
   };
   e.activation_forward_bf16 = [](Device d, MlpActivation a, void* out, const void* in, int64_t rows, int64_t width) {
-    if (a == MlpActivation::Swiglu) return swiglu_forward_bf16(out, in, rows, width, stream_of(d));
-    if (a == MlpActivation::Relu2) return relu2_forward_bf16(out, in, rows * width, stream_of(d));
-    gelu_forward_bf16(out, in, rows * width, stream_of(d));
+    activation_forward_bf16(a, out, in, rows, width, stream_of(d));
   };
   e.activation_backward_bf16 = [](Device d, MlpActivation a, float* din, void* din16, const void* dout,
                                   const void* in, int64_t rows, int64_t width) {
-    if (a == MlpActivation::Swiglu) return swiglu_backward_bf16(din, din16, dout, in, rows, width, stream_of(d));
-    if (a == MlpActivation::Relu2) return relu2_backward_bf16(din, din16, dout, in, rows * width, stream_of(d));
-    gelu_backward_bf16(din, din16, dout, in, rows * width, stream_of(d));
+    activation_backward_bf16(a, din, din16, dout, in, rows, width, stream_of(d));
   };
   e.add_rows = [](Device d, float* y, int64_t ys, const float* x, int64_t xs, int64_t rows, int64_t width) {
     add_rows(y, ys, x, xs, rows, width, stream_of(d));
