@@ -5,7 +5,8 @@
 // through the recipe's device path. Random data; mean of 10 timed layer steps after 2 warm-ups.
 // FLOP/s count the three GEMMs, 3 x 2 n in out. Each recipe's "cached weights" row is the same
 // layer with its weight casts kept across the timed steps (as a training step keeps them across
-// its micro-batches): what the cache saves is the difference to the row above it.
+// its micro-batches): what the cache saves is the difference to the row above it. Under per-tensor
+// FP8 a third row also keeps the input's codes from the forward for wgrad, as the model does.
 // Usage: loom_bench_linear_precision_cuda
 #include <cstdio>
 #include <memory>
@@ -80,6 +81,19 @@ void bench_shape(const Shape& s) {
       cached.forward(y, x, w, nullptr, s.n, s.in, s.out);
       cached.backward(dx, dw, nullptr, dy, x, w, s.n, s.in, s.out);
     });
+    // Per-tensor FP8 as the model runs it: the input cast once for the forward and wgrad too
+    // (DeviceTensors' keep / kept_input_codes).
+    if (cached.keeps_input_codes()) {
+      void* codes = nullptr;
+      check_cuda(cudaMalloc(&codes, static_cast<size_t>(cached.kept_input_bytes(s.n, s.in))), "cudaMalloc");
+      run(loom::model::recipe_name(r) + " cached weights, kept input codes", [&] {
+        cached.forward(y, x, w, nullptr, s.n, s.in, s.out, false, loom::model::GemmOutput::Rounded,
+                       loom::model::DeviceTensors{.keep_input_codes = codes});
+        cached.backward(dx, dw, nullptr, dy, x, w, s.n, s.in, s.out, loom::model::GemmOutput::Rounded, true,
+                        loom::model::DeviceTensors{.kept_input_codes = codes});
+      });
+      cudaFree(codes);
+    }
     scratch->weight_casts.close();
   }
   for (float* p : {x, w, dy, y, dx, dw}) cudaFree(p);

@@ -44,6 +44,7 @@ using model::GemmPass;
 using model::LinearPrecision;
 using model::Operand;
 using model::Recipe;
+using testing::DeviceArray;
 using testing::DeviceFloats;
 using testing::poison;
 using testing::random_values;
@@ -353,6 +354,43 @@ TEST_F(CudaLinearPrecisionState, Fp8CurrentUnderTensorParallelismScalesPiecesByT
     const std::vector<float> want_dw(dw.begin() + r * half * in, dw.begin() + (r + 1) * half * in);
     EXPECT_LE(testing::relative_error(got_y, want_y), 1e-3) << "rank " << r << " forward";
     EXPECT_LE(testing::relative_error(got_dw, want_dw), 1e-3) << "rank " << r << " wgrad";
+  }
+}
+
+// Per-tensor FP8 casts an activation once for two GEMMs: dgrad writes the output gradient's
+// transposed codes for wgrad, and the forward the input's (DeviceTensors' keep / kept_input_codes).
+// Each product equals the one cast per GEMM computes, bit for bit: wgrad alone (no dgrad to keep
+// dout's codes) without kept input codes against the backward multiplying both kept codes.
+TEST_F(CudaLinearPrecisionState, Fp8CodesCastOnceForTwoGemmsEqualACastPerGemmBitForBit) {
+  const int64_t n = 48, in = 80, out = 64;
+  for (Recipe recipe : {Recipe::Fp8Current, Recipe::Fp8Delayed}) {
+    const std::string name = model::recipe_name(recipe);
+    DeviceFloats x(allocator_, random_values(seed_, n * in, 1.0f)), w(allocator_, random_values(seed_ + 1, out * in, 0.1f));
+    DeviceFloats dy(allocator_, random_values(seed_ + 2, n * out, 0.01f));
+    const std::vector<float> dw0 = random_values(seed_ + 3, out * in, 0.001f);
+    LinearPrecision per_gemm(recipe, 4, 1), kept(recipe, 4, 1);
+    per_gemm.set_device(Device::cuda(0));
+    kept.set_device(Device::cuda(0));
+    ASSERT_TRUE(kept.keeps_input_codes());
+    DeviceArray<uint8_t> codes(allocator_, std::vector<uint8_t>(kept.kept_input_bytes(n, in), 0xAB));
+    DeviceFloats y_per_gemm(allocator_, poison(n * out)), y_kept(allocator_, poison(n * out));
+    DeviceFloats dx_per_gemm(allocator_, poison(n * in)), dx_kept(allocator_, poison(n * in));
+    DeviceFloats dw_per_gemm(allocator_, dw0), dw_kept(allocator_, dw0);
+    per_gemm.forward(y_per_gemm.ptr, x.ptr, w.ptr, nullptr, n, in, out);
+    per_gemm.backward(dx_per_gemm.ptr, nullptr, nullptr, dy.ptr, x.ptr, w.ptr, n, in, out, model::GemmOutput::Rounded,
+                      false);
+    per_gemm.backward(nullptr, dw_per_gemm.ptr, nullptr, dy.ptr, x.ptr, w.ptr, n, in, out);
+    kept.forward(y_kept.ptr, x.ptr, w.ptr, nullptr, n, in, out, false, model::GemmOutput::Rounded,
+                 model::DeviceTensors{.keep_input_codes = codes.ptr});
+    kept.backward(dx_kept.ptr, dw_kept.ptr, nullptr, dy.ptr, x.ptr, w.ptr, n, in, out, model::GemmOutput::Rounded, false,
+                  model::DeviceTensors{.kept_input_codes = codes.ptr});
+    const auto same = [&](const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0) << name << " " << what;
+    };
+    same(y_kept.host(), y_per_gemm.host(), "forward");
+    same(dx_kept.host(), dx_per_gemm.host(), "dgrad");
+    same(dw_kept.host(), dw_per_gemm.host(), "wgrad from both kept codes");
   }
 }
 

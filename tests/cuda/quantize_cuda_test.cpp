@@ -238,6 +238,17 @@ TEST_P(CudaQuantize, DeviceAmaxAndTensorScaleEqualTheCpu) {
     }
   }
   EXPECT_EQ(bad, 0);
+
+  // Both orientations from one read (an activation cast once for two GEMMs): each the bytes of
+  // its own cast_operand.
+  const CastTo to = f == Fp8::E4M3 ? CastTo::E4M3 : CastTo::E5M2;
+  DeviceArray<uint8_t> d_plain(allocator_, std::vector<uint8_t>(rows * cols, 0xCD));
+  DeviceArray<uint8_t> d_both(allocator_, std::vector<uint8_t>(rows * cols, 0xEF));
+  DeviceArray<uint8_t> d_both_t(allocator_, std::vector<uint8_t>(rows * cols, 0x12));
+  cast_operand(d_x.ptr, d_plain.ptr, rows, cols, false, to, d_scale.ptr);
+  cast_operand_both(d_x.ptr, d_both.ptr, d_both_t.ptr, rows, cols, to, d_scale.ptr);
+  EXPECT_EQ(d_both.host(), d_plain.host());
+  EXPECT_EQ(d_both_t.host(), codes);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantize, ::testing::Values(Fp8::E4M3, Fp8::E5M2),

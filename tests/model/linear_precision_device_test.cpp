@@ -172,16 +172,83 @@ TEST_P(LinearPrecisionDevice, GemmsEqualTheCpuBitForBitWithoutReadingAnAmaxBack)
   }
 }
 
-// The 16-bit recipes cast a layer's output gradient once: dgrad keeps its copy, wgrad multiplies
-// that (the bit-for-bit test above checks the product); the other recipes cast per GEMM.
-TEST_P(LinearPrecisionDevice, SixteenBitOutputGradientIsCastOnceForBothBackwardGemms) {
+// The 16-bit and per-tensor FP8 recipes cast a layer's output gradient once: dgrad keeps its copy
+// (FP8: the transposed codes, from the same read), wgrad multiplies that (the bit-for-bit test
+// above checks the product); the block-scaled recipes cast per GEMM.
+TEST_P(LinearPrecisionDevice, OutputGradientIsCastOnceForBothBackwardGemmsWhereTheRecipeAllows) {
   const Recipe recipe = GetParam();
   LinearPrecision dev(recipe);
   dev.set_device(kDevice);
   const int64_t before = ::loom::testing::emulated_output_grad_reuses();
   run(dev, make_data(recipe, 21));  // one backward with both gradients, two with dgrad alone
-  const bool sixteen = recipe == Recipe::Bf16 || recipe == Recipe::Fp16;
-  EXPECT_EQ(::loom::testing::emulated_output_grad_reuses() - before, sixteen ? 1 : 0) << recipe_name(recipe);
+  const bool once = recipe == Recipe::Bf16 || recipe == Recipe::Fp16 || recipe == Recipe::Fp8Delayed ||
+                    recipe == Recipe::Fp8Current;
+  EXPECT_EQ(::loom::testing::emulated_output_grad_reuses() - before, once ? 1 : 0) << recipe_name(recipe);
+}
+
+// Per-tensor FP8 keeps a layer's input codes from its forward for its weight gradient
+// (DeviceTensors' keep / kept_input_codes): the forward, dgrad and wgrad equal the CPU's bit for
+// bit with no second amax or cast of the input, fp8_delayed's pending amaxes too, at every tp
+// reduction the input's amax would need; the other recipes and the CPU refuse the codes, and a
+// wgrad given codes cast from other values than its input is caught (the emulated device checks).
+TEST_P(LinearPrecisionDevice, Fp8InputCodesKeptFromTheForwardServeTheWeightGradient) {
+  const Recipe recipe = GetParam();
+  LinearPrecision dev(recipe, 4, 1);
+  dev.set_device(kDevice);
+  const Data d = make_data(recipe, 41);
+  Placed at{kDevice, {}};
+  const float *x = at.put(d.x), *w = at.put(d.w), *dy = at.put(d.dy);
+  const bool keeps = recipe == Recipe::Fp8Delayed || recipe == Recipe::Fp8Current;
+  ASSERT_EQ(dev.keeps_input_codes(), keeps);
+  ASSERT_EQ(dev.kept_input_bytes(d.n, d.in) > 0, keeps);
+  float* codes = at.put(std::vector<float>(d.n * d.in, NAN));  // room enough (1 byte + a scale per element)
+  if (!keeps) {
+    float* out = at.put(std::vector<float>(d.n * d.out, NAN));
+    EXPECT_THROW(dev.forward(out, x, w, nullptr, d.n, d.in, d.out, false, GemmOutput::Rounded,
+                             DeviceTensors{.keep_input_codes = codes}),
+                 Error);
+    return;
+  }
+  LinearPrecision cpu(recipe, 4, 1);
+  for (int step = 0; step < 2; ++step) {
+    std::vector<float> want_out(d.n * d.out), want_dx(d.n * d.in), want_dw(d.out * d.in);
+    {
+      Placed host{Device::cpu(), {}};
+      float *o = host.put(want_out), *dx = host.put(d.dx0), *dw = host.put(d.dw0);
+      const float *hx = host.put(d.x), *hw = host.put(d.w), *hdy = host.put(d.dy);
+      cpu.forward(o, hx, hw, nullptr, d.n, d.in, d.out);
+      cpu.backward(dx, dw, nullptr, hdy, hx, hw, d.n, d.in, d.out);
+      want_out = host.get(o, d.n * d.out), want_dx = host.get(dx, d.n * d.in), want_dw = host.get(dw, d.out * d.in);
+    }
+    float *out = at.put(std::vector<float>(d.n * d.out, NAN)), *dx = at.put(d.dx0), *dw = at.put(d.dw0);
+    const int64_t reuses = ::loom::testing::emulated_input_code_reuses();
+    without_amax_reads([&] {
+      dev.forward(out, x, w, nullptr, d.n, d.in, d.out, false, GemmOutput::Rounded,
+                  DeviceTensors{.keep_input_codes = codes});
+      dev.backward(dx, dw, nullptr, dy, x, w, d.n, d.in, d.out, GemmOutput::Rounded, true,
+                   DeviceTensors{.kept_input_codes = codes});
+    });
+    EXPECT_EQ(::loom::testing::emulated_input_code_reuses() - reuses, 1);
+    const std::string what = recipe_name(recipe) + " step " + std::to_string(step);
+    expect_bitwise(at.get(out, d.n * d.out), want_out, what + ": forward");
+    expect_bitwise(at.get(dx, d.n * d.in), want_dx, what + ": dgrad");
+    expect_bitwise(at.get(dw, d.out * d.in), want_dw, what + ": wgrad from the kept codes");
+    float amaxes[3];
+    for (Operand op : {Operand::Input, Operand::Weight, Operand::OutputGrad}) {
+      amaxes[static_cast<int>(op)] = cpu.pending_amax(op);
+      EXPECT_EQ(dev.pending_amax(op), cpu.pending_amax(op)) << what << " operand " << static_cast<int>(op);
+    }
+    cpu.commit_amaxes(amaxes);
+    dev.commit_amaxes(amaxes);
+  }
+  // Codes kept from another input than the one the backward is given: a stale store.
+  float* other = at.put(random_values(d.n * d.in, 1.0f, 99));
+  float* dw = at.put(d.dw0);
+  EXPECT_THROW(dev.backward(nullptr, dw, nullptr, dy, other, w, d.n, d.in, d.out, GemmOutput::Rounded, true,
+                            DeviceTensors{.kept_input_codes = codes}),
+               Error);
+  LinearPrecision on_cpu(recipe);
+  EXPECT_FALSE(on_cpu.keeps_input_codes());
 }
 
 TEST_P(LinearPrecisionDevice, AnInfOrNanOperandMakesNanExactlyWhereTheCpuIsNonFinite) {
@@ -219,7 +286,7 @@ INSTANTIATE_TEST_SUITE_P(EveryRecipe, LinearPrecisionDevice,
                                            Recipe::Fp8Blockwise, Recipe::Mxfp8),
                          [](const ::testing::TestParamInfo<Recipe>& info) { return recipe_name(info.param); });
 
-// The bf16 recipe's tensors handed over in bf16 (Bf16Tensors: a head's logits, an MLP's interior):
+// The bf16 recipe's tensors handed over in bf16 (DeviceTensors: a head's logits, an MLP's interior):
 // each GEMM given a bf16 operand or asked for a bf16 output computes what the fp32 call computes,
 // bit for bit: the forward's output (with a bias: rounded after it) and its input; the backward's
 // output gradient (no cast: both GEMMs multiply it), input gradient and wgrad's input. The fp16
@@ -248,10 +315,10 @@ TEST(LinearPrecisionDeviceBf16, GemmsOnBf16TensorsEqualTheFp32Calls) {
     float* out = at.put(std::vector<float>(d.n * d.out, NAN));
     dev.forward(out, x, w, bias, d.n, d.in, d.out);
     float* out16 = at.put(std::vector<float>((d.n * d.out + 1) / 2, NAN));
-    dev.forward(nullptr, x, w, bias, d.n, d.in, d.out, false, GemmOutput::Rounded, Bf16Tensors{.out = out16});
+    dev.forward(nullptr, x, w, bias, d.n, d.in, d.out, false, GemmOutput::Rounded, DeviceTensors{.out = out16});
     expect_bitwise(widened(out16, d.n * d.out), at.get(out, d.n * d.out), "forward's bf16 output");
     float* from16 = at.put(std::vector<float>(d.n * d.out, NAN));
-    dev.forward(from16, nullptr, w, bias, d.n, d.in, d.out, false, GemmOutput::Rounded, Bf16Tensors{.in = x16});
+    dev.forward(from16, nullptr, w, bias, d.n, d.in, d.out, false, GemmOutput::Rounded, DeviceTensors{.in = x16});
     expect_bitwise(at.get(from16, d.n * d.out), at.get(out, d.n * d.out), "forward from a bf16 input");
   }
   float *dx = at.put(d.dx0), *dw = at.put(d.dw0);
@@ -260,7 +327,7 @@ TEST(LinearPrecisionDeviceBf16, GemmsOnBf16TensorsEqualTheFp32Calls) {
   float *dx_given = at.put(d.dx0), *dw_given = at.put(d.dw0);
   const int64_t reuses = ::loom::testing::emulated_output_grad_reuses();
   dev.backward(dx_given, dw_given, nullptr, nullptr, x, w, d.n, d.in, d.out, GemmOutput::Rounded, true,
-               Bf16Tensors{.dout = dy16});
+               DeviceTensors{.dout = dy16});
   EXPECT_EQ(::loom::testing::emulated_output_grad_reuses() - reuses, 2);
   expect_bitwise(at.get(dx_given, d.n * d.in), at.get(dx, d.n * d.in), "dgrad from a bf16 output gradient");
   expect_bitwise(at.get(dw_given, d.out * d.in), at.get(dw, d.out * d.in), "wgrad from a bf16 output gradient");
@@ -270,7 +337,7 @@ TEST(LinearPrecisionDeviceBf16, GemmsOnBf16TensorsEqualTheFp32Calls) {
   float* dx16 = at.put(std::vector<float>((d.n * d.in + 1) / 2, NAN));
   float* dw_in16 = at.put(d.dw0);
   dev.backward(nullptr, dw_in16, nullptr, dy, nullptr, w, d.n, d.in, d.out, GemmOutput::Rounded, false,
-               Bf16Tensors{.in = x16, .din = dx16});
+               DeviceTensors{.in = x16, .din = dx16});
   expect_bitwise(widened(dx16, d.n * d.in), at.get(dx_whole, d.n * d.in), "dgrad's bf16 output");
   expect_bitwise(at.get(dw_in16, d.out * d.in), at.get(dw, d.out * d.in), "wgrad from a bf16 input");
 
@@ -279,7 +346,7 @@ TEST(LinearPrecisionDeviceBf16, GemmsOnBf16TensorsEqualTheFp32Calls) {
   EXPECT_FALSE(fp16.takes_bf16_tensors());
   float* unused = at.put(std::vector<float>(d.n * d.out, NAN));
   EXPECT_THROW(fp16.forward(nullptr, x, w, nullptr, d.n, d.in, d.out, false, GemmOutput::Rounded,
-                            Bf16Tensors{.out = unused}),
+                            DeviceTensors{.out = unused}),
                Error);
   EXPECT_FALSE(LinearPrecision(Recipe::Bf16).takes_bf16_tensors());  // on the CPU
 }

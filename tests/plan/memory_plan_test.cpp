@@ -137,6 +137,18 @@ train: {global_batch: 2, micro_batch: 2}
   run.model.recompute = false;
   EXPECT_EQ(plan_memory(run, {.tp = 1, .dp = 1, .pp = 1}, probs).stages[0].activations_per_micro_batch,
             (256 + 512 + block + 256 + 272 + 256) * 4 + 16 * 4);
+  // On a GPU under per-tensor FP8 each linear keeps its input's codes for wgrad (1 byte per
+  // element: q/k/v's 16 + o_proj's 16 + the up projection's 16 + down's 32 per row), which the
+  // blockwise recipe does not; on the CPU neither does.
+  auto with_recipe = [&](const char* recipe, bool cuda) {
+    config::RunConfig r = run;
+    r.precision.recipe = config::parse_config(std::string("precision: {recipe: ") + recipe + "}", "r", {}).precision.recipe;
+    if (cuda) r.runtime.device = config::RuntimeDevice::Cuda;
+    return plan_memory(r, {.tp = 1, .dp = 1, .pp = 1}).stages[0].activations_per_micro_batch;
+  };
+  EXPECT_EQ(with_recipe("fp8_current", true) - with_recipe("fp8_blockwise", true), 16 * (16 + 16 + 16 + 32));
+  EXPECT_EQ(with_recipe("fp8_delayed", true) - with_recipe("fp8_blockwise", true), 16 * (16 + 16 + 16 + 32));
+  EXPECT_EQ(with_recipe("fp8_current", false), with_recipe("fp8_blockwise", false));
 }
 
 // Nemotron-4 340B's shape (96 layers, hidden 18432, 96 heads / 8 kv heads, a non-gated MLP of

@@ -92,7 +92,8 @@ TEST(TimePlan, PrecisionCastsEveryLinearOperandAndOutput) {
   for (const auto& [out, in] : kTinyLinears) middle_casts += 4 * (n * (2 * in + out) + 2 * out * in);
   EXPECT_NEAR(f.casts, b.casts + 2 * (middle_casts / 0.25e9 - middle_casts / 1e9), 1e-12);
   // On a GPU each weight is cast once per step and form (16-bit: one copy for the step's two
-  // micro-batches, instead of two casts in each); FP8 casts the output gradient per GEMM. The
+  // micro-batches, instead of two casts in each); per-tensor FP8 casts the input and the output
+  // gradient once each into both orientations (10 bytes per element where a cast moves 9). The
   // head's logits stay bf16 there (Transformer::bf16_logits): neither widened nor their gradient
   // cast; so does the MLP's interior (Mlp::bf16_interior): the up projection's output is not
   // widened nor its gradient cast, the down projection's input not cast (forward and wgrad) nor its
@@ -108,7 +109,7 @@ TEST(TimePlan, PrecisionCastsEveryLinearOperandAndOutput) {
   const TimeBreakdown fg = plan_time(fp8_gpu, plan_memory(fp8_gpu, {.tp = 1, .dp = 1, .pp = 1}), hw);
   double middle = 0.0;  // the four FP8 blocks: their casts in FP8 less what bf16 cast of them
   for (const auto& [out, in] : kTinyLinears)
-    middle += 4 * ((n * (2 * in + 2 * out) + out * in) / 0.25e9 - (n * (2 * in + out) + 0.5 * out * in) / 1e9);
+    middle += 4 * ((10.0 / 9.0 * n * (in + out) + out * in) / 0.25e9 - (n * (2 * in + out) + 0.5 * out * in) / 1e9);
   // and, in bf16, their MLPs' interior did not cost
   middle += 4 * n * (2 * 1408 + 3 * 704) / 1e9;
   EXPECT_NEAR(fg.casts, bg.casts + 2 * middle, 1e-12);

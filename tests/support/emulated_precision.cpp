@@ -106,7 +106,7 @@ struct Kept {
 };
 std::mutex stores_mutex;
 std::map<const void*, Kept> stores;
-std::atomic<int64_t> weight_casts{0}, weight_reuses{0}, output_grad_reuses{0};
+std::atomic<int64_t> weight_casts{0}, weight_reuses{0}, output_grad_reuses{0}, input_code_reuses{0};
 
 // What the store at `store` (PrecisionGemm's `name`) holds, written by an earlier GEMM of `what`.
 Kept kept(const void* store, const char* name, const std::string& what) {
@@ -156,11 +156,14 @@ std::vector<float> given_bf16(const kernels::PrecisionGemm& g, const void* x16, 
 // store by dgrad), read from the store dgrad wrote (wgrad), or the bf16 copy the caller made (a16).
 std::vector<float> output_grad_values(const kernels::PrecisionGemm& g, bool columns) {
   const int64_t rows = g.n, cols = g.out_features;
-  const bool sixteen = (g.a.cast == OperandCast::Bf16 || g.a.cast == OperandCast::Fp16) && g.a.cast == g.b.cast;
+  const bool kept_kind = (g.a.cast == OperandCast::Bf16 || g.a.cast == OperandCast::Fp16 ||
+                         g.a.cast == OperandCast::Fp8Tensor) &&
+                        g.a.cast == g.b.cast;
   LOOM_CHECK(g.a_store_use == kernels::CastStore::None ||
-                 (sixteen && (g.a_store_use == kernels::CastStore::Write ? g.pass == kernels::LinearGemm::DataGrad
-                                                                         : g.pass == kernels::LinearGemm::WeightGrad)),
-             "emulated cuda: precision_linear_gemm keeps only a 16-bit output gradient (dgrad writes, wgrad reads)");
+                 (kept_kind && (g.a_store_use == kernels::CastStore::Write ? g.pass == kernels::LinearGemm::DataGrad
+                                                                           : g.pass == kernels::LinearGemm::WeightGrad)),
+             "emulated cuda: precision_linear_gemm keeps only a 16-bit or per-tensor FP8 output gradient (dgrad "
+             "writes, wgrad reads)");
   if (g.a16 != nullptr) {  // handed over: no cast
     LOOM_CHECK(g.a_store_use == kernels::CastStore::None, "emulated cuda: a16 with an output-gradient store");
     ++output_grad_reuses;
@@ -182,9 +185,55 @@ std::vector<float> output_grad_values(const kernels::PrecisionGemm& g, bool colu
   return v;
 }
 
+// The forward's input [n, IC] (a) under per-tensor FP8, kept for the weight gradient when its
+// input_codes are written: what the kept codes hold, and the fp32 input they were cast from.
+struct KeptInput {
+  std::vector<float> values, source;
+};
+std::map<const void*, KeptInput> kept_inputs;
+
+std::vector<float> forward_input_values(const kernels::PrecisionGemm& g) {
+  const int64_t rows = g.n, cols = g.in_features;
+  if (g.a16 != nullptr) return given_bf16(g, g.a16, rows * cols, "a16");
+  std::vector<float> v = cast_values(g.a, rows, cols, false);
+  if (g.input_codes_use == kernels::CastStore::Write) {
+    LOOM_CHECK(g.a.cast == OperandCast::Fp8Tensor && g.b.cast == OperandCast::Fp8Tensor,
+               "emulated cuda: precision_linear_gemm keeps an input's codes under per-tensor FP8 only");
+    const float* x = host(g.a.data, "precision_linear_gemm", "operand");
+    const std::lock_guard<std::mutex> lock(stores_mutex);
+    kept_inputs[host(g.input_codes, "precision_linear_gemm", "input_codes")] =
+        KeptInput{v, std::vector<float>(x, x + rows * cols)};
+  }
+  return v;
+}
+
+// Operand b (the input [n, IC]) of a weight-gradient GEMM: cast now, the bf16 copy the caller
+// made (b16), or the codes its forward kept (input_codes Read: no cast, no scale or amax given;
+// b.data, when given, must still hold what they were cast from).
+std::vector<float> weight_grad_input_values(const kernels::PrecisionGemm& g) {
+  const int64_t rows = g.n, cols = g.in_features;
+  if (g.b16 != nullptr) return given_bf16(g, g.b16, rows * cols, "b16");
+  if (g.input_codes_use != kernels::CastStore::Read) return cast_values(g.b, rows, cols, true);
+  LOOM_CHECK(g.a.cast == OperandCast::Fp8Tensor && g.b.cast == OperandCast::Fp8Tensor,
+             "emulated cuda: precision_linear_gemm reads an input's codes under per-tensor FP8 only");
+  ++input_code_reuses;
+  const std::lock_guard<std::mutex> lock(stores_mutex);
+  const auto it = kept_inputs.find(host(g.input_codes, "precision_linear_gemm", "input_codes"));
+  LOOM_CHECK(it != kept_inputs.end() && static_cast<int64_t>(it->second.values.size()) == rows * cols,
+             "emulated cuda: precision_linear_gemm reads input codes never written for this shape");
+  if (g.b.data != nullptr) {
+    const float* x = host(g.b.data, "precision_linear_gemm", "operand");
+    LOOM_CHECK(std::memcmp(it->second.source.data(), x, it->second.source.size() * sizeof(float)) == 0,
+               "emulated cuda: precision_linear_gemm reads input codes cast from other values than its input (a "
+               "stale store)");
+  }
+  return it->second.values;
+}
+
 }  // namespace
 
 int64_t emulated_output_grad_reuses() { return output_grad_reuses.load(); }
+int64_t emulated_input_code_reuses() { return input_code_reuses.load(); }
 
 WeightCastCounts emulated_weight_cast_counts() { return {weight_casts.load(), weight_reuses.load()}; }
 
@@ -208,12 +257,16 @@ void emulated_precision_linear_gemm(Device device, const kernels::PrecisionGemm&
   LOOM_CHECK(g.b_store_use == kernels::CastStore::None || g.pass != kernels::LinearGemm::WeightGrad,
              "emulated cuda: precision_linear_gemm keeps only a weight (forward, dgrad) in a store");
   LOOM_CHECK(g.a_store_use == kernels::CastStore::None || g.pass != kernels::LinearGemm::Forward,
-             "emulated cuda: precision_linear_gemm keeps no forward input in a store");
+             "emulated cuda: precision_linear_gemm keeps a forward's input in input_codes, not a_store");
+  LOOM_CHECK(g.input_codes_use == kernels::CastStore::None ||
+                 g.pass == (g.input_codes_use == kernels::CastStore::Write ? kernels::LinearGemm::Forward
+                                                                           : kernels::LinearGemm::WeightGrad),
+             "emulated cuda: precision_linear_gemm's input codes are written by a forward and read by a wgrad");
   const int64_t n = g.n, in = g.in_features, out = g.out_features;
   std::vector<float> a, b, y;
   switch (g.pass) {
     case kernels::LinearGemm::Forward:  // in [n, IC] . W [OC, IC]^T
-      a = g.a16 != nullptr ? given_bf16(g, g.a16, n * in, "a16") : cast_values(g.a, n, in, false);
+      a = forward_input_values(g);
       b = weight_values(g, false);
       y.resize(static_cast<size_t>(n * out));
       kernels::linear_forward(kHost, y.data(), a.data(), b.data(), host(g.bias, "precision_linear_gemm", "bias"), n,
@@ -227,7 +280,7 @@ void emulated_precision_linear_gemm(Device device, const kernels::PrecisionGemm&
       break;
     case kernels::LinearGemm::WeightGrad:  // dout [n, OC]^T . in [n, IC]
       a = output_grad_values(g, true);
-      b = g.b16 != nullptr ? given_bf16(g, g.b16, n * in, "b16") : cast_values(g.b, n, in, true);
+      b = weight_grad_input_values(g);
       y.resize(static_cast<size_t>(out * in));
       kernels::gemm(kHost, y.data(), a.data(), b.data(), out, in, n, true, false, false);
       break;

@@ -28,8 +28,12 @@ struct WeightCastCounts {
 };
 WeightCastCounts emulated_weight_cast_counts();
 void reset_emulated_weight_cast_counts();
-// How many weight-gradient GEMMs multiplied the 16-bit output gradient their layer's dgrad kept
-// (PrecisionGemm::a_store), over every thread since the process started.
+// How many weight-gradient GEMMs multiplied the output gradient's cast their layer's dgrad kept
+// (PrecisionGemm::a_store: a 16-bit copy or per-tensor FP8 codes), over every thread since the
+// process started.
 int64_t emulated_output_grad_reuses();
+// How many weight-gradient GEMMs multiplied the FP8 input codes their layer's forward kept
+// (PrecisionGemm::input_codes), over every thread since the process started.
+int64_t emulated_input_code_reuses();
 
 }  // namespace loom::testing

@@ -1,5 +1,5 @@
 // Training on the emulated CUDA device with the tensors a GPU keeps in bf16 under the bf16 recipe
-// (LinearPrecision's Bf16Tensors): the head's logits into the bf16 cross-entropy and its gradient
+// (LinearPrecision's DeviceTensors): the head's logits into the bf16 cross-entropy and its gradient
 // back (Transformer::bf16_logits), and the MLP's interior (Mlp::bf16_interior: the up projection's
 // output, the activation, and their gradients). Each holds exactly what the fp32 path rounds or
 // casts to bf16, so every run equals the same run on the CPU bit for bit: Llama (SwiGLU, no

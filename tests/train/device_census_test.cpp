@@ -92,6 +92,11 @@ TEST_F(DeviceCensus, AStepOfTheDeepModelWaitsForTheDeviceOnlyForItsInputsLossAnd
     EXPECT_EQ(step.waits(), 4 * kMicroBatches + 2 + amax_reads) << recipe;
     // Every linear layer's three GEMMs (forward, dgrad, wgrad) per micro-batch: 16 blocks of 4, and the head.
     EXPECT_EQ(step.entry("precision_linear_gemm"), (16 * 4 + 1) * 3 * kMicroBatches) << recipe;
+    // Per-tensor FP8's amaxes, in the 14 FP8 blocks' 56 linears (the edge blocks are bf16): the
+    // input (its codes kept from the forward for wgrad) and the output gradient once per
+    // micro-batch, the weight once per form per step (the weight cast cache).
+    const bool per_tensor = std::string(recipe) == "fp8_current" || std::string(recipe) == "fp8_delayed";
+    EXPECT_EQ(step.entry("amax_into"), per_tensor ? 56 * (2 * kMicroBatches + 2) : 0) << recipe;
   }
   const StepCensus gpt2 = one_step("gpt2-bf16", kGpt2, {"precision.recipe=bf16", "model.recompute=true"});
   EXPECT_EQ(gpt2.to_host, 0);

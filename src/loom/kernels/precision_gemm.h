@@ -93,6 +93,16 @@ inline WeightCastLayout weight_cast_layout(OperandCast cast, int64_t out_feature
   return l;
 }
 
+// The bytes of an activation operand [rows, cols]'s cast kept for a later GEMM (PrecisionGemm's
+// a_store, input_codes): a 16-bit copy in its own layout, or per-tensor FP8's codes transposed to
+// [cols, rows] (the weight gradient reduces over rows) followed by their scale and its inverse,
+// laid out as a weight's cast (weight_cast_layout). 0 for the other casts, which are not kept.
+inline int64_t kept_operand_bytes(OperandCast cast, int64_t rows, int64_t cols) {
+  if (cast == OperandCast::Bf16 || cast == OperandCast::Fp16) return rows * cols * 2;
+  if (cast == OperandCast::Fp8Tensor) return weight_cast_layout(cast, cols, rows).bytes;
+  return 0;
+}
+
 // out (+)= round(a . b [+ bias]) in the shapes above. When either operand's cast is None, the
 // product runs in fp32 with the other operand quantized and dequantized in fp32 (what the CPU
 // computes); otherwise both operands must be of one kind (16-bit, FP8 or MXFP8).
@@ -107,12 +117,22 @@ struct PrecisionGemm {
   // b's cast kept in a store (Forward and DataGrad: b is the weight); see CastStore.
   void* b_store = nullptr;
   CastStore b_store_use = CastStore::None;
-  // a's 16-bit copy (Bf16 / Fp16 only) kept from a layer's DataGrad (Write) for its WeightGrad
-  // (Read): the output gradient cast once for both, the same bytes serving both GEMMs (cuBLASLt
-  // transposes 16-bit operands itself). Device memory of n * out_features 16-bit elements; a
-  // Read multiplies it without casting (a.data is not read).
+  // a's cast (the output gradient) kept from a layer's DataGrad (Write) for its WeightGrad (Read),
+  // so it is cast once for both: a 16-bit copy (the same bytes serve both GEMMs: cuBLASLt
+  // transposes 16-bit operands itself), or per-tensor FP8's transposed codes and their scale,
+  // written by the same pass over dout as dgrad's codes. Device memory of
+  // kept_operand_bytes(a.cast, n, out_features); a Read multiplies it without casting (a.data,
+  // a.scale and a.amax are not read).
   void* a_store = nullptr;
   CastStore a_store_use = CastStore::None;
+  // Per-tensor FP8 (Fp8Tensor): the layer's input cast once for its forward and its wgrad. The
+  // Forward writes the input's transposed codes and their scale here (Write), from the same pass
+  // over the input as the forward's own codes; the WeightGrad multiplies them as b (Read) instead
+  // of casting the input again (b.data, b.scale and b.amax are not read). Device memory of
+  // kept_operand_bytes(Fp8Tensor, n, in_features), which the caller keeps from the forward to
+  // its backward (an activation saved beside the input).
+  void* input_codes = nullptr;
+  CastStore input_codes_use = CastStore::None;
   // bf16 tensors handed over as they are, where a GPU keeps them bf16 under the bf16 recipe (a
   // head's logits: Transformer::bf16_logits; the MLP's interior: Mlp::bf16_interior). a16 / b16,
   // when set, are a's / b's bf16 copies made by the caller (b16: wgrad's input only), multiplied

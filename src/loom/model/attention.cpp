@@ -75,7 +75,8 @@ void Attention::forward(Saved& saved, float* residual, const float* normed, int6
   const int64_t rows = batch * seq, W = qkv_width(), att_width = heads_ * head_dim_;
   const int64_t k_off = att_width, v_off = att_width + static_cast<int64_t>(kv_heads_) * head_dim_;
   float* qkv = sized(saved.qkv, rows * W, store_->device());
-  qkv_->forward(qkv, normed, rows, scratch);
+  qkv_->forward(qkv, normed, rows, scratch,
+                DeviceTensors{.keep_input_codes = qkv_->keep_input_codes(saved.qkv_codes, rows)});
   rotate(qkv, batch, seq, false, packing.positions);
   float* att = sized(saved.att, rows * att_width, store_->device());
   if (context_ != nullptr) {
@@ -85,7 +86,8 @@ void Attention::forward(Saved& saved, float* residual, const float* normed, int6
     kernels::flash_attention_forward(store_->device(), att, lse, qkv, qkv + k_off, qkv + v_off, flash_shape(batch, seq),
                                      visibility(packing));
   }
-  out_->forward(residual, att, rows, scratch);
+  out_->forward(residual, att, rows, scratch,
+                DeviceTensors{.keep_input_codes = out_->keep_input_codes(saved.out_codes, rows)});
 }
 
 void Attention::backward(float* d_normed, const float* d_residual, const float* normed, const Saved& saved,
@@ -94,7 +96,8 @@ void Attention::backward(float* d_normed, const float* d_residual, const float* 
   const int64_t rows = batch * seq, W = qkv_width(), att_width = heads_ * head_dim_;
   const int64_t k_off = att_width, v_off = att_width + static_cast<int64_t>(kv_heads_) * head_dim_;
   float* d_att = sized(work.d_att, rows * att_width, store_->device());
-  out_->backward(d_att, d_residual, saved.att.data(), rows, scratch, false);
+  out_->backward(d_att, d_residual, saved.att.data(), rows, scratch, false,
+                 DeviceTensors{.kept_input_codes = out_->kept_input_codes(saved.out_codes)});
   float* d_qkv = zeroed(work.d_qkv, rows * W, store_->device());
   const float* qkv = saved.qkv.data();
   if (context_ != nullptr) {
@@ -106,7 +109,8 @@ void Attention::backward(float* d_normed, const float* d_residual, const float* 
                                       visibility(packing));
   }
   rotate(d_qkv, batch, seq, true, packing.positions);
-  qkv_->backward(d_normed, d_qkv, normed, rows, scratch, false);
+  qkv_->backward(d_normed, d_qkv, normed, rows, scratch, false,
+                 DeviceTensors{.kept_input_codes = qkv_->kept_input_codes(saved.qkv_codes)});
 }
 
 void Attention::rotate(float* qkv, int64_t batch, int64_t seq, bool backward, const int32_t* positions) const {

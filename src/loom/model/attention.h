@@ -29,6 +29,7 @@ class Attention {
  public:
   struct Saved {
     Buffer qkv, lse, att;
+    Buffer qkv_codes, out_codes;  // the projections' FP8 input codes, where they keep them (DeviceTensors)
     ContextSaved context;  // context parallelism's
   };
   // Throws naming the layer when its heads cannot be split over the tensor-parallel group.

@@ -234,19 +234,21 @@ void LinearPrecision::round_output(float* data, int64_t n) const {
 
 float* LinearPrecision::output_scratch(int64_t n) { return sized(scratch_->out, n); }
 
-void LinearPrecision::check_bf16_tensors(const Bf16Tensors& bf16) const {
-  LOOM_CHECK(!bf16.any() || takes_bf16_tensors(), "a linear layer's GEMMs take bf16 tensors under the bf16 recipe on "
-                                                  "a GPU only (this one: " + recipe_name(recipe_) + " on " +
-                                                      device_.name() + ")");
+void LinearPrecision::check_device_tensors(const DeviceTensors& tensors) const {
+  LOOM_CHECK(!tensors.any_bf16() || takes_bf16_tensors(), "a linear layer's GEMMs take bf16 tensors under the bf16 recipe on a GPU "
+                                            "only (this one: " + recipe_name(recipe_) + " on " + device_.name() + ")");
+  LOOM_CHECK((tensors.keep_input_codes == nullptr && tensors.kept_input_codes == nullptr) || keeps_input_codes(),
+             "a linear layer keeps its input's FP8 codes under fp8_delayed or fp8_current on a GPU only (this one: " +
+                 recipe_name(recipe_) + " on " + device_.name() + ")");
 }
 
 void LinearPrecision::forward(float* out, const float* in, const float* weight, const float* bias, int64_t n,
                               int64_t in_features, int64_t out_features, bool accumulate, GemmOutput output,
-                              const Bf16Tensors& bf16) {
+                              const DeviceTensors& tensors) {
   if (n == 0 || out_features == 0) return;
-  check_bf16_tensors(bf16);
+  check_device_tensors(tensors);
   if (!device_.is_cpu())
-    return device_forward(out, in, weight, bias, n, in_features, out_features, accumulate, output, bf16);
+    return device_forward(out, in, weight, bias, n, in_features, out_features, accumulate, output, tensors);
   const float* x = prepare(Operand::Input, GemmPass::Forward, in, n, in_features);
   const float* w = prepare(Operand::Weight, GemmPass::Forward, weight, out_features, in_features);
   const int64_t count = n * out_features;
@@ -258,12 +260,12 @@ void LinearPrecision::forward(float* out, const float* in, const float* weight, 
 
 void LinearPrecision::backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                                const float* weight, int64_t n, int64_t in_features, int64_t out_features,
-                               GemmOutput din_output, bool accumulate_din, const Bf16Tensors& bf16) {
+                               GemmOutput din_output, bool accumulate_din, const DeviceTensors& tensors) {
   if (n == 0) return;
-  check_bf16_tensors(bf16);
+  check_device_tensors(tensors);
   if (!device_.is_cpu())
     return device_backward(din, dweight, dbias, dout, in, weight, n, in_features, out_features, din_output,
-                           accumulate_din, bf16);
+                           accumulate_din, tensors);
   if (dbias != nullptr)
     kernels::linear_backward(kHost, nullptr, nullptr, dbias, dout, nullptr, nullptr, n, in_features, out_features);
   // Per-tensor recipes quantize dout the same way for both GEMMs; block-scaled ones block it

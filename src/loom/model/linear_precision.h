@@ -126,19 +126,32 @@ struct PrecisionScratch {
   WeightCastCache weight_casts;  // on a device: the weights' casts, kept inside a training step's scope
 };
 
-// Tensors a layer's GEMMs take or leave in bf16 on a GPU under the bf16 recipe, where the model
-// keeps them bf16 (2-byte elements, device memory; null: the fp32 argument is used): the
+// Tensors a layer's GEMMs take or leave on a GPU in a form other than fp32, kept by the model
+// (device memory; null: the fp32 argument is used, nothing is kept).
+//
+// In bf16, under the bf16 recipe, where the model keeps them bf16 (2-byte elements): the
 // forward's input (`in`) and output (`out`, rounded after the bias); the backward's output
 // gradient (`dout`: both GEMMs; no bias gradient, which sums the fp32 one), input gradient (`din`:
 // dgrad's output, written whole) and input (`in`: wgrad's). A bf16 tensor holds exactly what the
 // fp32 path casts or rounds to bf16, so the products are the same (Transformer::bf16_logits,
 // Mlp::bf16_interior); what goes is the casts, the widening passes and half of the bytes.
-struct Bf16Tensors {
+//
+// The input's FP8 codes for the weight gradient, under fp8_delayed and fp8_current
+// (keeps_input_codes), kept_input_bytes() long, which the caller keeps from a micro-batch's
+// forward to its backward beside the input: the forward casts the input once into both of its
+// orientations, writing the transposed codes and their scale into `keep_input_codes`
+// (kernels::PrecisionGemm::input_codes), and the backward's wgrad multiplies `kept_input_codes`
+// (the same memory): no second amax and cast of the input. The same tensor under the same scale
+// gives the same codes, so the products are unchanged.
+struct DeviceTensors {
   const void* in = nullptr;
   void* out = nullptr;
   const void* dout = nullptr;
   void* din = nullptr;
-  bool any() const { return in != nullptr || out != nullptr || dout != nullptr || din != nullptr; }
+  void* keep_input_codes = nullptr;          // forward
+  const void* kept_input_codes = nullptr;    // backward
+  bool any_bf16() const { return in != nullptr || out != nullptr || dout != nullptr || din != nullptr; }
+  bool any() const { return any_bf16() || keep_input_codes != nullptr || kept_input_codes != nullptr; }
 };
 
 class LinearPrecision {
@@ -170,16 +183,25 @@ class LinearPrecision {
   // The bias (and its gradient) stays fp32; the output is rounded after the bias is added.
   // `output` / `din_output` Partial: the forward output / input gradient stays fp32 (GemmOutput).
   // `accumulate_din` false: din is written whole instead of added into.
-  // `bf16`: tensors given or wanted in bf16 instead of fp32 (Bf16Tensors; takes_bf16_tensors only).
+  // `tensors`: tensors given or wanted in bf16 instead of fp32 (takes_bf16_tensors only), and the
+  // input's kept FP8 codes (keeps_input_codes only): DeviceTensors.
   void forward(float* out, const float* in, const float* weight, const float* bias, int64_t n, int64_t in_features,
                int64_t out_features, bool accumulate = false, GemmOutput output = GemmOutput::Rounded,
-               const Bf16Tensors& bf16 = {});
+               const DeviceTensors& tensors = {});
   void backward(float* din, float* dweight, float* dbias, const float* dout, const float* in, const float* weight,
                 int64_t n, int64_t in_features, int64_t out_features, GemmOutput din_output = GemmOutput::Rounded,
-                bool accumulate_din = true, const Bf16Tensors& bf16 = {});
+                bool accumulate_din = true, const DeviceTensors& tensors = {});
 
-  // Whether forward / backward take Bf16Tensors: the bf16 recipe on a GPU.
+  // Whether forward / backward take DeviceTensors' bf16 tensors: the bf16 recipe on a GPU.
   bool takes_bf16_tensors() const { return device_.is_cuda() && recipe_ == Recipe::Bf16; }
+  // Whether they take DeviceTensors' input codes: per-tensor FP8 (fp8_delayed, fp8_current) on a GPU.
+  bool keeps_input_codes() const {
+    return device_.is_cuda() && (recipe_ == Recipe::Fp8Delayed || recipe_ == Recipe::Fp8Current);
+  }
+  // The bytes of the input codes of a layer with `rows` tokens of `in_features` (0 when not kept).
+  int64_t kept_input_bytes(int64_t rows, int64_t in_features) const {
+    return keeps_input_codes() ? kernels::kept_operand_bytes(kernels::OperandCast::Fp8Tensor, rows, in_features) : 0;
+  }
 
   // fp8_delayed: one DelayedScaling per operand. scale() is what prepare uses now (1 for the
   // other recipes); pending_amax() the largest amax seen since the last commit (Inf if any was
@@ -202,15 +224,15 @@ class LinearPrecision {
   void quantize_fp8(Operand op, GemmPass pass, float* buf, int64_t rows, int64_t cols, float tensor_amax);
   float* output_scratch(int64_t n);
   kernels::OutputRounding rounding() const;
-  // An Error unless takes_bf16_tensors() or `bf16` is empty.
-  void check_bf16_tensors(const Bf16Tensors& bf16) const;
+  // An Error unless `tensors` holds only what this layer takes (takes_bf16_tensors, keeps_input_codes).
+  void check_device_tensors(const DeviceTensors& tensors) const;
   // The GPU path of forward / backward (linear_precision_device.cpp).
   void device_forward(float* out, const float* in, const float* weight, const float* bias, int64_t n,
                       int64_t in_features, int64_t out_features, bool accumulate, GemmOutput output,
-                      const Bf16Tensors& bf16);
+                      const DeviceTensors& tensors);
   void device_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                        const float* weight, int64_t n, int64_t in_features, int64_t out_features,
-                       GemmOutput din_output, bool accumulate_din, const Bf16Tensors& bf16);
+                       GemmOutput din_output, bool accumulate_din, const DeviceTensors& tensors);
   // Operand `op` (n elements on the device) cast as the recipe says; fp8_delayed records its amax.
   kernels::CastOperand device_operand(Operand op, const float* x, int64_t n);
   // g.b = the weight [out_features, in_features] for g.pass (forward or dgrad): its cast from the

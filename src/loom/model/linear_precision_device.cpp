@@ -109,19 +109,21 @@ void LinearPrecision::run_device_gemm(const kernels::PrecisionGemm& g, WeightCas
 
 void LinearPrecision::device_forward(float* out, const float* in, const float* weight, const float* bias, int64_t n,
                                      int64_t in_features, int64_t out_features, bool accumulate, GemmOutput output,
-                                     const Bf16Tensors& bf16) {
+                                     const DeviceTensors& tensors) {
   check_device_shape(recipe_, n, in_features, out_features);
   kernels::PrecisionGemm g;
   g.pass = kernels::LinearGemm::Forward;
   g.out = out;
-  g.out16 = bf16.out;
+  g.out16 = tensors.out;
   g.accumulate = accumulate;
   g.bias = bias;
   g.n = n;
   g.in_features = in_features;
   g.out_features = out_features;
   g.a = device_operand(Operand::Input, in, n * in_features);  // the bf16 recipe: no amax, nothing read
-  g.a16 = bf16.in;
+  g.a16 = tensors.in;
+  g.input_codes = tensors.keep_input_codes;  // cast for the weight gradient too, from the same read
+  g.input_codes_use = g.input_codes != nullptr ? kernels::CastStore::Write : kernels::CastStore::None;
   WeightCastCache::Store* store = device_weight(g, weight);
   g.rounding = output == GemmOutput::Rounded ? rounding() : kernels::OutputRounding::None;
   run_device_gemm(g, store);
@@ -129,33 +131,34 @@ void LinearPrecision::device_forward(float* out, const float* in, const float* w
 
 void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                                       const float* weight, int64_t n, int64_t in_features, int64_t out_features,
-                                      GemmOutput din_output, bool accumulate_din, const Bf16Tensors& bf16) {
+                                      GemmOutput din_output, bool accumulate_din, const DeviceTensors& tensors) {
   check_device_shape(recipe_, n, in_features, out_features);
-  LOOM_CHECK(dbias == nullptr || bf16.dout == nullptr, "a bias gradient needs the fp32 output gradient, not bf16");
+  LOOM_CHECK(dbias == nullptr || tensors.dout == nullptr, "a bias gradient needs the fp32 output gradient, not bf16");
   if (dbias != nullptr)
     kernels::linear_backward(device_, nullptr, nullptr, dbias, dout, nullptr, nullptr, n, in_features, out_features);
-  const bool wants_din = din != nullptr || bf16.din != nullptr;
+  const bool wants_din = din != nullptr || tensors.din != nullptr;
   if (!wants_din && dweight == nullptr) return;
   kernels::PrecisionGemm g;
   g.n = n;
   g.in_features = in_features;
   g.out_features = out_features;
-  // dout is cast once for both GEMMs: the device orients block scales along each GEMM's
+  // dout's amax is reduced once for both GEMMs; the device orients block scales along each GEMM's
   // reduction dimension itself (the CPU quantizes a copy per orientation; the amax is the same).
   g.a = device_operand(Operand::OutputGrad, dout, n * out_features);
-  g.a16 = bf16.dout;  // handed over in bf16: both GEMMs multiply it
-  // A 16-bit copy of dout made for dgrad serves wgrad as it is (kernels::PrecisionGemm::a_store).
-  const bool keep_dout = wants_din && dweight != nullptr && g.a16 == nullptr &&
-                         (g.a.cast == kernels::OperandCast::Bf16 || g.a.cast == kernels::OperandCast::Fp16);
+  g.a16 = tensors.dout;  // handed over in bf16: both GEMMs multiply it
+  // dgrad's cast of dout kept for wgrad (kernels::PrecisionGemm::a_store): a 16-bit copy serves
+  // as it is; per-tensor FP8 codes are written transposed beside dgrad's from the same read.
+  const int64_t kept_bytes = kernels::kept_operand_bytes(g.a.cast, n, out_features);
+  const bool keep_dout = wants_din && dweight != nullptr && g.a16 == nullptr && kept_bytes > 0;
   if (keep_dout) {
-    g.a_store = sized_16bit(scratch_->dout_cast, n * out_features, device_);
+    g.a_store = sized(scratch_->dout_cast, (kept_bytes + 3) / 4, device_);
     g.a_store_use = kernels::CastStore::Write;
   }
   if (wants_din) {
     g.pass = kernels::LinearGemm::DataGrad;
     g.out = din;
-    g.out16 = bf16.din;
-    g.accumulate = accumulate_din && bf16.din == nullptr;  // a bf16 din is written whole
+    g.out16 = tensors.din;
+    g.accumulate = accumulate_din && tensors.din == nullptr;  // a bf16 din is written whole
     WeightCastCache::Store* store = device_weight(g, weight);
     g.rounding = din_output == GemmOutput::Rounded ? rounding() : kernels::OutputRounding::None;
     run_device_gemm(g, store);
@@ -165,8 +168,16 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
     g.pass = kernels::LinearGemm::WeightGrad;
     g.out = dweight;
     g.accumulate = true;  // into the fp32 main gradient
-    g.b = device_operand(Operand::Input, in, n * in_features);
-    g.b16 = bf16.in;
+    if (tensors.kept_input_codes != nullptr) {
+      // The codes the forward kept: no amax (fp8_delayed's pending amax has this input's already).
+      g.b = device_cast(recipe_, Operand::Input, scale(Operand::Input), margin_);
+      g.b.data = in;
+      g.input_codes = const_cast<void*>(tensors.kept_input_codes);  // read only (CastStore::Read)
+      g.input_codes_use = kernels::CastStore::Read;
+    } else {
+      g.b = device_operand(Operand::Input, in, n * in_features);
+    }
+    g.b16 = tensors.in;
     g.b_store = nullptr;
     g.b_store_use = kernels::CastStore::None;
     g.out16 = nullptr;

@@ -49,16 +49,17 @@ void Mlp::forward(Saved& saved, float* residual, const float* normed, int64_t ro
   if (bf16_interior()) {
     void* hidden = sized_16bit(saved.hidden, rows * hidden_width(), device_);
     void* act = sized_16bit(saved.act, rows * ffn_, device_);
-    in_->forward(nullptr, normed, rows, scratch, Bf16Tensors{.out = hidden});
+    in_->forward(nullptr, normed, rows, scratch, DeviceTensors{.out = hidden});
     activation_forward_bf16(device_, activation_, act, hidden, rows, ffn_);
-    down_->forward(residual, nullptr, rows, scratch, Bf16Tensors{.in = act});
+    down_->forward(residual, nullptr, rows, scratch, DeviceTensors{.in = act});
     return;
   }
   float* hidden = sized(saved.hidden, rows * hidden_width(), device_);
   float* act = sized(saved.act, rows * ffn_, device_);
-  in_->forward(hidden, normed, rows, scratch);
+  in_->forward(hidden, normed, rows, scratch, DeviceTensors{.keep_input_codes = in_->keep_input_codes(saved.up_codes, rows)});
   activation_forward(device_, activation_, act, hidden, rows, ffn_);
-  down_->forward(residual, act, rows, scratch);
+  down_->forward(residual, act, rows, scratch,
+                 DeviceTensors{.keep_input_codes = down_->keep_input_codes(saved.down_codes, rows)});
 }
 
 void Mlp::backward(float* d_normed, const float* d_residual, const float* normed, const Saved& saved,
@@ -67,7 +68,7 @@ void Mlp::backward(float* d_normed, const float* d_residual, const float* normed
   if (bf16_interior()) {
     void* d_act = sized_16bit(work.d_act, rows * ffn_, device_);
     down_->backward(nullptr, d_residual, nullptr, rows, scratch, false,
-                    Bf16Tensors{.in = saved.act.data(), .din = d_act});
+                    DeviceTensors{.in = saved.act.data(), .din = d_act});
     if (in_->has_bias()) {  // the bias gradient sums the fp32 hidden gradient
       float* d_hidden = sized(work.d_hidden, rows * hidden_width(), device_);
       activation_backward_bf16(device_, activation_, d_hidden, nullptr, d_act, saved.hidden.data(), rows, ffn_);
@@ -75,15 +76,17 @@ void Mlp::backward(float* d_normed, const float* d_residual, const float* normed
     } else {
       void* d_hidden = sized_16bit(work.d_hidden, rows * hidden_width(), device_);
       activation_backward_bf16(device_, activation_, nullptr, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
-      in_->backward(d_normed, nullptr, normed, rows, scratch, accumulate, Bf16Tensors{.dout = d_hidden});
+      in_->backward(d_normed, nullptr, normed, rows, scratch, accumulate, DeviceTensors{.dout = d_hidden});
     }
     return;
   }
   float* d_act = sized(work.d_act, rows * ffn_, device_);
-  down_->backward(d_act, d_residual, saved.act.data(), rows, scratch, false);
+  down_->backward(d_act, d_residual, saved.act.data(), rows, scratch, false,
+                  DeviceTensors{.kept_input_codes = down_->kept_input_codes(saved.down_codes)});
   float* d_hidden = sized(work.d_hidden, rows * hidden_width(), device_);
   activation_backward(device_, activation_, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
-  in_->backward(d_normed, d_hidden, normed, rows, scratch, accumulate);
+  in_->backward(d_normed, d_hidden, normed, rows, scratch, accumulate,
+                DeviceTensors{.kept_input_codes = in_->kept_input_codes(saved.up_codes)});
 }
 
 }  // namespace loom::model

@@ -18,6 +18,7 @@ class Mlp {
  public:
   struct Saved {
     Buffer hidden, act;  // hidden = [gate | up] rows for SwiGLU, else the pre-activation (bf16_interior: 2-byte elements)
+    Buffer up_codes, down_codes;  // the projections' FP8 input codes, where they keep them (DeviceTensors)
   };
   // Throws naming the layer when ffn_size cannot be split over the tensor-parallel group.
   Mlp(ParameterStore& store, const TensorParallel& tp, int layer, const std::string& prefix, int d_model,
@@ -35,7 +36,7 @@ class Mlp {
   // Whether the MLP keeps its interior in bf16: on a GPU under the bf16 recipe (both projections),
   // the hidden pre-activation and the activation (saved for backward) and their gradients are
   // bf16 tensors handed between the GEMMs and the activation kernels as they are
-  // (kernels::activation_forward_bf16, LinearPrecision's Bf16Tensors): the values the fp32 path
+  // (kernels::activation_forward_bf16, LinearPrecision's DeviceTensors): the values the fp32 path
   // rounds or casts to bf16 anyway (the up projection's output is rounded to bf16; the down
   // projection casts the activation and the hidden gradient is cast for both of the up
   // projection's backward GEMMs), so the results are the same, without those casts and widenings

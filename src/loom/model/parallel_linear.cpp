@@ -9,28 +9,37 @@
 namespace loom::model {
 
 namespace {
+constexpr const char* kFp32Layer =
+    "bf16 tensors or FP8 input codes need a bf16 or FP8 linear layer on a GPU (this one runs in fp32)";
+
 // The fp32 kernels, or the layer's precision recipe when it has one.
 void linear_forward(Device device, LinearPrecision* precision, float* out, const float* in, const float* weight,
                     const float* bias, int64_t n, int64_t in_features, int64_t out_features, bool accumulate = false,
-                    GemmOutput output = GemmOutput::Rounded, const Bf16Tensors& bf16 = {}) {
+                    GemmOutput output = GemmOutput::Rounded, const DeviceTensors& tensors = {}) {
   if (precision != nullptr) {
-    precision->forward(out, in, weight, bias, n, in_features, out_features, accumulate, output, bf16);
+    precision->forward(out, in, weight, bias, n, in_features, out_features, accumulate, output, tensors);
   } else {
-    LOOM_CHECK(!bf16.any(), "bf16 tensors need a bf16 linear layer on a GPU (this one runs in fp32)");
+    LOOM_CHECK(!tensors.any(), kFp32Layer);
     kernels::linear_forward(device, out, in, weight, bias, n, in_features, out_features, accumulate);
   }
 }
 void linear_backward(Device device, LinearPrecision* precision, float* din, float* dweight, float* dbias,
                      const float* dout, const float* in, const float* weight, int64_t n, int64_t in_features,
-                     int64_t out_features, GemmOutput din_output, bool accumulate_din, const Bf16Tensors& bf16 = {}) {
+                     int64_t out_features, GemmOutput din_output, bool accumulate_din, const DeviceTensors& tensors = {}) {
   if (precision != nullptr) {
     precision->backward(din, dweight, dbias, dout, in, weight, n, in_features, out_features, din_output,
-                        accumulate_din, bf16);
+                        accumulate_din, tensors);
   } else {
-    LOOM_CHECK(!bf16.any(), "bf16 tensors need a bf16 linear layer on a GPU (this one runs in fp32)");
+    LOOM_CHECK(!tensors.any(), kFp32Layer);
     kernels::linear_backward(device, din, dweight, dbias, dout, in, weight, n, in_features, out_features,
                              accumulate_din);
   }
+}
+
+// Room in `buffer` for the FP8 codes of an input [rows, in_features] where `precision` keeps them.
+void* codes_room(const LinearPrecision* precision, Buffer& buffer, int64_t rows, int64_t in_features, Device device) {
+  const int64_t bytes = precision != nullptr ? precision->kept_input_bytes(rows, in_features) : 0;
+  return bytes > 0 ? sized(buffer, (bytes + 3) / 4, device) : nullptr;
 }
 
 // A GEMM reducing over a dimension split across the ranks leaves partial products to be summed.
@@ -86,15 +95,22 @@ void ColumnParallelLinear::set_precision(std::shared_ptr<LinearPrecision> precis
   precision_ = std::move(precision);
 }
 
+void* ColumnParallelLinear::keep_input_codes(Buffer& buffer, int64_t rows) const {
+  return codes_room(precision_.get(), buffer, rows, in_, store_->device());
+}
+const void* ColumnParallelLinear::kept_input_codes(const Buffer& buffer) const {
+  return precision_ != nullptr && precision_->keeps_input_codes() ? buffer.data() : nullptr;
+}
+
 void ColumnParallelLinear::forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch,
-                                   const Bf16Tensors& bf16) const {
+                                   const DeviceTensors& tensors) const {
   const float* full = tp_->enter_forward(x, rows, in_, scratch.gathered);
   linear_forward(store_->device(), precision_.get(), out, full, store_->value(weight_),
-                 bias_ >= 0 ? store_->value(bias_) : nullptr, rows, in_, out_, false, GemmOutput::Rounded, bf16);
+                 bias_ >= 0 ? store_->value(bias_) : nullptr, rows, in_, out_, false, GemmOutput::Rounded, tensors);
 }
 
 void ColumnParallelLinear::backward(float* d_x, const float* d_out, const float* x, int64_t rows,
-                                    ParallelScratch& scratch, bool accumulate, const Bf16Tensors& bf16) const {
+                                    ParallelScratch& scratch, bool accumulate, const DeviceTensors& tensors) const {
   // Sequence parallel: the full input is gathered again rather than kept from forward.
   const float* full = tp_->enter_forward(x, rows, in_, scratch.gathered);
   // Across ranks the GEMM writes the whole partial product; the sum then goes into d_x.
@@ -102,7 +118,8 @@ void ColumnParallelLinear::backward(float* d_x, const float* d_out, const float*
   // dgrad reduces over the split output features: partial products, rounded after the sum.
   linear_backward(store_->device(), precision_.get(), d_full, store_->grad(weight_),
                   bias_ >= 0 ? store_->grad(bias_) : nullptr, d_out, full, store_->value(weight_), rows, in_, out_,
-                  split_output(*tp_), accumulate && tp_->single(), Bf16Tensors{.dout = bf16.dout});
+                  split_output(*tp_), accumulate && tp_->single(),
+                  DeviceTensors{.dout = tensors.dout, .kept_input_codes = tensors.kept_input_codes});
   tp_->enter_backward(d_x, d_full, rows, in_, precision_.get(), accumulate);
 }
 
@@ -119,10 +136,17 @@ void RowParallelLinear::set_precision(std::shared_ptr<LinearPrecision> precision
   precision_ = std::move(precision);
 }
 
+void* RowParallelLinear::keep_input_codes(Buffer& buffer, int64_t rows) const {
+  return codes_room(precision_.get(), buffer, rows, in_, store_->device());
+}
+const void* RowParallelLinear::kept_input_codes(const Buffer& buffer) const {
+  return precision_ != nullptr && precision_->keeps_input_codes() ? buffer.data() : nullptr;
+}
+
 void RowParallelLinear::forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch,
-                                const Bf16Tensors& bf16) const {
+                                const DeviceTensors& tensors) const {
   const float* bias = bias_ >= 0 ? store_->value(bias_) : nullptr;
-  const Bf16Tensors input{.in = bf16.in};
+  const DeviceTensors input{.in = tensors.in, .keep_input_codes = tensors.keep_input_codes};
   if (tp_->single()) {  // no reduction: accumulate straight into the residual stream
     linear_forward(store_->device(), precision_.get(), out, x, store_->value(weight_), bias, rows, in_, out_, true,
                    GemmOutput::Rounded, input);
@@ -136,11 +160,11 @@ void RowParallelLinear::forward(float* out, const float* x, int64_t rows, Parall
 }
 
 void RowParallelLinear::backward(float* d_x, const float* d_out, const float* x, int64_t rows,
-                                 ParallelScratch& scratch, bool accumulate, const Bf16Tensors& bf16) const {
+                                 ParallelScratch& scratch, bool accumulate, const DeviceTensors& tensors) const {
   const float* d_full = tp_->exit_backward(d_out, rows, out_, scratch.gathered);
   linear_backward(store_->device(), precision_.get(), d_x, store_->grad(weight_), nullptr, d_full, x,
                   store_->value(weight_), rows, in_, out_, GemmOutput::Rounded, accumulate,
-                  Bf16Tensors{.in = bf16.in, .din = bf16.din});
+                  DeviceTensors{.in = tensors.in, .din = tensors.din, .kept_input_codes = tensors.kept_input_codes});
   // The bias was added after g, to this rank's rows: its gradient is over those rows (a partial
   // sum under sequence parallelism, completed by the model's gradient sync).
   if (bias_ >= 0) {

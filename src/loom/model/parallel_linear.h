@@ -37,14 +37,21 @@ class ColumnParallelLinear {
   ColumnParallelLinear(ParameterStore& store, const TensorParallel& tp, int weight, int bias, int64_t in_features,
                        int64_t out_local);
   // out[rows, out_local] = f(x) W^T + b, x being this rank's [local_rows, in] of rows = batch*seq.
-  // bf16.out: the output in bf16 instead (out unused; LinearPrecision's Bf16Tensors).
-  void forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch, const Bf16Tensors& bf16 = {}) const;
+  // tensors.out: the output in bf16 instead (out unused); tensors.keep_input_codes: where the
+  // input's FP8 codes are kept for the backward (LinearPrecision's DeviceTensors).
+  void forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch, const DeviceTensors& tensors = {}) const;
   // d_x[local rows] += f_backward(d_out W), or = when not `accumulate` (d_x need not be zeroed);
-  // parameter gradients added into the store. bf16.dout: d_out in bf16 instead (no bias).
+  // parameter gradients added into the store. tensors.dout: d_out in bf16 instead (no bias);
+  // tensors.kept_input_codes: the codes the forward kept.
   void backward(float* d_x, const float* d_out, const float* x, int64_t rows, ParallelScratch& scratch,
-                bool accumulate = true, const Bf16Tensors& bf16 = {}) const;
+                bool accumulate = true, const DeviceTensors& tensors = {}) const;
   // The GEMMs' precision (null: fp32); whether the layer has a bias.
   const LinearPrecision* precision() const { return precision_.get(); }
+  // Room in `buffer` for the input's FP8 codes over `rows` tokens where the layer keeps them
+  // (LinearPrecision::keeps_input_codes: DeviceTensors' keep_input_codes), else null; in the
+  // backward, the codes the forward kept in `buffer` (kept_input_codes), else null.
+  void* keep_input_codes(Buffer& buffer, int64_t rows) const;
+  const void* kept_input_codes(const Buffer& buffer) const;
   bool has_bias() const { return bias_ >= 0; }
   int64_t out_local() const { return out_; }
   // The GEMMs' precision recipe (linear_precision.h); null (the default) = fp32 kernels. Throws
@@ -64,15 +71,18 @@ class RowParallelLinear {
   // weight: [out, in_local] (bias: [out], replicated, or -1).
   RowParallelLinear(ParameterStore& store, const TensorParallel& tp, int weight, int bias, int64_t in_local,
                     int64_t out_features);
-  // out[local rows, out] += g(x W^T) + b, x being [rows, in_local] inside the region. bf16.in: x
-  // in bf16 instead.
-  void forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch, const Bf16Tensors& bf16 = {}) const;
+  // out[local rows, out] += g(x W^T) + b, x being [rows, in_local] inside the region. tensors.in: x
+  // in bf16 instead; tensors.keep_input_codes: where x's FP8 codes are kept for the backward.
+  void forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch, const DeviceTensors& tensors = {}) const;
   // d_x[rows, in_local] += g_backward(d_out) W, d_out being this rank's [local_rows, out]; = when
-  // not `accumulate`. bf16.in: x in bf16 instead; bf16.din: d_x written whole in bf16 instead.
+  // not `accumulate`. tensors.in: x in bf16 instead; tensors.din: d_x written whole in bf16
+  // instead; tensors.kept_input_codes: the codes the forward kept.
   void backward(float* d_x, const float* d_out, const float* x, int64_t rows, ParallelScratch& scratch,
-                bool accumulate = true, const Bf16Tensors& bf16 = {}) const;
+                bool accumulate = true, const DeviceTensors& tensors = {}) const;
   // As ColumnParallelLinear's.
   const LinearPrecision* precision() const { return precision_.get(); }
+  void* keep_input_codes(Buffer& buffer, int64_t rows) const;
+  const void* kept_input_codes(const Buffer& buffer) const;
   // As ColumnParallelLinear::set_precision.
   void set_precision(std::shared_ptr<LinearPrecision> precision);
 

@@ -322,7 +322,7 @@ double Transformer::head_loss(const float* hidden, Norm::Saved& norm, Buffer& he
   if (bf16_logits()) {
     void* logits16 = sized_16bit(logits_out, rows * vocab_local_, params_.device());
     head_precision_->forward(nullptr, head_in, params_.value(head_), nullptr, rows, C, vocab_local_, false,
-                             GemmOutput::Rounded, Bf16Tensors{.out = logits16});
+                             GemmOutput::Rounded, DeviceTensors{.out = logits16});
     const Device device = params_.device();
     return kernels::softmax_cross_entropy_bf16(device, logits16, sized(losses_, rows, device),
                                                staged_targets_.stage(device, targets, rows), rows, config_.vocab_size,
@@ -352,7 +352,7 @@ void Transformer::head_grad(float* d_hidden, const float* hidden, const Norm::Sa
   float* d_head_in = tp_.enter_backward_target(d_final, rows, C, tp_scratch_.d_full, false);
   if (bf16_logits()) {  // the loss's bf16 gradient, multiplied as it is
     head_precision_->backward(d_head_in, params_.grad(head_), nullptr, nullptr, head_in, params_.value(head_), rows, C,
-                              vocab_local_, GemmOutput::Rounded, false, Bf16Tensors{.dout = logits.data()});
+                              vocab_local_, GemmOutput::Rounded, false, DeviceTensors{.dout = logits.data()});
   } else if (head_precision_) {
     // Each vocabulary shard's input gradient is a partial sum: rounded once, after the sum over ranks.
     head_precision_->backward(d_head_in, params_.grad(head_), nullptr, logits.data(), head_in, params_.value(head_),

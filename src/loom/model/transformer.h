@@ -220,7 +220,7 @@ class Transformer {
   // Whether the head keeps its logits in bf16: on a GPU under a bf16 head (the bf16, FP8 and MX
   // recipes), with the whole vocabulary on this rank and the plain cross-entropy (no token
   // objective). The head GEMM's bf16 result goes to kernels::softmax_cross_entropy_bf16 as it is,
-  // and its bf16 gradient to the head's two backward GEMMs (LinearPrecision's Bf16Tensors): no
+  // and its bf16 gradient to the head's two backward GEMMs (LinearPrecision's DeviceTensors): no
   // widening pass, no cast of the gradient, half the logits' bytes. The
   // values are those of the fp32 path (logits already rounded to bf16, the gradient cast to bf16
   // for its GEMMs), so the results are the same.

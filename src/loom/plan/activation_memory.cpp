@@ -34,6 +34,12 @@ bool bf16_mlp_on_device(const config::RunConfig& config) {
   return config.runtime.device == config::RuntimeDevice::Cuda && config.precision.recipe == config::PrecisionRecipe::Bf16;
 }
 
+bool fp8_input_codes_on_device(const config::RunConfig& config) {
+  return config.runtime.device == config::RuntimeDevice::Cuda &&
+         (config.precision.recipe == config::PrecisionRecipe::Fp8Delayed ||
+          config.precision.recipe == config::PrecisionRecipe::Fp8Current);
+}
+
 int64_t block_saved_bytes(const config::ModelConfig& model, const LayerWidths& w, const ActivationShape& a) {
   const int64_t rows = a.rows(), e = a.element_bytes;
   int64_t bytes = 0;
@@ -42,8 +48,12 @@ int64_t block_saved_bytes(const config::ModelConfig& model, const LayerWidths& w
     bytes += rows * (w.qkv() + w.q) * e;                                  // q/k/v, attention output
     bytes += a.batch * w.heads * a.seq * e;                                // log-sum-exp
     if (a.attention_probs) bytes += a.batch * w.heads * a.seq * a.seq * e;  // probabilities
+    bytes += rows * (model.d_model + w.q) * a.input_code_bytes;             // q/k/v and o_proj inputs' codes
   }
-  if (w.has_mlp()) bytes += norm_bytes(model, a) + rows * (w.hidden() + w.ffn) * a.mlp_bytes;
+  if (w.has_mlp()) {
+    bytes += norm_bytes(model, a) + rows * (w.hidden() + w.ffn) * a.mlp_bytes;
+    bytes += rows * (model.d_model + w.ffn) * a.input_code_bytes;  // up and down projections' inputs' codes
+  }
   return bytes;
 }
 

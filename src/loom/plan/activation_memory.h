@@ -6,7 +6,8 @@
 //   per layer held     residual stream rows x d_model, and unless recomputed the block's saved
 //                      tensors: norm outputs and statistics, q/k/v, the tiled attention's
 //                      log-sum-exp per query and head, attention output, the MLP's hidden and
-//                      activation (a kernel that keeps its probabilities adds batch x heads x seq^2)
+//                      activation (a kernel that keeps its probabilities adds batch x heads x seq^2),
+//                      on a GPU under per-tensor FP8 the linears' input codes
 //   head (last stage)  final norm, logits (rows x vocabulary shard, logit_bytes each), its input
 //                      under sequence parallelism
 //   workspace          what backward reuses across layers (the widest layer's gradients), the
@@ -33,6 +34,9 @@ struct ActivationShape {
   // The MLP's saved hidden and activation: element_bytes, or 2 where a GPU keeps them bf16
   // (Mlp::bf16_interior: every block under the bf16 recipe).
   int64_t mlp_bytes = 4;
+  // Bytes per element of each linear's input kept as FP8 codes for its weight gradient: 1 where a
+  // GPU keeps them (fp8_input_codes_on_device), else 0.
+  int64_t input_code_bytes = 0;
   int64_t rows() const { return batch * seq; }
   int64_t local_rows() const { return sequence_parallel && tp > 1 ? rows() / tp : rows(); }
 };
@@ -44,6 +48,10 @@ bool bf16_logits_on_device(const config::RunConfig& config, int tp);
 // Whether every block's MLP keeps its interior bf16 (Mlp::bf16_interior): on a GPU under the bf16
 // recipe (an FP8 recipe's bf16 edge blocks do too; not counted).
 bool bf16_mlp_on_device(const config::RunConfig& config);
+// Whether every block's linears keep their inputs' FP8 codes for the weight gradient
+// (LinearPrecision::keeps_input_codes): on a GPU under fp8_delayed or fp8_current (counted for
+// every block, though the bf16 edge blocks keep none).
+bool fp8_input_codes_on_device(const config::RunConfig& config);
 
 // Bytes one block keeps from its forward for its backward.
 int64_t block_saved_bytes(const config::ModelConfig& model, const LayerWidths& w, const ActivationShape& a);

@@ -35,9 +35,10 @@ struct CastPath {
 // into its fp32 main gradient. The CPU casts the input and the weight twice
 // and the output gradient once (once per GEMM for block-scaled recipes); a GPU casts the input
 // twice, the output gradient once under bf16 / fp16 and once per GEMM otherwise (FP8's wgrad
-// wants it transposed), and the weight once per step and form (one 16-bit copy; two FP8 or MX
+// wants it transposed; per-tensor FP8 casts the input and the output gradient once each, into
+// both orientations), and the weight once per step and form (one 16-bit copy; two FP8 or MX
 // forms). Recompute casts the forward's input again (and on the CPU its weight). `bf16`: the
-// tensors a GPU hands over in bf16 (LinearPrecision's Bf16Tensors), whose casts and widenings are
+// tensors a GPU hands over in bf16 (LinearPrecision's DeviceTensors), whose casts and widenings are
 // not made.
 struct Bf16Ends {
   bool output = false;       // the forward's output left bf16: no widening
@@ -51,15 +52,23 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
   const bool oriented = recipe == model::Recipe::Fp8Blockwise || recipe == model::Recipe::Mxfp8;
   const bool sixteen = recipe == model::Recipe::Bf16 || recipe == model::Recipe::Fp16;
   const double weight = out * in;
+  // Per-tensor FP8 on a GPU casts the input and the output gradient once each into both
+  // orientations (LinearPrecision's kept input codes, PrecisionGemm::a_store): 10 bytes per element
+  // (the amax's read, one read, two 1-byte writes) where a cast moves 9, so 10/9 of a cast.
+  const bool both_orientations =
+      path.device && (recipe == model::Recipe::Fp8Delayed || recipe == model::Recipe::Fp8Current);
+  constexpr double kBothOrientations = 10.0 / 9.0;
   double cast = 0.0;
-  if (path.device) {
+  if (both_orientations) {
+    cast = kBothOrientations * n * (in + out) + 2.0 * weight / path.micro_batches;
+  } else if (path.device) {
     cast = n * (2.0 * in + (sixteen ? 1.0 : 2.0) * out) + (sixteen ? 1.0 : 2.0) * weight / path.micro_batches;
   } else {
     cast = n * (2.0 * in + (oriented ? 2.0 : 1.0) * out) + 2.0 * weight;
   }
   double rounded = n * (out + in) + weight;
   if (recompute) {
-    cast += n * in + (path.device ? 0.0 : weight);
+    cast += (both_orientations ? kBothOrientations : 1.0) * n * in + (path.device ? 0.0 : weight);
     rounded += n * out;
   }
   if (bf16.output) rounded -= (recompute ? 2.0 : 1.0) * n * out;

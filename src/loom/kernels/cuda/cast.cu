@@ -40,15 +40,20 @@ __global__ void cast_kernel(const float* __restrict__ in, Out* __restrict__ out,
   for (int64_t i = grid_start(); i < n; i += grid_stride()) out[i] = cast(in[i]);
 }
 
-// 32 x 32 tiles through shared memory, so both the reads and the writes are coalesced.
+// 32 x 32 tiles through shared memory, so both the reads and the writes are coalesced. `plain`,
+// when set, also receives the cast in in's own layout, from the same read.
 template <typename Out, typename Cast>
-__global__ void transpose_cast_kernel(const float* __restrict__ in, Out* __restrict__ out, int64_t rows,
-                                      int64_t cols, Cast cast) {
+__global__ void transpose_cast_kernel(const float* __restrict__ in, Out* __restrict__ out, Out* __restrict__ plain,
+                                      int64_t rows, int64_t cols, Cast cast) {
   __shared__ float tile[kTile][kTile + 1];
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile, r0 = static_cast<int64_t>(blockIdx.y) * kTile;
   for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
     const int64_t r = r0 + i, c = c0 + threadIdx.x;
-    if (r < rows && c < cols) tile[i][threadIdx.x] = in[r * cols + c];
+    if (r < rows && c < cols) {
+      const float v = in[r * cols + c];
+      tile[i][threadIdx.x] = v;
+      if (plain != nullptr) plain[r * cols + c] = cast(v);
+    }
   }
   __syncthreads();
   for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
@@ -57,9 +62,10 @@ __global__ void transpose_cast_kernel(const float* __restrict__ in, Out* __restr
   }
 }
 
+// out: in cast, transposed when asked; plain (transposed only; may be null): in cast as it lies.
 template <CastTo kTo>
-void launch_cast(const float* in, void* out, int64_t rows, int64_t cols, bool transpose, const float* scale,
-                 cudaStream_t stream) {
+void launch_cast(const float* in, void* out, void* plain, int64_t rows, int64_t cols, bool transpose,
+                 const float* scale, cudaStream_t stream) {
   const Caster<kTo> cast{scale};
   using Out = decltype(cast(0.0f));
   Out* o = static_cast<Out*>(out);
@@ -72,7 +78,7 @@ void launch_cast(const float* in, void* out, int64_t rows, int64_t cols, bool tr
   LOOM_CHECK(tiles_x < (int64_t{1} << 31) && tiles_y <= 65535,
              "cast_operand: " + std::to_string(rows) + " x " + std::to_string(cols) + " is too large to transpose");
   transpose_cast_kernel<<<dim3(static_cast<unsigned>(tiles_x), static_cast<unsigned>(tiles_y)), dim3(kTile, 8), 0,
-                          stream>>>(in, o, rows, cols, cast);
+                          stream>>>(in, o, static_cast<Out*>(plain), rows, cols, cast);
   check_launch("transpose_cast_kernel");
 }
 
@@ -103,17 +109,30 @@ __global__ void finish_kernel(Out* dst, const In* src, const float* __restrict__
 
 }  // namespace
 
-void cast_operand(const float* in, void* out, int64_t rows, int64_t cols, bool transpose, CastTo to,
-                  const float* scale, cudaStream_t stream) {
+namespace {
+void cast_into(const float* in, void* out, void* plain, int64_t rows, int64_t cols, bool transpose, CastTo to,
+               const float* scale, cudaStream_t stream) {
   if (rows * cols == 0) return;
   LOOM_CHECK(scale != nullptr || (to != CastTo::E4M3 && to != CastTo::E5M2), "cast_operand: an FP8 cast needs its scale");
   switch (to) {
-    case CastTo::F32: return launch_cast<CastTo::F32>(in, out, rows, cols, transpose, scale, stream);
-    case CastTo::BF16: return launch_cast<CastTo::BF16>(in, out, rows, cols, transpose, scale, stream);
-    case CastTo::F16: return launch_cast<CastTo::F16>(in, out, rows, cols, transpose, scale, stream);
-    case CastTo::E4M3: return launch_cast<CastTo::E4M3>(in, out, rows, cols, transpose, scale, stream);
-    case CastTo::E5M2: return launch_cast<CastTo::E5M2>(in, out, rows, cols, transpose, scale, stream);
+    case CastTo::F32: return launch_cast<CastTo::F32>(in, out, plain, rows, cols, transpose, scale, stream);
+    case CastTo::BF16: return launch_cast<CastTo::BF16>(in, out, plain, rows, cols, transpose, scale, stream);
+    case CastTo::F16: return launch_cast<CastTo::F16>(in, out, plain, rows, cols, transpose, scale, stream);
+    case CastTo::E4M3: return launch_cast<CastTo::E4M3>(in, out, plain, rows, cols, transpose, scale, stream);
+    case CastTo::E5M2: return launch_cast<CastTo::E5M2>(in, out, plain, rows, cols, transpose, scale, stream);
   }
+}
+}  // namespace
+
+void cast_operand(const float* in, void* out, int64_t rows, int64_t cols, bool transpose, CastTo to,
+                  const float* scale, cudaStream_t stream) {
+  cast_into(in, out, nullptr, rows, cols, transpose, to, scale, stream);
+}
+
+void cast_operand_both(const float* in, void* out, void* out_transposed, int64_t rows, int64_t cols, CastTo to,
+                       const float* scale, cudaStream_t stream) {
+  LOOM_CHECK(out != nullptr && out_transposed != nullptr, "cast_operand_both: both outputs are needed");
+  cast_into(in, out_transposed, out, rows, cols, true, to, scale, stream);
 }
 
 void finish_output(float* dst, const void* src, bool src_bf16, const float* bias, int64_t rows, int64_t cols,

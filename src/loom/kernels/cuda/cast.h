@@ -22,6 +22,13 @@ enum class CastTo : uint8_t { F32, BF16, F16, E4M3, E5M2 };
 void cast_operand(const float* in, void* out, int64_t rows, int64_t cols, bool transpose, CastTo to,
                   const float* scale = nullptr, cudaStream_t stream = nullptr);
 
+// cast_operand's cast of in [rows, cols] twice from one read of it: out [rows, cols] as it lies
+// and out_transposed [cols, rows]. An activation cast once for two GEMMs reducing along different
+// dimensions (precision_gemm.h's a_store and input_codes: FP8 codes for this GEMM and, transposed,
+// for the weight gradient).
+void cast_operand_both(const float* in, void* out, void* out_transposed, int64_t rows, int64_t cols, CastTo to,
+                       const float* scale, cudaStream_t stream = nullptr);
+
 // dst[r, c] (+)= round(src[r, c] + bias[c]) over [rows, cols]; src fp32 or (src_bf16) already
 // rounded bf16; bias may be null. src may equal dst.
 void finish_output(float* dst, const void* src, bool src_bf16, const float* bias, int64_t rows, int64_t cols,

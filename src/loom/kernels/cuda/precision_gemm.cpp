@@ -158,6 +158,32 @@ Prepared fp8(const CastOperand& op, const Stored& s, Scratch& scratch, cudaStrea
   return {codes, GemmType::E4M3, true, inverses, ScaleMode::Block128x128};
 }
 
+// Per-tensor FP8 codes of an activation cast once for two GEMMs: this GEMM's codes [rows, cols]
+// (reducing along the columns) into scratch, and from the same read the transposed codes [cols,
+// rows] with the scale into `kept` (a_store or input_codes, kept_operand_bytes long) for the
+// weight gradient, which reduces along the rows.
+Prepared fp8_keeping_transpose(const CastOperand& op, const Stored& s, void* kept, Scratch& scratch,
+                               cudaStream_t stream) {
+  LOOM_CHECK(op.cast == OperandCast::Fp8Tensor && s.k_in_cols,
+             "precision GEMM: only a per-tensor FP8 operand reduced along its rows' elements is kept transposed");
+  const WeightCastLayout l = weight_cast_layout(OperandCast::Fp8Tensor, s.cols, s.rows);
+  auto* base = static_cast<uint8_t*>(kept);
+  const float* scale = tensor_scale(op, scratch, stream, Into{base, reinterpret_cast<float*>(base + l.scale_offset)});
+  auto* codes = static_cast<uint8_t*>(scratch.bytes(s.count()));
+  const Fp8 f = fp8_of(op);
+  cast_operand_both(op.data, codes, base, s.rows, s.cols, f == Fp8::E4M3 ? CastTo::E4M3 : CastTo::E5M2, scale, stream);
+  return {codes, f == Fp8::E4M3 ? GemmType::E4M3 : GemmType::E5M2, true, scale + 1, ScaleMode::Tensor};
+}
+
+// The weight gradient's operand [rows, cols] (reduced along its rows) from the transposed codes
+// and scale fp8_keeping_transpose kept.
+Prepared kept_transpose(const void* kept, const Stored& s, bool e5m2) {
+  const WeightCastLayout l = weight_cast_layout(OperandCast::Fp8Tensor, s.cols, s.rows);
+  const auto* base = static_cast<const uint8_t*>(kept);
+  const auto* scales = reinterpret_cast<const float*>(base + l.scale_offset);
+  return {base, e5m2 ? GemmType::E5M2 : GemmType::E4M3, true, scales + 1, ScaleMode::Tensor};
+}
+
 // b's cast as an earlier GEMM left it in its store (CastStore::Read): what fp8() or sixteen_bit()
 // returned when they wrote it there.
 Prepared from_store(const PrecisionGemm& g, const Stored& s) {
@@ -201,10 +227,18 @@ void check_casts(const PrecisionGemm& g) {
                   b != OperandCast::None),
              "precision GEMM: only a cast weight (forward, dgrad) is kept in a store");
   const bool sixteen = (a == OperandCast::Bf16 || a == OperandCast::Fp16) && a == b;
+  const bool per_tensor = a == OperandCast::Fp8Tensor && b == OperandCast::Fp8Tensor;
   LOOM_CHECK(g.a_store_use == CastStore::None ||
-                 (g.a_store != nullptr && sixteen &&
+                 (g.a_store != nullptr && (sixteen || per_tensor) &&
                   (g.a_store_use == CastStore::Write ? g.pass == LinearGemm::DataGrad : g.pass == LinearGemm::WeightGrad)),
-             "precision GEMM: only a 16-bit output gradient is kept in a store (written by dgrad, read by wgrad)");
+             "precision GEMM: only a 16-bit or per-tensor FP8 output gradient is kept in a store (written by dgrad, "
+             "read by wgrad)");
+  LOOM_CHECK(g.input_codes_use == CastStore::None ||
+                 (g.input_codes != nullptr && per_tensor &&
+                  (g.input_codes_use == CastStore::Write ? g.pass == LinearGemm::Forward
+                                                         : g.pass == LinearGemm::WeightGrad)),
+             "precision GEMM: an input's codes are kept under per-tensor FP8 only (written by the forward, read by "
+             "wgrad)");
   const bool bf16 = a == OperandCast::Bf16 && b == OperandCast::Bf16;
   LOOM_CHECK((g.a16 == nullptr || (bf16 && g.a_store_use == CastStore::None)) &&
                  (g.b16 == nullptr || (bf16 && g.pass == LinearGemm::WeightGrad)),
@@ -253,8 +287,21 @@ void precision_linear_gemm(const PrecisionGemm& g, cudaStream_t stream) {
       pb = sixteen_bit(static_cast<const float*>(qb.data), sb, false, scratch, stream, store_of(g));
     }
   } else {
-    pa = fp8(g.a, sa, scratch, stream);
-    if (g.b_store_use != CastStore::Read) pb = fp8(g.b, sb, scratch, stream, store_of(g));
+    void* keep_a = g.a_store_use == CastStore::Write       ? g.a_store
+                   : g.input_codes_use == CastStore::Write ? g.input_codes
+                                                           : nullptr;
+    if (g.a_store_use == CastStore::Read) {
+      pa = kept_transpose(g.a_store, sa, g.a.e5m2);
+    } else if (keep_a != nullptr) {
+      pa = fp8_keeping_transpose(g.a, sa, keep_a, scratch, stream);
+    } else {
+      pa = fp8(g.a, sa, scratch, stream);
+    }
+    if (g.input_codes_use == CastStore::Read) {
+      pb = kept_transpose(g.input_codes, sb, g.b.e5m2);
+    } else if (g.b_store_use != CastStore::Read) {
+      pb = fp8(g.b, sb, scratch, stream, store_of(g));
+    }
   }
   if (g.b_store_use == CastStore::Read) pb = from_store(g, sb);
   // A bf16 result comes out of cuBLASLt rounded (nearest even, as the CPU rounds); anything else in
