@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
@@ -222,6 +223,45 @@ TEST_P(CudaFlashAttention, Bf16OperandsBehindTheFp32EntriesMatchTheCpuEmulation)
   EXPECT_EQ(d_q.host(), in.q) << "the entry changed its inputs";
   EXPECT_EQ(d_kv.host(), in.kv) << "the entry changed its inputs";
   EXPECT_EQ(d_dout.host(), in.dout) << "the entry changed its inputs";
+}
+
+// The entries with the attention output as a bf16 tensor (Attention::bf16_output) compute what the
+// fp32 entries with bf16 operands compute, bit for bit, on loom's deterministic kernels: the
+// forward's bf16 output is the fp32 entry's widened one, lse the same; the backward given out and
+// dout in bf16 adds the same dq, dk, dv.
+TEST_P(CudaFlashAttention, Bf16OutputEntriesEqualTheFp32EntriesBitForBit) {
+  const char* before = std::getenv("LOOM_ATTENTION");
+  const std::string restore = before != nullptr ? before : "";
+  setenv("LOOM_ATTENTION", "loom", 1);
+  Inputs in(GetParam(), seed_, false);
+  in.s.operands = AttentionOperands::Bf16;
+  const FlashAttentionShape& s = in.s;
+  const Device gpu = Device::cuda(0);
+  const int64_t lse_count = s.batch * s.heads * s.q_len;
+  DeviceFloats d_q(allocator_, in.q), d_kv(allocator_, in.kv), d_dout(allocator_, in.dout);
+  DeviceFloats d_out(allocator_, poison(in.dout.size())), d_lse(allocator_, poison(lse_count));
+  DeviceFloats d_lse16(allocator_, poison(lse_count));
+  DeviceArray<__nv_bfloat16> out16(allocator_, to_bf16(poison(in.dout.size())));
+  const DeviceMetadata meta(allocator_, in);
+  const float *d_k = d_kv.ptr + in.k_at, *d_v = d_kv.ptr + in.v_at;
+  flash_attention_forward(gpu, d_out.ptr, d_lse.ptr, d_q.ptr, d_k, d_v, s, meta.visibility());
+  flash_attention_forward_bf16_output(gpu, out16.ptr, d_lse16.ptr, d_q.ptr, d_k, d_v, s, meta.visibility());
+  const std::vector<float> out = d_out.host();
+  EXPECT_EQ(to_float(out16.host()), out) << "forward's bf16 output";
+  EXPECT_EQ(d_lse16.host(), d_lse.host()) << "lse";
+  DeviceArray<__nv_bfloat16> dout16(allocator_, to_bf16(in.dout));
+  DeviceFloats dq(allocator_, in.dq0), dkv(allocator_, in.dkv0), dq16(allocator_, in.dq0), dkv16(allocator_, in.dkv0);
+  flash_attention_backward(gpu, dq.ptr, dkv.ptr + in.k_at, dkv.ptr + in.v_at, d_dout.ptr, d_out.ptr, d_lse.ptr,
+                           d_q.ptr, d_k, d_v, s, meta.visibility());
+  flash_attention_backward_bf16_output(gpu, dq16.ptr, dkv16.ptr + in.k_at, dkv16.ptr + in.v_at, dout16.ptr,
+                                       out16.ptr, d_lse.ptr, d_q.ptr, d_k, d_v, s, meta.visibility());
+  EXPECT_EQ(dq16.host(), dq.host()) << "dq";
+  EXPECT_EQ(dkv16.host(), dkv.host()) << "dk, dv";
+  if (restore.empty()) {
+    unsetenv("LOOM_ATTENTION");
+  } else {
+    setenv("LOOM_ATTENTION", restore.c_str(), 1);
+  }
 }
 
 // fp64 causal attention of one document per row (q = k tokens, packed [batch, seq, heads, dim]).

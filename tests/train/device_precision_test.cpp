@@ -38,9 +38,12 @@ TEST_F(DevicePrecision, Fp8CurrentOnTheDeviceEqualsTheCpuBitForBit) {
 }
 
 // Column- and row-parallel pieces scale by the whole tensor's amax: one device float all-reduced
-// (max) over the tensor-parallel group.
+// (max) over the tensor-parallel group. Under sequence parallelism the column-parallel layers'
+// backward does not gather their input again: wgrad multiplies the codes their forward kept.
 TEST_F(DevicePrecision, Fp8CurrentUnderTensorParallelismOnTheDeviceEqualsTheCpuBitForBit) {
   expect_bitwise_equal_runs(kGpt2, "fp8-current-tp2", fp8("fp8_current", {"runtime.ranks=2", "parallel.tp=2"}));
+  expect_bitwise_equal_runs(kGpt2, "fp8-current-tp2-sp",
+                            fp8("fp8_current", {"runtime.ranks=2", "parallel.tp=2", "parallel.sequence_parallel=true"}));
 }
 
 // Each stage's (and data-parallel rank's) device array of amaxes, read once per step and agreed

@@ -121,6 +121,13 @@ struct CudaEntries {
   void (*flash_attention_backward)(Device, float* dq, float* dk, float* dv, const float* dout, const float* out,
                                    const float* lse, const float* q, const float* k, const float* v,
                                    const FlashAttentionShape& s, const AttentionVisibility& vis) = nullptr;
+  void (*flash_attention_forward_bf16_output)(Device, void* out16, float* lse, const float* q, const float* k,
+                                              const float* v, const FlashAttentionShape& s,
+                                              const AttentionVisibility& vis) = nullptr;
+  void (*flash_attention_backward_bf16_output)(Device, float* dq, float* dk, float* dv, const void* dout16,
+                                               const void* out16, const float* lse, const float* q, const float* k,
+                                               const float* v, const FlashAttentionShape& s,
+                                               const AttentionVisibility& vis) = nullptr;
   void (*merge_attention_partials)(Device, float* out, float* lse, const float* part_out, const float* part_lse,
                                    const FlashAttentionShape& s) = nullptr;
   // Attention over a paged KV cache and the writes into it (inference), and over one sequence's

@@ -204,6 +204,20 @@ void flash_attention_backward(Device device, float* dq, float* dk, float* dv, co
   cuda_kernel(cuda_entries().flash_attention_backward, "flash_attention_backward", device)(
       device, dq, dk, dv, dout, out, lse, q, k, v, s, vis);
 }
+void flash_attention_forward_bf16_output(Device device, void* out16, float* lse, const float* q, const float* k,
+                                         const float* v, const FlashAttentionShape& s, const AttentionVisibility& vis) {
+  check_flash_shape(s);
+  LOOM_CHECK(s.operands == AttentionOperands::Bf16, "flash attention with a bf16 output takes bf16 operands");
+  LOOM_DISPATCH(flash_attention_forward_bf16_output, out16, lse, q, k, v, s, vis);
+}
+void flash_attention_backward_bf16_output(Device device, float* dq, float* dk, float* dv, const void* dout16,
+                                          const void* out16, const float* lse, const float* q, const float* k,
+                                          const float* v, const FlashAttentionShape& s,
+                                          const AttentionVisibility& vis) {
+  check_flash_shape(s);
+  LOOM_CHECK(s.operands == AttentionOperands::Bf16, "flash attention with a bf16 output takes bf16 operands");
+  LOOM_DISPATCH(flash_attention_backward_bf16_output, dq, dk, dv, dout16, out16, lse, q, k, v, s, vis);
+}
 void merge_attention_partials(Device device, float* out, float* lse, const float* part_out, const float* part_lse,
                               const FlashAttentionShape& s) {
   if (device.is_cpu()) [[likely]]

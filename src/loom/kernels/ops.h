@@ -106,6 +106,16 @@ void flash_attention_forward(Device device, float* out, float* lse, const float*
 void flash_attention_backward(Device device, float* dq, float* dk, float* dv, const float* dout, const float* out,
                               const float* lse, const float* q, const float* k, const float* v,
                               const FlashAttentionShape& s, const AttentionVisibility& vis);
+// The same under AttentionOperands::Bf16 with the output (forward) and the output and its
+// gradient (backward) as bf16 tensors in out's layout (out_stride elements per token, 2 bytes
+// each): the values the entries above widen from the bf16 kernels or cast to bf16 for them, so
+// the results are the same, without those passes (Attention::bf16_output).
+void flash_attention_forward_bf16_output(Device device, void* out16, float* lse, const float* q, const float* k,
+                                         const float* v, const FlashAttentionShape& s, const AttentionVisibility& vis);
+void flash_attention_backward_bf16_output(Device device, float* dq, float* dk, float* dv, const void* dout16,
+                                          const void* out16, const float* lse, const float* q, const float* k,
+                                          const float* v, const FlashAttentionShape& s,
+                                          const AttentionVisibility& vis);
 // Folds a partial (out, lse) over another block of keys into the running one (fp32).
 void merge_attention_partials(Device device, float* out, float* lse, const float* part_out, const float* part_lse,
                               const FlashAttentionShape& s);

@@ -70,6 +70,12 @@ kernels::AttentionVisibility visibility(const Packing& packing) {
 }
 }  // namespace
 
+bool Attention::bf16_output() const {
+  const LinearPrecision* out = out_->precision();
+  return context_ == nullptr && operands_ == kernels::AttentionOperands::Bf16 && out != nullptr &&
+         out->takes_bf16_tensors();
+}
+
 void Attention::forward(Saved& saved, float* residual, const float* normed, int64_t batch, int64_t seq,
                         const Packing& packing, ParallelScratch& scratch) const {
   const int64_t rows = batch * seq, W = qkv_width(), att_width = heads_ * head_dim_;
@@ -78,6 +84,14 @@ void Attention::forward(Saved& saved, float* residual, const float* normed, int6
   qkv_->forward(qkv, normed, rows, scratch,
                 DeviceTensors{.keep_input_codes = qkv_->keep_input_codes(saved.qkv_codes, rows)});
   rotate(qkv, batch, seq, false, packing.positions);
+  if (bf16_output()) {
+    void* att16 = sized_16bit(saved.att, rows * att_width, store_->device());
+    float* lse = sized(saved.lse, batch * heads_ * seq, store_->device());
+    kernels::flash_attention_forward_bf16_output(store_->device(), att16, lse, qkv, qkv + k_off, qkv + v_off,
+                                                 flash_shape(batch, seq), visibility(packing));
+    out_->forward(residual, nullptr, rows, scratch, DeviceTensors{.in = att16});
+    return;
+  }
   float* att = sized(saved.att, rows * att_width, store_->device());
   if (context_ != nullptr) {
     context_->forward(att, saved.context, qkv, {batch, seq, heads_, kv_heads_, head_dim_, operands_}, packing);
@@ -95,18 +109,27 @@ void Attention::backward(float* d_normed, const float* d_residual, const float* 
                          ParallelScratch& scratch) const {
   const int64_t rows = batch * seq, W = qkv_width(), att_width = heads_ * head_dim_;
   const int64_t k_off = att_width, v_off = att_width + static_cast<int64_t>(kv_heads_) * head_dim_;
-  float* d_att = sized(work.d_att, rows * att_width, store_->device());
-  out_->backward(d_att, d_residual, saved.att.data(), rows, scratch, false,
-                 DeviceTensors{.kept_input_codes = out_->kept_input_codes(saved.out_codes)});
   float* d_qkv = zeroed(work.d_qkv, rows * W, store_->device());
   const float* qkv = saved.qkv.data();
-  if (context_ != nullptr) {
-    context_->backward(d_qkv, d_att, qkv, saved.att.data(), saved.context,
-                       {batch, seq, heads_, kv_heads_, head_dim_, operands_}, packing);
+  if (bf16_output()) {
+    void* d_att16 = sized_16bit(work.d_att, rows * att_width, store_->device());
+    out_->backward(nullptr, d_residual, nullptr, rows, scratch, false,
+                   DeviceTensors{.in = saved.att.data(), .din = d_att16});
+    kernels::flash_attention_backward_bf16_output(store_->device(), d_qkv, d_qkv + k_off, d_qkv + v_off, d_att16,
+                                                  saved.att.data(), saved.lse.data(), qkv, qkv + k_off, qkv + v_off,
+                                                  flash_shape(batch, seq), visibility(packing));
   } else {
-    kernels::flash_attention_backward(store_->device(), d_qkv, d_qkv + k_off, d_qkv + v_off, d_att, saved.att.data(),
-                                      saved.lse.data(), qkv, qkv + k_off, qkv + v_off, flash_shape(batch, seq),
-                                      visibility(packing));
+    float* d_att = sized(work.d_att, rows * att_width, store_->device());
+    out_->backward(d_att, d_residual, saved.att.data(), rows, scratch, false,
+                   DeviceTensors{.kept_input_codes = out_->kept_input_codes(saved.out_codes)});
+    if (context_ != nullptr) {
+      context_->backward(d_qkv, d_att, qkv, saved.att.data(), saved.context,
+                         {batch, seq, heads_, kv_heads_, head_dim_, operands_}, packing);
+    } else {
+      kernels::flash_attention_backward(store_->device(), d_qkv, d_qkv + k_off, d_qkv + v_off, d_att,
+                                        saved.att.data(), saved.lse.data(), qkv, qkv + k_off, qkv + v_off,
+                                        flash_shape(batch, seq), visibility(packing));
+    }
   }
   rotate(d_qkv, batch, seq, true, packing.positions);
   qkv_->backward(d_normed, d_qkv, normed, rows, scratch, false,

@@ -60,6 +60,14 @@ class Attention {
   void set_context(ContextAttention* context) { context_ = context; }
   // What training's attention products take (PrecisionPolicy::attention_operands); fp32 unless set.
   void set_operands(kernels::AttentionOperands operands) { operands_ = operands; }
+  // Whether training keeps the attention's output bf16: on a GPU under the bf16 recipe with bf16
+  // attention operands and no context parallelism, the attention output (saved for backward) and
+  // its gradient are bf16 tensors handed between the attention kernels
+  // (kernels::flash_attention_forward_bf16_output) and the output projection (DeviceTensors) as
+  // they are: the values the fp32 path has anyway (the bf16 kernels' output widened; the output
+  // projection casts it, its dgrad's output is rounded and attention casts it), without those
+  // passes and with half the bytes.
+  bool bf16_output() const;
 
  private:
   int64_t qkv_width() const { return static_cast<int64_t>(heads_ + 2 * kv_heads_) * head_dim_; }

@@ -141,8 +141,9 @@ struct PrecisionScratch {
 // forward to its backward beside the input: the forward casts the input once into both of its
 // orientations, writing the transposed codes and their scale into `keep_input_codes`
 // (kernels::PrecisionGemm::input_codes), and the backward's wgrad multiplies `kept_input_codes`
-// (the same memory): no second amax and cast of the input. The same tensor under the same scale
-// gives the same codes, so the products are unchanged.
+// (the same memory): no second amax and cast of the input, whose fp32 values backward then does
+// not read (`in` may be null: a sequence-parallel layer does not gather it again). The same tensor
+// under the same scale gives the same codes, so the products are unchanged.
 struct DeviceTensors {
   const void* in = nullptr;
   void* out = nullptr;

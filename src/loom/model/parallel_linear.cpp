@@ -111,8 +111,10 @@ void ColumnParallelLinear::forward(float* out, const float* x, int64_t rows, Par
 
 void ColumnParallelLinear::backward(float* d_x, const float* d_out, const float* x, int64_t rows,
                                     ParallelScratch& scratch, bool accumulate, const DeviceTensors& tensors) const {
-  // Sequence parallel: the full input is gathered again rather than kept from forward.
-  const float* full = tp_->enter_forward(x, rows, in_, scratch.gathered);
+  // Sequence parallel: the full input is gathered again rather than kept from forward, for wgrad
+  // alone; unless wgrad multiplies the input's codes the forward kept, and so never reads it.
+  const bool gather = !(tp_->sequence_parallel() && tensors.kept_input_codes != nullptr);
+  const float* full = gather ? tp_->enter_forward(x, rows, in_, scratch.gathered) : nullptr;
   // Across ranks the GEMM writes the whole partial product; the sum then goes into d_x.
   float* d_full = tp_->enter_backward_target(d_x, rows, in_, scratch.d_full, false);
   // dgrad reduces over the split output features: partial products, rounded after the sum.

@@ -28,6 +28,8 @@ struct CastPath {
   bool device = false;
   double micro_batches = 1.0;
   bool bf16_logits = false;  // the head's logits kept bf16 (activation_memory.h: bf16_logits_on_device)
+  // Attention::bf16_output in the bf16 blocks: bf16 attention operands, no context parallelism
+  bool bf16_attention_output = false;
 };
 
 // What a precision recipe adds to one linear's three GEMMs over `n` rows, for one rank alone (linear_precision.h):
@@ -83,8 +85,8 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
 }
 
 // Which linear of a block a visit is: the MLP's two keep their interior bf16 on a GPU under the
-// bf16 recipe (Mlp::bf16_interior).
-enum class LinearRole : uint8_t { Attention, MlpUp, MlpDown };
+// bf16 recipe (Mlp::bf16_interior), and the output projection its input (Attention::bf16_output).
+enum class LinearRole : uint8_t { AttentionQkv, AttentionOut, MlpUp, MlpDown };
 
 // Calls visit(out_features, in_features, recipe, role) for every linear of this rank's layers that
 // the costs below count: attention's q/k/v and output projections and dense MLPs' two (the
@@ -98,8 +100,8 @@ void for_each_block_linear(const config::RunConfig& config, const StageMemory& s
       const LayerWidths& w = stage.widths[static_cast<size_t>(l)];
       const model::Recipe r = policy.block_recipe(l, config.model.layers);
       if (w.has_attention()) {
-        visit(static_cast<double>(w.qkv()), d, r, LinearRole::Attention);
-        visit(d, static_cast<double>(w.q), r, LinearRole::Attention);
+        visit(static_cast<double>(w.qkv()), d, r, LinearRole::AttentionQkv);
+        visit(d, static_cast<double>(w.q), r, LinearRole::AttentionOut);
       }
       if (w.has_mlp()) {
         visit(static_cast<double>(w.hidden()), d, r, LinearRole::MlpUp);
@@ -115,8 +117,10 @@ double cast_seconds(const config::RunConfig& config, const StageMemory& stage, d
   const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
   if (policy.recipe == model::Recipe::Fp32 || !hw.costs_casts()) return 0.0;
   const bool recompute = config.model.recompute;
-  const CastPath path{config.runtime.device == config::RuntimeDevice::Cuda, micro_batches,
-                      bf16_logits_on_device(config, tp)};
+  const bool device = config.runtime.device == config::RuntimeDevice::Cuda;
+  const CastPath path{device, micro_batches, bf16_logits_on_device(config, tp),
+                      device && policy.attention_operands() == kernels::AttentionOperands::Bf16 &&
+                          config.parallel.cp <= 1};
   double s = 0.0;
   for_each_block_linear(config, stage, [&](double out, double in, model::Recipe r, LinearRole role) {
     Bf16Ends ends;
@@ -125,6 +129,8 @@ double cast_seconds(const config::RunConfig& config, const StageMemory& stage, d
       ends.output_grad = !config.model.bias;  // a bias gradient sums the fp32 hidden gradient
     }
     if (path.device && r == model::Recipe::Bf16 && role == LinearRole::MlpDown) ends.input = ends.input_grad = true;
+    if (path.bf16_attention_output && r == model::Recipe::Bf16 && role == LinearRole::AttentionOut)
+      ends.input = ends.input_grad = true;
     s += linear_cast_seconds(tokens, out, in, r, recompute, hw, path, ends);
   });
   if (stage.head_rows > 0) {

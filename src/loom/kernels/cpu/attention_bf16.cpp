@@ -61,4 +61,35 @@ void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float*
                            s, vis);
 }
 
+namespace {
+// An output view's rows [rows, stride] (its span) between fp32 and bf16 (2-byte elements).
+std::vector<float> widened(const FlashAttentionShape& s, const void* x16) {
+  const OperandView o = attention_output_view(s, nullptr);
+  std::vector<float> x(static_cast<size_t>(o.rows * o.stride));
+  const auto* h = static_cast<const uint16_t*>(x16);
+  for (int64_t row = 0; row < o.rows; ++row) {
+    for (int64_t c = 0; c < o.width; ++c) x[row * o.stride + c] = bf16_to_f32(h[row * o.stride + c]);
+  }
+  return x;
+}
+}  // namespace
+
+void flash_attention_forward_bf16_output(void* out16, float* lse, const float* q, const float* k, const float* v,
+                                         const FlashAttentionShape& s, const AttentionVisibility& vis) {
+  const OperandView o = attention_output_view(s, nullptr);
+  std::vector<float> out(static_cast<size_t>(o.rows * o.stride));
+  flash_attention_forward_bf16(out.data(), lse, q, k, v, s, vis);
+  auto* h = static_cast<uint16_t*>(out16);
+  for (int64_t row = 0; row < o.rows; ++row) {
+    for (int64_t c = 0; c < o.width; ++c) h[row * o.stride + c] = f32_to_bf16(out[row * o.stride + c]);
+  }
+}
+
+void flash_attention_backward_bf16_output(float* dq, float* dk, float* dv, const void* dout16, const void* out16,
+                                          const float* lse, const float* q, const float* k, const float* v,
+                                          const FlashAttentionShape& s, const AttentionVisibility& vis) {
+  const std::vector<float> dout = widened(s, dout16), out = widened(s, out16);
+  flash_attention_backward_bf16(dq, dk, dv, dout.data(), out.data(), lse, q, k, v, s, vis);
+}
+
 }  // namespace loom::kernels::cpu

@@ -6,6 +6,8 @@
 // gradients stay fp32. The GPU also rounds the probabilities (and their gradients) to bf16 for
 // its products; this emulation keeps them fp32, so the two agree to bf16's precision, not bit for
 // bit.
+#include <cstdint>
+
 #include "loom/kernels/types.h"
 
 namespace loom::kernels::cpu {
@@ -15,5 +17,13 @@ void flash_attention_forward_bf16(float* out, float* lse, const float* q, const 
 void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* out,
                                    const float* lse, const float* q, const float* k, const float* v,
                                    const FlashAttentionShape& s, const AttentionVisibility& vis);
+
+// The same with out (forward) and out and dout (backward) as bf16 tensors in out's layout
+// (out_stride elements per token, 2 bytes each): kernels::flash_attention_forward_bf16_output.
+void flash_attention_forward_bf16_output(void* out16, float* lse, const float* q, const float* k, const float* v,
+                                         const FlashAttentionShape& s, const AttentionVisibility& vis);
+void flash_attention_backward_bf16_output(float* dq, float* dk, float* dv, const void* dout16, const void* out16,
+                                          const float* lse, const float* q, const float* k, const float* v,
+                                          const FlashAttentionShape& s, const AttentionVisibility& vis);
 
 }  // namespace loom::kernels::cpu

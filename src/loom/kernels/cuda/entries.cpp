@@ -180,6 +180,17 @@ void register_products_and_attention(CudaEntries& e) {
       return flash_attention_backward_bf16(dq, dk, dv, dout, out, lse, q, k, v, s, vis, stream_of(d));
     flash_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s, vis, stream_of(d));
   };
+  e.flash_attention_forward_bf16_output = [](Device d, void* out16, float* lse, const float* q, const float* k,
+                                             const float* v, const FlashAttentionShape& s,
+                                             const AttentionVisibility& vis) {
+    flash_attention_forward_bf16_output(out16, lse, q, k, v, s, vis, stream_of(d));
+  };
+  e.flash_attention_backward_bf16_output = [](Device d, float* dq, float* dk, float* dv, const void* dout16,
+                                              const void* out16, const float* lse, const float* q, const float* k,
+                                              const float* v, const FlashAttentionShape& s,
+                                              const AttentionVisibility& vis) {
+    flash_attention_backward_bf16_output(dq, dk, dv, dout16, out16, lse, q, k, v, s, vis, stream_of(d));
+  };
   e.merge_attention_partials = [](Device d, float* out, float* lse, const float* part_out, const float* part_lse,
                                   const FlashAttentionShape& s) {
     merge_attention_partials(out, lse, part_out, part_lse, s, stream_of(d));

@@ -165,7 +165,7 @@ Prepared fp8(const CastOperand& op, const Stored& s, Scratch& scratch, cudaStrea
 Prepared fp8_keeping_transpose(const CastOperand& op, const Stored& s, void* kept, Scratch& scratch,
                                cudaStream_t stream) {
   LOOM_CHECK(op.cast == OperandCast::Fp8Tensor && s.k_in_cols,
-             "precision GEMM: only a per-tensor FP8 operand reduced along its rows' elements is kept transposed");
+             "precision GEMM: only a per-tensor FP8 operand this GEMM reduces along its columns is kept transposed");
   const WeightCastLayout l = weight_cast_layout(OperandCast::Fp8Tensor, s.cols, s.rows);
   auto* base = static_cast<uint8_t*>(kept);
   const float* scale = tensor_scale(op, scratch, stream, Into{base, reinterpret_cast<float*>(base + l.scale_offset)});
