@@ -134,6 +134,19 @@ TEST_F(CudaEntries, RopeForwardAndBackwardMatchTheCpu) {
   }
 }
 
+// RoPE on a bf16 tensor stores the fp32 kernel's results rounded, bit for bit on the GPU (the
+// same kernel arithmetic on the widened values).
+TEST_F(CudaEntries, RopeOnBf16IsTheFp32KernelRounded) {
+  const RopeTable table(512, 64, 10000.0);
+  const int64_t rows = 300, heads = 3, stride = 5 * 64 + 3, first_col = 64 + 3, seq = 100;
+  const std::vector<float> x = testing::bf16_rounded(random_values(seed_, rows * stride, 1.0f));
+  DeviceFloats d_x(allocator_, x);
+  DeviceArray<__nv_bfloat16> d_x16(allocator_, testing::to_bf16(x));
+  rope_forward(kGpu, d_x.ptr, rows, stride, first_col, heads, seq, 7, table);
+  rope_forward_bf16(kGpu, d_x16.ptr, rows, stride, first_col, heads, seq, 7, table);
+  EXPECT_EQ(testing::to_float(d_x16.host()), testing::bf16_rounded(d_x.host()));
+}
+
 // Columns [first, vocab) of every row of logits [rows, vocab].
 std::vector<float> logits_shard(const std::vector<float>& logits, int64_t rows, int64_t vocab, int64_t first) {
   const int64_t shard = vocab - first;

@@ -225,11 +225,11 @@ TEST_P(CudaFlashAttention, Bf16OperandsBehindTheFp32EntriesMatchTheCpuEmulation)
   EXPECT_EQ(d_dout.host(), in.dout) << "the entry changed its inputs";
 }
 
-// The entries with the attention output as a bf16 tensor (Attention::bf16_output) compute what the
-// fp32 entries with bf16 operands compute, bit for bit, on loom's deterministic kernels: the
-// forward's bf16 output is the fp32 entry's widened one, lse the same; the backward given out and
-// dout in bf16 adds the same dq, dk, dv.
-TEST_P(CudaFlashAttention, Bf16OutputEntriesEqualTheFp32EntriesBitForBit) {
+// The entries on bf16 tensors (Attention::bf16_tensors: q, k, v, out and dout in bf16) compute
+// what the fp32 entries with bf16 operands compute, bit for bit, on loom's deterministic kernels:
+// the forward's bf16 output is the fp32 entry's widened one, lse the same; the backward adds the
+// same dq, dk, dv.
+TEST_P(CudaFlashAttention, Bf16TensorEntriesEqualTheFp32EntriesBitForBit) {
   const char* before = std::getenv("LOOM_ATTENTION");
   const std::string restore = before != nullptr ? before : "";
   setenv("LOOM_ATTENTION", "loom", 1);
@@ -242,10 +242,12 @@ TEST_P(CudaFlashAttention, Bf16OutputEntriesEqualTheFp32EntriesBitForBit) {
   DeviceFloats d_out(allocator_, poison(in.dout.size())), d_lse(allocator_, poison(lse_count));
   DeviceFloats d_lse16(allocator_, poison(lse_count));
   DeviceArray<__nv_bfloat16> out16(allocator_, to_bf16(poison(in.dout.size())));
+  DeviceArray<__nv_bfloat16> q16(allocator_, to_bf16(in.q)), kv16(allocator_, to_bf16(in.kv));
   const DeviceMetadata meta(allocator_, in);
   const float *d_k = d_kv.ptr + in.k_at, *d_v = d_kv.ptr + in.v_at;
+  const __nv_bfloat16 *k16 = kv16.ptr + in.k_at, *v16 = kv16.ptr + in.v_at;
   flash_attention_forward(gpu, d_out.ptr, d_lse.ptr, d_q.ptr, d_k, d_v, s, meta.visibility());
-  flash_attention_forward_bf16_output(gpu, out16.ptr, d_lse16.ptr, d_q.ptr, d_k, d_v, s, meta.visibility());
+  flash_attention_forward_bf16_tensors(gpu, out16.ptr, d_lse16.ptr, q16.ptr, k16, v16, s, meta.visibility());
   const std::vector<float> out = d_out.host();
   EXPECT_EQ(to_float(out16.host()), out) << "forward's bf16 output";
   EXPECT_EQ(d_lse16.host(), d_lse.host()) << "lse";
@@ -253,8 +255,8 @@ TEST_P(CudaFlashAttention, Bf16OutputEntriesEqualTheFp32EntriesBitForBit) {
   DeviceFloats dq(allocator_, in.dq0), dkv(allocator_, in.dkv0), dq16(allocator_, in.dq0), dkv16(allocator_, in.dkv0);
   flash_attention_backward(gpu, dq.ptr, dkv.ptr + in.k_at, dkv.ptr + in.v_at, d_dout.ptr, d_out.ptr, d_lse.ptr,
                            d_q.ptr, d_k, d_v, s, meta.visibility());
-  flash_attention_backward_bf16_output(gpu, dq16.ptr, dkv16.ptr + in.k_at, dkv16.ptr + in.v_at, dout16.ptr,
-                                       out16.ptr, d_lse.ptr, d_q.ptr, d_k, d_v, s, meta.visibility());
+  flash_attention_backward_bf16_tensors(gpu, dq16.ptr, dkv16.ptr + in.k_at, dkv16.ptr + in.v_at, dout16.ptr,
+                                        out16.ptr, d_lse.ptr, q16.ptr, k16, v16, s, meta.visibility());
   EXPECT_EQ(dq16.host(), dq.host()) << "dq";
   EXPECT_EQ(dkv16.host(), dkv.host()) << "dk, dv";
   if (restore.empty()) {

@@ -147,41 +147,50 @@ TEST(AttentionBf16, SeparateKeyBlockIsTheFp32KernelOnRoundedOperands) {
   expect_the_fp32_kernel_on_rounded_operands(key_block_problem());
 }
 
-// The bf16-output entries (Attention::bf16_output): the forward's bf16 output holds the fp32
-// entry's output (already rounded) and lse is the same; the backward given out and dout as bf16
-// adds what the fp32 entry adds given them in fp32.
-void expect_the_bf16_output_entries_to_equal_the_fp32_ones(const Operands& p) {
+std::vector<uint16_t> bf16_bits(const std::vector<float>& x) {
+  std::vector<uint16_t> h;
+  for (float v : x) h.push_back(f32_to_bf16(v));
+  return h;
+}
+
+// The entries on bf16 tensors (Attention::bf16_tensors) given q, k, v, out and dout as bf16 (in
+// the same layouts) compute what the fp32 entries compute given them in fp32: the forward's bf16
+// output holds the fp32 entry's output (already rounded) and lse is the same; the backward adds
+// the same dq, dk, dv.
+void expect_the_bf16_tensor_entries_to_equal_the_fp32_ones(const Operands& p) {
   const FlashAttentionShape& s = p.s;
   const Results want = run(p);
+  const std::vector<uint16_t> qkv16 = bf16_bits(p.qkv), kv16 = bf16_bits(p.kv), dout16 = bf16_bits(p.dout);
+  const uint16_t* q16 = qkv16.data();
+  const uint16_t* k16 = p.fused ? q16 + s.heads * s.head_dim : kv16.data();
+  const uint16_t* v16 = p.fused ? q16 + (s.heads + s.kv_heads) * s.head_dim : kv16.data() + s.kv_heads * s.head_dim;
   const int64_t outs = s.batch * s.q_len * s.out_stride;
   std::vector<uint16_t> out16(static_cast<size_t>(outs), 0xFFFF);
   std::vector<float> lse(want.lse.size(), 0.0f);
-  flash_attention_forward_bf16_output(Device::cpu(), out16.data(), lse.data(), p.q(), p.k(), p.v(), s, p.vis());
+  flash_attention_forward_bf16_tensors(Device::cpu(), out16.data(), lse.data(), q16, k16, v16, s, p.vis());
   std::vector<float> out(static_cast<size_t>(outs));
   for (int64_t i = 0; i < outs; ++i) out[i] = bf16_to_f32(out16[i]);
   expect_bitwise_equal("out", out, want.out);
   expect_bitwise_equal("lse", lse, want.lse);
-  std::vector<uint16_t> dout16;
-  for (float x : p.dout) dout16.push_back(f32_to_bf16(x));
   std::vector<float> dqkv = random_vector(static_cast<int64_t>(p.qkv.size()), 31);
   std::vector<float> dkv = random_vector(static_cast<int64_t>(p.kv.size()), 32);
   float* dq = dqkv.data();
   float* dk = p.fused ? dq + s.heads * s.head_dim : dkv.data();
   float* dv = p.fused ? dq + (s.heads + s.kv_heads) * s.head_dim : dkv.data() + s.kv_heads * s.head_dim;
-  flash_attention_backward_bf16_output(Device::cpu(), dq, dk, dv, dout16.data(), out16.data(), lse.data(), p.q(),
-                                       p.k(), p.v(), s, p.vis());
+  flash_attention_backward_bf16_tensors(Device::cpu(), dq, dk, dv, dout16.data(), out16.data(), lse.data(), q16, k16,
+                                        v16, s, p.vis());
   expect_bitwise_equal("dqkv", dqkv, want.dqkv);
   expect_bitwise_equal("dkv", dkv, want.dkv);
   Operands fp32 = p;
   fp32.s.operands = AttentionOperands::Fp32;
-  EXPECT_THROW(flash_attention_forward_bf16_output(Device::cpu(), out16.data(), lse.data(), p.q(), p.k(), p.v(),
-                                                   fp32.s, p.vis()),
-               Error);
+  EXPECT_THROW(
+      flash_attention_forward_bf16_tensors(Device::cpu(), out16.data(), lse.data(), q16, k16, v16, fp32.s, p.vis()),
+      Error);
 }
 
-TEST(AttentionBf16, Bf16OutputEntriesEqualTheFp32Entries) {
-  expect_the_bf16_output_entries_to_equal_the_fp32_ones(fused_problem());
-  expect_the_bf16_output_entries_to_equal_the_fp32_ones(key_block_problem());
+TEST(AttentionBf16, Bf16TensorEntriesEqualTheFp32Entries) {
+  expect_the_bf16_tensor_entries_to_equal_the_fp32_ones(fused_problem());
+  expect_the_bf16_tensor_entries_to_equal_the_fp32_ones(key_block_problem());
 }
 
 TEST(AttentionOperandRegions, FusedViewsShareOneCopy) {

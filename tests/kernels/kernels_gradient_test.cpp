@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "../gradient_check.h"
+#include "loom/core/dtype_convert.h"
 #include "loom/core/error.h"
 #include "loom/kernels/cpu/activation.h"
 #include "loom/kernels/cpu/attention.h"
@@ -175,6 +176,35 @@ TEST(KernelGradients, RopeWithPerTokenPositions) {
   }
   rope_backward(b.data(), batch * seq, width, 0, heads, seq, 0, table, positions.data());
   for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(b[i], x[i], 1e-5f);
+}
+
+// RoPE on a bf16 tensor (the q/k/v a GPU keeps in bf16): each rotated value is the fp32 rotation
+// of the widened values, rounded; the columns outside the rotated heads keep their bits.
+TEST(KernelGradients, RopeOnBf16IsTheFp32RotationRounded) {
+  const int64_t rows = 10, seq = 5, heads = 2, hd = 4, stride = 3 * hd + 3, first_col = 2;
+  RopeTable table(16, hd, 10000.0);
+  std::vector<uint16_t> x16;
+  for (float v : random_vector(rows * stride, 26)) x16.push_back(f32_to_bf16(v));
+  std::vector<float> widened(x16.size());
+  for (size_t i = 0; i < x16.size(); ++i) widened[i] = bf16_to_f32(x16[i]);
+  const std::vector<int32_t> positions = {0, 1, 0, 0, 1, 2, 3, 4, 0, 1};
+  for (const int32_t* at : {static_cast<const int32_t*>(nullptr), positions.data()}) {
+    std::vector<uint16_t> got = x16;
+    std::vector<float> want = widened;
+    rope_forward_bf16(got.data(), rows, stride, first_col, heads, seq, 3, table, at);
+    rope_forward(want.data(), rows, stride, first_col, heads, seq, 3, table, at);
+    int64_t moved = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i], f32_to_bf16(want[i])) << "element " << i;
+      moved += got[i] != x16[i];
+    }
+    EXPECT_GT(moved, rows * heads * hd / 2);  // the rotation did rotate
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < stride; ++c) {
+        if (c < first_col || c >= first_col + heads * hd) ASSERT_EQ(got[r * stride + c], x16[r * stride + c]);
+      }
+    }
+  }
 }
 
 TEST(KernelGradients, SwiGlu) {

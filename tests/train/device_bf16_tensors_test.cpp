@@ -3,7 +3,8 @@
 // back (Transformer::bf16_logits), and the MLP's interior (Mlp::bf16_interior: the up projection's
 // output, the activation, and their gradients). Each holds exactly what the fp32 path rounds or
 // casts to bf16, so every run equals the same run on the CPU bit for bit: Llama (SwiGLU, no
-// biases: all four MLP tensors bf16; the attention output and its gradient: Attention::bf16_output),
+// biases: all four MLP tensors bf16; attention's q/k/v, output and output gradient:
+// Attention::bf16_tensors),
 // GPT-2 (GELU, biases: the hidden gradient stays fp32 for the
 // bias's sum), squared ReLU, with recompute, tensor parallelism (the head then vocabulary-parallel
 // in fp32) and a pipeline; and each step's entries show the hand-overs (the bf16 loss and
@@ -35,18 +36,20 @@ TEST_F(DeviceBf16Tensors, LlamaWithItsMlpInteriorAndLogitsInBf16EqualsTheCpuBitF
   EXPECT_GT(calls("activation_backward_bf16"), 0);
   EXPECT_EQ(calls("swiglu_forward"), 0);
   EXPECT_EQ(calls("swiglu_backward"), 0);
-  // The attention output and its gradient in bf16 (Attention::bf16_output): 2 blocks x 2
-  // micro-batches x 4 steps, plus the forwards of the run's evaluations.
-  EXPECT_GE(calls("flash_attention_forward_bf16_output"), 16);
-  EXPECT_EQ(calls("flash_attention_backward_bf16_output"), 16);
+  // Attention's q/k/v, output and output gradient in bf16 (Attention::bf16_tensors), RoPE on the
+  // bf16 q/k/v: 2 blocks x 2 micro-batches x 4 steps, plus the forwards of the run's evaluations.
+  EXPECT_GE(calls("flash_attention_forward_bf16_tensors"), 16);
+  EXPECT_EQ(calls("flash_attention_backward_bf16_tensors"), 16);
+  EXPECT_EQ(calls("rope_forward_bf16"), calls("flash_attention_forward_bf16_tensors"));
+  EXPECT_EQ(calls("rope_forward"), 0);
   EXPECT_EQ(calls("flash_attention_forward"), 0);
   EXPECT_EQ(calls("flash_attention_backward"), 0);
   expect_bitwise_equal_runs(kLlama, "bf16-llama-recompute", bf16({"model.recompute=true"}));
 }
 
-// Context parallelism keeps the attention output fp32 (its ring merges fp32 partial outputs);
-// the run still equals the CPU's.
-TEST_F(DeviceBf16Tensors, ContextParallelRanksKeepTheAttentionOutputFp32AndEqualTheCpuBitForBit) {
+// Context parallelism keeps attention's tensors fp32 (its ring merges fp32 partial outputs); the
+// run still equals the CPU's.
+TEST_F(DeviceBf16Tensors, ContextParallelRanksKeepAttentionInFp32AndEqualTheCpuBitForBit) {
   expect_bitwise_equal_runs(kLlama, "bf16-cp2", bf16({"runtime.ranks=2", "parallel.cp=2"}));
 }
 

@@ -32,6 +32,9 @@ struct CudaEntries {
   void (*rope_backward)(Device, float* dx, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
                         int64_t seq, int64_t positions_start, const RopeTable& table,
                         const int32_t* positions) = nullptr;
+  void (*rope_forward_bf16)(Device, void* x16, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
+                            int64_t seq, int64_t positions_start, const RopeTable& table,
+                            const int32_t* positions) = nullptr;
   void (*linear_forward)(Device, float* out, const float* in, const float* weight, const float* bias, int64_t n,
                          int64_t in_features, int64_t out_features, bool accumulate) = nullptr;
   void (*linear_backward)(Device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
@@ -121,13 +124,13 @@ struct CudaEntries {
   void (*flash_attention_backward)(Device, float* dq, float* dk, float* dv, const float* dout, const float* out,
                                    const float* lse, const float* q, const float* k, const float* v,
                                    const FlashAttentionShape& s, const AttentionVisibility& vis) = nullptr;
-  void (*flash_attention_forward_bf16_output)(Device, void* out16, float* lse, const float* q, const float* k,
-                                              const float* v, const FlashAttentionShape& s,
-                                              const AttentionVisibility& vis) = nullptr;
-  void (*flash_attention_backward_bf16_output)(Device, float* dq, float* dk, float* dv, const void* dout16,
-                                               const void* out16, const float* lse, const float* q, const float* k,
-                                               const float* v, const FlashAttentionShape& s,
+  void (*flash_attention_forward_bf16_tensors)(Device, void* out16, float* lse, const void* q16, const void* k16,
+                                               const void* v16, const FlashAttentionShape& s,
                                                const AttentionVisibility& vis) = nullptr;
+  void (*flash_attention_backward_bf16_tensors)(Device, float* dq, float* dk, float* dv, const void* dout16,
+                                                const void* out16, const float* lse, const void* q16,
+                                                const void* k16, const void* v16, const FlashAttentionShape& s,
+                                                const AttentionVisibility& vis) = nullptr;
   void (*merge_attention_partials)(Device, float* out, float* lse, const float* part_out, const float* part_lse,
                                    const FlashAttentionShape& s) = nullptr;
   // Attention over a paged KV cache and the writes into it (inference), and over one sequence's

@@ -131,6 +131,10 @@ void rope_backward(Device device, float* dx, int64_t rows, int64_t row_stride, i
                    int64_t seq, int64_t positions_start, const RopeTable& table, const int32_t* positions) {
   LOOM_DISPATCH(rope_backward, dx, rows, row_stride, first_col, heads, seq, positions_start, table, positions);
 }
+void rope_forward_bf16(Device device, void* x16, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
+                       int64_t seq, int64_t positions_start, const RopeTable& table, const int32_t* positions) {
+  LOOM_DISPATCH(rope_forward_bf16, x16, rows, row_stride, first_col, heads, seq, positions_start, table, positions);
+}
 
 void swiglu_forward(Device device, float* out, const float* gate_up, int64_t rows, int64_t width) {
   if (device.is_cpu()) [[likely]]
@@ -204,19 +208,20 @@ void flash_attention_backward(Device device, float* dq, float* dk, float* dv, co
   cuda_kernel(cuda_entries().flash_attention_backward, "flash_attention_backward", device)(
       device, dq, dk, dv, dout, out, lse, q, k, v, s, vis);
 }
-void flash_attention_forward_bf16_output(Device device, void* out16, float* lse, const float* q, const float* k,
-                                         const float* v, const FlashAttentionShape& s, const AttentionVisibility& vis) {
-  check_flash_shape(s);
-  LOOM_CHECK(s.operands == AttentionOperands::Bf16, "flash attention with a bf16 output takes bf16 operands");
-  LOOM_DISPATCH(flash_attention_forward_bf16_output, out16, lse, q, k, v, s, vis);
-}
-void flash_attention_backward_bf16_output(Device device, float* dq, float* dk, float* dv, const void* dout16,
-                                          const void* out16, const float* lse, const float* q, const float* k,
-                                          const float* v, const FlashAttentionShape& s,
+void flash_attention_forward_bf16_tensors(Device device, void* out16, float* lse, const void* q16, const void* k16,
+                                          const void* v16, const FlashAttentionShape& s,
                                           const AttentionVisibility& vis) {
   check_flash_shape(s);
-  LOOM_CHECK(s.operands == AttentionOperands::Bf16, "flash attention with a bf16 output takes bf16 operands");
-  LOOM_DISPATCH(flash_attention_backward_bf16_output, dq, dk, dv, dout16, out16, lse, q, k, v, s, vis);
+  LOOM_CHECK(s.operands == AttentionOperands::Bf16, "flash attention on bf16 tensors takes bf16 operands");
+  LOOM_DISPATCH(flash_attention_forward_bf16_tensors, out16, lse, q16, k16, v16, s, vis);
+}
+void flash_attention_backward_bf16_tensors(Device device, float* dq, float* dk, float* dv, const void* dout16,
+                                           const void* out16, const float* lse, const void* q16, const void* k16,
+                                           const void* v16, const FlashAttentionShape& s,
+                                           const AttentionVisibility& vis) {
+  check_flash_shape(s);
+  LOOM_CHECK(s.operands == AttentionOperands::Bf16, "flash attention on bf16 tensors takes bf16 operands");
+  LOOM_DISPATCH(flash_attention_backward_bf16_tensors, dq, dk, dv, dout16, out16, lse, q16, k16, v16, s, vis);
 }
 void merge_attention_partials(Device device, float* out, float* lse, const float* part_out, const float* part_lse,
                               const FlashAttentionShape& s) {

@@ -45,6 +45,12 @@ void rope_forward(Device device, float* x, int64_t rows, int64_t row_stride, int
                   int64_t seq, int64_t positions_start, const RopeTable& table, const int32_t* positions = nullptr);
 void rope_backward(Device device, float* dx, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
                    int64_t seq, int64_t positions_start, const RopeTable& table, const int32_t* positions = nullptr);
+// rope_forward on a bf16 tensor x16 (row_stride in elements, 2 bytes each): each rotated value
+// computed in fp32 as rope_forward computes it from the widened values, rounded to bf16 as it is
+// stored (what the fp32 path's attention casts the rotated q and k to).
+void rope_forward_bf16(Device device, void* x16, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
+                       int64_t seq, int64_t positions_start, const RopeTable& table,
+                       const int32_t* positions = nullptr);
 
 // --- MLP activations. SwiGLU reads fused [gate | up] rows (2 * width). Their backwards write
 // the input gradient (every element), unlike most backwards here, which add: its only reader is
@@ -106,16 +112,18 @@ void flash_attention_forward(Device device, float* out, float* lse, const float*
 void flash_attention_backward(Device device, float* dq, float* dk, float* dv, const float* dout, const float* out,
                               const float* lse, const float* q, const float* k, const float* v,
                               const FlashAttentionShape& s, const AttentionVisibility& vis);
-// The same under AttentionOperands::Bf16 with the output (forward) and the output and its
-// gradient (backward) as bf16 tensors in out's layout (out_stride elements per token, 2 bytes
-// each): the values the entries above widen from the bf16 kernels or cast to bf16 for them, so
-// the results are the same, without those passes (Attention::bf16_output).
-void flash_attention_forward_bf16_output(Device device, void* out16, float* lse, const float* q, const float* k,
-                                         const float* v, const FlashAttentionShape& s, const AttentionVisibility& vis);
-void flash_attention_backward_bf16_output(Device device, float* dq, float* dk, float* dv, const void* dout16,
-                                          const void* out16, const float* lse, const float* q, const float* k,
-                                          const float* v, const FlashAttentionShape& s,
+// The same under AttentionOperands::Bf16 with q, k, v, the output (forward) and the output's
+// gradient (backward) as bf16 tensors in the shape's layout (strides in elements, 2 bytes each):
+// the values the entries above cast to bf16 for the bf16 kernels or widen from them, so the
+// results are the same, without those passes (Attention::bf16_tensors). lse and the gradients
+// dq, dk, dv stay fp32.
+void flash_attention_forward_bf16_tensors(Device device, void* out16, float* lse, const void* q16, const void* k16,
+                                          const void* v16, const FlashAttentionShape& s,
                                           const AttentionVisibility& vis);
+void flash_attention_backward_bf16_tensors(Device device, float* dq, float* dk, float* dv, const void* dout16,
+                                           const void* out16, const float* lse, const void* q16, const void* k16,
+                                           const void* v16, const FlashAttentionShape& s,
+                                           const AttentionVisibility& vis);
 // Folds a partial (out, lse) over another block of keys into the running one (fp32).
 void merge_attention_partials(Device device, float* out, float* lse, const float* part_out, const float* part_lse,
                               const FlashAttentionShape& s);

@@ -70,28 +70,31 @@ kernels::AttentionVisibility visibility(const Packing& packing) {
 }
 }  // namespace
 
-bool Attention::bf16_output() const {
-  const LinearPrecision* out = out_->precision();
-  return context_ == nullptr && operands_ == kernels::AttentionOperands::Bf16 && out != nullptr &&
-         out->takes_bf16_tensors();
+bool Attention::bf16_tensors() const {
+  const LinearPrecision *qkv = qkv_->precision(), *out = out_->precision();
+  return context_ == nullptr && operands_ == kernels::AttentionOperands::Bf16 && qkv != nullptr && out != nullptr &&
+         qkv->takes_bf16_tensors() && out->takes_bf16_tensors();
 }
 
 void Attention::forward(Saved& saved, float* residual, const float* normed, int64_t batch, int64_t seq,
                         const Packing& packing, ParallelScratch& scratch) const {
   const int64_t rows = batch * seq, W = qkv_width(), att_width = heads_ * head_dim_;
   const int64_t k_off = att_width, v_off = att_width + static_cast<int64_t>(kv_heads_) * head_dim_;
-  float* qkv = sized(saved.qkv, rows * W, store_->device());
-  qkv_->forward(qkv, normed, rows, scratch,
-                DeviceTensors{.keep_input_codes = qkv_->keep_input_codes(saved.qkv_codes, rows)});
-  rotate(qkv, batch, seq, false, packing.positions);
-  if (bf16_output()) {
+  if (bf16_tensors()) {
+    auto* qkv16 = static_cast<uint16_t*>(sized_16bit(saved.qkv, rows * W, store_->device()));
+    qkv_->forward(nullptr, normed, rows, scratch, DeviceTensors{.out = qkv16});
+    rotate(qkv16, batch, seq, Rotation::ForwardBf16, packing.positions);
     void* att16 = sized_16bit(saved.att, rows * att_width, store_->device());
     float* lse = sized(saved.lse, batch * heads_ * seq, store_->device());
-    kernels::flash_attention_forward_bf16_output(store_->device(), att16, lse, qkv, qkv + k_off, qkv + v_off,
-                                                 flash_shape(batch, seq), visibility(packing));
+    kernels::flash_attention_forward_bf16_tensors(store_->device(), att16, lse, qkv16, qkv16 + k_off, qkv16 + v_off,
+                                                  flash_shape(batch, seq), visibility(packing));
     out_->forward(residual, nullptr, rows, scratch, DeviceTensors{.in = att16});
     return;
   }
+  float* qkv = sized(saved.qkv, rows * W, store_->device());
+  qkv_->forward(qkv, normed, rows, scratch,
+                DeviceTensors{.keep_input_codes = qkv_->keep_input_codes(saved.qkv_codes, rows)});
+  rotate(qkv, batch, seq, Rotation::Forward, packing.positions);
   float* att = sized(saved.att, rows * att_width, store_->device());
   if (context_ != nullptr) {
     context_->forward(att, saved.context, qkv, {batch, seq, heads_, kv_heads_, head_dim_, operands_}, packing);
@@ -110,15 +113,16 @@ void Attention::backward(float* d_normed, const float* d_residual, const float* 
   const int64_t rows = batch * seq, W = qkv_width(), att_width = heads_ * head_dim_;
   const int64_t k_off = att_width, v_off = att_width + static_cast<int64_t>(kv_heads_) * head_dim_;
   float* d_qkv = zeroed(work.d_qkv, rows * W, store_->device());
-  const float* qkv = saved.qkv.data();
-  if (bf16_output()) {
+  if (bf16_tensors()) {
     void* d_att16 = sized_16bit(work.d_att, rows * att_width, store_->device());
     out_->backward(nullptr, d_residual, nullptr, rows, scratch, false,
                    DeviceTensors{.in = saved.att.data(), .din = d_att16});
-    kernels::flash_attention_backward_bf16_output(store_->device(), d_qkv, d_qkv + k_off, d_qkv + v_off, d_att16,
-                                                  saved.att.data(), saved.lse.data(), qkv, qkv + k_off, qkv + v_off,
-                                                  flash_shape(batch, seq), visibility(packing));
+    const auto* qkv16 = reinterpret_cast<const uint16_t*>(saved.qkv.data());
+    kernels::flash_attention_backward_bf16_tensors(store_->device(), d_qkv, d_qkv + k_off, d_qkv + v_off, d_att16,
+                                                   saved.att.data(), saved.lse.data(), qkv16, qkv16 + k_off,
+                                                   qkv16 + v_off, flash_shape(batch, seq), visibility(packing));
   } else {
+    const float* qkv = saved.qkv.data();
     float* d_att = sized(work.d_att, rows * att_width, store_->device());
     out_->backward(d_att, d_residual, saved.att.data(), rows, scratch, false,
                    DeviceTensors{.kept_input_codes = out_->kept_input_codes(saved.out_codes)});
@@ -131,29 +135,37 @@ void Attention::backward(float* d_normed, const float* d_residual, const float* 
                                         flash_shape(batch, seq), visibility(packing));
     }
   }
-  rotate(d_qkv, batch, seq, true, packing.positions);
+  rotate(d_qkv, batch, seq, Rotation::Backward, packing.positions);
   qkv_->backward(d_normed, d_qkv, normed, rows, scratch, false,
                  DeviceTensors{.kept_input_codes = qkv_->kept_input_codes(saved.qkv_codes)});
 }
 
-void Attention::rotate(float* qkv, int64_t batch, int64_t seq, bool backward, const int32_t* positions) const {
+void Attention::rotate(void* qkv, int64_t batch, int64_t seq, Rotation how, const int32_t* positions) const {
   if (rope_ == nullptr) return;
+  const Device device = store_->device();
   const int64_t W = qkv_width(), heads = heads_ + kv_heads_;
-  auto apply = [&](float* x, int64_t rows, int64_t period, int64_t start, const int32_t* at) {
-    if (backward) {
-      kernels::rope_backward(store_->device(), x, rows, W, 0, heads, period, start, *rope_, at);
-    } else {
-      kernels::rope_forward(store_->device(), x, rows, W, 0, heads, period, start, *rope_, at);
+  // Rows [first, first + rows) of qkv.
+  auto apply = [&](int64_t first, int64_t rows, int64_t period, int64_t start, const int32_t* at) {
+    switch (how) {
+      case Rotation::Forward:
+        return kernels::rope_forward(device, static_cast<float*>(qkv) + first * W, rows, W, 0, heads, period, start,
+                                     *rope_, at);
+      case Rotation::Backward:
+        return kernels::rope_backward(device, static_cast<float*>(qkv) + first * W, rows, W, 0, heads, period, start,
+                                      *rope_, at);
+      case Rotation::ForwardBf16:
+        return kernels::rope_forward_bf16(device, static_cast<uint16_t*>(qkv) + first * W, rows, W, 0, heads, period,
+                                          start, *rope_, at);
     }
   };
   // Packed positions travel with the tokens (cut to this rank's chunks with them).
-  if (context_ == nullptr || positions != nullptr) return apply(qkv, batch * seq, seq, 0, positions);
+  if (context_ == nullptr || positions != nullptr) return apply(0, batch * seq, seq, 0, positions);
   // Each half of a rank's sequence is one contiguous chunk of the global sequence.
   const int64_t chunk = seq / 2;
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t half = 0; half < 2; ++half) {
       const int64_t first = half * chunk;
-      apply(qkv + (b * seq + first) * W, chunk, chunk,
+      apply(b * seq + first, chunk, chunk,
             context_position(context_->size(), context_->rank(), seq, first), nullptr);
     }
   }

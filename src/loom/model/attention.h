@@ -60,20 +60,24 @@ class Attention {
   void set_context(ContextAttention* context) { context_ = context; }
   // What training's attention products take (PrecisionPolicy::attention_operands); fp32 unless set.
   void set_operands(kernels::AttentionOperands operands) { operands_ = operands; }
-  // Whether training keeps the attention's output bf16: on a GPU under the bf16 recipe with bf16
-  // attention operands and no context parallelism, the attention output (saved for backward) and
-  // its gradient are bf16 tensors handed between the attention kernels
-  // (kernels::flash_attention_forward_bf16_output) and the output projection (DeviceTensors) as
-  // they are: the values the fp32 path has anyway (the bf16 kernels' output widened; the output
-  // projection casts it, its dgrad's output is rounded and attention casts it), without those
-  // passes and with half the bytes.
-  bool bf16_output() const;
+  // Whether training keeps the attention's tensors bf16: on a GPU under the bf16 recipe with bf16
+  // attention operands and no context parallelism, q/k/v (the projection's bf16 output, rotated
+  // by rope_forward_bf16) and the attention output (both saved for backward) and the output's
+  // gradient are bf16 tensors handed between the projections (DeviceTensors) and the attention
+  // kernels (kernels::flash_attention_forward_bf16_tensors) as they are: the values the fp32
+  // path has anyway (the projection's output rounded; q, k, v and the output's gradient cast to
+  // bf16 by attention; its output widened from bf16 and cast back by the projection), without
+  // those passes and with half the bytes. The q/k/v gradient stays fp32 (RoPE's backward, and a
+  // bias's gradient, take it).
+  bool bf16_tensors() const;
 
  private:
   int64_t qkv_width() const { return static_cast<int64_t>(heads_ + 2 * kv_heads_) * head_dim_; }
   // RoPE (or its backward) on q and k of every row at the tokens' positions: `positions` when
-  // given (packed documents), else their global places in the sequence.
-  void rotate(float* qkv, int64_t batch, int64_t seq, bool backward, const int32_t* positions) const;
+  // given (packed documents), else their global places in the sequence. qkv: fp32, or bf16 for
+  // ForwardBf16 (rope_forward_bf16).
+  enum class Rotation : uint8_t { Forward, Backward, ForwardBf16 };
+  void rotate(void* qkv, int64_t batch, int64_t seq, Rotation how, const int32_t* positions) const;
   kernels::FlashAttentionShape flash_shape(int64_t batch, int64_t seq) const;
   ParameterStore* store_;
   const TensorParallel* tp_;

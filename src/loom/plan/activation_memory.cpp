@@ -34,7 +34,7 @@ bool bf16_mlp_on_device(const config::RunConfig& config) {
   return config.runtime.device == config::RuntimeDevice::Cuda && config.precision.recipe == config::PrecisionRecipe::Bf16;
 }
 
-bool bf16_attention_output_on_device(const config::RunConfig& config) {
+bool bf16_attention_on_device(const config::RunConfig& config) {
   const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
   return bf16_mlp_on_device(config) && policy.attention_operands() == kernels::AttentionOperands::Bf16 &&
          config.parallel.cp <= 1;
@@ -51,7 +51,7 @@ int64_t block_saved_bytes(const config::ModelConfig& model, const LayerWidths& w
   int64_t bytes = 0;
   if (w.has_attention()) {
     bytes += norm_bytes(model, a) + a.local_rows() * model.d_model * e;  // norm1, mid
-    bytes += rows * (w.qkv() * e + w.q * a.attention_output_bytes);       // q/k/v, attention output
+    bytes += rows * (w.qkv() + w.q) * a.attention_bytes;                  // q/k/v, attention output
     bytes += a.batch * w.heads * a.seq * e;                                // log-sum-exp
     if (a.attention_probs) bytes += a.batch * w.heads * a.seq * a.seq * e;  // probabilities
     bytes += rows * (model.d_model + w.q) * a.input_code_bytes;             // q/k/v and o_proj inputs' codes

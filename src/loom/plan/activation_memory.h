@@ -34,9 +34,9 @@ struct ActivationShape {
   // The MLP's saved hidden and activation: element_bytes, or 2 where a GPU keeps them bf16
   // (Mlp::bf16_interior: every block under the bf16 recipe).
   int64_t mlp_bytes = 4;
-  // The attention output saved for backward: element_bytes, or 2 where a GPU keeps it bf16
-  // (Attention::bf16_output: every block under the bf16 recipe).
-  int64_t attention_output_bytes = 4;
+  // The q/k/v and attention output saved for backward: element_bytes, or 2 where a GPU keeps them
+  // bf16 (Attention::bf16_tensors: every block under the bf16 recipe).
+  int64_t attention_bytes = 4;
   // Bytes per element of each linear's input kept as FP8 codes for its weight gradient: 1 where a
   // GPU keeps them (fp8_input_codes_on_device), else 0.
   int64_t input_code_bytes = 0;
@@ -51,10 +51,10 @@ bool bf16_logits_on_device(const config::RunConfig& config, int tp);
 // Whether every block's MLP keeps its interior bf16 (Mlp::bf16_interior): on a GPU under the bf16
 // recipe (an FP8 recipe's bf16 edge blocks do too; not counted).
 bool bf16_mlp_on_device(const config::RunConfig& config);
-// Whether every block's attention keeps its output bf16 (Attention::bf16_output): on a GPU under
+// Whether every block's attention keeps q/k/v and its output bf16 (Attention::bf16_tensors): on a GPU under
 // the bf16 recipe with bf16 attention operands (precision.attention auto or bf16) and no context
 // parallelism.
-bool bf16_attention_output_on_device(const config::RunConfig& config);
+bool bf16_attention_on_device(const config::RunConfig& config);
 // Whether every block's linears keep their inputs' FP8 codes for the weight gradient
 // (LinearPrecision::keeps_input_codes): on a GPU under fp8_delayed or fp8_current (counted for
 // every block, though the bf16 edge blocks keep none).

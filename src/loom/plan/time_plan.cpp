@@ -28,8 +28,8 @@ struct CastPath {
   bool device = false;
   double micro_batches = 1.0;
   bool bf16_logits = false;  // the head's logits kept bf16 (activation_memory.h: bf16_logits_on_device)
-  // Attention::bf16_output in the bf16 blocks: bf16 attention operands, no context parallelism
-  bool bf16_attention_output = false;
+  // Attention::bf16_tensors in the bf16 blocks: bf16 attention operands, no context parallelism
+  bool bf16_attention = false;
 };
 
 // What a precision recipe adds to one linear's three GEMMs over `n` rows, for one rank alone (linear_precision.h):
@@ -85,7 +85,7 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
 }
 
 // Which linear of a block a visit is: the MLP's two keep their interior bf16 on a GPU under the
-// bf16 recipe (Mlp::bf16_interior), and the output projection its input (Attention::bf16_output).
+// bf16 recipe (Mlp::bf16_interior), and attention its q/k/v and output (Attention::bf16_tensors).
 enum class LinearRole : uint8_t { AttentionQkv, AttentionOut, MlpUp, MlpDown };
 
 // Calls visit(out_features, in_features, recipe, role) for every linear of this rank's layers that
@@ -129,7 +129,8 @@ double cast_seconds(const config::RunConfig& config, const StageMemory& stage, d
       ends.output_grad = !config.model.bias;  // a bias gradient sums the fp32 hidden gradient
     }
     if (path.device && r == model::Recipe::Bf16 && role == LinearRole::MlpDown) ends.input = ends.input_grad = true;
-    if (path.bf16_attention_output && r == model::Recipe::Bf16 && role == LinearRole::AttentionOut)
+    if (path.bf16_attention && r == model::Recipe::Bf16 && role == LinearRole::AttentionQkv) ends.output = true;
+    if (path.bf16_attention && r == model::Recipe::Bf16 && role == LinearRole::AttentionOut)
       ends.input = ends.input_grad = true;
     s += linear_cast_seconds(tokens, out, in, r, recompute, hw, path, ends);
   });

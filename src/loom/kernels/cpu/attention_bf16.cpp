@@ -62,34 +62,48 @@ void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float*
 }
 
 namespace {
-// An output view's rows [rows, stride] (its span) between fp32 and bf16 (2-byte elements).
-std::vector<float> widened(const FlashAttentionShape& s, const void* x16) {
-  const OperandView o = attention_output_view(s, nullptr);
-  std::vector<float> x(static_cast<size_t>(o.rows * o.stride));
+// A bf16 view [rows, width] every `stride` elements, widened into fp32 at the same offsets (the
+// last row needs only its width).
+std::vector<float> widened(const void* x16, int64_t rows, int64_t width, int64_t stride) {
+  std::vector<float> x(static_cast<size_t>(rows == 0 ? 0 : (rows - 1) * stride + width));
   const auto* h = static_cast<const uint16_t*>(x16);
-  for (int64_t row = 0; row < o.rows; ++row) {
-    for (int64_t c = 0; c < o.width; ++c) x[row * o.stride + c] = bf16_to_f32(h[row * o.stride + c]);
+  for (int64_t row = 0; row < rows; ++row) {
+    for (int64_t c = 0; c < width; ++c) x[row * stride + c] = bf16_to_f32(h[row * stride + c]);
   }
   return x;
 }
+
+// q, k, v of a call widened.
+struct WidenedOperands {
+  WidenedOperands(const FlashAttentionShape& s, const void* q16, const void* k16, const void* v16)
+      : q(widened(q16, s.batch * s.q_len, s.heads * s.head_dim, s.q_stride)),
+        k(widened(k16, s.batch * s.k_len, s.kv_heads * s.head_dim, s.k_stride)),
+        v(widened(v16, s.batch * s.k_len, s.kv_heads * s.head_dim, s.v_stride)) {}
+  std::vector<float> q, k, v;
+};
 }  // namespace
 
-void flash_attention_forward_bf16_output(void* out16, float* lse, const float* q, const float* k, const float* v,
-                                         const FlashAttentionShape& s, const AttentionVisibility& vis) {
+void flash_attention_forward_bf16_tensors(void* out16, float* lse, const void* q16, const void* k16, const void* v16,
+                                          const FlashAttentionShape& s, const AttentionVisibility& vis) {
+  const WidenedOperands in(s, q16, k16, v16);
   const OperandView o = attention_output_view(s, nullptr);
   std::vector<float> out(static_cast<size_t>(o.rows * o.stride));
-  flash_attention_forward_bf16(out.data(), lse, q, k, v, s, vis);
+  flash_attention_forward_bf16(out.data(), lse, in.q.data(), in.k.data(), in.v.data(), s, vis);
   auto* h = static_cast<uint16_t*>(out16);
   for (int64_t row = 0; row < o.rows; ++row) {
     for (int64_t c = 0; c < o.width; ++c) h[row * o.stride + c] = f32_to_bf16(out[row * o.stride + c]);
   }
 }
 
-void flash_attention_backward_bf16_output(float* dq, float* dk, float* dv, const void* dout16, const void* out16,
-                                          const float* lse, const float* q, const float* k, const float* v,
-                                          const FlashAttentionShape& s, const AttentionVisibility& vis) {
-  const std::vector<float> dout = widened(s, dout16), out = widened(s, out16);
-  flash_attention_backward_bf16(dq, dk, dv, dout.data(), out.data(), lse, q, k, v, s, vis);
+void flash_attention_backward_bf16_tensors(float* dq, float* dk, float* dv, const void* dout16, const void* out16,
+                                           const float* lse, const void* q16, const void* k16, const void* v16,
+                                           const FlashAttentionShape& s, const AttentionVisibility& vis) {
+  const WidenedOperands in(s, q16, k16, v16);
+  const OperandView o = attention_output_view(s, nullptr);
+  const std::vector<float> dout = widened(dout16, o.rows, o.width, o.stride);
+  const std::vector<float> out = widened(out16, o.rows, o.width, o.stride);
+  flash_attention_backward_bf16(dq, dk, dv, dout.data(), out.data(), lse, in.q.data(), in.k.data(), in.v.data(), s,
+                                vis);
 }
 
 }  // namespace loom::kernels::cpu

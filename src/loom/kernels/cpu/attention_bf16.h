@@ -18,12 +18,12 @@ void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float*
                                    const float* lse, const float* q, const float* k, const float* v,
                                    const FlashAttentionShape& s, const AttentionVisibility& vis);
 
-// The same with out (forward) and out and dout (backward) as bf16 tensors in out's layout
-// (out_stride elements per token, 2 bytes each): kernels::flash_attention_forward_bf16_output.
-void flash_attention_forward_bf16_output(void* out16, float* lse, const float* q, const float* k, const float* v,
-                                         const FlashAttentionShape& s, const AttentionVisibility& vis);
-void flash_attention_backward_bf16_output(float* dq, float* dk, float* dv, const void* dout16, const void* out16,
-                                          const float* lse, const float* q, const float* k, const float* v,
+// The same on bf16 tensors (q, k, v, out, dout in the shape's layout, 2 bytes per element):
+// kernels::flash_attention_forward_bf16_tensors. They are widened and the forms above run.
+void flash_attention_forward_bf16_tensors(void* out16, float* lse, const void* q16, const void* k16, const void* v16,
                                           const FlashAttentionShape& s, const AttentionVisibility& vis);
+void flash_attention_backward_bf16_tensors(float* dq, float* dk, float* dv, const void* dout16, const void* out16,
+                                           const float* lse, const void* q16, const void* k16, const void* v16,
+                                           const FlashAttentionShape& s, const AttentionVisibility& vis);
 
 }  // namespace loom::kernels::cpu

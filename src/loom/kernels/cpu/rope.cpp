@@ -2,6 +2,9 @@
 #include "loom/kernels/cpu/parallel.h"
 
 #include <cmath>
+#include <vector>
+
+#include "loom/core/dtype_convert.h"
 
 namespace loom::kernels::cpu {
 
@@ -34,6 +37,20 @@ void rope_forward(float* x, int64_t rows, int64_t row_stride, int64_t first_col,
 void rope_backward(float* dx, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
                    int64_t seq, int64_t positions_start, const RopeTable& table, const int32_t* positions) {
   rotate(dx, rows, row_stride, first_col, heads, seq, positions_start, table, positions, -1.0f);
+}
+
+void rope_forward_bf16(void* x16, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads, int64_t seq,
+                       int64_t positions_start, const RopeTable& table, const int32_t* positions) {
+  const int64_t width = heads * table.head_dim;
+  auto* x = static_cast<uint16_t*>(x16);
+  std::vector<float> rotated(static_cast<size_t>(rows * width));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < width; ++c) rotated[r * width + c] = bf16_to_f32(x[r * row_stride + first_col + c]);
+  }
+  rope_forward(rotated.data(), rows, width, 0, heads, seq, positions_start, table, positions);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < width; ++c) x[r * row_stride + first_col + c] = f32_to_bf16(rotated[r * width + c]);
+  }
 }
 
 }  // namespace loom::kernels::cpu

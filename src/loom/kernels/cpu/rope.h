@@ -17,5 +17,9 @@ void rope_forward(float* x, int64_t rows, int64_t row_stride, int64_t first_col,
 // The inverse rotation, applied to gradients in place.
 void rope_backward(float* dx, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
                    int64_t seq, int64_t positions_start, const RopeTable& table, const int32_t* positions = nullptr);
+// rope_forward on a bf16 tensor (row_stride in elements): the heads widened, rotated in fp32 and
+// rounded back to bf16 (kernels::rope_forward_bf16).
+void rope_forward_bf16(void* x16, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads, int64_t seq,
+                       int64_t positions_start, const RopeTable& table, const int32_t* positions = nullptr);
 
 }  // namespace loom::kernels::cpu

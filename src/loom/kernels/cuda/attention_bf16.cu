@@ -61,35 +61,30 @@ class Bf16Views {
   std::vector<__nv_bfloat16*> copies_;
 };
 
-// The bf16 kernels (cuDNN's where it serves, loom's elsewhere) on q, k, v's bf16 copies, into
-// out16 [rows, out_stride] bf16.
-void forward_into(__nv_bfloat16* out16, float* lse, const float* q, const float* k, const float* v,
-                  const FlashAttentionShape& s, const AttentionVisibility& vis, Scratch& scratch,
-                  cudaStream_t stream) {
-  const Bf16Views in(attention_views(s, q, k, v), scratch, stream);
-  if (attention_fallback_reason(s, vis, false, {in.pointer(0), in.pointer(1), in.pointer(2), out16, lse}).empty()) {
-    cudnn_attention_forward(out16, lse, in.pointer(0), in.pointer(1), in.pointer(2), s, scratch, stream);
+using Bf16 = __nv_bfloat16;
+
+// The bf16 kernels (cuDNN's where it serves, loom's elsewhere) on bf16 q, k, v, into out16.
+void forward_on(Bf16* out16, float* lse, const Bf16* q, const Bf16* k, const Bf16* v, const FlashAttentionShape& s,
+                const AttentionVisibility& vis, Scratch& scratch, cudaStream_t stream) {
+  if (attention_fallback_reason(s, vis, false, {q, k, v, out16, lse}).empty()) {
+    cudnn_attention_forward(out16, lse, q, k, v, s, scratch, stream);
   } else {
-    flash_attention_forward(out16, lse, in.pointer(0), in.pointer(1), in.pointer(2), s, vis, stream);
+    flash_attention_forward(out16, lse, q, k, v, s, vis, stream);
   }
 }
 
-// The same for the backward, given out and dout in bf16.
-void backward_with(float* dq, float* dk, float* dv, const __nv_bfloat16* dout16, const __nv_bfloat16* out16,
-                   const float* lse, const float* q, const float* k, const float* v, const FlashAttentionShape& s,
-                   const AttentionVisibility& vis, Scratch& scratch, cudaStream_t stream) {
-  const Bf16Views in(attention_views(s, q, k, v), scratch, stream);
-  const bool on_cudnn =
-      attention_fallback_reason(s, vis, true, {in.pointer(0), in.pointer(1), in.pointer(2), out16, dout16, lse})
-          .empty();
-  if (on_cudnn) {
-    cudnn_attention_backward(dq, dk, dv, dout16, out16, lse, in.pointer(0), in.pointer(1), in.pointer(2), s, scratch,
-                             stream);
+// The same for the backward.
+void backward_on(float* dq, float* dk, float* dv, const Bf16* dout16, const Bf16* out16, const float* lse,
+                 const Bf16* q, const Bf16* k, const Bf16* v, const FlashAttentionShape& s,
+                 const AttentionVisibility& vis, Scratch& scratch, cudaStream_t stream) {
+  if (attention_fallback_reason(s, vis, true, {q, k, v, out16, dout16, lse}).empty()) {
+    cudnn_attention_backward(dq, dk, dv, dout16, out16, lse, q, k, v, s, scratch, stream);
   } else {
-    flash_attention_backward(dq, dk, dv, dout16, out16, lse, in.pointer(0), in.pointer(1), in.pointer(2), s, vis,
-                             stream);
+    flash_attention_backward(dq, dk, dv, dout16, out16, lse, q, k, v, s, vis, stream);
   }
 }
+
+const Bf16* as_bf16(const void* x) { return static_cast<const Bf16*>(x); }
 
 }  // namespace
 
@@ -98,18 +93,19 @@ void flash_attention_forward_bf16(float* out, float* lse, const float* q, const 
   Scratch scratch;
   const OperandView o = attention_output_view(s, out);
   __nv_bfloat16* out16 = scratch.of<__nv_bfloat16>(OperandRegion{out, o.rows, o.width, o.stride}.elements());
-  forward_into(out16, lse, q, k, v, s, vis, scratch, stream);
+  const Bf16Views in(attention_views(s, q, k, v), scratch, stream);
+  forward_on(out16, lse, in.pointer(0), in.pointer(1), in.pointer(2), s, vis, scratch, stream);
   if (o.rows * o.width == 0) return;
   const RowsLaunch l = launch_over_rows(o.rows, o.width);
   widen_kernel<<<l.grid, l.block, 0, stream>>>(out, out16, o.rows, o.width, o.stride);
   check_launch("attention widen_kernel");
 }
 
-void flash_attention_forward_bf16_output(void* out16, float* lse, const float* q, const float* k, const float* v,
-                                         const FlashAttentionShape& s, const AttentionVisibility& vis,
-                                         cudaStream_t stream) {
+void flash_attention_forward_bf16_tensors(void* out16, float* lse, const void* q16, const void* k16, const void* v16,
+                                          const FlashAttentionShape& s, const AttentionVisibility& vis,
+                                          cudaStream_t stream) {
   Scratch scratch;
-  forward_into(static_cast<__nv_bfloat16*>(out16), lse, q, k, v, s, vis, scratch, stream);
+  forward_on(static_cast<Bf16*>(out16), lse, as_bf16(q16), as_bf16(k16), as_bf16(v16), s, vis, scratch, stream);
 }
 
 void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* out,
@@ -117,17 +113,21 @@ void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float*
                                    const FlashAttentionShape& s, const AttentionVisibility& vis,
                                    cudaStream_t stream) {
   Scratch scratch;
-  const Bf16Views outputs({attention_output_view(s, out), attention_output_view(s, dout)}, scratch, stream);
-  backward_with(dq, dk, dv, outputs.pointer(1), outputs.pointer(0), lse, q, k, v, s, vis, scratch, stream);
+  std::vector<OperandView> views = attention_views(s, q, k, v);
+  views.push_back(attention_output_view(s, out));
+  views.push_back(attention_output_view(s, dout));
+  const Bf16Views in(views, scratch, stream);
+  backward_on(dq, dk, dv, in.pointer(4), in.pointer(3), lse, in.pointer(0), in.pointer(1), in.pointer(2), s, vis,
+              scratch, stream);
 }
 
-void flash_attention_backward_bf16_output(float* dq, float* dk, float* dv, const void* dout16, const void* out16,
-                                          const float* lse, const float* q, const float* k, const float* v,
-                                          const FlashAttentionShape& s, const AttentionVisibility& vis,
-                                          cudaStream_t stream) {
+void flash_attention_backward_bf16_tensors(float* dq, float* dk, float* dv, const void* dout16, const void* out16,
+                                           const float* lse, const void* q16, const void* k16, const void* v16,
+                                           const FlashAttentionShape& s, const AttentionVisibility& vis,
+                                           cudaStream_t stream) {
   Scratch scratch;
-  backward_with(dq, dk, dv, static_cast<const __nv_bfloat16*>(dout16), static_cast<const __nv_bfloat16*>(out16), lse,
-                q, k, v, s, vis, scratch, stream);
+  backward_on(dq, dk, dv, as_bf16(dout16), as_bf16(out16), lse, as_bf16(q16), as_bf16(k16), as_bf16(v16), s, vis,
+              scratch, stream);
 }
 
 void add_bf16_rows(float* dst, int64_t dst_stride, const __nv_bfloat16* src, int64_t src_stride, int64_t rows,

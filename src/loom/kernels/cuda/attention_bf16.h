@@ -28,17 +28,17 @@ void flash_attention_backward_bf16(float* dq, float* dk, float* dv, const float*
                                    const FlashAttentionShape& s, const AttentionVisibility& vis,
                                    cudaStream_t stream = nullptr);
 
-// The same with the output (forward) and the output and its gradient (backward) as bf16 tensors
-// in out's layout (out_stride elements per token, 2 bytes each): the values the fp32 entries
-// widen from the bf16 kernels or cast to bf16 for them, handed over without those passes
-// (kernels::flash_attention_forward_bf16_output, ops.h).
-void flash_attention_forward_bf16_output(void* out16, float* lse, const float* q, const float* k, const float* v,
-                                         const FlashAttentionShape& s, const AttentionVisibility& vis,
-                                         cudaStream_t stream = nullptr);
-void flash_attention_backward_bf16_output(float* dq, float* dk, float* dv, const void* dout16, const void* out16,
-                                          const float* lse, const float* q, const float* k, const float* v,
+// The same on bf16 tensors: q, k, v, the output (forward) and its gradient (backward) in the
+// shape's layout (strides in elements, 2 bytes each), handed to the bf16 kernels as they are: the
+// values the fp32 entries cast to bf16 or widen from them, without those passes
+// (kernels::flash_attention_forward_bf16_tensors, ops.h).
+void flash_attention_forward_bf16_tensors(void* out16, float* lse, const void* q16, const void* k16, const void* v16,
                                           const FlashAttentionShape& s, const AttentionVisibility& vis,
                                           cudaStream_t stream = nullptr);
+void flash_attention_backward_bf16_tensors(float* dq, float* dk, float* dv, const void* dout16, const void* out16,
+                                           const float* lse, const void* q16, const void* k16, const void* v16,
+                                           const FlashAttentionShape& s, const AttentionVisibility& vis,
+                                           cudaStream_t stream = nullptr);
 
 // Empty when a call of this shape runs on cuDNN; otherwise why it runs on loom's kernels (plans
 // are built here, once per shape). Throws only for a bad LOOM_ATTENTION, or under

@@ -149,6 +149,10 @@ void register_embedding_and_rope(CudaEntries& e) {
                        int64_t start, const RopeTable& t, const int32_t* positions) {
     rope_backward(dx, rows, stride, col, heads, seq, start, rope_mirrors().get(d, t), positions, stream_of(d));
   };
+  e.rope_forward_bf16 = [](Device d, void* x16, int64_t rows, int64_t stride, int64_t col, int64_t heads, int64_t seq,
+                           int64_t start, const RopeTable& t, const int32_t* positions) {
+    rope_forward_bf16(x16, rows, stride, col, heads, seq, start, rope_mirrors().get(d, t), positions, stream_of(d));
+  };
 }
 
 void register_products_and_attention(CudaEntries& e) {
@@ -180,16 +184,16 @@ void register_products_and_attention(CudaEntries& e) {
       return flash_attention_backward_bf16(dq, dk, dv, dout, out, lse, q, k, v, s, vis, stream_of(d));
     flash_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s, vis, stream_of(d));
   };
-  e.flash_attention_forward_bf16_output = [](Device d, void* out16, float* lse, const float* q, const float* k,
-                                             const float* v, const FlashAttentionShape& s,
-                                             const AttentionVisibility& vis) {
-    flash_attention_forward_bf16_output(out16, lse, q, k, v, s, vis, stream_of(d));
-  };
-  e.flash_attention_backward_bf16_output = [](Device d, float* dq, float* dk, float* dv, const void* dout16,
-                                              const void* out16, const float* lse, const float* q, const float* k,
-                                              const float* v, const FlashAttentionShape& s,
+  e.flash_attention_forward_bf16_tensors = [](Device d, void* out16, float* lse, const void* q16, const void* k16,
+                                              const void* v16, const FlashAttentionShape& s,
                                               const AttentionVisibility& vis) {
-    flash_attention_backward_bf16_output(dq, dk, dv, dout16, out16, lse, q, k, v, s, vis, stream_of(d));
+    flash_attention_forward_bf16_tensors(out16, lse, q16, k16, v16, s, vis, stream_of(d));
+  };
+  e.flash_attention_backward_bf16_tensors = [](Device d, float* dq, float* dk, float* dv, const void* dout16,
+                                               const void* out16, const float* lse, const void* q16,
+                                               const void* k16, const void* v16, const FlashAttentionShape& s,
+                                               const AttentionVisibility& vis) {
+    flash_attention_backward_bf16_tensors(dq, dk, dv, dout16, out16, lse, q16, k16, v16, s, vis, stream_of(d));
   };
   e.merge_attention_partials = [](Device d, float* out, float* lse, const float* part_out, const float* part_lse,
                                   const FlashAttentionShape& s) {

@@ -23,5 +23,10 @@ void rope_forward(float* x, int64_t rows, int64_t row_stride, int64_t first_col,
 void rope_backward(float* dx, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads, int64_t seq,
                    int64_t positions_start, const DeviceRopeTable& table, const int32_t* positions,
                    cudaStream_t stream = nullptr);
+// rope_forward on a bf16 tensor (kernels::rope_forward_bf16): the same fp32 arithmetic on the
+// widened values, each result rounded to bf16 as it is stored.
+void rope_forward_bf16(void* x16, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads, int64_t seq,
+                       int64_t positions_start, const DeviceRopeTable& table, const int32_t* positions,
+                       cudaStream_t stream = nullptr);
 
 }  // namespace loom::kernels::cuda
