@@ -134,7 +134,8 @@ int64_t saved_bytes(const Block::Saved& s) {
          b(s.attention.qkv) + b(s.attention.lse) + b(s.attention.att) + b(s.mlp.hidden) + b(s.mlp.act) + b(s.mid) +
          b(s.moe.gathered) + b(s.moe.routing.logits) + b(s.moe.latent) + b(s.moe.dispatched) + b(s.moe.expert_in) +
          b(s.moe.returned) + b(s.moe.combined) + b(s.moe.experts.hidden) + b(s.moe.experts.act) +
-         b(s.moe.shared.hidden) + b(s.moe.shared.act);
+         b(s.moe.shared.hidden) + b(s.moe.shared.act) + b(s.attention.qkv_codes) + b(s.attention.out_codes) +
+         b(s.mlp.up_codes) + b(s.mlp.down_codes) + b(s.moe.shared.up_codes) + b(s.moe.shared.down_codes);
 }
 }  // namespace
 
