@@ -33,8 +33,12 @@ inline float* zeroed(Buffer& buffer, int64_t n, Device device) {
   if (buffer.device() != device) [[unlikely]] buffer = Buffer(device);
   return zeroed(buffer, n);
 }
-// Room for n 16-bit elements (bf16 / fp16 tensors a device keeps: two to a float of the buffer).
-inline void* sized_16bit(Buffer& buffer, int64_t n, Device device) { return sized(buffer, (n + 1) / 2, device); }
+// Room for `bytes` bytes (a device's casts kept between GEMMs: FP8 codes and their scales).
+inline void* sized_bytes(Buffer& buffer, int64_t bytes, Device device) {
+  return sized(buffer, (bytes + 3) / 4, device);
+}
+// Room for n 16-bit elements (bf16 / fp16 tensors a device keeps).
+inline void* sized_16bit(Buffer& buffer, int64_t n, Device device) { return sized_bytes(buffer, 2 * n, device); }
 
 // Token-level batch inputs (ids, targets, positions, documents: host arrays, checked on the host)
 // where the kernels of `device` read them: on the cpu the host array itself; on a GPU a copy

@@ -151,7 +151,7 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
   const int64_t kept_bytes = kernels::kept_operand_bytes(g.a.cast, n, out_features);
   const bool keep_dout = wants_din && dweight != nullptr && g.a16 == nullptr && kept_bytes > 0;
   if (keep_dout) {
-    g.a_store = sized(scratch_->dout_cast, (kept_bytes + 3) / 4, device_);
+    g.a_store = sized_bytes(scratch_->dout_cast, kept_bytes, device_);
     g.a_store_use = kernels::CastStore::Write;
   }
   if (wants_din) {

@@ -56,7 +56,8 @@ void Mlp::forward(Saved& saved, float* residual, const float* normed, int64_t ro
   }
   float* hidden = sized(saved.hidden, rows * hidden_width(), device_);
   float* act = sized(saved.act, rows * ffn_, device_);
-  in_->forward(hidden, normed, rows, scratch, DeviceTensors{.keep_input_codes = in_->keep_input_codes(saved.up_codes, rows)});
+  in_->forward(hidden, normed, rows, scratch,
+               DeviceTensors{.keep_input_codes = in_->keep_input_codes(saved.up_codes, rows)});
   activation_forward(device_, activation_, act, hidden, rows, ffn_);
   down_->forward(residual, act, rows, scratch,
                  DeviceTensors{.keep_input_codes = down_->keep_input_codes(saved.down_codes, rows)});

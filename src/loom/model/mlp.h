@@ -17,7 +17,8 @@ namespace loom::model {
 class Mlp {
  public:
   struct Saved {
-    Buffer hidden, act;  // hidden = [gate | up] rows for SwiGLU, else the pre-activation (bf16_interior: 2-byte elements)
+    // hidden = [gate | up] rows for SwiGLU, else the pre-activation (bf16_interior: 2-byte elements)
+    Buffer hidden, act;
     Buffer up_codes, down_codes;  // the projections' FP8 input codes, where they keep them (DeviceTensors)
   };
   // Throws naming the layer when ffn_size cannot be split over the tensor-parallel group.

@@ -25,7 +25,8 @@ void linear_forward(Device device, LinearPrecision* precision, float* out, const
 }
 void linear_backward(Device device, LinearPrecision* precision, float* din, float* dweight, float* dbias,
                      const float* dout, const float* in, const float* weight, int64_t n, int64_t in_features,
-                     int64_t out_features, GemmOutput din_output, bool accumulate_din, const DeviceTensors& tensors = {}) {
+                     int64_t out_features, GemmOutput din_output, bool accumulate_din,
+                     const DeviceTensors& tensors = {}) {
   if (precision != nullptr) {
     precision->backward(din, dweight, dbias, dout, in, weight, n, in_features, out_features, din_output,
                         accumulate_din, tensors);
@@ -36,10 +37,14 @@ void linear_backward(Device device, LinearPrecision* precision, float* din, floa
   }
 }
 
-// Room in `buffer` for the FP8 codes of an input [rows, in_features] where `precision` keeps them.
+// Room in `buffer` for the FP8 codes of an input [rows, in_features] where `precision` keeps them;
+// in the backward, the codes the forward kept there.
 void* codes_room(const LinearPrecision* precision, Buffer& buffer, int64_t rows, int64_t in_features, Device device) {
   const int64_t bytes = precision != nullptr ? precision->kept_input_bytes(rows, in_features) : 0;
-  return bytes > 0 ? sized(buffer, (bytes + 3) / 4, device) : nullptr;
+  return bytes > 0 ? sized_bytes(buffer, bytes, device) : nullptr;
+}
+const void* kept_codes(const LinearPrecision* precision, const Buffer& buffer) {
+  return precision != nullptr && precision->keeps_input_codes() ? buffer.data() : nullptr;
 }
 
 // A GEMM reducing over a dimension split across the ranks leaves partial products to be summed.
@@ -99,7 +104,7 @@ void* ColumnParallelLinear::keep_input_codes(Buffer& buffer, int64_t rows) const
   return codes_room(precision_.get(), buffer, rows, in_, store_->device());
 }
 const void* ColumnParallelLinear::kept_input_codes(const Buffer& buffer) const {
-  return precision_ != nullptr && precision_->keeps_input_codes() ? buffer.data() : nullptr;
+  return kept_codes(precision_.get(), buffer);
 }
 
 void ColumnParallelLinear::forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch,
@@ -142,7 +147,7 @@ void* RowParallelLinear::keep_input_codes(Buffer& buffer, int64_t rows) const {
   return codes_room(precision_.get(), buffer, rows, in_, store_->device());
 }
 const void* RowParallelLinear::kept_input_codes(const Buffer& buffer) const {
-  return precision_ != nullptr && precision_->keeps_input_codes() ? buffer.data() : nullptr;
+  return kept_codes(precision_.get(), buffer);
 }
 
 void RowParallelLinear::forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch,

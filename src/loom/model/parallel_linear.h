@@ -39,7 +39,8 @@ class ColumnParallelLinear {
   // out[rows, out_local] = f(x) W^T + b, x being this rank's [local_rows, in] of rows = batch*seq.
   // tensors.out: the output in bf16 instead (out unused); tensors.keep_input_codes: where the
   // input's FP8 codes are kept for the backward (LinearPrecision's DeviceTensors).
-  void forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch, const DeviceTensors& tensors = {}) const;
+  void forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch,
+               const DeviceTensors& tensors = {}) const;
   // d_x[local rows] += f_backward(d_out W), or = when not `accumulate` (d_x need not be zeroed);
   // parameter gradients added into the store. tensors.dout: d_out in bf16 instead (no bias);
   // tensors.kept_input_codes: the codes the forward kept.
@@ -73,7 +74,8 @@ class RowParallelLinear {
                     int64_t out_features);
   // out[local rows, out] += g(x W^T) + b, x being [rows, in_local] inside the region. tensors.in: x
   // in bf16 instead; tensors.keep_input_codes: where x's FP8 codes are kept for the backward.
-  void forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch, const DeviceTensors& tensors = {}) const;
+  void forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch,
+               const DeviceTensors& tensors = {}) const;
   // d_x[rows, in_local] += g_backward(d_out) W, d_out being this rank's [local_rows, out]; = when
   // not `accumulate`. tensors.in: x in bf16 instead; tensors.din: d_x written whole in bf16
   // instead; tensors.kept_input_codes: the codes the forward kept.

@@ -57,7 +57,8 @@ struct Activations {
   std::vector<Buffer> residual;     // by global layer: the stream before layer l, and after the last
   std::vector<Block::Saved> saved;  // by global layer (empty with recompute: blocks recompute theirs)
   Norm::Saved final_norm;
-  Buffer logits;      // the head's output; after the loss, grad_scale * d(loss)/d(logits) (bf16_logits: 2-byte elements)
+  // the head's output; after the loss, grad_scale * d(loss)/d(logits) (bf16_logits: 2-byte elements)
+  Buffer logits;
   Buffer head_input;  // the head's input over all rows (sequence parallel)
   Buffer d_x;         // a backward's running gradient of the residual stream
   std::vector<int32_t> position_ids;

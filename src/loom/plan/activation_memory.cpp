@@ -31,7 +31,8 @@ bool bf16_logits_on_device(const config::RunConfig& config, int tp) {
 }
 
 bool bf16_mlp_on_device(const config::RunConfig& config) {
-  return config.runtime.device == config::RuntimeDevice::Cuda && config.precision.recipe == config::PrecisionRecipe::Bf16;
+  return config.runtime.device == config::RuntimeDevice::Cuda &&
+         config.precision.recipe == config::PrecisionRecipe::Bf16;
 }
 
 bool bf16_attention_on_device(const config::RunConfig& config) {

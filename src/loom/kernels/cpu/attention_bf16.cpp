@@ -5,6 +5,7 @@
 #include "loom/core/dtype_convert.h"
 #include "loom/kernels/attention_operands.h"
 #include "loom/kernels/cpu/flash_attention.h"
+#include "loom/kernels/cpu/half_copies.h"
 #include "loom/kernels/cpu/parallel.h"
 
 namespace loom::kernels::cpu {
@@ -67,9 +68,8 @@ namespace {
 std::vector<float> widened(const void* x16, int64_t rows, int64_t width, int64_t stride) {
   std::vector<float> x(static_cast<size_t>(rows == 0 ? 0 : (rows - 1) * stride + width));
   const auto* h = static_cast<const uint16_t*>(x16);
-  for (int64_t row = 0; row < rows; ++row) {
-    for (int64_t c = 0; c < width; ++c) x[row * stride + c] = bf16_to_f32(h[row * stride + c]);
-  }
+  for (int64_t row = 0; row < rows; ++row)
+    widen_floats(x.data() + row * stride, h + row * stride, width, DType::BF16, false);
   return x;
 }
 
@@ -90,9 +90,8 @@ void flash_attention_forward_bf16_tensors(void* out16, float* lse, const void* q
   std::vector<float> out(static_cast<size_t>(o.rows * o.stride));
   flash_attention_forward_bf16(out.data(), lse, in.q.data(), in.k.data(), in.v.data(), s, vis);
   auto* h = static_cast<uint16_t*>(out16);
-  for (int64_t row = 0; row < o.rows; ++row) {
-    for (int64_t c = 0; c < o.width; ++c) h[row * o.stride + c] = f32_to_bf16(out[row * o.stride + c]);
-  }
+  for (int64_t row = 0; row < o.rows; ++row)
+    narrow_floats(h + row * o.stride, out.data() + row * o.stride, o.width, DType::BF16);
 }
 
 void flash_attention_backward_bf16_tensors(float* dq, float* dk, float* dv, const void* dout16, const void* out16,

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "loom/core/dtype_convert.h"
+#include "loom/kernels/cpu/half_copies.h"
 
 namespace loom::kernels::cpu {
 
@@ -42,15 +42,12 @@ void rope_backward(float* dx, int64_t rows, int64_t row_stride, int64_t first_co
 void rope_forward_bf16(void* x16, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads, int64_t seq,
                        int64_t positions_start, const RopeTable& table, const int32_t* positions) {
   const int64_t width = heads * table.head_dim;
-  auto* x = static_cast<uint16_t*>(x16);
+  auto* x = static_cast<uint16_t*>(x16) + first_col;
   std::vector<float> rotated(static_cast<size_t>(rows * width));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < width; ++c) rotated[r * width + c] = bf16_to_f32(x[r * row_stride + first_col + c]);
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    widen_floats(rotated.data() + r * width, x + r * row_stride, width, DType::BF16, false);
   rope_forward(rotated.data(), rows, width, 0, heads, seq, positions_start, table, positions);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < width; ++c) x[r * row_stride + first_col + c] = f32_to_bf16(rotated[r * width + c]);
-  }
+  for (int64_t r = 0; r < rows; ++r) narrow_floats(x + r * row_stride, rotated.data() + r * width, width, DType::BF16);
 }
 
 }  // namespace loom::kernels::cpu

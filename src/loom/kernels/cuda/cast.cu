@@ -107,9 +107,6 @@ __global__ void finish_kernel(Out* dst, const In* src, const float* __restrict__
   }
 }
 
-}  // namespace
-
-namespace {
 void cast_into(const float* in, void* out, void* plain, int64_t rows, int64_t cols, bool transpose, CastTo to,
                const float* scale, cudaStream_t stream) {
   if (rows * cols == 0) return;
@@ -122,6 +119,7 @@ void cast_into(const float* in, void* out, void* plain, int64_t rows, int64_t co
     case CastTo::E5M2: return launch_cast<CastTo::E5M2>(in, out, plain, rows, cols, transpose, scale, stream);
   }
 }
+
 }  // namespace
 
 void cast_operand(const float* in, void* out, int64_t rows, int64_t cols, bool transpose, CastTo to,

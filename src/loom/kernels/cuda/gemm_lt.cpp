@@ -205,7 +205,9 @@ void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int
     // runs or with 128x128 tiles), not tiles with tiles: refused here with the modes named, before
     // its heuristic answers "no algorithm".
     const bool a_tensor = per_tensor(a.scale_mode), b_tensor = per_tensor(b.scale_mode);
-    LOOM_CHECK(a_tensor == b_tensor && !(a.scale_mode == ScaleMode::Block128x128 && b.scale_mode == ScaleMode::Block128x128),
+    const bool tiles_with_tiles =
+        a.scale_mode == ScaleMode::Block128x128 && b.scale_mode == ScaleMode::Block128x128;
+    LOOM_CHECK(a_tensor == b_tensor && !tiles_with_tiles,
                std::string("matmul: FP8 scale modes ") + scale_mode_name(a.scale_mode) + " and " +
                    scale_mode_name(b.scale_mode) +
                    " cannot be multiplied together (both per tensor, or 1x128 runs with runs or 128x128 tiles)");
