@@ -147,6 +147,29 @@ TEST_F(CudaEntries, RopeOnBf16IsTheFp32KernelRounded) {
   EXPECT_EQ(testing::to_float(d_x16.host()), testing::bf16_rounded(d_x.host()));
 }
 
+// The norms' bf16 forms store the fp32 kernels' outputs rounded and the same statistics, bit for
+// bit on the GPU (the same kernel arithmetic); poisoned outputs, GPT-2's and the ~1B model's widths.
+TEST_F(CudaEntries, NormsOnBf16AreTheFp32KernelsRounded) {
+  for (auto [rows, dim] : {std::pair<int64_t, int64_t>{3, 37}, {257, 768}, {64, 2048}}) {
+    const std::vector<float> x = random_values(seed_, rows * dim, 2.0f), w = random_values(seed_ + 1, dim, 1.0f),
+                             b = random_values(seed_ + 2, dim, 0.5f);
+    DeviceFloats d_x(allocator_, x), d_w(allocator_, w), d_b(allocator_, b), d_out(allocator_, poison(rows * dim));
+    DeviceFloats d_mean(allocator_, poison(rows)), d_rstd(allocator_, poison(rows));
+    DeviceFloats d_mean16(allocator_, poison(rows)), d_rstd16(allocator_, poison(rows));
+    DeviceArray<__nv_bfloat16> d_out16(allocator_, testing::to_bf16(poison(rows * dim)));
+    rmsnorm_forward(kGpu, d_out.ptr, d_rstd.ptr, d_x.ptr, d_w.ptr, rows, dim, 1e-5f);
+    rmsnorm_forward_bf16(kGpu, d_out16.ptr, d_rstd16.ptr, d_x.ptr, d_w.ptr, rows, dim, 1e-5f);
+    EXPECT_EQ(testing::to_float(d_out16.host()), testing::bf16_rounded(d_out.host())) << rows << " x " << dim;
+    EXPECT_EQ(d_rstd16.host(), d_rstd.host()) << rows << " x " << dim;
+    layernorm_forward(kGpu, d_out.ptr, d_mean.ptr, d_rstd.ptr, d_x.ptr, d_w.ptr, d_b.ptr, rows, dim, 1e-5f);
+    layernorm_forward_bf16(kGpu, d_out16.ptr, d_mean16.ptr, d_rstd16.ptr, d_x.ptr, d_w.ptr, d_b.ptr, rows, dim,
+                           1e-5f);
+    EXPECT_EQ(testing::to_float(d_out16.host()), testing::bf16_rounded(d_out.host())) << rows << " x " << dim;
+    EXPECT_EQ(d_mean16.host(), d_mean.host()) << rows << " x " << dim;
+    EXPECT_EQ(d_rstd16.host(), d_rstd.host()) << rows << " x " << dim;
+  }
+}
+
 // Columns [first, vocab) of every row of logits [rows, vocab].
 std::vector<float> logits_shard(const std::vector<float>& logits, int64_t rows, int64_t vocab, int64_t first) {
   const int64_t shard = vocab - first;

@@ -207,6 +207,27 @@ TEST(KernelGradients, RopeOnBf16IsTheFp32RotationRounded) {
   }
 }
 
+// The norms' bf16 forms (what a GPU hands a bf16 projection) store each value the fp32 forms
+// compute, rounded, and the same statistics; the output's poison is overwritten everywhere.
+TEST(KernelGradients, NormsOnBf16AreTheFp32NormsRounded) {
+  const int64_t rows = 7, dim = 37;
+  const auto x = random_vector(rows * dim, 27), w = random_vector(dim, 28), b = random_vector(dim, 29);
+  std::vector<float> want(rows * dim), want_mean(rows), want_rstd(rows), mean(rows, -1.0f), rstd(rows, -1.0f);
+  auto expect_rounded = [&](const std::vector<uint16_t>& got) {
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], f32_to_bf16(want[i])) << "element " << i;
+    for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(rstd[r], want_rstd[r]) << "row " << r;
+  };
+  std::vector<uint16_t> got(rows * dim, 0x7fc1);
+  rmsnorm_forward(want.data(), want_rstd.data(), x.data(), w.data(), rows, dim, 1e-5f);
+  rmsnorm_forward_bf16(got.data(), rstd.data(), x.data(), w.data(), rows, dim, 1e-5f);
+  expect_rounded(got);
+  got.assign(rows * dim, 0x7fc1);
+  layernorm_forward(want.data(), want_mean.data(), want_rstd.data(), x.data(), w.data(), b.data(), rows, dim, 1e-5f);
+  layernorm_forward_bf16(got.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, dim, 1e-5f);
+  expect_rounded(got);
+  EXPECT_EQ(mean, want_mean);
+}
+
 TEST(KernelGradients, SwiGlu) {
   const int64_t rows = 4, width = 9;
   auto gu = random_vector(rows * 2 * width, 18), dy = random_vector(rows * width, 19);

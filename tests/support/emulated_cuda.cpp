@@ -317,6 +317,7 @@ void adamw_update_many(Device device, const kernels::AdamWTensor* tensors, int64
 #define LOOM_EMULATED_OPS(X)                                                                                    \
   X(embedding_forward) X(embedding_backward) X(embedding_forward_shard) X(embedding_backward_shard)            \
   X(rmsnorm_forward) X(rmsnorm_backward) X(layernorm_forward) X(layernorm_backward) X(rope_forward)            \
+  X(rmsnorm_forward_bf16) X(layernorm_forward_bf16)                                                           \
   X(rope_backward) X(swiglu_forward) X(swiglu_backward) X(gelu_forward) X(gelu_backward) X(relu2_forward)     \
   X(relu2_backward) X(activation_forward_bf16) X(activation_backward_bf16) X(add_rows) X(gather_rows) X(scatter_add_rows) X(row_dots) X(linear_forward)               \
   X(linear_backward) X(add_bias) X(gemm_nt) X(gemm)                                                           \

@@ -8,7 +8,9 @@
 // GPT-2 (GELU, biases: the hidden gradient stays fp32 for the
 // bias's sum), squared ReLU, with recompute, tensor parallelism (the head then vocabulary-parallel
 // in fp32) and a pipeline; and each step's entries show the hand-overs (the bf16 loss and
-// activations, no fp32 cross-entropy, no fp32 activation).
+// activations, no fp32 cross-entropy, no fp32 activation). The norms before attention and the MLP
+// write their outputs bf16 for those projections (Norm::forward's bf16 output; gathered in bf16
+// under sequence parallelism).
 #include "device_training.h"
 #include "support/emulated_precision.h"
 
@@ -44,6 +46,10 @@ TEST_F(DeviceBf16Tensors, LlamaWithItsMlpInteriorAndLogitsInBf16EqualsTheCpuBitF
   EXPECT_EQ(calls("rope_forward"), 0);
   EXPECT_EQ(calls("flash_attention_forward"), 0);
   EXPECT_EQ(calls("flash_attention_backward"), 0);
+  // The norms before attention and the MLP write bf16 for the projections after them (the final
+  // norm, before the head, stays fp32): two per block forward, none in fp32.
+  EXPECT_EQ(calls("rmsnorm_forward_bf16"), 2 * calls("flash_attention_forward_bf16_tensors"));
+  EXPECT_EQ(calls("rmsnorm_forward"), calls("flash_attention_forward_bf16_tensors") / 2);
   expect_bitwise_equal_runs(kLlama, "bf16-llama-recompute", bf16({"model.recompute=true"}));
 }
 
@@ -54,7 +60,11 @@ TEST_F(DeviceBf16Tensors, ContextParallelRanksKeepAttentionInFp32AndEqualTheCpuB
 }
 
 TEST_F(DeviceBf16Tensors, Gpt2WithBiasesAndSquaredReluEqualTheCpuBitForBit) {
+  ::loom::testing::reset_emulated_census();
   expect_bitwise_equal_runs(kGpt2, "bf16-gpt2", bf16());
+  const ::loom::testing::EmulatedCensus census = ::loom::testing::emulated_census();
+  const auto layernorms = census.entries.find("layernorm_forward_bf16");
+  EXPECT_TRUE(layernorms != census.entries.end() && layernorms->second > 0);  // LayerNorm's bf16 form too
   expect_bitwise_equal_runs(kLlama, "bf16-relu2", bf16({"model.activation=relu2"}));
 }
 

@@ -26,6 +26,8 @@ struct CudaEntries {
   void (*layernorm_backward)(Device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
                              const float* weight, const float* mean, const float* rstd, int64_t rows,
                              int64_t dim) = nullptr;
+  void (*layernorm_forward_bf16)(Device, void* out16, float* mean, float* rstd, const float* in, const float* weight,
+                                 const float* bias, int64_t rows, int64_t dim, float eps) = nullptr;
   void (*rope_forward)(Device, float* x, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
                        int64_t seq, int64_t positions_start, const RopeTable& table,
                        const int32_t* positions) = nullptr;
@@ -73,6 +75,8 @@ struct CudaEntries {
                           int64_t dim, float eps) = nullptr;
   void (*rmsnorm_backward)(Device, float* din, float* dweight, const float* dout, const float* in,
                            const float* weight, const float* rstd, int64_t rows, int64_t dim) = nullptr;
+  void (*rmsnorm_forward_bf16)(Device, void* out16, float* rstd, const float* in, const float* weight, int64_t rows,
+                               int64_t dim, float eps) = nullptr;
   void (*adamw_update)(Device, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                        const AdamWStep& step) = nullptr;
   void (*swiglu_forward)(Device, float* out, const float* gate_up, int64_t rows, int64_t width) = nullptr;

@@ -122,6 +122,14 @@ void layernorm_backward(Device device, float* din, float* dweight, float* dbias,
                         const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim) {
   LOOM_DISPATCH(layernorm_backward, din, dweight, dbias, dout, in, weight, mean, rstd, rows, dim);
 }
+void rmsnorm_forward_bf16(Device device, void* out16, float* rstd, const float* in, const float* weight,
+                          int64_t rows, int64_t dim, float eps) {
+  LOOM_DISPATCH(rmsnorm_forward_bf16, out16, rstd, in, weight, rows, dim, eps);
+}
+void layernorm_forward_bf16(Device device, void* out16, float* mean, float* rstd, const float* in,
+                            const float* weight, const float* bias, int64_t rows, int64_t dim, float eps) {
+  LOOM_DISPATCH(layernorm_forward_bf16, out16, mean, rstd, in, weight, bias, rows, dim, eps);
+}
 
 void rope_forward(Device device, float* x, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
                   int64_t seq, int64_t positions_start, const RopeTable& table, const int32_t* positions) {

@@ -37,6 +37,13 @@ void layernorm_forward(Device device, float* out, float* mean, float* rstd, cons
                        const float* bias, int64_t rows, int64_t dim, float eps);
 void layernorm_backward(Device device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
                         const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim);
+// The forwards with the output in bf16 (out16, 2-byte elements): each value computed in fp32 as the
+// fp32 form computes it and rounded to bf16 as it is stored (what a bf16 projection casts the fp32
+// form's output to); the statistics as the fp32 form saves them.
+void rmsnorm_forward_bf16(Device device, void* out16, float* rstd, const float* in, const float* weight,
+                          int64_t rows, int64_t dim, float eps);
+void layernorm_forward_bf16(Device device, void* out16, float* mean, float* rstd, const float* in,
+                            const float* weight, const float* bias, int64_t rows, int64_t dim, float eps);
 
 // --- rotary position embedding, in place on `heads` heads from column first_col of each row.
 // Row r's position is positions[r] when `positions` is given (packed documents restart at 0),

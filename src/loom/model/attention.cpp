@@ -76,13 +76,13 @@ bool Attention::bf16_tensors() const {
          qkv->takes_bf16_tensors() && out->takes_bf16_tensors();
 }
 
-void Attention::forward(Saved& saved, float* residual, const float* normed, int64_t batch, int64_t seq,
+void Attention::forward(Saved& saved, float* residual, const NormedRows& normed, int64_t batch, int64_t seq,
                         const Packing& packing, ParallelScratch& scratch) const {
   const int64_t rows = batch * seq, W = qkv_width(), att_width = heads_ * head_dim_;
   const int64_t k_off = att_width, v_off = att_width + static_cast<int64_t>(kv_heads_) * head_dim_;
   if (bf16_tensors()) {
     auto* qkv16 = static_cast<uint16_t*>(sized_16bit(saved.qkv, rows * W, store_->device()));
-    qkv_->forward(nullptr, normed, rows, scratch, DeviceTensors{.out = qkv16});
+    qkv_->forward(nullptr, normed.fp32, rows, scratch, DeviceTensors{.in = normed.bf16, .out = qkv16});
     rotate(qkv16, batch, seq, Rotation::ForwardBf16, packing.positions);
     void* att16 = sized_16bit(saved.att, rows * att_width, store_->device());
     float* lse = sized(saved.lse, batch * heads_ * seq, store_->device());
@@ -92,8 +92,8 @@ void Attention::forward(Saved& saved, float* residual, const float* normed, int6
     return;
   }
   float* qkv = sized(saved.qkv, rows * W, store_->device());
-  qkv_->forward(qkv, normed, rows, scratch,
-                DeviceTensors{.keep_input_codes = qkv_->keep_input_codes(saved.qkv_codes, rows)});
+  qkv_->forward(qkv, normed.fp32, rows, scratch,
+                DeviceTensors{.in = normed.bf16, .keep_input_codes = qkv_->keep_input_codes(saved.qkv_codes, rows)});
   rotate(qkv, batch, seq, Rotation::Forward, packing.positions);
   float* att = sized(saved.att, rows * att_width, store_->device());
   if (context_ != nullptr) {
@@ -107,7 +107,7 @@ void Attention::forward(Saved& saved, float* residual, const float* normed, int6
                 DeviceTensors{.keep_input_codes = out_->keep_input_codes(saved.out_codes, rows)});
 }
 
-void Attention::backward(float* d_normed, const float* d_residual, const float* normed, const Saved& saved,
+void Attention::backward(float* d_normed, const float* d_residual, const NormedRows& normed, const Saved& saved,
                          Workspace& work, int64_t batch, int64_t seq, const Packing& packing,
                          ParallelScratch& scratch) const {
   const int64_t rows = batch * seq, W = qkv_width(), att_width = heads_ * head_dim_;
@@ -136,8 +136,8 @@ void Attention::backward(float* d_normed, const float* d_residual, const float* 
     }
   }
   rotate(d_qkv, batch, seq, Rotation::Backward, packing.positions);
-  qkv_->backward(d_normed, d_qkv, normed, rows, scratch, false,
-                 DeviceTensors{.kept_input_codes = qkv_->kept_input_codes(saved.qkv_codes)});
+  qkv_->backward(d_normed, d_qkv, normed.fp32, rows, scratch, false,
+                 DeviceTensors{.in = normed.bf16, .kept_input_codes = qkv_->kept_input_codes(saved.qkv_codes)});
 }
 
 void Attention::rotate(void* qkv, int64_t batch, int64_t seq, Rotation how, const int32_t* positions) const {

@@ -10,6 +10,7 @@
 #include "loom/kernels/types.h"
 #include "loom/model/buffers.h"
 #include "loom/model/context_attention.h"
+#include "loom/model/norm.h"
 #include "loom/model/paged.h"
 #include "loom/model/packing.h"
 #include "loom/model/parallel_linear.h"
@@ -35,13 +36,17 @@ class Attention {
   // Throws naming the layer when its heads cannot be split over the tensor-parallel group.
   Attention(ParameterStore& store, const TensorParallel& tp, int layer, const std::string& prefix, int d_model,
             int heads, int kv_heads, bool qkv_bias, bool out_bias, const kernels::RopeTable* rope, float init_std, float out_std);
-  // residual[local rows] += o_proj(attention(normed)); normed is this rank's rows of [batch*seq, d_model].
-  void forward(Saved& saved, float* residual, const float* normed, int64_t batch, int64_t seq,
+  // residual[local rows] += o_proj(attention(normed)); normed is this rank's rows of [batch*seq,
+  // d_model], in bf16 where takes_bf16_input().
+  void forward(Saved& saved, float* residual, const NormedRows& normed, int64_t batch, int64_t seq,
                const Packing& packing, ParallelScratch& scratch) const;
   // d_normed = d/d(normed) (written whole), given d_residual; parameter gradients into the store.
-  void backward(float* d_normed, const float* d_residual, const float* normed, const Saved& saved,
+  void backward(float* d_normed, const float* d_residual, const NormedRows& normed, const Saved& saved,
                 Workspace& work, int64_t batch, int64_t seq, const Packing& packing,
                 ParallelScratch& scratch) const;
+  // Whether training may hand the normed input over in bf16: the q/k/v projection's GEMMs are
+  // bf16 on a GPU, so it casts the input to bf16 anyway (for the forward and the weight gradient).
+  bool takes_bf16_input() const { return qkv_->takes_bf16_input(); }
   // Inference (one rank) on `rows` new positions of one sequence, appending to the cache (which holds `past`).
   void decode(float* residual, const float* normed, int64_t rows, int64_t past, KVCache& cache,
               Saved& scratch, int64_t max_positions) const;

@@ -49,10 +49,10 @@ void Block::forward(Saved& saved, const float* x_in, float* x_out, int64_t batch
   const int64_t rows = batch * seq, local = tp_->local_rows(rows), n = local * d_model_;
   const float* mid = x_in;
   if (attention_) {
-    norm1_->forward(saved.norm1, x_in, local);
+    norm1_->forward(saved.norm1, x_in, local, attention_->takes_bf16_input());
     float* m = sized(saved.mid, n, device_);
     copy_on_device(device_, m, x_in, n);
-    attention_->forward(saved.attention, m, saved.norm1.out.data(), batch, seq, packing, scratch);
+    attention_->forward(saved.attention, m, Norm::output(saved.norm1), batch, seq, packing, scratch);
     mid = m;
   }
   if (mamba_) {
@@ -64,8 +64,8 @@ void Block::forward(Saved& saved, const float* x_in, float* x_out, int64_t batch
   }
   copy_on_device(device_, x_out, mid, n);
   if (mlp_) {
-    norm2_->forward(saved.norm2, mid, local);
-    mlp_->forward(saved.mlp, x_out, saved.norm2.out.data(), rows, scratch);
+    norm2_->forward(saved.norm2, mid, local, mlp_->takes_bf16_input());
+    mlp_->forward(saved.mlp, x_out, Norm::output(saved.norm2), rows, scratch);
   } else if (moe_) {
     norm2_->forward(saved.norm2, mid, local);
     moe_->forward(saved.moe, x_out, saved.norm2.out.data(), batch, seq, scratch);
@@ -80,7 +80,7 @@ void Block::backward(float* d_x, const float* x_in, const Saved& saved, Workspac
     // The MLP writes d_normed whole; the MoE layer's experts add into it.
     float* d_normed = mlp_ ? sized(work.d_normed, n, device_) : zeroed(work.d_normed, n, device_);
     if (mlp_) {
-      mlp_->backward(d_normed, d_x, saved.norm2.out.data(), saved.mlp, work, rows, scratch, false);
+      mlp_->backward(d_normed, d_x, Norm::output(saved.norm2), saved.mlp, work, rows, scratch, false);
     } else {
       moe_->backward(d_normed, d_x, saved.norm2.out.data(), saved.moe, work, batch, seq, scratch);
     }
@@ -88,7 +88,8 @@ void Block::backward(float* d_x, const float* x_in, const Saved& saved, Workspac
   }
   if (attention_) {
     float* d_normed = sized(work.d_normed, n, device_);  // written whole by attention's backward
-    attention_->backward(d_normed, d_x, saved.norm1.out.data(), saved.attention, work, batch, seq, packing, scratch);
+    attention_->backward(d_normed, d_x, Norm::output(saved.norm1), saved.attention, work, batch, seq, packing,
+                         scratch);
     norm1_->backward(d_x, d_normed, x_in, saved.norm1, local);
   }
   if (mamba_) {

@@ -45,25 +45,26 @@ bool Mlp::bf16_interior() const {
   return up != nullptr && down != nullptr && up->takes_bf16_tensors() && down->takes_bf16_tensors();
 }
 
-void Mlp::forward(Saved& saved, float* residual, const float* normed, int64_t rows, ParallelScratch& scratch) const {
+void Mlp::forward(Saved& saved, float* residual, const NormedRows& normed, int64_t rows,
+                  ParallelScratch& scratch) const {
   if (bf16_interior()) {
     void* hidden = sized_16bit(saved.hidden, rows * hidden_width(), device_);
     void* act = sized_16bit(saved.act, rows * ffn_, device_);
-    in_->forward(nullptr, normed, rows, scratch, DeviceTensors{.out = hidden});
+    in_->forward(nullptr, normed.fp32, rows, scratch, DeviceTensors{.in = normed.bf16, .out = hidden});
     activation_forward_bf16(device_, activation_, act, hidden, rows, ffn_);
     down_->forward(residual, nullptr, rows, scratch, DeviceTensors{.in = act});
     return;
   }
   float* hidden = sized(saved.hidden, rows * hidden_width(), device_);
   float* act = sized(saved.act, rows * ffn_, device_);
-  in_->forward(hidden, normed, rows, scratch,
-               DeviceTensors{.keep_input_codes = in_->keep_input_codes(saved.up_codes, rows)});
+  in_->forward(hidden, normed.fp32, rows, scratch,
+               DeviceTensors{.in = normed.bf16, .keep_input_codes = in_->keep_input_codes(saved.up_codes, rows)});
   activation_forward(device_, activation_, act, hidden, rows, ffn_);
   down_->forward(residual, act, rows, scratch,
                  DeviceTensors{.keep_input_codes = down_->keep_input_codes(saved.down_codes, rows)});
 }
 
-void Mlp::backward(float* d_normed, const float* d_residual, const float* normed, const Saved& saved,
+void Mlp::backward(float* d_normed, const float* d_residual, const NormedRows& normed, const Saved& saved,
                    Workspace& work, int64_t rows, ParallelScratch& scratch, bool accumulate) const {
   // Each gradient below is written whole by one producer: nothing is zeroed first.
   if (bf16_interior()) {
@@ -73,11 +74,12 @@ void Mlp::backward(float* d_normed, const float* d_residual, const float* normed
     if (in_->has_bias()) {  // the bias gradient sums the fp32 hidden gradient
       float* d_hidden = sized(work.d_hidden, rows * hidden_width(), device_);
       activation_backward_bf16(device_, activation_, d_hidden, nullptr, d_act, saved.hidden.data(), rows, ffn_);
-      in_->backward(d_normed, d_hidden, normed, rows, scratch, accumulate);
+      in_->backward(d_normed, d_hidden, normed.fp32, rows, scratch, accumulate, DeviceTensors{.in = normed.bf16});
     } else {
       void* d_hidden = sized_16bit(work.d_hidden, rows * hidden_width(), device_);
       activation_backward_bf16(device_, activation_, nullptr, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
-      in_->backward(d_normed, nullptr, normed, rows, scratch, accumulate, DeviceTensors{.dout = d_hidden});
+      in_->backward(d_normed, nullptr, normed.fp32, rows, scratch, accumulate,
+                    DeviceTensors{.in = normed.bf16, .dout = d_hidden});
     }
     return;
   }
@@ -86,8 +88,8 @@ void Mlp::backward(float* d_normed, const float* d_residual, const float* normed
                   DeviceTensors{.kept_input_codes = down_->kept_input_codes(saved.down_codes)});
   float* d_hidden = sized(work.d_hidden, rows * hidden_width(), device_);
   activation_backward(device_, activation_, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
-  in_->backward(d_normed, d_hidden, normed, rows, scratch, accumulate,
-                DeviceTensors{.kept_input_codes = in_->kept_input_codes(saved.up_codes)});
+  in_->backward(d_normed, d_hidden, normed.fp32, rows, scratch, accumulate,
+                DeviceTensors{.in = normed.bf16, .kept_input_codes = in_->kept_input_codes(saved.up_codes)});
 }
 
 }  // namespace loom::model

@@ -8,6 +8,7 @@
 
 #include "loom/config/enums.h"
 #include "loom/model/buffers.h"
+#include "loom/model/norm.h"
 #include "loom/model/parallel_linear.h"
 #include "loom/model/parameters.h"
 #include "loom/model/tensor_parallel.h"
@@ -24,12 +25,13 @@ class Mlp {
   // Throws naming the layer when ffn_size cannot be split over the tensor-parallel group.
   Mlp(ParameterStore& store, const TensorParallel& tp, int layer, const std::string& prefix, int d_model,
       int ffn_size, config::Activation activation, bool bias, float init_std, float out_std);
-  // residual[local rows] += down(act(up(normed))), rows = the layer's batch * seq.
-  void forward(Saved& saved, float* residual, const float* normed, int64_t rows, ParallelScratch& scratch) const;
+  // residual[local rows] += down(act(up(normed))), rows = the layer's batch * seq; normed in bf16
+  // where takes_bf16_input().
+  void forward(Saved& saved, float* residual, const NormedRows& normed, int64_t rows, ParallelScratch& scratch) const;
   // d_normed += d/d(normed) of the branch, given d_residual (= when not `accumulate`: a block's
   // MLP is d_normed's only source, a shared expert one of several); parameter gradients into the
   // store.
-  void backward(float* d_normed, const float* d_residual, const float* normed, const Saved& saved,
+  void backward(float* d_normed, const float* d_residual, const NormedRows& normed, const Saved& saved,
                 Workspace& work, int64_t rows, ParallelScratch& scratch, bool accumulate) const;
   // Precision recipe of the up (gate+up) and down projections' GEMMs.
   // `prefix`: the module's name (model.layers.N.mlp), naming its GEMMs' precision state.
@@ -44,6 +46,9 @@ class Mlp {
   // and with half the bytes. With a bias on the up projection its gradient is summed from the
   // fp32 hidden gradient, which then stays fp32.
   bool bf16_interior() const;
+  // Whether training may hand the normed input over in bf16: the up projection's GEMMs are bf16
+  // on a GPU, so it casts the input to bf16 anyway (for the forward and the weight gradient).
+  bool takes_bf16_input() const { return in_->takes_bf16_input(); }
 
  private:
   int hidden_width() const { return swiglu_ ? 2 * ffn_ : ffn_; }

@@ -11,16 +11,32 @@ Norm::Norm(ParameterStore& store, const std::string& name, int dim, bool layer_n
   if (layer_norm) bias_ = store.add(name + ".bias", {dim}, Init::Zeros, 0.0f, placement);
 }
 
-void Norm::forward(Saved& saved, const float* in, int64_t rows) const {
+void Norm::forward(Saved& saved, const float* in, int64_t rows, bool bf16_out) const {
   const Device device = store_->device();
-  float* out = sized(saved.out, rows * dim_, device);
   float* rstd = sized(saved.rstd, rows, device);
-  if (layer_norm_) {
-    kernels::layernorm_forward(device, out, sized(saved.mean, rows, device), rstd, in, store_->value(weight_),
-                               store_->value(bias_), rows, dim_, eps_);
-  } else {
-    kernels::rmsnorm_forward(store_->device(), out, rstd, in, store_->value(weight_), rows, dim_, eps_);
+  float* mean = layer_norm_ ? sized(saved.mean, rows, device) : nullptr;
+  saved.bf16 = bf16_out;
+  if (bf16_out) {
+    void* out16 = sized_16bit(saved.out, rows * dim_, device);
+    if (layer_norm_) {
+      kernels::layernorm_forward_bf16(device, out16, mean, rstd, in, store_->value(weight_), store_->value(bias_),
+                                      rows, dim_, eps_);
+    } else {
+      kernels::rmsnorm_forward_bf16(device, out16, rstd, in, store_->value(weight_), rows, dim_, eps_);
+    }
+    return;
   }
+  float* out = sized(saved.out, rows * dim_, device);
+  if (layer_norm_) {
+    kernels::layernorm_forward(device, out, mean, rstd, in, store_->value(weight_), store_->value(bias_), rows, dim_,
+                               eps_);
+  } else {
+    kernels::rmsnorm_forward(device, out, rstd, in, store_->value(weight_), rows, dim_, eps_);
+  }
+}
+
+NormedRows Norm::output(const Saved& saved) {
+  return saved.bf16 ? NormedRows::in_bf16(saved.out.data()) : NormedRows(saved.out.data());
 }
 
 void Norm::backward(float* din, const float* dout, const float* in, const Saved& saved, int64_t rows) const {

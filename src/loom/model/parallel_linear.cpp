@@ -109,9 +109,15 @@ const void* ColumnParallelLinear::kept_input_codes(const Buffer& buffer) const {
 
 void ColumnParallelLinear::forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch,
                                    const DeviceTensors& tensors) const {
-  const float* full = tp_->enter_forward(x, rows, in_, scratch.gathered);
+  DeviceTensors gathered = tensors;
+  const float* full = nullptr;
+  if (tensors.in != nullptr) {
+    gathered.in = tp_->enter_forward_bf16(tensors.in, rows, in_, scratch.gathered);
+  } else {
+    full = tp_->enter_forward(x, rows, in_, scratch.gathered);
+  }
   linear_forward(store_->device(), precision_.get(), out, full, store_->value(weight_),
-                 bias_ >= 0 ? store_->value(bias_) : nullptr, rows, in_, out_, false, GemmOutput::Rounded, tensors);
+                 bias_ >= 0 ? store_->value(bias_) : nullptr, rows, in_, out_, false, GemmOutput::Rounded, gathered);
 }
 
 void ColumnParallelLinear::backward(float* d_x, const float* d_out, const float* x, int64_t rows,
@@ -119,14 +125,20 @@ void ColumnParallelLinear::backward(float* d_x, const float* d_out, const float*
   // Sequence parallel: the full input is gathered again rather than kept from forward, for wgrad
   // alone; unless wgrad multiplies the input's codes the forward kept, and so never reads it.
   const bool gather = !(tp_->sequence_parallel() && tensors.kept_input_codes != nullptr);
-  const float* full = gather ? tp_->enter_forward(x, rows, in_, scratch.gathered) : nullptr;
+  const float* full = nullptr;
+  const void* full16 = nullptr;
+  if (gather && tensors.in != nullptr) {
+    full16 = tp_->enter_forward_bf16(tensors.in, rows, in_, scratch.gathered);
+  } else if (gather) {
+    full = tp_->enter_forward(x, rows, in_, scratch.gathered);
+  }
   // Across ranks the GEMM writes the whole partial product; the sum then goes into d_x.
   float* d_full = tp_->enter_backward_target(d_x, rows, in_, scratch.d_full, false);
   // dgrad reduces over the split output features: partial products, rounded after the sum.
   linear_backward(store_->device(), precision_.get(), d_full, store_->grad(weight_),
                   bias_ >= 0 ? store_->grad(bias_) : nullptr, d_out, full, store_->value(weight_), rows, in_, out_,
                   split_output(*tp_), accumulate && tp_->single(),
-                  DeviceTensors{.dout = tensors.dout, .kept_input_codes = tensors.kept_input_codes});
+                  DeviceTensors{.in = full16, .dout = tensors.dout, .kept_input_codes = tensors.kept_input_codes});
   tp_->enter_backward(d_x, d_full, rows, in_, precision_.get(), accumulate);
 }
 

@@ -37,17 +37,20 @@ class ColumnParallelLinear {
   ColumnParallelLinear(ParameterStore& store, const TensorParallel& tp, int weight, int bias, int64_t in_features,
                        int64_t out_local);
   // out[rows, out_local] = f(x) W^T + b, x being this rank's [local_rows, in] of rows = batch*seq.
-  // tensors.out: the output in bf16 instead (out unused); tensors.keep_input_codes: where the
-  // input's FP8 codes are kept for the backward (LinearPrecision's DeviceTensors).
+  // tensors.in: x in bf16 instead (gathered in bf16 under sequence parallelism); tensors.out: the
+  // output in bf16 instead (out unused); tensors.keep_input_codes: where the input's FP8 codes are
+  // kept for the backward (LinearPrecision's DeviceTensors).
   void forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch,
                const DeviceTensors& tensors = {}) const;
   // d_x[local rows] += f_backward(d_out W), or = when not `accumulate` (d_x need not be zeroed);
-  // parameter gradients added into the store. tensors.dout: d_out in bf16 instead (no bias);
-  // tensors.kept_input_codes: the codes the forward kept.
+  // parameter gradients added into the store. tensors.in: x in bf16 instead; tensors.dout: d_out
+  // in bf16 instead (no bias); tensors.kept_input_codes: the codes the forward kept.
   void backward(float* d_x, const float* d_out, const float* x, int64_t rows, ParallelScratch& scratch,
                 bool accumulate = true, const DeviceTensors& tensors = {}) const;
   // The GEMMs' precision (null: fp32); whether the layer has a bias.
   const LinearPrecision* precision() const { return precision_.get(); }
+  // Whether the layer takes its input in bf16 (tensors.in): its GEMMs are bf16 on a GPU.
+  bool takes_bf16_input() const { return precision_ != nullptr && precision_->takes_bf16_tensors(); }
   // Room in `buffer` for the input's FP8 codes over `rows` tokens where the layer keeps them
   // (LinearPrecision::keeps_input_codes: DeviceTensors' keep_input_codes), else null; in the
   // backward, the codes the forward kept in `buffer` (kept_input_codes), else null.

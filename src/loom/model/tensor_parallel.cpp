@@ -19,6 +19,13 @@ const float* TensorParallel::enter_forward(const float* x, int64_t rows, int64_t
   return full;
 }
 
+const void* TensorParallel::enter_forward_bf16(const void* x, int64_t rows, int64_t width, Buffer& scratch) const {
+  if (!sequence_parallel()) return x;
+  void* full = sized_16bit(scratch, rows * width, device_);
+  group_->all_gather(x, full, local_rows(rows) * width, DType::BF16);
+  return full;
+}
+
 float* TensorParallel::enter_backward_target(float* d_x, int64_t rows, int64_t width, Buffer& scratch,
                                              bool zero) const {
   if (single()) return d_x;

@@ -44,6 +44,8 @@ class TensorParallel {
   // f forward: the full [rows, width] input of the region from this rank's [local_rows, width];
   // `x` itself without sequence parallelism, else the rows gathered into `scratch`.
   const float* enter_forward(const float* x, int64_t rows, int64_t width, Buffer& scratch) const;
+  // enter_forward on bf16 rows (2-byte elements), gathered as they are.
+  const void* enter_forward_bf16(const void* x, int64_t rows, int64_t width, Buffer& scratch) const;
   // f backward: where the region's input gradient [rows, width] goes: `d_x` itself with one
   // rank, else `scratch`, zeroed when `zero` (the caller adds into it), else as it is (the caller
   // writes it whole).

@@ -9,9 +9,10 @@ namespace loom::plan {
 
 namespace {
 
-int64_t norm_bytes(const config::ModelConfig& model, const ActivationShape& a) {
+// A norm's output (`out_bytes` per element) and statistics.
+int64_t norm_bytes(const config::ModelConfig& model, const ActivationShape& a, int64_t out_bytes) {
   const int64_t stats = model.norm == config::Norm::Layer ? 2 : 1;  // rstd (and mean)
-  return (a.local_rows() * model.d_model + stats * a.local_rows()) * a.element_bytes;
+  return a.local_rows() * model.d_model * out_bytes + stats * a.local_rows() * a.element_bytes;
 }
 
 template <typename F>
@@ -35,6 +36,8 @@ bool bf16_mlp_on_device(const config::RunConfig& config) {
          config.precision.recipe == config::PrecisionRecipe::Bf16;
 }
 
+bool bf16_normed_on_device(const config::RunConfig& config) { return bf16_mlp_on_device(config); }
+
 bool bf16_attention_on_device(const config::RunConfig& config) {
   const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
   return bf16_mlp_on_device(config) && policy.attention_operands() == kernels::AttentionOperands::Bf16 &&
@@ -51,14 +54,14 @@ int64_t block_saved_bytes(const config::ModelConfig& model, const LayerWidths& w
   const int64_t rows = a.rows(), e = a.element_bytes;
   int64_t bytes = 0;
   if (w.has_attention()) {
-    bytes += norm_bytes(model, a) + a.local_rows() * model.d_model * e;  // norm1, mid
+    bytes += norm_bytes(model, a, a.normed_bytes) + a.local_rows() * model.d_model * e;  // norm1, mid
     bytes += rows * (w.qkv() + w.q) * a.attention_bytes;                  // q/k/v, attention output
     bytes += a.batch * w.heads * a.seq * e;                                // log-sum-exp
     if (a.attention_probs) bytes += a.batch * w.heads * a.seq * a.seq * e;  // probabilities
     bytes += rows * (model.d_model + w.q) * a.input_code_bytes;             // q/k/v and o_proj inputs' codes
   }
   if (w.has_mlp()) {
-    bytes += norm_bytes(model, a) + rows * (w.hidden() + w.ffn) * a.mlp_bytes;
+    bytes += norm_bytes(model, a, a.normed_bytes) + rows * (w.hidden() + w.ffn) * a.mlp_bytes;
     bytes += rows * (model.d_model + w.ffn) * a.input_code_bytes;  // up and down projections' inputs' codes
   }
   return bytes;
@@ -76,7 +79,7 @@ int64_t micro_batch_activation_bytes(const config::ModelConfig& model, const std
   }
   if (chunks.front().first == 0) bytes += a.local_rows() * 4;  // position ids (int32)
   if (head_rows > 0) {
-    bytes += norm_bytes(model, a) + a.rows() * head_rows * a.logit_bytes;
+    bytes += norm_bytes(model, a, a.element_bytes) + a.rows() * head_rows * a.logit_bytes;
     if (a.sequence_parallel && a.tp > 1) bytes += a.rows() * model.d_model * a.element_bytes;
   }
   return bytes;

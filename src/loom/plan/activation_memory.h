@@ -4,7 +4,7 @@
 // backend, `element_bytes` each), from the rank's layer widths (layer_widths.h):
 //
 //   per layer held     residual stream rows x d_model, and unless recomputed the block's saved
-//                      tensors: norm outputs and statistics, q/k/v, the tiled attention's
+//                      tensors: norm outputs (normed_bytes) and statistics, q/k/v, the tiled attention's
 //                      log-sum-exp per query and head, attention output, the MLP's hidden and
 //                      activation (a kernel that keeps its probabilities adds batch x heads x seq^2),
 //                      on a GPU under per-tensor FP8 the linears' input codes
@@ -37,6 +37,10 @@ struct ActivationShape {
   // The q/k/v and attention output saved for backward: element_bytes, or 2 where a GPU keeps them
   // bf16 (Attention::bf16_tensors: every block under the bf16 recipe).
   int64_t attention_bytes = 4;
+  // The outputs of the norms before attention and a dense MLP: element_bytes, or 2 where a GPU
+  // hands them to bf16 projections in bf16 (Norm::forward's bf16 output: every block under the
+  // bf16 recipe). Their statistics stay element_bytes.
+  int64_t normed_bytes = 4;
   // Bytes per element of each linear's input kept as FP8 codes for its weight gradient: 1 where a
   // GPU keeps them (fp8_input_codes_on_device), else 0.
   int64_t input_code_bytes = 0;
@@ -51,6 +55,9 @@ bool bf16_logits_on_device(const config::RunConfig& config, int tp);
 // Whether every block's MLP keeps its interior bf16 (Mlp::bf16_interior): on a GPU under the bf16
 // recipe (an FP8 recipe's bf16 edge blocks do too; not counted).
 bool bf16_mlp_on_device(const config::RunConfig& config);
+// Whether every block's norms before attention and a dense MLP write their outputs in bf16 for the
+// projections after them (Attention / Mlp::takes_bf16_input): on a GPU under the bf16 recipe.
+bool bf16_normed_on_device(const config::RunConfig& config);
 // Whether every block's attention keeps q/k/v and its output bf16 (Attention::bf16_tensors): on a GPU under
 // the bf16 recipe with bf16 attention operands (precision.attention auto or bf16) and no context
 // parallelism.

@@ -109,6 +109,7 @@ StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& lay
   a.mlp_bytes = bf16_mlp_on_device(config) ? 2 : a.element_bytes;
   a.input_code_bytes = fp8_input_codes_on_device(config) ? 1 : 0;
   a.attention_bytes = bf16_attention_on_device(config) ? 2 : a.element_bytes;
+  a.normed_bytes = bf16_normed_on_device(config) ? 2 : a.element_bytes;
   // Without a pipeline the model keeps one set; a pipeline rank one per (micro-batch, chunk) in
   // flight, pooled (activation_pool.h).
   std::vector<int64_t> chunk_bytes;

@@ -124,6 +124,9 @@ double cast_seconds(const config::RunConfig& config, const StageMemory& stage, d
   double s = 0.0;
   for_each_block_linear(config, stage, [&](double out, double in, model::Recipe r, LinearRole role) {
     Bf16Ends ends;
+    // The norm before each of these writes its output bf16 (Norm::forward's bf16 output).
+    const bool after_norm = role == LinearRole::AttentionQkv || role == LinearRole::MlpUp;
+    if (path.device && r == model::Recipe::Bf16 && after_norm) ends.input = true;
     if (path.device && r == model::Recipe::Bf16 && role == LinearRole::MlpUp) {
       ends.output = true;
       ends.output_grad = !config.model.bias;  // a bias gradient sums the fp32 hidden gradient

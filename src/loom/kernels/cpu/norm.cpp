@@ -1,4 +1,5 @@
 #include "loom/kernels/cpu/norm.h"
+#include "loom/kernels/cpu/half_copies.h"
 #include "loom/kernels/cpu/parallel.h"
 
 #include <omp.h>
@@ -120,6 +121,20 @@ void layernorm_backward(float* din, float* dweight, float* dbias, const float* d
   }
   dw.add_into(dweight);
   db.add_into(dbias);
+}
+
+void rmsnorm_forward_bf16(void* out16, float* rstd, const float* in, const float* weight, int64_t rows, int64_t dim,
+                          float eps) {
+  std::vector<float> out(static_cast<size_t>(rows * dim));
+  rmsnorm_forward(out.data(), rstd, in, weight, rows, dim, eps);
+  narrow_floats(out16, out.data(), rows * dim, DType::BF16);
+}
+
+void layernorm_forward_bf16(void* out16, float* mean, float* rstd, const float* in, const float* weight,
+                            const float* bias, int64_t rows, int64_t dim, float eps) {
+  std::vector<float> out(static_cast<size_t>(rows * dim));
+  layernorm_forward(out.data(), mean, rstd, in, weight, bias, rows, dim, eps);
+  narrow_floats(out16, out.data(), rows * dim, DType::BF16);
 }
 
 }  // namespace loom::kernels::cpu

@@ -17,4 +17,10 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* in, co
 void layernorm_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                         const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim);
 
+// The forwards into bf16 (kernels::rmsnorm_forward_bf16): the fp32 forward's values, rounded.
+void rmsnorm_forward_bf16(void* out16, float* rstd, const float* in, const float* weight, int64_t rows, int64_t dim,
+                          float eps);
+void layernorm_forward_bf16(void* out16, float* mean, float* rstd, const float* in, const float* weight,
+                            const float* bias, int64_t rows, int64_t dim, float eps);
+
 }  // namespace loom::kernels::cpu

@@ -90,6 +90,14 @@ void register_norms_and_activations(CudaEntries& e) {
                            const float* b, int64_t rows, int64_t dim, float eps) {
     layernorm_forward(out, mean, rstd, in, w, b, rows, dim, eps, stream_of(d));
   };
+  e.rmsnorm_forward_bf16 = [](Device d, void* out16, float* rstd, const float* in, const float* w, int64_t rows,
+                              int64_t dim, float eps) {
+    rmsnorm_forward_bf16(out16, rstd, in, w, rows, dim, eps, stream_of(d));
+  };
+  e.layernorm_forward_bf16 = [](Device d, void* out16, float* mean, float* rstd, const float* in, const float* w,
+                                const float* b, int64_t rows, int64_t dim, float eps) {
+    layernorm_forward_bf16(out16, mean, rstd, in, w, b, rows, dim, eps, stream_of(d));
+  };
   e.layernorm_backward = [](Device d, float* din, float* dw, float* db, const float* dout, const float* in,
                             const float* w, const float* mean, const float* rstd, int64_t rows, int64_t dim) {
     layernorm_backward(din, dw, db, dout, in, w, mean, rstd, rows, dim, stream_of(d));

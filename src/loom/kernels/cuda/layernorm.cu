@@ -1,3 +1,4 @@
+#include "loom/kernels/cuda/bf16_io.cuh"
 #include "loom/kernels/cuda/bias.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/norm_blocks.h"
@@ -9,7 +10,8 @@ namespace loom::kernels::cuda {
 
 namespace {
 
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* in, const float* weight,
+template <typename T>
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const float* in, const float* weight,
                                          const float* bias, int64_t dim, float eps) {
   __shared__ float shared[kThreads / 32];
   const float* x = in + blockIdx.x * dim;
@@ -23,8 +25,8 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
     mean[blockIdx.x] = m;
     rstd[blockIdx.x] = s;
   }
-  float* y = out + blockIdx.x * dim;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) y[i] = (x[i] - m) * s * weight[i] + bias[i];
+  T* y = out + blockIdx.x * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) store(y, i, (x[i] - m) * s * weight[i] + bias[i]);
 }
 
 // A block per run of `block_rows` rows: each row's din, and the run's weight and bias gradients
@@ -65,14 +67,25 @@ __global__ void layernorm_backward_kernel(float* din, float* partial, const floa
   }
 }
 
-}  // namespace
-
-void layernorm_forward(float* out, float* mean, float* rstd, const float* in, const float* weight, const float* bias,
-                       int64_t rows, int64_t dim, float eps, cudaStream_t stream) {
+template <typename T>
+void launch_forward(T* out, float* mean, float* rstd, const float* in, const float* weight, const float* bias,
+                    int64_t rows, int64_t dim, float eps, cudaStream_t stream) {
   if (rows == 0) return;
   layernorm_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(out, mean, rstd, in, weight, bias,
                                                                                  dim, eps);
   check_launch("layernorm_forward_kernel");
+}
+
+}  // namespace
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* in, const float* weight, const float* bias,
+                       int64_t rows, int64_t dim, float eps, cudaStream_t stream) {
+  launch_forward(out, mean, rstd, in, weight, bias, rows, dim, eps, stream);
+}
+
+void layernorm_forward_bf16(void* out16, float* mean, float* rstd, const float* in, const float* weight,
+                            const float* bias, int64_t rows, int64_t dim, float eps, cudaStream_t stream) {
+  launch_forward(static_cast<__nv_bfloat16*>(out16), mean, rstd, in, weight, bias, rows, dim, eps, stream);
 }
 
 void layernorm_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,

@@ -13,6 +13,10 @@ namespace loom::kernels::cuda {
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* in, const float* weight, const float* bias,
                        int64_t rows, int64_t dim, float eps, cudaStream_t stream = nullptr);
+// The forward into bf16 (kernels::layernorm_forward_bf16): the same fp32 arithmetic, each output
+// rounded to bf16 as it is stored.
+void layernorm_forward_bf16(void* out16, float* mean, float* rstd, const float* in, const float* weight,
+                            const float* bias, int64_t rows, int64_t dim, float eps, cudaStream_t stream = nullptr);
 void layernorm_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                         const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim,
                         cudaStream_t stream = nullptr);

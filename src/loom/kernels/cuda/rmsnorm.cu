@@ -1,5 +1,6 @@
 #include "loom/kernels/cuda/rmsnorm.h"
 
+#include "loom/kernels/cuda/bf16_io.cuh"
 #include "loom/kernels/cuda/bias.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/norm_blocks.h"
@@ -24,7 +25,8 @@ __device__ float block_sum(float value, float* shared) {
   return total;
 }
 
-__global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* in, const float* weight, int64_t dim,
+template <typename T>
+__global__ void rmsnorm_forward_kernel(T* out, float* rstd, const float* in, const float* weight, int64_t dim,
                                        float eps) {
   __shared__ float shared[kThreads];
   const float* x = in + blockIdx.x * dim;
@@ -32,8 +34,8 @@ __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* in,
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) sum_sq += x[i] * x[i];
   const float s = rsqrtf(block_sum(sum_sq, shared) / static_cast<float>(dim) + eps);
   if (threadIdx.x == 0) rstd[blockIdx.x] = s;
-  float* y = out + blockIdx.x * dim;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) y[i] = x[i] * s * weight[i];
+  T* y = out + blockIdx.x * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) store(y, i, x[i] * s * weight[i]);
 }
 
 // A block per run of `block_rows` rows: each row's din, and the run's weight gradient summed in
@@ -61,13 +63,24 @@ __global__ void rmsnorm_backward_kernel(float* din, float* partial, const float*
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) partial[blockIdx.x * dim + i] = dw[i];
 }
 
+template <typename T>
+void launch_forward(T* out, float* rstd, const float* in, const float* weight, int64_t rows, int64_t dim, float eps,
+                    cudaStream_t stream) {
+  if (rows == 0) return;
+  rmsnorm_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(out, rstd, in, weight, dim, eps);
+  check_launch("rmsnorm_forward_kernel");
+}
+
 }  // namespace
 
 void rmsnorm_forward(float* out, float* rstd, const float* in, const float* weight, int64_t rows, int64_t dim,
                      float eps, cudaStream_t stream) {
-  if (rows == 0) return;
-  rmsnorm_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(out, rstd, in, weight, dim, eps);
-  check_launch("rmsnorm_forward_kernel");
+  launch_forward(out, rstd, in, weight, rows, dim, eps, stream);
+}
+
+void rmsnorm_forward_bf16(void* out16, float* rstd, const float* in, const float* weight, int64_t rows, int64_t dim,
+                          float eps, cudaStream_t stream) {
+  launch_forward(static_cast<__nv_bfloat16*>(out16), rstd, in, weight, rows, dim, eps, stream);
 }
 
 void rmsnorm_backward(float* din, float* dweight, const float* dout, const float* in, const float* weight,

@@ -13,6 +13,10 @@ namespace loom::kernels::cuda {
 
 void rmsnorm_forward(float* out, float* rstd, const float* in, const float* weight, int64_t rows, int64_t dim,
                      float eps, cudaStream_t stream = nullptr);
+// The forward into bf16 (kernels::rmsnorm_forward_bf16): the same fp32 arithmetic, each output
+// rounded to bf16 as it is stored.
+void rmsnorm_forward_bf16(void* out16, float* rstd, const float* in, const float* weight, int64_t rows, int64_t dim,
+                          float eps, cudaStream_t stream = nullptr);
 void rmsnorm_backward(float* din, float* dweight, const float* dout, const float* in, const float* weight,
                       const float* rstd, int64_t rows, int64_t dim, cudaStream_t stream = nullptr);
 
