@@ -75,7 +75,8 @@ TEST_P(CudaWeightCasts, CachedWeightCastsEqualUncachedOnesBitForBit) {
     for (model::Operand op : {model::Operand::Input, model::Operand::Weight, model::Operand::OutputGrad})
       EXPECT_EQ(cached.pending_amax(op), plain.pending_amax(op)) << name << " operand " << static_cast<int>(op);
   }
-  // One cast per form per step: the 16-bit copy serves forward and dgrad; FP8 and MX keep two.
+  // One store per form per step: the 16-bit copy serves forward and dgrad; FP8 and MX keep two
+  // (per-tensor FP8's forward writes dgrad's transposed codes from its own read of the weight).
   EXPECT_EQ(scratch->weight_casts.casts_made(), recipe == Recipe::Bf16 || recipe == Recipe::Fp16 ? 2 : 4) << name;
 }
 

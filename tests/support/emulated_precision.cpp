@@ -139,6 +139,13 @@ std::vector<float> weight_values(const kernels::PrecisionGemm& g, bool columns) 
     LOOM_CHECK(g.b.cast != OperandCast::None, "emulated cuda: a weight store needs a cast");
     keep(g.b_store, "b_store", Kept{v, g.b.cast, rows, cols, columns});
   }
+  if (g.b_store_transposed != nullptr) {  // dgrad's form from the same cast: per-tensor codes are elementwise
+    LOOM_CHECK(g.b.cast == OperandCast::Fp8Tensor && g.pass == kernels::LinearGemm::Forward &&
+                   g.b_store_use == kernels::CastStore::Write,
+               "emulated cuda: precision_linear_gemm writes a weight's transposed codes only from a per-tensor FP8 "
+               "forward writing its store");
+    keep(g.b_store_transposed, "b_store_transposed", Kept{v, g.b.cast, rows, cols, true});
+  }
   return v;
 }
 

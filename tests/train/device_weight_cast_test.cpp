@@ -2,7 +2,8 @@
 // every recipe, with four micro-batches per step and recomputation, equals the same run on the CPU
 // bit for bit over four steps (so each step's casts see the weights the previous optimizer step
 // wrote), while each weight is cast once per form per step: 1 form for the 16-bit recipes, 2 for
-// the FP8 and MX ones (dgrad's transposed or column-blocked cast), the FP8 recipes' bf16 head 1.
+// the FP8 and MX ones (dgrad's transposed or column-blocked cast), the FP8 recipes' bf16 head 1;
+// per-tensor FP8 makes both of its forms in one cast (the forward's read writes dgrad's codes).
 // Tensor and pipeline parallelism and ZeRO-3 too, each rank caching its own shards or stage;
 // evaluation between steps and a checkpoint's resume see the weights as the last step left them.
 #include "device_training.h"
@@ -28,10 +29,11 @@ std::vector<std::string> settings(const std::string& recipe, std::vector<std::st
 }
 
 // The casts per step of a model whose blocks hold `block_linears` linear layers in all, with a
-// head: 16-bit recipes 1 per layer; FP8 and MX 2 per block layer and 1 for the bf16 head.
+// head: 16-bit recipes and per-tensor FP8 1 per layer (FP8's two forms from one read); blockwise
+// FP8 and MX 2 per block layer and 1 for the bf16 head.
 int64_t casts_per_step(const std::string& recipe, int64_t block_linears) {
-  const bool sixteen_bit = recipe == "bf16" || recipe == "fp16";
-  return sixteen_bit ? block_linears + 1 : 2 * block_linears + 1;
+  const bool one_read = recipe == "bf16" || recipe == "fp16" || recipe == "fp8_delayed" || recipe == "fp8_current";
+  return one_read ? block_linears + 1 : 2 * block_linears + 1;
 }
 
 

@@ -117,6 +117,10 @@ struct PrecisionGemm {
   // b's cast kept in a store (Forward and DataGrad: b is the weight); see CastStore.
   void* b_store = nullptr;
   CastStore b_store_use = CastStore::None;
+  // Per-tensor FP8, a Forward writing its weight's store: DataGrad's store of the same weight
+  // (weight_cast_layout bytes), into which the same pass over the weight writes its transposed
+  // codes and scale, so dgrad reads them (CastStore::Read) instead of casting the weight again.
+  void* b_store_transposed = nullptr;
   // a's cast (the output gradient) kept from a layer's DataGrad (Write) for its WeightGrad (Read),
   // so it is cast once for both: a 16-bit copy (the same bytes serve both GEMMs: cuBLASLt
   // transposes 16-bit operands itself), or per-tensor FP8's transposed codes and their scale,

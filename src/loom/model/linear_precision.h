@@ -236,12 +236,19 @@ class LinearPrecision {
                        GemmOutput din_output, bool accumulate_din, const DeviceTensors& tensors);
   // Operand `op` (n elements on the device) cast as the recipe says; fp8_delayed records its amax.
   kernels::CastOperand device_operand(Operand op, const float* x, int64_t n);
+  // The weight cast cache's stores a GEMM writes (null: none), ready once it ran: its own form's,
+  // and under per-tensor FP8 a forward's also dgrad's (PrecisionGemm::b_store_transposed).
+  struct WrittenStores {
+    WeightCastCache::Store* own = nullptr;
+    WeightCastCache::Store* transposed = nullptr;
+  };
   // g.b = the weight [out_features, in_features] for g.pass (forward or dgrad): its cast from the
   // weight cast cache when an earlier GEMM of the scope made it (no cast, no amax), else cast now
-  // (into the cache's store inside a scope). Returns the store to mark ready once g ran.
-  WeightCastCache::Store* device_weight(kernels::PrecisionGemm& g, const float* weight);
-  // Runs g, marking `store` ready.
-  void run_device_gemm(const kernels::PrecisionGemm& g, WeightCastCache::Store* store);
+  // (into the cache's store inside a scope; a per-tensor FP8 forward into dgrad's too, from the
+  // same read). Returns the stores to mark ready once g ran.
+  WrittenStores device_weight(kernels::PrecisionGemm& g, const float* weight);
+  // Runs g, marking `stores` ready.
+  void run_device_gemm(const kernels::PrecisionGemm& g, WrittenStores stores);
   // fp8_delayed on a device: the 3 pending amaxes in device memory.
   float* device_pending();
   // The amax of operand `op`'s global tensor from this rank's piece's `local` amax.

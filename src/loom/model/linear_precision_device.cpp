@@ -84,27 +84,39 @@ CastOperand LinearPrecision::device_operand(Operand op, const float* x, int64_t 
   return c;
 }
 
-WeightCastCache::Store* LinearPrecision::device_weight(kernels::PrecisionGemm& g, const float* weight) {
+LinearPrecision::WrittenStores LinearPrecision::device_weight(kernels::PrecisionGemm& g, const float* weight) {
   const int64_t rows = g.out_features, cols = g.in_features;
   CastOperand cast = device_cast(recipe_, Operand::Weight, scale(Operand::Weight), margin_);
-  WeightCastCache::Store* store = scratch_->weight_casts.find(this, weight, g.pass, cast, rows, cols, device_);
+  WeightCastCache& cache = scratch_->weight_casts;
+  WeightCastCache::Store* store = cache.find(this, weight, g.pass, cast, rows, cols, device_);
+  g.b_store_transposed = nullptr;
   if (store != nullptr && store->ready) {
     // Cast by an earlier GEMM of this step: fp8_delayed's pending amax holds this weight's already.
     cast.data = weight;
     g.b = cast;
     g.b_store = store->data;
     g.b_store_use = kernels::CastStore::Read;
-    return nullptr;
+    return {};
   }
   g.b = device_operand(Operand::Weight, weight, rows * cols);
   g.b_store = store != nullptr ? store->data : nullptr;
   g.b_store_use = store != nullptr ? kernels::CastStore::Write : kernels::CastStore::None;
-  return store;
+  WrittenStores written{store, nullptr};
+  // Per-tensor FP8: dgrad's transposed codes under the same scale, from the forward's read.
+  if (store != nullptr && g.pass == kernels::LinearGemm::Forward && cast.cast == kernels::OperandCast::Fp8Tensor) {
+    WeightCastCache::Store* dgrad = cache.find(this, weight, kernels::LinearGemm::DataGrad, cast, rows, cols, device_);
+    if (dgrad != nullptr && !dgrad->ready) {
+      g.b_store_transposed = dgrad->data;
+      written.transposed = dgrad;
+    }
+  }
+  return written;
 }
 
-void LinearPrecision::run_device_gemm(const kernels::PrecisionGemm& g, WeightCastCache::Store* store) {
+void LinearPrecision::run_device_gemm(const kernels::PrecisionGemm& g, WrittenStores stores) {
   kernels::precision_linear_gemm(device_, g);
-  if (store != nullptr) store->ready = true;
+  if (stores.own != nullptr) stores.own->ready = true;
+  if (stores.transposed != nullptr) stores.transposed->ready = true;
 }
 
 void LinearPrecision::device_forward(float* out, const float* in, const float* weight, const float* bias, int64_t n,
@@ -124,9 +136,9 @@ void LinearPrecision::device_forward(float* out, const float* in, const float* w
   g.a16 = tensors.in;
   g.input_codes = tensors.keep_input_codes;  // cast for the weight gradient too, from the same read
   g.input_codes_use = g.input_codes != nullptr ? kernels::CastStore::Write : kernels::CastStore::None;
-  WeightCastCache::Store* store = device_weight(g, weight);
+  const WrittenStores stores = device_weight(g, weight);
   g.rounding = output == GemmOutput::Rounded ? rounding() : kernels::OutputRounding::None;
-  run_device_gemm(g, store);
+  run_device_gemm(g, stores);
 }
 
 void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
@@ -159,9 +171,9 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
     g.out = din;
     g.out16 = tensors.din;
     g.accumulate = accumulate_din && tensors.din == nullptr;  // a bf16 din is written whole
-    WeightCastCache::Store* store = device_weight(g, weight);
+    const WrittenStores stores = device_weight(g, weight);
     g.rounding = din_output == GemmOutput::Rounded ? rounding() : kernels::OutputRounding::None;
-    run_device_gemm(g, store);
+    run_device_gemm(g, stores);
   }
   if (dweight != nullptr) {
     // The weight gradient of one micro-batch in the recipe's dtype, accumulated in fp32.
@@ -180,6 +192,7 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
     g.b16 = tensors.in;
     g.b_store = nullptr;
     g.b_store_use = kernels::CastStore::None;
+    g.b_store_transposed = nullptr;
     g.out16 = nullptr;
     g.a_store_use = keep_dout ? kernels::CastStore::Read : kernels::CastStore::None;
     g.rounding = rounding();

@@ -21,8 +21,9 @@
 // every rank of the group alike (they run the same GEMMs in the same order).
 //
 // Memory: while a scope is open, one store per weight and form: 2 bytes per weight element for
-// bf16 / fp16 (one form), 1 + 1 for the FP8 recipes (forward and transposed dgrad codes), 2 + 2
-// for mxfp8 (plan/activation_memory.h counts it).
+// bf16 / fp16 (one form), 1 + 1 for the FP8 recipes (forward and transposed dgrad codes; per-tensor
+// FP8's forward writes both from one read of the weight), 2 + 2 for mxfp8
+// (plan/activation_memory.h counts it).
 #include <cstdint>
 #include <map>
 #include <tuple>

@@ -39,7 +39,7 @@ struct CastPath {
 // twice, the output gradient once under bf16 / fp16 and once per GEMM otherwise (FP8's wgrad
 // wants it transposed; per-tensor FP8 casts the input and the output gradient once each, into
 // both orientations), and the weight once per step and form (one 16-bit copy; two FP8 or MX
-// forms). Recompute casts the forward's input again (and on the CPU its weight). `bf16`: the
+// forms, per-tensor FP8's from one read). Recompute casts the forward's input again (and on the CPU its weight). `bf16`: the
 // tensors a GPU hands over in bf16 (LinearPrecision's DeviceTensors), whose casts and widenings are
 // not made.
 struct Bf16Ends {
@@ -54,15 +54,16 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
   const bool oriented = recipe == model::Recipe::Fp8Blockwise || recipe == model::Recipe::Mxfp8;
   const bool sixteen = recipe == model::Recipe::Bf16 || recipe == model::Recipe::Fp16;
   const double weight = out * in;
-  // Per-tensor FP8 on a GPU casts the input and the output gradient once each into both
-  // orientations (LinearPrecision's kept input codes, PrecisionGemm::a_store): 10 bytes per element
-  // (the amax's read, one read, two 1-byte writes) where a cast moves 9, so 10/9 of a cast.
+  // Per-tensor FP8 on a GPU casts the input, the output gradient and the weight once each into
+  // both orientations (LinearPrecision's kept input codes, PrecisionGemm::a_store,
+  // b_store_transposed): 10 bytes per element (the amax's read, one read, two 1-byte writes) where
+  // a cast moves 9, so 10/9 of a cast.
   const bool both_orientations =
       path.device && (recipe == model::Recipe::Fp8Delayed || recipe == model::Recipe::Fp8Current);
   constexpr double kBothOrientations = 10.0 / 9.0;
   double cast = 0.0;
   if (both_orientations) {
-    cast = kBothOrientations * n * (in + out) + 2.0 * weight / path.micro_batches;
+    cast = kBothOrientations * (n * (in + out) + weight / path.micro_batches);
   } else if (path.device) {
     cast = n * (2.0 * in + (sixteen ? 1.0 : 2.0) * out) + (sixteen ? 1.0 : 2.0) * weight / path.micro_batches;
   } else {

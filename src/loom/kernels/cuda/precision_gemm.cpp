@@ -158,21 +158,27 @@ Prepared fp8(const CastOperand& op, const Stored& s, Scratch& scratch, cudaStrea
   return {codes, GemmType::E4M3, true, inverses, ScaleMode::Block128x128};
 }
 
-// Per-tensor FP8 codes of an activation cast once for two GEMMs: this GEMM's codes [rows, cols]
-// (reducing along the columns) into scratch, and from the same read the transposed codes [cols,
-// rows] with the scale into `kept` (a_store or input_codes, kept_operand_bytes long) for the
-// weight gradient, which reduces along the rows.
+// Per-tensor FP8 codes of a tensor cast once for two GEMMs: this GEMM's codes [rows, cols]
+// (reducing along the columns) into scratch or `into` (a weight's store, its scale there too),
+// and from the same read the transposed codes [cols, rows] with the scale into `kept` (a_store,
+// input_codes or dgrad's weight store, kept_operand_bytes long) for the GEMM that reduces along
+// the rows (the weight gradient; a weight's dgrad).
 Prepared fp8_keeping_transpose(const CastOperand& op, const Stored& s, void* kept, Scratch& scratch,
-                               cudaStream_t stream) {
+                               cudaStream_t stream, Into into = {}) {
   LOOM_CHECK(op.cast == OperandCast::Fp8Tensor && s.k_in_cols,
              "precision GEMM: only a per-tensor FP8 operand this GEMM reduces along its columns is kept transposed");
   const WeightCastLayout l = weight_cast_layout(OperandCast::Fp8Tensor, s.cols, s.rows);
   auto* base = static_cast<uint8_t*>(kept);
   const float* scale = tensor_scale(op, scratch, stream, Into{base, reinterpret_cast<float*>(base + l.scale_offset)});
-  auto* codes = static_cast<uint8_t*>(scratch.bytes(s.count()));
+  if (into.scales != nullptr) {
+    check_cuda(cudaMemcpyAsync(into.scales, scale, 2 * sizeof(float), cudaMemcpyDeviceToDevice, stream),
+               "cudaMemcpyAsync (FP8 scale into a weight store)");
+  }
+  auto* codes = static_cast<uint8_t*>(into.codes != nullptr ? into.codes : scratch.bytes(s.count()));
   const Fp8 f = fp8_of(op);
   cast_operand_both(op.data, codes, base, s.rows, s.cols, f == Fp8::E4M3 ? CastTo::E4M3 : CastTo::E5M2, scale, stream);
-  return {codes, f == Fp8::E4M3 ? GemmType::E4M3 : GemmType::E5M2, true, scale + 1, ScaleMode::Tensor};
+  const float* inverse = (into.scales != nullptr ? into.scales : scale) + 1;
+  return {codes, f == Fp8::E4M3 ? GemmType::E4M3 : GemmType::E5M2, true, inverse, ScaleMode::Tensor};
 }
 
 // The weight gradient's operand [rows, cols] (reduced along its rows) from the transposed codes
@@ -233,6 +239,10 @@ void check_casts(const PrecisionGemm& g) {
                   (g.a_store_use == CastStore::Write ? g.pass == LinearGemm::DataGrad : g.pass == LinearGemm::WeightGrad)),
              "precision GEMM: only a 16-bit or per-tensor FP8 output gradient is kept in a store (written by dgrad, "
              "read by wgrad)");
+  LOOM_CHECK(g.b_store_transposed == nullptr ||
+                 (per_tensor && g.pass == LinearGemm::Forward && g.b_store_use == CastStore::Write),
+             "precision GEMM: a weight's transposed codes are written beside its own by a per-tensor FP8 forward "
+             "writing its store");
   LOOM_CHECK(g.input_codes_use == CastStore::None ||
                  (g.input_codes != nullptr && per_tensor &&
                   (g.input_codes_use == CastStore::Write ? g.pass == LinearGemm::Forward
@@ -299,6 +309,8 @@ void precision_linear_gemm(const PrecisionGemm& g, cudaStream_t stream) {
     }
     if (g.input_codes_use == CastStore::Read) {
       pb = kept_transpose(g.input_codes, sb, g.b.e5m2);
+    } else if (g.b_store_transposed != nullptr) {
+      pb = fp8_keeping_transpose(g.b, sb, g.b_store_transposed, scratch, stream, store_of(g));
     } else if (g.b_store_use != CastStore::Read) {
       pb = fp8(g.b, sb, scratch, stream, store_of(g));
     }
