@@ -260,7 +260,7 @@ TEST_F(CudaEntries, CrossEntropyOverBf16LogitsIsTheFp32KernelRounded) {
 
 // The MLP's activations over bf16 tensors (the bf16 recipe's MLP interior) against the fp32
 // kernels on the same bf16-valued inputs: the fp32 arithmetic rounded once as stored, so within a
-// bf16 rounding (relative 4e-3 in the norm); the fp32-output backward within 1e-6 (the same
+// bf16 rounding (relative 4e-3 in the norm); the fp32-output forward and backward within 1e-6 (the same
 // kernel up to FMA contraction); and against the CPU's bf16 form.
 TEST_F(CudaEntries, ActivationsOverBf16TensorsAreTheFp32KernelsRounded) {
   const int64_t rows = 300, width = 1000;
@@ -282,15 +282,18 @@ TEST_F(CudaEntries, ActivationsOverBf16TensorsAreTheFp32KernelsRounded) {
     }
     DeviceArray<__nv_bfloat16> in16(allocator_, testing::to_bf16(in)), dout16(allocator_, testing::to_bf16(dout)),
         out16(allocator_, std::vector<__nv_bfloat16>(rows * width)), din16(allocator_, std::vector<__nv_bfloat16>(rows * in_width));
-    activation_forward_bf16(kGpu, a, out16.ptr, in16.ptr, rows, width);
+    activation_forward_bf16(kGpu, a, nullptr, out16.ptr, in16.ptr, rows, width);
+    DeviceFloats d_out_fp32(allocator_, poison(rows * width));
+    activation_forward_bf16(kGpu, a, d_out_fp32.ptr, nullptr, in16.ptr, rows, width);
     activation_backward_bf16(kGpu, a, nullptr, din16.ptr, dout16.ptr, in16.ptr, rows, width);
     activation_backward_bf16(kGpu, a, d_din_fp32.ptr, nullptr, dout16.ptr, in16.ptr, rows, width);
     const std::string name = "activation " + std::to_string(static_cast<int>(a));
     EXPECT_LE(relative_error(testing::to_float(out16.host()), d_out.host()), 4e-3) << name;
     EXPECT_LE(relative_error(testing::to_float(din16.host()), d_din.host()), 4e-3) << name;
     EXPECT_LE(relative_error(d_din_fp32.host(), d_din.host()), 1e-6) << name;
+    EXPECT_LE(relative_error(d_out_fp32.host(), d_out.host()), 1e-6) << name;
     std::vector<__nv_bfloat16> cpu_out(rows * width);
-    activation_forward_bf16(kCpu, a, cpu_out.data(), testing::to_bf16(in).data(), rows, width);
+    activation_forward_bf16(kCpu, a, nullptr, cpu_out.data(), testing::to_bf16(in).data(), rows, width);
     EXPECT_LE(relative_error(testing::to_float(out16.host()), testing::to_float(cpu_out)), 4e-3) << name;
   }
 }

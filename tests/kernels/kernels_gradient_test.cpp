@@ -1,6 +1,7 @@
 // Every CPU kernel's backward against finite differences of its forward.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 
 #include "../gradient_check.h"
@@ -226,6 +227,27 @@ TEST(KernelGradients, NormsOnBf16AreTheFp32NormsRounded) {
   layernorm_forward_bf16(got.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, dim, 1e-5f);
   expect_rounded(got);
   EXPECT_EQ(mean, want_mean);
+}
+
+// The activations over bf16 inputs: into fp32 the fp32 kernels' outputs exactly (an FP8 block's
+// activation), into bf16 those rounded (the bf16 recipe's).
+TEST(KernelGradients, ActivationsOverBf16InputsAreTheFp32Kernels) {
+  const int64_t rows = 5, width = 11;
+  for (const MlpActivation a : {MlpActivation::Swiglu, MlpActivation::Gelu, MlpActivation::Relu2}) {
+    const int64_t in_width = a == MlpActivation::Swiglu ? 2 * width : width;
+    std::vector<uint16_t> in16;
+    for (float v : random_vector(rows * in_width, 30)) in16.push_back(f32_to_bf16(v));
+    std::vector<float> in(in16.size()), want(rows * width), got(rows * width, NAN);
+    for (size_t i = 0; i < in16.size(); ++i) in[i] = bf16_to_f32(in16[i]);
+    if (a == MlpActivation::Swiglu) swiglu_forward(want.data(), in.data(), rows, width);
+    if (a == MlpActivation::Gelu) gelu_forward(want.data(), in.data(), rows * width);
+    if (a == MlpActivation::Relu2) relu2_forward(want.data(), in.data(), rows * width);
+    activation_forward_bf16(a, got.data(), nullptr, in16.data(), rows, width);
+    EXPECT_EQ(got, want) << static_cast<int>(a);
+    std::vector<uint16_t> got16(rows * width, 0x7fc1);
+    activation_forward_bf16(a, nullptr, got16.data(), in16.data(), rows, width);
+    for (size_t i = 0; i < got16.size(); ++i) ASSERT_EQ(got16[i], f32_to_bf16(want[i])) << static_cast<int>(a);
+  }
 }
 
 TEST(KernelGradients, SwiGlu) {

@@ -297,9 +297,9 @@ void emulated_precision_linear_gemm(Device device, const kernels::PrecisionGemm&
              "emulated cuda: precision_linear_gemm takes a bf16 b (b16) only as wgrad's input");
   if (g.out16 != nullptr) {  // the bf16 result itself (y is already rounded to bf16: exact)
     LOOM_CHECK(g.pass != kernels::LinearGemm::WeightGrad && g.rounding == OutputRounding::Bf16 && !g.accumulate &&
-                   g.a.cast == OperandCast::Bf16 && g.b.cast == OperandCast::Bf16,
-               "emulated cuda: precision_linear_gemm leaves a bf16 output only from a bf16 forward or dgrad, rounded "
-               "to bf16, not accumulated");
+                   g.a.cast != OperandCast::None && g.b.cast != OperandCast::None,
+               "emulated cuda: precision_linear_gemm leaves a bf16 output only from a forward or dgrad of cast "
+               "operands, rounded to bf16, not accumulated");
     kernels::narrow_floats(kHost, host(g.out16, "precision_linear_gemm", "out16"), y.data(),
                            static_cast<int64_t>(y.size()), DType::BF16);
     return;

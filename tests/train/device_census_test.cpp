@@ -94,9 +94,19 @@ TEST_F(DeviceCensus, AStepOfTheDeepModelWaitsForTheDeviceOnlyForItsInputsLossAnd
     EXPECT_EQ(step.entry("precision_linear_gemm"), (16 * 4 + 1) * 3 * kMicroBatches) << recipe;
     // Per-tensor FP8's amaxes, in the 14 FP8 blocks' 56 linears (the edge blocks are bf16): the
     // input (its codes kept from the forward for wgrad) and the output gradient once per
-    // micro-batch, the weight once per form per step (the weight cast cache).
+    // micro-batch, the weight once per step (the weight cast cache; both forms from one read).
     const bool per_tensor = std::string(recipe) == "fp8_current" || std::string(recipe) == "fp8_delayed";
-    EXPECT_EQ(step.entry("amax_into"), per_tensor ? 56 * (2 * kMicroBatches + 2) : 0) << recipe;
+    EXPECT_EQ(step.entry("amax_into"), per_tensor ? 56 * (2 * kMicroBatches + 1) : 0) << recipe;
+    // Every block's MLP keeps its hidden bf16 (Mlp::bf16_interior under bf16, bf16_hidden under
+    // FP8 and MX): the activation reads it as it is, forward and backward.
+    EXPECT_EQ(step.entry("activation_forward_bf16"), 16 * kMicroBatches) << recipe;
+    EXPECT_EQ(step.entry("activation_backward_bf16"), 16 * kMicroBatches) << recipe;
+    EXPECT_EQ(step.entry("swiglu_forward") + step.entry("swiglu_backward"), 0) << recipe;
+    // The bf16 blocks' norms before attention and the MLP write bf16 (the FP8 recipes' two edge
+    // blocks are bf16); the final norm stays fp32.
+    const int64_t bf16_blocks = std::string(recipe) == "bf16" ? 16 : 2;
+    EXPECT_EQ(step.entry("rmsnorm_forward_bf16"), 2 * bf16_blocks * kMicroBatches) << recipe;
+    EXPECT_EQ(step.entry("rmsnorm_forward"), (2 * (16 - bf16_blocks) + 1) * kMicroBatches) << recipe;
   }
   const StepCensus gpt2 = one_step("gpt2-bf16", kGpt2, {"precision.recipe=bf16", "model.recompute=true"});
   EXPECT_EQ(gpt2.to_host, 0);

@@ -86,7 +86,7 @@ struct CudaEntries {
   void (*gelu_backward)(Device, float* din, const float* dout, const float* in, int64_t n) = nullptr;
   void (*relu2_forward)(Device, float* out, const float* in, int64_t n) = nullptr;
   void (*relu2_backward)(Device, float* din, const float* dout, const float* in, int64_t n) = nullptr;
-  void (*activation_forward_bf16)(Device, MlpActivation, void* out16, const void* in16, int64_t rows,
+  void (*activation_forward_bf16)(Device, MlpActivation, float* out, void* out16, const void* in16, int64_t rows,
                                   int64_t width) = nullptr;
   void (*activation_backward_bf16)(Device, MlpActivation, float* din, void* din16, const void* dout16,
                                    const void* in16, int64_t rows, int64_t width) = nullptr;

@@ -338,9 +338,9 @@ void precision_linear_gemm(Device device, const PrecisionGemm& gemm) {
 #undef LOOM_DEVICE_ONLY
 
 void relu2_forward(Device device, float* out, const float* in, int64_t n) { LOOM_DISPATCH(relu2_forward, out, in, n); }
-void activation_forward_bf16(Device device, MlpActivation activation, void* out16, const void* in16, int64_t rows,
-                             int64_t width) {
-  LOOM_DISPATCH(activation_forward_bf16, activation, out16, in16, rows, width);
+void activation_forward_bf16(Device device, MlpActivation activation, float* out, void* out16, const void* in16,
+                             int64_t rows, int64_t width) {
+  LOOM_DISPATCH(activation_forward_bf16, activation, out, out16, in16, rows, width);
 }
 void activation_backward_bf16(Device device, MlpActivation activation, float* din, void* din16, const void* dout16,
                               const void* in16, int64_t rows, int64_t width) {

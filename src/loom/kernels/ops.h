@@ -73,9 +73,11 @@ void relu2_backward(Device device, float* din, const float* dout, const float* i
 // device, Mlp::bf16_interior): the fp32 kernels' arithmetic on the widened values, each output
 // rounded to bf16 (nearest even) as it is stored, so round() of the fp32 kernels' outputs. in16:
 // [rows, 2 width] for SwiGLU's [gate | up], else [rows, width]; out16 and dout16 [rows, width].
-// Backward writes din whole in fp32, or din16 in bf16 when din is null.
-void activation_forward_bf16(Device device, MlpActivation activation, void* out16, const void* in16, int64_t rows,
-                             int64_t width);
+// Forward writes out in fp32 (the fp32 kernels' outputs unrounded: an FP8 block's activation,
+// which its down projection casts to FP8 itself), or out16 in bf16 when out is null; backward
+// writes din whole in fp32, or din16 in bf16 when din is null.
+void activation_forward_bf16(Device device, MlpActivation activation, float* out, void* out16, const void* in16,
+                             int64_t rows, int64_t width);
 void activation_backward_bf16(Device device, MlpActivation activation, float* din, void* din16, const void* dout16,
                               const void* in16, int64_t rows, int64_t width);
 // y[r * y_stride + c] += x[r * x_stride + c] for r < rows, c < width: a column block added into

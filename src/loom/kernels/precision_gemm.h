@@ -141,8 +141,9 @@ struct PrecisionGemm {
   // head's logits: Transformer::bf16_logits; the MLP's interior: Mlp::bf16_interior). a16 / b16,
   // when set, are a's / b's bf16 copies made by the caller (b16: wgrad's input only), multiplied
   // as they are (a.data / b.data are not read; both casts must be Bf16). out16, when set,
-  // receives the result rounded to bf16 (after the bias) instead of out: forward or dgrad, never
-  // accumulating. 2-byte elements, device memory, in the layouts above.
+  // receives the result rounded to bf16 (after the bias) instead of out: forward or dgrad of any
+  // cast operands (an FP8 block's MLP hidden: Mlp::bf16_hidden), never accumulating. 2-byte
+  // elements, device memory, in the layouts above.
   const void* a16 = nullptr;
   const void* b16 = nullptr;
   void* out16 = nullptr;

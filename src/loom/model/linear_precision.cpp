@@ -235,8 +235,11 @@ void LinearPrecision::round_output(float* data, int64_t n) const {
 float* LinearPrecision::output_scratch(int64_t n) { return sized(scratch_->out, n); }
 
 void LinearPrecision::check_device_tensors(const DeviceTensors& tensors) const {
-  LOOM_CHECK(!tensors.any_bf16() || takes_bf16_tensors(),
+  LOOM_CHECK((tensors.in == nullptr && tensors.dout == nullptr) || takes_bf16_tensors(),
              "a linear layer's GEMMs take bf16 tensors under the bf16 recipe on a GPU only (this one: " +
+                 recipe_name(recipe_) + " on " + device_.name() + ")");
+  LOOM_CHECK((tensors.out == nullptr && tensors.din == nullptr) || gives_bf16_outputs(),
+             "a linear layer's GEMMs leave bf16 outputs on a GPU under a recipe rounding them to bf16 only (this one: " +
                  recipe_name(recipe_) + " on " + device_.name() + ")");
   LOOM_CHECK((tensors.keep_input_codes == nullptr && tensors.kept_input_codes == nullptr) || keeps_input_codes(),
              "a linear layer keeps its input's FP8 codes under fp8_delayed or fp8_current on a GPU only (this one: " +

@@ -132,9 +132,11 @@ struct PrecisionScratch {
 // In bf16, under the bf16 recipe, where the model keeps them bf16 (2-byte elements): the
 // forward's input (`in`) and output (`out`, rounded after the bias); the backward's output
 // gradient (`dout`: both GEMMs; no bias gradient, which sums the fp32 one), input gradient (`din`:
-// dgrad's output, written whole) and input (`in`: wgrad's). A bf16 tensor holds exactly what the
-// fp32 path casts or rounds to bf16, so the products are the same (Transformer::bf16_logits,
-// Mlp::bf16_interior); what goes is the casts, the widening passes and half of the bytes.
+// dgrad's output, written whole) and input (`in`: wgrad's). The outputs (`out`, `din`) also under
+// the FP8 and MX recipes, whose GEMMs round their outputs to bf16 too (gives_bf16_outputs). A bf16
+// tensor holds exactly what the fp32 path casts or rounds to bf16, so the products are the same
+// (Transformer::bf16_logits, Mlp::bf16_interior, Mlp::bf16_hidden); what goes is the casts, the
+// widening passes and half of the bytes.
 //
 // The input's FP8 codes for the weight gradient, under fp8_delayed and fp8_current
 // (keeps_input_codes), kept_input_bytes() long, which the caller keeps from a micro-batch's
@@ -184,8 +186,8 @@ class LinearPrecision {
   // The bias (and its gradient) stays fp32; the output is rounded after the bias is added.
   // `output` / `din_output` Partial: the forward output / input gradient stays fp32 (GemmOutput).
   // `accumulate_din` false: din is written whole instead of added into.
-  // `tensors`: tensors given or wanted in bf16 instead of fp32 (takes_bf16_tensors only), and the
-  // input's kept FP8 codes (keeps_input_codes only): DeviceTensors.
+  // `tensors`: tensors given in bf16 instead of fp32 (takes_bf16_tensors only) or wanted in bf16
+  // (gives_bf16_outputs only), and the input's kept FP8 codes (keeps_input_codes only): DeviceTensors.
   void forward(float* out, const float* in, const float* weight, const float* bias, int64_t n, int64_t in_features,
                int64_t out_features, bool accumulate = false, GemmOutput output = GemmOutput::Rounded,
                const DeviceTensors& tensors = {});
@@ -195,6 +197,9 @@ class LinearPrecision {
 
   // Whether forward / backward take DeviceTensors' bf16 tensors: the bf16 recipe on a GPU.
   bool takes_bf16_tensors() const { return device_.is_cuda() && recipe_ == Recipe::Bf16; }
+  // Whether they leave their outputs in bf16 (DeviceTensors' out, din): on a GPU every recipe whose
+  // GEMMs round their outputs to bf16 (all but fp16).
+  bool gives_bf16_outputs() const { return device_.is_cuda() && rounding() == kernels::OutputRounding::Bf16; }
   // Whether they take DeviceTensors' input codes: per-tensor FP8 (fp8_delayed, fp8_current) on a GPU.
   bool keeps_input_codes() const {
     return device_.is_cuda() && (recipe_ == Recipe::Fp8Delayed || recipe_ == Recipe::Fp8Current);

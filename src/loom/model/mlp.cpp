@@ -45,21 +45,33 @@ bool Mlp::bf16_interior() const {
   return up != nullptr && down != nullptr && up->takes_bf16_tensors() && down->takes_bf16_tensors();
 }
 
+bool Mlp::bf16_hidden() const {
+  const LinearPrecision *up = in_->precision(), *down = down_->precision();
+  return !bf16_interior() && up != nullptr && down != nullptr && up->gives_bf16_outputs() &&
+         down->gives_bf16_outputs();
+}
+
 void Mlp::forward(Saved& saved, float* residual, const NormedRows& normed, int64_t rows,
                   ParallelScratch& scratch) const {
   if (bf16_interior()) {
     void* hidden = sized_16bit(saved.hidden, rows * hidden_width(), device_);
     void* act = sized_16bit(saved.act, rows * ffn_, device_);
     in_->forward(nullptr, normed.fp32, rows, scratch, DeviceTensors{.in = normed.bf16, .out = hidden});
-    activation_forward_bf16(device_, activation_, act, hidden, rows, ffn_);
+    activation_forward_bf16(device_, activation_, nullptr, act, hidden, rows, ffn_);
     down_->forward(residual, nullptr, rows, scratch, DeviceTensors{.in = act});
     return;
   }
-  float* hidden = sized(saved.hidden, rows * hidden_width(), device_);
   float* act = sized(saved.act, rows * ffn_, device_);
-  in_->forward(hidden, normed.fp32, rows, scratch,
-               DeviceTensors{.in = normed.bf16, .keep_input_codes = in_->keep_input_codes(saved.up_codes, rows)});
-  activation_forward(device_, activation_, act, hidden, rows, ffn_);
+  void* up_codes = in_->keep_input_codes(saved.up_codes, rows);
+  if (bf16_hidden()) {
+    void* hidden = sized_16bit(saved.hidden, rows * hidden_width(), device_);
+    in_->forward(nullptr, normed.fp32, rows, scratch, DeviceTensors{.out = hidden, .keep_input_codes = up_codes});
+    activation_forward_bf16(device_, activation_, act, nullptr, hidden, rows, ffn_);
+  } else {
+    float* hidden = sized(saved.hidden, rows * hidden_width(), device_);
+    in_->forward(hidden, normed.fp32, rows, scratch, DeviceTensors{.in = normed.bf16, .keep_input_codes = up_codes});
+    activation_forward(device_, activation_, act, hidden, rows, ffn_);
+  }
   down_->forward(residual, act, rows, scratch,
                  DeviceTensors{.keep_input_codes = down_->keep_input_codes(saved.down_codes, rows)});
 }
@@ -83,11 +95,19 @@ void Mlp::backward(float* d_normed, const float* d_residual, const NormedRows& n
     }
     return;
   }
-  float* d_act = sized(work.d_act, rows * ffn_, device_);
-  down_->backward(d_act, d_residual, saved.act.data(), rows, scratch, false,
-                  DeviceTensors{.kept_input_codes = down_->kept_input_codes(saved.down_codes)});
   float* d_hidden = sized(work.d_hidden, rows * hidden_width(), device_);
-  activation_backward(device_, activation_, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
+  const void* down_codes = down_->kept_input_codes(saved.down_codes);
+  if (bf16_hidden()) {
+    void* d_act = sized_16bit(work.d_act, rows * ffn_, device_);
+    down_->backward(nullptr, d_residual, saved.act.data(), rows, scratch, false,
+                    DeviceTensors{.din = d_act, .kept_input_codes = down_codes});
+    activation_backward_bf16(device_, activation_, d_hidden, nullptr, d_act, saved.hidden.data(), rows, ffn_);
+  } else {
+    float* d_act = sized(work.d_act, rows * ffn_, device_);
+    down_->backward(d_act, d_residual, saved.act.data(), rows, scratch, false,
+                    DeviceTensors{.kept_input_codes = down_codes});
+    activation_backward(device_, activation_, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
+  }
   in_->backward(d_normed, d_hidden, normed.fp32, rows, scratch, accumulate,
                 DeviceTensors{.in = normed.bf16, .kept_input_codes = in_->kept_input_codes(saved.up_codes)});
 }

@@ -18,7 +18,8 @@ namespace loom::model {
 class Mlp {
  public:
   struct Saved {
-    // hidden = [gate | up] rows for SwiGLU, else the pre-activation (bf16_interior: 2-byte elements)
+    // hidden = [gate | up] rows for SwiGLU, else the pre-activation (bf16_interior and bf16_hidden:
+    // 2-byte elements; act too under bf16_interior)
     Buffer hidden, act;
     Buffer up_codes, down_codes;  // the projections' FP8 input codes, where they keep them (DeviceTensors)
   };
@@ -46,6 +47,14 @@ class Mlp {
   // and with half the bytes. With a bias on the up projection its gradient is summed from the
   // fp32 hidden gradient, which then stays fp32.
   bool bf16_interior() const;
+  // Whether, short of that, the MLP keeps the bf16 outputs of its GEMMs bf16: on a GPU under the
+  // FP8 and MX recipes, whose GEMMs round their outputs to bf16 too, the hidden pre-activation
+  // (the up projection's output, saved for backward) and the activation's gradient (the down
+  // projection's dgrad output) are bf16 tensors, read by the activation kernels over bf16 inputs
+  // (kernels::activation_forward_bf16 / _backward_bf16), which leave the activation and the hidden
+  // gradient in fp32 for the recipe's own casts: the same values without the two widening passes,
+  // with half their bytes.
+  bool bf16_hidden() const;
   // Whether training may hand the normed input over in bf16: the up projection's GEMMs are bf16
   // on a GPU, so it casts the input to bf16 anyway (for the forward and the weight gradient).
   bool takes_bf16_input() const { return in_->takes_bf16_input(); }

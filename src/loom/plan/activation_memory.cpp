@@ -38,6 +38,12 @@ bool bf16_mlp_on_device(const config::RunConfig& config) {
 
 bool bf16_normed_on_device(const config::RunConfig& config) { return bf16_mlp_on_device(config); }
 
+bool bf16_mlp_hidden_on_device(const config::RunConfig& config) {
+  const config::PrecisionRecipe r = config.precision.recipe;
+  return config.runtime.device == config::RuntimeDevice::Cuda && r != config::PrecisionRecipe::Fp32 &&
+         r != config::PrecisionRecipe::Fp16;
+}
+
 bool bf16_attention_on_device(const config::RunConfig& config) {
   const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
   return bf16_mlp_on_device(config) && policy.attention_operands() == kernels::AttentionOperands::Bf16 &&
@@ -61,7 +67,7 @@ int64_t block_saved_bytes(const config::ModelConfig& model, const LayerWidths& w
     bytes += rows * (model.d_model + w.q) * a.input_code_bytes;             // q/k/v and o_proj inputs' codes
   }
   if (w.has_mlp()) {
-    bytes += norm_bytes(model, a, a.normed_bytes) + rows * (w.hidden() + w.ffn) * a.mlp_bytes;
+    bytes += norm_bytes(model, a, a.normed_bytes) + rows * (w.hidden() * a.mlp_hidden_bytes + w.ffn * a.mlp_bytes);
     bytes += rows * (model.d_model + w.ffn) * a.input_code_bytes;  // up and down projections' inputs' codes
   }
   return bytes;

@@ -32,8 +32,10 @@ struct ActivationShape {
   // The logits' bytes: element_bytes, or 2 where a GPU keeps them bf16 (Transformer::bf16_logits).
   int64_t logit_bytes = 4;
   // The MLP's saved hidden and activation: element_bytes, or 2 where a GPU keeps them bf16
-  // (Mlp::bf16_interior: every block under the bf16 recipe).
+  // (Mlp::bf16_interior: every block under the bf16 recipe); the hidden also under the FP8 and MX
+  // recipes (Mlp::bf16_hidden).
   int64_t mlp_bytes = 4;
+  int64_t mlp_hidden_bytes = 4;
   // The q/k/v and attention output saved for backward: element_bytes, or 2 where a GPU keeps them
   // bf16 (Attention::bf16_tensors: every block under the bf16 recipe).
   int64_t attention_bytes = 4;
@@ -55,6 +57,9 @@ bool bf16_logits_on_device(const config::RunConfig& config, int tp);
 // Whether every block's MLP keeps its interior bf16 (Mlp::bf16_interior): on a GPU under the bf16
 // recipe (an FP8 recipe's bf16 edge blocks do too; not counted).
 bool bf16_mlp_on_device(const config::RunConfig& config);
+// Whether every block's MLP keeps its hidden pre-activation bf16 (Mlp::bf16_interior or
+// bf16_hidden): on a GPU under any recipe but fp32 and fp16.
+bool bf16_mlp_hidden_on_device(const config::RunConfig& config);
 // Whether every block's norms before attention and a dense MLP write their outputs in bf16 for the
 // projections after them (Attention / Mlp::takes_bf16_input): on a GPU under the bf16 recipe.
 bool bf16_normed_on_device(const config::RunConfig& config);

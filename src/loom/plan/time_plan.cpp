@@ -86,7 +86,8 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
 }
 
 // Which linear of a block a visit is: the MLP's two keep their interior bf16 on a GPU under the
-// bf16 recipe (Mlp::bf16_interior), and attention its q/k/v and output (Attention::bf16_tensors).
+// bf16 recipe (Mlp::bf16_interior; their GEMMs' outputs under FP8 and MX: Mlp::bf16_hidden), and
+// attention its q/k/v and output (Attention::bf16_tensors).
 enum class LinearRole : uint8_t { AttentionQkv, AttentionOut, MlpUp, MlpDown };
 
 // Calls visit(out_features, in_features, recipe, role) for every linear of this rank's layers that
@@ -133,6 +134,11 @@ double cast_seconds(const config::RunConfig& config, const StageMemory& stage, d
       ends.output_grad = !config.model.bias;  // a bias gradient sums the fp32 hidden gradient
     }
     if (path.device && r == model::Recipe::Bf16 && role == LinearRole::MlpDown) ends.input = ends.input_grad = true;
+    // FP8 and MX blocks keep their GEMMs' bf16 outputs in the MLP (Mlp::bf16_hidden): the up
+    // projection's output and the down projection's input gradient.
+    const bool hidden16 = path.device && r != model::Recipe::Bf16 && r != model::Recipe::Fp16;
+    if (hidden16 && role == LinearRole::MlpUp) ends.output = true;
+    if (hidden16 && role == LinearRole::MlpDown) ends.input_grad = true;
     if (path.bf16_attention && r == model::Recipe::Bf16 && role == LinearRole::AttentionQkv) ends.output = true;
     if (path.bf16_attention && r == model::Recipe::Bf16 && role == LinearRole::AttentionOut)
       ends.input = ends.input_grad = true;

@@ -86,17 +86,23 @@ int64_t input_width(MlpActivation activation, int64_t width) {
 }
 }  // namespace
 
-void activation_forward_bf16(MlpActivation activation, void* out16, const void* in16, int64_t rows, int64_t width) {
+void activation_forward_bf16(MlpActivation activation, float* out, void* out16, const void* in16, int64_t rows,
+                             int64_t width) {
   const std::vector<float> in = widened(in16, rows * input_width(activation, width));
-  std::vector<float> out(static_cast<size_t>(rows * width));
-  if (activation == MlpActivation::Swiglu) {
-    swiglu_forward(out.data(), in.data(), rows, width);
-  } else if (activation == MlpActivation::Relu2) {
-    relu2_forward(out.data(), in.data(), rows * width);
-  } else {
-    gelu_forward(out.data(), in.data(), rows * width);
+  std::vector<float> local;
+  float* y = out;
+  if (y == nullptr) {
+    local.resize(static_cast<size_t>(rows * width));
+    y = local.data();
   }
-  narrow_floats(out16, out.data(), rows * width, DType::BF16);
+  if (activation == MlpActivation::Swiglu) {
+    swiglu_forward(y, in.data(), rows, width);
+  } else if (activation == MlpActivation::Relu2) {
+    relu2_forward(y, in.data(), rows * width);
+  } else {
+    gelu_forward(y, in.data(), rows * width);
+  }
+  if (out == nullptr) narrow_floats(out16, y, rows * width, DType::BF16);
 }
 
 void activation_backward_bf16(MlpActivation activation, float* din, void* din16, const void* dout16,

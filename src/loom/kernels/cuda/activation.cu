@@ -128,22 +128,23 @@ void relu2_backward(float* din, const float* dout, const float* in, int64_t n, c
   check_launch("relu2_backward_kernel");
 }
 
-void activation_forward_bf16(MlpActivation activation, void* out, const void* in, int64_t rows, int64_t width,
+namespace {
+// The forward from a bf16 input into out of element type Out (fp32 or bf16).
+template <typename Out>
+void activation_forward_into(MlpActivation activation, Out* out, const bf16* in, int64_t rows, int64_t width,
                              cudaStream_t stream) {
   const int64_t n = rows * width;
-  if (n == 0) return;
   if (activation == MlpActivation::Swiglu) {
     const RowsLaunch l = launch_over_rows(rows, width);
-    swiglu_forward_kernel<bf16, bf16><<<l.grid, l.block, 0, stream>>>(as_bf16(out), as_bf16(in), rows, width);
+    swiglu_forward_kernel<bf16, Out><<<l.grid, l.block, 0, stream>>>(out, in, rows, width);
   } else if (activation == MlpActivation::Relu2) {
-    relu2_forward_kernel<bf16, bf16><<<grid_for(n), kThreads, 0, stream>>>(as_bf16(out), as_bf16(in), n);
+    relu2_forward_kernel<bf16, Out><<<grid_for(n), kThreads, 0, stream>>>(out, in, n);
   } else {
-    gelu_forward_kernel<bf16, bf16><<<grid_for(n), kThreads, 0, stream>>>(as_bf16(out), as_bf16(in), n);
+    gelu_forward_kernel<bf16, Out><<<grid_for(n), kThreads, 0, stream>>>(out, in, n);
   }
   check_launch("activation forward (bf16)");
 }
 
-namespace {
 // The backward from bf16 dout and input into din of element type DIn (fp32 or bf16).
 template <typename DIn>
 void activation_backward_into(MlpActivation activation, DIn* din, const bf16* dout, const bf16* in, int64_t rows,
@@ -160,6 +161,16 @@ void activation_backward_into(MlpActivation activation, DIn* din, const bf16* do
   check_launch("activation backward (bf16)");
 }
 }  // namespace
+
+void activation_forward_bf16(MlpActivation activation, float* out, void* out16, const void* in, int64_t rows,
+                             int64_t width, cudaStream_t stream) {
+  if (rows * width == 0) return;
+  if (out != nullptr) {
+    activation_forward_into(activation, out, as_bf16(in), rows, width, stream);
+  } else {
+    activation_forward_into(activation, as_bf16(out16), as_bf16(in), rows, width, stream);
+  }
+}
 
 void activation_backward_bf16(MlpActivation activation, float* din, void* din16, const void* dout, const void* in,
                               int64_t rows, int64_t width, cudaStream_t stream) {

@@ -24,9 +24,10 @@ void relu2_backward(float* din, const float* dout, const float* in, int64_t n, c
 // The same over bf16 tensors (kernels::activation_forward_bf16 / activation_backward_bf16: the bf16
 // recipe's MLP interior on a device; void* are 2-byte elements): the fp32 arithmetic on the
 // widened values, each output rounded to bf16 (nearest even) as it is stored. in: [rows, 2 width]
-// for SwiGLU, else [rows, width]. Backward writes din in fp32, or din16 in bf16 when din is null.
-void activation_forward_bf16(MlpActivation activation, void* out, const void* in, int64_t rows, int64_t width,
-                             cudaStream_t stream = nullptr);
+// for SwiGLU, else [rows, width]. Forward writes out in fp32 (unrounded), or out16 in bf16 when out
+// is null; backward writes din in fp32, or din16 in bf16 when din is null.
+void activation_forward_bf16(MlpActivation activation, float* out, void* out16, const void* in, int64_t rows,
+                             int64_t width, cudaStream_t stream = nullptr);
 void activation_backward_bf16(MlpActivation activation, float* din, void* din16, const void* dout, const void* in,
                               int64_t rows, int64_t width, cudaStream_t stream = nullptr);
 

@@ -116,8 +116,9 @@ void register_norms_and_activations(CudaEntries& e) {
   e.relu2_backward = [](Device d, float* din, const float* dout, const float* in, int64_t n) {
     relu2_backward(din, dout, in, n, stream_of(d));
   };
-  e.activation_forward_bf16 = [](Device d, MlpActivation a, void* out, const void* in, int64_t rows, int64_t width) {
-    activation_forward_bf16(a, out, in, rows, width, stream_of(d));
+  e.activation_forward_bf16 = [](Device d, MlpActivation a, float* out, void* out16, const void* in, int64_t rows,
+                                 int64_t width) {
+    activation_forward_bf16(a, out, out16, in, rows, width, stream_of(d));
   };
   e.activation_backward_bf16 = [](Device d, MlpActivation a, float* din, void* din16, const void* dout,
                                   const void* in, int64_t rows, int64_t width) {

@@ -253,9 +253,11 @@ void check_casts(const PrecisionGemm& g) {
   LOOM_CHECK((g.a16 == nullptr || (bf16 && g.a_store_use == CastStore::None)) &&
                  (g.b16 == nullptr || (bf16 && g.pass == LinearGemm::WeightGrad)),
              "precision GEMM: bf16 operands given (a16, b16; b16 only as wgrad's input) need both casts bf16");
-  LOOM_CHECK(g.out16 == nullptr || (bf16 && g.pass != LinearGemm::WeightGrad && g.rounding == OutputRounding::Bf16 &&
+  LOOM_CHECK(g.out16 == nullptr || (a != OperandCast::None && b != OperandCast::None &&
+                                    g.pass != LinearGemm::WeightGrad && g.rounding == OutputRounding::Bf16 &&
                                     !g.accumulate),
-             "precision GEMM: a bf16 output (out16) is for a bf16 forward or dgrad, rounded to bf16, not accumulated");
+             "precision GEMM: a bf16 output (out16) is for a forward or dgrad of cast operands, rounded to bf16, not "
+             "accumulated");
 }
 
 }  // namespace
