@@ -18,6 +18,7 @@
 
 #include "cuda_test_util.h"
 #include "loom/core/error.h"
+#include "loom/kernels/cpu/linear.h"
 #include "loom/kernels/cuda/backend.h"
 #include "loom/kernels/ops.h"
 
@@ -285,13 +286,28 @@ TEST_F(CudaEntries, ActivationsOverBf16TensorsAreTheFp32KernelsRounded) {
     activation_forward_bf16(kGpu, a, nullptr, out16.ptr, in16.ptr, rows, width);
     DeviceFloats d_out_fp32(allocator_, poison(rows * width));
     activation_forward_bf16(kGpu, a, d_out_fp32.ptr, nullptr, in16.ptr, rows, width);
-    activation_backward_bf16(kGpu, a, nullptr, din16.ptr, dout16.ptr, in16.ptr, rows, width);
-    activation_backward_bf16(kGpu, a, d_din_fp32.ptr, nullptr, dout16.ptr, in16.ptr, rows, width);
+    activation_backward_bf16(kGpu, a, nullptr, din16.ptr, nullptr, dout16.ptr, in16.ptr, rows, width);
+    activation_backward_bf16(kGpu, a, d_din_fp32.ptr, nullptr, nullptr, dout16.ptr, in16.ptr, rows, width);
+    // With a bias's gradient: din in either form as without, and its fp32 values' column sums added
+    // in the CPU's order (the same bits as the CPU's sums of that fp32 din).
+    const std::vector<float> bias0 = random_values(seed_ + 2, in_width, 1.0f);
+    DeviceFloats d_bias16(allocator_, bias0), d_bias32(allocator_, bias0);
+    DeviceFloats d_din_summed(allocator_, poison(rows * in_width));
+    DeviceArray<__nv_bfloat16> din16_summed(allocator_, std::vector<__nv_bfloat16>(rows * in_width));
+    activation_backward_bf16(kGpu, a, nullptr, din16_summed.ptr, d_bias16.ptr, dout16.ptr, in16.ptr, rows, width);
+    activation_backward_bf16(kGpu, a, d_din_summed.ptr, nullptr, d_bias32.ptr, dout16.ptr, in16.ptr, rows, width);
     const std::string name = "activation " + std::to_string(static_cast<int>(a));
     EXPECT_LE(relative_error(testing::to_float(out16.host()), d_out.host()), 4e-3) << name;
     EXPECT_LE(relative_error(testing::to_float(din16.host()), d_din.host()), 4e-3) << name;
     EXPECT_LE(relative_error(d_din_fp32.host(), d_din.host()), 1e-6) << name;
     EXPECT_LE(relative_error(d_out_fp32.host(), d_out.host()), 1e-6) << name;
+    const std::vector<float> summed = d_din_summed.host();
+    EXPECT_LE(relative_error(summed, d_din_fp32.host()), 1e-6) << name;
+    EXPECT_EQ(testing::to_float(din16_summed.host()), testing::bf16_rounded(summed)) << name;
+    std::vector<float> want_bias = bias0;
+    ::loom::kernels::cpu::add_column_sums(want_bias.data(), summed.data(), rows, in_width);
+    EXPECT_EQ(d_bias32.host(), want_bias) << name;
+    EXPECT_EQ(d_bias16.host(), want_bias) << name;
     std::vector<__nv_bfloat16> cpu_out(rows * width);
     activation_forward_bf16(kCpu, a, nullptr, cpu_out.data(), testing::to_bf16(in).data(), rows, width);
     EXPECT_LE(relative_error(testing::to_float(out16.host()), testing::to_float(cpu_out)), 4e-3) << name;

@@ -230,7 +230,8 @@ TEST(KernelGradients, NormsOnBf16AreTheFp32NormsRounded) {
 }
 
 // The activations over bf16 inputs: into fp32 the fp32 kernels' outputs exactly (an FP8 block's
-// activation), into bf16 those rounded (the bf16 recipe's).
+// activation), into bf16 those rounded (the bf16 recipe's); the backward's bias gradient is the
+// column sums of the fp32 input gradient, whichever form that takes.
 TEST(KernelGradients, ActivationsOverBf16InputsAreTheFp32Kernels) {
   const int64_t rows = 5, width = 11;
   for (const MlpActivation a : {MlpActivation::Swiglu, MlpActivation::Gelu, MlpActivation::Relu2}) {
@@ -247,6 +248,24 @@ TEST(KernelGradients, ActivationsOverBf16InputsAreTheFp32Kernels) {
     std::vector<uint16_t> got16(rows * width, 0x7fc1);
     activation_forward_bf16(a, nullptr, got16.data(), in16.data(), rows, width);
     for (size_t i = 0; i < got16.size(); ++i) ASSERT_EQ(got16[i], f32_to_bf16(want[i])) << static_cast<int>(a);
+
+    std::vector<uint16_t> dout16;
+    for (float v : random_vector(rows * width, 31)) dout16.push_back(f32_to_bf16(v));
+    std::vector<float> dout(dout16.size()), want_din(rows * in_width), din(rows * in_width, NAN);
+    for (size_t i = 0; i < dout16.size(); ++i) dout[i] = bf16_to_f32(dout16[i]);
+    if (a == MlpActivation::Swiglu) swiglu_backward(want_din.data(), dout.data(), in.data(), rows, width);
+    if (a == MlpActivation::Gelu) gelu_backward(want_din.data(), dout.data(), in.data(), rows * width);
+    if (a == MlpActivation::Relu2) relu2_backward(want_din.data(), dout.data(), in.data(), rows * width);
+    const std::vector<float> bias0 = random_vector(in_width, 32);
+    std::vector<float> want_bias = bias0, bias = bias0, bias_16 = bias0;
+    add_column_sums(want_bias.data(), want_din.data(), rows, in_width);
+    activation_backward_bf16(a, din.data(), nullptr, bias.data(), dout16.data(), in16.data(), rows, width);
+    EXPECT_EQ(din, want_din) << static_cast<int>(a);
+    EXPECT_EQ(bias, want_bias) << static_cast<int>(a);
+    std::vector<uint16_t> din16(rows * in_width, 0x7fc1);
+    activation_backward_bf16(a, nullptr, din16.data(), bias_16.data(), dout16.data(), in16.data(), rows, width);
+    for (size_t i = 0; i < din16.size(); ++i) ASSERT_EQ(din16[i], f32_to_bf16(want_din[i])) << static_cast<int>(a);
+    EXPECT_EQ(bias_16, want_bias) << static_cast<int>(a);
   }
 }
 

@@ -5,8 +5,8 @@
 // casts to bf16, so every run equals the same run on the CPU bit for bit: Llama (SwiGLU, no
 // biases: all four MLP tensors bf16; attention's q/k/v, output and output gradient:
 // Attention::bf16_tensors),
-// GPT-2 (GELU, biases: the hidden gradient stays fp32 for the
-// bias's sum), squared ReLU, with recompute, tensor parallelism (the head then vocabulary-parallel
+// GPT-2 (GELU, biases: the up projection's bias gradient summed by the activation's backward from
+// the fp32 hidden gradient it leaves in bf16), squared ReLU, with recompute, tensor parallelism (the head then vocabulary-parallel
 // in fp32) and a pipeline; and each step's entries show the hand-overs (the bf16 loss and
 // activations, no fp32 cross-entropy, no fp32 activation). The norms before attention and the MLP
 // write their outputs bf16 for those projections (Norm::forward's bf16 output; gathered in bf16

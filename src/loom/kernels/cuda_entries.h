@@ -88,7 +88,7 @@ struct CudaEntries {
   void (*relu2_backward)(Device, float* din, const float* dout, const float* in, int64_t n) = nullptr;
   void (*activation_forward_bf16)(Device, MlpActivation, float* out, void* out16, const void* in16, int64_t rows,
                                   int64_t width) = nullptr;
-  void (*activation_backward_bf16)(Device, MlpActivation, float* din, void* din16, const void* dout16,
+  void (*activation_backward_bf16)(Device, MlpActivation, float* din, void* din16, float* dbias, const void* dout16,
                                    const void* in16, int64_t rows, int64_t width) = nullptr;
   void (*add_rows)(Device, float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t rows,
                    int64_t width) = nullptr;

@@ -75,11 +75,14 @@ void relu2_backward(Device device, float* din, const float* dout, const float* i
 // [rows, 2 width] for SwiGLU's [gate | up], else [rows, width]; out16 and dout16 [rows, width].
 // Forward writes out in fp32 (the fp32 kernels' outputs unrounded: an FP8 block's activation,
 // which its down projection casts to FP8 itself), or out16 in bf16 when out is null; backward
-// writes din whole in fp32, or din16 in bf16 when din is null.
+// writes din whole in fp32, or din16 in bf16 when din is null, and adds into dbias (when not
+// null) the column sums of the fp32 input gradient over the rows, in kernels/column_sums.h's
+// order as linear_backward's bias gradient: an up projection's bias gradient from the unrounded
+// hidden gradient, whichever form din takes.
 void activation_forward_bf16(Device device, MlpActivation activation, float* out, void* out16, const void* in16,
                              int64_t rows, int64_t width);
-void activation_backward_bf16(Device device, MlpActivation activation, float* din, void* din16, const void* dout16,
-                              const void* in16, int64_t rows, int64_t width);
+void activation_backward_bf16(Device device, MlpActivation activation, float* din, void* din16, float* dbias,
+                              const void* dout16, const void* in16, int64_t rows, int64_t width);
 // y[r * y_stride + c] += x[r * x_stride + c] for r < rows, c < width: a column block added into
 // another (kernels/cpu/rows.h).
 void add_rows(Device device, float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t rows, int64_t width);

@@ -83,16 +83,13 @@ void Mlp::backward(float* d_normed, const float* d_residual, const NormedRows& n
     void* d_act = sized_16bit(work.d_act, rows * ffn_, device_);
     down_->backward(nullptr, d_residual, nullptr, rows, scratch, false,
                     DeviceTensors{.in = saved.act.data(), .din = d_act});
-    if (in_->has_bias()) {  // the bias gradient sums the fp32 hidden gradient
-      float* d_hidden = sized(work.d_hidden, rows * hidden_width(), device_);
-      activation_backward_bf16(device_, activation_, d_hidden, nullptr, d_act, saved.hidden.data(), rows, ffn_);
-      in_->backward(d_normed, d_hidden, normed.fp32, rows, scratch, accumulate, DeviceTensors{.in = normed.bf16});
-    } else {
-      void* d_hidden = sized_16bit(work.d_hidden, rows * hidden_width(), device_);
-      activation_backward_bf16(device_, activation_, nullptr, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
-      in_->backward(d_normed, nullptr, normed.fp32, rows, scratch, accumulate,
-                    DeviceTensors{.in = normed.bf16, .dout = d_hidden});
-    }
+    // A bias's gradient sums the fp32 hidden gradient: the activation's backward adds it from the
+    // same pass that leaves the bf16 one.
+    void* d_hidden = sized_16bit(work.d_hidden, rows * hidden_width(), device_);
+    activation_backward_bf16(device_, activation_, nullptr, d_hidden, in_->bias_grad(), d_act, saved.hidden.data(),
+                             rows, ffn_);
+    in_->backward(d_normed, nullptr, normed.fp32, rows, scratch, accumulate,
+                  DeviceTensors{.in = normed.bf16, .dout = d_hidden});
     return;
   }
   float* d_hidden = sized(work.d_hidden, rows * hidden_width(), device_);
@@ -101,7 +98,8 @@ void Mlp::backward(float* d_normed, const float* d_residual, const NormedRows& n
     void* d_act = sized_16bit(work.d_act, rows * ffn_, device_);
     down_->backward(nullptr, d_residual, saved.act.data(), rows, scratch, false,
                     DeviceTensors{.din = d_act, .kept_input_codes = down_codes});
-    activation_backward_bf16(device_, activation_, d_hidden, nullptr, d_act, saved.hidden.data(), rows, ffn_);
+    activation_backward_bf16(device_, activation_, d_hidden, nullptr, nullptr, d_act, saved.hidden.data(), rows,
+                             ffn_);
   } else {
     float* d_act = sized(work.d_act, rows * ffn_, device_);
     down_->backward(d_act, d_residual, saved.act.data(), rows, scratch, false,

@@ -44,8 +44,8 @@ class Mlp {
   // rounds or casts to bf16 anyway (the up projection's output is rounded to bf16; the down
   // projection casts the activation and the hidden gradient is cast for both of the up
   // projection's backward GEMMs), so the results are the same, without those casts and widenings
-  // and with half the bytes. With a bias on the up projection its gradient is summed from the
-  // fp32 hidden gradient, which then stays fp32.
+  // and with half the bytes. A bias on the up projection takes its gradient from the fp32 hidden
+  // gradient, which the activation's backward sums as it leaves the bf16 one.
   bool bf16_interior() const;
   // Whether, short of that, the MLP keeps the bf16 outputs of its GEMMs bf16: on a GPU under the
   // FP8 and MX recipes, whose GEMMs round their outputs to bf16 too, the hidden pre-activation

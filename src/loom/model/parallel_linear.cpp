@@ -135,9 +135,9 @@ void ColumnParallelLinear::backward(float* d_x, const float* d_out, const float*
   // Across ranks the GEMM writes the whole partial product; the sum then goes into d_x.
   float* d_full = tp_->enter_backward_target(d_x, rows, in_, scratch.d_full, false);
   // dgrad reduces over the split output features: partial products, rounded after the sum.
-  linear_backward(store_->device(), precision_.get(), d_full, store_->grad(weight_),
-                  bias_ >= 0 ? store_->grad(bias_) : nullptr, d_out, full, store_->value(weight_), rows, in_, out_,
-                  split_output(*tp_), accumulate && tp_->single(),
+  float* dbias = tensors.dout == nullptr ? bias_grad() : nullptr;  // a bf16 d_out: the caller's
+  linear_backward(store_->device(), precision_.get(), d_full, store_->grad(weight_), dbias, d_out, full,
+                  store_->value(weight_), rows, in_, out_, split_output(*tp_), accumulate && tp_->single(),
                   DeviceTensors{.in = full16, .dout = tensors.dout, .kept_input_codes = tensors.kept_input_codes});
   tp_->enter_backward(d_x, d_full, rows, in_, precision_.get(), accumulate);
 }

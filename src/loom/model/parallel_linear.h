@@ -44,7 +44,8 @@ class ColumnParallelLinear {
                const DeviceTensors& tensors = {}) const;
   // d_x[local rows] += f_backward(d_out W), or = when not `accumulate` (d_x need not be zeroed);
   // parameter gradients added into the store. tensors.in: x in bf16 instead; tensors.dout: d_out
-  // in bf16 instead (no bias); tensors.kept_input_codes: the codes the forward kept.
+  // in bf16 instead, the bias's gradient (which sums the fp32 d_out) then the caller's, added into
+  // bias_grad(); tensors.kept_input_codes: the codes the forward kept.
   void backward(float* d_x, const float* d_out, const float* x, int64_t rows, ParallelScratch& scratch,
                 bool accumulate = true, const DeviceTensors& tensors = {}) const;
   // The GEMMs' precision (null: fp32); whether the layer has a bias.
@@ -57,6 +58,8 @@ class ColumnParallelLinear {
   void* keep_input_codes(Buffer& buffer, int64_t rows) const;
   const void* kept_input_codes(const Buffer& buffer) const;
   bool has_bias() const { return bias_ >= 0; }
+  // The bias's gradient in the store (null without a bias).
+  float* bias_grad() const { return bias_ >= 0 ? store_->grad(bias_) : nullptr; }
   int64_t out_local() const { return out_; }
   // The GEMMs' precision recipe (linear_precision.h); null (the default) = fp32 kernels. Throws
   // an Error naming the projection when the recipe's blocks would straddle the split.

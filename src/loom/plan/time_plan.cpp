@@ -129,10 +129,8 @@ double cast_seconds(const config::RunConfig& config, const StageMemory& stage, d
     // The norm before each of these writes its output bf16 (Norm::forward's bf16 output).
     const bool after_norm = role == LinearRole::AttentionQkv || role == LinearRole::MlpUp;
     if (path.device && r == model::Recipe::Bf16 && after_norm) ends.input = true;
-    if (path.device && r == model::Recipe::Bf16 && role == LinearRole::MlpUp) {
-      ends.output = true;
-      ends.output_grad = !config.model.bias;  // a bias gradient sums the fp32 hidden gradient
-    }
+    // A bias's gradient is summed by the activation's backward from the fp32 hidden gradient.
+    if (path.device && r == model::Recipe::Bf16 && role == LinearRole::MlpUp) ends.output = ends.output_grad = true;
     if (path.device && r == model::Recipe::Bf16 && role == LinearRole::MlpDown) ends.input = ends.input_grad = true;
     // FP8 and MX blocks keep their GEMMs' bf16 outputs in the MLP (Mlp::bf16_hidden): the up
     // projection's output and the down projection's input gradient.

@@ -1,6 +1,7 @@
 #include "loom/kernels/cpu/activation.h"
 #include "loom/kernels/cpu/fast_math.h"
 #include "loom/kernels/cpu/half_copies.h"
+#include "loom/kernels/cpu/linear.h"
 #include "loom/kernels/cpu/parallel.h"
 
 #include <cmath>
@@ -105,7 +106,7 @@ void activation_forward_bf16(MlpActivation activation, float* out, void* out16, 
   if (out == nullptr) narrow_floats(out16, y, rows * width, DType::BF16);
 }
 
-void activation_backward_bf16(MlpActivation activation, float* din, void* din16, const void* dout16,
+void activation_backward_bf16(MlpActivation activation, float* din, void* din16, float* dbias, const void* dout16,
                               const void* in16, int64_t rows, int64_t width) {
   const int64_t in_count = rows * input_width(activation, width);
   const std::vector<float> in = widened(in16, in_count), dout = widened(dout16, rows * width);
@@ -122,6 +123,7 @@ void activation_backward_bf16(MlpActivation activation, float* din, void* din16,
   } else {
     gelu_backward(d, dout.data(), in.data(), rows * width);
   }
+  if (dbias != nullptr) add_column_sums(dbias, d, rows, input_width(activation, width));
   if (din == nullptr) narrow_floats(din16, d, in_count, DType::BF16);
 }
 }  // namespace loom::kernels::cpu

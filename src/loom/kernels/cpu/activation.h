@@ -23,7 +23,7 @@ void relu2_backward(float* din, const float* dout, const float* in, int64_t n);
 // widened bf16 values, outputs rounded to bf16 (nearest even).
 void activation_forward_bf16(MlpActivation activation, float* out, void* out16, const void* in16, int64_t rows,
                              int64_t width);
-void activation_backward_bf16(MlpActivation activation, float* din, void* din16, const void* dout16,
+void activation_backward_bf16(MlpActivation activation, float* din, void* din16, float* dbias, const void* dout16,
                               const void* in16, int64_t rows, int64_t width);
 
 }  // namespace loom::kernels::cpu

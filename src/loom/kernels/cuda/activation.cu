@@ -1,8 +1,14 @@
 #include "loom/kernels/cuda/activation.h"
 
+#include <string>
+
+#include "loom/core/error.h"
+#include "loom/kernels/column_sums.h"
 #include "loom/kernels/cuda/bf16_io.cuh"
+#include "loom/kernels/cuda/bias.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/launch.cuh"
+#include "loom/kernels/cuda/scratch.h"
 
 namespace loom::kernels::cuda {
 
@@ -12,6 +18,21 @@ constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCubic = 0.044715f;
 
 __device__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// Each activation's input gradient at one element, in fp32: the backward kernels below and the
+// one that also sums the columns (activation_backward_sums_kernel) compute the same.
+__device__ inline float swiglu_up_grad(float g, float dy) { return dy * g * sigmoid(g); }
+__device__ inline float swiglu_gate_grad(float g, float u, float dy) {
+  const float sig = sigmoid(g);
+  return dy * u * sig * (1.0f + g * (1.0f - sig));
+}
+__device__ inline float gelu_grad(float x, float dy) {
+  const float s = sigmoid(2.0f * kSqrt2OverPi * (x + kCubic * x * x * x));
+  const float du_dx = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
+  return (s + x * s * (1.0f - s) * 2.0f * du_dx) * dy;
+}
+// One rounding per operation (no contraction into an FMA), as the CPU's.
+__device__ inline float relu2_grad(float x, float dy) { return x > 0.0f ? __fmul_rn(__fmul_rn(2.0f, x), dy) : 0.0f; }
 
 // Each kernel over fp32 or bf16 tensors (bf16_io.cuh): the same fp32 arithmetic, a bf16 output
 // rounded as it is stored. Rows of [gate | up] (2 width) into rows of width (launch_over_rows: no
@@ -34,9 +55,8 @@ __global__ void swiglu_backward_kernel(DIn* __restrict__ dgate_up, const DOut* _
     for (int64_t i = column_start(); i < width; i += column_stride()) {
       const int64_t gi = r * 2 * width + i, ui = gi + width;
       const float g = load(gate_up, gi), u = load(gate_up, ui), dy = load(dout, r * width + i);
-      const float sig = sigmoid(g);
-      store(dgate_up, ui, dy * g * sig);
-      store(dgate_up, gi, dy * u * sig * (1.0f + g * (1.0f - sig)));
+      store(dgate_up, ui, swiglu_up_grad(g, dy));
+      store(dgate_up, gi, swiglu_gate_grad(g, u, dy));
     }
   }
 }
@@ -55,10 +75,7 @@ __global__ void gelu_backward_kernel(DIn* __restrict__ din, const DOut* __restri
                                      int64_t n) {
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float x = load(in, k);
-    const float s = sigmoid(2.0f * kSqrt2OverPi * (x + kCubic * x * x * x));
-    const float du_dx = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
-    store(din, k, (s + x * s * (1.0f - s) * 2.0f * du_dx) * load(dout, k));
+    store(din, k, gelu_grad(load(in, k), load(dout, k)));
   }
 }
 
@@ -78,14 +95,46 @@ __global__ void relu2_backward_kernel(DIn* __restrict__ din, const DOut* __restr
                                       int64_t n) {
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float x = load(in, k);
-    store(din, k, x > 0.0f ? __fmul_rn(__fmul_rn(2.0f, x), load(dout, k)) : 0.0f);
+    store(din, k, relu2_grad(load(in, k), load(dout, k)));
   }
 }
 
 using bf16 = __nv_bfloat16;
 const bf16* as_bf16(const void* p) { return static_cast<const bf16*>(p); }
 bf16* as_bf16(void* p) { return static_cast<bf16*>(p); }
+
+// The backward over bf16 dout and input, writing din [rows, in_width] (fp32 or bf16) and each
+// column's sum of the fp32 gradient over chunk k's rows into partial[k, c]: chunk_column_sums'
+// order (column_sums.h), so add_partial_column_sums finishes the bias gradient as add_column_sums
+// would from an fp32 din. A thread per (column, chunk); a warp's threads read consecutive columns.
+template <typename DIn>
+__global__ void activation_backward_sums_kernel(MlpActivation activation, DIn* __restrict__ din,
+                                                float* __restrict__ partial, const bf16* __restrict__ dout,
+                                                const bf16* __restrict__ in, int64_t rows, int64_t width,
+                                                int64_t chunk) {
+  const bool swiglu = activation == MlpActivation::Swiglu;
+  const int64_t in_width = swiglu ? 2 * width : width;
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x, k = blockIdx.y;
+  if (c >= in_width) return;
+  const int64_t last = min(rows, (k + 1) * chunk);
+  const int64_t i = swiglu && c >= width ? c - width : c;  // SwiGLU: the feature of a gate or up column
+  float s = 0.0f;
+  for (int64_t r = k * chunk; r < last; ++r) {
+    const float dy = load(dout, r * width + i);
+    float v = 0.0f;
+    if (swiglu) {
+      const float g = load(in, r * in_width + i);
+      v = c < width ? swiglu_gate_grad(g, load(in, r * in_width + width + i), dy) : swiglu_up_grad(g, dy);
+    } else if (activation == MlpActivation::Relu2) {
+      v = relu2_grad(load(in, r * in_width + c), dy);
+    } else {
+      v = gelu_grad(load(in, r * in_width + c), dy);
+    }
+    store(din, r * in_width + c, v);
+    s = __fadd_rn(s, v);
+  }
+  partial[k * in_width + c] = s;
+}
 
 }  // namespace
 
@@ -172,10 +221,35 @@ void activation_forward_bf16(MlpActivation activation, float* out, void* out16, 
   }
 }
 
-void activation_backward_bf16(MlpActivation activation, float* din, void* din16, const void* dout, const void* in,
-                              int64_t rows, int64_t width, cudaStream_t stream) {
+namespace {
+// The backward with the bias gradient's column sums (activation_backward_sums_kernel).
+template <typename DIn>
+void activation_backward_summing(MlpActivation activation, DIn* din, float* dbias, const bf16* dout, const bf16* in,
+                                 int64_t rows, int64_t width, cudaStream_t stream) {
+  const int64_t in_width = activation == MlpActivation::Swiglu ? 2 * width : width;
+  const int64_t chunk = column_sum_chunk(rows), chunks = (rows + chunk - 1) / chunk;
+  const int64_t column_blocks = (in_width + kThreads - 1) / kThreads;
+  LOOM_CHECK(column_blocks < (int64_t{1} << 31) && chunks <= kColumnSumChunks,
+             "cuda::activation_backward_bf16: " + std::to_string(rows) + " x " + std::to_string(in_width) +
+                 " exceeds one grid");
+  Scratch scratch;
+  float* partial = scratch.floats(chunks * in_width);
+  activation_backward_sums_kernel<DIn>
+      <<<dim3(static_cast<unsigned>(column_blocks), static_cast<unsigned>(chunks)), kThreads, 0, stream>>>(
+          activation, din, partial, dout, in, rows, width, chunk);
+  check_launch("activation_backward_sums_kernel");
+  add_partial_column_sums(dbias, partial, chunks, in_width, stream);
+}
+}  // namespace
+
+void activation_backward_bf16(MlpActivation activation, float* din, void* din16, float* dbias, const void* dout,
+                              const void* in, int64_t rows, int64_t width, cudaStream_t stream) {
   if (rows * width == 0) return;
-  if (din != nullptr) {
+  if (dbias != nullptr && din != nullptr) {
+    activation_backward_summing(activation, din, dbias, as_bf16(dout), as_bf16(in), rows, width, stream);
+  } else if (dbias != nullptr) {
+    activation_backward_summing(activation, as_bf16(din16), dbias, as_bf16(dout), as_bf16(in), rows, width, stream);
+  } else if (din != nullptr) {
     activation_backward_into(activation, din, as_bf16(dout), as_bf16(in), rows, width, stream);
   } else {
     activation_backward_into(activation, as_bf16(din16), as_bf16(dout), as_bf16(in), rows, width, stream);

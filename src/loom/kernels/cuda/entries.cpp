@@ -120,9 +120,9 @@ void register_norms_and_activations(CudaEntries& e) {
                                  int64_t width) {
     activation_forward_bf16(a, out, out16, in, rows, width, stream_of(d));
   };
-  e.activation_backward_bf16 = [](Device d, MlpActivation a, float* din, void* din16, const void* dout,
+  e.activation_backward_bf16 = [](Device d, MlpActivation a, float* din, void* din16, float* dbias, const void* dout,
                                   const void* in, int64_t rows, int64_t width) {
-    activation_backward_bf16(a, din, din16, dout, in, rows, width, stream_of(d));
+    activation_backward_bf16(a, din, din16, dbias, dout, in, rows, width, stream_of(d));
   };
   e.add_rows = [](Device d, float* y, int64_t ys, const float* x, int64_t xs, int64_t rows, int64_t width) {
     add_rows(y, ys, x, xs, rows, width, stream_of(d));
