@@ -202,7 +202,9 @@ TEST(KernelGradients, RopeOnBf16IsTheFp32RotationRounded) {
     EXPECT_GT(moved, rows * heads * hd / 2);  // the rotation did rotate
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < stride; ++c) {
-        if (c < first_col || c >= first_col + heads * hd) ASSERT_EQ(got[r * stride + c], x16[r * stride + c]);
+        if (c < first_col || c >= first_col + heads * hd) {
+          ASSERT_EQ(got[r * stride + c], x16[r * stride + c]);
+        }
       }
     }
   }

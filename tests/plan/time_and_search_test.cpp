@@ -93,13 +93,14 @@ TEST(TimePlan, PrecisionCastsEveryLinearOperandAndOutput) {
   EXPECT_NEAR(f.casts, b.casts + 2 * (middle_casts / 0.25e9 - middle_casts / 1e9), 1e-12);
   // On a GPU each weight is cast once per step and form (16-bit: one copy for the step's two
   // micro-batches, instead of two casts in each); per-tensor FP8 casts the input and the output
-  // gradient once each into both orientations (10 bytes per element where a cast moves 9). The
-  // head's logits stay bf16 there (Transformer::bf16_logits): neither widened nor their gradient
-  // cast; so does the MLP's interior (Mlp::bf16_interior): the up projection's output is not
-  // widened nor its gradient cast, the down projection's input not cast (forward and wgrad) nor its
-  // input gradient widened; so do attention's q/k/v and output (Attention::bf16_tensors): the q/k/v
-  // projection's output not widened, the output projection's input not cast (forward and wgrad)
-  // nor its input gradient widened.
+  // gradient, and the weight, once each into both orientations (10 bytes per element where a cast
+  // moves 9). The head's logits stay bf16 there (Transformer::bf16_logits): neither widened nor
+  // their gradient cast; so does the MLP's interior (Mlp::bf16_interior): the up projection's
+  // output is not widened nor its gradient cast, the down projection's input not cast (forward and
+  // wgrad) nor its input gradient widened; so do attention's q/k/v and output
+  // (Attention::bf16_tensors): the q/k/v projection's output not widened, the output projection's
+  // input not cast (forward and wgrad) nor its input gradient widened; and the norms' outputs
+  // (Norm::forward's bf16 output): the q/k/v and up projections' inputs not cast (forward and wgrad).
   const config::RunConfig bf16_gpu = tiny({"precision.recipe=bf16", "runtime.device=cuda"});
   const TimeBreakdown bg = plan_time(bf16_gpu, plan_memory(bf16_gpu, {.tp = 1, .dp = 1, .pp = 1}), hw);
   double weights = 256 * 256;  // the head's
@@ -107,14 +108,20 @@ TEST(TimePlan, PrecisionCastsEveryLinearOperandAndOutput) {
   const double logits = 2 * n * 256;            // per micro-batch
   const double mlp = 6 * n * (2 * 1408 + 3 * 704);  // per micro-batch: 6 layers' up (out 1408) and down (in 704)
   const double attention = 6 * n * (512 + 3 * 256);  // per micro-batch: 6 layers' q/k/v (out 512) and o_proj (in 256)
-  EXPECT_NEAR(bg.casts, b.casts - 2 * (2 - 0.5) * weights / 1e9 - 2 * (logits + mlp + attention) / 1e9, 1e-12);
+  const double normed = 6 * n * 2 * (256 + 256);    // per micro-batch: 6 layers' q/k/v and up inputs (in 256)
+  EXPECT_NEAR(bg.casts, b.casts - 2 * (2 - 0.5) * weights / 1e9 - 2 * (logits + mlp + attention + normed) / 1e9,
+              1e-12);
   const config::RunConfig fp8_gpu = tiny({"precision.recipe=fp8_delayed", "runtime.device=cuda"});
   const TimeBreakdown fg = plan_time(fp8_gpu, plan_memory(fp8_gpu, {.tp = 1, .dp = 1, .pp = 1}), hw);
   double middle = 0.0;  // the four FP8 blocks: their casts in FP8 less what bf16 cast of them
-  for (const auto& [out, in] : kTinyLinears)
-    middle += 4 * ((10.0 / 9.0 * n * (in + out) + out * in) / 0.25e9 - (n * (2 * in + out) + 0.5 * out * in) / 1e9);
-  // and, in bf16, their MLPs' interior and attention tensors did not cost
-  middle += 4 * n * (2 * 1408 + 3 * 704 + 512 + 3 * 256) / 1e9;
+  for (const auto& [out, in] : kTinyLinears) {
+    middle += 4 * (10.0 / 9.0 * (n * (in + out) + 0.5 * out * in) / 0.25e9 -
+                   (n * (2 * in + out) + 0.5 * out * in) / 1e9);
+  }
+  // and, in bf16, their MLPs' interior, attention tensors and norms' outputs did not cost; in FP8
+  // the MLP keeps its GEMMs' bf16 outputs (Mlp::bf16_hidden): the up projection's output and the
+  // down projection's input gradient are not widened
+  middle += 4 * n * (2 * 1408 + 3 * 704 + 512 + 3 * 256 + 2 * (256 + 256) - 1408 - 704) / 1e9;
   EXPECT_NEAR(fg.casts, bg.casts + 2 * middle, 1e-12);
 }
 
