@@ -151,9 +151,10 @@ train: {global_batch: 2, micro_batch: 2}
   EXPECT_EQ(with_recipe("fp8_current", false), with_recipe("fp8_blockwise", false));
   // Under bf16 a GPU keeps 2 of 4 bytes of the logits (16 x 16), the MLP's hidden and activation
   // (16 x (64 + 32)), q/k/v (16 x 32), the attention output (16 x 16) and the two norms' outputs
-  // (16 x 16 each); under FP8 of the MLP's hidden (its GEMM's bf16 output: Mlp::bf16_hidden).
+  // (16 x 16 each); under FP8 of the logits (a bf16 head) and the MLP's hidden (its GEMM's bf16
+  // output: Mlp::bf16_hidden).
   EXPECT_EQ(with_recipe("bf16", false) - with_recipe("bf16", true), 2 * 16 * (16 + 64 + 32 + 32 + 16 + 16 + 16));
-  EXPECT_EQ(with_recipe("fp8_blockwise", false) - with_recipe("fp8_blockwise", true), 2 * 16 * 64);
+  EXPECT_EQ(with_recipe("fp8_blockwise", false) - with_recipe("fp8_blockwise", true), 2 * 16 * (16 + 64));
 }
 
 // Nemotron-4 340B's shape (96 layers, hidden 18432, 96 heads / 8 kv heads, a non-gated MLP of
