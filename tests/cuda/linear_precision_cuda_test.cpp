@@ -394,6 +394,46 @@ TEST_F(CudaLinearPrecisionState, Fp8CodesCastOnceForTwoGemmsEqualACastPerGemmBit
   }
 }
 
+// Per-tensor FP8 from a bf16 input (an activation bf16-valued anyway, kept bf16: attention's
+// output under Attention::bf16_tensors), its codes kept, and its GEMMs' bf16 outputs (DeviceTensors'
+// out, din): the products of the fp32 tensor holding the same values, rounded, bit for bit.
+TEST_F(CudaLinearPrecisionState, Fp8FromABf16InputEqualsTheFp32InputOfItsValuesBitForBit) {
+  const int64_t n = 48, in = 80, out = 64;
+  for (Recipe recipe : {Recipe::Fp8Current, Recipe::Fp8Delayed}) {
+    const std::string name = model::recipe_name(recipe);
+    const std::vector<float> x_values = testing::bf16_rounded(random_values(seed_, n * in, 1.0f));
+    DeviceFloats x(allocator_, x_values), w(allocator_, random_values(seed_ + 1, out * in, 0.1f));
+    DeviceArray<__nv_bfloat16> x16(allocator_, testing::to_bf16(x_values));
+    DeviceFloats dy(allocator_, random_values(seed_ + 2, n * out, 0.01f));
+    const std::vector<float> dw0 = random_values(seed_ + 3, out * in, 0.001f);
+    LinearPrecision from32(recipe, 4, 1), from16(recipe, 4, 1);
+    from32.set_device(Device::cuda(0));
+    from16.set_device(Device::cuda(0));
+    ASSERT_TRUE(from16.accepts_bf16_input() && from16.gives_bf16_outputs());
+    DeviceArray<uint8_t> codes32(allocator_, std::vector<uint8_t>(from32.kept_input_bytes(n, in), 0xAB));
+    DeviceArray<uint8_t> codes16(allocator_, std::vector<uint8_t>(from16.kept_input_bytes(n, in), 0xCD));
+    DeviceFloats y32(allocator_, poison(n * out)), dx32(allocator_, poison(n * in));
+    DeviceArray<__nv_bfloat16> y16(allocator_, std::vector<__nv_bfloat16>(n * out)),
+        dx16(allocator_, std::vector<__nv_bfloat16>(n * in));
+    DeviceFloats dw32(allocator_, dw0), dw16(allocator_, dw0);
+    from32.forward(y32.ptr, x.ptr, w.ptr, nullptr, n, in, out, false, model::GemmOutput::Rounded,
+                   model::DeviceTensors{.keep_input_codes = codes32.ptr});
+    from32.backward(dx32.ptr, dw32.ptr, nullptr, dy.ptr, x.ptr, w.ptr, n, in, out, model::GemmOutput::Rounded, false,
+                    model::DeviceTensors{.kept_input_codes = codes32.ptr});
+    from16.forward(nullptr, nullptr, w.ptr, nullptr, n, in, out, false, model::GemmOutput::Rounded,
+                   model::DeviceTensors{.in = x16.ptr, .out = y16.ptr, .keep_input_codes = codes16.ptr});
+    from16.backward(nullptr, dw16.ptr, nullptr, dy.ptr, nullptr, w.ptr, n, in, out, model::GemmOutput::Rounded, false,
+                    model::DeviceTensors{.in = x16.ptr, .din = dx16.ptr, .kept_input_codes = codes16.ptr});
+    EXPECT_EQ(codes16.host(), codes32.host()) << name << ": the kept codes and scale";
+    EXPECT_EQ(testing::to_float(y16.host()), y32.host()) << name << ": forward (rounded to bf16 either way)";
+    EXPECT_EQ(testing::to_float(dx16.host()), dx32.host()) << name << ": dgrad";
+    const std::vector<float> got = dw16.host(), want = dw32.host();
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0) << name << ": wgrad";
+    for (Operand op : {Operand::Input, Operand::Weight, Operand::OutputGrad})
+      EXPECT_EQ(from16.pending_amax(op), from32.pending_amax(op)) << name << " operand " << static_cast<int>(op);
+  }
+}
+
 // Without a GPU: which cast each recipe gives each operand, and the shape rules.
 TEST(CudaLinearPrecisionRouting, EachRecipeCastsEachOperandAsItsFormatsSay) {
   using model::device_cast;

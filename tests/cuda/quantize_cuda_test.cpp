@@ -249,6 +249,31 @@ TEST_P(CudaQuantize, DeviceAmaxAndTensorScaleEqualTheCpu) {
   cast_operand_both(d_x.ptr, d_both.ptr, d_both_t.ptr, rows, cols, to, d_scale.ptr);
   EXPECT_EQ(d_both.host(), d_plain.host());
   EXPECT_EQ(d_both_t.host(), codes);
+
+  // From a bf16 tensor (an activation kept bf16): the amax and both casts of the fp32 tensor
+  // holding its values, bit for bit.
+  const std::vector<float> x16_values = testing::bf16_rounded(with_specials);
+  DeviceFloats d_wide(allocator_, x16_values), d_amax16(allocator_, std::vector<float>{0.0f}),
+      d_amax32(allocator_, std::vector<float>{0.0f});
+  DeviceArray<__nv_bfloat16> d_x16(allocator_, testing::to_bf16(x16_values));
+  amax_into(d_amax32.ptr, d_wide.ptr, rows * cols);
+  amax_into_bf16(d_amax16.ptr, d_x16.ptr, rows * cols);
+  EXPECT_TRUE(std::isnan(d_amax16.host()[0]) && std::isnan(d_amax32.host()[0]));  // the NaN at 3
+  DeviceArray<uint8_t> d_from32(allocator_, std::vector<uint8_t>(rows * cols, 0x34));
+  DeviceArray<uint8_t> d_from32_t(allocator_, std::vector<uint8_t>(rows * cols, 0x56));
+  DeviceArray<uint8_t> d_from16(allocator_, std::vector<uint8_t>(rows * cols, 0x78));
+  DeviceArray<uint8_t> d_from16_t(allocator_, std::vector<uint8_t>(rows * cols, 0x9A));
+  cast_operand_both(d_wide.ptr, d_from32.ptr, d_from32_t.ptr, rows, cols, to, d_scale.ptr);
+  cast_operand_both_bf16(d_x16.ptr, d_from16.ptr, d_from16_t.ptr, rows, cols, to, d_scale.ptr);
+  EXPECT_EQ(d_from16.host(), d_from32.host());
+  EXPECT_EQ(d_from16_t.host(), d_from32_t.host());
+  std::vector<float> finite16 = x16_values;
+  finite16[3] = 1.0f;
+  finite16[rows * cols - 2] = 2.0f;
+  DeviceArray<__nv_bfloat16> d_finite16(allocator_, testing::to_bf16(finite16));
+  DeviceFloats d_finite_max(allocator_, std::vector<float>{0.0f});
+  amax_into_bf16(d_finite_max.ptr, d_finite16.ptr, rows * cols);
+  EXPECT_EQ(d_finite_max.host()[0], precision::amax(finite16.data(), rows * cols));
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantize, ::testing::Values(Fp8::E4M3, Fp8::E5M2),

@@ -58,10 +58,17 @@ void round_values(float* x, int64_t n, OutputRounding rounding) {
 
 // Operand `c` [rows, cols] as the GEMM multiplies it, in fp32; `columns`: the GEMM reduces down
 // its columns, so its blocks run there (as LinearPrecision::prepare orients them per pass).
-std::vector<float> cast_values(const CastOperand& c, int64_t rows, int64_t cols, bool columns) {
-  const float* x = host(c.data, "precision_linear_gemm", "operand");
+// `given`: the operand's values when the caller handed them over otherwise (a bf16 tensor, widened).
+std::vector<float> cast_values(const CastOperand& c, int64_t rows, int64_t cols, bool columns,
+                               const std::vector<float>* given = nullptr) {
   const int64_t n = rows * cols;
-  std::vector<float> v(x, x + n);
+  std::vector<float> v;
+  if (given != nullptr) {
+    v = *given;
+  } else {
+    const float* x = host(c.data, "precision_linear_gemm", "operand");
+    v.assign(x, x + n);
+  }
   if (is_fp8(c.cast)) {
     for (float& e : v) e = std::isfinite(e) ? e : NAN;
   }
@@ -199,17 +206,28 @@ struct KeptInput {
 };
 std::map<const void*, KeptInput> kept_inputs;
 
+// Under per-tensor FP8 the input may come in bf16 (a16, its codes kept): cast from its widened values.
 std::vector<float> forward_input_values(const kernels::PrecisionGemm& g) {
   const int64_t rows = g.n, cols = g.in_features;
-  if (g.a16 != nullptr) return given_bf16(g, g.a16, rows * cols, "a16");
-  std::vector<float> v = cast_values(g.a, rows, cols, false);
+  const bool fp8 = g.a.cast == OperandCast::Fp8Tensor && g.b.cast == OperandCast::Fp8Tensor;
+  if (g.a16 != nullptr && !fp8) return given_bf16(g, g.a16, rows * cols, "a16");
+  LOOM_CHECK(g.a16 == nullptr || g.input_codes_use == kernels::CastStore::Write,
+             "emulated cuda: precision_linear_gemm casts a bf16 input (a16) to FP8 only keeping its codes");
+  std::vector<float> widened;
+  if (g.a16 != nullptr) {
+    widened.resize(static_cast<size_t>(rows * cols));
+    kernels::widen_floats(kHost, widened.data(), host(g.a16, "precision_linear_gemm", "a16"), rows * cols,
+                          DType::BF16, false);
+  }
+  std::vector<float> v = cast_values(g.a, rows, cols, false, g.a16 != nullptr ? &widened : nullptr);
   if (g.input_codes_use == kernels::CastStore::Write) {
-    LOOM_CHECK(g.a.cast == OperandCast::Fp8Tensor && g.b.cast == OperandCast::Fp8Tensor,
-               "emulated cuda: precision_linear_gemm keeps an input's codes under per-tensor FP8 only");
-    const float* x = host(g.a.data, "precision_linear_gemm", "operand");
+    LOOM_CHECK(fp8, "emulated cuda: precision_linear_gemm keeps an input's codes under per-tensor FP8 only");
+    if (g.a16 == nullptr) {
+      const float* x = host(g.a.data, "precision_linear_gemm", "operand");
+      widened.assign(x, x + rows * cols);
+    }
     const std::lock_guard<std::mutex> lock(stores_mutex);
-    kept_inputs[host(g.input_codes, "precision_linear_gemm", "input_codes")] =
-        KeptInput{v, std::vector<float>(x, x + rows * cols)};
+    kept_inputs[host(g.input_codes, "precision_linear_gemm", "input_codes")] = KeptInput{v, std::move(widened)};
   }
   return v;
 }

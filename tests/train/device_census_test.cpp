@@ -94,9 +94,15 @@ TEST_F(DeviceCensus, AStepOfTheDeepModelWaitsForTheDeviceOnlyForItsInputsLossAnd
     EXPECT_EQ(step.entry("precision_linear_gemm"), (16 * 4 + 1) * 3 * kMicroBatches) << recipe;
     // Per-tensor FP8's amaxes, in the 14 FP8 blocks' 56 linears (the edge blocks are bf16): the
     // input (its codes kept from the forward for wgrad) and the output gradient once per
-    // micro-batch, the weight once per step (the weight cast cache; both forms from one read).
+    // micro-batch, the weight once per step (the weight cast cache; both forms from one read); the
+    // output projection's input is attention's bf16 output (Attention::bf16_tensors).
     const bool per_tensor = std::string(recipe) == "fp8_current" || std::string(recipe) == "fp8_delayed";
-    EXPECT_EQ(step.entry("amax_into"), per_tensor ? 56 * (2 * kMicroBatches + 1) : 0) << recipe;
+    EXPECT_EQ(step.entry("amax_into"), per_tensor ? 56 * (2 * kMicroBatches + 1) - 14 * kMicroBatches : 0) << recipe;
+    EXPECT_EQ(step.entry("amax_into_bf16"), per_tensor ? 14 * kMicroBatches : 0) << recipe;
+    // Attention keeps its tensors bf16 under bf16 and per-tensor FP8 (MXFP8: its two bf16 edge blocks).
+    const int64_t bf16_attention = per_tensor || std::string(recipe) == "bf16" ? 16 : 2;
+    EXPECT_EQ(step.entry("flash_attention_forward_bf16_tensors"), bf16_attention * kMicroBatches) << recipe;
+    EXPECT_EQ(step.entry("flash_attention_backward_bf16_tensors"), bf16_attention * kMicroBatches) << recipe;
     // Every block's MLP keeps its hidden bf16 (Mlp::bf16_interior under bf16, bf16_hidden under
     // FP8 and MX): the activation reads it as it is, forward and backward.
     EXPECT_EQ(step.entry("activation_forward_bf16"), 16 * kMicroBatches) << recipe;

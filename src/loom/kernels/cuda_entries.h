@@ -68,6 +68,7 @@ struct CudaEntries {
                                 float mu) = nullptr;
   bool (*any_non_finite)(Device, const float* x, int64_t n) = nullptr;
   void (*amax_into)(Device, float* dst, const float* x, int64_t n) = nullptr;
+  void (*amax_into_bf16)(Device, float* dst, const void* x16, int64_t n) = nullptr;
   void (*narrow_floats)(Device, void* dst, const float* src, int64_t n, DType dtype) = nullptr;
   void (*widen_floats)(Device, float* dst, const void* src, int64_t n, DType dtype, bool accumulate) = nullptr;
   void (*adamw_update_many)(Device, const AdamWTensor* tensors, int64_t count, const AdamWStep& step) = nullptr;

@@ -314,6 +314,9 @@ void nesterov_outer_update(Device device, float* anchor, float* momentum, const 
 
 bool any_non_finite(Device device, const float* x, int64_t n) { LOOM_DISPATCH(any_non_finite, x, n); }
 void amax_into(Device device, float* dst, const float* x, int64_t n) { LOOM_DISPATCH(amax_into, dst, x, n); }
+void amax_into_bf16(Device device, float* dst, const void* x16, int64_t n) {
+  LOOM_DISPATCH(amax_into_bf16, dst, x16, n);
+}
 void narrow_floats(Device device, void* dst, const float* src, int64_t n, DType dtype) {
   LOOM_DISPATCH(narrow_floats, dst, src, n, dtype);
 }

@@ -222,6 +222,8 @@ bool any_non_finite(Device device, const float* x, int64_t n);
 // *dst = max(*dst, max |x[0, n)|) where the tensors live, nothing read back: the FP8 recipes'
 // amaxes stay on the device. *dst must be >= 0 or NaN; a NaN or Inf stays (NaN wins over Inf).
 void amax_into(Device device, float* dst, const float* x, int64_t n);
+// The same over a bf16 tensor x16 (2-byte elements): an FP8 operand kept bf16 (Attention::bf16_tensors).
+void amax_into_bf16(Device device, float* dst, const void* x16, int64_t n);
 
 // --- 16-bit copies of fp32 arrays (bf16 gradients on the data-parallel wire). dtype: BF16 or F16.
 // narrow: dst[i] = src[i] rounded to nearest even. widen: dst[i] = f32(src[i]), or += when

@@ -140,7 +140,9 @@ struct PrecisionGemm {
   // bf16 tensors handed over as they are, where a GPU keeps them bf16 under the bf16 recipe (a
   // head's logits: Transformer::bf16_logits; the MLP's interior: Mlp::bf16_interior). a16 / b16,
   // when set, are a's / b's bf16 copies made by the caller (b16: wgrad's input only), multiplied
-  // as they are (a.data / b.data are not read; both casts must be Bf16). out16, when set,
+  // as they are (a.data / b.data are not read; both casts must be Bf16); or, under per-tensor FP8,
+  // a16 is a forward's input kept bf16 (Attention::bf16_tensors), cast to FP8 from it with its
+  // codes kept (input_codes Write; a.amax, when set, is its amax). out16, when set,
   // receives the result rounded to bf16 (after the bias) instead of out: forward or dgrad of any
   // cast operands (an FP8 block's MLP hidden: Mlp::bf16_hidden), never accumulating. 2-byte
   // elements, device memory, in the layouts above.

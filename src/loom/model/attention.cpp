@@ -73,7 +73,7 @@ kernels::AttentionVisibility visibility(const Packing& packing) {
 bool Attention::bf16_tensors() const {
   const LinearPrecision *qkv = qkv_->precision(), *out = out_->precision();
   return context_ == nullptr && operands_ == kernels::AttentionOperands::Bf16 && qkv != nullptr && out != nullptr &&
-         qkv->takes_bf16_tensors() && out->takes_bf16_tensors();
+         qkv->gives_bf16_outputs() && out->accepts_bf16_input() && out->gives_bf16_outputs();
 }
 
 void Attention::forward(Saved& saved, float* residual, const NormedRows& normed, int64_t batch, int64_t seq,
@@ -82,13 +82,16 @@ void Attention::forward(Saved& saved, float* residual, const NormedRows& normed,
   const int64_t k_off = att_width, v_off = att_width + static_cast<int64_t>(kv_heads_) * head_dim_;
   if (bf16_tensors()) {
     auto* qkv16 = static_cast<uint16_t*>(sized_16bit(saved.qkv, rows * W, store_->device()));
-    qkv_->forward(nullptr, normed.fp32, rows, scratch, DeviceTensors{.in = normed.bf16, .out = qkv16});
+    qkv_->forward(nullptr, normed.fp32, rows, scratch,
+                  DeviceTensors{.in = normed.bf16, .out = qkv16,
+                                .keep_input_codes = qkv_->keep_input_codes(saved.qkv_codes, rows)});
     rotate(qkv16, batch, seq, Rotation::ForwardBf16, packing.positions);
     void* att16 = sized_16bit(saved.att, rows * att_width, store_->device());
     float* lse = sized(saved.lse, batch * heads_ * seq, store_->device());
     kernels::flash_attention_forward_bf16_tensors(store_->device(), att16, lse, qkv16, qkv16 + k_off, qkv16 + v_off,
                                                   flash_shape(batch, seq), visibility(packing));
-    out_->forward(residual, nullptr, rows, scratch, DeviceTensors{.in = att16});
+    out_->forward(residual, nullptr, rows, scratch,
+                  DeviceTensors{.in = att16, .keep_input_codes = out_->keep_input_codes(saved.out_codes, rows)});
     return;
   }
   float* qkv = sized(saved.qkv, rows * W, store_->device());
@@ -116,7 +119,8 @@ void Attention::backward(float* d_normed, const float* d_residual, const NormedR
   if (bf16_tensors()) {
     void* d_att16 = sized_16bit(work.d_att, rows * att_width, store_->device());
     out_->backward(nullptr, d_residual, nullptr, rows, scratch, false,
-                   DeviceTensors{.in = saved.att.data(), .din = d_att16});
+                   DeviceTensors{.in = saved.att.data(), .din = d_att16,
+                                 .kept_input_codes = out_->kept_input_codes(saved.out_codes)});
     const auto* qkv16 = reinterpret_cast<const uint16_t*>(saved.qkv.data());
     kernels::flash_attention_backward_bf16_tensors(store_->device(), d_qkv, d_qkv + k_off, d_qkv + v_off, d_att16,
                                                    saved.att.data(), saved.lse.data(), qkv16, qkv16 + k_off,

@@ -65,15 +65,16 @@ class Attention {
   void set_context(ContextAttention* context) { context_ = context; }
   // What training's attention products take (PrecisionPolicy::attention_operands); fp32 unless set.
   void set_operands(kernels::AttentionOperands operands) { operands_ = operands; }
-  // Whether training keeps the attention's tensors bf16: on a GPU under the bf16 recipe with bf16
-  // attention operands and no context parallelism, q/k/v (the projection's bf16 output, rotated
-  // by rope_forward_bf16) and the attention output (both saved for backward) and the output's
-  // gradient are bf16 tensors handed between the projections (DeviceTensors) and the attention
-  // kernels (kernels::flash_attention_forward_bf16_tensors) as they are: the values the fp32
-  // path has anyway (the projection's output rounded; q, k, v and the output's gradient cast to
-  // bf16 by attention; its output widened from bf16 and cast back by the projection), without
-  // those passes and with half the bytes. The q/k/v gradient stays fp32 (RoPE's backward, and a
-  // bias's gradient, take it).
+  // Whether training keeps the attention's tensors bf16: on a GPU under the bf16 recipe or
+  // per-tensor FP8 (fp8_delayed, fp8_current) with bf16 attention operands and no context
+  // parallelism, q/k/v (the projection's bf16 output, rotated by rope_forward_bf16) and the
+  // attention output (both saved for backward) and the output's gradient are bf16 tensors handed
+  // between the projections (DeviceTensors) and the attention kernels
+  // (kernels::flash_attention_forward_bf16_tensors) as they are: the values the fp32 path has
+  // anyway (the projection's output rounded; q, k, v and the output's gradient cast to bf16 by
+  // attention; its output widened from bf16 and cast back by the projection, or under FP8 its
+  // codes cast from those bf16 values), without those passes and with half the bytes. The q/k/v
+  // gradient stays fp32 (RoPE's backward, and a bias's gradient, take it).
   bool bf16_tensors() const;
 
  private:

@@ -235,8 +235,13 @@ void LinearPrecision::round_output(float* data, int64_t n) const {
 float* LinearPrecision::output_scratch(int64_t n) { return sized(scratch_->out, n); }
 
 void LinearPrecision::check_device_tensors(const DeviceTensors& tensors) const {
-  LOOM_CHECK((tensors.in == nullptr && tensors.dout == nullptr) || takes_bf16_tensors(),
-             "a linear layer's GEMMs take bf16 tensors under the bf16 recipe on a GPU only (this one: " +
+  LOOM_CHECK(tensors.dout == nullptr || takes_bf16_tensors(),
+             "a linear layer's GEMMs take a bf16 output gradient under the bf16 recipe on a GPU only (this one: " +
+                 recipe_name(recipe_) + " on " + device_.name() + ")");
+  LOOM_CHECK(tensors.in == nullptr || takes_bf16_tensors() ||
+                 (keeps_input_codes() && (tensors.keep_input_codes != nullptr || tensors.kept_input_codes != nullptr)),
+             "a linear layer's GEMMs take a bf16 input under the bf16 recipe, or under fp8_delayed / fp8_current "
+             "keeping its FP8 codes, on a GPU only (this one: " +
                  recipe_name(recipe_) + " on " + device_.name() + ")");
   LOOM_CHECK((tensors.out == nullptr && tensors.din == nullptr) || gives_bf16_outputs(),
              "a linear layer's GEMMs leave bf16 outputs on a GPU under a recipe rounding them to bf16 only (this one: " +

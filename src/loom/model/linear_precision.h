@@ -136,7 +136,8 @@ struct PrecisionScratch {
 // the FP8 and MX recipes, whose GEMMs round their outputs to bf16 too (gives_bf16_outputs). A bf16
 // tensor holds exactly what the fp32 path casts or rounds to bf16, so the products are the same
 // (Transformer::bf16_logits, Mlp::bf16_interior, Mlp::bf16_hidden); what goes is the casts, the
-// widening passes and half of the bytes.
+// widening passes and half of the bytes. The input (`in`) also under per-tensor FP8 with its kept
+// codes (below), cast to FP8 from its bf16 values: a tensor bf16-valued anyway (attention's output).
 //
 // The input's FP8 codes for the weight gradient, under fp8_delayed and fp8_current
 // (keeps_input_codes), kept_input_bytes() long, which the caller keeps from a micro-batch's
@@ -197,6 +198,10 @@ class LinearPrecision {
 
   // Whether forward / backward take DeviceTensors' bf16 tensors: the bf16 recipe on a GPU.
   bool takes_bf16_tensors() const { return device_.is_cuda() && recipe_ == Recipe::Bf16; }
+  // Whether they accept the input in bf16 (DeviceTensors::in), for an input bf16-valued anyway:
+  // under the bf16 recipe, and under per-tensor FP8 keeping its codes (keeps_input_codes: the
+  // forward casts them from the bf16 values, wgrad multiplies them), on a GPU.
+  bool accepts_bf16_input() const { return takes_bf16_tensors() || keeps_input_codes(); }
   // Whether they leave their outputs in bf16 (DeviceTensors' out, din): on a GPU every recipe whose
   // GEMMs round their outputs to bf16 (all but fp16).
   bool gives_bf16_outputs() const { return device_.is_cuda() && rounding() == kernels::OutputRounding::Bf16; }
@@ -239,8 +244,9 @@ class LinearPrecision {
   void device_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                        const float* weight, int64_t n, int64_t in_features, int64_t out_features,
                        GemmOutput din_output, bool accumulate_din, const DeviceTensors& tensors);
-  // Operand `op` (n elements on the device) cast as the recipe says; fp8_delayed records its amax.
-  kernels::CastOperand device_operand(Operand op, const float* x, int64_t n);
+  // Operand `op` (n elements on the device: x, or x16 in bf16) cast as the recipe says;
+  // fp8_delayed records its amax.
+  kernels::CastOperand device_operand(Operand op, const float* x, int64_t n, const void* x16 = nullptr);
   // The weight cast cache's stores a GEMM writes (null: none), ready once it ran: its own form's,
   // and under per-tensor FP8 a forward's also dgrad's (PrecisionGemm::b_store_transposed).
   struct WrittenStores {

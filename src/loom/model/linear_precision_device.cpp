@@ -65,19 +65,26 @@ float* LinearPrecision::device_pending() {
   return device_pending_;
 }
 
-CastOperand LinearPrecision::device_operand(Operand op, const float* x, int64_t n) {
+CastOperand LinearPrecision::device_operand(Operand op, const float* x, int64_t n, const void* x16) {
   CastOperand c = device_cast(recipe_, op, scale(op), margin_);
   c.data = x;
   const int at = static_cast<int>(op);
+  auto amax_into = [&](float* dst) {
+    if (x16 != nullptr) {
+      kernels::amax_into_bf16(device_, dst, x16, n);
+    } else {
+      kernels::amax_into(device_, dst, x, n);
+    }
+  };
   if (recipe_ == Recipe::Fp8Delayed) {
     // The scale is the host's (from the history); the amax only feeds the next step's history.
-    kernels::amax_into(device_, device_pending() + at, x, n);
+    amax_into(device_pending() + at);
   } else if (recipe_ == Recipe::Fp8Current) {
     // The scale is computed on the device from this amax (no read back); under tensor parallelism
     // from the whole tensor's, one device float all-reduced over the group.
     float* amax = sized(scratch_->amax, 3, device_) + at;
     zero_on_device(device_, amax, 1);
-    kernels::amax_into(device_, amax, x, n);
+    amax_into(amax);
     if (reduces_over_tensor_parallel(op)) max_over_tensor_parallel(*tp_group_, amax);
     c.amax = amax;
   }
@@ -132,7 +139,8 @@ void LinearPrecision::device_forward(float* out, const float* in, const float* w
   g.n = n;
   g.in_features = in_features;
   g.out_features = out_features;
-  g.a = device_operand(Operand::Input, in, n * in_features);  // the bf16 recipe: no amax, nothing read
+  // The bf16 recipe: no amax, nothing read; per-tensor FP8 from a bf16 input: its amax, its codes.
+  g.a = device_operand(Operand::Input, in, n * in_features, keeps_input_codes() ? tensors.in : nullptr);
   g.a16 = tensors.in;
   g.input_codes = tensors.keep_input_codes;  // cast for the weight gradient too, from the same read
   g.input_codes_use = g.input_codes != nullptr ? kernels::CastStore::Write : kernels::CastStore::None;
@@ -189,7 +197,7 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
     } else {
       g.b = device_operand(Operand::Input, in, n * in_features);
     }
-    g.b16 = tensors.in;
+    g.b16 = takes_bf16_tensors() ? tensors.in : nullptr;  // FP8: the kept codes instead
     g.b_store = nullptr;
     g.b_store_use = kernels::CastStore::None;
     g.b_store_transposed = nullptr;

@@ -89,6 +89,8 @@ class RowParallelLinear {
                 bool accumulate = true, const DeviceTensors& tensors = {}) const;
   // As ColumnParallelLinear's.
   const LinearPrecision* precision() const { return precision_.get(); }
+  // Whether the layer accepts a bf16-valued input in bf16 (tensors.in; LinearPrecision::accepts_bf16_input).
+  bool accepts_bf16_input() const { return precision_ != nullptr && precision_->accepts_bf16_input(); }
   void* keep_input_codes(Buffer& buffer, int64_t rows) const;
   const void* kept_input_codes(const Buffer& buffer) const;
   // As ColumnParallelLinear::set_precision.

@@ -46,8 +46,8 @@ bool bf16_mlp_hidden_on_device(const config::RunConfig& config) {
 
 bool bf16_attention_on_device(const config::RunConfig& config) {
   const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
-  return bf16_mlp_on_device(config) && policy.attention_operands() == kernels::AttentionOperands::Bf16 &&
-         config.parallel.cp <= 1;
+  return (bf16_mlp_on_device(config) || fp8_input_codes_on_device(config)) &&
+         policy.attention_operands() == kernels::AttentionOperands::Bf16 && config.parallel.cp <= 1;
 }
 
 bool fp8_input_codes_on_device(const config::RunConfig& config) {

@@ -37,7 +37,7 @@ struct ActivationShape {
   int64_t mlp_bytes = 4;
   int64_t mlp_hidden_bytes = 4;
   // The q/k/v and attention output saved for backward: element_bytes, or 2 where a GPU keeps them
-  // bf16 (Attention::bf16_tensors: every block under the bf16 recipe).
+  // bf16 (Attention::bf16_tensors: every block under the bf16 recipe and per-tensor FP8).
   int64_t attention_bytes = 4;
   // The outputs of the norms before attention and a dense MLP: element_bytes, or 2 where a GPU
   // hands them to bf16 projections in bf16 (Norm::forward's bf16 output: every block under the
@@ -64,8 +64,8 @@ bool bf16_mlp_hidden_on_device(const config::RunConfig& config);
 // projections after them (Attention / Mlp::takes_bf16_input): on a GPU under the bf16 recipe.
 bool bf16_normed_on_device(const config::RunConfig& config);
 // Whether every block's attention keeps q/k/v and its output bf16 (Attention::bf16_tensors): on a GPU under
-// the bf16 recipe with bf16 attention operands (precision.attention auto or bf16) and no context
-// parallelism.
+// the bf16 recipe or per-tensor FP8 with bf16 attention operands (precision.attention auto or bf16)
+// and no context parallelism.
 bool bf16_attention_on_device(const config::RunConfig& config);
 // Whether every block's linears keep their inputs' FP8 codes for the weight gradient
 // (LinearPrecision::keeps_input_codes): on a GPU under fp8_delayed or fp8_current (counted for

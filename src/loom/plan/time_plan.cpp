@@ -28,7 +28,8 @@ struct CastPath {
   bool device = false;
   double micro_batches = 1.0;
   bool bf16_logits = false;  // the head's logits kept bf16 (activation_memory.h: bf16_logits_on_device)
-  // Attention::bf16_tensors in the bf16 blocks: bf16 attention operands, no context parallelism
+  // Attention::bf16_tensors in the bf16 and per-tensor FP8 blocks: bf16 attention operands, no
+  // context parallelism
   bool bf16_attention = false;
 };
 
@@ -47,6 +48,7 @@ struct Bf16Ends {
   bool output_grad = false;  // the output gradient given bf16: no cast
   bool input = false;        // the input given bf16: no cast for the forward, wgrad or a recompute
   bool input_grad = false;   // the input gradient left bf16: no widening
+  bool input_bf16 = false;   // per-tensor FP8's input read from bf16: its amax and cast read 2 bytes, not 4
 };
 double linear_cast_seconds(double n, double out, double in, model::Recipe recipe, bool recompute, const Hardware& hw,
                            const CastPath& path, const Bf16Ends& bf16 = {}) {
@@ -78,6 +80,7 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
   if (bf16.output_grad) cast -= n * out;
   if (bf16.input) cast -= (recompute ? 3.0 : 2.0) * n * in;
   if (bf16.input_grad) rounded -= n * in;
+  if (bf16.input_bf16 && both_orientations) cast -= (recompute ? 2.0 : 1.0) * 4.0 / 9.0 * n * in;
   // The weight gradient added into its fp32 main gradient (read two, write one: 12 bytes); the data
   // gradient is written whole, each of these linears being its only producer.
   const double added = weight;
@@ -140,6 +143,11 @@ double cast_seconds(const config::RunConfig& config, const StageMemory& stage, d
     if (path.bf16_attention && r == model::Recipe::Bf16 && role == LinearRole::AttentionQkv) ends.output = true;
     if (path.bf16_attention && r == model::Recipe::Bf16 && role == LinearRole::AttentionOut)
       ends.input = ends.input_grad = true;
+    // Per-tensor FP8 blocks keep them too: the output projection casts its codes from bf16.
+    const bool fp8_tensors = r == model::Recipe::Fp8Delayed || r == model::Recipe::Fp8Current;
+    if (path.bf16_attention && fp8_tensors && role == LinearRole::AttentionQkv) ends.output = true;
+    if (path.bf16_attention && fp8_tensors && role == LinearRole::AttentionOut)
+      ends.input_grad = ends.input_bf16 = true;
     s += linear_cast_seconds(tokens, out, in, r, recompute, hw, path, ends);
   });
   if (stage.head_rows > 0) {

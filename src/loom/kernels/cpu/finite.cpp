@@ -6,6 +6,7 @@
 
 #include <omp.h>
 
+#include "loom/kernels/cpu/half_copies.h"
 #include "loom/kernels/parallel.h"
 
 namespace loom::kernels::cpu {
@@ -46,6 +47,12 @@ void amax_into(float* dst, const float* x, int64_t n) {
   float m = *dst;
   for (float p : partial) m = nan_max(m, p);
   *dst = m;
+}
+
+void amax_into_bf16(float* dst, const void* x16, int64_t n) {
+  std::vector<float> x(static_cast<size_t>(n));
+  widen_floats(x.data(), x16, n, DType::BF16, false);
+  amax_into(dst, x.data(), n);
 }
 
 }  // namespace loom::kernels::cpu

@@ -35,22 +35,23 @@ struct Caster {
   }
 };
 
-template <typename Out, typename Cast>
-__global__ void cast_kernel(const float* __restrict__ in, Out* __restrict__ out, int64_t n, Cast cast) {
-  for (int64_t i = grid_start(); i < n; i += grid_stride()) out[i] = cast(in[i]);
+// In: fp32, or bf16 widened exactly (bf16_io.cuh's load).
+template <typename In, typename Out, typename Cast>
+__global__ void cast_kernel(const In* __restrict__ in, Out* __restrict__ out, int64_t n, Cast cast) {
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) out[i] = cast(load(in, i));
 }
 
 // 32 x 32 tiles through shared memory, so both the reads and the writes are coalesced. `plain`,
 // when set, also receives the cast in in's own layout, from the same read.
-template <typename Out, typename Cast>
-__global__ void transpose_cast_kernel(const float* __restrict__ in, Out* __restrict__ out, Out* __restrict__ plain,
+template <typename In, typename Out, typename Cast>
+__global__ void transpose_cast_kernel(const In* __restrict__ in, Out* __restrict__ out, Out* __restrict__ plain,
                                       int64_t rows, int64_t cols, Cast cast) {
   __shared__ float tile[kTile][kTile + 1];
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile, r0 = static_cast<int64_t>(blockIdx.y) * kTile;
   for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
     const int64_t r = r0 + i, c = c0 + threadIdx.x;
     if (r < rows && c < cols) {
-      const float v = in[r * cols + c];
+      const float v = load(in, r * cols + c);
       tile[i][threadIdx.x] = v;
       if (plain != nullptr) plain[r * cols + c] = cast(v);
     }
@@ -63,8 +64,8 @@ __global__ void transpose_cast_kernel(const float* __restrict__ in, Out* __restr
 }
 
 // out: in cast, transposed when asked; plain (transposed only; may be null): in cast as it lies.
-template <CastTo kTo>
-void launch_cast(const float* in, void* out, void* plain, int64_t rows, int64_t cols, bool transpose,
+template <CastTo kTo, typename In>
+void launch_cast(const In* in, void* out, void* plain, int64_t rows, int64_t cols, bool transpose,
                  const float* scale, cudaStream_t stream) {
   const Caster<kTo> cast{scale};
   using Out = decltype(cast(0.0f));
@@ -107,7 +108,8 @@ __global__ void finish_kernel(Out* dst, const In* src, const float* __restrict__
   }
 }
 
-void cast_into(const float* in, void* out, void* plain, int64_t rows, int64_t cols, bool transpose, CastTo to,
+template <typename In>
+void cast_into(const In* in, void* out, void* plain, int64_t rows, int64_t cols, bool transpose, CastTo to,
                const float* scale, cudaStream_t stream) {
   if (rows * cols == 0) return;
   LOOM_CHECK(scale != nullptr || (to != CastTo::E4M3 && to != CastTo::E5M2), "cast_operand: an FP8 cast needs its scale");
@@ -131,6 +133,12 @@ void cast_operand_both(const float* in, void* out, void* out_transposed, int64_t
                        const float* scale, cudaStream_t stream) {
   LOOM_CHECK(out != nullptr && out_transposed != nullptr, "cast_operand_both: both outputs are needed");
   cast_into(in, out_transposed, out, rows, cols, true, to, scale, stream);
+}
+
+void cast_operand_both_bf16(const void* in16, void* out, void* out_transposed, int64_t rows, int64_t cols, CastTo to,
+                            const float* scale, cudaStream_t stream) {
+  LOOM_CHECK(out != nullptr && out_transposed != nullptr, "cast_operand_both_bf16: both outputs are needed");
+  cast_into(static_cast<const __nv_bfloat16*>(in16), out_transposed, out, rows, cols, true, to, scale, stream);
 }
 
 void finish_output(float* dst, const void* src, bool src_bf16, const float* bias, int64_t rows, int64_t cols,

@@ -28,6 +28,10 @@ void cast_operand(const float* in, void* out, int64_t rows, int64_t cols, bool t
 // for the weight gradient).
 void cast_operand_both(const float* in, void* out, void* out_transposed, int64_t rows, int64_t cols, CastTo to,
                        const float* scale, cudaStream_t stream = nullptr);
+// The same from a bf16 tensor in16 (2-byte elements), widened exactly: the codes of its values as
+// an fp32 tensor holding them would give (an activation kept bf16: Attention::bf16_tensors).
+void cast_operand_both_bf16(const void* in16, void* out, void* out_transposed, int64_t rows, int64_t cols, CastTo to,
+                            const float* scale, cudaStream_t stream = nullptr);
 
 // dst[r, c] (+)= round(src[r, c] + bias[c]) over [rows, cols]; src fp32 or (src_bf16) already
 // rounded bf16; bias may be null. src may equal dst.

@@ -263,6 +263,9 @@ void register_loss_and_optimizer(CudaEntries& e) {
                                float mu) { nesterov_outer_update(anchor, momentum, delta, n, lr, mu, stream_of(d)); };
   e.any_non_finite = [](Device d, const float* x, int64_t n) { return any_non_finite(x, n, stream_of(d)); };
   e.amax_into = [](Device d, float* dst, const float* x, int64_t n) { amax_into(dst, x, n, stream_of(d)); };
+  e.amax_into_bf16 = [](Device d, float* dst, const void* x16, int64_t n) {
+    amax_into_bf16(dst, x16, n, stream_of(d));
+  };
   e.narrow_floats = [](Device d, void* dst, const float* src, int64_t n, DType dtype) {
     narrow_floats(dst, src, n, dtype, stream_of(d));
   };

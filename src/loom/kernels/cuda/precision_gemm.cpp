@@ -162,9 +162,10 @@ Prepared fp8(const CastOperand& op, const Stored& s, Scratch& scratch, cudaStrea
 // (reducing along the columns) into scratch or `into` (a weight's store, its scale there too),
 // and from the same read the transposed codes [cols, rows] with the scale into `kept` (a_store,
 // input_codes or dgrad's weight store, kept_operand_bytes long) for the GEMM that reduces along
-// the rows (the weight gradient; a weight's dgrad).
+// the rows (the weight gradient; a weight's dgrad). `data16`, when set, is the tensor in bf16
+// (op.data unused).
 Prepared fp8_keeping_transpose(const CastOperand& op, const Stored& s, void* kept, Scratch& scratch,
-                               cudaStream_t stream, Into into = {}) {
+                               cudaStream_t stream, Into into = {}, const void* data16 = nullptr) {
   LOOM_CHECK(op.cast == OperandCast::Fp8Tensor && s.k_in_cols,
              "precision GEMM: only a per-tensor FP8 operand this GEMM reduces along its columns is kept transposed");
   const WeightCastLayout l = weight_cast_layout(OperandCast::Fp8Tensor, s.cols, s.rows);
@@ -176,7 +177,12 @@ Prepared fp8_keeping_transpose(const CastOperand& op, const Stored& s, void* kep
   }
   auto* codes = static_cast<uint8_t*>(into.codes != nullptr ? into.codes : scratch.bytes(s.count()));
   const Fp8 f = fp8_of(op);
-  cast_operand_both(op.data, codes, base, s.rows, s.cols, f == Fp8::E4M3 ? CastTo::E4M3 : CastTo::E5M2, scale, stream);
+  const CastTo to = f == Fp8::E4M3 ? CastTo::E4M3 : CastTo::E5M2;
+  if (data16 != nullptr) {
+    cast_operand_both_bf16(data16, codes, base, s.rows, s.cols, to, scale, stream);
+  } else {
+    cast_operand_both(op.data, codes, base, s.rows, s.cols, to, scale, stream);
+  }
   const float* inverse = (into.scales != nullptr ? into.scales : scale) + 1;
   return {codes, f == Fp8::E4M3 ? GemmType::E4M3 : GemmType::E5M2, true, inverse, ScaleMode::Tensor};
 }
@@ -250,9 +256,11 @@ void check_casts(const PrecisionGemm& g) {
              "precision GEMM: an input's codes are kept under per-tensor FP8 only (written by the forward, read by "
              "wgrad)");
   const bool bf16 = a == OperandCast::Bf16 && b == OperandCast::Bf16;
-  LOOM_CHECK((g.a16 == nullptr || (bf16 && g.a_store_use == CastStore::None)) &&
+  const bool fp8_input16 = per_tensor && g.pass == LinearGemm::Forward && g.input_codes_use == CastStore::Write;
+  LOOM_CHECK((g.a16 == nullptr || (bf16 && g.a_store_use == CastStore::None) || fp8_input16) &&
                  (g.b16 == nullptr || (bf16 && g.pass == LinearGemm::WeightGrad)),
-             "precision GEMM: bf16 operands given (a16, b16; b16 only as wgrad's input) need both casts bf16");
+             "precision GEMM: bf16 operands given (a16, b16; b16 only as wgrad's input) need both casts bf16, or for "
+             "a16 a per-tensor FP8 forward keeping the input's codes");
   LOOM_CHECK(g.out16 == nullptr || (a != OperandCast::None && b != OperandCast::None &&
                                     g.pass != LinearGemm::WeightGrad && g.rounding == OutputRounding::Bf16 &&
                                     !g.accumulate),
@@ -305,7 +313,7 @@ void precision_linear_gemm(const PrecisionGemm& g, cudaStream_t stream) {
     if (g.a_store_use == CastStore::Read) {
       pa = kept_transpose(g.a_store, sa, g.a.e5m2);
     } else if (keep_a != nullptr) {
-      pa = fp8_keeping_transpose(g.a, sa, keep_a, scratch, stream);
+      pa = fp8_keeping_transpose(g.a, sa, keep_a, scratch, stream, {}, g.a16);
     } else {
       pa = fp8(g.a, sa, scratch, stream);
     }

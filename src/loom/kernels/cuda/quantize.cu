@@ -2,6 +2,7 @@
 #include <cfloat>
 #include <cstring>
 
+#include "loom/kernels/cuda/bf16_io.cuh"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/fp8_format.cuh"
 #include "loom/kernels/cuda/launch.cuh"
@@ -37,9 +38,10 @@ __device__ inline float e8m0_to_float(uint8_t bits) {
   return __uint_as_float(static_cast<uint32_t>(bits) << 23);
 }
 
-__global__ void amax_kernel(const float* __restrict__ x, int64_t n, unsigned* result) {
+template <typename In>
+__global__ void amax_kernel(const In* __restrict__ x, int64_t n, unsigned* result) {
   float m = 0.0f;
-  for (int64_t i = grid_start(); i < n; i += grid_stride()) m = nan_max(m, fabsf(x[i]));
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) m = nan_max(m, fabsf(load(x, i)));
   m = warp_nan_max(m);
   // Non-negative floats (and NaN, whose bits exceed Inf's) order as their bit patterns.
   if (threadIdx.x % 32 == 0) atomicMax(result, __float_as_uint(m));
@@ -192,6 +194,13 @@ void amax_into(float* dst, const float* x, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   amax_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, reinterpret_cast<unsigned*>(dst));
   check_launch("amax_kernel");
+}
+
+void amax_into_bf16(float* dst, const void* x16, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  amax_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x16), n,
+                                                    reinterpret_cast<unsigned*>(dst));
+  check_launch("amax_kernel (bf16)");
 }
 
 void fp8_tensor_scale(const float* amax, float host_scale, int margin, Fp8 format, float* scale_and_inverse,

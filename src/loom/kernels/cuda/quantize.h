@@ -22,6 +22,8 @@ enum class Fp8 : uint8_t { E4M3, E5M2 };
 float amax(const float* x, int64_t n, cudaStream_t stream = nullptr);
 // *dst = max(*dst, max |x|) in stream order, nothing read back (*dst >= 0 or NaN).
 void amax_into(float* dst, const float* x, int64_t n, cudaStream_t stream = nullptr);
+// The same over a bf16 tensor x16 (2-byte elements).
+void amax_into_bf16(float* dst, const void* x16, int64_t n, cudaStream_t stream = nullptr);
 // A per-tensor FP8 operand's scale and its inverse, scale_and_inverse[0] and [1] (device memory),
 // in stream order: from the tensor's amax on the device when `amax` is set, as
 // precision::compute_scale(*amax, fp8 max, margin, 1) bit for bit (1 for a zero or non-finite
