@@ -1,16 +1,15 @@
 // Training on the emulated CUDA device with the tensors a GPU keeps in bf16 under the bf16 recipe
 // (LinearPrecision's DeviceTensors): the head's logits into the bf16 cross-entropy and its gradient
-// back (Transformer::bf16_logits), and the MLP's interior (Mlp::bf16_interior: the up projection's
-// output, the activation, and their gradients). Each holds exactly what the fp32 path rounds or
-// casts to bf16, so every run equals the same run on the CPU bit for bit: Llama (SwiGLU, no
-// biases: all four MLP tensors bf16; attention's q/k/v, output and output gradient:
-// Attention::bf16_tensors),
-// GPT-2 (GELU, biases: the up projection's bias gradient summed by the activation's backward from
-// the fp32 hidden gradient it leaves in bf16), squared ReLU, with recompute, tensor parallelism (the head then vocabulary-parallel
-// in fp32) and a pipeline; and each step's entries show the hand-overs (the bf16 loss and
-// activations, no fp32 cross-entropy, no fp32 activation). The norms before attention and the MLP
-// write their outputs bf16 for those projections (Norm::forward's bf16 output; gathered in bf16
-// under sequence parallelism).
+// back (Transformer::bf16_logits), the MLP's interior (Mlp::bf16_interior: the up projection's
+// output, the activation, and their gradients), attention's q/k/v, output and output gradient
+// (Attention::bf16_tensors), and the outputs of the norms before attention and the MLP
+// (Norm::forward's bf16 output; gathered in bf16 under sequence parallelism). Each holds exactly
+// what the fp32 path rounds or casts to bf16, so every run equals the same run on the CPU bit for
+// bit: Llama (SwiGLU, no biases), GPT-2 (GELU, biases: the up projection's bias gradient summed by
+// the activation's backward from the fp32 hidden gradient it leaves in bf16), squared ReLU, with
+// recompute, tensor parallelism (the head then vocabulary-parallel in fp32) and a pipeline; and
+// each step's entries show the hand-overs (the bf16 loss, norms and activations, no fp32
+// cross-entropy, no fp32 activation).
 #include "device_training.h"
 #include "support/emulated_precision.h"
 

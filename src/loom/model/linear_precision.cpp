@@ -244,7 +244,8 @@ void LinearPrecision::check_device_tensors(const DeviceTensors& tensors) const {
              "keeping its FP8 codes, on a GPU only (this one: " +
                  recipe_name(recipe_) + " on " + device_.name() + ")");
   LOOM_CHECK((tensors.out == nullptr && tensors.din == nullptr) || gives_bf16_outputs(),
-             "a linear layer's GEMMs leave bf16 outputs on a GPU under a recipe rounding them to bf16 only (this one: " +
+             "a linear layer's GEMMs leave bf16 outputs on a GPU under a recipe rounding them to bf16 only "
+             "(this one: " +
                  recipe_name(recipe_) + " on " + device_.name() + ")");
   LOOM_CHECK((tensors.keep_input_codes == nullptr && tensors.kept_input_codes == nullptr) || keeps_input_codes(),
              "a linear layer keeps its input's FP8 codes under fp8_delayed or fp8_current on a GPU only (this one: " +

@@ -40,9 +40,9 @@ struct CastPath {
 // twice, the output gradient once under bf16 / fp16 and once per GEMM otherwise (FP8's wgrad
 // wants it transposed; per-tensor FP8 casts the input and the output gradient once each, into
 // both orientations), and the weight once per step and form (one 16-bit copy; two FP8 or MX
-// forms, per-tensor FP8's from one read). Recompute casts the forward's input again (and on the CPU its weight). `bf16`: the
-// tensors a GPU hands over in bf16 (LinearPrecision's DeviceTensors), whose casts and widenings are
-// not made.
+// forms, per-tensor FP8's from one read). Recompute casts the forward's input again (and on the
+// CPU its weight). `bf16`: the tensors a GPU hands over in bf16 (LinearPrecision's DeviceTensors),
+// whose casts and widenings are not made.
 struct Bf16Ends {
   bool output = false;       // the forward's output left bf16: no widening
   bool output_grad = false;  // the output gradient given bf16: no cast
@@ -93,6 +93,31 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
 // attention its q/k/v and output (Attention::bf16_tensors).
 enum class LinearRole : uint8_t { AttentionQkv, AttentionOut, MlpUp, MlpDown };
 
+// What a block's linear hands over in bf16 on a GPU (LinearPrecision's DeviceTensors).
+Bf16Ends device_bf16_ends(const CastPath& path, model::Recipe r, LinearRole role) {
+  Bf16Ends ends;
+  if (!path.device || r == model::Recipe::Fp32 || r == model::Recipe::Fp16) return ends;
+  const bool qkv = role == LinearRole::AttentionQkv, o = role == LinearRole::AttentionOut;
+  const bool up = role == LinearRole::MlpUp, down = role == LinearRole::MlpDown;
+  if (r == model::Recipe::Bf16) {
+    // The norms' outputs into q/k/v and up (Norm::forward's bf16 output); the MLP's interior
+    // (Mlp::bf16_interior; a bias's gradient summed by the activation's backward from the fp32 hidden
+    // gradient); attention's tensors (Attention::bf16_tensors).
+    ends.input = qkv || up || down || (o && path.bf16_attention);
+    ends.output = up || (qkv && path.bf16_attention);
+    ends.output_grad = up;
+    ends.input_grad = down || (o && path.bf16_attention);
+    return ends;
+  }
+  // FP8 and MX: the MLP keeps its GEMMs' bf16 outputs (Mlp::bf16_hidden); per-tensor FP8 also
+  // attention's tensors, the output projection casting its codes from bf16.
+  const bool attention = path.bf16_attention && (r == model::Recipe::Fp8Delayed || r == model::Recipe::Fp8Current);
+  ends.output = up || (qkv && attention);
+  ends.input_grad = down || (o && attention);
+  ends.input_bf16 = o && attention;
+  return ends;
+}
+
 // Calls visit(out_features, in_features, recipe, role) for every linear of this rank's layers that
 // the costs below count: attention's q/k/v and output projections and dense MLPs' two (the
 // linears of experts and Mamba mixers are not counted yet), each with its block's recipe.
@@ -128,27 +153,7 @@ double cast_seconds(const config::RunConfig& config, const StageMemory& stage, d
                           config.parallel.cp <= 1};
   double s = 0.0;
   for_each_block_linear(config, stage, [&](double out, double in, model::Recipe r, LinearRole role) {
-    Bf16Ends ends;
-    // The norm before each of these writes its output bf16 (Norm::forward's bf16 output).
-    const bool after_norm = role == LinearRole::AttentionQkv || role == LinearRole::MlpUp;
-    if (path.device && r == model::Recipe::Bf16 && after_norm) ends.input = true;
-    // A bias's gradient is summed by the activation's backward from the fp32 hidden gradient.
-    if (path.device && r == model::Recipe::Bf16 && role == LinearRole::MlpUp) ends.output = ends.output_grad = true;
-    if (path.device && r == model::Recipe::Bf16 && role == LinearRole::MlpDown) ends.input = ends.input_grad = true;
-    // FP8 and MX blocks keep their GEMMs' bf16 outputs in the MLP (Mlp::bf16_hidden): the up
-    // projection's output and the down projection's input gradient.
-    const bool hidden16 = path.device && r != model::Recipe::Bf16 && r != model::Recipe::Fp16;
-    if (hidden16 && role == LinearRole::MlpUp) ends.output = true;
-    if (hidden16 && role == LinearRole::MlpDown) ends.input_grad = true;
-    if (path.bf16_attention && r == model::Recipe::Bf16 && role == LinearRole::AttentionQkv) ends.output = true;
-    if (path.bf16_attention && r == model::Recipe::Bf16 && role == LinearRole::AttentionOut)
-      ends.input = ends.input_grad = true;
-    // Per-tensor FP8 blocks keep them too: the output projection casts its codes from bf16.
-    const bool fp8_tensors = r == model::Recipe::Fp8Delayed || r == model::Recipe::Fp8Current;
-    if (path.bf16_attention && fp8_tensors && role == LinearRole::AttentionQkv) ends.output = true;
-    if (path.bf16_attention && fp8_tensors && role == LinearRole::AttentionOut)
-      ends.input_grad = ends.input_bf16 = true;
-    s += linear_cast_seconds(tokens, out, in, r, recompute, hw, path, ends);
+    s += linear_cast_seconds(tokens, out, in, r, recompute, hw, path, device_bf16_ends(path, r, role));
   });
   if (stage.head_rows > 0) {
     s += linear_cast_seconds(tokens, static_cast<double>(stage.head_rows), static_cast<double>(config.model.d_model),
