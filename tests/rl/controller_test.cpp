@@ -106,7 +106,9 @@ TEST(Controller, ServesStepsRefitsWorkersAndRestartsDeadRoles) {
     EXPECT_EQ(groups_of_batch(learner.batch_text(step), step)[0].prompt_index, groups[0].prompt_index);
     if (step == 1) controller.roles().kill("environment", 0);
     EXPECT_EQ(learner.step_done(step, run.checkpoint + "/step-00000002", {{"loss", 0.5}}), "step-" + std::to_string(step + 1));
-    if (step < 2) EXPECT_EQ(worker_version(controller, "step-" + std::to_string(step + 1)), "step-" + std::to_string(step + 1));
+    if (step < 2) {
+      EXPECT_EQ(worker_version(controller, "step-" + std::to_string(step + 1)), "step-" + std::to_string(step + 1));
+    }
     if (step == 0) controller.roles().kill("worker", 0);
   }
   thread.join();

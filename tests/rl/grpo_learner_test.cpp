@@ -204,7 +204,9 @@ TEST_F(GrpoLearnerTest, Bf16OnTheDeviceWithCachedWeightCastsAndAReferenceEqualsT
   for (size_t s = 0; s < got.size(); ++s) {
     EXPECT_EQ(got[s].loss, expected[s].loss) << "step " << s + 1;
     EXPECT_EQ(got[s].kl, expected[s].kl) << "step " << s + 1;
-    if (s > 0) EXPECT_NE(got[s].kl, 0.0) << "step " << s + 1;  // the policy moved from the reference
+    if (s > 0) {
+      EXPECT_NE(got[s].kl, 0.0) << "step " << s + 1;  // the policy moved from the reference
+    }
   }
   EXPECT_EQ(train::testing::state_difference(root_, "bf16-cpu", "bf16-device"), 0.0);
 }
