@@ -77,11 +77,6 @@ void relu2_backward(float* din, const float* dout, const float* in, int64_t n) {
 }
 
 namespace {
-std::vector<float> widened(const void* x16, int64_t n) {
-  std::vector<float> v(static_cast<size_t>(n));
-  widen_floats(v.data(), x16, n, DType::BF16, false);
-  return v;
-}
 int64_t input_width(MlpActivation activation, int64_t width) {
   return activation == MlpActivation::Swiglu ? 2 * width : width;
 }
@@ -89,7 +84,7 @@ int64_t input_width(MlpActivation activation, int64_t width) {
 
 void activation_forward_bf16(MlpActivation activation, float* out, void* out16, const void* in16, int64_t rows,
                              int64_t width) {
-  const std::vector<float> in = widened(in16, rows * input_width(activation, width));
+  const std::vector<float> in = widened_bf16(in16, rows * input_width(activation, width));
   std::vector<float> local;
   float* y = out;
   if (y == nullptr) {
@@ -109,7 +104,7 @@ void activation_forward_bf16(MlpActivation activation, float* out, void* out16, 
 void activation_backward_bf16(MlpActivation activation, float* din, void* din16, float* dbias, const void* dout16,
                               const void* in16, int64_t rows, int64_t width) {
   const int64_t in_count = rows * input_width(activation, width);
-  const std::vector<float> in = widened(in16, in_count), dout = widened(dout16, rows * width);
+  const std::vector<float> in = widened_bf16(in16, in_count), dout = widened_bf16(dout16, rows * width);
   std::vector<float> local;
   float* d = din;
   if (d == nullptr) {

@@ -49,8 +49,7 @@ double softmax_cross_entropy(float* logits, float* losses, const int32_t* target
 
 double softmax_cross_entropy_bf16(void* logits, float* losses, const int32_t* targets, int64_t rows, int64_t vocab,
                                   float grad_scale) {
-  std::vector<float> wide(static_cast<size_t>(rows * vocab));
-  widen_floats(wide.data(), logits, rows * vocab, DType::BF16, false);
+  std::vector<float> wide = widened_bf16(logits, rows * vocab);
   const double total = softmax_cross_entropy(wide.data(), losses, targets, rows, vocab, grad_scale);
   if (grad_scale != 0.0f) narrow_floats(logits, wide.data(), rows * vocab, DType::BF16);
   return total;

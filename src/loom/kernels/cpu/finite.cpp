@@ -50,8 +50,7 @@ void amax_into(float* dst, const float* x, int64_t n) {
 }
 
 void amax_into_bf16(float* dst, const void* x16, int64_t n) {
-  std::vector<float> x(static_cast<size_t>(n));
-  widen_floats(x.data(), x16, n, DType::BF16, false);
+  const std::vector<float> x = widened_bf16(x16, n);
   amax_into(dst, x.data(), n);
 }
 

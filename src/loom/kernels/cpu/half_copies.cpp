@@ -33,4 +33,10 @@ void widen_floats(float* dst, const void* src, int64_t n, DType dtype, bool accu
   }
 }
 
+std::vector<float> widened_bf16(const void* src, int64_t n) {
+  std::vector<float> wide(static_cast<size_t>(n));
+  widen_floats(wide.data(), src, n, DType::BF16, false);
+  return wide;
+}
+
 }  // namespace loom::kernels::cpu

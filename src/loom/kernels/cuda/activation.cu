@@ -240,19 +240,23 @@ void activation_backward_summing(MlpActivation activation, DIn* din, float* dbia
   check_launch("activation_backward_sums_kernel");
   add_partial_column_sums(dbias, partial, chunks, in_width, stream);
 }
+
+// Into din of element type DIn, summing the bias gradient when there is one.
+template <typename DIn>
+void activation_backward_to(MlpActivation activation, DIn* din, float* dbias, const bf16* dout, const bf16* in,
+                            int64_t rows, int64_t width, cudaStream_t stream) {
+  if (dbias != nullptr) return activation_backward_summing(activation, din, dbias, dout, in, rows, width, stream);
+  activation_backward_into(activation, din, dout, in, rows, width, stream);
+}
 }  // namespace
 
 void activation_backward_bf16(MlpActivation activation, float* din, void* din16, float* dbias, const void* dout,
                               const void* in, int64_t rows, int64_t width, cudaStream_t stream) {
   if (rows * width == 0) return;
-  if (dbias != nullptr && din != nullptr) {
-    activation_backward_summing(activation, din, dbias, as_bf16(dout), as_bf16(in), rows, width, stream);
-  } else if (dbias != nullptr) {
-    activation_backward_summing(activation, as_bf16(din16), dbias, as_bf16(dout), as_bf16(in), rows, width, stream);
-  } else if (din != nullptr) {
-    activation_backward_into(activation, din, as_bf16(dout), as_bf16(in), rows, width, stream);
+  if (din != nullptr) {
+    activation_backward_to(activation, din, dbias, as_bf16(dout), as_bf16(in), rows, width, stream);
   } else {
-    activation_backward_into(activation, as_bf16(din16), as_bf16(dout), as_bf16(in), rows, width, stream);
+    activation_backward_to(activation, as_bf16(din16), dbias, as_bf16(dout), as_bf16(in), rows, width, stream);
   }
 }
 
