@@ -314,6 +314,72 @@ TEST_F(CudaEntries, ActivationsOverBf16TensorsAreTheFp32KernelsRounded) {
   }
 }
 
+// With an amax, each activation over bf16 tensors takes the max |v| of what it writes into it (a
+// per-tensor FP8 cast of its output then needs no amax pass): the same float as amax_into over
+// that output, bit for bit, in every output form and with the bias's column sums, at a size whose
+// capped grid loops (amax.cuh) and a narrow one; a larger amax stays, a NaN written wins.
+TEST_F(CudaEntries, ActivationsTakeTheAmaxOfWhatTheyWrite) {
+  for (const auto& [rows, width] : {std::pair<int64_t, int64_t>{3001, 1100}, {7, 45}}) {
+    for (const MlpActivation a : {MlpActivation::Swiglu, MlpActivation::Gelu, MlpActivation::Relu2}) {
+      const int64_t in_width = a == MlpActivation::Swiglu ? 2 * width : width;
+      const std::string name = std::to_string(rows) + " x " + std::to_string(width) + " activation " +
+                               std::to_string(static_cast<int>(a));
+      std::vector<float> dout = testing::bf16_rounded(random_values(seed_ + 1, rows * width, 1.0f));
+      DeviceArray<__nv_bfloat16> in16(allocator_, testing::to_bf16(random_values(seed_, rows * in_width, 3.0f))),
+          dout16(allocator_, testing::to_bf16(dout)), out16(allocator_, std::vector<__nv_bfloat16>(rows * width)),
+          din16(allocator_, std::vector<__nv_bfloat16>(rows * in_width));
+      DeviceFloats out(allocator_, poison(rows * width)), din(allocator_, poison(rows * in_width)),
+          bias(allocator_, std::vector<float>(in_width, 0.0f));
+      // The amax the kernel took (from `start`) against amax_into over what it wrote.
+      auto expect_amax_of = [&](auto run, const float* written, const void* written16, int64_t n, float start,
+                                const std::string& form) {
+        DeviceFloats got(allocator_, std::vector<float>{start}), want(allocator_, std::vector<float>{start});
+        run(got.ptr);
+        if (written != nullptr) {
+          amax_into(kGpu, want.ptr, written, n);
+        } else {
+          amax_into_bf16(kGpu, want.ptr, written16, n);
+        }
+        const float g = got.host()[0], w = want.host()[0];
+        EXPECT_EQ(std::bit_cast<uint32_t>(g), std::bit_cast<uint32_t>(w))
+            << name << " " << form << ": " << g << " vs " << w;
+        return g;
+      };
+      for (float start : {0.0f, 1e30f}) {
+        expect_amax_of([&](float* m) { activation_forward_bf16(kGpu, a, out.ptr, nullptr, in16.ptr, rows, width, m); },
+                       out.ptr, nullptr, rows * width, start, "forward fp32");
+        expect_amax_of(
+            [&](float* m) { activation_forward_bf16(kGpu, a, nullptr, out16.ptr, in16.ptr, rows, width, m); },
+            nullptr, out16.ptr, rows * width, start, "forward bf16");
+        expect_amax_of([&](float* m) {
+          activation_backward_bf16(kGpu, a, din.ptr, nullptr, nullptr, dout16.ptr, in16.ptr, rows, width, m);
+        }, din.ptr, nullptr, rows * in_width, start, "backward fp32");
+        expect_amax_of([&](float* m) {
+          activation_backward_bf16(kGpu, a, nullptr, din16.ptr, nullptr, dout16.ptr, in16.ptr, rows, width, m);
+        }, nullptr, din16.ptr, rows * in_width, start, "backward bf16");
+        expect_amax_of([&](float* m) {
+          activation_backward_bf16(kGpu, a, din.ptr, nullptr, bias.ptr, dout16.ptr, in16.ptr, rows, width, m);
+        }, din.ptr, nullptr, rows * in_width, start, "backward fp32 with bias sums");
+        const float last = expect_amax_of([&](float* m) {
+          activation_backward_bf16(kGpu, a, nullptr, din16.ptr, bias.ptr, dout16.ptr, in16.ptr, rows, width, m);
+        }, nullptr, din16.ptr, rows * in_width, start, "backward bf16 with bias sums");
+        if (start == 0.0f) EXPECT_GT(last, 0.0f) << name;
+        if (start != 0.0f) EXPECT_EQ(last, start) << name;
+      }
+      // NaN in the output gradient where the input is positive (squared ReLU passes no gradient
+      // elsewhere; element k of a row is also column k of the input's first half): NaN wins.
+      const std::vector<float> in = testing::to_float(in16.host());
+      int64_t k = 0;
+      while (in[static_cast<size_t>(k)] <= 0.0f) ++k;
+      dout[static_cast<size_t>(k)] = std::nanf("");
+      DeviceArray<__nv_bfloat16> nan16(allocator_, testing::to_bf16(dout));
+      DeviceFloats nan_amax(allocator_, std::vector<float>{0.0f});
+      activation_backward_bf16(kGpu, a, din.ptr, nullptr, nullptr, nan16.ptr, in16.ptr, rows, width, nan_amax.ptr);
+      EXPECT_TRUE(std::isnan(nan_amax.host()[0])) << name;
+    }
+  }
+}
+
 // DiLoCo's outer step: the same fused multiply-adds as the CPU, so bit for bit, on sizes around
 // the grid's limits; the anchor and momentum poisoned outside [0, n) must stay so.
 TEST_F(CudaEntries, NesterovOuterUpdateMatchesTheCpuBitForBit) {

@@ -141,10 +141,17 @@ TEST_F(CudaModel, TinyLlamaRunRepeatsBitForBitOnTheGpuWithLoomsAttention) {
   const std::string yaml = tiny_llama(root);
   const std::vector<std::string> run = {"precision.recipe=bf16", "model.d_model=128", "model.heads=2",
                                         "model.kv_heads=1", "runtime.device=cuda"};
-  ::setenv("LOOM_ATTENTION", "loom", 1);
-  const std::vector<double> first = train::testing::losses_of(train::testing::train_run(root, "first", yaml, run));
-  const std::vector<double> second = train::testing::losses_of(train::testing::train_run(root, "second", yaml, run));
-  ::unsetenv("LOOM_ATTENTION");
+  // Set for the two runs only, unset however they end (a later test expects it unset).
+  struct LoomAttention {
+    LoomAttention() { ::setenv("LOOM_ATTENTION", "loom", 1); }
+    ~LoomAttention() { ::unsetenv("LOOM_ATTENTION"); }
+  };
+  std::vector<double> first, second;
+  {
+    const LoomAttention loom_attention;
+    first = train::testing::losses_of(train::testing::train_run(root, "first", yaml, run));
+    second = train::testing::losses_of(train::testing::train_run(root, "second", yaml, run));
+  }
   ASSERT_EQ(first.size(), 4u);
   EXPECT_EQ(first, second);
   EXPECT_EQ(train::testing::checkpoint_difference(root, "first", "second",

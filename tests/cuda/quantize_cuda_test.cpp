@@ -166,14 +166,15 @@ TEST_P(CudaQuantize, MxBlocksAlongRowsAndDownColumnsEqualTheCpu) {
 }
 
 // The FP8 recipes' device-side amax and per-tensor scale (no read back in the GEMMs): amax_into
-// accumulates precision::amax into what the float holds (a NaN or Inf staying), at awkward sizes;
+// accumulates precision::amax into what the float holds (a NaN or Inf staying), at awkward sizes
+// (the largest beyond one pass of its capped grid, amax.cuh's kAmaxBlocks);
 // fp8_tensor_scale is precision::compute_scale(amax, fp8 max, margin, 1) bit for bit, with its
 // rounded inverse, over zero, subnormal, ordinary, huge and non-finite amaxes and several
 // margins; the per-tensor GEMM cast with that device scale writes the CPU's codes, and an Inf or
 // NaN element as NaN.
 TEST_P(CudaQuantize, DeviceAmaxAndTensorScaleEqualTheCpu) {
   const Fp8 f = GetParam();
-  for (int64_t n : {int64_t{1}, int64_t{31}, int64_t{1000}, int64_t{100003}}) {
+  for (int64_t n : {int64_t{1}, int64_t{31}, int64_t{1000}, int64_t{100003}, int64_t{3000017}}) {
     const std::vector<float> x = wide_values(seed_ + static_cast<uint32_t>(n), n, false);
     const float want = precision::amax(x.data(), n);
     for (float start : {0.0f, want * 0.5f, want * 2.0f, INFINITY, NAN}) {

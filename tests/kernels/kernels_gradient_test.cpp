@@ -271,6 +271,55 @@ TEST(KernelGradients, ActivationsOverBf16InputsAreTheFp32Kernels) {
   }
 }
 
+// With an amax, each activation also takes the max |v| of what it writes (fp32, or the rounded
+// bf16 values) into it, as amax_into would over its output: a larger amax stays, NaN wins.
+TEST(KernelGradients, ActivationsOverBf16InputsTakeTheAmaxOfWhatTheyWrite) {
+  const int64_t rows = 6, width = 13;
+  auto max_abs = [](const std::vector<float>& v) {
+    float m = 0.0f;
+    for (float x : v) m = std::max(m, std::fabs(x));
+    return m;
+  };
+  auto widened = [](const std::vector<uint16_t>& v) {
+    std::vector<float> out;
+    for (uint16_t x : v) out.push_back(bf16_to_f32(x));
+    return out;
+  };
+  for (const MlpActivation a : {MlpActivation::Swiglu, MlpActivation::Gelu, MlpActivation::Relu2}) {
+    const int64_t in_width = a == MlpActivation::Swiglu ? 2 * width : width;
+    std::vector<uint16_t> in16, dout16;
+    for (float v : random_vector(rows * in_width, 40)) in16.push_back(f32_to_bf16(3.0f * v));
+    for (float v : random_vector(rows * width, 41)) dout16.push_back(f32_to_bf16(v));
+    std::vector<float> out(rows * width), din(rows * in_width);
+    std::vector<uint16_t> out16(rows * width), din16(rows * in_width);
+    float amax = 0.0f;
+    activation_forward_bf16(a, out.data(), nullptr, in16.data(), rows, width, &amax);
+    EXPECT_GT(amax, 0.0f);
+    EXPECT_EQ(amax, max_abs(out)) << static_cast<int>(a);
+    amax = 0.0f;
+    activation_forward_bf16(a, nullptr, out16.data(), in16.data(), rows, width, &amax);
+    EXPECT_EQ(amax, max_abs(widened(out16))) << static_cast<int>(a);
+    amax = 0.0f;
+    activation_backward_bf16(a, din.data(), nullptr, nullptr, dout16.data(), in16.data(), rows, width, &amax);
+    EXPECT_GT(amax, 0.0f);
+    EXPECT_EQ(amax, max_abs(din)) << static_cast<int>(a);
+    amax = 0.0f;
+    activation_backward_bf16(a, nullptr, din16.data(), nullptr, dout16.data(), in16.data(), rows, width, &amax);
+    EXPECT_EQ(amax, max_abs(widened(din16))) << static_cast<int>(a);
+    amax = 1e30f;  // a larger amax taken before stays
+    activation_forward_bf16(a, out.data(), nullptr, in16.data(), rows, width, &amax);
+    EXPECT_EQ(amax, 1e30f) << static_cast<int>(a);
+    // NaN in the output gradient where the input is positive (squared ReLU passes no gradient
+    // elsewhere): NaN wins.
+    int64_t k = 0;
+    while (bf16_to_f32(in16[static_cast<size_t>(k)]) <= 0.0f) ++k;
+    dout16[static_cast<size_t>(k)] = 0x7fc0;
+    amax = 0.0f;
+    activation_backward_bf16(a, din.data(), nullptr, nullptr, dout16.data(), in16.data(), rows, width, &amax);
+    EXPECT_TRUE(std::isnan(amax)) << static_cast<int>(a);
+  }
+}
+
 TEST(KernelGradients, SwiGlu) {
   const int64_t rows = 4, width = 9;
   auto gu = random_vector(rows * 2 * width, 18), dy = random_vector(rows * width, 19);

@@ -251,6 +251,82 @@ TEST_P(LinearPrecisionDevice, Fp8InputCodesKeptFromTheForwardServeTheWeightGradi
   EXPECT_FALSE(on_cpu.keeps_input_codes());
 }
 
+// Per-tensor FP8: an amax taken by the operand's producer (here amax_into, as the activation's
+// kernels do) where produced_amax gives, handed back as DeviceTensors' in_amax / dout_amax, stands
+// for the layer's own amax pass: the same outputs, gradients and pending amaxes as the CPU's over
+// two steps, two passes fewer. Other recipes give no such float and refuse one; a float from
+// elsewhere is refused.
+TEST_P(LinearPrecisionDevice, Fp8AmaxesTakenByTheirProducersStandForTheAmaxPasses) {
+  const Recipe recipe = GetParam();
+  LinearPrecision dev(recipe, 4, 1);
+  dev.set_device(kDevice);
+  const Data d = make_data(recipe, 43);
+  Placed at{kDevice, {}};
+  const float *x = at.put(d.x), *w = at.put(d.w), *dy = at.put(d.dy);
+  float* codes = at.put(std::vector<float>(d.n * d.in, NAN));
+  float* elsewhere = at.put(std::vector<float>{0.0f});
+  float* out = at.put(std::vector<float>(d.n * d.out, NAN));
+  if (!dev.keeps_input_codes()) {
+    EXPECT_EQ(dev.produced_amax(Operand::Input), nullptr);
+    EXPECT_EQ(dev.produced_amax(Operand::OutputGrad), nullptr);
+    EXPECT_THROW(dev.forward(out, x, w, nullptr, d.n, d.in, d.out, false, GemmOutput::Rounded,
+                             DeviceTensors{.in_amax = elsewhere}),
+                 Error);
+    return;
+  }
+  EXPECT_THROW(dev.produced_amax(Operand::Weight), Error);
+  EXPECT_THROW(dev.forward(out, x, w, nullptr, d.n, d.in, d.out, false, GemmOutput::Rounded,
+                           DeviceTensors{.keep_input_codes = codes, .in_amax = elsewhere}),
+               Error);
+  LinearPrecision cpu(recipe, 4, 1), own(recipe, 4, 1);
+  own.set_device(kDevice);
+  for (int step = 0; step < 2; ++step) {
+    std::vector<float> want_out(d.n * d.out), want_dx(d.n * d.in), want_dw(d.out * d.in);
+    {
+      Placed host{Device::cpu(), {}};
+      float *o = host.put(want_out), *dx = host.put(d.dx0), *dw = host.put(d.dw0);
+      const float *hx = host.put(d.x), *hw = host.put(d.w), *hdy = host.put(d.dy);
+      cpu.forward(o, hx, hw, nullptr, d.n, d.in, d.out);
+      cpu.backward(dx, dw, nullptr, hdy, hx, hw, d.n, d.in, d.out);
+      want_out = host.get(o, d.n * d.out), want_dx = host.get(dx, d.n * d.in), want_dw = host.get(dw, d.out * d.in);
+    }
+    // The same layer taking its own amaxes, for the count of passes.
+    ::loom::testing::reset_emulated_census();
+    {
+      float *o = at.put(std::vector<float>(d.n * d.out, NAN)), *dx = at.put(d.dx0), *dw = at.put(d.dw0);
+      own.forward(o, x, w, nullptr, d.n, d.in, d.out, false, GemmOutput::Rounded,
+                  DeviceTensors{.keep_input_codes = codes});
+      own.backward(dx, dw, nullptr, dy, x, w, d.n, d.in, d.out, GemmOutput::Rounded, true,
+                   DeviceTensors{.kept_input_codes = codes});
+    }
+    const int64_t own_passes = ::loom::testing::emulated_census().entries["amax_into"];
+    ::loom::testing::reset_emulated_census();
+    float *dx = at.put(d.dx0), *dw = at.put(d.dw0);
+    without_amax_reads([&] {
+      float* in_amax = dev.produced_amax(Operand::Input);
+      kernels::amax_into(kDevice, in_amax, x, d.n * d.in);  // the producer's
+      dev.forward(out, x, w, nullptr, d.n, d.in, d.out, false, GemmOutput::Rounded,
+                  DeviceTensors{.keep_input_codes = codes, .in_amax = in_amax});
+      float* dout_amax = dev.produced_amax(Operand::OutputGrad);
+      kernels::amax_into(kDevice, dout_amax, dy, d.n * d.out);
+      dev.backward(dx, dw, nullptr, dy, x, w, d.n, d.in, d.out, GemmOutput::Rounded, true,
+                   DeviceTensors{.kept_input_codes = codes, .dout_amax = dout_amax});
+    });
+    // The two producers' passes stand for the layer's two.
+    EXPECT_EQ(::loom::testing::emulated_census().entries["amax_into"], own_passes);
+    const std::string what = recipe_name(recipe) + " step " + std::to_string(step);
+    expect_bitwise(at.get(out, d.n * d.out), want_out, what + ": forward");
+    expect_bitwise(at.get(dx, d.n * d.in), want_dx, what + ": dgrad");
+    expect_bitwise(at.get(dw, d.out * d.in), want_dw, what + ": wgrad");
+    float amaxes[3];
+    for (Operand op : {Operand::Input, Operand::Weight, Operand::OutputGrad}) {
+      amaxes[static_cast<int>(op)] = cpu.pending_amax(op);
+      EXPECT_EQ(dev.pending_amax(op), cpu.pending_amax(op)) << what << " operand " << static_cast<int>(op);
+    }
+    for (LinearPrecision* lp : {&cpu, &dev, &own}) lp->commit_amaxes(amaxes);
+  }
+}
+
 TEST_P(LinearPrecisionDevice, AnInfOrNanOperandMakesNanExactlyWhereTheCpuIsNonFinite) {
   const Recipe recipe = GetParam();
   Data d = make_data(recipe, 3);

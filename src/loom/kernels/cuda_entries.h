@@ -88,9 +88,9 @@ struct CudaEntries {
   void (*relu2_forward)(Device, float* out, const float* in, int64_t n) = nullptr;
   void (*relu2_backward)(Device, float* din, const float* dout, const float* in, int64_t n) = nullptr;
   void (*activation_forward_bf16)(Device, MlpActivation, float* out, void* out16, const void* in16, int64_t rows,
-                                  int64_t width) = nullptr;
+                                  int64_t width, float* amax) = nullptr;
   void (*activation_backward_bf16)(Device, MlpActivation, float* din, void* din16, float* dbias, const void* dout16,
-                                   const void* in16, int64_t rows, int64_t width) = nullptr;
+                                   const void* in16, int64_t rows, int64_t width, float* amax) = nullptr;
   void (*add_rows)(Device, float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t rows,
                    int64_t width) = nullptr;
   void (*gather_rows)(Device, float* out, const float* x, const int32_t* index, const float* scale, int64_t rows,

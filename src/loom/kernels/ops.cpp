@@ -342,12 +342,12 @@ void precision_linear_gemm(Device device, const PrecisionGemm& gemm) {
 
 void relu2_forward(Device device, float* out, const float* in, int64_t n) { LOOM_DISPATCH(relu2_forward, out, in, n); }
 void activation_forward_bf16(Device device, MlpActivation activation, float* out, void* out16, const void* in16,
-                             int64_t rows, int64_t width) {
-  LOOM_DISPATCH(activation_forward_bf16, activation, out, out16, in16, rows, width);
+                             int64_t rows, int64_t width, float* amax) {
+  LOOM_DISPATCH(activation_forward_bf16, activation, out, out16, in16, rows, width, amax);
 }
 void activation_backward_bf16(Device device, MlpActivation activation, float* din, void* din16, float* dbias,
-                              const void* dout16, const void* in16, int64_t rows, int64_t width) {
-  LOOM_DISPATCH(activation_backward_bf16, activation, din, din16, dbias, dout16, in16, rows, width);
+                              const void* dout16, const void* in16, int64_t rows, int64_t width, float* amax) {
+  LOOM_DISPATCH(activation_backward_bf16, activation, din, din16, dbias, dout16, in16, rows, width, amax);
 }
 void relu2_backward(Device device, float* din, const float* dout, const float* in, int64_t n) {
   LOOM_DISPATCH(relu2_backward, din, dout, in, n);

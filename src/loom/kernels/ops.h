@@ -78,11 +78,14 @@ void relu2_backward(Device device, float* din, const float* dout, const float* i
 // writes din whole in fp32, or din16 in bf16 when din is null, and adds into dbias (when not
 // null) the column sums of the fp32 input gradient over the rows, in kernels/column_sums.h's
 // order as linear_backward's bias gradient: an up projection's bias gradient from the unrounded
-// hidden gradient, whichever form din takes.
+// hidden gradient, whichever form din takes. With `amax` (not null), each also takes the max |v|
+// of what it writes (out or out16; din or din16) into *amax as amax_into does (*amax >= 0 or NaN;
+// NaN wins): a per-tensor FP8 cast of that output then needs no pass of its own to find it.
 void activation_forward_bf16(Device device, MlpActivation activation, float* out, void* out16, const void* in16,
-                             int64_t rows, int64_t width);
+                             int64_t rows, int64_t width, float* amax = nullptr);
 void activation_backward_bf16(Device device, MlpActivation activation, float* din, void* din16, float* dbias,
-                              const void* dout16, const void* in16, int64_t rows, int64_t width);
+                              const void* dout16, const void* in16, int64_t rows, int64_t width,
+                              float* amax = nullptr);
 // y[r * y_stride + c] += x[r * x_stride + c] for r < rows, c < width: a column block added into
 // another (kernels/cpu/rows.h).
 void add_rows(Device device, float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t rows, int64_t width);

@@ -41,21 +41,22 @@ inline void activation_backward(Device device, config::Activation activation, fl
 // The same over bf16 tensors (Mlp::bf16_interior, bf16_hidden): act (fp32) or act16 (bf16, when act
 // is null) from hidden16; d_hidden (fp32) or d_hidden16 (bf16, when d_hidden is null) from d_act16
 // and hidden16, adding the fp32 d_hidden's column sums into d_bias (when not null: the up
-// projection's bias gradient).
+// projection's bias gradient); with `amax`, the max |v| of the act or d_hidden written taken into it
+// (a per-tensor FP8 layer's produced_amax).
 inline kernels::MlpActivation kernel_activation(config::Activation activation) {
   if (activation == config::Activation::Swiglu) return kernels::MlpActivation::Swiglu;
   if (activation == config::Activation::Relu2) return kernels::MlpActivation::Relu2;
   return kernels::MlpActivation::Gelu;
 }
 inline void activation_forward_bf16(Device device, config::Activation activation, float* act, void* act16,
-                                    const void* hidden16, int64_t rows, int64_t ffn) {
-  kernels::activation_forward_bf16(device, kernel_activation(activation), act, act16, hidden16, rows, ffn);
+                                    const void* hidden16, int64_t rows, int64_t ffn, float* amax = nullptr) {
+  kernels::activation_forward_bf16(device, kernel_activation(activation), act, act16, hidden16, rows, ffn, amax);
 }
 inline void activation_backward_bf16(Device device, config::Activation activation, float* d_hidden, void* d_hidden16,
                                      float* d_bias, const void* d_act16, const void* hidden16, int64_t rows,
-                                     int64_t ffn) {
+                                     int64_t ffn, float* amax = nullptr) {
   kernels::activation_backward_bf16(device, kernel_activation(activation), d_hidden, d_hidden16, d_bias, d_act16,
-                                    hidden16, rows, ffn);
+                                    hidden16, rows, ffn, amax);
 }
 
 }  // namespace loom::model

@@ -250,6 +250,10 @@ void LinearPrecision::check_device_tensors(const DeviceTensors& tensors) const {
   LOOM_CHECK((tensors.keep_input_codes == nullptr && tensors.kept_input_codes == nullptr) || keeps_input_codes(),
              "a linear layer keeps its input's FP8 codes under fp8_delayed or fp8_current on a GPU only (this one: " +
                  recipe_name(recipe_) + " on " + device_.name() + ")");
+  LOOM_CHECK((tensors.in_amax == nullptr && tensors.dout_amax == nullptr) || keeps_input_codes(),
+             "a linear layer takes an amax its operand's producer took under fp8_delayed or fp8_current on a GPU "
+             "only (this one: " +
+                 recipe_name(recipe_) + " on " + device_.name() + ")");
 }
 
 void LinearPrecision::forward(float* out, const float* in, const float* weight, const float* bias, int64_t n,

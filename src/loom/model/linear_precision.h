@@ -147,6 +147,11 @@ struct PrecisionScratch {
 // (the same memory): no second amax and cast of the input, whose fp32 values backward then does
 // not read (`in` may be null: a sequence-parallel layer does not gather it again). The same tensor
 // under the same scale gives the same codes, so the products are unchanged.
+//
+// The amaxes a producing kernel took, under fp8_delayed and fp8_current (keeps_input_codes): the
+// input's (`in_amax`, forward) or the output gradient's (`dout_amax`, backward), each where
+// LinearPrecision::produced_amax gave for that operand (an Error otherwise). The cast then reads
+// its operand once, with no amax pass before it: the max of the same values is the same amax.
 struct DeviceTensors {
   const void* in = nullptr;
   void* out = nullptr;
@@ -154,8 +159,13 @@ struct DeviceTensors {
   void* din = nullptr;
   void* keep_input_codes = nullptr;          // forward
   const void* kept_input_codes = nullptr;    // backward
+  const float* in_amax = nullptr;            // forward
+  const float* dout_amax = nullptr;          // backward
   bool any_bf16() const { return in != nullptr || out != nullptr || dout != nullptr || din != nullptr; }
-  bool any() const { return any_bf16() || keep_input_codes != nullptr || kept_input_codes != nullptr; }
+  bool any() const {
+    return any_bf16() || keep_input_codes != nullptr || kept_input_codes != nullptr || in_amax != nullptr ||
+           dout_amax != nullptr;
+  }
 };
 
 class LinearPrecision {
@@ -213,6 +223,13 @@ class LinearPrecision {
   int64_t kept_input_bytes(int64_t rows, int64_t in_features) const {
     return keeps_input_codes() ? kernels::kept_operand_bytes(kernels::OperandCast::Fp8Tensor, rows, in_features) : 0;
   }
+  // Under per-tensor FP8 on a GPU (keeps_input_codes): the device float into which the kernel
+  // producing operand `op` (Input or OutputGrad) takes its amax (kernels::amax_into's contract),
+  // made ready for it (fp8_current's zeroed; fp8_delayed's is the operand's pending amax, which
+  // accumulates), to be handed back as DeviceTensors' in_amax / dout_amax; null otherwise.
+  // fp8_current's float is shared by the model's layers: ask for it just before the producing
+  // kernel, with no other layer's GEMM between it and this layer's.
+  float* produced_amax(Operand op);
 
   // fp8_delayed: one DelayedScaling per operand. scale() is what prepare uses now (1 for the
   // other recipes); pending_amax() the largest amax seen since the last commit (Inf if any was
@@ -245,8 +262,13 @@ class LinearPrecision {
                        const float* weight, int64_t n, int64_t in_features, int64_t out_features,
                        GemmOutput din_output, bool accumulate_din, const DeviceTensors& tensors);
   // Operand `op` (n elements on the device: x, or x16 in bf16) cast as the recipe says;
-  // fp8_delayed records its amax.
-  kernels::CastOperand device_operand(Operand op, const float* x, int64_t n, const void* x16 = nullptr);
+  // fp8_delayed records its amax. `given_amax`: the operand's amax already in amax_slot(op), taken
+  // by its producer (DeviceTensors' in_amax / dout_amax): no amax pass.
+  kernels::CastOperand device_operand(Operand op, const float* x, int64_t n, const void* x16 = nullptr,
+                                      const float* given_amax = nullptr);
+  // Per-tensor FP8 on a device: where operand op's amax is taken (fp8_current's scratch float,
+  // fp8_delayed's pending one); null under other recipes.
+  float* amax_slot(Operand op);
   // The weight cast cache's stores a GEMM writes (null: none), ready once it ran: its own form's,
   // and under per-tensor FP8 a forward's also dgrad's (PrecisionGemm::b_store_transposed).
   struct WrittenStores {

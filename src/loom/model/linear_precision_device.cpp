@@ -65,11 +65,31 @@ float* LinearPrecision::device_pending() {
   return device_pending_;
 }
 
-CastOperand LinearPrecision::device_operand(Operand op, const float* x, int64_t n, const void* x16) {
+float* LinearPrecision::amax_slot(Operand op) {
+  const int at = static_cast<int>(op);
+  if (recipe_ == Recipe::Fp8Delayed) return device_pending() + at;
+  if (recipe_ == Recipe::Fp8Current) return sized(scratch_->amax, 3, device_) + at;
+  return nullptr;
+}
+
+float* LinearPrecision::produced_amax(Operand op) {
+  LOOM_CHECK(op != Operand::Weight, "LinearPrecision::produced_amax: a weight's amax is taken by its cast");
+  if (!keeps_input_codes()) return nullptr;
+  float* slot = amax_slot(op);
+  if (recipe_ == Recipe::Fp8Current) zero_on_device(device_, slot, 1);
+  return slot;
+}
+
+CastOperand LinearPrecision::device_operand(Operand op, const float* x, int64_t n, const void* x16,
+                                            const float* given_amax) {
   CastOperand c = device_cast(recipe_, op, scale(op), margin_);
   c.data = x;
-  const int at = static_cast<int>(op);
+  float* slot = amax_slot(op);
+  LOOM_CHECK(given_amax == nullptr || given_amax == slot,
+             "a linear layer's " + std::string(op == Operand::Input ? "input" : "output gradient") +
+                 " amax must be taken where its produced_amax gave");
   auto amax_into = [&](float* dst) {
+    if (given_amax != nullptr) return;  // its producer took it
     if (x16 != nullptr) {
       kernels::amax_into_bf16(device_, dst, x16, n);
     } else {
@@ -78,15 +98,14 @@ CastOperand LinearPrecision::device_operand(Operand op, const float* x, int64_t 
   };
   if (recipe_ == Recipe::Fp8Delayed) {
     // The scale is the host's (from the history); the amax only feeds the next step's history.
-    amax_into(device_pending() + at);
+    amax_into(slot);
   } else if (recipe_ == Recipe::Fp8Current) {
     // The scale is computed on the device from this amax (no read back); under tensor parallelism
     // from the whole tensor's, one device float all-reduced over the group.
-    float* amax = sized(scratch_->amax, 3, device_) + at;
-    zero_on_device(device_, amax, 1);
-    amax_into(amax);
-    if (reduces_over_tensor_parallel(op)) max_over_tensor_parallel(*tp_group_, amax);
-    c.amax = amax;
+    if (given_amax == nullptr) zero_on_device(device_, slot, 1);
+    amax_into(slot);
+    if (reduces_over_tensor_parallel(op)) max_over_tensor_parallel(*tp_group_, slot);
+    c.amax = slot;
   }
   return c;
 }
@@ -140,7 +159,8 @@ void LinearPrecision::device_forward(float* out, const float* in, const float* w
   g.in_features = in_features;
   g.out_features = out_features;
   // The bf16 recipe: no amax, nothing read; per-tensor FP8 from a bf16 input: its amax, its codes.
-  g.a = device_operand(Operand::Input, in, n * in_features, keeps_input_codes() ? tensors.in : nullptr);
+  g.a = device_operand(Operand::Input, in, n * in_features, keeps_input_codes() ? tensors.in : nullptr,
+                       tensors.in_amax);
   g.a16 = tensors.in;
   g.input_codes = tensors.keep_input_codes;  // cast for the weight gradient too, from the same read
   g.input_codes_use = g.input_codes != nullptr ? kernels::CastStore::Write : kernels::CastStore::None;
@@ -164,7 +184,7 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
   g.out_features = out_features;
   // dout's amax is reduced once for both GEMMs; the device orients block scales along each GEMM's
   // reduction dimension itself (the CPU quantizes a copy per orientation; the amax is the same).
-  g.a = device_operand(Operand::OutputGrad, dout, n * out_features);
+  g.a = device_operand(Operand::OutputGrad, dout, n * out_features, nullptr, tensors.dout_amax);
   g.a16 = tensors.dout;  // handed over in bf16: both GEMMs multiply it
   // dgrad's cast of dout kept for wgrad (kernels::PrecisionGemm::a_store): a 16-bit copy serves
   // as it is; per-tensor FP8 codes are written transposed beside dgrad's from the same read.

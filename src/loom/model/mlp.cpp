@@ -63,17 +63,21 @@ void Mlp::forward(Saved& saved, float* residual, const NormedRows& normed, int64
   }
   float* act = sized(saved.act, rows * ffn_, device_);
   void* up_codes = in_->keep_input_codes(saved.up_codes, rows);
+  const float* act_amax = nullptr;  // taken by the activation (per-tensor FP8: down's cast needs no amax pass)
   if (bf16_hidden()) {
     void* hidden = sized_16bit(saved.hidden, rows * hidden_width(), device_);
     in_->forward(nullptr, normed.fp32, rows, scratch, DeviceTensors{.out = hidden, .keep_input_codes = up_codes});
-    activation_forward_bf16(device_, activation_, act, nullptr, hidden, rows, ffn_);
+    float* amax = down_->input_amax();
+    activation_forward_bf16(device_, activation_, act, nullptr, hidden, rows, ffn_, amax);
+    act_amax = amax;
   } else {
     float* hidden = sized(saved.hidden, rows * hidden_width(), device_);
     in_->forward(hidden, normed.fp32, rows, scratch, DeviceTensors{.in = normed.bf16, .keep_input_codes = up_codes});
     activation_forward(device_, activation_, act, hidden, rows, ffn_);
   }
   down_->forward(residual, act, rows, scratch,
-                 DeviceTensors{.keep_input_codes = down_->keep_input_codes(saved.down_codes, rows)});
+                 DeviceTensors{.keep_input_codes = down_->keep_input_codes(saved.down_codes, rows),
+                               .in_amax = act_amax});
 }
 
 void Mlp::backward(float* d_normed, const float* d_residual, const NormedRows& normed, const Saved& saved,
@@ -94,12 +98,15 @@ void Mlp::backward(float* d_normed, const float* d_residual, const NormedRows& n
   }
   float* d_hidden = sized(work.d_hidden, rows * hidden_width(), device_);
   const void* down_codes = down_->kept_input_codes(saved.down_codes);
+  const float* d_hidden_amax = nullptr;  // taken by the activation's backward (as act_amax above)
   if (bf16_hidden()) {
     void* d_act = sized_16bit(work.d_act, rows * ffn_, device_);
     down_->backward(nullptr, d_residual, saved.act.data(), rows, scratch, false,
                     DeviceTensors{.din = d_act, .kept_input_codes = down_codes});
+    float* amax = in_->output_grad_amax();
     activation_backward_bf16(device_, activation_, d_hidden, nullptr, nullptr, d_act, saved.hidden.data(), rows,
-                             ffn_);
+                             ffn_, amax);
+    d_hidden_amax = amax;
   } else {
     float* d_act = sized(work.d_act, rows * ffn_, device_);
     down_->backward(d_act, d_residual, saved.act.data(), rows, scratch, false,
@@ -107,7 +114,9 @@ void Mlp::backward(float* d_normed, const float* d_residual, const NormedRows& n
     activation_backward(device_, activation_, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
   }
   in_->backward(d_normed, d_hidden, normed.fp32, rows, scratch, accumulate,
-                DeviceTensors{.in = normed.bf16, .kept_input_codes = in_->kept_input_codes(saved.up_codes)});
+                DeviceTensors{.in = normed.bf16,
+                              .kept_input_codes = in_->kept_input_codes(saved.up_codes),
+                              .dout_amax = d_hidden_amax});
 }
 
 }  // namespace loom::model

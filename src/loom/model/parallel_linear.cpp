@@ -138,7 +138,10 @@ void ColumnParallelLinear::backward(float* d_x, const float* d_out, const float*
   float* dbias = tensors.dout == nullptr ? bias_grad() : nullptr;  // a bf16 d_out: the caller's
   linear_backward(store_->device(), precision_.get(), d_full, store_->grad(weight_), dbias, d_out, full,
                   store_->value(weight_), rows, in_, out_, split_output(*tp_), accumulate && tp_->single(),
-                  DeviceTensors{.in = full16, .dout = tensors.dout, .kept_input_codes = tensors.kept_input_codes});
+                  DeviceTensors{.in = full16,
+                                .dout = tensors.dout,
+                                .kept_input_codes = tensors.kept_input_codes,
+                                .dout_amax = tensors.dout_amax});
   tp_->enter_backward(d_x, d_full, rows, in_, precision_.get(), accumulate);
 }
 
@@ -165,7 +168,7 @@ const void* RowParallelLinear::kept_input_codes(const Buffer& buffer) const {
 void RowParallelLinear::forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch,
                                 const DeviceTensors& tensors) const {
   const float* bias = bias_ >= 0 ? store_->value(bias_) : nullptr;
-  const DeviceTensors input{.in = tensors.in, .keep_input_codes = tensors.keep_input_codes};
+  const DeviceTensors input{.in = tensors.in, .keep_input_codes = tensors.keep_input_codes, .in_amax = tensors.in_amax};
   if (tp_->single()) {  // no reduction: accumulate straight into the residual stream
     linear_forward(store_->device(), precision_.get(), out, x, store_->value(weight_), bias, rows, in_, out_, true,
                    GemmOutput::Rounded, input);

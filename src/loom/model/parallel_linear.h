@@ -45,7 +45,8 @@ class ColumnParallelLinear {
   // d_x[local rows] += f_backward(d_out W), or = when not `accumulate` (d_x need not be zeroed);
   // parameter gradients added into the store. tensors.in: x in bf16 instead; tensors.dout: d_out
   // in bf16 instead, the bias's gradient (which sums the fp32 d_out) then the caller's, added into
-  // bias_grad(); tensors.kept_input_codes: the codes the forward kept.
+  // bias_grad(); tensors.kept_input_codes: the codes the forward kept; tensors.dout_amax: d_out's
+  // amax, taken by its producer (output_grad_amax).
   void backward(float* d_x, const float* d_out, const float* x, int64_t rows, ParallelScratch& scratch,
                 bool accumulate = true, const DeviceTensors& tensors = {}) const;
   // The GEMMs' precision (null: fp32); whether the layer has a bias.
@@ -58,6 +59,11 @@ class ColumnParallelLinear {
   void* keep_input_codes(Buffer& buffer, int64_t rows) const;
   const void* kept_input_codes(const Buffer& buffer) const;
   bool has_bias() const { return bias_ >= 0; }
+  // Under per-tensor FP8 on a GPU, where the kernel producing d_out takes its amax, to hand back as
+  // tensors.dout_amax (LinearPrecision::produced_amax; null otherwise): ask just before that kernel.
+  float* output_grad_amax() const {
+    return precision_ != nullptr ? precision_->produced_amax(Operand::OutputGrad) : nullptr;
+  }
   // The bias's gradient in the store (null without a bias).
   float* bias_grad() const { return bias_ >= 0 ? store_->grad(bias_) : nullptr; }
   int64_t out_local() const { return out_; }
@@ -79,7 +85,8 @@ class RowParallelLinear {
   RowParallelLinear(ParameterStore& store, const TensorParallel& tp, int weight, int bias, int64_t in_local,
                     int64_t out_features);
   // out[local rows, out] += g(x W^T) + b, x being [rows, in_local] inside the region. tensors.in: x
-  // in bf16 instead; tensors.keep_input_codes: where x's FP8 codes are kept for the backward.
+  // in bf16 instead; tensors.keep_input_codes: where x's FP8 codes are kept for the backward;
+  // tensors.in_amax: x's amax, taken by its producer (input_amax).
   void forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch,
                const DeviceTensors& tensors = {}) const;
   // d_x[rows, in_local] += g_backward(d_out) W, d_out being this rank's [local_rows, out]; = when
@@ -93,6 +100,9 @@ class RowParallelLinear {
   bool accepts_bf16_input() const { return precision_ != nullptr && precision_->accepts_bf16_input(); }
   void* keep_input_codes(Buffer& buffer, int64_t rows) const;
   const void* kept_input_codes(const Buffer& buffer) const;
+  // Under per-tensor FP8 on a GPU, where the kernel producing x takes its amax, to hand back as
+  // tensors.in_amax (LinearPrecision::produced_amax; null otherwise): ask just before that kernel.
+  float* input_amax() const { return precision_ != nullptr ? precision_->produced_amax(Operand::Input) : nullptr; }
   // As ColumnParallelLinear::set_precision.
   void set_precision(std::shared_ptr<LinearPrecision> precision);
 

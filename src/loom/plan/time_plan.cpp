@@ -49,6 +49,10 @@ struct Bf16Ends {
   bool input = false;        // the input given bf16: no cast for the forward, wgrad or a recompute
   bool input_grad = false;   // the input gradient left bf16: no widening
   bool input_bf16 = false;   // per-tensor FP8's input read from bf16: its amax and cast read 2 bytes, not 4
+  // Per-tensor FP8's input / output gradient whose producer took its amax (DeviceTensors' in_amax,
+  // dout_amax): its cast reads it once, with no amax pass.
+  bool input_amax = false;
+  bool output_grad_amax = false;
 };
 double linear_cast_seconds(double n, double out, double in, model::Recipe recipe, bool recompute, const Hardware& hw,
                            const CastPath& path, const Bf16Ends& bf16 = {}) {
@@ -62,10 +66,13 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
   // a cast moves 9, so 10/9 of a cast.
   const bool both_orientations =
       path.device && (recipe == model::Recipe::Fp8Delayed || recipe == model::Recipe::Fp8Current);
-  constexpr double kBothOrientations = 10.0 / 9.0;
+  // With its amax taken by its producer: 6 bytes (one read, two 1-byte writes), 6/9 of a cast.
+  constexpr double kBothOrientations = 10.0 / 9.0, kAmaxGiven = 6.0 / 9.0;
+  const double input_cast = bf16.input_amax ? kAmaxGiven : kBothOrientations;
+  const double output_grad_cast = bf16.output_grad_amax ? kAmaxGiven : kBothOrientations;
   double cast = 0.0;
   if (both_orientations) {
-    cast = kBothOrientations * (n * (in + out) + weight / path.micro_batches);
+    cast = input_cast * n * in + output_grad_cast * n * out + kBothOrientations * weight / path.micro_batches;
   } else if (path.device) {
     cast = n * (2.0 * in + (sixteen ? 1.0 : 2.0) * out) + (sixteen ? 1.0 : 2.0) * weight / path.micro_batches;
   } else {
@@ -73,7 +80,7 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
   }
   double rounded = n * (out + in) + weight;
   if (recompute) {
-    cast += (both_orientations ? kBothOrientations : 1.0) * n * in + (path.device ? 0.0 : weight);
+    cast += (both_orientations ? input_cast : 1.0) * n * in + (path.device ? 0.0 : weight);
     rounded += n * out;
   }
   if (bf16.output) rounded -= (recompute ? 2.0 : 1.0) * n * out;
@@ -110,11 +117,15 @@ Bf16Ends device_bf16_ends(const CastPath& path, model::Recipe r, LinearRole role
     return ends;
   }
   // FP8 and MX: the MLP keeps its GEMMs' bf16 outputs (Mlp::bf16_hidden); per-tensor FP8 also
-  // attention's tensors, the output projection casting its codes from bf16.
-  const bool attention = path.bf16_attention && (r == model::Recipe::Fp8Delayed || r == model::Recipe::Fp8Current);
+  // attention's tensors, the output projection casting its codes from bf16, and the activation's
+  // kernels take the amaxes of the down projection's input and the up projection's output gradient.
+  const bool per_tensor = r == model::Recipe::Fp8Delayed || r == model::Recipe::Fp8Current;
+  const bool attention = path.bf16_attention && per_tensor;
   ends.output = up || (qkv && attention);
   ends.input_grad = down || (o && attention);
   ends.input_bf16 = o && attention;
+  ends.input_amax = down && per_tensor;
+  ends.output_grad_amax = up && per_tensor;
   return ends;
 }
 

@@ -1,5 +1,6 @@
 #include "loom/kernels/cpu/activation.h"
 #include "loom/kernels/cpu/fast_math.h"
+#include "loom/kernels/cpu/finite.h"
 #include "loom/kernels/cpu/half_copies.h"
 #include "loom/kernels/cpu/linear.h"
 #include "loom/kernels/cpu/parallel.h"
@@ -83,7 +84,7 @@ int64_t input_width(MlpActivation activation, int64_t width) {
 }  // namespace
 
 void activation_forward_bf16(MlpActivation activation, float* out, void* out16, const void* in16, int64_t rows,
-                             int64_t width) {
+                             int64_t width, float* amax) {
   const std::vector<float> in = widened_bf16(in16, rows * input_width(activation, width));
   std::vector<float> local;
   float* y = out;
@@ -99,10 +100,17 @@ void activation_forward_bf16(MlpActivation activation, float* out, void* out16, 
     gelu_forward(y, in.data(), rows * width);
   }
   if (out == nullptr) narrow_floats(out16, y, rows * width, DType::BF16);
+  if (amax != nullptr) {
+    if (out != nullptr) {
+      amax_into(amax, out, rows * width);
+    } else {
+      amax_into_bf16(amax, out16, rows * width);
+    }
+  }
 }
 
 void activation_backward_bf16(MlpActivation activation, float* din, void* din16, float* dbias, const void* dout16,
-                              const void* in16, int64_t rows, int64_t width) {
+                              const void* in16, int64_t rows, int64_t width, float* amax) {
   const int64_t in_count = rows * input_width(activation, width);
   const std::vector<float> in = widened_bf16(in16, in_count), dout = widened_bf16(dout16, rows * width);
   std::vector<float> local;
@@ -120,5 +128,12 @@ void activation_backward_bf16(MlpActivation activation, float* din, void* din16,
   }
   if (dbias != nullptr) add_column_sums(dbias, d, rows, input_width(activation, width));
   if (din == nullptr) narrow_floats(din16, d, in_count, DType::BF16);
+  if (amax != nullptr) {
+    if (din != nullptr) {
+      amax_into(amax, din, in_count);
+    } else {
+      amax_into_bf16(amax, din16, in_count);
+    }
+  }
 }
 }  // namespace loom::kernels::cpu

@@ -20,10 +20,11 @@ void relu2_forward(float* out, const float* in, int64_t n);
 void relu2_backward(float* din, const float* dout, const float* in, int64_t n);
 
 // kernels::activation_forward_bf16 / activation_backward_bf16 (ops.h): the kernels above on the
-// widened bf16 values, outputs rounded to bf16 (nearest even).
+// widened bf16 values, outputs rounded to bf16 (nearest even); with `amax`, the max |v| of what
+// they write taken into *amax (amax_into's contract).
 void activation_forward_bf16(MlpActivation activation, float* out, void* out16, const void* in16, int64_t rows,
-                             int64_t width);
+                             int64_t width, float* amax = nullptr);
 void activation_backward_bf16(MlpActivation activation, float* din, void* din16, float* dbias, const void* dout16,
-                              const void* in16, int64_t rows, int64_t width);
+                              const void* in16, int64_t rows, int64_t width, float* amax = nullptr);
 
 }  // namespace loom::kernels::cpu

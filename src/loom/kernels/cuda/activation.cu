@@ -4,6 +4,7 @@
 
 #include "loom/core/error.h"
 #include "loom/kernels/column_sums.h"
+#include "loom/kernels/cuda/amax.cuh"
 #include "loom/kernels/cuda/bf16_io.cuh"
 #include "loom/kernels/cuda/bias.h"
 #include "loom/kernels/cuda/device.h"
@@ -36,67 +37,77 @@ __device__ inline float relu2_grad(float x, float dy) { return x > 0.0f ? __fmul
 
 // Each kernel over fp32 or bf16 tensors (bf16_io.cuh): the same fp32 arithmetic, a bf16 output
 // rounded as it is stored. Rows of [gate | up] (2 width) into rows of width (launch_over_rows: no
-// division per element).
+// division per element). With `amax` (not null) each takes the max |v| of what it stores into it
+// (amax.cuh; a condition the same for every thread, so the block's barrier is reached by all).
 template <typename In, typename Out>
 __global__ void swiglu_forward_kernel(Out* __restrict__ out, const In* __restrict__ gate_up, int64_t rows,
-                                      int64_t width) {
+                                      int64_t width, unsigned* amax) {
+  float m = 0.0f;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     for (int64_t i = column_start(); i < width; i += column_stride()) {
       const float g = load(gate_up, r * 2 * width + i), u = load(gate_up, r * 2 * width + width + i);
-      store(out, r * width + i, g * sigmoid(g) * u);
+      m = nan_max(m, fabsf(store(out, r * width + i, g * sigmoid(g) * u)));
     }
   }
+  if (amax != nullptr) block_amax_into(amax, m);
 }
 
 template <typename In, typename DOut, typename DIn>
 __global__ void swiglu_backward_kernel(DIn* __restrict__ dgate_up, const DOut* __restrict__ dout,
-                                       const In* __restrict__ gate_up, int64_t rows, int64_t width) {
+                                       const In* __restrict__ gate_up, int64_t rows, int64_t width,
+                                       unsigned* amax) {
+  float m = 0.0f;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     for (int64_t i = column_start(); i < width; i += column_stride()) {
       const int64_t gi = r * 2 * width + i, ui = gi + width;
       const float g = load(gate_up, gi), u = load(gate_up, ui), dy = load(dout, r * width + i);
-      store(dgate_up, ui, swiglu_up_grad(g, dy));
-      store(dgate_up, gi, swiglu_gate_grad(g, u, dy));
+      m = nan_max(m, fabsf(store(dgate_up, ui, swiglu_up_grad(g, dy))));
+      m = nan_max(m, fabsf(store(dgate_up, gi, swiglu_gate_grad(g, u, dy))));
     }
   }
+  if (amax != nullptr) block_amax_into(amax, m);
 }
 
 template <typename In, typename Out>
-__global__ void gelu_forward_kernel(Out* __restrict__ out, const In* __restrict__ in, int64_t n) {
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
-       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+__global__ void gelu_forward_kernel(Out* __restrict__ out, const In* __restrict__ in, int64_t n, unsigned* amax) {
+  float m = 0.0f;
+  for (int64_t k = grid_start(); k < n; k += grid_stride()) {
     const float x = load(in, k);
-    store(out, k, x * sigmoid(2.0f * kSqrt2OverPi * (x + kCubic * x * x * x)));
+    m = nan_max(m, fabsf(store(out, k, x * sigmoid(2.0f * kSqrt2OverPi * (x + kCubic * x * x * x)))));
   }
+  if (amax != nullptr) block_amax_into(amax, m);
 }
 
 template <typename In, typename DOut, typename DIn>
 __global__ void gelu_backward_kernel(DIn* __restrict__ din, const DOut* __restrict__ dout, const In* __restrict__ in,
-                                     int64_t n) {
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
-       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    store(din, k, gelu_grad(load(in, k), load(dout, k)));
+                                     int64_t n, unsigned* amax) {
+  float m = 0.0f;
+  for (int64_t k = grid_start(); k < n; k += grid_stride()) {
+    m = nan_max(m, fabsf(store(din, k, gelu_grad(load(in, k), load(dout, k)))));
   }
+  if (amax != nullptr) block_amax_into(amax, m);
 }
 
 // Squared ReLU (Nemotron's MLP): out = max(x, 0)^2, backward 2 max(x, 0) dout, each product rounded
 // as the CPU's (one rounding per operation: no contraction into an FMA).
 template <typename In, typename Out>
-__global__ void relu2_forward_kernel(Out* __restrict__ out, const In* __restrict__ in, int64_t n) {
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
-       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+__global__ void relu2_forward_kernel(Out* __restrict__ out, const In* __restrict__ in, int64_t n, unsigned* amax) {
+  float m = 0.0f;
+  for (int64_t k = grid_start(); k < n; k += grid_stride()) {
     const float x = load(in, k), r = x > 0.0f ? x : 0.0f;
-    store(out, k, __fmul_rn(r, r));
+    m = nan_max(m, fabsf(store(out, k, __fmul_rn(r, r))));
   }
+  if (amax != nullptr) block_amax_into(amax, m);
 }
 
 template <typename In, typename DOut, typename DIn>
 __global__ void relu2_backward_kernel(DIn* __restrict__ din, const DOut* __restrict__ dout, const In* __restrict__ in,
-                                      int64_t n) {
-  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
-       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    store(din, k, relu2_grad(load(in, k), load(dout, k)));
+                                      int64_t n, unsigned* amax) {
+  float m = 0.0f;
+  for (int64_t k = grid_start(); k < n; k += grid_stride()) {
+    m = nan_max(m, fabsf(store(din, k, relu2_grad(load(in, k), load(dout, k)))));
   }
+  if (amax != nullptr) block_amax_into(amax, m);
 }
 
 using bf16 = __nv_bfloat16;
@@ -111,29 +122,32 @@ template <typename DIn>
 __global__ void activation_backward_sums_kernel(MlpActivation activation, DIn* __restrict__ din,
                                                 float* __restrict__ partial, const bf16* __restrict__ dout,
                                                 const bf16* __restrict__ in, int64_t rows, int64_t width,
-                                                int64_t chunk) {
+                                                int64_t chunk, unsigned* amax) {
   const bool swiglu = activation == MlpActivation::Swiglu;
   const int64_t in_width = swiglu ? 2 * width : width;
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x, k = blockIdx.y;
-  if (c >= in_width) return;
-  const int64_t last = min(rows, (k + 1) * chunk);
-  const int64_t i = swiglu && c >= width ? c - width : c;  // SwiGLU: the feature of a gate or up column
-  float s = 0.0f;
-  for (int64_t r = k * chunk; r < last; ++r) {
-    const float dy = load(dout, r * width + i);
-    float v = 0.0f;
-    if (swiglu) {
-      const float g = load(in, r * in_width + i);
-      v = c < width ? swiglu_gate_grad(g, load(in, r * in_width + width + i), dy) : swiglu_up_grad(g, dy);
-    } else if (activation == MlpActivation::Relu2) {
-      v = relu2_grad(load(in, r * in_width + c), dy);
-    } else {
-      v = gelu_grad(load(in, r * in_width + c), dy);
+  float m = 0.0f;
+  if (c < in_width) {  // no early return: every thread reaches the block's amax barrier
+    const int64_t last = min(rows, (k + 1) * chunk);
+    const int64_t i = swiglu && c >= width ? c - width : c;  // SwiGLU: the feature of a gate or up column
+    float s = 0.0f;
+    for (int64_t r = k * chunk; r < last; ++r) {
+      const float dy = load(dout, r * width + i);
+      float v = 0.0f;
+      if (swiglu) {
+        const float g = load(in, r * in_width + i);
+        v = c < width ? swiglu_gate_grad(g, load(in, r * in_width + width + i), dy) : swiglu_up_grad(g, dy);
+      } else if (activation == MlpActivation::Relu2) {
+        v = relu2_grad(load(in, r * in_width + c), dy);
+      } else {
+        v = gelu_grad(load(in, r * in_width + c), dy);
+      }
+      m = nan_max(m, fabsf(store(din, r * in_width + c, v)));
+      s = __fadd_rn(s, v);
     }
-    store(din, r * in_width + c, v);
-    s = __fadd_rn(s, v);
+    partial[k * in_width + c] = s;
   }
-  partial[k * in_width + c] = s;
+  if (amax != nullptr) block_amax_into(amax, m);
 }
 
 }  // namespace
@@ -141,7 +155,7 @@ __global__ void activation_backward_sums_kernel(MlpActivation activation, DIn* _
 void swiglu_forward(float* out, const float* gate_up, int64_t rows, int64_t width, cudaStream_t stream) {
   if (rows * width == 0) return;
   const RowsLaunch l = launch_over_rows(rows, width);
-  swiglu_forward_kernel<float, float><<<l.grid, l.block, 0, stream>>>(out, gate_up, rows, width);
+  swiglu_forward_kernel<float, float><<<l.grid, l.block, 0, stream>>>(out, gate_up, rows, width, nullptr);
   check_launch("swiglu_forward_kernel");
 }
 
@@ -149,47 +163,59 @@ void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, i
                      cudaStream_t stream) {
   if (rows * width == 0) return;
   const RowsLaunch l = launch_over_rows(rows, width);
-  swiglu_backward_kernel<float, float, float><<<l.grid, l.block, 0, stream>>>(dgate_up, dout, gate_up, rows, width);
+  swiglu_backward_kernel<float, float, float>
+      <<<l.grid, l.block, 0, stream>>>(dgate_up, dout, gate_up, rows, width, nullptr);
   check_launch("swiglu_backward_kernel");
 }
 
 void gelu_forward(float* out, const float* in, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  gelu_forward_kernel<float, float><<<grid_for(n), kThreads, 0, stream>>>(out, in, n);
+  gelu_forward_kernel<float, float><<<grid_for(n), kThreads, 0, stream>>>(out, in, n, nullptr);
   check_launch("gelu_forward_kernel");
 }
 
 void gelu_backward(float* din, const float* dout, const float* in, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  gelu_backward_kernel<float, float, float><<<grid_for(n), kThreads, 0, stream>>>(din, dout, in, n);
+  gelu_backward_kernel<float, float, float><<<grid_for(n), kThreads, 0, stream>>>(din, dout, in, n, nullptr);
   check_launch("gelu_backward_kernel");
 }
 
 void relu2_forward(float* out, const float* in, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  relu2_forward_kernel<float, float><<<grid_for(n), kThreads, 0, stream>>>(out, in, n);
+  relu2_forward_kernel<float, float><<<grid_for(n), kThreads, 0, stream>>>(out, in, n, nullptr);
   check_launch("relu2_forward_kernel");
 }
 
 void relu2_backward(float* din, const float* dout, const float* in, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  relu2_backward_kernel<float, float, float><<<grid_for(n), kThreads, 0, stream>>>(din, dout, in, n);
+  relu2_backward_kernel<float, float, float><<<grid_for(n), kThreads, 0, stream>>>(din, dout, in, n, nullptr);
   check_launch("relu2_backward_kernel");
 }
 
 namespace {
+// Launch shapes for the bf16 forms: with an amax, fewer blocks (each loops over more of the
+// tensor), so the atomics into it stay about kAmaxBlocks.
+RowsLaunch rows_launch(int64_t rows, int64_t width, const unsigned* amax) {
+  RowsLaunch l = launch_over_rows(rows, width);
+  if (amax != nullptr) {
+    l.grid.y = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(l.grid.y, kAmaxBlocks / l.grid.x)));
+  }
+  return l;
+}
+unsigned elements_grid(int64_t n, const unsigned* amax) { return amax != nullptr ? amax_grid(n) : grid_for(n); }
+
 // The forward from a bf16 input into out of element type Out (fp32 or bf16).
 template <typename Out>
 void activation_forward_into(MlpActivation activation, Out* out, const bf16* in, int64_t rows, int64_t width,
-                             cudaStream_t stream) {
+                             unsigned* amax, cudaStream_t stream) {
   const int64_t n = rows * width;
   if (activation == MlpActivation::Swiglu) {
-    const RowsLaunch l = launch_over_rows(rows, width);
-    swiglu_forward_kernel<bf16, Out><<<l.grid, l.block, 0, stream>>>(out, in, rows, width);
+    const RowsLaunch l = rows_launch(rows, width, amax);
+    swiglu_forward_kernel<bf16, Out><<<l.grid, l.block, 0, stream>>>(out, in, rows, width, amax);
   } else if (activation == MlpActivation::Relu2) {
-    relu2_forward_kernel<bf16, Out><<<grid_for(n), kThreads, 0, stream>>>(out, in, n);
+    relu2_forward_kernel<bf16, Out><<<elements_grid(n, amax), kThreads, 0, stream>>>(out, in, n, amax);
   } else {
-    gelu_forward_kernel<bf16, Out><<<grid_for(n), kThreads, 0, stream>>>(out, in, n);
+    gelu_forward_kernel<bf16, Out><<<elements_grid(n, amax), kThreads, 0, stream>>>(out, in, n, amax);
   }
   check_launch("activation forward (bf16)");
 }
@@ -197,27 +223,29 @@ void activation_forward_into(MlpActivation activation, Out* out, const bf16* in,
 // The backward from bf16 dout and input into din of element type DIn (fp32 or bf16).
 template <typename DIn>
 void activation_backward_into(MlpActivation activation, DIn* din, const bf16* dout, const bf16* in, int64_t rows,
-                              int64_t width, cudaStream_t stream) {
+                              int64_t width, unsigned* amax, cudaStream_t stream) {
   const int64_t n = rows * width;
   if (activation == MlpActivation::Swiglu) {
-    const RowsLaunch l = launch_over_rows(rows, width);
-    swiglu_backward_kernel<bf16, bf16, DIn><<<l.grid, l.block, 0, stream>>>(din, dout, in, rows, width);
+    const RowsLaunch l = rows_launch(rows, width, amax);
+    swiglu_backward_kernel<bf16, bf16, DIn><<<l.grid, l.block, 0, stream>>>(din, dout, in, rows, width, amax);
   } else if (activation == MlpActivation::Relu2) {
-    relu2_backward_kernel<bf16, bf16, DIn><<<grid_for(n), kThreads, 0, stream>>>(din, dout, in, n);
+    relu2_backward_kernel<bf16, bf16, DIn><<<elements_grid(n, amax), kThreads, 0, stream>>>(din, dout, in, n, amax);
   } else {
-    gelu_backward_kernel<bf16, bf16, DIn><<<grid_for(n), kThreads, 0, stream>>>(din, dout, in, n);
+    gelu_backward_kernel<bf16, bf16, DIn><<<elements_grid(n, amax), kThreads, 0, stream>>>(din, dout, in, n, amax);
   }
   check_launch("activation backward (bf16)");
 }
+
+unsigned* amax_word(float* amax) { return reinterpret_cast<unsigned*>(amax); }
 }  // namespace
 
 void activation_forward_bf16(MlpActivation activation, float* out, void* out16, const void* in, int64_t rows,
-                             int64_t width, cudaStream_t stream) {
+                             int64_t width, float* amax, cudaStream_t stream) {
   if (rows * width == 0) return;
   if (out != nullptr) {
-    activation_forward_into(activation, out, as_bf16(in), rows, width, stream);
+    activation_forward_into(activation, out, as_bf16(in), rows, width, amax_word(amax), stream);
   } else {
-    activation_forward_into(activation, as_bf16(out16), as_bf16(in), rows, width, stream);
+    activation_forward_into(activation, as_bf16(out16), as_bf16(in), rows, width, amax_word(amax), stream);
   }
 }
 
@@ -225,7 +253,7 @@ namespace {
 // The backward with the bias gradient's column sums (activation_backward_sums_kernel).
 template <typename DIn>
 void activation_backward_summing(MlpActivation activation, DIn* din, float* dbias, const bf16* dout, const bf16* in,
-                                 int64_t rows, int64_t width, cudaStream_t stream) {
+                                 int64_t rows, int64_t width, unsigned* amax, cudaStream_t stream) {
   const int64_t in_width = activation == MlpActivation::Swiglu ? 2 * width : width;
   const int64_t chunk = column_sum_chunk(rows), chunks = (rows + chunk - 1) / chunk;
   const int64_t column_blocks = (in_width + kThreads - 1) / kThreads;
@@ -236,7 +264,7 @@ void activation_backward_summing(MlpActivation activation, DIn* din, float* dbia
   float* partial = scratch.floats(chunks * in_width);
   activation_backward_sums_kernel<DIn>
       <<<dim3(static_cast<unsigned>(column_blocks), static_cast<unsigned>(chunks)), kThreads, 0, stream>>>(
-          activation, din, partial, dout, in, rows, width, chunk);
+          activation, din, partial, dout, in, rows, width, chunk, amax);
   check_launch("activation_backward_sums_kernel");
   add_partial_column_sums(dbias, partial, chunks, in_width, stream);
 }
@@ -244,19 +272,20 @@ void activation_backward_summing(MlpActivation activation, DIn* din, float* dbia
 // Into din of element type DIn, summing the bias gradient when there is one.
 template <typename DIn>
 void activation_backward_to(MlpActivation activation, DIn* din, float* dbias, const bf16* dout, const bf16* in,
-                            int64_t rows, int64_t width, cudaStream_t stream) {
-  if (dbias != nullptr) return activation_backward_summing(activation, din, dbias, dout, in, rows, width, stream);
-  activation_backward_into(activation, din, dout, in, rows, width, stream);
+                            int64_t rows, int64_t width, unsigned* amax, cudaStream_t stream) {
+  if (dbias != nullptr) return activation_backward_summing(activation, din, dbias, dout, in, rows, width, amax, stream);
+  activation_backward_into(activation, din, dout, in, rows, width, amax, stream);
 }
 }  // namespace
 
 void activation_backward_bf16(MlpActivation activation, float* din, void* din16, float* dbias, const void* dout,
-                              const void* in, int64_t rows, int64_t width, cudaStream_t stream) {
+                              const void* in, int64_t rows, int64_t width, float* amax, cudaStream_t stream) {
   if (rows * width == 0) return;
   if (din != nullptr) {
-    activation_backward_to(activation, din, dbias, as_bf16(dout), as_bf16(in), rows, width, stream);
+    activation_backward_to(activation, din, dbias, as_bf16(dout), as_bf16(in), rows, width, amax_word(amax), stream);
   } else {
-    activation_backward_to(activation, as_bf16(din16), dbias, as_bf16(dout), as_bf16(in), rows, width, stream);
+    activation_backward_to(activation, as_bf16(din16), dbias, as_bf16(dout), as_bf16(in), rows, width,
+                           amax_word(amax), stream);
   }
 }
 

@@ -10,7 +10,16 @@ namespace loom::kernels::cuda {
 
 __device__ inline float load(const float* x, int64_t i) { return x[i]; }
 __device__ inline float load(const __nv_bfloat16* x, int64_t i) { return __bfloat162float(x[i]); }
-__device__ inline void store(float* x, int64_t i, float v) { x[i] = v; }
-__device__ inline void store(__nv_bfloat16* x, int64_t i, float v) { x[i] = __float2bfloat16_rn(v); }
+// A store returns the value as stored (rounded, for bf16): what a kernel taking the amax of its
+// output maxes.
+__device__ inline float store(float* x, int64_t i, float v) {
+  x[i] = v;
+  return v;
+}
+__device__ inline float store(__nv_bfloat16* x, int64_t i, float v) {
+  const __nv_bfloat16 b = __float2bfloat16_rn(v);
+  x[i] = b;
+  return __bfloat162float(b);
+}
 
 }  // namespace loom::kernels::cuda

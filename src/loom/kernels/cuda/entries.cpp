@@ -117,12 +117,12 @@ void register_norms_and_activations(CudaEntries& e) {
     relu2_backward(din, dout, in, n, stream_of(d));
   };
   e.activation_forward_bf16 = [](Device d, MlpActivation a, float* out, void* out16, const void* in, int64_t rows,
-                                 int64_t width) {
-    activation_forward_bf16(a, out, out16, in, rows, width, stream_of(d));
+                                 int64_t width, float* amax) {
+    activation_forward_bf16(a, out, out16, in, rows, width, amax, stream_of(d));
   };
   e.activation_backward_bf16 = [](Device d, MlpActivation a, float* din, void* din16, float* dbias, const void* dout,
-                                  const void* in, int64_t rows, int64_t width) {
-    activation_backward_bf16(a, din, din16, dbias, dout, in, rows, width, stream_of(d));
+                                  const void* in, int64_t rows, int64_t width, float* amax) {
+    activation_backward_bf16(a, din, din16, dbias, dout, in, rows, width, amax, stream_of(d));
   };
   e.add_rows = [](Device d, float* y, int64_t ys, const float* x, int64_t xs, int64_t rows, int64_t width) {
     add_rows(y, ys, x, xs, rows, width, stream_of(d));

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "loom/kernels/cuda/amax.cuh"
 #include "loom/kernels/cuda/quantize.h"
 
 namespace loom::kernels::cuda {
@@ -72,15 +73,6 @@ __device__ inline float fp8_round_trip(float x, Fp8 format, float scale) {
 // product shows it where a saturated Inf would hide it (kernels/precision_gemm.h).
 __device__ inline uint8_t fp8_gemm_code(float x, float scale, Fp8 format) {
   return fp8_encode(isfinite(x) ? __fmul_rn(x, scale) : __uint_as_float(0x7fc00000u), format);
-}
-
-// max that lets a NaN through, as precision's amax.
-__device__ inline float nan_max(float running, float value) {
-  return (value > running || value != value) ? value : running;
-}
-__device__ inline float warp_nan_max(float v) {
-  for (int offset = 16; offset > 0; offset /= 2) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
 }
 
 }  // namespace loom::kernels::cuda

@@ -42,9 +42,7 @@ template <typename In>
 __global__ void amax_kernel(const In* __restrict__ x, int64_t n, unsigned* result) {
   float m = 0.0f;
   for (int64_t i = grid_start(); i < n; i += grid_stride()) m = nan_max(m, fabsf(load(x, i)));
-  m = warp_nan_max(m);
-  // Non-negative floats (and NaN, whose bits exceed Inf's) order as their bit patterns.
-  if (threadIdx.x % 32 == 0) atomicMax(result, __float_as_uint(m));
+  block_amax_into(result, m);
 }
 
 // precision::compute_scale(amax, fp8_max, margin, 1): ldexpf is exact, as std::ldexp.
@@ -192,13 +190,13 @@ unsigned warps_grid(int64_t warps) { return static_cast<unsigned>((warps * 32 + 
 
 void amax_into(float* dst, const float* x, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  amax_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, reinterpret_cast<unsigned*>(dst));
+  amax_kernel<<<amax_grid(n), kThreads, 0, stream>>>(x, n, reinterpret_cast<unsigned*>(dst));
   check_launch("amax_kernel");
 }
 
 void amax_into_bf16(float* dst, const void* x16, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  amax_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x16), n,
+  amax_kernel<<<amax_grid(n), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x16), n,
                                                     reinterpret_cast<unsigned*>(dst));
   check_launch("amax_kernel (bf16)");
 }
@@ -212,7 +210,7 @@ void fp8_tensor_scale(const float* amax, float host_scale, int margin, Fp8 forma
 float amax(const float* x, int64_t n, cudaStream_t stream) {
   if (n == 0) return 0.0f;
   const unsigned bits = read_back_word(stream, "amax", [&](unsigned* result) {
-    amax_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, result);
+    amax_kernel<<<amax_grid(n), kThreads, 0, stream>>>(x, n, result);
     check_launch("amax_kernel");
   });
   float value;

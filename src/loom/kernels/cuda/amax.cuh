@@ -1,0 +1,46 @@
+#pragma once
+// The per-tensor amax (max |x|, NaN winning) on the device: a running max per thread, reduced per
+// warp and per block, then one atomic per block into a device float whose bits order as unsigned
+// (a non-negative float or NaN, whose bits exceed Inf's). Used by the amax pass of the FP8 casts
+// and by kernels that take the amax of what they write (kernels::activation_forward_bf16's).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "loom/kernels/cuda/launch.cuh"
+
+namespace loom::kernels::cuda {
+
+// max that lets a NaN through, as precision's amax.
+__device__ inline float nan_max(float running, float value) {
+  return (value > running || value != value) ? value : running;
+}
+__device__ inline float warp_nan_max(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// *amax = nan_max(*amax, the block's running maxes `m`): every thread of the block calls it (a
+// __syncthreads inside), after its last store; blockDim.x a multiple of 32, at most 1024.
+__device__ inline void block_amax_into(unsigned* amax, float m) {
+  __shared__ float warps[32];
+  m = warp_nan_max(m);
+  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float b = warps[0];
+    for (unsigned w = 1; w < blockDim.x / 32; ++w) b = nan_max(b, warps[w]);
+    atomicMax(amax, __float_as_uint(b));
+  }
+}
+
+// Blocks for a grid-stride reduction into one word: about two resident waves of kThreads-thread
+// blocks on a large GPU, so the atomics on that one address number a thousand or two however large
+// the tensor (an atomic per warp over 65536 blocks would serialise half a million of them).
+constexpr int64_t kAmaxBlocks = 1024;
+inline unsigned amax_grid(int64_t n) {
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, kAmaxBlocks)));
+}
+
+}  // namespace loom::kernels::cuda
