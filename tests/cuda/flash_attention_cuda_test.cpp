@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "loom/kernels/cpu/linear.h"
 #include "loom/kernels/cuda/backend.h"
 #include "loom/kernels/cuda/flash_attention.h"
 #include "loom/kernels/ops.h"
@@ -259,6 +260,89 @@ TEST_P(CudaFlashAttention, Bf16TensorEntriesEqualTheFp32EntriesBitForBit) {
                                         out16.ptr, d_lse.ptr, q16.ptr, k16, v16, s, meta.visibility());
   EXPECT_EQ(dq16.host(), dq.host()) << "dq";
   EXPECT_EQ(dkv16.host(), dkv.host()) << "dk, dv";
+  if (restore.empty()) {
+    unsetenv("LOOM_ATTENTION");
+  } else {
+    setenv("LOOM_ATTENTION", restore.c_str(), 1);
+  }
+}
+
+// The backward writing bf16 gradients (Attention::bf16_gradients): on loom's kernels
+// (LOOM_ATTENTION=loom) the fp32 entry's gradients from zero rounded, bit for bit, and only the
+// views written; wherever it runs (cuDNN where it serves: its atomics make two calls differ in
+// the last bits) within bf16's rounding of them, and the bias sums exactly the column sums
+// (column_sums.h's order) of what it wrote when the values are cuDNN's bf16 ones, of the fp32
+// gradients on loom's kernels.
+TEST_P(CudaFlashAttention, Bf16GradientsAreTheFp32GradientsRounded) {
+  const char* before = std::getenv("LOOM_ATTENTION");
+  const std::string restore = before != nullptr ? before : "";
+  for (const bool loom_kernels : {true, false}) {
+    if (loom_kernels) {
+      setenv("LOOM_ATTENTION", "loom", 1);
+    } else {
+      unsetenv("LOOM_ATTENTION");
+    }
+    Inputs in(GetParam(), seed_, false);
+    in.s.operands = AttentionOperands::Bf16;
+    const FlashAttentionShape& s = in.s;
+    const Device gpu = Device::cuda(0);
+    const int64_t q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len;
+    const int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
+    DeviceFloats d_lse(allocator_, poison(q_rows * s.heads));
+    DeviceArray<__nv_bfloat16> out16(allocator_, to_bf16(poison(in.dout.size())));
+    DeviceArray<__nv_bfloat16> q16(allocator_, to_bf16(in.q)), kv16(allocator_, to_bf16(in.kv)),
+        dout16(allocator_, to_bf16(in.dout));
+    const DeviceMetadata meta(allocator_, in);
+    const __nv_bfloat16 *k16 = kv16.ptr + in.k_at, *v16 = kv16.ptr + in.v_at;
+    flash_attention_forward_bf16_tensors(gpu, out16.ptr, d_lse.ptr, q16.ptr, k16, v16, s, meta.visibility());
+    DeviceFloats dq(allocator_, std::vector<float>(in.q.size(), 0.0f)),
+        dkv(allocator_, std::vector<float>(in.kv.size(), 0.0f));
+    flash_attention_backward_bf16_tensors(gpu, dq.ptr, dkv.ptr + in.k_at, dkv.ptr + in.v_at, dout16.ptr, out16.ptr,
+                                          d_lse.ptr, q16.ptr, k16, v16, s, meta.visibility());
+    const __nv_bfloat16 kPoison = __float2bfloat16_rn(-7.0f);
+    DeviceArray<__nv_bfloat16> g16(allocator_, std::vector<__nv_bfloat16>(in.q.size(), kPoison)),
+        gkv16(allocator_, std::vector<__nv_bfloat16>(in.kv.size(), kPoison));
+    const std::vector<float> bias0 = random_values(seed_ + 5, q_width + 2 * kv_width, 1.0f);
+    DeviceFloats bias(allocator_, bias0);
+    flash_attention_backward_bf16_gradients(gpu, g16.ptr, gkv16.ptr + in.k_at, gkv16.ptr + in.v_at, bias.ptr,
+                                            bias.ptr + q_width, bias.ptr + q_width + kv_width, dout16.ptr, out16.ptr,
+                                            d_lse.ptr, q16.ptr, k16, v16, s, meta.visibility());
+    const std::vector<float> want_q = dq.host(), want_kv = dkv.host();
+    const std::vector<float> got_q = to_float(g16.host()), got_kv = to_float(gkv16.host()), got_bias = bias.host();
+    const std::string name = std::string(loom_kernels ? "loom's kernels" : "auto") + ", " + std::to_string(s.q_len) +
+                             " queries";
+    // Each view against the fp32 gradients, and its column sums over what it wrote (cuDNN) or over
+    // the fp32 values (loom's kernels).
+    std::vector<float> want_bias = bias0;
+    int64_t written = 0;
+    auto check_view = [&](const char* view, const std::vector<float>& want, const std::vector<float>& got, int64_t at,
+                          int64_t rows, int64_t width, int64_t stride, int64_t bias_at) {
+      std::vector<float> want_view, got_view;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < width; ++c) {
+          want_view.push_back(want[at + r * stride + c]);
+          got_view.push_back(got[at + r * stride + c]);
+        }
+      }
+      written += rows * width;
+      if (loom_kernels) {
+        EXPECT_EQ(got_view, bf16_rounded(want_view)) << name << ": " << view;
+      } else {
+        EXPECT_LE(relative_error(got_view, want_view), 1e-2) << name << ": " << view;
+      }
+      const std::vector<float>& summed = loom_kernels ? want_view : got_view;
+      ::loom::kernels::cpu::add_column_sums(want_bias.data() + bias_at, summed.data(), rows, width);
+    };
+    check_view("dq", want_q, got_q, 0, q_rows, q_width, s.q_stride, 0);
+    check_view("dk", want_kv, got_kv, in.k_at, k_rows, kv_width, s.k_stride, q_width);
+    check_view("dv", want_kv, got_kv, in.v_at, k_rows, kv_width, s.v_stride, q_width + kv_width);
+    EXPECT_EQ(got_bias, want_bias) << name << ": bias sums";
+    int64_t poisoned = 0;
+    for (float v : got_q) poisoned += v == -7.0f;
+    for (float v : got_kv) poisoned += v == -7.0f;
+    EXPECT_GE(poisoned, static_cast<int64_t>(got_q.size() + got_kv.size()) - written)
+        << name << ": wrote outside its views";
+  }
   if (restore.empty()) {
     unsetenv("LOOM_ATTENTION");
   } else {

@@ -12,6 +12,7 @@
 #include "loom/core/dtype_convert.h"
 #include "loom/core/error.h"
 #include "loom/kernels/attention_operands.h"
+#include "loom/kernels/cpu/linear.h"
 #include "loom/kernels/ops.h"
 
 namespace loom::kernels {
@@ -191,6 +192,73 @@ void expect_the_bf16_tensor_entries_to_equal_the_fp32_ones(const Operands& p) {
 TEST(AttentionBf16, Bf16TensorEntriesEqualTheFp32Entries) {
   expect_the_bf16_tensor_entries_to_equal_the_fp32_ones(fused_problem());
   expect_the_bf16_tensor_entries_to_equal_the_fp32_ones(key_block_problem());
+}
+
+// The backward writing its gradients in bf16 (Attention::bf16_gradients) writes what the fp32 form
+// adds into zeros, rounded, into each view and nothing beside it (the fused rows' other columns
+// keep their poison); the bias sums are add_column_sums of each view's fp32 gradient.
+void expect_bf16_gradients_to_be_the_fp32_ones_rounded(const Operands& p) {
+  const FlashAttentionShape& s = p.s;
+  const std::vector<uint16_t> qkv16 = bf16_bits(p.qkv), kv16 = bf16_bits(p.kv), dout16 = bf16_bits(p.dout);
+  const uint16_t* q16 = qkv16.data();
+  const uint16_t* k16 = p.fused ? q16 + s.heads * s.head_dim : kv16.data();
+  const uint16_t* v16 = p.fused ? q16 + (s.heads + s.kv_heads) * s.head_dim : kv16.data() + s.kv_heads * s.head_dim;
+  const int64_t outs = s.batch * s.q_len * s.out_stride;
+  std::vector<uint16_t> out16(static_cast<size_t>(outs));
+  std::vector<float> lse(static_cast<size_t>(s.batch * s.heads * s.q_len));
+  flash_attention_forward_bf16_tensors(Device::cpu(), out16.data(), lse.data(), q16, k16, v16, s, p.vis());
+  // The fp32 gradients from zero, in the operands' layouts.
+  std::vector<float> dqkv(p.qkv.size(), 0.0f), dkv(p.kv.size(), 0.0f);
+  const int64_t k_at = s.heads * s.head_dim, v_at = (s.heads + s.kv_heads) * s.head_dim;
+  float* dq = dqkv.data();
+  float* dk = p.fused ? dq + k_at : dkv.data();
+  float* dv = p.fused ? dq + v_at : dkv.data() + s.kv_heads * s.head_dim;
+  flash_attention_backward_bf16_tensors(Device::cpu(), dq, dk, dv, dout16.data(), out16.data(), lse.data(), q16, k16,
+                                        v16, s, p.vis());
+  std::vector<uint16_t> g16(p.qkv.size(), 0x7fc1), gkv16(p.kv.size(), 0x7fc1);
+  uint16_t* dq16 = g16.data();
+  uint16_t* dk16 = p.fused ? dq16 + k_at : gkv16.data();
+  uint16_t* dv16 = p.fused ? dq16 + v_at : gkv16.data() + s.kv_heads * s.head_dim;
+  const int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
+  std::vector<float> bias_q = random_vector(q_width, 41), bias_k = random_vector(kv_width, 42),
+                     bias_v = random_vector(kv_width, 43);
+  std::vector<float> want_q = bias_q, want_k = bias_k, want_v = bias_v;
+  flash_attention_backward_bf16_gradients(Device::cpu(), dq16, dk16, dv16, bias_q.data(), bias_k.data(), bias_v.data(),
+                                          dout16.data(), out16.data(), lse.data(), q16, k16, v16, s, p.vis());
+  // Each view: rounded values where it lies, poison elsewhere; its columns' sums.
+  auto expect_view = [&](const char* name, const float* want, const uint16_t* got, int64_t rows, int64_t width,
+                         int64_t stride, std::vector<float>& want_bias, const std::vector<float>& got_bias) {
+    std::vector<float> packed;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < width; ++c) {
+        ASSERT_EQ(got[r * stride + c], f32_to_bf16(want[r * stride + c])) << name << " row " << r << " col " << c;
+        packed.push_back(want[r * stride + c]);
+      }
+    }
+    cpu::add_column_sums(want_bias.data(), packed.data(), rows, width);
+    expect_bitwise_equal(name, got_bias, want_bias);
+  };
+  const int64_t q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len;
+  expect_view("dq", dq, dq16, q_rows, q_width, s.q_stride, want_q, bias_q);
+  expect_view("dk", dk, dk16, k_rows, kv_width, s.k_stride, want_k, bias_k);
+  expect_view("dv", dv, dv16, k_rows, kv_width, s.v_stride, want_v, bias_v);
+  int64_t poisoned = 0;
+  for (uint16_t h : g16) poisoned += h == 0x7fc1;
+  for (uint16_t h : gkv16) poisoned += h == 0x7fc1;
+  const int64_t written = q_rows * q_width + 2 * k_rows * kv_width;
+  EXPECT_EQ(poisoned, static_cast<int64_t>(g16.size() + gkv16.size()) - written);
+  // Without bias sums: the same bf16 gradients.
+  std::vector<uint16_t> again(p.qkv.size(), 0x7fc1), again_kv(p.kv.size(), 0x7fc1);
+  flash_attention_backward_bf16_gradients(Device::cpu(), again.data(), p.fused ? again.data() + k_at : again_kv.data(),
+                                          p.fused ? again.data() + v_at : again_kv.data() + kv_width, nullptr, nullptr,
+                                          nullptr, dout16.data(), out16.data(), lse.data(), q16, k16, v16, s, p.vis());
+  EXPECT_EQ(again, g16);
+  EXPECT_EQ(again_kv, gkv16);
+}
+
+TEST(AttentionBf16, Bf16GradientsAreTheFp32GradientsRoundedWithTheirColumnSums) {
+  expect_bf16_gradients_to_be_the_fp32_ones_rounded(fused_problem());
+  expect_bf16_gradients_to_be_the_fp32_ones_rounded(key_block_problem());
 }
 
 TEST(AttentionOperandRegions, FusedViewsShareOneCopy) {

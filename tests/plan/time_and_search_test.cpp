@@ -111,6 +111,10 @@ TEST(TimePlan, PrecisionCastsEveryLinearOperandAndOutput) {
   const double normed = 6 * n * 2 * (256 + 256);    // per micro-batch: 6 layers' q/k/v and up inputs (in 256)
   EXPECT_NEAR(bg.casts, b.casts - 2 * (2 - 0.5) * weights / 1e9 - 2 * (logits + mlp + attention + normed) / 1e9,
               1e-12);
+  // Without RoPE the q/k/v gradient is bf16 too (Attention::bf16_gradients): not cast.
+  const config::RunConfig learned = tiny({"precision.recipe=bf16", "runtime.device=cuda", "model.positions=learned"});
+  const TimeBreakdown bl = plan_time(learned, plan_memory(learned, {.tp = 1, .dp = 1, .pp = 1}), hw);
+  EXPECT_NEAR(bl.casts, bg.casts - 2 * 6 * n * 512 / 1e9, 1e-12);
   const config::RunConfig fp8_gpu = tiny({"precision.recipe=fp8_delayed", "runtime.device=cuda"});
   const TimeBreakdown fg = plan_time(fp8_gpu, plan_memory(fp8_gpu, {.tp = 1, .dp = 1, .pp = 1}), hw);
   double middle = 0.0;  // the four FP8 blocks: their casts in FP8 less what bf16 cast of them

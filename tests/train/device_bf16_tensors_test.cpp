@@ -58,19 +58,34 @@ TEST_F(DeviceBf16Tensors, ContextParallelRanksKeepAttentionInFp32AndEqualTheCpuB
   expect_bitwise_equal_runs(kLlama, "bf16-cp2", bf16({"runtime.ranks=2", "parallel.cp=2"}));
 }
 
+// GPT-2 (learned positions: nothing rotates the q/k/v gradient) keeps that gradient bf16 too
+// (Attention::bf16_gradients: every attention backward writes it in bf16, the q/k/v bias's gradient
+// summed by the same entry); Llama's RoPE keeps it fp32.
 TEST_F(DeviceBf16Tensors, Gpt2WithBiasesAndSquaredReluEqualTheCpuBitForBit) {
   ::loom::testing::reset_emulated_census();
   expect_bitwise_equal_runs(kGpt2, "bf16-gpt2", bf16());
   const ::loom::testing::EmulatedCensus census = ::loom::testing::emulated_census();
-  const auto layernorms = census.entries.find("layernorm_forward_bf16");
-  EXPECT_TRUE(layernorms != census.entries.end() && layernorms->second > 0);  // LayerNorm's bf16 form too
+  auto calls = [&](const std::string& op) {
+    const auto it = census.entries.find(op);
+    return it == census.entries.end() ? int64_t{0} : it->second;
+  };
+  EXPECT_GT(calls("layernorm_forward_bf16"), 0);  // LayerNorm's bf16 form too
+  EXPECT_GT(calls("flash_attention_backward_bf16_gradients"), 0);
+  EXPECT_EQ(calls("flash_attention_backward_bf16_tensors"), 0);
+  ::loom::testing::reset_emulated_census();
   expect_bitwise_equal_runs(kLlama, "bf16-relu2", bf16({"model.activation=relu2"}));
+  const ::loom::testing::EmulatedCensus llama = ::loom::testing::emulated_census();
+  EXPECT_EQ(llama.entries.count("flash_attention_backward_bf16_gradients"), 0u);
 }
 
 TEST_F(DeviceBf16Tensors, TensorParallelAndPipelineRanksEqualTheCpuBitForBit) {
   expect_bitwise_equal_runs(kLlama, "bf16-tp2-sp",
                             bf16({"runtime.ranks=2", "parallel.tp=2", "parallel.sequence_parallel=true"}));
   expect_bitwise_equal_runs(kGpt2, "bf16-pp2", bf16({"runtime.ranks=2", "parallel.pp=2"}));
+  // GPT-2's bf16 q/k/v gradients under tensor parallelism, with and without sequence parallelism.
+  expect_bitwise_equal_runs(kGpt2, "bf16-gpt2-tp2", bf16({"runtime.ranks=2", "parallel.tp=2"}));
+  expect_bitwise_equal_runs(kGpt2, "bf16-gpt2-tp2-sp",
+                            bf16({"runtime.ranks=2", "parallel.tp=2", "parallel.sequence_parallel=true"}));
 }
 
 }  // namespace

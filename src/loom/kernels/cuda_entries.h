@@ -136,6 +136,11 @@ struct CudaEntries {
                                                 const void* out16, const float* lse, const void* q16,
                                                 const void* k16, const void* v16, const FlashAttentionShape& s,
                                                 const AttentionVisibility& vis) = nullptr;
+  void (*flash_attention_backward_bf16_gradients)(Device, void* dq16, void* dk16, void* dv16, float* dbias_q,
+                                                  float* dbias_k, float* dbias_v, const void* dout16,
+                                                  const void* out16, const float* lse, const void* q16,
+                                                  const void* k16, const void* v16, const FlashAttentionShape& s,
+                                                  const AttentionVisibility& vis) = nullptr;
   void (*merge_attention_partials)(Device, float* out, float* lse, const float* part_out, const float* part_lse,
                                    const FlashAttentionShape& s) = nullptr;
   // Attention over a paged KV cache and the writes into it (inference), and over one sequence's

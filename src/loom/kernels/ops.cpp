@@ -231,6 +231,15 @@ void flash_attention_backward_bf16_tensors(Device device, float* dq, float* dk, 
   LOOM_CHECK(s.operands == AttentionOperands::Bf16, "flash attention on bf16 tensors takes bf16 operands");
   LOOM_DISPATCH(flash_attention_backward_bf16_tensors, dq, dk, dv, dout16, out16, lse, q16, k16, v16, s, vis);
 }
+void flash_attention_backward_bf16_gradients(Device device, void* dq16, void* dk16, void* dv16, float* dbias_q,
+                                             float* dbias_k, float* dbias_v, const void* dout16, const void* out16,
+                                             const float* lse, const void* q16, const void* k16, const void* v16,
+                                             const FlashAttentionShape& s, const AttentionVisibility& vis) {
+  check_flash_shape(s);
+  LOOM_CHECK(s.operands == AttentionOperands::Bf16, "flash attention on bf16 tensors takes bf16 operands");
+  LOOM_DISPATCH(flash_attention_backward_bf16_gradients, dq16, dk16, dv16, dbias_q, dbias_k, dbias_v, dout16, out16,
+                lse, q16, k16, v16, s, vis);
+}
 void merge_attention_partials(Device device, float* out, float* lse, const float* part_out, const float* part_lse,
                               const FlashAttentionShape& s) {
   if (device.is_cpu()) [[likely]]

@@ -74,8 +74,14 @@ class Attention {
   // anyway (the projection's output rounded; q, k, v and the output's gradient cast to bf16 by
   // attention; its output widened from bf16 and cast back by the projection, or under FP8 its
   // codes cast from those bf16 values), without those passes and with half the bytes. The q/k/v
-  // gradient stays fp32 (RoPE's backward, and a bias's gradient, take it).
+  // gradient stays fp32 where RoPE's backward rotates it, or the projection's GEMMs are FP8.
   bool bf16_tensors() const;
+  // Whether, beyond that, the q/k/v gradient is a bf16 tensor: under the bf16 recipe (the q/k/v
+  // projection casts its output gradient to bf16 anyway) without RoPE (nothing rotates the
+  // gradient before that cast). Attention's backward writes it whole in bf16
+  // (kernels::flash_attention_backward_bf16_gradients) and sums a bias's gradient from the fp32 one
+  // as it goes: no zeroing, no widening of cuDNN's bf16 gradients, no cast, half the bytes.
+  bool bf16_gradients() const;
 
  private:
   int64_t qkv_width() const { return static_cast<int64_t>(heads_ + 2 * kv_heads_) * head_dim_; }

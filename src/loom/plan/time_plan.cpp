@@ -31,6 +31,8 @@ struct CastPath {
   // Attention::bf16_tensors in the bf16 and per-tensor FP8 blocks: bf16 attention operands, no
   // context parallelism
   bool bf16_attention = false;
+  // Attention::bf16_gradients, with those: the q/k/v gradient bf16 where no RoPE rotates it
+  bool bf16_qkv_gradient = false;
 };
 
 // What a precision recipe adds to one linear's three GEMMs over `n` rows, for one rank alone (linear_precision.h):
@@ -112,7 +114,7 @@ Bf16Ends device_bf16_ends(const CastPath& path, model::Recipe r, LinearRole role
     // gradient); attention's tensors (Attention::bf16_tensors).
     ends.input = qkv || up || down || (o && path.bf16_attention);
     ends.output = up || (qkv && path.bf16_attention);
-    ends.output_grad = up;
+    ends.output_grad = up || (qkv && path.bf16_qkv_gradient);
     ends.input_grad = down || (o && path.bf16_attention);
     return ends;
   }
@@ -159,9 +161,9 @@ double cast_seconds(const config::RunConfig& config, const StageMemory& stage, d
   if (policy.recipe == model::Recipe::Fp32 || !hw.costs_casts()) return 0.0;
   const bool recompute = config.model.recompute;
   const bool device = config.runtime.device == config::RuntimeDevice::Cuda;
-  const CastPath path{device, micro_batches, bf16_logits_on_device(config, tp),
-                      device && policy.attention_operands() == kernels::AttentionOperands::Bf16 &&
-                          config.parallel.cp <= 1};
+  CastPath path{device, micro_batches, bf16_logits_on_device(config, tp),
+                device && policy.attention_operands() == kernels::AttentionOperands::Bf16 && config.parallel.cp <= 1};
+  path.bf16_qkv_gradient = path.bf16_attention && config.model.positions != config::Positions::Rope;
   double s = 0.0;
   for_each_block_linear(config, stage, [&](double out, double in, model::Recipe r, LinearRole role) {
     s += linear_cast_seconds(tokens, out, in, r, recompute, hw, path, device_bf16_ends(path, r, role));

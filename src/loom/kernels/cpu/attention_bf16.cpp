@@ -1,11 +1,13 @@
 #include "loom/kernels/cpu/attention_bf16.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "loom/core/dtype_convert.h"
 #include "loom/kernels/attention_operands.h"
 #include "loom/kernels/cpu/flash_attention.h"
 #include "loom/kernels/cpu/half_copies.h"
+#include "loom/kernels/cpu/linear.h"
 #include "loom/kernels/cpu/parallel.h"
 
 namespace loom::kernels::cpu {
@@ -103,6 +105,36 @@ void flash_attention_backward_bf16_tensors(float* dq, float* dk, float* dv, cons
   const std::vector<float> out = widened(out16, o.rows, o.width, o.stride);
   flash_attention_backward_bf16(dq, dk, dv, dout.data(), out.data(), lse, in.q.data(), in.k.data(), in.v.data(), s,
                                 vis);
+}
+
+void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16, float* dbias_q, float* dbias_k,
+                                             float* dbias_v, const void* dout16, const void* out16, const float* lse,
+                                             const void* q16, const void* k16, const void* v16,
+                                             const FlashAttentionShape& s, const AttentionVisibility& vis) {
+  // Each gradient's view [rows, width] every `stride` elements, as q, k, v lie.
+  struct Gradient {
+    void* out16;
+    float* dbias;
+    int64_t rows, width, stride;
+    std::vector<float> fp32;  // zeroed, in the view's layout
+  };
+  const int64_t q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len, kv_width = s.kv_heads * s.head_dim;
+  Gradient g[3] = {{dq16, dbias_q, q_rows, s.heads * s.head_dim, s.q_stride, {}},
+                   {dk16, dbias_k, k_rows, kv_width, s.k_stride, {}},
+                   {dv16, dbias_v, k_rows, kv_width, s.v_stride, {}}};
+  for (Gradient& x : g) x.fp32.assign(static_cast<size_t>(x.rows == 0 ? 0 : (x.rows - 1) * x.stride + x.width), 0.0f);
+  flash_attention_backward_bf16_tensors(g[0].fp32.data(), g[1].fp32.data(), g[2].fp32.data(), dout16, out16, lse, q16,
+                                        k16, v16, s, vis);
+  for (Gradient& x : g) {
+    auto* h = static_cast<uint16_t*>(x.out16);
+    std::vector<float> rows(static_cast<size_t>(x.dbias != nullptr ? x.rows * x.width : 0));
+    for (int64_t row = 0; row < x.rows; ++row) {
+      const float* from = x.fp32.data() + row * x.stride;
+      narrow_floats(h + row * x.stride, from, x.width, DType::BF16);
+      if (x.dbias != nullptr) std::copy(from, from + x.width, rows.begin() + row * x.width);
+    }
+    if (x.dbias != nullptr) add_column_sums(x.dbias, rows.data(), x.rows, x.width);
+  }
 }
 
 }  // namespace loom::kernels::cpu

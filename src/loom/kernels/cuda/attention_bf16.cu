@@ -1,9 +1,14 @@
 #include <cuda_bf16.h>
 
+#include <string>
 #include <vector>
 
+#include "loom/core/error.h"
 #include "loom/kernels/attention_operands.h"
+#include "loom/kernels/column_sums.h"
 #include "loom/kernels/cuda/attention_bf16.h"
+#include "loom/kernels/cuda/bf16_io.cuh"
+#include "loom/kernels/cuda/bias.h"
 #include "loom/kernels/cuda/cudnn_attention.h"
 #include "loom/kernels/cuda/flash_attention.h"
 #include "loom/kernels/cuda/launch.cuh"
@@ -29,6 +34,25 @@ __global__ void widen_kernel(float* __restrict__ dst, const __nv_bfloat16* __res
     for (int64_t c = column_start(); c < span; c += column_stride())
       dst[r * stride + c] = __bfloat162float(src[r * stride + c]);
   }
+}
+
+// dst16's rows (dst_stride apart) = src's (src_stride apart) rounded to bf16; with partial, each
+// column's sum of the src values over chunk k's rows into partial[k, c] (column_sums.h's order, which
+// add_partial_column_sums finishes). A thread per (column, chunk).
+template <typename Src>
+__global__ void rows_to_bf16_kernel(__nv_bfloat16* __restrict__ dst16, int64_t dst_stride, const Src* __restrict__ src,
+                                    int64_t src_stride, int64_t rows, int64_t width, float* __restrict__ partial,
+                                    int64_t chunk) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x, k = blockIdx.y;
+  if (c >= width) return;
+  const int64_t last = min(rows, (k + 1) * chunk);
+  float sum = 0.0f;
+  for (int64_t r = k * chunk; r < last; ++r) {
+    const float v = load(src, r * src_stride + c);
+    dst16[r * dst_stride + c] = __float2bfloat16_rn(v);
+    sum = __fadd_rn(sum, v);
+  }
+  if (partial != nullptr) partial[k * width + c] = sum;
 }
 
 __global__ void add_rows_kernel(float* __restrict__ dst, int64_t dst_stride, const __nv_bfloat16* __restrict__ src,
@@ -128,6 +152,63 @@ void flash_attention_backward_bf16_tensors(float* dq, float* dk, float* dv, cons
   Scratch scratch;
   backward_on(dq, dk, dv, as_bf16(dout16), as_bf16(out16), lse, as_bf16(q16), as_bf16(k16), as_bf16(v16), s, vis,
               scratch, stream);
+}
+
+namespace {
+// One gradient's rows [rows, width] from src (src_stride apart) into its bf16 view (dst_stride
+// apart), with the column sums into dbias when there is one (rows_to_bf16_kernel).
+template <typename Src>
+void gradient_to_bf16(void* dst16, int64_t dst_stride, float* dbias, const Src* src, int64_t src_stride, int64_t rows,
+                      int64_t width, Scratch& scratch, cudaStream_t stream) {
+  if (rows * width == 0) return;
+  const int64_t chunk = column_sum_chunk(rows), chunks = (rows + chunk - 1) / chunk;
+  const int64_t column_blocks = (width + kThreads - 1) / kThreads;
+  LOOM_CHECK(column_blocks < (int64_t{1} << 31) && chunks <= kColumnSumChunks,
+             "cuda::flash_attention_backward_bf16_gradients: " + std::to_string(rows) + " x " +
+                 std::to_string(width) + " exceeds one grid");
+  float* partial = dbias != nullptr ? scratch.floats(chunks * width) : nullptr;
+  rows_to_bf16_kernel<Src>
+      <<<dim3(static_cast<unsigned>(column_blocks), static_cast<unsigned>(chunks)), kThreads, 0, stream>>>(
+          static_cast<Bf16*>(dst16), dst_stride, src, src_stride, rows, width, partial, chunk);
+  check_launch("attention rows_to_bf16_kernel");
+  if (dbias != nullptr) add_partial_column_sums(dbias, partial, chunks, width, stream);
+}
+}  // namespace
+
+void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16, float* dbias_q, float* dbias_k,
+                                             float* dbias_v, const void* dout16, const void* out16, const float* lse,
+                                             const void* q16, const void* k16, const void* v16,
+                                             const FlashAttentionShape& s, const AttentionVisibility& vis,
+                                             cudaStream_t stream) {
+  Scratch scratch;
+  const Bf16 *q = as_bf16(q16), *k = as_bf16(k16), *v = as_bf16(v16), *dout = as_bf16(dout16), *out = as_bf16(out16);
+  const int64_t q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len;
+  const int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
+  if (attention_fallback_reason(s, vis, true, {q, k, v, out, dout, lse}).empty()) {
+    // cuDNN's bf16 gradients, packed, copied into the views: the bits the fp32 path widens and casts back.
+    auto* dq = scratch.of<Bf16>(q_rows * q_width);
+    auto* dk = scratch.of<Bf16>(k_rows * kv_width);
+    auto* dv = scratch.of<Bf16>(k_rows * kv_width);
+    cudnn_attention_backward_bf16(dq, dk, dv, dout, out, lse, q, k, v, s, scratch, stream);
+    gradient_to_bf16(dq16, s.q_stride, dbias_q, dq, q_width, q_rows, q_width, scratch, stream);
+    gradient_to_bf16(dk16, s.k_stride, dbias_k, dk, kv_width, k_rows, kv_width, scratch, stream);
+    gradient_to_bf16(dv16, s.v_stride, dbias_v, dv, kv_width, k_rows, kv_width, scratch, stream);
+    return;
+  }
+  // loom's kernels add fp32 gradients in q's, k's and v's layout: into zeroed copies, then rounded.
+  auto zeroed_copy = [&](int64_t rows, int64_t width, int64_t stride) {
+    const int64_t n = rows == 0 ? 0 : (rows - 1) * stride + width;
+    float* x = scratch.floats(n);
+    check_cuda(cudaMemsetAsync(x, 0, static_cast<size_t>(n) * sizeof(float), stream), "cudaMemsetAsync (gradients)");
+    return x;
+  };
+  float* dq = zeroed_copy(q_rows, q_width, s.q_stride);
+  float* dk = zeroed_copy(k_rows, kv_width, s.k_stride);
+  float* dv = zeroed_copy(k_rows, kv_width, s.v_stride);
+  flash_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s, vis, stream);
+  gradient_to_bf16(dq16, s.q_stride, dbias_q, dq, s.q_stride, q_rows, q_width, scratch, stream);
+  gradient_to_bf16(dk16, s.k_stride, dbias_k, dk, s.k_stride, k_rows, kv_width, scratch, stream);
+  gradient_to_bf16(dv16, s.v_stride, dbias_v, dv, s.v_stride, k_rows, kv_width, scratch, stream);
 }
 
 void add_bf16_rows(float* dst, int64_t dst_stride, const __nv_bfloat16* src, int64_t src_stride, int64_t rows,

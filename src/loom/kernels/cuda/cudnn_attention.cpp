@@ -67,9 +67,9 @@ void cudnn_attention_forward(__nv_bfloat16*, float*, const __nv_bfloat16*, const
   throw Error("cuDNN attention: " + cudnn_status().reason);
 }
 
-void cudnn_attention_backward(float*, float*, float*, const __nv_bfloat16*, const __nv_bfloat16*, const float*,
-                              const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
-                              const FlashAttentionShape&, Scratch&, cudaStream_t) {
+void cudnn_attention_backward_bf16(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, const __nv_bfloat16*,
+                                   const __nv_bfloat16*, const float*, const __nv_bfloat16*, const __nv_bfloat16*,
+                                   const __nv_bfloat16*, const FlashAttentionShape&, Scratch&, cudaStream_t) {
   throw Error("cuDNN attention: " + cudnn_status().reason);
 }
 
@@ -294,15 +294,13 @@ void cudnn_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16
                 workspace(scratch, graph));
 }
 
-void cudnn_attention_backward(float* dq, float* dk, float* dv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
-                              const float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                              const FlashAttentionShape& s, Scratch& scratch, cudaStream_t stream) {
+void cudnn_attention_backward_bf16(__nv_bfloat16* dq16, __nv_bfloat16* dk16, __nv_bfloat16* dv16,
+                                   const __nv_bfloat16* dout, const __nv_bfloat16* out, const float* lse,
+                                   const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                                   const FlashAttentionShape& s, Scratch& scratch, cudaStream_t stream) {
   CudnnGraph& graph = ready_plan(s, true);
   const Sizes z(s);
   const int64_t tokens = z.b * z.n;
-  auto* dq16 = scratch.of<__nv_bfloat16>(tokens * z.hq * z.d);
-  auto* dk16 = scratch.of<__nv_bfloat16>(tokens * z.hk * z.d);
-  auto* dv16 = scratch.of<__nv_bfloat16>(tokens * z.hk * z.d);
   float* delta = scratch.floats(z.b * z.hq * z.n);
   float* dq_accum = scratch.floats(tokens * z.hq * z.d);
   check_cuda(cudaMemsetAsync(dq_accum, 0, static_cast<size_t>(tokens * z.hq * z.d) * sizeof(float), stream),
@@ -320,11 +318,21 @@ void cudnn_attention_backward(float* dq, float* dk, float* dv, const __nv_bfloat
                  {kSoftmaxSum, delta},
                  {kDqAccum, dq_accum}},
                 workspace(scratch, graph));
-  add_bf16_rows(dq, s.q_stride, dq16, z.hq * z.d, tokens, z.hq * z.d, stream);
-  add_bf16_rows(dk, s.k_stride, dk16, z.hk * z.d, tokens, z.hk * z.d, stream);
-  add_bf16_rows(dv, s.v_stride, dv16, z.hk * z.d, tokens, z.hk * z.d, stream);
 }
 
 #endif
+
+void cudnn_attention_backward(float* dq, float* dk, float* dv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
+                              const float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                              const FlashAttentionShape& s, Scratch& scratch, cudaStream_t stream) {
+  const int64_t tokens = s.batch * s.q_len, q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
+  auto* dq16 = scratch.of<__nv_bfloat16>(tokens * q_width);
+  auto* dk16 = scratch.of<__nv_bfloat16>(tokens * kv_width);
+  auto* dv16 = scratch.of<__nv_bfloat16>(tokens * kv_width);
+  cudnn_attention_backward_bf16(dq16, dk16, dv16, dout, out, lse, q, k, v, s, scratch, stream);
+  add_bf16_rows(dq, s.q_stride, dq16, q_width, tokens, q_width, stream);
+  add_bf16_rows(dk, s.k_stride, dk16, kv_width, tokens, kv_width, stream);
+  add_bf16_rows(dv, s.v_stride, dv16, kv_width, tokens, kv_width, stream);
+}
 
 }  // namespace loom::kernels::cuda

@@ -44,8 +44,15 @@ std::string cudnn_attention_prepare(const FlashAttentionShape& s, bool backward)
 void cudnn_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
                              const __nv_bfloat16* v, const FlashAttentionShape& s, Scratch& scratch,
                              cudaStream_t stream);
+// The backward adds its gradients into dq, dk, dv (fp32, in q's, k's and v's layout); the _bf16 form
+// writes cuDNN's bf16 gradients whole into dq16 [tokens, heads x head_dim], dk16 and dv16 [tokens,
+// kv_heads x head_dim], rows packed.
 void cudnn_attention_backward(float* dq, float* dk, float* dv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
                               const float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                               const FlashAttentionShape& s, Scratch& scratch, cudaStream_t stream);
+void cudnn_attention_backward_bf16(__nv_bfloat16* dq16, __nv_bfloat16* dk16, __nv_bfloat16* dv16,
+                                   const __nv_bfloat16* dout, const __nv_bfloat16* out, const float* lse,
+                                   const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                                   const FlashAttentionShape& s, Scratch& scratch, cudaStream_t stream);
 
 }  // namespace loom::kernels::cuda

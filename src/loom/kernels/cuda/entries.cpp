@@ -204,6 +204,14 @@ void register_products_and_attention(CudaEntries& e) {
                                                const AttentionVisibility& vis) {
     flash_attention_backward_bf16_tensors(dq, dk, dv, dout16, out16, lse, q16, k16, v16, s, vis, stream_of(d));
   };
+  e.flash_attention_backward_bf16_gradients = [](Device d, void* dq16, void* dk16, void* dv16, float* dbias_q,
+                                                 float* dbias_k, float* dbias_v, const void* dout16,
+                                                 const void* out16, const float* lse, const void* q16,
+                                                 const void* k16, const void* v16, const FlashAttentionShape& s,
+                                                 const AttentionVisibility& vis) {
+    flash_attention_backward_bf16_gradients(dq16, dk16, dv16, dbias_q, dbias_k, dbias_v, dout16, out16, lse, q16, k16,
+                                            v16, s, vis, stream_of(d));
+  };
   e.merge_attention_partials = [](Device d, float* out, float* lse, const float* part_out, const float* part_lse,
                                   const FlashAttentionShape& s) {
     merge_attention_partials(out, lse, part_out, part_lse, s, stream_of(d));
