@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -138,6 +139,34 @@ void without_amax_reads(F body) {
   entries.amax = read;
 }
 
+// One training step of a layer: the forward's output, and dgrad and wgrad added onto Data's.
+struct Step {
+  std::vector<float> out, dx, dw;
+};
+Step cpu_step(LinearPrecision& cpu, const Data& d) {
+  Placed host{Device::cpu(), {}};
+  float *o = host.put(std::vector<float>(d.n * d.out)), *dx = host.put(d.dx0), *dw = host.put(d.dw0);
+  const float *hx = host.put(d.x), *hw = host.put(d.w), *hdy = host.put(d.dy);
+  cpu.forward(o, hx, hw, nullptr, d.n, d.in, d.out);
+  cpu.backward(dx, dw, nullptr, hdy, hx, hw, d.n, d.in, d.out);
+  return {host.get(o, d.n * d.out), host.get(dx, d.n * d.in), host.get(dw, d.out * d.in)};
+}
+void expect_step(const Step& got, const Step& want, const std::string& what) {
+  expect_bitwise(got.out, want.out, what + ": forward");
+  expect_bitwise(got.dx, want.dx, what + ": dgrad");
+  expect_bitwise(got.dw, want.dw, what + ": wgrad");
+}
+// The device layer's pending amaxes equal the CPU's; then each of `layers` commits the CPU's.
+void commit_the_cpus_amaxes(const LinearPrecision& cpu, const LinearPrecision& dev,
+                            std::initializer_list<LinearPrecision*> layers, const std::string& what) {
+  float amaxes[3];
+  for (Operand op : {Operand::Input, Operand::Weight, Operand::OutputGrad}) {
+    amaxes[static_cast<int>(op)] = cpu.pending_amax(op);
+    EXPECT_EQ(dev.pending_amax(op), cpu.pending_amax(op)) << what << " operand " << static_cast<int>(op);
+  }
+  for (LinearPrecision* lp : layers) lp->commit_amaxes(amaxes);
+}
+
 class LinearPrecisionDevice : public ::testing::TestWithParam<Recipe> {
  protected:
   static void SetUpTestSuite() { ::loom::testing::install_emulated_cuda(); }
@@ -211,15 +240,7 @@ TEST_P(LinearPrecisionDevice, Fp8InputCodesKeptFromTheForwardServeTheWeightGradi
   }
   LinearPrecision cpu(recipe, 4, 1);
   for (int step = 0; step < 2; ++step) {
-    std::vector<float> want_out(d.n * d.out), want_dx(d.n * d.in), want_dw(d.out * d.in);
-    {
-      Placed host{Device::cpu(), {}};
-      float *o = host.put(want_out), *dx = host.put(d.dx0), *dw = host.put(d.dw0);
-      const float *hx = host.put(d.x), *hw = host.put(d.w), *hdy = host.put(d.dy);
-      cpu.forward(o, hx, hw, nullptr, d.n, d.in, d.out);
-      cpu.backward(dx, dw, nullptr, hdy, hx, hw, d.n, d.in, d.out);
-      want_out = host.get(o, d.n * d.out), want_dx = host.get(dx, d.n * d.in), want_dw = host.get(dw, d.out * d.in);
-    }
+    const Step want = cpu_step(cpu, d);
     float *out = at.put(std::vector<float>(d.n * d.out, NAN)), *dx = at.put(d.dx0), *dw = at.put(d.dw0);
     const int64_t reuses = ::loom::testing::emulated_input_code_reuses();
     without_amax_reads([&] {
@@ -229,17 +250,9 @@ TEST_P(LinearPrecisionDevice, Fp8InputCodesKeptFromTheForwardServeTheWeightGradi
                    DeviceTensors{.kept_input_codes = codes});
     });
     EXPECT_EQ(::loom::testing::emulated_input_code_reuses() - reuses, 1);
-    const std::string what = recipe_name(recipe) + " step " + std::to_string(step);
-    expect_bitwise(at.get(out, d.n * d.out), want_out, what + ": forward");
-    expect_bitwise(at.get(dx, d.n * d.in), want_dx, what + ": dgrad");
-    expect_bitwise(at.get(dw, d.out * d.in), want_dw, what + ": wgrad from the kept codes");
-    float amaxes[3];
-    for (Operand op : {Operand::Input, Operand::Weight, Operand::OutputGrad}) {
-      amaxes[static_cast<int>(op)] = cpu.pending_amax(op);
-      EXPECT_EQ(dev.pending_amax(op), cpu.pending_amax(op)) << what << " operand " << static_cast<int>(op);
-    }
-    cpu.commit_amaxes(amaxes);
-    dev.commit_amaxes(amaxes);
+    const std::string what = recipe_name(recipe) + " step " + std::to_string(step) + " (wgrad from the kept codes)";
+    expect_step(Step{at.get(out, d.n * d.out), at.get(dx, d.n * d.in), at.get(dw, d.out * d.in)}, want, what);
+    commit_the_cpus_amaxes(cpu, dev, {&cpu, &dev}, what);
   }
   // Codes kept from another input than the one the backward is given: a stale store.
   float* other = at.put(random_values(d.n * d.in, 1.0f, 99));
@@ -281,15 +294,7 @@ TEST_P(LinearPrecisionDevice, Fp8AmaxesTakenByTheirProducersStandForTheAmaxPasse
   LinearPrecision cpu(recipe, 4, 1), own(recipe, 4, 1);
   own.set_device(kDevice);
   for (int step = 0; step < 2; ++step) {
-    std::vector<float> want_out(d.n * d.out), want_dx(d.n * d.in), want_dw(d.out * d.in);
-    {
-      Placed host{Device::cpu(), {}};
-      float *o = host.put(want_out), *dx = host.put(d.dx0), *dw = host.put(d.dw0);
-      const float *hx = host.put(d.x), *hw = host.put(d.w), *hdy = host.put(d.dy);
-      cpu.forward(o, hx, hw, nullptr, d.n, d.in, d.out);
-      cpu.backward(dx, dw, nullptr, hdy, hx, hw, d.n, d.in, d.out);
-      want_out = host.get(o, d.n * d.out), want_dx = host.get(dx, d.n * d.in), want_dw = host.get(dw, d.out * d.in);
-    }
+    const Step want = cpu_step(cpu, d);
     // The same layer taking its own amaxes, for the count of passes.
     ::loom::testing::reset_emulated_census();
     {
@@ -315,15 +320,8 @@ TEST_P(LinearPrecisionDevice, Fp8AmaxesTakenByTheirProducersStandForTheAmaxPasse
     // The two producers' passes stand for the layer's two.
     EXPECT_EQ(::loom::testing::emulated_census().entries["amax_into"], own_passes);
     const std::string what = recipe_name(recipe) + " step " + std::to_string(step);
-    expect_bitwise(at.get(out, d.n * d.out), want_out, what + ": forward");
-    expect_bitwise(at.get(dx, d.n * d.in), want_dx, what + ": dgrad");
-    expect_bitwise(at.get(dw, d.out * d.in), want_dw, what + ": wgrad");
-    float amaxes[3];
-    for (Operand op : {Operand::Input, Operand::Weight, Operand::OutputGrad}) {
-      amaxes[static_cast<int>(op)] = cpu.pending_amax(op);
-      EXPECT_EQ(dev.pending_amax(op), cpu.pending_amax(op)) << what << " operand " << static_cast<int>(op);
-    }
-    for (LinearPrecision* lp : {&cpu, &dev, &own}) lp->commit_amaxes(amaxes);
+    expect_step(Step{at.get(out, d.n * d.out), at.get(dx, d.n * d.in), at.get(dw, d.out * d.in)}, want, what);
+    commit_the_cpus_amaxes(cpu, dev, {&cpu, &dev, &own}, what);
   }
 }
 
