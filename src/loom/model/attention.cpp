@@ -119,30 +119,28 @@ void Attention::backward(float* d_normed, const float* d_residual, const NormedR
                          ParallelScratch& scratch) const {
   const int64_t rows = batch * seq, W = qkv_width(), att_width = heads_ * head_dim_;
   const int64_t k_off = att_width, v_off = att_width + static_cast<int64_t>(kv_heads_) * head_dim_;
-  if (bf16_gradients()) {
-    void* d_att16 = sized_16bit(work.d_att, rows * att_width, store_->device());
-    out_->backward(nullptr, d_residual, nullptr, rows, scratch, false,
-                   DeviceTensors{.in = saved.att.data(), .din = d_att16});
-    // Written whole in bf16; the bias's gradient (the projection leaves it to the caller of a bf16
-    // output gradient) summed from the fp32 one by the same entry.
-    auto* d_qkv16 = static_cast<uint16_t*>(sized_16bit(work.d_qkv, rows * W, store_->device()));
-    float* dbias = qkv_->bias_grad();
-    const auto* qkv16 = reinterpret_cast<const uint16_t*>(saved.qkv.data());
-    kernels::flash_attention_backward_bf16_gradients(
-        store_->device(), d_qkv16, d_qkv16 + k_off, d_qkv16 + v_off, dbias, dbias != nullptr ? dbias + k_off : nullptr,
-        dbias != nullptr ? dbias + v_off : nullptr, d_att16, saved.att.data(), saved.lse.data(), qkv16, qkv16 + k_off,
-        qkv16 + v_off, flash_shape(batch, seq), visibility(packing));
-    qkv_->backward(d_normed, nullptr, normed.fp32, rows, scratch, false,
-                   DeviceTensors{.in = normed.bf16, .dout = d_qkv16});
-    return;
-  }
-  float* d_qkv = zeroed(work.d_qkv, rows * W, store_->device());
+  // Without RoPE under the bf16 recipe the q/k/v gradient is written whole in bf16 (no zeroing).
+  float* d_qkv = bf16_gradients() ? nullptr : zeroed(work.d_qkv, rows * W, store_->device());
   if (bf16_tensors()) {
     void* d_att16 = sized_16bit(work.d_att, rows * att_width, store_->device());
     out_->backward(nullptr, d_residual, nullptr, rows, scratch, false,
                    DeviceTensors{.in = saved.att.data(), .din = d_att16,
                                  .kept_input_codes = out_->kept_input_codes(saved.out_codes)});
     const auto* qkv16 = reinterpret_cast<const uint16_t*>(saved.qkv.data());
+    if (d_qkv == nullptr) {
+      // The bias's gradient (which the projection leaves to the caller of a bf16 output gradient)
+      // summed from the fp32 values by the same entry.
+      auto* d_qkv16 = static_cast<uint16_t*>(sized_16bit(work.d_qkv, rows * W, store_->device()));
+      float* dbias = qkv_->bias_grad();
+      kernels::flash_attention_backward_bf16_gradients(
+          store_->device(), d_qkv16, d_qkv16 + k_off, d_qkv16 + v_off, dbias,
+          dbias != nullptr ? dbias + k_off : nullptr, dbias != nullptr ? dbias + v_off : nullptr, d_att16,
+          saved.att.data(), saved.lse.data(), qkv16, qkv16 + k_off, qkv16 + v_off, flash_shape(batch, seq),
+          visibility(packing));
+      qkv_->backward(d_normed, nullptr, normed.fp32, rows, scratch, false,
+                     DeviceTensors{.in = normed.bf16, .dout = d_qkv16});
+      return;
+    }
     kernels::flash_attention_backward_bf16_tensors(store_->device(), d_qkv, d_qkv + k_off, d_qkv + v_off, d_att16,
                                                    saved.att.data(), saved.lse.data(), qkv16, qkv16 + k_off,
                                                    qkv16 + v_off, flash_shape(batch, seq), visibility(packing));
