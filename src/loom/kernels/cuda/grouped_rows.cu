@@ -16,6 +16,27 @@ __global__ void row_numbers_kernel(int32_t* __restrict__ rows_out, int64_t rows)
   for (int64_t r = grid_start(); r < rows; r += grid_stride()) rows_out[r] = static_cast<int32_t>(r);
 }
 
+// The end of the group of equal targets starting at sorted position p: the first later position
+// with another target (a binary search: a frequent id's group may hold thousands of rows).
+__device__ inline int64_t group_end(const int32_t* __restrict__ sorted_targets, int64_t p, int64_t rows) {
+  const int32_t target = sorted_targets[p];
+  int64_t lo = p + 1, hi = rows;  // the end lies in [lo, hi]
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (sorted_targets[mid] == target) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// Rows of a group loaded this many at a time before they are added in order: their loads are
+// independent, so a thread keeps several in flight instead of waiting on each (a frequent id's
+// group is a long walk for its few blocks).
+constexpr int kRowsInFlight = 8;
+
 // Block row p handles the group of equal targets that starts at sorted position p (other
 // positions return at once): each thread a column, its rows in row order (the sort is stable).
 __global__ void add_groups_kernel(RowsByTarget a, const int32_t* __restrict__ sorted_targets,
@@ -25,12 +46,23 @@ __global__ void add_groups_kernel(RowsByTarget a, const int32_t* __restrict__ so
     if (p > 0 && sorted_targets[p - 1] == target) continue;
     const int64_t local = static_cast<int64_t>(target) - a.first;
     if (local < 0 || local >= a.count) continue;
-    int64_t end = p + 1;
-    while (end < a.rows && sorted_targets[end] == target) ++end;
+    const int64_t end = group_end(sorted_targets, p, a.rows);
     float* to = a.out + local * a.width;
     for (int64_t c = column_start(); c < a.width; c += column_stride()) {
       float sum = to[c];
-      for (int64_t q = p; q < end; ++q) {
+      int64_t q = p;
+      for (; q + kRowsInFlight <= end; q += kRowsInFlight) {
+        float v[kRowsInFlight], w[kRowsInFlight];
+#pragma unroll
+        for (int i = 0; i < kRowsInFlight; ++i) {
+          const int64_t r = sorted_rows[q + i];
+          v[i] = a.x[r * a.x_stride + c];
+          w[i] = a.scale ? a.scale[r] : 1.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < kRowsInFlight; ++i) sum = a.scale ? __fmaf_rn(w[i], v[i], sum) : __fadd_rn(sum, v[i]);
+      }
+      for (; q < end; ++q) {
         const int64_t r = sorted_rows[q];
         const float v = a.x[r * a.x_stride + c];
         sum = a.scale ? __fmaf_rn(a.scale[r], v, sum) : __fadd_rn(sum, v);
