@@ -196,6 +196,16 @@ TEST_P(CudaQuantize, DeviceAmaxAndTensorScaleEqualTheCpu) {
   DeviceFloats d_inf_only(allocator_, specials), d_inf(allocator_, std::vector<float>{0.0f});
   amax_into(d_inf.ptr, d_inf_only.ptr, 2000);
   EXPECT_TRUE(std::isinf(d_inf.host()[0]));
+  // A NaN or an Inf among 3M elements, where each thread loads four at a time.
+  std::vector<float> large = wide_values(seed_ + 9, 3000017, false);
+  large[1234567] = INFINITY;
+  DeviceFloats d_large_inf(allocator_, large), d_large_inf_max(allocator_, std::vector<float>{0.0f});
+  amax_into(d_large_inf_max.ptr, d_large_inf.ptr, static_cast<int64_t>(large.size()));
+  EXPECT_TRUE(std::isinf(d_large_inf_max.host()[0]));
+  large[2345678] = NAN;
+  DeviceFloats d_large_nan(allocator_, large), d_large_nan_max(allocator_, std::vector<float>{0.0f});
+  amax_into(d_large_nan_max.ptr, d_large_nan.ptr, static_cast<int64_t>(large.size()));
+  EXPECT_TRUE(std::isnan(d_large_nan_max.host()[0]));
 
   const float fp8_max = precision::max_finite(cpu_format(f));
   const std::vector<float> amaxes = {0.0f,    -0.0f,   1e-45f, 1e-40f, 3.1e-38f, 1e-30f, 0.37f,  1.0f, 448.0f,
