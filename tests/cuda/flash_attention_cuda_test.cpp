@@ -273,10 +273,12 @@ TEST_P(CudaFlashAttention, Bf16TensorEntriesEqualTheFp32EntriesBitForBit) {
 // bit for bit, and the bias sums exactly add_column_sums of those fp32 gradients; on cuDNN (whose
 // atomics make two calls differ in the last bits) within bf16's rounding of them, and the bias
 // sums exactly the column sums of the bf16 values it wrote. Nothing outside the views is written.
+// With a rotation (where queries and keys are the same tokens; no bias sums then) q's and k's
+// gradients are rotated back first, as rope_backward rotates the fp32 ones.
 TEST_P(CudaFlashAttention, Bf16GradientsAreTheFp32GradientsRounded) {
   const char* before = std::getenv("LOOM_ATTENTION");
   const std::string restore = before != nullptr ? before : "";
-  for (const bool loom_kernels : {true, false}) {
+  for (const auto& [loom_kernels, rotate] : {std::pair{true, false}, {false, false}, {true, true}, {false, true}}) {
     if (loom_kernels) {
       setenv("LOOM_ATTENTION", "loom", 1);
     } else {
@@ -285,9 +287,12 @@ TEST_P(CudaFlashAttention, Bf16GradientsAreTheFp32GradientsRounded) {
     Inputs in(GetParam(), seed_, false);
     in.s.operands = AttentionOperands::Bf16;
     const FlashAttentionShape& s = in.s;
+    if (rotate && s.q_len != s.k_len) continue;
     const Device gpu = Device::cuda(0);
     const int64_t q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len;
     const int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
+    const RopeTable rope(s.q_len, s.head_dim, 10000.0);
+    const QkvRotation rotation{rotate ? &rope : nullptr, s.q_len, nullptr};
     DeviceFloats d_lse(allocator_, poison(q_rows * s.heads));
     DeviceArray<__nv_bfloat16> out16(allocator_, to_bf16(poison(in.dout.size())));
     DeviceArray<__nv_bfloat16> q16(allocator_, to_bf16(in.q)), kv16(allocator_, to_bf16(in.kv)),
@@ -299,14 +304,20 @@ TEST_P(CudaFlashAttention, Bf16GradientsAreTheFp32GradientsRounded) {
         dkv(allocator_, std::vector<float>(in.kv.size(), 0.0f));
     flash_attention_backward_bf16_tensors(gpu, dq.ptr, dkv.ptr + in.k_at, dkv.ptr + in.v_at, dout16.ptr, out16.ptr,
                                           d_lse.ptr, q16.ptr, k16, v16, s, meta.visibility());
+    if (rotate) {
+      rope_backward(gpu, dq.ptr, q_rows, s.q_stride, 0, s.heads, s.q_len, 0, rope);
+      rope_backward(gpu, dkv.ptr + in.k_at, k_rows, s.k_stride, 0, s.kv_heads, s.q_len, 0, rope);
+    }
     const __nv_bfloat16 kPoison = __float2bfloat16_rn(-7.0f);
     DeviceArray<__nv_bfloat16> g16(allocator_, std::vector<__nv_bfloat16>(in.q.size(), kPoison)),
         gkv16(allocator_, std::vector<__nv_bfloat16>(in.kv.size(), kPoison));
     const std::vector<float> bias0 = random_values(seed_ + 5, q_width + 2 * kv_width, 1.0f);
     DeviceFloats bias(allocator_, bias0);
-    flash_attention_backward_bf16_gradients(gpu, g16.ptr, gkv16.ptr + in.k_at, gkv16.ptr + in.v_at, bias.ptr,
-                                            bias.ptr + q_width, bias.ptr + q_width + kv_width, dout16.ptr, out16.ptr,
-                                            d_lse.ptr, q16.ptr, k16, v16, s, meta.visibility());
+    float* dbias = rotate ? nullptr : bias.ptr;  // no bias sums of rotated gradients
+    flash_attention_backward_bf16_gradients(gpu, g16.ptr, gkv16.ptr + in.k_at, gkv16.ptr + in.v_at, dbias,
+                                            rotate ? nullptr : dbias + q_width,
+                                            rotate ? nullptr : dbias + q_width + kv_width, dout16.ptr, out16.ptr,
+                                            d_lse.ptr, q16.ptr, k16, v16, s, meta.visibility(), rotation);
     // Where cuDNN serves this call (its bf16 gradients, not bit for bit) or loom's kernels do.
     const bool on_cudnn = !loom_kernels && attention_fallback_reason(s, meta.visibility(), true,
                                                                      {q16.ptr, k16, v16, out16.ptr, dout16.ptr,
@@ -315,7 +326,7 @@ TEST_P(CudaFlashAttention, Bf16GradientsAreTheFp32GradientsRounded) {
     const std::vector<float> want_q = dq.host(), want_kv = dkv.host();
     const std::vector<float> got_q = to_float(g16.host()), got_kv = to_float(gkv16.host()), got_bias = bias.host();
     const std::string name = std::string(on_cudnn ? "cuDNN" : "loom's kernels") + ", " + std::to_string(s.q_len) +
-                             " queries";
+                             " queries" + (rotate ? ", RoPE undone" : "");
     // Each view against the fp32 gradients, and its column sums over what it wrote (cuDNN) or over
     // the fp32 values (loom's kernels).
     std::vector<float> want_bias = bias0;
@@ -336,7 +347,7 @@ TEST_P(CudaFlashAttention, Bf16GradientsAreTheFp32GradientsRounded) {
         EXPECT_EQ(got_view, bf16_rounded(want_view)) << name << ": " << view;
       }
       const std::vector<float>& summed = on_cudnn ? got_view : want_view;
-      ::loom::kernels::cpu::add_column_sums(want_bias.data() + bias_at, summed.data(), rows, width);
+      if (!rotate) ::loom::kernels::cpu::add_column_sums(want_bias.data() + bias_at, summed.data(), rows, width);
     };
     check_view("dq", want_q, got_q, 0, q_rows, q_width, s.q_stride, 0);
     check_view("dk", want_kv, got_kv, in.k_at, k_rows, kv_width, s.k_stride, q_width);

@@ -5,6 +5,7 @@
 // gradient as bf16 tensors equal to them; and the regions the copies share.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -196,8 +197,9 @@ TEST(AttentionBf16, Bf16TensorEntriesEqualTheFp32Entries) {
 
 // The backward writing its gradients in bf16 (Attention::bf16_gradients) writes what the fp32 form
 // adds into zeros, rounded, into each view and nothing beside it (the fused rows' other columns
-// keep their poison); the bias sums are add_column_sums of each view's fp32 gradient.
-void expect_bf16_gradients_to_be_the_fp32_ones_rounded(const Operands& p) {
+// keep their poison); the bias sums are add_column_sums of each view's fp32 gradient. With a
+// rotation (no bias sums then) q's and k's fp32 gradients are rotated back first (rope_backward).
+void expect_bf16_gradients_to_be_the_fp32_ones_rounded(const Operands& p, const RopeTable* rope = nullptr) {
   const FlashAttentionShape& s = p.s;
   const std::vector<uint16_t> qkv16 = bf16_bits(p.qkv), kv16 = bf16_bits(p.kv), dout16 = bf16_bits(p.dout);
   const uint16_t* q16 = qkv16.data();
@@ -215,6 +217,11 @@ void expect_bf16_gradients_to_be_the_fp32_ones_rounded(const Operands& p) {
   float* dv = p.fused ? dq + v_at : dkv.data() + s.kv_heads * s.head_dim;
   flash_attention_backward_bf16_tensors(Device::cpu(), dq, dk, dv, dout16.data(), out16.data(), lse.data(), q16, k16,
                                         v16, s, p.vis());
+  const QkvRotation rotation{rope, s.q_len, nullptr};
+  if (rope != nullptr) {
+    rope_backward(Device::cpu(), dq, s.batch * s.q_len, s.q_stride, 0, s.heads, s.q_len, 0, *rope);
+    rope_backward(Device::cpu(), dk, s.batch * s.k_len, s.k_stride, 0, s.kv_heads, s.q_len, 0, *rope);
+  }
   std::vector<uint16_t> g16(p.qkv.size(), 0x7fc1), gkv16(p.kv.size(), 0x7fc1);
   uint16_t* dq16 = g16.data();
   uint16_t* dk16 = p.fused ? dq16 + k_at : gkv16.data();
@@ -223,8 +230,21 @@ void expect_bf16_gradients_to_be_the_fp32_ones_rounded(const Operands& p) {
   std::vector<float> bias_q = random_vector(q_width, 41), bias_k = random_vector(kv_width, 42),
                      bias_v = random_vector(kv_width, 43);
   std::vector<float> want_q = bias_q, want_k = bias_k, want_v = bias_v;
-  flash_attention_backward_bf16_gradients(Device::cpu(), dq16, dk16, dv16, bias_q.data(), bias_k.data(), bias_v.data(),
-                                          dout16.data(), out16.data(), lse.data(), q16, k16, v16, s, p.vis());
+  if (rope != nullptr) {
+    // No bias sums of rotated gradients: refused; then without them (the bias vectors unchanged).
+    EXPECT_THROW(flash_attention_backward_bf16_gradients(Device::cpu(), dq16, dk16, dv16, bias_q.data(), bias_k.data(),
+                                                         bias_v.data(), dout16.data(), out16.data(), lse.data(), q16,
+                                                         k16, v16, s, p.vis(), rotation),
+                 Error);
+    flash_attention_backward_bf16_gradients(Device::cpu(), dq16, dk16, dv16, nullptr, nullptr, nullptr, dout16.data(),
+                                            out16.data(), lse.data(), q16, k16, v16, s, p.vis(), rotation);
+    for (std::vector<float>* want : {&want_q, &want_k, &want_v}) std::fill(want->begin(), want->end(), 0.0f);
+    for (std::vector<float>* got : {&bias_q, &bias_k, &bias_v}) std::fill(got->begin(), got->end(), 0.0f);
+  } else {
+    flash_attention_backward_bf16_gradients(Device::cpu(), dq16, dk16, dv16, bias_q.data(), bias_k.data(),
+                                            bias_v.data(), dout16.data(), out16.data(), lse.data(), q16, k16, v16, s,
+                                            p.vis());
+  }
   // Each view: rounded values where it lies, poison elsewhere; its columns' sums.
   auto expect_view = [&](const char* name, const float* want, const uint16_t* got, int64_t rows, int64_t width,
                          int64_t stride, std::vector<float>& want_bias, const std::vector<float>& got_bias) {
@@ -235,7 +255,7 @@ void expect_bf16_gradients_to_be_the_fp32_ones_rounded(const Operands& p) {
         packed.push_back(want[r * stride + c]);
       }
     }
-    cpu::add_column_sums(want_bias.data(), packed.data(), rows, width);
+    if (rope == nullptr) cpu::add_column_sums(want_bias.data(), packed.data(), rows, width);
     expect_bitwise_equal(name, got_bias, want_bias);
   };
   const int64_t q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len;
@@ -251,7 +271,8 @@ void expect_bf16_gradients_to_be_the_fp32_ones_rounded(const Operands& p) {
   std::vector<uint16_t> again(p.qkv.size(), 0x7fc1), again_kv(p.kv.size(), 0x7fc1);
   flash_attention_backward_bf16_gradients(Device::cpu(), again.data(), p.fused ? again.data() + k_at : again_kv.data(),
                                           p.fused ? again.data() + v_at : again_kv.data() + kv_width, nullptr, nullptr,
-                                          nullptr, dout16.data(), out16.data(), lse.data(), q16, k16, v16, s, p.vis());
+                                          nullptr, dout16.data(), out16.data(), lse.data(), q16, k16, v16, s, p.vis(),
+                                          rotation);
   EXPECT_EQ(again, g16);
   EXPECT_EQ(again_kv, gkv16);
 }
@@ -259,6 +280,12 @@ void expect_bf16_gradients_to_be_the_fp32_ones_rounded(const Operands& p) {
 TEST(AttentionBf16, Bf16GradientsAreTheFp32GradientsRoundedWithTheirColumnSums) {
   expect_bf16_gradients_to_be_the_fp32_ones_rounded(fused_problem());
   expect_bf16_gradients_to_be_the_fp32_ones_rounded(key_block_problem());
+}
+
+TEST(AttentionBf16, Bf16GradientsUndoRopeBeforeTheyAreRounded) {
+  const Operands p = fused_problem();
+  const RopeTable rope(p.s.q_len, p.s.head_dim, 10000.0);
+  expect_bf16_gradients_to_be_the_fp32_ones_rounded(p, &rope);
 }
 
 TEST(AttentionOperandRegions, FusedViewsShareOneCopy) {

@@ -109,12 +109,16 @@ TEST(TimePlan, PrecisionCastsEveryLinearOperandAndOutput) {
   const double mlp = 6 * n * (2 * 1408 + 3 * 704);  // per micro-batch: 6 layers' up (out 1408) and down (in 704)
   const double attention = 6 * n * (512 + 3 * 256);  // per micro-batch: 6 layers' q/k/v (out 512) and o_proj (in 256)
   const double normed = 6 * n * 2 * (256 + 256);    // per micro-batch: 6 layers' q/k/v and up inputs (in 256)
-  EXPECT_NEAR(bg.casts, b.casts - 2 * (2 - 0.5) * weights / 1e9 - 2 * (logits + mlp + attention + normed) / 1e9,
+  // and the q/k/v gradient (Attention::bf16_gradients): not cast, but under RoPE with a q/k/v bias.
+  const double qkv_gradient = 6 * n * 512;  // per micro-batch: 6 layers' q/k/v output gradient
+  EXPECT_NEAR(bg.casts,
+              b.casts - 2 * (2 - 0.5) * weights / 1e9 - 2 * (logits + mlp + attention + normed + qkv_gradient) / 1e9,
               1e-12);
-  // Without RoPE the q/k/v gradient is bf16 too (Attention::bf16_gradients): not cast.
   const config::RunConfig learned = tiny({"precision.recipe=bf16", "runtime.device=cuda", "model.positions=learned"});
-  const TimeBreakdown bl = plan_time(learned, plan_memory(learned, {.tp = 1, .dp = 1, .pp = 1}), hw);
-  EXPECT_NEAR(bl.casts, bg.casts - 2 * 6 * n * 512 / 1e9, 1e-12);
+  EXPECT_NEAR(plan_time(learned, plan_memory(learned, {.tp = 1, .dp = 1, .pp = 1}), hw).casts, bg.casts, 1e-12);
+  const config::RunConfig biased = tiny({"precision.recipe=bf16", "runtime.device=cuda", "model.bias=true"});
+  EXPECT_NEAR(plan_time(biased, plan_memory(biased, {.tp = 1, .dp = 1, .pp = 1}), hw).casts,
+              bg.casts + 2 * qkv_gradient / 1e9, 1e-12);
   const config::RunConfig fp8_gpu = tiny({"precision.recipe=fp8_delayed", "runtime.device=cuda"});
   const TimeBreakdown fg = plan_time(fp8_gpu, plan_memory(fp8_gpu, {.tp = 1, .dp = 1, .pp = 1}), hw);
   double middle = 0.0;  // the four FP8 blocks: their casts in FP8 less what bf16 cast of them
@@ -122,12 +126,13 @@ TEST(TimePlan, PrecisionCastsEveryLinearOperandAndOutput) {
     middle += 4 * (10.0 / 9.0 * (n * (in + out) + 0.5 * out * in) / 0.25e9 -
                    (n * (2 * in + out) + 0.5 * out * in) / 1e9);
   }
-  // and, in bf16, their MLPs' interior, attention tensors and norms' outputs did not cost; in FP8
+  // and, in bf16, their MLPs' interior, attention tensors, norms' outputs and q/k/v gradient (512)
+  // did not cost; in FP8
   // the MLP keeps its GEMMs' bf16 outputs (Mlp::bf16_hidden): the up projection's output and the
   // down projection's input gradient are not widened; and attention its tensors
   // (Attention::bf16_tensors): the q/k/v output and the output projection's input gradient are not
   // widened, and that projection casts its input's codes from bf16 (4 bytes fewer of a cast's 9)
-  middle += 4 * n * (2 * 1408 + 3 * 704 + 512 + 3 * 256 + 2 * (256 + 256) - 1408 - 704 - 512 - 256) / 1e9;
+  middle += 4 * n * (2 * 1408 + 3 * 704 + 512 + 3 * 256 + 2 * (256 + 256) + 512 - 1408 - 704 - 512 - 256) / 1e9;
   middle -= 4 * 4.0 / 9.0 * n * 256 / 0.25e9;
   // and the activation's kernels take the amaxes of the down projection's input (704) and the up
   // projection's output gradient (1408): their casts read them once (6 bytes of the 10)

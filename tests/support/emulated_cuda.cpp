@@ -277,6 +277,13 @@ struct Arg<const kernels::AttentionVisibility&> {
   }
 };
 
+template <>
+struct Arg<const kernels::QkvRotation&> {
+  static kernels::QkvRotation map(const kernels::QkvRotation& r, const char* op, Device device, size_t index) {
+    return {r.table, r.seq, device_to_host(r.positions, argument(op, device, index) + " positions")};
+  }
+};
+
 void check_device(Device device, const char* op) {
   LOOM_CHECK(device.is_cuda() && device.index >= 0 && device.index < g_devices,
              "emulated cuda: kernels::" + std::string(op) + " asked to run on " + device.name());

@@ -39,8 +39,11 @@ TEST_F(DeviceBf16Tensors, LlamaWithItsMlpInteriorAndLogitsInBf16EqualsTheCpuBitF
   EXPECT_EQ(calls("swiglu_backward"), 0);
   // Attention's q/k/v, output and output gradient in bf16 (Attention::bf16_tensors), RoPE on the
   // bf16 q/k/v: 2 blocks x 2 micro-batches x 4 steps, plus the forwards of the run's evaluations.
+  // The q/k/v gradient in bf16 too (Attention::bf16_gradients: RoPE undone before it is rounded).
   EXPECT_GE(calls("flash_attention_forward_bf16_tensors"), 16);
-  EXPECT_EQ(calls("flash_attention_backward_bf16_tensors"), 16);
+  EXPECT_EQ(calls("flash_attention_backward_bf16_gradients"), 16);
+  EXPECT_EQ(calls("flash_attention_backward_bf16_tensors"), 0);
+  EXPECT_EQ(calls("rope_backward"), 0);
   EXPECT_EQ(calls("rope_forward_bf16"), calls("flash_attention_forward_bf16_tensors"));
   EXPECT_EQ(calls("rope_forward"), 0);
   EXPECT_EQ(calls("flash_attention_forward"), 0);
@@ -58,9 +61,9 @@ TEST_F(DeviceBf16Tensors, ContextParallelRanksKeepAttentionInFp32AndEqualTheCpuB
   expect_bitwise_equal_runs(kLlama, "bf16-cp2", bf16({"runtime.ranks=2", "parallel.cp=2"}));
 }
 
-// GPT-2 (learned positions: nothing rotates the q/k/v gradient) keeps that gradient bf16 too
-// (Attention::bf16_gradients: every attention backward writes it in bf16, the q/k/v bias's gradient
-// summed by the same entry); Llama's RoPE keeps it fp32.
+// GPT-2 keeps the q/k/v gradient bf16 too (Attention::bf16_gradients: every attention backward
+// writes it in bf16, the q/k/v bias's gradient summed by the same entry); a RoPE model with a q/k/v
+// bias (as Qwen2's) keeps it fp32.
 TEST_F(DeviceBf16Tensors, Gpt2WithBiasesAndSquaredReluEqualTheCpuBitForBit) {
   ::loom::testing::reset_emulated_census();
   expect_bitwise_equal_runs(kGpt2, "bf16-gpt2", bf16());
@@ -72,10 +75,12 @@ TEST_F(DeviceBf16Tensors, Gpt2WithBiasesAndSquaredReluEqualTheCpuBitForBit) {
   EXPECT_GT(calls("layernorm_forward_bf16"), 0);  // LayerNorm's bf16 form too
   EXPECT_GT(calls("flash_attention_backward_bf16_gradients"), 0);
   EXPECT_EQ(calls("flash_attention_backward_bf16_tensors"), 0);
-  ::loom::testing::reset_emulated_census();
   expect_bitwise_equal_runs(kLlama, "bf16-relu2", bf16({"model.activation=relu2"}));
-  const ::loom::testing::EmulatedCensus llama = ::loom::testing::emulated_census();
-  EXPECT_EQ(llama.entries.count("flash_attention_backward_bf16_gradients"), 0u);
+  ::loom::testing::reset_emulated_census();
+  expect_bitwise_equal_runs(kLlama, "bf16-rope-bias", bf16({"model.bias=true"}));
+  const ::loom::testing::EmulatedCensus rope_bias = ::loom::testing::emulated_census();
+  EXPECT_EQ(rope_bias.entries.count("flash_attention_backward_bf16_gradients"), 0u);
+  EXPECT_GT(rope_bias.entries.count("flash_attention_backward_bf16_tensors"), 0u);
 }
 
 TEST_F(DeviceBf16Tensors, TensorParallelAndPipelineRanksEqualTheCpuBitForBit) {

@@ -104,7 +104,12 @@ TEST_F(DeviceCensus, AStepOfTheDeepModelWaitsForTheDeviceOnlyForItsInputsLossAnd
     // Attention keeps its tensors bf16 under bf16 and per-tensor FP8 (MXFP8: its two bf16 edge blocks).
     const int64_t bf16_attention = per_tensor || std::string(recipe) == "bf16" ? 16 : 2;
     EXPECT_EQ(step.entry("flash_attention_forward_bf16_tensors"), bf16_attention * kMicroBatches) << recipe;
-    EXPECT_EQ(step.entry("flash_attention_backward_bf16_tensors"), bf16_attention * kMicroBatches) << recipe;
+    // The bf16 blocks (all under bf16, the two edge blocks otherwise) keep the q/k/v gradient bf16
+    // as well (Attention::bf16_gradients).
+    const int64_t bf16_gradients = std::string(recipe) == "bf16" ? 16 : 2;
+    EXPECT_EQ(step.entry("flash_attention_backward_bf16_tensors"), (bf16_attention - bf16_gradients) * kMicroBatches)
+        << recipe;
+    EXPECT_EQ(step.entry("flash_attention_backward_bf16_gradients"), bf16_gradients * kMicroBatches) << recipe;
     // Every block's MLP keeps its hidden bf16 (Mlp::bf16_interior under bf16, bf16_hidden under
     // FP8 and MX): the activation reads it as it is, forward and backward.
     EXPECT_EQ(step.entry("activation_forward_bf16"), 16 * kMicroBatches) << recipe;

@@ -234,11 +234,15 @@ void flash_attention_backward_bf16_tensors(Device device, float* dq, float* dk, 
 void flash_attention_backward_bf16_gradients(Device device, void* dq16, void* dk16, void* dv16, float* dbias_q,
                                              float* dbias_k, float* dbias_v, const void* dout16, const void* out16,
                                              const float* lse, const void* q16, const void* k16, const void* v16,
-                                             const FlashAttentionShape& s, const AttentionVisibility& vis) {
+                                             const FlashAttentionShape& s, const AttentionVisibility& vis,
+                                             const QkvRotation& rotation) {
   check_flash_shape(s);
   LOOM_CHECK(s.operands == AttentionOperands::Bf16, "flash attention on bf16 tensors takes bf16 operands");
+  LOOM_CHECK(rotation.table == nullptr || (dbias_q == nullptr && dbias_k == nullptr && dbias_v == nullptr),
+             "flash_attention_backward_bf16_gradients: a rotated gradient's bias sums are not taken here (the "
+             "projection keeps an fp32 q/k/v gradient for them)");
   LOOM_DISPATCH(flash_attention_backward_bf16_gradients, dq16, dk16, dv16, dbias_q, dbias_k, dbias_v, dout16, out16,
-                lse, q16, k16, v16, s, vis);
+                lse, q16, k16, v16, s, vis, rotation);
 }
 void merge_attention_partials(Device device, float* out, float* lse, const float* part_out, const float* part_lse,
                               const FlashAttentionShape& s) {

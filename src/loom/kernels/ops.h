@@ -144,11 +144,13 @@ void flash_attention_backward_bf16_tensors(Device device, float* dq, float* dk, 
 // projection casts its output gradient to bf16 anyway, where nothing rotates it first: no RoPE).
 // With dbias_q, dbias_k, dbias_v (not null), each view's fp32 gradient's column sums are added
 // into them in kernels/column_sums.h's order: the fused projection's bias gradient, as
-// linear_backward would sum it from the fp32 gradients.
+// linear_backward would sum it from the fp32 gradients. With a `rotation` (no bias sums then), the
+// q and k gradients are first rotated back as rope_backward rotates the fp32 ones, then rounded.
 void flash_attention_backward_bf16_gradients(Device device, void* dq16, void* dk16, void* dv16, float* dbias_q,
                                              float* dbias_k, float* dbias_v, const void* dout16, const void* out16,
                                              const float* lse, const void* q16, const void* k16, const void* v16,
-                                             const FlashAttentionShape& s, const AttentionVisibility& vis);
+                                             const FlashAttentionShape& s, const AttentionVisibility& vis,
+                                             const QkvRotation& rotation = {});
 // Folds a partial (out, lse) over another block of keys into the running one (fp32).
 void merge_attention_partials(Device device, float* out, float* lse, const float* part_out, const float* part_lse,
                               const FlashAttentionShape& s);

@@ -95,6 +95,16 @@ struct RopeTable {
   uint64_t id;
 };
 
+// The RoPE an attention backward undoes on its q and k gradients before rounding them
+// (kernels::flash_attention_backward_bf16_gradients): none when `table` is null; rows are [batch,
+// seq] and row r's position is positions[r] when given (packed documents, device memory), else
+// r % seq, as rope_backward's with positions_start 0.
+struct QkvRotation {
+  const RopeTable* table = nullptr;
+  int64_t seq = 0;
+  const int32_t* positions = nullptr;
+};
+
 }  // namespace loom::kernels
 
 namespace loom::kernels {

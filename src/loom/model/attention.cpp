@@ -77,7 +77,7 @@ bool Attention::bf16_tensors() const {
 }
 
 bool Attention::bf16_gradients() const {
-  return bf16_tensors() && rope_ == nullptr && qkv_->takes_bf16_input();
+  return bf16_tensors() && qkv_->takes_bf16_input() && (rope_ == nullptr || !qkv_->has_bias());
 }
 
 void Attention::forward(Saved& saved, float* residual, const NormedRows& normed, int64_t batch, int64_t seq,
@@ -119,7 +119,7 @@ void Attention::backward(float* d_normed, const float* d_residual, const NormedR
                          ParallelScratch& scratch) const {
   const int64_t rows = batch * seq, W = qkv_width(), att_width = heads_ * head_dim_;
   const int64_t k_off = att_width, v_off = att_width + static_cast<int64_t>(kv_heads_) * head_dim_;
-  // Without RoPE under the bf16 recipe the q/k/v gradient is written whole in bf16 (no zeroing).
+  // Under the bf16 recipe the q/k/v gradient is written whole in bf16 (no zeroing).
   float* d_qkv = bf16_gradients() ? nullptr : zeroed(work.d_qkv, rows * W, store_->device());
   if (bf16_tensors()) {
     void* d_att16 = sized_16bit(work.d_att, rows * att_width, store_->device());
@@ -128,15 +128,17 @@ void Attention::backward(float* d_normed, const float* d_residual, const NormedR
                                  .kept_input_codes = out_->kept_input_codes(saved.out_codes)});
     const auto* qkv16 = reinterpret_cast<const uint16_t*>(saved.qkv.data());
     if (d_qkv == nullptr) {
-      // The bias's gradient (which the projection leaves to the caller of a bf16 output gradient)
-      // summed from the fp32 values by the same entry.
+      // RoPE undone on the q and k gradients before they are rounded, or the bias's gradient (which
+      // the projection leaves to the caller of a bf16 output gradient) summed from the fp32 values,
+      // by the same entry.
       auto* d_qkv16 = static_cast<uint16_t*>(sized_16bit(work.d_qkv, rows * W, store_->device()));
       float* dbias = qkv_->bias_grad();
+      const kernels::QkvRotation rotation{rope_, seq, packing.positions};
       kernels::flash_attention_backward_bf16_gradients(
           store_->device(), d_qkv16, d_qkv16 + k_off, d_qkv16 + v_off, dbias,
           dbias != nullptr ? dbias + k_off : nullptr, dbias != nullptr ? dbias + v_off : nullptr, d_att16,
           saved.att.data(), saved.lse.data(), qkv16, qkv16 + k_off, qkv16 + v_off, flash_shape(batch, seq),
-          visibility(packing));
+          visibility(packing), rotation);
       qkv_->backward(d_normed, nullptr, normed.fp32, rows, scratch, false,
                      DeviceTensors{.in = normed.bf16, .dout = d_qkv16});
       return;

@@ -73,14 +73,14 @@ class Attention {
   // (kernels::flash_attention_forward_bf16_tensors) as they are: the values the fp32 path has
   // anyway (the projection's output rounded; q, k, v and the output's gradient cast to bf16 by
   // attention; its output widened from bf16 and cast back by the projection, or under FP8 its
-  // codes cast from those bf16 values), without those passes and with half the bytes. The q/k/v
-  // gradient stays fp32 where RoPE's backward rotates it, or the projection's GEMMs are FP8.
+  // codes cast from those bf16 values), without those passes and with half the bytes.
   bool bf16_tensors() const;
   // Whether, beyond that, the q/k/v gradient is a bf16 tensor: under the bf16 recipe (the q/k/v
-  // projection casts its output gradient to bf16 anyway) without RoPE (nothing rotates the
-  // gradient before that cast). Attention's backward writes it whole in bf16
-  // (kernels::flash_attention_backward_bf16_gradients) and sums a bias's gradient from the fp32 one
-  // as it goes: no zeroing, no widening of cuDNN's bf16 gradients, no cast, half the bytes.
+  // projection casts its output gradient to bf16 anyway). Attention's backward writes it whole in
+  // bf16 (kernels::flash_attention_backward_bf16_gradients), undoing RoPE on q and k before it
+  // rounds them, or summing a bias's gradient from the fp32 values (not both: a RoPE model with a
+  // q/k/v bias keeps the fp32 gradient): no zeroing, no widening of cuDNN's bf16 gradients, no
+  // separate rotation, no cast, half the bytes.
   bool bf16_gradients() const;
 
  private:

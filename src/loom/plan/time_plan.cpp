@@ -31,7 +31,7 @@ struct CastPath {
   // Attention::bf16_tensors in the bf16 and per-tensor FP8 blocks: bf16 attention operands, no
   // context parallelism
   bool bf16_attention = false;
-  // Attention::bf16_gradients, with those: the q/k/v gradient bf16 where no RoPE rotates it
+  // Attention::bf16_gradients, with those: the q/k/v gradient bf16 (but under RoPE with a bias)
   bool bf16_qkv_gradient = false;
 };
 
@@ -163,7 +163,8 @@ double cast_seconds(const config::RunConfig& config, const StageMemory& stage, d
   const bool device = config.runtime.device == config::RuntimeDevice::Cuda;
   CastPath path{device, micro_batches, bf16_logits_on_device(config, tp),
                 device && policy.attention_operands() == kernels::AttentionOperands::Bf16 && config.parallel.cp <= 1};
-  path.bf16_qkv_gradient = path.bf16_attention && config.model.positions != config::Positions::Rope;
+  path.bf16_qkv_gradient =
+      path.bf16_attention && (config.model.positions != config::Positions::Rope || !config.model.bias);
   double s = 0.0;
   for_each_block_linear(config, stage, [&](double out, double in, model::Recipe r, LinearRole role) {
     s += linear_cast_seconds(tokens, out, in, r, recompute, hw, path, device_bf16_ends(path, r, role));

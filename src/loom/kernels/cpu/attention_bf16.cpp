@@ -9,6 +9,7 @@
 #include "loom/kernels/cpu/half_copies.h"
 #include "loom/kernels/cpu/linear.h"
 #include "loom/kernels/cpu/parallel.h"
+#include "loom/kernels/cpu/rope.h"
 
 namespace loom::kernels::cpu {
 
@@ -110,7 +111,8 @@ void flash_attention_backward_bf16_tensors(float* dq, float* dk, float* dv, cons
 void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16, float* dbias_q, float* dbias_k,
                                              float* dbias_v, const void* dout16, const void* out16, const float* lse,
                                              const void* q16, const void* k16, const void* v16,
-                                             const FlashAttentionShape& s, const AttentionVisibility& vis) {
+                                             const FlashAttentionShape& s, const AttentionVisibility& vis,
+                                             const QkvRotation& rotation) {
   // Each gradient's view [rows, width] every `stride` elements, as q, k, v lie.
   struct Gradient {
     void* out16;
@@ -125,6 +127,12 @@ void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16,
   for (Gradient& x : g) x.fp32.assign(static_cast<size_t>(x.rows == 0 ? 0 : (x.rows - 1) * x.stride + x.width), 0.0f);
   flash_attention_backward_bf16_tensors(g[0].fp32.data(), g[1].fp32.data(), g[2].fp32.data(), dout16, out16, lse, q16,
                                         k16, v16, s, vis);
+  if (rotation.table != nullptr) {
+    rope_backward(g[0].fp32.data(), q_rows, s.q_stride, 0, s.heads, rotation.seq, 0, *rotation.table,
+                  rotation.positions);
+    rope_backward(g[1].fp32.data(), k_rows, s.k_stride, 0, s.kv_heads, rotation.seq, 0, *rotation.table,
+                  rotation.positions);
+  }
   for (Gradient& x : g) {
     auto* h = static_cast<uint16_t*>(x.out16);
     std::vector<float> rows(static_cast<size_t>(x.dbias != nullptr ? x.rows * x.width : 0));

@@ -25,11 +25,13 @@ void flash_attention_forward_bf16_tensors(void* out16, float* lse, const void* q
 void flash_attention_backward_bf16_tensors(float* dq, float* dk, float* dv, const void* dout16, const void* out16,
                                            const float* lse, const void* q16, const void* k16, const void* v16,
                                            const FlashAttentionShape& s, const AttentionVisibility& vis);
-// kernels::flash_attention_backward_bf16_gradients: the form above into zeroed fp32 gradients, each
-// rounded into its bf16 view, and with dbias_* their column sums (column_sums.h's order).
+// kernels::flash_attention_backward_bf16_gradients: the form above into zeroed fp32 gradients, q's
+// and k's rotated back with a rotation (rope_backward), each rounded into its bf16 view, and with
+// dbias_* their column sums (column_sums.h's order).
 void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16, float* dbias_q, float* dbias_k,
                                              float* dbias_v, const void* dout16, const void* out16, const float* lse,
                                              const void* q16, const void* k16, const void* v16,
-                                             const FlashAttentionShape& s, const AttentionVisibility& vis);
+                                             const FlashAttentionShape& s, const AttentionVisibility& vis,
+                                             const QkvRotation& rotation = {});
 
 }  // namespace loom::kernels::cpu

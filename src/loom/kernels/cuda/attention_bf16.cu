@@ -1,6 +1,7 @@
 #include <cuda_bf16.h>
 
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "loom/core/error.h"
@@ -179,13 +180,26 @@ void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16,
                                              float* dbias_v, const void* dout16, const void* out16, const float* lse,
                                              const void* q16, const void* k16, const void* v16,
                                              const FlashAttentionShape& s, const AttentionVisibility& vis,
-                                             cudaStream_t stream) {
+                                             const DeviceQkvRotation& rotation, cudaStream_t stream) {
   Scratch scratch;
   const Bf16 *q = as_bf16(q16), *k = as_bf16(k16), *v = as_bf16(v16), *dout = as_bf16(dout16), *out = as_bf16(out16);
   const int64_t q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len;
   const int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
+  // RoPE undone on the q and k gradients (rope_backward's rotation; fp32, or bf16 rounded as stored).
+  auto rotate_back = [&](auto* dq, int64_t q_stride, auto* dk, int64_t k_stride) {
+    if (rotation.table == nullptr) return;
+    const DeviceRopeTable& t = *rotation.table;
+    if constexpr (std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(dq)>>, float>) {
+      rope_backward(dq, q_rows, q_stride, 0, s.heads, rotation.seq, 0, t, rotation.positions, stream);
+      rope_backward(dk, k_rows, k_stride, 0, s.kv_heads, rotation.seq, 0, t, rotation.positions, stream);
+    } else {
+      rope_backward_bf16(dq, q_rows, q_stride, 0, s.heads, rotation.seq, 0, t, rotation.positions, stream);
+      rope_backward_bf16(dk, k_rows, k_stride, 0, s.kv_heads, rotation.seq, 0, t, rotation.positions, stream);
+    }
+  };
   if (attention_fallback_reason(s, vis, true, {q, k, v, out, dout, lse}).empty()) {
-    // cuDNN's bf16 gradients, packed, copied into the views: the bits the fp32 path widens and casts back.
+    // cuDNN's bf16 gradients, packed, copied into the views, then rotated back there: the bits the
+    // fp32 path widens, rotates and casts back.
     auto* dq = scratch.of<Bf16>(q_rows * q_width);
     auto* dk = scratch.of<Bf16>(k_rows * kv_width);
     auto* dv = scratch.of<Bf16>(k_rows * kv_width);
@@ -193,9 +207,11 @@ void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16,
     gradient_to_bf16(dq16, s.q_stride, dbias_q, dq, q_width, q_rows, q_width, scratch, stream);
     gradient_to_bf16(dk16, s.k_stride, dbias_k, dk, kv_width, k_rows, kv_width, scratch, stream);
     gradient_to_bf16(dv16, s.v_stride, dbias_v, dv, kv_width, k_rows, kv_width, scratch, stream);
+    rotate_back(static_cast<Bf16*>(dq16), s.q_stride, static_cast<Bf16*>(dk16), s.k_stride);
     return;
   }
-  // loom's kernels add fp32 gradients in q's, k's and v's layout: into zeroed copies, then rounded.
+  // loom's kernels add fp32 gradients in q's, k's and v's layout: into zeroed copies, rotated back
+  // there, then rounded.
   auto zeroed_copy = [&](int64_t rows, int64_t width, int64_t stride) {
     const int64_t n = rows == 0 ? 0 : (rows - 1) * stride + width;
     float* x = scratch.floats(n);
@@ -206,6 +222,7 @@ void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16,
   float* dk = zeroed_copy(k_rows, kv_width, s.k_stride);
   float* dv = zeroed_copy(k_rows, kv_width, s.v_stride);
   flash_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s, vis, stream);
+  rotate_back(dq, s.q_stride, dk, s.k_stride);
   gradient_to_bf16(dq16, s.q_stride, dbias_q, dq, s.q_stride, q_rows, q_width, scratch, stream);
   gradient_to_bf16(dk16, s.k_stride, dbias_k, dk, s.k_stride, k_rows, kv_width, scratch, stream);
   gradient_to_bf16(dv16, s.v_stride, dbias_v, dv, s.v_stride, k_rows, kv_width, scratch, stream);

@@ -16,6 +16,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "loom/kernels/cuda/rope.h"
 #include "loom/kernels/types.h"
 
 namespace loom::kernels::cuda {
@@ -39,14 +40,22 @@ void flash_attention_backward_bf16_tensors(float* dq, float* dk, float* dv, cons
                                            const float* lse, const void* q16, const void* k16, const void* v16,
                                            const FlashAttentionShape& s, const AttentionVisibility& vis,
                                            cudaStream_t stream = nullptr);
+// kernels::QkvRotation with its table's device mirror (null: no rotation).
+struct DeviceQkvRotation {
+  const DeviceRopeTable* table = nullptr;
+  int64_t seq = 0;
+  const int32_t* positions = nullptr;
+};
+
 // The gradients written whole in bf16 views (kernels::flash_attention_backward_bf16_gradients): on
-// cuDNN its bf16 gradients copied into them; on loom's kernels the fp32 ones rounded; with dbias_*
-// each view's column sums (column_sums.h's order) of those values added in.
+// cuDNN its bf16 gradients copied into them (and rotated there: widened, rotated back in fp32,
+// rounded, as the fp32 path rotates the widened ones); on loom's kernels the fp32 ones rotated and
+// rounded; with dbias_* each view's column sums (column_sums.h's order) of those values added in.
 void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16, float* dbias_q, float* dbias_k,
                                              float* dbias_v, const void* dout16, const void* out16, const float* lse,
                                              const void* q16, const void* k16, const void* v16,
                                              const FlashAttentionShape& s, const AttentionVisibility& vis,
-                                             cudaStream_t stream = nullptr);
+                                             const DeviceQkvRotation& rotation, cudaStream_t stream = nullptr);
 
 // Empty when a call of this shape runs on cuDNN; otherwise why it runs on loom's kernels (plans
 // are built here, once per shape). Throws only for a bad LOOM_ATTENTION, or under

@@ -208,9 +208,12 @@ void register_products_and_attention(CudaEntries& e) {
                                                  float* dbias_k, float* dbias_v, const void* dout16,
                                                  const void* out16, const float* lse, const void* q16,
                                                  const void* k16, const void* v16, const FlashAttentionShape& s,
-                                                 const AttentionVisibility& vis) {
+                                                 const AttentionVisibility& vis, const QkvRotation& rotation) {
+    DeviceRopeTable table{};
+    if (rotation.table != nullptr) table = rope_mirrors().get(d, *rotation.table);
+    const DeviceQkvRotation rotate{rotation.table != nullptr ? &table : nullptr, rotation.seq, rotation.positions};
     flash_attention_backward_bf16_gradients(dq16, dk16, dv16, dbias_q, dbias_k, dbias_v, dout16, out16, lse, q16, k16,
-                                            v16, s, vis, stream_of(d));
+                                            v16, s, vis, rotate, stream_of(d));
   };
   e.merge_attention_partials = [](Device d, float* out, float* lse, const float* part_out, const float* part_lse,
                                   const FlashAttentionShape& s) {

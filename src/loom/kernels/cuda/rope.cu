@@ -67,4 +67,11 @@ void rope_forward_bf16(void* x16, int64_t rows, int64_t row_stride, int64_t firs
          1.0f, stream);
 }
 
+void rope_backward_bf16(void* dx16, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads, int64_t seq,
+                        int64_t positions_start, const DeviceRopeTable& table, const int32_t* positions,
+                        cudaStream_t stream) {
+  rotate(static_cast<__nv_bfloat16*>(dx16), rows, row_stride, first_col, heads, seq, positions_start, table, positions,
+         -1.0f, stream);
+}
+
 }  // namespace loom::kernels::cuda

@@ -28,5 +28,9 @@ void rope_backward(float* dx, int64_t rows, int64_t row_stride, int64_t first_co
 void rope_forward_bf16(void* x16, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads, int64_t seq,
                        int64_t positions_start, const DeviceRopeTable& table, const int32_t* positions,
                        cudaStream_t stream = nullptr);
+// rope_backward on a bf16 tensor likewise (bf16 q and k gradients rotated back where they lie).
+void rope_backward_bf16(void* dx16, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads, int64_t seq,
+                        int64_t positions_start, const DeviceRopeTable& table, const int32_t* positions,
+                        cudaStream_t stream = nullptr);
 
 }  // namespace loom::kernels::cuda
