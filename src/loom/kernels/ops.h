@@ -140,8 +140,8 @@ void flash_attention_backward_bf16_tensors(Device device, float* dq, float* dk, 
                                            const void* v16, const FlashAttentionShape& s,
                                            const AttentionVisibility& vis);
 // The same with the gradients written whole in bf16 (dq16, dk16, dv16: 2-byte views in the layout
-// of q, k, v): what the entry above adds into zeroed fp32 gradients, rounded to nearest even (a
-// projection casts its output gradient to bf16 anyway, where nothing rotates it first: no RoPE).
+// of q, k, v): what the entry above adds into zeroed fp32 gradients, rounded to nearest even (the
+// bf16 recipe's q/k/v projection casts its output gradient to bf16 anyway).
 // With dbias_q, dbias_k, dbias_v (not null), each view's fp32 gradient's column sums are added
 // into them in kernels/column_sums.h's order: the fused projection's bias gradient, as
 // linear_backward would sum it from the fp32 gradients. With a `rotation` (no bias sums then), the

@@ -63,13 +63,12 @@ void Mlp::forward(Saved& saved, float* residual, const NormedRows& normed, int64
   }
   float* act = sized(saved.act, rows * ffn_, device_);
   void* up_codes = in_->keep_input_codes(saved.up_codes, rows);
-  const float* act_amax = nullptr;  // taken by the activation (per-tensor FP8: down's cast needs no amax pass)
+  float* act_amax = nullptr;  // taken by the activation (per-tensor FP8: down's cast needs no amax pass)
   if (bf16_hidden()) {
     void* hidden = sized_16bit(saved.hidden, rows * hidden_width(), device_);
     in_->forward(nullptr, normed.fp32, rows, scratch, DeviceTensors{.out = hidden, .keep_input_codes = up_codes});
-    float* amax = down_->input_amax();
-    activation_forward_bf16(device_, activation_, act, nullptr, hidden, rows, ffn_, amax);
-    act_amax = amax;
+    act_amax = down_->input_amax();
+    activation_forward_bf16(device_, activation_, act, nullptr, hidden, rows, ffn_, act_amax);
   } else {
     float* hidden = sized(saved.hidden, rows * hidden_width(), device_);
     in_->forward(hidden, normed.fp32, rows, scratch, DeviceTensors{.in = normed.bf16, .keep_input_codes = up_codes});
@@ -98,15 +97,14 @@ void Mlp::backward(float* d_normed, const float* d_residual, const NormedRows& n
   }
   float* d_hidden = sized(work.d_hidden, rows * hidden_width(), device_);
   const void* down_codes = down_->kept_input_codes(saved.down_codes);
-  const float* d_hidden_amax = nullptr;  // taken by the activation's backward (as act_amax above)
+  float* d_hidden_amax = nullptr;  // taken by the activation's backward (as act_amax above)
   if (bf16_hidden()) {
     void* d_act = sized_16bit(work.d_act, rows * ffn_, device_);
     down_->backward(nullptr, d_residual, saved.act.data(), rows, scratch, false,
                     DeviceTensors{.din = d_act, .kept_input_codes = down_codes});
-    float* amax = in_->output_grad_amax();
+    d_hidden_amax = in_->output_grad_amax();
     activation_backward_bf16(device_, activation_, d_hidden, nullptr, nullptr, d_act, saved.hidden.data(), rows,
-                             ffn_, amax);
-    d_hidden_amax = amax;
+                             ffn_, d_hidden_amax);
   } else {
     float* d_act = sized(work.d_act, rows * ffn_, device_);
     down_->backward(d_act, d_residual, saved.act.data(), rows, scratch, false,

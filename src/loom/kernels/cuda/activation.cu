@@ -1,9 +1,5 @@
 #include "loom/kernels/cuda/activation.h"
 
-#include <string>
-
-#include "loom/core/error.h"
-#include "loom/kernels/column_sums.h"
 #include "loom/kernels/cuda/amax.cuh"
 #include "loom/kernels/cuda/bf16_io.cuh"
 #include "loom/kernels/cuda/bias.h"
@@ -255,18 +251,13 @@ template <typename DIn>
 void activation_backward_summing(MlpActivation activation, DIn* din, float* dbias, const bf16* dout, const bf16* in,
                                  int64_t rows, int64_t width, unsigned* amax, cudaStream_t stream) {
   const int64_t in_width = activation == MlpActivation::Swiglu ? 2 * width : width;
-  const int64_t chunk = column_sum_chunk(rows), chunks = (rows + chunk - 1) / chunk;
-  const int64_t column_blocks = (in_width + kThreads - 1) / kThreads;
-  LOOM_CHECK(column_blocks < (int64_t{1} << 31) && chunks <= kColumnSumChunks,
-             "cuda::activation_backward_bf16: " + std::to_string(rows) + " x " + std::to_string(in_width) +
-                 " exceeds one grid");
+  const ColumnChunks l = column_chunks(rows, in_width, "cuda::activation_backward_bf16");
   Scratch scratch;
-  float* partial = scratch.floats(chunks * in_width);
+  float* partial = scratch.floats(l.chunks * in_width);
   activation_backward_sums_kernel<DIn>
-      <<<dim3(static_cast<unsigned>(column_blocks), static_cast<unsigned>(chunks)), kThreads, 0, stream>>>(
-          activation, din, partial, dout, in, rows, width, chunk, amax);
+      <<<l.grid, kThreads, 0, stream>>>(activation, din, partial, dout, in, rows, width, l.chunk, amax);
   check_launch("activation_backward_sums_kernel");
-  add_partial_column_sums(dbias, partial, chunks, in_width, stream);
+  add_partial_column_sums(dbias, partial, l.chunks, in_width, stream);
 }
 
 // Into din of element type DIn, summing the bias gradient when there is one.

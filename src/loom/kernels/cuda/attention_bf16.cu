@@ -1,12 +1,8 @@
 #include <cuda_bf16.h>
 
-#include <string>
-#include <type_traits>
 #include <vector>
 
-#include "loom/core/error.h"
 #include "loom/kernels/attention_operands.h"
-#include "loom/kernels/column_sums.h"
 #include "loom/kernels/cuda/attention_bf16.h"
 #include "loom/kernels/cuda/bf16_io.cuh"
 #include "loom/kernels/cuda/bias.h"
@@ -162,17 +158,12 @@ template <typename Src>
 void gradient_to_bf16(void* dst16, int64_t dst_stride, float* dbias, const Src* src, int64_t src_stride, int64_t rows,
                       int64_t width, Scratch& scratch, cudaStream_t stream) {
   if (rows * width == 0) return;
-  const int64_t chunk = column_sum_chunk(rows), chunks = (rows + chunk - 1) / chunk;
-  const int64_t column_blocks = (width + kThreads - 1) / kThreads;
-  LOOM_CHECK(column_blocks < (int64_t{1} << 31) && chunks <= kColumnSumChunks,
-             "cuda::flash_attention_backward_bf16_gradients: " + std::to_string(rows) + " x " +
-                 std::to_string(width) + " exceeds one grid");
-  float* partial = dbias != nullptr ? scratch.floats(chunks * width) : nullptr;
-  rows_to_bf16_kernel<Src>
-      <<<dim3(static_cast<unsigned>(column_blocks), static_cast<unsigned>(chunks)), kThreads, 0, stream>>>(
-          static_cast<Bf16*>(dst16), dst_stride, src, src_stride, rows, width, partial, chunk);
+  const ColumnChunks l = column_chunks(rows, width, "cuda::flash_attention_backward_bf16_gradients");
+  float* partial = dbias != nullptr ? scratch.floats(l.chunks * width) : nullptr;
+  rows_to_bf16_kernel<Src><<<l.grid, kThreads, 0, stream>>>(static_cast<Bf16*>(dst16), dst_stride, src, src_stride,
+                                                            rows, width, partial, l.chunk);
   check_launch("attention rows_to_bf16_kernel");
-  if (dbias != nullptr) add_partial_column_sums(dbias, partial, chunks, width, stream);
+  if (dbias != nullptr) add_partial_column_sums(dbias, partial, l.chunks, width, stream);
 }
 }  // namespace
 
@@ -185,18 +176,6 @@ void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16,
   const Bf16 *q = as_bf16(q16), *k = as_bf16(k16), *v = as_bf16(v16), *dout = as_bf16(dout16), *out = as_bf16(out16);
   const int64_t q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len;
   const int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
-  // RoPE undone on the q and k gradients (rope_backward's rotation; fp32, or bf16 rounded as stored).
-  auto rotate_back = [&](auto* dq, int64_t q_stride, auto* dk, int64_t k_stride) {
-    if (rotation.table == nullptr) return;
-    const DeviceRopeTable& t = *rotation.table;
-    if constexpr (std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(dq)>>, float>) {
-      rope_backward(dq, q_rows, q_stride, 0, s.heads, rotation.seq, 0, t, rotation.positions, stream);
-      rope_backward(dk, k_rows, k_stride, 0, s.kv_heads, rotation.seq, 0, t, rotation.positions, stream);
-    } else {
-      rope_backward_bf16(dq, q_rows, q_stride, 0, s.heads, rotation.seq, 0, t, rotation.positions, stream);
-      rope_backward_bf16(dk, k_rows, k_stride, 0, s.kv_heads, rotation.seq, 0, t, rotation.positions, stream);
-    }
-  };
   if (attention_fallback_reason(s, vis, true, {q, k, v, out, dout, lse}).empty()) {
     // cuDNN's bf16 gradients, packed, copied into the views, then rotated back there: the bits the
     // fp32 path widens, rotates and casts back.
@@ -207,7 +186,11 @@ void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16,
     gradient_to_bf16(dq16, s.q_stride, dbias_q, dq, q_width, q_rows, q_width, scratch, stream);
     gradient_to_bf16(dk16, s.k_stride, dbias_k, dk, kv_width, k_rows, kv_width, scratch, stream);
     gradient_to_bf16(dv16, s.v_stride, dbias_v, dv, kv_width, k_rows, kv_width, scratch, stream);
-    rotate_back(static_cast<Bf16*>(dq16), s.q_stride, static_cast<Bf16*>(dk16), s.k_stride);
+    if (rotation.table != nullptr) {
+      const DeviceRopeTable& t = *rotation.table;
+      rope_backward_bf16(dq16, q_rows, s.q_stride, 0, s.heads, rotation.seq, 0, t, rotation.positions, stream);
+      rope_backward_bf16(dk16, k_rows, s.k_stride, 0, s.kv_heads, rotation.seq, 0, t, rotation.positions, stream);
+    }
     return;
   }
   // loom's kernels add fp32 gradients in q's, k's and v's layout: into zeroed copies, rotated back
@@ -222,7 +205,11 @@ void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16,
   float* dk = zeroed_copy(k_rows, kv_width, s.k_stride);
   float* dv = zeroed_copy(k_rows, kv_width, s.v_stride);
   flash_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s, vis, stream);
-  rotate_back(dq, s.q_stride, dk, s.k_stride);
+  if (rotation.table != nullptr) {
+    const DeviceRopeTable& t = *rotation.table;
+    rope_backward(dq, q_rows, s.q_stride, 0, s.heads, rotation.seq, 0, t, rotation.positions, stream);
+    rope_backward(dk, k_rows, s.k_stride, 0, s.kv_heads, rotation.seq, 0, t, rotation.positions, stream);
+  }
   gradient_to_bf16(dq16, s.q_stride, dbias_q, dq, s.q_stride, q_rows, q_width, scratch, stream);
   gradient_to_bf16(dk16, s.k_stride, dbias_k, dk, s.k_stride, k_rows, kv_width, scratch, stream);
   gradient_to_bf16(dv16, s.v_stride, dbias_v, dv, s.v_stride, k_rows, kv_width, scratch, stream);

@@ -65,18 +65,22 @@ void broadcast_bias(float* out, const float* bias, int64_t rows, int64_t cols, b
   check_launch("broadcast_bias_kernel");
 }
 
-void add_column_sums(float* sums, const float* x, int64_t rows, int64_t cols, cudaStream_t stream) {
-  if (rows * cols == 0) return;
+ColumnChunks column_chunks(int64_t rows, int64_t cols, const char* what) {
   const int64_t chunk = column_sum_chunk(rows), chunks = (rows + chunk - 1) / chunk;
   const int64_t column_blocks = (cols + kThreads - 1) / kThreads;
   LOOM_CHECK(column_blocks < (int64_t{1} << 31) && chunks <= kColumnSumChunks,
-             "cuda::add_column_sums: " + std::to_string(rows) + " x " + std::to_string(cols) + " exceeds one grid");
+             std::string(what) + ": " + std::to_string(rows) + " x " + std::to_string(cols) + " exceeds one grid");
+  return {chunk, chunks, dim3(static_cast<unsigned>(column_blocks), static_cast<unsigned>(chunks))};
+}
+
+void add_column_sums(float* sums, const float* x, int64_t rows, int64_t cols, cudaStream_t stream) {
+  if (rows * cols == 0) return;
+  const ColumnChunks l = column_chunks(rows, cols, "cuda::add_column_sums");
   Scratch scratch;
-  float* partial = scratch.floats(chunks * cols);
-  chunk_column_sums_kernel<<<dim3(static_cast<unsigned>(column_blocks), static_cast<unsigned>(chunks)), kThreads, 0,
-                             stream>>>(partial, x, rows, cols, chunk);
+  float* partial = scratch.floats(l.chunks * cols);
+  chunk_column_sums_kernel<<<l.grid, kThreads, 0, stream>>>(partial, x, rows, cols, l.chunk);
   check_launch("chunk_column_sums_kernel");
-  add_partial_column_sums(sums, partial, chunks, cols, stream);
+  add_partial_column_sums(sums, partial, l.chunks, cols, stream);
 }
 
 void add_partial_column_sums(float* sums, const float* partial, int64_t chunks, int64_t cols, cudaStream_t stream) {

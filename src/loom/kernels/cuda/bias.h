@@ -13,6 +13,15 @@ namespace loom::kernels::cuda {
 void broadcast_bias(float* out, const float* bias, int64_t rows, int64_t cols, bool accumulate,
                     cudaStream_t stream = nullptr);
 void add_column_sums(float* sums, const float* x, int64_t rows, int64_t cols, cudaStream_t stream = nullptr);
+// The launch of a kernel that sums the columns of [rows, cols] by a thread per (column, chunk of
+// rows), in column_sums.h's order: `chunk` rows per chunk, `chunks` of them, over `grid` of
+// kThreads-thread blocks (column blocks along x, chunks along y). An Error naming `what` where
+// that exceeds one grid.
+struct ColumnChunks {
+  int64_t chunk, chunks;
+  dim3 grid;
+};
+ColumnChunks column_chunks(int64_t rows, int64_t cols, const char* what);
 // sums[c] += the column sums of partial[chunks, cols] (chunks <= kColumnSumChunks), added in
 // column_sums.h's order of chunk sums: groups of 32 from zero, then the groups in order. Also the
 // norms' weight gradients, whose blocks leave one partial row each.
