@@ -1,9 +1,11 @@
 // Every precision recipe's linear-layer GEMMs on the GPU (model::LinearPrecision on
 // Device::cuda(0), through kernels::precision_linear_gemm) against the CPU's emulation of the
 // same recipe on the same inputs: forward (with bias, stored and accumulated; a tensor-parallel
-// partial product unrounded, then rounded on the device), dgrad and wgrad into non-zero gradients. Tolerances (relative, in the norm of each GEMM's contribution):
+// partial product unrounded, then rounded on the device), dgrad and wgrad into non-zero gradients.
+// Tolerances (relative, in the norm of each GEMM's contribution):
 // - against the fp64 product of the operands as the CPU quantizes them (LinearPrecision::prepare),
-//   rounded to the recipe's dtype: 1e-3. Both sides multiply the same values; the GPU accumulates
+//   rounded to the recipe's dtype (but the weight gradient, added unrounded): 1e-3. Both sides
+//   multiply the same values; the GPU accumulates
 //   in fp32 in another order, so an output differs only where that order moves its fp32 sum
 //   across a bf16 / fp16 rounding boundary (one ulp, 2^-8 relative, for a fraction of the outputs
 //   near 2^-24 / 2^-8: a norm error far below 1e-3), plus the FP8 scale inverse cuBLASLt
@@ -141,9 +143,9 @@ Reference reference(const LayerData& d, const std::vector<float>& x_fwd, const s
   r.dx = rounded(product(s.n, s.in, s.out, [&](int64_t i, int64_t p) { return g_dgrad[i * s.out + p]; },
                          [&](int64_t p, int64_t j) { return w_dgrad[p * s.in + j]; }),
                  recipe, round);
-  r.dw = rounded(product(s.out, s.in, s.n, [&](int64_t i, int64_t p) { return g_wgrad[p * s.out + i]; },
-                         [&](int64_t p, int64_t j) { return x_wgrad[p * s.in + j]; }),
-                 recipe, round);
+  // The weight gradient is added unrounded into the fp32 main gradient (by the GEMM itself).
+  r.dw = product(s.out, s.in, s.n, [&](int64_t i, int64_t p) { return g_wgrad[p * s.out + i]; },
+                 [&](int64_t p, int64_t j) { return x_wgrad[p * s.in + j]; });
   return r;
 }
 

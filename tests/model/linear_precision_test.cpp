@@ -165,7 +165,8 @@ TEST(LinearPrecision, NonFiniteFp8OperandsPassThrough) {
 }
 
 // Forward, dgrad and wgrad against fp32 GEMMs (the same kernels) of independently quantized
-// operands, outputs rounded to the recipe's activation dtype: bitwise.
+// operands, bitwise: the forward's and dgrad's outputs rounded to the recipe's activation dtype,
+// the weight gradient added unrounded into the fp32 main gradient (and so not a rounded value).
 TEST(LinearPrecision, GemmsEqualFp32GemmsOfQuantizedOperands) {
   const int64_t n = 45, IC = 150, OC = 70;
   const std::vector<float> in = random_values(n * IC, 1.0f, 4);
@@ -215,7 +216,9 @@ TEST(LinearPrecision, GemmsEqualFp32GemmsOfQuantizedOperands) {
     k::linear_backward(nullptr, d_w.data(), nullptr, g_w.data(), x_w.data(), nullptr, n, IC, OC);
     k::linear_backward(nullptr, nullptr, want_bias.data(), dout.data(), nullptr, nullptr, n, IC, OC);
     round_out(d_in);
-    round_out(d_w);
+    std::vector<float> d_w_rounded = d_w;
+    round_out(d_w_rounded);
+    EXPECT_TRUE(any_difference(d_w.data(), d_w_rounded)) << "the weight gradient is not rounded";
     std::vector<float> want_din = din0, want_dw = dw0;
     for (size_t i = 0; i < want_din.size(); ++i) want_din[i] += d_in[i];
     for (size_t i = 0; i < want_dw.size(); ++i) want_dw[i] += d_w[i];

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "loom/optim/adamw.h"
+#include "loom/optim/optimizer.h"
 #include "loom/optim/schedule.h"
 
 namespace loom::optim {
@@ -30,10 +31,14 @@ TEST(AdamW, ClipsByGlobalNormAndSkipsDecayWhereAsked) {
   AdamW opt(c, 4, {{0, 2, true}, {2, 2, false}});
   double norm = opt.step(params.data(), grads.data(), 0.1, 1);
   EXPECT_NEAR(norm, 5.0, 1e-6);
-  // Clipped to norm 1: Adam's first step moves each coordinate by lr * sign(g) whatever the
-  // scale, so compare with an unclipped twin at a tiny eps-dominated scale instead.
-  std::vector<float> p2 = {1.0f, 1.0f, 1.0f, 1.0f}, g2 = {0.6f, 0.8f, 0.0f, 0.0f};
-  AdamW twin(c, 4, {{0, 2, true}, {2, 2, false}});
+  // Clipped to norm 1: compare with a twin that does not clip, given the clipped gradient (the
+  // factor times each element, as the update scales it).
+  const float factor = clip_factor(c, norm);
+  EXPECT_NEAR(factor, 0.2f, 1e-6f);
+  std::vector<float> p2 = {1.0f, 1.0f, 1.0f, 1.0f}, g2 = {3.0f * factor, 4.0f * factor, 0.0f, 0.0f};
+  config::OptimConfig unclipped = c;
+  unclipped.clip_grad = 0.0;
+  AdamW twin(unclipped, 4, {{0, 2, true}, {2, 2, false}});
   twin.step(p2.data(), g2.data(), 0.1, 1);
   EXPECT_FLOAT_EQ(params[0], p2[0]);
   EXPECT_FLOAT_EQ(params[1], p2[1]);

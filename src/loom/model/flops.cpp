@@ -26,11 +26,7 @@ double mamba_forward_flops_per_token(const config::ModelConfig& config, int64_t 
 double layer_training_flops_per_token(const config::ModelConfig& config, const LayerSpec& spec, int64_t seq) {
   const double C = config.d_model, hd = head_dim(config), H = config.heads;
   double forward = 0.0;
-  if (spec.has_attention) {
-    forward += 2.0 * C * (H + 2.0 * spec.kv_heads) * hd + 2.0 * H * hd * C;
-    // Scores and weighted values over the causal prefix: (seq + 1) / 2 keys on average.
-    forward += 2.0 * 2.0 * H * hd * (static_cast<double>(seq) + 1.0) / 2.0;
-  }
+  if (spec.has_attention) forward += 2.0 * C * (H + 2.0 * spec.kv_heads) * hd + 2.0 * H * hd * C;
   if (spec.has_mamba) forward += mamba_forward_flops_per_token(config, seq);
   auto mlp = [&](double width, double ffn) {
     const double in_width = config.activation == config::Activation::Swiglu ? 2.0 * ffn : ffn;
@@ -49,7 +45,13 @@ double layer_training_flops_per_token(const config::ModelConfig& config, const L
   } else if (spec.has_mlp()) {
     forward += mlp(C, spec.ffn_size);
   }
-  return 3.0 * forward;
+  return 3.0 * forward + attention_training_flops_per_token(config, spec, seq);
+}
+
+double attention_training_flops_per_token(const config::ModelConfig& config, const LayerSpec& spec, int64_t seq) {
+  if (!spec.has_attention) return 0.0;
+  // Scores and weighted values over the causal prefix: (seq + 1) / 2 keys on average.
+  return 3.0 * 2.0 * 2.0 * config.heads * head_dim(config) * (static_cast<double>(seq) + 1.0) / 2.0;
 }
 
 double head_training_flops_per_token(const config::ModelConfig& config, int64_t seq) {

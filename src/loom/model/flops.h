@@ -10,6 +10,9 @@
 namespace loom::model {
 
 double layer_training_flops_per_token(const config::ModelConfig& config, const LayerSpec& spec, int64_t seq);
+// Of those, attention's score and value products over the causal prefix (no projections): the
+// part a fused attention kernel computes, at a rate of its own (plan/time_plan.cpp).
+double attention_training_flops_per_token(const config::ModelConfig& config, const LayerSpec& spec, int64_t seq);
 // The head, and with model.mtp_depths each multi-token prediction depth (eh_proj, its block and
 // the shared head again) at sequence length `seq`.
 double head_training_flops_per_token(const config::ModelConfig& config, int64_t seq);

@@ -299,9 +299,9 @@ void LinearPrecision::backward(float* din, float* dweight, float* dbias, const f
     const float* x = prepare(Operand::Input, GemmPass::WeightGrad, in, n, in_features);
     float* y = output_scratch(out_features * in_features);
     kernels::gemm(kHost, y, g, x, out_features, in_features, n, true, false, false);
-    // The weight gradient of one micro-batch in the recipe's dtype, accumulated in the fp32
-    // main gradient (as Megatron's main_grad).
-    round_output(y, out_features * in_features);
+    // The weight gradient of one micro-batch added unrounded into the fp32 main gradient, as
+    // Megatron's gradient-accumulation fusion does (a GPU's wgrad GEMM adds its fp32 accumulator
+    // into main_grad in its epilogue: one rounding, of the sum, as this add makes).
     add_into(dweight, y, out_features * in_features);
   }
 }

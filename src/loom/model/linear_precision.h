@@ -2,8 +2,10 @@
 // Mixed precision in the GEMMs of the linear layers (precision.recipe), emulated exactly on the
 // CPU: each GEMM operand is copied and quantized to the recipe's format and back
 // ("quantize-dequantize", src/loom/precision/), the product runs in fp32 as a tensor core
-// accumulates, and the result is rounded to the recipe's activation dtype. Master weights,
-// optimizer states and the main gradients stay fp32.
+// accumulates, and the result is rounded to the recipe's activation dtype; the weight gradient
+// alone is added unrounded into its fp32 main gradient (Megatron's gradient-accumulation fusion:
+// on a GPU the wgrad GEMM adds its accumulator into main_grad). Master weights, optimizer states
+// and the main gradients stay fp32.
 //
 // A linear layer out[n, OC] = in[n, IC] . W[OC, IC]^T has three GEMMs, each reducing over a
 // different dimension, which matters for block-scaled formats (blocks run along the reduction):

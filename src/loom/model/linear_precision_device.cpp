@@ -204,10 +204,11 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
     run_device_gemm(g, stores);
   }
   if (dweight != nullptr) {
-    // The weight gradient of one micro-batch in the recipe's dtype, accumulated in fp32.
+    // The weight gradient of one micro-batch, unrounded, added into the fp32 main gradient by the
+    // GEMM itself (gradient-accumulation fusion).
     g.pass = kernels::LinearGemm::WeightGrad;
     g.out = dweight;
-    g.accumulate = true;  // into the fp32 main gradient
+    g.accumulate = true;
     if (tensors.kept_input_codes != nullptr) {
       // The codes the forward kept: no amax (fp8_delayed's pending amax has this input's already).
       g.b = device_cast(recipe_, Operand::Input, scale(Operand::Input), margin_);
@@ -223,7 +224,7 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
     g.b_store_transposed = nullptr;
     g.out16 = nullptr;
     g.a_store_use = keep_dout ? kernels::CastStore::Read : kernels::CastStore::None;
-    g.rounding = rounding();
+    g.rounding = kernels::OutputRounding::None;
     kernels::precision_linear_gemm(device_, g);
   }
 }

@@ -89,6 +89,9 @@ double Hardware::fp8_flops_per_rank(int ranks) const {
   if (fp8_peak_flops <= 0.0) return flops_per_rank(ranks);
   return fp8_peak_flops * (fp8_gemm_efficiency > 0.0 ? fp8_gemm_efficiency : gemm_efficiency) * core_share(*this, ranks);
 }
+double Hardware::attention_flops_per_rank(int ranks) const {
+  return peak_flops * (attention_efficiency > 0.0 ? attention_efficiency : gemm_efficiency) * core_share(*this, ranks);
+}
 double Hardware::bandwidth_per_rank(int ranks) const { return memory_bandwidth * core_share(*this, ranks); }
 double Hardware::activation_rate_per_rank(int ranks) const {
   return (activation_bandwidth > 0.0 ? activation_bandwidth : memory_bandwidth / 3.0) * core_share(*this, ranks);
@@ -115,7 +118,8 @@ Hardware parse_hardware(const std::string& yaml_text, const std::string& source)
   if (!device) r.fail("device", "is missing: a hardware file needs device.peak_tflops and device.memory_gib");
   r.only(device, "device",
          {"name", "peak_tflops", "fp8_peak_tflops", "gemm_efficiency", "fp8_gemm_efficiency", "gemm_half_rows",
-          "memory_gib", "memory_bandwidth_gbs", "shared", "cores", "activation_bytes", "fused_attention", "activation_gbs", "bf16_cast_gelems", "fp8_cast_gelems", "fresh_memory_gbs"});
+          "attention_efficiency", "memory_gib", "memory_bandwidth_gbs", "shared", "cores", "activation_bytes",
+          "fused_attention", "activation_gbs", "bf16_cast_gelems", "fp8_cast_gelems", "fresh_memory_gbs"});
   Hardware hw;
   hw.source = source;
   hw.name = device["name"] ? device["name"].as<std::string>() : source;
@@ -126,6 +130,8 @@ Hardware parse_hardware(const std::string& yaml_text, const std::string& source)
   hw.gemm_efficiency = r.number(device["gemm_efficiency"], "device.gemm_efficiency", 1.0, 1e-3, 1.0);
   hw.fp8_gemm_efficiency = r.number(device["fp8_gemm_efficiency"], "device.fp8_gemm_efficiency", hw.gemm_efficiency,
                                     1e-3, 1.0);
+  hw.attention_efficiency = r.number(device["attention_efficiency"], "device.attention_efficiency",
+                                     hw.gemm_efficiency, 1e-3, 1.0);
   hw.gemm_half_rows = r.number(device["gemm_half_rows"], "device.gemm_half_rows", 0.0, 0.0, 1e9);
   hw.memory_bytes = r.number(device["memory_gib"], "device.memory_gib", 0, 1e-6, 1e9) * 1024.0 * 1024.0 * 1024.0;
   hw.memory_bandwidth = r.number(device["memory_bandwidth_gbs"], "device.memory_bandwidth_gbs", 1000, 1e-3, 1e9) * 1e9;

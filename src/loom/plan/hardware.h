@@ -9,6 +9,8 @@
 //     peak_tflops: 989          # dense, in the compute dtype
 //     gemm_efficiency: 0.6      # achieved fraction of peak in large GEMMs
 //     gemm_half_rows: 0         # rows (tokens) at which a GEMM reaches half that rate (0: any)
+//     attention_efficiency: 0   # fraction of peak attention's score and value products reach
+//                               #   (a fused kernel: FlashAttention / cuDNN); 0: gemm_efficiency
 //     memory_gib: 80
 //     memory_bandwidth_gbs: 3350  # GB/s
 //     shared: false             # true: a CPU host whose `cores` cores its ranks share; the
@@ -54,6 +56,7 @@ struct Hardware {
   double fp8_peak_flops = 0.0;   // FLOP/s of FP8 products; 0: peak_flops (FP8 is emulated, no gain)
   double fp8_gemm_efficiency = 0.0;  // 0: gemm_efficiency
   double gemm_efficiency = 1.0;
+  double attention_efficiency = 0.0;  // 0: gemm_efficiency
   double gemm_half_rows = 0.0;
   double memory_bytes = 0.0;
   double memory_bandwidth = 0.0; // bytes per second
@@ -75,6 +78,8 @@ struct Hardware {
   double flops_per_rank(int ranks) const;
   // The same for the FP8 recipes' products (per-tensor and blockwise scaled; MXFP8 runs as bf16).
   double fp8_flops_per_rank(int ranks) const;
+  // The same for attention's score and value products.
+  double attention_flops_per_rank(int ranks) const;
   // The fraction of that rate a GEMM over `rows` rows reaches: rows / (rows + gemm_half_rows).
   double gemm_rows_factor(double rows) const { return rows / (rows + gemm_half_rows); }
   double bandwidth_per_rank(int ranks) const;

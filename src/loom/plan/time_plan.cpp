@@ -36,15 +36,15 @@ struct CastPath {
 };
 
 // What a precision recipe adds to one linear's three GEMMs over `n` rows, for one rank alone (linear_precision.h):
-// each operand copied and cast, each GEMM's output rounded in place, and the weight gradient added
-// into its fp32 main gradient. The CPU casts the input and the weight twice
+// each operand copied and cast, the forward's and dgrad's outputs rounded in place, and the weight
+// gradient added unrounded into its fp32 main gradient. The CPU casts the input and the weight twice
 // and the output gradient once (once per GEMM for block-scaled recipes); a GPU casts the input
 // twice, the output gradient once under bf16 / fp16 and once per GEMM otherwise (FP8's wgrad
 // wants it transposed; per-tensor FP8 casts the input and the output gradient once each, into
 // both orientations), and the weight once per step and form (one 16-bit copy; two FP8 or MX
 // forms, per-tensor FP8's from one read). Recompute casts the forward's input again (and on the
-// CPU its weight). `bf16`: the tensors a GPU hands over in bf16 (LinearPrecision's DeviceTensors),
-// whose casts and widenings are not made.
+// CPU its weight). `bf16`: the tensors a GPU hands over in bf16 (LinearPrecision's
+// DeviceTensors), whose casts and widenings are not made.
 struct Bf16Ends {
   bool output = false;       // the forward's output left bf16: no widening
   bool output_grad = false;  // the output gradient given bf16: no cast
@@ -80,7 +80,7 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
   } else {
     cast = n * (2.0 * in + (oriented ? 2.0 : 1.0) * out) + 2.0 * weight;
   }
-  double rounded = n * (out + in) + weight;
+  double rounded = n * (out + in);
   if (recompute) {
     cast += (both_orientations ? input_cast : 1.0) * n * in + (path.device ? 0.0 : weight);
     rounded += n * out;
@@ -90,9 +90,11 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
   if (bf16.input) cast -= (recompute ? 3.0 : 2.0) * n * in;
   if (bf16.input_grad) rounded -= n * in;
   if (bf16.input_bf16 && both_orientations) cast -= (recompute ? 2.0 : 1.0) * 4.0 / 9.0 * n * in;
-  // The weight gradient added into its fp32 main gradient (read two, write one: 12 bytes); the data
-  // gradient is written whole, each of these linears being its only producer.
-  const double added = weight;
+  // The weight gradient added unrounded into its fp32 main gradient: on the CPU a pass of its own
+  // (read two, write one: 12 bytes); a GPU's wgrad GEMM adds it in its epilogue (gradient-
+  // accumulation fusion). The data gradient is written whole, each of these linears being its only
+  // producer.
+  const double added = path.device ? 0.0 : weight;
   return hw.cast_seconds(cast, model::is_fp8(recipe), 1) + hw.cast_seconds(rounded, false, 1) +
          12.0 * added / hw.bandwidth_per_rank(1);
 }
@@ -214,11 +216,13 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
   const int world = shape.tp * shape.dp * shape.pp;
   const std::vector<model::LayerSpec> specs = model::resolve_layers(config.model);
   const double tokens = static_cast<double>(config.train.micro_batch) * config.data.seq_len;
-  double block_flops = 0.0, head_flops = 0.0;
+  double block_flops = 0.0, attention_flops = 0.0, head_flops = 0.0;
   int layers = 0;
   for (const model::LayerRange& c : stage.chunks) {
     for (int l = c.first; l < c.last; ++l) {
-      block_flops += model::layer_training_flops_per_token(config.model, specs[static_cast<size_t>(l)], config.data.seq_len);
+      const model::LayerSpec& spec = specs[static_cast<size_t>(l)];
+      block_flops += model::layer_training_flops_per_token(config.model, spec, config.data.seq_len);
+      attention_flops += model::attention_training_flops_per_token(config.model, spec, config.data.seq_len);
       ++layers;
     }
   }
@@ -226,11 +230,15 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
     head_flops = model::head_training_flops_per_token(config.model, config.data.seq_len);
   }
   // Rates of one rank alone; plan_time accounts for ranks sharing a host's cores. FP8 linears at
-  // the device's FP8 rate, the rest (attention's products, bf16 layers, the head) at its own.
+  // the device's FP8 rate, attention's score and value products at its attention rate, the rest
+  // (bf16 layers, the head) at its GEMM rate.
   const double rate = hw.flops_per_rank(1) * hw.gemm_rows_factor(tokens);
   const double fp8_rate = hw.fp8_flops_per_rank(1) * hw.gemm_rows_factor(tokens);
+  const double attention_rate = hw.attention_flops_per_rank(1);
   const double fp8_flops = fp8_linear_flops_per_token(config, stage);
-  const double block_seconds = ((block_flops - fp8_flops) / rate + fp8_flops / fp8_rate) * tokens / shape.tp;
+  const double block_seconds =
+      ((block_flops - fp8_flops - attention_flops) / rate + fp8_flops / fp8_rate + attention_flops / attention_rate) *
+      tokens / shape.tp;
   const double gemm = block_seconds + tokens * head_flops / shape.tp / rate;
   const double recompute = config.model.recompute ? block_seconds / 3.0 : 0.0;
   const double elementwise = static_cast<double>(stage.activations_per_micro_batch) / hw.activation_rate_per_rank(1);

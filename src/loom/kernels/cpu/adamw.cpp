@@ -24,16 +24,19 @@ void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_av
 }
 
 double sum_of_squares(const float* x, int64_t n) {
-  // Fixed blocks summed in block order: the result does not depend on thread timing.
+  // Fixed blocks summed in block order: the result does not depend on thread timing. Each square
+  // is exact in fp64 and summed there, so the total hardly depends on how a layout splits the
+  // tensor either: the global norms of two layouts agree to fp64 rounding, and with them (almost
+  // always bit for bit) their fp32 clip factors.
   constexpr int64_t kBlock = 4096;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   std::vector<double> partials(blocks);
 #pragma omp parallel for schedule(static) if(worth_parallel(n))
   for (int64_t block = 0; block < blocks; ++block) {
     int64_t begin = block * kBlock, end = std::min(n, begin + kBlock);
-    float partial = 0.0f;
+    double partial = 0.0;
 #pragma omp simd reduction(+ : partial)
-    for (int64_t i = begin; i < end; ++i) partial += x[i] * x[i];
+    for (int64_t i = begin; i < end; ++i) partial += static_cast<double>(x[i]) * static_cast<double>(x[i]);
     partials[block] = partial;
   }
   double total = 0.0;

@@ -86,12 +86,10 @@ __device__ inline float block_max(float value, float* shared) {
   return m;
 }
 
-// The sum of x[0, n) in double by one block of kThreads threads: each thread a fixed strided
-// share, then a fixed tree, so the result is deterministic. Every thread gets it.
-__device__ inline double block_sum_in_double(const float* x, int64_t n) {
+// The sum of each thread's `sum` over a block of kThreads threads, by a fixed tree: deterministic.
+// Every thread gets it.
+__device__ inline double block_sum_double(double sum) {
   __shared__ double partial[kThreads];
-  double sum = 0.0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += x[i];
   partial[threadIdx.x] = sum;
   __syncthreads();
   for (int stride = kThreads / 2; stride > 0; stride /= 2) {
@@ -99,6 +97,14 @@ __device__ inline double block_sum_in_double(const float* x, int64_t n) {
     __syncthreads();
   }
   return partial[0];
+}
+// The sum of x[0, n) in double by one block of kThreads threads: each thread a fixed strided
+// share, then the tree above, so the result is deterministic. Every thread gets it.
+template <typename T>
+__device__ inline double block_sum_in_double(const T* x, int64_t n) {
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += x[i];
+  return block_sum_double(sum);
 }
 
 }  // namespace loom::kernels::cuda

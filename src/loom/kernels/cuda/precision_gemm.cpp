@@ -268,6 +268,39 @@ void check_casts(const PrecisionGemm& g) {
              "accumulated");
 }
 
+// The product of the prepared operands into g's output: bf16 (out16), added into out, or stored,
+// with the bias and the rounding g asks for.
+void multiply(const PrecisionGemm& g, const Dims& d, const Prepared& pa, const Prepared& pb, Scratch& scratch,
+              cudaStream_t stream) {
+  // A bf16 result comes out of cuBLASLt rounded (nearest even, as the CPU rounds); anything else in
+  // fp32, rounded by the finishing pass after the bias.
+  const bool bf16_out = g.rounding == OutputRounding::Bf16 && g.bias == nullptr && pa.type != GemmType::F32;
+  const int64_t count = d.m * d.n;
+  const GemmOperand a_operand{pa.data, pa.type, !pa.k_in_cols, pa.scale, pa.mode};
+  const GemmOperand b_operand{pb.data, pb.type, pb.k_in_cols, pb.scale, pb.mode};
+  if (g.out16 != nullptr) {  // the result stays bf16: cuBLASLt's own, or rounded after the bias
+    float* sum = bf16_out ? nullptr : scratch.floats(count);
+    matmul(GemmOutput{bf16_out ? g.out16 : sum, bf16_out ? GemmType::BF16 : GemmType::F32}, a_operand, b_operand,
+           d.m, d.n, d.k, 1.0f, 0.0f, stream);
+    if (!bf16_out) finish_output_bf16(g.out16, sum, g.bias, d.m, d.n, stream);
+    return;
+  }
+  // An unrounded sum with no bias is added by the product itself (out = a . b + out, one rounding:
+  // the finishing pass's add without its reads and writes; Megatron's gradient-accumulation fusion
+  // for wgrad). cuBLASLt documents an fp32 C for 16-bit and per-tensor FP8 products; block-scaled
+  // ones keep the finishing pass.
+  const bool block_scaled = pa.mode == ScaleMode::Vec128 || pa.mode == ScaleMode::Block128x128;
+  if (g.accumulate && g.rounding == OutputRounding::None && g.bias == nullptr && !block_scaled) {
+    matmul(GemmOutput{g.out, GemmType::F32}, a_operand, b_operand, d.m, d.n, d.k, 1.0f, 1.0f, stream);
+    return;
+  }
+  void* target = bf16_out ? scratch.bytes(count * 2) : g.accumulate ? scratch.floats(count) : g.out;
+  matmul(GemmOutput{target, bf16_out ? GemmType::BF16 : GemmType::F32}, a_operand, b_operand, d.m, d.n, d.k, 1.0f,
+         0.0f, stream);
+  if (target != g.out || g.bias != nullptr || g.rounding != OutputRounding::None)
+    finish_output(g.out, target, bf16_out, g.bias, d.m, d.n, g.rounding, g.accumulate, stream);
+}
+
 }  // namespace
 
 void precision_linear_gemm(const PrecisionGemm& g, cudaStream_t stream) {
@@ -326,24 +359,7 @@ void precision_linear_gemm(const PrecisionGemm& g, cudaStream_t stream) {
     }
   }
   if (g.b_store_use == CastStore::Read) pb = from_store(g, sb);
-  // A bf16 result comes out of cuBLASLt rounded (nearest even, as the CPU rounds); anything else in
-  // fp32, rounded by the finishing pass after the bias.
-  const bool bf16_out = g.rounding == OutputRounding::Bf16 && g.bias == nullptr && pa.type != GemmType::F32;
-  const int64_t count = d.m * d.n;
-  const GemmOperand a_operand{pa.data, pa.type, !pa.k_in_cols, pa.scale, pa.mode};
-  const GemmOperand b_operand{pb.data, pb.type, pb.k_in_cols, pb.scale, pb.mode};
-  if (g.out16 != nullptr) {  // the result stays bf16: cuBLASLt's own, or rounded after the bias
-    float* sum = bf16_out ? nullptr : scratch.floats(count);
-    matmul(GemmOutput{bf16_out ? g.out16 : sum, bf16_out ? GemmType::BF16 : GemmType::F32}, a_operand, b_operand,
-           d.m, d.n, d.k, 1.0f, 0.0f, stream);
-    if (!bf16_out) finish_output_bf16(g.out16, sum, g.bias, d.m, d.n, stream);
-    return;
-  }
-  void* target = bf16_out ? scratch.bytes(count * 2) : g.accumulate ? scratch.floats(count) : g.out;
-  matmul(GemmOutput{target, bf16_out ? GemmType::BF16 : GemmType::F32}, a_operand, b_operand, d.m, d.n, d.k, 1.0f,
-         0.0f, stream);
-  if (target != g.out || g.bias != nullptr || g.rounding != OutputRounding::None)
-    finish_output(g.out, target, bf16_out, g.bias, d.m, d.n, g.rounding, g.accumulate, stream);
+  multiply(g, d, pa, pb, scratch, stream);
 }
 
 void round_in_place(float* x, int64_t n, OutputRounding rounding, cudaStream_t stream) {

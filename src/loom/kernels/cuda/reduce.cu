@@ -8,16 +8,19 @@ namespace {
 
 constexpr int64_t kBlock = 4096;  // elements per partial sum, as the CPU
 
-__global__ void block_squares_kernel(const float* __restrict__ x, int64_t n, float* partials) {
-  __shared__ float shared[kThreads / 32];
+// Squares exact in fp64 and summed there, as the CPU (kernels/cpu/adamw.cpp).
+__global__ void block_squares_kernel(const float* __restrict__ x, int64_t n, double* partials) {
   const int64_t begin = blockIdx.x * kBlock, end = min(n, begin + kBlock);
-  float sum = 0.0f;
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) sum += x[i] * x[i];
-  sum = block_sum(sum, shared);
+  double sum = 0.0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const double v = x[i];
+    sum += v * v;
+  }
+  sum = block_sum_double(sum);
   if (threadIdx.x == 0) partials[blockIdx.x] = sum;
 }
 
-__global__ void sum_partials_kernel(const float* partials, int64_t count, double* total) {
+__global__ void sum_partials_kernel(const double* partials, int64_t count, double* total) {
   const double sum = block_sum_in_double(partials, count);
   if (threadIdx.x == 0) *total = sum;
 }
@@ -44,9 +47,9 @@ double sum_of_squares(const float* x, int64_t n, cudaStream_t stream) {
   if (n == 0) return 0.0;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   void* scratch = nullptr;
-  check_cuda(cudaMallocAsync(&scratch, sizeof(double) + blocks * sizeof(float), stream), "cudaMallocAsync");
+  check_cuda(cudaMallocAsync(&scratch, sizeof(double) * (1 + blocks), stream), "cudaMallocAsync");
   double* total = static_cast<double*>(scratch);
-  float* partials = reinterpret_cast<float*>(total + 1);
+  double* partials = total + 1;
   block_squares_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, n, partials);
   check_launch("block_squares_kernel");
   sum_partials_kernel<<<1, kThreads, 0, stream>>>(partials, blocks, total);

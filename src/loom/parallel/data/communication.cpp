@@ -1,5 +1,9 @@
 #include "loom/parallel/data/communication.h"
 
+#include <bit>
+#include <cstdint>
+#include <vector>
+
 namespace loom::parallel {
 
 comm::WorkHandle start_gradient_all_reduce(comm::Communicator& group, void* bucket, int64_t count, DType wire,
@@ -31,9 +35,12 @@ void average_over_sites(comm::Communicator& across, float* delta, int64_t count)
 
 double sum_over_group(comm::Communicator& group, double value) {
   if (group.size() == 1) return value;
-  float v = static_cast<float>(value);
-  group.all_reduce(&v, 1, DType::F32, comm::ReduceOp::Sum);
-  return static_cast<double>(v);
+  const int64_t mine = std::bit_cast<int64_t>(value);
+  std::vector<int64_t> shares(static_cast<size_t>(group.size()));
+  group.all_gather(&mine, shares.data(), 1, DType::I64);
+  double sum = 0.0;
+  for (const int64_t bits : shares) sum += std::bit_cast<double>(bits);
+  return sum;
 }
 
 void sum_tied_gradient(comm::Communicator& group, float* grad, int64_t numel) {

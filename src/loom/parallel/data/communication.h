@@ -30,9 +30,11 @@ comm::WorkHandle start_cross_site_all_reduce(comm::Communicator& across, void* s
 std::unique_ptr<comm::Communicator> split_group(comm::Communicator& group, int color, int key, const std::string& name);
 // DiLoCo: averages a parameter delta over the cross-site group, blocking (f32).
 void average_over_sites(comm::Communicator& across, float* delta, int64_t count);
-// The global norm: a rank's share of a sum of squares summed over `group`, carried in f32 (the
-// reducible dtypes: its rounding moves a clip factor by ~1e-7 relative). A group of one rank
-// returns `value` as it is.
+// The global norm: a rank's share of a sum of squares summed over `group`. The shares travel as
+// their fp64 bits (an all-gather) and every rank adds them in rank order, so all ranks get the
+// same sum, within fp64 rounding of one rank's: an f32 sum's rounding (~1e-7 relative) would move
+// the clip factor, and with it every weight of a layout a hair away from one rank's. A group of
+// one rank returns `value` as it is.
 double sum_over_group(comm::Communicator& group, double value);
 // Pipeline stages with tied embeddings: sums the two copies' gradients over the embedding group
 // (first and last stage), blocking.

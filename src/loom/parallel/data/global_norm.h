@@ -4,7 +4,7 @@
 // the same sums) or as this rank's shards (ZeRO 1-3). global_norm() takes their sums of squares
 // outside the excluded ranges, sums the sharded ones over their group's communicator, then sums
 // the total over the model-parallel groups (tensor, pipeline), whose ranks hold different
-// parameters. Sums travel in f32 (the reducible dtypes; see communication.h).
+// parameters. Sums travel as fp64 bits, added in rank order (communication.h: sum_over_group).
 #include <vector>
 
 #include "loom/comm/communicator.h"
