@@ -396,6 +396,31 @@ TEST_F(CudaLinearPrecisionState, Fp8CodesCastOnceForTwoGemmsEqualACastPerGemmBit
   }
 }
 
+// The weight gradient is added by its GEMM's epilogue into a 16-byte aligned main gradient, and by
+// a finishing pass into one that is not (a tensor of a flat gradient buffer may start anywhere;
+// FP8 products want 16 bytes): the same sum either way, up to the products' fp32 accumulation
+// order.
+TEST_F(CudaLinearPrecisionState, WeightGradientIntoAnUnalignedMainGradientIsTheAlignedOnesSum) {
+  const int64_t n = 48, in = 80, out = 64;
+  for (Recipe recipe : {Recipe::Bf16, Recipe::Fp8Current, Recipe::Mxfp8}) {
+    const std::string name = model::recipe_name(recipe);
+    DeviceFloats x(allocator_, random_values(seed_, n * in, 1.0f)), w(allocator_, random_values(seed_ + 1, out * in, 0.1f));
+    DeviceFloats dy(allocator_, random_values(seed_ + 2, n * out, 0.01f));
+    std::vector<float> dw0 = random_values(seed_ + 3, out * in, 0.001f);
+    DeviceFloats aligned(allocator_, dw0);
+    dw0.insert(dw0.begin(), 7.0f);  // the gradient one float in: 4-byte aligned
+    DeviceFloats shifted(allocator_, dw0);
+    LinearPrecision a(recipe, 4, 1), b(recipe, 4, 1);
+    a.set_device(Device::cuda(0));
+    b.set_device(Device::cuda(0));
+    a.backward(nullptr, aligned.ptr, nullptr, dy.ptr, x.ptr, w.ptr, n, in, out);
+    b.backward(nullptr, shifted.ptr + 1, nullptr, dy.ptr, x.ptr, w.ptr, n, in, out);
+    const std::vector<float> got = shifted.host(), want = aligned.host();
+    EXPECT_EQ(got[0], 7.0f) << name << ": the float before the gradient";
+    EXPECT_LE(testing::relative_error(std::vector<float>(got.begin() + 1, got.end()), want), 1e-6) << name;
+  }
+}
+
 // Per-tensor FP8 from a bf16 input (an activation bf16-valued anyway, kept bf16: attention's
 // output under Attention::bf16_tensors), its codes kept, and its GEMMs' bf16 outputs (DeviceTensors'
 // out, din): the products of the fp32 tensor holding the same values, rounded, bit for bit.

@@ -1,6 +1,7 @@
 #include "loom/kernels/cuda/precision_gemm.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -288,9 +289,11 @@ void multiply(const PrecisionGemm& g, const Dims& d, const Prepared& pa, const P
   // An unrounded sum with no bias is added by the product itself (out = a . b + out, one rounding:
   // the finishing pass's add without its reads and writes; Megatron's gradient-accumulation fusion
   // for wgrad). cuBLASLt documents an fp32 C for 16-bit and per-tensor FP8 products; block-scaled
-  // ones keep the finishing pass.
+  // ones keep the finishing pass, and so does an output less than 16-byte aligned (a tensor of a
+  // flat gradient buffer may start anywhere; FP8 products want 16 bytes), as scratch always is.
   const bool block_scaled = pa.mode == ScaleMode::Vec128 || pa.mode == ScaleMode::Block128x128;
-  if (g.accumulate && g.rounding == OutputRounding::None && g.bias == nullptr && !block_scaled) {
+  const bool aligned = reinterpret_cast<uintptr_t>(g.out) % 16 == 0;
+  if (g.accumulate && g.rounding == OutputRounding::None && g.bias == nullptr && !block_scaled && aligned) {
     matmul(GemmOutput{g.out, GemmType::F32}, a_operand, b_operand, d.m, d.n, d.k, 1.0f, 1.0f, stream);
     return;
   }
