@@ -57,6 +57,18 @@ std::string tiny_llama(const std::string& root) {
          "log: {progress: false, interval: 100}\n";
 }
 
+// A GPU run's losses against the CPU's run of the same config: 4 steps, each within `relative`
+// (1e-2 for the low-precision recipes) and printed, for the log.
+void expect_losses_as_on_the_cpu(const std::vector<double>& cpu, const std::vector<double>& gpu, const std::string& what,
+                                 double relative = 1e-2) {
+  ASSERT_EQ(cpu.size(), 4u) << what;
+  ASSERT_EQ(gpu.size(), 4u) << what;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    EXPECT_NEAR(gpu[i], cpu[i], relative * std::fabs(cpu[i])) << what << " step " << i + 1;
+    std::printf("%s step %zu: loss cpu %.7f gpu %.7f\n", what.c_str(), i + 1, cpu[i], gpu[i]);
+  }
+}
+
 TEST_F(CudaModel, TinyLlamaTrainsOnTheGpuAsOnTheCpu) {
   set_cuda_starter(&start_backend);
   const std::string root = train::testing::make_training_root("cuda-model");
@@ -66,12 +78,7 @@ TEST_F(CudaModel, TinyLlamaTrainsOnTheGpuAsOnTheCpu) {
   const std::vector<double> gpu =
       train::testing::losses_of(train::testing::train_run(root, "gpu", yaml, {"runtime.device=cuda"}, &console));
   EXPECT_NE(console.find(" on cuda:0"), std::string::npos) << console;
-  ASSERT_EQ(cpu.size(), 4u);
-  ASSERT_EQ(gpu.size(), 4u);
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    EXPECT_NEAR(gpu[i], cpu[i], 1e-4 * std::fabs(cpu[i])) << "step " << i + 1;
-    std::printf("step %zu: loss cpu %.7f gpu %.7f\n", i + 1, cpu[i], gpu[i]);
-  }
+  expect_losses_as_on_the_cpu(cpu, gpu, "fp32", 1e-4);
   // The checkpoint the GPU run wrote resumes on the CPU.
   const std::vector<double> resumed = train::testing::losses_of(
       train::testing::train_run(root, "gpu", yaml, {"train.steps=5", "train.resume=true"}));
@@ -92,12 +99,7 @@ TEST_F(CudaModel, TinyLlamaTrainsInTheLowPrecisionRecipesOnTheGpuAsOnTheCpu) {
     const std::vector<double> cpu = train::testing::losses_of(train::testing::train_run(root, recipe + "-cpu", yaml, {run}));
     const std::vector<double> gpu =
         train::testing::losses_of(train::testing::train_run(root, recipe + "-gpu", yaml, {run, "runtime.device=cuda"}));
-    ASSERT_EQ(cpu.size(), 4u) << recipe;
-    ASSERT_EQ(gpu.size(), 4u) << recipe;
-    for (size_t i = 0; i < cpu.size(); ++i) {
-      EXPECT_NEAR(gpu[i], cpu[i], 1e-2 * std::fabs(cpu[i])) << recipe << " step " << i + 1;
-      std::printf("%s step %zu: loss cpu %.7f gpu %.7f\n", recipe.c_str(), i + 1, cpu[i], gpu[i]);
-    }
+    expect_losses_as_on_the_cpu(cpu, gpu, recipe);
   }
   std::filesystem::remove_all(root);
 }
@@ -121,12 +123,7 @@ TEST_F(CudaModel, TinyGpt2TrainsInBf16AndFp8OnTheGpuAsOnTheCpu) {
     using train::testing::losses_of, train::testing::train_run;
     const std::vector<double> cpu = losses_of(train_run(root, recipe + "-cpu", yaml, run));
     const std::vector<double> gpu = losses_of(train_run(root, recipe + "-gpu", yaml, on_gpu));
-    ASSERT_EQ(cpu.size(), 4u) << recipe;
-    ASSERT_EQ(gpu.size(), 4u) << recipe;
-    for (size_t i = 0; i < cpu.size(); ++i) {
-      EXPECT_NEAR(gpu[i], cpu[i], 1e-2 * std::fabs(cpu[i])) << recipe << " step " << i + 1;
-      std::printf("gpt2 %s step %zu: loss cpu %.7f gpu %.7f\n", recipe.c_str(), i + 1, cpu[i], gpu[i]);
-    }
+    expect_losses_as_on_the_cpu(cpu, gpu, "gpt2 " + recipe);
   }
   std::filesystem::remove_all(root);
 }
@@ -150,12 +147,7 @@ TEST_F(CudaModel, TinyLlamaWithCudnnAttentionTrainsInBf16AsOnTheCpu) {
   std::vector<double> gpu;
   EXPECT_NO_THROW(gpu = train::testing::losses_of(train::testing::train_run(root, "gpu", yaml, on_gpu)));
   ::unsetenv("LOOM_ATTENTION");
-  ASSERT_EQ(cpu.size(), 4u);
-  ASSERT_EQ(gpu.size(), 4u);
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    EXPECT_NEAR(gpu[i], cpu[i], 1e-2 * std::fabs(cpu[i])) << "step " << i + 1;
-    std::printf("cuDNN attention step %zu: loss cpu %.7f gpu %.7f\n", i + 1, cpu[i], gpu[i]);
-  }
+  expect_losses_as_on_the_cpu(cpu, gpu, "cuDNN attention");
   std::filesystem::remove_all(root);
 }
 

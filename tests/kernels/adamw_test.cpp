@@ -38,22 +38,6 @@ TEST(AdamW, SumOfSquaresMatchesSerialOnAwkwardSizes) {
   }
 }
 
-// The global norm of a layout adds the sums of squares of its pieces; each square exact in fp64
-// and summed there, the pieces' total equals the whole tensor's to fp64 rounding wherever the
-// cuts fall (fp32 partials over blocks that start at each cut were ~1e-7 apart), and so does the
-// fp32 clip factor taken from it.
-TEST(AdamW, SumOfSquaresOfPiecesIsTheWholesToFp64Rounding) {
-  const int64_t n = 100003;
-  const std::vector<float> x = loom::testing::random_vector(n, 4);
-  const double whole = sum_of_squares(x.data(), n);
-  for (int64_t cut : {1, 777, 4096, 50001, 99999}) {
-    const double pieces = sum_of_squares(x.data(), cut) + sum_of_squares(x.data() + cut, n - cut);
-    EXPECT_NEAR(pieces, whole, 1e-13 * whole) << "cut at " << cut;
-    EXPECT_EQ(static_cast<float>(1.0 / (std::sqrt(pieces) + 1e-6)), static_cast<float>(1.0 / (std::sqrt(whole) + 1e-6)))
-        << "cut at " << cut;
-  }
-}
-
 TEST(AdamW, AddInPlaceAddsElementByElement) {
   for (int64_t n : {0, 1, 4097, 100003}) {
     auto y = loom::testing::random_vector(n, 5), x = loom::testing::random_vector(n, 6);

@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
+#include "loom/kernels/ops.h"
 #include "loom/optim/adamw.h"
 #include "loom/optim/optimizer.h"
 #include "loom/optim/schedule.h"
@@ -20,6 +23,25 @@ TEST(Schedule, WarmupThenCosineToMinLr) {
   EXPECT_NEAR(learning_rate(c, 110, 110), 0.1, 1e-12);
   c.schedule = config::LrSchedule::Constant;
   EXPECT_DOUBLE_EQ(learning_rate(c, 50, 110), 1.0);
+}
+
+// The global norm of a layout adds the sums of squares of its pieces (kernels::sum_of_squares);
+// each square exact in fp64 and summed there, the pieces' total equals the whole tensor's to fp64
+// rounding wherever the cuts fall (fp32 partials over blocks that start at each cut were ~1e-7
+// apart), and so does the fp32 clip factor taken from it.
+TEST(AdamW, ClipFactorOfATensorsPiecesIsTheWholesBitForBit) {
+  const int64_t n = 100003;
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 0.02f;
+  const double whole = kernels::sum_of_squares(Device::cpu(), x.data(), n);
+  config::OptimConfig c;
+  c.clip_grad = 1e-3;  // below the norm (~4.5): the factor is clip / norm
+  for (int64_t cut : {1, 777, 4096, 50001, 99999}) {
+    const double pieces = kernels::sum_of_squares(Device::cpu(), x.data(), cut) +
+                          kernels::sum_of_squares(Device::cpu(), x.data() + cut, n - cut);
+    EXPECT_NEAR(pieces, whole, 1e-13 * whole) << "cut at " << cut;
+    EXPECT_EQ(clip_factor(c, std::sqrt(pieces)), clip_factor(c, std::sqrt(whole))) << "cut at " << cut;
+  }
 }
 
 TEST(AdamW, ClipsByGlobalNormAndSkipsDecayWhereAsked) {
