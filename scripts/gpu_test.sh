@@ -10,7 +10,7 @@
 #   llama     the ~1B config trained 300 steps in bf16, then in fp8_current: tokens/s, MFU, FP8's
 #             speedup and the two loss curves (bench/cuda/train_bench.sh llama)
 #   gpt2      GPT-2 124M by loom and by llm.c (the bundle's prebuilt binaries)
-#   profile   the ~1B bf16 step's GPU time per kernel (Nsight Compute)
+#   profile   the ~1B and GPT-2 bf16 steps' GPU time per kernel (Nsight Compute)
 #   nccl      test_nccl; the trainer over NCCL (one rank) and as 2 ranks sharing the GPU
 #   torch     PyTorch with torch.compile on both shapes
 #   more      the hybrid step, serving on the GPU beside the CPU, compute-sanitizer, the kernel
@@ -191,7 +191,7 @@ for s in "${stages[@]}"; do
     kernels) stage_kernels ;;
     llama) train_bench llama ;;
     gpt2) train_bench gpt2 llmc ;;
-    profile) train_bench profile ;;
+    profile) train_bench profile profile-gpt2 ;;
     nccl) stage_nccl ;;
     torch) train_bench torch-gpt2 torch-llama ;;
     more) stage_more ;;

@@ -19,6 +19,7 @@
 #   llmc         llm.c's GPT-2 124M, 50 steps on the same tokens (the bundle's prebuilt binaries:
 #                LLMC_BUILD=1 builds it there first, about a minute)
 #   profile      the ~1B bf16 step's GPU time per kernel under Nsight Compute (OUT/kernel_profile.log)
+#   profile-gpt2 the same for GPT-2 124M's bf16 step (OUT/gpt2_kernel_profile.log)
 #   torch-gpt2   PyTorch's GPT-2 124M, torch.compile (TORCH_MODES, default compile)
 #   torch-llama  PyTorch's ~1B, torch.compile
 #   profile-fp8  as profile, for fp8_current (OUT/fp8_kernel_profile.log)
@@ -32,7 +33,7 @@ repo="$(cd "$here/../.." && pwd)"
 out="$1" bundle="${2:-}"
 shift 2 || shift $#
 runs=("$@")
-[ "${#runs[@]}" -gt 0 ] || runs=(llama gpt2 llmc profile torch-gpt2 torch-llama profile-fp8)
+[ "${#runs[@]}" -gt 0 ] || runs=(llama gpt2 llmc profile torch-gpt2 torch-llama profile-gpt2 profile-fp8)
 log="$out/train.log" results="$out/bench.txt"
 work=/tmp/loom-train-bench
 deadline="${LOOM_GPU_DEADLINE:-$(($(date +%s) + ${TRAIN_BENCH_BUDGET_S:-420}))}"
@@ -136,21 +137,28 @@ torch_run() {  # MODEL B T
     --modes "${TORCH_MODES:-compile}" ${TRAIN_BENCH_TORCH_ARGS:-}
 }
 
-# Where a ~1B step spends its GPU time (bench/cuda/kernel_profile.py): every kernel of 2 steps
-# timed by Nsight Compute (one metric: no replay), summed by name, against the step time of the
-# timed run above (the rest is the GPU waiting for the host).
-profile_run() {  # RECIPE OUTPUT_NAME
-  local recipe="$1" name="$2" ncu
+# Where a step spends its GPU time (bench/cuda/kernel_profile.py): every kernel of 2 steps timed by
+# Nsight Compute (one metric: no replay), summed by name, against the step time of the timed run
+# above (the rest is the GPU waiting for the host). MODEL B T: the ~1B config on the docs corpus,
+# or GPT-2 on the random tokens.
+profile_run() {  # RECIPE OUTPUT_NAME MODEL B T
+  local recipe="$1" name="$2" model="$3" B="$4" T="$5" ncu prefix
   ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || true)
   [ -n "$ncu" ] || { echo "profile $recipe: no Nsight Compute here"; return 0; }
   [ -z "$loom_status" ] || { echo "profile $recipe: skipped ($loom_status)"; return 0; }
-  docs_corpus || return 0
-  local dir="$work/profile-$recipe" csv="$work/ncu-$recipe.csv"
+  if [ "$model" = "${gpt2[0]}" ]; then
+    random_tokens || return 0
+    prefix="$work/random/train"
+  else
+    docs_corpus || return 0
+    prefix="$work/docs/c_train"
+  fi
+  local dir="$work/profile-$recipe-$model" csv="$work/ncu-$recipe-$model.csv"
   rm -rf "$dir" "$csv"
-  run "ncu loom $recipe ${llama[0]}" 90 "$ncu" --metrics gpu__time_duration.sum --csv --clock-control none --log-file "$csv" \
-    "$loom" train $(loom_args "${llama[0]}" "${llama[1]}" "${llama[2]}" 2 "$recipe" "$work/docs/c_train" "$dir")
+  run "ncu loom $recipe $model" 90 "$ncu" --metrics gpu__time_duration.sum --csv --clock-control none --log-file "$csv" \
+    "$loom" train $(loom_args "$model" "$B" "$T" 2 "$recipe" "$prefix" "$dir")
   local step_ms
-  step_ms=$(grep "^TRAIN|$(impl_name "$recipe")|${llama[0]}|" "$results" | tail -1 | cut -d'|' -f7)
+  step_ms=$(grep "^TRAIN|$(impl_name "$recipe")|$model|" "$results" | tail -1 | cut -d'|' -f7)
   [ -s "$csv" ] && python3 "$here/kernel_profile.py" "$csv" --steps 2 ${step_ms:+--step-ms "$step_ms"} | tee "$out/$name"
 }
 
@@ -159,11 +167,13 @@ for r in "${runs[@]}"; do
     llama) llama_runs ;;
     gpt2) random_tokens && loom_run loom "${gpt2[@]}" 30 60 bf16 "$work/random/train" "$work/gpt2" ;;
     llmc) llmc_runs ;;
-    profile) profile_run bf16 kernel_profile.log ;;
-    profile-fp8) profile_run fp8_current fp8_kernel_profile.log ;;
+    profile) profile_run bf16 kernel_profile.log "${llama[@]}" ;;
+    profile-gpt2) profile_run bf16 gpt2_kernel_profile.log "${gpt2[@]}" ;;
+    profile-fp8) profile_run fp8_current fp8_kernel_profile.log "${llama[@]}" ;;
     torch-gpt2) torch_run "${gpt2[@]}" ;;
     torch-llama) torch_run "${llama[@]}" ;;
-    *) echo "train_bench.sh: unknown run '$r' (llama, gpt2, llmc, profile, torch-gpt2, torch-llama, profile-fp8)" >&2; exit 2 ;;
+    *) echo "train_bench.sh: unknown run '$r' (llama, gpt2, llmc, profile, torch-gpt2, torch-llama, profile-gpt2," \
+         "profile-fp8)" >&2; exit 2 ;;
   esac
 done
 exit 0
