@@ -4,6 +4,7 @@
 // fp32 inputs; FP8 with per-tensor scales (E4M3 x E4M3, E4M3 x E5M2) and with 1 x 128 / 128 x 128
 // block scales within 1e-3 of the fp64 product of the quantised operands (loom::precision's
 // reference); MXFP8 emulated on Hopper (decode to bf16, bf16 GEMM) within 1e-5 of that product.
+// cuBLASLt's bias epilogue (bf16 and per-tensor FP8 into bf16) bit for bit on exactly summed operands.
 // Fresh random inputs, outputs poisoned. Skipped, saying why, without a GPU; the argument checks
 // (FP8 shape rules, flash attention's head_dim) run everywhere.
 #include <cuda_bf16.h>
@@ -134,6 +135,61 @@ TEST_F(CudaGemm, Bf16WithFp32AccumulationIsWithin1e2OfFp64) {
     for (size_t i = 0; i < c.size(); ++i) c[i] = __bfloat162float(c16[i]);
     EXPECT_LE(relative_error(c, product_nt(a, b, m, n, k)), 1e-2) << "bf16 output " << m << " " << n << " " << k;
   }
+}
+
+// cuBLASLt's bias epilogue into a bf16 output, for bf16 and per-tensor E4M3 operands: bit for bit
+// round(a . b + bias16) as the recipes define it (PrecisionGemm::bias), the bias a bf16 vector. The
+// operands are small integers, so every product and sum is exact in fp32 in any order, and the
+// bias's large fractional values make rounded and unrounded biases give different outputs: the
+// expected values are computed with the bf16 bias, and checked to differ from the fp32 bias's.
+TEST_F(CudaGemm, BiasEpilogueAddsTheBf16BiasBeforeOneRounding) {
+  const int64_t m = 64, n = 48, k = 32;
+  std::vector<float> a(m * k), b(n * k), bias(n);
+  uint64_t state = static_cast<uint64_t>(seed_) * 2654435761u + 1;
+  auto next = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<int>((state >> 33) % 7) - 3;  // -3 .. 3: exact in bf16 and E4M3
+  };
+  for (float& v : a) v = static_cast<float>(next());
+  for (float& v : b) v = static_cast<float>(next());
+  for (int64_t j = 0; j < n; ++j) bias[j] = 300.0f + 7.37f * static_cast<float>(j) + 0.013f * static_cast<float>(j % 5);
+  std::vector<float> bias_rounded = bias;
+  precision::round_to_bf16(bias_rounded.data(), n);
+  const std::vector<double> acc = product_nt(a, b, m, n, k);
+  std::vector<float> want(m * n), with_fp32_bias(m * n);
+  for (int64_t i = 0; i < m * n; ++i) {
+    want[i] = static_cast<float>(acc[i]) + bias_rounded[i % n];
+    with_fp32_bias[i] = static_cast<float>(acc[i]) + bias[i % n];
+  }
+  precision::round_to_bf16(want.data(), m * n);
+  precision::round_to_bf16(with_fp32_bias.data(), m * n);
+  ASSERT_NE(want, with_fp32_bias) << "the bias's rounding would show in no output";
+  std::vector<__nv_bfloat16> a16(a.size()), b16(b.size()), bias16(n);
+  for (size_t i = 0; i < a.size(); ++i) a16[i] = __float2bfloat16(a[i]);
+  for (size_t i = 0; i < b.size(); ++i) b16[i] = __float2bfloat16(b[i]);
+  for (int64_t j = 0; j < n; ++j) bias16[j] = __float2bfloat16(bias[j]);
+  std::vector<uint8_t> a8(a.size()), b8(b.size());
+  for (size_t i = 0; i < a.size(); ++i) a8[i] = precision::float_to_fp8(a[i], precision::Fp8Format::E4M3);
+  for (size_t i = 0; i < b.size(); ++i) b8[i] = precision::float_to_fp8(b[i], precision::Fp8Format::E4M3);
+  DeviceArray<__nv_bfloat16> d_a16(allocator_, a16), d_b16(allocator_, b16), d_bias(allocator_, bias16);
+  DeviceArray<uint8_t> d_a8(allocator_, a8), d_b8(allocator_, b8);
+  DeviceFloats d_one(allocator_, std::vector<float>{1.0f});
+  const GemmOperand bf16_operands[2] = {{d_a16.ptr, GemmType::BF16, false}, {d_b16.ptr, GemmType::BF16, true}};
+  const GemmOperand fp8_operands[2] = {{d_a8.ptr, GemmType::E4M3, false, d_one.ptr, ScaleMode::Tensor},
+                                       {d_b8.ptr, GemmType::E4M3, true, d_one.ptr, ScaleMode::Tensor}};
+  for (const GemmOperand* operands : {bf16_operands, fp8_operands}) {
+    DeviceArray<__nv_bfloat16> d_c(allocator_, std::vector<__nv_bfloat16>(m * n, __float2bfloat16(NAN)));
+    matmul(GemmOutput{d_c.ptr, GemmType::BF16, d_bias.ptr}, operands[0], operands[1], m, n, k, 1.0f, 0.0f);
+    const std::vector<__nv_bfloat16> c16 = d_c.host();
+    std::vector<float> c(c16.size());
+    for (size_t i = 0; i < c.size(); ++i) c[i] = __bfloat162float(c16[i]);
+    EXPECT_EQ(c, want) << (operands == bf16_operands ? "bf16" : "e4m3") << " operands";
+  }
+  // Refused, naming the rule: a bias into an fp32 output.
+  DeviceFloats d_c32(allocator_, poison(m * n));
+  EXPECT_THROW(matmul(GemmOutput{d_c32.ptr, GemmType::F32, d_bias.ptr}, bf16_operands[0], bf16_operands[1], m, n, k,
+                      1.0f, 0.0f),
+               Error);
 }
 
 // Quantised copies of a[m, k] and b[n, k] on the device for FP8 products.

@@ -112,7 +112,7 @@ std::vector<double> product(int64_t m, int64_t n, int64_t k, A a, B b) {
 }
 
 // The reference GEMMs of the layer: fp64 products of the given operand values (prepare's copies, or
-// the raw inputs), the forward with the bias, each rounded to the recipe's dtype when asked.
+// the raw inputs), the forward with the bias, each (and the bias) rounded to the recipe's dtype when asked.
 struct Reference {
   std::vector<double> out, dx, dw;
 };
@@ -138,7 +138,9 @@ Reference reference(const LayerData& d, const std::vector<float>& x_fwd, const s
   Reference r;
   r.out = product(s.n, s.out, s.in, [&](int64_t i, int64_t p) { return x_fwd[i * s.in + p]; },
                   [&](int64_t p, int64_t j) { return w_fwd[j * s.in + p]; });
-  for (int64_t i = 0; i < s.n * s.out; ++i) r.out[i] += d.b[i % s.out];
+  // The bias as the recipe adds it: rounded to the output's dtype first.
+  const std::vector<double> bias = rounded(std::vector<double>(d.b.begin(), d.b.end()), recipe, round);
+  for (int64_t i = 0; i < s.n * s.out; ++i) r.out[i] += bias[i % s.out];
   r.out = rounded(r.out, recipe, round);
   r.dx = rounded(product(s.n, s.in, s.out, [&](int64_t i, int64_t p) { return g_dgrad[i * s.out + p]; },
                          [&](int64_t p, int64_t j) { return w_dgrad[p * s.in + j]; }),

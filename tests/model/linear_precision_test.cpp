@@ -165,7 +165,8 @@ TEST(LinearPrecision, NonFiniteFp8OperandsPassThrough) {
 }
 
 // Forward, dgrad and wgrad against fp32 GEMMs (the same kernels) of independently quantized
-// operands, bitwise: the forward's and dgrad's outputs rounded to the recipe's activation dtype,
+// operands, bitwise: the forward's and dgrad's outputs rounded to the recipe's activation dtype (the
+// forward's bias rounded to it before it is added),
 // the weight gradient added unrounded into the fp32 main gradient (and so not a rounded value).
 TEST(LinearPrecision, GemmsEqualFp32GemmsOfQuantizedOperands) {
   const int64_t n = 45, IC = 150, OC = 70;
@@ -192,9 +193,15 @@ TEST(LinearPrecision, GemmsEqualFp32GemmsOfQuantizedOperands) {
     lp.forward(acc.data(), in.data(), w.data(), nullptr, n, IC, OC, true);
     const std::vector<float> qin = expected_operand(recipe, Operand::Input, GemmPass::Forward, in, n, IC);
     const std::vector<float> qw = expected_operand(recipe, Operand::Weight, GemmPass::Forward, w, OC, IC);
-    std::vector<float> want(n * OC), product(n * OC), want_acc = residual;
-    k::linear_forward(want.data(), qin.data(), qw.data(), bias.data(), n, IC, OC);
+    // The bias is added rounded to the output's dtype (a 16-bit model's bias), then the sum is rounded.
+    std::vector<float> rounded_bias = bias, want(n * OC), product(n * OC), want_acc = residual;
+    round_out(rounded_bias);
+    k::linear_forward(want.data(), qin.data(), qw.data(), rounded_bias.data(), n, IC, OC);
     round_out(want);
+    std::vector<float> with_fp32_bias(n * OC);
+    k::linear_forward(with_fp32_bias.data(), qin.data(), qw.data(), bias.data(), n, IC, OC);
+    round_out(with_fp32_bias);
+    EXPECT_TRUE(any_difference(want.data(), with_fp32_bias)) << "the bias's rounding shows in no output";
     k::linear_forward(product.data(), qin.data(), qw.data(), nullptr, n, IC, OC);
     round_out(product);
     for (size_t i = 0; i < want_acc.size(); ++i) want_acc[i] += product[i];

@@ -290,13 +290,20 @@ void emulated_precision_linear_gemm(Device device, const kernels::PrecisionGemm&
   const int64_t n = g.n, in = g.in_features, out = g.out_features;
   std::vector<float> a, b, y;
   switch (g.pass) {
-    case kernels::LinearGemm::Forward:  // in [n, IC] . W [OC, IC]^T
+    case kernels::LinearGemm::Forward: {  // in [n, IC] . W [OC, IC]^T, plus the bias rounded to the output's dtype
       a = forward_input_values(g);
       b = weight_values(g, false);
       y.resize(static_cast<size_t>(n * out));
-      kernels::linear_forward(kHost, y.data(), a.data(), b.data(), host(g.bias, "precision_linear_gemm", "bias"), n,
-                              in, out, false);
+      std::vector<float> bias;
+      if (g.bias != nullptr) {
+        const float* given = host(g.bias, "precision_linear_gemm", "bias");
+        bias.assign(given, given + out);
+        round_values(bias.data(), out, g.rounding);
+      }
+      kernels::linear_forward(kHost, y.data(), a.data(), b.data(), bias.empty() ? nullptr : bias.data(), n, in, out,
+                              false);
       break;
+    }
     case kernels::LinearGemm::DataGrad:  // dout [n, OC] . W [OC, IC]
       a = output_grad_values(g, false);
       b = weight_values(g, true);

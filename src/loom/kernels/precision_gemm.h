@@ -110,7 +110,10 @@ struct PrecisionGemm {
   LinearGemm pass = LinearGemm::Forward;
   float* out = nullptr;
   bool accumulate = false;        // add into out (always for the backward GEMMs' callers' contracts)
-  const float* bias = nullptr;    // Forward only: added in fp32 before the rounding
+  // Forward only: rounded to the output's dtype (`rounding`; as it is under None), then added to the
+  // fp32 product before that is rounded: a 16-bit model's bias, as Megatron, Transformer Engine and
+  // llm.c add it (on a GPU by cuBLASLt's bias epilogue where it serves, kernels/cuda/gemm_lt.h).
+  const float* bias = nullptr;
   CastOperand a, b;
   int64_t n = 0, in_features = 0, out_features = 0;
   OutputRounding rounding = OutputRounding::Bf16;

@@ -234,6 +234,14 @@ void LinearPrecision::round_output(float* data, int64_t n) const {
 
 float* LinearPrecision::output_scratch(int64_t n) { return sized(scratch_->out, n); }
 
+const float* LinearPrecision::rounded_bias(const float* bias, int64_t n) const {
+  if (bias == nullptr || n == 0) return bias;
+  float* copy = sized(scratch_->bias, n, device_);
+  allocator(device_).copy(copy, bias, static_cast<size_t>(n) * sizeof(float));
+  round_output(copy, n);
+  return copy;
+}
+
 void LinearPrecision::check_device_tensors(const DeviceTensors& tensors) const {
   LOOM_CHECK(tensors.dout == nullptr || takes_bf16_tensors(),
              "a linear layer's GEMMs take a bf16 output gradient under the bf16 recipe on a GPU only (this one: " +
@@ -267,8 +275,10 @@ void LinearPrecision::forward(float* out, const float* in, const float* weight, 
   const float* w = prepare(Operand::Weight, GemmPass::Forward, weight, out_features, in_features);
   const int64_t count = n * out_features;
   float* y = accumulate ? output_scratch(count) : out;
-  kernels::linear_forward(kHost, y, x, w, bias, n, in_features, out_features, false);
-  if (output == GemmOutput::Rounded) round_output(y, count);
+  const bool rounded = output == GemmOutput::Rounded;
+  kernels::linear_forward(kHost, y, x, w, rounded ? rounded_bias(bias, out_features) : bias, n, in_features,
+                          out_features, false);
+  if (rounded) round_output(y, count);
   if (accumulate) add_into(out, y, count);
 }
 

@@ -125,6 +125,7 @@ struct PrecisionScratch {
   Buffer transposed;  // blockwise column blocks
   Buffer amax;        // on a device: fp8_current's amax of each operand (3 floats, by Operand)
   Buffer dout_cast;   // on a device: a layer's 16-bit output gradient, cast by dgrad, read by wgrad
+  Buffer bias;        // a bias rounded to the activation dtype (LinearPrecision::rounded_bias)
   WeightCastCache weight_casts;  // on a device: the weights' casts, kept inside a training step's scope
 };
 
@@ -194,9 +195,16 @@ class LinearPrecision {
   const float* prepare(Operand op, GemmPass pass, const float* x, int64_t rows, int64_t cols);
   // Rounds a GEMM output to the recipe's activation dtype in place (bf16; fp16 for fp16).
   void round_output(float* data, int64_t n) const;
+  // The bias as the recipe adds it to an output it rounds: rounded to the activation dtype first,
+  // the 16-bit bias a bf16 / fp16 model holds (as Megatron, Transformer Engine and llm.c add it), so
+  // the output is round(product + round(bias)); a copy in the shared scratch, valid until the next
+  // call; null for null. forward() does this itself; a tensor-parallel sum of partial products adds
+  // it after the sum (TensorParallel::exit_forward).
+  const float* rounded_bias(const float* bias, int64_t n) const;
 
   // The same contracts as kernels::linear_forward / linear_backward, computed in the recipe.
-  // The bias (and its gradient) stays fp32; the output is rounded after the bias is added.
+  // The bias is added rounded (rounded_bias) and its gradient stays fp32; the output is rounded after
+  // the bias is added.
   // `output` / `din_output` Partial: the forward output / input gradient stays fp32 (GemmOutput).
   // `accumulate_din` false: din is written whole instead of added into.
   // `tensors`: tensors given in bf16 instead of fp32 (takes_bf16_tensors only) or wanted in bf16

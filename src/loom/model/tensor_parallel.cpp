@@ -55,7 +55,9 @@ void TensorParallel::exit_forward(float* out, float* partial, const float* bias,
   if (single()) return;  // the caller accumulated into `out` directly (with the bias)
   const int64_t local = local_rows(rows), n = local * width;
   float* sum = reduce_rows(partial, rows, width);
-  if (bias != nullptr) kernels::add_bias(device_, sum, bias, local, width);
+  // The bias as one rank's forward adds it: rounded to the output's dtype (LinearPrecision::rounded_bias).
+  if (bias != nullptr)
+    kernels::add_bias(device_, sum, rounding != nullptr ? rounding->rounded_bias(bias, width) : bias, local, width);
   if (rounding != nullptr) rounding->round_output(sum, n);
   kernels::add_in_place(device_, out, sum, n);
 }

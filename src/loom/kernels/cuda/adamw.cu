@@ -25,8 +25,8 @@ Hyper hyper(const kernels::AdamWStep& s) {
                1.0f - static_cast<float>(std::pow(static_cast<double>(s.beta2), static_cast<double>(s.step)))};
 }
 
-// Every operation rounded on its own (no fused multiply-add), in the CPU loop's order, so the
-// result is bit for bit the CPU's.
+// Every operation rounded on its own (no fused multiply-add), in the CPU loop's order: the CPU's
+// arithmetic, to an ulp (the x86-64-v3 CPU build contracts some of it into FMAs).
 __device__ inline void adamw_element(float* param, const float* grad, float* m, float* v, int64_t i, const Hyper& h) {
   const float g = __fmul_rn(h.grad_scale, grad[i]);
   const float mi = __fadd_rn(__fmul_rn(h.beta1, m[i]), __fmul_rn(1.0f - h.beta1, g));

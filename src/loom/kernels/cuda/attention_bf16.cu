@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "loom/core/error.h"
 #include "loom/kernels/attention_operands.h"
 #include "loom/kernels/cuda/attention_bf16.h"
 #include "loom/kernels/cuda/bf16_io.cuh"
@@ -172,6 +173,9 @@ void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16,
                                              const void* q16, const void* k16, const void* v16,
                                              const FlashAttentionShape& s, const AttentionVisibility& vis,
                                              const DeviceQkvRotation& rotation, cudaStream_t stream) {
+  // The cuDNN path below sums the q/k bias gradients before it rotates (ops.cpp refuses the pair).
+  LOOM_CHECK(rotation.table == nullptr || (dbias_q == nullptr && dbias_k == nullptr),
+             "flash_attention_backward_bf16_gradients: q/k bias gradients with RoPE are not supported");
   Scratch scratch;
   const Bf16 *q = as_bf16(q16), *k = as_bf16(k16), *v = as_bf16(v16), *dout = as_bf16(dout16), *out = as_bf16(out16);
   const int64_t q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len;

@@ -39,6 +39,9 @@ std::string cudnn_attention_refusal(const FlashAttentionShape& s, const Attentio
                                     std::initializer_list<const void*> tensors) {
   const CudnnStatus& status = cudnn_status();
   if (!status.available) return "cuDNN unavailable: " + status.reason;
+  // cudnn-frontend refuses the 16-bit SDPA forward on these two releases too (known bugs).
+  if (status.version == 91000 || status.version == 91001)
+    return "cuDNN " + std::to_string(status.version) + "'s SDPA (known bugs in 9.10.0 and 9.10.1)";
   std::string why = shape_refusal(s, vis);
   if (!why.empty()) return why;
   for (const void* t : tensors)

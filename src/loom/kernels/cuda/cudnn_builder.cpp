@@ -171,7 +171,10 @@ void CudnnGraph::build_plan(cudnnHandle_t handle) {
     }
     if (count == 0) refusals += std::string(" heuristics mode ") + std::to_string(mode) + ": no engine;";
   }
-  throw Error("cuDNN: no engine finalises a plan for this graph:" + refusals);
+  // cuDNN drops engines whose runtime prerequisites are missing (its SDPA engines compile at run
+  // time: libcuda and a matching NVRTC) without saying so here; its own log does.
+  throw Error("cuDNN: no engine finalises a plan for this graph:" + refusals +
+              " (CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr makes cuDNN say why)");
 }
 
 void CudnnGraph::execute(cudnnHandle_t handle, std::vector<std::pair<int64_t, void*>> pointers, void* workspace) {

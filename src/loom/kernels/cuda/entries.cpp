@@ -48,6 +48,7 @@ cudaStream_t stream_of(Device d) {
 class RopeMirrors {
  public:
   DeviceRopeTable get(Device d, const RopeTable& t) {
+    stream_of(d);  // the mirror is made on d, whichever GPU the thread had made current
     std::lock_guard<std::mutex> lock(mutex_);
     Mirror& m = mirrors_[{d.index, &t}];
     if (m.device == nullptr || m.id != t.id) {

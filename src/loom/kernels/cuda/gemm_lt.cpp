@@ -127,6 +127,7 @@ struct LtProblem {
   int64_t rows, cols, depth;  // cuBLASLt's m (= our n), n (= our m), k
   GemmOperand first, second;
   GemmType out;
+  const void* bias = nullptr;  // GemmOutput::bias: one per cuBLASLt row (our column)
 };
 
 std::unique_ptr<Plan> make_plan(Context& ctx, const LtProblem& p, bool accumulate, int alignment) {
@@ -146,6 +147,11 @@ std::unique_ptr<Plan> make_plan(Context& ctx, const LtProblem& p, bool accumulat
     // a custom pointer"); every call sets them again to its own.
     set(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, p.first.scale, "set A_SCALE_POINTER");
     set(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, p.second.scale, "set B_SCALE_POINTER");
+  }
+  if (p.bias != nullptr) {
+    set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS, "set EPILOGUE (bias)");
+    set(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_16BF), "set BIAS_DATA_TYPE");
+    set(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias, "set BIAS_POINTER");
   }
   const uint64_t m = static_cast<uint64_t>(p.rows), n = static_cast<uint64_t>(p.cols), k = static_cast<uint64_t>(p.depth);
   // cuBLASLt A: (m x k) after op; stored k x m when transposed.
@@ -176,8 +182,8 @@ std::unique_ptr<Plan> make_plan(Context& ctx, const LtProblem& p, bool accumulat
     throw Error(std::string("cuBLASLt has no algorithm for ") + type_name(p.second.type) + " x " +
                 type_name(p.first.type) + " -> " + type_name(p.out) + " with (m, n, k) = (" + std::to_string(p.cols) +
                 ", " + std::to_string(p.rows) + ", " + std::to_string(p.depth) + ")" +
-                (accumulate ? ", accumulating" : "") + ", alignment " + std::to_string(alignment) + " bytes: " +
-                cublasLtGetStatusName(status));
+                (accumulate ? ", accumulating" : "") + (p.bias != nullptr ? ", with a bf16 bias" : "") +
+                ", alignment " + std::to_string(alignment) + " bytes: " + cublasLtGetStatusName(status));
   }
   plan->algo = result.algo;
   return plan;
@@ -215,6 +221,10 @@ void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int
     LOOM_CHECK(a.type == b.type, std::string("matmul: operand types differ: ") + type_name(a.type) + " and " +
                                      type_name(b.type));
   }
+  LOOM_CHECK(c.bias == nullptr || (c.type == GemmType::BF16 && a.type != GemmType::F32 && per_tensor(a.scale_mode) &&
+                                   reinterpret_cast<uintptr_t>(c.bias) % 16 == 0),
+             "matmul: a bias is added by the epilogue of a 16-bit or per-tensor FP8 product into a bf16 output, "
+             "from a 16-byte aligned bf16 vector");
   if (k == 0) {  // nothing to multiply: c = beta * c
     LOOM_CHECK(c.type == GemmType::F32, "matmul: k = 0 is supported for fp32 outputs only");
     if (beta == 0.0f) {
@@ -224,8 +234,10 @@ void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int
     }
     return;
   }
-  const LtProblem p{n, m, k, b, a, c.type};
-  const int alignment = std::min({alignment_of(a.data), alignment_of(b.data), alignment_of(c.data)});
+  const LtProblem p{n, m, k, b, a, c.type, c.bias};
+  // The bias pointer's alignment counts too: the heuristic picks kernels by it (cublasLt.h).
+  const int alignment = std::min({alignment_of(a.data), alignment_of(b.data), alignment_of(c.data),
+                                  c.bias != nullptr ? alignment_of(c.bias) : 256});
   const bool accumulate = beta != 0.0f;
   const PlanKey key{p.rows,
                     p.cols,
@@ -238,7 +250,7 @@ void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int
                     static_cast<int>(p.first.scale_mode),
                     static_cast<int>(p.second.scale_mode),
                     alignment,
-                    0,
+                    c.bias != nullptr,
                     0,
                     accumulate};
   Context& ctx = context();
@@ -250,6 +262,7 @@ void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int
     set(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, p.first.scale, "set A_SCALE_POINTER");
     set(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, p.second.scale, "set B_SCALE_POINTER");
   }
+  if (c.bias != nullptr) set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias, "set BIAS_POINTER");
   check_lt(cublasLtMatmul(ctx.handle, plan.desc, &alpha, p.first.data, plan.a, p.second.data, plan.b, &beta, c.data,
                           plan.c, c.data, plan.d, &plan.algo, ctx.workspace, kWorkspaceBytes, stream),
            "cublasLtMatmul");

@@ -35,6 +35,10 @@ struct GemmOperand {
 struct GemmOutput {
   void* data;
   GemmType type = GemmType::F32;
+  // A bf16 vector [n] added to every row of the product before it is rounded to a bf16 output
+  // (cuBLASLt's bias epilogue: one rounding of the fp32 sum plus the bias); device memory, 16-byte
+  // aligned. 16-bit and per-tensor FP8 operands only.
+  const void* bias = nullptr;
 };
 
 void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int64_t m, int64_t n, int64_t k,

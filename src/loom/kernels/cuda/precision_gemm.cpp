@@ -269,21 +269,41 @@ void check_casts(const PrecisionGemm& g) {
              "accumulated");
 }
 
+// The bias as the recipe adds it (PrecisionGemm::bias): rounded to the output's dtype first, in
+// fp32 (for a finishing pass) or as bf16 (for cuBLASLt's bias epilogue, the same values).
+const float* rounded_bias(const PrecisionGemm& g, Scratch& scratch, cudaStream_t stream) {
+  if (g.bias == nullptr || g.rounding == OutputRounding::None) return g.bias;
+  float* b = scratch.floats(g.out_features);
+  finish_output(b, g.bias, false, nullptr, 1, g.out_features, g.rounding, false, stream);
+  return b;
+}
+const void* bf16_bias(const PrecisionGemm& g, Scratch& scratch, cudaStream_t stream) {
+  void* b = scratch.bytes(g.out_features * 2);
+  cast_operand(g.bias, b, 1, g.out_features, false, CastTo::BF16, nullptr, stream);
+  return b;
+}
+
 // The product of the prepared operands into g's output: bf16 (out16), added into out, or stored,
 // with the bias and the rounding g asks for.
 void multiply(const PrecisionGemm& g, const Dims& d, const Prepared& pa, const Prepared& pb, Scratch& scratch,
               cudaStream_t stream) {
-  // A bf16 result comes out of cuBLASLt rounded (nearest even, as the CPU rounds); anything else in
-  // fp32, rounded by the finishing pass after the bias.
-  const bool bf16_out = g.rounding == OutputRounding::Bf16 && g.bias == nullptr && pa.type != GemmType::F32;
+  const bool block_scaled = pa.mode == ScaleMode::Vec128 || pa.mode == ScaleMode::Block128x128;
+  // A bf16 result comes out of cuBLASLt rounded (nearest even, as the CPU rounds), with a bias added
+  // by its epilogue (16-bit and per-tensor FP8 products: the bf16 bias, then one rounding, as the
+  // CPU adds the rounded bias); anything else in fp32, rounded by the finishing pass after the bias.
+  const bool tensor_cores = pa.type != GemmType::F32;
+  const bool epilogue_bias = g.bias != nullptr && g.rounding == OutputRounding::Bf16 && tensor_cores && !block_scaled;
+  const bool bf16_out = g.rounding == OutputRounding::Bf16 && tensor_cores && (g.bias == nullptr || epilogue_bias);
+  const void* bias16 = epilogue_bias ? bf16_bias(g, scratch, stream) : nullptr;
+  const float* finish_bias = epilogue_bias ? nullptr : rounded_bias(g, scratch, stream);
   const int64_t count = d.m * d.n;
   const GemmOperand a_operand{pa.data, pa.type, !pa.k_in_cols, pa.scale, pa.mode};
   const GemmOperand b_operand{pb.data, pb.type, pb.k_in_cols, pb.scale, pb.mode};
   if (g.out16 != nullptr) {  // the result stays bf16: cuBLASLt's own, or rounded after the bias
     float* sum = bf16_out ? nullptr : scratch.floats(count);
-    matmul(GemmOutput{bf16_out ? g.out16 : sum, bf16_out ? GemmType::BF16 : GemmType::F32}, a_operand, b_operand,
-           d.m, d.n, d.k, 1.0f, 0.0f, stream);
-    if (!bf16_out) finish_output_bf16(g.out16, sum, g.bias, d.m, d.n, stream);
+    matmul(GemmOutput{bf16_out ? g.out16 : sum, bf16_out ? GemmType::BF16 : GemmType::F32, bias16}, a_operand,
+           b_operand, d.m, d.n, d.k, 1.0f, 0.0f, stream);
+    if (!bf16_out) finish_output_bf16(g.out16, sum, finish_bias, d.m, d.n, stream);
     return;
   }
   // An unrounded sum with no bias is added by the product itself (out = a . b + out, one rounding:
@@ -291,17 +311,17 @@ void multiply(const PrecisionGemm& g, const Dims& d, const Prepared& pa, const P
   // for wgrad). cuBLASLt documents an fp32 C for 16-bit and per-tensor FP8 products; block-scaled
   // ones keep the finishing pass, and so does an output less than 16-byte aligned (a tensor of a
   // flat gradient buffer may start anywhere; FP8 products want 16 bytes), as scratch always is.
-  const bool block_scaled = pa.mode == ScaleMode::Vec128 || pa.mode == ScaleMode::Block128x128;
   const bool aligned = reinterpret_cast<uintptr_t>(g.out) % 16 == 0;
   if (g.accumulate && g.rounding == OutputRounding::None && g.bias == nullptr && !block_scaled && aligned) {
     matmul(GemmOutput{g.out, GemmType::F32}, a_operand, b_operand, d.m, d.n, d.k, 1.0f, 1.0f, stream);
     return;
   }
-  void* target = bf16_out ? scratch.bytes(count * 2) : g.accumulate ? scratch.floats(count) : g.out;
-  matmul(GemmOutput{target, bf16_out ? GemmType::BF16 : GemmType::F32}, a_operand, b_operand, d.m, d.n, d.k, 1.0f,
-         0.0f, stream);
-  if (target != g.out || g.bias != nullptr || g.rounding != OutputRounding::None)
-    finish_output(g.out, target, bf16_out, g.bias, d.m, d.n, g.rounding, g.accumulate, stream);
+  // An output less than 16-byte aligned is written through scratch as well (FP8 products refuse it).
+  void* target = bf16_out ? scratch.bytes(count * 2) : (g.accumulate || !aligned) ? scratch.floats(count) : g.out;
+  matmul(GemmOutput{target, bf16_out ? GemmType::BF16 : GemmType::F32, bias16}, a_operand, b_operand, d.m, d.n, d.k,
+         1.0f, 0.0f, stream);
+  if (target != g.out || finish_bias != nullptr || g.rounding != OutputRounding::None)
+    finish_output(g.out, target, bf16_out, finish_bias, d.m, d.n, g.rounding, g.accumulate, stream);
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 #pragma once
 // Global-norm clipping on the device, with the contracts of kernels::cpu (adamw.h):
 // sum_of_squares returns sum(x^2) as a double (each square exact in fp64, partial sums over
-// fixed blocks of 4096 elements added in block order: deterministic, the CPU's up to fp64
-// rounding; waits for the stream), scale_in_place multiplies by a factor; and add_in_place, with
+// fixed blocks of 4096 elements, added by one block in a fixed tree: deterministic, the CPU's up
+// to fp64 rounding; waits for the stream), scale_in_place multiplies by a factor; and add_in_place, with
 // which ZeRO's reduced gradient shards accumulate over micro-batches.
 #include <cuda_runtime.h>
 
