@@ -20,6 +20,8 @@
 #include "loom/core/error.h"
 #include "loom/kernels/cpu/linear.h"
 #include "loom/kernels/cuda/backend.h"
+#include "loom/kernels/cuda/cast.h"
+#include "loom/kernels/cuda/quantize.h"
 #include "loom/kernels/ops.h"
 
 namespace loom::kernels::cuda {
@@ -336,9 +338,9 @@ TEST_F(CudaEntries, ActivationsTakeTheAmaxOfWhatTheyWrite) {
         DeviceFloats got(allocator_, std::vector<float>{start}), want(allocator_, std::vector<float>{start});
         run(got.ptr);
         if (written != nullptr) {
-          amax_into(kGpu, want.ptr, written, n);
+          kernels::amax_into(kGpu, want.ptr, written, n);
         } else {
-          amax_into_bf16(kGpu, want.ptr, written16, n);
+          kernels::amax_into_bf16(kGpu, want.ptr, written16, n);
         }
         const float g = got.host()[0], w = want.host()[0];
         EXPECT_EQ(std::bit_cast<uint32_t>(g), std::bit_cast<uint32_t>(w))
@@ -351,12 +353,18 @@ TEST_F(CudaEntries, ActivationsTakeTheAmaxOfWhatTheyWrite) {
         expect_amax_of(
             [&](float* m) { activation_forward_bf16(kGpu, a, nullptr, out16.ptr, in16.ptr, rows, width, m); },
             nullptr, out16.ptr, rows * width, start, "forward bf16");
+        // With no output, the amax alone, of the fp32 values (out holds them from the first form).
+        expect_amax_of([&](float* m) { activation_forward_bf16(kGpu, a, nullptr, nullptr, in16.ptr, rows, width, m); },
+                       out.ptr, nullptr, rows * width, start, "forward amax alone");
         expect_amax_of([&](float* m) {
           activation_backward_bf16(kGpu, a, din.ptr, nullptr, nullptr, dout16.ptr, in16.ptr, rows, width, m);
         }, din.ptr, nullptr, rows * in_width, start, "backward fp32");
         expect_amax_of([&](float* m) {
           activation_backward_bf16(kGpu, a, nullptr, din16.ptr, nullptr, dout16.ptr, in16.ptr, rows, width, m);
         }, nullptr, din16.ptr, rows * in_width, start, "backward bf16");
+        expect_amax_of([&](float* m) {  // din holds the fp32 form's values
+          activation_backward_bf16(kGpu, a, nullptr, nullptr, nullptr, dout16.ptr, in16.ptr, rows, width, m);
+        }, din.ptr, nullptr, rows * in_width, start, "backward amax alone");
         expect_amax_of([&](float* m) {
           activation_backward_bf16(kGpu, a, din.ptr, nullptr, bias.ptr, dout16.ptr, in16.ptr, rows, width, m);
         }, din.ptr, nullptr, rows * in_width, start, "backward fp32 with bias sums");
@@ -379,6 +387,66 @@ TEST_F(CudaEntries, ActivationsTakeTheAmaxOfWhatTheyWrite) {
       DeviceFloats nan_amax(allocator_, std::vector<float>{0.0f});
       activation_backward_bf16(kGpu, a, din.ptr, nullptr, nullptr, nan16.ptr, in16.ptr, rows, width, nan_amax.ptr);
       EXPECT_TRUE(std::isnan(nan_amax.host()[0])) << name;
+    }
+  }
+}
+
+// Per-tensor FP8 codes cast by the activation's kernels from what they read (Mlp::fp8_codes_from_activation):
+// bit for bit cast_operand_both of the fp32 activation (forward, E4M3) or hidden gradient
+// (backward, E5M2) the fp32 kernels write, in both orientations, with the scale and its inverse
+// after each: fp8_current's from the amax (margin 1), fp8_delayed's host scale; at sizes that are
+// not multiples of the 32 x 32 tiles.
+TEST_F(CudaEntries, ActivationCodesAreTheCastOfTheFp32ActivationBitForBit) {
+  for (const auto& [rows, width] : {std::pair<int64_t, int64_t>{70, 100}, {256, 96}}) {
+    for (const MlpActivation a : {MlpActivation::Swiglu, MlpActivation::Gelu, MlpActivation::Relu2}) {
+      const int64_t in_width = a == MlpActivation::Swiglu ? 2 * width : width;
+      DeviceArray<__nv_bfloat16> in16(allocator_, testing::to_bf16(random_values(seed_, rows * in_width, 3.0f))),
+          dout16(allocator_, testing::to_bf16(random_values(seed_ + 1, rows * width, 1.0f)));
+      for (const bool backward : {false, true}) {
+        const int64_t cols = backward ? in_width : width, n = rows * cols;
+        DeviceFloats values(allocator_, poison(n)), amax(allocator_, std::vector<float>{0.0f});
+        if (backward) {
+          activation_backward_bf16(kGpu, a, values.ptr, nullptr, nullptr, dout16.ptr, in16.ptr, rows, width, amax.ptr);
+        } else {
+          activation_forward_bf16(kGpu, a, values.ptr, nullptr, in16.ptr, rows, width, amax.ptr);
+        }
+        for (const bool current : {true, false}) {
+          const std::string name = std::to_string(rows) + " x " + std::to_string(width) + " activation " +
+                                   std::to_string(static_cast<int>(a)) + (backward ? " backward" : " forward") +
+                                   (current ? " fp8_current" : " fp8_delayed");
+          CastOperand cast;
+          cast.cast = OperandCast::Fp8Tensor;
+          cast.e5m2 = backward;
+          cast.scale = 2.5f;
+          cast.amax = current ? amax.ptr : nullptr;
+          cast.margin = current ? 1 : 0;
+          const int64_t bytes = kept_operand_bytes(OperandCast::Fp8Tensor, rows, cols);
+          const int64_t offset = weight_cast_layout(OperandCast::Fp8Tensor, rows, cols).scale_offset;
+          DeviceArray<uint8_t> codes(allocator_, std::vector<uint8_t>(bytes, 0xab)),
+              transposed(allocator_, std::vector<uint8_t>(bytes, 0xcd)),
+              want(allocator_, std::vector<uint8_t>(bytes, 0)), want_t(allocator_, std::vector<uint8_t>(bytes, 0));
+          if (backward) {
+            kernels::activation_backward_codes(kGpu, a, dout16.ptr, in16.ptr, rows, width, cast, codes.ptr,
+                                               transposed.ptr);
+          } else {
+            kernels::activation_forward_codes(kGpu, a, in16.ptr, rows, width, cast, codes.ptr, transposed.ptr);
+          }
+          auto* scales = reinterpret_cast<float*>(want.ptr + offset);
+          fp8_tensor_scale(cast.amax, cast.scale, cast.margin, backward ? Fp8::E5M2 : Fp8::E4M3, scales);
+          cast_operand_both(values.ptr, want.ptr, want_t.ptr, rows, cols, backward ? CastTo::E5M2 : CastTo::E4M3,
+                            scales);
+          check_cuda(cudaMemcpy(want_t.ptr + offset, scales, 2 * sizeof(float), cudaMemcpyDeviceToDevice), "copy");
+          const std::vector<uint8_t> got = codes.host(), got_t = transposed.host(), w = want.host(),
+                                     w_t = want_t.host();
+          auto part = [](const std::vector<uint8_t>& v, int64_t from, int64_t count) {
+            return std::vector<uint8_t>(v.begin() + from, v.begin() + from + count);
+          };
+          EXPECT_EQ(part(got, 0, n), part(w, 0, n)) << name << ": codes";
+          EXPECT_EQ(part(got_t, 0, n), part(w_t, 0, n)) << name << ": transposed codes";
+          EXPECT_EQ(part(got, offset, 8), part(w, offset, 8)) << name << ": scale and inverse";
+          EXPECT_EQ(part(got_t, offset, 8), part(w, offset, 8)) << name << ": scale beside the transposed codes";
+        }
+      }
     }
   }
 }

@@ -357,6 +357,17 @@ void fill_entries(kernels::CudaEntries& e) {
     tally([](EmulatedCensus& c) { ++c.entries["precision_linear_gemm"]; });
     emulated_precision_linear_gemm(device, gemm);
   };
+  e.activation_forward_codes = [](Device device, kernels::MlpActivation a, const void* in16, int64_t rows,
+                                  int64_t width, const kernels::CastOperand& cast, void* codes, void* transposed) {
+    tally([](EmulatedCensus& c) { ++c.entries["activation_forward_codes"]; });
+    emulated_activation_forward_codes(device, a, in16, rows, width, cast, codes, transposed);
+  };
+  e.activation_backward_codes = [](Device device, kernels::MlpActivation a, const void* dout16, const void* in16,
+                                   int64_t rows, int64_t width, const kernels::CastOperand& cast, void* codes,
+                                   void* transposed) {
+    tally([](EmulatedCensus& c) { ++c.entries["activation_backward_codes"]; });
+    emulated_activation_backward_codes(device, a, dout16, in16, rows, width, cast, codes, transposed);
+  };
 #ifdef LOOM_TEST_REAL_CUDA_ENTRIES
   // Only what the real backend serves: an op it lacks must fail here as it would on a GPU.
   kernels::CudaEntries real;
@@ -368,6 +379,8 @@ void fill_entries(kernels::CudaEntries& e) {
   if (real.amax == nullptr) e.amax = nullptr;
   if (real.round_in_place == nullptr) e.round_in_place = nullptr;
   if (real.precision_linear_gemm == nullptr) e.precision_linear_gemm = nullptr;
+  if (real.activation_forward_codes == nullptr) e.activation_forward_codes = nullptr;
+  if (real.activation_backward_codes == nullptr) e.activation_backward_codes = nullptr;
 #undef LOOM_KEEP_REAL
 #endif
 }

@@ -166,6 +166,18 @@ std::vector<float> given_bf16(const kernels::PrecisionGemm& g, const void* x16, 
   return v;
 }
 
+// Operand a [rows, cols] of a forward or dgrad given as codes its producer wrote (PrecisionGemm::a_codes,
+// emulated_activation_forward_codes / _backward_codes).
+std::vector<float> produced_values(const kernels::PrecisionGemm& g, int64_t rows, int64_t cols) {
+  LOOM_CHECK(g.a.cast == OperandCast::Fp8Tensor && g.b.cast == OperandCast::Fp8Tensor &&
+                 g.pass != kernels::LinearGemm::WeightGrad && g.a16 == nullptr,
+             "emulated cuda: precision_linear_gemm takes a's codes (a_codes) in a per-tensor FP8 forward or dgrad");
+  const Kept k = kept(g.a_codes, "a_codes", "produced-codes");
+  LOOM_CHECK(k.cast == OperandCast::Fp8Tensor && k.rows == rows && k.cols == cols && !k.columns,
+             "emulated cuda: precision_linear_gemm reads produced codes written for another shape");
+  return k.values;
+}
+
 // Operand a (the output gradient [n, OC]) of a dgrad or wgrad GEMM: cast now (and kept in its
 // store by dgrad), read from the store dgrad wrote (wgrad), or the bf16 copy the caller made (a16).
 std::vector<float> output_grad_values(const kernels::PrecisionGemm& g, bool columns) {
@@ -183,18 +195,23 @@ std::vector<float> output_grad_values(const kernels::PrecisionGemm& g, bool colu
     ++output_grad_reuses;
     return given_bf16(g, g.a16, rows * cols, "a16");
   }
-  std::vector<float> v = cast_values(g.a, rows, cols, columns);  // cast element by element
+  if (g.a_codes != nullptr) return produced_values(g, rows, cols);  // cast by the output gradient's producer
   if (g.a_store_use == kernels::CastStore::Read) {
     ++output_grad_reuses;
     const Kept k = kept(g.a_store, "a_store", "output-gradient");
     LOOM_CHECK(k.cast == g.a.cast && k.rows == rows && k.cols == cols,
                "emulated cuda: precision_linear_gemm reads an output-gradient store written for another cast or shape");
-    // The store must hold this GEMM's own output gradient (a GPU reads it instead of a.data).
-    LOOM_CHECK(std::memcmp(k.values.data(), v.data(), v.size() * sizeof(float)) == 0,  // NaN too
-               "emulated cuda: precision_linear_gemm reads an output-gradient store written from "
-                              "other values than its output gradient (a stale store)");
+    // The store must hold this GEMM's own output gradient (a GPU reads it instead of a.data), when
+    // there is one (codes written by the gradient's producer come without it).
+    if (g.a.data != nullptr) {
+      const std::vector<float> v = cast_values(g.a, rows, cols, columns);
+      LOOM_CHECK(std::memcmp(k.values.data(), v.data(), v.size() * sizeof(float)) == 0,  // NaN too
+                 "emulated cuda: precision_linear_gemm reads an output-gradient store written from "
+                 "other values than its output gradient (a stale store)");
+    }
     return k.values;
   }
+  std::vector<float> v = cast_values(g.a, rows, cols, columns);  // cast element by element
   if (g.a_store_use == kernels::CastStore::Write) keep(g.a_store, "a_store", Kept{v, g.a.cast, rows, cols, columns});
   return v;
 }
@@ -209,6 +226,11 @@ std::map<const void*, KeptInput> kept_inputs;
 // Under per-tensor FP8 the input may come in bf16 (a16, its codes kept): cast from its widened values.
 std::vector<float> forward_input_values(const kernels::PrecisionGemm& g) {
   const int64_t rows = g.n, cols = g.in_features;
+  if (g.a_codes != nullptr) {  // cast by the input's producer, its transposed codes kept already
+    LOOM_CHECK(g.input_codes_use == kernels::CastStore::None,
+               "emulated cuda: precision_linear_gemm writes no input codes from produced ones");
+    return produced_values(g, rows, cols);
+  }
   const bool fp8 = g.a.cast == OperandCast::Fp8Tensor && g.b.cast == OperandCast::Fp8Tensor;
   if (g.a16 != nullptr && !fp8) return given_bf16(g, g.a16, rows * cols, "a16");
   LOOM_CHECK(g.a16 == nullptr || g.input_codes_use == kernels::CastStore::Write,
@@ -270,6 +292,47 @@ void reset_emulated_weight_cast_counts() {
 float emulated_amax(Device device, const float* x, int64_t n) {
   check_device(device, "amax");
   return p::amax(host(x, "amax", "x"), n);
+}
+
+namespace {
+// What an activation's codes entry writes: `values` (the fp32 activation or its gradient, [rows,
+// cols]) cast as `cast` says, kept by the codes' address for the GEMM that takes them (a_codes) and
+// by the transposed codes' for the weight gradient (an input's codes, or an output gradient's store).
+void keep_produced(const char* op, std::vector<float> values, int64_t rows, int64_t cols, const CastOperand& cast,
+                   void* codes, void* transposed, bool input) {
+  LOOM_CHECK(cast.cast == OperandCast::Fp8Tensor && codes != nullptr && transposed != nullptr,
+             std::string("emulated cuda: kernels::") + op + " writes per-tensor FP8 codes in both orientations");
+  std::vector<float> q = cast_values(cast, rows, cols, false, &values);
+  const std::lock_guard<std::mutex> lock(stores_mutex);
+  stores[host(codes, op, "codes")] = Kept{q, OperandCast::Fp8Tensor, rows, cols, false};
+  if (input) {
+    kept_inputs[host(transposed, op, "transposed")] = KeptInput{std::move(q), {}};
+  } else {
+    stores[host(transposed, op, "transposed")] = Kept{std::move(q), OperandCast::Fp8Tensor, rows, cols, true};
+  }
+}
+}  // namespace
+
+void emulated_activation_forward_codes(Device device, kernels::MlpActivation activation, const void* in16,
+                                       int64_t rows, int64_t width, const CastOperand& cast, void* codes,
+                                       void* transposed) {
+  check_device(device, "activation_forward_codes");
+  std::vector<float> act(static_cast<size_t>(rows * width));
+  kernels::activation_forward_bf16(kHost, activation, act.data(), nullptr, host(in16, "activation_forward_codes", "in16"),
+                                   rows, width);
+  keep_produced("activation_forward_codes", std::move(act), rows, width, cast, codes, transposed, true);
+}
+
+void emulated_activation_backward_codes(Device device, kernels::MlpActivation activation, const void* dout16,
+                                        const void* in16, int64_t rows, int64_t width, const CastOperand& cast,
+                                        void* codes, void* transposed) {
+  check_device(device, "activation_backward_codes");
+  const int64_t cols = activation == kernels::MlpActivation::Swiglu ? 2 * width : width;
+  std::vector<float> grad(static_cast<size_t>(rows * cols));
+  kernels::activation_backward_bf16(kHost, activation, grad.data(), nullptr, nullptr,
+                                    host(dout16, "activation_backward_codes", "dout16"),
+                                    host(in16, "activation_backward_codes", "in16"), rows, width);
+  keep_produced("activation_backward_codes", std::move(grad), rows, cols, cast, codes, transposed, false);
 }
 
 void emulated_round_in_place(Device device, float* x, int64_t n, OutputRounding rounding) {

@@ -14,12 +14,22 @@
 
 #include "loom/core/device.h"
 #include "loom/kernels/precision_gemm.h"
+#include "loom/kernels/types.h"
 
 namespace loom::testing {
 
 float emulated_amax(Device device, const float* x, int64_t n);
 void emulated_round_in_place(Device device, float* x, int64_t n, kernels::OutputRounding rounding);
 void emulated_precision_linear_gemm(Device device, const kernels::PrecisionGemm& gemm);
+// kernels::activation_forward_codes / activation_backward_codes: the CPU's activation (or its
+// gradient) in fp32 from the same bf16 tensors, cast as `cast` says; the codes kept here by their
+// addresses, for the GEMMs that multiply them (a_codes, input_codes, a_store).
+void emulated_activation_forward_codes(Device device, kernels::MlpActivation activation, const void* in16,
+                                       int64_t rows, int64_t width, const kernels::CastOperand& cast, void* codes,
+                                       void* transposed);
+void emulated_activation_backward_codes(Device device, kernels::MlpActivation activation, const void* dout16,
+                                        const void* in16, int64_t rows, int64_t width,
+                                        const kernels::CastOperand& cast, void* codes, void* transposed);
 
 // Counts of the weight casts of the forward and dgrad GEMMs since the last reset, over every
 // thread: `cast` the weights cast (uncached, or written to a store), `reused` those read from one.

@@ -114,6 +114,11 @@ TEST_F(DeviceCensus, AStepOfTheDeepModelWaitsForTheDeviceOnlyForItsInputsLossAnd
     // FP8 and MX): the activation reads it as it is, forward and backward.
     EXPECT_EQ(step.entry("activation_forward_bf16"), 16 * kMicroBatches) << recipe;
     EXPECT_EQ(step.entry("activation_backward_bf16"), 16 * kMicroBatches) << recipe;
+    // Under per-tensor FP8 those are the 14 FP8 blocks' amax passes, after which the activation's
+    // kernels write the down projection's input codes and the up projection's output-gradient
+    // codes themselves (Mlp::fp8_codes_from_activation): no fp32 activation or hidden gradient.
+    EXPECT_EQ(step.entry("activation_forward_codes"), per_tensor ? 14 * kMicroBatches : 0) << recipe;
+    EXPECT_EQ(step.entry("activation_backward_codes"), per_tensor ? 14 * kMicroBatches : 0) << recipe;
     EXPECT_EQ(step.entry("swiglu_forward") + step.entry("swiglu_backward"), 0) << recipe;
     // The bf16 blocks' norms before attention and the MLP write bf16 (the FP8 recipes' two edge
     // blocks are bf16); the final norm stays fp32.

@@ -159,6 +159,10 @@ struct CudaEntries {
   float (*amax)(Device, const float* x, int64_t n) = nullptr;
   void (*round_in_place)(Device, float* x, int64_t n, OutputRounding rounding) = nullptr;
   void (*precision_linear_gemm)(Device, const PrecisionGemm& gemm) = nullptr;
+  void (*activation_forward_codes)(Device, MlpActivation, const void* in16, int64_t rows, int64_t width,
+                                   const CastOperand& cast, void* codes, void* transposed) = nullptr;
+  void (*activation_backward_codes)(Device, MlpActivation, const void* dout16, const void* in16, int64_t rows,
+                                    int64_t width, const CastOperand& cast, void* codes, void* transposed) = nullptr;
   bool started = false;  // whether a CUDA backend registered at all
   int devices = 0;       // the GPUs it serves: Device::cuda(0) .. cuda(devices - 1)
 };

@@ -351,6 +351,14 @@ void round_in_place(Device device, float* x, int64_t n, OutputRounding rounding)
 void precision_linear_gemm(Device device, const PrecisionGemm& gemm) {
   LOOM_DEVICE_ONLY(precision_linear_gemm, gemm);
 }
+void activation_forward_codes(Device device, MlpActivation activation, const void* in16, int64_t rows, int64_t width,
+                              const CastOperand& cast, void* codes, void* transposed) {
+  LOOM_DEVICE_ONLY(activation_forward_codes, activation, in16, rows, width, cast, codes, transposed);
+}
+void activation_backward_codes(Device device, MlpActivation activation, const void* dout16, const void* in16,
+                               int64_t rows, int64_t width, const CastOperand& cast, void* codes, void* transposed) {
+  LOOM_DEVICE_ONLY(activation_backward_codes, activation, dout16, in16, rows, width, cast, codes, transposed);
+}
 #undef LOOM_DEVICE_ONLY
 
 void relu2_forward(Device device, float* out, const float* in, int64_t n) { LOOM_DISPATCH(relu2_forward, out, in, n); }

@@ -80,7 +80,9 @@ void relu2_backward(Device device, float* din, const float* dout, const float* i
 // order as linear_backward's bias gradient: an up projection's bias gradient from the unrounded
 // hidden gradient, whichever form din takes. With `amax` (not null), each also takes the max |v|
 // of what it writes (out or out16; din or din16) into *amax as amax_into does (*amax >= 0 or NaN;
-// NaN wins): a per-tensor FP8 cast of that output then needs no pass of its own to find it.
+// NaN wins): a per-tensor FP8 cast of that output then needs no pass of its own to find it. With
+// neither output (out and out16, din and din16 null; no dbias), only that amax, of the fp32 values:
+// the pass before activation_forward_codes / activation_backward_codes under fp8_current.
 void activation_forward_bf16(Device device, MlpActivation activation, float* out, void* out16, const void* in16,
                              int64_t rows, int64_t width, float* amax = nullptr);
 void activation_backward_bf16(Device device, MlpActivation activation, float* din, void* din16, float* dbias,
@@ -253,5 +255,18 @@ void widen_floats(Device device, float* dst, const void* src, int64_t n, DType d
 float amax(Device device, const float* x, int64_t n);
 void round_in_place(Device device, float* x, int64_t n, OutputRounding rounding);
 void precision_linear_gemm(Device device, const PrecisionGemm& gemm);
+// Per-tensor FP8: the MLP activation's output (forward) or its input gradient (backward) cast
+// straight to FP8 codes from what the activation reads (in16, and dout16 backward, as
+// activation_forward_bf16 / activation_backward_bf16 take them), with no fp32 tensor between: the
+// codes of the values those would store in fp32, cast as `cast` (Fp8Tensor) says: fp8_delayed's
+// host scale, or fp8_current's from the device amax cast.amax with cast.margin, which the caller
+// took first (activation_*_bf16 given no output). `codes` receives the [rows, cols] codes and
+// `transposed` the [cols, rows] ones (cols: width forward, the input width backward), each
+// followed by the scale and its inverse, kept_operand_bytes(Fp8Tensor, rows, cols) bytes each: what
+// a GEMM takes as PrecisionGemm::a_codes, and as input_codes or a_store for the weight gradient.
+void activation_forward_codes(Device device, MlpActivation activation, const void* in16, int64_t rows, int64_t width,
+                              const CastOperand& cast, void* codes, void* transposed);
+void activation_backward_codes(Device device, MlpActivation activation, const void* dout16, const void* in16,
+                               int64_t rows, int64_t width, const CastOperand& cast, void* codes, void* transposed);
 
 }  // namespace loom::kernels

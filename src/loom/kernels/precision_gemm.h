@@ -140,6 +140,12 @@ struct PrecisionGemm {
   // its backward (an activation saved beside the input).
   void* input_codes = nullptr;
   CastStore input_codes_use = CastStore::None;
+  // Per-tensor FP8, a Forward or DataGrad: a's codes [n, K] as they lie (the reduction dimension
+  // contiguous) followed by their scale and its inverse (kept_operand_bytes(Fp8Tensor, n, K)),
+  // written by the kernel that produced a (kernels::activation_forward_codes / _backward_codes,
+  // which also wrote the transposed codes the weight gradient reads as input_codes / a_store):
+  // multiplied as they are (a.data, a.scale and a.amax are not read; a.e5m2 says the format).
+  const void* a_codes = nullptr;
   // bf16 tensors handed over as they are, where a GPU keeps them bf16 under the bf16 recipe (a
   // head's logits: Transformer::bf16_logits; the MLP's interior: Mlp::bf16_interior). a16 / b16,
   // when set, are a's / b's bf16 copies made by the caller (b16: wgrad's input only), multiplied

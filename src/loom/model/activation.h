@@ -42,7 +42,7 @@ inline void activation_backward(Device device, config::Activation activation, fl
 // is null) from hidden16; d_hidden (fp32) or d_hidden16 (bf16, when d_hidden is null) from d_act16
 // and hidden16, adding the fp32 d_hidden's column sums into d_bias (when not null: the up
 // projection's bias gradient); with `amax`, the max |v| of the act or d_hidden written taken into it
-// (a per-tensor FP8 layer's produced_amax).
+// (a per-tensor FP8 layer's produced_amax); with neither output, that amax alone (of the fp32 values).
 inline kernels::MlpActivation kernel_activation(config::Activation activation) {
   if (activation == config::Activation::Swiglu) return kernels::MlpActivation::Swiglu;
   if (activation == config::Activation::Relu2) return kernels::MlpActivation::Relu2;

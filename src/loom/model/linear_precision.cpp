@@ -262,6 +262,16 @@ void LinearPrecision::check_device_tensors(const DeviceTensors& tensors) const {
              "a linear layer takes an amax its operand's producer took under fp8_delayed or fp8_current on a GPU "
              "only (this one: " +
                  recipe_name(recipe_) + " on " + device_.name() + ")");
+  LOOM_CHECK((tensors.in_codes == nullptr && tensors.dout_codes == nullptr) || keeps_input_codes(),
+             "a linear layer takes FP8 codes its operand's producer wrote under fp8_delayed or fp8_current on a GPU "
+             "only (this one: " +
+                 recipe_name(recipe_) + " on " + device_.name() + ")");
+  LOOM_CHECK(tensors.in_codes == nullptr || (tensors.in == nullptr && tensors.in_amax == nullptr &&
+                                             tensors.keep_input_codes == nullptr),
+             "a linear layer's input given as its producer's FP8 codes comes with nothing else of it (its transposed "
+             "codes are written already)");
+  LOOM_CHECK(tensors.dout_codes == nullptr || (tensors.dout == nullptr && tensors.dout_amax == nullptr),
+             "a linear layer's output gradient given as its producer's FP8 codes comes with nothing else of it");
 }
 
 void LinearPrecision::forward(float* out, const float* in, const float* weight, const float* bias, int64_t n,

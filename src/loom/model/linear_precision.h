@@ -126,6 +126,7 @@ struct PrecisionScratch {
   Buffer amax;        // on a device: fp8_current's amax of each operand (3 floats, by Operand)
   Buffer dout_cast;   // on a device: a layer's 16-bit output gradient, cast by dgrad, read by wgrad
   Buffer bias;        // a bias rounded to the activation dtype (LinearPrecision::rounded_bias)
+  Buffer produced_codes;  // on a device: an operand's FP8 codes written by its producer (produced_codes)
   WeightCastCache weight_casts;  // on a device: the weights' casts, kept inside a training step's scope
 };
 
@@ -151,6 +152,13 @@ struct PrecisionScratch {
 // not read (`in` may be null: a sequence-parallel layer does not gather it again). The same tensor
 // under the same scale gives the same codes, so the products are unchanged.
 //
+// An operand's FP8 codes written by the kernel that produces it, under fp8_delayed and fp8_current
+// (keeps_input_codes): the input's (`in_codes`, forward) or the output gradient's (`dout_codes`,
+// backward), where LinearPrecision::produced_codes gave them (an MLP's activation and its gradient:
+// kernels::activation_forward_codes / activation_backward_codes). The GEMMs multiply them with no
+// cast of their own; the weight gradient reads the transposed codes the same producer wrote (the
+// input's into the kept codes, the output gradient's into the layer's store).
+//
 // The amaxes a producing kernel took, under fp8_delayed and fp8_current (keeps_input_codes): the
 // input's (`in_amax`, forward) or the output gradient's (`dout_amax`, backward), each where
 // LinearPrecision::produced_amax gave for that operand (an Error otherwise). The cast then reads
@@ -164,10 +172,12 @@ struct DeviceTensors {
   const void* kept_input_codes = nullptr;    // backward
   const float* in_amax = nullptr;            // forward
   const float* dout_amax = nullptr;          // backward
+  const void* in_codes = nullptr;            // forward
+  const void* dout_codes = nullptr;          // backward
   bool any_bf16() const { return in != nullptr || out != nullptr || dout != nullptr || din != nullptr; }
   bool any() const {
     return any_bf16() || keep_input_codes != nullptr || kept_input_codes != nullptr || in_amax != nullptr ||
-           dout_amax != nullptr;
+           dout_amax != nullptr || in_codes != nullptr || dout_codes != nullptr;
   }
 };
 
@@ -240,6 +250,20 @@ class LinearPrecision {
   // fp8_current's float is shared by the model's layers: ask for it just before the producing
   // kernel, with no other layer's GEMM between it and this layer's.
   float* produced_amax(Operand op);
+  // Under per-tensor FP8 on a GPU (keeps_input_codes): where the kernel producing operand `op`
+  // (Input or OutputGrad, [rows, cols]) writes its FP8 codes itself, after taking its amax into
+  // produced_amax(op) (fp8_current's is then reduced over the tensor-parallel group here when the
+  // operand is split): `cast`, its format and scale (fp8_delayed's from the history, fp8_current's
+  // from that amax on the device); `codes` for this layer's GEMM (handed back as DeviceTensors'
+  // in_codes / dout_codes); `transposed` for its weight gradient (Input: `keep_input_codes`, the
+  // memory the caller keeps to the backward; OutputGrad: this layer's store). Each
+  // kept_operand_bytes(Fp8Tensor, rows, cols) long.
+  struct ProducedCodes {
+    kernels::CastOperand cast;
+    void* codes = nullptr;
+    void* transposed = nullptr;
+  };
+  ProducedCodes produced_codes(Operand op, int64_t rows, int64_t cols, void* keep_input_codes = nullptr);
 
   // fp8_delayed: one DelayedScaling per operand. scale() is what prepare uses now (1 for the
   // other recipes); pending_amax() the largest amax seen since the last commit (Inf if any was

@@ -80,6 +80,24 @@ float* LinearPrecision::produced_amax(Operand op) {
   return slot;
 }
 
+LinearPrecision::ProducedCodes LinearPrecision::produced_codes(Operand op, int64_t rows, int64_t cols,
+                                                               void* keep_input_codes) {
+  LOOM_CHECK(keeps_input_codes() && op != Operand::Weight && (op == Operand::OutputGrad || keep_input_codes != nullptr),
+             "LinearPrecision::produced_codes: an input's or output gradient's codes under per-tensor FP8 on a GPU "
+             "(an input's with the memory kept for its weight gradient)");
+  ProducedCodes p;
+  p.cast = device_cast(recipe_, op, scale(op), margin_);
+  if (recipe_ == Recipe::Fp8Current) {
+    float* slot = amax_slot(op);  // filled by the producer's amax pass (produced_amax)
+    if (reduces_over_tensor_parallel(op)) max_over_tensor_parallel(*tp_group_, slot);
+    p.cast.amax = slot;
+  }
+  const int64_t bytes = kernels::kept_operand_bytes(OperandCast::Fp8Tensor, rows, cols);
+  p.codes = sized_bytes(scratch_->produced_codes, bytes, device_);
+  p.transposed = op == Operand::Input ? keep_input_codes : sized_bytes(scratch_->dout_cast, bytes, device_);
+  return p;
+}
+
 CastOperand LinearPrecision::device_operand(Operand op, const float* x, int64_t n, const void* x16,
                                             const float* given_amax) {
   CastOperand c = device_cast(recipe_, op, scale(op), margin_);
@@ -158,12 +176,18 @@ void LinearPrecision::device_forward(float* out, const float* in, const float* w
   g.n = n;
   g.in_features = in_features;
   g.out_features = out_features;
-  // The bf16 recipe: no amax, nothing read; per-tensor FP8 from a bf16 input: its amax, its codes.
-  g.a = device_operand(Operand::Input, in, n * in_features, keeps_input_codes() ? tensors.in : nullptr,
-                       tensors.in_amax);
-  g.a16 = tensors.in;
-  g.input_codes = tensors.keep_input_codes;  // cast for the weight gradient too, from the same read
-  g.input_codes_use = g.input_codes != nullptr ? kernels::CastStore::Write : kernels::CastStore::None;
+  if (tensors.in_codes != nullptr) {
+    // Cast by its producer, the weight gradient's transposed codes too: nothing to cast here.
+    g.a = device_cast(recipe_, Operand::Input, scale(Operand::Input), margin_);
+    g.a_codes = tensors.in_codes;
+  } else {
+    // The bf16 recipe: no amax, nothing read; per-tensor FP8 from a bf16 input: its amax, its codes.
+    g.a = device_operand(Operand::Input, in, n * in_features, keeps_input_codes() ? tensors.in : nullptr,
+                         tensors.in_amax);
+    g.a16 = tensors.in;
+    g.input_codes = tensors.keep_input_codes;  // cast for the weight gradient too, from the same read
+    g.input_codes_use = g.input_codes != nullptr ? kernels::CastStore::Write : kernels::CastStore::None;
+  }
   const WrittenStores stores = device_weight(g, weight);
   g.rounding = output == GemmOutput::Rounded ? rounding() : kernels::OutputRounding::None;
   run_device_gemm(g, stores);
@@ -173,7 +197,8 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
                                       const float* weight, int64_t n, int64_t in_features, int64_t out_features,
                                       GemmOutput din_output, bool accumulate_din, const DeviceTensors& tensors) {
   check_device_shape(recipe_, n, in_features, out_features);
-  LOOM_CHECK(dbias == nullptr || tensors.dout == nullptr, "a bias gradient needs the fp32 output gradient, not bf16");
+  LOOM_CHECK(dbias == nullptr || (tensors.dout == nullptr && tensors.dout_codes == nullptr),
+             "a bias gradient needs the fp32 output gradient, not bf16 or FP8 codes");
   if (dbias != nullptr)
     kernels::linear_backward(device_, nullptr, nullptr, dbias, dout, nullptr, nullptr, n, in_features, out_features);
   const bool wants_din = din != nullptr || tensors.din != nullptr;
@@ -182,20 +207,27 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
   g.n = n;
   g.in_features = in_features;
   g.out_features = out_features;
-  // dout's amax is reduced once for both GEMMs; the device orients block scales along each GEMM's
-  // reduction dimension itself (the CPU quantizes a copy per orientation; the amax is the same).
-  g.a = device_operand(Operand::OutputGrad, dout, n * out_features, nullptr, tensors.dout_amax);
-  g.a16 = tensors.dout;  // handed over in bf16: both GEMMs multiply it
+  const bool given_codes = tensors.dout_codes != nullptr;  // cast by its producer, both orientations
+  if (given_codes) {
+    g.a = device_cast(recipe_, Operand::OutputGrad, scale(Operand::OutputGrad), margin_);
+  } else {
+    // dout's amax is reduced once for both GEMMs; the device orients block scales along each GEMM's
+    // reduction dimension itself (the CPU quantizes a copy per orientation; the amax is the same).
+    g.a = device_operand(Operand::OutputGrad, dout, n * out_features, nullptr, tensors.dout_amax);
+    g.a16 = tensors.dout;  // handed over in bf16: both GEMMs multiply it
+  }
   // dgrad's cast of dout kept for wgrad (kernels::PrecisionGemm::a_store): a 16-bit copy serves
-  // as it is; per-tensor FP8 codes are written transposed beside dgrad's from the same read.
+  // as it is; per-tensor FP8 codes are written transposed beside dgrad's from the same read (or
+  // were, by the producer of given codes, into the same store).
   const int64_t kept_bytes = kernels::kept_operand_bytes(g.a.cast, n, out_features);
-  const bool keep_dout = wants_din && dweight != nullptr && g.a16 == nullptr && kept_bytes > 0;
+  const bool keep_dout = wants_din && dweight != nullptr && g.a16 == nullptr && kept_bytes > 0 && !given_codes;
   if (keep_dout) {
     g.a_store = sized_bytes(scratch_->dout_cast, kept_bytes, device_);
     g.a_store_use = kernels::CastStore::Write;
   }
   if (wants_din) {
     g.pass = kernels::LinearGemm::DataGrad;
+    g.a_codes = tensors.dout_codes;
     g.out = din;
     g.out16 = tensors.din;
     g.accumulate = accumulate_din && tensors.din == nullptr;  // a bf16 din is written whole
@@ -223,7 +255,9 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
     g.b_store_use = kernels::CastStore::None;
     g.b_store_transposed = nullptr;
     g.out16 = nullptr;
-    g.a_store_use = keep_dout ? kernels::CastStore::Read : kernels::CastStore::None;
+    g.a_codes = nullptr;
+    if (given_codes) g.a_store = sized_bytes(scratch_->dout_cast, kept_bytes, device_);  // the producer's
+    g.a_store_use = keep_dout || given_codes ? kernels::CastStore::Read : kernels::CastStore::None;
     g.rounding = kernels::OutputRounding::None;
     kernels::precision_linear_gemm(device_, g);
   }

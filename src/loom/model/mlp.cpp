@@ -51,6 +51,11 @@ bool Mlp::bf16_hidden() const {
          down->gives_bf16_outputs();
 }
 
+bool Mlp::fp8_codes_from_activation() const {
+  return bf16_hidden() && in_->precision()->keeps_input_codes() && down_->precision()->keeps_input_codes() &&
+         !in_->has_bias();
+}
+
 void Mlp::forward(Saved& saved, float* residual, const NormedRows& normed, int64_t rows,
                   ParallelScratch& scratch) const {
   if (bf16_interior()) {
@@ -61,8 +66,20 @@ void Mlp::forward(Saved& saved, float* residual, const NormedRows& normed, int64
     down_->forward(residual, nullptr, rows, scratch, DeviceTensors{.in = act});
     return;
   }
-  float* act = sized(saved.act, rows * ffn_, device_);
   void* up_codes = in_->keep_input_codes(saved.up_codes, rows);
+  if (fp8_codes_from_activation()) {
+    void* hidden = sized_16bit(saved.hidden, rows * hidden_width(), device_);
+    in_->forward(nullptr, normed.fp32, rows, scratch, DeviceTensors{.out = hidden, .keep_input_codes = up_codes});
+    // The activation's amax, then its codes for the down projection (both orientations) from the
+    // same values: no fp32 activation.
+    activation_forward_bf16(device_, activation_, nullptr, nullptr, hidden, rows, ffn_, down_->input_amax());
+    const LinearPrecision::ProducedCodes codes = down_->input_codes(saved.down_codes, rows);
+    kernels::activation_forward_codes(device_, kernel_activation(activation_), hidden, rows, ffn_, codes.cast,
+                                      codes.codes, codes.transposed);
+    down_->forward(residual, nullptr, rows, scratch, DeviceTensors{.in_codes = codes.codes});
+    return;
+  }
+  float* act = sized(saved.act, rows * ffn_, device_);
   float* act_amax = nullptr;  // taken by the activation (per-tensor FP8: down's cast needs no amax pass)
   if (bf16_hidden()) {
     void* hidden = sized_16bit(saved.hidden, rows * hidden_width(), device_);
@@ -95,8 +112,24 @@ void Mlp::backward(float* d_normed, const float* d_residual, const NormedRows& n
                   DeviceTensors{.in = normed.bf16, .dout = d_hidden});
     return;
   }
-  float* d_hidden = sized(work.d_hidden, rows * hidden_width(), device_);
   const void* down_codes = down_->kept_input_codes(saved.down_codes);
+  if (fp8_codes_from_activation()) {
+    void* d_act = sized_16bit(work.d_act, rows * ffn_, device_);
+    down_->backward(nullptr, d_residual, nullptr, rows, scratch, false,
+                    DeviceTensors{.din = d_act, .kept_input_codes = down_codes});
+    // The hidden gradient's amax, then its codes for both of the up projection's GEMMs.
+    activation_backward_bf16(device_, activation_, nullptr, nullptr, nullptr, d_act, saved.hidden.data(), rows, ffn_,
+                             in_->output_grad_amax());
+    const LinearPrecision::ProducedCodes codes = in_->output_grad_codes(rows);
+    kernels::activation_backward_codes(device_, kernel_activation(activation_), d_act, saved.hidden.data(), rows, ffn_,
+                                       codes.cast, codes.codes, codes.transposed);
+    in_->backward(d_normed, nullptr, normed.fp32, rows, scratch, accumulate,
+                  DeviceTensors{.in = normed.bf16,
+                                .kept_input_codes = in_->kept_input_codes(saved.up_codes),
+                                .dout_codes = codes.codes});
+    return;
+  }
+  float* d_hidden = sized(work.d_hidden, rows * hidden_width(), device_);
   float* d_hidden_amax = nullptr;  // taken by the activation's backward (as act_amax above)
   if (bf16_hidden()) {
     void* d_act = sized_16bit(work.d_act, rows * ffn_, device_);

@@ -19,7 +19,7 @@ class Mlp {
  public:
   struct Saved {
     // hidden = [gate | up] rows for SwiGLU, else the pre-activation (bf16_interior and bf16_hidden:
-    // 2-byte elements; act too under bf16_interior)
+    // 2-byte elements; act too under bf16_interior; no act under fp8_codes_from_activation)
     Buffer hidden, act;
     Buffer up_codes, down_codes;  // the projections' FP8 input codes, where they keep them (DeviceTensors)
   };
@@ -55,6 +55,14 @@ class Mlp {
   // gradient in fp32 for the recipe's own casts: the same values without the two widening passes,
   // with half their bytes.
   bool bf16_hidden() const;
+  // Whether, within that, the activation's kernels write the projections' FP8 codes themselves:
+  // under per-tensor FP8 (fp8_delayed, fp8_current) on a GPU without an up-projection bias (whose
+  // gradient sums the fp32 hidden gradient), the down projection's input codes and the up
+  // projection's output-gradient codes, both orientations, are cast from what the activation reads
+  // (kernels::activation_forward_codes / _backward_codes) after an amax pass over the same values:
+  // the codes the fp32 activation and hidden gradient would be cast to, with neither tensor
+  // written or read (4 and 10 bytes fewer per activation element) nor the activation kept.
+  bool fp8_codes_from_activation() const;
   // Whether training may hand the normed input over in bf16: the up projection's GEMMs are bf16
   // on a GPU, so it casts the input to bf16 anyway (for the forward and the weight gradient).
   bool takes_bf16_input() const { return in_->takes_bf16_input(); }

@@ -135,13 +135,15 @@ void ColumnParallelLinear::backward(float* d_x, const float* d_out, const float*
   // Across ranks the GEMM writes the whole partial product; the sum then goes into d_x.
   float* d_full = tp_->enter_backward_target(d_x, rows, in_, scratch.d_full, false);
   // dgrad reduces over the split output features: partial products, rounded after the sum.
-  float* dbias = tensors.dout == nullptr ? bias_grad() : nullptr;  // a bf16 d_out: the caller's
+  // A bf16 d_out: the bias gradient is the caller's; FP8 codes: the layer has no bias (Mlp).
+  float* dbias = tensors.dout == nullptr && tensors.dout_codes == nullptr ? bias_grad() : nullptr;
   linear_backward(store_->device(), precision_.get(), d_full, store_->grad(weight_), dbias, d_out, full,
                   store_->value(weight_), rows, in_, out_, split_output(*tp_), accumulate && tp_->single(),
                   DeviceTensors{.in = full16,
                                 .dout = tensors.dout,
                                 .kept_input_codes = tensors.kept_input_codes,
-                                .dout_amax = tensors.dout_amax});
+                                .dout_amax = tensors.dout_amax,
+                                .dout_codes = tensors.dout_codes});
   tp_->enter_backward(d_x, d_full, rows, in_, precision_.get(), accumulate);
 }
 
@@ -168,7 +170,10 @@ const void* RowParallelLinear::kept_input_codes(const Buffer& buffer) const {
 void RowParallelLinear::forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch,
                                 const DeviceTensors& tensors) const {
   const float* bias = bias_ >= 0 ? store_->value(bias_) : nullptr;
-  const DeviceTensors input{.in = tensors.in, .keep_input_codes = tensors.keep_input_codes, .in_amax = tensors.in_amax};
+  const DeviceTensors input{.in = tensors.in,
+                            .keep_input_codes = tensors.keep_input_codes,
+                            .in_amax = tensors.in_amax,
+                            .in_codes = tensors.in_codes};
   if (tp_->single()) {  // no reduction: accumulate straight into the residual stream
     linear_forward(store_->device(), precision_.get(), out, x, store_->value(weight_), bias, rows, in_, out_, true,
                    GemmOutput::Rounded, input);

@@ -46,7 +46,8 @@ class ColumnParallelLinear {
   // parameter gradients added into the store. tensors.in: x in bf16 instead; tensors.dout: d_out
   // in bf16 instead, the bias's gradient (which sums the fp32 d_out) then the caller's, added into
   // bias_grad(); tensors.kept_input_codes: the codes the forward kept; tensors.dout_amax: d_out's
-  // amax, taken by its producer (output_grad_amax).
+  // amax, taken by its producer (output_grad_amax); tensors.dout_codes: d_out's FP8 codes, written by
+  // its producer (output_grad_codes; the layer then has no bias).
   void backward(float* d_x, const float* d_out, const float* x, int64_t rows, ParallelScratch& scratch,
                 bool accumulate = true, const DeviceTensors& tensors = {}) const;
   // The GEMMs' precision (null: fp32); whether the layer has a bias.
@@ -63,6 +64,11 @@ class ColumnParallelLinear {
   // tensors.dout_amax (LinearPrecision::produced_amax; null otherwise): ask just before that kernel.
   float* output_grad_amax() const {
     return precision_ != nullptr ? precision_->produced_amax(Operand::OutputGrad) : nullptr;
+  }
+  // Then, where that kernel writes d_out's FP8 codes itself (LinearPrecision::produced_codes over
+  // this rank's [rows, out_local]), to hand back as tensors.dout_codes (codes).
+  LinearPrecision::ProducedCodes output_grad_codes(int64_t rows) const {
+    return precision_->produced_codes(Operand::OutputGrad, rows, out_);
   }
   // The bias's gradient in the store (null without a bias).
   float* bias_grad() const { return bias_ >= 0 ? store_->grad(bias_) : nullptr; }
@@ -86,7 +92,8 @@ class RowParallelLinear {
                     int64_t out_features);
   // out[local rows, out] += g(x W^T) + b, x being [rows, in_local] inside the region. tensors.in: x
   // in bf16 instead; tensors.keep_input_codes: where x's FP8 codes are kept for the backward;
-  // tensors.in_amax: x's amax, taken by its producer (input_amax).
+  // tensors.in_amax: x's amax, taken by its producer (input_amax); tensors.in_codes: x's FP8 codes,
+  // written by its producer (input_codes).
   void forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch,
                const DeviceTensors& tensors = {}) const;
   // d_x[rows, in_local] += g_backward(d_out) W, d_out being this rank's [local_rows, out]; = when
@@ -103,6 +110,12 @@ class RowParallelLinear {
   // Under per-tensor FP8 on a GPU, where the kernel producing x takes its amax, to hand back as
   // tensors.in_amax (LinearPrecision::produced_amax; null otherwise): ask just before that kernel.
   float* input_amax() const { return precision_ != nullptr ? precision_->produced_amax(Operand::Input) : nullptr; }
+  // Then, where that kernel writes x's FP8 codes itself (LinearPrecision::produced_codes over
+  // [rows, in_local], the transposed ones into `buffer`, kept to the backward as keep_input_codes'),
+  // to hand back as tensors.in_codes (codes).
+  LinearPrecision::ProducedCodes input_codes(Buffer& buffer, int64_t rows) const {
+    return precision_->produced_codes(Operand::Input, rows, in_, keep_input_codes(buffer, rows));
+  }
   // As ColumnParallelLinear::set_precision.
   void set_precision(std::shared_ptr<LinearPrecision> precision);
 

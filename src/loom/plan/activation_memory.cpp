@@ -56,6 +56,10 @@ bool fp8_input_codes_on_device(const config::RunConfig& config) {
           config.precision.recipe == config::PrecisionRecipe::Fp8Current);
 }
 
+bool fp8_mlp_codes_on_device(const config::RunConfig& config) {
+  return fp8_input_codes_on_device(config) && !config.model.bias;
+}
+
 int64_t block_saved_bytes(const config::ModelConfig& model, const LayerWidths& w, const ActivationShape& a) {
   const int64_t rows = a.rows(), e = a.element_bytes;
   int64_t bytes = 0;

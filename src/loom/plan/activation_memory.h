@@ -33,7 +33,8 @@ struct ActivationShape {
   int64_t logit_bytes = 4;
   // The MLP's saved hidden and activation: element_bytes, or 2 where a GPU keeps them bf16
   // (Mlp::bf16_interior: every block under the bf16 recipe); the hidden also under the FP8 and MX
-  // recipes (Mlp::bf16_hidden).
+  // recipes (Mlp::bf16_hidden); no activation (0) where its FP8 codes are all that is kept
+  // (Mlp::fp8_codes_from_activation).
   int64_t mlp_bytes = 4;
   int64_t mlp_hidden_bytes = 4;
   // The q/k/v and attention output saved for backward: element_bytes, or 2 where a GPU keeps them
@@ -71,6 +72,9 @@ bool bf16_attention_on_device(const config::RunConfig& config);
 // (LinearPrecision::keeps_input_codes): on a GPU under fp8_delayed or fp8_current (counted for
 // every block, though the bf16 edge blocks keep none).
 bool fp8_input_codes_on_device(const config::RunConfig& config);
+// Whether, within that, every block's MLP has its activation's kernels write the projections' FP8
+// codes themselves and keeps no activation (Mlp::fp8_codes_from_activation): without biases.
+bool fp8_mlp_codes_on_device(const config::RunConfig& config);
 
 // Bytes one block keeps from its forward for its backward.
 int64_t block_saved_bytes(const config::ModelConfig& model, const LayerWidths& w, const ActivationShape& a);

@@ -33,6 +33,9 @@ struct CastPath {
   bool bf16_attention = false;
   // Attention::bf16_gradients, with those: the q/k/v gradient bf16 (but under RoPE with a bias)
   bool bf16_qkv_gradient = false;
+  // Mlp::fp8_codes_from_activation under per-tensor FP8 (no biases), and whether the MLP is SwiGLU
+  bool mlp_codes = false;
+  bool swiglu = false;
 };
 
 // What a precision recipe adds to one linear's three GEMMs over `n` rows, for one rank alone (linear_precision.h):
@@ -55,6 +58,13 @@ struct Bf16Ends {
   // dout_amax): its cast reads it once, with no amax pass.
   bool input_amax = false;
   bool output_grad_amax = false;
+  // Per-tensor FP8's output gradient whose producer writes its codes itself (the MLP's activation:
+  // Mlp::fp8_codes_from_activation), in bytes per element beyond the activation's own backward
+  // (counted among the elementwise work): a second read of what it reads (SwiGLU: 3 bytes per
+  // hidden element, GELU and squared ReLU 4) and the codes' two writes, less the fp32 gradient's
+  // write (4); its input's codes cost a cast whose amax was given, the fp32 activation no longer
+  // being kept (activation_memory.h) nor read.
+  double output_grad_produced = -1.0;
 };
 double linear_cast_seconds(double n, double out, double in, model::Recipe recipe, bool recompute, const Hardware& hw,
                            const CastPath& path, const Bf16Ends& bf16 = {}) {
@@ -71,7 +81,9 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
   // With its amax taken by its producer: 6 bytes (one read, two 1-byte writes), 6/9 of a cast.
   constexpr double kBothOrientations = 10.0 / 9.0, kAmaxGiven = 6.0 / 9.0;
   const double input_cast = bf16.input_amax ? kAmaxGiven : kBothOrientations;
-  const double output_grad_cast = bf16.output_grad_amax ? kAmaxGiven : kBothOrientations;
+  const double output_grad_cast = bf16.output_grad_produced >= 0.0 ? bf16.output_grad_produced / 9.0
+                                  : bf16.output_grad_amax        ? kAmaxGiven
+                                                                 : kBothOrientations;
   double cast = 0.0;
   if (both_orientations) {
     cast = input_cast * n * in + output_grad_cast * n * out + kBothOrientations * weight / path.micro_batches;
@@ -130,6 +142,7 @@ Bf16Ends device_bf16_ends(const CastPath& path, model::Recipe r, LinearRole role
   ends.input_bf16 = o && attention;
   ends.input_amax = down && per_tensor;
   ends.output_grad_amax = up && per_tensor;
+  if (up && per_tensor && path.mlp_codes) ends.output_grad_produced = path.swiglu ? 1.0 : 2.0;
   return ends;
 }
 
@@ -167,6 +180,8 @@ double cast_seconds(const config::RunConfig& config, const StageMemory& stage, d
                 device && policy.attention_operands() == kernels::AttentionOperands::Bf16 && config.parallel.cp <= 1};
   path.bf16_qkv_gradient =
       path.bf16_attention && (config.model.positions != config::Positions::Rope || !config.model.bias);
+  path.mlp_codes = fp8_mlp_codes_on_device(config);
+  path.swiglu = config.model.activation == config::Activation::Swiglu;
   double s = 0.0;
   for_each_block_linear(config, stage, [&](double out, double in, model::Recipe r, LinearRole role) {
     s += linear_cast_seconds(tokens, out, in, r, recompute, hw, path, device_bf16_ends(path, r, role));

@@ -99,10 +99,10 @@ void activation_forward_bf16(MlpActivation activation, float* out, void* out16, 
   } else {
     gelu_forward(y, in.data(), rows * width);
   }
-  if (out == nullptr) narrow_floats(out16, y, rows * width, DType::BF16);
+  if (out == nullptr && out16 != nullptr) narrow_floats(out16, y, rows * width, DType::BF16);
   if (amax != nullptr) {
-    if (out != nullptr) {
-      amax_into(amax, out, rows * width);
+    if (out16 == nullptr) {  // fp32 out, or the amax alone of the fp32 values
+      amax_into(amax, y, rows * width);
     } else {
       amax_into_bf16(amax, out16, rows * width);
     }
@@ -127,10 +127,10 @@ void activation_backward_bf16(MlpActivation activation, float* din, void* din16,
     gelu_backward(d, dout.data(), in.data(), rows * width);
   }
   if (dbias != nullptr) add_column_sums(dbias, d, rows, input_width(activation, width));
-  if (din == nullptr) narrow_floats(din16, d, in_count, DType::BF16);
+  if (din == nullptr && din16 != nullptr) narrow_floats(din16, d, in_count, DType::BF16);
   if (amax != nullptr) {
-    if (din != nullptr) {
-      amax_into(amax, din, in_count);
+    if (din16 == nullptr) {  // fp32 din, or the amax alone of the fp32 values
+      amax_into(amax, d, in_count);
     } else {
       amax_into_bf16(amax, din16, in_count);
     }

@@ -21,7 +21,8 @@ void relu2_backward(float* din, const float* dout, const float* in, int64_t n);
 
 // kernels::activation_forward_bf16 / activation_backward_bf16 (ops.h): the kernels above on the
 // widened bf16 values, outputs rounded to bf16 (nearest even); with `amax`, the max |v| of what
-// they write taken into *amax (amax_into's contract).
+// they write taken into *amax (amax_into's contract); with neither output, only the amax of the fp32
+// values.
 void activation_forward_bf16(MlpActivation activation, float* out, void* out16, const void* in16, int64_t rows,
                              int64_t width, float* amax = nullptr);
 void activation_backward_bf16(MlpActivation activation, float* din, void* din16, float* dbias, const void* dout16,

@@ -1,5 +1,7 @@
 #include "loom/kernels/cuda/activation.h"
 
+#include "loom/core/error.h"
+#include "loom/kernels/cuda/activation_math.cuh"
 #include "loom/kernels/cuda/amax.cuh"
 #include "loom/kernels/cuda/bf16_io.cuh"
 #include "loom/kernels/cuda/bias.h"
@@ -10,26 +12,6 @@
 namespace loom::kernels::cuda {
 
 namespace {
-
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kCubic = 0.044715f;
-
-__device__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-// Each activation's input gradient at one element, in fp32: the backward kernels below and the
-// one that also sums the columns (activation_backward_sums_kernel) compute the same.
-__device__ inline float swiglu_up_grad(float g, float dy) { return dy * g * sigmoid(g); }
-__device__ inline float swiglu_gate_grad(float g, float u, float dy) {
-  const float sig = sigmoid(g);
-  return dy * u * sig * (1.0f + g * (1.0f - sig));
-}
-__device__ inline float gelu_grad(float x, float dy) {
-  const float s = sigmoid(2.0f * kSqrt2OverPi * (x + kCubic * x * x * x));
-  const float du_dx = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
-  return (s + x * s * (1.0f - s) * 2.0f * du_dx) * dy;
-}
-// One rounding per operation (no contraction into an FMA), as the CPU's.
-__device__ inline float relu2_grad(float x, float dy) { return x > 0.0f ? __fmul_rn(__fmul_rn(2.0f, x), dy) : 0.0f; }
 
 // Each kernel over fp32 or bf16 tensors (bf16_io.cuh): the same fp32 arithmetic, a bf16 output
 // rounded as it is stored. Rows of [gate | up] (2 width) into rows of width (launch_over_rows: no
@@ -42,7 +24,7 @@ __global__ void swiglu_forward_kernel(Out* __restrict__ out, const In* __restric
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     for (int64_t i = column_start(); i < width; i += column_stride()) {
       const float g = load(gate_up, r * 2 * width + i), u = load(gate_up, r * 2 * width + width + i);
-      m = nan_max(m, fabsf(store(out, r * width + i, g * sigmoid(g) * u)));
+      m = nan_max(m, fabsf(store(out, r * width + i, swiglu_value(g, u))));
     }
   }
   if (amax != nullptr) block_amax_into(amax, m);
@@ -68,8 +50,7 @@ template <typename In, typename Out>
 __global__ void gelu_forward_kernel(Out* __restrict__ out, const In* __restrict__ in, int64_t n, unsigned* amax) {
   float m = 0.0f;
   for (int64_t k = grid_start(); k < n; k += grid_stride()) {
-    const float x = load(in, k);
-    m = nan_max(m, fabsf(store(out, k, x * sigmoid(2.0f * kSqrt2OverPi * (x + kCubic * x * x * x)))));
+    m = nan_max(m, fabsf(store(out, k, gelu_value(load(in, k)))));
   }
   if (amax != nullptr) block_amax_into(amax, m);
 }
@@ -90,8 +71,7 @@ template <typename In, typename Out>
 __global__ void relu2_forward_kernel(Out* __restrict__ out, const In* __restrict__ in, int64_t n, unsigned* amax) {
   float m = 0.0f;
   for (int64_t k = grid_start(); k < n; k += grid_stride()) {
-    const float x = load(in, k), r = x > 0.0f ? x : 0.0f;
-    m = nan_max(m, fabsf(store(out, k, __fmul_rn(r, r))));
+    m = nan_max(m, fabsf(store(out, k, relu2_value(load(in, k)))));
   }
   if (amax != nullptr) block_amax_into(amax, m);
 }
@@ -240,6 +220,10 @@ void activation_forward_bf16(MlpActivation activation, float* out, void* out16, 
   if (rows * width == 0) return;
   if (out != nullptr) {
     activation_forward_into(activation, out, as_bf16(in), rows, width, amax_word(amax), stream);
+  } else if (out16 == nullptr) {  // the amax alone, of the fp32 values
+    LOOM_CHECK(amax != nullptr, "activation_forward_bf16: with no output, an amax");
+    activation_forward_into(activation, static_cast<Discard*>(nullptr), as_bf16(in), rows, width, amax_word(amax),
+                            stream);
   } else {
     activation_forward_into(activation, as_bf16(out16), as_bf16(in), rows, width, amax_word(amax), stream);
   }
@@ -274,6 +258,11 @@ void activation_backward_bf16(MlpActivation activation, float* din, void* din16,
   if (rows * width == 0) return;
   if (din != nullptr) {
     activation_backward_to(activation, din, dbias, as_bf16(dout), as_bf16(in), rows, width, amax_word(amax), stream);
+  } else if (din16 == nullptr) {  // the amax alone, of the fp32 values
+    LOOM_CHECK(amax != nullptr && dbias == nullptr,
+               "activation_backward_bf16: with no output, an amax and no bias sum");
+    activation_backward_into(activation, static_cast<Discard*>(nullptr), as_bf16(dout), as_bf16(in), rows, width,
+                             amax_word(amax), stream);
   } else {
     activation_backward_to(activation, as_bf16(din16), dbias, as_bf16(dout), as_bf16(in), rows, width,
                            amax_word(amax), stream);

@@ -27,7 +27,8 @@ void relu2_backward(float* din, const float* dout, const float* in, int64_t n, c
 // for SwiGLU, else [rows, width]. Forward writes out in fp32 (unrounded), or out16 in bf16 when out
 // is null; backward writes din in fp32, or din16 in bf16 when din is null, and with dbias adds the
 // fp32 gradient's column sums into it from the same pass (bias.h's order: the CPU's bits). With
-// amax (a device float, not null), the max |v| of what each writes is taken into it (amax.cuh).
+// amax (a device float, not null), the max |v| of what each writes is taken into it (amax.cuh);
+// with neither output (and no dbias) only that amax, of the fp32 values (activation_codes.h).
 void activation_forward_bf16(MlpActivation activation, float* out, void* out16, const void* in, int64_t rows,
                              int64_t width, float* amax = nullptr, cudaStream_t stream = nullptr);
 void activation_backward_bf16(MlpActivation activation, float* din, void* din16, float* dbias, const void* dout,

@@ -22,4 +22,10 @@ __device__ inline float store(__nv_bfloat16* x, int64_t i, float v) {
   return __bfloat162float(b);
 }
 
+// An output not kept: a kernel templated on its output type computes (and takes the amax of)
+// what it would store and writes nothing (an FP8 operand's amax pass before its codes are cast
+// from the same values: activation_codes.h).
+struct Discard {};
+__device__ inline float store(Discard*, int64_t, float v) { return v; }
+
 }  // namespace loom::kernels::cuda

@@ -10,30 +10,11 @@
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/fp8_format.cuh"
 #include "loom/kernels/cuda/launch.cuh"
+#include "loom/kernels/cuda/tiled_cast.cuh"
 
 namespace loom::kernels::cuda {
 
 namespace {
-
-constexpr int kTile = 32;
-
-// One element's cast (the scale, read from device memory, multiplies before FP8 encoding only; an
-// Inf or NaN becomes FP8 NaN: fp8_gemm_code).
-template <CastTo kTo>
-struct Caster {
-  const float* scale;
-  __device__ auto operator()(float x) const {
-    if constexpr (kTo == CastTo::F32) {
-      return x;
-    } else if constexpr (kTo == CastTo::BF16) {
-      return __float2bfloat16_rn(x);
-    } else if constexpr (kTo == CastTo::F16) {
-      return __float2half_rn(x);
-    } else {
-      return fp8_gemm_code(x, *scale, kTo == CastTo::E4M3 ? Fp8::E4M3 : Fp8::E5M2);
-    }
-  }
-};
 
 // In: fp32, or bf16 widened exactly (bf16_io.cuh's load).
 template <typename In, typename Out, typename Cast>
@@ -41,27 +22,13 @@ __global__ void cast_kernel(const In* __restrict__ in, Out* __restrict__ out, in
   for (int64_t i = grid_start(); i < n; i += grid_stride()) out[i] = cast(load(in, i));
 }
 
-// 32 x 32 tiles through shared memory, so both the reads and the writes are coalesced. `plain`,
-// when set, also receives the cast in in's own layout, from the same read.
-template <typename In, typename Out, typename Cast>
-__global__ void transpose_cast_kernel(const In* __restrict__ in, Out* __restrict__ out, Out* __restrict__ plain,
-                                      int64_t rows, int64_t cols, Cast cast) {
-  __shared__ float tile[kTile][kTile + 1];
-  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile, r0 = static_cast<int64_t>(blockIdx.y) * kTile;
-  for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
-    const int64_t r = r0 + i, c = c0 + threadIdx.x;
-    if (r < rows && c < cols) {
-      const float v = load(in, r * cols + c);
-      tile[i][threadIdx.x] = v;
-      if (plain != nullptr) plain[r * cols + c] = cast(v);
-    }
-  }
-  __syncthreads();
-  for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
-    const int64_t c = c0 + i, r = r0 + threadIdx.x;
-    if (c < cols && r < rows) out[c * rows + r] = cast(tile[threadIdx.x][i]);
-  }
-}
+// Element [r, c] of a row-major tensor, for the tiled transposed cast.
+template <typename In>
+struct LoadAt {
+  const In* in;
+  int64_t cols;
+  __device__ float operator()(int64_t r, int64_t c) const { return load(in, r * cols + c); }
+};
 
 // out: in cast, transposed when asked; plain (transposed only; may be null): in cast as it lies.
 template <CastTo kTo, typename In>
@@ -75,12 +42,8 @@ void launch_cast(const In* in, void* out, void* plain, int64_t rows, int64_t col
     check_launch("cast_kernel");
     return;
   }
-  const int64_t tiles_x = (cols + kTile - 1) / kTile, tiles_y = (rows + kTile - 1) / kTile;
-  LOOM_CHECK(tiles_x < (int64_t{1} << 31) && tiles_y <= 65535,
-             "cast_operand: " + std::to_string(rows) + " x " + std::to_string(cols) + " is too large to transpose");
-  transpose_cast_kernel<<<dim3(static_cast<unsigned>(tiles_x), static_cast<unsigned>(tiles_y)), dim3(kTile, 8), 0,
-                          stream>>>(in, o, static_cast<Out*>(plain), rows, cols, cast);
-  check_launch("transpose_cast_kernel");
+  launch_tiled_cast(LoadAt<In>{in, cols}, o, static_cast<Out*>(plain), rows, cols, cast, stream,
+                    "transpose_cast_kernel");
 }
 
 __device__ inline float rounded(float v, OutputRounding rounding) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "loom/kernels/cuda/activation.h"
+#include "loom/kernels/cuda/activation_codes.h"
 #include "loom/kernels/cuda/adamw.h"
 #include "loom/kernels/cuda/attention_bf16.h"
 #include "loom/kernels/cuda/backend.h"
@@ -330,6 +331,14 @@ void register_precision(CudaEntries& e) {
     round_in_place(x, n, rounding, stream_of(d));
   };
   e.precision_linear_gemm = [](Device d, const PrecisionGemm& g) { precision_linear_gemm(g, stream_of(d)); };
+  e.activation_forward_codes = [](Device d, MlpActivation a, const void* in16, int64_t rows, int64_t width,
+                                  const CastOperand& cast, void* codes, void* transposed) {
+    activation_forward_codes(a, in16, rows, width, cast, codes, transposed, stream_of(d));
+  };
+  e.activation_backward_codes = [](Device d, MlpActivation a, const void* dout16, const void* in16, int64_t rows,
+                                   int64_t width, const CastOperand& cast, void* codes, void* transposed) {
+    activation_backward_codes(a, dout16, in16, rows, width, cast, codes, transposed, stream_of(d));
+  };
 }
 
 }  // namespace

@@ -197,6 +197,16 @@ Prepared kept_transpose(const void* kept, const Stored& s, bool e5m2) {
   return {base, e5m2 ? GemmType::E5M2 : GemmType::E4M3, true, scales + 1, ScaleMode::Tensor};
 }
 
+// a's codes as its producer wrote them (PrecisionGemm::a_codes): [rows, cols] reduced along the
+// columns, their scale and its inverse after them.
+Prepared given_codes(const void* codes, const Stored& s, bool e5m2) {
+  LOOM_CHECK(s.k_in_cols, "precision GEMM: given codes are for a GEMM reducing along their columns");
+  const WeightCastLayout l = weight_cast_layout(OperandCast::Fp8Tensor, s.rows, s.cols);
+  const auto* base = static_cast<const uint8_t*>(codes);
+  const auto* scales = reinterpret_cast<const float*>(base + l.scale_offset);
+  return {base, e5m2 ? GemmType::E5M2 : GemmType::E4M3, true, scales + 1, ScaleMode::Tensor};
+}
+
 // b's cast as an earlier GEMM left it in its store (CastStore::Read): what fp8() or sixteen_bit()
 // returned when they wrote it there.
 Prepared from_store(const PrecisionGemm& g, const Stored& s) {
@@ -256,6 +266,11 @@ void check_casts(const PrecisionGemm& g) {
                                                          : g.pass == LinearGemm::WeightGrad)),
              "precision GEMM: an input's codes are kept under per-tensor FP8 only (written by the forward, read by "
              "wgrad)");
+  LOOM_CHECK(g.a_codes == nullptr || (per_tensor && g.pass != LinearGemm::WeightGrad &&
+                                      g.a_store_use != CastStore::Write && g.input_codes_use != CastStore::Write &&
+                                      g.a16 == nullptr),
+             "precision GEMM: a's given codes (a_codes) are a per-tensor FP8 forward's or dgrad's, which then casts "
+             "nothing of a");
   const bool bf16 = a == OperandCast::Bf16 && b == OperandCast::Bf16;
   const bool fp8_input16 = per_tensor && g.pass == LinearGemm::Forward && g.input_codes_use == CastStore::Write;
   LOOM_CHECK((g.a16 == nullptr || (bf16 && g.a_store_use == CastStore::None) || fp8_input16) &&
@@ -366,7 +381,9 @@ void precision_linear_gemm(const PrecisionGemm& g, cudaStream_t stream) {
     void* keep_a = g.a_store_use == CastStore::Write       ? g.a_store
                    : g.input_codes_use == CastStore::Write ? g.input_codes
                                                            : nullptr;
-    if (g.a_store_use == CastStore::Read) {
+    if (g.a_codes != nullptr) {
+      pa = given_codes(g.a_codes, sa, g.a.e5m2);
+    } else if (g.a_store_use == CastStore::Read) {
       pa = kept_transpose(g.a_store, sa, g.a.e5m2);
     } else if (keep_a != nullptr) {
       pa = fp8_keeping_transpose(g.a, sa, keep_a, scratch, stream, {}, g.a16);

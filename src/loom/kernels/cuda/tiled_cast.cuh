@@ -1,0 +1,73 @@
+#pragma once
+// A tensor [rows, cols] cast element by element into its transposed layout [cols, rows] and, when
+// `plain` is set, into its own layout too, from one evaluation of each element, through 32 x 32
+// tiles in shared memory so both the reads and the writes are coalesced (device code). value(r, c)
+// gives element [r, c] in fp32: a load (cast.cu), or an MLP activation computed from what it reads
+// (activation_codes.cu). Caster<To> is one element's cast (the FP8 ones multiply by the scale in
+// device memory first and write an Inf or NaN as FP8's NaN: fp8_gemm_code).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "loom/core/error.h"
+#include "loom/kernels/cuda/cast.h"
+#include "loom/kernels/cuda/device.h"
+#include "loom/kernels/cuda/fp8_format.cuh"
+
+namespace loom::kernels::cuda {
+
+constexpr int kCastTile = 32;
+
+template <CastTo kTo>
+struct Caster {
+  const float* scale;
+  __device__ auto operator()(float x) const {
+    if constexpr (kTo == CastTo::F32) {
+      return x;
+    } else if constexpr (kTo == CastTo::BF16) {
+      return __float2bfloat16_rn(x);
+    } else if constexpr (kTo == CastTo::F16) {
+      return __float2half_rn(x);
+    } else {
+      return fp8_gemm_code(x, *scale, kTo == CastTo::E4M3 ? Fp8::E4M3 : Fp8::E5M2);
+    }
+  }
+};
+
+template <typename Value, typename Out, typename Cast>
+__global__ void tiled_cast_kernel(Value value, Out* __restrict__ out, Out* __restrict__ plain, int64_t rows,
+                                  int64_t cols, Cast cast) {
+  __shared__ float tile[kCastTile][kCastTile + 1];
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kCastTile, r0 = static_cast<int64_t>(blockIdx.y) * kCastTile;
+  for (int i = threadIdx.y; i < kCastTile; i += blockDim.y) {
+    const int64_t r = r0 + i, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) {
+      const float v = value(r, c);
+      tile[i][threadIdx.x] = v;
+      if (plain != nullptr) plain[r * cols + c] = cast(v);
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < kCastTile; i += blockDim.y) {
+    const int64_t c = c0 + i, r = r0 + threadIdx.x;
+    if (c < cols && r < rows) out[c * rows + r] = cast(tile[threadIdx.x][i]);
+  }
+}
+
+// out [cols, rows] (and plain [rows, cols], may be null) from value over [rows, cols].
+template <typename Value, typename Out, typename Cast>
+void launch_tiled_cast(Value value, Out* out, Out* plain, int64_t rows, int64_t cols, Cast cast, cudaStream_t stream,
+                       const char* what) {
+  const int64_t tiles_x = (cols + kCastTile - 1) / kCastTile, tiles_y = (rows + kCastTile - 1) / kCastTile;
+  LOOM_CHECK(tiles_x < (int64_t{1} << 31) && tiles_y <= 65535,
+             std::string(what) + ": " + std::to_string(rows) + " x " + std::to_string(cols) +
+                 " is too large to transpose");
+  tiled_cast_kernel<<<dim3(static_cast<unsigned>(tiles_x), static_cast<unsigned>(tiles_y)), dim3(kCastTile, 8), 0,
+                      stream>>>(value, out, plain, rows, cols, cast);
+  check_launch(what);
+}
+
+}  // namespace loom::kernels::cuda
