@@ -23,15 +23,12 @@ struct SwigluAt {
     return swiglu_value(load(in, r * 2 * width + c), load(in, r * 2 * width + width + c));
   }
 };
-struct GeluAt {
+// An elementwise activation's (GELU's, squared ReLU's) output at (r, c).
+template <float (*kValue)(float)>
+struct ValueAt {
   const bf16* in;
   int64_t width;
-  __device__ float operator()(int64_t r, int64_t c) const { return gelu_value(load(in, r * width + c)); }
-};
-struct Relu2At {
-  const bf16* in;
-  int64_t width;
-  __device__ float operator()(int64_t r, int64_t c) const { return relu2_value(load(in, r * width + c)); }
+  __device__ float operator()(int64_t r, int64_t c) const { return kValue(load(in, r * width + c)); }
 };
 
 // The input gradient [rows, input width] at (r, c): SwiGLU's gate columns, then its up columns.
@@ -45,20 +42,15 @@ struct SwigluGradAt {
     return c < width ? swiglu_gate_grad(g, load(in, r * 2 * width + width + i), dy) : swiglu_up_grad(g, dy);
   }
 };
-struct GeluGradAt {
+// An elementwise activation's input gradient at (r, c).
+template <float (*kGrad)(float, float)>
+struct GradAt {
   const bf16* dout;
   const bf16* in;
   int64_t width;
   __device__ float operator()(int64_t r, int64_t c) const {
-    return gelu_grad(load(in, r * width + c), load(dout, r * width + c));
-  }
-};
-struct Relu2GradAt {
-  const bf16* dout;
-  const bf16* in;
-  int64_t width;
-  __device__ float operator()(int64_t r, int64_t c) const {
-    return relu2_grad(load(in, r * width + c), load(dout, r * width + c));
+    const int64_t i = r * width + c;
+    return kGrad(load(in, i), load(dout, i));
   }
 };
 
@@ -102,9 +94,9 @@ void activation_forward_codes(MlpActivation activation, const void* in16, int64_
   if (activation == MlpActivation::Swiglu) {
     cast_codes(SwigluAt{in, width}, cast, codes, transposed, rows, width, stream, what);
   } else if (activation == MlpActivation::Relu2) {
-    cast_codes(Relu2At{in, width}, cast, codes, transposed, rows, width, stream, what);
+    cast_codes(ValueAt<relu2_value>{in, width}, cast, codes, transposed, rows, width, stream, what);
   } else {
-    cast_codes(GeluAt{in, width}, cast, codes, transposed, rows, width, stream, what);
+    cast_codes(ValueAt<gelu_value>{in, width}, cast, codes, transposed, rows, width, stream, what);
   }
 }
 
@@ -116,9 +108,9 @@ void activation_backward_codes(MlpActivation activation, const void* dout16, con
   if (activation == MlpActivation::Swiglu) {
     cast_codes(SwigluGradAt{dout, in, width}, cast, codes, transposed, rows, 2 * width, stream, what);
   } else if (activation == MlpActivation::Relu2) {
-    cast_codes(Relu2GradAt{dout, in, width}, cast, codes, transposed, rows, width, stream, what);
+    cast_codes(GradAt<relu2_grad>{dout, in, width}, cast, codes, transposed, rows, width, stream, what);
   } else {
-    cast_codes(GeluGradAt{dout, in, width}, cast, codes, transposed, rows, width, stream, what);
+    cast_codes(GradAt<gelu_grad>{dout, in, width}, cast, codes, transposed, rows, width, stream, what);
   }
 }
 
