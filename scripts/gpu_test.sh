@@ -119,15 +119,19 @@ train_bench() { bash bench/cuda/train_bench.sh "$out" "$work" "$@"; }
 model_tests='CudaModel.*:CudaReleasableMemory.*'
 stage_kernels() {
   # cuDNN's own errors and warnings (why an engine or plan was refused: its SDPA engines compile at
-  # run time) into cudnn.log, for the tests only (a training run would repeat them).
-  export CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG="$out/cudnn.log"
-  gtest_run test_cuda test_cuda 100 --gtest_filter="-$model_tests"
-  gtest_run test_cuda_model test_cuda 90 --gtest_filter="$model_tests"
-  unset CUDNN_LOGLEVEL_DBG CUDNN_LOGDEST_DBG
+  # run time) into a log per run, for the tests only (a training run would repeat them).
+  export CUDNN_LOGLEVEL_DBG=2
+  CUDNN_LOGDEST_DBG="$out/cudnn_kernels.log" gtest_run test_cuda test_cuda 100 --gtest_filter="-$model_tests"
+  CUDNN_LOGDEST_DBG="$out/cudnn_model.log" gtest_run test_cuda_model test_cuda 90 --gtest_filter="$model_tests"
+  unset CUDNN_LOGLEVEL_DBG
   # Which attention the bf16 operands ran on (cuDNN's, or loom's kernels and why: once per reason).
   grep -h "^loom: attention" "$out"/test_cuda*.log | sort -u | cut -c1-300 | head -6
-  [ -s "$out/cudnn.log" ] && { echo "cuDNN's log: $(wc -l <"$out/cudnn.log") lines; its first errors:"
-    grep -m 4 -iE "error|fail" "$out/cudnn.log" | cut -c1-240; }
+  local log
+  for log in "$out"/cudnn_kernels.log "$out"/cudnn_model.log; do
+    [ -s "$log" ] || continue
+    echo "cuDNN's $(basename "$log"): $(wc -l <"$log") lines; its first errors:"
+    grep -m 4 -iE "error|fail" "$log" | cut -c1-240
+  done
 }
 
 stage_nccl() {

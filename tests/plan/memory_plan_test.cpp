@@ -139,18 +139,25 @@ train: {global_batch: 2, micro_batch: 2}
             (256 + 512 + block + 256 + 272 + 256) * 4 + 16 * 4);
   // On a GPU under per-tensor FP8 each linear keeps its input's codes for wgrad (1 byte per
   // element: q/k/v's 16 + o_proj's 16 + the up projection's 16 + down's 32 per row), and attention
-  // its q/k/v and output in bf16 (2 of 4 bytes of 16 x (32 + 16)), and the MLP no activation
-  // (16 x 32 floats: its kernels write the down projection's codes themselves, no bias), which the
-  // blockwise recipe does not; on the CPU neither does.
+  // its q/k/v and output in bf16 (2 of 4 bytes of 16 x (32 + 16)), and the MLP no fp32 activation
+  // (16 x 32: its kernels write the down projection's codes themselves, no bias; counted at the 2
+  // bytes the bf16 edge blocks keep), which the blockwise recipe does not; on the CPU neither does.
   auto with_recipe = [&](const char* recipe, bool cuda) {
     config::RunConfig r = run;
     r.precision.recipe = config::parse_config(std::string("precision: {recipe: ") + recipe + "}", "r", {}).precision.recipe;
     if (cuda) r.runtime.device = config::RuntimeDevice::Cuda;
     return plan_memory(r, {.tp = 1, .dp = 1, .pp = 1}).stages[0].activations_per_micro_batch;
   };
-  const int64_t per_tensor_gpu = 16 * (16 + 16 + 16 + 32) - 2 * 16 * (32 + 16) - 4 * 16 * 32;
+  const int64_t per_tensor_gpu = 16 * (16 + 16 + 16 + 32) - 2 * 16 * (32 + 16) - 2 * 16 * 32;
   EXPECT_EQ(with_recipe("fp8_current", true) - with_recipe("fp8_blockwise", true), per_tensor_gpu);
   EXPECT_EQ(with_recipe("fp8_delayed", true) - with_recipe("fp8_blockwise", true), per_tensor_gpu);
+  config::RunConfig every_block_fp8 = run;  // no bf16 edge blocks: no activation kept at all
+  every_block_fp8.precision.recipe = config::PrecisionRecipe::Fp8Current;
+  every_block_fp8.precision.fp8_edge_layers_bf16 = false;
+  every_block_fp8.runtime.device = config::RuntimeDevice::Cuda;
+  EXPECT_EQ(with_recipe("fp8_current", true) -
+                plan_memory(every_block_fp8, {.tp = 1, .dp = 1, .pp = 1}).stages[0].activations_per_micro_batch,
+            2 * 16 * 32);
   EXPECT_EQ(with_recipe("fp8_current", false), with_recipe("fp8_blockwise", false));
   // Under bf16 a GPU keeps 2 of 4 bytes of the logits (16 x 16), the MLP's hidden and activation
   // (16 x (64 + 32)), q/k/v (16 x 32), the attention output (16 x 16) and the two norms' outputs

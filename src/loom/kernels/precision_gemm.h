@@ -127,15 +127,16 @@ struct PrecisionGemm {
   // a's cast (the output gradient) kept from a layer's DataGrad (Write) for its WeightGrad (Read),
   // so it is cast once for both: a 16-bit copy (the same bytes serve both GEMMs: cuBLASLt
   // transposes 16-bit operands itself), or per-tensor FP8's transposed codes and their scale,
-  // written by the same pass over dout as dgrad's codes. Device memory of
-  // kept_operand_bytes(a.cast, n, out_features); a Read multiplies it without casting (a.data,
-  // a.scale and a.amax are not read).
+  // written by the same pass over dout as dgrad's codes (or by dout's producer with its a_codes:
+  // then dgrad writes nothing here). Device memory of kept_operand_bytes(a.cast, n, out_features);
+  // a Read multiplies it without casting (a.data, a.scale and a.amax are not read).
   void* a_store = nullptr;
   CastStore a_store_use = CastStore::None;
   // Per-tensor FP8 (Fp8Tensor): the layer's input cast once for its forward and its wgrad. The
   // Forward writes the input's transposed codes and their scale here (Write), from the same pass
   // over the input as the forward's own codes; the WeightGrad multiplies them as b (Read) instead
-  // of casting the input again (b.data, b.scale and b.amax are not read). Device memory of
+  // of casting the input again (b.data, b.scale and b.amax are not read); or the input's producer
+  // wrote them with its a_codes (the Forward then writes nothing here). Device memory of
   // kept_operand_bytes(Fp8Tensor, n, in_features), which the caller keeps from the forward to
   // its backward (an activation saved beside the input).
   void* input_codes = nullptr;

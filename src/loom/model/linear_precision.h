@@ -124,7 +124,9 @@ struct PrecisionScratch {
   Buffer out;         // a GEMM's output before rounding and accumulation
   Buffer transposed;  // blockwise column blocks
   Buffer amax;        // on a device: fp8_current's amax of each operand (3 floats, by Operand)
-  Buffer dout_cast;   // on a device: a layer's 16-bit output gradient, cast by dgrad, read by wgrad
+  // on a device: a layer's 16-bit output gradient or per-tensor FP8 transposed codes, cast by its
+  // dgrad (or its producer: produced_codes), read by its wgrad
+  Buffer dout_cast;
   Buffer bias;        // a bias rounded to the activation dtype (LinearPrecision::rounded_bias)
   Buffer produced_codes;  // on a device: an operand's FP8 codes written by its producer (produced_codes)
   WeightCastCache weight_casts;  // on a device: the weights' casts, kept inside a training step's scope
@@ -256,7 +258,8 @@ class LinearPrecision {
   // operand is split): `cast`, its format and scale (fp8_delayed's from the history, fp8_current's
   // from that amax on the device); `codes` for this layer's GEMM (handed back as DeviceTensors'
   // in_codes / dout_codes); `transposed` for its weight gradient (Input: `keep_input_codes`, the
-  // memory the caller keeps to the backward; OutputGrad: this layer's store). Each
+  // memory the caller keeps to the backward; OutputGrad: the model's shared store, so no other
+  // layer's backward may run between this call and this layer's). Each
   // kept_operand_bytes(Fp8Tensor, rows, cols) long.
   struct ProducedCodes {
     kernels::CastOperand cast;

@@ -221,10 +221,8 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
   // were, by the producer of given codes, into the same store).
   const int64_t kept_bytes = kernels::kept_operand_bytes(g.a.cast, n, out_features);
   const bool keep_dout = wants_din && dweight != nullptr && g.a16 == nullptr && kept_bytes > 0 && !given_codes;
-  if (keep_dout) {
-    g.a_store = sized_bytes(scratch_->dout_cast, kept_bytes, device_);
-    g.a_store_use = kernels::CastStore::Write;
-  }
+  if (keep_dout || given_codes) g.a_store = sized_bytes(scratch_->dout_cast, kept_bytes, device_);
+  if (keep_dout) g.a_store_use = kernels::CastStore::Write;
   if (wants_din) {
     g.pass = kernels::LinearGemm::DataGrad;
     g.a_codes = tensors.dout_codes;
@@ -256,7 +254,6 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
     g.b_store_transposed = nullptr;
     g.out16 = nullptr;
     g.a_codes = nullptr;
-    if (given_codes) g.a_store = sized_bytes(scratch_->dout_cast, kept_bytes, device_);  // the producer's
     g.a_store_use = keep_dout || given_codes ? kernels::CastStore::Read : kernels::CastStore::None;
     g.rounding = kernels::OutputRounding::None;
     kernels::precision_linear_gemm(device_, g);

@@ -67,23 +67,22 @@ void Mlp::forward(Saved& saved, float* residual, const NormedRows& normed, int64
     return;
   }
   void* up_codes = in_->keep_input_codes(saved.up_codes, rows);
-  if (fp8_codes_from_activation()) {
-    void* hidden = sized_16bit(saved.hidden, rows * hidden_width(), device_);
-    in_->forward(nullptr, normed.fp32, rows, scratch, DeviceTensors{.out = hidden, .keep_input_codes = up_codes});
-    // The activation's amax, then its codes for the down projection (both orientations) from the
-    // same values: no fp32 activation.
-    activation_forward_bf16(device_, activation_, nullptr, nullptr, hidden, rows, ffn_, down_->input_amax());
-    const LinearPrecision::ProducedCodes codes = down_->input_codes(saved.down_codes, rows);
-    kernels::activation_forward_codes(device_, kernel_activation(activation_), hidden, rows, ffn_, codes.cast,
-                                      codes.codes, codes.transposed);
-    down_->forward(residual, nullptr, rows, scratch, DeviceTensors{.in_codes = codes.codes});
-    return;
-  }
-  float* act = sized(saved.act, rows * ffn_, device_);
+  // No fp32 activation where the activation's kernels write the down projection's codes themselves.
+  float* act = fp8_codes_from_activation() ? nullptr : sized(saved.act, rows * ffn_, device_);
   float* act_amax = nullptr;  // taken by the activation (per-tensor FP8: down's cast needs no amax pass)
   if (bf16_hidden()) {
     void* hidden = sized_16bit(saved.hidden, rows * hidden_width(), device_);
     in_->forward(nullptr, normed.fp32, rows, scratch, DeviceTensors{.out = hidden, .keep_input_codes = up_codes});
+    if (fp8_codes_from_activation()) {
+      // The activation's amax, then its codes for the down projection (both orientations) from the
+      // same values: no fp32 activation.
+      activation_forward_bf16(device_, activation_, nullptr, nullptr, hidden, rows, ffn_, down_->input_amax());
+      const LinearPrecision::ProducedCodes codes = down_->input_codes(saved.down_codes, rows);
+      kernels::activation_forward_codes(device_, kernel_activation(activation_), hidden, rows, ffn_, codes.cast,
+                                        codes.codes, codes.transposed);
+      down_->forward(residual, nullptr, rows, scratch, DeviceTensors{.in_codes = codes.codes});
+      return;
+    }
     act_amax = down_->input_amax();
     activation_forward_bf16(device_, activation_, act, nullptr, hidden, rows, ffn_, act_amax);
   } else {
@@ -113,28 +112,24 @@ void Mlp::backward(float* d_normed, const float* d_residual, const NormedRows& n
     return;
   }
   const void* down_codes = down_->kept_input_codes(saved.down_codes);
-  if (fp8_codes_from_activation()) {
-    void* d_act = sized_16bit(work.d_act, rows * ffn_, device_);
-    down_->backward(nullptr, d_residual, nullptr, rows, scratch, false,
-                    DeviceTensors{.din = d_act, .kept_input_codes = down_codes});
-    // The hidden gradient's amax, then its codes for both of the up projection's GEMMs.
-    activation_backward_bf16(device_, activation_, nullptr, nullptr, nullptr, d_act, saved.hidden.data(), rows, ffn_,
-                             in_->output_grad_amax());
-    const LinearPrecision::ProducedCodes codes = in_->output_grad_codes(rows);
-    kernels::activation_backward_codes(device_, kernel_activation(activation_), d_act, saved.hidden.data(), rows, ffn_,
-                                       codes.cast, codes.codes, codes.transposed);
-    in_->backward(d_normed, nullptr, normed.fp32, rows, scratch, accumulate,
-                  DeviceTensors{.in = normed.bf16,
-                                .kept_input_codes = in_->kept_input_codes(saved.up_codes),
-                                .dout_codes = codes.codes});
-    return;
-  }
-  float* d_hidden = sized(work.d_hidden, rows * hidden_width(), device_);
+  const void* up_codes = in_->kept_input_codes(saved.up_codes);
+  float* d_hidden = fp8_codes_from_activation() ? nullptr : sized(work.d_hidden, rows * hidden_width(), device_);
   float* d_hidden_amax = nullptr;  // taken by the activation's backward (as act_amax above)
   if (bf16_hidden()) {
     void* d_act = sized_16bit(work.d_act, rows * ffn_, device_);
     down_->backward(nullptr, d_residual, saved.act.data(), rows, scratch, false,
                     DeviceTensors{.din = d_act, .kept_input_codes = down_codes});
+    if (fp8_codes_from_activation()) {
+      // The hidden gradient's amax, then its codes for both of the up projection's GEMMs.
+      activation_backward_bf16(device_, activation_, nullptr, nullptr, nullptr, d_act, saved.hidden.data(), rows,
+                               ffn_, in_->output_grad_amax());
+      const LinearPrecision::ProducedCodes codes = in_->output_grad_codes(rows);
+      kernels::activation_backward_codes(device_, kernel_activation(activation_), d_act, saved.hidden.data(), rows,
+                                         ffn_, codes.cast, codes.codes, codes.transposed);
+      in_->backward(d_normed, nullptr, normed.fp32, rows, scratch, accumulate,
+                    DeviceTensors{.in = normed.bf16, .kept_input_codes = up_codes, .dout_codes = codes.codes});
+      return;
+    }
     d_hidden_amax = in_->output_grad_amax();
     activation_backward_bf16(device_, activation_, d_hidden, nullptr, nullptr, d_act, saved.hidden.data(), rows,
                              ffn_, d_hidden_amax);
@@ -145,9 +140,7 @@ void Mlp::backward(float* d_normed, const float* d_residual, const NormedRows& n
     activation_backward(device_, activation_, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
   }
   in_->backward(d_normed, d_hidden, normed.fp32, rows, scratch, accumulate,
-                DeviceTensors{.in = normed.bf16,
-                              .kept_input_codes = in_->kept_input_codes(saved.up_codes),
-                              .dout_amax = d_hidden_amax});
+                DeviceTensors{.in = normed.bf16, .kept_input_codes = up_codes, .dout_amax = d_hidden_amax});
 }
 
 }  // namespace loom::model

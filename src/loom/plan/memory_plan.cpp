@@ -106,7 +106,13 @@ StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& lay
   ActivationShape a{config.train.micro_batch, config.data.seq_len, shape.tp, config.parallel.sequence_parallel,
                     options.activation_bytes, options.attention_probs};
   a.logit_bytes = bf16_logits_on_device(config, shape.tp) ? 2 : a.element_bytes;
-  a.mlp_bytes = bf16_mlp_on_device(config) ? 2 : fp8_mlp_codes_on_device(config) ? 0 : a.element_bytes;
+  // An FP8 block whose MLP keeps its activation's codes only (Mlp::fp8_codes_from_activation) keeps
+  // no activation; counted as the 2 bytes of the bf16 edge blocks' where those are kept (one count
+  // serves every block: erring high).
+  a.mlp_bytes = bf16_mlp_on_device(config)        ? 2
+                : !fp8_mlp_codes_on_device(config) ? a.element_bytes
+                : config.precision.fp8_edge_layers_bf16 ? 2
+                                                        : 0;
   a.mlp_hidden_bytes = bf16_mlp_hidden_on_device(config) ? 2 : a.element_bytes;
   a.input_code_bytes = fp8_input_codes_on_device(config) ? 1 : 0;
   a.attention_bytes = bf16_attention_on_device(config) ? 2 : a.element_bytes;

@@ -62,8 +62,9 @@ struct Bf16Ends {
   // Mlp::fp8_codes_from_activation), in bytes per element beyond the activation's own backward
   // (counted among the elementwise work): a second read of what it reads (SwiGLU: 3 bytes per
   // hidden element, GELU and squared ReLU 4) and the codes' two writes, less the fp32 gradient's
-  // write (4); its input's codes cost a cast whose amax was given, the fp32 activation no longer
-  // being kept (activation_memory.h) nor read.
+  // write (4); its input's codes cost a cast whose amax was given (for SwiGLU: a second read of the
+  // hidden, 4 bytes, and the two writes; GELU's and squared ReLU's move 4 of those 6), the fp32
+  // activation no longer being kept (activation_memory.h) nor read.
   double output_grad_produced = -1.0;
 };
 double linear_cast_seconds(double n, double out, double in, model::Recipe recipe, bool recompute, const Hardware& hw,

@@ -1,3 +1,4 @@
+#include "loom/core/error.h"
 #include "loom/kernels/cpu/activation.h"
 #include "loom/kernels/cpu/fast_math.h"
 #include "loom/kernels/cpu/finite.h"
@@ -85,6 +86,7 @@ int64_t input_width(MlpActivation activation, int64_t width) {
 
 void activation_forward_bf16(MlpActivation activation, float* out, void* out16, const void* in16, int64_t rows,
                              int64_t width, float* amax) {
+  LOOM_CHECK(out != nullptr || out16 != nullptr || amax != nullptr, "activation_forward_bf16: with no output, an amax");
   const std::vector<float> in = widened_bf16(in16, rows * input_width(activation, width));
   std::vector<float> local;
   float* y = out;
@@ -101,7 +103,7 @@ void activation_forward_bf16(MlpActivation activation, float* out, void* out16, 
   }
   if (out == nullptr && out16 != nullptr) narrow_floats(out16, y, rows * width, DType::BF16);
   if (amax != nullptr) {
-    if (out16 == nullptr) {  // fp32 out, or the amax alone of the fp32 values
+    if (out != nullptr || out16 == nullptr) {  // fp32 out, or the amax alone of the fp32 values
       amax_into(amax, y, rows * width);
     } else {
       amax_into_bf16(amax, out16, rows * width);
@@ -111,6 +113,8 @@ void activation_forward_bf16(MlpActivation activation, float* out, void* out16, 
 
 void activation_backward_bf16(MlpActivation activation, float* din, void* din16, float* dbias, const void* dout16,
                               const void* in16, int64_t rows, int64_t width, float* amax) {
+  LOOM_CHECK(din != nullptr || din16 != nullptr || (amax != nullptr && dbias == nullptr),
+             "activation_backward_bf16: with no output, an amax and no bias sum");
   const int64_t in_count = rows * input_width(activation, width);
   const std::vector<float> in = widened_bf16(in16, in_count), dout = widened_bf16(dout16, rows * width);
   std::vector<float> local;
@@ -129,7 +133,7 @@ void activation_backward_bf16(MlpActivation activation, float* din, void* din16,
   if (dbias != nullptr) add_column_sums(dbias, d, rows, input_width(activation, width));
   if (din == nullptr && din16 != nullptr) narrow_floats(din16, d, in_count, DType::BF16);
   if (amax != nullptr) {
-    if (din16 == nullptr) {  // fp32 din, or the amax alone of the fp32 values
+    if (din != nullptr || din16 == nullptr) {  // fp32 din, or the amax alone of the fp32 values
       amax_into(amax, d, in_count);
     } else {
       amax_into_bf16(amax, din16, in_count);

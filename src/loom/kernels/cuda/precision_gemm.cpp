@@ -188,19 +188,11 @@ Prepared fp8_keeping_transpose(const CastOperand& op, const Stored& s, void* kep
   return {codes, f == Fp8::E4M3 ? GemmType::E4M3 : GemmType::E5M2, true, inverse, ScaleMode::Tensor};
 }
 
-// The weight gradient's operand [rows, cols] (reduced along its rows) from the transposed codes
-// and scale fp8_keeping_transpose kept.
-Prepared kept_transpose(const void* kept, const Stored& s, bool e5m2) {
-  const WeightCastLayout l = weight_cast_layout(OperandCast::Fp8Tensor, s.cols, s.rows);
-  const auto* base = static_cast<const uint8_t*>(kept);
-  const auto* scales = reinterpret_cast<const float*>(base + l.scale_offset);
-  return {base, e5m2 ? GemmType::E5M2 : GemmType::E4M3, true, scales + 1, ScaleMode::Tensor};
-}
-
-// a's codes as its producer wrote them (PrecisionGemm::a_codes): [rows, cols] reduced along the
-// columns, their scale and its inverse after them.
-Prepared given_codes(const void* codes, const Stored& s, bool e5m2) {
-  LOOM_CHECK(s.k_in_cols, "precision GEMM: given codes are for a GEMM reducing along their columns");
+// Per-tensor FP8 codes of an operand as its GEMM reads them (the reduction dimension contiguous),
+// their scale and its inverse after them (kept_operand_bytes' layout, the same either way round),
+// written earlier: the transposed codes fp8_keeping_transpose or a producer kept for a weight
+// gradient, or a's codes as its producer wrote them (PrecisionGemm::a_codes).
+Prepared written_codes(const void* codes, const Stored& s, bool e5m2) {
   const WeightCastLayout l = weight_cast_layout(OperandCast::Fp8Tensor, s.rows, s.cols);
   const auto* base = static_cast<const uint8_t*>(codes);
   const auto* scales = reinterpret_cast<const float*>(base + l.scale_offset);
@@ -382,16 +374,16 @@ void precision_linear_gemm(const PrecisionGemm& g, cudaStream_t stream) {
                    : g.input_codes_use == CastStore::Write ? g.input_codes
                                                            : nullptr;
     if (g.a_codes != nullptr) {
-      pa = given_codes(g.a_codes, sa, g.a.e5m2);
+      pa = written_codes(g.a_codes, sa, g.a.e5m2);
     } else if (g.a_store_use == CastStore::Read) {
-      pa = kept_transpose(g.a_store, sa, g.a.e5m2);
+      pa = written_codes(g.a_store, sa, g.a.e5m2);
     } else if (keep_a != nullptr) {
       pa = fp8_keeping_transpose(g.a, sa, keep_a, scratch, stream, {}, g.a16);
     } else {
       pa = fp8(g.a, sa, scratch, stream);
     }
     if (g.input_codes_use == CastStore::Read) {
-      pb = kept_transpose(g.input_codes, sb, g.b.e5m2);
+      pb = written_codes(g.input_codes, sb, g.b.e5m2);
     } else if (g.b_store_transposed != nullptr) {
       pb = fp8_keeping_transpose(g.b, sb, g.b_store_transposed, scratch, stream, store_of(g));
     } else if (g.b_store_use != CastStore::Read) {
