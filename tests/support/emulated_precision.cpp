@@ -318,8 +318,8 @@ void emulated_activation_forward_codes(Device device, kernels::MlpActivation act
                                        void* transposed) {
   check_device(device, "activation_forward_codes");
   std::vector<float> act(static_cast<size_t>(rows * width));
-  kernels::activation_forward_bf16(kHost, activation, act.data(), nullptr, host(in16, "activation_forward_codes", "in16"),
-                                   rows, width);
+  kernels::activation_forward_bf16(kHost, activation, act.data(), nullptr,
+                                   host(in16, "activation_forward_codes", "in16"), rows, width);
   keep_produced("activation_forward_codes", std::move(act), rows, width, cast, codes, transposed, true);
 }
 

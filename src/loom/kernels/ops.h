@@ -261,10 +261,11 @@ void precision_linear_gemm(Device device, const PrecisionGemm& gemm);
 // activation_forward_bf16 / activation_backward_bf16 take them), with no fp32 tensor between: the
 // codes of the values those would store in fp32, cast as `cast` (Fp8Tensor) says: fp8_delayed's
 // host scale, or fp8_current's from the device amax cast.amax with cast.margin, which the caller
-// took first (activation_*_bf16 given no output, as fp8_delayed's pending amax). `codes` receives the [rows, cols] codes and
-// `transposed` the [cols, rows] ones (cols: width forward, the input width backward), each
-// followed by the scale and its inverse, kept_operand_bytes(Fp8Tensor, rows, cols) bytes each: what
-// a GEMM takes as PrecisionGemm::a_codes, and as input_codes or a_store for the weight gradient.
+// took first (activation_*_bf16 given no output, as fp8_delayed's pending amax). `codes`
+// receives the [rows, cols] codes and `transposed` the [cols, rows] ones (cols: width forward, the
+// input width backward), each followed by the scale and its inverse,
+// kept_operand_bytes(Fp8Tensor, rows, cols) bytes each: what a GEMM takes as
+// PrecisionGemm::a_codes, and as input_codes or a_store for the weight gradient.
 void activation_forward_codes(Device device, MlpActivation activation, const void* in16, int64_t rows, int64_t width,
                               const CastOperand& cast, void* codes, void* transposed);
 void activation_backward_codes(Device device, MlpActivation activation, const void* dout16, const void* in16,
