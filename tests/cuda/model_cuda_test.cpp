@@ -1,5 +1,5 @@
-// The model and trainer on a real GPU (runtime.device=cuda): the any_non_finite entry against the
-// CPU, transfers through the device's allocator, and the tiny Llama-style model trained 4 steps
+// The model and trainer on a real GPU (runtime.device=cuda): the gradient norm's check for Inf or
+// NaN against the CPU, transfers through the device's allocator, and the tiny Llama-style model trained 4 steps
 // (2 micro-batches each) on Device::cuda(0) and on the CPU: losses within 1e-4 relative (fp32,
 // different summation orders in the GEMMs and reductions). Skipped, saying why, without a GPU;
 // tests/train/device_training_test.cpp runs the same path on the emulated device everywhere.
@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,22 +28,32 @@ using testing::random_values;
 
 class CudaModel : public testing::GpuTest<> {};
 
-TEST_F(CudaModel, AnyNonFiniteAndHostTransfersMatchTheCpu) {
+// The precision step skips a step whose gradient norm is Inf or NaN (no other pass checks the
+// gradients): the device's sum of squares is non-finite exactly when an element is, and the
+// largest finite floats keep it finite (their squares overflow fp32, not fp64).
+TEST_F(CudaModel, SumOfSquaresIsNonFiniteExactlyWhenAnElementIsAndHostTransfersMatchTheCpu) {
   const Device gpu = Device::cuda(0);
+  constexpr float kMax = std::numeric_limits<float>::max();
   for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{1} << 20 | 3}) {
     std::vector<float> x = random_values(seed_, n, 1.0f);
+    for (int64_t i = 0; i < n; i += 4099) x[static_cast<size_t>(i)] = -kMax;
     DeviceBuffer<float> d(gpu, n);
     copy_from_host(gpu, d.data(), x.data(), n);
     std::vector<float> back(static_cast<size_t>(n), NAN);
     copy_to_host(gpu, back.data(), d.data(), n);
     EXPECT_EQ(back, x) << n;
-    EXPECT_FALSE(any_non_finite(gpu, d.data(), n)) << n;
+    const double want = kernels::sum_of_squares(Device::cpu(), x.data(), n);
+    EXPECT_TRUE(std::isfinite(want)) << n;
+    EXPECT_NEAR(kernels::sum_of_squares(gpu, d.data(), n), want, 1e-12 * want) << n;
     for (float bad : {INFINITY, -INFINITY, NAN}) {
-      std::vector<float> y = x;
-      y[static_cast<size_t>(n - 1)] = bad;  // the last element: the grid-stride loop's tail
-      copy_from_host(gpu, d.data(), y.data(), n);
-      EXPECT_EQ(any_non_finite(gpu, d.data(), n), any_non_finite(Device::cpu(), y.data(), n)) << n << " " << bad;
-      EXPECT_TRUE(any_non_finite(gpu, d.data(), n)) << n << " " << bad;
+      for (int64_t at : {int64_t{0}, n - 1}) {  // the first block's head, the last block's tail
+        std::vector<float> y = x;
+        y[static_cast<size_t>(at)] = bad;
+        copy_from_host(gpu, d.data(), y.data(), n);
+        const double sum = kernels::sum_of_squares(gpu, d.data(), n);
+        EXPECT_FALSE(std::isfinite(sum)) << n << " " << at << " " << bad;
+        EXPECT_EQ(std::isnan(sum), std::isnan(bad)) << n << " " << at << " " << bad;
+      }
     }
   }
 }

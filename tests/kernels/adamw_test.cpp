@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <vector>
 
 #include "../gradient_check.h"
 #include "loom/kernels/cpu/adamw.h"
@@ -35,6 +37,29 @@ TEST(AdamW, SumOfSquaresMatchesSerialOnAwkwardSizes) {
     double expect = 0.0;
     for (float v : x) expect += static_cast<double>(v) * v;
     EXPECT_NEAR(sum_of_squares(x.data(), n), expect, 1e-12 * (1.0 + expect)) << "n=" << n;
+  }
+}
+
+// The gradient norm is the precision step's check for a step to skip: the sum is Inf or NaN
+// exactly when an element is, and the largest finite floats (whose squares overflow fp32) keep it
+// finite.
+TEST(AdamW, SumOfSquaresIsNonFiniteExactlyWhenAnElementIs) {
+  constexpr float kMax = std::numeric_limits<float>::max();
+  for (int64_t n : {1, 4097, 300001}) {
+    std::vector<float> x = loom::testing::random_vector(n, 4);
+    for (int64_t i = 0; i < n; i += 997) x[static_cast<size_t>(i)] = i % 2 == 0 ? kMax : -kMax;
+    const double finite = sum_of_squares(x.data(), n);
+    EXPECT_TRUE(std::isfinite(finite)) << n;
+    EXPECT_GE(finite, static_cast<double>(kMax) * kMax) << n;
+    for (float bad : {INFINITY, -INFINITY, NAN}) {
+      for (int64_t at : {int64_t{0}, n / 2, n - 1}) {
+        std::vector<float> y = x;
+        y[static_cast<size_t>(at)] = bad;
+        const double sum = sum_of_squares(y.data(), n);
+        EXPECT_FALSE(std::isfinite(sum)) << n << " " << at << " " << bad;
+        EXPECT_EQ(std::isnan(sum), std::isnan(bad)) << n << " " << at << " " << bad;
+      }
+    }
   }
 }
 

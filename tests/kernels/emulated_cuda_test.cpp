@@ -87,7 +87,6 @@ TEST(EmulatedCuda, OpsEqualTheCpuBitForBit) {
   EXPECT_EQ(download(ddw), dw);
   EXPECT_EQ(download(dc), c);
   EXPECT_EQ(kernels::sum_of_squares(g, dx.data(), dx.size()), kernels::sum_of_squares(Device::cpu(), x.data(), rows * dim));
-  EXPECT_FALSE(kernels::any_non_finite(g, dx.data(), dx.size()));
 }
 
 TEST(EmulatedCuda, AdamWManyUntagsTheTensorsItIsGiven) {

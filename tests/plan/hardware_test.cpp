@@ -42,6 +42,13 @@ device: {peak_tflops: 989, fp8_peak_tflops: 1979, gemm_efficiency: 0.8, fp8_gemm
 )",
                                       "hw.yaml");
   EXPECT_DOUBLE_EQ(fp8.fp8_flops_per_rank(1), 1979e12 * 0.6);
+  // A GEMM's output written after its products, at the memory bandwidth; by default hidden.
+  EXPECT_FALSE(hw.gemm_writes_output);
+  EXPECT_EQ(hw.gemm_output_seconds(1e9), 0.0);
+  const Hardware gpu = parse_hardware(
+      "device: {peak_tflops: 989, memory_gib: 141, memory_bandwidth_gbs: 4000, gemm_writes_output: true}\n", "hw.yaml");
+  EXPECT_TRUE(gpu.gemm_writes_output);
+  EXPECT_DOUBLE_EQ(gpu.gemm_output_seconds(8e9), 2e-3);
 }
 
 TEST(Hardware, ShippedFilesParse) {
@@ -96,6 +103,9 @@ TEST(Hardware, BadFilesNameTheFileTheKeyAndWhatIsValid) {
   EXPECT_NE(error_of("device: {peak_tflops: 1, memory_gib: 1, gemm_efficiency: 1.5}")
                 .find("'device.gemm_efficiency' must be in [0.001, 1] (got 1.5)"),
             std::string::npos);
+  EXPECT_NE(error_of("device: {peak_tflops: 1, memory_gib: 1, gemm_writes_output: often}").find("device.gemm_writes_output"),
+            std::string::npos)
+      << error_of("device: {peak_tflops: 1, memory_gib: 1, gemm_writes_output: often}");
   EXPECT_NE(error_of("device: {peak_tflops: 1, memory_gib: 1}\nlinks: {nvlink_gbps: 1}").find("links.nvlink_gbps"),
             std::string::npos);
   EXPECT_NE(error_of("devices: {}").find("'devices' is not known"), std::string::npos);

@@ -175,6 +175,41 @@ TEST(TimePlan, Fp8LinearsRunAtTheFp8Rate) {
               1e-12);
 }
 
+// A GPU's GEMMs write their outputs after their products (gemm_writes_output), at the memory
+// bandwidth: per micro-batch each linear's forward output and dgrad's input gradient (4 bytes in
+// fp32, 2 where a GPU leaves them bf16) and wgrad's fp32 main gradient, read and added to (8),
+// the head's too; a recompute writes the blocks' forward outputs again.
+TEST(TimePlan, GemmsThatWriteTheirOutputsAfterTheProductsAddThoseBytesAtTheBandwidth) {
+  Hardware hw = device();
+  hw.memory_bandwidth = 1e9;
+  const auto compute = [&](const std::vector<std::string>& overrides) {
+    const config::RunConfig run = tiny(overrides);
+    return plan_time(run, plan_memory(run, {.tp = 1, .dp = 1, .pp = 1}), hw).compute;
+  };
+  const double n = 4 * 128;  // rows of a micro-batch; two micro-batches per step
+  double weights = 0.0, outs = 0.0, ins = 0.0;
+  for (const auto& [out, in] : kTinyLinears) {
+    weights += 6 * out * in;
+    outs += 6 * n * out;
+    ins += 6 * n * in;
+  }
+  const double head_forward = n * 256 * 4, head_backward = n * 256 * 4 + 8 * 256 * 256;
+  const std::vector<std::string> fp32 = {}, recompute = {"model.recompute=true"};
+  const double hidden = compute(fp32), hidden_recompute = compute(recompute);
+  hw.gemm_writes_output = true;
+  const double written = 4 * outs + head_forward + 4 * ins + 8 * weights + head_backward;
+  EXPECT_NEAR(compute(fp32), hidden + 2 * written / 1e9, 1e-12);
+  EXPECT_NEAR(compute(recompute), hidden_recompute + 2 * (written + 4 * outs) / 1e9, 1e-12);
+  // bf16 on a GPU: q/k/v's and the up projection's outputs, the output and down projections'
+  // input gradients and the logits are bf16 (2 bytes).
+  const std::vector<std::string> bf16 = {"precision.recipe=bf16", "runtime.device=cuda"};
+  hw.gemm_writes_output = false;
+  const double bf16_hidden = compute(bf16);
+  hw.gemm_writes_output = true;
+  const double halved = 6 * n * (512 + 1408) * 2 + n * 256 * 2 + 6 * n * (256 + 704) * 2;
+  EXPECT_NEAR(compute(bf16), bf16_hidden + 2 * (written - halved) / 1e9, 1e-12);
+}
+
 // Memory handed back between uses: ZeRO-2's gradients (4 bytes a parameter per micro-batch),
 // ZeRO-3's parameters after forward and backward and its gradients (12 bytes), compact
 // parameters widened twice (8 bytes, plus two casts of every parameter).

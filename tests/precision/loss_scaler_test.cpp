@@ -1,8 +1,9 @@
-// Dynamic loss scaling: non-finite detection, agreement over ranks (threads backend, 4 ranks),
+// Dynamic loss scaling: agreement over ranks (threads backend, 4 ranks),
 // back-off and skip on overflow, growth after the interval, the min/max clamps, checkpoint state,
 // and the disabled scaler of bf16 / fp32 recipes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -27,35 +28,6 @@ comm::LaunchOptions threads(int ranks) {
   return options;
 }
 
-TEST(LossScaler, FindsInfAndNanAnywhere) {
-  for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{300001}}) {
-    std::vector<float> g(static_cast<size_t>(n), 1.0f);
-    g[0] = std::numeric_limits<float>::max();
-    if (n > 2) g[1] = std::numeric_limits<float>::denorm_min();
-    EXPECT_FALSE(found_non_finite(g.data(), n)) << n;
-    for (float bad : {kInf, -kInf, kNan, -kNan}) {
-      for (int64_t at : {int64_t{0}, n / 2, n - 1}) {
-        auto h = g;
-        h[static_cast<size_t>(at)] = bad;
-        EXPECT_TRUE(found_non_finite(h.data(), n)) << n << " " << at << " " << bad;
-      }
-    }
-  }
-  EXPECT_FALSE(found_non_finite(nullptr, 0));
-}
-
-TEST(LossScaler, UnscaleAndCheck) {
-  std::vector<float> g = {65536.0f, -32768.0f, 0.0f, 3.0f};
-  EXPECT_FALSE(unscale_and_check(g.data(), 4, 1.0f / 65536.0f));
-  EXPECT_EQ(g, (std::vector<float>{1.0f, -0.5f, 0.0f, 3.0f / 65536.0f}));
-  g[2] = kInf;
-  EXPECT_TRUE(unscale_and_check(g.data(), 4, 0.5f));
-  std::vector<float> big(100000, 2.0f);
-  big[99999] = kNan;
-  EXPECT_TRUE(unscale_and_check(big.data(), 100000, 0.5f));
-  EXPECT_EQ(big[0], 1.0f);
-}
-
 // An Inf on one rank's gradients: every rank skips the step and halves its scale; the next
 // clean step is taken everywhere and the scales stay equal.
 TEST(LossScaler, OverflowOnOneRankSkipsOnEveryRank) {
@@ -71,7 +43,8 @@ TEST(LossScaler, OverflowOnOneRankSkipsOnEveryRank) {
     for (int step = 0; step < 3; ++step) {
       // Step 1: rank 2's gradients overflow.
       grads[123] = (step == 1 && world.rank() == 2) ? kInf : 0.25f;
-      mine.push_back(scaler.update(found_non_finite(grads.data(), 5000), world));
+      const bool found = std::any_of(grads.begin(), grads.end(), [](float g) { return !std::isfinite(g); });
+      mine.push_back(scaler.update(found, world));
       my_scales.push_back(scaler.scale());
     }
     std::lock_guard<std::mutex> lock(mutex);

@@ -334,7 +334,7 @@ void adamw_update_many(Device device, const kernels::AdamWTensor* tensors, int64
   X(merge_attention_partials) X(softmax_cross_entropy) X(softmax_cross_entropy_bf16) X(vocab_shard_row_max) X(vocab_shard_exp_sums)         \
   X(vocab_shard_gradient) X(vocab_shard_finish) X(adamw_update) X(sum_of_squares) X(scale_in_place)            \
   X(add_in_place) X(nesterov_outer_update)                                                                    \
-  X(any_non_finite) X(amax_into) X(amax_into_bf16) X(narrow_floats) X(widen_floats) X(ssd_scan_forward)      \
+  X(amax_into) X(amax_into_bf16) X(narrow_floats) X(widen_floats) X(ssd_scan_forward)      \
   X(ssd_scan_backward) X(ssd_scan_step)                                                                       \
   X(causal_conv_silu_forward) X(causal_conv_silu_backward) X(causal_conv_silu_step) X(gated_rmsnorm_forward)      \
   X(gated_rmsnorm_backward)

@@ -66,7 +66,6 @@ struct CudaEntries {
   void (*add_in_place)(Device, float* y, const float* x, int64_t n) = nullptr;
   void (*nesterov_outer_update)(Device, float* anchor, float* momentum, const float* delta, int64_t n, float lr,
                                 float mu) = nullptr;
-  bool (*any_non_finite)(Device, const float* x, int64_t n) = nullptr;
   void (*amax_into)(Device, float* dst, const float* x, int64_t n) = nullptr;
   void (*amax_into_bf16)(Device, float* dst, const void* x16, int64_t n) = nullptr;
   void (*narrow_floats)(Device, void* dst, const float* src, int64_t n, DType dtype) = nullptr;

@@ -12,7 +12,7 @@
 #include "loom/kernels/cpu/causal_conv.h"
 #include "loom/kernels/cpu/cross_entropy.h"
 #include "loom/kernels/cpu/embedding.h"
-#include "loom/kernels/cpu/finite.h"
+#include "loom/kernels/cpu/amax.h"
 #include "loom/kernels/cpu/flash_attention.h"
 #include "loom/kernels/cpu/gated_norm.h"
 #include "loom/kernels/cpu/half_copies.h"
@@ -325,7 +325,6 @@ void nesterov_outer_update(Device device, float* anchor, float* momentum, const 
   LOOM_DISPATCH(nesterov_outer_update, anchor, momentum, delta, n, lr, mu);
 }
 
-bool any_non_finite(Device device, const float* x, int64_t n) { LOOM_DISPATCH(any_non_finite, x, n); }
 void amax_into(Device device, float* dst, const float* x, int64_t n) { LOOM_DISPATCH(amax_into, dst, x, n); }
 void amax_into_bf16(Device device, float* dst, const void* x16, int64_t n) {
   LOOM_DISPATCH(amax_into_bf16, dst, x16, n);

@@ -227,6 +227,8 @@ void adamw_update(Device device, float* param, const float* grad, float* exp_avg
                   const AdamWStep& step);
 // Many tensors in one pass (one launch on a GPU); the same result as adamw_update on each.
 void adamw_update_many(Device device, std::span<const AdamWTensor> tensors, const AdamWStep& step);
+// sum(x^2), each square exact in fp64 and summed there: Inf or NaN exactly when some x[i] is (no
+// finite square overflows fp64), which makes the gradient norm the check before a step too.
 double sum_of_squares(Device device, const float* x, int64_t n);
 void scale_in_place(Device device, float* x, int64_t n, float factor);
 // y += x (ZeRO's reduced gradient shards accumulating over micro-batches).
@@ -235,8 +237,6 @@ void add_in_place(Device device, float* y, const float* x, int64_t n);
 // sites' averaged delta with Nesterov momentum, the same fused multiply-adds on every device.
 void nesterov_outer_update(Device device, float* anchor, float* momentum, const float* delta, int64_t n, float lr,
                            float mu);
-// Whether x[0, n) holds an Inf or NaN (the gradients' check before an optimizer step).
-bool any_non_finite(Device device, const float* x, int64_t n);
 // *dst = max(*dst, max |x[0, n)|) where the tensors live, nothing read back: the FP8 recipes'
 // amaxes stay on the device. *dst must be >= 0 or NaN; a NaN or Inf stays (NaN wins over Inf).
 void amax_into(Device device, float* dst, const float* x, int64_t n);

@@ -118,8 +118,8 @@ Hardware parse_hardware(const std::string& yaml_text, const std::string& source)
   if (!device) r.fail("device", "is missing: a hardware file needs device.peak_tflops and device.memory_gib");
   r.only(device, "device",
          {"name", "peak_tflops", "fp8_peak_tflops", "gemm_efficiency", "fp8_gemm_efficiency", "gemm_half_rows",
-          "attention_efficiency", "memory_gib", "memory_bandwidth_gbs", "shared", "cores", "activation_bytes",
-          "fused_attention", "activation_gbs", "bf16_cast_gelems", "fp8_cast_gelems", "fresh_memory_gbs"});
+          "gemm_writes_output", "attention_efficiency", "memory_gib", "memory_bandwidth_gbs", "shared", "cores",
+          "activation_bytes", "fused_attention", "activation_gbs", "bf16_cast_gelems", "fp8_cast_gelems", "fresh_memory_gbs"});
   Hardware hw;
   hw.source = source;
   hw.name = device["name"] ? device["name"].as<std::string>() : source;
@@ -133,6 +133,7 @@ Hardware parse_hardware(const std::string& yaml_text, const std::string& source)
   hw.attention_efficiency = r.number(device["attention_efficiency"], "device.attention_efficiency",
                                      hw.gemm_efficiency, 1e-3, 1.0);
   hw.gemm_half_rows = r.number(device["gemm_half_rows"], "device.gemm_half_rows", 0.0, 0.0, 1e9);
+  hw.gemm_writes_output = r.boolean(device["gemm_writes_output"], "device.gemm_writes_output", false);
   hw.memory_bytes = r.number(device["memory_gib"], "device.memory_gib", 0, 1e-6, 1e9) * 1024.0 * 1024.0 * 1024.0;
   hw.memory_bandwidth = r.number(device["memory_bandwidth_gbs"], "device.memory_bandwidth_gbs", 1000, 1e-3, 1e9) * 1e9;
   hw.shared = r.boolean(device["shared"], "device.shared", false);

@@ -9,6 +9,9 @@
 //     peak_tflops: 989          # dense, in the compute dtype
 //     gemm_efficiency: 0.6      # achieved fraction of peak in large GEMMs
 //     gemm_half_rows: 0         # rows (tokens) at which a GEMM reaches half that rate (0: any)
+//     gemm_writes_output: false # true: a GEMM writes its output after its products, at
+//                               #   memory_bandwidth_gbs, on top of them (a GPU's epilogue:
+//                               #   small-k products lose the most); false: hidden behind them
 //     attention_efficiency: 0   # fraction of peak attention's score and value products reach
 //                               #   (a fused kernel: FlashAttention / cuDNN); 0: gemm_efficiency
 //     memory_gib: 80
@@ -58,6 +61,7 @@ struct Hardware {
   double gemm_efficiency = 1.0;
   double attention_efficiency = 0.0;  // 0: gemm_efficiency
   double gemm_half_rows = 0.0;
+  bool gemm_writes_output = false;
   double memory_bytes = 0.0;
   double memory_bandwidth = 0.0; // bytes per second
   bool shared = false;
@@ -83,6 +87,9 @@ struct Hardware {
   // The fraction of that rate a GEMM over `rows` rows reaches: rows / (rows + gemm_half_rows).
   double gemm_rows_factor(double rows) const { return rows / (rows + gemm_half_rows); }
   double bandwidth_per_rank(int ranks) const;
+  // Seconds for one rank's GEMMs to write `bytes` of output beyond their products (0 unless
+  // gemm_writes_output).
+  double gemm_output_seconds(double bytes) const { return gemm_writes_output ? bytes / bandwidth_per_rank(1) : 0.0; }
   // Bytes of activations per second one rank's elementwise kernels get through.
   double activation_rate_per_rank(int ranks) const;
   // Whether the precision recipes' casts cost time on this device (a cast rate is given).

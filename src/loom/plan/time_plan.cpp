@@ -170,12 +170,9 @@ void for_each_block_linear(const config::RunConfig& config, const StageMemory& s
   }
 }
 
-// Casts of every linear of this rank's layers and head, per micro-batch.
-double cast_seconds(const config::RunConfig& config, const StageMemory& stage, double tokens, double micro_batches,
-                    int tp, const Hardware& hw) {
+// The GPU path's bf16 hand-overs for this config (a CPU run: none).
+CastPath cast_path(const config::RunConfig& config, double micro_batches, int tp) {
   const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
-  if (policy.recipe == model::Recipe::Fp32 || !hw.costs_casts()) return 0.0;
-  const bool recompute = config.model.recompute;
   const bool device = config.runtime.device == config::RuntimeDevice::Cuda;
   CastPath path{device, micro_batches, bf16_logits_on_device(config, tp),
                 device && policy.attention_operands() == kernels::AttentionOperands::Bf16 && config.parallel.cp <= 1};
@@ -183,6 +180,16 @@ double cast_seconds(const config::RunConfig& config, const StageMemory& stage, d
       path.bf16_attention && (config.model.positions != config::Positions::Rope || !config.model.bias);
   path.mlp_codes = fp8_mlp_codes_on_device(config);
   path.swiglu = config.model.activation == config::Activation::Swiglu;
+  return path;
+}
+
+// Casts of every linear of this rank's layers and head, per micro-batch.
+double cast_seconds(const config::RunConfig& config, const StageMemory& stage, double tokens, double micro_batches,
+                    int tp, const Hardware& hw) {
+  const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
+  if (policy.recipe == model::Recipe::Fp32 || !hw.costs_casts()) return 0.0;
+  const bool recompute = config.model.recompute;
+  const CastPath path = cast_path(config, micro_batches, tp);
   double s = 0.0;
   for_each_block_linear(config, stage, [&](double out, double in, model::Recipe r, LinearRole role) {
     s += linear_cast_seconds(tokens, out, in, r, recompute, hw, path, device_bf16_ends(path, r, role));
@@ -193,6 +200,30 @@ double cast_seconds(const config::RunConfig& config, const StageMemory& stage, d
                              Bf16Ends{.output = path.bf16_logits, .output_grad = path.bf16_logits});
   }
   return s;
+}
+
+// Bytes this rank's GEMMs write per micro-batch (Hardware::gemm_output_seconds): each linear's
+// forward output and dgrad's input gradient, 2 bytes each where a GPU leaves it bf16 (Bf16Ends)
+// and 4 otherwise, and wgrad's fp32 main gradient, read and added to (8). The blocks' forward
+// apart: a recompute writes it again.
+struct GemmOutputBytes {
+  double block_forward = 0.0, head_forward = 0.0, backward = 0.0;
+};
+
+GemmOutputBytes gemm_output_bytes(const config::RunConfig& config, const StageMemory& stage, double tokens, int tp) {
+  const CastPath path = cast_path(config, 1.0, tp);
+  GemmOutputBytes bytes;
+  for_each_block_linear(config, stage, [&](double out, double in, model::Recipe r, LinearRole role) {
+    const Bf16Ends ends = device_bf16_ends(path, r, role);
+    bytes.block_forward += tokens * out * (ends.output ? 2.0 : 4.0);
+    bytes.backward += tokens * in * (ends.input_grad ? 2.0 : 4.0) + 8.0 * out * in;
+  });
+  if (stage.head_rows > 0) {
+    const double rows = static_cast<double>(stage.head_rows), d = static_cast<double>(config.model.d_model);
+    bytes.head_forward = tokens * rows * (path.bf16_logits ? 2.0 : 4.0);
+    bytes.backward += tokens * d * 4.0 + 8.0 * rows * d;
+  }
+  return bytes;
 }
 
 // Training FLOPs per token of this rank's linears whose products run in FP8 (per-tensor or
@@ -256,13 +287,18 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
       ((block_flops - fp8_flops - attention_flops) / rate + fp8_flops / fp8_rate + attention_flops / attention_rate) *
       tokens / shape.tp;
   const double gemm = block_seconds + tokens * head_flops / shape.tp / rate;
-  const double recompute = config.model.recompute ? block_seconds / 3.0 : 0.0;
+  const GemmOutputBytes written = gemm_output_bytes(config, stage, tokens, shape.tp);
+  const double written_forward = hw.gemm_output_seconds(written.block_forward + written.head_forward);
+  const double written_backward = hw.gemm_output_seconds(written.backward);
+  const double recompute =
+      config.model.recompute ? block_seconds / 3.0 + hw.gemm_output_seconds(written.block_forward) : 0.0;
   const double elementwise = static_cast<double>(stage.activations_per_micro_batch) / hw.activation_rate_per_rank(1);
   StageCost cost;
   cost.casts = cast_seconds(config, stage, tokens, static_cast<double>(memory.layout.micro_batches), shape.tp, hw);
   cost.fresh = fresh_memory_seconds(config, stage, shape.dp, hw);
-  cost.forward = gemm / 3.0 + elementwise / 3.0 + (cost.casts + cost.fresh) / 3.0;
-  cost.backward = 2.0 * gemm / 3.0 + recompute + 2.0 * elementwise / 3.0 + 2.0 * (cost.casts + cost.fresh) / 3.0;
+  cost.forward = gemm / 3.0 + written_forward + elementwise / 3.0 + (cost.casts + cost.fresh) / 3.0;
+  cost.backward = 2.0 * gemm / 3.0 + written_backward + recompute + 2.0 * elementwise / 3.0 +
+                  2.0 * (cost.casts + cost.fresh) / 3.0;
   if (shape.tp > 1) {
     const double stream = tokens * config.model.d_model * hw.activation_bytes;
     const Link& link = hw.link(group_link(hw, shape.tp, 1, world));

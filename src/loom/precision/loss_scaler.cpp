@@ -1,35 +1,12 @@
 #include "loom/precision/loss_scaler.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <string>
 
 #include "loom/core/error.h"
-#include "loom/kernels/ops.h"
-#include "loom/kernels/parallel.h"
 
 namespace loom::precision {
-
-namespace {
-
-inline uint32_t exponent_all_ones(float x) {
-  return static_cast<uint32_t>((std::bit_cast<uint32_t>(x) & 0x7f800000u) == 0x7f800000u);
-}
-
-}  // namespace
-
-bool found_non_finite(const float* grads, int64_t n) { return kernels::any_non_finite(Device::cpu(), grads, n); }
-
-bool unscale_and_check(float* grads, int64_t n, float inverse_scale) {
-  uint32_t found = 0;
-#pragma omp parallel for schedule(static) reduction(| : found) if (kernels::worth_parallel(n))
-  for (int64_t i = 0; i < n; ++i) {
-    grads[i] *= inverse_scale;
-    found |= exponent_all_ones(grads[i]);
-  }
-  return found != 0;
-}
 
 bool agree_found_non_finite(bool local, comm::Communicator& group) {
   float flag = local ? 1.0f : 0.0f;

@@ -19,11 +19,6 @@
 
 namespace loom::precision {
 
-// true when any of grads[0, n) is Inf or NaN (exponent bits all ones). OpenMP for large n.
-bool found_non_finite(const float* grads, int64_t n);
-// grads *= inverse_scale, returning found_non_finite of the result (one pass; a non-finite input
-// stays non-finite). What the optimizer step does with the gradients of a scaled loss.
-bool unscale_and_check(float* grads, int64_t n, float inverse_scale);
 // Every rank of the group passes its flag; all get the OR (all-reduce max of 0/1).
 bool agree_found_non_finite(bool local, comm::Communicator& group);
 

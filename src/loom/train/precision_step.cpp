@@ -56,33 +56,25 @@ PrecisionStepResult PrecisionStep::step(double lr, int64_t step) {
   const PrecisionStepHooks hooks = current_hooks();
   const std::vector<std::span<float>> grads = optimizer_.reduced_gradients();
   if (hooks.corrupt_gradients) hooks.corrupt_gradients(world_.rank(), step, grads);
-  bool local = false;
-  const Device device = model_.params().device();
   if (scaler_.enabled()) {
-    const float inverse = scaler_.inverse_scale();  // a power of two: exact
+    const Device device = model_.params().device();
+    const float inverse = scaler_.inverse_scale();  // a power of two: exact, and Inf or NaN stays so
     for (const std::span<float>& g : grads) {
-      const int64_t n = static_cast<int64_t>(g.size());
-      if (device.is_cpu()) {
-        local |= precision::unscale_and_check(g.data(), n, inverse);  // one pass
-      } else {
-        // Two passes on the device; the same result: scaling by a power of two keeps a finite
-        // value finite and an Inf or NaN as it was.
-        kernels::scale_in_place(device, g.data(), n, inverse);
-        local |= kernels::any_non_finite(device, g.data(), n);
-      }
-    }
-  } else {
-    for (const std::span<float>& g : grads) {
-      if (local) break;
-      local = kernels::any_non_finite(device, g.data(), static_cast<int64_t>(g.size()));
+      kernels::scale_in_place(device, g.data(), static_cast<int64_t>(g.size()), inverse);
     }
   }
-  // An all-reduce max: the non-finite flag over the world, this step's FP8 amaxes (a non-finite
-  // amax as +Inf, which max keeps deterministically and the history ignores) over the ranks
-  // holding the same layers. Without a pipeline those are the world: one all-reduce.
+  // The norm is the check: its squares are summed in fp64, where no finite gradient overflows,
+  // so it is Inf or NaN exactly when a gradient it counts is (a copy another rank counts is
+  // checked there), and the step reads the gradients once for both.
+  const double norm = optimizer_.gradient_norm();
+  // An all-reduce max: the non-finite flag over the world (the norm is the same on every rank of
+  // the model, but a rank whose gradients were corrupted after the reduction must not update
+  // alone), this step's FP8 amaxes (a non-finite amax as +Inf, which max keeps deterministically
+  // and the history ignores) over the ranks holding the same layers. Without a pipeline those are
+  // the world: one all-reduce.
   std::vector<float> amaxes;
   for (float a : model_.precision().pending_amaxes()) amaxes.push_back(std::isfinite(a) ? a : INFINITY);
-  const bool found = agree_non_finite_and_amaxes(world_, same_layers_, local, amaxes);
+  const bool found = agree_non_finite_and_amaxes(world_, same_layers_, !std::isfinite(norm), amaxes);
   model_.precision().commit_amaxes(amaxes);
   scaler_.update(found);
   if (found) {
@@ -91,7 +83,8 @@ PrecisionStepResult PrecisionStep::step(double lr, int64_t step) {
     ++skipped_;
   } else {
     // AdamW's step number counts the updates applied (bias correction), not the iterations.
-    result.grad_norm = optimizer_.step(lr, step - skipped_);
+    optimizer_.update(lr, step - skipped_, norm);
+    result.grad_norm = norm;
   }
   result.next_loss_scale = scaler_.scale();
   if (hooks.observe) hooks.observe(world_.rank(), step, result);

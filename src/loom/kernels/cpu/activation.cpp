@@ -1,7 +1,7 @@
 #include "loom/core/error.h"
 #include "loom/kernels/cpu/activation.h"
 #include "loom/kernels/cpu/fast_math.h"
-#include "loom/kernels/cpu/finite.h"
+#include "loom/kernels/cpu/amax.h"
 #include "loom/kernels/cpu/half_copies.h"
 #include "loom/kernels/cpu/linear.h"
 #include "loom/kernels/cpu/parallel.h"

@@ -13,7 +13,8 @@ using kernels::AdamWStep;
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                   const AdamWStep& step);
 
-// Sum of squares of x[0..n), each square exact in fp64 and summed there (fixed blocks, in order).
+// Sum of squares of x[0..n), each square exact in fp64 and summed there (fixed blocks, in order):
+// Inf or NaN exactly when some x[i] is.
 double sum_of_squares(const float* x, int64_t n);
 
 // x *= factor

@@ -274,7 +274,6 @@ void register_loss_and_optimizer(CudaEntries& e) {
   e.add_in_place = [](Device d, float* y, const float* x, int64_t n) { add_in_place(y, x, n, stream_of(d)); };
   e.nesterov_outer_update = [](Device d, float* anchor, float* momentum, const float* delta, int64_t n, float lr,
                                float mu) { nesterov_outer_update(anchor, momentum, delta, n, lr, mu, stream_of(d)); };
-  e.any_non_finite = [](Device d, const float* x, int64_t n) { return any_non_finite(x, n, stream_of(d)); };
   e.amax_into = [](Device d, float* dst, const float* x, int64_t n) { amax_into(dst, x, n, stream_of(d)); };
   e.amax_into_bf16 = [](Device d, float* dst, const void* x16, int64_t n) {
     amax_into_bf16(dst, x16, n, stream_of(d));

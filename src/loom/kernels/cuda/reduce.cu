@@ -33,14 +33,6 @@ __global__ void add_kernel(float* __restrict__ y, const float* __restrict__ x, i
   for (int64_t i = grid_start(); i < n; i += grid_stride()) y[i] += x[i];
 }
 
-__global__ void non_finite_kernel(const float* __restrict__ x, int64_t n, unsigned* found) {
-  unsigned mine = 0;
-  for (int64_t i = grid_start(); i < n; i += grid_stride()) {
-    mine |= (__float_as_uint(x[i]) & 0x7f800000u) == 0x7f800000u ? 1u : 0u;
-  }
-  if (__any_sync(0xffffffffu, mine != 0) && threadIdx.x % 32 == 0) atomicOr(found, 1u);
-}
-
 }  // namespace
 
 double sum_of_squares(const float* x, int64_t n, cudaStream_t stream) {
@@ -71,14 +63,6 @@ void add_in_place(float* y, const float* x, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   add_kernel<<<grid_for(n), kThreads, 0, stream>>>(y, x, n);
   check_launch("add_kernel");
-}
-
-bool any_non_finite(const float* x, int64_t n, cudaStream_t stream) {
-  if (n == 0) return false;
-  return read_back_word(stream, "any_non_finite", [&](unsigned* found) {
-           non_finite_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n, found);
-           check_launch("non_finite_kernel");
-         }) != 0;
 }
 
 }  // namespace loom::kernels::cuda

@@ -44,7 +44,7 @@ class BucketedSync : public GradientSync {
   // Zeroes the full gradient buffer for the next step or round; ZeRO-2 releases its pages.
   void clear_gradients();
   std::string memory_header() const;
-  // At the end of step() or skip_step(): the traffic since the previous one; `blocked_s` is the
+  // At the end of update() or skip_step(): the traffic since the previous one; `blocked_s` is the
   // total time the training thread has blocked on gradient communication so far.
   void close_step_traffic(double blocked_s);
 

@@ -20,7 +20,8 @@ class DataParallelStep final : public GradientSync {
 
   void begin_micro_batch(bool last) override { sync_->begin_micro_batch(last); }
   void end_micro_batch(bool last) override { sync_->end_micro_batch(last); }
-  double step(double lr, int64_t step) override { return sync_->step(lr, step); }
+  double gradient_norm() override { return sync_->gradient_norm(); }
+  void update(double lr, int64_t step, double norm) override { sync_->update(lr, step, norm); }
   std::vector<std::span<float>> reduced_gradients() override { return sync_->reduced_gradients(); }
   void skip_step() override { sync_->skip_step(); }
   void load_moments(const float* exp_avg, const float* exp_avg_sq) override {

@@ -53,7 +53,7 @@ void DdpSync::finish_round(bool last) {
   }
 }
 
-double DdpSync::step(double lr, int64_t step) {
+double DdpSync::gradient_norm() {
   model::ParameterStore& params = model_.params();
   // Gradients are whole on every rank of a group: the norm sums this rank's shard of the model
   // over the tensor-parallel group, each replicated copy counted once.
@@ -64,7 +64,11 @@ double DdpSync::step(double lr, int64_t step) {
                       setup_.groups[lane.group].partitioned_over,
                       params.device()});
   }
-  const double norm = global_norm(shares, setup_.norm_excluded, setup_.model_groups);
+  return global_norm(shares, setup_.norm_excluded, setup_.model_groups);
+}
+
+void DdpSync::update(double lr, int64_t step, double norm) {
+  model::ParameterStore& params = model_.params();
   const optim::StepParams at{lr, step, optim::clip_factor(setup_.config->optim, norm)};
   float* target = master_.empty() ? params.values() : master_.data<float>();
   std::vector<optim::ShardPiece> pieces;
@@ -80,7 +84,6 @@ double DdpSync::step(double lr, int64_t step) {
   }
   clear_gradients();
   close_step_traffic(blocked_seconds());
-  return norm;
 }
 
 std::vector<std::span<float>> DdpSync::reduced_gradients() {

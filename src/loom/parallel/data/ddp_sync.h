@@ -16,7 +16,8 @@ class DdpSync final : public BucketedSync {
  public:
   explicit DdpSync(SyncSetup setup);
 
-  double step(double lr, int64_t step) override;
+  double gradient_norm() override;
+  void update(double lr, int64_t step, double norm) override;
   std::vector<std::span<float>> reduced_gradients() override;
   void skip_step() override;
   void load_moments(const float* exp_avg, const float* exp_avg_sq) override;

@@ -68,12 +68,23 @@ class GradientSync : public model::ParameterHooks {
   virtual void begin_micro_batch(bool last) = 0;
   // After each micro-batch's forward_backward.
   virtual void end_micro_batch(bool last) = 0;
-  // Clip by global norm and update; parameters are identical on every rank of a group afterwards,
-  // and the gradients are cleared for the next step. Returns the global norm before clipping.
-  virtual double step(double lr, int64_t step) = 0;
-  // After the last micro-batch, before step(): the reduced gradients this rank holds (the whole
-  // buffer at zero 0, its shards at 1-3), for mixed precision (train/precision_step.h) to
-  // unscale and check for Inf/NaN. skip_step() replaces step() when a step is skipped.
+  // After the last micro-batch: the global norm of the reduced gradients before clipping
+  // (global_norm.h), the same on every rank of the model. Collective over the model's groups.
+  // Inf or NaN when any gradient it counts is (squares summed in fp64 cannot overflow), so it is
+  // also mixed precision's check for a step to skip (train/precision_step.h): no pass of its own.
+  virtual double gradient_norm() = 0;
+  // Clip by `norm` (gradient_norm()'s) and update; parameters are identical on every rank of a
+  // group afterwards, and the gradients are cleared for the next step.
+  virtual void update(double lr, int64_t step, double norm) = 0;
+  // gradient_norm(), then update() with it; returns the norm.
+  double step(double lr, int64_t step) {
+    const double norm = gradient_norm();
+    update(lr, step, norm);
+    return norm;
+  }
+  // After the last micro-batch, before gradient_norm(): the reduced gradients this rank holds
+  // (the whole buffer at zero 0, its shards at 1-3), for mixed precision (train/precision_step.h)
+  // to unscale. skip_step() replaces update() when a step is skipped.
   virtual std::vector<std::span<float>> reduced_gradients() = 0;
   virtual void skip_step() = 0;
   // Restores the moments from full flat buffers (each rank keeps its shards); parameters must

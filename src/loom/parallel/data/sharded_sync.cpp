@@ -44,18 +44,20 @@ void ShardedSync::finish_round(bool last) {
   }
 }
 
-double ShardedSync::step(double lr, int64_t step) {
+double ShardedSync::gradient_norm() {
   std::vector<NormShare> shares;
   for (size_t i = 0; i < sharded_.size(); ++i) {
     shares.push_back(sharded_[i]->norm_share());
     shares.back().partitioned_over = setup_.groups[lanes_[i].group].partitioned_over;
   }
-  const double norm = global_norm(shares, setup_.norm_excluded, setup_.model_groups);
+  return global_norm(shares, setup_.norm_excluded, setup_.model_groups);
+}
+
+void ShardedSync::update(double lr, int64_t step, double norm) {
   const optim::StepParams at{lr, step, optim::clip_factor(setup_.config->optim, norm)};
   for (auto& s : sharded_) s->update(at);
   clear_gradients();
   close_step_traffic(blocked_seconds());
-  return norm;
 }
 
 std::vector<std::span<float>> ShardedSync::reduced_gradients() {

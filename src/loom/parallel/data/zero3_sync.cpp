@@ -77,16 +77,18 @@ double Zero3Sync::hidden_fraction() const {
   return sum / static_cast<double>(zero3_.size());
 }
 
-double Zero3Sync::step(double lr, int64_t step) {
+double Zero3Sync::gradient_norm() {
   // The gradient buffer was released unit by unit; the shards hold the reduced gradients.
   std::vector<NormShare> shares;
   for (size_t g = 0; g < zero3_.size(); ++g) {
     shares.push_back(zero3_[g]->norm_share());
     shares.back().partitioned_over = setup_.groups[g].partitioned_over;
   }
-  const double norm = global_norm(shares, setup_.norm_excluded, setup_.model_groups);
+  return global_norm(shares, setup_.norm_excluded, setup_.model_groups);
+}
+
+void Zero3Sync::update(double lr, int64_t step, double norm) {
   for (auto& z : zero3_) z->update(optim::StepParams{lr, step, optim::clip_factor(setup_.config->optim, norm)});
-  return norm;
 }
 
 std::vector<std::span<float>> Zero3Sync::reduced_gradients() {

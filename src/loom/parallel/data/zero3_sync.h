@@ -20,7 +20,8 @@ class Zero3Sync final : public GradientSync {
 
   void begin_micro_batch(bool) override;
   void end_micro_batch(bool) override;
-  double step(double lr, int64_t step) override;
+  double gradient_norm() override;
+  void update(double lr, int64_t step, double norm) override;
   std::vector<std::span<float>> reduced_gradients() override;
   void skip_step() override;
   void load_moments(const float* exp_avg, const float* exp_avg_sq) override;
