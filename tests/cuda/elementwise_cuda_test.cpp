@@ -8,6 +8,7 @@
 // Skipped, saying why, without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <iterator>
@@ -394,10 +395,11 @@ TEST_F(CudaEntries, ActivationsTakeTheAmaxOfWhatTheyWrite) {
 // Per-tensor FP8 codes cast by the activation's kernels from what they read (Mlp::fp8_codes_from_activation):
 // bit for bit cast_operand_both of the fp32 activation (forward, E4M3) or hidden gradient
 // (backward, E5M2) the fp32 kernels write, in both orientations, with the scale and its inverse
-// after each: fp8_current's from the amax (margin 1), fp8_delayed's host scale; at sizes that are
-// not multiples of the 32 x 32 tiles.
+// after each: fp8_current's from the amax (margin 1), fp8_delayed's host scale with the amax taken
+// by the codes' own pass (amax_out: the amax-only pass's value, added into a running one); at sizes
+// that are not multiples of the 32 x 32 tiles, and one whose tiles outnumber the capped grid.
 TEST_F(CudaEntries, ActivationCodesAreTheCastOfTheFp32ActivationBitForBit) {
-  for (const auto& [rows, width] : {std::pair<int64_t, int64_t>{70, 100}, {256, 96}}) {
+  for (const auto& [rows, width] : {std::pair<int64_t, int64_t>{70, 100}, {256, 96}, {1100, 2080}}) {
     for (const MlpActivation a : {MlpActivation::Swiglu, MlpActivation::Gelu, MlpActivation::Relu2}) {
       const int64_t in_width = a == MlpActivation::Swiglu ? 2 * width : width;
       DeviceArray<__nv_bfloat16> in16(allocator_, testing::to_bf16(random_values(seed_, rows * in_width, 3.0f))),
@@ -420,6 +422,11 @@ TEST_F(CudaEntries, ActivationCodesAreTheCastOfTheFp32ActivationBitForBit) {
           cast.scale = 2.5f;
           cast.amax = current ? amax.ptr : nullptr;
           cast.margin = current ? 1 : 0;
+          // fp8_delayed's pending amax accumulates: a running value below the activation's, then
+          // the max with it.
+          const float running = 1e-3f;
+          DeviceFloats taken(allocator_, std::vector<float>{running});
+          if (!current) cast.amax_out = taken.ptr;
           const int64_t bytes = kept_operand_bytes(OperandCast::Fp8Tensor, rows, cols);
           const int64_t offset = weight_cast_layout(OperandCast::Fp8Tensor, rows, cols).scale_offset;
           DeviceArray<uint8_t> codes(allocator_, std::vector<uint8_t>(bytes, 0xab)),
@@ -445,6 +452,8 @@ TEST_F(CudaEntries, ActivationCodesAreTheCastOfTheFp32ActivationBitForBit) {
           EXPECT_EQ(part(got_t, 0, n), part(w_t, 0, n)) << name << ": transposed codes";
           EXPECT_EQ(part(got, offset, 8), part(w, offset, 8)) << name << ": scale and inverse";
           EXPECT_EQ(part(got_t, offset, 8), part(w, offset, 8)) << name << ": scale beside the transposed codes";
+          const float want_amax = current ? running : std::max(running, amax.host()[0]);
+          EXPECT_EQ(taken.host()[0], want_amax) << name << ": the amax taken by the codes' pass";
         }
       }
     }

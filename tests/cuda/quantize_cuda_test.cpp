@@ -11,6 +11,8 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -285,6 +287,63 @@ TEST_P(CudaQuantize, DeviceAmaxAndTensorScaleEqualTheCpu) {
   DeviceFloats d_finite_max(allocator_, std::vector<float>{0.0f});
   amax_into_bf16(d_finite_max.ptr, d_finite16.ptr, rows * cols);
   EXPECT_EQ(d_finite_max.host()[0], precision::amax(finite16.data(), rows * cols));
+}
+
+// fp8_delayed's casts take the operand's amax from the read that casts it (CastOperand::amax_out):
+// the same codes as without, and the amax_into of what they read added into a running value;
+// NaN wins, then Inf. Plain, transposed, both orientations, and from bf16; shapes not multiples of
+// the 32 x 32 tiles, and large enough that each block walks several tiles (the capped grid) or
+// grid-strides several times (3M elements).
+TEST_P(CudaQuantize, CastsTakingTheAmaxWriteTheSameCodesAndTheAmaxOfWhatTheyRead) {
+  const Fp8 f = GetParam();
+  const CastTo to = f == Fp8::E4M3 ? CastTo::E4M3 : CastTo::E5M2;
+  DeviceFloats d_scale(allocator_, std::vector<float>{0.25f, 4.0f});
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{37, 91}, {1000, 4100}, {3000017, 1}}) {
+    const int64_t n = rows * cols;
+    for (const int special : {0, 1, 2}) {  // none, an Inf, an Inf and a NaN
+      std::vector<float> x = wide_values(seed_ + 11, n, false);
+      if (special >= 1) x[static_cast<size_t>(n - 1)] = -INFINITY;  // the last tile's last element
+      if (special == 2) x[static_cast<size_t>(n / 3)] = NAN;
+      const float want = special == 2 ? NAN : special == 1 ? INFINITY : precision::amax(x.data(), n);
+      const std::string name = std::to_string(rows) + " x " + std::to_string(cols) + " special " +
+                               std::to_string(special);
+      DeviceFloats d_x(allocator_, x);
+      const std::vector<float> x16_values = testing::bf16_rounded(x);
+      DeviceArray<__nv_bfloat16> d_x16(allocator_, testing::to_bf16(x16_values));
+      const float want16 = special == 0 ? precision::amax(x16_values.data(), n) : want;
+      auto codes = [&](uint8_t fill) { return DeviceArray<uint8_t>(allocator_, std::vector<uint8_t>(n, fill)); };
+      auto expect_amax = [&](const DeviceFloats& got, float expected, const std::string& what) {
+        const float g = got.host()[0];
+        EXPECT_TRUE(std::bit_cast<uint32_t>(g) == std::bit_cast<uint32_t>(expected) ||
+                    (std::isnan(g) && std::isnan(expected)))
+            << name << " " << what << ": amax " << g << ", want " << expected;
+      };
+      for (const bool transpose : {false, true}) {
+        DeviceArray<uint8_t> plain = codes(0x11), taking = codes(0x22);
+        DeviceFloats amax(allocator_, std::vector<float>{1e-30f});
+        cast_operand(d_x.ptr, plain.ptr, rows, cols, transpose, to, d_scale.ptr);
+        cast_operand(d_x.ptr, taking.ptr, rows, cols, transpose, to, d_scale.ptr, nullptr, amax.ptr);
+        EXPECT_EQ(taking.host(), plain.host()) << name << (transpose ? " transposed" : " plain");
+        expect_amax(amax, want, transpose ? "transposed" : "plain");
+      }
+      // A running amax above every finite value stays, unless a NaN or Inf comes.
+      DeviceArray<uint8_t> both = codes(0x33), both_t = codes(0x44), want_both = codes(0), want_t = codes(0);
+      DeviceFloats big(allocator_, std::vector<float>{FLT_MAX});
+      cast_operand_both(d_x.ptr, want_both.ptr, want_t.ptr, rows, cols, to, d_scale.ptr);
+      cast_operand_both(d_x.ptr, both.ptr, both_t.ptr, rows, cols, to, d_scale.ptr, nullptr, big.ptr);
+      EXPECT_EQ(both.host(), want_both.host()) << name;
+      EXPECT_EQ(both_t.host(), want_t.host()) << name;
+      expect_amax(big, special == 0 ? FLT_MAX : want, "both orientations over a running FLT_MAX");
+      DeviceArray<uint8_t> from16 = codes(0x55), from16_t = codes(0x66), want16_codes = codes(0),
+                           want16_t = codes(0);
+      DeviceFloats amax16(allocator_, std::vector<float>{0.0f});
+      cast_operand_both_bf16(d_x16.ptr, want16_codes.ptr, want16_t.ptr, rows, cols, to, d_scale.ptr);
+      cast_operand_both_bf16(d_x16.ptr, from16.ptr, from16_t.ptr, rows, cols, to, d_scale.ptr, nullptr, amax16.ptr);
+      EXPECT_EQ(from16.host(), want16_codes.host()) << name << " bf16";
+      EXPECT_EQ(from16_t.host(), want16_t.host()) << name << " bf16";
+      expect_amax(amax16, want16, "bf16");
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantize, ::testing::Values(Fp8::E4M3, Fp8::E5M2),

@@ -121,7 +121,7 @@ TEST(TimePlan, PrecisionCastsEveryLinearOperandAndOutput) {
   const config::RunConfig biased = tiny({"precision.recipe=bf16", "runtime.device=cuda", "model.bias=true"});
   EXPECT_NEAR(plan_time(biased, plan_memory(biased, {.tp = 1, .dp = 1, .pp = 1}), hw).casts,
               bg.casts + 2 * qkv_gradient / 1e9, 1e-12);
-  const config::RunConfig fp8_gpu = tiny({"precision.recipe=fp8_delayed", "runtime.device=cuda"});
+  const config::RunConfig fp8_gpu = tiny({"precision.recipe=fp8_current", "runtime.device=cuda"});
   const TimeBreakdown fg = plan_time(fp8_gpu, plan_memory(fp8_gpu, {.tp = 1, .dp = 1, .pp = 1}), hw);
   double middle = 0.0;  // the four FP8 blocks: their casts in FP8 less what bf16 cast of them
   for (const auto& [out, in] : kTinyLinears) {
@@ -143,6 +143,19 @@ TEST(TimePlan, PrecisionCastsEveryLinearOperandAndOutput) {
   // per element beyond the SwiGLU backward's own pass (Mlp::fp8_codes_from_activation), not 6
   middle -= 4 * 5.0 / 9.0 * n * 1408 / 0.25e9;
   EXPECT_NEAR(fg.casts, bg.casts + 2 * middle, 1e-12);
+  // fp8_delayed's casts take their operands' amaxes as they read them (the scale is known before):
+  // no amax pass reads the q/k/v and up inputs (256 each), the weights (half per micro-batch) or
+  // the q/k/v, output and down projections' output gradients (512, 256, 256) first (4 bytes of a
+  // cast's 10), nor the output projection's bf16 input (2 bytes); and the activation's amax-only
+  // passes before its codes go (the down projection's input: SwiGLU's 4 bytes of [gate | up] per
+  // activation element; the up projection's output gradient: 3 bytes per hidden element).
+  const config::RunConfig delayed_gpu = tiny({"precision.recipe=fp8_delayed", "runtime.device=cuda"});
+  const double delayed = plan_time(delayed_gpu, plan_memory(delayed_gpu, {.tp = 1, .dp = 1, .pp = 1}), hw).casts;
+  double block_weights = 0.0;
+  for (const auto& [out, in] : kTinyLinears) block_weights += out * in;
+  const double saved = 4.0 / 9.0 * (n * (256 + 256 + 512 + 256 + 256) + 0.5 * block_weights) +
+                       2.0 / 9.0 * n * 256 + 4.0 / 9.0 * n * 704 + 3.0 / 9.0 * n * 1408;
+  EXPECT_NEAR(delayed, fg.casts - 2 * 4 * saved / 0.25e9, 1e-12);
 }
 
 // FP8 linears at the device's FP8 rate: the four middle blocks' linears (the first and last block

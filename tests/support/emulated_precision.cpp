@@ -69,6 +69,12 @@ std::vector<float> cast_values(const CastOperand& c, int64_t rows, int64_t cols,
     const float* x = host(c.data, "precision_linear_gemm", "operand");
     v.assign(x, x + n);
   }
+  if (c.amax_out != nullptr) {  // fp8_delayed: the cast takes the amax of what it reads
+    LOOM_CHECK(c.cast == OperandCast::Fp8Tensor && c.amax == nullptr,
+               "emulated cuda: precision_linear_gemm takes an amax in the cast (amax_out) only of a per-tensor FP8 "
+               "operand whose scale is given");
+    kernels::amax_into(kHost, host(c.amax_out, "precision_linear_gemm", "amax_out"), v.data(), n);
+  }
   if (is_fp8(c.cast)) {
     for (float& e : v) e = std::isfinite(e) ? e : NAN;
   }
@@ -204,7 +210,9 @@ std::vector<float> output_grad_values(const kernels::PrecisionGemm& g, bool colu
     // The store must hold this GEMM's own output gradient (a GPU reads it instead of a.data), when
     // there is one (codes written by the gradient's producer come without it).
     if (g.a.data != nullptr) {
-      const std::vector<float> v = cast_values(g.a, rows, cols, columns);
+      CastOperand check = g.a;
+      check.amax_out = nullptr;  // a GEMM reading a store takes no amax: the one that wrote it did
+      const std::vector<float> v = cast_values(check, rows, cols, columns);
       LOOM_CHECK(std::memcmp(k.values.data(), v.data(), v.size() * sizeof(float)) == 0,  // NaN too
                  "emulated cuda: precision_linear_gemm reads an output-gradient store written from "
                  "other values than its output gradient (a stale store)");

@@ -21,6 +21,14 @@ void check_same_model(const config::ModelConfig& model, const ckpt::LoadedCheckp
                "checkpoint " + checkpoint.path() + ": tensor '" + p.name + "' has another shape than the served model's");
   }
 }
+
+// The event that ends sample `index` of a cancelled request.
+SampleEvent aborted(int index) {
+  SampleEvent event;
+  event.index = index;
+  event.finish_reason = "abort";
+  return event;
+}
 }  // namespace
 
 config::ModelConfig served_model_config(const ckpt::LoadedCheckpoint& checkpoint,
@@ -249,7 +257,7 @@ void Engine::admit() {
   while (!waiting_.empty()) {
     Request& r = *waiting_.front();
     if (r.stream->cancelled()) {
-      for (int i = 0; i < r.options.n; ++i) r.stream->push({.index = i, .finish_reason = "abort"});
+      for (int i = 0; i < r.options.n; ++i) r.stream->push(aborted(i));
       waiting_.pop_front();
       continue;
     }
@@ -272,7 +280,7 @@ void Engine::finish(Sample& sample, const std::string& reason) {
   if (sample.slot >= 0) free_slots_.push_back(sample.slot);
   sample.slot = -1;
   running_samples_--;
-  if (reason == "abort") sample.request->stream->push({.index = sample.index, .finish_reason = reason});
+  if (reason == "abort") sample.request->stream->push(aborted(sample.index));
 }
 
 // A state slot for a sample of a hybrid model (-1 otherwise). Admission keeps running samples
@@ -291,7 +299,7 @@ void Engine::drop_finished() {
     if (r.stream->cancelled()) {
       for (auto& s : r.samples) finish(*s, "abort");
       for (int i = static_cast<int>(r.samples.size()); i < r.options.n; ++i) {
-        r.stream->push({.index = i, .finish_reason = "abort"});
+        r.stream->push(aborted(i));
         running_samples_--;
       }
     }

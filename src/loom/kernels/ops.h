@@ -82,8 +82,8 @@ void relu2_backward(Device device, float* din, const float* dout, const float* i
 // of what it writes (out or out16; din or din16) into *amax as amax_into does (*amax >= 0 or NaN;
 // NaN wins): a per-tensor FP8 cast of that output then needs no pass of its own to find it. With
 // neither output (out and out16, din and din16 null; no dbias), only that amax, of the fp32 values:
-// the pass before activation_forward_codes / activation_backward_codes (fp8_current's scale, or
-// fp8_delayed's history, from the values they cast).
+// the pass before activation_forward_codes / activation_backward_codes that fp8_current's scale
+// needs (from the values they cast).
 void activation_forward_bf16(Device device, MlpActivation activation, float* out, void* out16, const void* in16,
                              int64_t rows, int64_t width, float* amax = nullptr);
 void activation_backward_bf16(Device device, MlpActivation activation, float* din, void* din16, float* dbias,
@@ -261,7 +261,8 @@ void precision_linear_gemm(Device device, const PrecisionGemm& gemm);
 // activation_forward_bf16 / activation_backward_bf16 take them), with no fp32 tensor between: the
 // codes of the values those would store in fp32, cast as `cast` (Fp8Tensor) says: fp8_delayed's
 // host scale, or fp8_current's from the device amax cast.amax with cast.margin, which the caller
-// took first (activation_*_bf16 given no output, as fp8_delayed's pending amax). `codes`
+// took first (activation_*_bf16 given no output); fp8_delayed's pending amax is taken by the same
+// pass that casts (cast.amax_out, as a precision GEMM's casts take it: no pass first). `codes`
 // receives the [rows, cols] codes and `transposed` the [cols, rows] ones (cols: width forward, the
 // input width backward), each followed by the scale and its inverse,
 // kept_operand_bytes(Fp8Tensor, rows, cols) bytes each: what a GEMM takes as

@@ -45,6 +45,11 @@ struct CastOperand {
   // the device as precision::compute_scale(amax, fp8 max, margin, 1) (fp8_current), not `scale`.
   const float* amax = nullptr;
   int margin = 0;
+  // Fp8Tensor with its scale given (`scale`, fp8_delayed's from the history), when set: the cast
+  // also takes the tensor's amax from the read that casts it, max |x| into this device float
+  // (kernels::amax_into's contract: NaN wins, then Inf), so no amax pass reads it first. Only a
+  // GEMM that casts the operand takes it (one reading a store or given codes does not).
+  float* amax_out = nullptr;
 };
 
 // A weight's cast kept between GEMMs (model/weight_cast_cache.h): device memory its owner holds,

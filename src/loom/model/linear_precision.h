@@ -245,6 +245,10 @@ class LinearPrecision {
   int64_t kept_input_bytes(int64_t rows, int64_t in_features) const {
     return keeps_input_codes() ? kernels::kept_operand_bytes(kernels::OperandCast::Fp8Tensor, rows, in_features) : 0;
   }
+  // fp8_delayed on a GPU: each cast takes its operand's amax (for the history) from the read that
+  // casts it (CastOperand::amax_out), its scale being known before; so no amax pass reads an
+  // operand first, and a producer writing codes (produced_codes) takes none before them either.
+  bool amax_taken_by_cast() const { return device_.is_cuda() && recipe_ == Recipe::Fp8Delayed; }
   // Under per-tensor FP8 on a GPU (keeps_input_codes): the device float into which the kernel
   // producing operand `op` (Input or OutputGrad) takes its amax (kernels::amax_into's contract),
   // made ready for it (fp8_current's zeroed; fp8_delayed's is the operand's pending amax, which
@@ -253,10 +257,11 @@ class LinearPrecision {
   // kernel, with no other layer's GEMM between it and this layer's.
   float* produced_amax(Operand op);
   // Under per-tensor FP8 on a GPU (keeps_input_codes): where the kernel producing operand `op`
-  // (Input or OutputGrad, [rows, cols]) writes its FP8 codes itself, after taking its amax into
-  // produced_amax(op) (fp8_current's is then reduced over the tensor-parallel group here when the
-  // operand is split): `cast`, its format and scale (fp8_delayed's from the history, fp8_current's
-  // from that amax on the device); `codes` for this layer's GEMM (handed back as DeviceTensors'
+  // (Input or OutputGrad, [rows, cols]) writes its FP8 codes itself, under fp8_current after taking
+  // its amax into produced_amax(op) (then reduced over the tensor-parallel group here when the
+  // operand is split): `cast`, its format and scale (fp8_delayed's from the history, the amax
+  // taken by the codes' own pass: amax_out; fp8_current's from that amax on the device); `codes`
+  // for this layer's GEMM (handed back as DeviceTensors'
   // in_codes / dout_codes); `transposed` for its weight gradient (Input: `keep_input_codes`, the
   // memory the caller keeps to the backward; OutputGrad: the model's shared store, so no other
   // layer's backward may run between this call and this layer's). Each
@@ -299,8 +304,9 @@ class LinearPrecision {
                        const float* weight, int64_t n, int64_t in_features, int64_t out_features,
                        GemmOutput din_output, bool accumulate_din, const DeviceTensors& tensors);
   // Operand `op` (n elements on the device: x, or x16 in bf16) cast as the recipe says;
-  // fp8_delayed records its amax. `given_amax`: the operand's amax already in amax_slot(op), taken
-  // by its producer (DeviceTensors' in_amax / dout_amax): no amax pass.
+  // fp8_delayed records its amax (taken by the GEMM's cast: amax_out). `given_amax`: the operand's
+  // amax already in amax_slot(op), taken by its producer (DeviceTensors' in_amax / dout_amax): no
+  // amax pass.
   kernels::CastOperand device_operand(Operand op, const float* x, int64_t n, const void* x16 = nullptr,
                                       const float* given_amax = nullptr);
   // Per-tensor FP8 on a device: where operand op's amax is taken (fp8_current's scratch float,

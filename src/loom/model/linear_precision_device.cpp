@@ -87,6 +87,7 @@ LinearPrecision::ProducedCodes LinearPrecision::produced_codes(Operand op, int64
              "(an input's with the memory kept for its weight gradient)");
   ProducedCodes p;
   p.cast = device_cast(recipe_, op, scale(op), margin_);
+  if (amax_taken_by_cast()) p.cast.amax_out = amax_slot(op);  // the codes' pass takes it
   if (recipe_ == Recipe::Fp8Current) {
     float* slot = amax_slot(op);  // filled by the producer's amax pass (produced_amax)
     if (reduces_over_tensor_parallel(op)) max_over_tensor_parallel(*tp_group_, slot);
@@ -106,22 +107,22 @@ CastOperand LinearPrecision::device_operand(Operand op, const float* x, int64_t 
   LOOM_CHECK(given_amax == nullptr || given_amax == slot,
              "a linear layer's " + std::string(op == Operand::Input ? "input" : "output gradient") +
                  " amax must be taken where its produced_amax gave");
-  auto amax_into = [&](float* dst) {
-    if (given_amax != nullptr) return;  // its producer took it
-    if (x16 != nullptr) {
-      kernels::amax_into_bf16(device_, dst, x16, n);
-    } else {
-      kernels::amax_into(device_, dst, x, n);
-    }
-  };
   if (recipe_ == Recipe::Fp8Delayed) {
-    // The scale is the host's (from the history); the amax only feeds the next step's history.
-    amax_into(slot);
+    // The scale is the host's (from the history); the amax only feeds the next step's history,
+    // taken by the GEMM's cast from the read that casts (unless its producer took it). A GEMM
+    // reading this operand's kept cast instead takes none; the one that wrote it did.
+    if (given_amax == nullptr) c.amax_out = slot;
   } else if (recipe_ == Recipe::Fp8Current) {
     // The scale is computed on the device from this amax (no read back); under tensor parallelism
     // from the whole tensor's, one device float all-reduced over the group.
-    if (given_amax == nullptr) zero_on_device(device_, slot, 1);
-    amax_into(slot);
+    if (given_amax == nullptr) {
+      zero_on_device(device_, slot, 1);
+      if (x16 != nullptr) {
+        kernels::amax_into_bf16(device_, slot, x16, n);
+      } else {
+        kernels::amax_into(device_, slot, x, n);
+      }
+    }
     if (reduces_over_tensor_parallel(op)) max_over_tensor_parallel(*tp_group_, slot);
     c.amax = slot;
   }

@@ -74,9 +74,11 @@ void Mlp::forward(Saved& saved, float* residual, const NormedRows& normed, int64
     void* hidden = sized_16bit(saved.hidden, rows * hidden_width(), device_);
     in_->forward(nullptr, normed.fp32, rows, scratch, DeviceTensors{.out = hidden, .keep_input_codes = up_codes});
     if (fp8_codes_from_activation()) {
-      // The activation's amax, then its codes for the down projection (both orientations) from the
-      // same values: no fp32 activation.
-      activation_forward_bf16(device_, activation_, nullptr, nullptr, hidden, rows, ffn_, down_->input_amax());
+      // The activation's codes for the down projection (both orientations): no fp32 activation.
+      // fp8_current's scale needs the amax of the same values first, a pass of its own;
+      // fp8_delayed's codes pass takes it as it casts.
+      if (!down_->precision()->amax_taken_by_cast())
+        activation_forward_bf16(device_, activation_, nullptr, nullptr, hidden, rows, ffn_, down_->input_amax());
       const LinearPrecision::ProducedCodes codes = down_->input_codes(saved.down_codes, rows);
       kernels::activation_forward_codes(device_, kernel_activation(activation_), hidden, rows, ffn_, codes.cast,
                                         codes.codes, codes.transposed);
@@ -120,9 +122,11 @@ void Mlp::backward(float* d_normed, const float* d_residual, const NormedRows& n
     down_->backward(nullptr, d_residual, saved.act.data(), rows, scratch, false,
                     DeviceTensors{.din = d_act, .kept_input_codes = down_codes});
     if (fp8_codes_from_activation()) {
-      // The hidden gradient's amax, then its codes for both of the up projection's GEMMs.
-      activation_backward_bf16(device_, activation_, nullptr, nullptr, nullptr, d_act, saved.hidden.data(), rows,
-                               ffn_, in_->output_grad_amax());
+      // The hidden gradient's codes for both of the up projection's GEMMs, after its amax under
+      // fp8_current (fp8_delayed's taken by the codes' pass, as forward).
+      if (!in_->precision()->amax_taken_by_cast())
+        activation_backward_bf16(device_, activation_, nullptr, nullptr, nullptr, d_act, saved.hidden.data(), rows,
+                                 ffn_, in_->output_grad_amax());
       const LinearPrecision::ProducedCodes codes = in_->output_grad_codes(rows);
       kernels::activation_backward_codes(device_, kernel_activation(activation_), d_act, saved.hidden.data(), rows,
                                          ffn_, codes.cast, codes.codes, codes.transposed);

@@ -64,8 +64,12 @@ struct Bf16Ends {
   // hidden element, GELU and squared ReLU 4) and the codes' two writes, less the fp32 gradient's
   // write (4); its input's codes cost a cast whose amax was given (for SwiGLU: a second read of the
   // hidden, 4 bytes, and the two writes; GELU's and squared ReLU's move 4 of those 6), the fp32
-  // activation no longer being kept (activation_memory.h) nor read.
-  double output_grad_produced = -1.0;
+  // activation no longer being kept (activation_memory.h) nor read. Under fp8_delayed the codes'
+  // pass takes the amax itself and the activation's amax-only pass before it goes: its read is
+  // taken off (output_grad_produced less the read; input_pass_saved for the down projection).
+  bool output_grad_produced = false;
+  double output_grad_produced_bytes = 0.0;
+  double input_pass_saved = 0.0;  // bytes per input element
 };
 double linear_cast_seconds(double n, double out, double in, model::Recipe recipe, bool recompute, const Hardware& hw,
                            const CastPath& path, const Bf16Ends& bf16 = {}) {
@@ -80,14 +84,18 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
   const bool both_orientations =
       path.device && (recipe == model::Recipe::Fp8Delayed || recipe == model::Recipe::Fp8Current);
   // With its amax taken by its producer: 6 bytes (one read, two 1-byte writes), 6/9 of a cast.
-  constexpr double kBothOrientations = 10.0 / 9.0, kAmaxGiven = 6.0 / 9.0;
-  const double input_cast = bf16.input_amax ? kAmaxGiven : kBothOrientations;
-  const double output_grad_cast = bf16.output_grad_produced >= 0.0 ? bf16.output_grad_produced / 9.0
-                                  : bf16.output_grad_amax        ? kAmaxGiven
-                                                                 : kBothOrientations;
+  // fp8_delayed's casts take the amax from their own read (LinearPrecision::amax_taken_by_cast), so
+  // none of its operands has an amax pass: 6/9 each.
+  constexpr double kAmaxGiven = 6.0 / 9.0;
+  const double amax_pass = path.device && recipe == model::Recipe::Fp8Delayed ? 0.0 : 4.0 / 9.0;
+  const double unaided = kAmaxGiven + amax_pass;
+  const double input_cast = (bf16.input_amax ? kAmaxGiven : unaided) - bf16.input_pass_saved / 9.0;
+  const double output_grad_cast = bf16.output_grad_produced ? bf16.output_grad_produced_bytes / 9.0
+                                  : bf16.output_grad_amax   ? kAmaxGiven
+                                                            : unaided;
   double cast = 0.0;
   if (both_orientations) {
-    cast = input_cast * n * in + output_grad_cast * n * out + kBothOrientations * weight / path.micro_batches;
+    cast = input_cast * n * in + output_grad_cast * n * out + unaided * weight / path.micro_batches;
   } else if (path.device) {
     cast = n * (2.0 * in + (sixteen ? 1.0 : 2.0) * out) + (sixteen ? 1.0 : 2.0) * weight / path.micro_batches;
   } else {
@@ -102,7 +110,8 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
   if (bf16.output_grad) cast -= n * out;
   if (bf16.input) cast -= (recompute ? 3.0 : 2.0) * n * in;
   if (bf16.input_grad) rounded -= n * in;
-  if (bf16.input_bf16 && both_orientations) cast -= (recompute ? 2.0 : 1.0) * 4.0 / 9.0 * n * in;
+  // Read from bf16: its cast's read and its amax pass's (if any) read 2 bytes, not 4.
+  if (bf16.input_bf16 && both_orientations) cast -= (recompute ? 2.0 : 1.0) * (2.0 / 9.0 + amax_pass / 2.0) * n * in;
   // The weight gradient added unrounded into its fp32 main gradient: on the CPU a pass of its own
   // (read two, write one: 12 bytes); a GPU's wgrad GEMM adds it in its epilogue (gradient-
   // accumulation fusion). The data gradient is written whole, each of these linears being its only
@@ -143,7 +152,15 @@ Bf16Ends device_bf16_ends(const CastPath& path, model::Recipe r, LinearRole role
   ends.input_bf16 = o && attention;
   ends.input_amax = down && per_tensor;
   ends.output_grad_amax = up && per_tensor;
-  if (up && per_tensor && path.mlp_codes) ends.output_grad_produced = path.swiglu ? 1.0 : 2.0;
+  if (per_tensor && path.mlp_codes) {
+    const bool delayed = r == model::Recipe::Fp8Delayed;  // no amax-only pass before the codes
+    if (up) {
+      const double read = path.swiglu ? 3.0 : 4.0;  // per hidden element: the activation's inputs
+      ends.output_grad_produced = true;
+      ends.output_grad_produced_bytes = read + 2.0 - 4.0 - (delayed ? read : 0.0);
+    }
+    if (down && delayed) ends.input_pass_saved = path.swiglu ? 4.0 : 2.0;  // the hidden, per activation element
+  }
   return ends;
 }
 

@@ -77,9 +77,9 @@ void cast_codes(Value value, const CastOperand& cast, void* codes, void* transpo
   auto* t = static_cast<uint8_t*>(transposed);
   auto* plain = static_cast<uint8_t*>(codes);
   if (cast.e5m2) {
-    launch_tiled_cast(value, t, plain, rows, cols, Caster<CastTo::E5M2>{scale}, stream, what);
+    launch_tiled_cast(value, t, plain, rows, cols, Caster<CastTo::E5M2>{scale}, stream, what, cast.amax_out);
   } else {
-    launch_tiled_cast(value, t, plain, rows, cols, Caster<CastTo::E4M3>{scale}, stream, what);
+    launch_tiled_cast(value, t, plain, rows, cols, Caster<CastTo::E4M3>{scale}, stream, what, cast.amax_out);
   }
 }
 

@@ -1,8 +1,9 @@
 #pragma once
 // The per-tensor amax (max |x|, NaN winning) on the device: a running max per thread, reduced per
 // warp and per block, then one atomic per block into a device float whose bits order as unsigned
-// (a non-negative float or NaN, whose bits exceed Inf's). Used by the amax pass of the FP8 casts
-// and by kernels that take the amax of what they write (kernels::activation_forward_bf16's).
+// (a non-negative float or NaN, whose bits exceed Inf's). Used by the amax pass of the FP8 casts,
+// by kernels that take the amax of what they write (kernels::activation_forward_bf16's), and by
+// the casts that take their operand's amax as they read it (fp8_delayed: tiled_cast.cuh, cast.cu).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -22,15 +23,18 @@ __device__ inline float warp_nan_max(float v) {
 }
 
 // *amax = nan_max(*amax, the block's running maxes `m`): every thread of the block calls it (a
-// __syncthreads inside), after its last store; blockDim.x a multiple of 32, at most 1024.
+// __syncthreads inside), after its last store; a block of 1-3 dimensions whose thread count is a
+// multiple of 32, at most 1024 (warps are runs of 32 in the linear thread index, x fastest).
 __device__ inline void block_amax_into(unsigned* amax, float m) {
   __shared__ float warps[32];
+  const unsigned thread = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const unsigned threads = blockDim.x * blockDim.y * blockDim.z;
   m = warp_nan_max(m);
-  if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = m;
+  if (thread % 32 == 0) warps[thread / 32] = m;
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (thread == 0) {
     float b = warps[0];
-    for (unsigned w = 1; w < blockDim.x / 32; ++w) b = nan_max(b, warps[w]);
+    for (unsigned w = 1; w < threads / 32; ++w) b = nan_max(b, warps[w]);
     atomicMax(amax, __float_as_uint(b));
   }
 }

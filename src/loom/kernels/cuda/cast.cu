@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "loom/core/error.h"
+#include "loom/kernels/cuda/amax.cuh"
 #include "loom/kernels/cuda/bf16_io.cuh"
 #include "loom/kernels/cuda/cast.h"
 #include "loom/kernels/cuda/device.h"
@@ -16,10 +17,17 @@ namespace loom::kernels::cuda {
 
 namespace {
 
-// In: fp32, or bf16 widened exactly (bf16_io.cuh's load).
+// In: fp32, or bf16 widened exactly (bf16_io.cuh's load). With `amax`, max |in| into it (amax.cuh;
+// the same condition for every thread of the block).
 template <typename In, typename Out, typename Cast>
-__global__ void cast_kernel(const In* __restrict__ in, Out* __restrict__ out, int64_t n, Cast cast) {
-  for (int64_t i = grid_start(); i < n; i += grid_stride()) out[i] = cast(load(in, i));
+__global__ void cast_kernel(const In* __restrict__ in, Out* __restrict__ out, int64_t n, Cast cast, unsigned* amax) {
+  float m = 0.0f;
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) {
+    const float v = load(in, i);
+    m = nan_max(m, fabsf(v));
+    out[i] = cast(v);
+  }
+  if (amax != nullptr) block_amax_into(amax, m);
 }
 
 // Element [r, c] of a row-major tensor, for the tiled transposed cast.
@@ -30,20 +38,23 @@ struct LoadAt {
   __device__ float operator()(int64_t r, int64_t c) const { return load(in, r * cols + c); }
 };
 
-// out: in cast, transposed when asked; plain (transposed only; may be null): in cast as it lies.
+// out: in cast, transposed when asked; plain (transposed only; may be null): in cast as it lies;
+// amax (may be null): max |in| taken from the same read (a capped grid: amax_grid's).
 template <CastTo kTo, typename In>
 void launch_cast(const In* in, void* out, void* plain, int64_t rows, int64_t cols, bool transpose,
-                 const float* scale, cudaStream_t stream) {
+                 const float* scale, float* amax, cudaStream_t stream) {
   const Caster<kTo> cast{scale};
   using Out = decltype(cast(0.0f));
   Out* o = static_cast<Out*>(out);
   if (!transpose) {
-    cast_kernel<<<grid_for(rows * cols), kThreads, 0, stream>>>(in, o, rows * cols, cast);
+    const int64_t n = rows * cols;
+    cast_kernel<<<amax != nullptr ? amax_grid(n) : grid_for(n), kThreads, 0, stream>>>(
+        in, o, n, cast, reinterpret_cast<unsigned*>(amax));
     check_launch("cast_kernel");
     return;
   }
   launch_tiled_cast(LoadAt<In>{in, cols}, o, static_cast<Out*>(plain), rows, cols, cast, stream,
-                    "transpose_cast_kernel");
+                    "transpose_cast_kernel", amax);
 }
 
 __device__ inline float rounded(float v, OutputRounding rounding) {
@@ -73,35 +84,35 @@ __global__ void finish_kernel(Out* dst, const In* src, const float* __restrict__
 
 template <typename In>
 void cast_into(const In* in, void* out, void* plain, int64_t rows, int64_t cols, bool transpose, CastTo to,
-               const float* scale, cudaStream_t stream) {
+               const float* scale, float* amax, cudaStream_t stream) {
   if (rows * cols == 0) return;
   LOOM_CHECK(scale != nullptr || (to != CastTo::E4M3 && to != CastTo::E5M2), "cast_operand: an FP8 cast needs its scale");
   switch (to) {
-    case CastTo::F32: return launch_cast<CastTo::F32>(in, out, plain, rows, cols, transpose, scale, stream);
-    case CastTo::BF16: return launch_cast<CastTo::BF16>(in, out, plain, rows, cols, transpose, scale, stream);
-    case CastTo::F16: return launch_cast<CastTo::F16>(in, out, plain, rows, cols, transpose, scale, stream);
-    case CastTo::E4M3: return launch_cast<CastTo::E4M3>(in, out, plain, rows, cols, transpose, scale, stream);
-    case CastTo::E5M2: return launch_cast<CastTo::E5M2>(in, out, plain, rows, cols, transpose, scale, stream);
+    case CastTo::F32: return launch_cast<CastTo::F32>(in, out, plain, rows, cols, transpose, scale, amax, stream);
+    case CastTo::BF16: return launch_cast<CastTo::BF16>(in, out, plain, rows, cols, transpose, scale, amax, stream);
+    case CastTo::F16: return launch_cast<CastTo::F16>(in, out, plain, rows, cols, transpose, scale, amax, stream);
+    case CastTo::E4M3: return launch_cast<CastTo::E4M3>(in, out, plain, rows, cols, transpose, scale, amax, stream);
+    case CastTo::E5M2: return launch_cast<CastTo::E5M2>(in, out, plain, rows, cols, transpose, scale, amax, stream);
   }
 }
 
 }  // namespace
 
 void cast_operand(const float* in, void* out, int64_t rows, int64_t cols, bool transpose, CastTo to,
-                  const float* scale, cudaStream_t stream) {
-  cast_into(in, out, nullptr, rows, cols, transpose, to, scale, stream);
+                  const float* scale, cudaStream_t stream, float* amax) {
+  cast_into(in, out, nullptr, rows, cols, transpose, to, scale, amax, stream);
 }
 
 void cast_operand_both(const float* in, void* out, void* out_transposed, int64_t rows, int64_t cols, CastTo to,
-                       const float* scale, cudaStream_t stream) {
+                       const float* scale, cudaStream_t stream, float* amax) {
   LOOM_CHECK(out != nullptr && out_transposed != nullptr, "cast_operand_both: both outputs are needed");
-  cast_into(in, out_transposed, out, rows, cols, true, to, scale, stream);
+  cast_into(in, out_transposed, out, rows, cols, true, to, scale, amax, stream);
 }
 
 void cast_operand_both_bf16(const void* in16, void* out, void* out_transposed, int64_t rows, int64_t cols, CastTo to,
-                            const float* scale, cudaStream_t stream) {
+                            const float* scale, cudaStream_t stream, float* amax) {
   LOOM_CHECK(out != nullptr && out_transposed != nullptr, "cast_operand_both_bf16: both outputs are needed");
-  cast_into(static_cast<const __nv_bfloat16*>(in16), out_transposed, out, rows, cols, true, to, scale, stream);
+  cast_into(static_cast<const __nv_bfloat16*>(in16), out_transposed, out, rows, cols, true, to, scale, amax, stream);
 }
 
 void finish_output(float* dst, const void* src, bool src_bf16, const float* bias, int64_t rows, int64_t cols,

@@ -18,20 +18,22 @@ enum class CastTo : uint8_t { F32, BF16, F16, E4M3, E5M2 };
 
 // out = cast(in * scale) for in [rows, cols]; out [rows, cols], or [cols, rows] when transposed.
 // scale (device memory, one float: fp8_tensor_scale's) multiplies before FP8 encoding only, which
-// writes an Inf or NaN element as FP8 NaN; the other casts take none (null).
+// writes an Inf or NaN element as FP8 NaN; the other casts take none (null). amax, when set: a
+// device float into which the same read takes max |in| (kernels::amax_into's contract), for an
+// FP8 cast whose scale was known before it (fp8_delayed): no amax pass first.
 void cast_operand(const float* in, void* out, int64_t rows, int64_t cols, bool transpose, CastTo to,
-                  const float* scale = nullptr, cudaStream_t stream = nullptr);
+                  const float* scale = nullptr, cudaStream_t stream = nullptr, float* amax = nullptr);
 
 // cast_operand's cast of in [rows, cols] twice from one read of it: out [rows, cols] as it lies
 // and out_transposed [cols, rows]. An activation cast once for two GEMMs reducing along different
 // dimensions (precision_gemm.h's a_store and input_codes: FP8 codes for this GEMM and, transposed,
 // for the weight gradient).
 void cast_operand_both(const float* in, void* out, void* out_transposed, int64_t rows, int64_t cols, CastTo to,
-                       const float* scale, cudaStream_t stream = nullptr);
+                       const float* scale, cudaStream_t stream = nullptr, float* amax = nullptr);
 // The same from a bf16 tensor in16 (2-byte elements), widened exactly: the codes of its values as
 // an fp32 tensor holding them would give (an activation kept bf16: Attention::bf16_tensors).
 void cast_operand_both_bf16(const void* in16, void* out, void* out_transposed, int64_t rows, int64_t cols, CastTo to,
-                            const float* scale, cudaStream_t stream = nullptr);
+                            const float* scale, cudaStream_t stream = nullptr, float* amax = nullptr);
 
 // dst[r, c] (+)= round(src[r, c] + bias[c]) over [rows, cols]; src fp32 or (src_bf16) already
 // rounded bf16; bias may be null. src may equal dst.

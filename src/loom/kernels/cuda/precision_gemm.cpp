@@ -100,6 +100,7 @@ Prepared dequantized(const CastOperand& op, const Stored& s, Scratch& scratch, c
                     op.cast == OperandCast::Bf16 ? OutputRounding::Bf16 : OutputRounding::Fp16, false, stream);
       return {x, GemmType::F32, s.k_in_cols};
     case OperandCast::Fp8Tensor:
+      if (op.amax_out != nullptr) amax_into(op.amax_out, op.data, s.count(), stream);
       copy(x, op.data, s.count(), stream);
       quantize_dequantize_fp8(x, s.count(), fp8_of(op), tensor_scale(op, scratch, stream), stream);
       return {x, GemmType::F32, s.k_in_cols};
@@ -139,7 +140,7 @@ Prepared fp8(const CastOperand& op, const Stored& s, Scratch& scratch, cudaStrea
     const float* scale = tensor_scale(op, scratch, stream, into);
     const Fp8 f = fp8_of(op);
     cast_operand(op.data, codes, s.rows, s.cols, !s.k_in_cols, f == Fp8::E4M3 ? CastTo::E4M3 : CastTo::E5M2, scale,
-                 stream);
+                 stream, op.amax_out);
     return {codes, f == Fp8::E4M3 ? GemmType::E4M3 : GemmType::E5M2, true, scale + 1, ScaleMode::Tensor};
   }
   const float* src = op.data;
@@ -180,9 +181,9 @@ Prepared fp8_keeping_transpose(const CastOperand& op, const Stored& s, void* kep
   const Fp8 f = fp8_of(op);
   const CastTo to = f == Fp8::E4M3 ? CastTo::E4M3 : CastTo::E5M2;
   if (data16 != nullptr) {
-    cast_operand_both_bf16(data16, codes, base, s.rows, s.cols, to, scale, stream);
+    cast_operand_both_bf16(data16, codes, base, s.rows, s.cols, to, scale, stream, op.amax_out);
   } else {
-    cast_operand_both(op.data, codes, base, s.rows, s.cols, to, scale, stream);
+    cast_operand_both(op.data, codes, base, s.rows, s.cols, to, scale, stream, op.amax_out);
   }
   const float* inverse = (into.scales != nullptr ? into.scales : scale) + 1;
   return {codes, f == Fp8::E4M3 ? GemmType::E4M3 : GemmType::E5M2, true, inverse, ScaleMode::Tensor};
@@ -263,6 +264,11 @@ void check_casts(const PrecisionGemm& g) {
                                       g.a16 == nullptr),
              "precision GEMM: a's given codes (a_codes) are a per-tensor FP8 forward's or dgrad's, which then casts "
              "nothing of a");
+  for (const CastOperand* op : {&g.a, &g.b}) {
+    LOOM_CHECK(op->amax_out == nullptr || (op->cast == OperandCast::Fp8Tensor && op->amax == nullptr),
+               "precision GEMM: an amax is taken by the cast (amax_out) only of a per-tensor FP8 operand whose "
+               "scale is given (not computed from an amax)");
+  }
   const bool bf16 = a == OperandCast::Bf16 && b == OperandCast::Bf16;
   const bool fp8_input16 = per_tensor && g.pass == LinearGemm::Forward && g.input_codes_use == CastStore::Write;
   LOOM_CHECK((g.a16 == nullptr || (bf16 && g.a_store_use == CastStore::None) || fp8_input16) &&
