@@ -14,7 +14,8 @@
 #   llama        loom's ~1B for LLAMA_STEPS steps (default 300) in bf16, then in fp8_current, on a
 #                byte-level corpus of the repository's docs (the config's schedule); tokens/s of
 #                each, then bench/cuda/loss_curves.py compares the curves (10-step averages from
-#                step 20, the rule: within 5%) into OUT/fp8_curve.csv
+#                step 20, the rule: within 5%) into OUT/fp8_curve.csv; then fp8_delayed's
+#                tokens/s over LLAMA_DELAYED_STEPS steps (default 60)
 #   gpt2         loom's GPT-2 124M, 30 steps on random tokens
 #   llmc         llm.c's GPT-2 124M, 50 steps on the same tokens (the bundle's prebuilt binaries:
 #                LLMC_BUILD=1 builds it there first, about a minute)
@@ -116,6 +117,10 @@ llama_runs() {
   [ -f "$work/llama-bf16/metrics.jsonl" ] && [ -f "$work/llama-fp8_current/metrics.jsonl" ] &&
     python3 "$here/loss_curves.py" "$work/llama-bf16/metrics.jsonl" "$work/llama-fp8_current/metrics.jsonl" \
       --names bf16,fp8_current --csv "$out/fp8_curve.csv" | tee -a "$results"
+  # fp8_delayed's tokens/s from a shorter run (its casts take their amaxes as they read them: the
+  # planner's fastest FP8 recipe); the curves above are fp8_current's.
+  loom_run "$(impl_name fp8_delayed)" "${llama[@]}" "${LLAMA_DELAYED_STEPS:-60}" 60 fp8_delayed "$work/docs/c_train" \
+    "$work/llama-fp8_delayed"
 }
 
 llmc_runs() {

@@ -22,7 +22,8 @@ __device__ inline float warp_nan_max(float v) {
   return v;
 }
 
-// *amax = nan_max(*amax, the block's running maxes `m`): every thread of the block calls it (a
+// *amax = nan_max(*amax, the block's running maxes `m`), *amax's sign bit clear (+0, a positive
+// value or NaN: -0 would order above every float as unsigned): every thread of the block calls it (a
 // __syncthreads inside), after its last store; a block of 1-3 dimensions whose thread count is a
 // multiple of 32, at most 1024 (warps are runs of 32 in the linear thread index, x fastest).
 __device__ inline void block_amax_into(unsigned* amax, float m) {

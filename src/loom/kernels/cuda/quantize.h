@@ -20,7 +20,8 @@ enum class Fp8 : uint8_t { E4M3, E5M2 };
 
 // max |x| over n elements (0 for n == 0; NaN or Inf when one is there); waits for the stream.
 float amax(const float* x, int64_t n, cudaStream_t stream = nullptr);
-// *dst = max(*dst, max |x|) in stream order, nothing read back (*dst >= 0 or NaN).
+// *dst = max(*dst, max |x|) in stream order, nothing read back (*dst +0, positive or NaN: its
+// sign bit clear, as atomics on its bits need).
 void amax_into(float* dst, const float* x, int64_t n, cudaStream_t stream = nullptr);
 // The same over a bf16 tensor x16 (2-byte elements).
 void amax_into_bf16(float* dst, const void* x16, int64_t n, cudaStream_t stream = nullptr);

@@ -82,7 +82,8 @@ void launch_tiled_cast(Value value, Out* out, Out* plain, int64_t rows, int64_t 
   LOOM_CHECK(tiles_x < (int64_t{1} << 31),
              std::string(what) + ": " + std::to_string(rows) + " x " + std::to_string(cols) +
                  " has too many columns to transpose");
-  const int64_t cap = amax != nullptr ? std::max<int64_t>(1, kTiledAmaxBlocks / tiles_x) : 65535;
+  // Rows of blocks rounded up, so a wide tensor (tiles_x near a resident wave) still gets two waves.
+  const int64_t cap = amax != nullptr ? (kTiledAmaxBlocks + tiles_x - 1) / tiles_x : 65535;
   const int64_t grid_y = std::max<int64_t>(1, std::min(tiles_y, cap));
   tiled_cast_kernel<<<dim3(static_cast<unsigned>(tiles_x), static_cast<unsigned>(grid_y)), dim3(kCastTile, 8), 0,
                       stream>>>(value, out, plain, rows, cols, cast, reinterpret_cast<unsigned*>(amax));
