@@ -155,7 +155,8 @@ TEST(SsdScan, ChunkedEqualsRecurrenceForAnyChunkSize) {
 
 TEST(SsdScan, DocumentsRestartTheState) {
   Problem p = make_problem(13, 4);
-  p.docs = {0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 2, 2, /* row 2 */ 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 3, 3};
+  p.docs = {0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 2, 2, /* row 2 */ 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3};
+  ASSERT_EQ(static_cast<int64_t>(p.docs.size()), p.rows());  // a document id per token
   expect_scan_matches_recurrence(p);
   // And the scan with documents differs from the scan without (the test can fail).
   std::vector<float> with(p.rows() * p.s.y_stride), without(with.size());
