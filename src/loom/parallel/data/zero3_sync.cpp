@@ -88,7 +88,8 @@ double Zero3Sync::gradient_norm() {
 }
 
 void Zero3Sync::update(double lr, int64_t step, double norm) {
-  for (auto& z : zero3_) z->update(optim::StepParams{lr, step, optim::clip_factor(setup_.config->optim, norm)});
+  const optim::StepParams at{lr, step, optim::clip_factor(setup_.config->optim, norm)};
+  for (auto& z : zero3_) z->update(at);
 }
 
 std::vector<std::span<float>> Zero3Sync::reduced_gradients() {
