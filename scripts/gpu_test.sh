@@ -8,7 +8,7 @@
 #   kernels   test_cuda: every CUDA kernel against the CPU path, the cuBLASLt products, attention,
 #             the model and the parallel layouts on the GPU against one CPU rank
 #   llama     the ~1B config trained 300 steps in bf16, then in fp8_current: tokens/s, MFU, FP8's
-#             speedup and the two loss curves; fp8_delayed's speedup over 60 steps
+#             speedup and the two loss curves; fp8_delayed's speedup over 60 steps (also with every block FP8)
 #             (bench/cuda/train_bench.sh llama)
 #   gpt2      GPT-2 124M by loom and by llm.c (the bundle's prebuilt binaries)
 #   profile   the ~1B and GPT-2 bf16 steps' GPU time per kernel (Nsight Compute)

@@ -15,7 +15,8 @@
 #                byte-level corpus of the repository's docs (the config's schedule); tokens/s of
 #                each, then bench/cuda/loss_curves.py compares the curves (10-step averages from
 #                step 20, the issue's rule: within 5%) into OUT/fp8_curve.csv; then fp8_delayed's
-#                tokens/s over LLAMA_DELAYED_STEPS steps (default 60)
+#                tokens/s over LLAMA_DELAYED_STEPS steps (default 60), with the bf16 edge blocks and
+#                with every block in FP8
 #   gpt2         loom's GPT-2 124M, 30 steps on random tokens
 #   llmc         llm.c's GPT-2 124M, 50 steps on the same tokens (the bundle's prebuilt binaries:
 #                LLMC_BUILD=1 builds it there first, about a minute)
@@ -76,13 +77,14 @@ loom_args() {  # MODEL B T STEPS RECIPE PREFIX DIR
     "data.val_prefix= train.eval_interval=0 train.steps=$4 train.global_batch=$2 train.micro_batch=$2 data.seq_len=$3" \
     "checkpoint.interval=0 run.dir=$7 log.progress=false log.interval=10"
 }
-# loom_run NAME MODEL B T STEPS SECONDS RECIPE PREFIX DIR: a loom run, then its TRAIN line from its
-# metrics.jsonl (also after a timeout: the steps it finished).
+# loom_run NAME MODEL B T STEPS SECONDS RECIPE PREFIX DIR [OVERRIDE ...]: a loom run, then its TRAIN
+# line from its metrics.jsonl (also after a timeout: the steps it finished).
 loom_run() {
   local name="$1" model="$2" B="$3" T="$4" steps="$5" want="$6" recipe="$7" prefix="$8" dir="$9"
+  shift 9
   [ -z "$loom_status" ] || { echo "$name: skipped ($loom_status)"; return 0; }
   rm -rf "$dir"
-  run "$name $model" "$want" "$loom" train $(loom_args "$model" "$B" "$T" "$steps" "$recipe" "$prefix" "$dir")
+  run "$name $model" "$want" "$loom" train $(loom_args "$model" "$B" "$T" "$steps" "$recipe" "$prefix" "$dir") "$@"
   [ -f "$dir/metrics.jsonl" ] &&
     python3 "$here/train_results.py" loom "$dir/metrics.jsonl" --model "$model" --batch "$B" --seq "$T" --impl "$name" |
     tee -a "$results"
@@ -121,6 +123,10 @@ llama_runs() {
   # planner's fastest FP8 recipe); the curves above are fp8_current's.
   loom_run "$(impl_name fp8_delayed)" "${llama[@]}" "${LLAMA_DELAYED_STEPS:-60}" 60 fp8_delayed "$work/docs/c_train" \
     "$work/llama-fp8_delayed"
+  # And with every block in FP8 (the edge blocks too, as torchtitan's float8 training keeps only
+  # the head in bf16): the planner's 1.24x bf16 where the default's bf16 edge blocks give 1.18x.
+  loom_run "loom fp8_delayed all" "${llama[@]}" "${LLAMA_DELAYED_STEPS:-60}" 60 fp8_delayed "$work/docs/c_train" \
+    "$work/llama-fp8_delayed-all" precision.fp8_edge_layers_bf16=false
 }
 
 llmc_runs() {

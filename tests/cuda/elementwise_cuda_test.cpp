@@ -38,7 +38,36 @@ using testing::relative_error;
 constexpr Device kCpu = Device::cpu();
 const Device kGpu = Device::cuda(0);
 
-class CudaEntries : public testing::GpuTest<> {};
+class CudaEntries : public testing::GpuTest<> {
+ protected:
+  // Per-tensor FP8 codes a producing kernel writes (`produce(codes, transposed)`, both poisoned
+  // first) from values whose fp32 form `values` [rows, cols] holds: bit for bit cast_operand_both
+  // of those values, in both orientations, with the scale and its inverse after each (the scale
+  // from cast.amax and cast.margin, or cast.scale).
+  template <typename Produce>
+  void expect_produced_codes(const float* values, int64_t rows, int64_t cols, const CastOperand& cast,
+                             const std::string& name, Produce produce) {
+    const int64_t n = rows * cols;
+    const int64_t bytes = kept_operand_bytes(OperandCast::Fp8Tensor, rows, cols);
+    const int64_t offset = weight_cast_layout(OperandCast::Fp8Tensor, rows, cols).scale_offset;
+    DeviceArray<uint8_t> codes(allocator_, std::vector<uint8_t>(bytes, 0xab)),
+        transposed(allocator_, std::vector<uint8_t>(bytes, 0xcd)), want(allocator_, std::vector<uint8_t>(bytes, 0)),
+        want_t(allocator_, std::vector<uint8_t>(bytes, 0));
+    produce(codes.ptr, transposed.ptr);
+    auto* scales = reinterpret_cast<float*>(want.ptr + offset);
+    fp8_tensor_scale(cast.amax, cast.scale, cast.margin, cast.e5m2 ? Fp8::E5M2 : Fp8::E4M3, scales);
+    cast_operand_both(values, want.ptr, want_t.ptr, rows, cols, cast.e5m2 ? CastTo::E5M2 : CastTo::E4M3, scales);
+    check_cuda(cudaMemcpy(want_t.ptr + offset, scales, 2 * sizeof(float), cudaMemcpyDeviceToDevice), "copy");
+    const std::vector<uint8_t> got = codes.host(), got_t = transposed.host(), w = want.host(), w_t = want_t.host();
+    auto part = [](const std::vector<uint8_t>& v, int64_t from, int64_t count) {
+      return std::vector<uint8_t>(v.begin() + from, v.begin() + from + count);
+    };
+    EXPECT_EQ(part(got, 0, n), part(w, 0, n)) << name << ": codes";
+    EXPECT_EQ(part(got_t, 0, n), part(w_t, 0, n)) << name << ": transposed codes";
+    EXPECT_EQ(part(got, offset, 8), part(w, offset, 8)) << name << ": scale and inverse";
+    EXPECT_EQ(part(got_t, offset, 8), part(w, offset, 8)) << name << ": scale beside the transposed codes";
+  }
+};
 
 TEST_F(CudaEntries, EmbeddingForwardBackwardAndShardsMatchTheCpu) {
   for (auto [rows, dim, vocab] : {std::tuple<int64_t, int64_t, int32_t>{1, 1, 3}, {37, 129, 50}, {4096, 768, 1000}}) {
@@ -427,34 +456,66 @@ TEST_F(CudaEntries, ActivationCodesAreTheCastOfTheFp32ActivationBitForBit) {
           const float running = 1e-3f;
           DeviceFloats taken(allocator_, std::vector<float>{running});
           if (!current) cast.amax_out = taken.ptr;
-          const int64_t bytes = kept_operand_bytes(OperandCast::Fp8Tensor, rows, cols);
-          const int64_t offset = weight_cast_layout(OperandCast::Fp8Tensor, rows, cols).scale_offset;
-          DeviceArray<uint8_t> codes(allocator_, std::vector<uint8_t>(bytes, 0xab)),
-              transposed(allocator_, std::vector<uint8_t>(bytes, 0xcd)),
-              want(allocator_, std::vector<uint8_t>(bytes, 0)), want_t(allocator_, std::vector<uint8_t>(bytes, 0));
-          if (backward) {
-            kernels::activation_backward_codes(kGpu, a, dout16.ptr, in16.ptr, rows, width, cast, codes.ptr,
-                                               transposed.ptr);
-          } else {
-            kernels::activation_forward_codes(kGpu, a, in16.ptr, rows, width, cast, codes.ptr, transposed.ptr);
-          }
-          auto* scales = reinterpret_cast<float*>(want.ptr + offset);
-          fp8_tensor_scale(cast.amax, cast.scale, cast.margin, backward ? Fp8::E5M2 : Fp8::E4M3, scales);
-          cast_operand_both(values.ptr, want.ptr, want_t.ptr, rows, cols, backward ? CastTo::E5M2 : CastTo::E4M3,
-                            scales);
-          check_cuda(cudaMemcpy(want_t.ptr + offset, scales, 2 * sizeof(float), cudaMemcpyDeviceToDevice), "copy");
-          const std::vector<uint8_t> got = codes.host(), got_t = transposed.host(), w = want.host(),
-                                     w_t = want_t.host();
-          auto part = [](const std::vector<uint8_t>& v, int64_t from, int64_t count) {
-            return std::vector<uint8_t>(v.begin() + from, v.begin() + from + count);
-          };
-          EXPECT_EQ(part(got, 0, n), part(w, 0, n)) << name << ": codes";
-          EXPECT_EQ(part(got_t, 0, n), part(w_t, 0, n)) << name << ": transposed codes";
-          EXPECT_EQ(part(got, offset, 8), part(w, offset, 8)) << name << ": scale and inverse";
-          EXPECT_EQ(part(got_t, offset, 8), part(w, offset, 8)) << name << ": scale beside the transposed codes";
+          expect_produced_codes(values.ptr, rows, cols, cast, name, [&](void* codes, void* transposed) {
+            if (backward) {
+              kernels::activation_backward_codes(kGpu, a, dout16.ptr, in16.ptr, rows, width, cast, codes, transposed);
+            } else {
+              kernels::activation_forward_codes(kGpu, a, in16.ptr, rows, width, cast, codes, transposed);
+            }
+          });
           const float want_amax = current ? running : std::max(running, amax.host()[0]);
           EXPECT_EQ(taken.host()[0], want_amax) << name << ": the amax taken by the codes' pass";
         }
+      }
+    }
+  }
+}
+
+// Per-tensor FP8 codes of a norm's output cast from its input (Norm::forward_codes): the
+// statistics bit for bit those rmsnorm_forward / layernorm_forward save, the amax (fp8_current,
+// margin 1) that of their fp32 output, and the codes bit for bit cast_operand_both of that output
+// in both orientations; under fp8_delayed (host scale, no amax pass) the codes' pass takes the amax
+// into a running value. Sizes not multiples of the 32 x 32 tiles, more rows than the statistics'
+// capped grid (4096 x 96), and the ~1B config's width.
+TEST_F(CudaEntries, NormCodesAreTheCastOfTheFp32NormBitForBit) {
+  constexpr float kEps = 1e-5f;
+  for (const auto& [rows, dim] : {std::pair<int64_t, int64_t>{70, 100}, {4096, 96}, {1100, 2048}}) {
+    for (const bool layer : {false, true}) {
+      const int64_t n = rows * dim;
+      DeviceFloats x(allocator_, random_values(seed_, n, 3.0f)), w(allocator_, random_values(seed_ + 1, dim, 1.5f)),
+          b(allocator_, random_values(seed_ + 2, dim, 0.5f)), out(allocator_, poison(n)),
+          want_mean(allocator_, poison(rows)), want_rstd(allocator_, poison(rows)),
+          want_amax(allocator_, std::vector<float>{0.0f});
+      if (layer) {
+        kernels::layernorm_forward(kGpu, out.ptr, want_mean.ptr, want_rstd.ptr, x.ptr, w.ptr, b.ptr, rows, dim, kEps);
+      } else {
+        kernels::rmsnorm_forward(kGpu, out.ptr, want_rstd.ptr, x.ptr, w.ptr, rows, dim, kEps);
+      }
+      kernels::amax_into(kGpu, want_amax.ptr, out.ptr, n);
+      for (const bool current : {true, false}) {
+        const std::string name = std::to_string(rows) + " x " + std::to_string(dim) + (layer ? " layernorm" : " rmsnorm") +
+                                 (current ? " fp8_current" : " fp8_delayed");
+        DeviceFloats mean(allocator_, poison(rows)), rstd(allocator_, poison(rows)),
+            amax(allocator_, std::vector<float>{0.0f});
+        float* mean_ptr = layer ? mean.ptr : nullptr;
+        const float* bias = layer ? b.ptr : nullptr;
+        kernels::norm_statistics(kGpu, mean_ptr, rstd.ptr, x.ptr, w.ptr, bias, rows, dim, kEps, current ? amax.ptr : nullptr);
+        EXPECT_EQ(rstd.host(), want_rstd.host()) << name << ": rstd";
+        if (layer) EXPECT_EQ(mean.host(), want_mean.host()) << name << ": mean";
+        EXPECT_EQ(amax.host()[0], current ? want_amax.host()[0] : 0.0f) << name << ": the statistics' amax";
+        CastOperand cast;
+        cast.cast = OperandCast::Fp8Tensor;
+        cast.scale = 2.5f;
+        cast.amax = current ? amax.ptr : nullptr;
+        cast.margin = current ? 1 : 0;
+        const float running = 1e-3f;
+        DeviceFloats taken(allocator_, std::vector<float>{running});
+        if (!current) cast.amax_out = taken.ptr;
+        expect_produced_codes(out.ptr, rows, dim, cast, name, [&](void* codes, void* transposed) {
+          kernels::norm_forward_codes(kGpu, x.ptr, w.ptr, bias, mean_ptr, rstd.ptr, rows, dim, cast, codes, transposed);
+        });
+        EXPECT_EQ(taken.host()[0], current ? running : std::max(running, want_amax.host()[0]))
+            << name << ": the amax taken by the codes' pass";
       }
     }
   }

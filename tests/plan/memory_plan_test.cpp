@@ -141,23 +141,33 @@ train: {global_batch: 2, micro_batch: 2}
   // element: q/k/v's 16 + o_proj's 16 + the up projection's 16 + down's 32 per row), and attention
   // its q/k/v and output in bf16 (2 of 4 bytes of 16 x (32 + 16)), and the MLP no fp32 activation
   // (16 x 32: its kernels write the down projection's codes themselves, no bias; counted at the 2
-  // bytes the bf16 edge blocks keep), which the blockwise recipe does not; on the CPU neither does.
+  // bytes the bf16 edge blocks keep), nor the two norms' fp32 outputs (16 x 16 each: the norms
+  // write the q/k/v and up projections' codes themselves; also counted at the edge blocks' 2
+  // bytes), which the blockwise recipe does not; on the CPU neither does.
   auto with_recipe = [&](const char* recipe, bool cuda) {
     config::RunConfig r = run;
     r.precision.recipe = config::parse_config(std::string("precision: {recipe: ") + recipe + "}", "r", {}).precision.recipe;
     if (cuda) r.runtime.device = config::RuntimeDevice::Cuda;
     return plan_memory(r, {.tp = 1, .dp = 1, .pp = 1}).stages[0].activations_per_micro_batch;
   };
-  const int64_t per_tensor_gpu = 16 * (16 + 16 + 16 + 32) - 2 * 16 * (32 + 16) - 2 * 16 * 32;
+  const int64_t per_tensor_gpu = 16 * (16 + 16 + 16 + 32) - 2 * 16 * (32 + 16) - 2 * 16 * 32 - 2 * 2 * 16 * 16;
   EXPECT_EQ(with_recipe("fp8_current", true) - with_recipe("fp8_blockwise", true), per_tensor_gpu);
   EXPECT_EQ(with_recipe("fp8_delayed", true) - with_recipe("fp8_blockwise", true), per_tensor_gpu);
-  config::RunConfig every_block_fp8 = run;  // no bf16 edge blocks: no activation kept at all
+  config::RunConfig every_block_fp8 = run;  // no bf16 edge blocks: no activation nor norm output kept at all
   every_block_fp8.precision.recipe = config::PrecisionRecipe::Fp8Current;
   every_block_fp8.precision.fp8_edge_layers_bf16 = false;
   every_block_fp8.runtime.device = config::RuntimeDevice::Cuda;
   EXPECT_EQ(with_recipe("fp8_current", true) -
                 plan_memory(every_block_fp8, {.tp = 1, .dp = 1, .pp = 1}).stages[0].activations_per_micro_batch,
-            2 * 16 * 32);
+            2 * 16 * 32 + 2 * 2 * 16 * 16);
+  // Under sequence parallelism over tp > 1 the norms keep their fp32 outputs (the projection
+  // gathers them first); tp 1 or tensor parallelism alone lets the norms write the codes.
+  config::RunConfig sequence_parallel = every_block_fp8;
+  sequence_parallel.parallel.sequence_parallel = true;
+  EXPECT_TRUE(fp8_normed_codes_on_device(every_block_fp8, 2));
+  EXPECT_TRUE(fp8_normed_codes_on_device(sequence_parallel, 1));
+  EXPECT_FALSE(fp8_normed_codes_on_device(sequence_parallel, 2));
+  EXPECT_FALSE(fp8_normed_codes_on_device(run, 1));  // the CPU
   EXPECT_EQ(with_recipe("fp8_current", false), with_recipe("fp8_blockwise", false));
   // Under bf16 a GPU keeps 2 of 4 bytes of the logits (16 x 16), the MLP's hidden and activation
   // (16 x (64 + 32)), q/k/v (16 x 32), the attention output (16 x 16) and the two norms' outputs

@@ -368,6 +368,17 @@ void fill_entries(kernels::CudaEntries& e) {
     tally([](EmulatedCensus& c) { ++c.entries["activation_backward_codes"]; });
     emulated_activation_backward_codes(device, a, dout16, in16, rows, width, cast, codes, transposed);
   };
+  e.norm_statistics = [](Device device, float* mean, float* rstd, const float* in, const float* weight,
+                          const float* bias, int64_t rows, int64_t dim, float eps, float* amax) {
+    tally([](EmulatedCensus& c) { ++c.entries["norm_statistics"]; });
+    emulated_norm_statistics(device, mean, rstd, in, weight, bias, rows, dim, eps, amax);
+  };
+  e.norm_forward_codes = [](Device device, const float* in, const float* weight, const float* bias,
+                             const float* mean, const float* rstd, int64_t rows, int64_t dim,
+                             const kernels::CastOperand& cast, void* codes, void* transposed) {
+    tally([](EmulatedCensus& c) { ++c.entries["norm_forward_codes"]; });
+    emulated_norm_forward_codes(device, in, weight, bias, mean, rstd, rows, dim, cast, codes, transposed);
+  };
 #ifdef LOOM_TEST_REAL_CUDA_ENTRIES
   // Only what the real backend serves: an op it lacks must fail here as it would on a GPU.
   kernels::CudaEntries real;
@@ -381,6 +392,8 @@ void fill_entries(kernels::CudaEntries& e) {
   if (real.precision_linear_gemm == nullptr) e.precision_linear_gemm = nullptr;
   if (real.activation_forward_codes == nullptr) e.activation_forward_codes = nullptr;
   if (real.activation_backward_codes == nullptr) e.activation_backward_codes = nullptr;
+  if (real.norm_statistics == nullptr) e.norm_statistics = nullptr;
+  if (real.norm_forward_codes == nullptr) e.norm_forward_codes = nullptr;
 #undef LOOM_KEEP_REAL
 #endif
 }

@@ -343,6 +343,58 @@ void emulated_activation_backward_codes(Device device, kernels::MlpActivation ac
   keep_produced("activation_backward_codes", std::move(grad), rows, cols, cast, codes, transposed, false);
 }
 
+namespace {
+// The norm's fp32 output [rows, dim] as the CPU's forward computes it, its statistics into mean
+// (LayerNorm; null: RMSNorm) and rstd.
+std::vector<float> norm_output(const char* op, float* mean, float* rstd, const float* in, const float* weight,
+                               const float* bias, int64_t rows, int64_t dim, float eps) {
+  std::vector<float> out(static_cast<size_t>(rows * dim));
+  if (mean != nullptr) {
+    kernels::layernorm_forward(kHost, out.data(), mean, rstd, host(in, op, "in"), host(weight, op, "weight"),
+                               host(bias, op, "bias"), rows, dim, eps);
+  } else {
+    kernels::rmsnorm_forward(kHost, out.data(), rstd, host(in, op, "in"), host(weight, op, "weight"), rows, dim, eps);
+  }
+  return out;
+}
+
+// The epsilon norm_statistics saw for the statistics at `rstd`, for norm_forward_codes to
+// recompute the same outputs (a GPU evaluates them from the statistics; the CPU's forward computes
+// both together, with the same bits).
+std::map<const float*, float> norm_eps;
+}  // namespace
+
+void emulated_norm_statistics(Device device, float* mean, float* rstd, const float* in, const float* weight,
+                              const float* bias, int64_t rows, int64_t dim, float eps, float* amax) {
+  check_device(device, "norm_statistics");
+  const std::vector<float> out = norm_output("norm_statistics", host(mean, "norm_statistics", "mean"),
+                                             host(rstd, "norm_statistics", "rstd"), in, weight, bias, rows, dim, eps);
+  if (amax != nullptr) kernels::amax_into(kHost, host(amax, "norm_statistics", "amax"), out.data(), rows * dim);
+  const std::lock_guard<std::mutex> lock(stores_mutex);
+  norm_eps[rstd] = eps;
+}
+
+void emulated_norm_forward_codes(Device device, const float* in, const float* weight, const float* bias,
+                                 const float* mean, const float* rstd, int64_t rows, int64_t dim,
+                                 const CastOperand& cast, void* codes, void* transposed) {
+  check_device(device, "norm_forward_codes");
+  const char* op = "norm_forward_codes";
+  float eps = 0.0f;
+  {
+    const std::lock_guard<std::mutex> lock(stores_mutex);
+    const auto it = norm_eps.find(rstd);
+    LOOM_CHECK(it != norm_eps.end(), "emulated cuda: norm_forward_codes reads statistics norm_statistics never wrote");
+    eps = it->second;
+  }
+  // Recomputed with the statistics: they must be what norm_statistics left for this input.
+  std::vector<float> m(mean != nullptr ? static_cast<size_t>(rows) : 0), s(static_cast<size_t>(rows));
+  std::vector<float> out = norm_output(op, mean != nullptr ? m.data() : nullptr, s.data(), in, weight, bias, rows, dim, eps);
+  LOOM_CHECK(std::memcmp(s.data(), host(rstd, op, "rstd"), s.size() * sizeof(float)) == 0 &&
+                 (mean == nullptr || std::memcmp(m.data(), host(mean, op, "mean"), m.size() * sizeof(float)) == 0),
+             "emulated cuda: norm_forward_codes is given statistics of another input");
+  keep_produced(op, std::move(out), rows, dim, cast, codes, transposed, true);
+}
+
 void emulated_round_in_place(Device device, float* x, int64_t n, OutputRounding rounding) {
   check_device(device, "round_in_place");
   round_values(host(x, "round_in_place", "x"), n, rounding);

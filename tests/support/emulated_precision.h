@@ -30,6 +30,13 @@ void emulated_activation_forward_codes(Device device, kernels::MlpActivation act
 void emulated_activation_backward_codes(Device device, kernels::MlpActivation activation, const void* dout16,
                                         const void* in16, int64_t rows, int64_t width,
                                         const kernels::CastOperand& cast, void* codes, void* transposed);
+// kernels::norm_statistics / norm_forward_codes: the CPU's norm forward (statistics, and its
+// outputs' amax), and the codes of its outputs cast as `cast` says, kept as the activation's are.
+void emulated_norm_statistics(Device device, float* mean, float* rstd, const float* in, const float* weight,
+                              const float* bias, int64_t rows, int64_t dim, float eps, float* amax);
+void emulated_norm_forward_codes(Device device, const float* in, const float* weight, const float* bias,
+                                 const float* mean, const float* rstd, int64_t rows, int64_t dim,
+                                 const kernels::CastOperand& cast, void* codes, void* transposed);
 
 // Counts of the weight casts of the forward and dgrad GEMMs since the last reset, over every
 // thread: `cast` the weights cast (uncached, or written to a store), `reused` those read from one.

@@ -97,12 +97,14 @@ TEST_F(DeviceCensus, AStepOfTheDeepModelWaitsForTheDeviceOnlyForItsInputsLossAnd
     // micro-batch, the weight once per step (the weight cast cache; both forms from one read); the
     // output projection's input is attention's bf16 output (Attention::bf16_tensors); the down
     // projection's input and the up projection's output gradient have theirs taken by the
-    // activation's kernels (DeviceTensors' in_amax, dout_amax): 5 passes per block and micro-batch.
-    // fp8_delayed's casts take theirs as they read (its scales are known before): no pass at all.
+    // activation's kernels (DeviceTensors' in_amax, dout_amax), the q/k/v and up projections'
+    // inputs by the norms' statistics passes (Norm::forward_codes): 3 passes per block and
+    // micro-batch. fp8_delayed's casts take theirs as they read (its scales are known before): no
+    // pass at all.
     const bool delayed = std::string(recipe) == "fp8_delayed";
     const bool per_tensor = std::string(recipe) == "fp8_current" || delayed;
     const bool amax_passes = per_tensor && !delayed;
-    EXPECT_EQ(step.entry("amax_into"), amax_passes ? 14 * 5 * kMicroBatches + 56 : 0) << recipe;
+    EXPECT_EQ(step.entry("amax_into"), amax_passes ? 14 * 3 * kMicroBatches + 56 : 0) << recipe;
     EXPECT_EQ(step.entry("amax_into_bf16"), amax_passes ? 14 * kMicroBatches : 0) << recipe;
     // Attention keeps its tensors bf16 under bf16 and per-tensor FP8 (MXFP8: its two bf16 edge blocks).
     const int64_t bf16_attention = per_tensor || std::string(recipe) == "bf16" ? 16 : 2;
@@ -126,10 +128,14 @@ TEST_F(DeviceCensus, AStepOfTheDeepModelWaitsForTheDeviceOnlyForItsInputsLossAnd
     EXPECT_EQ(step.entry("activation_backward_codes"), per_tensor ? 14 * kMicroBatches : 0) << recipe;
     EXPECT_EQ(step.entry("swiglu_forward") + step.entry("swiglu_backward"), 0) << recipe;
     // The bf16 blocks' norms before attention and the MLP write bf16 (the FP8 recipes' two edge
-    // blocks are bf16); the final norm stays fp32.
+    // blocks are bf16); under per-tensor FP8 the other blocks' norms write their projections' FP8
+    // codes (statistics, then codes: no output); the final norm stays fp32.
     const int64_t bf16_blocks = std::string(recipe) == "bf16" ? 16 : 2;
+    const int64_t codes_norms = per_tensor ? 2 * (16 - bf16_blocks) : 0;
     EXPECT_EQ(step.entry("rmsnorm_forward_bf16"), 2 * bf16_blocks * kMicroBatches) << recipe;
-    EXPECT_EQ(step.entry("rmsnorm_forward"), (2 * (16 - bf16_blocks) + 1) * kMicroBatches) << recipe;
+    EXPECT_EQ(step.entry("norm_statistics"), codes_norms * kMicroBatches) << recipe;
+    EXPECT_EQ(step.entry("norm_forward_codes"), codes_norms * kMicroBatches) << recipe;
+    EXPECT_EQ(step.entry("rmsnorm_forward"), (2 * (16 - bf16_blocks) - codes_norms + 1) * kMicroBatches) << recipe;
   }
   const StepCensus gpt2 = one_step("gpt2-bf16", kGpt2, {"precision.recipe=bf16", "model.recompute=true"});
   EXPECT_EQ(gpt2.to_host, 0);

@@ -162,6 +162,11 @@ struct CudaEntries {
                                    const CastOperand& cast, void* codes, void* transposed) = nullptr;
   void (*activation_backward_codes)(Device, MlpActivation, const void* dout16, const void* in16, int64_t rows,
                                     int64_t width, const CastOperand& cast, void* codes, void* transposed) = nullptr;
+  void (*norm_statistics)(Device, float* mean, float* rstd, const float* in, const float* weight, const float* bias,
+                          int64_t rows, int64_t dim, float eps, float* amax) = nullptr;
+  void (*norm_forward_codes)(Device, const float* in, const float* weight, const float* bias, const float* mean,
+                             const float* rstd, int64_t rows, int64_t dim, const CastOperand& cast, void* codes,
+                             void* transposed) = nullptr;
   bool started = false;  // whether a CUDA backend registered at all
   int devices = 0;       // the GPUs it serves: Device::cuda(0) .. cuda(devices - 1)
 };

@@ -358,6 +358,15 @@ void activation_backward_codes(Device device, MlpActivation activation, const vo
                                int64_t rows, int64_t width, const CastOperand& cast, void* codes, void* transposed) {
   LOOM_DEVICE_ONLY(activation_backward_codes, activation, dout16, in16, rows, width, cast, codes, transposed);
 }
+void norm_statistics(Device device, float* mean, float* rstd, const float* in, const float* weight, const float* bias,
+                     int64_t rows, int64_t dim, float eps, float* amax) {
+  LOOM_DEVICE_ONLY(norm_statistics, mean, rstd, in, weight, bias, rows, dim, eps, amax);
+}
+void norm_forward_codes(Device device, const float* in, const float* weight, const float* bias, const float* mean,
+                        const float* rstd, int64_t rows, int64_t dim, const CastOperand& cast, void* codes,
+                        void* transposed) {
+  LOOM_DEVICE_ONLY(norm_forward_codes, in, weight, bias, mean, rstd, rows, dim, cast, codes, transposed);
+}
 #undef LOOM_DEVICE_ONLY
 
 void relu2_forward(Device device, float* out, const float* in, int64_t n) { LOOM_DISPATCH(relu2_forward, out, in, n); }

@@ -271,5 +271,18 @@ void activation_forward_codes(Device device, MlpActivation activation, const voi
                               const CastOperand& cast, void* codes, void* transposed);
 void activation_backward_codes(Device device, MlpActivation activation, const void* dout16, const void* in16,
                                int64_t rows, int64_t width, const CastOperand& cast, void* codes, void* transposed);
+// Per-tensor FP8: a norm's output cast straight to FP8 codes from the norm's input, with no fp32
+// output between (the norms before an FP8 block's q/k/v and up projections). norm_statistics
+// writes each row's statistics as rmsnorm_forward / layernorm_forward save them (mean null:
+// RMSNorm, bias unused; else LayerNorm's mean too) and, given `amax`, takes the max |output| into
+// it (amax_into's contract: fp8_current's scale needs it first), the outputs themselves not
+// written. norm_forward_codes casts the outputs those would write, evaluated from the input, the
+// statistics and the weights, into codes and transposed codes as activation_forward_codes does
+// (cols = dim).
+void norm_statistics(Device device, float* mean, float* rstd, const float* in, const float* weight, const float* bias,
+                     int64_t rows, int64_t dim, float eps, float* amax);
+void norm_forward_codes(Device device, const float* in, const float* weight, const float* bias, const float* mean,
+                        const float* rstd, int64_t rows, int64_t dim, const CastOperand& cast, void* codes,
+                        void* transposed);
 
 }  // namespace loom::kernels

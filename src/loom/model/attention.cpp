@@ -86,9 +86,9 @@ void Attention::forward(Saved& saved, float* residual, const NormedRows& normed,
   const int64_t k_off = att_width, v_off = att_width + static_cast<int64_t>(kv_heads_) * head_dim_;
   if (bf16_tensors()) {
     auto* qkv16 = static_cast<uint16_t*>(sized_16bit(saved.qkv, rows * W, store_->device()));
-    qkv_->forward(nullptr, normed.fp32, rows, scratch,
-                  DeviceTensors{.in = normed.bf16, .out = qkv16,
-                                .keep_input_codes = qkv_->keep_input_codes(saved.qkv_codes, rows)});
+    DeviceTensors tensors = normed.forward_tensors(qkv_->keep_input_codes(saved.qkv_codes, rows));
+    tensors.out = qkv16;
+    qkv_->forward(nullptr, normed.fp32, rows, scratch, tensors);
     rotate(qkv16, batch, seq, Rotation::ForwardBf16, packing.positions);
     void* att16 = sized_16bit(saved.att, rows * att_width, store_->device());
     float* lse = sized(saved.lse, batch * heads_ * seq, store_->device());
@@ -100,7 +100,7 @@ void Attention::forward(Saved& saved, float* residual, const NormedRows& normed,
   }
   float* qkv = sized(saved.qkv, rows * W, store_->device());
   qkv_->forward(qkv, normed.fp32, rows, scratch,
-                DeviceTensors{.in = normed.bf16, .keep_input_codes = qkv_->keep_input_codes(saved.qkv_codes, rows)});
+                normed.forward_tensors(qkv_->keep_input_codes(saved.qkv_codes, rows)));
   rotate(qkv, batch, seq, Rotation::Forward, packing.positions);
   float* att = sized(saved.att, rows * att_width, store_->device());
   if (context_ != nullptr) {

@@ -37,7 +37,8 @@ class Attention {
   Attention(ParameterStore& store, const TensorParallel& tp, int layer, const std::string& prefix, int d_model,
             int heads, int kv_heads, bool qkv_bias, bool out_bias, const kernels::RopeTable* rope, float init_std, float out_std);
   // residual[local rows] += o_proj(attention(normed)); normed is this rank's rows of [batch*seq,
-  // d_model], in bf16 where takes_bf16_input().
+  // d_model], in bf16 where takes_bf16_input(), as FP8 codes where takes_input_codes() and the
+  // norm wrote them.
   void forward(Saved& saved, float* residual, const NormedRows& normed, int64_t batch, int64_t seq,
                const Packing& packing, ParallelScratch& scratch) const;
   // d_normed = d/d(normed) (written whole), given d_residual; parameter gradients into the store.
@@ -47,6 +48,16 @@ class Attention {
   // Whether training may hand the normed input over in bf16: the q/k/v projection's GEMMs are
   // bf16 on a GPU, so it casts the input to bf16 anyway (for the forward and the weight gradient).
   bool takes_bf16_input() const { return qkv_->takes_bf16_input(); }
+  // Whether the norm before it writes the q/k/v projection's input as FP8 codes itself
+  // (Norm::forward_codes: per-tensor FP8 on a GPU, no sequence parallelism); then where the norm
+  // takes its outputs' amax first (fp8_current; null under fp8_delayed, whose codes' pass takes it)
+  // and where it writes the codes (ColumnParallelLinear::input_codes; the transposed ones kept in
+  // `saved` for the weight gradient), handed over as NormedRows::in_codes.
+  bool takes_input_codes() const { return qkv_->takes_input_codes(); }
+  float* input_amax() const { return qkv_->input_amax(); }
+  LinearPrecision::ProducedCodes input_codes(Saved& saved, int64_t rows) const {
+    return qkv_->input_codes(saved.qkv_codes, rows);
+  }
   // Inference (one rank) on `rows` new positions of one sequence, appending to the cache (which holds `past`).
   void decode(float* residual, const float* normed, int64_t rows, int64_t past, KVCache& cache,
               Saved& scratch, int64_t max_positions) const;

@@ -43,16 +43,35 @@ void Block::set_precision(PrecisionContext& context, Recipe recipe) {
   if (moe_) moe_->set_precision(context, recipe, prefix_ + ".mlp");
 }
 
+namespace {
+// The norm before a sub-block (Attention or Mlp) in the form its first projection takes: FP8
+// codes the norm writes itself where it takes them (the statistics, under fp8_current the
+// outputs' amax, then the codes, the transposed ones kept by the sub-block for its weight
+// gradient), else bf16 or fp32 rows.
+template <typename SubBlock>
+NormedRows normed_input(const Norm& norm, Norm::Saved& saved, const float* x, int64_t rows, const SubBlock& sub,
+                        typename SubBlock::Saved& sub_saved) {
+  if (!sub.takes_input_codes()) {
+    norm.forward(saved, x, rows, sub.takes_bf16_input());
+    return Norm::output(saved);
+  }
+  norm.statistics(saved, x, rows, sub.input_amax());
+  const LinearPrecision::ProducedCodes codes = sub.input_codes(sub_saved, rows);
+  norm.forward_codes(saved, x, rows, codes.cast, codes.codes, codes.transposed);
+  return NormedRows::in_codes(codes.codes);
+}
+}  // namespace
+
 void Block::forward(Saved& saved, const float* x_in, float* x_out, int64_t batch, int64_t seq,
                     const Packing& packing, ParallelScratch& scratch) const {
   // Norms and residual adds run on this rank's rows; the sub-blocks see all rows inside.
   const int64_t rows = batch * seq, local = tp_->local_rows(rows), n = local * d_model_;
   const float* mid = x_in;
   if (attention_) {
-    norm1_->forward(saved.norm1, x_in, local, attention_->takes_bf16_input());
+    const NormedRows normed = normed_input(*norm1_, saved.norm1, x_in, local, *attention_, saved.attention);
     float* m = sized(saved.mid, n, device_);
     copy_on_device(device_, m, x_in, n);
-    attention_->forward(saved.attention, m, Norm::output(saved.norm1), batch, seq, packing, scratch);
+    attention_->forward(saved.attention, m, normed, batch, seq, packing, scratch);
     mid = m;
   }
   if (mamba_) {
@@ -64,8 +83,7 @@ void Block::forward(Saved& saved, const float* x_in, float* x_out, int64_t batch
   }
   copy_on_device(device_, x_out, mid, n);
   if (mlp_) {
-    norm2_->forward(saved.norm2, mid, local, mlp_->takes_bf16_input());
-    mlp_->forward(saved.mlp, x_out, Norm::output(saved.norm2), rows, scratch);
+    mlp_->forward(saved.mlp, x_out, normed_input(*norm2_, saved.norm2, mid, local, *mlp_, saved.mlp), rows, scratch);
   } else if (moe_) {
     norm2_->forward(saved.norm2, mid, local);
     moe_->forward(saved.moe, x_out, saved.norm2.out.data(), batch, seq, scratch);

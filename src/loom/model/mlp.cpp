@@ -72,7 +72,9 @@ void Mlp::forward(Saved& saved, float* residual, const NormedRows& normed, int64
   float* act_amax = nullptr;  // taken by the activation (per-tensor FP8: down's cast needs no amax pass)
   if (bf16_hidden()) {
     void* hidden = sized_16bit(saved.hidden, rows * hidden_width(), device_);
-    in_->forward(nullptr, normed.fp32, rows, scratch, DeviceTensors{.out = hidden, .keep_input_codes = up_codes});
+    DeviceTensors tensors = normed.forward_tensors(up_codes);
+    tensors.out = hidden;
+    in_->forward(nullptr, normed.fp32, rows, scratch, tensors);
     if (fp8_codes_from_activation()) {
       // The activation's codes for the down projection (both orientations): no fp32 activation.
       // fp8_current's scale needs the amax of the same values first, a pass of its own;
@@ -89,7 +91,7 @@ void Mlp::forward(Saved& saved, float* residual, const NormedRows& normed, int64
     activation_forward_bf16(device_, activation_, act, nullptr, hidden, rows, ffn_, act_amax);
   } else {
     float* hidden = sized(saved.hidden, rows * hidden_width(), device_);
-    in_->forward(hidden, normed.fp32, rows, scratch, DeviceTensors{.in = normed.bf16, .keep_input_codes = up_codes});
+    in_->forward(hidden, normed.fp32, rows, scratch, normed.forward_tensors(up_codes));
     activation_forward(device_, activation_, act, hidden, rows, ffn_);
   }
   down_->forward(residual, act, rows, scratch,

@@ -27,7 +27,7 @@ class Mlp {
   Mlp(ParameterStore& store, const TensorParallel& tp, int layer, const std::string& prefix, int d_model,
       int ffn_size, config::Activation activation, bool bias, float init_std, float out_std);
   // residual[local rows] += down(act(up(normed))), rows = the layer's batch * seq; normed in bf16
-  // where takes_bf16_input().
+  // where takes_bf16_input(), as FP8 codes where takes_input_codes() and the norm wrote them.
   void forward(Saved& saved, float* residual, const NormedRows& normed, int64_t rows, ParallelScratch& scratch) const;
   // d_normed += d/d(normed) of the branch, given d_residual (= when not `accumulate`: a block's
   // MLP is d_normed's only source, a shared expert one of several); parameter gradients into the
@@ -66,6 +66,12 @@ class Mlp {
   // Whether training may hand the normed input over in bf16: the up projection's GEMMs are bf16
   // on a GPU, so it casts the input to bf16 anyway (for the forward and the weight gradient).
   bool takes_bf16_input() const { return in_->takes_bf16_input(); }
+  // As Attention's: the norm before it may write the up projection's input as FP8 codes itself.
+  bool takes_input_codes() const { return in_->takes_input_codes(); }
+  float* input_amax() const { return in_->input_amax(); }
+  LinearPrecision::ProducedCodes input_codes(Saved& saved, int64_t rows) const {
+    return in_->input_codes(saved.up_codes, rows);
+  }
 
  private:
   int hidden_width() const { return swiglu_ ? 2 * ffn_ : ffn_; }

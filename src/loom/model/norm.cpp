@@ -35,6 +35,23 @@ void Norm::forward(Saved& saved, const float* in, int64_t rows, bool bf16_out) c
   }
 }
 
+void Norm::statistics(Saved& saved, const float* in, int64_t rows, float* amax) const {
+  const Device device = store_->device();
+  float* rstd = sized(saved.rstd, rows, device);
+  float* mean = layer_norm_ ? sized(saved.mean, rows, device) : nullptr;
+  saved.bf16 = false;
+  release(saved.out);  // nothing kept: the codes go to the projection
+  kernels::norm_statistics(device, mean, rstd, in, store_->value(weight_), layer_norm_ ? store_->value(bias_) : nullptr,
+                           rows, dim_, eps_, amax);
+}
+
+void Norm::forward_codes(const Saved& saved, const float* in, int64_t rows, const kernels::CastOperand& cast,
+                         void* codes, void* transposed) const {
+  kernels::norm_forward_codes(store_->device(), in, store_->value(weight_),
+                              layer_norm_ ? store_->value(bias_) : nullptr, layer_norm_ ? saved.mean.data() : nullptr,
+                              saved.rstd.data(), rows, dim_, cast, codes, transposed);
+}
+
 NormedRows Norm::output(const Saved& saved) {
   return saved.bf16 ? NormedRows::in_bf16(saved.out.data()) : NormedRows(saved.out.data());
 }

@@ -109,9 +109,14 @@ const void* ColumnParallelLinear::kept_input_codes(const Buffer& buffer) const {
 
 void ColumnParallelLinear::forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch,
                                    const DeviceTensors& tensors) const {
+  LOOM_CHECK(tensors.in_codes == nullptr || takes_input_codes(),
+             "a column-parallel layer takes its input's FP8 codes from their producer only where takes_input_codes() "
+             "(per-tensor FP8 on a GPU, no sequence parallelism)");
   DeviceTensors gathered = tensors;
   const float* full = nullptr;
-  if (tensors.in != nullptr) {
+  if (tensors.in_codes != nullptr) {
+    // Written by x's producer, the weight gradient's transposed codes too: nothing to gather.
+  } else if (tensors.in != nullptr) {
     gathered.in = tp_->enter_forward_bf16(tensors.in, rows, in_, scratch.gathered);
   } else {
     full = tp_->enter_forward(x, rows, in_, scratch.gathered);

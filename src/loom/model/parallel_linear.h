@@ -39,7 +39,8 @@ class ColumnParallelLinear {
   // out[rows, out_local] = f(x) W^T + b, x being this rank's [local_rows, in] of rows = batch*seq.
   // tensors.in: x in bf16 instead (gathered in bf16 under sequence parallelism); tensors.out: the
   // output in bf16 instead (out unused); tensors.keep_input_codes: where the input's FP8 codes are
-  // kept for the backward (LinearPrecision's DeviceTensors).
+  // kept for the backward; tensors.in_codes: x's FP8 codes, written by its producer (input_codes;
+  // x unused) (LinearPrecision's DeviceTensors).
   void forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch,
                const DeviceTensors& tensors = {}) const;
   // d_x[local rows] += f_backward(d_out W), or = when not `accumulate` (d_x need not be zeroed);
@@ -69,6 +70,21 @@ class ColumnParallelLinear {
   // this rank's [rows, out_local]), to hand back as tensors.dout_codes (codes).
   LinearPrecision::ProducedCodes output_grad_codes(int64_t rows) const {
     return precision_->produced_codes(Operand::OutputGrad, rows, out_);
+  }
+  // Whether the kernel producing x may write its FP8 codes itself (input_codes): per-tensor FP8 on
+  // a GPU without sequence parallelism (which gathers x's rows first; kept codes cannot be gathered).
+  bool takes_input_codes() const {
+    return precision_ != nullptr && precision_->keeps_input_codes() && !tp_->sequence_parallel();
+  }
+  // Then where that kernel takes x's amax first (fp8_current; null where the codes' pass takes it,
+  // fp8_delayed), to hand back with the codes: ask just before that kernel. And where it writes
+  // x's codes (LinearPrecision::produced_codes over [rows, in], the transposed ones into `buffer`,
+  // kept to the backward as keep_input_codes'), to hand back as tensors.in_codes (codes).
+  float* input_amax() const {
+    return precision_->amax_taken_by_cast() ? nullptr : precision_->produced_amax(Operand::Input);
+  }
+  LinearPrecision::ProducedCodes input_codes(Buffer& buffer, int64_t rows) const {
+    return precision_->produced_codes(Operand::Input, rows, in_, keep_input_codes(buffer, rows));
   }
   // The bias's gradient in the store (null without a bias).
   float* bias_grad() const { return bias_ >= 0 ? store_->grad(bias_) : nullptr; }

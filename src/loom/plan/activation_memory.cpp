@@ -56,6 +56,10 @@ bool fp8_input_codes_on_device(const config::RunConfig& config) {
           config.precision.recipe == config::PrecisionRecipe::Fp8Current);
 }
 
+bool fp8_normed_codes_on_device(const config::RunConfig& config, int tp) {
+  return fp8_input_codes_on_device(config) && !(config.parallel.sequence_parallel && tp > 1);
+}
+
 bool fp8_mlp_codes_on_device(const config::RunConfig& config) {
   return fp8_input_codes_on_device(config) && !config.model.bias;
 }

@@ -42,7 +42,8 @@ struct ActivationShape {
   int64_t attention_bytes = 4;
   // The outputs of the norms before attention and a dense MLP: element_bytes, or 2 where a GPU
   // hands them to bf16 projections in bf16 (Norm::forward's bf16 output: every block under the
-  // bf16 recipe). Their statistics stay element_bytes.
+  // bf16 recipe), or 0 where it writes FP8 codes instead (Norm::forward_codes, the codes counted
+  // in input_code_bytes). Their statistics stay element_bytes.
   int64_t normed_bytes = 4;
   // Bytes per element of each linear's input kept as FP8 codes for its weight gradient: 1 where a
   // GPU keeps them (fp8_input_codes_on_device), else 0.
@@ -75,6 +76,10 @@ bool fp8_input_codes_on_device(const config::RunConfig& config);
 // Whether, within that, every block's MLP has its activation's kernels write the projections' FP8
 // codes themselves and keeps no activation (Mlp::fp8_codes_from_activation): without biases.
 bool fp8_mlp_codes_on_device(const config::RunConfig& config);
+// Whether, within that, every block's norms before attention and a dense MLP write the q/k/v and
+// up projections' FP8 codes themselves and keep no output (Norm::forward_codes): without sequence
+// parallelism over a tensor-parallel group of `tp`.
+bool fp8_normed_codes_on_device(const config::RunConfig& config, int tp);
 
 // Bytes one block keeps from its forward for its backward.
 int64_t block_saved_bytes(const config::ModelConfig& model, const LayerWidths& w, const ActivationShape& a);

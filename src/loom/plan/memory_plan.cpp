@@ -116,7 +116,13 @@ StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& lay
   a.mlp_hidden_bytes = bf16_mlp_hidden_on_device(config) ? 2 : a.element_bytes;
   a.input_code_bytes = fp8_input_codes_on_device(config) ? 1 : 0;
   a.attention_bytes = bf16_attention_on_device(config) ? 2 : a.element_bytes;
-  a.normed_bytes = bf16_normed_on_device(config) ? 2 : a.element_bytes;
+  // An FP8 block's norms before q/k/v and up write those projections' codes and keep no output
+  // (Norm::forward_codes); counted as the bf16 edge blocks' 2 bytes where those are kept (erring
+  // high, as the MLP's activation above).
+  a.normed_bytes = bf16_normed_on_device(config)                     ? 2
+                   : !fp8_normed_codes_on_device(config, shape.tp) ? a.element_bytes
+                   : config.precision.fp8_edge_layers_bf16          ? 2
+                                                                    : 0;
   // Without a pipeline the model keeps one set; a pipeline rank one per (micro-batch, chunk) in
   // flight, pooled (activation_pool.h).
   std::vector<int64_t> chunk_bytes;

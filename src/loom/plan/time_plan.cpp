@@ -36,6 +36,9 @@ struct CastPath {
   // Mlp::fp8_codes_from_activation under per-tensor FP8 (no biases), and whether the MLP is SwiGLU
   bool mlp_codes = false;
   bool swiglu = false;
+  // Norm::forward_codes under per-tensor FP8 (no sequence parallelism): the norms write the q/k/v
+  // and up projections' codes, fp8_current's amax taken by their statistics pass
+  bool normed_codes = false;
 };
 
 // What a precision recipe adds to one linear's three GEMMs over `n` rows, for one rank alone (linear_precision.h):
@@ -150,7 +153,9 @@ Bf16Ends device_bf16_ends(const CastPath& path, model::Recipe r, LinearRole role
   ends.output = up || (qkv && attention);
   ends.input_grad = down || (o && attention);
   ends.input_bf16 = o && attention;
-  ends.input_amax = down && per_tensor;
+  // The input's amax taken by its producer: the activation (down), or the norm writing the codes
+  // (q/k/v, up; the norm's fp32 output, no longer written, is off the elementwise count).
+  ends.input_amax = per_tensor && (down || ((qkv || up) && path.normed_codes));
   ends.output_grad_amax = up && per_tensor;
   if (per_tensor && path.mlp_codes) {
     const bool delayed = r == model::Recipe::Fp8Delayed;  // no amax-only pass before the codes
@@ -196,6 +201,7 @@ CastPath cast_path(const config::RunConfig& config, double micro_batches, int tp
   path.bf16_qkv_gradient =
       path.bf16_attention && (config.model.positions != config::Positions::Rope || !config.model.bias);
   path.mlp_codes = fp8_mlp_codes_on_device(config);
+  path.normed_codes = fp8_normed_codes_on_device(config, tp);
   path.swiglu = config.model.activation == config::Activation::Swiglu;
   return path;
 }

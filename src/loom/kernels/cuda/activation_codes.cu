@@ -2,12 +2,9 @@
 
 #include <cuda_bf16.h>
 
-#include "loom/core/error.h"
 #include "loom/kernels/cuda/activation_math.cuh"
 #include "loom/kernels/cuda/bf16_io.cuh"
-#include "loom/kernels/cuda/device.h"
-#include "loom/kernels/cuda/quantize.h"
-#include "loom/kernels/cuda/tiled_cast.cuh"
+#include "loom/kernels/cuda/produced_codes.cuh"
 
 namespace loom::kernels::cuda {
 
@@ -54,35 +51,6 @@ struct GradAt {
   }
 };
 
-// The scale and its inverse after each set of codes (weight_cast_layout's scale_offset: the same
-// for [rows, cols] and [cols, rows]); returns the first copy, which the cast reads.
-const float* write_scales(const CastOperand& cast, void* codes, void* transposed, int64_t rows, int64_t cols,
-                          cudaStream_t stream) {
-  const int64_t offset = weight_cast_layout(OperandCast::Fp8Tensor, rows, cols).scale_offset;
-  auto* scales = reinterpret_cast<float*>(static_cast<uint8_t*>(codes) + offset);
-  auto* scales_t = reinterpret_cast<float*>(static_cast<uint8_t*>(transposed) + offset);
-  fp8_tensor_scale(cast.amax, cast.scale, cast.margin, cast.e5m2 ? Fp8::E5M2 : Fp8::E4M3, scales, stream);
-  check_cuda(cudaMemcpyAsync(scales_t, scales, 2 * sizeof(float), cudaMemcpyDeviceToDevice, stream),
-             "cudaMemcpyAsync (FP8 scale beside the transposed codes)");
-  return scales;
-}
-
-template <typename Value>
-void cast_codes(Value value, const CastOperand& cast, void* codes, void* transposed, int64_t rows, int64_t cols,
-                cudaStream_t stream, const char* what) {
-  LOOM_CHECK(cast.cast == OperandCast::Fp8Tensor && codes != nullptr && transposed != nullptr,
-             std::string(what) + ": per-tensor FP8 codes in both orientations are written");
-  if (rows * cols == 0) return;
-  const float* scale = write_scales(cast, codes, transposed, rows, cols, stream);
-  auto* t = static_cast<uint8_t*>(transposed);
-  auto* plain = static_cast<uint8_t*>(codes);
-  if (cast.e5m2) {
-    launch_tiled_cast(value, t, plain, rows, cols, Caster<CastTo::E5M2>{scale}, stream, what, cast.amax_out);
-  } else {
-    launch_tiled_cast(value, t, plain, rows, cols, Caster<CastTo::E4M3>{scale}, stream, what, cast.amax_out);
-  }
-}
-
 const bf16* as_bf16(const void* p) { return static_cast<const bf16*>(p); }
 
 }  // namespace
@@ -92,11 +60,11 @@ void activation_forward_codes(MlpActivation activation, const void* in16, int64_
   const bf16* in = as_bf16(in16);
   const char* what = "activation_forward_codes";
   if (activation == MlpActivation::Swiglu) {
-    cast_codes(SwigluAt{in, width}, cast, codes, transposed, rows, width, stream, what);
+    write_produced_codes(SwigluAt{in, width}, cast, codes, transposed, rows, width, stream, what);
   } else if (activation == MlpActivation::Relu2) {
-    cast_codes(ValueAt<relu2_value>{in, width}, cast, codes, transposed, rows, width, stream, what);
+    write_produced_codes(ValueAt<relu2_value>{in, width}, cast, codes, transposed, rows, width, stream, what);
   } else {
-    cast_codes(ValueAt<gelu_value>{in, width}, cast, codes, transposed, rows, width, stream, what);
+    write_produced_codes(ValueAt<gelu_value>{in, width}, cast, codes, transposed, rows, width, stream, what);
   }
 }
 
@@ -106,11 +74,11 @@ void activation_backward_codes(MlpActivation activation, const void* dout16, con
   const bf16 *dout = as_bf16(dout16), *in = as_bf16(in16);
   const char* what = "activation_backward_codes";
   if (activation == MlpActivation::Swiglu) {
-    cast_codes(SwigluGradAt{dout, in, width}, cast, codes, transposed, rows, 2 * width, stream, what);
+    write_produced_codes(SwigluGradAt{dout, in, width}, cast, codes, transposed, rows, 2 * width, stream, what);
   } else if (activation == MlpActivation::Relu2) {
-    cast_codes(GradAt<relu2_grad>{dout, in, width}, cast, codes, transposed, rows, width, stream, what);
+    write_produced_codes(GradAt<relu2_grad>{dout, in, width}, cast, codes, transposed, rows, width, stream, what);
   } else {
-    cast_codes(GradAt<gelu_grad>{dout, in, width}, cast, codes, transposed, rows, width, stream, what);
+    write_produced_codes(GradAt<gelu_grad>{dout, in, width}, cast, codes, transposed, rows, width, stream, what);
   }
 }
 

@@ -21,6 +21,7 @@
 #include "loom/kernels/cuda/gemm_lt.h"
 #include "loom/kernels/cuda/half_copies.h"
 #include "loom/kernels/cuda/layernorm.h"
+#include "loom/kernels/cuda/norm_codes.h"
 #include "loom/kernels/cuda/paged_attention.h"
 #include "loom/kernels/cuda/precision_gemm.h"
 #include "loom/kernels/cuda/quantize.h"
@@ -337,6 +338,15 @@ void register_precision(CudaEntries& e) {
   e.activation_backward_codes = [](Device d, MlpActivation a, const void* dout16, const void* in16, int64_t rows,
                                    int64_t width, const CastOperand& cast, void* codes, void* transposed) {
     activation_backward_codes(a, dout16, in16, rows, width, cast, codes, transposed, stream_of(d));
+  };
+  e.norm_statistics = [](Device d, float* mean, float* rstd, const float* in, const float* weight, const float* bias,
+                          int64_t rows, int64_t dim, float eps, float* amax) {
+    norm_statistics(mean, rstd, in, weight, bias, rows, dim, eps, amax, stream_of(d));
+  };
+  e.norm_forward_codes = [](Device d, const float* in, const float* weight, const float* bias, const float* mean,
+                             const float* rstd, int64_t rows, int64_t dim, const CastOperand& cast, void* codes,
+                             void* transposed) {
+    norm_forward_codes(in, weight, bias, mean, rstd, rows, dim, cast, codes, transposed, stream_of(d));
   };
 }
 

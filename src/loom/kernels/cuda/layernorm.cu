@@ -4,6 +4,7 @@
 #include "loom/kernels/cuda/norm_blocks.h"
 #include "loom/kernels/cuda/scratch.h"
 #include "loom/kernels/cuda/launch.cuh"
+#include "loom/kernels/cuda/norm_math.cuh"
 #include "loom/kernels/cuda/layernorm.h"
 
 namespace loom::kernels::cuda {
@@ -13,20 +14,16 @@ namespace {
 template <typename T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const float* in, const float* weight,
                                          const float* bias, int64_t dim, float eps) {
-  __shared__ float shared[kThreads / 32];
+  __shared__ float shared[kThreads];
   const float* x = in + blockIdx.x * dim;
-  float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) sum += x[i];
-  const float m = block_sum(sum, shared) / static_cast<float>(dim);
-  float var = 0.0f;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) var += (x[i] - m) * (x[i] - m);
-  const float s = rsqrtf(block_sum(var, shared) / static_cast<float>(dim) + eps);
+  const LayerRowStats stats = layer_row_stats(x, dim, eps, shared);
   if (threadIdx.x == 0) {
-    mean[blockIdx.x] = m;
-    rstd[blockIdx.x] = s;
+    mean[blockIdx.x] = stats.mean;
+    rstd[blockIdx.x] = stats.rstd;
   }
   T* y = out + blockIdx.x * dim;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) store(y, i, (x[i] - m) * s * weight[i] + bias[i]);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+    store(y, i, layer_value(x[i], stats.mean, stats.rstd, weight[i], bias[i]));
 }
 
 // A block per run of `block_rows` rows: each row's din, and the run's weight and bias gradients

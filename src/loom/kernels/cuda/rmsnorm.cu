@@ -4,38 +4,22 @@
 #include "loom/kernels/cuda/bias.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/norm_blocks.h"
+#include "loom/kernels/cuda/norm_math.cuh"
 #include "loom/kernels/cuda/scratch.h"
 
 namespace loom::kernels::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-
-// Sum of `value` over the block (every thread gets it).
-__device__ float block_sum(float value, float* shared) {
-  shared[threadIdx.x] = value;
-  __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
-    __syncthreads();
-  }
-  const float total = shared[0];
-  __syncthreads();
-  return total;
-}
-
 template <typename T>
 __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const float* in, const float* weight, int64_t dim,
                                        float eps) {
   __shared__ float shared[kThreads];
   const float* x = in + blockIdx.x * dim;
-  float sum_sq = 0.0f;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) sum_sq += x[i] * x[i];
-  const float s = rsqrtf(block_sum(sum_sq, shared) / static_cast<float>(dim) + eps);
+  const float s = rms_row_rstd(x, dim, eps, shared);
   if (threadIdx.x == 0) rstd[blockIdx.x] = s;
   T* y = out + blockIdx.x * dim;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) store(y, i, x[i] * s * weight[i]);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) store(y, i, rms_value(x[i], s, weight[i]));
 }
 
 // A block per run of `block_rows` rows: each row's din, and the run's weight gradient summed in
@@ -53,7 +37,7 @@ __global__ void rmsnorm_backward_kernel(float* din, float* partial, const float*
     const float s = rstd[r];
     float dot = 0.0f;
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) dot += dy[i] * weight[i] * x[i];
-    const float coeff = block_sum(dot, shared) * s * s * s / static_cast<float>(dim);
+    const float coeff = tree_block_sum(dot, shared) * s * s * s / static_cast<float>(dim);
     float* dx = din + r * dim;
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
       dx[i] += dy[i] * weight[i] * s - x[i] * coeff;
