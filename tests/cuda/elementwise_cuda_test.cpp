@@ -40,6 +40,20 @@ const Device kGpu = Device::cuda(0);
 
 class CudaEntries : public testing::GpuTest<> {
  protected:
+  // fp8_delayed's pending amax accumulates: a running value below the operand's, then the max with it.
+  static constexpr float kRunningAmax = 1e-3f;
+  // A producer's per-tensor FP8 cast: fp8_current's scale from `amax` with margin 1, or
+  // fp8_delayed's host scale 2.5 with the amax taken into `taken` by the codes' own pass.
+  static CastOperand produced_cast(bool current, bool e5m2, float* amax, float* taken) {
+    CastOperand cast;
+    cast.cast = OperandCast::Fp8Tensor;
+    cast.e5m2 = e5m2;
+    cast.scale = 2.5f;
+    cast.amax = current ? amax : nullptr;
+    cast.margin = current ? 1 : 0;
+    if (!current) cast.amax_out = taken;
+    return cast;
+  }
   // Per-tensor FP8 codes a producing kernel writes (`produce(codes, transposed)`, both poisoned
   // first) from values whose fp32 form `values` [rows, cols] holds: bit for bit cast_operand_both
   // of those values, in both orientations, with the scale and its inverse after each (the scale
@@ -445,17 +459,8 @@ TEST_F(CudaEntries, ActivationCodesAreTheCastOfTheFp32ActivationBitForBit) {
           const std::string name = std::to_string(rows) + " x " + std::to_string(width) + " activation " +
                                    std::to_string(static_cast<int>(a)) + (backward ? " backward" : " forward") +
                                    (current ? " fp8_current" : " fp8_delayed");
-          CastOperand cast;
-          cast.cast = OperandCast::Fp8Tensor;
-          cast.e5m2 = backward;
-          cast.scale = 2.5f;
-          cast.amax = current ? amax.ptr : nullptr;
-          cast.margin = current ? 1 : 0;
-          // fp8_delayed's pending amax accumulates: a running value below the activation's, then
-          // the max with it.
-          const float running = 1e-3f;
-          DeviceFloats taken(allocator_, std::vector<float>{running});
-          if (!current) cast.amax_out = taken.ptr;
+          DeviceFloats taken(allocator_, std::vector<float>{kRunningAmax});
+          const CastOperand cast = produced_cast(current, backward, amax.ptr, taken.ptr);
           expect_produced_codes(values.ptr, rows, cols, cast, name, [&](void* codes, void* transposed) {
             if (backward) {
               kernels::activation_backward_codes(kGpu, a, dout16.ptr, in16.ptr, rows, width, cast, codes, transposed);
@@ -463,7 +468,7 @@ TEST_F(CudaEntries, ActivationCodesAreTheCastOfTheFp32ActivationBitForBit) {
               kernels::activation_forward_codes(kGpu, a, in16.ptr, rows, width, cast, codes, transposed);
             }
           });
-          const float want_amax = current ? running : std::max(running, amax.host()[0]);
+          const float want_amax = current ? kRunningAmax : std::max(kRunningAmax, amax.host()[0]);
           EXPECT_EQ(taken.host()[0], want_amax) << name << ": the amax taken by the codes' pass";
         }
       }
@@ -503,18 +508,12 @@ TEST_F(CudaEntries, NormCodesAreTheCastOfTheFp32NormBitForBit) {
         EXPECT_EQ(rstd.host(), want_rstd.host()) << name << ": rstd";
         if (layer) EXPECT_EQ(mean.host(), want_mean.host()) << name << ": mean";
         EXPECT_EQ(amax.host()[0], current ? want_amax.host()[0] : 0.0f) << name << ": the statistics' amax";
-        CastOperand cast;
-        cast.cast = OperandCast::Fp8Tensor;
-        cast.scale = 2.5f;
-        cast.amax = current ? amax.ptr : nullptr;
-        cast.margin = current ? 1 : 0;
-        const float running = 1e-3f;
-        DeviceFloats taken(allocator_, std::vector<float>{running});
-        if (!current) cast.amax_out = taken.ptr;
+        DeviceFloats taken(allocator_, std::vector<float>{kRunningAmax});
+        const CastOperand cast = produced_cast(current, false, amax.ptr, taken.ptr);
         expect_produced_codes(out.ptr, rows, dim, cast, name, [&](void* codes, void* transposed) {
           kernels::norm_forward_codes(kGpu, x.ptr, w.ptr, bias, mean_ptr, rstd.ptr, rows, dim, cast, codes, transposed);
         });
-        EXPECT_EQ(taken.host()[0], current ? running : std::max(running, want_amax.host()[0]))
+        EXPECT_EQ(taken.host()[0], current ? kRunningAmax : std::max(kRunningAmax, want_amax.host()[0]))
             << name << ": the amax taken by the codes' pass";
       }
     }

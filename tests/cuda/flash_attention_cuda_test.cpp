@@ -366,6 +366,88 @@ TEST_P(CudaFlashAttention, Bf16GradientsAreTheFp32GradientsRounded) {
   }
 }
 
+// The backward writing its gradients whole in fp32 (per-tensor FP8's q/k/v gradient) writes what
+// the bf16-tensor backward adds into zeroed views, rotated back where asked: on loom's kernels bit
+// for bit; on cuDNN (whose atomics make two calls differ in the last bits) within bf16's precision
+// of another call's, and bit for bit rope_backward_widened's rotation (CudaKernels'
+// RopeBackwardWidenedIsTheAddIntoZerosRotated). Nothing outside the views is written.
+TEST_P(CudaFlashAttention, Fp32GradientsAreTheAddedOnesRotated) {
+  const char* before = std::getenv("LOOM_ATTENTION");
+  const std::string restore = before != nullptr ? before : "";
+  for (const auto& [loom_kernels, rotate] : {std::pair{true, false}, {false, false}, {true, true}, {false, true}}) {
+    if (loom_kernels) {
+      setenv("LOOM_ATTENTION", "loom", 1);
+    } else {
+      unsetenv("LOOM_ATTENTION");
+    }
+    Inputs in(GetParam(), seed_, false);
+    in.s.operands = AttentionOperands::Bf16;
+    const FlashAttentionShape& s = in.s;
+    if (rotate && s.q_len != s.k_len) continue;
+    const Device gpu = Device::cuda(0);
+    const int64_t q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len;
+    const int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
+    const RopeTable rope(s.q_len, s.head_dim, 10000.0);
+    DeviceFloats d_lse(allocator_, poison(q_rows * s.heads));
+    DeviceArray<__nv_bfloat16> out16(allocator_, to_bf16(poison(in.dout.size())));
+    DeviceArray<__nv_bfloat16> q16(allocator_, to_bf16(in.q)), kv16(allocator_, to_bf16(in.kv)),
+        dout16(allocator_, to_bf16(in.dout));
+    const DeviceMetadata meta(allocator_, in);
+    const __nv_bfloat16 *k16 = kv16.ptr + in.k_at, *v16 = kv16.ptr + in.v_at;
+    flash_attention_forward_bf16_tensors(gpu, out16.ptr, d_lse.ptr, q16.ptr, k16, v16, s, meta.visibility());
+    DeviceFloats dq(allocator_, std::vector<float>(in.q.size(), 0.0f)),
+        dkv(allocator_, std::vector<float>(in.kv.size(), 0.0f));
+    flash_attention_backward_bf16_tensors(gpu, dq.ptr, dkv.ptr + in.k_at, dkv.ptr + in.v_at, dout16.ptr, out16.ptr,
+                                          d_lse.ptr, q16.ptr, k16, v16, s, meta.visibility());
+    if (rotate) {
+      rope_backward(gpu, dq.ptr, q_rows, s.q_stride, 0, s.heads, s.q_len, 0, rope);
+      rope_backward(gpu, dkv.ptr + in.k_at, k_rows, s.k_stride, 0, s.kv_heads, s.q_len, 0, rope);
+    }
+    DeviceFloats g(allocator_, std::vector<float>(in.q.size(), -7.0f)),
+        gkv(allocator_, std::vector<float>(in.kv.size(), -7.0f));
+    flash_attention_backward_fp32_gradients(gpu, g.ptr, gkv.ptr + in.k_at, gkv.ptr + in.v_at, dout16.ptr, out16.ptr,
+                                            d_lse.ptr, q16.ptr, k16, v16, s, meta.visibility(),
+                                            QkvRotation{rotate ? &rope : nullptr, s.q_len, nullptr});
+    const bool on_cudnn = !loom_kernels && attention_fallback_reason(s, meta.visibility(), true,
+                                                                     {q16.ptr, k16, v16, out16.ptr, dout16.ptr,
+                                                                      d_lse.ptr})
+                                               .empty();
+    const std::vector<float> want_q = dq.host(), want_kv = dkv.host(), got_q = g.host(), got_kv = gkv.host();
+    const std::string name = std::string(on_cudnn ? "cuDNN" : "loom's kernels") + ", " + std::to_string(s.q_len) +
+                             " queries" + (rotate ? ", RoPE undone" : "");
+    int64_t written = 0;
+    auto check_view = [&](const char* view, const std::vector<float>& want, const std::vector<float>& got, int64_t at,
+                          int64_t rows, int64_t width, int64_t stride) {
+      std::vector<float> want_view, got_view;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < width; ++c) {
+          want_view.push_back(want[at + r * stride + c]);
+          got_view.push_back(got[at + r * stride + c]);
+        }
+      }
+      written += rows * width;
+      if (on_cudnn) {
+        EXPECT_LE(relative_error(got_view, want_view), 1e-2) << name << ": " << view;
+      } else {
+        EXPECT_EQ(got_view, want_view) << name << ": " << view;
+      }
+    };
+    check_view("dq", want_q, got_q, 0, q_rows, q_width, s.q_stride);
+    check_view("dk", want_kv, got_kv, in.k_at, k_rows, kv_width, s.k_stride);
+    check_view("dv", want_kv, got_kv, in.v_at, k_rows, kv_width, s.v_stride);
+    int64_t poisoned = 0;
+    for (float v : got_q) poisoned += v == -7.0f;
+    for (float v : got_kv) poisoned += v == -7.0f;
+    EXPECT_GE(poisoned, static_cast<int64_t>(got_q.size() + got_kv.size()) - written)
+        << name << ": wrote outside its views";
+  }
+  if (restore.empty()) {
+    unsetenv("LOOM_ATTENTION");
+  } else {
+    setenv("LOOM_ATTENTION", restore.c_str(), 1);
+  }
+}
+
 // fp64 causal attention of one document per row (q = k tokens, packed [batch, seq, heads, dim]).
 std::vector<double> reference_out(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
                                   const FlashAttentionShape& s) {

@@ -8,6 +8,8 @@
 // test skips, saying why.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -16,12 +18,15 @@
 #include "loom/kernels/cpu/adamw.h"
 #include "loom/kernels/cpu/norm.h"
 #include "loom/kernels/cpu/rows.h"
+#include "loom/kernels/types.h"
 #include "loom/kernels/cuda/activation.h"
 #include "loom/kernels/cuda/adamw.h"
+#include "loom/kernels/cuda/attention_bf16.h"
 #include "loom/kernels/cuda/caching_allocator.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/layernorm.h"
 #include "loom/kernels/cuda/rmsnorm.h"
+#include "loom/kernels/cuda/rope.h"
 #include "loom/kernels/cuda/rows.h"
 #include "cuda_test_util.h"
 
@@ -228,6 +233,39 @@ TEST(CudaKernels, AddRowsEqualsTheCpu) {
     cuda::add_rows(d_y.ptr + c.y_at, c.y_stride, d_x.ptr + c.x_at, c.x_stride, c.rows, c.width);
     check_cuda(cudaDeviceSynchronize(), "add_rows");
     EXPECT_EQ(d_y.host(), y) << c.rows << " rows";
+  }
+}
+
+// RoPE undone from bf16 gradients into an fp32 one written whole (Attention's q/k gradient from
+// cuDNN's bf16 ones under per-tensor FP8): bit for bit the widened rows added into zeroed ones
+// (-0 becomes +0) and rotated back there, by rows' positions or by row % seq, into a strided
+// destination whose other columns keep their poison.
+TEST(CudaKernels, RopeBackwardWidenedIsTheAddIntoZerosRotated) {
+  SKIP_WITHOUT_GPU();
+  CachingAllocator allocator;
+  const int64_t rows = 300, heads = 5, head_dim = 64, seq = 100, width = heads * head_dim, stride = width + 24;
+  const kernels::RopeTable table(seq, head_dim, 10000.0);
+  DeviceFloats cos(allocator, table.cos), sin(allocator, table.sin);
+  const DeviceRopeTable t{cos.ptr, sin.ptr, head_dim};
+  std::vector<float> src = random_values(61, rows * width, 1.0f);
+  for (int64_t i = 0; i < rows * width; i += 7) src[static_cast<size_t>(i)] = -0.0f;
+  testing::DeviceArray<__nv_bfloat16> src16(allocator, testing::to_bf16(src));
+  std::vector<int32_t> positions(rows);
+  for (int64_t r = 0; r < rows; ++r) positions[static_cast<size_t>(r)] = static_cast<int32_t>((r * 37) % seq);
+  testing::DeviceArray<int32_t> d_positions(allocator, positions);
+  for (const bool packed : {false, true}) {
+    const int32_t* at = packed ? d_positions.ptr : nullptr;
+    std::vector<float> zeroed(rows * stride, -7.0f);
+    for (int64_t r = 0; r < rows; ++r) std::fill_n(zeroed.begin() + r * stride + 8, width, 0.0f);
+    DeviceFloats want(allocator, zeroed), got(allocator, std::vector<float>(rows * stride, -7.0f));
+    add_bf16_rows(want.ptr + 8, stride, src16.ptr, width, rows, width);
+    rope_backward(want.ptr + 8, rows, stride, 0, heads, seq, 0, t, at);
+    rope_backward_widened(got.ptr + 8, stride, src16.ptr, width, rows, heads, seq, t, at);
+    check_cuda(cudaDeviceSynchronize(), "rope_backward_widened");
+    const std::vector<float> w = want.host(), g = got.host();
+    int64_t different = 0;
+    for (size_t i = 0; i < w.size(); ++i) different += std::bit_cast<uint32_t>(w[i]) != std::bit_cast<uint32_t>(g[i]);
+    EXPECT_EQ(different, 0) << (packed ? "positions given" : "positions by row");
   }
 }
 

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -286,6 +288,80 @@ TEST(AttentionBf16, Bf16GradientsUndoRopeBeforeTheyAreRounded) {
   const Operands p = fused_problem();
   const RopeTable rope(p.s.q_len, p.s.head_dim, 10000.0);
   expect_bf16_gradients_to_be_the_fp32_ones_rounded(p, &rope);
+}
+
+// The backward writing its gradients whole in fp32 (Attention::bf16_tensors without bf16 gradients:
+// per-tensor FP8) writes, bit for bit, what the bf16-tensor backward adds into zeroed views (then
+// rotated back with a rotation), into poisoned views, and nothing beside them.
+void expect_fp32_gradients_to_be_the_added_ones(const Operands& p, const RopeTable* rope = nullptr) {
+  const FlashAttentionShape& s = p.s;
+  const std::vector<uint16_t> qkv16 = bf16_bits(p.qkv), kv16 = bf16_bits(p.kv), dout16 = bf16_bits(p.dout);
+  const uint16_t* q16 = qkv16.data();
+  const int64_t k_at = s.heads * s.head_dim, v_at = (s.heads + s.kv_heads) * s.head_dim;
+  const int64_t kv_width = s.kv_heads * s.head_dim;
+  const uint16_t* k16 = p.fused ? q16 + k_at : kv16.data();
+  const uint16_t* v16 = p.fused ? q16 + v_at : kv16.data() + kv_width;
+  std::vector<uint16_t> out16(static_cast<size_t>(s.batch * s.q_len * s.out_stride));
+  std::vector<float> lse(static_cast<size_t>(s.batch * s.heads * s.q_len));
+  flash_attention_forward_bf16_tensors(Device::cpu(), out16.data(), lse.data(), q16, k16, v16, s, p.vis());
+  struct Gradients {
+    std::vector<float> qkv, kv;
+    float* q() { return qkv.data(); }
+    float* k(bool fused, int64_t at) { return fused ? qkv.data() + at : kv.data(); }
+    float* v(bool fused, int64_t at, int64_t kv_width) { return fused ? qkv.data() + at : kv.data() + kv_width; }
+  };
+  Gradients want{std::vector<float>(p.qkv.size(), 0.0f), std::vector<float>(p.kv.size(), 0.0f)};
+  flash_attention_backward_bf16_tensors(Device::cpu(), want.q(), want.k(p.fused, k_at), want.v(p.fused, v_at, kv_width),
+                                        dout16.data(), out16.data(), lse.data(), q16, k16, v16, s, p.vis());
+  if (rope != nullptr) {
+    rope_backward(Device::cpu(), want.q(), s.batch * s.q_len, s.q_stride, 0, s.heads, s.q_len, 0, *rope);
+    rope_backward(Device::cpu(), want.k(p.fused, k_at), s.batch * s.k_len, s.k_stride, 0, s.kv_heads, s.q_len, 0,
+                  *rope);
+  }
+  Gradients got{std::vector<float>(p.qkv.size(), std::nanf("")), std::vector<float>(p.kv.size(), std::nanf(""))};
+  flash_attention_backward_fp32_gradients(Device::cpu(), got.q(), got.k(p.fused, k_at), got.v(p.fused, v_at, kv_width),
+                                          dout16.data(), out16.data(), lse.data(), q16, k16, v16, s, p.vis(),
+                                          QkvRotation{rope, s.q_len, nullptr});
+  // Where no view lies the poison stays (the zeros of `want` there are not the entry's).
+  const int64_t q_width = s.heads * s.head_dim, q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len;
+  auto in_view = [](int64_t i, const float* base, const float* view, int64_t rows, int64_t width, int64_t stride) {
+    const int64_t at = i - (view - base);
+    return at >= 0 && at / stride < rows && at % stride < width;
+  };
+  const float* base = want.q();
+  for (int64_t i = 0; i < static_cast<int64_t>(want.qkv.size()); ++i) {
+    const bool written = in_view(i, base, want.q(), q_rows, q_width, s.q_stride) ||
+                         (p.fused && (in_view(i, base, want.k(true, k_at), k_rows, kv_width, s.k_stride) ||
+                                      in_view(i, base, want.v(true, v_at, kv_width), k_rows, kv_width, s.v_stride)));
+    if (!written) want.qkv[static_cast<size_t>(i)] = std::nanf("");
+  }
+  if (p.fused) std::fill(want.kv.begin(), want.kv.end(), std::nanf(""));
+  auto bits = [](const std::vector<float>& x) {
+    std::vector<uint32_t> b;
+    for (float v : x) b.push_back(std::bit_cast<uint32_t>(v));
+    return b;
+  };
+  EXPECT_EQ(bits(got.qkv), bits(want.qkv));
+  EXPECT_EQ(bits(got.kv), bits(want.kv));
+  // And not what a backward without the rotation writes.
+  if (rope != nullptr) {
+    Gradients plain{std::vector<float>(p.qkv.size(), 0.0f), std::vector<float>(p.kv.size(), 0.0f)};
+    flash_attention_backward_fp32_gradients(Device::cpu(), plain.q(), plain.k(p.fused, k_at),
+                                            plain.v(p.fused, v_at, kv_width), dout16.data(), out16.data(), lse.data(),
+                                            q16, k16, v16, s, p.vis());
+    EXPECT_GT(count_different(plain.qkv, got.qkv), static_cast<int64_t>(q_rows * q_width / 2));
+  }
+}
+
+TEST(AttentionBf16, Fp32GradientsAreTheAddedOnesWrittenWhole) {
+  expect_fp32_gradients_to_be_the_added_ones(fused_problem());
+  expect_fp32_gradients_to_be_the_added_ones(key_block_problem());
+}
+
+TEST(AttentionBf16, Fp32GradientsUndoRopeAsRopeBackwardDoes) {
+  const Operands p = fused_problem();
+  const RopeTable rope(p.s.q_len, p.s.head_dim, 10000.0);
+  expect_fp32_gradients_to_be_the_added_ones(p, &rope);
 }
 
 TEST(AttentionOperandRegions, FusedViewsShareOneCopy) {

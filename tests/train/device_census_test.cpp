@@ -110,10 +110,13 @@ TEST_F(DeviceCensus, AStepOfTheDeepModelWaitsForTheDeviceOnlyForItsInputsLossAnd
     const int64_t bf16_attention = per_tensor || std::string(recipe) == "bf16" ? 16 : 2;
     EXPECT_EQ(step.entry("flash_attention_forward_bf16_tensors"), bf16_attention * kMicroBatches) << recipe;
     // The bf16 blocks (all under bf16, the two edge blocks otherwise) keep the q/k/v gradient bf16
-    // as well (Attention::bf16_gradients).
+    // as well (Attention::bf16_gradients); the others' backward writes it whole in fp32 with RoPE
+    // undone (no zeroing, no rotation pass).
     const int64_t bf16_gradients = std::string(recipe) == "bf16" ? 16 : 2;
-    EXPECT_EQ(step.entry("flash_attention_backward_bf16_tensors"), (bf16_attention - bf16_gradients) * kMicroBatches)
+    EXPECT_EQ(step.entry("flash_attention_backward_fp32_gradients"), (bf16_attention - bf16_gradients) * kMicroBatches)
         << recipe;
+    EXPECT_EQ(step.entry("flash_attention_backward_bf16_tensors"), 0) << recipe;
+    EXPECT_EQ(step.entry("rope_backward"), (16 - bf16_attention) * kMicroBatches) << recipe;
     EXPECT_EQ(step.entry("flash_attention_backward_bf16_gradients"), bf16_gradients * kMicroBatches) << recipe;
     // Every block's MLP keeps its hidden bf16 (Mlp::bf16_interior under bf16, bf16_hidden under
     // FP8 and MX): the activation reads it as it is, forward and backward.

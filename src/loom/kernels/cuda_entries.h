@@ -141,6 +141,10 @@ struct CudaEntries {
                                                   const void* k16, const void* v16, const FlashAttentionShape& s,
                                                   const AttentionVisibility& vis,
                                                   const QkvRotation& rotation) = nullptr;
+  void (*flash_attention_backward_fp32_gradients)(Device, float* dq, float* dk, float* dv, const void* dout16,
+                                                  const void* out16, const float* lse, const void* q16,
+                                                  const void* k16, const void* v16, const FlashAttentionShape& s,
+                                                  const AttentionVisibility& vis, const QkvRotation& rotation) = nullptr;
   void (*merge_attention_partials)(Device, float* out, float* lse, const float* part_out, const float* part_lse,
                                    const FlashAttentionShape& s) = nullptr;
   // Attention over a paged KV cache and the writes into it (inference), and over one sequence's

@@ -244,6 +244,15 @@ void flash_attention_backward_bf16_gradients(Device device, void* dq16, void* dk
   LOOM_DISPATCH(flash_attention_backward_bf16_gradients, dq16, dk16, dv16, dbias_q, dbias_k, dbias_v, dout16, out16,
                 lse, q16, k16, v16, s, vis, rotation);
 }
+void flash_attention_backward_fp32_gradients(Device device, float* dq, float* dk, float* dv, const void* dout16,
+                                             const void* out16, const float* lse, const void* q16, const void* k16,
+                                             const void* v16, const FlashAttentionShape& s,
+                                             const AttentionVisibility& vis, const QkvRotation& rotation) {
+  check_flash_shape(s);
+  LOOM_CHECK(s.operands == AttentionOperands::Bf16, "flash attention on bf16 tensors takes bf16 operands");
+  LOOM_DISPATCH(flash_attention_backward_fp32_gradients, dq, dk, dv, dout16, out16, lse, q16, k16, v16, s, vis,
+                rotation);
+}
 void merge_attention_partials(Device device, float* out, float* lse, const float* part_out, const float* part_lse,
                               const FlashAttentionShape& s) {
   if (device.is_cpu()) [[likely]]

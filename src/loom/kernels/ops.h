@@ -154,6 +154,15 @@ void flash_attention_backward_bf16_gradients(Device device, void* dq16, void* dk
                                              const float* lse, const void* q16, const void* k16, const void* v16,
                                              const FlashAttentionShape& s, const AttentionVisibility& vis,
                                              const QkvRotation& rotation = {});
+// The same gradients written whole in fp32 into dq, dk, dv (q's, k's and v's layout; nothing
+// beside the views is touched), with a `rotation` RoPE undone on the q and k gradients as
+// rope_backward undoes it: what flash_attention_backward_bf16_tensors adds into zeroed gradients,
+// rotated back after, bit for bit, without the zeroing, the add and the rotation's pass (the q/k/v
+// gradient that per-tensor FP8's projection casts from its fp32 values).
+void flash_attention_backward_fp32_gradients(Device device, float* dq, float* dk, float* dv, const void* dout16,
+                                             const void* out16, const float* lse, const void* q16, const void* k16,
+                                             const void* v16, const FlashAttentionShape& s,
+                                             const AttentionVisibility& vis, const QkvRotation& rotation = {});
 // Folds a partial (out, lse) over another block of keys into the running one (fp32).
 void merge_attention_partials(Device device, float* out, float* lse, const float* part_out, const float* part_lse,
                               const FlashAttentionShape& s);

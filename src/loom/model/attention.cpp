@@ -119,8 +119,11 @@ void Attention::backward(float* d_normed, const float* d_residual, const NormedR
                          ParallelScratch& scratch) const {
   const int64_t rows = batch * seq, W = qkv_width(), att_width = heads_ * head_dim_;
   const int64_t k_off = att_width, v_off = att_width + static_cast<int64_t>(kv_heads_) * head_dim_;
-  // Under the bf16 recipe the q/k/v gradient is written whole in bf16 (no zeroing).
-  float* d_qkv = bf16_gradients() ? nullptr : zeroed(work.d_qkv, rows * W, store_->device());
+  // Under the bf16 recipe the q/k/v gradient is written whole in bf16, with the bf16 tensors (per-tensor
+  // FP8) whole in fp32, RoPE undone by the same entry: neither needs zeroing.
+  float* d_qkv = bf16_gradients()  ? nullptr
+                 : bf16_tensors() ? sized(work.d_qkv, rows * W, store_->device())
+                                  : zeroed(work.d_qkv, rows * W, store_->device());
   if (bf16_tensors()) {
     void* d_att16 = sized_16bit(work.d_att, rows * att_width, store_->device());
     out_->backward(nullptr, d_residual, nullptr, rows, scratch, false,
@@ -143,9 +146,10 @@ void Attention::backward(float* d_normed, const float* d_residual, const NormedR
                      DeviceTensors{.in = normed.bf16, .dout = d_qkv16});
       return;
     }
-    kernels::flash_attention_backward_bf16_tensors(store_->device(), d_qkv, d_qkv + k_off, d_qkv + v_off, d_att16,
-                                                   saved.att.data(), saved.lse.data(), qkv16, qkv16 + k_off,
-                                                   qkv16 + v_off, flash_shape(batch, seq), visibility(packing));
+    kernels::flash_attention_backward_fp32_gradients(
+        store_->device(), d_qkv, d_qkv + k_off, d_qkv + v_off, d_att16, saved.att.data(), saved.lse.data(), qkv16,
+        qkv16 + k_off, qkv16 + v_off, flash_shape(batch, seq), visibility(packing),
+        kernels::QkvRotation{rope_, seq, packing.positions});
   } else {
     const float* qkv = saved.qkv.data();
     float* d_att = sized(work.d_att, rows * att_width, store_->device());
@@ -159,8 +163,8 @@ void Attention::backward(float* d_normed, const float* d_residual, const NormedR
                                         saved.att.data(), saved.lse.data(), qkv, qkv + k_off, qkv + v_off,
                                         flash_shape(batch, seq), visibility(packing));
     }
+    rotate(d_qkv, batch, seq, Rotation::Backward, packing.positions);
   }
-  rotate(d_qkv, batch, seq, Rotation::Backward, packing.positions);
   qkv_->backward(d_normed, d_qkv, normed.fp32, rows, scratch, false,
                  DeviceTensors{.in = normed.bf16, .kept_input_codes = qkv_->kept_input_codes(saved.qkv_codes)});
 }

@@ -145,4 +145,22 @@ void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16,
   }
 }
 
+void flash_attention_backward_fp32_gradients(float* dq, float* dk, float* dv, const void* dout16, const void* out16,
+                                             const float* lse, const void* q16, const void* k16, const void* v16,
+                                             const FlashAttentionShape& s, const AttentionVisibility& vis,
+                                             const QkvRotation& rotation) {
+  const int64_t q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len, kv_width = s.kv_heads * s.head_dim;
+  auto zero_view = [](float* x, int64_t rows, int64_t width, int64_t stride) {
+    for (int64_t r = 0; r < rows; ++r) std::fill(x + r * stride, x + r * stride + width, 0.0f);
+  };
+  zero_view(dq, q_rows, s.heads * s.head_dim, s.q_stride);
+  zero_view(dk, k_rows, kv_width, s.k_stride);
+  zero_view(dv, k_rows, kv_width, s.v_stride);
+  flash_attention_backward_bf16_tensors(dq, dk, dv, dout16, out16, lse, q16, k16, v16, s, vis);
+  if (rotation.table != nullptr) {
+    rope_backward(dq, q_rows, s.q_stride, 0, s.heads, rotation.seq, 0, *rotation.table, rotation.positions);
+    rope_backward(dk, k_rows, s.k_stride, 0, s.kv_heads, rotation.seq, 0, *rotation.table, rotation.positions);
+  }
+}
+
 }  // namespace loom::kernels::cpu

@@ -53,12 +53,27 @@ __global__ void rows_to_bf16_kernel(__nv_bfloat16* __restrict__ dst16, int64_t d
   if (partial != nullptr) partial[k * width + c] = sum;
 }
 
+// dst's rows += src's widened (kAdd), or = them added to 0, what an add into zeroed rows leaves
+// (-0 becomes +0).
+template <bool kAdd>
 __global__ void add_rows_kernel(float* __restrict__ dst, int64_t dst_stride, const __nv_bfloat16* __restrict__ src,
                                 int64_t src_stride, int64_t rows, int64_t width) {
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    for (int64_t c = column_start(); c < width; c += column_stride())
-      dst[r * dst_stride + c] += __bfloat162float(src[r * src_stride + c]);
+    for (int64_t c = column_start(); c < width; c += column_stride()) {
+      const float w = __bfloat162float(src[r * src_stride + c]);
+      float& d = dst[r * dst_stride + c];
+      d = kAdd ? __fadd_rn(d, w) : __fadd_rn(0.0f, w);
+    }
   }
+}
+
+template <bool kAdd>
+void launch_add_rows(float* dst, int64_t dst_stride, const __nv_bfloat16* src, int64_t src_stride, int64_t rows,
+                     int64_t width, cudaStream_t stream) {
+  if (rows * width == 0) return;
+  const RowsLaunch l = launch_over_rows(rows, width);
+  add_rows_kernel<kAdd><<<l.grid, l.block, 0, stream>>>(dst, dst_stride, src, src_stride, rows, width);
+  check_launch("attention add_rows_kernel");
 }
 
 // bf16 copies of the views' regions; pointer(i) is view i within its copy.
@@ -219,12 +234,54 @@ void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16,
   gradient_to_bf16(dv16, s.v_stride, dbias_v, dv, s.v_stride, k_rows, kv_width, scratch, stream);
 }
 
+void flash_attention_backward_fp32_gradients(float* dq, float* dk, float* dv, const void* dout16, const void* out16,
+                                             const float* lse, const void* q16, const void* k16, const void* v16,
+                                             const FlashAttentionShape& s, const AttentionVisibility& vis,
+                                             const DeviceQkvRotation& rotation, cudaStream_t stream) {
+  Scratch scratch;
+  const Bf16 *q = as_bf16(q16), *k = as_bf16(k16), *v = as_bf16(v16), *dout = as_bf16(dout16), *out = as_bf16(out16);
+  const int64_t q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len;
+  const int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
+  if (attention_fallback_reason(s, vis, true, {q, k, v, out, dout, lse}).empty()) {
+    // cuDNN's bf16 gradients, packed, widened into the views, q's and k's rotated back in the same
+    // pass: the bits of adding them into zeroed views and rotating there.
+    auto* dq16 = scratch.of<Bf16>(q_rows * q_width);
+    auto* dk16 = scratch.of<Bf16>(k_rows * kv_width);
+    auto* dv16 = scratch.of<Bf16>(k_rows * kv_width);
+    cudnn_attention_backward_bf16(dq16, dk16, dv16, dout, out, lse, q, k, v, s, scratch, stream);
+    if (rotation.table != nullptr) {
+      const DeviceRopeTable& t = *rotation.table;
+      rope_backward_widened(dq, s.q_stride, dq16, q_width, q_rows, s.heads, rotation.seq, t, rotation.positions, stream);
+      rope_backward_widened(dk, s.k_stride, dk16, kv_width, k_rows, s.kv_heads, rotation.seq, t, rotation.positions,
+                            stream);
+    } else {
+      launch_add_rows<false>(dq, s.q_stride, dq16, q_width, q_rows, q_width, stream);
+      launch_add_rows<false>(dk, s.k_stride, dk16, kv_width, k_rows, kv_width, stream);
+    }
+    launch_add_rows<false>(dv, s.v_stride, dv16, kv_width, k_rows, kv_width, stream);
+    return;
+  }
+  // loom's kernels add fp32 gradients: into the views zeroed, rotated back there.
+  auto zero_view = [&](float* x, int64_t rows, int64_t width, int64_t stride) {
+    if (rows * width == 0) return;
+    check_cuda(cudaMemset2DAsync(x, static_cast<size_t>(stride) * sizeof(float), 0,
+                                 static_cast<size_t>(width) * sizeof(float), static_cast<size_t>(rows), stream),
+               "cudaMemset2DAsync (attention gradients)");
+  };
+  zero_view(dq, q_rows, q_width, s.q_stride);
+  zero_view(dk, k_rows, kv_width, s.k_stride);
+  zero_view(dv, k_rows, kv_width, s.v_stride);
+  flash_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s, vis, stream);
+  if (rotation.table != nullptr) {
+    const DeviceRopeTable& t = *rotation.table;
+    rope_backward(dq, q_rows, s.q_stride, 0, s.heads, rotation.seq, 0, t, rotation.positions, stream);
+    rope_backward(dk, k_rows, s.k_stride, 0, s.kv_heads, rotation.seq, 0, t, rotation.positions, stream);
+  }
+}
+
 void add_bf16_rows(float* dst, int64_t dst_stride, const __nv_bfloat16* src, int64_t src_stride, int64_t rows,
                    int64_t width, cudaStream_t stream) {
-  if (rows * width == 0) return;
-  const RowsLaunch l = launch_over_rows(rows, width);
-  add_rows_kernel<<<l.grid, l.block, 0, stream>>>(dst, dst_stride, src, src_stride, rows, width);
-  check_launch("attention add_rows_kernel");
+  launch_add_rows<true>(dst, dst_stride, src, src_stride, rows, width, stream);
 }
 
 }  // namespace loom::kernels::cuda

@@ -167,7 +167,7 @@ void register_embedding_and_rope(CudaEntries& e) {
   };
 }
 
-void register_products_and_attention(CudaEntries& e) {
+void register_products(CudaEntries& e) {
   e.linear_forward = [](Device d, float* out, const float* in, const float* w, const float* b, int64_t n,
                         int64_t in_f, int64_t out_f, bool accumulate) {
     linear_forward(out, in, w, b, n, in_f, out_f, accumulate, stream_of(d));
@@ -183,6 +183,9 @@ void register_products_and_attention(CudaEntries& e) {
                  bool accumulate) { gemm(c, a, b, m, n, k, false, true, accumulate, stream_of(d)); };
   e.gemm = [](Device d, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k, bool ta, bool tb,
               bool accumulate) { gemm(c, a, b, m, n, k, ta, tb, accumulate, stream_of(d)); };
+}
+
+void register_attention(CudaEntries& e) {
   e.flash_attention_forward = [](Device d, float* out, float* lse, const float* q, const float* k, const float* v,
                                  const FlashAttentionShape& s, const AttentionVisibility& vis) {
     if (s.operands == AttentionOperands::Bf16)
@@ -217,6 +220,16 @@ void register_products_and_attention(CudaEntries& e) {
     const DeviceQkvRotation rotate{rotation.table != nullptr ? &table : nullptr, rotation.seq, rotation.positions};
     flash_attention_backward_bf16_gradients(dq16, dk16, dv16, dbias_q, dbias_k, dbias_v, dout16, out16, lse, q16, k16,
                                             v16, s, vis, rotate, stream_of(d));
+  };
+  e.flash_attention_backward_fp32_gradients = [](Device d, float* dq, float* dk, float* dv, const void* dout16,
+                                                 const void* out16, const float* lse, const void* q16,
+                                                 const void* k16, const void* v16, const FlashAttentionShape& s,
+                                                 const AttentionVisibility& vis, const QkvRotation& rotation) {
+    DeviceRopeTable table{};
+    if (rotation.table != nullptr) table = rope_mirrors().get(d, *rotation.table);
+    const DeviceQkvRotation rotate{rotation.table != nullptr ? &table : nullptr, rotation.seq, rotation.positions};
+    flash_attention_backward_fp32_gradients(dq, dk, dv, dout16, out16, lse, q16, k16, v16, s, vis, rotate,
+                                            stream_of(d));
   };
   e.merge_attention_partials = [](Device d, float* out, float* lse, const float* part_out, const float* part_lse,
                                   const FlashAttentionShape& s) {
@@ -355,7 +368,8 @@ void register_precision(CudaEntries& e) {
 void register_kernels(CudaEntries& entries) {
   register_norms_and_activations(entries);
   register_embedding_and_rope(entries);
-  register_products_and_attention(entries);
+  register_products(entries);
+  register_attention(entries);
   register_loss_and_optimizer(entries);
   register_precision(entries);
   register_mamba(entries);
