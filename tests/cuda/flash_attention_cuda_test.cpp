@@ -227,14 +227,40 @@ TEST_P(CudaFlashAttention, Bf16OperandsBehindTheFp32EntriesMatchTheCpuEmulation)
   EXPECT_EQ(d_dout.host(), in.dout) << "the entry changed its inputs";
 }
 
+// LOOM_ATTENTION set to `value` (null: unset) for a scope, restored after.
+class AttentionBackendOverride {
+ public:
+  explicit AttentionBackendOverride(const char* value) {
+    const char* before = std::getenv("LOOM_ATTENTION");
+    had_ = before != nullptr;
+    if (had_) before_ = before;
+    if (value != nullptr) {
+      setenv("LOOM_ATTENTION", value, 1);
+    } else {
+      unsetenv("LOOM_ATTENTION");
+    }
+  }
+  ~AttentionBackendOverride() {
+    if (had_) {
+      setenv("LOOM_ATTENTION", before_.c_str(), 1);
+    } else {
+      unsetenv("LOOM_ATTENTION");
+    }
+  }
+  AttentionBackendOverride(const AttentionBackendOverride&) = delete;
+  AttentionBackendOverride& operator=(const AttentionBackendOverride&) = delete;
+
+ private:
+  bool had_ = false;
+  std::string before_;
+};
+
 // The entries on bf16 tensors (Attention::bf16_tensors: q, k, v, out and dout in bf16) compute
 // what the fp32 entries with bf16 operands compute, bit for bit, on loom's deterministic kernels:
 // the forward's bf16 output is the fp32 entry's widened one, lse the same; the backward adds the
 // same dq, dk, dv.
 TEST_P(CudaFlashAttention, Bf16TensorEntriesEqualTheFp32EntriesBitForBit) {
-  const char* before = std::getenv("LOOM_ATTENTION");
-  const std::string restore = before != nullptr ? before : "";
-  setenv("LOOM_ATTENTION", "loom", 1);
+  const AttentionBackendOverride loom("loom");
   Inputs in(GetParam(), seed_, false);
   in.s.operands = AttentionOperands::Bf16;
   const FlashAttentionShape& s = in.s;
@@ -261,12 +287,70 @@ TEST_P(CudaFlashAttention, Bf16TensorEntriesEqualTheFp32EntriesBitForBit) {
                                         out16.ptr, d_lse.ptr, q16.ptr, k16, v16, s, meta.visibility());
   EXPECT_EQ(dq16.host(), dq.host()) << "dq";
   EXPECT_EQ(dkv16.host(), dkv.host()) << "dk, dv";
-  if (restore.empty()) {
-    unsetenv("LOOM_ATTENTION");
-  } else {
-    setenv("LOOM_ATTENTION", restore.c_str(), 1);
+}
+
+// The [rows, width] view at `at` of x (rows `stride` apart), packed.
+std::vector<float> view_of(const std::vector<float>& x, int64_t at, int64_t rows, int64_t width, int64_t stride) {
+  std::vector<float> view;
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto row = x.begin() + at + r * stride;
+    view.insert(view.end(), row, row + width);
+  }
+  return view;
+}
+
+// Runs check(loom_kernels, rotate) on loom's kernels and where cuDNN serves (LOOM_ATTENTION), each
+// with and without a rotation where queries and keys are the same tokens; LOOM_ATTENTION restored.
+template <typename Check>
+void for_each_backend_and_rotation(const Case& c, Check check) {
+  for (const auto& [loom_kernels, rotate] : {std::pair{true, false}, {false, false}, {true, true}, {false, true}}) {
+    if (rotate && c.q_len != c.k_len) continue;
+    const AttentionBackendOverride backend(loom_kernels ? "loom" : nullptr);
+    check(loom_kernels, rotate);
   }
 }
+
+// A case's bf16 forward on the GPU (bf16 q, k, v, dout) and its bf16-tensor backward added into
+// zeroed gradients, rotated back with `rotate` (queries and keys the same tokens): what the
+// entries writing their gradients whole are checked against.
+struct AddedGradients {
+  AddedGradients(CachingAllocator& allocator, const Case& c, uint32_t seed, bool rotate)
+      : in(c, seed, false),
+        q_rows(c.batch * c.q_len),
+        k_rows(c.batch * c.k_len),
+        q_width(c.heads * c.head_dim),
+        kv_width(c.kv_heads * c.head_dim),
+        rope(c.q_len, c.head_dim, 10000.0),
+        lse(allocator, poison(c.batch * c.q_len * c.heads)),
+        out16(allocator, to_bf16(poison(in.dout.size()))),
+        q16(allocator, to_bf16(in.q)),
+        kv16(allocator, to_bf16(in.kv)),
+        dout16(allocator, to_bf16(in.dout)),
+        meta(allocator, in),
+        dq(allocator, std::vector<float>(in.q.size(), 0.0f)),
+        dkv(allocator, std::vector<float>(in.kv.size(), 0.0f)),
+        k16(kv16.ptr + in.k_at),
+        v16(kv16.ptr + in.v_at) {
+    in.s.operands = AttentionOperands::Bf16;
+    const FlashAttentionShape& s = in.s;
+    const Device gpu = Device::cuda(0);
+    flash_attention_forward_bf16_tensors(gpu, out16.ptr, lse.ptr, q16.ptr, k16, v16, s, meta.visibility());
+    flash_attention_backward_bf16_tensors(gpu, dq.ptr, dkv.ptr + in.k_at, dkv.ptr + in.v_at, dout16.ptr, out16.ptr,
+                                          lse.ptr, q16.ptr, k16, v16, s, meta.visibility());
+    if (rotate) {
+      rope_backward(gpu, dq.ptr, s.batch * s.q_len, s.q_stride, 0, s.heads, s.q_len, 0, rope);
+      rope_backward(gpu, dkv.ptr + in.k_at, s.batch * s.k_len, s.k_stride, 0, s.kv_heads, s.q_len, 0, rope);
+    }
+  }
+  Inputs in;
+  int64_t q_rows, k_rows, q_width, kv_width;  // the gradient views' rows and widths
+  RopeTable rope;
+  DeviceFloats lse;
+  DeviceArray<__nv_bfloat16> out16, q16, kv16, dout16;
+  DeviceMetadata meta;
+  DeviceFloats dq, dkv;  // the added gradients
+  const __nv_bfloat16 *k16, *v16;
+};
 
 // The backward writing bf16 gradients (Attention::bf16_gradients), under LOOM_ATTENTION=loom and
 // unset (cuDNN where it serves): on loom's kernels the fp32 entry's gradients from zero rounded,
@@ -276,54 +360,28 @@ TEST_P(CudaFlashAttention, Bf16TensorEntriesEqualTheFp32EntriesBitForBit) {
 // With a rotation (where queries and keys are the same tokens; no bias sums then) q's and k's
 // gradients are rotated back first, as rope_backward rotates the fp32 ones.
 TEST_P(CudaFlashAttention, Bf16GradientsAreTheFp32GradientsRounded) {
-  const char* before = std::getenv("LOOM_ATTENTION");
-  const std::string restore = before != nullptr ? before : "";
-  for (const auto& [loom_kernels, rotate] : {std::pair{true, false}, {false, false}, {true, true}, {false, true}}) {
-    if (loom_kernels) {
-      setenv("LOOM_ATTENTION", "loom", 1);
-    } else {
-      unsetenv("LOOM_ATTENTION");
-    }
-    Inputs in(GetParam(), seed_, false);
-    in.s.operands = AttentionOperands::Bf16;
+  for_each_backend_and_rotation(GetParam(), [&](bool loom_kernels, bool rotate) {
+    const AddedGradients a(allocator_, GetParam(), seed_, rotate);
+    const Inputs& in = a.in;
     const FlashAttentionShape& s = in.s;
-    if (rotate && s.q_len != s.k_len) continue;
     const Device gpu = Device::cuda(0);
-    const int64_t q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len;
-    const int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
-    const RopeTable rope(s.q_len, s.head_dim, 10000.0);
-    const QkvRotation rotation{rotate ? &rope : nullptr, s.q_len, nullptr};
-    DeviceFloats d_lse(allocator_, poison(q_rows * s.heads));
-    DeviceArray<__nv_bfloat16> out16(allocator_, to_bf16(poison(in.dout.size())));
-    DeviceArray<__nv_bfloat16> q16(allocator_, to_bf16(in.q)), kv16(allocator_, to_bf16(in.kv)),
-        dout16(allocator_, to_bf16(in.dout));
-    const DeviceMetadata meta(allocator_, in);
-    const __nv_bfloat16 *k16 = kv16.ptr + in.k_at, *v16 = kv16.ptr + in.v_at;
-    flash_attention_forward_bf16_tensors(gpu, out16.ptr, d_lse.ptr, q16.ptr, k16, v16, s, meta.visibility());
-    DeviceFloats dq(allocator_, std::vector<float>(in.q.size(), 0.0f)),
-        dkv(allocator_, std::vector<float>(in.kv.size(), 0.0f));
-    flash_attention_backward_bf16_tensors(gpu, dq.ptr, dkv.ptr + in.k_at, dkv.ptr + in.v_at, dout16.ptr, out16.ptr,
-                                          d_lse.ptr, q16.ptr, k16, v16, s, meta.visibility());
-    if (rotate) {
-      rope_backward(gpu, dq.ptr, q_rows, s.q_stride, 0, s.heads, s.q_len, 0, rope);
-      rope_backward(gpu, dkv.ptr + in.k_at, k_rows, s.k_stride, 0, s.kv_heads, s.q_len, 0, rope);
-    }
+    const QkvRotation rotation{rotate ? &a.rope : nullptr, s.q_len, nullptr};
     const __nv_bfloat16 kPoison = __float2bfloat16_rn(-7.0f);
     DeviceArray<__nv_bfloat16> g16(allocator_, std::vector<__nv_bfloat16>(in.q.size(), kPoison)),
         gkv16(allocator_, std::vector<__nv_bfloat16>(in.kv.size(), kPoison));
-    const std::vector<float> bias0 = random_values(seed_ + 5, q_width + 2 * kv_width, 1.0f);
+    const std::vector<float> bias0 = random_values(seed_ + 5, a.q_width + 2 * a.kv_width, 1.0f);
     DeviceFloats bias(allocator_, bias0);
     float* dbias = rotate ? nullptr : bias.ptr;  // no bias sums of rotated gradients
-    flash_attention_backward_bf16_gradients(gpu, g16.ptr, gkv16.ptr + in.k_at, gkv16.ptr + in.v_at, dbias,
-                                            rotate ? nullptr : dbias + q_width,
-                                            rotate ? nullptr : dbias + q_width + kv_width, dout16.ptr, out16.ptr,
-                                            d_lse.ptr, q16.ptr, k16, v16, s, meta.visibility(), rotation);
+    flash_attention_backward_bf16_gradients(
+        gpu, g16.ptr, gkv16.ptr + in.k_at, gkv16.ptr + in.v_at, dbias, rotate ? nullptr : dbias + a.q_width,
+        rotate ? nullptr : dbias + a.q_width + a.kv_width, a.dout16.ptr, a.out16.ptr, a.lse.ptr, a.q16.ptr, a.k16,
+        a.v16, s, a.meta.visibility(), rotation);
     // Where cuDNN serves this call (its bf16 gradients, not bit for bit) or loom's kernels do.
-    const bool on_cudnn = !loom_kernels && attention_fallback_reason(s, meta.visibility(), true,
-                                                                     {q16.ptr, k16, v16, out16.ptr, dout16.ptr,
-                                                                      d_lse.ptr})
-                                               .empty();
-    const std::vector<float> want_q = dq.host(), want_kv = dkv.host();
+    const bool on_cudnn =
+        !loom_kernels && attention_fallback_reason(s, a.meta.visibility(), true,
+                                                   {a.q16.ptr, a.k16, a.v16, a.out16.ptr, a.dout16.ptr, a.lse.ptr})
+                             .empty();
+    const std::vector<float> want_q = a.dq.host(), want_kv = a.dkv.host();
     const std::vector<float> got_q = to_float(g16.host()), got_kv = to_float(gkv16.host()), got_bias = bias.host();
     const std::string name = std::string(on_cudnn ? "cuDNN" : "loom's kernels") + ", " + std::to_string(s.q_len) +
                              " queries" + (rotate ? ", RoPE undone" : "");
@@ -333,13 +391,8 @@ TEST_P(CudaFlashAttention, Bf16GradientsAreTheFp32GradientsRounded) {
     int64_t written = 0;
     auto check_view = [&](const char* view, const std::vector<float>& want, const std::vector<float>& got, int64_t at,
                           int64_t rows, int64_t width, int64_t stride, int64_t bias_at) {
-      std::vector<float> want_view, got_view;
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < width; ++c) {
-          want_view.push_back(want[at + r * stride + c]);
-          got_view.push_back(got[at + r * stride + c]);
-        }
-      }
+      const std::vector<float> want_view = view_of(want, at, rows, width, stride),
+                               got_view = view_of(got, at, rows, width, stride);
       written += rows * width;
       if (on_cudnn) {
         EXPECT_LE(relative_error(got_view, want_view), 1e-2) << name << ": " << view;
@@ -349,21 +402,16 @@ TEST_P(CudaFlashAttention, Bf16GradientsAreTheFp32GradientsRounded) {
       const std::vector<float>& summed = on_cudnn ? got_view : want_view;
       if (!rotate) ::loom::kernels::cpu::add_column_sums(want_bias.data() + bias_at, summed.data(), rows, width);
     };
-    check_view("dq", want_q, got_q, 0, q_rows, q_width, s.q_stride, 0);
-    check_view("dk", want_kv, got_kv, in.k_at, k_rows, kv_width, s.k_stride, q_width);
-    check_view("dv", want_kv, got_kv, in.v_at, k_rows, kv_width, s.v_stride, q_width + kv_width);
+    check_view("dq", want_q, got_q, 0, a.q_rows, a.q_width, s.q_stride, 0);
+    check_view("dk", want_kv, got_kv, in.k_at, a.k_rows, a.kv_width, s.k_stride, a.q_width);
+    check_view("dv", want_kv, got_kv, in.v_at, a.k_rows, a.kv_width, s.v_stride, a.q_width + a.kv_width);
     EXPECT_EQ(got_bias, want_bias) << name << ": bias sums";
     int64_t poisoned = 0;
     for (float v : got_q) poisoned += v == -7.0f;
     for (float v : got_kv) poisoned += v == -7.0f;
     EXPECT_GE(poisoned, static_cast<int64_t>(got_q.size() + got_kv.size()) - written)
         << name << ": wrote outside its views";
-  }
-  if (restore.empty()) {
-    unsetenv("LOOM_ATTENTION");
-  } else {
-    setenv("LOOM_ATTENTION", restore.c_str(), 1);
-  }
+  });
 }
 
 // The backward writing its gradients whole in fp32 (per-tensor FP8's q/k/v gradient) writes what
@@ -372,80 +420,47 @@ TEST_P(CudaFlashAttention, Bf16GradientsAreTheFp32GradientsRounded) {
 // of another call's, and bit for bit rope_backward_widened's rotation (CudaKernels'
 // RopeBackwardWidenedIsTheAddIntoZerosRotated). Nothing outside the views is written.
 TEST_P(CudaFlashAttention, Fp32GradientsAreTheAddedOnesRotated) {
-  const char* before = std::getenv("LOOM_ATTENTION");
-  const std::string restore = before != nullptr ? before : "";
-  for (const auto& [loom_kernels, rotate] : {std::pair{true, false}, {false, false}, {true, true}, {false, true}}) {
-    if (loom_kernels) {
-      setenv("LOOM_ATTENTION", "loom", 1);
-    } else {
-      unsetenv("LOOM_ATTENTION");
-    }
-    Inputs in(GetParam(), seed_, false);
-    in.s.operands = AttentionOperands::Bf16;
-    const FlashAttentionShape& s = in.s;
-    if (rotate && s.q_len != s.k_len) continue;
+  for_each_backend_and_rotation(GetParam(), [&](bool loom_kernels, bool rotate) {
+    const AddedGradients a(allocator_, GetParam(), seed_, rotate);
+    const FlashAttentionShape& s = a.in.s;
     const Device gpu = Device::cuda(0);
-    const int64_t q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len;
-    const int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
-    const RopeTable rope(s.q_len, s.head_dim, 10000.0);
-    DeviceFloats d_lse(allocator_, poison(q_rows * s.heads));
-    DeviceArray<__nv_bfloat16> out16(allocator_, to_bf16(poison(in.dout.size())));
-    DeviceArray<__nv_bfloat16> q16(allocator_, to_bf16(in.q)), kv16(allocator_, to_bf16(in.kv)),
-        dout16(allocator_, to_bf16(in.dout));
-    const DeviceMetadata meta(allocator_, in);
-    const __nv_bfloat16 *k16 = kv16.ptr + in.k_at, *v16 = kv16.ptr + in.v_at;
-    flash_attention_forward_bf16_tensors(gpu, out16.ptr, d_lse.ptr, q16.ptr, k16, v16, s, meta.visibility());
-    DeviceFloats dq(allocator_, std::vector<float>(in.q.size(), 0.0f)),
-        dkv(allocator_, std::vector<float>(in.kv.size(), 0.0f));
-    flash_attention_backward_bf16_tensors(gpu, dq.ptr, dkv.ptr + in.k_at, dkv.ptr + in.v_at, dout16.ptr, out16.ptr,
-                                          d_lse.ptr, q16.ptr, k16, v16, s, meta.visibility());
-    if (rotate) {
-      rope_backward(gpu, dq.ptr, q_rows, s.q_stride, 0, s.heads, s.q_len, 0, rope);
-      rope_backward(gpu, dkv.ptr + in.k_at, k_rows, s.k_stride, 0, s.kv_heads, s.q_len, 0, rope);
-    }
-    DeviceFloats g(allocator_, std::vector<float>(in.q.size(), -7.0f)),
-        gkv(allocator_, std::vector<float>(in.kv.size(), -7.0f));
-    flash_attention_backward_fp32_gradients(gpu, g.ptr, gkv.ptr + in.k_at, gkv.ptr + in.v_at, dout16.ptr, out16.ptr,
-                                            d_lse.ptr, q16.ptr, k16, v16, s, meta.visibility(),
-                                            QkvRotation{rotate ? &rope : nullptr, s.q_len, nullptr});
-    const bool on_cudnn = !loom_kernels && attention_fallback_reason(s, meta.visibility(), true,
-                                                                     {q16.ptr, k16, v16, out16.ptr, dout16.ptr,
-                                                                      d_lse.ptr})
-                                               .empty();
-    const std::vector<float> want_q = dq.host(), want_kv = dkv.host(), got_q = g.host(), got_kv = gkv.host();
+    DeviceFloats g(allocator_, std::vector<float>(a.in.q.size(), -7.0f)),
+        gkv(allocator_, std::vector<float>(a.in.kv.size(), -7.0f));
+    flash_attention_backward_fp32_gradients(gpu, g.ptr, gkv.ptr + a.in.k_at, gkv.ptr + a.in.v_at, a.dout16.ptr,
+                                            a.out16.ptr, a.lse.ptr, a.q16.ptr, a.k16, a.v16, s, a.meta.visibility(),
+                                            QkvRotation{rotate ? &a.rope : nullptr, s.q_len, nullptr});
+    const bool on_cudnn =
+        !loom_kernels && attention_fallback_reason(s, a.meta.visibility(), true,
+                                                   {a.q16.ptr, a.k16, a.v16, a.out16.ptr, a.dout16.ptr, a.lse.ptr})
+                             .empty();
+    const std::vector<float> want_q = a.dq.host(), want_kv = a.dkv.host(), got_q = g.host(), got_kv = gkv.host();
     const std::string name = std::string(on_cudnn ? "cuDNN" : "loom's kernels") + ", " + std::to_string(s.q_len) +
                              " queries" + (rotate ? ", RoPE undone" : "");
-    int64_t written = 0;
-    auto check_view = [&](const char* view, const std::vector<float>& want, const std::vector<float>& got, int64_t at,
-                          int64_t rows, int64_t width, int64_t stride) {
-      std::vector<float> want_view, got_view;
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < width; ++c) {
-          want_view.push_back(want[at + r * stride + c]);
-          got_view.push_back(got[at + r * stride + c]);
-        }
-      }
-      written += rows * width;
-      if (on_cudnn) {
-        EXPECT_LE(relative_error(got_view, want_view), 1e-2) << name << ": " << view;
-      } else {
-        EXPECT_EQ(got_view, want_view) << name << ": " << view;
-      }
+    // Each view against the added gradients.
+    struct View {
+      const char* name;
+      bool in_kv;
+      int64_t at, rows, width, stride;
     };
-    check_view("dq", want_q, got_q, 0, q_rows, q_width, s.q_stride);
-    check_view("dk", want_kv, got_kv, in.k_at, k_rows, kv_width, s.k_stride);
-    check_view("dv", want_kv, got_kv, in.v_at, k_rows, kv_width, s.v_stride);
+    int64_t written = 0;
+    for (const View& v : {View{"dq", false, 0, a.q_rows, a.q_width, s.q_stride},
+                          View{"dk", true, a.in.k_at, a.k_rows, a.kv_width, s.k_stride},
+                          View{"dv", true, a.in.v_at, a.k_rows, a.kv_width, s.v_stride}}) {
+      const std::vector<float> want = view_of(v.in_kv ? want_kv : want_q, v.at, v.rows, v.width, v.stride),
+                               got = view_of(v.in_kv ? got_kv : got_q, v.at, v.rows, v.width, v.stride);
+      written += v.rows * v.width;
+      if (on_cudnn) {
+        EXPECT_LE(relative_error(got, want), 1e-2) << name << ": " << v.name;
+      } else {
+        EXPECT_EQ(got, want) << name << ": " << v.name;
+      }
+    }
     int64_t poisoned = 0;
     for (float v : got_q) poisoned += v == -7.0f;
     for (float v : got_kv) poisoned += v == -7.0f;
     EXPECT_GE(poisoned, static_cast<int64_t>(got_q.size() + got_kv.size()) - written)
         << name << ": wrote outside its views";
-  }
-  if (restore.empty()) {
-    unsetenv("LOOM_ATTENTION");
-  } else {
-    setenv("LOOM_ATTENTION", restore.c_str(), 1);
-  }
+  });
 }
 
 // fp64 causal attention of one document per row (q = k tokens, packed [batch, seq, heads, dim]).

@@ -201,24 +201,36 @@ TEST(AttentionBf16, Bf16TensorEntriesEqualTheFp32Entries) {
 // adds into zeros, rounded, into each view and nothing beside it (the fused rows' other columns
 // keep their poison); the bias sums are add_column_sums of each view's fp32 gradient. With a
 // rotation (no bias sums then) q's and k's fp32 gradients are rotated back first (rope_backward).
+// p's q, k, v and dout in bf16 (in the same layouts), and the bf16-tensor forward's output and lse.
+struct Bf16Forward {
+  std::vector<uint16_t> qkv16, kv16, dout16, out16;
+  std::vector<float> lse;
+  const uint16_t *q16, *k16, *v16;
+  explicit Bf16Forward(const Operands& p)
+      : qkv16(bf16_bits(p.qkv)),
+        kv16(bf16_bits(p.kv)),
+        dout16(bf16_bits(p.dout)),
+        out16(static_cast<size_t>(p.s.batch * p.s.q_len * p.s.out_stride)),
+        lse(static_cast<size_t>(p.s.batch * p.s.heads * p.s.q_len)) {
+    const FlashAttentionShape& s = p.s;
+    q16 = qkv16.data();
+    k16 = p.fused ? q16 + s.heads * s.head_dim : kv16.data();
+    v16 = p.fused ? q16 + (s.heads + s.kv_heads) * s.head_dim : kv16.data() + s.kv_heads * s.head_dim;
+    flash_attention_forward_bf16_tensors(Device::cpu(), out16.data(), lse.data(), q16, k16, v16, s, p.vis());
+  }
+};
+
 void expect_bf16_gradients_to_be_the_fp32_ones_rounded(const Operands& p, const RopeTable* rope = nullptr) {
   const FlashAttentionShape& s = p.s;
-  const std::vector<uint16_t> qkv16 = bf16_bits(p.qkv), kv16 = bf16_bits(p.kv), dout16 = bf16_bits(p.dout);
-  const uint16_t* q16 = qkv16.data();
-  const uint16_t* k16 = p.fused ? q16 + s.heads * s.head_dim : kv16.data();
-  const uint16_t* v16 = p.fused ? q16 + (s.heads + s.kv_heads) * s.head_dim : kv16.data() + s.kv_heads * s.head_dim;
-  const int64_t outs = s.batch * s.q_len * s.out_stride;
-  std::vector<uint16_t> out16(static_cast<size_t>(outs));
-  std::vector<float> lse(static_cast<size_t>(s.batch * s.heads * s.q_len));
-  flash_attention_forward_bf16_tensors(Device::cpu(), out16.data(), lse.data(), q16, k16, v16, s, p.vis());
+  const Bf16Forward f(p);
   // The fp32 gradients from zero, in the operands' layouts.
   std::vector<float> dqkv(p.qkv.size(), 0.0f), dkv(p.kv.size(), 0.0f);
   const int64_t k_at = s.heads * s.head_dim, v_at = (s.heads + s.kv_heads) * s.head_dim;
   float* dq = dqkv.data();
   float* dk = p.fused ? dq + k_at : dkv.data();
   float* dv = p.fused ? dq + v_at : dkv.data() + s.kv_heads * s.head_dim;
-  flash_attention_backward_bf16_tensors(Device::cpu(), dq, dk, dv, dout16.data(), out16.data(), lse.data(), q16, k16,
-                                        v16, s, p.vis());
+  flash_attention_backward_bf16_tensors(Device::cpu(), dq, dk, dv, f.dout16.data(), f.out16.data(), f.lse.data(), f.q16,
+                                        f.k16, f.v16, s, p.vis());
   const QkvRotation rotation{rope, s.q_len, nullptr};
   if (rope != nullptr) {
     rope_backward(Device::cpu(), dq, s.batch * s.q_len, s.q_stride, 0, s.heads, s.q_len, 0, *rope);
@@ -235,17 +247,17 @@ void expect_bf16_gradients_to_be_the_fp32_ones_rounded(const Operands& p, const 
   if (rope != nullptr) {
     // No bias sums of rotated gradients: refused; then without them (the bias vectors unchanged).
     EXPECT_THROW(flash_attention_backward_bf16_gradients(Device::cpu(), dq16, dk16, dv16, bias_q.data(), bias_k.data(),
-                                                         bias_v.data(), dout16.data(), out16.data(), lse.data(), q16,
-                                                         k16, v16, s, p.vis(), rotation),
+                                                         bias_v.data(), f.dout16.data(), f.out16.data(), f.lse.data(),
+                                                         f.q16, f.k16, f.v16, s, p.vis(), rotation),
                  Error);
-    flash_attention_backward_bf16_gradients(Device::cpu(), dq16, dk16, dv16, nullptr, nullptr, nullptr, dout16.data(),
-                                            out16.data(), lse.data(), q16, k16, v16, s, p.vis(), rotation);
+    flash_attention_backward_bf16_gradients(Device::cpu(), dq16, dk16, dv16, nullptr, nullptr, nullptr, f.dout16.data(),
+                                            f.out16.data(), f.lse.data(), f.q16, f.k16, f.v16, s, p.vis(), rotation);
     for (std::vector<float>* want : {&want_q, &want_k, &want_v}) std::fill(want->begin(), want->end(), 0.0f);
     for (std::vector<float>* got : {&bias_q, &bias_k, &bias_v}) std::fill(got->begin(), got->end(), 0.0f);
   } else {
     flash_attention_backward_bf16_gradients(Device::cpu(), dq16, dk16, dv16, bias_q.data(), bias_k.data(),
-                                            bias_v.data(), dout16.data(), out16.data(), lse.data(), q16, k16, v16, s,
-                                            p.vis());
+                                            bias_v.data(), f.dout16.data(), f.out16.data(), f.lse.data(), f.q16, f.k16,
+                                            f.v16, s, p.vis());
   }
   // Each view: rounded values where it lies, poison elsewhere; its columns' sums.
   auto expect_view = [&](const char* name, const float* want, const uint16_t* got, int64_t rows, int64_t width,
@@ -273,8 +285,8 @@ void expect_bf16_gradients_to_be_the_fp32_ones_rounded(const Operands& p, const 
   std::vector<uint16_t> again(p.qkv.size(), 0x7fc1), again_kv(p.kv.size(), 0x7fc1);
   flash_attention_backward_bf16_gradients(Device::cpu(), again.data(), p.fused ? again.data() + k_at : again_kv.data(),
                                           p.fused ? again.data() + v_at : again_kv.data() + kv_width, nullptr, nullptr,
-                                          nullptr, dout16.data(), out16.data(), lse.data(), q16, k16, v16, s, p.vis(),
-                                          rotation);
+                                          nullptr, f.dout16.data(), f.out16.data(), f.lse.data(), f.q16, f.k16, f.v16,
+                                          s, p.vis(), rotation);
   EXPECT_EQ(again, g16);
   EXPECT_EQ(again_kv, gkv16);
 }
@@ -295,15 +307,9 @@ TEST(AttentionBf16, Bf16GradientsUndoRopeBeforeTheyAreRounded) {
 // rotated back with a rotation), into poisoned views, and nothing beside them.
 void expect_fp32_gradients_to_be_the_added_ones(const Operands& p, const RopeTable* rope = nullptr) {
   const FlashAttentionShape& s = p.s;
-  const std::vector<uint16_t> qkv16 = bf16_bits(p.qkv), kv16 = bf16_bits(p.kv), dout16 = bf16_bits(p.dout);
-  const uint16_t* q16 = qkv16.data();
+  const Bf16Forward f(p);
   const int64_t k_at = s.heads * s.head_dim, v_at = (s.heads + s.kv_heads) * s.head_dim;
   const int64_t kv_width = s.kv_heads * s.head_dim;
-  const uint16_t* k16 = p.fused ? q16 + k_at : kv16.data();
-  const uint16_t* v16 = p.fused ? q16 + v_at : kv16.data() + kv_width;
-  std::vector<uint16_t> out16(static_cast<size_t>(s.batch * s.q_len * s.out_stride));
-  std::vector<float> lse(static_cast<size_t>(s.batch * s.heads * s.q_len));
-  flash_attention_forward_bf16_tensors(Device::cpu(), out16.data(), lse.data(), q16, k16, v16, s, p.vis());
   struct Gradients {
     std::vector<float> qkv, kv;
     float* q() { return qkv.data(); }
@@ -312,7 +318,7 @@ void expect_fp32_gradients_to_be_the_added_ones(const Operands& p, const RopeTab
   };
   Gradients want{std::vector<float>(p.qkv.size(), 0.0f), std::vector<float>(p.kv.size(), 0.0f)};
   flash_attention_backward_bf16_tensors(Device::cpu(), want.q(), want.k(p.fused, k_at), want.v(p.fused, v_at, kv_width),
-                                        dout16.data(), out16.data(), lse.data(), q16, k16, v16, s, p.vis());
+                                        f.dout16.data(), f.out16.data(), f.lse.data(), f.q16, f.k16, f.v16, s, p.vis());
   if (rope != nullptr) {
     rope_backward(Device::cpu(), want.q(), s.batch * s.q_len, s.q_stride, 0, s.heads, s.q_len, 0, *rope);
     rope_backward(Device::cpu(), want.k(p.fused, k_at), s.batch * s.k_len, s.k_stride, 0, s.kv_heads, s.q_len, 0,
@@ -320,8 +326,8 @@ void expect_fp32_gradients_to_be_the_added_ones(const Operands& p, const RopeTab
   }
   Gradients got{std::vector<float>(p.qkv.size(), std::nanf("")), std::vector<float>(p.kv.size(), std::nanf(""))};
   flash_attention_backward_fp32_gradients(Device::cpu(), got.q(), got.k(p.fused, k_at), got.v(p.fused, v_at, kv_width),
-                                          dout16.data(), out16.data(), lse.data(), q16, k16, v16, s, p.vis(),
-                                          QkvRotation{rope, s.q_len, nullptr});
+                                          f.dout16.data(), f.out16.data(), f.lse.data(), f.q16, f.k16, f.v16, s,
+                                          p.vis(), QkvRotation{rope, s.q_len, nullptr});
   // Where no view lies the poison stays (the zeros of `want` there are not the entry's).
   const int64_t q_width = s.heads * s.head_dim, q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len;
   auto in_view = [](int64_t i, const float* base, const float* view, int64_t rows, int64_t width, int64_t stride) {
@@ -347,21 +353,17 @@ void expect_fp32_gradients_to_be_the_added_ones(const Operands& p, const RopeTab
   if (rope != nullptr) {
     Gradients plain{std::vector<float>(p.qkv.size(), 0.0f), std::vector<float>(p.kv.size(), 0.0f)};
     flash_attention_backward_fp32_gradients(Device::cpu(), plain.q(), plain.k(p.fused, k_at),
-                                            plain.v(p.fused, v_at, kv_width), dout16.data(), out16.data(), lse.data(),
-                                            q16, k16, v16, s, p.vis());
+                                            plain.v(p.fused, v_at, kv_width), f.dout16.data(), f.out16.data(),
+                                            f.lse.data(), f.q16, f.k16, f.v16, s, p.vis());
     EXPECT_GT(count_different(plain.qkv, got.qkv), static_cast<int64_t>(q_rows * q_width / 2));
   }
 }
 
-TEST(AttentionBf16, Fp32GradientsAreTheAddedOnesWrittenWhole) {
+TEST(AttentionBf16, Fp32GradientsAreTheAddedOnesWrittenWholeWithRopeUndone) {
   expect_fp32_gradients_to_be_the_added_ones(fused_problem());
   expect_fp32_gradients_to_be_the_added_ones(key_block_problem());
-}
-
-TEST(AttentionBf16, Fp32GradientsUndoRopeAsRopeBackwardDoes) {
-  const Operands p = fused_problem();
-  const RopeTable rope(p.s.q_len, p.s.head_dim, 10000.0);
-  expect_fp32_gradients_to_be_the_added_ones(p, &rope);
+  const RopeTable rope(fused_problem().s.q_len, fused_problem().s.head_dim, 10000.0);
+  expect_fp32_gradients_to_be_the_added_ones(fused_problem(), &rope);
 }
 
 TEST(AttentionOperandRegions, FusedViewsShareOneCopy) {

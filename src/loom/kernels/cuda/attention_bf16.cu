@@ -183,6 +183,28 @@ void gradient_to_bf16(void* dst16, int64_t dst_stride, float* dbias, const Src* 
 }
 }  // namespace
 
+namespace {
+// A backward's q, k, v, out and dout as bf16 tensors, and where cuDNN serves it, its gradients as
+// cuDNN leaves them: bf16, rows packed (dq [q rows, heads x head_dim], dk and dv [k rows, kv_heads
+// x head_dim]); null where loom's kernels serve the call.
+struct CudnnGradients {
+  const Bf16 *q, *k, *v, *out, *dout;
+  Bf16 *dq = nullptr, *dk = nullptr, *dv = nullptr;
+};
+CudnnGradients cudnn_gradients(const void* dout16, const void* out16, const float* lse, const void* q16,
+                               const void* k16, const void* v16, const FlashAttentionShape& s,
+                               const AttentionVisibility& vis, Scratch& scratch, cudaStream_t stream) {
+  CudnnGradients g{as_bf16(q16), as_bf16(k16), as_bf16(v16), as_bf16(out16), as_bf16(dout16)};
+  if (!attention_fallback_reason(s, vis, true, {g.q, g.k, g.v, g.out, g.dout, lse}).empty()) return g;
+  const int64_t kv_elements = s.batch * s.k_len * s.kv_heads * s.head_dim;
+  g.dq = scratch.of<Bf16>(s.batch * s.q_len * s.heads * s.head_dim);
+  g.dk = scratch.of<Bf16>(kv_elements);
+  g.dv = scratch.of<Bf16>(kv_elements);
+  cudnn_attention_backward_bf16(g.dq, g.dk, g.dv, g.dout, g.out, lse, g.q, g.k, g.v, s, scratch, stream);
+  return g;
+}
+}  // namespace
+
 void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16, float* dbias_q, float* dbias_k,
                                              float* dbias_v, const void* dout16, const void* out16, const float* lse,
                                              const void* q16, const void* k16, const void* v16,
@@ -192,19 +214,15 @@ void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16,
   LOOM_CHECK(rotation.table == nullptr || (dbias_q == nullptr && dbias_k == nullptr),
              "flash_attention_backward_bf16_gradients: q/k bias gradients with RoPE are not supported");
   Scratch scratch;
-  const Bf16 *q = as_bf16(q16), *k = as_bf16(k16), *v = as_bf16(v16), *dout = as_bf16(dout16), *out = as_bf16(out16);
   const int64_t q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len;
   const int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
-  if (attention_fallback_reason(s, vis, true, {q, k, v, out, dout, lse}).empty()) {
+  const CudnnGradients g = cudnn_gradients(dout16, out16, lse, q16, k16, v16, s, vis, scratch, stream);
+  if (g.dq != nullptr) {
     // cuDNN's bf16 gradients, packed, copied into the views, then rotated back there: the bits the
     // fp32 path widens, rotates and casts back.
-    auto* dq = scratch.of<Bf16>(q_rows * q_width);
-    auto* dk = scratch.of<Bf16>(k_rows * kv_width);
-    auto* dv = scratch.of<Bf16>(k_rows * kv_width);
-    cudnn_attention_backward_bf16(dq, dk, dv, dout, out, lse, q, k, v, s, scratch, stream);
-    gradient_to_bf16(dq16, s.q_stride, dbias_q, dq, q_width, q_rows, q_width, scratch, stream);
-    gradient_to_bf16(dk16, s.k_stride, dbias_k, dk, kv_width, k_rows, kv_width, scratch, stream);
-    gradient_to_bf16(dv16, s.v_stride, dbias_v, dv, kv_width, k_rows, kv_width, scratch, stream);
+    gradient_to_bf16(dq16, s.q_stride, dbias_q, g.dq, q_width, q_rows, q_width, scratch, stream);
+    gradient_to_bf16(dk16, s.k_stride, dbias_k, g.dk, kv_width, k_rows, kv_width, scratch, stream);
+    gradient_to_bf16(dv16, s.v_stride, dbias_v, g.dv, kv_width, k_rows, kv_width, scratch, stream);
     if (rotation.table != nullptr) {
       const DeviceRopeTable& t = *rotation.table;
       rope_backward_bf16(dq16, q_rows, s.q_stride, 0, s.heads, rotation.seq, 0, t, rotation.positions, stream);
@@ -223,7 +241,7 @@ void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16,
   float* dq = zeroed_copy(q_rows, q_width, s.q_stride);
   float* dk = zeroed_copy(k_rows, kv_width, s.k_stride);
   float* dv = zeroed_copy(k_rows, kv_width, s.v_stride);
-  flash_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s, vis, stream);
+  flash_attention_backward(dq, dk, dv, g.dout, g.out, lse, g.q, g.k, g.v, s, vis, stream);
   if (rotation.table != nullptr) {
     const DeviceRopeTable& t = *rotation.table;
     rope_backward(dq, q_rows, s.q_stride, 0, s.heads, rotation.seq, 0, t, rotation.positions, stream);
@@ -239,26 +257,23 @@ void flash_attention_backward_fp32_gradients(float* dq, float* dk, float* dv, co
                                              const FlashAttentionShape& s, const AttentionVisibility& vis,
                                              const DeviceQkvRotation& rotation, cudaStream_t stream) {
   Scratch scratch;
-  const Bf16 *q = as_bf16(q16), *k = as_bf16(k16), *v = as_bf16(v16), *dout = as_bf16(dout16), *out = as_bf16(out16);
   const int64_t q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len;
   const int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
-  if (attention_fallback_reason(s, vis, true, {q, k, v, out, dout, lse}).empty()) {
+  const CudnnGradients g = cudnn_gradients(dout16, out16, lse, q16, k16, v16, s, vis, scratch, stream);
+  if (g.dq != nullptr) {
     // cuDNN's bf16 gradients, packed, widened into the views, q's and k's rotated back in the same
     // pass: the bits of adding them into zeroed views and rotating there.
-    auto* dq16 = scratch.of<Bf16>(q_rows * q_width);
-    auto* dk16 = scratch.of<Bf16>(k_rows * kv_width);
-    auto* dv16 = scratch.of<Bf16>(k_rows * kv_width);
-    cudnn_attention_backward_bf16(dq16, dk16, dv16, dout, out, lse, q, k, v, s, scratch, stream);
     if (rotation.table != nullptr) {
       const DeviceRopeTable& t = *rotation.table;
-      rope_backward_widened(dq, s.q_stride, dq16, q_width, q_rows, s.heads, rotation.seq, t, rotation.positions, stream);
-      rope_backward_widened(dk, s.k_stride, dk16, kv_width, k_rows, s.kv_heads, rotation.seq, t, rotation.positions,
+      rope_backward_widened(dq, s.q_stride, g.dq, q_width, q_rows, s.heads, rotation.seq, t, rotation.positions,
+                            stream);
+      rope_backward_widened(dk, s.k_stride, g.dk, kv_width, k_rows, s.kv_heads, rotation.seq, t, rotation.positions,
                             stream);
     } else {
-      launch_add_rows<false>(dq, s.q_stride, dq16, q_width, q_rows, q_width, stream);
-      launch_add_rows<false>(dk, s.k_stride, dk16, kv_width, k_rows, kv_width, stream);
+      launch_add_rows<false>(dq, s.q_stride, g.dq, q_width, q_rows, q_width, stream);
+      launch_add_rows<false>(dk, s.k_stride, g.dk, kv_width, k_rows, kv_width, stream);
     }
-    launch_add_rows<false>(dv, s.v_stride, dv16, kv_width, k_rows, kv_width, stream);
+    launch_add_rows<false>(dv, s.v_stride, g.dv, kv_width, k_rows, kv_width, stream);
     return;
   }
   // loom's kernels add fp32 gradients: into the views zeroed, rotated back there.
@@ -271,7 +286,7 @@ void flash_attention_backward_fp32_gradients(float* dq, float* dk, float* dv, co
   zero_view(dq, q_rows, q_width, s.q_stride);
   zero_view(dk, k_rows, kv_width, s.k_stride);
   zero_view(dv, k_rows, kv_width, s.v_stride);
-  flash_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s, vis, stream);
+  flash_attention_backward(dq, dk, dv, g.dout, g.out, lse, g.q, g.k, g.v, s, vis, stream);
   if (rotation.table != nullptr) {
     const DeviceRopeTable& t = *rotation.table;
     rope_backward(dq, q_rows, s.q_stride, 0, s.heads, rotation.seq, 0, t, rotation.positions, stream);

@@ -82,6 +82,23 @@ RopeMirrors& rope_mirrors() {
   return mirrors;
 }
 
+// An attention backward's QkvRotation with its table mirrored on device d (held here).
+class MirroredRotation {
+ public:
+  MirroredRotation(Device d, const QkvRotation& r) : rotation_{nullptr, r.seq, r.positions} {
+    if (r.table == nullptr) return;
+    table_ = rope_mirrors().get(d, *r.table);
+    rotation_.table = &table_;
+  }
+  MirroredRotation(const MirroredRotation&) = delete;
+  MirroredRotation& operator=(const MirroredRotation&) = delete;
+  const DeviceQkvRotation& get() const { return rotation_; }
+
+ private:
+  DeviceRopeTable table_{};
+  DeviceQkvRotation rotation_;
+};
+
 void register_norms_and_activations(CudaEntries& e) {
   e.rmsnorm_forward = [](Device d, float* out, float* rstd, const float* in, const float* w, int64_t rows,
                          int64_t dim, float eps) { rmsnorm_forward(out, rstd, in, w, rows, dim, eps, stream_of(d)); };
@@ -215,20 +232,16 @@ void register_attention(CudaEntries& e) {
                                                  const void* out16, const float* lse, const void* q16,
                                                  const void* k16, const void* v16, const FlashAttentionShape& s,
                                                  const AttentionVisibility& vis, const QkvRotation& rotation) {
-    DeviceRopeTable table{};
-    if (rotation.table != nullptr) table = rope_mirrors().get(d, *rotation.table);
-    const DeviceQkvRotation rotate{rotation.table != nullptr ? &table : nullptr, rotation.seq, rotation.positions};
+    const MirroredRotation rotate(d, rotation);
     flash_attention_backward_bf16_gradients(dq16, dk16, dv16, dbias_q, dbias_k, dbias_v, dout16, out16, lse, q16, k16,
-                                            v16, s, vis, rotate, stream_of(d));
+                                            v16, s, vis, rotate.get(), stream_of(d));
   };
   e.flash_attention_backward_fp32_gradients = [](Device d, float* dq, float* dk, float* dv, const void* dout16,
                                                  const void* out16, const float* lse, const void* q16,
                                                  const void* k16, const void* v16, const FlashAttentionShape& s,
                                                  const AttentionVisibility& vis, const QkvRotation& rotation) {
-    DeviceRopeTable table{};
-    if (rotation.table != nullptr) table = rope_mirrors().get(d, *rotation.table);
-    const DeviceQkvRotation rotate{rotation.table != nullptr ? &table : nullptr, rotation.seq, rotation.positions};
-    flash_attention_backward_fp32_gradients(dq, dk, dv, dout16, out16, lse, q16, k16, v16, s, vis, rotate,
+    const MirroredRotation rotate(d, rotation);
+    flash_attention_backward_fp32_gradients(dq, dk, dv, dout16, out16, lse, q16, k16, v16, s, vis, rotate.get(),
                                             stream_of(d));
   };
   e.merge_attention_partials = [](Device d, float* out, float* lse, const float* part_out, const float* part_lse,
