@@ -11,19 +11,25 @@ namespace loom::kernels::cuda {
 
 namespace {
 
+// A block per row, the rows walked grid-stride; with `amax`, max |output| taken too (T = Discard:
+// the statistics and amax alone, nothing stored).
 template <typename T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const float* in, const float* weight,
-                                         const float* bias, int64_t dim, float eps) {
+                                         const float* bias, int64_t rows, int64_t dim, float eps, unsigned* amax) {
   __shared__ float shared[kThreads];
-  const float* x = in + blockIdx.x * dim;
-  const LayerRowStats stats = layer_row_stats(x, dim, eps, shared);
-  if (threadIdx.x == 0) {
-    mean[blockIdx.x] = stats.mean;
-    rstd[blockIdx.x] = stats.rstd;
+  float m = 0.0f;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* x = in + r * dim;
+    const LayerRowStats stats = layer_row_stats(x, dim, eps, shared);
+    if (threadIdx.x == 0) {
+      mean[r] = stats.mean;
+      rstd[r] = stats.rstd;
+    }
+    T* y = out + r * dim;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+      m = nan_max(m, fabsf(store(y, i, layer_value(x[i], stats.mean, stats.rstd, weight[i], bias[i]))));
   }
-  T* y = out + blockIdx.x * dim;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
-    store(y, i, layer_value(x[i], stats.mean, stats.rstd, weight[i], bias[i]));
+  if (amax != nullptr) block_amax_into(amax, m);
 }
 
 // A block per run of `block_rows` rows: each row's din, and the run's weight and bias gradients
@@ -66,10 +72,10 @@ __global__ void layernorm_backward_kernel(float* din, float* partial, const floa
 
 template <typename T>
 void launch_forward(T* out, float* mean, float* rstd, const float* in, const float* weight, const float* bias,
-                    int64_t rows, int64_t dim, float eps, cudaStream_t stream) {
+                    int64_t rows, int64_t dim, float eps, float* amax, cudaStream_t stream) {
   if (rows == 0) return;
-  layernorm_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(out, mean, rstd, in, weight, bias,
-                                                                                 dim, eps);
+  layernorm_forward_kernel<<<norm_rows_grid(rows, amax), kThreads, 0, stream>>>(
+      out, mean, rstd, in, weight, bias, rows, dim, eps, reinterpret_cast<unsigned*>(amax));
   check_launch("layernorm_forward_kernel");
 }
 
@@ -77,12 +83,17 @@ void launch_forward(T* out, float* mean, float* rstd, const float* in, const flo
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* in, const float* weight, const float* bias,
                        int64_t rows, int64_t dim, float eps, cudaStream_t stream) {
-  launch_forward(out, mean, rstd, in, weight, bias, rows, dim, eps, stream);
+  launch_forward(out, mean, rstd, in, weight, bias, rows, dim, eps, nullptr, stream);
 }
 
 void layernorm_forward_bf16(void* out16, float* mean, float* rstd, const float* in, const float* weight,
                             const float* bias, int64_t rows, int64_t dim, float eps, cudaStream_t stream) {
-  launch_forward(static_cast<__nv_bfloat16*>(out16), mean, rstd, in, weight, bias, rows, dim, eps, stream);
+  launch_forward(static_cast<__nv_bfloat16*>(out16), mean, rstd, in, weight, bias, rows, dim, eps, nullptr, stream);
+}
+
+void layernorm_statistics(float* mean, float* rstd, const float* in, const float* weight, const float* bias,
+                          int64_t rows, int64_t dim, float eps, float* amax, cudaStream_t stream) {
+  launch_forward(static_cast<Discard*>(nullptr), mean, rstd, in, weight, bias, rows, dim, eps, amax, stream);
 }
 
 void layernorm_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,

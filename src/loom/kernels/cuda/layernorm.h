@@ -17,6 +17,10 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* in, co
 // rounded to bf16 as it is stored.
 void layernorm_forward_bf16(void* out16, float* mean, float* rstd, const float* in, const float* weight,
                             const float* bias, int64_t rows, int64_t dim, float eps, cudaStream_t stream = nullptr);
+// The statistics alone (mean, rstd), and given `amax` (a device float, amax_into's contract) the
+// max |output|, no output written (kernels::norm_statistics): the same arithmetic as the forward.
+void layernorm_statistics(float* mean, float* rstd, const float* in, const float* weight, const float* bias,
+                          int64_t rows, int64_t dim, float eps, float* amax, cudaStream_t stream = nullptr);
 void layernorm_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                         const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim,
                         cudaStream_t stream = nullptr);

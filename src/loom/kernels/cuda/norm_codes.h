@@ -1,8 +1,8 @@
 #pragma once
 // Per-tensor FP8 codes of a norm's output, cast straight from the norm's input: the contracts of
-// kernels::norm_statistics and kernels::norm_forward_codes (ops.h). The statistics pass computes
-// each row's statistics as the forward kernels do (norm_math.cuh), and under fp8_current the amax
-// of the outputs, without writing them; the codes pass evaluates each output from the input, the
+// kernels::norm_statistics and kernels::norm_forward_codes (ops.h). The statistics pass is the
+// forward kernel storing nothing (rmsnorm_statistics / layernorm_statistics), taking under
+// fp8_current the amax of the outputs; the codes pass evaluates each output from the input, the
 // statistics and the weights inside the tiled transposed cast (produced_codes.cuh). So the codes
 // are those cast_operand_both would make from what rmsnorm_forward / layernorm_forward would
 // write, and the fp32 output is never written nor read again: per element 8 bytes fewer (its

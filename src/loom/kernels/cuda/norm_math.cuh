@@ -1,10 +1,14 @@
 #pragma once
-// One row's RMSNorm or LayerNorm on the device (device code), shared by the norms' forward kernels
-// (rmsnorm.cu, layernorm.cu) and the FP8 codes of their outputs (norm_codes.cu), so both compute
-// the same statistics and outputs bit for bit. Every thread of a block of kThreads threads calls
-// the row functions (there are __syncthreads inside); `shared` holds kThreads floats.
+// One row's RMSNorm or LayerNorm on the device (device code): the statistics of the norms' forward
+// kernels (rmsnorm.cu, layernorm.cu) and the output elements they and the FP8 codes of their
+// outputs (norm_codes.cu) compute, so both compute the same outputs bit for bit. Every thread of a
+// block of kThreads threads calls the row functions (there are __syncthreads inside); `shared`
+// holds kThreads floats.
 #include <cstdint>
 
+#include <algorithm>
+
+#include "loom/kernels/cuda/amax.cuh"
 #include "loom/kernels/cuda/launch.cuh"
 
 namespace loom::kernels::cuda {
@@ -44,6 +48,12 @@ __device__ inline LayerRowStats layer_row_stats(const float* x, int64_t dim, flo
 }
 __device__ inline float layer_value(float x, float mean, float rstd, float weight, float bias) {
   return (x - mean) * rstd * weight + bias;
+}
+
+// The forward kernels' grid: a block per row, or with an amax a capped grid walking the rows (one
+// atomic per block, not per row: about two resident waves, as the amax passes').
+inline unsigned norm_rows_grid(int64_t rows, const float* amax) {
+  return static_cast<unsigned>(amax != nullptr ? std::min<int64_t>(rows, 2 * kAmaxBlocks) : rows);
 }
 
 }  // namespace loom::kernels::cuda

@@ -11,15 +11,22 @@ namespace loom::kernels::cuda {
 
 namespace {
 
+// A block per row, the rows walked grid-stride; with `amax`, max |output| taken too (T = Discard:
+// the statistics and amax alone, nothing stored).
 template <typename T>
-__global__ void rmsnorm_forward_kernel(T* out, float* rstd, const float* in, const float* weight, int64_t dim,
-                                       float eps) {
+__global__ void rmsnorm_forward_kernel(T* out, float* rstd, const float* in, const float* weight, int64_t rows,
+                                       int64_t dim, float eps, unsigned* amax) {
   __shared__ float shared[kThreads];
-  const float* x = in + blockIdx.x * dim;
-  const float s = rms_row_rstd(x, dim, eps, shared);
-  if (threadIdx.x == 0) rstd[blockIdx.x] = s;
-  T* y = out + blockIdx.x * dim;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) store(y, i, rms_value(x[i], s, weight[i]));
+  float m = 0.0f;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* x = in + r * dim;
+    const float s = rms_row_rstd(x, dim, eps, shared);
+    if (threadIdx.x == 0) rstd[r] = s;
+    T* y = out + r * dim;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+      m = nan_max(m, fabsf(store(y, i, rms_value(x[i], s, weight[i]))));
+  }
+  if (amax != nullptr) block_amax_into(amax, m);
 }
 
 // A block per run of `block_rows` rows: each row's din, and the run's weight gradient summed in
@@ -49,9 +56,10 @@ __global__ void rmsnorm_backward_kernel(float* din, float* partial, const float*
 
 template <typename T>
 void launch_forward(T* out, float* rstd, const float* in, const float* weight, int64_t rows, int64_t dim, float eps,
-                    cudaStream_t stream) {
+                    float* amax, cudaStream_t stream) {
   if (rows == 0) return;
-  rmsnorm_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(out, rstd, in, weight, dim, eps);
+  rmsnorm_forward_kernel<<<norm_rows_grid(rows, amax), kThreads, 0, stream>>>(out, rstd, in, weight, rows, dim, eps,
+                                                                            reinterpret_cast<unsigned*>(amax));
   check_launch("rmsnorm_forward_kernel");
 }
 
@@ -59,12 +67,17 @@ void launch_forward(T* out, float* rstd, const float* in, const float* weight, i
 
 void rmsnorm_forward(float* out, float* rstd, const float* in, const float* weight, int64_t rows, int64_t dim,
                      float eps, cudaStream_t stream) {
-  launch_forward(out, rstd, in, weight, rows, dim, eps, stream);
+  launch_forward(out, rstd, in, weight, rows, dim, eps, nullptr, stream);
 }
 
 void rmsnorm_forward_bf16(void* out16, float* rstd, const float* in, const float* weight, int64_t rows, int64_t dim,
                           float eps, cudaStream_t stream) {
-  launch_forward(static_cast<__nv_bfloat16*>(out16), rstd, in, weight, rows, dim, eps, stream);
+  launch_forward(static_cast<__nv_bfloat16*>(out16), rstd, in, weight, rows, dim, eps, nullptr, stream);
+}
+
+void rmsnorm_statistics(float* rstd, const float* in, const float* weight, int64_t rows, int64_t dim, float eps,
+                        float* amax, cudaStream_t stream) {
+  launch_forward(static_cast<Discard*>(nullptr), rstd, in, weight, rows, dim, eps, amax, stream);
 }
 
 void rmsnorm_backward(float* din, float* dweight, const float* dout, const float* in, const float* weight,

@@ -17,6 +17,10 @@ void rmsnorm_forward(float* out, float* rstd, const float* in, const float* weig
 // rounded to bf16 as it is stored.
 void rmsnorm_forward_bf16(void* out16, float* rstd, const float* in, const float* weight, int64_t rows, int64_t dim,
                           float eps, cudaStream_t stream = nullptr);
+// The statistics alone (rstd), and given `amax` (a device float, amax_into's contract) the max
+// |output|, no output written (kernels::norm_statistics): the same arithmetic as the forward.
+void rmsnorm_statistics(float* rstd, const float* in, const float* weight, int64_t rows, int64_t dim, float eps,
+                        float* amax, cudaStream_t stream = nullptr);
 void rmsnorm_backward(float* din, float* dweight, const float* dout, const float* in, const float* weight,
                       const float* rstd, int64_t rows, int64_t dim, cudaStream_t stream = nullptr);
 
