@@ -117,7 +117,7 @@ train_bench() { bash bench/cuda/train_bench.sh "$out" "$work" "$@"; }
 
 # test_cuda in two runs, the kernels first: a hang among the trainer's tests (several ranks on the
 # GPU) must not cost the kernels' results.
-model_tests='CudaModel.*:CudaReleasableMemory.*'
+model_tests='CudaModel.*:CudaReleasableMemory.*:CudaComputeStreams.*'
 stage_kernels() {
   # cuDNN's own errors and warnings (why an engine or plan was refused: its SDPA engines compile at
   # run time) into a log per run, for the tests only (a training run would repeat them).

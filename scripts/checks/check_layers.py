@@ -4,8 +4,9 @@
 Usage: check_layers.py [ROOT]   (ROOT: the tree to check, default the repository)
 
 A layer is a folder src/loom/<layer>/ (subfolders included) built by `loom_layer(<layer> deps...)`
-in ROOT/CMakeLists.txt; src/loom/kernels/cuda/ is the `loom_cuda` library, whose links are its
-`target_link_libraries(loom_cuda ...)`. A layer may include its own headers and those of every
+in ROOT/CMakeLists.txt; src/loom/kernels/cuda/ is the `loom_cuda` library and src/loom/comm/nccl/
+the `loom_nccl` library, whose links are their `target_link_libraries(loom_cuda ...)` and
+`target_link_libraries(loom_nccl ...)`. A layer may include its own headers and those of every
 layer it links, directly or transitively. The device seam: only src/loom/kernels/ includes the
 CPU kernels (loom/kernels/cpu/...); every other layer calls the device-neutral entries
 (loom/kernels/ops.h), which dispatch on where the tensors live.
@@ -18,7 +19,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]loom/([^">]+)[">]')
 
 
 def read_links(cmake_text):
-    """{layer: set of directly linked layers} from loom_layer(...) and loom_cuda's links."""
+    """{layer: set of directly linked layers} from loom_layer(...) and loom_cuda's and loom_nccl's links."""
     links = {}
     text = re.sub(r"#[^\n]*", "", cmake_text)
     for m in re.finditer(r"\bloom_layer\s*\(([^)]*)\)", text):
@@ -26,8 +27,9 @@ def read_links(cmake_text):
         if not words or words[0] == "name":
             continue  # the function's own definition
         links[words[0]] = {w[len("loom_"):] for w in words[1:] if w.startswith("loom_")}
-    for m in re.finditer(r"\btarget_link_libraries\s*\(\s*loom_cuda\b([^)]*)\)", text):
-        links.setdefault("cuda", set()).update(w[len("loom_"):] for w in m.group(1).split() if w.startswith("loom_"))
+    for m in re.finditer(r"\btarget_link_libraries\s*\(\s*loom_(cuda|nccl)\b([^)]*)\)", text):
+        linked = (w[len("loom_"):] for w in m.group(2).split() if w.startswith("loom_"))
+        links.setdefault(m.group(1), set()).update(linked)
     return links
 
 
@@ -46,6 +48,8 @@ def layer_of(path_under_loom):
     parts = path_under_loom.split("/")
     if len(parts) >= 3 and parts[0] == "kernels" and parts[1] == "cuda":
         return "cuda"
+    if len(parts) >= 3 and parts[0] == "comm" and parts[1] == "nccl":
+        return "nccl"
     return parts[0] if len(parts) >= 2 else None
 
 

@@ -3,6 +3,7 @@
 // and the faults: timeouts naming the missing rank, mismatches, a failing rank.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -15,6 +16,8 @@
 #include <vector>
 
 #include "loom/comm/launch.h"
+#include "loom/core/compute_queue.h"
+#include "loom/core/device.h"
 #include "loom/core/error.h"
 
 namespace loom::comm {
@@ -68,6 +71,43 @@ TEST(ThreadsBackend, LaunchGivesEveryRankItsWorld) {
     });
     EXPECT_EQ(seen, std::vector<int>(ranks, 1));
   }
+}
+
+// A device that records, for each synchronize(), the calling thread's compute queue.
+class QueueRecordingAllocator final : public Allocator {
+ public:
+  void* allocate(size_t) override { return nullptr; }
+  void free(void*, size_t) override {}
+  void zero(void*, size_t) override {}
+  void copy(void*, const void*, size_t) override {}
+  void to_host(void*, const void*, size_t) override {}
+  void from_host(void*, const void*, size_t) override {}
+  size_t alignment() const override { return 256; }
+  Device device() const override { return Device::cuda(kMaxCudaDevices - 1); }
+  void synchronize() override {
+    std::lock_guard<std::mutex> lock(mutex);
+    synchronized_queues.push_back(compute_queue());
+  }
+  std::mutex mutex;
+  std::vector<int> synchronized_queues;
+};
+
+// Each rank thread works on a compute queue of its own (rank + 1), so ranks sharing a GPU queue
+// their work side by side, and waits for its devices' work before it ends, so the thread that
+// joins the world reads what the ranks wrote; the launching thread keeps its own queue.
+TEST(ThreadsBackend, EveryRankHasAComputeQueueOfItsOwnAndFinishesItsWork) {
+  QueueRecordingAllocator device;
+  register_allocator(device.device(), &device);
+  std::vector<int> queues(3, -1);
+  launch(threads(3), [&](Communicator& world) {
+    queues[static_cast<size_t>(world.rank())] = compute_queue();
+    world.barrier();
+  });
+  register_allocator(device.device(), nullptr);
+  EXPECT_EQ(queues, (std::vector<int>{1, 2, 3}));
+  std::sort(device.synchronized_queues.begin(), device.synchronized_queues.end());
+  EXPECT_EQ(device.synchronized_queues, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(compute_queue(), 0);
 }
 
 TEST(ThreadsBackend, LaunchRejectsBadOptions) {

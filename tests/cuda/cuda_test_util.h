@@ -57,19 +57,20 @@ class GpuTest : public Base {
   CachingAllocator allocator_;
 };
 
-// A device copy of `host` from `allocator`, and back.
+// A device copy of `host` from `allocator`, and back. The tests' own launches go on the legacy
+// default stream (nullptr), which every compute stream waits for and is waited for by.
 template <typename T>
 struct DeviceArray {
   CachingAllocator& allocator;
   T* ptr;
   int64_t n;
   DeviceArray(CachingAllocator& a, const std::vector<T>& host)
-      : allocator(a), ptr(static_cast<T*>(a.allocate(std::max<size_t>(1, host.size()) * sizeof(T)))),
+      : allocator(a), ptr(static_cast<T*>(a.allocate(std::max<size_t>(1, host.size()) * sizeof(T), nullptr))),
         n(static_cast<int64_t>(host.size())) {
     if (!host.empty())
       check_cuda(cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "copy to device");
   }
-  ~DeviceArray() { allocator.release(ptr); }
+  ~DeviceArray() { allocator.release(ptr, nullptr); }
   DeviceArray(const DeviceArray&) = delete;
   DeviceArray& operator=(const DeviceArray&) = delete;
   std::vector<T> host() const {

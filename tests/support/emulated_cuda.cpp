@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "loom/core/compute_queue.h"
 #include "loom/core/device.h"
 #include "loom/core/error.h"
 #include "loom/core/granules.h"
@@ -50,8 +51,10 @@ EmulatedCensus g_census;
 
 template <typename Count>
 void tally(Count count) {
+  const int queue = compute_queue();
   std::lock_guard<std::mutex> lock(g_census_mutex);
   count(g_census);
+  ++g_census.by_queue[queue];
 }
 
 size_t host_page() {

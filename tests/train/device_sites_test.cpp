@@ -57,6 +57,21 @@ TEST_F(DeviceLayouts, Bf16CrossSiteReductionOnTheDeviceEqualsTheCpuBitForBit) {
   expect_bitwise_equal_runs(kLlama, "sites-bf16-params-zero0", compact);
 }
 
+// Every device operation of a rank goes on that rank's compute queue (core/compute_queue.h), the
+// bf16 crossing's rounding and widening on the cross-site worker's thread included: on a GPU, a
+// stream per rank, and nothing on the process's queue 0.
+TEST_F(DeviceLayouts, EveryRanksDeviceWorkGoesOnItsOwnComputeQueue) {
+  std::vector<std::string> overrides = two_sites(0);
+  overrides.insert(overrides.end(), {"parallel.cross_site_reduce=bf16", "runtime.device=cuda"});
+  loom::testing::reset_emulated_census();
+  train("sites-queues", kLlama, overrides, 2);
+  const loom::testing::EmulatedCensus census = loom::testing::emulated_census();
+  EXPECT_GT(census.entries.count("widen_floats"), 0u);  // the worker did device work
+  std::vector<int> queues;
+  for (const auto& [queue, operations] : census.by_queue) queues.push_back(queue);
+  EXPECT_EQ(queues, (std::vector<int>{1, 2, 3, 4}));
+}
+
 // GPT-2 style (biases, untied head) with recompute; one rank per site (buckets cross whole).
 TEST_F(DeviceLayouts, TwoSitesGpt2StyleOnTheDeviceEqualTheCpuBitForBit) {
   std::vector<std::string> overrides = two_sites(1);

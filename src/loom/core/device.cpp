@@ -92,4 +92,10 @@ void register_allocator(Device device, Allocator* allocator) {
   slot(device).store(allocator, std::memory_order_release);
 }
 
+void synchronize_devices() {
+  for (auto& device : registry().cuda) {
+    if (Allocator* a = device.load(std::memory_order_acquire)) a->synchronize();
+  }
+}
+
 }  // namespace loom

@@ -32,7 +32,8 @@ constexpr int kMaxCudaDevices = 16;
 
 // Bytes on one device. allocate(0) returns nullptr; free(nullptr, 0) does nothing. zero and
 // copy (within the device) are the two memory operations an owning buffer needs (growing keeps
-// its contents); they run in the device's order of work (on a GPU: its compute stream).
+// its contents); they run in the device's order of work (on a GPU: the compute stream of the
+// calling thread's compute queue, core/compute_queue.h).
 // to_host / from_host move bytes between this device and host memory: to_host returns once the
 // bytes are on the host (after the device's earlier work), from_host once `src` may be reused.
 class Allocator {
@@ -53,6 +54,9 @@ class Allocator {
   virtual void from_host(void* dst, const void* host_src, size_t bytes) = 0;
   virtual size_t alignment() const = 0;
   virtual Device device() const = 0;
+  // Returns once the work the calling thread's compute queue has issued on this device is done
+  // (the host and the emulated device run everything at once: nothing to wait for).
+  virtual void synchronize() {}
   // Whether `ptr` points into this device's memory, anywhere within an allocation (what the
   // communication layer stages through the host for backends that move host bytes). The host
   // allocator says false: host memory needs no staging.
@@ -106,6 +110,9 @@ Allocator& allocator(Device device);
 void register_allocator(Device device, Allocator* allocator);
 // The host allocator (64-byte aligned, std::aligned_alloc), registered for Device::cpu().
 Allocator& host_allocator();
+// Allocator::synchronize on every registered device: what a thread calls before it ends so that
+// the thread joining it finds everything its queue's work wrote (comm/threads' rank threads).
+void synchronize_devices();
 
 // Host <-> device transfers of n elements through `device`'s allocator (on the cpu: a copy).
 template <typename T>

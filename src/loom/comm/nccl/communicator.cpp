@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "loom/core/error.h"
+#include "loom/kernels/cuda/compute_streams.h"
 
 namespace loom::comm {
 
@@ -253,15 +254,16 @@ class NcclCommunicator final : public Communicator {
                                                             std::to_string(size_) + " ranks");
   }
 
-  // Runs `body` on the communication stream after the compute stream's work, and returns a
-  // handle on its completion event.
+  // Runs `body` on the communication stream after the work the calling thread's compute stream
+  // (kernels/cuda/compute_streams.h) has queued, and returns a handle on its completion event.
   template <typename Body>
   WorkHandle issue(const char* op, Body&& body) {
     LOOM_CHECK(endpoint_->comm != nullptr, "nccl group '" + name_ + "': " + op + " after the communicator was aborted");
     check_runtime(cudaSetDevice(endpoint_->device), "cudaSetDevice");
     cudaEvent_t ready = nullptr, done = nullptr;
     check_runtime(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
-    check_runtime(cudaEventRecord(ready, nullptr), "cudaEventRecord (compute stream)");
+    check_runtime(cudaEventRecord(ready, kernels::cuda::compute_stream(endpoint_->device)),
+                  "cudaEventRecord (compute stream)");
     check_runtime(cudaStreamWaitEvent(endpoint_->stream, ready, 0), "cudaStreamWaitEvent");
     cudaEventDestroy(ready);
     body(endpoint_->comm, endpoint_->stream);

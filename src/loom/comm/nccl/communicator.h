@@ -2,8 +2,9 @@
 // The `nccl` backend of Communicator: each rank drives one GPU, and every collective and
 // send/recv runs as an NCCL call on the rank's communication stream. Buffers are device memory
 // of that GPU. Ordering with computation: each operation first makes the communication stream
-// wait for the work already issued on the compute stream (an event; today the compute stream is
-// the device's default stream, as kernels/cuda's entries use), and wait() blocks the host until
+// wait for the work already issued on the calling thread's compute stream (an event; the stream
+// of its compute queue, kernels/cuda/compute_streams.h, as kernels/cuda's entries use), and
+// wait() blocks the host until
 // the operation's completion event, polling so that CommOptions::timeout holds: on timeout the
 // NCCL communicator is aborted and a loom::Error names the group, the operation and its sequence
 // number. test() polls the event. Failures NCCL reports asynchronously are checked on every wait.

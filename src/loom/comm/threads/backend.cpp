@@ -12,6 +12,8 @@
 #include "loom/comm/arguments.h"
 #include "loom/comm/threads/collectives.h"
 #include "loom/comm/threads/group.h"
+#include "loom/core/compute_queue.h"
+#include "loom/core/device.h"
 #include "loom/core/error.h"
 
 namespace loom::comm {
@@ -540,10 +542,14 @@ void run_threads(const LaunchOptions& options, const std::function<void(Communic
   try {
     for (int r = 0; r < options.ranks; ++r) {
       ranks.emplace_back([world, group, job, exits, r] {
+        // A compute queue per rank (core/compute_queue.h): ranks sharing a GPU run side by side;
+        // the rank's work is done before its thread ends, so whoever joins it may read the results.
+        ComputeQueueScope queue(r + 1);
         try {
           threads::ThreadsCommunicator comm(group, r);
           try {
             (*job)(comm);
+            synchronize_devices();
           } catch (...) {
             world->fail(r, std::current_exception());  // before `comm` drains: its queued ops then fail fast
           }

@@ -11,6 +11,7 @@
 #include "loom/core/device.h"
 #include "loom/core/error.h"
 #include "loom/kernels/cuda/caching_allocator.h"
+#include "loom/kernels/cuda/compute_streams.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/entries.h"
 #include "loom/kernels/cuda/releasable_memory.h"
@@ -36,7 +37,7 @@ class DeviceAllocator final : public Allocator {
     if (bytes == 0) return nullptr;
     std::lock_guard<std::mutex> lock(mutex_);
     check_cuda(cudaSetDevice(index_), "cudaSetDevice(" + std::to_string(index_) + ")");
-    void* p = cache_.allocate(bytes);
+    void* p = cache_.allocate(bytes, compute_stream(index_));
     count_allocation(bytes);
     return p;
   }
@@ -58,7 +59,7 @@ class DeviceAllocator final : public Allocator {
                      "instead of giving them back\n", index_, e.what());
       }
     }
-    void* p = cache_.allocate(bytes);
+    void* p = cache_.allocate(bytes, compute_stream(index_));
     count_allocation(bytes);
     return p;
   }
@@ -66,13 +67,13 @@ class DeviceAllocator final : public Allocator {
     if (ptr == nullptr) return;
     std::lock_guard<std::mutex> lock(mutex_);
     size_t decommitted = 0;
-    // Unmapping waits for this device's compute stream: it must be the current device's.
+    // Unmapping waits for this device: it must be the current one.
     if (releasable_) check_cuda(cudaSetDevice(index_), "cudaSetDevice(" + std::to_string(index_) + ")");
-    if (releasable_ && releasable_->free(ptr, compute_stream(index_), decommitted)) {
+    if (releasable_ && releasable_->free(ptr, decommitted)) {
       count_free(bytes - decommitted);
       return;
     }
-    cache_.release(ptr);
+    cache_.release(ptr, compute_stream(index_));
     count_free(bytes);
   }
   void decommit(void* ptr, size_t bytes) override {
@@ -117,6 +118,10 @@ class DeviceAllocator final : public Allocator {
   }
   void from_host(void* dst, const void* host_src, size_t bytes) override {
     transfer(dst, host_src, bytes, cudaMemcpyHostToDevice, "cudaMemcpyAsync (host to device)");
+  }
+  void synchronize() override {
+    check_cuda(cudaSetDevice(index_), "cudaSetDevice(" + std::to_string(index_) + ")");
+    check_cuda(cudaStreamSynchronize(compute_stream(index_)), "cudaStreamSynchronize (compute stream)");
   }
   size_t alignment() const override { return 256; }
   Device device() const override { return Device::cuda(index_); }
@@ -164,8 +169,6 @@ void keep_pool_memory(int device) {
 }
 
 }  // namespace
-
-cudaStream_t compute_stream(int /*index*/) { return nullptr; }
 
 void start_backend() {
   static std::once_flag once;

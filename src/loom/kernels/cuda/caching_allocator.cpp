@@ -17,10 +17,10 @@ CachingAllocator::~CachingAllocator() {
   for (auto& [ptr, size] : sizes_) cudaFree(ptr);  // destructors cannot throw; the process may be ending
 }
 
-void* CachingAllocator::allocate(size_t bytes) {
+void* CachingAllocator::allocate(size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return nullptr;
   const size_t size = rounded_size(bytes);
-  auto it = free_.find(size);
+  auto it = free_.find({stream, size});
   if (it != free_.end()) {
     void* ptr = it->second;
     free_.erase(it);
@@ -33,7 +33,7 @@ void* CachingAllocator::allocate(size_t bytes) {
   cudaError_t result = cudaMalloc(&ptr, size);
   if (result == cudaErrorMemoryAllocation) {
     cudaGetLastError();
-    empty_cache();  // cached blocks of other sizes may make room
+    empty_cache();  // cached blocks of other sizes or streams may make room
     result = cudaMalloc(&ptr, size);
   }
   check_cuda(result, "cudaMalloc of " + std::to_string(size) + " bytes (" +
@@ -44,17 +44,20 @@ void* CachingAllocator::allocate(size_t bytes) {
   return ptr;
 }
 
-void CachingAllocator::release(void* ptr) {
+void CachingAllocator::release(void* ptr, cudaStream_t stream) {
   if (ptr == nullptr) return;
   auto it = sizes_.find(ptr);
   LOOM_CHECK(it != sizes_.end(), "CachingAllocator: released a pointer it did not allocate");
-  free_.emplace(it->second, ptr);
+  free_.emplace(std::make_pair(stream, it->second), ptr);
   stats_.allocated_bytes -= static_cast<int64_t>(it->second);
   stats_.cached_bytes += static_cast<int64_t>(it->second);
 }
 
 void CachingAllocator::empty_cache() {
-  for (auto& [size, ptr] : free_) {
+  if (free_.empty()) return;
+  // A block's last stream may still have work on it queued; cudaFree is not ordered by streams.
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (before emptying the cache)");
+  for (auto& [key, ptr] : free_) {
     check_cuda(cudaFree(ptr), "cudaFree");
     sizes_.erase(ptr);
   }

@@ -2,11 +2,18 @@
 // Device memory through a caching allocator: cudaMalloc and cudaFree synchronise the device and
 // cost tens of microseconds, so freed blocks are kept in free lists by rounded size and handed
 // out again. Sizes round up to 512 bytes below 1 MiB and to 2 MiB above (bounded waste, few
-// distinct sizes). Not thread-safe: one allocator per device per thread.
+// distinct sizes). Not thread-safe: its owner locks around it.
+//
+// Streams: a block released on a stream (the releasing thread's compute stream) is kept for that
+// stream and handed out again only to it, so the work queued there before the release, which may
+// still touch the block, runs before anything its next holder queues. Another stream gets it only
+// after empty_cache(), which waits for the whole device first.
+#include <cuda_runtime.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <vector>
+#include <utility>
 
 namespace loom::kernels::cuda {
 
@@ -24,20 +31,21 @@ class CachingAllocator {
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
-  // At least `bytes` of device memory (256-byte aligned); nullptr for 0. Throws loom::Error
-  // naming the size when the device has none left even after emptying the cache.
-  void* allocate(size_t bytes);
-  // Back to the cache (not to the device). `ptr` must come from allocate().
-  void release(void* ptr);
-  // Frees every cached block on the device.
+  // At least `bytes` of device memory (256-byte aligned) for work on `stream`; nullptr for 0.
+  // Throws loom::Error naming the size when the device has none left even after emptying the
+  // cache.
+  void* allocate(size_t bytes, cudaStream_t stream);
+  // Back to `stream`'s free list (not to the device). `ptr` must come from allocate().
+  void release(void* ptr, cudaStream_t stream);
+  // Waits for the device, then frees every cached block of every stream.
   void empty_cache();
 
   const AllocatorStats& stats() const { return stats_; }
   static size_t rounded_size(size_t bytes);
 
  private:
-  std::multimap<size_t, void*> free_;  // rounded size -> block
-  std::map<void*, size_t> sizes_;      // every live block's rounded size
+  std::multimap<std::pair<cudaStream_t, size_t>, void*> free_;  // (stream, rounded size) -> block
+  std::map<void*, size_t> sizes_;                                 // every live block's rounded size
   AllocatorStats stats_;
 };
 

@@ -255,7 +255,7 @@ Plan& plan_for(const FlashAttentionShape& s, bool backward) {
   Plan& plan = cache.plans[key];
   try {
     auto graph = backward ? backward_graph(s) : forward_graph(s);
-    graph->build_plan(cudnn_handle(nullptr));
+    graph->build_plan(CudnnHandle(nullptr).get());
     plan.graph = std::move(graph);
   } catch (const Error& e) {
     plan.failure = e.what();
@@ -293,7 +293,7 @@ void cudnn_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16
                              const __nv_bfloat16* v, const FlashAttentionShape& s, Scratch& scratch,
                              cudaStream_t stream) {
   CudnnGraph& graph = ready_plan(s, false);
-  graph.execute(cudnn_handle(stream), {{kQ, bind(q)}, {kK, bind(k)}, {kV, bind(v)}, {kO, out}, {kStats, lse}},
+  graph.execute(CudnnHandle(stream).get(), {{kQ, bind(q)}, {kK, bind(k)}, {kV, bind(v)}, {kO, out}, {kStats, lse}},
                 workspace(scratch, graph));
 }
 
@@ -308,7 +308,7 @@ void cudnn_attention_backward_bf16(__nv_bfloat16* dq16, __nv_bfloat16* dk16, __n
   float* dq_accum = scratch.floats(tokens * z.hq * z.d);
   check_cuda(cudaMemsetAsync(dq_accum, 0, static_cast<size_t>(tokens * z.hq * z.d) * sizeof(float), stream),
              "cudaMemsetAsync (cuDNN attention dQ accumulator)");
-  graph.execute(cudnn_handle(stream),
+  graph.execute(CudnnHandle(stream).get(),
                 {{kQ, bind(q)},
                  {kK, bind(k)},
                  {kV, bind(v)},

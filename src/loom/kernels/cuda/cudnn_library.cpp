@@ -82,6 +82,7 @@ const Loaded& loaded() {
 }
 
 struct Handle {
+  std::mutex mutex;
   cudnnHandle_t handle = nullptr;
 };
 
@@ -106,14 +107,15 @@ void check_cudnn(cudnnStatus_t status, const std::string& what) {
               (message[0] != '\0' ? std::string(" (") + message + ")" : std::string()));
 }
 
-cudnnHandle_t cudnn_handle(cudaStream_t stream) {
+CudnnHandle::CudnnHandle(cudaStream_t stream) {
   Handle& h = current_device_object<Handle>("cuDNN handle", [] {
     auto made = std::make_unique<Handle>();
     check_cudnn(cudnn_api().create(&made->handle), "cudnnCreate");
     return made;
   });
+  lock_ = std::unique_lock<std::mutex>(h.mutex);
   check_cudnn(cudnn_api().set_stream(h.handle, stream), "cudnnSetStream");
-  return h.handle;
+  handle_ = h.handle;
 }
 
 #endif

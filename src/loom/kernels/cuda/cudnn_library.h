@@ -3,6 +3,7 @@
 // names another file), resolving the few entries of its backend (graph) API that loom calls. A
 // machine without cuDNN runs loom as before; the status says why cuDNN is not there. The API is
 // compiled only where cuDNN's headers were found at build time (LOOM_HAVE_CUDNN_HEADERS).
+#include <mutex>
 #include <string>
 
 #ifdef LOOM_HAVE_CUDNN_HEADERS
@@ -45,8 +46,20 @@ const CudnnApi& cudnn_api();
 // Throws loom::Error naming `what`, the status and cuDNN's own last message unless it succeeded.
 void check_cudnn(cudnnStatus_t status, const std::string& what);
 
-// The current device's cuDNN handle, bound to `stream`.
-cudnnHandle_t cudnn_handle(cudaStream_t stream);
+// The current device's cuDNN handle, bound to `stream` and held by this object until it ends
+// (make it a temporary of the call that uses it): cuDNN serves one thread at a time per handle,
+// and the stream it is bound to is the handle's state, which another thread would change.
+class CudnnHandle {
+ public:
+  explicit CudnnHandle(cudaStream_t stream);
+  CudnnHandle(const CudnnHandle&) = delete;
+  CudnnHandle& operator=(const CudnnHandle&) = delete;
+  cudnnHandle_t get() const { return handle_; }
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+  cudnnHandle_t handle_ = nullptr;
+};
 
 #endif
 

@@ -10,7 +10,7 @@
 #include "loom/kernels/cuda/activation_codes.h"
 #include "loom/kernels/cuda/adamw.h"
 #include "loom/kernels/cuda/attention_bf16.h"
-#include "loom/kernels/cuda/backend.h"
+#include "loom/kernels/cuda/compute_streams.h"
 #include "loom/kernels/cuda/bias.h"
 #include "loom/kernels/cuda/causal_conv.h"
 #include "loom/kernels/cuda/cross_entropy.h"

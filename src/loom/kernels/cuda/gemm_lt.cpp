@@ -98,20 +98,25 @@ struct Plan {
   }
 };
 
-// One device's handle, workspace and plans.
+// One device's handle, plans and workspaces: a workspace per stream the products run on, since
+// products queued on two streams may run at once.
 struct Context {
   std::mutex mutex;
   cublasLtHandle_t handle = nullptr;
   CachingAllocator allocator;
-  void* workspace = nullptr;
+  std::map<cudaStream_t, void*> workspaces;
   std::map<PlanKey, std::unique_ptr<Plan>> plans;
+  void* workspace(cudaStream_t stream) {
+    void*& w = workspaces[stream];
+    if (w == nullptr) w = allocator.allocate(kWorkspaceBytes, stream);
+    return w;
+  }
 };
 
 Context& context() {
   return current_device_object<Context>("cuBLASLt", [] {
     auto made = std::make_unique<Context>();
     check_lt(cublasLtCreate(&made->handle), "cublasLtCreate");
-    made->workspace = made->allocator.allocate(kWorkspaceBytes);
     return made;
   });
 }
@@ -264,7 +269,7 @@ void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int
   }
   if (c.bias != nullptr) set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias, "set BIAS_POINTER");
   check_lt(cublasLtMatmul(ctx.handle, plan.desc, &alpha, p.first.data, plan.a, p.second.data, plan.b, &beta, c.data,
-                          plan.c, c.data, plan.d, &plan.algo, ctx.workspace, kWorkspaceBytes, stream),
+                          plan.c, c.data, plan.d, &plan.algo, ctx.workspace(stream), kWorkspaceBytes, stream),
            "cublasLtMatmul");
 }
 
@@ -300,17 +305,17 @@ void mxfp8_matmul_emulated(const GemmOutput& c, const uint8_t* a_codes, const ui
   __nv_bfloat16* b = nullptr;
   {
     std::lock_guard<std::mutex> lock(ctx.mutex);
-    a = static_cast<__nv_bfloat16*>(ctx.allocator.allocate(static_cast<size_t>(m * k) * sizeof(__nv_bfloat16)));
-    b = static_cast<__nv_bfloat16*>(ctx.allocator.allocate(static_cast<size_t>(n * k) * sizeof(__nv_bfloat16)));
+    a = static_cast<__nv_bfloat16*>(ctx.allocator.allocate(static_cast<size_t>(m * k) * sizeof(__nv_bfloat16), stream));
+    b = static_cast<__nv_bfloat16*>(ctx.allocator.allocate(static_cast<size_t>(n * k) * sizeof(__nv_bfloat16), stream));
   }
   decode_mx_bf16(a_codes, a_scales, m, k, format, a, stream);
   decode_mx_bf16(b_codes, b_scales, n, k, format, b, stream);
   matmul(c, GemmOperand{a, GemmType::BF16, false}, GemmOperand{b, GemmType::BF16, true}, m, n, k, 1.0f, 0.0f, stream);
-  // The temporaries go back to the cache once the product has read them.
-  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (mxfp8 emulation)");
+  // Back to the cache while the product may still read them: kept for `stream`, whose next
+  // holder's work queues after it (caching_allocator.h).
   std::lock_guard<std::mutex> lock(ctx.mutex);
-  ctx.allocator.release(a);
-  ctx.allocator.release(b);
+  ctx.allocator.release(a, stream);
+  ctx.allocator.release(b, stream);
 }
 
 }  // namespace loom::kernels::cuda

@@ -107,17 +107,17 @@ void* ReleasableMemory::allocate(size_t bytes) {
     for (size_t g = 0; g < granules; ++g) map(kept, g);
   } catch (...) {
     size_t ignored = 0;
-    free(reinterpret_cast<void*>(kept.base), nullptr, ignored);
+    free(reinterpret_cast<void*>(kept.base), ignored);
     throw;
   }
   return reinterpret_cast<void*>(static_cast<uintptr_t>(base));
 }
 
-bool ReleasableMemory::free(void* ptr, cudaStream_t stream, size_t& decommitted) {
+bool ReleasableMemory::free(void* ptr, size_t& decommitted) {
   auto it = reservations_.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == reservations_.end()) return false;
   Reservation& r = it->second;
-  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (before freeing releasable memory)");
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (before freeing releasable memory)");
   for (size_t g = 0; g < r.mapped.size(); ++g) {
     if (r.mapped[g]) unmap(r, g);
   }

@@ -27,9 +27,10 @@ class ReleasableMemory {
 
   // `bytes` of device memory, every granule committed (not zeroed, as cudaMalloc's).
   void* allocate(size_t bytes);
-  // Frees `ptr` when it is one of these allocations (after `stream`'s work) and says how many of
-  // its bytes were decommitted then; false otherwise.
-  bool free(void* ptr, cudaStream_t stream, size_t& decommitted);
+  // Frees `ptr` when it is one of these allocations (after all the device's work: the freeing
+  // thread's compute stream need not be the last to have used it) and says how many of its bytes
+  // were decommitted then; false otherwise.
+  bool free(void* ptr, size_t& decommitted);
   // Allocator::decommit and commit; the bytes given back / taken again. An Error when the range
   // is not inside one of these allocations.
   size_t decommit(void* ptr, size_t bytes, cudaStream_t stream);

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "loom/kernels/cuda/caching_allocator.h"
+#include "loom/kernels/cuda/compute_streams.h"
 #include "loom/kernels/cuda/per_device.h"
 
 namespace loom::kernels::cuda {
@@ -15,24 +16,23 @@ struct Cache {
   CachingAllocator allocator;
 };
 
-Cache& current_cache() {
-  return current_device_object<Cache>("device scratch", [] { return std::make_unique<Cache>(); });
-}
-
 }  // namespace
 
 Scratch::Scratch() {
-  Cache& cache = current_cache();
+  Cache& cache = current_stream_object<Cache>("device scratch", [] { return std::make_unique<Cache>(); });
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   lock_ = std::unique_lock<std::mutex>(cache.mutex);
   allocator_ = &cache.allocator;
+  stream_ = compute_stream(device);
 }
 
 Scratch::~Scratch() {
-  for (void* p : held_) allocator_->release(p);
+  for (void* p : held_) allocator_->release(p, stream_);
 }
 
 void* Scratch::bytes(int64_t n) {
-  held_.push_back(allocator_->allocate(static_cast<size_t>(std::max<int64_t>(n, 1))));
+  held_.push_back(allocator_->allocate(static_cast<size_t>(std::max<int64_t>(n, 1)), stream_));
   return held_.back();
 }
 

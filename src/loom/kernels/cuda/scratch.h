@@ -1,8 +1,11 @@
 #pragma once
 // Device memory for the length of one entry's call (casts, copies, partial results), from a cache
-// per device: what a call takes goes back to the cache when the call ends. Every entry runs on its
-// device's compute stream, so stream order makes the reuse safe. A call holds its device's cache
-// until it ends, so calls on one device from several threads (ranks sharing a GPU) take turns.
+// per device and compute stream (compute_streams.h): what a call takes goes back to the cache when
+// the call ends, while its kernels may still be queued; the next call on that stream queues after
+// them, so stream order makes the reuse safe, and no other stream ever sees the memory. A call
+// holds its cache until it ends, so threads sharing a compute queue take turns.
+#include <cuda_runtime.h>
+
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -28,6 +31,7 @@ class Scratch {
  private:
   std::unique_lock<std::mutex> lock_;
   CachingAllocator* allocator_;
+  cudaStream_t stream_;
   std::vector<void*> held_;
 };
 

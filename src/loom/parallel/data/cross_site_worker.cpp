@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "loom/core/compute_queue.h"
 #include "loom/kernels/ops.h"
 #include "loom/parallel/data/communication.h"
 
@@ -67,7 +68,11 @@ int64_t ring_share(int64_t bytes, int ranks) { return ranks <= 1 ? 0 : bytes * (
 
 CrossSiteWorker::CrossSiteWorker(std::vector<comm::Communicator*> across, comm::Communicator* in_site_gather,
                                  int max_inflight)
-    : across_(std::move(across)), gather_group_(in_site_gather), max_inflight_(max_inflight), thread_([this] { run(); }) {}
+    : across_(std::move(across)), gather_group_(in_site_gather), max_inflight_(max_inflight),
+      thread_([this, queue = compute_queue()] {
+        ComputeQueueScope rank_queue(queue);  // the rank's device work in its one order
+        run();
+      }) {}
 
 CrossSiteWorker::~CrossSiteWorker() {
   {

@@ -10,9 +10,10 @@
 // next buckets and the rest of backward. The handle submit() returns completes when the shard
 // (and the gather) is done.
 //
-// Device shards: the worker's device work (a bf16 crossing's rounding and widening) runs in the
-// device's order of work after the waits that precede it on this thread, and its buffer is
-// allocated here first (which makes the shard's device this thread's current one).
+// Device shards: the worker's device work (a bf16 crossing's rounding and widening) goes on the
+// compute queue of the rank that made the worker (core/compute_queue.h), in that rank's order of
+// work after the waits that precede it on this thread, and its buffer is allocated here first
+// (which makes the shard's device this thread's current one).
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>

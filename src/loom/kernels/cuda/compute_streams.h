@@ -1,0 +1,31 @@
+#pragma once
+// The compute streams: each GPU has one CUDA stream per compute queue of the calling thread
+// (core/compute_queue.h), so the ranks of a threads world that share a GPU queue their kernels side
+// by side while each rank's work keeps its one order. Every entry, device copy, zeroing and
+// transfer runs on compute_stream(its device); the NCCL backend's communication stream waits for
+// it through an event.
+//
+// The streams are made on first use and kept for the process. They are blocking streams (not
+// cudaStreamNonBlocking): work anyone issues on the legacy default stream (a synchronous
+// cudaMemcpy, a library left on stream 0) stays ordered with every compute stream, as when all
+// work went there; two compute streams do not wait for each other. There are kComputeStreams per
+// GPU: queue 0 (the process's) has stream slot 0, queues 1, 2, ... share the others in turn
+// (ranks 15 apart on one GPU share a stream, which orders their work but stays correct).
+//
+// What a stream's queued work uses while it runs (scratch, the cuBLASLt workspace) is the
+// stream's own: per_device.h's current_stream_object. Device memory freed on one stream goes back
+// to that stream's free lists (caching_allocator.h), so another stream never takes it while work
+// queued before the free may still touch it.
+#include <cuda_runtime.h>
+
+namespace loom::kernels::cuda {
+
+constexpr int kComputeStreams = 16;
+
+// The calling thread's stream slot (0 .. kComputeStreams - 1) on every GPU.
+int compute_stream_slot();
+
+// The calling thread's compute stream on GPU `device` (made there on first use).
+cudaStream_t compute_stream(int device);
+
+}  // namespace loom::kernels::cuda
