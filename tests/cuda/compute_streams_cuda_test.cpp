@@ -29,6 +29,12 @@ cudaStream_t stream_of_queue(int queue) {
 }
 
 TEST_F(CudaComputeStreams, EachQueueHasABlockingStreamOfItsOwn) {
+  {
+    ComputeQueueScope unused(12);  // no test runs 12 ranks
+    EXPECT_EQ(made_compute_stream(0), nullptr);  // waiting for its work touches nothing
+    const cudaStream_t made = compute_stream(0);
+    EXPECT_EQ(made_compute_stream(0), made);
+  }
   const cudaStream_t process = stream_of_queue(0), first = stream_of_queue(1), second = stream_of_queue(2);
   EXPECT_NE(process, nullptr);  // not the legacy default stream
   EXPECT_NE(process, first);

@@ -120,8 +120,10 @@ class DeviceAllocator final : public Allocator {
     transfer(dst, host_src, bytes, cudaMemcpyHostToDevice, "cudaMemcpyAsync (host to device)");
   }
   void synchronize() override {
+    const cudaStream_t stream = made_compute_stream(index_);
+    if (stream == nullptr) return;  // this thread's queue never ran anything here
     check_cuda(cudaSetDevice(index_), "cudaSetDevice(" + std::to_string(index_) + ")");
-    check_cuda(cudaStreamSynchronize(compute_stream(index_)), "cudaStreamSynchronize (compute stream)");
+    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (compute stream)");
   }
   size_t alignment() const override { return 256; }
   Device device() const override { return Device::cuda(index_); }

@@ -32,6 +32,13 @@ cudaStream_t make_stream(int device) {
   return stream;
 }
 
+std::atomic<cudaStream_t>& stream_slot(int device) {
+  LOOM_CHECK(device >= 0 && device < kMaxCudaDevices,
+             "compute stream: device " + std::to_string(device) + " beyond the supported " +
+                 std::to_string(kMaxCudaDevices));
+  return streams()[static_cast<size_t>(device)][static_cast<size_t>(compute_stream_slot())];
+}
+
 }  // namespace
 
 int compute_stream_slot() {
@@ -39,12 +46,10 @@ int compute_stream_slot() {
   return queue == 0 ? 0 : 1 + (queue - 1) % (kComputeStreams - 1);
 }
 
+cudaStream_t made_compute_stream(int device) { return stream_slot(device).load(std::memory_order_acquire); }
+
 cudaStream_t compute_stream(int device) {
-  LOOM_CHECK(device >= 0 && device < kMaxCudaDevices,
-             "compute stream: device " + std::to_string(device) + " beyond the supported " +
-                 std::to_string(kMaxCudaDevices));
-  std::atomic<cudaStream_t>& slot =
-      streams()[static_cast<size_t>(device)][static_cast<size_t>(compute_stream_slot())];
+  std::atomic<cudaStream_t>& slot = stream_slot(device);
   if (cudaStream_t stream = slot.load(std::memory_order_acquire)) return stream;
   static std::mutex making;
   std::lock_guard<std::mutex> lock(making);

@@ -28,4 +28,8 @@ int compute_stream_slot();
 // The calling thread's compute stream on GPU `device` (made there on first use).
 cudaStream_t compute_stream(int device);
 
+// That stream if it was made (work may be queued on it), else nullptr: waiting for a queue's work
+// touches no GPU it never used (making a stream there would start that GPU's context).
+cudaStream_t made_compute_stream(int device);
+
 }  // namespace loom::kernels::cuda
