@@ -124,7 +124,7 @@ llama_runs() {
   loom_run "$(impl_name fp8_delayed)" "${llama[@]}" "${LLAMA_DELAYED_STEPS:-60}" 60 fp8_delayed "$work/docs/c_train" \
     "$work/llama-fp8_delayed"
   # And with every block in FP8 (the edge blocks too, as torchtitan's float8 training keeps only
-  # the head in bf16): the planner's 1.27x bf16 where the default's bf16 edge blocks give 1.20x.
+  # the head in bf16): the planner's 1.26x bf16 where the default's bf16 edge blocks give 1.19x.
   loom_run "loom fp8_delayed all" "${llama[@]}" "${LLAMA_DELAYED_STEPS:-60}" 60 fp8_delayed "$work/docs/c_train" \
     "$work/llama-fp8_delayed-all" precision.fp8_edge_layers_bf16=false
 }

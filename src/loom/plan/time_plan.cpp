@@ -17,9 +17,11 @@ struct StageCost {
   double casts = 0.0, fresh = 0.0;       // of which precision casts and handed-back memory
 };
 
-// AdamW per parameter: reads value, gradient and two moments, writes value and moments (fp32),
-// and the gradient norm reads the gradient once more.
+// AdamW per owned parameter: reads value, gradient and two moments, writes value and moments
+// (fp32), and the gradient norm reads the gradient once more. Then every gradient the rank holds
+// (its whole buffer, owned or not) is zeroed for the next step: 4 bytes written each.
 constexpr double kOptimizerBytesPerParameter = 32.0;
+constexpr double kZeroedBytesPerGradient = 4.0;
 
 // Where a run casts its GEMM operands: the CPU's emulation, or a GPU (runtime.device: cuda),
 // whose weight cast cache casts each weight once per optimizer step and form
@@ -415,7 +417,9 @@ TimeBreakdown plan_time(const config::RunConfig& config, const MemoryPlan& memor
   t.dp_comm = (1.0 - hw.comm_overlap) * data_parallel_seconds(config, memory, *widest, hw);
   const double owned = config.parallel.zero >= 1 ? static_cast<double>(widest->parameter_count) / shape.dp
                                                  : static_cast<double>(widest->parameter_count);
-  t.optimizer = kOptimizerBytesPerParameter * owned / hw.bandwidth_per_rank(world);
+  t.optimizer = (kOptimizerBytesPerParameter * owned +
+                 kZeroedBytesPerGradient * static_cast<double>(widest->parameter_count)) /
+                hw.bandwidth_per_rank(world);
   t.overhead = hw.step_overhead;
   t.step = makespan + t.dp_comm + t.optimizer + t.overhead;
   return t;

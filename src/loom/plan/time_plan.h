@@ -12,7 +12,8 @@
 //   data par.    the gradient all-reduce (ZeRO 1-2: reduce-scatter + all-gather; ZeRO-3: two
 //                parameter all-gathers per micro-batch and a reduce-scatter), partly hidden
 //                behind backward (hardware comm_overlap)
-//   optimizer    AdamW's pass over this rank's parameters and state at the memory bandwidth
+//   optimizer    AdamW's pass over this rank's parameters and state, and the gradients zeroed,
+//                at the memory bandwidth
 //   casts        the precision recipe's copies and casts of every linear's GEMM operands and
 //                outputs (linear_precision.h) at the hardware's cast rates
 //   memory       memory handed back to the system between uses (ZeRO-2's gradients, ZeRO-3's
