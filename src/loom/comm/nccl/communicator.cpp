@@ -301,7 +301,7 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, const 
   all_gather_async(table, table + 3, 3, DType::I32)->wait();
   std::vector<int> all(static_cast<size_t>(3 * size_));
   check_runtime(cudaMemcpy(all.data(), table + 3, all.size() * sizeof(int), cudaMemcpyDeviceToHost), "cudaMemcpy");
-  cudaFree(table);
+  check_runtime(cudaFree(table), "cudaFree");
   ncclComm_t child = nullptr;
   check_nccl(ncclCommSplit(endpoint_->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, nullptr),
              "ncclCommSplit");

@@ -169,20 +169,23 @@ std::unique_ptr<Plan> make_plan(Context& ctx, const LtProblem& p, bool accumulat
   // C: with FP8 inputs and an fp32 output, C is fp32 too; otherwise C has D's type.
   check_lt(cublasLtMatrixLayoutCreate(&plan->c, cuda_type(p.out), m, n, static_cast<int64_t>(m)), "layout C");
   check_lt(cublasLtMatrixLayoutCreate(&plan->d, cuda_type(p.out), m, n, static_cast<int64_t>(m)), "layout D");
-  cublasLtMatmulPreference_t preference = nullptr;
-  check_lt(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+  cublasLtMatmulPreference_t made = nullptr;
+  check_lt(cublasLtMatmulPreferenceCreate(&made), "cublasLtMatmulPreferenceCreate");
+  const std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, decltype(&cublasLtMatmulPreferenceDestroy)> preference(
+      made, &cublasLtMatmulPreferenceDestroy);
   const uint64_t workspace = kWorkspaceBytes;
   const uint32_t align = static_cast<uint32_t>(alignment);
-  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                       sizeof workspace);
+  check_lt(cublasLtMatmulPreferenceSetAttribute(preference.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                &workspace, sizeof workspace),
+           "set MAX_WORKSPACE_BYTES");
   for (auto attribute : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    cublasLtMatmulPreferenceSetAttribute(preference, attribute, &align, sizeof align);
+    check_lt(cublasLtMatmulPreferenceSetAttribute(preference.get(), attribute, &align, sizeof align),
+             "set MIN_ALIGNMENT");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(ctx.handle, plan->desc, plan->a, plan->b, plan->c,
-                                                               plan->d, preference, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(preference);
+                                                               plan->d, preference.get(), 1, &result, &found);
   if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
     throw Error(std::string("cuBLASLt has no algorithm for ") + type_name(p.second.type) + " x " +
                 type_name(p.first.type) + " -> " + type_name(p.out) + " with (m, n, k) = (" + std::to_string(p.cols) +
