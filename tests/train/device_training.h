@@ -95,7 +95,11 @@ class DeviceTraining : public ::testing::Test {
     cuda.insert(cuda.end(), device_only.begin(), device_only.end());
     const std::vector<double> on_cpu = train(tag + "-cpu", model, extra);
     std::string console;
+    ::loom::testing::reset_emulated_census();
     const std::vector<double> on_device = train(tag + "-cuda", model, cuda, 4, &console);
+    // Every device operation went on a rank's compute queue (core/compute_queue.h): none on the
+    // process's queue 0, which on a GPU would be a stream unordered with the rank's.
+    EXPECT_EQ(::loom::testing::emulated_census().by_queue.count(0), 0u);
     EXPECT_NE(console.find(" on cuda:0"), std::string::npos) << console;
     EXPECT_GT(allocator(Device::cuda(0)).peak_bytes(), 0);
     ASSERT_EQ(on_cpu.size(), 4u);
