@@ -366,6 +366,36 @@ TEST(AttentionBf16, Fp32GradientsAreTheAddedOnesWrittenWholeWithRopeUndone) {
   expect_fp32_gradients_to_be_the_added_ones(fused_problem(), &rope);
 }
 
+// A rotation whose table has another head size, or no way to place its rows, is refused by name
+// before any kernel runs (the rotation walks heads by the table's size: columns would go unwritten).
+TEST(AttentionBf16, GradientWritingBackwardsRefuseARotationThatDoesNotFit) {
+  const Operands p = fused_problem();
+  const FlashAttentionShape& s = p.s;
+  const Bf16Forward f(p);
+  std::vector<float> dqkv(p.qkv.size());
+  const int64_t k_at = s.heads * s.head_dim, v_at = (s.heads + s.kv_heads) * s.head_dim;
+  auto fp32_gradients = [&](const QkvRotation& rotation) {
+    flash_attention_backward_fp32_gradients(Device::cpu(), dqkv.data(), dqkv.data() + k_at, dqkv.data() + v_at,
+                                            f.dout16.data(), f.out16.data(), f.lse.data(), f.q16, f.k16, f.v16, s,
+                                            p.vis(), rotation);
+  };
+  const RopeTable narrow(s.q_len, s.head_dim / 2, 10000.0);
+  try {
+    fp32_gradients(QkvRotation{&narrow, s.q_len, nullptr});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("RoPE table's head size " + std::to_string(s.head_dim / 2)),
+              std::string::npos) << e.what();
+  }
+  const RopeTable rope(s.q_len, s.head_dim, 10000.0);
+  try {
+    fp32_gradients(QkvRotation{&rope, 0, nullptr});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("positions or a positive sequence length"), std::string::npos) << e.what();
+  }
+}
+
 TEST(AttentionOperandRegions, FusedViewsShareOneCopy) {
   const Operands p = fused_problem();
   const int64_t rows = p.s.batch * p.s.q_len, W = p.s.q_stride;

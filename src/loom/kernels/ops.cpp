@@ -192,6 +192,18 @@ void check_flash_shape(const FlashAttentionShape& s) {
              "flash attention: kv_heads " + std::to_string(s.kv_heads) + " must divide heads " +
                  std::to_string(s.heads));
 }
+// The RoPE a gradient-writing backward undoes: a table of the shape's head size (the rotation
+// walks heads by it, so another size would leave columns unwritten), rows placed by positions or
+// by a positive sequence length.
+void check_rotation(const FlashAttentionShape& s, const QkvRotation& rotation, const char* entry) {
+  if (rotation.table == nullptr) return;
+  LOOM_CHECK(rotation.table->head_dim == s.head_dim,
+             std::string(entry) + ": the RoPE table's head size " + std::to_string(rotation.table->head_dim) +
+                 " is not the attention's " + std::to_string(s.head_dim));
+  LOOM_CHECK(rotation.positions != nullptr || rotation.seq > 0,
+             std::string(entry) + ": a rotation needs positions or a positive sequence length (got seq " +
+                 std::to_string(rotation.seq) + ")");
+}
 }  // namespace
 
 void flash_attention_forward(Device device, float* out, float* lse, const float* q, const float* k, const float* v,
@@ -241,6 +253,7 @@ void flash_attention_backward_bf16_gradients(Device device, void* dq16, void* dk
   LOOM_CHECK(rotation.table == nullptr || (dbias_q == nullptr && dbias_k == nullptr && dbias_v == nullptr),
              "flash_attention_backward_bf16_gradients: a rotated gradient's bias sums are not taken here (the "
              "projection keeps an fp32 q/k/v gradient for them)");
+  check_rotation(s, rotation, "flash_attention_backward_bf16_gradients");
   LOOM_DISPATCH(flash_attention_backward_bf16_gradients, dq16, dk16, dv16, dbias_q, dbias_k, dbias_v, dout16, out16,
                 lse, q16, k16, v16, s, vis, rotation);
 }
@@ -250,6 +263,7 @@ void flash_attention_backward_fp32_gradients(Device device, float* dq, float* dk
                                              const AttentionVisibility& vis, const QkvRotation& rotation) {
   check_flash_shape(s);
   LOOM_CHECK(s.operands == AttentionOperands::Bf16, "flash attention on bf16 tensors takes bf16 operands");
+  check_rotation(s, rotation, "flash_attention_backward_fp32_gradients");
   LOOM_DISPATCH(flash_attention_backward_fp32_gradients, dq, dk, dv, dout16, out16, lse, q16, k16, v16, s, vis,
                 rotation);
 }

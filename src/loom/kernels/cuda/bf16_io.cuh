@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace loom::kernels::cuda {
 
@@ -27,5 +28,13 @@ __device__ inline float store(__nv_bfloat16* x, int64_t i, float v) {
 // from the same values: activation_codes.h).
 struct Discard {};
 __device__ inline float store(Discard*, int64_t, float v) { return v; }
+
+// Whether a kernel storing through T needs its outputs at all: not when they are discarded and no
+// amax of them was asked for (a norm's statistics pass under fp8_delayed, whose codes pass takes
+// the amax), which saves a second read of the row and the weights.
+template <typename T>
+__device__ inline bool outputs_wanted(const unsigned* amax) {
+  return !std::is_same_v<T, Discard> || amax != nullptr;
+}
 
 }  // namespace loom::kernels::cuda

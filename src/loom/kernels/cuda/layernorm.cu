@@ -25,6 +25,7 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
       mean[r] = stats.mean;
       rstd[r] = stats.rstd;
     }
+    if (!outputs_wanted<T>(amax)) continue;
     T* y = out + r * dim;
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
       m = nan_max(m, fabsf(store(y, i, layer_value(x[i], stats.mean, stats.rstd, weight[i], bias[i]))));

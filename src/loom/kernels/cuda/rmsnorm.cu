@@ -22,6 +22,7 @@ __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const float* in, con
     const float* x = in + r * dim;
     const float s = rms_row_rstd(x, dim, eps, shared);
     if (threadIdx.x == 0) rstd[r] = s;
+    if (!outputs_wanted<T>(amax)) continue;
     T* y = out + r * dim;
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
       m = nan_max(m, fabsf(store(y, i, rms_value(x[i], s, weight[i]))));
