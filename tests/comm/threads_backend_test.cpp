@@ -3,7 +3,6 @@
 // and the faults: timeouts naming the missing rank, mismatches, a failing rank.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -13,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "loom/comm/launch.h"
@@ -73,7 +73,7 @@ TEST(ThreadsBackend, LaunchGivesEveryRankItsWorld) {
   }
 }
 
-// A device that records, for each synchronize(), the calling thread's compute queue.
+// A device that records, for each synchronize(), the calling thread and its compute queue.
 class QueueRecordingAllocator final : public Allocator {
  public:
   void* allocate(size_t) override { return nullptr; }
@@ -86,27 +86,39 @@ class QueueRecordingAllocator final : public Allocator {
   Device device() const override { return Device::cuda(kMaxCudaDevices - 1); }
   void synchronize() override {
     std::lock_guard<std::mutex> lock(mutex);
-    synchronized_queues.push_back(compute_queue());
+    synchronized.emplace_back(std::this_thread::get_id(), compute_queue());
   }
   std::mutex mutex;
-  std::vector<int> synchronized_queues;
+  std::vector<std::pair<std::thread::id, int>> synchronized;
 };
 
 // Each rank thread works on a compute queue of its own (rank + 1), so ranks sharing a GPU queue
 // their work side by side, and waits for its devices' work before it ends, so the thread that
 // joins the world reads what the ranks wrote; the launching thread keeps its own queue.
 TEST(ThreadsBackend, EveryRankHasAComputeQueueOfItsOwnAndFinishesItsWork) {
-  QueueRecordingAllocator device;
-  register_allocator(device.device(), &device);
+  // Never destroyed, and only this launch's threads counted: a rank thread another test abandoned
+  // may still end (and synchronize) while this one runs.
+  static auto* device = new QueueRecordingAllocator();
+  register_allocator(device->device(), device);
   std::vector<int> queues(3, -1);
+  std::vector<std::thread::id> threads_of(3);
   launch(threads(3), [&](Communicator& world) {
     queues[static_cast<size_t>(world.rank())] = compute_queue();
+    threads_of[static_cast<size_t>(world.rank())] = std::this_thread::get_id();
     world.barrier();
   });
-  register_allocator(device.device(), nullptr);
+  register_allocator(device->device(), nullptr);
   EXPECT_EQ(queues, (std::vector<int>{1, 2, 3}));
-  std::sort(device.synchronized_queues.begin(), device.synchronized_queues.end());
-  EXPECT_EQ(device.synchronized_queues, (std::vector<int>{1, 2, 3}));
+  std::vector<int> synchronized(3, 0);
+  {
+    std::lock_guard<std::mutex> lock(device->mutex);
+    for (const auto& [thread, queue] : device->synchronized) {
+      for (size_t r = 0; r < threads_of.size(); ++r) {
+        if (thread == threads_of[r]) synchronized[r] = queue;
+      }
+    }
+  }
+  EXPECT_EQ(synchronized, (std::vector<int>{1, 2, 3}));  // each rank waited, on its own queue
   EXPECT_EQ(compute_queue(), 0);
 }
 

@@ -552,6 +552,11 @@ void run_threads(const LaunchOptions& options, const std::function<void(Communic
             synchronize_devices();
           } catch (...) {
             world->fail(r, std::current_exception());  // before `comm` drains: its queued ops then fail fast
+            try {
+              synchronize_devices();  // what the rank queued still touches memory others may free
+            } catch (...) {
+              // the device failed too: the rank's own error above is the one reported
+            }
           }
         } catch (...) {
           world->fail(r, std::current_exception());

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "loom/core/error.h"
+#include "loom/kernels/cuda/compute_streams.h"
 #include "loom/kernels/cuda/device.h"
 
 namespace loom::kernels::cuda {
@@ -56,7 +57,9 @@ void CachingAllocator::release(void* ptr, cudaStream_t stream) {
 void CachingAllocator::empty_cache() {
   if (free_.empty()) return;
   // A block's last stream may still have work on it queued; cudaFree is not ordered by streams.
-  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (before emptying the cache)");
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  synchronize_compute_streams(device);
   for (auto& [key, ptr] : free_) {
     check_cuda(cudaFree(ptr), "cudaFree");
     sizes_.erase(ptr);

@@ -7,7 +7,7 @@
 // Streams: a block released on a stream (the releasing thread's compute stream) is kept for that
 // stream and handed out again only to it, so the work queued there before the release, which may
 // still touch the block, runs before anything its next holder queues. Another stream gets it only
-// after empty_cache(), which waits for the whole device first.
+// after empty_cache(), which waits for every compute stream of the device first.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -37,7 +37,8 @@ class CachingAllocator {
   void* allocate(size_t bytes, cudaStream_t stream);
   // Back to `stream`'s free list (not to the device). `ptr` must come from allocate().
   void release(void* ptr, cudaStream_t stream);
-  // Waits for the device, then frees every cached block of every stream.
+  // Waits for the current device's compute streams, then frees every cached block of every
+  // stream.
   void empty_cache();
 
   const AllocatorStats& stats() const { return stats_; }

@@ -48,6 +48,17 @@ int compute_stream_slot() {
 
 cudaStream_t made_compute_stream(int device) { return stream_slot(device).load(std::memory_order_acquire); }
 
+void synchronize_compute_streams(int device) {
+  LOOM_CHECK(device >= 0 && device < kMaxCudaDevices,
+             "compute streams: device " + std::to_string(device) + " beyond the supported " +
+                 std::to_string(kMaxCudaDevices));
+  for (std::atomic<cudaStream_t>& slot : streams()[static_cast<size_t>(device)]) {
+    if (cudaStream_t stream = slot.load(std::memory_order_acquire))
+      check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (compute stream of cuda:" +
+                                                    std::to_string(device) + ")");
+  }
+}
+
 cudaStream_t compute_stream(int device) {
   std::atomic<cudaStream_t>& slot = stream_slot(device);
   if (cudaStream_t stream = slot.load(std::memory_order_acquire)) return stream;

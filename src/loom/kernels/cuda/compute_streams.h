@@ -32,4 +32,9 @@ cudaStream_t compute_stream(int device);
 // touches no GPU it never used (making a stream there would start that GPU's context).
 cudaStream_t made_compute_stream(int device);
 
+// Waits for the work of every compute stream made on `device`, whichever thread queued it (before
+// memory that any of them may still touch is freed to the device or replaced); not for the
+// communication streams, whose buffers are freed only after their work's wait().
+void synchronize_compute_streams(int device);
+
 }  // namespace loom::kernels::cuda

@@ -46,23 +46,30 @@ cudaStream_t stream_of(Device d) {
 }
 
 // RoPE tables live on the host (kernels/types.h); each device keeps a mirror per table address,
-// uploaded again when a different table (another id) has come to live there.
+// uploaded again when a different table (another id) has come to live there. The old mirror is
+// freed once no compute stream can still read it; the new one is on the device before any
+// stream's kernel is handed it.
 class RopeMirrors {
  public:
   DeviceRopeTable get(Device d, const RopeTable& t) {
-    stream_of(d);  // the mirror is made on d, whichever GPU the thread had made current
+    const cudaStream_t stream = stream_of(d);  // the mirror is made on d, whichever GPU was current
     std::lock_guard<std::mutex> lock(mutex_);
     Mirror& m = mirrors_[{d.index, &t}];
     if (m.device == nullptr || m.id != t.id) {
-      if (m.device != nullptr) check_cuda(cudaFree(m.device), "cudaFree (RoPE table)");
+      if (m.device != nullptr) {
+        synchronize_compute_streams(d.index);
+        check_cuda(cudaFree(m.device), "cudaFree (RoPE table)");
+      }
       m.device = nullptr;
       const size_t bytes = (t.cos.size() + t.sin.size()) * sizeof(float);
       check_cuda(cudaMalloc(reinterpret_cast<void**>(&m.device), bytes), "cudaMalloc (RoPE table)");
-      check_cuda(cudaMemcpy(m.device, t.cos.data(), t.cos.size() * sizeof(float), cudaMemcpyHostToDevice),
-                 "cudaMemcpy (RoPE cos)");
-      check_cuda(cudaMemcpy(m.device + t.cos.size(), t.sin.data(), t.sin.size() * sizeof(float),
-                            cudaMemcpyHostToDevice),
-                 "cudaMemcpy (RoPE sin)");
+      check_cuda(cudaMemcpyAsync(m.device, t.cos.data(), t.cos.size() * sizeof(float), cudaMemcpyHostToDevice,
+                                 stream),
+                 "cudaMemcpyAsync (RoPE cos)");
+      check_cuda(cudaMemcpyAsync(m.device + t.cos.size(), t.sin.data(), t.sin.size() * sizeof(float),
+                                 cudaMemcpyHostToDevice, stream),
+                 "cudaMemcpyAsync (RoPE sin)");
+      check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (RoPE table upload)");
       m.id = t.id;
     }
     return DeviceRopeTable{m.device, m.device + t.cos.size(), t.head_dim};

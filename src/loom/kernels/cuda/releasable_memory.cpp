@@ -7,6 +7,7 @@
 
 #include "loom/core/error.h"
 #include "loom/core/granules.h"
+#include "loom/kernels/cuda/compute_streams.h"
 #include "loom/kernels/cuda/device.h"
 
 namespace loom::kernels::cuda {
@@ -117,7 +118,7 @@ bool ReleasableMemory::free(void* ptr, size_t& decommitted) {
   auto it = reservations_.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == reservations_.end()) return false;
   Reservation& r = it->second;
-  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (before freeing releasable memory)");
+  synchronize_compute_streams(device_);  // any of them may have used it last
   for (size_t g = 0; g < r.mapped.size(); ++g) {
     if (r.mapped[g]) unmap(r, g);
   }

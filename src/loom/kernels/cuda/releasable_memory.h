@@ -27,9 +27,9 @@ class ReleasableMemory {
 
   // `bytes` of device memory, every granule committed (not zeroed, as cudaMalloc's).
   void* allocate(size_t bytes);
-  // Frees `ptr` when it is one of these allocations (after all the device's work: the freeing
-  // thread's compute stream need not be the last to have used it) and says how many of its bytes
-  // were decommitted then; false otherwise.
+  // Frees `ptr` when it is one of these allocations (after the work of every compute stream of the
+  // device: the freeing thread's need not be the last to have used it) and says how many of its
+  // bytes were decommitted then; false otherwise.
   bool free(void* ptr, size_t& decommitted);
   // Allocator::decommit and commit; the bytes given back / taken again. An Error when the range
   // is not inside one of these allocations.
