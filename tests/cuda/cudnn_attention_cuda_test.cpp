@@ -62,9 +62,12 @@ struct Layout {
   int64_t q_at = 0, k_at = 0, v_at = 0, elements = 0;
 };
 
-#define SKIP_WITHOUT_CUDNN()                                                              \
-  do {                                                                                    \
-    if (!cudnn_status().available) GTEST_SKIP() << "no cuDNN: " << cudnn_status().reason; \
+// Skipped too where loom refuses the library's SDPA altogether (9.10.0 and 9.10.1: known bugs).
+#define SKIP_WITHOUT_CUDNN()                                                                          \
+  do {                                                                                                \
+    if (!cudnn_status().available) GTEST_SKIP() << "no cuDNN: " << cudnn_status().reason;             \
+    if (cudnn_status().version == 91000 || cudnn_status().version == 91001)                           \
+      GTEST_SKIP() << "cuDNN " << cudnn_status().version << "'s SDPA is refused (known bugs)";        \
   } while (false)
 
 class CudnnAttention : public testing::GpuTest<::testing::TestWithParam<CudnnCase>> {
@@ -134,10 +137,12 @@ TEST_P(CudnnAttention, ForwardAndBackwardMatchTheCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudnnAttention,
-                         ::testing::Values(CudnnCase{"gqa4_2_d64_fused", 2, 130, 4, 2, 64, true},
+                         // Sequences of 128 and 256 too: cuDNN up to 9.15.0 serves the backward
+                         // only there (the others then check the forward alone).
+                         ::testing::Values(CudnnCase{"gqa4_2_d64_fused", 2, 128, 4, 2, 64, true},
                                            CudnnCase{"gqa4_2_d128_separate_long", 1, 1030, 4, 2, 128, false},
                                            CudnnCase{"gqa32_8_d64_fused", 1, 130, 32, 8, 64, true},
-                                           CudnnCase{"gqa32_8_d128_separate", 2, 130, 32, 8, 128, false},
+                                           CudnnCase{"gqa32_8_d128_separate", 2, 256, 32, 8, 128, false},
                                            CudnnCase{"mha_d64_fused_long", 2, 1030, 2, 2, 64, true},
                                            CudnnCase{"token1_d128_fused", 2, 1, 4, 2, 128, true},
                                            CudnnCase{"token1_d64_separate", 1, 1, 4, 2, 64, false}),

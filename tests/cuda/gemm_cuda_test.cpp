@@ -229,9 +229,22 @@ TEST_F(CudaGemm, Fp8PerTensorIsWithin1e3OfTheQuantisedProduct) {
   }
 }
 
+// Each 1 x 128 run of a and each 128 x 128 tile of b scaled by its own power of two (2^-4 .. 2^4),
+// so their scales differ by up to 2^8: a scale read from the wrong run or tile is far off.
+void scale_blocks(std::vector<float>& x, int64_t rows, int64_t cols, int64_t block_rows, int step) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t block = (r / block_rows) * step + (c / 128) * 3;
+      x[static_cast<size_t>(r * cols + c)] *= std::ldexp(1.0f, static_cast<int>(block % 9) - 4);
+    }
+  }
+}
+
 TEST_F(CudaGemm, Fp8BlockwiseIsWithin1e3OfTheQuantisedProduct) {
   const int64_t m = 256, n = 384, k = 512;
-  const std::vector<float> a = random_values(seed_, m * k, 1.0f), b = random_values(seed_ + 1, n * k, 0.1f);
+  std::vector<float> a = random_values(seed_, m * k, 1.0f), b = random_values(seed_ + 1, n * k, 0.1f);
+  scale_blocks(a, m, k, 1, 7);
+  scale_blocks(b, n, k, 128, 5);
   std::vector<float> qa = a, qb = b;
   precision::quantize_dequantize_rowwise_blocks(qa.data(), m, k);  // activations: 1 x 128 runs
   precision::quantize_dequantize_tile_blocks(qb.data(), n, k);     // weights: 128 x 128 tiles

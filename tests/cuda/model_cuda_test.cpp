@@ -145,6 +145,8 @@ TEST_F(CudaModel, TinyGpt2TrainsInBf16AndFp8OnTheGpuAsOnTheCpu) {
 // Skipped without cuDNN.
 TEST_F(CudaModel, TinyLlamaWithCudnnAttentionTrainsInBf16AsOnTheCpu) {
   if (!cudnn_status().available) GTEST_SKIP() << "no cuDNN: " << cudnn_status().reason;
+  if (cudnn_status().version == 91000 || cudnn_status().version == 91001)
+    GTEST_SKIP() << "cuDNN " << cudnn_status().version << "'s SDPA is refused (known bugs)";
   set_cuda_starter(&start_backend);
   const std::string root = train::testing::make_training_root("cuda-model-cudnn");
   const std::string yaml = tiny_llama(root);
