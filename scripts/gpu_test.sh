@@ -115,20 +115,23 @@ tiny_train() {
 }
 train_bench() { bash bench/cuda/train_bench.sh "$out" "$work" "$@"; }
 
-# test_cuda in two runs, the kernels first: a hang among the trainer's tests (several ranks on the
-# GPU) must not cost the kernels' results.
+# test_cuda in three runs, the kernels first: a hang among the trainer's tests (several ranks on the
+# GPU) must not cost the kernels' results, nor cuDNN's plans, compiled at run time (seconds each),
+# the time of the other kernels' tests.
 model_tests='CudaModel.*:CudaReleasableMemory.*:CudaComputeStreams.*'
+cudnn_tests='Cudnn*'
 stage_kernels() {
   # cuDNN's own errors and warnings (why an engine or plan was refused: its SDPA engines compile at
   # run time) into a log per run, for the tests only (a training run would repeat them).
   export CUDNN_LOGLEVEL_DBG=2
-  CUDNN_LOGDEST_DBG="$out/cudnn_kernels.log" gtest_run test_cuda test_cuda 100 --gtest_filter="-$model_tests"
+  CUDNN_LOGDEST_DBG="$out/cudnn_kernels.log" gtest_run test_cuda test_cuda 90 --gtest_filter="-$model_tests:$cudnn_tests"
+  CUDNN_LOGDEST_DBG="$out/cudnn_attention.log" gtest_run test_cuda_cudnn test_cuda 60 --gtest_filter="$cudnn_tests"
   CUDNN_LOGDEST_DBG="$out/cudnn_model.log" gtest_run test_cuda_model test_cuda 90 --gtest_filter="$model_tests"
   unset CUDNN_LOGLEVEL_DBG
   # Which attention the bf16 operands ran on (cuDNN's, or loom's kernels and why: once per reason).
   grep -h "^loom: attention" "$out"/test_cuda*.log | sort -u | cut -c1-300 | head -6
   local log
-  for log in "$out"/cudnn_kernels.log "$out"/cudnn_model.log; do
+  for log in "$out"/cudnn_kernels.log "$out"/cudnn_attention.log "$out"/cudnn_model.log; do
     [ -s "$log" ] || continue
     echo "cuDNN's $(basename "$log"): $(wc -l <"$log") lines; its first errors:"
     grep -m 4 -iE "error|fail" "$log" | cut -c1-240
@@ -210,7 +213,7 @@ for s in "${stages[@]}"; do
 done
 echo "== done ($(left) s of the budget left)"
 xmls=()
-for t in test_cuda test_cuda_model test_nccl; do [ -f "$out/$t.xml" ] && xmls+=("$out/$t.xml"); done
+for t in test_cuda test_cuda_cudnn test_cuda_model test_nccl; do [ -f "$out/$t.xml" ] && xmls+=("$out/$t.xml"); done
 python3 bench/cuda/gpu_table.py "$out/bench.txt" "${xmls[@]}"
 # The device tool brings back at most 8 files from $OUT: the logs travel as one archive.
 (cd "$out" && ls ./*.log >/dev/null 2>&1 && tar -czf logs.tar.gz ./*.log && rm -f ./*.log)
