@@ -119,7 +119,7 @@ train_bench() { bash bench/cuda/train_bench.sh "$out" "$work" "$@"; }
 # GPU) must not cost the kernels' results, nor cuDNN's plans, compiled at run time (seconds each),
 # the time of the other kernels' tests.
 model_tests='CudaModel.*:CudaReleasableMemory.*:CudaComputeStreams.*'
-cudnn_tests='Cudnn*'
+cudnn_tests='Cudnn*:*/Cudnn*'  # parameterised suites are named Instance/Suite
 stage_kernels() {
   # cuDNN's own errors and warnings (why an engine or plan was refused: its SDPA engines compile at
   # run time) into a log per run, for the tests only (a training run would repeat them).
