@@ -2,8 +2,10 @@
 // Device memory for the length of one entry's call (casts, copies, partial results), from a cache
 // per device and compute stream (compute_streams.h): what a call takes goes back to the cache when
 // the call ends, while its kernels may still be queued; the next call on that stream queues after
-// them, so stream order makes the reuse safe, and no other stream ever sees the memory. A call
-// holds its cache until it ends, so threads sharing a compute queue take turns.
+// them, so stream order makes the reuse safe, and no other stream ever sees the memory. So the
+// kernels using it must run on that stream (every entry's), or on the legacy default stream,
+// which every compute stream is ordered with (the GPU tests' direct calls). A call holds its cache
+// until it ends, so threads sharing a compute queue take turns.
 #include <cuda_runtime.h>
 
 #include <cstdint>
