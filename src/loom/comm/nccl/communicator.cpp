@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <numeric>
@@ -57,17 +58,54 @@ auto one_rank_copy(const void* send, void* recv, size_t bytes) {
   };
 }
 
-// The state every group of one rank shares: its GPU and NCCL communicator.
+// The state every group of one rank shares: its GPU and NCCL communicator. Once aborted (a
+// timeout, an asynchronous NCCL error) the communicator is gone and every operation of the group,
+// pending or new, fails.
 struct Endpoint {
-  ncclComm_t comm = nullptr;
+  std::atomic<ncclComm_t> comm{nullptr};
+  std::atomic<bool> aborted{false};
   int device = 0;
   cudaStream_t stream = nullptr;  // the communication stream
   float* scratch = nullptr;       // barrier's one element
+  // Once, from whichever thread gets there first (a waiting thread may time out while another
+  // issues; ncclCommAbort is what unblocks a rank stuck in NCCL).
+  void abort() {
+    aborted = true;
+    if (ncclComm_t c = comm.exchange(nullptr)) ncclCommAbort(c);
+  }
+  // Destroying waits for the communicator's work: with work still queued (a rank unwinding after a
+  // failure, its peers gone) that could be forever, so it is aborted instead.
   ~Endpoint() {
-    if (comm) ncclCommDestroy(comm);
+    if (ncclComm_t c = comm.exchange(nullptr)) {
+      if (stream == nullptr || cudaStreamQuery(stream) == cudaSuccess) {
+        ncclCommDestroy(c);
+      } else {
+        ncclCommAbort(c);
+      }
+    }
     if (scratch) cudaFree(scratch);
     if (stream) cudaStreamDestroy(stream);
   }
+};
+
+// ncclGroupStart ... ncclGroupEnd whose end is called however the calls between end: NCCL keeps a
+// group open per thread, and every later NCCL call of the thread would join the open group and
+// never run.
+class NcclGroup {
+ public:
+  NcclGroup() { check_nccl(ncclGroupStart(), "ncclGroupStart"); }
+  void end() {
+    open_ = false;
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+  }
+  ~NcclGroup() {
+    if (open_) (void)ncclGroupEnd();  // unwinding: the error that got us here is the one reported
+  }
+  NcclGroup(const NcclGroup&) = delete;
+  NcclGroup& operator=(const NcclGroup&) = delete;
+
+ private:
+  bool open_ = true;
 };
 
 class NcclWork final : public Work {
@@ -76,6 +114,8 @@ class NcclWork final : public Work {
       : endpoint_(std::move(endpoint)), done_(done), what_(std::move(what)), timeout_(timeout) {}
   ~NcclWork() override { cudaEventDestroy(done_); }
   bool test() override {
+    // An aborted communicator's kernels stop, so its events complete without the data.
+    if (endpoint_->aborted) throw Error(what_ + ": the NCCL communicator was aborted");
     const cudaError_t state = cudaEventQuery(done_);
     if (state == cudaErrorNotReady) {
       check_async_error();
@@ -88,8 +128,7 @@ class NcclWork final : public Work {
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
     while (!test()) {
       if (std::chrono::steady_clock::now() > deadline) {
-        ncclCommAbort(endpoint_->comm);
-        endpoint_->comm = nullptr;
+        endpoint_->abort();
         throw Error(what_ + " timed out after " + std::to_string(timeout_.count()) +
                     " ms (some rank did not issue it; the NCCL communicator is aborted)");
       }
@@ -98,11 +137,16 @@ class NcclWork final : public Work {
   }
 
  private:
+  // An asynchronous error leaves the communicator unusable (NCCL's guidance: abort it).
   void check_async_error() {
-    if (endpoint_->comm == nullptr) throw Error(what_ + ": the NCCL communicator was aborted");
+    const ncclComm_t comm = endpoint_->comm;
+    if (comm == nullptr) throw Error(what_ + ": the NCCL communicator was aborted");
     ncclResult_t async = ncclSuccess;
-    check_nccl(ncclCommGetAsyncError(endpoint_->comm, &async), "ncclCommGetAsyncError");
-    if (async != ncclSuccess && async != ncclInProgress) check_nccl(async, what_);
+    check_nccl(ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError");
+    if (async != ncclSuccess && async != ncclInProgress) {
+      endpoint_->abort();
+      check_nccl(async, what_ + " (the NCCL communicator is aborted)");
+    }
   }
   std::shared_ptr<Endpoint> endpoint_;
   cudaEvent_t done_;
@@ -156,14 +200,14 @@ class NcclCommunicator final : public Communicator {
     check_counts(counts, "all_gather_v");
     return issue("all_gather_v", [&](ncclComm_t c, cudaStream_t s) {
       size_t offset = 0;
-      check_nccl(ncclGroupStart(), "ncclGroupStart");
+      NcclGroup group;
       for (int r = 0; r < size_; ++r) {
         const size_t n = bytes(counts[size_t(r)], dtype);
         if (n > 0)
           check_nccl(ncclBroadcast(send, static_cast<char*>(recv) + offset, n, ncclUint8, r, c, s), "ncclBroadcast");
         offset += n;
       }
-      check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+      group.end();
     });
   }
   WorkHandle broadcast_async(void* data, int64_t count, DType dtype, int root) override {
@@ -190,7 +234,7 @@ class NcclCommunicator final : public Communicator {
     check_counts(recv_counts, "all_to_all_v recv counts");
     return issue("all_to_all_v", [&](ncclComm_t c, cudaStream_t s) {
       size_t send_offset = 0, recv_offset = 0;
-      check_nccl(ncclGroupStart(), "ncclGroupStart");
+      NcclGroup group;
       for (int r = 0; r < size_; ++r) {
         const size_t out = bytes(send_counts[size_t(r)], dtype), in = bytes(recv_counts[size_t(r)], dtype);
         if (out > 0)
@@ -199,7 +243,7 @@ class NcclCommunicator final : public Communicator {
         send_offset += out;
         recv_offset += in;
       }
-      check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+      group.end();
     });
   }
   WorkHandle barrier_async() override {
@@ -226,7 +270,7 @@ class NcclCommunicator final : public Communicator {
   std::vector<WorkHandle> exchange_async(std::span<const PeerOp> ops) override {
     for (const PeerOp& op : ops) check_rank(op.peer, op.is_send() ? "exchange send peer" : "exchange recv peer");
     WorkHandle group = issue("exchange", [&](ncclComm_t c, cudaStream_t s) {
-      check_nccl(ncclGroupStart(), "ncclGroupStart");
+      NcclGroup batch;
       for (const PeerOp& op : ops) {
         const size_t n = bytes(op.count, op.dtype);
         if (n == 0) continue;
@@ -236,14 +280,17 @@ class NcclCommunicator final : public Communicator {
           check_nccl(ncclRecv(op.data, n, ncclUint8, op.peer, c, s), "ncclRecv");
         }
       }
-      check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+      batch.end();
     });
     return std::vector<WorkHandle>(ops.size(), group);  // one event: the group completes as a whole
   }
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
 
  private:
-  static size_t bytes(int64_t count, DType dtype) { return static_cast<size_t>(count) * dtype_size(dtype); }
+  static size_t bytes(int64_t count, DType dtype) {
+    LOOM_CHECK(count >= 0, "nccl backend: a count of " + std::to_string(count) + " elements (counts are >= 0)");
+    return static_cast<size_t>(count) * dtype_size(dtype);
+  }
   void check_rank(int r, const char* what) const {
     LOOM_CHECK(r >= 0 && r < size_, "nccl group '" + name_ + "': " + what + " " + std::to_string(r) +
                                         " is outside [0, " + std::to_string(size_) + ")");
@@ -258,7 +305,8 @@ class NcclCommunicator final : public Communicator {
   // (kernels/cuda/compute_streams.h) has queued, and returns a handle on its completion event.
   template <typename Body>
   WorkHandle issue(const char* op, Body&& body) {
-    LOOM_CHECK(endpoint_->comm != nullptr, "nccl group '" + name_ + "': " + op + " after the communicator was aborted");
+    const ncclComm_t comm = endpoint_->comm;
+    LOOM_CHECK(comm != nullptr, "nccl group '" + name_ + "': " + op + " after the communicator was aborted");
     check_runtime(cudaSetDevice(endpoint_->device), "cudaSetDevice");
     cudaEvent_t ready = nullptr, done = nullptr;
     check_runtime(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
@@ -266,7 +314,7 @@ class NcclCommunicator final : public Communicator {
                   "cudaEventRecord (compute stream)");
     check_runtime(cudaStreamWaitEvent(endpoint_->stream, ready, 0), "cudaStreamWaitEvent");
     cudaEventDestroy(ready);
-    body(endpoint_->comm, endpoint_->stream);
+    body(comm, endpoint_->stream);
     check_runtime(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
     check_runtime(cudaEventRecord(done, endpoint_->stream), "cudaEventRecord (communication stream)");
     const std::string what = "nccl group '" + name_ + "' (rank " + std::to_string(rank_) + " of " +
@@ -293,15 +341,16 @@ std::shared_ptr<Endpoint> make_endpoint(int device) {
 
 std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, const std::string& name) {
   // Every member's (color, key, world rank), gathered first so the new group knows its members.
-  int* table = nullptr;
+  int* made = nullptr;
   check_runtime(cudaSetDevice(endpoint_->device), "cudaSetDevice");
-  check_runtime(cudaMalloc(reinterpret_cast<void**>(&table), sizeof(int) * 3 * (size_ + 1)), "cudaMalloc");
+  check_runtime(cudaMalloc(reinterpret_cast<void**>(&made), sizeof(int) * 3 * (size_ + 1)), "cudaMalloc");
+  const std::unique_ptr<int, decltype(&cudaFree)> table(made, &cudaFree);  // freed on every path
   const int mine[3] = {color, key, world_ranks_[size_t(rank_)]};
-  check_runtime(cudaMemcpy(table, mine, sizeof mine, cudaMemcpyHostToDevice), "cudaMemcpy");
-  all_gather_async(table, table + 3, 3, DType::I32)->wait();
+  check_runtime(cudaMemcpy(table.get(), mine, sizeof mine, cudaMemcpyHostToDevice), "cudaMemcpy");
+  all_gather_async(table.get(), table.get() + 3, 3, DType::I32)->wait();
   std::vector<int> all(static_cast<size_t>(3 * size_));
-  check_runtime(cudaMemcpy(all.data(), table + 3, all.size() * sizeof(int), cudaMemcpyDeviceToHost), "cudaMemcpy");
-  check_runtime(cudaFree(table), "cudaFree");
+  check_runtime(cudaMemcpy(all.data(), table.get() + 3, all.size() * sizeof(int), cudaMemcpyDeviceToHost),
+                "cudaMemcpy");
   ncclComm_t child = nullptr;
   check_nccl(ncclCommSplit(endpoint_->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, nullptr),
              "ncclCommSplit");
@@ -342,7 +391,9 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, in
   static_assert(sizeof(id) % sizeof(int32_t) == 0);
   bootstrap.broadcast(&id, sizeof(id) / sizeof(int32_t), DType::I32, 0);
   auto endpoint = make_endpoint(device);
-  check_nccl(ncclCommInitRank(&endpoint->comm, bootstrap.size(), id, bootstrap.rank()), "ncclCommInitRank");
+  ncclComm_t comm = nullptr;
+  check_nccl(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()), "ncclCommInitRank");
+  endpoint->comm = comm;
   return std::make_unique<NcclCommunicator>(std::move(endpoint), name, bootstrap.world_ranks(), options);
 }
 
