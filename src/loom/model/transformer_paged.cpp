@@ -51,15 +51,49 @@ int64_t Transformer::paged_state_slot_bytes() const {
   return bytes;
 }
 
+namespace {
+
+// What the attention kernels will read, checked on the host: each row's table entry, and the ids
+// of the blocks holding its keys (positions 0 .. its own), inside the cache. A bad index would
+// read outside the pools: on a GPU an illegal address, which ends the whole CUDA context.
+void check_block_tables(const PagedBatch& batch, const PagedKVCache& cache) {
+  if (cache.blocks == 0 || cache.block_size <= 0) return;  // no attention layer reads them
+  const int64_t width = batch.table_width;
+  LOOM_CHECK(width > 0 && static_cast<int64_t>(batch.block_tables.size()) % width == 0,
+             "paged step: block_tables holds " + std::to_string(batch.block_tables.size()) +
+                 " ids, not whole rows of table_width " + std::to_string(width));
+  const int64_t entries = static_cast<int64_t>(batch.block_tables.size()) / width;
+  LOOM_CHECK(batch.sequences.size() == batch.tokens.size(), "paged step: one sequence entry per row");
+  for (int64_t r = 0; r < batch.rows(); ++r) {
+    const int64_t entry = batch.sequences[static_cast<size_t>(r)];
+    const int64_t last = batch.positions[static_cast<size_t>(r)] / cache.block_size;
+    LOOM_CHECK(entry >= 0 && entry < entries, "paged step: row " + std::to_string(r) + " names table entry " +
+                                                  std::to_string(entry) + " of " + std::to_string(entries));
+    LOOM_CHECK(last < width, "paged step: row " + std::to_string(r) + " at position " +
+                                 std::to_string(batch.positions[static_cast<size_t>(r)]) + " needs block " +
+                                 std::to_string(last) + " of a table " + std::to_string(width) + " wide");
+    for (int64_t b = 0; b <= last; ++b) {
+      const int32_t id = batch.block_tables[static_cast<size_t>(entry * width + b)];
+      LOOM_CHECK(id >= 0 && id < cache.blocks, "paged step: table entry " + std::to_string(entry) + " names block " +
+                                                   std::to_string(id) + " of a cache of " +
+                                                   std::to_string(cache.blocks));
+    }
+  }
+}
+
+}  // namespace
+
 const float* Transformer::forward_paged(const PagedBatch& batch, PagedKVCache& cache, PagedScratch& s) {
   check_whole_model("inference");
   LOOM_CHECK(!tp_.sequence_parallel(), "inference runs without sequence parallelism");
   const int64_t rows = batch.rows(), C = config_.d_model, V = config_.vocab_size;
   LOOM_CHECK(rows > 0, "a paged step needs at least one row");
+  LOOM_CHECK(batch.positions.size() == batch.tokens.size(), "paged step: one position per row");
   for (int32_t p : batch.positions) {
     LOOM_CHECK(p >= 0 && p < config_.max_seq_len, "position " + std::to_string(p) + " is outside model.max_seq_len " +
                                                       std::to_string(config_.max_seq_len));
   }
+  check_block_tables(batch, cache);
   const Device device = params_.device();
   float* x = sized(s.x, rows * C, device);
   lookup_tokens(x, batch.tokens.data(), rows, embed_);
