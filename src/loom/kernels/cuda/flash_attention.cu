@@ -7,6 +7,7 @@
 #include "loom/kernels/cuda/flash_attention.h"
 #include "loom/kernels/cuda/flash_attention_tc.h"
 #include "loom/kernels/cuda/launch.cuh"
+#include "loom/kernels/cuda/shared_memory.cuh"
 
 namespace loom::kernels::cuda {
 
@@ -291,18 +292,6 @@ void check_shape(const FlashAttentionShape& s) {
   LOOM_CHECK(s.batch <= 65535 && s.heads <= 65535, "flash attention on the GPU: batch " + std::to_string(s.batch) +
                                                        " and heads " + std::to_string(s.heads) +
                                                        " must each be at most 65535");
-}
-
-// Without the kernel's consent a block gets 48 KiB of shared memory in all, its static share (the
-// token metadata arrays) included: dynamic bytes just under 48 KiB still need it (head_dim 126
-// and 127 in the backward, 153 in the forward).
-template <typename Kernel>
-void allow_shared(Kernel kernel, size_t bytes, const char* name) {
-  cudaFuncAttributes attributes{};
-  check_cuda(cudaFuncGetAttributes(&attributes, kernel), std::string("cudaFuncGetAttributes(") + name + ")");
-  if (attributes.sharedSizeBytes + bytes > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
-               std::string("cudaFuncSetAttribute(") + name + ")");
 }
 
 unsigned blocks_of(int64_t n, int64_t block) { return static_cast<unsigned>((n + block - 1) / block); }

@@ -6,6 +6,7 @@
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/flash_attention_tc.h"
 #include "loom/kernels/cuda/mma.cuh"
+#include "loom/kernels/cuda/shared_memory.cuh"
 
 namespace loom::kernels::cuda {
 
@@ -223,13 +224,6 @@ __global__ void __launch_bounds__(kBlockThreads) backward_queries_kernel(float* 
     const int64_t i = i0 + row + 8 * half;
     if (i < s.q_len) add_row<D>(dq + (b * s.q_len + i) * s.q_stride + h * D, dq_acc, half, scale);
   }
-}
-
-template <typename Kernel>
-void allow_shared(Kernel kernel, size_t bytes, const char* name) {
-  if (bytes > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
-               std::string("cudaFuncSetAttribute(") + name + ")");
 }
 
 unsigned blocks_of(int64_t n) { return static_cast<unsigned>((n + kBlockRows - 1) / kBlockRows); }
