@@ -2,6 +2,7 @@
 // without a kernel (or without a started backend) an error naming the op.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,27 @@ TEST(Ops, CudaWithoutKernelNamesTheOp) {
   }
   if (!cuda_entries().started) {
     EXPECT_THROW(rmsnorm_forward(Device::cuda(0), x.data(), x.data(), x.data(), x.data(), 1, 4, 1e-5f), Error);
+  }
+}
+
+// The paged entries refuse a shape they would index the pools wrongly by, before any kernel (or
+// the cache write) runs, on every device.
+TEST(Ops, PagedEntriesRefuseABadShapeByName) {
+  std::vector<float> pool(64), row(8);
+  const std::vector<int32_t> table = {0}, zero = {0};
+  for (const PagedAttentionShape& bad : {PagedAttentionShape{4, 3, 2, 4, 1}, PagedAttentionShape{4, 2, 2, 0, 1}}) {
+    try {
+      paged_cache_write(Device::cpu(), pool.data(), pool.data(), row.data(), row.data(), 8, table.data(), zero.data(),
+                        zero.data(), 1, bad);
+      FAIL() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("paged_cache_write: heads 4, kv_heads " + std::to_string(bad.kv_heads)),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_THROW(paged_attention(Device::cpu(), row.data(), row.data(), 8, pool.data(), pool.data(), table.data(),
+                                 zero.data(), zero.data(), 1, bad),
+                 Error);
   }
 }
 

@@ -204,6 +204,13 @@ void check_rotation(const FlashAttentionShape& s, const QkvRotation& rotation, c
              std::string(entry) + ": a rotation needs positions or a positive sequence length (got seq " +
                  std::to_string(rotation.seq) + ")");
 }
+// Both paged entries index the pools by it: checked before the cache write as before attention.
+void check_paged_shape(const PagedAttentionShape& s, const char* entry) {
+  LOOM_CHECK(s.heads > 0 && s.kv_heads > 0 && s.heads % s.kv_heads == 0 && s.head_dim > 0 && s.block_size > 0,
+             std::string(entry) + ": heads " + std::to_string(s.heads) + ", kv_heads " + std::to_string(s.kv_heads) +
+                 ", head_dim " + std::to_string(s.head_dim) + ", block_size " + std::to_string(s.block_size) +
+                 " (positive, kv_heads dividing heads)");
+}
 }  // namespace
 
 void flash_attention_forward(Device device, float* out, float* lse, const float* q, const float* k, const float* v,
@@ -286,16 +293,6 @@ void attention_decode(Device device, float* out, const float* q, int64_t q_strid
                       int64_t head_dim) {
   LOOM_DISPATCH(attention_decode, out, q, q_stride, k_cache, v_cache, past, new_tokens, heads, kv_heads, head_dim);
 }
-namespace {
-// Both paged entries index the pools by it: checked before the cache write as before attention.
-void check_paged_shape(const PagedAttentionShape& s, const char* entry) {
-  LOOM_CHECK(s.heads > 0 && s.kv_heads > 0 && s.heads % s.kv_heads == 0 && s.head_dim > 0 && s.block_size > 0,
-             std::string(entry) + ": heads " + std::to_string(s.heads) + ", kv_heads " + std::to_string(s.kv_heads) +
-                 ", head_dim " + std::to_string(s.head_dim) + ", block_size " + std::to_string(s.block_size) +
-                 " (positive, kv_heads dividing heads)");
-}
-}  // namespace
-
 void paged_attention(Device device, float* out, const float* q, int64_t q_stride, const float* k_pool,
                      const float* v_pool, const int32_t* block_tables, const int32_t* sequences,
                      const int32_t* positions, int64_t rows, const PagedAttentionShape& shape) {

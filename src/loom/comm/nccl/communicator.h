@@ -6,12 +6,13 @@
 // of its compute queue, kernels/cuda/compute_streams.h, as kernels/cuda's entries use), and
 // wait() blocks the host until the operation's completion event, polling so that
 // CommOptions::timeout holds: on timeout the NCCL communicator is aborted and a loom::Error names
-// the group, the operation and its sequence number. test() polls the event. Failures NCCL reports asynchronously are checked on every wait
-// and abort the communicator too; once aborted, every pending and later operation of the group is
-// an Error (an aborted communicator's events complete without the data). NCCL groups
-// (ncclGroupStart/End) are closed on every path, so an error inside one cannot leave the thread's
-// later NCCL calls stranded in an open group; a group destroyed with work still queued is aborted
-// rather than destroyed (destroying waits for that work, which may never finish).
+// the group, the operation and its sequence number. test() polls the event. Failures NCCL reports
+// asynchronously are checked on every wait and abort the communicator too; once aborted, every
+// pending and later operation of the group is an Error (an aborted communicator's events complete
+// without the data). NCCL groups (ncclGroupStart/End) are closed on every path, so an error inside
+// one cannot leave the thread's later NCCL calls stranded in an open group; a group destroyed with
+// work still queued is aborted rather than destroyed (destroying waits for that work, which may
+// never finish).
 //
 // Where NCCL differs from the other backends' semantics (communicator.h), plainly:
 // - bf16/f16 sums are NCCL's (reduced in the element type along the ring or tree), not

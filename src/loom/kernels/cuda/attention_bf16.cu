@@ -181,9 +181,7 @@ void gradient_to_bf16(void* dst16, int64_t dst_stride, float* dbias, const Src* 
   check_launch("attention rows_to_bf16_kernel");
   if (dbias != nullptr) add_partial_column_sums(dbias, partial, l.chunks, width, stream);
 }
-}  // namespace
 
-namespace {
 // A backward's q, k, v, out and dout as bf16 tensors, and where cuDNN serves it, its gradients as
 // cuDNN leaves them: bf16, rows packed (dq [q rows, heads x head_dim], dk and dv [k rows, kv_heads
 // x head_dim]); null where loom's kernels serve the call.

@@ -12,10 +12,9 @@
 // GPU: queue 0 (the process's) has stream slot 0, queues 1, 2, ... share the others in turn
 // (ranks 15 apart on one GPU share a stream, which orders their work but stays correct).
 //
-// What a stream's queued work uses while it runs (scratch, the cuBLASLt workspace) is the
-// stream's own: per_device.h's current_stream_object. Device memory freed on one stream goes back
-// to that stream's free lists (caching_allocator.h), so another stream never takes it while work
-// queued before the free may still touch it.
+// Device memory freed on one stream goes back to that stream's free lists (caching_allocator.h:
+// the device allocator's, the entries' scratch), so another stream never takes it while work
+// queued before the free may still touch it; cuBLASLt's workspace is one per stream.
 #include <cuda_runtime.h>
 
 namespace loom::kernels::cuda {

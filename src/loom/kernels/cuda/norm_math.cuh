@@ -4,9 +4,8 @@
 // outputs (norm_codes.cu) compute, so both compute the same outputs bit for bit. Every thread of a
 // block of kThreads threads calls the row functions (there are __syncthreads inside); `shared`
 // holds kThreads floats.
-#include <cstdint>
-
 #include <algorithm>
+#include <cstdint>
 
 #include "loom/kernels/cuda/amax.cuh"
 #include "loom/kernels/cuda/launch.cuh"

@@ -97,9 +97,6 @@ void launch_attention(float* out, const float* q, int64_t q_stride, const float*
                       const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t past,
                       int64_t rows, const PagedAttentionShape& s, cudaStream_t stream) {
   if (rows == 0) return;
-  LOOM_CHECK(s.heads > 0 && s.kv_heads > 0 && s.heads % s.kv_heads == 0 && s.head_dim > 0 && s.block_size > 0,
-             "cuda::paged_attention: heads " + std::to_string(s.heads) + ", kv_heads " + std::to_string(s.kv_heads) +
-                 ", head_dim " + std::to_string(s.head_dim) + ", block_size " + std::to_string(s.block_size));
   LOOM_CHECK(rows * s.heads <= std::numeric_limits<int32_t>::max(),
              "cuda::paged_attention: " + std::to_string(rows) + " rows x " + std::to_string(s.heads) +
                  " heads exceed one grid");

@@ -19,7 +19,7 @@ struct Cache {
 }  // namespace
 
 Scratch::Scratch() {
-  Cache& cache = current_stream_object<Cache>("device scratch", [] { return std::make_unique<Cache>(); });
+  Cache& cache = current_device_object<Cache>("device scratch", [] { return std::make_unique<Cache>(); });
   int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   lock_ = std::unique_lock<std::mutex>(cache.mutex);

@@ -1,11 +1,12 @@
 #pragma once
 // Device memory for the length of one entry's call (casts, copies, partial results), from a cache
-// per device and compute stream (compute_streams.h): what a call takes goes back to the cache when
-// the call ends, while its kernels may still be queued; the next call on that stream queues after
-// them, so stream order makes the reuse safe, and no other stream ever sees the memory. So the
-// kernels using it must run on that stream (every entry's), or on the legacy default stream,
-// which every compute stream is ordered with (the GPU tests' direct calls). A call holds its cache
-// until it ends, so threads sharing a compute queue take turns.
+// per device whose free lists are kept per compute stream (caching_allocator.h): what a call takes
+// goes back to the calling thread's stream's list when the call ends, while its kernels may still
+// be queued; the next call on that stream queues after them, so stream order makes the reuse safe,
+// and no other stream gets the memory. So the kernels using it must run on that stream (every
+// entry's), or on the legacy default stream, which every compute stream is ordered with (the GPU
+// tests' direct calls). A call holds its device's cache until it ends, so calls on one device from
+// several threads (ranks sharing a GPU) take turns on the host.
 #include <cuda_runtime.h>
 
 #include <cstdint>
