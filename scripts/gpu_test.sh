@@ -124,7 +124,8 @@ stage_kernels() {
   # cuDNN's own errors and warnings (why an engine or plan was refused: its SDPA engines compile at
   # run time) into a log per run, for the tests only (a training run would repeat them).
   export CUDNN_LOGLEVEL_DBG=2
-  CUDNN_LOGDEST_DBG="$out/cudnn_kernels.log" gtest_run test_cuda test_cuda 90 --gtest_filter="-$model_tests:$cudnn_tests"
+  CUDNN_LOGDEST_DBG="$out/cudnn_kernels.log" gtest_run test_cuda test_cuda 90 \
+    --gtest_filter="-$model_tests:$cudnn_tests"
   CUDNN_LOGDEST_DBG="$out/cudnn_attention.log" gtest_run test_cuda_cudnn test_cuda 60 --gtest_filter="$cudnn_tests"
   CUDNN_LOGDEST_DBG="$out/cudnn_model.log" gtest_run test_cuda_model test_cuda 90 --gtest_filter="$model_tests"
   unset CUDNN_LOGLEVEL_DBG
