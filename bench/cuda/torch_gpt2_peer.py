@@ -153,6 +153,9 @@ def parse_args():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--modes", default="eager,compile", help="comma-separated: eager, compile")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--vocab-size", type=int, default=0,
+                    help="rows of the embedding and head (e.g. 50304: GPT-2's 50257 padded to a multiple of 128, "
+                         "as llm.c pads its matmuls); the tokens stay below the config's vocabulary")
     ap.add_argument("--tiny", action="store_true", help="a small model of the same architecture (smoke test)")
     return ap.parse_args()
 
@@ -204,9 +207,14 @@ def main():
     a = parse_args()
     device = torch.device(a.device)
     m = train_shape.load_model(a.model)
-    flops = train_shape.flops_per_token(m, a.seq)
+    flops = train_shape.flops_per_token(m, a.seq)  # the config's vocabulary: the useful FLOPs
     if a.tiny:
         m = tiny(m)
+    token_ids = m["vocab_size"]
+    if a.vocab_size:
+        if a.vocab_size < token_ids:
+            raise SystemExit(f"--vocab-size {a.vocab_size} is below the config's vocabulary ({token_ids})")
+        m = {**m, "vocab_size": a.vocab_size}
     torch.manual_seed(1234)
     if TORCH_VERSION >= (2, 0):
         with device:  # parameters made and initialised on the device (a 1B model's init is slow on a CPU)
@@ -216,7 +224,7 @@ def main():
     opt = optimizer(model, device)
     parameters = list(model.parameters())
     generator = torch.Generator(device=device).manual_seed(1234)
-    batches = [torch.randint(0, m["vocab_size"], (a.batch, a.seq + 1), device=device, generator=generator)
+    batches = [torch.randint(0, token_ids, (a.batch, a.seq + 1), device=device, generator=generator)
                for _ in range(4)]
     batches = [(b[:, :-1].contiguous(), b[:, 1:].contiguous()) for b in batches]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
