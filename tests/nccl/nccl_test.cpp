@@ -3,15 +3,11 @@
 // a large count that is no multiple of anything), the reductions Sum, Avg and Max, split, and
 // send/recv around a ring where there are two ranks or more, and exchange_async's batch around a
 // ring at any size (to itself at one). NCCL refuses two ranks on one GPU,
-// so a one-GPU machine runs this at world size 1. And a rank that never joins: an Error after the
-// timeout (the communicators are nonblocking), not a hang. Skipped, saying why, without a GPU.
+// so a one-GPU machine runs this at world size 1. Skipped, saying why, without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include <nccl.h>
-
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <functional>
 #include <numeric>
@@ -20,9 +16,7 @@
 #include <vector>
 
 #include "../cuda/cuda_test_util.h"
-#include "loom/comm/launch.h"
 #include "loom/comm/nccl/communicator.h"
-#include "loom/core/error.h"
 
 namespace loom::comm {
 namespace {
@@ -221,38 +215,6 @@ TEST_F(NcclCollectives, ExchangeAroundARingSendsFirstAndToItself) {
       EXPECT_EQ(in_more.host(), input(previous, n + 3)) << "exchange " << n + 3;
     });
   }
-}
-
-// Rank 1 of two takes part in the broadcast of NCCL's id, then never joins: rank 0's
-// ncclCommInitRankConfig cannot finish, and with nonblocking communicators that is an Error naming
-// the group once the timeout has passed (a blocking ncclCommInitRank would wait for ever).
-TEST(NcclBootstrap, ARankThatNeverJoinsIsAnErrorAfterTheTimeout) {
-  SKIP_WITHOUT_GPU();
-  std::string error;
-  double seconds = 0.0;
-  LaunchOptions options;
-  options.backend = "threads";
-  options.ranks = 2;
-  launch(options, [&](Communicator& world) {
-    if (world.rank() == 1) {
-      ncclUniqueId id{};
-      world.broadcast(&id, sizeof(id) / sizeof(int32_t), DType::I32, 0);
-      return;
-    }
-    check_cuda(cudaSetDevice(0), "cudaSetDevice");
-    const auto start = std::chrono::steady_clock::now();
-    try {
-      make_nccl_communicator(world, 0, "lonely", CommOptions{std::chrono::seconds(2)});
-      error = "a communicator was made without rank 1";
-    } catch (const Error& e) {
-      error = e.what();
-    }
-    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  });
-  EXPECT_NE(error.find("nccl group 'lonely'"), std::string::npos) << error;
-  EXPECT_NE(error.find("did not finish within 2000 ms"), std::string::npos) << error;
-  EXPECT_GE(seconds, 2.0);
-  EXPECT_LT(seconds, 30.0);  // the abort ended NCCL's wait for the missing rank
 }
 
 }  // namespace

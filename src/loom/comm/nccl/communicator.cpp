@@ -48,45 +48,15 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-// Every communicator is nonblocking (NCCL's config blocking = 0): an NCCL call returns at once,
-// with ncclInProgress while what it started (connecting to the peers, queueing a group's kernels)
-// goes on in the background, until the communicator's state (ncclCommGetAsyncError) says it is
-// done. Init, split and every operation's issue thus wait on the host under CommOptions::timeout,
-// and ncclCommAbort from any thread ends them: a rank that never joins, or an operation that cannot
-// be set up, is a loom::Error naming the group, not a hang.
-ncclConfig_t nonblocking_config() {
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  return config;
-}
-
-using Clock = std::chrono::steady_clock;
-
-// `comm`'s state once it leaves ncclInProgress (ncclSuccess or the error), or ncclInProgress
-// still at `deadline`.
-ncclResult_t settled_state(ncclComm_t comm, Clock::time_point deadline) {
-  for (;;) {
-    ncclResult_t state = ncclInProgress;
-    const ncclResult_t query = ncclCommGetAsyncError(comm, &state);
-    if (query != ncclSuccess) return query;
-    if (state != ncclInProgress || Clock::now() > deadline) return state;
-    std::this_thread::sleep_for(std::chrono::microseconds(10));
-  }
-}
-
-struct Calls;
-
 // A reduction over one rank is the identity, so a group of one copies instead of calling NCCL:
 // faster, and NCCL's one-rank ncclAvg left the last elements of a count 2^20 + 3 unwritten
 // (seen on an H100 with PyTorch's NCCL for CUDA 13, out of place).
 auto one_rank_copy(const void* send, void* recv, size_t bytes) {
-  return [=](const Calls&, ncclComm_t, cudaStream_t stream) {
+  return [=](ncclComm_t, cudaStream_t stream) {
     if (send != recv && bytes > 0)
       check_runtime(cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync (one rank)");
   };
 }
-
-constexpr std::chrono::seconds kFinalizeTimeout{10};
 
 // The state every group of one rank shares: its GPU and NCCL communicator. Once aborted (a
 // timeout, an asynchronous NCCL error) the communicator is gone and every operation of the group,
@@ -94,7 +64,6 @@ constexpr std::chrono::seconds kFinalizeTimeout{10};
 struct Endpoint {
   std::atomic<ncclComm_t> comm{nullptr};
   std::atomic<bool> aborted{false};
-  bool ready = false;  // made (init or split settled); one that is not is aborted, never finalised
   int device = 0;
   cudaStream_t stream = nullptr;  // the communication stream
   float* scratch = nullptr;       // barrier's one element
@@ -104,36 +73,11 @@ struct Endpoint {
     aborted = true;
     if (ncclComm_t c = comm.exchange(nullptr)) ncclCommAbort(c);
   }
-  // After an NCCL call on this communicator (`result`, the call named by `what`): returns once
-  // what the call started is done (init, split) or queued on the stream (an operation); an error,
-  // or the call still in progress after `timeout`, aborts the communicator and throws.
-  void settle(ncclResult_t result, const std::string& what, std::chrono::milliseconds timeout) {
-    if (result == ncclInProgress) {
-      const ncclComm_t c = comm;
-      if (c == nullptr) throw Error("NCCL: " + what + ": the NCCL communicator was aborted");
-      result = settled_state(c, Clock::now() + timeout);
-      if (result == ncclInProgress) {
-        abort();
-        throw Error("NCCL: " + what + " did not finish within " + std::to_string(timeout.count()) +
-                    " ms (a rank did not take part; the NCCL communicator is aborted)");
-      }
-    }
-    if (result != ncclSuccess) {
-      abort();
-      throw Error("NCCL: " + what + " failed: " + ncclGetErrorString(result) + " (" + ncclGetLastError(nullptr) +
-                  "; the NCCL communicator is aborted)");
-    }
-  }
   // Destroying waits for the communicator's work: with work still queued (a rank unwinding after a
-  // failure, its peers gone) that could be forever, so such a communicator, or one never made
-  // whole, is aborted instead. Otherwise it is finalised (its work flushed, in the background) and
-  // destroyed once that is done, or aborted if that takes longer than kFinalizeTimeout.
+  // failure, its peers gone) that could be forever, so it is aborted instead.
   ~Endpoint() {
     if (ncclComm_t c = comm.exchange(nullptr)) {
-      const bool idle = ready && (stream == nullptr || cudaStreamQuery(stream) == cudaSuccess);
-      ncclResult_t finalized = idle ? ncclCommFinalize(c) : ncclInternalError;
-      if (finalized == ncclInProgress) finalized = settled_state(c, Clock::now() + kFinalizeTimeout);
-      if (finalized == ncclSuccess) {
+      if (stream == nullptr || cudaStreamQuery(stream) == cudaSuccess) {
         ncclCommDestroy(c);
       } else {
         ncclCommAbort(c);
@@ -144,26 +88,15 @@ struct Endpoint {
   }
 };
 
-// The NCCL calls of one operation on the communication stream: each call's result settled
-// (Endpoint::settle) under the group's timeout, errors naming the operation and the call.
-struct Calls {
-  Endpoint& endpoint;
-  std::string operation;  // "nccl group 'dp' (rank 1 of 2): all_reduce #7"
-  std::chrono::milliseconds timeout;
-  void operator()(ncclResult_t result, const char* call) const {
-    endpoint.settle(result, operation + ": " + call, timeout);
-  }
-};
-
 // ncclGroupStart ... ncclGroupEnd whose end is called however the calls between end: NCCL keeps a
 // group open per thread, and every later NCCL call of the thread would join the open group and
-// never run. The group's calls are queued at its end, which is settled as one call.
+// never run.
 class NcclGroup {
  public:
-  explicit NcclGroup(const Calls& calls) : calls_(calls) { check_nccl(ncclGroupStart(), "ncclGroupStart"); }
+  NcclGroup() { check_nccl(ncclGroupStart(), "ncclGroupStart"); }
   void end() {
     open_ = false;
-    calls_(ncclGroupEnd(), "ncclGroupEnd");
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
   }
   ~NcclGroup() {
     if (open_) (void)ncclGroupEnd();  // unwinding: the error that got us here is the one reported
@@ -172,7 +105,6 @@ class NcclGroup {
   NcclGroup& operator=(const NcclGroup&) = delete;
 
  private:
-  const Calls& calls_;
   bool open_ = true;
 };
 
@@ -244,35 +176,35 @@ class NcclCommunicator final : public Communicator {
 
   WorkHandle all_reduce_async(void* data, int64_t count, DType dtype, ReduceOp op) override {
     reduce_type(dtype);  // the same error as NCCL would give for an element type it cannot reduce
-    if (size_ == 1) return issue("all_reduce", [](const Calls&, ncclComm_t, cudaStream_t) {});
-    return issue("all_reduce", [&](const Calls& nccl, ncclComm_t c, cudaStream_t s) {
-      nccl(ncclAllReduce(data, data, size_t(count), reduce_type(dtype), nccl_op(op), c, s), "ncclAllReduce");
+    if (size_ == 1) return issue("all_reduce", [](ncclComm_t, cudaStream_t) {});
+    return issue("all_reduce", [&](ncclComm_t c, cudaStream_t s) {
+      check_nccl(ncclAllReduce(data, data, size_t(count), reduce_type(dtype), nccl_op(op), c, s), "ncclAllReduce");
     });
   }
   WorkHandle reduce_scatter_async(const void* send, void* recv, int64_t recv_count, DType dtype,
                                   ReduceOp op) override {
     reduce_type(dtype);
     if (size_ == 1) return issue("reduce_scatter", one_rank_copy(send, recv, bytes(recv_count, dtype)));
-    return issue("reduce_scatter", [&](const Calls& nccl, ncclComm_t c, cudaStream_t s) {
-      nccl(ncclReduceScatter(send, recv, size_t(recv_count), reduce_type(dtype), nccl_op(op), c, s),
+    return issue("reduce_scatter", [&](ncclComm_t c, cudaStream_t s) {
+      check_nccl(ncclReduceScatter(send, recv, size_t(recv_count), reduce_type(dtype), nccl_op(op), c, s),
                  "ncclReduceScatter");
     });
   }
   WorkHandle all_gather_async(const void* send, void* recv, int64_t send_count, DType dtype) override {
-    return issue("all_gather", [&](const Calls& nccl, ncclComm_t c, cudaStream_t s) {
-      nccl(ncclAllGather(send, recv, bytes(send_count, dtype), ncclUint8, c, s), "ncclAllGather");
+    return issue("all_gather", [&](ncclComm_t c, cudaStream_t s) {
+      check_nccl(ncclAllGather(send, recv, bytes(send_count, dtype), ncclUint8, c, s), "ncclAllGather");
     });
   }
   WorkHandle all_gather_v_async(const void* send, void* recv, std::span<const int64_t> counts,
                                 DType dtype) override {
     check_counts(counts, "all_gather_v");
-    return issue("all_gather_v", [&](const Calls& nccl, ncclComm_t c, cudaStream_t s) {
+    return issue("all_gather_v", [&](ncclComm_t c, cudaStream_t s) {
       size_t offset = 0;
-      NcclGroup group(nccl);
+      NcclGroup group;
       for (int r = 0; r < size_; ++r) {
         const size_t n = bytes(counts[size_t(r)], dtype);
         if (n > 0)
-          nccl(ncclBroadcast(send, static_cast<char*>(recv) + offset, n, ncclUint8, r, c, s), "ncclBroadcast");
+          check_nccl(ncclBroadcast(send, static_cast<char*>(recv) + offset, n, ncclUint8, r, c, s), "ncclBroadcast");
         offset += n;
       }
       group.end();
@@ -280,16 +212,16 @@ class NcclCommunicator final : public Communicator {
   }
   WorkHandle broadcast_async(void* data, int64_t count, DType dtype, int root) override {
     check_rank(root, "broadcast root");
-    return issue("broadcast", [&](const Calls& nccl, ncclComm_t c, cudaStream_t s) {
-      nccl(ncclBroadcast(data, data, bytes(count, dtype), ncclUint8, root, c, s), "ncclBroadcast");
+    return issue("broadcast", [&](ncclComm_t c, cudaStream_t s) {
+      check_nccl(ncclBroadcast(data, data, bytes(count, dtype), ncclUint8, root, c, s), "ncclBroadcast");
     });
   }
   WorkHandle reduce_async(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op, int root) override {
     check_rank(root, "reduce root");
     reduce_type(dtype);
     if (size_ == 1) return issue("reduce", one_rank_copy(send, recv, bytes(count, dtype)));
-    return issue("reduce", [&](const Calls& nccl, ncclComm_t c, cudaStream_t s) {
-      nccl(ncclReduce(send, recv, size_t(count), reduce_type(dtype), nccl_op(op), root, c, s), "ncclReduce");
+    return issue("reduce", [&](ncclComm_t c, cudaStream_t s) {
+      check_nccl(ncclReduce(send, recv, size_t(count), reduce_type(dtype), nccl_op(op), root, c, s), "ncclReduce");
     });
   }
   WorkHandle all_to_all_async(const void* send, void* recv, int64_t count, DType dtype) override {
@@ -300,14 +232,14 @@ class NcclCommunicator final : public Communicator {
                                 std::span<const int64_t> recv_counts, DType dtype) override {
     check_counts(send_counts, "all_to_all_v send counts");
     check_counts(recv_counts, "all_to_all_v recv counts");
-    return issue("all_to_all_v", [&](const Calls& nccl, ncclComm_t c, cudaStream_t s) {
+    return issue("all_to_all_v", [&](ncclComm_t c, cudaStream_t s) {
       size_t send_offset = 0, recv_offset = 0;
-      NcclGroup group(nccl);
+      NcclGroup group;
       for (int r = 0; r < size_; ++r) {
         const size_t out = bytes(send_counts[size_t(r)], dtype), in = bytes(recv_counts[size_t(r)], dtype);
         if (out > 0)
-          nccl(ncclSend(static_cast<const char*>(send) + send_offset, out, ncclUint8, r, c, s), "ncclSend");
-        if (in > 0) nccl(ncclRecv(static_cast<char*>(recv) + recv_offset, in, ncclUint8, r, c, s), "ncclRecv");
+          check_nccl(ncclSend(static_cast<const char*>(send) + send_offset, out, ncclUint8, r, c, s), "ncclSend");
+        if (in > 0) check_nccl(ncclRecv(static_cast<char*>(recv) + recv_offset, in, ncclUint8, r, c, s), "ncclRecv");
         send_offset += out;
         recv_offset += in;
       }
@@ -315,20 +247,20 @@ class NcclCommunicator final : public Communicator {
     });
   }
   WorkHandle barrier_async() override {
-    return issue("barrier", [&](const Calls& nccl, ncclComm_t c, cudaStream_t s) {
-      nccl(ncclAllReduce(endpoint_->scratch, endpoint_->scratch, 1, ncclFloat32, ncclSum, c, s), "ncclAllReduce");
+    return issue("barrier", [&](ncclComm_t c, cudaStream_t s) {
+      check_nccl(ncclAllReduce(endpoint_->scratch, endpoint_->scratch, 1, ncclFloat32, ncclSum, c, s), "ncclAllReduce");
     });
   }
   WorkHandle send_async(const void* data, int64_t count, DType dtype, int peer, int /*tag*/) override {
     check_rank(peer, "send peer");
-    return issue("send", [&](const Calls& nccl, ncclComm_t c, cudaStream_t s) {
-      nccl(ncclSend(data, bytes(count, dtype), ncclUint8, peer, c, s), "ncclSend");
+    return issue("send", [&](ncclComm_t c, cudaStream_t s) {
+      check_nccl(ncclSend(data, bytes(count, dtype), ncclUint8, peer, c, s), "ncclSend");
     });
   }
   WorkHandle recv_async(void* data, int64_t count, DType dtype, int peer, int /*tag*/) override {
     check_rank(peer, "recv peer");
-    return issue("recv", [&](const Calls& nccl, ncclComm_t c, cudaStream_t s) {
-      nccl(ncclRecv(data, bytes(count, dtype), ncclUint8, peer, c, s), "ncclRecv");
+    return issue("recv", [&](ncclComm_t c, cudaStream_t s) {
+      check_nccl(ncclRecv(data, bytes(count, dtype), ncclUint8, peer, c, s), "ncclRecv");
     });
   }
   // One NCCL group: every op of the batch runs in one launch, so sends and recvs between two
@@ -337,15 +269,15 @@ class NcclCommunicator final : public Communicator {
   // A rank may send to itself (NCCL >= 2.7) when the batch also holds the matching recv.
   std::vector<WorkHandle> exchange_async(std::span<const PeerOp> ops) override {
     for (const PeerOp& op : ops) check_rank(op.peer, op.is_send() ? "exchange send peer" : "exchange recv peer");
-    WorkHandle group = issue("exchange", [&](const Calls& nccl, ncclComm_t c, cudaStream_t s) {
-      NcclGroup batch(nccl);
+    WorkHandle group = issue("exchange", [&](ncclComm_t c, cudaStream_t s) {
+      NcclGroup batch;
       for (const PeerOp& op : ops) {
         const size_t n = bytes(op.count, op.dtype);
         if (n == 0) continue;
         if (op.is_send()) {
-          nccl(ncclSend(op.data, n, ncclUint8, op.peer, c, s), "ncclSend");
+          check_nccl(ncclSend(op.data, n, ncclUint8, op.peer, c, s), "ncclSend");
         } else {
-          nccl(ncclRecv(op.data, n, ncclUint8, op.peer, c, s), "ncclRecv");
+          check_nccl(ncclRecv(op.data, n, ncclUint8, op.peer, c, s), "ncclRecv");
         }
       }
       batch.end();
@@ -382,14 +314,12 @@ class NcclCommunicator final : public Communicator {
                   "cudaEventRecord (compute stream)");
     check_runtime(cudaStreamWaitEvent(endpoint_->stream, ready, 0), "cudaStreamWaitEvent");
     cudaEventDestroy(ready);
-    const Calls calls{*endpoint_,
-                      "nccl group '" + name_ + "' (rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
-                          "): " + op + " #" + std::to_string(++sequence_),
-                      options_.timeout};
-    body(calls, comm, endpoint_->stream);  // each call settled: its kernels are on the stream
+    body(comm, endpoint_->stream);
     check_runtime(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
     check_runtime(cudaEventRecord(done, endpoint_->stream), "cudaEventRecord (communication stream)");
-    return std::make_shared<NcclWork>(endpoint_, done, calls.operation, options_.timeout);
+    const std::string what = "nccl group '" + name_ + "' (rank " + std::to_string(rank_) + " of " +
+                             std::to_string(size_) + "): " + op + " #" + std::to_string(++sequence_);
+    return std::make_shared<NcclWork>(endpoint_, done, what, options_.timeout);
   }
 
   std::shared_ptr<Endpoint> endpoint_;
@@ -421,15 +351,10 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, const 
   std::vector<int> all(static_cast<size_t>(3 * size_));
   check_runtime(cudaMemcpy(all.data(), table.get() + 3, all.size() * sizeof(int), cudaMemcpyDeviceToHost),
                 "cudaMemcpy");
-  // The child is made in the background, as the parent's work: the parent's state says when it is.
   ncclComm_t child = nullptr;
-  ncclConfig_t config = nonblocking_config();
-  const ncclComm_t parent = endpoint_->comm;
-  LOOM_CHECK(parent != nullptr, "nccl group '" + name_ + "': split after the communicator was aborted");
-  endpoint_->settle(ncclCommSplit(parent, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config),
-                    "nccl group '" + name_ + "': ncclCommSplit into '" + name + "'", options_.timeout);
+  check_nccl(ncclCommSplit(endpoint_->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, nullptr),
+             "ncclCommSplit");
   if (color < 0) return nullptr;
-  LOOM_CHECK(child != nullptr, "nccl group '" + name_ + "': ncclCommSplit into '" + name + "' made no communicator");
   std::vector<int> members;  // old ranks of the new group, by (key, rank)
   for (int r = 0; r < size_; ++r)
     if (all[size_t(3 * r)] == color) members.push_back(r);
@@ -439,7 +364,6 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, const 
   for (int r : members) world.push_back(all[size_t(3 * r + 2)]);
   auto endpoint = make_endpoint(endpoint_->device);
   endpoint->comm = child;
-  endpoint->ready = true;
   return std::make_unique<NcclCommunicator>(std::move(endpoint), name, std::move(world), options_);
 }
 
@@ -449,31 +373,13 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(std::span<con
                                                                    const std::string& name,
                                                                    const CommOptions& options) {
   LOOM_CHECK(!devices.empty(), "make_nccl_communicators: no devices given");
-  const int n = static_cast<int>(devices.size());
-  ncclUniqueId id{};
-  check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
-  std::vector<std::shared_ptr<Endpoint>> endpoints;
-  for (int device : devices) endpoints.push_back(make_endpoint(device));
-  // One group: the ranks of one process must start together (each waits for the others).
-  ncclConfig_t config = nonblocking_config();
-  check_nccl(ncclGroupStart(), "ncclGroupStart");
-  ncclResult_t started = ncclSuccess;
-  for (int r = 0; r < n && (started == ncclSuccess || started == ncclInProgress); ++r) {
-    check_runtime(cudaSetDevice(devices[size_t(r)]), "cudaSetDevice");
-    ncclComm_t comm = nullptr;
-    started = ncclCommInitRankConfig(&comm, n, id, r, &config);
-    if (started == ncclSuccess || started == ncclInProgress) endpoints[size_t(r)]->comm = comm;
-  }
-  const ncclResult_t ended = ncclGroupEnd();
-  check_nccl(started, "ncclCommInitRankConfig");
+  std::vector<ncclComm_t> comms(devices.size());
+  check_nccl(ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()), "ncclCommInitAll");
   std::vector<std::unique_ptr<Communicator>> out;
-  for (int r = 0; r < n; ++r) {
-    Endpoint& e = *endpoints[size_t(r)];
-    e.settle(ended, "nccl group '" + name + "': ncclCommInitRankConfig (rank " + std::to_string(r) + " of " +
-                        std::to_string(n) + " on cuda:" + std::to_string(devices[size_t(r)]) + ")",
-             options.timeout);
-    e.ready = true;
-    out.push_back(std::make_unique<NcclCommunicator>(endpoints[size_t(r)], name, std::vector<int>{}, options));
+  for (size_t r = 0; r < devices.size(); ++r) {
+    auto endpoint = make_endpoint(devices[r]);
+    endpoint->comm = comms[r];
+    out.push_back(std::make_unique<NcclCommunicator>(std::move(endpoint), name, std::vector<int>{}, options));
   }
   return out;
 }
@@ -486,14 +392,8 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, in
   bootstrap.broadcast(&id, sizeof(id) / sizeof(int32_t), DType::I32, 0);
   auto endpoint = make_endpoint(device);
   ncclComm_t comm = nullptr;
-  ncclConfig_t config = nonblocking_config();
-  const ncclResult_t started = ncclCommInitRankConfig(&comm, bootstrap.size(), id, bootstrap.rank(), &config);
-  if (started == ncclSuccess || started == ncclInProgress) endpoint->comm = comm;
-  endpoint->settle(started, "nccl group '" + name + "': ncclCommInitRankConfig (rank " +
-                                std::to_string(bootstrap.rank()) + " of " + std::to_string(bootstrap.size()) +
-                                " on cuda:" + std::to_string(device) + ")",
-                   options.timeout);
-  endpoint->ready = true;
+  check_nccl(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()), "ncclCommInitRank");
+  endpoint->comm = comm;
   return std::make_unique<NcclCommunicator>(std::move(endpoint), name, bootstrap.world_ranks(), options);
 }
 

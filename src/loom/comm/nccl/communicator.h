@@ -13,11 +13,6 @@
 // one cannot leave the thread's later NCCL calls stranded in an open group; a group destroyed with
 // work still queued is aborted rather than destroyed (destroying waits for that work, which may
 // never finish).
-// The NCCL communicators are nonblocking (config blocking = 0): NCCL returns at once from every
-// call and sets up in the background (init waiting for the other ranks, a split, connections for
-// a first operation), so making a group, splitting one and issuing an operation also wait on the
-// host under CommOptions::timeout: a rank that never joins is an Error naming the group and the
-// call, the communicator aborted, not a hang.
 //
 // Where NCCL differs from the other backends' semantics (communicator.h), plainly:
 // - bf16/f16 sums are NCCL's (reduced in the element type along the ring or tree), not
