@@ -15,15 +15,17 @@ namespace loom::kernels::cuda {
 
 namespace {
 
-// Every cache that has allocated on each device, for a cache short of memory to ask the others.
+// Every cache that has allocated on a device, for a cache short of memory to ask the others.
+// A lock per device: emptying a cache frees to the device, which waits for its work, and that may
+// be a collective waiting for a rank on another GPU that must not wait for this one's list.
 // Never destroyed (caches of per-device objects live to the end of the process).
-struct CacheRegistry {
+struct DeviceCaches {
   std::mutex mutex;
-  std::array<std::vector<CachingAllocator*>, kMaxDevices> caches;
+  std::vector<CachingAllocator*> caches;
 };
-CacheRegistry& registry() {
-  static auto* made = new CacheRegistry();
-  return *made;
+DeviceCaches& caches_of(int device) {
+  static auto* made = new std::array<DeviceCaches, kMaxDevices>();
+  return (*made)[static_cast<size_t>(device)];
 }
 
 }  // namespace
@@ -36,10 +38,9 @@ size_t CachingAllocator::rounded_size(size_t bytes) {
 
 CachingAllocator::~CachingAllocator() {
   if (device_ >= 0) {
-    CacheRegistry& r = registry();
-    std::lock_guard<std::mutex> lock(r.mutex);
-    auto& list = r.caches[static_cast<size_t>(device_)];
-    list.erase(std::remove(list.begin(), list.end(), this), list.end());
+    DeviceCaches& list = caches_of(device_);
+    std::lock_guard<std::mutex> lock(list.mutex);
+    list.caches.erase(std::remove(list.caches.begin(), list.caches.end(), this), list.caches.end());
   }
   for (auto& [ptr, size] : sizes_) cudaFree(ptr);  // destructors cannot throw; the process may be ending
 }
@@ -67,9 +68,9 @@ void* CachingAllocator::allocate(size_t bytes, cudaStream_t stream) {
   if (device_ < 0) {
     LOOM_CHECK(device < kMaxDevices, "CachingAllocator: device " + std::to_string(device) + " beyond the supported " +
                                          std::to_string(kMaxDevices));
-    CacheRegistry& r = registry();
-    std::lock_guard<std::mutex> registry_lock(r.mutex);
-    r.caches[static_cast<size_t>(device)].push_back(this);
+    DeviceCaches& list = caches_of(device);
+    std::lock_guard<std::mutex> list_lock(list.mutex);
+    list.caches.push_back(this);
     device_ = device;
   }
   LOOM_CHECK(device == device_, "CachingAllocator: asked for memory on cuda:" + std::to_string(device) +
@@ -122,20 +123,23 @@ void CachingAllocator::empty_cache_locked() {
   if (free_.empty()) return;
   // A block's last stream may still have work on it queued; cudaFree is not ordered by streams.
   synchronize_compute_streams(device_);
-  for (auto& [key, ptr] : free_) {
-    check_cuda(cudaFree(ptr), "cudaFree");
+  while (!free_.empty()) {  // each block off the lists as it goes: a failing cudaFree leaves none freed there
+    const auto it = free_.begin();
+    void* ptr = it->second;
+    const size_t size = it->first.second;
+    free_.erase(it);
     sizes_.erase(ptr);
+    stats_.cached_bytes -= static_cast<int64_t>(size);
+    check_cuda(cudaFree(ptr), "cudaFree");
   }
-  free_.clear();
-  stats_.cached_bytes = 0;
 }
 
 void CachingAllocator::give_back_device_memory() {
   empty_cache_locked();
   {
-    CacheRegistry& r = registry();
-    std::lock_guard<std::mutex> lock(r.mutex);
-    for (CachingAllocator* other : r.caches[static_cast<size_t>(device_)])
+    DeviceCaches& list = caches_of(device_);
+    std::lock_guard<std::mutex> lock(list.mutex);
+    for (CachingAllocator* other : list.caches)
       if (other != this) other->try_empty_cache();
   }
   // cudaMallocAsync's pool keeps what its temporaries freed (the backend asks it to, so each step
