@@ -123,7 +123,7 @@ void CachingAllocator::empty_cache_locked() {
   if (free_.empty()) return;
   // A block's last stream may still have work on it queued; cudaFree is not ordered by streams.
   synchronize_compute_streams(device_);
-  while (!free_.empty()) {  // each block off the lists as it goes: a failing cudaFree leaves none freed there
+  while (!free_.empty()) {  // off the lists before its cudaFree: a failure leaves no freed block there
     const auto it = free_.begin();
     void* ptr = it->second;
     const size_t size = it->first.second;
