@@ -188,6 +188,46 @@ TEST(SsdScan, StepByStepEqualsScan) {
   expect_close("y", stepped, y);
 }
 
+// A prompt prefilled in chunks through the step entry (s.seq tokens at once, continuing each
+// sequence's state): the whole row's scan, and the state token-by-token steps leave (to fp32
+// rounding: the steps round it at every token), whatever the cuts (block boundaries inside a
+// chunk, chunks of one token).
+TEST(SsdScan, ChunksContinuingTheStateEqualTheWholeScan) {
+  Problem p = make_problem(11, 4);
+  const SsdShape& s = p.s;
+  const int64_t state_size = s.heads * s.head_dim * s.state;
+  std::vector<float> y(p.rows() * s.y_stride);
+  ssd_scan_forward(y.data(), p.x.data(), p.dt.data(), p.dt_bias.data(), p.A_log.data(), p.B(), p.C(), p.D.data(), s,
+                   nullptr);
+  // Runs of `cuts` tokens of each row through the step entry, from a zero state.
+  auto run = [&](const std::vector<int64_t>& cuts, std::vector<float>& out, std::vector<float>& state) {
+    out.assign(y.size(), NAN);
+    state.assign(s.batch * state_size, 0.0f);
+    for (int64_t b = 0; b < s.batch; ++b) {
+      int64_t t0 = 0;
+      for (int64_t len : cuts) {
+        SsdShape chunk = s;
+        chunk.batch = 1;
+        chunk.seq = len;
+        const int64_t row = b * s.seq + t0;
+        ssd_scan_step(out.data() + row * s.y_stride, state.data() + b * state_size, p.x.data() + row * s.x_stride,
+                      p.dt.data() + row * s.dt_stride, p.dt_bias.data(), p.A_log.data(), p.B() + row * s.bc_stride,
+                      p.C() + row * s.bc_stride, p.D.data(), chunk);
+        t0 += len;
+      }
+    }
+  };
+  std::vector<float> stepped, stepped_state;
+  run(std::vector<int64_t>(11, 1), stepped, stepped_state);
+  for (const std::vector<int64_t>& cuts : std::vector<std::vector<int64_t>>{{11}, {1, 10}, {4, 4, 3}, {3, 6, 1, 1}}) {
+    std::vector<float> chunked, state;
+    run(cuts, chunked, state);
+    SCOPED_TRACE(cuts.size());
+    expect_close("y", chunked, y);
+    expect_close("state", state, stepped_state);
+  }
+}
+
 TEST(SsdScan, BackwardMatchesFiniteDifferences) {
   Problem p = make_problem(9, 4);
   p.docs = {0, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 2, 2};
@@ -239,9 +279,37 @@ TEST(MambaKernels, CausalConvStepEqualsForward) {
   auto in = random_vector(6 * 3, 1), w = random_vector(3 * 4, 2), b = random_vector(3, 3);
   std::vector<float> full(6 * 3), stepped(6 * 3), window(3 * 3, 0.0f);
   causal_conv_silu_forward(full.data(), in.data(), w.data(), b.data(), s, nullptr);
+  ConvShape one = s;
+  one.seq = 1;
   for (int64_t t = 0; t < 6; ++t)
-    causal_conv_silu_step(stepped.data() + t * 3, window.data(), in.data() + t * 3, w.data(), b.data(), s);
+    causal_conv_silu_step(stepped.data() + t * 3, window.data(), in.data() + t * 3, w.data(), b.data(), one);
   expect_close("conv", stepped, full);
+}
+
+// A prompt prefilled in chunks through the step entry (s.seq tokens at once after the window's):
+// the outputs of the whole row's convolution, and the window token-by-token steps leave, whatever
+// the cuts (chunks shorter than the window too).
+TEST(MambaKernels, CausalConvChunksContinuingTheWindowEqualTheForward) {
+  const ConvShape s{1, 9, 3, 4, 3, 3};
+  auto in = random_vector(9 * 3, 1), w = random_vector(3 * 4, 2), b = random_vector(3, 3);
+  std::vector<float> full(9 * 3), ignored(3), stepped_window(3 * 3, 0.0f);
+  causal_conv_silu_forward(full.data(), in.data(), w.data(), b.data(), s, nullptr);
+  ConvShape one = s;
+  one.seq = 1;
+  for (int64_t t = 0; t < 9; ++t)
+    causal_conv_silu_step(ignored.data(), stepped_window.data(), in.data() + t * 3, w.data(), b.data(), one);
+  for (const std::vector<int64_t>& cuts : std::vector<std::vector<int64_t>>{{9}, {1, 8}, {2, 2, 5}, {5, 1, 3}, {2, 7}}) {
+    std::vector<float> out(9 * 3, NAN), window(3 * 3, 0.0f);
+    int64_t t0 = 0;
+    for (int64_t len : cuts) {
+      ConvShape chunk = s;
+      chunk.seq = len;
+      causal_conv_silu_step(out.data() + t0 * 3, window.data(), in.data() + t0 * 3, w.data(), b.data(), chunk);
+      t0 += len;
+    }
+    expect_close("conv", out, full);
+    EXPECT_EQ(window, stepped_window) << "cuts of " << cuts.size();
+  }
 }
 
 TEST(MambaKernels, GatedRmsNormBackwardMatchesFiniteDifferences) {

@@ -186,7 +186,9 @@ void paged_cache_write(Device device, float* k_pool, float* v_pool, const float*
 
 // --- Mamba-2 (contracts: cpu/ssd_scan.h, cpu/causal_conv.h, cpu/gated_norm.h). The chunked
 // state-space scan with softplus(dt + dt_bias) and A = -exp(A_log) folded in; backward adds into
-// every gradient. Documents restart the state (null = one document per row).
+// every gradient. Documents restart the state (null = one document per row). The step entries
+// continue each sequence by s.seq tokens from its state / window: one while decoding, a prompt's
+// chunk at once while prefilling.
 void ssd_scan_forward(Device device, float* y, const float* x, const float* dt_raw, const float* dt_bias,
                       const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,
                       const int32_t* documents);

@@ -157,15 +157,16 @@ void Mamba2Mixer::step_rows(float* residual, const float* normed, int64_t rows, 
   float* gated = sized(scratch.gated, rows * inner_, device_);
   float* rstd = sized(scratch.rstd, rows * groups_, device_);
   in_->forward(proj, normed, rows, tp_scratch);
-  const kernels::ConvShape conv_step = conv_shape(1, 1);
-  const kernels::SsdShape scan_step = scan_shape(1, 1);
-  for (int64_t t = 0; t < rows; ++t) {
+  // Adjacent rows on one state are one sequence's next tokens (a prompt's chunk): stepped as one run,
+  // the chunked scan continuing the state, instead of a launch per token.
+  for (int64_t t = 0, end = 0; t < rows; t = end) {
+    for (end = t + 1; end < rows && states[end] == states[t] && windows[end] == windows[t];) ++end;
     float* pt = proj + t * proj_width();
     float* ct = conv + t * conv_channels();
     kernels::causal_conv_silu_step(device_, ct, windows[t], pt + inner_, p.value(conv_weight_), p.value(conv_bias_),
-                                   conv_step);
+                                   conv_shape(1, end - t));
     kernels::ssd_scan_step(device_, y + t * inner_, states[t], ct, pt + inner_ + conv_channels(), p.value(dt_bias_),
-                           p.value(a_log_), ct + inner_, ct + inner_ + gn, p.value(d_), scan_step);
+                           p.value(a_log_), ct + inner_, ct + inner_ + gn, p.value(d_), scan_shape(1, end - t));
   }
   kernels::gated_rmsnorm_forward(device_, gated, rstd, y, proj, proj_width(), p.value(norm_), rows, inner_,
                                  inner_ / groups_, eps_);

@@ -55,8 +55,8 @@ class Mamba2Mixer {
   int64_t conv_channels() const { return inner_ + 2 * groups_ * state_; }
   kernels::SsdShape scan_shape(int64_t batch, int64_t seq) const;
   kernels::ConvShape conv_shape(int64_t batch, int64_t seq) const;
-  // in_proj over the rows, each row's convolution and scan step from its window and state (the
-  // rows of one sequence in order), gated norm and out_proj over the rows.
+  // in_proj over the rows, each row's convolution and scan from its window and state (the rows of
+  // one sequence in order; adjacent ones as one run), gated norm and out_proj over the rows.
   void step_rows(float* residual, const float* normed, int64_t rows, std::span<float* const> windows,
                  std::span<float* const> states, Saved& scratch, ParallelScratch& tp_scratch) const;
 

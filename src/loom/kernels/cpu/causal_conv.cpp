@@ -77,8 +77,34 @@ void causal_conv_silu_backward(float* din, float* dweight, float* dbias, const f
   }
 }
 
+namespace {
+
+// s.seq > 1 tokens per row after the window's: each token's window reads the row's earlier inputs,
+// then the window's; the window then holds the row's last kernel - 1 inputs (its own oldest ones
+// too where the row is shorter), shifted in place oldest first (position k takes position k + seq).
+void conv_continue(float* out, float* window, const float* in, const float* weight, const float* bias,
+                   const ConvShape& s) {
+  const int64_t past = s.kernel - 1;
+#pragma omp parallel for schedule(static) collapse(2)
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t c = 0; c < s.channels; ++c) {
+      float* w = window + (b * s.channels + c) * past;
+      auto input = [&](int64_t t) { return t >= 0 ? in[(b * s.seq + t) * s.in_stride + c] : w[past + t]; };
+      for (int64_t t = 0; t < s.seq; ++t) {
+        double v = bias ? bias[c] : 0.0;
+        for (int64_t k = 0; k < s.kernel; ++k) v += static_cast<double>(weight[c * s.kernel + k]) * input(t - past + k);
+        out[(b * s.seq + t) * s.out_stride + c] = static_cast<float>(v * sigmoid(v));
+      }
+      for (int64_t k = 0; k < past; ++k) w[k] = input(s.seq - past + k);
+    }
+  }
+}
+
+}  // namespace
+
 void causal_conv_silu_step(float* out, float* window, const float* in, const float* weight, const float* bias,
                            const ConvShape& s) {
+  if (s.seq > 1) return conv_continue(out, window, in, weight, bias, s);
   const int64_t past = s.kernel - 1;
 #pragma omp parallel for schedule(static) collapse(2)
   for (int64_t b = 0; b < s.batch; ++b) {

@@ -16,8 +16,9 @@ void causal_conv_silu_forward(float* out, const float* in, const float* weight, 
 void causal_conv_silu_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                                const float* weight, const float* bias, const ConvShape& s,
                                const int32_t* documents);
-// One decoding step of s.batch sequences: window [batch, channels, kernel-1] holds each
-// channel's previous inputs (oldest first) and is shifted to take `in`.
+// s.seq more tokens of each of s.batch sequences: window [batch, channels, kernel-1] holds each
+// channel's previous inputs (oldest first), read where a token's window reaches before the row's
+// start, and is shifted to take the row's inputs (one token: decoding; more: a prompt's chunk).
 void causal_conv_silu_step(float* out, float* window, const float* in, const float* weight, const float* bias,
                            const ConvShape& s);
 

@@ -284,8 +284,15 @@ void add_block(float* out, int64_t stride, int64_t row0, int64_t col, const std:
 
 }  // namespace
 
-void ssd_scan_forward(float* y, const float* x, const float* dt_raw, const float* dt_bias, const float* A_log,
-                      const float* B, const float* C, const float* D, const SsdShape& s, const int32_t* documents) {
+namespace {
+
+// The chunked scan of every row from `initial` ([batch, heads, head_dim, state]; null: zeros, and
+// then the row's first block starts a document as any other) to, when `final` is given, each
+// row's state after its last token written there (it may be `initial`: each (row, group) reads
+// its heads' states before it writes them).
+void chunked_scan(float* y, const float* x, const float* dt_raw, const float* dt_bias, const float* A_log,
+                  const float* B, const float* C, const float* D, const SsdShape& s, const int32_t* documents,
+                  const float* initial, float* final) {
   const int64_t per_group = s.heads / s.groups, state_size = s.head_dim * s.state;
 #pragma omp parallel for schedule(dynamic) collapse(2)
   for (int64_t b = 0; b < s.batch; ++b) {
@@ -294,18 +301,38 @@ void ssd_scan_forward(float* y, const float* x, const float* dt_raw, const float
       for (int64_t k = 0; k < per_group; ++k)
         heads.push_back(head_block(s, b, g * per_group + k, x, dt_raw, dt_bias, A_log, B, C, D));
       std::vector<std::vector<double>> states(per_group, std::vector<double>(state_size, 0.0));
+      if (initial) {
+        for (int64_t k = 0; k < per_group; ++k) {
+          const float* from = initial + (b * s.heads + g * per_group + k) * state_size;
+          std::copy(from, from + state_size, states[k].begin());
+        }
+      }
       std::vector<double> cb;
       for (const Segment& seg : segments_of_row(s, b, documents)) {
         block_cb(cb, heads[0], seg);
+        const bool restart = seg.starts_document && !(initial && seg.begin == 0);
         for (int64_t k = 0; k < per_group; ++k) {
-          if (seg.starts_document) std::fill(states[k].begin(), states[k].end(), 0.0);
+          if (restart) std::fill(states[k].begin(), states[k].end(), 0.0);
           heads[k].load(seg);
           block_output(y, s, heads[k], seg, states[k], cb);
           advance_state(states[k], heads[k], seg);
         }
       }
+      if (final) {
+        for (int64_t k = 0; k < per_group; ++k) {
+          float* to = final + (b * s.heads + g * per_group + k) * state_size;
+          for (int64_t i = 0; i < state_size; ++i) to[i] = static_cast<float>(states[k][i]);
+        }
+      }
     }
   }
+}
+
+}  // namespace
+
+void ssd_scan_forward(float* y, const float* x, const float* dt_raw, const float* dt_bias, const float* A_log,
+                      const float* B, const float* C, const float* D, const SsdShape& s, const int32_t* documents) {
+  chunked_scan(y, x, dt_raw, dt_bias, A_log, B, C, D, s, documents, nullptr, nullptr);
 }
 
 namespace {
@@ -383,6 +410,7 @@ void ssd_scan_backward(float* dx, float* ddt_raw, float* ddt_bias, float* dA_log
 
 void ssd_scan_step(float* y, float* state, const float* x, const float* dt_raw, const float* dt_bias,
                    const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s) {
+  if (s.seq > 1) return chunked_scan(y, x, dt_raw, dt_bias, A_log, B, C, D, s, nullptr, state, state);
   const int64_t P = s.head_dim, N = s.state, per_group = s.heads / s.groups;
 #pragma omp parallel for schedule(static) collapse(2)
   for (int64_t b = 0; b < s.batch; ++b) {

@@ -22,8 +22,10 @@ void ssd_scan_backward(float* dx, float* ddt_raw, float* ddt_bias, float* dA_log
                        const float* dy, const float* x, const float* dt_raw, const float* dt_bias,
                        const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,
                        const int32_t* documents);
-// One decoding step of s.batch sequences (s.seq = 1): state [batch, heads, head_dim, state] is
-// advanced by the token and y written.
+// s.seq more tokens of each of s.batch sequences: state [batch, heads, head_dim, state] is
+// advanced by them and y written. One token (decoding): the recurrence itself; more (a prompt's
+// chunk): the chunked scan continuing from the state, which then holds the state after the
+// row's last token (rounded to fp32 once, where token by token it is rounded at every token).
 void ssd_scan_step(float* y, float* state, const float* x, const float* dt_raw, const float* dt_bias,
                    const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s);
 

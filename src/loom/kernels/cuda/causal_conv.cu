@@ -115,6 +115,39 @@ __global__ void conv_step_kernel(float* __restrict__ out, float* __restrict__ wi
   }
 }
 
+// A token's input, t from the row's start: the row's, or the window's before it (t in [-past, 0)).
+__device__ inline float continued_input(const ConvShape& s, const float* in, const float* w, int64_t b, int64_t t,
+                                        int64_t c) {
+  return t >= 0 ? in[(b * s.seq + t) * s.in_stride + c] : w[s.kernel - 1 + t];
+}
+
+// s.seq > 1 tokens per row after the window's (cpu/causal_conv.cpp: conv_continue): one thread per
+// (row, token, channel) reading the window, which the next kernel then shifts.
+__global__ void conv_continue_kernel(float* __restrict__ out, const float* __restrict__ window,
+                                     const float* __restrict__ in, const float* __restrict__ weight,
+                                     const float* __restrict__ bias, ConvShape s) {
+  const int64_t n = s.batch * s.seq * s.channels, past = s.kernel - 1;
+  for (int64_t i = grid_start(); i < n; i += grid_stride()) {
+    const int64_t c = i % s.channels, bt = i / s.channels, b = bt / s.seq, t = bt % s.seq;
+    const float* w = window + (b * s.channels + c) * past;
+    double v = bias ? bias[c] : 0.0;
+    for (int64_t k = 0; k < s.kernel; ++k)
+      v += static_cast<double>(weight[c * s.kernel + k]) * continued_input(s, in, w, b, t - past + k, c);
+    out[bt * s.out_stride + c] = static_cast<float>(v * sigmoid_of(v));
+  }
+}
+
+// The window takes the row's last `past` inputs: position k from position k + seq (ascending, so
+// every position is read before it is written).
+__global__ void conv_window_kernel(float* __restrict__ window, const float* __restrict__ in, ConvShape s) {
+  const int64_t past = s.kernel - 1;
+  for (int64_t i = grid_start(); i < s.batch * s.channels; i += grid_stride()) {
+    const int64_t b = i / s.channels, c = i % s.channels;
+    float* w = window + i * past;
+    for (int64_t k = 0; k < past; ++k) w[k] = continued_input(s, in, w, b, s.seq - past + k, c);
+  }
+}
+
 }  // namespace
 
 void causal_conv_silu_forward(float* out, const float* in, const float* weight, const float* bias,
@@ -146,6 +179,13 @@ void causal_conv_silu_step(float* out, float* window, const float* in, const flo
                            const ConvShape& s, cudaStream_t stream) {
   const int64_t n = s.batch * s.channels;
   if (n == 0) return;
+  if (s.seq > 1) {  // a prompt's chunk
+    conv_continue_kernel<<<grid_for(n * s.seq), kThreads, 0, stream>>>(out, window, in, weight, bias, s);
+    check_launch("conv_continue_kernel");
+    conv_window_kernel<<<grid_for(n), kThreads, 0, stream>>>(window, in, s);
+    check_launch("conv_window_kernel");
+    return;
+  }
   conv_step_kernel<<<grid_for(n), kThreads, 0, stream>>>(out, window, in, weight, bias, s);
   check_launch("conv_step_kernel");
 }

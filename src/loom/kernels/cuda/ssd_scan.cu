@@ -95,25 +95,32 @@ __device__ void advance_state(const HeadScan& hs, const Segment& seg) {
 
 // One thread block per (row, head): y (when given, with block_dots' array), or the entering state of
 // every block that does not start a document (when `entering` is given: the backward's
-// recomputation), in slots.
+// recomputation), in slots; from and to the carried states when given (the row's first block then
+// continues the initial state instead of starting a document).
 __global__ void ssd_forward_kernel(float* y, const double* dots, double* entering, int64_t slots, ScanInputs in,
                                    SsdShape s, const int32_t* __restrict__ table, const int32_t* __restrict__ counts,
-                                   double* work) {
-  const int64_t b = blockIdx.x / s.heads, h = blockIdx.x % s.heads;
+                                   double* work, CarriedState carried) {
+  const int64_t b = blockIdx.x / s.heads, h = blockIdx.x % s.heads, size = s.head_dim * s.state;
   HeadScan hs = head_scan(in, s, b, h, work + blockIdx.x * forward_work(s));
-  for (int64_t k = threadIdx.x; k < s.head_dim * s.state; k += blockDim.x) hs.S[k] = 0.0;
+  const float* initial = carried.initial ? carried.initial + blockIdx.x * size : nullptr;
+  for (int64_t k = threadIdx.x; k < size; k += blockDim.x) hs.S[k] = initial ? initial[k] : 0.0;
   int64_t slot = 0;
   for (int32_t i = 0; i < counts[b]; ++i) {
     const Segment seg = segment_at(table, s, b, i);
-    double* saved = entering ? entering + ((b * s.heads + h) * slots + slot) * s.head_dim * s.state : nullptr;
-    for (int64_t k = threadIdx.x; k < s.head_dim * s.state; k += blockDim.x) {
-      if (seg.starts_document) hs.S[k] = 0.0;
+    const bool restart = seg.starts_document && !(initial && seg.begin == 0);
+    double* saved = entering ? entering + ((b * s.heads + h) * slots + slot) * size : nullptr;
+    for (int64_t k = threadIdx.x; k < size; k += blockDim.x) {
+      if (restart) hs.S[k] = 0.0;
       else if (saved) saved[k] = hs.S[k];
     }
-    if (!seg.starts_document) ++slot;
+    if (!restart) ++slot;
     load_block(hs, seg);
     if (y) block_output(hs, seg, y, dots);
     advance_state(hs, seg);
+  }
+  if (carried.final) {
+    float* final = carried.final + blockIdx.x * size;
+    for (int64_t k = threadIdx.x; k < size; k += blockDim.x) final[k] = static_cast<float>(hs.S[k]);
   }
 }
 
@@ -156,11 +163,11 @@ double* block_dots(const ScanInputs& in, const SsdShape& s, const RowSegments& s
 }
 
 void scan_states(float* y, double* entering, int64_t slots, const ScanInputs& in, const SsdShape& s,
-                 const RowSegments& segments, Scratch& scratch, cudaStream_t stream) {
+                 const RowSegments& segments, Scratch& scratch, cudaStream_t stream, CarriedState carried) {
   const double* dots = y ? block_dots(in, s, segments, scratch, stream) : nullptr;
   double* work = scratch.of<double>(s.batch * s.heads * forward_work(s));
   ssd_forward_kernel<<<static_cast<unsigned>(s.batch * s.heads), kThreads, 0, stream>>>(
-      y, dots, entering, slots, in, s, segments.table, segments.counts, work);
+      y, dots, entering, slots, in, s, segments.table, segments.counts, work, carried);
   check_launch("ssd_forward_kernel");
 }
 
@@ -176,6 +183,12 @@ void ssd_scan_forward(float* y, const float* x, const float* dt_raw, const float
 void ssd_scan_step(float* y, float* state, const float* x, const float* dt_raw, const float* dt_bias,
                    const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,
                    cudaStream_t stream) {
+  if (s.seq > 1) {  // a prompt's chunk: the chunked scan, continuing from the state and back into it
+    Scratch scratch;
+    const RowSegments segments = row_segments(s, nullptr, scratch, stream);
+    scan_states(y, nullptr, 0, {x, dt_raw, dt_bias, A_log, B, C, D}, s, segments, scratch, stream, {state, state});
+    return;
+  }
   const int64_t n = s.batch * s.heads * s.head_dim;
   if (n == 0) return;
   ssd_step_kernel<<<grid_for(n), kThreads, 0, stream>>>(y, state, {x, dt_raw, dt_bias, A_log, B, C, D}, s);

@@ -27,7 +27,9 @@ void ssd_scan_backward(float* dx, float* ddt_raw, float* ddt_bias, float* dA_log
                        const float* dy, const float* x, const float* dt_raw, const float* dt_bias,
                        const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,
                        const int32_t* documents, cudaStream_t stream = nullptr);
-// One decoding step (s.seq = 1): one thread per (row, head, head_dim element).
+// s.seq more tokens per sequence from and back into `state` (cpu/ssd_scan.h). One (decoding): one
+// thread per (row, head, head_dim element); more (a prompt's chunk): the forward's chunked scan,
+// its first block continuing the state and the state after the last token written back.
 void ssd_scan_step(float* y, float* state, const float* x, const float* dt_raw, const float* dt_bias,
                    const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,
                    cudaStream_t stream = nullptr);

@@ -107,9 +107,15 @@ __device__ inline const double* dots_row(const double* dots, const SsdShape& s, 
 }
 // Entering states of the blocks that do not start a document, at most this many per (row, head).
 inline int64_t state_slots(const SsdShape& s) { return std::max<int64_t>(1, (s.seq + s.chunk - 1) / s.chunk); }
+// A row's state before its first token and after its last ([batch, heads, head_dim, state] fp32;
+// final may be initial): a prompt's chunk continuing a sequence. Null initial: zeros.
+struct CarriedState {
+  const float* initial = nullptr;
+  float* final = nullptr;
+};
 // The forward walk: y when given, else the entering states into `entering` [batch, heads, slots,
-// head_dim, state].
+// head_dim, state]; with `carried`, from and to those states.
 void scan_states(float* y, double* entering, int64_t slots, const ScanInputs& in, const SsdShape& s,
-                 const RowSegments& segments, Scratch& scratch, cudaStream_t stream);
+                 const RowSegments& segments, Scratch& scratch, cudaStream_t stream, CarriedState carried = {});
 
 }  // namespace loom::kernels::cuda
