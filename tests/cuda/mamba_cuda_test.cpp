@@ -164,6 +164,30 @@ TEST_F(CudaMamba, SsdScanStepsMatchTheCpu) {
   }
 }
 
+// A prompt's chunk through the step entry (s.seq tokens per sequence, the chunked scan from the
+// state and back into it), twice: the second chunk continues the state the first left.
+TEST_F(CudaMamba, SsdScanChunksContinuingTheStateMatchTheCpu) {
+  for (const SsdShape& s : scan_shapes()) {
+    if (s.seq < 2) continue;
+    SCOPED_TRACE(describe(s, false));
+    const ScanOperands in(seed_, s);
+    const int64_t state_size = s.batch * s.heads * s.head_dim * s.state;
+    const std::vector<float> state0 = random_values(seed_ + 7, state_size, 1.0f);
+    std::vector<float> y = poison(s.batch * s.seq * s.y_stride), state = state0;
+    DeviceFloats d_x(allocator_, in.x), d_dt(allocator_, in.dt_raw), d_bias(allocator_, in.dt_bias),
+        d_alog(allocator_, in.A_log), d_B(allocator_, in.B), d_C(allocator_, in.C), d_D(allocator_, in.D),
+        d_y(allocator_, y), d_state(allocator_, state0);
+    for (int chunk = 0; chunk < 2; ++chunk) {
+      ssd_scan_step(kCpu, y.data(), state.data(), in.x.data(), in.dt_raw.data(), in.dt_bias.data(), in.A_log.data(),
+                    in.B.data(), in.C.data(), in.D.data(), s);
+      ssd_scan_step(kGpu, d_y.ptr, d_state.ptr, d_x.ptr, d_dt.ptr, d_bias.ptr, d_alog.ptr, d_B.ptr, d_C.ptr, d_D.ptr,
+                    s);
+      EXPECT_LE(relative_error(d_y.host(), y), kTolerance) << "chunk " << chunk;
+      EXPECT_LE(relative_error(d_state.host(), state), kTolerance) << "chunk " << chunk;
+    }
+  }
+}
+
 std::vector<ConvShape> conv_shapes() {
   // {batch, seq, channels, kernel, in_stride, out_stride}; 9 taps: more than one pass of the
   // weight gradient's register taps.
@@ -241,6 +265,31 @@ TEST_F(CudaMamba, CausalConvStepsMatchTheCpu) {
     }
     EXPECT_LE(relative_error(d_out.host(), out), kTolerance);
     EXPECT_EQ(d_window.host(), window);  // shifted copies
+  }
+}
+
+// A prompt's chunk through the step entry (s.seq tokens per sequence after the window's), twice:
+// the second continues the window the first left (chunks longer and shorter than the window).
+TEST_F(CudaMamba, CausalConvChunksContinuingTheWindowMatchTheCpu) {
+  for (ConvShape s : conv_shapes()) {
+    for (int64_t seq : {int64_t{2}, s.seq}) {
+      if (seq < 2) continue;
+      s.seq = seq;
+      SCOPED_TRACE(describe(s, false));
+      const std::vector<float> in = random_values(seed_, s.batch * s.seq * s.in_stride, 1.0f),
+                               w = random_values(seed_ + 1, s.channels * s.kernel, 0.5f),
+                               bias = random_values(seed_ + 2, s.channels, 0.5f),
+                               window0 = random_values(seed_ + 3, s.batch * s.channels * (s.kernel - 1), 1.0f);
+      std::vector<float> out = poison(s.batch * s.seq * s.out_stride), window = window0;
+      DeviceFloats d_in(allocator_, in), d_w(allocator_, w), d_bias(allocator_, bias), d_out(allocator_, out),
+          d_window(allocator_, window0);
+      for (int chunk = 0; chunk < 2; ++chunk) {
+        causal_conv_silu_step(kCpu, out.data(), window.data(), in.data(), w.data(), bias.data(), s);
+        causal_conv_silu_step(kGpu, d_out.ptr, d_window.ptr, d_in.ptr, d_w.ptr, d_bias.ptr, s);
+        EXPECT_LE(relative_error(d_out.host(), out), kTolerance) << "chunk " << chunk;
+        EXPECT_EQ(d_window.host(), window) << "chunk " << chunk;  // shifted copies
+      }
+    }
   }
 }
 

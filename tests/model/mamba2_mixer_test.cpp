@@ -1,5 +1,5 @@
-// The Mamba-2 mixer as a module: decoding step by step with its caches equals the full forward,
-// and packed documents are independent (a packed row equals each document run on its own).
+// The Mamba-2 mixer as a module: decoding step by step with its caches equals the full forward, so
+// does a prompt prefilled in chunks, and packed documents are independent (a packed row equals each document run on its own).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -58,6 +58,27 @@ TEST(Mamba2Mixer, DecodingWithCachesEqualsTheFullForward) {
   for (int64_t t = 4; t < seq; ++t)
     f.mixer.decode(decoded.data() + t * d, normed.data() + t * d, 1, cache, scratch, f.scratch);
   expect_close(decoded, full);
+}
+
+// A prompt prefilled in chunks (each continuing the caches' state and window in one run: the
+// chunked scan and convolution from them), then decoded: the full forward, whatever the cuts.
+TEST(Mamba2Mixer, PrefillInChunksContinuingTheCachesEqualsTheFullForward) {
+  Fixture f;
+  const int64_t seq = 14, d = f.config.d_model;
+  const auto normed = loom::testing::random_vector(seq * d, 2);
+  Mamba2Mixer::Saved saved, scratch;
+  const std::vector<float> full = f.forward(normed, 1, seq, {}, saved);
+  for (const std::vector<int64_t>& cuts : std::vector<std::vector<int64_t>>{{5, 2, 4, 1, 2}, {2, 3, 7, 2}, {1, 13}}) {
+    std::vector<float> decoded(seq * d, 0.0f);
+    MambaCache cache;
+    int64_t t = 0;
+    for (int64_t rows : cuts) {
+      f.mixer.decode(decoded.data() + t * d, normed.data() + t * d, rows, cache, scratch, f.scratch);
+      t += rows;
+    }
+    SCOPED_TRACE(cuts.size());
+    expect_close(decoded, full);
+  }
 }
 
 TEST(Mamba2Mixer, PackedDocumentsAreIndependent) {
