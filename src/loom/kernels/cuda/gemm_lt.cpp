@@ -243,9 +243,10 @@ void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int
     return;
   }
   const LtProblem p{n, m, k, b, a, c.type, c.bias};
-  // The bias pointer's alignment counts too: the heuristic picks kernels by it (cublasLt.h).
-  const int alignment = std::min({alignment_of(a.data), alignment_of(b.data), alignment_of(c.data),
-                                  c.bias != nullptr ? alignment_of(c.bias) : 256});
+  // The bias pointer's alignment counts too: the heuristic picks kernels by the pointer the plan's
+  // descriptor held when it was made (cublasLt.h), so it has a place of its own in the key.
+  const int alignment = std::min({alignment_of(a.data), alignment_of(b.data), alignment_of(c.data)});
+  const int bias_alignment = c.bias != nullptr ? alignment_of(c.bias) : 0;
   const bool accumulate = beta != 0.0f;
   const PlanKey key{p.rows,
                     p.cols,
@@ -259,7 +260,7 @@ void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int
                     static_cast<int>(p.second.scale_mode),
                     alignment,
                     c.bias != nullptr,
-                    0,
+                    bias_alignment,
                     accumulate};
   Context& ctx = context();
   std::lock_guard<std::mutex> lock(ctx.mutex);
@@ -303,22 +304,20 @@ void mxfp8_matmul_emulated(const GemmOutput& c, const uint8_t* a_codes, const ui
                            int64_t k, cudaStream_t stream) {
   if (m == 0 || n == 0) return;
   const Fp8 format = e5m2 ? Fp8::E5M2 : Fp8::E4M3;
-  Context& ctx = context();
-  __nv_bfloat16* a = nullptr;
-  __nv_bfloat16* b = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(ctx.mutex);
-    a = static_cast<__nv_bfloat16*>(ctx.allocator.allocate(static_cast<size_t>(m * k) * sizeof(__nv_bfloat16), stream));
-    b = static_cast<__nv_bfloat16*>(ctx.allocator.allocate(static_cast<size_t>(n * k) * sizeof(__nv_bfloat16), stream));
-  }
-  decode_mx_bf16(a_codes, a_scales, m, k, format, a, stream);
-  decode_mx_bf16(b_codes, b_scales, n, k, format, b, stream);
-  matmul(c, GemmOperand{a, GemmType::BF16, false}, GemmOperand{b, GemmType::BF16, true}, m, n, k, 1.0f, 0.0f, stream);
-  // Back to the cache while the product may still read them: kept for `stream`, whose next
-  // holder's work queues after it (caching_allocator.h).
-  std::lock_guard<std::mutex> lock(ctx.mutex);
-  ctx.allocator.release(a, stream);
-  ctx.allocator.release(b, stream);
+  CachingAllocator& cache = context().allocator;
+  // Back to the cache however this ends, while the product may still read them: kept for `stream`,
+  // whose next holder's work queues after it (caching_allocator.h).
+  auto release = [&](void* p) { cache.release(p, stream); };
+  auto bf16_operand = [&](int64_t elements) {
+    return std::unique_ptr<void, decltype(release)>(cache.allocate(static_cast<size_t>(elements) * 2, stream), release);
+  };
+  const auto a = bf16_operand(m * k), b = bf16_operand(n * k);
+  auto* a16 = static_cast<__nv_bfloat16*>(a.get());
+  auto* b16 = static_cast<__nv_bfloat16*>(b.get());
+  decode_mx_bf16(a_codes, a_scales, m, k, format, a16, stream);
+  decode_mx_bf16(b_codes, b_scales, n, k, format, b16, stream);
+  matmul(c, GemmOperand{a16, GemmType::BF16, false}, GemmOperand{b16, GemmType::BF16, true}, m, n, k, 1.0f, 0.0f,
+         stream);
 }
 
 }  // namespace loom::kernels::cuda
