@@ -10,7 +10,10 @@ namespace loom::kernels::cuda {
 
 namespace {
 
-constexpr int kPagedThreads = 128;  // keys per tile: one per thread
+constexpr int kPagedThreads = 128;
+constexpr int kPagedWarps = kPagedThreads / 32;
+constexpr int kMaxHeadDim = 256;
+constexpr int kPerLane = kMaxHeadDim / 32;  // a lane's output columns: d = lane + 32 j
 
 // The float offset of position t's row in a pool, through the sequence's block table (none: one
 // contiguous cache, attention_decode's).
@@ -19,60 +22,74 @@ __device__ inline int64_t cache_row(const int32_t* table, int64_t t, const Paged
   return slot * (s.kv_heads * s.head_dim);
 }
 
-// Block (row, head): shared memory holds q, the output's accumulators, one tile's weights and
-// rows, and the reductions' partials.
+// Block (row, head), one pass over the keys: each warp takes every kPagedWarps-th key, its lanes
+// across head_dim (a key's and a value's row read whole, coalesced), and keeps an online softmax
+// (running max, sum and weighted values, rescaled when the max grows); the warps' partial results
+// are then merged. Shared memory: q, each warp's max and sum, each warp's weighted values.
 __global__ void __launch_bounds__(kPagedThreads)
     paged_attention_kernel(float* __restrict__ out, const float* __restrict__ q, int64_t q_stride,
                            const float* __restrict__ k_pool, const float* __restrict__ v_pool,
                            const int32_t* __restrict__ block_tables, const int32_t* __restrict__ sequences,
                            const int32_t* __restrict__ positions, int64_t past, PagedAttentionShape s) {
-  extern __shared__ int64_t tile_rows[];  // [kPagedThreads], then the floats
+  extern __shared__ float shared[];
   const int64_t hd = s.head_dim;
-  float* partial = reinterpret_cast<float*>(tile_rows + kPagedThreads);
-  float* weight = partial + kPagedThreads / 32;
-  float* qs = weight + kPagedThreads;
-  float* acc = qs + hd;
+  float* qs = shared;                       // [hd]
+  float* stats = qs + hd;                   // [warps][max, sum]
+  float* partial = stats + 2 * kPagedWarps;  // [warps][hd]
   const int64_t r = blockIdx.x / s.heads, h = blockIdx.x % s.heads;
   // Paged rows carry their sequence and position; without tables, row r is position past + r.
   const int32_t* table = block_tables ? block_tables + static_cast<int64_t>(sequences[r]) * s.table_width : nullptr;
   const int64_t len = (block_tables ? static_cast<int64_t>(positions[r]) : past + r) + 1;
   const int64_t kv_off = (h / (s.heads / s.kv_heads)) * hd;
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
-  const int tid = static_cast<int>(threadIdx.x);
-  for (int64_t d = tid; d < hd; d += kPagedThreads) {
-    qs[d] = q[r * q_stride + h * hd + d];
-    acc[d] = 0.0f;
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  for (int64_t d = threadIdx.x; d < hd; d += kPagedThreads) qs[d] = q[r * q_stride + h * hd + d];
+  __syncthreads();
+  float max_score = -INFINITY, sum = 0.0f, acc[kPerLane];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) acc[j] = 0.0f;
+  for (int64_t t = warp; t < len; t += kPagedWarps) {
+    const int64_t row = cache_row(table, t, s) + kv_off;
+    float dot = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int64_t d = lane + 32 * j;
+      if (d < hd) dot = fmaf(qs[d], k_pool[row + d], dot);
+    }
+    const float score = warp_sum(dot) * scale;  // every lane
+    const float grown = fmaxf(max_score, score);
+    const float keep = expf(max_score - grown), weight = expf(score - grown);  // keep: 0 at the first key
+    sum = sum * keep + weight;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int64_t d = lane + 32 * j;
+      if (d < hd) acc[j] = fmaf(weight, v_pool[row + d], acc[j] * keep);
+    }
+    max_score = grown;
+  }
+  if (lane == 0) {
+    stats[2 * warp] = max_score;
+    stats[2 * warp + 1] = sum;
+  }
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int64_t d = lane + 32 * j;
+    if (d < hd) partial[warp * hd + d] = acc[j];
   }
   __syncthreads();
-  auto score = [&](int64_t row) {
-    const float* k = k_pool + row + kv_off;
-    float dot = 0.0f;
-    for (int64_t d = 0; d < hd; ++d) dot = fmaf(qs[d], k[d], dot);
-    return dot * scale;
-  };
-  float max_score = -INFINITY;
-  for (int64_t t = tid; t < len; t += kPagedThreads) max_score = fmaxf(max_score, score(cache_row(table, t, s)));
-  max_score = block_max(max_score, partial);
-  float sum = 0.0f;
-  for (int64_t t = tid; t < len; t += kPagedThreads) sum += expf(score(cache_row(table, t, s)) - max_score);
-  sum = block_sum(sum, partial);
-  for (int64_t first = 0; first < len; first += kPagedThreads) {
-    const int64_t t = first + tid;
-    if (t < len) {
-      const int64_t row = cache_row(table, t, s);
-      tile_rows[tid] = row;
-      weight[tid] = expf(score(row) - max_score) / sum;
-    }
-    __syncthreads();
-    const int64_t n = min(static_cast<int64_t>(kPagedThreads), len - first);
-    for (int64_t d = tid; d < hd; d += kPagedThreads) {
-      float a = acc[d];
-      for (int64_t i = 0; i < n; ++i) a = fmaf(weight[i], v_pool[tile_rows[i] + kv_off + d], a);
-      acc[d] = a;
-    }
-    __syncthreads();
+  // A warp without keys (len < kPagedWarps) has max -inf and sum 0: its factor below is 0.
+  float top = -INFINITY;
+  for (int w = 0; w < kPagedWarps; ++w) top = fmaxf(top, stats[2 * w]);
+  float total = 0.0f, factor[kPagedWarps];
+  for (int w = 0; w < kPagedWarps; ++w) {
+    factor[w] = expf(stats[2 * w] - top);
+    total += stats[2 * w + 1] * factor[w];
   }
-  for (int64_t d = tid; d < hd; d += kPagedThreads) out[(r * s.heads + h) * hd + d] = acc[d];
+  for (int64_t d = threadIdx.x; d < hd; d += kPagedThreads) {
+    float o = 0.0f;
+    for (int w = 0; w < kPagedWarps; ++w) o = fmaf(partial[w * hd + d], factor[w], o);
+    out[(r * s.heads + h) * hd + d] = o / total;
+  }
 }
 
 __global__ void paged_cache_write_kernel(float* __restrict__ k_pool, float* __restrict__ v_pool,
@@ -100,9 +117,10 @@ void launch_attention(float* out, const float* q, int64_t q_stride, const float*
   LOOM_CHECK(rows * s.heads <= std::numeric_limits<int32_t>::max(),
              "cuda::paged_attention: " + std::to_string(rows) + " rows x " + std::to_string(s.heads) +
                  " heads exceed one grid");
-  const size_t bytes = kPagedThreads * sizeof(int64_t) +
-                       (kPagedThreads / 32 + kPagedThreads + 2 * static_cast<size_t>(s.head_dim)) * sizeof(float);
-  LOOM_CHECK(bytes <= 48 * 1024, "cuda::paged_attention: head_dim " + std::to_string(s.head_dim) + " is too large");
+  LOOM_CHECK(s.head_dim >= 1 && s.head_dim <= kMaxHeadDim, "cuda::paged_attention: head_dim " +
+                                                                std::to_string(s.head_dim) + " is outside [1, " +
+                                                                std::to_string(kMaxHeadDim) + "]");
+  const size_t bytes = (static_cast<size_t>(s.head_dim) * (1 + kPagedWarps) + 2 * kPagedWarps) * sizeof(float);
   paged_attention_kernel<<<static_cast<unsigned>(rows * s.heads), kPagedThreads, bytes, stream>>>(
       out, q, q_stride, k_pool, v_pool, block_tables, sequences, positions, past, s);
   check_launch("paged_attention_kernel");

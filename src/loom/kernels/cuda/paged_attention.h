@@ -1,11 +1,12 @@
 #pragma once
 // Attention over a paged KV cache on the device, with the contract of kernels::cpu's
 // (cpu/paged_attention.h): every query row carries its sequence and position, GQA, causal up to
-// the row's position. It follows the CPU's algorithm: scores, their maximum, the exponentials'
-// sum, then the value rows weighted by exp(score - max) / sum in position order. One block per
-// (row, head); keys in tiles of the block's threads (one key per thread, its slot looked up in
-// the block table once per tile), the scores recomputed per pass rather than stored, so any
-// sequence length fits. fp32 on CUDA cores. paged_cache_write stores rows' keys and values at
+// the row's position. One block per (row, head) and one pass over the keys: each of its 4 warps
+// takes every 4th key, the lanes across head_dim (each key's and value's row read whole,
+// coalesced, its slot looked up in the block table), with an online softmax (running max, sum and
+// weighted values, rescaled as the max grows), and the warps' results merged at the end; so any
+// sequence length fits, head_dim up to 256. fp32 on CUDA cores (the sums in another order than the
+// CPU's: within fp32 rounding of it). paged_cache_write stores rows' keys and values at
 // their positions' slots. Block tables, sequences and positions live on the device.
 // attention_decode (kernels::attention_decode's contract, cpu/attention.h) is the same kernel over
 // one contiguous cache: new row r attends to positions 0 .. past + r.
