@@ -154,9 +154,9 @@ TEST_F(CudaMamba, SsdScanStepsMatchTheCpu) {
         d_alog(allocator_, in.A_log), d_B(allocator_, in.B), d_C(allocator_, in.C), d_D(allocator_, in.D),
         d_y(allocator_, y), d_state(allocator_, state0);
     for (int step = 0; step < 2; ++step) {  // the second step reads the state the first wrote
-      ssd_scan_step(kCpu, y.data(), state.data(), in.x.data(), in.dt_raw.data(), in.dt_bias.data(), in.A_log.data(),
+      ssd_scan_step(kCpu, y.data(), state.data(), nullptr, in.x.data(), in.dt_raw.data(), in.dt_bias.data(), in.A_log.data(),
                     in.B.data(), in.C.data(), in.D.data(), s);
-      ssd_scan_step(kGpu, d_y.ptr, d_state.ptr, d_x.ptr, d_dt.ptr, d_bias.ptr, d_alog.ptr, d_B.ptr, d_C.ptr, d_D.ptr,
+      ssd_scan_step(kGpu, d_y.ptr, d_state.ptr, nullptr, d_x.ptr, d_dt.ptr, d_bias.ptr, d_alog.ptr, d_B.ptr, d_C.ptr, d_D.ptr,
                     s);
     }
     EXPECT_LE(relative_error(d_y.host(), y), kTolerance);
@@ -178,13 +178,38 @@ TEST_F(CudaMamba, SsdScanChunksContinuingTheStateMatchTheCpu) {
         d_alog(allocator_, in.A_log), d_B(allocator_, in.B), d_C(allocator_, in.C), d_D(allocator_, in.D),
         d_y(allocator_, y), d_state(allocator_, state0);
     for (int chunk = 0; chunk < 2; ++chunk) {
-      ssd_scan_step(kCpu, y.data(), state.data(), in.x.data(), in.dt_raw.data(), in.dt_bias.data(), in.A_log.data(),
+      ssd_scan_step(kCpu, y.data(), state.data(), nullptr, in.x.data(), in.dt_raw.data(), in.dt_bias.data(), in.A_log.data(),
                     in.B.data(), in.C.data(), in.D.data(), s);
-      ssd_scan_step(kGpu, d_y.ptr, d_state.ptr, d_x.ptr, d_dt.ptr, d_bias.ptr, d_alog.ptr, d_B.ptr, d_C.ptr, d_D.ptr,
+      ssd_scan_step(kGpu, d_y.ptr, d_state.ptr, nullptr, d_x.ptr, d_dt.ptr, d_bias.ptr, d_alog.ptr, d_B.ptr, d_C.ptr, d_D.ptr,
                     s);
       EXPECT_LE(relative_error(d_y.host(), y), kTolerance) << "chunk " << chunk;
       EXPECT_LE(relative_error(d_state.host(), state), kTolerance) << "chunk " << chunk;
     }
+  }
+}
+
+// Decoding sequences whose states and windows are a pool's slots (in another order than the rows,
+// one slot left alone), one call each: the CPU's.
+TEST_F(CudaMamba, StepsOverPoolSlotsMatchTheCpu) {
+  for (SsdShape s : scan_shapes()) {
+    s.seq = 1;
+    SCOPED_TRACE(describe(s, false));
+    const ScanOperands in(seed_, s);
+    std::vector<int32_t> slots(static_cast<size_t>(s.batch));
+    for (int64_t b = 0; b < s.batch; ++b) slots[static_cast<size_t>(b)] = static_cast<int32_t>(s.batch - b);
+    const int64_t state_size = s.heads * s.head_dim * s.state;
+    const std::vector<float> pool0 = random_values(seed_ + 7, (s.batch + 1) * state_size, 1.0f);
+    std::vector<float> y = poison(s.batch * s.y_stride), pool = pool0;
+    DeviceFloats d_x(allocator_, in.x), d_dt(allocator_, in.dt_raw), d_bias(allocator_, in.dt_bias),
+        d_alog(allocator_, in.A_log), d_B(allocator_, in.B), d_C(allocator_, in.C), d_D(allocator_, in.D),
+        d_y(allocator_, y), d_pool(allocator_, pool0);
+    testing::DeviceArray<int32_t> d_slots(allocator_, slots);
+    ssd_scan_step(kCpu, y.data(), pool.data(), slots.data(), in.x.data(), in.dt_raw.data(), in.dt_bias.data(),
+                  in.A_log.data(), in.B.data(), in.C.data(), in.D.data(), s);
+    ssd_scan_step(kGpu, d_y.ptr, d_pool.ptr, d_slots.ptr, d_x.ptr, d_dt.ptr, d_bias.ptr, d_alog.ptr, d_B.ptr, d_C.ptr,
+                  d_D.ptr, s);
+    EXPECT_LE(relative_error(d_y.host(), y), kTolerance);
+    EXPECT_LE(relative_error(d_pool.host(), pool), kTolerance);
   }
 }
 
@@ -260,8 +285,8 @@ TEST_F(CudaMamba, CausalConvStepsMatchTheCpu) {
     DeviceFloats d_in(allocator_, in), d_w(allocator_, w), d_bias(allocator_, bias), d_out(allocator_, out),
         d_window(allocator_, window0);
     for (int step = 0; step < 2; ++step) {
-      causal_conv_silu_step(kCpu, out.data(), window.data(), in.data(), w.data(), bias.data(), s);
-      causal_conv_silu_step(kGpu, d_out.ptr, d_window.ptr, d_in.ptr, d_w.ptr, d_bias.ptr, s);
+      causal_conv_silu_step(kCpu, out.data(), window.data(), nullptr, in.data(), w.data(), bias.data(), s);
+      causal_conv_silu_step(kGpu, d_out.ptr, d_window.ptr, nullptr, d_in.ptr, d_w.ptr, d_bias.ptr, s);
     }
     EXPECT_LE(relative_error(d_out.host(), out), kTolerance);
     EXPECT_EQ(d_window.host(), window);  // shifted copies
@@ -284,8 +309,8 @@ TEST_F(CudaMamba, CausalConvChunksContinuingTheWindowMatchTheCpu) {
       DeviceFloats d_in(allocator_, in), d_w(allocator_, w), d_bias(allocator_, bias), d_out(allocator_, out),
           d_window(allocator_, window0);
       for (int chunk = 0; chunk < 2; ++chunk) {
-        causal_conv_silu_step(kCpu, out.data(), window.data(), in.data(), w.data(), bias.data(), s);
-        causal_conv_silu_step(kGpu, d_out.ptr, d_window.ptr, d_in.ptr, d_w.ptr, d_bias.ptr, s);
+        causal_conv_silu_step(kCpu, out.data(), window.data(), nullptr, in.data(), w.data(), bias.data(), s);
+        causal_conv_silu_step(kGpu, d_out.ptr, d_window.ptr, nullptr, d_in.ptr, d_w.ptr, d_bias.ptr, s);
         EXPECT_LE(relative_error(d_out.host(), out), kTolerance) << "chunk " << chunk;
         EXPECT_EQ(d_window.host(), window) << "chunk " << chunk;  // shifted copies
       }

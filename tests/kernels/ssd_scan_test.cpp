@@ -181,7 +181,7 @@ TEST(SsdScan, StepByStepEqualsScan) {
     one.dt_stride = p.s.dt_stride * p.s.seq;
     one.bc_stride = p.s.bc_stride * p.s.seq;
     one.y_stride = p.s.y_stride * p.s.seq;
-    ssd_scan_step(stepped.data() + t * p.s.y_stride, state.data(), p.x.data() + t * p.s.x_stride,
+    ssd_scan_step(stepped.data() + t * p.s.y_stride, state.data(), nullptr, p.x.data() + t * p.s.x_stride,
                   p.dt.data() + t * p.s.dt_stride, p.dt_bias.data(), p.A_log.data(), p.B() + t * p.s.bc_stride,
                   p.C() + t * p.s.bc_stride, p.D.data(), one);
   }
@@ -210,7 +210,7 @@ TEST(SsdScan, ChunksContinuingTheStateEqualTheWholeScan) {
         chunk.batch = 1;
         chunk.seq = len;
         const int64_t row = b * s.seq + t0;
-        ssd_scan_step(out.data() + row * s.y_stride, state.data() + b * state_size, p.x.data() + row * s.x_stride,
+        ssd_scan_step(out.data() + row * s.y_stride, state.data() + b * state_size, nullptr, p.x.data() + row * s.x_stride,
                       p.dt.data() + row * s.dt_stride, p.dt_bias.data(), p.A_log.data(), p.B() + row * s.bc_stride,
                       p.C() + row * s.bc_stride, p.D.data(), chunk);
         t0 += len;
@@ -226,6 +226,31 @@ TEST(SsdScan, ChunksContinuingTheStateEqualTheWholeScan) {
     expect_close("y", chunked, y);
     expect_close("state", state, stepped_state);
   }
+}
+
+// Decoding sequences whose states are a pool's slots, one call: each row steps exactly its own
+// slot as a call of its own would, and a slot no row names is left alone.
+TEST(SsdScan, OneStepOverPoolSlotsEqualsEachRowsOwnStep) {
+  Problem p = make_problem(3, 4);  // 2 x 3 rows, read as 6 sequences' next tokens
+  SsdShape s = p.s;
+  s.batch = 3;
+  s.seq = 1;
+  const int64_t state_size = s.heads * s.head_dim * s.state;
+  const std::vector<int32_t> slots = {2, 0, 3};
+  const std::vector<float> pool0 = random_vector(5 * state_size, 8);
+  std::vector<float> pool = pool0, y(3 * s.y_stride, NAN);
+  ssd_scan_step(y.data(), pool.data(), slots.data(), p.x.data(), p.dt.data(), p.dt_bias.data(), p.A_log.data(), p.B(),
+                p.C(), p.D.data(), s);
+  std::vector<float> want_pool = pool0, want_y(y.size(), NAN);
+  SsdShape one = s;
+  one.batch = 1;
+  for (int64_t b = 0; b < 3; ++b) {
+    ssd_scan_step(want_y.data() + b * s.y_stride, want_pool.data() + slots[b] * state_size, nullptr,
+                  p.x.data() + b * s.x_stride, p.dt.data() + b * s.dt_stride, p.dt_bias.data(), p.A_log.data(),
+                  p.B() + b * s.bc_stride, p.C() + b * s.bc_stride, p.D.data(), one);
+  }
+  EXPECT_EQ(y, want_y);
+  EXPECT_EQ(pool, want_pool);  // slots 1 and 4 untouched
 }
 
 TEST(SsdScan, BackwardMatchesFiniteDifferences) {
@@ -282,7 +307,7 @@ TEST(MambaKernels, CausalConvStepEqualsForward) {
   ConvShape one = s;
   one.seq = 1;
   for (int64_t t = 0; t < 6; ++t)
-    causal_conv_silu_step(stepped.data() + t * 3, window.data(), in.data() + t * 3, w.data(), b.data(), one);
+    causal_conv_silu_step(stepped.data() + t * 3, window.data(), nullptr, in.data() + t * 3, w.data(), b.data(), one);
   expect_close("conv", stepped, full);
 }
 
@@ -297,19 +322,38 @@ TEST(MambaKernels, CausalConvChunksContinuingTheWindowEqualTheForward) {
   ConvShape one = s;
   one.seq = 1;
   for (int64_t t = 0; t < 9; ++t)
-    causal_conv_silu_step(ignored.data(), stepped_window.data(), in.data() + t * 3, w.data(), b.data(), one);
+    causal_conv_silu_step(ignored.data(), stepped_window.data(), nullptr, in.data() + t * 3, w.data(), b.data(), one);
   for (const std::vector<int64_t>& cuts : std::vector<std::vector<int64_t>>{{9}, {1, 8}, {2, 2, 5}, {5, 1, 3}, {2, 7}}) {
     std::vector<float> out(9 * 3, NAN), window(3 * 3, 0.0f);
     int64_t t0 = 0;
     for (int64_t len : cuts) {
       ConvShape chunk = s;
       chunk.seq = len;
-      causal_conv_silu_step(out.data() + t0 * 3, window.data(), in.data() + t0 * 3, w.data(), b.data(), chunk);
+      causal_conv_silu_step(out.data() + t0 * 3, window.data(), nullptr, in.data() + t0 * 3, w.data(), b.data(), chunk);
       t0 += len;
     }
     expect_close("conv", out, full);
     EXPECT_EQ(window, stepped_window) << "cuts of " << cuts.size();
   }
+}
+
+// The convolution's decoding step over a pool's window slots, one call: each row's own step.
+TEST(MambaKernels, CausalConvStepOverPoolSlotsEqualsEachRowsOwnStep) {
+  const ConvShape s{3, 1, 5, 4, 6, 5};
+  const int64_t past = 3, window_size = 5 * past;
+  auto in = random_vector(3 * 6, 1), w = random_vector(5 * 4, 2), b = random_vector(5, 3);
+  const std::vector<int32_t> slots = {1, 3, 0};
+  const std::vector<float> pool0 = random_vector(4 * window_size, 4);
+  std::vector<float> pool = pool0, out(3 * 5, NAN), want_pool = pool0, want_out(out.size(), NAN);
+  causal_conv_silu_step(out.data(), pool.data(), slots.data(), in.data(), w.data(), b.data(), s);
+  ConvShape one = s;
+  one.batch = 1;
+  for (int64_t r = 0; r < 3; ++r) {
+    causal_conv_silu_step(want_out.data() + r * 5, want_pool.data() + slots[r] * window_size, nullptr,
+                          in.data() + r * 6, w.data(), b.data(), one);
+  }
+  EXPECT_EQ(out, want_out);
+  EXPECT_EQ(pool, want_pool);  // slot 2 untouched
 }
 
 TEST(MambaKernels, GatedRmsNormBackwardMatchesFiniteDifferences) {

@@ -106,16 +106,16 @@ struct CudaEntries {
                             float* dD, const float* dy, const float* x, const float* dt_raw, const float* dt_bias,
                             const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,
                             const int32_t* documents) = nullptr;
-  void (*ssd_scan_step)(Device, float* y, float* state, const float* x, const float* dt_raw, const float* dt_bias,
-                        const float* A_log, const float* B, const float* C, const float* D,
+  void (*ssd_scan_step)(Device, float* y, float* state, const int32_t* slots, const float* x, const float* dt_raw,
+                        const float* dt_bias, const float* A_log, const float* B, const float* C, const float* D,
                         const SsdShape& s) = nullptr;
   void (*causal_conv_silu_forward)(Device, float* out, const float* in, const float* weight, const float* bias,
                                    const ConvShape& s, const int32_t* documents) = nullptr;
   void (*causal_conv_silu_backward)(Device, float* din, float* dweight, float* dbias, const float* dout,
                                     const float* in, const float* weight, const float* bias, const ConvShape& s,
                                     const int32_t* documents) = nullptr;
-  void (*causal_conv_silu_step)(Device, float* out, float* window, const float* in, const float* weight,
-                                const float* bias, const ConvShape& s) = nullptr;
+  void (*causal_conv_silu_step)(Device, float* out, float* window, const int32_t* slots, const float* in,
+                                const float* weight, const float* bias, const ConvShape& s) = nullptr;
   void (*gated_rmsnorm_forward)(Device, float* out, float* rstd, const float* y, const float* z, int64_t z_stride,
                                 const float* weight, int64_t rows, int64_t dim, int64_t group_size,
                                 float eps) = nullptr;

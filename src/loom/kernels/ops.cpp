@@ -441,9 +441,18 @@ void ssd_scan_backward(Device device, float* dx, float* ddt_raw, float* ddt_bias
   LOOM_DISPATCH(ssd_scan_backward, dx, ddt_raw, ddt_bias, dA_log, dB, dC, dD, dy, x, dt_raw, dt_bias, A_log, B, C,
                 D, s, documents);
 }
-void ssd_scan_step(Device device, float* y, float* state, const float* x, const float* dt_raw, const float* dt_bias,
-                   const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s) {
-  LOOM_DISPATCH(ssd_scan_step, y, state, x, dt_raw, dt_bias, A_log, B, C, D, s);
+namespace {
+// A pool's slots name one token's state each: a chunk of several tokens continues one sequence.
+void check_step_slots(const int32_t* slots, int64_t seq, const char* op) {
+  LOOM_CHECK(slots == nullptr || seq == 1, std::string(op) + ": state slots with " + std::to_string(seq) +
+                                               " tokens per row (slots take one token per row)");
+}
+}  // namespace
+void ssd_scan_step(Device device, float* y, float* state, const int32_t* slots, const float* x, const float* dt_raw,
+                   const float* dt_bias, const float* A_log, const float* B, const float* C, const float* D,
+                   const SsdShape& s) {
+  check_step_slots(slots, s.seq, "ssd_scan_step");
+  LOOM_DISPATCH(ssd_scan_step, y, state, slots, x, dt_raw, dt_bias, A_log, B, C, D, s);
 }
 void causal_conv_silu_forward(Device device, float* out, const float* in, const float* weight, const float* bias,
                               const ConvShape& s, const int32_t* documents) {
@@ -454,9 +463,10 @@ void causal_conv_silu_backward(Device device, float* din, float* dweight, float*
                                const int32_t* documents) {
   LOOM_DISPATCH(causal_conv_silu_backward, din, dweight, dbias, dout, in, weight, bias, s, documents);
 }
-void causal_conv_silu_step(Device device, float* out, float* window, const float* in, const float* weight,
-                           const float* bias, const ConvShape& s) {
-  LOOM_DISPATCH(causal_conv_silu_step, out, window, in, weight, bias, s);
+void causal_conv_silu_step(Device device, float* out, float* window, const int32_t* slots, const float* in,
+                           const float* weight, const float* bias, const ConvShape& s) {
+  check_step_slots(slots, s.seq, "causal_conv_silu_step");
+  LOOM_DISPATCH(causal_conv_silu_step, out, window, slots, in, weight, bias, s);
 }
 namespace {
 // The gated norm's groups tile each row: dim a positive multiple of group_size.

@@ -196,16 +196,19 @@ void ssd_scan_backward(Device device, float* dx, float* ddt_raw, float* ddt_bias
                        float* dC, float* dD, const float* dy, const float* x, const float* dt_raw,
                        const float* dt_bias, const float* A_log, const float* B, const float* C, const float* D,
                        const SsdShape& s, const int32_t* documents);
-void ssd_scan_step(Device device, float* y, float* state, const float* x, const float* dt_raw, const float* dt_bias,
-                   const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s);
+// `slots` (null: row b's state is the b-th of `state`): row b's state is the slots[b]-th of the
+// pool `state` (one token per row: decoding sequences whose states are a pool's slots, one call).
+void ssd_scan_step(Device device, float* y, float* state, const int32_t* slots, const float* x, const float* dt_raw,
+                   const float* dt_bias, const float* A_log, const float* B, const float* C, const float* D,
+                   const SsdShape& s);
 // Short causal depthwise convolution + SiLU, its window restarting at document starts.
 void causal_conv_silu_forward(Device device, float* out, const float* in, const float* weight, const float* bias,
                               const ConvShape& s, const int32_t* documents);
 void causal_conv_silu_backward(Device device, float* din, float* dweight, float* dbias, const float* dout,
                                const float* in, const float* weight, const float* bias, const ConvShape& s,
                                const int32_t* documents);
-void causal_conv_silu_step(Device device, float* out, float* window, const float* in, const float* weight,
-                           const float* bias, const ConvShape& s);
+void causal_conv_silu_step(Device device, float* out, float* window, const int32_t* slots, const float* in,
+                           const float* weight, const float* bias, const ConvShape& s);
 // Gated RMSNorm over groups: norm(y * silu(z)) * weight.
 void gated_rmsnorm_forward(Device device, float* out, float* rstd, const float* y, const float* z, int64_t z_stride,
                            const float* weight, int64_t rows, int64_t dim, int64_t group_size, float eps);

@@ -147,7 +147,7 @@ void Block::forward_paged(float* x, const PagedBatch& batch, const PagedRows& on
   }
   if (mamba_) {
     norm1_->forward(scratch.norm1, x, rows);
-    mamba_->forward_paged(x, scratch.norm1.out.data(), batch, cache, scratch.mamba, tp_scratch);
+    mamba_->forward_paged(x, scratch.norm1.out.data(), batch, on_device, cache, scratch.mamba, tp_scratch);
   }
   if (mlp_) {
     norm2_->forward(scratch.norm2, x, rows);

@@ -122,14 +122,15 @@ void Mamba2Mixer::decode(float* residual, const float* normed, int64_t rows, Mam
     zeroed(cache.window, window_width(), device_);
     zeroed(cache.state, state_width(), device_);
   }
-  const std::vector<float*> windows(rows, cache.window.data()), states(rows, cache.state.data());
-  step_rows(residual, normed, rows, windows, states, scratch, tp_scratch);
+  const StepRun run{0, rows, cache.window.data(), cache.state.data(), nullptr};
+  step_rows(residual, normed, rows, {&run, 1}, scratch, tp_scratch);
 }
 
-void Mamba2Mixer::forward_paged(float* residual, const float* normed, const PagedBatch& batch, PagedLayerCache& cache,
-                                Saved& scratch, ParallelScratch& tp_scratch) const {
+void Mamba2Mixer::forward_paged(float* residual, const float* normed, const PagedBatch& batch, const PagedRows& on_device,
+                                PagedLayerCache& cache, Saved& scratch, ParallelScratch& tp_scratch) const {
   const int64_t rows = batch.rows(), slots = static_cast<int64_t>(cache.windows.size()) / std::max<int64_t>(window_width(), 1);
-  std::vector<float*> windows(rows), states(rows);
+  LOOM_CHECK(on_device.state_slots != nullptr, "a paged step of a hybrid model without its rows' Mamba state slots");
+  std::vector<int64_t> slot_of(static_cast<size_t>(rows));
   for (int64_t t = 0; t < rows; ++t) {
     const int64_t entry = batch.sequences[t];
     LOOM_CHECK(entry >= 0 && entry < static_cast<int64_t>(batch.state_slots.size()),
@@ -137,18 +138,47 @@ void Mamba2Mixer::forward_paged(float* residual, const float* normed, const Page
     const int64_t slot = batch.state_slots[entry];
     LOOM_CHECK(slot >= 0 && slot < slots, "Mamba state slot " + std::to_string(slot) + " is outside the pool of " +
                                               std::to_string(slots));
-    windows[t] = cache.windows.data() + slot * window_width();
-    states[t] = cache.states.data() + slot * state_width();
+    slot_of[static_cast<size_t>(t)] = slot;
     if (batch.positions[t] == 0) {  // a sequence's first position starts from a zero state
-      allocator(device_).zero(windows[t], static_cast<size_t>(window_width()) * sizeof(float));
-      allocator(device_).zero(states[t], static_cast<size_t>(state_width()) * sizeof(float));
+      allocator(device_).zero(cache.windows.data() + slot * window_width(),
+                              static_cast<size_t>(window_width()) * sizeof(float));
+      allocator(device_).zero(cache.states.data() + slot * state_width(), static_cast<size_t>(state_width()) * sizeof(float));
     }
   }
-  step_rows(residual, normed, rows, windows, states, scratch, tp_scratch);
+  // Adjacent rows on one slot are one sequence's next tokens (a prompt's chunk): one run from the
+  // slot. Rows of one token each go together while their slots differ (decoding sequences): one
+  // run over the pool, the kernels reading each row's slot. A sequence's rows keep their order.
+  std::vector<StepRun> runs;
+  std::vector<char> in_group(static_cast<size_t>(slots), 0);  // the slots of the open group of one-token rows
+  std::vector<int64_t> group_slots;
+  auto close_group = [&] {
+    for (int64_t g : group_slots) in_group[static_cast<size_t>(g)] = 0;
+    group_slots.clear();
+  };
+  for (int64_t t = 0, end = 0; t < rows; t = end) {
+    const int64_t slot = slot_of[static_cast<size_t>(t)];
+    for (end = t + 1; end < rows && slot_of[static_cast<size_t>(end)] == slot;) ++end;
+    if (end - t > 1) {
+      close_group();
+      runs.push_back({t, end - t, cache.windows.data() + slot * window_width(), cache.states.data() + slot * state_width(),
+                      nullptr});
+      continue;
+    }
+    const bool joins = !runs.empty() && runs.back().slots != nullptr && runs.back().first + runs.back().count == t &&
+                       !in_group[static_cast<size_t>(slot)];
+    if (!joins) {
+      close_group();
+      runs.push_back({t, 0, cache.windows.data(), cache.states.data(), on_device.state_slots + t});
+    }
+    ++runs.back().count;
+    in_group[static_cast<size_t>(slot)] = 1;
+    group_slots.push_back(slot);
+  }
+  step_rows(residual, normed, rows, runs, scratch, tp_scratch);
 }
 
-void Mamba2Mixer::step_rows(float* residual, const float* normed, int64_t rows, std::span<float* const> windows,
-                            std::span<float* const> states, Saved& scratch, ParallelScratch& tp_scratch) const {
+void Mamba2Mixer::step_rows(float* residual, const float* normed, int64_t rows, std::span<const StepRun> runs,
+                            Saved& scratch, ParallelScratch& tp_scratch) const {
   const int64_t gn = groups_ * state_;
   const ParameterStore& p = *store_;
   float* proj = sized(scratch.proj, rows * proj_width(), device_);
@@ -157,16 +187,16 @@ void Mamba2Mixer::step_rows(float* residual, const float* normed, int64_t rows, 
   float* gated = sized(scratch.gated, rows * inner_, device_);
   float* rstd = sized(scratch.rstd, rows * groups_, device_);
   in_->forward(proj, normed, rows, tp_scratch);
-  // Adjacent rows on one state are one sequence's next tokens (a prompt's chunk): stepped as one run,
-  // the chunked scan continuing the state, instead of a launch per token.
-  for (int64_t t = 0, end = 0; t < rows; t = end) {
-    for (end = t + 1; end < rows && states[end] == states[t] && windows[end] == windows[t];) ++end;
-    float* pt = proj + t * proj_width();
-    float* ct = conv + t * conv_channels();
-    kernels::causal_conv_silu_step(device_, ct, windows[t], pt + inner_, p.value(conv_weight_), p.value(conv_bias_),
-                                   conv_shape(1, end - t));
-    kernels::ssd_scan_step(device_, y + t * inner_, states[t], ct, pt + inner_ + conv_channels(), p.value(dt_bias_),
-                           p.value(a_log_), ct + inner_, ct + inner_ + gn, p.value(d_), scan_shape(1, end - t));
+  for (const StepRun& run : runs) {
+    // A chunk: batch 1 of run.count tokens; decoding rows: run.count sequences of one token.
+    const int64_t batch = run.slots ? run.count : 1, seq = run.slots ? 1 : run.count;
+    float* pt = proj + run.first * proj_width();
+    float* ct = conv + run.first * conv_channels();
+    kernels::causal_conv_silu_step(device_, ct, run.window, run.slots, pt + inner_, p.value(conv_weight_),
+                                   p.value(conv_bias_), conv_shape(batch, seq));
+    kernels::ssd_scan_step(device_, y + run.first * inner_, run.state, run.slots, ct, pt + inner_ + conv_channels(),
+                           p.value(dt_bias_), p.value(a_log_), ct + inner_, ct + inner_ + gn, p.value(d_),
+                           scan_shape(batch, seq));
   }
   kernels::gated_rmsnorm_forward(device_, gated, rstd, y, proj, proj_width(), p.value(norm_), rows, inner_,
                                  inner_ / groups_, eps_);

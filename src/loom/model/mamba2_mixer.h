@@ -42,9 +42,10 @@ class Mamba2Mixer {
   void decode(float* residual, const float* normed, int64_t rows, MambaCache& cache, Saved& scratch,
               ParallelScratch& tp_scratch) const;
   // A paged batch step (paged.h): each row steps the recurrence from its sequence's state slot
-  // in `cache` (any tp: this rank's heads).
-  void forward_paged(float* residual, const float* normed, const PagedBatch& batch, PagedLayerCache& cache,
-                     Saved& scratch, ParallelScratch& tp_scratch) const;
+  // in `cache` (any tp: this rank's heads): a sequence's adjacent rows (a prompt's chunk) as one
+  // run, the decoding rows of different sequences together (their slots as on_device.state_slots).
+  void forward_paged(float* residual, const float* normed, const PagedBatch& batch, const PagedRows& on_device,
+                     PagedLayerCache& cache, Saved& scratch, ParallelScratch& tp_scratch) const;
   // Floats of one sequence's convolution window and scan state on this rank.
   int64_t window_width() const { return conv_channels() * (kernel_ - 1); }
   int64_t state_width() const { return heads_ * head_dim_ * state_; }
@@ -55,10 +56,18 @@ class Mamba2Mixer {
   int64_t conv_channels() const { return inner_ + 2 * groups_ * state_; }
   kernels::SsdShape scan_shape(int64_t batch, int64_t seq) const;
   kernels::ConvShape conv_shape(int64_t batch, int64_t seq) const;
-  // in_proj over the rows, each row's convolution and scan from its window and state (the rows of
-  // one sequence in order; adjacent ones as one run), gated norm and out_proj over the rows.
-  void step_rows(float* residual, const float* normed, int64_t rows, std::span<float* const> windows,
-                 std::span<float* const> states, Saved& scratch, ParallelScratch& tp_scratch) const;
+  // Rows [first, first + count) advanced by one call of each step kernel: one sequence's next
+  // `count` tokens from its window and state, or (slots) the next token of `count` sequences whose
+  // windows and states are the pool's slots slots[0 .. count) (no slot twice).
+  struct StepRun {
+    int64_t first = 0, count = 0;
+    float* window = nullptr;  // the sequence's; with slots, the pool's
+    float* state = nullptr;
+    const int32_t* slots = nullptr;  // where the kernels read them (device memory on a GPU)
+  };
+  // in_proj over the rows, the runs' convolutions and scans in order, gated norm and out_proj.
+  void step_rows(float* residual, const float* normed, int64_t rows, std::span<const StepRun> runs, Saved& scratch,
+                 ParallelScratch& tp_scratch) const;
 
   ParameterStore* store_;
   Device device_;

@@ -29,6 +29,7 @@ struct PagedRows {
   const int32_t* positions = nullptr;     // [rows]
   const int32_t* sequences = nullptr;     // [rows]
   const int32_t* block_tables = nullptr;  // [entries, table_width]
+  const int32_t* state_slots = nullptr;   // [rows]: the row's Mamba state slot (hybrid models), else null
 };
 
 // The keys and values of one attention layer for this rank's kv heads: [blocks, block_size, kv_width];

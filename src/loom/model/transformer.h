@@ -42,7 +42,8 @@ struct PagedScratch {
   Norm::Saved final_norm;
   Buffer x, head_in, local_logits, logits;
   std::vector<int32_t> logit_rows;  // the batch's logit rows as gather indices
-  StagedTokens positions, sequences, block_tables, logit_indices;
+  std::vector<int32_t> row_slots;   // each row's Mamba state slot (hybrid models)
+  StagedTokens positions, sequences, block_tables, logit_indices, state_slots;
 };
 
 // The layers a pipeline rank holds for one of its model chunks (virtual stages): [first, last).

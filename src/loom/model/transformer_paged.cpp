@@ -97,9 +97,18 @@ const float* Transformer::forward_paged(const PagedBatch& batch, PagedKVCache& c
   const Device device = params_.device();
   float* x = sized(s.x, rows * C, device);
   lookup_tokens(x, batch.tokens.data(), rows, embed_);
-  const PagedRows on_device{
+  PagedRows on_device{
       s.positions.stage(device, batch.positions.data(), rows), s.sequences.stage(device, batch.sequences.data(), rows),
       s.block_tables.stage(device, batch.block_tables.data(), static_cast<int64_t>(batch.block_tables.size()))};
+  if (!batch.state_slots.empty()) {  // checked where the Mamba layers read them (-1: no entry)
+    const auto entries = static_cast<int64_t>(batch.state_slots.size());
+    s.row_slots.resize(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t entry = batch.sequences[static_cast<size_t>(r)];
+      s.row_slots[static_cast<size_t>(r)] = entry >= 0 && entry < entries ? batch.state_slots[static_cast<size_t>(entry)] : -1;
+    }
+    on_device.state_slots = s.state_slots.stage(device, s.row_slots.data(), rows);
+  }
   if (positions_ >= 0) {
     kernels::embedding_forward(device, x, on_device.positions, params_.value(positions_), rows, C, true);
   }

@@ -102,14 +102,14 @@ void conv_continue(float* out, float* window, const float* in, const float* weig
 
 }  // namespace
 
-void causal_conv_silu_step(float* out, float* window, const float* in, const float* weight, const float* bias,
-                           const ConvShape& s) {
+void causal_conv_silu_step(float* out, float* window, const int32_t* slots, const float* in, const float* weight,
+                           const float* bias, const ConvShape& s) {
   if (s.seq > 1) return conv_continue(out, window, in, weight, bias, s);
   const int64_t past = s.kernel - 1;
 #pragma omp parallel for schedule(static) collapse(2)
   for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t c = 0; c < s.channels; ++c) {
-      float* w = window + (b * s.channels + c) * past;
+      float* w = window + ((slots ? slots[b] : b) * s.channels + c) * past;
       const float x = in[b * s.in_stride + c];
       double v = bias ? bias[c] : 0.0;
       for (int64_t k = 0; k < past; ++k) v += static_cast<double>(weight[c * s.kernel + k]) * w[k];

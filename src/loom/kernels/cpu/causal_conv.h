@@ -19,7 +19,8 @@ void causal_conv_silu_backward(float* din, float* dweight, float* dbias, const f
 // s.seq more tokens of each of s.batch sequences: window [batch, channels, kernel-1] holds each
 // channel's previous inputs (oldest first), read where a token's window reaches before the row's
 // start, and is shifted to take the row's inputs (one token: decoding; more: a prompt's chunk).
-void causal_conv_silu_step(float* out, float* window, const float* in, const float* weight, const float* bias,
-                           const ConvShape& s);
+// `slots` (one token per row only): row b's window is the slots[b]-th of `window` instead of the b-th.
+void causal_conv_silu_step(float* out, float* window, const int32_t* slots, const float* in, const float* weight,
+                           const float* bias, const ConvShape& s);
 
 }  // namespace loom::kernels::cpu

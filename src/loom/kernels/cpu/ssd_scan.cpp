@@ -408,8 +408,9 @@ void ssd_scan_backward(float* dx, float* ddt_raw, float* ddt_bias, float* dA_log
   }
 }
 
-void ssd_scan_step(float* y, float* state, const float* x, const float* dt_raw, const float* dt_bias,
-                   const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s) {
+void ssd_scan_step(float* y, float* state, const int32_t* slots, const float* x, const float* dt_raw,
+                   const float* dt_bias, const float* A_log, const float* B, const float* C, const float* D,
+                   const SsdShape& s) {
   if (s.seq > 1) return chunked_scan(y, x, dt_raw, dt_bias, A_log, B, C, D, s, nullptr, state, state);
   const int64_t P = s.head_dim, N = s.state, per_group = s.heads / s.groups;
 #pragma omp parallel for schedule(static) collapse(2)
@@ -421,7 +422,7 @@ void ssd_scan_step(float* y, float* state, const float* x, const float* dt_raw, 
       const float* xh = x + b * s.x_stride + h * P;
       const float* Bg = B + b * s.bc_stride + g * N;
       const float* Cg = C + b * s.bc_stride + g * N;
-      float* S = state + (b * s.heads + h) * P * N;
+      float* S = state + ((slots ? slots[b] : b) * s.heads + h) * P * N;
       float* yh = y + b * s.y_stride + h * P;
       for (int64_t p = 0; p < P; ++p) {
         double acc = static_cast<double>(D[h]) * xh[p];

@@ -26,7 +26,9 @@ void ssd_scan_backward(float* dx, float* ddt_raw, float* ddt_bias, float* dA_log
 // advanced by them and y written. One token (decoding): the recurrence itself; more (a prompt's
 // chunk): the chunked scan continuing from the state, which then holds the state after the
 // row's last token (rounded to fp32 once, where token by token it is rounded at every token).
-void ssd_scan_step(float* y, float* state, const float* x, const float* dt_raw, const float* dt_bias,
-                   const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s);
+// `slots` (one token per row only): row b's state is the slots[b]-th of `state` instead of the b-th.
+void ssd_scan_step(float* y, float* state, const int32_t* slots, const float* x, const float* dt_raw,
+                   const float* dt_bias, const float* A_log, const float* B, const float* C, const float* D,
+                   const SsdShape& s);
 
 }  // namespace loom::kernels::cpu

@@ -99,12 +99,13 @@ __global__ void conv_param_grad_kernel(double* __restrict__ partial, const float
   }
 }
 
-__global__ void conv_step_kernel(float* __restrict__ out, float* __restrict__ window, const float* __restrict__ in,
-                                 const float* __restrict__ weight, const float* __restrict__ bias, ConvShape s) {
+__global__ void conv_step_kernel(float* __restrict__ out, float* __restrict__ window, const int32_t* __restrict__ slots,
+                                 const float* __restrict__ in, const float* __restrict__ weight,
+                                 const float* __restrict__ bias, ConvShape s) {
   const int64_t past = s.kernel - 1;
   for (int64_t i = grid_start(); i < s.batch * s.channels; i += grid_stride()) {
     const int64_t b = i / s.channels, c = i % s.channels;
-    float* w = window + i * past;
+    float* w = window + ((slots ? slots[b] : b) * s.channels + c) * past;
     const float x = in[b * s.in_stride + c];
     double v = bias ? bias[c] : 0.0;
     for (int64_t k = 0; k < past; ++k) v += static_cast<double>(weight[c * s.kernel + k]) * w[k];
@@ -175,8 +176,8 @@ void causal_conv_silu_backward(float* din, float* dweight, float* dbias, const f
   if (dbias) add_slice_sums(dbias, partial + s.channels * s.kernel, slices, s.channels, width, stream);
 }
 
-void causal_conv_silu_step(float* out, float* window, const float* in, const float* weight, const float* bias,
-                           const ConvShape& s, cudaStream_t stream) {
+void causal_conv_silu_step(float* out, float* window, const int32_t* slots, const float* in, const float* weight,
+                           const float* bias, const ConvShape& s, cudaStream_t stream) {
   const int64_t n = s.batch * s.channels;
   if (n == 0) return;
   if (s.seq > 1) {  // a prompt's chunk
@@ -186,7 +187,7 @@ void causal_conv_silu_step(float* out, float* window, const float* in, const flo
     check_launch("conv_window_kernel");
     return;
   }
-  conv_step_kernel<<<grid_for(n), kThreads, 0, stream>>>(out, window, in, weight, bias, s);
+  conv_step_kernel<<<grid_for(n), kThreads, 0, stream>>>(out, window, slots, in, weight, bias, s);
   check_launch("conv_step_kernel");
 }
 

@@ -19,7 +19,7 @@ void causal_conv_silu_backward(float* din, float* dweight, float* dbias, const f
                                const int32_t* documents, cudaStream_t stream = nullptr);
 // s.seq more tokens per sequence after the window's (cpu/causal_conv.h): one token, a thread per
 // (row, channel); more (a prompt's chunk), a thread per output, then a pass shifting the windows.
-void causal_conv_silu_step(float* out, float* window, const float* in, const float* weight, const float* bias,
-                           const ConvShape& s, cudaStream_t stream = nullptr);
+void causal_conv_silu_step(float* out, float* window, const int32_t* slots, const float* in, const float* weight,
+                           const float* bias, const ConvShape& s, cudaStream_t stream = nullptr);
 
 }  // namespace loom::kernels::cuda

@@ -333,10 +333,9 @@ void register_mamba(CudaEntries& e) {
     ssd_scan_backward(dx, ddt_raw, ddt_bias, dA_log, dB, dC, dD, dy, x, dt_raw, dt_bias, A_log, B, C, D, s, documents,
                       stream_of(d));
   };
-  e.ssd_scan_step = [](Device d, float* y, float* state, const float* x, const float* dt_raw, const float* dt_bias,
-                       const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s) {
-    ssd_scan_step(y, state, x, dt_raw, dt_bias, A_log, B, C, D, s, stream_of(d));
-  };
+  e.ssd_scan_step = [](Device d, float* y, float* state, const int32_t* slots, const float* x, const float* dt_raw,
+                       const float* dt_bias, const float* A_log, const float* B, const float* C, const float* D,
+                       const SsdShape& s) { ssd_scan_step(y, state, slots, x, dt_raw, dt_bias, A_log, B, C, D, s, stream_of(d)); };
   e.causal_conv_silu_forward = [](Device d, float* out, const float* in, const float* w, const float* b,
                                   const ConvShape& s, const int32_t* documents) {
     causal_conv_silu_forward(out, in, w, b, s, documents, stream_of(d));
@@ -345,8 +344,10 @@ void register_mamba(CudaEntries& e) {
                                    const float* w, const float* b, const ConvShape& s, const int32_t* documents) {
     causal_conv_silu_backward(din, dw, db, dout, in, w, b, s, documents, stream_of(d));
   };
-  e.causal_conv_silu_step = [](Device d, float* out, float* window, const float* in, const float* w, const float* b,
-                               const ConvShape& s) { causal_conv_silu_step(out, window, in, w, b, s, stream_of(d)); };
+  e.causal_conv_silu_step = [](Device d, float* out, float* window, const int32_t* slots, const float* in,
+                               const float* w, const float* b, const ConvShape& s) {
+    causal_conv_silu_step(out, window, slots, in, w, b, s, stream_of(d));
+  };
   e.gated_rmsnorm_forward = [](Device d, float* out, float* rstd, const float* y, const float* z, int64_t zs,
                                const float* w, int64_t rows, int64_t dim, int64_t group, float eps) {
     gated_rmsnorm_forward(out, rstd, y, z, zs, w, rows, dim, group, eps, stream_of(d));

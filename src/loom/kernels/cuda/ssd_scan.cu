@@ -124,7 +124,8 @@ __global__ void ssd_forward_kernel(float* y, const double* dots, double* enterin
   }
 }
 
-__global__ void ssd_step_kernel(float* __restrict__ y, float* __restrict__ state, ScanInputs in, SsdShape s) {
+__global__ void ssd_step_kernel(float* __restrict__ y, float* __restrict__ state, const int32_t* __restrict__ slots,
+                                ScanInputs in, SsdShape s) {
   const int64_t P = s.head_dim, N = s.state, per_group = s.heads / s.groups;
   for (int64_t k = grid_start(); k < s.batch * s.heads * P; k += grid_stride()) {
     const int64_t b = k / (s.heads * P), h = (k / P) % s.heads, p = k % P, g = h / per_group;
@@ -133,7 +134,7 @@ __global__ void ssd_step_kernel(float* __restrict__ y, float* __restrict__ state
     const double xp = in.x[b * s.x_stride + h * P + p];
     const float* Bg = in.B + b * s.bc_stride + g * N;
     const float* Cg = in.C + b * s.bc_stride + g * N;
-    float* S = state + ((b * s.heads + h) * P + p) * N;
+    float* S = state + (((slots ? slots[b] : b) * s.heads + h) * P + p) * N;
     double acc = static_cast<double>(in.D[h]) * xp;
     for (int64_t n = 0; n < N; ++n) {
       const double v = decay * S[n] + dt * xp * Bg[n];
@@ -180,9 +181,10 @@ void ssd_scan_forward(float* y, const float* x, const float* dt_raw, const float
   scan_states(y, nullptr, 0, {x, dt_raw, dt_bias, A_log, B, C, D}, s, segments, scratch, stream);
 }
 
-void ssd_scan_step(float* y, float* state, const float* x, const float* dt_raw, const float* dt_bias,
-                   const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,
-                   cudaStream_t stream) {
+void ssd_scan_step(float* y, float* state, const int32_t* slots, const float* x, const float* dt_raw,
+                   const float* dt_bias, const float* A_log, const float* B, const float* C, const float* D,
+                   const SsdShape& s, cudaStream_t stream) {
+  if (s.batch * s.seq * s.heads == 0) return;
   if (s.seq > 1) {  // a prompt's chunk: the chunked scan, continuing from the state and back into it
     Scratch scratch;
     const RowSegments segments = row_segments(s, nullptr, scratch, stream);
@@ -191,7 +193,7 @@ void ssd_scan_step(float* y, float* state, const float* x, const float* dt_raw, 
   }
   const int64_t n = s.batch * s.heads * s.head_dim;
   if (n == 0) return;
-  ssd_step_kernel<<<grid_for(n), kThreads, 0, stream>>>(y, state, {x, dt_raw, dt_bias, A_log, B, C, D}, s);
+  ssd_step_kernel<<<grid_for(n), kThreads, 0, stream>>>(y, state, slots, {x, dt_raw, dt_bias, A_log, B, C, D}, s);
   check_launch("ssd_step_kernel");
 }
 

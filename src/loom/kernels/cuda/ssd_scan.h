@@ -30,8 +30,8 @@ void ssd_scan_backward(float* dx, float* ddt_raw, float* ddt_bias, float* dA_log
 // s.seq more tokens per sequence from and back into `state` (cpu/ssd_scan.h). One (decoding): one
 // thread per (row, head, head_dim element); more (a prompt's chunk): the forward's chunked scan,
 // its first block continuing the state and the state after the last token written back.
-void ssd_scan_step(float* y, float* state, const float* x, const float* dt_raw, const float* dt_bias,
-                   const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,
-                   cudaStream_t stream = nullptr);
+void ssd_scan_step(float* y, float* state, const int32_t* slots, const float* x, const float* dt_raw,
+                   const float* dt_bias, const float* A_log, const float* B, const float* C, const float* D,
+                   const SsdShape& s, cudaStream_t stream = nullptr);
 
 }  // namespace loom::kernels::cuda
