@@ -154,10 +154,10 @@ TEST_F(CudaMamba, SsdScanStepsMatchTheCpu) {
         d_alog(allocator_, in.A_log), d_B(allocator_, in.B), d_C(allocator_, in.C), d_D(allocator_, in.D),
         d_y(allocator_, y), d_state(allocator_, state0);
     for (int step = 0; step < 2; ++step) {  // the second step reads the state the first wrote
-      ssd_scan_step(kCpu, y.data(), state.data(), nullptr, in.x.data(), in.dt_raw.data(), in.dt_bias.data(), in.A_log.data(),
-                    in.B.data(), in.C.data(), in.D.data(), s);
-      ssd_scan_step(kGpu, d_y.ptr, d_state.ptr, nullptr, d_x.ptr, d_dt.ptr, d_bias.ptr, d_alog.ptr, d_B.ptr, d_C.ptr, d_D.ptr,
-                    s);
+      ssd_scan_step(kCpu, y.data(), state.data(), nullptr, in.x.data(), in.dt_raw.data(), in.dt_bias.data(),
+                    in.A_log.data(), in.B.data(), in.C.data(), in.D.data(), s);
+      ssd_scan_step(kGpu, d_y.ptr, d_state.ptr, nullptr, d_x.ptr, d_dt.ptr, d_bias.ptr, d_alog.ptr, d_B.ptr, d_C.ptr,
+                    d_D.ptr, s);
     }
     EXPECT_LE(relative_error(d_y.host(), y), kTolerance);
     EXPECT_LE(relative_error(d_state.host(), state), kTolerance);
@@ -178,10 +178,10 @@ TEST_F(CudaMamba, SsdScanChunksContinuingTheStateMatchTheCpu) {
         d_alog(allocator_, in.A_log), d_B(allocator_, in.B), d_C(allocator_, in.C), d_D(allocator_, in.D),
         d_y(allocator_, y), d_state(allocator_, state0);
     for (int chunk = 0; chunk < 2; ++chunk) {
-      ssd_scan_step(kCpu, y.data(), state.data(), nullptr, in.x.data(), in.dt_raw.data(), in.dt_bias.data(), in.A_log.data(),
-                    in.B.data(), in.C.data(), in.D.data(), s);
-      ssd_scan_step(kGpu, d_y.ptr, d_state.ptr, nullptr, d_x.ptr, d_dt.ptr, d_bias.ptr, d_alog.ptr, d_B.ptr, d_C.ptr, d_D.ptr,
-                    s);
+      ssd_scan_step(kCpu, y.data(), state.data(), nullptr, in.x.data(), in.dt_raw.data(), in.dt_bias.data(),
+                    in.A_log.data(), in.B.data(), in.C.data(), in.D.data(), s);
+      ssd_scan_step(kGpu, d_y.ptr, d_state.ptr, nullptr, d_x.ptr, d_dt.ptr, d_bias.ptr, d_alog.ptr, d_B.ptr, d_C.ptr,
+                    d_D.ptr, s);
       EXPECT_LE(relative_error(d_y.host(), y), kTolerance) << "chunk " << chunk;
       EXPECT_LE(relative_error(d_state.host(), state), kTolerance) << "chunk " << chunk;
     }

@@ -210,7 +210,8 @@ TEST(SsdScan, ChunksContinuingTheStateEqualTheWholeScan) {
         chunk.batch = 1;
         chunk.seq = len;
         const int64_t row = b * s.seq + t0;
-        ssd_scan_step(out.data() + row * s.y_stride, state.data() + b * state_size, nullptr, p.x.data() + row * s.x_stride,
+        ssd_scan_step(out.data() + row * s.y_stride, state.data() + b * state_size, nullptr,
+                      p.x.data() + row * s.x_stride,
                       p.dt.data() + row * s.dt_stride, p.dt_bias.data(), p.A_log.data(), p.B() + row * s.bc_stride,
                       p.C() + row * s.bc_stride, p.D.data(), chunk);
         t0 += len;
@@ -323,7 +324,8 @@ TEST(MambaKernels, CausalConvChunksContinuingTheWindowEqualTheForward) {
   one.seq = 1;
   for (int64_t t = 0; t < 9; ++t)
     causal_conv_silu_step(ignored.data(), stepped_window.data(), nullptr, in.data() + t * 3, w.data(), b.data(), one);
-  for (const std::vector<int64_t>& cuts : std::vector<std::vector<int64_t>>{{9}, {1, 8}, {2, 2, 5}, {5, 1, 3}, {2, 7}}) {
+  const std::vector<std::vector<int64_t>> all_cuts = {{9}, {1, 8}, {2, 2, 5}, {5, 1, 3}, {2, 7}};
+  for (const std::vector<int64_t>& cuts : all_cuts) {
     std::vector<float> out(9 * 3, NAN), window(3 * 3, 0.0f);
     int64_t t0 = 0;
     for (int64_t len : cuts) {

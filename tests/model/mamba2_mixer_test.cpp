@@ -1,5 +1,6 @@
 // The Mamba-2 mixer as a module: decoding step by step with its caches equals the full forward, so
-// does a prompt prefilled in chunks, and packed documents are independent (a packed row equals each document run on its own).
+// does a prompt prefilled in chunks, and packed documents are independent (a packed row equals
+// each document run on its own).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -126,8 +126,9 @@ void Mamba2Mixer::decode(float* residual, const float* normed, int64_t rows, Mam
   step_rows(residual, normed, rows, {&run, 1}, scratch, tp_scratch);
 }
 
-void Mamba2Mixer::forward_paged(float* residual, const float* normed, const PagedBatch& batch, const PagedRows& on_device,
-                                PagedLayerCache& cache, Saved& scratch, ParallelScratch& tp_scratch) const {
+void Mamba2Mixer::forward_paged(float* residual, const float* normed, const PagedBatch& batch,
+                                const PagedRows& on_device, PagedLayerCache& cache, Saved& scratch,
+                                ParallelScratch& tp_scratch) const {
   const int64_t rows = batch.rows(), slots = static_cast<int64_t>(cache.windows.size()) / std::max<int64_t>(window_width(), 1);
   LOOM_CHECK(on_device.state_slots != nullptr, "a paged step of a hybrid model without its rows' Mamba state slots");
   std::vector<int64_t> slot_of(static_cast<size_t>(rows));
@@ -142,7 +143,8 @@ void Mamba2Mixer::forward_paged(float* residual, const float* normed, const Page
     if (batch.positions[t] == 0) {  // a sequence's first position starts from a zero state
       allocator(device_).zero(cache.windows.data() + slot * window_width(),
                               static_cast<size_t>(window_width()) * sizeof(float));
-      allocator(device_).zero(cache.states.data() + slot * state_width(), static_cast<size_t>(state_width()) * sizeof(float));
+      allocator(device_).zero(cache.states.data() + slot * state_width(),
+                              static_cast<size_t>(state_width()) * sizeof(float));
     }
   }
   // Adjacent rows on one slot are one sequence's next tokens (a prompt's chunk): one run from the
@@ -160,8 +162,8 @@ void Mamba2Mixer::forward_paged(float* residual, const float* normed, const Page
     for (end = t + 1; end < rows && slot_of[static_cast<size_t>(end)] == slot;) ++end;
     if (end - t > 1) {
       close_group();
-      runs.push_back({t, end - t, cache.windows.data() + slot * window_width(), cache.states.data() + slot * state_width(),
-                      nullptr});
+      runs.push_back({t, end - t, cache.windows.data() + slot * window_width(),
+                      cache.states.data() + slot * state_width(), nullptr});
       continue;
     }
     const bool joins = !runs.empty() && runs.back().slots != nullptr && runs.back().first + runs.back().count == t &&

@@ -105,7 +105,8 @@ const float* Transformer::forward_paged(const PagedBatch& batch, PagedKVCache& c
     s.row_slots.resize(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t entry = batch.sequences[static_cast<size_t>(r)];
-      s.row_slots[static_cast<size_t>(r)] = entry >= 0 && entry < entries ? batch.state_slots[static_cast<size_t>(entry)] : -1;
+      s.row_slots[static_cast<size_t>(r)] =
+          entry >= 0 && entry < entries ? batch.state_slots[static_cast<size_t>(entry)] : -1;
     }
     on_device.state_slots = s.state_slots.stage(device, s.row_slots.data(), rows);
   }

@@ -335,7 +335,9 @@ void register_mamba(CudaEntries& e) {
   };
   e.ssd_scan_step = [](Device d, float* y, float* state, const int32_t* slots, const float* x, const float* dt_raw,
                        const float* dt_bias, const float* A_log, const float* B, const float* C, const float* D,
-                       const SsdShape& s) { ssd_scan_step(y, state, slots, x, dt_raw, dt_bias, A_log, B, C, D, s, stream_of(d)); };
+                       const SsdShape& s) {
+    ssd_scan_step(y, state, slots, x, dt_raw, dt_bias, A_log, B, C, D, s, stream_of(d));
+  };
   e.causal_conv_silu_forward = [](Device d, float* out, const float* in, const float* w, const float* b,
                                   const ConvShape& s, const int32_t* documents) {
     causal_conv_silu_forward(out, in, w, b, s, documents, stream_of(d));
