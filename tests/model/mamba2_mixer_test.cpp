@@ -46,30 +46,19 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
   for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], rel * scale) << i;
 }
 
-TEST(Mamba2Mixer, DecodingWithCachesEqualsTheFullForward) {
-  Fixture f;
-  const int64_t seq = 11, d = f.config.d_model;
-  const auto normed = loom::testing::random_vector(seq * d, 1);
-  Mamba2Mixer::Saved saved, scratch;
-  const std::vector<float> full = f.forward(normed, 1, seq, {}, saved);
-  std::vector<float> decoded(seq * d, 0.0f);
-  MambaCache cache;
-  // A prompt of 4 tokens, then one token at a time.
-  f.mixer.decode(decoded.data(), normed.data(), 4, cache, scratch, f.scratch);
-  for (int64_t t = 4; t < seq; ++t)
-    f.mixer.decode(decoded.data() + t * d, normed.data() + t * d, 1, cache, scratch, f.scratch);
-  expect_close(decoded, full);
-}
-
 // A prompt prefilled in chunks (each continuing the caches' state and window in one run: the
-// chunked scan and convolution from them), then decoded: the full forward, whatever the cuts.
-TEST(Mamba2Mixer, PrefillInChunksContinuingTheCachesEqualsTheFullForward) {
+// chunked scan and convolution from them) and decoded token by token: the full forward, whatever
+// the cuts.
+TEST(Mamba2Mixer, DecodingAndPrefillInChunksWithCachesEqualTheFullForward) {
   Fixture f;
   const int64_t seq = 14, d = f.config.d_model;
   const auto normed = loom::testing::random_vector(seq * d, 2);
   Mamba2Mixer::Saved saved, scratch;
   const std::vector<float> full = f.forward(normed, 1, seq, {}, saved);
-  for (const std::vector<int64_t>& cuts : std::vector<std::vector<int64_t>>{{5, 2, 4, 1, 2}, {2, 3, 7, 2}, {1, 13}}) {
+  std::vector<int64_t> prompt_then_tokens(11, 1);
+  prompt_then_tokens[0] = 4;
+  const std::vector<std::vector<int64_t>> all_cuts = {prompt_then_tokens, {5, 2, 4, 1, 2}, {2, 3, 7, 2}, {1, 13}};
+  for (const std::vector<int64_t>& cuts : all_cuts) {
     std::vector<float> decoded(seq * d, 0.0f);
     MambaCache cache;
     int64_t t = 0;
@@ -78,6 +67,7 @@ TEST(Mamba2Mixer, PrefillInChunksContinuingTheCachesEqualsTheFullForward) {
       t += rows;
     }
     SCOPED_TRACE(cuts.size());
+    ASSERT_EQ(t, seq);
     expect_close(decoded, full);
   }
 }
