@@ -16,6 +16,7 @@
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/per_device.h"
 #include "loom/kernels/cuda/quantize.h"
+#include "loom/kernels/cuda/scratch.h"
 
 namespace loom::kernels::cuda {
 
@@ -304,16 +305,9 @@ void mxfp8_matmul_emulated(const GemmOutput& c, const uint8_t* a_codes, const ui
                            int64_t k, cudaStream_t stream) {
   if (m == 0 || n == 0) return;
   const Fp8 format = e5m2 ? Fp8::E5M2 : Fp8::E4M3;
-  CachingAllocator& cache = context().allocator;
-  // Back to the cache however this ends, while the product may still read them: kept for `stream`,
-  // whose next holder's work queues after it (caching_allocator.h).
-  auto release = [&](void* p) { cache.release(p, stream); };
-  auto bf16_operand = [&](int64_t elements) {
-    return std::unique_ptr<void, decltype(release)>(cache.allocate(static_cast<size_t>(elements) * 2, stream), release);
-  };
-  const auto a = bf16_operand(m * k), b = bf16_operand(n * k);
-  auto* a16 = static_cast<__nv_bfloat16*>(a.get());
-  auto* b16 = static_cast<__nv_bfloat16*>(b.get());
+  Scratch scratch;  // the operands' copies, for this call (the legacy stream is ordered with it)
+  auto* a16 = scratch.of<__nv_bfloat16>(m * k);
+  auto* b16 = scratch.of<__nv_bfloat16>(n * k);
   decode_mx_bf16(a_codes, a_scales, m, k, format, a16, stream);
   decode_mx_bf16(b_codes, b_scales, n, k, format, b16, stream);
   matmul(c, GemmOperand{a16, GemmType::BF16, false}, GemmOperand{b16, GemmType::BF16, true}, m, n, k, 1.0f, 0.0f,

@@ -56,6 +56,7 @@ void linear_backward(float* din, float* dweight, float* dbias, const float* dout
 // MXFP8 on Hopper, which has no MX tensor cores: both operands (codes and E8M0 scales as
 // quantize.h's encode_mx makes them, blocks of 32 along k) are decoded to bf16 (exact: an FP8
 // value times a power of two) and multiplied by the bf16 GEMM. c = a . b^T, a [m, k], b [n, k].
+// `stream`: the calling thread's compute stream or the legacy one (the copies are scratch.h's).
 void mxfp8_matmul_emulated(const GemmOutput& c, const uint8_t* a_codes, const uint8_t* a_scales,
                            const uint8_t* b_codes, const uint8_t* b_scales, bool e5m2, int64_t m, int64_t n,
                            int64_t k, cudaStream_t stream = nullptr);
