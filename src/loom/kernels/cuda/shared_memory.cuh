@@ -5,19 +5,34 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "loom/kernels/cuda/device.h"
 
 namespace loom::kernels::cuda {
 
+// A kernel's static shared memory, asked of the runtime once per kernel (allow_shared runs at
+// every launch).
+inline size_t static_shared_bytes(const void* kernel, const char* name) {
+  static std::mutex mutex;
+  static std::map<const void*, size_t> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = known.find(kernel);
+  if (it != known.end()) return it->second;
+  cudaFuncAttributes attributes{};
+  const cudaError_t asked = cudaFuncGetAttributes(&attributes, kernel);
+  if (asked != cudaSuccess) check_cuda(asked, std::string("cudaFuncGetAttributes(") + name + ")");
+  return known.emplace(kernel, attributes.sharedSizeBytes).first->second;
+}
+
 template <typename Kernel>
 void allow_shared(Kernel kernel, size_t bytes, const char* name) {
-  cudaFuncAttributes attributes{};
-  check_cuda(cudaFuncGetAttributes(&attributes, kernel), std::string("cudaFuncGetAttributes(") + name + ")");
-  if (attributes.sharedSizeBytes + bytes > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
-               std::string("cudaFuncSetAttribute(") + name + ")");
+  if (static_shared_bytes(reinterpret_cast<const void*>(kernel), name) + bytes <= 48 * 1024) return;
+  const cudaError_t set =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (set != cudaSuccess) check_cuda(set, std::string("cudaFuncSetAttribute(") + name + ")");
 }
 
 }  // namespace loom::kernels::cuda
