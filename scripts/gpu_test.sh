@@ -165,12 +165,15 @@ print(f"  median tokens/s over {len(rates)} steps: {statistics.median(rates):.0f
 PY
   done
   # Serving: the engine on the tiny model trained above (loom_bench_serve: decode tokens/s with 1,
-  # 8 and 32 sequences, prefill tokens/s), on the GPU and on this machine's CPU.
+  # 8 and 32 sequences, prefill tokens/s), on the GPU with bf16 GEMMs (`--dtype auto` there) and
+  # fp32 ones, and on this machine's CPU.
   if [ -d /tmp/loom-train/run-hybrid-none/checkpoints ]; then
     echo "== serving"
-    for device in cuda cpu; do
-      capped "serve $device" 45 "$bin/loom_bench_serve" /tmp/loom-train/run-hybrid-none/checkpoints 64 32 448 "$device" 2>&1 |
-        sed "s/^/SERVE|$device|/" | tee -a "$out/bench.txt" | cut -c1-200
+    local run
+    for run in "cuda bf16" "cuda fp32" "cpu fp32"; do
+      set -- $run
+      capped "serve $1 $2" 45 "$bin/loom_bench_serve" /tmp/loom-train/run-hybrid-none/checkpoints 64 32 448 "$1" "$2" 2>&1 |
+        sed "s/^/SERVE|$1 $2|/" | tee -a "$out/bench.txt" | cut -c1-200
     done
   fi
   # The hand-written kernels once more under compute-sanitizer's memcheck, on the tests' small

@@ -73,9 +73,11 @@ def recipes(path):
 
 
 def serving(path):
-    """The engine's tokens/s on cuda and cpu (SERVE lines: loom_bench_serve's JSON per device)."""
+    """The engine's tokens/s per device and GEMM dtype (SERVE lines: loom_bench_serve's JSON, tagged
+    "cuda bf16", "cuda fp32" or "cpu fp32"), with each GPU row over the CPU's."""
     import json
 
+    runs = ["cuda bf16", "cuda fp32", "cpu fp32"]
     rows = {}
     for line in read_lines(path) or []:
         parts = line.split("|", 2)
@@ -91,12 +93,14 @@ def serving(path):
             rows.setdefault(f"prefill, {r['prefill_tokens']} tokens", {})[parts[1]] = r["prompt_tokens_per_s"]
     if not rows:
         return "serving: no results"
-    out = [f"{'serving (tokens/s)':28} {'cuda':>10} {'cpu':>10} {'cuda/cpu':>9}"]
-    for what, by_device in rows.items():
-        cuda, cpu = by_device.get("cuda"), by_device.get("cpu")
-        cells = [f"{v:10.0f}" if v else f"{'-':>10}" for v in (cuda, cpu)]
-        ratio = f"{cuda / cpu:9.2f}" if cuda and cpu else f"{'-':>9}"
-        out.append(f"{what:28} {cells[0]} {cells[1]} {ratio}")
+    header = "".join(f"{run:>11}" for run in runs)
+    out = [f"{'serving (tokens/s)':28}{header} {'bf16/cpu':>9} {'fp32/cpu':>9}"]
+    for what, by_run in rows.items():
+        values = [by_run.get(run) for run in runs]
+        cells = "".join(f"{v:11.0f}" if v else f"{'-':>11}" for v in values)
+        cpu = values[2]
+        ratios = " ".join(f"{v / cpu:9.2f}" if v and cpu else f"{'-':>9}" for v in values[:2])
+        out.append(f"{what:28}{cells} {ratios}")
     return "\n".join(out)
 
 

@@ -17,8 +17,10 @@
 namespace loom::infer::testing {
 namespace {
 
+// On the device with the GEMMs' dtype the cpu engine resolves `auto` to (fp32), unless one is named.
 EngineOptions on_device(EngineOptions options) {
   options.device = config::RuntimeDevice::Cuda;
+  if (options.dtype == InferenceDtype::Auto) options.dtype = InferenceDtype::Fp32;
   return options;
 }
 
@@ -125,6 +127,59 @@ TEST_P(DeviceEngineTest, WeightsDigestOnTheDeviceIsTheCheckpointsBeforeAndAfterA
     EXPECT_EQ(after, loaded) << "tp " << tp;
     EXPECT_EQ(version, "v2");
   }
+}
+
+// bf16 GEMMs (`--dtype bf16`, what auto is on a GPU) on the device: the cpu engine's bf16 tokens
+// and log-probabilities, bit for bit, with the weights' casts kept from step to step (tp 1 and 2).
+TEST_P(DeviceEngineTest, Bf16OnTheDeviceEqualsTheCpusBf16) {
+  const std::string ckpt = checkpoint_of(GetParam());
+  const auto prompts = prompts_of({5, 18, 11});
+  EngineOptions options;
+  options.dtype = InferenceDtype::Bf16;
+  options.block_size = 5;
+  options.max_batch_tokens = 7;
+  RequestOptions request = greedy(8);
+  request.n = 2;
+  for (int tp : {1, 2}) {
+    options.tp = tp;
+    expect_identical(run_on(ckpt, on_device(options), prompts, request), run_on(ckpt, options, prompts, request));
+  }
+  EngineOptions automatic;
+  automatic.device = config::RuntimeDevice::Cuda;
+  EXPECT_EQ(Engine(ckpt, automatic).recipe(), config::PrecisionRecipe::Bf16);
+}
+
+// Requests served by an engine already running (engine.run() on another thread).
+std::vector<std::vector<Completion>> served(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
+                                            const RequestOptions& request) {
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const auto& p : prompts) streams.push_back(engine.submit(p, request));
+  std::vector<std::vector<Completion>> out(prompts.size(), std::vector<Completion>(request.n));
+  for (size_t r = 0; r < streams.size(); ++r) {
+    while (!streams[r]->done()) drain_stream(*streams[r], out[r], std::chrono::milliseconds(20));
+    EXPECT_EQ(streams[r]->error(), "") << "request " << r;
+  }
+  return out;
+}
+
+// The bf16 casts a GPU keeps are of the weights loaded last: after a load (a refit) the engine
+// answers as a fresh one on the new weights, not with the casts of the old.
+TEST_P(DeviceEngineTest, KeptBf16CastsAreOfTheWeightsLoadedLast) {
+  const std::string ckpt = checkpoint_of(GetParam()), other = reseeded_checkpoint(GetParam());
+  const auto prompts = prompts_of({5, 18, 11});
+  const RequestOptions request = greedy(8);
+  EngineOptions options;
+  options.dtype = InferenceDtype::Bf16;
+  const auto fresh_on_other = run_on(other, on_device(options), prompts, request);
+  Engine engine(ckpt, on_device(options));
+  std::thread loop([&] { engine.run(); });
+  const auto before = served(engine, prompts, request);
+  engine.load_weights(other, "v2");
+  const auto after = served(engine, prompts, request);
+  engine.stop(true);
+  loop.join();
+  expect_identical(before, run_on(ckpt, on_device(options), prompts, request));
+  expect_identical(after, fresh_on_other);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, DeviceEngineTest, ::testing::Values("llama", "gpt2", "moe"));

@@ -77,20 +77,24 @@ inline std::string checkpoint_of(const std::string& name) {
   return made[name] = root + "/" + name + "/checkpoints";
 }
 
-// The log-probability of each completion token from one forward over prompt + completion (fp32 training path).
-// A checkpoint's model on one rank.
-inline std::unique_ptr<model::Transformer> load_model(const std::string& checkpoint_path) {
+// A checkpoint's model on one rank, its linear GEMMs in `precision`'s recipe (fp32 by default).
+inline std::unique_ptr<model::Transformer> load_model(const std::string& checkpoint_path,
+                                                      const model::PrecisionPolicy& precision = {}) {
   ckpt::LoadedCheckpoint checkpoint = ckpt::load_checkpoint(checkpoint_path);
   config::RunConfig config = config::parse_config(checkpoint.config_yaml(), "manifest", {});
   auto tokenizer = data::make_tokenizer(config.data.tokenizer);
-  auto model = std::make_unique<model::Transformer>(train::resolve_model_config(config.model, *tokenizer));
+  auto model = std::make_unique<model::Transformer>(train::resolve_model_config(config.model, *tokenizer),
+                                                    model::TensorParallel{}, precision);
   train::load_parameters(checkpoint, *model);
   return model;
 }
 
+// The log-probability of each completion token from one forward over prompt + completion (the
+// training path; fp32 unless `precision` says otherwise).
 inline std::vector<float> full_forward_logprobs(const std::string& checkpoint_path, const std::vector<int32_t>& prompt,
-                                                const std::vector<int32_t>& completion) {
-  std::unique_ptr<model::Transformer> loaded = load_model(checkpoint_path);
+                                                const std::vector<int32_t>& completion,
+                                                const model::PrecisionPolicy& precision = {}) {
+  std::unique_ptr<model::Transformer> loaded = load_model(checkpoint_path, precision);
   model::Transformer& model = *loaded;
   std::vector<int32_t> inputs = prompt;
   inputs.insert(inputs.end(), completion.begin(), completion.end() - 1);
@@ -109,9 +113,10 @@ struct Completion {
   std::string text, finish_reason;
 };
 
-// Appends a stream's pending events to its completions (by sample index).
-inline void drain_stream(RequestStream& stream, std::vector<Completion>& out) {
-  for (SampleEvent& e : stream.pop(std::chrono::milliseconds(0))) {
+// Appends a stream's pending events to its completions (by sample index), waiting up to `wait` for some.
+inline void drain_stream(RequestStream& stream, std::vector<Completion>& out,
+                         std::chrono::milliseconds wait = std::chrono::milliseconds(0)) {
+  for (SampleEvent& e : stream.pop(wait)) {
     Completion& c = out[e.index];
     c.tokens.insert(c.tokens.end(), e.tokens.begin(), e.tokens.end());
     for (const TokenLogprobs& lp : e.logprobs) c.logprobs.push_back(lp.logprob);

@@ -38,6 +38,7 @@ RolloutGroup group_from_worker(const std::string& checkpoint, config::RuntimeDev
                                const std::string& environment_url) {
   infer::EngineOptions engine_options;
   engine_options.device = device;
+  engine_options.dtype = infer::InferenceDtype::Fp32;  // the same GEMMs on both (auto is bf16 on cuda)
   infer::Engine engine(checkpoint, engine_options);
   serve::ServeOptions serve_options;
   serve_options.port = 0;
@@ -81,6 +82,18 @@ TEST(DeviceGeneration, GenerationWorkersRunOnTheRuntimeDevice) {
     ASSERT_NE(flag, argv.end());
     ASSERT_NE(flag + 1, argv.end());
     EXPECT_EQ(*(flag + 1), name);
+  }
+}
+
+TEST(DeviceGeneration, GenerationWorkersTakeTheConfiguredDtype) {
+  for (const char* dtype : {"auto", "bf16", "fp32"}) {
+    config::RunConfig config;
+    config.grpo.worker_dtype = dtype;
+    const std::vector<std::string> argv = server_command(config, "generation", "loom", "/ckpt", "");
+    const auto flag = std::find(argv.begin(), argv.end(), "--dtype");
+    ASSERT_NE(flag, argv.end());
+    ASSERT_NE(flag + 1, argv.end());
+    EXPECT_EQ(*(flag + 1), dtype);
   }
 }
 

@@ -2,8 +2,8 @@
 // streaming (usage chunk, [DONE]), n > 1, log-probabilities and token ids; malformed requests
 // answered with OpenAI error objects while the server keeps serving; a bounded queue (429); a
 // client that leaves frees its KV blocks; a load of concurrent streams leaks nothing; new weights
-// between steps; SIGTERM finishing the running request. One small server for all of it, and one
-// for a hybrid model with Mamba-2 layers.
+// between steps; SIGTERM finishing the running request. One small server for all of it, one
+// for a hybrid model with Mamba-2 layers, and two for --dtype.
 // Usage: node server_test.mjs LOOM_BINARY NPM_DIR   (exit 77: the npm clients are not installed)
 import { spawn, execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
@@ -298,6 +298,38 @@ await check('a hybrid model: n = 2 greedy samples equal `loom generate`, streami
   assert.equal(value('loom_kv_blocks_in_use'), 0);
 });
 hybrid.child.kill('SIGKILL');
+
+await check('--dtype bf16 serves with bf16 GEMMs; an unknown dtype is refused naming the valid ones', async () => {
+  const prompt = 'It is a truth';
+  const ask = async (base) => {
+    const c = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'none', maxRetries: 0 });
+    const r = await c.completions.create({ model: 'loom', prompt, max_tokens: 8, temperature: 0, logprobs: 1,
+                                           ignore_eos: true });
+    return r.choices[0].logprobs.token_logprobs;
+  };
+  const fp32 = await startServer(['--dtype', 'fp32']);
+  const bf16 = await startServer(['--dtype', 'bf16']);
+  try {
+    const [a, b] = [await ask(fp32.base), await ask(bf16.base)];
+    assert.equal(b.length, 8);
+    // The same tokens' log-probabilities, rounded differently: close, not equal.
+    assert.ok(a.some((x, i) => x !== b[i]), 'bf16 answered exactly as fp32');
+  } finally {
+    fp32.child.kill('SIGKILL');
+    bf16.child.kill('SIGKILL');
+  }
+  let refused = null;
+  try {
+    execFileSync(loom, ['serve', checkpoint, '--dtype', 'fp8'], { stdio: 'pipe' });
+  } catch (e) {
+    refused = e;
+  }
+  assert.ok(refused && refused.status !== 0, 'loom serve --dtype fp8 was accepted');
+  const text = refused.stderr.toString();
+  assert.match(text, /--dtype/);
+  assert.match(text, /fp8/);
+  assert.match(text, /bf16/);
+});
 
 fs.rmSync(dir, { recursive: true, force: true });
 const failures = failedChecks();

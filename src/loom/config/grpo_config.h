@@ -51,14 +51,15 @@ struct GrpoConfig {
   int generation_workers = 1;             // `loom serve` processes
   int environment_servers = 1;            // `loom env serve` processes
   int worker_kv_cache_mb = 64;            // each worker's --kv-cache-mb
+  std::string worker_dtype = "auto";      // each worker's --dtype: auto (bf16 on cuda, fp32 on cpu) | fp32 | bf16 | fp16
   int rollout_threads = 0;                // groups generated at once; 0: 2 per generation worker
   int rollout_thread_count() const { return rollout_threads > 0 ? rollout_threads : 2 * generation_workers; }
   // Staleness and weight updates.
   int max_staleness = 1;                  // step s trains on groups of weight version >= s - k; 0: synchronous
   std::string inflight_updates = "continue";  // continue: running requests go on with the new weights; wait: they finish first
-  bool verify_refit = false;
+  bool verify_refit = false;              // after each refit, every worker's weights digest must equal the checkpoint's
   std::string refit = "checkpoint";       // checkpoint: workers load the learner's checkpoint; comm: buckets over MPI (one job)
-  int refit_bucket_mb = 64;               // comm: the size of one message of parameters              // after each refit, every worker's weights digest must equal the checkpoint's
+  int refit_bucket_mb = 64;               // comm: the size of one message of parameters
   // Failures.
   std::string episode_failure = "retry";  // retry | drop: an episode whose environment or worker failed
   int episode_retries = 3;                // retries of one group before it is dropped

@@ -58,6 +58,7 @@ std::vector<Key<GrpoConfig>> grpo_keys() {
       field("generation_workers", &GrpoConfig::generation_workers, at_least(1)),
       field("environment_servers", &GrpoConfig::environment_servers, at_least(1)),
       field("worker_kv_cache_mb", &GrpoConfig::worker_kv_cache_mb, at_least(1)),
+      field("worker_dtype", &GrpoConfig::worker_dtype, one_of({"auto", "fp32", "bf16", "fp16"})),
       field("rollout_threads", &GrpoConfig::rollout_threads, at_least(0)),
       field("max_staleness", &GrpoConfig::max_staleness, at_least(0)),
       field("inflight_updates", &GrpoConfig::inflight_updates, one_of({"continue", "wait"})),

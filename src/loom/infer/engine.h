@@ -26,6 +26,7 @@
 #include "loom/data/tokenizer.h"
 #include "loom/infer/block_manager.h"
 #include "loom/infer/engine_metrics.h"
+#include "loom/infer/inference_device.h"
 #include "loom/infer/model_runner.h"
 #include "loom/infer/request.h"
 #include "loom/infer/text_output.h"
@@ -44,6 +45,8 @@ struct EngineOptions {
   bool prefix_caching = true;           // off for hybrid models
   // Where the ranks run (weights, KV cache, forward): cpu | cuda (rank r on GPU r modulo the GPUs).
   config::RuntimeDevice device = config::RuntimeDevice::Cpu;
+  // The linear layers' GEMMs: fp32 | bf16 | fp16, auto = bf16 on cuda, fp32 on cpu (inference_device.h).
+  InferenceDtype dtype = InferenceDtype::Auto;
 };
 
 // The model config a checkpoint is served with (vocabulary resolved by its tokenizer), and the tokenizer.
@@ -64,6 +67,8 @@ class Engine {
   const data::Tokenizer& tokenizer() const { return *tokenizer_; }
   const config::ModelConfig& model_config() const { return model_; }
   int64_t context() const { return model_.max_seq_len; }
+  // The GEMMs' recipe the ranks run (EngineOptions::dtype resolved): fp32, bf16 or fp16.
+  config::PrecisionRecipe recipe() const { return recipe_; }
   // Ids the sampler draws from (a padded model vocabulary's extra ids never are).
   int64_t sampled_vocab() const { return sampled_vocab_; }
   const BlockManager& blocks() const { return blocks_; }
@@ -138,6 +143,7 @@ class Engine {
   int64_t outstanding_reserve() const;
 
   EngineOptions options_;
+  config::PrecisionRecipe recipe_;
   config::ModelConfig model_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   int64_t sampled_vocab_ = 0;

@@ -13,7 +13,7 @@ void follow_engine(const std::string& checkpoint_path, const EngineOptions& opti
   std::unique_ptr<data::Tokenizer> tokenizer;
   const config::ModelConfig model = served_model_config(checkpoint, tokenizer);
   ModelRunner runner(model, world, checkpoint, options.kv_cache_bytes, options.block_size, options.max_running,
-                     options.device);
+                     options.device, inference_recipe(options.dtype, options.device));
   runner.follow();
 }
 

@@ -19,4 +19,33 @@ Device inference_device(config::RuntimeDevice device, int rank) {
   return Device::cuda(rank % devices);
 }
 
+InferenceDtype parse_inference_dtype(const std::string& name) {
+  if (name == "auto") return InferenceDtype::Auto;
+  if (name == "fp32") return InferenceDtype::Fp32;
+  if (name == "bf16") return InferenceDtype::Bf16;
+  if (name == "fp16") return InferenceDtype::Fp16;
+  throw Error("dtype '" + name + "' is not one of auto, fp32, bf16, fp16");
+}
+
+std::string inference_dtype_name(InferenceDtype dtype) {
+  switch (dtype) {
+    case InferenceDtype::Auto: return "auto";
+    case InferenceDtype::Fp32: return "fp32";
+    case InferenceDtype::Bf16: return "bf16";
+    case InferenceDtype::Fp16: return "fp16";
+  }
+  return "auto";
+}
+
+config::PrecisionRecipe inference_recipe(InferenceDtype dtype, config::RuntimeDevice device) {
+  switch (dtype) {
+    case InferenceDtype::Auto:
+      return device == config::RuntimeDevice::Cuda ? config::PrecisionRecipe::Bf16 : config::PrecisionRecipe::Fp32;
+    case InferenceDtype::Fp32: return config::PrecisionRecipe::Fp32;
+    case InferenceDtype::Bf16: return config::PrecisionRecipe::Bf16;
+    case InferenceDtype::Fp16: return config::PrecisionRecipe::Fp16;
+  }
+  return config::PrecisionRecipe::Fp32;
+}
+
 }  // namespace loom::infer

@@ -1,12 +1,32 @@
 #pragma once
-// The device an engine's rank runs on (`loom serve --device`, EngineOptions::device): `cuda` starts
-// the CUDA backend (an Error with the runtime's reason where it cannot) and gives tensor-parallel
-// rank r the GPU r modulo the GPUs, as training does with runtime.device.
+// Where an engine's ranks run and in which number format their GEMMs compute.
+//
+// Device (`loom serve --device`, EngineOptions::device): `cuda` starts the CUDA backend (an Error
+// with the runtime's reason where it cannot) and gives tensor-parallel rank r the GPU r modulo the
+// GPUs, as training does with runtime.device.
+//
+// Dtype (`loom serve --dtype`, EngineOptions::dtype): the linear layers' GEMMs (projections,
+// MLPs, the Mamba-2 projections, the output head) in fp32, bf16 or fp16, as precision.recipe does
+// in training (model/linear_precision.h): operands rounded to the format, fp32 accumulation,
+// outputs rounded to it; on a GPU on tensor cores, each weight cast once after every load and
+// kept (model/weight_cast_cache.h). Master weights, norms, attention over the fp32 KV cache, the
+// Mamba-2 scan and the routed experts stay fp32. `auto`: bf16 on a GPU (vLLM's default for
+// bf16-trained models), fp32 on the CPU (where rounding is emulated: more work, not less).
+#include <cstdint>
+#include <string>
+
 #include "loom/config/run_config.h"
 #include "loom/core/device.h"
 
 namespace loom::infer {
 
 Device inference_device(config::RuntimeDevice device, int rank);
+
+enum class InferenceDtype : uint8_t { Auto, Fp32, Bf16, Fp16 };
+// "auto" | "fp32" | "bf16" | "fp16"; anything else is an Error naming the valid names.
+InferenceDtype parse_inference_dtype(const std::string& name);
+std::string inference_dtype_name(InferenceDtype dtype);
+// The precision recipe the served model's GEMMs take on `device` (auto resolved).
+config::PrecisionRecipe inference_recipe(InferenceDtype dtype, config::RuntimeDevice device);
 
 }  // namespace loom::infer

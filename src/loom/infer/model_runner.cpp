@@ -68,22 +68,43 @@ StepMessage message_of(StepKind kind, int32_t from = 0, int32_t to = 0) {
 }
 }  // namespace
 
-ModelRunner::Rank::Rank(const config::ModelConfig& config, comm::Communicator* group, Device device)
+namespace {
+// The GEMMs' recipe; attention reads the fp32 KV cache whatever it is.
+model::PrecisionPolicy inference_policy(config::PrecisionRecipe recipe) {
+  model::PrecisionPolicy policy;
+  policy.recipe = recipe;
+  policy.attention = config::AttentionPrecision::Fp32;
+  return policy;
+}
+}  // namespace
+
+ModelRunner::Rank::Rank(const config::ModelConfig& config, comm::Communicator* group, Device device,
+                        config::PrecisionRecipe recipe)
     : staged(group != nullptr && device.is_cuda() ? comm::stage_device_buffers(*group, device) : nullptr),
-      model(config, model::TensorParallel(staged ? staged.get() : group, false), {}, {}, {}, device) {}
+      model(config, model::TensorParallel(staged ? staged.get() : group, false), inference_policy(recipe), {}, {},
+            device) {}
+
+void ModelRunner::load_weights(Rank& rank, const ckpt::LoadedCheckpoint& checkpoint) {
+  model::WeightCastCache& casts = rank.model.precision().weight_casts();
+  casts.close();
+  train::load_parameters(checkpoint, rank.model);
+  // Kept from the next forward on: the weights change only at the next load.
+  if (rank.model.params().device().is_cuda()) casts.open();
+}
 
 void ModelRunner::setup(Rank& rank, const ckpt::LoadedCheckpoint& checkpoint, int64_t kv_cache_bytes,
                         int64_t block_size, int64_t state_slots) {
-  train::load_parameters(checkpoint, rank.model);
+  load_weights(rank, checkpoint);
   const int64_t blocks = blocks_for(rank.model, kv_cache_bytes, block_size, state_slots);
   rank.cache = rank.model.make_paged_cache(blocks, block_size, state_slots);
 }
 
 ModelRunner::ModelRunner(const config::ModelConfig& model, comm::Communicator& world,
                          const ckpt::LoadedCheckpoint& checkpoint, int64_t kv_cache_bytes, int64_t block_size,
-                         int64_t state_slots, config::RuntimeDevice device)
-    : tp_(world.size()), device_(device), world_(&world), last_message_(std::chrono::steady_clock::now()) {
-  single_ = std::make_unique<Rank>(model, &world, inference_device(device, world.rank()));
+                         int64_t state_slots, config::RuntimeDevice device, config::PrecisionRecipe recipe)
+    : tp_(world.size()), device_(device), recipe_(recipe), world_(&world),
+      last_message_(std::chrono::steady_clock::now()) {
+  single_ = std::make_unique<Rank>(model, &world, inference_device(device, world.rank()), recipe);
   setup(*single_, checkpoint, kv_cache_bytes, block_size, state_slots);
   blocks_ = single_->cache.blocks;
   state_slots_ = single_->cache.state_slots;
@@ -92,8 +113,8 @@ ModelRunner::ModelRunner(const config::ModelConfig& model, comm::Communicator& w
 
 ModelRunner::ModelRunner(const config::ModelConfig& model, int tp, const ckpt::LoadedCheckpoint& checkpoint,
                          int64_t kv_cache_bytes, int64_t block_size, int64_t state_slots,
-                         config::RuntimeDevice device)
-    : tp_(tp), device_(device) {
+                         config::RuntimeDevice device, config::PrecisionRecipe recipe)
+    : tp_(tp), device_(device), recipe_(recipe) {
   LOOM_CHECK(tp >= 1, "tensor-parallel ranks must be >= 1, got " + std::to_string(tp));
   auto setup = [this, &checkpoint, kv_cache_bytes, block_size, state_slots](Rank& rank) {
     this->setup(rank, checkpoint, kv_cache_bytes, block_size, state_slots);
@@ -104,7 +125,7 @@ ModelRunner::ModelRunner(const config::ModelConfig& model, int tp, const ckpt::L
     state_pool_bytes_ = state_slots_ * rank.model.paged_state_slot_bytes();
   };
   if (tp == 1) {
-    single_ = std::make_unique<Rank>(model, nullptr, inference_device(device, 0));
+    single_ = std::make_unique<Rank>(model, nullptr, inference_device(device, 0), recipe);
     setup(*single_);
     sizes(*single_);
     return;
@@ -118,7 +139,7 @@ ModelRunner::ModelRunner(const config::ModelConfig& model, int tp, const ckpt::L
         std::exception_ptr error;
         std::unique_ptr<Rank> rank;
         try {
-          rank = std::make_unique<Rank>(model, &world, inference_device(device_, world.rank()));
+          rank = std::make_unique<Rank>(model, &world, inference_device(device_, world.rank()), recipe_);
           setup(*rank);
         } catch (...) {
           error = std::current_exception();
@@ -233,8 +254,8 @@ void ModelRunner::apply(Rank& rank, const StepMessage& message, const ckpt::Load
     case StepKind::CopyStateSlot: return copy_slot(rank.cache, message.from, message.to);
     case StepKind::LoadWeights:
       // A follower reads the checkpoint rank 0 checked (the same path, seen from its machine).
-      if (checkpoint == nullptr) return train::load_parameters(ckpt::load_checkpoint(message.path), rank.model);
-      return train::load_parameters(*checkpoint, rank.model);
+      if (checkpoint == nullptr) return load_weights(rank, ckpt::load_checkpoint(message.path));
+      return load_weights(rank, *checkpoint);
     case StepKind::Digest:
       if (world_ != nullptr && world_->rank() != 0) gather_shards(encode_shards(own_shards(rank.model)), *world_);
       return;

@@ -35,14 +35,18 @@ class ModelRunner {
   // loads `checkpoint` into them; each rank's cache gets `kv_cache_bytes`:
   // a hybrid model's pool of `state_slots` Mamba state slots first, the rest whole KV blocks of
   // `block_size` positions (at least one; an Error when the state pool leaves no room for one).
+  // `recipe`: the linear layers' GEMMs (fp32, bf16 or fp16; inference_device.h); on a GPU each
+  // weight's cast is made once after every load and kept.
   ModelRunner(const config::ModelConfig& model, int tp, const ckpt::LoadedCheckpoint& checkpoint,
               int64_t kv_cache_bytes, int64_t block_size, int64_t state_slots,
-              config::RuntimeDevice device = config::RuntimeDevice::Cpu);
+              config::RuntimeDevice device = config::RuntimeDevice::Cpu,
+              config::PrecisionRecipe recipe = config::PrecisionRecipe::Fp32);
   // The same with the tp ranks as the processes of `world` (an MPI job, world.size() ranks): this
   // process builds and loads its own rank. Rank 0 is the engine's; every other rank calls follow().
   ModelRunner(const config::ModelConfig& model, comm::Communicator& world, const ckpt::LoadedCheckpoint& checkpoint,
               int64_t kv_cache_bytes, int64_t block_size, int64_t state_slots,
-              config::RuntimeDevice device = config::RuntimeDevice::Cpu);
+              config::RuntimeDevice device = config::RuntimeDevice::Cpu,
+              config::PrecisionRecipe recipe = config::PrecisionRecipe::Fp32);
   // Rank 0 of MPI ranks tells the others to return from follow().
   ~ModelRunner();
   ModelRunner(const ModelRunner&) = delete;
@@ -72,7 +76,7 @@ class ModelRunner {
  private:
   struct Rank {
     // `group`: the tensor-parallel ranks (null: one rank); on a GPU, wrapped to stage device buffers.
-    Rank(const config::ModelConfig& config, comm::Communicator* group, Device device);
+    Rank(const config::ModelConfig& config, comm::Communicator* group, Device device, config::PrecisionRecipe recipe);
     std::unique_ptr<comm::Communicator> staged;  // before model: the model's group may be this
     model::Transformer model;
     model::PagedKVCache cache;
@@ -84,12 +88,16 @@ class ModelRunner {
   void rank_loop(Rank& rank);
   void setup(Rank& rank, const ckpt::LoadedCheckpoint& checkpoint, int64_t kv_cache_bytes, int64_t block_size,
              int64_t state_slots);
+  // Loads `checkpoint` into the rank's weights; their kept casts (a GPU's, under bf16 or fp16) are
+  // dropped first and made again by the next forward.
+  static void load_weights(Rank& rank, const ckpt::LoadedCheckpoint& checkpoint);
   // Every operation: announced to MPI followers (rank 0), then run on every rank.
   void execute(const StepMessage& message, const ckpt::LoadedCheckpoint* checkpoint = nullptr);
   void apply(Rank& rank, const StepMessage& message, const ckpt::LoadedCheckpoint* checkpoint);
 
   int tp_;
   config::RuntimeDevice device_;
+  config::PrecisionRecipe recipe_ = config::PrecisionRecipe::Fp32;
   int64_t blocks_ = 0, state_slots_ = 0, state_pool_bytes_ = 0;
   const float* logits_ = nullptr;
   std::unique_ptr<Rank> single_;  // tp = 1, or this process's rank of MPI ranks: runs inline

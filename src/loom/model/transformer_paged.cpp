@@ -124,14 +124,14 @@ const float* Transformer::forward_paged(const PagedBatch& batch, PagedKVCache& c
   float* head_in = sized(s.head_in, n * C, device);
   kernels::gather_rows(device, head_in, x, s.logit_indices.stage(device, s.logit_rows.data(), n), nullptr, n, C);
   final_norm_->forward(s.final_norm, head_in, n);
-  if (tp_.single()) {
-    kernels::linear_forward(device, logits, s.final_norm.out.data(), params_.value(head_), nullptr, n, C, V);
-    return logits;
+  // The head's GEMM in the model's head recipe (fp32 without one); its reduction is never split.
+  float* out = tp_.single() ? logits : sized(s.local_logits, n * vocab_local_, device);
+  if (head_precision_) {
+    head_precision_->forward(out, s.final_norm.out.data(), params_.value(head_), nullptr, n, C, vocab_local_);
+  } else {
+    kernels::linear_forward(device, out, s.final_norm.out.data(), params_.value(head_), nullptr, n, C, vocab_local_);
   }
-  float* local = sized(s.local_logits, n * vocab_local_, device);
-  kernels::linear_forward(params_.device(), local, s.final_norm.out.data(), params_.value(head_), nullptr, n, C,
-                          vocab_local_);
-  tp_.gather_columns(logits, local, n, V);
+  if (!tp_.single()) tp_.gather_columns(logits, out, n, V);
   return logits;
 }
 

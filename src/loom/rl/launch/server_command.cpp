@@ -18,7 +18,7 @@ std::vector<std::string> server_command(const config::RunConfig& config, const s
     // Generation workers run where the learner does (runtime.device).
     argv = {loom, "serve", checkpoint, "--port", "0", "--kv-cache-mb", std::to_string(g.worker_kv_cache_mb),
             "--max-running", std::to_string(std::max(64, g.samples_per_prompt * 4)), "--device",
-            config.runtime.device == config::RuntimeDevice::Cuda ? "cuda" : "cpu"};
+            config.runtime.device == config::RuntimeDevice::Cuda ? "cuda" : "cpu", "--dtype", g.worker_dtype};
   }
   if (!host.empty()) {
     argv.push_back("--host");
