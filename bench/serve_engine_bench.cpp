@@ -2,7 +2,8 @@
 // together, prompt (prefill) tokens/s, and time-to-first-token / inter-token latency percentiles.
 // Prints one JSON object per measurement (bench/serve_bench.sh runs it next to llama.cpp;
 // scripts/gpu_test.sh on cpu and cuda). DEVICE: where the engine runs (cuda where this build has
-// the CUDA backend); DTYPE: its GEMMs (`loom serve --dtype`: auto, fp32, bf16, fp16).
+// the CUDA backend); DTYPE: its GEMMs (`loom serve --dtype`: auto, fp32, bf16, fp16; the KV cache's
+// elements follow, as `--kv-cache-dtype auto` has them).
 // Usage: loom_bench_serve CHECKPOINT [PROMPT_TOKENS=64] [DECODE_TOKENS=64] [PREFILL_TOKENS=448] [DEVICE=cpu]
 //        [DTYPE=auto]
 #include <algorithm>
@@ -22,6 +23,7 @@
 namespace {
 const char* g_device = "cpu";
 std::string g_dtype = "fp32";  // the engine's GEMMs (its recipe)
+std::string g_kv = "fp32";     // its KV cache's elements
 using Clock = std::chrono::steady_clock;
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 double percentile(std::vector<double> v, double q) {
@@ -65,9 +67,9 @@ void run(loom::infer::Engine& engine, int sequences, int64_t prompt, int64_t dec
   const auto end = Clock::now();
   // Decode throughput: tokens after each sequence's first, over the time after all had their first.
   const double decode_tokens = static_cast<double>(sequences) * static_cast<double>(decode - 1);
-  std::printf("{\"engine\": \"loom\", \"device\": \"%s\", \"dtype\": \"%s\", \"sequences\": %d, \"prompt\": %lld, \"decode\": %lld, \"decode_tokens_per_s\": %.1f, "
+  std::printf("{\"engine\": \"loom\", \"device\": \"%s\", \"dtype\": \"%s\", \"kv\": \"%s\", \"sequences\": %d, \"prompt\": %lld, \"decode\": %lld, \"decode_tokens_per_s\": %.1f, "
               "\"ttft_p50_ms\": %.2f, \"ttft_p90_ms\": %.2f, \"itl_p50_ms\": %.2f, \"itl_p90_ms\": %.2f, \"itl_p99_ms\": %.2f}\n",
-              g_device, g_dtype.c_str(), sequences, static_cast<long long>(prompt), static_cast<long long>(decode), decode_tokens / seconds(end - first_all),
+              g_device, g_dtype.c_str(), g_kv.c_str(), sequences, static_cast<long long>(prompt), static_cast<long long>(decode), decode_tokens / seconds(end - first_all),
               1e3 * percentile(ttft, 0.5), 1e3 * percentile(ttft, 0.9), 1e3 * percentile(itl, 0.5),
               1e3 * percentile(itl, 0.9), 1e3 * percentile(itl, 0.99));
   std::fflush(stdout);
@@ -86,8 +88,8 @@ void prefill(loom::infer::Engine& engine, int64_t tokens) {
     }
     best = std::max(best, static_cast<double>(tokens) / seconds(Clock::now() - start));
   }
-  std::printf("{\"engine\": \"loom\", \"device\": \"%s\", \"dtype\": \"%s\", \"prefill_tokens\": %lld, \"prompt_tokens_per_s\": %.1f}\n",
-              g_device, g_dtype.c_str(), static_cast<long long>(tokens), best);
+  std::printf("{\"engine\": \"loom\", \"device\": \"%s\", \"dtype\": \"%s\", \"kv\": \"%s\", \"prefill_tokens\": %lld, \"prompt_tokens_per_s\": %.1f}\n",
+              g_device, g_dtype.c_str(), g_kv.c_str(), static_cast<long long>(tokens), best);
 }
 }  // namespace
 
@@ -117,6 +119,7 @@ int main(int argc, char** argv) {
     if (argc > 6) options.dtype = loom::infer::parse_inference_dtype(argv[6]);
     loom::infer::Engine engine(argv[1], options);
     g_dtype = loom::config::name_of(engine.recipe());
+    g_kv = engine.kv_cache_dtype() == loom::kernels::KvCacheDtype::Bf16 ? "bf16" : "fp32";
     run(engine, 1, prompt, 8);  // warm-up
     for (int sequences : {1, 8, 32}) run(engine, sequences, prompt, decode);
     prefill(engine, prefill_tokens);

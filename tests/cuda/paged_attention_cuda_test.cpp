@@ -4,7 +4,8 @@
 // (groups of 1, 2, 4 and 8 heads), head_dim from 8 to 256, sequences longer than a tile of keys,
 // q rows as strided views of a fused qkv: fp32 within 1e-5 relative, outputs poisoned. The cache
 // write puts every row's key and value exactly where the CPU's does; attention_decode over one
-// contiguous cache likewise. Fresh random inputs; skipped, saying why, without a GPU.
+// contiguous cache likewise; bf16 pools too (written rounded as the CPU's, bit for bit; attention
+// within 1e-5). Fresh random inputs; skipped, saying why, without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "loom/core/dtype_convert.h"
 #include "loom/kernels/cpu/attention.h"
 #include "loom/kernels/cpu/paged_attention.h"
 #include "loom/kernels/cuda/paged_attention.h"
@@ -87,6 +89,38 @@ TEST_P(CudaPagedAttention, CacheWriteAndAttentionMatchTheCpu) {
   EXPECT_EQ(d_values.host(), values) << c.name << " (seed " << seed_ << ")";
   paged_attention(d_out.ptr, d_qkv.ptr, s.stride, d_keys.ptr, d_values.ptr, d_tables.ptr, d_sequences.ptr,
                   d_positions.ptr, s.rows, s.shape);
+  EXPECT_LE(relative_error(d_out.host(), out), 1e-5) << c.name << " (seed " << seed_ << ")";
+}
+
+// bf16 pools (`--kv-cache-dtype bf16`): the cache write rounds every key and value as the CPU's
+// does (bit for bit), and attention widens them as it reads (1e-5 of the CPU's).
+TEST_P(CudaPagedAttention, Bf16PoolsMatchTheCpu) {
+  const Case& c = GetParam();
+  Step s(c, seed_);
+  PagedAttentionShape shape = s.shape;
+  shape.cache = KvCacheDtype::Bf16;
+  const int64_t att_width = c.heads * c.head_dim;
+  auto rounded = [](const std::vector<float>& x) {
+    std::vector<uint16_t> out(x.size());
+    for (size_t i = 0; i < x.size(); ++i) out[i] = f32_to_bf16(x[i]);
+    return out;
+  };
+  std::vector<uint16_t> keys = rounded(s.keys), values = rounded(s.values);
+  std::vector<float> out(static_cast<size_t>(s.rows * att_width));
+  DeviceArray<uint16_t> d_keys(allocator_, keys), d_values(allocator_, values);
+  cpu::paged_cache_write(keys.data(), values.data(), s.qkv.data() + att_width, s.qkv.data() + att_width + s.kv_width,
+                         s.stride, s.tables.data(), s.sequences.data(), s.positions.data(), s.rows, shape);
+  cpu::paged_attention(out.data(), s.qkv.data(), s.stride, keys.data(), values.data(), s.tables.data(),
+                       s.sequences.data(), s.positions.data(), s.rows, shape);
+  DeviceFloats d_qkv(allocator_, s.qkv), d_out(allocator_, poison(s.rows * att_width));
+  DeviceArray<int32_t> d_tables(allocator_, s.tables), d_sequences(allocator_, s.sequences),
+      d_positions(allocator_, s.positions);
+  paged_cache_write(d_keys.ptr, d_values.ptr, d_qkv.ptr + att_width, d_qkv.ptr + att_width + s.kv_width, s.stride,
+                    d_tables.ptr, d_sequences.ptr, d_positions.ptr, s.rows, shape);
+  EXPECT_EQ(d_keys.host(), keys) << c.name << " (seed " << seed_ << ")";
+  EXPECT_EQ(d_values.host(), values) << c.name << " (seed " << seed_ << ")";
+  paged_attention(d_out.ptr, d_qkv.ptr, s.stride, d_keys.ptr, d_values.ptr, d_tables.ptr, d_sequences.ptr,
+                  d_positions.ptr, s.rows, shape);
   EXPECT_LE(relative_error(d_out.host(), out), 1e-5) << c.name << " (seed " << seed_ << ")";
 }
 

@@ -1,6 +1,8 @@
 // The engine's GEMM dtype (EngineOptions::dtype, `loom serve --dtype`): bf16 and fp16 engines
 // compute what the training path's forward does under that precision recipe, not the fp32 model;
-// auto is fp32 on the cpu. (On a device: device_engine_test.cpp.)
+// auto is fp32 on the cpu. Its KV cache's elements (EngineOptions::kv_cache_dtype): a bf16 cache
+// holds twice the positions and moves the outputs by its rounding only. (On a device:
+// device_engine_test.cpp.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -48,6 +50,7 @@ TEST_P(EngineDtypeTest, HalfPrecisionEnginesEqualTheTrainingForwardUnderTheirRec
                                {InferenceDtype::Fp16, config::PrecisionRecipe::Fp16}}) {
     EngineOptions options;
     options.dtype = dtype;
+    options.kv_cache_dtype = KvCacheSetting::Fp32;  // the training forward's keys and values are fp32
     options.block_size = 4;
     options.max_batch_tokens = 9;  // prompts in chunks beside decoding samples
     Engine engine(ckpt, options);
@@ -68,7 +71,78 @@ TEST_P(EngineDtypeTest, HalfPrecisionEnginesEqualTheTrainingForwardUnderTheirRec
   }
 }
 
+// A bf16 KV cache (`--kv-cache-dtype bf16`, fp32 GEMMs): twice the blocks in the same budget; the
+// log-probabilities move from an fp32-cache engine's (batched alike, otherwise bit for bit the same
+// computation) by the keys' and values' rounding only: some, and little; and batching and the
+// forks of n samples (their partial blocks copied, half the bytes of an fp32 block) still change
+// nothing.
+TEST_P(EngineDtypeTest, Bf16KvCacheHoldsTwiceThePositionsAndChangesOnlyByItsRounding) {
+  const std::string ckpt = checkpoint_of(GetParam());
+  const auto prompts = prompts_of({5, 17, 30});
+  EngineOptions fp32_cache;
+  fp32_cache.block_size = 4;
+  EngineOptions bf16_cache = fp32_cache;
+  bf16_cache.kv_cache_dtype = KvCacheSetting::Bf16;
+  Engine reference(ckpt, fp32_cache), engine(ckpt, bf16_cache);
+  EXPECT_EQ(engine.kv_cache_dtype(), kernels::KvCacheDtype::Bf16);
+  EXPECT_EQ(engine.recipe(), config::PrecisionRecipe::Fp32);
+  // The same budget (less a hybrid model's fp32 state pool) over half the bytes per block:
+  // floor(2 x / b) is 2 floor(x / b) or one more.
+  const int64_t fp32_blocks = reference.blocks().blocks(), bf16_blocks = engine.blocks().blocks();
+  EXPECT_GE(bf16_blocks, 2 * fp32_blocks);
+  EXPECT_LE(bf16_blocks, 2 * fp32_blocks + 1);
+  const auto expected = run_all(reference, prompts, greedy(8));
+  const auto together = run_all(engine, prompts, greedy(8));
+  int compared = 0, moved = 0;
+  float largest = 0.0f;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const Completion &got = together[i][0], &want = expected[i][0];
+    // Up to the first token the rounding changes, if any (then the contexts differ).
+    for (size_t t = 0; t < got.tokens.size() && t < want.tokens.size(); ++t) {
+      ++compared;
+      moved += got.logprobs[t] != want.logprobs[t] ? 1 : 0;
+      largest = std::max(largest, std::fabs(got.logprobs[t] - want.logprobs[t]));
+      if (got.tokens[t] != want.tokens[t]) break;
+    }
+    Engine alone(ckpt, bf16_cache);
+    expect_same(got, run_all(alone, {prompts[i]}, greedy(8))[0][0], "prompt " + std::to_string(i));
+  }
+  std::printf("%s: bf16 KV cache against an fp32 one: %d of %d log-probabilities moved, at most %.3g\n",
+              GetParam().c_str(), moved, compared, largest);
+  EXPECT_GE(compared, 3);
+  EXPECT_GT(moved, 0) << GetParam();
+  EXPECT_LT(largest, 5e-3f) << GetParam();
+  // n = 2 greedy samples of each prompt: both equal the single sample (forked partial blocks).
+  RequestOptions twice = greedy(8);
+  twice.n = 2;
+  Engine forked(ckpt, bf16_cache);
+  const auto samples = run_all(forked, prompts, twice);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    for (int k = 0; k < 2; ++k) {
+      expect_same(samples[i][k], together[i][0], "prompt " + std::to_string(i) + " sample " + std::to_string(k));
+    }
+  }
+  EXPECT_EQ(forked.blocks().used_blocks(), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, EngineDtypeTest, ::testing::Values("llama", "gpt2", "moe", "hybrid"));
+
+TEST(EngineDtype, TheKvCacheFollowsTheGemmsUnlessNamed) {
+  using config::PrecisionRecipe;
+  EXPECT_EQ(kv_cache_dtype(KvCacheSetting::Auto, PrecisionRecipe::Fp32), kernels::KvCacheDtype::Fp32);
+  EXPECT_EQ(kv_cache_dtype(KvCacheSetting::Auto, PrecisionRecipe::Bf16), kernels::KvCacheDtype::Bf16);
+  EXPECT_EQ(kv_cache_dtype(KvCacheSetting::Auto, PrecisionRecipe::Fp16), kernels::KvCacheDtype::Bf16);
+  EXPECT_EQ(kv_cache_dtype(KvCacheSetting::Fp32, PrecisionRecipe::Bf16), kernels::KvCacheDtype::Fp32);
+  EXPECT_EQ(kv_cache_dtype(KvCacheSetting::Bf16, PrecisionRecipe::Fp32), kernels::KvCacheDtype::Bf16);
+  EngineOptions bf16;
+  bf16.dtype = InferenceDtype::Bf16;
+  EXPECT_EQ(Engine(checkpoint_of("gpt2"), bf16).kv_cache_dtype(), kernels::KvCacheDtype::Bf16);
+  EXPECT_EQ(Engine(checkpoint_of("gpt2"), {}).kv_cache_dtype(), kernels::KvCacheDtype::Fp32);
+  for (KvCacheSetting k : {KvCacheSetting::Auto, KvCacheSetting::Fp32, KvCacheSetting::Bf16}) {
+    EXPECT_EQ(parse_kv_cache_setting(kv_cache_setting_name(k)), k);
+  }
+  EXPECT_THROW(parse_kv_cache_setting("fp8"), Error);
+}
 
 TEST(EngineDtype, AutoIsFp32OnTheCpu) {
   EXPECT_EQ(inference_recipe(InferenceDtype::Auto, config::RuntimeDevice::Cpu), config::PrecisionRecipe::Fp32);

@@ -1,4 +1,4 @@
-// loom serve CHECKPOINT [--host H] [--port P] [--max-queue N] [--tp N] [--device cpu|cuda] [--dtype D] [--kv-cache-mb M] ...
+// loom serve CHECKPOINT [--host H] [--port P] [--max-queue N] [--tp N] [--device cpu|cuda] [--dtype D] [--kv-cache-dtype D] [--kv-cache-mb M] ...
 // (under mpirun -np N with --tp N: rank 0 serves, the other ranks follow; docs/serving.md)
 #include <chrono>
 #include <csignal>
@@ -22,8 +22,11 @@ struct Args {
   int64_t kv_cache_mb = 64;
   std::string device = "cpu";
   std::string dtype = "auto";
+  std::string kv_cache_dtype = "auto";
   double comm_timeout_s = 300;  // under mpirun
 };
+
+const char* kv_name(kernels::KvCacheDtype dtype) { return dtype == kernels::KvCacheDtype::Bf16 ? "bf16" : "fp32"; }
 
 // The engine (with its tensor-parallel ranks) and the HTTP server, until SIGTERM / SIGINT.
 int serve_http(const Args& args) {
@@ -34,8 +37,8 @@ int serve_http(const Args& args) {
         server.run([&](int port) {
           std::cout << "loom serve: listening on http://" << args.server.host << ":" << port << " (model '"
                     << args.server.model_name << "', " << engine.blocks().blocks() << " KV blocks of "
-                    << args.engine.block_size << " positions, GEMMs in " << config::name_of(engine.recipe()) << ")"
-                    << std::endl;
+                    << args.engine.block_size << " positions of " << kv_name(engine.kv_cache_dtype()) << ", GEMMs in "
+                    << config::name_of(engine.recipe()) << ")" << std::endl;
         });
       },
       [&] {
@@ -63,6 +66,9 @@ void register_serve(CLI::App& app, std::vector<Command>& commands) {
   cmd->add_option("--dtype", args->dtype,
                   "the linear layers' GEMMs: auto (bf16 on cuda, fp32 on cpu) | fp32 | bf16 | fp16 (docs/serving.md)")
       ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp16"}));
+  cmd->add_option("--kv-cache-dtype", args->kv_cache_dtype,
+                  "the KV cache's elements: auto (bf16 under bf16 or fp16 GEMMs, else fp32) | fp32 | bf16")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16"}));
   cmd->add_option("--kv-cache-mb", args->kv_cache_mb, "cache memory per rank, MiB (a hybrid model's Mamba state pool, then KV blocks)")->check(positive());
   cmd->add_option("--block-size", args->engine.block_size, "positions per KV cache block")->check(positive());
   cmd->add_option("--max-batch-tokens", args->engine.max_batch_tokens,
@@ -76,6 +82,7 @@ void register_serve(CLI::App& app, std::vector<Command>& commands) {
                         args->engine.kv_cache_bytes = args->kv_cache_mb << 20;
                         args->engine.device = args->device == "cuda" ? config::RuntimeDevice::Cuda : config::RuntimeDevice::Cpu;
                         args->engine.dtype = infer::parse_inference_dtype(args->dtype);
+                        args->engine.kv_cache_dtype = infer::parse_kv_cache_setting(args->kv_cache_dtype);
                         if (comm::detect_backend() != "mpi") return serve_http(*args);
                         // Under mpirun: every tensor-parallel rank is one process; rank 0 serves.
                         comm::LaunchOptions launch;

@@ -42,8 +42,19 @@ config::ModelConfig served_model_config(const ckpt::LoadedCheckpoint& checkpoint
   return train::resolve_model_config(config.model, *tokenizer);
 }
 
+RankSetup rank_setup(const EngineOptions& options) {
+  RankSetup setup;
+  setup.kv_cache_bytes = options.kv_cache_bytes;
+  setup.block_size = options.block_size;
+  setup.state_slots = options.max_running;
+  setup.device = options.device;
+  setup.recipe = inference_recipe(options.dtype, options.device);
+  setup.kv_dtype = kv_cache_dtype(options.kv_cache_dtype, setup.recipe);
+  return setup;
+}
+
 Engine::Engine(const std::string& checkpoint_path, EngineOptions options)
-    : options_(options), recipe_(inference_recipe(options.dtype, options.device)), blocks_(1, 1) {
+    : options_(options), setup_(rank_setup(options)), blocks_(1, 1) {
   LOOM_CHECK(options.block_size >= 1, "KV block size must be >= 1, got " + std::to_string(options.block_size));
   LOOM_CHECK(options.max_batch_tokens >= 1, "max batch tokens must be >= 1");
   LOOM_CHECK(options.max_running >= 1, "max running sequences must be >= 1");
@@ -55,11 +66,9 @@ Engine::Engine(const std::string& checkpoint_path, EngineOptions options)
     LOOM_CHECK(options.tp == options.world->size(),
                "--tp " + std::to_string(options.tp) + " but the MPI job has " + std::to_string(options.world->size()) +
                    " processes (mpirun -np): under mpirun every tensor-parallel rank is one process");
-    runner_ = std::make_unique<ModelRunner>(model_, *options.world, checkpoint, options.kv_cache_bytes,
-                                            options.block_size, options.max_running, options.device, recipe_);
+    runner_ = std::make_unique<ModelRunner>(model_, *options.world, checkpoint, setup_);
   } else {
-    runner_ = std::make_unique<ModelRunner>(model_, options.tp, checkpoint, options.kv_cache_bytes,
-                                            options.block_size, options.max_running, options.device, recipe_);
+    runner_ = std::make_unique<ModelRunner>(model_, options.tp, checkpoint, setup_);
   }
   blocks_ = BlockManager(runner_->blocks(), options.block_size);
   for (int64_t slot = runner_->state_slots() - 1; slot >= 0; --slot) free_slots_.push_back(static_cast<int32_t>(slot));

@@ -47,7 +47,12 @@ struct EngineOptions {
   config::RuntimeDevice device = config::RuntimeDevice::Cpu;
   // The linear layers' GEMMs: fp32 | bf16 | fp16, auto = bf16 on cuda, fp32 on cpu (inference_device.h).
   InferenceDtype dtype = InferenceDtype::Auto;
+  // The KV cache's elements: fp32 | bf16, auto = bf16 under bf16 or fp16 GEMMs, else fp32.
+  KvCacheSetting kv_cache_dtype = KvCacheSetting::Auto;
 };
+
+// What every rank is built with under `options` (auto settings resolved).
+RankSetup rank_setup(const EngineOptions& options);
 
 // The model config a checkpoint is served with (vocabulary resolved by its tokenizer), and the tokenizer.
 config::ModelConfig served_model_config(const ckpt::LoadedCheckpoint& checkpoint,
@@ -67,8 +72,10 @@ class Engine {
   const data::Tokenizer& tokenizer() const { return *tokenizer_; }
   const config::ModelConfig& model_config() const { return model_; }
   int64_t context() const { return model_.max_seq_len; }
-  // The GEMMs' recipe the ranks run (EngineOptions::dtype resolved): fp32, bf16 or fp16.
-  config::PrecisionRecipe recipe() const { return recipe_; }
+  // The GEMMs' recipe the ranks run (EngineOptions::dtype resolved): fp32, bf16 or fp16; and the
+  // KV cache's elements (EngineOptions::kv_cache_dtype resolved).
+  config::PrecisionRecipe recipe() const { return setup_.recipe; }
+  kernels::KvCacheDtype kv_cache_dtype() const { return setup_.kv_dtype; }
   // Ids the sampler draws from (a padded model vocabulary's extra ids never are).
   int64_t sampled_vocab() const { return sampled_vocab_; }
   const BlockManager& blocks() const { return blocks_; }
@@ -143,7 +150,7 @@ class Engine {
   int64_t outstanding_reserve() const;
 
   EngineOptions options_;
-  config::PrecisionRecipe recipe_;
+  RankSetup setup_;
   config::ModelConfig model_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   int64_t sampled_vocab_ = 0;

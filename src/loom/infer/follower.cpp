@@ -12,8 +12,7 @@ void follow_engine(const std::string& checkpoint_path, const EngineOptions& opti
   const ckpt::LoadedCheckpoint checkpoint = ckpt::load_checkpoint(checkpoint_path);
   std::unique_ptr<data::Tokenizer> tokenizer;
   const config::ModelConfig model = served_model_config(checkpoint, tokenizer);
-  ModelRunner runner(model, world, checkpoint, options.kv_cache_bytes, options.block_size, options.max_running,
-                     options.device, inference_recipe(options.dtype, options.device));
+  ModelRunner runner(model, world, checkpoint, rank_setup(options));
   runner.follow();
 }
 

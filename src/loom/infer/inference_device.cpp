@@ -48,4 +48,32 @@ config::PrecisionRecipe inference_recipe(InferenceDtype dtype, config::RuntimeDe
   return config::PrecisionRecipe::Fp32;
 }
 
+KvCacheSetting parse_kv_cache_setting(const std::string& name) {
+  if (name == "auto") return KvCacheSetting::Auto;
+  if (name == "fp32") return KvCacheSetting::Fp32;
+  if (name == "bf16") return KvCacheSetting::Bf16;
+  throw Error("KV cache dtype '" + name + "' is not one of auto, fp32, bf16");
+}
+
+std::string kv_cache_setting_name(KvCacheSetting setting) {
+  switch (setting) {
+    case KvCacheSetting::Auto: return "auto";
+    case KvCacheSetting::Fp32: return "fp32";
+    case KvCacheSetting::Bf16: return "bf16";
+  }
+  return "auto";
+}
+
+kernels::KvCacheDtype kv_cache_dtype(KvCacheSetting setting, config::PrecisionRecipe recipe) {
+  switch (setting) {
+    case KvCacheSetting::Auto:
+      return recipe == config::PrecisionRecipe::Bf16 || recipe == config::PrecisionRecipe::Fp16
+                 ? kernels::KvCacheDtype::Bf16
+                 : kernels::KvCacheDtype::Fp32;
+    case KvCacheSetting::Fp32: return kernels::KvCacheDtype::Fp32;
+    case KvCacheSetting::Bf16: return kernels::KvCacheDtype::Bf16;
+  }
+  return kernels::KvCacheDtype::Fp32;
+}
+
 }  // namespace loom::infer

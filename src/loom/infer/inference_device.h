@@ -9,14 +9,21 @@
 // MLPs, the Mamba-2 projections, the output head) in fp32, bf16 or fp16, as precision.recipe does
 // in training (model/linear_precision.h): operands rounded to the format, fp32 accumulation,
 // outputs rounded to it; on a GPU on tensor cores, each weight cast once after every load and
-// kept (model/weight_cast_cache.h). Master weights, norms, attention over the fp32 KV cache, the
-// Mamba-2 scan and the routed experts stay fp32. `auto`: bf16 on a GPU (vLLM's default for
-// bf16-trained models), fp32 on the CPU (where rounding is emulated: more work, not less).
+// kept (model/weight_cast_cache.h). Master weights, norms, attention, the Mamba-2 scan and the
+// routed experts stay fp32. `auto`: bf16 on a GPU (vLLM's default for bf16-trained models), fp32
+// on the CPU (where rounding is emulated: more work, not less).
+//
+// KV cache dtype (`loom serve --kv-cache-dtype`, EngineOptions::kv_cache_dtype): the elements of
+// the paged cache's key and value pools, fp32 or bf16 (half the bytes per position: twice the
+// positions in a budget, half the reads of a decoding step's attention). `auto`: bf16 where the
+// GEMMs are bf16 or fp16, fp32 where they are fp32. Queries, scores, softmax and the weighted
+// sums stay fp32 (bf16 keys and values are widened exactly as they are read).
 #include <cstdint>
 #include <string>
 
 #include "loom/config/run_config.h"
 #include "loom/core/device.h"
+#include "loom/kernels/types.h"
 
 namespace loom::infer {
 
@@ -28,5 +35,12 @@ InferenceDtype parse_inference_dtype(const std::string& name);
 std::string inference_dtype_name(InferenceDtype dtype);
 // The precision recipe the served model's GEMMs take on `device` (auto resolved).
 config::PrecisionRecipe inference_recipe(InferenceDtype dtype, config::RuntimeDevice device);
+
+enum class KvCacheSetting : uint8_t { Auto, Fp32, Bf16 };
+// "auto" | "fp32" | "bf16"; anything else is an Error naming the valid names.
+KvCacheSetting parse_kv_cache_setting(const std::string& name);
+std::string kv_cache_setting_name(KvCacheSetting setting);
+// The pools' elements under GEMMs of `recipe` (auto resolved).
+kernels::KvCacheDtype kv_cache_dtype(KvCacheSetting setting, config::PrecisionRecipe recipe);
 
 }  // namespace loom::infer

@@ -1,6 +1,7 @@
 #include "loom/infer/model_runner.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <mutex>
 #include <vector>
 
@@ -17,8 +18,9 @@ namespace loom::infer {
 
 namespace {
 // Whole KV blocks in what the Mamba state pool leaves of the budget.
-int64_t blocks_for(const model::Transformer& model, int64_t bytes, int64_t block_size, int64_t state_slots) {
-  const int64_t per_block = std::max<int64_t>(model.paged_block_bytes(block_size), 1);
+int64_t blocks_for(const model::Transformer& model, const RankSetup& setup) {
+  const int64_t bytes = setup.kv_cache_bytes, state_slots = setup.state_slots;
+  const int64_t per_block = std::max<int64_t>(model.paged_block_bytes(setup.block_size, setup.kv_dtype), 1);
   const int64_t pool = state_slots * model.paged_state_slot_bytes();
   LOOM_CHECK(pool == 0 || pool + per_block <= bytes,
              "the KV cache budget (" + std::to_string(bytes >> 20) + " MiB per rank, --kv-cache-mb) is smaller than the " +
@@ -31,12 +33,15 @@ int64_t blocks_for(const model::Transformer& model, int64_t bytes, int64_t block
 void copy_row(model::Buffer& buffer, int64_t width, int32_t from, int32_t to) {
   copy_on_device(buffer.device(), buffer.data() + to * width, buffer.data() + from * width, width);
 }
+// Block `from` of each attention layer's pools copied into block `to` (their elements' bytes).
 void copy_cache_block(model::PagedKVCache& cache, int32_t from, int32_t to) {
   for (model::PagedLayerCache& layer : cache.layers) {
-    const int64_t n = cache.block_size * layer.kv_width;
-    if (n == 0) continue;
-    copy_row(layer.keys, n, from, to);
-    copy_row(layer.values, n, from, to);
+    const int64_t bytes = cache.block_size * layer.kv_width * kernels::kv_cache_element_bytes(layer.kv_dtype);
+    if (bytes == 0) continue;
+    for (model::Buffer* pool : {&layer.keys, &layer.values}) {
+      auto* base = reinterpret_cast<std::byte*>(pool->data());
+      copy_on_device(pool->device(), base + to * bytes, base + from * bytes, bytes);
+    }
   }
 }
 void copy_slot(model::PagedKVCache& cache, int32_t from, int32_t to) {
@@ -92,45 +97,39 @@ void ModelRunner::load_weights(Rank& rank, const ckpt::LoadedCheckpoint& checkpo
   if (rank.model.params().device().is_cuda()) casts.open();
 }
 
-void ModelRunner::setup(Rank& rank, const ckpt::LoadedCheckpoint& checkpoint, int64_t kv_cache_bytes,
-                        int64_t block_size, int64_t state_slots) {
-  load_weights(rank, checkpoint);
-  const int64_t blocks = blocks_for(rank.model, kv_cache_bytes, block_size, state_slots);
-  rank.cache = rank.model.make_paged_cache(blocks, block_size, state_slots);
+std::unique_ptr<ModelRunner::Rank> ModelRunner::make_rank(const config::ModelConfig& model, comm::Communicator* group,
+                                                         const ckpt::LoadedCheckpoint& checkpoint) {
+  const Device device = inference_device(setup_.device, group != nullptr ? group->rank() : 0);
+  auto rank = std::make_unique<Rank>(model, group, device, setup_.recipe);
+  load_weights(*rank, checkpoint);
+  const int64_t blocks = blocks_for(rank->model, setup_);
+  rank->cache = rank->model.make_paged_cache(blocks, setup_.block_size, setup_.state_slots, setup_.kv_dtype);
+  return rank;
+}
+
+void ModelRunner::take_sizes(const Rank& rank) {
+  blocks_ = rank.cache.blocks;
+  state_slots_ = rank.cache.state_slots;
+  state_pool_bytes_ = state_slots_ * rank.model.paged_state_slot_bytes();
 }
 
 ModelRunner::ModelRunner(const config::ModelConfig& model, comm::Communicator& world,
-                         const ckpt::LoadedCheckpoint& checkpoint, int64_t kv_cache_bytes, int64_t block_size,
-                         int64_t state_slots, config::RuntimeDevice device, config::PrecisionRecipe recipe)
-    : tp_(world.size()), device_(device), recipe_(recipe), world_(&world),
-      last_message_(std::chrono::steady_clock::now()) {
-  single_ = std::make_unique<Rank>(model, &world, inference_device(device, world.rank()), recipe);
-  setup(*single_, checkpoint, kv_cache_bytes, block_size, state_slots);
-  blocks_ = single_->cache.blocks;
-  state_slots_ = single_->cache.state_slots;
-  state_pool_bytes_ = state_slots_ * single_->model.paged_state_slot_bytes();
+                         const ckpt::LoadedCheckpoint& checkpoint, const RankSetup& setup)
+    : tp_(world.size()), setup_(setup), world_(&world), last_message_(std::chrono::steady_clock::now()) {
+  single_ = make_rank(model, &world, checkpoint);
+  take_sizes(*single_);
 }
 
 ModelRunner::ModelRunner(const config::ModelConfig& model, int tp, const ckpt::LoadedCheckpoint& checkpoint,
-                         int64_t kv_cache_bytes, int64_t block_size, int64_t state_slots,
-                         config::RuntimeDevice device, config::PrecisionRecipe recipe)
-    : tp_(tp), device_(device), recipe_(recipe) {
+                         const RankSetup& setup)
+    : tp_(tp), setup_(setup) {
   LOOM_CHECK(tp >= 1, "tensor-parallel ranks must be >= 1, got " + std::to_string(tp));
-  auto setup = [this, &checkpoint, kv_cache_bytes, block_size, state_slots](Rank& rank) {
-    this->setup(rank, checkpoint, kv_cache_bytes, block_size, state_slots);
-  };
-  auto sizes = [this](const Rank& rank) {
-    blocks_ = rank.cache.blocks;
-    state_slots_ = rank.cache.state_slots;
-    state_pool_bytes_ = state_slots_ * rank.model.paged_state_slot_bytes();
-  };
   if (tp == 1) {
-    single_ = std::make_unique<Rank>(model, nullptr, inference_device(device, 0), recipe);
-    setup(*single_);
-    sizes(*single_);
+    single_ = make_rank(model, nullptr, checkpoint);
+    take_sizes(*single_);
     return;
   }
-  launcher_ = std::thread([this, model, tp, setup, sizes] {
+  launcher_ = std::thread([this, model, tp, &checkpoint] {
     comm::LaunchOptions options;
     options.backend = "threads";
     options.ranks = tp;
@@ -139,15 +138,14 @@ ModelRunner::ModelRunner(const config::ModelConfig& model, int tp, const ckpt::L
         std::exception_ptr error;
         std::unique_ptr<Rank> rank;
         try {
-          rank = std::make_unique<Rank>(model, &world, inference_device(device_, world.rank()), recipe_);
-          setup(*rank);
+          rank = make_rank(model, &world, checkpoint);
         } catch (...) {
           error = std::current_exception();
         }
         {
           std::lock_guard lock(mutex_);
           if (error && !failure_) failure_ = error;
-          if (rank && world.rank() == 0) sizes(*rank);
+          if (rank && world.rank() == 0) take_sizes(*rank);
           ++ready_;
         }
         changed_.notify_all();

@@ -29,24 +29,29 @@
 
 namespace loom::infer {
 
+// How each rank is built: where it runs, in which formats, with how much cache.
+struct RankSetup {
+  // Per rank: a hybrid model's pool of `state_slots` Mamba state slots first, the rest whole KV
+  // blocks of `block_size` positions (at least one; an Error when the pool leaves no room for one).
+  int64_t kv_cache_bytes = 64ll << 20;
+  int64_t block_size = 16;
+  int64_t state_slots = 0;
+  config::RuntimeDevice device = config::RuntimeDevice::Cpu;  // rank r on GPU r modulo the GPUs
+  // The linear layers' GEMMs (fp32, bf16 or fp16; inference_device.h): on a GPU each weight's cast
+  // is made once after every load and kept.
+  config::PrecisionRecipe recipe = config::PrecisionRecipe::Fp32;
+  kernels::KvCacheDtype kv_dtype = kernels::KvCacheDtype::Fp32;  // the KV pools' elements
+};
+
 class ModelRunner {
  public:
-  // Builds the ranks on `device` (rank r on GPU r modulo the GPUs, inference_device.h) and
-  // loads `checkpoint` into them; each rank's cache gets `kv_cache_bytes`:
-  // a hybrid model's pool of `state_slots` Mamba state slots first, the rest whole KV blocks of
-  // `block_size` positions (at least one; an Error when the state pool leaves no room for one).
-  // `recipe`: the linear layers' GEMMs (fp32, bf16 or fp16; inference_device.h); on a GPU each
-  // weight's cast is made once after every load and kept.
+  // Builds the ranks as `setup` says and loads `checkpoint` into them.
   ModelRunner(const config::ModelConfig& model, int tp, const ckpt::LoadedCheckpoint& checkpoint,
-              int64_t kv_cache_bytes, int64_t block_size, int64_t state_slots,
-              config::RuntimeDevice device = config::RuntimeDevice::Cpu,
-              config::PrecisionRecipe recipe = config::PrecisionRecipe::Fp32);
+              const RankSetup& setup);
   // The same with the tp ranks as the processes of `world` (an MPI job, world.size() ranks): this
   // process builds and loads its own rank. Rank 0 is the engine's; every other rank calls follow().
   ModelRunner(const config::ModelConfig& model, comm::Communicator& world, const ckpt::LoadedCheckpoint& checkpoint,
-              int64_t kv_cache_bytes, int64_t block_size, int64_t state_slots,
-              config::RuntimeDevice device = config::RuntimeDevice::Cpu,
-              config::PrecisionRecipe recipe = config::PrecisionRecipe::Fp32);
+              const RankSetup& setup);
   // Rank 0 of MPI ranks tells the others to return from follow().
   ~ModelRunner();
   ModelRunner(const ModelRunner&) = delete;
@@ -86,8 +91,11 @@ class ModelRunner {
   using Job = std::function<void(Rank&)>;
   void run(const Job& job);  // on every rank, returns when all are done
   void rank_loop(Rank& rank);
-  void setup(Rank& rank, const ckpt::LoadedCheckpoint& checkpoint, int64_t kv_cache_bytes, int64_t block_size,
-             int64_t state_slots);
+  // This process's rank of `group` (null: the only rank) on its device, weights loaded, cache made.
+  std::unique_ptr<Rank> make_rank(const config::ModelConfig& model, comm::Communicator* group,
+                                  const ckpt::LoadedCheckpoint& checkpoint);
+  // The cache's sizes (the same on every rank) as the engine sees them.
+  void take_sizes(const Rank& rank);
   // Loads `checkpoint` into the rank's weights; their kept casts (a GPU's, under bf16 or fp16) are
   // dropped first and made again by the next forward.
   static void load_weights(Rank& rank, const ckpt::LoadedCheckpoint& checkpoint);
@@ -96,8 +104,7 @@ class ModelRunner {
   void apply(Rank& rank, const StepMessage& message, const ckpt::LoadedCheckpoint* checkpoint);
 
   int tp_;
-  config::RuntimeDevice device_;
-  config::PrecisionRecipe recipe_ = config::PrecisionRecipe::Fp32;
+  RankSetup setup_;
   int64_t blocks_ = 0, state_slots_ = 0, state_pool_bytes_ = 0;
   const float* logits_ = nullptr;
   std::unique_ptr<Rank> single_;  // tp = 1, or this process's rank of MPI ranks: runs inline

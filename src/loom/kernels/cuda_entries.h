@@ -152,10 +152,10 @@ struct CudaEntries {
   void (*attention_decode)(Device, float* out, const float* q, int64_t q_stride, const float* k_cache,
                            const float* v_cache, int64_t past, int64_t new_tokens, int64_t heads, int64_t kv_heads,
                            int64_t head_dim) = nullptr;
-  void (*paged_attention)(Device, float* out, const float* q, int64_t q_stride, const float* k_pool,
-                          const float* v_pool, const int32_t* block_tables, const int32_t* sequences,
+  void (*paged_attention)(Device, float* out, const float* q, int64_t q_stride, const void* k_pool,
+                          const void* v_pool, const int32_t* block_tables, const int32_t* sequences,
                           const int32_t* positions, int64_t rows, const PagedAttentionShape& shape) = nullptr;
-  void (*paged_cache_write)(Device, float* k_pool, float* v_pool, const float* k, const float* v, int64_t stride,
+  void (*paged_cache_write)(Device, void* k_pool, void* v_pool, const float* k, const float* v, int64_t stride,
                             const int32_t* block_tables, const int32_t* sequences, const int32_t* positions,
                             int64_t rows, const PagedAttentionShape& shape) = nullptr;
   // The precision recipes' linear GEMMs (precision_gemm.h).

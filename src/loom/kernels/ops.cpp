@@ -210,6 +210,8 @@ void check_paged_shape(const PagedAttentionShape& s, const char* entry) {
              std::string(entry) + ": heads " + std::to_string(s.heads) + ", kv_heads " + std::to_string(s.kv_heads) +
                  ", head_dim " + std::to_string(s.head_dim) + ", block_size " + std::to_string(s.block_size) +
                  " (positive, kv_heads dividing heads)");
+  LOOM_CHECK(s.cache == KvCacheDtype::Fp32 || s.cache == KvCacheDtype::Bf16,
+             std::string(entry) + ": the pools' elements are fp32 or bf16");
 }
 }  // namespace
 
@@ -293,13 +295,13 @@ void attention_decode(Device device, float* out, const float* q, int64_t q_strid
                       int64_t head_dim) {
   LOOM_DISPATCH(attention_decode, out, q, q_stride, k_cache, v_cache, past, new_tokens, heads, kv_heads, head_dim);
 }
-void paged_attention(Device device, float* out, const float* q, int64_t q_stride, const float* k_pool,
-                     const float* v_pool, const int32_t* block_tables, const int32_t* sequences,
+void paged_attention(Device device, float* out, const float* q, int64_t q_stride, const void* k_pool,
+                     const void* v_pool, const int32_t* block_tables, const int32_t* sequences,
                      const int32_t* positions, int64_t rows, const PagedAttentionShape& shape) {
   check_paged_shape(shape, "paged_attention");
   LOOM_DISPATCH(paged_attention, out, q, q_stride, k_pool, v_pool, block_tables, sequences, positions, rows, shape);
 }
-void paged_cache_write(Device device, float* k_pool, float* v_pool, const float* k, const float* v, int64_t stride,
+void paged_cache_write(Device device, void* k_pool, void* v_pool, const float* k, const float* v, int64_t stride,
                        const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
                        const PagedAttentionShape& shape) {
   check_paged_shape(shape, "paged_cache_write");

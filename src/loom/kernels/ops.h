@@ -176,11 +176,12 @@ void attention_decode(Device device, float* out, const float* q, int64_t q_strid
                       const float* v_cache, int64_t past, int64_t new_tokens, int64_t heads, int64_t kv_heads,
                       int64_t head_dim);
 // Batched attention over a paged KV cache (per-row sequence and position; cpu/paged_attention.h).
-void paged_attention(Device device, float* out, const float* q, int64_t q_stride, const float* k_pool,
-                     const float* v_pool, const int32_t* block_tables, const int32_t* sequences,
+// The pools hold shape.cache's elements (fp32 or bf16).
+void paged_attention(Device device, float* out, const float* q, int64_t q_stride, const void* k_pool,
+                     const void* v_pool, const int32_t* block_tables, const int32_t* sequences,
                      const int32_t* positions, int64_t rows, const PagedAttentionShape& shape);
 // The rows' keys and values stored in the paged cache at their positions (cpu/paged_attention.h).
-void paged_cache_write(Device device, float* k_pool, float* v_pool, const float* k, const float* v, int64_t stride,
+void paged_cache_write(Device device, void* k_pool, void* v_pool, const float* k, const float* v, int64_t stride,
                        const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
                        const PagedAttentionShape& shape);
 

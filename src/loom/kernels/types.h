@@ -36,10 +36,16 @@ struct AttentionShape {
   int64_t qkv_width() const { return (heads + 2 * kv_heads) * head_dim; }
 };
 
+// The elements of a paged KV cache's pools: fp32, or bf16 (written rounded to nearest even,
+// widened exactly where attention reads them: half the bytes per position).
+enum class KvCacheDtype : uint8_t { Fp32, Bf16 };
+inline int64_t kv_cache_element_bytes(KvCacheDtype dtype) { return dtype == KvCacheDtype::Bf16 ? 2 : 4; }
+
 // A paged KV cache's geometry (see cpu/paged_attention.h): heads of this rank, positions per
-// block, entries per sequence's block table.
+// block, entries per sequence's block table, and the pools' elements.
 struct PagedAttentionShape {
   int64_t heads, kv_heads, head_dim, block_size, table_width;
+  KvCacheDtype cache = KvCacheDtype::Fp32;
 };
 
 // Tiled (flash-style) attention: q [batch, q_len] tokens, k and v [batch, k_len] tokens; head h of

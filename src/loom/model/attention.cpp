@@ -229,7 +229,7 @@ void Attention::forward_paged(float* residual, const float* normed, const PagedB
   qkv_->forward(qkv, normed, rows, tp_scratch);
   if (rope_ != nullptr)
     kernels::rope_forward(device, qkv, rows, W, 0, heads_ + kv_heads_, rows, 0, *rope_, on_device.positions);
-  const kernels::PagedAttentionShape shape{heads_, kv_heads_, head_dim_, block_size, batch.table_width};
+  const kernels::PagedAttentionShape shape{heads_, kv_heads_, head_dim_, block_size, batch.table_width, cache.kv_dtype};
   kernels::paged_cache_write(device, cache.keys.data(), cache.values.data(), qkv + att_width, qkv + att_width + kv_width,
                              W, on_device.block_tables, on_device.sequences, on_device.positions, rows, shape);
   float* att = sized(scratch.att, rows * att_width, device);

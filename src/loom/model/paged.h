@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "loom/kernels/types.h"
 #include "loom/model/buffers.h"
 
 namespace loom::model {
@@ -32,18 +33,21 @@ struct PagedRows {
   const int32_t* state_slots = nullptr;   // [rows]: the row's Mamba state slot (hybrid models), else null
 };
 
-// The keys and values of one attention layer for this rank's kv heads: [blocks, block_size, kv_width];
-// a Mamba-2 layer's state pool for this rank's heads: windows [slots, window_width] (the
+// The keys and values of one attention layer for this rank's kv heads: [blocks, block_size, kv_width]
+// elements of kv_dtype (fp32, or bf16: the buffers then hold two per float);
+// a Mamba-2 layer's state pool for this rank's heads (always fp32): windows [slots, window_width] (the
 // convolution's last conv_kernel - 1 inputs) and states [slots, state_width] (heads x head_dim x state).
 struct PagedLayerCache {
   Buffer keys, values;
   int64_t kv_width = 0;
+  kernels::KvCacheDtype kv_dtype = kernels::KvCacheDtype::Fp32;
   Buffer windows, states;
   int64_t window_width = 0, state_width = 0;
 };
 
 struct PagedKVCache {
   int64_t blocks = 0, block_size = 0;
+  kernels::KvCacheDtype kv_dtype = kernels::KvCacheDtype::Fp32;  // every attention layer's
   int64_t state_slots = 0;              // Mamba state slots (0 without Mamba-2 layers)
   std::vector<PagedLayerCache> layers;  // by layer (empty entries for layers without attention or mixer)
 };

@@ -173,11 +173,13 @@ class Transformer {
   // host memory whatever the model's device (one rank: parallel.tp = 1).
   const float* decode(DecodeState& state, const int32_t* tokens, int64_t count);
 
-  // A paged KV cache of `blocks` blocks of `block_size` positions for this rank's kv heads, with
-  // `state_slots` Mamba state slots (hybrid models; zeroed), and the bytes one block and one
-  // state slot take over all layers (for a memory budget; a slot is 0 bytes without Mamba layers).
-  PagedKVCache make_paged_cache(int64_t blocks, int64_t block_size, int64_t state_slots = 0) const;
-  int64_t paged_block_bytes(int64_t block_size) const;
+  // A paged KV cache of `blocks` blocks of `block_size` positions for this rank's kv heads, its
+  // keys and values of `kv_dtype`, with `state_slots` Mamba state slots (hybrid models; zeroed),
+  // and the bytes one block and one state slot take over all layers (for a memory budget; a slot
+  // is 0 bytes without Mamba layers).
+  PagedKVCache make_paged_cache(int64_t blocks, int64_t block_size, int64_t state_slots = 0,
+                                kernels::KvCacheDtype kv_dtype = kernels::KvCacheDtype::Fp32) const;
+  int64_t paged_block_bytes(int64_t block_size, kernels::KvCacheDtype kv_dtype = kernels::KvCacheDtype::Fp32) const;
   int64_t paged_state_slot_bytes() const;
   // One batched inference step over every row of `batch` (any tp; every rank passes the same
   // batch): returns the logits [logit_rows, vocab] (the whole vocabulary on every rank), on the

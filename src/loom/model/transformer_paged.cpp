@@ -8,7 +8,8 @@
 
 namespace loom::model {
 
-PagedKVCache Transformer::make_paged_cache(int64_t blocks, int64_t block_size, int64_t state_slots) const {
+PagedKVCache Transformer::make_paged_cache(int64_t blocks, int64_t block_size, int64_t state_slots,
+                                           kernels::KvCacheDtype kv_dtype) const {
   check_whole_model("a paged KV cache");
   LOOM_CHECK(blocks > 0 && block_size > 0, "a paged KV cache needs blocks > 0 and block_size > 0");
   LOOM_CHECK(state_slots >= 0, "a paged KV cache needs state_slots >= 0");
@@ -17,15 +18,18 @@ PagedKVCache Transformer::make_paged_cache(int64_t blocks, int64_t block_size, i
   PagedKVCache cache;
   cache.blocks = blocks;
   cache.block_size = block_size;
+  cache.kv_dtype = kv_dtype;
   cache.state_slots = paged_state_slot_bytes() > 0 ? state_slots : 0;
   cache.layers.resize(blocks_.size());
   for (size_t l = 0; l < blocks_.size(); ++l) {
     PagedLayerCache& layer = cache.layers[l];
     layer.kv_width = blocks_[l].local_kv_width();
+    layer.kv_dtype = kv_dtype;
     const Device device = params_.device();
     if (layer.kv_width > 0) {
-      sized(layer.keys, blocks * block_size * layer.kv_width, device);
-      sized(layer.values, blocks * block_size * layer.kv_width, device);
+      const int64_t bytes = blocks * block_size * layer.kv_width * kernels::kv_cache_element_bytes(kv_dtype);
+      sized_bytes(layer.keys, bytes, device);
+      sized_bytes(layer.values, bytes, device);
     }
     layer.window_width = blocks_[l].local_window_width();
     layer.state_width = blocks_[l].local_state_width();
@@ -37,9 +41,9 @@ PagedKVCache Transformer::make_paged_cache(int64_t blocks, int64_t block_size, i
   return cache;
 }
 
-int64_t Transformer::paged_block_bytes(int64_t block_size) const {
+int64_t Transformer::paged_block_bytes(int64_t block_size, kernels::KvCacheDtype kv_dtype) const {
   int64_t bytes = 0;
-  for (const Block& b : blocks_) bytes += 2 * block_size * b.local_kv_width() * static_cast<int64_t>(sizeof(float));
+  for (const Block& b : blocks_) bytes += 2 * block_size * b.local_kv_width() * kernels::kv_cache_element_bytes(kv_dtype);
   return bytes;
 }
 

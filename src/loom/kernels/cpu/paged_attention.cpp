@@ -4,13 +4,26 @@
 #include <cmath>
 #include <vector>
 
+#include "loom/core/dtype_convert.h"
 #include "loom/kernels/cpu/fast_math.h"
 #include "loom/kernels/cpu/parallel.h"
 #include "loom/kernels/cpu/vector_ops.h"
 
 namespace loom::kernels::cpu {
 
-void paged_attention(float* out, const float* q, int64_t q_stride, const float* k_pool, const float* v_pool,
+namespace {
+
+// A pool row of hd elements as fp32: the row itself in an fp32 pool, else widened into `room`.
+const float* pool_row(const void* pool, int64_t offset, int64_t hd, KvCacheDtype dtype, float* room) {
+  if (dtype == KvCacheDtype::Fp32) return static_cast<const float*>(pool) + offset;
+  const uint16_t* row = static_cast<const uint16_t*>(pool) + offset;
+  for (int64_t d = 0; d < hd; ++d) room[d] = bf16_to_f32(row[d]);
+  return room;
+}
+
+}  // namespace
+
+void paged_attention(float* out, const float* q, int64_t q_stride, const void* k_pool, const void* v_pool,
                      const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
                      const PagedAttentionShape& s) {
   const int64_t group = s.heads / s.kv_heads, kv_width = s.kv_heads * s.head_dim, hd = s.head_dim;
@@ -22,7 +35,7 @@ void paged_attention(float* out, const float* q, int64_t q_stride, const float* 
   }
 #pragma omp parallel if(worth_parallel(work))
   {
-    std::vector<float> p(longest);
+    std::vector<float> p(longest), widened(hd);
 #pragma omp for collapse(2) schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t h = 0; h < s.heads; ++h) {
@@ -34,7 +47,7 @@ void paged_attention(float* out, const float* q, int64_t q_stride, const float* 
         const float* qi = q + r * q_stride + h * hd;
         float max_score = -INFINITY;
         for (int64_t t = 0; t < len; ++t) {
-          p[t] = dot(qi, k_pool + slot(t), hd) * scale;
+          p[t] = dot(qi, pool_row(k_pool, slot(t), hd, s.cache, widened.data()), hd) * scale;
           max_score = std::max(max_score, p[t]);
         }
         float sum = 0.0f;
@@ -45,13 +58,15 @@ void paged_attention(float* out, const float* q, int64_t q_stride, const float* 
         }
         float* o = out + (r * s.heads + h) * hd;
         std::fill(o, o + hd, 0.0f);
-        for (int64_t t = 0; t < len; ++t) axpy(o, p[t] / sum, v_pool + slot(t), hd);
+        for (int64_t t = 0; t < len; ++t) {
+          axpy(o, p[t] / sum, pool_row(v_pool, slot(t), hd, s.cache, widened.data()), hd);
+        }
       }
     }
   }
 }
 
-void paged_cache_write(float* k_pool, float* v_pool, const float* k, const float* v, int64_t stride,
+void paged_cache_write(void* k_pool, void* v_pool, const float* k, const float* v, int64_t stride,
                        const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
                        const PagedAttentionShape& s) {
   const int64_t kv_width = s.kv_heads * s.head_dim;
@@ -59,8 +74,17 @@ void paged_cache_write(float* k_pool, float* v_pool, const float* k, const float
     const int64_t pos = positions[r];
     const int32_t block = block_tables[static_cast<int64_t>(sequences[r]) * s.table_width + pos / s.block_size];
     const int64_t slot = (static_cast<int64_t>(block) * s.block_size + pos % s.block_size) * kv_width;
-    std::copy(k + r * stride, k + r * stride + kv_width, k_pool + slot);
-    std::copy(v + r * stride, v + r * stride + kv_width, v_pool + slot);
+    const float *key = k + r * stride, *value = v + r * stride;
+    if (s.cache == KvCacheDtype::Fp32) {
+      std::copy(key, key + kv_width, static_cast<float*>(k_pool) + slot);
+      std::copy(value, value + kv_width, static_cast<float*>(v_pool) + slot);
+      continue;
+    }
+    uint16_t *keys = static_cast<uint16_t*>(k_pool) + slot, *values = static_cast<uint16_t*>(v_pool) + slot;
+    for (int64_t c = 0; c < kv_width; ++c) {
+      keys[c] = f32_to_bf16(key[c]);
+      values[c] = f32_to_bf16(value[c]);
+    }
   }
 }
 

@@ -13,14 +13,16 @@ using kernels::PagedAttentionShape;
 
 // out[r, :] (heads*head_dim) = softmax(q_r . K^T / sqrt(d)) V over positions [0, positions[r]] of
 // sequence sequences[r], whose keys/values the pools hold at block tables[seq*table_width + p/block_size],
-// slot p % block_size. q rows are q_stride apart.
-void paged_attention(float* out, const float* q, int64_t q_stride, const float* k_pool, const float* v_pool,
+// slot p % block_size. q rows are q_stride apart. The pools hold s.cache's elements: bf16 ones are
+// widened (exactly) a row at a time, so the result is the fp32 kernel's over the widened values.
+void paged_attention(float* out, const float* q, int64_t q_stride, const void* k_pool, const void* v_pool,
                      const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
                      const PagedAttentionShape& s);
 
 // Stores each row's key k[r * stride, + kv_width) and value v[r * stride, + kv_width) in the pools
-// at the slot paged_attention reads position positions[r] of sequence sequences[r] from.
-void paged_cache_write(float* k_pool, float* v_pool, const float* k, const float* v, int64_t stride,
+// at the slot paged_attention reads position positions[r] of sequence sequences[r] from (bf16
+// pools: rounded to nearest even, core/dtype_convert.h).
+void paged_cache_write(void* k_pool, void* v_pool, const float* k, const float* v, int64_t stride,
                        const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
                        const PagedAttentionShape& s);
 

@@ -255,8 +255,8 @@ void register_attention(CudaEntries& e) {
                                   const FlashAttentionShape& s) {
     merge_attention_partials(out, lse, part_out, part_lse, s, stream_of(d));
   };
-  e.paged_attention = [](Device d, float* out, const float* q, int64_t q_stride, const float* k_pool,
-                         const float* v_pool, const int32_t* tables, const int32_t* sequences, const int32_t* positions,
+  e.paged_attention = [](Device d, float* out, const float* q, int64_t q_stride, const void* k_pool,
+                         const void* v_pool, const int32_t* tables, const int32_t* sequences, const int32_t* positions,
                          int64_t rows, const PagedAttentionShape& s) {
     paged_attention(out, q, q_stride, k_pool, v_pool, tables, sequences, positions, rows, s, stream_of(d));
   };
@@ -265,7 +265,7 @@ void register_attention(CudaEntries& e) {
                           int64_t head_dim) {
     attention_decode(out, q, q_stride, k_cache, v_cache, past, new_tokens, heads, kv_heads, head_dim, stream_of(d));
   };
-  e.paged_cache_write = [](Device d, float* k_pool, float* v_pool, const float* k, const float* v, int64_t stride,
+  e.paged_cache_write = [](Device d, void* k_pool, void* v_pool, const float* k, const float* v, int64_t stride,
                            const int32_t* tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
                            const PagedAttentionShape& s) {
     paged_cache_write(k_pool, v_pool, k, v, stride, tables, sequences, positions, rows, s, stream_of(d));

@@ -1,3 +1,5 @@
+#include <cuda_bf16.h>
+
 #include <cmath>
 #include <limits>
 #include <string>
@@ -15,7 +17,17 @@ constexpr int kPagedWarps = kPagedThreads / 32;
 constexpr int kMaxHeadDim = 256;
 constexpr int kPerLane = kMaxHeadDim / 32;  // a lane's output columns: d = lane + 32 j
 
-// The float offset of position t's row in a pool, through the sequence's block table (none: one
+// A pool element as fp32 (bf16 widens exactly), and an fp32 value as one (bf16: nearest even).
+__device__ inline float widen(float x) { return x; }
+__device__ inline float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T>
+__device__ inline T narrow(float x);
+template <>
+__device__ inline float narrow<float>(float x) { return x; }
+template <>
+__device__ inline __nv_bfloat16 narrow<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// The element offset of position t's row in a pool, through the sequence's block table (none: one
 // contiguous cache, attention_decode's).
 __device__ inline int64_t cache_row(const int32_t* table, int64_t t, const PagedAttentionShape& s) {
   const int64_t slot = table ? static_cast<int64_t>(table[t / s.block_size]) * s.block_size + t % s.block_size : t;
@@ -26,9 +38,10 @@ __device__ inline int64_t cache_row(const int32_t* table, int64_t t, const Paged
 // across head_dim (a key's and a value's row read whole, coalesced), and keeps an online softmax
 // (running max, sum and weighted values, rescaled when the max grows); the warps' partial results
 // are then merged. Shared memory: q, each warp's max and sum, each warp's weighted values.
+template <typename T>
 __global__ void __launch_bounds__(kPagedThreads)
     paged_attention_kernel(float* __restrict__ out, const float* __restrict__ q, int64_t q_stride,
-                           const float* __restrict__ k_pool, const float* __restrict__ v_pool,
+                           const T* __restrict__ k_pool, const T* __restrict__ v_pool,
                            const int32_t* __restrict__ block_tables, const int32_t* __restrict__ sequences,
                            const int32_t* __restrict__ positions, int64_t past, PagedAttentionShape s) {
   extern __shared__ float shared[];
@@ -54,7 +67,7 @@ __global__ void __launch_bounds__(kPagedThreads)
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       const int64_t d = lane + 32 * j;
-      if (d < hd) dot = fmaf(qs[d], k_pool[row + d], dot);
+      if (d < hd) dot = fmaf(qs[d], widen(k_pool[row + d]), dot);
     }
     const float score = warp_sum(dot) * scale;  // every lane
     const float grown = fmaxf(max_score, score);
@@ -63,7 +76,7 @@ __global__ void __launch_bounds__(kPagedThreads)
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       const int64_t d = lane + 32 * j;
-      if (d < hd) acc[j] = fmaf(weight, v_pool[row + d], acc[j] * keep);
+      if (d < hd) acc[j] = fmaf(weight, widen(v_pool[row + d]), acc[j] * keep);
     }
     max_score = grown;
   }
@@ -92,7 +105,8 @@ __global__ void __launch_bounds__(kPagedThreads)
   }
 }
 
-__global__ void paged_cache_write_kernel(float* __restrict__ k_pool, float* __restrict__ v_pool,
+template <typename T>
+__global__ void paged_cache_write_kernel(T* __restrict__ k_pool, T* __restrict__ v_pool,
                                          const float* __restrict__ k, const float* __restrict__ v, int64_t stride,
                                          const int32_t* __restrict__ block_tables,
                                          const int32_t* __restrict__ sequences,
@@ -101,8 +115,8 @@ __global__ void paged_cache_write_kernel(float* __restrict__ k_pool, float* __re
   for (int64_t i = grid_start(); i < rows * kv_width; i += grid_stride()) {
     const int64_t r = i / kv_width, c = i % kv_width;
     const int64_t row = cache_row(block_tables + static_cast<int64_t>(sequences[r]) * s.table_width, positions[r], s);
-    k_pool[row + c] = k[r * stride + c];
-    v_pool[row + c] = v[r * stride + c];
+    k_pool[row + c] = narrow<T>(k[r * stride + c]);
+    v_pool[row + c] = narrow<T>(v[r * stride + c]);
   }
 }
 
@@ -110,7 +124,7 @@ __global__ void paged_cache_write_kernel(float* __restrict__ k_pool, float* __re
 
 namespace {
 
-void launch_attention(float* out, const float* q, int64_t q_stride, const float* k_pool, const float* v_pool,
+void launch_attention(float* out, const float* q, int64_t q_stride, const void* k_pool, const void* v_pool,
                       const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t past,
                       int64_t rows, const PagedAttentionShape& s, cudaStream_t stream) {
   if (rows == 0) return;
@@ -121,14 +135,22 @@ void launch_attention(float* out, const float* q, int64_t q_stride, const float*
                                                                 std::to_string(s.head_dim) + " is outside [1, " +
                                                                 std::to_string(kMaxHeadDim) + "]");
   const size_t bytes = (static_cast<size_t>(s.head_dim) * (1 + kPagedWarps) + 2 * kPagedWarps) * sizeof(float);
-  paged_attention_kernel<<<static_cast<unsigned>(rows * s.heads), kPagedThreads, bytes, stream>>>(
-      out, q, q_stride, k_pool, v_pool, block_tables, sequences, positions, past, s);
+  const auto blocks = static_cast<unsigned>(rows * s.heads);
+  if (s.cache == KvCacheDtype::Bf16) {
+    paged_attention_kernel<<<blocks, kPagedThreads, bytes, stream>>>(
+        out, q, q_stride, static_cast<const __nv_bfloat16*>(k_pool), static_cast<const __nv_bfloat16*>(v_pool),
+        block_tables, sequences, positions, past, s);
+  } else {
+    paged_attention_kernel<<<blocks, kPagedThreads, bytes, stream>>>(
+        out, q, q_stride, static_cast<const float*>(k_pool), static_cast<const float*>(v_pool), block_tables,
+        sequences, positions, past, s);
+  }
   check_launch("paged_attention_kernel");
 }
 
 }  // namespace
 
-void paged_attention(float* out, const float* q, int64_t q_stride, const float* k_pool, const float* v_pool,
+void paged_attention(float* out, const float* q, int64_t q_stride, const void* k_pool, const void* v_pool,
                      const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
                      const PagedAttentionShape& s, cudaStream_t stream) {
   launch_attention(out, q, q_stride, k_pool, v_pool, block_tables, sequences, positions, 0, rows, s, stream);
@@ -141,13 +163,20 @@ void attention_decode(float* out, const float* q, int64_t q_stride, const float*
   launch_attention(out, q, q_stride, k_cache, v_cache, nullptr, nullptr, nullptr, past, new_tokens, s, stream);
 }
 
-void paged_cache_write(float* k_pool, float* v_pool, const float* k, const float* v, int64_t stride,
+void paged_cache_write(void* k_pool, void* v_pool, const float* k, const float* v, int64_t stride,
                        const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
                        const PagedAttentionShape& s, cudaStream_t stream) {
   const int64_t n = rows * s.kv_heads * s.head_dim;
   if (n == 0) return;
-  paged_cache_write_kernel<<<grid_for(n), kThreads, 0, stream>>>(k_pool, v_pool, k, v, stride, block_tables, sequences,
-                                                                 positions, rows, s);
+  if (s.cache == KvCacheDtype::Bf16) {
+    paged_cache_write_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(k_pool),
+                                                                   static_cast<__nv_bfloat16*>(v_pool), k, v, stride,
+                                                                   block_tables, sequences, positions, rows, s);
+  } else {
+    paged_cache_write_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<float*>(k_pool),
+                                                                   static_cast<float*>(v_pool), k, v, stride,
+                                                                   block_tables, sequences, positions, rows, s);
+  }
   check_launch("paged_cache_write_kernel");
 }
 

@@ -1,0 +1,96 @@
+// The paged KV cache's bf16 pools (PagedAttentionShape::cache, `loom serve --kv-cache-dtype`) on
+// the CPU: the cache write stores each key and value rounded to nearest even where the fp32 write
+// stores it, and attention over bf16 pools is the fp32 kernel over their widened values, bit for
+// bit (a batch step mixing decode rows and prefill chunks, GQA, scattered blocks).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "loom/core/dtype_convert.h"
+#include "loom/kernels/cpu/paged_attention.h"
+
+namespace loom::kernels::cpu {
+namespace {
+
+std::vector<float> random_floats(uint32_t seed, int64_t n) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& x) {
+  std::vector<uint16_t> out(x.size());
+  std::transform(x.begin(), x.end(), out.begin(), [](float v) { return f32_to_bf16(v); });
+  return out;
+}
+std::vector<float> widened(const std::vector<uint16_t>& x) {
+  std::vector<float> out(x.size());
+  std::transform(x.begin(), x.end(), out.begin(), [](uint16_t v) { return bf16_to_f32(v); });
+  return out;
+}
+
+// Three sequences of 11, 4 and 19 positions over a shuffled pool of blocks of 3; this step's rows
+// are the last 4 positions of each (a prefill chunk, a whole short prompt, a chunk of a long one).
+struct Step {
+  Step() {
+    const std::vector<int64_t> lengths = {11, 4, 19};
+    shape.table_width = 7;
+    blocks = 3 * shape.table_width + 2;
+    std::vector<int32_t> pool(static_cast<size_t>(blocks));
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), std::mt19937(5));
+    tables.assign(static_cast<size_t>(3 * shape.table_width), -1);
+    size_t next = 0;
+    for (int64_t s = 0; s < 3; ++s) {
+      for (int64_t b = 0; b * shape.block_size < lengths[s]; ++b) tables[s * shape.table_width + b] = pool[next++];
+      for (int64_t p = std::max<int64_t>(0, lengths[s] - 4); p < lengths[s]; ++p) {
+        sequences.push_back(static_cast<int32_t>(s));
+        positions.push_back(static_cast<int32_t>(p));
+      }
+    }
+    rows = static_cast<int64_t>(positions.size());
+    qkv = random_floats(1, rows * stride);
+    keys = random_floats(2, blocks * shape.block_size * kv_width);
+    values = random_floats(3, blocks * shape.block_size * kv_width);
+  }
+  PagedAttentionShape shape{8, 2, 16, 3, 0};
+  int64_t blocks = 0, rows = 0, kv_width = 2 * 16, stride = (8 + 2 * 2) * 16, att_width = 8 * 16;
+  std::vector<int32_t> tables, sequences, positions;
+  std::vector<float> qkv, keys, values;
+};
+
+TEST(PagedCacheDtype, Bf16WritesAreTheRoundedKeysAndValuesAndAttentionIsTheFp32KernelOverThem) {
+  Step s;
+  // bf16 pools, and the fp32 pools holding their values.
+  std::vector<uint16_t> keys16 = to_bf16(s.keys), values16 = to_bf16(s.values);
+  std::vector<float> keys32 = widened(keys16), values32 = widened(values16);
+  PagedAttentionShape bf16 = s.shape;
+  bf16.cache = KvCacheDtype::Bf16;
+  const float* k = s.qkv.data() + s.att_width;
+  const float* v = k + s.kv_width;
+  paged_cache_write(keys16.data(), values16.data(), k, v, s.stride, s.tables.data(), s.sequences.data(),
+                    s.positions.data(), s.rows, bf16);
+  paged_cache_write(keys32.data(), values32.data(), k, v, s.stride, s.tables.data(), s.sequences.data(),
+                    s.positions.data(), s.rows, s.shape);
+  // Every element: the bf16 pool holds the fp32 pool's value rounded (untouched ones: already bf16).
+  EXPECT_EQ(keys16, to_bf16(keys32));
+  EXPECT_EQ(values16, to_bf16(values32));
+  EXPECT_NE(keys32, widened(keys16));  // the fp32 write kept unrounded values
+  // Attention over the bf16 pools equals the fp32 kernel over the widened pools, bit for bit.
+  std::vector<float> got(static_cast<size_t>(s.rows * s.att_width)), want(got.size());
+  paged_attention(got.data(), s.qkv.data(), s.stride, keys16.data(), values16.data(), s.tables.data(),
+                  s.sequences.data(), s.positions.data(), s.rows, bf16);
+  const std::vector<float> keys_widened = widened(keys16), values_widened = widened(values16);
+  paged_attention(want.data(), s.qkv.data(), s.stride, keys_widened.data(), values_widened.data(), s.tables.data(),
+                  s.sequences.data(), s.positions.data(), s.rows, s.shape);
+  EXPECT_EQ(got, want);
+}
+
+}  // namespace
+}  // namespace loom::kernels::cpu
