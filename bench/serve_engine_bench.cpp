@@ -2,10 +2,10 @@
 // together, prompt (prefill) tokens/s, and time-to-first-token / inter-token latency percentiles.
 // Prints one JSON object per measurement (bench/serve_bench.sh runs it next to llama.cpp;
 // scripts/gpu_test.sh on cpu and cuda). DEVICE: where the engine runs (cuda where this build has
-// the CUDA backend); DTYPE: its GEMMs (`loom serve --dtype`: auto, fp32, bf16, fp16; the KV cache's
-// elements follow, as `--kv-cache-dtype auto` has them).
+// the CUDA backend); DTYPE: its GEMMs (`loom serve --dtype`: auto, fp32, bf16, fp16); KV: its KV
+// cache's elements (`--kv-cache-dtype`: auto, fp32, bf16).
 // Usage: loom_bench_serve CHECKPOINT [PROMPT_TOKENS=64] [DECODE_TOKENS=64] [PREFILL_TOKENS=448] [DEVICE=cpu]
-//        [DTYPE=auto]
+//        [DTYPE=auto] [KV=auto]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -95,7 +95,7 @@ void prefill(loom::infer::Engine& engine, int64_t tokens) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s CHECKPOINT [PROMPT_TOKENS] [DECODE_TOKENS] [PREFILL_TOKENS] [cpu|cuda] [DTYPE]\n",
+    std::fprintf(stderr, "usage: %s CHECKPOINT [PROMPT_TOKENS] [DECODE_TOKENS] [PREFILL_TOKENS] [cpu|cuda] [DTYPE] [KV]\n",
                  argv[0]);
     return 2;
   }
@@ -117,6 +117,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (argc > 6) options.dtype = loom::infer::parse_inference_dtype(argv[6]);
+    if (argc > 7) options.kv_cache_dtype = loom::infer::parse_kv_cache_setting(argv[7]);
     loom::infer::Engine engine(argv[1], options);
     g_dtype = loom::config::name_of(engine.recipe());
     g_kv = engine.kv_cache_dtype() == loom::kernels::KvCacheDtype::Bf16 ? "bf16" : "fp32";
