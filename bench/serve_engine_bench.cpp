@@ -67,11 +67,13 @@ void run(loom::infer::Engine& engine, int sequences, int64_t prompt, int64_t dec
   const auto end = Clock::now();
   // Decode throughput: tokens after each sequence's first, over the time after all had their first.
   const double decode_tokens = static_cast<double>(sequences) * static_cast<double>(decode - 1);
-  std::printf("{\"engine\": \"loom\", \"device\": \"%s\", \"dtype\": \"%s\", \"kv\": \"%s\", \"sequences\": %d, \"prompt\": %lld, \"decode\": %lld, \"decode_tokens_per_s\": %.1f, "
-              "\"ttft_p50_ms\": %.2f, \"ttft_p90_ms\": %.2f, \"itl_p50_ms\": %.2f, \"itl_p90_ms\": %.2f, \"itl_p99_ms\": %.2f}\n",
-              g_device, g_dtype.c_str(), g_kv.c_str(), sequences, static_cast<long long>(prompt), static_cast<long long>(decode), decode_tokens / seconds(end - first_all),
-              1e3 * percentile(ttft, 0.5), 1e3 * percentile(ttft, 0.9), 1e3 * percentile(itl, 0.5),
-              1e3 * percentile(itl, 0.9), 1e3 * percentile(itl, 0.99));
+  std::printf("{\"engine\": \"loom\", \"device\": \"%s\", \"dtype\": \"%s\", \"kv\": \"%s\", \"sequences\": %d, "
+              "\"prompt\": %lld, \"decode\": %lld, \"decode_tokens_per_s\": %.1f, \"ttft_p50_ms\": %.2f, "
+              "\"ttft_p90_ms\": %.2f, \"itl_p50_ms\": %.2f, \"itl_p90_ms\": %.2f, \"itl_p99_ms\": %.2f}\n",
+              g_device, g_dtype.c_str(), g_kv.c_str(), sequences, static_cast<long long>(prompt),
+              static_cast<long long>(decode), decode_tokens / seconds(end - first_all), 1e3 * percentile(ttft, 0.5),
+              1e3 * percentile(ttft, 0.9), 1e3 * percentile(itl, 0.5), 1e3 * percentile(itl, 0.9),
+              1e3 * percentile(itl, 0.99));
   std::fflush(stdout);
 }
 
@@ -88,14 +90,16 @@ void prefill(loom::infer::Engine& engine, int64_t tokens) {
     }
     best = std::max(best, static_cast<double>(tokens) / seconds(Clock::now() - start));
   }
-  std::printf("{\"engine\": \"loom\", \"device\": \"%s\", \"dtype\": \"%s\", \"kv\": \"%s\", \"prefill_tokens\": %lld, \"prompt_tokens_per_s\": %.1f}\n",
+  std::printf("{\"engine\": \"loom\", \"device\": \"%s\", \"dtype\": \"%s\", \"kv\": \"%s\", \"prefill_tokens\": %lld, "
+              "\"prompt_tokens_per_s\": %.1f}\n",
               g_device, g_dtype.c_str(), g_kv.c_str(), static_cast<long long>(tokens), best);
 }
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s CHECKPOINT [PROMPT_TOKENS] [DECODE_TOKENS] [PREFILL_TOKENS] [cpu|cuda] [DTYPE] [KV]\n",
+    std::fprintf(stderr,
+                 "usage: %s CHECKPOINT [PROMPT_TOKENS] [DECODE_TOKENS] [PREFILL_TOKENS] [cpu|cuda] [DTYPE] [KV]\n",
                  argv[0]);
     return 2;
   }

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "loom/config/enums.h"
 #include "loom/core/error.h"
 #include "loom/kernels/cuda_entries.h"
 
@@ -20,21 +21,7 @@ Device inference_device(config::RuntimeDevice device, int rank) {
 }
 
 InferenceDtype parse_inference_dtype(const std::string& name) {
-  if (name == "auto") return InferenceDtype::Auto;
-  if (name == "fp32") return InferenceDtype::Fp32;
-  if (name == "bf16") return InferenceDtype::Bf16;
-  if (name == "fp16") return InferenceDtype::Fp16;
-  throw Error("dtype '" + name + "' is not one of auto, fp32, bf16, fp16");
-}
-
-std::string inference_dtype_name(InferenceDtype dtype) {
-  switch (dtype) {
-    case InferenceDtype::Auto: return "auto";
-    case InferenceDtype::Fp32: return "fp32";
-    case InferenceDtype::Bf16: return "bf16";
-    case InferenceDtype::Fp16: return "fp16";
-  }
-  return "auto";
+  return config::parse_name<InferenceDtype>(name, "dtype");
 }
 
 config::PrecisionRecipe inference_recipe(InferenceDtype dtype, config::RuntimeDevice device) {
@@ -49,19 +36,7 @@ config::PrecisionRecipe inference_recipe(InferenceDtype dtype, config::RuntimeDe
 }
 
 KvCacheSetting parse_kv_cache_setting(const std::string& name) {
-  if (name == "auto") return KvCacheSetting::Auto;
-  if (name == "fp32") return KvCacheSetting::Fp32;
-  if (name == "bf16") return KvCacheSetting::Bf16;
-  throw Error("KV cache dtype '" + name + "' is not one of auto, fp32, bf16");
-}
-
-std::string kv_cache_setting_name(KvCacheSetting setting) {
-  switch (setting) {
-    case KvCacheSetting::Auto: return "auto";
-    case KvCacheSetting::Fp32: return "fp32";
-    case KvCacheSetting::Bf16: return "bf16";
-  }
-  return "auto";
+  return config::parse_name<KvCacheSetting>(name, "kv_cache_dtype");
 }
 
 kernels::KvCacheDtype kv_cache_dtype(KvCacheSetting setting, config::PrecisionRecipe recipe) {

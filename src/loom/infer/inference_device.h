@@ -18,8 +18,10 @@
 // positions in a budget, half the reads of a decoding step's attention). `auto`: bf16 where the
 // GEMMs are bf16 or fp16, fp32 where they are fp32. Queries, scores, softmax and the weighted
 // sums stay fp32 (bf16 keys and values are widened exactly as they are read).
+#include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "loom/config/run_config.h"
 #include "loom/core/device.h"
@@ -29,17 +31,18 @@ namespace loom::infer {
 
 Device inference_device(config::RuntimeDevice device, int rank);
 
+// Named as config/enums.h's enums are (config::name_of, config::parse_name).
 enum class InferenceDtype : uint8_t { Auto, Fp32, Bf16, Fp16 };
+constexpr std::array<std::string_view, 4> names(InferenceDtype) { return {"auto", "fp32", "bf16", "fp16"}; }
 // "auto" | "fp32" | "bf16" | "fp16"; anything else is an Error naming the valid names.
 InferenceDtype parse_inference_dtype(const std::string& name);
-std::string inference_dtype_name(InferenceDtype dtype);
 // The precision recipe the served model's GEMMs take on `device` (auto resolved).
 config::PrecisionRecipe inference_recipe(InferenceDtype dtype, config::RuntimeDevice device);
 
 enum class KvCacheSetting : uint8_t { Auto, Fp32, Bf16 };
+constexpr std::array<std::string_view, 3> names(KvCacheSetting) { return {"auto", "fp32", "bf16"}; }
 // "auto" | "fp32" | "bf16"; anything else is an Error naming the valid names.
 KvCacheSetting parse_kv_cache_setting(const std::string& name);
-std::string kv_cache_setting_name(KvCacheSetting setting);
 // The pools' elements under GEMMs of `recipe` (auto resolved).
 kernels::KvCacheDtype kv_cache_dtype(KvCacheSetting setting, config::PrecisionRecipe recipe);
 
