@@ -74,7 +74,8 @@ StepMessage message_of(StepKind kind, int32_t from = 0, int32_t to = 0) {
 }  // namespace
 
 namespace {
-// The GEMMs' recipe; attention reads the fp32 KV cache whatever it is.
+// The GEMMs' recipe; the paged attention's products are fp32 whatever it is (its keys and values
+// widened from a bf16 cache as they are read).
 model::PrecisionPolicy inference_policy(config::PrecisionRecipe recipe) {
   model::PrecisionPolicy policy;
   policy.recipe = recipe;
@@ -90,12 +91,37 @@ ModelRunner::Rank::Rank(const config::ModelConfig& config, comm::Communicator* g
             device) {}
 
 void ModelRunner::load_weights(Rank& rank, const ckpt::LoadedCheckpoint& checkpoint) {
-  model::WeightCastCache& casts = rank.model.precision().weight_casts();
-  casts.close();
+  // Casts kept from the next forward on: the weights change only at the next load. Reopened on
+  // every path, so a load that fails (the engine keeps serving) leaves no cast of the old weights.
+  struct Reopen {
+    model::WeightCastCache& casts;
+    bool keep;
+    ~Reopen() {
+      if (keep) casts.open();
+    }
+  } reopen{rank.model.precision().weight_casts(), rank.model.params().device().is_cuda()};
+  reopen.casts.close();
   train::load_parameters(checkpoint, rank.model);
-  // Kept from the next forward on: the weights change only at the next load.
-  if (rank.model.params().device().is_cuda()) casts.open();
 }
+
+namespace {
+// One token at position 0 of a sequence whose table names block 0 (and state slot 0): a forward
+// that makes at startup what the first request would (a GPU's weight casts, GEMM plans, scratch),
+// so a device short of memory fails here. What it writes is overwritten before anything reads it:
+// a sequence writes each position's keys before attending to it, and starts its state slot from
+// zero at position 0.
+void warm_up(model::Transformer& model, model::PagedKVCache& cache, model::PagedScratch& scratch) {
+  model::PagedBatch batch;
+  batch.tokens = {0};
+  batch.positions = {0};
+  batch.sequences = {0};
+  batch.block_tables = {0};
+  batch.table_width = 1;
+  if (cache.state_slots > 0) batch.state_slots = {0};
+  batch.logit_rows = {0};
+  model.forward_paged(batch, cache, scratch);
+}
+}  // namespace
 
 std::unique_ptr<ModelRunner::Rank> ModelRunner::make_rank(const config::ModelConfig& model, comm::Communicator* group,
                                                          const ckpt::LoadedCheckpoint& checkpoint) {
@@ -104,6 +130,7 @@ std::unique_ptr<ModelRunner::Rank> ModelRunner::make_rank(const config::ModelCon
   load_weights(*rank, checkpoint);
   const int64_t blocks = blocks_for(rank->model, setup_);
   rank->cache = rank->model.make_paged_cache(blocks, setup_.block_size, setup_.state_slots, setup_.kv_dtype);
+  warm_up(rank->model, rank->cache, rank->scratch);
   return rank;
 }
 
