@@ -125,6 +125,48 @@ TEST_P(EngineDtypeTest, Bf16KvCacheHoldsTwiceThePositionsAndChangesOnlyByItsRoun
   EXPECT_EQ(forked.blocks().used_blocks(), 0);
 }
 
+// `loom generate --dtype` (Transformer::decode) under a recipe: the last prompt row's logits equal
+// those of one paged step over the prompt under the same recipe (the engine's path), not the fp32
+// model's.
+TEST_P(EngineDtypeTest, GenerationDecodesUnderTheEnginesRecipe) {
+  const std::string ckpt = checkpoint_of(GetParam());
+  const std::vector<int32_t> prompt = prompts_of({13})[0];
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  auto logits_of = [&](model::Transformer& m, bool paged) {
+    const int64_t V = m.config().vocab_size;
+    if (!paged) {
+      model::DecodeState state;
+      const float* l = m.decode(state, prompt.data(), n);
+      return std::vector<float>(l, l + V);
+    }
+    model::PagedKVCache cache = m.make_paged_cache(4, 4, 1);
+    model::PagedBatch batch;
+    batch.tokens = prompt;
+    for (int32_t p = 0; p < n; ++p) batch.positions.push_back(p);
+    batch.sequences.assign(prompt.size(), 0);
+    batch.block_tables = {0, 1, 2, 3};
+    batch.table_width = 4;
+    if (cache.state_slots > 0) batch.state_slots = {0};
+    batch.logit_rows = {n - 1};
+    model::PagedScratch scratch;
+    const float* l = m.forward_paged(batch, cache, scratch);
+    return std::vector<float>(l, l + V);
+  };
+  auto bf16 = load_model(ckpt, policy_of(config::PrecisionRecipe::Bf16));
+  auto fp32 = load_model(ckpt);
+  const std::vector<float> decoded = logits_of(*bf16, false), paged = logits_of(*bf16, true);
+  const std::vector<float> decoded_fp32 = logits_of(*fp32, false);
+  float to_paged = 0.0f, to_fp32 = 0.0f;
+  for (size_t i = 0; i < decoded.size(); ++i) {
+    to_paged = std::max(to_paged, std::fabs(decoded[i] - paged[i]));
+    to_fp32 = std::max(to_fp32, std::fabs(decoded[i] - decoded_fp32[i]));
+  }
+  std::printf("%s: bf16 decode's logits against a bf16 paged step %.3g, against fp32 decode %.3g\n",
+              GetParam().c_str(), to_paged, to_fp32);
+  EXPECT_LT(to_paged, 1e-5f) << GetParam();
+  EXPECT_GT(to_fp32, 100.0f * std::max(to_paged, 1e-6f)) << GetParam();
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, EngineDtypeTest, ::testing::Values("llama", "gpt2", "moe", "hybrid"));
 
 TEST(EngineDtype, TheKvCacheFollowsTheGemmsUnlessNamed) {

@@ -1,5 +1,5 @@
 // loom generate CKPT --prompt TEXT [--chat [--system TEXT]] [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
-//               [--device cpu|cuda]
+//               [--device cpu|cuda] [--dtype auto|fp32|bf16|fp16]
 #include <iostream>
 #include <memory>
 
@@ -16,6 +16,7 @@ void register_generate(CLI::App& app, std::vector<Command>& commands) {
     bool chat = false;
     std::string system;
     std::string device = "cpu";
+    std::string dtype = "auto";
   };
   auto args = std::make_shared<Args>();
   infer::GenerateOptions& o = args->options;
@@ -44,14 +45,18 @@ void register_generate(CLI::App& app, std::vector<Command>& commands) {
           "UINT64"));
   cmd->add_option("--device", args->device, "where the model runs: cpu | cuda (weights and KV cache on GPU 0)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--dtype", args->dtype,
+                  "the linear layers' GEMMs: auto (bf16 on cuda, fp32 on cpu) | fp32 | bf16 | fp16 (as loom serve's)")
+      ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp16"}));
   commands.push_back({cmd, [args] {
                         args->options.notices = &std::cerr;
                         args->options.device = args->device == "cuda" ? config::RuntimeDevice::Cuda : config::RuntimeDevice::Cpu;
+                        args->options.dtype = infer::parse_inference_dtype(args->dtype);
                         if (!args->chat) {
                           std::cout << infer::generate_text(args->checkpoint, args->options) << std::endl;
                           return 0;
                         }
-                        infer::Generator generator(args->checkpoint, args->options.device);
+                        infer::Generator generator(args->checkpoint, args->options.device, args->options.dtype);
                         const auto chat_template = data::make_chat_format(generator.config().sft.chat_template, generator.tokenizer());
                         nlohmann::json messages = nlohmann::json::array();
                         if (!args->system.empty()) messages.push_back({{"role", "system"}, {"content", args->system}});

@@ -11,7 +11,7 @@
 
 namespace loom::infer {
 
-Generator::Generator(const std::string& checkpoint_path, config::RuntimeDevice device) {
+Generator::Generator(const std::string& checkpoint_path, config::RuntimeDevice device, InferenceDtype dtype) {
   ckpt::LoadedCheckpoint checkpoint = ckpt::load_checkpoint(checkpoint_path);
   config_ = config::parse_config(checkpoint.config_yaml(), checkpoint.path() + "/manifest.json", {});
   tokenizer_ = data::make_tokenizer(config_.data.tokenizer);
@@ -22,10 +22,12 @@ Generator::Generator(const std::string& checkpoint_path, config::RuntimeDevice d
                  std::to_string(tokenizer_->vocab_size()) +
                  "); this checkpoint cannot generate with that tokenizer (was data.tokenizer changed after training?)");
   config_.model = train::resolve_model_config(config_.model, *tokenizer_);
-  model_ = std::make_unique<model::Transformer>(config_.model, model::TensorParallel{}, model::PrecisionPolicy{},
+  model_ = std::make_unique<model::Transformer>(config_.model, model::TensorParallel{},
+                                                inference_policy(inference_recipe(dtype, device)),
                                                 std::vector<model::LayerRange>{}, model::ExpertLayout{},
                                                 inference_device(device, 0));
   train::load_parameters(checkpoint, *model_);
+  keep_weight_casts(*model_);
 }
 
 std::string Generator::continue_text(const GenerateOptions& options) {
@@ -64,7 +66,7 @@ std::string Generator::continue_text(const GenerateOptions& options) {
 }
 
 std::string generate_text(const std::string& checkpoint, const GenerateOptions& options) {
-  Generator generator(checkpoint, options.device);
+  Generator generator(checkpoint, options.device, options.dtype);
   return options.prompt + generator.continue_text(options);
 }
 

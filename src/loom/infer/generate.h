@@ -7,6 +7,7 @@
 
 #include "loom/config/run_config.h"
 #include "loom/data/tokenizer.h"
+#include "loom/infer/inference_device.h"
 #include "loom/infer/sampling.h"
 #include "loom/model/transformer.h"
 
@@ -22,6 +23,7 @@ struct GenerateOptions {
   std::string stop;                 // stop when the generated text ends with this (not returned); empty: never
   std::ostream* notices = nullptr;  // where to say that max_tokens was shortened to fit the context
   config::RuntimeDevice device = config::RuntimeDevice::Cpu;  // where the model runs (generate_text)
+  InferenceDtype dtype = InferenceDtype::Auto;                // its linear GEMMs (generate_text)
 };
 
 // A checkpoint's model (a step directory or a root), its config and tokenizer, loaded once to
@@ -29,8 +31,10 @@ struct GenerateOptions {
 class Generator {
  public:
   // `device`: cuda puts the weights, the KV cache and every step's forward on GPU 0 (the logits come
-  // back to the host, where sampling runs).
-  explicit Generator(const std::string& checkpoint, config::RuntimeDevice device = config::RuntimeDevice::Cpu);
+  // back to the host, where sampling runs). `dtype`: the linear GEMMs' format, as `loom serve
+  // --dtype` (inference_device.h; auto: bf16 on cuda, fp32 on the cpu); the KV cache stays fp32.
+  explicit Generator(const std::string& checkpoint, config::RuntimeDevice device = config::RuntimeDevice::Cpu,
+                     InferenceDtype dtype = InferenceDtype::Auto);
   // The generated text (without the prompt). Only ids the tokenizer knows are sampled: a model
   // whose vocabulary is padded beyond the tokenizer's (e.g. 50304 for gpt2) never draws a padding id.
   std::string continue_text(const GenerateOptions& options);

@@ -35,6 +35,17 @@ config::PrecisionRecipe inference_recipe(InferenceDtype dtype, config::RuntimeDe
   return config::PrecisionRecipe::Fp32;
 }
 
+model::PrecisionPolicy inference_policy(config::PrecisionRecipe recipe) {
+  model::PrecisionPolicy policy;
+  policy.recipe = recipe;
+  policy.attention = config::AttentionPrecision::Fp32;
+  return policy;
+}
+
+void keep_weight_casts(model::Transformer& model) {
+  if (model.params().device().is_cuda()) model.precision().weight_casts().open();
+}
+
 KvCacheSetting parse_kv_cache_setting(const std::string& name) {
   return config::parse_name<KvCacheSetting>(name, "kv_cache_dtype");
 }

@@ -26,6 +26,8 @@
 #include "loom/config/run_config.h"
 #include "loom/core/device.h"
 #include "loom/kernels/types.h"
+#include "loom/model/linear_precision.h"
+#include "loom/model/transformer.h"
 
 namespace loom::infer {
 
@@ -36,8 +38,14 @@ enum class InferenceDtype : uint8_t { Auto, Fp32, Bf16, Fp16 };
 constexpr std::array<std::string_view, 4> names(InferenceDtype) { return {"auto", "fp32", "bf16", "fp16"}; }
 // "auto" | "fp32" | "bf16" | "fp16"; anything else is an Error naming the valid names.
 InferenceDtype parse_inference_dtype(const std::string& name);
-// The precision recipe the served model's GEMMs take on `device` (auto resolved).
+// The precision recipe the served model's GEMMs take on `device` (auto resolved), and the policy
+// an inference model is built with for it: the linear GEMMs in that recipe, attention's products
+// fp32 whatever it is (keys and values widened from a bf16 cache as they are read).
 config::PrecisionRecipe inference_recipe(InferenceDtype dtype, config::RuntimeDevice device);
+model::PrecisionPolicy inference_policy(config::PrecisionRecipe recipe);
+// After every weight load on a GPU: each weight's cast kept from the next forward to the next
+// load (model/weight_cast_cache.h); nothing on the CPU.
+void keep_weight_casts(model::Transformer& model);
 
 enum class KvCacheSetting : uint8_t { Auto, Fp32, Bf16 };
 constexpr std::array<std::string_view, 3> names(KvCacheSetting) { return {"auto", "fp32", "bf16"}; }

@@ -73,17 +73,6 @@ StepMessage message_of(StepKind kind, int32_t from = 0, int32_t to = 0) {
 }
 }  // namespace
 
-namespace {
-// The GEMMs' recipe; the paged attention's products are fp32 whatever it is (its keys and values
-// widened from a bf16 cache as they are read).
-model::PrecisionPolicy inference_policy(config::PrecisionRecipe recipe) {
-  model::PrecisionPolicy policy;
-  policy.recipe = recipe;
-  policy.attention = config::AttentionPrecision::Fp32;
-  return policy;
-}
-}  // namespace
-
 ModelRunner::Rank::Rank(const config::ModelConfig& config, comm::Communicator* group, Device device,
                         config::PrecisionRecipe recipe)
     : staged(group != nullptr && device.is_cuda() ? comm::stage_device_buffers(*group, device) : nullptr),
@@ -94,13 +83,10 @@ void ModelRunner::load_weights(Rank& rank, const ckpt::LoadedCheckpoint& checkpo
   // Casts kept from the next forward on: the weights change only at the next load. Reopened on
   // every path, so a load that fails (the engine keeps serving) leaves no cast of the old weights.
   struct Reopen {
-    model::WeightCastCache& casts;
-    bool keep;
-    ~Reopen() {
-      if (keep) casts.open();
-    }
-  } reopen{rank.model.precision().weight_casts(), rank.model.params().device().is_cuda()};
-  reopen.casts.close();
+    model::Transformer& model;
+    ~Reopen() { keep_weight_casts(model); }
+  } reopen{rank.model};
+  rank.model.precision().weight_casts().close();
   train::load_parameters(checkpoint, rank.model);
 }
 

@@ -201,13 +201,12 @@ void Attention::rotate(void* qkv, int64_t batch, int64_t seq, Rotation how, cons
 }
 
 void Attention::decode(float* residual, const float* normed, int64_t rows, int64_t past, KVCache& cache,
-                       Saved& scratch, int64_t max_positions) const {
+                       Saved& scratch, ParallelScratch& tp_scratch, int64_t max_positions) const {
   LOOM_CHECK(tp_->single(), "generation runs on one rank (parallel.tp = 1)");
   const Device device = store_->device();
   const int64_t W = qkv_width(), kv_width = kv_heads_ * head_dim_, att_width = heads_ * head_dim_;
   float* qkv = sized(scratch.qkv, rows * W, device);
-  kernels::linear_forward(store_->device(), qkv, normed, store_->value(qkv_weight_),
-                          qkv_bias_ >= 0 ? store_->value(qkv_bias_) : nullptr, rows, d_model_, W);
+  qkv_->forward(qkv, normed, rows, tp_scratch);
   if (rope_ != nullptr)
     kernels::rope_forward(store_->device(), qkv, rows, W, 0, heads_ + kv_heads_, rows, past, *rope_);
   float* keys = sized(cache.keys, max_positions * kv_width, device);
@@ -216,8 +215,7 @@ void Attention::decode(float* residual, const float* normed, int64_t rows, int64
   copy_rows(device, values + past * kv_width, kv_width, qkv + att_width + kv_width, W, rows, kv_width);
   float* att = sized(scratch.att, rows * att_width, device);
   kernels::attention_decode(store_->device(), att, qkv, W, keys, values, past, rows, heads_, kv_heads_, head_dim_);
-  kernels::linear_forward(store_->device(), residual, att, store_->value(out_weight_),
-                          out_bias_ >= 0 ? store_->value(out_bias_) : nullptr, rows, att_width, d_model_, true);
+  out_->forward(residual, att, rows, tp_scratch);
 }
 
 void Attention::forward_paged(float* residual, const float* normed, const PagedBatch& batch, const PagedRows& on_device,

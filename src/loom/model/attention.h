@@ -58,16 +58,17 @@ class Attention {
   LinearPrecision::ProducedCodes input_codes(Saved& saved, int64_t rows) const {
     return qkv_->input_codes(saved.qkv_codes, rows);
   }
-  // Inference (one rank) on `rows` new positions of one sequence, appending to the cache (which holds `past`).
+  // Inference (one rank) on `rows` new positions of one sequence, appending to the cache (which
+  // holds `past`); the projections in their precision recipe, as forward_paged's.
   void decode(float* residual, const float* normed, int64_t rows, int64_t past, KVCache& cache,
-              Saved& scratch, int64_t max_positions) const;
+              Saved& scratch, ParallelScratch& tp_scratch, int64_t max_positions) const;
   // Inference on a batch step: writes the rows' keys/values into the paged cache, attends each
   // row over its sequence's positions [0, position] and adds o_proj into residual (any tp).
   // `on_device`: the batch's metadata where the kernels read it.
   void forward_paged(float* residual, const float* normed, const PagedBatch& batch, const PagedRows& on_device,
                      PagedLayerCache& cache, int64_t block_size, Saved& scratch, ParallelScratch& tp_scratch) const;
   int64_t local_kv_width() const { return static_cast<int64_t>(kv_heads_) * head_dim_; }
-  // Precision recipe of the q/k/v and output projections' GEMMs (training; decode stays fp32).
+  // Precision recipe of the q/k/v and output projections' GEMMs.
   // `prefix`: the module's name (model.layers.N.self_attn), naming its GEMMs' precision state.
   void set_precision(PrecisionContext& context, Recipe recipe, const std::string& prefix);
   // Context parallelism: the sequence's rows are spread over a group and attention spans it

@@ -121,7 +121,7 @@ void Block::decode(float* x, int64_t rows, int64_t past, KVCache& cache, Saved& 
                    int64_t max_positions) const {
   if (attention_) {
     norm1_->forward(scratch.norm1, x, rows);
-    attention_->decode(x, scratch.norm1.out.data(), rows, past, cache, scratch.attention, max_positions);
+    attention_->decode(x, scratch.norm1.out.data(), rows, past, cache, scratch.attention, tp_scratch, max_positions);
   }
   if (mamba_) {
     if (past == 0) cache.mamba = MambaCache{};  // a new sequence starts from a zero state

@@ -484,7 +484,7 @@ const float* Transformer::decode(DecodeState& state, const int32_t* tokens, int6
   state.length += count;
   final_norm_->forward(state.final_norm, x + (count - 1) * C, 1);
   float* logits = sized(state.logits, V, device);
-  kernels::linear_forward(device, logits, state.final_norm.out.data(), params_.value(head_), nullptr, 1, C, V);
+  inference_head(logits, state.final_norm.out.data(), 1);
   if (device.is_cpu()) return logits;
   state.host_logits.resize(static_cast<size_t>(V));  // sampling reads them on the host
   copy_to_host(device, state.host_logits.data(), logits, V);

@@ -55,6 +55,15 @@ int64_t Transformer::paged_state_slot_bytes() const {
   return bytes;
 }
 
+void Transformer::inference_head(float* logits, const float* normed, int64_t rows) const {
+  const int64_t C = config_.d_model;
+  if (head_precision_) {
+    head_precision_->forward(logits, normed, params_.value(head_), nullptr, rows, C, vocab_local_);
+  } else {
+    kernels::linear_forward(params_.device(), logits, normed, params_.value(head_), nullptr, rows, C, vocab_local_);
+  }
+}
+
 namespace {
 
 // What the attention kernels will read, checked on the host: each row's table entry, and the ids
@@ -128,13 +137,8 @@ const float* Transformer::forward_paged(const PagedBatch& batch, PagedKVCache& c
   float* head_in = sized(s.head_in, n * C, device);
   kernels::gather_rows(device, head_in, x, s.logit_indices.stage(device, s.logit_rows.data(), n), nullptr, n, C);
   final_norm_->forward(s.final_norm, head_in, n);
-  // The head's GEMM in the model's head recipe (fp32 without one); its reduction is never split.
   float* out = tp_.single() ? logits : sized(s.local_logits, n * vocab_local_, device);
-  if (head_precision_) {
-    head_precision_->forward(out, s.final_norm.out.data(), params_.value(head_), nullptr, n, C, vocab_local_);
-  } else {
-    kernels::linear_forward(device, out, s.final_norm.out.data(), params_.value(head_), nullptr, n, C, vocab_local_);
-  }
+  inference_head(out, s.final_norm.out.data(), n);
   if (!tp_.single()) tp_.gather_columns(logits, out, n, V);
   return logits;
 }
