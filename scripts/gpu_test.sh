@@ -172,7 +172,8 @@ PY
     local run
     for run in "cuda bf16" "cuda fp32" "cpu fp32"; do
       set -- $run
-      capped "serve $1 $2" 45 "$bin/loom_bench_serve" /tmp/loom-train/run-hybrid-none/checkpoints 64 32 448 "$1" "$2" 2>&1 |
+      capped "serve $1 $2" 45 "$bin/loom_bench_serve" /tmp/loom-train/run-hybrid-none/checkpoints 64 32 448 \
+        "$1" "$2" 2>&1 |
         sed "s/^/SERVE|$1 $2|/" | tee -a "$out/bench.txt" | cut -c1-200
     done
   fi

@@ -17,38 +17,27 @@ class DeviceGenerateTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override { ::loom::testing::install_emulated_cuda(); }
 };
 
+// With fp32 GEMMs and with bf16 ones (`--dtype bf16`, auto's choice on cuda; the device keeps
+// its weight casts, so a second continuation reads them).
 TEST_P(DeviceGenerateTest, ContinuationsOnTheDeviceEqualTheCpu) {
   const std::string ckpt = checkpoint_of(GetParam());
-  Generator cpu(ckpt), cuda(ckpt, config::RuntimeDevice::Cuda, InferenceDtype::Fp32);
-  GenerateOptions greedy;
-  greedy.prompt = "Call me Ishmael. Some years ago";
-  greedy.max_tokens = 20;
-  greedy.sampling.temperature = 0.0;
-  greedy.stop_at_eot = false;
-  const std::string text = cpu.continue_text(greedy);
-  EXPECT_FALSE(text.empty());
-  EXPECT_EQ(cuda.continue_text(greedy), text);
-  GenerateOptions sampled = greedy;
-  sampled.sampling.temperature = 1.0;
-  sampled.sampling.top_k = 40;
-  sampled.seed = 5;
-  EXPECT_EQ(cuda.continue_text(sampled), cpu.continue_text(sampled));
-}
-
-// With bf16 GEMMs (`--dtype bf16`, auto's choice on cuda; its weight casts kept on the device):
-// the CPU's bf16 continuation, bit for bit.
-TEST_P(DeviceGenerateTest, Bf16ContinuationsOnTheDeviceEqualTheCpusBf16) {
-  const std::string ckpt = checkpoint_of(GetParam());
-  Generator cpu(ckpt, config::RuntimeDevice::Cpu, InferenceDtype::Bf16), cuda(ckpt, config::RuntimeDevice::Cuda);
-  GenerateOptions greedy;
-  greedy.prompt = "Call me Ishmael. Some years ago";
-  greedy.max_tokens = 20;
-  greedy.sampling.temperature = 0.0;
-  greedy.stop_at_eot = false;
-  const std::string text = cpu.continue_text(greedy);
-  EXPECT_FALSE(text.empty());
-  EXPECT_EQ(cuda.continue_text(greedy), text);
-  EXPECT_EQ(cuda.continue_text(greedy), text);  // the kept casts give the same again
+  for (InferenceDtype dtype : {InferenceDtype::Fp32, InferenceDtype::Bf16}) {
+    const std::string what = GetParam() + " " + config::to_string(dtype);
+    Generator cpu(ckpt, config::RuntimeDevice::Cpu, dtype), cuda(ckpt, config::RuntimeDevice::Cuda, dtype);
+    GenerateOptions greedy;
+    greedy.prompt = "Call me Ishmael. Some years ago";
+    greedy.max_tokens = 20;
+    greedy.sampling.temperature = 0.0;
+    greedy.stop_at_eot = false;
+    const std::string text = cpu.continue_text(greedy);
+    EXPECT_FALSE(text.empty()) << what;
+    EXPECT_EQ(cuda.continue_text(greedy), text) << what;
+    GenerateOptions sampled = greedy;
+    sampled.sampling.temperature = 1.0;
+    sampled.sampling.top_k = 40;
+    sampled.seed = 5;
+    EXPECT_EQ(cuda.continue_text(sampled), cpu.continue_text(sampled)) << what;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, DeviceGenerateTest, ::testing::Values("llama", "gpt2", "moe", "hybrid"));

@@ -1,4 +1,5 @@
-// loom serve CHECKPOINT [--host H] [--port P] [--max-queue N] [--tp N] [--device cpu|cuda] [--dtype D] [--kv-cache-dtype D] [--kv-cache-mb M] ...
+// loom serve CHECKPOINT [--host H] [--port P] [--max-queue N] [--tp N] [--device cpu|cuda] [--dtype D]
+//            [--kv-cache-dtype D] [--kv-cache-mb M] ...
 // (under mpirun -np N with --tp N: rank 0 serves, the other ranks follow; docs/serving.md)
 #include <chrono>
 #include <csignal>

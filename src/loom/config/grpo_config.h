@@ -51,7 +51,7 @@ struct GrpoConfig {
   int generation_workers = 1;             // `loom serve` processes
   int environment_servers = 1;            // `loom env serve` processes
   int worker_kv_cache_mb = 64;            // each worker's --kv-cache-mb
-  std::string worker_dtype = "auto";      // each worker's --dtype: auto (bf16 on cuda, fp32 on cpu) | fp32 | bf16 | fp16
+  std::string worker_dtype = "auto";      // each worker's --dtype: auto (bf16 on cuda, fp32 on cpu), fp32, bf16, fp16
   int rollout_threads = 0;                // groups generated at once; 0: 2 per generation worker
   int rollout_thread_count() const { return rollout_threads > 0 ? rollout_threads : 2 * generation_workers; }
   // Staleness and weight updates.

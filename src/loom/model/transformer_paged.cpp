@@ -43,7 +43,8 @@ PagedKVCache Transformer::make_paged_cache(int64_t blocks, int64_t block_size, i
 
 int64_t Transformer::paged_block_bytes(int64_t block_size, kernels::KvCacheDtype kv_dtype) const {
   int64_t bytes = 0;
-  for (const Block& b : blocks_) bytes += 2 * block_size * b.local_kv_width() * kernels::kv_cache_element_bytes(kv_dtype);
+  const int64_t element = kernels::kv_cache_element_bytes(kv_dtype);
+  for (const Block& b : blocks_) bytes += 2 * block_size * b.local_kv_width() * element;
   return bytes;
 }
 
