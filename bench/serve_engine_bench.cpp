@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     if (argc > 7) options.kv_cache_dtype = loom::infer::parse_kv_cache_setting(argv[7]);
     loom::infer::Engine engine(argv[1], options);
     g_dtype = loom::config::name_of(engine.recipe());
-    g_kv = engine.kv_cache_dtype() == loom::kernels::KvCacheDtype::Bf16 ? "bf16" : "fp32";
+    g_kv = loom::config::name_of(engine.kv_cache_dtype());
     run(engine, 1, prompt, 8);  // warm-up
     for (int sequences : {1, 8, 32}) run(engine, sequences, prompt, decode);
     prefill(engine, prefill_tokens);

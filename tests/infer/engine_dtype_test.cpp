@@ -14,13 +14,6 @@
 namespace loom::infer::testing {
 namespace {
 
-model::PrecisionPolicy policy_of(config::PrecisionRecipe recipe) {
-  model::PrecisionPolicy policy;
-  policy.recipe = recipe;
-  policy.attention = config::AttentionPrecision::Fp32;  // the paged attention reads the fp32 KV cache
-  return policy;
-}
-
 // How two runs' log-probabilities of the same tokens compare: the largest |a - b|, and how many
 // agree to 2e-6 (a few ulps: the same roundings, summed in another order).
 struct Agreement {
@@ -59,7 +52,7 @@ TEST_P(EngineDtypeTest, HalfPrecisionEnginesEqualTheTrainingForwardUnderTheirRec
     Agreement own, fp32;
     for (size_t i = 0; i < prompts.size(); ++i) {
       const Completion& c = got[i][0];
-      own.add(c.logprobs, full_forward_logprobs(ckpt, prompts[i], c.tokens, policy_of(recipe)));
+      own.add(c.logprobs, full_forward_logprobs(ckpt, prompts[i], c.tokens, inference_policy(recipe)));
       fp32.add(c.logprobs, full_forward_logprobs(ckpt, prompts[i], c.tokens));
     }
     const std::string what = GetParam() + " " + config::to_string(dtype);
@@ -152,7 +145,7 @@ TEST_P(EngineDtypeTest, GenerationDecodesUnderTheEnginesRecipe) {
     const float* l = m.forward_paged(batch, cache, scratch);
     return std::vector<float>(l, l + V);
   };
-  auto bf16 = load_model(ckpt, policy_of(config::PrecisionRecipe::Bf16));
+  auto bf16 = load_model(ckpt, inference_policy(config::PrecisionRecipe::Bf16));
   auto fp32 = load_model(ckpt);
   const std::vector<float> decoded = logits_of(*bf16, false), paged = logits_of(*bf16, true);
   const std::vector<float> decoded_fp32 = logits_of(*fp32, false);

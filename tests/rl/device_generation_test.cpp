@@ -73,27 +73,23 @@ TEST(DeviceGeneration, AGroupFromADeviceWorkerEqualsTheCpuWorkers) {
   EXPECT_EQ(device.weight_version, cpu.weight_version);
 }
 
-TEST(DeviceGeneration, GenerationWorkersRunOnTheRuntimeDevice) {
+// The value after `flag` in a generation worker's command line under `config` ("" without one).
+std::string worker_flag(const config::RunConfig& config, const std::string& flag) {
+  const std::vector<std::string> argv = server_command(config, "generation", "loom", "/ckpt", "");
+  const auto at = std::find(argv.begin(), argv.end(), flag);
+  return at != argv.end() && at + 1 != argv.end() ? *(at + 1) : "";
+}
+
+TEST(DeviceGeneration, GenerationWorkersRunOnTheRuntimeDeviceWithTheConfiguredDtype) {
   for (auto [device, name] : {std::pair{config::RuntimeDevice::Cpu, "cpu"}, {config::RuntimeDevice::Cuda, "cuda"}}) {
     config::RunConfig config;
     config.runtime.device = device;
-    const std::vector<std::string> argv = server_command(config, "generation", "loom", "/ckpt", "");
-    const auto flag = std::find(argv.begin(), argv.end(), "--device");
-    ASSERT_NE(flag, argv.end());
-    ASSERT_NE(flag + 1, argv.end());
-    EXPECT_EQ(*(flag + 1), name);
+    EXPECT_EQ(worker_flag(config, "--device"), name);
   }
-}
-
-TEST(DeviceGeneration, GenerationWorkersTakeTheConfiguredDtype) {
   for (const char* dtype : {"auto", "bf16", "fp32"}) {
     config::RunConfig config;
     config.grpo.worker_dtype = dtype;
-    const std::vector<std::string> argv = server_command(config, "generation", "loom", "/ckpt", "");
-    const auto flag = std::find(argv.begin(), argv.end(), "--dtype");
-    ASSERT_NE(flag, argv.end());
-    ASSERT_NE(flag + 1, argv.end());
-    EXPECT_EQ(*(flag + 1), dtype);
+    EXPECT_EQ(worker_flag(config, "--dtype"), dtype);
   }
 }
 

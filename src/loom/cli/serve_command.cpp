@@ -27,8 +27,6 @@ struct Args {
   double comm_timeout_s = 300;  // under mpirun
 };
 
-const char* kv_name(kernels::KvCacheDtype dtype) { return dtype == kernels::KvCacheDtype::Bf16 ? "bf16" : "fp32"; }
-
 // The engine (with its tensor-parallel ranks) and the HTTP server, until SIGTERM / SIGINT.
 int serve_http(const Args& args) {
   infer::Engine engine(args.checkpoint, args.engine);
@@ -38,7 +36,7 @@ int serve_http(const Args& args) {
         server.run([&](int port) {
           std::cout << "loom serve: listening on http://" << args.server.host << ":" << port << " (model '"
                     << args.server.model_name << "', " << engine.blocks().blocks() << " KV blocks of "
-                    << args.engine.block_size << " positions of " << kv_name(engine.kv_cache_dtype()) << ", GEMMs in "
+                    << args.engine.block_size << " positions of " << config::name_of(engine.kv_cache_dtype()) << ", GEMMs in "
                     << config::name_of(engine.recipe()) << ")" << std::endl;
         });
       },

@@ -210,8 +210,6 @@ void check_paged_shape(const PagedAttentionShape& s, const char* entry) {
              std::string(entry) + ": heads " + std::to_string(s.heads) + ", kv_heads " + std::to_string(s.kv_heads) +
                  ", head_dim " + std::to_string(s.head_dim) + ", block_size " + std::to_string(s.block_size) +
                  " (positive, kv_heads dividing heads)");
-  LOOM_CHECK(s.cache == KvCacheDtype::Fp32 || s.cache == KvCacheDtype::Bf16,
-             std::string(entry) + ": the pools' elements are fp32 or bf16");
 }
 }  // namespace
 

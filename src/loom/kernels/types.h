@@ -2,7 +2,9 @@
 // Types and constants shared by every kernel backend and their callers: the AdamW step's
 // hyper-parameters, attention's shapes and visibility, RoPE's tables, the ignored target id. The backends'
 // headers (cpu/, cuda/) and the device-neutral entries (ops.h) all use these.
+#include <array>
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 namespace loom::kernels {
@@ -39,6 +41,7 @@ struct AttentionShape {
 // The elements of a paged KV cache's pools: fp32, or bf16 (written rounded to nearest even,
 // widened exactly where attention reads them: half the bytes per position).
 enum class KvCacheDtype : uint8_t { Fp32, Bf16 };
+constexpr std::array<std::string_view, 2> names(KvCacheDtype) { return {"fp32", "bf16"}; }  // config::name_of
 inline int64_t kv_cache_element_bytes(KvCacheDtype dtype) { return dtype == KvCacheDtype::Bf16 ? 2 : 4; }
 
 // A paged KV cache's geometry (see cpu/paged_attention.h): heads of this rank, positions per

@@ -47,7 +47,6 @@ struct PagedLayerCache {
 
 struct PagedKVCache {
   int64_t blocks = 0, block_size = 0;
-  kernels::KvCacheDtype kv_dtype = kernels::KvCacheDtype::Fp32;  // every attention layer's
   int64_t state_slots = 0;              // Mamba state slots (0 without Mamba-2 layers)
   std::vector<PagedLayerCache> layers;  // by layer (empty entries for layers without attention or mixer)
 };

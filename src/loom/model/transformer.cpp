@@ -330,11 +330,7 @@ double Transformer::head_loss(const float* hidden, Norm::Saved& norm, Buffer& he
                                                grad_scale);
   }
   float* logits = sized(logits_out, rows * vocab_local_, params_.device());
-  if (head_precision_) {
-    head_precision_->forward(logits, head_in, params_.value(head_), nullptr, rows, C, vocab_local_);
-  } else {
-    kernels::linear_forward(params_.device(), logits, head_in, params_.value(head_), nullptr, rows, C, vocab_local_);
-  }
+  head_logits(logits, head_in, rows);
   return cross_entropy(logits, targets, rows, grad_scale);
 }
 
@@ -484,7 +480,7 @@ const float* Transformer::decode(DecodeState& state, const int32_t* tokens, int6
   state.length += count;
   final_norm_->forward(state.final_norm, x + (count - 1) * C, 1);
   float* logits = sized(state.logits, V, device);
-  inference_head(logits, state.final_norm.out.data(), 1);
+  head_logits(logits, state.final_norm.out.data(), 1);
   if (device.is_cpu()) return logits;
   state.host_logits.resize(static_cast<size_t>(V));  // sampling reads them on the host
   copy_to_host(device, state.host_logits.data(), logits, V);

@@ -246,9 +246,9 @@ class Transformer {
   void lookup_tokens_backward(const float* d_out, const int32_t* tokens, int64_t rows, int table);
   // Multi-token prediction on the last chunk (transformer_mtp.cpp).
   void build_mtp(const config::ModelConfig& config, const PrecisionPolicy& precision, ExpertLayout experts);
-  // Inference's head: this rank's logits [rows, vocab_local] of the final norm's rows, the GEMM in
-  // the head's precision recipe (fp32 without one; its reduction, over d_model, is never split).
-  void inference_head(float* logits, const float* normed, int64_t rows) const;
+  // The head's GEMM: this rank's fp32 logits [rows, vocab_local] of the final norm's rows `normed`,
+  // in the head's precision recipe (fp32 without one; its reduction, over d_model, is never split).
+  void head_logits(float* logits, const float* normed, int64_t rows) const;
   void mtp_forward(Activations& a, const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
                    float grad_scale, const Packing& packing);
   void mtp_backward(Activations& a, int64_t batch, int64_t seq, const Packing& packing);

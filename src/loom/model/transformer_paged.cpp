@@ -18,7 +18,6 @@ PagedKVCache Transformer::make_paged_cache(int64_t blocks, int64_t block_size, i
   PagedKVCache cache;
   cache.blocks = blocks;
   cache.block_size = block_size;
-  cache.kv_dtype = kv_dtype;
   cache.state_slots = paged_state_slot_bytes() > 0 ? state_slots : 0;
   cache.layers.resize(blocks_.size());
   for (size_t l = 0; l < blocks_.size(); ++l) {
@@ -56,7 +55,7 @@ int64_t Transformer::paged_state_slot_bytes() const {
   return bytes;
 }
 
-void Transformer::inference_head(float* logits, const float* normed, int64_t rows) const {
+void Transformer::head_logits(float* logits, const float* normed, int64_t rows) const {
   const int64_t C = config_.d_model;
   if (head_precision_) {
     head_precision_->forward(logits, normed, params_.value(head_), nullptr, rows, C, vocab_local_);
@@ -139,7 +138,7 @@ const float* Transformer::forward_paged(const PagedBatch& batch, PagedKVCache& c
   kernels::gather_rows(device, head_in, x, s.logit_indices.stage(device, s.logit_rows.data(), n), nullptr, n, C);
   final_norm_->forward(s.final_norm, head_in, n);
   float* out = tp_.single() ? logits : sized(s.local_logits, n * vocab_local_, device);
-  inference_head(out, s.final_norm.out.data(), n);
+  head_logits(out, s.final_norm.out.data(), n);
   if (!tp_.single()) tp_.gather_columns(logits, out, n, V);
   return logits;
 }
