@@ -18,7 +18,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 targets=(test_cuda test_nccl loom_bench_gemm_cuda loom_bench_flash_attention_cuda loom_bench_linear_precision_cuda
-  loom_bench_serve)
+  loom_bench_paged_attention_cuda loom_bench_serve)
 targets+=(loom)  # runtime.device=cuda
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON >/dev/null
 cmake --build build -j"$(nproc)" --target "${targets[@]}" >/dev/null
@@ -27,7 +27,8 @@ stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
 cp build/test_cuda build/test_nccl build/bench/loom_bench_gemm_cuda build/bench/loom_bench_flash_attention_cuda \
-  build/bench/loom_bench_linear_precision_cuda build/bench/loom_bench_serve "$stage/bin/"
+  build/bench/loom_bench_linear_precision_cuda build/bench/loom_bench_paged_attention_cuda build/bench/loom_bench_serve \
+  "$stage/bin/"
 cp build/loom "$stage/bin/"  # runtime.device=cuda
 strip --strip-unneeded "$stage"/bin/*
 # Libraries outside glibc/libstdc++ (newer on that machine), the driver and the CUDA libraries

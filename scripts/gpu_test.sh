@@ -15,7 +15,8 @@
 #   nccl      test_nccl; the trainer over NCCL (one rank) and as 2 ranks sharing the GPU
 #   torch     PyTorch with torch.compile on both shapes
 #   more      the hybrid step, serving on the GPU beside the CPU, compute-sanitizer, the kernel
-#             benchmarks beside PyTorch, the fp8_current step's profile
+#             benchmarks beside PyTorch, the fp8_current step's profile, decoding attention over
+#             a paged cache beside PyTorch's over contiguous tensors
 # The budget is LOOM_GPU_BUDGET_S seconds from the start (default 540); each step has its own
 # timeout, cut to what is left, and a step that no longer fits is skipped, saying so. Binaries
 # come from .gpu-bundle/ (scripts/gpu_bundle.sh, made on a build machine) when it is there, else
@@ -44,7 +45,7 @@ else
   work=""
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON >/dev/null &&
     cmake --build build-gpu -j"$(nproc)" --target test_cuda test_nccl loom_bench_gemm_cuda loom_bench_flash_attention_cuda \
-      loom_bench_linear_precision_cuda loom_bench_serve loom \
+      loom_bench_linear_precision_cuda loom_bench_paged_attention_cuda loom_bench_serve loom \
       >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
   bin="$repo/build-gpu/bench" tests="$repo/build-gpu" libs=""
 fi
@@ -202,6 +203,11 @@ PY
     capped "${b#* }" ${b} 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
   done
   train_bench profile-fp8
+  # Decoding attention: loom's paged kernel against PyTorch's SDPA, GB/s of the cache read (DECODE lines).
+  for b in "30 $bin/loom_bench_paged_attention_cuda" "45 python3 bench/cuda/torch_cuda_peer.py decode"; do
+    # shellcheck disable=SC2086
+    capped "${b#* }" ${b} 2>&1 | tee -a "$out/bench.txt" | grep -v "^DECODE" || true
+  done
 }
 
 for s in "${stages[@]}"; do

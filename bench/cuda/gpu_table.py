@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The short table scripts/gpu_test.sh prints last: the GPU tests' counts (from gtest's XML);
 per operation and shape, loom's and PyTorch's milliseconds and TFLOP/s (from the RESULT lines of
-bench/cuda/*) with their ratio; one linear layer's speedup per precision recipe over bf16; and,
+bench/cuda/*) with their ratio; one linear layer's speedup per precision recipe over bf16;
+decoding attention's GB/s beside PyTorch's (DECODE lines); serving's tokens/s per device; and,
 then the training benchmark (TRAIN lines of bench/cuda/train_bench.sh): per model shape and
 trainer tokens/s, MFU, the ratio to the fastest llm.c build and, for loom's other precision
 recipes, to loom's bf16 run; last, FP8's loss curve against bf16's (LOSS lines).
@@ -70,6 +71,27 @@ def recipes(path):
         cells = [f"{r} {bf16 / ms:.2f}x" if bf16 else f"{r} {ms:.3f} ms" for r, ms in by_recipe.items()]
         out.append(f"linear layer (fwd+dgrad+wgrad) {shape}, speedup over bf16: " + ", ".join(cells))
     return "\n".join(out)
+
+
+def decoding(path):
+    """Decoding attention over a KV cache (DECODE lines: loom_bench_paged_attention_cuda over
+    paged blocks, torch_cuda_peer.py decode over contiguous tensors): each one's GB/s of keys and
+    values read, and loom's over torch's."""
+    rows = {}
+    for line in read_lines(path) or []:
+        parts = line.split("|")
+        if len(parts) == 6 and parts[0] == "DECODE":
+            _, impl, op, shape, ms, rate = parts
+            rows.setdefault((op, shape), {})[impl] = (float(ms), float(rate))
+    if not rows:
+        return "decoding attention: no results"
+    out = [f"{'operation':30} {'shape':30} {'loom ms':>9} {'GB/s':>7} {'torch ms':>9} {'GB/s':>7} {'loom/torch':>10}"]
+    for (op, shape), r in rows.items():
+        loom, torch = r.get("loom"), r.get("torch")
+        cells = [f"{v[0]:9.3f} {v[1]:7.0f}" if v else f"{'-':>9} {'-':>7}" for v in (loom, torch)]
+        ratio = f"{torch[0] / loom[0]:10.2f}" if loom and torch else f"{'-':>10}"
+        out.append(f"{op:30} {shape:30} {cells[0]} {cells[1]} {ratio}")
+    return "\n".join(out) + "\n(GB/s: the cache's keys and values read per second; loom/torch: torch's time over loom's)"
 
 
 def serving(path):
@@ -150,6 +172,7 @@ if __name__ == "__main__":
     speedups = recipes(sys.argv[1])
     if speedups:
         print(speedups)
+    print(decoding(sys.argv[1]))
     print(serving(sys.argv[1]))
     print(training(sys.argv[1]))
     print(loss_curves(sys.argv[1]))

@@ -3,8 +3,10 @@
 torch.matmul in bf16, torch._scaled_mm in FP8 E4M3 with per-tensor scales and with 1 x 128 /
 128 x 128 block scales (bf16 output), and
 torch.nn.functional.scaled_dot_product_attention (causal, forward and forward + backward, bf16 and
-fp32, GQA through enable_gqa). Random data; mean over timed runs after warm-ups, CUDA events.
-Prints the same RESULT|impl|op|shape|ms|TFLOP/s lines as loom's programs."""
+fp32, GQA through enable_gqa); and decoding attention (one query per sequence over its whole
+cache, contiguous [batch, kv_heads, length, dim] bf16 or fp32 tensors), as DECODE lines with the
+cache's GB/s like loom_bench_paged_attention_cuda's. Random data; mean over timed runs after
+warm-ups, CUDA events. Prints the same RESULT|impl|op|shape|ms|TFLOP/s lines as loom's programs."""
 import sys
 
 import torch
@@ -14,6 +16,10 @@ GEMMS = [("4096^3", 4096, 4096, 4096), ("gpt2.qkv", 8192, 2304, 768), ("gpt2.fc"
          ("gpt2.proj", 8192, 768, 3072), ("llama1b.qkv", 8192, 3072, 2048), ("llama1b.gate_up", 8192, 16384, 2048),
          ("llama1b.down", 8192, 2048, 8192)]
 ATTENTION = [("gpt2", 8, 1024, 12, 12, 64), ("llama1b", 4, 2048, 32, 8, 64), ("long_d128", 1, 8192, 16, 16, 128)]
+# bench/cuda/paged_attention_cuda_bench.cpp's shapes: name, batch, length, heads, kv_heads, dim.
+DECODE = [("llama1b", 1, 4096, 32, 8, 64), ("llama1b", 1, 32768, 32, 8, 64), ("llama1b", 16, 4096, 32, 8, 64),
+          ("llama1b", 64, 2048, 32, 8, 64), ("d128", 8, 8192, 32, 8, 128)]
+CYCLE_BYTES = 256 << 20  # each call reads another copy of the cache, as loom's benchmark does
 
 
 def time_ms(fn, warmup=3, iterations=20):
@@ -87,6 +93,29 @@ def attention():
             result(f"attention fwd+bwd {tag}", shape, time_ms(both, 1, 3), 3.5 * forward_flops)
 
 
+def decode():
+    for name, batch, length, heads, kv_heads, dim in DECODE:
+        shape = f"{name} B{batch} L{length} H{heads}/{kv_heads} D{dim}"
+        for dtype, tag in ((torch.bfloat16, "bf16"), (torch.float32, "fp32")):
+            read = 2 * batch * length * kv_heads * dim * dtype.itemsize  # keys and values
+            copies = max(1, -(-CYCLE_BYTES // read))
+            q = torch.randn(batch, heads, 1, dim, device="cuda", dtype=dtype)
+            caches = [(torch.randn(batch, kv_heads, length, dim, device="cuda", dtype=dtype),
+                       torch.randn(batch, kv_heads, length, dim, device="cuda", dtype=dtype)) for _ in range(copies)]
+            calls = [0]
+
+            def step():
+                k, v = caches[calls[0] % copies]
+                calls[0] += 1
+                return F.scaled_dot_product_attention(q, k, v, enable_gqa=kv_heads != heads)
+
+            with torch.no_grad():
+                ms = time_ms(step, copies, max(20, 2 * copies))
+            print(f"DECODE|torch|decode attention {tag} cache|{shape}|{ms:.4f}|{read / (ms * 1e-3) / 1e9:.1f}",
+                  flush=True)
+            del caches
+
+
 if __name__ == "__main__":
     if not torch.cuda.is_available():
         print("SKIP|torch|all|all|no CUDA device for torch", flush=True)
@@ -96,3 +125,5 @@ if __name__ == "__main__":
         gemms()
     if what in ("all", "attention"):
         attention()
+    if what in ("all", "decode"):
+        decode()

@@ -1,14 +1,19 @@
 // The GPU paged attention against the CPU kernel (same contract, kernels/cpu/paged_attention.h):
 // a batch step mixing decode rows and prefill chunks of several sequences whose blocks are
 // scattered over the pool, sequence lengths that end inside blocks, awkward block sizes, GQA
-// (groups of 1, 2, 4 and 8 heads), head_dim from 8 to 256, sequences longer than a tile of keys,
+// (groups of 1 to 16 heads), head_dim from 8 to 256, sequences longer than a tile of keys,
 // q rows as strided views of a fused qkv: fp32 within 1e-5 relative, outputs poisoned. The cache
 // write puts every row's key and value exactly where the CPU's does; attention_decode over one
 // contiguous cache likewise; bf16 pools too (written rounded as the CPU's, bit for bit; attention
-// within 1e-5). Fresh random inputs; skipped, saying why, without a GPU.
+// within 1e-5). Rows longer than a partition of kPagedPartitionKeys keys (split attention, merged
+// after; head_dim 256 among them), and GQA groups over the 8 query heads a block takes. A row's
+// output is the same bits alone as in its batch, also where a batch is launched in slices. Fresh
+// random inputs; skipped, saying why, without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <numeric>
 #include <random>
 #include <string>
@@ -124,6 +129,72 @@ TEST_P(CudaPagedAttention, Bf16PoolsMatchTheCpu) {
   EXPECT_LE(relative_error(d_out.host(), out), 1e-5) << c.name << " (seed " << seed_ << ")";
 }
 
+// Each row of `s` attended alone (a batch of one, the tables as they are) gives the bits it gets
+// inside the whole batch, as the engine's scheduling needs: a sequence's tokens must not depend
+// on what else runs in its step, whatever the row's length or partitions.
+void expect_rows_alone_equal_the_batch(const Step& s, CachingAllocator& allocator, const std::string& name,
+                                       uint32_t seed) {
+  const int64_t att_width = s.shape.heads * s.shape.head_dim;
+  DeviceFloats d_qkv(allocator, s.qkv), d_keys(allocator, s.keys), d_values(allocator, s.values),
+      d_batch(allocator, poison(s.rows * att_width)), d_alone(allocator, poison(s.rows * att_width));
+  DeviceArray<int32_t> d_tables(allocator, s.tables), d_sequences(allocator, s.sequences),
+      d_positions(allocator, s.positions);
+  paged_attention(d_batch.ptr, d_qkv.ptr, s.stride, d_keys.ptr, d_values.ptr, d_tables.ptr, d_sequences.ptr,
+                  d_positions.ptr, s.rows, s.shape);
+  for (int64_t r = 0; r < s.rows; ++r) {
+    paged_attention(d_alone.ptr + r * att_width, d_qkv.ptr + r * s.stride, s.stride, d_keys.ptr, d_values.ptr,
+                    d_tables.ptr, d_sequences.ptr + r, d_positions.ptr + r, 1, s.shape);
+  }
+  const std::vector<float> batch = d_batch.host(), alone = d_alone.host();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(batch[i])) << name << ": element " << i << " unwritten (poison), seed " << seed;
+    ASSERT_EQ(std::bit_cast<uint32_t>(alone[i]), std::bit_cast<uint32_t>(batch[i]))
+        << name << ": row " << static_cast<int64_t>(i) / att_width << " (position "
+        << s.positions[i / static_cast<size_t>(att_width)] << "), seed " << seed;
+  }
+}
+
+TEST_P(CudaPagedAttention, EachRowAloneEqualsItsRowInTheBatchBitForBit) {
+  expect_rows_alone_equal_the_batch(Step(GetParam(), seed_), allocator_, GetParam().name, seed_);
+}
+
+// A prompt chunk of 520 rows at positions 7672 .. 8191 (30 to 32 partitions, 32 heads): more
+// partials than one launch holds (kPagedPartialBytes), so the batch is launched in slices of
+// rows; each row still equals itself alone. (Not against the CPU: its reference would take
+// seconds here.)
+class CudaPagedAttentionSlices : public testing::GpuTest<::testing::Test> {};
+TEST_F(CudaPagedAttentionSlices, ABatchLaunchedInSlicesEqualsItsRowsAlone) {
+  const Case c{"sliced_prompt_chunk", 32, 8, 64, 16, {8192}, 520};
+  const Step s(c, seed_);
+  const int64_t partials_bytes =
+      s.rows * c.heads * (8192 / kPagedPartitionKeys) * (c.head_dim + 2) * static_cast<int64_t>(sizeof(float));
+  ASSERT_GT(partials_bytes, kPagedPartialBytes) << "the case must need more than one launch";
+  expect_rows_alone_equal_the_batch(s, allocator_, c.name, seed_);
+}
+
+// The same over one contiguous cache (attention_decode, `loom generate`'s): 520 new rows after
+// 7672 positions, in slices, each row equal to itself as a call of one row bit for bit.
+TEST_F(CudaPagedAttentionSlices, ContiguousRowsInSlicesEqualTheirRowsAlone) {
+  const int64_t heads = 32, kv_heads = 8, head_dim = 64, past = 7672, rows = 520;
+  const int64_t stride = (heads + 2 * kv_heads) * head_dim, att_width = heads * head_dim;
+  const int64_t kv_width = kv_heads * head_dim, length = past + rows;
+  DeviceFloats d_q(allocator_, random_values(seed_, rows * stride, 1.0f)),
+      d_keys(allocator_, random_values(seed_ + 1, length * kv_width, 1.0f)),
+      d_values(allocator_, random_values(seed_ + 2, length * kv_width, 1.0f)),
+      d_batch(allocator_, poison(rows * att_width)), d_alone(allocator_, poison(rows * att_width));
+  attention_decode(d_batch.ptr, d_q.ptr, stride, d_keys.ptr, d_values.ptr, past, rows, heads, kv_heads, head_dim);
+  for (int64_t r = 0; r < rows; ++r) {
+    attention_decode(d_alone.ptr + r * att_width, d_q.ptr + r * stride, stride, d_keys.ptr, d_values.ptr, past + r, 1,
+                     heads, kv_heads, head_dim);
+  }
+  const std::vector<float> batch = d_batch.host(), alone = d_alone.host();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(batch[i])) << "element " << i << " unwritten (poison), seed " << seed_;
+    ASSERT_EQ(std::bit_cast<uint32_t>(alone[i]), std::bit_cast<uint32_t>(batch[i]))
+        << "row " << static_cast<int64_t>(i) / att_width << ", seed " << seed_;
+  }
+}
+
 // attention_decode (loom generate's contiguous cache): the same kernel without block tables, new
 // row r attending to positions 0 .. past + r, against the CPU's attention_decode.
 TEST_P(CudaPagedAttention, ContiguousDecodeMatchesTheCpu) {
@@ -150,8 +221,17 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"mha_odd_head_dim", 6, 6, 40, 3, {10, 4}, 10},
                       Case{"mqa_head_dim_128", 8, 1, 128, 7, {50, 1, 29}, 2},
                       Case{"long_sequence_over_tiles", 4, 2, 32, 13, {700, 130}, 3},
-                      Case{"head_dim_256", 2, 1, 256, 16, {129, 8}, 4},
-                      Case{"tiny_head_dim_block_1", 8, 4, 8, 1, {9, 2, 17}, 9}),
+                      Case{"head_dim_256", 2, 1, 256, 16, {129, 8, 300}, 4},
+                      Case{"tiny_head_dim_block_1", 8, 4, 8, 1, {9, 2, 17}, 9},
+                      // Lengths at and around partition edges (kPagedPartitionKeys = 256): one
+                      // partition, one key over, two, three and four partitions (the contiguous
+                      // decode's two rows, lengths 256 and 257, straddle the edge in one call).
+                      Case{"partition_edges_gqa4", 8, 2, 64, 16, {257, 256, 512, 513, 1000, 1}, 2},
+                      // 16 query heads on one kv head: two blocks of 8 heads each share the keys;
+                      // 12 on one: blocks of 8 and 4.
+                      Case{"mqa_16_heads_split", 16, 1, 32, 8, {600, 31}, 3},
+                      Case{"group_of_12_head_dim_48", 12, 1, 48, 5, {300}, 2},
+                      Case{"long_head_dim_128", 8, 2, 128, 16, {2049, 64}, 1}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace

@@ -21,6 +21,11 @@ const float* pool_row(const void* pool, int64_t offset, int64_t hd, KvCacheDtype
   return room;
 }
 
+// Keys (or values) taken a tile at a time: read, and widened, once for all the heads of a GQA
+// group while the tile stays in L1.
+constexpr int64_t kTile = 32;
+constexpr int64_t kLanes = 8;  // output columns kept in one vector register while a tile is added
+
 }  // namespace
 
 void paged_attention(float* out, const float* q, int64_t q_stride, const void* k_pool, const void* v_pool,
@@ -33,33 +38,78 @@ void paged_attention(float* out, const float* q, int64_t q_stride, const void* k
     longest = std::max<int64_t>(longest, positions[r] + 1);
     work += (positions[r] + 1) * s.heads * hd;
   }
+  // A unit per (row, kv head): each key and value row is read (and, in a bf16 pool, widened) once
+  // for the group's query heads, a tile of rows at a time, not once per head. Each head's
+  // arithmetic is the same, in the same order, as with a unit per head.
 #pragma omp parallel if(worth_parallel(work))
   {
-    std::vector<float> p(longest), widened(hd);
+    std::vector<float> p(static_cast<size_t>(group * longest)), room(kTile * hd), sums(group);
+    const float* tile[kTile];
 #pragma omp for collapse(2) schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t h = 0; h < s.heads; ++h) {
+      for (int64_t g = 0; g < s.kv_heads; ++g) {
         const int32_t* table = block_tables + static_cast<int64_t>(sequences[r]) * s.table_width;
-        const int64_t len = positions[r] + 1, kv_off = (h / group) * hd;
-        auto slot = [&](int64_t t) {
-          return (static_cast<int64_t>(table[t / s.block_size]) * s.block_size + t % s.block_size) * kv_width + kv_off;
+        const int64_t len = positions[r] + 1, kv_off = g * hd;
+        // Rows [first, first + n) of a pool as fp32 rows in `tile`.
+        auto take_tile = [&](const void* pool, int64_t first, int64_t n) {
+          int64_t entry = first / s.block_size, slot = first % s.block_size;  // then stepped, not divided
+          for (int64_t t = 0; t < n; ++t) {
+            const int64_t offset = (static_cast<int64_t>(table[entry]) * s.block_size + slot) * kv_width + kv_off;
+            tile[t] = pool_row(pool, offset, hd, s.cache, room.data() + t * hd);
+            if (++slot == s.block_size) {
+              slot = 0;
+              ++entry;
+            }
+          }
         };
-        const float* qi = q + r * q_stride + h * hd;
-        float max_score = -INFINITY;
-        for (int64_t t = 0; t < len; ++t) {
-          p[t] = dot(qi, pool_row(k_pool, slot(t), hd, s.cache, widened.data()), hd) * scale;
-          max_score = std::max(max_score, p[t]);
+        const float* q_group = q + r * q_stride + g * group * hd;  // the group's heads, hd apart
+        for (int64_t first = 0; first < len; first += kTile) {
+          const int64_t n = std::min(kTile, len - first);
+          take_tile(k_pool, first, n);
+          for (int64_t i = 0; i < group; ++i) {
+            for (int64_t t = 0; t < n; ++t) p[i * len + first + t] = dot(q_group + i * hd, tile[t], hd) * scale;
+          }
         }
-        float sum = 0.0f;
+        for (int64_t i = 0; i < group; ++i) {
+          float* pi = p.data() + i * len;
+          float max_score = -INFINITY;
+          for (int64_t t = 0; t < len; ++t) max_score = std::max(max_score, pi[t]);
+          float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-        for (int64_t t = 0; t < len; ++t) {
-          p[t] = fast_exp(p[t] - max_score);
-          sum += p[t];
+          for (int64_t t = 0; t < len; ++t) {
+            pi[t] = fast_exp(pi[t] - max_score);
+            sum += pi[t];
+          }
+          sums[i] = sum;
         }
-        float* o = out + (r * s.heads + h) * hd;
-        std::fill(o, o + hd, 0.0f);
-        for (int64_t t = 0; t < len; ++t) {
-          axpy(o, p[t] / sum, pool_row(v_pool, slot(t), hd, s.cache, widened.data()), hd);
+        float* o = out + (r * s.heads + g * group) * hd;  // the group's heads' outputs, hd apart
+        std::fill(o, o + group * hd, 0.0f);
+        for (int64_t first = 0; first < len; first += kTile) {
+          const int64_t n = std::min(kTile, len - first);
+          take_tile(v_pool, first, n);
+          for (int64_t i = 0; i < group; ++i) {
+            float weight[kTile];
+            for (int64_t t = 0; t < n; ++t) weight[t] = p[i * len + first + t] / sums[i];
+            // The tile's values added into the head's output in position order, as one axpy per
+            // position would (the same bits), each output element kept in a register meanwhile.
+            float* oi = o + i * hd;
+            int64_t d = 0;
+            for (; d + kLanes <= hd; d += kLanes) {
+              float sum[kLanes];
+              for (int64_t k = 0; k < kLanes; ++k) sum[k] = oi[d + k];
+              for (int64_t t = 0; t < n; ++t) {
+                const float* row = tile[t] + d;
+#pragma omp simd
+                for (int64_t k = 0; k < kLanes; ++k) sum[k] += weight[t] * row[k];
+              }
+              for (int64_t k = 0; k < kLanes; ++k) oi[d + k] = sum[k];
+            }
+            for (; d < hd; ++d) {
+              float sum = oi[d];
+              for (int64_t t = 0; t < n; ++t) sum += weight[t] * tile[t][d];
+              oi[d] = sum;
+            }
+          }
         }
       }
     }

@@ -1,12 +1,15 @@
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "loom/core/error.h"
 #include "loom/kernels/cuda/launch.cuh"
 #include "loom/kernels/cuda/paged_attention.h"
+#include "loom/kernels/cuda/scratch.h"
 
 namespace loom::kernels::cuda {
 
@@ -15,7 +18,9 @@ namespace {
 constexpr int kPagedThreads = 128;
 constexpr int kPagedWarps = kPagedThreads / 32;
 constexpr int kMaxHeadDim = 256;
-constexpr int kPerLane = kMaxHeadDim / 32;  // a lane's output columns: d = lane + 32 j
+constexpr int kGroupHeads = 8;  // query heads per block at most: a GQA group's, or a slice of a larger one
+// Scores are kept in log2 units (exp2 is one instruction); the scale folds in log2(e).
+constexpr float kLog2e = 1.4426950408889634f;
 
 // A pool element as fp32 (bf16 widens exactly), and an fp32 value as one (bf16: nearest even).
 __device__ inline float widen(float x) { return x; }
@@ -28,80 +33,176 @@ template <>
 __device__ inline __nv_bfloat16 narrow<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
 // The element offset of position t's row in a pool, through the sequence's block table (none: one
-// contiguous cache, attention_decode's).
-__device__ inline int64_t cache_row(const int32_t* table, int64_t t, const PagedAttentionShape& s) {
-  const int64_t slot = table ? static_cast<int64_t>(table[t / s.block_size]) * s.block_size + t % s.block_size : t;
+// contiguous cache, attention_decode's). Positions are int32, so the division is 32-bit.
+__device__ inline int64_t cache_row(const int32_t* table, int32_t t, const PagedAttentionShape& s) {
+  if (table == nullptr) return static_cast<int64_t>(t) * (s.kv_heads * s.head_dim);
+  const auto block_size = static_cast<int32_t>(s.block_size);
+  const int32_t entry = t / block_size;
+  const int64_t slot = static_cast<int64_t>(table[entry]) * s.block_size + (t - entry * block_size);
   return slot * (s.kv_heads * s.head_dim);
 }
 
-// Block (row, head), one pass over the keys: each warp takes every kPagedWarps-th key, its lanes
-// across head_dim (a key's and a value's row read whole, coalesced), and keeps an online softmax
-// (running max, sum and weighted values, rescaled when the max grows); the warps' partial results
-// are then merged. Shared memory: q, each warp's max and sum, each warp's weighted values.
-template <typename T>
+// Keys a warp loads before it uses any (more loads in flight per warp), fewer for wide heads,
+// whose rows already take more registers.
+template <int kPerLane>
+inline constexpr int kKeysInFlight = kPerLane <= 2 ? 4 : (kPerLane == 4 ? 2 : 1);
+
+// One row's split attention: what each partition of its keys leaves for the merge.
+struct Partials {
+  float* acc;          // [row, head, partition, head_dim]: weighted values, relative to the partition's max
+  float* stats;        // [row, head, partition, 2]: the partition's max score (log2 units) and its weights' sum
+  int64_t partitions;  // per (row, head)
+};
+
+// Block (row, kv head, slice of its query heads) x partition of the keys: the keys
+// [p * kPagedPartitionKeys, + kPagedPartitionKeys) of the row's [0, len). Each warp takes runs of
+// kKeysInFlight consecutive keys, every kPagedWarps-th run, its lanes across head_dim (a key's
+// and a value's row read whole, coalesced, once for all the query heads of the block), with an
+// online softmax per head (running max, sum and weighted values, rescaled when the max grows);
+// the warps' results are merged in shared memory. A row with one partition writes its output;
+// a longer one writes its partition's partial (paged_attention_merge_kernel finishes it). The
+// order of every sum depends on the row's length only, never on the batch it came in.
+template <typename T, int kPerLane>
 __global__ void __launch_bounds__(kPagedThreads)
-    paged_attention_kernel(float* __restrict__ out, const float* __restrict__ q, int64_t q_stride,
-                           const T* __restrict__ k_pool, const T* __restrict__ v_pool,
+    paged_attention_kernel(float* __restrict__ out, Partials partials, const float* __restrict__ q,
+                           int64_t q_stride, const T* __restrict__ k_pool, const T* __restrict__ v_pool,
                            const int32_t* __restrict__ block_tables, const int32_t* __restrict__ sequences,
-                           const int32_t* __restrict__ positions, int64_t past, PagedAttentionShape s) {
+                           const int32_t* __restrict__ positions, int64_t past, int64_t slices,
+                           PagedAttentionShape s) {
+  constexpr int kKeys = kKeysInFlight<kPerLane>;
   extern __shared__ float shared[];
-  const int64_t hd = s.head_dim;
-  float* qs = shared;                       // [hd]
-  float* stats = qs + hd;                   // [warps][max, sum]
-  float* partial = stats + 2 * kPagedWarps;  // [warps][hd]
-  const int64_t r = blockIdx.x / s.heads, h = blockIdx.x % s.heads;
+  const int64_t hd = s.head_dim, group = s.heads / s.kv_heads;
+  const int64_t slice = blockIdx.x % slices, row_head = blockIdx.x / slices;
+  const int64_t r = row_head / s.kv_heads, g = row_head % s.kv_heads;
+  const int64_t h0 = g * group + slice * kGroupHeads;                           // the block's first query head
+  const int heads_here = static_cast<int>(group - slice * kGroupHeads < kGroupHeads ? group - slice * kGroupHeads
+                                                                                    : kGroupHeads);
   // Paged rows carry their sequence and position; without tables, row r is position past + r.
   const int32_t* table = block_tables ? block_tables + static_cast<int64_t>(sequences[r]) * s.table_width : nullptr;
   const int64_t len = (block_tables ? static_cast<int64_t>(positions[r]) : past + r) + 1;
-  const int64_t kv_off = (h / (s.heads / s.kv_heads)) * hd;
-  const float scale = 1.0f / sqrtf(static_cast<float>(hd));
+  const int64_t begin = static_cast<int64_t>(blockIdx.y) * kPagedPartitionKeys;
+  if (begin >= len) return;  // the row is shorter than this partition (the whole block leaves)
+  const int64_t end = len < begin + kPagedPartitionKeys ? len : begin + kPagedPartitionKeys;
+  const int64_t kv_off = g * hd;
+  const float scale = kLog2e / sqrtf(static_cast<float>(hd));
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  for (int64_t d = threadIdx.x; d < hd; d += kPagedThreads) qs[d] = q[r * q_stride + h * hd + d];
-  __syncthreads();
-  float max_score = -INFINITY, sum = 0.0f, acc[kPerLane];
+
+  float qr[kGroupHeads][kPerLane], acc[kGroupHeads][kPerLane], max_score[kGroupHeads], sum[kGroupHeads];
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) acc[j] = 0.0f;
-  for (int64_t t = warp; t < len; t += kPagedWarps) {
-    const int64_t row = cache_row(table, t, s) + kv_off;
-    float dot = 0.0f;
+  for (int i = 0; i < kGroupHeads; ++i) {
+    max_score[i] = -INFINITY;
+    sum[i] = 0.0f;
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       const int64_t d = lane + 32 * j;
-      if (d < hd) dot = fmaf(qs[d], widen(k_pool[row + d]), dot);
+      qr[i][j] = i < heads_here && d < hd ? q[r * q_stride + (h0 + i) * hd + d] : 0.0f;
+      acc[i][j] = 0.0f;
     }
-    const float score = warp_sum(dot) * scale;  // every lane
-    const float grown = fmaxf(max_score, score);
-    const float keep = expf(max_score - grown), weight = expf(score - grown);  // keep: 0 at the first key
-    sum = sum * keep + weight;
+  }
+  for (int64_t first = begin + static_cast<int64_t>(warp) * kKeys; first < end; first += kPagedWarps * kKeys) {
+    // This run's keys and values, all loads issued before any is used (a key past the end: zeros).
+    float key[kKeys][kPerLane], value[kKeys][kPerLane];
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u) {
+      const bool here = first + u < end;
+      const int64_t row = here ? cache_row(table, static_cast<int32_t>(first + u), s) + kv_off : 0;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        const int64_t d = lane + 32 * j;
+        key[u][j] = here && d < hd ? widen(k_pool[row + d]) : 0.0f;
+        value[u][j] = here && d < hd ? widen(v_pool[row + d]) : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kGroupHeads; ++i) {
+      if (i >= heads_here) break;  // the same for the whole block
+      float score[kKeys];
+      float grown = max_score[i];
+#pragma unroll
+      for (int u = 0; u < kKeys; ++u) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) dot = fmaf(qr[i][j], key[u][j], dot);
+        score[u] = first + u < end ? warp_sum(dot) * scale : -INFINITY;  // every lane the same
+        grown = fmaxf(grown, score[u]);
+      }
+      // grown is finite (the run's first key is inside), so keep is 0 before the first key.
+      const float keep = exp2f(max_score[i] - grown);
+      sum[i] *= keep;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) acc[i][j] *= keep;
+#pragma unroll
+      for (int u = 0; u < kKeys; ++u) {
+        const float weight = exp2f(score[u] - grown);  // 0 past the end
+        sum[i] += weight;
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) acc[i][j] = fmaf(weight, value[u][j], acc[i][j]);
+      }
+      max_score[i] = grown;
+    }
+  }
+  // Shared memory: [warps][heads_here][max, sum], then [warps][heads_here][hd] weighted values.
+  float* stats = shared;
+  float* partial = stats + 2 * kPagedWarps * heads_here;
+#pragma unroll
+  for (int i = 0; i < kGroupHeads; ++i) {
+    if (i >= heads_here) break;
+    if (lane == 0) {
+      stats[2 * (warp * heads_here + i)] = max_score[i];
+      stats[2 * (warp * heads_here + i) + 1] = sum[i];
+    }
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       const int64_t d = lane + 32 * j;
-      if (d < hd) acc[j] = fmaf(weight, widen(v_pool[row + d]), acc[j] * keep);
+      if (d < hd) partial[(warp * heads_here + i) * hd + d] = acc[i][j];
     }
-    max_score = grown;
-  }
-  if (lane == 0) {
-    stats[2 * warp] = max_score;
-    stats[2 * warp + 1] = sum;
-  }
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    const int64_t d = lane + 32 * j;
-    if (d < hd) partial[warp * hd + d] = acc[j];
   }
   __syncthreads();
-  // A warp without keys (len < kPagedWarps) has max -inf and sum 0: its factor below is 0.
+  // A warp without keys here (under kPagedWarps runs) has max -inf and sum 0: its factor is 0.
+  const bool split = len > kPagedPartitionKeys;
+  for (int64_t e = threadIdx.x; e < heads_here * hd; e += kPagedThreads) {
+    const int64_t i = e / hd, d = e % hd;
+    float top = -INFINITY;
+    for (int w = 0; w < kPagedWarps; ++w) top = fmaxf(top, stats[2 * (w * heads_here + i)]);
+    float total = 0.0f, o = 0.0f;
+    for (int w = 0; w < kPagedWarps; ++w) {
+      const float factor = exp2f(stats[2 * (w * heads_here + i)] - top);
+      total = fmaf(stats[2 * (w * heads_here + i) + 1], factor, total);
+      o = fmaf(partial[(w * heads_here + i) * hd + d], factor, o);
+    }
+    const int64_t head_row = r * s.heads + h0 + i;
+    if (!split) {
+      out[head_row * hd + d] = o / total;
+      continue;
+    }
+    const int64_t part = head_row * partials.partitions + blockIdx.y;
+    partials.acc[part * hd + d] = o;
+    if (d == 0) {
+      partials.stats[2 * part] = top;
+      partials.stats[2 * part + 1] = total;
+    }
+  }
+}
+
+// Block (row, head) of a row longer than one partition: its partitions' partials merged in
+// partition order, each rescaled to the largest max.
+__global__ void __launch_bounds__(kPagedThreads)
+    paged_attention_merge_kernel(float* __restrict__ out, Partials partials, const int32_t* __restrict__ positions,
+                                 int64_t past, PagedAttentionShape s) {
+  const int64_t r = blockIdx.x / s.heads, hd = s.head_dim;
+  const int64_t len = (positions ? static_cast<int64_t>(positions[r]) : past + r) + 1;
+  if (len <= kPagedPartitionKeys) return;  // written whole by its one partition
+  const int64_t count = (len + kPagedPartitionKeys - 1) / kPagedPartitionKeys;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * partials.partitions;  // (row, head)'s first partial
+  const float* stats = partials.stats + 2 * first;
   float top = -INFINITY;
-  for (int w = 0; w < kPagedWarps; ++w) top = fmaxf(top, stats[2 * w]);
-  float total = 0.0f, factor[kPagedWarps];
-  for (int w = 0; w < kPagedWarps; ++w) {
-    factor[w] = expf(stats[2 * w] - top);
-    total += stats[2 * w + 1] * factor[w];
-  }
+  for (int64_t p = 0; p < count; ++p) top = fmaxf(top, stats[2 * p]);
+  float total = 0.0f;
+  for (int64_t p = 0; p < count; ++p) total = fmaf(stats[2 * p + 1], exp2f(stats[2 * p] - top), total);
   for (int64_t d = threadIdx.x; d < hd; d += kPagedThreads) {
     float o = 0.0f;
-    for (int w = 0; w < kPagedWarps; ++w) o = fmaf(partial[w * hd + d], factor[w], o);
-    out[(r * s.heads + h) * hd + d] = o / total;
+    for (int64_t p = 0; p < count; ++p) o = fmaf(partials.acc[(first + p) * hd + d], exp2f(stats[2 * p] - top), o);
+    out[blockIdx.x * hd + d] = o / total;
   }
 }
 
@@ -120,32 +221,73 @@ __global__ void paged_cache_write_kernel(T* __restrict__ k_pool, T* __restrict__
   }
 }
 
-}  // namespace
+// The attention kernel for the pools' elements and head_dim (a lane's columns d = lane + 32 j).
+template <typename T>
+void launch_partitions(dim3 grid, size_t bytes, cudaStream_t stream, float* out, const Partials& partials,
+                       const float* q, int64_t q_stride, const void* k_pool, const void* v_pool,
+                       const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t past,
+                       int64_t slices, const PagedAttentionShape& s) {
+  const auto* k = static_cast<const T*>(k_pool);
+  const auto* v = static_cast<const T*>(v_pool);
+  const auto run = [&](auto kernel) {
+    kernel<<<grid, kPagedThreads, bytes, stream>>>(out, partials, q, q_stride, k, v, block_tables, sequences,
+                                                   positions, past, slices, s);
+  };
+  if (s.head_dim <= 32) run(paged_attention_kernel<T, 1>);
+  else if (s.head_dim <= 64) run(paged_attention_kernel<T, 2>);
+  else if (s.head_dim <= 128) run(paged_attention_kernel<T, 4>);
+  else run(paged_attention_kernel<T, 8>);
+  check_launch("paged_attention_kernel");
+}
 
-namespace {
-
+// `longest`: a bound on the rows' lengths (the tables' positions, or past + rows), which sets the
+// partitions per row. Rows are launched in slices whose partials fit kPagedPartialBytes.
 void launch_attention(float* out, const float* q, int64_t q_stride, const void* k_pool, const void* v_pool,
                       const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t past,
-                      int64_t rows, const PagedAttentionShape& s, cudaStream_t stream) {
+                      int64_t rows, int64_t longest, const PagedAttentionShape& s, cudaStream_t stream) {
   if (rows == 0) return;
-  LOOM_CHECK(rows * s.heads <= std::numeric_limits<int32_t>::max(),
-             "cuda::paged_attention: " + std::to_string(rows) + " rows x " + std::to_string(s.heads) +
-                 " heads exceed one grid");
   LOOM_CHECK(s.head_dim >= 1 && s.head_dim <= kMaxHeadDim, "cuda::paged_attention: head_dim " +
                                                                 std::to_string(s.head_dim) + " is outside [1, " +
                                                                 std::to_string(kMaxHeadDim) + "]");
-  const size_t bytes = (static_cast<size_t>(s.head_dim) * (1 + kPagedWarps) + 2 * kPagedWarps) * sizeof(float);
-  const auto blocks = static_cast<unsigned>(rows * s.heads);
-  if (s.cache == KvCacheDtype::Bf16) {
-    paged_attention_kernel<<<blocks, kPagedThreads, bytes, stream>>>(
-        out, q, q_stride, static_cast<const __nv_bfloat16*>(k_pool), static_cast<const __nv_bfloat16*>(v_pool),
-        block_tables, sequences, positions, past, s);
-  } else {
-    paged_attention_kernel<<<blocks, kPagedThreads, bytes, stream>>>(
-        out, q, q_stride, static_cast<const float*>(k_pool), static_cast<const float*>(v_pool), block_tables,
-        sequences, positions, past, s);
+  const int64_t partitions = std::max<int64_t>(1, (longest + kPagedPartitionKeys - 1) / kPagedPartitionKeys);
+  LOOM_CHECK(partitions <= 65535, "cuda::paged_attention: sequences of " + std::to_string(longest) +
+                                      " positions need more than 65535 partitions of " +
+                                      std::to_string(kPagedPartitionKeys) + " keys");
+  const int64_t group = s.heads / s.kv_heads, slices = (group + kGroupHeads - 1) / kGroupHeads;
+  const int64_t block_heads = std::min<int64_t>(group, kGroupHeads);
+  const size_t bytes = static_cast<size_t>(kPagedWarps * block_heads * (s.head_dim + 2)) * sizeof(float);
+  const int64_t per_row = s.heads * partitions * (s.head_dim + 2) * static_cast<int64_t>(sizeof(float));
+  // Both grids fit: the attention's n * kv_heads * slices blocks and the merge's n * heads.
+  const int64_t grid_rows = std::max<int64_t>(1, std::numeric_limits<int32_t>::max() / s.heads);
+  const int64_t fits = partitions > 1 ? std::max<int64_t>(1, kPagedPartialBytes / per_row) : rows;
+  const int64_t step = std::min(fits, grid_rows);
+  std::optional<Scratch> scratch;  // only for split rows (a decoding step of short rows takes none)
+  Partials partials{nullptr, nullptr, partitions};
+  if (partitions > 1) {
+    const int64_t held = std::min(rows, step) * s.heads * partitions;
+    scratch.emplace();
+    partials.acc = scratch->floats(held * s.head_dim);
+    partials.stats = scratch->floats(2 * held);
   }
-  check_launch("paged_attention_kernel");
+  for (int64_t first = 0; first < rows; first += step) {
+    const int64_t n = std::min(step, rows - first);
+    float* out_here = out + first * s.heads * s.head_dim;
+    const float* q_here = q + first * q_stride;
+    const int32_t* sequences_here = sequences ? sequences + first : nullptr;
+    const int32_t* positions_here = positions ? positions + first : nullptr;
+    const dim3 grid(static_cast<unsigned>(n * s.kv_heads * slices), static_cast<unsigned>(partitions));
+    if (s.cache == KvCacheDtype::Bf16) {
+      launch_partitions<__nv_bfloat16>(grid, bytes, stream, out_here, partials, q_here, q_stride, k_pool, v_pool,
+                                       block_tables, sequences_here, positions_here, past + first, slices, s);
+    } else {
+      launch_partitions<float>(grid, bytes, stream, out_here, partials, q_here, q_stride, k_pool, v_pool,
+                               block_tables, sequences_here, positions_here, past + first, slices, s);
+    }
+    if (partitions == 1) continue;
+    paged_attention_merge_kernel<<<static_cast<unsigned>(n * s.heads), kPagedThreads, 0, stream>>>(
+        out_here, partials, positions_here, past + first, s);
+    check_launch("paged_attention_merge_kernel");
+  }
 }
 
 }  // namespace
@@ -153,14 +295,16 @@ void launch_attention(float* out, const float* q, int64_t q_stride, const void* 
 void paged_attention(float* out, const float* q, int64_t q_stride, const void* k_pool, const void* v_pool,
                      const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
                      const PagedAttentionShape& s, cudaStream_t stream) {
-  launch_attention(out, q, q_stride, k_pool, v_pool, block_tables, sequences, positions, 0, rows, s, stream);
+  launch_attention(out, q, q_stride, k_pool, v_pool, block_tables, sequences, positions, 0, rows,
+                   s.table_width * s.block_size, s, stream);
 }
 
 void attention_decode(float* out, const float* q, int64_t q_stride, const float* k_cache, const float* v_cache,
                       int64_t past, int64_t new_tokens, int64_t heads, int64_t kv_heads, int64_t head_dim,
                       cudaStream_t stream) {
   const PagedAttentionShape s{heads, kv_heads, head_dim, 1, 0};
-  launch_attention(out, q, q_stride, k_cache, v_cache, nullptr, nullptr, nullptr, past, new_tokens, s, stream);
+  launch_attention(out, q, q_stride, k_cache, v_cache, nullptr, nullptr, nullptr, past, new_tokens,
+                   past + new_tokens, s, stream);
 }
 
 void paged_cache_write(void* k_pool, void* v_pool, const float* k, const float* v, int64_t stride,
