@@ -26,91 +26,118 @@ const float* pool_row(const void* pool, int64_t offset, int64_t hd, KvCacheDtype
 constexpr int64_t kTile = 32;
 constexpr int64_t kLanes = 8;  // output columns kept in one vector register while a tile is added
 
+// One sequence's rows of one kv head in a pool.
+struct HeadRows {
+  const int32_t* table;  // the sequence's block table
+  const PagedAttentionShape& s;
+  int64_t kv_off;  // the kv head's first column in a pool row
+};
+
+// Positions [first, first + n) of `rows` in `pool` as fp32 rows (`room`: kTile x head_dim, where
+// bf16 rows are widened); the block table stepped, not divided, per position.
+void take_tile(const HeadRows& rows, const void* pool, int64_t first, int64_t n, const float** tile, float* room) {
+  const PagedAttentionShape& s = rows.s;
+  const int64_t kv_width = s.kv_heads * s.head_dim;
+  int64_t entry = first / s.block_size, slot = first % s.block_size;
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t offset = (static_cast<int64_t>(rows.table[entry]) * s.block_size + slot) * kv_width + rows.kv_off;
+    tile[t] = pool_row(pool, offset, s.head_dim, s.cache, room + t * s.head_dim);
+    if (++slot == s.block_size) {
+      slot = 0;
+      ++entry;
+    }
+  }
+}
+
+// out[d] += weight[t] * tile[t][d] for t = 0 .. n-1 in that order (the bits of one axpy per t),
+// kLanes output columns held in a register across the tile.
+void add_weighted_rows(float* out, const float* weight, const float* const* tile, int64_t n, int64_t hd) {
+  int64_t d = 0;
+  for (; d + kLanes <= hd; d += kLanes) {
+    float sum[kLanes];
+    for (int64_t k = 0; k < kLanes; ++k) sum[k] = out[d + k];
+    for (int64_t t = 0; t < n; ++t) {
+      const float* row = tile[t] + d;
+#pragma omp simd
+      for (int64_t k = 0; k < kLanes; ++k) sum[k] += weight[t] * row[k];
+    }
+    for (int64_t k = 0; k < kLanes; ++k) out[d + k] = sum[k];
+  }
+  for (; d < hd; ++d) {
+    float sum = out[d];
+    for (int64_t t = 0; t < n; ++t) sum += weight[t] * tile[t][d];
+    out[d] = sum;
+  }
+}
+
+// Per-thread room for one (row, kv head) unit.
+struct GroupScratch {
+  GroupScratch(int64_t group, int64_t longest, int64_t hd)
+      : p(static_cast<size_t>(group * longest)), room(static_cast<size_t>(kTile * hd)), sums(group) {}
+  std::vector<float> p, room, sums;  // [group, len] scores then weights; widened rows; softmax sums
+  const float* tile[kTile];
+};
+
+// The `group` query heads q_group (hd apart) of one row over its `len` positions of one kv head,
+// into out (hd apart): per head, the scores, their softmax and the weighted values, each as a
+// unit per head would compute them, in the same order.
+void attend_group(float* out, const float* q_group, int64_t group, int64_t len, const HeadRows& rows,
+                  const void* k_pool, const void* v_pool, GroupScratch& g) {
+  const int64_t hd = rows.s.head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (int64_t first = 0; first < len; first += kTile) {
+    const int64_t n = std::min(kTile, len - first);
+    take_tile(rows, k_pool, first, n, g.tile, g.room.data());
+    for (int64_t i = 0; i < group; ++i) {
+      for (int64_t t = 0; t < n; ++t) g.p[i * len + first + t] = dot(q_group + i * hd, g.tile[t], hd) * scale;
+    }
+  }
+  for (int64_t i = 0; i < group; ++i) {
+    float* pi = g.p.data() + i * len;
+    float max_score = -INFINITY;
+    for (int64_t t = 0; t < len; ++t) max_score = std::max(max_score, pi[t]);
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t t = 0; t < len; ++t) {
+      pi[t] = fast_exp(pi[t] - max_score);
+      sum += pi[t];
+    }
+    g.sums[i] = sum;
+  }
+  std::fill(out, out + group * hd, 0.0f);
+  for (int64_t first = 0; first < len; first += kTile) {
+    const int64_t n = std::min(kTile, len - first);
+    take_tile(rows, v_pool, first, n, g.tile, g.room.data());
+    for (int64_t i = 0; i < group; ++i) {
+      float weight[kTile];
+      for (int64_t t = 0; t < n; ++t) weight[t] = g.p[i * len + first + t] / g.sums[i];
+      add_weighted_rows(out + i * hd, weight, g.tile, n, hd);
+    }
+  }
+}
+
 }  // namespace
 
 void paged_attention(float* out, const float* q, int64_t q_stride, const void* k_pool, const void* v_pool,
                      const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
                      const PagedAttentionShape& s) {
-  const int64_t group = s.heads / s.kv_heads, kv_width = s.kv_heads * s.head_dim, hd = s.head_dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t group = s.heads / s.kv_heads, hd = s.head_dim;
   int64_t longest = 0, work = 0;
   for (int64_t r = 0; r < rows; ++r) {
     longest = std::max<int64_t>(longest, positions[r] + 1);
     work += (positions[r] + 1) * s.heads * hd;
   }
   // A unit per (row, kv head): each key and value row is read (and, in a bf16 pool, widened) once
-  // for the group's query heads, a tile of rows at a time, not once per head. Each head's
-  // arithmetic is the same, in the same order, as with a unit per head.
+  // for the group's query heads, a tile of rows at a time, not once per head.
 #pragma omp parallel if(worth_parallel(work))
   {
-    std::vector<float> p(static_cast<size_t>(group * longest)), room(kTile * hd), sums(group);
-    const float* tile[kTile];
+    GroupScratch scratch(group, longest, hd);
 #pragma omp for collapse(2) schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t g = 0; g < s.kv_heads; ++g) {
-        const int32_t* table = block_tables + static_cast<int64_t>(sequences[r]) * s.table_width;
-        const int64_t len = positions[r] + 1, kv_off = g * hd;
-        // Rows [first, first + n) of a pool as fp32 rows in `tile`.
-        auto take_tile = [&](const void* pool, int64_t first, int64_t n) {
-          int64_t entry = first / s.block_size, slot = first % s.block_size;  // then stepped, not divided
-          for (int64_t t = 0; t < n; ++t) {
-            const int64_t offset = (static_cast<int64_t>(table[entry]) * s.block_size + slot) * kv_width + kv_off;
-            tile[t] = pool_row(pool, offset, hd, s.cache, room.data() + t * hd);
-            if (++slot == s.block_size) {
-              slot = 0;
-              ++entry;
-            }
-          }
-        };
-        const float* q_group = q + r * q_stride + g * group * hd;  // the group's heads, hd apart
-        for (int64_t first = 0; first < len; first += kTile) {
-          const int64_t n = std::min(kTile, len - first);
-          take_tile(k_pool, first, n);
-          for (int64_t i = 0; i < group; ++i) {
-            for (int64_t t = 0; t < n; ++t) p[i * len + first + t] = dot(q_group + i * hd, tile[t], hd) * scale;
-          }
-        }
-        for (int64_t i = 0; i < group; ++i) {
-          float* pi = p.data() + i * len;
-          float max_score = -INFINITY;
-          for (int64_t t = 0; t < len; ++t) max_score = std::max(max_score, pi[t]);
-          float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-          for (int64_t t = 0; t < len; ++t) {
-            pi[t] = fast_exp(pi[t] - max_score);
-            sum += pi[t];
-          }
-          sums[i] = sum;
-        }
-        float* o = out + (r * s.heads + g * group) * hd;  // the group's heads' outputs, hd apart
-        std::fill(o, o + group * hd, 0.0f);
-        for (int64_t first = 0; first < len; first += kTile) {
-          const int64_t n = std::min(kTile, len - first);
-          take_tile(v_pool, first, n);
-          for (int64_t i = 0; i < group; ++i) {
-            float weight[kTile];
-            for (int64_t t = 0; t < n; ++t) weight[t] = p[i * len + first + t] / sums[i];
-            // The tile's values added into the head's output in position order, as one axpy per
-            // position would (the same bits), each output element kept in a register meanwhile.
-            float* oi = o + i * hd;
-            int64_t d = 0;
-            for (; d + kLanes <= hd; d += kLanes) {
-              float sum[kLanes];
-              for (int64_t k = 0; k < kLanes; ++k) sum[k] = oi[d + k];
-              for (int64_t t = 0; t < n; ++t) {
-                const float* row = tile[t] + d;
-#pragma omp simd
-                for (int64_t k = 0; k < kLanes; ++k) sum[k] += weight[t] * row[k];
-              }
-              for (int64_t k = 0; k < kLanes; ++k) oi[d + k] = sum[k];
-            }
-            for (; d < hd; ++d) {
-              float sum = oi[d];
-              for (int64_t t = 0; t < n; ++t) sum += weight[t] * tile[t][d];
-              oi[d] = sum;
-            }
-          }
-        }
+        const HeadRows head_rows{block_tables + static_cast<int64_t>(sequences[r]) * s.table_width, s, g * hd};
+        attend_group(out + (r * s.heads + g * group) * hd, q + r * q_stride + g * group * hd, group,
+                     positions[r] + 1, head_rows, k_pool, v_pool, scratch);
       }
     }
   }

@@ -54,6 +54,119 @@ struct Partials {
   int64_t partitions;  // per (row, head)
 };
 
+// One warp's online softmax over its keys for the block's query heads: running max (log2
+// units), sum of weights and weighted values (a lane's columns d = lane + 32 j).
+template <int kPerLane>
+struct WarpSoftmax {
+  float acc[kGroupHeads][kPerLane], max_score[kGroupHeads], sum[kGroupHeads];
+};
+
+// A run of kKeys consecutive keys [first, first + kKeys) (those at or past `end` count as absent)
+// added to the warp's softmax of every head: their rows' loads all issued before any is used.
+template <typename T, int kPerLane, int kKeys>
+__device__ __forceinline__ void add_run(WarpSoftmax<kPerLane>& w, const float (&qr)[kGroupHeads][kPerLane],
+                                        const T* __restrict__ k_pool, const T* __restrict__ v_pool,
+                                        const int32_t* table, int64_t kv_off, int64_t first, int64_t end,
+                                        int heads_here, float scale, const PagedAttentionShape& s) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  float key[kKeys][kPerLane], value[kKeys][kPerLane];
+#pragma unroll
+  for (int u = 0; u < kKeys; ++u) {
+    const bool here = first + u < end;
+    const int64_t row = here ? cache_row(table, static_cast<int32_t>(first + u), s) + kv_off : 0;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int64_t d = lane + 32 * j;
+      key[u][j] = here && d < s.head_dim ? widen(k_pool[row + d]) : 0.0f;
+      value[u][j] = here && d < s.head_dim ? widen(v_pool[row + d]) : 0.0f;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kGroupHeads; ++i) {
+    if (i >= heads_here) break;  // the same for the whole block
+    float score[kKeys];
+    float grown = w.max_score[i];
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) dot = fmaf(qr[i][j], key[u][j], dot);
+      score[u] = first + u < end ? warp_sum(dot) * scale : -INFINITY;  // every lane the same
+      grown = fmaxf(grown, score[u]);
+    }
+    // grown is finite (the run's first key is inside), so keep is 0 before the first key.
+    const float keep = exp2f(w.max_score[i] - grown);
+    w.sum[i] *= keep;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) w.acc[i][j] *= keep;
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u) {
+      const float weight = exp2f(score[u] - grown);  // 0 past the end
+      w.sum[i] += weight;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) w.acc[i][j] = fmaf(weight, value[u][j], w.acc[i][j]);
+    }
+    w.max_score[i] = grown;
+  }
+}
+
+// Where a block's merged results go: the output rows of its heads (a row of one partition), or
+// this partition's partials (a longer row's, merged by paged_attention_merge_kernel).
+struct BlockResult {
+  float* out;
+  Partials partials;
+  int64_t first_head_row;  // (row, first head of the block) as row * heads + head
+  bool split;
+};
+
+// The warps' softmaxes merged through shared memory ([warps][heads_here][max, sum], then
+// [warps][heads_here][hd] weighted values) and written. A warp without keys here (under
+// kPagedWarps runs in the partition) has max -inf and sum 0: its factor is 0.
+template <int kPerLane>
+__device__ __forceinline__ void merge_warps(const WarpSoftmax<kPerLane>& w, int heads_here, int64_t hd,
+                                            const BlockResult& result) {
+  extern __shared__ float shared[];
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  float* stats = shared;
+  float* partial = stats + 2 * kPagedWarps * heads_here;
+#pragma unroll
+  for (int i = 0; i < kGroupHeads; ++i) {
+    if (i >= heads_here) break;
+    if (lane == 0) {
+      stats[2 * (warp * heads_here + i)] = w.max_score[i];
+      stats[2 * (warp * heads_here + i) + 1] = w.sum[i];
+    }
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int64_t d = lane + 32 * j;
+      if (d < hd) partial[(warp * heads_here + i) * hd + d] = w.acc[i][j];
+    }
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < heads_here * hd; e += kPagedThreads) {
+    const int64_t i = e / hd, d = e % hd;
+    float top = -INFINITY;
+    for (int v = 0; v < kPagedWarps; ++v) top = fmaxf(top, stats[2 * (v * heads_here + i)]);
+    float total = 0.0f, o = 0.0f;
+    for (int v = 0; v < kPagedWarps; ++v) {
+      const float factor = exp2f(stats[2 * (v * heads_here + i)] - top);
+      total = fmaf(stats[2 * (v * heads_here + i) + 1], factor, total);
+      o = fmaf(partial[(v * heads_here + i) * hd + d], factor, o);
+    }
+    const int64_t head_row = result.first_head_row + i;
+    if (!result.split) {
+      result.out[head_row * hd + d] = o / total;
+      continue;
+    }
+    const int64_t part = head_row * result.partials.partitions + blockIdx.y;
+    result.partials.acc[part * hd + d] = o;
+    if (d == 0) {
+      result.partials.stats[2 * part] = top;
+      result.partials.stats[2 * part + 1] = total;
+    }
+  }
+}
+
 // Block (row, kv head, slice of its query heads) x partition of the keys: the keys
 // [p * kPagedPartitionKeys, + kPagedPartitionKeys) of the row's [0, len). Each warp takes runs of
 // kKeysInFlight consecutive keys, every kPagedWarps-th run, its lanes across head_dim (a key's
@@ -70,118 +183,36 @@ __global__ void __launch_bounds__(kPagedThreads)
                            const int32_t* __restrict__ positions, int64_t past, int64_t slices,
                            PagedAttentionShape s) {
   constexpr int kKeys = kKeysInFlight<kPerLane>;
-  extern __shared__ float shared[];
   const int64_t hd = s.head_dim, group = s.heads / s.kv_heads;
   const int64_t slice = blockIdx.x % slices, row_head = blockIdx.x / slices;
   const int64_t r = row_head / s.kv_heads, g = row_head % s.kv_heads;
-  const int64_t h0 = g * group + slice * kGroupHeads;                           // the block's first query head
-  const int heads_here = static_cast<int>(group - slice * kGroupHeads < kGroupHeads ? group - slice * kGroupHeads
-                                                                                    : kGroupHeads);
+  const int64_t h0 = g * group + slice * kGroupHeads;  // the block's first query head
+  const int64_t heads_left = group - slice * kGroupHeads;
+  const int heads_here = static_cast<int>(heads_left < kGroupHeads ? heads_left : kGroupHeads);
   // Paged rows carry their sequence and position; without tables, row r is position past + r.
   const int32_t* table = block_tables ? block_tables + static_cast<int64_t>(sequences[r]) * s.table_width : nullptr;
   const int64_t len = (block_tables ? static_cast<int64_t>(positions[r]) : past + r) + 1;
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * kPagedPartitionKeys;
   if (begin >= len) return;  // the row is shorter than this partition (the whole block leaves)
   const int64_t end = len < begin + kPagedPartitionKeys ? len : begin + kPagedPartitionKeys;
-  const int64_t kv_off = g * hd;
   const float scale = kLog2e / sqrtf(static_cast<float>(hd));
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-
-  float qr[kGroupHeads][kPerLane], acc[kGroupHeads][kPerLane], max_score[kGroupHeads], sum[kGroupHeads];
+  float qr[kGroupHeads][kPerLane];
+  WarpSoftmax<kPerLane> w;
 #pragma unroll
   for (int i = 0; i < kGroupHeads; ++i) {
-    max_score[i] = -INFINITY;
-    sum[i] = 0.0f;
+    w.max_score[i] = -INFINITY;
+    w.sum[i] = 0.0f;
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       const int64_t d = lane + 32 * j;
       qr[i][j] = i < heads_here && d < hd ? q[r * q_stride + (h0 + i) * hd + d] : 0.0f;
-      acc[i][j] = 0.0f;
+      w.acc[i][j] = 0.0f;
     }
   }
-  for (int64_t first = begin + static_cast<int64_t>(warp) * kKeys; first < end; first += kPagedWarps * kKeys) {
-    // This run's keys and values, all loads issued before any is used (a key past the end: zeros).
-    float key[kKeys][kPerLane], value[kKeys][kPerLane];
-#pragma unroll
-    for (int u = 0; u < kKeys; ++u) {
-      const bool here = first + u < end;
-      const int64_t row = here ? cache_row(table, static_cast<int32_t>(first + u), s) + kv_off : 0;
-#pragma unroll
-      for (int j = 0; j < kPerLane; ++j) {
-        const int64_t d = lane + 32 * j;
-        key[u][j] = here && d < hd ? widen(k_pool[row + d]) : 0.0f;
-        value[u][j] = here && d < hd ? widen(v_pool[row + d]) : 0.0f;
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kGroupHeads; ++i) {
-      if (i >= heads_here) break;  // the same for the whole block
-      float score[kKeys];
-      float grown = max_score[i];
-#pragma unroll
-      for (int u = 0; u < kKeys; ++u) {
-        float dot = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kPerLane; ++j) dot = fmaf(qr[i][j], key[u][j], dot);
-        score[u] = first + u < end ? warp_sum(dot) * scale : -INFINITY;  // every lane the same
-        grown = fmaxf(grown, score[u]);
-      }
-      // grown is finite (the run's first key is inside), so keep is 0 before the first key.
-      const float keep = exp2f(max_score[i] - grown);
-      sum[i] *= keep;
-#pragma unroll
-      for (int j = 0; j < kPerLane; ++j) acc[i][j] *= keep;
-#pragma unroll
-      for (int u = 0; u < kKeys; ++u) {
-        const float weight = exp2f(score[u] - grown);  // 0 past the end
-        sum[i] += weight;
-#pragma unroll
-        for (int j = 0; j < kPerLane; ++j) acc[i][j] = fmaf(weight, value[u][j], acc[i][j]);
-      }
-      max_score[i] = grown;
-    }
-  }
-  // Shared memory: [warps][heads_here][max, sum], then [warps][heads_here][hd] weighted values.
-  float* stats = shared;
-  float* partial = stats + 2 * kPagedWarps * heads_here;
-#pragma unroll
-  for (int i = 0; i < kGroupHeads; ++i) {
-    if (i >= heads_here) break;
-    if (lane == 0) {
-      stats[2 * (warp * heads_here + i)] = max_score[i];
-      stats[2 * (warp * heads_here + i) + 1] = sum[i];
-    }
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      const int64_t d = lane + 32 * j;
-      if (d < hd) partial[(warp * heads_here + i) * hd + d] = acc[i][j];
-    }
-  }
-  __syncthreads();
-  // A warp without keys here (under kPagedWarps runs) has max -inf and sum 0: its factor is 0.
-  const bool split = len > kPagedPartitionKeys;
-  for (int64_t e = threadIdx.x; e < heads_here * hd; e += kPagedThreads) {
-    const int64_t i = e / hd, d = e % hd;
-    float top = -INFINITY;
-    for (int w = 0; w < kPagedWarps; ++w) top = fmaxf(top, stats[2 * (w * heads_here + i)]);
-    float total = 0.0f, o = 0.0f;
-    for (int w = 0; w < kPagedWarps; ++w) {
-      const float factor = exp2f(stats[2 * (w * heads_here + i)] - top);
-      total = fmaf(stats[2 * (w * heads_here + i) + 1], factor, total);
-      o = fmaf(partial[(w * heads_here + i) * hd + d], factor, o);
-    }
-    const int64_t head_row = r * s.heads + h0 + i;
-    if (!split) {
-      out[head_row * hd + d] = o / total;
-      continue;
-    }
-    const int64_t part = head_row * partials.partitions + blockIdx.y;
-    partials.acc[part * hd + d] = o;
-    if (d == 0) {
-      partials.stats[2 * part] = top;
-      partials.stats[2 * part + 1] = total;
-    }
-  }
+  for (int64_t first = begin + static_cast<int64_t>(warp) * kKeys; first < end; first += kPagedWarps * kKeys)
+    add_run<T, kPerLane, kKeys>(w, qr, k_pool, v_pool, table, g * hd, first, end, heads_here, scale, s);
+  merge_warps(w, heads_here, hd, BlockResult{out, partials, r * s.heads + h0, len > kPagedPartitionKeys});
 }
 
 // Block (row, head) of a row longer than one partition: its partitions' partials merged in
