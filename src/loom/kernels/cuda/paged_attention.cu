@@ -5,6 +5,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "loom/core/error.h"
 #include "loom/kernels/cuda/launch.cuh"
@@ -47,6 +48,43 @@ __device__ inline int64_t cache_row(const int32_t* table, int32_t t, const Paged
 template <int kPerLane>
 inline constexpr int kKeysInFlight = kPerLane <= 2 ? 4 : (kPerLane == 4 ? 2 : 1);
 
+template <int V>
+inline constexpr int kLog2 = V <= 1 ? 0 : 1 + kLog2<V / 2>;
+
+// Step kStep of warp_sums' first phase and the steps after it: each lane keeps one half of the
+// values it holds (the upper half where its lane bit at this offset is set) and adds its
+// partner's same half. Compile-time sizes throughout, so the values stay in registers.
+template <int kStep, int V>
+__device__ __forceinline__ void keep_halves(float (&v)[V], int lane) {
+  if constexpr ((V >> kStep) > 1) {
+    constexpr int kHalf = (V >> kStep) / 2, kOffset = 16 >> kStep;
+    const bool upper = (lane & kOffset) != 0;
+#pragma unroll
+    for (int k = 0; k < kHalf; ++k) {
+      const float send = upper ? v[k] : v[k + kHalf];
+      const float keep = upper ? v[k + kHalf] : v[k];
+      v[k] = keep + __shfl_xor_sync(0xffffffffu, send, kOffset);
+    }
+    keep_halves<kStep + 1>(v, lane);
+  }
+}
+
+// The sums over the warp's 32 lanes of each of V values (V a power of two up to 32), every lane
+// getting all V: log2(V) halving steps (keep_halves: V - 1 shuffles in all), plain butterfly
+// steps for the one sum left per lane, and V broadcasts (sum k ends in lanes k << (5 - log2 V)
+// and the next): 2V + 4 - log2 V shuffles instead of 5V for a warp_sum of each. The order of
+// every add is fixed, so the sums are the same bits in every lane and every call.
+template <int V>
+__device__ __forceinline__ void warp_sums(float (&v)[V]) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  keep_halves<0>(v, lane);
+  float total = v[0];
+#pragma unroll
+  for (int offset = 16 >> kLog2<V>; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
+#pragma unroll
+  for (int k = 0; k < V; ++k) v[k] = __shfl_sync(0xffffffffu, total, k << (5 - kLog2<V>));
+}
+
 // One row's split attention: what each partition of its keys leaves for the merge.
 struct Partials {
   float* acc;          // [row, head, partition, head_dim]: weighted values, relative to the partition's max
@@ -54,17 +92,19 @@ struct Partials {
   int64_t partitions;  // per (row, head)
 };
 
-// One warp's online softmax over its keys for the block's query heads: running max (log2
-// units), sum of weights and weighted values (a lane's columns d = lane + 32 j).
-template <int kPerLane>
+// One warp's online softmax over its keys for the block's kHeads query heads (a power of two
+// holding its heads_here): running max (log2 units), sum of weights and weighted values (a
+// lane's columns d = lane + 32 j).
+template <int kHeads, int kPerLane>
 struct WarpSoftmax {
-  float acc[kGroupHeads][kPerLane], max_score[kGroupHeads], sum[kGroupHeads];
+  float acc[kHeads][kPerLane], max_score[kHeads], sum[kHeads];
 };
 
 // A run of kKeys consecutive keys [first, first + kKeys) (those at or past `end` count as absent)
-// added to the warp's softmax of every head: their rows' loads all issued before any is used.
-template <typename T, int kPerLane, int kKeys>
-__device__ __forceinline__ void add_run(WarpSoftmax<kPerLane>& w, const float (&qr)[kGroupHeads][kPerLane],
+// added to the warp's softmax of every head: their rows' loads all issued before any is used,
+// the kHeads x kKeys scores summed over the lanes together (warp_sums).
+template <typename T, int kHeads, int kPerLane, int kKeys>
+__device__ __forceinline__ void add_run(WarpSoftmax<kHeads, kPerLane>& w, const float (&qr)[kHeads][kPerLane],
                                         const T* __restrict__ k_pool, const T* __restrict__ v_pool,
                                         const int32_t* table, int64_t kv_off, int64_t first, int64_t end,
                                         int heads_here, float scale, const PagedAttentionShape& s) {
@@ -81,18 +121,26 @@ __device__ __forceinline__ void add_run(WarpSoftmax<kPerLane>& w, const float (&
       value[u][j] = here && d < s.head_dim ? widen(v_pool[row + d]) : 0.0f;
     }
   }
+  float score[kHeads * kKeys];  // [head][key]: this lane's part of each dot, then the whole
 #pragma unroll
-  for (int i = 0; i < kGroupHeads; ++i) {
-    if (i >= heads_here) break;  // the same for the whole block
-    float score[kKeys];
-    float grown = w.max_score[i];
+  for (int i = 0; i < kHeads; ++i) {
 #pragma unroll
     for (int u = 0; u < kKeys; ++u) {
       float dot = 0.0f;
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) dot = fmaf(qr[i][j], key[u][j], dot);
-      score[u] = first + u < end ? warp_sum(dot) * scale : -INFINITY;  // every lane the same
-      grown = fmaxf(grown, score[u]);
+      score[i * kKeys + u] = dot;
+    }
+  }
+  warp_sums(score);
+#pragma unroll
+  for (int i = 0; i < kHeads; ++i) {
+    if (i >= heads_here) break;  // the same for the whole block
+    float grown = w.max_score[i];
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u) {
+      score[i * kKeys + u] = first + u < end ? score[i * kKeys + u] * scale : -INFINITY;
+      grown = fmaxf(grown, score[i * kKeys + u]);
     }
     // grown is finite (the run's first key is inside), so keep is 0 before the first key.
     const float keep = exp2f(w.max_score[i] - grown);
@@ -101,7 +149,7 @@ __device__ __forceinline__ void add_run(WarpSoftmax<kPerLane>& w, const float (&
     for (int j = 0; j < kPerLane; ++j) w.acc[i][j] *= keep;
 #pragma unroll
     for (int u = 0; u < kKeys; ++u) {
-      const float weight = exp2f(score[u] - grown);  // 0 past the end
+      const float weight = exp2f(score[i * kKeys + u] - grown);  // 0 past the end
       w.sum[i] += weight;
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) w.acc[i][j] = fmaf(weight, value[u][j], w.acc[i][j]);
@@ -122,15 +170,15 @@ struct BlockResult {
 // The warps' softmaxes merged through shared memory ([warps][heads_here][max, sum], then
 // [warps][heads_here][hd] weighted values) and written. A warp without keys here (under
 // kPagedWarps runs in the partition) has max -inf and sum 0: its factor is 0.
-template <int kPerLane>
-__device__ __forceinline__ void merge_warps(const WarpSoftmax<kPerLane>& w, int heads_here, int64_t hd,
+template <int kHeads, int kPerLane>
+__device__ __forceinline__ void merge_warps(const WarpSoftmax<kHeads, kPerLane>& w, int heads_here, int64_t hd,
                                             const BlockResult& result) {
   extern __shared__ float shared[];
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   float* stats = shared;
   float* partial = stats + 2 * kPagedWarps * heads_here;
 #pragma unroll
-  for (int i = 0; i < kGroupHeads; ++i) {
+  for (int i = 0; i < kHeads; ++i) {
     if (i >= heads_here) break;
     if (lane == 0) {
       stats[2 * (warp * heads_here + i)] = w.max_score[i];
@@ -175,7 +223,7 @@ __device__ __forceinline__ void merge_warps(const WarpSoftmax<kPerLane>& w, int 
 // the warps' results are merged in shared memory. A row with one partition writes its output;
 // a longer one writes its partition's partial (paged_attention_merge_kernel finishes it). The
 // order of every sum depends on the row's length only, never on the batch it came in.
-template <typename T, int kPerLane>
+template <typename T, int kHeads, int kPerLane>
 __global__ void __launch_bounds__(kPagedThreads)
     paged_attention_kernel(float* __restrict__ out, Partials partials, const float* __restrict__ q,
                            int64_t q_stride, const T* __restrict__ k_pool, const T* __restrict__ v_pool,
@@ -197,10 +245,10 @@ __global__ void __launch_bounds__(kPagedThreads)
   const int64_t end = len < begin + kPagedPartitionKeys ? len : begin + kPagedPartitionKeys;
   const float scale = kLog2e / sqrtf(static_cast<float>(hd));
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  float qr[kGroupHeads][kPerLane];
-  WarpSoftmax<kPerLane> w;
+  float qr[kHeads][kPerLane];
+  WarpSoftmax<kHeads, kPerLane> w;
 #pragma unroll
-  for (int i = 0; i < kGroupHeads; ++i) {
+  for (int i = 0; i < kHeads; ++i) {
     w.max_score[i] = -INFINITY;
     w.sum[i] = 0.0f;
 #pragma unroll
@@ -211,7 +259,7 @@ __global__ void __launch_bounds__(kPagedThreads)
     }
   }
   for (int64_t first = begin + static_cast<int64_t>(warp) * kKeys; first < end; first += kPagedWarps * kKeys)
-    add_run<T, kPerLane, kKeys>(w, qr, k_pool, v_pool, table, g * hd, first, end, heads_here, scale, s);
+    add_run<T, kHeads, kPerLane, kKeys>(w, qr, k_pool, v_pool, table, g * hd, first, end, heads_here, scale, s);
   merge_warps(w, heads_here, hd, BlockResult{out, partials, r * s.heads + h0, len > kPagedPartitionKeys});
 }
 
@@ -264,10 +312,19 @@ void launch_partitions(dim3 grid, size_t bytes, cudaStream_t stream, float* out,
     kernel<<<grid, kPagedThreads, bytes, stream>>>(out, partials, q, q_stride, k, v, block_tables, sequences,
                                                    positions, past, slices, s);
   };
-  if (s.head_dim <= 32) run(paged_attention_kernel<T, 1>);
-  else if (s.head_dim <= 64) run(paged_attention_kernel<T, 2>);
-  else if (s.head_dim <= 128) run(paged_attention_kernel<T, 4>);
-  else run(paged_attention_kernel<T, 8>);
+  // Heads per block: the group's (or 8 of a larger group's), rounded up to a power of two.
+  const int64_t block_heads = std::min<int64_t>(s.heads / s.kv_heads, kGroupHeads);
+  const auto for_head_dim = [&](auto heads) {
+    constexpr int kHeads = decltype(heads)::value;
+    if (s.head_dim <= 32) run(paged_attention_kernel<T, kHeads, 1>);
+    else if (s.head_dim <= 64) run(paged_attention_kernel<T, kHeads, 2>);
+    else if (s.head_dim <= 128) run(paged_attention_kernel<T, kHeads, 4>);
+    else run(paged_attention_kernel<T, kHeads, 8>);
+  };
+  if (block_heads == 1) for_head_dim(std::integral_constant<int, 1>{});
+  else if (block_heads == 2) for_head_dim(std::integral_constant<int, 2>{});
+  else if (block_heads <= 4) for_head_dim(std::integral_constant<int, 4>{});
+  else for_head_dim(std::integral_constant<int, 8>{});
   check_launch("paged_attention_kernel");
 }
 
