@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <functional>
 #include <string>
 #include <vector>
@@ -46,6 +47,23 @@ inline double time_ms(const std::function<void()>& run, int warmup = 3, int iter
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   return ms / iterations;
+}
+
+// A GPU benchmark's main: without a usable GPU one SKIP line for `operation` (exit 0), else
+// `run`, whose error is one line on stderr naming `program` (exit 1).
+inline int gpu_main(const char* program, const char* operation, const std::function<void()>& run) {
+  const kernels::cuda::DeviceStatus& status = kernels::cuda::device_status();
+  if (!status.available) {
+    std::printf("SKIP|loom|%s|all|no usable GPU: %s\n", operation, status.reason.c_str());
+    return 0;
+  }
+  try {
+    run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 1;
+  }
+  return 0;
 }
 
 inline void print_result(const std::string& impl, const std::string& op, const std::string& shape, double ms,

@@ -118,19 +118,10 @@ void bench(const Shape& s, const char* type) {
 }  // namespace
 
 int main() {
-  const DeviceStatus& status = device_status();
-  if (!status.available) {
-    std::printf("SKIP|loom|attention|all|no usable GPU: %s\n", status.reason.c_str());
-    return 0;
-  }
-  try {
+  return loom::bench::gpu_main("loom_bench_flash_attention_cuda", "attention", [] {
     for (const Shape& s : kShapes) {
       bench<__nv_bfloat16>(s, "bf16");
       bench<float>(s, "fp32");
     }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "loom_bench_flash_attention_cuda: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  });
 }

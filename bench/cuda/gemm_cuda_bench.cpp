@@ -109,16 +109,7 @@ void bench_shape(const Shape& s) {
 }  // namespace
 
 int main() {
-  const DeviceStatus& status = device_status();
-  if (!status.available) {
-    std::printf("SKIP|loom|gemm|all|no usable GPU: %s\n", status.reason.c_str());
-    return 0;
-  }
-  try {
+  return loom::bench::gpu_main("loom_bench_gemm_cuda", "gemm", [] {
     for (const Shape& s : kShapes) bench_shape(s);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "loom_bench_gemm_cuda: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  });
 }

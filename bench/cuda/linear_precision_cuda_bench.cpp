@@ -102,18 +102,9 @@ void bench_shape(const Shape& s) {
 }  // namespace
 
 int main() {
-  const loom::kernels::cuda::DeviceStatus& status = loom::kernels::cuda::device_status();
-  if (!status.available) {
-    std::printf("SKIP|loom|linear|all|no usable GPU: %s\n", status.reason.c_str());
-    return 0;
-  }
-  try {
+  return loom::bench::gpu_main("loom_bench_linear_precision_cuda", "linear", [] {
     loom::kernels::cuda::start_backend();
     for (const Shape& s : {Shape{"llama1b.gate_up", 8192, 2048, 16384}, Shape{"llama1b.down", 8192, 8192, 2048}})
       bench_shape(s);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "loom_bench_linear_precision_cuda: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  });
 }

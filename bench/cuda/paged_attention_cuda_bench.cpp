@@ -112,19 +112,10 @@ void bench(const Shape& s, KvCacheDtype dtype) {
 }  // namespace
 
 int main() {
-  const DeviceStatus& status = device_status();
-  if (!status.available) {
-    std::printf("SKIP|loom|decode attention|all|no usable GPU: %s\n", status.reason.c_str());
-    return 0;
-  }
-  try {
+  return loom::bench::gpu_main("loom_bench_paged_attention_cuda", "decode attention", [] {
     for (const Shape& s : kShapes) {
       bench(s, KvCacheDtype::Bf16);
       bench(s, KvCacheDtype::Fp32);
     }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "loom_bench_paged_attention_cuda: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  });
 }
