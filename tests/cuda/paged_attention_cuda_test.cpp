@@ -1,7 +1,7 @@
 // The GPU paged attention against the CPU kernel (same contract, kernels/cpu/paged_attention.h):
 // a batch step mixing decode rows and prefill chunks of several sequences whose blocks are
 // scattered over the pool, sequence lengths that end inside blocks, awkward block sizes, GQA
-// (groups of 1 to 16 heads), head_dim from 8 to 256, sequences longer than a tile of keys,
+// (groups of 1 to 16 heads, 3 and 5 among them), head_dim from 8 to 256, sequences longer than a tile of keys,
 // q rows as strided views of a fused qkv: fp32 within 1e-5 relative, outputs poisoned. The cache
 // write puts every row's key and value exactly where the CPU's does; attention_decode over one
 // contiguous cache likewise; bf16 pools too (written rounded as the CPU's, bit for bit; attention
@@ -231,7 +231,13 @@ INSTANTIATE_TEST_SUITE_P(
                       // 12 on one: blocks of 8 and 4.
                       Case{"mqa_16_heads_split", 16, 1, 32, 8, {600, 31}, 3},
                       Case{"group_of_12_head_dim_48", 12, 1, 48, 5, {300}, 2},
-                      Case{"long_head_dim_128", 8, 2, 128, 16, {2049, 64}, 1}),
+                      Case{"long_head_dim_128", 8, 2, 128, 16, {2049, 64}, 1},
+                      // Groups a block's heads round up (3 in a block of 4, 5 in one of 8: the
+                      // rest are dummies), and one head per block past head_dim 128 (a single
+                      // product per run summed over the lanes).
+                      Case{"group_of_3_head_dim_96", 6, 2, 96, 16, {700, 9}, 2},
+                      Case{"group_of_5", 10, 2, 64, 8, {300, 40}, 3},
+                      Case{"mha_head_dim_256", 4, 4, 256, 16, {600, 3}, 2}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace

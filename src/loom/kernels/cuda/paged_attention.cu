@@ -71,18 +71,23 @@ __device__ __forceinline__ void keep_halves(float (&v)[V], int lane) {
 
 // The sums over the warp's 32 lanes of each of V values (V a power of two up to 32), every lane
 // getting all V: log2(V) halving steps (keep_halves: V - 1 shuffles in all), plain butterfly
-// steps for the one sum left per lane, and V broadcasts (sum k ends in lanes k << (5 - log2 V)
-// and the next): 2V + 4 - log2 V shuffles instead of 5V for a warp_sum of each. The order of
-// every add is fixed, so the sums are the same bits in every lane and every call.
+// steps for the one sum left per lane, and V broadcasts (sum k ends in the 32 / V lanes from
+// k * 32 / V): 2V + 4 - log2 V shuffles instead of 5V for a warp_sum of each. Each sum is added
+// in warp_sum's order, so the bits are warp_sum's, the same in every lane and every call.
 template <int V>
 __device__ __forceinline__ void warp_sums(float (&v)[V]) {
+  static_assert(V >= 1 && V <= 32 && (V & (V - 1)) == 0, "warp_sums takes a power of two up to 32 values");
   const int lane = static_cast<int>(threadIdx.x) % 32;
   keep_halves<0>(v, lane);
   float total = v[0];
 #pragma unroll
   for (int offset = 16 >> kLog2<V>; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
+  if constexpr (V == 1) {
+    v[0] = total;  // every lane has it already
+  } else {
 #pragma unroll
-  for (int k = 0; k < V; ++k) v[k] = __shfl_sync(0xffffffffu, total, k << (5 - kLog2<V>));
+    for (int k = 0; k < V; ++k) v[k] = __shfl_sync(0xffffffffu, total, k << (5 - kLog2<V>));
+  }
 }
 
 // One row's split attention: what each partition of its keys leaves for the merge.

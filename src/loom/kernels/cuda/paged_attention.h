@@ -9,8 +9,9 @@
 // across head_dim (rows read whole, coalesced, slots looked up in the block table), the run's
 // dot products of all the block's heads summed over the lanes together (2V + 4 - log2 V shuffles
 // for V of them, not 5V), with an online softmax per head; the warps' results are merged in
-// shared memory. Kernels are built per heads per block (1, 2, 4, 8) and head_dim class. A row longer than one partition leaves each
-// partition's max, sum and weighted values, which a second kernel merges in partition order.
+// shared memory. Kernels are built per heads per block (1, 2, 4, 8) and head_dim class. A row
+// longer than one partition leaves each partition's max, sum and weighted values, which a second
+// kernel merges in partition order.
 // Every sum's order depends on the row's length only, so a row's result is the same bits in any
 // batch (the engine's batch invariance). fp32 on CUDA cores, the sums in another order than the
 // CPU's (within fp32 rounding of it); bf16 pools (s.cache) are widened as they are read and
