@@ -1,7 +1,7 @@
 // The GPU paged attention against the CPU kernel (same contract, kernels/cpu/paged_attention.h):
 // a batch step mixing decode rows and prefill chunks of several sequences whose blocks are
 // scattered over the pool, sequence lengths that end inside blocks, awkward block sizes, GQA
-// (groups of 1 to 16 heads, 3 and 5 among them), head_dim from 8 to 256, sequences longer than a tile of keys,
+// (groups of 1 to 16 heads, 3 and 5 among them), head_dim from 8 to 256 (33: odd), sequences longer than a tile of keys,
 // q rows as strided views of a fused qkv: fp32 within 1e-5 relative, outputs poisoned. The cache
 // write puts every row's key and value exactly where the CPU's does; attention_decode over one
 // contiguous cache likewise; bf16 pools too (written rounded as the CPU's, bit for bit; attention
@@ -237,7 +237,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // product per run summed over the lanes).
                       Case{"group_of_3_head_dim_96", 6, 2, 96, 16, {700, 9}, 2},
                       Case{"group_of_5", 10, 2, 64, 8, {300, 40}, 3},
-                      Case{"mha_head_dim_256", 4, 4, 256, 16, {600, 3}, 2}),
+                      Case{"mha_head_dim_256", 4, 4, 256, 16, {600, 3}, 2},
+                      // An odd head_dim: one load per column instead of pairs.
+                      Case{"odd_head_dim_33", 4, 2, 33, 7, {300, 20}, 2}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace

@@ -43,6 +43,45 @@ __device__ inline int64_t cache_row(const int32_t* table, int32_t t, const Paged
   return slot * (s.kv_heads * s.head_dim);
 }
 
+// The head_dim column of a lane's j-th element: adjacent pairs (2 lane, 2 lane + 1) per 64
+// columns, so a row piece is one 4-byte (bf16) or 8-byte (fp32) load per lane and pair; one
+// column per lane where head_dim fits 32 lanes (kPerLane 1).
+template <int kPerLane>
+__device__ __forceinline__ int64_t lane_column(int lane, int j) {
+  if constexpr (kPerLane == 1) {
+    return lane;
+  } else {
+    return 64 * (j / 2) + 2 * lane + (j % 2);
+  }
+}
+
+// Columns d and d + 1 (d even) of a pool row as fp32, 0 past head_dim hd: one paired load where
+// hd is even (rows then start at even elements, aligned for it), else one load per column.
+__device__ __forceinline__ float2 load_pair(const float* row, int64_t d, int64_t hd) {
+  if (hd % 2 == 0) return d < hd ? *reinterpret_cast<const float2*>(row + d) : make_float2(0.0f, 0.0f);
+  return make_float2(d < hd ? row[d] : 0.0f, d + 1 < hd ? row[d + 1] : 0.0f);
+}
+__device__ __forceinline__ float2 load_pair(const __nv_bfloat16* row, int64_t d, int64_t hd) {
+  if (hd % 2 == 0)
+    return d < hd ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(row + d)) : make_float2(0.0f, 0.0f);
+  return make_float2(d < hd ? widen(row[d]) : 0.0f, d + 1 < hd ? widen(row[d + 1]) : 0.0f);
+}
+
+// A lane's kPerLane elements of a pool row (lane_column's columns) as fp32, 0 past head_dim.
+template <int kPerLane, typename T>
+__device__ __forceinline__ void load_row(float (&x)[kPerLane], const T* row, int lane, int64_t hd) {
+  if constexpr (kPerLane == 1) {
+    x[0] = lane < hd ? widen(row[lane]) : 0.0f;
+  } else {
+#pragma unroll
+    for (int j = 0; j < kPerLane; j += 2) {
+      const float2 pair = load_pair(row, lane_column<kPerLane>(lane, j), hd);
+      x[j] = pair.x;
+      x[j + 1] = pair.y;
+    }
+  }
+}
+
 // Keys a warp loads before it uses any (more loads in flight per warp), fewer for wide heads,
 // whose rows already take more registers.
 template <int kPerLane>
@@ -99,7 +138,7 @@ struct Partials {
 
 // One warp's online softmax over its keys for the block's kHeads query heads (a power of two
 // holding its heads_here): running max (log2 units), sum of weights and weighted values (a
-// lane's columns d = lane + 32 j).
+// lane's columns: lane_column).
 template <int kHeads, int kPerLane>
 struct WarpSoftmax {
   float acc[kHeads][kPerLane], max_score[kHeads], sum[kHeads];
@@ -117,13 +156,13 @@ __device__ __forceinline__ void add_run(WarpSoftmax<kHeads, kPerLane>& w, const 
   float key[kKeys][kPerLane], value[kKeys][kPerLane];
 #pragma unroll
   for (int u = 0; u < kKeys; ++u) {
-    const bool here = first + u < end;
-    const int64_t row = here ? cache_row(table, static_cast<int32_t>(first + u), s) + kv_off : 0;
+    if (first + u < end) {  // the same for the whole warp
+      const int64_t row = cache_row(table, static_cast<int32_t>(first + u), s) + kv_off;
+      load_row(key[u], k_pool + row, lane, s.head_dim);
+      load_row(value[u], v_pool + row, lane, s.head_dim);
+    } else {
 #pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      const int64_t d = lane + 32 * j;
-      key[u][j] = here && d < s.head_dim ? widen(k_pool[row + d]) : 0.0f;
-      value[u][j] = here && d < s.head_dim ? widen(v_pool[row + d]) : 0.0f;
+      for (int j = 0; j < kPerLane; ++j) key[u][j] = value[u][j] = 0.0f;
     }
   }
   float score[kHeads * kKeys];  // [head][key]: this lane's part of each dot, then the whole
@@ -191,7 +230,7 @@ __device__ __forceinline__ void merge_warps(const WarpSoftmax<kHeads, kPerLane>&
     }
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
-      const int64_t d = lane + 32 * j;
+      const int64_t d = lane_column<kPerLane>(lane, j);
       if (d < hd) partial[(warp * heads_here + i) * hd + d] = w.acc[i][j];
     }
   }
@@ -258,7 +297,7 @@ __global__ void __launch_bounds__(kPagedThreads)
     w.sum[i] = 0.0f;
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
-      const int64_t d = lane + 32 * j;
+      const int64_t d = lane_column<kPerLane>(lane, j);
       qr[i][j] = i < heads_here && d < hd ? q[r * q_stride + (h0 + i) * hd + d] : 0.0f;
       w.acc[i][j] = 0.0f;
     }
@@ -305,7 +344,8 @@ __global__ void paged_cache_write_kernel(T* __restrict__ k_pool, T* __restrict__
   }
 }
 
-// The attention kernel for the pools' elements and head_dim (a lane's columns d = lane + 32 j).
+// The attention kernel for the pools' elements, heads per block and head_dim class (kPerLane:
+// head_dim up to 32 kPerLane columns, lane_column's).
 template <typename T>
 void launch_partitions(dim3 grid, size_t bytes, cudaStream_t stream, float* out, const Partials& partials,
                        const float* q, int64_t q_stride, const void* k_pool, const void* v_pool,

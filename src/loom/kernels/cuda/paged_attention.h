@@ -6,7 +6,8 @@
 // partition), so a few long sequences still fill the GPU; each key's and value's row is read once
 // for all the query heads of its GQA group. In a block each of 4 warps takes runs of consecutive
 // keys (4 rows' loads in flight per lane up to head_dim 64, 2 up to 128, 1 above), its lanes
-// across head_dim (rows read whole, coalesced, slots looked up in the block table), the run's
+// across head_dim (rows read whole, coalesced, two adjacent columns per lane and load where
+// head_dim is even; slots looked up in the block table), the run's
 // dot products of all the block's heads summed over the lanes together (2V + 4 - log2 V shuffles
 // for V of them, not 5V), with an online softmax per head; the warps' results are merged in
 // shared memory. Kernels are built per heads per block (1, 2, 4, 8) and head_dim class. A row
