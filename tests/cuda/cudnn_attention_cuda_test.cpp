@@ -178,7 +178,8 @@ TEST(CudnnAttentionDispatch, PicksCudnnWhereItServesAndLoomElsewhere) {
 }
 
 // No GPU needed: the status says why when cuDNN is unavailable, a missing library is refused with
-// dlopen's reason, and the refusal of a served shape is empty only where cuDNN loaded.
+// dlopen's reason, and the refusal of a served shape is empty only where cuDNN loaded (and is not
+// 9.10.0 or 9.10.1, whose SDPA loom refuses).
 TEST(CudnnAttentionStatus, ReportsAReasonAndNeverThrows) {
   const CudnnStatus& status = cudnn_status();
   EXPECT_EQ(status.available, status.reason.empty()) << status.reason;
@@ -187,7 +188,8 @@ TEST(CudnnAttentionStatus, ReportsAReasonAndNeverThrows) {
   EXPECT_FALSE(missing.reason.empty());
   const Layout served(CudnnCase{"served", 1, 64, 4, 2, 64, true});
   const std::string refusal = cudnn_attention_refusal(served.s, {});
-  EXPECT_EQ(refusal.empty(), status.available) << refusal;
+  const bool known_bugs = status.version == 91000 || status.version == 91001;
+  EXPECT_EQ(refusal.empty(), status.available && !known_bugs) << refusal;
   const Layout d40(CudnnCase{"d40", 1, 37, 3, 3, 40, true});
   EXPECT_FALSE(cudnn_attention_refusal(d40.s, {}).empty());
 }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -260,8 +261,9 @@ Plan& plan_for(const FlashAttentionShape& s, bool backward) {
     auto graph = backward ? backward_graph(s) : forward_graph(s);
     graph->build_plan(CudnnHandle(nullptr).get());
     plan.graph = std::move(graph);
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {  // a loom::Error naming cuDNN's refusal, or out of memory
     plan.failure = e.what();
+    if (plan.failure.empty()) plan.failure = "the plan could not be built";
   }
   return plan;
 }
