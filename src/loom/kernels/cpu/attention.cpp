@@ -1,8 +1,10 @@
 #include "loom/kernels/cpu/attention.h"
 #include "loom/kernels/cpu/fast_math.h"
+#include "loom/kernels/cpu/paged_attention.h"
 #include "loom/kernels/cpu/parallel.h"
 #include "loom/kernels/cpu/vector_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -86,33 +88,15 @@ void reference_attention_backward(float* dqkv, const float* dout, const float* p
 void attention_decode(float* out, const float* q, int64_t q_stride, const float* k_cache,
                       const float* v_cache, int64_t past, int64_t new_tokens, int64_t heads,
                       int64_t kv_heads, int64_t head_dim) {
-  const int64_t group = heads / kv_heads, kv_width = kv_heads * head_dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-#pragma omp parallel if(worth_parallel((past + new_tokens) * new_tokens * heads * head_dim))
-  {
-    std::vector<float> p(past + new_tokens);
-#pragma omp for collapse(2) schedule(static)
-    for (int64_t i = 0; i < new_tokens; ++i) {
-      for (int64_t h = 0; h < heads; ++h) {
-        const int64_t len = past + i + 1, kv_off = (h / group) * head_dim;
-        const float* qi = q + i * q_stride + h * head_dim;
-        float max_score = -INFINITY;
-        for (int64_t t = 0; t < len; ++t) {
-          p[t] = dot(qi, k_cache + t * kv_width + kv_off, head_dim) * scale;
-          max_score = std::max(max_score, p[t]);
-        }
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t t = 0; t < len; ++t) {
-          p[t] = fast_exp(p[t] - max_score);
-          sum += p[t];
-        }
-        float* o = out + (i * heads + h) * head_dim;
-        for (int64_t d = 0; d < head_dim; ++d) o[d] = 0.0f;
-        for (int64_t t = 0; t < len; ++t) axpy(o, p[t] / sum, v_cache + t * kv_width + kv_off, head_dim);
-      }
-    }
-  }
+  // The paged kernel over one block that holds the whole cache: each head's arithmetic is what a
+  // loop per (row, head) over the contiguous rows computes, and each key and value row is read
+  // once per GQA group.
+  const int64_t length = past + new_tokens;
+  const int32_t table = 0;
+  std::vector<int32_t> sequences(static_cast<size_t>(new_tokens), 0), positions(static_cast<size_t>(new_tokens));
+  for (int64_t i = 0; i < new_tokens; ++i) positions[static_cast<size_t>(i)] = static_cast<int32_t>(past + i);
+  const PagedAttentionShape shape{heads, kv_heads, head_dim, std::max<int64_t>(length, 1), 1, KvCacheDtype::Fp32};
+  paged_attention(out, q, q_stride, k_cache, v_cache, &table, sequences.data(), positions.data(), new_tokens, shape);
 }
 
 }  // namespace loom::kernels::cpu

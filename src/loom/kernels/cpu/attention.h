@@ -21,7 +21,8 @@ void reference_attention_backward(float* dqkv, const float* dout, const float* p
 
 // Decoding with a KV cache: `q` holds `new_tokens` query rows for one sequence at positions
 // [past, past + new_tokens); the caches hold keys/values [position, kv_heads*head_dim] for
-// positions [0, past + new_tokens). out: [new_tokens, heads*head_dim].
+// positions [0, past + new_tokens). out: [new_tokens, heads*head_dim]. The paged kernel
+// (paged_attention.h) over one block holding the whole cache.
 void attention_decode(float* out, const float* q, int64_t q_stride, const float* k_cache,
                       const float* v_cache, int64_t past, int64_t new_tokens, int64_t heads,
                       int64_t kv_heads, int64_t head_dim);
