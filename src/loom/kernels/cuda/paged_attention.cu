@@ -211,8 +211,9 @@ struct BlockResult {
   bool split;
 };
 
-// The warps' softmaxes merged through shared memory ([warps][heads_here][max, sum], then
-// [warps][heads_here][hd] weighted values) and written. A warp without keys here (under
+// The warps' softmaxes merged through shared memory ([warps][heads_here][max, sum], then each
+// head's [top, total], then [warps][heads_here][hd] weighted values) and written. A thread per
+// head turns its warps' maxes into their factors once; a warp without keys here (under
 // kPagedWarps runs in the partition) has max -inf and sum 0: its factor is 0.
 template <int kHeads, int kPerLane>
 __device__ __forceinline__ void merge_warps(const WarpSoftmax<kHeads, kPerLane>& w, int heads_here, int64_t hd,
@@ -220,7 +221,8 @@ __device__ __forceinline__ void merge_warps(const WarpSoftmax<kHeads, kPerLane>&
   extern __shared__ float shared[];
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   float* stats = shared;
-  float* partial = stats + 2 * kPagedWarps * heads_here;
+  float* head = stats + 2 * kPagedWarps * heads_here;
+  float* partial = head + 2 * heads_here;
 #pragma unroll
   for (int i = 0; i < kHeads; ++i) {
     if (i >= heads_here) break;
@@ -235,26 +237,36 @@ __device__ __forceinline__ void merge_warps(const WarpSoftmax<kHeads, kPerLane>&
     }
   }
   __syncthreads();
-  for (int64_t e = threadIdx.x; e < heads_here * hd; e += kPagedThreads) {
-    const int64_t i = e / hd, d = e % hd;
+  if (static_cast<int>(threadIdx.x) < heads_here) {
+    const int i = static_cast<int>(threadIdx.x);
     float top = -INFINITY;
     for (int v = 0; v < kPagedWarps; ++v) top = fmaxf(top, stats[2 * (v * heads_here + i)]);
-    float total = 0.0f, o = 0.0f;
+    float total = 0.0f;
     for (int v = 0; v < kPagedWarps; ++v) {
       const float factor = exp2f(stats[2 * (v * heads_here + i)] - top);
       total = fmaf(stats[2 * (v * heads_here + i) + 1], factor, total);
-      o = fmaf(partial[(v * heads_here + i) * hd + d], factor, o);
+      stats[2 * (v * heads_here + i)] = factor;  // the max, read once, becomes its factor
+    }
+    head[2 * i] = top;
+    head[2 * i + 1] = total;
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < heads_here * hd; e += kPagedThreads) {
+    const int64_t i = e / hd, d = e % hd;
+    float o = 0.0f;
+    for (int v = 0; v < kPagedWarps; ++v) {
+      o = fmaf(partial[(v * heads_here + i) * hd + d], stats[2 * (v * heads_here + i)], o);
     }
     const int64_t head_row = result.first_head_row + i;
     if (!result.split) {
-      result.out[head_row * hd + d] = o / total;
+      result.out[head_row * hd + d] = o / head[2 * i + 1];
       continue;
     }
     const int64_t part = head_row * result.partials.partitions + blockIdx.y;
     result.partials.acc[part * hd + d] = o;
     if (d == 0) {
-      result.partials.stats[2 * part] = top;
-      result.partials.stats[2 * part + 1] = total;
+      result.partials.stats[2 * part] = head[2 * i];
+      result.partials.stats[2 * part + 1] = head[2 * i + 1];
     }
   }
 }
@@ -388,7 +400,8 @@ void launch_attention(float* out, const float* q, int64_t q_stride, const void* 
                                       std::to_string(kPagedPartitionKeys) + " keys");
   const int64_t group = s.heads / s.kv_heads, slices = (group + kGroupHeads - 1) / kGroupHeads;
   const int64_t block_heads = std::min<int64_t>(group, kGroupHeads);
-  const size_t bytes = static_cast<size_t>(kPagedWarps * block_heads * (s.head_dim + 2)) * sizeof(float);
+  const int64_t shared_floats = kPagedWarps * block_heads * (s.head_dim + 2) + 2 * block_heads;
+  const size_t bytes = static_cast<size_t>(shared_floats) * sizeof(float);
   const int64_t per_row = s.heads * partitions * (s.head_dim + 2) * static_cast<int64_t>(sizeof(float));
   // Both grids fit: the attention's n * kv_heads * slices blocks and the merge's n * heads.
   const int64_t grid_rows = std::max<int64_t>(1, std::numeric_limits<int32_t>::max() / s.heads);
