@@ -320,10 +320,13 @@ __global__ void __launch_bounds__(kPagedThreads)
 }
 
 // Block (row, head) of a row longer than one partition: its partitions' partials merged in
-// partition order, each rescaled to the largest max.
+// partition order, each rescaled to the largest max. The factors are computed once each, a chunk
+// of kPagedThreads partitions at a time, into shared memory.
 __global__ void __launch_bounds__(kPagedThreads)
     paged_attention_merge_kernel(float* __restrict__ out, Partials partials, const int32_t* __restrict__ positions,
                                  int64_t past, PagedAttentionShape s) {
+  constexpr int kColumns = kMaxHeadDim / kPagedThreads;  // output columns per thread at most
+  __shared__ float factor[kPagedThreads];
   const int64_t r = blockIdx.x / s.heads, hd = s.head_dim;
   const int64_t len = (positions ? static_cast<int64_t>(positions[r]) : past + r) + 1;
   if (len <= kPagedPartitionKeys) return;  // written whole by its one partition
@@ -332,12 +335,25 @@ __global__ void __launch_bounds__(kPagedThreads)
   const float* stats = partials.stats + 2 * first;
   float top = -INFINITY;
   for (int64_t p = 0; p < count; ++p) top = fmaxf(top, stats[2 * p]);
-  float total = 0.0f;
-  for (int64_t p = 0; p < count; ++p) total = fmaf(stats[2 * p + 1], exp2f(stats[2 * p] - top), total);
-  for (int64_t d = threadIdx.x; d < hd; d += kPagedThreads) {
-    float o = 0.0f;
-    for (int64_t p = 0; p < count; ++p) o = fmaf(partials.acc[(first + p) * hd + d], exp2f(stats[2 * p] - top), o);
-    out[blockIdx.x * hd + d] = o / total;
+  float total = 0.0f, o[kColumns] = {};
+  for (int64_t chunk = 0; chunk < count; chunk += kPagedThreads) {
+    const int64_t n = count - chunk < kPagedThreads ? count - chunk : kPagedThreads;
+    __syncthreads();  // the previous chunk's factors are read
+    if (threadIdx.x < n) factor[threadIdx.x] = exp2f(stats[2 * (chunk + threadIdx.x)] - top);
+    __syncthreads();
+    for (int64_t p = 0; p < n; ++p) {
+      total = fmaf(stats[2 * (chunk + p) + 1], factor[p], total);
+#pragma unroll
+      for (int k = 0; k < kColumns; ++k) {
+        const int64_t d = threadIdx.x + k * kPagedThreads;
+        if (d < hd) o[k] = fmaf(partials.acc[(first + chunk + p) * hd + d], factor[p], o[k]);
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kColumns; ++k) {
+    const int64_t d = threadIdx.x + k * kPagedThreads;
+    if (d < hd) out[blockIdx.x * hd + d] = o[k] / total;
   }
 }
 
