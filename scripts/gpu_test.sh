@@ -15,8 +15,8 @@
 #   nccl      test_nccl; the trainer over NCCL (one rank) and as 2 ranks sharing the GPU
 #   torch     PyTorch with torch.compile on both shapes
 #   more      the hybrid step, serving on the GPU beside the CPU, compute-sanitizer, the kernel
-#             benchmarks beside PyTorch, the fp8_current step's profile, decoding attention over
-#             a paged cache beside PyTorch's over contiguous tensors
+#             benchmarks beside PyTorch, the fp8_current step's profile, decoding and prompt rows'
+#             attention over a paged cache beside PyTorch's over contiguous tensors
 # The budget is LOOM_GPU_BUDGET_S seconds from the start (default 540); each step has its own
 # timeout, cut to what is left, and a step that no longer fits is skipped, saying so. Binaries
 # come from .gpu-bundle/ (scripts/gpu_bundle.sh, made on a build machine) when it is there, else
@@ -179,8 +179,8 @@ PY
     done
   fi
   # The hand-written kernels once more under compute-sanitizer's memcheck, on the tests' small
-  # shapes (out-of-bounds and misaligned accesses), and loom's tensor-core attention under
-  # racecheck (not cuDNN's, which LOOM_ATTENTION=loom keeps out).
+  # shapes (out-of-bounds and misaligned accesses), and loom's tensor-core attention (training's and
+  # prompt rows') under racecheck (not cuDNN's, which LOOM_ATTENTION=loom keeps out).
   local sanitizer
   sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
   if [ -n "$sanitizer" ]; then
@@ -191,7 +191,8 @@ PY
     grep -E "ERROR SUMMARY|Invalid|PASSED|FAILED|skipped" "$out/memcheck.log" | head -12
     echo "== racecheck"
     LOOM_ATTENTION=loom capped racecheck 90 "$sanitizer" --tool racecheck --print-limit 5 "$tests/test_cuda" \
-      --gtest_filter='*Bf16*documents_d128*:*Bf16*causal_gqa_d64*' >"$out/racecheck.log" 2>&1
+      --gtest_filter='*Bf16*documents_d128*:*Bf16*causal_gqa_d64*:*PagedPromptAttention.MatchesTheCpu*/chunks_gqa4_d64' \
+      >"$out/racecheck.log" 2>&1
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|PASSED|FAILED|skipped" "$out/racecheck.log" | head -8
   fi
   # The kernel benchmarks beside PyTorch (each prints RESULT lines for the table).
@@ -203,10 +204,11 @@ PY
     capped "${b#* }" ${b} 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
   done
   train_bench profile-fp8
-  # Decoding attention: loom's paged kernel against PyTorch's SDPA, GB/s of the cache read (DECODE lines).
-  for b in "30 $bin/loom_bench_paged_attention_cuda" "45 python3 bench/cuda/torch_cuda_peer.py decode"; do
+  # Decoding attention: loom's paged kernel against PyTorch's SDPA, GB/s of the cache read (DECODE
+  # lines); prompt rows on CUDA cores and on tensor cores beside SDPA, TFLOP/s (PREFILL lines).
+  for b in "40 $bin/loom_bench_paged_attention_cuda" "50 python3 bench/cuda/torch_cuda_peer.py decode"; do
     # shellcheck disable=SC2086
-    capped "${b#* }" ${b} 2>&1 | tee -a "$out/bench.txt" | grep -v "^DECODE" || true
+    capped "${b#* }" ${b} 2>&1 | tee -a "$out/bench.txt" | grep -vE "^(DECODE|PREFILL)" || true
   done
 }
 

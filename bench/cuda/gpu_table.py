@@ -94,6 +94,31 @@ def decoding(path):
     return "\n".join(out) + "\n(GB/s: the cache's keys and values read per second; loom/torch: torch's time over loom's)"
 
 
+def prefilling(path):
+    """Prompt rows' attention over a KV cache (PREFILL lines: loom_bench_paged_attention_cuda's
+    CUDA-core and tensor-core kernels over paged blocks, torch_cuda_peer.py prefill over contiguous
+    tensors): TFLOP/s of each, the tensor cores' speedup over the CUDA cores, torch's time over
+    loom's tensor cores'."""
+    rows = {}
+    for line in read_lines(path) or []:
+        parts = line.split("|")
+        if len(parts) == 6 and parts[0] == "PREFILL":
+            _, impl, op, shape, ms, rate = parts
+            key = "torch" if impl == "torch" else ("tc" if "tensor" in op else "cc")
+            rows.setdefault(shape, {})[key] = (float(ms), float(rate))
+    if not rows:
+        return "prompt attention: no results"
+    out = [f"{'prompt chunk':36} {'CUDA cores ms':>13} {'TF/s':>6} {'tensor ms':>9} {'TF/s':>6} {'torch ms':>9} "
+           f"{'TF/s':>6} {'tc/cc':>6} {'torch/tc':>8}"]
+    for shape, r in rows.items():
+        cells = [f"{r[k][0]:{w}.3f} {r[k][1]:6.1f}" if k in r else f"{'-':>{w}} {'-':>6}"
+                 for k, w in (("cc", 13), ("tc", 9), ("torch", 9))]
+        speedup = f"{r['cc'][0] / r['tc'][0]:6.2f}" if "cc" in r and "tc" in r else f"{'-':>6}"
+        ratio = f"{r['torch'][0] / r['tc'][0]:8.2f}" if "torch" in r and "tc" in r else f"{'-':>8}"
+        out.append(f"{shape:36} {' '.join(cells)} {speedup} {ratio}")
+    return "\n".join(out) + "\n(TF/s of the causal products; tc/cc: the tensor cores' speedup; torch/tc: torch's time over loom's)"
+
+
 def serving(path):
     """The engine's tokens/s per device and GEMM dtype (SERVE lines: loom_bench_serve's JSON, tagged
     "cuda bf16", "cuda fp32" or "cpu fp32"), with each GPU row over the CPU's."""
@@ -173,6 +198,7 @@ if __name__ == "__main__":
     if speedups:
         print(speedups)
     print(decoding(sys.argv[1]))
+    print(prefilling(sys.argv[1]))
     print(serving(sys.argv[1]))
     print(training(sys.argv[1]))
     print(loss_curves(sys.argv[1]))

@@ -6,7 +6,12 @@
 // 256 MiB, so the keys come from memory as in a real step (where every other layer's cache
 // passes through L2 between two reads of this one), not from a 50 MB L2. bench/cuda/torch_cuda_peer.py
 // decode times PyTorch's scaled_dot_product_attention on the same shapes over contiguous caches.
-// Prints DECODE|impl|op|shape|ms|GB/s lines. Usage: loom_bench_paged_attention_cuda
+// Then prompt rows (prefill) over a bf16 cache, bound by the products: the CUDA-core kernel every
+// row took before (paged_attention) and the tensor-core one (paged_prompt_attention.h), in TFLOP/s
+// of the causal products (4 x heads x head_dim per visible key and row); torch_cuda_peer.py prefill
+// times PyTorch's SDPA on the same queries over contiguous keys and values.
+// Prints DECODE|impl|op|shape|ms|GB/s and PREFILL|impl|op|shape|ms|TFLOP/s lines.
+// Usage: loom_bench_paged_attention_cuda
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -19,6 +24,7 @@
 #include "bench_util.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/paged_attention.h"
+#include "loom/kernels/cuda/paged_prompt_attention.h"
 
 namespace {
 
@@ -109,13 +115,68 @@ void bench(const Shape& s, KvCacheDtype dtype) {
   for (void* p : std::vector<void*>{d_tables, d_sequences, d_positions, keys, values, q, out}) cudaFree(p);
 }
 
+// A prompt chunk of `rows` rows ending at position length - 1 of one sequence.
+struct PrefillShape {
+  const char* name;
+  int64_t rows, length, heads, kv_heads, dim;
+};
+// torch_cuda_peer.py's PREFILL list: a whole 2048-token prompt and a 512-row chunk at the end of
+// 8192 positions on the ~1B Llama's heads, and a 1024-token prompt at head_dim 128.
+const std::vector<PrefillShape> kPrefillShapes = {{"llama1b", 2048, 2048, 32, 8, 64},
+                                                  {"llama1b", 512, 8192, 32, 8, 64},
+                                                  {"d128", 1024, 1024, 32, 8, 128}};
+
+void prefill(const PrefillShape& s) {
+  const int64_t kv_width = s.kv_heads * s.dim, width = s.length / kBlockSize, first = s.length - s.rows;
+  std::vector<int32_t> table(static_cast<size_t>(width));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(13));
+  std::vector<int32_t> sequences(static_cast<size_t>(s.rows), 0), positions(static_cast<size_t>(s.rows)), tiles;
+  std::iota(positions.begin(), positions.end(), static_cast<int32_t>(first));
+  for (int64_t r = 0; r < s.rows; r += loom::kernels::kPromptTileRows) {
+    tiles.insert(tiles.end(), {static_cast<int32_t>(r),
+                               static_cast<int32_t>(std::min(loom::kernels::kPromptTileRows, s.rows - r))});
+  }
+  int32_t* d_table = upload(table);
+  int32_t* d_sequences = upload(sequences);
+  int32_t* d_positions = upload(positions);
+  int32_t* d_tiles = upload(tiles);
+  void* keys = random_pool(width * kBlockSize * kv_width, KvCacheDtype::Bf16, 4);
+  void* values = random_pool(width * kBlockSize * kv_width, KvCacheDtype::Bf16, 5);
+  const int64_t q_stride = (s.heads + 2 * s.kv_heads) * s.dim;
+  float* q = loom::bench::random_device_floats(s.rows * q_stride, 6);
+  float* out = nullptr;
+  check_cuda(cudaMalloc(reinterpret_cast<void**>(&out), s.rows * s.heads * s.dim * sizeof(float)), "cudaMalloc");
+  const PagedAttentionShape shape{s.heads, s.kv_heads, s.dim, kBlockSize, width, KvCacheDtype::Bf16};
+  const int64_t tile_count = static_cast<int64_t>(tiles.size() / 2);
+  // The causal products: row at position p sees p + 1 keys.
+  const double flops =
+      4.0 * static_cast<double>(s.heads * s.dim) * static_cast<double>(first + 1 + s.length) * s.rows / 2.0;
+  const std::string name = std::string(s.name) + " rows " + std::to_string(s.rows) + " L" + std::to_string(s.length) +
+                           " H" + std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) + " D" +
+                           std::to_string(s.dim);
+  const double cuda_cores = loom::bench::time_ms(
+      [&] { paged_attention(out, q, q_stride, keys, values, d_table, d_sequences, d_positions, s.rows, shape); }, 2, 5);
+  const double tensor_cores = loom::bench::time_ms([&] {
+    paged_prompt_attention(out, q, q_stride, keys, values, d_table, d_sequences, d_positions, d_tiles, tile_count,
+                           shape);
+  });
+  for (const auto& [op, ms] : {std::pair{"prompt attention CUDA cores", cuda_cores},
+                               std::pair{"prompt attention tensor cores", tensor_cores}}) {
+    std::printf("PREFILL|loom|%s|%s|%.4f|%.1f\n", op, name.c_str(), ms, flops / (ms * 1e-3) / 1e12);
+  }
+  std::fflush(stdout);
+  for (void* p : std::vector<void*>{d_table, d_sequences, d_positions, d_tiles, keys, values, q, out}) cudaFree(p);
+}
+
 }  // namespace
 
 int main() {
-  return loom::bench::gpu_main("loom_bench_paged_attention_cuda", "decode attention", [] {
+  return loom::bench::gpu_main("loom_bench_paged_attention_cuda", "paged attention", [] {
     for (const Shape& s : kShapes) {
       bench(s, KvCacheDtype::Bf16);
       bench(s, KvCacheDtype::Fp32);
     }
+    for (const PrefillShape& s : kPrefillShapes) prefill(s);
   });
 }

@@ -5,7 +5,8 @@ torch.matmul in bf16, torch._scaled_mm in FP8 E4M3 with per-tensor scales and wi
 torch.nn.functional.scaled_dot_product_attention (causal, forward and forward + backward, bf16 and
 fp32, GQA through enable_gqa); and decoding attention (one query per sequence over its whole
 cache, contiguous [batch, kv_heads, length, dim] bf16 or fp32 tensors), as DECODE lines with the
-cache's GB/s like loom_bench_paged_attention_cuda's. Random data; mean over timed runs after
+cache's GB/s like loom_bench_paged_attention_cuda's; and prompt rows' attention (a chunk of queries at
+the end of a sequence, causal from the bottom right, bf16) as PREFILL lines in TFLOP/s. Random data; mean over timed runs after
 warm-ups, CUDA events. Prints the same RESULT|impl|op|shape|ms|TFLOP/s lines as loom's programs."""
 import sys
 
@@ -19,6 +20,8 @@ ATTENTION = [("gpt2", 8, 1024, 12, 12, 64), ("llama1b", 4, 2048, 32, 8, 64), ("l
 # bench/cuda/paged_attention_cuda_bench.cpp's shapes: name, batch, length, heads, kv_heads, dim.
 DECODE = [("llama1b", 1, 4096, 32, 8, 64), ("llama1b", 1, 32768, 32, 8, 64), ("llama1b", 16, 4096, 32, 8, 64),
           ("llama1b", 64, 2048, 32, 8, 64), ("d128", 8, 8192, 32, 8, 128)]
+# Its prompt chunks: name, rows, length (positions after the chunk), heads, kv_heads, dim.
+PREFILL = [("llama1b", 2048, 2048, 32, 8, 64), ("llama1b", 512, 8192, 32, 8, 64), ("d128", 1024, 1024, 32, 8, 128)]
 CYCLE_BYTES = 256 << 20  # each call reads another copy of the cache, as loom's benchmark does
 
 
@@ -116,6 +119,29 @@ def decode():
             del caches
 
 
+def prefill():
+    from torch.nn.attention.bias import causal_lower_right
+
+    for name, rows, length, heads, kv_heads, dim in PREFILL:
+        shape = f"{name} rows {rows} L{length} H{heads}/{kv_heads} D{dim}"
+        q = torch.randn(1, heads, rows, dim, device="cuda", dtype=torch.bfloat16)
+        # The kv heads repeated for the query heads beforehand (a causal bias with GQA is not served
+        # by every backend); the time is the attention's.
+        k, v = (torch.randn(1, kv_heads, length, dim, device="cuda", dtype=torch.bfloat16)
+                .repeat_interleave(heads // kv_heads, dim=1) for _ in range(2))
+        first = length - rows
+        flops = 4.0 * heads * dim * (first + 1 + length) * rows / 2.0
+
+        def step():
+            if rows == length:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(rows, length))
+
+        with torch.no_grad():
+            ms = time_ms(step)
+        print(f"PREFILL|torch|prompt attention|{shape}|{ms:.4f}|{flops / (ms * 1e-3) / 1e12:.1f}", flush=True)
+
+
 if __name__ == "__main__":
     if not torch.cuda.is_available():
         print("SKIP|torch|all|all|no CUDA device for torch", flush=True)
@@ -127,3 +153,5 @@ if __name__ == "__main__":
         attention()
     if what in ("all", "decode"):
         decode()
+    if what in ("all", "decode", "prefill"):
+        prefill()

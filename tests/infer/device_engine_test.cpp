@@ -184,6 +184,32 @@ TEST_P(DeviceEngineTest, KeptBf16CastsAreOfTheWeightsLoadedLast) {
 
 INSTANTIATE_TEST_SUITE_P(Families, DeviceEngineTest, ::testing::Values("llama", "gpt2", "moe"));
 
+// Prompt rows in tiles (kernels::paged_prompt_attention, which a GPU runs on tensor cores for a bf16
+// cache and heads of 64): the emulated device runs that entry as the exact kernel tile by tile, so
+// its engine still equals the cpu's bit for bit only if the tiles cover every prompt row once,
+// each of one sequence, and the decoding rows go to paged_attention. Prompts of 70, 130 and 64
+// positions come in chunks of up to 100 rows beside decoding samples (tp 1 and 2).
+TEST(DeviceEngine, PromptRowsInTilesEqualTheCpu) {
+  ::loom::testing::install_emulated_cuda();
+  const std::string ckpt = checkpoint_of("llama64");
+  const auto prompts = prompts_of({70, 9, 130, 64});
+  EngineOptions options;
+  options.dtype = InferenceDtype::Bf16;  // and so a bf16 cache
+  options.block_size = 16;
+  options.max_batch_tokens = 100;
+  RequestOptions request = greedy(6);
+  request.n = 2;
+  for (int tp : {1, 2}) {
+    options.tp = tp;
+    ::loom::testing::reset_emulated_census();
+    const auto on_the_device = run_on(ckpt, on_device(options), prompts, request);
+    const ::loom::testing::EmulatedCensus census = ::loom::testing::emulated_census();
+    EXPECT_GT(census.entries.count("paged_prompt_attention") ? census.entries.at("paged_prompt_attention") : 0, 0);
+    EXPECT_GT(census.entries.count("paged_attention") ? census.entries.at("paged_attention") : 0, 0);
+    expect_identical(on_the_device, run_on(ckpt, options, prompts, request));
+  }
+}
+
 // A hybrid (Mamba-2 / attention) model: its per-sequence Mamba states live in the device's state
 // pool, stepped by the causal_conv_silu_step / ssd_scan_step kernels, and forked samples copy their
 // slots on the device. Chunked prefill, the n samples of a prompt and tp 2 equal the cpu engine.

@@ -63,7 +63,19 @@ inline const std::string& hybrid_yaml() {
   return yaml;
 }
 
-// Trains each model once per test binary; returns the checkpoint root of `name` (llama | gpt2 | moe | hybrid).
+// A Llama-style model with heads of 64 (the head_dim a GPU attends to prompt rows on tensor cores
+// with, kernels::paged_prompt_attention) and room for prompts of several 64-row tiles.
+inline const std::string& llama64_yaml() {
+  static const std::string yaml =
+      "model: {vocab_size: 0, d_model: 256, layers: 2, heads: 4, kv_heads: 2, ffn_size: 96, norm: rms,\n"
+      "        activation: swiglu, positions: rope, tied_embeddings: false, max_seq_len: 192}\n"
+      "optim: {lr: 3.0e-3}\n"
+      "train: {steps: 2, global_batch: 4, micro_batch: 4, seed: 13}\n";
+  return yaml;
+}
+
+// Trains each model once per test binary; returns the checkpoint root of `name` (llama | gpt2 | moe | hybrid |
+// llama64).
 inline std::string checkpoint_of(const std::string& name) {
   static std::map<std::string, std::string> made;
   if (made.count(name) != 0) return made[name];
@@ -71,6 +83,7 @@ inline std::string checkpoint_of(const std::string& name) {
   const std::string& model = name == "llama"    ? llama_yaml()
                              : name == "moe"    ? moe_yaml()
                              : name == "hybrid" ? hybrid_yaml()
+                             : name == "llama64" ? llama64_yaml()
                                                 : gpt2_yaml();
   const std::string yaml = model + loom::train::testing::data_section(root);
   loom::train::testing::train_run(root, name, yaml, {});

@@ -20,6 +20,7 @@ StepMessage forward_step() {
   m.batch.block_tables = {1, 0, 0, 0, 0, 2, 3, 4, 8, 9};
   m.batch.state_slots = {3, -1};
   m.batch.logit_rows = {2, 3};
+  m.batch.prompt_entries = {1};
   return m;
 }
 
@@ -43,6 +44,7 @@ TEST(StepMessage, ForwardRoundTrips) {
   EXPECT_EQ(back.batch.block_tables, m.batch.block_tables);
   EXPECT_EQ(back.batch.state_slots, m.batch.state_slots);
   EXPECT_EQ(back.batch.logit_rows, m.batch.logit_rows);
+  EXPECT_EQ(back.batch.prompt_entries, m.batch.prompt_entries);
 }
 
 TEST(StepMessage, OtherKindsRoundTrip) {
@@ -71,7 +73,7 @@ TEST(StepMessage, BadBytesAreErrors) {
     EXPECT_THROW(decode_step(bytes.substr(0, cut)), Error) << "cut at " << cut;
   }
   expect_error_containing(bytes.substr(0, 3), "truncated in field 'version'");
-  expect_error_containing(bytes.substr(0, bytes.size() - 4), "field 'logit_rows' claims 2 elements");
+  expect_error_containing(bytes.substr(0, bytes.size() - 4), "field 'prompt_entries' claims 1 elements");
   expect_error_containing(bytes + "x", "left over");
   std::string other_version = bytes;
   other_version[0] = 9;

@@ -1,16 +1,19 @@
 // The paged KV cache's bf16 pools (PagedAttentionShape::cache, `loom serve --kv-cache-dtype`) on
 // the CPU: the cache write stores each key and value rounded to nearest even where the fp32 write
 // stores it, and attention over bf16 pools is the fp32 kernel over their widened values, bit for
-// bit (a batch step mixing decode rows and prefill chunks, GQA, scattered blocks).
+// bit (a batch step mixing decode rows and prefill chunks, GQA, scattered blocks). Prompt rows
+// attended tile by tile are the same rows of one call.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <random>
 #include <vector>
 
 #include "loom/core/dtype_convert.h"
+#include "loom/core/error.h"
 #include "loom/kernels/cpu/paged_attention.h"
 
 namespace loom::kernels::cpu {
@@ -90,6 +93,35 @@ TEST(PagedCacheDtype, Bf16WritesAreTheRoundedKeysAndValuesAndAttentionIsTheFp32K
   paged_attention(want.data(), s.qkv.data(), s.stride, keys_widened.data(), values_widened.data(), s.tables.data(),
                   s.sequences.data(), s.positions.data(), s.rows, s.shape);
   EXPECT_EQ(got, want);
+}
+
+// The prompt rows' tile-by-tile entry (what the CPU and the tests' emulated device run where a GPU
+// uses tensor cores): each tile's rows are paged_attention's over them, bit for bit, in any tile
+// order; a tile of no rows, of more than kPromptTileRows or over two table entries is an error
+// naming it.
+TEST(PagedPromptTiles, EachTilesRowsArePagedAttentionsAndBadTilesAreErrorsNamingThem) {
+  Step s;
+  std::vector<float> want(static_cast<size_t>(s.rows * s.att_width));
+  paged_attention(want.data(), s.qkv.data(), s.stride, s.keys.data(), s.values.data(), s.tables.data(),
+                  s.sequences.data(), s.positions.data(), s.rows, s.shape);
+  // The step's rows are 4 per sequence; tiles of 3 + 1, 4 and 2 + 2 rows, the last ones first.
+  const std::vector<int32_t> tiles = {10, 2, 8, 2, 4, 4, 3, 1, 0, 3};
+  std::vector<float> got(want.size(), std::nanf(""));
+  paged_prompt_attention(got.data(), s.qkv.data(), s.stride, s.keys.data(), s.values.data(), s.tables.data(),
+                         s.sequences.data(), s.positions.data(), tiles.data(), 5, s.shape);
+  EXPECT_EQ(got, want);
+  auto error_of = [&](std::vector<int32_t> bad) {
+    try {
+      paged_prompt_attention(got.data(), s.qkv.data(), s.stride, s.keys.data(), s.values.data(), s.tables.data(),
+                             s.sequences.data(), s.positions.data(), bad.data(), 2, s.shape);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error_of({0, 4, 3, 2}).find("tile 1 mixes table entries 0 and 1"), std::string::npos);
+  EXPECT_NE(error_of({0, 4, 4, 0}).find("tile 1 has 0 rows from row 4 (1 to 64 rows)"), std::string::npos);
+  EXPECT_NE(error_of({0, 65, 4, 4}).find("tile 0 has 65 rows"), std::string::npos);
 }
 
 }  // namespace

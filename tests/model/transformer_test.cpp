@@ -234,5 +234,27 @@ TEST(PagedBatchChecks, BadTableEntriesAndBlockIdsAreErrorsNamingThem) {
   EXPECT_NE(error_of(model, narrow, cache).find("needs block 1 of a table 1 wide"), std::string::npos);
 }
 
+// Prompt entries (PagedBatch::prompt_entries) name table entries, and their rows come after every
+// decoding row (the tiles of kernels::paged_prompt_attention follow the decoding rows): otherwise an
+// Error naming the entry or the row.
+TEST(PagedBatchChecks, PromptEntriesOutsideTheTablesOrBeforeADecodingRowAreErrors) {
+  Transformer model(heterogeneous_llama());
+  PagedKVCache cache = model.make_paged_cache(4, 4);
+  PagedBatch batch;
+  batch.tokens = {3, 4, 5};
+  batch.positions = {5, 0, 1};
+  batch.sequences = {0, 1, 1};
+  batch.block_tables = {2, 3, 0, 0};
+  batch.table_width = 2;
+  batch.logit_rows = {0, 2};
+  batch.prompt_entries = {1};  // one decoding row, then a prompt chunk of two
+  EXPECT_EQ(error_of(model, batch, cache), "");
+  batch.prompt_entries = {2};
+  EXPECT_NE(error_of(model, batch, cache).find("prompt entry 2 of 2 table entries"), std::string::npos);
+  batch.prompt_entries = {0};  // the prompt row first, then decoding rows
+  EXPECT_NE(error_of(model, batch, cache).find("row 1 decodes after the prompt rows that start at row 0"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace loom::model

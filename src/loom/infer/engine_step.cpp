@@ -51,6 +51,7 @@ bool Engine::build_batch(model::PagedBatch& batch, std::vector<Sample*>& stepped
       if (!s->finished && s->computed >= prompt && budget > 0) take(*s, 1);
     }
   }
+  const size_t decoding = stepped.size();
   for (auto& r : running_) {
     for (auto& s : r->samples) {
       const int64_t prompt = static_cast<int64_t>(r->stream->prompt().size());
@@ -69,6 +70,7 @@ bool Engine::build_batch(model::PagedBatch& batch, std::vector<Sample*>& stepped
     Sample& s = *stepped[i];
     std::copy(s.table.begin(), s.table.end(), batch.block_tables.begin() + i * width);
     batch.state_slots.push_back(s.slot);
+    if (i >= decoding) batch.prompt_entries.push_back(static_cast<int32_t>(i));
     for (int64_t p = s.computed; p < s.computed + taken[i]; ++p) {
       batch.tokens.push_back(s.tokens[p]);
       batch.positions.push_back(static_cast<int32_t>(p));

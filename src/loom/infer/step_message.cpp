@@ -10,7 +10,7 @@ namespace loom::infer {
 
 namespace {
 
-constexpr int32_t kVersion = 1;
+constexpr int32_t kVersion = 2;
 
 class Writer {
  public:
@@ -107,6 +107,7 @@ std::string encode_step(const StepMessage& m) {
     w.list(b.block_tables);
     w.list(b.state_slots);
     w.list(b.logit_rows);
+    w.list(b.prompt_entries);
   } else if (m.kind == StepKind::CopyBlock || m.kind == StepKind::CopyStateSlot) {
     w.value<int32_t>(m.from);
     w.value<int32_t>(m.to);
@@ -135,6 +136,7 @@ StepMessage decode_step(const std::string& bytes) {
     b.block_tables = r.list<int32_t>("block_tables");
     b.state_slots = r.list<int32_t>("state_slots");
     b.logit_rows = r.list<int64_t>("logit_rows");
+    b.prompt_entries = r.list<int32_t>("prompt_entries");
     LOOM_CHECK(b.positions.size() == b.tokens.size() && b.sequences.size() == b.tokens.size(),
                "serving step message: tokens, positions and sequences differ in length");
   } else if (m.kind == StepKind::CopyBlock || m.kind == StepKind::CopyStateSlot) {

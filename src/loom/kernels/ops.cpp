@@ -299,6 +299,18 @@ void paged_attention(Device device, float* out, const float* q, int64_t q_stride
   check_paged_shape(shape, "paged_attention");
   LOOM_DISPATCH(paged_attention, out, q, q_stride, k_pool, v_pool, block_tables, sequences, positions, rows, shape);
 }
+bool paged_prompt_attention_on_tensor_cores(Device device, const PagedAttentionShape& shape, int64_t q_stride) {
+  return !device.is_cpu() && cuda_entries().paged_prompt_attention != nullptr && shape.cache == KvCacheDtype::Bf16 &&
+         (shape.head_dim == 64 || shape.head_dim == 128) && q_stride % 4 == 0;
+}
+void paged_prompt_attention(Device device, float* out, const float* q, int64_t q_stride, const void* k_pool,
+                            const void* v_pool, const int32_t* block_tables, const int32_t* sequences,
+                            const int32_t* positions, const int32_t* tiles, int64_t tile_count,
+                            const PagedAttentionShape& shape) {
+  check_paged_shape(shape, "paged_prompt_attention");
+  LOOM_DISPATCH(paged_prompt_attention, out, q, q_stride, k_pool, v_pool, block_tables, sequences, positions, tiles,
+                tile_count, shape);
+}
 void paged_cache_write(Device device, void* k_pool, void* v_pool, const float* k, const float* v, int64_t stride,
                        const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t rows,
                        const PagedAttentionShape& shape) {

@@ -50,6 +50,9 @@ struct PagedAttentionShape {
   int64_t heads, kv_heads, head_dim, block_size, table_width;
   KvCacheDtype cache = KvCacheDtype::Fp32;
 };
+// Prompt rows attended together (paged_prompt_attention, ops.h): at most this many rows of one
+// table entry per tile.
+inline constexpr int64_t kPromptTileRows = 64;
 
 // Tiled (flash-style) attention: q [batch, q_len] tokens, k and v [batch, k_len] tokens; head h of
 // token i of row b starts at q + (b * q_len + i) * q_stride + h * head_dim (likewise k, v with

@@ -21,6 +21,11 @@ struct PagedBatch {
   int64_t table_width = 0;
   std::vector<int32_t> state_slots;   // [entries]: the entry's Mamba state slot (hybrid models)
   std::vector<int64_t> logit_rows;    // rows whose next-token logits are wanted
+  // Entries whose rows are prompt tokens (a chunk of one sequence's prompt), whose rows come after
+  // every other row; the other entries each decode a sampled token. A GPU attends to prompt rows on
+  // tensor cores where the cache is bf16 (kernels::paged_prompt_attention), to decoding rows on
+  // CUDA cores in fp32; elsewhere both are paged_attention's.
+  std::vector<int32_t> prompt_entries;
   int64_t rows() const { return static_cast<int64_t>(tokens.size()); }
 };
 
@@ -31,6 +36,10 @@ struct PagedRows {
   const int32_t* sequences = nullptr;     // [rows]
   const int32_t* block_tables = nullptr;  // [entries, table_width]
   const int32_t* state_slots = nullptr;   // [rows]: the row's Mamba state slot (hybrid models), else null
+  // The prompt entries' rows in tiles for kernels::paged_prompt_attention ([prompt_tile_count][2]:
+  // first row, rows), after the first decoding_rows rows.
+  const int32_t* prompt_tiles = nullptr;
+  int64_t prompt_tile_count = 0, decoding_rows = 0;
 };
 
 // The keys and values of one attention layer for this rank's kv heads: [blocks, block_size, kv_width]

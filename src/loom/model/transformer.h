@@ -43,7 +43,8 @@ struct PagedScratch {
   Buffer x, head_in, local_logits, logits;
   std::vector<int32_t> logit_rows;  // the batch's logit rows as gather indices
   std::vector<int32_t> row_slots;   // each row's Mamba state slot (hybrid models)
-  StagedTokens positions, sequences, block_tables, logit_indices, state_slots;
+  std::vector<int32_t> tiles;       // the prompt rows' tiles (PagedRows::prompt_tiles)
+  StagedTokens positions, sequences, block_tables, logit_indices, state_slots, prompt_tiles;
 };
 
 // The layers a pipeline rank holds for one of its model chunks (virtual stages): [first, last).

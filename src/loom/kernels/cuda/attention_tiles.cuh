@@ -171,12 +171,14 @@ __device__ __forceinline__ void online_softmax(float (&sc)[KT / 8][4], float (&m
     }
   }
   // Hidden scores are -inf and 2^-inf = 0, so no per-element test: only a row that has seen no
-  // key yet (maximum -inf) takes 0 as its reference, to keep -inf - -inf out.
+  // key yet (maximum -inf) takes 0 as its reference, to keep -inf - -inf out. A maximum that did
+  // not move corrects by exactly 1, so a tile whose keys a row does not see changes none of its
+  // sums (paged_prompt_attention.h: a row's result does not depend on its tile-mates).
   float reference[2];
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const float m_new = fmaxf(m[hf], quad_max(tile_max[hf]));
-    correction[hf] = m[hf] == kNegInf ? 0.0f : mma::fast_exp2(m[hf] - m_new);
+    correction[hf] = m[hf] == kNegInf ? 0.0f : m[hf] == m_new ? 1.0f : mma::fast_exp2(m[hf] - m_new);
     m[hf] = m_new;
     l[hf] *= correction[hf];
     reference[hf] = m_new == kNegInf ? 0.0f : m_new;

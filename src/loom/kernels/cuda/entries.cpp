@@ -23,6 +23,7 @@
 #include "loom/kernels/cuda/layernorm.h"
 #include "loom/kernels/cuda/norm_codes.h"
 #include "loom/kernels/cuda/paged_attention.h"
+#include "loom/kernels/cuda/paged_prompt_attention.h"
 #include "loom/kernels/cuda/precision_gemm.h"
 #include "loom/kernels/cuda/quantize.h"
 #include "loom/kernels/cuda/reduce.h"
@@ -259,6 +260,13 @@ void register_attention(CudaEntries& e) {
                          const void* v_pool, const int32_t* tables, const int32_t* sequences, const int32_t* positions,
                          int64_t rows, const PagedAttentionShape& s) {
     paged_attention(out, q, q_stride, k_pool, v_pool, tables, sequences, positions, rows, s, stream_of(d));
+  };
+  e.paged_prompt_attention = [](Device d, float* out, const float* q, int64_t q_stride, const void* k_pool,
+                                const void* v_pool, const int32_t* tables, const int32_t* sequences,
+                                const int32_t* positions, const int32_t* tiles, int64_t tile_count,
+                                const PagedAttentionShape& s) {
+    paged_prompt_attention(out, q, q_stride, k_pool, v_pool, tables, sequences, positions, tiles, tile_count, s,
+                           stream_of(d));
   };
   e.attention_decode = [](Device d, float* out, const float* q, int64_t q_stride, const float* k_cache,
                           const float* v_cache, int64_t past, int64_t new_tokens, int64_t heads, int64_t kv_heads,
