@@ -133,9 +133,10 @@ void prefill(const PrefillShape& s) {
   std::shuffle(table.begin(), table.end(), std::mt19937(13));
   std::vector<int32_t> sequences(static_cast<size_t>(s.rows), 0), positions(static_cast<size_t>(s.rows)), tiles;
   std::iota(positions.begin(), positions.end(), static_cast<int32_t>(first));
-  for (int64_t r = 0; r < s.rows; r += loom::kernels::kPromptTileRows) {
-    tiles.insert(tiles.end(), {static_cast<int32_t>(r),
-                               static_cast<int32_t>(std::min(loom::kernels::kPromptTileRows, s.rows - r))});
+  // The engine's tiles: up to kPromptTileRows rows, the ones reaching furthest first.
+  for (int64_t end = s.rows; end > 0; end -= loom::kernels::kPromptTileRows) {
+    const int64_t start = std::max<int64_t>(0, end - loom::kernels::kPromptTileRows);
+    tiles.insert(tiles.end(), {static_cast<int32_t>(start), static_cast<int32_t>(end - start)});
   }
   int32_t* d_table = upload(table);
   int32_t* d_sequences = upload(sequences);

@@ -234,9 +234,9 @@ TEST(PagedBatchChecks, BadTableEntriesAndBlockIdsAreErrorsNamingThem) {
   EXPECT_NE(error_of(model, narrow, cache).find("needs block 1 of a table 1 wide"), std::string::npos);
 }
 
-// Prompt entries (PagedBatch::prompt_entries) name table entries, and their rows come after every
-// decoding row (the tiles of kernels::paged_prompt_attention follow the decoding rows): otherwise an
-// Error naming the entry or the row.
+// Prompt entries (PagedBatch::prompt_entries) name table entries, their rows come after every
+// decoding row (the tiles of kernels::paged_prompt_attention follow the decoding rows) and a chunk's
+// positions are consecutive: otherwise an Error naming the entry or the row.
 TEST(PagedBatchChecks, PromptEntriesOutsideTheTablesOrBeforeADecodingRowAreErrors) {
   Transformer model(heterogeneous_llama());
   PagedKVCache cache = model.make_paged_cache(4, 4);
@@ -253,6 +253,10 @@ TEST(PagedBatchChecks, PromptEntriesOutsideTheTablesOrBeforeADecodingRowAreError
   EXPECT_NE(error_of(model, batch, cache).find("prompt entry 2 of 2 table entries"), std::string::npos);
   batch.prompt_entries = {0};  // the prompt row first, then decoding rows
   EXPECT_NE(error_of(model, batch, cache).find("row 1 decodes after the prompt rows that start at row 0"),
+            std::string::npos);
+  batch.prompt_entries = {1};
+  batch.positions = {5, 0, 2};  // a gap inside the prompt chunk
+  EXPECT_NE(error_of(model, batch, cache).find("prompt row 2 at position 2 follows position 0 of its sequence"),
             std::string::npos);
 }
 

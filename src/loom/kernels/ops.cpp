@@ -308,6 +308,10 @@ void paged_prompt_attention(Device device, float* out, const float* q, int64_t q
                             const int32_t* positions, const int32_t* tiles, int64_t tile_count,
                             const PagedAttentionShape& shape) {
   check_paged_shape(shape, "paged_prompt_attention");
+  LOOM_CHECK(device.is_cpu() || paged_prompt_attention_on_tensor_cores(device, shape, q_stride),
+             "paged_prompt_attention on " + device.name() + ": served on tensor cores for a bf16 cache, head_dim 64 "
+             "or 128 and a q stride that is a multiple of 4 (head_dim " + std::to_string(shape.head_dim) + ", cache " +
+             (shape.cache == KvCacheDtype::Bf16 ? "bf16" : "fp32") + ", q stride " + std::to_string(q_stride) + ")");
   LOOM_DISPATCH(paged_prompt_attention, out, q, q_stride, k_pool, v_pool, block_tables, sequences, positions, tiles,
                 tile_count, shape);
 }

@@ -180,10 +180,11 @@ void attention_decode(Device device, float* out, const float* q, int64_t q_strid
 void paged_attention(Device device, float* out, const float* q, int64_t q_stride, const void* k_pool,
                      const void* v_pool, const int32_t* block_tables, const int32_t* sequences,
                      const int32_t* positions, int64_t rows, const PagedAttentionShape& shape);
-// Prompt rows in tiles of one sequence each (cpu/paged_attention.h). On a GPU, where
-// paged_prompt_attention_on_tensor_cores says so (a bf16 pool, head_dim 64 or 128), on tensor
-// cores: queries and probabilities rounded to bf16, the rows' results independent of their
-// tile-mates (cuda/paged_prompt_attention.h); elsewhere paged_attention's exact fp32 result.
+// Prompt rows in tiles of one sequence each (cpu/paged_attention.h). On the CPU each tile's rows
+// are paged_attention's exact fp32 result; on a GPU, which serves only what
+// paged_prompt_attention_on_tensor_cores accepts (a bf16 pool, head_dim 64 or 128; anything else
+// is an Error saying so), on tensor cores: queries and probabilities rounded to bf16, the rows'
+// results independent of their tile-mates (cuda/paged_prompt_attention.h).
 bool paged_prompt_attention_on_tensor_cores(Device device, const PagedAttentionShape& shape, int64_t q_stride);
 void paged_prompt_attention(Device device, float* out, const float* q, int64_t q_stride, const void* k_pool,
                             const void* v_pool, const int32_t* block_tables, const int32_t* sequences,

@@ -107,7 +107,12 @@ int64_t prompt_tiles(const PagedBatch& batch, std::vector<int32_t>& tiles) {
                                                   std::to_string(entries) + " table entries");
     prompt[static_cast<size_t>(entry)] = true;
   }
-  auto is_prompt = [&](int64_t r) { return prompt[static_cast<size_t>(batch.sequences[static_cast<size_t>(r)])]; };
+  auto is_prompt = [&](int64_t r) {
+    const int32_t entry = batch.sequences[static_cast<size_t>(r)];
+    LOOM_CHECK(entry >= 0 && entry < entries, "paged step: row " + std::to_string(r) + " names table entry " +
+                                                  std::to_string(entry) + " of " + std::to_string(entries));
+    return prompt[static_cast<size_t>(entry)];
+  };
   int64_t decoding = 0;
   while (decoding < rows && !is_prompt(decoding)) ++decoding;
   std::vector<std::pair<int32_t, int64_t>> reach;  // (last position, tile)
@@ -115,9 +120,16 @@ int64_t prompt_tiles(const PagedBatch& batch, std::vector<int32_t>& tiles) {
     LOOM_CHECK(is_prompt(r), "paged step: row " + std::to_string(r) + " decodes after the prompt rows that start at row " +
                                  std::to_string(decoding) + " (prompt rows come last)");
     int64_t end = r + 1;
-    while (end < rows && end - r < kernels::kPromptTileRows && batch.sequences[static_cast<size_t>(end)] ==
-                                                                    batch.sequences[static_cast<size_t>(r)])
+    while (end < rows && end - r < kernels::kPromptTileRows &&
+           batch.sequences[static_cast<size_t>(end)] == batch.sequences[static_cast<size_t>(r)]) {
+      // A tile's keys up to its last position must all be written: its rows are one chunk.
+      LOOM_CHECK(batch.positions[static_cast<size_t>(end)] == batch.positions[static_cast<size_t>(end - 1)] + 1,
+                 "paged step: prompt row " + std::to_string(end) + " at position " +
+                     std::to_string(batch.positions[static_cast<size_t>(end)]) + " follows position " +
+                     std::to_string(batch.positions[static_cast<size_t>(end - 1)]) +
+                     " of its sequence (a prompt chunk's positions are consecutive)");
       ++end;
+    }
     int32_t last = 0;
     for (int64_t i = r; i < end; ++i) last = std::max(last, batch.positions[static_cast<size_t>(i)]);
     reach.emplace_back(last, static_cast<int64_t>(tiles.size() / 2));

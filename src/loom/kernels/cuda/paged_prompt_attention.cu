@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <climits>
 #include <string>
 
@@ -32,19 +33,29 @@ __device__ void stage_queries(bf16* tile, const float* q, int64_t q_stride, int6
   }
 }
 
+// Where position j of a sequence lives in the pool: its slot (block * block_size + offset). Blocks of
+// a power of two positions (the engine's 16) take a shift and a mask, others a 32-bit division.
+struct BlockTable {
+  const int32_t* ids;
+  int block_size, block_shift;  // block_shift: log2(block_size), or -1
+  __device__ int64_t slot(int j) const {
+    if (block_shift >= 0) return (static_cast<int64_t>(ids[j >> block_shift]) << block_shift) + (j & (block_size - 1));
+    return static_cast<int64_t>(ids[j / block_size]) * block_size + j % block_size;
+  }
+};
+
 // Positions j0 .. j0 + 63 of one kv head's keys (or values), columns [col, col + D), found through
 // the sequence's block table, into [64][D + 8] by asynchronous copies; positions at or past k_len
 // become zeros without a read (their slots may hold anything, NaN included).
 template <int D>
-__device__ void stage_positions(bf16* tile, const bf16* pool, const int32_t* table, int64_t block_size,
-                                int64_t row_width, int64_t col, int64_t j0, int64_t k_len) {
+__device__ void stage_positions(bf16* tile, const bf16* pool, const BlockTable& table, int64_t row_width,
+                                int64_t col, int j0, int k_len) {
   constexpr int chunks = D / 8;
   for (int idx = threadIdx.x; idx < kKeyTile * chunks; idx += kBlockThreads) {
     const int r = idx / chunks, c = idx % chunks;
-    const int64_t j = j0 + r;
+    const int j = j0 + r;
     const bool valid = j < k_len;
-    const bf16* source = pool;
-    if (valid) source = pool + (table[j / block_size] * block_size + j % block_size) * row_width + col + c * 8;
+    const bf16* source = valid ? pool + table.slot(j) * row_width + col + c * 8 : pool;
     mma::copy16_async(tile + r * kRowStride<D> + c * 8, source, valid);
   }
 }
@@ -66,26 +77,28 @@ __device__ void position_bounds(const int32_t* positions, int64_t first, int cou
 // One prompt tile (up to 64 rows of one sequence) and one query head; each warp owns 16 rows.
 // Key tiles 0, 64, ... up to the tile's last position, double-buffered: the next tile's copies in
 // flight while this one is used.
+// The grid is (query head, tile): the heads of the first tiles, which reach furthest, start first.
 template <int D>
 __global__ void __launch_bounds__(kBlockThreads, D == 64 ? 4 : 2)
     paged_prompt_kernel(float* out, const float* q, int64_t q_stride, const bf16* k_pool, const bf16* v_pool,
                         const int32_t* block_tables, const int32_t* sequences, const int32_t* positions,
-                        const int32_t* tiles, PagedAttentionShape s) {
+                        const int32_t* tiles, PagedAttentionShape s, int block_shift) {
   constexpr int S = kRowStride<D>;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   bf16* qs = reinterpret_cast<bf16*>(shared_bytes);  // [64][S], then keys [2][64][S], values [2][64][S]
   bf16* key_tiles = qs + kBlockRows * S;
   bf16* value_tiles = key_tiles + 2 * kKeyTile * S;
   const int warp = threadIdx.x / 32, row = warp * 16 + (threadIdx.x % 32) / 4;
-  const int64_t first = tiles[2 * blockIdx.x];
-  const int count = tiles[2 * blockIdx.x + 1];
-  const int64_t h = blockIdx.y, kvh = h / (s.heads / s.kv_heads), row_width = s.kv_heads * D;
-  const int32_t* table = block_tables + static_cast<int64_t>(sequences[first]) * s.table_width;
+  const int64_t first = tiles[2 * blockIdx.y];
+  const int count = tiles[2 * blockIdx.y + 1];
+  const int64_t h = blockIdx.x, kvh = h / (s.heads / s.kv_heads), row_width = s.kv_heads * D;
+  const BlockTable table{block_tables + static_cast<int64_t>(sequences[first]) * s.table_width,
+                         static_cast<int>(s.block_size), block_shift};
   int32_t lo, hi;
   position_bounds(positions, first, count, lo, hi);
-  const int64_t k_len = static_cast<int64_t>(hi) + 1;
-  stage_positions<D>(key_tiles, k_pool, table, s.block_size, row_width, kvh * D, 0, k_len);
-  stage_positions<D>(value_tiles, v_pool, table, s.block_size, row_width, kvh * D, 0, k_len);
+  const int k_len = hi + 1;
+  stage_positions<D>(key_tiles, k_pool, table, row_width, kvh * D, 0, k_len);
+  stage_positions<D>(value_tiles, v_pool, table, row_width, kvh * D, 0, k_len);
   mma::copies_commit();
   stage_queries<D>(qs, q, q_stride, first, count, h * D);
   int32_t my_pos[2];
@@ -97,13 +110,11 @@ __global__ void __launch_bounds__(kBlockThreads, D == 64 ? 4 : 2)
   float o[D / 8][4] = {};
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
   int buffer = 0;
-  for (int64_t j0 = 0; j0 < k_len; j0 += kKeyTile, buffer ^= 1) {
-    const int64_t next = j0 + kKeyTile;
+  for (int j0 = 0; j0 < k_len; j0 += kKeyTile, buffer ^= 1) {
+    const int next = j0 + kKeyTile;
     if (next < k_len) {
-      stage_positions<D>(key_tiles + (buffer ^ 1) * kKeyTile * S, k_pool, table, s.block_size, row_width, kvh * D,
-                         next, k_len);
-      stage_positions<D>(value_tiles + (buffer ^ 1) * kKeyTile * S, v_pool, table, s.block_size, row_width,
-                         kvh * D, next, k_len);
+      stage_positions<D>(key_tiles + (buffer ^ 1) * kKeyTile * S, k_pool, table, row_width, kvh * D, next, k_len);
+      stage_positions<D>(value_tiles + (buffer ^ 1) * kKeyTile * S, v_pool, table, row_width, kvh * D, next, k_len);
     }
     mma::copies_commit();
     mma::copies_wait_all_but_last();
@@ -139,11 +150,18 @@ void launch(float* out, const float* q, int64_t q_stride, const void* k_pool, co
             int64_t tile_count, const PagedAttentionShape& s, cudaStream_t stream) {
   const size_t bytes = sizeof(bf16) * (kBlockRows + 2 * 2 * kKeyTile) * kRowStride<D>;  // q, two k and v buffers
   allow_shared(paged_prompt_kernel<D>, bytes, "paged_prompt_kernel");
-  const dim3 grid(static_cast<unsigned>(tile_count), static_cast<unsigned>(s.heads));
-  paged_prompt_kernel<D><<<grid, kBlockThreads, bytes, stream>>>(
-      out, q, q_stride, static_cast<const bf16*>(k_pool), static_cast<const bf16*>(v_pool), block_tables, sequences,
-      positions, tiles, s);
-  check_launch("paged_prompt_kernel");
+  int block_shift = -1;
+  for (int shift = 0; shift < 31; ++shift) {
+    if (int64_t{1} << shift == s.block_size) block_shift = shift;
+  }
+  constexpr int64_t kMostTiles = 65535;  // the grid's y
+  for (int64_t done = 0; done < tile_count; done += kMostTiles) {
+    const dim3 grid(static_cast<unsigned>(s.heads), static_cast<unsigned>(std::min(kMostTiles, tile_count - done)));
+    paged_prompt_kernel<D><<<grid, kBlockThreads, bytes, stream>>>(
+        out, q, q_stride, static_cast<const bf16*>(k_pool), static_cast<const bf16*>(v_pool), block_tables, sequences,
+        positions, tiles + 2 * done, s, block_shift);
+    check_launch("paged_prompt_kernel");
+  }
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -160,9 +178,6 @@ void paged_prompt_attention(float* out, const float* q, int64_t q_stride, const 
              "of 4 (head_dim " + std::to_string(s.head_dim) + ", q stride " + std::to_string(q_stride) + ")");
   LOOM_CHECK(aligned16(out) && aligned16(q) && aligned16(k_pool) && aligned16(v_pool),
              "cuda::paged_prompt_attention: out, q and the pools must be 16-byte aligned");
-  LOOM_CHECK(tile_count <= INT32_MAX && s.heads <= 65535,
-             "cuda::paged_prompt_attention: " + std::to_string(tile_count) + " tiles of " + std::to_string(s.heads) +
-                 " heads exceed one launch's grid");
   if (s.head_dim == 64) {
     launch<64>(out, q, q_stride, k_pool, v_pool, block_tables, sequences, positions, tiles, tile_count, s, stream);
   } else {

@@ -21,7 +21,9 @@
 
 namespace loom::kernels::cuda {
 
-// tiles: [tile_count][2] (first row, rows) on the device; out rows are [heads * head_dim].
+// tiles: [tile_count][2] (first row, rows) on the device, trusted as the model built them (1 to
+// kPromptTileRows rows of one table entry, consecutive positions; the CPU's entry checks them); out
+// rows are [heads * head_dim].
 void paged_prompt_attention(float* out, const float* q, int64_t q_stride, const void* k_pool, const void* v_pool,
                             const int32_t* block_tables, const int32_t* sequences, const int32_t* positions,
                             const int32_t* tiles, int64_t tile_count, const PagedAttentionShape& s,
