@@ -120,10 +120,12 @@ struct PrefillShape {
   const char* name;
   int64_t rows, length, heads, kv_heads, dim;
 };
-// torch_cuda_peer.py's PREFILL list: a whole 2048-token prompt and a 512-row chunk at the end of
-// 8192 positions on the ~1B Llama's heads, and a 1024-token prompt at head_dim 128.
+// torch_cuda_peer.py's PREFILL list: a whole 2048-token prompt, a 512-row chunk at the end of 8192
+// positions and a 256-row one (loom serve's --max-batch-tokens) at the end of 32768 on the ~1B
+// Llama's heads, and a 1024-token prompt at head_dim 128.
 const std::vector<PrefillShape> kPrefillShapes = {{"llama1b", 2048, 2048, 32, 8, 64},
                                                   {"llama1b", 512, 8192, 32, 8, 64},
+                                                  {"llama1b", 256, 32768, 32, 8, 64},
                                                   {"d128", 1024, 1024, 32, 8, 128}};
 
 void prefill(const PrefillShape& s) {
@@ -160,7 +162,7 @@ void prefill(const PrefillShape& s) {
       [&] { paged_attention(out, q, q_stride, keys, values, d_table, d_sequences, d_positions, s.rows, shape); }, 2, 5);
   const double tensor_cores = loom::bench::time_ms([&] {
     paged_prompt_attention(out, q, q_stride, keys, values, d_table, d_sequences, d_positions, d_tiles, tile_count,
-                           shape);
+                           s.length, shape);
   });
   for (const auto& [op, ms] : {std::pair{"prompt attention CUDA cores", cuda_cores},
                                std::pair{"prompt attention tensor cores", tensor_cores}}) {

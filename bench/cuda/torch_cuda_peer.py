@@ -21,7 +21,8 @@ ATTENTION = [("gpt2", 8, 1024, 12, 12, 64), ("llama1b", 4, 2048, 32, 8, 64), ("l
 DECODE = [("llama1b", 1, 4096, 32, 8, 64), ("llama1b", 1, 32768, 32, 8, 64), ("llama1b", 16, 4096, 32, 8, 64),
           ("llama1b", 64, 2048, 32, 8, 64), ("d128", 8, 8192, 32, 8, 128)]
 # Its prompt chunks: name, rows, length (positions after the chunk), heads, kv_heads, dim.
-PREFILL = [("llama1b", 2048, 2048, 32, 8, 64), ("llama1b", 512, 8192, 32, 8, 64), ("d128", 1024, 1024, 32, 8, 128)]
+PREFILL = [("llama1b", 2048, 2048, 32, 8, 64), ("llama1b", 512, 8192, 32, 8, 64), ("llama1b", 256, 32768, 32, 8, 64),
+           ("d128", 1024, 1024, 32, 8, 128)]
 CYCLE_BYTES = 256 << 20  # each call reads another copy of the cache, as loom's benchmark does
 
 

@@ -3,9 +3,10 @@
 // several sequences at and around the 64-row and 64-key tile edges, scattered blocks, GQA (groups
 // of 1, 4 and 8), MQA, head_dim 64 and 128, block sizes 1 to 32, chunks that start deep into their
 // sequence: out within 1e-2 relative (queries and probabilities rounded to bf16), every row written,
-// rows outside the tiles left alone, pool slots past each sequence's length NaN (never read). A
-// row's output is the same bits in any tiling (alone, in tiles of 7, in the engine's tiles in any
-// order): what batch invariance and chunked prefill need. Fresh random inputs; skipped, saying
+// rows outside the tiles left alone, pool slots past each sequence's length NaN (never read); rows
+// past 2048 positions split over partitions of the keys and merged. A row's output is the same bits
+// in any tiling (alone, in tiles of 7, in the engine's tiles in any order, with more partitions
+// launched than it needs, in several launches): what batch invariance and chunked prefill need. Fresh random inputs; skipped, saying
 // why, without a GPU.
 #include <gtest/gtest.h>
 
@@ -20,6 +21,7 @@
 #include "cuda_test_util.h"
 #include "loom/core/dtype_convert.h"
 #include "loom/kernels/cpu/paged_attention.h"
+#include "loom/kernels/cuda/paged_attention.h"
 #include "loom/kernels/cuda/paged_prompt_attention.h"
 
 namespace loom::kernels::cuda {
@@ -96,15 +98,18 @@ struct Step {
   std::vector<float> qkv;
 };
 
-// The step's attention on the GPU over `tiles` into an output poisoned before.
-std::vector<float> on_the_gpu(const Step& s, const std::vector<int32_t>& tiles, CachingAllocator& allocator) {
+// The step's attention on the GPU over `tiles` into an output poisoned before; `extra_reach`
+// positions more than the rows reach (more partitions launched, ending at once).
+std::vector<float> on_the_gpu(const Step& s, const std::vector<int32_t>& tiles, CachingAllocator& allocator,
+                              int64_t extra_reach = 0) {
   const int64_t att_width = s.shape.heads * s.shape.head_dim;
   DeviceFloats d_qkv(allocator, s.qkv), d_out(allocator, poison(s.rows * att_width));
   DeviceArray<uint16_t> d_keys(allocator, s.keys), d_values(allocator, s.values);
   DeviceArray<int32_t> d_tables(allocator, s.tables), d_sequences(allocator, s.sequences),
       d_positions(allocator, s.positions), d_tiles(allocator, tiles);
+  const int64_t reach = *std::max_element(s.positions.begin(), s.positions.end()) + 1 + extra_reach;
   paged_prompt_attention(d_out.ptr, d_qkv.ptr, s.stride, d_keys.ptr, d_values.ptr, d_tables.ptr, d_sequences.ptr,
-                         d_positions.ptr, d_tiles.ptr, static_cast<int64_t>(tiles.size() / 2), s.shape);
+                         d_positions.ptr, d_tiles.ptr, static_cast<int64_t>(tiles.size() / 2), reach, s.shape);
   return d_out.host();
 }
 
@@ -122,26 +127,41 @@ TEST_P(CudaPagedPromptAttention, MatchesTheCpuWithinBf16Rounding) {
   EXPECT_LE(relative_error(got, want), 1e-2) << c.name << " (seed " << seed_ << ")";
 }
 
-// Every row in tiles of one row, in tiles of 7, and in the engine's tiles in reverse order: the
-// same bits.
-TEST_P(CudaPagedPromptAttention, EachRowIsTheSameBitsInAnyTiling) {
-  const Case& c = GetParam();
-  const Step s(c, seed_);
-  const int64_t att_width = c.heads * c.head_dim;
-  const std::vector<float> whole = on_the_gpu(s, s.tiles(kPromptTileRows), allocator_);
-  std::vector<int32_t> reversed;
+// `s`'s rows on the GPU in the engine's tiles, then in tiles of one row, of 7, in reverse order and
+// with partitions launched past the rows' reach: the same bits every time.
+void expect_the_same_bits_in_any_tiling(const Step& s, CachingAllocator& allocator, const std::string& name,
+                                        uint32_t seed) {
+  const int64_t att_width = s.shape.heads * s.shape.head_dim;
   const std::vector<int32_t> tiles = s.tiles(kPromptTileRows);
+  const std::vector<float> whole = on_the_gpu(s, tiles, allocator);
+  std::vector<int32_t> reversed;
   for (size_t t = tiles.size(); t >= 2; t -= 2) reversed.insert(reversed.end(), {tiles[t - 2], tiles[t - 1]});
-  for (const auto& [name, tiling] : {std::pair{"alone", s.tiles(1)}, std::pair{"sevens", s.tiles(7)},
-                                     std::pair{"reversed", reversed}}) {
-    const std::vector<float> other = on_the_gpu(s, tiling, allocator_);
+  for (const auto& [tiling, other] :
+       {std::pair{"alone", on_the_gpu(s, s.tiles(1), allocator)}, std::pair{"sevens", on_the_gpu(s, s.tiles(7), allocator)},
+        std::pair{"reversed", on_the_gpu(s, reversed, allocator)},
+        std::pair{"reaching further", on_the_gpu(s, tiles, allocator, 3 * kPromptPartitionKeys)}}) {
     for (size_t i = 0; i < whole.size(); ++i) {
-      ASSERT_TRUE(std::isfinite(whole[i])) << c.name << ": element " << i << " unwritten, seed " << seed_;
+      ASSERT_TRUE(std::isfinite(whole[i])) << name << ": element " << i << " unwritten, seed " << seed;
       ASSERT_EQ(std::bit_cast<uint32_t>(other[i]), std::bit_cast<uint32_t>(whole[i]))
-          << c.name << " in tiles '" << name << "': row " << static_cast<int64_t>(i) / att_width << " (position "
-          << s.positions[i / static_cast<size_t>(att_width)] << "), seed " << seed_;
+          << name << " in tiles '" << tiling << "': row " << static_cast<int64_t>(i) / att_width << " (position "
+          << s.positions[i / static_cast<size_t>(att_width)] << "), seed " << seed;
     }
   }
+}
+
+TEST_P(CudaPagedPromptAttention, EachRowIsTheSameBitsInAnyTiling) {
+  expect_the_same_bits_in_any_tiling(Step(GetParam(), seed_), allocator_, GetParam().name, seed_);
+}
+
+// 520 rows at the end of 32768 positions on 32 heads: 16 partitions, so more partials than one
+// launch holds (kPagedPartialBytes) and the tiles go in several launches; each row still the same
+// bits in any tiling. (Not against the CPU: its reference would take seconds here.)
+class CudaPagedPromptAttentionSlices : public testing::GpuTest<::testing::Test> {};
+TEST_F(CudaPagedPromptAttentionSlices, TilesLaunchedInSlicesAreTheSameBitsInAnyTiling) {
+  const Case c{"sliced_prompt_chunk", 32, 8, 64, 16, {{32768, 520}}};
+  const int64_t tile_bytes = kPromptTileRows * c.heads * (32768 / kPromptPartitionKeys) * (c.head_dim + 2) * 4;
+  ASSERT_GT(9 * tile_bytes, kPagedPartialBytes) << "the case must need more than one launch";
+  expect_the_same_bits_in_any_tiling(Step(c, seed_), allocator_, c.name, seed_);
 }
 
 // Rows of no tile (the decoding rows, which paged_attention computes) are left as they were.
@@ -170,7 +190,11 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"mqa_d128_block_7", 8, 1, 128, 7, {{200, 129}, {65, 65}, {5, 3}}},
         Case{"mha_d64_block_1", 4, 4, 64, 1, {{100, 40}, {63, 2}}},
         Case{"long_d128", 4, 2, 128, 16, {{2049, 64}, {1000, 100}}},
-        Case{"group_of_8_block_32", 16, 2, 64, 32, {{513, 128}, {40, 40}}}),
+        Case{"group_of_8_block_32", 16, 2, 64, 32, {{513, 128}, {40, 40}}},
+        // Rows split over partitions of kPromptPartitionKeys (2048) positions: 100 rows at 4100 ..
+        // 4199 (three partitions), 70 rows across the first edge (2030 .. 2099), a short prompt.
+        Case{"partitions_d64", 8, 2, 64, 16, {{4200, 100}, {2100, 70}, {30, 30}}},
+        Case{"partitions_d128_block_7", 4, 1, 128, 7, {{2049, 2}, {6200, 65}}}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace

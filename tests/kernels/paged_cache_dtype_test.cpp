@@ -97,8 +97,8 @@ TEST(PagedCacheDtype, Bf16WritesAreTheRoundedKeysAndValuesAndAttentionIsTheFp32K
 
 // The prompt rows' tile-by-tile entry (what the CPU and the tests' emulated device run where a GPU
 // uses tensor cores): each tile's rows are paged_attention's over them, bit for bit, in any tile
-// order; a tile of no rows, of more than kPromptTileRows or over two table entries is an error
-// naming it.
+// order; a tile of no rows, of more than kPromptTileRows, over two table entries or past the reach
+// is an error naming it.
 TEST(PagedPromptTiles, EachTilesRowsArePagedAttentionsAndBadTilesAreErrorsNamingThem) {
   Step s;
   std::vector<float> want(static_cast<size_t>(s.rows * s.att_width));
@@ -108,12 +108,12 @@ TEST(PagedPromptTiles, EachTilesRowsArePagedAttentionsAndBadTilesAreErrorsNaming
   const std::vector<int32_t> tiles = {10, 2, 8, 2, 4, 4, 3, 1, 0, 3};
   std::vector<float> got(want.size(), std::nanf(""));
   paged_prompt_attention(got.data(), s.qkv.data(), s.stride, s.keys.data(), s.values.data(), s.tables.data(),
-                         s.sequences.data(), s.positions.data(), tiles.data(), 5, s.shape);
+                         s.sequences.data(), s.positions.data(), tiles.data(), 5, 19, s.shape);
   EXPECT_EQ(got, want);
-  auto error_of = [&](std::vector<int32_t> bad) {
+  auto error_of = [&](std::vector<int32_t> bad, int64_t reach = 19) {
     try {
       paged_prompt_attention(got.data(), s.qkv.data(), s.stride, s.keys.data(), s.values.data(), s.tables.data(),
-                             s.sequences.data(), s.positions.data(), bad.data(), 2, s.shape);
+                             s.sequences.data(), s.positions.data(), bad.data(), 2, reach, s.shape);
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -122,6 +122,7 @@ TEST(PagedPromptTiles, EachTilesRowsArePagedAttentionsAndBadTilesAreErrorsNaming
   EXPECT_NE(error_of({0, 4, 3, 2}).find("tile 1 mixes table entries 0 and 1"), std::string::npos);
   EXPECT_NE(error_of({0, 4, 4, 0}).find("tile 1 has 0 rows from row 4 (1 to 64 rows)"), std::string::npos);
   EXPECT_NE(error_of({0, 65, 4, 4}).find("tile 0 has 65 rows"), std::string::npos);
+  EXPECT_NE(error_of({0, 4, 8, 4}, 18).find("tile 1's row 11 at position 18 is past the reach 18"), std::string::npos);
 }
 
 }  // namespace

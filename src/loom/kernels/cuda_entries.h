@@ -157,7 +157,7 @@ struct CudaEntries {
                           const int32_t* positions, int64_t rows, const PagedAttentionShape& shape) = nullptr;
   void (*paged_prompt_attention)(Device, float* out, const float* q, int64_t q_stride, const void* k_pool,
                                  const void* v_pool, const int32_t* block_tables, const int32_t* sequences,
-                                 const int32_t* positions, const int32_t* tiles, int64_t tile_count,
+                                 const int32_t* positions, const int32_t* tiles, int64_t tile_count, int64_t reach,
                                  const PagedAttentionShape& shape) = nullptr;
   void (*paged_cache_write)(Device, void* k_pool, void* v_pool, const float* k, const float* v, int64_t stride,
                             const int32_t* block_tables, const int32_t* sequences, const int32_t* positions,

@@ -305,7 +305,7 @@ bool paged_prompt_attention_on_tensor_cores(Device device, const PagedAttentionS
 }
 void paged_prompt_attention(Device device, float* out, const float* q, int64_t q_stride, const void* k_pool,
                             const void* v_pool, const int32_t* block_tables, const int32_t* sequences,
-                            const int32_t* positions, const int32_t* tiles, int64_t tile_count,
+                            const int32_t* positions, const int32_t* tiles, int64_t tile_count, int64_t reach,
                             const PagedAttentionShape& shape) {
   check_paged_shape(shape, "paged_prompt_attention");
   LOOM_CHECK(device.is_cpu() || paged_prompt_attention_on_tensor_cores(device, shape, q_stride),
@@ -313,7 +313,7 @@ void paged_prompt_attention(Device device, float* out, const float* q, int64_t q
              "or 128 and a q stride that is a multiple of 4 (head_dim " + std::to_string(shape.head_dim) + ", cache " +
              (shape.cache == KvCacheDtype::Bf16 ? "bf16" : "fp32") + ", q stride " + std::to_string(q_stride) + ")");
   LOOM_DISPATCH(paged_prompt_attention, out, q, q_stride, k_pool, v_pool, block_tables, sequences, positions, tiles,
-                tile_count, shape);
+                tile_count, reach, shape);
 }
 void paged_cache_write(Device device, void* k_pool, void* v_pool, const float* k, const float* v, int64_t stride,
                        const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, int64_t rows,

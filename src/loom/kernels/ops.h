@@ -188,7 +188,7 @@ void paged_attention(Device device, float* out, const float* q, int64_t q_stride
 bool paged_prompt_attention_on_tensor_cores(Device device, const PagedAttentionShape& shape, int64_t q_stride);
 void paged_prompt_attention(Device device, float* out, const float* q, int64_t q_stride, const void* k_pool,
                             const void* v_pool, const int32_t* block_tables, const int32_t* sequences,
-                            const int32_t* positions, const int32_t* tiles, int64_t tile_count,
+                            const int32_t* positions, const int32_t* tiles, int64_t tile_count, int64_t reach,
                             const PagedAttentionShape& shape);
 // The rows' keys and values stored in the paged cache at their positions (cpu/paged_attention.h).
 void paged_cache_write(Device device, void* k_pool, void* v_pool, const float* k, const float* v, int64_t stride,

@@ -241,7 +241,8 @@ void Attention::forward_paged(float* residual, const float* normed, const PagedB
   if (tiled) {
     kernels::paged_prompt_attention(device, att, qkv, W, cache.keys.data(), cache.values.data(),
                                     on_device.block_tables, on_device.sequences, on_device.positions,
-                                    on_device.prompt_tiles, on_device.prompt_tile_count, shape);
+                                    on_device.prompt_tiles, on_device.prompt_tile_count, on_device.prompt_reach,
+                                    shape);
   }
   out_->forward(residual, att, rows, tp_scratch);
 }

@@ -37,9 +37,10 @@ struct PagedRows {
   const int32_t* block_tables = nullptr;  // [entries, table_width]
   const int32_t* state_slots = nullptr;   // [rows]: the row's Mamba state slot (hybrid models), else null
   // The prompt entries' rows in tiles for kernels::paged_prompt_attention ([prompt_tile_count][2]:
-  // first row, rows), after the first decoding_rows rows.
+  // first row, rows), after the first decoding_rows rows; prompt_reach: one more than their last
+  // position.
   const int32_t* prompt_tiles = nullptr;
-  int64_t prompt_tile_count = 0, decoding_rows = 0;
+  int64_t prompt_tile_count = 0, decoding_rows = 0, prompt_reach = 0;
 };
 
 // The keys and values of one attention layer for this rank's kv heads: [blocks, block_size, kv_width]

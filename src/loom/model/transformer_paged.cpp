@@ -95,9 +95,10 @@ void check_block_tables(const PagedBatch& batch, const PagedKVCache& cache) {
 }
 
 // The prompt entries' rows cut into tiles of up to kPromptTileRows rows of one entry (first row,
-// rows), the tiles reaching furthest first (the grid's last blocks are the short ones); returns
-// the rows before them, which decode. A decoding row after a prompt row is an error.
-int64_t prompt_tiles(const PagedBatch& batch, std::vector<int32_t>& tiles) {
+// rows), the tiles reaching furthest first (the grid's last blocks are the short ones), and one
+// more than their last position in `reach`; returns the rows before them, which decode. A decoding
+// row after a prompt row is an error.
+int64_t prompt_tiles(const PagedBatch& batch, std::vector<int32_t>& tiles, int64_t& reach) {
   tiles.clear();
   const int64_t rows = batch.rows();
   const int64_t entries = static_cast<int64_t>(batch.block_tables.size()) / std::max<int64_t>(batch.table_width, 1);
@@ -115,7 +116,7 @@ int64_t prompt_tiles(const PagedBatch& batch, std::vector<int32_t>& tiles) {
   };
   int64_t decoding = 0;
   while (decoding < rows && !is_prompt(decoding)) ++decoding;
-  std::vector<std::pair<int32_t, int64_t>> reach;  // (last position, tile)
+  std::vector<std::pair<int32_t, int64_t>> reach_of;  // (last position, tile)
   for (int64_t r = decoding; r < rows;) {
     LOOM_CHECK(is_prompt(r), "paged step: row " + std::to_string(r) + " decodes after the prompt rows that start at row " +
                                  std::to_string(decoding) + " (prompt rows come last)");
@@ -132,15 +133,16 @@ int64_t prompt_tiles(const PagedBatch& batch, std::vector<int32_t>& tiles) {
     }
     int32_t last = 0;
     for (int64_t i = r; i < end; ++i) last = std::max(last, batch.positions[static_cast<size_t>(i)]);
-    reach.emplace_back(last, static_cast<int64_t>(tiles.size() / 2));
+    reach_of.emplace_back(last, static_cast<int64_t>(tiles.size() / 2));
     tiles.insert(tiles.end(), {static_cast<int32_t>(r), static_cast<int32_t>(end - r)});
     r = end;
   }
-  std::stable_sort(reach.begin(), reach.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::stable_sort(reach_of.begin(), reach_of.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<int32_t> ordered;
   ordered.reserve(tiles.size());
-  for (const auto& [last, tile] : reach) ordered.insert(ordered.end(), {tiles[2 * tile], tiles[2 * tile + 1]});
+  for (const auto& [last, tile] : reach_of) ordered.insert(ordered.end(), {tiles[2 * tile], tiles[2 * tile + 1]});
   tiles = std::move(ordered);
+  reach = reach_of.empty() ? 0 : static_cast<int64_t>(reach_of.front().first) + 1;
   return decoding;
 }
 
@@ -163,7 +165,7 @@ const float* Transformer::forward_paged(const PagedBatch& batch, PagedKVCache& c
   PagedRows on_device{
       s.positions.stage(device, batch.positions.data(), rows), s.sequences.stage(device, batch.sequences.data(), rows),
       s.block_tables.stage(device, batch.block_tables.data(), static_cast<int64_t>(batch.block_tables.size()))};
-  on_device.decoding_rows = prompt_tiles(batch, s.tiles);
+  on_device.decoding_rows = prompt_tiles(batch, s.tiles, on_device.prompt_reach);
   on_device.prompt_tile_count = static_cast<int64_t>(s.tiles.size() / 2);
   on_device.prompt_tiles = s.prompt_tiles.stage(device, s.tiles.data(), static_cast<int64_t>(s.tiles.size()));
   if (!batch.state_slots.empty()) {  // checked where the Mamba layers read them (-1: no entry)

@@ -147,16 +147,18 @@ void paged_attention(float* out, const float* q, int64_t q_stride, const void* k
 
 void paged_prompt_attention(float* out, const float* q, int64_t q_stride, const void* k_pool, const void* v_pool,
                             const int32_t* block_tables, const int32_t* sequences, const int32_t* positions,
-                            const int32_t* tiles, int64_t tile_count, const PagedAttentionShape& s) {
+                            const int32_t* tiles, int64_t tile_count, int64_t reach, const PagedAttentionShape& s) {
   for (int64_t t = 0; t < tile_count; ++t) {
     const int64_t first = tiles[2 * t], rows = tiles[2 * t + 1];
     const std::string tile = "paged_prompt_attention: tile " + std::to_string(t);
     LOOM_CHECK(first >= 0 && rows >= 1 && rows <= kPromptTileRows,
                tile + " has " + std::to_string(rows) + " rows from row " + std::to_string(first) + " (1 to " +
                    std::to_string(kPromptTileRows) + " rows)");
-    for (int64_t r = first + 1; r < first + rows; ++r) {
+    for (int64_t r = first; r < first + rows; ++r) {
       LOOM_CHECK(sequences[r] == sequences[first], tile + " mixes table entries " + std::to_string(sequences[first]) +
                                                        " and " + std::to_string(sequences[r]));
+      LOOM_CHECK(positions[r] < reach, tile + "'s row " + std::to_string(r) + " at position " +
+                                           std::to_string(positions[r]) + " is past the reach " + std::to_string(reach));
     }
     paged_attention(out + first * s.heads * s.head_dim, q + first * q_stride, q_stride, k_pool, v_pool, block_tables,
                     sequences + first, positions + first, rows, s);

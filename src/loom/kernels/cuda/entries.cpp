@@ -263,10 +263,10 @@ void register_attention(CudaEntries& e) {
   };
   e.paged_prompt_attention = [](Device d, float* out, const float* q, int64_t q_stride, const void* k_pool,
                                 const void* v_pool, const int32_t* tables, const int32_t* sequences,
-                                const int32_t* positions, const int32_t* tiles, int64_t tile_count,
+                                const int32_t* positions, const int32_t* tiles, int64_t tile_count, int64_t reach,
                                 const PagedAttentionShape& s) {
-    paged_prompt_attention(out, q, q_stride, k_pool, v_pool, tables, sequences, positions, tiles, tile_count, s,
-                           stream_of(d));
+    paged_prompt_attention(out, q, q_stride, k_pool, v_pool, tables, sequences, positions, tiles, tile_count, reach,
+                           s, stream_of(d));
   };
   e.attention_decode = [](Device d, float* out, const float* q, int64_t q_stride, const float* k_cache,
                           const float* v_cache, int64_t past, int64_t new_tokens, int64_t heads, int64_t kv_heads,

@@ -1,12 +1,15 @@
 #include <algorithm>
 #include <climits>
+#include <optional>
 #include <string>
 
 #include "loom/core/error.h"
 #include "loom/kernels/cuda/attention_tiles.cuh"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/mma.cuh"
+#include "loom/kernels/cuda/paged_attention.h"
 #include "loom/kernels/cuda/paged_prompt_attention.h"
+#include "loom/kernels/cuda/scratch.h"
 #include "loom/kernels/cuda/shared_memory.cuh"
 
 namespace loom::kernels::cuda {
@@ -74,15 +77,55 @@ __device__ void position_bounds(const int32_t* positions, int64_t first, int cou
   }
 }
 
-// One prompt tile (up to 64 rows of one sequence) and one query head; each warp owns 16 rows.
-// Key tiles 0, 64, ... up to the tile's last position, double-buffered: the next tile's copies in
-// flight while this one is used.
-// The grid is (query head, tile): the heads of the first tiles, which reach furthest, start first.
+// The split rows' partials (rows at position kPromptPartitionKeys or later) of one launch: per
+// (row of the launch's tiles, query head, partition) the partition's max score (log2 units), the
+// sum of its weights and its weighted values relative to that max.
+struct PromptPartials {
+  float* acc;      // [tiles * 64][heads][partitions][D]
+  float* stats;    // [tiles * 64][heads][partitions][2]
+  int partitions;  // per (row, head): the launch's longest reach over kPromptPartitionKeys, rounded up
+  __device__ int64_t at(int64_t row, int64_t h, int64_t heads, int partition) const {
+    return (row * heads + h) * partitions + partition;
+  }
+};
+
+// A row's result where it has one partition (out = O / l), else its partial of this partition;
+// nothing for a partition after its position.
+template <int D>
+__device__ void finish_rows(float* out, const PromptPartials& partials, const float (&o)[D / 8][4],
+                            const float (&m)[2], const float (&l)[2], const int32_t (&my_pos)[2], int64_t first,
+                            int count, int row, int64_t h, int64_t heads, int partition) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const float total = quad_sum(l[hf]);  // > 0 where written: the row sees the partition's first key
+    const int i = row + 8 * hf;
+    if (i >= count || my_pos[hf] < partition * kPromptPartitionKeys) continue;
+    const bool alone = my_pos[hf] < kPromptPartitionKeys;
+    const float scale = alone ? 1.0f / total : 1.0f;
+    const int64_t at = partials.at(static_cast<int64_t>(blockIdx.y) * kBlockRows + i, h, heads, partition);
+    float* target = alone ? out + (first + i) * heads * D + h * D : partials.acc + at * D;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      *reinterpret_cast<float2*>(target + nt * 8 + 2 * t) = make_float2(o[nt][2 * hf] * scale, o[nt][2 * hf + 1] * scale);
+    }
+    if (!alone && t == 0) {
+      partials.stats[2 * at] = m[hf];
+      partials.stats[2 * at + 1] = total;
+    }
+  }
+}
+
+// One prompt tile (up to 64 rows of one sequence), one query head and one partition of
+// kPromptPartitionKeys positions; each warp owns 16 rows. The partition's key tiles up to the tile's
+// last position, double-buffered: the next tile's copies in flight while this one is used.
+// The grid is (query head, tile, partition): the heads of the first tiles, which reach furthest,
+// start first; a partition after the tile's last position ends at once.
 template <int D>
 __global__ void __launch_bounds__(kBlockThreads, D == 64 ? 4 : 2)
-    paged_prompt_kernel(float* out, const float* q, int64_t q_stride, const bf16* k_pool, const bf16* v_pool,
-                        const int32_t* block_tables, const int32_t* sequences, const int32_t* positions,
-                        const int32_t* tiles, PagedAttentionShape s, int block_shift) {
+    paged_prompt_kernel(float* out, PromptPartials partials, const float* q, int64_t q_stride, const bf16* k_pool,
+                        const bf16* v_pool, const int32_t* block_tables, const int32_t* sequences,
+                        const int32_t* positions, const int32_t* tiles, PagedAttentionShape s, int block_shift) {
   constexpr int S = kRowStride<D>;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   bf16* qs = reinterpret_cast<bf16*>(shared_bytes);  // [64][S], then keys [2][64][S], values [2][64][S]
@@ -91,14 +134,17 @@ __global__ void __launch_bounds__(kBlockThreads, D == 64 ? 4 : 2)
   const int warp = threadIdx.x / 32, row = warp * 16 + (threadIdx.x % 32) / 4;
   const int64_t first = tiles[2 * blockIdx.y];
   const int count = tiles[2 * blockIdx.y + 1];
+  int32_t lo, hi;
+  position_bounds(positions, first, count, lo, hi);
+  const int k_len = hi + 1, partition = static_cast<int>(blockIdx.z);
+  const int j_begin = partition * static_cast<int>(kPromptPartitionKeys);
+  if (j_begin >= k_len) return;  // the whole block: before any barrier
+  const int j_end = min(k_len, j_begin + static_cast<int>(kPromptPartitionKeys));
   const int64_t h = blockIdx.x, kvh = h / (s.heads / s.kv_heads), row_width = s.kv_heads * D;
   const BlockTable table{block_tables + static_cast<int64_t>(sequences[first]) * s.table_width,
                          static_cast<int>(s.block_size), block_shift};
-  int32_t lo, hi;
-  position_bounds(positions, first, count, lo, hi);
-  const int k_len = hi + 1;
-  stage_positions<D>(key_tiles, k_pool, table, row_width, kvh * D, 0, k_len);
-  stage_positions<D>(value_tiles, v_pool, table, row_width, kvh * D, 0, k_len);
+  stage_positions<D>(key_tiles, k_pool, table, row_width, kvh * D, j_begin, k_len);
+  stage_positions<D>(value_tiles, v_pool, table, row_width, kvh * D, j_begin, k_len);
   mma::copies_commit();
   stage_queries<D>(qs, q, q_stride, first, count, h * D);
   int32_t my_pos[2];
@@ -110,9 +156,9 @@ __global__ void __launch_bounds__(kBlockThreads, D == 64 ? 4 : 2)
   float o[D / 8][4] = {};
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
   int buffer = 0;
-  for (int j0 = 0; j0 < k_len; j0 += kKeyTile, buffer ^= 1) {
+  for (int j0 = j_begin; j0 < j_end; j0 += kKeyTile, buffer ^= 1) {
     const int next = j0 + kKeyTile;
-    if (next < k_len) {
+    if (next < j_end) {
       stage_positions<D>(key_tiles + (buffer ^ 1) * kKeyTile * S, k_pool, table, row_width, kvh * D, next, k_len);
       stage_positions<D>(value_tiles + (buffer ^ 1) * kKeyTile * S, v_pool, table, row_width, kvh * D, next, k_len);
     }
@@ -128,39 +174,78 @@ __global__ void __launch_bounds__(kBlockThreads, D == 64 ? 4 : 2)
     accumulate_products<D, kKeyTile>(o, sc, value_tiles + buffer * kKeyTile * S);
     __syncthreads();  // this buffer's readers are done before the tile after next refills it
   }
-  const int t = threadIdx.x % 4;
+  finish_rows<D>(out, partials, o, m, l, my_pos, first, count, row, h, s.heads, partition);
+}
+
+// The split rows' partials merged in partition order (partitions 0 .. position / kPromptPartitionKeys,
+// which depend on the row's position only): out = sum_p O_p f_p / sum_p l_p f_p with
+// f_p = 2^(m_p - max m). A warp per row and head at a time; grid (query head, tile).
+template <int D>
+__global__ void __launch_bounds__(kBlockThreads) paged_prompt_merge_kernel(float* out, PromptPartials partials,
+                                                                           const int32_t* positions,
+                                                                           const int32_t* tiles, int64_t heads) {
+  const int lane = threadIdx.x % 32;
+  const int64_t h = blockIdx.x, first = tiles[2 * blockIdx.y];
+  const int count = tiles[2 * blockIdx.y + 1];
+  for (int i = threadIdx.x / 32; i < count; i += kBlockThreads / 32) {
+    const int position = positions[first + i];
+    if (position < kPromptPartitionKeys) continue;  // written whole by its one partition
+    const int n = position / static_cast<int>(kPromptPartitionKeys) + 1;
+    const int64_t base = partials.at(static_cast<int64_t>(blockIdx.y) * kBlockRows + i, h, heads, 0);
+    float top = kNegInf;
+    for (int p = 0; p < n; ++p) top = fmaxf(top, partials.stats[2 * (base + p)]);
+    float total = 0.0f, acc[D / 32] = {};
+    for (int p = 0; p < n; ++p) {
+      const float m = partials.stats[2 * (base + p)];
+      const float factor = m == top ? 1.0f : mma::fast_exp2(m - top);
+      total += partials.stats[2 * (base + p) + 1] * factor;
 #pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const float total = quad_sum(l[hf]);  // > 0: every row sees position 0
-    const int i = row + 8 * hf;
-    if (i >= count) continue;
-    const float inverse = 1.0f / total;
-    float* out_row = out + (first + i) * s.heads * D + h * D;
-#pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
-      *reinterpret_cast<float2*>(out_row + nt * 8 + 2 * t) =
-          make_float2(o[nt][2 * hf] * inverse, o[nt][2 * hf + 1] * inverse);
+      for (int c = 0; c < D / 32; ++c) acc[c] += partials.acc[(base + p) * D + lane + 32 * c] * factor;
     }
+    const float inverse = 1.0f / total;
+    float* out_row = out + (first + i) * heads * D + h * D;
+#pragma unroll
+    for (int c = 0; c < D / 32; ++c) out_row[lane + 32 * c] = acc[c] * inverse;
   }
 }
 
 template <int D>
 void launch(float* out, const float* q, int64_t q_stride, const void* k_pool, const void* v_pool,
             const int32_t* block_tables, const int32_t* sequences, const int32_t* positions, const int32_t* tiles,
-            int64_t tile_count, const PagedAttentionShape& s, cudaStream_t stream) {
+            int64_t tile_count, int64_t reach, const PagedAttentionShape& s, cudaStream_t stream) {
   const size_t bytes = sizeof(bf16) * (kBlockRows + 2 * 2 * kKeyTile) * kRowStride<D>;  // q, two k and v buffers
   allow_shared(paged_prompt_kernel<D>, bytes, "paged_prompt_kernel");
   int block_shift = -1;
   for (int shift = 0; shift < 31; ++shift) {
     if (int64_t{1} << shift == s.block_size) block_shift = shift;
   }
-  constexpr int64_t kMostTiles = 65535;  // the grid's y
-  for (int64_t done = 0; done < tile_count; done += kMostTiles) {
-    const dim3 grid(static_cast<unsigned>(s.heads), static_cast<unsigned>(std::min(kMostTiles, tile_count - done)));
+  const int64_t partitions = std::max<int64_t>(1, (reach + kPromptPartitionKeys - 1) / kPromptPartitionKeys);
+  LOOM_CHECK(partitions <= 65535, "cuda::paged_prompt_attention: prompt rows reaching position " +
+                                      std::to_string(reach) + " need more than 65535 partitions");
+  // The tiles one launch takes: the grid's y, and partials of at most kPagedPartialBytes.
+  int64_t per_launch = 65535;
+  std::optional<Scratch> scratch;  // only where some row is split
+  PromptPartials partials{nullptr, nullptr, static_cast<int>(partitions)};
+  if (partitions > 1) {
+    const int64_t tile_floats = kBlockRows * s.heads * partitions * (D + 2);
+    per_launch = std::clamp<int64_t>(kPagedPartialBytes / (tile_floats * static_cast<int64_t>(sizeof(float))), 1,
+                                     per_launch);
+    const int64_t held = std::min(tile_count, per_launch) * kBlockRows * s.heads * partitions;
+    scratch.emplace();
+    partials.acc = scratch->floats(held * D);
+    partials.stats = scratch->floats(2 * held);
+  }
+  for (int64_t done = 0; done < tile_count; done += per_launch) {
+    const auto n = static_cast<unsigned>(std::min(per_launch, tile_count - done));
+    const dim3 grid(static_cast<unsigned>(s.heads), n, static_cast<unsigned>(partitions));
     paged_prompt_kernel<D><<<grid, kBlockThreads, bytes, stream>>>(
-        out, q, q_stride, static_cast<const bf16*>(k_pool), static_cast<const bf16*>(v_pool), block_tables, sequences,
-        positions, tiles + 2 * done, s, block_shift);
+        out, partials, q, q_stride, static_cast<const bf16*>(k_pool), static_cast<const bf16*>(v_pool), block_tables,
+        sequences, positions, tiles + 2 * done, s, block_shift);
     check_launch("paged_prompt_kernel");
+    if (partitions == 1) continue;
+    paged_prompt_merge_kernel<D><<<dim3(static_cast<unsigned>(s.heads), n), kBlockThreads, 0, stream>>>(
+        out, partials, positions, tiles + 2 * done, s.heads);
+    check_launch("paged_prompt_merge_kernel");
   }
 }
 
@@ -170,7 +255,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 void paged_prompt_attention(float* out, const float* q, int64_t q_stride, const void* k_pool, const void* v_pool,
                             const int32_t* block_tables, const int32_t* sequences, const int32_t* positions,
-                            const int32_t* tiles, int64_t tile_count, const PagedAttentionShape& s,
+                            const int32_t* tiles, int64_t tile_count, int64_t reach, const PagedAttentionShape& s,
                             cudaStream_t stream) {
   if (tile_count == 0) return;
   LOOM_CHECK(s.cache == KvCacheDtype::Bf16 && (s.head_dim == 64 || s.head_dim == 128) && q_stride % 4 == 0,
@@ -179,9 +264,11 @@ void paged_prompt_attention(float* out, const float* q, int64_t q_stride, const 
   LOOM_CHECK(aligned16(out) && aligned16(q) && aligned16(k_pool) && aligned16(v_pool),
              "cuda::paged_prompt_attention: out, q and the pools must be 16-byte aligned");
   if (s.head_dim == 64) {
-    launch<64>(out, q, q_stride, k_pool, v_pool, block_tables, sequences, positions, tiles, tile_count, s, stream);
+    launch<64>(out, q, q_stride, k_pool, v_pool, block_tables, sequences, positions, tiles, tile_count, reach, s,
+               stream);
   } else {
-    launch<128>(out, q, q_stride, k_pool, v_pool, block_tables, sequences, positions, tiles, tile_count, s, stream);
+    launch<128>(out, q, q_stride, k_pool, v_pool, block_tables, sequences, positions, tiles, tile_count, reach, s,
+                stream);
   }
 }
 
