@@ -116,7 +116,8 @@ def prefilling(path):
         speedup = f"{r['cc'][0] / r['tc'][0]:6.2f}" if "cc" in r and "tc" in r else f"{'-':>6}"
         ratio = f"{r['torch'][0] / r['tc'][0]:8.2f}" if "torch" in r and "tc" in r else f"{'-':>8}"
         out.append(f"{shape:36} {' '.join(cells)} {speedup} {ratio}")
-    return "\n".join(out) + "\n(TF/s of the causal products; tc/cc: the tensor cores' speedup; torch/tc: torch's time over loom's)"
+    return "\n".join(out) + ("\n(TF/s of the causal products; tc/cc: the tensor cores' speedup; "
+                             "torch/tc: torch's time over loom's)")
 
 
 def serving(path):

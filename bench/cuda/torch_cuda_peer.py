@@ -5,9 +5,10 @@ torch.matmul in bf16, torch._scaled_mm in FP8 E4M3 with per-tensor scales and wi
 torch.nn.functional.scaled_dot_product_attention (causal, forward and forward + backward, bf16 and
 fp32, GQA through enable_gqa); and decoding attention (one query per sequence over its whole
 cache, contiguous [batch, kv_heads, length, dim] bf16 or fp32 tensors), as DECODE lines with the
-cache's GB/s like loom_bench_paged_attention_cuda's; and prompt rows' attention (a chunk of queries at
-the end of a sequence, causal from the bottom right, bf16) as PREFILL lines in TFLOP/s. Random data; mean over timed runs after
-warm-ups, CUDA events. Prints the same RESULT|impl|op|shape|ms|TFLOP/s lines as loom's programs."""
+cache's GB/s like loom_bench_paged_attention_cuda's; and prompt rows' attention (a chunk of
+queries at the end of a sequence, causal from the bottom right, bf16) as PREFILL lines in TFLOP/s.
+Random data; mean over timed runs after warm-ups, CUDA events. Prints the same
+RESULT|impl|op|shape|ms|TFLOP/s lines as loom's programs."""
 import sys
 
 import torch

@@ -334,7 +334,7 @@ void adamw_update_many(Device device, const kernels::AdamWTensor* tensors, int64
   X(flash_attention_forward) X(flash_attention_backward) X(flash_attention_forward_bf16_tensors)               \
   X(flash_attention_backward_bf16_tensors) X(flash_attention_backward_bf16_gradients) X(rope_forward_bf16)    \
   X(flash_attention_backward_fp32_gradients)                                                                  \
-  X(paged_attention) X(paged_prompt_attention) X(paged_cache_write) X(attention_decode)                                            \
+  X(paged_attention) X(paged_prompt_attention) X(paged_cache_write) X(attention_decode)                        \
   X(merge_attention_partials) X(softmax_cross_entropy) X(softmax_cross_entropy_bf16) X(vocab_shard_row_max) X(vocab_shard_exp_sums)         \
   X(vocab_shard_gradient) X(vocab_shard_finish) X(adamw_update) X(sum_of_squares) X(scale_in_place)            \
   X(add_in_place) X(nesterov_outer_update)                                                                    \

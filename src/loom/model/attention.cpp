@@ -232,7 +232,8 @@ void Attention::forward_paged(float* residual, const float* normed, const PagedB
                              W, on_device.block_tables, on_device.sequences, on_device.positions, rows, shape);
   float* att = sized(scratch.att, rows * att_width, device);
   // Prompt rows on tensor cores where the device has them for this cache (ops.h), the rest here.
-  const bool tiled = on_device.prompt_tile_count > 0 && kernels::paged_prompt_attention_on_tensor_cores(device, shape, W);
+  const bool tiled =
+      on_device.prompt_tile_count > 0 && kernels::paged_prompt_attention_on_tensor_cores(device, shape, W);
   const int64_t exact_rows = tiled ? on_device.decoding_rows : rows;
   if (exact_rows > 0) {
     kernels::paged_attention(device, att, qkv, W, cache.keys.data(), cache.values.data(), on_device.block_tables,

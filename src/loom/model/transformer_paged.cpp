@@ -118,8 +118,9 @@ int64_t prompt_tiles(const PagedBatch& batch, std::vector<int32_t>& tiles, int64
   while (decoding < rows && !is_prompt(decoding)) ++decoding;
   std::vector<std::pair<int32_t, int64_t>> reach_of;  // (last position, tile)
   for (int64_t r = decoding; r < rows;) {
-    LOOM_CHECK(is_prompt(r), "paged step: row " + std::to_string(r) + " decodes after the prompt rows that start at row " +
-                                 std::to_string(decoding) + " (prompt rows come last)");
+    LOOM_CHECK(is_prompt(r), "paged step: row " + std::to_string(r) +
+                                 " decodes after the prompt rows that start at row " + std::to_string(decoding) +
+                                 " (prompt rows come last)");
     int64_t end = r + 1;
     while (end < rows && end - r < kernels::kPromptTileRows &&
            batch.sequences[static_cast<size_t>(end)] == batch.sequences[static_cast<size_t>(r)]) {

@@ -158,7 +158,8 @@ void paged_prompt_attention(float* out, const float* q, int64_t q_stride, const 
       LOOM_CHECK(sequences[r] == sequences[first], tile + " mixes table entries " + std::to_string(sequences[first]) +
                                                        " and " + std::to_string(sequences[r]));
       LOOM_CHECK(positions[r] < reach, tile + "'s row " + std::to_string(r) + " at position " +
-                                           std::to_string(positions[r]) + " is past the reach " + std::to_string(reach));
+                                           std::to_string(positions[r]) + " is past the reach " +
+                                           std::to_string(reach));
     }
     paged_attention(out + first * s.heads * s.head_dim, q + first * q_stride, q_stride, k_pool, v_pool, block_tables,
                     sequences + first, positions + first, rows, s);

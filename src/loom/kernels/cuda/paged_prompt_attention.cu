@@ -83,7 +83,7 @@ __device__ void position_bounds(const int32_t* positions, int64_t first, int cou
 struct PromptPartials {
   float* acc;      // [tiles * 64][heads][partitions][D]
   float* stats;    // [tiles * 64][heads][partitions][2]
-  int partitions;  // per (row, head): the launch's longest reach over kPromptPartitionKeys, rounded up
+  int partitions;  // per (row, head): the call's reach over kPromptPartitionKeys, rounded up
   __device__ int64_t at(int64_t row, int64_t h, int64_t heads, int partition) const {
     return (row * heads + h) * partitions + partition;
   }
@@ -102,12 +102,18 @@ __device__ void finish_rows(float* out, const PromptPartials& partials, const fl
     const int i = row + 8 * hf;
     if (i >= count || my_pos[hf] < partition * kPromptPartitionKeys) continue;
     const bool alone = my_pos[hf] < kPromptPartitionKeys;
+    if (!alone && partials.acc == nullptr) __trap();  // a reach short of the rows' positions
     const float scale = alone ? 1.0f / total : 1.0f;
-    const int64_t at = partials.at(static_cast<int64_t>(blockIdx.y) * kBlockRows + i, h, heads, partition);
-    float* target = alone ? out + (first + i) * heads * D + h * D : partials.acc + at * D;
+    int64_t at = 0;
+    float* target = out + (first + i) * heads * D + h * D;
+    if (!alone) {
+      at = partials.at(static_cast<int64_t>(blockIdx.y) * kBlockRows + i, h, heads, partition);
+      target = partials.acc + at * D;
+    }
 #pragma unroll
     for (int nt = 0; nt < D / 8; ++nt) {
-      *reinterpret_cast<float2*>(target + nt * 8 + 2 * t) = make_float2(o[nt][2 * hf] * scale, o[nt][2 * hf + 1] * scale);
+      *reinterpret_cast<float2*>(target + nt * 8 + 2 * t) =
+          make_float2(o[nt][2 * hf] * scale, o[nt][2 * hf + 1] * scale);
     }
     if (!alone && t == 0) {
       partials.stats[2 * at] = m[hf];
@@ -119,8 +125,8 @@ __device__ void finish_rows(float* out, const PromptPartials& partials, const fl
 // One prompt tile (up to 64 rows of one sequence), one query head and one partition of
 // kPromptPartitionKeys positions; each warp owns 16 rows. The partition's key tiles up to the tile's
 // last position, double-buffered: the next tile's copies in flight while this one is used.
-// The grid is (query head, tile, partition): the heads of the first tiles, which reach furthest,
-// start first; a partition after the tile's last position ends at once.
+// The grid is (query head, tile, partition): within a partition, every head of the first tiles,
+// which reach furthest, starts first; a partition after the tile's last position ends at once.
 template <int D>
 __global__ void __launch_bounds__(kBlockThreads, D == 64 ? 4 : 2)
     paged_prompt_kernel(float* out, PromptPartials partials, const float* q, int64_t q_stride, const bf16* k_pool,
@@ -191,6 +197,7 @@ __global__ void __launch_bounds__(kBlockThreads) paged_prompt_merge_kernel(float
     const int position = positions[first + i];
     if (position < kPromptPartitionKeys) continue;  // written whole by its one partition
     const int n = position / static_cast<int>(kPromptPartitionKeys) + 1;
+    if (n > partials.partitions) __trap();  // a reach short of the rows' positions
     const int64_t base = partials.at(static_cast<int64_t>(blockIdx.y) * kBlockRows + i, h, heads, 0);
     float top = kNegInf;
     for (int p = 0; p < n; ++p) top = fmaxf(top, partials.stats[2 * (base + p)]);
@@ -222,7 +229,8 @@ void launch(float* out, const float* q, int64_t q_stride, const void* k_pool, co
   const int64_t partitions = std::max<int64_t>(1, (reach + kPromptPartitionKeys - 1) / kPromptPartitionKeys);
   LOOM_CHECK(partitions <= 65535, "cuda::paged_prompt_attention: prompt rows reaching position " +
                                       std::to_string(reach) + " need more than 65535 partitions");
-  // The tiles one launch takes: the grid's y, and partials of at most kPagedPartialBytes.
+  // The tiles one launch takes: the grid's y, and partials of at most kPagedPartialBytes (or one
+  // tile's, if more).
   int64_t per_launch = 65535;
   std::optional<Scratch> scratch;  // only where some row is split
   PromptPartials partials{nullptr, nullptr, static_cast<int>(partitions)};
@@ -258,6 +266,8 @@ void paged_prompt_attention(float* out, const float* q, int64_t q_stride, const 
                             const int32_t* tiles, int64_t tile_count, int64_t reach, const PagedAttentionShape& s,
                             cudaStream_t stream) {
   if (tile_count == 0) return;
+  LOOM_CHECK(reach >= 1, "cuda::paged_prompt_attention: a reach of " + std::to_string(reach) +
+                             " for prompt rows (one more than their last position)");
   LOOM_CHECK(s.cache == KvCacheDtype::Bf16 && (s.head_dim == 64 || s.head_dim == 128) && q_stride % 4 == 0,
              "cuda::paged_prompt_attention: serves a bf16 cache, head_dim 64 or 128 and a q stride that is a multiple "
              "of 4 (head_dim " + std::to_string(s.head_dim) + ", q stride " + std::to_string(q_stride) + ")");
