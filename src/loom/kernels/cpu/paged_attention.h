@@ -21,9 +21,9 @@ void paged_attention(float* out, const float* q, int64_t q_stride, const void* k
 
 // Prompt rows in tiles: rows [tiles[2t], tiles[2t] + tiles[2t + 1]) form tile t, 1 to
 // kPromptTileRows rows of one table entry at positions below `reach`; each computed as
-// paged_attention computes it. This is
-// the exact form of the contract a GPU serves on tensor cores (cuda/paged_prompt_attention.h),
-// run by the CPU and the tests' emulated device; a tile breaking the rules is an error naming it.
+// paged_attention computes it. This is the exact form of the contract a GPU serves on tensor cores
+// (cuda/paged_prompt_attention.h), run by the CPU and the tests' emulated device; a tile breaking
+// the rules is an error naming it.
 void paged_prompt_attention(float* out, const float* q, int64_t q_stride, const void* k_pool, const void* v_pool,
                             const int32_t* block_tables, const int32_t* sequences, const int32_t* positions,
                             const int32_t* tiles, int64_t tile_count, int64_t reach, const PagedAttentionShape& s);

@@ -2,7 +2,8 @@
 // Prompt rows' attention over a paged KV cache on tensor cores (kernels::paged_prompt_attention's
 // contract, ops.h): FlashAttention-2's forward on mma.sync m16n8k16 with fp32 accumulators, as
 // flash_attention_tc.h, reading the keys and values of a bf16 pool through the block table. One
-// block per (prompt tile, query head): a tile is up to kPromptTileRows rows of one table entry,
+// block per (query head, prompt tile, partition below): a tile is up to kPromptTileRows rows of one
+// table entry,
 // its queries rounded to bf16 as they are staged, the probabilities rounded to bf16 for their
 // product with the values (as FlashAttention and vLLM's prefill do); outputs fp32.
 // Key tiles of 64 start at position 0 and are aligned to absolute positions, the same tiles for
