@@ -3,9 +3,8 @@
 // contract, ops.h): FlashAttention-2's forward on mma.sync m16n8k16 with fp32 accumulators, as
 // flash_attention_tc.h, reading the keys and values of a bf16 pool through the block table. One
 // block per (query head, prompt tile, partition below): a tile is up to kPromptTileRows rows of one
-// table entry,
-// its queries rounded to bf16 as they are staged, the probabilities rounded to bf16 for their
-// product with the values (as FlashAttention and vLLM's prefill do); outputs fp32.
+// table entry, its queries rounded to bf16 as they are staged, the probabilities rounded to bf16
+// for their product with the values (as FlashAttention and vLLM's prefill do); outputs fp32.
 // Key tiles of 64 start at position 0 and are aligned to absolute positions, the same tiles for
 // every row of a sequence whatever else the batch holds; the tiles a row does not see (all its
 // keys hidden) leave its maximum, sum and accumulators exactly as they were (scores -inf, weights
