@@ -100,7 +100,9 @@ void check_block_tables(const PagedBatch& batch, const PagedKVCache& cache) {
 // row after a prompt row is an error.
 int64_t prompt_tiles(const PagedBatch& batch, std::vector<int32_t>& tiles, int64_t& reach) {
   tiles.clear();
+  reach = 0;
   const int64_t rows = batch.rows();
+  if (batch.prompt_entries.empty()) return rows;  // a step of decoding rows only
   const int64_t entries = static_cast<int64_t>(batch.block_tables.size()) / std::max<int64_t>(batch.table_width, 1);
   std::vector<bool> prompt(static_cast<size_t>(entries), false);
   for (int32_t entry : batch.prompt_entries) {
@@ -116,7 +118,10 @@ int64_t prompt_tiles(const PagedBatch& batch, std::vector<int32_t>& tiles, int64
   };
   int64_t decoding = 0;
   while (decoding < rows && !is_prompt(decoding)) ++decoding;
-  std::vector<std::pair<int32_t, int64_t>> reach_of;  // (last position, tile)
+  struct Tile {
+    int32_t last, first, rows;  // last: its last row's position
+  };
+  std::vector<Tile> cut;
   for (int64_t r = decoding; r < rows;) {
     LOOM_CHECK(is_prompt(r), "paged step: row " + std::to_string(r) +
                                  " decodes after the prompt rows that start at row " + std::to_string(decoding) +
@@ -132,18 +137,13 @@ int64_t prompt_tiles(const PagedBatch& batch, std::vector<int32_t>& tiles, int64
                      " of its sequence (a prompt chunk's positions are consecutive)");
       ++end;
     }
-    int32_t last = 0;
-    for (int64_t i = r; i < end; ++i) last = std::max(last, batch.positions[static_cast<size_t>(i)]);
-    reach_of.emplace_back(last, static_cast<int64_t>(tiles.size() / 2));
-    tiles.insert(tiles.end(), {static_cast<int32_t>(r), static_cast<int32_t>(end - r)});
+    cut.push_back(
+        {batch.positions[static_cast<size_t>(end - 1)], static_cast<int32_t>(r), static_cast<int32_t>(end - r)});
     r = end;
   }
-  std::stable_sort(reach_of.begin(), reach_of.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  std::vector<int32_t> ordered;
-  ordered.reserve(tiles.size());
-  for (const auto& [last, tile] : reach_of) ordered.insert(ordered.end(), {tiles[2 * tile], tiles[2 * tile + 1]});
-  tiles = std::move(ordered);
-  reach = reach_of.empty() ? 0 : static_cast<int64_t>(reach_of.front().first) + 1;
+  std::stable_sort(cut.begin(), cut.end(), [](const Tile& a, const Tile& b) { return a.last > b.last; });
+  for (const Tile& t : cut) tiles.insert(tiles.end(), {t.first, t.rows});
+  if (!cut.empty()) reach = static_cast<int64_t>(cut.front().last) + 1;
   return decoding;
 }
 

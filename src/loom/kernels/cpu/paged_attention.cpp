@@ -150,14 +150,14 @@ void paged_prompt_attention(float* out, const float* q, int64_t q_stride, const 
                             const int32_t* tiles, int64_t tile_count, int64_t reach, const PagedAttentionShape& s) {
   for (int64_t t = 0; t < tile_count; ++t) {
     const int64_t first = tiles[2 * t], rows = tiles[2 * t + 1];
-    const std::string tile = "paged_prompt_attention: tile " + std::to_string(t);
+    const auto tile = [t] { return "paged_prompt_attention: tile " + std::to_string(t); };  // only on an error
     LOOM_CHECK(first >= 0 && rows >= 1 && rows <= kPromptTileRows,
-               tile + " has " + std::to_string(rows) + " rows from row " + std::to_string(first) + " (1 to " +
+               tile() + " has " + std::to_string(rows) + " rows from row " + std::to_string(first) + " (1 to " +
                    std::to_string(kPromptTileRows) + " rows)");
     for (int64_t r = first; r < first + rows; ++r) {
-      LOOM_CHECK(sequences[r] == sequences[first], tile + " mixes table entries " + std::to_string(sequences[first]) +
+      LOOM_CHECK(sequences[r] == sequences[first], tile() + " mixes table entries " + std::to_string(sequences[first]) +
                                                        " and " + std::to_string(sequences[r]));
-      LOOM_CHECK(positions[r] < reach, tile + "'s row " + std::to_string(r) + " at position " +
+      LOOM_CHECK(positions[r] < reach, tile() + "'s row " + std::to_string(r) + " at position " +
                                            std::to_string(positions[r]) + " is past the reach " +
                                            std::to_string(reach));
     }

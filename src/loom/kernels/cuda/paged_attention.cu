@@ -10,6 +10,7 @@
 #include "loom/core/error.h"
 #include "loom/kernels/cuda/launch.cuh"
 #include "loom/kernels/cuda/paged_attention.h"
+#include "loom/kernels/cuda/paged_slots.cuh"
 #include "loom/kernels/cuda/scratch.h"
 
 namespace loom::kernels::cuda {
@@ -33,14 +34,10 @@ __device__ inline float narrow<float>(float x) { return x; }
 template <>
 __device__ inline __nv_bfloat16 narrow<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
-// The element offset of position t's row in a pool, through the sequence's block table (none: one
-// contiguous cache, attention_decode's). Positions are int32, so the division is 32-bit.
-__device__ inline int64_t cache_row(const int32_t* table, int32_t t, const PagedAttentionShape& s) {
-  if (table == nullptr) return static_cast<int64_t>(t) * (s.kv_heads * s.head_dim);
-  const auto block_size = static_cast<int32_t>(s.block_size);
-  const int32_t entry = t / block_size;
-  const int64_t slot = static_cast<int64_t>(table[entry]) * s.block_size + (t - entry * block_size);
-  return slot * (s.kv_heads * s.head_dim);
+// The element offset of position t's row in a pool, through the sequence's block table (no ids:
+// one contiguous cache, attention_decode's).
+__device__ inline int64_t cache_row(const BlockTable& table, int32_t t, const PagedAttentionShape& s) {
+  return table.slot(t) * (s.kv_heads * s.head_dim);
 }
 
 // The head_dim column of a lane's j-th element: adjacent pairs (2 lane, 2 lane + 1) per 64
@@ -150,7 +147,7 @@ struct WarpSoftmax {
 template <typename T, int kHeads, int kPerLane, int kKeys>
 __device__ __forceinline__ void add_run(WarpSoftmax<kHeads, kPerLane>& w, const float (&qr)[kHeads][kPerLane],
                                         const T* __restrict__ k_pool, const T* __restrict__ v_pool,
-                                        const int32_t* table, int64_t kv_off, int64_t first, int64_t end,
+                                        const BlockTable& table, int64_t kv_off, int64_t first, int64_t end,
                                         int heads_here, float scale, const PagedAttentionShape& s) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
   float key[kKeys][kPerLane], value[kKeys][kPerLane];
@@ -294,7 +291,8 @@ __global__ void __launch_bounds__(kPagedThreads)
   const int64_t heads_left = group - slice * kGroupHeads;
   const int heads_here = static_cast<int>(heads_left < kGroupHeads ? heads_left : kGroupHeads);
   // Paged rows carry their sequence and position; without tables, row r is position past + r.
-  const int32_t* table = block_tables ? block_tables + static_cast<int64_t>(sequences[r]) * s.table_width : nullptr;
+  const BlockTable table(block_tables ? block_tables + static_cast<int64_t>(sequences[r]) * s.table_width : nullptr,
+                         s.block_size);
   const int64_t len = (block_tables ? static_cast<int64_t>(positions[r]) : past + r) + 1;
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * kPagedPartitionKeys;
   if (begin >= len) return;  // the row is shorter than this partition (the whole block leaves)
@@ -366,7 +364,9 @@ __global__ void paged_cache_write_kernel(T* __restrict__ k_pool, T* __restrict__
   const int64_t kv_width = s.kv_heads * s.head_dim;
   for (int64_t i = grid_start(); i < rows * kv_width; i += grid_stride()) {
     const int64_t r = i / kv_width, c = i % kv_width;
-    const int64_t row = cache_row(block_tables + static_cast<int64_t>(sequences[r]) * s.table_width, positions[r], s);
+    const int64_t row =
+        cache_row(BlockTable(block_tables + static_cast<int64_t>(sequences[r]) * s.table_width, s.block_size),
+                  positions[r], s);
     k_pool[row + c] = narrow<T>(k[r * stride + c]);
     v_pool[row + c] = narrow<T>(v[r * stride + c]);
   }

@@ -1,5 +1,4 @@
 #include <algorithm>
-#include <climits>
 #include <optional>
 #include <string>
 
@@ -9,6 +8,7 @@
 #include "loom/kernels/cuda/mma.cuh"
 #include "loom/kernels/cuda/paged_attention.h"
 #include "loom/kernels/cuda/paged_prompt_attention.h"
+#include "loom/kernels/cuda/paged_slots.cuh"
 #include "loom/kernels/cuda/scratch.h"
 #include "loom/kernels/cuda/shared_memory.cuh"
 
@@ -36,17 +36,6 @@ __device__ void stage_queries(bf16* tile, const float* q, int64_t q_stride, int6
   }
 }
 
-// Where position j of a sequence lives in the pool: its slot (block * block_size + offset). Blocks of
-// a power of two positions (the engine's 16) take a shift and a mask, others a 32-bit division.
-struct BlockTable {
-  const int32_t* ids;
-  int block_size, block_shift;  // block_shift: log2(block_size), or -1
-  __device__ int64_t slot(int j) const {
-    if (block_shift >= 0) return (static_cast<int64_t>(ids[j >> block_shift]) << block_shift) + (j & (block_size - 1));
-    return static_cast<int64_t>(ids[j / block_size]) * block_size + j % block_size;
-  }
-};
-
 // Positions j0 .. j0 + 63 of one kv head's keys (or values), columns [col, col + D), found through
 // the sequence's block table, into [64][D + 8] by asynchronous copies; positions at or past k_len
 // become zeros without a read (their slots may hold anything, NaN included).
@@ -60,20 +49,6 @@ __device__ void stage_positions(bf16* tile, const bf16* pool, const BlockTable& 
     const bool valid = j < k_len;
     const bf16* source = valid ? pool + table.slot(j) * row_width + col + c * 8 : pool;
     mma::copy16_async(tile + r * kRowStride<D> + c * 8, source, valid);
-  }
-}
-
-// The smallest and largest position of the tile's rows (each warp computes both; no barrier).
-__device__ void position_bounds(const int32_t* positions, int64_t first, int count, int32_t& lo, int32_t& hi) {
-  lo = INT32_MAX;
-  hi = INT32_MIN;
-  for (int i = threadIdx.x % 32; i < count; i += 32) {
-    lo = min(lo, positions[first + i]);
-    hi = max(hi, positions[first + i]);
-  }
-  for (int offset = 16; offset > 0; offset /= 2) {
-    lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, offset));
-    hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, offset));
   }
 }
 
@@ -131,7 +106,7 @@ template <int D>
 __global__ void __launch_bounds__(kBlockThreads, D == 64 ? 4 : 2)
     paged_prompt_kernel(float* out, PromptPartials partials, const float* q, int64_t q_stride, const bf16* k_pool,
                         const bf16* v_pool, const int32_t* block_tables, const int32_t* sequences,
-                        const int32_t* positions, const int32_t* tiles, PagedAttentionShape s, int block_shift) {
+                        const int32_t* positions, const int32_t* tiles, PagedAttentionShape s) {
   constexpr int S = kRowStride<D>;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   bf16* qs = reinterpret_cast<bf16*>(shared_bytes);  // [64][S], then keys [2][64][S], values [2][64][S]
@@ -140,15 +115,13 @@ __global__ void __launch_bounds__(kBlockThreads, D == 64 ? 4 : 2)
   const int warp = threadIdx.x / 32, row = warp * 16 + (threadIdx.x % 32) / 4;
   const int64_t first = tiles[2 * blockIdx.y];
   const int count = tiles[2 * blockIdx.y + 1];
-  int32_t lo, hi;
-  position_bounds(positions, first, count, lo, hi);
-  const int k_len = hi + 1, partition = static_cast<int>(blockIdx.z);
+  const int32_t lo = positions[first];  // a tile's positions are consecutive
+  const int k_len = positions[first + count - 1] + 1, partition = static_cast<int>(blockIdx.z);
   const int j_begin = partition * static_cast<int>(kPromptPartitionKeys);
   if (j_begin >= k_len) return;  // the whole block: before any barrier
   const int j_end = min(k_len, j_begin + static_cast<int>(kPromptPartitionKeys));
   const int64_t h = blockIdx.x, kvh = h / (s.heads / s.kv_heads), row_width = s.kv_heads * D;
-  const BlockTable table{block_tables + static_cast<int64_t>(sequences[first]) * s.table_width,
-                         static_cast<int>(s.block_size), block_shift};
+  const BlockTable table(block_tables + static_cast<int64_t>(sequences[first]) * s.table_width, s.block_size);
   stage_positions<D>(key_tiles, k_pool, table, row_width, kvh * D, j_begin, k_len);
   stage_positions<D>(value_tiles, v_pool, table, row_width, kvh * D, j_begin, k_len);
   mma::copies_commit();
@@ -222,10 +195,6 @@ void launch(float* out, const float* q, int64_t q_stride, const void* k_pool, co
             int64_t tile_count, int64_t reach, const PagedAttentionShape& s, cudaStream_t stream) {
   const size_t bytes = sizeof(bf16) * (kBlockRows + 2 * 2 * kKeyTile) * kRowStride<D>;  // q, two k and v buffers
   allow_shared(paged_prompt_kernel<D>, bytes, "paged_prompt_kernel");
-  int block_shift = -1;
-  for (int shift = 0; shift < 31; ++shift) {
-    if (int64_t{1} << shift == s.block_size) block_shift = shift;
-  }
   const int64_t partitions = std::max<int64_t>(1, (reach + kPromptPartitionKeys - 1) / kPromptPartitionKeys);
   LOOM_CHECK(partitions <= 65535, "cuda::paged_prompt_attention: prompt rows reaching position " +
                                       std::to_string(reach) + " need more than 65535 partitions");
@@ -248,7 +217,7 @@ void launch(float* out, const float* q, int64_t q_stride, const void* k_pool, co
     const dim3 grid(static_cast<unsigned>(s.heads), n, static_cast<unsigned>(partitions));
     paged_prompt_kernel<D><<<grid, kBlockThreads, bytes, stream>>>(
         out, partials, q, q_stride, static_cast<const bf16*>(k_pool), static_cast<const bf16*>(v_pool), block_tables,
-        sequences, positions, tiles + 2 * done, s, block_shift);
+        sequences, positions, tiles + 2 * done, s);
     check_launch("paged_prompt_kernel");
     if (partitions == 1) continue;
     paged_prompt_merge_kernel<D><<<dim3(static_cast<unsigned>(s.heads), n), kBlockThreads, 0, stream>>>(
