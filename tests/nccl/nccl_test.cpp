@@ -3,13 +3,20 @@
 // a large count that is no multiple of anything), the reductions Sum, Avg and Max, split, and
 // send/recv around a ring where there are two ranks or more, and exchange_async's batch around a
 // ring at any size (to itself at one). NCCL refuses two ranks on one GPU,
-// so a one-GPU machine runs this at world size 1. Skipped, saying why, without a GPU.
+// so a one-GPU machine runs this at world size 1. Then the waits: wait_in_stream leaves the host
+// free while the compute stream waits for the result; a host wait past its timeout throws and
+// aborts the group; a stream-ordered one past its timeout ends the process, naming the operation.
+// Skipped, saying why, without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -17,6 +24,8 @@
 
 #include "../cuda/cuda_test_util.h"
 #include "loom/comm/nccl/communicator.h"
+#include "loom/core/error.h"
+#include "loom/kernels/cuda/compute_streams.h"
 
 namespace loom::comm {
 namespace {
@@ -215,6 +224,136 @@ TEST_F(NcclCollectives, ExchangeAroundARingSendsFirstAndToItself) {
       EXPECT_EQ(in_more.host(), input(previous, n + 3)) << "exchange " << n + 3;
     });
   }
+}
+
+// Holds the calling thread's compute stream on `device` until open() (a host function queued on
+// it): what the stream has queued after it, and every operation issued meanwhile (its
+// communication stream waits for the compute stream), cannot start. While it is closed, nothing
+// that synchronizes the device (cudaMallocHost, cudaFree) may run on the thread that opens it. It
+// gives up after a minute, so that a test gone wrong fails instead of hanging.
+class StreamGate {
+ public:
+  explicit StreamGate(int device) : stream_(kernels::cuda::compute_stream(device)) {
+    check_cuda(cudaLaunchHostFunc(stream_, &StreamGate::hold, &open_), "cudaLaunchHostFunc");
+  }
+  ~StreamGate() {
+    open();
+    (void)cudaStreamSynchronize(stream_);  // the host function reads the flag until it is done
+  }
+  StreamGate(const StreamGate&) = delete;
+  StreamGate& operator=(const StreamGate&) = delete;
+  void open() { open_ = true; }
+
+ private:
+  static void hold(void* flag) {
+    auto* open = static_cast<std::atomic<bool>*>(flag);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+    while (!open->load() && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  cudaStream_t stream_;
+  std::atomic<bool> open_{false};
+};
+
+// The compute stream's later work reads the result of an operation it waited for (wait_in_stream)
+// while the host went on: the reduce_scatter is held behind a gate on the compute stream, so it
+// cannot have run when wait_in_stream returns (test() says not done), and the copy of the result's
+// last element queued right after would read the poison without the stream's wait (a 1 GiB
+// copy or reduction writes that element last, the 4-byte read takes microseconds).
+TEST_F(NcclCollectives, WaitInStreamLeavesTheHostFreeAndOrdersTheComputeStreamAfterTheResult) {
+  const int64_t n = (int64_t(1) << 28) + 5;  // per rank: 1 GiB of fp32
+  on_every_rank([&](int r) {
+    Communicator& c = *comms_[size_t(r)];
+    const int device = devices_[size_t(r)];
+    float* send = nullptr;
+    float* recv = nullptr;
+    check_cuda(cudaMalloc(reinterpret_cast<void**>(&send), size_t(n) * size() * sizeof(float)), "cudaMalloc");
+    check_cuda(cudaMalloc(reinterpret_cast<void**>(&recv), size_t(n) * sizeof(float)), "cudaMalloc");
+    const std::unique_ptr<float, decltype(&cudaFree)> free_send(send, &cudaFree), free_recv(recv, &cudaFree);
+    const float last = 1.0f + static_cast<float>(r);
+    // Every element of every rank's blocks is 1 but its blocks' last ones: rank r's are 1 + r.
+    const std::vector<float> ones(1 << 20, 1.0f);
+    for (int64_t at = 0; at < n * size(); at += int64_t(ones.size())) {
+      const int64_t count = std::min<int64_t>(int64_t(ones.size()), n * size() - at);
+      check_cuda(cudaMemcpy(send + at, ones.data(), sizeof(float) * size_t(count), cudaMemcpyHostToDevice),
+                 "cudaMemcpy");
+    }
+    for (int b = 0; b < size(); ++b)
+      check_cuda(cudaMemcpy(send + (b + 1) * n - 1, &last, sizeof last, cudaMemcpyHostToDevice), "cudaMemcpy");
+    const float nan = NAN;
+    check_cuda(cudaMemcpy(recv + n - 1, &nan, sizeof nan, cudaMemcpyHostToDevice), "cudaMemcpy");
+
+    float* seen = nullptr;  // allocated before the gate closes: cudaMallocHost may wait for the device
+    check_cuda(cudaMallocHost(reinterpret_cast<void**>(&seen), sizeof(float)), "cudaMallocHost");
+    const std::unique_ptr<float, decltype(&cudaFreeHost)> free_seen(seen, &cudaFreeHost);
+    *seen = -1.0f;
+
+    StreamGate gate(device);
+    WorkHandle work = c.reduce_scatter_async(send, recv, n, DType::F32, ReduceOp::Sum);
+    work->wait_in_stream();
+    EXPECT_FALSE(work->test()) << "the reduce_scatter completed behind a closed gate";
+    const cudaStream_t stream = kernels::cuda::compute_stream(device);
+    check_cuda(cudaMemcpyAsync(seen, recv + n - 1, sizeof(float), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+    gate.open();
+    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    // The sum over ranks of 1 + rank.
+    EXPECT_EQ(*seen, static_cast<float>(size() * (size() + 1) / 2)) << "rank " << r;
+    work->wait();
+    EXPECT_TRUE(work->test());
+  });
+}
+
+// A host wait past the group's timeout: an Error naming the operation and the timeout, the
+// communicator aborted, and every later operation of the group an Error that says why. The gate
+// opens from another thread a second in: the abort may wait for the device, so for the gate.
+TEST_F(NcclCollectives, AWaitPastItsTimeoutThrowsAndAbortsTheGroup) {
+  if (size() != 1) GTEST_SKIP() << "one rank's operation held back; with " << size() << " ranks the others would wait";
+  auto comms = make_nccl_communicators(devices_, "held", CommOptions{std::chrono::milliseconds(300)});
+  Communicator& c = *comms[0];
+  Buffer data(std::vector<float>(1021, 1.0f));
+  StreamGate gate(devices_[0]);
+  std::thread opener([&gate] {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    gate.open();
+  });
+  WorkHandle work = c.all_reduce_async(data.ptr, 1021, DType::F32, ReduceOp::Sum);
+  try {
+    work->wait();
+    ADD_FAILURE() << "the wait returned behind a closed gate";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nccl group 'held' (rank 0 of 1): all_reduce #1 timed out after 300 ms"),
+              std::string::npos)
+        << e.what();
+  }
+  opener.join();
+  check_cuda(cudaStreamSynchronize(kernels::cuda::compute_stream(devices_[0])), "cudaStreamSynchronize");
+  try {
+    c.all_reduce(data.ptr, 1021, DType::F32, ReduceOp::Sum);
+    ADD_FAILURE() << "an operation after the abort was issued";
+  } catch (const Error& e) {
+    const std::string want = "after the NCCL communicator was aborted (nccl group 'held'";
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
+}
+
+// A stream-ordered wait past the timeout: the host never blocks on it, so the watchdog reports it
+// and ends the process (its compute stream may have read the incomplete result).
+TEST_F(NcclCollectives, AStreamOrderedWaitPastItsTimeoutEndsTheProcessNamingTheOperation) {
+  if (size() != 1) GTEST_SKIP() << "one rank's operation held back; with " << size() << " ranks the others would wait";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // a fresh process: CUDA does not survive fork
+  const int device = devices_[0];
+  EXPECT_EXIT(
+      {
+        const std::vector<int> one{device};
+        auto comms = make_nccl_communicators(one, "held", CommOptions{std::chrono::milliseconds(300)});
+        Buffer data(std::vector<float>(7, 1.0f));
+        StreamGate gate(device);
+        comms[0]->all_reduce(data.ptr, 7, DType::F32, ReduceOp::Sum);  // returns: the compute stream waits
+        std::this_thread::sleep_for(std::chrono::seconds(30));
+        std::fprintf(stderr, "the watchdog did not end the process\n");
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(1), "nccl group 'held' \\(rank 0 of 1\\): all_reduce #1 timed out after 300 ms");
 }
 
 }  // namespace

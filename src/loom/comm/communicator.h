@@ -30,15 +30,24 @@ struct CommOptions {
 
 // A pending operation. wait() blocks until it completes (or throws loom::Error on timeout or
 // failure); test() polls. Waiting twice is allowed.
+//
+// wait_in_stream(): the operation's result is ready for everything the calling thread does next
+// on the device and in host memory. Where the backend can order that on the device (nccl: the
+// calling thread's compute stream waits for the operation's completion event), the host does not
+// block, so it keeps queueing kernels while the operation runs; the backend then keeps
+// CommOptions::timeout itself (nccl: a watchdog, comm/watchdog.h). Every other backend waits as
+// wait() does. For results the compute stream consumes; what the host must see done (a barrier,
+// a wait that is timed, a buffer another thread's stream reads) takes wait().
 class Work {
  public:
   virtual ~Work() = default;
   virtual void wait() = 0;
   virtual bool test() = 0;
+  virtual void wait_in_stream() { wait(); }
 };
 using WorkHandle = std::shared_ptr<Work>;
 
-// One handle on several operations: done when all are (wait() waits for each in turn).
+// One handle on several operations: done when all are (wait() and wait_in_stream() take each in turn).
 WorkHandle all_of(std::vector<WorkHandle> parts);
 
 // One send or receive of a batch (Communicator::exchange_async).
@@ -109,31 +118,41 @@ class Communicator {
   // `key` (ties by rank). color < 0 returns nullptr (the rank joins no group).
   virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& name) = 0;
 
-  // Blocking forms.
-  void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) { all_reduce_async(data, count, dtype, op)->wait(); }
+  // Blocking forms: each returns when its result is ready for the calling thread's later work
+  // (Work::wait_in_stream: on nccl the compute stream waits, not the host); a barrier returns when
+  // every rank has reached it.
+  void all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) {
+    all_reduce_async(data, count, dtype, op)->wait_in_stream();
+  }
   void reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype, ReduceOp op) {
-    reduce_scatter_async(send, recv, recv_count, dtype, op)->wait();
+    reduce_scatter_async(send, recv, recv_count, dtype, op)->wait_in_stream();
   }
   void all_gather(const void* send, void* recv, int64_t send_count, DType dtype) {
-    all_gather_async(send, recv, send_count, dtype)->wait();
+    all_gather_async(send, recv, send_count, dtype)->wait_in_stream();
   }
   void all_gather_v(const void* send, void* recv, std::span<const int64_t> counts, DType dtype) {
-    all_gather_v_async(send, recv, counts, dtype)->wait();
+    all_gather_v_async(send, recv, counts, dtype)->wait_in_stream();
   }
-  void broadcast(void* data, int64_t count, DType dtype, int root) { broadcast_async(data, count, dtype, root)->wait(); }
+  void broadcast(void* data, int64_t count, DType dtype, int root) {
+    broadcast_async(data, count, dtype, root)->wait_in_stream();
+  }
   void reduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op, int root) {
-    reduce_async(send, recv, count, dtype, op, root)->wait();
+    reduce_async(send, recv, count, dtype, op, root)->wait_in_stream();
   }
   void all_to_all(const void* send, void* recv, int64_t count, DType dtype) {
-    all_to_all_async(send, recv, count, dtype)->wait();
+    all_to_all_async(send, recv, count, dtype)->wait_in_stream();
   }
   void all_to_all_v(const void* send, std::span<const int64_t> send_counts, void* recv,
                     std::span<const int64_t> recv_counts, DType dtype) {
-    all_to_all_v_async(send, send_counts, recv, recv_counts, dtype)->wait();
+    all_to_all_v_async(send, send_counts, recv, recv_counts, dtype)->wait_in_stream();
   }
   void barrier() { barrier_async()->wait(); }
-  void send(const void* data, int64_t count, DType dtype, int peer, int tag) { send_async(data, count, dtype, peer, tag)->wait(); }
-  void recv(void* data, int64_t count, DType dtype, int peer, int tag) { recv_async(data, count, dtype, peer, tag)->wait(); }
+  void send(const void* data, int64_t count, DType dtype, int peer, int tag) {
+    send_async(data, count, dtype, peer, tag)->wait_in_stream();
+  }
+  void recv(void* data, int64_t count, DType dtype, int peer, int tag) {
+    recv_async(data, count, dtype, peer, tag)->wait_in_stream();
+  }
 };
 
 }  // namespace loom::comm

@@ -13,6 +13,9 @@ class AllOfWork final : public Work {
   void wait() override {
     for (WorkHandle& part : parts_) part->wait();
   }
+  void wait_in_stream() override {
+    for (WorkHandle& part : parts_) part->wait_in_stream();
+  }
   bool test() override {
     bool done = true;
     for (WorkHandle& part : parts_) done = part->test() && done;  // polls every part: each may progress

@@ -6,10 +6,15 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <numeric>
+#include <shared_mutex>
 #include <thread>
 
+#include "loom/comm/watchdog.h"
 #include "loom/core/error.h"
 #include "loom/kernels/cuda/compute_streams.h"
 
@@ -67,15 +72,33 @@ struct Endpoint {
   int device = 0;
   cudaStream_t stream = nullptr;  // the communication stream
   float* scratch = nullptr;       // barrier's one element
-  // Once, from whichever thread gets there first (a waiting thread may time out while another
-  // issues; ncclCommAbort is what unblocks a rank stuck in NCCL).
-  void abort() {
+  // Once, from whichever thread gets there first (a waiting thread or the watchdog may time out
+  // while another issues; ncclCommAbort is what unblocks a rank stuck in NCCL). The first reason
+  // is kept for every later operation's error.
+  void abort(const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(reason_mutex);
+      if (reason.empty()) reason = why;
+    }
     aborted = true;
+    std::unique_lock<std::shared_mutex> lock(comm_mutex);
     if (ncclComm_t c = comm.exchange(nullptr)) ncclCommAbort(c);
   }
+  // Held (shared) by whoever asks the communicator for its asynchronous error, so that an abort
+  // on another thread never frees it meanwhile.
+  std::shared_mutex comm_mutex;
+  std::string aborted_because() const {
+    std::lock_guard<std::mutex> lock(reason_mutex);
+    return "the NCCL communicator was aborted (" + reason + ")";
+  }
+  mutable std::mutex reason_mutex;
+  std::string reason;
   // Destroying waits for the communicator's work: with work still queued (a rank unwinding after a
-  // failure, its peers gone) that could be forever, so it is aborted instead.
+  // failure, its peers gone) that could be forever, so it is aborted instead. The last holder may
+  // be any thread (the watchdog's too), with another device current.
   ~Endpoint() {
+    int current = -1;
+    if (cudaGetDevice(&current) == cudaSuccess && current != device) (void)cudaSetDevice(device);
     if (ncclComm_t c = comm.exchange(nullptr)) {
       if (stream == nullptr || cudaStreamQuery(stream) == cudaSuccess) {
         ncclCommDestroy(c);
@@ -85,6 +108,7 @@ struct Endpoint {
     }
     if (scratch) cudaFree(scratch);
     if (stream) cudaStreamDestroy(stream);
+    if (current >= 0 && current != device) (void)cudaSetDevice(current);
   }
 };
 
@@ -108,50 +132,114 @@ class NcclGroup {
   bool open_ = true;
 };
 
+// A completion event, destroyed by its last holder (the operation's handle, the watchdog).
+struct Event {
+  cudaEvent_t event = nullptr;
+  Event() { check_runtime(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate"); }
+  ~Event() { cudaEventDestroy(event); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+};
+
+// What polling an operation does when NCCL reports an asynchronous error: the thread that waits
+// for it aborts the communicator (NCCL's guidance: it is unusable) and throws; the watchdog only
+// reports, since the process ends at once and an abort can itself wait for the device.
+enum class OnAsyncError { Abort, Report };
+
+// Where an operation stands, seen from any thread: Done, Pending, or Failed with why (the
+// communicator aborted, a CUDA error, or an asynchronous NCCL error).
+Watchdog::Poll poll_operation(Endpoint& endpoint, cudaEvent_t done, OnAsyncError on_async_error) {
+  using State = Watchdog::State;
+  // An aborted communicator's kernels stop, so its events complete without the data.
+  if (endpoint.aborted) return {State::Failed, endpoint.aborted_because()};
+  const cudaError_t state = cudaEventQuery(done);
+  if (state == cudaSuccess) return {State::Done, ""};
+  if (state != cudaErrorNotReady)
+    return {State::Failed, std::string("CUDA: ") + cudaGetErrorName(state) + " (" + cudaGetErrorString(state) + ")"};
+  std::string why;
+  {
+    // Busy: another thread is aborting; the next poll sees it aborted.
+    std::shared_lock<std::shared_mutex> lock(endpoint.comm_mutex, std::try_to_lock);
+    if (!lock.owns_lock()) return {State::Pending, ""};
+    const ncclComm_t comm = endpoint.comm;
+    if (comm == nullptr) return {State::Failed, endpoint.aborted_because()};
+    ncclResult_t async = ncclSuccess;
+    const ncclResult_t asked = ncclCommGetAsyncError(comm, &async);
+    const ncclResult_t error = asked != ncclSuccess ? asked : async;
+    if (error == ncclSuccess || error == ncclInProgress) return {State::Pending, ""};
+    why = std::string("NCCL: ") + ncclGetErrorString(error) + " (" + ncclGetLastError(comm) + ")";
+  }
+  if (on_async_error == OnAsyncError::Report) return {State::Failed, why};
+  endpoint.abort(why);
+  return {State::Failed, why + "; the NCCL communicator is aborted"};
+}
+
+// The watchdog of every operation whose result a compute stream waits for (wait_in_stream). A
+// failure ends the process at once, status 1, after saying which operation and why: the compute
+// stream may already have run on with the operation's incomplete data, so nothing this process
+// would do next (an optimizer step, a checkpoint) can be trusted; the job's launcher or `loom
+// launch`'s supervisor takes it from there.
+Watchdog& stream_watchdog() {
+  static Watchdog watchdog(
+      [](const std::string& message) {
+        std::fprintf(stderr, "loom: error: %s; the compute stream may have read its incomplete result, so the process "
+                     "ends\n", message.c_str());
+        std::fflush(nullptr);  // what the process printed before, then the reason
+        std::_Exit(1);
+      },
+      std::chrono::milliseconds(2));
+  return watchdog;
+}
+
 class NcclWork final : public Work {
  public:
-  NcclWork(std::shared_ptr<Endpoint> endpoint, cudaEvent_t done, std::string what, std::chrono::milliseconds timeout)
-      : endpoint_(std::move(endpoint)), done_(done), what_(std::move(what)), timeout_(timeout) {}
-  ~NcclWork() override { cudaEventDestroy(done_); }
+  NcclWork(std::shared_ptr<Endpoint> endpoint, std::shared_ptr<Event> done, std::string what,
+           std::chrono::milliseconds timeout)
+      : endpoint_(std::move(endpoint)), done_(std::move(done)), what_(std::move(what)), timeout_(timeout) {}
   bool test() override {
-    // An aborted communicator's kernels stop, so its events complete without the data.
-    if (endpoint_->aborted) throw Error(what_ + ": the NCCL communicator was aborted");
-    const cudaError_t state = cudaEventQuery(done_);
-    if (state == cudaErrorNotReady) {
-      check_async_error();
-      return false;
-    }
-    check_runtime(state, what_);
-    return true;
+    const Watchdog::Poll p = poll_operation(*endpoint_, done_->event, OnAsyncError::Abort);
+    if (p.state == Watchdog::State::Failed) throw Error(what_ + ": " + p.why);
+    return p.state == Watchdog::State::Done;
   }
   void wait() override {
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
     while (!test()) {
       if (std::chrono::steady_clock::now() > deadline) {
-        endpoint_->abort();
-        throw Error(what_ + " timed out after " + std::to_string(timeout_.count()) +
-                    " ms (some rank did not issue it; the NCCL communicator is aborted)");
+        const std::string message = what_ + " timed out after " + std::to_string(timeout_.count()) +
+                                    " ms (some rank did not issue it; the NCCL communicator is aborted)";
+        endpoint_->abort(message);
+        throw Error(message);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
+  // The calling thread's compute stream waits for the completion event; the host goes on. The
+  // watchdog keeps the timeout (once per operation, however often it is waited for).
+  void wait_in_stream() override {
+    if (endpoint_->aborted) throw Error(what_ + ": " + endpoint_->aborted_because());
+    check_runtime(cudaSetDevice(endpoint_->device), "cudaSetDevice");
+    check_runtime(cudaStreamWaitEvent(kernels::cuda::compute_stream(endpoint_->device), done_->event, 0),
+                  what_ + ": cudaStreamWaitEvent (compute stream)");
+    if (watched_) return;
+    watched_ = true;
+    // The watch holds the group and the event until the operation ends: a communicator destroyed
+    // meanwhile still ends its work (destroyed, not aborted) and its failures are still seen. No
+    // cancel: past the deadline the process ends, and an abort could wait for the device forever.
+    stream_watchdog().watch(
+        what_, std::chrono::steady_clock::now() + timeout_, timeout_,
+        [endpoint = endpoint_, done = done_]() -> Watchdog::Poll {
+          if (cudaSetDevice(endpoint->device) != cudaSuccess) return {Watchdog::State::Pending, ""};
+          return poll_operation(*endpoint, done->event, OnAsyncError::Report);
+        },
+        nullptr);
+  }
 
  private:
-  // An asynchronous error leaves the communicator unusable (NCCL's guidance: abort it).
-  void check_async_error() {
-    const ncclComm_t comm = endpoint_->comm;
-    if (comm == nullptr) throw Error(what_ + ": the NCCL communicator was aborted");
-    ncclResult_t async = ncclSuccess;
-    check_nccl(ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError");
-    if (async != ncclSuccess && async != ncclInProgress) {
-      endpoint_->abort();
-      check_nccl(async, what_ + " (the NCCL communicator is aborted)");
-    }
-  }
   std::shared_ptr<Endpoint> endpoint_;
-  cudaEvent_t done_;
+  std::shared_ptr<Event> done_;
   std::string what_;
   std::chrono::milliseconds timeout_;
+  bool watched_ = false;
 };
 
 class NcclCommunicator final : public Communicator {
@@ -306,17 +394,17 @@ class NcclCommunicator final : public Communicator {
   template <typename Body>
   WorkHandle issue(const char* op, Body&& body) {
     const ncclComm_t comm = endpoint_->comm;
-    LOOM_CHECK(comm != nullptr, "nccl group '" + name_ + "': " + op + " after the communicator was aborted");
+    LOOM_CHECK(comm != nullptr, "nccl group '" + name_ + "': " + op + " after " + endpoint_->aborted_because());
     check_runtime(cudaSetDevice(endpoint_->device), "cudaSetDevice");
-    cudaEvent_t ready = nullptr, done = nullptr;
+    cudaEvent_t ready = nullptr;
     check_runtime(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
     check_runtime(cudaEventRecord(ready, kernels::cuda::compute_stream(endpoint_->device)),
                   "cudaEventRecord (compute stream)");
     check_runtime(cudaStreamWaitEvent(endpoint_->stream, ready, 0), "cudaStreamWaitEvent");
     cudaEventDestroy(ready);
     body(comm, endpoint_->stream);
-    check_runtime(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
-    check_runtime(cudaEventRecord(done, endpoint_->stream), "cudaEventRecord (communication stream)");
+    auto done = std::make_shared<Event>();
+    check_runtime(cudaEventRecord(done->event, endpoint_->stream), "cudaEventRecord (communication stream)");
     const std::string what = "nccl group '" + name_ + "' (rank " + std::to_string(rank_) + " of " +
                              std::to_string(size_) + "): " + op + " #" + std::to_string(++sequence_);
     return std::make_shared<NcclWork>(endpoint_, done, what, options_.timeout);

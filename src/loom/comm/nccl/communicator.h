@@ -6,7 +6,11 @@
 // of its compute queue, kernels/cuda/compute_streams.h, as kernels/cuda's entries use), and
 // wait() blocks the host until the operation's completion event, polling so that
 // CommOptions::timeout holds: on timeout the NCCL communicator is aborted and a loom::Error names
-// the group, the operation and its sequence number. test() polls the event. Failures NCCL reports
+// the group, the operation and its sequence number. test() polls the event. wait_in_stream()
+// makes the calling thread's compute stream wait for that event and returns at once; the process's
+// watchdog (comm/watchdog.h) then keeps the timeout and NCCL's asynchronous errors, and on either
+// ends the process with status 1, naming the operation (the compute stream may already have read
+// the result NCCL never wrote). Failures NCCL reports
 // asynchronously are checked on every wait and abort the communicator too; once aborted, every
 // pending and later operation of the group is an Error (an aborted communicator's events complete
 // without the data). NCCL groups (ncclGroupStart/End) are closed on every path, so an error inside

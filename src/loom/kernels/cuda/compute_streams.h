@@ -33,7 +33,8 @@ cudaStream_t made_compute_stream(int device);
 
 // Waits for the work of every compute stream made on `device`, whichever thread queued it (before
 // memory that any of them may still touch is freed to the device or replaced); not for the
-// communication streams, whose buffers are freed only after their work's wait().
+// communication streams, whose buffers are freed only after their work's wait() or
+// wait_in_stream() (then a compute stream waits for the communication, so this covers it too).
 void synchronize_compute_streams(int device);
 
 }  // namespace loom::kernels::cuda

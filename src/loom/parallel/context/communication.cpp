@@ -28,6 +28,6 @@ RingHop::RingHop(comm::Communicator& cp, const float* send, float* recv, int64_t
   bytes_sent += count * static_cast<int64_t>(sizeof(float));
 }
 
-void RingHop::wait() { work_->wait(); }
+void RingHop::wait() { work_->wait_in_stream(); }
 
 }  // namespace loom::parallel

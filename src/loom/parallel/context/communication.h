@@ -20,7 +20,8 @@ void exchange_all_to_all(comm::Communicator& cp, const float* send, float* recv,
 void gather_documents(comm::Communicator& cp, const int32_t* mine, int32_t* all, int64_t count);
 
 // One hop of the ring: `send` to the next rank (rank + 1), `recv` from the previous one, as one
-// batch (Communicator::exchange_async); both buffers must stay valid until wait().
+// batch (Communicator::exchange_async); both buffers must stay valid until wait(), which returns
+// when the received block is ready for the calling thread's later work (Work::wait_in_stream).
 class RingHop {
  public:
   RingHop(comm::Communicator& cp, const float* send, float* recv, int64_t count, int tag);

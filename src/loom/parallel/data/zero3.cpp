@@ -190,7 +190,7 @@ void Zero3::acquire_section(int s) {
 
 void Zero3::finish_gather(Section& sec) {
   if (!sec.gather) return;
-  sec.gather->wait();
+  sec.gather->wait_in_stream();  // the section's kernels read it next (nccl: the host runs on)
   sec.gather.reset();
   if (sec.gathered_bits.empty()) return;
   kernels::widen_floats(options_.device, values_ + sec.begin, sec.gathered_bits.raw(), sec.numel, options_.param_gather,
