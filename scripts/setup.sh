@@ -1,8 +1,19 @@
 #!/usr/bin/env bash
 # Installs what loom's build needs (Debian packages) and the verified data the embedded default
 # uses (tokenizer ranks, corpus). Safe to run any number of times.
+#   setup.sh                     the build, the data, the server tests' npm clients
+#   setup.sh --test-references   also the Debian references the tests compare against beyond
+#                                npm: python3-torch (227 packages, about 190 MB: the MoE layer's
+#                                PyTorch autograd reference, tests/scripts/moe_torch_reference.sh)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+test_references=0
+for arg in "$@"; do
+  case "$arg" in
+    --test-references) test_references=1 ;;
+    *) echo "setup.sh: unknown argument '$arg' (valid: --test-references)" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   build-essential cmake pkg-config git python3 ccache  # ccache: rebuilds of unchanged sources read objects back
@@ -13,6 +24,7 @@ packages=(
   libcpp-httplib-dev  # loom serve's HTTP server
   clang libclang-rt-14-dev  # libFuzzer + AddressSanitizer for tests/scripts/fuzz_parsers.sh
 )
+[ "$test_references" -eq 0 ] || packages+=(python3-torch)  # for Debian's /usr/bin/python3
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
