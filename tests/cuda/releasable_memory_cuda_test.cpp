@@ -1,14 +1,19 @@
 // Releasable device memory on a real GPU (kernels/cuda/releasable_memory.h: CUDA's virtual memory
 // management behind Allocator::decommit and commit): decommitted granules go back to the device
 // (cudaMemGetInfo's free memory rises), the ends of a range keep their data, committed granules
-// read zero and take writes; and ZeRO-3 at dp 2 (two thread ranks sharing the GPU) trains as
-// ZeRO-1 does holding less committed device memory. Skipped, saying why, without a GPU; the
+// read zero and take writes; a decommit behind queued work returns without waiting for it, its
+// chunks going once that work is done, and a commit meanwhile takes them back; and ZeRO-3 at dp 2
+// (two thread ranks sharing the GPU) trains as ZeRO-1 does holding less committed device memory.
+// Skipped, saying why, without a GPU; the
 // emulated device's tests (tests/kernels/emulated_releasable_memory_test.cpp,
 // tests/train/device_zero_memory_test.cpp) check the same contract everywhere.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <thread>
 #include <regex>
 #include <string>
 #include <vector>
@@ -17,6 +22,7 @@
 #include "cuda_test_util.h"
 #include "loom/core/device.h"
 #include "loom/kernels/cuda/backend.h"
+#include "loom/kernels/cuda/compute_streams.h"
 #include "loom/kernels/cuda_entries.h"
 
 namespace loom::kernels::cuda {
@@ -50,6 +56,7 @@ TEST_F(CudaReleasableMemory, DecommittedGranulesGoBackToTheDeviceAndReturnZeroed
   const int64_t from = kMiB / 4, count = 62 * kMiB / 4;
   const size_t free_before = free_device_bytes();
   a.decommit(d.data() + from, static_cast<size_t>(count) * sizeof(float));
+  a.synchronize();  // the chunks go once the work before the decommit is done, by this at the latest
   const size_t free_after = free_device_bytes();
   const int64_t released = before + n * 4 - a.bytes_in_use();
   std::printf("decommitted %lld bytes; cudaMemGetInfo's free memory rose by %lld bytes\n",
@@ -73,6 +80,73 @@ TEST_F(CudaReleasableMemory, DecommittedGranulesGoBackToTheDeviceAndReturnZeroed
   const std::vector<float> twos(static_cast<size_t>(count), 2.0f);
   copy_from_host(gpu, d.data() + from, twos.data(), count);
   EXPECT_EQ(download(d.data() + n / 2, 1)[0], 2.0f);
+  d.release();
+  EXPECT_EQ(a.bytes_in_use(), before);
+}
+
+// Holds the calling thread's compute stream until `open` (a host function queued on it; it gives
+// up after a minute, so that a test gone wrong fails instead of hanging).
+void hold_stream(std::atomic<bool>& open) {
+  check_cuda(cudaLaunchHostFunc(
+                 compute_stream(0),
+                 [](void* flag) {
+                   const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+                   while (!static_cast<std::atomic<bool>*>(flag)->load() && std::chrono::steady_clock::now() < give_up)
+                     std::this_thread::sleep_for(std::chrono::microseconds(50));
+                 },
+                 &open),
+             "cudaLaunchHostFunc");
+}
+
+size_t free_device_bytes_now() {  // without waiting for the device
+  size_t free = 0, total = 0;
+  check_cuda(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return free;
+}
+
+// A decommit behind queued work neither waits for it nor frees the granules under it: the stream
+// is held by a host function, and the decommit returns at once, the device's free memory unchanged.
+// A commit meanwhile takes its granules back (no new chunks; zeroed after that work, in stream
+// order). Once the work is done, synchronize() has the others' chunks back with the device.
+TEST_F(CudaReleasableMemory, ADecommitWaitsForNoWorkAndItsChunksGoOnceTheWorkBeforeItIsDone) {
+  const Device gpu = Device::cuda(0);
+  Allocator& a = allocator(gpu);
+  constexpr int64_t kMiB = int64_t{1} << 20, n = 64 * kMiB / 4;  // 32 granules of 2 MiB
+  const int64_t before = a.bytes_in_use();
+  DeviceBuffer<float> d = DeviceBuffer<float>::releasable(gpu, n);
+  const std::vector<float> ones(static_cast<size_t>(n), 1.0f);
+  copy_from_host(gpu, d.data(), ones.data(), n);
+  a.synchronize();
+  const size_t free_at_start = free_device_bytes_now();
+
+  std::atomic<bool> open{false};
+  std::thread opener([&] {  // in case a decommit does wait: then the check below fails, not hangs
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+    open = true;
+  });
+  hold_stream(open);
+  const auto t0 = std::chrono::steady_clock::now();
+  a.decommit(d.data(), static_cast<size_t>(n / 2) * sizeof(float));  // granules [0, 16)
+  const double decommit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(decommit_s, 1.0) << "the decommit waited for the held stream";
+  EXPECT_FALSE(open.load()) << "the decommit waited for the held stream";
+  EXPECT_EQ(a.bytes_in_use(), before + n * 2);  // counted as given back at once
+  EXPECT_LE(free_device_bytes_now(), free_at_start + static_cast<size_t>(2 * kMiB)) << "chunks freed under queued work";
+  a.commit(d.data(), static_cast<size_t>(n / 8) * sizeof(float));  // granules [0, 4) taken back
+  EXPECT_EQ(a.bytes_in_use(), before + n * 2 + n / 2);
+  open = true;
+  opener.join();
+  a.synchronize();
+  const int64_t rose = static_cast<int64_t>(free_device_bytes_now()) - static_cast<int64_t>(free_at_start);
+  std::printf("after the held work: the device's free memory rose by %lld bytes (12 granules: %lld)\n",
+              static_cast<long long>(rose), static_cast<long long>(24 * kMiB));
+  EXPECT_GE(rose, 22 * kMiB);
+  EXPECT_LE(rose, 26 * kMiB);
+  const std::vector<float> back = download(d.data(), n / 8);
+  for (int64_t i = 0; i < n / 8; i += 4099) EXPECT_EQ(back[static_cast<size_t>(i)], 0.0f) << i;
+  EXPECT_EQ(download(d.data() + n / 2, 1)[0], 1.0f);
+  a.commit(d.data(), d.bytes());
+  EXPECT_EQ(a.bytes_in_use(), before + n * 4);
   d.release();
   EXPECT_EQ(a.bytes_in_use(), before);
 }

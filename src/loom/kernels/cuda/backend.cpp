@@ -124,6 +124,10 @@ class DeviceAllocator final : public Allocator {
     if (stream == nullptr) return;  // this thread's queue never ran anything here
     check_cuda(cudaSetDevice(index_), "cudaSetDevice(" + std::to_string(index_) + ")");
     check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (compute stream)");
+    // The chunks this stream's decommits released go back now (ReleasableMemory: they wait for
+    // the work queued before each decommit).
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (releasable_) releasable_->collect();
   }
   size_t alignment() const override { return 256; }
   Device device() const override { return Device::cuda(index_); }

@@ -4,6 +4,7 @@
 
 #include <iterator>
 #include <string>
+#include <utility>
 
 #include "loom/core/error.h"
 #include "loom/core/granules.h"
@@ -73,6 +74,33 @@ CUmemAllocationProp chunk_properties(int device) {
 
 }  // namespace
 
+EventFence::EventFence(cudaStream_t stream) {
+  check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate (a release's fence)");
+  const cudaError_t recorded = cudaEventRecord(event_, stream);
+  if (recorded != cudaSuccess) cudaEventDestroy(std::exchange(event_, nullptr));
+  check_cuda(recorded, "cudaEventRecord (a release's fence)");
+}
+
+EventFence::~EventFence() {
+  if (event_ != nullptr) cudaEventDestroy(event_);
+}
+
+EventFence::EventFence(EventFence&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+
+EventFence& EventFence::operator=(EventFence&& other) noexcept {
+  std::swap(event_, other.event_);
+  return *this;
+}
+
+bool EventFence::passed() const {
+  const cudaError_t state = cudaEventQuery(event_);
+  if (state == cudaErrorNotReady) return false;
+  check_cuda(state, "cudaEventQuery (a release's fence)");
+  return true;
+}
+
+void EventFence::wait() const { check_cuda(cudaEventSynchronize(event_), "cudaEventSynchronize (a release's fence)"); }
+
 ReleasableMemory::ReleasableMemory(int device) : device_(device) {
   const CUmemAllocationProp prop = chunk_properties(device);
   check_driver(driver().granularity(&granule_, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
@@ -81,6 +109,10 @@ ReleasableMemory::ReleasableMemory(int device) : device_(device) {
 }
 
 ReleasableMemory::~ReleasableMemory() {
+  try {  // the work before a pending release may still use its granules
+    releases_.drain(releaser());
+  } catch (const Error&) {
+  }
   const Driver& d = driver();
   for (auto& [base, r] : reservations_) {  // destructors cannot throw; the process may be ending
     for (size_t g = 0; g < r.mapped.size(); ++g) {
@@ -105,7 +137,8 @@ void* ReleasableMemory::allocate(size_t bytes) {
   r.mapped.assign(granules, 0);
   Reservation& kept = reservations_.emplace(r.base, std::move(r)).first->second;
   try {
-    for (size_t g = 0; g < granules; ++g) map(kept, g);
+    releases_.collect(releaser());
+    for (size_t g = 0; g < granules; ++g) map_reclaiming(kept, g);
   } catch (...) {
     size_t ignored = 0;
     free(reinterpret_cast<void*>(kept.base), ignored);
@@ -119,6 +152,7 @@ bool ReleasableMemory::free(void* ptr, size_t& decommitted) {
   if (it == reservations_.end()) return false;
   Reservation& r = it->second;
   synchronize_compute_streams(device_);  // any of them may have used it last
+  releases_.drain(releaser(), r.base);
   for (size_t g = 0; g < r.mapped.size(); ++g) {
     if (r.mapped[g]) unmap(r, g);
   }
@@ -130,35 +164,47 @@ bool ReleasableMemory::free(void* ptr, size_t& decommitted) {
 
 size_t ReleasableMemory::decommit(void* ptr, size_t bytes, cudaStream_t stream) {
   Reservation& r = find(ptr, bytes, "decommit");
+  releases_.collect(releaser());
+  // A granule waiting for its release is decommitted already: nothing may touch it.
+  auto live = [&](size_t g) { return r.mapped[g] && !releases_.pending({r.base, g}); };
   const size_t offset = reinterpret_cast<uintptr_t>(ptr) - r.base;
   for (const GranuleEdge& e : granule_edges(offset, bytes, granule_)) {
-    if (!r.mapped[e.granule]) continue;
+    if (!live(e.granule)) continue;
     check_cuda(cudaMemsetAsync(reinterpret_cast<void*>(r.base + e.offset), 0, e.bytes, stream),
                "cudaMemsetAsync (the ends of a decommitted range)");
   }
   const GranuleRange whole = whole_granules(offset, bytes, granule_);
-  bool synchronized = false;
-  size_t released = 0;
+  std::vector<Releases::Granule> released;
   for (size_t g = whole.first; g < whole.last; ++g) {
-    if (!r.mapped[g]) continue;
-    if (!synchronized) {  // kernels and copies in flight may still use the granules
-      check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (before decommitting)");
-      synchronized = true;
-    }
-    unmap(r, g);
-    released += granule_;
+    if (live(g)) released.push_back({r.base, g});
   }
-  r.decommitted += released;
-  return released;
+  if (released.empty()) return 0;
+  // Kernels and copies queued before may still use the granules: their chunks go after them.
+  const size_t bytes_released = released.size() * granule_;
+  releases_.defer(EventFence(stream), std::move(released), releaser());
+  r.decommitted += bytes_released;
+  return bytes_released;
 }
 
 size_t ReleasableMemory::commit(void* ptr, size_t bytes, cudaStream_t stream) {
   Reservation& r = find(ptr, bytes, "commit");
   const GranuleRange touched = touched_granules(reinterpret_cast<uintptr_t>(ptr) - r.base, bytes, granule_);
+  releases_.collect(releaser());
+  // A granule still waiting for its release keeps its chunk; the stream's next use of it (the
+  // zeroing below, then the caller's) follows the work its release waited for.
+  auto follow = [&](const EventFence& fence) {
+    check_cuda(cudaStreamWaitEvent(stream, fence.event(), 0), "cudaStreamWaitEvent (a granule committed again)");
+  };
   size_t taken = 0;
   for (size_t g = touched.first; g < touched.last; ++g) {
+    if (releases_.take_back({r.base, g}, follow)) {
+      check_cuda(cudaMemsetAsync(reinterpret_cast<void*>(r.base + g * granule_), 0, granule_, stream),
+                 "cudaMemsetAsync (a committed granule)");
+      taken += granule_;
+      continue;
+    }
     if (r.mapped[g]) continue;
-    map(r, g);
+    map_reclaiming(r, g);
     check_cuda(cudaMemsetAsync(reinterpret_cast<void*>(r.base + g * granule_), 0, granule_, stream),
                "cudaMemsetAsync (a committed granule)");
     taken += granule_;
@@ -166,6 +212,8 @@ size_t ReleasableMemory::commit(void* ptr, size_t bytes, cudaStream_t stream) {
   r.decommitted -= taken;
   return taken;
 }
+
+void ReleasableMemory::collect() { releases_.collect(releaser()); }
 
 bool ReleasableMemory::holds(const void* ptr) const {
   const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
@@ -206,6 +254,21 @@ void ReleasableMemory::map(Reservation& r, size_t granule) {
   check_driver(accessible, "cuMemSetAccess");
   r.chunks[granule] = chunk;
   r.mapped[granule] = 1;
+}
+
+void ReleasableMemory::map_reclaiming(Reservation& r, size_t granule) {
+  if (releases_.pending_releases() == 0) return map(r, granule);
+  try {
+    map(r, granule);
+  } catch (const Error&) {  // out of device memory, maybe: the chunks waiting to go, first
+    releases_.drain(releaser());
+    map(r, granule);
+  }
+}
+
+void ReleasableMemory::release(const Releases::Granule& granule) {
+  auto it = reservations_.find(granule.owner);
+  if (it != reservations_.end() && it->second.mapped[granule.index]) unmap(it->second, granule.index);
 }
 
 void ReleasableMemory::unmap(Reservation& r, size_t granule) {

@@ -3,12 +3,16 @@
 // through CUDA's virtual memory management. An allocation reserves its whole address range
 // (cuMemAddressReserve) and backs each granule of it (the device's allocation granularity,
 // usually 2 MiB) with a physical chunk of its own (cuMemCreate, cuMemMap, cuMemSetAccess).
-// Decommitting a whole granule unmaps and frees its chunk (cuMemUnmap, cuMemRelease) after the
-// stream's work in flight, which may still use it, is done; committing it again makes and maps a
-// new chunk, zeroed in stream order. The parts of a range on granules it shares with neighbouring
-// data are zeroed and keep their chunk. The driver API is reached through the runtime
-// (cudaGetDriverEntryPointByVersion), so the build needs no libcuda. Not thread-safe: the
-// device's allocator locks around it.
+// Decommitting a whole granule unmaps and frees its chunk (cuMemUnmap, cuMemRelease) once the
+// stream's work queued before the decommit, which may still use it, is done: the decommit records
+// an event and returns at once, and a later call of the allocator that finds the event passed
+// frees the chunk (core/release_queue.h; at most kMostPendingReleases wait, one more waits for the
+// oldest, so the host stays at most that many releases ahead of the device). Committing a granule
+// again makes and maps a new chunk, or takes back one still waiting to be freed, zeroed in stream
+// order either way. The parts of a range on granules it shares with neighbouring data are zeroed
+// and keep their chunk. The driver API is reached through the runtime
+// (cudaGetDriverEntryPointByVersion), so the build needs no libcuda. Not thread-safe: the device's
+// allocator locks around it.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -16,7 +20,26 @@
 #include <map>
 #include <vector>
 
+#include "loom/core/release_queue.h"
+
 namespace loom::kernels::cuda {
+
+// The fence of a release: an event recorded on the stream that released the granules.
+class EventFence {
+ public:
+  explicit EventFence(cudaStream_t stream);
+  ~EventFence();
+  EventFence(EventFence&& other) noexcept;
+  EventFence& operator=(EventFence&& other) noexcept;
+  EventFence(const EventFence&) = delete;
+  EventFence& operator=(const EventFence&) = delete;
+  bool passed() const;  // the stream's work before it is done
+  void wait() const;
+  cudaEvent_t event() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
 
 class ReleasableMemory {
  public:
@@ -31,10 +54,14 @@ class ReleasableMemory {
   // device: the freeing thread's need not be the last to have used it) and says how many of its
   // bytes were decommitted then; false otherwise.
   bool free(void* ptr, size_t& decommitted);
-  // Allocator::decommit and commit; the bytes given back / taken again. An Error when the range
-  // is not inside one of these allocations.
+  // Allocator::decommit and commit; the bytes given back / taken again (counted when decommitted,
+  // though their chunks go once the stream's work before the decommit is done). An Error when the
+  // range is not inside one of these allocations.
   size_t decommit(void* ptr, size_t bytes, cudaStream_t stream);
   size_t commit(void* ptr, size_t bytes, cudaStream_t stream);
+  // Frees the chunks of decommitted granules whose stream work is done (Allocator::synchronize:
+  // after the stream's, every chunk its decommits released has gone back).
+  void collect();
   // Whether `ptr` lies in one of these allocations (committed or not).
   bool holds(const void* ptr) const;
   size_t granule() const { return granule_; }
@@ -47,13 +74,24 @@ class ReleasableMemory {
     std::vector<char> mapped;                   // per granule
     size_t decommitted = 0;                     // bytes
   };
+  using Releases = ReleaseQueue<EventFence>;
   Reservation& find(const void* ptr, size_t bytes, const char* what);
   void map(Reservation& r, size_t granule);
+  // map(), and where the device is out of memory, again after every pending release is freed.
+  void map_reclaiming(Reservation& r, size_t granule);
   void unmap(Reservation& r, size_t granule);
+  void release(const Releases::Granule& granule);  // unmaps a granule whose release is due
+  auto releaser() {
+    return [this](const Releases::Granule& g) { release(g); };
+  }
+
+  // A layer's parameters and its gradients, two layers back: how far ZeRO-3's host may run ahead.
+  static constexpr size_t kMostPendingReleases = 4;
 
   int device_;
   size_t granule_ = 0;
   std::map<uintptr_t, Reservation> reservations_;  // by base address
+  Releases releases_{kMostPendingReleases};        // granules decommitted, chunks not yet freed
 };
 
 }  // namespace loom::kernels::cuda

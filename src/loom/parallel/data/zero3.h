@@ -164,7 +164,10 @@ class Zero3 : public model::ParameterHooks {
   // Elements of parameters / gradients populated right now (shards included).
   int64_t resident_parameter_elements() const { return shard_elements_ + gathered_elements_; }
   int64_t resident_gradient_elements() const { return grad_shards_.numel() + grad_resident_elements_; }
-  // Fraction of the gather/reduce-scatter time hidden behind compute, over all micro-batches.
+  // Fraction of the gather/reduce-scatter time hidden behind compute, over all micro-batches, as
+  // the host sees it: the time it spent blocked. On nccl a gather's wait is the compute stream's
+  // (Work::wait_in_stream), so there it counts the reduce-scatters alone; what the GPU waits for a
+  // gather shows in a profile, not here.
   double hidden_fraction() const;
 
  private:
