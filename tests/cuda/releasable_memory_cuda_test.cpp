@@ -119,11 +119,24 @@ TEST_F(CudaReleasableMemory, ADecommitWaitsForNoWorkAndItsChunksGoOnceTheWorkBef
   a.synchronize();
   const size_t free_at_start = free_device_bytes_now();
 
-  std::atomic<bool> open{false};
-  std::thread opener([&] {  // in case a decommit does wait: then the check below fails, not hangs
-    std::this_thread::sleep_for(std::chrono::seconds(5));
-    open = true;
-  });
+  // Opened by the test, or by this after 5 s in case a decommit does wait (then the checks below
+  // fail instead of hanging); opened and joined however the test ends, so the host function never
+  // outlives the flag.
+  struct Gate {
+    std::atomic<bool> open{false}, done{false};
+    std::thread opener{[this] {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!done && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      open = true;
+    }};
+    ~Gate() {
+      done = true;
+      opener.join();
+      (void)cudaStreamSynchronize(compute_stream(0));
+    }
+  } gate;
+  std::atomic<bool>& open = gate.open;
   hold_stream(open);
   const auto t0 = std::chrono::steady_clock::now();
   a.decommit(d.data(), static_cast<size_t>(n / 2) * sizeof(float));  // granules [0, 16)
@@ -134,8 +147,10 @@ TEST_F(CudaReleasableMemory, ADecommitWaitsForNoWorkAndItsChunksGoOnceTheWorkBef
   EXPECT_LE(free_device_bytes_now(), free_at_start + static_cast<size_t>(2 * kMiB)) << "chunks freed under queued work";
   a.commit(d.data(), static_cast<size_t>(n / 8) * sizeof(float));  // granules [0, 4) taken back
   EXPECT_EQ(a.bytes_in_use(), before + n * 2 + n / 2);
-  open = true;
-  opener.join();
+  // Taken back, not made anew (4 new chunks would take 8 MiB of the device's free memory).
+  EXPECT_GE(free_device_bytes_now() + static_cast<size_t>(2 * kMiB), free_at_start);
+  EXPECT_FALSE(open.load()) << "the commit waited for the held stream";
+  gate.done = true;
   a.synchronize();
   const int64_t rose = static_cast<int64_t>(free_device_bytes_now()) - static_cast<int64_t>(free_at_start);
   std::printf("after the held work: the device's free memory rose by %lld bytes (12 granules: %lld)\n",

@@ -76,10 +76,10 @@ class Allocator {
   // no demand paging, so code that releases a range commits it before writing it again; on the
   // host, decommit gives the pages back (release_pages.h) and a write fault brings them back, so
   // commit does nothing there; on a GPU the decommit does not wait for the device: a granule's
-  // memory goes once the work queued before the decommit is done (at the latest by synchronize()),
-  // and is counted as given back at once. Granules: the host's and the emulated device's pages,
-  // a GPU's allocation granularity (2 MiB). Defaults (memory that is not releasable): decommit zeroes,
-  // commit does nothing.
+  // memory goes at the allocator's next call after the work queued before the decommit is done
+  // (by synchronize() at the latest), and is counted as given back at once. Granules: the host's
+  // and the emulated device's pages, a GPU's allocation granularity (2 MiB). Defaults (memory
+  // that is not releasable): decommit zeroes, commit does nothing.
   virtual void* allocate_releasable(size_t bytes) { return allocate(bytes); }
   virtual void decommit(void* ptr, size_t bytes) { zero(ptr, bytes); }
   virtual void commit(void* ptr, size_t bytes) {

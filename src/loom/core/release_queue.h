@@ -3,16 +3,18 @@
 // released while work that may still read or write them is in flight (on a GPU, kernels queued
 // on the stream that released them) keep their memory until that work's fence has passed (an
 // event recorded on the stream), and are freed by whichever later call of the owner finds it
-// passed. At most `most_pending` releases wait at once; one more first waits for the oldest,
-// which bounds both the memory held past its release and how far the host may run ahead of the
-// device (as FSDP's limit on all-gathers in flight does). A granule taken back before its fence
-// passed (committed again) leaves its release and keeps its memory; the caller orders its next
-// use after the fence. Not thread-safe: the owner locks around it.
+// passed. Each lane (a GPU's stream) has at most `most_pending` releases waiting; one more first
+// waits for that lane's oldest, which bounds the memory a lane holds past its release and how far
+// its host thread runs ahead of the device (as FSDP's limit on all-gathers in flight does). A
+// granule taken back before its fence passed (committed again) leaves its release and keeps its
+// memory; the caller orders its next use after the fence. Not thread-safe: the owner locks
+// around it.
 //   Fence: movable; bool passed() (the work before it is done); void wait() (blocks until then).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <utility>
 #include <vector>
 
@@ -29,17 +31,20 @@ class ReleaseQueue {
 
   explicit ReleaseQueue(size_t most_pending) : most_pending_(std::max<size_t>(most_pending, 1)) {}
 
-  // `granules` are released once `fence` has passed: release(granule) then frees each, in the
-  // order given. First frees what has passed, and waits for the oldest releases beyond the limit.
+  // `granules` are released once `fence` (of `lane`) has passed: release(granule) then frees
+  // each, in the order given. First frees what has passed, and waits for the lane's oldest
+  // releases beyond the limit.
   template <typename Release>
-  void defer(Fence fence, std::vector<Granule> granules, Release&& release) {
+  void defer(uintptr_t lane, Fence fence, std::vector<Granule> granules, Release&& release) {
     if (granules.empty()) return;
     collect(release);
-    while (pending_.size() >= most_pending_) {
-      pending_.front().fence.wait();
-      finish(pending_.begin(), release);
+    auto of_lane = [&](const Entry& e) { return e.lane == lane; };
+    while (static_cast<size_t>(std::count_if(pending_.begin(), pending_.end(), of_lane)) >= most_pending_) {
+      const auto oldest = std::find_if(pending_.begin(), pending_.end(), of_lane);
+      oldest->fence.wait();
+      finish(oldest, release);
     }
-    pending_.push_back({std::move(fence), std::move(granules)});
+    pending_.push_back({lane, std::move(fence), std::move(granules)});
   }
 
   // Frees every release whose fence has passed (fences of different streams pass in any order).
@@ -94,19 +99,29 @@ class ReleaseQueue {
 
  private:
   struct Entry {
+    uintptr_t lane = 0;
     Fence fence;
     std::vector<Granule> granules;
     bool holds(const Granule& g) const { return std::find(granules.begin(), granules.end(), g) != granules.end(); }
   };
   using Iterator = typename std::deque<Entry>::iterator;
 
-  // Frees an entry whose fence has passed. Taken out of the queue first, so that a release that
-  // throws leaves no entry behind to be freed twice.
+  // Frees an entry whose fence has passed: taken out of the queue first, then every granule
+  // released even where one throws (the first exception is rethrown after), so that none is left
+  // neither pending nor freed.
   template <typename Release>
   Iterator finish(Iterator it, Release& release) {
     Entry entry = std::move(*it);
     Iterator next = pending_.erase(it);
-    for (const Granule& g : entry.granules) release(g);
+    std::exception_ptr failed;
+    for (const Granule& g : entry.granules) {
+      try {
+        release(g);
+      } catch (...) {
+        if (!failed) failed = std::current_exception();
+      }
+    }
+    if (failed) std::rethrow_exception(failed);
     return next;
   }
 

@@ -37,7 +37,14 @@ class DeviceAllocator final : public Allocator {
     if (bytes == 0) return nullptr;
     std::lock_guard<std::mutex> lock(mutex_);
     check_cuda(cudaSetDevice(index_), "cudaSetDevice(" + std::to_string(index_) + ")");
-    void* p = cache_.allocate(bytes, compute_stream(index_));
+    void* p = nullptr;
+    try {
+      p = cache_.allocate(bytes, compute_stream(index_));
+    } catch (const Error&) {
+      // Out of memory, maybe: the chunks of decommitted granules still waiting to go, first.
+      if (!releasable_ || !releasable_->free_pending()) throw;
+      p = cache_.allocate(bytes, compute_stream(index_));
+    }
     count_allocation(bytes);
     return p;
   }

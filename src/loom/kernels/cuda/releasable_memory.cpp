@@ -109,10 +109,6 @@ ReleasableMemory::ReleasableMemory(int device) : device_(device) {
 }
 
 ReleasableMemory::~ReleasableMemory() {
-  try {  // the work before a pending release may still use its granules
-    releases_.drain(releaser());
-  } catch (const Error&) {
-  }
   const Driver& d = driver();
   for (auto& [base, r] : reservations_) {  // destructors cannot throw; the process may be ending
     for (size_t g = 0; g < r.mapped.size(); ++g) {
@@ -135,6 +131,7 @@ void* ReleasableMemory::allocate(size_t bytes) {
   r.reserved = granules * granule_;
   r.chunks.assign(granules, 0);
   r.mapped.assign(granules, 0);
+  r.pending.assign(granules, 0);
   Reservation& kept = reservations_.emplace(r.base, std::move(r)).first->second;
   try {
     releases_.collect(releaser());
@@ -166,7 +163,7 @@ size_t ReleasableMemory::decommit(void* ptr, size_t bytes, cudaStream_t stream) 
   Reservation& r = find(ptr, bytes, "decommit");
   releases_.collect(releaser());
   // A granule waiting for its release is decommitted already: nothing may touch it.
-  auto live = [&](size_t g) { return r.mapped[g] && !releases_.pending({r.base, g}); };
+  auto live = [&](size_t g) { return r.mapped[g] && !r.pending[g]; };
   const size_t offset = reinterpret_cast<uintptr_t>(ptr) - r.base;
   for (const GranuleEdge& e : granule_edges(offset, bytes, granule_)) {
     if (!live(e.granule)) continue;
@@ -181,7 +178,10 @@ size_t ReleasableMemory::decommit(void* ptr, size_t bytes, cudaStream_t stream) 
   if (released.empty()) return 0;
   // Kernels and copies queued before may still use the granules: their chunks go after them.
   const size_t bytes_released = released.size() * granule_;
-  releases_.defer(EventFence(stream), std::move(released), releaser());
+  std::vector<size_t> indices;
+  for (const Releases::Granule& g : released) indices.push_back(g.index);
+  releases_.defer(reinterpret_cast<uintptr_t>(stream), EventFence(stream), std::move(released), releaser());
+  for (size_t g : indices) r.pending[g] = 1;  // once queued (a throw above leaves them live)
   r.decommitted += bytes_released;
   return bytes_released;
 }
@@ -197,7 +197,8 @@ size_t ReleasableMemory::commit(void* ptr, size_t bytes, cudaStream_t stream) {
   };
   size_t taken = 0;
   for (size_t g = touched.first; g < touched.last; ++g) {
-    if (releases_.take_back({r.base, g}, follow)) {
+    if (r.pending[g] && releases_.take_back({r.base, g}, follow)) {
+      r.pending[g] = 0;
       check_cuda(cudaMemsetAsync(reinterpret_cast<void*>(r.base + g * granule_), 0, granule_, stream),
                  "cudaMemsetAsync (a committed granule)");
       taken += granule_;
@@ -214,6 +215,12 @@ size_t ReleasableMemory::commit(void* ptr, size_t bytes, cudaStream_t stream) {
 }
 
 void ReleasableMemory::collect() { releases_.collect(releaser()); }
+
+bool ReleasableMemory::free_pending() {
+  if (releases_.pending_releases() == 0) return false;
+  releases_.drain(releaser());
+  return true;
+}
 
 bool ReleasableMemory::holds(const void* ptr) const {
   const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
@@ -268,7 +275,9 @@ void ReleasableMemory::map_reclaiming(Reservation& r, size_t granule) {
 
 void ReleasableMemory::release(const Releases::Granule& granule) {
   auto it = reservations_.find(granule.owner);
-  if (it != reservations_.end() && it->second.mapped[granule.index]) unmap(it->second, granule.index);
+  if (it == reservations_.end()) return;
+  it->second.pending[granule.index] = 0;
+  if (it->second.mapped[granule.index]) unmap(it->second, granule.index);
 }
 
 void ReleasableMemory::unmap(Reservation& r, size_t granule) {

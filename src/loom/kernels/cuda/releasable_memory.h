@@ -5,14 +5,15 @@
 // usually 2 MiB) with a physical chunk of its own (cuMemCreate, cuMemMap, cuMemSetAccess).
 // Decommitting a whole granule unmaps and frees its chunk (cuMemUnmap, cuMemRelease) once the
 // stream's work queued before the decommit, which may still use it, is done: the decommit records
-// an event and returns at once, and a later call of the allocator that finds the event passed
-// frees the chunk (core/release_queue.h; at most kMostPendingReleases wait, one more waits for the
-// oldest, so the host stays at most that many releases ahead of the device). Committing a granule
-// again makes and maps a new chunk, or takes back one still waiting to be freed, zeroed in stream
-// order either way. The parts of a range on granules it shares with neighbouring data are zeroed
-// and keep their chunk. The driver API is reached through the runtime
-// (cudaGetDriverEntryPointByVersion), so the build needs no libcuda. Not thread-safe: the device's
-// allocator locks around it.
+// an event and returns at once, and the next call of the allocator on this device that finds the
+// event passed frees the chunk (core/release_queue.h; per stream at most kMostPendingReleases
+// wait, one more waits for the stream's oldest, so its thread stays at most that many decommits
+// ahead of the device). Until then the chunk is held though no longer counted as committed.
+// Committing a granule again makes and maps a new chunk, or takes back one still waiting to be
+// freed, zeroed in stream order either way. The parts of a range on granules it shares with
+// neighbouring data are zeroed and keep their chunk. The driver API is reached through the
+// runtime (cudaGetDriverEntryPointByVersion), so the build needs no libcuda. Not thread-safe: the
+// device's allocator locks around it.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -44,7 +45,7 @@ class EventFence {
 class ReleasableMemory {
  public:
   explicit ReleasableMemory(int device);  // the device's granularity, from the driver
-  ~ReleasableMemory();                    // unmaps and frees what is left (errors ignored)
+  ~ReleasableMemory();  // unmaps and frees what is left, without waiting (errors ignored)
   ReleasableMemory(const ReleasableMemory&) = delete;
   ReleasableMemory& operator=(const ReleasableMemory&) = delete;
 
@@ -62,6 +63,9 @@ class ReleasableMemory {
   // Frees the chunks of decommitted granules whose stream work is done (Allocator::synchronize:
   // after the stream's, every chunk its decommits released has gone back).
   void collect();
+  // Waits for the work before every pending release and frees its chunks (out of device memory);
+  // whether there was any.
+  bool free_pending();
   // Whether `ptr` lies in one of these allocations (committed or not).
   bool holds(const void* ptr) const;
   size_t granule() const { return granule_; }
@@ -72,6 +76,7 @@ class ReleasableMemory {
     size_t bytes = 0, reserved = 0;             // asked for; the address range (whole granules)
     std::vector<unsigned long long> chunks;     // per granule: its physical chunk when mapped
     std::vector<char> mapped;                   // per granule
+    std::vector<char> pending;                  // per granule: mapped, its release waiting (releases_)
     size_t decommitted = 0;                     // bytes
   };
   using Releases = ReleaseQueue<EventFence>;
@@ -85,7 +90,8 @@ class ReleasableMemory {
     return [this](const Releases::Granule& g) { release(g); };
   }
 
-  // A layer's parameters and its gradients, two layers back: how far ZeRO-3's host may run ahead.
+  // Per stream: ZeRO-3 releases a layer's parameters and then its gradients, so about two layers'
+  // worth of decommits may be ahead of the device.
   static constexpr size_t kMostPendingReleases = 4;
 
   int device_;
