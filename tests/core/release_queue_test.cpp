@@ -127,6 +127,18 @@ TEST(ReleaseQueue, AGranuleTakenBackIsNotFreedByItsOldReleaseAndItsFenceIsFollow
   queue.defer(0, fence(8), {{1, 4}}, freed.release());
   EXPECT_TRUE(queue.take_back({1, 4}, [](const FakeFence&) {}));
   EXPECT_EQ(queue.pending_releases(), 0u);
+  // Granules given in any order: one taken back from the middle, the rest freed in index order.
+  freed.granules.clear();
+  const FakeFence b = fence(9);
+  queue.defer(0, b, {{1, 9}, {1, 3}, {1, 7}}, freed.release());
+  EXPECT_TRUE(queue.take_back({1, 7}, [](const FakeFence&) {}));
+  EXPECT_EQ(queue.pending_granules(), 2u);
+  EXPECT_TRUE(queue.pending({1, 9}));
+  EXPECT_FALSE(queue.pending({1, 7}));
+  *b.is_passed = true;
+  queue.collect(freed.release());
+  const std::vector<Granule> want{{1, 3}, {1, 9}};
+  EXPECT_EQ(freed.granules, want);
 }
 
 TEST(ReleaseQueue, DrainingAnOwnerWaitsForAndFreesItsReleasesOnly) {

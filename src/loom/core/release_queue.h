@@ -27,12 +27,13 @@ class ReleaseQueue {
     uintptr_t owner = 0;  // the allocation (its base address)
     size_t index = 0;     // the granule's index in it
     bool operator==(const Granule&) const = default;
+    bool operator<(const Granule& o) const { return owner != o.owner ? owner < o.owner : index < o.index; }
   };
 
   explicit ReleaseQueue(size_t most_pending) : most_pending_(std::max<size_t>(most_pending, 1)) {}
 
   // `granules` are released once `fence` (of `lane`) has passed: release(granule) then frees
-  // each, in the order given. First frees what has passed, and waits for the lane's oldest
+  // each, in (owner, index) order. First frees what has passed, and waits for the lane's oldest
   // releases beyond the limit.
   template <typename Release>
   void defer(uintptr_t lane, Fence fence, std::vector<Granule> granules, Release&& release) {
@@ -44,7 +45,9 @@ class ReleaseQueue {
       oldest->fence.wait();
       finish(oldest, release);
     }
-    pending_.push_back({lane, std::move(fence), std::move(granules)});
+    std::sort(granules.begin(), granules.end());  // looked up by binary search
+    const size_t count = granules.size();
+    pending_.push_back({lane, std::move(fence), std::move(granules), std::vector<char>(count, 0), count});
   }
 
   // Frees every release whose fence has passed (fences of different streams pass in any order).
@@ -60,6 +63,7 @@ class ReleaseQueue {
     for (auto it = pending_.begin(); it != pending_.end();) {
       const bool mine = owner == 0 || std::any_of(it->granules.begin(), it->granules.end(),
                                                   [&](const Granule& g) { return g.owner == owner; });
+      // (A granule taken back still names its owner here: draining it too only waits earlier.)
       if (!mine) {
         ++it;
         continue;
@@ -71,7 +75,7 @@ class ReleaseQueue {
 
   // Whether `granule` waits to be released.
   bool pending(const Granule& granule) const {
-    return std::any_of(pending_.begin(), pending_.end(), [&](const Entry& e) { return e.holds(granule); });
+    return std::any_of(pending_.begin(), pending_.end(), [&](const Entry& e) { return e.find(granule) >= 0; });
   }
 
   // Takes `granule` out of its pending release, if it is in one: follow(fence) runs first, so that
@@ -80,11 +84,11 @@ class ReleaseQueue {
   template <typename Follow>
   bool take_back(const Granule& granule, Follow&& follow) {
     for (auto it = pending_.begin(); it != pending_.end(); ++it) {
-      auto g = std::find(it->granules.begin(), it->granules.end(), granule);
-      if (g == it->granules.end()) continue;
+      const std::ptrdiff_t at = it->find(granule);
+      if (at < 0) continue;
       follow(it->fence);
-      it->granules.erase(g);
-      if (it->granules.empty()) pending_.erase(it);
+      it->taken[static_cast<size_t>(at)] = 1;  // marked, not erased: taking a whole release back stays linear
+      if (--it->left == 0) pending_.erase(it);
       return true;
     }
     return false;
@@ -93,7 +97,7 @@ class ReleaseQueue {
   size_t pending_releases() const { return pending_.size(); }
   size_t pending_granules() const {
     size_t n = 0;
-    for (const Entry& e : pending_) n += e.granules.size();
+    for (const Entry& e : pending_) n += e.left;
     return n;
   }
 
@@ -101,8 +105,16 @@ class ReleaseQueue {
   struct Entry {
     uintptr_t lane = 0;
     Fence fence;
-    std::vector<Granule> granules;
-    bool holds(const Granule& g) const { return std::find(granules.begin(), granules.end(), g) != granules.end(); }
+    std::vector<Granule> granules;  // sorted
+    std::vector<char> taken;        // per granule: taken back
+    size_t left = 0;                // granules not taken back
+    // The granule's position when it is still to be released, else -1.
+    std::ptrdiff_t find(const Granule& g) const {
+      const auto at = std::lower_bound(granules.begin(), granules.end(), g);
+      if (at == granules.end() || !(*at == g)) return -1;
+      const std::ptrdiff_t i = at - granules.begin();
+      return taken[static_cast<size_t>(i)] ? -1 : i;
+    }
   };
   using Iterator = typename std::deque<Entry>::iterator;
 
@@ -114,7 +126,9 @@ class ReleaseQueue {
     Entry entry = std::move(*it);
     Iterator next = pending_.erase(it);
     std::exception_ptr failed;
-    for (const Granule& g : entry.granules) {
+    for (size_t i = 0; i < entry.granules.size(); ++i) {
+      if (entry.taken[i]) continue;
+      const Granule& g = entry.granules[i];
       try {
         release(g);
       } catch (...) {
