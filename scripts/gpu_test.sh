@@ -141,7 +141,9 @@ stage_kernels() {
 }
 
 stage_nccl() {
-  gtest_run test_nccl test_nccl 40
+  # 60 s: the waits' tests add a 1 GiB reduce_scatter, a 300 ms timeout held a second, and a death
+  # test whose fresh process starts CUDA and NCCL again.
+  gtest_run test_nccl test_nccl 60
   # The gradients' collectives over NCCL (one rank: the machine has one GPU), then 2 ranks sharing
   # the GPU (threads, staged through the host).
   tiny_train nccl 10 40 runtime.device_comm=nccl
