@@ -16,11 +16,10 @@ Watchdog::~Watchdog() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Watchdog::watch(std::string what, Clock::time_point deadline, std::chrono::milliseconds timeout, Poller poll,
-                     std::function<void()> cancel) {
+void Watchdog::watch(std::string what, std::chrono::milliseconds timeout, Poller poll) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    watches_.push_back({std::move(what), deadline, timeout, std::move(poll), std::move(cancel)});
+    watches_.push_back({std::move(what), Clock::now() + timeout, timeout, std::move(poll)});
     if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
   }
   wake_.notify_all();
@@ -51,7 +50,6 @@ void Watchdog::run() {
       if (p.state == State::Failed) {
         failures.push_back(w.what + ": " + p.why);
       } else if (now > w.deadline) {
-        if (w.cancel) w.cancel();
         failures.push_back(w.what + " timed out after " + std::to_string(w.timeout.count()) +
                            " ms (some rank did not issue it, or the device work before it never ended)");
       } else {

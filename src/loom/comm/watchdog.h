@@ -2,10 +2,9 @@
 // A thread that watches operations nobody waits for on the host, so that a timeout still holds
 // for them: an NCCL operation whose result the compute stream waits for (Work::wait_in_stream)
 // lets the host run ahead, and only this thread sees it hang. Each watch is polled every interval
-// until it reports done (then dropped), reports a failure, or passes its deadline (then its
-// cancel, if it has one, runs first); both failures go to the handler with a message naming the
-// operation. The thread starts with the first watch and stops with the
-// watchdog; with nothing to watch it sleeps.
+// until it reports done (then dropped), reports a failure, or outlives its timeout; both failures
+// go to the handler with a message naming the operation. The thread starts with the first watch
+// and stops with the watchdog; with nothing to watch it sleeps.
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -32,11 +31,10 @@ class Watchdog {
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  // Watches `what` until poll() is Done, Failed (on_failure("<what>: <why>")) or `deadline`
-  // passes (cancel(), then on_failure("<what> timed out after <timeout> ms (...)")); `timeout` is
-  // only for that message. poll and cancel run on the watchdog's thread and must not throw.
-  void watch(std::string what, Clock::time_point deadline, std::chrono::milliseconds timeout, Poller poll,
-             std::function<void()> cancel);
+  // Watches `what` until poll() is Done, Failed (on_failure("<what>: <why>")) or `timeout` has
+  // passed since this call (on_failure("<what> timed out after <timeout> ms (...)")). poll runs on
+  // the watchdog's thread and must not throw.
+  void watch(std::string what, std::chrono::milliseconds timeout, Poller poll);
   // Watches not yet done or reported.
   size_t watching() const;
 
@@ -46,7 +44,6 @@ class Watchdog {
     Clock::time_point deadline;
     std::chrono::milliseconds timeout;
     Poller poll;
-    std::function<void()> cancel;
   };
   void run();
 

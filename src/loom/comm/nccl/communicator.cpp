@@ -17,6 +17,7 @@
 #include "loom/comm/watchdog.h"
 #include "loom/core/error.h"
 #include "loom/kernels/cuda/compute_streams.h"
+#include "loom/kernels/cuda/stream_event.h"
 
 namespace loom::comm {
 
@@ -132,14 +133,8 @@ class NcclGroup {
   bool open_ = true;
 };
 
-// A completion event, destroyed by its last holder (the operation's handle, the watchdog).
-struct Event {
-  cudaEvent_t event = nullptr;
-  Event() { check_runtime(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate"); }
-  ~Event() { cudaEventDestroy(event); }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-};
+// An operation's completion event, destroyed by its last holder (its handle, the watchdog).
+using CompletionEvent = std::shared_ptr<const kernels::cuda::StreamEvent>;
 
 // What polling an operation does when NCCL reports an asynchronous error: the thread that waits
 // for it aborts the communicator (NCCL's guidance: it is unusable) and throws; the watchdog only
@@ -193,11 +188,11 @@ Watchdog& stream_watchdog() {
 
 class NcclWork final : public Work {
  public:
-  NcclWork(std::shared_ptr<Endpoint> endpoint, std::shared_ptr<Event> done, std::string what,
+  NcclWork(std::shared_ptr<Endpoint> endpoint, CompletionEvent done, std::string what,
            std::chrono::milliseconds timeout)
       : endpoint_(std::move(endpoint)), done_(std::move(done)), what_(std::move(what)), timeout_(timeout) {}
   bool test() override {
-    const Watchdog::Poll p = poll_operation(*endpoint_, done_->event, OnAsyncError::Abort);
+    const Watchdog::Poll p = poll_operation(*endpoint_, done_->event(), OnAsyncError::Abort);
     if (p.state == Watchdog::State::Failed) throw Error(what_ + ": " + p.why);
     return p.state == Watchdog::State::Done;
   }
@@ -218,25 +213,22 @@ class NcclWork final : public Work {
   void wait_in_stream() override {
     if (endpoint_->aborted) throw Error(what_ + ": " + endpoint_->aborted_because());
     check_runtime(cudaSetDevice(endpoint_->device), "cudaSetDevice");
-    check_runtime(cudaStreamWaitEvent(kernels::cuda::compute_stream(endpoint_->device), done_->event, 0),
+    check_runtime(cudaStreamWaitEvent(kernels::cuda::compute_stream(endpoint_->device), done_->event(), 0),
                   what_ + ": cudaStreamWaitEvent (compute stream)");
     if (watched_) return;
     watched_ = true;
     // The watch holds the group and the event until the operation ends: a communicator destroyed
     // meanwhile still ends its work (destroyed, not aborted) and its failures are still seen. No
-    // cancel: past the deadline the process ends, and an abort could wait for the device forever.
-    stream_watchdog().watch(
-        what_, std::chrono::steady_clock::now() + timeout_, timeout_,
-        [endpoint = endpoint_, done = done_]() -> Watchdog::Poll {
-          if (cudaSetDevice(endpoint->device) != cudaSuccess) return {Watchdog::State::Pending, ""};
-          return poll_operation(*endpoint, done->event, OnAsyncError::Report);
-        },
-        nullptr);
+    // abort past the timeout: the process ends, and an abort could wait for the device forever.
+    stream_watchdog().watch(what_, timeout_, [endpoint = endpoint_, done = done_]() -> Watchdog::Poll {
+      if (cudaSetDevice(endpoint->device) != cudaSuccess) return {Watchdog::State::Pending, ""};
+      return poll_operation(*endpoint, done->event(), OnAsyncError::Report);
+    });
   }
 
  private:
   std::shared_ptr<Endpoint> endpoint_;
-  std::shared_ptr<Event> done_;
+  CompletionEvent done_;
   std::string what_;
   std::chrono::milliseconds timeout_;
   bool watched_ = false;
@@ -396,15 +388,10 @@ class NcclCommunicator final : public Communicator {
     const ncclComm_t comm = endpoint_->comm;
     LOOM_CHECK(comm != nullptr, "nccl group '" + name_ + "': " + op + " after " + endpoint_->aborted_because());
     check_runtime(cudaSetDevice(endpoint_->device), "cudaSetDevice");
-    cudaEvent_t ready = nullptr;
-    check_runtime(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
-    check_runtime(cudaEventRecord(ready, kernels::cuda::compute_stream(endpoint_->device)),
-                  "cudaEventRecord (compute stream)");
-    check_runtime(cudaStreamWaitEvent(endpoint_->stream, ready, 0), "cudaStreamWaitEvent");
-    cudaEventDestroy(ready);
+    const kernels::cuda::StreamEvent ready(kernels::cuda::compute_stream(endpoint_->device));
+    check_runtime(cudaStreamWaitEvent(endpoint_->stream, ready.event(), 0), "cudaStreamWaitEvent");
     body(comm, endpoint_->stream);
-    auto done = std::make_shared<Event>();
-    check_runtime(cudaEventRecord(done->event, endpoint_->stream), "cudaEventRecord (communication stream)");
+    auto done = std::make_shared<const kernels::cuda::StreamEvent>(endpoint_->stream);
     const std::string what = "nccl group '" + name_ + "' (rank " + std::to_string(rank_) + " of " +
                              std::to_string(size_) + "): " + op + " #" + std::to_string(++sequence_);
     return std::make_shared<NcclWork>(endpoint_, done, what, options_.timeout);

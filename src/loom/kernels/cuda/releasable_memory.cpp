@@ -4,7 +4,6 @@
 
 #include <iterator>
 #include <string>
-#include <utility>
 
 #include "loom/core/error.h"
 #include "loom/core/granules.h"
@@ -73,33 +72,6 @@ CUmemAllocationProp chunk_properties(int device) {
 }
 
 }  // namespace
-
-EventFence::EventFence(cudaStream_t stream) {
-  check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate (a release's fence)");
-  const cudaError_t recorded = cudaEventRecord(event_, stream);
-  if (recorded != cudaSuccess) cudaEventDestroy(std::exchange(event_, nullptr));
-  check_cuda(recorded, "cudaEventRecord (a release's fence)");
-}
-
-EventFence::~EventFence() {
-  if (event_ != nullptr) cudaEventDestroy(event_);
-}
-
-EventFence::EventFence(EventFence&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
-
-EventFence& EventFence::operator=(EventFence&& other) noexcept {
-  std::swap(event_, other.event_);
-  return *this;
-}
-
-bool EventFence::passed() const {
-  const cudaError_t state = cudaEventQuery(event_);
-  if (state == cudaErrorNotReady) return false;
-  check_cuda(state, "cudaEventQuery (a release's fence)");
-  return true;
-}
-
-void EventFence::wait() const { check_cuda(cudaEventSynchronize(event_), "cudaEventSynchronize (a release's fence)"); }
 
 ReleasableMemory::ReleasableMemory(int device) : device_(device) {
   const CUmemAllocationProp prop = chunk_properties(device);
@@ -180,7 +152,7 @@ size_t ReleasableMemory::decommit(void* ptr, size_t bytes, cudaStream_t stream) 
   const size_t bytes_released = released.size() * granule_;
   std::vector<size_t> indices;
   for (const Releases::Granule& g : released) indices.push_back(g.index);
-  releases_.defer(reinterpret_cast<uintptr_t>(stream), EventFence(stream), std::move(released), releaser());
+  releases_.defer(reinterpret_cast<uintptr_t>(stream), StreamEvent(stream), std::move(released), releaser());
   for (size_t g : indices) r.pending[g] = 1;  // once queued (a throw above leaves them live)
   r.decommitted += bytes_released;
   return bytes_released;
@@ -192,7 +164,7 @@ size_t ReleasableMemory::commit(void* ptr, size_t bytes, cudaStream_t stream) {
   releases_.collect(releaser());
   // A granule still waiting for its release keeps its chunk; the stream's next use of it (the
   // zeroing below, then the caller's) follows the work its release waited for.
-  auto follow = [&](const EventFence& fence) {
+  auto follow = [&](const StreamEvent& fence) {
     check_cuda(cudaStreamWaitEvent(stream, fence.event(), 0), "cudaStreamWaitEvent (a granule committed again)");
   };
   size_t taken = 0;

@@ -22,25 +22,9 @@
 #include <vector>
 
 #include "loom/core/release_queue.h"
+#include "loom/kernels/cuda/stream_event.h"
 
 namespace loom::kernels::cuda {
-
-// The fence of a release: an event recorded on the stream that released the granules.
-class EventFence {
- public:
-  explicit EventFence(cudaStream_t stream);
-  ~EventFence();
-  EventFence(EventFence&& other) noexcept;
-  EventFence& operator=(EventFence&& other) noexcept;
-  EventFence(const EventFence&) = delete;
-  EventFence& operator=(const EventFence&) = delete;
-  bool passed() const;  // the stream's work before it is done
-  void wait() const;
-  cudaEvent_t event() const { return event_; }
-
- private:
-  cudaEvent_t event_ = nullptr;
-};
 
 class ReleasableMemory {
  public:
@@ -79,7 +63,7 @@ class ReleasableMemory {
     std::vector<char> pending;                  // per granule: mapped, its release waiting (releases_)
     size_t decommitted = 0;                     // bytes
   };
-  using Releases = ReleaseQueue<EventFence>;
+  using Releases = ReleaseQueue<StreamEvent>;  // a release's fence: the releasing stream's event
   Reservation& find(const void* ptr, size_t bytes, const char* what);
   void map(Reservation& r, size_t granule);
   // map(), and where the device is out of memory, again after every pending release is freed.
