@@ -71,15 +71,19 @@ class CudaEntries : public testing::GpuTest<> {
     auto* scales = reinterpret_cast<float*>(want.ptr + offset);
     fp8_tensor_scale(cast.amax, cast.scale, cast.margin, cast.e5m2 ? Fp8::E5M2 : Fp8::E4M3, scales);
     cast_operand_both(values, want.ptr, want_t.ptr, rows, cols, cast.e5m2 ? CastTo::E5M2 : CastTo::E4M3, scales);
-    check_cuda(cudaMemcpy(want_t.ptr + offset, scales, 2 * sizeof(float), cudaMemcpyDeviceToDevice), "copy");
+    check_cuda(cudaMemcpy(want_t.ptr + offset, scales, kFp8ScalePairFloats * sizeof(float), cudaMemcpyDeviceToDevice),
+               "copy");
     const std::vector<uint8_t> got = codes.host(), got_t = transposed.host(), w = want.host(), w_t = want_t.host();
     auto part = [](const std::vector<uint8_t>& v, int64_t from, int64_t count) {
       return std::vector<uint8_t>(v.begin() + from, v.begin() + from + count);
     };
     EXPECT_EQ(part(got, 0, n), part(w, 0, n)) << name << ": codes";
     EXPECT_EQ(part(got_t, 0, n), part(w_t, 0, n)) << name << ": transposed codes";
-    EXPECT_EQ(part(got, offset, 8), part(w, offset, 8)) << name << ": scale and inverse";
-    EXPECT_EQ(part(got_t, offset, 8), part(w, offset, 8)) << name << ": scale beside the transposed codes";
+    const int64_t inverse = offset + kFp8InverseOffset * 4;
+    EXPECT_EQ(part(got, offset, 4), part(w, offset, 4)) << name << ": scale";
+    EXPECT_EQ(part(got, inverse, 4), part(w, inverse, 4)) << name << ": inverse";
+    EXPECT_EQ(part(got_t, offset, 4), part(w, offset, 4)) << name << ": scale beside the transposed codes";
+    EXPECT_EQ(part(got_t, inverse, 4), part(w, inverse, 4)) << name << ": inverse beside the transposed codes";
   }
 };
 

@@ -214,17 +214,18 @@ TEST_P(CudaQuantize, DeviceAmaxAndTensorScaleEqualTheCpu) {
                                      57344.0f, 1.7e37f, 3e38f,  FLT_MAX, INFINITY, NAN};
   for (int margin : {0, 1, 3, 40}) {
     for (float a : amaxes) {
-      DeviceFloats d_amax(allocator_, std::vector<float>{a}), d_scale(allocator_, poison(2));
+      DeviceFloats d_amax(allocator_, std::vector<float>{a}), d_scale(allocator_, poison(kFp8ScalePairFloats));
       fp8_tensor_scale(d_amax.ptr, 7.0f, margin, f, d_scale.ptr);
       const std::vector<float> got = d_scale.host();
       const float want = precision::compute_scale(a, fp8_max, margin, 1.0f);
       EXPECT_EQ(std::bit_cast<uint32_t>(got[0]), std::bit_cast<uint32_t>(want)) << "amax " << a << " margin " << margin;
-      EXPECT_EQ(std::bit_cast<uint32_t>(got[1]), std::bit_cast<uint32_t>(1.0f / want)) << "amax " << a;
+      EXPECT_EQ(std::bit_cast<uint32_t>(got[kFp8InverseOffset]), std::bit_cast<uint32_t>(1.0f / want)) << "amax " << a;
     }
   }
-  DeviceFloats d_host_scale(allocator_, poison(2));
+  DeviceFloats d_host_scale(allocator_, poison(kFp8ScalePairFloats));
   fp8_tensor_scale(nullptr, 0.125f, 0, f, d_host_scale.ptr);  // fp8_delayed: the host's scale
-  EXPECT_EQ(d_host_scale.host(), (std::vector<float>{0.125f, 8.0f}));
+  EXPECT_EQ(d_host_scale.host()[0], 0.125f);
+  EXPECT_EQ(d_host_scale.host()[kFp8InverseOffset], 8.0f);
 
   // The per-tensor GEMM cast, transposed on the way, with the scale from the device amax.
   const int64_t rows = 37, cols = 91;
@@ -233,7 +234,7 @@ TEST_P(CudaQuantize, DeviceAmaxAndTensorScaleEqualTheCpu) {
   with_specials[3] = NAN;
   with_specials[rows * cols - 2] = -INFINITY;
   DeviceFloats d_x(allocator_, with_specials), d_amax(allocator_, std::vector<float>{0.0f}),
-      d_scale(allocator_, poison(2));
+      d_scale(allocator_, poison(kFp8ScalePairFloats));
   amax_into(d_amax.ptr, d_x.ptr, rows * cols);
   const float amax_finite = precision::amax(x.data(), rows * cols);
   DeviceFloats d_finite_amax(allocator_, std::vector<float>{amax_finite});

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU benchmark's table makers on fixed inputs (no GPU needed): bench/cuda/kernel_profile.py
-# sums an ncu CSV's kernel times by name (units mixed, thousands separators, ncu's own lines
-# before the table) per step and against a step time, and refuses what is not such a table;
+# sums an ncu CSV's kernel times by name (units mixed, long names and short: the H200 machine's
+# ncu writes "ns"; thousands separators, ncu's own lines before the table) per step and against a
+# step time, and refuses what is not such a table;
 # bench/cuda/gpu_table.py gives a loom recipe's tokens/s over loom's bf16 run; bench/cuda/
 # loss_curves.py tells two loss curves within 5% of each other from ones that are not.
 # Usage: gpu_bench_tables.sh

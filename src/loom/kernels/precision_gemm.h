@@ -67,6 +67,13 @@ inline int weight_cast_form(OperandCast cast, LinearGemm pass) {
   return pass == LinearGemm::Forward ? 0 : 1;
 }
 
+// A per-tensor FP8 operand's scale and its inverse in device memory: the scale first (the casts
+// read it), the inverse kFp8InverseOffset floats (16 bytes) after it, where cuBLASLt reads it: its
+// FP8 products refuse a scale pointer that is not 16-byte aligned (CUBLAS_STATUS_NOT_SUPPORTED from
+// the product itself, after the heuristic accepted the plan). The pair starts 16-byte aligned.
+constexpr int64_t kFp8InverseOffset = 4;
+constexpr int64_t kFp8ScalePairFloats = kFp8InverseOffset + 1;
+
 // The layout of a weight's cast in its store, for W [out_features, in_features]: the codes (FP8:
 // 1 byte per element; 16-bit and MXFP8's decoded bf16: 2) first, then the scales (a per-tensor
 // scale and its inverse, or the block / tile scale inverses in cuBLASLt's layout), 256-byte aligned.
@@ -83,7 +90,7 @@ inline WeightCastLayout weight_cast_layout(OperandCast cast, int64_t out_feature
     case OperandCast::Bf16:
     case OperandCast::Fp16:
     case OperandCast::Mxfp8: element = 2; break;
-    case OperandCast::Fp8Tensor: scales = 2; break;
+    case OperandCast::Fp8Tensor: scales = kFp8ScalePairFloats; break;
     case OperandCast::Fp8Blocks:  // either orientation
       scales = std::max((in_features + 127) / 128 * out_features, (out_features + 127) / 128 * in_features);
       break;

@@ -44,7 +44,7 @@ template <CastTo kTo, typename In>
 void launch_cast(const In* in, void* out, void* plain, int64_t rows, int64_t cols, bool transpose,
                  const float* scale, float* amax, cudaStream_t stream) {
   const Caster<kTo> cast{scale};
-  using Out = decltype(cast(0.0f));
+  using Out = typename Caster<kTo>::Out;
   Out* o = static_cast<Out*>(out);
   if (!transpose) {
     const int64_t n = rows * cols;

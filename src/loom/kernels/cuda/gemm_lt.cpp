@@ -216,6 +216,8 @@ void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int
                "matmul: FP8 needs m, n, k multiples of 16, got (" + std::to_string(m) + ", " + std::to_string(n) +
                    ", " + std::to_string(k) + ")");
     LOOM_CHECK(a.scale != nullptr && b.scale != nullptr, "matmul: FP8 operands need their scales");
+    LOOM_CHECK(reinterpret_cast<uintptr_t>(a.scale) % 16 == 0 && reinterpret_cast<uintptr_t>(b.scale) % 16 == 0,
+               "matmul: FP8 scale pointers must be 16-byte aligned (cuBLASLt refuses the product otherwise)");
     // cuBLASLt multiplies per-tensor scales together and block scales together (1x128 runs with
     // runs or with 128x128 tiles), not tiles with tiles: refused here with the modes named, before
     // its heuristic answers "no algorithm".

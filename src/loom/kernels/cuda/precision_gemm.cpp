@@ -83,7 +83,7 @@ Into store_of(const PrecisionGemm& g) {
 }
 
 const float* tensor_scale(const CastOperand& op, Scratch& scratch, cudaStream_t stream, Into into = {}) {
-  float* scale_and_inverse = into.scales != nullptr ? into.scales : scratch.floats(2);
+  float* scale_and_inverse = into.scales != nullptr ? into.scales : scratch.floats(kFp8ScalePairFloats);
   fp8_tensor_scale(op.amax, op.scale, op.margin, fp8_of(op), scale_and_inverse, stream);
   return scale_and_inverse;
 }
@@ -141,7 +141,7 @@ Prepared fp8(const CastOperand& op, const Stored& s, Scratch& scratch, cudaStrea
     const Fp8 f = fp8_of(op);
     cast_operand(op.data, codes, s.rows, s.cols, !s.k_in_cols, f == Fp8::E4M3 ? CastTo::E4M3 : CastTo::E5M2, scale,
                  stream, op.amax_out);
-    return {codes, f == Fp8::E4M3 ? GemmType::E4M3 : GemmType::E5M2, true, scale + 1, ScaleMode::Tensor};
+    return {codes, f == Fp8::E4M3 ? GemmType::E4M3 : GemmType::E5M2, true, scale + kFp8InverseOffset, ScaleMode::Tensor};
   }
   const float* src = op.data;
   if (!s.k_in_cols) {  // blocks run along the reduction dimension: transpose first
@@ -174,7 +174,8 @@ Prepared fp8_keeping_transpose(const CastOperand& op, const Stored& s, void* kep
   auto* base = static_cast<uint8_t*>(kept);
   const float* scale = tensor_scale(op, scratch, stream, Into{base, reinterpret_cast<float*>(base + l.scale_offset)});
   if (into.scales != nullptr) {
-    check_cuda(cudaMemcpyAsync(into.scales, scale, 2 * sizeof(float), cudaMemcpyDeviceToDevice, stream),
+    check_cuda(cudaMemcpyAsync(into.scales, scale, kFp8ScalePairFloats * sizeof(float), cudaMemcpyDeviceToDevice,
+                               stream),
                "cudaMemcpyAsync (FP8 scale into a weight store)");
   }
   auto* codes = static_cast<uint8_t*>(into.codes != nullptr ? into.codes : scratch.bytes(s.count()));
@@ -185,7 +186,7 @@ Prepared fp8_keeping_transpose(const CastOperand& op, const Stored& s, void* kep
   } else {
     cast_operand_both(op.data, codes, base, s.rows, s.cols, to, scale, stream, op.amax_out);
   }
-  const float* inverse = (into.scales != nullptr ? into.scales : scale) + 1;
+  const float* inverse = (into.scales != nullptr ? into.scales : scale) + kFp8InverseOffset;
   return {codes, f == Fp8::E4M3 ? GemmType::E4M3 : GemmType::E5M2, true, inverse, ScaleMode::Tensor};
 }
 
@@ -197,7 +198,7 @@ Prepared written_codes(const void* codes, const Stored& s, bool e5m2) {
   const WeightCastLayout l = weight_cast_layout(OperandCast::Fp8Tensor, s.rows, s.cols);
   const auto* base = static_cast<const uint8_t*>(codes);
   const auto* scales = reinterpret_cast<const float*>(base + l.scale_offset);
-  return {base, e5m2 ? GemmType::E5M2 : GemmType::E4M3, true, scales + 1, ScaleMode::Tensor};
+  return {base, e5m2 ? GemmType::E5M2 : GemmType::E4M3, true, scales + kFp8InverseOffset, ScaleMode::Tensor};
 }
 
 // b's cast as an earlier GEMM left it in its store (CastStore::Read): what fp8() or sixteen_bit()
@@ -209,7 +210,7 @@ Prepared from_store(const PrecisionGemm& g, const Stored& s) {
     case OperandCast::Mxfp8: return {into.codes, GemmType::BF16, s.k_in_cols};
     case OperandCast::Fp16: return {into.codes, GemmType::F16, s.k_in_cols};
     case OperandCast::Fp8Tensor:
-      return {into.codes, g.b.e5m2 ? GemmType::E5M2 : GemmType::E4M3, true, into.scales + 1, ScaleMode::Tensor};
+      return {into.codes, g.b.e5m2 ? GemmType::E5M2 : GemmType::E4M3, true, into.scales + kFp8InverseOffset, ScaleMode::Tensor};
     case OperandCast::Fp8Blocks: return {into.codes, GemmType::E4M3, true, into.scales, ScaleMode::Vec128};
     case OperandCast::Fp8Tiles: return {into.codes, GemmType::E4M3, true, into.scales, ScaleMode::Block128x128};
     case OperandCast::None: break;

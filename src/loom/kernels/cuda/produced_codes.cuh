@@ -26,7 +26,8 @@ inline const float* write_produced_scales(const CastOperand& cast, void* codes, 
   auto* scales = reinterpret_cast<float*>(static_cast<uint8_t*>(codes) + offset);
   auto* scales_t = reinterpret_cast<float*>(static_cast<uint8_t*>(transposed) + offset);
   fp8_tensor_scale(cast.amax, cast.scale, cast.margin, cast.e5m2 ? Fp8::E5M2 : Fp8::E4M3, scales, stream);
-  check_cuda(cudaMemcpyAsync(scales_t, scales, 2 * sizeof(float), cudaMemcpyDeviceToDevice, stream),
+  check_cuda(cudaMemcpyAsync(scales_t, scales, kFp8ScalePairFloats * sizeof(float), cudaMemcpyDeviceToDevice,
+                             stream),
              "cudaMemcpyAsync (FP8 scale beside the transposed codes)");
   return scales;
 }

@@ -63,7 +63,7 @@ __device__ inline float tensor_scale(float amax, Fp8 f, int margin) {
 __global__ void tensor_scale_kernel(const float* amax, float host_scale, int margin, Fp8 f, float* out) {
   const float scale = amax ? tensor_scale(*amax, f, margin) : host_scale;
   out[0] = scale;
-  out[1] = __fdiv_rn(1.0f, scale);
+  out[kFp8InverseOffset] = __fdiv_rn(1.0f, scale);
 }
 
 __global__ void encode_kernel(const float* __restrict__ in, uint8_t* __restrict__ codes, int64_t n, Fp8 f,

@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "loom/kernels/precision_gemm.h"
+
 namespace loom::kernels::cuda {
 
 // Which FP8 format (the order of precision::Fp8Format).
@@ -25,7 +27,8 @@ float amax(const float* x, int64_t n, cudaStream_t stream = nullptr);
 void amax_into(float* dst, const float* x, int64_t n, cudaStream_t stream = nullptr);
 // The same over a bf16 tensor x16 (2-byte elements).
 void amax_into_bf16(float* dst, const void* x16, int64_t n, cudaStream_t stream = nullptr);
-// A per-tensor FP8 operand's scale and its inverse, scale_and_inverse[0] and [1] (device memory),
+// A per-tensor FP8 operand's scale and its inverse, scale_and_inverse[0] and
+// [kFp8InverseOffset] (device memory, precision_gemm.h's pair),
 // in stream order: from the tensor's amax on the device when `amax` is set, as
 // precision::compute_scale(*amax, fp8 max, margin, 1) bit for bit (1 for a zero or non-finite
 // amax, FLT_MAX when it overflows); otherwise `host_scale`. The inverse is 1 / scale, rounded.

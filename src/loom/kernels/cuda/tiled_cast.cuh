@@ -25,10 +25,31 @@ namespace loom::kernels::cuda {
 
 constexpr int kCastTile = 32;
 
+// The element a cast to kTo writes, named for host code too: a __device__ function's deduced
+// return type is void there, so a host launch taking its output type from one launches no kernel
+// (cudaErrorInvalidDeviceFunction).
+template <CastTo kTo>
+struct CastOutput {
+  using type = uint8_t;  // FP8 codes
+};
+template <>
+struct CastOutput<CastTo::F32> {
+  using type = float;
+};
+template <>
+struct CastOutput<CastTo::BF16> {
+  using type = __nv_bfloat16;
+};
+template <>
+struct CastOutput<CastTo::F16> {
+  using type = __half;
+};
+
 template <CastTo kTo>
 struct Caster {
+  using Out = typename CastOutput<kTo>::type;
   const float* scale;
-  __device__ auto operator()(float x) const {
+  __device__ Out operator()(float x) const {
     if constexpr (kTo == CastTo::F32) {
       return x;
     } else if constexpr (kTo == CastTo::BF16) {
