@@ -141,7 +141,8 @@ Prepared fp8(const CastOperand& op, const Stored& s, Scratch& scratch, cudaStrea
     const Fp8 f = fp8_of(op);
     cast_operand(op.data, codes, s.rows, s.cols, !s.k_in_cols, f == Fp8::E4M3 ? CastTo::E4M3 : CastTo::E5M2, scale,
                  stream, op.amax_out);
-    return {codes, f == Fp8::E4M3 ? GemmType::E4M3 : GemmType::E5M2, true, scale + kFp8InverseOffset, ScaleMode::Tensor};
+    return {codes, f == Fp8::E4M3 ? GemmType::E4M3 : GemmType::E5M2, true, scale + kFp8InverseOffset,
+            ScaleMode::Tensor};
   }
   const float* src = op.data;
   if (!s.k_in_cols) {  // blocks run along the reduction dimension: transpose first
@@ -210,7 +211,8 @@ Prepared from_store(const PrecisionGemm& g, const Stored& s) {
     case OperandCast::Mxfp8: return {into.codes, GemmType::BF16, s.k_in_cols};
     case OperandCast::Fp16: return {into.codes, GemmType::F16, s.k_in_cols};
     case OperandCast::Fp8Tensor:
-      return {into.codes, g.b.e5m2 ? GemmType::E5M2 : GemmType::E4M3, true, into.scales + kFp8InverseOffset, ScaleMode::Tensor};
+      return {into.codes, g.b.e5m2 ? GemmType::E5M2 : GemmType::E4M3, true, into.scales + kFp8InverseOffset,
+              ScaleMode::Tensor};
     case OperandCast::Fp8Blocks: return {into.codes, GemmType::E4M3, true, into.scales, ScaleMode::Vec128};
     case OperandCast::Fp8Tiles: return {into.codes, GemmType::E4M3, true, into.scales, ScaleMode::Block128x128};
     case OperandCast::None: break;
