@@ -7,6 +7,7 @@
 #include "loom/kernels/cuda/bias.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/launch.cuh"
+#include "loom/kernels/cuda/pack4.cuh"
 #include "loom/kernels/cuda/scratch.h"
 
 namespace loom::kernels::cuda {
@@ -44,6 +45,90 @@ __global__ void swiglu_backward_kernel(DIn* __restrict__ dgate_up, const DOut* _
     }
   }
   if (amax != nullptr) block_amax_into(amax, m);
+}
+
+// The SwiGLU kernels four columns at a time (pack4.cuh): width a multiple of 4 and every tensor
+// pack-aligned, so each row's gate and up halves are too; the same values and amax per element.
+template <typename In, typename Out>
+__global__ void swiglu_forward4_kernel(Out* __restrict__ out, const In* __restrict__ gate_up, int64_t rows,
+                                       int64_t width, unsigned* amax) {
+  const int64_t packs = width / 4;
+  float m = 0.0f;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const In* row = gate_up + r * 2 * width;
+    for (int64_t p = column_start(); p < packs; p += column_stride()) {
+      float g[4], u[4], y[4];
+      load4(row, p, g);
+      load4(row + width, p, u);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) y[k] = swiglu_value(g[k], u[k]);
+      m = nan_max(m, store4(out + r * width, p, y));
+    }
+  }
+  if (amax != nullptr) block_amax_into(amax, m);
+}
+
+template <typename In, typename DOut, typename DIn>
+__global__ void swiglu_backward4_kernel(DIn* __restrict__ dgate_up, const DOut* __restrict__ dout,
+                                        const In* __restrict__ gate_up, int64_t rows, int64_t width,
+                                        unsigned* amax) {
+  const int64_t packs = width / 4;
+  float m = 0.0f;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const In* row = gate_up + r * 2 * width;
+    DIn* drow = dgate_up + r * 2 * width;
+    for (int64_t p = column_start(); p < packs; p += column_stride()) {
+      float g[4], u[4], dy[4], dg[4], du[4];
+      load4(row, p, g);
+      load4(row + width, p, u);
+      load4(dout + r * width, p, dy);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        du[k] = swiglu_up_grad(g[k], dy[k]);
+        dg[k] = swiglu_gate_grad(g[k], u[k], dy[k]);
+      }
+      m = nan_max(m, store4(drow + width, p, du));
+      m = nan_max(m, store4(drow, p, dg));
+    }
+  }
+  if (amax != nullptr) block_amax_into(amax, m);
+}
+
+// Launch shapes for the kernels over rows: with an amax, fewer blocks (each loops over more of the
+// tensor), so the atomics into it stay about kAmaxBlocks.
+RowsLaunch rows_launch(int64_t rows, int64_t width, const unsigned* amax) {
+  RowsLaunch l = launch_over_rows(rows, width);
+  if (amax != nullptr) {
+    l.grid.y = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(l.grid.y, kAmaxBlocks / l.grid.x)));
+  }
+  return l;
+}
+
+// SwiGLU forward and backward, four columns at a time where the widths and pointers allow.
+template <typename In, typename Out>
+void launch_swiglu_forward(Out* out, const In* gate_up, int64_t rows, int64_t width, unsigned* amax,
+                           cudaStream_t stream) {
+  if (width % 4 == 0 && pack4_aligned<In>(gate_up) && pack4_aligned<Out>(out)) {
+    const RowsLaunch l = rows_launch(rows, width / 4, amax);
+    swiglu_forward4_kernel<In, Out><<<l.grid, l.block, 0, stream>>>(out, gate_up, rows, width, amax);
+  } else {
+    const RowsLaunch l = rows_launch(rows, width, amax);
+    swiglu_forward_kernel<In, Out><<<l.grid, l.block, 0, stream>>>(out, gate_up, rows, width, amax);
+  }
+  check_launch("swiglu_forward_kernel");
+}
+template <typename In, typename DOut, typename DIn>
+void launch_swiglu_backward(DIn* dgate_up, const DOut* dout, const In* gate_up, int64_t rows, int64_t width,
+                            unsigned* amax, cudaStream_t stream) {
+  if (width % 4 == 0 && pack4_aligned<In>(gate_up) && pack4_aligned<DOut>(dout) && pack4_aligned<DIn>(dgate_up)) {
+    const RowsLaunch l = rows_launch(rows, width / 4, amax);
+    swiglu_backward4_kernel<In, DOut, DIn><<<l.grid, l.block, 0, stream>>>(dgate_up, dout, gate_up, rows, width,
+                                                                           amax);
+  } else {
+    const RowsLaunch l = rows_launch(rows, width, amax);
+    swiglu_backward_kernel<In, DOut, DIn><<<l.grid, l.block, 0, stream>>>(dgate_up, dout, gate_up, rows, width, amax);
+  }
+  check_launch("swiglu_backward_kernel");
 }
 
 template <typename In, typename Out>
@@ -130,18 +215,13 @@ __global__ void activation_backward_sums_kernel(MlpActivation activation, DIn* _
 
 void swiglu_forward(float* out, const float* gate_up, int64_t rows, int64_t width, cudaStream_t stream) {
   if (rows * width == 0) return;
-  const RowsLaunch l = launch_over_rows(rows, width);
-  swiglu_forward_kernel<float, float><<<l.grid, l.block, 0, stream>>>(out, gate_up, rows, width, nullptr);
-  check_launch("swiglu_forward_kernel");
+  launch_swiglu_forward(out, gate_up, rows, width, nullptr, stream);
 }
 
 void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t rows, int64_t width,
                      cudaStream_t stream) {
   if (rows * width == 0) return;
-  const RowsLaunch l = launch_over_rows(rows, width);
-  swiglu_backward_kernel<float, float, float>
-      <<<l.grid, l.block, 0, stream>>>(dgate_up, dout, gate_up, rows, width, nullptr);
-  check_launch("swiglu_backward_kernel");
+  launch_swiglu_backward(dgate_up, dout, gate_up, rows, width, nullptr, stream);
 }
 
 void gelu_forward(float* out, const float* in, int64_t n, cudaStream_t stream) {
@@ -169,15 +249,6 @@ void relu2_backward(float* din, const float* dout, const float* in, int64_t n, c
 }
 
 namespace {
-// Launch shapes for the bf16 forms: with an amax, fewer blocks (each loops over more of the
-// tensor), so the atomics into it stay about kAmaxBlocks.
-RowsLaunch rows_launch(int64_t rows, int64_t width, const unsigned* amax) {
-  RowsLaunch l = launch_over_rows(rows, width);
-  if (amax != nullptr) {
-    l.grid.y = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(l.grid.y, kAmaxBlocks / l.grid.x)));
-  }
-  return l;
-}
 unsigned elements_grid(int64_t n, const unsigned* amax) { return amax != nullptr ? amax_grid(n) : grid_for(n); }
 
 // The forward from a bf16 input into out of element type Out (fp32 or bf16).
@@ -186,9 +257,10 @@ void activation_forward_into(MlpActivation activation, Out* out, const bf16* in,
                              unsigned* amax, cudaStream_t stream) {
   const int64_t n = rows * width;
   if (activation == MlpActivation::Swiglu) {
-    const RowsLaunch l = rows_launch(rows, width, amax);
-    swiglu_forward_kernel<bf16, Out><<<l.grid, l.block, 0, stream>>>(out, in, rows, width, amax);
-  } else if (activation == MlpActivation::Relu2) {
+    launch_swiglu_forward(out, in, rows, width, amax, stream);
+    return;
+  }
+  if (activation == MlpActivation::Relu2) {
     relu2_forward_kernel<bf16, Out><<<elements_grid(n, amax), kThreads, 0, stream>>>(out, in, n, amax);
   } else {
     gelu_forward_kernel<bf16, Out><<<elements_grid(n, amax), kThreads, 0, stream>>>(out, in, n, amax);
@@ -202,9 +274,10 @@ void activation_backward_into(MlpActivation activation, DIn* din, const bf16* do
                               int64_t width, unsigned* amax, cudaStream_t stream) {
   const int64_t n = rows * width;
   if (activation == MlpActivation::Swiglu) {
-    const RowsLaunch l = rows_launch(rows, width, amax);
-    swiglu_backward_kernel<bf16, bf16, DIn><<<l.grid, l.block, 0, stream>>>(din, dout, in, rows, width, amax);
-  } else if (activation == MlpActivation::Relu2) {
+    launch_swiglu_backward(din, dout, in, rows, width, amax, stream);
+    return;
+  }
+  if (activation == MlpActivation::Relu2) {
     relu2_backward_kernel<bf16, bf16, DIn><<<elements_grid(n, amax), kThreads, 0, stream>>>(din, dout, in, n, amax);
   } else {
     gelu_backward_kernel<bf16, bf16, DIn><<<elements_grid(n, amax), kThreads, 0, stream>>>(din, dout, in, n, amax);

@@ -5,6 +5,10 @@
 // MB), and a grid of threads each waiting on one 2- or 4-byte load at a time holds about one MB.
 // The same arithmetic per element as the one-element loops, so the same bits.
 #include <cstdint>
+#include <type_traits>
+
+#include "loom/kernels/cuda/amax.cuh"
+#include "loom/kernels/cuda/bf16_io.cuh"
 
 namespace loom::kernels::cuda {
 
@@ -17,6 +21,26 @@ struct alignas(4 * sizeof(T)) Pack4 {
 template <typename T>
 inline bool pack4_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % sizeof(Pack4<T>) == 0;
+}
+
+// Elements [4 p, 4 p + 4) of x in fp32 (bf16 widened exactly: bf16_io.cuh's load).
+template <typename T>
+__device__ inline void load4(const T* x, int64_t p, float (&v)[4]) {
+  const Pack4<T> a = reinterpret_cast<const Pack4<T>*>(x)[p];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) v[k] = load(a.v, k);
+}
+
+// Stores v into elements [4 p, 4 p + 4) of x (bf16 rounded as bf16_io.cuh's store; a Discard
+// output writes nothing) and returns the max |value| as stored (amax.cuh's nan_max).
+template <typename T>
+__device__ inline float store4(T* x, int64_t p, const float (&v)[4]) {
+  Pack4<T> a;
+  float m = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) m = nan_max(m, fabsf(store(a.v, k, v[k])));
+  if constexpr (!std::is_same_v<T, Discard>) reinterpret_cast<Pack4<T>*>(x)[p] = a;
+  return m;
 }
 
 }  // namespace loom::kernels::cuda
