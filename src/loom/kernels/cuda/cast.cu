@@ -98,6 +98,17 @@ __device__ inline float rounded(float v, OutputRounding rounding) {
   return v;
 }
 
+// Element [r, c] of a product as finish_kernel adds or stores it: a bf16 source as it is (cuBLASLt
+// rounded the fp32 sum already), an fp32 one with the bias added, then rounded as asked.
+template <typename In>
+__device__ inline float finished(In s, const float* bias, int64_t c, OutputRounding rounding) {
+  if constexpr (std::is_same_v<In, __nv_bfloat16>) {
+    return __bfloat162float(s);
+  } else {
+    return rounded(bias ? __fadd_rn(s, bias[c]) : s, rounding);
+  }
+}
+
 // Row by row (launch_over_rows), so the bias's column needs no division. Out: fp32, or bf16 (a
 // bf16 output: the value rounded to bf16, stored exactly).
 template <typename In, typename Out = float>
@@ -106,15 +117,45 @@ __global__ void finish_kernel(Out* dst, const In* src, const float* __restrict__
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     for (int64_t c = column_start(); c < cols; c += column_stride()) {
       const int64_t i = r * cols + c;
-      float v;
-      if constexpr (std::is_same_v<In, __nv_bfloat16>) {
-        v = __bfloat162float(src[i]);  // cuBLASLt rounded the fp32 sum already
-      } else {
-        v = rounded(bias ? __fadd_rn(src[i], bias[c]) : src[i], rounding);
-      }
+      const float v = finished(src[i], bias, c, rounding);
       store(dst, i, accumulate ? __fadd_rn(load(dst, i), v) : v);
     }
   }
+}
+
+// finish_kernel four columns at a time (pack4.cuh): cols a multiple of 4, dst and src pack-aligned.
+template <typename In, typename Out = float>
+__global__ void finish4_kernel(Out* dst, const In* src, const float* __restrict__ bias, int64_t rows, int64_t cols,
+                               OutputRounding rounding, bool accumulate) {
+  const int64_t packs = cols / 4;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    for (int64_t p = column_start(); p < packs; p += column_stride()) {
+      const int64_t at = r * packs + p;
+      const Pack4<In> s = reinterpret_cast<const Pack4<In>*>(src)[at];
+      float before[4] = {}, v[4];
+      if (accumulate) load4(dst, at, before);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float x = finished(s.v[k], bias, 4 * p + k, rounding);
+        v[k] = accumulate ? __fadd_rn(before[k], x) : x;
+      }
+      store4(dst, at, v);
+    }
+  }
+}
+
+// dst = finished(src) (+ dst), four columns at a time where the shape and pointers allow.
+template <typename In, typename Out>
+void launch_finish(Out* dst, const In* src, const float* bias, int64_t rows, int64_t cols, OutputRounding rounding,
+                   bool accumulate, cudaStream_t stream) {
+  if (cols % 4 == 0 && pack4_aligned<Out>(dst) && pack4_aligned<In>(src)) {
+    const RowsLaunch l = launch_over_rows(rows, cols / 4);
+    finish4_kernel<<<l.grid, l.block, 0, stream>>>(dst, src, bias, rows, cols, rounding, accumulate);
+  } else {
+    const RowsLaunch l = launch_over_rows(rows, cols);
+    finish_kernel<<<l.grid, l.block, 0, stream>>>(dst, src, bias, rows, cols, rounding, accumulate);
+  }
+  check_launch("finish_kernel");
 }
 
 template <typename In>
@@ -155,24 +196,17 @@ void finish_output(float* dst, const void* src, bool src_bf16, const float* bias
   if (rows * cols == 0) return;
   LOOM_CHECK(!src_bf16 || (bias == nullptr && rounding == OutputRounding::Bf16),
              "finish_output: a bf16 result takes no bias and is rounded to bf16 already");
-  const RowsLaunch l = launch_over_rows(rows, cols);
   if (src_bf16) {
-    finish_kernel<<<l.grid, l.block, 0, stream>>>(dst, static_cast<const __nv_bfloat16*>(src), bias, rows, cols,
-                                                  rounding, accumulate);
+    launch_finish(dst, static_cast<const __nv_bfloat16*>(src), bias, rows, cols, rounding, accumulate, stream);
   } else {
-    finish_kernel<<<l.grid, l.block, 0, stream>>>(dst, static_cast<const float*>(src), bias, rows, cols, rounding,
-                                                  accumulate);
+    launch_finish(dst, static_cast<const float*>(src), bias, rows, cols, rounding, accumulate, stream);
   }
-  check_launch("finish_kernel");
 }
 
 void finish_output_bf16(void* dst16, const float* src, const float* bias, int64_t rows, int64_t cols,
                         cudaStream_t stream) {
   if (rows * cols == 0) return;
-  const RowsLaunch l = launch_over_rows(rows, cols);
-  finish_kernel<<<l.grid, l.block, 0, stream>>>(static_cast<__nv_bfloat16*>(dst16), src, bias, rows, cols,
-                                                OutputRounding::Bf16, false);
-  check_launch("finish_kernel (bf16)");
+  launch_finish(static_cast<__nv_bfloat16*>(dst16), src, bias, rows, cols, OutputRounding::Bf16, false, stream);
 }
 
 }  // namespace loom::kernels::cuda
