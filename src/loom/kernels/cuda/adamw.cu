@@ -5,6 +5,7 @@
 
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/launch.cuh"
+#include "loom/kernels/cuda/pack4.cuh"
 
 namespace loom::kernels::cuda {
 
@@ -25,17 +26,36 @@ Hyper hyper(const kernels::AdamWStep& s) {
                1.0f - static_cast<float>(std::pow(static_cast<double>(s.beta2), static_cast<double>(s.step)))};
 }
 
-// Every operation rounded on its own (no fused multiply-add), in the CPU loop's order: the CPU's
-// arithmetic, to an ulp (the x86-64-v3 CPU build contracts some of it into FMAs).
+// One element's update of p, m and v from its gradient. Every operation rounded on its own (no
+// fused multiply-add), in the CPU loop's order: the CPU's arithmetic, to an ulp (the x86-64-v3 CPU
+// build contracts some of it into FMAs).
+__device__ inline void adamw_values(float& p, float grad, float& m, float& v, const Hyper& h) {
+  const float g = __fmul_rn(h.grad_scale, grad);
+  m = __fadd_rn(__fmul_rn(h.beta1, m), __fmul_rn(1.0f - h.beta1, g));
+  v = __fadd_rn(__fmul_rn(h.beta2, v), __fmul_rn(__fmul_rn(1.0f - h.beta2, g), g));
+  const float update = __fdiv_rn(__fdiv_rn(m, h.bias1), __fadd_rn(__fsqrt_rn(__fdiv_rn(v, h.bias2)), h.eps));
+  p = __fsub_rn(p, __fmul_rn(h.lr, __fadd_rn(update, __fmul_rn(h.weight_decay, p))));
+}
+
 __device__ inline void adamw_element(float* param, const float* grad, float* m, float* v, int64_t i, const Hyper& h) {
-  const float g = __fmul_rn(h.grad_scale, grad[i]);
-  const float mi = __fadd_rn(__fmul_rn(h.beta1, m[i]), __fmul_rn(1.0f - h.beta1, g));
-  const float vi = __fadd_rn(__fmul_rn(h.beta2, v[i]), __fmul_rn(__fmul_rn(1.0f - h.beta2, g), g));
+  float p = param[i], mi = m[i], vi = v[i];
+  adamw_values(p, grad[i], mi, vi, h);
   m[i] = mi;
   v[i] = vi;
-  const float update = __fdiv_rn(__fdiv_rn(mi, h.bias1), __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, h.bias2)), h.eps));
-  const float p = param[i];
-  param[i] = __fsub_rn(p, __fmul_rn(h.lr, __fadd_rn(update, __fmul_rn(h.weight_decay, p))));
+  param[i] = p;
+}
+
+// Elements [4 q, 4 q + 4) as packs (pack4.cuh): 64 bytes read per thread at once, not 16.
+__device__ inline void adamw_pack(const kernels::AdamWTensor& x, int64_t q, const Hyper& h) {
+  Pack4<float> p = reinterpret_cast<const Pack4<float>*>(x.param)[q];
+  Pack4<float> m = reinterpret_cast<const Pack4<float>*>(x.exp_avg)[q];
+  Pack4<float> v = reinterpret_cast<const Pack4<float>*>(x.exp_avg_sq)[q];
+  const Pack4<float> g = reinterpret_cast<const Pack4<float>*>(x.grad)[q];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) adamw_values(p.v[k], g.v[k], m.v[k], v.v[k], h);
+  reinterpret_cast<Pack4<float>*>(x.exp_avg)[q] = m;
+  reinterpret_cast<Pack4<float>*>(x.exp_avg_sq)[q] = v;
+  reinterpret_cast<Pack4<float>*>(x.param)[q] = p;
 }
 
 __global__ void adamw_kernel(float* __restrict__ param, const float* __restrict__ grad, float* __restrict__ m,
@@ -44,11 +64,13 @@ __global__ void adamw_kernel(float* __restrict__ param, const float* __restrict_
 }
 
 // Up to kMaxTensorsPerLaunch tensors, passed by value; tensor t owns blocks
-// [first_block[t], first_block[t + 1]), each block kChunk consecutive elements.
+// [first_block[t], first_block[t + 1]), each block kChunk consecutive elements, four per thread:
+// as one pack each where the tensor's four arrays are pack-aligned (packed[t]).
 constexpr int64_t kChunk = 4 * kThreads;
 struct TensorList {
   kernels::AdamWTensor tensors[kMaxTensorsPerLaunch];
   int64_t first_block[kMaxTensorsPerLaunch + 1];
+  bool packed[kMaxTensorsPerLaunch];
   int count;
 };
 
@@ -58,6 +80,15 @@ __global__ void adamw_many_kernel(const __grid_constant__ TensorList list, Hyper
   const kernels::AdamWTensor& x = list.tensors[t];
   const int64_t begin = (blockIdx.x - list.first_block[t]) * kChunk;
   const int64_t end = min(x.n, begin + kChunk);
+  if (list.packed[t]) {
+    const int64_t i = begin + 4 * static_cast<int64_t>(threadIdx.x);
+    if (i + 4 <= end) {
+      adamw_pack(x, i / 4, h);
+    } else {
+      for (int64_t j = i; j < end; ++j) adamw_element(x.param, x.grad, x.exp_avg, x.exp_avg_sq, j, h);
+    }
+    return;
+  }
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
     adamw_element(x.param, x.grad, x.exp_avg, x.exp_avg_sq, i, h);
 }
@@ -102,7 +133,10 @@ void adamw_update_many(const kernels::AdamWTensor* tensors, int64_t count, const
     int64_t blocks = 0;
     for (; next < count && list.count < kMaxTensorsPerLaunch; ++next) {
       if (tensors[next].n == 0) continue;
-      list.tensors[list.count] = tensors[next];
+      const kernels::AdamWTensor& x = tensors[next];
+      list.tensors[list.count] = x;
+      list.packed[list.count] = pack4_aligned<float>(x.param) && pack4_aligned<float>(x.grad) &&
+                                pack4_aligned<float>(x.exp_avg) && pack4_aligned<float>(x.exp_avg_sq);
       list.first_block[list.count] = blocks;
       blocks += (tensors[next].n + kChunk - 1) / kChunk;
       ++list.count;
