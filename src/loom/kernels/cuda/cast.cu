@@ -36,25 +36,24 @@ __global__ void cast_kernel(const In* __restrict__ in, Out* __restrict__ out, in
 template <typename In, typename Out, typename Cast>
 __global__ void cast4_kernel(const In* __restrict__ in, Out* __restrict__ out, int64_t n, Cast cast, unsigned* amax) {
   float m = 0.0f;
-  const int64_t packs = n / 4;
-  const auto* in4 = reinterpret_cast<const Pack4<In>*>(in);
-  auto* out4 = reinterpret_cast<Pack4<Out>*>(out);
-  for (int64_t p = grid_start(); p < packs; p += grid_stride()) {
-    const Pack4<In> a = in4[p];
-    Pack4<Out> b;
+  grid_packs(
+      n,
+      [&](int64_t p) {
+        const Pack4<In> a = reinterpret_cast<const Pack4<In>*>(in)[p];
+        Pack4<Out> b;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float v = load(a.v, k);
-      m = nan_max(m, fabsf(v));
-      b.v[k] = cast(v);
-    }
-    out4[p] = b;
-  }
-  for (int64_t i = packs * 4 + grid_start(); i < n; i += grid_stride()) {
-    const float v = load(in, i);
-    m = nan_max(m, fabsf(v));
-    out[i] = cast(v);
-  }
+        for (int k = 0; k < 4; ++k) {
+          const float v = load(a.v, k);
+          m = nan_max(m, fabsf(v));
+          b.v[k] = cast(v);
+        }
+        reinterpret_cast<Pack4<Out>*>(out)[p] = b;
+      },
+      [&](int64_t i) {
+        const float v = load(in, i);
+        m = nan_max(m, fabsf(v));
+        out[i] = cast(v);
+      });
   if (amax != nullptr) block_amax_into(amax, m);
 }
 

@@ -41,21 +41,21 @@ __global__ void widen_kernel(float* __restrict__ dst, const Half* __restrict__ s
 // n % 4 one by one: the same sums.
 template <typename Half>
 __global__ void widen4_kernel(float* __restrict__ dst, const Half* __restrict__ src, int64_t n, bool accumulate) {
-  const int64_t packs = n / 4;
-  const auto* src4 = reinterpret_cast<const Pack4<Half>*>(src);
   auto* dst4 = reinterpret_cast<Pack4<float>*>(dst);
-  for (int64_t p = grid_start(); p < packs; p += grid_stride()) {
-    const Pack4<Half> h = src4[p];
-    Pack4<float> d;
-    if (accumulate) d = dst4[p];
+  grid_packs(
+      n,
+      [&](int64_t p) {
+        const Pack4<Half> h = reinterpret_cast<const Pack4<Half>*>(src)[p];
+        Pack4<float> d;
+        if (accumulate) d = dst4[p];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) d.v[k] = accumulate ? __fadd_rn(d.v[k], widened(h.v[k])) : widened(h.v[k]);
-    dst4[p] = d;
-  }
-  for (int64_t i = packs * 4 + grid_start(); i < n; i += grid_stride()) {
-    const float v = widened(src[i]);
-    dst[i] = accumulate ? __fadd_rn(dst[i], v) : v;
-  }
+        for (int k = 0; k < 4; ++k) d.v[k] = accumulate ? __fadd_rn(d.v[k], widened(h.v[k])) : widened(h.v[k]);
+        dst4[p] = d;
+      },
+      [&](int64_t i) {
+        const float v = widened(src[i]);
+        dst[i] = accumulate ? __fadd_rn(dst[i], v) : v;
+      });
 }
 
 template <typename Half>

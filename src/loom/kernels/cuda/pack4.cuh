@@ -9,6 +9,7 @@
 
 #include "loom/kernels/cuda/amax.cuh"
 #include "loom/kernels/cuda/bf16_io.cuh"
+#include "loom/kernels/cuda/launch.cuh"
 
 namespace loom::kernels::cuda {
 
@@ -21,6 +22,15 @@ struct alignas(4 * sizeof(T)) Pack4 {
 template <typename T>
 inline bool pack4_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % sizeof(Pack4<T>) == 0;
+}
+
+// pack(p) for each whole pack p of a flat tensor of n elements, then element(i) for its last n % 4,
+// both grid-stride (launch.cuh): the loops of the flat kernels over packs.
+template <typename Pack, typename Element>
+__device__ inline void grid_packs(int64_t n, Pack pack, Element element) {
+  const int64_t packs = n / 4;
+  for (int64_t p = grid_start(); p < packs; p += grid_stride()) pack(p);
+  for (int64_t i = packs * 4 + grid_start(); i < n; i += grid_stride()) element(i);
 }
 
 // Elements [4 p, 4 p + 4) of x in fp32 (bf16 widened exactly: bf16_io.cuh's load).
