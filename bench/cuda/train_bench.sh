@@ -56,8 +56,20 @@ run() {
   if [ "$left" -lt 20 ]; then echo "$name: skipped, no time left" | tee -a "$log"; return 0; fi
   local limit=$((want < left ? want : left))
   echo "== $name (at most $limit s)" | tee -a "$log"
+  # The SM clock, power and what held the clock down, sampled through the run (gpu_clocks.py).
+  local sampler=""
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=clocks.sm,power.draw,clocks_event_reasons.active --format=csv,noheader,nounits \
+      -lms 250 >"$work/clocks.csv" 2>/dev/null &
+    sampler=$!
+  fi
   timeout --kill-after=10 "$limit" "$@" >"$part" 2>&1
   local rc=$?
+  if [ -n "$sampler" ]; then
+    kill "$sampler" 2>/dev/null
+    wait "$sampler" 2>/dev/null
+    python3 "$here/gpu_clocks.py" "$work/clocks.csv" >>"$part"
+  fi
   cat "$part" >>"$log"
   grep '^TRAIN|' "$part" >>"$results"
   grep -E '^(TRAIN\||# |llm.c|model:|trained steps|loom: attention)' "$part"
@@ -177,7 +189,7 @@ profile_run() {  # RECIPE OUTPUT_NAME MODEL B T
     "$loom" train $(loom_args "$model" "$B" "$T" 2 "$recipe" "$prefix" "$dir") "${vocab[@]}"
   local step_ms
   step_ms=$(grep "^TRAIN|$(impl_name "$recipe")|$model|" "$results" | tail -1 | cut -d'|' -f7)
-  [ -s "$csv" ] && python3 "$here/kernel_profile.py" "$csv" --steps 2 ${step_ms:+--step-ms "$step_ms"} | tee "$out/$name"
+  [ -s "$csv" ] && python3 "$here/kernel_profile.py" "$csv" --steps 2 --top 40 ${step_ms:+--step-ms "$step_ms"} | tee "$out/$name"
 }
 
 for r in "${runs[@]}"; do

@@ -4,7 +4,8 @@
 # ncu writes "ns"; thousands separators, ncu's own lines before the table) per step and against a
 # step time, and refuses what is not such a table;
 # bench/cuda/gpu_table.py gives a loom recipe's tokens/s over loom's bf16 run; bench/cuda/
-# loss_curves.py tells two loss curves within 5% of each other from ones that are not.
+# loss_curves.py tells two loss curves within 5% of each other from ones that are not;
+# bench/cuda/gpu_clocks.py sums up nvidia-smi's clock, power and clock-event samples of a run.
 # Usage: gpu_bench_tables.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -69,3 +70,13 @@ rc=0; python3 "$bench/loss_curves.py" "$work/bf16.jsonl" "$work/broken.jsonl" > 
 grep -q "loss_curves: .*broken.jsonl:1: not a metrics record with step and loss" "$work/broken.txt" ||
   fail "the broken record is not named" "$work/broken.txt"
 echo "loss_curves.py: within and beyond 5%, a broken record named"
+
+# nvidia-smi's samples through a run: idle samples left out, the clock's median and lowest, the
+# power's median and highest, and the share of busy samples each reason held the clock down.
+printf '%s\n' '1980, 450.2, 0x0000000000000000' '1755, 699.0, 0x0000000000000004' '300, 80.0, 0x0000000000000001' \
+  '1700, 700.1, 0x000000000000000C' '[N/A], [N/A], [N/A]' > "$work/clocks.csv"
+python3 "$bench/gpu_clocks.py" "$work/clocks.csv" > "$work/clocks.txt" || fail "gpu_clocks.py exited with $?" "$work/clocks.txt"
+expected="# clocks over 3 busy samples: SM median 1755 MHz (lowest 1700), power median 699 W (highest 700);"
+expected+=" held down by: hardware slowdown 33%, power cap 67%"
+grep -qxF "$expected" "$work/clocks.txt" || fail "the clocks' line" "$work/clocks.txt"
+echo "gpu_clocks.py: busy samples' clock, power and reasons"
