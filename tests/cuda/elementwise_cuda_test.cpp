@@ -164,24 +164,34 @@ TEST_F(CudaEntries, LayerNormForwardAndBackwardMatchTheCpu) {
   }
 }
 
+// Two layouts: rows of odd stride and offset (the one-pair-per-thread kernel), and aligned rows
+// of 5 heads (the kernel taking four pairs of four heads at a time, with a group of one head left).
+struct RopeLayout {
+  int64_t heads, stride, first_col;
+};
+constexpr RopeLayout kRopeLayouts[] = {{3, 5 * 64 + 3, 64 + 3}, {5, 7 * 64, 64}};
+
 // RoPE and AdamW round every GPU operation explicitly, but the CPU build (x86-64-v3) lets the
 // compiler contract a * b + c into one FMA where it likes, so the two agree to an ulp or so, not
 // bit for bit: 1e-6 relative.
 TEST_F(CudaEntries, RopeForwardAndBackwardMatchTheCpu) {
   const RopeTable table(512, 64, 10000.0);
-  const int64_t rows = 300, heads = 3, stride = 5 * 64 + 3, first_col = 64 + 3, seq = 100;
+  const int64_t rows = 300, seq = 100;
   const std::vector<int32_t> positions = random_ids(seed_, rows, 0, 511);
-  for (bool packed : {false, true}) {
-    const std::vector<float> x0 = random_values(seed_ + packed, rows * stride, 1.0f);
-    std::vector<float> x = x0;
-    rope_forward(kCpu, x.data(), rows, stride, first_col, heads, seq, 7, table, packed ? positions.data() : nullptr);
-    DeviceFloats d_x(allocator_, x0);
-    DeviceArray<int32_t> d_pos(allocator_, positions);
-    rope_forward(kGpu, d_x.ptr, rows, stride, first_col, heads, seq, 7, table, packed ? d_pos.ptr : nullptr);
-    EXPECT_LE(relative_error(d_x.host(), x), 1e-6) << "forward, packed " << packed;
-    rope_backward(kCpu, x.data(), rows, stride, first_col, heads, seq, 7, table, packed ? positions.data() : nullptr);
-    rope_backward(kGpu, d_x.ptr, rows, stride, first_col, heads, seq, 7, table, packed ? d_pos.ptr : nullptr);
-    EXPECT_LE(relative_error(d_x.host(), x), 1e-6) << "backward, packed " << packed;
+  for (const auto [heads, stride, first_col] : kRopeLayouts) {
+    for (bool packed : {false, true}) {
+      const int32_t* host_positions = packed ? positions.data() : nullptr;
+      const std::vector<float> x0 = random_values(seed_ + packed, rows * stride, 1.0f);
+      std::vector<float> x = x0;
+      rope_forward(kCpu, x.data(), rows, stride, first_col, heads, seq, 7, table, host_positions);
+      DeviceFloats d_x(allocator_, x0);
+      DeviceArray<int32_t> d_pos(allocator_, positions);
+      rope_forward(kGpu, d_x.ptr, rows, stride, first_col, heads, seq, 7, table, packed ? d_pos.ptr : nullptr);
+      EXPECT_LE(relative_error(d_x.host(), x), 1e-6) << "forward, packed " << packed << ", stride " << stride;
+      rope_backward(kCpu, x.data(), rows, stride, first_col, heads, seq, 7, table, host_positions);
+      rope_backward(kGpu, d_x.ptr, rows, stride, first_col, heads, seq, 7, table, packed ? d_pos.ptr : nullptr);
+      EXPECT_LE(relative_error(d_x.host(), x), 1e-6) << "backward, packed " << packed << ", stride " << stride;
+    }
   }
 }
 
@@ -189,13 +199,15 @@ TEST_F(CudaEntries, RopeForwardAndBackwardMatchTheCpu) {
 // same kernel arithmetic on the widened values).
 TEST_F(CudaEntries, RopeOnBf16IsTheFp32KernelRounded) {
   const RopeTable table(512, 64, 10000.0);
-  const int64_t rows = 300, heads = 3, stride = 5 * 64 + 3, first_col = 64 + 3, seq = 100;
-  const std::vector<float> x = testing::bf16_rounded(random_values(seed_, rows * stride, 1.0f));
-  DeviceFloats d_x(allocator_, x);
-  DeviceArray<__nv_bfloat16> d_x16(allocator_, testing::to_bf16(x));
-  rope_forward(kGpu, d_x.ptr, rows, stride, first_col, heads, seq, 7, table);
-  rope_forward_bf16(kGpu, d_x16.ptr, rows, stride, first_col, heads, seq, 7, table);
-  EXPECT_EQ(testing::to_float(d_x16.host()), testing::bf16_rounded(d_x.host()));
+  const int64_t rows = 300, seq = 100;
+  for (const auto [heads, stride, first_col] : kRopeLayouts) {
+    const std::vector<float> x = testing::bf16_rounded(random_values(seed_, rows * stride, 1.0f));
+    DeviceFloats d_x(allocator_, x);
+    DeviceArray<__nv_bfloat16> d_x16(allocator_, testing::to_bf16(x));
+    rope_forward(kGpu, d_x.ptr, rows, stride, first_col, heads, seq, 7, table);
+    rope_forward_bf16(kGpu, d_x16.ptr, rows, stride, first_col, heads, seq, 7, table);
+    EXPECT_EQ(testing::to_float(d_x16.host()), testing::bf16_rounded(d_x.host())) << "stride " << stride;
+  }
 }
 
 // The norms' bf16 forms store the fp32 kernels' outputs rounded and the same statistics, bit for

@@ -171,6 +171,120 @@ __global__ void relu2_backward_kernel(DIn* __restrict__ din, const DOut* __restr
   if (amax != nullptr) block_amax_into(amax, m);
 }
 
+// The flat loop over packs of the kernels below: a block's step covers kPacks x blockDim.x
+// consecutive packs, thread t's being t, t + blockDim.x, ... (each load a warp's 32 consecutive
+// packs); load(j, p) for each of a thread's packs of the step before compute(j, p) for any, so a
+// thread keeps kPacks packs' loads in flight (one 8-byte bf16 load per thread leaves HBM far from
+// its bandwidth). Then element(i) for the last n % 4 elements, grid-stride.
+template <int kPacks, typename Load, typename Compute, typename Element>
+__device__ inline void flat_pack_steps(int64_t n, Load load, Compute compute, Element element) {
+  const int64_t packs = n / 4, step = static_cast<int64_t>(gridDim.x) * blockDim.x * kPacks;
+  for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) * kPacks + threadIdx.x; p < packs; p += step) {
+#pragma unroll
+    for (int j = 0; j < kPacks; ++j) {
+      if (p + j * blockDim.x < packs) load(j, p + j * blockDim.x);
+    }
+#pragma unroll
+    for (int j = 0; j < kPacks; ++j) {
+      if (p + j * blockDim.x < packs) compute(j, p + j * blockDim.x);
+    }
+  }
+  for (int64_t i = packs * 4 + grid_start(); i < n; i += grid_stride()) element(i);
+}
+// Blocks for n elements so each thread has about one step of flat_pack_steps<kPacks> (capped:
+// grid_for, or amax_grid with an amax).
+unsigned flat_packs_grid(int64_t n, int64_t packs_per_thread, const unsigned* amax) {
+  const int64_t threads = (n + 4 * packs_per_thread - 1) / (4 * packs_per_thread);
+  return amax != nullptr ? amax_grid(threads) : grid_for(threads);
+}
+// Packs per thread per step: the forward's four (32 bytes of bf16 input in flight per thread), the
+// backward's two of each of its two inputs.
+constexpr int kForwardPacks = 4, kBackwardPacks = 2;
+
+// An element-wise activation's value and input gradient (GELU's, or squared ReLU's: kActivation).
+template <MlpActivation kActivation>
+__device__ inline float flat_value(float x) {
+  return kActivation == MlpActivation::Relu2 ? relu2_value(x) : gelu_value(x);
+}
+template <MlpActivation kActivation>
+__device__ inline float flat_grad(float x, float dy) {
+  return kActivation == MlpActivation::Relu2 ? relu2_grad(x, dy) : gelu_grad(x, dy);
+}
+
+// GELU's or squared ReLU's forward and backward four elements per access (every tensor
+// pack-aligned; flat_pack_steps): the same value and amax per element as the one-element kernels.
+template <MlpActivation kActivation, typename In, typename Out>
+__global__ void activation_forward4_kernel(Out* __restrict__ out, const In* __restrict__ in, int64_t n,
+                                           unsigned* amax) {
+  float m = 0.0f;
+  float x[kForwardPacks][4];
+  flat_pack_steps<kForwardPacks>(
+      n, [&](int j, int64_t p) { load4(in, p, x[j]); },
+      [&](int j, int64_t p) {
+        float y[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) y[k] = flat_value<kActivation>(x[j][k]);
+        const float stored = store4(out, p, y);
+        if (amax != nullptr) m = nan_max(m, stored);  // no max per element where none is asked for
+      },
+      [&](int64_t i) { m = nan_max(m, fabsf(store(out, i, flat_value<kActivation>(load(in, i))))); });
+  if (amax != nullptr) block_amax_into(amax, m);
+}
+
+template <MlpActivation kActivation, typename In, typename DOut, typename DIn>
+__global__ void activation_backward4_kernel(DIn* __restrict__ din, const DOut* __restrict__ dout,
+                                            const In* __restrict__ in, int64_t n, unsigned* amax) {
+  float m = 0.0f;
+  float x[kBackwardPacks][4], dy[kBackwardPacks][4];
+  flat_pack_steps<kBackwardPacks>(
+      n,
+      [&](int j, int64_t p) {
+        load4(in, p, x[j]);
+        load4(dout, p, dy[j]);
+      },
+      [&](int j, int64_t p) {
+        float g[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) g[k] = flat_grad<kActivation>(x[j][k], dy[j][k]);
+        const float stored = store4(din, p, g);
+        if (amax != nullptr) m = nan_max(m, stored);
+      },
+      [&](int64_t i) { m = nan_max(m, fabsf(store(din, i, flat_grad<kActivation>(load(in, i), load(dout, i))))); });
+  if (amax != nullptr) block_amax_into(amax, m);
+}
+
+unsigned elements_grid(int64_t n, const unsigned* amax) { return amax != nullptr ? amax_grid(n) : grid_for(n); }
+
+// GELU or squared ReLU forward and backward over flat tensors: four elements per access where
+// every pointer allows, else one at a time. An amax (not null) caps the grid (amax_grid).
+template <MlpActivation kActivation, typename In, typename Out>
+void launch_flat_forward(Out* out, const In* in, int64_t n, unsigned* amax, cudaStream_t stream) {
+  constexpr bool kRelu2 = kActivation == MlpActivation::Relu2;
+  if (pack4_aligned<In>(in) && pack4_aligned<Out>(out)) {
+    activation_forward4_kernel<kActivation, In, Out>
+        <<<flat_packs_grid(n, kForwardPacks, amax), kThreads, 0, stream>>>(out, in, n, amax);
+  } else if (kRelu2) {
+    relu2_forward_kernel<In, Out><<<elements_grid(n, amax), kThreads, 0, stream>>>(out, in, n, amax);
+  } else {
+    gelu_forward_kernel<In, Out><<<elements_grid(n, amax), kThreads, 0, stream>>>(out, in, n, amax);
+  }
+  check_launch(kRelu2 ? "relu2 forward" : "gelu forward");
+}
+
+template <MlpActivation kActivation, typename In, typename DOut, typename DIn>
+void launch_flat_backward(DIn* din, const DOut* dout, const In* in, int64_t n, unsigned* amax, cudaStream_t stream) {
+  constexpr bool kRelu2 = kActivation == MlpActivation::Relu2;
+  if (pack4_aligned<In>(in) && pack4_aligned<DOut>(dout) && pack4_aligned<DIn>(din)) {
+    activation_backward4_kernel<kActivation, In, DOut, DIn>
+        <<<flat_packs_grid(n, kBackwardPacks, amax), kThreads, 0, stream>>>(din, dout, in, n, amax);
+  } else if (kRelu2) {
+    relu2_backward_kernel<In, DOut, DIn><<<elements_grid(n, amax), kThreads, 0, stream>>>(din, dout, in, n, amax);
+  } else {
+    gelu_backward_kernel<In, DOut, DIn><<<elements_grid(n, amax), kThreads, 0, stream>>>(din, dout, in, n, amax);
+  }
+  check_launch(kRelu2 ? "relu2 backward" : "gelu backward");
+}
+
 using bf16 = __nv_bfloat16;
 const bf16* as_bf16(const void* p) { return static_cast<const bf16*>(p); }
 bf16* as_bf16(void* p) { return static_cast<bf16*>(p); }
@@ -211,6 +325,72 @@ __global__ void activation_backward_sums_kernel(MlpActivation activation, DIn* _
   if (amax != nullptr) block_amax_into(amax, m);
 }
 
+// The pack starting at x (pack-aligned).
+template <typename T>
+__device__ inline Pack4<T> pack_at(const T* x) {
+  return *reinterpret_cast<const Pack4<T>*>(x);
+}
+
+// activation_backward_sums_kernel four columns per thread (width a multiple of 4 and every tensor
+// pack-aligned, so no pack straddles SwiGLU's gate and up halves), the loads of kSumRows rows
+// issued before their arithmetic, so a thread keeps them in flight (a thread per column and chunk
+// waiting on one 2-byte load at a time leaves HBM mostly idle). Each column's fp32 gradients are
+// still added one row after another in row order from zero: the same din, partial and amax. gate:
+// a SwiGLU thread's columns are gate columns (else up columns, or GELU's or squared ReLU's).
+constexpr int kSumRows = 4;
+
+template <MlpActivation kActivation, typename DIn>
+__global__ void activation_backward_sums4_kernel(DIn* __restrict__ din, float* __restrict__ partial,
+                                                 const bf16* __restrict__ dout, const bf16* __restrict__ in,
+                                                 int64_t rows, int64_t width, int64_t chunk, unsigned* amax) {
+  constexpr bool kSwiglu = kActivation == MlpActivation::Swiglu;
+  const int64_t in_width = kSwiglu ? 2 * width : width;
+  const int64_t c = 4 * (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x), k = blockIdx.y;
+  float m = 0.0f;
+  if (c < in_width) {  // no early return: every thread reaches the block's amax barrier
+    const bool gate = kSwiglu && c < width;
+    const int64_t i = kSwiglu && !gate ? c - width : c;  // the feature: dout's column, SwiGLU's gate input's
+    Pack4<bf16> x[kSumRows], u[kSumRows], dy[kSumRows];  // row j of a step: the input (gate), up, dout
+    auto fetch = [&](int j, int64_t r) {
+      x[j] = pack_at(in + r * in_width + i);
+      if (gate) u[j] = pack_at(in + r * in_width + width + i);
+      dy[j] = pack_at(dout + r * width + i);
+    };
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    auto add = [&](int j, int64_t r) {
+      float v[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float xv = load(x[j].v, e), d = load(dy[j].v, e);
+        if constexpr (kSwiglu) {
+          v[e] = gate ? swiglu_gate_grad(xv, load(u[j].v, e), d) : swiglu_up_grad(xv, d);
+        } else {
+          v[e] = flat_grad<kActivation>(xv, d);
+        }
+      }
+      const float stored = store4(din + r * in_width + c, 0, v);
+      if (amax != nullptr) m = nan_max(m, stored);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[e] = __fadd_rn(s[e], v[e]);
+    };
+    const int64_t last = min(rows, (k + 1) * chunk);
+    int64_t r = k * chunk;
+    for (; r + kSumRows <= last; r += kSumRows) {
+#pragma unroll
+      for (int j = 0; j < kSumRows; ++j) fetch(j, r + j);
+#pragma unroll
+      for (int j = 0; j < kSumRows; ++j) add(j, r + j);
+    }
+    for (; r < last; ++r) {
+      fetch(0, r);
+      add(0, r);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) partial[k * in_width + c + e] = s[e];
+  }
+  if (amax != nullptr) block_amax_into(amax, m);
+}
+
 }  // namespace
 
 void swiglu_forward(float* out, const float* gate_up, int64_t rows, int64_t width, cudaStream_t stream) {
@@ -226,31 +406,25 @@ void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, i
 
 void gelu_forward(float* out, const float* in, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  gelu_forward_kernel<float, float><<<grid_for(n), kThreads, 0, stream>>>(out, in, n, nullptr);
-  check_launch("gelu_forward_kernel");
+  launch_flat_forward<MlpActivation::Gelu>(out, in, n, nullptr, stream);
 }
 
 void gelu_backward(float* din, const float* dout, const float* in, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  gelu_backward_kernel<float, float, float><<<grid_for(n), kThreads, 0, stream>>>(din, dout, in, n, nullptr);
-  check_launch("gelu_backward_kernel");
+  launch_flat_backward<MlpActivation::Gelu>(din, dout, in, n, nullptr, stream);
 }
 
 void relu2_forward(float* out, const float* in, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  relu2_forward_kernel<float, float><<<grid_for(n), kThreads, 0, stream>>>(out, in, n, nullptr);
-  check_launch("relu2_forward_kernel");
+  launch_flat_forward<MlpActivation::Relu2>(out, in, n, nullptr, stream);
 }
 
 void relu2_backward(float* din, const float* dout, const float* in, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  relu2_backward_kernel<float, float, float><<<grid_for(n), kThreads, 0, stream>>>(din, dout, in, n, nullptr);
-  check_launch("relu2_backward_kernel");
+  launch_flat_backward<MlpActivation::Relu2>(din, dout, in, n, nullptr, stream);
 }
 
 namespace {
-unsigned elements_grid(int64_t n, const unsigned* amax) { return amax != nullptr ? amax_grid(n) : grid_for(n); }
-
 // The forward from a bf16 input into out of element type Out (fp32 or bf16).
 template <typename Out>
 void activation_forward_into(MlpActivation activation, Out* out, const bf16* in, int64_t rows, int64_t width,
@@ -261,11 +435,10 @@ void activation_forward_into(MlpActivation activation, Out* out, const bf16* in,
     return;
   }
   if (activation == MlpActivation::Relu2) {
-    relu2_forward_kernel<bf16, Out><<<elements_grid(n, amax), kThreads, 0, stream>>>(out, in, n, amax);
+    launch_flat_forward<MlpActivation::Relu2>(out, in, n, amax, stream);
   } else {
-    gelu_forward_kernel<bf16, Out><<<elements_grid(n, amax), kThreads, 0, stream>>>(out, in, n, amax);
+    launch_flat_forward<MlpActivation::Gelu>(out, in, n, amax, stream);
   }
-  check_launch("activation forward (bf16)");
 }
 
 // The backward from bf16 dout and input into din of element type DIn (fp32 or bf16).
@@ -278,11 +451,10 @@ void activation_backward_into(MlpActivation activation, DIn* din, const bf16* do
     return;
   }
   if (activation == MlpActivation::Relu2) {
-    relu2_backward_kernel<bf16, bf16, DIn><<<elements_grid(n, amax), kThreads, 0, stream>>>(din, dout, in, n, amax);
+    launch_flat_backward<MlpActivation::Relu2>(din, dout, in, n, amax, stream);
   } else {
-    gelu_backward_kernel<bf16, bf16, DIn><<<elements_grid(n, amax), kThreads, 0, stream>>>(din, dout, in, n, amax);
+    launch_flat_backward<MlpActivation::Gelu>(din, dout, in, n, amax, stream);
   }
-  check_launch("activation backward (bf16)");
 }
 
 unsigned* amax_word(float* amax) { return reinterpret_cast<unsigned*>(amax); }
@@ -311,8 +483,24 @@ void activation_backward_summing(MlpActivation activation, DIn* din, float* dbia
   const ColumnChunks l = column_chunks(rows, in_width, "cuda::activation_backward_bf16");
   Scratch scratch;
   float* partial = scratch.floats(l.chunks * in_width);
-  activation_backward_sums_kernel<DIn>
-      <<<l.grid, kThreads, 0, stream>>>(activation, din, partial, dout, in, rows, width, l.chunk, amax);
+  if (width % 4 == 0 && pack4_aligned<bf16>(dout) && pack4_aligned<bf16>(in) && pack4_aligned<DIn>(din)) {
+    // A thread per (four columns, chunk), the chunks along y as column_chunks' grid.
+    const int64_t packs = in_width / 4, threads = std::min<int64_t>(kThreads, (packs + 31) / 32 * 32);
+    const dim3 grid(static_cast<unsigned>((packs + threads - 1) / threads), l.grid.y);
+    const auto launch = [&](auto kernel) {
+      kernel<<<grid, static_cast<unsigned>(threads), 0, stream>>>(din, partial, dout, in, rows, width, l.chunk, amax);
+    };
+    if (activation == MlpActivation::Swiglu) {
+      launch(activation_backward_sums4_kernel<MlpActivation::Swiglu, DIn>);
+    } else if (activation == MlpActivation::Relu2) {
+      launch(activation_backward_sums4_kernel<MlpActivation::Relu2, DIn>);
+    } else {
+      launch(activation_backward_sums4_kernel<MlpActivation::Gelu, DIn>);
+    }
+  } else {
+    activation_backward_sums_kernel<DIn>
+        <<<l.grid, kThreads, 0, stream>>>(activation, din, partial, dout, in, rows, width, l.chunk, amax);
+  }
   check_launch("activation_backward_sums_kernel");
   add_partial_column_sums(dbias, partial, l.chunks, in_width, stream);
 }

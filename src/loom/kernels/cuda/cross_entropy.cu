@@ -5,6 +5,7 @@
 #include "loom/kernels/cuda/cross_entropy.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/launch.cuh"
+#include "loom/kernels/cuda/pack4.cuh"
 
 namespace loom::kernels::cuda {
 
@@ -33,14 +34,80 @@ __global__ void check_targets_kernel(const int32_t* targets, int64_t rows, int64
 // Logits and their gradients as fp32, or as bf16 (the head's bf16 output, its gradient rounded to
 // nearest even as it is stored): the arithmetic is fp32 either way (bf16_io.cuh).
 
+// A block per row of the fused loss kernel: 1024 threads, so few rows are resident per SM and the
+// gradient pass finds its row (100 KB of GPT-2's bf16 logits) still in L2: the logits come from HBM
+// once and the gradient goes back once.
+constexpr int kRowThreads = 1024;
+
+// A thread's share of a row's softmax in one pass (online): its running max m and the sum s of
+// exp(x - m) over its elements, rescaled when the max grows.
+struct RunningSoftmax {
+  float m = -INFINITY, s = 0.0f;
+  __device__ void add(float x) {
+    if (x > m) {
+      s = s * expf(m - x) + 1.0f;
+      m = x;
+    } else {
+      s += expf(x - m);
+    }
+  }
+  __device__ void add4(const float (&v)[4]) {
+    const float top = fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3]));
+    if (top > m) {
+      s *= expf(m - top);
+      m = top;
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) s += expf(v[k] - m);
+  }
+};
+
+// The row's max and sum of exp(z - max), every thread's share combined (every thread gets both).
+// Packed: the row read as aligned packs of 4 (pack4.cuh), else element by element; the fp32 and
+// bf16 forms of a row take the same path, so the same sums.
+template <bool Packed, typename T>
+__device__ float2 row_softmax_stats(const T* z, int64_t vocab, float* shared) {
+  RunningSoftmax run;
+  if constexpr (Packed) {
+    // Two packs loaded before either is added: more bytes in flight, the same order of adds.
+    const int64_t packs = vocab / 4, stride = blockDim.x;
+    for (int64_t p = threadIdx.x; p < packs; p += 2 * stride) {
+      float v[4], w[4];
+      load4(z, p, v);
+      const bool second = p + stride < packs;
+      if (second) load4(z, p + stride, w);
+      run.add4(v);
+      if (second) run.add4(w);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) run.add(load(z, i));
+  }
+  const float m = block_max(run.m, shared);
+  // A thread with no elements holds s = 0 (and m = -inf): it adds 0.
+  return make_float2(m, block_sum(run.s * expf(run.m - m), shared));
+}
+
 // The gradient row: factor * exp(z - m), minus grad_scale at the target (when local to this row).
-template <typename T>
+template <bool Packed, typename T>
 __device__ void write_gradient(T* z, int64_t vocab, float m, float sum, int64_t local, float grad_scale) {
   const float factor = grad_scale / sum;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-    float g = factor * expf(load(z, i) - m);
-    if (i == local) g -= grad_scale;
-    store(z, i, g);
+  if constexpr (Packed) {
+    for (int64_t p = threadIdx.x; p < vocab / 4; p += blockDim.x) {
+      float v[4];
+      load4(z, p, v);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        v[k] = factor * expf(v[k] - m);
+        if (4 * p + k == local) v[k] -= grad_scale;
+      }
+      store4(z, p, v);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+      float g = factor * expf(load(z, i) - m);
+      if (i == local) g -= grad_scale;
+      store(z, i, g);
+    }
   }
 }
 
@@ -52,24 +119,21 @@ __device__ void ignore_row(T* z, float* losses, int64_t vocab, float grad_scale)
     for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) store(z, i, 0.0f);
 }
 
-template <typename T>
+// A block of kRowThreads per row: the loss and, unless grad_scale is 0, the gradient in place.
+template <bool Packed, typename T>
 __global__ void cross_entropy_kernel(T* logits, float* losses, const int32_t* targets, int64_t vocab,
                                      float grad_scale, const LossResult* result) {
-  __shared__ float shared[kThreads / 32];
+  __shared__ float shared[kRowThreads / 32];
   if (result->bad != kNoBadTarget) return;  // a bad target: nothing is touched
   T* z = logits + blockIdx.x * vocab;
   const int32_t target = targets[blockIdx.x];
   if (target == kIgnore) return ignore_row(z, losses, vocab, grad_scale);
-  float m = -INFINITY;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) m = fmaxf(m, load(z, i));
-  m = block_max(m, shared);
-  float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) sum += expf(load(z, i) - m);
-  sum = block_sum(sum, shared);
+  const float2 stats = row_softmax_stats<Packed>(z, vocab, shared);
+  const float m = stats.x, sum = stats.y;
   const float target_logit = load(z, target);
   __syncthreads();  // every thread has read z[target] before any overwrites it
   if (threadIdx.x == 0) losses[blockIdx.x] = static_cast<float>(log(static_cast<double>(sum)) + m - target_logit);
-  if (grad_scale != 0.0f) write_gradient(z, vocab, m, sum, target, grad_scale);
+  if (grad_scale != 0.0f) write_gradient<Packed>(z, vocab, m, sum, target, grad_scale);
 }
 
 __global__ void row_max_kernel(const float* logits, int64_t vocab, float* row_max) {
@@ -108,7 +172,7 @@ __global__ void finish_kernel(float* logits, float* losses, const float* row_max
     losses[blockIdx.x] = static_cast<float>(log(static_cast<double>(sum)) + m - stats[2 * blockIdx.x + 1]);
   if (grad_scale != 0.0f) {
     const int64_t local = static_cast<int64_t>(t) - first_id;
-    write_gradient(z, vocab, m, sum, (local >= 0 && local < vocab) ? local : -1, grad_scale);
+    write_gradient<false>(z, vocab, m, sum, (local >= 0 && local < vocab) ? local : -1, grad_scale);
   }
 }
 
@@ -122,8 +186,8 @@ __global__ void shard_gradient_kernel(float* logits, const float* row_max, const
     return;
   }
   const int64_t local = static_cast<int64_t>(t) - first_id;
-  write_gradient(z, vocab, row_max[blockIdx.x], stats[2 * blockIdx.x], (local >= 0 && local < vocab) ? local : -1,
-                 scale);
+  write_gradient<false>(z, vocab, row_max[blockIdx.x], stats[2 * blockIdx.x],
+                        (local >= 0 && local < vocab) ? local : -1, scale);
 }
 
 // total = sum of the losses in double, deterministic (one block).
@@ -165,8 +229,14 @@ double cross_entropy_rows(T* logits, float* losses, const int32_t* targets, int6
   ResultSlot slot(stream);
   check_targets_kernel<<<grid_for(rows), kThreads, 0, stream>>>(targets, rows, vocab, slot.device());
   check_launch("check_targets_kernel");
-  cross_entropy_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, losses, targets, vocab,
-                                                                                grad_scale, slot.device());
+  // Packs when every row starts on a pack: the same choice for fp32 and bf16 logits of a width.
+  if (vocab % 4 == 0 && pack4_aligned<T>(logits)) {
+    cross_entropy_kernel<true><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(logits, losses, targets, vocab,
+                                                                                     grad_scale, slot.device());
+  } else {
+    cross_entropy_kernel<false><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(logits, losses, targets,
+                                                                                      vocab, grad_scale, slot.device());
+  }
   check_launch("cross_entropy_kernel");
   sum_losses_kernel<<<1, kThreads, 0, stream>>>(losses, rows, slot.device());
   check_launch("sum_losses_kernel");

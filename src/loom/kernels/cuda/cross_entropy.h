@@ -6,8 +6,9 @@
 // of the losses, accumulated in double in a fixed order (deterministic). A target outside
 // [0, vocab) throws loom::Error naming it before any logit is touched. The vocabulary-parallel
 // pieces (row_max -> all-reduce max -> exp_sums -> all-reduce sum -> finish) keep their CPU
-// contracts too. One block per row; expf where the CPU uses its polynomial exp (within 2e-7),
-// so results agree to fp32 rounding. These calls wait for the stream (they return a host sum).
+// contracts too. The fused kernel: a block of 1024 threads per row, the max and the sum of
+// exponentials in one online pass, then the gradient pass over the row still in L2; expf where the
+// CPU uses its polynomial exp (within 2e-7), so results agree to fp32 rounding. These calls wait for the stream (they return a host sum).
 #include <cuda_runtime.h>
 
 #include <cstdint>

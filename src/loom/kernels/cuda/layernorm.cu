@@ -5,69 +5,182 @@
 #include "loom/kernels/cuda/scratch.h"
 #include "loom/kernels/cuda/launch.cuh"
 #include "loom/kernels/cuda/norm_math.cuh"
+#include "loom/kernels/cuda/norm_rows.cuh"
 #include "loom/kernels/cuda/layernorm.h"
 
 namespace loom::kernels::cuda {
 
 namespace {
 
-// A block per row, the rows walked grid-stride; with `amax`, max |output| taken too (T = Discard:
-// the statistics and amax alone, nothing stored).
-template <typename T>
-__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const float* in, const float* weight,
-                                         const float* bias, int64_t rows, int64_t dim, float eps, unsigned* amax) {
-  __shared__ float shared[kThreads];
+// Chunks a thread holds: the forward's row (up to 8192 elements in packs; the weights and biases
+// are read as the outputs are written, mostly from L1), the backward's row, output gradient,
+// input gradient, weights and two gradients (up to 4096).
+constexpr int kForwardHeld = 8, kBackwardHeld = 4;
+
+// Rows laid out as norm_rows.cuh says, the blocks walking them grid-stride; with `amax`, max
+// |output| taken too (T = Discard: the statistics and amax alone, nothing stored). Reads a row
+// once (Held > 0) and writes it once: 4 + sizeof(T) bytes an element.
+template <typename T, int V, int Held>
+__global__ void __launch_bounds__(kThreads, norm_forward_min_blocks(Held))
+    layernorm_forward_kernel(T* out, float* mean, float* rstd, const float* in, const float* weight,
+                             const float* bias, int64_t rows, int64_t dim, int group, bool whole_out, float eps,
+                             unsigned* amax) {
+  constexpr int kSlots = Held > 0 ? Held : 1;
+  __shared__ float shared[kThreads / 32];
+  const RowThread t = row_thread(group);
+  const int64_t chunks = dim / V;
+  const bool outputs = outputs_wanted<T>(amax);
+  float x[kSlots][V];
   float m = 0.0f;
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* x = in + r * dim;
-    const LayerRowStats stats = layer_row_stats(x, dim, eps, shared);
-    if (threadIdx.x == 0) {
-      mean[r] = stats.mean;
-      rstd[r] = stats.rstd;
+  // `first` is the same in every thread: all take part in every step's row sums.
+  for (int64_t first = static_cast<int64_t>(blockIdx.x) * t.rows; first < rows;
+       first += static_cast<int64_t>(gridDim.x) * t.rows) {
+    const int64_t r = first + t.row;
+    const bool valid = r < rows;
+    const float* xr = in + r * dim;
+    float sum = 0.0f;
+    if (valid) {
+      if constexpr (Held > 0) each_chunk<Held>(t, chunks, [&](int k, int64_t c) { load_chunk(xr, c, x[k]); });
+      each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
+        if constexpr (Held == 0) load_chunk(xr, c, x[k]);
+#pragma unroll
+        for (int j = 0; j < V; ++j) sum += x[k][j];
+      });
     }
-    if (!outputs_wanted<T>(amax)) continue;
-    T* y = out + r * dim;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
-      m = nan_max(m, fabsf(store(y, i, layer_value(x[i], stats.mean, stats.rstd, weight[i], bias[i]))));
+    const float mu = layer_mean(group_sum(sum, t, shared), dim);
+    float var = 0.0f;
+    if (valid) {
+      each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
+        if constexpr (Held == 0) load_chunk(xr, c, x[k]);
+#pragma unroll
+        for (int j = 0; j < V; ++j) var += (x[k][j] - mu) * (x[k][j] - mu);
+      });
+    }
+    const float s = layer_rstd(group_sum(var, t, shared), dim, eps);
+    if (!valid) continue;
+    if (t.lane == 0) {
+      mean[r] = mu;
+      rstd[r] = s;
+    }
+    if (!outputs) continue;
+    T* yr = out + r * dim;
+    each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
+      if constexpr (Held == 0) load_chunk(xr, c, x[k]);
+      float w[V], b[V], y[V];
+      load_chunk(weight, c, w);
+      load_chunk(bias, c, b);
+#pragma unroll
+      for (int j = 0; j < V; ++j) y[j] = layer_value(x[k][j], mu, s, w[j], b[j]);
+      m = nan_max(m, store_output(yr, c, y, whole_out));
+    });
   }
   if (amax != nullptr) block_amax_into(amax, m);
 }
 
-// A block per run of `block_rows` rows: each row's din, and the run's weight and bias gradients
-// summed in row order in shared memory (each thread its own columns), left as the block's rows of
-// `partial` ([blocks, dim] for the weight, then the same for the bias).
-__global__ void layernorm_backward_kernel(float* din, float* partial, const float* dout, const float* in,
-                                          const float* weight, const float* mean, const float* rstd, int64_t rows,
-                                          int64_t dim, int64_t block_rows) {
-  __shared__ float shared[kThreads / 32];
-  extern __shared__ float dw[];  // [dim] weight, then [dim] bias
-  float* db = dw + dim;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) dw[i] = db[i] = 0.0f;
+// A block per run of `block_rows` rows (a multiple of the rows side by side, norm_blocks.h), each
+// row's din, and the run's weight and bias gradients left as the block's rows of `partial`
+// ([blocks, dim] for the weight, then the same for the bias). Held > 0: each thread keeps its
+// columns' weights and gradients in registers over the run, a row read and din written once (16
+// bytes an element), the block's groups' sums then added in group order; Held = 0: a row per
+// step, the gradients summed in shared memory. Either way a fixed order.
+template <int V, int Held>
+__global__ void __launch_bounds__(kThreads, 2)
+    layernorm_backward_kernel(float* din, float* partial, const float* dout, const float* in, const float* weight,
+                              const float* mean, const float* rstd, int64_t rows, int64_t dim, int64_t block_rows,
+                              int group) {
+  constexpr int kSlots = Held > 0 ? Held : 1;
+  __shared__ float shared[2 * (kThreads / 32)];
+  extern __shared__ float dw_sum[];  // [dim] weight, then [dim] bias
+  float* db_sum = dw_sum + dim;
+  const RowThread t = row_thread(group);
+  const int64_t chunks = dim / V;
+  float w[kSlots][V], dw[kSlots][V] = {}, db[kSlots][V] = {};
+  if constexpr (Held > 0) {
+    each_chunk<Held>(t, chunks, [&](int k, int64_t c) { load_chunk(weight, c, w[k]); });
+  } else {
+    for (int64_t i = threadIdx.x; i < dim; i += kThreads) dw_sum[i] = db_sum[i] = 0.0f;
+    __syncthreads();
+  }
   const int64_t first = blockIdx.x * block_rows, last = min(rows, first + block_rows);
-  for (int64_t r = first; r < last; ++r) {
+  for (int64_t step = first; step < last; step += t.rows) {
+    const int64_t r = step + t.row;
+    const bool valid = r < last;
     const float* x = in + r * dim;
     const float* dy = dout + r * dim;
-    const float m = mean[r], s = rstd[r];
-    float dnorm_sum = 0.0f, dnorm_xhat_sum = 0.0f;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-      const float dnorm = dy[i] * weight[i];
-      dnorm_sum += dnorm;
-      dnorm_xhat_sum += dnorm * (x[i] - m) * s;
-    }
-    const float mean_dnorm = block_sum(dnorm_sum, shared) / static_cast<float>(dim);
-    const float mean_dnorm_xhat = block_sum(dnorm_xhat_sum, shared) / static_cast<float>(dim);
     float* dx = din + r * dim;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-      const float xhat = (x[i] - m) * s;
-      dx[i] += (dy[i] * weight[i] - mean_dnorm - xhat * mean_dnorm_xhat) * s;
-      dw[i] += dy[i] * xhat;
-      db[i] += dy[i];
+    float xv[kSlots][V], dyv[kSlots][V], dxv[kSlots][V];
+    float sums[2] = {0.0f, 0.0f};  // of dnorm and of dnorm * xhat
+    float mu = 0.0f, s = 0.0f;
+    if (valid) {
+      mu = mean[r];
+      s = rstd[r];
+      if constexpr (Held > 0) {
+        each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
+          load_chunk(x, c, xv[k]);
+          load_chunk(dy, c, dyv[k]);
+          load_chunk(dx, c, dxv[k]);
+        });
+      }
+      each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
+        if constexpr (Held == 0) {
+          load_chunk(x, c, xv[k]);
+          load_chunk(dy, c, dyv[k]);
+          load_chunk(weight, c, w[k]);
+        }
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float dnorm = dyv[k][j] * w[k][j];
+          sums[0] += dnorm;
+          sums[1] += dnorm * (xv[k][j] - mu) * s;
+        }
+      });
     }
+    group_sums(sums, t, shared);
+    const float mean_dnorm = sums[0] / static_cast<float>(dim), mean_dnorm_xhat = sums[1] / static_cast<float>(dim);
+    if (!valid) continue;
+    each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
+      if constexpr (Held == 0) {
+        load_chunk(x, c, xv[k]);
+        load_chunk(dy, c, dyv[k]);
+        load_chunk(weight, c, w[k]);
+        load_chunk(dx, c, dxv[k]);
+      }
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float xhat = (xv[k][j] - mu) * s;
+        dxv[k][j] += (dyv[k][j] * w[k][j] - mean_dnorm - xhat * mean_dnorm_xhat) * s;
+        if constexpr (Held > 0) {
+          dw[k][j] += dyv[k][j] * xhat;
+          db[k][j] += dyv[k][j];
+        } else {  // this thread's own columns
+          dw_sum[c * V + j] += dyv[k][j] * xhat;
+          db_sum[c * V + j] += dyv[k][j];
+        }
+      }
+      store_chunk(dx, c, dxv[k]);
+    });
+  }
+  if constexpr (Held > 0) {
+    for (int g = 0; g < t.rows; ++g) {
+      if (t.row == g) {
+        each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            const int64_t i = c * V + j;
+            dw_sum[i] = g == 0 ? dw[k][j] : dw_sum[i] + dw[k][j];
+            db_sum[i] = g == 0 ? db[k][j] : db_sum[i] + db[k][j];
+          }
+        });
+      }
+      __syncthreads();
+    }
+  } else {
+    __syncthreads();
   }
   const int64_t blocks = gridDim.x;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-    partial[blockIdx.x * dim + i] = dw[i];
-    partial[(blocks + blockIdx.x) * dim + i] = db[i];
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads) {
+    partial[blockIdx.x * dim + i] = dw_sum[i];
+    partial[(blocks + blockIdx.x) * dim + i] = db_sum[i];
   }
 }
 
@@ -75,8 +188,20 @@ template <typename T>
 void launch_forward(T* out, float* mean, float* rstd, const float* in, const float* weight, const float* bias,
                     int64_t rows, int64_t dim, float eps, float* amax, cudaStream_t stream) {
   if (rows == 0) return;
-  layernorm_forward_kernel<<<norm_rows_grid(rows, amax), kThreads, 0, stream>>>(
-      out, mean, rstd, in, weight, bias, rows, dim, eps, reinterpret_cast<unsigned*>(amax));
+  // The layout from the input, weights and biases alone, so the same for every T.
+  const NormRows s = norm_rows(dim, {in, weight, bias}, kForwardHeld);
+  const bool whole_out = pack4_aligned<T>(out);
+  const auto launch = [&](auto kernel) {
+    kernel<<<norm_rows_grid(rows, s, amax), kThreads, 0, stream>>>(
+        out, mean, rstd, in, weight, bias, rows, dim, s.group, whole_out, eps, reinterpret_cast<unsigned*>(amax));
+  };
+  if (s.held > 0) {
+    with_held<kForwardHeld>(s.held, [&](auto held) { launch(layernorm_forward_kernel<T, 4, decltype(held)::value>); });
+  } else if (s.width == 4) {
+    launch(layernorm_forward_kernel<T, 4, 0>);
+  } else {
+    launch(layernorm_forward_kernel<T, 1, 0>);
+  }
   check_launch("layernorm_forward_kernel");
 }
 
@@ -101,14 +226,24 @@ void layernorm_backward(float* din, float* dweight, float* dbias, const float* d
                         const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim,
                         cudaStream_t stream) {
   if (rows == 0) return;
-  const NormBlocks blocks = norm_blocks(rows, dim, 2, reinterpret_cast<const void*>(&layernorm_backward_kernel));
-  Scratch scratch;
-  float* partial = scratch.floats(2 * blocks.count * dim);
-  layernorm_backward_kernel<<<static_cast<unsigned>(blocks.count), kThreads, blocks.shared_bytes, stream>>>(
-      din, partial, dout, in, weight, mean, rstd, rows, dim, blocks.rows);
-  check_launch("layernorm_backward_kernel");
-  add_partial_column_sums(dweight, partial, blocks.count, dim, stream);
-  add_partial_column_sums(dbias, partial + blocks.count * dim, blocks.count, dim, stream);
+  const NormRows s = norm_rows(dim, {din, dout, in, weight}, kBackwardHeld);
+  const auto launch = [&](auto kernel) {
+    const NormBlocks blocks = norm_blocks(rows, dim, 2, kThreads / s.group, reinterpret_cast<const void*>(kernel));
+    Scratch scratch;
+    float* partial = scratch.floats(2 * blocks.count * dim);
+    kernel<<<static_cast<unsigned>(blocks.count), kThreads, blocks.shared_bytes, stream>>>(
+        din, partial, dout, in, weight, mean, rstd, rows, dim, blocks.rows, s.group);
+    check_launch("layernorm_backward_kernel");
+    add_partial_column_sums(dweight, partial, blocks.count, dim, stream);
+    add_partial_column_sums(dbias, partial + blocks.count * dim, blocks.count, dim, stream);
+  };
+  if (s.held > 0) {
+    with_held<kBackwardHeld>(s.held, [&](auto held) { launch(layernorm_backward_kernel<4, decltype(held)::value>); });
+  } else if (s.width == 4) {
+    launch(layernorm_backward_kernel<4, 0>);
+  } else {
+    launch(layernorm_backward_kernel<1, 0>);
+  }
 }
 
 }  // namespace loom::kernels::cuda

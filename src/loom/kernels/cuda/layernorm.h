@@ -3,8 +3,9 @@
 //   forward:  out = (in - mean) * rstd * weight + bias, saving mean[row] and rstd[row];
 //   backward: din += d(loss)/d(in); dweight, dbias += their gradients (summed per run of rows,
 //             the runs in a fixed order: deterministic, the CPU's up to fp32 rounding).
-// Forward: one block per row, the row's sums reduced in shared memory (fp32). Backward: a block per
-// run of rows (norm_blocks.h), no atomics.
+// Forward: a group of threads per row (norm_rows.cuh), the row read once in 16-byte packs and held
+// in registers (fp32 sums by warp shuffles). Backward: a block per run of rows (norm_blocks.h),
+// no atomics.
 #include <cuda_runtime.h>
 
 #include <cstdint>

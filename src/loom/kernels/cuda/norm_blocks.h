@@ -1,8 +1,8 @@
 #pragma once
 // How the norms' backward kernels cut the rows: a block per run of rows, each block summing its
-// run's weight (and bias) gradients in shared memory and leaving one partial row, which
-// add_partial_column_sums (bias.h) adds in a fixed order. No atomics: the gradients are the same
-// on every run, and no address takes one atomic add per row.
+// run's weight (and bias) gradients in a fixed order (in registers or shared memory) and leaving
+// one partial row, which add_partial_column_sums (bias.h) adds in a fixed order. No atomics: the
+// gradients are the same on every run, and no address takes one atomic add per row.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,12 +21,14 @@ struct NormBlocks {
   size_t shared_bytes = 0;   // `arrays` floats per column
 };
 
-// `kernel`'s blocks for rows x dim with `arrays` gradient arrays in dynamic shared memory; asks
-// for more than the default 48 KB of shared memory (its static share included) when dim needs it,
-// up to the device's limit.
-inline NormBlocks norm_blocks(int64_t rows, int64_t dim, int arrays, const void* kernel) {
+// `kernel`'s blocks for rows x dim with `arrays` gradient arrays in dynamic shared memory, each
+// block's rows a multiple of `step` (the rows a block takes side by side: 1 to 8, dividing 16);
+// asks for more than the default 48 KB of shared memory (its static share included) when dim
+// needs it, up to the device's limit.
+inline NormBlocks norm_blocks(int64_t rows, int64_t dim, int arrays, int64_t step, const void* kernel) {
   NormBlocks b;
   b.rows = std::max<int64_t>(16, (rows + kColumnSumChunks - 1) / kColumnSumChunks);
+  b.rows = (b.rows + step - 1) / step * step;
   b.count = (rows + b.rows - 1) / b.rows;
   b.shared_bytes = static_cast<size_t>(arrays) * static_cast<size_t>(dim) * sizeof(float);
   cudaFuncAttributes attributes{};

@@ -5,62 +5,169 @@
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/norm_blocks.h"
 #include "loom/kernels/cuda/norm_math.cuh"
+#include "loom/kernels/cuda/norm_rows.cuh"
 #include "loom/kernels/cuda/scratch.h"
 
 namespace loom::kernels::cuda {
 
 namespace {
 
-// A block per row, the rows walked grid-stride; with `amax`, max |output| taken too (T = Discard:
-// the statistics and amax alone, nothing stored).
-template <typename T>
-__global__ void rmsnorm_forward_kernel(T* out, float* rstd, const float* in, const float* weight, int64_t rows,
-                                       int64_t dim, float eps, unsigned* amax) {
-  __shared__ float shared[kThreads];
+// Chunks a thread holds: the forward's row (up to 8192 elements in packs; the weights are read
+// as the outputs are written, mostly from L1), the backward's row, output gradient, input
+// gradient, weights and weight gradient (up to 4096).
+constexpr int kForwardHeld = 8, kBackwardHeld = 4;
+
+// Rows laid out as norm_rows.cuh says, the blocks walking them grid-stride; with `amax`, max
+// |output| taken too (T = Discard: the statistics and amax alone, nothing stored). Reads a row
+// once (Held > 0) and writes it once: 4 + sizeof(T) bytes an element.
+template <typename T, int V, int Held>
+__global__ void __launch_bounds__(kThreads, norm_forward_min_blocks(Held))
+    rmsnorm_forward_kernel(T* out, float* rstd, const float* in, const float* weight, int64_t rows, int64_t dim,
+                           int group, bool whole_out, float eps, unsigned* amax) {
+  constexpr int kSlots = Held > 0 ? Held : 1;
+  __shared__ float shared[kThreads / 32];
+  const RowThread t = row_thread(group);
+  const int64_t chunks = dim / V;
+  const bool outputs = outputs_wanted<T>(amax);
+  float x[kSlots][V];
   float m = 0.0f;
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* x = in + r * dim;
-    const float s = rms_row_rstd(x, dim, eps, shared);
-    if (threadIdx.x == 0) rstd[r] = s;
-    if (!outputs_wanted<T>(amax)) continue;
-    T* y = out + r * dim;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
-      m = nan_max(m, fabsf(store(y, i, rms_value(x[i], s, weight[i]))));
+  // `first` is the same in every thread: all take part in every step's row sums.
+  for (int64_t first = static_cast<int64_t>(blockIdx.x) * t.rows; first < rows;
+       first += static_cast<int64_t>(gridDim.x) * t.rows) {
+    const int64_t r = first + t.row;
+    const bool valid = r < rows;
+    const float* xr = in + r * dim;
+    float sum_sq = 0.0f;
+    if (valid) {
+      if constexpr (Held > 0) each_chunk<Held>(t, chunks, [&](int k, int64_t c) { load_chunk(xr, c, x[k]); });
+      each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
+        if constexpr (Held == 0) load_chunk(xr, c, x[k]);
+#pragma unroll
+        for (int j = 0; j < V; ++j) sum_sq += x[k][j] * x[k][j];
+      });
+    }
+    const float s = rms_rstd(group_sum(sum_sq, t, shared), dim, eps);
+    if (!valid) continue;
+    if (t.lane == 0) rstd[r] = s;
+    if (!outputs) continue;
+    T* yr = out + r * dim;
+    each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
+      if constexpr (Held == 0) load_chunk(xr, c, x[k]);
+      float w[V], y[V];
+      load_chunk(weight, c, w);
+#pragma unroll
+      for (int j = 0; j < V; ++j) y[j] = rms_value(x[k][j], s, w[j]);
+      m = nan_max(m, store_output(yr, c, y, whole_out));
+    });
   }
   if (amax != nullptr) block_amax_into(amax, m);
 }
 
-// A block per run of `block_rows` rows: each row's din, and the run's weight gradient summed in
-// row order in shared memory (each thread its own columns), left as the block's row of `partial`.
-__global__ void rmsnorm_backward_kernel(float* din, float* partial, const float* dout, const float* in,
-                                        const float* weight, const float* rstd, int64_t rows, int64_t dim,
-                                        int64_t block_rows) {
-  __shared__ float shared[kThreads];
-  extern __shared__ float dw[];  // [dim]
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) dw[i] = 0.0f;
+// A block per run of `block_rows` rows (a multiple of the rows side by side, norm_blocks.h), each
+// row's din, and the run's weight gradient left as the block's row of `partial`. Held > 0: each
+// thread keeps its columns' weights and weight gradient in registers over the run, a row read
+// and din written once (16 bytes an element), the block's groups' sums then added in group order;
+// Held = 0: a row per step, the gradient summed in shared memory. Either way a fixed order.
+template <int V, int Held>
+__global__ void __launch_bounds__(kThreads, 2)
+    rmsnorm_backward_kernel(float* din, float* partial, const float* dout, const float* in, const float* weight,
+                            const float* rstd, int64_t rows, int64_t dim, int64_t block_rows, int group) {
+  constexpr int kSlots = Held > 0 ? Held : 1;
+  __shared__ float shared[kThreads / 32];
+  extern __shared__ float dw_sum[];  // [dim]
+  const RowThread t = row_thread(group);
+  const int64_t chunks = dim / V;
+  float w[kSlots][V], dw[kSlots][V] = {};
+  if constexpr (Held > 0) {
+    each_chunk<Held>(t, chunks, [&](int k, int64_t c) { load_chunk(weight, c, w[k]); });
+  } else {
+    for (int64_t i = threadIdx.x; i < dim; i += kThreads) dw_sum[i] = 0.0f;
+    __syncthreads();
+  }
   const int64_t first = blockIdx.x * block_rows, last = min(rows, first + block_rows);
-  for (int64_t r = first; r < last; ++r) {
+  for (int64_t step = first; step < last; step += t.rows) {
+    const int64_t r = step + t.row;
+    const bool valid = r < last;
     const float* x = in + r * dim;
     const float* dy = dout + r * dim;
-    const float s = rstd[r];
-    float dot = 0.0f;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) dot += dy[i] * weight[i] * x[i];
-    const float coeff = tree_block_sum(dot, shared) * s * s * s / static_cast<float>(dim);
     float* dx = din + r * dim;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-      dx[i] += dy[i] * weight[i] * s - x[i] * coeff;
-      dw[i] += dy[i] * x[i] * s;
+    float xv[kSlots][V], dyv[kSlots][V], dxv[kSlots][V];
+    float dot = 0.0f, s = 0.0f;
+    if (valid) {
+      s = rstd[r];
+      if constexpr (Held > 0) {
+        each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
+          load_chunk(x, c, xv[k]);
+          load_chunk(dy, c, dyv[k]);
+          load_chunk(dx, c, dxv[k]);
+        });
+      }
+      each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
+        if constexpr (Held == 0) {
+          load_chunk(x, c, xv[k]);
+          load_chunk(dy, c, dyv[k]);
+          load_chunk(weight, c, w[k]);
+        }
+#pragma unroll
+        for (int j = 0; j < V; ++j) dot += dyv[k][j] * w[k][j] * xv[k][j];
+      });
     }
+    const float coeff = group_sum(dot, t, shared) * s * s * s / static_cast<float>(dim);
+    if (!valid) continue;
+    each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
+      if constexpr (Held == 0) {
+        load_chunk(x, c, xv[k]);
+        load_chunk(dy, c, dyv[k]);
+        load_chunk(weight, c, w[k]);
+        load_chunk(dx, c, dxv[k]);
+      }
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        dxv[k][j] += dyv[k][j] * w[k][j] * s - xv[k][j] * coeff;
+        const float g = dyv[k][j] * xv[k][j] * s;
+        if constexpr (Held > 0) {
+          dw[k][j] += g;
+        } else {
+          dw_sum[c * V + j] += g;  // this thread's own columns
+        }
+      }
+      store_chunk(dx, c, dxv[k]);
+    });
   }
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) partial[blockIdx.x * dim + i] = dw[i];
+  if constexpr (Held > 0) {
+    for (int g = 0; g < t.rows; ++g) {
+      if (t.row == g) {
+        each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
+#pragma unroll
+          for (int j = 0; j < V; ++j) dw_sum[c * V + j] = g == 0 ? dw[k][j] : dw_sum[c * V + j] + dw[k][j];
+        });
+      }
+      __syncthreads();
+    }
+  } else {
+    __syncthreads();
+  }
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads) partial[blockIdx.x * dim + i] = dw_sum[i];
 }
 
 template <typename T>
 void launch_forward(T* out, float* rstd, const float* in, const float* weight, int64_t rows, int64_t dim, float eps,
                     float* amax, cudaStream_t stream) {
   if (rows == 0) return;
-  rmsnorm_forward_kernel<<<norm_rows_grid(rows, amax), kThreads, 0, stream>>>(out, rstd, in, weight, rows, dim, eps,
-                                                                            reinterpret_cast<unsigned*>(amax));
+  // The layout from the input and weights alone, so the same for every T.
+  const NormRows s = norm_rows(dim, {in, weight}, kForwardHeld);
+  const bool whole_out = pack4_aligned<T>(out);
+  const auto launch = [&](auto kernel) {
+    kernel<<<norm_rows_grid(rows, s, amax), kThreads, 0, stream>>>(out, rstd, in, weight, rows, dim, s.group,
+                                                                   whole_out, eps, reinterpret_cast<unsigned*>(amax));
+  };
+  if (s.held > 0) {
+    with_held<kForwardHeld>(s.held, [&](auto held) { launch(rmsnorm_forward_kernel<T, 4, decltype(held)::value>); });
+  } else if (s.width == 4) {
+    launch(rmsnorm_forward_kernel<T, 4, 0>);
+  } else {
+    launch(rmsnorm_forward_kernel<T, 1, 0>);
+  }
   check_launch("rmsnorm_forward_kernel");
 }
 
@@ -84,13 +191,23 @@ void rmsnorm_statistics(float* rstd, const float* in, const float* weight, int64
 void rmsnorm_backward(float* din, float* dweight, const float* dout, const float* in, const float* weight,
                       const float* rstd, int64_t rows, int64_t dim, cudaStream_t stream) {
   if (rows == 0) return;
-  const NormBlocks blocks = norm_blocks(rows, dim, 1, reinterpret_cast<const void*>(&rmsnorm_backward_kernel));
-  Scratch scratch;
-  float* partial = scratch.floats(blocks.count * dim);
-  rmsnorm_backward_kernel<<<static_cast<unsigned>(blocks.count), kThreads, blocks.shared_bytes, stream>>>(
-      din, partial, dout, in, weight, rstd, rows, dim, blocks.rows);
-  check_launch("rmsnorm_backward_kernel");
-  add_partial_column_sums(dweight, partial, blocks.count, dim, stream);
+  const NormRows s = norm_rows(dim, {din, dout, in, weight}, kBackwardHeld);
+  const auto launch = [&](auto kernel) {
+    const NormBlocks blocks = norm_blocks(rows, dim, 1, kThreads / s.group, reinterpret_cast<const void*>(kernel));
+    Scratch scratch;
+    float* partial = scratch.floats(blocks.count * dim);
+    kernel<<<static_cast<unsigned>(blocks.count), kThreads, blocks.shared_bytes, stream>>>(
+        din, partial, dout, in, weight, rstd, rows, dim, blocks.rows, s.group);
+    check_launch("rmsnorm_backward_kernel");
+    add_partial_column_sums(dweight, partial, blocks.count, dim, stream);
+  };
+  if (s.held > 0) {
+    with_held<kBackwardHeld>(s.held, [&](auto held) { launch(rmsnorm_backward_kernel<4, decltype(held)::value>); });
+  } else if (s.width == 4) {
+    launch(rmsnorm_backward_kernel<4, 0>);
+  } else {
+    launch(rmsnorm_backward_kernel<1, 0>);
+  }
 }
 
 }  // namespace loom::kernels::cuda

@@ -2,9 +2,10 @@
 // RMSNorm on the device, with the contracts of kernels::cpu::rmsnorm_forward / _backward:
 //   forward:  out = in / rms(in) * weight, rstd[row] = 1 / sqrt(mean(in^2) + eps)
 //   backward: din += d(loss)/d(in), dweight += d(loss)/d(weight) (accumulated, as on the CPU).
-// Forward: one block per row, the row's sums reduced in shared memory (fp32). Backward: a block per
-// run of rows (norm_blocks.h), the weight gradient summed per run and the runs in a fixed order: no
-// atomics, the same bits on every run.
+// Forward: a group of threads per row (norm_rows.cuh), the row read once in 16-byte packs and held
+// in registers, its sum by warp shuffles (fp32). Backward: a block per run of rows (norm_blocks.h),
+// each thread keeping its columns' weight gradient in registers over the run, the runs added in a
+// fixed order: no atomics, the same bits on every run.
 #include <cuda_runtime.h>
 
 #include <cstdint>

@@ -6,11 +6,20 @@
 #include "loom/kernels/cuda/bf16_io.cuh"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/launch.cuh"
+#include "loom/kernels/cuda/pack4.cuh"
 #include "loom/kernels/cuda/rope.h"
 
 namespace loom::kernels::cuda {
 
 namespace {
+
+// Row r's position: positions[r], else positions_start + r % seq (a 32-bit remainder where r and
+// seq allow: a 64-bit one costs a long subroutine).
+__device__ inline int64_t row_position(int64_t r, const int32_t* positions, int64_t positions_start, int64_t seq) {
+  if (positions != nullptr) return positions[r];
+  if (((r | seq) >> 32) == 0) return positions_start + static_cast<uint32_t>(r) % static_cast<uint32_t>(seq);
+  return positions_start + r % seq;
+}
 
 // One thread per (row, head, pair i): rotates (v[i], v[i + half]) of src's row into dst's (the
 // same memory in place). Rows run along y (launch_over_rows over heads * half pairs), so a pair's
@@ -26,7 +35,7 @@ __global__ void rope_kernel(const Src* src, int64_t src_stride, Dst* dst, int64_
   constexpr bool kFromZero = !std::is_same_v<Src, Dst>;
   const int pairs = static_cast<int>(heads * half), half32 = static_cast<int>(half);
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    const int64_t pos = positions != nullptr ? positions[r] : positions_start + r % seq;
+    const int64_t pos = row_position(r, positions, positions_start, seq);
     for (int64_t j = column_start(); j < pairs; j += column_stride()) {
       const int h = static_cast<int>(j) / half32, i = static_cast<int>(j) - h * half32;
       const float c = cos_table[pos * half + i], sn = __fmul_rn(direction, sin_table[pos * half + i]);
@@ -44,6 +53,61 @@ __global__ void rope_kernel(const Src* src, int64_t src_stride, Dst* dst, int64_
   }
 }
 
+// rope_kernel four pairs at a time (with half a multiple of 4, both strides multiples of 4 and
+// every pointer, the tables' too, pack-aligned): each half's four values and the tables' four
+// entries are one aligned access each (pack4.cuh). A thread per (row, pairs i..i+3, kRopeHeads
+// heads): the row's cos and sin read once for all its heads, and all its heads' loads issued
+// before their arithmetic, so it keeps them in flight. The same arithmetic per pair, so the same
+// bits.
+constexpr int kRopeHeads = 4;
+template <typename Src, typename Dst>
+__global__ void rope4_kernel(const Src* src, int64_t src_stride, Dst* dst, int64_t dst_stride, int64_t rows,
+                             int64_t heads, int64_t seq, int64_t positions_start, const float* __restrict__ cos_table,
+                             const float* __restrict__ sin_table, int64_t half, const int32_t* __restrict__ positions,
+                             float direction) {
+  constexpr bool kFromZero = !std::is_same_v<Src, Dst>;
+  const int head_packs = static_cast<int>(half / 4), heads32 = static_cast<int>(heads);
+  const int packs = (heads32 + kRopeHeads - 1) / kRopeHeads * head_packs;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const int64_t pos = row_position(r, positions, positions_start, seq);
+    for (int64_t j = column_start(); j < packs; j += column_stride()) {
+      const int g = static_cast<int>(j) / head_packs, p = static_cast<int>(j) - g * head_packs;
+      float c[4], sn[4], a[kRopeHeads][4], b[kRopeHeads][4];
+      load4(cos_table + pos * half, p, c);
+      load4(sin_table + pos * half, p, sn);
+#pragma unroll
+      for (int q = 0; q < kRopeHeads; ++q) {
+        const int h = g * kRopeHeads + q;
+        if (h >= heads32) break;
+        const Src* u = src + r * src_stride + h * 2 * half;
+        load4(u, p, a[q]);
+        load4(u + half, p, b[q]);
+      }
+#pragma unroll
+      for (int k = 0; k < 4; ++k) sn[k] = __fmul_rn(direction, sn[k]);
+#pragma unroll
+      for (int q = 0; q < kRopeHeads; ++q) {
+        const int h = g * kRopeHeads + q;
+        if (h >= heads32) break;
+        float x[4], y[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          float ak = a[q][k], bk = b[q][k];
+          if constexpr (kFromZero) {
+            ak = __fadd_rn(0.0f, ak);
+            bk = __fadd_rn(0.0f, bk);
+          }
+          x[k] = __fsub_rn(__fmul_rn(ak, c[k]), __fmul_rn(bk, sn[k]));
+          y[k] = __fadd_rn(__fmul_rn(bk, c[k]), __fmul_rn(ak, sn[k]));
+        }
+        Dst* v = dst + r * dst_stride + h * 2 * half;
+        store4(v, p, x);
+        store4(v + half, p, y);
+      }
+    }
+  }
+}
+
 template <typename Src, typename Dst>
 void rotate(const Src* src, int64_t src_stride, Dst* dst, int64_t dst_stride, int64_t rows, int64_t heads,
             int64_t seq, int64_t positions_start, const DeviceRopeTable& t, const int32_t* positions, float direction,
@@ -51,9 +115,16 @@ void rotate(const Src* src, int64_t src_stride, Dst* dst, int64_t dst_stride, in
   const int64_t half = t.head_dim / 2;
   if (rows * heads * half == 0) return;
   LOOM_CHECK(heads * half < (int64_t{1} << 31), "rope: heads x head_dim / 2 must be below 2^31");
-  const RowsLaunch l = launch_over_rows(rows, heads * half);
-  rope_kernel<<<l.grid, l.block, 0, stream>>>(src, src_stride, dst, dst_stride, rows, heads, seq, positions_start,
-                                              t.cos, t.sin, half, positions, direction);
+  if (half % 4 == 0 && src_stride % 4 == 0 && dst_stride % 4 == 0 && pack4_aligned<Src>(src) &&
+      pack4_aligned<Dst>(dst) && pack4_aligned<float>(t.cos) && pack4_aligned<float>(t.sin)) {
+    const RowsLaunch l = launch_over_rows(rows, (heads + kRopeHeads - 1) / kRopeHeads * (half / 4));
+    rope4_kernel<<<l.grid, l.block, 0, stream>>>(src, src_stride, dst, dst_stride, rows, heads, seq, positions_start,
+                                                 t.cos, t.sin, half, positions, direction);
+  } else {
+    const RowsLaunch l = launch_over_rows(rows, heads * half);
+    rope_kernel<<<l.grid, l.block, 0, stream>>>(src, src_stride, dst, dst_stride, rows, heads, seq, positions_start,
+                                                t.cos, t.sin, half, positions, direction);
+  }
   check_launch("rope_kernel");
 }
 

@@ -1,0 +1,158 @@
+#pragma once
+// How the norms' kernels (rmsnorm.cu, layernorm.cu) spread rows over a block of kThreads threads:
+// a group of 32, 64, 128 or 256 threads per row, kThreads / group rows side by side. Thread `lane`
+// of a group takes chunks lane, lane + group, ... of its row, a chunk being 4 elements read as one
+// Pack4 (pack4.cuh) where the row allows it, else 1 element. A kernel with Held > 0 keeps each
+// thread's chunks (at most Held of them) in registers, so a row is read from memory once; Held = 0
+// (rows too wide, or not in packs) reads them again for each pass, a group of kThreads per row.
+// Every sum's order follows from (dim, the row's layout) alone, not from the output's type: the
+// fp32, bf16 and Discard forms of a forward kernel compute the same statistics bit for bit.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <type_traits>
+
+#include "loom/core/error.h"
+#include "loom/kernels/cuda/amax.cuh"
+#include "loom/kernels/cuda/launch.cuh"
+#include "loom/kernels/cuda/pack4.cuh"
+
+namespace loom::kernels::cuda {
+
+// The layout of a norm's rows over threads (host side).
+struct NormRows {
+  int width = 1;         // elements per chunk: 4 (a Pack4) or 1
+  int group = kThreads;  // threads per row
+  int held = 0;          // chunks a thread holds in registers (1..max), or 0: read again per pass
+};
+
+// Chunks per thread that the held layouts aim for: 16 elements, 4 loads of 16 bytes in flight per
+// array, in a group as narrow as that allows (fewer threads per row, cheaper row sums).
+constexpr int kNormChunksPerThread = 4;
+
+// The blocks an SM should hold of a forward kernel holding `held` chunks a thread (its
+// __launch_bounds__): 4 (at most 64 registers) up to 4 chunks; 2 else, which keeps ptxas from
+// trimming wider kernels to 64 registers with a few bytes of spills.
+constexpr int norm_forward_min_blocks(int held) { return held >= 1 && held <= 4 ? 4 : 2; }
+
+// Rows of `dim` elements in packs of 4 when dim % 4 == 0 and every row-major operand in `rows` is
+// 16-byte aligned (then every row is); at most `max_held` chunks a thread held, else Held = 0.
+inline NormRows norm_rows(int64_t dim, std::initializer_list<const void*> rows, int max_held) {
+  bool packs = dim % 4 == 0;
+  for (const void* p : rows) packs = packs && pack4_aligned<float>(p);
+  NormRows s;
+  s.width = packs ? 4 : 1;
+  const int64_t chunks = dim / s.width;
+  if (!packs || chunks > static_cast<int64_t>(kThreads) * max_held) return s;
+  s.group = 32;
+  while (s.group < kThreads && static_cast<int64_t>(s.group) * kNormChunksPerThread < chunks) s.group *= 2;
+  s.held = static_cast<int>(std::max<int64_t>(1, (chunks + s.group - 1) / s.group));
+  return s;
+}
+
+// The forward kernels' grid: a block per kThreads / group rows, or with an amax a capped grid
+// walking the rows (one atomic per block, not per row: about two resident waves, as the amax
+// passes').
+inline unsigned norm_rows_grid(int64_t rows, const NormRows& s, const float* amax) {
+  const int64_t steps = (rows + kThreads / s.group - 1) / (kThreads / s.group);
+  return static_cast<unsigned>(std::min<int64_t>(amax != nullptr ? 2 * kAmaxBlocks : INT32_MAX, steps));
+}
+
+// f(std::integral_constant<int, held>{}) for held in [1, Max]: a kernel's instance for s.held.
+template <int Max, int H = 1, typename F>
+void with_held(int held, const F& f) {
+  if constexpr (H <= Max) {
+    if (held == H) {
+      f(std::integral_constant<int, H>{});
+    } else {
+      with_held<Max, H + 1>(held, f);
+    }
+  } else {
+    LOOM_CHECK(false, "cuda norm: no kernel holds " + std::to_string(held) + " chunks a thread");
+  }
+}
+
+// This thread's place: its group's size, its index in the group, its group's row among the
+// block's `rows` side by side.
+struct RowThread {
+  int group, lane, row, rows;
+};
+__device__ inline RowThread row_thread(int group) {
+  const int t = static_cast<int>(threadIdx.x);
+  return {group, t % group, t / group, kThreads / group};
+}
+
+// f(k, c) for this thread's chunks c of a row of `chunks` chunks, in order: k its register slot
+// (0..Held-1, known at compile time once unrolled), or 0 when nothing is held (Held = 0).
+template <int Held, typename F>
+__device__ __forceinline__ void each_chunk(const RowThread& t, int64_t chunks, F f) {
+  if constexpr (Held > 0) {
+#pragma unroll
+    for (int k = 0; k < Held; ++k) {
+      const int c = t.lane + k * t.group;  // below kThreads * Held
+      if (c < chunks) f(k, c);
+    }
+  } else {
+    for (int64_t c = t.lane; c < chunks; c += t.group) f(0, c);
+  }
+}
+
+// Chunk c of row x (V elements), read or written.
+template <int V>
+__device__ __forceinline__ void load_chunk(const float* x, int64_t c, float (&v)[V]) {
+  if constexpr (V == 4) {
+    load4(x, c, v);
+  } else {
+    v[0] = x[c];
+  }
+}
+__device__ __forceinline__ void store_chunk(float* x, int64_t c, const float (&v)[4]) {
+  reinterpret_cast<Pack4<float>*>(x)[c] = Pack4<float>{{v[0], v[1], v[2], v[3]}};
+}
+__device__ __forceinline__ void store_chunk(float* x, int64_t c, const float (&v)[1]) { x[c] = v[0]; }
+// The same as a norm's output: in one Pack4 where `whole` (the output aligned for it), else element
+// by element (the same values); returns the max |value| as stored (amax.cuh's nan_max).
+template <int V, typename T>
+__device__ __forceinline__ float store_output(T* y, int64_t c, const float (&v)[V], bool whole) {
+  if constexpr (V == 4) {
+    if (whole) return store4(y, c, v);
+  }
+  float m = 0.0f;
+#pragma unroll
+  for (int j = 0; j < V; ++j) m = nan_max(m, fabsf(store(y, c * V + j, v[j])));
+  return m;
+}
+
+// Sums of K values over each group (every thread gets its group's): a warp's by shuffles, then a
+// wider group's warps added in order through `shared` (K * kThreads / 32 floats). Every thread of
+// the block calls it: two __syncthreads when a group spans warps.
+template <int K>
+__device__ inline void group_sums(float (&v)[K], const RowThread& t, float* shared) {
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = warp_sum(v[k]);
+  if (t.group == 32) return;
+  constexpr int kWarps = kThreads / 32;
+  const int warps = t.group / 32, warp = static_cast<int>(threadIdx.x) / 32, first = warp - warp % warps;
+  __syncthreads();  // a previous call's reads of `shared` are done
+  if (threadIdx.x % 32 == 0) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) shared[k * kWarps + warp] = v[k];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    float total = 0.0f;
+    for (int w = 0; w < warps; ++w) total += shared[k * kWarps + first + w];
+    v[k] = total;
+  }
+}
+__device__ inline float group_sum(float value, const RowThread& t, float* shared) {
+  float v[1] = {value};
+  group_sums(v, t, shared);
+  return v[0];
+}
+
+}  // namespace loom::kernels::cuda
