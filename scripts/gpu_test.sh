@@ -10,12 +10,15 @@
 #   llama     the ~1B config trained 300 steps in bf16, then in fp8_current: tokens/s, MFU, FP8's
 #             speedup and the two loss curves; fp8_delayed's speedup over 60 steps (also with every block FP8)
 #             (bench/cuda/train_bench.sh llama)
+#   curves    (not in the default) the llama stage's bf16 and fp8_current curves alone; LLAMA_SEED
+#             another seed, another sample of their difference
 #   gpt2      GPT-2 124M by loom and by llm.c (the bundle's prebuilt binaries)
-#   profile   the ~1B and GPT-2 bf16 steps' GPU time per kernel (Nsight Compute)
+#   profile   the ~1B fp8_current step's, GPT-2's and the ~1B bf16 step's GPU time per kernel
+#             (Nsight Compute)
 #   nccl      test_nccl; the trainer over NCCL (one rank) and as 2 ranks sharing the GPU
 #   torch     PyTorch with torch.compile on both shapes
 #   more      the hybrid step, serving on the GPU beside the CPU, compute-sanitizer, the kernel
-#             benchmarks beside PyTorch, the fp8_current step's profile, decoding and prompt rows'
+#             benchmarks beside PyTorch, decoding and prompt rows'
 #             attention over a paged cache beside PyTorch's over contiguous tensors
 # The budget is LOOM_GPU_BUDGET_S seconds from the start (default 540); each step has its own
 # timeout, cut to what is left, and a step that no longer fits is skipped, saying so. Binaries
@@ -31,8 +34,8 @@ export LOOM_GPU_DEADLINE=$(($(date +%s) + ${LOOM_GPU_BUDGET_S:-540}))
 stages=("$@")
 [ "${#stages[@]}" -gt 0 ] || stages=(kernels llama gpt2 profile nccl torch more)
 for s in "${stages[@]}"; do
-  case "$s" in kernels | llama | gpt2 | profile | nccl | torch | more) ;;
-    *) echo "gpu_test.sh: unknown stage '$s' (kernels, llama, gpt2, profile, nccl, torch, more)" >&2; exit 2 ;;
+  case "$s" in kernels | llama | curves | gpt2 | profile | nccl | torch | more) ;;
+    *) echo "gpu_test.sh: unknown stage '$s' (kernels, llama, curves, gpt2, profile, nccl, torch, more)" >&2; exit 2 ;;
   esac
 done
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
@@ -206,7 +209,6 @@ PY
     # shellcheck disable=SC2086
     capped "${b#* }" ${b} 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
   done
-  train_bench profile-fp8
   # Decoding attention: loom's paged kernel against PyTorch's SDPA, GB/s of the cache read (DECODE
   # lines); prompt rows on CUDA cores and on tensor cores beside SDPA, TFLOP/s (PREFILL lines).
   for b in "40 $bin/loom_bench_paged_attention_cuda" "50 python3 bench/cuda/torch_cuda_peer.py decode"; do
@@ -220,8 +222,9 @@ for s in "${stages[@]}"; do
   case "$s" in
     kernels) stage_kernels ;;
     llama) train_bench llama ;;
+    curves) train_bench curves ;;
     gpt2) train_bench gpt2 llmc ;;
-    profile) train_bench profile profile-gpt2 ;;
+    profile) train_bench profile-fp8 profile-gpt2 profile ;;
     nccl) stage_nccl ;;
     torch) train_bench torch-gpt2 torch-llama ;;
     more) stage_more ;;

@@ -18,6 +18,7 @@
 #                tokens/s over LLAMA_DELAYED_STEPS steps (default 60), with the bf16 edge blocks and
 #                with every block in FP8
 #   gpt2         loom's GPT-2 124M, 30 steps on random tokens
+#   curves       the llama run's bf16 and fp8_current runs and their curves alone
 #   llmc         llm.c's GPT-2 124M, 50 steps on the same tokens (the bundle's prebuilt binaries:
 #                LLMC_BUILD=1 builds it there first, about a minute)
 #   profile      the ~1B bf16 step's GPU time per kernel under Nsight Compute (OUT/kernel_profile.log)
@@ -124,17 +125,25 @@ random_tokens() {
     --vocab 50257 >>"$log"
 }
 
-llama_runs() {
-  [ -z "$loom_status" ] || { echo "llama: skipped ($loom_status)"; return 0; }
-  docs_corpus || { echo "llama: preparing the docs corpus failed"; tail -3 "$log"; return 0; }
-  local steps="${LLAMA_STEPS:-300}" recipe
+# bf16 and fp8_current over LLAMA_STEPS steps and their loss curves (LLAMA_SEED: the runs' seed,
+# default the config's: another seed is another sample of the curves' difference).
+llama_curves() {
+  [ -z "$loom_status" ] || { echo "llama: skipped ($loom_status)"; return 1; }
+  docs_corpus || { echo "llama: preparing the docs corpus failed"; tail -3 "$log"; return 1; }
+  local steps="${LLAMA_STEPS:-300}" recipe seed=() csv="$out/fp8_curve.csv"
+  [ -n "${LLAMA_SEED:-}" ] && seed=("train.seed=$LLAMA_SEED") && csv="$out/fp8_curve_seed$LLAMA_SEED.csv"
   for recipe in bf16 fp8_current; do
     loom_run "$(impl_name "$recipe")" "${llama[@]}" "$steps" "${LLAMA_RUN_S:-110}" "$recipe" "$work/docs/c_train" \
-      "$work/llama-$recipe"
+      "$work/llama-$recipe" "${seed[@]}"
   done
   [ -f "$work/llama-bf16/metrics.jsonl" ] && [ -f "$work/llama-fp8_current/metrics.jsonl" ] &&
     python3 "$here/loss_curves.py" "$work/llama-bf16/metrics.jsonl" "$work/llama-fp8_current/metrics.jsonl" \
-      --names bf16,fp8_current --csv "$out/fp8_curve.csv" | tee -a "$results"
+      --names "bf16,fp8_current${LLAMA_SEED:+ seed $LLAMA_SEED}" --csv "$csv" | tee -a "$results"
+  return 0
+}
+
+llama_runs() {
+  llama_curves || return 0
   # fp8_delayed's tokens/s from a shorter run (its casts take their amaxes as they read them: the
   # planner's fastest FP8 recipe); the curves above are fp8_current's.
   loom_run "$(impl_name fp8_delayed)" "${llama[@]}" "${LLAMA_DELAYED_STEPS:-60}" 60 fp8_delayed "$work/docs/c_train" \
@@ -195,6 +204,7 @@ profile_run() {  # RECIPE OUTPUT_NAME MODEL B T
 for r in "${runs[@]}"; do
   case "$r" in
     llama) llama_runs ;;
+    curves) llama_curves ;;
     gpt2) random_tokens && loom_run loom "${gpt2[@]}" 30 60 bf16 "$work/random/train" "$work/gpt2" \
       model.vocab_size=$gpt2_vocab ;;
     llmc) llmc_runs ;;
@@ -203,7 +213,7 @@ for r in "${runs[@]}"; do
     profile-fp8) profile_run fp8_current fp8_kernel_profile.log "${llama[@]}" ;;
     torch-gpt2) torch_run "${gpt2[@]}" ;;
     torch-llama) torch_run "${llama[@]}" ;;
-    *) echo "train_bench.sh: unknown run '$r' (llama, gpt2, llmc, profile, torch-gpt2, torch-llama, profile-gpt2," \
+    *) echo "train_bench.sh: unknown run '$r' (llama, curves, gpt2, llmc, profile, torch-gpt2, torch-llama, profile-gpt2," \
          "profile-fp8)" >&2; exit 2 ;;
   esac
 done
