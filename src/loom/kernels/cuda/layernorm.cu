@@ -94,13 +94,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   float* db_sum = dw_sum + dim;
   const RowThread t = row_thread(group);
   const int64_t chunks = dim / V;
-  float w[kSlots][V], dw[kSlots][V] = {}, db[kSlots][V] = {};
-  if constexpr (Held > 0) {
-    each_chunk<Held>(t, chunks, [&](int k, int64_t c) { load_chunk(weight, c, w[k]); });
-  } else {
-    for (int64_t i = threadIdx.x; i < dim; i += kThreads) dw_sum[i] = db_sum[i] = 0.0f;
-    __syncthreads();
-  }
+  float w[kSlots][V], grads[2][kSlots][V] = {};
+  auto &dw = grads[0], &db = grads[1];
+  start_block_gradients<V, Held, 2>(t, chunks, dim, weight, w, dw_sum);
   const int64_t first = blockIdx.x * block_rows, last = min(rows, first + block_rows);
   for (int64_t step = first; step < last; step += t.rows) {
     const int64_t r = step + t.row;
@@ -160,28 +156,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       store_chunk(dx, c, dxv[k]);
     });
   }
-  if constexpr (Held > 0) {
-    for (int g = 0; g < t.rows; ++g) {
-      if (t.row == g) {
-        each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
-#pragma unroll
-          for (int j = 0; j < V; ++j) {
-            const int64_t i = c * V + j;
-            dw_sum[i] = g == 0 ? dw[k][j] : dw_sum[i] + dw[k][j];
-            db_sum[i] = g == 0 ? db[k][j] : db_sum[i] + db[k][j];
-          }
-        });
-      }
-      __syncthreads();
-    }
-  } else {
-    __syncthreads();
-  }
-  const int64_t blocks = gridDim.x;
-  for (int64_t i = threadIdx.x; i < dim; i += kThreads) {
-    partial[blockIdx.x * dim + i] = dw_sum[i];
-    partial[(blocks + blockIdx.x) * dim + i] = db_sum[i];
-  }
+  write_block_gradients<V, Held>(t, chunks, dim, grads, dw_sum, partial);
 }
 
 template <typename T>

@@ -155,4 +155,49 @@ __device__ inline float group_sum(float value, const RowThread& t, float* shared
   return v[0];
 }
 
+// The start of a norm backward's block: with Held > 0 each thread's columns' weights into w;
+// with Held = 0 the N column-gradient arrays in shared memory (sums, [N][dim]) zeroed.
+template <int V, int Held, int N>
+__device__ inline void start_block_gradients(const RowThread& t, int64_t chunks, int64_t dim, const float* weight,
+                                             float (&w)[Held > 0 ? Held : 1][V], float* sums) {
+  if constexpr (Held > 0) {
+    each_chunk<Held>(t, chunks, [&](int k, int64_t c) { load_chunk(weight, c, w[k]); });
+  } else {
+    for (int64_t i = threadIdx.x; i < N * dim; i += kThreads) sums[i] = 0.0f;
+    __syncthreads();
+  }
+}
+
+// The end of a norm backward's block: with Held > 0 each group's held column gradients (N arrays:
+// the weight's, and LayerNorm's bias's) go into sums in group order (with Held = 0 the threads
+// added into sums already); then sums become the block's rows of partial ([N][blocks][dim]).
+template <int V, int Held, int N>
+__device__ inline void write_block_gradients(const RowThread& t, int64_t chunks, int64_t dim,
+                                             const float (&held)[N][Held > 0 ? Held : 1][V], float* sums,
+                                             float* partial) {
+  if constexpr (Held > 0) {
+    for (int g = 0; g < t.rows; ++g) {
+      if (t.row == g) {
+        each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
+#pragma unroll
+          for (int a = 0; a < N; ++a) {
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+              float& sum = sums[a * dim + c * V + j];
+              sum = g == 0 ? held[a][k][j] : sum + held[a][k][j];
+            }
+          }
+        });
+      }
+      __syncthreads();
+    }
+  } else {
+    __syncthreads();
+  }
+  for (int a = 0; a < N; ++a) {
+    for (int64_t i = threadIdx.x; i < dim; i += kThreads)
+      partial[(a * static_cast<int64_t>(gridDim.x) + blockIdx.x) * dim + i] = sums[a * dim + i];
+  }
+}
+
 }  // namespace loom::kernels::cuda

@@ -77,13 +77,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ float dw_sum[];  // [dim]
   const RowThread t = row_thread(group);
   const int64_t chunks = dim / V;
-  float w[kSlots][V], dw[kSlots][V] = {};
-  if constexpr (Held > 0) {
-    each_chunk<Held>(t, chunks, [&](int k, int64_t c) { load_chunk(weight, c, w[k]); });
-  } else {
-    for (int64_t i = threadIdx.x; i < dim; i += kThreads) dw_sum[i] = 0.0f;
-    __syncthreads();
-  }
+  float w[kSlots][V], grads[1][kSlots][V] = {};
+  auto& dw = grads[0];
+  start_block_gradients<V, Held, 1>(t, chunks, dim, weight, w, dw_sum);
   const int64_t first = blockIdx.x * block_rows, last = min(rows, first + block_rows);
   for (int64_t step = first; step < last; step += t.rows) {
     const int64_t r = step + t.row;
@@ -134,20 +130,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       store_chunk(dx, c, dxv[k]);
     });
   }
-  if constexpr (Held > 0) {
-    for (int g = 0; g < t.rows; ++g) {
-      if (t.row == g) {
-        each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
-#pragma unroll
-          for (int j = 0; j < V; ++j) dw_sum[c * V + j] = g == 0 ? dw[k][j] : dw_sum[c * V + j] + dw[k][j];
-        });
-      }
-      __syncthreads();
-    }
-  } else {
-    __syncthreads();
-  }
-  for (int64_t i = threadIdx.x; i < dim; i += kThreads) partial[blockIdx.x * dim + i] = dw_sum[i];
+  write_block_gradients<V, Held>(t, chunks, dim, grads, dw_sum, partial);
 }
 
 template <typename T>
