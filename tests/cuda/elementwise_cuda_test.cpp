@@ -456,9 +456,13 @@ TEST_F(CudaEntries, ActivationsTakeTheAmaxOfWhatTheyWrite) {
 // (backward, E5M2) the fp32 kernels write, in both orientations, with the scale and its inverse
 // after each: fp8_current's from the amax (margin 1), fp8_delayed's host scale with the amax taken
 // by the codes' own pass (amax_out: the amax-only pass's value, added into a running one); at sizes
-// that are not multiples of the 32 x 32 tiles, and one whose tiles outnumber the capped grid.
+// that are not multiples of the tiles: 70 rows (32 x 32 tiles), a width of 98 (the same, though
+// SwiGLU's gradient has 196 columns: a pack of four would straddle gate and up), and 64 x 64 tiles
+// four columns at a time for the rest (SwiGLU's gate and up meeting inside a tile at 2080); and
+// 131112 x 12, whose 2049 tiles outnumber the capped grid.
 TEST_F(CudaEntries, ActivationCodesAreTheCastOfTheFp32ActivationBitForBit) {
-  for (const auto& [rows, width] : {std::pair<int64_t, int64_t>{70, 100}, {256, 96}, {1100, 2080}}) {
+  for (const auto& [rows, width] :
+       {std::pair<int64_t, int64_t>{70, 100}, {68, 98}, {256, 96}, {1100, 2080}, {131112, 12}}) {
     for (const MlpActivation a : {MlpActivation::Swiglu, MlpActivation::Gelu, MlpActivation::Relu2}) {
       const int64_t in_width = a == MlpActivation::Swiglu ? 2 * width : width;
       DeviceArray<__nv_bfloat16> in16(allocator_, testing::to_bf16(random_values(seed_, rows * in_width, 3.0f))),
@@ -496,8 +500,9 @@ TEST_F(CudaEntries, ActivationCodesAreTheCastOfTheFp32ActivationBitForBit) {
 // statistics bit for bit those rmsnorm_forward / layernorm_forward save, the amax (fp8_current,
 // margin 1) that of their fp32 output, and the codes bit for bit cast_operand_both of that output
 // in both orientations; under fp8_delayed (host scale, no amax pass) the codes' pass takes the amax
-// into a running value. Sizes not multiples of the 32 x 32 tiles, more rows than the statistics'
-// capped grid (4096 x 96), and the ~1B config's width.
+// into a running value. Sizes not multiples of the tiles (70 rows: 32 x 32 tiles; the others 64 x 64
+// four columns at a time), more rows than the statistics' capped grid (4096 x 96), and the ~1B
+// config's width.
 TEST_F(CudaEntries, NormCodesAreTheCastOfTheFp32NormBitForBit) {
   constexpr float kEps = 1e-5f;
   for (const auto& [rows, dim] : {std::pair<int64_t, int64_t>{70, 100}, {4096, 96}, {1100, 2048}}) {

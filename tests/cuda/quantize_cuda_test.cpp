@@ -293,13 +293,15 @@ TEST_P(CudaQuantize, DeviceAmaxAndTensorScaleEqualTheCpu) {
 // fp8_delayed's casts take the operand's amax from the read that casts it (CastOperand::amax_out):
 // the same codes as without, and the amax_into of what they read added into a running value;
 // NaN wins, then Inf. Plain, transposed, both orientations, and from bf16; shapes not multiples of
-// the 32 x 32 tiles, and large enough that each block walks several tiles (the capped grid) or
-// grid-strides several times (3M elements).
+// the tiles (32 x 32, or 64 x 64 where rows and columns are multiples of 4), and large enough that
+// blocks walk several tiles (the capped grid: 131108 x 4's 2049 tiles) or grid-stride several times
+// (3M elements).
 TEST_P(CudaQuantize, CastsTakingTheAmaxWriteTheSameCodesAndTheAmaxOfWhatTheyRead) {
   const Fp8 f = GetParam();
   const CastTo to = f == Fp8::E4M3 ? CastTo::E4M3 : CastTo::E5M2;
   DeviceFloats d_scale(allocator_, std::vector<float>{0.25f, 4.0f});
-  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{37, 91}, {1000, 4100}, {3000017, 1}}) {
+  for (const auto& [rows, cols] :
+       {std::pair<int64_t, int64_t>{37, 91}, {1000, 4100}, {131108, 4}, {3000017, 1}}) {
     const int64_t n = rows * cols;
     for (const int special : {0, 1, 2}) {  // none, an Inf, an Inf and a NaN
       std::vector<float> x = wide_values(seed_ + 11, n, false);
@@ -343,6 +345,80 @@ TEST_P(CudaQuantize, CastsTakingTheAmaxWriteTheSameCodesAndTheAmaxOfWhatTheyRead
       EXPECT_EQ(from16.host(), want16_codes.host()) << name << " bf16";
       EXPECT_EQ(from16_t.host(), want16_t.host()) << name << " bf16";
       expect_amax(amax16, want16, "bf16");
+    }
+  }
+}
+
+// The transposed casts (tiled_cast.cuh: 64 x 64 tiles four elements per access where rows, columns
+// and pointers allow, 32 x 32 tiles one element at a time otherwise) against the plain cast of
+// the same input transposed on the host, byte for byte: every output type, from fp32 and bf16, one
+// orientation or both at once, with the amax taken or not (then amax_into's of the input). Shapes
+// with a partial last tile each way (100 x 132), not multiples of 4, a single pack; pointers at
+// and one element off the packs' alignment. Nothing is written outside the output.
+TEST_P(CudaQuantize, TransposedCastsAreThePlainCastTransposed) {
+  const Fp8 f = GetParam();
+  DeviceFloats d_scale(allocator_, std::vector<float>{0.25f, 4.0f});
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{100, 132}, {37, 91}, {100, 130}, {102, 132}, {4, 4}}) {
+    const int64_t n = rows * cols;
+    for (const int64_t offset : {0, 1}) {  // elements before the input and each output
+      const std::vector<float> x = wide_values(seed_ + 13, n + offset, n > 1000);
+      const std::vector<float> x16_values = testing::bf16_rounded(x);
+      DeviceFloats d_x(allocator_, x), d_x16_values(allocator_, x16_values);
+      DeviceArray<__nv_bfloat16> d_x16(allocator_, testing::to_bf16(x16_values));
+      DeviceFloats want_amax(allocator_, std::vector<float>{0.0f});
+      amax_into(want_amax.ptr, d_x.ptr + offset, n);
+      for (const CastTo to : {CastTo::F32, CastTo::BF16, CastTo::F16, f == Fp8::E4M3 ? CastTo::E4M3 : CastTo::E5M2}) {
+        const int64_t size = to == CastTo::F32 ? 4 : to == CastTo::BF16 || to == CastTo::F16 ? 2 : 1;
+        const std::string name = std::to_string(rows) + " x " + std::to_string(cols) + " offset " +
+                                 std::to_string(offset) + " cast " + std::to_string(static_cast<int>(to));
+        // An output of n elements after `offset` ones, 4 more after it; all filled with `fill`.
+        auto output = [&](uint8_t fill) {
+          return DeviceArray<uint8_t>(allocator_, std::vector<uint8_t>((offset + n + 4) * size, fill));
+        };
+        auto at = [&](const DeviceArray<uint8_t>& a) { return a.ptr + offset * size; };
+        // The output's n elements, and whether every byte around them is still `fill`.
+        auto written = [&](const DeviceArray<uint8_t>& a, uint8_t fill) {
+          const std::vector<uint8_t> b = a.host();
+          const auto first = b.begin() + offset * size, last = first + n * size;
+          EXPECT_TRUE(std::all_of(b.begin(), first, [&](uint8_t v) { return v == fill; }) &&
+                      std::all_of(last, b.end(), [&](uint8_t v) { return v == fill; }))
+              << name << ": a byte outside the output";
+          return std::vector<uint8_t>(first, last);
+        };
+        auto transposed = [&](const std::vector<uint8_t>& b) {
+          std::vector<uint8_t> t(b.size());
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c)
+              std::memcpy(&t[(c * rows + r) * size], &b[(r * cols + c) * size], size);
+          return t;
+        };
+        DeviceArray<uint8_t> plain = output(0x11), plain16 = output(0x12);
+        cast_operand(d_x.ptr + offset, at(plain), rows, cols, false, to, d_scale.ptr);
+        cast_operand(d_x16_values.ptr + offset, at(plain16), rows, cols, false, to, d_scale.ptr);
+        const std::vector<uint8_t> want = written(plain, 0x11), want16 = written(plain16, 0x12);
+        const std::vector<uint8_t> want_t = transposed(want), want16_t = transposed(want16);
+
+        DeviceArray<uint8_t> t = output(0x21);
+        cast_operand(d_x.ptr + offset, at(t), rows, cols, true, to, d_scale.ptr);
+        EXPECT_EQ(written(t, 0x21), want_t) << name << ": transposed";
+        DeviceArray<uint8_t> both = output(0x31), both_t = output(0x32);
+        cast_operand_both(d_x.ptr + offset, at(both), at(both_t), rows, cols, to, d_scale.ptr);
+        EXPECT_EQ(written(both, 0x31), want) << name << ": both, as it lies";
+        EXPECT_EQ(written(both_t, 0x32), want_t) << name << ": both, transposed";
+        DeviceArray<uint8_t> taking = output(0x41), taking_t = output(0x42);
+        DeviceFloats amax(allocator_, std::vector<float>{0.0f});
+        cast_operand_both(d_x.ptr + offset, at(taking), at(taking_t), rows, cols, to, d_scale.ptr, nullptr, amax.ptr);
+        EXPECT_EQ(written(taking, 0x41), want) << name << ": taking the amax, as it lies";
+        EXPECT_EQ(written(taking_t, 0x42), want_t) << name << ": taking the amax, transposed";
+        const float got_amax = amax.host()[0], expected_amax = want_amax.host()[0];
+        EXPECT_TRUE(std::bit_cast<uint32_t>(got_amax) == std::bit_cast<uint32_t>(expected_amax) ||
+                    (std::isnan(got_amax) && std::isnan(expected_amax)))
+            << name << ": amax " << got_amax << ", want " << expected_amax;
+        DeviceArray<uint8_t> from16 = output(0x51), from16_t = output(0x52);
+        cast_operand_both_bf16(d_x16.ptr + offset, at(from16), at(from16_t), rows, cols, to, d_scale.ptr);
+        EXPECT_EQ(written(from16, 0x51), want16) << name << ": from bf16, as it lies";
+        EXPECT_EQ(written(from16_t, 0x52), want16_t) << name << ": from bf16, transposed";
+      }
     }
   }
 }

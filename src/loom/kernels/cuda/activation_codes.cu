@@ -4,6 +4,7 @@
 
 #include "loom/kernels/cuda/activation_math.cuh"
 #include "loom/kernels/cuda/bf16_io.cuh"
+#include "loom/kernels/cuda/pack4.cuh"
 #include "loom/kernels/cuda/produced_codes.cuh"
 
 namespace loom::kernels::cuda {
@@ -13,12 +14,24 @@ namespace {
 using bf16 = __nv_bfloat16;
 
 // The activation's output [rows, width] at (r, c), from the bf16 input rows (SwiGLU's [gate | up]).
+// read4 / value4 / packs4: the same four columns at a time (the packed kernel's, tiled_cast.cuh).
 struct SwigluAt {
   const bf16* in;
   int64_t width;
   __device__ float operator()(int64_t r, int64_t c) const {
     return swiglu_value(load(in, r * 2 * width + c), load(in, r * 2 * width + width + c));
   }
+  struct Reads {
+    Pack4<bf16> g, u;
+  };
+  __device__ Reads read4(int64_t r, int64_t c) const {
+    return {pack_at(in + r * 2 * width + c), pack_at(in + r * 2 * width + width + c)};
+  }
+  __device__ void value4(const Reads& a, float (&v)[4]) const {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = swiglu_value(load(a.g.v, k), load(a.u.v, k));
+  }
+  bool packs4() const { return pack4_aligned<bf16>(in) && width % 4 == 0; }
 };
 // An elementwise activation's (GELU's, squared ReLU's) output at (r, c).
 template <float (*kValue)(float)>
@@ -26,9 +39,21 @@ struct ValueAt {
   const bf16* in;
   int64_t width;
   __device__ float operator()(int64_t r, int64_t c) const { return kValue(load(in, r * width + c)); }
+  struct Reads {
+    Pack4<bf16> x;
+  };
+  __device__ Reads read4(int64_t r, int64_t c) const { return {pack_at(in + r * width + c)}; }
+  __device__ void value4(const Reads& a, float (&v)[4]) const {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = kValue(load(a.x.v, k));
+  }
+  bool packs4() const { return pack4_aligned<bf16>(in) && width % 4 == 0; }
 };
 
 // The input gradient [rows, input width] at (r, c): SwiGLU's gate columns, then its up columns.
+// read4's four columns lie on one side of `width` (a multiple of 4: packs4); for up columns its
+// third load reads the gate again (unused), and value4 selects between both gradients, so no
+// branch parts the loads nor the arithmetic.
 struct SwigluGradAt {
   const bf16* dout;
   const bf16* in;
@@ -38,6 +63,25 @@ struct SwigluGradAt {
     const float g = load(in, r * 2 * width + i), dy = load(dout, r * width + i);
     return c < width ? swiglu_gate_grad(g, load(in, r * 2 * width + width + i), dy) : swiglu_up_grad(g, dy);
   }
+  struct Reads {
+    Pack4<bf16> g, u, dy;
+    bool gate;
+  };
+  __device__ Reads read4(int64_t r, int64_t c) const {
+    const bool gate = c < width;
+    const int64_t i = gate ? c : c - width;
+    return {pack_at(in + r * 2 * width + i), pack_at(in + r * 2 * width + (gate ? width : 0) + i),
+            pack_at(dout + r * width + i), gate};
+  }
+  __device__ void value4(const Reads& a, float (&v)[4]) const {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float g = load(a.g.v, k), dy = load(a.dy.v, k);
+      const float gate_grad = swiglu_gate_grad(g, load(a.u.v, k), dy), up_grad = swiglu_up_grad(g, dy);
+      v[k] = a.gate ? gate_grad : up_grad;
+    }
+  }
+  bool packs4() const { return pack4_aligned<bf16>(dout) && pack4_aligned<bf16>(in) && width % 4 == 0; }
 };
 // An elementwise activation's input gradient at (r, c).
 template <float (*kGrad)(float, float)>
@@ -49,6 +93,18 @@ struct GradAt {
     const int64_t i = r * width + c;
     return kGrad(load(in, i), load(dout, i));
   }
+  struct Reads {
+    Pack4<bf16> x, dy;
+  };
+  __device__ Reads read4(int64_t r, int64_t c) const {
+    const int64_t i = r * width + c;
+    return {pack_at(in + i), pack_at(dout + i)};
+  }
+  __device__ void value4(const Reads& a, float (&v)[4]) const {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = kGrad(load(a.x.v, k), load(a.dy.v, k));
+  }
+  bool packs4() const { return pack4_aligned<bf16>(dout) && pack4_aligned<bf16>(in) && width % 4 == 0; }
 };
 
 const bf16* as_bf16(const void* p) { return static_cast<const bf16*>(p); }

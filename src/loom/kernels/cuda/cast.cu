@@ -57,12 +57,22 @@ __global__ void cast4_kernel(const In* __restrict__ in, Out* __restrict__ out, i
   if (amax != nullptr) block_amax_into(amax, m);
 }
 
-// Element [r, c] of a row-major tensor, for the tiled transposed cast.
+// Element [r, c] of a row-major tensor, for the tiled transposed cast (read4 / value4: the packed
+// kernel's, tiled_cast.cuh).
 template <typename In>
 struct LoadAt {
   const In* in;
   int64_t cols;
   __device__ float operator()(int64_t r, int64_t c) const { return load(in, r * cols + c); }
+  struct Reads {
+    Pack4<In> x;
+  };
+  __device__ Reads read4(int64_t r, int64_t c) const { return {pack_at(in + r * cols + c)}; }
+  __device__ void value4(const Reads& a, float (&v)[4]) const {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = load(a.x.v, k);
+  }
+  bool packs4() const { return pack4_aligned<In>(in) && cols % 4 == 0; }
 };
 
 // out: in cast, transposed when asked; plain (transposed only; may be null): in cast as it lies;

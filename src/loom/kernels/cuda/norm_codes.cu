@@ -2,6 +2,7 @@
 
 #include "loom/kernels/cuda/layernorm.h"
 #include "loom/kernels/cuda/norm_math.cuh"
+#include "loom/kernels/cuda/pack4.cuh"
 #include "loom/kernels/cuda/rmsnorm.h"
 #include "loom/kernels/cuda/produced_codes.cuh"
 
@@ -9,17 +10,44 @@ namespace loom::kernels::cuda {
 
 namespace {
 
-// The norm's output at (r, c).
+// The norm's output at (r, c); read4 / value4 / packs4: four columns at a time (the packed
+// kernel's, tiled_cast.cuh).
 struct RmsAt {
   const float *in, *weight, *rstd;
   int64_t dim;
   __device__ float operator()(int64_t r, int64_t c) const { return rms_value(in[r * dim + c], rstd[r], weight[c]); }
+  struct Reads {
+    Pack4<float> x, w;
+    float rstd;
+  };
+  __device__ Reads read4(int64_t r, int64_t c) const {
+    return {pack_at(in + r * dim + c), pack_at(weight + c), rstd[r]};
+  }
+  __device__ void value4(const Reads& a, float (&v)[4]) const {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = rms_value(a.x.v[k], a.rstd, a.w.v[k]);
+  }
+  bool packs4() const { return pack4_aligned<float>(in) && pack4_aligned<float>(weight) && dim % 4 == 0; }
 };
 struct LayerAt {
   const float *in, *weight, *bias, *mean, *rstd;
   int64_t dim;
   __device__ float operator()(int64_t r, int64_t c) const {
     return layer_value(in[r * dim + c], mean[r], rstd[r], weight[c], bias[c]);
+  }
+  struct Reads {
+    Pack4<float> x, w, b;
+    float mean, rstd;
+  };
+  __device__ Reads read4(int64_t r, int64_t c) const {
+    return {pack_at(in + r * dim + c), pack_at(weight + c), pack_at(bias + c), mean[r], rstd[r]};
+  }
+  __device__ void value4(const Reads& a, float (&v)[4]) const {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = layer_value(a.x.v[k], a.mean, a.rstd, a.w.v[k], a.b.v[k]);
+  }
+  bool packs4() const {
+    return pack4_aligned<float>(in) && pack4_aligned<float>(weight) && pack4_aligned<float>(bias) && dim % 4 == 0;
   }
 };
 

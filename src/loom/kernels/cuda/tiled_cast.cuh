@@ -1,25 +1,35 @@
 #pragma once
 // A tensor [rows, cols] cast element by element into its transposed layout [cols, rows] and, when
-// `plain` is set, into its own layout too, from one evaluation of each element, through 32 x 32
-// tiles in shared memory so both the reads and the writes are coalesced (device code). value(r, c)
-// gives element [r, c] in fp32: a load (cast.cu), or an MLP activation computed from what it reads
+// `plain` is set, into its own layout too, from one evaluation of each element, through tiles in
+// shared memory so both the reads and the writes are coalesced (device code). value(r, c) gives
+// element [r, c] in fp32: a load (cast.cu), or an MLP activation computed from what it reads
 // (activation_codes.cu). Caster<To> is one element's cast (the FP8 ones multiply by the scale in
 // device memory first and write an Inf or NaN as FP8's NaN: fp8_gemm_code). With `amax` (not
 // null) the cast also takes max |value| of what it reads into that device float (amax.cuh: NaN
 // wins), so no amax pass reads the tensor first (fp8_delayed, whose scale is known beforehand).
+//
+// Two kernels, the same codes: a packed one (64 x 64 tiles, four columns per load and four codes
+// per store: pack4.cuh) where rows, cols and the pointers allow it, and 32 x 32 tiles one element
+// at a time for the rest. For the packed one the functor also has value.read4(r, c), the loads of
+// elements [r, c .. c + 3] (c a multiple of 4) as a `Reads`, value.value4(reads, v) setting v[k]
+// to exactly value(r, c + k) from them (the same loads and arithmetic, so the same bits), and
+// value.packs4(), a host method: whether its pointers and widths allow those packed reads.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "loom/core/error.h"
 #include "loom/kernels/cuda/amax.cuh"
 #include "loom/kernels/cuda/cast.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/fp8_format.cuh"
+#include "loom/kernels/cuda/pack4.cuh"
 
 namespace loom::kernels::cuda {
 
@@ -49,7 +59,16 @@ template <CastTo kTo>
 struct Caster {
   using Out = typename CastOutput<kTo>::type;
   const float* scale;
-  __device__ Out operator()(float x) const {
+  // The scale as the FP8 casts read it (1: the others take none), and the cast given it, so a
+  // kernel may read it once rather than after each byte store (which may alias it).
+  __device__ float scale_value() const {
+    if constexpr (kTo == CastTo::E4M3 || kTo == CastTo::E5M2) {
+      return *scale;
+    } else {
+      return 1.0f;
+    }
+  }
+  __device__ Out operator()(float x, float s) const {
     if constexpr (kTo == CastTo::F32) {
       return x;
     } else if constexpr (kTo == CastTo::BF16) {
@@ -57,9 +76,10 @@ struct Caster {
     } else if constexpr (kTo == CastTo::F16) {
       return __float2half_rn(x);
     } else {
-      return fp8_gemm_code(x, *scale, kTo == CastTo::E4M3 ? Fp8::E4M3 : Fp8::E5M2);
+      return fp8_gemm_code(x, s, kTo == CastTo::E4M3 ? Fp8::E4M3 : Fp8::E5M2);
     }
   }
+  __device__ Out operator()(float x) const { return (*this)(x, scale_value()); }
 };
 
 // A block walks a column of tiles (block rows of the grid stride down the tiles), so a capped grid
@@ -91,23 +111,142 @@ __global__ void tiled_cast_kernel(Value value, Out* __restrict__ out, Out* __res
   if (amax != nullptr) block_amax_into(amax, m);
 }
 
+// The four elements at p (pack-aligned) as one load, for a functor's read4.
+template <typename T>
+__device__ inline Pack4<T> pack_at(const T* p) {
+  return *reinterpret_cast<const Pack4<T>*>(p);
+}
+
+// Stores a at p (global memory, pack-aligned) as one access with the default cache policy (.wb):
+// in the tile loops the compiler splits a plain copy of the struct into a store per element.
+template <typename T>
+__device__ inline void store_pack(T* p, const Pack4<T>& a) {
+  using Word = std::conditional_t<sizeof(T) == 1, unsigned, std::conditional_t<sizeof(T) == 2, uint2, uint4>>;
+  static_assert(sizeof(Word) == sizeof(Pack4<T>));
+  Word w;
+  memcpy(&w, &a, sizeof w);
+  __stwb(reinterpret_cast<Word*>(p), w);
+}
+
+// The packed kernel's tiles: 64 x 64 elements to 256 threads, each taking four consecutive columns
+// of four rows (16 elements) per tile.
+constexpr int kPackedTile = 64;
+constexpr int kPackedThreads = 256;
+
+// Elements per row of the packed kernel's tile in shared memory: 64 and one 4-byte word, an odd
+// number of words, so the transposed pass (each warp 8 groups of 4 rows by 4 columns) reads 8 or
+// more distinct banks per access without conflict.
+template <typename Out>
+constexpr int kPackedTileStride = kPackedTile + 4 / static_cast<int>(sizeof(Out));
+
+// tiled_cast_kernel over 64 x 64 tiles for rows and cols multiples of 4, out and plain pack-aligned
+// and value's reads packable (value.packs4()). A thread issues all the loads of its 16 elements
+// (value.read4 of four rows) before any arithmetic or store: a byte store may alias them, so the
+// compiler would not hoist a later load above it, nor ptxas above the branches of the arithmetic.
+// It then casts each element once, stores four codes of a row as one pack to plain and to the tile,
+// and after the barrier four codes of a column (4 consecutive rows) as one pack to out. Rows and
+// columns past the end are read clamped to the last ones (no branch among the loads), and neither
+// stored nor maxed. Two tiles in shared memory alternate, so one barrier per tile suffices: a
+// thread writes a buffer again only after the next tile's barrier, which every thread reaches
+// after its reads of it.
+template <typename Value, typename Out, typename Cast>
+__global__ void __launch_bounds__(kPackedThreads)
+    tiled_cast4_kernel(Value value, Out* __restrict__ out, Out* __restrict__ plain, int64_t rows, int64_t cols,
+                       Cast cast, unsigned* amax) {
+  constexpr int kStride = kPackedTileStride<Out>;
+  __shared__ __align__(16) unsigned char bytes[2 * kPackedTile * kStride * sizeof(Out)];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  // First pass: columns 4 x .. 4 x + 3 of tile rows row(s), s < 4; a warp's half-warps 16 rows
+  // apart, whose 4-byte code stores then fall in distinct banks (16 times an odd stride: 16 on).
+  const int x = lane % 16;
+  auto row = [&](int s) { return warp + 16 * (lane / 16) + 8 * (s % 2) + 32 * (s / 2); };
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kPackedTile, c = c0 + 4 * x;
+  const bool column_in = c < cols;
+  const int64_t c_read = column_in ? c : cols - 4;
+  // Transposed pass: tile rows 4 q .. 4 q + 3 of tile columns column(s), s < 4.
+  const int q = lane % 8 + 8 * (warp % 2);
+  auto column = [&](int s) { return lane / 8 + 4 * (warp / 2) + 16 * s; };
+  const float scale = cast.scale_value();  // nothing this kernel stores is the scale
+  float m = 0.0f;
+  int buffer = 0;
+  for (int64_t r0 = static_cast<int64_t>(blockIdx.y) * kPackedTile; r0 < rows;
+       r0 += static_cast<int64_t>(gridDim.y) * kPackedTile, buffer ^= 1) {
+    Out* tile = reinterpret_cast<Out*>(bytes) + buffer * kPackedTile * kStride;
+    typename Value::Reads read[4];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const int64_t r = r0 + row(s);
+      read[s] = value.read4(r < rows ? r : rows - 1, c_read);
+    }
+    Pack4<Out> codes[4];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      float v[4];
+      value.value4(read[s], v);
+      const bool in = column_in && r0 + row(s) < rows;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if (in) m = nan_max(m, fabsf(v[k]));
+        codes[s].v[k] = cast(v[k], scale);
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const int64_t r = r0 + row(s);
+      if (plain != nullptr && column_in && r < rows) store_pack(plain + r * cols + c, codes[s]);
+      Out* at = tile + row(s) * kStride + 4 * x;
+      if constexpr (sizeof(Out) == 1) {
+        unsigned word;  // 4-byte aligned: the stride is 68
+        memcpy(&word, &codes[s], sizeof word);
+        *reinterpret_cast<unsigned*>(at) = word;
+      } else {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) at[k] = codes[s].v[k];
+      }
+    }
+    __syncthreads();
+    Pack4<Out> transposed[4];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) transposed[s].v[k] = tile[(4 * q + k) * kStride + column(s)];
+    }
+    const int64_t r = r0 + 4 * q;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const int64_t oc = c0 + column(s);
+      if (oc < cols && r < rows) store_pack(out + oc * rows + r, transposed[s]);
+    }
+  }
+  if (amax != nullptr) block_amax_into(amax, m);
+}
+
 // Blocks of a tiled cast taking an amax: about two resident waves, as amax_grid's.
 constexpr int64_t kTiledAmaxBlocks = 2 * kAmaxBlocks;
 
 // out [cols, rows] (and plain [rows, cols], may be null) from value over [rows, cols]; amax (a
-// device float, may be null) takes max |value|.
+// device float, may be null) takes max |value|. The packed kernel where the shape and pointers
+// allow it (a row of 4 codes never leaves the tensor, each pack is aligned), else the scalar one.
 template <typename Value, typename Out, typename Cast>
 void launch_tiled_cast(Value value, Out* out, Out* plain, int64_t rows, int64_t cols, Cast cast, cudaStream_t stream,
                        const char* what, float* amax = nullptr) {
-  const int64_t tiles_x = (cols + kCastTile - 1) / kCastTile, tiles_y = (rows + kCastTile - 1) / kCastTile;
+  const bool packed = rows % 4 == 0 && cols % 4 == 0 && value.packs4() && pack4_aligned<Out>(out) &&
+                      (plain == nullptr || pack4_aligned<Out>(plain));
+  const int64_t tile = packed ? kPackedTile : kCastTile;
+  const int64_t tiles_x = (cols + tile - 1) / tile, tiles_y = (rows + tile - 1) / tile;
   LOOM_CHECK(tiles_x < (int64_t{1} << 31),
              std::string(what) + ": " + std::to_string(rows) + " x " + std::to_string(cols) +
                  " has too many columns to transpose");
   // Rows of blocks rounded up, so a wide tensor (tiles_x near a resident wave) still gets two waves.
   const int64_t cap = amax != nullptr ? (kTiledAmaxBlocks + tiles_x - 1) / tiles_x : 65535;
   const int64_t grid_y = std::max<int64_t>(1, std::min(tiles_y, cap));
-  tiled_cast_kernel<<<dim3(static_cast<unsigned>(tiles_x), static_cast<unsigned>(grid_y)), dim3(kCastTile, 8), 0,
-                      stream>>>(value, out, plain, rows, cols, cast, reinterpret_cast<unsigned*>(amax));
+  const dim3 grid(static_cast<unsigned>(tiles_x), static_cast<unsigned>(grid_y));
+  auto* amax_word = reinterpret_cast<unsigned*>(amax);
+  if (packed) {
+    tiled_cast4_kernel<<<grid, kPackedThreads, 0, stream>>>(value, out, plain, rows, cols, cast, amax_word);
+  } else {
+    tiled_cast_kernel<<<grid, dim3(kCastTile, 8), 0, stream>>>(value, out, plain, rows, cols, cast, amax_word);
+  }
   check_launch(what);
 }
 
