@@ -110,13 +110,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (valid) {
       mu = mean[r];
       s = rstd[r];
-      if constexpr (Held > 0) {
-        each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
-          load_chunk(x, c, xv[k]);
-          load_chunk(dy, c, dyv[k]);
-          load_chunk(dx, c, dxv[k]);
-        });
-      }
+      load_backward_row<V, Held>(t, chunks, x, dy, dx, xv, dyv, dxv);
       each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
         if constexpr (Held == 0) {
           load_chunk(x, c, xv[k]);

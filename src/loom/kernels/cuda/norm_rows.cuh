@@ -155,6 +155,22 @@ __device__ inline float group_sum(float value, const RowThread& t, float* shared
   return v[0];
 }
 
+// A norm backward's row read once where Held > 0: this thread's chunks of x, dy and dx into its
+// registers (with Held = 0 each pass reads what it needs again).
+template <int V, int Held>
+__device__ __forceinline__ void load_backward_row(const RowThread& t, int64_t chunks, const float* x, const float* dy,
+                                                  const float* dx, float (&xv)[Held > 0 ? Held : 1][V],
+                                                  float (&dyv)[Held > 0 ? Held : 1][V],
+                                                  float (&dxv)[Held > 0 ? Held : 1][V]) {
+  if constexpr (Held > 0) {
+    each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
+      load_chunk(x, c, xv[k]);
+      load_chunk(dy, c, dyv[k]);
+      load_chunk(dx, c, dxv[k]);
+    });
+  }
+}
+
 // The start of a norm backward's block: with Held > 0 each thread's columns' weights into w;
 // with Held = 0 the N column-gradient arrays in shared memory (sums, [N][dim]) zeroed.
 template <int V, int Held, int N>
