@@ -171,27 +171,7 @@ __global__ void relu2_backward_kernel(DIn* __restrict__ din, const DOut* __restr
   if (amax != nullptr) block_amax_into(amax, m);
 }
 
-// The flat loop over packs of the kernels below: a block's step covers kPacks x blockDim.x
-// consecutive packs, thread t's being t, t + blockDim.x, ... (each load a warp's 32 consecutive
-// packs); load(j, p) for each of a thread's packs of the step before compute(j, p) for any, so a
-// thread keeps kPacks packs' loads in flight (one 8-byte bf16 load per thread leaves HBM far from
-// its bandwidth). Then element(i) for the last n % 4 elements, grid-stride.
-template <int kPacks, typename Load, typename Compute, typename Element>
-__device__ inline void flat_pack_steps(int64_t n, Load load, Compute compute, Element element) {
-  const int64_t packs = n / 4, step = static_cast<int64_t>(gridDim.x) * blockDim.x * kPacks;
-  for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) * kPacks + threadIdx.x; p < packs; p += step) {
-#pragma unroll
-    for (int j = 0; j < kPacks; ++j) {
-      if (p + j * blockDim.x < packs) load(j, p + j * blockDim.x);
-    }
-#pragma unroll
-    for (int j = 0; j < kPacks; ++j) {
-      if (p + j * blockDim.x < packs) compute(j, p + j * blockDim.x);
-    }
-  }
-  for (int64_t i = packs * 4 + grid_start(); i < n; i += grid_stride()) element(i);
-}
-// Blocks for n elements so each thread has about one step of flat_pack_steps<kPacks> (capped:
+// Blocks for n elements so each thread has about one step of grid_pack_steps<kPacks> (capped:
 // grid_for, or amax_grid with an amax).
 unsigned flat_packs_grid(int64_t n, int64_t packs_per_thread, const unsigned* amax) {
   const int64_t threads = (n + 4 * packs_per_thread - 1) / (4 * packs_per_thread);
@@ -212,13 +192,13 @@ __device__ inline float flat_grad(float x, float dy) {
 }
 
 // GELU's or squared ReLU's forward and backward four elements per access (every tensor
-// pack-aligned; flat_pack_steps): the same value and amax per element as the one-element kernels.
+// pack-aligned; grid_pack_steps): the same value and amax per element as the one-element kernels.
 template <MlpActivation kActivation, typename In, typename Out>
 __global__ void activation_forward4_kernel(Out* __restrict__ out, const In* __restrict__ in, int64_t n,
                                            unsigned* amax) {
   float m = 0.0f;
   float x[kForwardPacks][4];
-  flat_pack_steps<kForwardPacks>(
+  grid_pack_steps<kForwardPacks>(
       n, [&](int j, int64_t p) { load4(in, p, x[j]); },
       [&](int j, int64_t p) {
         float y[4];
@@ -236,7 +216,7 @@ __global__ void activation_backward4_kernel(DIn* __restrict__ din, const DOut* _
                                             const In* __restrict__ in, int64_t n, unsigned* amax) {
   float m = 0.0f;
   float x[kBackwardPacks][4], dy[kBackwardPacks][4];
-  flat_pack_steps<kBackwardPacks>(
+  grid_pack_steps<kBackwardPacks>(
       n,
       [&](int j, int64_t p) {
         load4(in, p, x[j]);
@@ -323,12 +303,6 @@ __global__ void activation_backward_sums_kernel(MlpActivation activation, DIn* _
     partial[k * in_width + c] = s;
   }
   if (amax != nullptr) block_amax_into(amax, m);
-}
-
-// The pack starting at x (pack-aligned).
-template <typename T>
-__device__ inline Pack4<T> pack_at(const T* x) {
-  return *reinterpret_cast<const Pack4<T>*>(x);
 }
 
 // activation_backward_sums_kernel four columns per thread (width a multiple of 4 and every tensor

@@ -164,13 +164,7 @@ void launch_forward(T* out, float* mean, float* rstd, const float* in, const flo
     kernel<<<norm_rows_grid(rows, s, amax), kThreads, 0, stream>>>(
         out, mean, rstd, in, weight, bias, rows, dim, s.group, whole_out, eps, reinterpret_cast<unsigned*>(amax));
   };
-  if (s.held > 0) {
-    with_held<kForwardHeld>(s.held, [&](auto held) { launch(layernorm_forward_kernel<T, 4, decltype(held)::value>); });
-  } else if (s.width == 4) {
-    launch(layernorm_forward_kernel<T, 4, 0>);
-  } else {
-    launch(layernorm_forward_kernel<T, 1, 0>);
-  }
+  with_layout<kForwardHeld>(s, [&](auto v, auto held) { launch(layernorm_forward_kernel<T, v, held>); });
   check_launch("layernorm_forward_kernel");
 }
 
@@ -206,13 +200,7 @@ void layernorm_backward(float* din, float* dweight, float* dbias, const float* d
     add_partial_column_sums(dweight, partial, blocks.count, dim, stream);
     add_partial_column_sums(dbias, partial + blocks.count * dim, blocks.count, dim, stream);
   };
-  if (s.held > 0) {
-    with_held<kBackwardHeld>(s.held, [&](auto held) { launch(layernorm_backward_kernel<4, decltype(held)::value>); });
-  } else if (s.width == 4) {
-    launch(layernorm_backward_kernel<4, 0>);
-  } else {
-    launch(layernorm_backward_kernel<1, 0>);
-  }
+  with_layout<kBackwardHeld>(s, [&](auto v, auto held) { launch(layernorm_backward_kernel<v, held>); });
 }
 
 }  // namespace loom::kernels::cuda

@@ -75,6 +75,21 @@ void with_held(int held, const F& f) {
   }
 }
 
+// f(V, Held) with both std::integral_constant<int, ...>: the kernel instance a norm launches for
+// layout s (chunks of V elements; Held up to Max, or 0).
+template <int Max, typename F>
+void with_layout(const NormRows& s, const F& f) {
+  using Packs = std::integral_constant<int, 4>;
+  using Reread = std::integral_constant<int, 0>;
+  if (s.held > 0) {
+    with_held<Max>(s.held, [&](auto held) { f(Packs{}, held); });
+  } else if (s.width == 4) {
+    f(Packs{}, Reread{});
+  } else {
+    f(std::integral_constant<int, 1>{}, Reread{});
+  }
+}
+
 // This thread's place: its group's size, its index in the group, its group's row among the
 // block's `rows` side by side.
 struct RowThread {

@@ -24,19 +24,45 @@ inline bool pack4_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % sizeof(Pack4<T>) == 0;
 }
 
-// pack(p) for each whole pack p of a flat tensor of n elements, then element(i) for its last n % 4,
-// both grid-stride (launch.cuh): the loops of the flat kernels over packs.
+// The pack starting at x (pack-aligned).
+template <typename T>
+__device__ inline Pack4<T> pack_at(const T* x) {
+  return *reinterpret_cast<const Pack4<T>*>(x);
+}
+
+// The flat kernels' loop over the packs of a tensor of n elements: a block's step covers kPacks x
+// blockDim.x consecutive packs, thread t's being t, t + blockDim.x, ... (each load a warp's 32
+// consecutive packs); load(j, p) for each of a thread's packs of the step before compute(j, p) for
+// any, so a thread keeps kPacks packs' loads in flight. Then element(i) for the last n % 4
+// elements, grid-stride (launch.cuh).
+template <int kPacks, typename Load, typename Compute, typename Element>
+__device__ inline void grid_pack_steps(int64_t n, Load load, Compute compute, Element element) {
+  const int64_t packs = n / 4, step = static_cast<int64_t>(gridDim.x) * blockDim.x * kPacks;
+  for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) * kPacks + threadIdx.x; p < packs; p += step) {
+#pragma unroll
+    for (int j = 0; j < kPacks; ++j) {
+      if (p + j * blockDim.x < packs) load(j, p + j * blockDim.x);
+    }
+#pragma unroll
+    for (int j = 0; j < kPacks; ++j) {
+      if (p + j * blockDim.x < packs) compute(j, p + j * blockDim.x);
+    }
+  }
+  for (int64_t i = packs * 4 + grid_start(); i < n; i += grid_stride()) element(i);
+}
+
+// pack(p) for each whole pack p, then element(i) for the last n % 4 elements: grid_pack_steps one
+// pack at a time (plain grid-stride loops).
 template <typename Pack, typename Element>
 __device__ inline void grid_packs(int64_t n, Pack pack, Element element) {
-  const int64_t packs = n / 4;
-  for (int64_t p = grid_start(); p < packs; p += grid_stride()) pack(p);
-  for (int64_t i = packs * 4 + grid_start(); i < n; i += grid_stride()) element(i);
+  grid_pack_steps<1>(
+      n, [](int, int64_t) {}, [&](int, int64_t p) { pack(p); }, element);
 }
 
 // Elements [4 p, 4 p + 4) of x in fp32 (bf16 widened exactly: bf16_io.cuh's load).
 template <typename T>
 __device__ inline void load4(const T* x, int64_t p, float (&v)[4]) {
-  const Pack4<T> a = reinterpret_cast<const Pack4<T>*>(x)[p];
+  const Pack4<T> a = pack_at(x + 4 * p);
 #pragma unroll
   for (int k = 0; k < 4; ++k) v[k] = load(a.v, k);
 }

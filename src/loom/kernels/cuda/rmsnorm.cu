@@ -138,13 +138,7 @@ void launch_forward(T* out, float* rstd, const float* in, const float* weight, i
     kernel<<<norm_rows_grid(rows, s, amax), kThreads, 0, stream>>>(out, rstd, in, weight, rows, dim, s.group,
                                                                    whole_out, eps, reinterpret_cast<unsigned*>(amax));
   };
-  if (s.held > 0) {
-    with_held<kForwardHeld>(s.held, [&](auto held) { launch(rmsnorm_forward_kernel<T, 4, decltype(held)::value>); });
-  } else if (s.width == 4) {
-    launch(rmsnorm_forward_kernel<T, 4, 0>);
-  } else {
-    launch(rmsnorm_forward_kernel<T, 1, 0>);
-  }
+  with_layout<kForwardHeld>(s, [&](auto v, auto held) { launch(rmsnorm_forward_kernel<T, v, held>); });
   check_launch("rmsnorm_forward_kernel");
 }
 
@@ -178,13 +172,7 @@ void rmsnorm_backward(float* din, float* dweight, const float* dout, const float
     check_launch("rmsnorm_backward_kernel");
     add_partial_column_sums(dweight, partial, blocks.count, dim, stream);
   };
-  if (s.held > 0) {
-    with_held<kBackwardHeld>(s.held, [&](auto held) { launch(rmsnorm_backward_kernel<4, decltype(held)::value>); });
-  } else if (s.width == 4) {
-    launch(rmsnorm_backward_kernel<4, 0>);
-  } else {
-    launch(rmsnorm_backward_kernel<1, 0>);
-  }
+  with_layout<kBackwardHeld>(s, [&](auto v, auto held) { launch(rmsnorm_backward_kernel<v, held>); });
 }
 
 }  // namespace loom::kernels::cuda

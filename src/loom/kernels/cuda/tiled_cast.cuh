@@ -111,12 +111,6 @@ __global__ void tiled_cast_kernel(Value value, Out* __restrict__ out, Out* __res
   if (amax != nullptr) block_amax_into(amax, m);
 }
 
-// The four elements at p (pack-aligned) as one load, for a functor's read4.
-template <typename T>
-__device__ inline Pack4<T> pack_at(const T* p) {
-  return *reinterpret_cast<const Pack4<T>*>(p);
-}
-
 // Stores a at p (global memory, pack-aligned) as one access with the default cache policy (.wb):
 // in the tile loops the compiler splits a plain copy of the struct into a store per element.
 template <typename T>
