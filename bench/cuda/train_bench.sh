@@ -92,7 +92,7 @@ fi
 loom_args() {  # MODEL B T STEPS RECIPE PREFIX DIR
   echo "$repo/configs/$1.yaml runtime.device=cuda precision.recipe=$5 data.tokenizer=byte data.train_prefix=$6" \
     "data.val_prefix= train.eval_interval=0 train.steps=$4 train.global_batch=$2 train.micro_batch=$2 data.seq_len=$3" \
-    "checkpoint.interval=0 run.dir=$7 log.progress=false log.interval=10"
+    "checkpoint.interval=0 checkpoint.at_end=false run.dir=$7 log.progress=false log.interval=10"
 }
 # loom_run NAME MODEL B T STEPS SECONDS RECIPE PREFIX DIR [OVERRIDE ...]: a loom run, then its TRAIN
 # line from its metrics.jsonl (also after a timeout: the steps it finished).

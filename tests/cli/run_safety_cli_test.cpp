@@ -65,6 +65,19 @@ TEST_F(RunSafetyCli, AFreshRunDoesNotTakeOverAnotherRunsDirectory) {
   EXPECT_FALSE(fs::exists(dir / "run/checkpoints/step-00000003"));
 }
 
+TEST_F(RunSafetyCli, CheckpointAtEndFalseLeavesNoCheckpointBehind) {
+  const CommandResult r = train("checkpoint.at_end=false");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(lines_of(dir / "run/metrics.jsonl"), 3u);
+  EXPECT_FALSE(fs::exists(dir / "run/checkpoints/step-00000003"));
+  EXPECT_FALSE(fs::exists(dir / "run/checkpoints/latest"));
+  // An interval checkpoint is still written.
+  const CommandResult every = train("checkpoint.at_end=false checkpoint.interval=2 run.overwrite=true");
+  ASSERT_EQ(every.exit_code, 0) << every.output;
+  EXPECT_TRUE(fs::exists(dir / "run/checkpoints/step-00000002"));
+  EXPECT_FALSE(fs::exists(dir / "run/checkpoints/step-00000003"));
+}
+
 TEST_F(RunSafetyCli, ASecondTrainerOnOneRunDirectoryIsRefused) {
   fs::create_directories(dir / "run");
   // This process holds the lock as a running trainer would.

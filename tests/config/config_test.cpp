@@ -51,7 +51,7 @@ model:
 data: {tokenizer: gpt2, train_prefix: data/train, seq_len: 64}
 optim: {lr: 1e-3, min_lr: 0, schedule: constant}
 train: {steps: 10, global_batch: 16, micro_batch: 4, seed: 18446744073709551615, resume: yes}
-checkpoint: {interval: 5, keep: 2, async: true}
+checkpoint: {interval: 5, keep: 2, async: true, at_end: false}
 log: {interval: 3, progress: off}
 )");
   EXPECT_EQ(c.run.dir, "/tmp/r");
@@ -68,6 +68,7 @@ log: {interval: 3, progress: off}
   EXPECT_EQ(c.train.seed, 18446744073709551615ull);
   EXPECT_TRUE(c.train.resume);
   EXPECT_TRUE(c.checkpoint.async);
+  EXPECT_FALSE(c.checkpoint.at_end);
   EXPECT_EQ(c.log.interval, 3);
   EXPECT_FALSE(c.log.progress);
 }

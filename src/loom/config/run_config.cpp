@@ -242,6 +242,7 @@ const std::vector<SectionSchema>& schema() {
                   field("interval", &CheckpointConfig::interval, at_least(0)),
                   field("keep", &CheckpointConfig::keep, at_least(1)),
                   field("async", &CheckpointConfig::async),
+                  field("at_end", &CheckpointConfig::at_end),
               }),
       section("sft", &RunConfig::sft,
               {

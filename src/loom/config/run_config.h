@@ -148,6 +148,9 @@ struct CheckpointConfig {
   int interval = 0;      // 0 = only at the end
   int keep = 3;          // retain the newest K
   bool async = false;
+  // false: no checkpoint when the last step is done (benchmarks, throwaway runs); interval
+  // checkpoints and the one after a stop request are still written.
+  bool at_end = true;
 };
 
 struct RunSection {

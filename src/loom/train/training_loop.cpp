@@ -128,7 +128,7 @@ TrainSummary run_training(Trainer& trainer) {
     }
     reporter.step(r, val_loss, summary);
     const bool interval_due = run.checkpoint.interval > 0 && r.step % run.checkpoint.interval == 0;
-    if (interval_due || last || stop) summary.checkpoint = trainer.save();
+    if (interval_due || (last && run.checkpoint.at_end) || stop) summary.checkpoint = trainer.save();
     summary.steps_run = steps_this_run;
     if (stop && !last) {
       summary.stopped_early = true;
