@@ -455,37 +455,43 @@ TEST_F(CudaEntries, ActivationsTakeTheAmaxOfWhatTheyWrite) {
 // bit for bit cast_operand_both of the fp32 activation (forward, E4M3) or hidden gradient
 // (backward, E5M2) the fp32 kernels write, in both orientations, with the scale and its inverse
 // after each: fp8_current's from the amax (margin 1), fp8_delayed's host scale with the amax taken
-// by the codes' own pass (amax_out: the amax-only pass's value, added into a running one); at sizes
-// that are not multiples of the tiles: 70 rows (32 x 32 tiles), a width of 98 (the same, though
-// SwiGLU's gradient has 196 columns: a pack of four would straddle gate and up), and 64 x 64 tiles
-// four columns at a time for the rest (SwiGLU's gate and up meeting inside a tile at 2080); and
-// 131112 x 12, whose 2049 tiles outnumber the capped grid.
+// by the codes' own pass (amax_out: the amax-only pass's value, added into a running one). The
+// 32 x 32 tiles one element at a time at 70 rows, a width of 98 (SwiGLU's gradient has 196
+// columns: a pack of four would straddle gate and up) and inputs one element off the packs'
+// alignment; 64 x 64 tiles four columns at a time for the rest, SwiGLU's gradient a gate tile and
+// its up tile per block from the same loads: partial tiles in both parts at widths 96 and 2080,
+// 1100 rows (a partial last row of tiles), and 131112 x 12, whose 2049 tiles outnumber the capped
+// grid (fp8_delayed's amax).
 TEST_F(CudaEntries, ActivationCodesAreTheCastOfTheFp32ActivationBitForBit) {
-  for (const auto& [rows, width] :
-       {std::pair<int64_t, int64_t>{70, 100}, {68, 98}, {256, 96}, {1100, 2080}, {131112, 12}}) {
+  for (const auto& [rows, width, offset] : {std::tuple<int64_t, int64_t, int64_t>{70, 100, 0}, {68, 98, 0},
+                                            {256, 96, 0}, {256, 96, 1}, {1100, 2080, 0}, {131112, 12, 0}}) {
     for (const MlpActivation a : {MlpActivation::Swiglu, MlpActivation::Gelu, MlpActivation::Relu2}) {
       const int64_t in_width = a == MlpActivation::Swiglu ? 2 * width : width;
-      DeviceArray<__nv_bfloat16> in16(allocator_, testing::to_bf16(random_values(seed_, rows * in_width, 3.0f))),
-          dout16(allocator_, testing::to_bf16(random_values(seed_ + 1, rows * width, 1.0f)));
+      // The inputs after `offset` elements.
+      DeviceArray<__nv_bfloat16> in16_data(allocator_,
+                                           testing::to_bf16(random_values(seed_, offset + rows * in_width, 3.0f))),
+          dout16_data(allocator_, testing::to_bf16(random_values(seed_ + 1, offset + rows * width, 1.0f)));
+      const __nv_bfloat16 *in16 = in16_data.ptr + offset, *dout16 = dout16_data.ptr + offset;
       for (const bool backward : {false, true}) {
         const int64_t cols = backward ? in_width : width, n = rows * cols;
         DeviceFloats values(allocator_, poison(n)), amax(allocator_, std::vector<float>{0.0f});
         if (backward) {
-          activation_backward_bf16(kGpu, a, values.ptr, nullptr, nullptr, dout16.ptr, in16.ptr, rows, width, amax.ptr);
+          activation_backward_bf16(kGpu, a, values.ptr, nullptr, nullptr, dout16, in16, rows, width, amax.ptr);
         } else {
-          activation_forward_bf16(kGpu, a, values.ptr, nullptr, in16.ptr, rows, width, amax.ptr);
+          activation_forward_bf16(kGpu, a, values.ptr, nullptr, in16, rows, width, amax.ptr);
         }
         for (const bool current : {true, false}) {
-          const std::string name = std::to_string(rows) + " x " + std::to_string(width) + " activation " +
+          const std::string name = std::to_string(rows) + " x " + std::to_string(width) + " offset " +
+                                   std::to_string(offset) + " activation " +
                                    std::to_string(static_cast<int>(a)) + (backward ? " backward" : " forward") +
                                    (current ? " fp8_current" : " fp8_delayed");
           DeviceFloats taken(allocator_, std::vector<float>{kRunningAmax});
           const CastOperand cast = produced_cast(current, backward, amax.ptr, taken.ptr);
           expect_produced_codes(values.ptr, rows, cols, cast, name, [&](void* codes, void* transposed) {
             if (backward) {
-              kernels::activation_backward_codes(kGpu, a, dout16.ptr, in16.ptr, rows, width, cast, codes, transposed);
+              kernels::activation_backward_codes(kGpu, a, dout16, in16, rows, width, cast, codes, transposed);
             } else {
-              kernels::activation_forward_codes(kGpu, a, in16.ptr, rows, width, cast, codes, transposed);
+              kernels::activation_forward_codes(kGpu, a, in16, rows, width, cast, codes, transposed);
             }
           });
           const float want_amax = current ? kRunningAmax : std::max(kRunningAmax, amax.host()[0]);

@@ -51,10 +51,11 @@ struct ValueAt {
 };
 
 // The input gradient [rows, input width] at (r, c): SwiGLU's gate columns, then its up columns.
-// read4's four columns lie on one side of `width` (a multiple of 4: packs4); for up columns its
-// third load reads the gate again (unused), and value4 selects between both gradients, so no
-// branch parts the loads nor the arithmetic.
+// Two parts (tiled_cast.cuh): read4(r, c), c < width (a multiple of 4: packs4), loads the gate,
+// up and output gradient at c once, and value4 sets both gradients from them, gate column c and up
+// column width + c, so the packed kernel reads each input once, not once per part.
 struct SwigluGradAt {
+  static constexpr int kParts = 2;
   const bf16* dout;
   const bf16* in;
   int64_t width;
@@ -65,20 +66,16 @@ struct SwigluGradAt {
   }
   struct Reads {
     Pack4<bf16> g, u, dy;
-    bool gate;
   };
   __device__ Reads read4(int64_t r, int64_t c) const {
-    const bool gate = c < width;
-    const int64_t i = gate ? c : c - width;
-    return {pack_at(in + r * 2 * width + i), pack_at(in + r * 2 * width + (gate ? width : 0) + i),
-            pack_at(dout + r * width + i), gate};
+    return {pack_at(in + r * 2 * width + c), pack_at(in + r * 2 * width + width + c), pack_at(dout + r * width + c)};
   }
-  __device__ void value4(const Reads& a, float (&v)[4]) const {
+  __device__ void value4(const Reads& a, float (&v)[kParts][4]) const {
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const float g = load(a.g.v, k), dy = load(a.dy.v, k);
-      const float gate_grad = swiglu_gate_grad(g, load(a.u.v, k), dy), up_grad = swiglu_up_grad(g, dy);
-      v[k] = a.gate ? gate_grad : up_grad;
+      v[0][k] = swiglu_gate_grad(g, load(a.u.v, k), dy);
+      v[1][k] = swiglu_up_grad(g, dy);
     }
   }
   bool packs4() const { return pack4_aligned<bf16>(dout) && pack4_aligned<bf16>(in) && width % 4 == 0; }

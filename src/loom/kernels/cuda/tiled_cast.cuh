@@ -14,6 +14,12 @@
 // elements [r, c .. c + 3] (c a multiple of 4) as a `Reads`, value.value4(reads, v) setting v[k]
 // to exactly value(r, c + k) from them (the same loads and arithmetic, so the same bits), and
 // value.packs4(), a host method: whether its pointers and widths allow those packed reads.
+//
+// A functor may declare `static constexpr int kParts = 2`: its columns are then two parts of
+// w = cols / 2 each whose elements at columns c and w + c come from the same loads (SwiGLU's
+// gradient: gate and up columns both from the gate, up and output gradient at c). read4(r, c)
+// takes c < w and value4(reads, v) sets v[p][k] to value(r, p * w + c + k), so a block of the
+// packed kernel casts the tiles at columns c0 and w + c0 from one set of loads, not each twice.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -122,6 +128,28 @@ __device__ inline void store_pack(T* p, const Pack4<T>& a) {
   __stwb(reinterpret_cast<Word*>(p), w);
 }
 
+// Stores a at p in shared memory: one 4-byte store for 1-byte codes (p 4-byte aligned, the tile's
+// stride being 68), else element by element (a wider tile row's stride leaves p unaligned).
+template <typename T>
+__device__ inline void store_shared_pack(T* p, const Pack4<T>& a) {
+  if constexpr (sizeof(T) == 1) {
+    unsigned word;
+    memcpy(&word, &a, sizeof word);
+    *reinterpret_cast<unsigned*>(p) = word;
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) p[k] = a.v[k];
+  }
+}
+
+// The parts of a value (its kParts, else 1: the file's header).
+template <typename Value, typename = void>
+struct PartsOf : std::integral_constant<int, 1> {};
+template <typename Value>
+struct PartsOf<Value, std::void_t<decltype(Value::kParts)>> : std::integral_constant<int, Value::kParts> {};
+template <typename Value>
+constexpr int kPartsOf = PartsOf<Value>::value;
+
 // The packed kernel's tiles: 64 x 64 elements to 256 threads, each taking four consecutive columns
 // of four rows (16 elements) per tile.
 constexpr int kPackedTile = 64;
@@ -142,21 +170,26 @@ constexpr int kPackedTileStride = kPackedTile + 4 / static_cast<int>(sizeof(Out)
 // columns past the end are read clamped to the last ones (no branch among the loads), and neither
 // stored nor maxed. Two tiles in shared memory alternate, so one barrier per tile suffices: a
 // thread writes a buffer again only after the next tile's barrier, which every thread reaches
-// after its reads of it.
+// after its reads of it. A value of two parts has a tile per part in each buffer: the block's
+// grid column covers columns c0 .. c0 + 63 of each part, whose 16 elements per thread come from
+// the same loads, and its threads store both parts' codes as they would one's.
 template <typename Value, typename Out, typename Cast>
 __global__ void __launch_bounds__(kPackedThreads)
     tiled_cast4_kernel(Value value, Out* __restrict__ out, Out* __restrict__ plain, int64_t rows, int64_t cols,
                        Cast cast, unsigned* amax) {
-  constexpr int kStride = kPackedTileStride<Out>;
-  __shared__ __align__(16) unsigned char bytes[2 * kPackedTile * kStride * sizeof(Out)];
+  constexpr int kParts = kPartsOf<Value>, kStride = kPackedTileStride<Out>, kTileSize = kPackedTile * kStride;
+  // Two parts' 4 tiles of 1-byte codes take 17 KB, under the 48 KB of static shared memory.
+  static_assert(kParts == 1 || (kParts == 2 && sizeof(Out) == 1), "two parts cast to 1-byte codes only");
+  __shared__ __align__(16) unsigned char bytes[2 * kParts * kTileSize * sizeof(Out)];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   // First pass: columns 4 x .. 4 x + 3 of tile rows row(s), s < 4; a warp's half-warps 16 rows
   // apart, whose 4-byte code stores then fall in distinct banks (16 times an odd stride: 16 on).
   const int x = lane % 16;
   auto row = [&](int s) { return warp + 16 * (lane / 16) + 8 * (s % 2) + 32 * (s / 2); };
+  const int64_t width = cols / kParts;  // of a part: part p's column c is the tensor's p * width + c
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kPackedTile, c = c0 + 4 * x;
-  const bool column_in = c < cols;
-  const int64_t c_read = column_in ? c : cols - 4;
+  const bool column_in = c < width;
+  const int64_t c_read = column_in ? c : width - 4;
   // Transposed pass: tile rows 4 q .. 4 q + 3 of tile columns column(s), s < 4.
   const int q = lane % 8 + 8 * (warp % 2);
   auto column = [&](int s) { return lane / 8 + 4 * (warp / 2) + 16 * s; };
@@ -165,51 +198,57 @@ __global__ void __launch_bounds__(kPackedThreads)
   int buffer = 0;
   for (int64_t r0 = static_cast<int64_t>(blockIdx.y) * kPackedTile; r0 < rows;
        r0 += static_cast<int64_t>(gridDim.y) * kPackedTile, buffer ^= 1) {
-    Out* tile = reinterpret_cast<Out*>(bytes) + buffer * kPackedTile * kStride;
+    Out* tiles = reinterpret_cast<Out*>(bytes) + buffer * kParts * kTileSize;  // part p's at p * kTileSize
     typename Value::Reads read[4];
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
       const int64_t r = r0 + row(s);
       read[s] = value.read4(r < rows ? r : rows - 1, c_read);
     }
-    Pack4<Out> codes[4];
+    Pack4<Out> codes[4][kParts];
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      float v[4];
-      value.value4(read[s], v);
+      float v[kParts][4];
+      if constexpr (kParts == 1) {
+        value.value4(read[s], v[0]);
+      } else {
+        value.value4(read[s], v);
+      }
       const bool in = column_in && r0 + row(s) < rows;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        if (in) m = nan_max(m, fabsf(v[k]));
-        codes[s].v[k] = cast(v[k], scale);
+      for (int p = 0; p < kParts; ++p) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          if (in) m = nan_max(m, fabsf(v[p][k]));
+          codes[s][p].v[k] = cast(v[p][k], scale);
+        }
       }
     }
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
       const int64_t r = r0 + row(s);
-      if (plain != nullptr && column_in && r < rows) store_pack(plain + r * cols + c, codes[s]);
-      Out* at = tile + row(s) * kStride + 4 * x;
-      if constexpr (sizeof(Out) == 1) {
-        unsigned word;  // 4-byte aligned: the stride is 68
-        memcpy(&word, &codes[s], sizeof word);
-        *reinterpret_cast<unsigned*>(at) = word;
-      } else {
 #pragma unroll
-        for (int k = 0; k < 4; ++k) at[k] = codes[s].v[k];
+      for (int p = 0; p < kParts; ++p) {
+        if (plain != nullptr && column_in && r < rows) store_pack(plain + r * cols + p * width + c, codes[s][p]);
+        store_shared_pack(tiles + p * kTileSize + row(s) * kStride + 4 * x, codes[s][p]);
       }
     }
     __syncthreads();
-    Pack4<Out> transposed[4];
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) transposed[s].v[k] = tile[(4 * q + k) * kStride + column(s)];
-    }
     const int64_t r = r0 + 4 * q;
 #pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      const int64_t oc = c0 + column(s);
-      if (oc < cols && r < rows) store_pack(out + oc * rows + r, transposed[s]);
+    for (int p = 0; p < kParts; ++p) {
+      const Out* tile = tiles + p * kTileSize;
+      Pack4<Out> transposed[4];
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) transposed[s].v[k] = tile[(4 * q + k) * kStride + column(s)];
+      }
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        const int64_t oc = c0 + column(s);
+        if (oc < width && r < rows) store_pack(out + (p * width + oc) * rows + r, transposed[s]);
+      }
     }
   }
   if (amax != nullptr) block_amax_into(amax, m);
@@ -220,14 +259,19 @@ constexpr int64_t kTiledAmaxBlocks = 2 * kAmaxBlocks;
 
 // out [cols, rows] (and plain [rows, cols], may be null) from value over [rows, cols]; amax (a
 // device float, may be null) takes max |value|. The packed kernel where the shape and pointers
-// allow it (a row of 4 codes never leaves the tensor, each pack is aligned), else the scalar one.
+// allow it (a row of 4 codes never leaves the tensor nor a part, each pack is aligned), else the
+// scalar one. A block of the packed kernel covers a tile of each part of a value of parts.
 template <typename Value, typename Out, typename Cast>
 void launch_tiled_cast(Value value, Out* out, Out* plain, int64_t rows, int64_t cols, Cast cast, cudaStream_t stream,
                        const char* what, float* amax = nullptr) {
-  const bool packed = rows % 4 == 0 && cols % 4 == 0 && value.packs4() && pack4_aligned<Out>(out) &&
+  constexpr int kParts = kPartsOf<Value>;
+  LOOM_CHECK(cols % kParts == 0, std::string(what) + ": " + std::to_string(cols) + " columns in " +
+                                     std::to_string(kParts) + " equal parts");
+  const int64_t width = cols / kParts;  // of a part
+  const bool packed = rows % 4 == 0 && width % 4 == 0 && value.packs4() && pack4_aligned<Out>(out) &&
                       (plain == nullptr || pack4_aligned<Out>(plain));
   const int64_t tile = packed ? kPackedTile : kCastTile;
-  const int64_t tiles_x = (cols + tile - 1) / tile, tiles_y = (rows + tile - 1) / tile;
+  const int64_t tiles_x = ((packed ? width : cols) + tile - 1) / tile, tiles_y = (rows + tile - 1) / tile;
   LOOM_CHECK(tiles_x < (int64_t{1} << 31),
              std::string(what) + ": " + std::to_string(rows) + " x " + std::to_string(cols) +
                  " has too many columns to transpose");
