@@ -26,6 +26,9 @@
 #   torch-gpt2   PyTorch's GPT-2 124M, torch.compile (TORCH_MODES, default compile)
 #   torch-llama  PyTorch's ~1B, torch.compile
 #   profile-fp8  as profile, for fp8_current (OUT/fp8_kernel_profile.log)
+#   profile-fp8-delayed  as profile, for fp8_delayed (OUT/fp8_delayed_kernel_profile.log)
+# PROFILE_BYTES=1: the profiles also take each kernel's DRAM bytes and achieved occupancy (TB/s and
+# occ % columns), possibly rerunning the process once per counter pass.
 # Every run has its own timeout, cut to what is left before LOOM_GPU_DEADLINE (seconds since the
 # epoch; default: now + TRAIN_BENCH_BUDGET_S, default 420); a run that no longer fits is skipped,
 # saying so. TRAIN_BENCH_TORCH_ARGS adds arguments to the PyTorch runs (a smoke test without a
@@ -193,9 +196,20 @@ profile_run() {  # RECIPE OUTPUT_NAME MODEL B T
   fi
   local dir="$work/profile-$recipe-$model" csv="$work/ncu-$recipe-$model.csv" vocab=()
   [ "$model" = "${gpt2[0]}" ] && vocab=("model.vocab_size=$gpt2_vocab")
+  # PROFILE_BYTES=1: also each launch's DRAM bytes and achieved occupancy (kernel_profile.py's TB/s
+  # and occ % columns); the counters may take more than one pass, each a rerun of the whole
+  # process (application replay: no device memory saved and restored around every launch), so
+  # the run directory is replaced on each.
+  local metrics=gpu__time_duration.sum replay=() limit=90
+  if [ "${PROFILE_BYTES:-0}" = 1 ]; then
+    metrics+=",dram__bytes_read.sum,dram__bytes_write.sum,sm__warps_active.avg.pct_of_peak_sustained_active"
+    replay=(--replay-mode application)
+    limit=180
+  fi
   rm -rf "$dir" "$csv"
-  run "ncu loom $recipe $model" 90 "$ncu" --metrics gpu__time_duration.sum --csv --clock-control none --log-file "$csv" \
-    "$loom" train $(loom_args "$model" "$B" "$T" 2 "$recipe" "$prefix" "$dir") "${vocab[@]}"
+  run "ncu loom $recipe $model" "$limit" "$ncu" --metrics "$metrics" "${replay[@]}" --csv --clock-control none \
+    --log-file "$csv" "$loom" train $(loom_args "$model" "$B" "$T" 2 "$recipe" "$prefix" "$dir") "${vocab[@]}" \
+    run.overwrite=true
   local step_ms
   step_ms=$(grep "^TRAIN|$(impl_name "$recipe")|$model|" "$results" | tail -1 | cut -d'|' -f7)
   [ -s "$csv" ] && python3 "$here/kernel_profile.py" "$csv" --steps 2 --top 40 ${step_ms:+--step-ms "$step_ms"} | tee "$out/$name"
@@ -211,10 +225,11 @@ for r in "${runs[@]}"; do
     profile) profile_run bf16 kernel_profile.log "${llama[@]}" ;;
     profile-gpt2) profile_run bf16 gpt2_kernel_profile.log "${gpt2[@]}" ;;
     profile-fp8) profile_run fp8_current fp8_kernel_profile.log "${llama[@]}" ;;
+    profile-fp8-delayed) profile_run fp8_delayed fp8_delayed_kernel_profile.log "${llama[@]}" ;;
     torch-gpt2) torch_run "${gpt2[@]}" ;;
     torch-llama) torch_run "${llama[@]}" ;;
     *) echo "train_bench.sh: unknown run '$r' (llama, curves, gpt2, llmc, profile, torch-gpt2, torch-llama, profile-gpt2," \
-         "profile-fp8)" >&2; exit 2 ;;
+         "profile-fp8, profile-fp8-delayed)" >&2; exit 2 ;;
   esac
 done
 exit 0

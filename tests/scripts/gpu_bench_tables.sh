@@ -2,7 +2,8 @@
 # The GPU benchmark's table makers on fixed inputs (no GPU needed): bench/cuda/kernel_profile.py
 # sums an ncu CSV's kernel times by name (units mixed, long names and short: the H200 machine's
 # ncu writes "ns"; thousands separators, ncu's own lines before the table) per step and against a
-# step time, and refuses what is not such a table;
+# step time, with each kernel's DRAM TB/s and occupancy when the CSV has them, and refuses what is
+# not such a table;
 # bench/cuda/gpu_table.py gives a loom recipe's tokens/s over loom's bf16 run; bench/cuda/
 # loss_curves.py tells two loss curves within 5% of each other from ones that are not;
 # bench/cuda/gpu_clocks.py sums up nvidia-smi's clock, power and clock-event samples of a run.
@@ -27,6 +28,12 @@ printf 'not,a,profile\n1,2,3\n' > "$work/bad.csv"
 if python3 "$bench/kernel_profile.py" "$work/bad.csv" > "$work/bad.txt" 2>&1; then fail "a CSV without ncu's columns was taken"; fi
 grep -q "kernel_profile: .*bad.csv: not an ncu --csv table" "$work/bad.txt" || fail "the bad table is not named" "$work/bad.txt"
 echo "kernel_profile.py: per-kernel sums, shares and the GPU-busy fraction"
+# With DRAM bytes and occupancy (mixed units): 800 MB over 400 us, 50% for 100 us and 70% for 300.
+python3 "$bench/kernel_profile.py" "$here/fixtures/ncu_kernel_bytes.csv" > "$work/bytes.txt" ||
+  fail "kernel_profile.py exited with $? on the bytes table" "$work/bytes.txt"
+grep -Eq '^void loom::kernels::cuda::cast4_kernel<float> +0\.400 +100\.0% +2 +200\.0 +2\.00 +65\.0$' "$work/bytes.txt" ||
+  fail "the cast's TB/s and time-weighted occupancy" "$work/bytes.txt"
+echo "kernel_profile.py: DRAM TB/s and achieved occupancy per kernel"
 
 printf 'GPU|NVIDIA H100 80GB HBM3\nTRAIN|loom|llama-1b|4|2048|30000|273|15\nTRAIN|loom fp8_current|llama-1b|4|2048|39000|210|15\n' \
   > "$work/bench.txt"
