@@ -49,46 +49,74 @@ __global__ void swiglu_backward_kernel(DIn* __restrict__ dgate_up, const DOut* _
 
 // The SwiGLU kernels four columns at a time (pack4.cuh): width a multiple of 4 and every tensor
 // pack-aligned, so each row's gate and up halves are too; the same values and amax per element.
-template <typename In, typename Out>
+// A thread takes kRows rows per turn (r0, r0 + gridDim.y, ...), loading all of them before any
+// arithmetic: with an amax the grid is capped (rows_launch) and a thread walks many rows, where
+// one row's two or three 8-byte loads at a time hold too few bytes in flight for the bandwidth. A
+// row past the end is read as the turn's first (no branch among the loads), neither stored nor
+// maxed.
+__device__ inline int64_t turn_row(int64_t r0, int j, int64_t rows) {
+  const int64_t r = r0 + j * static_cast<int64_t>(gridDim.y);
+  return r < rows ? r : r0;
+}
+
+template <int kRows, typename In, typename Out>
 __global__ void swiglu_forward4_kernel(Out* __restrict__ out, const In* __restrict__ gate_up, int64_t rows,
                                        int64_t width, unsigned* amax) {
   const int64_t packs = width / 4;
   float m = 0.0f;
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    const In* row = gate_up + r * 2 * width;
+  for (int64_t r0 = blockIdx.y; r0 < rows; r0 += kRows * static_cast<int64_t>(gridDim.y)) {
     for (int64_t p = column_start(); p < packs; p += column_stride()) {
-      float g[4], u[4], y[4];
-      load4(row, p, g);
-      load4(row + width, p, u);
+      float g[kRows][4], u[kRows][4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) y[k] = swiglu_value(g[k], u[k]);
-      m = nan_max(m, store4(out + r * width, p, y));
+      for (int j = 0; j < kRows; ++j) {
+        const In* row = gate_up + turn_row(r0, j, rows) * 2 * width;
+        load4(row, p, g[j]);
+        load4(row + width, p, u[j]);
+      }
+#pragma unroll
+      for (int j = 0; j < kRows; ++j) {
+        const int64_t r = r0 + j * static_cast<int64_t>(gridDim.y);
+        if (r >= rows) break;
+        float y[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) y[k] = swiglu_value(g[j][k], u[j][k]);
+        m = nan_max(m, store4(out + r * width, p, y));
+      }
     }
   }
   if (amax != nullptr) block_amax_into(amax, m);
 }
 
-template <typename In, typename DOut, typename DIn>
+template <int kRows, typename In, typename DOut, typename DIn>
 __global__ void swiglu_backward4_kernel(DIn* __restrict__ dgate_up, const DOut* __restrict__ dout,
                                         const In* __restrict__ gate_up, int64_t rows, int64_t width,
                                         unsigned* amax) {
   const int64_t packs = width / 4;
   float m = 0.0f;
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    const In* row = gate_up + r * 2 * width;
-    DIn* drow = dgate_up + r * 2 * width;
+  for (int64_t r0 = blockIdx.y; r0 < rows; r0 += kRows * static_cast<int64_t>(gridDim.y)) {
     for (int64_t p = column_start(); p < packs; p += column_stride()) {
-      float g[4], u[4], dy[4], dg[4], du[4];
-      load4(row, p, g);
-      load4(row + width, p, u);
-      load4(dout + r * width, p, dy);
+      float g[kRows][4], u[kRows][4], dy[kRows][4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        du[k] = swiglu_up_grad(g[k], dy[k]);
-        dg[k] = swiglu_gate_grad(g[k], u[k], dy[k]);
+      for (int j = 0; j < kRows; ++j) {
+        const int64_t r = turn_row(r0, j, rows);
+        load4(gate_up + r * 2 * width, p, g[j]);
+        load4(gate_up + r * 2 * width + width, p, u[j]);
+        load4(dout + r * width, p, dy[j]);
       }
-      m = nan_max(m, store4(drow + width, p, du));
-      m = nan_max(m, store4(drow, p, dg));
+#pragma unroll
+      for (int j = 0; j < kRows; ++j) {
+        const int64_t r = r0 + j * static_cast<int64_t>(gridDim.y);
+        if (r >= rows) break;
+        float dg[4], du[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          du[k] = swiglu_up_grad(g[j][k], dy[j][k]);
+          dg[k] = swiglu_gate_grad(g[j][k], u[j][k], dy[j][k]);
+        }
+        DIn* drow = dgate_up + r * 2 * width;
+        m = nan_max(m, store4(drow + width, p, du));
+        m = nan_max(m, store4(drow, p, dg));
+      }
     }
   }
   if (amax != nullptr) block_amax_into(amax, m);
@@ -110,7 +138,11 @@ void launch_swiglu_forward(Out* out, const In* gate_up, int64_t rows, int64_t wi
                            cudaStream_t stream) {
   if (width % 4 == 0 && pack4_aligned<In>(gate_up) && pack4_aligned<Out>(out)) {
     const RowsLaunch l = rows_launch(rows, width / 4, amax);
-    swiglu_forward4_kernel<In, Out><<<l.grid, l.block, 0, stream>>>(out, gate_up, rows, width, amax);
+    if (amax != nullptr) {  // a capped grid: two rows per turn
+      swiglu_forward4_kernel<2, In, Out><<<l.grid, l.block, 0, stream>>>(out, gate_up, rows, width, amax);
+    } else {
+      swiglu_forward4_kernel<1, In, Out><<<l.grid, l.block, 0, stream>>>(out, gate_up, rows, width, amax);
+    }
   } else {
     const RowsLaunch l = rows_launch(rows, width, amax);
     swiglu_forward_kernel<In, Out><<<l.grid, l.block, 0, stream>>>(out, gate_up, rows, width, amax);
@@ -122,8 +154,13 @@ void launch_swiglu_backward(DIn* dgate_up, const DOut* dout, const In* gate_up, 
                             unsigned* amax, cudaStream_t stream) {
   if (width % 4 == 0 && pack4_aligned<In>(gate_up) && pack4_aligned<DOut>(dout) && pack4_aligned<DIn>(dgate_up)) {
     const RowsLaunch l = rows_launch(rows, width / 4, amax);
-    swiglu_backward4_kernel<In, DOut, DIn><<<l.grid, l.block, 0, stream>>>(dgate_up, dout, gate_up, rows, width,
-                                                                           amax);
+    if (amax != nullptr) {  // a capped grid: two rows per turn
+      swiglu_backward4_kernel<2, In, DOut, DIn><<<l.grid, l.block, 0, stream>>>(dgate_up, dout, gate_up, rows,
+                                                                                width, amax);
+    } else {
+      swiglu_backward4_kernel<1, In, DOut, DIn><<<l.grid, l.block, 0, stream>>>(dgate_up, dout, gate_up, rows,
+                                                                                width, amax);
+    }
   } else {
     const RowsLaunch l = rows_launch(rows, width, amax);
     swiglu_backward_kernel<In, DOut, DIn><<<l.grid, l.block, 0, stream>>>(dgate_up, dout, gate_up, rows, width, amax);
