@@ -2,9 +2,9 @@
 # Prepares the GPU tests and benchmarks to run on a machine that has the NVIDIA driver, CUDA and
 # Python with PyTorch but none of the build's Debian packages and no network (the lent device
 # machine; docs/cuda.md). Here: builds test_cuda, test_nccl, loom_bench_gemm_cuda,
-# loom_bench_flash_attention_cuda, loom_bench_linear_precision_cuda and `loom` (for
-# runtime.device=cuda) with the CUDA backend (nvcc from /usr/local/cuda; sm_90a + compute_90 PTX),
-# strips them, and packs them with the shared libraries they need beyond glibc, libstdc++ and the
+# loom_bench_flash_attention_cuda, loom_bench_linear_precision_cuda, loom_bench_cast_cuda and
+# `loom` (for runtime.device=cuda) with the CUDA backend (nvcc from /usr/local/cuda; sm_90a +
+# compute_90 PTX), strips them, and packs them with the shared libraries they need beyond glibc, libstdc++ and the
 # big CUDA libraries that machine has itself (cuBLASLt, NCCL: in its
 # /usr/local/cuda or in PyTorch's nvidia-* packages) into .gpu-bundle/payload.tar.xz (ignored by
 # git, a few MB). Then checks that every library resolves but the driver's and that test_cuda
@@ -18,7 +18,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 targets=(test_cuda test_nccl loom_bench_gemm_cuda loom_bench_flash_attention_cuda loom_bench_linear_precision_cuda
-  loom_bench_paged_attention_cuda loom_bench_serve)
+  loom_bench_paged_attention_cuda loom_bench_cast_cuda loom_bench_serve)
 targets+=(loom)  # runtime.device=cuda
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON >/dev/null
 cmake --build build -j"$(nproc)" --target "${targets[@]}" >/dev/null
@@ -27,7 +27,8 @@ stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
 cp build/test_cuda build/test_nccl build/bench/loom_bench_gemm_cuda build/bench/loom_bench_flash_attention_cuda \
-  build/bench/loom_bench_linear_precision_cuda build/bench/loom_bench_paged_attention_cuda build/bench/loom_bench_serve \
+  build/bench/loom_bench_linear_precision_cuda build/bench/loom_bench_paged_attention_cuda \
+  build/bench/loom_bench_cast_cuda build/bench/loom_bench_serve \
   "$stage/bin/"
 cp build/loom "$stage/bin/"  # runtime.device=cuda
 strip --strip-unneeded "$stage"/bin/*

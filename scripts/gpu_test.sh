@@ -51,7 +51,7 @@ else
   work=""
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON >/dev/null &&
     cmake --build build-gpu -j"$(nproc)" --target test_cuda test_nccl loom_bench_gemm_cuda loom_bench_flash_attention_cuda \
-      loom_bench_linear_precision_cuda loom_bench_paged_attention_cuda loom_bench_serve loom \
+      loom_bench_linear_precision_cuda loom_bench_paged_attention_cuda loom_bench_cast_cuda loom_bench_serve loom \
       >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
   bin="$repo/build-gpu/bench" tests="$repo/build-gpu" libs=""
 fi
@@ -144,6 +144,9 @@ stage_kernels() {
     echo "cuDNN's $(basename "$log"): $(wc -l <"$log") lines; its first errors:"
     grep -m 4 -iE "error|fail" "$log" | cut -c1-240
   done
+  # The FP8 casts against a device copy of the same bytes, at the ~1B step's shapes, with either
+  # tile height of the packed transposed cast (CAST lines: which one the step should take).
+  capped loom_bench_cast_cuda 40 "$bin/loom_bench_cast_cuda" 2>&1 | tee -a "$out/bench.txt" || true
 }
 
 stage_nccl() {

@@ -38,6 +38,15 @@ using testing::relative_error;
 constexpr Device kCpu = Device::cpu();
 const Device kGpu = Device::cuda(0);
 
+// The packed transposed cast's tile rows (cast.h's set_tiled_cast_rows) while in scope, the default
+// after.
+struct TiledCastRows {
+  explicit TiledCastRows(int rows) { set_tiled_cast_rows(rows); }
+  ~TiledCastRows() { set_tiled_cast_rows(0); }
+  TiledCastRows(const TiledCastRows&) = delete;
+  TiledCastRows& operator=(const TiledCastRows&) = delete;
+};
+
 class CudaEntries : public testing::GpuTest<> {
  protected:
   // fp8_delayed's pending amax accumulates: a running value below the operand's, then the max with it.
@@ -55,19 +64,25 @@ class CudaEntries : public testing::GpuTest<> {
     return cast;
   }
   // Per-tensor FP8 codes a producing kernel writes (`produce(codes, transposed)`, both poisoned
-  // first) from values whose fp32 form `values` [rows, cols] holds: bit for bit cast_operand_both
-  // of those values, in both orientations, with the scale and its inverse after each (the scale
-  // from cast.amax and cast.margin, or cast.scale).
+  // first, with packed tiles of `tile_rows` rows) from values whose fp32 form `values` [rows, cols]
+  // holds: bit for bit cast_operand_both of those values with 64-row tiles (which
+  // TransposedCastsAreThePlainCastTransposed checks against the plain cast), in both orientations,
+  // with the scale and its inverse after each (the scale from cast.amax and cast.margin, or
+  // cast.scale).
   template <typename Produce>
   void expect_produced_codes(const float* values, int64_t rows, int64_t cols, const CastOperand& cast,
-                             const std::string& name, Produce produce) {
+                             const std::string& name, Produce produce, int tile_rows) {
     const int64_t n = rows * cols;
     const int64_t bytes = kept_operand_bytes(OperandCast::Fp8Tensor, rows, cols);
     const int64_t offset = weight_cast_layout(OperandCast::Fp8Tensor, rows, cols).scale_offset;
     DeviceArray<uint8_t> codes(allocator_, std::vector<uint8_t>(bytes, 0xab)),
         transposed(allocator_, std::vector<uint8_t>(bytes, 0xcd)), want(allocator_, std::vector<uint8_t>(bytes, 0)),
         want_t(allocator_, std::vector<uint8_t>(bytes, 0));
-    produce(codes.ptr, transposed.ptr);
+    {
+      const TiledCastRows tiles(tile_rows);
+      produce(codes.ptr, transposed.ptr);
+    }
+    const TiledCastRows reference_tiles(64);
     auto* scales = reinterpret_cast<float*>(want.ptr + offset);
     fp8_tensor_scale(cast.amax, cast.scale, cast.margin, cast.e5m2 ? Fp8::E5M2 : Fp8::E4M3, scales);
     cast_operand_both(values, want.ptr, want_t.ptr, rows, cols, cast.e5m2 ? CastTo::E5M2 : CastTo::E4M3, scales);
@@ -458,13 +473,14 @@ TEST_F(CudaEntries, ActivationsTakeTheAmaxOfWhatTheyWrite) {
 // by the codes' own pass (amax_out: the amax-only pass's value, added into a running one). The
 // 32 x 32 tiles one element at a time at 70 rows, a width of 98 (SwiGLU's gradient has 196
 // columns: a pack of four would straddle gate and up) and inputs one element off the packs'
-// alignment; 64 x 64 tiles four columns at a time for the rest, SwiGLU's gradient a gate tile and
-// its up tile per block from the same loads: partial tiles in both parts at widths 96 and 2080,
-// 1100 rows (a partial last row of tiles), and 131112 x 12, whose 2049 tiles outnumber the capped
-// grid (fp8_delayed's amax).
+// alignment; packed tiles of 64 and of 128 rows four columns at a time for the rest, SwiGLU's
+// gradient a gate tile and its up tile per block from the same loads: partial tiles in both parts
+// at widths 96 and 2080, 68 and 1100 rows (a partial last row of tiles at either height), and
+// 131112 x 12, whose 2049 (1025) tiles outnumber the capped grid (fp8_delayed's amax).
 TEST_F(CudaEntries, ActivationCodesAreTheCastOfTheFp32ActivationBitForBit) {
   for (const auto& [rows, width, offset] : {std::tuple<int64_t, int64_t, int64_t>{70, 100, 0}, {68, 98, 0},
-                                            {256, 96, 0}, {256, 96, 1}, {1100, 2080, 0}, {131112, 12, 0}}) {
+                                            {68, 96, 0}, {256, 96, 0}, {256, 96, 1}, {1100, 2080, 0},
+                                            {131112, 12, 0}}) {
     for (const MlpActivation a : {MlpActivation::Swiglu, MlpActivation::Gelu, MlpActivation::Relu2}) {
       const int64_t in_width = a == MlpActivation::Swiglu ? 2 * width : width;
       // The inputs after `offset` elements.
@@ -480,20 +496,25 @@ TEST_F(CudaEntries, ActivationCodesAreTheCastOfTheFp32ActivationBitForBit) {
         } else {
           activation_forward_bf16(kGpu, a, values.ptr, nullptr, in16, rows, width, amax.ptr);
         }
-        for (const bool current : {true, false}) {
+        for (const auto& [current, tile_rows] : {std::pair<bool, int>{true, 64}, {false, 64}, {true, 128},
+                                                 {false, 128}}) {
           const std::string name = std::to_string(rows) + " x " + std::to_string(width) + " offset " +
                                    std::to_string(offset) + " activation " +
                                    std::to_string(static_cast<int>(a)) + (backward ? " backward" : " forward") +
-                                   (current ? " fp8_current" : " fp8_delayed");
+                                   (current ? " fp8_current" : " fp8_delayed") + " tile rows " +
+                                   std::to_string(tile_rows);
           DeviceFloats taken(allocator_, std::vector<float>{kRunningAmax});
           const CastOperand cast = produced_cast(current, backward, amax.ptr, taken.ptr);
-          expect_produced_codes(values.ptr, rows, cols, cast, name, [&](void* codes, void* transposed) {
-            if (backward) {
-              kernels::activation_backward_codes(kGpu, a, dout16, in16, rows, width, cast, codes, transposed);
-            } else {
-              kernels::activation_forward_codes(kGpu, a, in16, rows, width, cast, codes, transposed);
-            }
-          });
+          expect_produced_codes(
+              values.ptr, rows, cols, cast, name,
+              [&](void* codes, void* transposed) {
+                if (backward) {
+                  kernels::activation_backward_codes(kGpu, a, dout16, in16, rows, width, cast, codes, transposed);
+                } else {
+                  kernels::activation_forward_codes(kGpu, a, in16, rows, width, cast, codes, transposed);
+                }
+              },
+              tile_rows);
           const float want_amax = current ? kRunningAmax : std::max(kRunningAmax, amax.host()[0]);
           EXPECT_EQ(taken.host()[0], want_amax) << name << ": the amax taken by the codes' pass";
         }
@@ -507,8 +528,8 @@ TEST_F(CudaEntries, ActivationCodesAreTheCastOfTheFp32ActivationBitForBit) {
 // margin 1) that of their fp32 output, and the codes bit for bit cast_operand_both of that output
 // in both orientations; under fp8_delayed (host scale, no amax pass) the codes' pass takes the amax
 // into a running value. Sizes not multiples of the tiles (70 rows: 32 x 32 tiles; the others 64 x 64
-// four columns at a time), more rows than the statistics' capped grid (4096 x 96), and the ~1B
-// config's width.
+// or 128 x 64 four columns at a time), more rows than the statistics' capped grid (4096 x 96), and
+// the ~1B config's width.
 TEST_F(CudaEntries, NormCodesAreTheCastOfTheFp32NormBitForBit) {
   constexpr float kEps = 1e-5f;
   for (const auto& [rows, dim] : {std::pair<int64_t, int64_t>{70, 100}, {4096, 96}, {1100, 2048}}) {
@@ -524,9 +545,11 @@ TEST_F(CudaEntries, NormCodesAreTheCastOfTheFp32NormBitForBit) {
         kernels::rmsnorm_forward(kGpu, out.ptr, want_rstd.ptr, x.ptr, w.ptr, rows, dim, kEps);
       }
       kernels::amax_into(kGpu, want_amax.ptr, out.ptr, n);
-      for (const bool current : {true, false}) {
-        const std::string name = std::to_string(rows) + " x " + std::to_string(dim) + (layer ? " layernorm" : " rmsnorm") +
-                                 (current ? " fp8_current" : " fp8_delayed");
+      for (const auto& [current, tile_rows] : {std::pair<bool, int>{true, 64}, {false, 64}, {true, 128},
+                                               {false, 128}}) {
+        const std::string name = std::to_string(rows) + " x " + std::to_string(dim) +
+                                 (layer ? " layernorm" : " rmsnorm") + (current ? " fp8_current" : " fp8_delayed") +
+                                 " tile rows " + std::to_string(tile_rows);
         DeviceFloats mean(allocator_, poison(rows)), rstd(allocator_, poison(rows)),
             amax(allocator_, std::vector<float>{0.0f});
         float* mean_ptr = layer ? mean.ptr : nullptr;
@@ -539,9 +562,13 @@ TEST_F(CudaEntries, NormCodesAreTheCastOfTheFp32NormBitForBit) {
         EXPECT_EQ(amax.host()[0], current ? want_amax.host()[0] : 0.0f) << name << ": the statistics' amax";
         DeviceFloats taken(allocator_, std::vector<float>{kRunningAmax});
         const CastOperand cast = produced_cast(current, false, amax.ptr, taken.ptr);
-        expect_produced_codes(out.ptr, rows, dim, cast, name, [&](void* codes, void* transposed) {
-          kernels::norm_forward_codes(kGpu, x.ptr, w.ptr, bias, mean_ptr, rstd.ptr, rows, dim, cast, codes, transposed);
-        });
+        expect_produced_codes(
+            out.ptr, rows, dim, cast, name,
+            [&](void* codes, void* transposed) {
+              kernels::norm_forward_codes(kGpu, x.ptr, w.ptr, bias, mean_ptr, rstd.ptr, rows, dim, cast, codes,
+                                          transposed);
+            },
+            tile_rows);
         EXPECT_EQ(taken.host()[0], current ? kRunningAmax : std::max(kRunningAmax, want_amax.host()[0]))
             << name << ": the amax taken by the codes' pass";
       }

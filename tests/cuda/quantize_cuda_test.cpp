@@ -64,6 +64,15 @@ precision::Fp8Format cpu_format(Fp8 f) { return f == Fp8::E4M3 ? precision::Fp8F
 
 class CudaQuantize : public testing::GpuTest<::testing::TestWithParam<Fp8>> {};
 
+// The packed transposed cast's tile rows (cast.h's set_tiled_cast_rows) while in scope, the default
+// after.
+struct TiledCastRows {
+  explicit TiledCastRows(int rows) { set_tiled_cast_rows(rows); }
+  ~TiledCastRows() { set_tiled_cast_rows(0); }
+  TiledCastRows(const TiledCastRows&) = delete;
+  TiledCastRows& operator=(const TiledCastRows&) = delete;
+};
+
 TEST_P(CudaQuantize, PerTensorCastsEqualTheCpu) {
   const Fp8 f = GetParam();
   const int64_t n = 100003;
@@ -169,7 +178,8 @@ TEST_P(CudaQuantize, MxBlocksAlongRowsAndDownColumnsEqualTheCpu) {
 
 // The FP8 recipes' device-side amax and per-tensor scale (no read back in the GEMMs): amax_into
 // accumulates precision::amax into what the float holds (a NaN or Inf staying), at awkward sizes
-// (the largest beyond one pass of its capped grid, amax.cuh's kAmaxBlocks);
+// (the largest beyond one pass of its capped grid, amax.cuh's kAmaxBlocks), on 4-element packs
+// and, one element off their alignment, one element at a time;
 // fp8_tensor_scale is precision::compute_scale(amax, fp8 max, margin, 1) bit for bit, with its
 // rounded inverse, over zero, subnormal, ordinary, huge and non-finite amaxes and several
 // margins; the per-tensor GEMM cast with that device scale writes the CPU's codes, and an Inf or
@@ -189,6 +199,11 @@ TEST_P(CudaQuantize, DeviceAmaxAndTensorScaleEqualTheCpu) {
         EXPECT_EQ(got, std::max(start, want)) << n << " from " << start;
       }
     }
+    if (n > 1) {  // one element past the packs' alignment: the one-element loop
+      DeviceFloats d_x(allocator_, x), d_max(allocator_, std::vector<float>{0.0f});
+      amax_into(d_max.ptr, d_x.ptr + 1, n - 1);
+      EXPECT_EQ(d_max.host()[0], precision::amax(x.data() + 1, n - 1)) << n << " off the alignment";
+    }
   }
   std::vector<float> specials = wide_values(seed_, 2000, true);  // a NaN at 5, an Inf at 1000
   DeviceFloats d_specials(allocator_, specials), d_nan(allocator_, std::vector<float>{0.0f});
@@ -198,7 +213,7 @@ TEST_P(CudaQuantize, DeviceAmaxAndTensorScaleEqualTheCpu) {
   DeviceFloats d_inf_only(allocator_, specials), d_inf(allocator_, std::vector<float>{0.0f});
   amax_into(d_inf.ptr, d_inf_only.ptr, 2000);
   EXPECT_TRUE(std::isinf(d_inf.host()[0]));
-  // A NaN or an Inf among 3M elements, where each thread loads four at a time.
+  // A NaN or an Inf among 3M elements, where each thread loads four packs at a time.
   std::vector<float> large = wide_values(seed_ + 9, 3000017, false);
   large[1234567] = INFINITY;
   DeviceFloats d_large_inf(allocator_, large), d_large_inf_max(allocator_, std::vector<float>{0.0f});
@@ -352,13 +367,16 @@ TEST_P(CudaQuantize, CastsTakingTheAmaxWriteTheSameCodesAndTheAmaxOfWhatTheyRead
 // The transposed casts (tiled_cast.cuh: 64 x 64 tiles four elements per access where rows, columns
 // and pointers allow, 32 x 32 tiles one element at a time otherwise) against the plain cast of
 // the same input transposed on the host, byte for byte: every output type, from fp32 and bf16, one
-// orientation or both at once, with the amax taken or not (then amax_into's of the input). Shapes
-// with a partial last tile each way (100 x 132), not multiples of 4, a single pack; pointers at
-// and one element off the packs' alignment. Nothing is written outside the output.
+// orientation or both at once, with the amax taken or not (then amax_into's of the input), and
+// the same with 128-row packed tiles (FP8 codes; the other outputs keep 64). Shapes with a partial
+// last tile each way (100 x 132; 1100 x 68 at either height), rows over several 128-row tiles (260
+// x 132), not multiples of 4, a single pack; pointers at and one element off the packs' alignment.
+// Nothing is written outside the output.
 TEST_P(CudaQuantize, TransposedCastsAreThePlainCastTransposed) {
   const Fp8 f = GetParam();
   DeviceFloats d_scale(allocator_, std::vector<float>{0.25f, 4.0f});
-  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{100, 132}, {37, 91}, {100, 130}, {102, 132}, {4, 4}}) {
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{100, 132}, {37, 91}, {100, 130}, {102, 132}, {4, 4},
+                                   {1100, 68}, {260, 132}}) {
     const int64_t n = rows * cols;
     for (const int64_t offset : {0, 1}) {  // elements before the input and each output
       const std::vector<float> x = wide_values(seed_ + 13, n + offset, n > 1000);
@@ -369,8 +387,9 @@ TEST_P(CudaQuantize, TransposedCastsAreThePlainCastTransposed) {
       amax_into(want_amax.ptr, d_x.ptr + offset, n);
       for (const CastTo to : {CastTo::F32, CastTo::BF16, CastTo::F16, f == Fp8::E4M3 ? CastTo::E4M3 : CastTo::E5M2}) {
         const int64_t size = to == CastTo::F32 ? 4 : to == CastTo::BF16 || to == CastTo::F16 ? 2 : 1;
-        const std::string name = std::to_string(rows) + " x " + std::to_string(cols) + " offset " +
-                                 std::to_string(offset) + " cast " + std::to_string(static_cast<int>(to));
+        const std::string shape_name = std::to_string(rows) + " x " + std::to_string(cols) + " offset " +
+                                       std::to_string(offset) + " cast " + std::to_string(static_cast<int>(to));
+        std::string name = shape_name;  // and the tile rows below
         // An output of n elements after `offset` ones, 4 more after it; all filled with `fill`.
         auto output = [&](uint8_t fill) {
           return DeviceArray<uint8_t>(allocator_, std::vector<uint8_t>((offset + n + 4) * size, fill));
@@ -398,26 +417,31 @@ TEST_P(CudaQuantize, TransposedCastsAreThePlainCastTransposed) {
         const std::vector<uint8_t> want = written(plain, 0x11), want16 = written(plain16, 0x12);
         const std::vector<uint8_t> want_t = transposed(want), want16_t = transposed(want16);
 
-        DeviceArray<uint8_t> t = output(0x21);
-        cast_operand(d_x.ptr + offset, at(t), rows, cols, true, to, d_scale.ptr);
-        EXPECT_EQ(written(t, 0x21), want_t) << name << ": transposed";
-        DeviceArray<uint8_t> both = output(0x31), both_t = output(0x32);
-        cast_operand_both(d_x.ptr + offset, at(both), at(both_t), rows, cols, to, d_scale.ptr);
-        EXPECT_EQ(written(both, 0x31), want) << name << ": both, as it lies";
-        EXPECT_EQ(written(both_t, 0x32), want_t) << name << ": both, transposed";
-        DeviceArray<uint8_t> taking = output(0x41), taking_t = output(0x42);
-        DeviceFloats amax(allocator_, std::vector<float>{0.0f});
-        cast_operand_both(d_x.ptr + offset, at(taking), at(taking_t), rows, cols, to, d_scale.ptr, nullptr, amax.ptr);
-        EXPECT_EQ(written(taking, 0x41), want) << name << ": taking the amax, as it lies";
-        EXPECT_EQ(written(taking_t, 0x42), want_t) << name << ": taking the amax, transposed";
-        const float got_amax = amax.host()[0], expected_amax = want_amax.host()[0];
-        EXPECT_TRUE(std::bit_cast<uint32_t>(got_amax) == std::bit_cast<uint32_t>(expected_amax) ||
-                    (std::isnan(got_amax) && std::isnan(expected_amax)))
-            << name << ": amax " << got_amax << ", want " << expected_amax;
-        DeviceArray<uint8_t> from16 = output(0x51), from16_t = output(0x52);
-        cast_operand_both_bf16(d_x16.ptr + offset, at(from16), at(from16_t), rows, cols, to, d_scale.ptr);
-        EXPECT_EQ(written(from16, 0x51), want16) << name << ": from bf16, as it lies";
-        EXPECT_EQ(written(from16_t, 0x52), want16_t) << name << ": from bf16, transposed";
+        for (const int tile_rows : {64, 128}) {
+          const TiledCastRows tiles(tile_rows);
+          name = shape_name + " tile rows " + std::to_string(tile_rows);
+          DeviceArray<uint8_t> t = output(0x21);
+          cast_operand(d_x.ptr + offset, at(t), rows, cols, true, to, d_scale.ptr);
+          EXPECT_EQ(written(t, 0x21), want_t) << name << ": transposed";
+          DeviceArray<uint8_t> both = output(0x31), both_t = output(0x32);
+          cast_operand_both(d_x.ptr + offset, at(both), at(both_t), rows, cols, to, d_scale.ptr);
+          EXPECT_EQ(written(both, 0x31), want) << name << ": both, as it lies";
+          EXPECT_EQ(written(both_t, 0x32), want_t) << name << ": both, transposed";
+          DeviceArray<uint8_t> taking = output(0x41), taking_t = output(0x42);
+          DeviceFloats amax(allocator_, std::vector<float>{0.0f});
+          cast_operand_both(d_x.ptr + offset, at(taking), at(taking_t), rows, cols, to, d_scale.ptr, nullptr,
+                            amax.ptr);
+          EXPECT_EQ(written(taking, 0x41), want) << name << ": taking the amax, as it lies";
+          EXPECT_EQ(written(taking_t, 0x42), want_t) << name << ": taking the amax, transposed";
+          const float got_amax = amax.host()[0], expected_amax = want_amax.host()[0];
+          EXPECT_TRUE(std::bit_cast<uint32_t>(got_amax) == std::bit_cast<uint32_t>(expected_amax) ||
+                      (std::isnan(got_amax) && std::isnan(expected_amax)))
+              << name << ": amax " << got_amax << ", want " << expected_amax;
+          DeviceArray<uint8_t> from16 = output(0x51), from16_t = output(0x52);
+          cast_operand_both_bf16(d_x16.ptr + offset, at(from16), at(from16_t), rows, cols, to, d_scale.ptr);
+          EXPECT_EQ(written(from16, 0x51), want16) << name << ": from bf16, as it lies";
+          EXPECT_EQ(written(from16_t, 0x52), want16_t) << name << ": from bf16, transposed";
+        }
       }
     }
   }

@@ -35,6 +35,14 @@ void cast_operand_both(const float* in, void* out, void* out_transposed, int64_t
 void cast_operand_both_bf16(const void* in16, void* out, void* out_transposed, int64_t rows, int64_t cols, CastTo to,
                             const float* scale, cudaStream_t stream = nullptr, float* amax = nullptr);
 
+// The rows of the packed transposed cast's tiles for 1-byte codes (tiled_cast.cuh): 64, or 128
+// (each transposed store of a warp 128 contiguous bytes, not 32). tiled_cast_rows() is what the
+// casts use: set_tiled_cast_rows's value when one was set, else LOOM_TILED_CAST_ROWS (64 or 128;
+// unset or empty: 64), read once (another value: loom::Error naming it). set_tiled_cast_rows(64 or
+// 128) sets it for the process (a benchmark or test comparing both); 0 returns to the default.
+int tiled_cast_rows();
+void set_tiled_cast_rows(int rows);
+
 // dst[r, c] (+)= round(src[r, c] + bias[c]) over [rows, cols]; src fp32 or (src_bf16) already
 // rounded bf16; bias may be null. src may equal dst.
 void finish_output(float* dst, const void* src, bool src_bf16, const float* bias, int64_t rows, int64_t cols,

@@ -8,12 +8,13 @@
 // null) the cast also takes max |value| of what it reads into that device float (amax.cuh: NaN
 // wins), so no amax pass reads the tensor first (fp8_delayed, whose scale is known beforehand).
 //
-// Two kernels, the same codes: a packed one (64 x 64 tiles, four columns per load and four codes
-// per store: pack4.cuh) where rows, cols and the pointers allow it, and 32 x 32 tiles one element
-// at a time for the rest. For the packed one the functor also has value.read4(r, c), the loads of
-// elements [r, c .. c + 3] (c a multiple of 4) as a `Reads`, value.value4(reads, v) setting v[k]
-// to exactly value(r, c + k) from them (the same loads and arithmetic, so the same bits), and
-// value.packs4(), a host method: whether its pointers and widths allow those packed reads.
+// Two kernels, the same codes: a packed one (64 x 64 tiles, or 128 x 64 for 1-byte codes as
+// tiled_cast_rows() says (cast.h), four columns per load and four codes per store: pack4.cuh) where
+// rows, cols and the pointers allow it, and 32 x 32 tiles one element at a time for the rest. For
+// the packed one the functor also has value.read4(r, c), the loads of elements [r, c .. c + 3]
+// (c a multiple of 4) as a `Reads`, value.value4(reads, v) setting v[k] to exactly value(r, c + k)
+// from them (the same loads and arithmetic, so the same bits), and value.packs4(), a host method:
+// whether its pointers and widths allow those packed reads.
 //
 // A functor may declare `static constexpr int kParts = 2`: its columns are then two parts of
 // w = cols / 2 each whose elements at columns c and w + c come from the same loads (SwiGLU's
@@ -150,54 +151,130 @@ struct PartsOf<Value, std::void_t<decltype(Value::kParts)>> : std::integral_cons
 template <typename Value>
 constexpr int kPartsOf = PartsOf<Value>::value;
 
-// The packed kernel's tiles: 64 x 64 elements to 256 threads, each taking four consecutive columns
-// of four rows (16 elements) per tile.
-constexpr int kPackedTile = 64;
-constexpr int kPackedThreads = 256;
+// The packed kernel's tiles: kRows x 64 elements to 4 kRows threads, each taking four consecutive
+// columns of four rows (16 elements) per tile. kRows: 64, or for 1-byte codes 128 where
+// tiled_cast_rows() says so (cast.h).
+constexpr int kPackedTile = 64;  // a tile's columns, and its rows unless 128 are asked for
 
 // Elements per row of the packed kernel's tile in shared memory: 64 and one 4-byte word, an odd
-// number of words, so the transposed pass (each warp 8 groups of 4 rows by 4 columns) reads 8 or
-// more distinct banks per access without conflict.
+// number of words (17 for 1-byte codes), so rows 16 apart start 16 banks apart, rows 4 apart 4.
 template <typename Out>
 constexpr int kPackedTileStride = kPackedTile + 4 / static_cast<int>(sizeof(Out));
 
-// tiled_cast_kernel over 64 x 64 tiles for rows and cols multiples of 4, out and plain pack-aligned
-// and value's reads packable (value.packs4()). A thread issues all the loads of its 16 elements
-// (value.read4 of four rows) before any arithmetic or store: a byte store may alias them, so the
-// compiler would not hoist a later load above it, nor ptxas above the branches of the arithmetic.
-// It then casts each element once, stores four codes of a row as one pack to plain and to the tile,
-// and after the barrier four codes of a column (4 consecutive rows) as one pack to out. Rows and
-// columns past the end are read clamped to the last ones (no branch among the loads), and neither
-// stored nor maxed. Two tiles in shared memory alternate, so one barrier per tile suffices: a
-// thread writes a buffer again only after the next tile's barrier, which every thread reaches
-// after its reads of it. A value of two parts has a tile per part in each buffer: the block's
-// grid column covers columns c0 .. c0 + 63 of each part, whose 16 elements per thread come from
-// the same loads, and its threads store both parts' codes as they would one's.
-template <typename Value, typename Out, typename Cast>
-__global__ void __launch_bounds__(kPackedThreads)
+// First pass: the tile row of a thread's s-th four columns (4 (lane % 16) .. + 3), s < 4. A warp's
+// half-warps are 16 rows apart, so their 4-byte code stores fall in distinct banks (16 times an odd
+// stride: 16 banks on). 8 warps: rows warp + 8 a + 16 h + 32 b; 16 warps: warp + 16 h + 32 s.
+template <int kRows>
+__device__ inline int packed_row(int warp, int lane, int s) {
+  if constexpr (kRows == 64) {
+    return warp + 16 * (lane / 16) + 8 * (s % 2) + 32 * (s / 2);
+  } else {
+    return warp + 16 * (lane / 16) + 32 * s;
+  }
+}
+
+// Where tile row r keeps its columns 4 g .. 4 g + 3 (in units of 4 elements): at g, or in a 128-row
+// tile rotated by r / 32 (mod 16). The 128-row transposed pass reads a word from each of 32 rows 4
+// apart (4 x 17 words: every 8th lane on the same bank, a 4-way conflict unrotated); rotated by
+// lane / 8 they fall in 32 distinct banks, and a first-pass row's 16 groups still in 16.
+template <int kRows>
+__device__ inline int packed_group_at(int r, int g) {
+  return kRows == 128 ? (g + r / 32) % 16 : g;
+}
+
+// The second pass: a part's tile (after the barrier) into that part's out [width, rows], tile
+// column j at out row c0 + j, tile row i at its column r0 + i, four rows per pack stored.
+// 64 rows: tile rows 4 q .. 4 q + 3 of columns column(s), s < 4, read element by element (a
+// warp's access: 8 groups of 4 rows by 4 columns, 8 or more distinct banks); a warp's store of a
+// column of 1-byte codes is 32 bytes, the next warp's its other 32. 128 rows (1-byte codes): rows
+// 4 lane .. 4 lane + 3 of columns 4 warp .. 4 warp + 3, read as four words (packed_group_at) and
+// transposed in registers, so each store of a warp is 128 contiguous bytes of one row of out.
+template <int kRows, typename Out>
+__device__ inline void store_transposed(const Out* tile, Out* out, int64_t rows, int64_t width, int64_t c0,
+                                        int64_t r0, int warp, int lane) {
+  constexpr int kStride = kPackedTileStride<Out>;
+  if constexpr (kRows == 64) {
+    const int q = lane % 8 + 8 * (warp % 2);
+    auto column = [&](int s) { return lane / 8 + 4 * (warp / 2) + 16 * s; };
+    Pack4<Out> transposed[4];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) transposed[s].v[k] = tile[(4 * q + k) * kStride + column(s)];
+    }
+    const int64_t r = r0 + 4 * q;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const int64_t oc = c0 + column(s);
+      if (oc < width && r < rows) store_pack(out + oc * rows + r, transposed[s]);
+    }
+  } else {
+    static_assert(sizeof(Out) == 1, "128-row tiles hold 1-byte codes");
+    unsigned word[4];  // word k: tile row 4 lane + k, its byte j column 4 warp + j
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int i = 4 * lane + k;
+      word[k] = *reinterpret_cast<const unsigned*>(tile + i * kStride + 4 * packed_group_at<kRows>(i, warp));
+    }
+    // Column j's pack: byte j of each word, in order. First bytes 0, 1 (low) and 2, 3 (high) of
+    // words 0 and 1 interleaved (likewise 2 and 3), then the halves of those paired.
+    const unsigned low01 = __byte_perm(word[0], word[1], 0x5140), high01 = __byte_perm(word[0], word[1], 0x7362);
+    const unsigned low23 = __byte_perm(word[2], word[3], 0x5140), high23 = __byte_perm(word[2], word[3], 0x7362);
+    const unsigned column[4] = {__byte_perm(low01, low23, 0x5410), __byte_perm(low01, low23, 0x7632),
+                                __byte_perm(high01, high23, 0x5410), __byte_perm(high01, high23, 0x7632)};
+    // Columns oc .. oc + 3 all in or all out: width is a multiple of 4.
+    const int64_t r = r0 + 4 * lane, oc = c0 + 4 * warp;
+    if (oc < width && r < rows) {
+      Out* at = out + oc * rows + r;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) __stwb(reinterpret_cast<unsigned*>(at + j * rows), column[j]);
+    }
+  }
+}
+
+// Blocks of the packed kernel an SM holds at least (its registers capped to allow them): two of
+// 128-row tiles (512 threads, at most 64 registers each), so one block's loads overlap the other's
+// barrier and transposed stores; 0 for 64-row tiles, no minimum (up to 255 registers: three or more
+// 256-thread blocks fit anyway).
+template <int kRows>
+constexpr int kPackedMinBlocks = kRows == 128 ? 2 : 0;
+
+// tiled_cast_kernel over kRows x 64 tiles for rows and cols multiples of 4, out and plain
+// pack-aligned and value's reads packable (value.packs4()). A thread issues all the loads of its 16
+// elements (value.read4 of four rows) before any arithmetic or store: a byte store may alias them,
+// so the compiler would not hoist a later load above it, nor ptxas above the branches of the
+// arithmetic. It then casts each element once, stores four codes of a row as one pack to plain and
+// to the tile, and after the barrier four codes of a column (4 consecutive rows) as one pack to out
+// (store_transposed). Rows and columns past the end are read clamped to the last ones (no branch
+// among the loads), and neither stored nor maxed. Two tiles in shared memory alternate, so one
+// barrier per tile suffices: a thread writes a buffer again only after the next tile's barrier,
+// which every thread reaches after its reads of it. A value of two parts has a tile per part in
+// each buffer: the block's grid column covers columns c0 .. c0 + 63 of each part, whose 16
+// elements per thread come from the same loads, and its threads store both parts' codes as they
+// would one's.
+template <int kRows, typename Value, typename Out, typename Cast>
+__global__ void __launch_bounds__(4 * kRows, kPackedMinBlocks<kRows>)
     tiled_cast4_kernel(Value value, Out* __restrict__ out, Out* __restrict__ plain, int64_t rows, int64_t cols,
                        Cast cast, unsigned* amax) {
-  constexpr int kParts = kPartsOf<Value>, kStride = kPackedTileStride<Out>, kTileSize = kPackedTile * kStride;
-  // Two parts' 4 tiles of 1-byte codes take 17 KB, under the 48 KB of static shared memory.
+  constexpr int kParts = kPartsOf<Value>, kStride = kPackedTileStride<Out>, kTileSize = kRows * kStride;
+  // Two parts' 4 tiles of 1-byte codes take 17 KB (35 KB of 128 rows), under the 48 KB of static
+  // shared memory, which 128 rows of wider elements would exceed.
   static_assert(kParts == 1 || (kParts == 2 && sizeof(Out) == 1), "two parts cast to 1-byte codes only");
+  static_assert(kRows == 64 || (kRows == 128 && sizeof(Out) == 1), "128-row tiles of 1-byte codes only");
   __shared__ __align__(16) unsigned char bytes[2 * kParts * kTileSize * sizeof(Out)];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  // First pass: columns 4 x .. 4 x + 3 of tile rows row(s), s < 4; a warp's half-warps 16 rows
-  // apart, whose 4-byte code stores then fall in distinct banks (16 times an odd stride: 16 on).
+  // First pass: columns 4 x .. 4 x + 3 of tile rows row(s), s < 4.
   const int x = lane % 16;
-  auto row = [&](int s) { return warp + 16 * (lane / 16) + 8 * (s % 2) + 32 * (s / 2); };
+  auto row = [&](int s) { return packed_row<kRows>(warp, lane, s); };
   const int64_t width = cols / kParts;  // of a part: part p's column c is the tensor's p * width + c
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kPackedTile, c = c0 + 4 * x;
   const bool column_in = c < width;
   const int64_t c_read = column_in ? c : width - 4;
-  // Transposed pass: tile rows 4 q .. 4 q + 3 of tile columns column(s), s < 4.
-  const int q = lane % 8 + 8 * (warp % 2);
-  auto column = [&](int s) { return lane / 8 + 4 * (warp / 2) + 16 * s; };
   const float scale = cast.scale_value();  // nothing this kernel stores is the scale
   float m = 0.0f;
   int buffer = 0;
-  for (int64_t r0 = static_cast<int64_t>(blockIdx.y) * kPackedTile; r0 < rows;
-       r0 += static_cast<int64_t>(gridDim.y) * kPackedTile, buffer ^= 1) {
+  for (int64_t r0 = static_cast<int64_t>(blockIdx.y) * kRows; r0 < rows;
+       r0 += static_cast<int64_t>(gridDim.y) * kRows, buffer ^= 1) {
     Out* tiles = reinterpret_cast<Out*>(bytes) + buffer * kParts * kTileSize;  // part p's at p * kTileSize
     typename Value::Reads read[4];
 #pragma unroll
@@ -227,40 +304,33 @@ __global__ void __launch_bounds__(kPackedThreads)
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
       const int64_t r = r0 + row(s);
+      Out* at = tiles + row(s) * kStride + 4 * packed_group_at<kRows>(row(s), x);
 #pragma unroll
       for (int p = 0; p < kParts; ++p) {
         if (plain != nullptr && column_in && r < rows) store_pack(plain + r * cols + p * width + c, codes[s][p]);
-        store_shared_pack(tiles + p * kTileSize + row(s) * kStride + 4 * x, codes[s][p]);
+        store_shared_pack(at + p * kTileSize, codes[s][p]);
       }
     }
     __syncthreads();
-    const int64_t r = r0 + 4 * q;
 #pragma unroll
     for (int p = 0; p < kParts; ++p) {
-      const Out* tile = tiles + p * kTileSize;
-      Pack4<Out> transposed[4];
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) transposed[s].v[k] = tile[(4 * q + k) * kStride + column(s)];
-      }
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        const int64_t oc = c0 + column(s);
-        if (oc < width && r < rows) store_pack(out + (p * width + oc) * rows + r, transposed[s]);
-      }
+      store_transposed<kRows>(tiles + p * kTileSize, out + p * width * rows, rows, width, c0, r0, warp, lane);
     }
   }
   if (amax != nullptr) block_amax_into(amax, m);
 }
 
-// Blocks of a tiled cast taking an amax: about two resident waves, as amax_grid's.
+// Blocks of a tiled cast taking an amax: about two resident waves of kTiledAmaxThreads-thread
+// blocks (the scalar kernel's, the 64-row packed one's), as amax_grid's; half as many 512-thread
+// blocks of 128-row tiles (the same threads). The grid's rows of blocks stride over the rest.
 constexpr int64_t kTiledAmaxBlocks = 2 * kAmaxBlocks;
+constexpr int kTiledAmaxThreads = 256;
 
 // out [cols, rows] (and plain [rows, cols], may be null) from value over [rows, cols]; amax (a
 // device float, may be null) takes max |value|. The packed kernel where the shape and pointers
 // allow it (a row of 4 codes never leaves the tensor nor a part, each pack is aligned), else the
-// scalar one. A block of the packed kernel covers a tile of each part of a value of parts.
+// scalar one. A block of the packed kernel covers a tile of each part of a value of parts; its
+// tiles have 64 rows, or 128 for 1-byte codes when tiled_cast_rows() (cast.h) says so.
 template <typename Value, typename Out, typename Cast>
 void launch_tiled_cast(Value value, Out* out, Out* plain, int64_t rows, int64_t cols, Cast cast, cudaStream_t stream,
                        const char* what, float* amax = nullptr) {
@@ -270,20 +340,28 @@ void launch_tiled_cast(Value value, Out* out, Out* plain, int64_t rows, int64_t 
   const int64_t width = cols / kParts;  // of a part
   const bool packed = rows % 4 == 0 && width % 4 == 0 && value.packs4() && pack4_aligned<Out>(out) &&
                       (plain == nullptr || pack4_aligned<Out>(plain));
-  const int64_t tile = packed ? kPackedTile : kCastTile;
-  const int64_t tiles_x = ((packed ? width : cols) + tile - 1) / tile, tiles_y = (rows + tile - 1) / tile;
+  const int tile_rows = !packed ? kCastTile : sizeof(Out) == 1 ? tiled_cast_rows() : kPackedTile;
+  const int64_t tile_cols = packed ? kPackedTile : kCastTile, threads = packed ? 4 * tile_rows : kCastTile * 8;
+  const int64_t tiles_x = ((packed ? width : cols) + tile_cols - 1) / tile_cols;
+  const int64_t tiles_y = (rows + tile_rows - 1) / tile_rows;
   LOOM_CHECK(tiles_x < (int64_t{1} << 31),
              std::string(what) + ": " + std::to_string(rows) + " x " + std::to_string(cols) +
                  " has too many columns to transpose");
   // Rows of blocks rounded up, so a wide tensor (tiles_x near a resident wave) still gets two waves.
-  const int64_t cap = amax != nullptr ? (kTiledAmaxBlocks + tiles_x - 1) / tiles_x : 65535;
+  const int64_t amax_blocks = kTiledAmaxBlocks * kTiledAmaxThreads / threads;
+  const int64_t cap = amax != nullptr ? (amax_blocks + tiles_x - 1) / tiles_x : 65535;
   const int64_t grid_y = std::max<int64_t>(1, std::min(tiles_y, cap));
   const dim3 grid(static_cast<unsigned>(tiles_x), static_cast<unsigned>(grid_y));
   auto* amax_word = reinterpret_cast<unsigned*>(amax);
-  if (packed) {
-    tiled_cast4_kernel<<<grid, kPackedThreads, 0, stream>>>(value, out, plain, rows, cols, cast, amax_word);
-  } else {
+  if (!packed) {
     tiled_cast_kernel<<<grid, dim3(kCastTile, 8), 0, stream>>>(value, out, plain, rows, cols, cast, amax_word);
+  } else if (tile_rows == 128) {  // 1-byte codes only (tile_rows above)
+    if constexpr (sizeof(Out) == 1) {
+      tiled_cast4_kernel<128, Value, Out, Cast><<<grid, 512, 0, stream>>>(value, out, plain, rows, cols, cast,
+                                                                           amax_word);
+    }
+  } else {
+    tiled_cast4_kernel<64, Value, Out, Cast><<<grid, 256, 0, stream>>>(value, out, plain, rows, cols, cast, amax_word);
   }
   check_launch(what);
 }
