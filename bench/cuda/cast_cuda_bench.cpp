@@ -6,7 +6,7 @@
 // (amax_out). Rows:
 // - weight: fp32 [out, in] -> E4M3 [out, in] and [in, out], as a per-tensor FP8 forward casts a
 //   weight into its two stores (precision_gemm.cpp's fp8_keeping_transpose: the scale pair
-//   written beside the transposed codes and copied beside the plain ones, then cast_operand_both);
+//   written beside the transposed codes and the plain ones by one launch, then cast_operand_both);
 //   bytes: 4 read + 2 x 1 written per element;
 // - bf16 activation: [8192, 2048] -> E4M3 both ways (cast_operand_both_bf16, as an activation kept
 //   in bf16 is cast); 2 read + 2 x 1 written per element;
@@ -129,8 +129,8 @@ void measure(const Case& c, const Shared& shared) {
 }
 
 // A tensor [rows, cols] (fp32, or bf16 when `bf16`) cast to E4M3 both ways as a per-tensor FP8
-// linear layer casts it: the scale pair beside the transposed codes, copied beside the plain ones
-// when `weight` (into its store), then one pass writing both.
+// linear layer casts it: the scale pair beside the transposed codes and, when `weight` (into its
+// store), beside the plain ones, then one pass writing both.
 void measure_operand(const std::string& operation, int64_t rows, int64_t cols, bool bf16, bool weight,
                      const Shared& shared) {
   namespace cuda = loom::kernels::cuda;
@@ -144,12 +144,8 @@ void measure_operand(const std::string& operation, int64_t rows, int64_t cols, b
   c.cast = [&](bool current) {
     const CastOperand op = produced_cast(shared, current, false);
     auto* scale = reinterpret_cast<float*>(transposed + offset);
-    cuda::fp8_tensor_scale(op.amax, op.scale, op.margin, cuda::Fp8::E4M3, scale, shared.stream);
-    if (weight) {
-      check_cuda(cudaMemcpyAsync(codes + offset, scale, loom::kernels::kFp8ScalePairFloats * sizeof(float),
-                                 cudaMemcpyDeviceToDevice, shared.stream),
-                 "cudaMemcpyAsync (scale)");
-    }
+    cuda::fp8_tensor_scale_twice(op.amax, op.scale, op.margin, cuda::Fp8::E4M3, scale,
+                                 weight ? reinterpret_cast<float*>(codes + offset) : nullptr, shared.stream);
     if (bf16) {
       cuda::cast_operand_both_bf16(in, codes, transposed, rows, cols, cuda::CastTo::E4M3, scale, shared.stream,
                                    op.amax_out);

@@ -229,12 +229,20 @@ TEST_P(CudaQuantize, DeviceAmaxAndTensorScaleEqualTheCpu) {
                                      57344.0f, 1.7e37f, 3e38f,  FLT_MAX, INFINITY, NAN};
   for (int margin : {0, 1, 3, 40}) {
     for (float a : amaxes) {
-      DeviceFloats d_amax(allocator_, std::vector<float>{a}), d_scale(allocator_, poison(kFp8ScalePairFloats));
+      DeviceFloats d_amax(allocator_, std::vector<float>{a}), d_scale(allocator_, poison(kFp8ScalePairFloats)),
+          d_first(allocator_, poison(kFp8ScalePairFloats)), d_copy(allocator_, poison(kFp8ScalePairFloats));
       fp8_tensor_scale(d_amax.ptr, 7.0f, margin, f, d_scale.ptr);
       const std::vector<float> got = d_scale.host();
       const float want = precision::compute_scale(a, fp8_max, margin, 1.0f);
       EXPECT_EQ(std::bit_cast<uint32_t>(got[0]), std::bit_cast<uint32_t>(want)) << "amax " << a << " margin " << margin;
       EXPECT_EQ(std::bit_cast<uint32_t>(got[kFp8InverseOffset]), std::bit_cast<uint32_t>(1.0f / want)) << "amax " << a;
+      // The pair into two places by one launch: both the same bits as the one above.
+      fp8_tensor_scale_twice(d_amax.ptr, 7.0f, margin, f, d_first.ptr, d_copy.ptr);
+      for (const std::vector<float>& pair : {d_first.host(), d_copy.host()}) {
+        EXPECT_EQ(std::bit_cast<uint32_t>(pair[0]), std::bit_cast<uint32_t>(want)) << "twice, amax " << a;
+        EXPECT_EQ(std::bit_cast<uint32_t>(pair[kFp8InverseOffset]), std::bit_cast<uint32_t>(1.0f / want))
+            << "twice, amax " << a;
+      }
     }
   }
   DeviceFloats d_host_scale(allocator_, poison(kFp8ScalePairFloats));

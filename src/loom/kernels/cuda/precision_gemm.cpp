@@ -82,9 +82,11 @@ Into store_of(const PrecisionGemm& g) {
   return {base, reinterpret_cast<float*>(base + l.scale_offset)};
 }
 
-const float* tensor_scale(const CastOperand& op, Scratch& scratch, cudaStream_t stream, Into into = {}) {
+// The pair into `into` (or the scratch) and, when `copy` is set, there too.
+const float* tensor_scale(const CastOperand& op, Scratch& scratch, cudaStream_t stream, Into into = {},
+                          float* copy = nullptr) {
   float* scale_and_inverse = into.scales != nullptr ? into.scales : scratch.floats(kFp8ScalePairFloats);
-  fp8_tensor_scale(op.amax, op.scale, op.margin, fp8_of(op), scale_and_inverse, stream);
+  fp8_tensor_scale_twice(op.amax, op.scale, op.margin, fp8_of(op), scale_and_inverse, copy, stream);
   return scale_and_inverse;
 }
 
@@ -173,12 +175,9 @@ Prepared fp8_keeping_transpose(const CastOperand& op, const Stored& s, void* kep
              "precision GEMM: only a per-tensor FP8 operand this GEMM reduces along its columns is kept transposed");
   const WeightCastLayout l = weight_cast_layout(OperandCast::Fp8Tensor, s.cols, s.rows);
   auto* base = static_cast<uint8_t*>(kept);
-  const float* scale = tensor_scale(op, scratch, stream, Into{base, reinterpret_cast<float*>(base + l.scale_offset)});
-  if (into.scales != nullptr) {
-    check_cuda(cudaMemcpyAsync(into.scales, scale, kFp8ScalePairFloats * sizeof(float), cudaMemcpyDeviceToDevice,
-                               stream),
-               "cudaMemcpyAsync (FP8 scale into a weight store)");
-  }
+  // The pair beside the transposed codes and, into a weight's store, beside its plain ones.
+  const float* scale =
+      tensor_scale(op, scratch, stream, Into{base, reinterpret_cast<float*>(base + l.scale_offset)}, into.scales);
   auto* codes = static_cast<uint8_t*>(into.codes != nullptr ? into.codes : scratch.bytes(s.count()));
   const Fp8 f = fp8_of(op);
   const CastTo to = f == Fp8::E4M3 ? CastTo::E4M3 : CastTo::E5M2;

@@ -11,7 +11,6 @@
 #include <string>
 
 #include "loom/core/error.h"
-#include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/quantize.h"
 #include "loom/kernels/cuda/tiled_cast.cuh"
 #include "loom/kernels/precision_gemm.h"
@@ -25,10 +24,8 @@ inline const float* write_produced_scales(const CastOperand& cast, void* codes, 
   const int64_t offset = weight_cast_layout(OperandCast::Fp8Tensor, rows, cols).scale_offset;
   auto* scales = reinterpret_cast<float*>(static_cast<uint8_t*>(codes) + offset);
   auto* scales_t = reinterpret_cast<float*>(static_cast<uint8_t*>(transposed) + offset);
-  fp8_tensor_scale(cast.amax, cast.scale, cast.margin, cast.e5m2 ? Fp8::E5M2 : Fp8::E4M3, scales, stream);
-  check_cuda(cudaMemcpyAsync(scales_t, scales, kFp8ScalePairFloats * sizeof(float), cudaMemcpyDeviceToDevice,
-                             stream),
-             "cudaMemcpyAsync (FP8 scale beside the transposed codes)");
+  fp8_tensor_scale_twice(cast.amax, cast.scale, cast.margin, cast.e5m2 ? Fp8::E5M2 : Fp8::E4M3, scales, scales_t,
+                         stream);
   return scales;
 }
 

@@ -89,10 +89,17 @@ __device__ inline float tensor_scale(float amax, Fp8 f, int margin) {
   return isinf(scale) ? FLT_MAX : scale;
 }
 
-__global__ void tensor_scale_kernel(const float* amax, float host_scale, int margin, Fp8 f, float* out) {
+// The pair into out and, when set, into copy too (a weight's plain codes' store beside its
+// transposed one): one launch where a device-to-device copy would add another.
+__global__ void tensor_scale_kernel(const float* amax, float host_scale, int margin, Fp8 f, float* out, float* copy) {
   const float scale = amax ? tensor_scale(*amax, f, margin) : host_scale;
+  const float inverse = __fdiv_rn(1.0f, scale);
   out[0] = scale;
-  out[kFp8InverseOffset] = __fdiv_rn(1.0f, scale);
+  out[kFp8InverseOffset] = inverse;
+  if (copy != nullptr) {
+    copy[0] = scale;
+    copy[kFp8InverseOffset] = inverse;
+  }
 }
 
 __global__ void encode_kernel(const float* __restrict__ in, uint8_t* __restrict__ codes, int64_t n, Fp8 f,
@@ -238,7 +245,12 @@ void amax_into_bf16(float* dst, const void* x16, int64_t n, cudaStream_t stream)
 
 void fp8_tensor_scale(const float* amax, float host_scale, int margin, Fp8 format, float* scale_and_inverse,
                       cudaStream_t stream) {
-  tensor_scale_kernel<<<1, 1, 0, stream>>>(amax, host_scale, margin, format, scale_and_inverse);
+  fp8_tensor_scale_twice(amax, host_scale, margin, format, scale_and_inverse, nullptr, stream);
+}
+
+void fp8_tensor_scale_twice(const float* amax, float host_scale, int margin, Fp8 format, float* scale_and_inverse,
+                            float* copy, cudaStream_t stream) {
+  tensor_scale_kernel<<<1, 1, 0, stream>>>(amax, host_scale, margin, format, scale_and_inverse, copy);
   check_launch("tensor_scale_kernel");
 }
 

@@ -34,6 +34,10 @@ void amax_into_bf16(float* dst, const void* x16, int64_t n, cudaStream_t stream 
 // amax, FLT_MAX when it overflows); otherwise `host_scale`. The inverse is 1 / scale, rounded.
 void fp8_tensor_scale(const float* amax, float host_scale, int margin, Fp8 format, float* scale_and_inverse,
                       cudaStream_t stream = nullptr);
+// The same pair written to `copy` too (when not null) by the same launch: codes kept in both
+// orientations carry it after each.
+void fp8_tensor_scale_twice(const float* amax, float host_scale, int margin, Fp8 format, float* scale_and_inverse,
+                            float* copy, cudaStream_t stream = nullptr);
 
 void encode_fp8(const float* in, uint8_t* codes, int64_t n, Fp8 format, float scale, cudaStream_t stream = nullptr);
 void decode_fp8(const uint8_t* codes, float* out, int64_t n, Fp8 format, float scale_inverse,
