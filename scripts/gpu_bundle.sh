@@ -2,11 +2,12 @@
 # Prepares the GPU tests and benchmarks to run on a machine that has the NVIDIA driver, CUDA and
 # Python with PyTorch but none of the build's Debian packages and no network (the lent device
 # machine; docs/cuda.md). Here: builds test_cuda, test_nccl, loom_bench_gemm_cuda,
-# loom_bench_flash_attention_cuda, loom_bench_linear_precision_cuda, loom_bench_cast_cuda and
-# `loom` (for runtime.device=cuda) with the CUDA backend (nvcc from /usr/local/cuda; sm_90a +
-# compute_90 PTX), strips them, and packs them with the shared libraries they need beyond glibc, libstdc++ and the
-# big CUDA libraries that machine has itself (cuBLASLt, NCCL: in its
-# /usr/local/cuda or in PyTorch's nvidia-* packages) into .gpu-bundle/payload.tar.xz (ignored by
+# loom_bench_flash_attention_cuda, loom_bench_linear_precision_cuda, loom_bench_cast_cuda,
+# `loom` (for runtime.device=cuda) and libloom_step_timeline.so (a CUPTI injection library, with
+# libcupti) with the CUDA backend (nvcc from /usr/local/cuda; sm_90a + compute_90 PTX), strips
+# them, and packs them with the shared libraries they need beyond glibc, libstdc++ and the big
+# CUDA libraries that machine has itself (cuBLASLt, NCCL: in its /usr/local/cuda or in
+# PyTorch's nvidia-* packages) into .gpu-bundle/payload.tar.xz (ignored by
 # git, a few MB). Then checks that every library resolves but the driver's and that test_cuda
 # starts and skips here, saying why. It also carries llm.c's GPU trainer, the peer of the GPT-2
 # training benchmark (bench/cuda/train_bench.sh): its sources from a fetched mirror of
@@ -20,6 +21,7 @@ cd "$repo"
 targets=(test_cuda test_nccl loom_bench_gemm_cuda loom_bench_flash_attention_cuda loom_bench_linear_precision_cuda
   loom_bench_paged_attention_cuda loom_bench_cast_cuda loom_bench_serve)
 targets+=(loom)  # runtime.device=cuda
+targets+=(loom_step_timeline)  # the CUPTI injection library of train_bench.sh's timeline run
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON >/dev/null
 cmake --build build -j"$(nproc)" --target "${targets[@]}" >/dev/null
 bundle="$repo/.gpu-bundle"
@@ -31,7 +33,9 @@ cp build/test_cuda build/test_nccl build/bench/loom_bench_gemm_cuda build/bench/
   build/bench/loom_bench_cast_cuda build/bench/loom_bench_serve \
   "$stage/bin/"
 cp build/loom "$stage/bin/"  # runtime.device=cuda
-strip --strip-unneeded "$stage"/bin/*
+# Next to loom, where train_bench.sh looks for it; libcupti travels in lib/ (the ldd loop below).
+cp build/bench/libloom_step_timeline.so "$stage/bin/"
+strip --strip-unneeded "$stage"/bin/*  # keeps the dynamic symbols (the library's InitializeInjection)
 # Libraries outside glibc/libstdc++ (newer on that machine), the driver and the CUDA libraries
 # it has travel with the binaries.
 for bin in "$stage"/bin/*; do ldd "$bin"; done | awk '/=>/ {print $1, $3}' | sort -u | while read -r name path; do

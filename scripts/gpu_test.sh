@@ -17,6 +17,8 @@
 #             (Nsight Compute)
 #   bytes     (not in the default) the ~1B fp8_delayed step's and GPT-2's kernels with their DRAM
 #             TB/s and achieved occupancy (Nsight Compute; each counter pass reruns the process)
+#   timeline  (not in the default) the ~1B bf16 and GPT-2 steps' GPU timelines (CUPTI): where the GPU
+#             sat idle within a step and what the host was doing then (bench/cuda/train_bench.sh timeline)
 #   nccl      test_nccl; the trainer over NCCL (one rank) and as 2 ranks sharing the GPU
 #   torch     PyTorch with torch.compile on both shapes
 #   more      the hybrid step, serving on the GPU beside the CPU, compute-sanitizer, the kernel
@@ -36,8 +38,9 @@ export LOOM_GPU_DEADLINE=$(($(date +%s) + ${LOOM_GPU_BUDGET_S:-540}))
 stages=("$@")
 [ "${#stages[@]}" -gt 0 ] || stages=(kernels llama gpt2 profile nccl torch more)
 for s in "${stages[@]}"; do
-  case "$s" in kernels | llama | curves | gpt2 | profile | bytes | nccl | torch | more) ;;
-    *) echo "gpu_test.sh: unknown stage '$s' (kernels, llama, curves, gpt2, profile, bytes, nccl, torch, more)" >&2
+  case "$s" in kernels | llama | curves | gpt2 | profile | bytes | timeline | nccl | torch | more) ;;
+    *) echo "gpu_test.sh: unknown stage '$s' (kernels, llama, curves, gpt2, profile, bytes, timeline, nccl, torch," \
+         "more)" >&2
       exit 2 ;;
   esac
 done
@@ -232,6 +235,7 @@ for s in "${stages[@]}"; do
     gpt2) train_bench gpt2 llmc ;;
     profile) train_bench profile-fp8 profile-gpt2 profile ;;
     bytes) PROFILE_BYTES=1 train_bench profile-fp8-delayed profile-gpt2 ;;
+    timeline) train_bench timeline ;;
     nccl) stage_nccl ;;
     torch) train_bench torch-gpt2 torch-llama ;;
     more) stage_more ;;

@@ -27,6 +27,9 @@
 #   torch-llama  PyTorch's ~1B, torch.compile
 #   profile-fp8  as profile, for fp8_current (OUT/fp8_kernel_profile.log)
 #   profile-fp8-delayed  as profile, for fp8_delayed (OUT/fp8_delayed_kernel_profile.log)
+#   timeline     the ~1B bf16 for 8 steps and GPT-2 bf16 for 12 under libloom_step_timeline.so (a CUPTI
+#                injection library: LOOM_STEP_TIMELINE_LIB, default next to loom), then where each step
+#                left the GPU idle and what the host was doing (OUT/llama_timeline.log, OUT/gpt2_timeline.log)
 # PROFILE_BYTES=1: the profiles also take each kernel's DRAM bytes and achieved occupancy (TB/s and
 # occ % columns), possibly rerunning the process once per counter pass.
 # Every run has its own timeout, cut to what is left before LOOM_GPU_DEADLINE (seconds since the
@@ -215,6 +218,47 @@ profile_run() {  # RECIPE OUTPUT_NAME MODEL B T
   [ -s "$csv" ] && python3 "$here/kernel_profile.py" "$csv" --steps 2 --top 40 ${step_ms:+--step-ms "$step_ms"} | tee "$out/$name"
 }
 
+# The GPU's timeline of a few steps (bench/cuda/step_timeline.cpp, loaded by the CUDA driver through
+# CUDA_INJECTION64_PATH into an unmodified loom), cut into steps by bench/cuda/step_timeline.py:
+# the GPU's idle gaps within a step and what the host was doing (launching, or waiting in a sync).
+# The library: LOOM_STEP_TIMELINE_LIB, else next to loom (the bundle's bin/), else in its build's bench/.
+timeline_lib() {
+  [ -n "${LOOM_STEP_TIMELINE_LIB:-}" ] && { echo "$LOOM_STEP_TIMELINE_LIB"; return; }
+  local dir
+  dir="$(cd "$(dirname "$loom")" && pwd)"
+  [ -f "$dir/bench/libloom_step_timeline.so" ] && echo "$dir/bench/libloom_step_timeline.so" ||
+    echo "$dir/libloom_step_timeline.so"
+}
+timeline_run() {  # NAME MODEL B T STEPS PREFIX [OVERRIDE ...]
+  local name="$1" model="$2" B="$3" T="$4" steps="$5" prefix="$6" lib
+  shift 6
+  lib=$(timeline_lib)
+  if [ ! -f "$lib" ]; then
+    echo "timeline $name: no step timeline library ($lib; scripts/gpu_bundle.sh builds it), skipped" | tee -a "$log"
+    return 0
+  fi
+  local missing
+  missing=$(ldd "$lib" | grep "not found" | paste -sd' ')
+  [ -z "$missing" ] || { echo "timeline $name: $lib misses libraries ($missing), skipped" | tee -a "$log"; return 0; }
+  local dir="$work/timeline-$name" csv="$work/timeline-$name.csv"
+  rm -rf "$dir" "$csv"
+  run "timeline loom $model" 90 env CUDA_INJECTION64_PATH="$lib" LOOM_TIMELINE_OUT="$csv" \
+    "$loom" train $(loom_args "$model" "$B" "$T" "$steps" bf16 "$prefix" "$dir") "$@"
+  grep -h "^loom step timeline" "$work/part.log"  # the library's own lines: records written, or why not
+  if [ -s "$csv" ]; then
+    python3 "$here/step_timeline.py" "$csv" | tee "$out/${name}_timeline.log"
+  else
+    echo "timeline $name: no timeline written (the run's output is in $log)"
+  fi
+}
+timeline_runs() {
+  [ -z "$loom_status" ] || { echo "timeline: skipped ($loom_status)"; return 0; }
+  if docs_corpus; then timeline_run llama "${llama[@]}" 8 "$work/docs/c_train"
+  else echo "timeline llama: preparing the docs corpus failed"; tail -3 "$log"; fi
+  if random_tokens; then timeline_run gpt2 "${gpt2[@]}" 12 "$work/random/train" "model.vocab_size=$gpt2_vocab"
+  else echo "timeline gpt2: making the random tokens failed"; tail -3 "$log"; fi
+}
+
 for r in "${runs[@]}"; do
   case "$r" in
     llama) llama_runs ;;
@@ -228,8 +272,9 @@ for r in "${runs[@]}"; do
     profile-fp8-delayed) profile_run fp8_delayed fp8_delayed_kernel_profile.log "${llama[@]}" ;;
     torch-gpt2) torch_run "${gpt2[@]}" ;;
     torch-llama) torch_run "${llama[@]}" ;;
+    timeline) timeline_runs ;;
     *) echo "train_bench.sh: unknown run '$r' (llama, curves, gpt2, llmc, profile, torch-gpt2, torch-llama, profile-gpt2," \
-         "profile-fp8, profile-fp8-delayed)" >&2; exit 2 ;;
+         "profile-fp8, profile-fp8-delayed, timeline)" >&2; exit 2 ;;
   esac
 done
 exit 0

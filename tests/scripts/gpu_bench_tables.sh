@@ -6,7 +6,8 @@
 # not such a table;
 # bench/cuda/gpu_table.py gives a loom recipe's tokens/s over loom's bf16 run; bench/cuda/
 # loss_curves.py tells two loss curves within 5% of each other from ones that are not;
-# bench/cuda/gpu_clocks.py sums up nvidia-smi's clock, power and clock-event samples of a run.
+# bench/cuda/gpu_clocks.py sums up nvidia-smi's clock, power and clock-event samples of a run;
+# bench/cuda/step_timeline.py cuts a CUPTI timeline into steps and finds where the GPU sat idle.
 # Usage: gpu_bench_tables.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -87,3 +88,43 @@ expected="# clocks over 3 busy samples: SM median 1755 MHz (lowest 1700), power 
 expected+=" held down by: hardware slowdown 33%, power cap 67%"
 grep -qxF "$expected" "$work/clocks.txt" || fail "the clocks' line" "$work/clocks.txt"
 echo "gpu_clocks.py: busy samples' clock, power and reasons"
+
+# A hand-made timeline (tests/scripts/fixtures/step_timeline.csv): 4 steps of 1 ms, each ending with
+# 2 AdamW launches; the GPU idle 150 us after the loss's copy while the host sits in
+# cudaStreamSynchronize, 80 us (the last step 120) while it is inside a slow cudaLaunchKernel, 10 us
+# around a few short calls. The first step (with a warm-up kernel) is left out.
+python3 "$bench/step_timeline.py" "$here/fixtures/step_timeline.csv" > "$work/timeline.txt" ||
+  fail "step_timeline.py exited with $?" "$work/timeline.txt"
+grep -q "4 step ends ('adamw'), 3 complete steps after the first; the last 3$" "$work/timeline.txt" ||
+  fail "the steps found" "$work/timeline.txt"
+expected="step 2: wall 1.000 ms, GPU busy 0.760 ms, idle 0.240 ms (24.0%), 6 kernels, host in synchronisation 0.340 ms"
+grep -qxF "$expected" "$work/timeline.txt" || fail "step 2's times" "$work/timeline.txt"
+expected="  gap 150.0 us at +0.310 ms, host waiting in cudaStreamSynchronize: after memcpy DtoH 4 B,"
+expected+=" before loom::kernels::cuda::rmsnorm_forward<float>"
+[ "$(grep -cxF "$expected" "$work/timeline.txt")" = 3 ] || fail "the gap while the host waits" "$work/timeline.txt"
+expected="  gap 120.0 us at +0.560 ms, host launching in cudaLaunchKernel:"
+expected+=" after loom::kernels::cuda::rmsnorm_forward<float>, before loom::kernels::cuda::rmsnorm_backward<float>"
+grep -qxF "$expected" "$work/timeline.txt" || fail "the gap while the host launches" "$work/timeline.txt"
+grep -q "warmup" "$work/timeline.txt" && fail "the first step was not left out" "$work/timeline.txt"
+expected="mean over 3 steps: wall 1.000 ms, GPU busy 0.747 ms, idle 0.253 ms (25.3%), host in synchronisation 0.340 ms"
+grep -qxF "$expected" "$work/timeline.txt" || fail "the means" "$work/timeline.txt"
+# Idle 253.3 us a step: 150 waiting, 95.3 launching (79, 79, 119 in the slow launches; 3 in the
+# short ones), 4 between calls, 4 in cudaMemsetAsync.
+expected="idle per step by what the host did: waiting in a synchronisation 0.150 ms (59.2%); the GPU starved"
+expected+=" 0.099 ms (39.2%): launching 0.095 ms (37.6%), between CUDA calls 0.004 ms (1.6%);"
+expected+=" in other CUDA calls 0.004 ms (1.6%)"
+grep -qxF "$expected" "$work/timeline.txt" || fail "the idle time by what the host did" "$work/timeline.txt"
+grep -Eq '^ +0\.093 +3  loom::kernels::cuda::rmsnorm_backward<float>$' "$work/timeline.txt" ||
+  fail "the gaps by the kernel after them" "$work/timeline.txt"
+python3 "$bench/step_timeline.py" "$here/fixtures/step_timeline.csv" --steps 1 --gap-us 130 > "$work/last.txt" ||
+  fail "step_timeline.py --steps 1 exited with $?" "$work/last.txt"
+grep -q "^step 4: wall 1.000 ms, GPU busy 0.720 ms, idle 0.280 ms (28.0%)" "$work/last.txt" ||
+  fail "the last step alone" "$work/last.txt"
+[ "$(grep -c "^  gap " "$work/last.txt")" = 1 ] || fail "the gaps over 130 us" "$work/last.txt"
+line=$(grep -n ",10005000," "$here/fixtures/step_timeline.csv" | cut -d: -f1)
+sed "${line}s/,10005000,/,10x05000,/" "$here/fixtures/step_timeline.csv" > "$work/bad_timeline.csv"
+rc=0; python3 "$bench/step_timeline.py" "$work/bad_timeline.csv" > "$work/bad_timeline.txt" 2>&1 || rc=$?
+[ $rc = 2 ] || fail "a timeline with a broken time was taken" "$work/bad_timeline.txt"
+expected="step_timeline: $work/bad_timeline.csv:$line: start_ns '10x05000' is not a whole number"
+grep -qxF "$expected" "$work/bad_timeline.txt" || fail "the broken line is not named" "$work/bad_timeline.txt"
+echo "step_timeline.py: steps, GPU idle gaps and what the host did in them, a broken line named"
