@@ -5,6 +5,7 @@
 // block scales within 1e-3 of the fp64 product of the quantised operands (loom::precision's
 // reference); MXFP8 emulated on Hopper (decode to bf16, bf16 GEMM) within 1e-5 of that product.
 // cuBLASLt's bias epilogue (bf16 and per-tensor FP8 into bf16) bit for bit on exactly summed operands.
+// Plans whose algorithm was timed among cuBLASLt's candidates (LOOM_GEMM_AUTOTUNE) likewise.
 // Fresh random inputs, outputs poisoned. Skipped, saying why, without a GPU; the argument checks
 // (FP8 shape rules, flash attention's head_dim) run everywhere.
 #include <cuda_bf16.h>
@@ -17,6 +18,7 @@
 #include "loom/core/error.h"
 #include "loom/kernels/cuda/backend.h"
 #include "loom/kernels/cuda/flash_attention.h"
+#include "loom/kernels/cuda/gemm_autotune.h"
 #include "loom/kernels/cuda/gemm_lt.h"
 #include "loom/kernels/cuda/quantize.h"
 #include "loom/kernels/ops.h"
@@ -280,6 +282,66 @@ namespace loom::kernels::cuda {
 namespace {
 
 // Argument checks come before any CUDA call, so these run (and must pass) without a GPU too.
+// Plans made with LOOM_GEMM_AUTOTUNE's timing (set_gemm_autotune_candidates: 8 of cuBLASLt's
+// candidates run on a scratch output, the fastest kept) compute the same products, and the timing
+// runs leave the caller's output alone: accumulating (beta 1) into random values adds the product
+// once. Shapes no other test uses, so their plans are made here: fp32, bf16 and per-tensor FP8.
+TEST_F(CudaGemm, AutotunedPlansComputeTheSameProductsAndLeaveTheOutputAlone) {
+  struct Candidates {
+    Candidates() { set_gemm_autotune_candidates(8); }
+    ~Candidates() { set_gemm_autotune_candidates(0); }
+  } tuning;
+  auto plus = [](const std::vector<float>& start, std::vector<double> product) {
+    for (size_t i = 0; i < product.size(); ++i) product[i] += start[i];
+    return product;
+  };
+  {  // fp32 operands, c [130, 70] += a [130, 333] . b [70, 333]^T
+    const int64_t m = 130, n = 70, k = 333;
+    const std::vector<float> a = random_values(seed_, m * k, 1.0f), b = random_values(seed_ + 1, n * k, 1.0f),
+                             start = random_values(seed_ + 2, m * n, 1.0f);
+    DeviceFloats d_a(allocator_, a), d_b(allocator_, b), d_c(allocator_, start);
+    gemm(d_c.ptr, d_a.ptr, d_b.ptr, m, n, k, false, true, true);
+    EXPECT_LE(relative_error(d_c.host(), plus(start, product_nt(a, b, m, n, k))), 1e-5) << "fp32";
+  }
+  {  // bf16 operands into fp32, accumulating: (777, 345, 1040)
+    const int64_t m = 777, n = 345, k = 1040;
+    const std::vector<float> a = random_values(seed_ + 3, m * k, 1.0f), b = random_values(seed_ + 4, n * k, 1.0f),
+                             start = random_values(seed_ + 5, m * n, 10.0f);
+    std::vector<__nv_bfloat16> ab(a.size()), bb(b.size());
+    std::vector<float> a_rounded(a.size()), b_rounded(b.size());
+    for (size_t i = 0; i < a.size(); ++i) a_rounded[i] = __bfloat162float(ab[i] = __float2bfloat16(a[i]));
+    for (size_t i = 0; i < b.size(); ++i) b_rounded[i] = __bfloat162float(bb[i] = __float2bfloat16(b[i]));
+    DeviceArray<__nv_bfloat16> d_a(allocator_, ab), d_b(allocator_, bb);
+    DeviceFloats d_c(allocator_, start);
+    matmul(GemmOutput{d_c.ptr, GemmType::F32}, GemmOperand{d_a.ptr, GemmType::BF16, false},
+           GemmOperand{d_b.ptr, GemmType::BF16, true}, m, n, k, 1.0f, 1.0f);
+    EXPECT_LE(relative_error(d_c.host(), plus(start, product_nt(a_rounded, b_rounded, m, n, k))), 1e-5) << "bf16";
+  }
+  {  // per-tensor E4M3 x E4M3 into fp32: (528, 272, 1040)
+    const int64_t m = 528, n = 272, k = 1040;
+    const std::vector<float> a = random_values(seed_ + 6, m * k, 1.0f), b = random_values(seed_ + 7, n * k, 0.1f);
+    const Fp8Operand qa = per_tensor(allocator_, a, Fp8::E4M3), qb = per_tensor(allocator_, b, Fp8::E4M3);
+    DeviceFloats d_c(allocator_, poison(m * n));
+    matmul(GemmOutput{d_c.ptr, GemmType::F32},
+           GemmOperand{qa.codes->ptr, GemmType::E4M3, false, qa.scales->ptr, ScaleMode::Tensor},
+           GemmOperand{qb.codes->ptr, GemmType::E4M3, true, qb.scales->ptr, ScaleMode::Tensor}, m, n, k, 1.0f, 0.0f);
+    EXPECT_LE(relative_error(d_c.host(), product_nt(qa.dequantized, qb.dequantized, m, n, k)), 1e-3) << "fp8";
+  }
+}
+
+TEST(CudaGemmArguments, AutotuneCountsOutsideTheRangeAreErrors) {
+  for (const int bad : {-1, 33}) {
+    try {
+      set_gemm_autotune_candidates(bad);
+      FAIL() << "no error for " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("set_gemm_autotune_candidates(" + std::to_string(bad) + ")"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(CudaGemmArguments, Fp8RulesAreErrorsNamingWhatIsWrong) {
   const float scale = 1.0f;
   const GemmOutput out{nullptr, GemmType::F32};

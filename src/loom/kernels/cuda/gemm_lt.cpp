@@ -4,16 +4,19 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "loom/core/error.h"
 #include "loom/kernels/cuda/bias.h"
 #include "loom/kernels/cuda/caching_allocator.h"
 #include "loom/kernels/cuda/device.h"
+#include "loom/kernels/cuda/gemm_autotune.h"
 #include "loom/kernels/cuda/per_device.h"
 #include "loom/kernels/cuda/quantize.h"
 #include "loom/kernels/cuda/scratch.h"
@@ -90,6 +93,8 @@ struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  // The heuristic's answers, in its order, until the first product times them (LOOM_GEMM_AUTOTUNE).
+  std::vector<cublasLtMatmulAlgo_t> candidates;
   ~Plan() {
     if (d) cublasLtMatrixLayoutDestroy(d);
     if (c) cublasLtMatrixLayoutDestroy(c);
@@ -183,10 +188,11 @@ std::unique_ptr<Plan> make_plan(Context& ctx, const LtProblem& p, bool accumulat
                          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     check_lt(cublasLtMatmulPreferenceSetAttribute(preference.get(), attribute, &align, sizeof align),
              "set MIN_ALIGNMENT");
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(gemm_autotune_candidates()));
   int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(ctx.handle, plan->desc, plan->a, plan->b, plan->c,
-                                                               plan->d, preference.get(), 1, &result, &found);
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(ctx.handle, plan->desc, plan->a, plan->b, plan->c, plan->d, preference.get(),
+                                     static_cast<int>(results.size()), results.data(), &found);
   if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
     throw Error(std::string("cuBLASLt has no algorithm for ") + type_name(p.second.type) + " x " +
                 type_name(p.first.type) + " -> " + type_name(p.out) + " with (m, n, k) = (" + std::to_string(p.cols) +
@@ -194,8 +200,47 @@ std::unique_ptr<Plan> make_plan(Context& ctx, const LtProblem& p, bool accumulat
                 (accumulate ? ", accumulating" : "") + (p.bias != nullptr ? ", with a bf16 bias" : "") +
                 ", alignment " + std::to_string(alignment) + " bytes: " + cublasLtGetStatusName(status));
   }
-  plan->algo = result.algo;
+  plan->algo = results[0].algo;
+  if (found > 1) {
+    for (int i = 0; i < found; ++i) plan->candidates.push_back(results[static_cast<size_t>(i)].algo);
+  }
   return plan;
+}
+
+int element_bytes(GemmType t) {
+  switch (t) {
+    case GemmType::F32: return 4;
+    case GemmType::BF16:
+    case GemmType::F16: return 2;
+    case GemmType::E4M3:
+    case GemmType::E5M2: return 1;
+  }
+  return 4;
+}
+
+// The plan's algorithm: the fastest of its candidates on its first product (gemm_autotune.h),
+// into a scratch output; said once per plan on stderr, so a run's log shows what timing bought.
+void tune(Context& ctx, Plan& plan, const LtProblem& p, float alpha, float beta, cudaStream_t stream) {
+  const size_t bytes = static_cast<size_t>(p.rows * p.cols * element_bytes(p.out));
+  LtCall call;
+  call.handle = ctx.handle;
+  call.desc = plan.desc;
+  call.a = plan.a, call.b = plan.b, call.c = plan.c, call.d = plan.d;
+  call.a_data = p.first.data, call.b_data = p.second.data;
+  call.alpha = alpha, call.beta = beta;
+  call.scratch = ctx.allocator.allocate(bytes, stream);
+  call.workspace = ctx.workspace(stream), call.workspace_bytes = kWorkspaceBytes;
+  call.stream = stream;
+  const TunedAlgorithm tuned = fastest_algorithm(call, plan.candidates);
+  ctx.allocator.release(call.scratch, stream);
+  plan.algo = plan.candidates[static_cast<size_t>(tuned.chosen)];
+  std::fprintf(stderr,
+               "loom: GEMM autotune (m, n, k) = (%lld, %lld, %lld) %s x %s -> %s: the heuristic's first %.1f us, "
+               "chose #%d of %d timed, %.1f us\n",
+               static_cast<long long>(p.cols), static_cast<long long>(p.rows), static_cast<long long>(p.depth),
+               type_name(p.second.type), type_name(p.first.type), type_name(p.out), tuned.first_us, tuned.chosen + 1,
+               tuned.timed, tuned.chosen_us);
+  plan.candidates.clear();
 }
 
 }  // namespace
@@ -275,6 +320,7 @@ void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int
     set(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, p.second.scale, "set B_SCALE_POINTER");
   }
   if (c.bias != nullptr) set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias, "set BIAS_POINTER");
+  if (!plan.candidates.empty()) tune(ctx, plan, p, alpha, beta, stream);
   check_lt(cublasLtMatmul(ctx.handle, plan.desc, &alpha, p.first.data, plan.a, p.second.data, plan.b, &beta, c.data,
                           plan.c, c.data, plan.d, &plan.algo, ctx.workspace(stream), kWorkspaceBytes, stream),
            "cublasLtMatmul");
