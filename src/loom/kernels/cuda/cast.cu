@@ -1,7 +1,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <atomic>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
@@ -14,6 +13,7 @@
 #include "loom/kernels/cuda/fp8_format.cuh"
 #include "loom/kernels/cuda/launch.cuh"
 #include "loom/kernels/cuda/pack4.cuh"
+#include "loom/kernels/cuda/process_setting.h"
 #include "loom/kernels/cuda/tiled_cast.cuh"
 
 namespace loom::kernels::cuda {
@@ -183,9 +183,6 @@ void cast_into(const In* in, void* out, void* plain, int64_t rows, int64_t cols,
   }
 }
 
-// 0 until set_tiled_cast_rows sets 64 or 128.
-std::atomic<int> tiled_cast_rows_set{0};
-
 int tiled_cast_rows_from_environment() {
   const char* value = std::getenv("LOOM_TILED_CAST_ROWS");
   const std::string v = value != nullptr ? value : "";
@@ -194,19 +191,16 @@ int tiled_cast_rows_from_environment() {
   throw Error("LOOM_TILED_CAST_ROWS=" + v + ": expected 64 or 128 (the rows of the FP8 transposed casts' tiles)");
 }
 
+ProcessSetting tiled_cast_rows_setting(tiled_cast_rows_from_environment);
+
 }  // namespace
 
-int tiled_cast_rows() {
-  const int set = tiled_cast_rows_set.load(std::memory_order_relaxed);
-  if (set != 0) return set;
-  static const int from_environment = tiled_cast_rows_from_environment();
-  return from_environment;
-}
+int tiled_cast_rows() { return tiled_cast_rows_setting.value(); }
 
 void set_tiled_cast_rows(int rows) {
   LOOM_CHECK(rows == 0 || rows == 64 || rows == 128, "set_tiled_cast_rows(" + std::to_string(rows) +
                                                          "): expected 64, 128, or 0 for the default");
-  tiled_cast_rows_set.store(rows, std::memory_order_relaxed);
+  tiled_cast_rows_setting.set(rows);
 }
 
 void cast_operand(const float* in, void* out, int64_t rows, int64_t cols, bool transpose, CastTo to,

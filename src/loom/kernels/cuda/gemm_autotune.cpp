@@ -1,11 +1,11 @@
 #include "loom/kernels/cuda/gemm_autotune.h"
 
-#include <atomic>
 #include <cstdlib>
 #include <string>
 
 #include "loom/core/error.h"
 #include "loom/kernels/cuda/device.h"
+#include "loom/kernels/cuda/process_setting.h"
 
 namespace loom::kernels::cuda {
 
@@ -51,21 +51,16 @@ float time_us(const LtCall& call, const cublasLtMatmulAlgo_t& algo, cudaEvent_t 
 }  // namespace
 
 namespace {
-std::atomic<int> candidates_set{0};  // 0: none set, LOOM_GEMM_AUTOTUNE's
+ProcessSetting candidates_setting(candidates_from_environment);
 }  // namespace
 
-int gemm_autotune_candidates() {
-  const int set = candidates_set.load(std::memory_order_relaxed);
-  if (set != 0) return set;
-  static const int candidates = candidates_from_environment();
-  return candidates;
-}
+int gemm_autotune_candidates() { return candidates_setting.value(); }
 
 void set_gemm_autotune_candidates(int candidates) {
   LOOM_CHECK(candidates >= 0 && candidates <= kMostCandidates,
              "set_gemm_autotune_candidates(" + std::to_string(candidates) + "): expected 1 (off) to " +
                  std::to_string(kMostCandidates) + ", or 0 for LOOM_GEMM_AUTOTUNE's");
-  candidates_set.store(candidates, std::memory_order_relaxed);
+  candidates_setting.set(candidates);
 }
 
 TunedAlgorithm fastest_algorithm(const LtCall& call, const std::vector<cublasLtMatmulAlgo_t>& candidates) {
