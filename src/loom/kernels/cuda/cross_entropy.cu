@@ -62,22 +62,34 @@ struct RunningSoftmax {
   }
 };
 
+// Packs of a row a thread loads before it adds or writes any of them (its packs p, p + blockDim.x,
+// ...: each thread's own, in its order), for more bytes in flight than one load at a time; two,
+// since more spill at 32 registers (two 1024-thread blocks per SM). The order of the adds, and so
+// the sums, is the same whatever the count.
+constexpr int kRowPacks = 2;
+
 // The row's max and sum of exp(z - max), every thread's share combined (every thread gets both).
-// Packed: the row read as aligned packs of 4 (pack4.cuh), else element by element; the fp32 and
-// bf16 forms of a row take the same path, so the same sums.
+// Packed: the row read as aligned packs of 4 (pack4.cuh), kRowPacks in flight, else element by
+// element; the fp32 and bf16 forms of a row take the same path, so the same sums.
 template <bool Packed, typename T>
 __device__ float2 row_softmax_stats(const T* z, int64_t vocab, float* shared) {
   RunningSoftmax run;
   if constexpr (Packed) {
-    // Two packs loaded before either is added: more bytes in flight, the same order of adds.
     const int64_t packs = vocab / 4, stride = blockDim.x;
-    for (int64_t p = threadIdx.x; p < packs; p += 2 * stride) {
-      float v[4], w[4];
-      load4(z, p, v);
-      const bool second = p + stride < packs;
-      if (second) load4(z, p + stride, w);
-      run.add4(v);
-      if (second) run.add4(w);
+    for (int64_t p = threadIdx.x; p < packs; p += kRowPacks * stride) {
+      Pack4<T> raw[kRowPacks];  // as stored: bf16 packs hold half the registers of their floats
+#pragma unroll
+      for (int j = 0; j < kRowPacks; ++j) {
+        if (p + j * stride < packs) raw[j] = pack_at(z + 4 * (p + j * stride));
+      }
+#pragma unroll
+      for (int j = 0; j < kRowPacks; ++j) {
+        if (p + j * stride >= packs) break;
+        float v[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) v[k] = load(raw[j].v, k);
+        run.add4(v);
+      }
     }
   } else {
     for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) run.add(load(z, i));
@@ -92,15 +104,27 @@ template <bool Packed, typename T>
 __device__ void write_gradient(T* z, int64_t vocab, float m, float sum, int64_t local, float grad_scale) {
   const float factor = grad_scale / sum;
   if constexpr (Packed) {
-    for (int64_t p = threadIdx.x; p < vocab / 4; p += blockDim.x) {
-      float v[4];
-      load4(z, p, v);
+    // kRowPacks packs loaded before any is written back (in place: the compiler would not move a
+    // load above a store that may alias it; a thread's packs are distinct, so none does).
+    const int64_t packs = vocab / 4, stride = blockDim.x;
+    for (int64_t p0 = threadIdx.x; p0 < packs; p0 += kRowPacks * stride) {
+      Pack4<T> raw[kRowPacks];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        v[k] = factor * expf(v[k] - m);
-        if (4 * p + k == local) v[k] -= grad_scale;
+      for (int j = 0; j < kRowPacks; ++j) {
+        if (p0 + j * stride < packs) raw[j] = pack_at(z + 4 * (p0 + j * stride));
       }
-      store4(z, p, v);
+#pragma unroll
+      for (int j = 0; j < kRowPacks; ++j) {
+        const int64_t p = p0 + j * stride;
+        if (p >= packs) break;
+        float v[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          v[k] = factor * expf(load(raw[j].v, k) - m);
+          if (4 * p + k == local) v[k] -= grad_scale;
+        }
+        store4(z, p, v);
+      }
     }
   } else {
     for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
@@ -120,8 +144,10 @@ __device__ void ignore_row(T* z, float* losses, int64_t vocab, float grad_scale)
 }
 
 // A block of kRowThreads per row: the loss and, unless grad_scale is 0, the gradient in place.
+// Two blocks per SM (at most 32 registers a thread): the rows resident together are what keeps
+// HBM busy.
 template <bool Packed, typename T>
-__global__ void cross_entropy_kernel(T* logits, float* losses, const int32_t* targets, int64_t vocab,
+__global__ void __launch_bounds__(kRowThreads, 2) cross_entropy_kernel(T* logits, float* losses, const int32_t* targets, int64_t vocab,
                                      float grad_scale, const LossResult* result) {
   __shared__ float shared[kRowThreads / 32];
   if (result->bad != kNoBadTarget) return;  // a bad target: nothing is touched
