@@ -147,8 +147,9 @@ __device__ void ignore_row(T* z, float* losses, int64_t vocab, float grad_scale)
 // Two blocks per SM (at most 32 registers a thread): the rows resident together are what keeps
 // HBM busy.
 template <bool Packed, typename T>
-__global__ void __launch_bounds__(kRowThreads, 2) cross_entropy_kernel(T* logits, float* losses, const int32_t* targets, int64_t vocab,
-                                     float grad_scale, const LossResult* result) {
+__global__ void __launch_bounds__(kRowThreads, 2)
+    cross_entropy_kernel(T* logits, float* losses, const int32_t* targets, int64_t vocab, float grad_scale,
+                         const LossResult* result) {
   __shared__ float shared[kRowThreads / 32];
   if (result->bad != kNoBadTarget) return;  // a bad target: nothing is touched
   T* z = logits + blockIdx.x * vocab;
