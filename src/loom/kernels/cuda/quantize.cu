@@ -256,10 +256,8 @@ void fp8_tensor_scale_twice(const float* amax, float host_scale, int margin, Fp8
 
 float amax(const float* x, int64_t n, cudaStream_t stream) {
   if (n == 0) return 0.0f;
-  const unsigned bits = read_back_word(stream, "amax", [&](unsigned* result) {
-    amax_kernel<<<amax_grid(n), kThreads, 0, stream>>>(x, n, result);
-    check_launch("amax_kernel");
-  });
+  const unsigned bits =
+      read_back_word(stream, "amax", [&](unsigned* result) { launch_amax(x, n, result, stream, "amax_kernel"); });
   float value;
   std::memcpy(&value, &bits, sizeof value);
   return value;
