@@ -112,11 +112,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       s = rstd[r];
       load_backward_row<V, Held>(t, chunks, x, dy, dx, xv, dyv, dxv);
       each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
-        if constexpr (Held == 0) {
-          load_chunk(x, c, xv[k]);
-          load_chunk(dy, c, dyv[k]);
-          load_chunk(weight, c, w[k]);
-        }
+        load_unheld_chunk<V, Held, false>(c, x, dy, weight, dx, xv[k], dyv[k], w[k], dxv[k]);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           const float dnorm = dyv[k][j] * w[k][j];
@@ -129,12 +125,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const float mean_dnorm = sums[0] / static_cast<float>(dim), mean_dnorm_xhat = sums[1] / static_cast<float>(dim);
     if (!valid) continue;
     each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
-      if constexpr (Held == 0) {
-        load_chunk(x, c, xv[k]);
-        load_chunk(dy, c, dyv[k]);
-        load_chunk(weight, c, w[k]);
-        load_chunk(dx, c, dxv[k]);
-      }
+      load_unheld_chunk<V, Held, true>(c, x, dy, weight, dx, xv[k], dyv[k], w[k], dxv[k]);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         const float xhat = (xv[k][j] - mu) * s;

@@ -186,6 +186,21 @@ __device__ __forceinline__ void load_backward_row(const RowThread& t, int64_t ch
   }
 }
 
+// With Held = 0 (nothing held over the row) chunk c of x, dy and the weight, and with kDx (the
+// pass that adds into din) of dx too, read where a pass needs them; with Held > 0 nothing: they
+// are in the registers load_backward_row and start_block_gradients filled.
+template <int V, int Held, bool kDx>
+__device__ __forceinline__ void load_unheld_chunk(int64_t c, const float* x, const float* dy, const float* weight,
+                                                  const float* dx, float (&xv)[V], float (&dyv)[V], float (&w)[V],
+                                                  float (&dxv)[V]) {
+  if constexpr (Held == 0) {
+    load_chunk(x, c, xv);
+    load_chunk(dy, c, dyv);
+    load_chunk(weight, c, w);
+    if constexpr (kDx) load_chunk(dx, c, dxv);
+  }
+}
+
 // The start of a norm backward's block: with Held > 0 each thread's columns' weights into w;
 // with Held = 0 the N column-gradient arrays in shared memory (sums, [N][dim]) zeroed.
 template <int V, int Held, int N>

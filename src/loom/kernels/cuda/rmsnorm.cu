@@ -93,11 +93,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       s = rstd[r];
       load_backward_row<V, Held>(t, chunks, x, dy, dx, xv, dyv, dxv);
       each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
-        if constexpr (Held == 0) {
-          load_chunk(x, c, xv[k]);
-          load_chunk(dy, c, dyv[k]);
-          load_chunk(weight, c, w[k]);
-        }
+        load_unheld_chunk<V, Held, false>(c, x, dy, weight, dx, xv[k], dyv[k], w[k], dxv[k]);
 #pragma unroll
         for (int j = 0; j < V; ++j) dot += dyv[k][j] * w[k][j] * xv[k][j];
       });
@@ -105,12 +101,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const float coeff = group_sum(dot, t, shared) * s * s * s / static_cast<float>(dim);
     if (!valid) continue;
     each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
-      if constexpr (Held == 0) {
-        load_chunk(x, c, xv[k]);
-        load_chunk(dy, c, dyv[k]);
-        load_chunk(weight, c, w[k]);
-        load_chunk(dx, c, dxv[k]);
-      }
+      load_unheld_chunk<V, Held, true>(c, x, dy, weight, dx, xv[k], dyv[k], w[k], dxv[k]);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         dxv[k][j] += dyv[k][j] * w[k][j] * s - xv[k][j] * coeff;
