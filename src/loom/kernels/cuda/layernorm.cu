@@ -40,9 +40,8 @@ __global__ void __launch_bounds__(kThreads, norm_forward_min_blocks(Held))
     const float* xr = in + r * dim;
     float sum = 0.0f;
     if (valid) {
-      if constexpr (Held > 0) each_chunk<Held>(t, chunks, [&](int k, int64_t c) { load_chunk(xr, c, x[k]); });
-      each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
-        if constexpr (Held == 0) load_chunk(xr, c, x[k]);
+      load_row<V, Held>(t, chunks, xr, x);
+      each_row_chunk<V, Held>(t, chunks, xr, x, [&](int k, int64_t) {
 #pragma unroll
         for (int j = 0; j < V; ++j) sum += x[k][j];
       });
@@ -50,8 +49,7 @@ __global__ void __launch_bounds__(kThreads, norm_forward_min_blocks(Held))
     const float mu = layer_mean(group_sum(sum, t, shared), dim);
     float var = 0.0f;
     if (valid) {
-      each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
-        if constexpr (Held == 0) load_chunk(xr, c, x[k]);
+      each_row_chunk<V, Held>(t, chunks, xr, x, [&](int k, int64_t) {
 #pragma unroll
         for (int j = 0; j < V; ++j) var += (x[k][j] - mu) * (x[k][j] - mu);
       });
@@ -64,8 +62,7 @@ __global__ void __launch_bounds__(kThreads, norm_forward_min_blocks(Held))
     }
     if (!outputs) continue;
     T* yr = out + r * dim;
-    each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
-      if constexpr (Held == 0) load_chunk(xr, c, x[k]);
+    each_row_chunk<V, Held>(t, chunks, xr, x, [&](int k, int64_t c) {
       float w[V], b[V], y[V];
       load_chunk(weight, c, w);
       load_chunk(bias, c, b);

@@ -170,6 +170,23 @@ __device__ inline float group_sum(float value, const RowThread& t, float* shared
   return v[0];
 }
 
+// A norm forward's passes over this thread's chunks of row xr: f(k, c) with the chunk's values in
+// x[k]. Held > 0: the row loaded into x once, by load_row, before the first pass; Held = 0: each
+// pass loads its chunk again.
+template <int V, int Held>
+__device__ __forceinline__ void load_row(const RowThread& t, int64_t chunks, const float* xr,
+                                         float (&x)[Held > 0 ? Held : 1][V]) {
+  if constexpr (Held > 0) each_chunk<Held>(t, chunks, [&](int k, int64_t c) { load_chunk(xr, c, x[k]); });
+}
+template <int V, int Held, typename F>
+__device__ __forceinline__ void each_row_chunk(const RowThread& t, int64_t chunks, const float* xr,
+                                               float (&x)[Held > 0 ? Held : 1][V], F f) {
+  each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
+    if constexpr (Held == 0) load_chunk(xr, c, x[k]);
+    f(k, c);
+  });
+}
+
 // A norm backward's row read once where Held > 0: this thread's chunks of x, dy and dx into its
 // registers (with Held = 0 each pass reads what it needs again).
 template <int V, int Held>

@@ -39,9 +39,8 @@ __global__ void __launch_bounds__(kThreads, norm_forward_min_blocks(Held))
     const float* xr = in + r * dim;
     float sum_sq = 0.0f;
     if (valid) {
-      if constexpr (Held > 0) each_chunk<Held>(t, chunks, [&](int k, int64_t c) { load_chunk(xr, c, x[k]); });
-      each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
-        if constexpr (Held == 0) load_chunk(xr, c, x[k]);
+      load_row<V, Held>(t, chunks, xr, x);
+      each_row_chunk<V, Held>(t, chunks, xr, x, [&](int k, int64_t) {
 #pragma unroll
         for (int j = 0; j < V; ++j) sum_sq += x[k][j] * x[k][j];
       });
@@ -51,8 +50,7 @@ __global__ void __launch_bounds__(kThreads, norm_forward_min_blocks(Held))
     if (t.lane == 0) rstd[r] = s;
     if (!outputs) continue;
     T* yr = out + r * dim;
-    each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
-      if constexpr (Held == 0) load_chunk(xr, c, x[k]);
+    each_row_chunk<V, Held>(t, chunks, xr, x, [&](int k, int64_t c) {
       float w[V], y[V];
       load_chunk(weight, c, w);
 #pragma unroll
