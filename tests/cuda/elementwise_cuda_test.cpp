@@ -248,6 +248,44 @@ TEST_F(CudaEntries, NormsOnBf16AreTheFp32KernelsRounded) {
   }
 }
 
+// The norms' backwards over a bf16 output gradient (a bf16 projection's input gradient) equal the
+// fp32 kernels on its values widened, bit for bit: din added into non-zero values, the weight and
+// bias gradients added in; held and unheld layouts (dim 37 rows are not in packs; 8192 is wider
+// than a held row), GPT-2's and the ~1B model's widths.
+TEST_F(CudaEntries, NormBackwardsOverABf16GradientAreTheFp32KernelsOnItsValues) {
+  for (auto [rows, dim] : {std::pair<int64_t, int64_t>{3, 37}, {257, 768}, {64, 2048}, {5, 8192}}) {
+    const std::vector<float> x = random_values(seed_, rows * dim, 2.0f), w = random_values(seed_ + 1, dim, 1.0f),
+                             b = random_values(seed_ + 2, dim, 0.5f);
+    const std::vector<float> dy = testing::bf16_rounded(random_values(seed_ + 3, rows * dim, 0.1f));
+    const std::vector<float> dx0 = random_values(seed_ + 4, rows * dim, 0.01f);
+    const std::vector<float> dw0 = random_values(seed_ + 5, dim, 0.1f);
+    DeviceFloats d_x(allocator_, x), d_w(allocator_, w), d_b(allocator_, b), d_dy(allocator_, dy);
+    DeviceArray<__nv_bfloat16> d_dy16(allocator_, testing::to_bf16(dy));
+    DeviceFloats d_out(allocator_, poison(rows * dim)), d_mean(allocator_, poison(rows));
+    DeviceFloats d_rstd(allocator_, poison(rows));
+    const std::string where = std::to_string(rows) + " x " + std::to_string(dim);
+    for (const bool layer : {false, true}) {
+      DeviceFloats dx32(allocator_, dx0), dx16(allocator_, dx0), dw32(allocator_, dw0), dw16(allocator_, dw0),
+          db32(allocator_, dw0), db16(allocator_, dw0);
+      if (layer) {
+        layernorm_forward(kGpu, d_out.ptr, d_mean.ptr, d_rstd.ptr, d_x.ptr, d_w.ptr, d_b.ptr, rows, dim, 1e-5f);
+        layernorm_backward(kGpu, dx32.ptr, dw32.ptr, db32.ptr, d_dy.ptr, d_x.ptr, d_w.ptr, d_mean.ptr, d_rstd.ptr,
+                           rows, dim);
+        layernorm_backward_bf16(kGpu, dx16.ptr, dw16.ptr, db16.ptr, d_dy16.ptr, d_x.ptr, d_w.ptr, d_mean.ptr,
+                                d_rstd.ptr, rows, dim);
+      } else {
+        rmsnorm_forward(kGpu, d_out.ptr, d_rstd.ptr, d_x.ptr, d_w.ptr, rows, dim, 1e-5f);
+        rmsnorm_backward(kGpu, dx32.ptr, dw32.ptr, d_dy.ptr, d_x.ptr, d_w.ptr, d_rstd.ptr, rows, dim);
+        rmsnorm_backward_bf16(kGpu, dx16.ptr, dw16.ptr, d_dy16.ptr, d_x.ptr, d_w.ptr, d_rstd.ptr, rows, dim);
+      }
+      const std::string name = (layer ? "LayerNorm " : "RMSNorm ") + where;
+      EXPECT_EQ(dx16.host(), dx32.host()) << name << ": din";
+      EXPECT_EQ(dw16.host(), dw32.host()) << name << ": dweight";
+      EXPECT_EQ(db16.host(), db32.host()) << name << ": dbias";
+    }
+  }
+}
+
 // Columns [first, vocab) of every row of logits [rows, vocab].
 std::vector<float> logits_shard(const std::vector<float>& logits, int64_t rows, int64_t vocab, int64_t first) {
   const int64_t shard = vocab - first;
@@ -652,6 +690,36 @@ TEST_F(CudaEntries, SumOfSquaresScaleAddAndAdamWOverManyTensorsMatchTheCpu) {
     EXPECT_LE(relative_error(dp[t]->host(), p[t]), 1e-6) << "tensor " << t;
     EXPECT_LE(relative_error(dm[t]->host(), m[t]), 1e-6) << "tensor " << t;
     EXPECT_LE(relative_error(dv[t]->host(), v[t]), 1e-6) << "tensor " << t;
+  }
+}
+
+// AdamW writing the bf16 copy of what it updates (AdamWTensor::param_bf16: the optimizer's copy of
+// a bf16 model's parameters): the copy is the updated values rounded to nearest even bit for bit,
+// through packs and, one element in (not 8-byte aligned), element by element; the updated values
+// are those of the same update without a copy, bit for bit.
+TEST_F(CudaEntries, AdamWWritesTheBf16CopyOfEachUpdatedValue) {
+  const AdamWStep step{3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 11, 0.7f};
+  for (const int64_t shift : {0, 1}) {
+    for (const int64_t n : {1, 4097, 300001}) {
+      const std::vector<float> p = random_values(seed_ + n, n, 0.5f), g = random_values(seed_ + 1, n, 0.01f);
+      const std::vector<float> m = random_values(seed_ + 2, n, 0.001f);
+      std::vector<float> v = random_values(seed_ + 3, n, 1e-5f);
+      for (float& x : v) x = std::fabs(x);
+      DeviceFloats p1(allocator_, p), g1(allocator_, g), m1(allocator_, m), v1(allocator_, v);
+      DeviceFloats p2(allocator_, p), m2(allocator_, m), v2(allocator_, v);
+      DeviceArray<uint16_t> copy(allocator_, std::vector<uint16_t>(n + shift, 0xABCD));
+      const std::vector<AdamWTensor> plain{{p1.ptr, g1.ptr, m1.ptr, v1.ptr, n}};
+      const std::vector<AdamWTensor> copied{{p2.ptr, g1.ptr, m2.ptr, v2.ptr, n, copy.ptr + shift}};
+      adamw_update_many(kGpu, plain, step);
+      adamw_update_many(kGpu, copied, step);
+      const std::vector<float> updated = p1.host();
+      EXPECT_EQ(p2.host(), updated) << n;
+      std::vector<uint16_t> want(n);
+      narrow_floats(kCpu, want.data(), updated.data(), n, DType::BF16);
+      const std::vector<uint16_t> got = copy.host();
+      EXPECT_EQ(std::vector<uint16_t>(got.begin() + shift, got.end()), want) << n << " shift " << shift;
+      if (shift == 1) EXPECT_EQ(got[0], 0xABCD) << "the element before the copy";
+    }
   }
 }
 

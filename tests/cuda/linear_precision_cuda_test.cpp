@@ -465,6 +465,39 @@ TEST_F(CudaLinearPrecisionState, Fp8FromABf16InputEqualsTheFp32InputOfItsValuesB
   }
 }
 
+// A forward adding into a new tensor from another (the residual stream's next tensor from its
+// input: `addend`) equals copying that input into the output and adding into it, bit for bit:
+// through cuBLASLt's bias epilogue and the finishing pass (bf16, per-tensor FP8), the finishing
+// pass with the bias (fp16, blockwise FP8), the emulated MXFP8, an unrounded partial product (the
+// product's own add) and an addend not 16-byte aligned (the one-element pass). The addend is
+// left as it was.
+TEST_F(CudaLinearPrecisionState, ForwardAddingANewTensorToAnAddendEqualsCopyingItFirstBitForBit) {
+  const int64_t n = 48, in = 128, out = 128;
+  for (Recipe recipe : {Recipe::Bf16, Recipe::Fp16, Recipe::Fp8Current, Recipe::Fp8Blockwise, Recipe::Mxfp8}) {
+    for (const bool partial : {false, true}) {
+      for (const int shift : {0, 1}) {
+        const std::string name = model::recipe_name(recipe) + (partial ? " partial" : "") + (shift ? " shifted" : "");
+        const model::GemmOutput output = partial ? model::GemmOutput::Partial : model::GemmOutput::Rounded;
+        DeviceFloats x(allocator_, random_values(seed_, n * in, 1.0f));
+        DeviceFloats w(allocator_, random_values(seed_ + 1, out * in, 0.1f));
+        DeviceFloats b(allocator_, random_values(seed_ + 2, out, 0.5f));
+        std::vector<float> residual = random_values(seed_ + 3, n * out + shift, 1.0f);
+        DeviceFloats addend(allocator_, residual), copied(allocator_, residual);
+        DeviceFloats fresh(allocator_, poison(n * out + shift));
+        LinearPrecision a(recipe, 4, 1), c(recipe, 4, 1);
+        a.set_device(Device::cuda(0));
+        c.set_device(Device::cuda(0));
+        const float* bias = partial ? nullptr : b.ptr;
+        a.forward(fresh.ptr + shift, x.ptr, w.ptr, bias, n, in, out, true, output, {}, addend.ptr + shift);
+        c.forward(copied.ptr + shift, x.ptr, w.ptr, bias, n, in, out, true, output);
+        const std::vector<float> got = fresh.host(), want = copied.host();
+        EXPECT_EQ(std::memcmp(got.data() + shift, want.data() + shift, n * out * sizeof(float)), 0) << name;
+        EXPECT_EQ(addend.host(), residual) << name << ": the addend is read, not written";
+      }
+    }
+  }
+}
+
 // Without a GPU: which cast each recipe gives each operand, and the shape rules.
 TEST(CudaLinearPrecisionRouting, EachRecipeCastsEachOperandAsItsFormatsSay) {
   using model::device_cast;

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "loom/core/device.h"
+#include "loom/core/error.h"
+#include "loom/kernels/ops.h"
 #include "loom/model/linear_precision.h"
 #include "../gradient_check.h"
 #include "support/emulated_cuda.h"
@@ -152,6 +154,48 @@ TEST(WeightCastCacheKeys, AnotherAddressOrLayerIsAnotherCast) {
   scratch->weight_casts.close();
   EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().cast, 4);
   EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().reused, 4);
+}
+
+// A bf16 copy of the values a weight lies in (use_bf16_copy: the optimizer's copy of the
+// parameters) serves the weight's bf16 casts in the scope: no cast, nothing held, the CPU's
+// products bit for bit. The emulated device reads the copy's bytes: a copy that no longer holds
+// the weight's values is an Error, not a silent product of old weights. Closing the scope leaves
+// the copy alone; a weight outside it, or an fp16 cast, is cast as before.
+TEST(WeightCastCacheBf16Copy, AWeightInsideTheCopyIsReadFromItAndAStaleCopyIsCaught) {
+  ::loom::testing::install_emulated_cuda();
+  auto scratch = std::make_shared<PrecisionScratch>();
+  LinearPrecision layer(Recipe::Bf16, 4, 0, scratch);
+  layer.set_device(kDevice);
+  const Shape s{8, 16, 8};
+  Twin x(s.n * s.in), values(2 * s.out * s.in), outside(s.out * s.in), y(s.n * s.out);
+  x.set(random_values(s.n * s.in, 1.0f, 1));
+  values.set(random_values(2 * s.out * s.in, 1.0f, 2));
+  outside.set(random_values(s.out * s.in, 1.0f, 3));
+  DeviceBuffer<uint16_t> copy(kDevice, values.dev.size());
+  kernels::narrow_floats(kDevice, copy.data(), values.dev.data(), values.dev.size(), DType::BF16);
+  const float* second = values.dev.data() + s.out * s.in;  // a weight in the middle of the values
+  WeightCastCache& cache = scratch->weight_casts;
+  cache.open();
+  cache.use_bf16_copy(values.dev.data(), values.dev.size(), copy.data());
+  ::loom::testing::reset_emulated_weight_cast_counts();
+  LinearPrecision cpu(Recipe::Bf16);
+  layer.forward(y.dev.data(), x.dev.data(), second, nullptr, s.n, s.in, s.out);
+  cpu.forward(y.cpu.data(), x.cpu.data(), values.cpu.data() + s.out * s.in, nullptr, s.n, s.in, s.out);
+  y.expect_equal("forward from the copy");
+  layer.forward(y.dev.data(), x.dev.data(), outside.dev.data(), nullptr, s.n, s.in, s.out);
+  cpu.forward(y.cpu.data(), x.cpu.data(), outside.cpu.data(), nullptr, s.n, s.in, s.out);
+  y.expect_equal("forward of a weight outside the copy");
+  EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().cast, 1);    // the weight outside
+  EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().reused, 1);  // the one inside
+  EXPECT_EQ(cache.bytes_held(), kernels::weight_cast_layout(kernels::OperandCast::Bf16, s.out, s.in).bytes);
+  cache.close();
+  // The values change and the copy does not: read from it, that is an Error on the emulated device.
+  values.set(random_values(2 * s.out * s.in, 1.0f, 4));
+  cache.open();
+  cache.use_bf16_copy(values.dev.data(), values.dev.size(), copy.data());
+  EXPECT_THROW(layer.forward(y.dev.data(), x.dev.data(), second, nullptr, s.n, s.in, s.out), Error);
+  cache.close();
+  EXPECT_THROW(cache.use_bf16_copy(values.dev.data(), values.dev.size(), copy.data()), Error);  // no scope open
 }
 
 }  // namespace

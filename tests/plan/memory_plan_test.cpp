@@ -102,15 +102,27 @@ TEST(MemoryPlan, PipelineStagesSplitTheLayersAndHoldActivationsInFlight) {
 // forward and transposed dgrad codes), 4 for the blocks' under mxfp8; none on the CPU or in fp32.
 TEST(MemoryPlan, TheWeightCastCacheOnADeviceIsCountedInTheWorkspace) {
   const int64_t linear = 6 * (65536 + 32768 + 32768 + 65536 + 3 * 180224), head = 256 * 256;
-  auto workspace = [](const std::string& recipe, bool cuda) {
-    std::vector<std::string> o = {"precision.recipe=" + recipe};
+  auto stage = [](const std::string& recipe, bool cuda, int zero) {
+    std::vector<std::string> o = {"precision.recipe=" + recipe, "parallel.zero=" + std::to_string(zero)};
     if (cuda) o.push_back("runtime.device=cuda");
-    return plan_memory(tiny(o), {.tp = 1, .dp = 1, .pp = 1}).stages[0].workspace;
+    return plan_memory(tiny(o), {.tp = 1, .dp = 1, .pp = 1}).stages[0];
   };
-  EXPECT_EQ(workspace("bf16", true) - workspace("bf16", false), 2 * linear + 2 * head);
-  EXPECT_EQ(workspace("fp8_current", true) - workspace("fp8_current", false), 2 * linear + 2 * head);
-  EXPECT_EQ(workspace("mxfp8", true) - workspace("mxfp8", false), 4 * linear + 2 * head);
-  EXPECT_EQ(workspace("fp32", true), workspace("fp32", false));
+  auto workspace = [&](const std::string& recipe, bool cuda, int zero) { return stage(recipe, cuda, zero).workspace; };
+  // ZeRO 1: the cache holds every cast.
+  EXPECT_EQ(workspace("bf16", true, 1) - workspace("bf16", false, 1), 2 * linear + 2 * head);
+  EXPECT_EQ(workspace("fp8_current", true, 1) - workspace("fp8_current", false, 1), 2 * linear + 2 * head);
+  EXPECT_EQ(workspace("mxfp8", true, 1) - workspace("mxfp8", false, 1), 4 * linear + 2 * head);
+  EXPECT_EQ(workspace("fp32", true, 1), workspace("fp32", false, 1));
+  // ZeRO 0: the optimizer's bf16 copy of the parameters (2 bytes each, with the parameters) serves
+  // every bf16 cast: none under bf16, the head's under the FP8 and MX recipes.
+  EXPECT_EQ(workspace("bf16", true, 0), workspace("bf16", false, 0));
+  EXPECT_EQ(workspace("fp8_current", true, 0) - workspace("fp8_current", false, 0), 2 * linear);
+  EXPECT_EQ(workspace("mxfp8", true, 0) - workspace("mxfp8", false, 0), 4 * linear);
+  for (const std::string recipe : {"bf16", "fp8_current", "mxfp8"}) {
+    const StageMemory on = stage(recipe, true, 0), off = stage(recipe, false, 0);
+    EXPECT_EQ(on.state.parameters - off.state.parameters, 2 * on.parameter_count) << recipe;
+  }
+  EXPECT_EQ(stage("fp16", true, 0).state.parameters, stage("fp16", false, 0).state.parameters);
 }
 
 // A model small enough to count every activation buffer by hand: batch 2, seq 8, d_model 16,

@@ -91,8 +91,8 @@ TEST(TimePlan, PrecisionCastsEveryLinearOperandAndOutput) {
   double middle_casts = 0.0;
   for (const auto& [out, in] : kTinyLinears) middle_casts += 4 * (n * (2 * in + out) + 2 * out * in);
   EXPECT_NEAR(f.casts, b.casts + 2 * (middle_casts / 0.25e9 - middle_casts / 1e9), 1e-12);
-  // On a GPU each weight is cast once per step and form (16-bit: one copy for the step's two
-  // micro-batches, instead of two casts in each); per-tensor FP8 casts the input and the output
+  // On a GPU each weight is cast once per step and form, and at ZeRO 0 a bf16 weight not at all
+  // (the optimizer's bf16 copy of the parameters serves it); per-tensor FP8 casts the input and the output
   // gradient, and the weight, once each into both orientations (10 bytes per element where a cast
   // moves 9). The head's logits stay bf16 there (Transformer::bf16_logits): neither widened nor
   // their gradient cast; so does the MLP's interior (Mlp::bf16_interior): the up projection's
@@ -112,8 +112,12 @@ TEST(TimePlan, PrecisionCastsEveryLinearOperandAndOutput) {
   const double normed = 6 * n * 2 * (256 + 256);    // per micro-batch: 6 layers' q/k/v and up inputs (in 256)
   // and the q/k/v gradient (Attention::bf16_gradients): not cast, but under RoPE with a q/k/v bias.
   const double qkv_gradient = 6 * n * 512;  // per micro-batch: 6 layers' q/k/v output gradient
+  // and the q/k/v and up projections' input gradients, the norms' output gradients
+  // (ColumnParallelLinear::gives_bf16_input_grad): not widened.
+  const double normed_gradient = 6 * n * (256 + 256);  // per micro-batch
   EXPECT_NEAR(bg.casts,
-              b.casts - 2 * (2 - 0.5) * weights / 1e9 - 2 * (logits + mlp + attention + normed + qkv_gradient) / 1e9 -
+              b.casts - 2 * 2 * weights / 1e9 -
+                  2 * (logits + mlp + attention + normed + qkv_gradient + normed_gradient) / 1e9 -
                   2 * 12 * added / hw.memory_bandwidth,
               1e-12);
   const config::RunConfig learned = tiny({"precision.recipe=bf16", "runtime.device=cuda", "model.positions=learned"});
@@ -123,10 +127,9 @@ TEST(TimePlan, PrecisionCastsEveryLinearOperandAndOutput) {
               bg.casts + 2 * qkv_gradient / 1e9, 1e-12);
   const config::RunConfig fp8_gpu = tiny({"precision.recipe=fp8_current", "runtime.device=cuda"});
   const TimeBreakdown fg = plan_time(fp8_gpu, plan_memory(fp8_gpu, {.tp = 1, .dp = 1, .pp = 1}), hw);
-  double middle = 0.0;  // the four FP8 blocks: their casts in FP8 less what bf16 cast of them
+  double middle = 0.0;  // the four FP8 blocks: their casts in FP8 less what bf16 cast of them (no weight)
   for (const auto& [out, in] : kTinyLinears) {
-    middle += 4 * (10.0 / 9.0 * (n * (in + out) + 0.5 * out * in) / 0.25e9 -
-                   (n * (2 * in + out) + 0.5 * out * in) / 1e9);
+    middle += 4 * (10.0 / 9.0 * (n * (in + out) + 0.5 * out * in) / 0.25e9 - n * (2 * in + out) / 1e9);
   }
   // and, in bf16, their MLPs' interior, attention tensors, norms' outputs and q/k/v gradient (512)
   // did not cost; in FP8
@@ -217,13 +220,14 @@ TEST(TimePlan, GemmsThatWriteTheirOutputsAfterTheProductsAddThoseBytesAtTheBandw
   const double written = 4 * outs + head_forward + 4 * ins + 8 * weights + head_backward;
   EXPECT_NEAR(compute(fp32), hidden + 2 * written / 1e9, 1e-12);
   EXPECT_NEAR(compute(recompute), hidden_recompute + 2 * (written + 4 * outs) / 1e9, 1e-12);
-  // bf16 on a GPU: q/k/v's and the up projection's outputs, the output and down projections'
-  // input gradients and the logits are bf16 (2 bytes).
+  // bf16 on a GPU: q/k/v's and the up projection's outputs, every projection's input gradient (the
+  // q/k/v and up projections': the norms' output gradients, at one tensor-parallel rank) and the
+  // logits are bf16 (2 bytes).
   const std::vector<std::string> bf16 = {"precision.recipe=bf16", "runtime.device=cuda"};
   hw.gemm_writes_output = false;
   const double bf16_hidden = compute(bf16);
   hw.gemm_writes_output = true;
-  const double halved = 6 * n * (512 + 1408) * 2 + n * 256 * 2 + 6 * n * (256 + 704) * 2;
+  const double halved = 6 * n * (512 + 1408) * 2 + n * 256 * 2 + 6 * n * (256 + 704 + 256 + 256) * 2;
   EXPECT_NEAR(compute(bf16), bf16_hidden + 2 * (written - halved) / 1e9, 1e-12);
 }
 

@@ -318,8 +318,12 @@ void adamw_update_many(Device device, const kernels::AdamWTensor* tensors, int64
   for (size_t i = 0; i < host.size(); ++i) {
     const std::string where = "kernels::adamw_update_many's tensor " + std::to_string(i);
     kernels::AdamWTensor& t = host[i];
-    t = {device_to_host(t.param, where + " param"), device_to_host(t.grad, where + " grad"),
-         device_to_host(t.exp_avg, where + " exp_avg"), device_to_host(t.exp_avg_sq, where + " exp_avg_sq"), t.n};
+    t = {device_to_host(t.param, where + " param"),
+         device_to_host(t.grad, where + " grad"),
+         device_to_host(t.exp_avg, where + " exp_avg"),
+         device_to_host(t.exp_avg_sq, where + " exp_avg_sq"),
+         t.n,
+         t.param_bf16 != nullptr ? device_to_host(t.param_bf16, where + " param_bf16") : nullptr};
   }
   kernels::adamw_update_many(Device::cpu(), host, step);
 }
@@ -327,7 +331,7 @@ void adamw_update_many(Device device, const kernels::AdamWTensor* tensors, int64
 #define LOOM_EMULATED_OPS(X)                                                                                    \
   X(embedding_forward) X(embedding_backward) X(embedding_forward_shard) X(embedding_backward_shard)            \
   X(rmsnorm_forward) X(rmsnorm_backward) X(layernorm_forward) X(layernorm_backward) X(rope_forward)            \
-  X(rmsnorm_forward_bf16) X(layernorm_forward_bf16)                                                           \
+  X(rmsnorm_forward_bf16) X(layernorm_forward_bf16) X(rmsnorm_backward_bf16) X(layernorm_backward_bf16)     \
   X(rope_backward) X(swiglu_forward) X(swiglu_backward) X(gelu_forward) X(gelu_backward) X(relu2_forward)     \
   X(relu2_backward) X(activation_forward_bf16) X(activation_backward_bf16) X(add_rows) X(gather_rows) X(scatter_add_rows) X(row_dots) X(linear_forward)               \
   X(linear_backward) X(add_bias) X(gemm_nt) X(gemm)                                                           \

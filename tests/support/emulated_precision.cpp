@@ -133,10 +133,33 @@ void keep(void* store, const char* name, Kept values) {
   stores[host(store, "precision_linear_gemm", name)] = std::move(values);
 }
 
+bool sixteen_bit(OperandCast c) { return c == OperandCast::Bf16 || c == OperandCast::Fp16; }
+
+// A weight's 16-bit store [rows, cols] read as a GPU reads it: its bytes in device memory (written
+// by the GEMM that cast it, or the optimizer's bf16 copy of the parameters), which must hold the
+// weight's values now (g.b.data) as that cast rounds them: a copy not written since the weight
+// changed is an Error.
+std::vector<float> sixteen_bit_store(const kernels::PrecisionGemm& g, int64_t rows, int64_t cols) {
+  const DType type = g.b.cast == OperandCast::Bf16 ? DType::BF16 : DType::F16;
+  const auto* stored = static_cast<const uint16_t*>(host(g.b_store, "precision_linear_gemm", "b_store"));
+  std::vector<uint16_t> now(static_cast<size_t>(rows * cols));
+  kernels::narrow_floats(kHost, now.data(), cast_values(g.b, rows, cols, false).data(), rows * cols, type);
+  LOOM_CHECK(std::memcmp(stored, now.data(), now.size() * sizeof(uint16_t)) == 0,
+             "emulated cuda: precision_linear_gemm reads a 16-bit weight store that does not hold its weight's "
+             "values now (a stale copy)");
+  std::vector<float> v(now.size());
+  kernels::widen_floats(kHost, v.data(), stored, rows * cols, type, false);
+  return v;
+}
+
 // Operand b of a forward or dgrad GEMM (the weight [out, in]): cast now, written to its store,
 // or read from it.
 std::vector<float> weight_values(const kernels::PrecisionGemm& g, bool columns) {
   const int64_t rows = g.out_features, cols = g.in_features;
+  if (g.b_store_use == kernels::CastStore::Read && sixteen_bit(g.b.cast)) {
+    ++weight_reuses;
+    return sixteen_bit_store(g, rows, cols);
+  }
   if (g.b_store_use == kernels::CastStore::Read) {
     ++weight_reuses;
     Kept k = kept(g.b_store, "b_store", "weight");
@@ -148,7 +171,10 @@ std::vector<float> weight_values(const kernels::PrecisionGemm& g, bool columns) 
   }
   ++weight_casts;
   std::vector<float> v = cast_values(g.b, rows, cols, columns);
-  if (g.b_store_use == kernels::CastStore::Write) {
+  if (g.b_store_use == kernels::CastStore::Write && sixteen_bit(g.b.cast)) {  // its bytes, as a GPU writes them
+    kernels::narrow_floats(kHost, host(g.b_store, "precision_linear_gemm", "b_store"), v.data(), rows * cols,
+                           g.b.cast == OperandCast::Bf16 ? DType::BF16 : DType::F16);
+  } else if (g.b_store_use == kernels::CastStore::Write) {
     LOOM_CHECK(g.b.cast != OperandCast::None, "emulated cuda: a weight store needs a cast");
     keep(g.b_store, "b_store", Kept{v, g.b.cast, rows, cols, columns});
   }
@@ -400,6 +426,19 @@ void emulated_round_in_place(Device device, float* x, int64_t n, OutputRounding 
   round_values(host(x, "round_in_place", "x"), n, rounding);
 }
 
+namespace {
+// A bf16 bias handed over (PrecisionGemm::bias16: the optimizer's copy) must hold the fp32 bias
+// rounded to bf16 as it is now (`rounded`), as the epilogue on a GPU reads it instead.
+void check_bias16(const kernels::PrecisionGemm& g, const std::vector<float>& rounded) {
+  LOOM_CHECK(g.bias != nullptr && g.rounding == OutputRounding::Bf16,
+             "emulated cuda: precision_linear_gemm takes a bf16 bias with its fp32 bias under a bf16 rounding");
+  std::vector<uint16_t> want(rounded.size());
+  kernels::narrow_floats(kHost, want.data(), rounded.data(), static_cast<int64_t>(rounded.size()), DType::BF16);
+  LOOM_CHECK(std::memcmp(host(g.bias16, "precision_linear_gemm", "bias16"), want.data(), want.size() * 2) == 0,
+             "emulated cuda: precision_linear_gemm's bf16 bias does not hold its bias's values now (a stale copy)");
+}
+}  // namespace
+
 void emulated_precision_linear_gemm(Device device, const kernels::PrecisionGemm& g) {
   check_device(device, "precision_linear_gemm");
   LOOM_CHECK(g.b_store_use == kernels::CastStore::None || g.pass != kernels::LinearGemm::WeightGrad,
@@ -423,6 +462,7 @@ void emulated_precision_linear_gemm(Device device, const kernels::PrecisionGemm&
         bias.assign(given, given + out);
         round_values(bias.data(), out, g.rounding);
       }
+      if (g.bias16 != nullptr) check_bias16(g, bias);
       kernels::linear_forward(kHost, y.data(), a.data(), b.data(), bias.empty() ? nullptr : bias.data(), n, in, out,
                               false);
       break;
@@ -452,8 +492,11 @@ void emulated_precision_linear_gemm(Device device, const kernels::PrecisionGemm&
                            static_cast<int64_t>(y.size()), DType::BF16);
     return;
   }
+  LOOM_CHECK(g.addend == nullptr || (g.accumulate && g.pass == kernels::LinearGemm::Forward),
+             "emulated cuda: precision_linear_gemm adds an addend only in a forward accumulating into its output");
   float* dst = host(g.out, "precision_linear_gemm", "out");
-  for (size_t i = 0; i < y.size(); ++i) dst[i] = g.accumulate ? dst[i] + y[i] : y[i];
+  const float* base = g.addend != nullptr ? host(g.addend, "precision_linear_gemm", "addend") : dst;
+  for (size_t i = 0; i < y.size(); ++i) dst[i] = g.accumulate ? base[i] + y[i] : y[i];
 }
 
 }  // namespace loom::testing

@@ -4,6 +4,10 @@
 // wrote), while each weight is cast once per form per step: 1 form for the 16-bit recipes, 2 for
 // the FP8 and MX ones (dgrad's transposed or column-blocked cast), the FP8 recipes' bf16 head 1;
 // per-tensor FP8 makes both of its forms in one cast (the forward's read writes dgrad's codes).
+// At ZeRO 0 the optimizer keeps a bf16 copy of the parameters (parallel/data/bf16_parameter_copy.h)
+// that serves every bf16 cast from the second step on: no bf16 weight is cast after the first
+// step. The emulated device reads a 16-bit store's bytes and fails on one that does not hold its
+// weight's values as they are now, so a stale copy cannot pass.
 // Tensor and pipeline parallelism and ZeRO-3 too, each rank caching its own shards or stage;
 // evaluation between steps and a checkpoint's resume see the weights as the last step left them.
 #include "device_training.h"
@@ -36,6 +40,15 @@ int64_t casts_per_step(const std::string& recipe, int64_t block_linears) {
   return one_read ? block_linears + 1 : 2 * block_linears + 1;
 }
 
+// The casts of kSteps steps where the optimizer's bf16 copy (ZeRO 0: `copy`) serves the bf16
+// casts from the second step on: under bf16 all of them, under the FP8 and MX recipes the head's.
+int64_t casts_in_run(const std::string& recipe, int64_t block_linears, bool copy) {
+  const int64_t per_step = casts_per_step(recipe, block_linears);
+  if (!copy || recipe == "fp16") return kSteps * per_step;
+  const int64_t served = recipe == "bf16" ? per_step : 1;
+  return kSteps * per_step - (kSteps - 1) * served;
+}
+
 
 TEST_F(DeviceWeightCasts, EveryRecipeCastsEachWeightOncePerFormPerStepAndEqualsTheCpuBitForBit) {
   for (const std::string recipe : {"bf16", "fp16", "fp8_delayed", "fp8_current", "fp8_blockwise", "mxfp8"}) {
@@ -47,20 +60,20 @@ TEST_F(DeviceWeightCasts, EveryRecipeCastsEachWeightOncePerFormPerStepAndEqualsT
                                                     : std::vector<std::string>{}));
     // 2 blocks of qkv, o, up and down projections, and the head.
     const ::loom::testing::WeightCastCounts counts = ::loom::testing::emulated_weight_cast_counts();
-    EXPECT_EQ(counts.cast, kSteps * casts_per_step(recipe, 8));
-    EXPECT_GT(counts.reused, 3 * counts.cast);  // 4 micro-batches, each block's forward twice
+    EXPECT_EQ(counts.cast, casts_in_run(recipe, 8, true));
+    EXPECT_GT(counts.reused, 3 * kSteps * casts_per_step(recipe, 8));  // 4 micro-batches, each block's forward twice
   }
 }
 
 TEST_F(DeviceWeightCasts, TensorParallelRanksCacheTheirShardsBitForBit) {
   ::loom::testing::reset_emulated_weight_cast_counts();
   expect_bitwise_equal_runs(kGpt2, "casts-tp2-bf16", settings("bf16", {"runtime.ranks=2", "parallel.tp=2"}));
-  EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().cast, 2 * kSteps * casts_per_step("bf16", 8));
+  EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().cast, 2 * casts_in_run("bf16", 8, true));
   ::loom::testing::reset_emulated_weight_cast_counts();
   // fp8_current's scale from the whole weight's amax, all-reduced over the group when it is cast.
   expect_bitwise_equal_runs(kGpt2, "casts-tp2-fp8-current",
                             settings("fp8_current", {"runtime.ranks=2", "parallel.tp=2"}));
-  EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().cast, 2 * kSteps * casts_per_step("fp8_current", 8));
+  EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().cast, 2 * casts_in_run("fp8_current", 8, true));
 }
 
 TEST_F(DeviceWeightCasts, PipelineStagesCacheTheirLayersBitForBit) {
@@ -71,7 +84,7 @@ TEST_F(DeviceWeightCasts, PipelineStagesCacheTheirLayersBitForBit) {
         kLlama, "casts-pp2-" + recipe,
         settings(recipe, {"runtime.ranks=2", "parallel.pp=2", "parallel.pipeline_schedule=1f1b"}));
     // Stage 0 holds block 0, stage 1 block 1 and the head.
-    EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().cast, kSteps * casts_per_step(recipe, 8));
+    EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().cast, casts_in_run(recipe, 8, true));
   }
 }
 
@@ -81,24 +94,39 @@ TEST_F(DeviceWeightCasts, PipelineStagesCacheTheirLayersBitForBit) {
 TEST_F(DeviceWeightCasts, ZeroThreeGathersCastOncePerStepAndEvaluationSeesTheNewWeights) {
   ::loom::testing::reset_emulated_weight_cast_counts();
   expect_bitwise_equal_runs(kLlama, "casts-zero3", settings("fp8_current", {"runtime.ranks=2", "parallel.zero=3"}));
-  EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().cast, 2 * kSteps * casts_per_step("fp8_current", 8));
+  EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().cast, 2 * casts_in_run("fp8_current", 8, false));
   expect_bitwise_equal_runs(kGpt2, "casts-zero3-eval",
                             settings("bf16", {"runtime.ranks=2", "parallel.zero=3", "train.eval_interval=1",
                                               "data.val_prefix=" + root_ + "/data/c_train"}));
 }
 
 // A checkpoint written on the device with cached casts resumes there and on the CPU, equal to the
-// run that never stopped: the loaded weights are cast afresh.
+// run that never stopped: the loaded weights are cast afresh (the bf16 copy of a resumed run is
+// not current until its first update).
 TEST_F(DeviceWeightCasts, ACheckpointResumesWithFreshCasts) {
-  const std::vector<std::string> recipe = settings("fp8_current");
-  auto with = [&](std::vector<std::string> more) {
-    more.insert(more.begin(), recipe.begin(), recipe.end());
-    return more;
-  };
-  const std::vector<double> full = train("casts-ckpt-full", kLlama, recipe);
-  train("casts-ckpt-resumed", kLlama, with({"runtime.device=cuda"}), 2);
-  EXPECT_EQ(train("casts-ckpt-resumed", kLlama, with({"train.resume=true", "runtime.device=cuda"})), full);
-  expect_same_checkpoints("casts-ckpt-full", "casts-ckpt-resumed");
+  for (const std::string name : {"fp8_current", "bf16"}) {
+    SCOPED_TRACE(name);
+    const std::vector<std::string> recipe = settings(name);
+    auto with = [&](std::vector<std::string> more) {
+      more.insert(more.begin(), recipe.begin(), recipe.end());
+      return more;
+    };
+    const std::vector<double> full = train("casts-ckpt-full-" + name, kLlama, recipe);
+    train("casts-ckpt-resumed-" + name, kLlama, with({"runtime.device=cuda"}), 2);
+    EXPECT_EQ(train("casts-ckpt-resumed-" + name, kLlama, with({"train.resume=true", "runtime.device=cuda"})), full);
+    expect_same_checkpoints("casts-ckpt-full-" + name, "casts-ckpt-resumed-" + name);
+  }
+}
+
+// DiLoCo's outer step writes the parameters after the inner update: the copy is no longer current
+// (GradientSync::parameters_changed), the next step casts, and the runs stay the CPU's bit for bit.
+TEST_F(DeviceWeightCasts, DilocoOuterStepsLeaveNoStaleCopyBehind) {
+  ::loom::testing::reset_emulated_weight_cast_counts();
+  expect_bitwise_equal_runs(kLlama, "casts-diloco",
+                            settings("bf16", {"runtime.ranks=2", "parallel.dp_sites=2", "parallel.outer=diloco",
+                                              "parallel.outer_steps=2"}));
+  // Each rank: the first step casts, and the step after each outer step (step 3 of 4).
+  EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().cast, 2 * 2 * casts_per_step("bf16", 8));
 }
 
 }  // namespace

@@ -77,6 +77,11 @@ struct CudaEntries {
                            const float* weight, const float* rstd, int64_t rows, int64_t dim) = nullptr;
   void (*rmsnorm_forward_bf16)(Device, void* out16, float* rstd, const float* in, const float* weight, int64_t rows,
                                int64_t dim, float eps) = nullptr;
+  void (*rmsnorm_backward_bf16)(Device, float* din, float* dweight, const void* dout16, const float* in,
+                                const float* weight, const float* rstd, int64_t rows, int64_t dim) = nullptr;
+  void (*layernorm_backward_bf16)(Device, float* din, float* dweight, float* dbias, const void* dout16,
+                                  const float* in, const float* weight, const float* mean, const float* rstd,
+                                  int64_t rows, int64_t dim) = nullptr;
   void (*adamw_update)(Device, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                        const AdamWStep& step) = nullptr;
   void (*swiglu_forward)(Device, float* out, const float* gate_up, int64_t rows, int64_t width) = nullptr;

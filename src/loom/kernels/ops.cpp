@@ -130,6 +130,15 @@ void layernorm_forward_bf16(Device device, void* out16, float* mean, float* rstd
                             const float* weight, const float* bias, int64_t rows, int64_t dim, float eps) {
   LOOM_DISPATCH(layernorm_forward_bf16, out16, mean, rstd, in, weight, bias, rows, dim, eps);
 }
+void rmsnorm_backward_bf16(Device device, float* din, float* dweight, const void* dout16, const float* in,
+                           const float* weight, const float* rstd, int64_t rows, int64_t dim) {
+  LOOM_DISPATCH(rmsnorm_backward_bf16, din, dweight, dout16, in, weight, rstd, rows, dim);
+}
+void layernorm_backward_bf16(Device device, float* din, float* dweight, float* dbias, const void* dout16,
+                             const float* in, const float* weight, const float* mean, const float* rstd, int64_t rows,
+                             int64_t dim) {
+  LOOM_DISPATCH(layernorm_backward_bf16, din, dweight, dbias, dout16, in, weight, mean, rstd, rows, dim);
+}
 
 void rope_forward(Device device, float* x, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
                   int64_t seq, int64_t positions_start, const RopeTable& table, const int32_t* positions) {
@@ -357,7 +366,10 @@ void adamw_update(Device device, float* param, const float* grad, float* exp_avg
 }
 void adamw_update_many(Device device, std::span<const AdamWTensor> tensors, const AdamWStep& step) {
   if (device.is_cpu()) [[likely]] {
-    for (const AdamWTensor& t : tensors) cpu::adamw_update(t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.n, step);
+    for (const AdamWTensor& t : tensors) {
+      cpu::adamw_update(t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.n, step);
+      if (t.param_bf16 != nullptr) narrow_floats(device, t.param_bf16, t.param, t.n, DType::BF16);
+    }
     return;
   }
   cuda_kernel(cuda_entries().adamw_update_many, "adamw_update_many", device)(

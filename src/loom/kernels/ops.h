@@ -44,6 +44,13 @@ void rmsnorm_forward_bf16(Device device, void* out16, float* rstd, const float* 
                           int64_t rows, int64_t dim, float eps);
 void layernorm_forward_bf16(Device device, void* out16, float* mean, float* rstd, const float* in,
                             const float* weight, const float* bias, int64_t rows, int64_t dim, float eps);
+// The backwards over a bf16 output gradient (dout16, 2-byte elements: a bf16 projection's input
+// gradient, rounded to bf16 anyway): the fp32 backward on its values widened, bit for bit.
+void rmsnorm_backward_bf16(Device device, float* din, float* dweight, const void* dout16, const float* in,
+                           const float* weight, const float* rstd, int64_t rows, int64_t dim);
+void layernorm_backward_bf16(Device device, float* din, float* dweight, float* dbias, const void* dout16,
+                             const float* in, const float* weight, const float* mean, const float* rstd, int64_t rows,
+                             int64_t dim);
 
 // --- rotary position embedding, in place on `heads` heads from column first_col of each row.
 // Row r's position is positions[r] when `positions` is given (packed documents restart at 0),

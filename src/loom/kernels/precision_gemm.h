@@ -122,10 +122,18 @@ struct PrecisionGemm {
   LinearGemm pass = LinearGemm::Forward;
   float* out = nullptr;
   bool accumulate = false;        // add into out (always for the backward GEMMs' callers' contracts)
+  // A forward accumulating into a new tensor: out = addend + result, the add reading addend (fp32,
+  // out's shape; may equal out) instead of out, so a residual stream's next tensor is written from
+  // its input in the same pass rather than copied from it first (model::Block). Null: out itself.
+  const float* addend = nullptr;
   // Forward only: rounded to the output's dtype (`rounding`; as it is under None), then added to the
   // fp32 product before that is rounded: a 16-bit model's bias, as Megatron, Transformer Engine and
   // llm.c add it (on a GPU by cuBLASLt's bias epilogue where it serves, kernels/cuda/gemm_lt.h).
   const float* bias = nullptr;
+  // The bias already rounded to bf16 where the caller has it (the optimizer's bf16 copy of the
+  // parameters: model/weight_cast_cache.h), for a bf16 rounding: cuBLASLt's epilogue reads it
+  // instead of a per-call cast of `bias` (which must still be given: the same values).
+  const void* bias16 = nullptr;
   CastOperand a, b;
   int64_t n = 0, in_features = 0, out_features = 0;
   OutputRounding rounding = OutputRounding::Bf16;

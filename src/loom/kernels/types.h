@@ -18,12 +18,15 @@ struct AdamWStep {
 };
 
 // One tensor of a multi-tensor AdamW update (adamw_update_many): n elements of each array.
+// `param_bf16` (2-byte elements; null: none): also receives each updated parameter rounded to
+// bf16 (nearest even), the copy a bf16 model's GEMMs multiply, written by the pass that updates it.
 struct AdamWTensor {
   float* param;
   const float* grad;
   float* exp_avg;
   float* exp_avg_sq;
   int64_t n;
+  void* param_bf16 = nullptr;
 };
 
 // What attention's products take: fp32 values, or q, k, v (and forward's out, backward's out and

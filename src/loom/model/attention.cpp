@@ -81,7 +81,7 @@ bool Attention::bf16_gradients() const {
 }
 
 void Attention::forward(Saved& saved, float* residual, const NormedRows& normed, int64_t batch, int64_t seq,
-                        const Packing& packing, ParallelScratch& scratch) const {
+                        const Packing& packing, ParallelScratch& scratch, const float* residual_in) const {
   const int64_t rows = batch * seq, W = qkv_width(), att_width = heads_ * head_dim_;
   const int64_t k_off = att_width, v_off = att_width + static_cast<int64_t>(kv_heads_) * head_dim_;
   if (bf16_tensors()) {
@@ -95,7 +95,8 @@ void Attention::forward(Saved& saved, float* residual, const NormedRows& normed,
     kernels::flash_attention_forward_bf16_tensors(store_->device(), att16, lse, qkv16, qkv16 + k_off, qkv16 + v_off,
                                                   flash_shape(batch, seq), visibility(packing));
     out_->forward(residual, nullptr, rows, scratch,
-                  DeviceTensors{.in = att16, .keep_input_codes = out_->keep_input_codes(saved.out_codes, rows)});
+                  DeviceTensors{.in = att16, .keep_input_codes = out_->keep_input_codes(saved.out_codes, rows)},
+                  residual_in);
     return;
   }
   float* qkv = sized(saved.qkv, rows * W, store_->device());
@@ -111,12 +112,12 @@ void Attention::forward(Saved& saved, float* residual, const NormedRows& normed,
                                      visibility(packing));
   }
   out_->forward(residual, att, rows, scratch,
-                DeviceTensors{.keep_input_codes = out_->keep_input_codes(saved.out_codes, rows)});
+                DeviceTensors{.keep_input_codes = out_->keep_input_codes(saved.out_codes, rows)}, residual_in);
 }
 
 void Attention::backward(float* d_normed, const float* d_residual, const NormedRows& normed, const Saved& saved,
                          Workspace& work, int64_t batch, int64_t seq, const Packing& packing,
-                         ParallelScratch& scratch) const {
+                         ParallelScratch& scratch, void* d_normed16) const {
   const int64_t rows = batch * seq, W = qkv_width(), att_width = heads_ * head_dim_;
   const int64_t k_off = att_width, v_off = att_width + static_cast<int64_t>(kv_heads_) * head_dim_;
   // Under the bf16 recipe the q/k/v gradient is written whole in bf16, with the bf16 tensors (per-tensor
@@ -143,7 +144,7 @@ void Attention::backward(float* d_normed, const float* d_residual, const NormedR
           saved.att.data(), saved.lse.data(), qkv16, qkv16 + k_off, qkv16 + v_off, flash_shape(batch, seq),
           visibility(packing), rotation);
       qkv_->backward(d_normed, nullptr, normed.fp32, rows, scratch, false,
-                     DeviceTensors{.in = normed.bf16, .dout = d_qkv16});
+                     DeviceTensors{.in = normed.bf16, .dout = d_qkv16, .din = d_normed16});
       return;
     }
     kernels::flash_attention_backward_fp32_gradients(
@@ -166,7 +167,9 @@ void Attention::backward(float* d_normed, const float* d_residual, const NormedR
     rotate(d_qkv, batch, seq, Rotation::Backward, packing.positions);
   }
   qkv_->backward(d_normed, d_qkv, normed.fp32, rows, scratch, false,
-                 DeviceTensors{.in = normed.bf16, .kept_input_codes = qkv_->kept_input_codes(saved.qkv_codes)});
+                 DeviceTensors{.in = normed.bf16,
+                               .din = d_normed16,
+                               .kept_input_codes = qkv_->kept_input_codes(saved.qkv_codes)});
 }
 
 void Attention::rotate(void* qkv, int64_t batch, int64_t seq, Rotation how, const int32_t* positions) const {

@@ -38,13 +38,18 @@ class Attention {
             int heads, int kv_heads, bool qkv_bias, bool out_bias, const kernels::RopeTable* rope, float init_std, float out_std);
   // residual[local rows] += o_proj(attention(normed)); normed is this rank's rows of [batch*seq,
   // d_model], in bf16 where takes_bf16_input(), as FP8 codes where takes_input_codes() and the
-  // norm wrote them.
+  // norm wrote them. `residual_in` (null: residual): residual = residual_in + o_proj(...) instead
+  // (RowParallelLinear::forward's).
   void forward(Saved& saved, float* residual, const NormedRows& normed, int64_t batch, int64_t seq,
-               const Packing& packing, ParallelScratch& scratch) const;
+               const Packing& packing, ParallelScratch& scratch, const float* residual_in = nullptr) const;
   // d_normed = d/d(normed) (written whole), given d_residual; parameter gradients into the store.
+  // `d_normed16` (where gives_bf16_input_grad()): d_normed written whole in bf16 there instead
+  // (d_normed may be null then).
   void backward(float* d_normed, const float* d_residual, const NormedRows& normed, const Saved& saved,
-                Workspace& work, int64_t batch, int64_t seq, const Packing& packing,
-                ParallelScratch& scratch) const;
+                Workspace& work, int64_t batch, int64_t seq, const Packing& packing, ParallelScratch& scratch,
+                void* d_normed16 = nullptr) const;
+  // Whether the backward can leave d_normed in bf16 (the q/k/v projection's, ColumnParallelLinear's).
+  bool gives_bf16_input_grad() const { return qkv_->gives_bf16_input_grad(); }
   // Whether training may hand the normed input over in bf16: the q/k/v projection's GEMMs are
   // bf16 on a GPU, so it casts the input to bf16 anyway (for the forward and the weight gradient).
   bool takes_bf16_input() const { return qkv_->takes_bf16_input(); }

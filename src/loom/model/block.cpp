@@ -66,12 +66,13 @@ void Block::forward(Saved& saved, const float* x_in, float* x_out, int64_t batch
                     const Packing& packing, ParallelScratch& scratch) const {
   // Norms and residual adds run on this rank's rows; the sub-blocks see all rows inside.
   const int64_t rows = batch * seq, local = tp_->local_rows(rows), n = local * d_model_;
+  // Each residual add writes the stream's next tensor from its input (residual_in), so no copy
+  // of the input comes first where the projection's own add can read it.
   const float* mid = x_in;
   if (attention_) {
     const NormedRows normed = normed_input(*norm1_, saved.norm1, x_in, local, *attention_, saved.attention);
     float* m = sized(saved.mid, n, device_);
-    copy_on_device(device_, m, x_in, n);
-    attention_->forward(saved.attention, m, normed, batch, seq, packing, scratch);
+    attention_->forward(saved.attention, m, normed, batch, seq, packing, scratch, x_in);
     mid = m;
   }
   if (mamba_) {
@@ -81,10 +82,13 @@ void Block::forward(Saved& saved, const float* x_in, float* x_out, int64_t batch
     mamba_->forward(saved.mamba, m, saved.norm1.out.data(), batch, seq, packing, scratch);
     mid = m;
   }
-  copy_on_device(device_, x_out, mid, n);
   if (mlp_) {
-    mlp_->forward(saved.mlp, x_out, normed_input(*norm2_, saved.norm2, mid, local, *mlp_, saved.mlp), rows, scratch);
-  } else if (moe_) {
+    mlp_->forward(saved.mlp, x_out, normed_input(*norm2_, saved.norm2, mid, local, *mlp_, saved.mlp), rows, scratch,
+                  mid);
+    return;
+  }
+  copy_on_device(device_, x_out, mid, n);
+  if (moe_) {
     norm2_->forward(saved.norm2, mid, local);
     moe_->forward(saved.moe, x_out, saved.norm2.out.data(), batch, seq, scratch);
   }
@@ -93,19 +97,32 @@ void Block::forward(Saved& saved, const float* x_in, float* x_out, int64_t batch
 void Block::backward(float* d_x, const float* x_in, const Saved& saved, Workspace& work, int64_t batch, int64_t seq,
                      const Packing& packing, ParallelScratch& scratch) const {
   const int64_t rows = batch * seq, local = tp_->local_rows(rows), n = local * d_model_;
+  // Each sub-block writes d_normed whole, in bf16 where its first projection's dgrad rounds it to
+  // bf16 anyway (gives_bf16_input_grad: half the bytes, the same values); the MoE layer's experts
+  // add into a zeroed one.
   if (mlp_ || moe_) {
     const float* mid = attention_ || mamba_ ? saved.mid.data() : x_in;
-    // The MLP writes d_normed whole; the MoE layer's experts add into it.
-    float* d_normed = mlp_ ? sized(work.d_normed, n, device_) : zeroed(work.d_normed, n, device_);
-    if (mlp_) {
+    if (mlp_ && mlp_->gives_bf16_input_grad()) {
+      void* d_normed16 = sized_16bit(work.d_normed, n, device_);
+      mlp_->backward(nullptr, d_x, Norm::output(saved.norm2), saved.mlp, work, rows, scratch, false, d_normed16);
+      norm2_->backward_bf16(d_x, d_normed16, mid, saved.norm2, local);
+    } else if (mlp_) {
+      float* d_normed = sized(work.d_normed, n, device_);
       mlp_->backward(d_normed, d_x, Norm::output(saved.norm2), saved.mlp, work, rows, scratch, false);
+      norm2_->backward(d_x, d_normed, mid, saved.norm2, local);
     } else {
+      float* d_normed = zeroed(work.d_normed, n, device_);
       moe_->backward(d_normed, d_x, saved.norm2.out.data(), saved.moe, work, batch, seq, scratch);
+      norm2_->backward(d_x, d_normed, mid, saved.norm2, local);
     }
-    norm2_->backward(d_x, d_normed, mid, saved.norm2, local);
   }
-  if (attention_) {
-    float* d_normed = sized(work.d_normed, n, device_);  // written whole by attention's backward
+  if (attention_ && attention_->gives_bf16_input_grad()) {
+    void* d_normed16 = sized_16bit(work.d_normed, n, device_);
+    attention_->backward(nullptr, d_x, Norm::output(saved.norm1), saved.attention, work, batch, seq, packing, scratch,
+                         d_normed16);
+    norm1_->backward_bf16(d_x, d_normed16, x_in, saved.norm1, local);
+  } else if (attention_) {
+    float* d_normed = sized(work.d_normed, n, device_);
     attention_->backward(d_normed, d_x, Norm::output(saved.norm1), saved.attention, work, batch, seq, packing,
                          scratch);
     norm1_->backward(d_x, d_normed, x_in, saved.norm1, local);

@@ -20,10 +20,10 @@ constexpr Device kHost = Device::cpu();
 
 namespace {
 
-// dst += src (n elements).
-void add_into(float* dst, const float* src, int64_t n) {
+// dst = base + src (n elements; base may be dst: dst += src).
+void add_into(float* dst, const float* base, const float* src, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (kernels::worth_parallel(n))
-  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+  for (int64_t i = 0; i < n; ++i) dst[i] = base[i] + src[i];
 }
 
 // out[cols, rows] = in[rows, cols]^T, in cache-sized tiles.
@@ -276,11 +276,12 @@ void LinearPrecision::check_device_tensors(const DeviceTensors& tensors) const {
 
 void LinearPrecision::forward(float* out, const float* in, const float* weight, const float* bias, int64_t n,
                               int64_t in_features, int64_t out_features, bool accumulate, GemmOutput output,
-                              const DeviceTensors& tensors) {
+                              const DeviceTensors& tensors, const float* addend) {
   if (n == 0 || out_features == 0) return;
   check_device_tensors(tensors);
+  LOOM_CHECK(addend == nullptr || accumulate, "LinearPrecision::forward: an addend is for an accumulating output");
   if (!device_.is_cpu())
-    return device_forward(out, in, weight, bias, n, in_features, out_features, accumulate, output, tensors);
+    return device_forward(out, in, weight, bias, n, in_features, out_features, accumulate, output, tensors, addend);
   const float* x = prepare(Operand::Input, GemmPass::Forward, in, n, in_features);
   const float* w = prepare(Operand::Weight, GemmPass::Forward, weight, out_features, in_features);
   const int64_t count = n * out_features;
@@ -289,7 +290,7 @@ void LinearPrecision::forward(float* out, const float* in, const float* weight, 
   kernels::linear_forward(kHost, y, x, w, rounded ? rounded_bias(bias, out_features) : bias, n, in_features,
                           out_features, false);
   if (rounded) round_output(y, count);
-  if (accumulate) add_into(out, y, count);
+  if (accumulate) add_into(out, addend != nullptr ? addend : out, y, count);
 }
 
 void LinearPrecision::backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
@@ -312,7 +313,7 @@ void LinearPrecision::backward(float* din, float* dweight, float* dbias, const f
     float* y = accumulate_din ? output_scratch(n * in_features) : din;
     kernels::gemm(kHost, y, g, w, n, in_features, out_features, false, false, false);
     if (din_output == GemmOutput::Rounded) round_output(y, n * in_features);
-    if (accumulate_din) add_into(din, y, n * in_features);
+    if (accumulate_din) add_into(din, din, y, n * in_features);
   }
   if (dweight != nullptr) {
     if (g == nullptr || oriented) g = prepare(Operand::OutputGrad, GemmPass::WeightGrad, dout, n, out_features);
@@ -322,7 +323,7 @@ void LinearPrecision::backward(float* din, float* dweight, float* dbias, const f
     // The weight gradient of one micro-batch added unrounded into the fp32 main gradient, as
     // Megatron's gradient-accumulation fusion does (a GPU's wgrad GEMM adds its fp32 accumulator
     // into main_grad in its epilogue: one rounding, of the sum, as this add makes).
-    add_into(dweight, y, out_features * in_features);
+    add_into(dweight, dweight, y, out_features * in_features);
   }
 }
 

@@ -221,9 +221,11 @@ class LinearPrecision {
   // `accumulate_din` false: din is written whole instead of added into.
   // `tensors`: tensors given in bf16 instead of fp32 (takes_bf16_tensors only) or wanted in bf16
   // (gives_bf16_outputs only), and the input's kept FP8 codes (keeps_input_codes only): DeviceTensors.
+  // `addend` (accumulate only; any device): out = addend + the output, the add reading addend
+  // instead of out (a residual stream's input; kernels::PrecisionGemm::addend).
   void forward(float* out, const float* in, const float* weight, const float* bias, int64_t n, int64_t in_features,
                int64_t out_features, bool accumulate = false, GemmOutput output = GemmOutput::Rounded,
-               const DeviceTensors& tensors = {});
+               const DeviceTensors& tensors = {}, const float* addend = nullptr);
   void backward(float* din, float* dweight, float* dbias, const float* dout, const float* in, const float* weight,
                 int64_t n, int64_t in_features, int64_t out_features, GemmOutput din_output = GemmOutput::Rounded,
                 bool accumulate_din = true, const DeviceTensors& tensors = {});
@@ -299,7 +301,7 @@ class LinearPrecision {
   // The GPU path of forward / backward (linear_precision_device.cpp).
   void device_forward(float* out, const float* in, const float* weight, const float* bias, int64_t n,
                       int64_t in_features, int64_t out_features, bool accumulate, GemmOutput output,
-                      const DeviceTensors& tensors);
+                      const DeviceTensors& tensors, const float* addend);
   void device_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                        const float* weight, int64_t n, int64_t in_features, int64_t out_features,
                        GemmOutput din_output, bool accumulate_din, const DeviceTensors& tensors);

@@ -166,14 +166,18 @@ void LinearPrecision::run_device_gemm(const kernels::PrecisionGemm& g, WrittenSt
 
 void LinearPrecision::device_forward(float* out, const float* in, const float* weight, const float* bias, int64_t n,
                                      int64_t in_features, int64_t out_features, bool accumulate, GemmOutput output,
-                                     const DeviceTensors& tensors) {
+                                     const DeviceTensors& tensors, const float* addend) {
   check_device_shape(recipe_, n, in_features, out_features);
   kernels::PrecisionGemm g;
   g.pass = kernels::LinearGemm::Forward;
   g.out = out;
   g.out16 = tensors.out;
   g.accumulate = accumulate;
+  g.addend = addend;
   g.bias = bias;
+  // The bias rounded to bf16 is the optimizer's copy of it, where the step has one: no cast per call.
+  if (rounding() == kernels::OutputRounding::Bf16 && output == GemmOutput::Rounded)
+    g.bias16 = scratch_->weight_casts.bf16_copy_of(bias, out_features);
   g.n = n;
   g.in_features = in_features;
   g.out_features = out_features;

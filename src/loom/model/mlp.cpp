@@ -56,14 +56,14 @@ bool Mlp::fp8_codes_from_activation() const {
          !in_->has_bias();
 }
 
-void Mlp::forward(Saved& saved, float* residual, const NormedRows& normed, int64_t rows,
-                  ParallelScratch& scratch) const {
+void Mlp::forward(Saved& saved, float* residual, const NormedRows& normed, int64_t rows, ParallelScratch& scratch,
+                  const float* residual_in) const {
   if (bf16_interior()) {
     void* hidden = sized_16bit(saved.hidden, rows * hidden_width(), device_);
     void* act = sized_16bit(saved.act, rows * ffn_, device_);
     in_->forward(nullptr, normed.fp32, rows, scratch, DeviceTensors{.in = normed.bf16, .out = hidden});
     activation_forward_bf16(device_, activation_, nullptr, act, hidden, rows, ffn_);
-    down_->forward(residual, nullptr, rows, scratch, DeviceTensors{.in = act});
+    down_->forward(residual, nullptr, rows, scratch, DeviceTensors{.in = act}, residual_in);
     return;
   }
   void* up_codes = in_->keep_input_codes(saved.up_codes, rows);
@@ -84,7 +84,7 @@ void Mlp::forward(Saved& saved, float* residual, const NormedRows& normed, int64
       const LinearPrecision::ProducedCodes codes = down_->input_codes(saved.down_codes, rows);
       kernels::activation_forward_codes(device_, kernel_activation(activation_), hidden, rows, ffn_, codes.cast,
                                         codes.codes, codes.transposed);
-      down_->forward(residual, nullptr, rows, scratch, DeviceTensors{.in_codes = codes.codes});
+      down_->forward(residual, nullptr, rows, scratch, DeviceTensors{.in_codes = codes.codes}, residual_in);
       return;
     }
     act_amax = down_->input_amax();
@@ -96,11 +96,13 @@ void Mlp::forward(Saved& saved, float* residual, const NormedRows& normed, int64
   }
   down_->forward(residual, act, rows, scratch,
                  DeviceTensors{.keep_input_codes = down_->keep_input_codes(saved.down_codes, rows),
-                               .in_amax = act_amax});
+                               .in_amax = act_amax},
+                 residual_in);
 }
 
 void Mlp::backward(float* d_normed, const float* d_residual, const NormedRows& normed, const Saved& saved,
-                   Workspace& work, int64_t rows, ParallelScratch& scratch, bool accumulate) const {
+                   Workspace& work, int64_t rows, ParallelScratch& scratch, bool accumulate, void* d_normed16) const {
+  LOOM_CHECK(d_normed16 == nullptr || !accumulate, "Mlp::backward: a bf16 d_normed is written whole, not added into");
   // Each gradient below is written whole by one producer: nothing is zeroed first.
   if (bf16_interior()) {
     void* d_act = sized_16bit(work.d_act, rows * ffn_, device_);
@@ -112,7 +114,7 @@ void Mlp::backward(float* d_normed, const float* d_residual, const NormedRows& n
     activation_backward_bf16(device_, activation_, nullptr, d_hidden, in_->bias_grad(), d_act, saved.hidden.data(),
                              rows, ffn_);
     in_->backward(d_normed, nullptr, normed.fp32, rows, scratch, accumulate,
-                  DeviceTensors{.in = normed.bf16, .dout = d_hidden});
+                  DeviceTensors{.in = normed.bf16, .dout = d_hidden, .din = d_normed16});
     return;
   }
   const void* down_codes = down_->kept_input_codes(saved.down_codes);
@@ -133,7 +135,10 @@ void Mlp::backward(float* d_normed, const float* d_residual, const NormedRows& n
       kernels::activation_backward_codes(device_, kernel_activation(activation_), d_act, saved.hidden.data(), rows,
                                          ffn_, codes.cast, codes.codes, codes.transposed);
       in_->backward(d_normed, nullptr, normed.fp32, rows, scratch, accumulate,
-                    DeviceTensors{.in = normed.bf16, .kept_input_codes = up_codes, .dout_codes = codes.codes});
+                    DeviceTensors{.in = normed.bf16,
+                                  .din = d_normed16,
+                                  .kept_input_codes = up_codes,
+                                  .dout_codes = codes.codes});
       return;
     }
     d_hidden_amax = in_->output_grad_amax();
@@ -146,7 +151,8 @@ void Mlp::backward(float* d_normed, const float* d_residual, const NormedRows& n
     activation_backward(device_, activation_, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
   }
   in_->backward(d_normed, d_hidden, normed.fp32, rows, scratch, accumulate,
-                DeviceTensors{.in = normed.bf16, .kept_input_codes = up_codes, .dout_amax = d_hidden_amax});
+                DeviceTensors{
+                    .in = normed.bf16, .din = d_normed16, .kept_input_codes = up_codes, .dout_amax = d_hidden_amax});
 }
 
 }  // namespace loom::model

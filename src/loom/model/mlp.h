@@ -28,12 +28,19 @@ class Mlp {
       int ffn_size, config::Activation activation, bool bias, float init_std, float out_std);
   // residual[local rows] += down(act(up(normed))), rows = the layer's batch * seq; normed in bf16
   // where takes_bf16_input(), as FP8 codes where takes_input_codes() and the norm wrote them.
-  void forward(Saved& saved, float* residual, const NormedRows& normed, int64_t rows, ParallelScratch& scratch) const;
+  // `residual_in` (null: residual): residual = residual_in + down(...) instead (RowParallelLinear::forward's).
+  void forward(Saved& saved, float* residual, const NormedRows& normed, int64_t rows, ParallelScratch& scratch,
+               const float* residual_in = nullptr) const;
   // d_normed += d/d(normed) of the branch, given d_residual (= when not `accumulate`: a block's
   // MLP is d_normed's only source, a shared expert one of several); parameter gradients into the
   // store.
+  // `d_normed16` (not accumulating, where gives_bf16_input_grad()): d_normed written whole in bf16
+  // there instead (d_normed may be null then).
   void backward(float* d_normed, const float* d_residual, const NormedRows& normed, const Saved& saved,
-                Workspace& work, int64_t rows, ParallelScratch& scratch, bool accumulate) const;
+                Workspace& work, int64_t rows, ParallelScratch& scratch, bool accumulate,
+                void* d_normed16 = nullptr) const;
+  // Whether the backward can leave d_normed in bf16 (the up projection's, ColumnParallelLinear's).
+  bool gives_bf16_input_grad() const { return in_->gives_bf16_input_grad(); }
   // Precision recipe of the up (gate+up) and down projections' GEMMs.
   // `prefix`: the module's name (model.layers.N.mlp), naming its GEMMs' precision state.
   void set_precision(PrecisionContext& context, Recipe recipe, const std::string& prefix);

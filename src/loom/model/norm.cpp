@@ -66,4 +66,14 @@ void Norm::backward(float* din, const float* dout, const float* in, const Saved&
   }
 }
 
+void Norm::backward_bf16(float* din, const void* dout16, const float* in, const Saved& saved, int64_t rows) const {
+  if (layer_norm_) {
+    kernels::layernorm_backward_bf16(store_->device(), din, store_->grad(weight_), store_->grad(bias_), dout16, in,
+                                     store_->value(weight_), saved.mean.data(), saved.rstd.data(), rows, dim_);
+  } else {
+    kernels::rmsnorm_backward_bf16(store_->device(), din, store_->grad(weight_), dout16, in, store_->value(weight_),
+                                   saved.rstd.data(), rows, dim_);
+  }
+}
+
 }  // namespace loom::model

@@ -62,6 +62,9 @@ class Norm {
                      void* transposed) const;
   // din += d(norm)/d(in) . dout; parameter gradients added into the store.
   void backward(float* din, const float* dout, const float* in, const Saved& saved, int64_t rows) const;
+  // The same over dout in bf16 (2-byte elements: a bf16 projection's input gradient), bit for bit
+  // the fp32 form's on its values widened.
+  void backward_bf16(float* din, const void* dout16, const float* in, const Saved& saved, int64_t rows) const;
 
  private:
   ParameterStore* store_;

@@ -127,6 +127,9 @@ void ColumnParallelLinear::forward(float* out, const float* x, int64_t rows, Par
 
 void ColumnParallelLinear::backward(float* d_x, const float* d_out, const float* x, int64_t rows,
                                     ParallelScratch& scratch, bool accumulate, const DeviceTensors& tensors) const {
+  LOOM_CHECK(tensors.din == nullptr || gives_bf16_input_grad(),
+             "a column-parallel layer leaves its input gradient in bf16 only where gives_bf16_input_grad() (one "
+             "tensor-parallel rank, a bf16-rounding recipe on a GPU)");
   // Sequence parallel: the full input is gathered again rather than kept from forward, for wgrad
   // alone; unless wgrad multiplies the input's codes the forward kept, and so never reads it.
   const bool gather = !(tp_->sequence_parallel() && tensors.kept_input_codes != nullptr);
@@ -146,6 +149,7 @@ void ColumnParallelLinear::backward(float* d_x, const float* d_out, const float*
                   store_->value(weight_), rows, in_, out_, split_output(*tp_), accumulate && tp_->single(),
                   DeviceTensors{.in = full16,
                                 .dout = tensors.dout,
+                                .din = tensors.din,
                                 .kept_input_codes = tensors.kept_input_codes,
                                 .dout_amax = tensors.dout_amax,
                                 .dout_codes = tensors.dout_codes});
@@ -173,14 +177,21 @@ const void* RowParallelLinear::kept_input_codes(const Buffer& buffer) const {
 }
 
 void RowParallelLinear::forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch,
-                                const DeviceTensors& tensors) const {
+                                const DeviceTensors& tensors, const float* residual_in) const {
   const float* bias = bias_ >= 0 ? store_->value(bias_) : nullptr;
   const DeviceTensors input{.in = tensors.in,
                             .keep_input_codes = tensors.keep_input_codes,
                             .in_amax = tensors.in_amax,
                             .in_codes = tensors.in_codes};
+  if (residual_in == out) residual_in = nullptr;
+  if (tp_->single() && precision_ != nullptr) {  // the product adds into the residual stream, reading residual_in
+    precision_->forward(out, x, store_->value(weight_), bias, rows, in_, out_, true, GemmOutput::Rounded, input,
+                        residual_in);
+    return;
+  }
+  if (residual_in != nullptr) copy_on_device(store_->device(), out, residual_in, tp_->local_rows(rows) * out_);
   if (tp_->single()) {  // no reduction: accumulate straight into the residual stream
-    linear_forward(store_->device(), precision_.get(), out, x, store_->value(weight_), bias, rows, in_, out_, true,
+    linear_forward(store_->device(), nullptr, out, x, store_->value(weight_), bias, rows, in_, out_, true,
                    GemmOutput::Rounded, input);
     return;
   }

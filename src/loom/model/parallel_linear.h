@@ -48,11 +48,17 @@ class ColumnParallelLinear {
   // in bf16 instead, the bias's gradient (which sums the fp32 d_out) then the caller's, added into
   // bias_grad(); tensors.kept_input_codes: the codes the forward kept; tensors.dout_amax: d_out's
   // amax, taken by its producer (output_grad_amax); tensors.dout_codes: d_out's FP8 codes, written by
-  // its producer (output_grad_codes; the layer then has no bias).
+  // its producer (output_grad_codes; the layer then has no bias); tensors.din: d_x written whole in
+  // bf16 instead (gives_bf16_input_grad; d_x may be null then).
   void backward(float* d_x, const float* d_out, const float* x, int64_t rows, ParallelScratch& scratch,
                 bool accumulate = true, const DeviceTensors& tensors = {}) const;
   // The GEMMs' precision (null: fp32); whether the layer has a bias.
   const LinearPrecision* precision() const { return precision_.get(); }
+  // Whether the backward can leave d_x in bf16 (tensors.din): one rank (no sum over the group
+  // first) whose dgrad rounds its output to bf16 anyway (LinearPrecision::gives_bf16_outputs).
+  bool gives_bf16_input_grad() const {
+    return tp_->single() && precision_ != nullptr && precision_->gives_bf16_outputs();
+  }
   // Whether the layer takes its input in bf16 (tensors.in): its GEMMs are bf16 on a GPU.
   bool takes_bf16_input() const { return precision_ != nullptr && precision_->takes_bf16_tensors(); }
   // Room in `buffer` for the input's FP8 codes over `rows` tokens where the layer keeps them
@@ -109,9 +115,12 @@ class RowParallelLinear {
   // out[local rows, out] += g(x W^T) + b, x being [rows, in_local] inside the region. tensors.in: x
   // in bf16 instead; tensors.keep_input_codes: where x's FP8 codes are kept for the backward;
   // tensors.in_amax: x's amax, taken by its producer (input_amax); tensors.in_codes: x's FP8 codes,
-  // written by its producer (input_codes).
+  // written by its producer (input_codes). `residual_in` (out's shape; null: out): out = residual_in
+  // + g(x W^T) + b instead, a residual stream's next tensor from its input: the product's own
+  // add reads it where it can (a precision recipe, one tensor-parallel rank), else it is copied
+  // into out first. The same values either way.
   void forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch,
-               const DeviceTensors& tensors = {}) const;
+               const DeviceTensors& tensors = {}, const float* residual_in = nullptr) const;
   // d_x[rows, in_local] += g_backward(d_out) W, d_out being this rank's [local_rows, out]; = when
   // not `accumulate`. tensors.in: x in bf16 instead; tensors.din: d_x written whole in bf16
   // instead; tensors.kept_input_codes: the codes the forward kept.

@@ -1,5 +1,7 @@
 #include "loom/model/weight_cast_cache.h"
 
+#include "loom/core/error.h"
+
 namespace loom::model {
 
 void WeightCastCache::open() {
@@ -7,14 +9,33 @@ void WeightCastCache::open() {
   open_ = true;
 }
 
-void WeightCastCache::close() {
+void WeightCastCache::free_all() {
   for (auto& [key, store] : stores_) free(store);
   stores_.clear();
+}
+
+void WeightCastCache::close() {
+  free_all();
   open_ = false;
+  copy_values_ = nullptr;
+  copy_total_ = 0;
+  copy_ = nullptr;
+}
+
+void WeightCastCache::use_bf16_copy(const float* values, int64_t total, const void* copy) {
+  LOOM_CHECK(open_, "WeightCastCache::use_bf16_copy: outside a step's scope (open() first)");
+  copy_values_ = values;
+  copy_total_ = total;
+  copy_ = copy;
+}
+
+const void* WeightCastCache::bf16_copy_of(const float* x, int64_t n) const {
+  if (copy_ == nullptr || x == nullptr || x < copy_values_ || x + n > copy_values_ + copy_total_) return nullptr;
+  return static_cast<const uint16_t*>(copy_) + (x - copy_values_);
 }
 
 void WeightCastCache::free(Store& store) {
-  if (store.data != nullptr) allocator(device_).free(store.data, static_cast<size_t>(store.bytes));
+  if (store.data != nullptr && !store.borrowed) allocator(device_).free(store.data, static_cast<size_t>(store.bytes));
   store = Store();
 }
 
@@ -23,12 +44,23 @@ WeightCastCache::Store* WeightCastCache::find(const void* layer, const float* we
                                               Device device) {
   if (!open_ || device.is_cpu() || cast.cast == kernels::OperandCast::None) return nullptr;
   if (device != device_) {  // a model moved: what it kept is on the old device
-    close();
-    open_ = true;
+    free_all();
     device_ = device;
   }
   Store& s = stores_[Key{layer, weight, kernels::weight_cast_form(cast.cast, pass)}];
   if (s.ready && s.cast == cast.cast && s.rows == rows && s.cols == cols && s.scale == cast.scale) return &s;
+  const void* copied = bf16_copy_of(weight, rows * cols);
+  if (cast.cast == kernels::OperandCast::Bf16 && copied != nullptr) {
+    free(s);
+    s.data = const_cast<void*>(copied);
+    s.cast = cast.cast;
+    s.rows = rows;
+    s.cols = cols;
+    s.scale = cast.scale;
+    s.ready = true;
+    s.borrowed = true;
+    return &s;
+  }
   const int64_t bytes = kernels::weight_cast_layout(cast.cast, rows, cols).bytes;
   if (s.data == nullptr || s.bytes != bytes) {
     free(s);

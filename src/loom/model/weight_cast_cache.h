@@ -20,10 +20,13 @@
 // its own layers. fp8_current's tensor-parallel amax all-reduce is skipped with the cast, on
 // every rank of the group alike (they run the same GEMMs in the same order).
 //
+// A bf16 copy of the parameters that the optimizer keeps current (use_bf16_copy; at ZeRO 0 on a
+// device) serves every bf16 cast of a weight inside it: no cast at all, in any step after the first.
+//
 // Memory: while a scope is open, one store per weight and form: 2 bytes per weight element for
-// bf16 / fp16 (one form), 1 + 1 for the FP8 recipes (forward and transposed dgrad codes; per-tensor
-// FP8's forward writes both from one read of the weight), 2 + 2 for mxfp8
-// (plan/activation_memory.h counts it).
+// bf16 / fp16 (one form; none where the bf16 copy serves), 1 + 1 for the FP8 recipes (forward and
+// transposed dgrad codes; per-tensor FP8's forward writes both from one read of the weight), 2 + 2
+// for mxfp8 (plan/activation_memory.h counts it).
 #include <cstdint>
 #include <map>
 #include <tuple>
@@ -45,6 +48,13 @@ class WeightCastCache {
   void open();
   void close();
   bool is_open() const { return open_; }
+  // Until close(): the bf16 cast of a weight lying inside `values` (`total` fp32 elements) is the
+  // matching part of `copy` (every value rounded to bf16, written by the optimizer and current:
+  // parallel/data/bf16_parameter_copy.h), ready as it is: nothing cast or held for it.
+  void use_bf16_copy(const float* values, int64_t total, const void* copy);
+  // The copy's part for x[0..n) (a bias: its bf16 form for cuBLASLt's epilogue) where use_bf16_copy
+  // gave one holding it in this scope; else null.
+  const void* bf16_copy_of(const float* x, int64_t n) const;
 
   struct Store {
     void* data = nullptr;
@@ -53,6 +63,7 @@ class WeightCastCache {
     int64_t rows = 0, cols = 0;
     float scale = 1.0f;
     bool ready = false;  // a GEMM wrote the cast (set by the caller once its GEMM was issued)
+    bool borrowed = false;  // data lies in use_bf16_copy's copy: not the cache's to free
   };
   // The store of `layer`'s weight [rows, cols] at `weight` cast as `cast` (b of GEMM `pass`) on
   // `device`: ready, or to be written (reallocated, not ready, when what it held differs); null
@@ -67,11 +78,15 @@ class WeightCastCache {
  private:
   using Key = std::tuple<const void*, const float*, int>;
   void free(Store& store);
+  void free_all();  // every store, the scope and its copy left as they are
 
   bool open_ = false;
   Device device_ = Device::cpu();
   std::map<Key, Store> stores_;
   int64_t casts_made_ = 0;
+  const float* copy_values_ = nullptr;  // use_bf16_copy's
+  int64_t copy_total_ = 0;
+  const void* copy_ = nullptr;
 };
 
 }  // namespace loom::model

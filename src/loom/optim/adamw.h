@@ -33,6 +33,7 @@ class AdamW final : public Optimizer {
   // Runs of pieces with the same weight decay and learning-rate scale go to one
   // adamw_update_many (on the CPU the same per-piece updates as update()).
   void update_many(std::span<const ShardPiece> pieces, const StepParams& step) const override;
+  bool writes_bf16_copies() const override { return true; }
 
   // Flat form. Updates `params` with `grads` clipped to config.clip_grad by global norm (when
   // > 0; the gradients themselves are left as they are). Returns the global norm before

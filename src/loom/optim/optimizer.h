@@ -25,6 +25,9 @@ struct ShardPiece {
   int64_t numel = 0;
   bool weight_decay = true;
   float lr_scale = 1.0f;  // times the step's learning rate
+  // Null, or where the updated values also go rounded to bf16 (2-byte elements), written by the
+  // same pass where the optimizer writes_bf16_copies() (a bf16 model's copy of its weights).
+  void* param_bf16 = nullptr;
 };
 
 // What is the same for every piece of one step.
@@ -43,6 +46,8 @@ class Optimizer {
   virtual void update_many(std::span<const ShardPiece> pieces, const StepParams& step) const {
     for (const ShardPiece& piece : pieces) update(piece, step);
   }
+  // Whether update() and update_many() write a piece's param_bf16 (others leave it alone).
+  virtual bool writes_bf16_copies() const { return false; }
 };
 
 // The optimizer a run's config asks for (today AdamW).

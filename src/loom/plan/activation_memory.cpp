@@ -4,6 +4,7 @@
 #include <string>
 
 #include "loom/model/linear_precision.h"
+#include "loom/parallel/data/bf16_parameter_copy.h"
 
 namespace loom::plan {
 
@@ -136,8 +137,11 @@ int64_t weight_cast_cache_bytes(const config::RunConfig& config, const std::vect
                                 int64_t head_rows) {
   const config::PrecisionRecipe recipe = config.precision.recipe;
   if (config.runtime.device != config::RuntimeDevice::Cuda || recipe == config::PrecisionRecipe::Fp32) return 0;
+  // The optimizer's bf16 copy of the parameters serves every bf16 cast (the head's; all under bf16).
+  const bool copy = parallel::keeps_bf16_parameter_copy(config);
+  if (copy && recipe == config::PrecisionRecipe::Bf16) return 0;
   const int64_t per_element = recipe == config::PrecisionRecipe::Mxfp8 ? 4 : 2;
-  int64_t bytes = head_rows * config.model.d_model * 2;
+  int64_t bytes = copy ? 0 : head_rows * config.model.d_model * 2;
   for (const model::Parameter& p : params) {
     const std::string& n = p.name;
     const std::string suffix = "_proj.weight";

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "loom/model/layer_spec.h"
+#include "loom/parallel/data/bf16_parameter_copy.h"
 #include "loom/parallel/data/grad_buckets.h"
 #include "loom/plan/activation_memory.h"
 #include "loom/plan/activation_pool.h"
@@ -72,6 +73,29 @@ int64_t comm_buffer_bytes(const config::RunConfig& config, const std::vector<mod
   return slots * (dp + 1) * max_shard * wire;
 }
 
+// The stage's model state (parameters, gradients, master weights, moments) and the buffers its
+// data parallelism gathers into, over `dp` ranks.
+void plan_model_state(const config::RunConfig& config, const std::vector<model::Parameter>& params, int dp,
+                      StageMemory& m) {
+  const bool compact = config.precision.param_dtype == config::ParamDtype::Compute &&
+                       config.precision.recipe != config::PrecisionRecipe::Fp32;
+  const int zero = config.parallel.zero;
+  const std::vector<int64_t> units = unit_sizes(params);
+  const int64_t unit = largest(units);
+  parallel::MemoryModel model_state{m.parameter_count, dp, zero, compact ? 2 : 4, 4,
+                                    comm_buffer_bytes(config, params, unit, dp)};
+  if (dp == 1) model_state.zero = 0;  // one rank: nothing to shard
+  m.state = parallel::memory_per_rank(model_state);
+  // ZeRO 1-2 keep an fp32 master copy of the owned shard even when the parameters are fp32
+  // (distributed_optimizer.cpp); ZeRO-3's shard is its own master.
+  if (!compact && dp > 1 && (zero == 1 || zero == 2)) m.state.master_weights = 4 * ((m.parameter_count + dp - 1) / dp);
+  // The bf16 copy of the parameters the optimizer writes for the GEMMs (parallel/data/bf16_parameter_copy.h).
+  if (parallel::keeps_bf16_parameter_copy(config)) m.state.parameters += 2 * m.parameter_count;
+  if (compact) m.gather_buffers += unit * 4;              // the fp32 values of the unit in flight
+  if (zero == 2 && dp > 1) m.gather_buffers += m.parameter_count * 4;  // the full gradient buffer in backward
+  if (zero == 3 && dp > 1) m.gather_buffers += 2 * largest_neighbours(units) * 4;  // gathered units and their gradients
+}
+
 StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& layout, int stage,
                        const MemoryOptions& options) {
   const comm::MeshShape shape = layout.shape;
@@ -83,21 +107,7 @@ StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& lay
   const std::vector<model::Parameter> params = model::Transformer::parameter_list(config.model, tp, m.chunks);
   for (const model::Parameter& p : params) m.parameter_count += p.numel;
 
-  const bool compact = config.precision.param_dtype == config::ParamDtype::Compute &&
-                       config.precision.recipe != config::PrecisionRecipe::Fp32;
-  const int zero = config.parallel.zero, dp = shape.dp;
-  const std::vector<int64_t> units = unit_sizes(params);
-  const int64_t unit = largest(units);
-  parallel::MemoryModel model_state{m.parameter_count, dp, zero, compact ? 2 : 4, 4,
-                                    comm_buffer_bytes(config, params, unit, dp)};
-  if (dp == 1) model_state.zero = 0;  // one rank: nothing to shard
-  m.state = parallel::memory_per_rank(model_state);
-  // ZeRO 1-2 keep an fp32 master copy of the owned shard even when the parameters are fp32
-  // (distributed_optimizer.cpp); ZeRO-3's shard is its own master.
-  if (!compact && dp > 1 && (zero == 1 || zero == 2)) m.state.master_weights = 4 * ((m.parameter_count + dp - 1) / dp);
-  if (compact) m.gather_buffers += unit * 4;              // the fp32 values of the unit in flight
-  if (zero == 2 && dp > 1) m.gather_buffers += m.parameter_count * 4;  // the full gradient buffer in backward
-  if (zero == 3 && dp > 1) m.gather_buffers += 2 * largest_neighbours(units) * 4;  // gathered units and their gradients
+  plan_model_state(config, params, shape.dp, m);
 
   const bool last = m.chunks.back().last == config.model.layers;
   const std::vector<LayerWidths> widths =

@@ -5,6 +5,7 @@
 #include "loom/model/flops.h"
 #include "loom/model/layer_spec.h"
 #include "loom/model/linear_precision.h"
+#include "loom/parallel/data/bf16_parameter_copy.h"
 #include "loom/plan/activation_memory.h"
 
 namespace loom::plan {
@@ -41,6 +42,12 @@ struct CastPath {
   // Norm::forward_codes under per-tensor FP8 (no sequence parallelism): the norms write the q/k/v
   // and up projections' codes, fp8_current's amax taken by their statistics pass
   bool normed_codes = false;
+  // The optimizer's bf16 copy of the parameters (parallel::keeps_bf16_parameter_copy): no bf16
+  // weight is cast at all
+  bool bf16_weight_copy = false;
+  // One tensor-parallel rank: the q/k/v and up projections leave their input gradients (the norms'
+  // output gradients) bf16 (ColumnParallelLinear::gives_bf16_input_grad)
+  bool bf16_normed_grad = false;
 };
 
 // What a precision recipe adds to one linear's three GEMMs over `n` rows, for one rank alone (linear_precision.h):
@@ -102,7 +109,9 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
   if (both_orientations) {
     cast = input_cast * n * in + output_grad_cast * n * out + unaided * weight / path.micro_batches;
   } else if (path.device) {
-    cast = n * (2.0 * in + (sixteen ? 1.0 : 2.0) * out) + (sixteen ? 1.0 : 2.0) * weight / path.micro_batches;
+    const bool copied = path.bf16_weight_copy && recipe == model::Recipe::Bf16;
+    cast = n * (2.0 * in + (sixteen ? 1.0 : 2.0) * out) +
+           (copied ? 0.0 : (sixteen ? 1.0 : 2.0) * weight / path.micro_batches);
   } else {
     cast = n * (2.0 * in + (oriented ? 2.0 : 1.0) * out) + 2.0 * weight;
   }
@@ -144,7 +153,7 @@ Bf16Ends device_bf16_ends(const CastPath& path, model::Recipe r, LinearRole role
     ends.input = qkv || up || down || (o && path.bf16_attention);
     ends.output = up || (qkv && path.bf16_attention);
     ends.output_grad = up || (qkv && path.bf16_qkv_gradient);
-    ends.input_grad = down || (o && path.bf16_attention);
+    ends.input_grad = down || (o && path.bf16_attention) || ((qkv || up) && path.bf16_normed_grad);
     return ends;
   }
   // FP8 and MX: the MLP keeps its GEMMs' bf16 outputs (Mlp::bf16_hidden); per-tensor FP8 also
@@ -153,7 +162,7 @@ Bf16Ends device_bf16_ends(const CastPath& path, model::Recipe r, LinearRole role
   const bool per_tensor = r == model::Recipe::Fp8Delayed || r == model::Recipe::Fp8Current;
   const bool attention = path.bf16_attention && per_tensor;
   ends.output = up || (qkv && attention);
-  ends.input_grad = down || (o && attention);
+  ends.input_grad = down || (o && attention) || ((qkv || up) && path.bf16_normed_grad);
   ends.input_bf16 = o && attention;
   // The input's amax taken by its producer: the activation (down), or the norm writing the codes
   // (q/k/v, up; the norm's fp32 output, no longer written, is off the elementwise count).
@@ -205,6 +214,8 @@ CastPath cast_path(const config::RunConfig& config, double micro_batches, int tp
   path.mlp_codes = fp8_mlp_codes_on_device(config);
   path.normed_codes = fp8_normed_codes_on_device(config, tp);
   path.swiglu = config.model.activation == config::Activation::Swiglu;
+  path.bf16_weight_copy = parallel::keeps_bf16_parameter_copy(config);
+  path.bf16_normed_grad = device && tp == 1;
   return path;
 }
 
@@ -417,7 +428,9 @@ TimeBreakdown plan_time(const config::RunConfig& config, const MemoryPlan& memor
   t.dp_comm = (1.0 - hw.comm_overlap) * data_parallel_seconds(config, memory, *widest, hw);
   const double owned = config.parallel.zero >= 1 ? static_cast<double>(widest->parameter_count) / shape.dp
                                                  : static_cast<double>(widest->parameter_count);
-  t.optimizer = (kOptimizerBytesPerParameter * owned +
+  // The bf16 copy of the parameters, where kept, is 2 more bytes written per parameter.
+  const double copy_bytes = parallel::keeps_bf16_parameter_copy(config) ? 2.0 : 0.0;
+  t.optimizer = ((kOptimizerBytesPerParameter + copy_bytes) * owned +
                  kZeroedBytesPerGradient * static_cast<double>(widest->parameter_count)) /
                 hw.bandwidth_per_rank(world);
   t.overhead = hw.step_overhead;

@@ -45,7 +45,11 @@ PrecisionStep::PrecisionStep(const config::PrecisionConfig& config, model::Trans
 float PrecisionStep::begin_step() {
   model_.precision().clear_pending();  // amaxes of evaluation forwards do not count
   // The weights stay as they are until step(): their casts are made once for all micro-batches.
-  model_.precision().weight_casts().open();
+  model::WeightCastCache& casts = model_.precision().weight_casts();
+  casts.open();
+  // The optimizer's bf16 copy of the values, where it keeps one current: no bf16 weight is cast.
+  if (const void* copy = optimizer_.bf16_values())
+    casts.use_bf16_copy(model_.params().values(), model_.params().total(), copy);
   return scaler_.scale();
 }
 

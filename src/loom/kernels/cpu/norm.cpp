@@ -137,4 +137,22 @@ void layernorm_forward_bf16(void* out16, float* mean, float* rstd, const float* 
   narrow_floats(out16, out.data(), rows * dim, DType::BF16);
 }
 
+namespace {
+std::vector<float> widened(const void* x16, int64_t n) {
+  std::vector<float> x(static_cast<size_t>(n));
+  widen_floats(x.data(), x16, n, DType::BF16, false);
+  return x;
+}
+}  // namespace
+
+void rmsnorm_backward_bf16(float* din, float* dweight, const void* dout16, const float* in, const float* weight,
+                           const float* rstd, int64_t rows, int64_t dim) {
+  rmsnorm_backward(din, dweight, widened(dout16, rows * dim).data(), in, weight, rstd, rows, dim);
+}
+
+void layernorm_backward_bf16(float* din, float* dweight, float* dbias, const void* dout16, const float* in,
+                             const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim) {
+  layernorm_backward(din, dweight, dbias, widened(dout16, rows * dim).data(), in, weight, mean, rstd, rows, dim);
+}
+
 }  // namespace loom::kernels::cpu

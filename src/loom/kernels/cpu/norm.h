@@ -22,5 +22,11 @@ void rmsnorm_forward_bf16(void* out16, float* rstd, const float* in, const float
                           float eps);
 void layernorm_forward_bf16(void* out16, float* mean, float* rstd, const float* in, const float* weight,
                             const float* bias, int64_t rows, int64_t dim, float eps);
+// The backwards over a bf16 output gradient (kernels::rmsnorm_backward_bf16): the fp32 backward on
+// its values widened.
+void rmsnorm_backward_bf16(float* din, float* dweight, const void* dout16, const float* in, const float* weight,
+                           const float* rstd, int64_t rows, int64_t dim);
+void layernorm_backward_bf16(float* din, float* dweight, float* dbias, const void* dout16, const float* in,
+                             const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim);
 
 }  // namespace loom::kernels::cpu

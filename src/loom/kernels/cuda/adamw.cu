@@ -37,12 +37,15 @@ __device__ inline void adamw_values(float& p, float grad, float& m, float& v, co
   p = __fsub_rn(p, __fmul_rn(h.lr, __fadd_rn(update, __fmul_rn(h.weight_decay, p))));
 }
 
-__device__ inline void adamw_element(float* param, const float* grad, float* m, float* v, int64_t i, const Hyper& h) {
+// param16 (null: none): the updated value rounded to bf16 as well.
+__device__ inline void adamw_element(float* param, const float* grad, float* m, float* v, int64_t i, const Hyper& h,
+                                     __nv_bfloat16* param16 = nullptr) {
   float p = param[i], mi = m[i], vi = v[i];
   adamw_values(p, grad[i], mi, vi, h);
   m[i] = mi;
   v[i] = vi;
   param[i] = p;
+  if (param16 != nullptr) param16[i] = __float2bfloat16_rn(p);
 }
 
 // Elements [4 q, 4 q + 4) as packs (pack4.cuh): 64 bytes read per thread at once, not 16.
@@ -56,6 +59,7 @@ __device__ inline void adamw_pack(const kernels::AdamWTensor& x, int64_t q, cons
   reinterpret_cast<Pack4<float>*>(x.exp_avg)[q] = m;
   reinterpret_cast<Pack4<float>*>(x.exp_avg_sq)[q] = v;
   reinterpret_cast<Pack4<float>*>(x.param)[q] = p;
+  if (x.param_bf16 != nullptr) store4(static_cast<__nv_bfloat16*>(x.param_bf16), q, p.v);
 }
 
 __global__ void adamw_kernel(float* __restrict__ param, const float* __restrict__ grad, float* __restrict__ m,
@@ -74,6 +78,10 @@ struct TensorList {
   int count;
 };
 
+__device__ inline __nv_bfloat16* param16(const kernels::AdamWTensor& x) {
+  return static_cast<__nv_bfloat16*>(x.param_bf16);
+}
+
 __global__ void adamw_many_kernel(const __grid_constant__ TensorList list, Hyper h) {
   int t = 0;
   while (t + 1 < list.count && list.first_block[t + 1] <= static_cast<int64_t>(blockIdx.x)) ++t;
@@ -85,12 +93,12 @@ __global__ void adamw_many_kernel(const __grid_constant__ TensorList list, Hyper
     if (i + 4 <= end) {
       adamw_pack(x, i / 4, h);
     } else {
-      for (int64_t j = i; j < end; ++j) adamw_element(x.param, x.grad, x.exp_avg, x.exp_avg_sq, j, h);
+      for (int64_t j = i; j < end; ++j) adamw_element(x.param, x.grad, x.exp_avg, x.exp_avg_sq, j, h, param16(x));
     }
     return;
   }
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
-    adamw_element(x.param, x.grad, x.exp_avg, x.exp_avg_sq, i, h);
+    adamw_element(x.param, x.grad, x.exp_avg, x.exp_avg_sq, i, h, param16(x));
 }
 
 }  // namespace
@@ -136,7 +144,8 @@ void adamw_update_many(const kernels::AdamWTensor* tensors, int64_t count, const
       const kernels::AdamWTensor& x = tensors[next];
       list.tensors[list.count] = x;
       list.packed[list.count] = pack4_aligned<float>(x.param) && pack4_aligned<float>(x.grad) &&
-                                pack4_aligned<float>(x.exp_avg) && pack4_aligned<float>(x.exp_avg_sq);
+                                pack4_aligned<float>(x.exp_avg) && pack4_aligned<float>(x.exp_avg_sq) &&
+                                (x.param_bf16 == nullptr || pack4_aligned<__nv_bfloat16>(x.param_bf16));
       list.first_block[list.count] = blocks;
       blocks += (tensors[next].n + kChunk - 1) / kChunk;
       ++list.count;

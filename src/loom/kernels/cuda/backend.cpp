@@ -15,6 +15,7 @@
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/entries.h"
 #include "loom/kernels/cuda/releasable_memory.h"
+#include "loom/kernels/cuda/upload_staging.h"
 #include "loom/kernels/cuda_entries.h"
 
 namespace loom::kernels::cuda {
@@ -119,11 +120,18 @@ class DeviceAllocator final : public Allocator {
                "cudaMemcpy2DAsync");
   }
   // Pageable host memory: the copy is staged, so it waits for the stream's earlier work and
-  // returns once the host side may be read (to_host) or reused (from_host).
+  // returns once the host side may be read (to_host) or reused (from_host, above UploadStaging's
+  // size).
   void to_host(void* host_dst, const void* src, size_t bytes) override {
     transfer(host_dst, src, bytes, cudaMemcpyDeviceToHost, "cudaMemcpyAsync (device to host)");
   }
+  // A small upload goes through pinned staging and does not wait (upload_staging.h).
   void from_host(void* dst, const void* host_src, size_t bytes) override {
+    if (UploadStaging::takes(bytes)) {
+      check_cuda(cudaSetDevice(index_), "cudaSetDevice(" + std::to_string(index_) + ")");
+      uploads_.upload(dst, host_src, bytes, compute_stream(index_));
+      return;
+    }
     transfer(dst, host_src, bytes, cudaMemcpyHostToDevice, "cudaMemcpyAsync (host to device)");
   }
   void synchronize() override {
@@ -165,6 +173,7 @@ class DeviceAllocator final : public Allocator {
   int index_;
   mutable std::mutex mutex_;
   CachingAllocator cache_;
+  UploadStaging uploads_{index_};
   std::unique_ptr<ReleasableMemory> releasable_;
   bool vmm_usable_ = vmm_allowed();
 };

@@ -121,50 +121,52 @@ __device__ inline float finished(In s, const float* bias, int64_t c, OutputRound
 }
 
 // Row by row (launch_over_rows), so the bias's column needs no division. Out: fp32, or bf16 (a
-// bf16 output: the value rounded to bf16, stored exactly).
+// bf16 output: the value rounded to bf16, stored exactly). `base`: what each value is added to (dst
+// itself, or another tensor of dst's shape: a residual stream's input); null: stored.
 template <typename In, typename Out = float>
-__global__ void finish_kernel(Out* dst, const In* src, const float* __restrict__ bias, int64_t rows, int64_t cols,
-                              OutputRounding rounding, bool accumulate) {
+__global__ void finish_kernel(Out* dst, const Out* base, const In* src, const float* __restrict__ bias, int64_t rows,
+                              int64_t cols, OutputRounding rounding) {
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     for (int64_t c = column_start(); c < cols; c += column_stride()) {
       const int64_t i = r * cols + c;
       const float v = finished(src[i], bias, c, rounding);
-      store(dst, i, accumulate ? __fadd_rn(load(dst, i), v) : v);
+      store(dst, i, base != nullptr ? __fadd_rn(load(base, i), v) : v);
     }
   }
 }
 
-// finish_kernel four columns at a time (pack4.cuh): cols a multiple of 4, dst and src pack-aligned.
+// finish_kernel four columns at a time (pack4.cuh): cols a multiple of 4, dst, base and src pack-aligned.
 template <typename In, typename Out = float>
-__global__ void finish4_kernel(Out* dst, const In* src, const float* __restrict__ bias, int64_t rows, int64_t cols,
-                               OutputRounding rounding, bool accumulate) {
+__global__ void finish4_kernel(Out* dst, const Out* base, const In* src, const float* __restrict__ bias, int64_t rows,
+                               int64_t cols, OutputRounding rounding) {
   const int64_t packs = cols / 4;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     for (int64_t p = column_start(); p < packs; p += column_stride()) {
       const int64_t at = r * packs + p;
       const Pack4<In> s = reinterpret_cast<const Pack4<In>*>(src)[at];
       float before[4] = {}, v[4];
-      if (accumulate) load4(dst, at, before);
+      if (base != nullptr) load4(base, at, before);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const float x = finished(s.v[k], bias, 4 * p + k, rounding);
-        v[k] = accumulate ? __fadd_rn(before[k], x) : x;
+        v[k] = base != nullptr ? __fadd_rn(before[k], x) : x;
       }
       store4(dst, at, v);
     }
   }
 }
 
-// dst = finished(src) (+ dst), four columns at a time where the shape and pointers allow.
+// dst = finished(src) (+ base), four columns at a time where the shape and pointers allow.
 template <typename In, typename Out>
-void launch_finish(Out* dst, const In* src, const float* bias, int64_t rows, int64_t cols, OutputRounding rounding,
-                   bool accumulate, cudaStream_t stream) {
-  if (cols % 4 == 0 && pack4_aligned<Out>(dst) && pack4_aligned<In>(src)) {
+void launch_finish(Out* dst, const Out* base, const In* src, const float* bias, int64_t rows, int64_t cols,
+                   OutputRounding rounding, cudaStream_t stream) {
+  if (cols % 4 == 0 && pack4_aligned<Out>(dst) && pack4_aligned<In>(src) &&
+      (base == nullptr || pack4_aligned<Out>(base))) {
     const RowsLaunch l = launch_over_rows(rows, cols / 4);
-    finish4_kernel<<<l.grid, l.block, 0, stream>>>(dst, src, bias, rows, cols, rounding, accumulate);
+    finish4_kernel<<<l.grid, l.block, 0, stream>>>(dst, base, src, bias, rows, cols, rounding);
   } else {
     const RowsLaunch l = launch_over_rows(rows, cols);
-    finish_kernel<<<l.grid, l.block, 0, stream>>>(dst, src, bias, rows, cols, rounding, accumulate);
+    finish_kernel<<<l.grid, l.block, 0, stream>>>(dst, base, src, bias, rows, cols, rounding);
   }
   check_launch("finish_kernel");
 }
@@ -221,21 +223,24 @@ void cast_operand_both_bf16(const void* in16, void* out, void* out_transposed, i
 }
 
 void finish_output(float* dst, const void* src, bool src_bf16, const float* bias, int64_t rows, int64_t cols,
-                   OutputRounding rounding, bool accumulate, cudaStream_t stream) {
+                   OutputRounding rounding, bool accumulate, cudaStream_t stream, const float* addend) {
   if (rows * cols == 0) return;
   LOOM_CHECK(!src_bf16 || (bias == nullptr && rounding == OutputRounding::Bf16),
              "finish_output: a bf16 result takes no bias and is rounded to bf16 already");
+  LOOM_CHECK(addend == nullptr || accumulate, "finish_output: an addend is for an accumulating output");
+  const float* base = !accumulate ? nullptr : addend != nullptr ? addend : dst;
   if (src_bf16) {
-    launch_finish(dst, static_cast<const __nv_bfloat16*>(src), bias, rows, cols, rounding, accumulate, stream);
+    launch_finish(dst, base, static_cast<const __nv_bfloat16*>(src), bias, rows, cols, rounding, stream);
   } else {
-    launch_finish(dst, static_cast<const float*>(src), bias, rows, cols, rounding, accumulate, stream);
+    launch_finish(dst, base, static_cast<const float*>(src), bias, rows, cols, rounding, stream);
   }
 }
 
 void finish_output_bf16(void* dst16, const float* src, const float* bias, int64_t rows, int64_t cols,
                         cudaStream_t stream) {
   if (rows * cols == 0) return;
-  launch_finish(static_cast<__nv_bfloat16*>(dst16), src, bias, rows, cols, OutputRounding::Bf16, false, stream);
+  launch_finish(static_cast<__nv_bfloat16*>(dst16), static_cast<const __nv_bfloat16*>(nullptr), src, bias, rows, cols,
+                OutputRounding::Bf16, stream);
 }
 
 }  // namespace loom::kernels::cuda

@@ -44,9 +44,12 @@ int tiled_cast_rows();
 void set_tiled_cast_rows(int rows);
 
 // dst[r, c] (+)= round(src[r, c] + bias[c]) over [rows, cols]; src fp32 or (src_bf16) already
-// rounded bf16; bias may be null. src may equal dst.
+// rounded bf16; bias may be null. src may equal dst. `addend` (accumulate only): dst = addend +
+// round(...), the add reading addend instead of dst (a residual stream's input, so the stream's
+// next tensor needs no copy of it first); it may equal dst.
 void finish_output(float* dst, const void* src, bool src_bf16, const float* bias, int64_t rows, int64_t cols,
-                   OutputRounding rounding, bool accumulate, cudaStream_t stream = nullptr);
+                   OutputRounding rounding, bool accumulate, cudaStream_t stream = nullptr,
+                   const float* addend = nullptr);
 // dst16[r, c] = bf16(src[r, c] + bias[c]) (2-byte elements; one rounding, as finish_output's bf16).
 void finish_output_bf16(void* dst16, const float* src, const float* bias, int64_t rows, int64_t cols,
                         cudaStream_t stream = nullptr);

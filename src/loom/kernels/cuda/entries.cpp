@@ -130,6 +130,14 @@ void register_norms_and_activations(CudaEntries& e) {
                             const float* w, const float* mean, const float* rstd, int64_t rows, int64_t dim) {
     layernorm_backward(din, dw, db, dout, in, w, mean, rstd, rows, dim, stream_of(d));
   };
+  e.rmsnorm_backward_bf16 = [](Device d, float* din, float* dw, const void* dout16, const float* in, const float* w,
+                               const float* rstd, int64_t rows, int64_t dim) {
+    rmsnorm_backward_bf16(din, dw, dout16, in, w, rstd, rows, dim, stream_of(d));
+  };
+  e.layernorm_backward_bf16 = [](Device d, float* din, float* dw, float* db, const void* dout16, const float* in,
+                                 const float* w, const float* mean, const float* rstd, int64_t rows, int64_t dim) {
+    layernorm_backward_bf16(din, dw, db, dout16, in, w, mean, rstd, rows, dim, stream_of(d));
+  };
   e.swiglu_forward = [](Device d, float* out, const float* gu, int64_t rows, int64_t width) {
     swiglu_forward(out, gu, rows, width, stream_of(d));
   };

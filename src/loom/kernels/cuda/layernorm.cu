@@ -80,9 +80,9 @@ __global__ void __launch_bounds__(kThreads, norm_forward_min_blocks(Held))
 // columns' weights and gradients in registers over the run, a row read and din written once (16
 // bytes an element), the block's groups' sums then added in group order; Held = 0: a row per
 // step, the gradients summed in shared memory. Either way a fixed order.
-template <int V, int Held>
+template <int V, int Held, typename Dy>
 __global__ void __launch_bounds__(kThreads, 2)
-    layernorm_backward_kernel(float* din, float* partial, const float* dout, const float* in, const float* weight,
+    layernorm_backward_kernel(float* din, float* partial, const Dy* dout, const float* in, const float* weight,
                               const float* mean, const float* rstd, int64_t rows, int64_t dim, int64_t block_rows,
                               int group) {
   constexpr int kSlots = Held > 0 ? Held : 1;
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t r = step + t.row;
     const bool valid = r < last;
     const float* x = in + r * dim;
-    const float* dy = dout + r * dim;
+    const Dy* dy = dout + r * dim;
     float* dx = din + r * dim;
     float xv[kSlots][V], dyv[kSlots][V], dxv[kSlots][V];
     float sums[2] = {0.0f, 0.0f};  // of dnorm and of dnorm * xhat
@@ -173,9 +173,12 @@ void layernorm_statistics(float* mean, float* rstd, const float* in, const float
   launch_forward(static_cast<Discard*>(nullptr), mean, rstd, in, weight, bias, rows, dim, eps, amax, stream);
 }
 
-void layernorm_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
-                        const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim,
-                        cudaStream_t stream) {
+namespace {
+// The backward over an fp32 or bf16 (Dy) output gradient: the same layout and sums for either.
+template <typename Dy>
+void launch_backward(float* din, float* dweight, float* dbias, const Dy* dout, const float* in,
+                     const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim,
+                     cudaStream_t stream) {
   if (rows == 0) return;
   const NormRows s = norm_rows(dim, {din, dout, in, weight}, kBackwardHeld);
   const auto launch = [&](auto kernel) {
@@ -188,7 +191,21 @@ void layernorm_backward(float* din, float* dweight, float* dbias, const float* d
     add_partial_column_sums(dweight, partial, blocks.count, dim, stream);
     add_partial_column_sums(dbias, partial + blocks.count * dim, blocks.count, dim, stream);
   };
-  with_layout<kBackwardHeld>(s, [&](auto v, auto held) { launch(layernorm_backward_kernel<v, held>); });
+  with_layout<kBackwardHeld>(s, [&](auto v, auto held) { launch(layernorm_backward_kernel<v, held, Dy>); });
+}
+}  // namespace
+
+void layernorm_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
+                        const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim,
+                        cudaStream_t stream) {
+  launch_backward(din, dweight, dbias, dout, in, weight, mean, rstd, rows, dim, stream);
+}
+
+void layernorm_backward_bf16(float* din, float* dweight, float* dbias, const void* dout16, const float* in,
+                             const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim,
+                             cudaStream_t stream) {
+  launch_backward(din, dweight, dbias, static_cast<const __nv_bfloat16*>(dout16), in, weight, mean, rstd, rows, dim,
+                  stream);
 }
 
 }  // namespace loom::kernels::cuda

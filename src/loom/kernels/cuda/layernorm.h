@@ -25,5 +25,10 @@ void layernorm_statistics(float* mean, float* rstd, const float* in, const float
 void layernorm_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                         const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim,
                         cudaStream_t stream = nullptr);
+// The same over a bf16 output gradient (kernels::layernorm_backward_bf16): the fp32 form's bits on
+// the widened gradient.
+void layernorm_backward_bf16(float* din, float* dweight, float* dbias, const void* dout16, const float* in,
+                             const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim,
+                             cudaStream_t stream = nullptr);
 
 }  // namespace loom::kernels::cuda

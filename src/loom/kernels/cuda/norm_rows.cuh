@@ -115,13 +115,13 @@ __device__ __forceinline__ void each_chunk(const RowThread& t, int64_t chunks, F
   }
 }
 
-// Chunk c of row x (V elements), read or written.
-template <int V>
-__device__ __forceinline__ void load_chunk(const float* x, int64_t c, float (&v)[V]) {
+// Chunk c of row x (V elements; fp32, or bf16 widened exactly), read or written.
+template <int V, typename T>
+__device__ __forceinline__ void load_chunk(const T* x, int64_t c, float (&v)[V]) {
   if constexpr (V == 4) {
     load4(x, c, v);
   } else {
-    v[0] = x[c];
+    v[0] = load(x, c);
   }
 }
 __device__ __forceinline__ void store_chunk(float* x, int64_t c, const float (&v)[4]) {
@@ -188,9 +188,9 @@ __device__ __forceinline__ void each_row_chunk(const RowThread& t, int64_t chunk
 }
 
 // A norm backward's row read once where Held > 0: this thread's chunks of x, dy and dx into its
-// registers (with Held = 0 each pass reads what it needs again).
-template <int V, int Held>
-__device__ __forceinline__ void load_backward_row(const RowThread& t, int64_t chunks, const float* x, const float* dy,
+// registers (with Held = 0 each pass reads what it needs again). dy: fp32, or bf16 (Dy).
+template <int V, int Held, typename Dy>
+__device__ __forceinline__ void load_backward_row(const RowThread& t, int64_t chunks, const float* x, const Dy* dy,
                                                   const float* dx, float (&xv)[Held > 0 ? Held : 1][V],
                                                   float (&dyv)[Held > 0 ? Held : 1][V],
                                                   float (&dxv)[Held > 0 ? Held : 1][V]) {
@@ -206,8 +206,8 @@ __device__ __forceinline__ void load_backward_row(const RowThread& t, int64_t ch
 // With Held = 0 (nothing held over the row) chunk c of x, dy and the weight, and with kDx (the
 // pass that adds into din) of dx too, read where a pass needs them; with Held > 0 nothing: they
 // are in the registers load_backward_row and start_block_gradients filled.
-template <int V, int Held, bool kDx>
-__device__ __forceinline__ void load_unheld_chunk(int64_t c, const float* x, const float* dy, const float* weight,
+template <int V, int Held, bool kDx, typename Dy>
+__device__ __forceinline__ void load_unheld_chunk(int64_t c, const float* x, const Dy* dy, const float* weight,
                                                   const float* dx, float (&xv)[V], float (&dyv)[V], float (&w)[V],
                                                   float (&dxv)[V]) {
   if constexpr (Held == 0) {

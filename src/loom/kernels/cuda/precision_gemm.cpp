@@ -277,6 +277,10 @@ void check_casts(const PrecisionGemm& g) {
                  (g.b16 == nullptr || (bf16 && g.pass == LinearGemm::WeightGrad)),
              "precision GEMM: bf16 operands given (a16, b16; b16 only as wgrad's input) need both casts bf16, or for "
              "a16 a per-tensor FP8 forward keeping the input's codes");
+  LOOM_CHECK(g.bias16 == nullptr || (g.bias != nullptr && g.rounding == OutputRounding::Bf16),
+             "precision GEMM: a bf16 bias (bias16) goes with its fp32 bias under a bf16 rounding");
+  LOOM_CHECK(g.addend == nullptr || (g.accumulate && g.pass == LinearGemm::Forward && g.out16 == nullptr),
+             "precision GEMM: an addend is for a forward accumulating into its fp32 output");
   LOOM_CHECK(g.out16 == nullptr || (a != OperandCast::None && b != OperandCast::None &&
                                     g.pass != LinearGemm::WeightGrad && g.rounding == OutputRounding::Bf16 &&
                                     !g.accumulate),
@@ -309,7 +313,7 @@ void multiply(const PrecisionGemm& g, const Dims& d, const Prepared& pa, const P
   const bool tensor_cores = pa.type != GemmType::F32;
   const bool epilogue_bias = g.bias != nullptr && g.rounding == OutputRounding::Bf16 && tensor_cores && !block_scaled;
   const bool bf16_out = g.rounding == OutputRounding::Bf16 && tensor_cores && (g.bias == nullptr || epilogue_bias);
-  const void* bias16 = epilogue_bias ? bf16_bias(g, scratch, stream) : nullptr;
+  const void* bias16 = !epilogue_bias ? nullptr : g.bias16 != nullptr ? g.bias16 : bf16_bias(g, scratch, stream);
   const float* finish_bias = epilogue_bias ? nullptr : rounded_bias(g, scratch, stream);
   const int64_t count = d.m * d.n;
   const GemmOperand a_operand{pa.data, pa.type, !pa.k_in_cols, pa.scale, pa.mode};
@@ -328,6 +332,9 @@ void multiply(const PrecisionGemm& g, const Dims& d, const Prepared& pa, const P
   // flat gradient buffer may start anywhere; FP8 products want 16 bytes), as scratch always is.
   const bool aligned = reinterpret_cast<uintptr_t>(g.out) % 16 == 0;
   if (g.accumulate && g.rounding == OutputRounding::None && g.bias == nullptr && !block_scaled && aligned) {
+    if (g.addend != nullptr && g.addend != g.out)
+      check_cuda(cudaMemcpyAsync(g.out, g.addend, count * sizeof(float), cudaMemcpyDeviceToDevice, stream),
+                 "cudaMemcpyAsync (a product's addend)");
     matmul(GemmOutput{g.out, GemmType::F32}, a_operand, b_operand, d.m, d.n, d.k, 1.0f, 1.0f, stream);
     return;
   }
@@ -336,7 +343,7 @@ void multiply(const PrecisionGemm& g, const Dims& d, const Prepared& pa, const P
   matmul(GemmOutput{target, bf16_out ? GemmType::BF16 : GemmType::F32, bias16}, a_operand, b_operand, d.m, d.n, d.k,
          1.0f, 0.0f, stream);
   if (target != g.out || finish_bias != nullptr || g.rounding != OutputRounding::None)
-    finish_output(g.out, target, bf16_out, finish_bias, d.m, d.n, g.rounding, g.accumulate, stream);
+    finish_output(g.out, target, bf16_out, finish_bias, d.m, d.n, g.rounding, g.accumulate, stream, g.addend);
 }
 
 }  // namespace

@@ -66,9 +66,9 @@ __global__ void __launch_bounds__(kThreads, norm_forward_min_blocks(Held))
 // thread keeps its columns' weights and weight gradient in registers over the run, a row read
 // and din written once (16 bytes an element), the block's groups' sums then added in group order;
 // Held = 0: a row per step, the gradient summed in shared memory. Either way a fixed order.
-template <int V, int Held>
+template <int V, int Held, typename Dy>
 __global__ void __launch_bounds__(kThreads, 2)
-    rmsnorm_backward_kernel(float* din, float* partial, const float* dout, const float* in, const float* weight,
+    rmsnorm_backward_kernel(float* din, float* partial, const Dy* dout, const float* in, const float* weight,
                             const float* rstd, int64_t rows, int64_t dim, int64_t block_rows, int group) {
   constexpr int kSlots = Held > 0 ? Held : 1;
   __shared__ float shared[kThreads / 32];
@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t r = step + t.row;
     const bool valid = r < last;
     const float* x = in + r * dim;
-    const float* dy = dout + r * dim;
+    const Dy* dy = dout + r * dim;
     float* dx = din + r * dim;
     float xv[kSlots][V], dyv[kSlots][V], dxv[kSlots][V];
     float dot = 0.0f, s = 0.0f;
@@ -148,8 +148,13 @@ void rmsnorm_statistics(float* rstd, const float* in, const float* weight, int64
   launch_forward(static_cast<Discard*>(nullptr), rstd, in, weight, rows, dim, eps, amax, stream);
 }
 
-void rmsnorm_backward(float* din, float* dweight, const float* dout, const float* in, const float* weight,
-                      const float* rstd, int64_t rows, int64_t dim, cudaStream_t stream) {
+namespace {
+// The backward over an fp32 or bf16 (Dy) output gradient: the layout from din, in and the weight
+// with dout, so the same sums in the same order for either (a bf16 dout needs its packs 8-byte
+// aligned; asked 16 like the others).
+template <typename Dy>
+void launch_backward(float* din, float* dweight, const Dy* dout, const float* in, const float* weight,
+                     const float* rstd, int64_t rows, int64_t dim, cudaStream_t stream) {
   if (rows == 0) return;
   const NormRows s = norm_rows(dim, {din, dout, in, weight}, kBackwardHeld);
   const auto launch = [&](auto kernel) {
@@ -161,7 +166,18 @@ void rmsnorm_backward(float* din, float* dweight, const float* dout, const float
     check_launch("rmsnorm_backward_kernel");
     add_partial_column_sums(dweight, partial, blocks.count, dim, stream);
   };
-  with_layout<kBackwardHeld>(s, [&](auto v, auto held) { launch(rmsnorm_backward_kernel<v, held>); });
+  with_layout<kBackwardHeld>(s, [&](auto v, auto held) { launch(rmsnorm_backward_kernel<v, held, Dy>); });
+}
+}  // namespace
+
+void rmsnorm_backward(float* din, float* dweight, const float* dout, const float* in, const float* weight,
+                      const float* rstd, int64_t rows, int64_t dim, cudaStream_t stream) {
+  launch_backward(din, dweight, dout, in, weight, rstd, rows, dim, stream);
+}
+
+void rmsnorm_backward_bf16(float* din, float* dweight, const void* dout16, const float* in, const float* weight,
+                           const float* rstd, int64_t rows, int64_t dim, cudaStream_t stream) {
+  launch_backward(din, dweight, static_cast<const __nv_bfloat16*>(dout16), in, weight, rstd, rows, dim, stream);
 }
 
 }  // namespace loom::kernels::cuda

@@ -24,5 +24,9 @@ void rmsnorm_statistics(float* rstd, const float* in, const float* weight, int64
                         float* amax, cudaStream_t stream = nullptr);
 void rmsnorm_backward(float* din, float* dweight, const float* dout, const float* in, const float* weight,
                       const float* rstd, int64_t rows, int64_t dim, cudaStream_t stream = nullptr);
+// The same over a bf16 output gradient (kernels::rmsnorm_backward_bf16): its values widened exactly,
+// the fp32 form's arithmetic and order, so the fp32 form's bits on the widened gradient.
+void rmsnorm_backward_bf16(float* din, float* dweight, const void* dout16, const float* in, const float* weight,
+                           const float* rstd, int64_t rows, int64_t dim, cudaStream_t stream = nullptr);
 
 }  // namespace loom::kernels::cuda

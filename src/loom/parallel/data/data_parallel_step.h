@@ -38,6 +38,7 @@ class DataParallelStep final : public GradientSync {
   SiteTraffic last_step_traffic() const override { return sync_->last_step_traffic(); }
   bool across_sites() const override { return sync_->across_sites(); }
   void parameters_changed() override { sync_->parameters_changed(); }
+  const void* bf16_values() const override { return sync_->bf16_values(); }
 
   GradientSync& sync() { return *sync_; }
 

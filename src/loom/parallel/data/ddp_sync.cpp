@@ -36,6 +36,8 @@ DdpSync::DdpSync(SyncSetup setup)
     compact_store_ = Tensor({params.total()}, setup_.param_dtype, params.device());
     use_compact_parameters(compact_store_.data<std::byte>());
   }
+  if (keeps_bf16_parameter_copy(*setup_.config) && optimizer_->writes_bf16_copies() && !params.device().is_cpu())
+    bf16_copy_ = std::make_unique<Bf16ParameterCopy>(params.values(), params.total(), params.device());
 }
 
 bool DdpSync::reduces() const {
@@ -77,7 +79,9 @@ void DdpSync::update(double lr, int64_t step, double norm) {
                       {exp_avg_.data<float>() + s.offset, exp_avg_sq_.data<float>() + s.offset}, s.numel,
                       s.weight_decay, s.lr_scale});
   }
+  if (bf16_copy_) bf16_copy_->into_pieces(pieces);
   optimizer_->update_many(pieces, at);
+  if (bf16_copy_) bf16_copy_->after_update();
   if (!master_.empty()) {
     kernels::narrow_floats(params.device(), compact_store_.raw(), master_.data<float>(), params.total(),
                            setup_.param_dtype);
@@ -129,6 +133,11 @@ void DdpSync::load_moments(const float* exp_avg, const float* exp_avg_sq) {
     copy_on_device(device, master_.data<float>(), model_.params().values(), total);
     compact_->store_from_values();
   }
+  if (bf16_copy_) bf16_copy_->invalidate();  // the values came from the checkpoint
+}
+
+void DdpSync::parameters_changed() {
+  if (bf16_copy_) bf16_copy_->invalidate();
 }
 
 double DdpSync::hidden_fraction() const {
@@ -144,6 +153,7 @@ MemoryBytes DdpSync::memory_bytes() const {
   MemoryBytes bytes{};
   // Compact parameters: 2 bytes each, the fp32 values resident only for the unit in flight.
   bytes.parameters = compact_ ? total * static_cast<int64_t>(dtype_size(setup_.param_dtype)) : total * 4;
+  if (bf16_copy_) bytes.parameters += bf16_copy_->bytes();
   bytes.gradients = total * 4;
   bytes.optimizer_moments = total * 8;
   bytes.master_weights = master_.numel() * 4;  // param_dtype=compute
@@ -153,6 +163,7 @@ MemoryBytes DdpSync::memory_bytes() const {
 std::string DdpSync::memory_report() const {
   std::string out = memory_header();
   if (compact_) out += "; plus the fp32 values of the unit in flight";
+  if (bf16_copy_) out += " (parameters: the fp32 values and the bf16 copy the optimizer writes for the GEMMs)";
   return out;
 }
 

@@ -7,6 +7,7 @@
 
 #include "loom/core/tensor.h"
 #include "loom/optim/optimizer.h"
+#include "loom/parallel/data/bf16_parameter_copy.h"
 #include "loom/parallel/data/bucketed_sync.h"
 #include "loom/parallel/data/grad_buckets.h"
 
@@ -25,6 +26,8 @@ class DdpSync final : public BucketedSync {
   double hidden_fraction() const override;
   MemoryBytes memory_bytes() const override;
   std::string memory_report() const override;
+  void parameters_changed() override;
+  const void* bf16_values() const override { return bf16_copy_ ? bf16_copy_->current() : nullptr; }
 
  private:
   double blocked_seconds() const;
@@ -37,6 +40,7 @@ class DdpSync final : public BucketedSync {
   Tensor exp_avg_, exp_avg_sq_;
   Tensor master_;         // param_dtype != F32: the fp32 master weights (on the model's device)
   Tensor compact_store_;  // param_dtype != F32: the compact parameters (likewise)
+  std::unique_ptr<Bf16ParameterCopy> bf16_copy_;  // keeps_bf16_parameter_copy: written by each update
   std::vector<std::unique_ptr<GradReducer>> reducers_;  // per lane; null over a group of one rank
 };
 

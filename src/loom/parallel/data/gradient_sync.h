@@ -108,6 +108,10 @@ class GradientSync : public model::ParameterHooks {
   // The parameters were replaced from outside (DiLoCo's outer step): the optimizer's master
   // weights follow them. Not collective.
   virtual void parameters_changed() {}
+  // A bf16 copy of the model's parameter values (2-byte elements in the values buffer's layout)
+  // that the last update wrote and nothing has written over since (bf16_parameter_copy.h), for a
+  // bf16 model's GEMMs; null where none is kept or it is not current.
+  virtual const void* bf16_values() const { return nullptr; }
   // Across sites: the bytes this rank sent inside its site and across sites, and the time the
   // training thread blocked on gradient communication, during the last step (zero otherwise).
   virtual SiteTraffic last_step_traffic() const { return {}; }
