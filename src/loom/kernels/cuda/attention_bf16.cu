@@ -47,7 +47,7 @@ __global__ void rows_to_bf16_kernel(__nv_bfloat16* __restrict__ dst16, int64_t d
   float sum = 0.0f;
   for (int64_t r = k * chunk; r < last; ++r) {
     const float v = load(src, r * src_stride + c);
-    dst16[r * dst_stride + c] = __float2bfloat16_rn(v);
+    if (dst16 != nullptr) dst16[r * dst_stride + c] = __float2bfloat16_rn(v);
     sum = __fadd_rn(sum, v);
   }
   if (partial != nullptr) partial[k * width + c] = sum;
@@ -87,7 +87,7 @@ __global__ void rows_to_bf16_pairs_kernel(__nv_bfloat16* __restrict__ dst16, int
       b.v[e] = __float2bfloat16_rn(v);
       sum[e] = __fadd_rn(sum[e], v);
     }
-    *reinterpret_cast<Pair<__nv_bfloat16>*>(dst16 + r * dst_stride + c) = b;
+    if (dst16 != nullptr) *reinterpret_cast<Pair<__nv_bfloat16>*>(dst16 + r * dst_stride + c) = b;
   };
   const int64_t last = min(rows, (k + 1) * chunk);
   int64_t r = k * chunk;
@@ -220,7 +220,7 @@ void flash_attention_backward_bf16_tensors(float* dq, float* dk, float* dv, cons
 
 namespace {
 // One gradient's rows [rows, width] from src (src_stride apart) into its bf16 view (dst_stride
-// apart), with the column sums into dbias when there is one (rows_to_bf16_kernel).
+// apart; null: the sums alone), with the column sums into dbias when there is one (rows_to_bf16_kernel).
 template <typename Src>
 void gradient_to_bf16(void* dst16, int64_t dst_stride, float* dbias, const Src* src, int64_t src_stride, int64_t rows,
                       int64_t width, Scratch& scratch, cudaStream_t stream) {
@@ -253,6 +253,34 @@ struct CudnnGradients {
   const Bf16 *q, *k, *v, *out, *dout;
   Bf16 *dq = nullptr, *dk = nullptr, *dv = nullptr;
 };
+// Where cuDNN serves the backward and a plan writing its gradients at the views' strides builds:
+// cuDNN's bf16 gradients written straight into the views dq16, dk16, dv16 (no packed copy to move
+// into them); false, nothing done, otherwise.
+bool cudnn_gradients_into_views(void* dq16, void* dk16, void* dv16, const void* dout16, const void* out16,
+                                const float* lse, const void* q16, const void* k16, const void* v16,
+                                const FlashAttentionShape& s, const AttentionVisibility& vis, Scratch& scratch,
+                                cudaStream_t stream) {
+  const CudnnGradientStrides views{s.q_stride, s.k_stride, s.v_stride};
+  for (const void* p : {dq16, dk16, dv16})
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  if (!attention_fallback_reason(s, vis, true, {q16, k16, v16, out16, dout16, lse}).empty()) return false;
+  if (!cudnn_attention_prepare(s, true, views).empty()) return false;
+  cudnn_attention_backward_bf16(static_cast<Bf16*>(dq16), static_cast<Bf16*>(dk16), static_cast<Bf16*>(dv16),
+                                as_bf16(dout16), as_bf16(out16), lse, as_bf16(q16), as_bf16(k16), as_bf16(v16), s,
+                                scratch, stream, views);
+  return true;
+}
+
+// RoPE undone on the q and k gradients' bf16 views, in place (nothing without a rotation).
+void rotate_gradients_back(void* dq16, void* dk16, const FlashAttentionShape& s, const DeviceQkvRotation& rotation,
+                           cudaStream_t stream) {
+  if (rotation.table == nullptr) return;
+  const DeviceRopeTable& t = *rotation.table;
+  const int64_t q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len;
+  rope_backward_bf16(dq16, q_rows, s.q_stride, 0, s.heads, rotation.seq, 0, t, rotation.positions, stream);
+  rope_backward_bf16(dk16, k_rows, s.k_stride, 0, s.kv_heads, rotation.seq, 0, t, rotation.positions, stream);
+}
+
 CudnnGradients cudnn_gradients(const void* dout16, const void* out16, const float* lse, const void* q16,
                                const void* k16, const void* v16, const FlashAttentionShape& s,
                                const AttentionVisibility& vis, Scratch& scratch, cudaStream_t stream) {
@@ -278,6 +306,18 @@ void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16,
   Scratch scratch;
   const int64_t q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len;
   const int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
+  if (cudnn_gradients_into_views(dq16, dk16, dv16, dout16, out16, lse, q16, k16, v16, s, vis, scratch, stream)) {
+    // cuDNN's bf16 gradients in the views already: the bias gradients their column sums, q's and
+    // k's rotated back in place (the same bits as copying them in first).
+    const auto* dq = static_cast<const Bf16*>(dq16);
+    const auto* dk = static_cast<const Bf16*>(dk16);
+    const auto* dv = static_cast<const Bf16*>(dv16);
+    if (dbias_q != nullptr) gradient_to_bf16(nullptr, 0, dbias_q, dq, s.q_stride, q_rows, q_width, scratch, stream);
+    if (dbias_k != nullptr) gradient_to_bf16(nullptr, 0, dbias_k, dk, s.k_stride, k_rows, kv_width, scratch, stream);
+    if (dbias_v != nullptr) gradient_to_bf16(nullptr, 0, dbias_v, dv, s.v_stride, k_rows, kv_width, scratch, stream);
+    rotate_gradients_back(dq16, dk16, s, rotation, stream);
+    return;
+  }
   const CudnnGradients g = cudnn_gradients(dout16, out16, lse, q16, k16, v16, s, vis, scratch, stream);
   if (g.dq != nullptr) {
     // cuDNN's bf16 gradients, packed, copied into the views, then rotated back there: the bits the
@@ -285,11 +325,7 @@ void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16,
     gradient_to_bf16(dq16, s.q_stride, dbias_q, g.dq, q_width, q_rows, q_width, scratch, stream);
     gradient_to_bf16(dk16, s.k_stride, dbias_k, g.dk, kv_width, k_rows, kv_width, scratch, stream);
     gradient_to_bf16(dv16, s.v_stride, dbias_v, g.dv, kv_width, k_rows, kv_width, scratch, stream);
-    if (rotation.table != nullptr) {
-      const DeviceRopeTable& t = *rotation.table;
-      rope_backward_bf16(dq16, q_rows, s.q_stride, 0, s.heads, rotation.seq, 0, t, rotation.positions, stream);
-      rope_backward_bf16(dk16, k_rows, s.k_stride, 0, s.kv_heads, rotation.seq, 0, t, rotation.positions, stream);
-    }
+    rotate_gradients_back(dq16, dk16, s, rotation, stream);
     return;
   }
   // loom's kernels add fp32 gradients in q's, k's and v's layout: into zeroed copies, rotated back

@@ -48,8 +48,9 @@ struct DeviceQkvRotation {
 };
 
 // The gradients written whole in bf16 views (kernels::flash_attention_backward_bf16_gradients): on
-// cuDNN its bf16 gradients copied into them (and rotated there: widened, rotated back in fp32,
-// rounded, as the fp32 path rotates the widened ones); on loom's kernels the fp32 ones rotated and
+// cuDNN its bf16 gradients written into them at their strides (where such a plan builds; else
+// written packed and copied in) and rotated there (widened, rotated back in fp32, rounded, as the
+// fp32 path rotates the widened ones); on loom's kernels the fp32 ones rotated and
 // rounded; with dbias_* each view's column sums (column_sums.h's order) of those values added in.
 void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16, float* dbias_q, float* dbias_k,
                                              float* dbias_v, const void* dout16, const void* out16, const float* lse,

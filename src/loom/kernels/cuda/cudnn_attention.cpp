@@ -64,7 +64,9 @@ std::string cudnn_backward_refusal(const FlashAttentionShape& s) {
 
 #ifndef LOOM_HAVE_CUDNN_HEADERS
 
-std::string cudnn_attention_prepare(const FlashAttentionShape&, bool) { return cudnn_status().reason; }
+std::string cudnn_attention_prepare(const FlashAttentionShape&, bool, const CudnnGradientStrides&) {
+  return cudnn_status().reason;
+}
 
 void cudnn_attention_forward(__nv_bfloat16*, float*, const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
                              const FlashAttentionShape&, Scratch&, cudaStream_t) {
@@ -73,7 +75,8 @@ void cudnn_attention_forward(__nv_bfloat16*, float*, const __nv_bfloat16*, const
 
 void cudnn_attention_backward_bf16(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, const __nv_bfloat16*,
                                    const __nv_bfloat16*, const float*, const __nv_bfloat16*, const __nv_bfloat16*,
-                                   const __nv_bfloat16*, const FlashAttentionShape&, Scratch&, cudaStream_t) {
+                                   const __nv_bfloat16*, const FlashAttentionShape&, Scratch&, cudaStream_t,
+                                   const CudnnGradientStrides&) {
   throw Error("cuDNN attention: " + cudnn_status().reason);
 }
 
@@ -188,15 +191,22 @@ void per_kv_head_product(CudnnGraph& g, const Sizes& z, cudnnBackendDescriptor_t
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, full, out);
 }
 
-std::unique_ptr<CudnnGraph> backward_graph(const FlashAttentionShape& s) {
+// The row strides the backward writes its gradients at (packed where given as 0).
+CudnnGradientStrides gradient_strides(const FlashAttentionShape& s, const CudnnGradientStrides& given) {
+  const int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
+  return {given.dq > 0 ? given.dq : q_width, given.dk > 0 ? given.dk : kv_width, given.dv > 0 ? given.dv : kv_width};
+}
+
+std::unique_ptr<CudnnGraph> backward_graph(const FlashAttentionShape& s, const CudnnGradientStrides& gradients) {
   auto g = std::make_unique<CudnnGraph>();
   const Sizes z(s);
+  const CudnnGradientStrides rows = gradient_strides(s, gradients);
   const auto [q, kt, o, stats] = shared_tensors(*g, z, s);
   const auto vt = g->tensor(kV, kBf16, {z.b, z.hk, z.d, z.n}, transposed_strides(z.n, z.d, s.v_stride));
   const auto dout = g->tensor(kDout, kBf16, {z.b, z.hq, z.n, z.d}, rows_strides(z.n, z.d, s.out_stride));
-  const auto dq = g->tensor(kDq, kBf16, {z.b, z.hq, z.n, z.d}, rows_strides(z.n, z.d, z.hq * z.d));
-  const auto dk = g->tensor(kDk, kBf16, {z.b, z.hk, z.n, z.d}, rows_strides(z.n, z.d, z.hk * z.d));
-  const auto dv = g->tensor(kDv, kBf16, {z.b, z.hk, z.n, z.d}, rows_strides(z.n, z.d, z.hk * z.d));
+  const auto dq = g->tensor(kDq, kBf16, {z.b, z.hq, z.n, z.d}, rows_strides(z.n, z.d, rows.dq));
+  const auto dk = g->tensor(kDk, kBf16, {z.b, z.hk, z.n, z.d}, rows_strides(z.n, z.d, rows.dk));
+  const auto dv = g->tensor(kDv, kBf16, {z.b, z.hk, z.n, z.d}, rows_strides(z.n, z.d, rows.dv));
   const auto scale = g->scalar(softmax_scale(s));
   // delta = rowsum(dO * O), kept in the workspace as the fused engines expect.
   const auto dout_out = g->virtual_tensor(kF32, {z.b, z.hq, z.n, z.d}, {z.hq * z.n * z.d, z.n * z.d, z.hq * z.d, 1});
@@ -241,24 +251,26 @@ struct Plan {
   std::string failure;
 };
 
-using PlanKey = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+using PlanKey = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                           int64_t, int64_t, int64_t>;
 
 struct PlanCache {
   std::mutex mutex;
   std::map<PlanKey, Plan> plans;
 };
 
-Plan& plan_for(const FlashAttentionShape& s, bool backward) {
+Plan& plan_for(const FlashAttentionShape& s, bool backward, const CudnnGradientStrides& gradients) {
   PlanCache& cache =
       current_device_object<PlanCache>("cuDNN attention plans", [] { return std::make_unique<PlanCache>(); });
-  const PlanKey key{backward,   s.batch,    s.q_len,    s.heads,    s.kv_heads,
-                    s.head_dim, s.q_stride, s.k_stride, s.v_stride, s.out_stride};
+  const CudnnGradientStrides rows = backward ? gradient_strides(s, gradients) : CudnnGradientStrides{};
+  const PlanKey key{backward,   s.batch,    s.q_len,      s.heads, s.kv_heads, s.head_dim, s.q_stride,
+                    s.k_stride, s.v_stride, s.out_stride, rows.dq, rows.dk,    rows.dv};
   std::lock_guard<std::mutex> lock(cache.mutex);
   auto found = cache.plans.find(key);
   if (found != cache.plans.end()) return found->second;
   Plan& plan = cache.plans[key];
   try {
-    auto graph = backward ? backward_graph(s) : forward_graph(s);
+    auto graph = backward ? backward_graph(s, gradients) : forward_graph(s);
     graph->build_plan(CudnnHandle(nullptr).get());
     plan.graph = std::move(graph);
   } catch (const std::exception& e) {  // a loom::Error naming cuDNN's refusal, or out of memory
@@ -268,8 +280,8 @@ Plan& plan_for(const FlashAttentionShape& s, bool backward) {
   return plan;
 }
 
-CudnnGraph& ready_plan(const FlashAttentionShape& s, bool backward) {
-  Plan& plan = plan_for(s, backward);
+CudnnGraph& ready_plan(const FlashAttentionShape& s, bool backward, const CudnnGradientStrides& gradients = {}) {
+  Plan& plan = plan_for(s, backward, gradients);
   LOOM_CHECK(plan.graph != nullptr, "cuDNN attention: " + plan.failure);
   return *plan.graph;
 }
@@ -285,13 +297,16 @@ void* bind(const T* p) {
 
 }  // namespace
 
-std::string cudnn_attention_prepare(const FlashAttentionShape& s, bool backward) {
+std::string cudnn_attention_prepare(const FlashAttentionShape& s, bool backward,
+                                    const CudnnGradientStrides& gradients) {
   if (!cudnn_status().available) return "cuDNN unavailable: " + cudnn_status().reason;
   if (backward) {
     std::string why = cudnn_backward_refusal(s);
     if (!why.empty()) return why;
   }
-  return plan_for(s, backward).failure;
+  if (backward && (gradients.dq % 8 != 0 || gradients.dk % 8 != 0 || gradients.dv % 8 != 0))
+    return "gradient row strides not multiples of 8 elements";
+  return plan_for(s, backward, gradients).failure;
 }
 
 void cudnn_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
@@ -305,8 +320,9 @@ void cudnn_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16
 void cudnn_attention_backward_bf16(__nv_bfloat16* dq16, __nv_bfloat16* dk16, __nv_bfloat16* dv16,
                                    const __nv_bfloat16* dout, const __nv_bfloat16* out, const float* lse,
                                    const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                                   const FlashAttentionShape& s, Scratch& scratch, cudaStream_t stream) {
-  CudnnGraph& graph = ready_plan(s, true);
+                                   const FlashAttentionShape& s, Scratch& scratch, cudaStream_t stream,
+                                   const CudnnGradientStrides& gradients) {
+  CudnnGraph& graph = ready_plan(s, true, gradients);
   const Sizes z(s);
   const int64_t tokens = z.b * z.n;
   float* delta = scratch.floats(z.b * z.hq * z.n);

@@ -7,8 +7,9 @@
 //     given to cuDNN as [batch, heads, seq, head_dim] tensors with strides, no copies; GQA.
 //   forward: bf16 out (out_stride) and lse [batch, heads, q_len], fp32, the natural-log
 //     log-sum-exp of the scaled scores: cuDNN's Stats tensor is max + log(sum exp), the same thing.
-//   backward: cuDNN writes bf16 dQ, dK, dV into scratch (dense token-major rows); they are added
-//     into loom's fp32 dq, dk, dv (q/k/v strides). dQ is accumulated in fp32 inside cuDNN first.
+//   backward: cuDNN writes bf16 dQ, dK, dV into scratch (dense token-major rows), or straight into
+//     strided views (CudnnGradientStrides: a fused q/k/v gradient's); the fp32 form adds them into
+//     loom's dq, dk, dv (q/k/v strides). dQ is accumulated in fp32 inside cuDNN first.
 // Serves: no visibility arrays (plain causal rows), q_len == k_len, head_dim 64 or 128, heads a
 // multiple of kv_heads, 16-byte aligned tensors and strides that are multiples of 8 elements.
 // cuDNN is loaded at run time (cudnn_library.h). Plans are built once per shape and strides and
@@ -35,10 +36,17 @@ std::string cudnn_attention_refusal(const FlashAttentionShape& s, const Attentio
 // there). Empty when it serves, or when cuDNN is unavailable (cudnn_attention_refusal says so).
 std::string cudnn_backward_refusal(const FlashAttentionShape& s);
 
+// Row strides (elements) of the gradients the backward writes: dQ's, dK's and dV's; 0 for packed
+// rows (heads x head_dim, kv_heads x head_dim). Strided rows let cuDNN write the gradients
+// straight into the views of a fused q/k/v gradient.
+struct CudnnGradientStrides {
+  int64_t dq = 0, dk = 0, dv = 0;
+};
 // Builds (once) the plan of a served shape on the current device: empty when ready, else cuDNN's
 // reason it could not be built (remembered: a shape that failed is not retried). Never throws a
-// cuDNN error.
-std::string cudnn_attention_prepare(const FlashAttentionShape& s, bool backward);
+// cuDNN error. `gradients`: the backward's gradient strides (a plan of their own).
+std::string cudnn_attention_prepare(const FlashAttentionShape& s, bool backward,
+                                    const CudnnGradientStrides& gradients = {});
 
 // Throw loom::Error when the plan cannot be built or cuDNN fails.
 void cudnn_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
@@ -50,9 +58,12 @@ void cudnn_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16
 void cudnn_attention_backward(float* dq, float* dk, float* dv, const __nv_bfloat16* dout, const __nv_bfloat16* out,
                               const float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                               const FlashAttentionShape& s, Scratch& scratch, cudaStream_t stream);
+// With `gradients` the _bf16 form writes rows of those strides instead (16-byte aligned pointers,
+// strides multiples of 8; the plan prepared for them).
 void cudnn_attention_backward_bf16(__nv_bfloat16* dq16, __nv_bfloat16* dk16, __nv_bfloat16* dv16,
                                    const __nv_bfloat16* dout, const __nv_bfloat16* out, const float* lse,
                                    const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                                   const FlashAttentionShape& s, Scratch& scratch, cudaStream_t stream);
+                                   const FlashAttentionShape& s, Scratch& scratch, cudaStream_t stream,
+                                   const CudnnGradientStrides& gradients = {});
 
 }  // namespace loom::kernels::cuda
