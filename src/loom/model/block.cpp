@@ -78,8 +78,7 @@ void Block::forward(Saved& saved, const float* x_in, float* x_out, int64_t batch
   if (mamba_) {
     norm1_->forward(saved.norm1, x_in, local);
     float* m = sized(saved.mid, n, device_);
-    copy_on_device(device_, m, x_in, n);
-    mamba_->forward(saved.mamba, m, saved.norm1.out.data(), batch, seq, packing, scratch);
+    mamba_->forward(saved.mamba, m, saved.norm1.out.data(), batch, seq, packing, scratch, x_in);
     mid = m;
   }
   if (mlp_) {

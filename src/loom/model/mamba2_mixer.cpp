@@ -74,7 +74,7 @@ kernels::ConvShape Mamba2Mixer::conv_shape(int64_t batch, int64_t seq) const {
 }
 
 void Mamba2Mixer::forward(Saved& saved, float* residual, const float* normed, int64_t batch, int64_t seq,
-                          const Packing& packing, ParallelScratch& scratch) const {
+                          const Packing& packing, ParallelScratch& scratch, const float* residual_in) const {
   const int64_t rows = batch * seq, gn = groups_ * state_;
   const ParameterStore& p = *store_;
   float* proj = sized(saved.proj, rows * proj_width(), device_);
@@ -89,7 +89,7 @@ void Mamba2Mixer::forward(Saved& saved, float* residual, const float* normed, in
                             conv + inner_, conv + inner_ + gn, p.value(d_), scan_shape(batch, seq), packing.documents);
   kernels::gated_rmsnorm_forward(device_, gated, rstd, y, proj, proj_width(), p.value(norm_), rows, inner_,
                                  inner_ / groups_, eps_);
-  out_->forward(residual, gated, rows, scratch);
+  out_->forward(residual, gated, rows, scratch, {}, residual_in);
 }
 
 void Mamba2Mixer::backward(float* d_normed, const float* d_residual, const float* normed, const Saved& saved,

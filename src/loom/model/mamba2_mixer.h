@@ -31,9 +31,10 @@ class Mamba2Mixer {
   // Throws naming the layer when heads or groups cannot be split over the tensor-parallel group.
   Mamba2Mixer(ParameterStore& store, const TensorParallel& tp, int layer, const std::string& prefix,
               const config::ModelConfig& config, float init_std, float out_std);
-  // residual[local rows] += mixer(normed), rows = batch * seq tokens.
+  // residual[local rows] += mixer(normed), rows = batch * seq tokens; `residual_in` (null:
+  // residual): residual = residual_in + mixer(normed) instead (RowParallelLinear::forward's).
   void forward(Saved& saved, float* residual, const float* normed, int64_t batch, int64_t seq,
-               const Packing& packing, ParallelScratch& scratch) const;
+               const Packing& packing, ParallelScratch& scratch, const float* residual_in = nullptr) const;
   // d_normed = d/d(normed) (written whole) given d_residual; parameter gradients into the store.
   void backward(float* d_normed, const float* d_residual, const float* normed, const Saved& saved,
                 Workspace& work, int64_t batch, int64_t seq, const Packing& packing,
