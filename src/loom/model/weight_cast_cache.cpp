@@ -49,8 +49,8 @@ WeightCastCache::Store* WeightCastCache::find(const void* layer, const float* we
   }
   Store& s = stores_[Key{layer, weight, kernels::weight_cast_form(cast.cast, pass)}];
   if (s.ready && s.cast == cast.cast && s.rows == rows && s.cols == cols && s.scale == cast.scale) return &s;
-  const void* copied = bf16_copy_of(weight, rows * cols);
-  if (cast.cast == kernels::OperandCast::Bf16 && copied != nullptr) {
+  const void* copied = cast.cast == kernels::OperandCast::Bf16 ? bf16_copy_of(weight, rows * cols) : nullptr;
+  if (copied != nullptr) {
     free(s);
     s.data = const_cast<void*>(copied);
     s.cast = cast.cast;

@@ -80,9 +80,16 @@ void DdpSync::update(double lr, int64_t step, double norm) {
                       s.weight_decay, s.lr_scale});
   }
   if (bf16_copy_) bf16_copy_->into_pieces(pieces);
+  // bf16 compact parameters: the optimizer's pass writes them too (the values it does not update
+  // never change), as it writes the bf16 copy; fp16 ones are rounded from the masters after it.
+  const bool compact_bf16 = !master_.empty() && setup_.param_dtype == DType::BF16 && optimizer_->writes_bf16_copies();
+  if (compact_bf16) {
+    auto* store = static_cast<uint16_t*>(compact_store_.raw());
+    for (size_t i = 0; i < pieces.size(); ++i) pieces[i].param_bf16 = store + segments_[i].offset;
+  }
   optimizer_->update_many(pieces, at);
   if (bf16_copy_) bf16_copy_->after_update();
-  if (!master_.empty()) {
+  if (!master_.empty() && !compact_bf16) {
     kernels::narrow_floats(params.device(), compact_store_.raw(), master_.data<float>(), params.total(),
                            setup_.param_dtype);
   }
