@@ -1,6 +1,7 @@
 // cuBLASLt products through loom (kernels/cuda/gemm_lt.h) at 4096^3 and at training shapes
 // (GPT-2 124M and a ~1B Llama-style model, 8192 tokens per step): bf16, FP8 E4M3 with per-tensor
-// scales, FP8 with 1 x 128 / 128 x 128 block scales (bf16 outputs), and fp32 at 4096^3. Random
+// scales (with and without fast accumulation), FP8 with 1 x 128 / 128 x 128 block scales (bf16
+// outputs), and fp32 at 4096^3. Random
 // data; mean of 20 timed products after 3 warm-ups. bench/cuda/torch_cuda_peer.py times
 // torch.matmul and torch._scaled_mm on the same shapes. Usage: loom_bench_gemm_cuda
 #include <cuda_bf16.h>
@@ -79,6 +80,14 @@ void bench_shape(const Shape& s) {
                flops);
   print_result("loom", "gemm fp8 e4m3 tensor", s.name + std::string(" ") + shape, time_ms([&] {
                  matmul(out, GemmOperand{a8, GemmType::E4M3, false, sa, ScaleMode::Tensor},
+                        GemmOperand{b8, GemmType::E4M3, true, sb, ScaleMode::Tensor}, s.m, s.n, s.k, 1.0f, 0.0f);
+               }),
+               flops);
+  // The same product with cuBLASLt's fast accumulation (what per-tensor FP8 forwards use by
+  // default: precision.fp8_forward_fast_accumulation); its gain over the row above.
+  const GemmOutput fast_out{c16, GemmType::BF16, nullptr, true};
+  print_result("loom", "gemm fp8 e4m3 tensor fast-accum", s.name + std::string(" ") + shape, time_ms([&] {
+                 matmul(fast_out, GemmOperand{a8, GemmType::E4M3, false, sa, ScaleMode::Tensor},
                         GemmOperand{b8, GemmType::E4M3, true, sb, ScaleMode::Tensor}, s.m, s.n, s.k, 1.0f, 0.0f);
                }),
                flops);

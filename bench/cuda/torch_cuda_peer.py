@@ -58,6 +58,13 @@ def gemms():
                    2.0 * m * n * k)
         except Exception as e:  # an older torch without this signature
             print(f"SKIP|torch|gemm fp8 e4m3 tensor|{shape}|{e}", flush=True)
+        try:
+            result("gemm fp8 e4m3 tensor fast-accum", shape,
+                   time_ms(lambda: torch._scaled_mm(a8, b8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                                                    use_fast_accum=True)),
+                   2.0 * m * n * k)
+        except Exception as e:
+            print(f"SKIP|torch|gemm fp8 e4m3 tensor fast-accum|{shape}|{e}", flush=True)
         # DeepSeek-style blocks: 1 x 128 runs of a (scales [m, k/128], m contiguous), 128 x 128
         # tiles of b (scales [k/128 rounded up to 4, n/128], k-blocks contiguous).
         kb = (k + 127) // 128

@@ -3,7 +3,8 @@
 // 1e-5 of the CPU's (a bias added on its own: bit for bit); bf16 operands with fp32 accumulation within 1e-2 of the fp64 product of the
 // fp32 inputs; FP8 with per-tensor scales (E4M3 x E4M3, E4M3 x E5M2) and with 1 x 128 / 128 x 128
 // block scales within 1e-3 of the fp64 product of the quantised operands (loom::precision's
-// reference); MXFP8 emulated on Hopper (decode to bf16, bf16 GEMM) within 1e-5 of that product.
+// reference; per-tensor with and without fast accumulation); MXFP8 emulated on Hopper (decode
+// to bf16, bf16 GEMM) within 1e-5 of that product.
 // cuBLASLt's bias epilogue (bf16 and per-tensor FP8 into bf16) bit for bit on exactly summed operands.
 // Plans whose algorithm was timed among cuBLASLt's candidates (LOOM_GEMM_AUTOTUNE) likewise.
 // Fresh random inputs, outputs poisoned. Skipped, saying why, without a GPU; the argument checks
@@ -215,18 +216,24 @@ Fp8Operand per_tensor(CachingAllocator& allocator, const std::vector<float>& x, 
   return op;
 }
 
+// With and without cuBLASLt's fast accumulation (the forward products' default): its narrower
+// running sums stay far inside the bound too.
 TEST_F(CudaGemm, Fp8PerTensorIsWithin1e3OfTheQuantisedProduct) {
-  for (auto [fa, fb] : {std::pair<Fp8, Fp8>{Fp8::E4M3, Fp8::E4M3}, {Fp8::E4M3, Fp8::E5M2}}) {
-    for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{16, 32, 48}, {512, 256, 1024}}) {
-      const std::vector<float> a = random_values(seed_, m * k, 1.0f), b = random_values(seed_ + 1, n * k, 0.1f);
-      const Fp8Operand qa = per_tensor(allocator_, a, fa), qb = per_tensor(allocator_, b, fb);
-      DeviceFloats d_c(allocator_, poison(m * n));
-      const GemmType ta = fa == Fp8::E4M3 ? GemmType::E4M3 : GemmType::E5M2;
-      const GemmType tb = fb == Fp8::E4M3 ? GemmType::E4M3 : GemmType::E5M2;
-      matmul(GemmOutput{d_c.ptr, GemmType::F32}, GemmOperand{qa.codes->ptr, ta, false, qa.scales->ptr, ScaleMode::Tensor},
-             GemmOperand{qb.codes->ptr, tb, true, qb.scales->ptr, ScaleMode::Tensor}, m, n, k, 1.0f, 0.0f);
-      EXPECT_LE(relative_error(d_c.host(), product_nt(qa.dequantized, qb.dequantized, m, n, k)), 1e-3)
-          << m << " " << n << " " << k << " b e5m2 " << (fb == Fp8::E5M2);
+  using Shape = std::tuple<int64_t, int64_t, int64_t>;
+  for (const bool fast : {false, true}) {
+    for (auto [fa, fb] : {std::pair<Fp8, Fp8>{Fp8::E4M3, Fp8::E4M3}, {Fp8::E4M3, Fp8::E5M2}}) {
+      for (auto [m, n, k] : {Shape{16, 32, 48}, Shape{512, 256, 1024}, Shape{256, 128, 8192}}) {
+        const std::vector<float> a = random_values(seed_, m * k, 1.0f), b = random_values(seed_ + 1, n * k, 0.1f);
+        const Fp8Operand qa = per_tensor(allocator_, a, fa), qb = per_tensor(allocator_, b, fb);
+        DeviceFloats d_c(allocator_, poison(m * n));
+        const GemmType ta = fa == Fp8::E4M3 ? GemmType::E4M3 : GemmType::E5M2;
+        const GemmType tb = fb == Fp8::E4M3 ? GemmType::E4M3 : GemmType::E5M2;
+        matmul(GemmOutput{d_c.ptr, GemmType::F32, nullptr, fast},
+               GemmOperand{qa.codes->ptr, ta, false, qa.scales->ptr, ScaleMode::Tensor},
+               GemmOperand{qb.codes->ptr, tb, true, qb.scales->ptr, ScaleMode::Tensor}, m, n, k, 1.0f, 0.0f);
+        EXPECT_LE(relative_error(d_c.host(), product_nt(qa.dequantized, qb.dequantized, m, n, k)), 1e-3)
+            << m << " " << n << " " << k << " b e5m2 " << (fb == Fp8::E5M2) << " fast accumulation " << fast;
+      }
     }
   }
 }
@@ -358,6 +365,13 @@ TEST(CudaGemmArguments, Fp8RulesAreErrorsNamingWhatIsWrong) {
             std::string::npos);
   EXPECT_NE(message(16, 16, 16, true, true, GemmType::E4M3).find("c = a . b^T"), std::string::npos);
   EXPECT_NE(message(16, 16, 16, false, true, GemmType::BF16).find("two FP8 operands"), std::string::npos);
+  try {  // fast accumulation asked of a bf16 product
+    matmul(GemmOutput{nullptr, GemmType::F32, nullptr, true}, GemmOperand{&scale, GemmType::BF16, false},
+           GemmOperand{&scale, GemmType::BF16, true}, 16, 16, 16, 1.0f, 0.0f);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fast accumulation is for per-tensor FP8 products only"), std::string::npos);
+  }
 }
 
 TEST(CudaFlashAttentionArguments, HeadDimBeyondTheKernelsIsAnError) {

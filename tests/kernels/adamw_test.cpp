@@ -1,10 +1,14 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "../gradient_check.h"
+#include "loom/core/error.h"
 #include "loom/kernels/cpu/adamw.h"
 #include "loom/kernels/ops.h"
 
@@ -93,6 +97,33 @@ TEST(AdamW, ManyTensorsInOneCallEqualOneCallEach) {
   EXPECT_EQ(p, p1);
   EXPECT_EQ(m, m1);
   EXPECT_EQ(v, v1);
+}
+
+// An FP8 weight's amax (AdamWFp8Weight: what fp8_current's next cast of it takes) is the max |x| of
+// the updated values; its codes go to stores in a device's memory, which a CPU run has none of:
+// asking for them is an error saying so, before anything is updated.
+TEST(AdamW, AnFp8WeightsAmaxIsTheUpdatedMaxAndItsCodesAreTheDevicesOnly) {
+  const AdamWStep step{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, 0.5f};
+  std::vector<float> p = loom::testing::random_vector(333, 1), g = loom::testing::random_vector(333, 2);
+  std::vector<float> m(333, 0.0f), v(333, 0.0f);
+  AdamWTensor t{p.data(), g.data(), m.data(), v.data(), 333};
+  float amax = 0.0f;
+  t.fp8.amax = &amax;
+  kernels::adamw_update_many(Device::cpu(), std::vector<AdamWTensor>{t}, step);
+  float want = 0.0f;
+  for (float x : p) want = std::max(want, std::fabs(x));
+  EXPECT_EQ(amax, want);
+  EXPECT_GT(amax, 0.0f);
+  const std::vector<float> before = p;
+  uint8_t codes[8];
+  t.fp8 = {&amax, codes, codes, 111, 3, 1.0f};
+  try {
+    kernels::adamw_update_many(Device::cpu(), std::vector<AdamWTensor>{t}, step);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a CPU run has none"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(p, before);
 }
 
 }  // namespace

@@ -127,9 +127,12 @@ TEST(TimePlan, PrecisionCastsEveryLinearOperandAndOutput) {
               bg.casts + 2 * qkv_gradient / 1e9, 1e-12);
   const config::RunConfig fp8_gpu = tiny({"precision.recipe=fp8_current", "runtime.device=cuda"});
   const TimeBreakdown fg = plan_time(fp8_gpu, plan_memory(fp8_gpu, {.tp = 1, .dp = 1, .pp = 1}), hw);
-  double middle = 0.0;  // the four FP8 blocks: their casts in FP8 less what bf16 cast of them (no weight)
+  // The four FP8 blocks: their casts in FP8 less what bf16 cast of them (no weight); the weight's
+  // cast (once per step: half per micro-batch) reads it once, its amax taken by the optimizer's pass
+  // (ZeRO 0: parallel::keeps_fp8_weight_casts), 6 bytes of the 10.
+  double middle = 0.0;
   for (const auto& [out, in] : kTinyLinears) {
-    middle += 4 * (10.0 / 9.0 * (n * (in + out) + 0.5 * out * in) / 0.25e9 - n * (2 * in + out) / 1e9);
+    middle += 4 * ((10.0 / 9.0 * n * (in + out) + 6.0 / 9.0 * 0.5 * out * in) / 0.25e9 - n * (2 * in + out) / 1e9);
   }
   // and, in bf16, their MLPs' interior, attention tensors, norms' outputs and q/k/v gradient (512)
   // did not cost; in FP8
@@ -149,8 +152,9 @@ TEST(TimePlan, PrecisionCastsEveryLinearOperandAndOutput) {
   // pass taking the amax (Norm::forward_codes): those casts read the norm's input once (6 bytes)
   middle -= 4 * 4.0 / 9.0 * n * (256 + 256) / 0.25e9;
   EXPECT_NEAR(fg.casts, bg.casts + 2 * middle, 1e-12);
-  // fp8_delayed's casts take their operands' amaxes as they read them (the scale is known before):
-  // no amax pass reads the weights (half per micro-batch) or the q/k/v, output and down
+  // fp8_delayed's casts take their operands' amaxes as they read them (the scale is known before),
+  // and the optimizer's pass writes the weights' codes (2 of the 6 bytes of fp8_current's weight
+  // cast, half per micro-batch); no amax pass reads the q/k/v, output and down
   // projections' output gradients (512, 256, 256) first (4 bytes of a cast's 10), nor the output
   // projection's bf16 input (2 bytes) (the q/k/v and up inputs' amaxes, taken by the norms'
   // statistics under fp8_current, are taken by their codes' pass); and the activation's amax-only

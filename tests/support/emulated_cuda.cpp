@@ -309,7 +309,8 @@ struct Emulate<Op, Name> {
   }
 };
 
-// The multi-tensor AdamW takes a host array of device pointers (a kernel argument on a GPU).
+// The multi-tensor AdamW takes a host array of device pointers (a kernel argument on a GPU). An
+// FP8 weight's amax is the CPU's; its codes are kept as the casts' are (emulated_precision.h).
 void adamw_update_many(Device device, const kernels::AdamWTensor* tensors, int64_t count,
                        const kernels::AdamWStep& step) {
   check_device(device, "adamw_update_many");
@@ -318,14 +319,23 @@ void adamw_update_many(Device device, const kernels::AdamWTensor* tensors, int64
   for (size_t i = 0; i < host.size(); ++i) {
     const std::string where = "kernels::adamw_update_many's tensor " + std::to_string(i);
     kernels::AdamWTensor& t = host[i];
+    LOOM_CHECK(t.fp8.forward == nullptr || (t.fp8.amax != nullptr && t.fp8.transposed != nullptr &&
+                                            t.fp8.rows * t.fp8.cols == t.n),
+               where + ": an FP8 weight's codes need its shape (rows x cols = n), both stores and its amax");
+    kernels::AdamWFp8Weight fp8;
+    if (t.fp8.amax != nullptr) fp8.amax = device_to_host(t.fp8.amax, where + " fp8.amax");
     t = {device_to_host(t.param, where + " param"),
          device_to_host(t.grad, where + " grad"),
          device_to_host(t.exp_avg, where + " exp_avg"),
          device_to_host(t.exp_avg_sq, where + " exp_avg_sq"),
          t.n,
-         t.param_bf16 != nullptr ? device_to_host(t.param_bf16, where + " param_bf16") : nullptr};
+         t.param_bf16 != nullptr ? device_to_host(t.param_bf16, where + " param_bf16") : nullptr,
+         fp8};
   }
   kernels::adamw_update_many(Device::cpu(), host, step);
+  for (int64_t i = 0; i < count; ++i) {
+    if (tensors[i].fp8.forward != nullptr) emulated_keep_optimizer_codes(tensors[i].fp8, host[i].param);
+  }
 }
 
 #define LOOM_EMULATED_OPS(X)                                                                                    \

@@ -116,6 +116,8 @@ struct Kept {
   kernels::OperandCast cast;
   int64_t rows, cols;
   bool columns;
+  bool optimizer = false;  // written by the optimizer's pass (emulated_keep_optimizer_codes) under `scale`
+  float scale = 1.0f;
 };
 std::mutex stores_mutex;
 std::map<const void*, Kept> stores;
@@ -167,6 +169,16 @@ std::vector<float> weight_values(const kernels::PrecisionGemm& g, bool columns) 
     const bool elementwise = k.cast == OperandCast::Bf16 || k.cast == OperandCast::Fp16;
     LOOM_CHECK(k.cast == g.b.cast && k.rows == rows && k.cols == cols && (k.columns == columns || elementwise),
                "emulated cuda: precision_linear_gemm reads a weight store written for another cast or shape");
+    if (k.optimizer) {  // the optimizer's codes must hold the weight's values now, under their scale
+      CastOperand now = g.b;
+      now.scale = k.scale;
+      now.amax = nullptr;
+      now.amax_out = nullptr;
+      const std::vector<float> expected = cast_values(now, rows, cols, columns);
+      LOOM_CHECK(k.scale == g.b.scale && std::memcmp(expected.data(), k.values.data(), expected.size() * 4) == 0,
+                 "emulated cuda: precision_linear_gemm reads the optimizer's FP8 codes of a weight that changed "
+                 "since, or under another scale (a stale store)");
+    }
     return std::move(k.values);
   }
   ++weight_casts;
@@ -315,6 +327,20 @@ std::vector<float> weight_grad_input_values(const kernels::PrecisionGemm& g) {
 
 int64_t emulated_output_grad_reuses() { return output_grad_reuses.load(); }
 int64_t emulated_input_code_reuses() { return input_code_reuses.load(); }
+
+void emulated_keep_optimizer_codes(const kernels::AdamWFp8Weight& weight, const float* values) {
+  CastOperand cast;
+  cast.cast = OperandCast::Fp8Tensor;
+  cast.scale = weight.scale;
+  const int64_t n = weight.rows * weight.cols;
+  std::vector<float> v(values, values + n);
+  const std::vector<float> codes = cast_values(cast, weight.rows, weight.cols, false, &v);
+  Kept forward{codes, OperandCast::Fp8Tensor, weight.rows, weight.cols, false, true, weight.scale};
+  Kept transposed = forward;
+  transposed.columns = true;
+  keep(weight.forward, "b_store", std::move(forward));
+  keep(weight.transposed, "b_store_transposed", std::move(transposed));
+}
 
 WeightCastCounts emulated_weight_cast_counts() { return {weight_casts.load(), weight_reuses.load()}; }
 

@@ -38,6 +38,12 @@ void emulated_norm_forward_codes(Device device, const float* in, const float* we
                                  const float* mean, const float* rstd, int64_t rows, int64_t dim,
                                  const kernels::CastOperand& cast, void* codes, void* transposed);
 
+// The stores an FP8 weight's update writes (kernels::AdamWFp8Weight: device pointers) from its
+// updated `values` (host memory): kept as the forward's and dgrad's casts of the weight would be,
+// and marked as the optimizer's, so a GEMM reading them checks they still hold the weight's values
+// (a stale store is an Error).
+void emulated_keep_optimizer_codes(const kernels::AdamWFp8Weight& weight, const float* values);
+
 // Counts of the weight casts of the forward and dgrad GEMMs since the last reset, over every
 // thread: `cast` the weights cast (uncached, or written to a store), `reused` those read from one.
 struct WeightCastCounts {

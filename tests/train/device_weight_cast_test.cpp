@@ -7,7 +7,9 @@
 // At ZeRO 0 the optimizer keeps a bf16 copy of the parameters (parallel/data/bf16_parameter_copy.h)
 // that serves every bf16 cast from the second step on: no bf16 weight is cast after the first
 // step. The emulated device reads a 16-bit store's bytes and fails on one that does not hold its
-// weight's values as they are now, so a stale copy cannot pass.
+// weight's values as they are now, so a stale copy cannot pass. Likewise fp8_delayed's weights:
+// the optimizer's pass writes their codes for the next step (model/optimizer_weight_casts.h), and
+// the emulated device fails on codes that no longer hold their weight's values.
 // Tensor and pipeline parallelism and ZeRO-3 too, each rank caching its own shards or stage;
 // evaluation between steps and a checkpoint's resume see the weights as the last step left them.
 #include "device_training.h"
@@ -41,11 +43,12 @@ int64_t casts_per_step(const std::string& recipe, int64_t block_linears) {
 }
 
 // The casts of kSteps steps where the optimizer's bf16 copy (ZeRO 0: `copy`) serves the bf16
-// casts from the second step on: under bf16 all of them, under the FP8 and MX recipes the head's.
+// casts from the second step on: under bf16 all of them, under the FP8 and MX recipes the head's;
+// and under fp8_delayed the optimizer's codes serve the blocks' weights too.
 int64_t casts_in_run(const std::string& recipe, int64_t block_linears, bool copy) {
   const int64_t per_step = casts_per_step(recipe, block_linears);
   if (!copy || recipe == "fp16") return kSteps * per_step;
-  const int64_t served = recipe == "bf16" ? per_step : 1;
+  const int64_t served = recipe == "bf16" || recipe == "fp8_delayed" ? per_step : 1;
   return kSteps * per_step - (kSteps - 1) * served;
 }
 
@@ -63,6 +66,16 @@ TEST_F(DeviceWeightCasts, EveryRecipeCastsEachWeightOncePerFormPerStepAndEqualsT
     EXPECT_EQ(counts.cast, casts_in_run(recipe, 8, true));
     EXPECT_GT(counts.reused, 3 * kSteps * casts_per_step(recipe, 8));  // 4 micro-batches, each block's forward twice
   }
+}
+
+// precision.fp8_weights_from_optimizer=false: fp8_delayed's forwards cast the weights each step
+// again (only the bf16 head's cast is the optimizer's copy), to the same bits.
+TEST_F(DeviceWeightCasts, TheOptimizersFp8CodesCanBeTurnedOff) {
+  ::loom::testing::reset_emulated_weight_cast_counts();
+  expect_bitwise_equal_runs(kLlama, "casts-fp8-delayed-off",
+                            settings("fp8_delayed", {"precision.fp8_weights_from_optimizer=false"}));
+  const int64_t per_step = casts_per_step("fp8_delayed", 8);
+  EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().cast, kSteps * per_step - (kSteps - 1));
 }
 
 TEST_F(DeviceWeightCasts, TensorParallelRanksCacheTheirShardsBitForBit) {
@@ -101,10 +114,10 @@ TEST_F(DeviceWeightCasts, ZeroThreeGathersCastOncePerStepAndEvaluationSeesTheNew
 }
 
 // A checkpoint written on the device with cached casts resumes there and on the CPU, equal to the
-// run that never stopped: the loaded weights are cast afresh (the bf16 copy of a resumed run is
-// not current until its first update).
+// run that never stopped: the loaded weights are cast afresh (the bf16 copy and the optimizer's FP8
+// amaxes and codes of a resumed run are not current until its first update).
 TEST_F(DeviceWeightCasts, ACheckpointResumesWithFreshCasts) {
-  for (const std::string name : {"fp8_current", "bf16"}) {
+  for (const std::string name : {"fp8_current", "bf16", "fp8_delayed"}) {
     SCOPED_TRACE(name);
     const std::vector<std::string> recipe = settings(name);
     auto with = [&](std::vector<std::string> more) {
@@ -118,15 +131,19 @@ TEST_F(DeviceWeightCasts, ACheckpointResumesWithFreshCasts) {
   }
 }
 
-// DiLoCo's outer step writes the parameters after the inner update: the copy is no longer current
-// (GradientSync::parameters_changed), the next step casts, and the runs stay the CPU's bit for bit.
+// DiLoCo's outer step writes the parameters after the inner update: the copy and the optimizer's
+// FP8 codes are no longer current (GradientSync::parameters_changed), the next step casts, and the
+// runs stay the CPU's bit for bit.
 TEST_F(DeviceWeightCasts, DilocoOuterStepsLeaveNoStaleCopyBehind) {
-  ::loom::testing::reset_emulated_weight_cast_counts();
-  expect_bitwise_equal_runs(kLlama, "casts-diloco",
-                            settings("bf16", {"runtime.ranks=2", "parallel.dp_sites=2", "parallel.outer=diloco",
-                                              "parallel.outer_steps=2"}));
-  // Each rank: the first step casts, and the step after each outer step (step 3 of 4).
-  EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().cast, 2 * 2 * casts_per_step("bf16", 8));
+  for (const std::string recipe : {"bf16", "fp8_delayed"}) {
+    SCOPED_TRACE(recipe);
+    ::loom::testing::reset_emulated_weight_cast_counts();
+    expect_bitwise_equal_runs(kLlama, "casts-diloco-" + recipe,
+                              settings(recipe, {"runtime.ranks=2", "parallel.dp_sites=2", "parallel.outer=diloco",
+                                                "parallel.outer_steps=2"}));
+    // Each rank: the first step casts, and the step after each outer step (step 3 of 4).
+    EXPECT_EQ(::loom::testing::emulated_weight_cast_counts().cast, 2 * 2 * casts_per_step(recipe, 8));
+  }
 }
 
 }  // namespace

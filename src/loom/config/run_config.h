@@ -248,6 +248,11 @@ struct PrecisionConfig {
   int fp8_amax_history = 16;            // fp8_delayed: steps of amax history per tensor
   int fp8_margin = 0;                   // fp8: scale = fp8_max / amax / 2^margin
   bool fp8_edge_layers_bf16 = true;     // fp8 recipes: first and last block's linears in bf16
+  // fp8_delayed / fp8_current on a GPU: forward products with cuBLASLt's fast accumulation (TE's default)
+  bool fp8_forward_fast_accumulation = true;
+  // fp8_delayed / fp8_current on a GPU at ZeRO 0: the optimizer's pass writes the FP8 weights' amaxes
+  // (and fp8_delayed's codes) for the next step's forwards (model/optimizer_weight_casts.h)
+  bool fp8_weights_from_optimizer = true;
   // auto | fp32 | bf16: attention's q, k, v and output (auto: bf16 unless the recipe is fp32 or fp16)
   AttentionPrecision attention = AttentionPrecision::Auto;
 };

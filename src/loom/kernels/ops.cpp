@@ -367,8 +367,13 @@ void adamw_update(Device device, float* param, const float* grad, float* exp_avg
 void adamw_update_many(Device device, std::span<const AdamWTensor> tensors, const AdamWStep& step) {
   if (device.is_cpu()) [[likely]] {
     for (const AdamWTensor& t : tensors) {
+      LOOM_CHECK(t.fp8.forward == nullptr,
+                 "adamw_update_many: an FP8 weight's codes go to its stores in device memory (a CPU run has none)");
+    }
+    for (const AdamWTensor& t : tensors) {
       cpu::adamw_update(t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.n, step);
       if (t.param_bf16 != nullptr) narrow_floats(device, t.param_bf16, t.param, t.n, DType::BF16);
+      if (t.fp8.amax != nullptr) cpu::amax_into(t.fp8.amax, t.param, t.n);
     }
     return;
   }

@@ -135,6 +135,10 @@ struct PrecisionGemm {
   // instead of a per-call cast of `bias` (which must still be given: the same values).
   const void* bias16 = nullptr;
   CastOperand a, b;
+  // A per-tensor FP8 product without the periodic promotion of its partial sums to fp32 (cuBLASLt's
+  // fast accumulation, kernels/cuda/gemm_lt.h; Transformer Engine's default for forward GEMMs).
+  // Only a GPU's tensor cores have the narrower accumulator: elsewhere the sums are fp32 throughout.
+  bool fast_accumulation = false;
   int64_t n = 0, in_features = 0, out_features = 0;
   OutputRounding rounding = OutputRounding::Bf16;
   // b's cast kept in a store (Forward and DataGrad: b is the weight); see CastStore.

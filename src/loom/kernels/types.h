@@ -17,9 +17,24 @@ struct AdamWStep {
   float grad_scale = 1.0f;  // gradients are multiplied by this first (clipping, fused)
 };
 
+// What the update of a per-tensor FP8 linear layer's weight [rows, cols] also writes for its next
+// products, from each value it updates (model/optimizer_weight_casts.h): into `amax` (a device
+// float the caller zeroed) max |value| (NaN wins, as every amax), and, where `forward` is set, the
+// values cast to E4M3 under `scale` into both of the weight's stores, each with its scale pair
+// (kernels/precision_gemm.h's weight_cast_layout): `forward` [rows, cols], `transposed` (dgrad's)
+// [cols, rows]. The same codes and amax as the casts a forward makes of the weight.
+struct AdamWFp8Weight {
+  float* amax = nullptr;
+  void* forward = nullptr;
+  void* transposed = nullptr;
+  int64_t rows = 0, cols = 0;
+  float scale = 1.0f;
+};
+
 // One tensor of a multi-tensor AdamW update (adamw_update_many): n elements of each array.
 // `param_bf16` (2-byte elements; null: none): also receives each updated parameter rounded to
 // bf16 (nearest even), the copy a bf16 model's GEMMs multiply, written by the pass that updates it.
+// `fp8`: an FP8 weight's amax and codes, written by that pass too (rows * cols == n where set).
 struct AdamWTensor {
   float* param;
   const float* grad;
@@ -27,6 +42,7 @@ struct AdamWTensor {
   float* exp_avg_sq;
   int64_t n;
   void* param_bf16 = nullptr;
+  AdamWFp8Weight fp8{};
 };
 
 // What attention's products take: fp32 values, or q, k, v (and forward's out, backward's out and

@@ -63,6 +63,7 @@ PrecisionPolicy PrecisionPolicy::from_config(const config::PrecisionConfig& conf
   policy.amax_history = config.fp8_amax_history;
   policy.margin = config.fp8_margin;
   policy.edge_layers_bf16 = config.fp8_edge_layers_bf16;
+  policy.forward_fast_accumulation = config.fp8_forward_fast_accumulation;
   policy.attention = config.attention;
   return policy;
 }
@@ -355,6 +356,7 @@ void PrecisionContext::place_device_pending() {
 std::shared_ptr<LinearPrecision> PrecisionContext::make(Recipe recipe, const std::string& name) {
   if (recipe == Recipe::Fp32) return nullptr;
   auto layer = std::make_shared<LinearPrecision>(recipe, policy_.amax_history, policy_.margin, scratch_);
+  layer->set_forward_fast_accumulation(policy_.forward_fast_accumulation);
   layer->set_device(device_);
   layers_.push_back(layer);
   names_.push_back(name);

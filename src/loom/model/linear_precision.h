@@ -58,6 +58,7 @@
 #include "loom/kernels/precision_gemm.h"
 #include "loom/kernels/types.h"
 #include "loom/model/buffers.h"
+#include "loom/model/optimizer_weight_casts.h"
 #include "loom/model/weight_cast_cache.h"
 #include "loom/precision/fp8_scaling.h"
 #include "loom/config/run_config.h"
@@ -96,6 +97,7 @@ struct PrecisionPolicy {
   int margin = 0;                 // fp8 per-tensor: scale = fp8_max / amax / 2^margin
   bool edge_layers_bf16 = true;   // FP8 recipes: first and last block's linears in bf16
   config::AttentionPrecision attention = config::AttentionPrecision::Auto;
+  bool forward_fast_accumulation = true;  // per-tensor FP8 on a GPU: LinearPrecision::set_forward_fast_accumulation
 
   static PrecisionPolicy from_config(const config::PrecisionConfig& config);
   // The recipe of block `layer` of `layers` (FP8 recipes keep the edge blocks in bf16 if asked).
@@ -130,6 +132,8 @@ struct PrecisionScratch {
   Buffer bias;        // a bias rounded to the activation dtype (LinearPrecision::rounded_bias)
   Buffer produced_codes;  // on a device: an operand's FP8 codes written by its producer (produced_codes)
   WeightCastCache weight_casts;  // on a device: the weights' casts, kept inside a training step's scope
+  // on a device: per-tensor FP8 weights' amaxes and codes, written by the optimizer's pass
+  OptimizerWeightCasts optimizer_casts;
 };
 
 // Tensors a layer's GEMMs take or leave on a GPU in a form other than fp32, kept by the model
@@ -190,6 +194,10 @@ class LinearPrecision {
                            std::shared_ptr<PrecisionScratch> scratch = nullptr);
 
   Recipe recipe() const { return recipe_; }
+  // Per-tensor FP8 on a GPU: the forward product without the periodic promotion of its partial sums
+  // (kernels::PrecisionGemm::fast_accumulation; Transformer Engine's default for forward GEMMs,
+  // its gradients' products keeping the promotion). The CPU's sums are fp32 throughout either way.
+  void set_forward_fast_accumulation(bool fast) { forward_fast_accumulation_ = fast; }
   // Where the layer's tensors live: the CPU emulates the recipe, a GPU runs its real formats.
   void set_device(Device device);
   Device device() const { return device_; }
@@ -308,9 +316,14 @@ class LinearPrecision {
   // Operand `op` (n elements on the device: x, or x16 in bf16) cast as the recipe says;
   // fp8_delayed records its amax (taken by the GEMM's cast: amax_out). `given_amax`: the operand's
   // amax already in amax_slot(op), taken by its producer (DeviceTensors' in_amax / dout_amax): no
-  // amax pass.
+  // amax pass. `weight_amax`: fp8_current's weight amax as the optimizer's pass took it (its
+  // OptimizerWeightCasts entry): no amax pass either.
   kernels::CastOperand device_operand(Operand op, const float* x, int64_t n, const void* x16 = nullptr,
-                                      const float* given_amax = nullptr);
+                                      const float* given_amax = nullptr, float* weight_amax = nullptr);
+  // A per-tensor FP8 forward's weight inside a step's scope: its entry among what the optimizer
+  // writes, asked for the next update, and returned where the last one wrote it; else null.
+  OptimizerWeightCasts::Entry* optimizer_written(kernels::LinearGemm pass, const float* weight, int64_t rows,
+                                                 int64_t cols);
   // Per-tensor FP8 on a device: where operand op's amax is taken (fp8_current's scratch float,
   // fp8_delayed's pending one); null under other recipes.
   float* amax_slot(Operand op);
@@ -337,6 +350,7 @@ class LinearPrecision {
   Recipe recipe_;
   Device device_ = Device::cpu();
   int margin_;
+  bool forward_fast_accumulation_ = false;
   std::shared_ptr<PrecisionScratch> scratch_;
   comm::Communicator* tp_group_ = nullptr;
   std::array<bool, 3> sharded_ = {false, false, false};  // by Operand
@@ -361,6 +375,8 @@ class PrecisionContext {
   // The weights' casts kept across a training step's GEMMs on a device (weight_cast_cache.h):
   // the step opens it before its first micro-batch and closes it before its optimizer step.
   WeightCastCache& weight_casts() { return scratch_->weight_casts; }
+  // What the optimizer writes of the per-tensor FP8 weights for the next step (optimizer_weight_casts.h).
+  OptimizerWeightCasts& optimizer_weight_casts() { return scratch_->optimizer_casts; }
 
   // fp8_delayed bookkeeping over all layers, 3 values per delayed layer in registration order
   // (on a device: one read of the array they accumulate in).

@@ -100,7 +100,7 @@ LinearPrecision::ProducedCodes LinearPrecision::produced_codes(Operand op, int64
 }
 
 CastOperand LinearPrecision::device_operand(Operand op, const float* x, int64_t n, const void* x16,
-                                            const float* given_amax) {
+                                            const float* given_amax, float* weight_amax) {
   CastOperand c = device_cast(recipe_, op, scale(op), margin_);
   c.data = x;
   float* slot = amax_slot(op);
@@ -114,8 +114,12 @@ CastOperand LinearPrecision::device_operand(Operand op, const float* x, int64_t 
     if (given_amax == nullptr) c.amax_out = slot;
   } else if (recipe_ == Recipe::Fp8Current) {
     // The scale is computed on the device from this amax (no read back); under tensor parallelism
-    // from the whole tensor's, one device float all-reduced over the group.
-    if (given_amax == nullptr) {
+    // from the whole tensor's, one device float all-reduced over the group (the optimizer's float
+    // of a weight in place: the update writes it afresh).
+    if (weight_amax != nullptr) {
+      LOOM_CHECK(op == Operand::Weight && given_amax == nullptr, "only a weight's amax is the optimizer's");
+      slot = weight_amax;
+    } else if (given_amax == nullptr) {
       zero_on_device(device_, slot, 1);
       if (x16 != nullptr) {
         kernels::amax_into_bf16(device_, slot, x16, n);
@@ -129,12 +133,35 @@ CastOperand LinearPrecision::device_operand(Operand op, const float* x, int64_t 
   return c;
 }
 
+OptimizerWeightCasts::Entry* LinearPrecision::optimizer_written(kernels::LinearGemm pass, const float* weight,
+                                                                int64_t rows, int64_t cols) {
+  if (pass != kernels::LinearGemm::Forward || !scratch_->weight_casts.is_open()) return nullptr;
+  if (recipe_ != Recipe::Fp8Delayed && recipe_ != Recipe::Fp8Current) return nullptr;
+  OptimizerWeightCasts::Entry* e = scratch_->optimizer_casts.want(this, weight, rows, cols, delayed());
+  return e != nullptr && e->current ? e : nullptr;
+}
+
 LinearPrecision::WrittenStores LinearPrecision::device_weight(kernels::PrecisionGemm& g, const float* weight) {
   const int64_t rows = g.out_features, cols = g.in_features;
   CastOperand cast = device_cast(recipe_, Operand::Weight, scale(Operand::Weight), margin_);
   WeightCastCache& cache = scratch_->weight_casts;
-  WeightCastCache::Store* store = cache.find(this, weight, g.pass, cast, rows, cols, device_);
   g.b_store_transposed = nullptr;
+  // The step's first forward of the weight: what the optimizer's last pass wrote of it, if anything.
+  OptimizerWeightCasts::Entry* from_optimizer = cache.holds(this, weight, g.pass, cast, rows, cols, device_)
+                                                    ? nullptr
+                                                    : optimizer_written(g.pass, weight, rows, cols);
+  if (from_optimizer != nullptr && from_optimizer->codes && from_optimizer->scale == cast.scale) {
+    // fp8_delayed: both forms' codes as the optimizer's pass wrote them under this scale; the
+    // history takes the amax that pass took, as a cast of the weight would.
+    void* forward = from_optimizer->forward.data();
+    void* transposed = from_optimizer->transposed.data();
+    cache.lend(this, weight, kernels::LinearGemm::Forward, cast, rows, cols, device_, forward);
+    cache.lend(this, weight, kernels::LinearGemm::DataGrad, cast, rows, cols, device_, transposed);
+    kernels::amax_into(device_, amax_slot(Operand::Weight), from_optimizer->amax, 1);
+    scratch_->optimizer_casts.count_use();
+    from_optimizer = nullptr;
+  }
+  WeightCastCache::Store* store = cache.find(this, weight, g.pass, cast, rows, cols, device_);
   if (store != nullptr && store->ready) {
     // Cast by an earlier GEMM of this step: fp8_delayed's pending amax holds this weight's already.
     cast.data = weight;
@@ -143,7 +170,11 @@ LinearPrecision::WrittenStores LinearPrecision::device_weight(kernels::Precision
     g.b_store_use = kernels::CastStore::Read;
     return {};
   }
-  g.b = device_operand(Operand::Weight, weight, rows * cols);
+  // fp8_current: the amax the optimizer's pass took (the codes of fp8_delayed under another scale:
+  // cast again, with the amax the cast takes).
+  float* weight_amax = from_optimizer != nullptr && !from_optimizer->codes ? from_optimizer->amax : nullptr;
+  if (weight_amax != nullptr) scratch_->optimizer_casts.count_use();
+  g.b = device_operand(Operand::Weight, weight, rows * cols, nullptr, nullptr, weight_amax);
   g.b_store = store != nullptr ? store->data : nullptr;
   g.b_store_use = store != nullptr ? kernels::CastStore::Write : kernels::CastStore::None;
   WrittenStores written{store, nullptr};
@@ -170,6 +201,7 @@ void LinearPrecision::device_forward(float* out, const float* in, const float* w
   check_device_shape(recipe_, n, in_features, out_features);
   kernels::PrecisionGemm g;
   g.pass = kernels::LinearGemm::Forward;
+  g.fast_accumulation = forward_fast_accumulation_;
   g.out = out;
   g.out16 = tensors.out;
   g.accumulate = accumulate;

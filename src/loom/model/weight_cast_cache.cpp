@@ -39,26 +39,60 @@ void WeightCastCache::free(Store& store) {
   store = Store();
 }
 
-WeightCastCache::Store* WeightCastCache::find(const void* layer, const float* weight, kernels::LinearGemm pass,
-                                              const kernels::CastOperand& cast, int64_t rows, int64_t cols,
-                                              Device device) {
-  if (!open_ || device.is_cpu() || cast.cast == kernels::OperandCast::None) return nullptr;
+WeightCastCache::Store& WeightCastCache::store_of(const void* layer, const float* weight, kernels::LinearGemm pass,
+                                                  const kernels::CastOperand& cast, Device device) {
   if (device != device_) {  // a model moved: what it kept is on the old device
     free_all();
     device_ = device;
   }
-  Store& s = stores_[Key{layer, weight, kernels::weight_cast_form(cast.cast, pass)}];
+  return stores_[Key{layer, weight, kernels::weight_cast_form(cast.cast, pass)}];
+}
+
+namespace {
+
+// What s holds: the weight [rows, cols] cast as `cast` says.
+void describe(WeightCastCache::Store& s, const kernels::CastOperand& cast, int64_t rows, int64_t cols) {
+  s.cast = cast.cast;
+  s.rows = rows;
+  s.cols = cols;
+  s.scale = cast.scale;
+}
+
+}  // namespace
+
+void WeightCastCache::borrow(Store& s, void* data, const kernels::CastOperand& cast, int64_t rows, int64_t cols) {
+  free(s);
+  s.data = data;
+  describe(s, cast, rows, cols);
+  s.ready = true;
+  s.borrowed = true;
+}
+
+void WeightCastCache::lend(const void* layer, const float* weight, kernels::LinearGemm pass,
+                           const kernels::CastOperand& cast, int64_t rows, int64_t cols, Device device, void* data) {
+  LOOM_CHECK(open_ && !device.is_cpu() && cast.cast != kernels::OperandCast::None,
+             "WeightCastCache::lend: a cast store on a device, inside a step's scope");
+  borrow(store_of(layer, weight, pass, cast, device), data, cast, rows, cols);
+}
+
+bool WeightCastCache::holds(const void* layer, const float* weight, kernels::LinearGemm pass,
+                            const kernels::CastOperand& cast, int64_t rows, int64_t cols, Device device) const {
+  if (!open_ || device != device_ || cast.cast == kernels::OperandCast::None) return false;
+  const auto it = stores_.find(Key{layer, weight, kernels::weight_cast_form(cast.cast, pass)});
+  if (it == stores_.end()) return false;
+  const Store& s = it->second;
+  return s.ready && s.cast == cast.cast && s.rows == rows && s.cols == cols && s.scale == cast.scale;
+}
+
+WeightCastCache::Store* WeightCastCache::find(const void* layer, const float* weight, kernels::LinearGemm pass,
+                                              const kernels::CastOperand& cast, int64_t rows, int64_t cols,
+                                              Device device) {
+  if (!open_ || device.is_cpu() || cast.cast == kernels::OperandCast::None) return nullptr;
+  Store& s = store_of(layer, weight, pass, cast, device);
   if (s.ready && s.cast == cast.cast && s.rows == rows && s.cols == cols && s.scale == cast.scale) return &s;
   const void* copied = cast.cast == kernels::OperandCast::Bf16 ? bf16_copy_of(weight, rows * cols) : nullptr;
   if (copied != nullptr) {
-    free(s);
-    s.data = const_cast<void*>(copied);
-    s.cast = cast.cast;
-    s.rows = rows;
-    s.cols = cols;
-    s.scale = cast.scale;
-    s.ready = true;
-    s.borrowed = true;
+    borrow(s, const_cast<void*>(copied), cast, rows, cols);
     return &s;
   }
   const int64_t bytes = kernels::weight_cast_layout(cast.cast, rows, cols).bytes;
@@ -67,10 +101,7 @@ WeightCastCache::Store* WeightCastCache::find(const void* layer, const float* we
     s.data = allocator(device).allocate(static_cast<size_t>(bytes));
     s.bytes = bytes;
   }
-  s.cast = cast.cast;
-  s.rows = rows;
-  s.cols = cols;
-  s.scale = cast.scale;
+  describe(s, cast, rows, cols);
   s.ready = false;
   ++casts_made_;
   return &s;

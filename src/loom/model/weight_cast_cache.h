@@ -63,13 +63,20 @@ class WeightCastCache {
     int64_t rows = 0, cols = 0;
     float scale = 1.0f;
     bool ready = false;  // a GEMM wrote the cast (set by the caller once its GEMM was issued)
-    bool borrowed = false;  // data lies in use_bf16_copy's copy: not the cache's to free
+    bool borrowed = false;  // data lies in use_bf16_copy's copy or was lent: not the cache's to free
   };
   // The store of `layer`'s weight [rows, cols] at `weight` cast as `cast` (b of GEMM `pass`) on
   // `device`: ready, or to be written (reallocated, not ready, when what it held differs); null
   // outside a scope.
   Store* find(const void* layer, const float* weight, kernels::LinearGemm pass, const kernels::CastOperand& cast,
               int64_t rows, int64_t cols, Device device);
+  // Whether find() would return a ready store for these (nothing changed, nothing counted).
+  bool holds(const void* layer, const float* weight, kernels::LinearGemm pass, const kernels::CastOperand& cast,
+             int64_t rows, int64_t cols, Device device) const;
+  // Until close(): the store of that weight and form is `data`, which holds its cast already (the
+  // optimizer's codes: model/optimizer_weight_casts.h), kept by its owner: nothing cast or held.
+  void lend(const void* layer, const float* weight, kernels::LinearGemm pass, const kernels::CastOperand& cast,
+            int64_t rows, int64_t cols, Device device, void* data);
 
   // Stores written since this cache was made (a cast made, not reused), and bytes held now.
   int64_t casts_made() const { return casts_made_; }
@@ -79,6 +86,10 @@ class WeightCastCache {
   using Key = std::tuple<const void*, const float*, int>;
   void free(Store& store);
   void free_all();  // every store, the scope and its copy left as they are
+  Store& store_of(const void* layer, const float* weight, kernels::LinearGemm pass, const kernels::CastOperand& cast,
+                  Device device);
+  // s holds `data`, someone else's, ready.
+  void borrow(Store& s, void* data, const kernels::CastOperand& cast, int64_t rows, int64_t cols);
 
   bool open_ = false;
   Device device_ = Device::cpu();

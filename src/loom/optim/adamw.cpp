@@ -33,7 +33,8 @@ double global_norm(const float* grads, int64_t n, Device device) {
 }
 
 void AdamW::update(const ShardPiece& piece, const StepParams& step) const {
-  if (piece.param_bf16 != nullptr) return update_many({&piece, 1}, step);  // the pass that writes the copy too
+  // The pass that writes the bf16 copy or an FP8 weight's amax and codes too.
+  if (piece.param_bf16 != nullptr || piece.fp8.amax != nullptr) return update_many({&piece, 1}, step);
   kernels::adamw_update(device_, piece.param, piece.grad, piece.state[0], piece.state[1], piece.numel,
                         adamw_hyper(config_, step.lr * piece.lr_scale, step.step, piece.weight_decay, step.clip_factor));
 }
@@ -42,7 +43,7 @@ void AdamW::update_many(std::span<const ShardPiece> pieces, const StepParams& st
   std::vector<kernels::AdamWTensor> run;
   for (size_t i = 0; i < pieces.size(); ++i) {
     const ShardPiece& p = pieces[i];
-    run.push_back({p.param, p.grad, p.state[0], p.state[1], p.numel, p.param_bf16});
+    run.push_back({p.param, p.grad, p.state[0], p.state[1], p.numel, p.param_bf16, p.fp8});
     const bool last = i + 1 == pieces.size() || pieces[i + 1].weight_decay != p.weight_decay ||
                       pieces[i + 1].lr_scale != p.lr_scale;
     if (!last) continue;

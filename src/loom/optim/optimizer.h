@@ -14,6 +14,7 @@
 
 #include "loom/config/run_config.h"
 #include "loom/core/device.h"
+#include "loom/kernels/types.h"
 
 namespace loom::optim {
 
@@ -28,6 +29,9 @@ struct ShardPiece {
   // Null, or where the updated values also go rounded to bf16 (2-byte elements), written by the
   // same pass where the optimizer writes_bf16_copies() (a bf16 model's copy of its weights).
   void* param_bf16 = nullptr;
+  // Where the piece is a per-tensor FP8 weight whole: its amax and codes for the next step's
+  // products, written by the same pass where the optimizer writes_bf16_copies() (nothing set: none).
+  kernels::AdamWFp8Weight fp8{};
 };
 
 // What is the same for every piece of one step.
@@ -46,7 +50,7 @@ class Optimizer {
   virtual void update_many(std::span<const ShardPiece> pieces, const StepParams& step) const {
     for (const ShardPiece& piece : pieces) update(piece, step);
   }
-  // Whether update() and update_many() write a piece's param_bf16 (others leave it alone).
+  // Whether update() and update_many() write a piece's param_bf16 and fp8 (others leave them alone).
   virtual bool writes_bf16_copies() const { return false; }
 };
 

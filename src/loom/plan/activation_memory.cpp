@@ -138,6 +138,8 @@ int64_t weight_cast_cache_bytes(const config::RunConfig& config, const std::vect
   const config::PrecisionRecipe recipe = config.precision.recipe;
   if (config.runtime.device != config::RuntimeDevice::Cuda || recipe == config::PrecisionRecipe::Fp32) return 0;
   // The optimizer's bf16 copy of the parameters serves every bf16 cast (the head's; all under bf16).
+  // (fp8_delayed's FP8 weights' codes at ZeRO 0 are the optimizer's, held all the time rather than
+  // during each step: the same bytes, counted here.)
   const bool copy = parallel::keeps_bf16_parameter_copy(config);
   if (copy && recipe == config::PrecisionRecipe::Bf16) return 0;
   const int64_t per_element = recipe == config::PrecisionRecipe::Mxfp8 ? 4 : 2;

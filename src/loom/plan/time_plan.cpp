@@ -6,6 +6,7 @@
 #include "loom/model/layer_spec.h"
 #include "loom/model/linear_precision.h"
 #include "loom/parallel/data/bf16_parameter_copy.h"
+#include "loom/parallel/data/fp8_weight_pieces.h"
 #include "loom/plan/activation_memory.h"
 
 namespace loom::plan {
@@ -45,6 +46,10 @@ struct CastPath {
   // The optimizer's bf16 copy of the parameters (parallel::keeps_bf16_parameter_copy): no bf16
   // weight is cast at all
   bool bf16_weight_copy = false;
+  // The optimizer's pass writes the per-tensor FP8 weights' amaxes, and fp8_delayed's codes
+  // (parallel::keeps_fp8_weight_casts): fp8_current's weights are cast with no amax pass, and
+  // fp8_delayed's not at all, the update writing their two 1-byte codes instead
+  bool fp8_weights_from_optimizer = false;
   // One tensor-parallel rank: the q/k/v and up projections leave their input gradients (the norms'
   // output gradients) bf16 (ColumnParallelLinear::gives_bf16_input_grad)
   bool bf16_normed_grad = false;
@@ -107,7 +112,10 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
                                                             : unaided;
   double cast = 0.0;
   if (both_orientations) {
-    cast = input_cast * n * in + output_grad_cast * n * out + unaided * weight / path.micro_batches;
+    const double weight_cast = !path.fp8_weights_from_optimizer          ? unaided
+                               : recipe == model::Recipe::Fp8Delayed ? 2.0 / 9.0
+                                                                       : kAmaxGiven;
+    cast = input_cast * n * in + output_grad_cast * n * out + weight_cast * weight / path.micro_batches;
   } else if (path.device) {
     const bool copied = path.bf16_weight_copy && recipe == model::Recipe::Bf16;
     cast = n * (2.0 * in + (sixteen ? 1.0 : 2.0) * out) +
@@ -215,6 +223,7 @@ CastPath cast_path(const config::RunConfig& config, double micro_batches, int tp
   path.normed_codes = fp8_normed_codes_on_device(config, tp);
   path.swiglu = config.model.activation == config::Activation::Swiglu;
   path.bf16_weight_copy = parallel::keeps_bf16_parameter_copy(config);
+  path.fp8_weights_from_optimizer = parallel::keeps_fp8_weight_casts(config);
   path.bf16_normed_grad = device && tp == 1;
   return path;
 }

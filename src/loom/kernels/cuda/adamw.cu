@@ -2,10 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
+#include <utility>
 
+#include "loom/kernels/cuda/amax.cuh"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/launch.cuh"
 #include "loom/kernels/cuda/pack4.cuh"
+#include "loom/kernels/cuda/tiled_cast.cuh"
+#include "loom/kernels/precision_gemm.h"
 
 namespace loom::kernels::cuda {
 
@@ -37,30 +42,39 @@ __device__ inline void adamw_values(float& p, float grad, float& m, float& v, co
   p = __fsub_rn(p, __fmul_rn(h.lr, __fadd_rn(update, __fmul_rn(h.weight_decay, p))));
 }
 
-// param16 (null: none): the updated value rounded to bf16 as well.
-__device__ inline void adamw_element(float* param, const float* grad, float* m, float* v, int64_t i, const Hyper& h,
-                                     __nv_bfloat16* param16 = nullptr) {
+// param16 (null: none): the updated value rounded to bf16 as well. Returns the updated value.
+__device__ inline float adamw_element(float* param, const float* grad, float* m, float* v, int64_t i, const Hyper& h,
+                                      __nv_bfloat16* param16 = nullptr) {
   float p = param[i], mi = m[i], vi = v[i];
   adamw_values(p, grad[i], mi, vi, h);
   m[i] = mi;
   v[i] = vi;
   param[i] = p;
   if (param16 != nullptr) param16[i] = __float2bfloat16_rn(p);
+  return p;
 }
 
-// Elements [4 q, 4 q + 4) as packs (pack4.cuh): 64 bytes read per thread at once, not 16.
-__device__ inline void adamw_pack(const kernels::AdamWTensor& x, int64_t q, const Hyper& h) {
-  Pack4<float> p = reinterpret_cast<const Pack4<float>*>(x.param)[q];
-  Pack4<float> m = reinterpret_cast<const Pack4<float>*>(x.exp_avg)[q];
-  Pack4<float> v = reinterpret_cast<const Pack4<float>*>(x.exp_avg_sq)[q];
-  const Pack4<float> g = reinterpret_cast<const Pack4<float>*>(x.grad)[q];
+// Elements [4 q, 4 q + 4) of the four arrays as packs (pack4.cuh): 64 bytes read per thread at
+// once, not 16. load, then store: the updated values stored, and into `out`.
+struct AdamWPack {
+  int64_t q;
+  Pack4<float> p, g, m, v;
+  __device__ static AdamWPack load(const float* param, const float* grad, const float* exp_avg,
+                                   const float* exp_avg_sq, int64_t q) {
+    return {q, reinterpret_cast<const Pack4<float>*>(param)[q], reinterpret_cast<const Pack4<float>*>(grad)[q],
+            reinterpret_cast<const Pack4<float>*>(exp_avg)[q], reinterpret_cast<const Pack4<float>*>(exp_avg_sq)[q]};
+  }
+  __device__ void store(float* param, float* exp_avg, float* exp_avg_sq, const Hyper& h, float (&out)[4]) const {
+    Pack4<float> new_p = p, new_m = m, new_v = v;
 #pragma unroll
-  for (int k = 0; k < 4; ++k) adamw_values(p.v[k], g.v[k], m.v[k], v.v[k], h);
-  reinterpret_cast<Pack4<float>*>(x.exp_avg)[q] = m;
-  reinterpret_cast<Pack4<float>*>(x.exp_avg_sq)[q] = v;
-  reinterpret_cast<Pack4<float>*>(x.param)[q] = p;
-  if (x.param_bf16 != nullptr) store4(static_cast<__nv_bfloat16*>(x.param_bf16), q, p.v);
-}
+    for (int k = 0; k < 4; ++k) adamw_values(new_p.v[k], g.v[k], new_m.v[k], new_v.v[k], h);
+    reinterpret_cast<Pack4<float>*>(exp_avg)[q] = new_m;
+    reinterpret_cast<Pack4<float>*>(exp_avg_sq)[q] = new_v;
+    reinterpret_cast<Pack4<float>*>(param)[q] = new_p;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) out[k] = new_p.v[k];
+  }
+};
 
 __global__ void adamw_kernel(float* __restrict__ param, const float* __restrict__ grad, float* __restrict__ m,
                              float* __restrict__ v, int64_t n, Hyper h) {
@@ -78,27 +92,124 @@ struct TensorList {
   int count;
 };
 
-__device__ inline __nv_bfloat16* param16(const kernels::AdamWTensor& x) {
+__host__ __device__ inline __nv_bfloat16* param16(const kernels::AdamWTensor& x) {
   return static_cast<__nv_bfloat16*>(x.param_bf16);
 }
 
+// A tensor's fp8.amax (where set) takes max |updated value| of each block's elements: one atomic
+// per block (amax.cuh), a tensor's blocks being its own.
 __global__ void adamw_many_kernel(const __grid_constant__ TensorList list, Hyper h) {
   int t = 0;
   while (t + 1 < list.count && list.first_block[t + 1] <= static_cast<int64_t>(blockIdx.x)) ++t;
   const kernels::AdamWTensor& x = list.tensors[t];
   const int64_t begin = (blockIdx.x - list.first_block[t]) * kChunk;
   const int64_t end = min(x.n, begin + kChunk);
+  float m = 0.0f;
   if (list.packed[t]) {
     const int64_t i = begin + 4 * static_cast<int64_t>(threadIdx.x);
     if (i + 4 <= end) {
-      adamw_pack(x, i / 4, h);
+      float p[4];
+      AdamWPack::load(x.param, x.grad, x.exp_avg, x.exp_avg_sq, i / 4).store(x.param, x.exp_avg, x.exp_avg_sq, h, p);
+      if (x.param_bf16 != nullptr) store4(param16(x), i / 4, p);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) m = nan_max(m, fabsf(p[k]));
     } else {
-      for (int64_t j = i; j < end; ++j) adamw_element(x.param, x.grad, x.exp_avg, x.exp_avg_sq, j, h, param16(x));
+      for (int64_t j = i; j < end; ++j)
+        m = nan_max(m, fabsf(adamw_element(x.param, x.grad, x.exp_avg, x.exp_avg_sq, j, h, param16(x))));
     }
-    return;
+  } else {
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+      m = nan_max(m, fabsf(adamw_element(x.param, x.grad, x.exp_avg, x.exp_avg_sq, i, h, param16(x))));
   }
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
-    adamw_element(x.param, x.grad, x.exp_avg, x.exp_avg_sq, i, h, param16(x));
+  if (x.fp8.amax != nullptr) block_amax_into(reinterpret_cast<unsigned*>(x.fp8.amax), m);  // uniform per block
+}
+
+// Element [r, c] of a weight [rows, cols] updated as the tiled cast reads it (tiled_cast.cuh's
+// value, kUpdates: each evaluated once): its new p, m and v (and bf16 p, where param16) stored, the
+// new p returned to be cast.
+struct AdamWAt {
+  static constexpr bool kUpdates = true;
+  float* param;
+  const float* grad;
+  float* exp_avg;
+  float* exp_avg_sq;
+  __nv_bfloat16* param16;
+  int64_t cols;
+  Hyper h;
+  __device__ float operator()(int64_t r, int64_t c) const {
+    return adamw_element(param, grad, exp_avg, exp_avg_sq, r * cols + c, h, param16);
+  }
+  using Reads = AdamWPack;
+  __device__ Reads read4(int64_t r, int64_t c) const {
+    return AdamWPack::load(param, grad, exp_avg, exp_avg_sq, (r * cols + c) / 4);
+  }
+  __device__ void value4(const Reads& a, float (&v)[4]) const {
+    a.store(param, exp_avg, exp_avg_sq, h, v);
+    if (param16 != nullptr) store4(param16, a.q, v);
+  }
+  bool packs4() const {
+    return pack4_aligned<float>(param) && pack4_aligned<float>(grad) && pack4_aligned<float>(exp_avg) &&
+           pack4_aligned<float>(exp_avg_sq) && (param16 == nullptr || pack4_aligned<__nv_bfloat16>(param16)) &&
+           cols % 4 == 0;
+  }
+};
+
+// A weight's two stores' scale pairs (the forward's, dgrad's transposed).
+std::pair<float*, float*> scale_pairs(const kernels::AdamWFp8Weight& w) {
+  const int64_t forward_offset = weight_cast_layout(OperandCast::Fp8Tensor, w.rows, w.cols).scale_offset;
+  const int64_t transposed_offset = weight_cast_layout(OperandCast::Fp8Tensor, w.cols, w.rows).scale_offset;
+  return {reinterpret_cast<float*>(static_cast<uint8_t*>(w.forward) + forward_offset),
+          reinterpret_cast<float*>(static_cast<uint8_t*>(w.transposed) + transposed_offset)};
+}
+
+// The scale pairs of up to kMaxTensorsPerLaunch weights, one thread each: the scale and
+// __fdiv_rn(1, scale), as tensor_scale_kernel writes a host scale's (quantize.cu).
+struct ScalePairs {
+  float* forward[kMaxTensorsPerLaunch];
+  float* transposed[kMaxTensorsPerLaunch];
+  float scale[kMaxTensorsPerLaunch];
+  int count;
+};
+__global__ void scale_pairs_kernel(const __grid_constant__ ScalePairs s) {
+  const int i = static_cast<int>(threadIdx.x);
+  if (i >= s.count) return;
+  const float inverse = __fdiv_rn(1.0f, s.scale[i]);
+  for (float* pair : {s.forward[i], s.transposed[i]}) {
+    pair[0] = s.scale[i];
+    pair[kFp8InverseOffset] = inverse;
+  }
+}
+
+// The FP8 weights with codes among `tensors`: their scale pairs, a launch per kMaxTensorsPerLaunch,
+// then each weight's update through the tiled cast, which writes both stores' codes and takes the
+// amax from the values it updates.
+void adamw_fp8_weights(const kernels::AdamWTensor* tensors, int64_t count, const Hyper& h, cudaStream_t stream) {
+  ScalePairs pairs{};
+  auto flush = [&] {
+    if (pairs.count == 0) return;
+    scale_pairs_kernel<<<1, kMaxTensorsPerLaunch, 0, stream>>>(pairs);
+    check_launch("scale_pairs_kernel");
+    pairs = ScalePairs{};
+  };
+  for (int64_t i = 0; i < count; ++i) {
+    const kernels::AdamWTensor& x = tensors[i];
+    const kernels::AdamWFp8Weight& w = x.fp8;
+    if (w.forward == nullptr || x.n == 0) continue;
+    LOOM_CHECK(w.rows * w.cols == x.n && w.transposed != nullptr && w.amax != nullptr,
+               "adamw_update_many: an FP8 weight's codes need its shape (rows x cols = n), both stores and its amax");
+    std::tie(pairs.forward[pairs.count], pairs.transposed[pairs.count]) = scale_pairs(w);
+    pairs.scale[pairs.count++] = w.scale;
+    if (pairs.count == kMaxTensorsPerLaunch) flush();
+  }
+  flush();
+  for (int64_t i = 0; i < count; ++i) {
+    const kernels::AdamWTensor& x = tensors[i];
+    const kernels::AdamWFp8Weight& w = x.fp8;
+    if (w.forward == nullptr || x.n == 0) continue;
+    launch_tiled_cast(AdamWAt{x.param, x.grad, x.exp_avg, x.exp_avg_sq, param16(x), w.cols, h},
+                      static_cast<uint8_t*>(w.transposed), static_cast<uint8_t*>(w.forward), w.rows, w.cols,
+                      Caster<CastTo::E4M3>{scale_pairs(w).first}, stream, "adamw_fp8_weight", w.amax);
+  }
 }
 
 }  // namespace
@@ -135,12 +246,13 @@ void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_av
 void adamw_update_many(const kernels::AdamWTensor* tensors, int64_t count, const kernels::AdamWStep& s,
                        cudaStream_t stream) {
   const Hyper h = hyper(s);
+  adamw_fp8_weights(tensors, count, h, stream);
   int64_t next = 0;
   while (next < count) {
     TensorList list{};
     int64_t blocks = 0;
     for (; next < count && list.count < kMaxTensorsPerLaunch; ++next) {
-      if (tensors[next].n == 0) continue;
+      if (tensors[next].n == 0 || tensors[next].fp8.forward != nullptr) continue;  // above
       const kernels::AdamWTensor& x = tensors[next];
       list.tensors[list.count] = x;
       list.packed[list.count] = pack4_aligned<float>(x.param) && pack4_aligned<float>(x.grad) &&

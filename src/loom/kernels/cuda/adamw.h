@@ -3,7 +3,10 @@
 // (fp32 throughout, bias corrections computed once on the host), fused into one pass over the
 // parameters, gradients and moments. adamw_update_many updates many tensors in one launch (the
 // tensors go to the kernel as an argument, kMaxTensorsPerLaunch at a time), bit for bit the same
-// as one adamw_update per tensor.
+// as one adamw_update per tensor. A tensor's fp8.amax takes max |updated value| in the same pass;
+// an FP8 weight with codes (fp8.forward) is updated by a launch of its own through the tiled cast
+// (tiled_cast.cuh), which writes its codes in both orientations from the values it updates, as a
+// forward's cast of the weight writes them (the same encoding, scale pair and amax).
 #include <cuda_runtime.h>
 
 #include <cstdint>

@@ -86,7 +86,7 @@ int alignment_of(const void* p) {
 }
 
 // Everything an algorithm choice depends on, in cuBLASLt's column-major terms.
-using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, int, int, int, int, int, bool>;
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, int, int, int, int, int, bool, bool>;
 
 // A matmul descriptor, its layouts and the chosen algorithm, made once per key.
 struct Plan {
@@ -139,6 +139,7 @@ struct LtProblem {
   GemmOperand first, second;
   GemmType out;
   const void* bias = nullptr;  // GemmOutput::bias: one per cuBLASLt row (our column)
+  bool fast_accumulation = false;  // GemmOutput::fast_accumulation
 };
 
 std::unique_ptr<Plan> make_plan(Context& ctx, const LtProblem& p, bool accumulate, int alignment) {
@@ -158,6 +159,8 @@ std::unique_ptr<Plan> make_plan(Context& ctx, const LtProblem& p, bool accumulat
     // a custom pointer"); every call sets them again to its own.
     set(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, p.first.scale, "set A_SCALE_POINTER");
     set(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, p.second.scale, "set B_SCALE_POINTER");
+    set(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(p.fast_accumulation ? 1 : 0),
+        "set FAST_ACCUM");
   }
   if (p.bias != nullptr) {
     set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS, "set EPILOGUE (bias)");
@@ -243,6 +246,30 @@ void tune(Context& ctx, Plan& plan, const LtProblem& p, float alpha, float beta,
   plan.candidates.clear();
 }
 
+// cuBLASLt's FP8 rules, checked with what is wrong named (before its heuristic answers "no algorithm").
+void check_fp8_operands(const GemmOperand& a, const GemmOperand& b, int64_t m, int64_t n, int64_t k) {
+  LOOM_CHECK(is_fp8(a.type) && is_fp8(b.type) && !(a.type == GemmType::E5M2 && b.type == GemmType::E5M2),
+             std::string("matmul: FP8 needs two FP8 operands, not both e5m2; got ") + type_name(a.type) + " and " +
+                 type_name(b.type));
+  LOOM_CHECK(!a.transposed && b.transposed,
+             "matmul: FP8 operands must be a [m, k] and b [n, k] (c = a . b^T), as cuBLASLt requires");
+  LOOM_CHECK(m % 16 == 0 && n % 16 == 0 && k % 16 == 0,
+             "matmul: FP8 needs m, n, k multiples of 16, got (" + std::to_string(m) + ", " + std::to_string(n) +
+                 ", " + std::to_string(k) + ")");
+  LOOM_CHECK(a.scale != nullptr && b.scale != nullptr, "matmul: FP8 operands need their scales");
+  LOOM_CHECK(reinterpret_cast<uintptr_t>(a.scale) % 16 == 0 && reinterpret_cast<uintptr_t>(b.scale) % 16 == 0,
+             "matmul: FP8 scale pointers must be 16-byte aligned (cuBLASLt refuses the product otherwise)");
+  // cuBLASLt multiplies per-tensor scales together and block scales together (1x128 runs with
+  // runs or with 128x128 tiles), not tiles with tiles.
+  const bool a_tensor = per_tensor(a.scale_mode), b_tensor = per_tensor(b.scale_mode);
+  const bool tiles_with_tiles =
+      a.scale_mode == ScaleMode::Block128x128 && b.scale_mode == ScaleMode::Block128x128;
+  LOOM_CHECK(a_tensor == b_tensor && !tiles_with_tiles,
+             std::string("matmul: FP8 scale modes ") + scale_mode_name(a.scale_mode) + " and " +
+                 scale_mode_name(b.scale_mode) +
+                 " cannot be multiplied together (both per tensor, or 1x128 runs with runs or 128x128 tiles)");
+}
+
 }  // namespace
 
 void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int64_t m, int64_t n, int64_t k,
@@ -252,27 +279,7 @@ void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int
                                            std::to_string(k) + ")");
   const bool fp8 = is_fp8(a.type) || is_fp8(b.type);
   if (fp8) {
-    LOOM_CHECK(is_fp8(a.type) && is_fp8(b.type) && !(a.type == GemmType::E5M2 && b.type == GemmType::E5M2),
-               std::string("matmul: FP8 needs two FP8 operands, not both e5m2; got ") + type_name(a.type) + " and " +
-                   type_name(b.type));
-    LOOM_CHECK(!a.transposed && b.transposed,
-               "matmul: FP8 operands must be a [m, k] and b [n, k] (c = a . b^T), as cuBLASLt requires");
-    LOOM_CHECK(m % 16 == 0 && n % 16 == 0 && k % 16 == 0,
-               "matmul: FP8 needs m, n, k multiples of 16, got (" + std::to_string(m) + ", " + std::to_string(n) +
-                   ", " + std::to_string(k) + ")");
-    LOOM_CHECK(a.scale != nullptr && b.scale != nullptr, "matmul: FP8 operands need their scales");
-    LOOM_CHECK(reinterpret_cast<uintptr_t>(a.scale) % 16 == 0 && reinterpret_cast<uintptr_t>(b.scale) % 16 == 0,
-               "matmul: FP8 scale pointers must be 16-byte aligned (cuBLASLt refuses the product otherwise)");
-    // cuBLASLt multiplies per-tensor scales together and block scales together (1x128 runs with
-    // runs or with 128x128 tiles), not tiles with tiles: refused here with the modes named, before
-    // its heuristic answers "no algorithm".
-    const bool a_tensor = per_tensor(a.scale_mode), b_tensor = per_tensor(b.scale_mode);
-    const bool tiles_with_tiles =
-        a.scale_mode == ScaleMode::Block128x128 && b.scale_mode == ScaleMode::Block128x128;
-    LOOM_CHECK(a_tensor == b_tensor && !tiles_with_tiles,
-               std::string("matmul: FP8 scale modes ") + scale_mode_name(a.scale_mode) + " and " +
-                   scale_mode_name(b.scale_mode) +
-                   " cannot be multiplied together (both per tensor, or 1x128 runs with runs or 128x128 tiles)");
+    check_fp8_operands(a, b, m, n, k);
   } else {
     LOOM_CHECK(a.type == b.type, std::string("matmul: operand types differ: ") + type_name(a.type) + " and " +
                                      type_name(b.type));
@@ -290,7 +297,9 @@ void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int
     }
     return;
   }
-  const LtProblem p{n, m, k, b, a, c.type, c.bias};
+  LOOM_CHECK(!c.fast_accumulation || (fp8 && per_tensor(a.scale_mode) && per_tensor(b.scale_mode)),
+             "matmul: fast accumulation is for per-tensor FP8 products only");
+  const LtProblem p{n, m, k, b, a, c.type, c.bias, c.fast_accumulation};
   // The bias pointer's alignment counts too: the heuristic picks kernels by the pointer the plan's
   // descriptor held when it was made (cublasLt.h), so it has a place of its own in the key.
   const int alignment = std::min({alignment_of(a.data), alignment_of(b.data), alignment_of(c.data)});
@@ -309,7 +318,8 @@ void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int
                     alignment,
                     c.bias != nullptr,
                     bias_alignment,
-                    accumulate};
+                    accumulate,
+                    c.fast_accumulation};
   Context& ctx = context();
   std::lock_guard<std::mutex> lock(ctx.mutex);
   auto it = ctx.plans.find(key);

@@ -39,6 +39,12 @@ struct GemmOutput {
   // (cuBLASLt's bias epilogue: one rounding of the fp32 sum plus the bias); device memory, 16-byte
   // aligned. 16-bit and per-tensor FP8 operands only.
   const void* bias = nullptr;
+  // Per-tensor FP8 only: cuBLASLt's fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM): the
+  // tensor cores' running sums are not promoted to full fp32 registers every few k-steps, which is
+  // faster and keeps fewer bits of the sum (about 14 on Hopper; DeepSeek-V3's report). Transformer
+  // Engine's choice for forward products, whose error is far below the operands' FP8 rounding;
+  // gradients' products keep the promotion.
+  bool fast_accumulation = false;
 };
 
 void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int64_t m, int64_t n, int64_t k,

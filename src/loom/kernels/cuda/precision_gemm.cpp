@@ -318,9 +318,13 @@ void multiply(const PrecisionGemm& g, const Dims& d, const Prepared& pa, const P
   const int64_t count = d.m * d.n;
   const GemmOperand a_operand{pa.data, pa.type, !pa.k_in_cols, pa.scale, pa.mode};
   const GemmOperand b_operand{pb.data, pb.type, pb.k_in_cols, pb.scale, pb.mode};
+  // Fast accumulation where the product is per-tensor FP8 (a recipe's bf16 blocks and FP8 block
+  // scales keep the promotion).
+  const bool fp8 = pa.type == GemmType::E4M3 || pa.type == GemmType::E5M2;
+  const bool fast = g.fast_accumulation && fp8 && !block_scaled;
   if (g.out16 != nullptr) {  // the result stays bf16: cuBLASLt's own, or rounded after the bias
     float* sum = bf16_out ? nullptr : scratch.floats(count);
-    matmul(GemmOutput{bf16_out ? g.out16 : sum, bf16_out ? GemmType::BF16 : GemmType::F32, bias16}, a_operand,
+    matmul(GemmOutput{bf16_out ? g.out16 : sum, bf16_out ? GemmType::BF16 : GemmType::F32, bias16, fast}, a_operand,
            b_operand, d.m, d.n, d.k, 1.0f, 0.0f, stream);
     if (!bf16_out) finish_output_bf16(g.out16, sum, finish_bias, d.m, d.n, stream);
     return;
@@ -335,13 +339,13 @@ void multiply(const PrecisionGemm& g, const Dims& d, const Prepared& pa, const P
     if (g.addend != nullptr && g.addend != g.out)
       check_cuda(cudaMemcpyAsync(g.out, g.addend, count * sizeof(float), cudaMemcpyDeviceToDevice, stream),
                  "cudaMemcpyAsync (a product's addend)");
-    matmul(GemmOutput{g.out, GemmType::F32}, a_operand, b_operand, d.m, d.n, d.k, 1.0f, 1.0f, stream);
+    matmul(GemmOutput{g.out, GemmType::F32, nullptr, fast}, a_operand, b_operand, d.m, d.n, d.k, 1.0f, 1.0f, stream);
     return;
   }
   // An output less than 16-byte aligned is written through scratch as well (FP8 products refuse it).
   void* target = bf16_out ? scratch.bytes(count * 2) : (g.accumulate || !aligned) ? scratch.floats(count) : g.out;
-  matmul(GemmOutput{target, bf16_out ? GemmType::BF16 : GemmType::F32, bias16}, a_operand, b_operand, d.m, d.n, d.k,
-         1.0f, 0.0f, stream);
+  matmul(GemmOutput{target, bf16_out ? GemmType::BF16 : GemmType::F32, bias16, fast}, a_operand, b_operand, d.m, d.n,
+         d.k, 1.0f, 0.0f, stream);
   if (target != g.out || finish_bias != nullptr || g.rounding != OutputRounding::None)
     finish_output(g.out, target, bf16_out, finish_bias, d.m, d.n, g.rounding, g.accumulate, stream, g.addend);
 }

@@ -21,6 +21,12 @@
 // gradient: gate and up columns both from the gate, up and output gradient at c). read4(r, c)
 // takes c < w and value4(reads, v) sets v[p][k] to value(r, p * w + c + k), so a block of the
 // packed kernel casts the tiles at columns c0 and w + c0 from one set of loads, not each twice.
+//
+// A functor may declare `static constexpr bool kUpdates = true`: evaluating an element writes
+// memory (AdamW's update, adamw.cu), so it must be evaluated exactly once. The packed kernel then
+// runs only where its 64 x 64 tiles cover the tensor exactly (it reads clamped duplicates past the
+// edges otherwise, and 128-row tiles cap its registers below what the update's loads take); the
+// scalar kernel evaluates each element once anyway.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -150,6 +156,12 @@ template <typename Value>
 struct PartsOf<Value, std::void_t<decltype(Value::kParts)>> : std::integral_constant<int, Value::kParts> {};
 template <typename Value>
 constexpr int kPartsOf = PartsOf<Value>::value;
+
+// Whether a value updates memory as it is evaluated (its kUpdates, else false: the file's header).
+template <typename Value, typename = void>
+struct UpdatesOf : std::false_type {};
+template <typename Value>
+struct UpdatesOf<Value, std::void_t<decltype(Value::kUpdates)>> : std::bool_constant<Value::kUpdates> {};
 
 // The packed kernel's tiles: kRows x 64 elements to 4 kRows threads, each taking four consecutive
 // columns of four rows (16 elements) per tile. kRows: 64, or for 1-byte codes 128 where
@@ -338,9 +350,11 @@ void launch_tiled_cast(Value value, Out* out, Out* plain, int64_t rows, int64_t 
   LOOM_CHECK(cols % kParts == 0, std::string(what) + ": " + std::to_string(cols) + " columns in " +
                                      std::to_string(kParts) + " equal parts");
   const int64_t width = cols / kParts;  // of a part
-  const bool packed = rows % 4 == 0 && width % 4 == 0 && value.packs4() && pack4_aligned<Out>(out) &&
+  constexpr bool kUpdates = UpdatesOf<Value>::value;
+  const bool exact = !kUpdates || (rows % kPackedTile == 0 && width % kPackedTile == 0);
+  const bool packed = rows % 4 == 0 && width % 4 == 0 && exact && value.packs4() && pack4_aligned<Out>(out) &&
                       (plain == nullptr || pack4_aligned<Out>(plain));
-  const int tile_rows = !packed ? kCastTile : sizeof(Out) == 1 ? tiled_cast_rows() : kPackedTile;
+  const int tile_rows = !packed ? kCastTile : sizeof(Out) == 1 && !kUpdates ? tiled_cast_rows() : kPackedTile;
   const int64_t tile_cols = packed ? kPackedTile : kCastTile, threads = packed ? 4 * tile_rows : kCastTile * 8;
   const int64_t tiles_x = ((packed ? width : cols) + tile_cols - 1) / tile_cols;
   const int64_t tiles_y = (rows + tile_rows - 1) / tile_rows;
@@ -355,8 +369,8 @@ void launch_tiled_cast(Value value, Out* out, Out* plain, int64_t rows, int64_t 
   auto* amax_word = reinterpret_cast<unsigned*>(amax);
   if (!packed) {
     tiled_cast_kernel<<<grid, dim3(kCastTile, 8), 0, stream>>>(value, out, plain, rows, cols, cast, amax_word);
-  } else if (tile_rows == 128) {  // 1-byte codes only (tile_rows above)
-    if constexpr (sizeof(Out) == 1) {
+  } else if (tile_rows == 128) {  // 1-byte codes of values that update nothing only (tile_rows above)
+    if constexpr (sizeof(Out) == 1 && !kUpdates) {
       tiled_cast4_kernel<128, Value, Out, Cast><<<grid, 512, 0, stream>>>(value, out, plain, rows, cols, cast,
                                                                            amax_word);
     }

@@ -38,6 +38,10 @@ DdpSync::DdpSync(SyncSetup setup)
   }
   if (keeps_bf16_parameter_copy(*setup_.config) && optimizer_->writes_bf16_copies() && !params.device().is_cpu())
     bf16_copy_ = std::make_unique<Bf16ParameterCopy>(params.values(), params.total(), params.device());
+  if (keeps_fp8_weight_casts(*setup_.config) && optimizer_->writes_bf16_copies() && !params.device().is_cpu()) {
+    fp8_weights_ = &model_.precision().optimizer_weight_casts();
+    fp8_weights_->enable(params.device());
+  }
 }
 
 bool DdpSync::reduces() const {
@@ -80,6 +84,9 @@ void DdpSync::update(double lr, int64_t step, double norm) {
                       s.weight_decay, s.lr_scale});
   }
   if (bf16_copy_) bf16_copy_->into_pieces(pieces);
+  // The FP8 weights' amaxes and codes for the next step's forwards (the step's history committed).
+  std::vector<model::OptimizerWeightCasts::Entry*> fp8_written;
+  if (fp8_weights_ != nullptr) fp8_written = give_fp8_weights(pieces, fp8_weights_->targets());
   // bf16 compact parameters: the optimizer's pass writes them too (the values it does not update
   // never change), as it writes the bf16 copy; fp16 ones are rounded from the masters after it.
   const bool compact_bf16 = !master_.empty() && setup_.param_dtype == DType::BF16 && optimizer_->writes_bf16_copies();
@@ -89,6 +96,7 @@ void DdpSync::update(double lr, int64_t step, double norm) {
   }
   optimizer_->update_many(pieces, at);
   if (bf16_copy_) bf16_copy_->after_update();
+  if (fp8_weights_ != nullptr) fp8_weights_->written(fp8_written);
   if (!master_.empty() && !compact_bf16) {
     kernels::narrow_floats(params.device(), compact_store_.raw(), master_.data<float>(), params.total(),
                            setup_.param_dtype);
@@ -141,10 +149,12 @@ void DdpSync::load_moments(const float* exp_avg, const float* exp_avg_sq) {
     compact_->store_from_values();
   }
   if (bf16_copy_) bf16_copy_->invalidate();  // the values came from the checkpoint
+  if (fp8_weights_ != nullptr) fp8_weights_->invalidate();
 }
 
 void DdpSync::parameters_changed() {
   if (bf16_copy_) bf16_copy_->invalidate();
+  if (fp8_weights_ != nullptr) fp8_weights_->invalidate();
 }
 
 double DdpSync::hidden_fraction() const {

@@ -9,6 +9,7 @@
 #include "loom/optim/optimizer.h"
 #include "loom/parallel/data/bf16_parameter_copy.h"
 #include "loom/parallel/data/bucketed_sync.h"
+#include "loom/parallel/data/fp8_weight_pieces.h"
 #include "loom/parallel/data/grad_buckets.h"
 
 namespace loom::parallel {
@@ -41,6 +42,7 @@ class DdpSync final : public BucketedSync {
   Tensor master_;         // param_dtype != F32: the fp32 master weights (on the model's device)
   Tensor compact_store_;  // param_dtype != F32: the compact parameters (likewise)
   std::unique_ptr<Bf16ParameterCopy> bf16_copy_;  // keeps_bf16_parameter_copy: written by each update
+  model::OptimizerWeightCasts* fp8_weights_ = nullptr;  // keeps_fp8_weight_casts: the model's, written by each update
   std::vector<std::unique_ptr<GradReducer>> reducers_;  // per lane; null over a group of one rank
 };
 

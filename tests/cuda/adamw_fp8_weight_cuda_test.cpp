@@ -1,0 +1,144 @@
+// AdamW writing what the next step's products take of a per-tensor FP8 weight
+// (kernels::AdamWFp8Weight, model/optimizer_weight_casts.h), on the GPU against the plain update
+// and the forward's own cast of the updated weight: the parameters and moments are the plain
+// update's bit for bit (and its bf16 copy, where asked), the amax is that of the updated values
+// bit for bit, and the codes and scale pairs of both stores are what cast_operand_both writes from
+// the updated weight under the same scale, byte for byte. Shapes whose 64 x 64 tiles cover the
+// weight (the packed kernel) and shapes they do not (the scalar one, each element updated once);
+// an amax alone, over the multi-tensor kernel, on a tensor of awkward length and one element in
+// (not pack-aligned). Fresh random inputs, stores poisoned. Skipped, saying why, without a GPU.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "loom/kernels/cuda/cast.h"
+#include "loom/kernels/cuda/quantize.h"
+#include "loom/kernels/ops.h"
+#include "loom/kernels/precision_gemm.h"
+
+namespace loom::kernels::cuda {
+namespace {
+
+using testing::DeviceArray;
+using testing::DeviceFloats;
+using testing::random_values;
+
+constexpr Device kCpu = Device::cpu();
+const Device kGpu = Device::cuda(0);
+
+class CudaAdamWFp8Weight : public testing::GpuTest<> {};
+
+// One tensor's inputs on the device, twice: for the plain update and for the one writing more.
+struct Update {
+  int64_t n;
+  std::vector<float> p, g, m, v;
+  Update(uint64_t seed, int64_t n) : n(n) {
+    p = random_values(seed, n, 0.5f);
+    g = random_values(seed + 1, n, 0.01f);
+    m = random_values(seed + 2, n, 0.001f);
+    v = random_values(seed + 3, n, 1e-5f);
+    for (float& x : v) x = std::fabs(x);
+  }
+};
+
+constexpr AdamWStep kStep{3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 11, 0.7f};
+
+// The bits of max |x| as amax_into takes it.
+uint32_t amax_bits(const std::vector<float>& x) {
+  float a = 0.0f;
+  kernels::amax_into(kCpu, &a, x.data(), static_cast<int64_t>(x.size()));
+  return std::bit_cast<uint32_t>(a);
+}
+
+TEST_F(CudaAdamWFp8Weight, CodesAndAmaxAreTheUpdatedWeightsCastBitForBit) {
+  using Shape = std::tuple<int64_t, int64_t>;
+  for (const auto [rows, cols] : {Shape{128, 192}, Shape{256, 64}, Shape{96, 80}, Shape{48, 128}}) {
+    for (const bool copy : {false, true}) {
+      SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(cols) + (copy ? " with the bf16 copy" : ""));
+      const int64_t n = rows * cols;
+      const Update u(seed_ + static_cast<uint64_t>(n), n);
+      DeviceFloats p1(allocator_, u.p), g(allocator_, u.g), m1(allocator_, u.m), v1(allocator_, u.v);
+      DeviceFloats p2(allocator_, u.p), m2(allocator_, u.m), v2(allocator_, u.v), amax(allocator_, {0.0f});
+      const int64_t forward_bytes = weight_cast_layout(OperandCast::Fp8Tensor, rows, cols).bytes;
+      const int64_t transposed_bytes = weight_cast_layout(OperandCast::Fp8Tensor, cols, rows).bytes;
+      DeviceArray<uint8_t> forward(allocator_, std::vector<uint8_t>(forward_bytes, 0xA5));
+      DeviceArray<uint8_t> transposed(allocator_, std::vector<uint8_t>(transposed_bytes, 0xA5));
+      DeviceArray<uint16_t> copy16(allocator_, std::vector<uint16_t>(n, 0xABCD));
+      const float scale = 37.5f;
+      adamw_update_many(kGpu, std::vector<AdamWTensor>{{p1.ptr, g.ptr, m1.ptr, v1.ptr, n}}, kStep);
+      const AdamWFp8Weight fp8{amax.ptr, forward.ptr, transposed.ptr, rows, cols, scale};
+      const std::vector<AdamWTensor> writing{{p2.ptr, g.ptr, m2.ptr, v2.ptr, n, copy ? copy16.ptr : nullptr, fp8}};
+      adamw_update_many(kGpu, writing, kStep);
+      const std::vector<float> updated = p1.host();
+      EXPECT_EQ(p2.host(), updated);
+      EXPECT_EQ(m2.host(), m1.host());
+      EXPECT_EQ(v2.host(), v1.host());
+      EXPECT_EQ(std::bit_cast<uint32_t>(amax.host()[0]), amax_bits(updated));
+      if (copy) {
+        std::vector<uint16_t> want(n);
+        kernels::narrow_floats(kCpu, want.data(), updated.data(), n, DType::BF16);
+        EXPECT_EQ(copy16.host(), want);
+      }
+      // The forward's cast of the updated weight: both stores from one read, under the same scale.
+      DeviceFloats pair(allocator_, std::vector<float>(kFp8ScalePairFloats, 0.0f));
+      fp8_tensor_scale_twice(nullptr, scale, 0, Fp8::E4M3, pair.ptr, nullptr);
+      DeviceArray<uint8_t> want_forward(allocator_, std::vector<uint8_t>(forward_bytes, 0xA5));
+      DeviceArray<uint8_t> want_transposed(allocator_, std::vector<uint8_t>(transposed_bytes, 0xA5));
+      cast_operand_both(p1.ptr, want_forward.ptr, want_transposed.ptr, rows, cols, CastTo::E4M3, pair.ptr);
+      const std::vector<uint8_t> got_forward = forward.host(), got_transposed = transposed.host();
+      const std::vector<uint8_t> codes_forward = want_forward.host(), codes_transposed = want_transposed.host();
+      EXPECT_EQ(std::vector<uint8_t>(got_forward.begin(), got_forward.begin() + n),
+                std::vector<uint8_t>(codes_forward.begin(), codes_forward.begin() + n));
+      EXPECT_EQ(std::vector<uint8_t>(got_transposed.begin(), got_transposed.begin() + n),
+                std::vector<uint8_t>(codes_transposed.begin(), codes_transposed.begin() + n));
+      // Each store's scale pair: the scale and its inverse, where the products read them.
+      const std::vector<float> want_pair = pair.host();
+      const WeightCastLayout forward_layout = weight_cast_layout(OperandCast::Fp8Tensor, rows, cols);
+      const WeightCastLayout transposed_layout = weight_cast_layout(OperandCast::Fp8Tensor, cols, rows);
+      for (const auto& [store, layout] :
+           {std::pair{&got_forward, forward_layout}, std::pair{&got_transposed, transposed_layout}}) {
+        float scale_and_inverse[kFp8ScalePairFloats];
+        std::memcpy(scale_and_inverse, store->data() + layout.scale_offset, sizeof scale_and_inverse);
+        EXPECT_EQ(scale_and_inverse[0], want_pair[0]);
+        EXPECT_EQ(scale_and_inverse[kFp8InverseOffset], want_pair[kFp8InverseOffset]);
+      }
+    }
+  }
+}
+
+// fp8_current's weights: the amax alone, taken by the multi-tensor kernel beside tensors without
+// one (each block's max into its own tensor's float), through packs and, one element in, element
+// by element.
+TEST_F(CudaAdamWFp8Weight, AnAmaxAloneIsTheUpdatedValuesMaxBitForBit) {
+  for (const int64_t shift : {0, 1}) {
+    for (const int64_t n : {5, 4097, 300001}) {
+      SCOPED_TRACE(std::to_string(n) + " shift " + std::to_string(shift));
+      const Update a(seed_ + static_cast<uint64_t>(n), n + shift), b(seed_ + 7, 1000);
+      DeviceFloats pa(allocator_, a.p), ga(allocator_, a.g), ma(allocator_, a.m), va(allocator_, a.v);
+      DeviceFloats pb(allocator_, b.p), gb(allocator_, b.g), mb(allocator_, b.m), vb(allocator_, b.v);
+      DeviceFloats amaxes(allocator_, {0.0f, 0.0f});
+      AdamWTensor with{pa.ptr + shift, ga.ptr + shift, ma.ptr + shift, va.ptr + shift, n};
+      with.fp8.amax = amaxes.ptr;
+      adamw_update_many(kGpu, std::vector<AdamWTensor>{{pb.ptr, gb.ptr, mb.ptr, vb.ptr, 1000}, with}, kStep);
+      std::vector<float> want_a = a.p, ma_host = a.m, va_host = a.v;
+      kernels::adamw_update(kCpu, want_a.data() + shift, a.g.data() + shift, ma_host.data() + shift,
+                            va_host.data() + shift, n, kStep);
+      EXPECT_EQ(pa.host(), want_a);
+      const std::vector<float> updated(want_a.begin() + shift, want_a.end());
+      const std::vector<float> got = amaxes.host();
+      EXPECT_EQ(std::bit_cast<uint32_t>(got[0]), amax_bits(updated));
+      EXPECT_EQ(got[1], 0.0f) << "the float after the amax";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom::kernels::cuda
