@@ -663,7 +663,8 @@ TEST_F(CudaEntries, SumOfSquaresScaleAddAndAdamWOverManyTensorsMatchTheCpu) {
     add_in_place(kGpu, d_y.ptr, d_x.ptr, n);
     EXPECT_EQ(d_y.host(), sum) << n;
   }
-  // AdamW over 60 tensors of awkward sizes (two launches): the CPU update within 1e-6 (FMA, above).
+  // AdamW over 60 tensors of awkward sizes (two launches), every third with a step of its own (no
+  // weight decay, another learning rate): the CPU update within 1e-6 (FMA, above).
   std::vector<std::vector<float>> p, g, m, v;
   std::vector<std::unique_ptr<DeviceFloats>> dp, dg, dm, dv;
   std::vector<AdamWTensor> cpu_tensors, gpu_tensors;
@@ -680,12 +681,15 @@ TEST_F(CudaEntries, SumOfSquaresScaleAddAndAdamWOverManyTensorsMatchTheCpu) {
     dv.push_back(std::make_unique<DeviceFloats>(allocator_, v.back()));
   }
   for (int t = 0; t < 60; ++t) {
+    const int step_index = t % 3 == 0 ? 1 : 0;
     cpu_tensors.push_back({p[t].data(), g[t].data(), m[t].data(), v[t].data(), static_cast<int64_t>(p[t].size())});
     gpu_tensors.push_back({dp[t]->ptr, dg[t]->ptr, dm[t]->ptr, dv[t]->ptr, static_cast<int64_t>(p[t].size())});
+    cpu_tensors.back().step_index = gpu_tensors.back().step_index = step_index;
   }
-  const AdamWStep step{3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 11, 0.7f};
-  adamw_update_many(kCpu, cpu_tensors, step);
-  adamw_update_many(kGpu, gpu_tensors, step);
+  const std::vector<AdamWStep> steps = {{3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 11, 0.7f},
+                                        {1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 11, 0.7f}};
+  adamw_update_many(kCpu, cpu_tensors, steps);
+  adamw_update_many(kGpu, gpu_tensors, steps);
   for (int t = 0; t < 60; ++t) {
     EXPECT_LE(relative_error(dp[t]->host(), p[t]), 1e-6) << "tensor " << t;
     EXPECT_LE(relative_error(dm[t]->host(), m[t]), 1e-6) << "tensor " << t;

@@ -77,8 +77,10 @@ TEST(AdamW, AddInPlaceAddsElementByElement) {
   }
 }
 
+// Each tensor with its own step (step_index into the call's steps): a decayed and an undecayed one.
 TEST(AdamW, ManyTensorsInOneCallEqualOneCallEach) {
-  const AdamWStep step{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, 0.5f};
+  const std::vector<AdamWStep> steps = {{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 4, 0.5f},
+                                        {3e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 4, 0.5f}};
   std::vector<std::vector<float>> p, g, m, v;
   for (int64_t n : {0, 1, 4097, 333}) {
     p.push_back(loom::testing::random_vector(n, 10 + n));
@@ -91,12 +93,23 @@ TEST(AdamW, ManyTensorsInOneCallEqualOneCallEach) {
   std::vector<AdamWTensor> tensors;
   for (size_t t = 0; t < p.size(); ++t) {
     tensors.push_back({p[t].data(), g[t].data(), m[t].data(), v[t].data(), static_cast<int64_t>(p[t].size())});
-    adamw_update(p1[t].data(), g[t].data(), m1[t].data(), v1[t].data(), static_cast<int64_t>(p[t].size()), step);
+    tensors.back().step_index = static_cast<int>(t % 2);
+    adamw_update(p1[t].data(), g[t].data(), m1[t].data(), v1[t].data(), static_cast<int64_t>(p[t].size()),
+                 steps[t % 2]);
   }
-  kernels::adamw_update_many(Device::cpu(), tensors, step);
+  kernels::adamw_update_many(Device::cpu(), tensors, steps);
   EXPECT_EQ(p, p1);
   EXPECT_EQ(m, m1);
   EXPECT_EQ(v, v1);
+  // A step_index outside the steps given is an error naming it, before anything is updated.
+  tensors.back().step_index = 2;
+  try {
+    kernels::adamw_update_many(Device::cpu(), tensors, steps);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("step_index 2 outside the 2 steps given"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(p, p1);
 }
 
 // An FP8 weight's amax (AdamWFp8Weight: what fp8_current's next cast of it takes) is the max |x| of

@@ -312,7 +312,7 @@ struct Emulate<Op, Name> {
 // The multi-tensor AdamW takes a host array of device pointers (a kernel argument on a GPU). An
 // FP8 weight's amax is the CPU's; its codes are kept as the casts' are (emulated_precision.h).
 void adamw_update_many(Device device, const kernels::AdamWTensor* tensors, int64_t count,
-                       const kernels::AdamWStep& step) {
+                       const kernels::AdamWStep* steps, int64_t step_count) {
   check_device(device, "adamw_update_many");
   tally([](EmulatedCensus& c) { ++c.entries["adamw_update_many"]; });
   std::vector<kernels::AdamWTensor> host(tensors, tensors + count);
@@ -330,9 +330,10 @@ void adamw_update_many(Device device, const kernels::AdamWTensor* tensors, int64
          device_to_host(t.exp_avg_sq, where + " exp_avg_sq"),
          t.n,
          t.param_bf16 != nullptr ? device_to_host(t.param_bf16, where + " param_bf16") : nullptr,
-         fp8};
+         fp8,
+         t.step_index};
   }
-  kernels::adamw_update_many(Device::cpu(), host, step);
+  kernels::adamw_update_many(Device::cpu(), host, std::span<const kernels::AdamWStep>(steps, step_count));
   for (int64_t i = 0; i < count; ++i) {
     if (tensors[i].fp8.forward != nullptr) emulated_keep_optimizer_codes(tensors[i].fp8, host[i].param);
   }

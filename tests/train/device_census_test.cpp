@@ -91,6 +91,9 @@ TEST_F(DeviceCensus, AStepOfTheDeepModelWaitsForTheDeviceOnlyForItsInputsLossAnd
     EXPECT_EQ(step.entry("softmax_cross_entropy"), 0) << recipe;
     // The gradient norm is also the check for Inf or NaN: one read of the gradients, one wait.
     EXPECT_EQ(step.entry("sum_of_squares"), 1) << recipe;
+    // The update in one multi-tensor call, decayed weights and undecayed norms alike (each tensor
+    // names its step).
+    EXPECT_EQ(step.entry("adamw_update_many"), 1) << recipe;
     EXPECT_EQ(step.waits(), kMicroBatches + 1 + amax_reads) << recipe;
     // No block copies the residual stream: each output projection's add writes the stream's next
     // tensor from its input (Block::forward's residual_in).
@@ -158,6 +161,7 @@ TEST_F(DeviceCensus, AStepOfTheDeepModelWaitsForTheDeviceOnlyForItsInputsLossAnd
   EXPECT_EQ(gpt2.waits(), kMicroBatches + 1);
   EXPECT_EQ(gpt2.copies, 0);
   EXPECT_EQ(gpt2.entry("layernorm_backward_bf16"), 2 * 2 * kMicroBatches);  // 2 blocks' two norms
+  EXPECT_EQ(gpt2.entry("adamw_update_many"), 1);  // biases and norms undecayed, weights decayed: one call
 }
 
 }  // namespace loom::train

@@ -70,7 +70,8 @@ struct CudaEntries {
   void (*amax_into_bf16)(Device, float* dst, const void* x16, int64_t n) = nullptr;
   void (*narrow_floats)(Device, void* dst, const float* src, int64_t n, DType dtype) = nullptr;
   void (*widen_floats)(Device, float* dst, const void* src, int64_t n, DType dtype, bool accumulate) = nullptr;
-  void (*adamw_update_many)(Device, const AdamWTensor* tensors, int64_t count, const AdamWStep& step) = nullptr;
+  void (*adamw_update_many)(Device, const AdamWTensor* tensors, int64_t count, const AdamWStep* steps,
+                            int64_t step_count) = nullptr;
   void (*rmsnorm_forward)(Device, float* out, float* rstd, const float* in, const float* weight, int64_t rows,
                           int64_t dim, float eps) = nullptr;
   void (*rmsnorm_backward)(Device, float* din, float* dweight, const float* dout, const float* in,

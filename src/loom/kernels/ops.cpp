@@ -364,21 +364,29 @@ void adamw_update(Device device, float* param, const float* grad, float* exp_avg
     return cpu::adamw_update(param, grad, exp_avg, exp_avg_sq, n, step);
   cuda_kernel(cuda_entries().adamw_update, "adamw_update", device)(device, param, grad, exp_avg, exp_avg_sq, n, step);
 }
-void adamw_update_many(Device device, std::span<const AdamWTensor> tensors, const AdamWStep& step) {
+void adamw_update_many(Device device, std::span<const AdamWTensor> tensors, std::span<const AdamWStep> steps) {
+  LOOM_CHECK(!steps.empty() && steps.size() <= static_cast<size_t>(kMaxAdamWSteps),
+             "adamw_update_many: 1 to " + std::to_string(kMaxAdamWSteps) + " steps, not " +
+                 std::to_string(steps.size()));
+  for (const AdamWTensor& t : tensors) {
+    LOOM_CHECK(t.step_index >= 0 && static_cast<size_t>(t.step_index) < steps.size(),
+               "adamw_update_many: a tensor's step_index " + std::to_string(t.step_index) + " outside the " +
+                   std::to_string(steps.size()) + " steps given");
+  }
   if (device.is_cpu()) [[likely]] {
     for (const AdamWTensor& t : tensors) {
       LOOM_CHECK(t.fp8.forward == nullptr,
                  "adamw_update_many: an FP8 weight's codes go to its stores in device memory (a CPU run has none)");
     }
     for (const AdamWTensor& t : tensors) {
-      cpu::adamw_update(t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.n, step);
+      cpu::adamw_update(t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.n, steps[static_cast<size_t>(t.step_index)]);
       if (t.param_bf16 != nullptr) narrow_floats(device, t.param_bf16, t.param, t.n, DType::BF16);
       if (t.fp8.amax != nullptr) cpu::amax_into(t.fp8.amax, t.param, t.n);
     }
     return;
   }
   cuda_kernel(cuda_entries().adamw_update_many, "adamw_update_many", device)(
-      device, tensors.data(), static_cast<int64_t>(tensors.size()), step);
+      device, tensors.data(), static_cast<int64_t>(tensors.size()), steps.data(), static_cast<int64_t>(steps.size()));
 }
 double sum_of_squares(Device device, const float* x, int64_t n) { LOOM_DISPATCH(sum_of_squares, x, n); }
 void scale_in_place(Device device, float* x, int64_t n, float factor) {

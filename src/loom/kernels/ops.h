@@ -257,8 +257,12 @@ void vocab_shard_gradient(Device device, float* logits, const float* row_max, co
 // --- optimizer: fused AdamW, the sum of squares for global-norm clipping, scaling.
 void adamw_update(Device device, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                   const AdamWStep& step);
-// Many tensors in one pass (one launch on a GPU); the same result as adamw_update on each.
-void adamw_update_many(Device device, std::span<const AdamWTensor> tensors, const AdamWStep& step);
+// Many tensors in one pass (one launch on a GPU, per kMaxTensorsPerLaunch of them); the same result
+// as adamw_update on each with its step, steps[t.step_index] (at most kMaxAdamWSteps steps).
+void adamw_update_many(Device device, std::span<const AdamWTensor> tensors, std::span<const AdamWStep> steps);
+inline void adamw_update_many(Device device, std::span<const AdamWTensor> tensors, const AdamWStep& step) {
+  adamw_update_many(device, tensors, std::span<const AdamWStep>(&step, 1));
+}
 // sum(x^2), each square exact in fp64 and summed there: Inf or NaN exactly when some x[i] is (no
 // finite square overflows fp64), which makes the gradient norm the check before a step too.
 double sum_of_squares(Device device, const float* x, int64_t n);

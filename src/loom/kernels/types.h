@@ -31,7 +31,12 @@ struct AdamWFp8Weight {
   float scale = 1.0f;
 };
 
-// One tensor of a multi-tensor AdamW update (adamw_update_many): n elements of each array.
+// The distinct steps one adamw_update_many call may take (its tensors' learning rates and weight
+// decays: a model's decayed weights and undecayed norms and biases, scaled learning rates).
+constexpr int kMaxAdamWSteps = 8;
+
+// One tensor of a multi-tensor AdamW update (adamw_update_many): n elements of each array, updated
+// with the call's steps[step_index].
 // `param_bf16` (2-byte elements; null: none): also receives each updated parameter rounded to
 // bf16 (nearest even), the copy a bf16 model's GEMMs multiply, written by the pass that updates it.
 // `fp8`: an FP8 weight's amax and codes, written by that pass too (rows * cols == n where set).
@@ -43,6 +48,7 @@ struct AdamWTensor {
   int64_t n;
   void* param_bf16 = nullptr;
   AdamWFp8Weight fp8{};
+  int step_index = 0;
 };
 
 // What attention's products take: fp32 values, or q, k, v (and forward's out, backward's out and

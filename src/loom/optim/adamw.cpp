@@ -1,6 +1,8 @@
 #include "loom/optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "loom/kernels/ops.h"
@@ -40,17 +42,31 @@ void AdamW::update(const ShardPiece& piece, const StepParams& step) const {
 }
 
 void AdamW::update_many(std::span<const ShardPiece> pieces, const StepParams& step) const {
+  // As few calls as the pieces' distinct (learning-rate scale, weight decay) pairs allow: each
+  // tensor names its step among the call's (a model's decayed weights and undecayed norms and
+  // biases alternate; a call per run of one kind had made a launch each).
   std::vector<kernels::AdamWTensor> run;
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    const ShardPiece& p = pieces[i];
-    run.push_back({p.param, p.grad, p.state[0], p.state[1], p.numel, p.param_bf16, p.fp8});
-    const bool last = i + 1 == pieces.size() || pieces[i + 1].weight_decay != p.weight_decay ||
-                      pieces[i + 1].lr_scale != p.lr_scale;
-    if (!last) continue;
-    kernels::adamw_update_many(device_, run,
-                               adamw_hyper(config_, step.lr * p.lr_scale, step.step, p.weight_decay, step.clip_factor));
+  std::vector<std::pair<float, bool>> kinds;
+  std::vector<kernels::AdamWStep> steps;
+  auto flush = [&] {
+    if (!run.empty()) kernels::adamw_update_many(device_, run, steps);
     run.clear();
+    kinds.clear();
+    steps.clear();
+  };
+  for (const ShardPiece& p : pieces) {
+    const std::pair<float, bool> kind{p.lr_scale, p.weight_decay};
+    auto it = std::find(kinds.begin(), kinds.end(), kind);
+    if (it == kinds.end()) {
+      if (static_cast<int>(kinds.size()) == kernels::kMaxAdamWSteps) flush();
+      kinds.push_back(kind);
+      steps.push_back(adamw_hyper(config_, step.lr * p.lr_scale, step.step, p.weight_decay, step.clip_factor));
+      it = kinds.end() - 1;
+    }
+    run.push_back({p.param, p.grad, p.state[0], p.state[1], p.numel, p.param_bf16, p.fp8,
+                   static_cast<int>(it - kinds.begin())});
   }
+  flush();
 }
 
 double AdamW::step(float* params, const float* grads, double lr, int64_t step) {

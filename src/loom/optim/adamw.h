@@ -30,8 +30,9 @@ class AdamW final : public Optimizer {
   AdamW(const config::OptimConfig& config, int64_t total, std::vector<Segment> segments, Device device = Device::cpu());
 
   void update(const ShardPiece& piece, const StepParams& step) const override;
-  // Runs of pieces with the same weight decay and learning-rate scale go to one
-  // adamw_update_many (on the CPU the same per-piece updates as update()).
+  // All pieces in one adamw_update_many, each naming its step among the call's (up to
+  // kMaxAdamWSteps distinct weight decays and learning-rate scales per call; on the CPU the same
+  // per-piece updates as update()).
   void update_many(std::span<const ShardPiece> pieces, const StepParams& step) const override;
   bool writes_bf16_copies() const override { return true; }
 

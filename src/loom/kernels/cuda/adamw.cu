@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -81,47 +82,61 @@ __global__ void adamw_kernel(float* __restrict__ param, const float* __restrict_
   for (int64_t i = grid_start(); i < n; i += grid_stride()) adamw_element(param, grad, m, v, i, h);
 }
 
-// Up to kMaxTensorsPerLaunch tensors, passed by value; tensor t owns blocks
-// [first_block[t], first_block[t + 1]), each block kChunk consecutive elements, four per thread:
-// as one pack each where the tensor's four arrays are pack-aligned (packed[t]).
-constexpr int64_t kChunk = 4 * kThreads;
-struct TensorList {
-  kernels::AdamWTensor tensors[kMaxTensorsPerLaunch];
-  int64_t first_block[kMaxTensorsPerLaunch + 1];
-  bool packed[kMaxTensorsPerLaunch];
-  int count;
-};
-
 __host__ __device__ inline __nv_bfloat16* param16(const kernels::AdamWTensor& x) {
   return static_cast<__nv_bfloat16*>(x.param_bf16);
 }
 
-// A tensor's fp8.amax (where set) takes max |updated value| of each block's elements: one atomic
-// per block (amax.cuh), a tensor's blocks being its own.
-__global__ void adamw_many_kernel(const __grid_constant__ TensorList list, Hyper h) {
+// One tensor of a multi-tensor launch: what the kernel reads of an AdamWTensor.
+struct ListedTensor {
+  float* param;
+  const float* grad;
+  float* exp_avg;
+  float* exp_avg_sq;
+  int64_t n;
+  __nv_bfloat16* param16;
+  float* amax;   // fp8.amax
+  int hyper;     // into TensorList::hypers
+  bool packed;   // the arrays pack-aligned
+};
+
+// Up to kMaxTensorsPerLaunch tensors and their steps' hyper-parameters, passed by value; tensor t
+// owns blocks [first_block[t], first_block[t + 1]), each block kChunk consecutive elements, four
+// per thread: as one pack each where the tensor's arrays are pack-aligned.
+constexpr int64_t kChunk = 4 * kThreads;
+struct TensorList {
+  ListedTensor tensors[kMaxTensorsPerLaunch];
+  int64_t first_block[kMaxTensorsPerLaunch + 1];
+  Hyper hypers[kernels::kMaxAdamWSteps];
+  int count;
+};
+
+// A tensor's amax (where set) takes max |updated value| of each block's elements: one atomic per
+// block (amax.cuh), a tensor's blocks being its own.
+__global__ void adamw_many_kernel(const __grid_constant__ TensorList list) {
   int t = 0;
   while (t + 1 < list.count && list.first_block[t + 1] <= static_cast<int64_t>(blockIdx.x)) ++t;
-  const kernels::AdamWTensor& x = list.tensors[t];
+  const ListedTensor& x = list.tensors[t];
+  const Hyper& h = list.hypers[x.hyper];
   const int64_t begin = (blockIdx.x - list.first_block[t]) * kChunk;
   const int64_t end = min(x.n, begin + kChunk);
   float m = 0.0f;
-  if (list.packed[t]) {
+  if (x.packed) {
     const int64_t i = begin + 4 * static_cast<int64_t>(threadIdx.x);
     if (i + 4 <= end) {
       float p[4];
       AdamWPack::load(x.param, x.grad, x.exp_avg, x.exp_avg_sq, i / 4).store(x.param, x.exp_avg, x.exp_avg_sq, h, p);
-      if (x.param_bf16 != nullptr) store4(param16(x), i / 4, p);
+      if (x.param16 != nullptr) store4(x.param16, i / 4, p);
 #pragma unroll
       for (int k = 0; k < 4; ++k) m = nan_max(m, fabsf(p[k]));
     } else {
       for (int64_t j = i; j < end; ++j)
-        m = nan_max(m, fabsf(adamw_element(x.param, x.grad, x.exp_avg, x.exp_avg_sq, j, h, param16(x))));
+        m = nan_max(m, fabsf(adamw_element(x.param, x.grad, x.exp_avg, x.exp_avg_sq, j, h, x.param16)));
     }
   } else {
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
-      m = nan_max(m, fabsf(adamw_element(x.param, x.grad, x.exp_avg, x.exp_avg_sq, i, h, param16(x))));
+      m = nan_max(m, fabsf(adamw_element(x.param, x.grad, x.exp_avg, x.exp_avg_sq, i, h, x.param16)));
   }
-  if (x.fp8.amax != nullptr) block_amax_into(reinterpret_cast<unsigned*>(x.fp8.amax), m);  // uniform per block
+  if (x.amax != nullptr) block_amax_into(reinterpret_cast<unsigned*>(x.amax), m);  // uniform per block
 }
 
 // Element [r, c] of a weight [rows, cols] updated as the tiled cast reads it (tiled_cast.cuh's
@@ -183,7 +198,8 @@ __global__ void scale_pairs_kernel(const __grid_constant__ ScalePairs s) {
 // The FP8 weights with codes among `tensors`: their scale pairs, a launch per kMaxTensorsPerLaunch,
 // then each weight's update through the tiled cast, which writes both stores' codes and takes the
 // amax from the values it updates.
-void adamw_fp8_weights(const kernels::AdamWTensor* tensors, int64_t count, const Hyper& h, cudaStream_t stream) {
+void adamw_fp8_weights(const kernels::AdamWTensor* tensors, int64_t count, const Hyper* hypers,
+                       cudaStream_t stream) {
   ScalePairs pairs{};
   auto flush = [&] {
     if (pairs.count == 0) return;
@@ -206,7 +222,7 @@ void adamw_fp8_weights(const kernels::AdamWTensor* tensors, int64_t count, const
     const kernels::AdamWTensor& x = tensors[i];
     const kernels::AdamWFp8Weight& w = x.fp8;
     if (w.forward == nullptr || x.n == 0) continue;
-    launch_tiled_cast(AdamWAt{x.param, x.grad, x.exp_avg, x.exp_avg_sq, param16(x), w.cols, h},
+    launch_tiled_cast(AdamWAt{x.param, x.grad, x.exp_avg, x.exp_avg_sq, param16(x), w.cols, hypers[x.step_index]},
                       static_cast<uint8_t*>(w.transposed), static_cast<uint8_t*>(w.forward), w.rows, w.cols,
                       Caster<CastTo::E4M3>{scale_pairs(w).first}, stream, "adamw_fp8_weight", w.amax);
   }
@@ -243,28 +259,37 @@ void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_av
   check_launch("adamw_kernel");
 }
 
-void adamw_update_many(const kernels::AdamWTensor* tensors, int64_t count, const kernels::AdamWStep& s,
-                       cudaStream_t stream) {
-  const Hyper h = hyper(s);
-  adamw_fp8_weights(tensors, count, h, stream);
+void adamw_update_many(const kernels::AdamWTensor* tensors, int64_t count, const kernels::AdamWStep* steps,
+                       int64_t step_count, cudaStream_t stream) {
+  LOOM_CHECK(step_count >= 1 && step_count <= kernels::kMaxAdamWSteps,
+             "adamw_update_many: 1 to " + std::to_string(kernels::kMaxAdamWSteps) + " steps");
+  Hyper hypers[kernels::kMaxAdamWSteps];
+  for (int64_t s = 0; s < step_count; ++s) hypers[s] = hyper(steps[s]);
+  for (int64_t i = 0; i < count; ++i) {
+    LOOM_CHECK(tensors[i].step_index >= 0 && tensors[i].step_index < step_count,
+               "adamw_update_many: a tensor's step_index outside the steps given");
+  }
+  adamw_fp8_weights(tensors, count, hypers, stream);
   int64_t next = 0;
   while (next < count) {
     TensorList list{};
+    std::copy(hypers, hypers + step_count, list.hypers);
     int64_t blocks = 0;
     for (; next < count && list.count < kMaxTensorsPerLaunch; ++next) {
-      if (tensors[next].n == 0 || tensors[next].fp8.forward != nullptr) continue;  // above
       const kernels::AdamWTensor& x = tensors[next];
-      list.tensors[list.count] = x;
-      list.packed[list.count] = pack4_aligned<float>(x.param) && pack4_aligned<float>(x.grad) &&
-                                pack4_aligned<float>(x.exp_avg) && pack4_aligned<float>(x.exp_avg_sq) &&
-                                (x.param_bf16 == nullptr || pack4_aligned<__nv_bfloat16>(x.param_bf16));
+      if (x.n == 0 || x.fp8.forward != nullptr) continue;  // above
+      const bool packed = pack4_aligned<float>(x.param) && pack4_aligned<float>(x.grad) &&
+                          pack4_aligned<float>(x.exp_avg) && pack4_aligned<float>(x.exp_avg_sq) &&
+                          (x.param_bf16 == nullptr || pack4_aligned<__nv_bfloat16>(x.param_bf16));
+      list.tensors[list.count] = {x.param, x.grad,       x.exp_avg,    x.exp_avg_sq, x.n,
+                                  param16(x), x.fp8.amax, x.step_index, packed};
       list.first_block[list.count] = blocks;
-      blocks += (tensors[next].n + kChunk - 1) / kChunk;
+      blocks += (x.n + kChunk - 1) / kChunk;
       ++list.count;
     }
     if (list.count == 0) continue;
     list.first_block[list.count] = blocks;
-    adamw_many_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(list, h);
+    adamw_many_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(list);
     check_launch("adamw_many_kernel");
   }
 }

@@ -316,8 +316,9 @@ void register_loss_and_optimizer(CudaEntries& e) {
   e.adamw_update = [](Device d, float* p, const float* g, float* m, float* v, int64_t n, const AdamWStep& step) {
     adamw_update(p, g, m, v, n, step, stream_of(d));
   };
-  e.adamw_update_many = [](Device d, const AdamWTensor* tensors, int64_t count, const AdamWStep& step) {
-    adamw_update_many(tensors, count, step, stream_of(d));
+  e.adamw_update_many = [](Device d, const AdamWTensor* tensors, int64_t count, const AdamWStep* steps,
+                           int64_t step_count) {
+    adamw_update_many(tensors, count, steps, step_count, stream_of(d));
   };
   e.sum_of_squares = [](Device d, const float* x, int64_t n) { return sum_of_squares(x, n, stream_of(d)); };
   e.scale_in_place = [](Device d, float* x, int64_t n, float f) { scale_in_place(x, n, f, stream_of(d)); };
