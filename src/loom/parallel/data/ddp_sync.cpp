@@ -84,9 +84,6 @@ void DdpSync::update(double lr, int64_t step, double norm) {
                       s.weight_decay, s.lr_scale});
   }
   if (bf16_copy_) bf16_copy_->into_pieces(pieces);
-  // The FP8 weights' amaxes and codes for the next step's forwards (the step's history committed).
-  std::vector<model::OptimizerWeightCasts::Entry*> fp8_written;
-  if (fp8_weights_ != nullptr) fp8_written = give_fp8_weights(pieces, fp8_weights_->targets());
   // bf16 compact parameters: the optimizer's pass writes them too (the values it does not update
   // never change), as it writes the bf16 copy; fp16 ones are rounded from the masters after it.
   const bool compact_bf16 = !master_.empty() && setup_.param_dtype == DType::BF16 && optimizer_->writes_bf16_copies();
@@ -94,6 +91,10 @@ void DdpSync::update(double lr, int64_t step, double norm) {
     auto* store = static_cast<uint16_t*>(compact_store_.raw());
     for (size_t i = 0; i < pieces.size(); ++i) pieces[i].param_bf16 = store + segments_[i].offset;
   }
+  // The FP8 weights' amaxes and codes for the next step's forwards (the step's history committed);
+  // last, as it may join a weight's pieces into one.
+  std::vector<model::OptimizerWeightCasts::Entry*> fp8_written;
+  if (fp8_weights_ != nullptr) fp8_written = give_fp8_weights(pieces, fp8_weights_->targets());
   optimizer_->update_many(pieces, at);
   if (bf16_copy_) bf16_copy_->after_update();
   if (fp8_weights_ != nullptr) fp8_weights_->written(fp8_written);
