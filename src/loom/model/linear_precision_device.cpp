@@ -158,7 +158,6 @@ LinearPrecision::WrittenStores LinearPrecision::device_weight(kernels::Precision
     cache.lend(this, weight, kernels::LinearGemm::Forward, cast, rows, cols, device_, forward);
     cache.lend(this, weight, kernels::LinearGemm::DataGrad, cast, rows, cols, device_, transposed);
     kernels::amax_into(device_, amax_slot(Operand::Weight), from_optimizer->amax, 1);
-    scratch_->optimizer_casts.count_use();
     from_optimizer = nullptr;
   }
   WeightCastCache::Store* store = cache.find(this, weight, g.pass, cast, rows, cols, device_);
@@ -173,7 +172,6 @@ LinearPrecision::WrittenStores LinearPrecision::device_weight(kernels::Precision
   // fp8_current: the amax the optimizer's pass took (the codes of fp8_delayed under another scale:
   // cast again, with the amax the cast takes).
   float* weight_amax = from_optimizer != nullptr && !from_optimizer->codes ? from_optimizer->amax : nullptr;
-  if (weight_amax != nullptr) scratch_->optimizer_casts.count_use();
   g.b = device_operand(Operand::Weight, weight, rows * cols, nullptr, nullptr, weight_amax);
   g.b_store = store != nullptr ? store->data : nullptr;
   g.b_store_use = store != nullptr ? kernels::CastStore::Write : kernels::CastStore::None;

@@ -58,10 +58,6 @@ class OptimizerWeightCasts {
   // The values were written by something other than an update: nothing is current.
   void invalidate();
 
-  // Uses of a current entry by a forward (an amax or codes not taken from the weight), since made.
-  int64_t uses() const { return uses_; }
-  void count_use() { ++uses_; }
-
  private:
   static constexpr int64_t kSlab = 256;  // amaxes per slab: one zeroing per slab and update
   bool enabled_ = false;
@@ -69,7 +65,6 @@ class OptimizerWeightCasts {
   std::map<std::pair<const LinearPrecision*, const float*>, std::unique_ptr<Entry>> entries_;
   std::vector<DeviceBuffer<float>> slabs_;
   int64_t slots_used_ = 0;
-  int64_t uses_ = 0;
 };
 
 }  // namespace loom::model

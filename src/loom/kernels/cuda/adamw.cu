@@ -177,8 +177,8 @@ std::pair<float*, float*> scale_pairs(const kernels::AdamWFp8Weight& w) {
           reinterpret_cast<float*>(static_cast<uint8_t*>(w.transposed) + transposed_offset)};
 }
 
-// The scale pairs of up to kMaxTensorsPerLaunch weights, one thread each: the scale and
-// __fdiv_rn(1, scale), as tensor_scale_kernel writes a host scale's (quantize.cu).
+// The scale pairs of up to kMaxTensorsPerLaunch weights, one thread each, as tensor_scale_kernel
+// writes a host scale's (quantize.cu), in one launch.
 struct ScalePairs {
   float* forward[kMaxTensorsPerLaunch];
   float* transposed[kMaxTensorsPerLaunch];
@@ -188,11 +188,8 @@ struct ScalePairs {
 __global__ void scale_pairs_kernel(const __grid_constant__ ScalePairs s) {
   const int i = static_cast<int>(threadIdx.x);
   if (i >= s.count) return;
-  const float inverse = __fdiv_rn(1.0f, s.scale[i]);
-  for (float* pair : {s.forward[i], s.transposed[i]}) {
-    pair[0] = s.scale[i];
-    pair[kFp8InverseOffset] = inverse;
-  }
+  store_fp8_scale_pair(s.forward[i], s.scale[i]);
+  store_fp8_scale_pair(s.transposed[i], s.scale[i]);
 }
 
 // The FP8 weights with codes among `tensors`: their scale pairs, a launch per kMaxTensorsPerLaunch,

@@ -64,6 +64,13 @@ __device__ inline uint8_t fp8_encode(float x, Fp8 format, bool saturate = true) 
 __device__ inline float fp8_decode(uint8_t code, Fp8 format) {
   return format == Fp8::E4M3 ? DeviceE4M3::decode(code) : DeviceE5M2::decode(code);
 }
+// A per-tensor FP8 scale pair as the products read it (kernels/precision_gemm.h): the scale, and
+// its inverse kFp8InverseOffset floats after it, 1 / scale rounded once.
+__device__ inline void store_fp8_scale_pair(float* pair, float scale) {
+  pair[0] = scale;
+  pair[kFp8InverseOffset] = __fdiv_rn(1.0f, scale);
+}
+
 // decode(encode(x * scale)) / scale, each step rounded on its own.
 __device__ inline float fp8_round_trip(float x, Fp8 format, float scale) {
   return __fdiv_rn(fp8_decode(fp8_encode(__fmul_rn(x, scale), format), format), scale);

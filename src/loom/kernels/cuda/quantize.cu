@@ -93,13 +93,8 @@ __device__ inline float tensor_scale(float amax, Fp8 f, int margin) {
 // transposed one): one launch where a device-to-device copy would add another.
 __global__ void tensor_scale_kernel(const float* amax, float host_scale, int margin, Fp8 f, float* out, float* copy) {
   const float scale = amax ? tensor_scale(*amax, f, margin) : host_scale;
-  const float inverse = __fdiv_rn(1.0f, scale);
-  out[0] = scale;
-  out[kFp8InverseOffset] = inverse;
-  if (copy != nullptr) {
-    copy[0] = scale;
-    copy[kFp8InverseOffset] = inverse;
-  }
+  store_fp8_scale_pair(out, scale);
+  if (copy != nullptr) store_fp8_scale_pair(copy, scale);
 }
 
 __global__ void encode_kernel(const float* __restrict__ in, uint8_t* __restrict__ codes, int64_t n, Fp8 f,
