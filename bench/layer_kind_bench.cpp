@@ -102,7 +102,8 @@ Timing time_block(const loom::config::ModelConfig& c, int layer, const LayerSpec
     const double f = seconds_since(start);
     dx = dy;
     start = Clock::now();
-    block.backward(dx.data(), x.data(), saved, work, batch, seq, {}, scratch);
+    loom::model::ResidualGrad16 d_x16;  // none on the CPU
+    block.backward(dx.data(), d_x16, x.data(), saved, work, batch, seq, {}, scratch);
     const double b = seconds_since(start);
     if (r > 0) fwd.push_back(f), bwd.push_back(b);
     if (!spec.has_mamba || scan == nullptr) continue;

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -60,7 +61,7 @@ uint32_t amax_bits(const std::vector<float>& x) {
 
 TEST_F(CudaAdamWFp8Weight, CodesAndAmaxAreTheUpdatedWeightsCastBitForBit) {
   using Shape = std::tuple<int64_t, int64_t>;
-  for (const auto [rows, cols] : {Shape{128, 192}, Shape{256, 64}, Shape{96, 80}, Shape{48, 128}}) {
+  for (const auto& [rows, cols] : {Shape{128, 192}, Shape{256, 64}, Shape{96, 80}, Shape{48, 128}}) {
     for (const bool copy : {false, true}) {
       SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(cols) + (copy ? " with the bf16 copy" : ""));
       const int64_t n = rows * cols;
@@ -137,6 +138,77 @@ TEST_F(CudaAdamWFp8Weight, AnAmaxAloneIsTheUpdatedValuesMaxBitForBit) {
       EXPECT_EQ(std::bit_cast<uint32_t>(got[0]), amax_bits(updated));
       EXPECT_EQ(got[1], 0.0f) << "the float after the amax";
     }
+  }
+}
+
+// A step's whole update in one call: more FP8 weights than one launch lists (their scale pairs
+// flushed in batches), mixed with plain tensors, tiles packed and scalar, with and without the
+// bf16 copy, decayed and undecayed steps alternating: every tensor's parameters, amax, codes and
+// scale pairs byte for byte those of a call updating it alone with its step.
+TEST_F(CudaAdamWFp8Weight, ManyWeightsInOneCallAreEachUpdatedAsAlone) {
+  const AdamWStep steps[2] = {kStep, AdamWStep{2e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 11, 0.7f}};
+  constexpr int kTensors = 70;
+  struct Piece {
+    int64_t rows, cols;
+    bool fp8, copy;
+    std::vector<float> p;
+  };
+  std::vector<Piece> pieces;
+  for (int i = 0; i < kTensors; ++i) {
+    const bool packed = i % 3 != 0;
+    pieces.push_back({packed ? 64 : 48, packed ? 128 : 80, i % 7 != 3, i % 2 == 0, {}});
+  }
+  // Each tensor's arrays, twice: updated together (0) and alone (1).
+  struct Arrays {
+    DeviceFloats p, g, m, v, amax;
+    DeviceArray<uint8_t> forward, transposed;
+    DeviceArray<uint16_t> copy16;
+  };
+  std::vector<std::unique_ptr<Arrays>> arrays[2];  // device arrays neither copy nor move
+  std::vector<AdamWTensor> together, alone;
+  for (int i = 0; i < kTensors; ++i) {
+    const Piece& piece = pieces[i];
+    const int64_t n = piece.rows * piece.cols;
+    const Update u(seed_ + 100 + static_cast<uint64_t>(i), n);
+    const int64_t forward_bytes = weight_cast_layout(OperandCast::Fp8Tensor, piece.rows, piece.cols).bytes;
+    const int64_t transposed_bytes = weight_cast_layout(OperandCast::Fp8Tensor, piece.cols, piece.rows).bytes;
+    for (int run = 0; run < 2; ++run) {
+      const std::vector<uint8_t> forward(forward_bytes, 0xA5), transposed(transposed_bytes, 0xA5);
+      arrays[run].emplace_back(new Arrays{DeviceFloats(allocator_, u.p), DeviceFloats(allocator_, u.g),
+                                          DeviceFloats(allocator_, u.m), DeviceFloats(allocator_, u.v),
+                                          DeviceFloats(allocator_, {0.0f}), DeviceArray<uint8_t>(allocator_, forward),
+                                          DeviceArray<uint8_t>(allocator_, transposed),
+                                          DeviceArray<uint16_t>(allocator_, std::vector<uint16_t>(n, 0xABCD))});
+    }
+  }
+  for (int run = 0; run < 2; ++run) {
+    for (int i = 0; i < kTensors; ++i) {
+      const Piece& piece = pieces[i];
+      Arrays& a = *arrays[run][i];
+      AdamWTensor t{a.p.ptr, a.g.ptr, a.m.ptr, a.v.ptr, piece.rows * piece.cols};
+      if (piece.copy) t.param_bf16 = a.copy16.ptr;
+      if (piece.fp8) t.fp8 = AdamWFp8Weight{a.amax.ptr, a.forward.ptr, a.transposed.ptr, piece.rows, piece.cols,
+                                            12.5f + static_cast<float>(i)};
+      t.step_index = i % 2;
+      (run == 0 ? together : alone).push_back(t);
+    }
+  }
+  adamw_update_many(kGpu, together, steps);
+  for (const AdamWTensor& t : alone) {
+    AdamWTensor one = t;
+    one.step_index = 0;
+    adamw_update_many(kGpu, std::vector<AdamWTensor>{one}, steps[t.step_index]);
+  }
+  for (int i = 0; i < kTensors; ++i) {
+    SCOPED_TRACE("tensor " + std::to_string(i));
+    const Arrays &got = *arrays[0][i], &want = *arrays[1][i];
+    EXPECT_EQ(got.p.host(), want.p.host());
+    EXPECT_EQ(got.m.host(), want.m.host());
+    EXPECT_EQ(got.v.host(), want.v.host());
+    EXPECT_EQ(std::bit_cast<uint32_t>(got.amax.host()[0]), std::bit_cast<uint32_t>(want.amax.host()[0]));
+    EXPECT_EQ(got.forward.host(), want.forward.host());
+    EXPECT_EQ(got.transposed.host(), want.transposed.host());
+    EXPECT_EQ(got.copy16.host(), want.copy16.host());
   }
 }
 

@@ -248,40 +248,151 @@ TEST_F(CudaEntries, NormsOnBf16AreTheFp32KernelsRounded) {
   }
 }
 
+// A norm backward's inputs at rows x dim on the device: the input, weight and bias, an output
+// gradient of bf16 values (also as bf16), starting values of din and the parameter gradients
+// (non-zero: the backwards add into them), and poisoned room for the forward's outputs.
+struct NormBackwardInputs {
+  NormBackwardInputs(CachingAllocator& a, uint32_t seed, int64_t rows, int64_t dim)
+      : dy_values(testing::bf16_rounded(random_values(seed + 3, rows * dim, 0.1f))),
+        dx0(random_values(seed + 4, rows * dim, 0.01f)),
+        dw0(random_values(seed + 5, dim, 0.1f)),
+        x(a, random_values(seed, rows * dim, 2.0f)),
+        w(a, random_values(seed + 1, dim, 1.0f)),
+        b(a, random_values(seed + 2, dim, 0.5f)),
+        dy(a, dy_values),
+        dy16(a, testing::to_bf16(dy_values)),
+        out(a, poison(rows * dim)),
+        mean(a, poison(rows)),
+        rstd(a, poison(rows)) {}
+  std::vector<float> dy_values, dx0, dw0;
+  DeviceFloats x, w, b, dy;
+  DeviceArray<__nv_bfloat16> dy16;
+  DeviceFloats out, mean, rstd;
+};
+
 // The norms' backwards over a bf16 output gradient (a bf16 projection's input gradient) equal the
 // fp32 kernels on its values widened, bit for bit: din added into non-zero values, the weight and
 // bias gradients added in; held and unheld layouts (dim 37 rows are not in packs; 8192 is wider
 // than a held row), GPT-2's and the ~1B model's widths.
 TEST_F(CudaEntries, NormBackwardsOverABf16GradientAreTheFp32KernelsOnItsValues) {
   for (auto [rows, dim] : {std::pair<int64_t, int64_t>{3, 37}, {257, 768}, {64, 2048}, {5, 8192}}) {
-    const std::vector<float> x = random_values(seed_, rows * dim, 2.0f), w = random_values(seed_ + 1, dim, 1.0f),
-                             b = random_values(seed_ + 2, dim, 0.5f);
-    const std::vector<float> dy = testing::bf16_rounded(random_values(seed_ + 3, rows * dim, 0.1f));
-    const std::vector<float> dx0 = random_values(seed_ + 4, rows * dim, 0.01f);
-    const std::vector<float> dw0 = random_values(seed_ + 5, dim, 0.1f);
-    DeviceFloats d_x(allocator_, x), d_w(allocator_, w), d_b(allocator_, b), d_dy(allocator_, dy);
-    DeviceArray<__nv_bfloat16> d_dy16(allocator_, testing::to_bf16(dy));
-    DeviceFloats d_out(allocator_, poison(rows * dim)), d_mean(allocator_, poison(rows));
-    DeviceFloats d_rstd(allocator_, poison(rows));
+    NormBackwardInputs in(allocator_, seed_, rows, dim);
     const std::string where = std::to_string(rows) + " x " + std::to_string(dim);
     for (const bool layer : {false, true}) {
-      DeviceFloats dx32(allocator_, dx0), dx16(allocator_, dx0), dw32(allocator_, dw0), dw16(allocator_, dw0),
-          db32(allocator_, dw0), db16(allocator_, dw0);
+      DeviceFloats dx32(allocator_, in.dx0), dx16(allocator_, in.dx0), dw32(allocator_, in.dw0),
+          dw16(allocator_, in.dw0), db32(allocator_, in.dw0), db16(allocator_, in.dw0);
       if (layer) {
-        layernorm_forward(kGpu, d_out.ptr, d_mean.ptr, d_rstd.ptr, d_x.ptr, d_w.ptr, d_b.ptr, rows, dim, 1e-5f);
-        layernorm_backward(kGpu, dx32.ptr, dw32.ptr, db32.ptr, d_dy.ptr, d_x.ptr, d_w.ptr, d_mean.ptr, d_rstd.ptr,
-                           rows, dim);
-        layernorm_backward_bf16(kGpu, dx16.ptr, dw16.ptr, db16.ptr, d_dy16.ptr, d_x.ptr, d_w.ptr, d_mean.ptr,
-                                d_rstd.ptr, rows, dim);
+        layernorm_forward(kGpu, in.out.ptr, in.mean.ptr, in.rstd.ptr, in.x.ptr, in.w.ptr, in.b.ptr, rows, dim, 1e-5f);
+        layernorm_backward(kGpu, dx32.ptr, dw32.ptr, db32.ptr, in.dy.ptr, in.x.ptr, in.w.ptr, in.mean.ptr,
+                           in.rstd.ptr, rows, dim);
+        layernorm_backward_bf16(kGpu, dx16.ptr, dw16.ptr, db16.ptr, in.dy16.ptr, in.x.ptr, in.w.ptr, in.mean.ptr,
+                                in.rstd.ptr, rows, dim);
       } else {
-        rmsnorm_forward(kGpu, d_out.ptr, d_rstd.ptr, d_x.ptr, d_w.ptr, rows, dim, 1e-5f);
-        rmsnorm_backward(kGpu, dx32.ptr, dw32.ptr, d_dy.ptr, d_x.ptr, d_w.ptr, d_rstd.ptr, rows, dim);
-        rmsnorm_backward_bf16(kGpu, dx16.ptr, dw16.ptr, d_dy16.ptr, d_x.ptr, d_w.ptr, d_rstd.ptr, rows, dim);
+        rmsnorm_forward(kGpu, in.out.ptr, in.rstd.ptr, in.x.ptr, in.w.ptr, rows, dim, 1e-5f);
+        rmsnorm_backward(kGpu, dx32.ptr, dw32.ptr, in.dy.ptr, in.x.ptr, in.w.ptr, in.rstd.ptr, rows, dim);
+        rmsnorm_backward_bf16(kGpu, dx16.ptr, dw16.ptr, in.dy16.ptr, in.x.ptr, in.w.ptr, in.rstd.ptr, rows, dim);
       }
       const std::string name = (layer ? "LayerNorm " : "RMSNorm ") + where;
       EXPECT_EQ(dx16.host(), dx32.host()) << name << ": din";
       EXPECT_EQ(dw16.host(), dw32.host()) << name << ": dweight";
       EXPECT_EQ(db16.host(), db32.host()) << name << ": dbias";
+    }
+  }
+}
+
+// The add-and-norm forwards: sum is residual + the bf16 product widened, one fp32 rounding (the
+// bits of the host's float add), and the outputs and statistics are the bf16 forward's on that sum,
+// bit for bit: held and unheld layouts (dim 37 not in packs, 16384 wider than a held row), GPT-2's
+// and the ~1B model's widths, a misaligned residual (element by element then, as the forward on
+// a sum as misaligned).
+TEST_F(CudaEntries, NormsAddingAResidualAreTheAddThenTheNorm) {
+  for (auto [rows, dim] : {std::pair<int64_t, int64_t>{3, 37}, {257, 768}, {64, 2048}, {5, 8192}, {2, 16384}}) {
+    for (const int64_t offset : {0, 1}) {
+      const int64_t n = rows * dim;
+      const std::vector<float> residual = random_values(seed_, n + offset, 2.0f);
+      const std::vector<float> add = testing::bf16_rounded(random_values(seed_ + 1, n, 1.0f));
+      const std::vector<float> w = random_values(seed_ + 2, dim, 1.0f), b = random_values(seed_ + 3, dim, 0.5f);
+      std::vector<float> want_sum(n);
+      for (int64_t i = 0; i < n; ++i) want_sum[i] = residual[offset + i] + add[i];
+      DeviceFloats d_residual(allocator_, residual), d_w(allocator_, w), d_b(allocator_, b);
+      DeviceArray<__nv_bfloat16> d_add16(allocator_, testing::to_bf16(add));
+      const std::string where =
+          std::to_string(rows) + " x " + std::to_string(dim) + " offset " + std::to_string(offset);
+      for (const bool layer : {false, true}) {
+        DeviceFloats sum(allocator_, poison(n + offset)), mean(allocator_, poison(rows));
+        DeviceFloats rstd(allocator_, poison(rows)), plain_mean(allocator_, poison(rows)),
+            plain_rstd(allocator_, poison(rows));
+        DeviceArray<__nv_bfloat16> out16(allocator_, testing::to_bf16(poison(n))),
+            plain16(allocator_, testing::to_bf16(poison(n)));
+        float* sum_rows = sum.ptr + offset;
+        const float* residual_rows = d_residual.ptr + offset;
+        if (layer) {
+          layernorm_add_forward_bf16(kGpu, out16.ptr, mean.ptr, rstd.ptr, sum_rows, residual_rows, d_add16.ptr, d_w.ptr,
+                                     d_b.ptr, rows, dim, 1e-5f);
+          layernorm_forward_bf16(kGpu, plain16.ptr, plain_mean.ptr, plain_rstd.ptr, sum_rows, d_w.ptr, d_b.ptr, rows,
+                                 dim, 1e-5f);
+        } else {
+          rmsnorm_add_forward_bf16(kGpu, out16.ptr, rstd.ptr, sum_rows, residual_rows, d_add16.ptr, d_w.ptr, rows, dim,
+                                   1e-5f);
+          rmsnorm_forward_bf16(kGpu, plain16.ptr, plain_rstd.ptr, sum_rows, d_w.ptr, rows, dim, 1e-5f);
+        }
+        const std::string name = (layer ? "LayerNorm " : "RMSNorm ") + where;
+        const std::vector<float> got_sum = sum.host();
+        EXPECT_EQ(std::vector<float>(got_sum.begin() + offset, got_sum.end()), want_sum) << name << ": sum";
+        EXPECT_EQ(testing::to_float(out16.host()), testing::to_float(plain16.host())) << name << ": out";
+        EXPECT_EQ(rstd.host(), plain_rstd.host()) << name << ": rstd";
+        if (layer) {
+          EXPECT_EQ(mean.host(), plain_mean.host()) << name << ": mean";
+        }
+      }
+    }
+  }
+}
+
+// With din16 the norms' backwards also leave din's new values in bf16 (the residual gradient a bf16
+// projection multiplies next): din and the parameter gradients bit for bit those of the run
+// without it, din16 exactly din rounded to bf16, over fp32 and bf16 output gradients, held and
+// unheld layouts, and a din16 that is not 8-byte aligned (stored element by element).
+TEST_F(CudaEntries, NormBackwardsLeaveTheirInputGradientInBf16Too) {
+  for (auto [rows, dim] : {std::pair<int64_t, int64_t>{3, 37}, {257, 768}, {64, 2048}, {5, 8192}}) {
+    NormBackwardInputs in(allocator_, seed_, rows, dim);
+    layernorm_forward(kGpu, in.out.ptr, in.mean.ptr, in.rstd.ptr, in.x.ptr, in.w.ptr, in.b.ptr, rows, dim, 1e-5f);
+    for (const bool layer : {false, true}) {
+      for (const bool bf16_dout : {false, true}) {
+        for (const int64_t offset : {0, 1}) {
+          DeviceFloats dx(allocator_, in.dx0), dx_with(allocator_, in.dx0), dw(allocator_, in.dw0),
+              dw_with(allocator_, in.dw0), db(allocator_, in.dw0), db_with(allocator_, in.dw0);
+          DeviceArray<__nv_bfloat16> din16(allocator_, testing::to_bf16(poison(rows * dim + offset)));
+          auto run = [&](float* din, float* dweight, float* dbias, void* out16) {
+            if (layer && bf16_dout) {
+              layernorm_backward_bf16(kGpu, din, dweight, dbias, in.dy16.ptr, in.x.ptr, in.w.ptr, in.mean.ptr,
+                                      in.rstd.ptr, rows, dim, out16);
+            } else if (layer) {
+              layernorm_backward(kGpu, din, dweight, dbias, in.dy.ptr, in.x.ptr, in.w.ptr, in.mean.ptr, in.rstd.ptr,
+                                 rows, dim, out16);
+            } else if (bf16_dout) {
+              rmsnorm_backward_bf16(kGpu, din, dweight, in.dy16.ptr, in.x.ptr, in.w.ptr, in.rstd.ptr, rows, dim,
+                                    out16);
+            } else {
+              rmsnorm_backward(kGpu, din, dweight, in.dy.ptr, in.x.ptr, in.w.ptr, in.rstd.ptr, rows, dim, out16);
+            }
+          };
+          run(dx.ptr, dw.ptr, db.ptr, nullptr);
+          run(dx_with.ptr, dw_with.ptr, db_with.ptr, din16.ptr + offset);
+          const std::string name = std::string(layer ? "LayerNorm " : "RMSNorm ") + (bf16_dout ? "bf16 dout " : "") +
+                                   std::to_string(rows) + " x " + std::to_string(dim) + " offset " +
+                                   std::to_string(offset);
+          const std::vector<float> din = dx.host();
+          EXPECT_EQ(dx_with.host(), din) << name << ": din";
+          EXPECT_EQ(dw_with.host(), dw.host()) << name << ": dweight";
+          if (layer) {
+            EXPECT_EQ(db_with.host(), db.host()) << name << ": dbias";
+          }
+          const std::vector<__nv_bfloat16> all16 = din16.host();
+          const std::vector<__nv_bfloat16> written(all16.begin() + offset, all16.end());
+          EXPECT_EQ(testing::to_float(written), testing::bf16_rounded(din)) << name << ": din16";
+        }
+      }
     }
   }
 }
@@ -722,7 +833,9 @@ TEST_F(CudaEntries, AdamWWritesTheBf16CopyOfEachUpdatedValue) {
       narrow_floats(kCpu, want.data(), updated.data(), n, DType::BF16);
       const std::vector<uint16_t> got = copy.host();
       EXPECT_EQ(std::vector<uint16_t>(got.begin() + shift, got.end()), want) << n << " shift " << shift;
-      if (shift == 1) EXPECT_EQ(got[0], 0xABCD) << "the element before the copy";
+      if (shift == 1) {
+        EXPECT_EQ(got[0], 0xABCD) << "the element before the copy";
+      }
     }
   }
 }

@@ -83,7 +83,7 @@ TEST(CudaKernels, RmsNormForwardAndBackwardMatchTheCpu) {
         d_rstd(allocator, poison_rows), d_dx(allocator, std::vector<float>(x.size(), 0.25f)),
         d_dw(allocator, std::vector<float>(w.size(), 0.5f));
     cuda::rmsnorm_forward(d_out.ptr, d_rstd.ptr, d_x.ptr, d_w.ptr, rows, dim, 1e-5f);
-    cuda::rmsnorm_backward(d_dx.ptr, d_dw.ptr, d_dy.ptr, d_x.ptr, d_w.ptr, d_rstd.ptr, rows, dim);
+    cuda::rmsnorm_backward(d_dx.ptr, d_dw.ptr, d_dy.ptr, d_x.ptr, d_w.ptr, d_rstd.ptr, rows, dim, nullptr);
     check_cuda(cudaDeviceSynchronize(), "rmsnorm");
     EXPECT_LE(relative_error(d_out.host(), out), 1e-6) << rows << " x " << dim;
     EXPECT_LE(relative_error(d_rstd.host(), rstd), 1e-6) << rows << " x " << dim;
@@ -124,9 +124,9 @@ TEST(CudaKernels, NormWeightGradientsAreDeterministicAndExactOverManyRows) {
     for (int run = 0; run < 2; ++run) {
       DeviceArray d_dx(allocator, std::vector<float>(x.size(), 0.0f)), d_dw(allocator, dw0),
           d_ln_dw(allocator, dw0), d_ln_db(allocator, dw0);
-      rmsnorm_backward(d_dx.ptr, d_dw.ptr, d_dy.ptr, d_x.ptr, d_w.ptr, d_rstd.ptr, rows, dim);
+      rmsnorm_backward(d_dx.ptr, d_dw.ptr, d_dy.ptr, d_x.ptr, d_w.ptr, d_rstd.ptr, rows, dim, nullptr);
       layernorm_backward(d_dx.ptr, d_ln_dw.ptr, d_ln_db.ptr, d_dy.ptr, d_x.ptr, d_w.ptr, d_mean.ptr, d_rstd.ptr, rows,
-                         dim);
+                         dim, nullptr);
       check_cuda(cudaDeviceSynchronize(), "norm backward");
       const std::vector<float> rms = d_dw.host(), ln_w = d_ln_dw.host(), ln_b = d_ln_db.host();
       EXPECT_LE(relative_error(rms, rms_dw), 1e-6) << rows << " x " << dim;

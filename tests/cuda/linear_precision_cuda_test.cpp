@@ -424,6 +424,40 @@ TEST_F(CudaLinearPrecisionState, WeightGradientIntoAnUnalignedMainGradientIsTheA
   }
 }
 
+// The optimizer's bf16 copy of a bias starts where its offset among the packed parameters puts it:
+// a bf16 forward hands it to cuBLASLt's epilogue where it is 16-byte aligned and casts the fp32
+// bias where it is not; the same output bit for bit at every alignment, and as with no copy.
+TEST_F(CudaLinearPrecisionState, ABf16BiasCopyAtAnyAlignmentGivesTheForwardWithoutIt) {
+  const int64_t n = 48, in = 80, out = 64;
+  const std::vector<float> bias = random_values(seed_ + 2, out, 0.5f);
+  DeviceFloats x(allocator_, random_values(seed_, n * in, 1.0f));
+  DeviceFloats w(allocator_, random_values(seed_ + 1, out * in, 0.1f)), b(allocator_, bias);
+  auto forward = [&](const void* bias16) {
+    DeviceFloats y(allocator_, poison(n * out));
+    kernels::PrecisionGemm g;
+    g.pass = kernels::LinearGemm::Forward;
+    g.out = y.ptr;
+    g.bias = b.ptr;
+    g.bias16 = bias16;
+    g.a = kernels::CastOperand{.data = x.ptr, .cast = kernels::OperandCast::Bf16};
+    g.b = kernels::CastOperand{.data = w.ptr, .cast = kernels::OperandCast::Bf16};
+    g.n = n;
+    g.in_features = in;
+    g.out_features = out;
+    g.rounding = kernels::OutputRounding::Bf16;
+    kernels::precision_linear_gemm(Device::cuda(0), g);
+    return y.host();
+  };
+  const std::vector<float> want = forward(nullptr);
+  for (const int64_t shift : {0, 1, 4, 8}) {
+    std::vector<float> copy(shift, 7.0f);  // the parameters before the bias in the packed copy
+    const std::vector<float> rounded = testing::bf16_rounded(bias);
+    copy.insert(copy.end(), rounded.begin(), rounded.end());
+    DeviceArray<__nv_bfloat16> copy16(allocator_, testing::to_bf16(copy));
+    EXPECT_EQ(forward(copy16.ptr + shift), want) << "the bias " << shift << " elements into the copy";
+  }
+}
+
 // Per-tensor FP8 from a bf16 input (an activation bf16-valued anyway, kept bf16: attention's
 // output under Attention::bf16_tensors), its codes kept, and its GEMMs' bf16 outputs (DeviceTensors'
 // out, din): the products of the fp32 tensor holding the same values, rounded, bit for bit.

@@ -343,6 +343,7 @@ void adamw_update_many(Device device, const kernels::AdamWTensor* tensors, int64
   X(embedding_forward) X(embedding_backward) X(embedding_forward_shard) X(embedding_backward_shard)            \
   X(rmsnorm_forward) X(rmsnorm_backward) X(layernorm_forward) X(layernorm_backward) X(rope_forward)            \
   X(rmsnorm_forward_bf16) X(layernorm_forward_bf16) X(rmsnorm_backward_bf16) X(layernorm_backward_bf16)     \
+  X(rmsnorm_add_forward_bf16) X(layernorm_add_forward_bf16)                                                    \
   X(rope_backward) X(swiglu_forward) X(swiglu_backward) X(gelu_forward) X(gelu_backward) X(relu2_forward)     \
   X(relu2_backward) X(activation_forward_bf16) X(activation_backward_bf16) X(add_rows) X(gather_rows) X(scatter_add_rows) X(row_dots) X(linear_forward)               \
   X(linear_backward) X(add_bias) X(gemm_nt) X(gemm)                                                           \
@@ -374,6 +375,10 @@ void fill_entries(kernels::CudaEntries& e) {
   };
   e.precision_linear_gemm = [](Device device, const kernels::PrecisionGemm& gemm) {
     tally([](EmulatedCensus& c) { ++c.entries["precision_linear_gemm"]; });
+    // A dgrad that casts its fp32 output gradient to bf16 itself (a pass over it on a GPU).
+    const bool casts_dout = gemm.pass == kernels::LinearGemm::DataGrad && gemm.a.cast == kernels::OperandCast::Bf16 &&
+                            gemm.a16 == nullptr && gemm.a_store_use != kernels::CastStore::Read;
+    if (casts_dout) tally([](EmulatedCensus& c) { ++c.entries["precision_linear_gemm: dgrad casting dout to bf16"]; });
     emulated_precision_linear_gemm(device, gemm);
   };
   e.activation_forward_codes = [](Device device, kernels::MlpActivation a, const void* in16, int64_t rows,

@@ -108,19 +108,17 @@ void rmsnorm_forward(Device device, float* out, float* rstd, const float* in, co
                                                                           eps);
 }
 void rmsnorm_backward(Device device, float* din, float* dweight, const float* dout, const float* in,
-                      const float* weight, const float* rstd, int64_t rows, int64_t dim) {
-  if (device.is_cpu()) [[likely]]
-    return cpu::rmsnorm_backward(din, dweight, dout, in, weight, rstd, rows, dim);
-  cuda_kernel(cuda_entries().rmsnorm_backward, "rmsnorm_backward", device)(device, din, dweight, dout, in, weight,
-                                                                            rstd, rows, dim);
+                      const float* weight, const float* rstd, int64_t rows, int64_t dim, void* din16) {
+  LOOM_DISPATCH(rmsnorm_backward, din, dweight, dout, in, weight, rstd, rows, dim, din16);
 }
 void layernorm_forward(Device device, float* out, float* mean, float* rstd, const float* in, const float* weight,
                        const float* bias, int64_t rows, int64_t dim, float eps) {
   LOOM_DISPATCH(layernorm_forward, out, mean, rstd, in, weight, bias, rows, dim, eps);
 }
 void layernorm_backward(Device device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
-                        const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim) {
-  LOOM_DISPATCH(layernorm_backward, din, dweight, dbias, dout, in, weight, mean, rstd, rows, dim);
+                        const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim,
+                        void* din16) {
+  LOOM_DISPATCH(layernorm_backward, din, dweight, dbias, dout, in, weight, mean, rstd, rows, dim, din16);
 }
 void rmsnorm_forward_bf16(Device device, void* out16, float* rstd, const float* in, const float* weight,
                           int64_t rows, int64_t dim, float eps) {
@@ -130,14 +128,23 @@ void layernorm_forward_bf16(Device device, void* out16, float* mean, float* rstd
                             const float* weight, const float* bias, int64_t rows, int64_t dim, float eps) {
   LOOM_DISPATCH(layernorm_forward_bf16, out16, mean, rstd, in, weight, bias, rows, dim, eps);
 }
+void rmsnorm_add_forward_bf16(Device device, void* out16, float* rstd, float* sum, const float* residual,
+                              const void* add16, const float* weight, int64_t rows, int64_t dim, float eps) {
+  LOOM_DISPATCH(rmsnorm_add_forward_bf16, out16, rstd, sum, residual, add16, weight, rows, dim, eps);
+}
+void layernorm_add_forward_bf16(Device device, void* out16, float* mean, float* rstd, float* sum,
+                                const float* residual, const void* add16, const float* weight, const float* bias,
+                                int64_t rows, int64_t dim, float eps) {
+  LOOM_DISPATCH(layernorm_add_forward_bf16, out16, mean, rstd, sum, residual, add16, weight, bias, rows, dim, eps);
+}
 void rmsnorm_backward_bf16(Device device, float* din, float* dweight, const void* dout16, const float* in,
-                           const float* weight, const float* rstd, int64_t rows, int64_t dim) {
-  LOOM_DISPATCH(rmsnorm_backward_bf16, din, dweight, dout16, in, weight, rstd, rows, dim);
+                           const float* weight, const float* rstd, int64_t rows, int64_t dim, void* din16) {
+  LOOM_DISPATCH(rmsnorm_backward_bf16, din, dweight, dout16, in, weight, rstd, rows, dim, din16);
 }
 void layernorm_backward_bf16(Device device, float* din, float* dweight, float* dbias, const void* dout16,
                              const float* in, const float* weight, const float* mean, const float* rstd, int64_t rows,
-                             int64_t dim) {
-  LOOM_DISPATCH(layernorm_backward_bf16, din, dweight, dbias, dout16, in, weight, mean, rstd, rows, dim);
+                             int64_t dim, void* din16) {
+  LOOM_DISPATCH(layernorm_backward_bf16, din, dweight, dbias, dout16, in, weight, mean, rstd, rows, dim, din16);
 }
 
 void rope_forward(Device device, float* x, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,

@@ -31,12 +31,16 @@ void embedding_backward_shard(Device device, float* dtable, const float* dout, c
 // --- norms over the last dimension; forward saves per-row statistics for backward.
 void rmsnorm_forward(Device device, float* out, float* rstd, const float* in, const float* weight, int64_t rows,
                      int64_t dim, float eps);
+// The backwards add into din; `din16`, when given, receives din's values after the add rounded to
+// bf16 (2-byte elements, nearest even): the residual gradient a bf16 projection's GEMMs read next
+// (model::ResidualGrad16), written by the pass that writes din rather than cast from it by another.
 void rmsnorm_backward(Device device, float* din, float* dweight, const float* dout, const float* in,
-                      const float* weight, const float* rstd, int64_t rows, int64_t dim);
+                      const float* weight, const float* rstd, int64_t rows, int64_t dim, void* din16 = nullptr);
 void layernorm_forward(Device device, float* out, float* mean, float* rstd, const float* in, const float* weight,
                        const float* bias, int64_t rows, int64_t dim, float eps);
 void layernorm_backward(Device device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
-                        const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim);
+                        const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim,
+                        void* din16 = nullptr);
 // The forwards with the output in bf16 (out16, 2-byte elements): each value computed in fp32 as the
 // fp32 form computes it and rounded to bf16 as it is stored (what a bf16 projection casts the fp32
 // form's output to); the statistics as the fp32 form saves them.
@@ -44,13 +48,25 @@ void rmsnorm_forward_bf16(Device device, void* out16, float* rstd, const float* 
                           int64_t rows, int64_t dim, float eps);
 void layernorm_forward_bf16(Device device, void* out16, float* mean, float* rstd, const float* in,
                             const float* weight, const float* bias, int64_t rows, int64_t dim, float eps);
+// A residual add and the norm after it in one pass: sum = residual + add16 (fp32 [rows, dim], the
+// residual stream's next tensor; add16 a bf16 product, rounded with its bias, widened exactly and
+// added with one rounding, as a product's own add into the stream adds it), then the bf16 forward
+// of sum as rmsnorm_forward_bf16 / layernorm_forward_bf16 computes it: the same values as the two
+// apart, without reading the stream back (on a GPU bit for bit where residual and add16 are
+// 16-byte aligned whenever sum is, as the model's buffers all are: else the rows are read element
+// by element and summed in another order). sum may not alias residual.
+void rmsnorm_add_forward_bf16(Device device, void* out16, float* rstd, float* sum, const float* residual,
+                              const void* add16, const float* weight, int64_t rows, int64_t dim, float eps);
+void layernorm_add_forward_bf16(Device device, void* out16, float* mean, float* rstd, float* sum,
+                                const float* residual, const void* add16, const float* weight, const float* bias,
+                                int64_t rows, int64_t dim, float eps);
 // The backwards over a bf16 output gradient (dout16, 2-byte elements: a bf16 projection's input
 // gradient, rounded to bf16 anyway): the fp32 backward on its values widened, bit for bit.
 void rmsnorm_backward_bf16(Device device, float* din, float* dweight, const void* dout16, const float* in,
-                           const float* weight, const float* rstd, int64_t rows, int64_t dim);
+                           const float* weight, const float* rstd, int64_t rows, int64_t dim, void* din16 = nullptr);
 void layernorm_backward_bf16(Device device, float* din, float* dweight, float* dbias, const void* dout16,
                              const float* in, const float* weight, const float* mean, const float* rstd, int64_t rows,
-                             int64_t dim);
+                             int64_t dim, void* din16 = nullptr);
 
 // --- rotary position embedding, in place on `heads` heads from column first_col of each row.
 // Row r's position is positions[r] when `positions` is given (packed documents restart at 0),

@@ -132,7 +132,8 @@ struct PrecisionGemm {
   const float* bias = nullptr;
   // The bias already rounded to bf16 where the caller has it (the optimizer's bf16 copy of the
   // parameters: model/weight_cast_cache.h), for a bf16 rounding: cuBLASLt's epilogue reads it
-  // instead of a per-call cast of `bias` (which must still be given: the same values).
+  // instead of a per-call cast of `bias` (which must still be given: the same values). Any
+  // alignment: one that is not 16-byte aligned (the epilogue's need) is cast from `bias` instead.
   const void* bias16 = nullptr;
   CastOperand a, b;
   // A per-tensor FP8 product without the periodic promotion of its partial sums to fp32 (cuBLASLt's

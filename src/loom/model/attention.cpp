@@ -81,7 +81,10 @@ bool Attention::bf16_gradients() const {
 }
 
 void Attention::forward(Saved& saved, float* residual, const NormedRows& normed, int64_t batch, int64_t seq,
-                        const Packing& packing, ParallelScratch& scratch, const float* residual_in) const {
+                        const Packing& packing, ParallelScratch& scratch, const float* residual_in,
+                        void* out16) const {
+  LOOM_CHECK(out16 == nullptr || gives_bf16_output(),
+             "Attention::forward: a bf16 output is for bf16 tensors under the bf16 recipe on one rank");
   const int64_t rows = batch * seq, W = qkv_width(), att_width = heads_ * head_dim_;
   const int64_t k_off = att_width, v_off = att_width + static_cast<int64_t>(kv_heads_) * head_dim_;
   if (bf16_tensors()) {
@@ -95,8 +98,9 @@ void Attention::forward(Saved& saved, float* residual, const NormedRows& normed,
     kernels::flash_attention_forward_bf16_tensors(store_->device(), att16, lse, qkv16, qkv16 + k_off, qkv16 + v_off,
                                                   flash_shape(batch, seq), visibility(packing));
     out_->forward(residual, nullptr, rows, scratch,
-                  DeviceTensors{.in = att16, .keep_input_codes = out_->keep_input_codes(saved.out_codes, rows)},
-                  residual_in);
+                  DeviceTensors{
+                      .in = att16, .out = out16, .keep_input_codes = out_->keep_input_codes(saved.out_codes, rows)},
+                  out16 != nullptr ? nullptr : residual_in);
     return;
   }
   float* qkv = sized(saved.qkv, rows * W, store_->device());
@@ -117,7 +121,9 @@ void Attention::forward(Saved& saved, float* residual, const NormedRows& normed,
 
 void Attention::backward(float* d_normed, const float* d_residual, const NormedRows& normed, const Saved& saved,
                          Workspace& work, int64_t batch, int64_t seq, const Packing& packing,
-                         ParallelScratch& scratch, void* d_normed16) const {
+                         ParallelScratch& scratch, void* d_normed16, const void* d_residual16) const {
+  LOOM_CHECK(d_residual16 == nullptr || takes_bf16_residual_grad(),
+             "Attention::backward: a bf16 residual gradient is for bf16 tensors' output projection");
   const int64_t rows = batch * seq, W = qkv_width(), att_width = heads_ * head_dim_;
   const int64_t k_off = att_width, v_off = att_width + static_cast<int64_t>(kv_heads_) * head_dim_;
   // Under the bf16 recipe the q/k/v gradient is written whole in bf16, with the bf16 tensors (per-tensor
@@ -128,7 +134,9 @@ void Attention::backward(float* d_normed, const float* d_residual, const NormedR
   if (bf16_tensors()) {
     void* d_att16 = sized_16bit(work.d_att, rows * att_width, store_->device());
     out_->backward(nullptr, d_residual, nullptr, rows, scratch, false,
-                   DeviceTensors{.in = saved.att.data(), .din = d_att16,
+                   DeviceTensors{.in = saved.att.data(),
+                                 .dout = d_residual16,
+                                 .din = d_att16,
                                  .kept_input_codes = out_->kept_input_codes(saved.out_codes)});
     const auto* qkv16 = reinterpret_cast<const uint16_t*>(saved.qkv.data());
     if (d_qkv == nullptr) {

@@ -39,17 +39,25 @@ class Attention {
   // residual[local rows] += o_proj(attention(normed)); normed is this rank's rows of [batch*seq,
   // d_model], in bf16 where takes_bf16_input(), as FP8 codes where takes_input_codes() and the
   // norm wrote them. `residual_in` (null: residual): residual = residual_in + o_proj(...) instead
-  // (RowParallelLinear::forward's).
+  // (RowParallelLinear::forward's). `out16` (where gives_bf16_output()): o_proj(...) left there in
+  // bf16 (rounded after its bias) instead, residual not written (the norm after adds it).
   void forward(Saved& saved, float* residual, const NormedRows& normed, int64_t batch, int64_t seq,
-               const Packing& packing, ParallelScratch& scratch, const float* residual_in = nullptr) const;
+               const Packing& packing, ParallelScratch& scratch, const float* residual_in = nullptr,
+               void* out16 = nullptr) const;
+  // Whether the forward can leave its output projection's product in bf16: bf16 tensors and an
+  // output projection that can (RowParallelLinear::gives_bf16_output).
+  bool gives_bf16_output() const { return bf16_tensors() && out_->gives_bf16_output(); }
   // d_normed = d/d(normed) (written whole), given d_residual; parameter gradients into the store.
   // `d_normed16` (where gives_bf16_input_grad()): d_normed written whole in bf16 there instead
-  // (d_normed may be null then).
+  // (d_normed may be null then). `d_residual16` (where takes_bf16_residual_grad()): d_residual's
+  // values in bf16, which the output projection's GEMMs multiply (ResidualGrad16).
   void backward(float* d_normed, const float* d_residual, const NormedRows& normed, const Saved& saved,
                 Workspace& work, int64_t batch, int64_t seq, const Packing& packing, ParallelScratch& scratch,
-                void* d_normed16 = nullptr) const;
+                void* d_normed16 = nullptr, const void* d_residual16 = nullptr) const;
   // Whether the backward can leave d_normed in bf16 (the q/k/v projection's, ColumnParallelLinear's).
   bool gives_bf16_input_grad() const { return qkv_->gives_bf16_input_grad(); }
+  // Whether it takes d_residual in bf16 too: bf16 tensors and an output projection that takes it.
+  bool takes_bf16_residual_grad() const { return bf16_tensors() && out_->takes_bf16_output_grad(); }
   // Whether training may hand the normed input over in bf16: the q/k/v projection's GEMMs are
   // bf16 on a GPU, so it casts the input to bf16 anyway (for the forward and the weight gradient).
   bool takes_bf16_input() const { return qkv_->takes_bf16_input(); }

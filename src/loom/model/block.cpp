@@ -69,9 +69,20 @@ void Block::forward(Saved& saved, const float* x_in, float* x_out, int64_t batch
   // Each residual add writes the stream's next tensor from its input (residual_in), so no copy
   // of the input comes first where the projection's own add can read it.
   const float* mid = x_in;
+  // Where the MLP's norm writes bf16 for it, attention's product is left in bf16 and that norm adds
+  // it into the stream as it reads it (Norm::forward_added: the same values, one read fewer).
+  const bool add_in_norm2 = attention_ && mlp_ && attention_->gives_bf16_output() && mlp_->takes_bf16_input() &&
+                            !mlp_->takes_input_codes();
   if (attention_) {
     const NormedRows normed = normed_input(*norm1_, saved.norm1, x_in, local, *attention_, saved.attention);
     float* m = sized(saved.mid, n, device_);
+    if (add_in_norm2) {
+      void* product16 = sized_16bit(scratch.product16, n, device_);
+      attention_->forward(saved.attention, nullptr, normed, batch, seq, packing, scratch, nullptr, product16);
+      norm2_->forward_added(saved.norm2, m, x_in, product16, local);
+      mlp_->forward(saved.mlp, x_out, Norm::output(saved.norm2), rows, scratch, m);
+      return;
+    }
     attention_->forward(saved.attention, m, normed, batch, seq, packing, scratch, x_in);
     mid = m;
   }
@@ -93,43 +104,62 @@ void Block::forward(Saved& saved, const float* x_in, float* x_out, int64_t batch
   }
 }
 
-void Block::backward(float* d_x, const float* x_in, const Saved& saved, Workspace& work, int64_t batch, int64_t seq,
-                     const Packing& packing, ParallelScratch& scratch) const {
+bool Block::takes_bf16_residual_grad() const {
+  if (mlp_ || moe_) return mlp_ && mlp_->takes_bf16_residual_grad();
+  return attention_ && attention_->takes_bf16_residual_grad();
+}
+
+void Block::backward(float* d_x, ResidualGrad16& d_x16, const float* x_in, const Saved& saved, Workspace& work,
+                     int64_t batch, int64_t seq, const Packing& packing, ParallelScratch& scratch) const {
   const int64_t rows = batch * seq, local = tp_->local_rows(rows), n = local * d_model_;
+  // d_x in bf16 for a reader that takes it, where it is current; a norm updating d_x writes it for
+  // the next reader (`wanted`), which leaves it current, or else leaves it stale.
+  auto d_x16_for = [&](bool takes) -> const void* {
+    return takes && d_x16.current ? work.d_residual16.data() : nullptr;
+  };
+  auto d_x16_by_norm = [&](bool wanted) -> void* {
+    d_x16.current = wanted;
+    return wanted ? sized_16bit(work.d_residual16, n, device_) : nullptr;
+  };
+  const bool attention_takes = attention_ && attention_->takes_bf16_residual_grad();
   // Each sub-block writes d_normed whole, in bf16 where its first projection's dgrad rounds it to
   // bf16 anyway (gives_bf16_input_grad: half the bytes, the same values); the MoE layer's experts
   // add into a zeroed one.
   if (mlp_ || moe_) {
     const float* mid = attention_ || mamba_ ? saved.mid.data() : x_in;
+    // norm2's gradient is read next by attention's output projection, or by the block before.
+    const bool next_takes = attention_ ? attention_takes : !mamba_ && d_x16.wanted;
     if (mlp_ && mlp_->gives_bf16_input_grad()) {
       void* d_normed16 = sized_16bit(work.d_normed, n, device_);
-      mlp_->backward(nullptr, d_x, Norm::output(saved.norm2), saved.mlp, work, rows, scratch, false, d_normed16);
-      norm2_->backward_bf16(d_x, d_normed16, mid, saved.norm2, local);
+      mlp_->backward(nullptr, d_x, Norm::output(saved.norm2), saved.mlp, work, rows, scratch, false, d_normed16,
+                     d_x16_for(mlp_->takes_bf16_residual_grad()));
+      norm2_->backward_bf16(d_x, d_normed16, mid, saved.norm2, local, d_x16_by_norm(next_takes));
     } else if (mlp_) {
       float* d_normed = sized(work.d_normed, n, device_);
-      mlp_->backward(d_normed, d_x, Norm::output(saved.norm2), saved.mlp, work, rows, scratch, false);
-      norm2_->backward(d_x, d_normed, mid, saved.norm2, local);
+      mlp_->backward(d_normed, d_x, Norm::output(saved.norm2), saved.mlp, work, rows, scratch, false, nullptr,
+                     d_x16_for(mlp_->takes_bf16_residual_grad()));
+      norm2_->backward(d_x, d_normed, mid, saved.norm2, local, d_x16_by_norm(next_takes));
     } else {
       float* d_normed = zeroed(work.d_normed, n, device_);
       moe_->backward(d_normed, d_x, saved.norm2.out.data(), saved.moe, work, batch, seq, scratch);
-      norm2_->backward(d_x, d_normed, mid, saved.norm2, local);
+      norm2_->backward(d_x, d_normed, mid, saved.norm2, local, d_x16_by_norm(next_takes));
     }
   }
   if (attention_ && attention_->gives_bf16_input_grad()) {
     void* d_normed16 = sized_16bit(work.d_normed, n, device_);
     attention_->backward(nullptr, d_x, Norm::output(saved.norm1), saved.attention, work, batch, seq, packing, scratch,
-                         d_normed16);
-    norm1_->backward_bf16(d_x, d_normed16, x_in, saved.norm1, local);
+                         d_normed16, d_x16_for(attention_takes));
+    norm1_->backward_bf16(d_x, d_normed16, x_in, saved.norm1, local, d_x16_by_norm(d_x16.wanted));
   } else if (attention_) {
     float* d_normed = sized(work.d_normed, n, device_);
     attention_->backward(d_normed, d_x, Norm::output(saved.norm1), saved.attention, work, batch, seq, packing,
-                         scratch);
-    norm1_->backward(d_x, d_normed, x_in, saved.norm1, local);
+                         scratch, nullptr, d_x16_for(attention_takes));
+    norm1_->backward(d_x, d_normed, x_in, saved.norm1, local, d_x16_by_norm(d_x16.wanted));
   }
   if (mamba_) {
     float* d_normed = sized(work.d_normed, n, device_);  // written whole by the mixer's backward
     mamba_->backward(d_normed, d_x, saved.norm1.out.data(), saved.mamba, work, batch, seq, packing, scratch);
-    norm1_->backward(d_x, d_normed, x_in, saved.norm1, local);
+    norm1_->backward(d_x, d_normed, x_in, saved.norm1, local, d_x16_by_norm(d_x16.wanted));
   }
 }
 

@@ -14,6 +14,16 @@
 
 namespace loom::model {
 
+// The residual stream's gradient d_x in bf16 (Workspace::d_residual16), for the output projection
+// whose backward reads d_x next (attention's or the MLP's, under the bf16 recipe on a GPU): its
+// GEMMs multiply these values instead of casting d_x to bf16 themselves, and the norm backward
+// that updates d_x writes them from the same pass (kernels::rmsnorm_backward's din16): a read of
+// the fp32 gradient fewer for each such projection. The same values, so the same products.
+struct ResidualGrad16 {
+  bool current = false;  // work.d_residual16 holds d_x's values as they are now
+  bool wanted = false;   // the block before reads them: the last norm to update d_x writes them
+};
+
 class Block {
  public:
   struct Saved {
@@ -31,9 +41,12 @@ class Block {
   // x_in / x_out: this rank's rows of the residual stream (all of them unless sequence parallel).
   void forward(Saved& saved, const float* x_in, float* x_out, int64_t batch, int64_t seq, const Packing& packing,
                ParallelScratch& scratch) const;
-  // d_x holds d(loss)/d(x_out) on entry and d(loss)/d(x_in) on return.
-  void backward(float* d_x, const float* x_in, const Saved& saved, Workspace& work, int64_t batch, int64_t seq,
-                const Packing& packing, ParallelScratch& scratch) const;
+  // d_x holds d(loss)/d(x_out) on entry and d(loss)/d(x_in) on return. `d_x16` says whether
+  // work.d_residual16 holds d_x in bf16 on entry, and on return (written where d_x16.wanted).
+  void backward(float* d_x, ResidualGrad16& d_x16, const float* x_in, const Saved& saved, Workspace& work,
+                int64_t batch, int64_t seq, const Packing& packing, ParallelScratch& scratch) const;
+  // Whether the backward reads d_x in bf16 first (its MLP's, else its attention's output projection).
+  bool takes_bf16_residual_grad() const;
   // Inference on `rows` new positions of one sequence; x is updated in place.
   void decode(float* x, int64_t rows, int64_t past, KVCache& cache, Saved& scratch, ParallelScratch& tp_scratch,
               int64_t max_positions) const;

@@ -101,13 +101,16 @@ void Mlp::forward(Saved& saved, float* residual, const NormedRows& normed, int64
 }
 
 void Mlp::backward(float* d_normed, const float* d_residual, const NormedRows& normed, const Saved& saved,
-                   Workspace& work, int64_t rows, ParallelScratch& scratch, bool accumulate, void* d_normed16) const {
+                   Workspace& work, int64_t rows, ParallelScratch& scratch, bool accumulate, void* d_normed16,
+                   const void* d_residual16) const {
   LOOM_CHECK(d_normed16 == nullptr || !accumulate, "Mlp::backward: a bf16 d_normed is written whole, not added into");
+  LOOM_CHECK(d_residual16 == nullptr || takes_bf16_residual_grad(),
+             "Mlp::backward: a bf16 residual gradient is for a bf16 interior's down projection");
   // Each gradient below is written whole by one producer: nothing is zeroed first.
   if (bf16_interior()) {
     void* d_act = sized_16bit(work.d_act, rows * ffn_, device_);
     down_->backward(nullptr, d_residual, nullptr, rows, scratch, false,
-                    DeviceTensors{.in = saved.act.data(), .din = d_act});
+                    DeviceTensors{.in = saved.act.data(), .dout = d_residual16, .din = d_act});
     // A bias's gradient sums the fp32 hidden gradient: the activation's backward adds it from the
     // same pass that leaves the bf16 one.
     void* d_hidden = sized_16bit(work.d_hidden, rows * hidden_width(), device_);

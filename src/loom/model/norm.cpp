@@ -35,6 +35,21 @@ void Norm::forward(Saved& saved, const float* in, int64_t rows, bool bf16_out) c
   }
 }
 
+void Norm::forward_added(Saved& saved, float* sum, const float* residual, const void* add16, int64_t rows) const {
+  const Device device = store_->device();
+  float* rstd = sized(saved.rstd, rows, device);
+  float* mean = layer_norm_ ? sized(saved.mean, rows, device) : nullptr;
+  saved.bf16 = true;
+  void* out16 = sized_16bit(saved.out, rows * dim_, device);
+  if (layer_norm_) {
+    kernels::layernorm_add_forward_bf16(device, out16, mean, rstd, sum, residual, add16, store_->value(weight_),
+                                        store_->value(bias_), rows, dim_, eps_);
+  } else {
+    kernels::rmsnorm_add_forward_bf16(device, out16, rstd, sum, residual, add16, store_->value(weight_), rows, dim_,
+                                      eps_);
+  }
+}
+
 void Norm::statistics(Saved& saved, const float* in, int64_t rows, float* amax) const {
   const Device device = store_->device();
   float* rstd = sized(saved.rstd, rows, device);
@@ -56,23 +71,26 @@ NormedRows Norm::output(const Saved& saved) {
   return saved.bf16 ? NormedRows::in_bf16(saved.out.data()) : NormedRows(saved.out.data());
 }
 
-void Norm::backward(float* din, const float* dout, const float* in, const Saved& saved, int64_t rows) const {
+void Norm::backward(float* din, const float* dout, const float* in, const Saved& saved, int64_t rows,
+                    void* din16) const {
   if (layer_norm_) {
     kernels::layernorm_backward(store_->device(), din, store_->grad(weight_), store_->grad(bias_), dout, in,
-                                store_->value(weight_), saved.mean.data(), saved.rstd.data(), rows, dim_);
+                                store_->value(weight_), saved.mean.data(), saved.rstd.data(), rows, dim_, din16);
   } else {
     kernels::rmsnorm_backward(store_->device(), din, store_->grad(weight_), dout, in, store_->value(weight_),
-                              saved.rstd.data(), rows, dim_);
+                              saved.rstd.data(), rows, dim_, din16);
   }
 }
 
-void Norm::backward_bf16(float* din, const void* dout16, const float* in, const Saved& saved, int64_t rows) const {
+void Norm::backward_bf16(float* din, const void* dout16, const float* in, const Saved& saved, int64_t rows,
+                         void* din16) const {
   if (layer_norm_) {
     kernels::layernorm_backward_bf16(store_->device(), din, store_->grad(weight_), store_->grad(bias_), dout16, in,
-                                     store_->value(weight_), saved.mean.data(), saved.rstd.data(), rows, dim_);
+                                     store_->value(weight_), saved.mean.data(), saved.rstd.data(), rows, dim_,
+                                     din16);
   } else {
     kernels::rmsnorm_backward_bf16(store_->device(), din, store_->grad(weight_), dout16, in, store_->value(weight_),
-                                   saved.rstd.data(), rows, dim_);
+                                   saved.rstd.data(), rows, dim_, din16);
   }
 }
 

@@ -49,6 +49,10 @@ class Norm {
   // `bf16_out`: the output in bf16, each value the fp32 output rounded (kernels::rmsnorm_forward_bf16),
   // for a projection that casts it to bf16 anyway; the backward reads only the input and statistics.
   void forward(Saved& saved, const float* in, int64_t rows, bool bf16_out = false) const;
+  // The residual add before the norm and the norm in one pass (kernels::rmsnorm_add_forward_bf16):
+  // sum = residual + add16 (a bf16 product: the stream's next tensor, written), then the bf16
+  // forward of sum as forward(saved, sum, rows, true) computes it.
+  void forward_added(Saved& saved, float* sum, const float* residual, const void* add16, int64_t rows) const;
   // The output `saved` holds, as the next sub-block reads it (none after forward_codes).
   static NormedRows output(const Saved& saved);
   // Where the projection after the norm takes its input as FP8 codes the norm writes (per-tensor
@@ -60,11 +64,14 @@ class Norm {
   void statistics(Saved& saved, const float* in, int64_t rows, float* amax) const;
   void forward_codes(const Saved& saved, const float* in, int64_t rows, const kernels::CastOperand& cast, void* codes,
                      void* transposed) const;
-  // din += d(norm)/d(in) . dout; parameter gradients added into the store.
-  void backward(float* din, const float* dout, const float* in, const Saved& saved, int64_t rows) const;
+  // din += d(norm)/d(in) . dout; parameter gradients added into the store. `din16` (null: none):
+  // din's new values rounded to bf16 as well, from the same pass (ResidualGrad16).
+  void backward(float* din, const float* dout, const float* in, const Saved& saved, int64_t rows,
+                void* din16 = nullptr) const;
   // The same over dout in bf16 (2-byte elements: a bf16 projection's input gradient), bit for bit
   // the fp32 form's on its values widened.
-  void backward_bf16(float* din, const void* dout16, const float* in, const Saved& saved, int64_t rows) const;
+  void backward_bf16(float* din, const void* dout16, const float* in, const Saved& saved, int64_t rows,
+                     void* din16 = nullptr) const;
 
  private:
   ParameterStore* store_;

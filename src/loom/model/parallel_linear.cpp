@@ -183,6 +183,15 @@ void RowParallelLinear::forward(float* out, const float* x, int64_t rows, Parall
                             .keep_input_codes = tensors.keep_input_codes,
                             .in_amax = tensors.in_amax,
                             .in_codes = tensors.in_codes};
+  if (tensors.out != nullptr) {  // the rounded product (and bias) in bf16, added by its reader
+    LOOM_CHECK(gives_bf16_output() && residual_in == nullptr,
+               "RowParallelLinear::forward: a bf16 output is for one rank's GEMMs rounding to bf16, not added");
+    DeviceTensors bf16_out = input;
+    bf16_out.out = tensors.out;
+    precision_->forward(nullptr, x, store_->value(weight_), bias, rows, in_, out_, false, GemmOutput::Rounded,
+                        bf16_out);
+    return;
+  }
   if (residual_in == out) residual_in = nullptr;
   if (tp_->single() && precision_ != nullptr) {  // the product adds into the residual stream, reading residual_in
     precision_->forward(out, x, store_->value(weight_), bias, rows, in_, out_, true, GemmOutput::Rounded, input,
@@ -204,10 +213,15 @@ void RowParallelLinear::forward(float* out, const float* x, int64_t rows, Parall
 
 void RowParallelLinear::backward(float* d_x, const float* d_out, const float* x, int64_t rows,
                                  ParallelScratch& scratch, bool accumulate, const DeviceTensors& tensors) const {
+  LOOM_CHECK(tensors.dout == nullptr || takes_bf16_output_grad(),
+             "RowParallelLinear::backward: a bf16 output gradient is for one rank's bf16 GEMMs");
   const float* d_full = tp_->exit_backward(d_out, rows, out_, scratch.gathered);
   linear_backward(store_->device(), precision_.get(), d_x, store_->grad(weight_), nullptr, d_full, x,
                   store_->value(weight_), rows, in_, out_, GemmOutput::Rounded, accumulate,
-                  DeviceTensors{.in = tensors.in, .din = tensors.din, .kept_input_codes = tensors.kept_input_codes});
+                  DeviceTensors{.in = tensors.in,
+                                .dout = tensors.dout,
+                                .din = tensors.din,
+                                .kept_input_codes = tensors.kept_input_codes});
   // The bias was added after g, to this rank's rows: its gradient is over those rows (a partial
   // sum under sequence parallelism, completed by the model's gradient sync).
   if (bias_ >= 0) {

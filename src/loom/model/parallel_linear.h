@@ -29,6 +29,7 @@ namespace loom::model {
 // Scratch of the f/g operators, shared by the layers of a model (one runs at a time).
 struct ParallelScratch {
   Buffer gathered, partial, d_full;
+  Buffer product16;  // a product left in bf16 for the norm after it to add (Block::forward)
 };
 
 class ColumnParallelLinear {
@@ -118,14 +119,28 @@ class RowParallelLinear {
   // written by its producer (input_codes). `residual_in` (out's shape; null: out): out = residual_in
   // + g(x W^T) + b instead, a residual stream's next tensor from its input: the product's own
   // add reads it where it can (a precision recipe, one tensor-parallel rank), else it is copied
-  // into out first. The same values either way.
+  // into out first. The same values either way. tensors.out (where gives_bf16_output()): the
+  // product, rounded after its bias, left in bf16 there instead of added into out (a norm after
+  // it adds it: Norm::forward_added).
   void forward(float* out, const float* x, int64_t rows, ParallelScratch& scratch,
                const DeviceTensors& tensors = {}, const float* residual_in = nullptr) const;
+  // Whether the forward can leave its product in bf16 (tensors.out): one rank (no sum over the
+  // group first) whose GEMMs round their outputs to bf16 (LinearPrecision::gives_bf16_outputs).
+  bool gives_bf16_output() const {
+    return tp_->single() && precision_ != nullptr && precision_->gives_bf16_outputs();
+  }
   // d_x[rows, in_local] += g_backward(d_out) W, d_out being this rank's [local_rows, out]; = when
   // not `accumulate`. tensors.in: x in bf16 instead; tensors.din: d_x written whole in bf16
-  // instead; tensors.kept_input_codes: the codes the forward kept.
+  // instead; tensors.kept_input_codes: the codes the forward kept; tensors.dout (where
+  // takes_bf16_output_grad()): d_out's values rounded to bf16, which both GEMMs multiply instead of
+  // casting d_out (the bias's gradient still sums d_out).
   void backward(float* d_x, const float* d_out, const float* x, int64_t rows, ParallelScratch& scratch,
                 bool accumulate = true, const DeviceTensors& tensors = {}) const;
+  // Whether the backward takes its output gradient in bf16 as well (tensors.dout): one rank (no
+  // gather first) whose GEMMs are bf16 (LinearPrecision::takes_bf16_tensors).
+  bool takes_bf16_output_grad() const {
+    return tp_->single() && precision_ != nullptr && precision_->takes_bf16_tensors();
+  }
   // As ColumnParallelLinear's.
   const LinearPrecision* precision() const { return precision_.get(); }
   // Whether the layer accepts a bf16-valued input in bf16 (tensors.in; LinearPrecision::accepts_bf16_input).

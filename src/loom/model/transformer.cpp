@@ -334,13 +334,20 @@ double Transformer::head_loss(const float* hidden, Norm::Saved& norm, Buffer& he
   return cross_entropy(logits, targets, rows, grad_scale);
 }
 
-void Transformer::head_backward(Activations& a, int64_t rows) {
-  float* d_x = zeroed(a.d_x, tp_.local_rows(rows) * config_.d_model, params_.device());
-  head_grad(d_x, a.residual[config_.layers].data(), a.final_norm, a.head_input, a.logits, rows);
+void Transformer::head_backward(Activations& a, int64_t rows, ResidualGrad16& d_x16) {
+  const int64_t n = tp_.local_rows(rows) * config_.d_model;
+  float* d_x = zeroed(a.d_x, n, params_.device());
+  void* d_x16_out = d_x16.wanted ? sized_16bit(work_.d_residual16, n, params_.device()) : nullptr;
+  head_grad(d_x, a.residual[config_.layers].data(), a.final_norm, a.head_input, a.logits, rows, d_x16_out);
+  d_x16.current = d_x16.wanted;
+}
+
+bool Transformer::mtp_adds_gradient() const {
+  return objective_ == nullptr && !mtp_.empty() && config_.mtp_loss_weight != 0.0;
 }
 
 void Transformer::head_grad(float* d_hidden, const float* hidden, const Norm::Saved& norm, const Buffer& head_input,
-                            const Buffer& logits, int64_t rows) {
+                            const Buffer& logits, int64_t rows, void* d_hidden16) {
   const int64_t C = config_.d_model, local = tp_.local_rows(rows);
   // logits holds d(loss)/d(logits). The head's input gradient is written whole (d_final and the
   // tensor-parallel target are not zeroed first).
@@ -359,7 +366,7 @@ void Transformer::head_grad(float* d_hidden, const float* hidden, const Norm::Sa
                              params_.value(head_), rows, C, vocab_local_, false);
   }
   tp_.enter_backward(d_final, d_head_in, rows, C, head_precision_.get(), false);
-  final_norm_->backward(d_hidden, d_final, hidden, norm, local);
+  final_norm_->backward(d_hidden, d_final, hidden, norm, local, d_hidden16);
 }
 
 float* Transformer::chunk_input(Activations& a, int chunk, int64_t rows) {
@@ -422,10 +429,15 @@ void Transformer::backward_chunk(Activations& a, int chunk, const int32_t* input
     tp_grads_->finish_unit(unit);
     if (hooks_) hooks_->after_backward(unit);
   };
+  // d_x in bf16 for the output projections that take it, written by the norms that update d_x
+  // (none where d_x came from the next pipeline stage).
+  ResidualGrad16 d_x16;
+  auto takes_bf16 = [&](int l) { return l >= range.first && block(l).takes_bf16_residual_grad(); };
   if (range.last == config_.layers) {
     const int head_unit = config_.layers + 1;
     begin_unit(head_unit);
-    head_backward(a, rows);
+    d_x16.wanted = takes_bf16(range.last - 1) && !mtp_adds_gradient();
+    head_backward(a, rows, d_x16);
     if (objective_ == nullptr) mtp_backward(a, batch, seq, packing);
     finish_unit(head_unit);
   }
@@ -438,7 +450,8 @@ void Transformer::backward_chunk(Activations& a, int chunk, const int32_t* input
                        sized(recompute_out_, local * config_.d_model, params_.device()), batch, seq, staged,
                        tp_scratch_);
     }
-    block(l).backward(d_x, a.residual[l].data(), saved_for(a, l), work_, batch, seq, staged, tp_scratch_);
+    d_x16.wanted = takes_bf16(l - 1);
+    block(l).backward(d_x, d_x16, a.residual[l].data(), saved_for(a, l), work_, batch, seq, staged, tp_scratch_);
     finish_unit(l + 1);
   }
   if (range.first == 0) {

@@ -87,6 +87,10 @@ struct Bf16Ends {
   bool output_grad_produced = false;
   double output_grad_produced_bytes = 0.0;
   double input_pass_saved = 0.0;  // bytes per input element
+  // The output gradient (the residual stream's) given bf16 by the norm backward that wrote it
+  // (model::ResidualGrad16): of its 16-bit cast (4 bytes read, 2 written) only the norm's 2-byte
+  // write is left.
+  bool output_grad_from_norm = false;
 };
 double linear_cast_seconds(double n, double out, double in, model::Recipe recipe, bool recompute, const Hardware& hw,
                            const CastPath& path, const Bf16Ends& bf16 = {}) {
@@ -130,6 +134,7 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
   }
   if (bf16.output) rounded -= (recompute ? 2.0 : 1.0) * n * out;
   if (bf16.output_grad) cast -= n * out;
+  if (bf16.output_grad_from_norm) cast -= (4.0 / 6.0) * n * out;
   if (bf16.input) cast -= (recompute ? 3.0 : 2.0) * n * in;
   if (bf16.input_grad) rounded -= n * in;
   // Read from bf16: its cast's read and its amax pass's (if any) read 2 bytes, not 4.
@@ -162,6 +167,8 @@ Bf16Ends device_bf16_ends(const CastPath& path, model::Recipe r, LinearRole role
     ends.output = up || (qkv && path.bf16_attention);
     ends.output_grad = up || (qkv && path.bf16_qkv_gradient);
     ends.input_grad = down || (o && path.bf16_attention) || ((qkv || up) && path.bf16_normed_grad);
+    // The output projections' gradient (the residual stream's), from the norm that updated it.
+    ends.output_grad_from_norm = (down || (o && path.bf16_attention)) && path.bf16_normed_grad;
     return ends;
   }
   // FP8 and MX: the MLP keeps its GEMMs' bf16 outputs (Mlp::bf16_hidden); per-tensor FP8 also

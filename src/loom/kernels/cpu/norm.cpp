@@ -41,7 +41,7 @@ void rmsnorm_forward(float* out, float* rstd, const float* in, const float* weig
 }
 
 void rmsnorm_backward(float* din, float* dweight, const float* dout, const float* in, const float* weight,
-                      const float* rstd, int64_t rows, int64_t dim) {
+                      const float* rstd, int64_t rows, int64_t dim, void* din16) {
   PerThreadSums dw(dim);
 #pragma omp parallel if(worth_parallel(rows * dim))
   {
@@ -64,6 +64,7 @@ void rmsnorm_backward(float* din, float* dweight, const float* dout, const float
     }
   }
   dw.add_into(dweight);
+  if (din16 != nullptr) narrow_floats(din16, din, rows * dim, DType::BF16);
 }
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* in, const float* weight,
@@ -88,7 +89,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* in, co
 }
 
 void layernorm_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
-                        const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim) {
+                        const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim,
+                        void* din16) {
   PerThreadSums dw(dim), db(dim);
 #pragma omp parallel if(worth_parallel(rows * dim))
   {
@@ -121,6 +123,7 @@ void layernorm_backward(float* din, float* dweight, float* dbias, const float* d
   }
   dw.add_into(dweight);
   db.add_into(dbias);
+  if (din16 != nullptr) narrow_floats(din16, din, rows * dim, DType::BF16);
 }
 
 void rmsnorm_forward_bf16(void* out16, float* rstd, const float* in, const float* weight, int64_t rows, int64_t dim,
@@ -143,16 +146,38 @@ std::vector<float> widened(const void* x16, int64_t n) {
   widen_floats(x.data(), x16, n, DType::BF16, false);
   return x;
 }
+
+// sum = residual + add16 widened, one fp32 rounding per element.
+void add_widened(float* sum, const float* residual, const void* add16, int64_t n) {
+  const std::vector<float> add = widened(add16, n);
+#pragma omp parallel for simd schedule(static) if(worth_parallel(n))
+  for (int64_t i = 0; i < n; ++i) sum[i] = residual[i] + add[i];
+}
 }  // namespace
 
+void rmsnorm_add_forward_bf16(void* out16, float* rstd, float* sum, const float* residual, const void* add16,
+                              const float* weight, int64_t rows, int64_t dim, float eps) {
+  add_widened(sum, residual, add16, rows * dim);
+  rmsnorm_forward_bf16(out16, rstd, sum, weight, rows, dim, eps);
+}
+
+void layernorm_add_forward_bf16(void* out16, float* mean, float* rstd, float* sum, const float* residual,
+                                const void* add16, const float* weight, const float* bias, int64_t rows, int64_t dim,
+                                float eps) {
+  add_widened(sum, residual, add16, rows * dim);
+  layernorm_forward_bf16(out16, mean, rstd, sum, weight, bias, rows, dim, eps);
+}
+
 void rmsnorm_backward_bf16(float* din, float* dweight, const void* dout16, const float* in, const float* weight,
-                           const float* rstd, int64_t rows, int64_t dim) {
-  rmsnorm_backward(din, dweight, widened(dout16, rows * dim).data(), in, weight, rstd, rows, dim);
+                           const float* rstd, int64_t rows, int64_t dim, void* din16) {
+  rmsnorm_backward(din, dweight, widened(dout16, rows * dim).data(), in, weight, rstd, rows, dim, din16);
 }
 
 void layernorm_backward_bf16(float* din, float* dweight, float* dbias, const void* dout16, const float* in,
-                             const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim) {
-  layernorm_backward(din, dweight, dbias, widened(dout16, rows * dim).data(), in, weight, mean, rstd, rows, dim);
+                             const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim,
+                             void* din16) {
+  layernorm_backward(din, dweight, dbias, widened(dout16, rows * dim).data(), in, weight, mean, rstd, rows, dim,
+                     din16);
 }
 
 }  // namespace loom::kernels::cpu

@@ -109,6 +109,8 @@ struct TensorList {
   Hyper hypers[kernels::kMaxAdamWSteps];
   int count;
 };
+// Kernel arguments by value: 4 KB is what every CUDA version takes.
+static_assert(sizeof(TensorList) <= 4096, "AdamW's tensor list must stay a kernel argument");
 
 // A tensor's amax (where set) takes max |updated value| of each block's elements: one atomic per
 // block (amax.cuh), a tensor's blocks being its own.
@@ -185,6 +187,7 @@ struct ScalePairs {
   float scale[kMaxTensorsPerLaunch];
   int count;
 };
+static_assert(sizeof(ScalePairs) <= 4096, "the scale pairs must stay a kernel argument");
 __global__ void scale_pairs_kernel(const __grid_constant__ ScalePairs s) {
   const int i = static_cast<int>(threadIdx.x);
   if (i >= s.count) return;

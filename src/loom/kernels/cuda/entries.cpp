@@ -111,8 +111,8 @@ void register_norms_and_activations(CudaEntries& e) {
   e.rmsnorm_forward = [](Device d, float* out, float* rstd, const float* in, const float* w, int64_t rows,
                          int64_t dim, float eps) { rmsnorm_forward(out, rstd, in, w, rows, dim, eps, stream_of(d)); };
   e.rmsnorm_backward = [](Device d, float* din, float* dw, const float* dout, const float* in, const float* w,
-                          const float* rstd, int64_t rows, int64_t dim) {
-    rmsnorm_backward(din, dw, dout, in, w, rstd, rows, dim, stream_of(d));
+                          const float* rstd, int64_t rows, int64_t dim, void* din16) {
+    rmsnorm_backward(din, dw, dout, in, w, rstd, rows, dim, din16, stream_of(d));
   };
   e.layernorm_forward = [](Device d, float* out, float* mean, float* rstd, const float* in, const float* w,
                            const float* b, int64_t rows, int64_t dim, float eps) {
@@ -126,17 +126,28 @@ void register_norms_and_activations(CudaEntries& e) {
                                 const float* b, int64_t rows, int64_t dim, float eps) {
     layernorm_forward_bf16(out16, mean, rstd, in, w, b, rows, dim, eps, stream_of(d));
   };
+  e.rmsnorm_add_forward_bf16 = [](Device d, void* out16, float* rstd, float* sum, const float* residual,
+                                  const void* add16, const float* w, int64_t rows, int64_t dim, float eps) {
+    rmsnorm_add_forward_bf16(out16, rstd, sum, residual, add16, w, rows, dim, eps, stream_of(d));
+  };
+  e.layernorm_add_forward_bf16 = [](Device d, void* out16, float* mean, float* rstd, float* sum,
+                                    const float* residual, const void* add16, const float* w, const float* b,
+                                    int64_t rows, int64_t dim, float eps) {
+    layernorm_add_forward_bf16(out16, mean, rstd, sum, residual, add16, w, b, rows, dim, eps, stream_of(d));
+  };
   e.layernorm_backward = [](Device d, float* din, float* dw, float* db, const float* dout, const float* in,
-                            const float* w, const float* mean, const float* rstd, int64_t rows, int64_t dim) {
-    layernorm_backward(din, dw, db, dout, in, w, mean, rstd, rows, dim, stream_of(d));
+                            const float* w, const float* mean, const float* rstd, int64_t rows, int64_t dim,
+                            void* din16) {
+    layernorm_backward(din, dw, db, dout, in, w, mean, rstd, rows, dim, din16, stream_of(d));
   };
   e.rmsnorm_backward_bf16 = [](Device d, float* din, float* dw, const void* dout16, const float* in, const float* w,
-                               const float* rstd, int64_t rows, int64_t dim) {
-    rmsnorm_backward_bf16(din, dw, dout16, in, w, rstd, rows, dim, stream_of(d));
+                               const float* rstd, int64_t rows, int64_t dim, void* din16) {
+    rmsnorm_backward_bf16(din, dw, dout16, in, w, rstd, rows, dim, din16, stream_of(d));
   };
   e.layernorm_backward_bf16 = [](Device d, float* din, float* dw, float* db, const void* dout16, const float* in,
-                                 const float* w, const float* mean, const float* rstd, int64_t rows, int64_t dim) {
-    layernorm_backward_bf16(din, dw, db, dout16, in, w, mean, rstd, rows, dim, stream_of(d));
+                                 const float* w, const float* mean, const float* rstd, int64_t rows, int64_t dim,
+                                 void* din16) {
+    layernorm_backward_bf16(din, dw, db, dout16, in, w, mean, rstd, rows, dim, din16, stream_of(d));
   };
   e.swiglu_forward = [](Device d, float* out, const float* gu, int64_t rows, int64_t width) {
     swiglu_forward(out, gu, rows, width, stream_of(d));

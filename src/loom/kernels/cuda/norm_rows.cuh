@@ -17,6 +17,7 @@
 
 #include "loom/core/error.h"
 #include "loom/kernels/cuda/amax.cuh"
+#include "loom/kernels/cuda/bf16_io.cuh"
 #include "loom/kernels/cuda/launch.cuh"
 #include "loom/kernels/cuda/pack4.cuh"
 
@@ -184,6 +185,33 @@ __device__ __forceinline__ void each_row_chunk(const RowThread& t, int64_t chunk
   each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
     if constexpr (Held == 0) load_chunk(xr, c, x[k]);
     f(k, c);
+  });
+}
+
+// A forward's input given as a residual add (the add-and-norm forms, kernels::rmsnorm_add_forward_bf16):
+// the residual stream's row plus a bf16 product's row, added as a product's finishing pass adds
+// (cast.cu's finish kernels: one fp32 rounding) and stored as the stream's next tensor, `sum`,
+// which the kernel then reads as its input. residual null: no add, the input read as it is.
+struct AddRows {
+  const float* residual = nullptr;
+  const __nv_bfloat16* add16 = nullptr;
+  float* sum = nullptr;
+};
+
+// load_row, or with `add` the row's sum written to its place in add.sum (`offset`: the row's first
+// element) and, Held > 0, kept in x; with Held = 0 the passes read it back from there (the
+// thread's own stores).
+template <int V, int Held>
+__device__ __forceinline__ void load_or_add_row(const RowThread& t, int64_t chunks, const float* xr, const AddRows& add,
+                                                int64_t offset, float (&x)[Held > 0 ? Held : 1][V]) {
+  if (add.residual == nullptr) return load_row<V, Held>(t, chunks, xr, x);
+  each_chunk<Held>(t, chunks, [&](int k, int64_t c) {
+    float a[V], b[V];
+    load_chunk(add.residual + offset, c, a);
+    load_chunk(add.add16 + offset, c, b);
+#pragma unroll
+    for (int j = 0; j < V; ++j) x[k][j] = __fadd_rn(a[j], b[j]);
+    store_chunk(add.sum + offset, c, x[k]);
   });
 }
 

@@ -313,7 +313,10 @@ void multiply(const PrecisionGemm& g, const Dims& d, const Prepared& pa, const P
   const bool tensor_cores = pa.type != GemmType::F32;
   const bool epilogue_bias = g.bias != nullptr && g.rounding == OutputRounding::Bf16 && tensor_cores && !block_scaled;
   const bool bf16_out = g.rounding == OutputRounding::Bf16 && tensor_cores && (g.bias == nullptr || epilogue_bias);
-  const void* bias16 = !epilogue_bias ? nullptr : g.bias16 != nullptr ? g.bias16 : bf16_bias(g, scratch, stream);
+  // The caller's bf16 bias where cuBLASLt's epilogue can read it (16-byte aligned: a bias inside the
+  // optimizer's packed bf16 copy of the parameters starts where its offset puts it), else a cast.
+  const bool given_bias16 = g.bias16 != nullptr && reinterpret_cast<uintptr_t>(g.bias16) % 16 == 0;
+  const void* bias16 = !epilogue_bias ? nullptr : given_bias16 ? g.bias16 : bf16_bias(g, scratch, stream);
   const float* finish_bias = epilogue_bias ? nullptr : rounded_bias(g, scratch, stream);
   const int64_t count = d.m * d.n;
   const GemmOperand a_operand{pa.data, pa.type, !pa.k_in_cols, pa.scale, pa.mode};

@@ -19,11 +19,12 @@ constexpr int kForwardHeld = 8, kBackwardHeld = 4;
 
 // Rows laid out as norm_rows.cuh says, the blocks walking them grid-stride; with `amax`, max
 // |output| taken too (T = Discard: the statistics and amax alone, nothing stored). Reads a row
-// once (Held > 0) and writes it once: 4 + sizeof(T) bytes an element.
+// once (Held > 0) and writes it once: 4 + sizeof(T) bytes an element. With `add` the input rows
+// are first written as a residual add's sums (AddRows; `in` is add.sum then).
 template <typename T, int V, int Held>
 __global__ void __launch_bounds__(kThreads, norm_forward_min_blocks(Held))
     rmsnorm_forward_kernel(T* out, float* rstd, const float* in, const float* weight, int64_t rows, int64_t dim,
-                           int group, bool whole_out, float eps, unsigned* amax) {
+                           int group, bool whole_out, float eps, unsigned* amax, AddRows add) {
   constexpr int kSlots = Held > 0 ? Held : 1;
   __shared__ float shared[kThreads / 32];
   const RowThread t = row_thread(group);
@@ -39,7 +40,7 @@ __global__ void __launch_bounds__(kThreads, norm_forward_min_blocks(Held))
     const float* xr = in + r * dim;
     float sum_sq = 0.0f;
     if (valid) {
-      load_row<V, Held>(t, chunks, xr, x);
+      load_or_add_row<V, Held>(t, chunks, xr, add, r * dim, x);
       each_row_chunk<V, Held>(t, chunks, xr, x, [&](int k, int64_t) {
 #pragma unroll
         for (int j = 0; j < V; ++j) sum_sq += x[k][j] * x[k][j];
@@ -66,10 +67,12 @@ __global__ void __launch_bounds__(kThreads, norm_forward_min_blocks(Held))
 // thread keeps its columns' weights and weight gradient in registers over the run, a row read
 // and din written once (16 bytes an element), the block's groups' sums then added in group order;
 // Held = 0: a row per step, the gradient summed in shared memory. Either way a fixed order.
+// din16 (null: none) gets din's new values rounded to bf16 (whole16: in 8-byte packs).
 template <int V, int Held, typename Dy>
 __global__ void __launch_bounds__(kThreads, 2)
     rmsnorm_backward_kernel(float* din, float* partial, const Dy* dout, const float* in, const float* weight,
-                            const float* rstd, int64_t rows, int64_t dim, int64_t block_rows, int group) {
+                            const float* rstd, int64_t rows, int64_t dim, int64_t block_rows, int group,
+                            __nv_bfloat16* din16, bool whole16) {
   constexpr int kSlots = Held > 0 ? Held : 1;
   __shared__ float shared[kThreads / 32];
   extern __shared__ float dw_sum[];  // [dim]
@@ -111,6 +114,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
       }
       store_chunk(dx, c, dxv[k]);
+      if (din16 != nullptr) store_output(din16 + r * dim, c, dxv[k], whole16);
     });
   }
   write_block_gradients<V, Held>(t, chunks, dim, grads, dw_sum, partial);
@@ -118,14 +122,15 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 template <typename T>
 void launch_forward(T* out, float* rstd, const float* in, const float* weight, int64_t rows, int64_t dim, float eps,
-                    float* amax, cudaStream_t stream) {
+                    float* amax, cudaStream_t stream, AddRows add = {}) {
   if (rows == 0) return;
-  // The layout from the input and weights alone, so the same for every T.
-  const NormRows s = norm_rows(dim, {in, weight}, kForwardHeld);
+  // The layout from the input and weights alone (and an add's rows, aligned as they are), so the
+  // same for every T.
+  const NormRows s = norm_rows(dim, {in, weight, add.residual, add.add16}, kForwardHeld);
   const bool whole_out = pack4_aligned<T>(out);
   const auto launch = [&](auto kernel) {
-    kernel<<<norm_rows_grid(rows, s, amax), kThreads, 0, stream>>>(out, rstd, in, weight, rows, dim, s.group,
-                                                                   whole_out, eps, reinterpret_cast<unsigned*>(amax));
+    kernel<<<norm_rows_grid(rows, s, amax), kThreads, 0, stream>>>(
+        out, rstd, in, weight, rows, dim, s.group, whole_out, eps, reinterpret_cast<unsigned*>(amax), add);
   };
   with_layout<kForwardHeld>(s, [&](auto v, auto held) { launch(rmsnorm_forward_kernel<T, v, held>); });
   check_launch("rmsnorm_forward_kernel");
@@ -148,21 +153,29 @@ void rmsnorm_statistics(float* rstd, const float* in, const float* weight, int64
   launch_forward(static_cast<Discard*>(nullptr), rstd, in, weight, rows, dim, eps, amax, stream);
 }
 
+void rmsnorm_add_forward_bf16(void* out16, float* rstd, float* sum, const float* residual, const void* add16,
+                              const float* weight, int64_t rows, int64_t dim, float eps, cudaStream_t stream) {
+  const AddRows add{residual, static_cast<const __nv_bfloat16*>(add16), sum};
+  launch_forward(static_cast<__nv_bfloat16*>(out16), rstd, sum, weight, rows, dim, eps, nullptr, stream, add);
+}
+
 namespace {
 // The backward over an fp32 or bf16 (Dy) output gradient: the layout from din, in and the weight
 // with dout, so the same sums in the same order for either (a bf16 dout needs its packs 8-byte
 // aligned; asked 16 like the others).
 template <typename Dy>
 void launch_backward(float* din, float* dweight, const Dy* dout, const float* in, const float* weight,
-                     const float* rstd, int64_t rows, int64_t dim, cudaStream_t stream) {
+                     const float* rstd, int64_t rows, int64_t dim, void* din16, cudaStream_t stream) {
   if (rows == 0) return;
   const NormRows s = norm_rows(dim, {din, dout, in, weight}, kBackwardHeld);
+  auto* din16_rows = static_cast<__nv_bfloat16*>(din16);
+  const bool whole16 = pack4_aligned<__nv_bfloat16>(din16);
   const auto launch = [&](auto kernel) {
     const NormBlocks blocks = norm_blocks(rows, dim, 1, kThreads / s.group, reinterpret_cast<const void*>(kernel));
     Scratch scratch;
     float* partial = scratch.floats(blocks.count * dim);
     kernel<<<static_cast<unsigned>(blocks.count), kThreads, blocks.shared_bytes, stream>>>(
-        din, partial, dout, in, weight, rstd, rows, dim, blocks.rows, s.group);
+        din, partial, dout, in, weight, rstd, rows, dim, blocks.rows, s.group, din16_rows, whole16);
     check_launch("rmsnorm_backward_kernel");
     add_partial_column_sums(dweight, partial, blocks.count, dim, stream);
   };
@@ -171,13 +184,14 @@ void launch_backward(float* din, float* dweight, const Dy* dout, const float* in
 }  // namespace
 
 void rmsnorm_backward(float* din, float* dweight, const float* dout, const float* in, const float* weight,
-                      const float* rstd, int64_t rows, int64_t dim, cudaStream_t stream) {
-  launch_backward(din, dweight, dout, in, weight, rstd, rows, dim, stream);
+                      const float* rstd, int64_t rows, int64_t dim, void* din16, cudaStream_t stream) {
+  launch_backward(din, dweight, dout, in, weight, rstd, rows, dim, din16, stream);
 }
 
 void rmsnorm_backward_bf16(float* din, float* dweight, const void* dout16, const float* in, const float* weight,
-                           const float* rstd, int64_t rows, int64_t dim, cudaStream_t stream) {
-  launch_backward(din, dweight, static_cast<const __nv_bfloat16*>(dout16), in, weight, rstd, rows, dim, stream);
+                           const float* rstd, int64_t rows, int64_t dim, void* din16, cudaStream_t stream) {
+  launch_backward(din, dweight, static_cast<const __nv_bfloat16*>(dout16), in, weight, rstd, rows, dim, din16,
+                  stream);
 }
 
 }  // namespace loom::kernels::cuda
