@@ -49,10 +49,11 @@ TEST_F(DeviceBf16Tensors, LlamaWithItsMlpInteriorAndLogitsInBf16EqualsTheCpuBitF
   EXPECT_EQ(calls("flash_attention_forward"), 0);
   EXPECT_EQ(calls("flash_attention_backward"), 0);
   // The norms before attention and the MLP write bf16 for the projections after them (the final
-  // norm, before the head, stays fp32): two per block forward, none in fp32, the MLP's adding
-  // attention's bf16 product into the stream (Norm::forward_added).
-  EXPECT_EQ(calls("rmsnorm_forward_bf16"), calls("flash_attention_forward_bf16_tensors"));
-  EXPECT_EQ(calls("rmsnorm_add_forward_bf16"), calls("flash_attention_forward_bf16_tensors"));
+  // norm, before the head, stays fp32): two per block forward, none in fp32, each but the first
+  // block's first adding the product before it into the stream (Norm::forward_added: attention's,
+  // or the block before's MLP's: Block's ResidualLink).
+  EXPECT_EQ(calls("rmsnorm_forward_bf16"), calls("flash_attention_forward_bf16_tensors") / 2);
+  EXPECT_EQ(calls("rmsnorm_add_forward_bf16"), 3 * calls("flash_attention_forward_bf16_tensors") / 2);
   EXPECT_EQ(calls("rmsnorm_forward"), calls("flash_attention_forward_bf16_tensors") / 2);
   expect_bitwise_equal_runs(kLlama, "bf16-llama-recompute", bf16({"model.recompute=true"}));
 }

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <string>
 
+#include "loom/core/error.h"
+
 namespace loom::model {
 
 Block::Block(ParameterStore& store, const TensorParallel& tp, int layer, const config::ModelConfig& config,
@@ -62,10 +64,19 @@ NormedRows normed_input(const Norm& norm, Norm::Saved& saved, const float* x, in
 }
 }  // namespace
 
+bool Block::leaves_product() const { return attention_ && mlp_ && mlp_->gives_bf16_output(); }
+
+bool Block::adds_product_in() const {
+  return attention_ && attention_->takes_bf16_input() && !attention_->takes_input_codes();
+}
+
 void Block::forward(Saved& saved, const float* x_in, float* x_out, int64_t batch, int64_t seq,
-                    const Packing& packing, ParallelScratch& scratch) const {
+                    const Packing& packing, ParallelScratch& scratch, const ResidualLink& link) const {
   // Norms and residual adds run on this rank's rows; the sub-blocks see all rows inside.
   const int64_t rows = batch * seq, local = tp_->local_rows(rows), n = local * d_model_;
+  LOOM_CHECK(link.residual == nullptr || (adds_product_in() && link.sum == x_in),
+             "Block::forward: a residual add left by the block before is for a first norm writing bf16, into x_in");
+  LOOM_CHECK(!link.leave_product || leaves_product(), "Block::forward: no product to leave for the next block");
   // Each residual add writes the stream's next tensor from its input (residual_in), so no copy
   // of the input comes first where the projection's own add can read it.
   const float* mid = x_in;
@@ -74,13 +85,18 @@ void Block::forward(Saved& saved, const float* x_in, float* x_out, int64_t batch
   const bool add_in_norm2 = attention_ && mlp_ && attention_->gives_bf16_output() && mlp_->takes_bf16_input() &&
                             !mlp_->takes_input_codes();
   if (attention_) {
-    const NormedRows normed = normed_input(*norm1_, saved.norm1, x_in, local, *attention_, saved.attention);
+    if (link.residual != nullptr) norm1_->forward_added(saved.norm1, link.sum, link.residual, link.product16, local);
+    const NormedRows normed = link.residual != nullptr
+                                  ? Norm::output(saved.norm1)
+                                  : normed_input(*norm1_, saved.norm1, x_in, local, *attention_, saved.attention);
     float* m = sized(saved.mid, n, device_);
     if (add_in_norm2) {
       void* product16 = sized_16bit(scratch.product16, n, device_);
       attention_->forward(saved.attention, nullptr, normed, batch, seq, packing, scratch, nullptr, product16);
       norm2_->forward_added(saved.norm2, m, x_in, product16, local);
-      mlp_->forward(saved.mlp, x_out, Norm::output(saved.norm2), rows, scratch, m);
+      // The MLP's product: into x_out, or left in bf16 for the next block's first norm to add.
+      void* left = link.leave_product ? product16 : nullptr;
+      mlp_->forward(saved.mlp, left != nullptr ? nullptr : x_out, Norm::output(saved.norm2), rows, scratch, m, left);
       return;
     }
     attention_->forward(saved.attention, m, normed, batch, seq, packing, scratch, x_in);
@@ -93,8 +109,9 @@ void Block::forward(Saved& saved, const float* x_in, float* x_out, int64_t batch
     mid = m;
   }
   if (mlp_) {
-    mlp_->forward(saved.mlp, x_out, normed_input(*norm2_, saved.norm2, mid, local, *mlp_, saved.mlp), rows, scratch,
-                  mid);
+    void* left = link.leave_product ? sized_16bit(scratch.product16, n, device_) : nullptr;
+    mlp_->forward(saved.mlp, left != nullptr ? nullptr : x_out,
+                  normed_input(*norm2_, saved.norm2, mid, local, *mlp_, saved.mlp), rows, scratch, mid, left);
     return;
   }
   copy_on_device(device_, x_out, mid, n);

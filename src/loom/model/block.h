@@ -24,6 +24,21 @@ struct ResidualGrad16 {
   bool wanted = false;   // the block before reads them: the last norm to update d_x writes them
 };
 
+// How a block's forward meets the residual add between it and the block before: where the block
+// before can leave its MLP's product in bf16 and this block's first norm writes bf16 for attention,
+// the block before writes no output and this block's norm adds that product to the stream as it
+// reads it (Norm::forward_added: the add's and the norm's values, one read of the stream fewer).
+struct ResidualLink {
+  // The input still to be added (residual null: none): x_in = residual + product16, written into
+  // `sum` (x_in itself) by the first norm.
+  const float* residual = nullptr;
+  const void* product16 = nullptr;
+  float* sum = nullptr;
+  // Leave the MLP's product in bf16 in scratch.product16 rather than writing x_out, for the next
+  // block (x_out is then saved.mid + that product, yet to be written).
+  bool leave_product = false;
+};
+
 class Block {
  public:
   struct Saved {
@@ -39,8 +54,14 @@ class Block {
         const std::string& prefix = "");  // empty: model.layers.<layer>
 
   // x_in / x_out: this rank's rows of the residual stream (all of them unless sequence parallel).
+  // `link`: the residual add left by the block before, and whether to leave one for the next.
   void forward(Saved& saved, const float* x_in, float* x_out, int64_t batch, int64_t seq, const Packing& packing,
-               ParallelScratch& scratch) const;
+               ParallelScratch& scratch, const ResidualLink& link = {}) const;
+  // What a ResidualLink can ask of the block: to leave its MLP's product (one rank, a product
+  // rounded to bf16, after attention: its mid kept), and to add the block before's as its first
+  // norm reads its input (that norm writing bf16 for attention).
+  bool leaves_product() const;
+  bool adds_product_in() const;
   // d_x holds d(loss)/d(x_out) on entry and d(loss)/d(x_in) on return. `d_x16` says whether
   // work.d_residual16 holds d_x in bf16 on entry, and on return (written where d_x16.wanted).
   void backward(float* d_x, ResidualGrad16& d_x16, const float* x_in, const Saved& saved, Workspace& work,

@@ -57,13 +57,16 @@ bool Mlp::fp8_codes_from_activation() const {
 }
 
 void Mlp::forward(Saved& saved, float* residual, const NormedRows& normed, int64_t rows, ParallelScratch& scratch,
-                  const float* residual_in) const {
+                  const float* residual_in, void* out16) const {
+  LOOM_CHECK(out16 == nullptr || gives_bf16_output(),
+             "Mlp::forward: a bf16 output is for a down projection rounding to bf16 on one rank");
+  if (out16 != nullptr) residual_in = nullptr;  // the product alone, added by its reader
   if (bf16_interior()) {
     void* hidden = sized_16bit(saved.hidden, rows * hidden_width(), device_);
     void* act = sized_16bit(saved.act, rows * ffn_, device_);
     in_->forward(nullptr, normed.fp32, rows, scratch, DeviceTensors{.in = normed.bf16, .out = hidden});
     activation_forward_bf16(device_, activation_, nullptr, act, hidden, rows, ffn_);
-    down_->forward(residual, nullptr, rows, scratch, DeviceTensors{.in = act}, residual_in);
+    down_->forward(residual, nullptr, rows, scratch, DeviceTensors{.in = act, .out = out16}, residual_in);
     return;
   }
   void* up_codes = in_->keep_input_codes(saved.up_codes, rows);
@@ -84,7 +87,8 @@ void Mlp::forward(Saved& saved, float* residual, const NormedRows& normed, int64
       const LinearPrecision::ProducedCodes codes = down_->input_codes(saved.down_codes, rows);
       kernels::activation_forward_codes(device_, kernel_activation(activation_), hidden, rows, ffn_, codes.cast,
                                         codes.codes, codes.transposed);
-      down_->forward(residual, nullptr, rows, scratch, DeviceTensors{.in_codes = codes.codes}, residual_in);
+      down_->forward(residual, nullptr, rows, scratch, DeviceTensors{.out = out16, .in_codes = codes.codes},
+                     residual_in);
       return;
     }
     act_amax = down_->input_amax();
@@ -95,7 +99,8 @@ void Mlp::forward(Saved& saved, float* residual, const NormedRows& normed, int64
     activation_forward(device_, activation_, act, hidden, rows, ffn_);
   }
   down_->forward(residual, act, rows, scratch,
-                 DeviceTensors{.keep_input_codes = down_->keep_input_codes(saved.down_codes, rows),
+                 DeviceTensors{.out = out16,
+                               .keep_input_codes = down_->keep_input_codes(saved.down_codes, rows),
                                .in_amax = act_amax},
                  residual_in);
 }

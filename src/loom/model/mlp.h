@@ -29,8 +29,12 @@ class Mlp {
   // residual[local rows] += down(act(up(normed))), rows = the layer's batch * seq; normed in bf16
   // where takes_bf16_input(), as FP8 codes where takes_input_codes() and the norm wrote them.
   // `residual_in` (null: residual): residual = residual_in + down(...) instead (RowParallelLinear::forward's).
+  // `out16` (where gives_bf16_output()): down(...) left there in bf16 (rounded after its bias)
+  // instead, residual not written (the next block's first norm adds it: Block's ResidualLink).
   void forward(Saved& saved, float* residual, const NormedRows& normed, int64_t rows, ParallelScratch& scratch,
-               const float* residual_in = nullptr) const;
+               const float* residual_in = nullptr, void* out16 = nullptr) const;
+  // Whether the forward can leave the down projection's product in bf16 (RowParallelLinear::gives_bf16_output).
+  bool gives_bf16_output() const { return down_->gives_bf16_output(); }
   // d_normed += d/d(normed) of the branch, given d_residual (= when not `accumulate`: a block's
   // MLP is d_normed's only source, a shared expert one of several); parameter gradients into the
   // store.

@@ -401,10 +401,16 @@ double Transformer::forward_chunk(Activations& a, int chunk, const int32_t* inpu
     if (hooks_) hooks_->after_forward(0);
   }
   const Packing staged = staged_packing(packing, rows);
+  // A block's residual add left for the next block's first norm where both can (Block's
+  // ResidualLink); the chunk's last block writes its output.
+  ResidualLink link;
   for (int l = range.first; l < range.last; ++l) {
     if (hooks_) hooks_->before_forward(l + 1);
-    block(l).forward(saved_for(a, l), a.residual[l].data(), sized(a.residual[l + 1], local * C, device), batch, seq,
-                     staged, tp_scratch_);
+    link.leave_product = l + 1 < range.last && block(l).leaves_product() && block(l + 1).adds_product_in();
+    Block::Saved& saved = saved_for(a, l);
+    float* out = sized(a.residual[l + 1], local * C, device);
+    block(l).forward(saved, a.residual[l].data(), out, batch, seq, staged, tp_scratch_, link);
+    link = link.leave_product ? ResidualLink{saved.mid.data(), tp_scratch_.product16.data(), out} : ResidualLink{};
     if (hooks_) hooks_->after_forward(l + 1);
   }
   if (range.last != config_.layers) return 0.0;
