@@ -18,7 +18,8 @@
 #   bytes     (not in the default) the ~1B fp8_delayed step's and GPT-2's kernels with their DRAM
 #             TB/s and achieved occupancy (Nsight Compute; each counter pass reruns the process)
 #   timeline  (not in the default) the ~1B bf16 and GPT-2 steps' GPU timelines (CUPTI): where the GPU
-#             sat idle within a step and what the host was doing then (bench/cuda/train_bench.sh timeline)
+#             sat idle within a step and what the host was doing then, the work by kind and kernel;
+#             llm.c's GPT-2 step the same way (bench/cuda/train_bench.sh timeline)
 #   nccl      test_nccl; the trainer over NCCL (one rank) and as 2 ranks sharing the GPU
 #   torch     PyTorch with torch.compile on both shapes
 #   more      the hybrid step, serving on the GPU beside the CPU, compute-sanitizer, the kernel

@@ -17,6 +17,9 @@
 #   llmc_peer.sh prebuilt SRC WORK B T STEPS PREBUILT [PREBUILT_CUDNN]   shards, then run the
 #                                          binaries built elsewhere (the cuDNN one first): no nvcc
 #                                          build here, which takes about a minute of GPU time
+#   llmc_peer.sh prepare SRC WORK B T PREBUILT [PREBUILT_CUDNN]   the same without the runs (a
+#                                          later `run`, e.g. under a tracer)
+# LLMC_RESULTS=0: a run prints no TRAIN line (one under a profiler or tracer: not the peer's rate).
 #
 # The build is llm.c's Makefile's `make train_gpt2cu` spelled out (nvcc -O3 --use_fast_math
 # -std=c++17, code for the GPU's compute capability, -DENABLE_BF16, -lcublas -lcublasLt; no NCCL/MPI
@@ -144,6 +147,7 @@ run() {
   local cudnn; cudnn=$(wheel_dir 'libcudnn.so.9')
   (cd "$work" && LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}${cudnn:+:$cudnn}" "${cmd[@]}") 2>&1 | tee "$work/run-$binary.log" ||
     return 1
+  [ "${LLMC_RESULTS:-1}" = 0 ] && return 0
   python3 "$here/train_results.py" llmc "$work/run-$binary.log" --impl "$impl" --model gpt2-124m --batch "$B" --seq "$T"
 }
 
@@ -168,6 +172,13 @@ case "${1:-}" in
       run "$work" "$4" "$5" "$6" train_gpt2cu_cudnn || status=1
     fi
     exit $status ;;
+  prepare)
+    src="$2" work=$(absolute "$3")
+    [ -x "${6:-}" ] || { echo "llm.c: no prebuilt binary '${6:-}'" >&2; exit 1; }
+    cp "$6" "$work/train_gpt2cu"
+    if [ -n "${7:-}" ] && [ -x "$7" ]; then cp "$7" "$work/train_gpt2cu_cudnn"; fi
+    "${CC:-cc}" -O2 -I"$src" "$here/llmc_shard_check.c" -lm -o "$work/llmc_shard_check"
+    shards "$work" "$4" "$5" ;;
   prebuilt)
     src="$2" work=$(absolute "$3")
     [ -x "${7:-}" ] || { echo "llm.c: no prebuilt binary '${7:-}'" >&2; exit 1; }

@@ -6,8 +6,11 @@ busy time (kernels, copies and sets on any stream), its idle time, the host's ti
 synchronisations, and the gaps of at least --gap-us: how long, between which GPU work, and what the
 host was doing when the GPU went idle. Then the means over the steps, the idle time split by what
 the host was doing during it (waiting in a synchronisation, inside launch calls, between CUDA
-calls, in other CUDA calls), and the GPU work the largest gaps precede. Nsight Compute times each
-kernel alone; this tells a step's wall time beyond their sum that it is not the clocks.
+calls, in other CUDA calls), and the GPU work the largest gaps precede. Last, the GPU's work per
+step by kind (products, attention, other kernels, copies and sets) and by name: each kernel's
+time as it ran in the step (clocks and all), which lines two trainers' steps up kernel by kernel
+(train_bench.sh's timeline runs loom and llm.c alike: any binary takes the library). Nsight Compute
+times each kernel alone; this tells a step's wall time beyond their sum that it is not the clocks.
 
 A step ends where a run of consecutive kernels matching --step-kernel (loom's multi-tensor AdamW
 launches) ends; the next one starts there. What comes before the first such end (the first step,
@@ -36,6 +39,10 @@ SYNC_CALLS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchr
               "cuMemcpyHtoD", "cuMemcpyDtoD"}
 # A synchronisation record of this type is a GPU-side wait: the host does not block.
 GPU_SIDE_SYNC = "stream wait event"
+# Kinds of GPU work by kernel name (the first that matches): cuBLAS(Lt)'s and CUTLASS's products,
+# attention (cuDNN's fused SDPA, FlashAttention-style kernels, loom's), and the rest.
+WORK_KINDS = [("products", re.compile(r"gemm|nvjet|xmma|cutlass|cublas|matmul", re.IGNORECASE)),
+              ("attention", re.compile(r"sdpa|fmha|flash|attention", re.IGNORECASE))]
 MAX_NAME = 80
 
 
@@ -230,6 +237,42 @@ class Timeline:
                 "other_calls": calls - waiting - launching, "between": idle - calls, "gaps": gaps}
 
 
+def work_kind(record):
+    if record["kind"] != "kernel":
+        return "copies and sets"
+    for kind, pattern in WORK_KINDS:
+        if pattern.search(record["name"]):
+            return kind
+    return "other kernels"
+
+
+def work_lines(timeline, bounds, top):
+    """The GPU work starting inside the steps [lo, hi), summed per step by kind and by name."""
+    n = len(bounds)
+    by_kind, by_name = {}, {}
+    for lo, hi in bounds:
+        first, last = bisect.bisect_left(timeline.gpu_starts, lo), bisect.bisect_left(timeline.gpu_starts, hi)
+        for r in timeline.gpu[first:last]:
+            length = r["end"] - r["start"]
+            by_kind[work_kind(r)] = by_kind.get(work_kind(r), 0) + length
+            total = by_name.setdefault(short_name(r["name"]), [0, 0])
+            total[0] += length
+            total[1] += 1
+    whole = sum(by_kind.values())
+
+    def share(ns):
+        return f"{ms(ns / n)} ({100 * ns / whole if whole else 0.0:.1f}%)"
+
+    kinds = ["products", "attention", "other kernels", "copies and sets"]
+    out = ["GPU work per step by kind: " + ", ".join(f"{k} {share(by_kind.get(k, 0))}" for k in kinds) +
+           f"; {ms(whole / n)} in all"]
+    out.append(f"GPU work per step by name (the {top} largest):")
+    out.append(f"  {'ms/step':>9} {'runs':>7}  name")
+    for name, (length, count) in sorted(by_name.items(), key=lambda item: (-item[1][0], item[0]))[:top]:
+        out.append(f"  {length / n / 1e6:9.3f} {count / n:7.1f}  {name}")
+    return out
+
+
 def ms(ns):
     return f"{ns / 1e6:.3f} ms"
 
@@ -308,6 +351,7 @@ def main():
         steps.append(timeline.step(ends[i - 1], ends[i], a.gap_us * 1e3))
         print("\n".join(step_lines(i + 1, steps[-1])))
     print("\n".join(summary_lines(steps, a.gap_us, a.top)))
+    print("\n".join(work_lines(timeline, [(ends[i - 1], ends[i]) for i in chosen], a.top)))
 
 
 if __name__ == "__main__":

@@ -29,7 +29,9 @@
 #   profile-fp8-delayed  as profile, for fp8_delayed (OUT/fp8_delayed_kernel_profile.log)
 #   timeline     the ~1B bf16 for 8 steps and GPT-2 bf16 for 12 under libloom_step_timeline.so (a CUPTI
 #                injection library: LOOM_STEP_TIMELINE_LIB, default next to loom), then where each step
-#                left the GPU idle and what the host was doing (OUT/llama_timeline.log, OUT/gpt2_timeline.log)
+#                left the GPU idle and what the host was doing, and its GPU work by kind and kernel
+#                (OUT/llama_timeline.log, OUT/gpt2_timeline.log); llm.c's cuDNN build the same way for
+#                12 GPT-2 steps, appended to OUT/gpt2_timeline.log
 # PROFILE_BYTES=1: the profiles also take each kernel's DRAM bytes and achieved occupancy (TB/s and
 # occ % columns), possibly rerunning the process once per counter pass.
 # Every run has its own timeout, cut to what is left before LOOM_GPU_DEADLINE (seconds since the
@@ -251,12 +253,34 @@ timeline_run() {  # NAME MODEL B T STEPS PREFIX [OVERRIDE ...]
     echo "timeline $name: no timeline written (the run's output is in $log)"
   fi
 }
+# llm.c's cuDNN build under the same library, 12 steps of GPT-2 124M: its step's kernels as it runs
+# them, beside loom's in the same log (OUT/gpt2_timeline.log), no TRAIN line (a traced run).
+timeline_llmc() {
+  local lib csv="$work/timeline-llmc.csv"
+  lib=$(timeline_lib)
+  [ -f "$lib" ] || return 0  # timeline_run said why
+  if [ -z "$bundle" ] || [ ! -x "$bundle/llmc/train_gpt2cu_cudnn" ]; then
+    echo "timeline llm.c: no cuDNN build in the bundle, skipped" | tee -a "$log"
+    return 0
+  fi
+  run "timeline llm.c: shards" 60 bash "$here/llmc_peer.sh" prepare "$bundle/llmc/src" "$work/llmc" "${gpt2[1]}" \
+    "${gpt2[2]}" "$bundle/llmc/train_gpt2cu" "$bundle/llmc/train_gpt2cu_cudnn"
+  rm -f "$csv"
+  run "timeline llm.c ${gpt2[0]}" 90 env CUDA_INJECTION64_PATH="$lib" LOOM_TIMELINE_OUT="$csv" LLMC_RESULTS=0 \
+    bash "$here/llmc_peer.sh" run "$work/llmc" "${gpt2[1]}" "${gpt2[2]}" 12 train_gpt2cu_cudnn
+  if [ -s "$csv" ]; then
+    { echo "== llm.c (cuDNN build)"; python3 "$here/step_timeline.py" "$csv"; } | tee -a "$out/gpt2_timeline.log"
+  else
+    echo "timeline llm.c: no timeline written (the run's output is in $log)"
+  fi
+}
 timeline_runs() {
   [ -z "$loom_status" ] || { echo "timeline: skipped ($loom_status)"; return 0; }
   if docs_corpus; then timeline_run llama "${llama[@]}" 8 "$work/docs/c_train"
   else echo "timeline llama: preparing the docs corpus failed"; tail -3 "$log"; fi
   if random_tokens; then timeline_run gpt2 "${gpt2[@]}" 12 "$work/random/train" "model.vocab_size=$gpt2_vocab"
   else echo "timeline gpt2: making the random tokens failed"; tail -3 "$log"; fi
+  timeline_llmc
 }
 
 for r in "${runs[@]}"; do

@@ -116,6 +116,15 @@ expected+=" in other CUDA calls 0.004 ms (1.6%)"
 grep -qxF "$expected" "$work/timeline.txt" || fail "the idle time by what the host did" "$work/timeline.txt"
 grep -Eq '^ +0\.093 +3  loom::kernels::cuda::rmsnorm_backward<float>$' "$work/timeline.txt" ||
   fail "the gaps by the kernel after them" "$work/timeline.txt"
+# The GPU work of the 3 steps by kind and by name, per step: the GEMM 200 us, 2 AdamW launches of
+# 80 and 100, the RMSNorm backward 160, 160 and 120 us, a 4-byte copy and a set of 10 us each.
+expected="GPU work per step by kind: products 0.200 ms (26.8%), attention 0.000 ms (0.0%), other kernels"
+expected+=" 0.527 ms (70.5%), copies and sets 0.020 ms (2.7%); 0.747 ms in all"
+grep -qxF "$expected" "$work/timeline.txt" || fail "the GPU work by kind" "$work/timeline.txt"
+grep -Eq '^ +0\.180 +2\.0  loom::kernels::cuda::adamw_many_kernel$' "$work/timeline.txt" ||
+  fail "the AdamW launches' time per step" "$work/timeline.txt"
+grep -Eq '^ +0\.147 +1\.0  loom::kernels::cuda::rmsnorm_backward<float>$' "$work/timeline.txt" ||
+  fail "the RMSNorm backward's mean time per step" "$work/timeline.txt"
 python3 "$bench/step_timeline.py" "$here/fixtures/step_timeline.csv" --steps 1 --gap-us 130 > "$work/last.txt" ||
   fail "step_timeline.py --steps 1 exited with $?" "$work/last.txt"
 grep -q "^step 4: wall 1.000 ms, GPU busy 0.720 ms, idle 0.280 ms (28.0%)" "$work/last.txt" ||
@@ -127,4 +136,4 @@ rc=0; python3 "$bench/step_timeline.py" "$work/bad_timeline.csv" > "$work/bad_ti
 [ $rc = 2 ] || fail "a timeline with a broken time was taken" "$work/bad_timeline.txt"
 expected="step_timeline: $work/bad_timeline.csv:$line: start_ns '10x05000' is not a whole number"
 grep -qxF "$expected" "$work/bad_timeline.txt" || fail "the broken line is not named" "$work/bad_timeline.txt"
-echo "step_timeline.py: steps, GPU idle gaps and what the host did in them, a broken line named"
+echo "step_timeline.py: steps, GPU idle gaps and what the host did in them, the work by kind and name, a broken line named"
