@@ -253,8 +253,8 @@ def work_lines(timeline, bounds, top):
     for lo, hi in bounds:
         first, last = bisect.bisect_left(timeline.gpu_starts, lo), bisect.bisect_left(timeline.gpu_starts, hi)
         for r in timeline.gpu[first:last]:
-            length = r["end"] - r["start"]
-            by_kind[work_kind(r)] = by_kind.get(work_kind(r), 0) + length
+            length, kind = r["end"] - r["start"], work_kind(r)
+            by_kind[kind] = by_kind.get(kind, 0) + length
             total = by_name.setdefault(short_name(r["name"]), [0, 0])
             total[0] += length
             total[1] += 1

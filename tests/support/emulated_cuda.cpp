@@ -318,10 +318,7 @@ void adamw_update_many(Device device, const kernels::AdamWTensor* tensors, int64
   std::vector<kernels::AdamWTensor> host(tensors, tensors + count);
   for (size_t i = 0; i < host.size(); ++i) {
     const std::string where = "kernels::adamw_update_many's tensor " + std::to_string(i);
-    kernels::AdamWTensor& t = host[i];
-    LOOM_CHECK(t.fp8.forward == nullptr || (t.fp8.amax != nullptr && t.fp8.transposed != nullptr &&
-                                            t.fp8.rows * t.fp8.cols == t.n),
-               where + ": an FP8 weight's codes need its shape (rows x cols = n), both stores and its amax");
+    kernels::AdamWTensor& t = host[i];  // checked by kernels::adamw_update_many
     kernels::AdamWFp8Weight fp8;
     if (t.fp8.amax != nullptr) fp8.amax = device_to_host(t.fp8.amax, where + " fp8.amax");
     t = {device_to_host(t.param, where + " param"),

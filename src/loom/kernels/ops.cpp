@@ -375,16 +375,18 @@ void adamw_update_many(Device device, std::span<const AdamWTensor> tensors, std:
   LOOM_CHECK(!steps.empty() && steps.size() <= static_cast<size_t>(kMaxAdamWSteps),
              "adamw_update_many: 1 to " + std::to_string(kMaxAdamWSteps) + " steps, not " +
                  std::to_string(steps.size()));
+  // Every tensor checked before any is updated, here for every device.
   for (const AdamWTensor& t : tensors) {
     LOOM_CHECK(t.step_index >= 0 && static_cast<size_t>(t.step_index) < steps.size(),
                "adamw_update_many: a tensor's step_index " + std::to_string(t.step_index) + " outside the " +
                    std::to_string(steps.size()) + " steps given");
+    LOOM_CHECK(t.fp8.forward == nullptr || !device.is_cpu(),
+               "adamw_update_many: an FP8 weight's codes go to its stores in device memory (a CPU run has none)");
+    LOOM_CHECK(t.fp8.forward == nullptr ||
+                   (t.fp8.amax != nullptr && t.fp8.transposed != nullptr && t.fp8.rows * t.fp8.cols == t.n),
+               "adamw_update_many: an FP8 weight's codes need its shape (rows x cols = n), both stores and its amax");
   }
   if (device.is_cpu()) [[likely]] {
-    for (const AdamWTensor& t : tensors) {
-      LOOM_CHECK(t.fp8.forward == nullptr,
-                 "adamw_update_many: an FP8 weight's codes go to its stores in device memory (a CPU run has none)");
-    }
     for (const AdamWTensor& t : tensors) {
       cpu::adamw_update(t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.n, steps[static_cast<size_t>(t.step_index)]);
       if (t.param_bf16 != nullptr) narrow_floats(device, t.param_bf16, t.param, t.n, DType::BF16);

@@ -46,6 +46,13 @@ void Block::set_precision(PrecisionContext& context, Recipe recipe) {
 }
 
 namespace {
+// Whether the norm before a sub-block (Attention or Mlp) writes bf16 rows for it (normed_input):
+// the norm that can also add a product into the stream as it reads it (Norm::forward_added).
+template <typename SubBlock>
+bool norm_writes_bf16(const SubBlock& sub) {
+  return sub.takes_bf16_input() && !sub.takes_input_codes();
+}
+
 // The norm before a sub-block (Attention or Mlp) in the form its first projection takes: FP8
 // codes the norm writes itself where it takes them (the statistics, under fp8_current the
 // outputs' amax, then the codes, the transposed ones kept by the sub-block for its weight
@@ -66,9 +73,7 @@ NormedRows normed_input(const Norm& norm, Norm::Saved& saved, const float* x, in
 
 bool Block::leaves_product() const { return attention_ && mlp_ && mlp_->gives_bf16_output(); }
 
-bool Block::adds_product_in() const {
-  return attention_ && attention_->takes_bf16_input() && !attention_->takes_input_codes();
-}
+bool Block::adds_product_in() const { return attention_ && norm_writes_bf16(*attention_); }
 
 void Block::forward(Saved& saved, const float* x_in, float* x_out, int64_t batch, int64_t seq,
                     const Packing& packing, ParallelScratch& scratch, const ResidualLink& link) const {
@@ -82,8 +87,7 @@ void Block::forward(Saved& saved, const float* x_in, float* x_out, int64_t batch
   const float* mid = x_in;
   // Where the MLP's norm writes bf16 for it, attention's product is left in bf16 and that norm adds
   // it into the stream as it reads it (Norm::forward_added: the same values, one read fewer).
-  const bool add_in_norm2 = attention_ && mlp_ && attention_->gives_bf16_output() && mlp_->takes_bf16_input() &&
-                            !mlp_->takes_input_codes();
+  const bool add_in_norm2 = attention_ && mlp_ && attention_->gives_bf16_output() && norm_writes_bf16(*mlp_);
   if (attention_) {
     if (link.residual != nullptr) norm1_->forward_added(saved.norm1, link.sum, link.residual, link.product16, local);
     const NormedRows normed = link.residual != nullptr

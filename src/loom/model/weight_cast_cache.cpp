@@ -58,6 +58,11 @@ void describe(WeightCastCache::Store& s, const kernels::CastOperand& cast, int64
   s.scale = cast.scale;
 }
 
+// Whether s holds that cast, written: what find() hands back as it is.
+bool holds_written(const WeightCastCache::Store& s, const kernels::CastOperand& cast, int64_t rows, int64_t cols) {
+  return s.ready && s.cast == cast.cast && s.rows == rows && s.cols == cols && s.scale == cast.scale;
+}
+
 }  // namespace
 
 void WeightCastCache::borrow(Store& s, void* data, const kernels::CastOperand& cast, int64_t rows, int64_t cols) {
@@ -79,9 +84,7 @@ bool WeightCastCache::holds(const void* layer, const float* weight, kernels::Lin
                             const kernels::CastOperand& cast, int64_t rows, int64_t cols, Device device) const {
   if (!open_ || device != device_ || cast.cast == kernels::OperandCast::None) return false;
   const auto it = stores_.find(Key{layer, weight, kernels::weight_cast_form(cast.cast, pass)});
-  if (it == stores_.end()) return false;
-  const Store& s = it->second;
-  return s.ready && s.cast == cast.cast && s.rows == rows && s.cols == cols && s.scale == cast.scale;
+  return it != stores_.end() && holds_written(it->second, cast, rows, cols);
 }
 
 WeightCastCache::Store* WeightCastCache::find(const void* layer, const float* weight, kernels::LinearGemm pass,
@@ -89,7 +92,7 @@ WeightCastCache::Store* WeightCastCache::find(const void* layer, const float* we
                                               Device device) {
   if (!open_ || device.is_cpu() || cast.cast == kernels::OperandCast::None) return nullptr;
   Store& s = store_of(layer, weight, pass, cast, device);
-  if (s.ready && s.cast == cast.cast && s.rows == rows && s.cols == cols && s.scale == cast.scale) return &s;
+  if (holds_written(s, cast, rows, cols)) return &s;
   const void* copied = cast.cast == kernels::OperandCast::Bf16 ? bf16_copy_of(weight, rows * cols) : nullptr;
   if (copied != nullptr) {
     borrow(s, const_cast<void*>(copied), cast, rows, cols);

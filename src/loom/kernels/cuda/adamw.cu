@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string>
 #include <tuple>
 #include <utility>
 
@@ -211,8 +210,6 @@ void adamw_fp8_weights(const kernels::AdamWTensor* tensors, int64_t count, const
     const kernels::AdamWTensor& x = tensors[i];
     const kernels::AdamWFp8Weight& w = x.fp8;
     if (w.forward == nullptr || x.n == 0) continue;
-    LOOM_CHECK(w.rows * w.cols == x.n && w.transposed != nullptr && w.amax != nullptr,
-               "adamw_update_many: an FP8 weight's codes need its shape (rows x cols = n), both stores and its amax");
     std::tie(pairs.forward[pairs.count], pairs.transposed[pairs.count]) = scale_pairs(w);
     pairs.scale[pairs.count++] = w.scale;
     if (pairs.count == kMaxTensorsPerLaunch) flush();
@@ -261,14 +258,9 @@ void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_av
 
 void adamw_update_many(const kernels::AdamWTensor* tensors, int64_t count, const kernels::AdamWStep* steps,
                        int64_t step_count, cudaStream_t stream) {
-  LOOM_CHECK(step_count >= 1 && step_count <= kernels::kMaxAdamWSteps,
-             "adamw_update_many: 1 to " + std::to_string(kernels::kMaxAdamWSteps) + " steps");
+  // kernels::adamw_update_many checked the steps, each tensor's step_index and FP8 weight.
   Hyper hypers[kernels::kMaxAdamWSteps];
   for (int64_t s = 0; s < step_count; ++s) hypers[s] = hyper(steps[s]);
-  for (int64_t i = 0; i < count; ++i) {
-    LOOM_CHECK(tensors[i].step_index >= 0 && tensors[i].step_index < step_count,
-               "adamw_update_many: a tensor's step_index outside the steps given");
-  }
   adamw_fp8_weights(tensors, count, hypers, stream);
   int64_t next = 0;
   while (next < count) {

@@ -20,7 +20,8 @@ constexpr int kMaxTensorsPerLaunch = 48;
 
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                   const kernels::AdamWStep& step, cudaStream_t stream = nullptr);
-// Each tensor with steps[its step_index] (step_count <= kMaxAdamWSteps).
+// Each tensor with steps[its step_index], as kernels::adamw_update_many checked them
+// (1 <= step_count <= kMaxAdamWSteps, step indices in range, FP8 weights' shapes and stores).
 void adamw_update_many(const kernels::AdamWTensor* tensors, int64_t count, const kernels::AdamWStep* steps,
                        int64_t step_count, cudaStream_t stream = nullptr);
 // DiLoCo's outer update: the fused multiply-adds of kernels::cpu::nesterov_outer_update, bit for bit.
