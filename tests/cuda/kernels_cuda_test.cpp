@@ -28,6 +28,7 @@
 #include "loom/kernels/cuda/rmsnorm.h"
 #include "loom/kernels/cuda/rope.h"
 #include "loom/kernels/cuda/rows.h"
+#include "loom/kernels/cuda/zero_runs.h"
 #include "cuda_test_util.h"
 
 namespace loom::kernels::cuda {
@@ -233,6 +234,31 @@ TEST(CudaKernels, AddRowsEqualsTheCpu) {
     cuda::add_rows(d_y.ptr + c.y_at, c.y_stride, d_x.ptr + c.x_at, c.x_stride, c.rows, c.width);
     check_cuda(cudaDeviceSynchronize(), "add_rows");
     EXPECT_EQ(d_y.host(), y) << c.rows << " rows";
+  }
+}
+
+// Many runs of a poisoned buffer zeroed in one call (a gradient buffer around the ranges its GEMMs
+// write whole): runs at every alignment, empty ones, one of millions of elements, more runs than
+// one launch takes; every element outside them keeps its poison.
+TEST(CudaKernels, ZeroRunsZeroTheirRunsAndNothingElse) {
+  SKIP_WITHOUT_GPU();
+  CachingAllocator allocator;
+  std::vector<FloatRun> runs;
+  int64_t at = 1;
+  for (int i = 0; i < 2 * kMaxZeroRunsPerLaunch + 7; ++i) {
+    const int64_t n = i == 5 ? 3'000'001 : (i % 11 == 0 ? 0 : 1 + (i * 37) % 29);
+    runs.push_back({at, n});
+    at += n + 1 + i % 4;  // gaps of 1 to 4: every alignment of the next run
+  }
+  std::vector<float> want(static_cast<size_t>(at + 3), NAN);
+  for (const FloatRun& r : runs) std::fill_n(want.begin() + r.begin, r.n, 0.0f);
+  DeviceArray d(allocator, std::vector<float>(want.size(), NAN));
+  cuda::zero_runs(d.ptr, runs.data(), static_cast<int64_t>(runs.size()));
+  check_cuda(cudaDeviceSynchronize(), "zero_runs");
+  const std::vector<float> got = d.host();
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(std::isnan(got[i]), std::isnan(want[i])) << "element " << i;
+    if (!std::isnan(want[i])) ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), 0u) << "element " << i;
   }
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "../gradient_check.h"
+#include "small_configs.h"
 #include "loom/core/error.h"
 #include "loom/core/philox.h"
 #include "loom/kernels/cpu/adamw.h"
@@ -16,22 +17,7 @@
 namespace loom::model {
 namespace {
 
-config::ModelConfig gpt2_style() {
-  config::ModelConfig c;
-  c.vocab_size = 23;
-  c.d_model = 12;
-  c.layers = 2;
-  c.heads = 3;
-  c.ffn_size = 20;
-  c.norm = config::Norm::Layer;
-  c.activation = config::Activation::Gelu;
-  c.positions = config::Positions::Learned;
-  c.tied_embeddings = true;
-  c.bias = true;
-  c.max_seq_len = 8;
-  c.init_std = 0.3;
-  return c;
-}
+config::ModelConfig gpt2_style() { return testing::small_gpt2(); }
 
 config::ModelConfig heterogeneous_llama() {
   config::ModelConfig c;

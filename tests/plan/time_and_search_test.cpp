@@ -227,7 +227,9 @@ TEST(TimePlan, GemmsThatWriteTheirOutputsAfterTheProductsAddThoseBytesAtTheBandw
   const std::vector<std::string> fp32 = {}, recompute = {"model.recompute=true"};
   const double hidden = compute(fp32), hidden_recompute = compute(recompute);
   hw.gemm_writes_output = true;
-  const double written = 4 * outs + head_forward + 4 * ins + 8 * weights + head_backward;
+  // The blocks' weight gradients: written whole by the first micro-batch's wgrad (4 bytes), read
+  // and added into by the second's (8); the head's (the tied embedding's) added into by both.
+  const double written = 4 * outs + head_forward + 4 * ins + 6 * weights + head_backward;
   EXPECT_NEAR(compute(fp32), hidden + 2 * written / 1e9, 1e-12);
   EXPECT_NEAR(compute(recompute), hidden_recompute + 2 * (written + 4 * outs) / 1e9, 1e-12);
   // bf16 on a GPU: q/k/v's and the up projection's outputs, every projection's input gradient (the
@@ -239,6 +241,24 @@ TEST(TimePlan, GemmsThatWriteTheirOutputsAfterTheProductsAddThoseBytesAtTheBandw
   hw.gemm_writes_output = true;
   const double halved = 6 * n * (512 + 1408) * 2 + n * 256 * 2 + 6 * n * (256 + 704 + 256 + 256) * 2;
   EXPECT_NEAR(compute(bf16), bf16_hidden + 2 * (written - halved) / 1e9, 1e-12);
+}
+
+// AdamW's 32 bytes per owned parameter, then the zeroing of the gradients for the next step: 4
+// bytes per parameter the rank holds but the blocks' linear weights', which their first wgrad
+// writes whole; all of them under ZeRO-3, which zeroes its sections itself.
+TEST(TimePlan, TheOptimizerZeroesEveryGradientButTheBlocksWeights) {
+  Hardware hw = device();
+  hw.memory_bandwidth = 1e9;
+  double block_weights = 0.0;
+  for (const auto& [out, in] : kTinyLinears) block_weights += 6 * out * in;
+  for (const int zero : {0, 1, 2, 3}) {
+    const int dp = zero == 0 ? 1 : 2;
+    const config::RunConfig c = tiny({"parallel.zero=" + std::to_string(zero)});
+    const MemoryPlan m = plan_memory(c, {.tp = 1, .dp = dp, .pp = 1});
+    const double params = static_cast<double>(m.stages[0].parameter_count), owned = zero == 0 ? params : params / 2;
+    const double zeroed = zero == 3 ? params : params - block_weights;
+    EXPECT_NEAR(plan_time(c, m, hw).optimizer, (32 * owned + 4 * zeroed) / 1e9, 1e-12) << "zero " << zero;
+  }
 }
 
 // Memory handed back between uses: ZeRO-2's gradients (4 bytes a parameter per micro-batch),

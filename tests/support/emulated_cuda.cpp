@@ -336,6 +336,14 @@ void adamw_update_many(Device device, const kernels::AdamWTensor* tensors, int64
   }
 }
 
+// zero_runs takes its runs as a host array (a kernel argument on a GPU).
+void zero_runs(Device device, float* base, const kernels::FloatRun* runs, int64_t count) {
+  check_device(device, "zero_runs");
+  tally([](EmulatedCensus& c) { ++c.entries["zero_runs"]; });
+  kernels::zero_runs(Device::cpu(), device_to_host(base, "zero_runs' base"),
+                     std::span<const kernels::FloatRun>(runs, static_cast<size_t>(count)));
+}
+
 #define LOOM_EMULATED_OPS(X)                                                                                    \
   X(embedding_forward) X(embedding_backward) X(embedding_forward_shard) X(embedding_backward_shard)            \
   X(rmsnorm_forward) X(rmsnorm_backward) X(layernorm_forward) X(layernorm_backward) X(rope_forward)            \
@@ -361,6 +369,7 @@ void fill_entries(kernels::CudaEntries& e) {
   LOOM_EMULATED_OPS(LOOM_EMULATE)
 #undef LOOM_EMULATE
   e.adamw_update_many = &adamw_update_many;
+  e.zero_runs = &zero_runs;
   // The precision recipes' device-only entries: the CPU's emulation of them (emulated_precision.h).
   e.amax = [](Device device, const float* x, int64_t n) {
     tally([](EmulatedCensus& c) { ++c.entries["amax"]; });
@@ -376,6 +385,9 @@ void fill_entries(kernels::CudaEntries& e) {
     const bool casts_dout = gemm.pass == kernels::LinearGemm::DataGrad && gemm.a.cast == kernels::OperandCast::Bf16 &&
                             gemm.a16 == nullptr && gemm.a_store_use != kernels::CastStore::Read;
     if (casts_dout) tally([](EmulatedCensus& c) { ++c.entries["precision_linear_gemm: dgrad casting dout to bf16"]; });
+    // A wgrad writing its gradient whole (a stale one: model::ParameterStore::take_written_whole).
+    if (gemm.pass == kernels::LinearGemm::WeightGrad && !gemm.accumulate)
+      tally([](EmulatedCensus& c) { ++c.entries["precision_linear_gemm: wgrad written whole"]; });
     emulated_precision_linear_gemm(device, gemm);
   };
   e.activation_forward_codes = [](Device device, kernels::MlpActivation a, const void* in16, int64_t rows,
@@ -408,6 +420,7 @@ void fill_entries(kernels::CudaEntries& e) {
   if (real.op == nullptr) e.op = nullptr;
   LOOM_EMULATED_OPS(LOOM_KEEP_REAL)
   if (real.adamw_update_many == nullptr) e.adamw_update_many = nullptr;
+  if (real.zero_runs == nullptr) e.zero_runs = nullptr;
   if (real.amax == nullptr) e.amax = nullptr;
   if (real.round_in_place == nullptr) e.round_in_place = nullptr;
   if (real.precision_linear_gemm == nullptr) e.precision_linear_gemm = nullptr;

@@ -104,6 +104,12 @@ TEST_F(DeviceCensus, AStepOfTheDeepModelWaitsForTheDeviceOnlyForItsInputsLossAnd
     EXPECT_EQ(step.entry("rmsnorm_backward"), kMicroBatches) << recipe;
     // Every linear layer's three GEMMs (forward, dgrad, wgrad) per micro-batch: 16 blocks of 4, and the head.
     EXPECT_EQ(step.entry("precision_linear_gemm"), (16 * 4 + 1) * 3 * kMicroBatches) << recipe;
+    // The blocks' wgrads write their gradients whole in the first micro-batch (zero_grads left them
+    // stale: model/parameters.h) and add into them in the second; the head's (the tied embedding's
+    // gradient) adds. The rest of the gradient buffer is zeroed in one call after the update, and
+    // nothing else zeroes a gradient.
+    EXPECT_EQ(step.entry("precision_linear_gemm: wgrad written whole"), 16 * 4) << recipe;
+    EXPECT_EQ(step.entry("zero_runs"), 1) << recipe;
     // No bf16 dgrad casts its output gradient: the q/k/v and up projections' come bf16 from attention
     // and the activation, the head's is the loss's bf16 gradient, and the output projections' (the
     // residual stream's gradient) the norm that last updated it wrote in bf16 too (ResidualGrad16):
@@ -176,6 +182,8 @@ TEST_F(DeviceCensus, AStepOfTheDeepModelWaitsForTheDeviceOnlyForItsInputsLossAnd
   EXPECT_EQ(gpt2.entry("layernorm_forward_bf16"), (1 + 2) * kMicroBatches);
   EXPECT_EQ(gpt2.entry("precision_linear_gemm: dgrad casting dout to bf16"), 0);  // biases' sums read the fp32 one
   EXPECT_EQ(gpt2.entry("adamw_update_many"), 1);  // biases and norms undecayed, weights decayed: one call
+  EXPECT_EQ(gpt2.entry("precision_linear_gemm: wgrad written whole"), 2 * 4);
+  EXPECT_EQ(gpt2.entry("zero_runs"), 1);
 }
 
 }  // namespace loom::train

@@ -41,7 +41,7 @@ struct CudaEntries {
                          int64_t in_features, int64_t out_features, bool accumulate) = nullptr;
   void (*linear_backward)(Device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
                           const float* weight, int64_t n, int64_t in_features, int64_t out_features,
-                          bool accumulate_din) = nullptr;
+                          bool accumulate_din, bool accumulate_dweight) = nullptr;
   void (*add_bias)(Device, float* x, const float* bias, int64_t rows, int64_t width) = nullptr;
   void (*gemm_nt)(Device, float* c, const float* a, const float* b, int64_t m, int64_t n, int64_t k,
                   bool accumulate) = nullptr;
@@ -72,6 +72,7 @@ struct CudaEntries {
   void (*widen_floats)(Device, float* dst, const void* src, int64_t n, DType dtype, bool accumulate) = nullptr;
   void (*adamw_update_many)(Device, const AdamWTensor* tensors, int64_t count, const AdamWStep* steps,
                             int64_t step_count) = nullptr;
+  void (*zero_runs)(Device, float* base, const FloatRun* runs, int64_t count) = nullptr;
   void (*rmsnorm_forward)(Device, float* out, float* rstd, const float* in, const float* weight, int64_t rows,
                           int64_t dim, float eps) = nullptr;
   void (*rmsnorm_backward)(Device, float* din, float* dweight, const float* dout, const float* in,

@@ -1,5 +1,6 @@
 #include "loom/kernels/ops.h"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <string>
@@ -187,8 +188,10 @@ void linear_forward(Device device, float* out, const float* in, const float* wei
   LOOM_DISPATCH(linear_forward, out, in, weight, bias, n, in_features, out_features, accumulate);
 }
 void linear_backward(Device device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
-                     const float* weight, int64_t n, int64_t in_features, int64_t out_features, bool accumulate_din) {
-  LOOM_DISPATCH(linear_backward, din, dweight, dbias, dout, in, weight, n, in_features, out_features, accumulate_din);
+                     const float* weight, int64_t n, int64_t in_features, int64_t out_features, bool accumulate_din,
+                     bool accumulate_dweight) {
+  LOOM_DISPATCH(linear_backward, din, dweight, dbias, dout, in, weight, n, in_features, out_features, accumulate_din,
+                accumulate_dweight);
 }
 void add_bias(Device device, float* x, const float* bias, int64_t rows, int64_t width) {
   LOOM_DISPATCH(add_bias, x, bias, rows, width);
@@ -396,6 +399,19 @@ void adamw_update_many(Device device, std::span<const AdamWTensor> tensors, std:
   }
   cuda_kernel(cuda_entries().adamw_update_many, "adamw_update_many", device)(
       device, tensors.data(), static_cast<int64_t>(tensors.size()), steps.data(), static_cast<int64_t>(steps.size()));
+}
+void zero_runs(Device device, float* base, std::span<const FloatRun> runs) {
+  for (const FloatRun& r : runs) {
+    LOOM_CHECK(r.begin >= 0 && r.n >= 0, "zero_runs: a run at " + std::to_string(r.begin) + " of " +
+                                             std::to_string(r.n) + " elements (both must be >= 0)");
+  }
+  if (runs.empty()) return;
+  if (device.is_cpu()) [[likely]] {
+    for (const FloatRun& r : runs) std::fill_n(base + r.begin, r.n, 0.0f);
+    return;
+  }
+  cuda_kernel(cuda_entries().zero_runs, "zero_runs", device)(device, base, runs.data(),
+                                                             static_cast<int64_t>(runs.size()));
 }
 double sum_of_squares(Device device, const float* x, int64_t n) { LOOM_DISPATCH(sum_of_squares, x, n); }
 void scale_in_place(Device device, float* x, int64_t n, float factor) {

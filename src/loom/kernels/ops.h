@@ -128,11 +128,12 @@ void row_dots(Device device, double* out, const float* a, const int32_t* index, 
 // --- linear layers (W stored [out, in]) and a plain GEMM.
 void linear_forward(Device device, float* out, const float* in, const float* weight, const float* bias, int64_t n,
                     int64_t in_features, int64_t out_features, bool accumulate = false);
-// din (+)= dout . W (written whole unless `accumulate_din`); dweight += dout^T . in; dbias += the
-// column sums of dout; any of the three may be null (cpu/linear.h).
+// din (+)= dout . W (written whole unless `accumulate_din`); dweight (+)= dout^T . in (written
+// whole unless `accumulate_dweight`); dbias += the column sums of dout; any of the three may be
+// null (cpu/linear.h).
 void linear_backward(Device device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
                      const float* weight, int64_t n, int64_t in_features, int64_t out_features,
-                     bool accumulate_din = true);
+                     bool accumulate_din = true, bool accumulate_dweight = true);
 // x[rows, width] += bias on every row: a row-parallel linear's bias, added once to the sum of the
 // ranks' partial products (model/tensor_parallel.h).
 void add_bias(Device device, float* x, const float* bias, int64_t rows, int64_t width);
@@ -279,6 +280,9 @@ void adamw_update_many(Device device, std::span<const AdamWTensor> tensors, std:
 inline void adamw_update_many(Device device, std::span<const AdamWTensor> tensors, const AdamWStep& step) {
   adamw_update_many(device, tensors, std::span<const AdamWStep>(&step, 1));
 }
+// base[r.begin, r.begin + r.n) = 0 for every run (on a GPU one launch per 128 runs): a gradient
+// buffer zeroed around the ranges its GEMMs write whole (model/parameters.h).
+void zero_runs(Device device, float* base, std::span<const FloatRun> runs);
 // sum(x^2), each square exact in fp64 and summed there: Inf or NaN exactly when some x[i] is (no
 // finite square overflows fp64), which makes the gradient norm the check before a step too.
 double sum_of_squares(Device device, const float* x, int64_t n);

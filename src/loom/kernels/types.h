@@ -31,6 +31,11 @@ struct AdamWFp8Weight {
   float scale = 1.0f;
 };
 
+// A run of n floats from `begin` (in elements) of a buffer (zero_runs).
+struct FloatRun {
+  int64_t begin = 0, n = 0;
+};
+
 // The distinct steps one adamw_update_many call may take (its tensors' learning rates and weight
 // decays: a model's decayed weights and undecayed norms and biases, scaled learning rates).
 constexpr int kMaxAdamWSteps = 8;

@@ -296,12 +296,13 @@ void LinearPrecision::forward(float* out, const float* in, const float* weight, 
 
 void LinearPrecision::backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                                const float* weight, int64_t n, int64_t in_features, int64_t out_features,
-                               GemmOutput din_output, bool accumulate_din, const DeviceTensors& tensors) {
+                               GemmOutput din_output, bool accumulate_din, const DeviceTensors& tensors,
+                               bool accumulate_dweight) {
   if (n == 0) return;
   check_device_tensors(tensors);
   if (!device_.is_cpu())
     return device_backward(din, dweight, dbias, dout, in, weight, n, in_features, out_features, din_output,
-                           accumulate_din, tensors);
+                           accumulate_din, tensors, accumulate_dweight);
   if (dbias != nullptr)
     kernels::linear_backward(kHost, nullptr, nullptr, dbias, dout, nullptr, nullptr, n, in_features, out_features);
   // Per-tensor recipes quantize dout the same way for both GEMMs; block-scaled ones block it
@@ -319,12 +320,12 @@ void LinearPrecision::backward(float* din, float* dweight, float* dbias, const f
   if (dweight != nullptr) {
     if (g == nullptr || oriented) g = prepare(Operand::OutputGrad, GemmPass::WeightGrad, dout, n, out_features);
     const float* x = prepare(Operand::Input, GemmPass::WeightGrad, in, n, in_features);
-    float* y = output_scratch(out_features * in_features);
+    float* y = accumulate_dweight ? output_scratch(out_features * in_features) : dweight;
     kernels::gemm(kHost, y, g, x, out_features, in_features, n, true, false, false);
     // The weight gradient of one micro-batch added unrounded into the fp32 main gradient, as
     // Megatron's gradient-accumulation fusion does (a GPU's wgrad GEMM adds its fp32 accumulator
     // into main_grad in its epilogue: one rounding, of the sum, as this add makes).
-    add_into(dweight, dweight, y, out_features * in_features);
+    if (accumulate_dweight) add_into(dweight, dweight, y, out_features * in_features);
   }
 }
 

@@ -226,7 +226,8 @@ class LinearPrecision {
   // The bias is added rounded (rounded_bias) and its gradient stays fp32; the output is rounded after
   // the bias is added.
   // `output` / `din_output` Partial: the forward output / input gradient stays fp32 (GemmOutput).
-  // `accumulate_din` false: din is written whole instead of added into.
+  // `accumulate_din` false: din is written whole instead of added into; `accumulate_dweight` false:
+  // dweight likewise (a gradient zero_grads() left stale: ParameterStore::take_written_whole).
   // `tensors`: tensors given in bf16 instead of fp32 (takes_bf16_tensors only) or wanted in bf16
   // (gives_bf16_outputs only), and the input's kept FP8 codes (keeps_input_codes only): DeviceTensors.
   // `addend` (accumulate only; any device): out = addend + the output, the add reading addend
@@ -236,7 +237,7 @@ class LinearPrecision {
                const DeviceTensors& tensors = {}, const float* addend = nullptr);
   void backward(float* din, float* dweight, float* dbias, const float* dout, const float* in, const float* weight,
                 int64_t n, int64_t in_features, int64_t out_features, GemmOutput din_output = GemmOutput::Rounded,
-                bool accumulate_din = true, const DeviceTensors& tensors = {});
+                bool accumulate_din = true, const DeviceTensors& tensors = {}, bool accumulate_dweight = true);
 
   // Whether forward / backward take DeviceTensors' bf16 tensors: the bf16 recipe on a GPU.
   bool takes_bf16_tensors() const { return device_.is_cuda() && recipe_ == Recipe::Bf16; }
@@ -312,7 +313,8 @@ class LinearPrecision {
                       const DeviceTensors& tensors, const float* addend);
   void device_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                        const float* weight, int64_t n, int64_t in_features, int64_t out_features,
-                       GemmOutput din_output, bool accumulate_din, const DeviceTensors& tensors);
+                       GemmOutput din_output, bool accumulate_din, const DeviceTensors& tensors,
+                       bool accumulate_dweight);
   // Operand `op` (n elements on the device: x, or x16 in bf16) cast as the recipe says;
   // fp8_delayed records its amax (taken by the GEMM's cast: amax_out). `given_amax`: the operand's
   // amax already in amax_slot(op), taken by its producer (DeviceTensors' in_amax / dout_amax): no

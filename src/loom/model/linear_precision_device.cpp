@@ -230,7 +230,8 @@ void LinearPrecision::device_forward(float* out, const float* in, const float* w
 
 void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                                       const float* weight, int64_t n, int64_t in_features, int64_t out_features,
-                                      GemmOutput din_output, bool accumulate_din, const DeviceTensors& tensors) {
+                                      GemmOutput din_output, bool accumulate_din, const DeviceTensors& tensors,
+                                      bool accumulate_dweight) {
   check_device_shape(recipe_, n, in_features, out_features);
   LOOM_CHECK(dbias == nullptr || (tensors.dout == nullptr && tensors.dout_codes == nullptr),
              "a bias gradient needs the fp32 output gradient, not bf16 or FP8 codes");
@@ -270,10 +271,10 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
   }
   if (dweight != nullptr) {
     // The weight gradient of one micro-batch, unrounded, added into the fp32 main gradient by the
-    // GEMM itself (gradient-accumulation fusion).
+    // GEMM itself (gradient-accumulation fusion), or written whole into a stale one.
     g.pass = kernels::LinearGemm::WeightGrad;
     g.out = dweight;
-    g.accumulate = true;
+    g.accumulate = accumulate_dweight;
     if (tensors.kept_input_codes != nullptr) {
       // The codes the forward kept: no amax (fp8_delayed's pending amax has this input's already).
       g.b = device_cast(recipe_, Operand::Input, scale(Operand::Input), margin_);

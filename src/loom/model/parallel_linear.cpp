@@ -25,16 +25,27 @@ void linear_forward(Device device, LinearPrecision* precision, float* out, const
 }
 void linear_backward(Device device, LinearPrecision* precision, float* din, float* dweight, float* dbias,
                      const float* dout, const float* in, const float* weight, int64_t n, int64_t in_features,
-                     int64_t out_features, GemmOutput din_output, bool accumulate_din,
+                     int64_t out_features, GemmOutput din_output, bool accumulate_din, bool accumulate_dweight,
                      const DeviceTensors& tensors = {}) {
   if (precision != nullptr) {
     precision->backward(din, dweight, dbias, dout, in, weight, n, in_features, out_features, din_output,
-                        accumulate_din, tensors);
+                        accumulate_din, tensors, accumulate_dweight);
   } else {
     LOOM_CHECK(!tensors.any(), kFp32Layer);
     kernels::linear_backward(device, din, dweight, dbias, dout, in, weight, n, in_features, out_features,
-                             accumulate_din);
+                             accumulate_din, accumulate_dweight);
   }
+}
+
+// A layer's weight gradient (numel elements from `weight`, a fused projection's parameters
+// together) is its wgrad GEMM's alone: zero_grads() leaves it stale, and the layer's first backward
+// since writes it whole (ParameterStore::take_written_whole) instead of adding into it.
+void mark_weight_grad(ParameterStore& store, int weight, int64_t numel) {
+  if (numel > 0) store.mark_written_whole(store.list().at(weight).offset, numel);
+}
+// Whether this backward (over `rows` tokens) writes the weight's gradient whole rather than adds.
+bool writes_weight_grad(ParameterStore& store, int weight, int64_t numel, int64_t rows) {
+  return rows > 0 && numel > 0 && store.take_written_whole(store.list()[weight].offset, numel);
 }
 
 // Room in `buffer` for the FP8 codes of an input [rows, in_features] where `precision` keeps them;
@@ -88,7 +99,9 @@ void check_blocks_whole(const LinearPrecision& precision, const TensorParallel& 
 
 ColumnParallelLinear::ColumnParallelLinear(ParameterStore& store, const TensorParallel& tp, int weight, int bias,
                                            int64_t in_features, int64_t out_local)
-    : store_(&store), tp_(&tp), weight_(weight), bias_(bias), in_(in_features), out_(out_local) {}
+    : store_(&store), tp_(&tp), weight_(weight), bias_(bias), in_(in_features), out_(out_local) {
+  mark_weight_grad(store, weight, out_ * in_);
+}
 
 void ColumnParallelLinear::set_precision(std::shared_ptr<LinearPrecision> precision) {
   if (precision != nullptr && !tp_->single()) {
@@ -147,6 +160,7 @@ void ColumnParallelLinear::backward(float* d_x, const float* d_out, const float*
   float* dbias = tensors.dout == nullptr && tensors.dout_codes == nullptr ? bias_grad() : nullptr;
   linear_backward(store_->device(), precision_.get(), d_full, store_->grad(weight_), dbias, d_out, full,
                   store_->value(weight_), rows, in_, out_, split_output(*tp_), accumulate && tp_->single(),
+                  !writes_weight_grad(*store_, weight_, out_ * in_, rows),
                   DeviceTensors{.in = full16,
                                 .dout = tensors.dout,
                                 .din = tensors.din,
@@ -158,7 +172,9 @@ void ColumnParallelLinear::backward(float* d_x, const float* d_out, const float*
 
 RowParallelLinear::RowParallelLinear(ParameterStore& store, const TensorParallel& tp, int weight, int bias,
                                      int64_t in_local, int64_t out_features)
-    : store_(&store), tp_(&tp), weight_(weight), bias_(bias), in_(in_local), out_(out_features) {}
+    : store_(&store), tp_(&tp), weight_(weight), bias_(bias), in_(in_local), out_(out_features) {
+  mark_weight_grad(store, weight, out_ * in_);
+}
 
 void RowParallelLinear::set_precision(std::shared_ptr<LinearPrecision> precision) {
   if (precision != nullptr && !tp_->single()) {
@@ -218,6 +234,7 @@ void RowParallelLinear::backward(float* d_x, const float* d_out, const float* x,
   const float* d_full = tp_->exit_backward(d_out, rows, out_, scratch.gathered);
   linear_backward(store_->device(), precision_.get(), d_x, store_->grad(weight_), nullptr, d_full, x,
                   store_->value(weight_), rows, in_, out_, GemmOutput::Rounded, accumulate,
+                  !writes_weight_grad(*store_, weight_, out_ * in_, rows),
                   DeviceTensors{.in = tensors.in,
                                 .dout = tensors.dout,
                                 .din = tensors.din,

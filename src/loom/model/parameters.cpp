@@ -1,10 +1,13 @@
 #include "loom/model/parameters.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <vector>
 
 #include "loom/core/error.h"
 #include "loom/core/philox.h"
+#include "loom/kernels/ops.h"
 
 namespace loom::model {
 
@@ -22,6 +25,10 @@ int ParameterStore::add(const std::string& name, Shape shape, Init init, float i
   p.shard = std::move(shard);
   total_ += p.numel;
   params_.push_back(std::move(p));
+  if (!written_whole_.empty()) {
+    written_whole_.push_back(0);
+    stale_.push_back(0);
+  }
   return static_cast<int>(params_.size()) - 1;
 }
 
@@ -67,6 +74,86 @@ void ParameterStore::initialize(uint64_t seed) {
     }
   }
   if (!device_.is_cpu()) copy_from_host(device_, values_.data(), staging.data(), total_);
+}
+
+std::pair<int, int> ParameterStore::ids_spanning(int64_t offset, int64_t numel) const {
+  auto at = [&](int64_t where) {  // the parameter starting at `where` (params_.size() at the end)
+    auto it = std::lower_bound(params_.begin(), params_.end(), where,
+                               [](const Parameter& p, int64_t o) { return p.offset < o; });
+    LOOM_CHECK(where == total_ || (it != params_.end() && it->offset == where),
+               "ParameterStore: gradient range [" + std::to_string(offset) + ", " + std::to_string(offset + numel) +
+                   ") does not start and end on parameters (the store holds " + std::to_string(total_) +
+                   " elements)");
+    return static_cast<int>(it - params_.begin());
+  };
+  LOOM_CHECK(offset >= 0 && numel > 0 && offset + numel <= total_,
+             "ParameterStore: gradient range of " + std::to_string(numel) + " elements at " + std::to_string(offset) +
+                 " outside the store's " + std::to_string(total_));
+  return {at(offset), at(offset + numel)};
+}
+
+void ParameterStore::mark_written_whole(int64_t offset, int64_t numel) {
+  const auto [first, end] = ids_spanning(offset, numel);
+  written_whole_.resize(params_.size(), 0);
+  stale_.resize(params_.size(), 0);
+  for (int id = first; id < end; ++id) written_whole_[static_cast<size_t>(id)] = 1;
+}
+
+void ParameterStore::zero_grads() {
+  if (written_whole_.empty()) return grads_.zero();
+  if (shapes_only() || total_ == 0) return;
+  // The runs between the ranges written whole, in one device call.
+  std::vector<kernels::FloatRun> runs;
+  for (size_t id = 0; id < params_.size(); ++id) {
+    if (written_whole_[id] != 0) {
+      stale_count_ += stale_[id] == 0 ? 1 : 0;
+      stale_[id] = 1;
+      continue;
+    }
+    const Parameter& p = params_[id];
+    if (!runs.empty() && runs.back().begin + runs.back().n == p.offset) {
+      runs.back().n += p.numel;
+    } else {
+      runs.push_back({p.offset, p.numel});
+    }
+  }
+  kernels::zero_runs(device_, grads_.data(), runs);
+}
+
+void ParameterStore::zero_stale(std::span<const int> ids) {
+  std::vector<kernels::FloatRun> runs;
+  for (const int id : ids) {
+    if (!stale(id)) continue;
+    stale_[static_cast<size_t>(id)] = 0;
+    --stale_count_;
+    runs.push_back({params_[static_cast<size_t>(id)].offset, params_[static_cast<size_t>(id)].numel});
+  }
+  kernels::zero_runs(device_, grads_.data(), runs);
+}
+
+bool ParameterStore::take_written_whole(int64_t offset, int64_t numel) {
+  if (stale_count_ == 0) return false;
+  const auto [first, end] = ids_spanning(offset, numel);
+  std::vector<int> ids(static_cast<size_t>(end - first));
+  std::iota(ids.begin(), ids.end(), first);
+  if (std::all_of(ids.begin(), ids.end(), [&](int id) { return stale(id); })) {
+    for (const int id : ids) stale_[static_cast<size_t>(id)] = 0;
+    stale_count_ -= end - first;
+    return true;
+  }
+  zero_stale(ids);
+  return false;
+}
+
+void ParameterStore::settle_grads(std::span<const int> ids) {
+  if (stale_count_ > 0) zero_stale(ids);
+}
+
+void ParameterStore::settle_grads() {
+  if (stale_count_ == 0) return;
+  std::vector<int> ids(params_.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  zero_stale(ids);
 }
 
 int ParameterStore::find(const std::string& name) const {

@@ -5,8 +5,17 @@
 // Both buffers live on the store's device and are allocated through its allocator
 // (core/device.h). A store made with Allocation::ShapesOnly only records the list: building a
 // model on it gives every parameter's name, shape and placement and allocates nothing.
+//
+// Gradients written whole: a linear layer's weight gradient is one GEMM per micro-batch, which
+// can write its output instead of adding into a zeroed one. For such ranges (mark_written_whole)
+// zero_grads() writes nothing: their parameters become stale, reading as zero to whoever takes
+// them first. The layer takes them in its backward (take_written_whole: write, not add); whatever
+// is still stale when a unit's backward ends is zeroed then (settle_grads), before any reader.
+// A step so skips zeroing those gradients and its first wgrad GEMMs skip reading them.
 #include <cstdint>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/core/device.h"
@@ -57,7 +66,21 @@ class ParameterStore {
   float* values() { return values_.data(); }
   const float* values() const { return values_.data(); }
   float* grads() { return grads_.data(); }
-  void zero_grads() { grads_.zero(); }
+  // Every gradient reads as zero from now on: zeroed, or stale where written whole (above).
+  void zero_grads();
+
+  // The gradient range [offset, offset + numel), whole parameters, is written whole by the layer
+  // that owns it in its first backward after zero_grads() (above).
+  void mark_written_whole(int64_t offset, int64_t numel);
+  // Whether the caller may write [offset, offset + numel) (whole parameters) instead of adding
+  // into it: true when all of it is stale (then no longer); otherwise its stale parameters are
+  // zeroed and the caller adds.
+  bool take_written_whole(int64_t offset, int64_t numel);
+  // Zeroes the stale gradients among `ids` (all: every parameter's): before anyone reads them.
+  void settle_grads(std::span<const int> ids);
+  void settle_grads();
+  // Whether zero_grads() left parameter `id`'s gradient unwritten, not yet taken or settled.
+  bool stale(int id) const { return static_cast<size_t>(id) < stale_.size() && stale_[static_cast<size_t>(id)] != 0; }
   // Both buffers are releasable memory (core/device.h): ZeRO 2 and 3 decommit ranges of them.
   // Before the values are written whole again (a checkpoint load), they are committed.
   void commit_values() {
@@ -72,12 +95,19 @@ class ParameterStore {
   int find(const std::string& name) const;  // -1 when absent
 
  private:
+  // The parameters whose ranges make up [offset, offset + numel) (checked to be whole ones).
+  std::pair<int, int> ids_spanning(int64_t offset, int64_t numel) const;
+  // Zeroes the stale parameters among `ids` (one device call): stale no longer.
+  void zero_stale(std::span<const int> ids);
+
   std::vector<Parameter> params_;
   int64_t total_ = 0;
   Device device_;
   Allocation allocation_;
   bool allocated_ = false;
   DeviceBuffer<float> values_, grads_;
+  std::vector<uint8_t> written_whole_, stale_;  // by parameter id (empty: none written whole)
+  int64_t stale_count_ = 0;
 };
 
 }  // namespace loom::model

@@ -20,6 +20,7 @@ TensorParallelGrads::TensorParallelGrads(ParameterStore& store, const TensorPara
 
 void TensorParallelGrads::begin_unit(int unit) {
   if (synced_[unit].empty()) return;
+  store_->settle_grads(synced_[unit]);  // set aside as they read: a stale gradient as zero
   const Device device = store_->device();
   int64_t at = 0;
   for (int id : synced_[unit]) at += store_->list()[id].numel;

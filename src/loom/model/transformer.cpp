@@ -432,6 +432,7 @@ void Transformer::backward_chunk(Activations& a, int chunk, const int32_t* input
     tp_grads_->begin_unit(unit);
   };
   auto finish_unit = [&](int unit) {
+    params_.settle_grads(unit_parameters(unit));  // whatever its backward left stale reads as zero
     tp_grads_->finish_unit(unit);
     if (hooks_) hooks_->after_backward(unit);
   };

@@ -21,7 +21,9 @@ struct StageCost {
 
 // AdamW per owned parameter: reads value, gradient and two moments, writes value and moments
 // (fp32), and the gradient norm reads the gradient once more. Then every gradient the rank holds
-// (its whole buffer, owned or not) is zeroed for the next step: 4 bytes written each.
+// (its whole buffer, owned or not) is zeroed for the next step, 4 bytes written each, but the
+// blocks' linear weights' (written whole by their first wgrad GEMM: model/parameters.h) outside
+// ZeRO-3 (which zeroes its sections itself).
 constexpr double kOptimizerBytesPerParameter = 32.0;
 constexpr double kZeroedBytesPerGradient = 4.0;
 
@@ -254,21 +256,38 @@ double cast_seconds(const config::RunConfig& config, const StageMemory& stage, d
   return s;
 }
 
+// The share of micro-batches whose blocks' wgrad GEMMs write their gradients whole (4 bytes, not
+// read and added to: 8): the first of a step; every one at ZeRO-2, which zeroes the gradients after
+// each micro-batch's reduce-scatter; none at ZeRO-3, which zeroes its sections itself.
+double written_whole_share(const config::RunConfig& config, int dp, double micro_batches) {
+  const int zero = dp > 1 ? config.parallel.zero : 0;
+  if (zero == 3) return 0.0;
+  return zero == 2 ? 1.0 : 1.0 / micro_batches;
+}
+
+// The blocks' linear weights of a stage: their gradients are written whole (written_whole_share).
+double block_linear_weights(const config::RunConfig& config, const StageMemory& stage) {
+  double weights = 0.0;
+  for_each_block_linear(config, stage, [&](double out, double in, model::Recipe, LinearRole) { weights += out * in; });
+  return weights;
+}
+
 // Bytes this rank's GEMMs write per micro-batch (Hardware::gemm_output_seconds): each linear's
 // forward output and dgrad's input gradient, 2 bytes each where a GPU leaves it bf16 (Bf16Ends)
-// and 4 otherwise, and wgrad's fp32 main gradient, read and added to (8). The blocks' forward
-// apart: a recompute writes it again.
+// and 4 otherwise, and wgrad's fp32 main gradient, read and added to (8) or written whole (4,
+// written_whole_share). The blocks' forward apart: a recompute writes it again.
 struct GemmOutputBytes {
   double block_forward = 0.0, head_forward = 0.0, backward = 0.0;
 };
 
-GemmOutputBytes gemm_output_bytes(const config::RunConfig& config, const StageMemory& stage, double tokens, int tp) {
+GemmOutputBytes gemm_output_bytes(const config::RunConfig& config, const StageMemory& stage, double tokens, int tp,
+                                  double written_whole) {
   const CastPath path = cast_path(config, 1.0, tp);
   GemmOutputBytes bytes;
   for_each_block_linear(config, stage, [&](double out, double in, model::Recipe r, LinearRole role) {
     const Bf16Ends ends = device_bf16_ends(path, r, role);
     bytes.block_forward += tokens * out * (ends.output ? 2.0 : 4.0);
-    bytes.backward += tokens * in * (ends.input_grad ? 2.0 : 4.0) + 8.0 * out * in;
+    bytes.backward += tokens * in * (ends.input_grad ? 2.0 : 4.0) + (8.0 - 4.0 * written_whole) * out * in;
   });
   if (stage.head_rows > 0) {
     const double rows = static_cast<double>(stage.head_rows), d = static_cast<double>(config.model.d_model);
@@ -339,7 +358,9 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
       ((block_flops - fp8_flops - attention_flops) / rate + fp8_flops / fp8_rate + attention_flops / attention_rate) *
       tokens / shape.tp;
   const double gemm = block_seconds + tokens * head_flops / shape.tp / rate;
-  const GemmOutputBytes written = gemm_output_bytes(config, stage, tokens, shape.tp);
+  const double m = static_cast<double>(memory.layout.micro_batches);
+  const GemmOutputBytes written =
+      gemm_output_bytes(config, stage, tokens, shape.tp, written_whole_share(config, shape.dp, m));
   const double written_forward = hw.gemm_output_seconds(written.block_forward + written.head_forward);
   const double written_backward = hw.gemm_output_seconds(written.backward);
   const double recompute =
@@ -446,8 +467,10 @@ TimeBreakdown plan_time(const config::RunConfig& config, const MemoryPlan& memor
                                                  : static_cast<double>(widest->parameter_count);
   // The bf16 copy of the parameters, where kept, is 2 more bytes written per parameter.
   const double copy_bytes = parallel::keeps_bf16_parameter_copy(config) ? 2.0 : 0.0;
+  const double written_whole =
+      written_whole_share(config, shape.dp, m) > 0.0 ? block_linear_weights(config, *widest) : 0.0;
   t.optimizer = ((kOptimizerBytesPerParameter + copy_bytes) * owned +
-                 kZeroedBytesPerGradient * static_cast<double>(widest->parameter_count)) /
+                 kZeroedBytesPerGradient * (static_cast<double>(widest->parameter_count) - written_whole)) /
                 hw.bandwidth_per_rank(world);
   t.overhead = hw.step_overhead;
   t.step = makespan + t.dp_comm + t.optimizer + t.overhead;

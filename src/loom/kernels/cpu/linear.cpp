@@ -39,7 +39,8 @@ void add_bias(float* x, const float* bias, int64_t rows, int64_t width) {
 }
 
 void linear_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
-                     const float* weight, int64_t n, int64_t in_features, int64_t out_features, bool accumulate_din) {
+                     const float* weight, int64_t n, int64_t in_features, int64_t out_features, bool accumulate_din,
+                     bool accumulate_dweight) {
   if (n == 0) return;
   const int N = static_cast<int>(n), IC = static_cast<int>(in_features), OC = static_cast<int>(out_features);
   if (din != nullptr) {
@@ -47,7 +48,8 @@ void linear_backward(float* din, float* dweight, float* dbias, const float* dout
                 accumulate_din ? 1.0f : 0.0f, din, IC);
   }
   if (dweight != nullptr) {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, in, IC, 1.0f, dweight, IC);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, in, IC,
+                accumulate_dweight ? 1.0f : 0.0f, dweight, IC);
   }
   if (dbias != nullptr) add_column_sums(dbias, dout, n, out_features);
 }

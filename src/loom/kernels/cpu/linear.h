@@ -17,7 +17,7 @@ void linear_forward(float* out, const float* in, const float* weight, const floa
 // written whole (a gradient with no other contribution needs no zeroing first).
 void linear_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                      const float* weight, int64_t n, int64_t in_features, int64_t out_features,
-                     bool accumulate_din = true);
+                     bool accumulate_din = true, bool accumulate_dweight = true);
 
 // sums[c] += the sum over rows of x[r, c], in kernels/column_sums.h's order (the bias gradient).
 void add_column_sums(float* sums, const float* x, int64_t rows, int64_t cols);

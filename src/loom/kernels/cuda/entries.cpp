@@ -31,6 +31,7 @@
 #include "loom/kernels/cuda/rope.h"
 #include "loom/kernels/cuda/rows.h"
 #include "loom/kernels/cuda/ssd_scan.h"
+#include "loom/kernels/cuda/zero_runs.h"
 
 namespace loom::kernels::cuda {
 
@@ -217,8 +218,9 @@ void register_products(CudaEntries& e) {
     linear_forward(out, in, w, b, n, in_f, out_f, accumulate, stream_of(d));
   };
   e.linear_backward = [](Device d, float* din, float* dw, float* db, const float* dout, const float* in,
-                         const float* w, int64_t n, int64_t in_f, int64_t out_f, bool accumulate_din) {
-    linear_backward(din, dw, db, dout, in, w, n, in_f, out_f, accumulate_din, stream_of(d));
+                         const float* w, int64_t n, int64_t in_f, int64_t out_f, bool accumulate_din,
+                         bool accumulate_dweight) {
+    linear_backward(din, dw, db, dout, in, w, n, in_f, out_f, accumulate_din, accumulate_dweight, stream_of(d));
   };
   e.add_bias = [](Device d, float* x, const float* bias, int64_t rows, int64_t width) {
     broadcast_bias(x, bias, rows, width, true, stream_of(d));
@@ -330,6 +332,9 @@ void register_loss_and_optimizer(CudaEntries& e) {
   e.adamw_update_many = [](Device d, const AdamWTensor* tensors, int64_t count, const AdamWStep* steps,
                            int64_t step_count) {
     adamw_update_many(tensors, count, steps, step_count, stream_of(d));
+  };
+  e.zero_runs = [](Device d, float* base, const FloatRun* runs, int64_t count) {
+    zero_runs(base, runs, count, stream_of(d));
   };
   e.sum_of_squares = [](Device d, const float* x, int64_t n) { return sum_of_squares(x, n, stream_of(d)); };
   e.scale_in_place = [](Device d, float* x, int64_t n, float f) { scale_in_place(x, n, f, stream_of(d)); };

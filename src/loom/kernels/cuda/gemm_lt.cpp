@@ -351,10 +351,11 @@ void linear_forward(float* out, const float* in, const float* weight, const floa
 
 void linear_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                      const float* weight, int64_t n, int64_t in_features, int64_t out_features, bool accumulate_din,
-                     cudaStream_t stream) {
+                     bool accumulate_dweight, cudaStream_t stream) {
   if (n == 0) return;
   if (din != nullptr) gemm(din, dout, weight, n, in_features, out_features, false, false, accumulate_din, stream);
-  if (dweight != nullptr) gemm(dweight, dout, in, out_features, in_features, n, true, false, true, stream);
+  if (dweight != nullptr)
+    gemm(dweight, dout, in, out_features, in_features, n, true, false, accumulate_dweight, stream);
   if (dbias != nullptr) add_column_sums(dbias, dout, n, out_features, stream);
 }
 

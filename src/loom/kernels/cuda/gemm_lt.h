@@ -57,7 +57,7 @@ void linear_forward(float* out, const float* in, const float* weight, const floa
                     int64_t in_features, int64_t out_features, bool accumulate, cudaStream_t stream = nullptr);
 void linear_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                      const float* weight, int64_t n, int64_t in_features, int64_t out_features, bool accumulate_din,
-                     cudaStream_t stream = nullptr);
+                     bool accumulate_dweight, cudaStream_t stream = nullptr);
 
 // MXFP8 on Hopper, which has no MX tensor cores: both operands (codes and E8M0 scales as
 // quantize.h's encode_mx makes them, blocks of 32 along k) are decoded to bf16 (exact: an FP8
