@@ -238,8 +238,8 @@ TEST(CudaKernels, AddRowsEqualsTheCpu) {
 }
 
 // Many runs of a poisoned buffer zeroed in one call (a gradient buffer around the ranges its GEMMs
-// write whole): runs at every alignment, empty ones, one of millions of elements, more runs than
-// one launch takes; every element outside them keeps its poison.
+// write whole): runs at every alignment, empty ones, one of millions of elements (a launch of its
+// own), more small runs than one launch takes; every element outside them keeps its poison.
 TEST(CudaKernels, ZeroRunsZeroTheirRunsAndNothingElse) {
   SKIP_WITHOUT_GPU();
   CachingAllocator allocator;
@@ -258,7 +258,9 @@ TEST(CudaKernels, ZeroRunsZeroTheirRunsAndNothingElse) {
   const std::vector<float> got = d.host();
   for (size_t i = 0; i < want.size(); ++i) {
     ASSERT_EQ(std::isnan(got[i]), std::isnan(want[i])) << "element " << i;
-    if (!std::isnan(want[i])) ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), 0u) << "element " << i;
+    if (!std::isnan(want[i])) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), 0u) << "element " << i;
+    }
   }
 }
 

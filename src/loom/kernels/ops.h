@@ -280,8 +280,9 @@ void adamw_update_many(Device device, std::span<const AdamWTensor> tensors, std:
 inline void adamw_update_many(Device device, std::span<const AdamWTensor> tensors, const AdamWStep& step) {
   adamw_update_many(device, tensors, std::span<const AdamWStep>(&step, 1));
 }
-// base[r.begin, r.begin + r.n) = 0 for every run (on a GPU one launch per 128 runs): a gradient
-// buffer zeroed around the ranges its GEMMs write whole (model/parameters.h).
+// base[r.begin, r.begin + r.n) = 0 for every run (on a GPU one launch per 128 small runs and one
+// per run of more than 64K floats): a gradient buffer zeroed around the ranges its GEMMs write
+// whole (model/parameters.h).
 void zero_runs(Device device, float* base, std::span<const FloatRun> runs);
 // sum(x^2), each square exact in fp64 and summed there: Inf or NaN exactly when some x[i] is (no
 // finite square overflows fp64), which makes the gradient norm the check before a step too.

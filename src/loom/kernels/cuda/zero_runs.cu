@@ -32,25 +32,47 @@ __global__ void zero_runs_kernel(ZeroRunsArgs args) {
 
 }  // namespace
 
+namespace {
+
+// Every run gets the widest one's blocks (at most 2048: the grid-stride loop does the rest).
+void launch_runs(const ZeroRunsArgs& args, int used, int64_t widest, cudaStream_t stream) {
+  if (used == 0) return;
+  const unsigned blocks = std::min<unsigned>(2048, grid_for((widest + 3) / 4));
+  zero_runs_kernel<<<dim3(blocks, static_cast<unsigned>(used)), kThreads, 0, stream>>>(args);
+  check_launch("zero_runs_kernel");
+}
+
+// A run wider than this has a launch of its own, so that the small ones (a model's norms and
+// biases) do not each get the blocks of the widest (an embedding table) for nothing.
+constexpr int64_t kSharedLaunchWidth = int64_t{64} * kThreads * 4;
+
+}  // namespace
+
 void zero_runs(float* base, const FloatRun* runs, int64_t count, cudaStream_t stream) {
-  for (int64_t first = 0; first < count; first += kMaxZeroRunsPerLaunch) {
-    ZeroRunsArgs args{};
-    args.base = base;
-    int used = 0;
-    int64_t widest = 0;
-    for (int64_t r = first; r < std::min<int64_t>(count, first + kMaxZeroRunsPerLaunch); ++r) {
-      if (runs[r].n == 0) continue;
-      args.begin[used] = runs[r].begin;
-      args.n[used] = runs[r].n;
-      widest = std::max(widest, runs[r].n);
-      ++used;
+  ZeroRunsArgs small{};
+  small.base = base;
+  int used = 0;
+  int64_t widest = 0;
+  for (int64_t r = 0; r < count; ++r) {
+    if (runs[r].n == 0) continue;
+    if (runs[r].n > kSharedLaunchWidth) {
+      ZeroRunsArgs wide{};
+      wide.base = base;
+      wide.begin[0] = runs[r].begin;
+      wide.n[0] = runs[r].n;
+      launch_runs(wide, 1, runs[r].n, stream);
+      continue;
     }
-    if (used == 0) continue;
-    // Blocks enough for the widest run's packs (at most 2048 a run: the grid-stride loop does the rest).
-    const unsigned blocks = std::min<unsigned>(2048, grid_for((widest + 3) / 4));
-    zero_runs_kernel<<<dim3(blocks, static_cast<unsigned>(used)), kThreads, 0, stream>>>(args);
-    check_launch("zero_runs_kernel");
+    small.begin[used] = runs[r].begin;
+    small.n[used] = runs[r].n;
+    widest = std::max(widest, runs[r].n);
+    if (++used == kMaxZeroRunsPerLaunch) {
+      launch_runs(small, used, widest, stream);
+      used = 0;
+      widest = 0;
+    }
   }
+  launch_runs(small, used, widest, stream);
 }
 
 }  // namespace loom::kernels::cuda
