@@ -151,6 +151,17 @@ run() {
   python3 "$here/train_results.py" llmc "$work/run-$binary.log" --impl "$impl" --model gpt2-124m --batch "$B" --seq "$T"
 }
 
+# The binaries built elsewhere (the cuDNN one where given) in WORK, the shard checker built, the
+# shards written: what a run needs.
+place_prebuilt() {  # SRC WORK B T PREBUILT [PREBUILT_CUDNN]
+  local src="$1" work="$2"
+  [ -x "$5" ] || { echo "llm.c: no prebuilt binary '$5'" >&2; exit 1; }
+  cp "$5" "$work/train_gpt2cu"
+  if [ -n "$6" ] && [ -x "$6" ]; then cp "$6" "$work/train_gpt2cu_cudnn"; fi
+  "${CC:-cc}" -O2 -I"$src" "$here/llmc_shard_check.c" -lm -o "$work/llmc_shard_check"
+  shards "$work" "$3" "$4"
+}
+
 case "${1:-}" in
   build) build "$2" "$3" ;;
   build-cudnn) build_cudnn "$2" "$3" "$4" ;;
@@ -173,23 +184,13 @@ case "${1:-}" in
     fi
     exit $status ;;
   prepare)
-    src="$2" work=$(absolute "$3")
-    [ -x "${6:-}" ] || { echo "llm.c: no prebuilt binary '${6:-}'" >&2; exit 1; }
-    cp "$6" "$work/train_gpt2cu"
-    if [ -n "${7:-}" ] && [ -x "$7" ]; then cp "$7" "$work/train_gpt2cu_cudnn"; fi
-    "${CC:-cc}" -O2 -I"$src" "$here/llmc_shard_check.c" -lm -o "$work/llmc_shard_check"
-    shards "$work" "$4" "$5" ;;
+    work=$(absolute "$3")
+    place_prebuilt "$2" "$work" "$4" "$5" "${6:-}" "${7:-}" ;;
   prebuilt)
-    src="$2" work=$(absolute "$3")
-    [ -x "${7:-}" ] || { echo "llm.c: no prebuilt binary '${7:-}'" >&2; exit 1; }
-    cp "$7" "$work/train_gpt2cu"
-    "${CC:-cc}" -O2 -I"$src" "$here/llmc_shard_check.c" -lm -o "$work/llmc_shard_check"
-    shards "$work" "$4" "$5"
+    work=$(absolute "$3")
+    place_prebuilt "$2" "$work" "$4" "$5" "${7:-}" "${8:-}"
     status=0
-    if [ -n "${8:-}" ] && [ -x "$8" ]; then
-      cp "$8" "$work/train_gpt2cu_cudnn"
-      run "$work" "$4" "$5" "$6" train_gpt2cu_cudnn || status=1
-    fi
+    if [ -n "${8:-}" ] && [ -x "$8" ]; then run "$work" "$4" "$5" "$6" train_gpt2cu_cudnn || status=1; fi
     run "$work" "$4" "$5" "$6" || status=1
     exit $status ;;
   *) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" >&2; exit 2 ;;

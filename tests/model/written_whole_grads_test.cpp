@@ -90,7 +90,8 @@ TEST(WrittenWholeGrads, SettlingZeroesWhatIsStillStale) {
   EXPECT_TRUE(p.store.stale(p.b));
   EXPECT_EQ(p.grads()[8], 0.0f);
   EXPECT_EQ(p.grads()[3], 7.0f);
-  p.store.settle_grads();
+  const std::vector<int> all = {p.a, p.b, p.c, p.d};
+  p.store.settle_grads(all);
   EXPECT_EQ(p.grads(), std::vector<float>(14, 0.0f));
   EXPECT_FALSE(p.store.stale(p.b));
 }

@@ -280,7 +280,7 @@ void adamw_update_many(Device device, std::span<const AdamWTensor> tensors, std:
 inline void adamw_update_many(Device device, std::span<const AdamWTensor> tensors, const AdamWStep& step) {
   adamw_update_many(device, tensors, std::span<const AdamWStep>(&step, 1));
 }
-// base[r.begin, r.begin + r.n) = 0 for every run (on a GPU one launch per 128 small runs and one
+// base[r.begin, r.begin + r.n) = 0 for every run (on a GPU one launch per 128 small runs, a memset
 // per run of more than 64K floats): a gradient buffer zeroed around the ranges its GEMMs write
 // whole (model/parameters.h).
 void zero_runs(Device device, float* base, std::span<const FloatRun> runs);

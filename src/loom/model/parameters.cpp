@@ -134,26 +134,21 @@ void ParameterStore::zero_stale(std::span<const int> ids) {
 bool ParameterStore::take_written_whole(int64_t offset, int64_t numel) {
   if (stale_count_ == 0) return false;
   const auto [first, end] = ids_spanning(offset, numel);
-  std::vector<int> ids(static_cast<size_t>(end - first));
-  std::iota(ids.begin(), ids.end(), first);
-  if (std::all_of(ids.begin(), ids.end(), [&](int id) { return stale(id); })) {
-    for (const int id : ids) stale_[static_cast<size_t>(id)] = 0;
+  bool all_stale = true;
+  for (int id = first; id < end; ++id) all_stale = all_stale && stale(id);
+  if (all_stale) {
+    for (int id = first; id < end; ++id) stale_[static_cast<size_t>(id)] = 0;
     stale_count_ -= end - first;
     return true;
   }
+  std::vector<int> ids(static_cast<size_t>(end - first));
+  std::iota(ids.begin(), ids.end(), first);
   zero_stale(ids);
   return false;
 }
 
 void ParameterStore::settle_grads(std::span<const int> ids) {
   if (stale_count_ > 0) zero_stale(ids);
-}
-
-void ParameterStore::settle_grads() {
-  if (stale_count_ == 0) return;
-  std::vector<int> ids(params_.size());
-  std::iota(ids.begin(), ids.end(), 0);
-  zero_stale(ids);
 }
 
 int ParameterStore::find(const std::string& name) const {

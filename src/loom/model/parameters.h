@@ -76,9 +76,8 @@ class ParameterStore {
   // into it: true when all of it is stale (then no longer); otherwise its stale parameters are
   // zeroed and the caller adds.
   bool take_written_whole(int64_t offset, int64_t numel);
-  // Zeroes the stale gradients among `ids` (all: every parameter's): before anyone reads them.
+  // Zeroes the stale gradients among `ids`: before anyone reads them.
   void settle_grads(std::span<const int> ids);
-  void settle_grads();
   // Whether zero_grads() left parameter `id`'s gradient unwritten, not yet taken or settled.
   bool stale(int id) const { return static_cast<size_t>(id) < stale_.size() && stale_[static_cast<size_t>(id)] != 0; }
   // Both buffers are releasable memory (core/device.h): ZeRO 2 and 3 decommit ranges of them.

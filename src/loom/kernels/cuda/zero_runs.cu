@@ -30,19 +30,14 @@ __global__ void zero_runs_kernel(ZeroRunsArgs args) {
   if (t < n - tail) run[tail + t] = 0.0f;
 }
 
-}  // namespace
-
-namespace {
-
-// Every run gets the widest one's blocks (at most 2048: the grid-stride loop does the rest).
+// Every run gets the widest one's blocks (at most 64 for runs of at most kSharedLaunchWidth).
 void launch_runs(const ZeroRunsArgs& args, int used, int64_t widest, cudaStream_t stream) {
   if (used == 0) return;
-  const unsigned blocks = std::min<unsigned>(2048, grid_for((widest + 3) / 4));
-  zero_runs_kernel<<<dim3(blocks, static_cast<unsigned>(used)), kThreads, 0, stream>>>(args);
+  zero_runs_kernel<<<dim3(grid_for((widest + 3) / 4), static_cast<unsigned>(used)), kThreads, 0, stream>>>(args);
   check_launch("zero_runs_kernel");
 }
 
-// A run wider than this has a launch of its own, so that the small ones (a model's norms and
+// A run wider than this is a memset of its own, so that the small ones (a model's norms and
 // biases) do not each get the blocks of the widest (an embedding table) for nothing.
 constexpr int64_t kSharedLaunchWidth = int64_t{64} * kThreads * 4;
 
@@ -56,11 +51,8 @@ void zero_runs(float* base, const FloatRun* runs, int64_t count, cudaStream_t st
   for (int64_t r = 0; r < count; ++r) {
     if (runs[r].n == 0) continue;
     if (runs[r].n > kSharedLaunchWidth) {
-      ZeroRunsArgs wide{};
-      wide.base = base;
-      wide.begin[0] = runs[r].begin;
-      wide.n[0] = runs[r].n;
-      launch_runs(wide, 1, runs[r].n, stream);
+      check_cuda(cudaMemsetAsync(base + runs[r].begin, 0, static_cast<size_t>(runs[r].n) * sizeof(float), stream),
+                 "cudaMemsetAsync (a wide run)");
       continue;
     }
     small.begin[used] = runs[r].begin;

@@ -1,7 +1,7 @@
 #pragma once
 // Zeroing many runs of one float buffer at once (kernels::zero_runs): the gradient buffer around
-// the ranges its GEMMs write whole, in one launch per kMaxZeroRunsPerLaunch small runs (and one per
-// run of more than 64K floats) rather than a memset per run.
+// the ranges its GEMMs write whole, in one launch per kMaxZeroRunsPerLaunch small runs (a run of
+// more than 64K floats, an embedding table, a memset of its own) rather than a memset per run.
 #include <cuda_runtime.h>
 
 #include <cstdint>

@@ -78,7 +78,6 @@ void BucketedSync::reduce_tied_embedding() {
 }
 
 void BucketedSync::end_micro_batch(bool last) {
-  model_.params().settle_grads();  // each unit settled its own; the rest reads as zero from here
   reducing_ = false;
   install_hooks();
   if (last || rounds_per_micro_batch()) reduce_tied_embedding();
