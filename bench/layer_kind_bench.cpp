@@ -102,7 +102,7 @@ Timing time_block(const loom::config::ModelConfig& c, int layer, const LayerSpec
     const double f = seconds_since(start);
     dx = dy;
     start = Clock::now();
-    loom::model::ResidualGrad16 d_x16;  // none on the CPU
+    loom::model::ResidualGradForReader d_x16;  // none on the CPU
     block.backward(dx.data(), d_x16, x.data(), saved, work, batch, seq, {}, scratch);
     const double b = seconds_since(start);
     if (r > 0) fwd.push_back(f), bwd.push_back(b);

@@ -397,6 +397,68 @@ TEST_F(CudaEntries, NormBackwardsLeaveTheirInputGradientInBf16Too) {
   }
 }
 
+// With din_amax the norms' backwards also take the max |v| of din's new values (fp8_current's
+// scale for the output projection that casts din next): the same float as amax_into over din
+// after the call, bit for bit, from 0 and with a larger value already there (which stays); din
+// and the parameter gradients those of the run without it; held and unheld layouts, fp32 and
+// bf16 output gradients, with din16 beside; a NaN in the output gradient gives NaN.
+TEST_F(CudaEntries, NormBackwardsTakeTheAmaxOfTheirInputGradient) {
+  for (auto [rows, dim] : {std::pair<int64_t, int64_t>{3, 37}, {4099, 768}, {64, 2048}, {5, 8192}}) {
+    NormBackwardInputs in(allocator_, seed_, rows, dim);
+    layernorm_forward(kGpu, in.out.ptr, in.mean.ptr, in.rstd.ptr, in.x.ptr, in.w.ptr, in.b.ptr, rows, dim, 1e-5f);
+    for (const bool layer : {false, true}) {
+      for (const bool bf16_dout : {false, true}) {
+        const std::string name = std::string(layer ? "LayerNorm " : "RMSNorm ") + (bf16_dout ? "bf16 dout " : "") +
+                                 std::to_string(rows) + " x " + std::to_string(dim);
+        auto run = [&](float* din, float* dweight, float* dbias, void* din16, float* amax, const float* dy) {
+          if (layer && bf16_dout) {
+            layernorm_backward_bf16(kGpu, din, dweight, dbias, in.dy16.ptr, in.x.ptr, in.w.ptr, in.mean.ptr,
+                                    in.rstd.ptr, rows, dim, din16, amax);
+          } else if (layer) {
+            layernorm_backward(kGpu, din, dweight, dbias, dy, in.x.ptr, in.w.ptr, in.mean.ptr, in.rstd.ptr, rows,
+                               dim, din16, amax);
+          } else if (bf16_dout) {
+            rmsnorm_backward_bf16(kGpu, din, dweight, in.dy16.ptr, in.x.ptr, in.w.ptr, in.rstd.ptr, rows, dim,
+                                  din16, amax);
+          } else {
+            rmsnorm_backward(kGpu, din, dweight, dy, in.x.ptr, in.w.ptr, in.rstd.ptr, rows, dim, din16, amax);
+          }
+        };
+        DeviceFloats dx(allocator_, in.dx0), dw(allocator_, in.dw0), db(allocator_, in.dw0);
+        run(dx.ptr, dw.ptr, db.ptr, nullptr, nullptr, in.dy.ptr);
+        const std::vector<float> din = dx.host();
+        float largest = 0.0f;
+        for (float v : din) largest = std::max(largest, std::fabs(v));
+        for (const float start : {0.0f, 1e30f}) {
+          for (const bool with16 : {false, true}) {
+            DeviceFloats dx_with(allocator_, in.dx0), dw_with(allocator_, in.dw0), db_with(allocator_, in.dw0),
+                amax(allocator_, std::vector<float>{start}), want(allocator_, std::vector<float>{start});
+            DeviceArray<__nv_bfloat16> din16(allocator_, testing::to_bf16(poison(rows * dim)));
+            run(dx_with.ptr, dw_with.ptr, db_with.ptr, with16 ? din16.ptr : nullptr, amax.ptr, in.dy.ptr);
+            kernels::amax_into(kGpu, want.ptr, dx_with.ptr, rows * dim);
+            const std::string form = name + (with16 ? " with din16" : "") + " from " + std::to_string(start);
+            EXPECT_EQ(dx_with.host(), din) << form << ": din";
+            EXPECT_EQ(dw_with.host(), dw.host()) << form << ": dweight";
+            if (layer) {
+              EXPECT_EQ(db_with.host(), db.host()) << form << ": dbias";
+            }
+            const float got = amax.host()[0], wanted = want.host()[0];
+            EXPECT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(wanted)) << form << ": amax";
+            EXPECT_EQ(got, start == 0.0f ? largest : start) << form << ": amax";
+          }
+        }
+        if (bf16_dout) continue;
+        std::vector<float> dy_nan = in.dy_values;
+        dy_nan[static_cast<size_t>(rows * dim / 2)] = std::nanf("");
+        DeviceFloats nan_dy(allocator_, dy_nan), dx_nan(allocator_, in.dx0), dw_nan(allocator_, in.dw0),
+            db_nan(allocator_, in.dw0), nan_amax(allocator_, std::vector<float>{0.0f});
+        run(dx_nan.ptr, dw_nan.ptr, db_nan.ptr, nullptr, nan_amax.ptr, nan_dy.ptr);
+        EXPECT_TRUE(std::isnan(nan_amax.host()[0])) << name << ": a NaN in dout";
+      }
+    }
+  }
+}
+
 // Columns [first, vocab) of every row of logits [rows, vocab].
 std::vector<float> logits_shard(const std::vector<float>& logits, int64_t rows, int64_t vocab, int64_t first) {
   const int64_t shard = vocab - first;

@@ -10,7 +10,10 @@
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <string>
@@ -422,17 +425,19 @@ TEST_P(CudaFlashAttention, Bf16GradientsAreTheFp32GradientsRounded) {
 // the bf16-tensor backward adds into zeroed views, rotated back where asked: on loom's kernels bit
 // for bit; on cuDNN (whose atomics make two calls differ in the last bits) within bf16's precision
 // of another call's, and bit for bit rope_backward_widened's rotation (CudaKernels'
-// RopeBackwardWidenedIsTheAddIntoZerosRotated). Nothing outside the views is written.
+// RopeBackwardWidenedIsTheAddIntoZerosRotated). Nothing outside the views is written. The amax
+// taken by the same call (fp8_current's, for the projection's cast) is the max |v| of the three
+// views as written, bit for bit.
 TEST_P(CudaFlashAttention, Fp32GradientsAreTheAddedOnesRotated) {
   for_each_backend_and_rotation(GetParam(), [&](bool loom_kernels, bool rotate) {
     const AddedGradients a(allocator_, GetParam(), seed_, rotate);
     const FlashAttentionShape& s = a.in.s;
     const Device gpu = Device::cuda(0);
     DeviceFloats g(allocator_, std::vector<float>(a.in.q.size(), -7.0f)),
-        gkv(allocator_, std::vector<float>(a.in.kv.size(), -7.0f));
+        gkv(allocator_, std::vector<float>(a.in.kv.size(), -7.0f)), amax(allocator_, std::vector<float>{0.0f});
     flash_attention_backward_fp32_gradients(gpu, g.ptr, gkv.ptr + a.in.k_at, gkv.ptr + a.in.v_at, a.dout16.ptr,
                                             a.out16.ptr, a.lse.ptr, a.q16.ptr, a.k16, a.v16, s, a.meta.visibility(),
-                                            QkvRotation{rotate ? &a.rope : nullptr, s.q_len, nullptr});
+                                            QkvRotation{rotate ? &a.rope : nullptr, s.q_len, nullptr}, amax.ptr);
     const bool on_cudnn =
         !loom_kernels && attention_fallback_reason(s, a.meta.visibility(), true,
                                                    {a.q16.ptr, a.k16, a.v16, a.out16.ptr, a.dout16.ptr, a.lse.ptr})
@@ -447,18 +452,22 @@ TEST_P(CudaFlashAttention, Fp32GradientsAreTheAddedOnesRotated) {
       int64_t at, rows, width, stride;
     };
     int64_t written = 0;
+    float largest = 0.0f;
     for (const View& v : {View{"dq", false, 0, a.q_rows, a.q_width, s.q_stride},
                           View{"dk", true, a.in.k_at, a.k_rows, a.kv_width, s.k_stride},
                           View{"dv", true, a.in.v_at, a.k_rows, a.kv_width, s.v_stride}}) {
       const std::vector<float> want = view_of(v.in_kv ? want_kv : want_q, v.at, v.rows, v.width, v.stride),
                                got = view_of(v.in_kv ? got_kv : got_q, v.at, v.rows, v.width, v.stride);
       written += v.rows * v.width;
+      for (float x : got) largest = std::max(largest, std::fabs(x));
       if (on_cudnn) {
         EXPECT_LE(relative_error(got, want), 1e-2) << name << ": " << v.name;
       } else {
         EXPECT_EQ(got, want) << name << ": " << v.name;
       }
     }
+    EXPECT_EQ(std::bit_cast<uint32_t>(amax.host()[0]), std::bit_cast<uint32_t>(largest)) << name << ": amax";
+    EXPECT_GT(largest, 0.0f) << name;
     int64_t poisoned = 0;
     for (float v : got_q) poisoned += v == -7.0f;
     for (float v : got_kv) poisoned += v == -7.0f;

@@ -12,6 +12,7 @@
 #include <bit>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "loom/kernels/cpu/activation.h"
@@ -84,7 +85,7 @@ TEST(CudaKernels, RmsNormForwardAndBackwardMatchTheCpu) {
         d_rstd(allocator, poison_rows), d_dx(allocator, std::vector<float>(x.size(), 0.25f)),
         d_dw(allocator, std::vector<float>(w.size(), 0.5f));
     cuda::rmsnorm_forward(d_out.ptr, d_rstd.ptr, d_x.ptr, d_w.ptr, rows, dim, 1e-5f);
-    cuda::rmsnorm_backward(d_dx.ptr, d_dw.ptr, d_dy.ptr, d_x.ptr, d_w.ptr, d_rstd.ptr, rows, dim, nullptr);
+    cuda::rmsnorm_backward(d_dx.ptr, d_dw.ptr, d_dy.ptr, d_x.ptr, d_w.ptr, d_rstd.ptr, rows, dim, nullptr, nullptr);
     check_cuda(cudaDeviceSynchronize(), "rmsnorm");
     EXPECT_LE(relative_error(d_out.host(), out), 1e-6) << rows << " x " << dim;
     EXPECT_LE(relative_error(d_rstd.host(), rstd), 1e-6) << rows << " x " << dim;
@@ -125,9 +126,9 @@ TEST(CudaKernels, NormWeightGradientsAreDeterministicAndExactOverManyRows) {
     for (int run = 0; run < 2; ++run) {
       DeviceArray d_dx(allocator, std::vector<float>(x.size(), 0.0f)), d_dw(allocator, dw0),
           d_ln_dw(allocator, dw0), d_ln_db(allocator, dw0);
-      rmsnorm_backward(d_dx.ptr, d_dw.ptr, d_dy.ptr, d_x.ptr, d_w.ptr, d_rstd.ptr, rows, dim, nullptr);
+      rmsnorm_backward(d_dx.ptr, d_dw.ptr, d_dy.ptr, d_x.ptr, d_w.ptr, d_rstd.ptr, rows, dim, nullptr, nullptr);
       layernorm_backward(d_dx.ptr, d_ln_dw.ptr, d_ln_db.ptr, d_dy.ptr, d_x.ptr, d_w.ptr, d_mean.ptr, d_rstd.ptr, rows,
-                         dim, nullptr);
+                         dim, nullptr, nullptr);
       check_cuda(cudaDeviceSynchronize(), "norm backward");
       const std::vector<float> rms = d_dw.host(), ln_w = d_ln_dw.host(), ln_b = d_ln_db.host();
       EXPECT_LE(relative_error(rms, rms_dw), 1e-6) << rows << " x " << dim;
@@ -267,11 +268,13 @@ TEST(CudaKernels, ZeroRunsZeroTheirRunsAndNothingElse) {
 // RoPE undone from bf16 gradients into an fp32 one written whole (Attention's q/k gradient from
 // cuDNN's bf16 ones under per-tensor FP8): bit for bit the widened rows added into zeroed ones
 // (-0 becomes +0) and rotated back there, by rows' positions or by row % seq, into a strided
-// destination whose other columns keep their poison.
+// destination whose other columns keep their poison; rows in packs of four pairs (a stride that
+// is a multiple of 4) and pair by pair (an odd one). The amax the same pass takes (fp8_current's
+// for the projection's cast) is the max |v| written, bit for bit, its grid capped (300 rows).
 TEST(CudaKernels, RopeBackwardWidenedIsTheAddIntoZerosRotated) {
   SKIP_WITHOUT_GPU();
   CachingAllocator allocator;
-  const int64_t rows = 300, heads = 5, head_dim = 64, seq = 100, width = heads * head_dim, stride = width + 24;
+  const int64_t rows = 300, heads = 5, head_dim = 64, seq = 100, width = heads * head_dim;
   const kernels::RopeTable table(seq, head_dim, 10000.0);
   DeviceFloats cos(allocator, table.cos), sin(allocator, table.sin);
   const DeviceRopeTable t{cos.ptr, sin.ptr, head_dim};
@@ -281,19 +284,29 @@ TEST(CudaKernels, RopeBackwardWidenedIsTheAddIntoZerosRotated) {
   std::vector<int32_t> positions(rows);
   for (int64_t r = 0; r < rows; ++r) positions[static_cast<size_t>(r)] = static_cast<int32_t>((r * 37) % seq);
   testing::DeviceArray<int32_t> d_positions(allocator, positions);
-  for (const bool packed : {false, true}) {
-    const int32_t* at = packed ? d_positions.ptr : nullptr;
-    std::vector<float> zeroed(rows * stride, -7.0f);
-    for (int64_t r = 0; r < rows; ++r) std::fill_n(zeroed.begin() + r * stride + 8, width, 0.0f);
-    DeviceFloats want(allocator, zeroed), got(allocator, std::vector<float>(rows * stride, -7.0f));
-    add_bf16_rows(want.ptr + 8, stride, src16.ptr, width, rows, width);
-    rope_backward(want.ptr + 8, rows, stride, 0, heads, seq, 0, t, at);
-    rope_backward_widened(got.ptr + 8, stride, src16.ptr, width, rows, heads, seq, t, at);
-    check_cuda(cudaDeviceSynchronize(), "rope_backward_widened");
-    const std::vector<float> w = want.host(), g = got.host();
-    int64_t different = 0;
-    for (size_t i = 0; i < w.size(); ++i) different += std::bit_cast<uint32_t>(w[i]) != std::bit_cast<uint32_t>(g[i]);
-    EXPECT_EQ(different, 0) << (packed ? "positions given" : "positions by row");
+  for (const int64_t stride : {width + 24, width + 1}) {
+    for (const bool packed : {false, true}) {
+      const std::string name = std::string(packed ? "positions given" : "positions by row") + ", stride " +
+                               std::to_string(stride);
+      const int32_t* at = packed ? d_positions.ptr : nullptr;
+      std::vector<float> zeroed(rows * stride, -7.0f);
+      for (int64_t r = 0; r < rows; ++r) std::fill_n(zeroed.begin() + r * stride + 8, width, 0.0f);
+      DeviceFloats want(allocator, zeroed), got(allocator, std::vector<float>(rows * stride, -7.0f)),
+          amax(allocator, std::vector<float>{0.0f});
+      add_bf16_rows(want.ptr + 8, stride, src16.ptr, width, rows, width);
+      rope_backward(want.ptr + 8, rows, stride, 0, heads, seq, 0, t, at);
+      rope_backward_widened(got.ptr + 8, stride, src16.ptr, width, rows, heads, seq, t, at, amax.ptr);
+      check_cuda(cudaDeviceSynchronize(), "rope_backward_widened");
+      const std::vector<float> w = want.host(), g = got.host();
+      int64_t different = 0;
+      float largest = 0.0f;
+      for (size_t i = 0; i < w.size(); ++i) {
+        different += std::bit_cast<uint32_t>(w[i]) != std::bit_cast<uint32_t>(g[i]);
+        if (w[i] != -7.0f) largest = std::max(largest, std::fabs(w[i]));
+      }
+      EXPECT_EQ(different, 0) << name;
+      EXPECT_EQ(std::bit_cast<uint32_t>(amax.host()[0]), std::bit_cast<uint32_t>(largest)) << name << ": amax";
+    }
   }
 }
 

@@ -325,9 +325,10 @@ void expect_fp32_gradients_to_be_the_added_ones(const Operands& p, const RopeTab
                   *rope);
   }
   Gradients got{std::vector<float>(p.qkv.size(), std::nanf("")), std::vector<float>(p.kv.size(), std::nanf(""))};
+  float amax = 0.0f;  // taken by the same call (fp8_current's for the projection's cast)
   flash_attention_backward_fp32_gradients(Device::cpu(), got.q(), got.k(p.fused, k_at), got.v(p.fused, v_at, kv_width),
                                           f.dout16.data(), f.out16.data(), f.lse.data(), f.q16, f.k16, f.v16, s,
-                                          p.vis(), QkvRotation{rope, s.q_len, nullptr});
+                                          p.vis(), QkvRotation{rope, s.q_len, nullptr}, &amax);
   // Where no view lies the poison stays (the zeros of `want` there are not the entry's).
   const int64_t q_width = s.heads * s.head_dim, q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len;
   auto in_view = [](int64_t i, const float* base, const float* view, int64_t rows, int64_t width, int64_t stride) {
@@ -349,6 +350,15 @@ void expect_fp32_gradients_to_be_the_added_ones(const Operands& p, const RopeTab
   };
   EXPECT_EQ(bits(got.qkv), bits(want.qkv));
   EXPECT_EQ(bits(got.kv), bits(want.kv));
+  // The amax: the largest |v| of the views (the poison outside them, NaN, would have won).
+  float largest = 0.0f;
+  for (const std::vector<float>* x : {&want.qkv, &want.kv}) {
+    for (float v : *x) {
+      if (!std::isnan(v)) largest = std::max(largest, std::fabs(v));
+    }
+  }
+  EXPECT_EQ(amax, largest);
+  EXPECT_GT(amax, 0.0f);
   // And not what a backward without the rotation writes.
   if (rope != nullptr) {
     Gradients plain{std::vector<float>(p.qkv.size(), 0.0f), std::vector<float>(p.kv.size(), 0.0f)};

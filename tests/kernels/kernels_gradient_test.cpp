@@ -1,6 +1,7 @@
 // Every CPU kernel's backward against finite differences of its forward.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -229,6 +230,50 @@ TEST(KernelGradients, NormsOnBf16AreTheFp32NormsRounded) {
   layernorm_forward_bf16(got.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, dim, 1e-5f);
   expect_rounded(got);
   EXPECT_EQ(mean, want_mean);
+}
+
+// The norms' backwards with din_amax take the max |v| of din after their add (fp8_current's for
+// the projection that casts din next): amax_into's over it, from 0 or above a larger value (which
+// stays), NaN when the output gradient holds one; din and the parameter gradients unchanged.
+TEST(KernelGradients, NormBackwardsTakeTheAmaxOfTheirInputGradient) {
+  const int64_t rows = 7, dim = 37;
+  const auto x = random_vector(rows * dim, 31), w = random_vector(dim, 32), b = random_vector(dim, 33);
+  const auto dx0 = random_vector(rows * dim, 34);
+  auto dy = random_vector(rows * dim, 35);
+  std::vector<float> y(rows * dim), mean(rows), rstd(rows);
+  layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, dim, 1e-5f);
+  for (const bool layer : {false, true}) {
+    auto run = [&](std::vector<float>& dx, std::vector<float>& dw, std::vector<float>& db, float* amax) {
+      dx = dx0;
+      dw.assign(dim, 0.0f);
+      db.assign(dim, 0.0f);
+      if (layer) {
+        layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                           rows, dim, nullptr, amax);
+      } else {
+        rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), rows, dim, nullptr, amax);
+      }
+    };
+    std::vector<float> dx, dw, db, dx_with, dw_with, db_with;
+    run(dx, dw, db, nullptr);
+    float largest = 0.0f;
+    for (float v : dx) largest = std::max(largest, std::fabs(v));
+    for (const float start : {0.0f, 1e30f}) {
+      float amax = start;
+      run(dx_with, dw_with, db_with, &amax);
+      EXPECT_EQ(dx_with, dx) << layer;
+      EXPECT_EQ(dw_with, dw) << layer;
+      EXPECT_EQ(db_with, db) << layer;
+      EXPECT_EQ(amax, start == 0.0f ? largest : start) << layer;
+      EXPECT_GT(amax, 0.0f) << layer;
+    }
+    const float kept = dy[5];
+    dy[5] = std::numeric_limits<float>::quiet_NaN();
+    float amax = 0.0f;
+    run(dx_with, dw_with, db_with, &amax);
+    EXPECT_TRUE(std::isnan(amax)) << layer;
+    dy[5] = kept;
+  }
 }
 
 // The activations over bf16 inputs: into fp32 the fp32 kernels' outputs exactly (an FP8 block's

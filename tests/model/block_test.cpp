@@ -46,7 +46,7 @@ void check_block(config::ModelConfig config, const LayerSpec& spec, bool use_rop
   loss();
   store.zero_grads();
   std::vector<float> dx = dy;  // d(x_out) in, d(x_in) out
-  ResidualGrad16 d_x16;  // none on the CPU
+  ResidualGradForReader d_x16;  // none on the CPU
   block.backward(dx.data(), d_x16, x.data(), saved, work, batch, seq, {}, scratch);
   std::vector<float> analytic(store.grads(), store.grads() + store.total());
   loom::testing::FdTolerance tol{.eps = 1e-2, .atol = 1e-3, .rtol = 1e-2, .max_checks = 24};

@@ -25,7 +25,7 @@ struct CudaEntries {
                             const float* bias, int64_t rows, int64_t dim, float eps) = nullptr;
   void (*layernorm_backward)(Device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
                              const float* weight, const float* mean, const float* rstd, int64_t rows,
-                             int64_t dim, void* din16) = nullptr;
+                             int64_t dim, void* din16, float* din_amax) = nullptr;
   void (*layernorm_forward_bf16)(Device, void* out16, float* mean, float* rstd, const float* in, const float* weight,
                                  const float* bias, int64_t rows, int64_t dim, float eps) = nullptr;
   void (*rope_forward)(Device, float* x, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
@@ -76,7 +76,8 @@ struct CudaEntries {
   void (*rmsnorm_forward)(Device, float* out, float* rstd, const float* in, const float* weight, int64_t rows,
                           int64_t dim, float eps) = nullptr;
   void (*rmsnorm_backward)(Device, float* din, float* dweight, const float* dout, const float* in,
-                           const float* weight, const float* rstd, int64_t rows, int64_t dim, void* din16) = nullptr;
+                           const float* weight, const float* rstd, int64_t rows, int64_t dim, void* din16,
+                           float* din_amax) = nullptr;
   void (*rmsnorm_forward_bf16)(Device, void* out16, float* rstd, const float* in, const float* weight, int64_t rows,
                                int64_t dim, float eps) = nullptr;
   void (*rmsnorm_add_forward_bf16)(Device, void* out16, float* rstd, float* sum, const float* residual,
@@ -87,10 +88,10 @@ struct CudaEntries {
                                      int64_t dim, float eps) = nullptr;
   void (*rmsnorm_backward_bf16)(Device, float* din, float* dweight, const void* dout16, const float* in,
                                 const float* weight, const float* rstd, int64_t rows, int64_t dim,
-                                void* din16) = nullptr;
+                                void* din16, float* din_amax) = nullptr;
   void (*layernorm_backward_bf16)(Device, float* din, float* dweight, float* dbias, const void* dout16,
                                   const float* in, const float* weight, const float* mean, const float* rstd,
-                                  int64_t rows, int64_t dim, void* din16) = nullptr;
+                                  int64_t rows, int64_t dim, void* din16, float* din_amax) = nullptr;
   void (*adamw_update)(Device, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                        const AdamWStep& step) = nullptr;
   void (*swiglu_forward)(Device, float* out, const float* gate_up, int64_t rows, int64_t width) = nullptr;
@@ -158,7 +159,8 @@ struct CudaEntries {
   void (*flash_attention_backward_fp32_gradients)(Device, float* dq, float* dk, float* dv, const void* dout16,
                                                   const void* out16, const float* lse, const void* q16,
                                                   const void* k16, const void* v16, const FlashAttentionShape& s,
-                                                  const AttentionVisibility& vis, const QkvRotation& rotation) = nullptr;
+                                                  const AttentionVisibility& vis, const QkvRotation& rotation,
+                                                  float* amax) = nullptr;
   void (*merge_attention_partials)(Device, float* out, float* lse, const float* part_out, const float* part_lse,
                                    const FlashAttentionShape& s) = nullptr;
   // Attention over a paged KV cache and the writes into it (inference), and over one sequence's

@@ -109,8 +109,9 @@ void rmsnorm_forward(Device device, float* out, float* rstd, const float* in, co
                                                                           eps);
 }
 void rmsnorm_backward(Device device, float* din, float* dweight, const float* dout, const float* in,
-                      const float* weight, const float* rstd, int64_t rows, int64_t dim, void* din16) {
-  LOOM_DISPATCH(rmsnorm_backward, din, dweight, dout, in, weight, rstd, rows, dim, din16);
+                      const float* weight, const float* rstd, int64_t rows, int64_t dim, void* din16,
+                      float* din_amax) {
+  LOOM_DISPATCH(rmsnorm_backward, din, dweight, dout, in, weight, rstd, rows, dim, din16, din_amax);
 }
 void layernorm_forward(Device device, float* out, float* mean, float* rstd, const float* in, const float* weight,
                        const float* bias, int64_t rows, int64_t dim, float eps) {
@@ -118,8 +119,8 @@ void layernorm_forward(Device device, float* out, float* mean, float* rstd, cons
 }
 void layernorm_backward(Device device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
                         const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim,
-                        void* din16) {
-  LOOM_DISPATCH(layernorm_backward, din, dweight, dbias, dout, in, weight, mean, rstd, rows, dim, din16);
+                        void* din16, float* din_amax) {
+  LOOM_DISPATCH(layernorm_backward, din, dweight, dbias, dout, in, weight, mean, rstd, rows, dim, din16, din_amax);
 }
 void rmsnorm_forward_bf16(Device device, void* out16, float* rstd, const float* in, const float* weight,
                           int64_t rows, int64_t dim, float eps) {
@@ -139,13 +140,15 @@ void layernorm_add_forward_bf16(Device device, void* out16, float* mean, float* 
   LOOM_DISPATCH(layernorm_add_forward_bf16, out16, mean, rstd, sum, residual, add16, weight, bias, rows, dim, eps);
 }
 void rmsnorm_backward_bf16(Device device, float* din, float* dweight, const void* dout16, const float* in,
-                           const float* weight, const float* rstd, int64_t rows, int64_t dim, void* din16) {
-  LOOM_DISPATCH(rmsnorm_backward_bf16, din, dweight, dout16, in, weight, rstd, rows, dim, din16);
+                           const float* weight, const float* rstd, int64_t rows, int64_t dim, void* din16,
+                           float* din_amax) {
+  LOOM_DISPATCH(rmsnorm_backward_bf16, din, dweight, dout16, in, weight, rstd, rows, dim, din16, din_amax);
 }
 void layernorm_backward_bf16(Device device, float* din, float* dweight, float* dbias, const void* dout16,
                              const float* in, const float* weight, const float* mean, const float* rstd, int64_t rows,
-                             int64_t dim, void* din16) {
-  LOOM_DISPATCH(layernorm_backward_bf16, din, dweight, dbias, dout16, in, weight, mean, rstd, rows, dim, din16);
+                             int64_t dim, void* din16, float* din_amax) {
+  LOOM_DISPATCH(layernorm_backward_bf16, din, dweight, dbias, dout16, in, weight, mean, rstd, rows, dim, din16,
+                din_amax);
 }
 
 void rope_forward(Device device, float* x, int64_t rows, int64_t row_stride, int64_t first_col, int64_t heads,
@@ -286,12 +289,13 @@ void flash_attention_backward_bf16_gradients(Device device, void* dq16, void* dk
 void flash_attention_backward_fp32_gradients(Device device, float* dq, float* dk, float* dv, const void* dout16,
                                              const void* out16, const float* lse, const void* q16, const void* k16,
                                              const void* v16, const FlashAttentionShape& s,
-                                             const AttentionVisibility& vis, const QkvRotation& rotation) {
+                                             const AttentionVisibility& vis, const QkvRotation& rotation,
+                                             float* amax) {
   check_flash_shape(s);
   LOOM_CHECK(s.operands == AttentionOperands::Bf16, "flash attention on bf16 tensors takes bf16 operands");
   check_rotation(s, rotation, "flash_attention_backward_fp32_gradients");
   LOOM_DISPATCH(flash_attention_backward_fp32_gradients, dq, dk, dv, dout16, out16, lse, q16, k16, v16, s, vis,
-                rotation);
+                rotation, amax);
 }
 void merge_attention_partials(Device device, float* out, float* lse, const float* part_out, const float* part_lse,
                               const FlashAttentionShape& s) {

@@ -33,14 +33,18 @@ void rmsnorm_forward(Device device, float* out, float* rstd, const float* in, co
                      int64_t dim, float eps);
 // The backwards add into din; `din16`, when given, receives din's values after the add rounded to
 // bf16 (2-byte elements, nearest even): the residual gradient a bf16 projection's GEMMs read next
-// (model::ResidualGrad16), written by the pass that writes din rather than cast from it by another.
+// (model::ResidualGradForReader), written by the pass that writes din rather than cast from it by
+// another. `din_amax`, when given, takes the max |value| of din after the add as amax_into takes it
+// (*din_amax >= 0 or NaN): the amax fp8_current's cast of that gradient needs first, without a
+// pass over din of its own.
 void rmsnorm_backward(Device device, float* din, float* dweight, const float* dout, const float* in,
-                      const float* weight, const float* rstd, int64_t rows, int64_t dim, void* din16 = nullptr);
+                      const float* weight, const float* rstd, int64_t rows, int64_t dim, void* din16 = nullptr,
+                      float* din_amax = nullptr);
 void layernorm_forward(Device device, float* out, float* mean, float* rstd, const float* in, const float* weight,
                        const float* bias, int64_t rows, int64_t dim, float eps);
 void layernorm_backward(Device device, float* din, float* dweight, float* dbias, const float* dout, const float* in,
                         const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim,
-                        void* din16 = nullptr);
+                        void* din16 = nullptr, float* din_amax = nullptr);
 // The forwards with the output in bf16 (out16, 2-byte elements): each value computed in fp32 as the
 // fp32 form computes it and rounded to bf16 as it is stored (what a bf16 projection casts the fp32
 // form's output to); the statistics as the fp32 form saves them.
@@ -63,10 +67,11 @@ void layernorm_add_forward_bf16(Device device, void* out16, float* mean, float* 
 // The backwards over a bf16 output gradient (dout16, 2-byte elements: a bf16 projection's input
 // gradient, rounded to bf16 anyway): the fp32 backward on its values widened, bit for bit.
 void rmsnorm_backward_bf16(Device device, float* din, float* dweight, const void* dout16, const float* in,
-                           const float* weight, const float* rstd, int64_t rows, int64_t dim, void* din16 = nullptr);
+                           const float* weight, const float* rstd, int64_t rows, int64_t dim, void* din16 = nullptr,
+                           float* din_amax = nullptr);
 void layernorm_backward_bf16(Device device, float* din, float* dweight, float* dbias, const void* dout16,
                              const float* in, const float* weight, const float* mean, const float* rstd, int64_t rows,
-                             int64_t dim, void* din16 = nullptr);
+                             int64_t dim, void* din16 = nullptr, float* din_amax = nullptr);
 
 // --- rotary position embedding, in place on `heads` heads from column first_col of each row.
 // Row r's position is positions[r] when `positions` is given (packed documents restart at 0),
@@ -182,11 +187,14 @@ void flash_attention_backward_bf16_gradients(Device device, void* dq16, void* dk
 // beside the views is touched), with a `rotation` RoPE undone on the q and k gradients as
 // rope_backward undoes it: what flash_attention_backward_bf16_tensors adds into zeroed gradients,
 // rotated back after, bit for bit, without the zeroing, the add and the rotation's pass (the q/k/v
-// gradient that per-tensor FP8's projection casts from its fp32 values).
+// gradient that per-tensor FP8's projection casts from its fp32 values). With `amax` (not null),
+// the max |value| of the three views as written is taken into *amax as amax_into takes it
+// (fp8_current's scale for that cast, with no pass over the gradient first).
 void flash_attention_backward_fp32_gradients(Device device, float* dq, float* dk, float* dv, const void* dout16,
                                              const void* out16, const float* lse, const void* q16, const void* k16,
                                              const void* v16, const FlashAttentionShape& s,
-                                             const AttentionVisibility& vis, const QkvRotation& rotation = {});
+                                             const AttentionVisibility& vis, const QkvRotation& rotation = {},
+                                             float* amax = nullptr);
 // Folds a partial (out, lse) over another block of keys into the running one (fp32).
 void merge_attention_partials(Device device, float* out, float* lse, const float* part_out, const float* part_lse,
                               const FlashAttentionShape& s);

@@ -121,9 +121,13 @@ void Attention::forward(Saved& saved, float* residual, const NormedRows& normed,
 
 void Attention::backward(float* d_normed, const float* d_residual, const NormedRows& normed, const Saved& saved,
                          Workspace& work, int64_t batch, int64_t seq, const Packing& packing,
-                         ParallelScratch& scratch, void* d_normed16, const void* d_residual16) const {
+                         ParallelScratch& scratch, void* d_normed16, const void* d_residual16,
+                         const float* d_residual_amax) const {
   LOOM_CHECK(d_residual16 == nullptr || takes_bf16_residual_grad(),
              "Attention::backward: a bf16 residual gradient is for bf16 tensors' output projection");
+  LOOM_CHECK(d_residual_amax == nullptr || takes_residual_grad_amax(),
+             "Attention::backward: a residual gradient's amax taken by its producer is for fp8_current's output "
+             "projection");
   const int64_t rows = batch * seq, W = qkv_width(), att_width = heads_ * head_dim_;
   const int64_t k_off = att_width, v_off = att_width + static_cast<int64_t>(kv_heads_) * head_dim_;
   // Under the bf16 recipe the q/k/v gradient is written whole in bf16, with the bf16 tensors (per-tensor
@@ -131,13 +135,15 @@ void Attention::backward(float* d_normed, const float* d_residual, const NormedR
   float* d_qkv = bf16_gradients()  ? nullptr
                  : bf16_tensors() ? sized(work.d_qkv, rows * W, store_->device())
                                   : zeroed(work.d_qkv, rows * W, store_->device());
+  float* d_qkv_amax = nullptr;
   if (bf16_tensors()) {
     void* d_att16 = sized_16bit(work.d_att, rows * att_width, store_->device());
     out_->backward(nullptr, d_residual, nullptr, rows, scratch, false,
                    DeviceTensors{.in = saved.att.data(),
                                  .dout = d_residual16,
                                  .din = d_att16,
-                                 .kept_input_codes = out_->kept_input_codes(saved.out_codes)});
+                                 .kept_input_codes = out_->kept_input_codes(saved.out_codes),
+                                 .dout_amax = d_residual_amax});
     const auto* qkv16 = reinterpret_cast<const uint16_t*>(saved.qkv.data());
     if (d_qkv == nullptr) {
       // RoPE undone on the q and k gradients before they are rounded, or the bias's gradient (which
@@ -155,15 +161,18 @@ void Attention::backward(float* d_normed, const float* d_residual, const NormedR
                      DeviceTensors{.in = normed.bf16, .dout = d_qkv16, .din = d_normed16});
       return;
     }
+    // fp8_current: the q/k/v gradient's amax taken as it is written, for the projection's cast.
+    d_qkv_amax = qkv_->takes_output_grad_amax() ? qkv_->output_grad_amax() : nullptr;
     kernels::flash_attention_backward_fp32_gradients(
         store_->device(), d_qkv, d_qkv + k_off, d_qkv + v_off, d_att16, saved.att.data(), saved.lse.data(), qkv16,
         qkv16 + k_off, qkv16 + v_off, flash_shape(batch, seq), visibility(packing),
-        kernels::QkvRotation{rope_, seq, packing.positions});
+        kernels::QkvRotation{rope_, seq, packing.positions}, d_qkv_amax);
   } else {
     const float* qkv = saved.qkv.data();
     float* d_att = sized(work.d_att, rows * att_width, store_->device());
     out_->backward(d_att, d_residual, saved.att.data(), rows, scratch, false,
-                   DeviceTensors{.kept_input_codes = out_->kept_input_codes(saved.out_codes)});
+                   DeviceTensors{.kept_input_codes = out_->kept_input_codes(saved.out_codes),
+                                 .dout_amax = d_residual_amax});
     if (context_ != nullptr) {
       context_->backward(d_qkv, d_att, qkv, saved.att.data(), saved.context,
                          {batch, seq, heads_, kv_heads_, head_dim_, operands_}, packing);
@@ -177,7 +186,8 @@ void Attention::backward(float* d_normed, const float* d_residual, const NormedR
   qkv_->backward(d_normed, d_qkv, normed.fp32, rows, scratch, false,
                  DeviceTensors{.in = normed.bf16,
                                .din = d_normed16,
-                               .kept_input_codes = qkv_->kept_input_codes(saved.qkv_codes)});
+                               .kept_input_codes = qkv_->kept_input_codes(saved.qkv_codes),
+                               .dout_amax = d_qkv_amax});
 }
 
 void Attention::rotate(void* qkv, int64_t batch, int64_t seq, Rotation how, const int32_t* positions) const {

@@ -50,14 +50,21 @@ class Attention {
   // d_normed = d/d(normed) (written whole), given d_residual; parameter gradients into the store.
   // `d_normed16` (where gives_bf16_input_grad()): d_normed written whole in bf16 there instead
   // (d_normed may be null then). `d_residual16` (where takes_bf16_residual_grad()): d_residual's
-  // values in bf16, which the output projection's GEMMs multiply (ResidualGrad16).
+  // values in bf16, which the output projection's GEMMs multiply; `d_residual_amax` (where
+  // takes_residual_grad_amax()): d_residual's amax, taken by its producer in the slot
+  // residual_grad_amax() gave (ResidualGradForReader).
   void backward(float* d_normed, const float* d_residual, const NormedRows& normed, const Saved& saved,
                 Workspace& work, int64_t batch, int64_t seq, const Packing& packing, ParallelScratch& scratch,
-                void* d_normed16 = nullptr, const void* d_residual16 = nullptr) const;
+                void* d_normed16 = nullptr, const void* d_residual16 = nullptr,
+                const float* d_residual_amax = nullptr) const;
   // Whether the backward can leave d_normed in bf16 (the q/k/v projection's, ColumnParallelLinear's).
   bool gives_bf16_input_grad() const { return qkv_->gives_bf16_input_grad(); }
   // Whether it takes d_residual in bf16 too: bf16 tensors and an output projection that takes it.
   bool takes_bf16_residual_grad() const { return bf16_tensors() && out_->takes_bf16_output_grad(); }
+  // Whether the output projection takes d_residual's amax from its producer
+  // (RowParallelLinear::takes_output_grad_amax); then where, asked just before that producer.
+  bool takes_residual_grad_amax() const { return out_->takes_output_grad_amax(); }
+  float* residual_grad_amax() const { return out_->output_grad_amax(); }
   // Whether training may hand the normed input over in bf16: the q/k/v projection's GEMMs are
   // bf16 on a GPU, so it casts the input to bf16 anyway (for the forward and the weight gradient).
   bool takes_bf16_input() const { return qkv_->takes_bf16_input(); }

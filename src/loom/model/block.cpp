@@ -130,57 +130,86 @@ bool Block::takes_bf16_residual_grad() const {
   return attention_ && attention_->takes_bf16_residual_grad();
 }
 
-void Block::backward(float* d_x, ResidualGrad16& d_x16, const float* x_in, const Saved& saved, Workspace& work,
-                     int64_t batch, int64_t seq, const Packing& packing, ParallelScratch& scratch) const {
+bool Block::takes_residual_grad_amax() const {
+  if (mlp_ || moe_) return mlp_ && mlp_->takes_residual_grad_amax();
+  return attention_ && attention_->takes_residual_grad_amax();
+}
+
+float* Block::residual_grad_amax() const {
+  return mlp_ ? mlp_->residual_grad_amax() : attention_->residual_grad_amax();
+}
+
+void Block::backward(float* d_x, ResidualGradForReader& for_reader, const float* x_in, const Saved& saved,
+                     Workspace& work, int64_t batch, int64_t seq, const Packing& packing,
+                     ParallelScratch& scratch) const {
   const int64_t rows = batch * seq, local = tp_->local_rows(rows), n = local * d_model_;
-  // d_x in bf16 for a reader that takes it, where it is current; a norm updating d_x writes it for
-  // the next reader (`wanted`), which leaves it current, or else leaves it stale.
+  // d_x in bf16, or its amax, for a reader that takes it, where current; a norm updating d_x
+  // writes them for the next reader (`wanted`; `amax_reader`, or this block's attention, asked for
+  // its slot just before the norm runs), which leaves them current, or else stale.
   auto d_x16_for = [&](bool takes) -> const void* {
-    return takes && d_x16.current ? work.d_residual16.data() : nullptr;
+    return takes && for_reader.current ? work.d_residual16.data() : nullptr;
   };
   auto d_x16_by_norm = [&](bool wanted) -> void* {
-    d_x16.current = wanted;
+    for_reader.current = wanted;
     return wanted ? sized_16bit(work.d_residual16, n, device_) : nullptr;
   };
+  auto amax_for = [&](bool takes) { return takes ? for_reader.amax : nullptr; };
+  auto amax_by_norm = [&](float* slot) {
+    for_reader.amax = slot;
+    return slot;
+  };
+  auto amax_for_block_before = [&]() -> float* {
+    return for_reader.amax_reader != nullptr ? for_reader.amax_reader->residual_grad_amax() : nullptr;
+  };
   const bool attention_takes = attention_ && attention_->takes_bf16_residual_grad();
+  const bool attention_takes_amax = attention_ && attention_->takes_residual_grad_amax();
   // Each sub-block writes d_normed whole, in bf16 where its first projection's dgrad rounds it to
   // bf16 anyway (gives_bf16_input_grad: half the bytes, the same values); the MoE layer's experts
   // add into a zeroed one.
   if (mlp_ || moe_) {
     const float* mid = attention_ || mamba_ ? saved.mid.data() : x_in;
     // norm2's gradient is read next by attention's output projection, or by the block before.
-    const bool next_takes = attention_ ? attention_takes : !mamba_ && d_x16.wanted;
+    const bool next_takes = attention_ ? attention_takes : !mamba_ && for_reader.wanted;
+    auto norm2_amax = [&]() -> float* {
+      if (attention_) return attention_takes_amax ? attention_->residual_grad_amax() : nullptr;
+      return mamba_ ? nullptr : amax_for_block_before();
+    };
+    const bool mlp_takes_amax = mlp_ && mlp_->takes_residual_grad_amax();
     if (mlp_ && mlp_->gives_bf16_input_grad()) {
       void* d_normed16 = sized_16bit(work.d_normed, n, device_);
       mlp_->backward(nullptr, d_x, Norm::output(saved.norm2), saved.mlp, work, rows, scratch, false, d_normed16,
-                     d_x16_for(mlp_->takes_bf16_residual_grad()));
-      norm2_->backward_bf16(d_x, d_normed16, mid, saved.norm2, local, d_x16_by_norm(next_takes));
+                     d_x16_for(mlp_->takes_bf16_residual_grad()), amax_for(mlp_takes_amax));
+      norm2_->backward_bf16(d_x, d_normed16, mid, saved.norm2, local, d_x16_by_norm(next_takes),
+                            amax_by_norm(norm2_amax()));
     } else if (mlp_) {
       float* d_normed = sized(work.d_normed, n, device_);
       mlp_->backward(d_normed, d_x, Norm::output(saved.norm2), saved.mlp, work, rows, scratch, false, nullptr,
-                     d_x16_for(mlp_->takes_bf16_residual_grad()));
-      norm2_->backward(d_x, d_normed, mid, saved.norm2, local, d_x16_by_norm(next_takes));
+                     d_x16_for(mlp_->takes_bf16_residual_grad()), amax_for(mlp_takes_amax));
+      norm2_->backward(d_x, d_normed, mid, saved.norm2, local, d_x16_by_norm(next_takes), amax_by_norm(norm2_amax()));
     } else {
       float* d_normed = zeroed(work.d_normed, n, device_);
       moe_->backward(d_normed, d_x, saved.norm2.out.data(), saved.moe, work, batch, seq, scratch);
-      norm2_->backward(d_x, d_normed, mid, saved.norm2, local, d_x16_by_norm(next_takes));
+      norm2_->backward(d_x, d_normed, mid, saved.norm2, local, d_x16_by_norm(next_takes), amax_by_norm(norm2_amax()));
     }
   }
   if (attention_ && attention_->gives_bf16_input_grad()) {
     void* d_normed16 = sized_16bit(work.d_normed, n, device_);
     attention_->backward(nullptr, d_x, Norm::output(saved.norm1), saved.attention, work, batch, seq, packing, scratch,
-                         d_normed16, d_x16_for(attention_takes));
-    norm1_->backward_bf16(d_x, d_normed16, x_in, saved.norm1, local, d_x16_by_norm(d_x16.wanted));
+                         d_normed16, d_x16_for(attention_takes), amax_for(attention_takes_amax));
+    norm1_->backward_bf16(d_x, d_normed16, x_in, saved.norm1, local, d_x16_by_norm(for_reader.wanted),
+                          amax_by_norm(amax_for_block_before()));
   } else if (attention_) {
     float* d_normed = sized(work.d_normed, n, device_);
     attention_->backward(d_normed, d_x, Norm::output(saved.norm1), saved.attention, work, batch, seq, packing,
-                         scratch, nullptr, d_x16_for(attention_takes));
-    norm1_->backward(d_x, d_normed, x_in, saved.norm1, local, d_x16_by_norm(d_x16.wanted));
+                         scratch, nullptr, d_x16_for(attention_takes), amax_for(attention_takes_amax));
+    norm1_->backward(d_x, d_normed, x_in, saved.norm1, local, d_x16_by_norm(for_reader.wanted),
+                     amax_by_norm(amax_for_block_before()));
   }
   if (mamba_) {
     float* d_normed = sized(work.d_normed, n, device_);  // written whole by the mixer's backward
     mamba_->backward(d_normed, d_x, saved.norm1.out.data(), saved.mamba, work, batch, seq, packing, scratch);
-    norm1_->backward(d_x, d_normed, x_in, saved.norm1, local, d_x16_by_norm(d_x16.wanted));
+    norm1_->backward(d_x, d_normed, x_in, saved.norm1, local, d_x16_by_norm(for_reader.wanted),
+                     amax_by_norm(amax_for_block_before()));
   }
 }
 

@@ -14,14 +14,24 @@
 
 namespace loom::model {
 
-// The residual stream's gradient d_x in bf16 (Workspace::d_residual16), for the output projection
-// whose backward reads d_x next (attention's or the MLP's, under the bf16 recipe on a GPU): its
-// GEMMs multiply these values instead of casting d_x to bf16 themselves, and the norm backward
-// that updates d_x writes them from the same pass (kernels::rmsnorm_backward's din16): a read of
-// the fp32 gradient fewer for each such projection. The same values, so the same products.
-struct ResidualGrad16 {
+class Block;
+
+// What the norm backward that updates the residual stream's gradient d_x writes besides d_x, from
+// the same pass, for the output projection whose backward reads d_x next (attention's or the
+// MLP's; the block before's after a block's first norm):
+// - under the bf16 recipe on a GPU, d_x in bf16 (Workspace::d_residual16, kernels::rmsnorm_backward's
+//   din16): that projection's GEMMs multiply these values instead of casting d_x to bf16
+//   themselves, a read of the fp32 gradient fewer; the same values, so the same products;
+// - under fp8_current on a GPU, d_x's amax (din_amax), in the slot that projection's
+//   residual_grad_amax() gives: its cast of d_x then takes no pass over d_x for the amax first;
+//   the same amax, so the same codes.
+struct ResidualGradForReader {
   bool current = false;  // work.d_residual16 holds d_x's values as they are now
   bool wanted = false;   // the block before reads them: the last norm to update d_x writes them
+  // Where d_x's amax as d_x is now was taken (null: nowhere), and the block before when it takes
+  // it (the last norm to update d_x takes it there).
+  const float* amax = nullptr;
+  const Block* amax_reader = nullptr;
 };
 
 // How a block's forward meets the residual add between it and the block before: where the block
@@ -62,12 +72,17 @@ class Block {
   // norm reads its input (that norm writing bf16 for attention).
   bool leaves_product() const;
   bool adds_product_in() const;
-  // d_x holds d(loss)/d(x_out) on entry and d(loss)/d(x_in) on return. `d_x16` says whether
-  // work.d_residual16 holds d_x in bf16 on entry, and on return (written where d_x16.wanted).
-  void backward(float* d_x, ResidualGrad16& d_x16, const float* x_in, const Saved& saved, Workspace& work,
-                int64_t batch, int64_t seq, const Packing& packing, ParallelScratch& scratch) const;
+  // d_x holds d(loss)/d(x_out) on entry and d(loss)/d(x_in) on return. `for_reader` says whether
+  // work.d_residual16 holds d_x in bf16 and where d_x's amax is, on entry and on return (written
+  // where for_reader.wanted, taken for for_reader.amax_reader).
+  void backward(float* d_x, ResidualGradForReader& for_reader, const float* x_in, const Saved& saved,
+                Workspace& work, int64_t batch, int64_t seq, const Packing& packing,
+                ParallelScratch& scratch) const;
   // Whether the backward reads d_x in bf16 first (its MLP's, else its attention's output projection).
   bool takes_bf16_residual_grad() const;
+  // Whether that projection takes d_x's amax from d_x's producer; then where, asked just before it.
+  bool takes_residual_grad_amax() const;
+  float* residual_grad_amax() const;
   // Inference on `rows` new positions of one sequence; x is updated in place.
   void decode(float* x, int64_t rows, int64_t past, KVCache& cache, Saved& scratch, ParallelScratch& tp_scratch,
               int64_t max_positions) const;

@@ -66,7 +66,7 @@ struct MambaCache {
 // Gradient scratch shared by all blocks (only one block runs backward at a time).
 struct Workspace {
   Buffer d_normed, d_att, d_qkv, d_hidden, d_act;
-  Buffer d_residual16;  // the residual stream's gradient in bf16 (model::ResidualGrad16)
+  Buffer d_residual16;  // the residual stream's gradient in bf16 (model::ResidualGradForReader)
   Buffer d_mixer_proj, d_mixer_conv, d_mixer_scan, d_mixer_gated;  // Mamba-2 mixers
 };
 

@@ -260,6 +260,9 @@ class LinearPrecision {
   // casts it (CastOperand::amax_out), its scale being known before; so no amax pass reads an
   // operand first, and a producer writing codes (produced_codes) takes none before them either.
   bool amax_taken_by_cast() const { return device_.is_cuda() && recipe_ == Recipe::Fp8Delayed; }
+  // fp8_current on a GPU: an operand's amax is needed before its cast, so the kernel producing the
+  // operand takes it where it can (produced_amax), rather than a pass over the operand of its own.
+  bool amax_taken_by_producer() const { return device_.is_cuda() && recipe_ == Recipe::Fp8Current; }
   // Under per-tensor FP8 on a GPU (keeps_input_codes): the device float into which the kernel
   // producing operand `op` (Input or OutputGrad) takes its amax (kernels::amax_into's contract),
   // made ready for it (fp8_current's zeroed; fp8_delayed's is the operand's pending amax, which

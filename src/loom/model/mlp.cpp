@@ -107,10 +107,12 @@ void Mlp::forward(Saved& saved, float* residual, const NormedRows& normed, int64
 
 void Mlp::backward(float* d_normed, const float* d_residual, const NormedRows& normed, const Saved& saved,
                    Workspace& work, int64_t rows, ParallelScratch& scratch, bool accumulate, void* d_normed16,
-                   const void* d_residual16) const {
+                   const void* d_residual16, const float* d_residual_amax) const {
   LOOM_CHECK(d_normed16 == nullptr || !accumulate, "Mlp::backward: a bf16 d_normed is written whole, not added into");
   LOOM_CHECK(d_residual16 == nullptr || takes_bf16_residual_grad(),
              "Mlp::backward: a bf16 residual gradient is for a bf16 interior's down projection");
+  LOOM_CHECK(d_residual_amax == nullptr || takes_residual_grad_amax(),
+             "Mlp::backward: a residual gradient's amax taken by its producer is for fp8_current's down projection");
   // Each gradient below is written whole by one producer: nothing is zeroed first.
   if (bf16_interior()) {
     void* d_act = sized_16bit(work.d_act, rows * ffn_, device_);
@@ -132,7 +134,7 @@ void Mlp::backward(float* d_normed, const float* d_residual, const NormedRows& n
   if (bf16_hidden()) {
     void* d_act = sized_16bit(work.d_act, rows * ffn_, device_);
     down_->backward(nullptr, d_residual, saved.act.data(), rows, scratch, false,
-                    DeviceTensors{.din = d_act, .kept_input_codes = down_codes});
+                    DeviceTensors{.din = d_act, .kept_input_codes = down_codes, .dout_amax = d_residual_amax});
     if (fp8_codes_from_activation()) {
       // The hidden gradient's codes for both of the up projection's GEMMs, after its amax under
       // fp8_current (fp8_delayed's taken by the codes' pass, as forward).
@@ -155,7 +157,7 @@ void Mlp::backward(float* d_normed, const float* d_residual, const NormedRows& n
   } else {
     float* d_act = sized(work.d_act, rows * ffn_, device_);
     down_->backward(d_act, d_residual, saved.act.data(), rows, scratch, false,
-                    DeviceTensors{.kept_input_codes = down_codes});
+                    DeviceTensors{.kept_input_codes = down_codes, .dout_amax = d_residual_amax});
     activation_backward(device_, activation_, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
   }
   in_->backward(d_normed, d_hidden, normed.fp32, rows, scratch, accumulate,

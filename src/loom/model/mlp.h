@@ -40,14 +40,21 @@ class Mlp {
   // store.
   // `d_normed16` (not accumulating, where gives_bf16_input_grad()): d_normed written whole in bf16
   // there instead (d_normed may be null then). `d_residual16` (where takes_bf16_residual_grad()):
-  // d_residual's values in bf16, which the down projection's GEMMs multiply (ResidualGrad16).
+  // d_residual's values in bf16, which the down projection's GEMMs multiply; `d_residual_amax`
+  // (where takes_residual_grad_amax()): d_residual's amax, taken by its producer in the slot
+  // residual_grad_amax() gave (ResidualGradForReader).
   void backward(float* d_normed, const float* d_residual, const NormedRows& normed, const Saved& saved,
                 Workspace& work, int64_t rows, ParallelScratch& scratch, bool accumulate,
-                void* d_normed16 = nullptr, const void* d_residual16 = nullptr) const;
+                void* d_normed16 = nullptr, const void* d_residual16 = nullptr,
+                const float* d_residual_amax = nullptr) const;
   // Whether the backward can leave d_normed in bf16 (the up projection's, ColumnParallelLinear's).
   bool gives_bf16_input_grad() const { return in_->gives_bf16_input_grad(); }
   // Whether it takes d_residual in bf16 too: a bf16 interior whose down projection takes it.
   bool takes_bf16_residual_grad() const { return bf16_interior() && down_->takes_bf16_output_grad(); }
+  // Whether the down projection takes d_residual's amax from its producer
+  // (RowParallelLinear::takes_output_grad_amax); then where, asked just before that producer.
+  bool takes_residual_grad_amax() const { return down_->takes_output_grad_amax(); }
+  float* residual_grad_amax() const { return down_->output_grad_amax(); }
   // Precision recipe of the up (gate+up) and down projections' GEMMs.
   // `prefix`: the module's name (model.layers.N.mlp), naming its GEMMs' precision state.
   void set_precision(PrecisionContext& context, Recipe recipe, const std::string& prefix);

@@ -90,8 +90,8 @@ void MtpDepth::backward(float* d_hidden, float* d_prev, float* d_embedded, const
   const int64_t C = d_model_, local = tp_->local_rows(batch * seq);
   const Device device = store_->device();
   // d_hidden becomes d(loss)/d(block_in).
-  ResidualGrad16 no_bf16_gradient;  // d_hidden comes from the depth's head alone
-  block_.backward(d_hidden, no_bf16_gradient, saved.block_in.data(), block_saved, work, batch, seq, packing, scratch);
+  ResidualGradForReader nothing_for_reader;  // d_hidden comes from the depth's head alone
+  block_.backward(d_hidden, nothing_for_reader, saved.block_in.data(), block_saved, work, batch, seq, packing, scratch);
   float* d_combined = zeroed(d_combined_, local * 2 * C, device);
   const float* weight = store_->value(eh_proj_);
   if (tp_->sequence_parallel()) {

@@ -71,26 +71,27 @@ NormedRows Norm::output(const Saved& saved) {
   return saved.bf16 ? NormedRows::in_bf16(saved.out.data()) : NormedRows(saved.out.data());
 }
 
-void Norm::backward(float* din, const float* dout, const float* in, const Saved& saved, int64_t rows,
-                    void* din16) const {
+void Norm::backward(float* din, const float* dout, const float* in, const Saved& saved, int64_t rows, void* din16,
+                    float* din_amax) const {
   if (layer_norm_) {
     kernels::layernorm_backward(store_->device(), din, store_->grad(weight_), store_->grad(bias_), dout, in,
-                                store_->value(weight_), saved.mean.data(), saved.rstd.data(), rows, dim_, din16);
+                                store_->value(weight_), saved.mean.data(), saved.rstd.data(), rows, dim_, din16,
+                                din_amax);
   } else {
     kernels::rmsnorm_backward(store_->device(), din, store_->grad(weight_), dout, in, store_->value(weight_),
-                              saved.rstd.data(), rows, dim_, din16);
+                              saved.rstd.data(), rows, dim_, din16, din_amax);
   }
 }
 
 void Norm::backward_bf16(float* din, const void* dout16, const float* in, const Saved& saved, int64_t rows,
-                         void* din16) const {
+                         void* din16, float* din_amax) const {
   if (layer_norm_) {
     kernels::layernorm_backward_bf16(store_->device(), din, store_->grad(weight_), store_->grad(bias_), dout16, in,
                                      store_->value(weight_), saved.mean.data(), saved.rstd.data(), rows, dim_,
-                                     din16);
+                                     din16, din_amax);
   } else {
     kernels::rmsnorm_backward_bf16(store_->device(), din, store_->grad(weight_), dout16, in, store_->value(weight_),
-                                   saved.rstd.data(), rows, dim_, din16);
+                                   saved.rstd.data(), rows, dim_, din16, din_amax);
   }
 }
 

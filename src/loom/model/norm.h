@@ -65,13 +65,14 @@ class Norm {
   void forward_codes(const Saved& saved, const float* in, int64_t rows, const kernels::CastOperand& cast, void* codes,
                      void* transposed) const;
   // din += d(norm)/d(in) . dout; parameter gradients added into the store. `din16` (null: none):
-  // din's new values rounded to bf16 as well, from the same pass (ResidualGrad16).
+  // din's new values rounded to bf16 as well; `din_amax` (null: none): their max |value| taken into
+  // it; both from the same pass (ResidualGradForReader).
   void backward(float* din, const float* dout, const float* in, const Saved& saved, int64_t rows,
-                void* din16 = nullptr) const;
+                void* din16 = nullptr, float* din_amax = nullptr) const;
   // The same over dout in bf16 (2-byte elements: a bf16 projection's input gradient), bit for bit
   // the fp32 form's on its values widened.
   void backward_bf16(float* din, const void* dout16, const float* in, const Saved& saved, int64_t rows,
-                     void* din16 = nullptr) const;
+                     void* din16 = nullptr, float* din_amax = nullptr) const;
 
  private:
   ParameterStore* store_;

@@ -231,6 +231,9 @@ void RowParallelLinear::backward(float* d_x, const float* d_out, const float* x,
                                  ParallelScratch& scratch, bool accumulate, const DeviceTensors& tensors) const {
   LOOM_CHECK(tensors.dout == nullptr || takes_bf16_output_grad(),
              "RowParallelLinear::backward: a bf16 output gradient is for one rank's bf16 GEMMs");
+  LOOM_CHECK(tensors.dout_amax == nullptr || takes_output_grad_amax(),
+             "RowParallelLinear::backward: an output gradient's amax taken by its producer is for fp8_current on a "
+             "GPU without sequence parallelism");
   const float* d_full = tp_->exit_backward(d_out, rows, out_, scratch.gathered);
   linear_backward(store_->device(), precision_.get(), d_x, store_->grad(weight_), nullptr, d_full, x,
                   store_->value(weight_), rows, in_, out_, GemmOutput::Rounded, accumulate,
@@ -238,7 +241,8 @@ void RowParallelLinear::backward(float* d_x, const float* d_out, const float* x,
                   DeviceTensors{.in = tensors.in,
                                 .dout = tensors.dout,
                                 .din = tensors.din,
-                                .kept_input_codes = tensors.kept_input_codes});
+                                .kept_input_codes = tensors.kept_input_codes,
+                                .dout_amax = tensors.dout_amax});
   // The bias was added after g, to this rank's rows: its gradient is over those rows (a partial
   // sum under sequence parallelism, completed by the model's gradient sync).
   if (bias_ >= 0) {

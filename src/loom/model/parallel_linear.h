@@ -73,6 +73,9 @@ class ColumnParallelLinear {
   float* output_grad_amax() const {
     return precision_ != nullptr ? precision_->produced_amax(Operand::OutputGrad) : nullptr;
   }
+  // Whether a kernel producing d_out that could take its amax should (fp8_current on a GPU:
+  // LinearPrecision::amax_taken_by_producer); fp8_delayed's cast takes it as it reads d_out.
+  bool takes_output_grad_amax() const { return precision_ != nullptr && precision_->amax_taken_by_producer(); }
   // Then, where that kernel writes d_out's FP8 codes itself (LinearPrecision::produced_codes over
   // this rank's [rows, out_local]), to hand back as tensors.dout_codes (codes).
   LinearPrecision::ProducedCodes output_grad_codes(int64_t rows) const {
@@ -133,7 +136,8 @@ class RowParallelLinear {
   // not `accumulate`. tensors.in: x in bf16 instead; tensors.din: d_x written whole in bf16
   // instead; tensors.kept_input_codes: the codes the forward kept; tensors.dout (where
   // takes_bf16_output_grad()): d_out's values rounded to bf16, which both GEMMs multiply instead of
-  // casting d_out (the bias's gradient still sums d_out).
+  // casting d_out (the bias's gradient still sums d_out); tensors.dout_amax (where
+  // takes_output_grad_amax()): d_out's amax, taken by its producer.
   void backward(float* d_x, const float* d_out, const float* x, int64_t rows, ParallelScratch& scratch,
                 bool accumulate = true, const DeviceTensors& tensors = {}) const;
   // Whether the backward takes its output gradient in bf16 as well (tensors.dout): one rank (no
@@ -143,6 +147,14 @@ class RowParallelLinear {
   }
   // As ColumnParallelLinear's.
   const LinearPrecision* precision() const { return precision_.get(); }
+  // Whether the kernel producing d_out should take its amax for the backward's cast (fp8_current on
+  // a GPU: LinearPrecision::amax_taken_by_producer) and can: not under sequence parallelism, whose
+  // backward gathers d_out's rows first (their producer sees this rank's alone). Then
+  // output_grad_amax(), asked just before that kernel, is where, handed back as tensors.dout_amax.
+  bool takes_output_grad_amax() const {
+    return precision_ != nullptr && precision_->amax_taken_by_producer() && !tp_->sequence_parallel();
+  }
+  float* output_grad_amax() const { return precision_->produced_amax(Operand::OutputGrad); }
   // Whether the layer accepts a bf16-valued input in bf16 (tensors.in; LinearPrecision::accepts_bf16_input).
   bool accepts_bf16_input() const { return precision_ != nullptr && precision_->accepts_bf16_input(); }
   void* keep_input_codes(Buffer& buffer, int64_t rows) const;

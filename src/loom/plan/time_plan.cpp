@@ -55,6 +55,9 @@ struct CastPath {
   // One tensor-parallel rank: the q/k/v and up projections leave their input gradients (the norms'
   // output gradients) bf16 (ColumnParallelLinear::gives_bf16_input_grad)
   bool bf16_normed_grad = false;
+  // No sequence parallelism: the norm backwards take the residual stream's gradient's amax for
+  // the output projections that cast it next (RowParallelLinear::takes_output_grad_amax)
+  bool residual_grad_amax = false;
 };
 
 // What a precision recipe adds to one linear's three GEMMs over `n` rows, for one rank alone (linear_precision.h):
@@ -90,7 +93,7 @@ struct Bf16Ends {
   double output_grad_produced_bytes = 0.0;
   double input_pass_saved = 0.0;  // bytes per input element
   // The output gradient (the residual stream's) given bf16 by the norm backward that wrote it
-  // (model::ResidualGrad16): of its 16-bit cast (4 bytes read, 2 written) only the norm's 2-byte
+  // (model::ResidualGradForReader): of its 16-bit cast (4 bytes read, 2 written) only the norm's 2-byte
   // write is left.
   bool output_grad_from_norm = false;
 };
@@ -184,7 +187,11 @@ Bf16Ends device_bf16_ends(const CastPath& path, model::Recipe r, LinearRole role
   // The input's amax taken by its producer: the activation (down), or the norm writing the codes
   // (q/k/v, up; the norm's fp32 output, no longer written, is off the elementwise count).
   ends.input_amax = per_tensor && (down || ((qkv || up) && path.normed_codes));
-  ends.output_grad_amax = up && per_tensor;
+  // The output gradient's amax taken by its producer: the activation's backward (up), the norm
+  // backwards that last updated the residual stream's gradient (down, and the output projection;
+  // ResidualGradForReader), attention's backward writing the q/k/v gradient whole in fp32.
+  ends.output_grad_amax =
+      per_tensor && (up || ((down || o) && path.residual_grad_amax) || (qkv && attention));
   if (per_tensor && path.mlp_codes) {
     const bool delayed = r == model::Recipe::Fp8Delayed;  // no amax-only pass before the codes
     if (up) {
@@ -234,6 +241,7 @@ CastPath cast_path(const config::RunConfig& config, double micro_batches, int tp
   path.bf16_weight_copy = parallel::keeps_bf16_parameter_copy(config);
   path.fp8_weights_from_optimizer = parallel::keeps_fp8_weight_casts(config);
   path.bf16_normed_grad = device && tp == 1;
+  path.residual_grad_amax = device && !(config.parallel.sequence_parallel && tp > 1);
   return path;
 }
 

@@ -5,6 +5,7 @@
 
 #include "loom/core/dtype_convert.h"
 #include "loom/kernels/attention_operands.h"
+#include "loom/kernels/cpu/amax.h"
 #include "loom/kernels/cpu/flash_attention.h"
 #include "loom/kernels/cpu/half_copies.h"
 #include "loom/kernels/cpu/linear.h"
@@ -148,7 +149,7 @@ void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16,
 void flash_attention_backward_fp32_gradients(float* dq, float* dk, float* dv, const void* dout16, const void* out16,
                                              const float* lse, const void* q16, const void* k16, const void* v16,
                                              const FlashAttentionShape& s, const AttentionVisibility& vis,
-                                             const QkvRotation& rotation) {
+                                             const QkvRotation& rotation, float* amax) {
   const int64_t q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len, kv_width = s.kv_heads * s.head_dim;
   auto zero_view = [](float* x, int64_t rows, int64_t width, int64_t stride) {
     for (int64_t r = 0; r < rows; ++r) std::fill(x + r * stride, x + r * stride + width, 0.0f);
@@ -161,6 +162,13 @@ void flash_attention_backward_fp32_gradients(float* dq, float* dk, float* dv, co
     rope_backward(dq, q_rows, s.q_stride, 0, s.heads, rotation.seq, 0, *rotation.table, rotation.positions);
     rope_backward(dk, k_rows, s.k_stride, 0, s.kv_heads, rotation.seq, 0, *rotation.table, rotation.positions);
   }
+  if (amax == nullptr) return;
+  auto view_amax = [&](const float* x, int64_t rows, int64_t width, int64_t stride) {
+    for (int64_t r = 0; r < rows; ++r) amax_into(amax, x + r * stride, width);
+  };
+  view_amax(dq, q_rows, s.heads * s.head_dim, s.q_stride);
+  view_amax(dk, k_rows, kv_width, s.k_stride);
+  view_amax(dv, k_rows, kv_width, s.v_stride);
 }
 
 }  // namespace loom::kernels::cpu

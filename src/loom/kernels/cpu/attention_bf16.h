@@ -34,10 +34,11 @@ void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16,
                                              const FlashAttentionShape& s, const AttentionVisibility& vis,
                                              const QkvRotation& rotation = {});
 // kernels::flash_attention_backward_fp32_gradients: the backward above into each view zeroed
-// first (only its [rows, width] region), q's and k's rotated back with a rotation (rope_backward).
+// first (only its [rows, width] region), q's and k's rotated back with a rotation (rope_backward);
+// with `amax`, the max |value| of the three views as written taken into it (amax_into).
 void flash_attention_backward_fp32_gradients(float* dq, float* dk, float* dv, const void* dout16, const void* out16,
                                              const float* lse, const void* q16, const void* k16, const void* v16,
                                              const FlashAttentionShape& s, const AttentionVisibility& vis,
-                                             const QkvRotation& rotation = {});
+                                             const QkvRotation& rotation = {}, float* amax = nullptr);
 
 }  // namespace loom::kernels::cpu

@@ -1,4 +1,5 @@
 #include "loom/kernels/cpu/norm.h"
+#include "loom/kernels/cpu/amax.h"
 #include "loom/kernels/cpu/half_copies.h"
 #include "loom/kernels/cpu/parallel.h"
 
@@ -41,7 +42,7 @@ void rmsnorm_forward(float* out, float* rstd, const float* in, const float* weig
 }
 
 void rmsnorm_backward(float* din, float* dweight, const float* dout, const float* in, const float* weight,
-                      const float* rstd, int64_t rows, int64_t dim, void* din16) {
+                      const float* rstd, int64_t rows, int64_t dim, void* din16, float* din_amax) {
   PerThreadSums dw(dim);
 #pragma omp parallel if(worth_parallel(rows * dim))
   {
@@ -65,6 +66,7 @@ void rmsnorm_backward(float* din, float* dweight, const float* dout, const float
   }
   dw.add_into(dweight);
   if (din16 != nullptr) narrow_floats(din16, din, rows * dim, DType::BF16);
+  if (din_amax != nullptr) amax_into(din_amax, din, rows * dim);
 }
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* in, const float* weight,
@@ -90,7 +92,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* in, co
 
 void layernorm_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                         const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim,
-                        void* din16) {
+                        void* din16, float* din_amax) {
   PerThreadSums dw(dim), db(dim);
 #pragma omp parallel if(worth_parallel(rows * dim))
   {
@@ -124,6 +126,7 @@ void layernorm_backward(float* din, float* dweight, float* dbias, const float* d
   dw.add_into(dweight);
   db.add_into(dbias);
   if (din16 != nullptr) narrow_floats(din16, din, rows * dim, DType::BF16);
+  if (din_amax != nullptr) amax_into(din_amax, din, rows * dim);
 }
 
 void rmsnorm_forward_bf16(void* out16, float* rstd, const float* in, const float* weight, int64_t rows, int64_t dim,
@@ -169,15 +172,15 @@ void layernorm_add_forward_bf16(void* out16, float* mean, float* rstd, float* su
 }
 
 void rmsnorm_backward_bf16(float* din, float* dweight, const void* dout16, const float* in, const float* weight,
-                           const float* rstd, int64_t rows, int64_t dim, void* din16) {
-  rmsnorm_backward(din, dweight, widened(dout16, rows * dim).data(), in, weight, rstd, rows, dim, din16);
+                           const float* rstd, int64_t rows, int64_t dim, void* din16, float* din_amax) {
+  rmsnorm_backward(din, dweight, widened(dout16, rows * dim).data(), in, weight, rstd, rows, dim, din16, din_amax);
 }
 
 void layernorm_backward_bf16(float* din, float* dweight, float* dbias, const void* dout16, const float* in,
                              const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim,
-                             void* din16) {
+                             void* din16, float* din_amax) {
   layernorm_backward(din, dweight, dbias, widened(dout16, rows * dim).data(), in, weight, mean, rstd, rows, dim,
-                     din16);
+                     din16, din_amax);
 }
 
 }  // namespace loom::kernels::cpu

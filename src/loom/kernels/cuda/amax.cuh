@@ -48,4 +48,13 @@ inline unsigned amax_grid(int64_t n) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, kAmaxBlocks)));
 }
 
+// A launch over rows (launch_over_rows, grid-stride over them) whose blocks each take one atomic
+// into `amax` (when not null): its rows capped so the blocks number about two resident waves, as
+// amax_grid's (each block then walks several rows).
+inline RowsLaunch amax_capped(RowsLaunch l, const float* amax) {
+  if (amax == nullptr) return l;
+  l.grid.y = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(l.grid.y, 2 * kAmaxBlocks / l.grid.x)));
+  return l;
+}
+
 }  // namespace loom::kernels::cuda

@@ -4,6 +4,7 @@
 
 #include "loom/core/error.h"
 #include "loom/kernels/attention_operands.h"
+#include "loom/kernels/cuda/amax.cuh"
 #include "loom/kernels/cuda/attention_bf16.h"
 #include "loom/kernels/cuda/bf16_io.cuh"
 #include "loom/kernels/cuda/bias.h"
@@ -105,26 +106,48 @@ __global__ void rows_to_bf16_pairs_kernel(__nv_bfloat16* __restrict__ dst16, int
 }
 
 // dst's rows += src's widened (kAdd), or = them added to 0, what an add into zeroed rows leaves
-// (-0 becomes +0).
+// (-0 becomes +0). With `amax` (not null) the max |value| written is taken into it (one atomic per
+// block, the grid capped: amax_capped).
 template <bool kAdd>
 __global__ void add_rows_kernel(float* __restrict__ dst, int64_t dst_stride, const __nv_bfloat16* __restrict__ src,
-                                int64_t src_stride, int64_t rows, int64_t width) {
+                                int64_t src_stride, int64_t rows, int64_t width, unsigned* amax) {
+  float m = 0.0f;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     for (int64_t c = column_start(); c < width; c += column_stride()) {
       const float w = __bfloat162float(src[r * src_stride + c]);
       float& d = dst[r * dst_stride + c];
       d = kAdd ? __fadd_rn(d, w) : __fadd_rn(0.0f, w);
+      m = nan_max(m, fabsf(d));
     }
   }
+  if (amax != nullptr) block_amax_into(amax, m);
 }
 
 template <bool kAdd>
 void launch_add_rows(float* dst, int64_t dst_stride, const __nv_bfloat16* src, int64_t src_stride, int64_t rows,
-                     int64_t width, cudaStream_t stream) {
+                     int64_t width, cudaStream_t stream, float* amax = nullptr) {
   if (rows * width == 0) return;
-  const RowsLaunch l = launch_over_rows(rows, width);
-  add_rows_kernel<kAdd><<<l.grid, l.block, 0, stream>>>(dst, dst_stride, src, src_stride, rows, width);
+  const RowsLaunch l = amax_capped(launch_over_rows(rows, width), amax);
+  add_rows_kernel<kAdd><<<l.grid, l.block, 0, stream>>>(dst, dst_stride, src, src_stride, rows, width,
+                                                        reinterpret_cast<unsigned*>(amax));
   check_launch("attention add_rows_kernel");
+}
+
+// *amax = max(*amax, max |x|) over rows of `width` floats `stride` apart (amax_into's contract).
+__global__ void rows_amax_kernel(const float* __restrict__ x, int64_t stride, int64_t rows, int64_t width,
+                                 unsigned* amax) {
+  float m = 0.0f;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    for (int64_t c = column_start(); c < width; c += column_stride()) m = nan_max(m, fabsf(x[r * stride + c]));
+  }
+  block_amax_into(amax, m);
+}
+
+void rows_amax(float* amax, const float* x, int64_t stride, int64_t rows, int64_t width, cudaStream_t stream) {
+  if (rows * width == 0) return;
+  const RowsLaunch l = amax_capped(launch_over_rows(rows, width), amax);
+  rows_amax_kernel<<<l.grid, l.block, 0, stream>>>(x, stride, rows, width, reinterpret_cast<unsigned*>(amax));
+  check_launch("attention rows_amax_kernel");
 }
 
 // bf16 copies of the views' regions; pointer(i) is view i within its copy.
@@ -353,25 +376,26 @@ void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16,
 void flash_attention_backward_fp32_gradients(float* dq, float* dk, float* dv, const void* dout16, const void* out16,
                                              const float* lse, const void* q16, const void* k16, const void* v16,
                                              const FlashAttentionShape& s, const AttentionVisibility& vis,
-                                             const DeviceQkvRotation& rotation, cudaStream_t stream) {
+                                             const DeviceQkvRotation& rotation, float* amax, cudaStream_t stream) {
   Scratch scratch;
   const int64_t q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len;
   const int64_t q_width = s.heads * s.head_dim, kv_width = s.kv_heads * s.head_dim;
   const CudnnGradients g = cudnn_gradients(dout16, out16, lse, q16, k16, v16, s, vis, scratch, stream);
   if (g.dq != nullptr) {
     // cuDNN's bf16 gradients, packed, widened into the views, q's and k's rotated back in the same
-    // pass: the bits of adding them into zeroed views and rotating there.
+    // pass: the bits of adding them into zeroed views and rotating there. The amax from the same
+    // passes.
     if (rotation.table != nullptr) {
       const DeviceRopeTable& t = *rotation.table;
-      rope_backward_widened(dq, s.q_stride, g.dq, q_width, q_rows, s.heads, rotation.seq, t, rotation.positions,
+      rope_backward_widened(dq, s.q_stride, g.dq, q_width, q_rows, s.heads, rotation.seq, t, rotation.positions, amax,
                             stream);
       rope_backward_widened(dk, s.k_stride, g.dk, kv_width, k_rows, s.kv_heads, rotation.seq, t, rotation.positions,
-                            stream);
+                            amax, stream);
     } else {
-      launch_add_rows<false>(dq, s.q_stride, g.dq, q_width, q_rows, q_width, stream);
-      launch_add_rows<false>(dk, s.k_stride, g.dk, kv_width, k_rows, kv_width, stream);
+      launch_add_rows<false>(dq, s.q_stride, g.dq, q_width, q_rows, q_width, stream, amax);
+      launch_add_rows<false>(dk, s.k_stride, g.dk, kv_width, k_rows, kv_width, stream, amax);
     }
-    launch_add_rows<false>(dv, s.v_stride, g.dv, kv_width, k_rows, kv_width, stream);
+    launch_add_rows<false>(dv, s.v_stride, g.dv, kv_width, k_rows, kv_width, stream, amax);
     return;
   }
   // loom's kernels add fp32 gradients: into the views zeroed, rotated back there.
@@ -390,6 +414,10 @@ void flash_attention_backward_fp32_gradients(float* dq, float* dk, float* dv, co
     rope_backward(dq, q_rows, s.q_stride, 0, s.heads, rotation.seq, 0, t, rotation.positions, stream);
     rope_backward(dk, k_rows, s.k_stride, 0, s.kv_heads, rotation.seq, 0, t, rotation.positions, stream);
   }
+  if (amax == nullptr) return;
+  rows_amax(amax, dq, s.q_stride, q_rows, q_width, stream);
+  rows_amax(amax, dk, s.k_stride, k_rows, kv_width, stream);
+  rows_amax(amax, dv, s.v_stride, k_rows, kv_width, stream);
 }
 
 void add_bf16_rows(float* dst, int64_t dst_stride, const __nv_bfloat16* src, int64_t src_stride, int64_t rows,

@@ -61,10 +61,13 @@ void flash_attention_backward_bf16_gradients(void* dq16, void* dk16, void* dv16,
 // The gradients written whole in fp32 views (kernels::flash_attention_backward_fp32_gradients): on
 // cuDNN its bf16 gradients widened into them, q's and k's rotated back in the same pass
 // (rope_backward_widened); on loom's kernels the views zeroed, the fp32 gradients added and rotated.
+// `amax` (null: none): the max |value| of the views as written taken into it (amax_into's
+// contract), by the widening passes on cuDNN, by a pass over the views on loom's kernels.
 void flash_attention_backward_fp32_gradients(float* dq, float* dk, float* dv, const void* dout16, const void* out16,
                                              const float* lse, const void* q16, const void* k16, const void* v16,
                                              const FlashAttentionShape& s, const AttentionVisibility& vis,
-                                             const DeviceQkvRotation& rotation, cudaStream_t stream = nullptr);
+                                             const DeviceQkvRotation& rotation, float* amax,
+                                             cudaStream_t stream = nullptr);
 
 // Empty when a call of this shape runs on cuDNN; otherwise why it runs on loom's kernels (plans
 // are built here, once per shape). Throws only for a bad LOOM_ATTENTION, or under

@@ -112,8 +112,8 @@ void register_norms_and_activations(CudaEntries& e) {
   e.rmsnorm_forward = [](Device d, float* out, float* rstd, const float* in, const float* w, int64_t rows,
                          int64_t dim, float eps) { rmsnorm_forward(out, rstd, in, w, rows, dim, eps, stream_of(d)); };
   e.rmsnorm_backward = [](Device d, float* din, float* dw, const float* dout, const float* in, const float* w,
-                          const float* rstd, int64_t rows, int64_t dim, void* din16) {
-    rmsnorm_backward(din, dw, dout, in, w, rstd, rows, dim, din16, stream_of(d));
+                          const float* rstd, int64_t rows, int64_t dim, void* din16, float* din_amax) {
+    rmsnorm_backward(din, dw, dout, in, w, rstd, rows, dim, din16, din_amax, stream_of(d));
   };
   e.layernorm_forward = [](Device d, float* out, float* mean, float* rstd, const float* in, const float* w,
                            const float* b, int64_t rows, int64_t dim, float eps) {
@@ -138,17 +138,17 @@ void register_norms_and_activations(CudaEntries& e) {
   };
   e.layernorm_backward = [](Device d, float* din, float* dw, float* db, const float* dout, const float* in,
                             const float* w, const float* mean, const float* rstd, int64_t rows, int64_t dim,
-                            void* din16) {
-    layernorm_backward(din, dw, db, dout, in, w, mean, rstd, rows, dim, din16, stream_of(d));
+                            void* din16, float* din_amax) {
+    layernorm_backward(din, dw, db, dout, in, w, mean, rstd, rows, dim, din16, din_amax, stream_of(d));
   };
   e.rmsnorm_backward_bf16 = [](Device d, float* din, float* dw, const void* dout16, const float* in, const float* w,
-                               const float* rstd, int64_t rows, int64_t dim, void* din16) {
-    rmsnorm_backward_bf16(din, dw, dout16, in, w, rstd, rows, dim, din16, stream_of(d));
+                               const float* rstd, int64_t rows, int64_t dim, void* din16, float* din_amax) {
+    rmsnorm_backward_bf16(din, dw, dout16, in, w, rstd, rows, dim, din16, din_amax, stream_of(d));
   };
   e.layernorm_backward_bf16 = [](Device d, float* din, float* dw, float* db, const void* dout16, const float* in,
                                  const float* w, const float* mean, const float* rstd, int64_t rows, int64_t dim,
-                                 void* din16) {
-    layernorm_backward_bf16(din, dw, db, dout16, in, w, mean, rstd, rows, dim, din16, stream_of(d));
+                                 void* din16, float* din_amax) {
+    layernorm_backward_bf16(din, dw, db, dout16, in, w, mean, rstd, rows, dim, din16, din_amax, stream_of(d));
   };
   e.swiglu_forward = [](Device d, float* out, const float* gu, int64_t rows, int64_t width) {
     swiglu_forward(out, gu, rows, width, stream_of(d));
@@ -268,9 +268,10 @@ void register_attention(CudaEntries& e) {
   e.flash_attention_backward_fp32_gradients = [](Device d, float* dq, float* dk, float* dv, const void* dout16,
                                                  const void* out16, const float* lse, const void* q16,
                                                  const void* k16, const void* v16, const FlashAttentionShape& s,
-                                                 const AttentionVisibility& vis, const QkvRotation& rotation) {
+                                                 const AttentionVisibility& vis, const QkvRotation& rotation,
+                                                 float* amax) {
     const MirroredRotation rotate(d, rotation);
-    flash_attention_backward_fp32_gradients(dq, dk, dv, dout16, out16, lse, q16, k16, v16, s, vis, rotate.get(),
+    flash_attention_backward_fp32_gradients(dq, dk, dv, dout16, out16, lse, q16, k16, v16, s, vis, rotate.get(), amax,
                                             stream_of(d));
   };
   e.merge_attention_partials = [](Device d, float* out, float* lse, const float* part_out, const float* part_lse,

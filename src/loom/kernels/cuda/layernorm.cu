@@ -81,12 +81,13 @@ __global__ void __launch_bounds__(kThreads, norm_forward_min_blocks(Held))
 // columns' weights and gradients in registers over the run, a row read and din written once (16
 // bytes an element), the block's groups' sums then added in group order; Held = 0: a row per
 // step, the gradients summed in shared memory. Either way a fixed order. din16 (null: none) gets
-// din's new values rounded to bf16 (whole16: in 8-byte packs).
+// din's new values rounded to bf16 (whole16: in 8-byte packs); din_amax (null: none) their max
+// |value| (amax.cuh: one atomic per block).
 template <int V, int Held, typename Dy>
 __global__ void __launch_bounds__(kThreads, 2)
     layernorm_backward_kernel(float* din, float* partial, const Dy* dout, const float* in, const float* weight,
                               const float* mean, const float* rstd, int64_t rows, int64_t dim, int64_t block_rows,
-                              int group, __nv_bfloat16* din16, bool whole16) {
+                              int group, __nv_bfloat16* din16, bool whole16, unsigned* din_amax) {
   constexpr int kSlots = Held > 0 ? Held : 1;
   __shared__ float shared[2 * (kThreads / 32)];
   extern __shared__ float dw_sum[];  // [dim] weight, then [dim] bias
@@ -96,6 +97,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   float w[kSlots][V], grads[2][kSlots][V] = {};
   auto &dw = grads[0], &db = grads[1];
   start_block_gradients<V, Held, 2>(t, chunks, dim, weight, w, dw_sum);
+  float m = 0.0f;  // max |din| of this thread's elements
   const int64_t first = blockIdx.x * block_rows, last = min(rows, first + block_rows);
   for (int64_t step = first; step < last; step += t.rows) {
     const int64_t r = step + t.row;
@@ -139,9 +141,11 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
       store_chunk(dx, c, dxv[k]);
       if (din16 != nullptr) store_output(din16 + r * dim, c, dxv[k], whole16);
+      if (din_amax != nullptr) m = chunk_amax(m, dxv[k]);
     });
   }
   write_block_gradients<V, Held>(t, chunks, dim, grads, dw_sum, partial);
+  if (din_amax != nullptr) block_amax_into(din_amax, m);
 }
 
 template <typename T>
@@ -191,7 +195,7 @@ namespace {
 template <typename Dy>
 void launch_backward(float* din, float* dweight, float* dbias, const Dy* dout, const float* in,
                      const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim,
-                     void* din16, cudaStream_t stream) {
+                     void* din16, float* din_amax, cudaStream_t stream) {
   if (rows == 0) return;
   const NormRows s = norm_rows(dim, {din, dout, in, weight}, kBackwardHeld);
   auto* din16_rows = static_cast<__nv_bfloat16*>(din16);
@@ -201,7 +205,8 @@ void launch_backward(float* din, float* dweight, float* dbias, const Dy* dout, c
     Scratch scratch;
     float* partial = scratch.floats(2 * blocks.count * dim);
     kernel<<<static_cast<unsigned>(blocks.count), kThreads, blocks.shared_bytes, stream>>>(
-        din, partial, dout, in, weight, mean, rstd, rows, dim, blocks.rows, s.group, din16_rows, whole16);
+        din, partial, dout, in, weight, mean, rstd, rows, dim, blocks.rows, s.group, din16_rows, whole16,
+        reinterpret_cast<unsigned*>(din_amax));
     check_launch("layernorm_backward_kernel");
     add_partial_column_sums(dweight, partial, blocks.count, dim, stream);
     add_partial_column_sums(dbias, partial + blocks.count * dim, blocks.count, dim, stream);
@@ -212,15 +217,15 @@ void launch_backward(float* din, float* dweight, float* dbias, const Dy* dout, c
 
 void layernorm_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                         const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim,
-                        void* din16, cudaStream_t stream) {
-  launch_backward(din, dweight, dbias, dout, in, weight, mean, rstd, rows, dim, din16, stream);
+                        void* din16, float* din_amax, cudaStream_t stream) {
+  launch_backward(din, dweight, dbias, dout, in, weight, mean, rstd, rows, dim, din16, din_amax, stream);
 }
 
 void layernorm_backward_bf16(float* din, float* dweight, float* dbias, const void* dout16, const float* in,
                              const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim,
-                             void* din16, cudaStream_t stream) {
+                             void* din16, float* din_amax, cudaStream_t stream) {
   launch_backward(din, dweight, dbias, static_cast<const __nv_bfloat16*>(dout16), in, weight, mean, rstd, rows, dim,
-                  din16, stream);
+                  din16, din_amax, stream);
 }
 
 }  // namespace loom::kernels::cuda

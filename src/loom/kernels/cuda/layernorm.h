@@ -27,14 +27,15 @@ void layernorm_statistics(float* mean, float* rstd, const float* in, const float
 void layernorm_add_forward_bf16(void* out16, float* mean, float* rstd, float* sum, const float* residual,
                                 const void* add16, const float* weight, const float* bias, int64_t rows, int64_t dim,
                                 float eps, cudaStream_t stream = nullptr);
-// din16 (null: none): din after the add rounded to bf16, from the same pass (kernels::layernorm_backward).
+// din16 (null: none): din after the add rounded to bf16; din_amax (null: none): max |din| after the
+// add taken into it (amax_into's contract); both from the same pass (kernels::layernorm_backward).
 void layernorm_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                         const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim,
-                        void* din16, cudaStream_t stream = nullptr);
+                        void* din16, float* din_amax, cudaStream_t stream = nullptr);
 // The same over a bf16 output gradient (kernels::layernorm_backward_bf16): the fp32 form's bits on
 // the widened gradient.
 void layernorm_backward_bf16(float* din, float* dweight, float* dbias, const void* dout16, const float* in,
                              const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t dim,
-                             void* din16, cudaStream_t stream = nullptr);
+                             void* din16, float* din_amax, cudaStream_t stream = nullptr);
 
 }  // namespace loom::kernels::cuda

@@ -142,6 +142,14 @@ __device__ __forceinline__ float store_output(T* y, int64_t c, const float (&v)[
   return m;
 }
 
+// running's nan_max with |v| of a chunk's values (a backward's din, for its amax).
+template <int V>
+__device__ __forceinline__ float chunk_amax(float running, const float (&v)[V]) {
+#pragma unroll
+  for (int j = 0; j < V; ++j) running = nan_max(running, fabsf(v[j]));
+  return running;
+}
+
 // Sums of K values over each group (every thread gets its group's): a warp's by shuffles, then a
 // wider group's warps added in order through `shared` (K * kThreads / 32 floats). Every thread of
 // the block calls it: two __syncthreads when a group spans warps.

@@ -67,12 +67,13 @@ __global__ void __launch_bounds__(kThreads, norm_forward_min_blocks(Held))
 // thread keeps its columns' weights and weight gradient in registers over the run, a row read
 // and din written once (16 bytes an element), the block's groups' sums then added in group order;
 // Held = 0: a row per step, the gradient summed in shared memory. Either way a fixed order.
-// din16 (null: none) gets din's new values rounded to bf16 (whole16: in 8-byte packs).
+// din16 (null: none) gets din's new values rounded to bf16 (whole16: in 8-byte packs); din_amax
+// (null: none) their max |value| (amax.cuh: one atomic per block).
 template <int V, int Held, typename Dy>
 __global__ void __launch_bounds__(kThreads, 2)
     rmsnorm_backward_kernel(float* din, float* partial, const Dy* dout, const float* in, const float* weight,
                             const float* rstd, int64_t rows, int64_t dim, int64_t block_rows, int group,
-                            __nv_bfloat16* din16, bool whole16) {
+                            __nv_bfloat16* din16, bool whole16, unsigned* din_amax) {
   constexpr int kSlots = Held > 0 ? Held : 1;
   __shared__ float shared[kThreads / 32];
   extern __shared__ float dw_sum[];  // [dim]
@@ -81,6 +82,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   float w[kSlots][V], grads[1][kSlots][V] = {};
   auto& dw = grads[0];
   start_block_gradients<V, Held, 1>(t, chunks, dim, weight, w, dw_sum);
+  float m = 0.0f;  // max |din| of this thread's elements
   const int64_t first = blockIdx.x * block_rows, last = min(rows, first + block_rows);
   for (int64_t step = first; step < last; step += t.rows) {
     const int64_t r = step + t.row;
@@ -115,9 +117,11 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
       store_chunk(dx, c, dxv[k]);
       if (din16 != nullptr) store_output(din16 + r * dim, c, dxv[k], whole16);
+      if (din_amax != nullptr) m = chunk_amax(m, dxv[k]);
     });
   }
   write_block_gradients<V, Held>(t, chunks, dim, grads, dw_sum, partial);
+  if (din_amax != nullptr) block_amax_into(din_amax, m);
 }
 
 template <typename T>
@@ -165,7 +169,8 @@ namespace {
 // aligned; asked 16 like the others).
 template <typename Dy>
 void launch_backward(float* din, float* dweight, const Dy* dout, const float* in, const float* weight,
-                     const float* rstd, int64_t rows, int64_t dim, void* din16, cudaStream_t stream) {
+                     const float* rstd, int64_t rows, int64_t dim, void* din16, float* din_amax,
+                     cudaStream_t stream) {
   if (rows == 0) return;
   const NormRows s = norm_rows(dim, {din, dout, in, weight}, kBackwardHeld);
   auto* din16_rows = static_cast<__nv_bfloat16*>(din16);
@@ -175,7 +180,8 @@ void launch_backward(float* din, float* dweight, const Dy* dout, const float* in
     Scratch scratch;
     float* partial = scratch.floats(blocks.count * dim);
     kernel<<<static_cast<unsigned>(blocks.count), kThreads, blocks.shared_bytes, stream>>>(
-        din, partial, dout, in, weight, rstd, rows, dim, blocks.rows, s.group, din16_rows, whole16);
+        din, partial, dout, in, weight, rstd, rows, dim, blocks.rows, s.group, din16_rows, whole16,
+        reinterpret_cast<unsigned*>(din_amax));
     check_launch("rmsnorm_backward_kernel");
     add_partial_column_sums(dweight, partial, blocks.count, dim, stream);
   };
@@ -184,14 +190,16 @@ void launch_backward(float* din, float* dweight, const Dy* dout, const float* in
 }  // namespace
 
 void rmsnorm_backward(float* din, float* dweight, const float* dout, const float* in, const float* weight,
-                      const float* rstd, int64_t rows, int64_t dim, void* din16, cudaStream_t stream) {
-  launch_backward(din, dweight, dout, in, weight, rstd, rows, dim, din16, stream);
+                      const float* rstd, int64_t rows, int64_t dim, void* din16, float* din_amax,
+                      cudaStream_t stream) {
+  launch_backward(din, dweight, dout, in, weight, rstd, rows, dim, din16, din_amax, stream);
 }
 
 void rmsnorm_backward_bf16(float* din, float* dweight, const void* dout16, const float* in, const float* weight,
-                           const float* rstd, int64_t rows, int64_t dim, void* din16, cudaStream_t stream) {
+                           const float* rstd, int64_t rows, int64_t dim, void* din16, float* din_amax,
+                           cudaStream_t stream) {
   launch_backward(din, dweight, static_cast<const __nv_bfloat16*>(dout16), in, weight, rstd, rows, dim, din16,
-                  stream);
+                  din_amax, stream);
 }
 
 }  // namespace loom::kernels::cuda

@@ -26,12 +26,15 @@ void rmsnorm_statistics(float* rstd, const float* in, const float* weight, int64
 // (kernels::rmsnorm_add_forward_bf16): the statistics and outputs rmsnorm_forward_bf16 gives on sum.
 void rmsnorm_add_forward_bf16(void* out16, float* rstd, float* sum, const float* residual, const void* add16,
                               const float* weight, int64_t rows, int64_t dim, float eps, cudaStream_t stream = nullptr);
-// din16 (null: none): din after the add rounded to bf16, from the same pass (kernels::rmsnorm_backward).
+// din16 (null: none): din after the add rounded to bf16; din_amax (null: none): max |din| after the
+// add taken into it (amax_into's contract); both from the same pass (kernels::rmsnorm_backward).
 void rmsnorm_backward(float* din, float* dweight, const float* dout, const float* in, const float* weight,
-                      const float* rstd, int64_t rows, int64_t dim, void* din16, cudaStream_t stream = nullptr);
+                      const float* rstd, int64_t rows, int64_t dim, void* din16, float* din_amax,
+                      cudaStream_t stream = nullptr);
 // The same over a bf16 output gradient (kernels::rmsnorm_backward_bf16): its values widened exactly,
 // the fp32 form's arithmetic and order, so the fp32 form's bits on the widened gradient.
 void rmsnorm_backward_bf16(float* din, float* dweight, const void* dout16, const float* in, const float* weight,
-                           const float* rstd, int64_t rows, int64_t dim, void* din16, cudaStream_t stream = nullptr);
+                           const float* rstd, int64_t rows, int64_t dim, void* din16, float* din_amax,
+                           cudaStream_t stream = nullptr);
 
 }  // namespace loom::kernels::cuda

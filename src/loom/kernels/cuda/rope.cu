@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "loom/core/error.h"
+#include "loom/kernels/cuda/amax.cuh"
 #include "loom/kernels/cuda/bf16_io.cuh"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/launch.cuh"
@@ -27,13 +28,16 @@ __device__ inline int64_t row_position(int64_t r, const int32_t* positions, int6
 // Src, Dst: float, or __nv_bfloat16 (widened as loaded, each result rounded as stored). From bf16
 // into fp32 (a gradient written whole) each loaded value is first added to 0, as an add into a
 // zeroed fp32 gradient leaves it (-0 becomes +0), so the result is that gradient rotated in place.
+// With `amax` (not null) the max |value| stored is taken into it (amax.cuh: one atomic per block,
+// the grid capped by the launch).
 template <typename Src, typename Dst>
 __global__ void rope_kernel(const Src* src, int64_t src_stride, Dst* dst, int64_t dst_stride, int64_t rows,
                             int64_t heads, int64_t seq, int64_t positions_start, const float* __restrict__ cos_table,
                             const float* __restrict__ sin_table, int64_t half, const int32_t* __restrict__ positions,
-                            float direction) {
+                            float direction, unsigned* amax) {
   constexpr bool kFromZero = !std::is_same_v<Src, Dst>;
   const int pairs = static_cast<int>(heads * half), half32 = static_cast<int>(half);
+  float m = 0.0f;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const int64_t pos = row_position(r, positions, positions_start, seq);
     for (int64_t j = column_start(); j < pairs; j += column_stride()) {
@@ -47,10 +51,12 @@ __global__ void rope_kernel(const Src* src, int64_t src_stride, Dst* dst, int64_
         a = __fadd_rn(0.0f, a);
         b = __fadd_rn(0.0f, b);
       }
-      store(v, i, __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, sn)));
-      store(v, i + half, __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, sn)));
+      const float x = store(v, i, __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, sn)));
+      const float y = store(v, i + half, __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, sn)));
+      m = nan_max(nan_max(m, fabsf(x)), fabsf(y));
     }
   }
+  if (amax != nullptr) block_amax_into(amax, m);
 }
 
 // rope_kernel four pairs at a time (with half a multiple of 4, both strides multiples of 4 and
@@ -58,14 +64,15 @@ __global__ void rope_kernel(const Src* src, int64_t src_stride, Dst* dst, int64_
 // entries are one aligned access each (pack4.cuh). A thread per (row, pairs i..i+3, kRopeHeads
 // heads): the row's cos and sin read once for all its heads, and all its heads' loads issued
 // before their arithmetic, so it keeps them in flight. The same arithmetic per pair, so the same
-// bits.
+// bits; the same amax.
 constexpr int kRopeHeads = 4;
 template <typename Src, typename Dst>
 __global__ void rope4_kernel(const Src* src, int64_t src_stride, Dst* dst, int64_t dst_stride, int64_t rows,
                              int64_t heads, int64_t seq, int64_t positions_start, const float* __restrict__ cos_table,
                              const float* __restrict__ sin_table, int64_t half, const int32_t* __restrict__ positions,
-                             float direction) {
+                             float direction, unsigned* amax) {
   constexpr bool kFromZero = !std::is_same_v<Src, Dst>;
+  float m = 0.0f;
   const int head_packs = static_cast<int>(half / 4), heads32 = static_cast<int>(heads);
   const int packs = (heads32 + kRopeHeads - 1) / kRopeHeads * head_packs;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
@@ -101,29 +108,32 @@ __global__ void rope4_kernel(const Src* src, int64_t src_stride, Dst* dst, int64
           y[k] = __fadd_rn(__fmul_rn(bk, c[k]), __fmul_rn(ak, sn[k]));
         }
         Dst* v = dst + r * dst_stride + h * 2 * half;
-        store4(v, p, x);
-        store4(v + half, p, y);
+        m = nan_max(m, store4(v, p, x));
+        m = nan_max(m, store4(v + half, p, y));
       }
     }
   }
+  if (amax != nullptr) block_amax_into(amax, m);
 }
 
 template <typename Src, typename Dst>
 void rotate(const Src* src, int64_t src_stride, Dst* dst, int64_t dst_stride, int64_t rows, int64_t heads,
             int64_t seq, int64_t positions_start, const DeviceRopeTable& t, const int32_t* positions, float direction,
-            cudaStream_t stream) {
+            cudaStream_t stream, float* amax = nullptr) {
   const int64_t half = t.head_dim / 2;
+  auto* amax_bits = reinterpret_cast<unsigned*>(amax);
   if (rows * heads * half == 0) return;
   LOOM_CHECK(heads * half < (int64_t{1} << 31), "rope: heads x head_dim / 2 must be below 2^31");
   if (half % 4 == 0 && src_stride % 4 == 0 && dst_stride % 4 == 0 && pack4_aligned<Src>(src) &&
       pack4_aligned<Dst>(dst) && pack4_aligned<float>(t.cos) && pack4_aligned<float>(t.sin)) {
-    const RowsLaunch l = launch_over_rows(rows, (heads + kRopeHeads - 1) / kRopeHeads * (half / 4));
+    const int64_t packs = (heads + kRopeHeads - 1) / kRopeHeads * (half / 4);
+    const RowsLaunch l = amax_capped(launch_over_rows(rows, packs), amax);
     rope4_kernel<<<l.grid, l.block, 0, stream>>>(src, src_stride, dst, dst_stride, rows, heads, seq, positions_start,
-                                                 t.cos, t.sin, half, positions, direction);
+                                                 t.cos, t.sin, half, positions, direction, amax_bits);
   } else {
-    const RowsLaunch l = launch_over_rows(rows, heads * half);
+    const RowsLaunch l = amax_capped(launch_over_rows(rows, heads * half), amax);
     rope_kernel<<<l.grid, l.block, 0, stream>>>(src, src_stride, dst, dst_stride, rows, heads, seq, positions_start,
-                                                t.cos, t.sin, half, positions, direction);
+                                                t.cos, t.sin, half, positions, direction, amax_bits);
   }
   check_launch("rope_kernel");
 }
@@ -167,9 +177,9 @@ void rope_backward_bf16(void* dx16, int64_t rows, int64_t row_stride, int64_t fi
 
 void rope_backward_widened(float* dst, int64_t dst_stride, const void* src16, int64_t src_stride, int64_t rows,
                            int64_t heads, int64_t seq, const DeviceRopeTable& table, const int32_t* positions,
-                           cudaStream_t stream) {
+                           float* amax, cudaStream_t stream) {
   rotate(static_cast<const __nv_bfloat16*>(src16), src_stride, dst, dst_stride, rows, heads, seq, 0, table, positions,
-         -1.0f, stream);
+         -1.0f, stream, amax);
 }
 
 }  // namespace loom::kernels::cuda

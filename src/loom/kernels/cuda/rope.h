@@ -36,8 +36,9 @@ void rope_backward_bf16(void* dx16, int64_t rows, int64_t row_stride, int64_t fi
 // rope_backward's result from bf16 gradients written into a zeroed fp32 one: dst [rows, heads x
 // head_dim] (dst_stride apart) = rope_backward of (0 + widened src16 rows, src_stride apart), bit
 // for bit, in one pass (positions_start 0; Attention's fp32 q/k gradient from cuDNN's bf16 ones).
+// `amax` (null: none): the max |value| written taken into it (amax_into's contract).
 void rope_backward_widened(float* dst, int64_t dst_stride, const void* src16, int64_t src_stride, int64_t rows,
                            int64_t heads, int64_t seq, const DeviceRopeTable& table, const int32_t* positions,
-                           cudaStream_t stream = nullptr);
+                           float* amax, cudaStream_t stream = nullptr);
 
 }  // namespace loom::kernels::cuda
