@@ -2,7 +2,9 @@
 // Which of its device's compute queues a thread's device work goes on (on a GPU, a CUDA stream
 // of its own: kernels/cuda/compute_streams.h). Work on one queue runs in the order it was issued;
 // work on different queues may overlap, so what one needs of another's is ordered by the host (a
-// transfer that waits, synchronize_devices() before a thread ends) or by the communication layer.
+// read back to the host, synchronize_devices() before a thread ends) or by the communication
+// layer. An upload does not order them: a small one goes through pinned staging without waiting
+// (kernels/cuda/upload_staging.h), ordered only on its own queue.
 //
 // Queue 0, the default, is the process's: the main thread's and that of every thread not given
 // another, so one rank per process (mpirun, srun) keeps all its work in one order. The threads

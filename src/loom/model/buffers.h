@@ -42,8 +42,9 @@ inline void* sized_16bit(Buffer& buffer, int64_t n, Device device) { return size
 
 // Token-level batch inputs (ids, targets, positions, documents: host arrays, checked on the host)
 // where the kernels of `device` read them: on the cpu the host array itself; on a GPU a copy
-// uploaded into the buffer kept here, made right before its use (the upload waits for the
-// device's earlier work, so one staging buffer serves every micro-batch).
+// uploaded into the buffer kept here, made right before its use. The upload is ordered after the
+// device's earlier work on this thread's queue (compute_queue.h), the queue of every kernel that
+// reads the buffer, so one buffer serves every micro-batch; it must not be read from another queue.
 class StagedTokens {
  public:
   const int32_t* stage(Device device, const int32_t* host, int64_t n) {
