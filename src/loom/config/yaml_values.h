@@ -215,7 +215,11 @@ struct Value<std::vector<std::string>> {
     for (const std::string& item : items) out << YAML::DoubleQuoted << item;
     out << YAML::EndSeq;
   }
-  static std::string show(const std::vector<std::string>& items) { return "[" + join(items) + "]"; }
+  static std::string show(const std::vector<std::string>& items) {
+    std::string text = "[";
+    text += join(items);
+    return text + "]";
+  }
 };
 
 // A name outside an enum's table, found while parsing: parse_config reports it as it reports a

@@ -158,7 +158,8 @@ Value from_json(const nlohmann::ordered_json& json) {
 
 std::string to_json(const Value& value, int indent, int depth) {
   const std::string item_separator = indent > 0 ? "," : ", ";
-  const std::string pad = "\n" + std::string(static_cast<size_t>(indent * depth), ' ');
+  std::string pad(static_cast<size_t>(indent * depth) + 1, ' ');
+  pad.front() = '\n';
   const std::string child_pad = pad + std::string(static_cast<size_t>(indent), ' ');
   switch (value.kind) {
     case Value::Kind::Undefined:

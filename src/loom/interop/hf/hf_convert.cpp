@@ -213,7 +213,9 @@ std::string quote_python_floats(const std::string& text) {
     bool replaced = false;
     for (const std::string_view word : {"-Infinity", "Infinity", "NaN"}) {
       if (text.compare(i, word.size(), word) == 0) {
-        out += "\"" + std::string(word) + "\"";
+        out += '"';
+        out += word;
+        out += '"';
         i += word.size() - 1;
         replaced = true;
         break;
