@@ -129,6 +129,22 @@ TEST_F(TrainCli, BadInputsFailClearlyAndDamageNothing) {
   EXPECT_EQ(run_loom("ckpt digest " + (dir / "nowhere")).exit_code != 0, true);
 }
 
+// A model larger than the memory the process may have (its address space capped by the shell's
+// ulimit): the allocator's error says what ran out, then the command that shows what the layout
+// needs and the keys that make it need less; a clear exit 1, not a crash, and no checkpoint.
+TEST_F(TrainCli, RunningOutOfMemorySaysWhatToChange) {
+  const std::string big = "model.d_model=8192 model.heads=64 model.kv_heads=8 model.ffn_size=28672 model.layers=8";
+  const CommandResult r = run_loom("train " + (dir / "config.yaml") + " " + big + " run.dir=" + (dir / "big"),
+                                   "ulimit -v 4000000;");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  for (const std::string& m : {std::string("out of memory"), "loom plan memory " + (dir / "config.yaml") + " " + big,
+                               std::string("train.micro_batch"), std::string("model.recompute=true"),
+                               std::string("parallel.zero"), std::string("loom plan search")}) {
+    EXPECT_NE(r.output.find(m), std::string::npos) << "missing '" << m << "' in:\n" << r.output;
+  }
+  EXPECT_TRUE(!fs::exists(dir / "big/checkpoints") || fs::is_empty(dir / "big/checkpoints")) << "a checkpoint written";
+}
+
 TEST(TokenizerFiles, WrongHashIsAClearError) {
   TempDir dir;
   const std::string source = loom::test_paths::source_dir() + "/.cache/data/gpt-tokenizer/r50k_base.tiktoken";

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <new>
 
 #include "loom/cli/command.h"
 #include "loom/comm/launch.h"
@@ -47,6 +48,9 @@ int run(int argc, char** argv) {
     std::_Exit(1);
   } catch (const Error& e) {
     std::cerr << "loom: error: " << e.what() << std::endl;
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "loom: error: out of host memory (an allocation failed)" << std::endl;
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "loom: unexpected error: " << e.what() << std::endl;

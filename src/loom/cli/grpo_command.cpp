@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "loom/cli/command.h"
+#include "loom/cli/memory_advice.h"
 #include "loom/cli/serve_until_signal.h"
 #include "loom/comm/role_world.h"
 #include "loom/config/run_config.h"
@@ -106,7 +107,8 @@ void register_grpo(CLI::App& app, std::vector<Command>& commands) {
                         if (external) place = rl::place_role(args->role, config);
                         int status = 0;
                         if (args->role == "learner") {
-                          status = run_learner_role(*args, config, place);
+                          status = with_training_memory_advice(args->config, args->overrides,
+                                                               [&] { return run_learner_role(*args, config, place); });
                         } else if (args->role == "controller") {
                           status = run_controller(*args, config);
                         } else {

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "loom/cli/command.h"
+#include "loom/cli/memory_advice.h"
 #include "loom/cli/training_report.h"
 #include "loom/config/run_config.h"
 #include "loom/core/tokenizer_names.h"
@@ -30,7 +31,9 @@ void register_recipe(CLI::App& app, std::vector<Command>& commands, const std::s
                       std::string(kDefaultTokenizer) + "; one of " + known_tokenizer_list(", ") + ")");
   commands.push_back({cmd, [args, recipe] {
                         const config::RunConfig config = config::load_config(args->config, args->overrides);
-                        return report_training(recipe(config, std::cout), config);
+                        return with_training_memory_advice(args->config, args->overrides, [&] {
+                          return report_training(recipe(config, std::cout), config);
+                        });
                       }});
 }
 

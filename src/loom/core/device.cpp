@@ -30,7 +30,7 @@ class HostAllocator final : public Allocator {
     if (bytes == 0) return nullptr;
     const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
     void* p = std::aligned_alloc(kAlignment, rounded);
-    LOOM_CHECK(p != nullptr, "host allocator: out of memory allocating " + std::to_string(bytes) + " bytes");
+    if (p == nullptr) throw OutOfMemory("host allocator: out of memory allocating " + std::to_string(bytes) + " bytes");
     count_allocation(bytes);
     return p;
   }

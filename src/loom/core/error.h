@@ -1,5 +1,6 @@
 #pragma once
-// loom::Error: the one exception type; its message names the file/key/value and what would be valid.
+// loom::Error: the one exception type (OutOfMemory a kind of it); its message names the
+// file/key/value and what would be valid.
 #include <exception>
 #include <stdexcept>
 #include <string>
@@ -9,6 +10,13 @@ namespace loom {
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+// Memory ran out (the host's or a device's allocator): the message says which and how much; the
+// command that ran out adds what to change (a training run: cli/memory_advice.h).
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
 };
 
 // Throws loom::Error(message) when `condition` is false. The message is built only then, so a

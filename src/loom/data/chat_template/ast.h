@@ -30,13 +30,14 @@ struct Expr {
     Binary,     // a name b: or and == != < <= > >= in "not in" + - ~ * / // % **
     Ternary,    // a if b else c (c may be null: undefined)
   };
+  // Each member but the first two defaults to empty, so an expression names only what it has.
   Kind kind;
   Position position;
-  Value literal;
-  std::string name;
-  std::vector<ExprPtr> items;
-  std::vector<std::pair<std::string, ExprPtr>> keywords;
-  ExprPtr a, b, c;
+  Value literal{};
+  std::string name{};
+  std::vector<ExprPtr> items{};
+  std::vector<std::pair<std::string, ExprPtr>> keywords{};
+  ExprPtr a{}, b{}, c{};
   bool negated = false;  // Test: `is not`
 };
 
@@ -56,17 +57,18 @@ struct Stmt {
     Break,
     Continue,
   };
+  // Each member but the first two defaults to empty, so a statement names only what it has.
   Kind kind;
   Position position;
-  std::string text;
-  ExprPtr expr;
-  ExprPtr filter;
-  std::vector<std::string> targets;
-  std::string attribute;
-  std::vector<std::pair<ExprPtr, Body>> branches;
-  std::vector<std::pair<std::string, ExprPtr>> params;  // macro parameters and defaults (null: none)
-  Body body;
-  Body otherwise;
+  std::string text{};
+  ExprPtr expr{};
+  ExprPtr filter{};
+  std::vector<std::string> targets{};
+  std::string attribute{};
+  std::vector<std::pair<ExprPtr, Body>> branches{};
+  std::vector<std::pair<std::string, ExprPtr>> params{};  // macro parameters and defaults (null: none)
+  Body body{};
+  Body otherwise{};
 };
 
 }  // namespace loom::data::jinja

@@ -86,10 +86,11 @@ void* CachingAllocator::allocate(size_t bytes, cudaStream_t stream) {
     (void)cudaGetLastError();
     size_t free_bytes = 0, total_bytes = 0;
     (void)cudaMemGetInfo(&free_bytes, &total_bytes);
-    throw Error("cuda:" + std::to_string(device_) + " is out of memory: cudaMalloc of " + std::to_string(size) +
-                " bytes failed also after every cache of the device gave back its free blocks (the device has " +
-                std::to_string(free_bytes) + " of " + std::to_string(total_bytes) + " bytes free; this cache holds " +
-                std::to_string(stats_.allocated_bytes) + " bytes in use)");
+    throw OutOfMemory("cuda:" + std::to_string(device_) + " is out of memory: cudaMalloc of " +
+                      std::to_string(size) +
+                      " bytes failed also after every cache of the device gave back its free blocks (the device has " +
+                      std::to_string(free_bytes) + " of " + std::to_string(total_bytes) +
+                      " bytes free; this cache holds " + std::to_string(stats_.allocated_bytes) + " bytes in use)");
   }
   check_cuda(result, "cudaMalloc of " + std::to_string(size) + " bytes (" + std::to_string(stats_.allocated_bytes) +
                          " bytes already held)");
