@@ -57,6 +57,8 @@ TEST_F(CudaDeviceMemory, TheStreamOrderedPoolGivesBackWhatItKeeps) {
   asker.release(got, nullptr);
 }
 
+// The error is an OutOfMemory, which a training command extends with what to change
+// (cli/memory_advice.h).
 TEST_F(CudaDeviceMemory, MoreThanTheDeviceHoldsIsAnErrorSayingSo) {
   size_t free_bytes = 0, total_bytes = 0;
   check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
@@ -64,7 +66,7 @@ TEST_F(CudaDeviceMemory, MoreThanTheDeviceHoldsIsAnErrorSayingSo) {
   try {
     asker.allocate(total_bytes * 2, nullptr);
     FAIL() << "allocated twice the device's memory";
-  } catch (const Error& e) {
+  } catch (const OutOfMemory& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("cuda:0 is out of memory"), std::string::npos) << what;
     EXPECT_NE(what.find(std::to_string(CachingAllocator::rounded_size(total_bytes * 2))), std::string::npos) << what;

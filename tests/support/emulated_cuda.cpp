@@ -184,7 +184,7 @@ class EmulatedAllocator final : public Allocator {
     if (bytes == 0) return nullptr;
     const size_t rounded = (bytes + 255) / 256 * 256;
     void* p = std::aligned_alloc(256, rounded);
-    LOOM_CHECK(p != nullptr, "emulated cuda: out of memory allocating " + std::to_string(bytes) + " bytes");
+    if (p == nullptr) throw OutOfMemory("emulated cuda: out of memory allocating " + std::to_string(bytes) + " bytes");
     count_allocation(bytes);
     return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) | kDeviceTag);
   }
