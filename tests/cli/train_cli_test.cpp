@@ -131,7 +131,8 @@ TEST_F(TrainCli, BadInputsFailClearlyAndDamageNothing) {
 
 // A model larger than the memory the process may have (its address space capped by the shell's
 // ulimit): the allocator's error says what ran out, then the command that shows what the layout
-// needs and the keys that make it need less; a clear exit 1, not a crash, and no checkpoint.
+// needs and the keys that make it need less; a clear exit 1, not a crash, and no checkpoint. The
+// same for loom serve, with its own options.
 TEST_F(TrainCli, RunningOutOfMemorySaysWhatToChange) {
   const std::string big = "model.d_model=8192 model.heads=64 model.kv_heads=8 model.ffn_size=28672 model.layers=8";
   const CommandResult r = run_loom("train " + (dir / "config.yaml") + " " + big + " run.dir=" + (dir / "big"),
@@ -143,6 +144,16 @@ TEST_F(TrainCli, RunningOutOfMemorySaysWhatToChange) {
     EXPECT_NE(r.output.find(m), std::string::npos) << "missing '" << m << "' in:\n" << r.output;
   }
   EXPECT_TRUE(!fs::exists(dir / "big/checkpoints") || fs::is_empty(dir / "big/checkpoints")) << "a checkpoint written";
+
+  // loom serve with a KV cache larger than the process may have: the options that make it smaller.
+  ASSERT_EQ(train("train.steps=4").exit_code, 0);
+  const CommandResult served =
+      run_loom("serve " + (dir / "run/checkpoints") + " --port 0 --kv-cache-mb 1000000 --max-batch-tokens 64",
+               "ulimit -v 4000000; timeout 120");
+  EXPECT_EQ(served.exit_code, 1) << served.output;
+  for (const char* m : {"out of memory", "--kv-cache-mb (now 1000000 MiB", "--tp", "--max-batch-tokens (now 64"}) {
+    EXPECT_NE(served.output.find(m), std::string::npos) << "missing '" << m << "' in:\n" << served.output;
+  }
 }
 
 TEST(TokenizerFiles, WrongHashIsAClearError) {

@@ -107,8 +107,8 @@ void register_grpo(CLI::App& app, std::vector<Command>& commands) {
                         if (external) place = rl::place_role(args->role, config);
                         int status = 0;
                         if (args->role == "learner") {
-                          status = with_training_memory_advice(args->config, args->overrides,
-                                                               [&] { return run_learner_role(*args, config, place); });
+                          status = with_memory_advice(training_memory_advice(args->config, args->overrides),
+                                                      [&] { return run_learner_role(*args, config, place); });
                         } else if (args->role == "controller") {
                           status = run_controller(*args, config);
                         } else {

@@ -16,14 +16,20 @@ std::string training_memory_advice(const std::string& config, const std::vector<
          config + " --hardware FILE --devices N lists the layouts that fit).";
 }
 
-int with_training_memory_advice(const std::string& config, const std::vector<std::string>& overrides,
-                                const std::function<int()>& run) {
+std::string serving_memory_advice(int64_t kv_cache_mb, int64_t max_batch_tokens) {
+  return "\nTo need less: a smaller --kv-cache-mb (now " + std::to_string(kv_cache_mb) +
+         " MiB per rank), more --tp ranks (each holds its share of the weights and of the cache), or a smaller "
+         "--max-batch-tokens (now " +
+         std::to_string(max_batch_tokens) + " rows a step).";
+}
+
+int with_memory_advice(const std::string& advice, const std::function<int()>& run) {
   try {
     return run();
   } catch (const OutOfMemory& e) {
-    throw Error(std::string(e.what()) + training_memory_advice(config, overrides));
+    throw Error(std::string(e.what()) + advice);
   } catch (const std::bad_alloc&) {
-    throw Error("out of host memory (an allocation failed)" + training_memory_advice(config, overrides));
+    throw Error("out of host memory (an allocation failed)" + advice);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "loom/cli/command.h"
+#include "loom/cli/memory_advice.h"
 #include "loom/cli/serve_until_signal.h"
 #include "loom/comm/launch.h"
 #include "loom/infer/engine.h"
@@ -82,7 +83,11 @@ void register_serve(CLI::App& app, std::vector<Command>& commands) {
                         args->engine.device = args->device == "cuda" ? config::RuntimeDevice::Cuda : config::RuntimeDevice::Cpu;
                         args->engine.dtype = infer::parse_inference_dtype(args->dtype);
                         args->engine.kv_cache_dtype = infer::parse_kv_cache_setting(args->kv_cache_dtype);
-                        if (comm::detect_backend() != "mpi") return serve_http(*args);
+                        const std::string advice =
+                            serving_memory_advice(args->kv_cache_mb, args->engine.max_batch_tokens);
+                        if (comm::detect_backend() != "mpi") {
+                          return with_memory_advice(advice, [&] { return serve_http(*args); });
+                        }
                         // Under mpirun: every tensor-parallel rank is one process; rank 0 serves.
                         comm::LaunchOptions launch;
                         launch.backend = "mpi";
@@ -90,7 +95,7 @@ void register_serve(CLI::App& app, std::vector<Command>& commands) {
                         comm::launch(launch, [&](comm::Communicator& world) {
                           if (world.rank() == 0) {
                             args->engine.world = &world;
-                            serve_http(*args);
+                            with_memory_advice(advice, [&] { return serve_http(*args); });
                             return;
                           }
                           // mpirun's SIGTERM reaches every rank: followers stop when rank 0 has
