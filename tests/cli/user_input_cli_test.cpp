@@ -100,8 +100,8 @@ TEST_F(UserInputCli, P50kTokenizersAreAcceptedEverywhere) {
 // Item 10: sampling options are checked with readable messages; a shortened budget is reported.
 TEST_F(UserInputCli, SamplingOptionsAreCheckedReadably) {
   const std::string ckpt = trained("s");
-  for (const std::string& bad : {"--temperature nan", "--temperature inf", "--top-p nan", "--seed -1",
-                                 "--max-tokens 0", "--top-k -1"}) {
+  for (const char* bad :
+       {"--temperature nan", "--temperature inf", "--top-p nan", "--seed -1", "--max-tokens 0", "--top-k -1"}) {
     CommandResult r = run_loom("generate " + ckpt + " " + bad);
     expect_failure_naming(r, {"must be"});
     EXPECT_EQ(r.output.find("0000000000"), std::string::npos) << r.output;

@@ -88,6 +88,21 @@ TEST_F(AtomicFile, SyncingAMissingDirectoryNamesItAndTheReason) {
   EXPECT_NO_THROW(fsync_directory(dir_.string()));
 }
 
+// make_directories creates the missing parents too, and a failure (a file in the way, as the
+// directory itself or as a parent) is a loom::Error naming the directory, what it is for and why.
+TEST_F(AtomicFile, MakingDirectoriesNamesWhatTheyAreForWhenItCannot) {
+  const std::string nested = (dir_ / "a" / "b" / "c").string();
+  make_directories(nested, "a test");
+  EXPECT_TRUE(fs::is_directory(nested));
+  EXPECT_NO_THROW(make_directories(nested, "a test"));  // already there
+  write_file_atomic((dir_ / "plain").string(), "x");
+  const std::string under_file = (dir_ / "plain" / "logs").string();
+  expect_error_naming([&] { make_directories(under_file, "the logs, under run.dir"); },
+                      {"'" + under_file + "'", "the logs, under run.dir", "Not a directory"});
+  const std::string file = (dir_ / "plain").string();
+  expect_error_naming([&] { make_directories(file, "run.dir"); }, {"'" + file + "'", "run.dir"});
+}
+
 TEST_F(AtomicFile, ReadingAMissingFileNamesIt) {
   const std::string path = (dir_ / "absent").string();
   expect_error_naming([&] { read_file(path); }, {path});

@@ -44,6 +44,15 @@ void fsync_directory(const std::string& dir) {
   if (rc != 0) throw Error("cannot sync directory '" + dir + "': " + errno_text(err));
 }
 
+void make_directories(const std::string& dir, const std::string& what) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir, ec)) {
+    throw Error("cannot create directory '" + dir + "' (" + what + "): " +
+                (ec ? ec.message() : std::string("a file is in the way")));
+  }
+}
+
 AtomicFileWriter::AtomicFileWriter(std::string path, Durability durability)
     : path_(std::move(path)), temp_(temp_name_for(path_)), durability_(durability) {
   fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -48,6 +48,9 @@ void write_file_atomic(const std::string& path, std::string_view bytes, Durabili
 // fsync a directory so a rename or a creation inside it survives a crash; throws naming the
 // directory when it cannot be opened or synced.
 void fsync_directory(const std::string& dir);
+// Creates `dir` and its missing parents; throws loom::Error naming the directory, the OS reason and
+// `what` it is for (a config key, say) when it cannot.
+void make_directories(const std::string& dir, const std::string& what);
 // Reads a whole file; throws loom::Error naming the file when it cannot.
 std::string read_file(const std::string& path);
 

@@ -35,7 +35,7 @@ Controller::Controller(const config::RunConfig& config, ControllerOptions option
       buffer_(config.grpo.max_staleness, config.grpo.prompts_per_step), http_(std::make_unique<httplib::Server>()) {
   LOOM_CHECK(!options_.initial_checkpoint.empty(),
              "loom grpo: train.init_from must name the checkpoint the generation workers and the learner start from");
-  std::filesystem::create_directories(grpo_dir(config) + "/logs");
+  make_directories(grpo_dir(config) + "/logs", "the roles' logs, under run.dir");
   RoleOptions roles;
   roles.loom_binary = options_.loom_binary;
   roles.log_dir = grpo_dir(config) + "/logs";
@@ -264,7 +264,10 @@ int Controller::run() {
   });
   write_roles_file();
   if (config_.grpo.validation_prompts > 0) {
-    std::filesystem::remove(config_.run.dir + "/validation.jsonl");
+    const std::string validation = config_.run.dir + "/validation.jsonl";
+    std::error_code ec;
+    std::filesystem::remove(validation, ec);
+    LOOM_CHECK(!ec, "cannot remove the last run's '" + validation + "' (" + ec.message() + ")");
     run_validation(0);  // the starting weights, before any rollout competes for the workers
   }
   log_ << "loom grpo: controller on " << url_ << "; roles in " << grpo_dir(config_) << "/roles.json" << std::endl;

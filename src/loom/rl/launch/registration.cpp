@@ -81,7 +81,7 @@ void write_registration(const std::string& grpo_dir, const Registration& registr
                 "'); each process of a role needs its own index (one MPI job: every role's processes are numbered "
                 "by the launcher; otherwise SLURM_PROCID). A file left by a run that is over may be removed");
   }
-  std::filesystem::create_directories(grpo_dir + "/roles");
+  make_directories(grpo_dir + "/roles", "the roles' registrations, under run.dir");
   write_file_atomic(path, registration.to_json().dump() + "\n");
 }
 
@@ -99,7 +99,7 @@ std::string restart_path(const std::string& grpo_dir, const std::string& role, i
 }  // namespace
 
 void request_restart(const std::string& grpo_dir, const std::string& role, int index, const RestartRequest& request) {
-  std::filesystem::create_directories(grpo_dir + "/roles");
+  make_directories(grpo_dir + "/roles", "the roles' restart requests, under run.dir");
   write_file_atomic(restart_path(grpo_dir, role, index), json({{"url", request.url}, {"why", request.why}}).dump() + "\n");
 }
 

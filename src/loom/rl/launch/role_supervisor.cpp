@@ -3,12 +3,12 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <ostream>
 #include <thread>
 
+#include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
 #include "loom/rl/controller/child_process.h"
 #include "loom/rl/launch/comm_refit_receiver.h"
@@ -112,7 +112,7 @@ int supervise_role(const config::RunConfig& config, const SupervisorOptions& opt
              "supervise_role: role '" + options.placement.role + "' has no server");
   LOOM_CHECK(!config.train.init_from.empty() || options.placement.role == "environment",
              "loom grpo: train.init_from must name the checkpoint the generation workers start from");
-  std::filesystem::create_directories(options.grpo_dir + "/logs");
+  make_directories(options.grpo_dir + "/logs", "the role's logs, under run.dir");
   Supervisor supervisor(config, options, log);
   try {
     supervisor.start();
