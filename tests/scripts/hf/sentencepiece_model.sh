@@ -52,6 +52,17 @@ PY
 # Decoded without the BOS, whose text spm_decode leaves out (loom writes added tokens' text).
 "$loom" tokenize --tokenizer "hf:$scratch/tok" --jsonl --decode "$scratch/no_bos.jsonl" > "$scratch/loom.decoded.jsonl"
 spm_decode --model="$scratch/tok/tokenizer.model" --input_format=id < "$scratch/no_bos.ids" > "$scratch/spm.decoded.txt"
+# A tokenizer_config.json whose added_tokens_decoder has a key that is not a token id: a clear error
+# naming the key, exit status 1.
+mkdir "$scratch/bad" && cp "$scratch/tok/tokenizer.model" "$scratch/bad/"
+echo '{"added_tokens_decoder": {"abc": {"content": "<x>", "special": true}}}' > "$scratch/bad/tokenizer_config.json"
+status=0
+"$loom" tokenize --tokenizer "hf:$scratch/bad" "$scratch/lines.jsonl" > "$scratch/bad.out" 2>&1 || status=$?
+if [ "$status" -ne 1 ] || ! grep -q "added_tokens_decoder key 'abc'" "$scratch/bad.out"; then
+  echo "a bad added_tokens_decoder key: exit $status, not 1 with the key named:"; cat "$scratch/bad.out"
+  echo "0 passed, 1 failed"
+  exit 1
+fi
 python3 - "$scratch" <<'PY'
 import json, sys
 d = sys.argv[1]

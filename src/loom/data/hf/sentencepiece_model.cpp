@@ -1,6 +1,9 @@
 // SentencePiece's tokenizer.model through libsentencepiece.
 #include <sentencepiece_processor.h>
 
+#include <charconv>
+#include <system_error>
+
 #include "loom/core/error.h"
 #include "loom/data/hf/pipelines.h"
 
@@ -67,6 +70,20 @@ class SentencePiecePipeline final : public HfPipeline {
 
 }  // namespace
 
+namespace {
+
+// A key of tokenizer_config.json's added_tokens_decoder: the token's id, a non-negative integer.
+int added_token_id(const std::string& key) {
+  int id = -1;
+  const char* end = key.data() + key.size();
+  const auto [stop, error] = std::from_chars(key.data(), end, id);
+  LOOM_CHECK(error == std::errc() && stop == end && id >= 0,
+             "tokenizer_config.json: added_tokens_decoder key '" + key + "' is not a token id (a non-negative integer)");
+  return id;
+}
+
+}  // namespace
+
 std::unique_ptr<HfPipeline> load_sentencepiece(const std::string& path, const nlohmann::json& config, AddedTokens& added) {
   auto pipeline = std::make_unique<SentencePiecePipeline>(path);
   const auto& sp = pipeline->processor();
@@ -76,7 +93,7 @@ std::unique_ptr<HfPipeline> load_sentencepiece(const std::string& path, const nl
     if (sp.IsControl(id) && !sp.IdToPiece(id).empty()) added.add({sp.IdToPiece(id), id, true, false, false, false});
   if (config.contains("added_tokens_decoder") && config["added_tokens_decoder"].is_object())
     for (const auto& [id, t] : config["added_tokens_decoder"].items())
-      added.add({t.value("content", std::string()), std::stoi(id), t.value("special", false), t.value("normalized", false),
+      added.add({t.value("content", std::string()), added_token_id(id), t.value("special", false), t.value("normalized", false),
                  t.value("lstrip", false), t.value("rstrip", false)});
   if (config.value("add_bos_token", true) && sp.bos_id() >= 0) pipeline->prefix_ids.push_back(sp.bos_id());
   if (config.value("add_eos_token", false) && sp.eos_id() >= 0) pipeline->suffix_ids.push_back(sp.eos_id());
