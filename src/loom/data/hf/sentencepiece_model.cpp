@@ -77,8 +77,8 @@ int added_token_id(const std::string& key) {
   int id = -1;
   const char* end = key.data() + key.size();
   const auto [stop, error] = std::from_chars(key.data(), end, id);
-  LOOM_CHECK(error == std::errc() && stop == end && id >= 0,
-             "tokenizer_config.json: added_tokens_decoder key '" + key + "' is not a token id (a non-negative integer)");
+  LOOM_CHECK(error == std::errc() && stop == end && id >= 0, "tokenizer_config.json: added_tokens_decoder key '" + key +
+                                                                 "' is not a token id (a non-negative integer)");
   return id;
 }
 
@@ -93,8 +93,8 @@ std::unique_ptr<HfPipeline> load_sentencepiece(const std::string& path, const nl
     if (sp.IsControl(id) && !sp.IdToPiece(id).empty()) added.add({sp.IdToPiece(id), id, true, false, false, false});
   if (config.contains("added_tokens_decoder") && config["added_tokens_decoder"].is_object())
     for (const auto& [id, t] : config["added_tokens_decoder"].items())
-      added.add({t.value("content", std::string()), added_token_id(id), t.value("special", false), t.value("normalized", false),
-                 t.value("lstrip", false), t.value("rstrip", false)});
+      added.add({t.value("content", std::string()), added_token_id(id), t.value("special", false),
+                 t.value("normalized", false), t.value("lstrip", false), t.value("rstrip", false)});
   if (config.value("add_bos_token", true) && sp.bos_id() >= 0) pipeline->prefix_ids.push_back(sp.bos_id());
   if (config.value("add_eos_token", false) && sp.eos_id() >= 0) pipeline->suffix_ids.push_back(sp.eos_id());
   return pipeline;
