@@ -136,7 +136,8 @@ Batch make_batch(int vocab, int64_t rows, uint64_t seed) {
 // Two micro-batches into gradients zeroed from NaN, against the same into a buffer never stale.
 void expect_same_gradients_from_nan(const config::ModelConfig& config, TensorParallel tp = {}) {
   const int64_t batch = 2, seq = 6;
-  const Batch first = make_batch(config.vocab_size, batch * seq, 3), second = make_batch(config.vocab_size, batch * seq, 4);
+  const Batch first = make_batch(config.vocab_size, batch * seq, 3);
+  const Batch second = make_batch(config.vocab_size, batch * seq, 4);
   auto run = [&](Transformer& model) {
     model.forward_backward(first.inputs.data(), first.targets.data(), batch, seq, 0.5f);
     model.forward_backward(second.inputs.data(), second.targets.data(), batch, seq, 0.5f);

@@ -139,13 +139,21 @@ float* Block::residual_grad_amax() const {
   return mlp_ ? mlp_->residual_grad_amax() : attention_->residual_grad_amax();
 }
 
+bool ResidualGradForReader::reader_takes_bf16() const {
+  return reader != nullptr && reader->takes_bf16_residual_grad();
+}
+
+float* ResidualGradForReader::reader_amax() const {
+  return reader != nullptr && reader->takes_residual_grad_amax() ? reader->residual_grad_amax() : nullptr;
+}
+
 void Block::backward(float* d_x, ResidualGradForReader& for_reader, const float* x_in, const Saved& saved,
                      Workspace& work, int64_t batch, int64_t seq, const Packing& packing,
                      ParallelScratch& scratch) const {
   const int64_t rows = batch * seq, local = tp_->local_rows(rows), n = local * d_model_;
   // d_x in bf16, or its amax, for a reader that takes it, where current; a norm updating d_x
-  // writes them for the next reader (`wanted`; `amax_reader`, or this block's attention, asked for
-  // its slot just before the norm runs), which leaves them current, or else stale.
+  // writes them for the next reader (this block's attention, or for_reader.reader, asked for its
+  // amax slot just before the norm runs), which leaves them current, or else stale.
   auto d_x16_for = [&](bool takes) -> const void* {
     return takes && for_reader.current ? work.d_residual16.data() : nullptr;
   };
@@ -158,9 +166,6 @@ void Block::backward(float* d_x, ResidualGradForReader& for_reader, const float*
     for_reader.amax = slot;
     return slot;
   };
-  auto amax_for_block_before = [&]() -> float* {
-    return for_reader.amax_reader != nullptr ? for_reader.amax_reader->residual_grad_amax() : nullptr;
-  };
   const bool attention_takes = attention_ && attention_->takes_bf16_residual_grad();
   const bool attention_takes_amax = attention_ && attention_->takes_residual_grad_amax();
   // Each sub-block writes d_normed whole, in bf16 where its first projection's dgrad rounds it to
@@ -169,10 +174,10 @@ void Block::backward(float* d_x, ResidualGradForReader& for_reader, const float*
   if (mlp_ || moe_) {
     const float* mid = attention_ || mamba_ ? saved.mid.data() : x_in;
     // norm2's gradient is read next by attention's output projection, or by the block before.
-    const bool next_takes = attention_ ? attention_takes : !mamba_ && for_reader.wanted;
+    const bool next_takes = attention_ ? attention_takes : !mamba_ && for_reader.reader_takes_bf16();
     auto norm2_amax = [&]() -> float* {
       if (attention_) return attention_takes_amax ? attention_->residual_grad_amax() : nullptr;
-      return mamba_ ? nullptr : amax_for_block_before();
+      return mamba_ ? nullptr : for_reader.reader_amax();
     };
     const bool mlp_takes_amax = mlp_ && mlp_->takes_residual_grad_amax();
     if (mlp_ && mlp_->gives_bf16_input_grad()) {
@@ -196,20 +201,20 @@ void Block::backward(float* d_x, ResidualGradForReader& for_reader, const float*
     void* d_normed16 = sized_16bit(work.d_normed, n, device_);
     attention_->backward(nullptr, d_x, Norm::output(saved.norm1), saved.attention, work, batch, seq, packing, scratch,
                          d_normed16, d_x16_for(attention_takes), amax_for(attention_takes_amax));
-    norm1_->backward_bf16(d_x, d_normed16, x_in, saved.norm1, local, d_x16_by_norm(for_reader.wanted),
-                          amax_by_norm(amax_for_block_before()));
+    norm1_->backward_bf16(d_x, d_normed16, x_in, saved.norm1, local, d_x16_by_norm(for_reader.reader_takes_bf16()),
+                          amax_by_norm(for_reader.reader_amax()));
   } else if (attention_) {
     float* d_normed = sized(work.d_normed, n, device_);
     attention_->backward(d_normed, d_x, Norm::output(saved.norm1), saved.attention, work, batch, seq, packing,
                          scratch, nullptr, d_x16_for(attention_takes), amax_for(attention_takes_amax));
-    norm1_->backward(d_x, d_normed, x_in, saved.norm1, local, d_x16_by_norm(for_reader.wanted),
-                     amax_by_norm(amax_for_block_before()));
+    norm1_->backward(d_x, d_normed, x_in, saved.norm1, local, d_x16_by_norm(for_reader.reader_takes_bf16()),
+                     amax_by_norm(for_reader.reader_amax()));
   }
   if (mamba_) {
     float* d_normed = sized(work.d_normed, n, device_);  // written whole by the mixer's backward
     mamba_->backward(d_normed, d_x, saved.norm1.out.data(), saved.mamba, work, batch, seq, packing, scratch);
-    norm1_->backward(d_x, d_normed, x_in, saved.norm1, local, d_x16_by_norm(for_reader.wanted),
-                     amax_by_norm(amax_for_block_before()));
+    norm1_->backward(d_x, d_normed, x_in, saved.norm1, local, d_x16_by_norm(for_reader.reader_takes_bf16()),
+                     amax_by_norm(for_reader.reader_amax()));
   }
 }
 

@@ -26,12 +26,15 @@ class Block;
 //   residual_grad_amax() gives: its cast of d_x then takes no pass over d_x for the amax first;
 //   the same amax, so the same codes.
 struct ResidualGradForReader {
-  bool current = false;  // work.d_residual16 holds d_x's values as they are now
-  bool wanted = false;   // the block before reads them: the last norm to update d_x writes them
-  // Where d_x's amax as d_x is now was taken (null: nowhere), and the block before when it takes
-  // it (the last norm to update d_x takes it there).
-  const float* amax = nullptr;
-  const Block* amax_reader = nullptr;
+  // The block before, whose backward reads d_x next (null: none, or d_x changes before it does):
+  // the last norm to update d_x writes what it takes (Block::takes_bf16_residual_grad,
+  // takes_residual_grad_amax).
+  const Block* reader = nullptr;
+  bool current = false;         // work.d_residual16 holds d_x's values as they are now
+  const float* amax = nullptr;  // where d_x's amax as d_x is now was taken (null: nowhere)
+  bool reader_takes_bf16() const;
+  // The reader's amax slot, asked just before the norm that takes it runs (null: it takes none).
+  float* reader_amax() const;
 };
 
 // How a block's forward meets the residual add between it and the block before: where the block
@@ -74,7 +77,7 @@ class Block {
   bool adds_product_in() const;
   // d_x holds d(loss)/d(x_out) on entry and d(loss)/d(x_in) on return. `for_reader` says whether
   // work.d_residual16 holds d_x in bf16 and where d_x's amax is, on entry and on return (written
-  // where for_reader.wanted, taken for for_reader.amax_reader).
+  // for for_reader.reader).
   void backward(float* d_x, ResidualGradForReader& for_reader, const float* x_in, const Saved& saved,
                 Workspace& work, int64_t batch, int64_t seq, const Packing& packing,
                 ParallelScratch& scratch) const;

@@ -99,6 +99,17 @@ void ParameterStore::mark_written_whole(int64_t offset, int64_t numel) {
   for (int id = first; id < end; ++id) written_whole_[static_cast<size_t>(id)] = 1;
 }
 
+namespace {
+// Parameter `p`'s gradient range added to `runs`, joined to the last run where it follows it.
+void add_run(std::vector<kernels::FloatRun>& runs, const Parameter& p) {
+  if (!runs.empty() && runs.back().begin + runs.back().n == p.offset) {
+    runs.back().n += p.numel;
+  } else {
+    runs.push_back({p.offset, p.numel});
+  }
+}
+}  // namespace
+
 void ParameterStore::zero_grads() {
   if (written_whole_.empty()) return grads_.zero();
   if (shapes_only() || total_ == 0) return;
@@ -110,12 +121,7 @@ void ParameterStore::zero_grads() {
       stale_[id] = 1;
       continue;
     }
-    const Parameter& p = params_[id];
-    if (!runs.empty() && runs.back().begin + runs.back().n == p.offset) {
-      runs.back().n += p.numel;
-    } else {
-      runs.push_back({p.offset, p.numel});
-    }
+    add_run(runs, params_[id]);
   }
   kernels::zero_runs(device_, grads_.data(), runs);
 }
@@ -126,7 +132,7 @@ void ParameterStore::zero_stale(std::span<const int> ids) {
     if (!stale(id)) continue;
     stale_[static_cast<size_t>(id)] = 0;
     --stale_count_;
-    runs.push_back({params_[static_cast<size_t>(id)].offset, params_[static_cast<size_t>(id)].numel});
+    add_run(runs, params_[static_cast<size_t>(id)]);
   }
   kernels::zero_runs(device_, grads_.data(), runs);
 }

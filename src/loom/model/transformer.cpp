@@ -337,10 +337,12 @@ double Transformer::head_loss(const float* hidden, Norm::Saved& norm, Buffer& he
 void Transformer::head_backward(Activations& a, int64_t rows, ResidualGradForReader& for_reader) {
   const int64_t n = tp_.local_rows(rows) * config_.d_model;
   float* d_x = zeroed(a.d_x, n, params_.device());
-  void* d_x16_out = for_reader.wanted ? sized_16bit(work_.d_residual16, n, params_.device()) : nullptr;
-  for_reader.amax = head_grad(d_x, a.residual[config_.layers].data(), a.final_norm, a.head_input, a.logits, rows,
-                              d_x16_out, for_reader.amax_reader);
-  for_reader.current = for_reader.wanted;
+  const bool bf16 = for_reader.reader_takes_bf16();
+  void* d_x16_out = bf16 ? sized_16bit(work_.d_residual16, n, params_.device()) : nullptr;
+  for_reader.amax =
+      head_grad(d_x, a.residual[config_.layers].data(), a.final_norm, a.head_input, a.logits, rows, d_x16_out,
+                &for_reader);
+  for_reader.current = bf16;
 }
 
 bool Transformer::mtp_adds_gradient() const {
@@ -349,7 +351,7 @@ bool Transformer::mtp_adds_gradient() const {
 
 float* Transformer::head_grad(float* d_hidden, const float* hidden, const Norm::Saved& norm,
                               const Buffer& head_input, const Buffer& logits, int64_t rows, void* d_hidden16,
-                              const Block* amax_reader) {
+                              const ResidualGradForReader* for_reader) {
   const int64_t C = config_.d_model, local = tp_.local_rows(rows);
   // logits holds d(loss)/d(logits). The head's input gradient is written whole (d_final and the
   // tensor-parallel target are not zeroed first).
@@ -368,7 +370,7 @@ float* Transformer::head_grad(float* d_hidden, const float* hidden, const Norm::
                              params_.value(head_), rows, C, vocab_local_, false);
   }
   tp_.enter_backward(d_final, d_head_in, rows, C, head_precision_.get(), false);
-  float* d_hidden_amax = amax_reader != nullptr ? amax_reader->residual_grad_amax() : nullptr;
+  float* d_hidden_amax = for_reader != nullptr ? for_reader->reader_amax() : nullptr;
   final_norm_->backward(d_hidden, d_final, hidden, norm, local, d_hidden16, d_hidden_amax);
   return d_hidden_amax;
 }
@@ -443,15 +445,11 @@ void Transformer::backward_chunk(Activations& a, int chunk, const int32_t* input
   // d_x in bf16, or its amax, for the output projections that take it, written by the norms that
   // update d_x (none where d_x came from the next pipeline stage, or the depths add into it).
   ResidualGradForReader for_reader;
-  auto takes_bf16 = [&](int l) { return l >= range.first && block(l).takes_bf16_residual_grad(); };
-  auto amax_reader = [&](int l) -> const Block* {
-    return l >= range.first && block(l).takes_residual_grad_amax() ? &block(l) : nullptr;
-  };
+  auto reader = [&](int l) -> const Block* { return l >= range.first ? &block(l) : nullptr; };
   if (range.last == config_.layers) {
     const int head_unit = config_.layers + 1;
     begin_unit(head_unit);
-    for_reader.wanted = takes_bf16(range.last - 1) && !mtp_adds_gradient();
-    for_reader.amax_reader = mtp_adds_gradient() ? nullptr : amax_reader(range.last - 1);
+    for_reader.reader = mtp_adds_gradient() ? nullptr : reader(range.last - 1);
     head_backward(a, rows, for_reader);
     if (objective_ == nullptr) mtp_backward(a, batch, seq, packing);
     finish_unit(head_unit);
@@ -465,8 +463,7 @@ void Transformer::backward_chunk(Activations& a, int chunk, const int32_t* input
                        sized(recompute_out_, local * config_.d_model, params_.device()), batch, seq, staged,
                        tp_scratch_);
     }
-    for_reader.wanted = takes_bf16(l - 1);
-    for_reader.amax_reader = amax_reader(l - 1);
+    for_reader.reader = reader(l - 1);
     block(l).backward(d_x, for_reader, a.residual[l].data(), saved_for(a, l), work_, batch, seq, staged,
                       tp_scratch_);
     finish_unit(l + 1);

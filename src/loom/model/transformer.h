@@ -235,20 +235,20 @@ class Transformer {
   // The same with objective_: log-probabilities, the objective's row gradients, their logits' gradient.
   double objective_loss(float* logits, const int32_t* targets, int64_t rows, float grad_scale);
   double head_forward(Activations& a, const int32_t* targets, int64_t rows, float grad_scale);
-  // a.d_x = the gradient of the last block's output; in bf16 too where for_reader.wanted (current
-  // then), its amax taken for for_reader.amax_reader (ResidualGradForReader).
+  // a.d_x = the gradient of the last block's output; in bf16 too, or its amax taken, where
+  // for_reader.reader takes it (ResidualGradForReader).
   void head_backward(Activations& a, int64_t rows, ResidualGradForReader& for_reader);
   // Whether anything adds into a.d_x after the head's backward (multi-token prediction's depths).
   bool mtp_adds_gradient() const;
   // The final norm, head and loss on `hidden` (this rank's rows); head_grad adds the gradient of
   // `hidden` into d_hidden (logits holding the loss's gradient), writes its new values in bf16
-  // into d_hidden16 where given, and takes their amax for `amax_reader` where given (returning
-  // where: Block::residual_grad_amax; else null).
+  // into d_hidden16 where given, and takes their amax for for_reader's reader where it takes one
+  // (returning where: ResidualGradForReader::reader_amax; else null).
   double head_loss(const float* hidden, Norm::Saved& norm, Buffer& head_input, Buffer& logits,
                    const int32_t* targets, int64_t rows, float grad_scale);
   float* head_grad(float* d_hidden, const float* hidden, const Norm::Saved& norm, const Buffer& head_input,
                    const Buffer& logits, int64_t rows, void* d_hidden16 = nullptr,
-                   const Block* amax_reader = nullptr);
+                   const ResidualGradForReader* for_reader = nullptr);
   // The token lookup of embedding table `table` (vocabulary-parallel over tp) and its backward.
   void lookup_tokens(float* out, const int32_t* tokens, int64_t rows, int table);
   void lookup_tokens_backward(const float* d_out, const int32_t* tokens, int64_t rows, int table);

@@ -117,7 +117,7 @@ __global__ void add_rows_kernel(float* __restrict__ dst, int64_t dst_stride, con
       const float w = __bfloat162float(src[r * src_stride + c]);
       float& d = dst[r * dst_stride + c];
       d = kAdd ? __fadd_rn(d, w) : __fadd_rn(0.0f, w);
-      m = nan_max(m, fabsf(d));
+      if (amax != nullptr) m = nan_max(m, fabsf(d));
     }
   }
   if (amax != nullptr) block_amax_into(amax, m);

@@ -53,7 +53,7 @@ __global__ void rope_kernel(const Src* src, int64_t src_stride, Dst* dst, int64_
       }
       const float x = store(v, i, __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, sn)));
       const float y = store(v, i + half, __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, sn)));
-      m = nan_max(nan_max(m, fabsf(x)), fabsf(y));
+      if (amax != nullptr) m = nan_max(nan_max(m, fabsf(x)), fabsf(y));
     }
   }
   if (amax != nullptr) block_amax_into(amax, m);
