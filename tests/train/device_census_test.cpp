@@ -30,7 +30,7 @@ constexpr const char* kValueEntries[] = {"softmax_cross_entropy", "softmax_cross
 
 // One step's waits for the device, and its launches.
 struct StepCensus {
-  int64_t launches = 0, to_host = 0, from_host = 0, copies = 0;
+  int64_t launches = 0, to_host = 0, from_host = 0, copies = 0, zeroes = 0;
   std::map<std::string, int64_t> entries;
   int64_t entry(const std::string& op) const {
     const auto it = entries.find(op);
@@ -58,7 +58,7 @@ class DeviceCensus : public DeviceTraining {
     };
     const EmulatedCensus two = run(2), three = run(3);
     StepCensus step{three.launches() - two.launches(), three.to_host - two.to_host, three.from_host - two.from_host,
-                    three.copies - two.copies, {}};
+                    three.copies - two.copies, three.zeroes - two.zeroes, {}};
     for (const auto& [op, calls] : three.entries) {
       const auto before = two.entries.find(op);
       const int64_t per_step = calls - (before == two.entries.end() ? 0 : before->second);
@@ -67,7 +67,7 @@ class DeviceCensus : public DeviceTraining {
     std::printf("[census] %s, per step: %lld launches (%lld copies, %lld zeroings), %lld waits for the device "
                 "(%lld to_host), %lld uploads\n",
                 tag.c_str(), static_cast<long long>(step.launches), static_cast<long long>(step.copies),
-                static_cast<long long>(three.zeroes - two.zeroes), static_cast<long long>(step.waits()),
+                static_cast<long long>(step.zeroes), static_cast<long long>(step.waits()),
                 static_cast<long long>(step.to_host), static_cast<long long>(step.from_host));
     return step;
   }
@@ -136,6 +136,20 @@ TEST_F(DeviceCensus, AStepOfTheDeepModelWaitsForTheDeviceOnlyForItsInputsLossAnd
     const bool amax_passes = per_tensor && !delayed;
     EXPECT_EQ(step.entry("amax_into"), delayed ? 56 : 0) << recipe;
     EXPECT_EQ(step.entry("amax_into_bf16"), amax_passes ? 14 * kMicroBatches : 0) << recipe;
+    // Zeroings: the head's input gradient (the final norm's backward adds into it) once per
+    // micro-batch. Per-tensor FP8 adds one for the optimizer's slab of FP8 weight amaxes
+    // (model/optimizer_weight_casts.h); fp8_current's 224 operand amaxes a step take their floats
+    // from AmaxSlots, which zeroes a half of its ring of 2 x 256 at a time (one launch at most
+    // each step); fp8_delayed clears every layer's pending amaxes in one zeroing at the step's
+    // start and one at its commit. mxfp8's 14 FP8 blocks zero their fp32 q/k/v gradients for
+    // attention's backward to add into, once per micro-batch.
+    const bool mx = std::string(recipe) == "mxfp8";
+    const int64_t other_zeroes = delayed ? 1 + 2 : amax_passes ? 1 + 1 : mx ? 14 * kMicroBatches : 0;
+    if (amax_passes) {
+      EXPECT_LE(step.zeroes, kMicroBatches + other_zeroes) << recipe;
+    } else {
+      EXPECT_EQ(step.zeroes, kMicroBatches + other_zeroes) << recipe;
+    }
     // Attention keeps its tensors bf16 under bf16 and per-tensor FP8 (MXFP8: its two bf16 edge blocks).
     const int64_t bf16_attention = per_tensor || std::string(recipe) == "bf16" ? 16 : 2;
     EXPECT_EQ(step.entry("flash_attention_forward_bf16_tensors"), bf16_attention * kMicroBatches) << recipe;
@@ -179,6 +193,7 @@ TEST_F(DeviceCensus, AStepOfTheDeepModelWaitsForTheDeviceOnlyForItsInputsLossAnd
   EXPECT_EQ(gpt2.from_host, 5 * kMicroBatches);
   EXPECT_EQ(gpt2.waits(), kMicroBatches + 1);
   EXPECT_EQ(gpt2.copies, 0);
+  EXPECT_EQ(gpt2.zeroes, kMicroBatches);  // the head's input gradient
   EXPECT_EQ(gpt2.entry("layernorm_backward_bf16"), 2 * 2 * kMicroBatches);  // 2 blocks' two norms
   // Each block's second norm adds attention's product in, the second block's first norm the first
   // block's MLP's; a block recomputed before its backward starts from its saved input.

@@ -129,10 +129,14 @@ float LinearPrecision::scale(Operand op) const {
 }
 
 void LinearPrecision::commit_amaxes(const float* amaxes) {
+  record_amaxes(amaxes);
+  clear_pending();
+}
+
+void LinearPrecision::record_amaxes(const float* amaxes) {
   if (recipe_ == Recipe::Fp8Delayed) {
     for (int i = 0; i < 3; ++i) scaling_[i].update(amaxes[i]);  // non-finite ones are not recorded
   }
-  clear_pending();
 }
 
 float LinearPrecision::pending_amax(Operand op) const {
@@ -389,10 +393,11 @@ void PrecisionContext::commit_amaxes(const std::vector<float>& amaxes) {
   for (const auto& l : layers_) {
     if (!l->delayed()) continue;
     LOOM_CHECK(at + 3 <= amaxes.size(), "PrecisionContext::commit_amaxes: too few amaxes");
-    l->commit_amaxes(amaxes.data() + at);
+    l->record_amaxes(amaxes.data() + at);
     at += 3;
   }
   LOOM_CHECK(at == amaxes.size(), "PrecisionContext::commit_amaxes: too many amaxes");
+  clear_pending();  // on a device every layer's pending amaxes in one zeroing
 }
 
 void PrecisionContext::clear_pending() {

@@ -57,6 +57,7 @@
 #include "loom/core/device.h"
 #include "loom/kernels/precision_gemm.h"
 #include "loom/kernels/types.h"
+#include "loom/model/amax_slots.h"
 #include "loom/model/buffers.h"
 #include "loom/model/optimizer_weight_casts.h"
 #include "loom/model/weight_cast_cache.h"
@@ -125,7 +126,7 @@ struct PrecisionScratch {
   Buffer operand[3];  // by Operand
   Buffer out;         // a GEMM's output before rounding and accumulation
   Buffer transposed;  // blockwise column blocks
-  Buffer amax;        // on a device: fp8_current's amax of each operand (3 floats, by Operand)
+  AmaxSlots amaxes;   // on a device: the floats fp8_current's operand amaxes are taken into
   // on a device: a layer's 16-bit output gradient or per-tensor FP8 transposed codes, cast by its
   // dgrad (or its producer: produced_codes), read by its wgrad
   Buffer dout_cast;
@@ -265,10 +266,9 @@ class LinearPrecision {
   bool amax_taken_by_producer() const { return device_.is_cuda() && recipe_ == Recipe::Fp8Current; }
   // Under per-tensor FP8 on a GPU (keeps_input_codes): the device float into which the kernel
   // producing operand `op` (Input or OutputGrad) takes its amax (kernels::amax_into's contract),
-  // made ready for it (fp8_current's zeroed; fp8_delayed's is the operand's pending amax, which
-  // accumulates), to be handed back as DeviceTensors' in_amax / dout_amax; null otherwise.
-  // fp8_current's float is shared by the model's layers: ask for it just before the producing
-  // kernel, with no other layer's GEMM between it and this layer's.
+  // made ready for it (fp8_current's a zeroed float of its own, from the model's AmaxSlots;
+  // fp8_delayed's is the operand's pending amax, which accumulates), to be handed back as
+  // DeviceTensors' in_amax / dout_amax; null otherwise.
   float* produced_amax(Operand op);
   // Under per-tensor FP8 on a GPU (keeps_input_codes): where the kernel producing operand `op`
   // (Input or OutputGrad, [rows, cols]) writes its FP8 codes itself, under fp8_current after taking
@@ -296,6 +296,8 @@ class LinearPrecision {
   float scale(Operand op) const;
   float pending_amax(Operand op) const;
   void commit_amaxes(const float* amaxes);
+  // commit_amaxes without clearing the pending amaxes (PrecisionContext clears all layers' at once).
+  void record_amaxes(const float* amaxes);
   void clear_pending();
   // On a device: where the 3 pending amaxes accumulate (device memory, by Operand), a slice of the
   // context's array; a layer made alone keeps its own.
@@ -329,9 +331,12 @@ class LinearPrecision {
   // writes, asked for the next update, and returned where the last one wrote it; else null.
   OptimizerWeightCasts::Entry* optimizer_written(kernels::LinearGemm pass, const float* weight, int64_t rows,
                                                  int64_t cols);
-  // Per-tensor FP8 on a device: where operand op's amax is taken (fp8_current's scratch float,
-  // fp8_delayed's pending one); null under other recipes.
+  // Per-tensor FP8 on a device: where operand op's amax is taken (fp8_current's float last handed
+  // out for it: fresh_amax_slot; fp8_delayed's pending one); null under other recipes.
   float* amax_slot(Operand op);
+  // fp8_current: a zeroed float of its own for operand op's next amax (AmaxSlots), amax_slot(op)
+  // from now on.
+  float* fresh_amax_slot(Operand op);
   // The weight cast cache's stores a GEMM writes (null: none), ready once it ran: its own form's,
   // and under per-tensor FP8 a forward's also dgrad's (PrecisionGemm::b_store_transposed).
   struct WrittenStores {
@@ -362,6 +367,7 @@ class LinearPrecision {
   std::vector<precision::DelayedScaling> scaling_;  // fp8_delayed: by Operand
   float pending_[3] = {0.0f, 0.0f, 0.0f};           // on the CPU
   float* device_pending_ = nullptr;                 // on a device (set_pending_slots, or own_pending_)
+  std::array<float*, 3> current_amax_ = {nullptr, nullptr, nullptr};  // fp8_current on a device: by Operand
   Buffer own_pending_;
 };
 

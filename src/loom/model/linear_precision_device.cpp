@@ -68,16 +68,20 @@ float* LinearPrecision::device_pending() {
 float* LinearPrecision::amax_slot(Operand op) {
   const int at = static_cast<int>(op);
   if (recipe_ == Recipe::Fp8Delayed) return device_pending() + at;
-  if (recipe_ == Recipe::Fp8Current) return sized(scratch_->amax, 3, device_) + at;
+  if (recipe_ == Recipe::Fp8Current) return current_amax_[at];
   return nullptr;
+}
+
+float* LinearPrecision::fresh_amax_slot(Operand op) {
+  float* slot = scratch_->amaxes.next(device_);
+  current_amax_[static_cast<int>(op)] = slot;
+  return slot;
 }
 
 float* LinearPrecision::produced_amax(Operand op) {
   LOOM_CHECK(op != Operand::Weight, "LinearPrecision::produced_amax: a weight's amax is taken by its cast");
   if (!keeps_input_codes()) return nullptr;
-  float* slot = amax_slot(op);
-  if (recipe_ == Recipe::Fp8Current) zero_on_device(device_, slot, 1);
-  return slot;
+  return recipe_ == Recipe::Fp8Current ? fresh_amax_slot(op) : amax_slot(op);
 }
 
 LinearPrecision::ProducedCodes LinearPrecision::produced_codes(Operand op, int64_t rows, int64_t cols,
@@ -90,6 +94,8 @@ LinearPrecision::ProducedCodes LinearPrecision::produced_codes(Operand op, int64
   if (amax_taken_by_cast()) p.cast.amax_out = amax_slot(op);  // the codes' pass takes it
   if (recipe_ == Recipe::Fp8Current) {
     float* slot = amax_slot(op);  // filled by the producer's amax pass (produced_amax)
+    LOOM_CHECK(slot != nullptr, "LinearPrecision::produced_codes: fp8_current's amax is taken into produced_amax's "
+                                "float first");
     if (reduces_over_tensor_parallel(op)) max_over_tensor_parallel(*tp_group_, slot);
     p.cast.amax = slot;
   }
@@ -104,7 +110,7 @@ CastOperand LinearPrecision::device_operand(Operand op, const float* x, int64_t 
   CastOperand c = device_cast(recipe_, op, scale(op), margin_);
   c.data = x;
   float* slot = amax_slot(op);
-  LOOM_CHECK(given_amax == nullptr || given_amax == slot,
+  LOOM_CHECK(given_amax == nullptr || (slot != nullptr && given_amax == slot),
              "a linear layer's " + std::string(op == Operand::Input ? "input" : "output gradient") +
                  " amax must be taken where its produced_amax gave");
   if (recipe_ == Recipe::Fp8Delayed) {
@@ -120,7 +126,7 @@ CastOperand LinearPrecision::device_operand(Operand op, const float* x, int64_t 
       LOOM_CHECK(op == Operand::Weight && given_amax == nullptr, "only a weight's amax is the optimizer's");
       slot = weight_amax;
     } else if (given_amax == nullptr) {
-      zero_on_device(device_, slot, 1);
+      slot = fresh_amax_slot(op);
       if (x16 != nullptr) {
         kernels::amax_into_bf16(device_, slot, x16, n);
       } else {
