@@ -66,6 +66,12 @@ TEST(ChatTemplate, PythonSemanticsOfValues) {
   EXPECT_EQ(render("{{ 'a b  c'.split() | length }} {{ 'x' if 1 in [1] else 'y' }} {{ 'The_end'.title() }}"), "3 x The_End");
   EXPECT_EQ(render("{{ messages[0]['content'] | trim }}{{ bos_token }}", ordered_json::parse(R"([{"role": "user", "content": " hi "}])")),
             "hi<s>");
+  // Beyond the number types' range: a float literal is inf (Python's float(), JavaScript's
+  // parseFloat), an attribute path's index reaches no element.
+  EXPECT_EQ(render("{{ " + std::string(400, '1') + ".5 }} {{ -" + std::string(400, '9') + ".0 }}"), "inf -inf");
+  EXPECT_EQ(render("{{ [[1, 2]] | map(attribute='1') | first }} "
+                   "{{ ([[1, 2]] | map(attribute='99999999999999999999') | first) is undefined }}"),
+            "2 True");
 }
 
 TEST(ChatTemplate, UnsupportedConstructsAreNamedWithTheirPosition) {

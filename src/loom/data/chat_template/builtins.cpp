@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <limits>
 #include <set>
 
 #include "loom/core/error.h"
@@ -57,9 +59,14 @@ Value attribute_of(const Value& item, const std::string& path) {
   while (start <= path.size()) {
     size_t dot = path.find('.', start);
     std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    v = subscript(v, !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit)
-                         ? Value::from(static_cast<int64_t>(std::stoll(part)))
-                         : Value::from(part));
+    if (!part.empty() && std::all_of(part.begin(), part.end(), ::isdigit)) {
+      // An index; one beyond int64 stays the largest, which no list reaches (Python's is undefined too).
+      int64_t index = std::numeric_limits<int64_t>::max();
+      std::from_chars(part.data(), part.data() + part.size(), index);
+      v = subscript(v, Value::from(index));
+    } else {
+      v = subscript(v, Value::from(part));
+    }
     if (dot == std::string::npos) break;
     start = dot + 1;
   }

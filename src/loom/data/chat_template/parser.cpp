@@ -1,5 +1,6 @@
 #include "loom/data/chat_template/parser.h"
 
+#include <cstdlib>
 #include <initializer_list>
 
 #include "loom/core/error.h"
@@ -492,7 +493,8 @@ class Parser {
       }
       case TokenKind::Float: {
         ExprPtr e = make(Expr::Kind::Literal, t.position);
-        e->literal = Value::from(std::stod(t.text));
+        // Beyond a double's range: inf, as Python's float() and JavaScript's parseFloat read it.
+        e->literal = Value::from(std::strtod(t.text.c_str(), nullptr));
         return e;
       }
       case TokenKind::Name: return parse_name(t);
