@@ -100,8 +100,7 @@ TEST_F(DeviceLayouts, DilocoOnTheDeviceEqualsTheCpuBitForBit) {
 
 // runtime.device_comm=nccl (the emulated device backend, which refuses host memory): the site and
 // cross-site groups are split from the device backend's world too, and the cross-site worker's
-// all-reduces and DiLoCo's outer all-reduce go that way. One rank per site (the emulated machine
-// has two GPUs, and NCCL takes one per rank).
+// all-reduces and DiLoCo's outer all-reduce go that way. One rank per site here; two below.
 TEST_F(DeviceLayouts, SitesAndDilocoWithADeviceBackendEqualTheCpuBitForBit) {
   ::loom::testing::install_emulated_device_communicator();
   const std::vector<std::string> layout = {"runtime.ranks=2", "train.micro_batch=2", "parallel.dp_sites=2"};
@@ -113,6 +112,26 @@ TEST_F(DeviceLayouts, SitesAndDilocoWithADeviceBackendEqualTheCpuBitForBit) {
   before = ::loom::testing::emulated_device_operations();
   expect_bitwise_equal_runs(kLlama, "diloco-device-comm", outer, {"runtime.device_comm=nccl"});
   EXPECT_GT(::loom::testing::emulated_device_operations() - before, 0);
+}
+
+// Two sites of two ranks each over the device backend (a GPU per rank: the emulated machine has
+// four), under NCCL's semantics (one operation at a time per group, rendezvous_comm.h): each
+// rank's training thread reduce-scatters inside its site on one device group while its cross-site
+// worker all-reduces the shard on another, the two driven concurrently, at ZeRO 0 and 1 and with
+// the bf16 crossing.
+TEST_F(DeviceLayouts, TwoRanksPerSiteWithADeviceBackendEqualTheCpuBitForBit) {
+  ::loom::testing::install_emulated_device_communicator(/*rendezvous=*/true);
+  for (int zero : {0, 1}) {
+    SCOPED_TRACE("zero " + std::to_string(zero));
+    const int64_t before = ::loom::testing::emulated_device_operations();
+    expect_bitwise_equal_runs(kLlama, "sites-device-comm-4-zero" + std::to_string(zero), two_sites(zero),
+                              {"runtime.device_comm=nccl"});
+    EXPECT_GT(::loom::testing::emulated_device_operations() - before, 0);
+  }
+  std::vector<std::string> bf16 = two_sites(0);
+  bf16.push_back("parallel.cross_site_reduce=bf16");
+  expect_bitwise_equal_runs(kLlama, "sites-device-comm-4-bf16", bf16, {"runtime.device_comm=nccl"});
+  ::loom::testing::install_emulated_device_communicator();  // the other tests' plain backend
 }
 
 // A DiLoCo run stopped at step 3 (between its fragments' syncs: site 1's parameters and moments
