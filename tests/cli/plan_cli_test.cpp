@@ -61,8 +61,8 @@ TEST(PlanCli, TimePrintsTheBreakdown) {
                              source("configs/hardware/h100-sxm.yaml"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("step time on H100 SXM 80GB:"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("| compute | casts | memory faults | bubble | core wait | tp comm | pp comm | dp comm (exposed) | "
-                          "optimizer | overhead | step |"),
+  EXPECT_NE(r.output.find("| compute | casts | memory faults | bubble | core wait | tp comm | cp comm | pp comm | "
+                          "dp comm (exposed) | optimizer | overhead | step |"),
             std::string::npos)
       << r.output;
   r = run_loom("plan time " + source("configs/tiny.yaml") + " --json --hardware " + source("configs/hardware/h100-sxm.yaml"));
@@ -106,12 +106,20 @@ TEST(PlanCli, BenchHardwareWritesAFileThatPlanTimeReads) {
 
 // A training run prints the planned memory next to what its first step measured; loom's
 // allocator counts exactly what the plan counts (the resident set adds the binary's and the BLAS
-// library's own pages): on one rank, and on two with ZeRO-1 whose buckets (0.25 MiB) are smaller
-// than the largest parameters, which then size the reduction's staging slots.
+// library's own pages): on one rank, on two with ZeRO-1 whose buckets (0.25 MiB) are smaller
+// than the largest parameters, which then size the reduction's staging slots, and on two
+// context-parallel ranks, ring and all-to-all, with a model small and sequences long enough that
+// their exchange buffers (and all-to-all's gathered heads) are 7-17% of what a rank holds.
 TEST(PlanCli, TrainingComparesThePlanWithTheFirstStep) {
   TempDir dir;
   ASSERT_EQ(prepare_small_corpus(dir.path(), 60, 0.0).exit_code, 0);
-  for (const std::string layout : {"", " runtime.ranks=2 parallel.zero=1 parallel.bucket_mb=0.25"}) {
+  const std::vector<std::string> layouts = {
+      "", " runtime.ranks=2 parallel.zero=1 parallel.bucket_mb=0.25",
+      " runtime.ranks=2 parallel.cp=2 parallel.cp_comm=p2p parallel.zero=1 data.seq_len=256 model.d_model=64 "
+      "model.heads=4 model.kv_heads=2 model.ffn_size=128 model.layers=2",
+      " runtime.ranks=2 parallel.cp=2 parallel.cp_comm=a2a data.seq_len=256 model.d_model=64 model.heads=4 "
+      "model.kv_heads=2 model.ffn_size=128 model.layers=2"};
+  for (const std::string& layout : layouts) {
   SCOPED_TRACE(layout);
   CommandResult r = run_loom("train " + source("configs/tiny.yaml") + " data.train_prefix=" + (dir / "data/c_train") +
                              " data.val_prefix= data.seq_len=64 train.global_batch=4 train.micro_batch=2 train.steps=1 "
@@ -127,7 +135,8 @@ TEST(PlanCli, TrainingComparesThePlanWithTheFirstStep) {
     const bool kib = line.compare(line.find(' ', k + key.size()) + 1, 3, "KiB") == 0;
     return kib ? value / 1024 : value;
   };
-  EXPECT_NEAR(mib_after("planned "), mib_after("allocator peak "), 0.02 * mib_after("allocator peak ")) << line;
+  // Within 2%, and the 0.05 MiB each printed value is rounded by.
+  EXPECT_NEAR(mib_after("planned "), mib_after("allocator peak "), 0.02 * mib_after("allocator peak ") + 0.1) << line;
   EXPECT_NE(line.find("planned / measured"), std::string::npos) << line;
   }
 }

@@ -3,6 +3,8 @@
 // distributed optimizer; a 340B model's 6120 GB of state).
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "loom/plan/activation_memory.h"
 #include "loom/plan/memory_plan.h"
 
@@ -187,6 +189,37 @@ train: {global_batch: 2, micro_batch: 2}
   // output: Mlp::bf16_hidden).
   EXPECT_EQ(with_recipe("bf16", false) - with_recipe("bf16", true), 2 * 16 * (16 + 64 + 32 + 32 + 16 + 16 + 16));
   EXPECT_EQ(with_recipe("fp8_blockwise", false) - with_recipe("fp8_blockwise", true), 2 * 16 * (16 + 64));
+}
+
+// Context parallelism over 2 ranks: each holds half of every sequence, so its activations are
+// those of a run at half the sequence length, plus, under Ulysses (a2a), its heads' gathered
+// q/k/v and output for backward; its workspace adds the exchange buffers (the ring's key/value
+// blocks and their gradients, two each, and a block's partial output and log-sum-exp; Ulysses'
+// send and receive blocks and its heads' output and q/k/v gradients); and ZeRO shards over the
+// data- and context-parallel ranks together.
+TEST(ActivationMemory, ContextParallelRanksHoldHalfOfEachSequenceAndTheExchangeBuffers) {
+  const std::string yaml = R"(
+model: {vocab_size: 16, d_model: 16, layers: 1, heads: 2, kv_heads: 1, ffn_size: 32, tied_embeddings: false}
+data: {seq_len: 8}
+train: {global_batch: 2, micro_batch: 2}
+)";
+  config::RunConfig half = config::parse_config(yaml, "hand", {});
+  half.data.seq_len = 4;
+  const StageMemory alone = plan_memory(half, {.tp = 1, .dp = 1, .pp = 1}).stages[0];
+  // 8 rows of this rank: q 16, k and v 8 each (head size 8), 2 heads.
+  const int64_t rows = 8, q = 16, kv = 8, qkv = 32;
+  for (const char* comm : {"p2p", "a2a"}) {
+    SCOPED_TRACE(comm);
+    const config::RunConfig run = config::parse_config(yaml, "hand", {"parallel.cp=2", std::string("parallel.cp_comm=") + comm});
+    const StageMemory split = plan_memory(run, {.tp = 1, .cp = 2, .dp = 1, .pp = 1}).stages[0];
+    const bool ring = std::string(comm) == "p2p";
+    EXPECT_EQ(split.activations_per_micro_batch - alone.activations_per_micro_batch, ring ? 0 : rows * (qkv + q) * 4);
+    EXPECT_EQ(split.workspace - alone.workspace,
+              (ring ? rows * (4 * 2 * kv + q) + 2 * 2 * 4 : rows * (3 * qkv + q)) * 4);
+  }
+  const StageMemory zero = plan_memory(tiny({"parallel.cp=2", "parallel.zero=1"}), {.tp = 1, .cp = 2, .dp = 1, .pp = 1})
+                               .stages[0];
+  EXPECT_EQ(zero.state.optimizer_moments, 8 * ((kTiny + 1) / 2));
 }
 
 // Nemotron-4 340B's shape (96 layers, hidden 18432, 96 heads / 8 kv heads, a non-gated MLP of

@@ -1,7 +1,12 @@
 // Step time's parts and the layout search, on hardware whose numbers make them easy to check.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+
 #include "loom/core/error.h"
+#include "loom/model/flops.h"
+#include "loom/model/layer_spec.h"
 #include "loom/plan/search.h"
 #include "loom/plan/time_plan.h"
 
@@ -56,6 +61,47 @@ TEST(TimePlan, DataParallelCommunicationIsTheGradientAllReduce) {
   const TimeBreakdown t = plan_time(run, memory, device());
   const double bytes = 4.0 * static_cast<double>(memory.stages[0].parameter_count);
   EXPECT_NEAR(t.dp_comm, all_reduce_seconds(bytes, 2, Link{1e9, 1e-6}), 1e-12);
+}
+
+// Context parallelism: a cp rank's micro-batch is seq_len / cp of each sequence, so its compute
+// halves at cp 2 while its attention still sees every key; the exchanges are the ring's hops (the
+// forward's and backward's block hops showing only where that block's attention compute does not
+// cover them, backward's gradient hops all) or Ulysses' four all-to-alls; the gradients reduce
+// over dp x cp (each rank's from its own tokens).
+TEST(TimePlan, ContextParallelismSplitsTheTokensAndAddsItsExchanges) {
+  const Hardware hw = device();
+  const Link link{1e9, 1e-6};  // the file's 8 Gbit/s
+  const config::RunConfig one = tiny({});
+  const TimeBreakdown t1 = plan_time(one, plan_memory(one, {.tp = 1, .cp = 1, .dp = 1, .pp = 1}), hw);
+  const double layers = 6, micro_batches = 2, rows = 4 * 128 / 2.0, e = hw.activation_bytes;
+  const double q = 256, kv = 128;
+  const double attention = model::attention_training_flops_per_token(
+                               one.model, model::resolve_layers(one.model).front(), one.data.seq_len) *
+                           rows / hw.attention_flops_per_rank(1);
+  for (const char* comm : {"p2p", "a2a"}) {
+    SCOPED_TRACE(comm);
+    const config::RunConfig cp = tiny({"parallel.cp=2", std::string("parallel.cp_comm=") + comm});
+    const TimeBreakdown t2 = plan_time(cp, plan_memory(cp, {.tp = 1, .cp = 2, .dp = 1, .pp = 1}), hw);
+    EXPECT_GT(t2.compute, 0.45 * t1.compute);
+    EXPECT_LT(t2.compute, 0.55 * t1.compute);
+    double per_layer = 0.0;
+    if (std::string(comm) == "a2a") {
+      auto all_to_all = [&](double bytes) { return link.latency + bytes / 2 / link.bandwidth; };
+      per_layer = 2 * (all_to_all(rows * (q + 2 * kv) * e) + all_to_all(rows * q * e));
+    } else {
+      const double hop = link.latency + rows * 2 * kv * e / link.bandwidth;
+      per_layer = std::max(0.0, hop - attention / 3 / 2) + std::max(0.0, hop - 2 * attention / 3 / 2) + 2 * hop;
+    }
+    EXPECT_NEAR(t2.cp_comm, micro_batches * layers * per_layer, 1e-12);
+  }
+  // The gradients of each rank's tokens all-reduced over the ranks that hold the same
+  // parameters: the 2 of cp 2, the 4 of dp 2 x cp 2.
+  const config::RunConfig cp = tiny({"parallel.cp=2"});
+  for (int dp : {1, 2}) {
+    const MemoryPlan memory = plan_memory(cp, {.tp = 1, .cp = 2, .dp = dp, .pp = 1});
+    const double bytes = 4.0 * static_cast<double>(memory.stages[0].parameter_count);
+    EXPECT_NEAR(plan_time(cp, memory, hw).dp_comm, all_reduce_seconds(bytes, 2 * dp, link), 1e-12) << dp;
+  }
 }
 
 // The tiny model's linears per layer as (rows out, columns in): the fused q/k/v projection
@@ -306,8 +352,9 @@ TEST(Search, RanksOnlyLayoutsTheRulesAcceptAndThatFit) {
   int checked = 0;
   const LayoutCheck check = [&](const config::RunConfig& c, int devices) {
     ++checked;
-    LOOM_CHECK(devices % (c.parallel.tp * c.parallel.pp) == 0, "does not divide");
-    return comm::MeshShape{.tp = c.parallel.tp, .dp = devices / (c.parallel.tp * c.parallel.pp), .pp = c.parallel.pp};
+    const int model_ranks = c.parallel.tp * c.parallel.cp * c.parallel.pp;
+    LOOM_CHECK(devices % model_ranks == 0, "does not divide");
+    return comm::MeshShape{.tp = c.parallel.tp, .cp = c.parallel.cp, .dp = devices / model_ranks, .pp = c.parallel.pp};
   };
   const SearchResult r = search_layouts(tiny({}), device(), 2, check);
   ASSERT_FALSE(r.ranked.empty());
@@ -319,14 +366,15 @@ TEST(Search, RanksOnlyLayoutsTheRulesAcceptAndThatFit) {
     EXPECT_LE(static_cast<double>(c.memory.peak()), device().memory_bytes);
     EXPECT_FALSE(c.config.parallel.zero == 3 && c.config.parallel.pp > 1) << c.describe();
   }
-  // tp 2 x pp 1, tp 1 x pp 2 and dp 2 are all there.
-  bool tp = false, pp = false, dp = false;
+  // tp 2, cp 2, pp 2 and dp 2 are all there.
+  bool tp = false, cp = false, pp = false, dp = false;
   for (const Candidate& c : r.ranked) {
     tp = tp || c.config.parallel.tp == 2;
+    cp = cp || (c.config.parallel.cp == 2 && c.memory.layout.shape.cp == 2 && c.time.cp_comm > 0.0);
     pp = pp || c.config.parallel.pp == 2;
     dp = dp || c.memory.layout.shape.dp == 2;
   }
-  EXPECT_TRUE(tp && pp && dp);
+  EXPECT_TRUE(tp && cp && pp && dp);
   // A device too small for anything: nothing ranked, everything counted.
   Hardware tiny_device = device();
   tiny_device.memory_bytes = 1024;

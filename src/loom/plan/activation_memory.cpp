@@ -27,6 +27,23 @@ int64_t max_over_layers(const std::vector<LayerWidths>& widths, const std::vecto
 
 }  // namespace
 
+int64_t context_attention_bytes(const std::vector<LayerWidths>& widths, const std::vector<model::LayerRange>& chunks,
+                                const ActivationShape& a) {
+  if (a.cp <= 1) return 0;
+  const int64_t rows = a.rows(), e = a.element_bytes;
+  if (a.cp_all_to_all) {
+    // parallel::UlyssesAttention: the all-to-all's send and receive blocks (cp blocks of a rank's
+    // rows x its share of the heads: as large as the rank's fused q/k/v), and backward's output
+    // gradient and q/k/v gradient of its heads over the whole sequence.
+    return max_over_layers(widths, chunks, [&](const LayerWidths& w) { return rows * (3 * w.qkv() + w.q) * e; });
+  }
+  // parallel::RingAttention: the key/value block held and the one arriving, their gradients
+  // likewise, and a block's partial output and log-sum-exp before they are merged.
+  return max_over_layers(widths, chunks, [&](const LayerWidths& w) {
+    return rows * (4 * 2 * w.kv + w.q) * e + a.batch * w.heads * a.seq * e;
+  });
+}
+
 bool bf16_logits_on_device(const config::RunConfig& config, int tp) {
   return config.runtime.device == config::RuntimeDevice::Cuda && tp == 1 &&
          model::PrecisionPolicy::from_config(config.precision).head_recipe() == model::Recipe::Bf16;
@@ -72,7 +89,8 @@ int64_t block_saved_bytes(const config::ModelConfig& model, const LayerWidths& w
     bytes += norm_bytes(model, a, a.normed_bytes) + a.local_rows() * model.d_model * e;  // norm1, mid
     bytes += rows * (w.qkv() + w.q) * a.attention_bytes;                  // q/k/v, attention output
     bytes += a.batch * w.heads * a.seq * e;                                // log-sum-exp
-    if (a.attention_probs) bytes += a.batch * w.heads * a.seq * a.seq * e;  // probabilities
+    if (a.attention_probs) bytes += a.batch * w.heads * a.seq * a.seq * a.cp * e;  // probabilities (every key)
+    if (a.cp > 1 && a.cp_all_to_all) bytes += rows * (w.qkv() + w.q) * e;  // its heads' q/k/v and output
     bytes += rows * (model.d_model + w.q) * a.input_code_bytes;             // q/k/v and o_proj inputs' codes
   }
   if (w.has_mlp()) {
@@ -113,6 +131,7 @@ int64_t workspace_bytes(const config::RunConfig& config, const std::vector<Layer
   bytes += max_over_layers(widths, chunks, [&](const LayerWidths& w) { return rows * w.ffn * e; });
   // The tiled attention's backward: one row statistic per query and head.
   bytes += max_over_layers(widths, chunks, [&](const LayerWidths& w) { return a.batch * w.heads * a.seq * 4; });
+  bytes += context_attention_bytes(widths, chunks, a);
   if (model.recompute) {  // one set of saved tensors, refilled layer by layer, and its output
     bytes += max_over_layers(widths, chunks, [&](const LayerWidths& w) { return block_saved_bytes(model, w, a); });
     bytes += stream;

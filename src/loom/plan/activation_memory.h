@@ -12,8 +12,9 @@
 //                      under sequence parallelism
 //   workspace          what backward reuses across layers (the widest layer's gradients), the
 //                      one recompute buffer set, tensor-parallel gather/partial buffers, the
-//                      precision recipe's quantized operand copies, the loss rows; on a device
-//                      the weight cast cache (weight_cast_cache_bytes)
+//                      context-parallel attention's exchange buffers, the precision recipe's
+//                      quantized operand copies, the loss rows; on a device the weight cast cache
+//                      (weight_cast_cache_bytes)
 #include <cstdint>
 #include <vector>
 
@@ -48,6 +49,12 @@ struct ActivationShape {
   // Bytes per element of each linear's input kept as FP8 codes for its weight gradient: 1 where a
   // GPU keeps them (fp8_input_codes_on_device), else 0.
   int64_t input_code_bytes = 0;
+  // Context parallelism (parallel.cp): `seq` is then this rank's share of each sequence (seq_len /
+  // cp), and attention spans the group through a ring of key/value blocks (p2p) or an all-to-all
+  // to whole heads (a2a: cp_all_to_all), which also keeps its heads' gathered q/k/v and output
+  // over the whole sequence for backward (model::ContextSaved), as large as the rank's own.
+  int cp = 1;
+  bool cp_all_to_all = false;
   int64_t rows() const { return batch * seq; }
   int64_t local_rows() const { return sequence_parallel && tp > 1 ? rows() / tp : rows(); }
 };
@@ -88,6 +95,11 @@ int64_t block_saved_bytes(const config::ModelConfig& model, const LayerWidths& w
 int64_t micro_batch_activation_bytes(const config::ModelConfig& model, const std::vector<LayerWidths>& widths,
                                      const std::vector<model::LayerRange>& chunks, int64_t head_rows,
                                      const ActivationShape& a);
+
+// Under context parallelism (a.cp > 1) the exchange buffers of the model's one ContextAttention
+// (parallel/context/: ring_attention.h, ulysses_attention.h), sized by its widest layer; else 0.
+int64_t context_attention_bytes(const std::vector<LayerWidths>& widths, const std::vector<model::LayerRange>& chunks,
+                                const ActivationShape& a);
 
 // Buffers a rank allocates once and reuses for every layer and micro-batch.
 int64_t workspace_bytes(const config::RunConfig& config, const std::vector<LayerWidths>& widths,

@@ -13,11 +13,8 @@ int PlannedLayout::in_flight(int stage) const {
 }
 
 PlannedLayout plan_layout(const config::RunConfig& config, comm::MeshShape shape) {
-  LOOM_CHECK(shape.dp >= 1 && shape.tp >= 1 && shape.pp >= 1, "plan_layout: the mesh shape must be resolved");
-  // Context parallelism splits each sequence's activations and adds its attention exchange: not
-  // planned yet (a new axis of activation_memory and time_plan).
-  LOOM_CHECK(shape.cp == 1, "loom plan does not plan context parallelism yet (parallel.cp = " + std::to_string(shape.cp) +
-                                "); plan the layout with parallel.cp = 1");
+  LOOM_CHECK(shape.dp >= 1 && shape.tp >= 1 && shape.pp >= 1 && shape.cp >= 1,
+             "plan_layout: the mesh shape must be resolved");
   PlannedLayout out;
   out.shape = shape;
   const int local_batch = config.train.global_batch / shape.dp;

@@ -107,14 +107,18 @@ StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& lay
   const std::vector<model::Parameter> params = model::Transformer::parameter_list(config.model, tp, m.chunks);
   for (const model::Parameter& p : params) m.parameter_count += p.numel;
 
-  plan_model_state(config, params, shape.dp, m);
+  // The gradients reduce, and ZeRO shards, over the data- and context-parallel ranks together
+  // (every rank of a context-parallel group holds the same parameters).
+  plan_model_state(config, params, shape.dp * shape.cp, m);
 
   const bool last = m.chunks.back().last == config.model.layers;
   const std::vector<LayerWidths> widths =
       layer_widths(params, config.model.layers, model::head_dim(config.model));
   const int64_t head = head_rows(params, config.model.tied_embeddings, last);
-  ActivationShape a{config.train.micro_batch, config.data.seq_len, shape.tp, config.parallel.sequence_parallel,
-                    options.activation_bytes, options.attention_probs};
+  ActivationShape a{config.train.micro_batch, config.data.seq_len / shape.cp, shape.tp,
+                    config.parallel.sequence_parallel, options.activation_bytes, options.attention_probs};
+  a.cp = shape.cp;
+  a.cp_all_to_all = config.parallel.cp_comm == config::ContextComm::A2a;
   a.logit_bytes = bf16_logits_on_device(config, shape.tp) ? 2 : a.element_bytes;
   // An FP8 block whose MLP keeps its activation's codes only (Mlp::fp8_codes_from_activation) keeps
   // no activation; counted as the 2 bytes of the bf16 edge blocks' where those are kept (one count

@@ -22,8 +22,11 @@ std::vector<int> divisors(int n) {
 std::vector<config::RunConfig> enumerate(const config::RunConfig& base, int devices) {
   std::vector<config::RunConfig> out;
   for (int tp : divisors(devices)) {
-    for (int pp : divisors(devices / tp)) {
-      const int dp = devices / (tp * pp);
+    for (int cp : divisors(devices / tp)) {
+    // Each context-parallel rank takes 2 of a sequence's 2 x cp equal chunks.
+    if (base.data.seq_len % (2 * cp) != 0) continue;
+    for (int pp : divisors(devices / (tp * cp))) {
+      const int dp = devices / (tp * cp * pp);
       if (base.train.global_batch % dp != 0) continue;
       std::vector<int> virtuals = {1};
       if (pp > 1) {
@@ -37,6 +40,7 @@ std::vector<config::RunConfig> enumerate(const config::RunConfig& base, int devi
               for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
                 config::RunConfig c = base;
                 c.parallel.tp = tp;
+                c.parallel.cp = cp;
                 c.parallel.pp = pp;
                 c.parallel.dp = config::AutoCount{dp};
                 c.parallel.virtual_stages = v;
@@ -53,6 +57,7 @@ std::vector<config::RunConfig> enumerate(const config::RunConfig& base, int devi
         }
       }
     }
+    }
   }
   return out;
 }
@@ -62,7 +67,9 @@ std::vector<config::RunConfig> enumerate(const config::RunConfig& base, int devi
 std::string Candidate::describe() const {
   std::ostringstream o;
   const config::ParallelConfig& p = config.parallel;
-  o << "tp " << p.tp << (p.sequence_parallel ? "+sp" : "") << ", pp " << p.pp;
+  o << "tp " << p.tp << (p.sequence_parallel ? "+sp" : "");
+  if (p.cp > 1) o << ", cp " << p.cp << " (" << p.cp_comm << ")";
+  o << ", pp " << p.pp;
   if (p.virtual_stages > 1) o << "x" << p.virtual_stages;
   o << ", dp " << memory.layout.shape.dp << ", zero " << p.zero << ", micro-batch " << config.train.micro_batch
     << (config.model.recompute ? ", recompute" : "");
@@ -71,7 +78,8 @@ std::string Candidate::describe() const {
 
 std::vector<std::string> Candidate::overrides() const {
   const config::ParallelConfig& p = config.parallel;
-  std::vector<std::string> o = {"parallel.tp=" + std::to_string(p.tp), "parallel.pp=" + std::to_string(p.pp),
+  std::vector<std::string> o = {"parallel.tp=" + std::to_string(p.tp), "parallel.cp=" + std::to_string(p.cp),
+                                "parallel.pp=" + std::to_string(p.pp),
                                 "parallel.zero=" + std::to_string(p.zero),
                                 "train.micro_batch=" + std::to_string(config.train.micro_batch),
                                 std::string("model.recompute=") + (config.model.recompute ? "true" : "false")};

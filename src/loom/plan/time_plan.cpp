@@ -15,7 +15,7 @@ namespace {
 
 struct StageCost {
   double forward = 0.0, backward = 0.0;  // one micro-batch, seconds
-  double tp = 0.0, pp = 0.0;             // of which communication
+  double tp = 0.0, cp = 0.0, pp = 0.0;   // of which communication
   double casts = 0.0, fresh = 0.0;       // of which precision casts and handed-back memory
 };
 
@@ -336,12 +336,57 @@ double fresh_memory_seconds(const config::RunConfig& config, const StageMemory& 
   return hw.fresh_memory_seconds(fresh_bytes, 1) + hw.cast_seconds(widened, false, 1);
 }
 
+// Seconds of one micro-batch's all-to-all over `ranks` of `bytes` per rank: each sends (n - 1)/n
+// of them, one latency per peer.
+double all_to_all_seconds(double bytes, int ranks, const Link& link) {
+  if (ranks <= 1) return 0.0;
+  return (ranks - 1) * link.latency + static_cast<double>(ranks - 1) / ranks * bytes / link.bandwidth;
+}
+
+// Context parallelism's attention exchanges for one micro-batch of `rows` tokens on this rank, over
+// every attention layer of the stage, as parallel/context/ runs them; `attention_seconds(l)` is
+// layer l's attention products on this rank, forward and backward (a third, two thirds).
+// - ring (p2p): each of a layer's cp - 1 forward hops sends the key/value block held (rows x 2 kv)
+//   while the rank computes attention over it, so only what that block's compute does not cover
+//   shows; backward's block hops likewise, and its cp gradient hops, each waited after a block's
+//   compute, all show.
+// - all-to-all (a2a): q/k/v to heads and the output back, forward, and the output's gradient to
+//   heads and q/k/v's back, backward; none hidden.
+template <typename AttentionSeconds>
+StageCost context_parallel_cost(const config::RunConfig& config, const StageMemory& stage, double rows, int cp,
+                                const Link& link, double element_bytes, AttentionSeconds attention_seconds) {
+  StageCost cost;
+  if (cp <= 1) return cost;
+  const bool all_to_all = config.parallel.cp_comm == config::ContextComm::A2a;
+  for (const model::LayerRange& c : stage.chunks) {
+    for (int l = c.first; l < c.last; ++l) {
+      const LayerWidths& w = stage.widths[static_cast<size_t>(l)];
+      if (!w.has_attention()) continue;
+      if (all_to_all) {
+        const double both = all_to_all_seconds(rows * w.qkv() * element_bytes, cp, link) +
+                            all_to_all_seconds(rows * w.q * element_bytes, cp, link);
+        cost.forward += both;
+        cost.backward += both;
+        continue;
+      }
+      const double hop = link.latency + rows * 2.0 * w.kv * element_bytes / link.bandwidth;
+      const double compute = attention_seconds(l);
+      cost.forward += (cp - 1) * std::max(0.0, hop - compute / 3.0 / cp);
+      cost.backward += (cp - 1) * std::max(0.0, hop - 2.0 * compute / 3.0 / cp) + cp * hop;
+    }
+  }
+  cost.cp = cost.forward + cost.backward;
+  return cost;
+}
+
 StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, const StageMemory& stage,
                      const Hardware& hw) {
   const comm::MeshShape shape = memory.layout.shape;
-  const int world = shape.tp * shape.dp * shape.pp;
+  const int world = shape.tp * shape.cp * shape.dp * shape.pp, replicas = shape.dp * shape.cp;
   const std::vector<model::LayerSpec> specs = model::resolve_layers(config.model);
-  const double tokens = static_cast<double>(config.train.micro_batch) * config.data.seq_len;
+  // This rank's tokens: a context-parallel rank holds seq_len / cp of each sequence (its
+  // attention still sees every key: the per-token FLOPs are the whole sequence's).
+  const double tokens = static_cast<double>(config.train.micro_batch) * config.data.seq_len / shape.cp;
   double block_flops = 0.0, attention_flops = 0.0, head_flops = 0.0;
   int layers = 0;
   for (const model::LayerRange& c : stage.chunks) {
@@ -368,7 +413,7 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
   const double gemm = block_seconds + tokens * head_flops / shape.tp / rate;
   const double m = static_cast<double>(memory.layout.micro_batches);
   const GemmOutputBytes written =
-      gemm_output_bytes(config, stage, tokens, shape.tp, written_whole_share(config, shape.dp, m));
+      gemm_output_bytes(config, stage, tokens, shape.tp, written_whole_share(config, replicas, m));
   const double written_forward = hw.gemm_output_seconds(written.block_forward + written.head_forward);
   const double written_backward = hw.gemm_output_seconds(written.backward);
   const double recompute =
@@ -376,7 +421,7 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
   const double elementwise = static_cast<double>(stage.activations_per_micro_batch) / hw.activation_rate_per_rank(1);
   StageCost cost;
   cost.casts = cast_seconds(config, stage, tokens, static_cast<double>(memory.layout.micro_batches), shape.tp, hw);
-  cost.fresh = fresh_memory_seconds(config, stage, shape.dp, hw);
+  cost.fresh = fresh_memory_seconds(config, stage, replicas, hw);
   cost.forward = gemm / 3.0 + written_forward + elementwise / 3.0 + (cost.casts + cost.fresh) / 3.0;
   cost.backward = 2.0 * gemm / 3.0 + written_backward + recompute + 2.0 * elementwise / 3.0 +
                   2.0 * (cost.casts + cost.fresh) / 3.0;
@@ -394,9 +439,21 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
     cost.forward += cost.tp / 2.0;
     cost.backward += cost.tp / 2.0;
   }
+  if (shape.cp > 1) {
+    const Link& link = hw.link(group_link(hw, shape.cp, shape.tp, world));
+    const StageCost context =
+        context_parallel_cost(config, stage, tokens, shape.cp, link, hw.activation_bytes, [&](int l) {
+          const model::LayerSpec& spec = specs[static_cast<size_t>(l)];
+          return model::attention_training_flops_per_token(config.model, spec, config.data.seq_len) * tokens /
+                 shape.tp / attention_rate;
+        });
+    cost.cp = context.cp;
+    cost.forward += context.forward;
+    cost.backward += context.backward;
+  }
   if (shape.pp > 1) {
     const double rows = config.parallel.sequence_parallel && shape.tp > 1 ? tokens / shape.tp : tokens;
-    const Link& link = hw.link(group_link(hw, shape.pp, shape.tp * shape.dp, world));
+    const Link& link = hw.link(group_link(hw, shape.pp, shape.tp * shape.cp * shape.dp, world));
     const double send = link.latency + rows * config.model.d_model * hw.activation_bytes / link.bandwidth;
     cost.pp = 2.0 * send * static_cast<double>(stage.chunks.size());
     cost.forward += cost.pp / 2.0;
@@ -408,18 +465,20 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
 double data_parallel_seconds(const config::RunConfig& config, const MemoryPlan& memory, const StageMemory& stage,
                              const Hardware& hw) {
   const comm::MeshShape shape = memory.layout.shape;
-  if (shape.dp == 1) return 0.0;
-  const int world = shape.tp * shape.dp * shape.pp;
-  const Link& link = hw.link(group_link(hw, shape.dp, shape.tp, world));
+  // The gradients reduce over the data- and context-parallel ranks together (Mesh::dp_cp).
+  const int replicas = shape.dp * shape.cp;
+  if (replicas == 1) return 0.0;
+  const int world = shape.tp * shape.cp * shape.dp * shape.pp;
+  const Link& link = hw.link(group_link(hw, replicas, shape.tp, world));
   const double wire = config.precision.grad_reduce == config::GradReduce::Bf16 ? 2.0 : 4.0;
   const double grads = static_cast<double>(stage.parameter_count) * wire;
   const int zero = config.parallel.zero;
-  if (zero == 0 || zero == 1) return all_reduce_seconds(grads, shape.dp, link);
+  if (zero == 0 || zero == 1) return all_reduce_seconds(grads, replicas, link);
   const double params = static_cast<double>(stage.parameter_count) *
                         (config.precision.param_dtype == config::ParamDtype::Compute ? 2.0 : 4.0);
   const double m = memory.layout.micro_batches;
-  if (zero == 2) return m * all_gather_seconds(grads, shape.dp, link) + all_gather_seconds(params, shape.dp, link);
-  return m * (2.0 * all_gather_seconds(params, shape.dp, link) + all_gather_seconds(grads, shape.dp, link));
+  if (zero == 2) return m * all_gather_seconds(grads, replicas, link) + all_gather_seconds(params, replicas, link);
+  return m * (2.0 * all_gather_seconds(params, replicas, link) + all_gather_seconds(grads, replicas, link));
 }
 
 }  // namespace
@@ -440,7 +499,7 @@ double all_gather_seconds(double bytes, int ranks, const Link& link) { return al
 
 TimeBreakdown plan_time(const config::RunConfig& config, const MemoryPlan& memory, const Hardware& hw) {
   const comm::MeshShape shape = memory.layout.shape;
-  const int world = shape.tp * shape.dp * shape.pp;
+  const int world = shape.tp * shape.cp * shape.dp * shape.pp, replicas = shape.dp * shape.cp;
   StageCost worst;
   const StageMemory* widest = &memory.stages.front();
   for (const StageMemory& s : memory.stages) {
@@ -456,10 +515,11 @@ TimeBreakdown plan_time(const config::RunConfig& config, const MemoryPlan& memor
   }
   const double busy = m * (worst.forward + worst.backward);
   t.tp_comm = m * worst.tp;
+  t.cp_comm = m * worst.cp;
   t.pp_comm = m * worst.pp;
   t.casts = m * worst.casts;
   t.memory = m * worst.fresh;
-  t.compute = busy - t.tp_comm - t.pp_comm - t.casts - t.memory;
+  t.compute = busy - t.tp_comm - t.cp_comm - t.pp_comm - t.casts - t.memory;
   t.bubble = makespan - busy;
   if (hw.shared) {
     // Ranks sharing a host's cores: a rank idle in the pipeline bubble leaves its core to the
@@ -471,12 +531,12 @@ TimeBreakdown plan_time(const config::RunConfig& config, const MemoryPlan& memor
     makespan = std::max(makespan, shared);
   }
   t.dp_comm = (1.0 - hw.comm_overlap) * data_parallel_seconds(config, memory, *widest, hw);
-  const double owned = config.parallel.zero >= 1 ? static_cast<double>(widest->parameter_count) / shape.dp
+  const double owned = config.parallel.zero >= 1 ? static_cast<double>(widest->parameter_count) / replicas
                                                  : static_cast<double>(widest->parameter_count);
   // The bf16 copy of the parameters, where kept, is 2 more bytes written per parameter.
   const double copy_bytes = parallel::keeps_bf16_parameter_copy(config) ? 2.0 : 0.0;
   const double written_whole =
-      written_whole_share(config, shape.dp, m) > 0.0 ? block_linear_weights(config, *widest) : 0.0;
+      written_whole_share(config, replicas, m) > 0.0 ? block_linear_weights(config, *widest) : 0.0;
   t.optimizer = ((kOptimizerBytesPerParameter + copy_bytes) * owned +
                  kZeroedBytesPerGradient * (static_cast<double>(widest->parameter_count) - written_whole)) /
                 hw.bandwidth_per_rank(world);

@@ -44,8 +44,8 @@ MemoryCheck::Result MemoryCheck::measure(const config::RunConfig& run, comm::Mes
   Result r;
   const plan::MemoryPlan plan = plan::plan_memory(run, shape);
   if (threads) {
-    r.ranks = shape.tp * shape.dp * shape.pp;
-    for (const plan::StageMemory& s : plan.stages) r.planned += s.total() * shape.tp * shape.dp;
+    r.ranks = shape.tp * shape.cp * shape.dp * shape.pp;
+    for (const plan::StageMemory& s : plan.stages) r.planned += s.total() * shape.tp * shape.cp * shape.dp;
   } else {
     r.planned = plan.stages.at(static_cast<size_t>(pp_rank)).total();
   }
