@@ -3,8 +3,8 @@
 // micro-batch size, recompute, sequence parallelism), the ones the run's rules refuse left out,
 // those that do not fit the device's memory dropped, the rest ranked by planned step time (times
 // within about 2% count as equal: then larger micro-batches, then sequence parallelism first).
-// Context parallelism is an axis of the mesh (parallel.cp) the trainer does not run yet: it is
-// enumerated as 1 until it does; expert parallelism likewise.
+// Context parallelism (parallel.cp) is enumerated too, with the config's parallel.cp_comm; expert
+// parallelism (parallel.ep) is not: it stays as the config sets it.
 #include <functional>
 #include <string>
 #include <vector>
