@@ -55,6 +55,25 @@ class ExpertParallelTraining : public ::testing::Test {
 };
 std::string ExpertParallelTraining::root_;
 
+// Evaluation under expert parallelism: the experts of the first replica's tokens live on other
+// replicas too, so every replica evaluates (a replica alone would wait in the token exchange for
+// ranks gone on to the next step); the validation losses equal one rank's.
+TEST_F(ExpertParallelTraining, EvaluationEqualsOneRank) {
+  const std::vector<std::string> eval = {"data.val_prefix=" + root_ + "/data/c_train", "train.eval_interval=5",
+                                         "train.eval_batches=2", "runtime.timeout_s=60"};
+  auto val_losses = [&](const std::string& name, const std::vector<std::string>& overrides) {
+    std::vector<double> out;
+    for (const nlohmann::json& r : train(name, with(overrides, eval)))
+      if (r.contains("val_loss")) out.push_back(r.at("val_loss").get<double>());
+    return out;
+  };
+  const std::vector<double> one = val_losses("eval-one", {});
+  ASSERT_EQ(one.size(), 4u);  // after steps 5, 10, 15 and 20
+  testing::expect_same_losses(one, val_losses("eval-ep2", {"runtime.ranks=2", "parallel.ep=2"}));
+  testing::expect_same_losses(
+      one, val_losses("eval-ep2-dp2-zero1", {"runtime.ranks=4", "parallel.ep=2", "parallel.zero=1"}));
+}
+
 TEST_F(ExpertParallelTraining, Ep2AndEp4EqualOneRankForEveryRouterDroplessAndWithCapacity) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> routers = {
       {"topk-softmax", {"model.moe_router=topk_softmax"}},
