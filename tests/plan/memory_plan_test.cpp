@@ -222,6 +222,30 @@ train: {global_batch: 2, micro_batch: 2}
   EXPECT_EQ(zero.state.optimizer_moments, 8 * ((kTiny + 1) / 2));
 }
 
+// Expert parallelism: a rank registers its share of each MoE layer's routed experts, and its
+// state splits as the trainer's parameter groups do: the rest reduced (and ZeRO-sharded) over
+// dp x cp, the routed experts over the expert-data-parallel ranks (dp x cp / ep), where ZeRO
+// still keeps a master and moments of its own even over one rank.
+TEST(MemoryPlan, ExpertParallelRanksHoldTheirExpertsAndShardThemOverTheExpertDataParallelRanks) {
+  // One dense layer and one MoE layer of 4 experts (SwiGLU of 16: gate/up 32 x 16, down 16 x 16).
+  const std::string yaml = R"(
+model: {vocab_size: 16, d_model: 16, layers: 2, heads: 2, ffn_size: 32, tied_embeddings: false,
+        block_configs: [{ffn: dense}, {ffn: moe}], moe_experts: 4, moe_top_k: 2, moe_ffn_size: 16}
+data: {seq_len: 8}
+train: {global_batch: 4, micro_batch: 2}
+)";
+  const config::RunConfig run = config::parse_config(yaml, "moe", {"parallel.zero=1"});
+  const int64_t expert = 32 * 16 + 16 * 16;
+  const StageMemory one = plan_memory(run, {.tp = 1, .ep = 1, .dp = 2, .pp = 1}).stages[0];
+  const int64_t dense = one.parameter_count - 4 * expert;
+  const StageMemory ep = plan_memory(run, {.tp = 1, .ep = 2, .dp = 2, .pp = 1}).stages[0];
+  EXPECT_EQ(ep.parameter_count, dense + 2 * expert);  // experts 0 and 1 of rank 0
+  EXPECT_EQ(ep.state.parameters, 4 * (dense + 2 * expert));
+  EXPECT_EQ(ep.state.optimizer_moments, 8 * ((dense + 1) / 2 + 2 * expert));  // experts over 2 / 2 = 1 rank
+  EXPECT_EQ(ep.state.master_weights, 4 * ((dense + 1) / 2 + 2 * expert));
+  EXPECT_EQ(one.state.optimizer_moments, 8 * ((one.parameter_count + 1) / 2));  // one group over dp 2
+}
+
 // Nemotron-4 340B's shape (96 layers, hidden 18432, 96 heads / 8 kv heads, a non-gated MLP of
 // 73728, vocabulary 256000, untied): 341B parameters, and mixed-precision Adam's 18 bytes each
 // give the published ~6120 GB (18 x 340B) of model state, planned in milliseconds.

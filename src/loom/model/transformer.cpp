@@ -42,9 +42,9 @@ Transformer::Transformer(const config::ModelConfig& config, TensorParallel tp, P
                   device) {}
 
 std::vector<Parameter> Transformer::parameter_list(const config::ModelConfig& config, TensorParallel tp,
-                                                   std::vector<LayerRange> chunks) {
-  const Transformer shapes(config, std::move(tp), {}, std::move(chunks), ParameterStore::Allocation::ShapesOnly, {},
-                           Device::cpu());
+                                                   std::vector<LayerRange> chunks, ExpertLayout experts) {
+  const Transformer shapes(config, std::move(tp), {}, std::move(chunks), ParameterStore::Allocation::ShapesOnly,
+                           experts, Device::cpu());
   return shapes.params().list();
 }
 

@@ -99,8 +99,9 @@ class Transformer {
   // Every parameter the model of `config` registers on this rank (names, shapes, shard specs,
   // weight decay, offsets), in registration order: the modules are built on a shapes-only store,
   // so nothing is allocated for the model, however large. The one source of the parameter list.
+  // `experts`: the rank's place in its expert-parallel group (it registers its share of the experts).
   static std::vector<Parameter> parameter_list(const config::ModelConfig& config, TensorParallel tp = {},
-                                               std::vector<LayerRange> chunks = {});
+                                               std::vector<LayerRange> chunks = {}, ExpertLayout experts = {});
 
   void initialize(uint64_t seed) { params_.initialize(seed); }
 

@@ -48,9 +48,8 @@ int64_t largest_neighbours(const std::vector<int64_t>& sizes) {
 // parameter larger than parallel.bucket_mb, e.g. a vocabulary's embedding, sizes them) and
 // ZeRO-3's reduce-scatter slots.
 int64_t comm_buffer_bytes(const config::RunConfig& config, const std::vector<model::Parameter>& params, int64_t unit,
-                          int dp) {
-  const int zero = config.parallel.zero;
-  if (dp == 1 || zero == 0) return 0;
+                          int dp, int zero) {
+  if (zero == 0) return 0;
   const int64_t wire = config.precision.grad_reduce == config::GradReduce::Bf16 ? 2 : 4;
   if (zero == 3) {
     const int64_t shard = (unit + dp - 1) / dp;
@@ -73,27 +72,62 @@ int64_t comm_buffer_bytes(const config::RunConfig& config, const std::vector<mod
   return slots * (dp + 1) * max_shard * wire;
 }
 
-// The stage's model state (parameters, gradients, master weights, moments) and the buffers its
-// data parallelism gathers into, over `dp` ranks.
-void plan_model_state(const config::RunConfig& config, const std::vector<model::Parameter>& params, int dp,
-                      StageMemory& m) {
+// The model state (parameters, gradients, master weights, moments) of one parameter group and
+// the buffers its data parallelism gathers into, over the `dp` ranks it is reduced over, in a run
+// whose ZeRO stage applies (`sharded`: more than one replica; then also to a group over one rank,
+// as the experts' group over an expert-data-parallel size of 1).
+struct GroupState {
+  parallel::MemoryBytes state;
+  int64_t gather_buffers = 0;
+};
+
+GroupState plan_group_state(const config::RunConfig& config, const std::vector<model::Parameter>& params, int dp,
+                            bool sharded) {
+  GroupState m;
+  int64_t parameter_count = 0;
+  for (const model::Parameter& p : params) parameter_count += p.numel;
   const bool compact = config.precision.param_dtype == config::ParamDtype::Compute &&
                        config.precision.recipe != config::PrecisionRecipe::Fp32;
-  const int zero = config.parallel.zero;
+  const int zero = sharded ? config.parallel.zero : 0;  // one replica: nothing to shard
   const std::vector<int64_t> units = unit_sizes(params);
   const int64_t unit = largest(units);
-  parallel::MemoryModel model_state{m.parameter_count, dp, zero, compact ? 2 : 4, 4,
-                                    comm_buffer_bytes(config, params, unit, dp)};
-  if (dp == 1) model_state.zero = 0;  // one rank: nothing to shard
+  parallel::MemoryModel model_state{parameter_count, dp, zero, compact ? 2 : 4, 4,
+                                    comm_buffer_bytes(config, params, unit, dp, zero)};
   m.state = parallel::memory_per_rank(model_state);
   // ZeRO 1-2 keep an fp32 master copy of the owned shard even when the parameters are fp32
   // (distributed_optimizer.cpp); ZeRO-3's shard is its own master.
-  if (!compact && dp > 1 && (zero == 1 || zero == 2)) m.state.master_weights = 4 * ((m.parameter_count + dp - 1) / dp);
+  if (!compact && (zero == 1 || zero == 2)) m.state.master_weights = 4 * ((parameter_count + dp - 1) / dp);
   // The bf16 copy of the parameters the optimizer writes for the GEMMs (parallel/data/bf16_parameter_copy.h).
-  if (parallel::keeps_bf16_parameter_copy(config)) m.state.parameters += 2 * m.parameter_count;
+  if (parallel::keeps_bf16_parameter_copy(config)) m.state.parameters += 2 * parameter_count;
   if (compact) m.gather_buffers += unit * 4;              // the fp32 values of the unit in flight
-  if (zero == 2 && dp > 1) m.gather_buffers += m.parameter_count * 4;  // the full gradient buffer in backward
-  if (zero == 3 && dp > 1) m.gather_buffers += 2 * largest_neighbours(units) * 4;  // gathered units and their gradients
+  if (zero == 2) m.gather_buffers += parameter_count * 4;  // the full gradient buffer in backward
+  if (zero == 3) m.gather_buffers += 2 * largest_neighbours(units) * 4;  // gathered units and their gradients
+  return m;
+}
+
+// The stage's model state over its parameter groups, as the trainer reduces them: everything over
+// the data- and context-parallel ranks (dp x cp), but under expert parallelism the routed experts
+// (this rank's share of them) over the expert-data-parallel ranks (dp x cp / ep), each group
+// bucketed and sharded on its own.
+void plan_model_state(const config::RunConfig& config, const std::vector<model::Parameter>& params,
+                      comm::MeshShape shape, StageMemory& m) {
+  const int replicas = shape.dp * shape.cp;
+  std::vector<model::Parameter> dense, experts;
+  for (const model::Parameter& p : params) {
+    (shape.ep > 1 && p.name.find(".mlp.experts.") != std::string::npos ? experts : dense).push_back(p);
+  }
+  GroupState state = plan_group_state(config, dense, replicas, replicas > 1);
+  if (!experts.empty()) {
+    const GroupState e = plan_group_state(config, experts, replicas / shape.ep, replicas > 1);
+    state.state.parameters += e.state.parameters;
+    state.state.gradients += e.state.gradients;
+    state.state.master_weights += e.state.master_weights;
+    state.state.optimizer_moments += e.state.optimizer_moments;
+    state.state.communication_buffers += e.state.communication_buffers;
+    state.gather_buffers += e.gather_buffers;
+  }
+  m.state = state.state;
+  m.gather_buffers += state.gather_buffers;
 }
 
 StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& layout, int stage,
@@ -104,12 +138,11 @@ StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& lay
   StageMemory m;
   m.stage = stage;
   m.chunks = layout.chunks.at(static_cast<size_t>(stage));
-  const std::vector<model::Parameter> params = model::Transformer::parameter_list(config.model, tp, m.chunks);
+  const std::vector<model::Parameter> params =
+      model::Transformer::parameter_list(config.model, tp, m.chunks, model::ExpertLayout{shape.ep, 0});
   for (const model::Parameter& p : params) m.parameter_count += p.numel;
 
-  // The gradients reduce, and ZeRO shards, over the data- and context-parallel ranks together
-  // (every rank of a context-parallel group holds the same parameters).
-  plan_model_state(config, params, shape.dp * shape.cp, m);
+  plan_model_state(config, params, shape, m);
 
   const bool last = m.chunks.back().last == config.model.layers;
   const std::vector<LayerWidths> widths =
