@@ -336,6 +336,18 @@ double fresh_memory_seconds(const config::RunConfig& config, const StageMemory& 
   return hw.fresh_memory_seconds(fresh_bytes, 1) + hw.cast_seconds(widened, false, 1);
 }
 
+// The attention and MLP sub-blocks of a stage's layers.
+int sub_blocks(const StageMemory& stage, const std::vector<model::LayerSpec>& specs) {
+  int n = 0;
+  for (const model::LayerRange& c : stage.chunks) {
+    for (int l = c.first; l < c.last; ++l) {
+      const model::LayerSpec& spec = specs[static_cast<size_t>(l)];
+      n += spec.has_attention + spec.has_mlp();
+    }
+  }
+  return n;
+}
+
 // Seconds of one micro-batch's all-to-all over `ranks` of `bytes` per rank: each sends (n - 1)/n
 // of them, one latency per peer.
 double all_to_all_seconds(double bytes, int ranks, const Link& link) {
@@ -428,14 +440,8 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
   if (shape.tp > 1) {
     const double stream = tokens * config.model.d_model * hw.activation_bytes;
     const Link& link = hw.link(group_link(hw, shape.tp, 1, world));
-    int sub_blocks = 0;
-    for (const model::LayerRange& c : stage.chunks) {
-      for (int l = c.first; l < c.last; ++l) {
-        sub_blocks += specs[static_cast<size_t>(l)].has_attention + specs[static_cast<size_t>(l)].has_mlp();
-      }
-    }
     const double one = all_reduce_seconds(stream, shape.tp, link);
-    cost.tp = 2.0 * (sub_blocks + 1) * one;  // each sub-block forward and backward; embedding or head
+    cost.tp = 2.0 * (sub_blocks(stage, specs) + 1) * one;  // each sub-block forward and backward; embedding or head
     cost.forward += cost.tp / 2.0;
     cost.backward += cost.tp / 2.0;
   }

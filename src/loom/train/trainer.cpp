@@ -513,10 +513,8 @@ std::optional<double> Trainer::evaluate() {
   State& s = *state_;
   if (validation_ == nullptr) return std::nullopt;
   s.heartbeat.phase("eval", s.progress.step);
-  // Data-parallel replica 0 evaluates (all its tensor-parallel ranks and stages: the forward
-  // pass needs them); with ZeRO-3 every rank first contributes its shard of the parameters.
-  // Under expert parallelism every replica evaluates the same samples: an expert-parallel group
-  // spans replicas, and replica 0's tokens reach experts the others hold (its loss is reported).
+  // Data-parallel replica 0 evaluates (all its tp ranks and stages), every replica under expert
+  // parallelism (replica 0's tokens reach experts others hold); ZeRO-3 gathers parameters first.
   s.optimizer->gather_full_parameters();
   std::optional<double> val_loss;
   if (s.mesh.dp_rank() == 0 || s.mesh.layout().shape.ep > 1) {
