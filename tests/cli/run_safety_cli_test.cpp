@@ -13,9 +13,16 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <thread>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "cli_support.h"
+#include "loom/ckpt/manifest.h"
 #include "support/test_paths.h"
 
 namespace loom::testing {
@@ -116,6 +123,39 @@ TEST_F(RunSafetyCli, ResumeComparesTheConfigAndTheStepsWithTheCheckpoint) {
   const CommandResult behind = train("train.resume=true train.steps=2");
   EXPECT_EQ(behind.exit_code, 1);
   EXPECT_TRUE(has(behind, "train.steps = 2 is behind the checkpoint")) << behind.output;
+}
+
+// Rewrites the checkpoint's manifest.json with `edit` applied to its trainer state (checksum renewed).
+void edit_state(const std::string& manifest, const std::function<void(nlohmann::json&)>& edit) {
+  std::ifstream in(manifest);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ckpt::Manifest m = ckpt::parse_manifest(text, manifest);
+  edit(m.state);
+  write_text(manifest, ckpt::serialize_manifest(m));
+}
+
+TEST_F(RunSafetyCli, ResumeNamesAMistypedOrMissingKeyOfTheCheckpointsState) {
+  ASSERT_EQ(train("").exit_code, 0);
+  const std::string manifest = dir / "run/checkpoints/step-00000003/manifest.json";
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
+      {[](nlohmann::json& s) { s.erase("step"); }, "state: missing key 'step'"},
+      {[](nlohmann::json& s) { s["consumed_samples"] = "abc"; }, "state: 'consumed_samples' must be a non-negative"},
+      {[](nlohmann::json& s) { s["precision"] = 5; }, "state.precision: expected a JSON object"},
+      {[](nlohmann::json& s) { s["precision"]["skipped_steps"] = nullptr; }, "state.precision: 'skipped_steps' must"},
+      {[](nlohmann::json& s) { s["precision"]["loss_scale"] = "x"; }, "state.precision: 'loss_scale' must be a number"},
+      {[](nlohmann::json& s) { s["precision"].erase("clean_steps"); }, "state.precision: missing key 'clean_steps'"},
+  };
+  for (const auto& [edit, message] : cases) {
+    std::ifstream in(manifest);
+    const std::string original((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    edit_state(manifest, edit);
+    const CommandResult r = train("train.resume=true train.steps=4");
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_TRUE(has(r, manifest + "' " + message)) << r.output;
+    EXPECT_FALSE(has(r, "unexpected error")) << r.output;
+    write_text(manifest, original);
+  }
+  EXPECT_EQ(train("train.resume=true train.steps=4").exit_code, 0);
 }
 
 // Starts `loom args` with its output in `log`; returns the child's pid.

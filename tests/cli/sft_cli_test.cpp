@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -116,6 +117,25 @@ TEST_F(SftCli, BadChatDataIsNamedByFileAndLine) {
   CommandResult role = sft("sft.train_roles=[assistant,robot]");
   EXPECT_EQ(role.exit_code, 1);
   EXPECT_NE(role.output.find("sft.train_roles"), std::string::npos) << role.output;
+}
+
+TEST_F(SftCli, EvalTasksNamesABadLineByFileAndLine) {
+  CommandResult tuned = sft("train.steps=1 train.eval_interval=0 checkpoint.interval=0");
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.output;
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"messages": [5], "task": {"kind": "arithmetic"}})", ":1: messages[0] must be an object"},
+      {R"({"messages": [{"role": 5, "content": "q"}], "task": {"kind": "arithmetic"}})",
+       ":1: messages[0].role must be a string"},
+      {R"({"messages": [{"role": "user", "content": "q"}], "task": {"kind": "arithmetic"}})",
+       ":1: a arithmetic task is missing a field"},
+  };
+  for (const auto& [line, expected] : cases) {
+    write_text(dir / "bad.jsonl", std::string(line) + "\n");
+    CommandResult eval =
+        run_loom("eval tasks " + (dir / "run/checkpoints") + " " + (dir / "bad.jsonl") + " --max-tokens 2");
+    EXPECT_EQ(eval.exit_code, 1) << eval.output;
+    EXPECT_NE(eval.output.find(dir / "bad.jsonl" + expected), std::string::npos) << eval.output;
+  }
 }
 
 }  // namespace

@@ -58,6 +58,11 @@ TEST(ChatData, EachProblemIsNamed) {
             std::string::npos);
   EXPECT_NE(problem_of(R"({"messages":[{"role":"user"}]})").find("no \"content\""), std::string::npos);
   EXPECT_NE(problem_of(R"({"input":"x"})").find("no \"output\""), std::string::npos);
+  for (const char* type : {"5", "null", "[\"text\"]", "{}"}) {
+    const std::string line =
+        R"({"messages":[{"role":"user","content":[{"type":)" + std::string(type) + R"(,"text":"x"}]}]})";
+    EXPECT_NE(problem_of(line).find("messages[0].content holds a part that is not"), std::string::npos) << line;
+  }
 }
 
 TEST(ChatData, ABadLineIsFatalNamingFileAndLineOrSkipped) {

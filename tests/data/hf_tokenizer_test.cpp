@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -108,6 +111,66 @@ TEST_F(HfTokenizerErrors, NameTheFileAndTheComponent) {
   write({{"model", {{"merges", {"! nope"}}}}});
   message = load_error();
   EXPECT_NE(message.find("merge 0 uses a token missing from the vocabulary"), std::string::npos) << message;
+  write({{"model", {{"ignore_merges", "yes"}}}});
+  message = load_error();
+  EXPECT_NE(message.find("tokenizer.json: model.ignore_merges is a JSON string; expected true or false"),
+            std::string::npos) << message;
+  for (const nlohmann::json& id : {nlohmann::json(-5), nlohmann::json(int64_t{1} << 40), nlohmann::json("7")}) {
+    write({{"added_tokens", {{{"id", id}, {"content", "<x>"}, {"special", true}}}}});
+    message = load_error();
+    EXPECT_NE(message.find("needs an id that is a non-negative integer below 2^30"), std::string::npos) << message;
+  }
+}
+
+// A minimal SentencePiece tokenizer.model, its protobuf written by hand: a unigram model of
+// <unk> (0), <s> (1), </s> (2), the word boundary and the letters a-z.
+std::string sentencepiece_model() {
+  // A field of length-delimited bytes (wire type 2) with field number 1.
+  auto field = [](const std::string& bytes) { return std::string{'\x0a', static_cast<char>(bytes.size())} + bytes; };
+  auto piece = [&](const std::string& text, float score, char type) {
+    char bytes[sizeof score];
+    std::memcpy(bytes, &score, sizeof score);
+    return field(field(text) + '\x15' + std::string(bytes, sizeof bytes) + std::string{'\x18', type});
+  };
+  std::string model = piece("<unk>", 0, 2) + piece("<s>", 0, 3) + piece("</s>", 0, 3) + piece("\u2581", -1, 1);
+  for (char c = 'a'; c <= 'z'; ++c) model += piece(std::string(1, c), -2.0f - static_cast<float>(c - 'a'), 1);
+  return model;
+}
+
+TEST_F(HfTokenizerErrors, TokenizerConfigKeysOfAnotherTypeAreNamed) {
+  const std::string config = (dir / "tokenizer_config.json").string();
+  write(nlohmann::json::object());
+  write_file_atomic(config, R"({"bos_token": ["<s>"]})");
+  std::string message = load_error();
+  EXPECT_NE(message.find(config + ": bos_token is a JSON array; expected the token's text"), std::string::npos)
+      << message;
+  write_file_atomic(config, R"({"eos_token": {"text": "!"}})");
+  message = load_error();
+  EXPECT_NE(message.find(config + ": eos_token is an object without a string 'content'"), std::string::npos) << message;
+
+  // SentencePiece's tokenizer.model takes add_bos_token, add_eos_token and added_tokens_decoder.
+  fs::remove(dir / "tokenizer.json");
+  write_file_atomic((dir / "tokenizer.model").string(), sentencepiece_model());
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"add_bos_token": "yes"})", ": add_bos_token is a JSON string; expected true or false"},
+      {R"({"add_eos_token": 1})", ": add_eos_token is a JSON number; expected true or false"},
+      {R"({"added_tokens_decoder": []})", ": added_tokens_decoder is a JSON array; expected an object"},
+      {R"({"added_tokens_decoder": {"1": "<s>"}})", ": added_tokens_decoder['1'] is a JSON string; expected an object"},
+      {R"({"added_tokens_decoder": {"1": {"special": true}}})", ": added_tokens_decoder['1'].content is missing"},
+      {R"({"added_tokens_decoder": {"1": {"content": "<s>", "special": 1}}})",
+       ": added_tokens_decoder['1'].special is a JSON number; expected true or false"},
+      {R"({"added_tokens_decoder": {"1": {"content": "<s>", "lstrip": "no"}}})",
+       ": added_tokens_decoder['1'].lstrip is a JSON string; expected true or false"},
+  };
+  for (const auto& [text, expected] : cases) {
+    write_file_atomic(config, text);
+    message = load_error();
+    EXPECT_NE(message.find(config + expected), std::string::npos) << text << ": " << message;
+  }
+  write_file_atomic(config,
+                    R"({"add_bos_token": true, "added_tokens_decoder": {"1": {"content": "<s>", "special": true}}})");
+  auto tokenizer = make_tokenizer("hf:" + dir.string());
+  EXPECT_EQ(tokenizer->encode("ab", EncodeOptions{.add_special_tokens = true}), (std::vector<int32_t>{1, 3, 4, 5}));
 }
 
 TEST(HfTokenizerNames, AcceptedWhereverATokenizerIsNamed) {

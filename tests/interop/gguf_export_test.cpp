@@ -192,16 +192,41 @@ TEST(GgufExport, RefusesAPreTokenizerLlamaCppLacks) {
   const nlohmann::json spec = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
                                {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", {split, byte_level}}}},
                                {"decoder", {{"type", "ByteLevel"}}}};
+  // The Split regex llama.cpp lacks, no pre-tokenizer at all, and a Sequence with a null step.
+  nlohmann::json without = spec, null_step = spec;
+  without.erase("pre_tokenizer");
+  null_step["pre_tokenizer"]["pretokenizers"][0] = nullptr;
+  for (const nlohmann::json& refused : {spec, without, null_step}) {
+    write_file_atomic((dir / "tokenizer.json").string(), refused.dump());
+    const std::string name = "hf:" + dir.string();
+    auto tokenizer = data::make_tokenizer(name);
+    GgufWriter w;
+    try {
+      add_tokenizer(w, 256, name, *tokenizer);
+      ADD_FAILURE() << "an unknown pre-tokenizer was exported: "
+                    << refused.value("pre_tokenizer", nlohmann::json()).dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("tokenizer.json: pre_tokenizer"), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(GgufExport, ATokenizerJsonWithoutMergesIsExportedAsItLoads) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("loom-gguf-merges-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int c = 0; c < 256; ++c) vocab[data::hf::byte_level_char(static_cast<unsigned char>(c))] = c;
+  const nlohmann::json spec = {
+      {"model", {{"type", "BPE"}, {"vocab", vocab}}},  // no "merges": none, for the tokenizer and the export alike
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+      {"decoder", {{"type", "ByteLevel"}}}};
   write_file_atomic((dir / "tokenizer.json").string(), spec.dump());
   const std::string name = "hf:" + dir.string();
   auto tokenizer = data::make_tokenizer(name);
   GgufWriter w;
-  try {
-    add_tokenizer(w, 256, name, *tokenizer);
-    FAIL() << "an unknown pre-tokenizer was exported";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tokenizer.json: pre_tokenizer"), std::string::npos) << e.what();
-  }
+  EXPECT_NO_THROW(add_tokenizer(w, 256, name, *tokenizer));
   std::filesystem::remove_all(dir);
 }
 

@@ -23,7 +23,8 @@ uint64_t parse_hex64(const std::string& text, const std::string& what) {
   return std::stoull(text, nullptr, 16);
 }
 
-// Typed access to a JSON key; errors name the key and where it is.
+}  // namespace
+
 const json& member(const json& j, const char* key, const std::string& where) {
   LOOM_CHECK(j.is_object(), where + ": expected a JSON object");
   auto it = j.find(key);
@@ -55,6 +56,8 @@ const json& get_array(const json& j, const char* key, const std::string& where) 
   LOOM_CHECK(v.is_array(), where + ": '" + key + "' must be an array");
   return v;
 }
+
+namespace {
 
 json to_json(const Manifest& m) {
   json files = json::array();

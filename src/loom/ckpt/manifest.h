@@ -83,4 +83,12 @@ Manifest parse_manifest(std::string_view text, const std::string& path, Manifest
 
 std::string hex64(uint64_t value);
 
+// Typed reads of a manifest's JSON keys (its "state" object's too): a missing key or a value of
+// another type is an Error naming `where` and the key.
+const nlohmann::json& member(const nlohmann::json& j, const char* key, const std::string& where);
+std::string get_string(const nlohmann::json& j, const char* key, const std::string& where);
+int64_t get_int(const nlohmann::json& j, const char* key, const std::string& where);
+uint64_t get_uint(const nlohmann::json& j, const char* key, const std::string& where);  // >= 0
+const nlohmann::json& get_array(const nlohmann::json& j, const char* key, const std::string& where);
+
 }  // namespace loom::ckpt

@@ -7,6 +7,7 @@
 #include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
 #include "loom/data/chat/chat_format.h"
+#include "loom/data/chat/conversation.h"
 #include "loom/data/tasks/task.h"
 #include "loom/infer/generate.h"
 
@@ -41,6 +42,9 @@ int evaluate_tasks(const EvalArgs& args) {
     LOOM_CHECK(record.is_object() && record.contains("task") && record.contains("messages") &&
                    record["messages"].is_array() && !record["messages"].empty(),
                args.tasks + ":" + std::to_string(number) + ": expected {\"messages\": [...], \"task\": {...}} as `loom data synth` writes");
+    data::Conversation conversation;  // the messages checked as chat data's (docs/sft.md)
+    if (auto bad = data::parse_conversation(line, conversation))
+      throw Error(args.tasks + ":" + std::to_string(number) + ": " + *bad);
     nlohmann::json prompt = record["messages"];
     if (prompt.back().value("role", "") == "assistant") prompt.erase(prompt.size() - 1);
     infer::GenerateOptions options;
@@ -50,7 +54,12 @@ int evaluate_tasks(const EvalArgs& args) {
     options.stop = chat_template->end_of_turn();
     options.parse_special = true;
     const std::string reply = generator.continue_text(options);
-    const bool ok = data::verify_response(record["task"], reply);
+    bool ok = false;
+    try {
+      ok = data::verify_response(record["task"], reply);
+    } catch (const Error& e) {
+      throw Error(args.tasks + ":" + std::to_string(number) + ": " + e.what());
+    }
     correct += ok;
     ++total;
     // A reply need not be UTF-8 (a byte-level model may emit any byte): invalid bytes become U+FFFD.

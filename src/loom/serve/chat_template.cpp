@@ -13,7 +13,8 @@ std::string content_text(const nlohmann::json& content, const std::string& where
   for (size_t i = 0; i < content.size(); ++i) {
     const nlohmann::json& part = content[i];
     const std::string at = where + "[" + std::to_string(i) + "]";
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+    if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+        !part["text"].is_string())
       throw bad_field(at, "only {\"type\": \"text\", \"text\": ...} parts are supported");
     text += part["text"].get<std::string>();
   }

@@ -1,6 +1,7 @@
 #include "loom/train/model_setup.h"
 
 #include <filesystem>
+#include <limits>
 #include <set>
 #include <vector>
 
@@ -53,7 +54,19 @@ void read_parameter_slice(const ckpt::LoadedCheckpoint& checkpoint, const std::s
   checkpoint.read_slice(name, parameter_slice(p), out, DType::F32);
 }
 
+// A count in the training state (step, consumed_samples): a non-negative integer.
+int64_t state_count(const nlohmann::json& state, const char* key, const std::string& where) {
+  const uint64_t count = ckpt::get_uint(state, key, where);
+  LOOM_CHECK(count <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
+             where + ": '" + key + "' is " + std::to_string(count) + ", beyond a signed 64-bit count");
+  return static_cast<int64_t>(count);
+}
+
 }  // namespace
+
+std::string training_state_where(const ckpt::LoadedCheckpoint& checkpoint) {
+  return "'" + (std::filesystem::path(checkpoint.path()) / ckpt::kManifestFile).string() + "' state";
+}
 
 std::string expert_bias_state_name(const model::MoeLayer& layer) {
   return std::string(ckpt::kStatePrefix) + "expert_bias." + layer.name() + ".gate";
@@ -97,9 +110,11 @@ TrainingProgress load_training_checkpoint(const ckpt::LoadedCheckpoint& checkpoi
     read_parameter_slice(checkpoint, ckpt::optimizer_state_name("exp_avg_sq", p.name), p, exp_avg_sq + p.offset);
   }
   TrainingProgress progress;
-  progress.step = checkpoint.state().at("step").get<int64_t>();
-  progress.consumed_samples = checkpoint.state().at("consumed_samples").get<int64_t>();
-  if (checkpoint.state().contains("precision")) progress.precision = checkpoint.state().at("precision");
+  const nlohmann::json& state = checkpoint.state();
+  const std::string where = training_state_where(checkpoint);
+  progress.step = state_count(state, "step", where);
+  progress.consumed_samples = state_count(state, "consumed_samples", where);
+  if (state.contains("precision")) progress.precision = state.at("precision");
   return progress;
 }
 

@@ -32,9 +32,13 @@ nlohmann::json training_state(const TrainingProgress& progress, const config::Ru
 ckpt::CheckpointSnapshot snapshot_training_state(const std::vector<ckpt::TensorRef>& tensors,
                                                  const TrainingProgress& progress, const config::RunConfig& config);
 
+// Where the checkpoint's trainer state is, for errors: "'<step dir>/manifest.json' state".
+std::string training_state_where(const ckpt::LoadedCheckpoint& checkpoint);
+
 // Loads parameters and optimizer moments, each rank its own slice of every global tensor (so any
 // tensor-parallel layout reads any other's checkpoint); a tensor whose global shape differs from
-// the model's is an Error naming the tensor and both shapes.
+// the model's is an Error naming the tensor and both shapes, a state without its step or
+// consumed_samples as non-negative integers one naming the manifest and the key.
 TrainingProgress load_training_checkpoint(const ckpt::LoadedCheckpoint& checkpoint, model::Transformer& model,
                                           float* exp_avg, float* exp_avg_sq);
 

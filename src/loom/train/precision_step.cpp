@@ -1,6 +1,7 @@
 #include "loom/train/precision_step.h"
 #include "loom/train/world_agreements.h"
 
+#include "loom/ckpt/manifest.h"
 #include "loom/comm/gather_text.h"
 
 #include <cmath>
@@ -119,15 +120,27 @@ nlohmann::json PrecisionStep::pipeline_state(comm::Communicator& pp) const {
   return mine;
 }
 
-void PrecisionStep::restore(const nlohmann::json& state) {
+void PrecisionStep::restore(const nlohmann::json& state, const std::string& where) {
   if (state.is_null()) return;
-  skipped_ = state.value("skipped_steps", int64_t{0});  // the optimizer's update count, whatever the recipe
-  if (state.value("recipe", std::string()) != config::to_string(recipe_)) return;
+  LOOM_CHECK(state.is_object(), where + ": expected a JSON object (the precision recipe's state), got a JSON " +
+                                    state.type_name());
+  // The optimizer's update count, whatever the recipe.
+  skipped_ = 0;
+  if (state.contains("skipped_steps")) skipped_ = static_cast<int64_t>(ckpt::get_uint(state, "skipped_steps", where));
+  if (!state.contains("recipe") || ckpt::get_string(state, "recipe", where) != config::to_string(recipe_)) return;
   precision::LossScalerState scaler;
-  scaler.scale = state.at("loss_scale").get<float>();
-  scaler.clean_steps = state.at("clean_steps").get<int64_t>();
+  const nlohmann::json& scale = ckpt::member(state, "loss_scale", where);
+  LOOM_CHECK(scale.is_number(), where + ": 'loss_scale' must be a number");
+  scaler.scale = scale.get<float>();
+  scaler.clean_steps = static_cast<int64_t>(ckpt::get_uint(state, "clean_steps", where));
   scaler_.restore(scaler);
-  if (state.contains("linear")) model_.precision().restore(state.at("linear"));
+  if (!state.contains("linear")) return;
+  try {
+    model_.precision().restore(state.at("linear"));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(where + ": 'linear' is not the FP8 scaling state loom writes ({\"fp8_delayed\": {GEMM: [{amax_history, "
+                "next, scale} x 3]}}): " + e.what());
+  }
 }
 
 }  // namespace loom::train

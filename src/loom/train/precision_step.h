@@ -71,9 +71,10 @@ class PrecisionStep {
 
   // {"recipe", "loss_scale", "clean_steps", "skipped_steps", fp8 amax histories}. restore()
   // takes the skipped-step count from any state, the scaler and amax histories only from one
-  // written under the same recipe (else they start fresh); null restores nothing.
+  // written under the same recipe (else they start fresh); null restores nothing. A key of the
+  // wrong type is an Error naming `where` (the checkpoint's state.precision) and the key.
   nlohmann::json state() const;
-  void restore(const nlohmann::json& state);
+  void restore(const nlohmann::json& state, const std::string& where);
   // Collective over the pipeline group: state() with the FP8 histories of every stage's layers
   // (each stage holds its own), complete on pipeline rank 0; null elsewhere.
   nlohmann::json pipeline_state(comm::Communicator& pp) const;

@@ -37,7 +37,8 @@ std::optional<std::string> parse_message(const json& item, const std::string& wh
   if (content != item.end() && content->is_array()) {
     // Content parts: the text parts, concatenated (images and audio are not trained on).
     for (const json& part : *content) {
-      if (part.is_object() && part.value("type", "") == "text" && part.contains("text") && part["text"].is_string())
+      if (part.is_object() && part.contains("type") && part["type"] == "text" && part.contains("text") &&
+          part["text"].is_string())
         message.content += part["text"].get<std::string>();
       else return where + ".content holds a part that is not {\"type\": \"text\", \"text\": ...}";
     }

@@ -30,7 +30,10 @@ struct Candidate {
 BpeModel::BpeModel(const nlohmann::json& model, bool byte_level, const std::string& file) : byte_level_(byte_level) {
   auto option = [&](const char* key) {
     auto it = model.find(key);
-    return it != model.end() && it->is_boolean() && it->get<bool>();
+    if (it == model.end() || it->is_null()) return false;
+    LOOM_CHECK(it->is_boolean(),
+               file + ": model." + key + " is a JSON " + it->type_name() + "; expected true or false");
+    return it->get<bool>();
   };
   ignore_merges_ = option("ignore_merges");
   byte_fallback_ = option("byte_fallback");

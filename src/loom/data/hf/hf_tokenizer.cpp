@@ -25,13 +25,15 @@ nlohmann::json read_config(const fs::path& path) {
   }
 }
 
-// bos_token / eos_token of tokenizer_config.json: a string or {"content": ...}.
-std::string config_token(const nlohmann::json& config, const char* key) {
+// bos_token / eos_token of tokenizer_config.json (`file`): a string or {"content": ...}; absent or null: none.
+std::string config_token(const nlohmann::json& config, const char* key, const std::string& file) {
   auto it = config.find(key);
-  if (it == config.end()) return "";
+  if (it == config.end() || it->is_null()) return "";
   if (it->is_string()) return it->get<std::string>();
   if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
-  return "";
+  throw Error(file + ": " + key + " is " + (it->is_object() ? "an object without a string 'content'" :
+                                             "a JSON " + std::string(it->type_name())) +
+              "; expected the token's text, {\"content\": text} or null");
 }
 
 }  // namespace
@@ -57,8 +59,9 @@ HfTokenizer::HfTokenizer(const std::string& dir) : dir_(dir), name_(std::string(
     if (auto id = special_token_id(text)) return *id;
     throw Error(dir + "/tokenizer_config.json names '" + text + "', which " + source_file_ + " has no token for");
   };
-  bos_ = id_of(config_token(config, "bos_token"));
-  eos_ = id_of(config_token(config, "eos_token"));
+  const std::string config_file = (fs::path(dir) / "tokenizer_config.json").string();
+  bos_ = id_of(config_token(config, "bos_token", config_file));
+  eos_ = id_of(config_token(config, "eos_token", config_file));
   if (eos_ < 0)
     for (const char* fallback : {"<|endoftext|>", "</s>", "<|end_of_text|>"})
       if (auto id = special_token_id(fallback)) {

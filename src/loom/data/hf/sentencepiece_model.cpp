@@ -2,6 +2,7 @@
 #include <sentencepiece_processor.h>
 
 #include <charconv>
+#include <filesystem>
 #include <system_error>
 
 #include "loom/core/error.h"
@@ -82,6 +83,29 @@ int added_token_id(const std::string& key) {
   return id;
 }
 
+// A true/false key of `object` (where: the file and the object's path, ending in '.'); absent or
+// null is `fallback`.
+bool flag(const nlohmann::json& object, const char* key, bool fallback, const std::string& where) {
+  const auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return fallback;
+  LOOM_CHECK(it->is_boolean(), where + key + " is a JSON " + it->type_name() + "; expected true or false");
+  return it->get<bool>();
+}
+
+// One entry of tokenizer_config.json's added_tokens_decoder: {"content": "<s>", "special": true, ...}.
+AddedToken added_token(const std::string& key, const nlohmann::json& entry, const std::string& file) {
+  const std::string where = file + ": added_tokens_decoder['" + key + "']";
+  LOOM_CHECK(entry.is_object(), where + " is a JSON " + entry.type_name() + "; expected an object such as "
+                                "{\"content\": \"<s>\", \"special\": true}");
+  const auto content = entry.find("content");
+  const std::string found = content == entry.end() ? "missing" : "a JSON " + std::string(content->type_name());
+  LOOM_CHECK(content != entry.end() && content->is_string(),
+             where + ".content is " + found + "; expected the token's text (a string)");
+  const std::string at = where + ".";
+  return {content->get<std::string>(), added_token_id(key), flag(entry, "special", false, at),
+          flag(entry, "normalized", false, at), flag(entry, "lstrip", false, at), flag(entry, "rstrip", false, at)};
+}
+
 }  // namespace
 
 std::unique_ptr<HfPipeline> load_sentencepiece(const std::string& path, const nlohmann::json& config, AddedTokens& added) {
@@ -91,12 +115,16 @@ std::unique_ptr<HfPipeline> load_sentencepiece(const std::string& path, const nl
   // never produces them from text.
   for (int id = 0; id < sp.GetPieceSize(); ++id)
     if (sp.IsControl(id) && !sp.IdToPiece(id).empty()) added.add({sp.IdToPiece(id), id, true, false, false, false});
-  if (config.contains("added_tokens_decoder") && config["added_tokens_decoder"].is_object())
-    for (const auto& [id, t] : config["added_tokens_decoder"].items())
-      added.add({t.value("content", std::string()), added_token_id(id), t.value("special", false),
-                 t.value("normalized", false), t.value("lstrip", false), t.value("rstrip", false)});
-  if (config.value("add_bos_token", true) && sp.bos_id() >= 0) pipeline->prefix_ids.push_back(sp.bos_id());
-  if (config.value("add_eos_token", false) && sp.eos_id() >= 0) pipeline->suffix_ids.push_back(sp.eos_id());
+  const std::string file = (std::filesystem::path(path).parent_path() / "tokenizer_config.json").string();
+  const auto decoder = config.find("added_tokens_decoder");
+  if (decoder != config.end() && !decoder->is_null()) {
+    LOOM_CHECK(decoder->is_object(), file + ": added_tokens_decoder is a JSON " + decoder->type_name() +
+                                         "; expected an object of token id -> token");
+    for (const auto& [id, t] : decoder->items()) added.add(added_token(id, t, file));
+  }
+  const std::string top = file + ": ";
+  if (flag(config, "add_bos_token", true, top) && sp.bos_id() >= 0) pipeline->prefix_ids.push_back(sp.bos_id());
+  if (flag(config, "add_eos_token", false, top) && sp.eos_id() >= 0) pipeline->suffix_ids.push_back(sp.eos_id());
   return pipeline;
 }
 

@@ -100,7 +100,10 @@ std::unique_ptr<HfPipeline> load_tokenizer_json(const std::string& path, AddedTo
   try {
     for (const auto& t : spec.value("added_tokens", nlohmann::json::array())) {
       if (t.value("single_word", false)) throw Error(path + ": added token " + t.dump() + " sets single_word, which is not supported");
-      added.add({t.at("content").get<std::string>(), t.at("id").get<int32_t>(), t.value("special", false),
+      const nlohmann::json& id = t.at("id");
+      LOOM_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (1 << 30),
+                 path + ": added token " + t.dump() + " needs an id that is a non-negative integer below 2^30");
+      added.add({t.at("content").get<std::string>(), id.get<int32_t>(), t.value("special", false),
                  t.value("normalized", false), t.value("lstrip", false), t.value("rstrip", false)});
     }
     auto pipeline = std::make_unique<JsonPipeline>(spec, path);

@@ -74,14 +74,18 @@ Vocabulary gpt2_vocabulary(const data::Tokenizer& tokenizer) {
 
 // llama.cpp's pre-tokenizer for tokenizer.json's, or "" when it has none that splits the same.
 std::string pre_name(const nlohmann::json& pre) {
+  // A null (no pre-tokenizer, or a null step of a Sequence) splits as none of them.
   auto byte_level_step = [](const nlohmann::json& s, bool use_regex) {
-    return s.value("type", "") == "ByteLevel" && !s.value("add_prefix_space", true) && s.value("use_regex", true) == use_regex;
+    return s.is_object() && s.value("type", "") == "ByteLevel" && !s.value("add_prefix_space", true) &&
+           s.value("use_regex", true) == use_regex;
   };
   if (byte_level_step(pre, true)) return "gpt-2";
-  if (pre.value("type", "") != "Sequence" || pre.value("pretokenizers", nlohmann::json::array()).size() != 2) return "";
+  if (!pre.is_object() || pre.value("type", "") != "Sequence" || !pre.contains("pretokenizers") ||
+      !pre["pretokenizers"].is_array() || pre["pretokenizers"].size() != 2)
+    return "";
   const nlohmann::json& split = pre["pretokenizers"][0];
-  if (split.value("type", "") != "Split" || split.value("behavior", "") != "Isolated" || split.value("invert", true) ||
-      !byte_level_step(pre["pretokenizers"][1], false))
+  if (!split.is_object() || split.value("type", "") != "Split" || split.value("behavior", "") != "Isolated" ||
+      split.value("invert", true) || !byte_level_step(pre["pretokenizers"][1], false))
     return "";
   const std::string regex = split.value("pattern", nlohmann::json::object()).value("Regex", "");
   return regex == kLlama3Regex ? "llama-bpe" : regex == kQwen2Regex ? "qwen2" : "";
@@ -121,7 +125,7 @@ Vocabulary hf_vocabulary(const std::string& name, const data::HfTokenizer& token
   for (const auto& [token, id] : model.at("vocab").items()) set_token(v, id.get<int64_t>(), token, kNormal);
   for (const nlohmann::json& t : j.value("added_tokens", nlohmann::json::array()))
     set_token(v, t.at("id").get<int64_t>(), t.at("content").get<std::string>(), t.value("special", false) ? kControl : kUserDefined);
-  for (const nlohmann::json& m : model.at("merges"))
+  for (const nlohmann::json& m : model.value("merges", nlohmann::json::array()))  // absent: none, as HfTokenizer reads
     v.merges.push_back(m.is_array() ? m.at(0).get<std::string>() + " " + m.at(1).get<std::string>() : m.get<std::string>());
   v.eos = tokenizer.eot_token();
   v.bos = tokenizer.bos_token() >= 0 ? tokenizer.bos_token() : v.eos;
