@@ -61,8 +61,8 @@ TEST(PlanCli, TimePrintsTheBreakdown) {
                              source("configs/hardware/h100-sxm.yaml"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("step time on H100 SXM 80GB:"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("| compute | casts | memory faults | bubble | core wait | tp comm | cp comm | pp comm | "
-                          "dp comm (exposed) | optimizer | overhead | step |"),
+  EXPECT_NE(r.output.find("| compute | casts | memory faults | bubble | core wait | tp comm | cp comm | ep comm | "
+                          "pp comm | dp comm (exposed) | optimizer | overhead | step |"),
             std::string::npos)
       << r.output;
   r = run_loom("plan time " + source("configs/tiny.yaml") + " --json --hardware " + source("configs/hardware/h100-sxm.yaml"));

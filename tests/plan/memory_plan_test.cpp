@@ -210,7 +210,8 @@ train: {global_batch: 2, micro_batch: 2}
   const int64_t rows = 8, q = 16, kv = 8, qkv = 32;
   for (const char* comm : {"p2p", "a2a"}) {
     SCOPED_TRACE(comm);
-    const config::RunConfig run = config::parse_config(yaml, "hand", {"parallel.cp=2", std::string("parallel.cp_comm=") + comm});
+    const config::RunConfig run =
+        config::parse_config(yaml, "hand", {"parallel.cp=2", std::string("parallel.cp_comm=") + comm});
     const StageMemory split = plan_memory(run, {.tp = 1, .cp = 2, .dp = 1, .pp = 1}).stages[0];
     const bool ring = std::string(comm) == "p2p";
     EXPECT_EQ(split.activations_per_micro_batch - alone.activations_per_micro_batch, ring ? 0 : rows * (qkv + q) * 4);

@@ -104,6 +104,26 @@ TEST(TimePlan, ContextParallelismSplitsTheTokensAndAddsItsExchanges) {
   }
 }
 
+// Expert parallelism: each MoE layer's routed rows (top_k per token, fp32 at the experts' width)
+// go to the experts' ranks and back, forward and backward: four all-to-alls a layer and
+// micro-batch, of which (ep - 1)/ep crosses.
+TEST(TimePlan, ExpertParallelismAddsItsTokenExchanges) {
+  const std::string yaml = R"(
+model: {vocab_size: 16, d_model: 16, layers: 3, heads: 2, ffn_size: 32, tied_embeddings: false,
+        block_configs: [{ffn: dense}, {ffn: moe}, {ffn: moe}], moe_experts: 4, moe_top_k: 2, moe_ffn_size: 16}
+data: {seq_len: 8}
+train: {global_batch: 4, micro_batch: 2}
+)";
+  const config::RunConfig run = config::parse_config(yaml, "moe", {});
+  const Hardware hw = device();
+  const Link link{1e9, 1e-6};
+  EXPECT_EQ(plan_time(run, plan_memory(run, {.tp = 1, .ep = 1, .dp = 2, .pp = 1}), hw).ep_comm, 0.0);
+  const TimeBreakdown t = plan_time(run, plan_memory(run, {.tp = 1, .ep = 2, .dp = 2, .pp = 1}), hw);
+  const double rows = 2 * 8 * 2, bytes = rows * 16 * 4;  // 2 x 8 tokens, top 2, width 16, fp32
+  const double one = link.latency + bytes / 2 / link.bandwidth;
+  EXPECT_NEAR(t.ep_comm, 1 /* micro-batch */ * 2 /* MoE layers */ * 4 * one, 1e-15);
+}
+
 // The tiny model's linears per layer as (rows out, columns in): the fused q/k/v projection
 // (8 heads of 32, 4 kv heads), the output projection, the fused gate/up and the down projection.
 const std::vector<std::pair<double, double>> kTinyLinears = {{256 + 2 * 128, 256}, {256, 256}, {2 * 704, 256}, {256, 704}};

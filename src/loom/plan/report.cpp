@@ -87,35 +87,38 @@ nlohmann::json memory_json(const MemoryPlan& plan) {
 
 std::string time_table(const TimeBreakdown& t) {
   std::ostringstream o;
-  o << "| compute | casts | memory faults | bubble | core wait | tp comm | cp comm | pp comm | dp comm (exposed) | "
-       "optimizer | overhead | step |\n"
-    << "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+  o << "| compute | casts | memory faults | bubble | core wait | tp comm | cp comm | ep comm | pp comm | "
+       "dp comm (exposed) | optimizer | overhead | step |\n"
+    << "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     << "| " << ms(t.compute) << " | " << ms(t.casts) << " | " << ms(t.memory) << " | " << ms(t.bubble) << " | "
-    << ms(t.core_wait) << " | " << ms(t.tp_comm) << " | " << ms(t.cp_comm) << " | " << ms(t.pp_comm) << " | "
+    << ms(t.core_wait) << " | " << ms(t.tp_comm) << " | " << ms(t.cp_comm) << " | " << ms(t.ep_comm) << " | "
+    << ms(t.pp_comm) << " | "
     << ms(t.dp_comm) << " | "
     << ms(t.optimizer) << " | " << ms(t.overhead) << " | " << ms(t.step) << " |\n";
   return o.str();
 }
 
 nlohmann::json time_json(const TimeBreakdown& t) {
-  return {{"compute_s", t.compute},     {"casts_s", t.casts},     {"memory_s", t.memory},
+  return {{"compute_s", t.compute},     {"casts_s", t.casts},         {"memory_s", t.memory},
           {"bubble_s", t.bubble},       {"core_wait_s", t.core_wait}, {"tp_comm_s", t.tp_comm},
-          {"cp_comm_s", t.cp_comm},     {"pp_comm_s", t.pp_comm},     {"dp_comm_s", t.dp_comm}, {"optimizer_s", t.optimizer},
-          {"overhead_s", t.overhead},   {"step_s", t.step}};
+          {"cp_comm_s", t.cp_comm},     {"ep_comm_s", t.ep_comm},     {"pp_comm_s", t.pp_comm},
+          {"dp_comm_s", t.dp_comm},     {"optimizer_s", t.optimizer}, {"overhead_s", t.overhead},
+          {"step_s", t.step}};
 }
 
 std::string search_table(const SearchResult& r, int top) {
   std::ostringstream o;
   o << r.enumerated << " layouts enumerated: " << r.refused << " refused by the layout rules, " << r.too_large
     << " do not fit the device's memory, " << r.ranked.size() << " ranked\n";
-  o << "| rank | layout | peak memory / rank | step | compute | casts + memory faults | bubble + core wait | tp | cp | pp "
-       "| dp | optimizer |\n"
-    << "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  o << "| rank | layout | peak memory / rank | step | compute | casts + memory faults | bubble + core wait | tp | "
+       "cp | ep | pp | dp | optimizer |\n"
+    << "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (int i = 0; i < top && i < static_cast<int>(r.ranked.size()); ++i) {
     const Candidate& c = r.ranked[static_cast<size_t>(i)];
     o << "| " << i + 1 << " | " << c.describe() << " | " << format_bytes(c.memory.peak()) << " | " << ms(c.time.step)
       << " | " << ms(c.time.compute) << " | " << ms(c.time.casts + c.time.memory) << " | "
       << ms(c.time.bubble + c.time.core_wait) << " | " << ms(c.time.tp_comm) << " | " << ms(c.time.cp_comm) << " | "
+      << ms(c.time.ep_comm) << " | "
       << ms(c.time.pp_comm) << " | " << ms(c.time.dp_comm) << " | " << ms(c.time.optimizer) << " |\n";
   }
   if (!r.ranked.empty()) {

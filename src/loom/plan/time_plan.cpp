@@ -15,7 +15,7 @@ namespace {
 
 struct StageCost {
   double forward = 0.0, backward = 0.0;  // one micro-batch, seconds
-  double tp = 0.0, cp = 0.0, pp = 0.0;   // of which communication
+  double tp = 0.0, cp = 0.0, ep = 0.0, pp = 0.0;  // of which communication
   double casts = 0.0, fresh = 0.0;       // of which precision casts and handed-back memory
 };
 
@@ -457,6 +457,22 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
     cost.forward += context.forward;
     cost.backward += context.backward;
   }
+  if (shape.ep > 1) {
+    // The routed rows' token exchange per MoE layer (parallel/expert/): to the experts' ranks and
+    // back, forward and backward, each rank's rows (every tensor-parallel rank routes all its
+    // tokens: top_k rows each, in fp32 at the experts' width), (ep - 1)/ep of them crossing when
+    // the routing is balanced; not hidden.
+    const Link& link = hw.link(group_link(hw, shape.ep, shape.tp * shape.cp, world));
+    const double width = config.model.moe.latent_size > 0 ? config.model.moe.latent_size : config.model.d_model;
+    const double one = all_to_all_seconds(tokens * config.model.moe.top_k * width * 4.0, shape.ep, link);
+    int moe_layers = 0;
+    for (const model::LayerRange& c : stage.chunks) {
+      for (int l = c.first; l < c.last; ++l) moe_layers += specs[static_cast<size_t>(l)].moe;
+    }
+    cost.ep = 4.0 * moe_layers * one;
+    cost.forward += cost.ep / 2.0;
+    cost.backward += cost.ep / 2.0;
+  }
   if (shape.pp > 1) {
     const double rows = config.parallel.sequence_parallel && shape.tp > 1 ? tokens / shape.tp : tokens;
     const Link& link = hw.link(group_link(hw, shape.pp, shape.tp * shape.cp * shape.dp, world));
@@ -522,10 +538,11 @@ TimeBreakdown plan_time(const config::RunConfig& config, const MemoryPlan& memor
   const double busy = m * (worst.forward + worst.backward);
   t.tp_comm = m * worst.tp;
   t.cp_comm = m * worst.cp;
+  t.ep_comm = m * worst.ep;
   t.pp_comm = m * worst.pp;
   t.casts = m * worst.casts;
   t.memory = m * worst.fresh;
-  t.compute = busy - t.tp_comm - t.cp_comm - t.pp_comm - t.casts - t.memory;
+  t.compute = busy - t.tp_comm - t.cp_comm - t.ep_comm - t.pp_comm - t.casts - t.memory;
   t.bubble = makespan - busy;
   if (hw.shared) {
     // Ranks sharing a host's cores: a rank idle in the pipeline bubble leaves its core to the

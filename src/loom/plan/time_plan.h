@@ -38,6 +38,7 @@ struct TimeBreakdown {
   double core_wait = 0.0;    // shared host: ranks waiting for one of its cores
   double tp_comm = 0.0;      // tensor-parallel collectives (inside compute's critical path)
   double cp_comm = 0.0;      // context-parallel attention's exchanges not hidden behind its compute
+  double ep_comm = 0.0;      // expert parallelism's token exchanges
   double pp_comm = 0.0;      // pipeline sends and receives
   double dp_comm = 0.0;      // exposed data-parallel communication
   double optimizer = 0.0;
