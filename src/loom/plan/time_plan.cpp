@@ -355,9 +355,26 @@ double all_to_all_seconds(double bytes, int ranks, const Link& link) {
   return (ranks - 1) * link.latency + static_cast<double>(ranks - 1) / ranks * bytes / link.bandwidth;
 }
 
-// Context parallelism's attention exchanges for one micro-batch of `rows` tokens on this rank, over
-// every attention layer of the stage, as parallel/context/ runs them; `attention_seconds(l)` is
-// layer l's attention products on this rank, forward and backward (a third, two thirds).
+// Forward and backward seconds of expert parallelism's token exchanges for one micro-batch of
+// `tokens` on this rank (parallel/expert/): each MoE layer's routed rows (every tensor-parallel
+// rank routes all its tokens: top_k rows each, fp32 at the experts' width) to the experts' ranks
+// and back, forward and backward, (ep - 1)/ep of them crossing when the routing is balanced; not
+// hidden.
+double expert_parallel_seconds(const config::RunConfig& config, const StageMemory& stage,
+                               const std::vector<model::LayerSpec>& specs, double tokens, int ep, const Link& link) {
+  const double width = config.model.moe.latent_size > 0 ? config.model.moe.latent_size : config.model.d_model;
+  const double one = all_to_all_seconds(tokens * config.model.moe.top_k * width * 4.0, ep, link);
+  int moe_layers = 0;
+  for (const model::LayerRange& c : stage.chunks) {
+    for (int l = c.first; l < c.last; ++l) moe_layers += specs[static_cast<size_t>(l)].moe;
+  }
+  return 4.0 * moe_layers * one;
+}
+
+// Adds to `cost` context parallelism's attention exchanges for one micro-batch of `rows` tokens on
+// this rank, over every attention layer of the stage, as parallel/context/ runs them;
+// `attention_seconds(l)` is layer l's attention products on this rank, forward and backward (a
+// third, two thirds).
 // - ring (p2p): each of a layer's cp - 1 forward hops sends the key/value block held (rows x 2 kv)
 //   while the rank computes attention over it, so only what that block's compute does not cover
 //   shows; backward's block hops likewise, and its cp gradient hops, each waited after a block's
@@ -365,10 +382,9 @@ double all_to_all_seconds(double bytes, int ranks, const Link& link) {
 // - all-to-all (a2a): q/k/v to heads and the output back, forward, and the output's gradient to
 //   heads and q/k/v's back, backward; none hidden.
 template <typename AttentionSeconds>
-StageCost context_parallel_cost(const config::RunConfig& config, const StageMemory& stage, double rows, int cp,
-                                const Link& link, double element_bytes, AttentionSeconds attention_seconds) {
-  StageCost cost;
-  if (cp <= 1) return cost;
+void add_context_parallel_cost(StageCost& cost, const config::RunConfig& config, const StageMemory& stage, double rows,
+                               int cp, const Link& link, double element_bytes, AttentionSeconds attention_seconds) {
+  double forward = 0.0, backward = 0.0;
   const bool all_to_all = config.parallel.cp_comm == config::ContextComm::A2a;
   for (const model::LayerRange& c : stage.chunks) {
     for (int l = c.first; l < c.last; ++l) {
@@ -377,18 +393,19 @@ StageCost context_parallel_cost(const config::RunConfig& config, const StageMemo
       if (all_to_all) {
         const double both = all_to_all_seconds(rows * w.qkv() * element_bytes, cp, link) +
                             all_to_all_seconds(rows * w.q * element_bytes, cp, link);
-        cost.forward += both;
-        cost.backward += both;
+        forward += both;
+        backward += both;
         continue;
       }
       const double hop = link.latency + rows * 2.0 * w.kv * element_bytes / link.bandwidth;
       const double compute = attention_seconds(l);
-      cost.forward += (cp - 1) * std::max(0.0, hop - compute / 3.0 / cp);
-      cost.backward += (cp - 1) * std::max(0.0, hop - 2.0 * compute / 3.0 / cp) + cp * hop;
+      forward += (cp - 1) * std::max(0.0, hop - compute / 3.0 / cp);
+      backward += (cp - 1) * std::max(0.0, hop - 2.0 * compute / 3.0 / cp) + cp * hop;
     }
   }
-  cost.cp = cost.forward + cost.backward;
-  return cost;
+  cost.cp = forward + backward;
+  cost.forward += forward;
+  cost.backward += backward;
 }
 
 StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, const StageMemory& stage,
@@ -447,29 +464,15 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
   }
   if (shape.cp > 1) {
     const Link& link = hw.link(group_link(hw, shape.cp, shape.tp, world));
-    const StageCost context =
-        context_parallel_cost(config, stage, tokens, shape.cp, link, hw.activation_bytes, [&](int l) {
-          const model::LayerSpec& spec = specs[static_cast<size_t>(l)];
-          return model::attention_training_flops_per_token(config.model, spec, config.data.seq_len) * tokens /
-                 shape.tp / attention_rate;
-        });
-    cost.cp = context.cp;
-    cost.forward += context.forward;
-    cost.backward += context.backward;
+    add_context_parallel_cost(cost, config, stage, tokens, shape.cp, link, hw.activation_bytes, [&](int l) {
+      const model::LayerSpec& spec = specs[static_cast<size_t>(l)];
+      return model::attention_training_flops_per_token(config.model, spec, config.data.seq_len) * tokens / shape.tp /
+             attention_rate;
+    });
   }
   if (shape.ep > 1) {
-    // The routed rows' token exchange per MoE layer (parallel/expert/): to the experts' ranks and
-    // back, forward and backward, each rank's rows (every tensor-parallel rank routes all its
-    // tokens: top_k rows each, in fp32 at the experts' width), (ep - 1)/ep of them crossing when
-    // the routing is balanced; not hidden.
     const Link& link = hw.link(group_link(hw, shape.ep, shape.tp * shape.cp, world));
-    const double width = config.model.moe.latent_size > 0 ? config.model.moe.latent_size : config.model.d_model;
-    const double one = all_to_all_seconds(tokens * config.model.moe.top_k * width * 4.0, shape.ep, link);
-    int moe_layers = 0;
-    for (const model::LayerRange& c : stage.chunks) {
-      for (int l = c.first; l < c.last; ++l) moe_layers += specs[static_cast<size_t>(l)].moe;
-    }
-    cost.ep = 4.0 * moe_layers * one;
+    cost.ep = expert_parallel_seconds(config, stage, specs, tokens, shape.ep, link);
     cost.forward += cost.ep / 2.0;
     cost.backward += cost.ep / 2.0;
   }
