@@ -219,7 +219,8 @@ TEST(GgufExport, ATokenizerJsonWithoutMergesIsExportedAsItLoads) {
   nlohmann::json vocab = nlohmann::json::object();
   for (int c = 0; c < 256; ++c) vocab[data::hf::byte_level_char(static_cast<unsigned char>(c))] = c;
   const nlohmann::json spec = {
-      {"model", {{"type", "BPE"}, {"vocab", vocab}}},  // no "merges": none, for the tokenizer and the export alike
+      // No "merges" (none) and null flags (false), for the tokenizer and the export alike.
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"ignore_merges", nullptr}, {"byte_fallback", nullptr}}},
       {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
       {"decoder", {{"type", "ByteLevel"}}}};
   write_file_atomic((dir / "tokenizer.json").string(), spec.dump());

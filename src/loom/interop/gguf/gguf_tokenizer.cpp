@@ -104,7 +104,9 @@ Vocabulary hf_vocabulary(const std::string& name, const data::HfTokenizer& token
   const std::string where = file + ": ";
   if (model.value("type", "") != "BPE")
     refuse(where + "model.type", model.value("type", "(none)"), "the GGUF export takes BPE");
-  if (model.value("byte_fallback", false))
+  // A flag HfTokenizer has checked: true or false, or absent or null for false.
+  auto flag = [&](const char* key) { return model.contains(key) && model[key].is_boolean() && model[key].get<bool>(); };
+  if (flag("byte_fallback"))
     refuse(where + "model.byte_fallback", "true", "the GGUF export takes byte-level BPE (a ByteLevel pre-tokenizer)");
   const nlohmann::json normalizer = j.value("normalizer", nlohmann::json());
   if (!normalizer.is_null() && normalizer.value("type", "") != "NFC")
@@ -119,8 +121,8 @@ Vocabulary hf_vocabulary(const std::string& name, const data::HfTokenizer& token
   if (!decoder.is_object() || decoder.value("type", "") != "ByteLevel")
     refuse(where + "decoder", decoder.dump(), "the GGUF export takes the ByteLevel decoder");
   // llama.cpp ignores merges (takes a whole piece found in the vocabulary) exactly for llama-bpe.
-  if (model.value("ignore_merges", false) != (v.pre == "llama-bpe"))
-    refuse(where + "model.ignore_merges", model.value("ignore_merges", false) ? "true" : "false",
+  if (flag("ignore_merges") != (v.pre == "llama-bpe"))
+    refuse(where + "model.ignore_merges", flag("ignore_merges") ? "true" : "false",
            "llama.cpp's " + v.pre + " pre-tokenizer implies " + (v.pre == "llama-bpe" ? "true" : "false"));
   for (const auto& [token, id] : model.at("vocab").items()) set_token(v, id.get<int64_t>(), token, kNormal);
   for (const nlohmann::json& t : j.value("added_tokens", nlohmann::json::array()))
