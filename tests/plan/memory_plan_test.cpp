@@ -129,13 +129,14 @@ TEST(MemoryPlan, TheWeightCastCacheOnADeviceIsCountedInTheWorkspace) {
 
 // A model small enough to count every activation buffer by hand: batch 2, seq 8, d_model 16,
 // 2 heads (head_dim 8) over 1 kv head, ffn 32 (SwiGLU), vocabulary 16, one layer, untied.
-TEST(ActivationMemory, CountsEveryBufferOfALayerAndTheHead) {
-  const std::string yaml = R"(
+constexpr const char* kHandModel = R"(
 model: {vocab_size: 16, d_model: 16, layers: 1, heads: 2, kv_heads: 1, ffn_size: 32, tied_embeddings: false}
 data: {seq_len: 8}
 train: {global_batch: 2, micro_batch: 2}
 )";
-  config::RunConfig run = config::parse_config(yaml, "hand", {});
+
+TEST(ActivationMemory, CountsEveryBufferOfALayerAndTheHead) {
+  config::RunConfig run = config::parse_config(kHandModel, "hand", {});
   const MemoryPlan plan = plan_memory(run, {.tp = 1, .dp = 1, .pp = 1});
   // rows 16: norm1 16x16 + 16 rstd, mid 256, qkv 16x32, attention output 256, log-sum-exp
   // 2 x 2 x 8, norm2 272, SwiGLU hidden 16x64 and activation 16x32 = 3136 floats.
@@ -198,12 +199,7 @@ train: {global_batch: 2, micro_batch: 2}
 // send and receive blocks and its heads' output and q/k/v gradients); and ZeRO shards over the
 // data- and context-parallel ranks together.
 TEST(ActivationMemory, ContextParallelRanksHoldHalfOfEachSequenceAndTheExchangeBuffers) {
-  const std::string yaml = R"(
-model: {vocab_size: 16, d_model: 16, layers: 1, heads: 2, kv_heads: 1, ffn_size: 32, tied_embeddings: false}
-data: {seq_len: 8}
-train: {global_batch: 2, micro_batch: 2}
-)";
-  config::RunConfig half = config::parse_config(yaml, "hand", {});
+  config::RunConfig half = config::parse_config(kHandModel, "hand", {});
   half.data.seq_len = 4;
   const StageMemory alone = plan_memory(half, {.tp = 1, .dp = 1, .pp = 1}).stages[0];
   // 8 rows of this rank: q 16, k and v 8 each (head size 8), 2 heads.
@@ -211,7 +207,7 @@ train: {global_batch: 2, micro_batch: 2}
   for (const char* comm : {"p2p", "a2a"}) {
     SCOPED_TRACE(comm);
     const config::RunConfig run =
-        config::parse_config(yaml, "hand", {"parallel.cp=2", std::string("parallel.cp_comm=") + comm});
+        config::parse_config(kHandModel, "hand", {"parallel.cp=2", std::string("parallel.cp_comm=") + comm});
     const StageMemory split = plan_memory(run, {.tp = 1, .cp = 2, .dp = 1, .pp = 1}).stages[0];
     const bool ring = std::string(comm) == "p2p";
     EXPECT_EQ(split.activations_per_micro_batch - alone.activations_per_micro_batch, ring ? 0 : rows * (qkv + q) * 4);
