@@ -65,7 +65,11 @@ int64_t state_count(const nlohmann::json& state, const char* key, const std::str
 }  // namespace
 
 std::string training_state_where(const ckpt::LoadedCheckpoint& checkpoint) {
-  return "'" + (std::filesystem::path(checkpoint.path()) / ckpt::kManifestFile).string() + "' state";
+  // Appended piece by piece: GCC 12's -Wrestrict misreads "'" + string + "'..." as overlapping.
+  std::string where = "'";
+  where += (std::filesystem::path(checkpoint.path()) / ckpt::kManifestFile).string();
+  where += "' state";
+  return where;
 }
 
 std::string expert_bias_state_name(const model::MoeLayer& layer) {
