@@ -127,7 +127,7 @@ TEST_F(SftCli, EvalTasksNamesABadLineByFileAndLine) {
       {R"({"messages": [{"role": 5, "content": "q"}], "task": {"kind": "arithmetic"}})",
        ":1: messages[0].role must be a string"},
       {R"({"messages": [{"role": "user", "content": "q"}], "task": {"kind": "arithmetic"}})",
-       ":1: a arithmetic task is missing a field"},
+       ":1: this arithmetic task is missing a field"},
   };
   for (const auto& [line, expected] : cases) {
     write_text(dir / "bad.jsonl", std::string(line) + "\n");

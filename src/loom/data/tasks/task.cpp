@@ -37,7 +37,7 @@ bool verify_response(const nlohmann::json& task, std::string_view response) {
     if (kind == "countdown") return verify_countdown(task, response);
     if (kind == "sorting") return verify_sorting(task, response);
   } catch (const nlohmann::json::exception& e) {
-    throw Error("a " + kind + " task is missing a field or has one of the wrong type: " + e.what());
+    throw Error("this " + kind + " task is missing a field or has one of the wrong type: " + e.what());
   }
   throw Error("task kind '" + kind + "' is unknown; valid: arithmetic, countdown, sorting");
 }
