@@ -390,7 +390,9 @@ TEST(Search, RanksOnlyLayoutsTheRulesAcceptAndThatFit) {
   bool tp = false, cp = false, pp = false, dp = false;
   for (const Candidate& c : r.ranked) {
     tp = tp || c.config.parallel.tp == 2;
-    cp = cp || (c.config.parallel.cp == 2 && c.memory.layout.shape.cp == 2 && c.time.cp_comm > 0.0);
+    // ZeRO over the cp ranks too: they reduce the gradients of their own tokens.
+    cp = cp || (c.config.parallel.cp == 2 && c.memory.layout.shape.cp == 2 && c.time.cp_comm > 0.0 &&
+                c.config.parallel.zero == 1);
     pp = pp || c.config.parallel.pp == 2;
     dp = dp || c.memory.layout.shape.dp == 2;
   }

@@ -18,45 +18,47 @@ std::vector<int> divisors(int n) {
   return out;
 }
 
+// Every layout of tp x cp x pp x dp ranks: virtual stages, ZeRO stage, micro-batch size,
+// recompute and sequence parallelism, into `out`.
+void add_layouts(const config::RunConfig& base, int tp, int cp, int pp, int dp, std::vector<config::RunConfig>& out) {
+  if (base.train.global_batch % dp != 0) return;
+  std::vector<int> virtuals = {1};
+  if (pp > 1) {
+    for (int v = 2; v * pp <= base.model.layers && v <= 4; ++v) virtuals.push_back(v);
+  }
+  for (int v : virtuals) {
+    for (int zero = 0; zero <= 3; ++zero) {
+      if (dp * cp == 1 && zero > 0) continue;  // one replica of the gradients: nothing to shard
+      for (int mb : divisors(base.train.global_batch / dp)) {
+        for (int recompute = 0; recompute <= 1; ++recompute) {
+          for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+            config::RunConfig c = base;
+            c.parallel.tp = tp;
+            c.parallel.cp = cp;
+            c.parallel.pp = pp;
+            c.parallel.dp = config::AutoCount{dp};
+            c.parallel.virtual_stages = v;
+            c.parallel.pipeline_schedule =
+                v > 1 ? config::PipelineScheduleKind::Interleaved : config::PipelineScheduleKind::OneFOneB;
+            c.parallel.zero = zero;
+            c.parallel.sequence_parallel = sp == 1;
+            c.train.micro_batch = mb;
+            c.model.recompute = recompute == 1;
+            out.push_back(std::move(c));
+          }
+        }
+      }
+    }
+  }
+}
+
 // Every combination of the layout keys, before any rule is applied.
 std::vector<config::RunConfig> enumerate(const config::RunConfig& base, int devices) {
   std::vector<config::RunConfig> out;
   for (int tp : divisors(devices)) {
     for (int cp : divisors(devices / tp)) {
-    // Each context-parallel rank takes 2 of a sequence's 2 x cp equal chunks.
-    if (base.data.seq_len % (2 * cp) != 0) continue;
-    for (int pp : divisors(devices / (tp * cp))) {
-      const int dp = devices / (tp * cp * pp);
-      if (base.train.global_batch % dp != 0) continue;
-      std::vector<int> virtuals = {1};
-      if (pp > 1) {
-        for (int v = 2; v * pp <= base.model.layers && v <= 4; ++v) virtuals.push_back(v);
-      }
-      for (int v : virtuals) {
-        for (int zero = 0; zero <= 3; ++zero) {
-          if (dp == 1 && zero > 0) continue;  // nothing to shard
-          for (int mb : divisors(base.train.global_batch / dp)) {
-            for (int recompute = 0; recompute <= 1; ++recompute) {
-              for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
-                config::RunConfig c = base;
-                c.parallel.tp = tp;
-                c.parallel.cp = cp;
-                c.parallel.pp = pp;
-                c.parallel.dp = config::AutoCount{dp};
-                c.parallel.virtual_stages = v;
-                c.parallel.pipeline_schedule =
-                    v > 1 ? config::PipelineScheduleKind::Interleaved : config::PipelineScheduleKind::OneFOneB;
-                c.parallel.zero = zero;
-                c.parallel.sequence_parallel = sp == 1;
-                c.train.micro_batch = mb;
-                c.model.recompute = recompute == 1;
-                out.push_back(std::move(c));
-              }
-            }
-          }
-        }
-      }
-    }
+      if (base.data.seq_len % (2 * cp) != 0) continue;  // each cp rank takes 2 of a sequence's 2 x cp chunks
+      for (int pp : divisors(devices / (tp * cp))) add_layouts(base, tp, cp, pp, devices / (tp * cp * pp), out);
     }
   }
   return out;

@@ -73,13 +73,13 @@ class SentencePiecePipeline final : public HfPipeline {
 
 namespace {
 
-// A key of tokenizer_config.json's added_tokens_decoder: the token's id, a non-negative integer.
-int added_token_id(const std::string& key) {
+// A key of tokenizer_config.json's (`file`) added_tokens_decoder: the token's id, a non-negative integer.
+int added_token_id(const std::string& key, const std::string& file) {
   int id = -1;
   const char* end = key.data() + key.size();
   const auto [stop, error] = std::from_chars(key.data(), end, id);
-  LOOM_CHECK(error == std::errc() && stop == end && id >= 0, "tokenizer_config.json: added_tokens_decoder key '" + key +
-                                                                 "' is not a token id (a non-negative integer)");
+  LOOM_CHECK(error == std::errc() && stop == end && id >= 0,
+             file + ": added_tokens_decoder key '" + key + "' is not a token id (a non-negative integer)");
   return id;
 }
 
@@ -102,7 +102,7 @@ AddedToken added_token(const std::string& key, const nlohmann::json& entry, cons
   LOOM_CHECK(content != entry.end() && content->is_string(),
              where + ".content is " + found + "; expected the token's text (a string)");
   const std::string at = where + ".";
-  return {content->get<std::string>(), added_token_id(key), flag(entry, "special", false, at),
+  return {content->get<std::string>(), added_token_id(key, file), flag(entry, "special", false, at),
           flag(entry, "normalized", false, at), flag(entry, "lstrip", false, at), flag(entry, "rstrip", false, at)};
 }
 
