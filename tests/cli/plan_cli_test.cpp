@@ -109,21 +109,30 @@ TEST(PlanCli, BenchHardwareWritesAFileThatPlanTimeReads) {
 // library's own pages): on one rank, on two with ZeRO-1 whose buckets (0.25 MiB) are smaller
 // than the largest parameters, which then size the reduction's staging slots, and on two
 // context-parallel ranks, ring and all-to-all, with a model small and sequences long enough that
-// their exchange buffers (and all-to-all's gathered heads) are 7-17% of what a rank holds.
+// their exchange buffers (and all-to-all's gathered heads) are 7-17% of what a rank holds; and the
+// Nemotron 3 Super hybrid (Mamba-2 mixers, latent MoE layers with a shared expert, multi-token
+// prediction) on one rank, under sequence parallelism (whose summed expert gradients take
+// buffers as large as a layer's experts), recompute (one saved set as large as each kind of
+// layer needs), a pipeline and expert parallelism.
 TEST(PlanCli, TrainingComparesThePlanWithTheFirstStep) {
   TempDir dir;
   ASSERT_EQ(prepare_small_corpus(dir.path(), 60, 0.0).exit_code, 0);
-  const std::vector<std::string> layouts = {
-      "", " runtime.ranks=2 parallel.zero=1 parallel.bucket_mb=0.25",
-      " runtime.ranks=2 parallel.cp=2 parallel.cp_comm=p2p parallel.zero=1 data.seq_len=256 model.d_model=64 "
-      "model.heads=4 model.kv_heads=2 model.ffn_size=128 model.layers=2",
-      " runtime.ranks=2 parallel.cp=2 parallel.cp_comm=a2a data.seq_len=256 model.d_model=64 model.heads=4 "
-      "model.kv_heads=2 model.ffn_size=128 model.layers=2"};
-  for (const std::string& layout : layouts) {
-  SCOPED_TRACE(layout);
-  CommandResult r = run_loom("train " + source("configs/tiny.yaml") + " data.train_prefix=" + (dir / "data/c_train") +
-                             " data.val_prefix= data.seq_len=64 train.global_batch=4 train.micro_batch=2 train.steps=1 "
-                             "checkpoint.interval=0 log.progress=false run.dir=" + (dir / ("run" + std::to_string(layout.size()))) + layout);
+  const std::string tiny = source("configs/tiny.yaml") + " data.seq_len=64 train.global_batch=4 train.micro_batch=2";
+  const std::string hybrid = source("configs/nemotron3-super-tiny.yaml");
+  const std::vector<std::string> runs = {
+      tiny, tiny + " runtime.ranks=2 parallel.zero=1 parallel.bucket_mb=0.25",
+      tiny + " runtime.ranks=2 parallel.cp=2 parallel.cp_comm=p2p parallel.zero=1 data.seq_len=256 model.d_model=64 "
+             "model.heads=4 model.kv_heads=2 model.ffn_size=128 model.layers=2",
+      tiny + " runtime.ranks=2 parallel.cp=2 parallel.cp_comm=a2a data.seq_len=256 model.d_model=64 model.heads=4 "
+             "model.kv_heads=2 model.ffn_size=128 model.layers=2",
+      hybrid, hybrid + " runtime.ranks=2 parallel.tp=2 parallel.sequence_parallel=true",
+      hybrid + " model.recompute=true", hybrid + " runtime.ranks=2 parallel.pp=2",
+      hybrid + " runtime.ranks=2 parallel.ep=2"};
+  for (size_t i = 0; i < runs.size(); ++i) {
+  SCOPED_TRACE(runs[i]);
+  CommandResult r = run_loom("train " + runs[i] + " data.train_prefix=" + (dir / "data/c_train") +
+                             " data.val_prefix= train.steps=1 checkpoint.interval=0 checkpoint.at_end=false "
+                             "log.progress=false run.dir=" + (dir / ("run" + std::to_string(i))));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const size_t at = r.output.find("memory: planned ");
   ASSERT_NE(at, std::string::npos) << r.output;

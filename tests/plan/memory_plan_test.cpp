@@ -6,7 +6,9 @@
 #include <string>
 
 #include "loom/plan/activation_memory.h"
+#include "loom/model/transformer.h"
 #include "loom/plan/memory_plan.h"
+#include "loom/plan/shape_group.h"
 
 namespace loom::plan {
 namespace {
@@ -241,6 +243,62 @@ train: {global_batch: 4, micro_batch: 2}
   EXPECT_EQ(ep.state.optimizer_moments, 8 * ((dense + 1) / 2 + 2 * expert));  // experts over 2 / 2 = 1 rank
   EXPECT_EQ(ep.state.master_weights, 4 * ((dense + 1) / 2 + 2 * expert));
   EXPECT_EQ(one.state.optimizer_moments, 8 * ((one.parameter_count + 1) / 2));  // one group over dp 2
+}
+
+// A hybrid small enough to count by hand (batch 2, seq 8: 16 rows, d_model 16): a Mamba-2 mixer
+// (2 heads of 8, one group of state 4) and a MoE layer (4 experts of SwiGLU 8, top 2, a shared
+// SwiGLU expert of 8), and the same with a second MoE layer.
+constexpr const char* kHandHybrid = R"(
+model: {vocab_size: 16, d_model: 16, layers: 2, layer_pattern: ME, heads: 2, ffn_size: 32, tied_embeddings: false,
+        moe_experts: 4, moe_top_k: 2, moe_ffn_size: 8, moe_shared_ffn_size: 8,
+        mamba: {state_size: 4, heads: 2, head_dim: 8, groups: 1, conv_kernel: 4, chunk_size: 4}}
+data: {seq_len: 8}
+train: {global_batch: 2, micro_batch: 2}
+)";
+
+TEST(ActivationMemory, MambaMixersAndMoeLayersKeepTheirTensorsAndShareOneScratch) {
+  const config::RunConfig run = config::parse_config(kHandHybrid, "hybrid", {});
+  const StageMemory one = plan_memory(run, {.tp = 1, .dp = 1, .pp = 1}).stages[0];
+  // Mamba: its norm 16x16 + 16 rstd, its sum 256, in_proj's output 16 x (z 16, x 16, B 4, C 4,
+  // dt 2), the convolution's 16 x (16 + 4 + 4), the scan's and the gated norm's outputs 16 x 16
+  // each, and the gated norm's statistics 16 x 1.
+  const int64_t mamba = 272 + 256 + 16 * (42 + 24 + 16 + 16 + 1);
+  // MoE: its norm 272, router logits 16 x 4, 32 routed rows' tokens and weights, dispatched and
+  // returned rows 32 x 16 each, combined 16 x 16, the experts' hidden 32 x 16 and activation 32 x
+  // 8, the shared expert's hidden 16 x 16 and activation 16 x 8.
+  const int64_t moe = 272 + 64 + 2 * 32 + 2 * 512 + 256 + 512 + 256 + 256 + 128;
+  EXPECT_EQ(one.activations_per_micro_batch, (256 + 3 * 256 + mamba + moe + 272 + 256) * 4 + 16 * 4);
+  // A second MoE layer keeps its own tensors and the stream after it; its scratch is the first's.
+  const config::RunConfig two =
+      config::parse_config(kHandHybrid, "hybrid", {"model.layers=3", "model.layer_pattern=MEE"});
+  const StageMemory more = plan_memory(two, {.tp = 1, .dp = 1, .pp = 1}).stages[0];
+  EXPECT_EQ(more.activations_per_micro_batch - one.activations_per_micro_batch, (moe + 256) * 4);
+  EXPECT_EQ(more.workspace, one.workspace);
+  // Recompute keeps one Block::Saved: the mixer's norm and sum, and the MoE layer's tensors.
+  config::RunConfig recompute = two;
+  recompute.model.recompute = true;
+  const StageMemory again = plan_memory(recompute, {.tp = 1, .dp = 1, .pp = 1}).stages[0];
+  EXPECT_EQ(again.workspace - more.workspace, (mamba + moe + 256) * 4);  // and the recomputed block's output
+  // A capacity factor of 0.5 caps each expert at ceil(0.5 x 32 / 4) = 4 rows: 16 routed rows.
+  const config::RunConfig capped = config::parse_config(kHandHybrid, "hybrid", {"model.moe_capacity_factor=0.5"});
+  const StageMemory cap = plan_memory(capped, {.tp = 1, .dp = 1, .pp = 1}).stages[0];
+  EXPECT_EQ(one.activations_per_micro_batch - cap.activations_per_micro_batch,
+            16 * (2 + 2 * 16 + 16 + 8) * 4);
+}
+
+// Under sequence parallelism every tensor-parallel rank computes its own rows' share of the
+// gradients of what it holds whole (norms, router, experts), summed over the group a layer at a
+// time through two buffers as large as the largest layer's such gradients.
+TEST(ActivationMemory, SequenceParallelRanksSumTheirReplicatedGradientsThroughTwoBuffers) {
+  config::RunConfig run = config::parse_config(kHandHybrid, "hybrid", {"model.layer_pattern='*E'"});
+  ShapeGroup group(2, 0);
+  const model::TensorParallel tp(&group, true);
+  const std::vector<model::Parameter> params =
+      model::Transformer::parameter_list(run.model, tp, {{0, 2}}, model::ExpertLayout{1, 0});
+  // The MoE layer's: its norm 16, router 4 x 16, experts 4 x (2 x 8 x 16 + 16 x 8).
+  const int64_t moe_layer = 16 + 64 + 4 * 384;
+  EXPECT_EQ(tensor_parallel_gradient_sum_bytes(params, 2, 2), 2 * moe_layer * 4);
+  EXPECT_EQ(tensor_parallel_gradient_sum_bytes(params, 2, 1), 0);
 }
 
 // Nemotron-4 340B's shape (96 layers, hidden 18432, 96 heads / 8 kv heads, a non-gated MLP of

@@ -94,11 +94,11 @@ const float* MoeLayer::run_experts(Saved& s, int64_t width) const {
   comm_->exchange_counts(send.data(), recv.data(), experts_->count());
   s.exchange = make_exchange_plan(s.plan, peers, recv);
   const ExchangePlan& x = s.exchange;
-  float* received = sized(received_, x.received * width, device_);
+  float* received = sized(moe_scratch().received, x.received * width, device_);
   exchange(s.dispatched.data(), received, x, width, true);
   float* expert_in = sized(s.expert_in, x.received * width, device_);
   regroup_rows(device_, expert_in, received, x, width, true);
-  float* expert_out = sized(back_, x.received * width, device_);
+  float* expert_out = sized(moe_scratch().back, x.received * width, device_);
   experts_->forward(s.experts, expert_out, expert_in, x.expert_rows);
   regroup_rows(device_, received, expert_out, x, width, false);
   exchange(received, returned, x, width, false);
@@ -132,7 +132,7 @@ void MoeLayer::forward(Saved& s, float* residual, const float* normed, int64_t b
   kernels::scatter_add_rows(device_, y, returned, W, tokens, weights, R, W);  // combine, in dispatched order
   const float* out = y;
   if (latent_up_ >= 0) {
-    float* full = sized(out_full_, rows * C, device_);
+    float* full = sized(moe_scratch().out_full, rows * C, device_);
     kernels::linear_forward(device_, full, y, value(latent_up_), nullptr, rows, W, C);
     out = full;
   }
@@ -162,11 +162,12 @@ void MoeLayer::shared_forward(Saved& s, float* residual, const float* normed, in
 
 const std::vector<double>& MoeLayer::row_dots(const float* a, const int32_t* index, const float* b, int64_t b_stride,
                                               int64_t rows, int64_t width) const {
-  if (dots_.device() != device_) dots_ = DeviceBuffer<double>(device_);
-  if (dots_.size() < rows) dots_.resize(rows);
-  kernels::row_dots(device_, dots_.data(), a, index, b, b_stride, rows, width);
+  DeviceBuffer<double>& dots = moe_scratch().dots;
+  if (dots.device() != device_) dots = DeviceBuffer<double>(device_);
+  if (dots.size() < rows) dots.resize(rows);
+  kernels::row_dots(device_, dots.data(), a, index, b, b_stride, rows, width);
   dots_host_.resize(rows);
-  copy_to_host(device_, dots_host_.data(), dots_.data(), rows);
+  copy_to_host(device_, dots_host_.data(), dots.data(), rows);
   return dots_host_;
 }
 
@@ -178,7 +179,7 @@ void MoeLayer::shared_backward(float* d_normed, const float* d_residual, const f
     return;
   }
   const int64_t C = d_model_, local = tp_->local_rows(rows);
-  float* d_shared = sized(d_shared_, local * C, device_);
+  float* d_shared = sized(moe_scratch().d_shared, local * C, device_);
   kernels::gather_rows(device_, d_shared, d_residual, nullptr, s.gate.data(), local, C);
   const std::vector<double>& dot = row_dots(d_residual, nullptr, s.shared_out.data(), C, local, C);
   d_gate_logit_.resize(local);
@@ -186,11 +187,11 @@ void MoeLayer::shared_backward(float* d_normed, const float* d_residual, const f
     const float gate = s.shared_gate[t];
     d_gate_logit_[t] = static_cast<float>(dot[t]) * gate * (1.0f - gate);
   }
-  const float* d_logit = upload(device_, d_gate_logit_device_, d_gate_logit_);
+  const float* d_logit = upload(device_, moe_scratch().d_gate_logit, d_gate_logit_);
   zeros_host_.assign(local, 0);
   // dg += sum_t d_logit[t] normed[t] (rows in order into row 0); d_normed[t] += d_logit[t] g.
-  kernels::scatter_add_rows(device_, store_->grad(shared_gate_), normed, C, upload(device_, zeros_, zeros_host_),
-                            d_logit, local, C);
+  const int32_t* row_zero = upload(device_, moe_scratch().zeros, zeros_host_);
+  kernels::scatter_add_rows(device_, store_->grad(shared_gate_), normed, C, row_zero, d_logit, local, C);
   kernels::scatter_add_rows(device_, d_normed, value(shared_gate_), 0, nullptr, d_logit, local, C);
   shared_->backward(d_normed, d_shared, normed, s.shared, work, rows, scratch, true);
 }
@@ -203,11 +204,11 @@ void MoeLayer::experts_backward(float* d_dispatched, const float* d_returned, co
     return;
   }
   const ExchangePlan& x = s.exchange;
-  float* received = sized(received_, x.received * width, device_);
+  float* received = sized(moe_scratch().received, x.received * width, device_);
   exchange(d_returned, received, x, width, true);
-  float* d_out = sized(back_, x.received * width, device_);
+  float* d_out = sized(moe_scratch().back, x.received * width, device_);
   regroup_rows(device_, d_out, received, x, width, true);
-  float* d_in = sized(d_rows2_, x.received * width, device_);
+  float* d_in = sized(moe_scratch().d_rows2, x.received * width, device_);
   experts_->backward(d_in, d_out, s.expert_in.data(), s.experts, work, x.expert_rows);
   regroup_rows(device_, received, d_in, x, width, false);
   exchange(received, d_dispatched, x, width, false);
@@ -221,11 +222,11 @@ void MoeLayer::backward(float* d_normed, const float* d_residual, const float* n
   if (shared_) shared_backward(d_normed, d_residual, normed, s, work, rows, scratch);
   const float* x = tp_->sequence_parallel() ? s.gathered.data() : normed;
   // The gradient of the branch's output over all rows: this rank's rows only (sequence parallel).
-  float* d_out = zeroed(d_full_, rows * C, device_);
+  float* d_out = zeroed(moe_scratch().d_full, rows * C, device_);
   copy_on_device(device_, d_out + first * C, d_residual, local * C);
   const float* d_y = d_out;
   if (latent_up_ >= 0) {
-    float* dy = zeroed(d_y_, rows * W, device_);
+    float* dy = zeroed(moe_scratch().d_y, rows * W, device_);
     kernels::linear_backward(device_, dy, store_->grad(latent_up_), nullptr, d_out, s.combined.data(),
                              value(latent_up_), rows, W, C);
     d_y = dy;
@@ -237,17 +238,17 @@ void MoeLayer::backward(float* d_normed, const float* d_residual, const float* n
   const std::vector<double>& dot = row_dots(d_y, tokens, s.returned.data(), W, R, W);
   d_weight_.assign(rows * k, 0.0f);
   for (int64_t r = 0; r < R; ++r) d_weight_[s.plan.order[r]] = static_cast<float>(dot[r]);
-  float* d_returned = sized(d_rows_, R * W, device_);
+  float* d_returned = sized(moe_scratch().d_rows, R * W, device_);
   kernels::gather_rows(device_, d_returned, d_y, tokens, s.row_weight.data(), R, W);
-  float* d_dispatched = sized(d_rows2_, R * W, device_);
-  if (comm_ != nullptr && comm_->size() > 1) d_dispatched = sized(out_full_, R * W, device_);
+  float* d_dispatched = sized(moe_scratch().d_rows2, R * W, device_);
+  if (comm_ != nullptr && comm_->size() > 1) d_dispatched = sized(moe_scratch().out_full, R * W, device_);
   experts_backward(d_dispatched, d_returned, s, work, W);
   // Each rank's input gradient covers its own rows' outputs: summed over the sequence-parallel
   // ranks (reduce-scatter); without sequence parallelism every rank holds the whole gradient.
   float* d_x = tp_->sequence_parallel() ? tp_->enter_backward_target(d_normed, rows, C, scratch.d_full) : d_normed;
-  float* d_x_full = zeroed(d_x_full_, rows * C, device_);
+  float* d_x_full = zeroed(moe_scratch().d_x_full, rows * C, device_);
   if (latent_down_ >= 0) {
-    float* dz = zeroed(d_y_, rows * W, device_);
+    float* dz = zeroed(moe_scratch().d_y, rows * W, device_);
     kernels::scatter_add_rows(device_, dz, d_dispatched, W, tokens, nullptr, R, W);
     kernels::linear_backward(device_, d_x_full, store_->grad(latent_down_), nullptr, dz, x, value(latent_down_), rows,
                              C, W);
@@ -257,7 +258,7 @@ void MoeLayer::backward(float* d_normed, const float* d_residual, const float* n
   const int E = router_.experts();
   d_logits_host_.assign(rows * E, 0.0f);
   router_.backward(d_logits_host_.data(), s.routing, d_weight_.data(), aux_scale_, first, first + local);
-  float* d_logits = sized(d_logits_, rows * E, device_);
+  float* d_logits = sized(moe_scratch().d_logits, rows * E, device_);
   copy_from_host(device_, d_logits, d_logits_host_.data(), rows * E);
   kernels::linear_backward(device_, d_x_full, store_->grad(router_weight_), nullptr, d_logits, x,
                            value(router_weight_), rows, C, E);

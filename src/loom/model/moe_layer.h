@@ -37,6 +37,17 @@ struct MoeStepStats {
   double seconds = 0.0;  // this rank's wall time in the layer's forward and backward (recompute included)
 };
 
+// Buffers a MoE layer needs only within one forward or backward call: one set serves every MoE
+// layer of a model (one layer runs at a time), as the blocks share their Workspace; a layer
+// without a shared set (set_scratch) uses its own.
+struct MoeScratch {
+  Buffer received, back;  // expert parallelism: rows exchanged with the experts' ranks, and their results
+  Buffer out_full;        // latent MoE: the up-projected output (backward: the dispatched rows' gradient)
+  Buffer d_full, d_y, d_rows, d_rows2, d_x_full, d_logits, d_shared, d_gate_logit;
+  DeviceBuffer<double> dots;
+  DeviceBuffer<int32_t> zeros;
+};
+
 class MoeLayer {
  public:
   struct Saved {
@@ -67,6 +78,7 @@ class MoeLayer {
   void set_precision(PrecisionContext& context, Recipe recipe, const std::string& prefix);
 
   void set_comm(ExpertComm* comm) { comm_ = comm; }
+  void set_scratch(MoeScratch* scratch) { shared_scratch_ = scratch; }
   // The balancing losses' gradients are scaled by this (the trainer: 1 / micro-batches of the
   // global batch, times the loss scale).
   void set_aux_scale(float scale) { aux_scale_ = scale; }
@@ -109,13 +121,12 @@ class MoeLayer {
   ExpertComm* comm_ = nullptr;
   float aux_scale_ = 1.0f;
   mutable MoeStepStats stats_;
-  mutable Buffer d_shared_, out_full_, d_full_, d_y_, d_rows_, d_rows2_, d_x_full_, d_logits_, received_, back_;
+  MoeScratch& moe_scratch() const { return shared_scratch_ != nullptr ? *shared_scratch_ : own_scratch_; }
+  MoeScratch* shared_scratch_ = nullptr;
+  mutable MoeScratch own_scratch_;
   mutable std::vector<float> d_weight_, d_logits_host_, d_gate_logit_;
   mutable std::vector<double> dots_host_;
   mutable std::vector<int32_t> zeros_host_;
-  mutable DeviceBuffer<double> dots_;
-  mutable DeviceBuffer<int32_t> zeros_;
-  mutable Buffer d_gate_logit_device_;
 };
 
 }  // namespace loom::model

@@ -123,6 +123,7 @@ Transformer::Transformer(const config::ModelConfig& config, TensorParallel tp, P
     head_precision_ = precision_->make(precision.head_recipe(), "lm_head");
   }
   params_.allocate();
+  for (MoeLayer* m : moe_layers()) m->set_scratch(&moe_scratch_);
   if (!params_.shapes_only()) tp_grads_.emplace(params_, tp_, unit_params_);
 }
 

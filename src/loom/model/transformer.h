@@ -288,6 +288,7 @@ class Transformer {
   Buffer losses_, d_final_, recompute_out_, ce_max_, ce_stats_;
   Workspace work_;
   ParallelScratch tp_scratch_;
+  MoeScratch moe_scratch_;  // one set for every MoE layer (blocks and MTP depths)
   ParameterHooks* hooks_ = nullptr;
   ContextAttention* context_ = nullptr;
   TokenObjective* objective_ = nullptr;

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "loom/model/linear_precision.h"
+#include "loom/model/moe_dispatch.h"
 #include "loom/parallel/data/bf16_parameter_copy.h"
 
 namespace loom::plan {
@@ -25,7 +26,94 @@ int64_t max_over_layers(const std::vector<LayerWidths>& widths, const std::vecto
   return best;
 }
 
+// The ranges of layers a rank runs: its chunks, and with the head its multi-token prediction
+// depths' blocks (widths index layers + depth - 1).
+std::vector<model::LayerRange> with_mtp_blocks(const config::ModelConfig& model,
+                                               const std::vector<model::LayerRange>& chunks, int64_t head_rows) {
+  std::vector<model::LayerRange> out = chunks;
+  if (head_rows > 0 && model.mtp_depths > 0) out.push_back({model.layers, model.layers + model.mtp_depths});
+  return out;
+}
+
+// The rows a MoE layer's experts on this rank compute: at balanced routing what the rank routes.
+int64_t expert_rows(const config::ModelConfig& model, const LayerWidths& w, const ActivationShape& a) {
+  return routed_rows(model, w, a.rows());
+}
+
+// A MoE layer's saved tensors (MoeLayer::Saved).
+int64_t moe_saved_bytes(const config::ModelConfig& model, const LayerWidths& w, const ActivationShape& a) {
+  const int64_t rows = a.rows(), e = a.element_bytes, C = model.d_model, W = w.expert_width;
+  const int64_t routed = routed_rows(model, w, rows), computed = expert_rows(model, w, a);
+  int64_t bytes = 0;
+  if (a.sequence_parallel && a.tp > 1) bytes += rows * C * e;        // the group's gathered rows
+  bytes += rows * w.experts * e + routed * (4 + e);                   // router logits; row tokens and weights
+  bytes += (w.latent > 0 ? rows * W * e : 0) + 2 * routed * W * e;  // latent; dispatched and returned rows
+  bytes += rows * W * e;                                                // combined
+  if (a.ep > 1) bytes += computed * W * e;                              // the experts' regrouped input
+  bytes += computed * (w.expert_hidden() + w.expert_ffn) * e;          // the experts' hidden and activation
+  if (w.shared_ffn > 0) {
+    bytes += rows * (w.shared_hidden() * a.mlp_hidden_bytes + w.shared_ffn * a.mlp_bytes);
+    bytes += rows * (C + w.shared_ffn) * a.input_code_bytes;
+    if (w.shared_gate) bytes += a.local_rows() * (C * e + 4);  // the shared expert's output before its gate, the gate
+  }
+  return bytes;
+}
+
+// A multi-token prediction depth's tensors besides its block (MtpDepth::Saved): its two norms,
+// the shifted tokens' embeddings, the combined rows (all of them too under sequence parallelism),
+// eh_proj's output, the depth's hidden state, and the shared head's norm, input and logits.
+int64_t mtp_depth_bytes(const config::ModelConfig& model, int64_t head_rows, const ActivationShape& a) {
+  const int64_t local = a.local_rows() * model.d_model * a.element_bytes;
+  const bool gathered = a.sequence_parallel && a.tp > 1;
+  int64_t bytes = 3 * norm_bytes(model, a, a.element_bytes) + 5 * local;  // embedded, combined (2), block_in, hidden
+  if (gathered) bytes += 3 * a.rows() * model.d_model * a.element_bytes;  // combined over all rows, head input
+  return bytes + a.rows() * head_rows * a.logit_bytes;
+}
+
+// The MoE layers' shared scratch (model::MoeScratch), each buffer as large as the layer needing
+// the most of it.
+int64_t moe_scratch_bytes(const config::ModelConfig& model, const std::vector<LayerWidths>& widths,
+                          const std::vector<model::LayerRange>& chunks, const ActivationShape& a) {
+  const int64_t rows = a.rows(), local = a.local_rows(), e = a.element_bytes, C = model.d_model;
+  const bool exchange = a.ep > 1;
+  auto largest = [&](auto f) {
+    return max_over_layers(widths, chunks, [&](const LayerWidths& w) { return w.has_moe() ? f(w) : 0; });
+  };
+  auto routed = [&](const LayerWidths& w) { return routed_rows(model, w, rows); };
+  auto computed = [&](const LayerWidths& w) { return expert_rows(model, w, a); };
+  int64_t bytes = 0;
+  if (exchange) bytes += 2 * largest([&](const LayerWidths& w) { return computed(w) * w.expert_width * e; });
+  bytes += largest([&](const LayerWidths& w) {  // out_full: the latent's up projection; the dispatched gradient
+    return std::max(w.latent > 0 ? rows * C * e : 0, exchange ? routed(w) * w.expert_width * e : 0);
+  });
+  bytes += largest([&](const LayerWidths&) { return 2 * rows * C * e; });  // d_full, d_x_full
+  bytes += largest([&](const LayerWidths& w) { return w.latent > 0 ? rows * w.latent * e : 0; });  // d_y
+  bytes += largest([&](const LayerWidths& w) { return routed(w) * w.expert_width * e; });           // d_rows
+  bytes += largest([&](const LayerWidths& w) { return (exchange ? computed(w) : routed(w)) * w.expert_width * e; });
+  bytes += largest([&](const LayerWidths& w) { return rows * w.experts * e; });  // d_logits
+  bytes += largest([&](const LayerWidths& w) { return w.shared_gate ? local * (C * e + e + 4) : 0; });
+  bytes += largest([&](const LayerWidths& w) { return std::max(routed(w), w.shared_gate ? local : 0) * 8; });  // dots
+  return bytes;
+}
+
+// Multi-token prediction's gradients: each depth's hidden state's and the embeddings' (the
+// Transformer's), and each depth's combined rows' and halves' (all rows' too under sequence
+// parallelism).
+int64_t mtp_gradient_bytes(const config::ModelConfig& model, const ActivationShape& a) {
+  if (model.mtp_depths == 0) return 0;
+  const int64_t local = a.local_rows() * model.d_model * a.element_bytes;
+  const int64_t all = a.sequence_parallel && a.tp > 1 ? 2 * a.rows() * model.d_model * a.element_bytes : 0;
+  return (model.mtp_depths + 1) * local + model.mtp_depths * (3 * local + all);
+}
+
 }  // namespace
+
+int64_t routed_rows(const config::ModelConfig& model, const LayerWidths& w, int64_t tokens) {
+  const int64_t selections = tokens * model.moe.top_k;
+  const int64_t capacity =
+      model::expert_capacity(tokens, model.moe.top_k, static_cast<int>(w.experts), model.moe.capacity_factor);
+  return capacity > 0 ? std::min(selections, capacity * w.experts) : selections;
+}
 
 int64_t context_attention_bytes(const std::vector<LayerWidths>& widths, const std::vector<model::LayerRange>& chunks,
                                 const ActivationShape& a) {
@@ -82,22 +170,38 @@ bool fp8_mlp_codes_on_device(const config::RunConfig& config) {
   return fp8_input_codes_on_device(config) && !config.model.bias;
 }
 
-int64_t block_saved_bytes(const config::ModelConfig& model, const LayerWidths& w, const ActivationShape& a) {
-  const int64_t rows = a.rows(), e = a.element_bytes;
-  int64_t bytes = 0;
+BlockSavedParts block_saved_parts(const config::ModelConfig& model, const LayerWidths& w, const ActivationShape& a) {
+  const int64_t rows = a.rows(), e = a.element_bytes, stream = a.local_rows() * model.d_model * e;
+  BlockSavedParts p;
   if (w.has_attention()) {
-    bytes += norm_bytes(model, a, a.normed_bytes) + a.local_rows() * model.d_model * e;  // norm1, mid
-    bytes += rows * (w.qkv() + w.q) * a.attention_bytes;                  // q/k/v, attention output
-    bytes += a.batch * w.heads * a.seq * e;                                // log-sum-exp
-    if (a.attention_probs) bytes += a.batch * w.heads * a.seq * a.seq * a.cp * e;  // probabilities (every key)
-    if (a.cp > 1 && a.cp_all_to_all) bytes += rows * (w.qkv() + w.q) * e;  // its heads' q/k/v and output
-    bytes += rows * (model.d_model + w.q) * a.input_code_bytes;             // q/k/v and o_proj inputs' codes
+    p.norm1 = norm_bytes(model, a, a.normed_bytes);
+    p.mid = stream;
+    p.attention = rows * (w.qkv() + w.q) * a.attention_bytes;                 // q/k/v, attention output
+    p.attention += a.batch * w.heads * a.seq * e;                               // log-sum-exp
+    if (a.attention_probs) p.attention += a.batch * w.heads * a.seq * a.seq * a.cp * e;  // probabilities (every key)
+    if (a.cp > 1 && a.cp_all_to_all) p.attention += rows * (w.qkv() + w.q) * e;  // its heads' q/k/v and output
+    p.attention += rows * (model.d_model + w.q) * a.input_code_bytes;          // q/k/v and o_proj inputs' codes
   }
   if (w.has_mlp()) {
-    bytes += norm_bytes(model, a, a.normed_bytes) + rows * (w.hidden() * a.mlp_hidden_bytes + w.ffn * a.mlp_bytes);
-    bytes += rows * (model.d_model + w.ffn) * a.input_code_bytes;  // up and down projections' inputs' codes
+    p.norm2 = norm_bytes(model, a, a.normed_bytes);
+    p.mlp = rows * (w.hidden() * a.mlp_hidden_bytes + w.ffn * a.mlp_bytes);
+    p.mlp += rows * (model.d_model + w.ffn) * a.input_code_bytes;  // up and down projections' inputs' codes
   }
-  return bytes;
+  if (w.has_mamba()) {  // Mamba2Mixer::Saved (fp32) behind a plain norm
+    p.norm1 = norm_bytes(model, a, e);
+    p.mid = stream;
+    p.mamba = rows * (w.mamba_proj() + w.mamba_conv() + 2 * w.mamba_inner + w.mamba_groups) * e;  // + y, gated, rstd
+  }
+  if (w.has_moe()) {
+    p.norm2 = norm_bytes(model, a, e);
+    p.moe = moe_saved_bytes(model, w, a);
+  }
+  return p;
+}
+
+int64_t block_saved_bytes(const config::ModelConfig& model, const LayerWidths& w, const ActivationShape& a) {
+  const BlockSavedParts p = block_saved_parts(model, w, a);
+  return p.norm1 + p.mid + p.attention + p.mamba + p.norm2 + p.mlp + p.moe;
 }
 
 int64_t micro_batch_activation_bytes(const config::ModelConfig& model, const std::vector<LayerWidths>& widths,
@@ -114,26 +218,48 @@ int64_t micro_batch_activation_bytes(const config::ModelConfig& model, const std
   if (head_rows > 0) {
     bytes += norm_bytes(model, a, a.element_bytes) + a.rows() * head_rows * a.logit_bytes;
     if (a.sequence_parallel && a.tp > 1) bytes += a.rows() * model.d_model * a.element_bytes;
+    for (int l = model.layers; l < model.layers + model.mtp_depths; ++l) {
+      bytes += mtp_depth_bytes(model, head_rows, a);
+      if (!model.recompute) bytes += block_saved_bytes(model, widths[static_cast<size_t>(l)], a);
+    }
   }
   return bytes;
 }
 
 int64_t workspace_bytes(const config::RunConfig& config, const std::vector<LayerWidths>& widths,
-                        const std::vector<model::LayerRange>& chunks, int64_t head_rows, const ActivationShape& a) {
+                        const std::vector<model::LayerRange>& rank_chunks, int64_t head_rows,
+                        const ActivationShape& a) {
   const config::ModelConfig& model = config.model;
   const int64_t rows = a.rows(), e = a.element_bytes, C = model.d_model;
   const int64_t stream = a.local_rows() * C * e;
-  // Backward's gradients of the widest layer (model::Workspace) and of its normed input.
+  const std::vector<model::LayerRange> chunks = with_mtp_blocks(model, rank_chunks, head_rows);
+  // Backward's gradients of the widest layer (model::Workspace) and of its normed input; the
+  // MLP's hidden and activation gradients also serve the experts' and the shared expert's.
   int64_t bytes = stream;
   bytes += max_over_layers(widths, chunks, [&](const LayerWidths& w) { return rows * w.q * e; });
   bytes += max_over_layers(widths, chunks, [&](const LayerWidths& w) { return rows * w.qkv() * e; });
-  bytes += max_over_layers(widths, chunks, [&](const LayerWidths& w) { return rows * w.hidden() * e; });
-  bytes += max_over_layers(widths, chunks, [&](const LayerWidths& w) { return rows * w.ffn * e; });
+  bytes += max_over_layers(widths, chunks, [&](const LayerWidths& w) {
+    return std::max({rows * w.hidden(), expert_rows(model, w, a) * w.expert_hidden(), rows * w.shared_hidden()}) * e;
+  });
+  bytes += max_over_layers(widths, chunks, [&](const LayerWidths& w) {
+    return std::max({rows * w.ffn, expert_rows(model, w, a) * w.expert_ffn, rows * w.shared_ffn}) * e;
+  });
+  // The Mamba-2 mixers' gradients (Workspace::d_mixer_*): the gated norm's input and the scan's
+  // output, the projections', the convolution's.
+  bytes += 2 * max_over_layers(widths, chunks, [&](const LayerWidths& w) { return rows * w.mamba_inner * e; });
+  bytes += max_over_layers(widths, chunks, [&](const LayerWidths& w) { return rows * w.mamba_proj() * e; });
+  bytes += max_over_layers(widths, chunks, [&](const LayerWidths& w) { return rows * w.mamba_conv() * e; });
+  bytes += moe_scratch_bytes(model, widths, chunks, a);
+  if (head_rows > 0) bytes += mtp_gradient_bytes(model, a);
   // The tiled attention's backward: one row statistic per query and head.
   bytes += max_over_layers(widths, chunks, [&](const LayerWidths& w) { return a.batch * w.heads * a.seq * 4; });
   bytes += context_attention_bytes(widths, chunks, a);
-  if (model.recompute) {  // one set of saved tensors, refilled layer by layer, and its output
-    bytes += max_over_layers(widths, chunks, [&](const LayerWidths& w) { return block_saved_bytes(model, w, a); });
+  if (model.recompute) {  // one Block::Saved refilled layer by layer (each member as its largest use), its output
+    using P = BlockSavedParts;
+    for (int64_t P::*member : {&P::norm1, &P::mid, &P::attention, &P::mamba, &P::norm2, &P::mlp, &P::moe}) {
+      bytes += max_over_layers(widths, chunks,
+                               [&](const LayerWidths& w) { return block_saved_parts(model, w, a).*member; });
+    }
     bytes += stream;
   }
   if (head_rows > 0) bytes += stream + rows * 4 + (a.tp > 1 ? 3 * rows * 4 : 0);  // d_final, losses, statistics
@@ -144,12 +270,31 @@ int64_t workspace_bytes(const config::RunConfig& config, const std::vector<Layer
   if (config.precision.recipe != config::PrecisionRecipe::Fp32) {
     // Quantized copies of a GEMM's input, weight and output gradient, and its rounded output.
     const int64_t widest = max_over_layers(widths, chunks, [&](const LayerWidths& w) {
-      return std::max({w.qkv(), w.hidden(), C});
+      return std::max({w.qkv(), w.hidden(), w.shared_hidden(), w.mamba_proj(), C});
     });
     const int64_t deepest = std::max(widest, head_rows);
     bytes += (rows * std::max<int64_t>(C, widest) + deepest * C + rows * deepest + rows * deepest) * e;
   }
   return bytes;
+}
+
+int64_t tensor_parallel_gradient_sum_bytes(const std::vector<model::Parameter>& params, int layers, int tp) {
+  if (tp <= 1) return 0;
+  // Units as the Transformer numbers them: the embedding 0, layer l l + 1, the head's (the final
+  // norm, the head, multi-token prediction) layers + 1.
+  std::vector<int64_t> local(static_cast<size_t>(layers + 2), 0), global(local.size(), 0);
+  const std::string layer_prefix = "model.layers.";
+  for (const model::Parameter& p : params) {
+    if (p.shard.grad_sync != model::TpGradSync::SumOverHolders) continue;
+    int unit = layers + 1;
+    if (p.name.rfind(layer_prefix, 0) == 0) unit = 1 + std::stoi(p.name.substr(layer_prefix.size()));
+    if (p.name.rfind("model.embed_tokens.", 0) == 0) unit = 0;
+    local[static_cast<size_t>(unit)] += p.numel;
+    global[static_cast<size_t>(unit)] += shape_numel(p.global_shape());
+  }
+  const int64_t stash = *std::max_element(local.begin(), local.end());
+  const int64_t sum = *std::max_element(global.begin(), global.end());
+  return (stash + sum) * static_cast<int64_t>(sizeof(float));
 }
 
 int64_t weight_cast_cache_bytes(const config::RunConfig& config, const std::vector<model::Parameter>& params,

@@ -7,14 +7,19 @@
 //                      tensors: norm outputs (normed_bytes) and statistics, q/k/v, the tiled attention's
 //                      log-sum-exp per query and head, attention output, the MLP's hidden and
 //                      activation (a kernel that keeps its probabilities adds batch x heads x seq^2),
-//                      on a GPU under per-tensor FP8 the linears' input codes
+//                      on a GPU under per-tensor FP8 the linears' input codes; a Mamba-2 mixer's
+//                      projections, convolution, scan output, gated norm and its statistics; a MoE
+//                      layer's router logits, dispatched, returned and combined rows, its experts'
+//                      hidden and activation, latent and shared-expert tensors
 //   head (last stage)  final norm, logits (rows x vocabulary shard, logit_bytes each), its input
-//                      under sequence parallelism
+//                      under sequence parallelism; per multi-token prediction depth its norms,
+//                      combined rows, block and the head's the same again
 //   workspace          what backward reuses across layers (the widest layer's gradients), the
 //                      one recompute buffer set, tensor-parallel gather/partial buffers, the
 //                      context-parallel attention's exchange buffers, the precision recipe's
-//                      quantized operand copies, the loss rows; on a device the weight cast cache
-//                      (weight_cast_cache_bytes)
+//                      quantized operand copies, the loss rows, the Mamba-2 mixers' gradients,
+//                      the MoE layers' shared scratch (model::MoeScratch), multi-token prediction's
+//                      gradients; on a device the weight cast cache (weight_cast_cache_bytes)
 #include <cstdint>
 #include <vector>
 
@@ -55,6 +60,10 @@ struct ActivationShape {
   // over the whole sequence for backward (model::ContextSaved), as large as the rank's own.
   int cp = 1;
   bool cp_all_to_all = false;
+  // Expert parallelism (parallel.ep): a MoE layer's experts are spread over `ep` ranks, which
+  // exchange the routed rows. Planned at balanced routing: each rank's experts then receive as
+  // many rows as the rank routes (routed_rows).
+  int ep = 1;
   int64_t rows() const { return batch * seq; }
   int64_t local_rows() const { return sequence_parallel && tp > 1 ? rows() / tp : rows(); }
 };
@@ -88,6 +97,17 @@ bool fp8_mlp_codes_on_device(const config::RunConfig& config);
 // parallelism over a tensor-parallel group of `tp`.
 bool fp8_normed_codes_on_device(const config::RunConfig& config, int tp);
 
+// The rows a MoE layer dispatches for a routing group of `tokens` (one rank's micro-batch): top_k
+// per token, or at most each expert's capacity (model.moe_capacity_factor) when that is fewer.
+int64_t routed_rows(const config::ModelConfig& model, const LayerWidths& w, int64_t tokens);
+
+// What one block keeps from its forward for its backward, by the Block::Saved member holding it
+// (under recompute one Block::Saved serves every layer, each member as large as its largest use).
+struct BlockSavedParts {
+  int64_t norm1 = 0, mid = 0, attention = 0, mamba = 0, norm2 = 0, mlp = 0, moe = 0;
+};
+BlockSavedParts block_saved_parts(const config::ModelConfig& model, const LayerWidths& w, const ActivationShape& a);
+
 // Bytes one block keeps from its forward for its backward.
 int64_t block_saved_bytes(const config::ModelConfig& model, const LayerWidths& w, const ActivationShape& a);
 
@@ -104,6 +124,12 @@ int64_t context_attention_bytes(const std::vector<LayerWidths>& widths, const st
 // Buffers a rank allocates once and reuses for every layer and micro-batch.
 int64_t workspace_bytes(const config::RunConfig& config, const std::vector<LayerWidths>& widths,
                         const std::vector<model::LayerRange>& chunks, int64_t head_rows, const ActivationShape& a);
+
+// Under tensor parallelism, the buffers summing the gradients of parameters every rank holds whole
+// but computes in part (model::TensorParallelGrads: under sequence parallelism the replicated norms,
+// MoE routers, latent projections and experts; kv heads replicated over ranks): a unit's (one
+// layer's) gradients set aside and their global tensors, each as large as the largest unit's.
+int64_t tensor_parallel_gradient_sum_bytes(const std::vector<model::Parameter>& params, int layers, int tp);
 
 // On a device (runtime.device=cuda) under a precision recipe, the weights' casts a training step
 // keeps while its micro-batches run (model/weight_cast_cache.h): per element of each linear

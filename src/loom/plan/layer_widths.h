@@ -1,12 +1,14 @@
 #pragma once
 // One tensor-parallel rank's widths of each layer, read off the parameters the model registers
 // for that rank (Transformer::parameter_list): the q / k / v projections' rows give the heads it
-// holds, the gate / up projections' rows its ffn features. Activation sizes follow from these,
-// so a layer kind the model learns to register (experts, context-parallel attention) is planned
-// by adding its widths here, never by a second formula for the model's shapes.
+// holds, the gate / up projections' rows its ffn features, a Mamba-2 mixer's in_proj rows its
+// heads and groups, a MoE layer's router, expert and shared-expert weights its experts' shapes.
+// Activation sizes follow from these, so a layer kind the model learns to register is planned by
+// adding its widths here, never by a second formula for the model's shapes.
 #include <cstdint>
 #include <vector>
 
+#include "loom/config/run_config.h"
 #include "loom/model/parameters.h"
 
 namespace loom::plan {
@@ -15,17 +17,36 @@ struct LayerWidths {
   int64_t q = 0;       // query width (heads x head_dim) on this rank; 0 = no attention
   int64_t kv = 0;      // one of k / v's width on this rank
   int64_t heads = 0;   // query heads on this rank
-  int64_t ffn = 0;     // ffn features on this rank; 0 = no MLP
+  int64_t ffn = 0;     // ffn features on this rank; 0 = no dense MLP
   bool swiglu = false; // gate and up projections (two hidden halves)
+  // A Mamba-2 mixer (model/mamba2_mixer.h) on this rank: x's width (heads x head_dim; 0 = no
+  // mixer), B's (and C's: groups x state), its heads and groups.
+  int64_t mamba_inner = 0, mamba_bc = 0, mamba_heads = 0, mamba_groups = 0;
+  // A MoE layer (model/moe_layer.h): the router's experts (all of them; 0 = no MoE), this rank's,
+  // the experts' width (the latent size, or d_model), their ffn features and whether gated (SwiGLU);
+  // the latent size (0: none); the shared expert's ffn features on this rank (0: none), whether
+  // gated, and whether a sigmoid gate scales it.
+  int64_t experts = 0, local_experts = 0, expert_width = 0, expert_ffn = 0;
+  bool expert_swiglu = false;
+  int64_t latent = 0;
+  int64_t shared_ffn = 0;
+  bool shared_swiglu = false, shared_gate = false;
+
   bool has_attention() const { return q > 0; }
   bool has_mlp() const { return ffn > 0; }
+  bool has_mamba() const { return mamba_inner > 0; }
+  bool has_moe() const { return experts > 0; }
   int64_t qkv() const { return q + 2 * kv; }
   int64_t hidden() const { return swiglu ? 2 * ffn : ffn; }
+  int64_t mamba_proj() const { return 2 * mamba_inner + 2 * mamba_bc + mamba_heads; }  // z, x, B, C, dt
+  int64_t mamba_conv() const { return mamba_inner + 2 * mamba_bc; }                     // x, B, C
+  int64_t expert_hidden() const { return expert_swiglu ? 2 * expert_ffn : expert_ffn; }
+  int64_t shared_hidden() const { return shared_swiglu ? 2 * shared_ffn : shared_ffn; }
 };
 
-// Widths by global layer index (layers this rank does not hold stay all zero).
-// `head_dim`: the model's per-head width.
-std::vector<LayerWidths> layer_widths(const std::vector<model::Parameter>& params, int layers, int64_t head_dim);
+// Widths by global layer index, then one entry per multi-token prediction depth (index
+// layers + depth - 1: its block). Layers this rank does not hold stay all zero.
+std::vector<LayerWidths> layer_widths(const std::vector<model::Parameter>& params, const config::ModelConfig& model);
 
 // Rows of the output head (vocabulary) this rank holds; 0 when it holds no head.
 int64_t head_rows(const std::vector<model::Parameter>& params, bool tied_embeddings, bool holds_head);

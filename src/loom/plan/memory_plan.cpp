@@ -145,13 +145,13 @@ StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& lay
   plan_model_state(config, params, shape, m);
 
   const bool last = m.chunks.back().last == config.model.layers;
-  const std::vector<LayerWidths> widths =
-      layer_widths(params, config.model.layers, model::head_dim(config.model));
+  const std::vector<LayerWidths> widths = layer_widths(params, config.model);
   const int64_t head = head_rows(params, config.model.tied_embeddings, last);
   ActivationShape a{config.train.micro_batch, config.data.seq_len / shape.cp, shape.tp,
                     config.parallel.sequence_parallel, options.activation_bytes, options.attention_probs};
   a.cp = shape.cp;
   a.cp_all_to_all = config.parallel.cp_comm == config::ContextComm::A2a;
+  a.ep = shape.ep;
   a.logit_bytes = bf16_logits_on_device(config, shape.tp) ? 2 : a.element_bytes;
   // An FP8 block whose MLP keeps its activation's codes only (Mlp::fp8_codes_from_activation) keeps
   // no activation; counted as the 2 bytes of the bf16 edge blocks' where those are kept (one count
@@ -187,7 +187,8 @@ StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& lay
   } else {
     m.activations = m.activations_per_micro_batch;
   }
-  m.workspace = workspace_bytes(config, widths, m.chunks, head, a) + weight_cast_cache_bytes(config, params, head);
+  m.workspace = workspace_bytes(config, widths, m.chunks, head, a) + weight_cast_cache_bytes(config, params, head) +
+                tensor_parallel_gradient_sum_bytes(params, config.model.layers, shape.tp);
   m.widths = widths;
   m.head_rows = head;
   if (options.kv_seq > 0) {
