@@ -374,7 +374,8 @@ TEST(Search, RanksOnlyLayoutsTheRulesAcceptAndThatFit) {
     ++checked;
     const int model_ranks = c.parallel.tp * c.parallel.cp * c.parallel.pp;
     LOOM_CHECK(devices % model_ranks == 0, "does not divide");
-    return comm::MeshShape{.tp = c.parallel.tp, .cp = c.parallel.cp, .dp = devices / model_ranks, .pp = c.parallel.pp};
+    return comm::MeshShape{
+        .tp = c.parallel.tp, .cp = c.parallel.cp, .ep = c.parallel.ep, .dp = devices / model_ranks, .pp = c.parallel.pp};
   };
   const SearchResult r = search_layouts(tiny({}), device(), 2, check);
   ASSERT_FALSE(r.ranked.empty());
@@ -397,6 +398,29 @@ TEST(Search, RanksOnlyLayoutsTheRulesAcceptAndThatFit) {
     dp = dp || c.memory.layout.shape.dp == 2;
   }
   EXPECT_TRUE(tp && cp && pp && dp);
+  // A dense model: no expert parallelism enumerated.
+  for (const Candidate& c : r.ranked) EXPECT_EQ(c.config.parallel.ep, 1) << c.describe();
+  // With 4 experts, ep 2 over dp 2 is enumerated, costs its token exchanges and holds half the
+  // experts; ep 4 would need 4 data- or context-parallel ranks.
+  const config::RunConfig moe = tiny({"model.moe_experts=4", "model.moe_top_k=2", "model.moe_ffn_size=176"});
+  const SearchResult e = search_layouts(moe, device(), 2, check);
+  const Candidate* ep = nullptr;
+  const Candidate* same = nullptr;
+  for (const Candidate& c : e.ranked) {
+    if (c.config.parallel.ep == 2 && ep == nullptr) ep = &c;
+    EXPECT_LE(c.config.parallel.ep, 2) << c.describe();
+  }
+  ASSERT_NE(ep, nullptr);
+  std::string without_ep = ep->describe();
+  const size_t at = without_ep.find(", ep 2");
+  ASSERT_NE(at, std::string::npos) << without_ep;
+  without_ep.erase(at, 6);
+  for (const Candidate& c : e.ranked) {
+    if (c.describe() == without_ep) same = &c;
+  }
+  EXPECT_GT(ep->time.ep_comm, 0.0);
+  ASSERT_NE(same, nullptr);  // the same layout without expert parallelism holds all 4 experts
+  EXPECT_EQ(same->memory.stages[0].parameter_count - ep->memory.stages[0].parameter_count, 6 * 2 * 3 * 176 * 256);
   // A device too small for anything: nothing ranked, everything counted.
   Hardware tiny_device = device();
   tiny_device.memory_bytes = 1024;

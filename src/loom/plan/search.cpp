@@ -18,37 +18,45 @@ std::vector<int> divisors(int n) {
   return out;
 }
 
-// Every layout of tp x cp x pp x dp ranks: virtual stages, ZeRO stage, micro-batch size,
-// recompute and sequence parallelism, into `out`.
+// Every layout of one mesh (tp x cp x pp x dp ranks, ep of them sharing the experts, v virtual
+// stages): ZeRO stage, micro-batch size, recompute and sequence parallelism, into `out`.
+void add_options(const config::RunConfig& base, comm::MeshShape mesh, int v, std::vector<config::RunConfig>& out) {
+  for (int zero = 0; zero <= 3; ++zero) {
+    if (mesh.dp * mesh.cp == 1 && zero > 0) continue;  // one replica of the gradients: nothing to shard
+    for (int mb : divisors(base.train.global_batch / mesh.dp)) {
+      for (int recompute = 0; recompute <= 1; ++recompute) {
+        for (int sp = 0; sp <= (mesh.tp > 1 ? 1 : 0); ++sp) {
+          config::RunConfig c = base;
+          c.parallel.tp = mesh.tp;
+          c.parallel.cp = mesh.cp;
+          c.parallel.ep = mesh.ep;
+          c.parallel.pp = mesh.pp;
+          c.parallel.dp = config::AutoCount{mesh.dp};
+          c.parallel.virtual_stages = v;
+          c.parallel.pipeline_schedule =
+              v > 1 ? config::PipelineScheduleKind::Interleaved : config::PipelineScheduleKind::OneFOneB;
+          c.parallel.zero = zero;
+          c.parallel.sequence_parallel = sp == 1;
+          c.train.micro_batch = mb;
+          c.model.recompute = recompute == 1;
+          out.push_back(std::move(c));
+        }
+      }
+    }
+  }
+}
+
+// Every layout of tp x cp x pp x dp ranks: expert parallelism (a divisor of dp x cp and of the
+// experts), virtual stages and add_options's, into `out`.
 void add_layouts(const config::RunConfig& base, int tp, int cp, int pp, int dp, std::vector<config::RunConfig>& out) {
   if (base.train.global_batch % dp != 0) return;
   std::vector<int> virtuals = {1};
   if (pp > 1) {
     for (int v = 2; v * pp <= base.model.layers && v <= 4; ++v) virtuals.push_back(v);
   }
-  for (int v : virtuals) {
-    for (int zero = 0; zero <= 3; ++zero) {
-      if (dp * cp == 1 && zero > 0) continue;  // one replica of the gradients: nothing to shard
-      for (int mb : divisors(base.train.global_batch / dp)) {
-        for (int recompute = 0; recompute <= 1; ++recompute) {
-          for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
-            config::RunConfig c = base;
-            c.parallel.tp = tp;
-            c.parallel.cp = cp;
-            c.parallel.pp = pp;
-            c.parallel.dp = config::AutoCount{dp};
-            c.parallel.virtual_stages = v;
-            c.parallel.pipeline_schedule =
-                v > 1 ? config::PipelineScheduleKind::Interleaved : config::PipelineScheduleKind::OneFOneB;
-            c.parallel.zero = zero;
-            c.parallel.sequence_parallel = sp == 1;
-            c.train.micro_batch = mb;
-            c.model.recompute = recompute == 1;
-            out.push_back(std::move(c));
-          }
-        }
-      }
-    }
+  for (int ep : divisors(dp * cp)) {
+    if (ep > 1 && (base.model.moe.experts == 0 || base.model.moe.experts % ep != 0)) continue;
+    for (int v : virtuals) add_options(base, {.tp = tp, .cp = cp, .ep = ep, .dp = dp, .pp = pp}, v, out);
   }
 }
 
@@ -71,6 +79,7 @@ std::string Candidate::describe() const {
   const config::ParallelConfig& p = config.parallel;
   o << "tp " << p.tp << (p.sequence_parallel ? "+sp" : "");
   if (p.cp > 1) o << ", cp " << p.cp << " (" << p.cp_comm << ")";
+  if (p.ep > 1) o << ", ep " << p.ep;
   o << ", pp " << p.pp;
   if (p.virtual_stages > 1) o << "x" << p.virtual_stages;
   o << ", dp " << memory.layout.shape.dp << ", zero " << p.zero << ", micro-batch " << config.train.micro_batch
@@ -86,6 +95,7 @@ std::vector<std::string> Candidate::overrides() const {
                                 "train.micro_batch=" + std::to_string(config.train.micro_batch),
                                 std::string("model.recompute=") + (config.model.recompute ? "true" : "false")};
   if (p.sequence_parallel) o.push_back("parallel.sequence_parallel=true");
+  if (p.ep > 1) o.push_back("parallel.ep=" + std::to_string(p.ep));
   if (p.virtual_stages > 1) {
     o.push_back("parallel.pipeline_schedule=interleaved");
     o.push_back("parallel.virtual_stages=" + std::to_string(p.virtual_stages));
