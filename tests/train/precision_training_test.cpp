@@ -194,9 +194,9 @@ TEST_F(PrecisionTraining, ResumeRestoresTheScalerAndAmaxHistories) {
 // and per-tensor FP8, 8 steps each: every operand is quantized as one rank quantizes it
 // (fp8_current's amaxes are reduced over the tensor-parallel group, fp8_delayed's over the world)
 // and split GEMM reductions are rounded once, after the sum. Not bitwise: the split sums in
-// another fp32 order, so an output may round one bf16 ulp (2^-8) the other way now and then; the
-// vocabulary-parallel head still rounds its partial input gradients before summing them
-// (Transformer::head_backward); an FP8 cast downstream can turn such an ulp into one FP8 step
+// another fp32 order, so an output may round one bf16 ulp (2^-8) the other way now and then
+// (the vocabulary-parallel head's input gradient included, summed before its one rounding as
+// well); an FP8 cast downstream can turn such an ulp into one FP8 step
 // of an element, and Adam carries it into later steps. The loss averages all tokens, so these
 // stay far below 2e-3 relative per step (measured: at most 1e-4). The layers' exactness, and
 // that a shard scaled by its own amax is not, are checked in

@@ -22,6 +22,9 @@ Attention::Attention(ParameterStore& store, const TensorParallel& tp, int layer,
   const int replicas = kv_heads >= ranks ? 1 : ranks / kv_heads;
   kv_heads_ = kv_heads >= ranks ? kv_heads / ranks : 1;
   const int first_kv = kv_heads >= ranks ? rank * kv_heads_ : rank / replicas;
+  kv_replicas_ = replicas;
+  kv_heads_total_ = kv_heads;
+  first_kv_ = first_kv;
   auto kv_spec = [&](Shape global, int dim) {
     ShardSpec spec = tp.split(std::move(global), dim, static_cast<int64_t>(first_kv) * hd,
                               static_cast<int64_t>(kv_heads_) * hd);
@@ -77,7 +80,27 @@ bool Attention::bf16_tensors() const {
 }
 
 bool Attention::bf16_gradients() const {
-  return bf16_tensors() && qkv_->takes_bf16_input() && (rope_ == nullptr || !qkv_->has_bias());
+  return bf16_tensors() && qkv_->takes_bf16_input() && (rope_ == nullptr || !qkv_->has_bias()) &&
+         !sums_replicated_kv_grads();
+}
+
+bool Attention::sums_replicated_kv_grads() const { return kv_replicas_ > 1 && qkv_->precision() != nullptr; }
+
+void Attention::sum_replicated_kv_grads(float* d_qkv, int64_t rows, ParallelScratch& scratch) const {
+  const Device device = store_->device();
+  const int64_t W = qkv_width(), q_width = static_cast<int64_t>(heads_) * head_dim_;
+  const int64_t kv_width = 2 * static_cast<int64_t>(kv_heads_) * head_dim_;  // this rank's [k v] columns
+  const int64_t all_kv = static_cast<int64_t>(kv_heads_total_) * 2 * head_dim_;
+  // Each rank's partial [k v] gradient at its kv head's place in [rows, every kv head's k v] (zeros
+  // elsewhere): the sum over the group holds each kv head's sum over its holders, in fp32.
+  float* sum = zeroed(scratch.replicated_kv, rows * all_kv, device);
+  float* slot = sum + static_cast<int64_t>(first_kv_) * kv_width;
+  copy_rows(device, slot, all_kv, d_qkv + q_width, W, rows, kv_width);
+  tp_->all_reduce(sum, rows * all_kv);
+  // The first holder takes the whole gradient, the others zeros: each kv head enters the q/k/v
+  // projection's backward once over the group, as on one rank.
+  if (tp_->rank() % kv_replicas_ != 0) zero_on_device(device, sum, rows * all_kv);
+  copy_rows(device, d_qkv + q_width, W, slot, all_kv, rows, kv_width);
 }
 
 void Attention::forward(Saved& saved, float* residual, const NormedRows& normed, int64_t batch, int64_t seq,
@@ -161,8 +184,9 @@ void Attention::backward(float* d_normed, const float* d_residual, const NormedR
                      DeviceTensors{.in = normed.bf16, .dout = d_qkv16, .din = d_normed16});
       return;
     }
-    // fp8_current: the q/k/v gradient's amax taken as it is written, for the projection's cast.
-    d_qkv_amax = qkv_->takes_output_grad_amax() ? qkv_->output_grad_amax() : nullptr;
+    // fp8_current: the q/k/v gradient's amax taken as it is written, for the projection's cast
+    // (not of replicated kv heads' partial gradients: the cast takes the sum's).
+    d_qkv_amax = qkv_->takes_output_grad_amax() && !sums_replicated_kv_grads() ? qkv_->output_grad_amax() : nullptr;
     kernels::flash_attention_backward_fp32_gradients(
         store_->device(), d_qkv, d_qkv + k_off, d_qkv + v_off, d_att16, saved.att.data(), saved.lse.data(), qkv16,
         qkv16 + k_off, qkv16 + v_off, flash_shape(batch, seq), visibility(packing),
@@ -183,6 +207,7 @@ void Attention::backward(float* d_normed, const float* d_residual, const NormedR
     }
     rotate(d_qkv, batch, seq, Rotation::Backward, packing.positions);
   }
+  if (sums_replicated_kv_grads()) sum_replicated_kv_grads(d_qkv, rows, scratch);
   qkv_->backward(d_normed, d_qkv, normed.fp32, rows, scratch, false,
                  DeviceTensors{.in = normed.bf16,
                                .din = d_normed16,

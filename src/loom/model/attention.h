@@ -112,7 +112,8 @@ class Attention {
   // bf16 (kernels::flash_attention_backward_bf16_gradients), undoing RoPE on q and k before it
   // rounds them, or summing a bias's gradient from the fp32 values (not both: a RoPE model with a
   // q/k/v bias keeps the fp32 gradient): no zeroing, no widening of cuDNN's bf16 gradients, no
-  // separate rotation, no cast, half the bytes.
+  // separate rotation, no cast, half the bytes. Not for kv heads replicated over ranks, whose
+  // partial gradients are summed in fp32 before they are rounded (sums_replicated_kv_grads).
   bool bf16_gradients() const;
 
  private:
@@ -123,9 +124,18 @@ class Attention {
   enum class Rotation : uint8_t { Forward, Backward, ForwardBf16 };
   void rotate(void* qkv, int64_t batch, int64_t seq, Rotation how, const int32_t* positions) const;
   kernels::FlashAttentionShape flash_shape(int64_t batch, int64_t seq) const;
+  // Whether the backward sums the gradients of kv heads replicated over ranks before the q/k/v
+  // projection's: each holder's covers its own query heads only, and a quantizing recipe must cast
+  // the whole gradient, as one rank does (fp32 needs no sum first: its GEMMs are linear in it).
+  bool sums_replicated_kv_grads() const;
+  // d_qkv's k and v columns [rows, 2 kv_heads_ head_dim]: on the first of each kv head's holders
+  // their sum over the holders (fp32), on the others zeros.
+  void sum_replicated_kv_grads(float* d_qkv, int64_t rows, ParallelScratch& scratch) const;
   ParameterStore* store_;
   const TensorParallel* tp_;
   int d_model_, heads_, kv_heads_, head_dim_;  // heads_ and kv_heads_: this rank's
+  // The ranks holding each kv head, the kv heads of all ranks, and this rank's first kv head.
+  int kv_replicas_ = 1, kv_heads_total_ = 0, first_kv_ = 0;
   const kernels::RopeTable* rope_;             // null for learned positions
   ContextAttention* context_ = nullptr;
   kernels::AttentionOperands operands_ = kernels::AttentionOperands::Fp32;

@@ -30,6 +30,7 @@ namespace loom::model {
 struct ParallelScratch {
   Buffer gathered, partial, d_full;
   Buffer product16;  // a product left in bf16 for the norm after it to add (Block::forward)
+  Buffer replicated_kv;  // replicated kv heads' gradients summed over their holders (Attention::backward)
 };
 
 class ColumnParallelLinear {
