@@ -113,7 +113,8 @@ TEST(PlanCli, BenchHardwareWritesAFileThatPlanTimeReads) {
 // Nemotron 3 Super hybrid (Mamba-2 mixers, latent MoE layers with a shared expert, multi-token
 // prediction) on one rank, under sequence parallelism (whose summed expert gradients take
 // buffers as large as a layer's experts), recompute (one saved set as large as each kind of
-// layer needs), a pipeline and expert parallelism.
+// layer needs), a pipeline, expert parallelism and bf16; and the precision recipes' operand
+// copies, with kv heads replicated over 4 tensor-parallel ranks (their summed gradients).
 TEST(PlanCli, TrainingComparesThePlanWithTheFirstStep) {
   TempDir dir;
   ASSERT_EQ(prepare_small_corpus(dir.path(), 60, 0.0).exit_code, 0);
@@ -127,7 +128,8 @@ TEST(PlanCli, TrainingComparesThePlanWithTheFirstStep) {
              "model.kv_heads=2 model.ffn_size=128 model.layers=2",
       hybrid, hybrid + " runtime.ranks=2 parallel.tp=2 parallel.sequence_parallel=true",
       hybrid + " model.recompute=true", hybrid + " runtime.ranks=2 parallel.pp=2",
-      hybrid + " runtime.ranks=2 parallel.ep=2"};
+      hybrid + " runtime.ranks=2 parallel.ep=2", hybrid + " precision.recipe=bf16",
+      tiny + " runtime.ranks=4 parallel.tp=4 model.kv_heads=2 precision.recipe=fp8_delayed"};
   for (size_t i = 0; i < runs.size(); ++i) {
   SCOPED_TRACE(runs[i]);
   CommandResult r = run_loom("train " + runs[i] + " data.train_prefix=" + (dir / "data/c_train") +

@@ -5,6 +5,7 @@
 
 #include "loom/model/linear_precision.h"
 #include "loom/model/moe_dispatch.h"
+#include "loom/model/multi_token_prediction.h"
 #include "loom/parallel/data/bf16_parameter_copy.h"
 
 namespace loom::plan {
@@ -104,6 +105,51 @@ int64_t mtp_gradient_bytes(const config::ModelConfig& model, const ActivationSha
   const int64_t local = a.local_rows() * model.d_model * a.element_bytes;
   const int64_t all = a.sequence_parallel && a.tp > 1 ? 2 * a.rows() * model.d_model * a.element_bytes : 0;
   return (model.mtp_depths + 1) * local + model.mtp_depths * (3 * local + all);
+}
+
+// A linear layer's weight shape on this rank: output and input features.
+struct LinearShape {
+  int64_t out = 0, in = 0;
+};
+
+// Every linear of a layer that runs through its block's precision recipe (LinearPrecision):
+// attention's q/k/v and output projections, a dense MLP's or the shared expert's two, a Mamba-2
+// mixer's in and out projections (routed experts, routers and latent projections stay fp32).
+std::vector<LinearShape> precision_linears(int64_t C, const LayerWidths& w) {
+  std::vector<LinearShape> out;
+  if (w.has_attention()) out.insert(out.end(), {{w.qkv(), C}, {C, w.q}});
+  if (w.has_mlp()) out.insert(out.end(), {{w.hidden(), C}, {C, w.ffn}});
+  if (w.shared_ffn > 0) out.insert(out.end(), {{w.shared_hidden(), C}, {C, w.shared_ffn}});
+  if (w.has_mamba()) out.insert(out.end(), {{w.mamba_proj(), C}, {C, w.mamba_inner}});
+  return out;
+}
+
+// The precision recipe's copies of a GEMM's operands (model::PrecisionScratch): the quantized
+// input, weight and output gradient, an output before it is rounded and added (the projections
+// adding into the residual stream and the input gradients adding into the normed stream's, rows x
+// d_model; wgrad's into the main gradient, out x in), and under fp8_blockwise wgrad's transposed
+// operand; each buffer as large as the linear (the head's included) needing most of it.
+int64_t precision_scratch_bytes(const config::RunConfig& config, const std::vector<LayerWidths>& widths,
+                                const std::vector<model::LayerRange>& chunks, int64_t head_rows,
+                                const ActivationShape& a) {
+  const int64_t rows = a.rows(), C = config.model.d_model;
+  std::vector<LinearShape> linears;
+  for (const model::LayerRange& c : chunks) {
+    for (int l = c.first; l < c.last; ++l) {
+      for (const LinearShape& s : precision_linears(C, widths[static_cast<size_t>(l)])) linears.push_back(s);
+    }
+  }
+  if (head_rows > 0) linears.push_back({head_rows, C});
+  int64_t input = 0, weight = 0, out_grad = 0, output = rows * C, transposed = 0;
+  for (const LinearShape& s : linears) {
+    input = std::max(input, rows * s.in);
+    weight = std::max(weight, s.out * s.in);
+    out_grad = std::max(out_grad, rows * s.out);
+    output = std::max(output, s.out * s.in);
+    transposed = std::max({transposed, rows * s.in, rows * s.out});
+  }
+  if (config.precision.recipe != config::PrecisionRecipe::Fp8Blockwise) transposed = 0;
+  return (input + weight + out_grad + output + transposed) * a.element_bytes;
 }
 
 }  // namespace
@@ -267,13 +313,23 @@ int64_t workspace_bytes(const config::RunConfig& config, const std::vector<Layer
     const int64_t full = rows * C * e;
     bytes += 2 * full + (a.sequence_parallel ? full + stream : 0);
   }
+  if (a.tp > 1 && config.precision.recipe != config::PrecisionRecipe::Fp32) {
+    // Kv heads replicated over ranks: their gradients summed over the group before the cast
+    // (ParallelScratch::replicated_kv: every kv head's k and v per row).
+    const std::vector<model::LayerSpec> specs = model::resolve_layers(model);
+    const model::LayerSpec mtp = model::mtp_block_spec(model);
+    int64_t replicated = 0;
+    for (const model::LayerRange& c : chunks) {
+      for (int l = c.first; l < c.last; ++l) {
+        const model::LayerSpec& spec = l < model.layers ? specs[static_cast<size_t>(l)] : mtp;
+        if (!spec.has_attention || spec.kv_heads >= a.tp) continue;
+        replicated = std::max(replicated, rows * spec.kv_heads * 2 * model::head_dim(model) * e);
+      }
+    }
+    bytes += replicated;
+  }
   if (config.precision.recipe != config::PrecisionRecipe::Fp32) {
-    // Quantized copies of a GEMM's input, weight and output gradient, and its rounded output.
-    const int64_t widest = max_over_layers(widths, chunks, [&](const LayerWidths& w) {
-      return std::max({w.qkv(), w.hidden(), w.shared_hidden(), w.mamba_proj(), C});
-    });
-    const int64_t deepest = std::max(widest, head_rows);
-    bytes += (rows * std::max<int64_t>(C, widest) + deepest * C + rows * deepest + rows * deepest) * e;
+    bytes += precision_scratch_bytes(config, widths, chunks, head_rows, a);
   }
   return bytes;
 }
