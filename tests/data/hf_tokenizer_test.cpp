@@ -120,6 +120,29 @@ TEST_F(HfTokenizerErrors, NameTheFileAndTheComponent) {
     message = load_error();
     EXPECT_NE(message.find("needs an id that is a non-negative integer below 2^30"), std::string::npos) << message;
   }
+  // An id far past the vocabulary's entries (it would size the token table by itself).
+  write({{"model", {{"vocab", {{"!", (1 << 30) - 1}}}}}});
+  message = load_error();
+  EXPECT_NE(message.find("model.vocab['!'] = 1073741823 is far past the vocabulary's 94 entries (ids must be below "
+                         "65630)"),
+            std::string::npos)
+      << message;
+  // A value of another JSON type inside a section names the section.
+  const std::vector<std::pair<const char*, nlohmann::json>> mistyped = {
+      {"normalizer", {{"type", "Replace"}, {"pattern", {{"String", 5}}}, {"content", "x"}}},
+      {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"String", 5}}}, {"behavior", "Isolated"}}},
+      {"decoder", {{"type", "Replace"}, {"pattern", {{"String", "a"}}}, {"content", 5}}},
+      {"post_processor", {{"type", "TemplateProcessing"}, {"single", {{{"SpecialToken", {{"id", 5}}}}}}}}};
+  for (const auto& [section, spec] : mistyped) {
+    write({{section, spec}});
+    message = load_error();
+    EXPECT_NE(message.find(std::string("tokenizer.json: '") + section + "' has an unexpected structure"),
+              std::string::npos)
+        << message;
+  }
+  write({{"added_tokens", {{{"id", 200}, {"content", 5}}}}});
+  message = load_error();
+  EXPECT_NE(message.find("tokenizer.json: 'added_tokens' has an unexpected structure"), std::string::npos) << message;
 }
 
 // A minimal SentencePiece tokenizer.model, its protobuf written by hand: a unigram model of

@@ -46,9 +46,15 @@ BpeModel::BpeModel(const nlohmann::json& model, bool byte_level, const std::stri
                          "SentencePiece-converted files)");
   LOOM_CHECK(model.contains("vocab") && model["vocab"].is_object(), file + ": model.vocab must be an object of token -> id");
   std::string bytes;
+  // Ids index the token table: one far past the vocabulary's entries is not a vocabulary id (it
+  // would size the table, and the model's embedding, by itself).
+  const int64_t entries = static_cast<int64_t>(model["vocab"].size()), id_limit = entries + 65536;
   for (const auto& [text, id_json] : model["vocab"].items()) {
-    LOOM_CHECK(id_json.is_number_integer() && id_json.get<int64_t>() >= 0 && id_json.get<int64_t>() < (1 << 30),
+    LOOM_CHECK(id_json.is_number_integer() && id_json.get<int64_t>() >= 0,
                file + ": model.vocab['" + text + "'] must be a non-negative integer id");
+    LOOM_CHECK(id_json.get<int64_t>() < id_limit,
+               file + ": model.vocab['" + text + "'] = " + id_json.dump() + " is far past the vocabulary's " +
+                   std::to_string(entries) + " entries (ids must be below " + std::to_string(id_limit) + ")");
     const auto id = id_json.get<int32_t>();
     std::string key = byte_level_ && byte_level_decode(text, bytes) ? bytes : text;
     if (static_cast<size_t>(id) >= tokens_.size()) tokens_.resize(static_cast<size_t>(id) + 1);

@@ -9,13 +9,28 @@ namespace loom::data::hf {
 
 namespace {
 
+// read() of one top-level section of the file: a value of the wrong JSON type inside it is an
+// error naming the file and the section.
+template <typename Read>
+auto in_section(const std::string& file, const char* section, Read read) {
+  try {
+    return read();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(file + ": '" + section + "' has an unexpected structure: " + e.what());
+  }
+}
+
 class JsonPipeline final : public HfPipeline {
  public:
   JsonPipeline(const nlohmann::json& spec, const std::string& file)
-      : normalizer_(make_normalizer(spec.value("normalizer", nlohmann::json()), file)),
-        pre_tokenizer_(make_pre_tokenizer(spec.value("pre_tokenizer", nlohmann::json()), file, byte_level_)),
-        model_(model_spec(spec, file), byte_level_, file),
-        decoder_(make_decoder(spec.value("decoder", nlohmann::json()), file)) {}
+      : normalizer_(in_section(file, "normalizer",
+                               [&] { return make_normalizer(spec.value("normalizer", nlohmann::json()), file); })),
+        pre_tokenizer_(in_section(file, "pre_tokenizer", [&] {
+          return make_pre_tokenizer(spec.value("pre_tokenizer", nlohmann::json()), file, byte_level_);
+        })),
+        model_(in_section(file, "model", [&] { return BpeModel(model_spec(spec, file), byte_level_, file); })),
+        decoder_(in_section(file, "decoder",
+                            [&] { return make_decoder(spec.value("decoder", nlohmann::json()), file); })) {}
 
   void encode_normalized(std::string_view text, bool first, std::vector<int32_t>& out) const override {
     std::vector<Piece> pieces = {{std::string(text), first}};
@@ -97,7 +112,7 @@ std::unique_ptr<HfPipeline> load_tokenizer_json(const std::string& path, AddedTo
     throw Error(path + " is not valid JSON: " + e.what());
   }
   LOOM_CHECK(spec.is_object(), path + " must hold a JSON object");
-  try {
+  in_section(path, "added_tokens", [&] {
     for (const auto& t : spec.value("added_tokens", nlohmann::json::array())) {
       if (t.value("single_word", false)) throw Error(path + ": added token " + t.dump() + " sets single_word, which is not supported");
       const nlohmann::json& id = t.at("id");
@@ -106,12 +121,11 @@ std::unique_ptr<HfPipeline> load_tokenizer_json(const std::string& path, AddedTo
       added.add({t.at("content").get<std::string>(), id.get<int32_t>(), t.value("special", false),
                  t.value("normalized", false), t.value("lstrip", false), t.value("rstrip", false)});
     }
-    auto pipeline = std::make_unique<JsonPipeline>(spec, path);
-    read_post_processor(spec.value("post_processor", nlohmann::json()), path, *pipeline, added);
-    return pipeline;
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(path + ": unexpected structure: " + e.what());
-  }
+  });
+  auto pipeline = std::make_unique<JsonPipeline>(spec, path);
+  in_section(path, "post_processor",
+             [&] { read_post_processor(spec.value("post_processor", nlohmann::json()), path, *pipeline, added); });
+  return pipeline;
 }
 
 }  // namespace loom::data::hf
