@@ -10,6 +10,7 @@
 #include "loom/kernels/ops.h"
 #include "loom/model/flops.h"
 #include "loom/model/moe_layer.h"
+#include "loom/precision/formats.h"
 
 namespace loom::model {
 namespace {
@@ -137,6 +138,47 @@ TEST(MoeSharedExpertGate, ZeroGateHalvesTheSharedExpert) {
     norm += std::abs(plain[i]);
   }
   EXPECT_GT(norm, 0.0);
+}
+
+// Under a precision recipe the routed experts' GEMMs run in 16 bits: bf16 under bf16 and the FP8
+// recipes (fp16 under fp16), each expert's two projections a linear of the recipe's own, so every
+// row an expert returns is a bf16 value, as the fp32 layer's are not; the router stays fp32 (the
+// same experts are chosen), and the layer stays within bf16's rounding of the fp32 one.
+TEST(MoePrecision, RoutedExpertsRunInSixteenBits) {
+  auto c = moe_model(config::MoeRouter::TopkSoftmax);
+  const int64_t batch = 2, seq = 3, n = batch * seq * c.d_model;
+  const auto x = loom::testing::random_vector(n, 21);
+  auto run = [&](Recipe recipe, MoeLayer::Saved& saved, PrecisionContext& context) {
+    ParameterStore store;
+    TensorParallel tp;
+    MoeLayer layer(store, tp, {}, 0, "model.layers.0.mlp", c, c.ffn_size, 0.4f, 0.3f);
+    if (recipe != Recipe::Fp32) layer.set_precision(context, recipe, "model.layers.0.mlp");
+    store.allocate();
+    store.initialize(5);
+    ParallelScratch scratch;
+    std::vector<float> y(n, 0.0f);
+    layer.forward(saved, y.data(), x.data(), batch, seq, scratch);
+    return y;
+  };
+  auto is_bf16 = [](float v) { return v == precision::bf16_to_float(precision::float_to_bf16(v)); };
+  MoeLayer::Saved fp32_saved;
+  PrecisionContext none;
+  const std::vector<float> fp32 = run(Recipe::Fp32, fp32_saved, none);
+  for (Recipe recipe : {Recipe::Bf16, Recipe::Fp8Current, Recipe::Fp8Delayed, Recipe::Mxfp8}) {
+    MoeLayer::Saved saved;
+    PrecisionContext context(PrecisionPolicy{.recipe = recipe});
+    const std::vector<float> y = run(recipe, saved, context);
+    EXPECT_EQ(context.layers().size(), 8u);  // 4 experts x (up, down)
+    for (const auto& layer : context.layers()) EXPECT_EQ(layer->recipe(), Recipe::Bf16);
+    EXPECT_EQ(saved.routing.expert, fp32_saved.routing.expert);
+    int64_t rounded = 0, returned = static_cast<int64_t>(saved.returned.size());
+    for (int64_t i = 0; i < returned; ++i) rounded += is_bf16(saved.returned.data()[i]);
+    EXPECT_EQ(rounded, returned);
+    int64_t fp32_rounded = 0;
+    for (int64_t i = 0; i < returned; ++i) fp32_rounded += is_bf16(fp32_saved.returned.data()[i]);
+    EXPECT_LT(fp32_rounded, returned / 2);
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], fp32[i], 2e-2 * (std::abs(fp32[i]) + 0.05)) << i;
+  }
 }
 
 // Nemotron-H's latent MoE: squared-ReLU routed and shared experts behind latent projections.

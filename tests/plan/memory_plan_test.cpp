@@ -7,6 +7,7 @@
 
 #include "loom/plan/activation_memory.h"
 #include "loom/model/transformer.h"
+#include "loom/parallel/data/bf16_parameter_copy.h"
 #include "loom/plan/memory_plan.h"
 #include "loom/plan/shape_group.h"
 
@@ -284,6 +285,19 @@ TEST(ActivationMemory, MambaMixersAndMoeLayersKeepTheirTensorsAndShareOneScratch
   const StageMemory cap = plan_memory(capped, {.tp = 1, .dp = 1, .pp = 1}).stages[0];
   EXPECT_EQ(one.activations_per_micro_batch - cap.activations_per_micro_batch,
             16 * (2 + 2 * 16 + 16 + 8) * 4);
+  // On a device under fp8_current the weight cast cache holds 2 bytes per element of the mixer's
+  // projections (in_proj 42 x 16, out_proj 16 x 16), the shared expert's (3 x 8 x 16) and the head
+  // (16 x 16), and the routed experts' bf16 casts (4 x 3 x 8 x 16) where the optimizer's bf16 copy
+  // does not serve them; not of the router.
+  config::RunConfig device = run;
+  device.runtime.device = config::RuntimeDevice::Cuda;
+  device.precision.recipe = config::PrecisionRecipe::Fp8Current;
+  ShapeGroup single(1, 0);
+  const std::vector<model::Parameter> params = model::Transformer::parameter_list(
+      device.model, model::TensorParallel(&single, false), {{0, 2}}, model::ExpertLayout{1, 0});
+  const bool copy = parallel::keeps_bf16_parameter_copy(device);
+  EXPECT_EQ(weight_cast_cache_bytes(device, params, 16),
+            2 * (42 * 16 + 16 * 16 + 3 * 8 * 16) + (copy ? 0 : 2 * (16 * 16 + 4 * 3 * 8 * 16)));
 }
 
 // Under sequence parallelism every tensor-parallel rank computes its own rows' share of the

@@ -23,6 +23,10 @@ constexpr const char* kMoe =
 
 TEST_F(DeviceLayouts, MoeOnOneRankEqualsTheCpuBitForBit) {
   expect_bitwise_equal_runs(kMoe, "moe");
+  // The routed experts' GEMMs in bf16 through the device's precision GEMM (under fp8_current the
+  // dense layers' in FP8 beside them).
+  expect_bitwise_equal_runs(kMoe, "moe-bf16", {"precision.recipe=bf16"});
+  expect_bitwise_equal_runs(kMoe, "moe-fp8-current", {"precision.recipe=fp8_current"});
   expect_bitwise_equal_runs(kMoe, "moe-recompute", {"model.recompute=true"});
   expect_bitwise_equal_runs(kMoe, "moe-gelu-softmax-topk", {"model.activation=gelu", "model.moe_router=softmax_topk"});
 }

@@ -9,7 +9,13 @@ namespace loom::model {
 ExpertMlp::ExpertMlp(ParameterStore& store, const TensorParallel& tp, const std::string& prefix, int first,
                      int count, int width, int ffn_size, config::Activation activation, float init_std,
                      float out_std)
-    : store_(&store), device_(store.device()), count_(count), width_(width), ffn_(ffn_size), activation_(activation) {
+    : store_(&store),
+      device_(store.device()),
+      first_(first),
+      count_(count),
+      width_(width),
+      ffn_(ffn_size),
+      activation_(activation) {
   const bool swiglu = activation == config::Activation::Swiglu;
   for (int j = 0; j < count; ++j) {
     const std::string name = prefix + ".experts." + std::to_string(first + j);
@@ -24,6 +30,35 @@ ExpertMlp::ExpertMlp(ParameterStore& store, const TensorParallel& tp, const std:
   }
 }
 
+void ExpertMlp::set_precision(PrecisionContext& context, Recipe recipe, const std::string& prefix) {
+  in_precision_.clear();
+  down_precision_.clear();
+  for (int j = 0; j < count_; ++j) {
+    const std::string name = prefix + ".experts." + std::to_string(first_ + j);
+    in_precision_.push_back(context.make(recipe, name + ".up_proj"));
+    down_precision_.push_back(context.make(recipe, name + ".down_proj"));
+  }
+}
+
+void ExpertMlp::project(LinearPrecision* precision, int id, float* out, const float* in, int64_t n,
+                        int64_t in_features, int64_t out_features) const {
+  if (precision != nullptr) {
+    precision->forward(out, in, store_->value(id), nullptr, n, in_features, out_features);
+  } else {
+    kernels::linear_forward(device_, out, in, store_->value(id), nullptr, n, in_features, out_features);
+  }
+}
+
+void ExpertMlp::project_backward(LinearPrecision* precision, int id, float* d_in, const float* d_out,
+                                 const float* in, int64_t n, int64_t in_features, int64_t out_features) const {
+  if (precision != nullptr) {
+    precision->backward(d_in, store_->grad(id), nullptr, d_out, in, store_->value(id), n, in_features, out_features);
+  } else {
+    kernels::linear_backward(device_, d_in, store_->grad(id), nullptr, d_out, in, store_->value(id), n, in_features,
+                             out_features);
+  }
+}
+
 void ExpertMlp::forward(Saved& saved, float* out, const float* in, const std::vector<int64_t>& expert_rows) const {
   const int64_t rows = std::accumulate(expert_rows.begin(), expert_rows.end(), int64_t{0});
   float* hidden = sized(saved.hidden, rows * hidden_width(), device_);
@@ -34,9 +69,11 @@ void ExpertMlp::forward(Saved& saved, float* out, const float* in, const std::ve
     if (n == 0) continue;
     float* h = hidden + at * hidden_width();
     float* a = act + at * ffn_;
-    kernels::linear_forward(device_, h, in + at * width_, store_->value(in_[j]), nullptr, n, width_, hidden_width());
+    LinearPrecision* in_precision = in_precision_.empty() ? nullptr : in_precision_[j].get();
+    LinearPrecision* down_precision = down_precision_.empty() ? nullptr : down_precision_[j].get();
+    project(in_precision, in_[j], h, in + at * width_, n, width_, hidden_width());
     activation_forward(device_, activation_, a, h, n, ffn_);
-    kernels::linear_forward(device_, out + at * width_, a, store_->value(down_[j]), nullptr, n, ffn_, width_);
+    project(down_precision, down_[j], out + at * width_, a, n, ffn_, width_);
     at += n;
   }
 }
@@ -53,11 +90,11 @@ void ExpertMlp::backward(float* d_in, const float* d_out, const float* in, const
     if (n == 0) continue;
     float* da = d_act + at * ffn_;
     float* dh = d_hidden + at * hidden_width();
-    kernels::linear_backward(device_, da, store_->grad(down_[j]), nullptr, d_out + at * width_,
-                             saved.act.data() + at * ffn_, store_->value(down_[j]), n, ffn_, width_);
+    LinearPrecision* in_precision = in_precision_.empty() ? nullptr : in_precision_[j].get();
+    LinearPrecision* down_precision = down_precision_.empty() ? nullptr : down_precision_[j].get();
+    project_backward(down_precision, down_[j], da, d_out + at * width_, saved.act.data() + at * ffn_, n, ffn_, width_);
     activation_backward(device_, activation_, dh, da, saved.hidden.data() + at * hidden_width(), n, ffn_);
-    kernels::linear_backward(device_, d_in + at * width_, store_->grad(in_[j]), nullptr, dh, in + at * width_,
-                             store_->value(in_[j]), n, width_, hidden_width());
+    project_backward(in_precision, in_[j], d_in + at * width_, dh, in + at * width_, n, width_, hidden_width());
     at += n;
   }
 }

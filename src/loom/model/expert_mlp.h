@@ -4,12 +4,16 @@
 // contiguous row range, one BLAS GEMM per expert and projection through kernels/ops.h. The
 // activation is the model's (SwiGLU, GELU, or squared ReLU: Nemotron-H's latent MoE). Each
 // expert's parameters are global tensors of their own (model.layers.N.mlp.experts.E.*), so a
-// checkpoint loads into any expert-parallel size. Expert GEMMs run in fp32.
+// checkpoint loads into any expert-parallel size. Expert GEMMs run in fp32, or in a precision
+// recipe's 16-bit format (set_precision): each expert's two projections are linears of their own
+// (model.layers.N.mlp.experts.E.up_proj / down_proj), their operands cast and outputs rounded as
+// a dense MLP's, their weight gradients added unrounded into the fp32 main gradients.
 #include <string>
 #include <vector>
 
 #include "loom/model/activation.h"
 #include "loom/model/buffers.h"
+#include "loom/model/linear_precision.h"
 #include "loom/model/parameters.h"
 #include "loom/model/tensor_parallel.h"
 
@@ -24,6 +28,8 @@ class ExpertMlp {
   ExpertMlp(ParameterStore& store, const TensorParallel& tp, const std::string& prefix, int first, int count,
             int width, int ffn_size, config::Activation activation, float init_std, float out_std);
   int count() const { return count_; }
+  // The experts' GEMMs in `recipe` (bf16 or fp16; see MoeLayer::set_precision).
+  void set_precision(PrecisionContext& context, Recipe recipe, const std::string& prefix);
   // out[rows, width] = expert(in) per expert's row range.
   void forward(Saved& saved, float* out, const float* in, const std::vector<int64_t>& expert_rows) const;
   // d_in (overwritten) and the parameters' gradients from d_out.
@@ -32,11 +38,18 @@ class ExpertMlp {
 
  private:
   int hidden_width() const { return static_cast<int>(activation_input_width(activation_, ffn_)); }
+  // out [n, out_features] = in W^T of weight `id`, through `precision` (null: fp32).
+  void project(LinearPrecision* precision, int id, float* out, const float* in, int64_t n, int64_t in_features,
+               int64_t out_features) const;
+  // d_in [n, in_features] (added into) and the weight's gradient from d_out.
+  void project_backward(LinearPrecision* precision, int id, float* d_in, const float* d_out, const float* in,
+                        int64_t n, int64_t in_features, int64_t out_features) const;
   ParameterStore* store_;
   Device device_;
-  int count_, width_, ffn_;
+  int first_, count_, width_, ffn_;
   config::Activation activation_;
   std::vector<int> in_, down_;  // per local expert: [gate; up] (or up) weight id, down weight id
+  std::vector<std::shared_ptr<LinearPrecision>> in_precision_, down_precision_;  // per local expert (empty: fp32)
 };
 
 }  // namespace loom::model

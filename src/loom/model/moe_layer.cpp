@@ -69,6 +69,10 @@ MoeLayer::MoeLayer(ParameterStore& store, const TensorParallel& tp, ExpertLayout
 
 void MoeLayer::set_precision(PrecisionContext& context, Recipe recipe, const std::string& prefix) {
   if (shared_) shared_->set_precision(context, recipe, prefix + ".shared_expert");
+  // The routed experts in 16 bits: fp16 under fp16, bf16 under the others (FP8 and MX experts,
+  // with amax histories reduced over the expert-data-parallel group, are not built: they stay
+  // bf16 as the head does). The router and the latent projections stay fp32.
+  experts_->set_precision(context, recipe == Recipe::Fp16 ? Recipe::Fp16 : Recipe::Bf16, prefix);
 }
 
 void MoeLayer::exchange(const float* send, float* recv, const ExchangePlan& x, int64_t width, bool to_experts) const {

@@ -107,20 +107,27 @@ int64_t mtp_gradient_bytes(const config::ModelConfig& model, const ActivationSha
   return (model.mtp_depths + 1) * local + model.mtp_depths * (3 * local + all);
 }
 
-// A linear layer's weight shape on this rank: output and input features.
+// A linear layer's GEMM on this rank: its rows (tokens) and its weight's output and input features.
 struct LinearShape {
-  int64_t out = 0, in = 0;
+  int64_t rows = 0, out = 0, in = 0;
 };
 
-// Every linear of a layer that runs through its block's precision recipe (LinearPrecision):
-// attention's q/k/v and output projections, a dense MLP's or the shared expert's two, a Mamba-2
-// mixer's in and out projections (routed experts, routers and latent projections stay fp32).
-std::vector<LinearShape> precision_linears(int64_t C, const LayerWidths& w) {
+// Every linear of a layer that runs through a precision recipe (LinearPrecision): attention's
+// q/k/v and output projections, a dense MLP's or the shared expert's two, a Mamba-2 mixer's in and
+// out projections, each routed expert's two over its rows (at balanced routing: the rows the
+// rank's experts compute, evenly); routers and latent projections stay fp32.
+std::vector<LinearShape> precision_linears(const config::ModelConfig& model, const LayerWidths& w,
+                                           const ActivationShape& a) {
+  const int64_t rows = a.rows(), C = model.d_model;
   std::vector<LinearShape> out;
-  if (w.has_attention()) out.insert(out.end(), {{w.qkv(), C}, {C, w.q}});
-  if (w.has_mlp()) out.insert(out.end(), {{w.hidden(), C}, {C, w.ffn}});
-  if (w.shared_ffn > 0) out.insert(out.end(), {{w.shared_hidden(), C}, {C, w.shared_ffn}});
-  if (w.has_mamba()) out.insert(out.end(), {{w.mamba_proj(), C}, {C, w.mamba_inner}});
+  if (w.has_attention()) out.insert(out.end(), {{rows, w.qkv(), C}, {rows, C, w.q}});
+  if (w.has_mlp()) out.insert(out.end(), {{rows, w.hidden(), C}, {rows, C, w.ffn}});
+  if (w.shared_ffn > 0) out.insert(out.end(), {{rows, w.shared_hidden(), C}, {rows, C, w.shared_ffn}});
+  if (w.has_mamba()) out.insert(out.end(), {{rows, w.mamba_proj(), C}, {rows, C, w.mamba_inner}});
+  if (w.has_moe() && w.local_experts > 0) {
+    const int64_t each = (expert_rows(model, w, a) + w.local_experts - 1) / w.local_experts;
+    out.insert(out.end(), {{each, w.expert_hidden(), w.expert_width}, {each, w.expert_width, w.expert_ffn}});
+  }
   return out;
 }
 
@@ -136,17 +143,19 @@ int64_t precision_scratch_bytes(const config::RunConfig& config, const std::vect
   std::vector<LinearShape> linears;
   for (const model::LayerRange& c : chunks) {
     for (int l = c.first; l < c.last; ++l) {
-      for (const LinearShape& s : precision_linears(C, widths[static_cast<size_t>(l)])) linears.push_back(s);
+      for (const LinearShape& s : precision_linears(config.model, widths[static_cast<size_t>(l)], a)) {
+        linears.push_back(s);
+      }
     }
   }
-  if (head_rows > 0) linears.push_back({head_rows, C});
+  if (head_rows > 0) linears.push_back({rows, head_rows, C});
   int64_t input = 0, weight = 0, out_grad = 0, output = rows * C, transposed = 0;
   for (const LinearShape& s : linears) {
-    input = std::max(input, rows * s.in);
+    input = std::max(input, s.rows * s.in);
     weight = std::max(weight, s.out * s.in);
-    out_grad = std::max(out_grad, rows * s.out);
+    out_grad = std::max(out_grad, s.rows * s.out);
     output = std::max(output, s.out * s.in);
-    transposed = std::max({transposed, rows * s.in, rows * s.out});
+    transposed = std::max({transposed, s.rows * s.in, s.rows * s.out});
   }
   if (config.precision.recipe != config::PrecisionRecipe::Fp8Blockwise) transposed = 0;
   return (input + weight + out_grad + output + transposed) * a.element_bytes;
@@ -364,11 +373,22 @@ int64_t weight_cast_cache_bytes(const config::RunConfig& config, const std::vect
   if (copy && recipe == config::PrecisionRecipe::Bf16) return 0;
   const int64_t per_element = recipe == config::PrecisionRecipe::Mxfp8 ? 4 : 2;
   int64_t bytes = copy ? 0 : head_rows * config.model.d_model * 2;
+  auto ends_with = [](const std::string& n, const std::string& suffix) {
+    return n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
   for (const model::Parameter& p : params) {
     const std::string& n = p.name;
-    const std::string suffix = "_proj.weight";
-    const bool linear = n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
-    if (linear && n.find(".experts.") == std::string::npos) bytes += per_element * p.numel;  // routed experts: fp32
+    // The weights a LinearPrecision casts: attention's, the MLPs' (dense, shared and routed
+    // experts') and the Mamba-2 mixers' projections; not the latent projections nor MTP's eh_proj.
+    bool linear = n.find(".mixer.in_proj_") != std::string::npos;
+    for (const char* suffix : {".q_proj.weight", ".k_proj.weight", ".v_proj.weight", ".o_proj.weight",
+                               ".gate_proj.weight", ".up_proj.weight", ".down_proj.weight", ".out_proj.weight"}) {
+      linear = linear || ends_with(n, suffix);
+    }
+    if (!linear) continue;
+    // Routed experts run 16-bit under every recipe: their casts are bf16 ones.
+    const bool expert = n.find(".experts.") != std::string::npos;
+    bytes += !expert ? per_element * p.numel : copy ? 0 : 2 * p.numel;
   }
   return bytes;
 }

@@ -134,8 +134,9 @@ int64_t tensor_parallel_gradient_sum_bytes(const std::vector<model::Parameter>& 
 // On a device (runtime.device=cuda) under a precision recipe, the weights' casts a training step
 // keeps while its micro-batches run (model/weight_cast_cache.h): per element of each linear
 // layer's weight 2 bytes (a bf16 / fp16 copy, or FP8 codes for forward and transposed ones for
-// dgrad), 4 under mxfp8 (two decoded bf16 forms), and 2 per element of the head (`head_rows`);
-// none of the bf16 ones where the optimizer's bf16 copy of the parameters serves them
+// dgrad), 4 under mxfp8 (two decoded bf16 forms), and 2 per element of the head (`head_rows`) and
+// of the routed experts' weights (16-bit under every recipe); none of the bf16 ones where the
+// optimizer's bf16 copy of the parameters serves them
 // (parallel::keeps_bf16_parameter_copy, counted with the parameters instead).
 int64_t weight_cast_cache_bytes(const config::RunConfig& config, const std::vector<model::Parameter>& params,
                                 int64_t head_rows);
