@@ -138,7 +138,7 @@ stage_kernels() {
   CUDNN_LOGDEST_DBG="$out/cudnn_kernels.log" gtest_run test_cuda test_cuda 90 \
     --gtest_filter="-$model_tests:$cudnn_tests"
   CUDNN_LOGDEST_DBG="$out/cudnn_attention.log" gtest_run test_cuda_cudnn test_cuda 60 --gtest_filter="$cudnn_tests"
-  CUDNN_LOGDEST_DBG="$out/cudnn_model.log" gtest_run test_cuda_model test_cuda 90 --gtest_filter="$model_tests"
+  CUDNN_LOGDEST_DBG="$out/cudnn_model.log" gtest_run test_cuda_model test_cuda 120 --gtest_filter="$model_tests"
   unset CUDNN_LOGLEVEL_DBG
   # Which attention the bf16 operands ran on (cuDNN's, or loom's kernels and why: once per reason).
   grep -h "^loom: attention" "$out"/test_cuda*.log | sort -u | cut -c1-300 | head -6
