@@ -275,6 +275,54 @@ TEST(TimePlan, Fp8LinearsRunAtTheFp8Rate) {
               1e-12);
 }
 
+// A hybrid's other linears: a Mamba-2 mixer's in and out projections and a MoE layer's shared
+// expert run at the FP8 rate under an FP8 recipe, as a dense MLP's do; its routed experts stay at
+// the bf16 rate (16-bit under every recipe), and their casts are counted over their rows.
+TEST(TimePlan, MambaMixersAndSharedExpertsRunAtTheFp8RateAndRoutedExpertsAreCast) {
+  const std::string yaml = R"(
+model: {vocab_size: 16, d_model: 16, layers: 4, layer_pattern: '*MEM', heads: 2, ffn_size: 32, tied_embeddings: false,
+        moe_experts: 4, moe_top_k: 2, moe_ffn_size: 8, moe_shared_ffn_size: 8,
+        mamba: {state_size: 4, heads: 2, head_dim: 8, groups: 1, conv_kernel: 4, chunk_size: 4}}
+data: {seq_len: 8}
+train: {global_batch: 2, micro_batch: 2}
+)";
+  Hardware hw = device();  // 1 TFLOP/s
+  hw.fp8_peak_flops = 2e12;
+  hw.bf16_cast_rate = 1e9;
+  const auto time = [&](const std::string& recipe) {
+    const config::RunConfig run = config::parse_config(yaml, "hybrid", {"precision.recipe=" + recipe});
+    return plan_time(run, plan_memory(run, {.tp = 1, .dp = 1, .pp = 1}), hw);
+  };
+  // Layers 1 and 2 run FP8 (0 and 3 are the bf16 edge blocks): the mixer's in_proj 42 x 16 and
+  // out_proj 16 x 16, the shared expert's gate/up 16 x 16 and down 16 x 8.
+  const double tokens = 16, fp8_weights = 42 * 16 + 16 * 16 + 2 * 8 * 16 + 16 * 8;
+  EXPECT_NEAR(time("fp8_current").compute, time("bf16").compute - tokens * 6 * fp8_weights / 2 / 1e12, 1e-15);
+  // Under bf16 on the CPU each linear casts its input twice, its weight twice and its output
+  // gradient once, rounds its output and input gradient, and adds its weight gradient into the
+  // fp32 one (12 bytes per weight); the routed experts over their 8 rows each (16 tokens x top 2
+  // over 4 experts), the others over 16.
+  double elements = 0.0, added = 0.0;
+  auto linear = [&](double n, double out, double in) {
+    added += out * in;
+    elements += n * (2 * in + out) + 2 * out * in + n * (out + in);
+  };
+  linear(16, 48, 16);  // q/k/v (2 heads and 2 kv heads of 8)
+  linear(16, 16, 16);  // attention's output
+  for (int mixer = 0; mixer < 2; ++mixer) {
+    linear(16, 42, 16);
+    linear(16, 16, 16);
+  }
+  linear(16, 16, 16);  // the shared expert's gate and up
+  linear(16, 16, 8);   // and down
+  for (int expert = 0; expert < 4; ++expert) {
+    linear(8, 16, 16);
+    linear(8, 16, 8);
+  }
+  linear(16, 16, 16);  // the head
+  EXPECT_NEAR(time("bf16").casts, elements / 1e9 + 12 * added / hw.memory_bandwidth, 1e-15);
+  EXPECT_EQ(time("fp32").casts, 0.0);
+}
+
 // A GPU's GEMMs write their outputs after their products (gemm_writes_output), at the memory
 // bandwidth: per micro-batch each linear's forward output and dgrad's input gradient (4 bytes in
 // fp32, 2 where a GPU leaves them bf16) and wgrad's fp32 main gradient, read and added to (8),

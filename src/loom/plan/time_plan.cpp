@@ -155,8 +155,10 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
 
 // Which linear of a block a visit is: the MLP's two keep their interior bf16 on a GPU under the
 // bf16 recipe (Mlp::bf16_interior; their GEMMs' outputs under FP8 and MX: Mlp::bf16_hidden), and
-// attention its q/k/v and output (Attention::bf16_tensors).
-enum class LinearRole : uint8_t { AttentionQkv, AttentionOut, MlpUp, MlpDown };
+// attention its q/k/v and output (Attention::bf16_tensors). Plain: fp32 in and out (a Mamba-2
+// mixer's projections, a MoE layer's shared expert, counted as such); Expert: a routed expert's,
+// also fp32 in and out, whose weight gradient is always added to (never written whole).
+enum class LinearRole : uint8_t { AttentionQkv, AttentionOut, MlpUp, MlpDown, Plain, Expert };
 
 // What a block's linear hands over in bf16 on a GPU (LinearPrecision's DeviceTensors).
 Bf16Ends device_bf16_ends(const CastPath& path, model::Recipe r, LinearRole role) {
@@ -204,24 +206,45 @@ Bf16Ends device_bf16_ends(const CastPath& path, model::Recipe r, LinearRole role
   return ends;
 }
 
-// Calls visit(out_features, in_features, recipe, role) for every linear of this rank's layers that
-// the costs below count: attention's q/k/v and output projections and dense MLPs' two (the
-// linears of experts and Mamba mixers are not counted yet), each with its block's recipe.
+// Calls visit(out_features, in_features, recipe, role, rows) for every linear of this rank's layers
+// that the costs below count, `rows` its GEMMs' rows per token of the micro-batch: attention's
+// q/k/v and output projections, dense MLPs' two, Mamba-2 mixers' in and out projections and
+// shared experts' two (1 each, the block's recipe), and each routed expert's two (its share of
+// the rows the rank's experts compute at balanced routing of `tokens`, in 16 bits:
+// MoeLayer::set_precision; the multi-token prediction blocks are not counted).
 template <typename Visit>
-void for_each_block_linear(const config::RunConfig& config, const StageMemory& stage, Visit visit) {
+void for_each_block_linear(const config::RunConfig& config, const StageMemory& stage, double tokens, Visit visit) {
   const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
   const double d = static_cast<double>(config.model.d_model);
   for (const model::LayerRange& c : stage.chunks) {
     for (int l = c.first; l < c.last; ++l) {
       const LayerWidths& w = stage.widths[static_cast<size_t>(l)];
       const model::Recipe r = policy.block_recipe(l, config.model.layers);
+      auto dbl = [](int64_t x) { return static_cast<double>(x); };
       if (w.has_attention()) {
-        visit(static_cast<double>(w.qkv()), d, r, LinearRole::AttentionQkv);
-        visit(d, static_cast<double>(w.q), r, LinearRole::AttentionOut);
+        visit(dbl(w.qkv()), d, r, LinearRole::AttentionQkv, 1.0);
+        visit(d, dbl(w.q), r, LinearRole::AttentionOut, 1.0);
       }
       if (w.has_mlp()) {
-        visit(static_cast<double>(w.hidden()), d, r, LinearRole::MlpUp);
-        visit(d, static_cast<double>(w.ffn), r, LinearRole::MlpDown);
+        visit(dbl(w.hidden()), d, r, LinearRole::MlpUp, 1.0);
+        visit(d, dbl(w.ffn), r, LinearRole::MlpDown, 1.0);
+      }
+      if (w.has_mamba()) {
+        visit(dbl(w.mamba_proj()), d, r, LinearRole::Plain, 1.0);
+        visit(d, dbl(w.mamba_inner), r, LinearRole::Plain, 1.0);
+      }
+      if (w.shared_ffn > 0) {
+        visit(dbl(w.shared_hidden()), d, r, LinearRole::Plain, 1.0);
+        visit(d, dbl(w.shared_ffn), r, LinearRole::Plain, 1.0);
+      }
+      if (w.has_moe() && w.local_experts > 0 && r != model::Recipe::Fp32) {
+        const model::Recipe sixteen = r == model::Recipe::Fp16 ? model::Recipe::Fp16 : model::Recipe::Bf16;
+        const auto routed = static_cast<int64_t>(tokens);
+        const double each = dbl(routed_rows(config.model, w, routed)) / dbl(w.local_experts) / tokens;
+        for (int64_t e = 0; e < w.local_experts; ++e) {
+          visit(dbl(w.expert_hidden()), dbl(w.expert_width), sixteen, LinearRole::Expert, each);
+          visit(dbl(w.expert_width), dbl(w.expert_ffn), sixteen, LinearRole::Expert, each);
+        }
       }
     }
   }
@@ -253,8 +276,9 @@ double cast_seconds(const config::RunConfig& config, const StageMemory& stage, d
   const bool recompute = config.model.recompute;
   const CastPath path = cast_path(config, micro_batches, tp);
   double s = 0.0;
-  for_each_block_linear(config, stage, [&](double out, double in, model::Recipe r, LinearRole role) {
-    s += linear_cast_seconds(tokens, out, in, r, recompute, hw, path, device_bf16_ends(path, r, role));
+  for_each_block_linear(config, stage, tokens,
+                        [&](double out, double in, model::Recipe r, LinearRole role, double rows) {
+    s += linear_cast_seconds(tokens * rows, out, in, r, recompute, hw, path, device_bf16_ends(path, r, role));
   });
   if (stage.head_rows > 0) {
     s += linear_cast_seconds(tokens, static_cast<double>(stage.head_rows), static_cast<double>(config.model.d_model),
@@ -276,7 +300,9 @@ double written_whole_share(const config::RunConfig& config, int dp, double micro
 // The blocks' linear weights of a stage: their gradients are written whole (written_whole_share).
 double block_linear_weights(const config::RunConfig& config, const StageMemory& stage) {
   double weights = 0.0;
-  for_each_block_linear(config, stage, [&](double out, double in, model::Recipe, LinearRole) { weights += out * in; });
+  for_each_block_linear(config, stage, 1.0, [&](double out, double in, model::Recipe, LinearRole role, double) {
+    if (role != LinearRole::Expert) weights += out * in;
+  });
   return weights;
 }
 
@@ -292,10 +318,12 @@ GemmOutputBytes gemm_output_bytes(const config::RunConfig& config, const StageMe
                                   double written_whole) {
   const CastPath path = cast_path(config, 1.0, tp);
   GemmOutputBytes bytes;
-  for_each_block_linear(config, stage, [&](double out, double in, model::Recipe r, LinearRole role) {
+  for_each_block_linear(config, stage, tokens,
+                        [&](double out, double in, model::Recipe r, LinearRole role, double rows) {
     const Bf16Ends ends = device_bf16_ends(path, r, role);
-    bytes.block_forward += tokens * out * (ends.output ? 2.0 : 4.0);
-    bytes.backward += tokens * in * (ends.input_grad ? 2.0 : 4.0) + (8.0 - 4.0 * written_whole) * out * in;
+    const double whole = role == LinearRole::Expert ? 0.0 : written_whole;
+    bytes.block_forward += tokens * rows * out * (ends.output ? 2.0 : 4.0);
+    bytes.backward += tokens * rows * in * (ends.input_grad ? 2.0 : 4.0) + (8.0 - 4.0 * whole) * out * in;
   });
   if (stage.head_rows > 0) {
     const double rows = static_cast<double>(stage.head_rows), d = static_cast<double>(config.model.d_model);
@@ -310,8 +338,8 @@ GemmOutputBytes gemm_output_bytes(const config::RunConfig& config, const StageMe
 // in bf16, nor the layers the recipe keeps in bf16, nor the head): 6 x their weights.
 double fp8_linear_flops_per_token(const config::RunConfig& config, const StageMemory& stage) {
   double weights = 0.0;
-  for_each_block_linear(config, stage, [&](double out, double in, model::Recipe r, LinearRole) {
-    if (model::is_fp8(r) && r != model::Recipe::Mxfp8) weights += out * in;
+  for_each_block_linear(config, stage, 1.0, [&](double out, double in, model::Recipe r, LinearRole, double rows) {
+    if (model::is_fp8(r) && r != model::Recipe::Mxfp8) weights += rows * out * in;
   });
   return 6.0 * weights;
 }
