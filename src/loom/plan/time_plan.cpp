@@ -8,6 +8,7 @@
 #include "loom/parallel/data/bf16_parameter_copy.h"
 #include "loom/parallel/data/fp8_weight_pieces.h"
 #include "loom/plan/activation_memory.h"
+#include "loom/plan/block_linears.h"
 
 namespace loom::plan {
 
@@ -153,12 +154,6 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
          12.0 * added / hw.bandwidth_per_rank(1);
 }
 
-// Which linear of a block a visit is: the MLP's two keep their interior bf16 on a GPU under the
-// bf16 recipe (Mlp::bf16_interior; their GEMMs' outputs under FP8 and MX: Mlp::bf16_hidden), and
-// attention its q/k/v and output (Attention::bf16_tensors). Plain: fp32 in and out (a Mamba-2
-// mixer's projections, a MoE layer's shared expert, counted as such); Expert: a routed expert's,
-// also fp32 in and out, whose weight gradient is always added to (never written whole).
-enum class LinearRole : uint8_t { AttentionQkv, AttentionOut, MlpUp, MlpDown, Plain, Expert };
 
 // What a block's linear hands over in bf16 on a GPU (LinearPrecision's DeviceTensors).
 Bf16Ends device_bf16_ends(const CastPath& path, model::Recipe r, LinearRole role) {
@@ -204,50 +199,6 @@ Bf16Ends device_bf16_ends(const CastPath& path, model::Recipe r, LinearRole role
     if (down && delayed) ends.input_pass_saved = path.swiglu ? 4.0 : 2.0;  // the hidden, per activation element
   }
   return ends;
-}
-
-// Calls visit(out_features, in_features, recipe, role, rows) for every linear of this rank's layers
-// that the costs below count, `rows` its GEMMs' rows per token of the micro-batch: attention's
-// q/k/v and output projections, dense MLPs' two, Mamba-2 mixers' in and out projections and
-// shared experts' two (1 each, the block's recipe), and each routed expert's two (its share of
-// the rows the rank's experts compute at balanced routing of `tokens`, in 16 bits:
-// MoeLayer::set_precision; the multi-token prediction blocks are not counted).
-template <typename Visit>
-void for_each_block_linear(const config::RunConfig& config, const StageMemory& stage, double tokens, Visit visit) {
-  const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
-  const double d = static_cast<double>(config.model.d_model);
-  for (const model::LayerRange& c : stage.chunks) {
-    for (int l = c.first; l < c.last; ++l) {
-      const LayerWidths& w = stage.widths[static_cast<size_t>(l)];
-      const model::Recipe r = policy.block_recipe(l, config.model.layers);
-      auto dbl = [](int64_t x) { return static_cast<double>(x); };
-      if (w.has_attention()) {
-        visit(dbl(w.qkv()), d, r, LinearRole::AttentionQkv, 1.0);
-        visit(d, dbl(w.q), r, LinearRole::AttentionOut, 1.0);
-      }
-      if (w.has_mlp()) {
-        visit(dbl(w.hidden()), d, r, LinearRole::MlpUp, 1.0);
-        visit(d, dbl(w.ffn), r, LinearRole::MlpDown, 1.0);
-      }
-      if (w.has_mamba()) {
-        visit(dbl(w.mamba_proj()), d, r, LinearRole::Plain, 1.0);
-        visit(d, dbl(w.mamba_inner), r, LinearRole::Plain, 1.0);
-      }
-      if (w.shared_ffn > 0) {
-        visit(dbl(w.shared_hidden()), d, r, LinearRole::Plain, 1.0);
-        visit(d, dbl(w.shared_ffn), r, LinearRole::Plain, 1.0);
-      }
-      if (w.has_moe() && w.local_experts > 0 && r != model::Recipe::Fp32) {
-        const model::Recipe sixteen = r == model::Recipe::Fp16 ? model::Recipe::Fp16 : model::Recipe::Bf16;
-        const auto routed = static_cast<int64_t>(tokens);
-        const double each = dbl(routed_rows(config.model, w, routed)) / dbl(w.local_experts) / tokens;
-        for (int64_t e = 0; e < w.local_experts; ++e) {
-          visit(dbl(w.expert_hidden()), dbl(w.expert_width), sixteen, LinearRole::Expert, each);
-          visit(dbl(w.expert_width), dbl(w.expert_ffn), sixteen, LinearRole::Expert, each);
-        }
-      }
-    }
-  }
 }
 
 // The GPU path's bf16 hand-overs for this config (a CPU run: none).
