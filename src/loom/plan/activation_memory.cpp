@@ -164,6 +164,7 @@ int64_t precision_scratch_bytes(const config::RunConfig& config, const std::vect
 }  // namespace
 
 int64_t routed_rows(const config::ModelConfig& model, const LayerWidths& w, int64_t tokens) {
+  if (!w.has_moe()) return 0;
   const int64_t selections = tokens * model.moe.top_k;
   const int64_t capacity =
       model::expert_capacity(tokens, model.moe.top_k, static_cast<int>(w.experts), model.moe.capacity_factor);

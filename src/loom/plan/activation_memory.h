@@ -98,7 +98,8 @@ bool fp8_mlp_codes_on_device(const config::RunConfig& config);
 bool fp8_normed_codes_on_device(const config::RunConfig& config, int tp);
 
 // The rows a MoE layer dispatches for a routing group of `tokens` (one rank's micro-batch): top_k
-// per token, or at most each expert's capacity (model.moe_capacity_factor) when that is fewer.
+// per token, or at most each expert's capacity (model.moe_capacity_factor) when that is fewer; 0
+// for a layer without experts.
 int64_t routed_rows(const config::ModelConfig& model, const LayerWidths& w, int64_t tokens);
 
 // What one block keeps from its forward for its backward, by the Block::Saved member holding it
