@@ -131,24 +131,24 @@ TEST(PlanCli, TrainingComparesThePlanWithTheFirstStep) {
       hybrid + " runtime.ranks=2 parallel.ep=2", hybrid + " precision.recipe=bf16",
       tiny + " runtime.ranks=4 parallel.tp=4 model.kv_heads=2 precision.recipe=fp8_delayed"};
   for (size_t i = 0; i < runs.size(); ++i) {
-  SCOPED_TRACE(runs[i]);
-  CommandResult r = run_loom("train " + runs[i] + " data.train_prefix=" + (dir / "data/c_train") +
-                             " data.val_prefix= train.steps=1 checkpoint.interval=0 checkpoint.at_end=false "
-                             "log.progress=false run.dir=" + (dir / ("run" + std::to_string(i))));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const size_t at = r.output.find("memory: planned ");
-  ASSERT_NE(at, std::string::npos) << r.output;
-  const std::string line = r.output.substr(at, r.output.find('\n', at) - at);
-  auto mib_after = [&](const std::string& key) {
-    const size_t k = line.find(key);
-    EXPECT_NE(k, std::string::npos) << line;
-    const double value = std::stod(line.substr(k + key.size()));
-    const bool kib = line.compare(line.find(' ', k + key.size()) + 1, 3, "KiB") == 0;
-    return kib ? value / 1024 : value;
-  };
-  // Within 2%, and the 0.05 MiB each printed value is rounded by.
-  EXPECT_NEAR(mib_after("planned "), mib_after("allocator peak "), 0.02 * mib_after("allocator peak ") + 0.1) << line;
-  EXPECT_NE(line.find("planned / measured"), std::string::npos) << line;
+    SCOPED_TRACE(runs[i]);
+    CommandResult r = run_loom("train " + runs[i] + " data.train_prefix=" + (dir / "data/c_train") +
+                               " data.val_prefix= train.steps=1 checkpoint.interval=0 checkpoint.at_end=false "
+                               "log.progress=false run.dir=" + (dir / ("run" + std::to_string(i))));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const size_t at = r.output.find("memory: planned ");
+    ASSERT_NE(at, std::string::npos) << r.output;
+    const std::string line = r.output.substr(at, r.output.find('\n', at) - at);
+    auto mib_after = [&](const std::string& key) {
+      const size_t k = line.find(key);
+      EXPECT_NE(k, std::string::npos) << line;
+      const double value = std::stod(line.substr(k + key.size()));
+      const bool kib = line.compare(line.find(' ', k + key.size()) + 1, 3, "KiB") == 0;
+      return kib ? value / 1024 : value;
+    };
+    // Within 2%, and the 0.05 MiB each printed value is rounded by.
+    EXPECT_NEAR(mib_after("planned "), mib_after("allocator peak "), 0.02 * mib_after("allocator peak ") + 0.1) << line;
+    EXPECT_NE(line.find("planned / measured"), std::string::npos) << line;
   }
 }
 

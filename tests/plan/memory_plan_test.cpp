@@ -5,9 +5,9 @@
 
 #include <string>
 
-#include "loom/plan/activation_memory.h"
 #include "loom/model/transformer.h"
 #include "loom/parallel/data/bf16_parameter_copy.h"
+#include "loom/plan/activation_memory.h"
 #include "loom/plan/memory_plan.h"
 #include "loom/plan/shape_group.h"
 
@@ -304,7 +304,7 @@ TEST(ActivationMemory, MambaMixersAndMoeLayersKeepTheirTensorsAndShareOneScratch
 // gradients of what it holds whole (norms, router, experts), summed over the group a layer at a
 // time through two buffers as large as the largest layer's such gradients.
 TEST(ActivationMemory, SequenceParallelRanksSumTheirReplicatedGradientsThroughTwoBuffers) {
-  config::RunConfig run = config::parse_config(kHandHybrid, "hybrid", {"model.layer_pattern='*E'"});
+  const config::RunConfig run = config::parse_config(kHandHybrid, "hybrid", {"model.layer_pattern='*E'"});
   ShapeGroup group(2, 0);
   const model::TensorParallel tp(&group, true);
   const std::vector<model::Parameter> params =
