@@ -9,9 +9,10 @@
 // MLPs, the Mamba-2 projections, the output head) in fp32, bf16 or fp16, as precision.recipe does
 // in training (model/linear_precision.h): operands rounded to the format, fp32 accumulation,
 // outputs rounded to it; on a GPU on tensor cores, each weight cast once after every load and
-// kept (model/weight_cast_cache.h). Master weights, norms, attention, the Mamba-2 scan and the
-// routed experts stay fp32. `auto`: bf16 on a GPU (vLLM's default for bf16-trained models), fp32
-// on the CPU (where rounding is emulated: more work, not less).
+// kept (model/weight_cast_cache.h); the routed experts' GEMMs in the 16-bit format too
+// (MoeLayer::set_precision). Master weights, norms, attention, the Mamba-2 scan and the MoE
+// router and latent projections stay fp32. `auto`: bf16 on a GPU (vLLM's default for bf16-trained
+// models), fp32 on the CPU (where rounding is emulated: more work, not less).
 //
 // KV cache dtype (`loom serve --kv-cache-dtype`, EngineOptions::kv_cache_dtype): the elements of
 // the paged cache's key and value pools, fp32 or bf16 (half the bytes per position: twice the
