@@ -40,6 +40,10 @@ void ExpertMlp::set_precision(PrecisionContext& context, Recipe recipe, const st
   }
 }
 
+LinearPrecision* ExpertMlp::precision_of(const std::vector<std::shared_ptr<LinearPrecision>>& layers, int j) {
+  return layers.empty() ? nullptr : layers[static_cast<size_t>(j)].get();
+}
+
 void ExpertMlp::project(LinearPrecision* precision, int id, float* out, const float* in, int64_t n,
                         int64_t in_features, int64_t out_features) const {
   if (precision != nullptr) {
@@ -69,11 +73,9 @@ void ExpertMlp::forward(Saved& saved, float* out, const float* in, const std::ve
     if (n == 0) continue;
     float* h = hidden + at * hidden_width();
     float* a = act + at * ffn_;
-    LinearPrecision* in_precision = in_precision_.empty() ? nullptr : in_precision_[j].get();
-    LinearPrecision* down_precision = down_precision_.empty() ? nullptr : down_precision_[j].get();
-    project(in_precision, in_[j], h, in + at * width_, n, width_, hidden_width());
+    project(precision_of(in_precision_, j), in_[j], h, in + at * width_, n, width_, hidden_width());
     activation_forward(device_, activation_, a, h, n, ffn_);
-    project(down_precision, down_[j], out + at * width_, a, n, ffn_, width_);
+    project(precision_of(down_precision_, j), down_[j], out + at * width_, a, n, ffn_, width_);
     at += n;
   }
 }
@@ -90,11 +92,11 @@ void ExpertMlp::backward(float* d_in, const float* d_out, const float* in, const
     if (n == 0) continue;
     float* da = d_act + at * ffn_;
     float* dh = d_hidden + at * hidden_width();
-    LinearPrecision* in_precision = in_precision_.empty() ? nullptr : in_precision_[j].get();
-    LinearPrecision* down_precision = down_precision_.empty() ? nullptr : down_precision_[j].get();
-    project_backward(down_precision, down_[j], da, d_out + at * width_, saved.act.data() + at * ffn_, n, ffn_, width_);
+    project_backward(precision_of(down_precision_, j), down_[j], da, d_out + at * width_, saved.act.data() + at * ffn_,
+                     n, ffn_, width_);
     activation_backward(device_, activation_, dh, da, saved.hidden.data() + at * hidden_width(), n, ffn_);
-    project_backward(in_precision, in_[j], d_in + at * width_, dh, in + at * width_, n, width_, hidden_width());
+    project_backward(precision_of(in_precision_, j), in_[j], d_in + at * width_, dh, in + at * width_, n, width_,
+                     hidden_width());
     at += n;
   }
 }

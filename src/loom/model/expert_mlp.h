@@ -8,6 +8,7 @@
 // recipe's 16-bit format (set_precision): each expert's two projections are linears of their own
 // (model.layers.N.mlp.experts.E.up_proj / down_proj), their operands cast and outputs rounded as
 // a dense MLP's, their weight gradients added unrounded into the fp32 main gradients.
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,8 @@ class ExpertMlp {
 
  private:
   int hidden_width() const { return static_cast<int>(activation_input_width(activation_, ffn_)); }
+  // Expert j's precision of `layers` (in_precision_ or down_precision_), null without a recipe.
+  static LinearPrecision* precision_of(const std::vector<std::shared_ptr<LinearPrecision>>& layers, int j);
   // out [n, out_features] = in W^T of weight `id`, through `precision` (null: fp32).
   void project(LinearPrecision* precision, int id, float* out, const float* in, int64_t n, int64_t in_features,
                int64_t out_features) const;

@@ -374,9 +374,6 @@ int64_t weight_cast_cache_bytes(const config::RunConfig& config, const std::vect
   if (copy && recipe == config::PrecisionRecipe::Bf16) return 0;
   const int64_t per_element = recipe == config::PrecisionRecipe::Mxfp8 ? 4 : 2;
   int64_t bytes = copy ? 0 : head_rows * config.model.d_model * 2;
-  auto ends_with = [](const std::string& n, const std::string& suffix) {
-    return n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
   for (const model::Parameter& p : params) {
     const std::string& n = p.name;
     // The weights a LinearPrecision casts: attention's, the MLPs' (dense, shared and routed
@@ -384,7 +381,7 @@ int64_t weight_cast_cache_bytes(const config::RunConfig& config, const std::vect
     bool linear = n.find(".mixer.in_proj_") != std::string::npos;
     for (const char* suffix : {".q_proj.weight", ".k_proj.weight", ".v_proj.weight", ".o_proj.weight",
                                ".gate_proj.weight", ".up_proj.weight", ".down_proj.weight", ".out_proj.weight"}) {
-      linear = linear || ends_with(n, suffix);
+      linear = linear || n.ends_with(suffix);
     }
     if (!linear) continue;
     // Routed experts run 16-bit under every recipe: their casts are bf16 ones.

@@ -26,12 +26,12 @@ enum class LinearRole : uint8_t { AttentionQkv, AttentionOut, MlpUp, MlpDown, Pl
 template <typename Visit>
 void for_each_block_linear(const config::RunConfig& config, const StageMemory& stage, double tokens, Visit visit) {
   const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
-  const double d = static_cast<double>(config.model.d_model);
+  auto dbl = [](int64_t x) { return static_cast<double>(x); };
+  const double d = dbl(config.model.d_model);
   for (const model::LayerRange& c : stage.chunks) {
     for (int l = c.first; l < c.last; ++l) {
       const LayerWidths& w = stage.widths[static_cast<size_t>(l)];
       const model::Recipe r = policy.block_recipe(l, config.model.layers);
-      auto dbl = [](int64_t x) { return static_cast<double>(x); };
       if (w.has_attention()) {
         visit(dbl(w.qkv()), d, r, LinearRole::AttentionQkv, 1.0);
         visit(d, dbl(w.q), r, LinearRole::AttentionOut, 1.0);

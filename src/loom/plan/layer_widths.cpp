@@ -22,11 +22,6 @@ int layer_of(const std::string& name, int layers, std::string& rest) {
   return -1;
 }
 
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // A MoE layer's parameters (rest after "mlp.").
 void read_moe(LayerWidths& w, const std::string& rest, const model::Parameter& p) {
   const int64_t rows = p.shape[0], cols = p.shape.size() > 1 ? p.shape[1] : 0;
@@ -40,11 +35,11 @@ void read_moe(LayerWidths& w, const std::string& rest, const model::Parameter& p
     w.shared_swiglu = true;
   } else if (rest == "shared_expert.up_proj.weight") {
     w.shared_ffn = rows;
-  } else if (starts_with(rest, "experts.") && ends_with(rest, ".up_proj.weight")) {
+  } else if (rest.starts_with("experts.") && rest.ends_with(".up_proj.weight")) {
     w.local_experts += 1;
     w.expert_ffn = rows;
     w.expert_width = cols;
-  } else if (starts_with(rest, "experts.") && ends_with(rest, ".gate_proj.weight")) {
+  } else if (rest.starts_with("experts.") && rest.ends_with(".gate_proj.weight")) {
     w.expert_swiglu = true;
   }
 }
@@ -77,12 +72,13 @@ std::vector<LayerWidths> layer_widths(const std::vector<model::Parameter>& param
       w.mamba_groups = rows / model.mamba.state_size;
     } else if (rest == "mixer.in_proj_dt.weight") {
       w.mamba_heads = rows;
-    } else if (starts_with(rest, "mlp.")) {
+    } else if (rest.starts_with("mlp.")) {
       read_moe(w, rest.substr(4), p);
     }
   }
   return out;
 }
+
 int64_t head_rows(const std::vector<model::Parameter>& params, bool tied_embeddings, bool holds_head) {
   if (!holds_head) return 0;
   for (const model::Parameter& p : params) {

@@ -154,7 +154,6 @@ double linear_cast_seconds(double n, double out, double in, model::Recipe recipe
          12.0 * added / hw.bandwidth_per_rank(1);
 }
 
-
 // What a block's linear hands over in bf16 on a GPU (LinearPrecision's DeviceTensors).
 Bf16Ends device_bf16_ends(const CastPath& path, model::Recipe r, LinearRole role) {
   Bf16Ends ends;
