@@ -23,10 +23,16 @@ constexpr const char* kMoe =
 
 TEST_F(DeviceLayouts, MoeOnOneRankEqualsTheCpuBitForBit) {
   expect_bitwise_equal_runs(kMoe, "moe");
-  // The routed experts' GEMMs in bf16 through the device's precision GEMM (under fp8_current the
-  // dense layers' in FP8 beside them).
+  // The routed experts' GEMMs through the device's precision GEMM: bf16, and (their layer the
+  // last block, which keeps bf16 unless told) FP8, each expert's rows padded to the 16 rows a
+  // GPU's FP8 product takes (the shared expert as wide as FP8's products take).
   expect_bitwise_equal_runs(kMoe, "moe-bf16", {"precision.recipe=bf16"});
   expect_bitwise_equal_runs(kMoe, "moe-fp8-current", {"precision.recipe=fp8_current"});
+  for (const std::string recipe : {"fp8_current", "fp8_delayed"}) {
+    expect_bitwise_equal_runs(kMoe, "moe-fp8-experts-" + recipe,
+                              {"precision.recipe=" + recipe, "precision.fp8_edge_layers_bf16=false",
+                               "model.moe_shared_ffn_size=16"});
+  }
   expect_bitwise_equal_runs(kMoe, "moe-recompute", {"model.recompute=true"});
   expect_bitwise_equal_runs(kMoe, "moe-gelu-softmax-topk", {"model.activation=gelu", "model.moe_router=softmax_topk"});
 }

@@ -30,13 +30,37 @@ ExpertMlp::ExpertMlp(ParameterStore& store, const TensorParallel& tp, const std:
   }
 }
 
-void ExpertMlp::set_precision(PrecisionContext& context, Recipe recipe, const std::string& prefix) {
+void ExpertMlp::set_precision(PrecisionContext& context, Recipe recipe, const std::string& prefix, int experts) {
   in_precision_.clear();
   down_precision_.clear();
-  for (int j = 0; j < count_; ++j) {
-    const std::string name = prefix + ".experts." + std::to_string(first_ + j);
-    in_precision_.push_back(context.make(recipe, name + ".up_proj"));
-    down_precision_.push_back(context.make(recipe, name + ".down_proj"));
+  for (int e = 0; e < experts; ++e) {
+    const std::string name = prefix + ".experts." + std::to_string(e);
+    std::shared_ptr<LinearPrecision> in = context.make(recipe, name + ".up_proj");
+    std::shared_ptr<LinearPrecision> down = context.make(recipe, name + ".down_proj");
+    if (e < first_ || e >= first_ + count_) continue;  // another rank's: its slots and history only
+    in_precision_.push_back(std::move(in));
+    down_precision_.push_back(std::move(down));
+  }
+  // Padded on the CPU too: its sums then run over the rows a GPU's do (a GEMM's summation may
+  // split its reduction by its length), so the emulated device trains as the CPU bit for bit.
+  row_multiple_ = device_gemm_multiple(recipe);
+}
+
+std::vector<int64_t> ExpertMlp::padded_rows(const std::vector<int64_t>& expert_rows) const {
+  std::vector<int64_t> padded(expert_rows);
+  for (int64_t& n : padded) n = (n + row_multiple_ - 1) / row_multiple_ * row_multiple_;
+  return padded;
+}
+
+void ExpertMlp::copy_rows(float* to, const std::vector<int64_t>& to_rows, const float* from,
+                          const std::vector<int64_t>& from_rows, const std::vector<int64_t>& rows,
+                          int64_t width) const {
+  int64_t at_to = 0, at_from = 0;
+  for (size_t j = 0; j < rows.size(); ++j) {
+    copy_on_device(device_, to + at_to * width, from + at_from * width, rows[j] * width);
+    zero_on_device(device_, to + (at_to + rows[j]) * width, (to_rows[j] - rows[j]) * width);
+    at_to += to_rows[j];
+    at_from += from_rows[j];
   }
 }
 
@@ -63,7 +87,40 @@ void ExpertMlp::project_backward(LinearPrecision* precision, int id, float* d_in
   }
 }
 
-void ExpertMlp::forward(Saved& saved, float* out, const float* in, const std::vector<int64_t>& expert_rows) const {
+void ExpertMlp::forward(Saved& saved, float* out, const float* in, const std::vector<int64_t>& expert_rows,
+                        ExpertScratch& scratch) const {
+  const std::vector<int64_t> padded = padded_rows(expert_rows);
+  if (padded == expert_rows) {
+    forward_grouped(saved, out, in, expert_rows);
+    return;
+  }
+  const int64_t rows = std::accumulate(padded.begin(), padded.end(), int64_t{0});
+  float* padded_in = sized(scratch.in, rows * width_, device_);
+  float* padded_out = sized(scratch.out, rows * width_, device_);
+  copy_rows(padded_in, padded, in, expert_rows, expert_rows, width_);
+  forward_grouped(saved, padded_out, padded_in, padded);
+  copy_rows(out, expert_rows, padded_out, padded, expert_rows, width_);
+}
+
+void ExpertMlp::backward(float* d_in, const float* d_out, const float* in, const Saved& saved, Workspace& work,
+                         const std::vector<int64_t>& expert_rows, ExpertScratch& scratch) const {
+  const std::vector<int64_t> padded = padded_rows(expert_rows);
+  if (padded == expert_rows) {
+    backward_grouped(d_in, d_out, in, saved, work, expert_rows);
+    return;
+  }
+  const int64_t rows = std::accumulate(padded.begin(), padded.end(), int64_t{0});
+  float* padded_in = sized(scratch.in, rows * width_, device_);
+  float* padded_d_out = sized(scratch.out, rows * width_, device_);
+  float* padded_d_in = sized(scratch.d_in, rows * width_, device_);
+  copy_rows(padded_in, padded, in, expert_rows, expert_rows, width_);
+  copy_rows(padded_d_out, padded, d_out, expert_rows, expert_rows, width_);
+  backward_grouped(padded_d_in, padded_d_out, padded_in, saved, work, padded);
+  copy_rows(d_in, expert_rows, padded_d_in, padded, expert_rows, width_);
+}
+
+void ExpertMlp::forward_grouped(Saved& saved, float* out, const float* in,
+                                const std::vector<int64_t>& expert_rows) const {
   const int64_t rows = std::accumulate(expert_rows.begin(), expert_rows.end(), int64_t{0});
   float* hidden = sized(saved.hidden, rows * hidden_width(), device_);
   float* act = sized(saved.act, rows * ffn_, device_);
@@ -80,8 +137,8 @@ void ExpertMlp::forward(Saved& saved, float* out, const float* in, const std::ve
   }
 }
 
-void ExpertMlp::backward(float* d_in, const float* d_out, const float* in, const Saved& saved, Workspace& work,
-                         const std::vector<int64_t>& expert_rows) const {
+void ExpertMlp::backward_grouped(float* d_in, const float* d_out, const float* in, const Saved& saved,
+                                 Workspace& work, const std::vector<int64_t>& expert_rows) const {
   const int64_t rows = std::accumulate(expert_rows.begin(), expert_rows.end(), int64_t{0});
   float* d_act = zeroed(work.d_act, rows * ffn_, device_);
   float* d_hidden = sized(work.d_hidden, rows * hidden_width(), device_);  // each expert's rows written whole

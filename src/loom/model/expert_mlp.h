@@ -4,10 +4,15 @@
 // contiguous row range, one BLAS GEMM per expert and projection through kernels/ops.h. The
 // activation is the model's (SwiGLU, GELU, or squared ReLU: Nemotron-H's latent MoE). Each
 // expert's parameters are global tensors of their own (model.layers.N.mlp.experts.E.*), so a
-// checkpoint loads into any expert-parallel size. Expert GEMMs run in fp32, or in a precision
-// recipe's 16-bit format (set_precision): each expert's two projections are linears of their own
+// checkpoint loads into any expert-parallel size. Expert GEMMs run in fp32, or in the block's
+// precision recipe (set_precision): each expert's two projections are linears of their own
 // (model.layers.N.mlp.experts.E.up_proj / down_proj), their operands cast and outputs rounded as
 // a dense MLP's, their weight gradients added unrounded into the fp32 main gradients.
+//
+// Under the FP8 recipes, whose products on a GPU take only row counts of a multiple of 16 (128 for
+// fp8_blockwise), each expert's rows are padded with zero rows to that multiple in ExpertScratch
+// (as Transformer Engine pads a grouped GEMM's splits), on every device alike: a zero row adds
+// nothing to an amax, a block's scale, a product or a weight gradient.
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,25 +25,47 @@
 
 namespace loom::model {
 
+// The padded copies of a grouped GEMM's rows (ExpertMlp's header comment), shared by a model's
+// MoE layers (MoeScratch): the input, and the output (backward: the output gradient), the input
+// gradient.
+struct ExpertScratch {
+  Buffer in, out, d_in;
+};
+
 class ExpertMlp {
  public:
   struct Saved {
-    Buffer hidden, act;
+    Buffer hidden, act;  // in the padded row layout where rows are padded
   };
   // Registers experts [first, first + count) of width `width` (d_model or the latent size).
   ExpertMlp(ParameterStore& store, const TensorParallel& tp, const std::string& prefix, int first, int count,
             int width, int ffn_size, config::Activation activation, float init_std, float out_std);
   int count() const { return count_; }
-  // The experts' GEMMs in `recipe` (bf16 or fp16; see MoeLayer::set_precision).
-  void set_precision(PrecisionContext& context, Recipe recipe, const std::string& prefix);
+  // The experts' GEMMs in `recipe`. Every one of the layer's `experts` is registered with
+  // `context`, in order, this rank's and the others': fp8_delayed's pending amaxes are then reduced
+  // position by position over the ranks holding the layer (an expert a rank does not hold adds
+  // zeros), so every rank keeps every expert's history and a checkpoint loads into any
+  // expert-parallel size.
+  void set_precision(PrecisionContext& context, Recipe recipe, const std::string& prefix, int experts);
   // out[rows, width] = expert(in) per expert's row range.
-  void forward(Saved& saved, float* out, const float* in, const std::vector<int64_t>& expert_rows) const;
+  void forward(Saved& saved, float* out, const float* in, const std::vector<int64_t>& expert_rows,
+               ExpertScratch& scratch) const;
   // d_in (overwritten) and the parameters' gradients from d_out.
   void backward(float* d_in, const float* d_out, const float* in, const Saved& saved, Workspace& work,
-                const std::vector<int64_t>& expert_rows) const;
+                const std::vector<int64_t>& expert_rows, ExpertScratch& scratch) const;
+  // Each expert's row count rounded up to the multiple its GEMMs take (the rows themselves where
+  // they take any).
+  std::vector<int64_t> padded_rows(const std::vector<int64_t>& expert_rows) const;
 
  private:
   int hidden_width() const { return static_cast<int>(activation_input_width(activation_, ffn_)); }
+  // forward / backward over rows already laid out as the GEMMs take them.
+  void forward_grouped(Saved& saved, float* out, const float* in, const std::vector<int64_t>& expert_rows) const;
+  void backward_grouped(float* d_in, const float* d_out, const float* in, const Saved& saved, Workspace& work,
+                        const std::vector<int64_t>& expert_rows) const;
+  // Copies each expert's `rows` of `from` (laid out by `from_rows`) to `to` (laid out by `to_rows`).
+  void copy_rows(float* to, const std::vector<int64_t>& to_rows, const float* from,
+                 const std::vector<int64_t>& from_rows, const std::vector<int64_t>& rows, int64_t width) const;
   // Expert j's precision of `layers` (in_precision_ or down_precision_), null without a recipe.
   static LinearPrecision* precision_of(const std::vector<std::shared_ptr<LinearPrecision>>& layers, int j);
   // out [n, out_features] = in W^T of weight `id`, through `precision` (null: fp32).
@@ -53,6 +80,7 @@ class ExpertMlp {
   config::Activation activation_;
   std::vector<int> in_, down_;  // per local expert: [gate; up] (or up) weight id, down weight id
   std::vector<std::shared_ptr<LinearPrecision>> in_precision_, down_precision_;  // per local expert (empty: fp32)
+  int64_t row_multiple_ = 1;  // what each expert's row count is padded to
 };
 
 }  // namespace loom::model

@@ -116,8 +116,10 @@ struct PrecisionPolicy {
 // device amax the caller sets (`amax`, with `margin`). `data` is left null for the caller.
 kernels::CastOperand device_cast(Recipe recipe, Operand op, float delayed_scale, int margin);
 // cuBLASLt's FP8 products need every GEMM dimension a multiple of 16 (per-tensor recipes) or of
-// 128 (fp8_blockwise, whose block scales loom asks whole); an Error naming the recipe, the sizes
-// and the rule otherwise. bf16, fp16 and the emulated mxfp8 take any size.
+// 128 (fp8_blockwise, whose block scales loom asks whole): that multiple, 1 for recipes taking any
+// size (bf16, fp16 and the emulated mxfp8). check_device_shape: an Error naming the recipe, the
+// sizes and the rule where a GEMM breaks it.
+int64_t device_gemm_multiple(Recipe recipe);
 void check_device_shape(Recipe recipe, int64_t n, int64_t in_features, int64_t out_features);
 
 // Scratch for the quantized operand copies and GEMM outputs, shared by the layers of a model

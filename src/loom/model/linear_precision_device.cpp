@@ -40,19 +40,19 @@ CastOperand device_cast(Recipe recipe, Operand op, float delayed_scale, int marg
   }
 }
 
+int64_t device_gemm_multiple(Recipe recipe) {
+  if (recipe == Recipe::Fp8Delayed || recipe == Recipe::Fp8Current) return 16;
+  if (recipe == Recipe::Fp8Blockwise) return 128;
+  return 1;
+}
+
 void check_device_shape(Recipe recipe, int64_t n, int64_t in_features, int64_t out_features) {
-  int64_t multiple = 0;
-  std::string why;
-  if (recipe == Recipe::Fp8Delayed || recipe == Recipe::Fp8Current) {
-    multiple = 16;
-    why = "cuBLASLt's FP8 products need every GEMM dimension a multiple of 16";
-  } else if (recipe == Recipe::Fp8Blockwise) {
-    multiple = 128;
-    why = "its 1x128 / 128x128 block scales are taken whole by cuBLASLt, so every GEMM dimension must be a multiple "
-          "of 128";
-  } else {
-    return;
-  }
+  const int64_t multiple = device_gemm_multiple(recipe);
+  if (multiple == 1) return;
+  const std::string why =
+      multiple == 16 ? "cuBLASLt's FP8 products need every GEMM dimension a multiple of 16"
+                     : "its 1x128 / 128x128 block scales are taken whole by cuBLASLt, so every GEMM dimension must be a "
+                       "multiple of 128";
   if (n % multiple == 0 && in_features % multiple == 0 && out_features % multiple == 0) return;
   throw Error("precision.recipe=" + recipe_name(recipe) + " on a GPU: " + why + "; this linear layer has " +
               std::to_string(n) + " tokens, " + std::to_string(in_features) + " input and " +

@@ -69,10 +69,9 @@ MoeLayer::MoeLayer(ParameterStore& store, const TensorParallel& tp, ExpertLayout
 
 void MoeLayer::set_precision(PrecisionContext& context, Recipe recipe, const std::string& prefix) {
   if (shared_) shared_->set_precision(context, recipe, prefix + ".shared_expert");
-  // The routed experts in 16 bits: fp16 under fp16, bf16 under the others (FP8 and MX experts,
-  // with amax histories reduced over the expert-data-parallel group, are not built: they stay
-  // bf16 as the head does). The router and the latent projections stay fp32.
-  experts_->set_precision(context, recipe == Recipe::Fp16 ? Recipe::Fp16 : Recipe::Bf16, prefix);
+  // The routed experts in the block's recipe (FP8 under the FP8 recipes, as Transformer Engine's
+  // grouped GEMMs); the router and the latent projections stay fp32.
+  experts_->set_precision(context, recipe, prefix, moe_.experts);
 }
 
 void MoeLayer::exchange(const float* send, float* recv, const ExchangePlan& x, int64_t width, bool to_experts) const {
@@ -89,7 +88,7 @@ const float* MoeLayer::run_experts(Saved& s, int64_t width) const {
   const int64_t rows = static_cast<int64_t>(s.plan.order.size());
   float* returned = sized(s.returned, rows * width, device_);
   if (comm_ == nullptr || comm_->size() == 1) {
-    experts_->forward(s.experts, returned, s.dispatched.data(), s.plan.expert_rows);
+    experts_->forward(s.experts, returned, s.dispatched.data(), s.plan.expert_rows, moe_scratch().experts);
     return returned;
   }
   const int peers = comm_->size();
@@ -103,7 +102,7 @@ const float* MoeLayer::run_experts(Saved& s, int64_t width) const {
   float* expert_in = sized(s.expert_in, x.received * width, device_);
   regroup_rows(device_, expert_in, received, x, width, true);
   float* expert_out = sized(moe_scratch().back, x.received * width, device_);
-  experts_->forward(s.experts, expert_out, expert_in, x.expert_rows);
+  experts_->forward(s.experts, expert_out, expert_in, x.expert_rows, moe_scratch().experts);
   regroup_rows(device_, received, expert_out, x, width, false);
   exchange(received, returned, x, width, false);
   return returned;
@@ -204,7 +203,8 @@ void MoeLayer::shared_backward(float* d_normed, const float* d_residual, const f
 void MoeLayer::experts_backward(float* d_dispatched, const float* d_returned, const Saved& s, Workspace& work,
                                 int64_t width) const {
   if (comm_ == nullptr || comm_->size() == 1) {
-    experts_->backward(d_dispatched, d_returned, s.dispatched.data(), s.experts, work, s.plan.expert_rows);
+    experts_->backward(d_dispatched, d_returned, s.dispatched.data(), s.experts, work, s.plan.expert_rows,
+                       moe_scratch().experts);
     return;
   }
   const ExchangePlan& x = s.exchange;
@@ -213,7 +213,7 @@ void MoeLayer::experts_backward(float* d_dispatched, const float* d_returned, co
   float* d_out = sized(moe_scratch().back, x.received * width, device_);
   regroup_rows(device_, d_out, received, x, width, true);
   float* d_in = sized(moe_scratch().d_rows2, x.received * width, device_);
-  experts_->backward(d_in, d_out, s.expert_in.data(), s.experts, work, x.expert_rows);
+  experts_->backward(d_in, d_out, s.expert_in.data(), s.experts, work, x.expert_rows, moe_scratch().experts);
   regroup_rows(device_, received, d_in, x, width, false);
   exchange(received, d_dispatched, x, width, false);
 }

@@ -46,6 +46,7 @@ struct MoeScratch {
   Buffer d_full, d_y, d_rows, d_rows2, d_x_full, d_logits, d_shared, d_gate_logit;
   DeviceBuffer<double> dots;
   DeviceBuffer<int32_t> zeros;
+  ExpertScratch experts;  // the routed experts' padded rows (under the FP8 recipes)
 };
 
 class MoeLayer {
