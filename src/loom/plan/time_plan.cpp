@@ -5,6 +5,7 @@
 #include "loom/model/flops.h"
 #include "loom/model/layer_spec.h"
 #include "loom/model/linear_precision.h"
+#include "loom/model/multi_token_prediction.h"
 #include "loom/parallel/data/bf16_parameter_copy.h"
 #include "loom/parallel/data/fp8_weight_pieces.h"
 #include "loom/plan/activation_memory.h"
@@ -251,7 +252,7 @@ double written_whole_share(const config::RunConfig& config, int dp, double micro
 double block_linear_weights(const config::RunConfig& config, const StageMemory& stage) {
   double weights = 0.0;
   for_each_block_linear(config, stage, 1.0, [&](double out, double in, model::Recipe, LinearRole role, double) {
-    if (role != LinearRole::Expert) weights += out * in;
+    if (role != LinearRole::Expert && role != LinearRole::Replicated) weights += out * in;
   });
   return weights;
 }
@@ -259,7 +260,8 @@ double block_linear_weights(const config::RunConfig& config, const StageMemory& 
 // Bytes this rank's GEMMs write per micro-batch (Hardware::gemm_output_seconds): each linear's
 // forward output and dgrad's input gradient, 2 bytes each where a GPU leaves it bf16 (Bf16Ends)
 // and 4 otherwise, and wgrad's fp32 main gradient, read and added to (8) or written whole (4,
-// written_whole_share). The blocks' forward apart: a recompute writes it again.
+// written_whole_share). The blocks' forward apart: a recompute writes it again (not eh_proj's,
+// counted with the head's).
 struct GemmOutputBytes {
   double block_forward = 0.0, head_forward = 0.0, backward = 0.0;
 };
@@ -271,13 +273,15 @@ GemmOutputBytes gemm_output_bytes(const config::RunConfig& config, const StageMe
   for_each_block_linear(config, stage, tokens,
                         [&](double out, double in, model::Recipe r, LinearRole role, double rows) {
     const Bf16Ends ends = device_bf16_ends(path, r, role);
-    const double whole = role == LinearRole::Expert ? 0.0 : written_whole;
-    bytes.block_forward += tokens * rows * out * (ends.output ? 2.0 : 4.0);
+    const bool added = role == LinearRole::Expert || role == LinearRole::Replicated;
+    const double whole = added ? 0.0 : written_whole;
+    (role == LinearRole::Replicated ? bytes.head_forward : bytes.block_forward) +=
+        tokens * rows * out * (ends.output ? 2.0 : 4.0);
     bytes.backward += tokens * rows * in * (ends.input_grad ? 2.0 : 4.0) + (8.0 - 4.0 * whole) * out * in;
   });
   if (stage.head_rows > 0) {
     const double rows = static_cast<double>(stage.head_rows), d = static_cast<double>(config.model.d_model);
-    bytes.head_forward = tokens * rows * (path.bf16_logits ? 2.0 : 4.0);
+    bytes.head_forward += tokens * rows * (path.bf16_logits ? 2.0 : 4.0);
     bytes.backward += tokens * d * 4.0 + 8.0 * rows * d;
   }
   return bytes;
@@ -290,6 +294,16 @@ double fp8_linear_flops_per_token(const config::RunConfig& config, const StageMe
   double weights = 0.0;
   for_each_block_linear(config, stage, 1.0, [&](double out, double in, model::Recipe r, LinearRole, double rows) {
     if (model::is_fp8(r) && r != model::Recipe::Mxfp8) weights += rows * out * in;
+  });
+  return 6.0 * weights;
+}
+
+// Training FLOPs per token of this rank's linears every tensor-parallel rank computes whole over
+// all rows (multi-token prediction's eh_proj): not shared out over the group.
+double replicated_linear_flops_per_token(const config::RunConfig& config, const StageMemory& stage) {
+  double weights = 0.0;
+  for_each_block_linear(config, stage, 1.0, [&](double out, double in, model::Recipe, LinearRole role, double rows) {
+    if (role == LinearRole::Replicated) weights += rows * out * in;
   });
   return 6.0 * weights;
 }
@@ -314,18 +328,76 @@ double fresh_memory_seconds(const config::RunConfig& config, const StageMemory& 
   return hw.fresh_memory_seconds(fresh_bytes, 1) + hw.cast_seconds(widened, false, 1);
 }
 
-// The attention and MLP sub-blocks of a stage's layers.
-int sub_blocks(const StageMemory& stage, const std::vector<model::LayerSpec>& specs) {
-  int n = 0;
-  for (const model::LayerRange& c : stage.chunks) {
-    for (int l = c.first; l < c.last; ++l) {
-      const model::LayerSpec& spec = specs[static_cast<size_t>(l)];
-      n += spec.has_attention + spec.has_mlp();
-    }
+// One micro-batch's tensor-parallel collectives on this rank (model/tensor_parallel.h's f and g,
+// collective by collective): forward and backward seconds.
+struct TpSeconds {
+  double forward = 0.0, backward = 0.0;
+};
+
+// A block's (a layer's or a multi-token prediction depth's), `stream` the bytes of the residual
+// stream's rows. Each region from a column- to a row-parallel linear (attention; a dense MLP; a
+// Mamba-2 mixer, in_proj to out_proj; a MoE layer's shared expert, reduced on its own) sums its
+// output over the group forward (g: an all-reduce; sequence parallel: a reduce-scatter, after f's
+// all-gather of its input) and its input's gradient backward (f: an all-reduce; sequence
+// parallel: a reduce-scatter, after g's all-gather of the output's gradient and the column-parallel
+// wgrad's input gathered again, but where that layer kept its input's FP8 codes: per-tensor FP8 on
+// a GPU, in attention and the MLPs, never in the mixer). A MoE layer's routed part (every rank
+// routes all the group's tokens) communicates under sequence parallelism only: its input rows
+// gathered forward, their gradient reduce-scattered backward.
+TpSeconds block_tp_seconds(const config::RunConfig& config, const LayerWidths& w, model::Recipe r, double stream,
+                           int tp, const Link& link) {
+  const int regions = w.has_attention() + w.has_mlp() + w.has_mamba() + (w.shared_ffn > 0);
+  if (!config.parallel.sequence_parallel) {
+    const double reduce = all_reduce_seconds(stream, tp, link);
+    return {regions * reduce, regions * reduce};
   }
-  return n;
+  const double gather = all_gather_seconds(stream, tp, link);  // a reduce-scatter costs the same
+  const bool kept_codes = config.runtime.device == config::RuntimeDevice::Cuda &&
+                          (r == model::Recipe::Fp8Delayed || r == model::Recipe::Fp8Current);
+  const int regathered = w.has_mamba() + (kept_codes ? 0 : regions - w.has_mamba());
+  const int routed = w.has_moe();
+  return {(2 * regions + routed) * gather, (2 * regions + regathered + routed) * gather};
 }
 
+// The stage's: its blocks' (a recompute runs their forward's again in backward); the embedding's
+// lookup, its rows summed forward (g; sequence parallel: a reduce-scatter, and an all-gather of
+// their gradient backward); the head's input gradient summed backward (f; sequence parallel: a
+// reduce-scatter, and its input's all-gather forward); each multi-token prediction depth's lookup
+// and head again, and under sequence parallelism its eh_proj's all-gather of the [enorm | hnorm]
+// rows forward (2 d_model wide) and of its output's gradient backward; after each unit's backward
+// the fp32 all-reduces of the gradients several ranks hold (StageMemory::tp_gradient_sums).
+TpSeconds tensor_parallel_seconds(const config::RunConfig& config, const StageMemory& stage, double tokens, int tp,
+                                  const Hardware& hw, const Link& link) {
+  const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
+  const int layers = config.model.layers;
+  const bool sp = config.parallel.sequence_parallel;
+  const double stream = tokens * config.model.d_model * hw.activation_bytes;
+  const double reduce = all_reduce_seconds(stream, tp, link), gather = all_gather_seconds(stream, tp, link);
+  TpSeconds blocks;
+  auto add_block = [&](int l, model::Recipe r) {
+    const TpSeconds b = block_tp_seconds(config, stage.widths[static_cast<size_t>(l)], r, stream, tp, link);
+    blocks.forward += b.forward;
+    blocks.backward += b.backward;
+  };
+  for (const model::LayerRange& c : stage.chunks) {
+    for (int l = c.first; l < c.last; ++l) add_block(l, policy.block_recipe(l, layers));
+  }
+  // The depths' blocks under the last layer's recipe (Transformer::build_mtp).
+  const int depths = stage.head_rows > 0 ? config.model.mtp_depths : 0;
+  for (int l = layers; l < layers + depths; ++l) add_block(l, policy.block_recipe(layers - 1, layers));
+  TpSeconds t = blocks;
+  if (config.model.recompute) t.backward += blocks.forward;
+  const int lookups = (stage.chunks.front().first == 0 ? 1 : 0) + depths;
+  const int heads = (stage.head_rows > 0 ? 1 : 0) + depths;
+  t.forward += lookups * (sp ? gather : reduce) + heads * (sp ? gather : 0.0);
+  t.backward += lookups * (sp ? gather : 0.0) + heads * (sp ? gather : reduce);
+  if (sp) {
+    t.forward += depths * all_gather_seconds(2.0 * stream, tp, link);
+    t.backward += depths * gather;
+  }
+  for (const int64_t elements : stage.tp_gradient_sums) t.backward += all_reduce_seconds(4.0 * elements, tp, link);
+  return t;
+}
 // Seconds of one micro-batch's all-to-all over `ranks` of `bytes` per rank: each sends (n - 1)/n
 // of them, one latency per peer.
 double all_to_all_seconds(double bytes, int ranks, const Link& link) {
@@ -386,6 +458,37 @@ void add_context_parallel_cost(StageCost& cost, const config::RunConfig& config,
   cost.backward += backward;
 }
 
+// Training FLOPs per token of a stage's blocks, of which attention's score and value products,
+// and of its head (model/flops.h). On the rank holding the head, the multi-token prediction
+// depths' blocks count as blocks (their linears are the stage's block linears, for_each_block_linear)
+// and their eh_proj not at all (replicated_linear_flops_per_token); the head's FLOPs keep the
+// head once per depth.
+struct StageFlops {
+  double block = 0.0, attention = 0.0, head = 0.0;
+};
+
+StageFlops stage_flops(const config::RunConfig& config, const StageMemory& stage,
+                       const std::vector<model::LayerSpec>& specs) {
+  const config::ModelConfig& model = config.model;
+  const int64_t seq = config.data.seq_len;
+  StageFlops f;
+  for (const model::LayerRange& c : stage.chunks) {
+    for (int l = c.first; l < c.last; ++l) {
+      const model::LayerSpec& spec = specs[static_cast<size_t>(l)];
+      f.block += model::layer_training_flops_per_token(model, spec, seq);
+      f.attention += model::attention_training_flops_per_token(model, spec, seq);
+    }
+  }
+  if (stage.chunks.back().last != model.layers) return f;
+  const model::LayerSpec mtp = model::mtp_block_spec(model);
+  const double depths = model.mtp_depths, d = model.d_model;
+  const double block = model::layer_training_flops_per_token(model, mtp, seq), eh_proj = 3.0 * 2.0 * (2.0 * d) * d;
+  f.block += depths * block;
+  f.attention += depths * model::attention_training_flops_per_token(model, mtp, seq);
+  f.head = model::head_training_flops_per_token(model, seq) - depths * (block + eh_proj);
+  return f;
+}
+
 StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, const StageMemory& stage,
                      const Hardware& hw) {
   const comm::MeshShape shape = memory.layout.shape;
@@ -394,30 +497,20 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
   // This rank's tokens: a context-parallel rank holds seq_len / cp of each sequence (its
   // attention still sees every key: the per-token FLOPs are the whole sequence's).
   const double tokens = static_cast<double>(config.train.micro_batch) * config.data.seq_len / shape.cp;
-  double block_flops = 0.0, attention_flops = 0.0, head_flops = 0.0;
-  int layers = 0;
-  for (const model::LayerRange& c : stage.chunks) {
-    for (int l = c.first; l < c.last; ++l) {
-      const model::LayerSpec& spec = specs[static_cast<size_t>(l)];
-      block_flops += model::layer_training_flops_per_token(config.model, spec, config.data.seq_len);
-      attention_flops += model::attention_training_flops_per_token(config.model, spec, config.data.seq_len);
-      ++layers;
-    }
-  }
-  if (stage.chunks.back().last == config.model.layers) {
-    head_flops = model::head_training_flops_per_token(config.model, config.data.seq_len);
-  }
+  const StageFlops flops = stage_flops(config, stage, specs);
   // Rates of one rank alone; plan_time accounts for ranks sharing a host's cores. FP8 linears at
   // the device's FP8 rate, attention's score and value products at its attention rate, the rest
-  // (bf16 layers, the head) at its GEMM rate.
+  // (bf16 layers, the head) at its GEMM rate. The FP8 linears' FLOPs are this rank's share: the
+  // group's are tp times them. eh_proj's, computed whole by every rank, are not shared out.
   const double rate = hw.flops_per_rank(1) * hw.gemm_rows_factor(tokens);
   const double fp8_rate = hw.fp8_flops_per_rank(1) * hw.gemm_rows_factor(tokens);
   const double attention_rate = hw.attention_flops_per_rank(1);
-  const double fp8_flops = fp8_linear_flops_per_token(config, stage);
-  const double block_seconds =
-      ((block_flops - fp8_flops - attention_flops) / rate + fp8_flops / fp8_rate + attention_flops / attention_rate) *
-      tokens / shape.tp;
-  const double gemm = block_seconds + tokens * head_flops / shape.tp / rate;
+  const double fp8_flops = shape.tp * fp8_linear_flops_per_token(config, stage);
+  const double block_seconds = ((flops.block - fp8_flops - flops.attention) / rate + fp8_flops / fp8_rate +
+                                flops.attention / attention_rate) *
+                               tokens / shape.tp;
+  const double gemm = block_seconds + tokens * flops.head / shape.tp / rate +
+                      tokens * replicated_linear_flops_per_token(config, stage) / rate;
   const double m = static_cast<double>(memory.layout.micro_batches);
   const GemmOutputBytes written =
       gemm_output_bytes(config, stage, tokens, shape.tp, written_whole_share(config, replicas, m));
@@ -433,12 +526,11 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
   cost.backward = 2.0 * gemm / 3.0 + written_backward + recompute + 2.0 * elementwise / 3.0 +
                   2.0 * (cost.casts + cost.fresh) / 3.0;
   if (shape.tp > 1) {
-    const double stream = tokens * config.model.d_model * hw.activation_bytes;
     const Link& link = hw.link(group_link(hw, shape.tp, 1, world));
-    const double one = all_reduce_seconds(stream, shape.tp, link);
-    cost.tp = 2.0 * (sub_blocks(stage, specs) + 1) * one;  // each sub-block forward and backward; embedding or head
-    cost.forward += cost.tp / 2.0;
-    cost.backward += cost.tp / 2.0;
+    const TpSeconds tp = tensor_parallel_seconds(config, stage, tokens, shape.tp, hw, link);
+    cost.tp = tp.forward + tp.backward;
+    cost.forward += tp.forward;
+    cost.backward += tp.backward;
   }
   if (shape.cp > 1) {
     const Link& link = hw.link(group_link(hw, shape.cp, shape.tp, world));
