@@ -323,6 +323,111 @@ train: {global_batch: 2, micro_batch: 2}
   EXPECT_EQ(time("fp32").casts, 0.0);
 }
 
+// A small hybrid with one multi-token prediction depth: attention, a Mamba-2 mixer, a latent MoE
+// layer with a shared expert, a mixer; the depth's block is attention and the MoE.
+const char* const kHybridWithMtp = R"(
+model: {vocab_size: 16, d_model: 16, layers: 4, layer_pattern: '*MEM', heads: 2, ffn_size: 32, tied_embeddings: false,
+        moe_experts: 4, moe_top_k: 2, moe_ffn_size: 8, moe_latent_size: 8, moe_shared_ffn_size: 8, mtp_depths: 1,
+        mamba: {state_size: 4, heads: 2, head_dim: 8, groups: 2, conv_kernel: 4, chunk_size: 4}}
+data: {seq_len: 8}
+train: {global_batch: 2, micro_batch: 2}
+)";
+
+// Tensor parallelism over a hybrid, collective by collective (one micro-batch of 16 tokens; the
+// residual stream's rows 16 x 16 x 4 bytes). Without sequence parallelism each region from a
+// column- to a row-parallel linear all-reduces them once forward and once backward: attention,
+// each Mamba-2 mixer, the MoE layer's shared expert, and the depth's attention and shared expert;
+// the routed experts (every rank routes all the tokens) none. The two lookups (the embedding and
+// the depth's) all-reduce forward, the two heads backward.
+TEST(TimePlan, HybridTensorParallelCommunicationIsCountedCollectiveByCollective) {
+  const Hardware hw = device();
+  const Link& link = hw.link(comm::LinkClass::SameNode);
+  const auto plan = [&](const std::vector<std::string>& overrides) {
+    const config::RunConfig run = config::parse_config(kHybridWithMtp, "hybrid", overrides);
+    const MemoryPlan memory = plan_memory(run, {.tp = 2, .dp = 1, .pp = 1});
+    return std::pair{memory.stages[0], plan_time(run, memory, hw)};
+  };
+  const double stream = 16 * 16 * 4;
+  const double reduce = all_reduce_seconds(stream, 2, link), gather = all_gather_seconds(stream, 2, link);
+  const auto [plain, t] = plan({"parallel.tp=2"});
+  EXPECT_TRUE(plain.tp_gradient_sums.empty());  // kv heads split: no gradient several ranks hold
+  EXPECT_NEAR(t.tp_comm, (6 + 2 + 6 + 2) * reduce, 1e-15);
+  // Sequence parallelism: each region gathers its input and reduce-scatters its output forward;
+  // backward it gathers the output's gradient, gathers its input again for the weight gradient
+  // (no FP8 codes kept on the CPU) and reduce-scatters the input's gradient. Each MoE layer's routed
+  // part gathers its input rows forward and reduce-scatters their gradient backward; each lookup
+  // reduce-scatters forward and gathers backward, each head the other way round; eh_proj gathers
+  // its [enorm | hnorm] rows (32 wide) forward and its output's gradient backward.
+  const auto [split, s] = plan({"parallel.tp=2", "parallel.sequence_parallel=true"});
+  // Then the gradients every rank holds whole but computes over its own rows are summed after
+  // each unit's backward (fp32): the layers' norms (16 each), the MoE layers' router (4 x 16),
+  // latent projections (2 x 8 x 16) and experts (4 x 3 x 8 x 8); the head's unit the final norm,
+  // the depth's enorm and hnorm and its block's two norms, router, latent projections and experts.
+  const std::vector<int64_t> sums = {16, 16, 16 + 64 + 256 + 768, 16, 3 * 16 + 2 * 16 + 64 + 256 + 768};
+  EXPECT_EQ(split.tp_gradient_sums, sums);
+  double summed = 0.0;
+  for (const int64_t n : sums) summed += all_reduce_seconds(4.0 * n, 2, link);
+  const double regions = 6 * (2 + 3) * gather, routed = 2 * 2 * gather, ends = 4 * 2 * gather;
+  const double eh_proj = all_gather_seconds(2 * stream, 2, link) + gather;
+  EXPECT_NEAR(s.tp_comm, regions + routed + ends + eh_proj + summed, 1e-15);
+  // Recompute runs the blocks' forwards, and their collectives, again.
+  const auto [again, r] = plan({"parallel.tp=2", "parallel.sequence_parallel=true", "model.recompute=true"});
+  EXPECT_NEAR(r.tp_comm - s.tp_comm, 6 * 2 * gather + routed / 2, 1e-15);
+}
+
+// The multi-token prediction depth's block is costed as the layers' blocks are: its linears under
+// the last layer's recipe (bf16 with the FP8 edge layers, else FP8 at the FP8 rate) and their
+// casts; its eh_proj in fp32 with no cast. At tp 2 each rank computes half of the FP8 linears.
+TEST(TimePlan, MultiTokenPredictionBlocksAreCostedAsTheLayersBlocks) {
+  Hardware hw = device();  // 1 TFLOP/s
+  hw.fp8_peak_flops = 2e12;
+  hw.bf16_cast_rate = 1e9;
+  const auto time = [&](const std::string& recipe, const std::vector<std::string>& more = {}, int tp = 1) {
+    std::vector<std::string> overrides = {"precision.recipe=" + recipe, "parallel.tp=" + std::to_string(tp)};
+    overrides.insert(overrides.end(), more.begin(), more.end());
+    const config::RunConfig run = config::parse_config(kHybridWithMtp, "hybrid", overrides);
+    return plan_time(run, plan_memory(run, {.tp = tp, .dp = 1, .pp = 1}), hw);
+  };
+  // Layers 1 and 2: the mixer's in_proj 50 x 16 (z, x 16 each, B, C 2 x 4 each, dt 2) and out_proj
+  // 16 x 16, the shared expert's gate/up 16 x 16 and down 16 x 8; the edges (and the depth's
+  // block, under the last layer's recipe) bf16 unless fp8_edge_layers_bf16 is off.
+  const double tokens = 16, middle = 50 * 16 + 16 * 16 + 2 * 8 * 16 + 16 * 8;
+  const double edges = 48 * 16 + 16 * 16 + 50 * 16 + 16 * 16, depth = 48 * 16 + 16 * 16 + 2 * 8 * 16 + 16 * 8;
+  const auto saved = [&](double weights) { return tokens * 6 * weights / 2 / 1e12; };
+  EXPECT_NEAR(time("fp8_current").compute, time("bf16").compute - saved(middle), 1e-15);
+  const std::vector<std::string> all_fp8 = {"precision.fp8_edge_layers_bf16=false"};
+  EXPECT_NEAR(time("fp8_current", all_fp8).compute, time("bf16", all_fp8).compute - saved(middle + edges + depth),
+              1e-15);
+  EXPECT_NEAR(time("fp8_current", all_fp8, 2).compute,
+              time("bf16", all_fp8, 2).compute - saved(middle + edges + depth) / 2, 1e-15);
+  // bf16 casts on the CPU (as MambaMixersAndSharedExpertsRunAtTheFp8RateAndRoutedExpertsAreCast
+  // counts them): the layers', the depth block's attention, shared expert and routed experts,
+  // and the head; eh_proj (fp32) none.
+  double elements = 0.0, added = 0.0;
+  auto linear = [&](double n, double out, double in) {
+    added += out * in;
+    elements += n * (2 * in + out) + 2 * out * in + n * (out + in);
+  };
+  for (int block = 0; block < 2; ++block) {  // layer 0, and the depth's block
+    linear(16, 48, 16);
+    linear(16, 16, 16);
+  }
+  for (int mixer = 0; mixer < 2; ++mixer) {
+    linear(16, 50, 16);
+    linear(16, 16, 16);
+  }
+  for (int moe = 0; moe < 2; ++moe) {  // layer 2, and the depth's block
+    linear(16, 16, 16);
+    linear(16, 16, 8);
+    for (int expert = 0; expert < 4; ++expert) {
+      linear(8, 16, 8);  // the experts' gate/up 16 x 8 and down 8 x 8 at the latent width
+      linear(8, 8, 8);
+    }
+  }
+  linear(16, 16, 16);  // the head
+  EXPECT_NEAR(time("bf16").casts, elements / 1e9 + 12 * added / hw.memory_bandwidth, 1e-15);
+}
+
 // A GPU's GEMMs write their outputs after their products (gemm_writes_output), at the memory
 // bandwidth: per micro-batch each linear's forward output and dgrad's input gradient (4 bytes in
 // fp32, 2 where a GPU leaves them bf16) and wgrad's fp32 main gradient, read and added to (8),

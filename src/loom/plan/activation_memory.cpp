@@ -344,23 +344,48 @@ int64_t workspace_bytes(const config::RunConfig& config, const std::vector<Layer
   return bytes;
 }
 
-int64_t tensor_parallel_gradient_sum_bytes(const std::vector<model::Parameter>& params, int layers, int tp) {
-  if (tp <= 1) return 0;
-  // Units as the Transformer numbers them: the embedding 0, layer l l + 1, the head's (the final
-  // norm, the head, multi-token prediction) layers + 1.
-  std::vector<int64_t> local(static_cast<size_t>(layers + 2), 0), global(local.size(), 0);
+namespace {
+
+// Per unit as the Transformer numbers them (the embedding 0, layer l l + 1, the head's: the final
+// norm, the head, multi-token prediction, layers + 1), the elements of its parameters that
+// several tensor-parallel ranks hold and sum (TpGradSync::SumOverHolders): this rank's, and
+// their global tensors'.
+struct UnitGradientSums {
+  std::vector<int64_t> local, global;
+};
+
+UnitGradientSums unit_gradient_sums(const std::vector<model::Parameter>& params, int layers) {
+  UnitGradientSums u{std::vector<int64_t>(static_cast<size_t>(layers + 2), 0),
+                     std::vector<int64_t>(static_cast<size_t>(layers + 2), 0)};
   const std::string layer_prefix = "model.layers.";
   for (const model::Parameter& p : params) {
     if (p.shard.grad_sync != model::TpGradSync::SumOverHolders) continue;
     int unit = layers + 1;
     if (p.name.rfind(layer_prefix, 0) == 0) unit = 1 + std::stoi(p.name.substr(layer_prefix.size()));
     if (p.name.rfind("model.embed_tokens.", 0) == 0) unit = 0;
-    local[static_cast<size_t>(unit)] += p.numel;
-    global[static_cast<size_t>(unit)] += shape_numel(p.global_shape());
+    u.local[static_cast<size_t>(unit)] += p.numel;
+    u.global[static_cast<size_t>(unit)] += shape_numel(p.global_shape());
   }
-  const int64_t stash = *std::max_element(local.begin(), local.end());
-  const int64_t sum = *std::max_element(global.begin(), global.end());
+  return u;
+}
+
+}  // namespace
+
+int64_t tensor_parallel_gradient_sum_bytes(const std::vector<model::Parameter>& params, int layers, int tp) {
+  if (tp <= 1) return 0;
+  const UnitGradientSums u = unit_gradient_sums(params, layers);
+  const int64_t stash = *std::max_element(u.local.begin(), u.local.end());
+  const int64_t sum = *std::max_element(u.global.begin(), u.global.end());
   return (stash + sum) * static_cast<int64_t>(sizeof(float));
+}
+
+std::vector<int64_t> tensor_parallel_gradient_sums(const std::vector<model::Parameter>& params, int layers, int tp) {
+  std::vector<int64_t> sums;
+  if (tp <= 1) return sums;
+  for (const int64_t global : unit_gradient_sums(params, layers).global) {
+    if (global > 0) sums.push_back(global);
+  }
+  return sums;
 }
 
 int64_t weight_cast_cache_bytes(const config::RunConfig& config, const std::vector<model::Parameter>& params,

@@ -131,6 +131,9 @@ int64_t workspace_bytes(const config::RunConfig& config, const std::vector<Layer
 // MoE routers, latent projections and experts; kv heads replicated over ranks): a unit's (one
 // layer's) gradients set aside and their global tensors, each as large as the largest unit's.
 int64_t tensor_parallel_gradient_sum_bytes(const std::vector<model::Parameter>& params, int layers, int tp);
+// The fp32 all-reduces those sums make after each unit's backward, per micro-batch: each unit's
+// global elements (units with none left out; none with one rank).
+std::vector<int64_t> tensor_parallel_gradient_sums(const std::vector<model::Parameter>& params, int layers, int tp);
 
 // On a device (runtime.device=cuda) under a precision recipe, the weights' casts a training step
 // keeps while its micro-batches run (model/weight_cast_cache.h): per element of each linear

@@ -14,50 +14,67 @@ namespace loom::plan {
 // bf16 recipe (Mlp::bf16_interior; their GEMMs' outputs under FP8 and MX: Mlp::bf16_hidden), and
 // attention its q/k/v and output (Attention::bf16_tensors). Plain: fp32 in and out (a Mamba-2
 // mixer's projections, a MoE layer's shared expert, counted as such); Expert: a routed expert's,
-// also fp32 in and out, whose weight gradient is always added to (never written whole).
-enum class LinearRole : uint8_t { AttentionQkv, AttentionOut, MlpUp, MlpDown, Plain, Expert };
+// also fp32 in and out, whose weight gradient is always added to (never written whole);
+// Replicated: a multi-token prediction depth's eh_proj, an fp32 GEMM every tensor-parallel rank
+// computes whole over all rows (MtpDepth), its weight gradient added to as well.
+enum class LinearRole : uint8_t { AttentionQkv, AttentionOut, MlpUp, MlpDown, Plain, Expert, Replicated };
+
+// Calls visit(...) for the linears of one layer (or MTP block) of widths `w` under recipe `r`.
+template <typename Visit>
+void visit_layer_linears(const config::RunConfig& config, const LayerWidths& w, model::Recipe r, double tokens,
+                         Visit& visit) {
+  auto dbl = [](int64_t x) { return static_cast<double>(x); };
+  const double d = dbl(config.model.d_model);
+  if (w.has_attention()) {
+    visit(dbl(w.qkv()), d, r, LinearRole::AttentionQkv, 1.0);
+    visit(d, dbl(w.q), r, LinearRole::AttentionOut, 1.0);
+  }
+  if (w.has_mlp()) {
+    visit(dbl(w.hidden()), d, r, LinearRole::MlpUp, 1.0);
+    visit(d, dbl(w.ffn), r, LinearRole::MlpDown, 1.0);
+  }
+  if (w.has_mamba()) {
+    visit(dbl(w.mamba_proj()), d, r, LinearRole::Plain, 1.0);
+    visit(d, dbl(w.mamba_inner), r, LinearRole::Plain, 1.0);
+  }
+  if (w.shared_ffn > 0) {
+    visit(dbl(w.shared_hidden()), d, r, LinearRole::Plain, 1.0);
+    visit(d, dbl(w.shared_ffn), r, LinearRole::Plain, 1.0);
+  }
+  if (w.has_moe() && w.local_experts > 0 && r != model::Recipe::Fp32) {
+    const model::Recipe sixteen = r == model::Recipe::Fp16 ? model::Recipe::Fp16 : model::Recipe::Bf16;
+    const auto routed = static_cast<int64_t>(tokens);
+    const double each = dbl(routed_rows(config.model, w, routed)) / dbl(w.local_experts) / tokens;
+    for (int64_t e = 0; e < w.local_experts; ++e) {
+      visit(dbl(w.expert_hidden()), dbl(w.expert_width), sixteen, LinearRole::Expert, each);
+      visit(dbl(w.expert_width), dbl(w.expert_ffn), sixteen, LinearRole::Expert, each);
+    }
+  }
+}
 
 // Calls visit(out_features, in_features, recipe, role, rows) for every linear of this rank's layers
 // that the step-time model counts, `rows` its GEMMs' rows per token of the micro-batch: attention's
 // q/k/v and output projections, dense MLPs' two, Mamba-2 mixers' in and out projections and
 // shared experts' two (1 each, the block's recipe), and each routed expert's two (its share of
 // the rows the rank's experts compute at balanced routing of `tokens`, in 16 bits:
-// MoeLayer::set_precision; the multi-token prediction blocks are not counted).
+// MoeLayer::set_precision). On the rank holding the head, each multi-token prediction depth's
+// block likewise (widths index layers + depth - 1), under the last layer's recipe as
+// Transformer::build_mtp sets it, and its eh_proj [d_model, 2 d_model] in fp32 (Replicated).
 template <typename Visit>
 void for_each_block_linear(const config::RunConfig& config, const StageMemory& stage, double tokens, Visit visit) {
   const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
-  auto dbl = [](int64_t x) { return static_cast<double>(x); };
-  const double d = dbl(config.model.d_model);
+  const int layers = config.model.layers;
   for (const model::LayerRange& c : stage.chunks) {
     for (int l = c.first; l < c.last; ++l) {
-      const LayerWidths& w = stage.widths[static_cast<size_t>(l)];
-      const model::Recipe r = policy.block_recipe(l, config.model.layers);
-      if (w.has_attention()) {
-        visit(dbl(w.qkv()), d, r, LinearRole::AttentionQkv, 1.0);
-        visit(d, dbl(w.q), r, LinearRole::AttentionOut, 1.0);
-      }
-      if (w.has_mlp()) {
-        visit(dbl(w.hidden()), d, r, LinearRole::MlpUp, 1.0);
-        visit(d, dbl(w.ffn), r, LinearRole::MlpDown, 1.0);
-      }
-      if (w.has_mamba()) {
-        visit(dbl(w.mamba_proj()), d, r, LinearRole::Plain, 1.0);
-        visit(d, dbl(w.mamba_inner), r, LinearRole::Plain, 1.0);
-      }
-      if (w.shared_ffn > 0) {
-        visit(dbl(w.shared_hidden()), d, r, LinearRole::Plain, 1.0);
-        visit(d, dbl(w.shared_ffn), r, LinearRole::Plain, 1.0);
-      }
-      if (w.has_moe() && w.local_experts > 0 && r != model::Recipe::Fp32) {
-        const model::Recipe sixteen = r == model::Recipe::Fp16 ? model::Recipe::Fp16 : model::Recipe::Bf16;
-        const auto routed = static_cast<int64_t>(tokens);
-        const double each = dbl(routed_rows(config.model, w, routed)) / dbl(w.local_experts) / tokens;
-        for (int64_t e = 0; e < w.local_experts; ++e) {
-          visit(dbl(w.expert_hidden()), dbl(w.expert_width), sixteen, LinearRole::Expert, each);
-          visit(dbl(w.expert_width), dbl(w.expert_ffn), sixteen, LinearRole::Expert, each);
-        }
-      }
+      visit_layer_linears(config, stage.widths[static_cast<size_t>(l)], policy.block_recipe(l, layers), tokens, visit);
     }
+  }
+  if (stage.head_rows == 0) return;
+  const double d = static_cast<double>(config.model.d_model);
+  const model::Recipe last = policy.block_recipe(layers - 1, layers);
+  for (int l = layers; l < layers + config.model.mtp_depths; ++l) {
+    visit_layer_linears(config, stage.widths[static_cast<size_t>(l)], last, tokens, visit);
+    visit(d, 2.0 * d, model::Recipe::Fp32, LinearRole::Replicated, 1.0);
   }
 }
 

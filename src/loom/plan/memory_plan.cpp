@@ -191,6 +191,7 @@ StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& lay
                 tensor_parallel_gradient_sum_bytes(params, config.model.layers, shape.tp);
   m.widths = widths;
   m.head_rows = head;
+  m.tp_gradient_sums = tensor_parallel_gradient_sums(params, config.model.layers, shape.tp);
   if (options.kv_seq > 0) {
     for (const model::LayerRange& c : m.chunks) {
       for (int l = c.first; l < c.last; ++l) {

@@ -39,6 +39,9 @@ struct StageMemory {
   int64_t kv_cache = 0;
   std::vector<LayerWidths> widths;      // this rank's widths by global layer (its linears' shapes)
   int64_t head_rows = 0;                // output head rows it holds (0: no head)
+  // Per micro-batch, the elements of each fp32 all-reduce over the tensor-parallel group that
+  // sums gradients several ranks hold (activation_memory.h: tensor_parallel_gradient_sums).
+  std::vector<int64_t> tp_gradient_sums;
   int64_t total() const { return state.total() + gather_buffers + activations + workspace + kv_cache; }
 };
 

@@ -5,10 +5,12 @@
 #include "loom/model/flops.h"
 #include "loom/model/layer_spec.h"
 #include "loom/model/linear_precision.h"
+#include "loom/model/multi_token_prediction.h"
 #include "loom/parallel/data/bf16_parameter_copy.h"
 #include "loom/parallel/data/fp8_weight_pieces.h"
 #include "loom/plan/activation_memory.h"
 #include "loom/plan/block_linears.h"
+#include "loom/plan/parallel_comm.h"
 
 namespace loom::plan {
 
@@ -251,7 +253,7 @@ double written_whole_share(const config::RunConfig& config, int dp, double micro
 double block_linear_weights(const config::RunConfig& config, const StageMemory& stage) {
   double weights = 0.0;
   for_each_block_linear(config, stage, 1.0, [&](double out, double in, model::Recipe, LinearRole role, double) {
-    if (role != LinearRole::Expert) weights += out * in;
+    if (role != LinearRole::Expert && role != LinearRole::Replicated) weights += out * in;
   });
   return weights;
 }
@@ -259,7 +261,8 @@ double block_linear_weights(const config::RunConfig& config, const StageMemory& 
 // Bytes this rank's GEMMs write per micro-batch (Hardware::gemm_output_seconds): each linear's
 // forward output and dgrad's input gradient, 2 bytes each where a GPU leaves it bf16 (Bf16Ends)
 // and 4 otherwise, and wgrad's fp32 main gradient, read and added to (8) or written whole (4,
-// written_whole_share). The blocks' forward apart: a recompute writes it again.
+// written_whole_share). The blocks' forward apart: a recompute writes it again (not eh_proj's,
+// counted with the head's).
 struct GemmOutputBytes {
   double block_forward = 0.0, head_forward = 0.0, backward = 0.0;
 };
@@ -271,13 +274,15 @@ GemmOutputBytes gemm_output_bytes(const config::RunConfig& config, const StageMe
   for_each_block_linear(config, stage, tokens,
                         [&](double out, double in, model::Recipe r, LinearRole role, double rows) {
     const Bf16Ends ends = device_bf16_ends(path, r, role);
-    const double whole = role == LinearRole::Expert ? 0.0 : written_whole;
-    bytes.block_forward += tokens * rows * out * (ends.output ? 2.0 : 4.0);
+    const bool added = role == LinearRole::Expert || role == LinearRole::Replicated;
+    const double whole = added ? 0.0 : written_whole;
+    (role == LinearRole::Replicated ? bytes.head_forward : bytes.block_forward) +=
+        tokens * rows * out * (ends.output ? 2.0 : 4.0);
     bytes.backward += tokens * rows * in * (ends.input_grad ? 2.0 : 4.0) + (8.0 - 4.0 * whole) * out * in;
   });
   if (stage.head_rows > 0) {
     const double rows = static_cast<double>(stage.head_rows), d = static_cast<double>(config.model.d_model);
-    bytes.head_forward = tokens * rows * (path.bf16_logits ? 2.0 : 4.0);
+    bytes.head_forward += tokens * rows * (path.bf16_logits ? 2.0 : 4.0);
     bytes.backward += tokens * d * 4.0 + 8.0 * rows * d;
   }
   return bytes;
@@ -290,6 +295,16 @@ double fp8_linear_flops_per_token(const config::RunConfig& config, const StageMe
   double weights = 0.0;
   for_each_block_linear(config, stage, 1.0, [&](double out, double in, model::Recipe r, LinearRole, double rows) {
     if (model::is_fp8(r) && r != model::Recipe::Mxfp8) weights += rows * out * in;
+  });
+  return 6.0 * weights;
+}
+
+// Training FLOPs per token of this rank's linears every tensor-parallel rank computes whole over
+// all rows (multi-token prediction's eh_proj): not shared out over the group.
+double replicated_linear_flops_per_token(const config::RunConfig& config, const StageMemory& stage) {
+  double weights = 0.0;
+  for_each_block_linear(config, stage, 1.0, [&](double out, double in, model::Recipe, LinearRole role, double rows) {
+    if (role == LinearRole::Replicated) weights += rows * out * in;
   });
   return 6.0 * weights;
 }
@@ -312,41 +327,6 @@ double fresh_memory_seconds(const config::RunConfig& config, const StageMemory& 
     widened = 2.0 * params;
   }
   return hw.fresh_memory_seconds(fresh_bytes, 1) + hw.cast_seconds(widened, false, 1);
-}
-
-// The attention and MLP sub-blocks of a stage's layers.
-int sub_blocks(const StageMemory& stage, const std::vector<model::LayerSpec>& specs) {
-  int n = 0;
-  for (const model::LayerRange& c : stage.chunks) {
-    for (int l = c.first; l < c.last; ++l) {
-      const model::LayerSpec& spec = specs[static_cast<size_t>(l)];
-      n += spec.has_attention + spec.has_mlp();
-    }
-  }
-  return n;
-}
-
-// Seconds of one micro-batch's all-to-all over `ranks` of `bytes` per rank: each sends (n - 1)/n
-// of them, one latency per peer.
-double all_to_all_seconds(double bytes, int ranks, const Link& link) {
-  if (ranks <= 1) return 0.0;
-  return (ranks - 1) * link.latency + static_cast<double>(ranks - 1) / ranks * bytes / link.bandwidth;
-}
-
-// Forward and backward seconds of expert parallelism's token exchanges for one micro-batch of
-// `tokens` on this rank (parallel/expert/): each MoE layer's routed rows (every tensor-parallel
-// rank routes all its tokens: top_k rows each, fp32 at the experts' width) to the experts' ranks
-// and back, forward and backward, (ep - 1)/ep of them crossing when the routing is balanced; not
-// hidden.
-double expert_parallel_seconds(const config::RunConfig& config, const StageMemory& stage,
-                               const std::vector<model::LayerSpec>& specs, double tokens, int ep, const Link& link) {
-  const double width = config.model.moe.latent_size > 0 ? config.model.moe.latent_size : config.model.d_model;
-  const double one = all_to_all_seconds(tokens * config.model.moe.top_k * width * 4.0, ep, link);
-  int moe_layers = 0;
-  for (const model::LayerRange& c : stage.chunks) {
-    for (int l = c.first; l < c.last; ++l) moe_layers += specs[static_cast<size_t>(l)].moe;
-  }
-  return 4.0 * moe_layers * one;
 }
 
 // Adds to `cost` context parallelism's attention exchanges for one micro-batch of `rows` tokens on
@@ -386,6 +366,37 @@ void add_context_parallel_cost(StageCost& cost, const config::RunConfig& config,
   cost.backward += backward;
 }
 
+// Training FLOPs per token of a stage's blocks, of which attention's score and value products,
+// and of its head (model/flops.h). On the rank holding the head, the multi-token prediction
+// depths' blocks count as blocks (their linears are the stage's block linears, for_each_block_linear)
+// and their eh_proj not at all (replicated_linear_flops_per_token); the head's FLOPs keep the
+// head once per depth.
+struct StageFlops {
+  double block = 0.0, attention = 0.0, head = 0.0;
+};
+
+StageFlops stage_flops(const config::RunConfig& config, const StageMemory& stage,
+                       const std::vector<model::LayerSpec>& specs) {
+  const config::ModelConfig& model = config.model;
+  const int64_t seq = config.data.seq_len;
+  StageFlops f;
+  for (const model::LayerRange& c : stage.chunks) {
+    for (int l = c.first; l < c.last; ++l) {
+      const model::LayerSpec& spec = specs[static_cast<size_t>(l)];
+      f.block += model::layer_training_flops_per_token(model, spec, seq);
+      f.attention += model::attention_training_flops_per_token(model, spec, seq);
+    }
+  }
+  if (stage.chunks.back().last != model.layers) return f;
+  const model::LayerSpec mtp = model::mtp_block_spec(model);
+  const double depths = model.mtp_depths, d = model.d_model;
+  const double block = model::layer_training_flops_per_token(model, mtp, seq), eh_proj = 3.0 * 2.0 * (2.0 * d) * d;
+  f.block += depths * block;
+  f.attention += depths * model::attention_training_flops_per_token(model, mtp, seq);
+  f.head = model::head_training_flops_per_token(model, seq) - depths * (block + eh_proj);
+  return f;
+}
+
 StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, const StageMemory& stage,
                      const Hardware& hw) {
   const comm::MeshShape shape = memory.layout.shape;
@@ -394,30 +405,20 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
   // This rank's tokens: a context-parallel rank holds seq_len / cp of each sequence (its
   // attention still sees every key: the per-token FLOPs are the whole sequence's).
   const double tokens = static_cast<double>(config.train.micro_batch) * config.data.seq_len / shape.cp;
-  double block_flops = 0.0, attention_flops = 0.0, head_flops = 0.0;
-  int layers = 0;
-  for (const model::LayerRange& c : stage.chunks) {
-    for (int l = c.first; l < c.last; ++l) {
-      const model::LayerSpec& spec = specs[static_cast<size_t>(l)];
-      block_flops += model::layer_training_flops_per_token(config.model, spec, config.data.seq_len);
-      attention_flops += model::attention_training_flops_per_token(config.model, spec, config.data.seq_len);
-      ++layers;
-    }
-  }
-  if (stage.chunks.back().last == config.model.layers) {
-    head_flops = model::head_training_flops_per_token(config.model, config.data.seq_len);
-  }
+  const StageFlops flops = stage_flops(config, stage, specs);
   // Rates of one rank alone; plan_time accounts for ranks sharing a host's cores. FP8 linears at
   // the device's FP8 rate, attention's score and value products at its attention rate, the rest
-  // (bf16 layers, the head) at its GEMM rate.
+  // (bf16 layers, the head) at its GEMM rate. The FP8 linears' FLOPs are this rank's share: the
+  // group's are tp times them. eh_proj's, computed whole by every rank, are not shared out.
   const double rate = hw.flops_per_rank(1) * hw.gemm_rows_factor(tokens);
   const double fp8_rate = hw.fp8_flops_per_rank(1) * hw.gemm_rows_factor(tokens);
   const double attention_rate = hw.attention_flops_per_rank(1);
-  const double fp8_flops = fp8_linear_flops_per_token(config, stage);
-  const double block_seconds =
-      ((block_flops - fp8_flops - attention_flops) / rate + fp8_flops / fp8_rate + attention_flops / attention_rate) *
-      tokens / shape.tp;
-  const double gemm = block_seconds + tokens * head_flops / shape.tp / rate;
+  const double fp8_flops = shape.tp * fp8_linear_flops_per_token(config, stage);
+  const double block_seconds = ((flops.block - fp8_flops - flops.attention) / rate + fp8_flops / fp8_rate +
+                                flops.attention / attention_rate) *
+                               tokens / shape.tp;
+  const double gemm = block_seconds + tokens * flops.head / shape.tp / rate +
+                      tokens * replicated_linear_flops_per_token(config, stage) / rate;
   const double m = static_cast<double>(memory.layout.micro_batches);
   const GemmOutputBytes written =
       gemm_output_bytes(config, stage, tokens, shape.tp, written_whole_share(config, replicas, m));
@@ -433,12 +434,11 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
   cost.backward = 2.0 * gemm / 3.0 + written_backward + recompute + 2.0 * elementwise / 3.0 +
                   2.0 * (cost.casts + cost.fresh) / 3.0;
   if (shape.tp > 1) {
-    const double stream = tokens * config.model.d_model * hw.activation_bytes;
     const Link& link = hw.link(group_link(hw, shape.tp, 1, world));
-    const double one = all_reduce_seconds(stream, shape.tp, link);
-    cost.tp = 2.0 * (sub_blocks(stage, specs) + 1) * one;  // each sub-block forward and backward; embedding or head
-    cost.forward += cost.tp / 2.0;
-    cost.backward += cost.tp / 2.0;
+    const TpSeconds tp = tensor_parallel_seconds(config, stage, tokens, shape.tp, hw, link);
+    cost.tp = tp.forward + tp.backward;
+    cost.forward += tp.forward;
+    cost.backward += tp.backward;
   }
   if (shape.cp > 1) {
     const Link& link = hw.link(group_link(hw, shape.cp, shape.tp, world));
@@ -450,7 +450,7 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
   }
   if (shape.ep > 1) {
     const Link& link = hw.link(group_link(hw, shape.ep, shape.tp * shape.cp, world));
-    cost.ep = expert_parallel_seconds(config, stage, specs, tokens, shape.ep, link);
+    cost.ep = expert_parallel_seconds(config, stage, tokens, shape.ep, link);
     cost.forward += cost.ep / 2.0;
     cost.backward += cost.ep / 2.0;
   }

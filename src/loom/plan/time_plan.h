@@ -5,8 +5,12 @@
 //                kind; recompute adds a forward of the blocks) / tp over the device's achieved
 //                GEMM rate, plus the elementwise kernels' passes over the activations (norms,
 //                softmax, activation functions, residual adds) at the device's activation rate
-//   tensor par.  per layer and micro-batch one all-reduce (or reduce-scatter + all-gather under
-//                sequence parallelism) of the stream forward and one backward per sub-block
+//   tensor par.  per micro-batch the collectives each layer kind makes (parallel_comm.h): one
+//                all-reduce of the stream (or all-gathers and a reduce-scatter under sequence
+//                parallelism) forward and one backward per region between column- and
+//                row-parallel linears (attention, MLP, Mamba-2 mixer, shared expert), the routed
+//                experts' gather and reduce-scatter under sequence parallelism, the embedding's,
+//                the head's and the multi-token prediction depths', and the gradient sums
 //   pipeline     the schedule simulated (parallel/pipeline/pipeline_simulation.h) with these
 //                stage costs and each boundary's send/recv: the makespan holds the bubble
 //   data par.    the gradient all-reduce (ZeRO 1-2: reduce-scatter + all-gather; ZeRO-3: two

@@ -1,0 +1,103 @@
+#include "loom/plan/parallel_comm.h"
+
+#include "loom/model/linear_precision.h"
+#include "loom/plan/time_plan.h"
+
+namespace loom::plan {
+
+namespace {
+
+// A block's (a layer's or a multi-token prediction depth's), `stream` the bytes of the residual
+// stream's rows. Each region from a column- to a row-parallel linear (attention; a dense MLP; a
+// Mamba-2 mixer, in_proj to out_proj; a MoE layer's shared expert, reduced on its own) sums its
+// output over the group forward (g: an all-reduce; sequence parallel: a reduce-scatter, after f's
+// all-gather of its input) and its input's gradient backward (f: an all-reduce; sequence
+// parallel: a reduce-scatter, after g's all-gather of the output's gradient and the column-parallel
+// wgrad's input gathered again, but where that layer kept its input's FP8 codes: per-tensor FP8 on
+// a GPU, in attention and the MLPs, never in the mixer). A MoE layer's routed part (every rank
+// routes all the group's tokens) communicates under sequence parallelism only: its input rows
+// gathered forward, their gradient reduce-scattered backward.
+TpSeconds block_tp_seconds(const config::RunConfig& config, const LayerWidths& w, model::Recipe r, double stream,
+                           int tp, const Link& link) {
+  const int regions = w.has_attention() + w.has_mlp() + w.has_mamba() + (w.shared_ffn > 0);
+  if (!config.parallel.sequence_parallel) {
+    const double reduce = all_reduce_seconds(stream, tp, link);
+    return {regions * reduce, regions * reduce};
+  }
+  const double gather = all_gather_seconds(stream, tp, link);  // a reduce-scatter costs the same
+  const bool kept_codes = config.runtime.device == config::RuntimeDevice::Cuda &&
+                          (r == model::Recipe::Fp8Delayed || r == model::Recipe::Fp8Current);
+  const int regathered = w.has_mamba() + (kept_codes ? 0 : regions - w.has_mamba());
+  const int routed = w.has_moe();
+  return {(2 * regions + routed) * gather, (2 * regions + regathered + routed) * gather};
+}
+
+}  // namespace
+
+// The stage's: its blocks' (a recompute runs their forward's again in backward); the embedding's
+// lookup, its rows summed forward (g; sequence parallel: a reduce-scatter, and an all-gather of
+// their gradient backward); the head's input gradient summed backward (f; sequence parallel: a
+// reduce-scatter, and its input's all-gather forward); each multi-token prediction depth's lookup
+// and head again, and under sequence parallelism its eh_proj's all-gather of the [enorm | hnorm]
+// rows forward (2 d_model wide) and of its output's gradient backward; after each unit's backward
+// the fp32 all-reduces of the gradients several ranks hold (StageMemory::tp_gradient_sums).
+TpSeconds tensor_parallel_seconds(const config::RunConfig& config, const StageMemory& stage, double tokens, int tp,
+                                  const Hardware& hw, const Link& link) {
+  const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
+  const int layers = config.model.layers;
+  const bool sp = config.parallel.sequence_parallel;
+  const double stream = tokens * config.model.d_model * hw.activation_bytes;
+  const double reduce = all_reduce_seconds(stream, tp, link), gather = all_gather_seconds(stream, tp, link);
+  TpSeconds blocks;
+  auto add_block = [&](int l, model::Recipe r) {
+    const TpSeconds b = block_tp_seconds(config, stage.widths[static_cast<size_t>(l)], r, stream, tp, link);
+    blocks.forward += b.forward;
+    blocks.backward += b.backward;
+  };
+  for (const model::LayerRange& c : stage.chunks) {
+    for (int l = c.first; l < c.last; ++l) add_block(l, policy.block_recipe(l, layers));
+  }
+  // The depths' blocks under the last layer's recipe (Transformer::build_mtp).
+  const int depths = stage.head_rows > 0 ? config.model.mtp_depths : 0;
+  for (int l = layers; l < layers + depths; ++l) add_block(l, policy.block_recipe(layers - 1, layers));
+  TpSeconds t = blocks;
+  if (config.model.recompute) t.backward += blocks.forward;
+  const int lookups = (stage.chunks.front().first == 0 ? 1 : 0) + depths;
+  const int heads = (stage.head_rows > 0 ? 1 : 0) + depths;
+  t.forward += lookups * (sp ? gather : reduce) + heads * (sp ? gather : 0.0);
+  t.backward += lookups * (sp ? gather : 0.0) + heads * (sp ? gather : reduce);
+  if (sp) {
+    t.forward += depths * all_gather_seconds(2.0 * stream, tp, link);
+    t.backward += depths * gather;
+  }
+  for (const int64_t elements : stage.tp_gradient_sums) t.backward += all_reduce_seconds(4.0 * elements, tp, link);
+  return t;
+}
+
+// Seconds of one micro-batch's all-to-all over `ranks` of `bytes` per rank: each sends (n - 1)/n
+// of them, one latency per peer.
+double all_to_all_seconds(double bytes, int ranks, const Link& link) {
+  if (ranks <= 1) return 0.0;
+  return (ranks - 1) * link.latency + static_cast<double>(ranks - 1) / ranks * bytes / link.bandwidth;
+}
+
+// Forward and backward seconds of expert parallelism's token exchanges for one micro-batch of
+// `tokens` on this rank (parallel/expert/): each MoE layer's routed rows (every tensor-parallel
+// rank routes all its tokens: top_k rows each, fp32 at the experts' width) to the experts' ranks
+// and back, forward and backward, (ep - 1)/ep of them crossing when the routing is balanced; not
+// hidden. The multi-token prediction depths' MoE blocks too, on the rank holding the head.
+double expert_parallel_seconds(const config::RunConfig& config, const StageMemory& stage, double tokens, int ep,
+                               const Link& link) {
+  const double width = config.model.moe.latent_size > 0 ? config.model.moe.latent_size : config.model.d_model;
+  const double one = all_to_all_seconds(tokens * config.model.moe.top_k * width * 4.0, ep, link);
+  auto moe = [&](int l) { return stage.widths[static_cast<size_t>(l)].has_moe() ? 1 : 0; };
+  int moe_layers = 0;
+  for (const model::LayerRange& c : stage.chunks) {
+    for (int l = c.first; l < c.last; ++l) moe_layers += moe(l);
+  }
+  const int layers = config.model.layers, depths = stage.head_rows > 0 ? config.model.mtp_depths : 0;
+  for (int l = layers; l < layers + depths; ++l) moe_layers += moe(l);
+  return 4.0 * moe_layers * one;
+}
+
+}  // namespace loom::plan

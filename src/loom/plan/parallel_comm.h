@@ -1,0 +1,32 @@
+#pragma once
+// The step-time model's (time_plan.h) tensor- and expert-parallel communication of one pipeline
+// stage's rank per micro-batch, collective by collective as the model runs it.
+#include "loom/config/run_config.h"
+#include "loom/plan/hardware.h"
+#include "loom/plan/memory_plan.h"
+
+namespace loom::plan {
+
+// One micro-batch's tensor-parallel collectives on this rank (model/tensor_parallel.h's f and g,
+// collective by collective): forward and backward seconds.
+struct TpSeconds {
+  double forward = 0.0, backward = 0.0;
+};
+
+// Over a group of `tp` ranks joined by `link`, for `tokens` rows of the micro-batch (before
+// sequence parallelism splits them): every block's regions, the embedding's and the head's, the
+// multi-token prediction depths' and the gradient sums (parallel_comm.cpp says which collective
+// each makes).
+TpSeconds tensor_parallel_seconds(const config::RunConfig& config, const StageMemory& stage, double tokens, int tp,
+                                  const Hardware& hw, const Link& link);
+
+// Seconds of one micro-batch's all-to-all over `ranks` of `bytes` per rank: each sends (n - 1)/n
+// of them, one latency per peer.
+double all_to_all_seconds(double bytes, int ranks, const Link& link);
+
+// Forward and backward seconds of expert parallelism's token exchanges for one micro-batch of
+// `tokens` on this rank (parallel/expert/), its MoE layers' and multi-token prediction blocks'.
+double expert_parallel_seconds(const config::RunConfig& config, const StageMemory& stage, double tokens, int ep,
+                               const Link& link);
+
+}  // namespace loom::plan
