@@ -285,10 +285,22 @@ TEST(ActivationMemory, MambaMixersAndMoeLayersKeepTheirTensorsAndShareOneScratch
   const StageMemory cap = plan_memory(capped, {.tp = 1, .dp = 1, .pp = 1}).stages[0];
   EXPECT_EQ(one.activations_per_micro_batch - cap.activations_per_micro_batch,
             16 * (2 + 2 * 16 + 16 + 8) * 4);
-  // On a device under fp8_current the weight cast cache holds 2 bytes per element of the mixer's
-  // projections (in_proj 42 x 16, out_proj 16 x 16), the shared expert's (3 x 8 x 16) and the head
-  // (16 x 16), and the routed experts' bf16 casts (4 x 3 x 8 x 16) where the optimizer's bf16 copy
-  // does not serve them; not of the router.
+  // Under an FP8 recipe each expert's rows are padded to 16 (ExpertMlp::padded_rows), planned at
+  // the bound of 15 more each: the experts keep their hidden and activation over 32 + 4 x 15 rows,
+  // and the shared scratch gains the padded input, output and input gradient (92 x 16 each); an
+  // expert's 23 rows x 16 become the widest input the precision scratch copies (the head's 16 x 16).
+  const config::RunConfig fp8 = config::parse_config(
+      kHandHybrid, "hybrid", {"precision.recipe=fp8_current", "precision.fp8_edge_layers_bf16=false"});
+  const StageMemory padded = plan_memory(fp8, {.tp = 1, .dp = 1, .pp = 1}).stages[0];
+  EXPECT_EQ(padded.activations_per_micro_batch - one.activations_per_micro_batch, 4 * 15 * (16 + 8) * 4);
+  config::RunConfig unpadded = fp8;
+  unpadded.precision.recipe = config::PrecisionRecipe::Mxfp8;  // no padding: the same scratch but that
+  EXPECT_EQ(padded.workspace - plan_memory(unpadded, {.tp = 1, .dp = 1, .pp = 1}).stages[0].workspace,
+            3 * 92 * 16 * 4 + 4 * 15 * (16 + 8) * 4 + (23 - 16) * 16 * 4);  // Workspace's d_hidden, d_act too
+  // On a device under fp8_current the weight cast cache holds 2 bytes per element (FP8 codes in
+  // both orientations) of the mixer's projections (in_proj 42 x 16, out_proj 16 x 16), the shared
+  // expert's (3 x 8 x 16) and the routed experts' (4 x 3 x 8 x 16), and the head's bf16 cast (16 x
+  // 16) where the optimizer's bf16 copy does not serve it; not of the router.
   config::RunConfig device = run;
   device.runtime.device = config::RuntimeDevice::Cuda;
   device.precision.recipe = config::PrecisionRecipe::Fp8Current;
@@ -297,7 +309,7 @@ TEST(ActivationMemory, MambaMixersAndMoeLayersKeepTheirTensorsAndShareOneScratch
       device.model, model::TensorParallel(&single, false), {{0, 2}}, model::ExpertLayout{1, 0});
   const bool copy = parallel::keeps_bf16_parameter_copy(device);
   EXPECT_EQ(weight_cast_cache_bytes(device, params, 16),
-            2 * (42 * 16 + 16 * 16 + 3 * 8 * 16) + (copy ? 0 : 2 * (16 * 16 + 4 * 3 * 8 * 16)));
+            2 * (42 * 16 + 16 * 16 + 3 * 8 * 16 + 4 * 3 * 8 * 16) + (copy ? 0 : 2 * 16 * 16));
 }
 
 // Under sequence parallelism every tensor-parallel rank computes its own rows' share of the

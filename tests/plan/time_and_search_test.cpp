@@ -275,10 +275,10 @@ TEST(TimePlan, Fp8LinearsRunAtTheFp8Rate) {
               1e-12);
 }
 
-// A hybrid's other linears: a Mamba-2 mixer's in and out projections and a MoE layer's shared
-// expert run at the FP8 rate under an FP8 recipe, as a dense MLP's do; its routed experts stay at
-// the bf16 rate (16-bit under every recipe), and their casts are counted over their rows.
-TEST(TimePlan, MambaMixersAndSharedExpertsRunAtTheFp8RateAndRoutedExpertsAreCast) {
+// A hybrid's other linears: a Mamba-2 mixer's in and out projections and a MoE layer's shared and
+// routed experts run at the FP8 rate under an FP8 recipe, as a dense MLP's do (the routed experts
+// over their rows), and their casts are counted over their rows.
+TEST(TimePlan, MambaMixersAndExpertsRunAtTheFp8RateAndAreCastOverTheirRows) {
   const std::string yaml = R"(
 model: {vocab_size: 16, d_model: 16, layers: 4, layer_pattern: '*MEM', heads: 2, ffn_size: 32, tied_embeddings: false,
         moe_experts: 4, moe_top_k: 2, moe_ffn_size: 8, moe_shared_ffn_size: 8,
@@ -294,9 +294,14 @@ train: {global_batch: 2, micro_batch: 2}
     return plan_time(run, plan_memory(run, {.tp = 1, .dp = 1, .pp = 1}), hw);
   };
   // Layers 1 and 2 run FP8 (0 and 3 are the bf16 edge blocks): the mixer's in_proj 42 x 16 and
-  // out_proj 16 x 16, the shared expert's gate/up 16 x 16 and down 16 x 8.
-  const double tokens = 16, fp8_weights = 42 * 16 + 16 * 16 + 2 * 8 * 16 + 16 * 8;
-  EXPECT_NEAR(time("fp8_current").compute, time("bf16").compute - tokens * 6 * fp8_weights / 2 / 1e12, 1e-15);
+  // out_proj 16 x 16, the shared expert's gate/up 16 x 16 and down 16 x 8, and the routed experts'
+  // gate/up 16 x 16 and down 16 x 8 over top 2 rows per token.
+  const double tokens = 16, fp8_weights = 42 * 16 + 16 * 16 + 2 * 8 * 16 + 16 * 8 + 2 * (16 * 16 + 16 * 8);
+  // And FP8 pads each expert's rows to 16 (planned at the bound: 15 rows more per expert), which
+  // keeps their hidden (16) and activation (8) at the elementwise rate (a third of the bandwidth).
+  const double padding = 4 * 15 * (16 + 8) * 4 / (1e15 / 3);
+  EXPECT_NEAR(time("fp8_current").compute,
+              time("bf16").compute - tokens * 6 * fp8_weights / 2 / 1e12 + padding, 1e-15);
   // Under bf16 on the CPU each linear casts its input twice, its weight twice and its output
   // gradient once, rounds its output and input gradient, and adds its weight gradient into the
   // fp32 one (12 bytes per weight); the routed experts over their 8 rows each (16 tokens x top 2
@@ -389,18 +394,23 @@ TEST(TimePlan, MultiTokenPredictionBlocksAreCostedAsTheLayersBlocks) {
     return plan_time(run, plan_memory(run, {.tp = tp, .dp = 1, .pp = 1}), hw);
   };
   // Layers 1 and 2: the mixer's in_proj 50 x 16 (z, x 16 each, B, C 2 x 4 each, dt 2) and out_proj
-  // 16 x 16, the shared expert's gate/up 16 x 16 and down 16 x 8; the edges (and the depth's
-  // block, under the last layer's recipe) bf16 unless fp8_edge_layers_bf16 is off.
-  const double tokens = 16, middle = 50 * 16 + 16 * 16 + 2 * 8 * 16 + 16 * 8;
+  // 16 x 16, the shared expert's gate/up 16 x 16 and down 16 x 8, and the routed experts' gate/up
+  // 16 x 8 and down 8 x 8 at the latent width over top 2 rows per token; the edges (and the
+  // depth's block, under the last layer's recipe) bf16 unless fp8_edge_layers_bf16 is off.
+  const double tokens = 16, experts = 2 * (16 * 8 + 8 * 8), middle = 50 * 16 + 16 * 16 + 2 * 8 * 16 + 16 * 8;
   const double edges = 48 * 16 + 16 * 16 + 50 * 16 + 16 * 16, depth = 48 * 16 + 16 * 16 + 2 * 8 * 16 + 16 * 8;
   const auto saved = [&](double weights) { return tokens * 6 * weights / 2 / 1e12; };
-  EXPECT_NEAR(time("fp8_current").compute, time("bf16").compute - saved(middle), 1e-15);
+  // Each FP8 MoE layer's padded expert rows (as the test above counts them).
+  const double padding = 4 * 15 * (16 + 8) * 4 / (1e15 / 3);
+  EXPECT_NEAR(time("fp8_current").compute, time("bf16").compute - saved(middle + experts) + padding, 1e-15);
   const std::vector<std::string> all_fp8 = {"precision.fp8_edge_layers_bf16=false"};
-  EXPECT_NEAR(time("fp8_current", all_fp8).compute, time("bf16", all_fp8).compute - saved(middle + edges + depth),
-              1e-15);
+  EXPECT_NEAR(time("fp8_current", all_fp8).compute,
+              time("bf16", all_fp8).compute - saved(middle + edges + depth + 2 * experts) + 2 * padding, 1e-15);
+  // At tp 2 each rank computes half of the split linears and every routed expert over all rows.
   EXPECT_NEAR(time("fp8_current", all_fp8, 2).compute,
-              time("bf16", all_fp8, 2).compute - saved(middle + edges + depth) / 2, 1e-15);
-  // bf16 casts on the CPU (as MambaMixersAndSharedExpertsRunAtTheFp8RateAndRoutedExpertsAreCast
+              time("bf16", all_fp8, 2).compute - saved((middle + edges + depth) / 2 + 2 * experts) + 2 * padding,
+              1e-15);
+  // bf16 casts on the CPU (as MambaMixersAndExpertsRunAtTheFp8RateAndAreCastOverTheirRows
   // counts them): the layers', the depth block's attention, shared expert and routed experts,
   // and the head; eh_proj (fp32) none.
   double elements = 0.0, added = 0.0;

@@ -51,7 +51,7 @@ int64_t moe_saved_bytes(const config::ModelConfig& model, const LayerWidths& w, 
   bytes += (w.latent > 0 ? rows * W * e : 0) + 2 * routed * W * e;  // latent; dispatched and returned rows
   bytes += rows * W * e;                                                // combined
   if (a.ep > 1) bytes += computed * W * e;                              // the experts' regrouped input
-  bytes += computed * (w.expert_hidden() + w.expert_ffn) * e;          // the experts' hidden and activation
+  bytes += w.padded_expert_rows(computed) * (w.expert_hidden() + w.expert_ffn) * e;  // experts' hidden, act
   if (w.shared_ffn > 0) {
     bytes += rows * (w.shared_hidden() * a.mlp_hidden_bytes + w.shared_ffn * a.mlp_bytes);
     bytes += rows * (C + w.shared_ffn) * a.input_code_bytes;
@@ -92,6 +92,10 @@ int64_t moe_scratch_bytes(const config::ModelConfig& model, const std::vector<La
   bytes += largest([&](const LayerWidths& w) { return routed(w) * w.expert_width * e; });           // d_rows
   bytes += largest([&](const LayerWidths& w) { return (exchange ? computed(w) : routed(w)) * w.expert_width * e; });
   bytes += largest([&](const LayerWidths& w) { return rows * w.experts * e; });  // d_logits
+  bytes += largest([&](const LayerWidths& w) {  // ExpertScratch: the padded input, output and input gradient
+    const int64_t padded = w.padded_expert_rows(computed(w));
+    return padded > computed(w) ? 3 * padded * w.expert_width * e : 0;
+  });
   bytes += largest([&](const LayerWidths& w) { return w.shared_gate ? local * (C * e + e + 4) : 0; });
   bytes += largest([&](const LayerWidths& w) { return std::max(routed(w), w.shared_gate ? local : 0) * 8; });  // dots
   return bytes;
@@ -125,7 +129,7 @@ std::vector<LinearShape> precision_linears(const config::ModelConfig& model, con
   if (w.shared_ffn > 0) out.insert(out.end(), {{rows, w.shared_hidden(), C}, {rows, C, w.shared_ffn}});
   if (w.has_mamba()) out.insert(out.end(), {{rows, w.mamba_proj(), C}, {rows, C, w.mamba_inner}});
   if (w.has_moe() && w.local_experts > 0) {
-    const int64_t each = (expert_rows(model, w, a) + w.local_experts - 1) / w.local_experts;
+    const int64_t each = w.padded_expert_rows(expert_rows(model, w, a)) / w.local_experts;
     out.insert(out.end(), {{each, w.expert_hidden(), w.expert_width}, {each, w.expert_width, w.expert_ffn}});
   }
   return out;
@@ -295,10 +299,12 @@ int64_t workspace_bytes(const config::RunConfig& config, const std::vector<Layer
   bytes += max_over_layers(widths, chunks, [&](const LayerWidths& w) { return rows * w.q * e; });
   bytes += max_over_layers(widths, chunks, [&](const LayerWidths& w) { return rows * w.qkv() * e; });
   bytes += max_over_layers(widths, chunks, [&](const LayerWidths& w) {
-    return std::max({rows * w.hidden(), expert_rows(model, w, a) * w.expert_hidden(), rows * w.shared_hidden()}) * e;
+    const int64_t experts = w.padded_expert_rows(expert_rows(model, w, a));
+    return std::max({rows * w.hidden(), experts * w.expert_hidden(), rows * w.shared_hidden()}) * e;
   });
   bytes += max_over_layers(widths, chunks, [&](const LayerWidths& w) {
-    return std::max({rows * w.ffn, expert_rows(model, w, a) * w.expert_ffn, rows * w.shared_ffn}) * e;
+    return std::max({rows * w.ffn, w.padded_expert_rows(expert_rows(model, w, a)) * w.expert_ffn,
+                     rows * w.shared_ffn}) * e;
   });
   // The Mamba-2 mixers' gradients (Workspace::d_mixer_*): the gated norm's input and the scan's
   // output, the projections', the convolution's.
@@ -409,9 +415,7 @@ int64_t weight_cast_cache_bytes(const config::RunConfig& config, const std::vect
       linear = linear || n.ends_with(suffix);
     }
     if (!linear) continue;
-    // Routed experts run 16-bit under every recipe: their casts are bf16 ones.
-    const bool expert = n.find(".experts.") != std::string::npos;
-    bytes += !expert ? per_element * p.numel : copy ? 0 : 2 * p.numel;
+    bytes += per_element * p.numel;
   }
   return bytes;
 }

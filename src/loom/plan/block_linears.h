@@ -42,12 +42,11 @@ void visit_layer_linears(const config::RunConfig& config, const LayerWidths& w, 
     visit(d, dbl(w.shared_ffn), r, LinearRole::Plain, 1.0);
   }
   if (w.has_moe() && w.local_experts > 0 && r != model::Recipe::Fp32) {
-    const model::Recipe sixteen = r == model::Recipe::Fp16 ? model::Recipe::Fp16 : model::Recipe::Bf16;
     const auto routed = static_cast<int64_t>(tokens);
     const double each = dbl(routed_rows(config.model, w, routed)) / dbl(w.local_experts) / tokens;
     for (int64_t e = 0; e < w.local_experts; ++e) {
-      visit(dbl(w.expert_hidden()), dbl(w.expert_width), sixteen, LinearRole::Expert, each);
-      visit(dbl(w.expert_width), dbl(w.expert_ffn), sixteen, LinearRole::Expert, each);
+      visit(dbl(w.expert_hidden()), dbl(w.expert_width), r, LinearRole::Expert, each);
+      visit(dbl(w.expert_width), dbl(w.expert_ffn), r, LinearRole::Expert, each);
     }
   }
 }
@@ -56,10 +55,12 @@ void visit_layer_linears(const config::RunConfig& config, const LayerWidths& w, 
 // that the step-time model counts, `rows` its GEMMs' rows per token of the micro-batch: attention's
 // q/k/v and output projections, dense MLPs' two, Mamba-2 mixers' in and out projections and
 // shared experts' two (1 each, the block's recipe), and each routed expert's two (its share of
-// the rows the rank's experts compute at balanced routing of `tokens`, in 16 bits:
-// MoeLayer::set_precision). On the rank holding the head, each multi-token prediction depth's
-// block likewise (widths index layers + depth - 1), under the last layer's recipe as
-// Transformer::build_mtp sets it, and its eh_proj [d_model, 2 d_model] in fp32 (Replicated).
+// the rows the rank's experts compute at balanced routing of `tokens`, in the block's recipe:
+// MoeLayer::set_precision; not costed: the zero rows padding each expert's rows to the 16 or 128
+// an FP8 product takes, ExpertMlp::padded_rows, at most 15 or 127 per expert and micro-batch).
+// On the rank holding the head, each multi-token prediction depth's block likewise (widths index
+// layers + depth - 1), under the last layer's recipe as Transformer::build_mtp sets it, and its
+// eh_proj [d_model, 2 d_model] in fp32 (Replicated).
 template <typename Visit>
 void for_each_block_linear(const config::RunConfig& config, const StageMemory& stage, double tokens, Visit visit) {
   const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);

@@ -1,7 +1,9 @@
 #include "loom/plan/layer_widths.h"
 
+#include <algorithm>
 #include <string>
 
+#include "loom/model/linear_precision.h"
 #include "loom/model/transformer.h"
 
 namespace loom::plan {
@@ -77,6 +79,19 @@ std::vector<LayerWidths> layer_widths(const std::vector<model::Parameter>& param
     }
   }
   return out;
+}
+
+int64_t LayerWidths::padded_expert_rows(int64_t rows) const {
+  return rows + local_experts * (expert_row_multiple - 1);
+}
+
+void set_expert_row_multiples(std::vector<LayerWidths>& widths, const config::RunConfig& config) {
+  const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
+  const int layers = config.model.layers;
+  for (size_t l = 0; l < widths.size(); ++l) {
+    const int layer = std::min(static_cast<int>(l), layers - 1);  // the MTP blocks take the last's
+    widths[l].expert_row_multiple = model::device_gemm_multiple(policy.block_recipe(layer, layers));
+  }
 }
 
 int64_t head_rows(const std::vector<model::Parameter>& params, bool tied_embeddings, bool holds_head) {

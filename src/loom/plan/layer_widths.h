@@ -31,6 +31,9 @@ struct LayerWidths {
   int64_t latent = 0;
   int64_t shared_ffn = 0;
   bool shared_swiglu = false, shared_gate = false;
+  // What each routed expert's rows are padded to under the layer's precision recipe
+  // (ExpertMlp::padded_rows: 16 or 128 under the FP8 recipes; set by set_expert_row_multiples).
+  int64_t expert_row_multiple = 1;
 
   bool has_attention() const { return q > 0; }
   bool has_mlp() const { return ffn > 0; }
@@ -42,11 +45,18 @@ struct LayerWidths {
   int64_t mamba_conv() const { return mamba_inner + 2 * mamba_bc; }                     // x, B, C
   int64_t expert_hidden() const { return expert_swiglu ? 2 * expert_ffn : expert_ffn; }
   int64_t shared_hidden() const { return shared_swiglu ? 2 * shared_ffn : shared_ffn; }
+  // The rows this rank's experts compute from `rows`, each expert's padded to expert_row_multiple:
+  // at most that multiple less one more per expert, planned at that bound (routing is uneven).
+  int64_t padded_expert_rows(int64_t rows) const;
 };
 
 // Widths by global layer index, then one entry per multi-token prediction depth (index
 // layers + depth - 1: its block). Layers this rank does not hold stay all zero.
 std::vector<LayerWidths> layer_widths(const std::vector<model::Parameter>& params, const config::ModelConfig& model);
+
+// Each MoE layer's expert_row_multiple from the recipe its experts run in (the block's; the last
+// layer's for the multi-token prediction blocks, as Transformer::build_mtp sets them).
+void set_expert_row_multiples(std::vector<LayerWidths>& widths, const config::RunConfig& config);
 
 // Rows of the output head (vocabulary) this rank holds; 0 when it holds no head.
 int64_t head_rows(const std::vector<model::Parameter>& params, bool tied_embeddings, bool holds_head);

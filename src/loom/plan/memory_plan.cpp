@@ -145,7 +145,8 @@ StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& lay
   plan_model_state(config, params, shape, m);
 
   const bool last = m.chunks.back().last == config.model.layers;
-  const std::vector<LayerWidths> widths = layer_widths(params, config.model);
+  std::vector<LayerWidths> widths = layer_widths(params, config.model);
+  set_expert_row_multiples(widths, config);
   const int64_t head = head_rows(params, config.model.tied_embeddings, last);
   ActivationShape a{config.train.micro_batch, config.data.seq_len / shape.cp, shape.tp,
                     config.parallel.sequence_parallel, options.activation_bytes, options.attention_probs};
