@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "../train/tiny_super_model.h"
 #include "../train/training_runs.h"
 #include "cuda_test_util.h"
 #include "loom/core/device.h"
@@ -201,20 +202,17 @@ TEST_F(CudaModel, TinyLlamaRunRepeatsBitForBitOnTheGpuWithLoomsAttention) {
   std::filesystem::remove_all(root);
 }
 
-// Nemotron 3 Super's layer kinds on the GPU: Mamba-2 mixers, attention, a latent MoE layer
-// (4 experts, top 2, a shared expert) and 2 multi-token prediction depths, 4 steps against the
-// CPU: fp32 within 1e-4 relative, and under bf16 and fp8_current (the routed experts' GEMMs in
-// bf16 beside the dense layers' FP8) within 1e-2; expert parallelism over two ranks sharing the
-// GPU (its all-to-all staged through the host) as one CPU rank, fp32 within 1e-4.
+// Nemotron 3 Super's layer kinds on the GPU (testing::kTinySuperModel): Mamba-2 mixers, attention,
+// a latent MoE layer (4 experts, top 2, a shared expert) and 2 multi-token prediction depths, 4
+// steps against the CPU: fp32 within 1e-4 relative, and under bf16 and fp8_current (every block's
+// linears FP8, the routed experts' rows padded to 16) within 1e-2; expert parallelism over two
+// ranks sharing the GPU (its all-to-all staged through the host) as one CPU rank, fp32 within
+// 1e-4, and under fp8_delayed as the CPU's ep 2 within 1e-2.
 TEST_F(CudaModel, TinySuperHybridTrainsOnTheGpuAsOnTheCpu) {
   set_cuda_starter(&start_backend);
   const std::string root = train::testing::make_training_root("cuda-model-super");
   const std::string yaml =
-      "model: {vocab_size: 0, d_model: 64, layers: 4, heads: 4, kv_heads: 2, ffn_size: 96, max_seq_len: 32,\n"
-      "        activation: relu2, tied_embeddings: false, layer_pattern: 'M*ME', mtp_depths: 2,\n"
-      "        moe_experts: 4, moe_top_k: 2, moe_ffn_size: 48, moe_latent_size: 32, moe_shared_ffn_size: 48,\n"
-      "        mamba: {state_size: 16, heads: 4, head_dim: 16, groups: 2, conv_kernel: 4, chunk_size: 8}}\n" +
-      train::testing::data_section(root) +
+      std::string(train::testing::kTinySuperModel) + train::testing::data_section(root) +
       "optim: {lr: 3.0e-3, warmup_steps: 2, clip_grad: 0.5, weight_decay: 0.1}\n"
       "train: {steps: 4, global_batch: 8, micro_batch: 4, threads: 1, seed: 7}\n"
       "log: {progress: false, interval: 100}\n";
@@ -223,7 +221,10 @@ TEST_F(CudaModel, TinySuperHybridTrainsOnTheGpuAsOnTheCpu) {
       {"fp32", {}, 1e-4},
       {"bf16", {"precision.recipe=bf16"}, 1e-2},
       {"fp8-current", {"precision.recipe=fp8_current", "precision.fp8_edge_layers_bf16=false"}, 1e-2},
-      {"ep2", {"runtime.ranks=2", "parallel.ep=2"}, 1e-4}};
+      {"ep2", {"runtime.ranks=2", "parallel.ep=2"}, 1e-4},
+      {"fp8-delayed-ep2",
+       {"precision.recipe=fp8_delayed", "precision.fp8_edge_layers_bf16=false", "runtime.ranks=2", "parallel.ep=2"},
+       1e-2}};
   const std::vector<double> one = losses_of(train_run(root, "one-cpu", yaml, {}));
   for (const auto& [name, run, relative] : runs) {
     const bool fp32 = name == "fp32" || name == "ep2";

@@ -8,6 +8,7 @@
 // moving between the device and the CPU. That the CPU layouts train as one rank does is tested
 // in hybrid_training_test.cpp.
 #include "device_training.h"
+#include "tiny_super_model.h"
 
 namespace loom::train {
 namespace {
@@ -52,6 +53,18 @@ TEST_F(DeviceLayouts, PipelinedHybridEqualsTheCpuBitForBit) {
 TEST_F(DeviceLayouts, HybridWithLatentMoeAndMtpEqualsTheCpuBitForBit) {
   expect_bitwise_equal_runs(kSuper, "super");
   expect_bitwise_equal_runs(kSuper, "super-tp2-recompute", {"runtime.ranks=2", "parallel.tp=2", "model.recompute=true"});
+}
+
+// The GPU test's hybrid (testing::kTinySuperModel) under the FP8 recipes with every block FP8, on
+// the emulated device, which checks each FP8 GEMM's shape as cuBLASLt would: the Mamba-2 mixers',
+// attention's, the shared and the routed experts' (their rows padded to 16) products in FP8; and
+// at ep 2 under fp8_delayed.
+TEST_F(DeviceLayouts, HybridWithFp8ExpertsEqualsTheCpuBitForBit) {
+  const std::vector<std::string> fp8 = {"precision.recipe=fp8_current", "precision.fp8_edge_layers_bf16=false"};
+  expect_bitwise_equal_runs(testing::kTinySuperModel, "super-fp8-current", fp8);
+  expect_bitwise_equal_runs(testing::kTinySuperModel, "super-fp8-delayed-ep2",
+                            {"precision.recipe=fp8_delayed", "precision.fp8_edge_layers_bf16=false",
+                             "runtime.ranks=2", "parallel.ep=2"});
 }
 
 TEST_F(DeviceLayouts, HybridCheckpointsMoveBetweenDeviceAndCpu) {
