@@ -65,6 +65,18 @@ TEST_F(DeviceLayouts, HybridWithFp8ExpertsEqualsTheCpuBitForBit) {
   expect_bitwise_equal_runs(testing::kTinySuperModel, "super-fp8-delayed-ep2",
                             {"precision.recipe=fp8_delayed", "precision.fp8_edge_layers_bf16=false",
                              "runtime.ranks=2", "parallel.ep=2"});
+  // A mixer whose in_proj is 2 x 32 + 2 x 2 x 8 + 4 = 100 wide cannot run FP8 there: the error
+  // names the GEMM, its sizes and the rule.
+  try {
+    train("hybrid-fp8-unaligned", kHybrid,
+          {"precision.recipe=fp8_current", "precision.fp8_edge_layers_bf16=false", "runtime.device=cuda"});
+    ADD_FAILURE() << "an FP8 GEMM 100 features wide ran on the device";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("model.layers.0.mixer.in_proj has"), std::string::npos) << what;
+    EXPECT_NE(what.find("100 output features"), std::string::npos) << what;
+    EXPECT_NE(what.find("multiples of 16"), std::string::npos) << what;
+  }
 }
 
 TEST_F(DeviceLayouts, HybridCheckpointsMoveBetweenDeviceAndCpu) {

@@ -361,6 +361,7 @@ void PrecisionContext::place_device_pending() {
 std::shared_ptr<LinearPrecision> PrecisionContext::make(Recipe recipe, const std::string& name) {
   if (recipe == Recipe::Fp32) return nullptr;
   auto layer = std::make_shared<LinearPrecision>(recipe, policy_.amax_history, policy_.margin, scratch_);
+  layer->set_name(name);
   layer->set_forward_fast_accumulation(policy_.forward_fast_accumulation);
   layer->set_device(device_);
   layers_.push_back(layer);

@@ -117,10 +117,11 @@ struct PrecisionPolicy {
 kernels::CastOperand device_cast(Recipe recipe, Operand op, float delayed_scale, int margin);
 // cuBLASLt's FP8 products need every GEMM dimension a multiple of 16 (per-tensor recipes) or of
 // 128 (fp8_blockwise, whose block scales loom asks whole): that multiple, 1 for recipes taking any
-// size (bf16, fp16 and the emulated mxfp8). check_device_shape: an Error naming the recipe, the
-// sizes and the rule where a GEMM breaks it.
+// size (bf16, fp16 and the emulated mxfp8). check_device_shape: an Error naming the GEMM (`name`,
+// where known), the recipe, the sizes and the rule where a GEMM breaks it.
 int64_t device_gemm_multiple(Recipe recipe);
-void check_device_shape(Recipe recipe, int64_t n, int64_t in_features, int64_t out_features);
+void check_device_shape(Recipe recipe, int64_t n, int64_t in_features, int64_t out_features,
+                        const std::string& name = "");
 
 // Scratch for the quantized operand copies and GEMM outputs, shared by the layers of a model
 // (one GEMM runs at a time).
@@ -197,6 +198,8 @@ class LinearPrecision {
                            std::shared_ptr<PrecisionScratch> scratch = nullptr);
 
   Recipe recipe() const { return recipe_; }
+  // The GEMM's name (model.layers.3.mlp.up_proj: PrecisionContext::make), for errors.
+  void set_name(std::string name) { name_ = std::move(name); }
   // Per-tensor FP8 on a GPU: the forward product without the periodic promotion of its partial sums
   // (kernels::PrecisionGemm::fast_accumulation; Transformer Engine's default for forward GEMMs,
   // its gradients' products keeping the promotion). The CPU's sums are fp32 throughout either way.
@@ -360,6 +363,7 @@ class LinearPrecision {
   bool reduces_over_tensor_parallel(Operand op) const;
 
   Recipe recipe_;
+  std::string name_;
   Device device_ = Device::cpu();
   int margin_;
   bool forward_fast_accumulation_ = false;

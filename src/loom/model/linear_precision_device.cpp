@@ -46,7 +46,8 @@ int64_t device_gemm_multiple(Recipe recipe) {
   return 1;
 }
 
-void check_device_shape(Recipe recipe, int64_t n, int64_t in_features, int64_t out_features) {
+void check_device_shape(Recipe recipe, int64_t n, int64_t in_features, int64_t out_features,
+                        const std::string& name) {
   const int64_t multiple = device_gemm_multiple(recipe);
   if (multiple == 1) return;
   const std::string why =
@@ -54,7 +55,8 @@ void check_device_shape(Recipe recipe, int64_t n, int64_t in_features, int64_t o
                      : "its 1x128 / 128x128 block scales are taken whole by cuBLASLt, so every GEMM dimension must be a "
                        "multiple of 128";
   if (n % multiple == 0 && in_features % multiple == 0 && out_features % multiple == 0) return;
-  throw Error("precision.recipe=" + recipe_name(recipe) + " on a GPU: " + why + "; this linear layer has " +
+  const std::string layer = name.empty() ? "this linear layer" : name;
+  throw Error("precision.recipe=" + recipe_name(recipe) + " on a GPU: " + why + "; " + layer + " has " +
               std::to_string(n) + " tokens, " + std::to_string(in_features) + " input and " +
               std::to_string(out_features) + " output features (use sizes that are multiples of " +
               std::to_string(multiple) + ", e.g. batch x seq and the model's widths, or precision.recipe=bf16)");
@@ -202,7 +204,7 @@ void LinearPrecision::run_device_gemm(const kernels::PrecisionGemm& g, WrittenSt
 void LinearPrecision::device_forward(float* out, const float* in, const float* weight, const float* bias, int64_t n,
                                      int64_t in_features, int64_t out_features, bool accumulate, GemmOutput output,
                                      const DeviceTensors& tensors, const float* addend) {
-  check_device_shape(recipe_, n, in_features, out_features);
+  check_device_shape(recipe_, n, in_features, out_features, name_);
   kernels::PrecisionGemm g;
   g.pass = kernels::LinearGemm::Forward;
   g.fast_accumulation = forward_fast_accumulation_;
@@ -238,7 +240,7 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
                                       const float* weight, int64_t n, int64_t in_features, int64_t out_features,
                                       GemmOutput din_output, bool accumulate_din, const DeviceTensors& tensors,
                                       bool accumulate_dweight) {
-  check_device_shape(recipe_, n, in_features, out_features);
+  check_device_shape(recipe_, n, in_features, out_features, name_);
   LOOM_CHECK(dbias == nullptr || (tensors.dout == nullptr && tensors.dout_codes == nullptr),
              "a bias gradient needs the fp32 output gradient, not bf16 or FP8 codes");
   if (dbias != nullptr)
