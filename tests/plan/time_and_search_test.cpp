@@ -73,7 +73,7 @@ TEST(TimePlan, ContextParallelismSplitsTheTokensAndAddsItsExchanges) {
   const Link link{1e9, 1e-6};  // the file's 8 Gbit/s
   const config::RunConfig one = tiny({});
   const TimeBreakdown t1 = plan_time(one, plan_memory(one, {.tp = 1, .cp = 1, .dp = 1, .pp = 1}), hw);
-  const double layers = 6, micro_batches = 2, rows = 4 * 128 / 2.0, e = hw.activation_bytes;
+  const double layers = 6, micro_batches = 2, rows = 4 * 128 / 2.0, e = 4;  // fp32 whatever activation_bytes
   const double q = 256, kv = 128;
   const double attention = model::attention_training_flops_per_token(
                                one.model, model::resolve_layers(one.model).front(), one.data.seq_len) *
@@ -339,8 +339,9 @@ train: {global_batch: 2, micro_batch: 2}
 )";
 
 // Tensor parallelism over a hybrid, collective by collective (one micro-batch of 16 tokens; the
-// residual stream's rows 16 x 16 x 4 bytes). Without sequence parallelism each region from a
-// column- to a row-parallel linear all-reduces them once forward and once backward: attention,
+// residual stream's rows 16 x 16 x 4 bytes: fp32, as the model sends them on any device). Without
+// sequence parallelism each region from a column- to a row-parallel linear all-reduces them once
+// forward and once backward: attention,
 // each Mamba-2 mixer, the MoE layer's shared expert, and the depth's attention and shared expert;
 // the routed experts (every rank routes all the tokens) none. The two lookups (the embedding and
 // the depth's) all-reduce forward, the two heads backward.
@@ -406,7 +407,8 @@ TEST(TimePlan, MultiTokenPredictionBlocksAreCostedAsTheLayersBlocks) {
   const std::vector<std::string> all_fp8 = {"precision.fp8_edge_layers_bf16=false"};
   EXPECT_NEAR(time("fp8_current", all_fp8).compute,
               time("bf16", all_fp8).compute - saved(middle + edges + depth + 2 * experts) + 2 * padding, 1e-15);
-  // At tp 2 each rank computes half of the split linears and every routed expert over all rows.
+  // At tp 2 each rank computes half of the split linears and every routed expert over all rows
+  // (both recipes charge the experts whole: TensorParallelTime counts the rest by hand).
   EXPECT_NEAR(time("fp8_current", all_fp8, 2).compute,
               time("bf16", all_fp8, 2).compute - saved((middle + edges + depth) / 2 + 2 * experts) + 2 * padding,
               1e-15);

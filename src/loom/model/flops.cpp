@@ -21,31 +21,37 @@ double mamba_forward_flops_per_token(const config::ModelConfig& config, int64_t 
   return projections + 2.0 * m.conv_kernel * channels + scan;
 }
 
+// A (gated or plain) MLP's forward per token, `width` in and out, `ffn` features.
+double mlp_forward_flops_per_token(const config::ModelConfig& config, double width, double ffn) {
+  const double in_width = config.activation == config::Activation::Swiglu ? 2.0 * ffn : ffn;
+  return 2.0 * width * in_width + 2.0 * ffn * width;
+}
+
 }  // namespace
+
+MoeTrainingFlops moe_training_flops_per_token(const config::ModelConfig& config, const LayerSpec& spec) {
+  MoeTrainingFlops f;
+  if (!spec.moe) return f;
+  // Active parameters only: top_k routed experts, not all of them.
+  const config::MoeConfig& moe = config.moe;
+  const double C = config.d_model, width = moe.latent_size > 0 ? moe.latent_size : C;
+  const double ffn = moe.ffn_size > 0 ? moe.ffn_size : spec.ffn_size;
+  f.router = 3.0 * 2.0 * C * moe.experts;
+  f.latent = moe.latent_size > 0 ? 3.0 * 2.0 * 2.0 * C * width : 0.0;
+  f.experts = 3.0 * moe.top_k * mlp_forward_flops_per_token(config, width, ffn);
+  f.shared = moe.shared_ffn_size > 0 ? 3.0 * mlp_forward_flops_per_token(config, C, moe.shared_ffn_size) : 0.0;
+  f.shared_gate = moe.shared_ffn_size > 0 && moe.shared_expert_gate ? 3.0 * 2.0 * C : 0.0;
+  return f;
+}
 
 double layer_training_flops_per_token(const config::ModelConfig& config, const LayerSpec& spec, int64_t seq) {
   const double C = config.d_model, hd = head_dim(config), H = config.heads;
   double forward = 0.0;
   if (spec.has_attention) forward += 2.0 * C * (H + 2.0 * spec.kv_heads) * hd + 2.0 * H * hd * C;
   if (spec.has_mamba) forward += mamba_forward_flops_per_token(config, seq);
-  auto mlp = [&](double width, double ffn) {
-    const double in_width = config.activation == config::Activation::Swiglu ? 2.0 * ffn : ffn;
-    return 2.0 * width * in_width + 2.0 * ffn * width;
-  };
-  if (spec.moe) {
-    // Active parameters only: the router, the latent projections, top_k routed experts and the
-    // shared expert (and its gate).
-    const config::MoeConfig& moe = config.moe;
-    const double width = moe.latent_size > 0 ? moe.latent_size : C;
-    const double ffn = moe.ffn_size > 0 ? moe.ffn_size : spec.ffn_size;
-    forward += 2.0 * C * moe.experts + moe.top_k * mlp(width, ffn);
-    if (moe.latent_size > 0) forward += 2.0 * 2.0 * C * width;
-    if (moe.shared_ffn_size > 0) forward += mlp(C, moe.shared_ffn_size);
-    if (moe.shared_expert_gate) forward += 2.0 * C;
-  } else if (spec.has_mlp()) {
-    forward += mlp(C, spec.ffn_size);
-  }
-  return 3.0 * forward + attention_training_flops_per_token(config, spec, seq);
+  if (!spec.moe && spec.has_mlp()) forward += mlp_forward_flops_per_token(config, C, spec.ffn_size);
+  return 3.0 * forward + moe_training_flops_per_token(config, spec).total() +
+         attention_training_flops_per_token(config, spec, seq);
 }
 
 double attention_training_flops_per_token(const config::ModelConfig& config, const LayerSpec& spec, int64_t seq) {

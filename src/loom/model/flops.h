@@ -10,6 +10,15 @@
 namespace loom::model {
 
 double layer_training_flops_per_token(const config::ModelConfig& config, const LayerSpec& spec, int64_t seq);
+// Of those, a MoE layer's parts (all 0 for another layer): its router, latent projections, top_k
+// routed experts, shared expert and the shared expert's gate. The router, the latent projections
+// and the routed experts are tensor-parallel replicated (MoeLayer: every rank computes them over
+// all the group's tokens), the shared expert split like a dense MLP (plan/time_plan.cpp).
+struct MoeTrainingFlops {
+  double router = 0.0, latent = 0.0, experts = 0.0, shared = 0.0, shared_gate = 0.0;
+  double total() const { return router + latent + experts + shared + shared_gate; }
+};
+MoeTrainingFlops moe_training_flops_per_token(const config::ModelConfig& config, const LayerSpec& spec);
 // Of those, attention's score and value products over the causal prefix (no projections): the
 // part a fused attention kernel computes, at a rate of its own (plan/time_plan.cpp).
 double attention_training_flops_per_token(const config::ModelConfig& config, const LayerSpec& spec, int64_t seq);

@@ -14,7 +14,8 @@ namespace loom::plan {
 // bf16 recipe (Mlp::bf16_interior; their GEMMs' outputs under FP8 and MX: Mlp::bf16_hidden), and
 // attention its q/k/v and output (Attention::bf16_tensors). Plain: fp32 in and out (a Mamba-2
 // mixer's projections, a MoE layer's shared expert, counted as such); Expert: a routed expert's,
-// also fp32 in and out, whose weight gradient is always added to (never written whole);
+// also fp32 in and out, whose weight gradient is always added to (never written whole), computed
+// whole on every tensor-parallel rank (MoeLayer routes all the group's tokens);
 // Replicated: a multi-token prediction depth's eh_proj, an fp32 GEMM every tensor-parallel rank
 // computes whole over all rows (MtpDepth), its weight gradient added to as well.
 enum class LinearRole : uint8_t { AttentionQkv, AttentionOut, MlpUp, MlpDown, Plain, Expert, Replicated };

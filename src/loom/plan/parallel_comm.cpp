@@ -7,7 +7,7 @@ namespace loom::plan {
 
 namespace {
 
-// A block's (a layer's or a multi-token prediction depth's), `stream` the bytes of the residual
+// A block's (a layer's or a multi-token prediction depth's), `stream` the elements of the residual
 // stream's rows. Each region from a column- to a row-parallel linear (attention; a dense MLP; a
 // Mamba-2 mixer, in_proj to out_proj; a MoE layer's shared expert, reduced on its own) sums its
 // output over the group forward (g: an all-reduce; sequence parallel: a reduce-scatter, after f's
@@ -16,20 +16,29 @@ namespace {
 // wgrad's input gathered again, but where that layer kept its input's FP8 codes: per-tensor FP8 on
 // a GPU, in attention and the MLPs, never in the mixer). A MoE layer's routed part (every rank
 // routes all the group's tokens) communicates under sequence parallelism only: its input rows
-// gathered forward, their gradient reduce-scattered backward.
+// gathered forward, their gradient reduce-scattered backward. All fp32 (kCommBytes) but
+// attention's and a dense MLP's input gathers where their norms write bf16 rows (kBf16GatherBytes).
 TpSeconds block_tp_seconds(const config::RunConfig& config, const LayerWidths& w, model::Recipe r, double stream,
                            int tp, const Link& link) {
   const int regions = w.has_attention() + w.has_mlp() + w.has_mamba() + (w.shared_ffn > 0);
   if (!config.parallel.sequence_parallel) {
-    const double reduce = all_reduce_seconds(stream, tp, link);
+    const double reduce = all_reduce_seconds(stream * kCommBytes, tp, link);
     return {regions * reduce, regions * reduce};
   }
-  const double gather = all_gather_seconds(stream, tp, link);  // a reduce-scatter costs the same
-  const bool kept_codes = config.runtime.device == config::RuntimeDevice::Cuda &&
-                          (r == model::Recipe::Fp8Delayed || r == model::Recipe::Fp8Current);
+  const double gather = all_gather_seconds(stream * kCommBytes, tp, link);  // a reduce-scatter costs the same
+  const bool device = config.runtime.device == config::RuntimeDevice::Cuda;
+  const bool kept_codes = device && (r == model::Recipe::Fp8Delayed || r == model::Recipe::Fp8Current);
+  // The inputs gathered in bf16, forward and again backward: attention's and a dense MLP's (Block's
+  // normed_input; the MoE layer's shared expert takes its norm's fp32 rows, as the mixer does).
+  const int bf16 = device && r == model::Recipe::Bf16 ? w.has_attention() + w.has_mlp() : 0;
+  const double bf16_gather = all_gather_seconds(stream * kBf16GatherBytes, tp, link);
   const int regathered = w.has_mamba() + (kept_codes ? 0 : regions - w.has_mamba());
   const int routed = w.has_moe();
-  return {(2 * regions + routed) * gather, (2 * regions + regathered + routed) * gather};
+  // Forward each region's input gathered and output reduce-scattered; backward its output's
+  // gradient gathered, its input gathered again and its input's gradient reduce-scattered.
+  const double inputs = (regions - bf16) * gather + bf16 * bf16_gather;
+  const double inputs_again = (regathered - bf16) * gather + bf16 * bf16_gather;
+  return {inputs + (regions + routed) * gather, inputs_again + (2 * regions + routed) * gather};
 }
 
 }  // namespace
@@ -42,12 +51,12 @@ TpSeconds block_tp_seconds(const config::RunConfig& config, const LayerWidths& w
 // rows forward (2 d_model wide) and of its output's gradient backward; after each unit's backward
 // the fp32 all-reduces of the gradients several ranks hold (StageMemory::tp_gradient_sums).
 TpSeconds tensor_parallel_seconds(const config::RunConfig& config, const StageMemory& stage, double tokens, int tp,
-                                  const Hardware& hw, const Link& link) {
+                                  const Link& link) {
   const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
   const int layers = config.model.layers;
   const bool sp = config.parallel.sequence_parallel;
-  const double stream = tokens * config.model.d_model * hw.activation_bytes;
-  const double reduce = all_reduce_seconds(stream, tp, link), gather = all_gather_seconds(stream, tp, link);
+  const double stream = tokens * config.model.d_model, bytes = stream * kCommBytes;
+  const double reduce = all_reduce_seconds(bytes, tp, link), gather = all_gather_seconds(bytes, tp, link);
   TpSeconds blocks;
   auto add_block = [&](int l, model::Recipe r) {
     const TpSeconds b = block_tp_seconds(config, stage.widths[static_cast<size_t>(l)], r, stream, tp, link);
@@ -67,10 +76,10 @@ TpSeconds tensor_parallel_seconds(const config::RunConfig& config, const StageMe
   t.forward += lookups * (sp ? gather : reduce) + heads * (sp ? gather : 0.0);
   t.backward += lookups * (sp ? gather : 0.0) + heads * (sp ? gather : reduce);
   if (sp) {
-    t.forward += depths * all_gather_seconds(2.0 * stream, tp, link);
+    t.forward += depths * all_gather_seconds(2.0 * bytes, tp, link);
     t.backward += depths * gather;
   }
-  for (const int64_t elements : stage.tp_gradient_sums) t.backward += all_reduce_seconds(4.0 * elements, tp, link);
+  for (const int64_t n : stage.tp_gradient_sums) t.backward += all_reduce_seconds(kCommBytes * n, tp, link);
   return t;
 }
 
@@ -89,7 +98,7 @@ double all_to_all_seconds(double bytes, int ranks, const Link& link) {
 double expert_parallel_seconds(const config::RunConfig& config, const StageMemory& stage, double tokens, int ep,
                                const Link& link) {
   const double width = config.model.moe.latent_size > 0 ? config.model.moe.latent_size : config.model.d_model;
-  const double one = all_to_all_seconds(tokens * config.model.moe.top_k * width * 4.0, ep, link);
+  const double one = all_to_all_seconds(tokens * config.model.moe.top_k * width * kCommBytes, ep, link);
   auto moe = [&](int l) { return stage.widths[static_cast<size_t>(l)].has_moe() ? 1 : 0; };
   int moe_layers = 0;
   for (const model::LayerRange& c : stage.chunks) {

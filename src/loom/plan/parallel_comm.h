@@ -13,12 +13,24 @@ struct TpSeconds {
   double forward = 0.0, backward = 0.0;
 };
 
+// Bytes per element of the activations and gradients the model's collectives move: fp32 whatever
+// the activations' storage (Hardware::activation_bytes): TensorParallel's reductions and gathers
+// (DType::F32, model/tensor_parallel.cpp) but for the bf16 rows of kBf16GatherBytes, context
+// parallelism's hops and all-to-alls (parallel/context/communication.cpp), expert parallelism's
+// token exchanges (parallel/expert/communication.cpp) and the pipeline's sends
+// (parallel/pipeline/communication.cpp).
+constexpr double kCommBytes = 4.0;
+// A sequence-parallel region's input rows gathered in bf16 (TensorParallel::enter_forward_bf16, in
+// ColumnParallelLinear's forward and its wgrad's gather): the rows a norm writes bf16 for
+// attention and a dense MLP under the bf16 recipe on a GPU (LinearPrecision::takes_bf16_tensors).
+constexpr double kBf16GatherBytes = 2.0;
+
 // Over a group of `tp` ranks joined by `link`, for `tokens` rows of the micro-batch (before
 // sequence parallelism splits them): every block's regions, the embedding's and the head's, the
 // multi-token prediction depths' and the gradient sums (parallel_comm.cpp says which collective
 // each makes).
 TpSeconds tensor_parallel_seconds(const config::RunConfig& config, const StageMemory& stage, double tokens, int tp,
-                                  const Hardware& hw, const Link& link);
+                                  const Link& link);
 
 // Seconds of one micro-batch's all-to-all over `ranks` of `bytes` per rank: each sends (n - 1)/n
 // of them, one latency per peer.

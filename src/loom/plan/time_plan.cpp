@@ -290,13 +290,20 @@ GemmOutputBytes gemm_output_bytes(const config::RunConfig& config, const StageMe
 
 // Training FLOPs per token of this rank's linears whose products run in FP8 (per-tensor or
 // blockwise scaled: fp8_delayed, fp8_current, fp8_blockwise; not MXFP8, which Hopper multiplies
-// in bf16, nor the layers the recipe keeps in bf16, nor the head): 6 x their weights.
-double fp8_linear_flops_per_token(const config::RunConfig& config, const StageMemory& stage) {
-  double weights = 0.0;
-  for_each_block_linear(config, stage, 1.0, [&](double out, double in, model::Recipe r, LinearRole, double rows) {
-    if (model::is_fp8(r) && r != model::Recipe::Mxfp8) weights += rows * out * in;
+// in bf16, nor the layers the recipe keeps in bf16, nor the head): 6 x their weights, those
+// split over the tensor-parallel group apart from the routed experts', which every rank
+// computes whole over all the group's tokens.
+struct Fp8Flops {
+  double split = 0.0, experts = 0.0;
+};
+
+Fp8Flops fp8_linear_flops_per_token(const config::RunConfig& config, const StageMemory& stage) {
+  Fp8Flops f;
+  for_each_block_linear(config, stage, 1.0, [&](double out, double in, model::Recipe r, LinearRole role, double rows) {
+    if (!model::is_fp8(r) || r == model::Recipe::Mxfp8) return;
+    (role == LinearRole::Expert ? f.experts : f.split) += 6.0 * rows * out * in;
   });
-  return 6.0 * weights;
+  return f;
 }
 
 // Training FLOPs per token of this rank's linears every tensor-parallel rank computes whole over
@@ -339,9 +346,10 @@ double fresh_memory_seconds(const config::RunConfig& config, const StageMemory& 
 //   compute, all show.
 // - all-to-all (a2a): q/k/v to heads and the output back, forward, and the output's gradient to
 //   heads and q/k/v's back, backward; none hidden.
+// Both exchange fp32 (kCommBytes), whatever the attention's operands.
 template <typename AttentionSeconds>
 void add_context_parallel_cost(StageCost& cost, const config::RunConfig& config, const StageMemory& stage, double rows,
-                               int cp, const Link& link, double element_bytes, AttentionSeconds attention_seconds) {
+                               int cp, const Link& link, AttentionSeconds attention_seconds) {
   double forward = 0.0, backward = 0.0;
   const bool all_to_all = config.parallel.cp_comm == config::ContextComm::A2a;
   for (const model::LayerRange& c : stage.chunks) {
@@ -349,13 +357,13 @@ void add_context_parallel_cost(StageCost& cost, const config::RunConfig& config,
       const LayerWidths& w = stage.widths[static_cast<size_t>(l)];
       if (!w.has_attention()) continue;
       if (all_to_all) {
-        const double both = all_to_all_seconds(rows * w.qkv() * element_bytes, cp, link) +
-                            all_to_all_seconds(rows * w.q * element_bytes, cp, link);
+        const double both = all_to_all_seconds(rows * w.qkv() * kCommBytes, cp, link) +
+                            all_to_all_seconds(rows * w.q * kCommBytes, cp, link);
         forward += both;
         backward += both;
         continue;
       }
-      const double hop = link.latency + rows * 2.0 * w.kv * element_bytes / link.bandwidth;
+      const double hop = link.latency + rows * 2.0 * w.kv * kCommBytes / link.bandwidth;
       const double compute = attention_seconds(l);
       forward += (cp - 1) * std::max(0.0, hop - compute / 3.0 / cp);
       backward += (cp - 1) * std::max(0.0, hop - 2.0 * compute / 3.0 / cp) + cp * hop;
@@ -366,13 +374,16 @@ void add_context_parallel_cost(StageCost& cost, const config::RunConfig& config,
   cost.backward += backward;
 }
 
-// Training FLOPs per token of a stage's blocks, of which attention's score and value products,
-// and of its head (model/flops.h). On the rank holding the head, the multi-token prediction
+// Training FLOPs per token of a stage's blocks, of which attention's score and value products
+// and what every tensor-parallel rank computes whole over all the group's tokens (`replicated`:
+// each MoE layer's router, latent projections and routed experts, MoeLayer's tp.replicated()
+// parameters, and its shared expert's gate where no sequence parallelism gives each rank its own
+// rows), and of its head (model/flops.h). On the rank holding the head, the multi-token prediction
 // depths' blocks count as blocks (their linears are the stage's block linears, for_each_block_linear)
 // and their eh_proj not at all (replicated_linear_flops_per_token); the head's FLOPs keep the
 // head once per depth.
 struct StageFlops {
-  double block = 0.0, attention = 0.0, head = 0.0;
+  double block = 0.0, attention = 0.0, replicated = 0.0, head = 0.0;
 };
 
 StageFlops stage_flops(const config::RunConfig& config, const StageMemory& stage,
@@ -380,19 +391,21 @@ StageFlops stage_flops(const config::RunConfig& config, const StageMemory& stage
   const config::ModelConfig& model = config.model;
   const int64_t seq = config.data.seq_len;
   StageFlops f;
+  auto add_block = [&](const model::LayerSpec& spec, double count) {
+    f.block += count * model::layer_training_flops_per_token(model, spec, seq);
+    f.attention += count * model::attention_training_flops_per_token(model, spec, seq);
+    const model::MoeTrainingFlops moe = model::moe_training_flops_per_token(model, spec);
+    const double gate = config.parallel.sequence_parallel ? 0.0 : moe.shared_gate;
+    f.replicated += count * (moe.router + moe.latent + moe.experts + gate);
+  };
   for (const model::LayerRange& c : stage.chunks) {
-    for (int l = c.first; l < c.last; ++l) {
-      const model::LayerSpec& spec = specs[static_cast<size_t>(l)];
-      f.block += model::layer_training_flops_per_token(model, spec, seq);
-      f.attention += model::attention_training_flops_per_token(model, spec, seq);
-    }
+    for (int l = c.first; l < c.last; ++l) add_block(specs[static_cast<size_t>(l)], 1.0);
   }
   if (stage.chunks.back().last != model.layers) return f;
   const model::LayerSpec mtp = model::mtp_block_spec(model);
   const double depths = model.mtp_depths, d = model.d_model;
+  add_block(mtp, depths);
   const double block = model::layer_training_flops_per_token(model, mtp, seq), eh_proj = 3.0 * 2.0 * (2.0 * d) * d;
-  f.block += depths * block;
-  f.attention += depths * model::attention_training_flops_per_token(model, mtp, seq);
   f.head = model::head_training_flops_per_token(model, seq) - depths * (block + eh_proj);
   return f;
 }
@@ -408,15 +421,20 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
   const StageFlops flops = stage_flops(config, stage, specs);
   // Rates of one rank alone; plan_time accounts for ranks sharing a host's cores. FP8 linears at
   // the device's FP8 rate, attention's score and value products at its attention rate, the rest
-  // (bf16 layers, the head) at its GEMM rate. The FP8 linears' FLOPs are this rank's share: the
-  // group's are tp times them. eh_proj's, computed whole by every rank, are not shared out.
+  // (bf16 layers, the head) at its GEMM rate. The split FP8 linears' FLOPs are this rank's share:
+  // the group's are tp times them. The replicated parts (a MoE layer's router, latent projections
+  // and routed experts, FP8 under an FP8 recipe) and eh_proj, computed whole by every rank, are
+  // not shared out.
   const double rate = hw.flops_per_rank(1) * hw.gemm_rows_factor(tokens);
   const double fp8_rate = hw.fp8_flops_per_rank(1) * hw.gemm_rows_factor(tokens);
   const double attention_rate = hw.attention_flops_per_rank(1);
-  const double fp8_flops = shape.tp * fp8_linear_flops_per_token(config, stage);
-  const double block_seconds = ((flops.block - fp8_flops - flops.attention) / rate + fp8_flops / fp8_rate +
-                                flops.attention / attention_rate) *
-                               tokens / shape.tp;
+  const Fp8Flops fp8 = fp8_linear_flops_per_token(config, stage);
+  const double split = flops.block - flops.replicated, split_fp8 = shape.tp * fp8.split;
+  const double split_seconds =
+      ((split - split_fp8 - flops.attention) / rate + split_fp8 / fp8_rate + flops.attention / attention_rate) *
+      tokens / shape.tp;
+  const double replicated_seconds = ((flops.replicated - fp8.experts) / rate + fp8.experts / fp8_rate) * tokens;
+  const double block_seconds = split_seconds + replicated_seconds;
   const double gemm = block_seconds + tokens * flops.head / shape.tp / rate +
                       tokens * replicated_linear_flops_per_token(config, stage) / rate;
   const double m = static_cast<double>(memory.layout.micro_batches);
@@ -435,14 +453,14 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
                   2.0 * (cost.casts + cost.fresh) / 3.0;
   if (shape.tp > 1) {
     const Link& link = hw.link(group_link(hw, shape.tp, 1, world));
-    const TpSeconds tp = tensor_parallel_seconds(config, stage, tokens, shape.tp, hw, link);
+    const TpSeconds tp = tensor_parallel_seconds(config, stage, tokens, shape.tp, link);
     cost.tp = tp.forward + tp.backward;
     cost.forward += tp.forward;
     cost.backward += tp.backward;
   }
   if (shape.cp > 1) {
     const Link& link = hw.link(group_link(hw, shape.cp, shape.tp, world));
-    add_context_parallel_cost(cost, config, stage, tokens, shape.cp, link, hw.activation_bytes, [&](int l) {
+    add_context_parallel_cost(cost, config, stage, tokens, shape.cp, link, [&](int l) {
       const model::LayerSpec& spec = specs[static_cast<size_t>(l)];
       return model::attention_training_flops_per_token(config.model, spec, config.data.seq_len) * tokens / shape.tp /
              attention_rate;
@@ -457,7 +475,7 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
   if (shape.pp > 1) {
     const double rows = config.parallel.sequence_parallel && shape.tp > 1 ? tokens / shape.tp : tokens;
     const Link& link = hw.link(group_link(hw, shape.pp, shape.tp * shape.cp * shape.dp, world));
-    const double send = link.latency + rows * config.model.d_model * hw.activation_bytes / link.bandwidth;
+    const double send = link.latency + rows * config.model.d_model * kCommBytes / link.bandwidth;
     cost.pp = 2.0 * send * static_cast<double>(stage.chunks.size());
     cost.forward += cost.pp / 2.0;
     cost.backward += cost.pp / 2.0;

@@ -3,9 +3,11 @@
 //
 //   compute      each pipeline stage's training FLOPs per micro-batch (model/flops.h, per layer
 //                kind; recompute adds a forward of the blocks) / tp over the device's achieved
-//                GEMM rate, plus the elementwise kernels' passes over the activations (norms,
-//                softmax, activation functions, residual adds) at the device's activation rate
-//   tensor par.  per micro-batch the collectives each layer kind makes (parallel_comm.h): one
+//                GEMM rate, but what every tensor-parallel rank computes whole (MoE layers'
+//                routers, latent projections and routed experts; eh_proj) not divided, plus the
+//                elementwise kernels' passes over the activations (norms, softmax, activation
+//                functions, residual adds) at the device's activation rate
+//   tensor par.  per micro-batch the fp32 collectives each layer kind makes (parallel_comm.h): one
 //                all-reduce of the stream (or all-gathers and a reduce-scatter under sequence
 //                parallelism) forward and one backward per region between column- and
 //                row-parallel linears (attention, MLP, Mamba-2 mixer, shared expert), the routed
