@@ -310,9 +310,9 @@ TEST(CudaKernels, RopeBackwardWidenedIsTheAddIntoZerosRotated) {
   }
 }
 
-// A mixture of experts' row moves: a gather by index with a per-row scale (exact), a scatter-add
-// with repeated targets in row order, and per-row dot products in double (within 1e-6: the CPU
-// build may or may not contract to FMA).
+// A mixture of experts' row moves: a gather by index with a per-row scale (exact; a negative
+// index a zero row), a scatter-add with repeated targets in row order, and per-row dot products in
+// double (within 1e-6: the CPU build may or may not contract to FMA).
 TEST(CudaKernels, RowGathersScattersAndDotsEqualTheCpu) {
   SKIP_WITHOUT_GPU();
   CachingAllocator allocator;
@@ -320,6 +320,8 @@ TEST(CudaKernels, RowGathersScattersAndDotsEqualTheCpu) {
   std::vector<int32_t> index(rows);
   std::mt19937 rng(61);
   for (int32_t& i : index) i = static_cast<int32_t>(rng() % targets);
+  std::vector<int32_t> padding = index;  // every seventh row a zero row (the experts' padding)
+  for (size_t r = 0; r < padding.size(); r += 7) padding[r] = -1;
   const std::vector<float> x = random_values(62, targets * width, 1.0f);
   const std::vector<float> rows_in = random_values(63, rows * width, 1.0f), scale = random_values(64, rows, 1.0f);
   const std::vector<float> out0 = random_values(65, targets * width, 1.0f);
@@ -335,6 +337,14 @@ TEST(CudaKernels, RowGathersScattersAndDotsEqualTheCpu) {
     cuda::gather_rows(d_gathered.ptr, d_x.ptr, d_index.ptr, ds, rows, width);
     cuda::scatter_add_rows(d_sum.ptr, d_rows.ptr, width, d_index.ptr, ds, rows, width);
     EXPECT_EQ(d_gathered.host(), gathered) << "scaled " << scaled;
+    // A negative index gathers a row of zeros, as on the CPU.
+    std::vector<float> padded(rows * width, NAN);
+    cpu::gather_rows(padded.data(), x.data(), padding.data(), s, rows, width);
+    EXPECT_EQ(padded[0], 0.0f);
+    DeviceArray d_padded(allocator, std::vector<float>(padded.size(), NAN));
+    testing::DeviceArray<int32_t> d_padding(allocator, padding);
+    cuda::gather_rows(d_padded.ptr, d_x.ptr, d_padding.ptr, ds, rows, width);
+    EXPECT_EQ(d_padded.host(), padded) << "scaled " << scaled;
     // Unscaled: one rounded add per row in row order, the CPU's bits; scaled within 1e-6 (the CPU
     // build may or may not contract to FMA).
     if (scaled) {

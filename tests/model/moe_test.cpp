@@ -223,6 +223,20 @@ TEST(MoePrecision, RoutedExpertsRunInTheRecipe) {
   }
 }
 
+// The experts' padding gathers rows by index, a negative index giving a row of zeros (scaled or
+// not), whatever the output held before.
+TEST(MoeDispatch, ANegativeGatherIndexGivesAZeroRow) {
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6};  // 3 rows of 2
+  const std::vector<int32_t> index = {2, -1, 0, -1};
+  const std::vector<float> scale = {2, 3, 4, 5};
+  std::vector<float> out(8, NAN);
+  kernels::gather_rows(Device::cpu(), out.data(), x.data(), index.data(), nullptr, 4, 2);
+  EXPECT_EQ(out, (std::vector<float>{5, 6, 0, 0, 1, 2, 0, 0}));
+  std::fill(out.begin(), out.end(), NAN);
+  kernels::gather_rows(Device::cpu(), out.data(), x.data(), index.data(), scale.data(), 4, 2);
+  EXPECT_EQ(out, (std::vector<float>{10, 12, 0, 0, 4, 8, 0, 0}));
+}
+
 // Under the FP8 recipes each expert's rows are padded with zero rows to the multiple a GPU's FP8
 // product takes (16; 128 for fp8_blockwise), and the padding changes nothing: the experts' outputs
 // and input gradients equal, bit for bit, linears of the recipe run over each expert's rows

@@ -121,8 +121,8 @@ void activation_backward_bf16(Device device, MlpActivation activation, float* di
 // another (kernels/cpu/rows.h).
 void add_rows(Device device, float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t rows, int64_t width);
 // Rows moved by index with a per-row scale, and per-row dot products in double (cpu/rows.h):
-// a mixture-of-experts layer's dispatch, combine and gates. Index and scale arrays (may be null)
-// live on `device`.
+// a mixture-of-experts layer's dispatch, combine and gates (a negative gather index: a row of
+// zeros, the experts' padding). Index and scale arrays (may be null) live on `device`.
 void gather_rows(Device device, float* out, const float* x, const int32_t* index, const float* scale, int64_t rows,
                  int64_t width);
 void scatter_add_rows(Device device, float* out, const float* x, int64_t x_stride, const int32_t* index,

@@ -52,16 +52,22 @@ std::vector<int64_t> ExpertMlp::padded_rows(const std::vector<int64_t>& expert_r
   return padded;
 }
 
-void ExpertMlp::copy_rows(float* to, const std::vector<int64_t>& to_rows, const float* from,
-                          const std::vector<int64_t>& from_rows, const std::vector<int64_t>& rows,
-                          int64_t width) const {
-  int64_t at_to = 0, at_from = 0;
-  for (size_t j = 0; j < rows.size(); ++j) {
-    copy_on_device(device_, to + at_to * width, from + at_from * width, rows[j] * width);
-    zero_on_device(device_, to + (at_to + rows[j]) * width, (to_rows[j] - rows[j]) * width);
-    at_to += to_rows[j];
-    at_from += from_rows[j];
+ExpertMlp::PaddingIndex ExpertMlp::plan_padding(ExpertScratch& scratch, const std::vector<int64_t>& expert_rows,
+                                                const std::vector<int64_t>& padded) const {
+  scratch.pad.clear();
+  scratch.unpad.clear();
+  int64_t at = 0, at_padded = 0;
+  for (size_t j = 0; j < expert_rows.size(); ++j) {
+    for (int64_t i = 0; i < padded[j]; ++i) {
+      scratch.pad.push_back(i < expert_rows[j] ? static_cast<int32_t>(at + i) : -1);
+    }
+    for (int64_t i = 0; i < expert_rows[j]; ++i) scratch.unpad.push_back(static_cast<int32_t>(at_padded + i));
+    at += expert_rows[j];
+    at_padded += padded[j];
   }
+  const auto size = [](const std::vector<int32_t>& v) { return static_cast<int64_t>(v.size()); };
+  return {scratch.pad_on_device.stage(device_, scratch.pad.data(), size(scratch.pad)),
+          scratch.unpad_on_device.stage(device_, scratch.unpad.data(), size(scratch.unpad))};
 }
 
 LinearPrecision* ExpertMlp::precision_of(const std::vector<std::shared_ptr<LinearPrecision>>& layers, int j) {
@@ -94,12 +100,14 @@ void ExpertMlp::forward(Saved& saved, float* out, const float* in, const std::ve
     forward_grouped(saved, out, in, expert_rows);
     return;
   }
-  const int64_t rows = std::accumulate(padded.begin(), padded.end(), int64_t{0});
-  float* padded_in = sized(scratch.in, rows * width_, device_);
-  float* padded_out = sized(scratch.out, rows * width_, device_);
-  copy_rows(padded_in, padded, in, expert_rows, expert_rows, width_);
+  const int64_t rows = std::accumulate(expert_rows.begin(), expert_rows.end(), int64_t{0});
+  const int64_t total = std::accumulate(padded.begin(), padded.end(), int64_t{0});
+  const PaddingIndex index = plan_padding(scratch, expert_rows, padded);
+  float* padded_in = sized(scratch.in, total * width_, device_);
+  float* padded_out = sized(scratch.out, total * width_, device_);
+  kernels::gather_rows(device_, padded_in, in, index.pad, nullptr, total, width_);
   forward_grouped(saved, padded_out, padded_in, padded);
-  copy_rows(out, expert_rows, padded_out, padded, expert_rows, width_);
+  kernels::gather_rows(device_, out, padded_out, index.unpad, nullptr, rows, width_);
 }
 
 void ExpertMlp::backward(float* d_in, const float* d_out, const float* in, const Saved& saved, Workspace& work,
@@ -109,14 +117,16 @@ void ExpertMlp::backward(float* d_in, const float* d_out, const float* in, const
     backward_grouped(d_in, d_out, in, saved, work, expert_rows);
     return;
   }
-  const int64_t rows = std::accumulate(padded.begin(), padded.end(), int64_t{0});
-  float* padded_in = sized(scratch.in, rows * width_, device_);
-  float* padded_d_out = sized(scratch.out, rows * width_, device_);
-  float* padded_d_in = sized(scratch.d_in, rows * width_, device_);
-  copy_rows(padded_in, padded, in, expert_rows, expert_rows, width_);
-  copy_rows(padded_d_out, padded, d_out, expert_rows, expert_rows, width_);
+  const int64_t rows = std::accumulate(expert_rows.begin(), expert_rows.end(), int64_t{0});
+  const int64_t total = std::accumulate(padded.begin(), padded.end(), int64_t{0});
+  const PaddingIndex index = plan_padding(scratch, expert_rows, padded);
+  float* padded_in = sized(scratch.in, total * width_, device_);
+  float* padded_d_out = sized(scratch.out, total * width_, device_);
+  float* padded_d_in = sized(scratch.d_in, total * width_, device_);
+  kernels::gather_rows(device_, padded_in, in, index.pad, nullptr, total, width_);
+  kernels::gather_rows(device_, padded_d_out, d_out, index.pad, nullptr, total, width_);
   backward_grouped(padded_d_in, padded_d_out, padded_in, saved, work, padded);
-  copy_rows(d_in, expert_rows, padded_d_in, padded, expert_rows, width_);
+  kernels::gather_rows(device_, d_in, padded_d_in, index.unpad, nullptr, rows, width_);
 }
 
 void ExpertMlp::forward_grouped(Saved& saved, float* out, const float* in,

@@ -27,9 +27,12 @@ namespace loom::model {
 
 // The padded copies of a grouped GEMM's rows (ExpertMlp's header comment), shared by a model's
 // MoE layers (MoeScratch): the input, and the output (backward: the output gradient), the input
-// gradient.
+// gradient; and the gathers between the two layouts, one launch each: padded row r from row
+// pad[r] (-1: a zero row), row r back from padded row unpad[r].
 struct ExpertScratch {
   Buffer in, out, d_in;
+  std::vector<int32_t> pad, unpad;
+  StagedTokens pad_on_device, unpad_on_device;
 };
 
 class ExpertMlp {
@@ -63,9 +66,12 @@ class ExpertMlp {
   void forward_grouped(Saved& saved, float* out, const float* in, const std::vector<int64_t>& expert_rows) const;
   void backward_grouped(float* d_in, const float* d_out, const float* in, const Saved& saved, Workspace& work,
                         const std::vector<int64_t>& expert_rows) const;
-  // Copies each expert's `rows` of `from` (laid out by `from_rows`) to `to` (laid out by `to_rows`).
-  void copy_rows(float* to, const std::vector<int64_t>& to_rows, const float* from,
-                 const std::vector<int64_t>& from_rows, const std::vector<int64_t>& rows, int64_t width) const;
+  // Fills scratch.pad / unpad for `expert_rows` padded to `padded`; the index arrays on the device.
+  struct PaddingIndex {
+    const int32_t *pad, *unpad;
+  };
+  PaddingIndex plan_padding(ExpertScratch& scratch, const std::vector<int64_t>& expert_rows,
+                            const std::vector<int64_t>& padded) const;
   // Expert j's precision of `layers` (in_precision_ or down_precision_), null without a recipe.
   static LinearPrecision* precision_of(const std::vector<std::shared_ptr<LinearPrecision>>& layers, int j);
   // out [n, out_features] = in W^T of weight `id`, through `precision` (null: fp32).

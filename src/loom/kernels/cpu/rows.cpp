@@ -16,8 +16,12 @@ void add_rows(float* y, int64_t y_stride, const float* x, int64_t x_stride, int6
 void gather_rows(float* out, const float* x, const int32_t* index, const float* scale, int64_t rows, int64_t width) {
 #pragma omp parallel for schedule(static) if(worth_parallel(rows * width))
   for (int64_t r = 0; r < rows; ++r) {
-    const float* from = x + (index ? index[r] : r) * width;
     float* to = out + r * width;
+    if (index != nullptr && index[r] < 0) {
+      for (int64_t c = 0; c < width; ++c) to[c] = 0.0f;
+      continue;
+    }
+    const float* from = x + (index ? index[r] : r) * width;
     if (scale == nullptr) {
       for (int64_t c = 0; c < width; ++c) to[c] = from[c];
     } else {

@@ -10,7 +10,8 @@ namespace loom::kernels::cpu {
 // y[r * y_stride + c] += x[r * x_stride + c] for r < rows, c < width (one addition each).
 void add_rows(float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t rows, int64_t width);
 
-// out[r, :] = scale[r] * x[index[r], :] for r < rows (index null: r; scale null: a plain copy).
+// out[r, :] = scale[r] * x[index[r], :] for r < rows (index null: r; scale null: a plain copy; a
+// negative index: a row of zeros, the padding of a grouped GEMM's rows).
 void gather_rows(float* out, const float* x, const int32_t* index, const float* scale, int64_t rows, int64_t width);
 // out[index[r], :] += scale[r] * x[r * x_stride, :], r in order (index null: r; scale null: 1; an
 // x_stride of 0 adds one row to every target): rows sharing a target add in row order.

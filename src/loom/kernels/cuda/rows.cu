@@ -20,9 +20,10 @@ __global__ void gather_rows_kernel(float* __restrict__ out, const float* __restr
                                    const int32_t* __restrict__ index, const float* __restrict__ scale, int64_t rows,
                                    int64_t width) {
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    const float* from = x + (index ? index[r] : r) * width;
+    const int64_t source = index ? index[r] : r;
+    const float* from = x + source * width;
     for (int64_t c = column_start(); c < width; c += column_stride())
-      out[r * width + c] = scale ? __fmul_rn(scale[r], from[c]) : from[c];
+      out[r * width + c] = source < 0 ? 0.0f : scale ? __fmul_rn(scale[r], from[c]) : from[c];
   }
 }
 
