@@ -52,22 +52,29 @@ std::vector<int64_t> ExpertMlp::padded_rows(const std::vector<int64_t>& expert_r
   return padded;
 }
 
-ExpertMlp::PaddingIndex ExpertMlp::plan_padding(ExpertScratch& scratch, const std::vector<int64_t>& expert_rows,
-                                                const std::vector<int64_t>& padded) const {
+ExpertMlp::Padding ExpertMlp::plan_padding(ExpertScratch& scratch, const std::vector<int64_t>& expert_rows) const {
+  Padding p;
+  p.rows = padded_rows(expert_rows);
+  if (p.rows == expert_rows) return p;
   scratch.pad.clear();
   scratch.unpad.clear();
-  int64_t at = 0, at_padded = 0;
   for (size_t j = 0; j < expert_rows.size(); ++j) {
-    for (int64_t i = 0; i < padded[j]; ++i) {
-      scratch.pad.push_back(i < expert_rows[j] ? static_cast<int32_t>(at + i) : -1);
+    for (int64_t i = 0; i < p.rows[j]; ++i) {
+      scratch.pad.push_back(i < expert_rows[j] ? static_cast<int32_t>(p.unpadded + i) : -1);
     }
-    for (int64_t i = 0; i < expert_rows[j]; ++i) scratch.unpad.push_back(static_cast<int32_t>(at_padded + i));
-    at += expert_rows[j];
-    at_padded += padded[j];
+    for (int64_t i = 0; i < expert_rows[j]; ++i) scratch.unpad.push_back(static_cast<int32_t>(p.total + i));
+    p.unpadded += expert_rows[j];
+    p.total += p.rows[j];
   }
-  const auto size = [](const std::vector<int32_t>& v) { return static_cast<int64_t>(v.size()); };
-  return {scratch.pad_on_device.stage(device_, scratch.pad.data(), size(scratch.pad)),
-          scratch.unpad_on_device.stage(device_, scratch.unpad.data(), size(scratch.unpad))};
+  p.pad = scratch.pad_on_device.stage(device_, scratch.pad.data(), p.total);
+  p.unpad = scratch.unpad_on_device.stage(device_, scratch.unpad.data(), p.unpadded);
+  return p;
+}
+
+const float* ExpertMlp::pad(Buffer& buffer, const float* x, const Padding& p) const {
+  float* padded = sized(buffer, p.total * width_, device_);
+  kernels::gather_rows(device_, padded, x, p.pad, nullptr, p.total, width_);
+  return padded;
 }
 
 LinearPrecision* ExpertMlp::precision_of(const std::vector<std::shared_ptr<LinearPrecision>>& layers, int j) {
@@ -95,38 +102,26 @@ void ExpertMlp::project_backward(LinearPrecision* precision, int id, float* d_in
 
 void ExpertMlp::forward(Saved& saved, float* out, const float* in, const std::vector<int64_t>& expert_rows,
                         ExpertScratch& scratch) const {
-  const std::vector<int64_t> padded = padded_rows(expert_rows);
-  if (padded == expert_rows) {
+  const Padding p = plan_padding(scratch, expert_rows);
+  if (p.pad == nullptr) {
     forward_grouped(saved, out, in, expert_rows);
     return;
   }
-  const int64_t rows = std::accumulate(expert_rows.begin(), expert_rows.end(), int64_t{0});
-  const int64_t total = std::accumulate(padded.begin(), padded.end(), int64_t{0});
-  const PaddingIndex index = plan_padding(scratch, expert_rows, padded);
-  float* padded_in = sized(scratch.in, total * width_, device_);
-  float* padded_out = sized(scratch.out, total * width_, device_);
-  kernels::gather_rows(device_, padded_in, in, index.pad, nullptr, total, width_);
-  forward_grouped(saved, padded_out, padded_in, padded);
-  kernels::gather_rows(device_, out, padded_out, index.unpad, nullptr, rows, width_);
+  float* padded_out = sized(scratch.out, p.total * width_, device_);
+  forward_grouped(saved, padded_out, pad(scratch.in, in, p), p.rows);
+  kernels::gather_rows(device_, out, padded_out, p.unpad, nullptr, p.unpadded, width_);
 }
 
 void ExpertMlp::backward(float* d_in, const float* d_out, const float* in, const Saved& saved, Workspace& work,
                          const std::vector<int64_t>& expert_rows, ExpertScratch& scratch) const {
-  const std::vector<int64_t> padded = padded_rows(expert_rows);
-  if (padded == expert_rows) {
+  const Padding p = plan_padding(scratch, expert_rows);
+  if (p.pad == nullptr) {
     backward_grouped(d_in, d_out, in, saved, work, expert_rows);
     return;
   }
-  const int64_t rows = std::accumulate(expert_rows.begin(), expert_rows.end(), int64_t{0});
-  const int64_t total = std::accumulate(padded.begin(), padded.end(), int64_t{0});
-  const PaddingIndex index = plan_padding(scratch, expert_rows, padded);
-  float* padded_in = sized(scratch.in, total * width_, device_);
-  float* padded_d_out = sized(scratch.out, total * width_, device_);
-  float* padded_d_in = sized(scratch.d_in, total * width_, device_);
-  kernels::gather_rows(device_, padded_in, in, index.pad, nullptr, total, width_);
-  kernels::gather_rows(device_, padded_d_out, d_out, index.pad, nullptr, total, width_);
-  backward_grouped(padded_d_in, padded_d_out, padded_in, saved, work, padded);
-  kernels::gather_rows(device_, d_in, padded_d_in, index.unpad, nullptr, rows, width_);
+  float* padded_d_in = sized(scratch.d_in, p.total * width_, device_);
+  backward_grouped(padded_d_in, pad(scratch.out, d_out, p), pad(scratch.in, in, p), saved, work, p.rows);
+  kernels::gather_rows(device_, d_in, padded_d_in, p.unpad, nullptr, p.unpadded, width_);
 }
 
 void ExpertMlp::forward_grouped(Saved& saved, float* out, const float* in,

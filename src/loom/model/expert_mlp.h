@@ -66,12 +66,17 @@ class ExpertMlp {
   void forward_grouped(Saved& saved, float* out, const float* in, const std::vector<int64_t>& expert_rows) const;
   void backward_grouped(float* d_in, const float* d_out, const float* in, const Saved& saved, Workspace& work,
                         const std::vector<int64_t>& expert_rows) const;
-  // Fills scratch.pad / unpad for `expert_rows` padded to `padded`; the index arrays on the device.
-  struct PaddingIndex {
-    const int32_t *pad, *unpad;
+  // The padded layout of `expert_rows`: each expert's padded rows, the rows in both layouts, and
+  // the gathers between them on the device (scratch.pad / unpad; null where nothing is padded).
+  struct Padding {
+    std::vector<int64_t> rows;
+    int64_t total = 0, unpadded = 0;
+    const int32_t* pad = nullptr;
+    const int32_t* unpad = nullptr;
   };
-  PaddingIndex plan_padding(ExpertScratch& scratch, const std::vector<int64_t>& expert_rows,
-                            const std::vector<int64_t>& padded) const;
+  Padding plan_padding(ExpertScratch& scratch, const std::vector<int64_t>& expert_rows) const;
+  // x [p.unpadded rows, width] in the padded layout, in `buffer`.
+  const float* pad(Buffer& buffer, const float* x, const Padding& p) const;
   // Expert j's precision of `layers` (in_precision_ or down_precision_), null without a recipe.
   static LinearPrecision* precision_of(const std::vector<std::shared_ptr<LinearPrecision>>& layers, int j);
   // out [n, out_features] = in W^T of weight `id`, through `precision` (null: fp32).
