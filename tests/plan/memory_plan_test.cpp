@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "loom/core/error.h"
 #include "loom/model/transformer.h"
 #include "loom/parallel/data/bf16_parameter_copy.h"
 #include "loom/plan/activation_memory.h"
@@ -310,6 +311,48 @@ TEST(ActivationMemory, MambaMixersAndMoeLayersKeepTheirTensorsAndShareOneScratch
   const bool copy = parallel::keeps_bf16_parameter_copy(device);
   EXPECT_EQ(weight_cast_cache_bytes(device, params, 16),
             2 * (42 * 16 + 16 * 16 + 3 * 8 * 16 + 4 * 3 * 8 * 16) + (copy ? 0 : 2 * 16 * 16));
+}
+
+// On a GPU, cuBLASLt's FP8 products take only dimensions that are multiples of 16: the plan refuses
+// a layout whose linear would not run (the mixer's in_proj 42 wide), naming the layer and its
+// widths, as the model would stop at its first FP8 GEMM; bf16, the CPU, and the bf16 edge blocks
+// plan it. So are experts 8 wide, and a micro-batch of 8 tokens (the experts' rows are padded).
+TEST(DeviceShapes, Fp8LayoutsWhoseGemmsCuBlasLtRefusesAreRefusedNamingTheLayer) {
+  const std::vector<std::string> fp8 = {"precision.recipe=fp8_current", "precision.fp8_edge_layers_bf16=false"};
+  auto plan = [&](std::vector<std::string> overrides) {
+    return plan_memory(config::parse_config(kHandHybrid, "hybrid", overrides), {.tp = 1, .dp = 1, .pp = 1});
+  };
+  auto refusal = [&](std::vector<std::string> overrides) {
+    try {
+      plan(std::move(overrides));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("planned");
+  };
+  std::vector<std::string> cuda = fp8;
+  cuda.push_back("runtime.device=cuda");
+  const std::string mixer = refusal(cuda);
+  EXPECT_NE(mixer.find("multiple of 16, and layer 0's a Mamba-2 mixer's or shared expert's projection is 42 x 16"),
+            std::string::npos) << mixer;
+  EXPECT_NE(mixer.find("precision.recipe=fp8_current on runtime.device=cuda"), std::string::npos) << mixer;
+  EXPECT_EQ(refusal(fp8), "planned");  // the CPU emulates any shape
+  EXPECT_EQ(refusal({"precision.recipe=fp8_current", "runtime.device=cuda"}), "planned");  // edge blocks bf16
+  EXPECT_EQ(refusal({"precision.recipe=bf16", "runtime.device=cuda"}), "planned");
+  // A dense MLP (up 64 x 16, down 16 x 32) and the MoE layer with experts of 16 plan; at 8 tokens
+  // per micro-batch they do not.
+  std::vector<std::string> aligned = cuda;
+  aligned.insert(aligned.end(), {"model.layer_pattern=-E", "model.moe_ffn_size=16", "model.moe_shared_ffn_size=16"});
+  EXPECT_EQ(refusal(aligned), "planned");
+  std::vector<std::string> narrow_experts = cuda;
+  narrow_experts.insert(narrow_experts.end(), {"model.layer_pattern=-E", "model.moe_shared_ffn_size=16"});
+  const std::string experts = refusal(narrow_experts);
+  EXPECT_NE(experts.find("layer 1's a routed expert's projection is 16 x 8"), std::string::npos) << experts;
+  aligned.push_back("train.micro_batch=1");
+  aligned.push_back("train.global_batch=1");
+  const std::string tokens = refusal(aligned);
+  EXPECT_NE(tokens.find("layer 0's the MLP's up projection is 64 x 16 (output x input features on this rank) over 8 "
+                        "tokens"), std::string::npos) << tokens;
 }
 
 // Under sequence parallelism every tensor-parallel rank computes its own rows' share of the

@@ -7,6 +7,7 @@
 #include "loom/parallel/data/grad_buckets.h"
 #include "loom/plan/activation_memory.h"
 #include "loom/plan/activation_pool.h"
+#include "loom/plan/device_shapes.h"
 #include "loom/plan/layer_widths.h"
 #include "loom/plan/shape_group.h"
 
@@ -193,6 +194,7 @@ StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& lay
   m.widths = widths;
   m.head_rows = head;
   m.tp_gradient_sums = tensor_parallel_gradient_sums(params, config.model.layers, shape.tp);
+  check_device_gemm_shapes(config, m, a.rows());
   if (options.kv_seq > 0) {
     for (const model::LayerRange& c : m.chunks) {
       for (int l = c.first; l < c.last; ++l) {
