@@ -2,7 +2,7 @@
 // function as one rank for 20 steps (losses per step and final parameters, fp32: relative 1e-5)
 // for every router, dropless and with capacity dropping; composed with tensor parallelism
 // (with sequence parallelism), pipeline parallelism, data parallelism with ZeRO-1 and activation
-// recompute, and ZeRO-3 (ep 1 and ep 2 x dp 2); a bf16 run trains; the
+// recompute, and ZeRO-3 (ep 1 and ep 2 x dp 2); bf16 and FP8 experts train as one rank; the
 // aux-loss-free expert bias the same in every layout.
 #include <gtest/gtest.h>
 
@@ -157,10 +157,11 @@ TEST_F(ExpertParallelTraining, GlobalAuxLossIsTheSameAtEp1AndEp2) {
   expect_same_run(ep1, "global-ep1", "global-ep2", with(keys, {"parallel.ep=2"}));
 }
 
-// The routed experts' GEMMs in bf16 (under bf16 and the FP8 recipes): each expert's rows are
-// rounded where they are computed, whichever rank holds it, so ep 2 trains as one rank: the
-// losses of 20 steps within 1e-5 (the final states differ by up to 2e-4, as any bf16 layout's do
-// once the gradients' fp32 sums, ordered by the layout, flip a bf16 rounding or two).
+// The routed experts' GEMMs in bf16 (under bf16, and under fp8_current in the bf16 edge block this
+// model's MoE layer is): each expert's rows are rounded where they are computed, whichever rank
+// holds it, so ep 2 trains as one rank: the losses of 20 steps within 1e-5 (the final states
+// differ by up to 2e-4, as any bf16 layout's do once the gradients' fp32 sums, ordered by the
+// layout, flip a bf16 rounding or two).
 TEST_F(ExpertParallelTraining, Bf16RecipeTrains) {
   const std::vector<double> one = losses("bf16-one", {"precision.recipe=bf16"});
   const std::vector<double> bf16 = losses("bf16-ep2", {"runtime.ranks=2", "parallel.ep=2", "precision.recipe=bf16"});
