@@ -10,6 +10,8 @@
 #include "loom/parallel/data/bf16_parameter_copy.h"
 #include "loom/plan/activation_memory.h"
 #include "loom/plan/memory_plan.h"
+#include "loom/plan/report.h"
+#include "loom/plan/search.h"
 #include "loom/plan/shape_group.h"
 
 namespace loom::plan {
@@ -353,6 +355,20 @@ TEST(DeviceShapes, Fp8LayoutsWhoseGemmsCuBlasLtRefusesAreRefusedNamingTheLayer) 
   const std::string tokens = refusal(aligned);
   EXPECT_NE(tokens.find("layer 0's the MLP's up projection is 64 x 16 (output x input features on this rank) over 8 "
                         "tokens"), std::string::npos) << tokens;
+  // The search drops every such layout, and with none left says why the first was refused.
+  const LayoutCheck check = [](const config::RunConfig& c, int devices) {
+    return comm::MeshShape{.tp = c.parallel.tp, .dp = devices / c.parallel.tp, .pp = c.parallel.pp};
+  };
+  Hardware roomy;
+  roomy.memory_bytes = 1e12;
+  roomy.peak_flops = 1e12;
+  const SearchResult none = search_layouts(config::parse_config(kHandHybrid, "hybrid", cuda), roomy, 1, check);
+  EXPECT_TRUE(none.ranked.empty());
+  EXPECT_EQ(none.refused, none.enumerated);
+  EXPECT_NE(none.first_refusal.find("parallel.tp=1 "), std::string::npos) << none.first_refusal;
+  EXPECT_NE(none.first_refusal.find("(precision.recipe=fp8_current on runtime.device=cuda"), std::string::npos)
+      << none.first_refusal;
+  EXPECT_NE(search_table(none, 5).find("the first refused: parallel.tp=1"), std::string::npos);
 }
 
 // Under sequence parallelism every tensor-parallel rank computes its own rows' share of the

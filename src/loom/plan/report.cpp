@@ -110,6 +110,7 @@ std::string search_table(const SearchResult& r, int top) {
   std::ostringstream o;
   o << r.enumerated << " layouts enumerated: " << r.refused << " refused by the layout rules, " << r.too_large
     << " do not fit the device's memory, " << r.ranked.size() << " ranked\n";
+  if (r.ranked.empty() && !r.first_refusal.empty()) o << "the first refused: " << r.first_refusal << "\n";
   o << "| rank | layout | peak memory / rank | step | compute | casts + memory faults | bubble + core wait | tp | "
        "cp | ep | pp | dp | optimizer |\n"
     << "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
@@ -136,7 +137,8 @@ nlohmann::json search_json(const SearchResult& r, int top) {
     ranked.push_back({{"layout", c.describe()}, {"overrides", c.overrides()}, {"memory", memory_json(c.memory)},
                       {"time", time_json(c.time)}});
   }
-  return {{"enumerated", r.enumerated}, {"refused", r.refused}, {"too_large", r.too_large}, {"ranked", ranked}};
+  return {{"enumerated", r.enumerated}, {"refused", r.refused},           {"too_large", r.too_large},
+          {"ranked", ranked},           {"first_refusal", r.first_refusal}};
 }
 
 }  // namespace loom::plan

@@ -114,8 +114,13 @@ SearchResult search_layouts(const config::RunConfig& base, const Hardware& hardw
       config::validate_config(c);
       const comm::MeshShape shape = check(c, devices);
       candidate.memory = plan_memory(c, shape, options);
-    } catch (const Error&) {
-      ++result.refused;  // a rule of the run, the schedule or the model's splits refuses it
+    } catch (const Error& e) {
+      ++result.refused;  // a rule of the run, the schedule, the model's splits or the device refuses it
+      if (result.first_refusal.empty()) {
+        candidate.config = c;
+        for (const std::string& o : candidate.overrides()) result.first_refusal += o + " ";
+        result.first_refusal += std::string("(") + e.what() + ")";
+      }
       continue;
     }
     if (static_cast<double>(candidate.memory.peak()) > hardware.memory_bytes) {

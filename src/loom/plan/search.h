@@ -28,6 +28,7 @@ struct Candidate {
 struct SearchResult {
   std::vector<Candidate> ranked;  // fitting layouts, fastest first
   int enumerated = 0, refused = 0, too_large = 0;
+  std::string first_refusal;  // why the first refused layout was (the report shows it when none ranks)
 };
 
 // The run's layout rules: the mesh shape of `config` on `devices` ranks, or a loom::Error
