@@ -180,8 +180,8 @@ TEST(MoePrecision, RoutedExpertsRunInTheRecipe) {
       const std::string name = "model.layers.0.mlp.experts." + std::to_string(e);
       std::vector<float> h(rows * hidden), a(rows * c.ffn_size);
       LinearPrecision up(recipe), down(recipe);
-      up.forward(h.data(), saved.dispatched.data() + at * c.d_model, store.value(store.find(name + ".gate_proj.weight")),
-                 nullptr, rows, c.d_model, hidden);
+      const float* up_weight = store.value(store.find(name + ".gate_proj.weight"));
+      up.forward(h.data(), saved.dispatched.data() + at * c.d_model, up_weight, nullptr, rows, c.d_model, hidden);
       activation_forward(Device::cpu(), c.activation, a.data(), h.data(), rows, c.ffn_size);
       down.forward(out.data() + at * c.d_model, a.data(), store.value(store.find(name + ".down_proj.weight")), nullptr,
                    rows, c.ffn_size, c.d_model);

@@ -539,8 +539,8 @@ TEST(Search, RanksOnlyLayoutsTheRulesAcceptAndThatFit) {
     ++checked;
     const int model_ranks = c.parallel.tp * c.parallel.cp * c.parallel.pp;
     LOOM_CHECK(devices % model_ranks == 0, "does not divide");
-    return comm::MeshShape{
-        .tp = c.parallel.tp, .cp = c.parallel.cp, .ep = c.parallel.ep, .dp = devices / model_ranks, .pp = c.parallel.pp};
+    return comm::MeshShape{.tp = c.parallel.tp, .cp = c.parallel.cp, .ep = c.parallel.ep,
+                           .dp = devices / model_ranks, .pp = c.parallel.pp};
   };
   const SearchResult r = search_layouts(tiny({}), device(), 2, check);
   ASSERT_FALSE(r.ranked.empty());

@@ -50,10 +50,10 @@ void check_device_shape(Recipe recipe, int64_t n, int64_t in_features, int64_t o
                         const std::string& name) {
   const int64_t multiple = device_gemm_multiple(recipe);
   if (multiple == 1) return;
-  const std::string why =
-      multiple == 16 ? "cuBLASLt's FP8 products need every GEMM dimension a multiple of 16"
-                     : "its 1x128 / 128x128 block scales are taken whole by cuBLASLt, so every GEMM dimension must be a "
-                       "multiple of 128";
+  const std::string why = multiple == 16
+                              ? "cuBLASLt's FP8 products need every GEMM dimension a multiple of 16"
+                              : "its 1x128 / 128x128 block scales are taken whole by cuBLASLt, so every GEMM "
+                                "dimension must be a multiple of 128";
   if (n % multiple == 0 && in_features % multiple == 0 && out_features % multiple == 0) return;
   const std::string layer = name.empty() ? "this linear layer" : name;
   throw Error("precision.recipe=" + recipe_name(recipe) + " on a GPU: " + why + "; " + layer + " has " +

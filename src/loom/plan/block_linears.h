@@ -68,14 +68,13 @@ void for_each_block_linear(const config::RunConfig& config, const StageMemory& s
   const int layers = config.model.layers;
   for (const model::LayerRange& c : stage.chunks) {
     for (int l = c.first; l < c.last; ++l) {
-      visit_layer_linears(config, stage.widths[static_cast<size_t>(l)], policy.block_recipe(l, layers), tokens, visit);
+      visit_layer_linears(config, stage.widths[static_cast<size_t>(l)], entry_recipe(policy, l, layers), tokens, visit);
     }
   }
   if (stage.head_rows == 0) return;
   const double d = static_cast<double>(config.model.d_model);
-  const model::Recipe last = policy.block_recipe(layers - 1, layers);
   for (int l = layers; l < layers + config.model.mtp_depths; ++l) {
-    visit_layer_linears(config, stage.widths[static_cast<size_t>(l)], last, tokens, visit);
+    visit_layer_linears(config, stage.widths[static_cast<size_t>(l)], entry_recipe(policy, l, layers), tokens, visit);
     visit(d, 2.0 * d, model::Recipe::Fp32, LinearRole::Replicated, 1.0);
   }
 }

@@ -1,6 +1,5 @@
 #include "loom/plan/device_shapes.h"
 
-#include <algorithm>
 #include <string>
 
 #include "loom/core/error.h"
@@ -31,7 +30,7 @@ void check_device_gemm_shapes(const config::RunConfig& config, const StageMemory
   const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
   const int layers = config.model.layers;
   auto check = [&](int l, const std::string& where) {
-    const model::Recipe r = policy.block_recipe(std::min(l, layers - 1), layers);  // MTP blocks: the last's
+    const model::Recipe r = entry_recipe(policy, l, layers);
     const int64_t m = model::device_gemm_multiple(r);
     if (m == 1) return;
     auto visit = [&](double out, double in, model::Recipe, LinearRole role, double) {

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <string>
 
-#include "loom/model/linear_precision.h"
 #include "loom/model/transformer.h"
 
 namespace loom::plan {
@@ -85,12 +84,15 @@ int64_t LayerWidths::padded_expert_rows(int64_t rows) const {
   return rows + local_experts * (expert_row_multiple - 1);
 }
 
+model::Recipe entry_recipe(const model::PrecisionPolicy& policy, int index, int layers) {
+  return policy.block_recipe(std::min(index, layers - 1), layers);
+}
+
 void set_expert_row_multiples(std::vector<LayerWidths>& widths, const config::RunConfig& config) {
   const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
-  const int layers = config.model.layers;
   for (size_t l = 0; l < widths.size(); ++l) {
-    const int layer = std::min(static_cast<int>(l), layers - 1);  // the MTP blocks take the last's
-    widths[l].expert_row_multiple = model::device_gemm_multiple(policy.block_recipe(layer, layers));
+    widths[l].expert_row_multiple =
+        model::device_gemm_multiple(entry_recipe(policy, static_cast<int>(l), config.model.layers));
   }
 }
 

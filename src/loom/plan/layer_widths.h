@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "loom/config/run_config.h"
+#include "loom/model/linear_precision.h"
 #include "loom/model/parameters.h"
 
 namespace loom::plan {
@@ -54,8 +55,11 @@ struct LayerWidths {
 // layers + depth - 1: its block). Layers this rank does not hold stay all zero.
 std::vector<LayerWidths> layer_widths(const std::vector<model::Parameter>& params, const config::ModelConfig& model);
 
-// Each MoE layer's expert_row_multiple from the recipe its experts run in (the block's; the last
-// layer's for the multi-token prediction blocks, as Transformer::build_mtp sets them).
+// The precision recipe of widths entry `index`: its layer's block recipe, a multi-token prediction
+// block's (index >= layers) the last layer's, as Transformer::build_mtp sets it.
+model::Recipe entry_recipe(const model::PrecisionPolicy& policy, int index, int layers);
+
+// Each MoE layer's expert_row_multiple from the recipe its experts run in (entry_recipe).
 void set_expert_row_multiples(std::vector<LayerWidths>& widths, const config::RunConfig& config);
 
 // Rows of the output head (vocabulary) this rank holds; 0 when it holds no head.

@@ -64,11 +64,11 @@ TpSeconds tensor_parallel_seconds(const config::RunConfig& config, const StageMe
     blocks.backward += b.backward;
   };
   for (const model::LayerRange& c : stage.chunks) {
-    for (int l = c.first; l < c.last; ++l) add_block(l, policy.block_recipe(l, layers));
+    for (int l = c.first; l < c.last; ++l) add_block(l, entry_recipe(policy, l, layers));
   }
-  // The depths' blocks under the last layer's recipe (Transformer::build_mtp).
+  // The depths' blocks (under the last layer's recipe).
   const int depths = stage.head_rows > 0 ? config.model.mtp_depths : 0;
-  for (int l = layers; l < layers + depths; ++l) add_block(l, policy.block_recipe(layers - 1, layers));
+  for (int l = layers; l < layers + depths; ++l) add_block(l, entry_recipe(policy, l, layers));
   TpSeconds t = blocks;
   if (config.model.recompute) t.backward += blocks.forward;
   const int lookups = (stage.chunks.front().first == 0 ? 1 : 0) + depths;
