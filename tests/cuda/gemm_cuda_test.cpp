@@ -13,6 +13,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <string>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -216,9 +218,11 @@ Fp8Operand per_tensor(CachingAllocator& allocator, const std::vector<float>& x, 
   return op;
 }
 
-// With and without cuBLASLt's fast accumulation (the forward products' default): its narrower
-// running sums stay far inside the bound too.
-TEST_F(CudaGemm, Fp8PerTensorIsWithin1e3OfTheQuantisedProduct) {
+// With and without cuBLASLt's fast accumulation (the forward products' default). Its running sums
+// are narrower than fp32 (about 14 bits kept, as DeepSeek-V3 reports for Hopper) and never promoted,
+// so over k = 8192 its error may pass 1e-3: it is held to 1e-2, which any wrong scale, layout or
+// operand still breaks by orders of magnitude, and the error is printed.
+TEST_F(CudaGemm, Fp8PerTensorIsNearTheQuantisedProduct) {
   using Shape = std::tuple<int64_t, int64_t, int64_t>;
   for (const bool fast : {false, true}) {
     for (auto [fa, fb] : {std::pair<Fp8, Fp8>{Fp8::E4M3, Fp8::E4M3}, {Fp8::E4M3, Fp8::E5M2}}) {
@@ -231,8 +235,12 @@ TEST_F(CudaGemm, Fp8PerTensorIsWithin1e3OfTheQuantisedProduct) {
         matmul(GemmOutput{d_c.ptr, GemmType::F32, nullptr, fast},
                GemmOperand{qa.codes->ptr, ta, false, qa.scales->ptr, ScaleMode::Tensor},
                GemmOperand{qb.codes->ptr, tb, true, qb.scales->ptr, ScaleMode::Tensor}, m, n, k, 1.0f, 0.0f);
-        EXPECT_LE(relative_error(d_c.host(), product_nt(qa.dequantized, qb.dequantized, m, n, k)), 1e-3)
-            << m << " " << n << " " << k << " b e5m2 " << (fb == Fp8::E5M2) << " fast accumulation " << fast;
+        const double error = relative_error(d_c.host(), product_nt(qa.dequantized, qb.dequantized, m, n, k));
+        const std::string what = std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k) +
+                                 " b e5m2 " + std::to_string(fb == Fp8::E5M2) + " fast accumulation " +
+                                 std::to_string(fast);
+        std::printf("fp8 per-tensor %s: relative error %.3g\n", what.c_str(), error);
+        EXPECT_LE(error, fast ? 1e-2 : 1e-3) << what;
       }
     }
   }

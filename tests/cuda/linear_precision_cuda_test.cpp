@@ -506,7 +506,7 @@ TEST_F(CudaLinearPrecisionState, Fp8FromABf16InputEqualsTheFp32InputOfItsValuesB
 // product's own add) and an addend not 16-byte aligned (the one-element pass). The addend is
 // left as it was.
 TEST_F(CudaLinearPrecisionState, ForwardAddingANewTensorToAnAddendEqualsCopyingItFirstBitForBit) {
-  const int64_t n = 48, in = 128, out = 128;
+  const int64_t n = 128, in = 128, out = 128;  // fp8_blockwise's products take multiples of 128 only
   for (Recipe recipe : {Recipe::Bf16, Recipe::Fp16, Recipe::Fp8Current, Recipe::Fp8Blockwise, Recipe::Mxfp8}) {
     for (const bool partial : {false, true}) {
       for (const int shift : {0, 1}) {
