@@ -349,7 +349,7 @@ TEST(DeviceShapes, Fp8LayoutsWhoseGemmsCuBlasLtRefusesAreRefusedNamingTheLayer) 
   std::vector<std::string> narrow_experts = cuda;
   narrow_experts.insert(narrow_experts.end(), {"model.layer_pattern=-E", "model.moe_shared_ffn_size=16"});
   const std::string experts = refusal(narrow_experts);
-  EXPECT_NE(experts.find("layer 1's a routed expert's projection is 16 x 8"), std::string::npos) << experts;
+  EXPECT_NE(experts.find("layer 1's a routed expert's down projection is 16 x 8"), std::string::npos) << experts;
   aligned.push_back("train.micro_batch=1");
   aligned.push_back("train.global_batch=1");
   const std::string tokens = refusal(aligned);

@@ -413,8 +413,8 @@ TEST(TimePlan, MultiTokenPredictionBlocksAreCostedAsTheLayersBlocks) {
               time("bf16", all_fp8, 2).compute - saved((middle + edges + depth) / 2 + 2 * experts) + 2 * padding,
               1e-15);
   // bf16 casts on the CPU (as MambaMixersAndExpertsRunAtTheFp8RateAndAreCastOverTheirRows
-  // counts them): the layers', the depth block's attention, shared expert and routed experts,
-  // and the head; eh_proj (fp32) none.
+  // counts them): the layers', the depth block's attention, shared expert, latent projections and
+  // routed experts, and the head; eh_proj (fp32) none.
   double elements = 0.0, added = 0.0;
   auto linear = [&](double n, double out, double in) {
     added += out * in;
@@ -430,6 +430,8 @@ TEST(TimePlan, MultiTokenPredictionBlocksAreCostedAsTheLayersBlocks) {
   }
   for (int moe = 0; moe < 2; ++moe) {  // layer 2, and the depth's block
     linear(16, 16, 16);
+    linear(16, 16, 8);
+    linear(16, 8, 16);  // the latent projections (bf16 under any recipe but fp32)
     linear(16, 16, 8);
     for (int expert = 0; expert < 4; ++expert) {
       linear(8, 16, 8);  // the experts' gate/up 16 x 8 and down 8 x 8 at the latent width

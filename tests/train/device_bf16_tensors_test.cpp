@@ -87,6 +87,44 @@ TEST_F(DeviceBf16Tensors, Gpt2WithBiasesAndSquaredReluEqualTheCpuBitForBit) {
   EXPECT_EQ(rope_bias.entries.count("rope_backward"), 0u);
 }
 
+// A latent MoE layer after a dense one: 4 SwiGLU experts in the latent size, top-2.
+constexpr const char* kLatentMoe =
+    "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, max_seq_len: 32,\n"
+    "        norm: rms, activation: swiglu, positions: rope, tied_embeddings: true,\n"
+    "        block_configs: [{ffn: dense}, {ffn: moe}], moe_experts: 4, moe_top_k: 2, moe_ffn_size: 16,\n"
+    "        moe_latent_size: 16}\n";
+
+// The MoE layer under the bf16 recipe: its routed experts' interior in bf16 (ExpertMlp's
+// bf16_interior: the input and the output gradient cast once for all experts, one activation launch
+// and one gradient launch per layer for all of them, in bf16), its latent projections through the
+// bf16 GEMMs; only the router stays fp32. Every run equals the CPU's bit for bit, also at ep 2.
+TEST_F(DeviceBf16Tensors, LatentMoeWithItsExpertsInteriorInBf16EqualsTheCpuBitForBit) {
+  ::loom::testing::reset_emulated_census();
+  expect_bitwise_equal_runs(kLatentMoe, "bf16-latent-moe", bf16());
+  const ::loom::testing::EmulatedCensus census = ::loom::testing::emulated_census();
+  auto calls = [&](const std::string& op) {
+    const auto it = census.entries.find(op);
+    return it == census.entries.end() ? int64_t{0} : it->second;
+  };
+  // Per model forward: two attention forwards, the dense MLP's activation and the experts' one.
+  const int64_t forwards = calls("flash_attention_forward_bf16_tensors") / 2;
+  const int64_t backwards = calls("flash_attention_backward_bf16_gradients") / 2;
+  ASSERT_GT(forwards, 0);
+  ASSERT_GT(backwards, 0);
+  EXPECT_EQ(calls("activation_forward_bf16"), 2 * forwards);
+  EXPECT_EQ(calls("activation_backward_bf16"), 2 * backwards);
+  EXPECT_EQ(calls("swiglu_forward"), 0);
+  EXPECT_EQ(calls("swiglu_backward"), 0);
+  // The experts' input cast once per forward, and once more with the output gradient per backward;
+  // and the optimizer's bf16 copy of the parameters made whole once (Bf16ParameterCopy).
+  EXPECT_EQ(calls("narrow_floats"), forwards + 2 * backwards + 1);
+  // The router's GEMMs alone in fp32: one forward and one backward per MoE layer.
+  EXPECT_EQ(calls("linear_forward"), forwards);
+  EXPECT_EQ(calls("linear_backward"), backwards);
+  expect_bitwise_equal_runs(kLatentMoe, "bf16-latent-moe-ep2",
+                            bf16({"runtime.ranks=2", "parallel.ep=2", "train.micro_batch=1"}));
+}
+
 TEST_F(DeviceBf16Tensors, TensorParallelAndPipelineRanksEqualTheCpuBitForBit) {
   expect_bitwise_equal_runs(kLlama, "bf16-tp2-sp",
                             bf16({"runtime.ranks=2", "parallel.tp=2", "parallel.sequence_parallel=true"}));

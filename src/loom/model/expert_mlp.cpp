@@ -104,11 +104,11 @@ void ExpertMlp::forward(Saved& saved, float* out, const float* in, const std::ve
                         ExpertScratch& scratch) const {
   const Padding p = plan_padding(scratch, expert_rows);
   if (p.pad == nullptr) {
-    forward_grouped(saved, out, in, expert_rows);
+    forward_grouped(saved, out, in, expert_rows, scratch);
     return;
   }
   float* padded_out = sized(scratch.out, p.total * width_, device_);
-  forward_grouped(saved, padded_out, pad(scratch.in, in, p), p.rows);
+  forward_grouped(saved, padded_out, pad(scratch.in, in, p), p.rows, scratch);
   kernels::gather_rows(device_, out, padded_out, p.unpad, nullptr, p.unpadded, width_);
 }
 
@@ -116,51 +116,110 @@ void ExpertMlp::backward(float* d_in, const float* d_out, const float* in, const
                          const std::vector<int64_t>& expert_rows, ExpertScratch& scratch) const {
   const Padding p = plan_padding(scratch, expert_rows);
   if (p.pad == nullptr) {
-    backward_grouped(d_in, d_out, in, saved, work, expert_rows);
+    backward_grouped(d_in, d_out, in, saved, work, expert_rows, scratch);
     return;
   }
   float* padded_d_in = sized(scratch.d_in, p.total * width_, device_);
-  backward_grouped(padded_d_in, pad(scratch.out, d_out, p), pad(scratch.in, in, p), saved, work, p.rows);
+  backward_grouped(padded_d_in, pad(scratch.out, d_out, p), pad(scratch.in, in, p), saved, work, p.rows, scratch);
   kernels::gather_rows(device_, d_in, padded_d_in, p.unpad, nullptr, p.unpadded, width_);
 }
 
-void ExpertMlp::forward_grouped(Saved& saved, float* out, const float* in,
-                                const std::vector<int64_t>& expert_rows) const {
+bool ExpertMlp::bf16_interior() const {
+  const LinearPrecision* first = precision_of(in_precision_, 0);  // every expert's alike
+  return first != nullptr && first->takes_bf16_tensors();
+}
+
+void ExpertMlp::forward_grouped(Saved& saved, float* out, const float* in, const std::vector<int64_t>& expert_rows,
+                                ExpertScratch& scratch) const {
   const int64_t rows = std::accumulate(expert_rows.begin(), expert_rows.end(), int64_t{0});
+  if (bf16_interior()) {
+    if (rows > 0) forward_bf16(saved, out, in, expert_rows, rows, scratch);
+    return;
+  }
   float* hidden = sized(saved.hidden, rows * hidden_width(), device_);
   float* act = sized(saved.act, rows * ffn_, device_);
-  int64_t at = 0;
-  for (int j = 0; j < count_; ++j) {
-    const int64_t n = expert_rows[j];
-    if (n == 0) continue;
-    float* h = hidden + at * hidden_width();
-    float* a = act + at * ffn_;
-    project(precision_of(in_precision_, j), in_[j], h, in + at * width_, n, width_, hidden_width());
-    activation_forward(device_, activation_, a, h, n, ffn_);
-    project(precision_of(down_precision_, j), down_[j], out + at * width_, a, n, ffn_, width_);
-    at += n;
-  }
+  for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
+    project(precision_of(in_precision_, j), in_[j], hidden + at * hidden_width(), in + at * width_, n, width_,
+            hidden_width());
+  });
+  // One launch over every expert's rows: the activation is the same function for all of them.
+  activation_forward(device_, activation_, act, hidden, rows, ffn_);
+  for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
+    project(precision_of(down_precision_, j), down_[j], out + at * width_, act + at * ffn_, n, ffn_, width_);
+  });
 }
 
 void ExpertMlp::backward_grouped(float* d_in, const float* d_out, const float* in, const Saved& saved,
-                                 Workspace& work, const std::vector<int64_t>& expert_rows) const {
+                                 Workspace& work, const std::vector<int64_t>& expert_rows,
+                                 ExpertScratch& scratch) const {
   const int64_t rows = std::accumulate(expert_rows.begin(), expert_rows.end(), int64_t{0});
-  float* d_act = zeroed(work.d_act, rows * ffn_, device_);
-  float* d_hidden = sized(work.d_hidden, rows * hidden_width(), device_);  // each expert's rows written whole
-  if (rows > 0) allocator(device_).zero(d_in, static_cast<size_t>(rows * width_) * sizeof(float));
-  int64_t at = 0;
-  for (int j = 0; j < count_; ++j) {
-    const int64_t n = expert_rows[j];
-    if (n == 0) continue;
-    float* da = d_act + at * ffn_;
-    float* dh = d_hidden + at * hidden_width();
-    project_backward(precision_of(down_precision_, j), down_[j], da, d_out + at * width_, saved.act.data() + at * ffn_,
-                     n, ffn_, width_);
-    activation_backward(device_, activation_, dh, da, saved.hidden.data() + at * hidden_width(), n, ffn_);
-    project_backward(precision_of(in_precision_, j), in_[j], d_in + at * width_, dh, in + at * width_, n, width_,
-                     hidden_width());
-    at += n;
+  if (bf16_interior()) {
+    if (rows > 0) backward_bf16(d_in, d_out, in, saved, work, expert_rows, rows, scratch);
+    return;
   }
+  float* d_act = zeroed(work.d_act, rows * ffn_, device_);
+  float* d_hidden = sized(work.d_hidden, rows * hidden_width(), device_);  // written whole by the activation
+  if (rows > 0) allocator(device_).zero(d_in, static_cast<size_t>(rows * width_) * sizeof(float));
+  for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
+    project_backward(precision_of(down_precision_, j), down_[j], d_act + at * ffn_, d_out + at * width_,
+                     saved.act.data() + at * ffn_, n, ffn_, width_);
+  });
+  activation_backward(device_, activation_, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
+  for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
+    project_backward(precision_of(in_precision_, j), in_[j], d_in + at * width_, d_hidden + at * hidden_width(),
+                     in + at * width_, n, width_, hidden_width());
+  });
+}
+
+namespace {
+// Element `at` of a device tensor of 16-bit elements.
+void* at16(void* p, int64_t at) { return static_cast<uint16_t*>(p) + at; }
+const void* at16(const void* p, int64_t at) { return static_cast<const uint16_t*>(p) + at; }
+}  // namespace
+
+void ExpertMlp::forward_bf16(Saved& saved, float* out, const float* in, const std::vector<int64_t>& expert_rows,
+                             int64_t rows, ExpertScratch& scratch) const {
+  void* in16 = sized_16bit(scratch.in16, rows * width_, device_);
+  kernels::narrow_floats(device_, in16, in, rows * width_, DType::BF16);  // what each up projection would cast
+  void* hidden = sized_16bit(saved.hidden, rows * hidden_width(), device_);
+  void* act = sized_16bit(saved.act, rows * ffn_, device_);
+  for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
+    in_precision_[j]->forward(nullptr, nullptr, store_->value(in_[j]), nullptr, n, width_, hidden_width(), false,
+                              GemmOutput::Rounded,
+                              DeviceTensors{.in = at16(in16, at * width_), .out = at16(hidden, at * hidden_width())});
+  });
+  activation_forward_bf16(device_, activation_, nullptr, act, hidden, rows, ffn_);
+  for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
+    down_precision_[j]->forward(out + at * width_, nullptr, store_->value(down_[j]), nullptr, n, ffn_, width_, false,
+                                GemmOutput::Rounded, DeviceTensors{.in = at16(act, at * ffn_)});
+  });
+}
+
+void ExpertMlp::backward_bf16(float* d_in, const float* d_out, const float* in, const Saved& saved, Workspace& work,
+                              const std::vector<int64_t>& expert_rows, int64_t rows, ExpertScratch& scratch) const {
+  // The input again in bf16 (a pass, where keeping the forward's would hold it to here) and the
+  // output gradient, each cast once for all experts: what every GEMM below would cast of them.
+  void* in16 = sized_16bit(scratch.in16, rows * width_, device_);
+  kernels::narrow_floats(device_, in16, in, rows * width_, DType::BF16);
+  void* d_out16 = sized_16bit(scratch.d_out16, rows * width_, device_);
+  kernels::narrow_floats(device_, d_out16, d_out, rows * width_, DType::BF16);
+  void* d_act = sized_16bit(work.d_act, rows * ffn_, device_);
+  void* d_hidden = sized_16bit(work.d_hidden, rows * hidden_width(), device_);
+  // Each expert's rows of d_act and d_in are written whole by its dgrad: nothing is zeroed.
+  for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
+    down_precision_[j]->backward(
+        nullptr, store_->grad(down_[j]), nullptr, nullptr, nullptr, store_->value(down_[j]), n, ffn_, width_,
+        GemmOutput::Rounded, false,
+        DeviceTensors{.in = at16(saved.act.data(), at * ffn_), .dout = at16(d_out16, at * width_),
+                      .din = at16(d_act, at * ffn_)});
+  });
+  activation_backward_bf16(device_, activation_, nullptr, d_hidden, nullptr, d_act, saved.hidden.data(), rows, ffn_);
+  for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
+    in_precision_[j]->backward(
+        d_in + at * width_, store_->grad(in_[j]), nullptr, nullptr, nullptr, store_->value(in_[j]), n, width_,
+        hidden_width(), GemmOutput::Rounded, false,
+        DeviceTensors{.in = at16(in16, at * width_), .dout = at16(d_hidden, at * hidden_width())});
+  });
 }
 
 }  // namespace loom::model

@@ -13,6 +13,14 @@
 // fp8_blockwise), each expert's rows are padded with zero rows to that multiple in ExpertScratch
 // (as Transformer Engine pads a grouped GEMM's splits), on every device alike: a zero row adds
 // nothing to an amax, a block's scale, a product or a weight gradient.
+//
+// The activation runs once over every expert's rows (one launch: the same function for all), and
+// under the bf16 recipe on a GPU the interior is bf16 (bf16_interior, as Mlp::bf16_interior): the
+// input and the output gradient cast to bf16 once for all experts, the up projections writing the
+// hidden rows in bf16, the activation and its gradient in bf16, the down projections reading them;
+// each holds what the fp32 path casts or rounds to bf16, so the products are the same. Per expert
+// and projection only the GEMMs are launched.
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +39,7 @@ namespace loom::model {
 // pad[r] (-1: a zero row), row r back from padded row unpad[r].
 struct ExpertScratch {
   Buffer in, out, d_in;
+  Buffer in16, d_out16;  // bf16 interior: the input and the output gradient cast once for all experts
   std::vector<int32_t> pad, unpad;
   StagedTokens pad_on_device, unpad_on_device;
 };
@@ -38,7 +47,7 @@ struct ExpertScratch {
 class ExpertMlp {
  public:
   struct Saved {
-    Buffer hidden, act;  // in the padded row layout where rows are padded
+    Buffer hidden, act;  // in the padded row layout where rows are padded; bf16 under bf16_interior
   };
   // Registers experts [first, first + count) of width `width` (d_model or the latent size).
   ExpertMlp(ParameterStore& store, const TensorParallel& tp, const std::string& prefix, int first, int count,
@@ -62,10 +71,27 @@ class ExpertMlp {
 
  private:
   int hidden_width() const { return static_cast<int>(activation_input_width(activation_, ffn_)); }
+  // Whether the experts' GEMMs take bf16 tensors (the bf16 recipe on a GPU).
+  bool bf16_interior() const;
+  // f(j, at, n) for each local expert j with rows: n of them, from row `at`.
+  template <typename F>
+  static void for_each_expert(const std::vector<int64_t>& expert_rows, F&& f) {
+    int64_t at = 0;
+    for (size_t j = 0; j < expert_rows.size(); ++j) {
+      if (expert_rows[j] > 0) f(static_cast<int>(j), at, expert_rows[j]);
+      at += expert_rows[j];
+    }
+  }
   // forward / backward over rows already laid out as the GEMMs take them.
-  void forward_grouped(Saved& saved, float* out, const float* in, const std::vector<int64_t>& expert_rows) const;
+  void forward_grouped(Saved& saved, float* out, const float* in, const std::vector<int64_t>& expert_rows,
+                       ExpertScratch& scratch) const;
   void backward_grouped(float* d_in, const float* d_out, const float* in, const Saved& saved, Workspace& work,
-                        const std::vector<int64_t>& expert_rows) const;
+                        const std::vector<int64_t>& expert_rows, ExpertScratch& scratch) const;
+  // The same with a bf16 interior (bf16_interior), over `rows` rows in all.
+  void forward_bf16(Saved& saved, float* out, const float* in, const std::vector<int64_t>& expert_rows, int64_t rows,
+                    ExpertScratch& scratch) const;
+  void backward_bf16(float* d_in, const float* d_out, const float* in, const Saved& saved, Workspace& work,
+                     const std::vector<int64_t>& expert_rows, int64_t rows, ExpertScratch& scratch) const;
   // The padded layout of `expert_rows`: each expert's padded rows, the rows in both layouts, and
   // the gathers between them on the device (scratch.pad / unpad; null where nothing is padded).
   struct Padding {

@@ -80,7 +80,9 @@ Recipe PrecisionPolicy::block_recipe(int layer, int layers) const {
   return recipe;
 }
 
-Recipe PrecisionPolicy::head_recipe() const { return is_fp8(recipe) ? Recipe::Bf16 : recipe; }
+Recipe sixteen_bit_recipe(Recipe recipe) { return is_fp8(recipe) ? Recipe::Bf16 : recipe; }
+
+Recipe PrecisionPolicy::head_recipe() const { return sixteen_bit_recipe(recipe); }
 
 LinearPrecision::LinearPrecision(Recipe recipe, int amax_history, int margin, std::shared_ptr<PrecisionScratch> scratch)
     : recipe_(recipe), margin_(margin), scratch_(std::move(scratch)) {

@@ -78,6 +78,8 @@ using Recipe = config::PrecisionRecipe;
 Recipe parse_recipe(const std::string& name);
 std::string recipe_name(Recipe recipe);
 bool is_fp8(Recipe recipe);  // the four FP8 / MXFP8 recipes
+// The recipe's 16-bit form: bf16 for the FP8 and MX recipes, the others themselves (fp32 stays fp32).
+Recipe sixteen_bit_recipe(Recipe recipe);
 // Elements per scaling block along a GEMM operand's dimension: 128 for fp8_blockwise (1x128
 // blocks, 128x128 weight tiles), 32 for mxfp8; 0 for recipes whose scale is per tensor or none.
 int64_t scaling_block(Recipe recipe);

@@ -70,8 +70,37 @@ MoeLayer::MoeLayer(ParameterStore& store, const TensorParallel& tp, ExpertLayout
 void MoeLayer::set_precision(PrecisionContext& context, Recipe recipe, const std::string& prefix) {
   if (shared_) shared_->set_precision(context, recipe, prefix + ".shared_expert");
   // The routed experts in the block's recipe (FP8 under the FP8 recipes, as Transformer Engine's
-  // grouped GEMMs); the router and the latent projections stay fp32.
+  // grouped GEMMs). The latent projections, which every expert's rows pass through, in its 16-bit
+  // form (bf16 under the FP8 and MX recipes, as the head); the router stays fp32 (Megatron's
+  // moe_router_dtype=fp32: the routing decisions are sensitive to rounding and its GEMM is small).
   experts_->set_precision(context, recipe, prefix, moe_.experts);
+  const Recipe latent = sixteen_bit_recipe(recipe);
+  if (latent_down_ >= 0 && latent != Recipe::Fp32) {
+    latent_down_precision_ = context.make(latent, prefix + ".fc1_latent_proj");
+    latent_up_precision_ = context.make(latent, prefix + ".fc2_latent_proj");
+  } else {
+    latent_down_precision_.reset();
+    latent_up_precision_.reset();
+  }
+}
+
+void MoeLayer::latent_forward(LinearPrecision* precision, int id, float* out, const float* in, int64_t rows,
+                              int64_t in_features, int64_t out_features) const {
+  if (precision == nullptr) {
+    kernels::linear_forward(device_, out, in, value(id), nullptr, rows, in_features, out_features);
+  } else {
+    precision->forward(out, in, value(id), nullptr, rows, in_features, out_features);
+  }
+}
+
+void MoeLayer::latent_backward(LinearPrecision* precision, int id, float* d_in, const float* d_out, const float* in,
+                               int64_t rows, int64_t in_features, int64_t out_features) const {
+  if (precision == nullptr) {
+    kernels::linear_backward(device_, d_in, store_->grad(id), nullptr, d_out, in, value(id), rows, in_features,
+                             out_features);
+  } else {
+    precision->backward(d_in, store_->grad(id), nullptr, d_out, in, value(id), rows, in_features, out_features);
+  }
 }
 
 void MoeLayer::exchange(const float* send, float* recv, const ExchangePlan& x, int64_t width, bool to_experts) const {
@@ -125,7 +154,7 @@ void MoeLayer::forward(Saved& s, float* residual, const float* normed, int64_t b
   const float* expert_input = x;
   if (latent_down_ >= 0) {
     float* z = sized(s.latent, rows * W, device_);
-    kernels::linear_forward(device_, z, x, value(latent_down_), nullptr, rows, C, W);
+    latent_forward(latent_down_precision_.get(), latent_down_, z, x, rows, C, W);
     expert_input = z;
   }
   float* dispatched = sized(s.dispatched, R * W, device_);
@@ -136,7 +165,7 @@ void MoeLayer::forward(Saved& s, float* residual, const float* normed, int64_t b
   const float* out = y;
   if (latent_up_ >= 0) {
     float* full = sized(moe_scratch().out_full, rows * C, device_);
-    kernels::linear_forward(device_, full, y, value(latent_up_), nullptr, rows, W, C);
+    latent_forward(latent_up_precision_.get(), latent_up_, full, y, rows, W, C);
     out = full;
   }
   const int64_t first = tp_->first_local_row(rows), local = tp_->local_rows(rows);
@@ -231,8 +260,7 @@ void MoeLayer::backward(float* d_normed, const float* d_residual, const float* n
   const float* d_y = d_out;
   if (latent_up_ >= 0) {
     float* dy = zeroed(moe_scratch().d_y, rows * W, device_);
-    kernels::linear_backward(device_, dy, store_->grad(latent_up_), nullptr, d_out, s.combined.data(),
-                             value(latent_up_), rows, W, C);
+    latent_backward(latent_up_precision_.get(), latent_up_, dy, d_out, s.combined.data(), rows, W, C);
     d_y = dy;
   }
   // Combine: y[t] = sum_r weight[s_r] * returned[r].
@@ -254,8 +282,7 @@ void MoeLayer::backward(float* d_normed, const float* d_residual, const float* n
   if (latent_down_ >= 0) {
     float* dz = zeroed(moe_scratch().d_y, rows * W, device_);
     kernels::scatter_add_rows(device_, dz, d_dispatched, W, tokens, nullptr, R, W);
-    kernels::linear_backward(device_, d_x_full, store_->grad(latent_down_), nullptr, dz, x, value(latent_down_), rows,
-                             C, W);
+    latent_backward(latent_down_precision_.get(), latent_down_, d_x_full, dz, x, rows, C, W);
   } else {
     kernels::scatter_add_rows(device_, d_x_full, d_dispatched, W, tokens, nullptr, R, W);
   }

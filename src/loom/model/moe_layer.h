@@ -2,7 +2,8 @@
 // A mixture-of-experts feed-forward sub-block (Megatron-Core's MoE layer), used in place of the
 // MLP on the layers block_configs picks:
 //   router (fp32, on the full hidden state) -> top-k experts and weights per token
-//   [latent MoE: z = x W_down_latent^T, experts work in the latent size]
+//   [latent MoE: z = x W_down_latent^T, experts work in the latent size; both latent projections
+//    in the recipe's 16-bit form (set_precision)]
 //   dispatch: rows permuted by expert; with expert parallelism the rows of each rank's experts
 //   travel there by all-to-all (counts first), are regrouped by expert, run through the local
 //   experts' grouped GEMM, regrouped and sent back; combine: out[token] += weight * expert row
@@ -17,6 +18,7 @@
 // parallel ranks first): capacity and the balancing losses are defined over it, so the result
 // does not depend on the expert-parallel size. Every tensor-parallel rank runs the routed part
 // for all the group's tokens (expert tensor parallelism 1).
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -107,6 +109,12 @@ class MoeLayer {
                        int64_t rows, ParallelScratch& scratch) const;
 
   const float* value(int id) const { return store_->value(id); }
+  // A latent projection's GEMMs (weight `id`), in `precision` (null: fp32), as kernels::linear_forward /
+  // linear_backward: d_in added into, the weight's gradient added into.
+  void latent_forward(LinearPrecision* precision, int id, float* out, const float* in, int64_t rows,
+                      int64_t in_features, int64_t out_features) const;
+  void latent_backward(LinearPrecision* precision, int id, float* d_in, const float* d_out, const float* in,
+                       int64_t rows, int64_t in_features, int64_t out_features) const;
 
   ParameterStore* store_;
   std::string prefix_;
@@ -116,6 +124,7 @@ class MoeLayer {
   int d_model_, width_;  // width_: the experts' size (latent or d_model)
   MoeRouter router_;
   int router_weight_ = -1, latent_down_ = -1, latent_up_ = -1, shared_gate_ = -1;
+  std::shared_ptr<LinearPrecision> latent_down_precision_, latent_up_precision_;  // null: fp32
   std::optional<ExpertMlp> experts_;
   std::optional<Mlp> shared_;
   std::vector<float> bias_;

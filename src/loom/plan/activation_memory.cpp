@@ -51,7 +51,7 @@ int64_t moe_saved_bytes(const config::ModelConfig& model, const LayerWidths& w, 
   bytes += (w.latent > 0 ? rows * W * e : 0) + 2 * routed * W * e;  // latent; dispatched and returned rows
   bytes += rows * W * e;                                                // combined
   if (a.ep > 1) bytes += computed * W * e;                              // the experts' regrouped input
-  bytes += w.padded_expert_rows(computed) * (w.expert_hidden() + w.expert_ffn) * e;  // experts' hidden, act
+  bytes += w.padded_expert_rows(computed) * (w.expert_hidden() + w.expert_ffn) * a.expert_bytes;  // hidden, act
   if (w.shared_ffn > 0) {
     bytes += rows * (w.shared_hidden() * a.mlp_hidden_bytes + w.shared_ffn * a.mlp_bytes);
     bytes += rows * (C + w.shared_ffn) * a.input_code_bytes;
@@ -96,6 +96,9 @@ int64_t moe_scratch_bytes(const config::ModelConfig& model, const std::vector<La
     const int64_t padded = w.padded_expert_rows(computed(w));
     return padded > computed(w) ? 3 * padded * w.expert_width * e : 0;
   });
+  bytes += largest([&](const LayerWidths& w) {  // ExpertScratch's bf16 input and output gradient
+    return a.expert_bytes == 2 ? 2 * computed(w) * w.expert_width * 2 : 0;
+  });
   bytes += largest([&](const LayerWidths& w) { return w.shared_gate ? local * (C * e + e + 4) : 0; });
   bytes += largest([&](const LayerWidths& w) { return std::max(routed(w), w.shared_gate ? local : 0) * 8; });  // dots
   return bytes;
@@ -119,7 +122,8 @@ struct LinearShape {
 // Every linear of a layer that runs through a precision recipe (LinearPrecision): attention's
 // q/k/v and output projections, a dense MLP's or the shared expert's two, a Mamba-2 mixer's in and
 // out projections, each routed expert's two over its rows (at balanced routing: the rows the
-// rank's experts compute, evenly); routers and latent projections stay fp32.
+// rank's experts compute, evenly), a latent MoE layer's two latent projections (over all rows);
+// routers stay fp32.
 std::vector<LinearShape> precision_linears(const config::ModelConfig& model, const LayerWidths& w,
                                            const ActivationShape& a) {
   const int64_t rows = a.rows(), C = model.d_model;
@@ -132,6 +136,7 @@ std::vector<LinearShape> precision_linears(const config::ModelConfig& model, con
     const int64_t each = w.padded_expert_rows(expert_rows(model, w, a)) / w.local_experts;
     out.insert(out.end(), {{each, w.expert_hidden(), w.expert_width}, {each, w.expert_width, w.expert_ffn}});
   }
+  if (w.has_moe() && w.latent > 0) out.insert(out.end(), {{rows, w.latent, C}, {rows, C, w.latent}});
   return out;
 }
 

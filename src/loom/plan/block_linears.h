@@ -13,12 +13,28 @@ namespace loom::plan {
 // Which linear of a block a visit is: the MLP's two keep their interior bf16 on a GPU under the
 // bf16 recipe (Mlp::bf16_interior; their GEMMs' outputs under FP8 and MX: Mlp::bf16_hidden), and
 // attention its q/k/v and output (Attention::bf16_tensors). Plain: fp32 in and out (a Mamba-2
-// mixer's projections, a MoE layer's shared expert, counted as such); Expert: a routed expert's,
-// also fp32 in and out, whose weight gradient is always added to (never written whole), computed
-// whole on every tensor-parallel rank (MoeLayer routes all the group's tokens);
-// Replicated: a multi-token prediction depth's eh_proj, an fp32 GEMM every tensor-parallel rank
-// computes whole over all rows (MtpDepth), its weight gradient added to as well.
-enum class LinearRole : uint8_t { AttentionQkv, AttentionOut, MlpUp, MlpDown, Plain, Expert, Replicated };
+// mixer's projections, a MoE layer's shared expert, counted as such); ExpertUp / ExpertDown: a
+// routed expert's, fp32 in and out apart from their interior, which a GPU keeps bf16 under the bf16
+// recipe as the MLP's (ExpertMlp's bf16 interior), whose weight gradient is always added to (never
+// written whole), computed whole on every tensor-parallel rank (MoeLayer routes all the group's
+// tokens); Latent: a latent MoE layer's fc1 / fc2 latent projection, fp32 in and out, in the
+// block recipe's 16-bit form (MoeLayer::set_precision), computed whole on every tensor-parallel
+// rank, its weight gradient added to (its FLOPs counted among the MoE layer's:
+// model::moe_training_flops_per_token); Replicated: a multi-token prediction depth's eh_proj, an
+// fp32 GEMM every tensor-parallel rank computes whole over all rows (MtpDepth), its weight gradient
+// added to as well.
+enum class LinearRole : uint8_t {
+  AttentionQkv,
+  AttentionOut,
+  MlpUp,
+  MlpDown,
+  Plain,
+  ExpertUp,
+  ExpertDown,
+  Latent,
+  Replicated
+};
+inline bool is_expert(LinearRole role) { return role == LinearRole::ExpertUp || role == LinearRole::ExpertDown; }
 
 // Calls visit(...) for the linears of one layer (or MTP block) of widths `w` under recipe `r`.
 template <typename Visit>
@@ -46,19 +62,25 @@ void visit_layer_linears(const config::RunConfig& config, const LayerWidths& w, 
     const auto routed = static_cast<int64_t>(tokens);
     const double each = dbl(routed_rows(config.model, w, routed)) / dbl(w.local_experts) / tokens;
     for (int64_t e = 0; e < w.local_experts; ++e) {
-      visit(dbl(w.expert_hidden()), dbl(w.expert_width), r, LinearRole::Expert, each);
-      visit(dbl(w.expert_width), dbl(w.expert_ffn), r, LinearRole::Expert, each);
+      visit(dbl(w.expert_hidden()), dbl(w.expert_width), r, LinearRole::ExpertUp, each);
+      visit(dbl(w.expert_width), dbl(w.expert_ffn), r, LinearRole::ExpertDown, each);
     }
+  }
+  if (w.has_moe() && w.latent > 0 && r != model::Recipe::Fp32) {
+    const model::Recipe latent = model::sixteen_bit_recipe(r);
+    visit(dbl(w.latent), d, latent, LinearRole::Latent, 1.0);
+    visit(d, dbl(w.latent), latent, LinearRole::Latent, 1.0);
   }
 }
 
 // Calls visit(out_features, in_features, recipe, role, rows) for every linear of this rank's layers
 // that the step-time model counts, `rows` its GEMMs' rows per token of the micro-batch: attention's
 // q/k/v and output projections, dense MLPs' two, Mamba-2 mixers' in and out projections and
-// shared experts' two (1 each, the block's recipe), and each routed expert's two (its share of
+// shared experts' two (1 each, the block's recipe), each routed expert's two (its share of
 // the rows the rank's experts compute at balanced routing of `tokens`, in the block's recipe:
 // MoeLayer::set_precision; not costed: the zero rows padding each expert's rows to the 16 or 128
-// an FP8 product takes, ExpertMlp::padded_rows, at most 15 or 127 per expert and micro-batch).
+// an FP8 product takes, ExpertMlp::padded_rows, at most 15 or 127 per expert and micro-batch), and
+// a latent MoE layer's two latent projections (1 each, the recipe's 16-bit form).
 // On the rank holding the head, each multi-token prediction depth's block likewise (widths index
 // layers + depth - 1), under the last layer's recipe as Transformer::build_mtp sets it, and its
 // eh_proj [d_model, 2 d_model] in fp32 (Replicated).

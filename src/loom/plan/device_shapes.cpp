@@ -17,7 +17,9 @@ std::string role_name(LinearRole role) {
     case LinearRole::MlpUp: return "the MLP's up projection";
     case LinearRole::MlpDown: return "the MLP's down projection";
     case LinearRole::Plain: return "a Mamba-2 mixer's or shared expert's projection";
-    case LinearRole::Expert: return "a routed expert's projection";
+    case LinearRole::ExpertUp: return "a routed expert's up projection";
+    case LinearRole::ExpertDown: return "a routed expert's down projection";
+    case LinearRole::Latent: return "a latent projection";
     case LinearRole::Replicated: return "eh_proj";
   }
   return "a linear";
@@ -33,9 +35,10 @@ void check_device_gemm_shapes(const config::RunConfig& config, const StageMemory
     const model::Recipe r = entry_recipe(policy, l, layers);
     const int64_t m = model::device_gemm_multiple(r);
     if (m == 1) return;
-    auto visit = [&](double out, double in, model::Recipe, LinearRole role, double) {
+    auto visit = [&](double out, double in, model::Recipe linear, LinearRole role, double) {
+      if (model::device_gemm_multiple(linear) == 1) return;  // a 16-bit linear of an FP8 block (latent)
       const auto o = static_cast<int64_t>(out), i = static_cast<int64_t>(in);
-      const bool rows = role == LinearRole::Expert || tokens % m == 0;  // experts' rows are padded
+      const bool rows = is_expert(role) || tokens % m == 0;  // experts' rows are padded
       if (rows && o % m == 0 && i % m == 0) return;
       throw Error("precision.recipe=" + model::recipe_name(r) + " on runtime.device=cuda: cuBLASLt's FP8 products " +
                   "need every GEMM dimension a multiple of " + std::to_string(m) + ", and " + where + "'s " +

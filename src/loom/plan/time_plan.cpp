@@ -162,6 +162,14 @@ Bf16Ends device_bf16_ends(const CastPath& path, model::Recipe r, LinearRole role
   if (!path.device || r == model::Recipe::Fp32 || r == model::Recipe::Fp16) return ends;
   const bool qkv = role == LinearRole::AttentionQkv, o = role == LinearRole::AttentionOut;
   const bool up = role == LinearRole::MlpUp, down = role == LinearRole::MlpDown;
+  if (r == model::Recipe::Bf16 && is_expert(role)) {
+    // The routed experts' bf16 interior (ExpertMlp): the up projections' output and output gradient,
+    // the down projections' input and input gradient; their input and output gradient cast once.
+    const bool expert_up = role == LinearRole::ExpertUp;
+    ends.output = ends.output_grad = expert_up;
+    ends.input = ends.input_grad = !expert_up;
+    return ends;
+  }
   if (r == model::Recipe::Bf16) {
     // The norms' outputs into q/k/v and up (Norm::forward's bf16 output); the MLP's interior
     // (Mlp::bf16_interior; a bias's gradient summed by the activation's backward from the fp32 hidden
@@ -253,7 +261,7 @@ double written_whole_share(const config::RunConfig& config, int dp, double micro
 double block_linear_weights(const config::RunConfig& config, const StageMemory& stage) {
   double weights = 0.0;
   for_each_block_linear(config, stage, 1.0, [&](double out, double in, model::Recipe, LinearRole role, double) {
-    if (role != LinearRole::Expert && role != LinearRole::Replicated) weights += out * in;
+    if (!is_expert(role) && role != LinearRole::Latent && role != LinearRole::Replicated) weights += out * in;
   });
   return weights;
 }
@@ -274,7 +282,7 @@ GemmOutputBytes gemm_output_bytes(const config::RunConfig& config, const StageMe
   for_each_block_linear(config, stage, tokens,
                         [&](double out, double in, model::Recipe r, LinearRole role, double rows) {
     const Bf16Ends ends = device_bf16_ends(path, r, role);
-    const bool added = role == LinearRole::Expert || role == LinearRole::Replicated;
+    const bool added = is_expert(role) || role == LinearRole::Latent || role == LinearRole::Replicated;
     const double whole = added ? 0.0 : written_whole;
     (role == LinearRole::Replicated ? bytes.head_forward : bytes.block_forward) +=
         tokens * rows * out * (ends.output ? 2.0 : 4.0);
@@ -301,7 +309,7 @@ Fp8Flops fp8_linear_flops_per_token(const config::RunConfig& config, const Stage
   Fp8Flops f;
   for_each_block_linear(config, stage, 1.0, [&](double out, double in, model::Recipe r, LinearRole role, double rows) {
     if (!model::is_fp8(r) || r == model::Recipe::Mxfp8) return;
-    (role == LinearRole::Expert ? f.experts : f.split) += 6.0 * rows * out * in;
+    (is_expert(role) ? f.experts : f.split) += 6.0 * rows * out * in;
   });
   return f;
 }
