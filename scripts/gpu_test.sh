@@ -57,6 +57,8 @@ else
     cmake --build build-gpu -j"$(nproc)" --target test_cuda test_nccl loom_bench_gemm_cuda loom_bench_flash_attention_cuda \
       loom_bench_linear_precision_cuda loom_bench_paged_attention_cuda loom_bench_cast_cuda loom_bench_serve loom \
       >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+  # The timeline's CUPTI injection library, where the toolkit has CUPTI (the timeline stage says so otherwise).
+  cmake --build build-gpu -j"$(nproc)" --target loom_step_timeline >>"$out/build.log" 2>&1 || true
   bin="$repo/build-gpu/bench" tests="$repo/build-gpu" libs=""
 fi
 loom="$tests/loom"  # the trainer (runtime.device=cuda)

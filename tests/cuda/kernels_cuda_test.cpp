@@ -270,11 +270,12 @@ TEST(CudaKernels, ZeroRunsZeroTheirRunsAndNothingElse) {
 // (-0 becomes +0) and rotated back there, by rows' positions or by row % seq, into a strided
 // destination whose other columns keep their poison; rows in packs of four pairs (a stride that
 // is a multiple of 4) and pair by pair (an odd one). The amax the same pass takes (fp8_current's
-// for the projection's cast) is the max |v| written, bit for bit, its grid capped (300 rows).
+// for the projection's cast) is the max |v| written, bit for bit, its grid capped (2500 rows: past
+// the block rows amax_capped allows, so blocks walk several rows each).
 TEST(CudaKernels, RopeBackwardWidenedIsTheAddIntoZerosRotated) {
   SKIP_WITHOUT_GPU();
   CachingAllocator allocator;
-  const int64_t rows = 300, heads = 5, head_dim = 64, seq = 100, width = heads * head_dim;
+  const int64_t rows = 2500, heads = 5, head_dim = 64, seq = 100, width = heads * head_dim;
   const kernels::RopeTable table(seq, head_dim, 10000.0);
   DeviceFloats cos(allocator, table.cos), sin(allocator, table.sin);
   const DeviceRopeTable t{cos.ptr, sin.ptr, head_dim};

@@ -267,10 +267,11 @@ TEST(ActivationMemory, MambaMixersAndMoeLayersKeepTheirTensorsAndShareOneScratch
   // dt 2), the convolution's 16 x (16 + 4 + 4), the scan's and the gated norm's outputs 16 x 16
   // each, and the gated norm's statistics 16 x 1.
   const int64_t mamba = 272 + 256 + 16 * (42 + 24 + 16 + 16 + 1);
-  // MoE: its norm 272, router logits 16 x 4, 32 routed rows' tokens and weights, dispatched and
+  // MoE: its norm 272, router logits 16 x 4, 32 routed rows' tokens and weights, the 32
+  // selections' experts, weights and dispatched rows (the router's backward), dispatched and
   // returned rows 32 x 16 each, combined 16 x 16, the experts' hidden 32 x 16 and activation 32 x
   // 8, the shared expert's hidden 16 x 16 and activation 16 x 8.
-  const int64_t moe = 272 + 64 + 2 * 32 + 2 * 512 + 256 + 512 + 256 + 256 + 128;
+  const int64_t moe = 272 + 64 + 2 * 32 + 3 * 32 + 2 * 512 + 256 + 512 + 256 + 256 + 128;
   EXPECT_EQ(one.activations_per_micro_batch, (256 + 3 * 256 + mamba + moe + 272 + 256) * 4 + 16 * 4);
   // A second MoE layer keeps its own tensors and the stream after it; its scratch is the first's.
   const config::RunConfig two =

@@ -287,6 +287,22 @@ struct Arg<const kernels::QkvRotation&> {
   }
 };
 
+template <>
+struct Arg<const kernels::RouterBackward&> {
+  static kernels::RouterBackward map(const kernels::RouterBackward& r, const char* op, Device device, size_t index) {
+    const std::string where = argument(op, device, index);
+    kernels::RouterBackward h = r;
+    h.logits = device_to_host(r.logits, where + " logits");
+    h.expert = device_to_host(r.expert, where + " expert");
+    h.weight = device_to_host(r.weight, where + " weight");
+    h.selection_row = device_to_host(r.selection_row, where + " selection_row");
+    h.row_grad = device_to_host(r.row_grad, where + " row_grad");
+    h.aux_f = device_to_host(r.aux_f, where + " aux_f");
+    h.aux_factor = device_to_host(r.aux_factor, where + " aux_factor");
+    return h;
+  }
+};
+
 void check_device(Device device, const char* op) {
   LOOM_CHECK(device.is_cuda() && device.index >= 0 && device.index < g_devices,
              "emulated cuda: kernels::" + std::string(op) + " asked to run on " + device.name());
@@ -350,7 +366,8 @@ void zero_runs(Device device, float* base, const kernels::FloatRun* runs, int64_
   X(rmsnorm_forward_bf16) X(layernorm_forward_bf16) X(rmsnorm_backward_bf16) X(layernorm_backward_bf16)     \
   X(rmsnorm_add_forward_bf16) X(layernorm_add_forward_bf16)                                                    \
   X(rope_backward) X(swiglu_forward) X(swiglu_backward) X(gelu_forward) X(gelu_backward) X(relu2_forward)     \
-  X(relu2_backward) X(activation_forward_bf16) X(activation_backward_bf16) X(add_rows) X(gather_rows) X(scatter_add_rows) X(row_dots) X(linear_forward)               \
+  X(relu2_backward) X(activation_forward_bf16) X(activation_backward_bf16) X(add_rows) X(gather_rows) X(scatter_add_rows) X(row_dots)                                    \
+  X(moe_router_backward) X(linear_forward)                                                                    \
   X(linear_backward) X(add_bias) X(gemm_nt) X(gemm)                                                           \
   X(flash_attention_forward) X(flash_attention_backward) X(flash_attention_forward_bf16_tensors)               \
   X(flash_attention_backward_bf16_tensors) X(flash_attention_backward_bf16_gradients) X(rope_forward_bf16)    \

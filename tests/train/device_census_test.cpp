@@ -205,4 +205,27 @@ TEST_F(DeviceCensus, AStepOfTheDeepModelWaitsForTheDeviceOnlyForItsInputsLossAnd
   EXPECT_EQ(gpt2.entry("zero_runs"), 1);
 }
 
+// A latent MoE layer after a dense block (4 experts, top-2, the balancing and z losses).
+constexpr const char* kMoeCensus =
+    "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, max_seq_len: 32,\n"
+    "        norm: rms, activation: swiglu, positions: rope, tied_embeddings: true,\n"
+    "        block_configs: [{ffn: dense}, {ffn: moe}], moe_experts: 4, moe_top_k: 2, moe_ffn_size: 16,\n"
+    "        moe_latent_size: 16, moe_aux_loss_coeff: 0.01, moe_z_loss_coeff: 0.001}\n";
+
+// A MoE layer's routing decisions are the host's: its forward reads the router's logits back (one
+// wait per layer and micro-batch, where Megatron's dispatcher reads its token counts) and uploads
+// what the dispatch and the router's backward read: each dispatched row's token and combine
+// weight, each selection's dispatched row, expert and weight, the balancing loss's counts and
+// factors. Its backward waits for nothing and uploads nothing: the router's gradient is computed
+// where its logits are (kernels::moe_router_backward) from the rows' dot products left there.
+TEST_F(DeviceCensus, AMoeLayerWaitsForTheDeviceOnceInItsForwardAndNeverInItsBackward) {
+  constexpr int64_t kMicroBatches = 2;
+  const StepCensus step = one_step("moe-bf16", kMoeCensus, {"precision.recipe=bf16"});
+  EXPECT_EQ(step.to_host, kMicroBatches);  // the logits
+  EXPECT_EQ(step.waits(), kMicroBatches + kMicroBatches + 1);  // and the losses and the norm
+  EXPECT_EQ(step.from_host, (3 + 7) * kMicroBatches);  // the tokens (twice) and targets, and the layer's 7
+  EXPECT_EQ(step.entry("moe_router_backward"), kMicroBatches);
+  EXPECT_EQ(step.entry("row_dots"), kMicroBatches);
+}
+
 }  // namespace loom::train

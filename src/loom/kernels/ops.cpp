@@ -21,6 +21,7 @@
 #include "loom/kernels/cpu/norm.h"
 #include "loom/kernels/cpu/paged_attention.h"
 #include "loom/kernels/cpu/rope.h"
+#include "loom/kernels/cpu/moe_router.h"
 #include "loom/kernels/cpu/rows.h"
 #include "loom/kernels/cpu/ssd_scan.h"
 #include "loom/kernels/cpu/vocab_parallel_cross_entropy.h"
@@ -497,6 +498,15 @@ void scatter_add_rows(Device device, float* out, const float* x, int64_t x_strid
 void row_dots(Device device, double* out, const float* a, const int32_t* index, const float* b, int64_t b_stride,
               int64_t rows, int64_t width) {
   LOOM_DISPATCH(row_dots, out, a, index, b, b_stride, rows, width);
+}
+void moe_router_backward(Device device, float* d_logits, const RouterBackward& r) {
+  LOOM_CHECK(r.experts > 0 && r.top_k > 0 && r.top_k <= r.experts && r.tokens >= 0,
+             "moe_router_backward: " + std::to_string(r.top_k) + " of " + std::to_string(r.experts) +
+                 " experts over " + std::to_string(r.tokens) + " tokens");
+  LOOM_CHECK(r.aux_f == nullptr || (r.group_tokens > 0 && r.aux_factor != nullptr),
+             "moe_router_backward: the balancing loss needs its groups' tokens and factors");
+  if (r.tokens == 0) return;
+  LOOM_DISPATCH(moe_router_backward, d_logits, r);
 }
 
 void ssd_scan_forward(Device device, float* y, const float* x, const float* dt_raw, const float* dt_bias,

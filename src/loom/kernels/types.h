@@ -126,6 +126,38 @@ double rope_attention_factor(const RopeScaling& scaling);
 // The MLP's activations, for the entries that take them by name (activation_forward_bf16).
 enum class MlpActivation : uint8_t { Swiglu, Gelu, Relu2 };
 
+// A mixture-of-experts router's scores and combine weights (config::MoeRouter; model/moe_router.h):
+// topk_softmax: softmax over the k selected logits; softmax_topk: softmax over every expert, at
+// the k selected; sigmoid: the selected sigmoid scores normalised over them. Each weight is times
+// topk_scaling.
+enum class RouterKind : uint8_t { TopkSoftmax, SoftmaxTopk, Sigmoid };
+
+// What moe_router_backward reads, every array on the device of the call. Per token t < tokens:
+// its logits [E] (the scores recomputed from them), its k selected experts and their combine
+// weights, and the gradient of the loss with respect to each weight: selection t * k + i was
+// dispatched as row selection_row[t * k + i] (-1: dropped, no gradient), whose gradient is
+// float(row_grad[that row]). The losses' gradients only for tokens [first, end) (the rows a rank
+// owns under sequence parallelism), scaled by aux_scale: the balancing loss's where aux_f is set
+// (groups of group_tokens tokens, factor aux_factor[g], selection counts aux_f [groups, E]), and the
+// z-loss's where z_loss_coeff > 0 (over `tokens` tokens).
+struct RouterBackward {
+  RouterKind kind = RouterKind::TopkSoftmax;
+  int experts = 0, top_k = 0;
+  float topk_scaling = 1.0f;
+  int64_t tokens = 0;
+  const float* logits = nullptr;
+  const int32_t* expert = nullptr;
+  const float* weight = nullptr;
+  const int32_t* selection_row = nullptr;
+  const double* row_grad = nullptr;
+  const float* aux_f = nullptr;
+  const double* aux_factor = nullptr;
+  int64_t group_tokens = 0;
+  double z_loss_coeff = 0.0;
+  float aux_scale = 1.0f;
+  int64_t first = 0, end = 0;
+};
+
 // cos/sin tables [max_positions, head_dim/2] for those frequencies, times the attention factor
 // (host memory; a device backend mirrors them). Never changed once made: a device keeps its copy
 // by `id`, a number no other table made in the process has, so a call finds it without comparing

@@ -5,6 +5,7 @@
 // device (the model's) first move an empty or host buffer there, so modules need not construct
 // their many buffers on a device.
 #include <cstdint>
+#include <vector>
 
 #include "loom/core/device.h"
 
@@ -57,6 +58,17 @@ class StagedTokens {
  private:
   DeviceBuffer<int32_t> buffer_;
 };
+
+// A host array copied where the kernels of `device` read it (into `buffer`, grown as needed; on
+// the cpu a plain copy), ordered as StagedTokens' uploads. Returns the buffer's data.
+template <typename T>
+T* upload(Device device, DeviceBuffer<T>& buffer, const std::vector<T>& host) {
+  const auto n = static_cast<int64_t>(host.size());
+  if (buffer.device() != device) buffer = DeviceBuffer<T>(device);
+  if (buffer.size() < n) buffer.resize(n);
+  copy_from_host(device, buffer.data(), host.data(), n);
+  return buffer.data();
+}
 
 // A Mamba-2 mixer's decoding state for one sequence: the convolution's last conv_kernel - 1
 // inputs per channel and the scan's state per head (empty = a fresh sequence).

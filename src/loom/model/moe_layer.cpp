@@ -15,15 +15,6 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// A host array copied where the kernels of `device` read it (into `buffer`, grown as needed).
-template <typename T>
-T* upload(Device device, DeviceBuffer<T>& buffer, const std::vector<T>& host) {
-  const int64_t n = static_cast<int64_t>(host.size());
-  if (buffer.device() != device) buffer = DeviceBuffer<T>(device);
-  if (buffer.size() < n) buffer.resize(n);
-  copy_from_host(device, buffer.data(), host.data(), n);
-  return buffer.data();
-}
 }  // namespace
 
 MoeLayer::MoeLayer(ParameterStore& store, const TensorParallel& tp, ExpertLayout experts, int layer,
@@ -148,6 +139,10 @@ void MoeLayer::forward(Saved& s, float* residual, const float* normed, int64_t b
                          moe_.capacity_factor, moe_.drop_policy);
   const int64_t R = static_cast<int64_t>(s.plan.order.size());
   const int32_t* tokens = upload(device_, s.row_token, dispatched_tokens(s.plan));
+  // Each selection's dispatched row (-1: dropped), for the router's backward on the device.
+  selection_row_.assign(static_cast<size_t>(rows * router_.top_k()), -1);
+  for (int64_t r = 0; r < R; ++r) selection_row_[static_cast<size_t>(s.plan.order[r])] = static_cast<int32_t>(r);
+  upload(device_, s.selection_row, selection_row_);
   std::vector<float> row_weight(R);
   for (int64_t r = 0; r < R; ++r) row_weight[r] = s.routing.weight[s.plan.order[r]];
   const float* weights = upload(device_, s.row_weight, row_weight);
@@ -250,7 +245,7 @@ void MoeLayer::experts_backward(float* d_dispatched, const float* d_returned, co
 void MoeLayer::backward(float* d_normed, const float* d_residual, const float* normed, const Saved& s,
                         Workspace& work, int64_t batch, int64_t seq, ParallelScratch& scratch) const {
   const auto start = std::chrono::steady_clock::now();
-  const int64_t rows = batch * seq, C = d_model_, W = width_, k = router_.top_k();
+  const int64_t rows = batch * seq, C = d_model_, W = width_;
   const int64_t first = tp_->first_local_row(rows), local = tp_->local_rows(rows);
   if (shared_) shared_backward(d_normed, d_residual, normed, s, work, rows, scratch);
   const float* x = tp_->sequence_parallel() ? s.gathered.data() : normed;
@@ -267,9 +262,10 @@ void MoeLayer::backward(float* d_normed, const float* d_residual, const float* n
   // d_returned[r] = weight[r] * d_y[token[r]], d_weight[selection of r] = d_y[token[r]] . returned[r].
   const int64_t R = static_cast<int64_t>(s.plan.order.size());
   const int32_t* tokens = s.row_token.data();
-  const std::vector<double>& dot = row_dots(d_y, tokens, s.returned.data(), W, R, W);
-  d_weight_.assign(rows * k, 0.0f);
-  for (int64_t r = 0; r < R; ++r) d_weight_[s.plan.order[r]] = static_cast<float>(dot[r]);
+  DeviceBuffer<double>& row_grad = moe_scratch().dots;  // d_weight of each dispatched row, on the device
+  if (row_grad.device() != device_) row_grad = DeviceBuffer<double>(device_);
+  if (row_grad.size() < R) row_grad.resize(R);
+  kernels::row_dots(device_, row_grad.data(), d_y, tokens, s.returned.data(), W, R, W);
   float* d_returned = sized(moe_scratch().d_rows, R * W, device_);
   kernels::gather_rows(device_, d_returned, d_y, tokens, s.row_weight.data(), R, W);
   float* d_dispatched = sized(moe_scratch().d_rows2, R * W, device_);
@@ -287,10 +283,8 @@ void MoeLayer::backward(float* d_normed, const float* d_residual, const float* n
     kernels::scatter_add_rows(device_, d_x_full, d_dispatched, W, tokens, nullptr, R, W);
   }
   const int E = router_.experts();
-  d_logits_host_.assign(rows * E, 0.0f);
-  router_.backward(d_logits_host_.data(), s.routing, d_weight_.data(), aux_scale_, first, first + local);
   float* d_logits = sized(moe_scratch().d_logits, rows * E, device_);
-  copy_from_host(device_, d_logits, d_logits_host_.data(), rows * E);
+  router_.backward(d_logits, s.routing, s.selection_row.data(), row_grad.data(), aux_scale_, first, first + local);
   kernels::linear_backward(device_, d_x_full, store_->grad(router_weight_), nullptr, d_logits, x,
                            value(router_weight_), rows, C, E);
   kernels::add_in_place(device_, d_x, d_x_full, rows * C);

@@ -59,6 +59,7 @@ class MoeLayer {
     DispatchPlan plan;
     ExchangePlan exchange;
     DeviceBuffer<int32_t> row_token;  // the token of each dispatched row
+    DeviceBuffer<int32_t> selection_row;  // the dispatched row of each selection (-1: dropped)
     Buffer row_weight;                // and its combine weight
     Buffer latent, dispatched, expert_in, returned, combined;
     ExpertMlp::Saved experts;
@@ -134,7 +135,8 @@ class MoeLayer {
   MoeScratch& moe_scratch() const { return shared_scratch_ != nullptr ? *shared_scratch_ : own_scratch_; }
   MoeScratch* shared_scratch_ = nullptr;
   mutable MoeScratch own_scratch_;
-  mutable std::vector<float> d_weight_, d_logits_host_, d_gate_logit_;
+  mutable std::vector<float> d_gate_logit_;
+  mutable std::vector<int32_t> selection_row_;
   mutable std::vector<double> dots_host_;
   mutable std::vector<int32_t> zeros_host_;
 };

@@ -5,25 +5,14 @@
 
 #include "loom/core/error.h"
 #include "loom/kernels/ops.h"
+#include "loom/kernels/router_scores.h"
 
 namespace loom::model {
 
 namespace {
 
-void softmax_row(const float* logits, float* out, int n) {
-  const float max = *std::max_element(logits, logits + n);
-  double sum = 0.0;
-  for (int e = 0; e < n; ++e) sum += out[e] = std::exp(logits[e] - max);
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int e = 0; e < n; ++e) out[e] *= inv;
-}
-
-double log_sum_exp(const float* logits, int n) {
-  const float max = *std::max_element(logits, logits + n);
-  double sum = 0.0;
-  for (int e = 0; e < n; ++e) sum += std::exp(static_cast<double>(logits[e] - max));
-  return max + std::log(sum);
-}
+using kernels::log_sum_exp;
+using kernels::softmax_row;
 
 // The k largest entries of v, largest first; ties take the lower index.
 void select_top_k(const std::vector<float>& v, int k, int32_t* out) {
@@ -34,6 +23,14 @@ void select_top_k(const std::vector<float>& v, int k, int32_t* out) {
       if (best < 0 || v[e] > v[best]) best = e;
     }
     out[i] = best;
+  }
+}
+
+kernels::RouterKind router_kind(config::MoeRouter router) {
+  switch (router) {
+    case config::MoeRouter::SoftmaxTopk: return kernels::RouterKind::SoftmaxTopk;
+    case config::MoeRouter::Sigmoid: return kernels::RouterKind::Sigmoid;
+    default: return kernels::RouterKind::TopkSoftmax;
   }
 }
 
@@ -62,11 +59,7 @@ void MoeRouter::forward(Routing& r, const float* x, int64_t tokens, int64_t seq,
   for (int64_t t = 0; t < tokens; ++t) {
     const float* l = logits + t * E;
     float* s = r.scores.data() + t * E;
-    if (moe_.router == config::MoeRouter::Sigmoid) {
-      for (int e = 0; e < E; ++e) s[e] = 1.0f / (1.0f + std::exp(-l[e]));
-    } else {
-      softmax_row(l, s, E);
-    }
+    kernels::router_scores(router_kind(moe_.router), l, s, E);  // as the backward recomputes them
     for (int e = 0; e < E; ++e) {
       select[e] = (moe_.router == config::MoeRouter::TopkSoftmax ? l[e] : s[e]) + (bias ? bias[e] : 0.0f);
     }
@@ -100,6 +93,11 @@ void MoeRouter::forward(Routing& r, const float* x, int64_t tokens, int64_t seq,
     r.z_loss = moe_.z_loss_coeff * sum / static_cast<double>(tokens);
   }
   balancing_loss(r, comm);
+  // What the backward reads where the logits are (kernels::moe_router_backward): no read back.
+  upload(device_, r.expert_on_device, r.expert);
+  upload(device_, r.weight_on_device, r.weight);
+  upload(device_, r.aux_f_on_device, r.aux_f);
+  upload(device_, r.aux_factor_on_device, r.aux_factor);
 }
 
 // Switch/Megatron load balancing: coeff * E / k * sum_e f_e * P_e with f_e the selections of
@@ -146,74 +144,29 @@ void MoeRouter::balancing_loss(Routing& r, ExpertComm* comm) const {
   }
 }
 
-void MoeRouter::weights_backward(float* dl, const Routing& r, int64_t t, const float* d_weight) const {
-  const int E = experts_, k = top_k_;
-  const float scale = static_cast<float>(moe_.topk_scaling);
-  const int32_t* ex = r.expert.data() + t * k;
-  const float* w = r.weight.data() + t * k;
-  const float* s = r.scores.data() + t * E;
-  const float* dw = d_weight + t * k;
-  if (moe_.router == config::MoeRouter::TopkSoftmax) {
-    double dot = 0.0;
-    for (int i = 0; i < k; ++i) dot += (w[i] / scale) * (dw[i] * scale);
-    for (int i = 0; i < k; ++i) dl[ex[i]] += (w[i] / scale) * static_cast<float>(dw[i] * scale - dot);
-  } else if (moe_.router == config::MoeRouter::SoftmaxTopk) {
-    double dot = 0.0;
-    for (int i = 0; i < k; ++i) dot += s[ex[i]] * dw[i] * scale;
-    for (int e = 0; e < E; ++e) dl[e] -= s[e] * static_cast<float>(dot);
-    for (int i = 0; i < k; ++i) dl[ex[i]] += s[ex[i]] * dw[i] * scale;
-  } else {
-    double sum = 0.0, dot = 0.0;
-    for (int i = 0; i < k; ++i) {
-      sum += s[ex[i]];
-      dot += dw[i] * s[ex[i]];
-    }
-    for (int i = 0; i < k; ++i) {
-      const double ds = scale * (dw[i] / sum - dot / (sum * sum));
-      dl[ex[i]] += static_cast<float>(ds * s[ex[i]] * (1.0 - s[ex[i]]));
-    }
-  }
-}
-
-void MoeRouter::losses_backward(float* dl, const Routing& r, int64_t t, float aux_scale) const {
-  const int E = experts_;
-  const float* s = r.scores.data() + t * E;
-  const float* l = r.host_logits.data() + t * E;
+void MoeRouter::backward(float* d_logits, const Routing& r, const int32_t* selection_row, const double* row_grad,
+                         float aux_scale, int64_t first, int64_t end) const {
+  kernels::RouterBackward b;
+  b.kind = router_kind(moe_.router);
+  b.experts = experts_;
+  b.top_k = top_k_;
+  b.topk_scaling = static_cast<float>(moe_.topk_scaling);
+  b.tokens = r.tokens;
+  b.logits = r.logits.data();
+  b.expert = r.expert_on_device.data();
+  b.weight = r.weight_on_device.data();
+  b.selection_row = selection_row;
+  b.row_grad = row_grad;
   if (!r.aux_factor.empty()) {
-    const int64_t group_tokens = moe_.aux_loss == config::MoeAuxLoss::Sequence ? r.seq : r.tokens;
-    const int64_t g = t / group_tokens;
-    const double factor = aux_scale * r.aux_factor[g];
-    const float* f = r.aux_f.data() + g * E;
-    double norm = 1.0;
-    if (moe_.router == config::MoeRouter::Sigmoid) {
-      norm = 0.0;
-      for (int e = 0; e < E; ++e) norm += s[e];
-    }
-    double dot = 0.0;  // sum_e q_e dq_e with q the normalised scores
-    for (int e = 0; e < E; ++e) dot += s[e] / norm * factor * f[e];
-    for (int e = 0; e < E; ++e) {
-      const double dq = factor * f[e];
-      if (moe_.router == config::MoeRouter::Sigmoid) {
-        dl[e] += static_cast<float>((dq - dot) / norm * s[e] * (1.0 - s[e]));
-      } else {
-        dl[e] += static_cast<float>(s[e] * (dq - dot));
-      }
-    }
+    b.aux_f = r.aux_f_on_device.data();
+    b.aux_factor = r.aux_factor_on_device.data();
+    b.group_tokens = moe_.aux_loss == config::MoeAuxLoss::Sequence ? r.seq : r.tokens;
   }
-  if (moe_.z_loss_coeff > 0.0) {
-    const double lse = log_sum_exp(l, E);
-    const double c = aux_scale * moe_.z_loss_coeff * 2.0 * lse / static_cast<double>(r.tokens);
-    for (int e = 0; e < E; ++e) dl[e] += static_cast<float>(c * std::exp(static_cast<double>(l[e]) - lse));
-  }
-}
-
-void MoeRouter::backward(float* d_logits, const Routing& r, const float* d_weight, float aux_scale, int64_t first,
-                         int64_t end) const {
-  for (int64_t t = 0; t < r.tokens; ++t) {
-    float* dl = d_logits + t * experts_;
-    weights_backward(dl, r, t, d_weight);
-    if (t >= first && t < end) losses_backward(dl, r, t, aux_scale);
-  }
+  b.z_loss_coeff = moe_.z_loss_coeff;
+  b.aux_scale = aux_scale;
+  b.first = first;
+  b.end = end;
+  kernels::moe_router_backward(device_, d_logits, b);
 }
 
 }  // namespace loom::model

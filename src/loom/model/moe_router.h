@@ -7,7 +7,9 @@
 //   sigmoid:      weights = sigmoid scores of the k selected, normalised over them
 // each times model.moe_topk_scaling. Ties pick the lower expert index.
 // The logits are computed where the model lives and copied to the host: every routing decision
-// and the logits' gradient are the host's (small: [tokens, E]), on the CPU and on a GPU alike.
+// is the host's (small: [tokens, E]), on the CPU and on a GPU alike. The logits' gradient is
+// computed where they live (kernels::moe_router_backward, which recomputes the scores from them),
+// from the selections and weights uploaded by the forward: the backward reads nothing back.
 #include <cstdint>
 #include <vector>
 
@@ -30,6 +32,10 @@ struct Routing {
   std::vector<float> aux_f;
   std::vector<double> aux_factor;
   double aux_loss = 0.0, z_loss = 0.0;  // including their coefficients
+  // expert, weight, aux_f and aux_factor on the model's device, for the backward.
+  DeviceBuffer<int32_t> expert_on_device;
+  Buffer weight_on_device, aux_f_on_device;
+  DeviceBuffer<double> aux_factor_on_device;
 };
 
 class MoeRouter {
@@ -42,15 +48,15 @@ class MoeRouter {
   // (the per-sequence loss). `comm` (may be null): a global loss sums the counts over it.
   void forward(Routing& r, const float* x, int64_t tokens, int64_t seq, const float* weight, const float* bias,
                ExpertComm* comm) const;
-  // d_logits [tokens, E] (host) += the gradient of sum(d_weight . weight) + aux_scale * (aux + z loss).
+  // d_logits [tokens, E] (on the model's device, written whole) = the gradient of
+  // sum(d_weight . weight) + aux_scale * (aux + z loss), where selection t * k + i's d_weight is
+  // float(row_grad[selection_row[t * k + i]]) (-1: dropped, 0); both arrays on the model's device.
   // The losses' part only for rows [first, end) (the rows this rank owns under sequence parallelism).
-  void backward(float* d_logits, const Routing& r, const float* d_weight, float aux_scale, int64_t first,
-                int64_t end) const;
+  void backward(float* d_logits, const Routing& r, const int32_t* selection_row, const double* row_grad,
+                float aux_scale, int64_t first, int64_t end) const;
 
  private:
   void balancing_loss(Routing& r, ExpertComm* comm) const;
-  void weights_backward(float* dl, const Routing& r, int64_t t, const float* d_weight) const;
-  void losses_backward(float* dl, const Routing& r, int64_t t, float aux_scale) const;
 
   config::MoeConfig moe_;
   Device device_;

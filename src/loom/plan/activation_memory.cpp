@@ -48,6 +48,7 @@ int64_t moe_saved_bytes(const config::ModelConfig& model, const LayerWidths& w, 
   int64_t bytes = 0;
   if (a.sequence_parallel && a.tp > 1) bytes += rows * C * e;        // the group's gathered rows
   bytes += rows * w.experts * e + routed * (4 + e);                   // router logits; row tokens and weights
+  bytes += rows * model.moe.top_k * 12;  // each selection's expert, weight and dispatched row (the router's backward)
   bytes += (w.latent > 0 ? rows * W * e : 0) + 2 * routed * W * e;  // latent; dispatched and returned rows
   bytes += rows * W * e;                                                // combined
   if (a.ep > 1) bytes += computed * W * e;                              // the experts' regrouped input

@@ -29,6 +29,7 @@
 #include "loom/kernels/cuda/reduce.h"
 #include "loom/kernels/cuda/rmsnorm.h"
 #include "loom/kernels/cuda/rope.h"
+#include "loom/kernels/cuda/moe_router.h"
 #include "loom/kernels/cuda/rows.h"
 #include "loom/kernels/cuda/ssd_scan.h"
 #include "loom/kernels/cuda/zero_runs.h"
@@ -183,6 +184,9 @@ void register_norms_and_activations(CudaEntries& e) {
   };
   e.row_dots = [](Device d, double* out, const float* a, const int32_t* index, const float* b, int64_t bs,
                   int64_t rows, int64_t width) { row_dots(out, a, index, b, bs, rows, width, stream_of(d)); };
+  e.moe_router_backward = [](Device d, float* d_logits, const RouterBackward& r) {
+    moe_router_backward(d_logits, r, stream_of(d));
+  };
 }
 
 void register_embedding_and_rope(CudaEntries& e) {
