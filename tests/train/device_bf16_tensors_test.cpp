@@ -18,6 +18,12 @@ namespace {
 
 using DeviceBf16Tensors = DeviceTraining;
 
+// How often `op` ran in `census`.
+int64_t entry_calls(const ::loom::testing::EmulatedCensus& census, const std::string& op) {
+  const auto it = census.entries.find(op);
+  return it == census.entries.end() ? int64_t{0} : it->second;
+}
+
 std::vector<std::string> bf16(std::vector<std::string> more = {}) {
   more.push_back("precision.recipe=bf16");
   return more;
@@ -27,10 +33,7 @@ TEST_F(DeviceBf16Tensors, LlamaWithItsMlpInteriorAndLogitsInBf16EqualsTheCpuBitF
   ::loom::testing::reset_emulated_census();
   expect_bitwise_equal_runs(kLlama, "bf16-llama", bf16());
   const ::loom::testing::EmulatedCensus census = ::loom::testing::emulated_census();
-  auto calls = [&](const std::string& op) {
-    const auto it = census.entries.find(op);
-    return it == census.entries.end() ? int64_t{0} : it->second;
-  };
+  auto calls = [&](const std::string& op) { return entry_calls(census, op); };
   EXPECT_GT(calls("softmax_cross_entropy_bf16"), 0);
   EXPECT_EQ(calls("softmax_cross_entropy"), 0);
   EXPECT_GT(calls("activation_forward_bf16"), 0);
@@ -71,10 +74,7 @@ TEST_F(DeviceBf16Tensors, Gpt2WithBiasesAndSquaredReluEqualTheCpuBitForBit) {
   ::loom::testing::reset_emulated_census();
   expect_bitwise_equal_runs(kGpt2, "bf16-gpt2", bf16());
   const ::loom::testing::EmulatedCensus census = ::loom::testing::emulated_census();
-  auto calls = [&](const std::string& op) {
-    const auto it = census.entries.find(op);
-    return it == census.entries.end() ? int64_t{0} : it->second;
-  };
+  auto calls = [&](const std::string& op) { return entry_calls(census, op); };
   EXPECT_GT(calls("layernorm_forward_bf16"), 0);  // LayerNorm's bf16 form too
   EXPECT_GT(calls("flash_attention_backward_bf16_gradients"), 0);
   EXPECT_EQ(calls("flash_attention_backward_bf16_tensors"), 0);
@@ -102,10 +102,7 @@ TEST_F(DeviceBf16Tensors, LatentMoeWithItsExpertsInteriorInBf16EqualsTheCpuBitFo
   ::loom::testing::reset_emulated_census();
   expect_bitwise_equal_runs(kLatentMoe, "bf16-latent-moe", bf16());
   const ::loom::testing::EmulatedCensus census = ::loom::testing::emulated_census();
-  auto calls = [&](const std::string& op) {
-    const auto it = census.entries.find(op);
-    return it == census.entries.end() ? int64_t{0} : it->second;
-  };
+  auto calls = [&](const std::string& op) { return entry_calls(census, op); };
   // Per model forward: two attention forwards, the dense MLP's activation and the experts' one.
   const int64_t forwards = calls("flash_attention_forward_bf16_tensors") / 2;
   const int64_t backwards = calls("flash_attention_backward_bf16_gradients") / 2;
