@@ -1,7 +1,8 @@
-// The MoE router's backward on the GPU (kernels::moe_router_backward) against the CPU's
-// (kernels/cpu/moe_router.h), per METHOD: fresh random inputs, the output poisoned first (written
-// whole), every element checked, for each router kind over widths that fill a block unevenly:
-// within 1e-5 of the CPU (expf against the CPU's exp; each sum in double in another order).
+// The MoE router's forward and backward on the GPU (kernels::moe_router_forward /
+// moe_router_backward) against the CPU's (kernels/cpu/moe_router.h), per METHOD: fresh random
+// inputs, the outputs poisoned first (written whole), every element checked, for each router kind
+// over widths that fill a block unevenly: the selections exactly, the rest within 1e-5 of the CPU
+// (expf against the CPU's exp; each sum in double in another order).
 // Without a usable GPU the tests skip, saying why.
 #include <gtest/gtest.h>
 
@@ -113,6 +114,72 @@ TEST_F(CudaMoeRouter, BackwardEqualsTheCpuForEveryRouter) {
     DeviceFloats plain(allocator_, std::vector<float>(want.size(), NAN));
     moe_router_backward(plain.ptr, plain_gpu);
     EXPECT_LE(relative_error(plain.host(), want), 1e-5) << name << " without losses";
+  }
+}
+
+// Logits on a grid of distinct values (spacing 6 / E, shuffled per token), so no two experts' scores
+// are near enough for expf against the CPU's exp to swap them: the selections must be the CPU's
+// exactly, the weights, log-sum-exps and the groups' score sums within rounding.
+TEST_F(CudaMoeRouter, ForwardSelectsAsTheCpuForEveryRouter) {
+  const std::vector<RouterCase> cases = {
+      {RouterKind::TopkSoftmax, 8, 2, 300, 100},   {RouterKind::SoftmaxTopk, 160, 6, 257, 257},
+      {RouterKind::Sigmoid, 512, 22, 200, 50},     {RouterKind::TopkSoftmax, 512, 22, 129, 129},
+      {RouterKind::Sigmoid, 8, 2, 70001, 70001},  // past 65536 tokens: the grid's stride
+  };
+  uint32_t seed = seed_;
+  for (const RouterCase& c : cases) {
+    for (const bool with_bias : {false, true}) {
+      if (with_bias && c.kind != RouterKind::TopkSoftmax) continue;  // selected on logits + bias: still apart
+      const int E = c.experts, k = c.top_k;
+      const int64_t T = c.tokens, groups = T / c.group_tokens;
+      const std::string name = kind_name(c.kind) + " " + std::to_string(k) + " of " + std::to_string(E) +
+                               " over " + std::to_string(T) + (with_bias ? " with a bias" : "");
+      std::mt19937 rng(++seed);
+      std::vector<float> logits(static_cast<size_t>(T * E));
+      std::vector<int> order(static_cast<size_t>(E));
+      std::iota(order.begin(), order.end(), 0);
+      for (int64_t t = 0; t < T; ++t) {
+        std::shuffle(order.begin(), order.end(), rng);
+        for (int e = 0; e < E; ++e) logits[static_cast<size_t>(t * E + e)] = (order[e] - E / 2) * 6.0f / E;
+      }
+      std::vector<float> bias(static_cast<size_t>(E));
+      for (int e = 0; e < E; ++e) bias[static_cast<size_t>(e)] = 0.5f * 6.0f / E * static_cast<float>(e % 2) / 2.0f;
+      RouterForward cpu_r;
+      cpu_r.kind = c.kind;
+      cpu_r.experts = E;
+      cpu_r.top_k = k;
+      cpu_r.topk_scaling = 2.5f;
+      cpu_r.tokens = T;
+      cpu_r.group_tokens = c.group_tokens;
+      RouterForward gpu_r = cpu_r;
+      std::vector<int32_t> want_expert(static_cast<size_t>(T * k));
+      std::vector<float> want_weight(want_expert.size());
+      std::vector<double> want_lse(static_cast<size_t>(T)), want_probs(static_cast<size_t>(groups * E));
+      cpu_r.logits = logits.data();
+      cpu_r.bias = with_bias ? bias.data() : nullptr;
+      cpu_r.expert = want_expert.data();
+      cpu_r.weight = want_weight.data();
+      cpu_r.lse = want_lse.data();
+      cpu_r.prob_sums = want_probs.data();
+      cpu::moe_router_forward(cpu_r);
+
+      DeviceFloats d_logits(allocator_, logits), d_bias(allocator_, bias);
+      DeviceFloats weight(allocator_, std::vector<float>(want_weight.size(), NAN));
+      DeviceArray<int32_t> expert(allocator_, std::vector<int32_t>(want_expert.size(), -7));
+      DeviceArray<double> lse(allocator_, std::vector<double>(want_lse.size(), NAN)),
+          probs(allocator_, std::vector<double>(want_probs.size(), NAN));
+      gpu_r.logits = d_logits.ptr;
+      gpu_r.bias = with_bias ? d_bias.ptr : nullptr;
+      gpu_r.expert = expert.ptr;
+      gpu_r.weight = weight.ptr;
+      gpu_r.lse = lse.ptr;
+      gpu_r.prob_sums = probs.ptr;
+      moe_router_forward(gpu_r);
+      EXPECT_EQ(expert.host(), want_expert) << name;
+      EXPECT_LE(relative_error(weight.host(), want_weight), 1e-6) << name;
+      EXPECT_LE(relative_error(lse.host(), want_lse), 1e-6) << name;
+      EXPECT_LE(relative_error(probs.host(), want_probs), 1e-6) << name;
+    }
   }
 }
 

@@ -212,18 +212,21 @@ constexpr const char* kMoeCensus =
     "        block_configs: [{ffn: dense}, {ffn: moe}], moe_experts: 4, moe_top_k: 2, moe_ffn_size: 16,\n"
     "        moe_latent_size: 16, moe_aux_loss_coeff: 0.01, moe_z_loss_coeff: 0.001}\n";
 
-// A MoE layer's routing decisions are the host's: its forward reads the router's logits back (one
-// wait per layer and micro-batch, where Megatron's dispatcher reads its token counts) and uploads
-// what the dispatch and the router's backward read: each dispatched row's token and combine
-// weight, each selection's dispatched row, expert and weight, the balancing loss's counts and
-// factors. Its backward waits for nothing and uploads nothing: the router's gradient is computed
-// where its logits are (kernels::moe_router_backward) from the rows' dot products left there.
+// A MoE layer's routing decisions are the host's: its forward reads back the selections, combine
+// weights and the losses' sums the router's kernel computed from the logits where they are
+// (kernels::moe_router_forward: one wait per layer and micro-batch, where Megatron's dispatcher
+// reads its token counts), and uploads what the dispatch and the router's backward read: each
+// dispatched row's token and combine weight, each selection's dispatched row, the balancing loss's
+// counts and factors. Its backward waits for nothing and uploads nothing: the router's gradient is
+// computed where its logits are (kernels::moe_router_backward) from the rows' dot products left
+// there.
 TEST_F(DeviceCensus, AMoeLayerWaitsForTheDeviceOnceInItsForwardAndNeverInItsBackward) {
   constexpr int64_t kMicroBatches = 2;
   const StepCensus step = one_step("moe-bf16", kMoeCensus, {"precision.recipe=bf16"});
-  EXPECT_EQ(step.to_host, kMicroBatches);  // the logits
+  EXPECT_EQ(step.to_host, kMicroBatches);  // the selections
   EXPECT_EQ(step.waits(), kMicroBatches + kMicroBatches + 1);  // and the losses and the norm
-  EXPECT_EQ(step.from_host, (3 + 7) * kMicroBatches);  // the tokens (twice) and targets, and the layer's 7
+  EXPECT_EQ(step.from_host, (3 + 5) * kMicroBatches);  // the tokens (twice) and targets, and the layer's 5
+  EXPECT_EQ(step.entry("moe_router_forward"), kMicroBatches);
   EXPECT_EQ(step.entry("moe_router_backward"), kMicroBatches);
   EXPECT_EQ(step.entry("row_dots"), kMicroBatches);
 }

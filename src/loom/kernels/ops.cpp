@@ -499,6 +499,15 @@ void row_dots(Device device, double* out, const float* a, const int32_t* index, 
               int64_t rows, int64_t width) {
   LOOM_DISPATCH(row_dots, out, a, index, b, b_stride, rows, width);
 }
+void moe_router_forward(Device device, const RouterForward& r) {
+  LOOM_CHECK(r.experts > 0 && r.top_k > 0 && r.top_k <= r.experts && r.tokens >= 0,
+             "moe_router_forward: " + std::to_string(r.top_k) + " of " + std::to_string(r.experts) +
+                 " experts over " + std::to_string(r.tokens) + " tokens");
+  LOOM_CHECK(r.prob_sums == nullptr || (r.group_tokens > 0 && r.tokens % r.group_tokens == 0),
+             "moe_router_forward: the balancing loss's groups must split the tokens evenly");
+  if (r.tokens == 0) return;
+  LOOM_DISPATCH(moe_router_forward, r);
+}
 void moe_router_backward(Device device, float* d_logits, const RouterBackward& r) {
   LOOM_CHECK(r.experts > 0 && r.top_k > 0 && r.top_k <= r.experts && r.tokens >= 0,
              "moe_router_backward: " + std::to_string(r.top_k) + " of " + std::to_string(r.experts) +

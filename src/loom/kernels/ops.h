@@ -129,6 +129,10 @@ void scatter_add_rows(Device device, float* out, const float* x, int64_t x_strid
                       const float* scale, int64_t rows, int64_t width);
 void row_dots(Device device, double* out, const float* a, const int32_t* index, const float* b, int64_t b_stride,
               int64_t rows, int64_t width);
+// A mixture-of-experts router's selections, combine weights and the losses' sums from its logits
+// (RouterForward, kernels/types.h), where the logits are: the host reads back [tokens, k] selections
+// and weights rather than [tokens, E] logits.
+void moe_router_forward(Device device, const RouterForward& r);
 // A mixture-of-experts router's backward (RouterBackward, kernels/types.h): d_logits [tokens, E]
 // written whole, where the router's logits live, so the layer's backward reads nothing back.
 void moe_router_backward(Device device, float* d_logits, const RouterBackward& r);

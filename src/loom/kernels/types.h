@@ -132,6 +132,28 @@ enum class MlpActivation : uint8_t { Swiglu, Gelu, Relu2 };
 // topk_scaling.
 enum class RouterKind : uint8_t { TopkSoftmax, SoftmaxTopk, Sigmoid };
 
+// What moe_router_forward reads and writes, every array on the device of the call. Per token
+// t < tokens, from its logits [E] and their scores: its k selected experts (`expert` [tokens, k],
+// largest first, ties to the lower index) of the values selected on (the logits under
+// topk_softmax, else the scores; plus `bias` [E] where set, for selection only) and their combine
+// weights (`weight` [tokens, k], times topk_scaling); where set, its logits' log-sum-exp (`lse`
+// [tokens], the z-loss's) and, per group of group_tokens tokens, the sum of its tokens' scores
+// normalised per token (`prob_sums` [groups, E], the balancing loss's P; the sigmoid scores over
+// their sum, the softmax as they are).
+struct RouterForward {
+  RouterKind kind = RouterKind::TopkSoftmax;
+  int experts = 0, top_k = 0;
+  float topk_scaling = 1.0f;
+  int64_t tokens = 0;
+  const float* logits = nullptr;
+  const float* bias = nullptr;
+  int32_t* expert = nullptr;
+  float* weight = nullptr;
+  double* lse = nullptr;
+  double* prob_sums = nullptr;
+  int64_t group_tokens = 0;
+};
+
 // What moe_router_backward reads, every array on the device of the call. Per token t < tokens:
 // its logits [E] (the scores recomputed from them), its k selected experts and their combine
 // weights, and the gradient of the loss with respect to each weight: selection t * k + i was

@@ -2,29 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "loom/core/error.h"
 #include "loom/kernels/ops.h"
-#include "loom/kernels/router_scores.h"
 
 namespace loom::model {
 
 namespace {
-
-using kernels::log_sum_exp;
-using kernels::softmax_row;
-
-// The k largest entries of v, largest first; ties take the lower index.
-void select_top_k(const std::vector<float>& v, int k, int32_t* out) {
-  for (int i = 0; i < k; ++i) {
-    int best = -1;
-    for (int e = 0; e < static_cast<int>(v.size()); ++e) {
-      if (std::find(out, out + i, e) != out + i) continue;
-      if (best < 0 || v[e] > v[best]) best = e;
-    }
-    out[i] = best;
-  }
-}
 
 kernels::RouterKind router_kind(config::MoeRouter router) {
   switch (router) {
@@ -42,60 +27,52 @@ MoeRouter::MoeRouter(const config::MoeConfig& moe, Device device, int experts, i
 void MoeRouter::forward(Routing& r, const float* x, int64_t tokens, int64_t seq, const float* weight,
                         const float* bias, ExpertComm* comm) const {
   const int E = experts_, k = top_k_;
-  const float scale = static_cast<float>(moe_.topk_scaling);
   r.tokens = tokens;
   r.seq = seq;
   float* device_logits = sized(r.logits, tokens * E, device_);
   // fp32 whatever the recipe.
   kernels::linear_forward(device_, device_logits, x, weight, nullptr, tokens, d_model_, E);
-  r.host_logits.resize(tokens * E);
-  copy_to_host(device_, r.host_logits.data(), device_logits, tokens * E);
-  const float* logits = r.host_logits.data();
-  r.scores.resize(tokens * E);
-  r.expert.resize(tokens * k);
-  r.weight.resize(tokens * k);
+  // The selections and weights, the logits' log-sum-exps (z-loss) and the groups' score sums
+  // (balancing loss) computed where the logits are, into one buffer read back at once.
+  const bool z_loss = moe_.z_loss_coeff > 0.0, balancing = moe_.aux_loss_coeff > 0.0;
+  const int64_t group_tokens = moe_.aux_loss == config::MoeAuxLoss::Sequence ? seq : tokens;
+  const int64_t groups = tokens / group_tokens, selections = tokens * k;
+  const int64_t total = selections + (z_loss ? tokens : 0) + (balancing ? groups * E : 0);  // in 8-byte units
+  if (r.selections_on_device.device() != device_) r.selections_on_device = DeviceBuffer<double>(device_);
+  if (r.selections_on_device.size() < total) r.selections_on_device.resize(total);
+  double* packed = r.selections_on_device.data();
+  kernels::RouterForward f;
+  f.kind = router_kind(moe_.router);
+  f.experts = E;
+  f.top_k = k;
+  f.topk_scaling = static_cast<float>(moe_.topk_scaling);
+  f.tokens = tokens;
+  f.logits = device_logits;
+  if (bias != nullptr) f.bias = upload(device_, r.bias_on_device, std::vector<float>(bias, bias + E));
+  f.expert = reinterpret_cast<int32_t*>(packed);
+  f.weight = reinterpret_cast<float*>(f.expert + selections);
+  f.lse = z_loss ? packed + selections : nullptr;
+  f.prob_sums = balancing ? packed + selections + (z_loss ? tokens : 0) : nullptr;
+  f.group_tokens = group_tokens;
+  kernels::moe_router_forward(device_, f);
+  std::vector<double>& host = r.host_selections;
+  host.resize(static_cast<size_t>(total));
+  copy_to_host(device_, host.data(), packed, total);
+  r.expert.resize(selections);
+  r.weight.resize(selections);
+  std::memcpy(r.expert.data(), host.data(), selections * sizeof(int32_t));
+  std::memcpy(r.weight.data(), reinterpret_cast<const int32_t*>(host.data()) + selections, selections * sizeof(float));
   r.counts.assign(E, 0.0f);
-  std::vector<float> select(E);
-  for (int64_t t = 0; t < tokens; ++t) {
-    const float* l = logits + t * E;
-    float* s = r.scores.data() + t * E;
-    kernels::router_scores(router_kind(moe_.router), l, s, E);  // as the backward recomputes them
-    for (int e = 0; e < E; ++e) {
-      select[e] = (moe_.router == config::MoeRouter::TopkSoftmax ? l[e] : s[e]) + (bias ? bias[e] : 0.0f);
-    }
-    int32_t* ex = r.expert.data() + t * k;
-    float* w = r.weight.data() + t * k;
-    select_top_k(select, k, ex);
-    if (moe_.router == config::MoeRouter::TopkSoftmax) {
-      float picked[64];
-      LOOM_CHECK(k <= 64, "model.moe_top_k above 64 is not supported");
-      for (int i = 0; i < k; ++i) picked[i] = l[ex[i]];
-      softmax_row(picked, w, k);
-    } else {
-      double sum = 0.0;
-      for (int i = 0; i < k; ++i) sum += w[i] = s[ex[i]];
-      if (moe_.router == config::MoeRouter::Sigmoid) {
-        for (int i = 0; i < k; ++i) w[i] = static_cast<float>(w[i] / sum);
-      }
-    }
-    for (int i = 0; i < k; ++i) {
-      w[i] *= scale;
-      r.counts[ex[i]] += 1.0f;
-    }
-  }
+  for (const int32_t e : r.expert) r.counts[e] += 1.0f;
   r.z_loss = 0.0;
-  if (moe_.z_loss_coeff > 0.0) {
+  if (z_loss) {
     double sum = 0.0;
-    for (int64_t t = 0; t < tokens; ++t) {
-      const double lse = log_sum_exp(logits + t * E, E);
-      sum += lse * lse;
-    }
+    for (int64_t t = 0; t < tokens; ++t) sum += host[selections + t] * host[selections + t];
     r.z_loss = moe_.z_loss_coeff * sum / static_cast<double>(tokens);
   }
-  balancing_loss(r, comm);
-  // What the backward reads where the logits are (kernels::moe_router_backward): no read back.
-  upload(device_, r.expert_on_device, r.expert);
-  upload(device_, r.weight_on_device, r.weight);
+  balancing_loss(r, comm, balancing ? host.data() + selections + (z_loss ? tokens : 0) : nullptr);
+  // What the backward reads besides the selections and weights, where the logits are
+  // (kernels::moe_router_backward): no read back there.
   upload(device_, r.aux_f_on_device, r.aux_f);
   upload(device_, r.aux_factor_on_device, r.aux_factor);
 }
@@ -104,7 +81,7 @@ void MoeRouter::forward(Routing& r, const float* x, int64_t tokens, int64_t seq,
 // expert e over the group's tokens and P_e the mean routing probability (sigmoid scores
 // normalised per token). Per sequence: the mean of each sequence's loss. Global: f summed over
 // every routing rank (the gradient flows through this rank's probabilities only).
-void MoeRouter::balancing_loss(Routing& r, ExpertComm* comm) const {
+void MoeRouter::balancing_loss(Routing& r, ExpertComm* comm, const double* prob_sums) const {
   r.aux_f.clear();
   r.aux_factor.clear();
   r.aux_loss = 0.0;
@@ -125,21 +102,11 @@ void MoeRouter::balancing_loss(Routing& r, ExpertComm* comm) const {
     std::copy(sums.begin(), sums.begin() + E, r.aux_f.begin());
     f_tokens = sums[E];
   }
-  std::vector<double> probs(E);
   for (int64_t g = 0; g < groups; ++g) {
     const double factor = moe_.aux_loss_coeff * E / (top_k_ * f_tokens * static_cast<double>(group_tokens)) /
                           static_cast<double>(groups);
     r.aux_factor.push_back(factor);
-    std::fill(probs.begin(), probs.end(), 0.0);
-    for (int64_t t = g * group_tokens; t < (g + 1) * group_tokens; ++t) {
-      const float* s = r.scores.data() + t * E;
-      double norm = 1.0;
-      if (moe_.router == config::MoeRouter::Sigmoid) {
-        norm = 0.0;
-        for (int e = 0; e < E; ++e) norm += s[e];
-      }
-      for (int e = 0; e < E; ++e) probs[e] += s[e] / norm;
-    }
+    const double* probs = prob_sums + g * E;  // the group's tokens' normalised scores, summed
     for (int e = 0; e < E; ++e) r.aux_loss += factor * probs[e] * r.aux_f[g * E + e];
   }
 }
@@ -153,8 +120,8 @@ void MoeRouter::backward(float* d_logits, const Routing& r, const int32_t* selec
   b.topk_scaling = static_cast<float>(moe_.topk_scaling);
   b.tokens = r.tokens;
   b.logits = r.logits.data();
-  b.expert = r.expert_on_device.data();
-  b.weight = r.weight_on_device.data();
+  b.expert = r.device_expert();
+  b.weight = r.device_weight();
   b.selection_row = selection_row;
   b.row_grad = row_grad;
   if (!r.aux_factor.empty()) {

@@ -6,10 +6,12 @@
 //   softmax_topk: weights = softmax over every expert, at the k selected
 //   sigmoid:      weights = sigmoid scores of the k selected, normalised over them
 // each times model.moe_topk_scaling. Ties pick the lower expert index.
-// The logits are computed where the model lives and copied to the host: every routing decision
-// is the host's (small: [tokens, E]), on the CPU and on a GPU alike. The logits' gradient is
-// computed where they live (kernels::moe_router_backward, which recomputes the scores from them),
-// from the selections and weights uploaded by the forward: the backward reads nothing back.
+// The logits are computed where the model lives, and so are the selections, combine weights and
+// the losses' sums (kernels::moe_router_forward), which the host reads back in one copy ([tokens, k]
+// selections and weights, not [tokens, E] logits) for the routing decisions that follow (capacity,
+// the dispatch plan, the losses); the CPU runs the same kernel. The logits' gradient is computed
+// where they live too (kernels::moe_router_backward, which recomputes the scores from them) from
+// the selections and weights left there: the backward reads nothing back.
 #include <cstdint>
 #include <vector>
 
@@ -23,8 +25,6 @@ namespace loom::model {
 struct Routing {
   int64_t tokens = 0, seq = 0;
   Buffer logits;                // [tokens, E] on the model's device
-  std::vector<float> host_logits;  // and their host copy
-  std::vector<float> scores;    // [tokens, E]: softmax or sigmoid of the logits
   std::vector<int32_t> expert;  // [tokens, k]: the selected experts
   std::vector<float> weight;    // [tokens, k]: their combine weights
   std::vector<float> counts;    // [E]: selections per expert in the group (before any drop)
@@ -32,10 +32,15 @@ struct Routing {
   std::vector<float> aux_f;
   std::vector<double> aux_factor;
   double aux_loss = 0.0, z_loss = 0.0;  // including their coefficients
-  // expert, weight, aux_f and aux_factor on the model's device, for the backward.
-  DeviceBuffer<int32_t> expert_on_device;
-  Buffer weight_on_device, aux_f_on_device;
+  // On the model's device: the selections, weights, log-sum-exps and score sums the forward
+  // kernel wrote (one buffer, read back at once into host_selections), the expert bias it read, and
+  // aux_f and aux_factor for the backward.
+  DeviceBuffer<double> selections_on_device;
+  std::vector<double> host_selections;
+  Buffer bias_on_device, aux_f_on_device;
   DeviceBuffer<double> aux_factor_on_device;
+  const int32_t* device_expert() const { return reinterpret_cast<const int32_t*>(selections_on_device.data()); }
+  const float* device_weight() const { return reinterpret_cast<const float*>(device_expert() + expert.size()); }
 };
 
 class MoeRouter {
@@ -56,7 +61,9 @@ class MoeRouter {
                 float aux_scale, int64_t first, int64_t end) const;
 
  private:
-  void balancing_loss(Routing& r, ExpertComm* comm) const;
+  // aux_loss and its gradient's factors from the selections and prob_sums [groups, E] (the
+  // forward kernel's sums of each group's normalised scores).
+  void balancing_loss(Routing& r, ExpertComm* comm, const double* prob_sums) const;
 
   config::MoeConfig moe_;
   Device device_;

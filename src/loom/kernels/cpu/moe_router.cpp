@@ -10,6 +10,35 @@ namespace loom::kernels::cpu {
 
 namespace {
 
+// The k largest entries of v, largest first; ties take the lower index.
+void select_top_k(const std::vector<float>& v, int k, int32_t* out) {
+  for (int i = 0; i < k; ++i) {
+    int best = -1;
+    for (int e = 0; e < static_cast<int>(v.size()); ++e) {
+      if (std::find(out, out + i, e) != out + i) continue;
+      if (best < 0 || v[e] > v[best]) best = e;
+    }
+    out[i] = best;
+  }
+}
+
+// w [k] = the combine weights of the selected experts ex from the token's logits l and scores s.
+void combine_weights(const RouterForward& r, const float* l, const float* s, const int32_t* ex, float* w) {
+  const int k = r.top_k;
+  if (r.kind == RouterKind::TopkSoftmax) {
+    std::vector<float> picked(static_cast<size_t>(k));
+    for (int i = 0; i < k; ++i) picked[i] = l[ex[i]];
+    softmax_row(picked.data(), w, k);
+  } else {
+    double sum = 0.0;
+    for (int i = 0; i < k; ++i) sum += w[i] = s[ex[i]];
+    if (r.kind == RouterKind::Sigmoid) {
+      for (int i = 0; i < k; ++i) w[i] = static_cast<float>(w[i] / sum);
+    }
+  }
+  for (int i = 0; i < k; ++i) w[i] *= r.topk_scaling;
+}
+
 // dl += the gradient of sum_i dw[i] * weight[i] of one token.
 void weights_backward(float* dl, const RouterBackward& r, const float* s, const int32_t* ex, const float* w,
                       const float* dw) {
@@ -68,6 +97,31 @@ void losses_backward(float* dl, const RouterBackward& r, int64_t t, const float*
 }
 
 }  // namespace
+
+void moe_router_forward(const RouterForward& r) {
+  const int E = r.experts, k = r.top_k;
+  std::vector<float> scores(static_cast<size_t>(E)), select(static_cast<size_t>(E));
+  if (r.prob_sums != nullptr) std::fill_n(r.prob_sums, r.tokens / r.group_tokens * E, 0.0);
+  for (int64_t t = 0; t < r.tokens; ++t) {
+    const float* l = r.logits + t * E;
+    const float* s = scores.data();
+    router_scores(r.kind, l, scores.data(), E);
+    for (int e = 0; e < E; ++e) select[e] = (r.kind == RouterKind::TopkSoftmax ? l[e] : s[e]) + (r.bias ? r.bias[e] : 0.0f);
+    int32_t* ex = r.expert + t * k;
+    select_top_k(select, k, ex);
+    combine_weights(r, l, s, ex, r.weight + t * k);
+    if (r.lse != nullptr) r.lse[t] = log_sum_exp(l, E);
+    if (r.prob_sums != nullptr) {
+      double norm = 1.0;
+      if (r.kind == RouterKind::Sigmoid) {
+        norm = 0.0;
+        for (int e = 0; e < E; ++e) norm += s[e];
+      }
+      double* p = r.prob_sums + t / r.group_tokens * E;
+      for (int e = 0; e < E; ++e) p[e] += s[e] / norm;
+    }
+  }
+}
 
 void moe_router_backward(float* d_logits, const RouterBackward& r) {
   const int E = r.experts, k = r.top_k;

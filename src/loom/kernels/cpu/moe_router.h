@@ -1,13 +1,15 @@
 #pragma once
-// A mixture-of-experts router's backward on the CPU (kernels::moe_router_backward): the gradient of
-// the logits, per token, from the scores recomputed as the router's forward computed them
-// (kernels/router_scores.h).
+// A mixture-of-experts router on the CPU (kernels::moe_router_forward / moe_router_backward): its
+// selections and combine weights from its logits, and the logits' gradient, per token, the scores
+// computed once by each from the logits (kernels/router_scores.h): the same in both.
 #include <cstdint>
 
 #include "loom/kernels/types.h"
 
 namespace loom::kernels::cpu {
 
+// The selections, combine weights and the losses' sums of RouterForward, token by token in order.
+void moe_router_forward(const RouterForward& r);
 // d_logits [tokens, E] written whole: the gradient of sum(row gradient . weight) and of the losses.
 void moe_router_backward(float* d_logits, const RouterBackward& r);
 

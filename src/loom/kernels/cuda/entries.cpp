@@ -184,6 +184,7 @@ void register_norms_and_activations(CudaEntries& e) {
   };
   e.row_dots = [](Device d, double* out, const float* a, const int32_t* index, const float* b, int64_t bs,
                   int64_t rows, int64_t width) { row_dots(out, a, index, b, bs, rows, width, stream_of(d)); };
+  e.moe_router_forward = [](Device d, const RouterForward& r) { moe_router_forward(r, stream_of(d)); };
   e.moe_router_backward = [](Device d, float* d_logits, const RouterBackward& r) {
     moe_router_backward(d_logits, r, stream_of(d));
   };
