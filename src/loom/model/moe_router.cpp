@@ -36,7 +36,7 @@ void MoeRouter::forward(Routing& r, const float* x, int64_t tokens, int64_t seq,
   // (balancing loss) computed where the logits are, into one buffer read back at once.
   const bool z_loss = moe_.z_loss_coeff > 0.0, balancing = moe_.aux_loss_coeff > 0.0;
   const int64_t group_tokens = moe_.aux_loss == config::MoeAuxLoss::Sequence ? seq : tokens;
-  const int64_t groups = tokens / group_tokens, selections = tokens * k;
+  const int64_t groups = group_tokens > 0 ? tokens / group_tokens : 0, selections = tokens * k;
   const int64_t total = selections + (z_loss ? tokens : 0) + (balancing ? groups * E : 0);  // in 8-byte units
   if (r.selections_on_device.device() != device_) r.selections_on_device = DeviceBuffer<double>(device_);
   if (r.selections_on_device.size() < total) r.selections_on_device.resize(total);
