@@ -34,18 +34,23 @@ struct RouterCase {
   int64_t tokens, group_tokens;
 };
 
+// Each router over widths that fill a block unevenly, groups of tokens, and past 65536 tokens
+// (the grid's stride).
+std::vector<RouterCase> router_cases() {
+  return {{RouterKind::TopkSoftmax, 8, 2, 300, 100},
+          {RouterKind::SoftmaxTopk, 160, 6, 257, 257},
+          {RouterKind::Sigmoid, 512, 22, 200, 50},
+          {RouterKind::TopkSoftmax, 512, 22, 129, 129},
+          {RouterKind::Sigmoid, 8, 2, 70001, 70001}};
+}
+
 std::string kind_name(RouterKind kind) {
   return kind == RouterKind::TopkSoftmax ? "topk_softmax" : kind == RouterKind::SoftmaxTopk ? "softmax_topk" : "sigmoid";
 }
 
 TEST_F(CudaMoeRouter, BackwardEqualsTheCpuForEveryRouter) {
-  const std::vector<RouterCase> cases = {
-      {RouterKind::TopkSoftmax, 8, 2, 300, 100},    {RouterKind::SoftmaxTopk, 160, 6, 257, 257},
-      {RouterKind::Sigmoid, 512, 22, 200, 50},      {RouterKind::TopkSoftmax, 512, 22, 129, 129},
-      {RouterKind::Sigmoid, 8, 2, 70001, 70001},  // past 65536 tokens: the grid's stride
-  };
   uint32_t seed = seed_;
-  for (const RouterCase& c : cases) {
+  for (const RouterCase& c : router_cases()) {
     const int E = c.experts, k = c.top_k;
     const int64_t T = c.tokens, groups = T / c.group_tokens, R = T * k;
     const std::string name = kind_name(c.kind) + " " + std::to_string(k) + " of " + std::to_string(E) + " over " +
@@ -121,13 +126,8 @@ TEST_F(CudaMoeRouter, BackwardEqualsTheCpuForEveryRouter) {
 // are near enough for expf against the CPU's exp to swap them: the selections must be the CPU's
 // exactly, the weights, log-sum-exps and the groups' score sums within rounding.
 TEST_F(CudaMoeRouter, ForwardSelectsAsTheCpuForEveryRouter) {
-  const std::vector<RouterCase> cases = {
-      {RouterKind::TopkSoftmax, 8, 2, 300, 100},   {RouterKind::SoftmaxTopk, 160, 6, 257, 257},
-      {RouterKind::Sigmoid, 512, 22, 200, 50},     {RouterKind::TopkSoftmax, 512, 22, 129, 129},
-      {RouterKind::Sigmoid, 8, 2, 70001, 70001},  // past 65536 tokens: the grid's stride
-  };
   uint32_t seed = seed_;
-  for (const RouterCase& c : cases) {
+  for (const RouterCase& c : router_cases()) {
     for (const bool with_bias : {false, true}) {
       if (with_bias && c.kind != RouterKind::TopkSoftmax) continue;  // selected on logits + bias: still apart
       const int E = c.experts, k = c.top_k;

@@ -20,6 +20,16 @@ __device__ double block_total(double v) {
   return block_sum_double(v);
 }
 
+// log(sum_e exp(l[e])) in double from the row's max, as the CPU's (every thread gets it).
+__device__ double row_log_sum_exp(const float* l, int E, float* reduce) {
+  float m = -INFINITY;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) m = fmaxf(m, l[e]);
+  m = block_max(m, reduce);
+  double part = 0.0;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) part += exp(static_cast<double>(l[e] - m));
+  return m + log(block_total(part));
+}
+
 // s[e] = the token's scores, as the CPU's (kernels/router_scores.h); `reduce` for block_max.
 __device__ void scores_of_row(RouterKind kind, int E, const float* l, float* s, float* reduce) {
   if (kind == RouterKind::Sigmoid) {
@@ -103,12 +113,7 @@ __device__ void losses_gradient(const RouterBackward& r, int64_t t, const float*
     }
   }
   if (r.z_loss_coeff > 0.0) {
-    float m = -INFINITY;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) m = fmaxf(m, l[e]);
-    m = block_max(m, reduce);
-    double part = 0.0;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) part += exp(static_cast<double>(l[e] - m));
-    const double lse = m + log(block_total(part));
+    const double lse = row_log_sum_exp(l, E, reduce);
     const double c = r.aux_scale * r.z_loss_coeff * 2.0 * lse / static_cast<double>(r.tokens);
     for (int e = threadIdx.x; e < E; e += blockDim.x) dl[e] += static_cast<float>(c * exp(l[e] - lse));
   }
@@ -192,12 +197,7 @@ __global__ void __launch_bounds__(kThreads) moe_router_forward_kernel(const Rout
     __syncthreads();
     if (threadIdx.x == 0) write_weights(r, l, s, ex, r.weight + t * k);
     if (r.lse != nullptr) {
-      float m = -INFINITY;
-      for (int e = threadIdx.x; e < E; e += blockDim.x) m = fmaxf(m, l[e]);
-      m = block_max(m, reduce);
-      double part = 0.0;
-      for (int e = threadIdx.x; e < E; e += blockDim.x) part += exp(static_cast<double>(l[e] - m));
-      const double lse = m + log(block_total(part));
+      const double lse = row_log_sum_exp(l, E, reduce);
       if (threadIdx.x == 0) r.lse[t] = lse;
     }
     if (scores != nullptr) {
