@@ -183,6 +183,26 @@ TEST_F(CudaMoeRouter, ForwardSelectsAsTheCpuForEveryRouter) {
   }
 }
 
+// A gated shared expert's gate from its logits (exp in double: within 1e-7 of the CPU's), and its
+// logits' gradient (two float products, no sum: the CPU's bits), past one grid's rows.
+TEST_F(CudaMoeRouter, SharedExpertGateEqualsTheCpu) {
+  const int64_t n = 70001;
+  std::mt19937 rng(seed_);
+  std::vector<double> logits(static_cast<size_t>(n)), dots(static_cast<size_t>(n));
+  for (double& v : logits) v = std::uniform_real_distribution<double>(-8.0, 8.0)(rng);
+  for (double& v : dots) v = std::uniform_real_distribution<double>(-2.0, 2.0)(rng);
+  std::vector<float> want_gate(static_cast<size_t>(n)), want_grad(static_cast<size_t>(n));
+  cpu::sigmoid_gate(want_gate.data(), logits.data(), n);
+  cpu::sigmoid_gate_backward(want_grad.data(), dots.data(), want_gate.data(), n);
+  DeviceArray<double> d_logits(allocator_, logits), d_dots(allocator_, dots);
+  DeviceFloats gate(allocator_, std::vector<float>(want_gate.size(), NAN)), gate_in(allocator_, want_gate);
+  DeviceFloats grad(allocator_, std::vector<float>(want_grad.size(), NAN));
+  sigmoid_gate(gate.ptr, d_logits.ptr, n);
+  sigmoid_gate_backward(grad.ptr, d_dots.ptr, gate_in.ptr, n);
+  EXPECT_LE(relative_error(gate.host(), want_gate), 1e-7);
+  EXPECT_EQ(grad.host(), want_grad);
+}
+
 TEST_F(CudaMoeRouter, TooManyExpertsForABlockIsAClearError) {
   RouterBackward r;
   r.experts = 6000;

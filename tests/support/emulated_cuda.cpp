@@ -381,7 +381,7 @@ void zero_runs(Device device, float* base, const kernels::FloatRun* runs, int64_
   X(rmsnorm_add_forward_bf16) X(layernorm_add_forward_bf16)                                                    \
   X(rope_backward) X(swiglu_forward) X(swiglu_backward) X(gelu_forward) X(gelu_backward) X(relu2_forward)     \
   X(relu2_backward) X(activation_forward_bf16) X(activation_backward_bf16) X(add_rows) X(gather_rows) X(scatter_add_rows) X(row_dots)                                    \
-  X(moe_router_forward) X(moe_router_backward) X(linear_forward)                                                                    \
+  X(sigmoid_gate) X(sigmoid_gate_backward) X(moe_router_forward) X(moe_router_backward) X(linear_forward)                                                                    \
   X(linear_backward) X(add_bias) X(gemm_nt) X(gemm)                                                           \
   X(flash_attention_forward) X(flash_attention_backward) X(flash_attention_forward_bf16_tensors)               \
   X(flash_attention_backward_bf16_tensors) X(flash_attention_backward_bf16_gradients) X(rope_forward_bf16)    \

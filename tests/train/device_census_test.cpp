@@ -205,12 +205,14 @@ TEST_F(DeviceCensus, AStepOfTheDeepModelWaitsForTheDeviceOnlyForItsInputsLossAnd
   EXPECT_EQ(gpt2.entry("zero_runs"), 1);
 }
 
-// A latent MoE layer after a dense block (4 experts, top-2, the balancing and z losses).
+// A latent MoE layer after a dense block (4 experts, top-2, the balancing and z losses, a shared
+// expert with its sigmoid gate).
 constexpr const char* kMoeCensus =
     "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, max_seq_len: 32,\n"
     "        norm: rms, activation: swiglu, positions: rope, tied_embeddings: true,\n"
     "        block_configs: [{ffn: dense}, {ffn: moe}], moe_experts: 4, moe_top_k: 2, moe_ffn_size: 16,\n"
-    "        moe_latent_size: 16, moe_aux_loss_coeff: 0.01, moe_z_loss_coeff: 0.001}\n";
+    "        moe_latent_size: 16, moe_aux_loss_coeff: 0.01, moe_z_loss_coeff: 0.001,\n"
+    "        moe_shared_ffn_size: 16, moe_shared_expert_gate: true}\n";
 
 // A MoE layer's routing decisions are the host's: its forward reads back the selections, combine
 // weights and the losses' sums the router's kernel computed from the logits where they are
@@ -219,7 +221,8 @@ constexpr const char* kMoeCensus =
 // dispatched row's token and combine weight, each selection's dispatched row, the balancing loss's
 // counts and factors. Its backward waits for nothing and uploads nothing: the router's gradient is
 // computed where its logits are (kernels::moe_router_backward) from the rows' dot products left
-// there.
+// there. The shared expert's gate and its gradient are computed where the rows are too
+// (kernels::sigmoid_gate, sigmoid_gate_backward).
 TEST_F(DeviceCensus, AMoeLayerWaitsForTheDeviceOnceInItsForwardAndNeverInItsBackward) {
   constexpr int64_t kMicroBatches = 2;
   const StepCensus step = one_step("moe-bf16", kMoeCensus, {"precision.recipe=bf16"});
@@ -228,7 +231,9 @@ TEST_F(DeviceCensus, AMoeLayerWaitsForTheDeviceOnceInItsForwardAndNeverInItsBack
   EXPECT_EQ(step.from_host, (3 + 5) * kMicroBatches);  // the tokens (twice) and targets, and the layer's 5
   EXPECT_EQ(step.entry("moe_router_forward"), kMicroBatches);
   EXPECT_EQ(step.entry("moe_router_backward"), kMicroBatches);
-  EXPECT_EQ(step.entry("row_dots"), kMicroBatches);
+  EXPECT_EQ(step.entry("sigmoid_gate"), kMicroBatches);
+  EXPECT_EQ(step.entry("sigmoid_gate_backward"), kMicroBatches);
+  EXPECT_EQ(step.entry("row_dots"), 3 * kMicroBatches);  // the gate's logits and gradient, the combine weights
 }
 
 }  // namespace loom::train

@@ -113,6 +113,8 @@ struct CudaEntries {
                            const float* scale, int64_t rows, int64_t width) = nullptr;
   void (*row_dots)(Device, double* out, const float* a, const int32_t* index, const float* b, int64_t b_stride,
                    int64_t rows, int64_t width) = nullptr;
+  void (*sigmoid_gate)(Device, float* gate, const double* logits, int64_t n) = nullptr;
+  void (*sigmoid_gate_backward)(Device, float* d_logit, const double* dots, const float* gate, int64_t n) = nullptr;
   void (*moe_router_forward)(Device, const RouterForward& r) = nullptr;
   void (*moe_router_backward)(Device, float* d_logits, const RouterBackward& r) = nullptr;
   // Mamba-2's mixer: the contracts of kernels/cpu/ssd_scan.h, causal_conv.h and gated_norm.h.

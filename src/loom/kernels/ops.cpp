@@ -499,6 +499,14 @@ void row_dots(Device device, double* out, const float* a, const int32_t* index, 
               int64_t rows, int64_t width) {
   LOOM_DISPATCH(row_dots, out, a, index, b, b_stride, rows, width);
 }
+void sigmoid_gate(Device device, float* gate, const double* logits, int64_t n) {
+  if (n == 0) return;
+  LOOM_DISPATCH(sigmoid_gate, gate, logits, n);
+}
+void sigmoid_gate_backward(Device device, float* d_logit, const double* dots, const float* gate, int64_t n) {
+  if (n == 0) return;
+  LOOM_DISPATCH(sigmoid_gate_backward, d_logit, dots, gate, n);
+}
 void moe_router_forward(Device device, const RouterForward& r) {
   LOOM_CHECK(r.experts > 0 && r.top_k > 0 && r.top_k <= r.experts && r.tokens >= 0,
              "moe_router_forward: " + std::to_string(r.top_k) + " of " + std::to_string(r.experts) +

@@ -129,6 +129,11 @@ void scatter_add_rows(Device device, float* out, const float* x, int64_t x_strid
                       const float* scale, int64_t rows, int64_t width);
 void row_dots(Device device, double* out, const float* a, const int32_t* index, const float* b, int64_t b_stride,
               int64_t rows, int64_t width);
+// A gated shared expert's gate (Qwen2-MoE's shared_expert_gate) from its logits, row dots in
+// double: gate[t] = float(1 / (1 + exp(-logit[t]))); and the logits' gradient from the gated output's
+// row dots with its gradient: d_logit[t] = float(dot[t]) * gate[t] * (1 - gate[t]) in float.
+void sigmoid_gate(Device device, float* gate, const double* logits, int64_t n);
+void sigmoid_gate_backward(Device device, float* d_logit, const double* dots, const float* gate, int64_t n);
 // A mixture-of-experts router's selections, combine weights and the losses' sums from its logits
 // (RouterForward, kernels/types.h), where the logits are: the host reads back [tokens, k] selections
 // and weights rather than [tokens, E] logits.

@@ -180,22 +180,20 @@ void MoeLayer::shared_forward(Saved& s, float* residual, const float* normed, in
   const int64_t C = d_model_, local = tp_->local_rows(rows);
   float* out = zeroed(s.shared_out, local * C, device_);
   shared_->forward(s.shared, out, normed, rows, scratch);
-  const std::vector<double>& logit = row_dots(normed, nullptr, value(shared_gate_), 0, local, C);
-  s.shared_gate.resize(local);
-  for (int64_t t = 0; t < local; ++t) s.shared_gate[t] = static_cast<float>(1.0 / (1.0 + std::exp(-logit[t])));
-  const float* gate = upload(device_, s.gate, s.shared_gate);
+  // The gate where the rows are: nothing read back.
+  double* logit = row_dots(normed, nullptr, value(shared_gate_), 0, local, C);
+  float* gate = sized(s.gate, local, device_);
+  kernels::sigmoid_gate(device_, gate, logit, local);
   kernels::scatter_add_rows(device_, residual, out, C, nullptr, gate, local, C);
 }
 
-const std::vector<double>& MoeLayer::row_dots(const float* a, const int32_t* index, const float* b, int64_t b_stride,
-                                              int64_t rows, int64_t width) const {
+double* MoeLayer::row_dots(const float* a, const int32_t* index, const float* b, int64_t b_stride, int64_t rows,
+                           int64_t width) const {
   DeviceBuffer<double>& dots = moe_scratch().dots;
   if (dots.device() != device_) dots = DeviceBuffer<double>(device_);
   if (dots.size() < rows) dots.resize(rows);
   kernels::row_dots(device_, dots.data(), a, index, b, b_stride, rows, width);
-  dots_host_.resize(rows);
-  copy_to_host(device_, dots_host_.data(), dots.data(), rows);
-  return dots_host_;
+  return dots.data();
 }
 
 // out = gate * shared: d_shared = gate * d_out; d_logit = gate (1 - gate) (d_out . shared).
@@ -208,16 +206,17 @@ void MoeLayer::shared_backward(float* d_normed, const float* d_residual, const f
   const int64_t C = d_model_, local = tp_->local_rows(rows);
   float* d_shared = sized(moe_scratch().d_shared, local * C, device_);
   kernels::gather_rows(device_, d_shared, d_residual, nullptr, s.gate.data(), local, C);
-  const std::vector<double>& dot = row_dots(d_residual, nullptr, s.shared_out.data(), C, local, C);
-  d_gate_logit_.resize(local);
-  for (int64_t t = 0; t < local; ++t) {
-    const float gate = s.shared_gate[t];
-    d_gate_logit_[t] = static_cast<float>(dot[t]) * gate * (1.0f - gate);
+  const double* dot = row_dots(d_residual, nullptr, s.shared_out.data(), C, local, C);
+  float* d_logit = sized(moe_scratch().d_gate_logit, local, device_);
+  kernels::sigmoid_gate_backward(device_, d_logit, dot, s.gate.data(), local);
+  // dg += sum_t d_logit[t] normed[t] (rows in order into row 0); d_normed[t] += d_logit[t] g. The
+  // index of zeros is uploaded once, when it grows.
+  DeviceBuffer<int32_t>& zeros = moe_scratch().zeros;
+  if (zeros.device() != device_ || zeros.size() < local) {
+    zeros_host_.assign(local, 0);
+    upload(device_, zeros, zeros_host_);
   }
-  const float* d_logit = upload(device_, moe_scratch().d_gate_logit, d_gate_logit_);
-  zeros_host_.assign(local, 0);
-  // dg += sum_t d_logit[t] normed[t] (rows in order into row 0); d_normed[t] += d_logit[t] g.
-  const int32_t* row_zero = upload(device_, moe_scratch().zeros, zeros_host_);
+  const int32_t* row_zero = zeros.data();
   kernels::scatter_add_rows(device_, store_->grad(shared_gate_), normed, C, row_zero, d_logit, local, C);
   kernels::scatter_add_rows(device_, d_normed, value(shared_gate_), 0, nullptr, d_logit, local, C);
   shared_->backward(d_normed, d_shared, normed, s.shared, work, rows, scratch, true);
@@ -262,10 +261,7 @@ void MoeLayer::backward(float* d_normed, const float* d_residual, const float* n
   // d_returned[r] = weight[r] * d_y[token[r]], d_weight[selection of r] = d_y[token[r]] . returned[r].
   const int64_t R = static_cast<int64_t>(s.plan.order.size());
   const int32_t* tokens = s.row_token.data();
-  DeviceBuffer<double>& row_grad = moe_scratch().dots;  // d_weight of each dispatched row, on the device
-  if (row_grad.device() != device_) row_grad = DeviceBuffer<double>(device_);
-  if (row_grad.size() < R) row_grad.resize(R);
-  kernels::row_dots(device_, row_grad.data(), d_y, tokens, s.returned.data(), W, R, W);
+  const double* row_grad = row_dots(d_y, tokens, s.returned.data(), W, R, W);  // each dispatched row's d_weight
   float* d_returned = sized(moe_scratch().d_rows, R * W, device_);
   kernels::gather_rows(device_, d_returned, d_y, tokens, s.row_weight.data(), R, W);
   float* d_dispatched = sized(moe_scratch().d_rows2, R * W, device_);
@@ -284,7 +280,7 @@ void MoeLayer::backward(float* d_normed, const float* d_residual, const float* n
   }
   const int E = router_.experts();
   float* d_logits = sized(moe_scratch().d_logits, rows * E, device_);
-  router_.backward(d_logits, s.routing, s.selection_row.data(), row_grad.data(), aux_scale_, first, first + local);
+  router_.backward(d_logits, s.routing, s.selection_row.data(), row_grad, aux_scale_, first, first + local);
   kernels::linear_backward(device_, d_x_full, store_->grad(router_weight_), nullptr, d_logits, x,
                            value(router_weight_), rows, C, E);
   kernels::add_in_place(device_, d_x, d_x_full, rows * C);

@@ -65,8 +65,7 @@ class MoeLayer {
     ExpertMlp::Saved experts;
     Mlp::Saved shared;
     Buffer shared_out;               // gated shared expert: its output [local rows, d_model] before the gate
-    std::vector<float> shared_gate;  // and sigmoid(x . g) per local row
-    Buffer gate;                     // the same on the model's device
+    Buffer gate;                     // and sigmoid(x . g) per local row
   };
   MoeLayer(ParameterStore& store, const TensorParallel& tp, ExpertLayout experts, int layer,
            const std::string& prefix, const config::ModelConfig& config, int dense_ffn, float init_std,
@@ -102,9 +101,10 @@ class MoeLayer {
                         int64_t width) const;
   void exchange(const float* send, float* recv, const ExchangePlan& x, int64_t width, bool to_experts) const;
   void record_stats(const Saved& s) const;
-  // out[r] = a[index[r] (null: r)] . b[r * b_stride] in double, computed on the device, on the host.
-  const std::vector<double>& row_dots(const float* a, const int32_t* index, const float* b, int64_t b_stride,
-                                      int64_t rows, int64_t width) const;
+  // out[r] = a[index[r] (null: r)] . b[r * b_stride] in double, on the device (MoeScratch::dots,
+  // valid until the next call).
+  double* row_dots(const float* a, const int32_t* index, const float* b, int64_t b_stride, int64_t rows,
+                   int64_t width) const;
   void shared_forward(Saved& s, float* residual, const float* normed, int64_t rows, ParallelScratch& scratch) const;
   void shared_backward(float* d_normed, const float* d_residual, const float* normed, const Saved& s, Workspace& work,
                        int64_t rows, ParallelScratch& scratch) const;
@@ -135,9 +135,7 @@ class MoeLayer {
   MoeScratch& moe_scratch() const { return shared_scratch_ != nullptr ? *shared_scratch_ : own_scratch_; }
   MoeScratch* shared_scratch_ = nullptr;
   mutable MoeScratch own_scratch_;
-  mutable std::vector<float> d_gate_logit_;
   mutable std::vector<int32_t> selection_row_;
-  mutable std::vector<double> dots_host_;
   mutable std::vector<int32_t> zeros_host_;
 };
 

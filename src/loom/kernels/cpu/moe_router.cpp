@@ -98,6 +98,14 @@ void losses_backward(float* dl, const RouterBackward& r, int64_t t, const float*
 
 }  // namespace
 
+void sigmoid_gate(float* gate, const double* logits, int64_t n) {
+  for (int64_t t = 0; t < n; ++t) gate[t] = static_cast<float>(1.0 / (1.0 + std::exp(-logits[t])));
+}
+
+void sigmoid_gate_backward(float* d_logit, const double* dots, const float* gate, int64_t n) {
+  for (int64_t t = 0; t < n; ++t) d_logit[t] = static_cast<float>(dots[t]) * gate[t] * (1.0f - gate[t]);
+}
+
 void moe_router_forward(const RouterForward& r) {
   const int E = r.experts, k = r.top_k;
   std::vector<float> scores(static_cast<size_t>(E)), select(static_cast<size_t>(E));

@@ -173,6 +173,11 @@ void register_norms_and_activations(CudaEntries& e) {
                                   const void* in, int64_t rows, int64_t width, float* amax) {
     activation_backward_bf16(a, din, din16, dbias, dout, in, rows, width, amax, stream_of(d));
   };
+}
+
+// The row moves of a mixture-of-experts layer (and context parallelism's column blocks), its
+// router and its shared expert's gate.
+void register_rows_and_routing(CudaEntries& e) {
   e.add_rows = [](Device d, float* y, int64_t ys, const float* x, int64_t xs, int64_t rows, int64_t width) {
     add_rows(y, ys, x, xs, rows, width, stream_of(d));
   };
@@ -184,6 +189,12 @@ void register_norms_and_activations(CudaEntries& e) {
   };
   e.row_dots = [](Device d, double* out, const float* a, const int32_t* index, const float* b, int64_t bs,
                   int64_t rows, int64_t width) { row_dots(out, a, index, b, bs, rows, width, stream_of(d)); };
+  e.sigmoid_gate = [](Device d, float* gate, const double* logits, int64_t n) {
+    sigmoid_gate(gate, logits, n, stream_of(d));
+  };
+  e.sigmoid_gate_backward = [](Device d, float* d_logit, const double* dots, const float* gate, int64_t n) {
+    sigmoid_gate_backward(d_logit, dots, gate, n, stream_of(d));
+  };
   e.moe_router_forward = [](Device d, const RouterForward& r) { moe_router_forward(r, stream_of(d)); };
   e.moe_router_backward = [](Device d, float* d_logits, const RouterBackward& r) {
     moe_router_backward(d_logits, r, stream_of(d));
@@ -429,6 +440,7 @@ void register_precision(CudaEntries& e) {
 
 void register_kernels(CudaEntries& entries) {
   register_norms_and_activations(entries);
+  register_rows_and_routing(entries);
   register_embedding_and_rope(entries);
   register_products(entries);
   register_attention(entries);

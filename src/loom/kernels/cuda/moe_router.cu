@@ -270,7 +270,29 @@ __global__ void __launch_bounds__(kThreads) moe_router_backward_kernel(float* __
   }
 }
 
+__global__ void sigmoid_gate_kernel(float* __restrict__ gate, const double* __restrict__ logits, int64_t n) {
+  for (int64_t t = grid_start(); t < n; t += grid_stride()) gate[t] = static_cast<float>(1.0 / (1.0 + exp(-logits[t])));
+}
+
+__global__ void sigmoid_gate_backward_kernel(float* __restrict__ d_logit, const double* __restrict__ dots,
+                                             const float* __restrict__ gate, int64_t n) {
+  for (int64_t t = grid_start(); t < n; t += grid_stride())
+    d_logit[t] = __fmul_rn(__fmul_rn(static_cast<float>(dots[t]), gate[t]), __fsub_rn(1.0f, gate[t]));
+}
+
 }  // namespace
+
+void sigmoid_gate(float* gate, const double* logits, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  sigmoid_gate_kernel<<<grid_for(n), kThreads, 0, stream>>>(gate, logits, n);
+  check_launch("sigmoid_gate_kernel");
+}
+
+void sigmoid_gate_backward(float* d_logit, const double* dots, const float* gate, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  sigmoid_gate_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(d_logit, dots, gate, n);
+  check_launch("sigmoid_gate_backward_kernel");
+}
 
 void moe_router_forward(const RouterForward& r, cudaStream_t stream) {
   LOOM_CHECK(r.top_k <= kMaxTopK && r.experts <= kMaxExperts,

@@ -13,5 +13,9 @@ namespace loom::kernels::cuda {
 // tokens and the chunks in order (deterministic).
 void moe_router_forward(const RouterForward& r, cudaStream_t stream = nullptr);
 void moe_router_backward(float* d_logits, const RouterBackward& r, cudaStream_t stream = nullptr);
+// A gated shared expert's gate and its logits' gradient: a thread per row.
+void sigmoid_gate(float* gate, const double* logits, int64_t n, cudaStream_t stream = nullptr);
+void sigmoid_gate_backward(float* d_logit, const double* dots, const float* gate, int64_t n,
+                           cudaStream_t stream = nullptr);
 
 }  // namespace loom::kernels::cuda
