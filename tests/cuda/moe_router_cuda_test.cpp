@@ -44,6 +44,9 @@ std::vector<RouterCase> router_cases() {
           {RouterKind::Sigmoid, 8, 2, 70001, 70001}};
 }
 
+// The case's shape, its weights scaled by 2.5.
+RouterShape shape_of(const RouterCase& c) { return {c.kind, c.experts, c.top_k, 2.5f, c.tokens}; }
+
 std::string kind_name(RouterKind kind) {
   return kind == RouterKind::TopkSoftmax ? "topk_softmax" : kind == RouterKind::SoftmaxTopk ? "softmax_topk" : "sigmoid";
 }
@@ -77,11 +80,7 @@ TEST_F(CudaMoeRouter, BackwardEqualsTheCpuForEveryRouter) {
     for (double& f : aux_factor) f = std::uniform_real_distribution<double>(1e-3, 1e-2)(rng);
 
     RouterBackward cpu_r;
-    cpu_r.kind = c.kind;
-    cpu_r.experts = E;
-    cpu_r.top_k = k;
-    cpu_r.topk_scaling = 2.5f;
-    cpu_r.tokens = T;
+    static_cast<RouterShape&>(cpu_r) = shape_of(c);
     cpu_r.group_tokens = c.group_tokens;
     cpu_r.z_loss_coeff = 1e-3;
     cpu_r.aux_scale = 0.5f;
@@ -145,11 +144,7 @@ TEST_F(CudaMoeRouter, ForwardSelectsAsTheCpuForEveryRouter) {
       std::vector<float> bias(static_cast<size_t>(E));
       for (int e = 0; e < E; ++e) bias[static_cast<size_t>(e)] = 0.5f * 6.0f / E * static_cast<float>(e % 2) / 2.0f;
       RouterForward cpu_r;
-      cpu_r.kind = c.kind;
-      cpu_r.experts = E;
-      cpu_r.top_k = k;
-      cpu_r.topk_scaling = 2.5f;
-      cpu_r.tokens = T;
+      static_cast<RouterShape&>(cpu_r) = shape_of(c);
       cpu_r.group_tokens = c.group_tokens;
       RouterForward gpu_r = cpu_r;
       std::vector<int32_t> want_expert(static_cast<size_t>(T * k));

@@ -132,6 +132,15 @@ enum class MlpActivation : uint8_t { Swiglu, Gelu, Relu2 };
 // topk_scaling.
 enum class RouterKind : uint8_t { TopkSoftmax, SoftmaxTopk, Sigmoid };
 
+// A router's kind, experts, selections per token and weight scaling over `tokens` tokens: what its
+// forward and backward (RouterForward, RouterBackward) share.
+struct RouterShape {
+  RouterKind kind = RouterKind::TopkSoftmax;
+  int experts = 0, top_k = 0;
+  float topk_scaling = 1.0f;
+  int64_t tokens = 0;
+};
+
 // What moe_router_forward reads and writes, every array on the device of the call. Per token
 // t < tokens, from its logits [E] and their scores: its k selected experts (`expert` [tokens, k],
 // largest first, ties to the lower index) of the values selected on (the logits under
@@ -140,11 +149,7 @@ enum class RouterKind : uint8_t { TopkSoftmax, SoftmaxTopk, Sigmoid };
 // [tokens], the z-loss's) and, per group of group_tokens tokens, the sum of its tokens' scores
 // normalised per token (`prob_sums` [groups, E], the balancing loss's P; the sigmoid scores over
 // their sum, the softmax as they are).
-struct RouterForward {
-  RouterKind kind = RouterKind::TopkSoftmax;
-  int experts = 0, top_k = 0;
-  float topk_scaling = 1.0f;
-  int64_t tokens = 0;
+struct RouterForward : RouterShape {
   const float* logits = nullptr;
   const float* bias = nullptr;
   int32_t* expert = nullptr;
@@ -162,11 +167,7 @@ struct RouterForward {
 // owns under sequence parallelism), scaled by aux_scale: the balancing loss's where aux_f is set
 // (groups of group_tokens tokens, factor aux_factor[g], selection counts aux_f [groups, E]), and the
 // z-loss's where z_loss_coeff > 0 (over `tokens` tokens).
-struct RouterBackward {
-  RouterKind kind = RouterKind::TopkSoftmax;
-  int experts = 0, top_k = 0;
-  float topk_scaling = 1.0f;
-  int64_t tokens = 0;
+struct RouterBackward : RouterShape {
   const float* logits = nullptr;
   const int32_t* expert = nullptr;
   const float* weight = nullptr;

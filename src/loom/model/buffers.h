@@ -14,7 +14,8 @@ namespace loom::model {
 using Buffer = DeviceBuffer<float>;
 
 // At least n elements (grows, keeping the contents; never shrinks).
-inline float* sized(Buffer& buffer, int64_t n) {
+template <typename T>
+T* sized(DeviceBuffer<T>& buffer, int64_t n) {
   if (buffer.size() < n) [[unlikely]] buffer.resize(n);
   return buffer.data();
 }
@@ -26,8 +27,9 @@ inline float* zeroed(Buffer& buffer, int64_t n) {
 inline void release(Buffer& buffer) { buffer.release(); }
 
 // The same on `device` (the buffer is remade there, empty, when it lives elsewhere).
-inline float* sized(Buffer& buffer, int64_t n, Device device) {
-  if (buffer.device() != device) [[unlikely]] buffer = Buffer(device);
+template <typename T>
+T* sized(DeviceBuffer<T>& buffer, int64_t n, Device device) {
+  if (buffer.device() != device) [[unlikely]] buffer = DeviceBuffer<T>(device);
   return sized(buffer, n);
 }
 inline float* zeroed(Buffer& buffer, int64_t n, Device device) {
@@ -64,10 +66,9 @@ class StagedTokens {
 template <typename T>
 T* upload(Device device, DeviceBuffer<T>& buffer, const std::vector<T>& host) {
   const auto n = static_cast<int64_t>(host.size());
-  if (buffer.device() != device) buffer = DeviceBuffer<T>(device);
-  if (buffer.size() < n) buffer.resize(n);
-  copy_from_host(device, buffer.data(), host.data(), n);
-  return buffer.data();
+  T* data = sized(buffer, n, device);
+  copy_from_host(device, data, host.data(), n);
+  return data;
 }
 
 // A Mamba-2 mixer's decoding state for one sequence: the convolution's last conv_kernel - 1

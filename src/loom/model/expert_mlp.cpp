@@ -6,6 +6,26 @@
 
 namespace loom::model {
 
+void stored_linear_forward(ParameterStore& store, LinearPrecision* precision, int id, float* out, const float* in,
+                           int64_t n, int64_t in_features, int64_t out_features) {
+  if (precision != nullptr) {
+    precision->forward(out, in, store.value(id), nullptr, n, in_features, out_features);
+  } else {
+    kernels::linear_forward(store.device(), out, in, store.value(id), nullptr, n, in_features, out_features);
+  }
+}
+
+void stored_linear_backward(ParameterStore& store, LinearPrecision* precision, int id, float* d_in,
+                            const float* d_out, const float* in, int64_t n, int64_t in_features,
+                            int64_t out_features) {
+  if (precision != nullptr) {
+    precision->backward(d_in, store.grad(id), nullptr, d_out, in, store.value(id), n, in_features, out_features);
+  } else {
+    kernels::linear_backward(store.device(), d_in, store.grad(id), nullptr, d_out, in, store.value(id), n,
+                             in_features, out_features);
+  }
+}
+
 ExpertMlp::ExpertMlp(ParameterStore& store, const TensorParallel& tp, const std::string& prefix, int first,
                      int count, int width, int ffn_size, config::Activation activation, float init_std,
                      float out_std)
@@ -81,25 +101,6 @@ LinearPrecision* ExpertMlp::precision_of(const std::vector<std::shared_ptr<Linea
   return layers.empty() ? nullptr : layers[static_cast<size_t>(j)].get();
 }
 
-void ExpertMlp::project(LinearPrecision* precision, int id, float* out, const float* in, int64_t n,
-                        int64_t in_features, int64_t out_features) const {
-  if (precision != nullptr) {
-    precision->forward(out, in, store_->value(id), nullptr, n, in_features, out_features);
-  } else {
-    kernels::linear_forward(device_, out, in, store_->value(id), nullptr, n, in_features, out_features);
-  }
-}
-
-void ExpertMlp::project_backward(LinearPrecision* precision, int id, float* d_in, const float* d_out,
-                                 const float* in, int64_t n, int64_t in_features, int64_t out_features) const {
-  if (precision != nullptr) {
-    precision->backward(d_in, store_->grad(id), nullptr, d_out, in, store_->value(id), n, in_features, out_features);
-  } else {
-    kernels::linear_backward(device_, d_in, store_->grad(id), nullptr, d_out, in, store_->value(id), n, in_features,
-                             out_features);
-  }
-}
-
 void ExpertMlp::forward(Saved& saved, float* out, const float* in, const std::vector<int64_t>& expert_rows,
                         ExpertScratch& scratch) const {
   const Padding p = plan_padding(scratch, expert_rows);
@@ -139,13 +140,13 @@ void ExpertMlp::forward_grouped(Saved& saved, float* out, const float* in, const
   float* hidden = sized(saved.hidden, rows * hidden_width(), device_);
   float* act = sized(saved.act, rows * ffn_, device_);
   for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
-    project(precision_of(in_precision_, j), in_[j], hidden + at * hidden_width(), in + at * width_, n, width_,
+    stored_linear_forward(*store_, precision_of(in_precision_, j), in_[j], hidden + at * hidden_width(), in + at * width_, n, width_,
             hidden_width());
   });
   // One launch over every expert's rows: the activation is the same function for all of them.
   activation_forward(device_, activation_, act, hidden, rows, ffn_);
   for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
-    project(precision_of(down_precision_, j), down_[j], out + at * width_, act + at * ffn_, n, ffn_, width_);
+    stored_linear_forward(*store_, precision_of(down_precision_, j), down_[j], out + at * width_, act + at * ffn_, n, ffn_, width_);
   });
 }
 
@@ -161,12 +162,12 @@ void ExpertMlp::backward_grouped(float* d_in, const float* d_out, const float* i
   float* d_hidden = sized(work.d_hidden, rows * hidden_width(), device_);  // written whole by the activation
   if (rows > 0) allocator(device_).zero(d_in, static_cast<size_t>(rows * width_) * sizeof(float));
   for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
-    project_backward(precision_of(down_precision_, j), down_[j], d_act + at * ffn_, d_out + at * width_,
+    stored_linear_backward(*store_, precision_of(down_precision_, j), down_[j], d_act + at * ffn_, d_out + at * width_,
                      saved.act.data() + at * ffn_, n, ffn_, width_);
   });
   activation_backward(device_, activation_, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
   for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
-    project_backward(precision_of(in_precision_, j), in_[j], d_in + at * width_, d_hidden + at * hidden_width(),
+    stored_linear_backward(*store_, precision_of(in_precision_, j), in_[j], d_in + at * width_, d_hidden + at * hidden_width(),
                      in + at * width_, n, width_, hidden_width());
   });
 }

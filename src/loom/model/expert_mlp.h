@@ -33,6 +33,15 @@
 
 namespace loom::model {
 
+// out [n, out_features] = in W^T of `store`'s weight `id`, through `precision` (null: the fp32
+// kernel), and its backward: d_in and the weight's gradient added into. The routed experts'
+// projections and a latent MoE layer's latent projections.
+void stored_linear_forward(ParameterStore& store, LinearPrecision* precision, int id, float* out, const float* in,
+                           int64_t n, int64_t in_features, int64_t out_features);
+void stored_linear_backward(ParameterStore& store, LinearPrecision* precision, int id, float* d_in,
+                            const float* d_out, const float* in, int64_t n, int64_t in_features,
+                            int64_t out_features);
+
 // The padded copies of a grouped GEMM's rows (ExpertMlp's header comment), shared by a model's
 // MoE layers (MoeScratch): the input, and the output (backward: the output gradient), the input
 // gradient; and the gathers between the two layouts, one launch each: padded row r from row
@@ -105,12 +114,6 @@ class ExpertMlp {
   const float* pad(Buffer& buffer, const float* x, const Padding& p) const;
   // Expert j's precision of `layers` (in_precision_ or down_precision_), null without a recipe.
   static LinearPrecision* precision_of(const std::vector<std::shared_ptr<LinearPrecision>>& layers, int j);
-  // out [n, out_features] = in W^T of weight `id`, through `precision` (null: fp32).
-  void project(LinearPrecision* precision, int id, float* out, const float* in, int64_t n, int64_t in_features,
-               int64_t out_features) const;
-  // d_in [n, in_features] (added into) and the weight's gradient from d_out.
-  void project_backward(LinearPrecision* precision, int id, float* d_in, const float* d_out, const float* in,
-                        int64_t n, int64_t in_features, int64_t out_features) const;
   ParameterStore* store_;
   Device device_;
   int first_, count_, width_, ffn_;

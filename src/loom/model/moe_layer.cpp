@@ -75,25 +75,6 @@ void MoeLayer::set_precision(PrecisionContext& context, Recipe recipe, const std
   }
 }
 
-void MoeLayer::latent_forward(LinearPrecision* precision, int id, float* out, const float* in, int64_t rows,
-                              int64_t in_features, int64_t out_features) const {
-  if (precision == nullptr) {
-    kernels::linear_forward(device_, out, in, value(id), nullptr, rows, in_features, out_features);
-  } else {
-    precision->forward(out, in, value(id), nullptr, rows, in_features, out_features);
-  }
-}
-
-void MoeLayer::latent_backward(LinearPrecision* precision, int id, float* d_in, const float* d_out, const float* in,
-                               int64_t rows, int64_t in_features, int64_t out_features) const {
-  if (precision == nullptr) {
-    kernels::linear_backward(device_, d_in, store_->grad(id), nullptr, d_out, in, value(id), rows, in_features,
-                             out_features);
-  } else {
-    precision->backward(d_in, store_->grad(id), nullptr, d_out, in, value(id), rows, in_features, out_features);
-  }
-}
-
 void MoeLayer::exchange(const float* send, float* recv, const ExchangePlan& x, int64_t width, bool to_experts) const {
   std::vector<int64_t> send_counts(x.peers), recv_counts(x.peers);
   for (int p = 0; p < x.peers; ++p) {
@@ -149,7 +130,7 @@ void MoeLayer::forward(Saved& s, float* residual, const float* normed, int64_t b
   const float* expert_input = x;
   if (latent_down_ >= 0) {
     float* z = sized(s.latent, rows * W, device_);
-    latent_forward(latent_down_precision_.get(), latent_down_, z, x, rows, C, W);
+    stored_linear_forward(*store_, latent_down_precision_.get(), latent_down_, z, x, rows, C, W);
     expert_input = z;
   }
   float* dispatched = sized(s.dispatched, R * W, device_);
@@ -160,7 +141,7 @@ void MoeLayer::forward(Saved& s, float* residual, const float* normed, int64_t b
   const float* out = y;
   if (latent_up_ >= 0) {
     float* full = sized(moe_scratch().out_full, rows * C, device_);
-    latent_forward(latent_up_precision_.get(), latent_up_, full, y, rows, W, C);
+    stored_linear_forward(*store_, latent_up_precision_.get(), latent_up_, full, y, rows, W, C);
     out = full;
   }
   const int64_t first = tp_->first_local_row(rows), local = tp_->local_rows(rows);
@@ -189,11 +170,9 @@ void MoeLayer::shared_forward(Saved& s, float* residual, const float* normed, in
 
 double* MoeLayer::row_dots(const float* a, const int32_t* index, const float* b, int64_t b_stride, int64_t rows,
                            int64_t width) const {
-  DeviceBuffer<double>& dots = moe_scratch().dots;
-  if (dots.device() != device_) dots = DeviceBuffer<double>(device_);
-  if (dots.size() < rows) dots.resize(rows);
-  kernels::row_dots(device_, dots.data(), a, index, b, b_stride, rows, width);
-  return dots.data();
+  double* dots = sized(moe_scratch().dots, rows, device_);
+  kernels::row_dots(device_, dots, a, index, b, b_stride, rows, width);
+  return dots;
 }
 
 // out = gate * shared: d_shared = gate * d_out; d_logit = gate (1 - gate) (d_out . shared).
@@ -254,7 +233,7 @@ void MoeLayer::backward(float* d_normed, const float* d_residual, const float* n
   const float* d_y = d_out;
   if (latent_up_ >= 0) {
     float* dy = zeroed(moe_scratch().d_y, rows * W, device_);
-    latent_backward(latent_up_precision_.get(), latent_up_, dy, d_out, s.combined.data(), rows, W, C);
+    stored_linear_backward(*store_, latent_up_precision_.get(), latent_up_, dy, d_out, s.combined.data(), rows, W, C);
     d_y = dy;
   }
   // Combine: y[t] = sum_r weight[s_r] * returned[r].
@@ -274,7 +253,7 @@ void MoeLayer::backward(float* d_normed, const float* d_residual, const float* n
   if (latent_down_ >= 0) {
     float* dz = zeroed(moe_scratch().d_y, rows * W, device_);
     kernels::scatter_add_rows(device_, dz, d_dispatched, W, tokens, nullptr, R, W);
-    latent_backward(latent_down_precision_.get(), latent_down_, d_x_full, dz, x, rows, C, W);
+    stored_linear_backward(*store_, latent_down_precision_.get(), latent_down_, d_x_full, dz, x, rows, C, W);
   } else {
     kernels::scatter_add_rows(device_, d_x_full, d_dispatched, W, tokens, nullptr, R, W);
   }

@@ -110,13 +110,6 @@ class MoeLayer {
                        int64_t rows, ParallelScratch& scratch) const;
 
   const float* value(int id) const { return store_->value(id); }
-  // A latent projection's GEMMs (weight `id`), in `precision` (null: fp32), as kernels::linear_forward /
-  // linear_backward: d_in added into, the weight's gradient added into.
-  void latent_forward(LinearPrecision* precision, int id, float* out, const float* in, int64_t rows,
-                      int64_t in_features, int64_t out_features) const;
-  void latent_backward(LinearPrecision* precision, int id, float* d_in, const float* d_out, const float* in,
-                       int64_t rows, int64_t in_features, int64_t out_features) const;
-
   ParameterStore* store_;
   std::string prefix_;
   const TensorParallel* tp_;

@@ -24,6 +24,10 @@ kernels::RouterKind router_kind(config::MoeRouter router) {
 MoeRouter::MoeRouter(const config::MoeConfig& moe, Device device, int experts, int64_t d_model)
     : moe_(moe), device_(device), experts_(experts), top_k_(moe.top_k), d_model_(d_model) {}
 
+kernels::RouterShape MoeRouter::shape(int64_t tokens) const {
+  return {router_kind(moe_.router), experts_, top_k_, static_cast<float>(moe_.topk_scaling), tokens};
+}
+
 void MoeRouter::forward(Routing& r, const float* x, int64_t tokens, int64_t seq, const float* weight,
                         const float* bias, ExpertComm* comm) const {
   const int E = experts_, k = top_k_;
@@ -38,15 +42,9 @@ void MoeRouter::forward(Routing& r, const float* x, int64_t tokens, int64_t seq,
   const int64_t group_tokens = moe_.aux_loss == config::MoeAuxLoss::Sequence ? seq : tokens;
   const int64_t groups = group_tokens > 0 ? tokens / group_tokens : 0, selections = tokens * k;
   const int64_t total = selections + (z_loss ? tokens : 0) + (balancing ? groups * E : 0);  // in 8-byte units
-  if (r.selections_on_device.device() != device_) r.selections_on_device = DeviceBuffer<double>(device_);
-  if (r.selections_on_device.size() < total) r.selections_on_device.resize(total);
-  double* packed = r.selections_on_device.data();
+  double* packed = sized(r.selections_on_device, total, device_);
   kernels::RouterForward f;
-  f.kind = router_kind(moe_.router);
-  f.experts = E;
-  f.top_k = k;
-  f.topk_scaling = static_cast<float>(moe_.topk_scaling);
-  f.tokens = tokens;
+  static_cast<kernels::RouterShape&>(f) = shape(tokens);
   f.logits = device_logits;
   if (bias != nullptr) f.bias = upload(device_, r.bias_on_device, std::vector<float>(bias, bias + E));
   f.expert = reinterpret_cast<int32_t*>(packed);
@@ -114,11 +112,7 @@ void MoeRouter::balancing_loss(Routing& r, ExpertComm* comm, const double* prob_
 void MoeRouter::backward(float* d_logits, const Routing& r, const int32_t* selection_row, const double* row_grad,
                          float aux_scale, int64_t first, int64_t end) const {
   kernels::RouterBackward b;
-  b.kind = router_kind(moe_.router);
-  b.experts = experts_;
-  b.top_k = top_k_;
-  b.topk_scaling = static_cast<float>(moe_.topk_scaling);
-  b.tokens = r.tokens;
+  static_cast<kernels::RouterShape&>(b) = shape(r.tokens);
   b.logits = r.logits.data();
   b.expert = r.device_expert();
   b.weight = r.device_weight();

@@ -17,6 +17,7 @@
 
 #include "loom/config/run_config.h"
 #include "loom/core/device.h"
+#include "loom/kernels/types.h"
 #include "loom/model/buffers.h"
 #include "loom/model/expert_comm.h"
 
@@ -61,6 +62,8 @@ class MoeRouter {
                 float aux_scale, int64_t first, int64_t end) const;
 
  private:
+  // The router's kind, sizes and scaling for its kernels over `tokens` tokens.
+  kernels::RouterShape shape(int64_t tokens) const;
   // aux_loss and its gradient's factors from the selections and prob_sums [groups, E] (the
   // forward kernel's sums of each group's normalised scores).
   void balancing_loss(Routing& r, ExpertComm* comm, const double* prob_sums) const;
