@@ -5,7 +5,8 @@
 // block scales within 1e-3 of the fp64 product of the quantised operands (loom::precision's
 // reference; per-tensor with and without fast accumulation); MXFP8 emulated on Hopper (decode
 // to bf16, bf16 GEMM) within 1e-5 of that product.
-// cuBLASLt's bias epilogue (bf16 and per-tensor FP8 into bf16) bit for bit on exactly summed operands.
+// cuBLASLt's bias epilogue (bf16 and per-tensor FP8 into bf16) bit for bit on exactly summed operands;
+// its GELU epilogues (forward, and the derivative with the bias gradient) within bf16's rounding.
 // Plans whose algorithm was timed among cuBLASLt's candidates (LOOM_GEMM_AUTOTUNE) likewise.
 // Fresh random inputs, outputs poisoned. Skipped, saying why, without a GPU; the argument checks
 // (FP8 shape rules, flash attention's head_dim) run everywhere.
@@ -25,6 +26,7 @@
 #include "loom/kernels/cuda/gemm_lt.h"
 #include "loom/kernels/cuda/quantize.h"
 #include "loom/kernels/ops.h"
+#include "loom/kernels/precision_gemm.h"
 #include "loom/precision/formats.h"
 #include "loom/precision/fp8_scaling.h"
 #include "loom/precision/mx.h"
@@ -32,11 +34,14 @@
 namespace loom::kernels::cuda {
 namespace {
 
+using testing::bf16_rounded;
 using testing::DeviceArray;
 using testing::DeviceFloats;
 using testing::poison;
 using testing::random_values;
 using testing::relative_error;
+using testing::to_bf16;
+using testing::to_float;
 
 // c[m, n] = a[m, k] . b[n, k]^T in fp64.
 std::vector<double> product_nt(const std::vector<float>& a, const std::vector<float>& b, int64_t m, int64_t n,
@@ -195,6 +200,103 @@ TEST_F(CudaGemm, BiasEpilogueAddsTheBf16BiasBeforeOneRounding) {
   EXPECT_THROW(matmul(GemmOutput{d_c32.ptr, GemmType::F32, d_bias.ptr}, bf16_operands[0], bf16_operands[1], m, n, k,
                       1.0f, 0.0f),
                Error);
+}
+
+// GPT-2's GELU (the tanh form) and its derivative, in fp64.
+double gelu64(double x) {
+  const double c = std::sqrt(2.0 / M_PI), t = std::tanh(c * (x + 0.044715 * x * x * x));
+  return 0.5 * x * (1.0 + t);
+}
+double gelu_derivative64(double x) {
+  const double c = std::sqrt(2.0 / M_PI), t = std::tanh(c * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+// GELU in the bf16 products' epilogues (PrecisionGemm::pre_gelu16, gelu_input16: a GELU MLP's
+// Mlp::fuses_gelu): the up projection's forward leaves its output (after the bf16 bias) and GELU
+// of it, the down projection's dgrad the GELU input's gradient and its column sums (the up
+// projection's bias gradient, added into what is there): each within 1e-2 of fp64 on the bf16
+// operands, and of the unfused path (the GEMM, then the activation's kernels) on the same GPU.
+TEST_F(CudaGemm, GeluEpiloguesAreTheActivationPassesWithinBf16) {
+  const Device gpu = Device::cuda(0);
+  const int64_t n = 320, width = 96, ffn = 384;  // tokens, d_model, ffn (a multiple of 8)
+  const std::vector<float> x = bf16_rounded(random_values(seed_, n * width, 1.0f));
+  const std::vector<float> w_up = bf16_rounded(random_values(seed_ + 1, ffn * width, 0.15f));
+  const std::vector<float> bias = random_values(seed_ + 2, ffn, 0.5f);
+  const std::vector<float> w_down = bf16_rounded(random_values(seed_ + 3, width * ffn, 0.08f));
+  const std::vector<float> dout = bf16_rounded(random_values(seed_ + 4, n * width, 1.0f));
+  const std::vector<float> bias16 = bf16_rounded(bias);
+  // fp64: pre = x . W_up^T + bias16; act = gelu(pre); d_hidden = (dout . W_down) * gelu'(pre16).
+  const std::vector<double> up = product_nt(x, w_up, n, ffn, width);
+  std::vector<double> pre(up.size()), act(up.size());
+  for (size_t i = 0; i < up.size(); ++i) {
+    pre[i] = up[i] + bias16[i % ffn];
+    act[i] = gelu64(pre[i]);
+  }
+  std::vector<float> w_down_t(w_down.size());  // [ffn, width]: dout . W_down = dout . (W_down^T)^T
+  for (int64_t o = 0; o < width; ++o)
+    for (int64_t f = 0; f < ffn; ++f) w_down_t[f * width + o] = w_down[o * ffn + f];
+  const std::vector<double> d_act = product_nt(dout, w_down_t, n, ffn, width);
+  DeviceFloats d_x(allocator_, x), d_w_up(allocator_, w_up), d_bias(allocator_, bias), d_w_down(allocator_, w_down),
+      d_dout(allocator_, dout);
+  DeviceArray<__nv_bfloat16> d_x16(allocator_, to_bf16(x)), d_dout16(allocator_, to_bf16(dout));
+  auto bf16_out = [&] { return DeviceArray<__nv_bfloat16>(allocator_, to_bf16(poison(n * ffn))); };
+  DeviceArray<__nv_bfloat16> d_pre = bf16_out(), d_act16 = bf16_out(), d_hidden = bf16_out();
+  PrecisionGemm forward;
+  forward.pass = LinearGemm::Forward;
+  forward.a = CastOperand{d_x.ptr, OperandCast::Bf16};
+  forward.b = CastOperand{d_w_up.ptr, OperandCast::Bf16};
+  forward.a16 = d_x16.ptr;
+  forward.bias = d_bias.ptr;
+  forward.n = n, forward.in_features = width, forward.out_features = ffn;
+  forward.out16 = d_act16.ptr;
+  forward.pre_gelu16 = d_pre.ptr;
+  kernels::precision_linear_gemm(gpu, forward);
+  const std::vector<float> pre16 = to_float(d_pre.host()), act16 = to_float(d_act16.host());
+  EXPECT_LE(relative_error(pre16, pre), 1e-2) << "seed " << seed_;
+  EXPECT_LE(relative_error(act16, act), 1e-2) << "seed " << seed_;
+  std::vector<double> d_hidden_want(d_act.size()), bias_grad_want(ffn, 0.25);  // added into 0.25
+  for (size_t i = 0; i < d_act.size(); ++i) {
+    d_hidden_want[i] = d_act[i] * gelu_derivative64(pre16[i]);
+    bias_grad_want[i % ffn] += d_hidden_want[i];
+  }
+  DeviceFloats d_bias_grad(allocator_, std::vector<float>(ffn, 0.25f));
+  PrecisionGemm dgrad;
+  dgrad.pass = LinearGemm::DataGrad;
+  dgrad.a = CastOperand{d_dout.ptr, OperandCast::Bf16};
+  dgrad.b = CastOperand{d_w_down.ptr, OperandCast::Bf16};
+  dgrad.a16 = d_dout16.ptr;
+  dgrad.n = n, dgrad.in_features = ffn, dgrad.out_features = width;
+  dgrad.out16 = d_hidden.ptr;
+  dgrad.gelu_input16 = d_pre.ptr;
+  dgrad.gelu_bias_grad = d_bias_grad.ptr;
+  kernels::precision_linear_gemm(gpu, dgrad);
+  const std::vector<float> hidden16 = to_float(d_hidden.host());
+  EXPECT_LE(relative_error(hidden16, d_hidden_want), 1e-2) << "seed " << seed_;
+  EXPECT_LE(relative_error(d_bias_grad.host(), bias_grad_want), 1e-2) << "seed " << seed_;
+  // The unfused path on the same GPU: the products into bf16, then the activation's kernels.
+  DeviceArray<__nv_bfloat16> d_pre_unfused = bf16_out(), d_act_unfused = bf16_out(), d_dact = bf16_out(),
+                             d_hidden_unfused = bf16_out();
+  forward.pre_gelu16 = nullptr;
+  forward.out16 = d_pre_unfused.ptr;
+  kernels::precision_linear_gemm(gpu, forward);
+  kernels::activation_forward_bf16(gpu, MlpActivation::Gelu, nullptr, d_act_unfused.ptr, d_pre_unfused.ptr, n, ffn);
+  dgrad.gelu_input16 = nullptr;
+  dgrad.gelu_bias_grad = nullptr;
+  dgrad.out16 = d_dact.ptr;
+  kernels::precision_linear_gemm(gpu, dgrad);
+  DeviceFloats d_bias_grad_unfused(allocator_, std::vector<float>(ffn, 0.25f));
+  kernels::activation_backward_bf16(gpu, MlpActivation::Gelu, nullptr, d_hidden_unfused.ptr, d_bias_grad_unfused.ptr,
+                                    d_dact.ptr, d_pre.ptr, n, ffn);
+  EXPECT_LE(relative_error(act16, to_float(d_act_unfused.host())), 1e-2);
+  EXPECT_LE(relative_error(hidden16, to_float(d_hidden_unfused.host())), 1e-2);
+  EXPECT_LE(relative_error(d_bias_grad.host(), d_bias_grad_unfused.host()), 1e-2);
+  // Refused, naming the rule: GELU's derivative into an fp32 output.
+  dgrad.out16 = nullptr;
+  dgrad.gelu_input16 = d_pre.ptr;
+  DeviceFloats d_din32(allocator_, poison(n * ffn));
+  dgrad.out = d_din32.ptr;
+  EXPECT_THROW(kernels::precision_linear_gemm(gpu, dgrad), Error);
 }
 
 // Quantised copies of a[m, k] and b[n, k] on the device for FP8 products.

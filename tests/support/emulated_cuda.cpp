@@ -419,6 +419,8 @@ void fill_entries(kernels::CudaEntries& e) {
     // A wgrad writing its gradient whole (a stale one: model::ParameterStore::take_written_whole).
     if (gemm.pass == kernels::LinearGemm::WeightGrad && !gemm.accumulate)
       tally([](EmulatedCensus& c) { ++c.entries["precision_linear_gemm: wgrad written whole"]; });
+    if (gemm.pre_gelu16 != nullptr || gemm.gelu_input16 != nullptr)
+      tally([](EmulatedCensus& c) { ++c.entries["precision_linear_gemm: GELU epilogue"]; });
     emulated_precision_linear_gemm(device, gemm);
   };
   e.activation_forward_codes = [](Device device, kernels::MlpActivation a, const void* in16, int64_t rows,

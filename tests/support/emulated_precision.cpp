@@ -463,6 +463,34 @@ void check_bias16(const kernels::PrecisionGemm& g, const std::vector<float>& rou
   LOOM_CHECK(std::memcmp(host(g.bias16, "precision_linear_gemm", "bias16"), want.data(), want.size() * 2) == 0,
              "emulated cuda: precision_linear_gemm's bf16 bias does not hold its bias's values now (a stale copy)");
 }
+// GELU in the epilogue (PrecisionGemm::pre_gelu16, gelu_input16): what the unfused passes compute
+// from the product y (rounded to bf16): the forward keeps y as the GELU input and leaves the CPU's
+// GELU of it in out16; dgrad leaves the CPU's GELU gradient at the kept input, with y as the
+// activation's gradient, its column sums (over the fp32 gradient) added into gelu_bias_grad.
+void gelu_epilogue(const kernels::PrecisionGemm& g, const std::vector<float>& y) {
+  const char* op = "precision_linear_gemm";
+  LOOM_CHECK(g.a.cast == OperandCast::Bf16 && g.b.cast == OperandCast::Bf16 &&
+                 (g.pre_gelu16 == nullptr || g.pass == kernels::LinearGemm::Forward) &&
+                 (g.gelu_input16 == nullptr || g.pass == kernels::LinearGemm::DataGrad) &&
+                 (g.gelu_bias_grad == nullptr || g.gelu_input16 != nullptr),
+             "emulated cuda: precision_linear_gemm's GELU epilogue is a bf16 forward's (pre_gelu16) or a bf16 "
+             "dgrad's (gelu_input16, with the bias gradient gelu_bias_grad)");
+  const int64_t count = static_cast<int64_t>(y.size());
+  const int64_t rows = g.n, width = g.pass == kernels::LinearGemm::Forward ? g.out_features : g.in_features;
+  if (g.pass == kernels::LinearGemm::Forward) {
+    void* pre = host(g.pre_gelu16, op, "pre_gelu16");
+    kernels::narrow_floats(kHost, pre, y.data(), count, DType::BF16);
+    kernels::activation_forward_bf16(kHost, kernels::MlpActivation::Gelu, nullptr, host(g.out16, op, "out16"), pre,
+                                     rows, width);
+    return;
+  }
+  std::vector<uint16_t> dact16(static_cast<size_t>(count));
+  kernels::narrow_floats(kHost, dact16.data(), y.data(), count, DType::BF16);
+  kernels::activation_backward_bf16(kHost, kernels::MlpActivation::Gelu, nullptr, host(g.out16, op, "out16"),
+                                    host(g.gelu_bias_grad, op, "gelu_bias_grad"), dact16.data(),
+                                    host(g.gelu_input16, op, "gelu_input16"), rows, width);
+}
+
 }  // namespace
 
 void emulated_precision_linear_gemm(Device device, const kernels::PrecisionGemm& g) {
@@ -514,10 +542,16 @@ void emulated_precision_linear_gemm(Device device, const kernels::PrecisionGemm&
                    g.a.cast != OperandCast::None && g.b.cast != OperandCast::None,
                "emulated cuda: precision_linear_gemm leaves a bf16 output only from a forward or dgrad of cast "
                "operands, rounded to bf16, not accumulated");
+    if (g.pre_gelu16 != nullptr || g.gelu_input16 != nullptr) {
+      gelu_epilogue(g, y);
+      return;
+    }
     kernels::narrow_floats(kHost, host(g.out16, "precision_linear_gemm", "out16"), y.data(),
                            static_cast<int64_t>(y.size()), DType::BF16);
     return;
   }
+  LOOM_CHECK(g.pre_gelu16 == nullptr && g.gelu_input16 == nullptr && g.gelu_bias_grad == nullptr,
+             "emulated cuda: precision_linear_gemm applies GELU in its epilogue only into a bf16 output (out16)");
   LOOM_CHECK(g.addend == nullptr || (g.accumulate && g.pass == kernels::LinearGemm::Forward),
              "emulated cuda: precision_linear_gemm adds an addend only in a forward accumulating into its output");
   float* dst = host(g.out, "precision_linear_gemm", "out");

@@ -202,6 +202,10 @@ TEST_F(DeviceCensus, AStepOfTheDeepModelWaitsForTheDeviceOnlyForItsInputsLossAnd
   EXPECT_EQ(gpt2.entry("precision_linear_gemm: dgrad casting dout to bf16"), 0);  // biases' sums read the fp32 one
   EXPECT_EQ(gpt2.entry("adamw_update_many"), 1);  // biases and norms undecayed, weights decayed: one call
   EXPECT_EQ(gpt2.entry("precision_linear_gemm: wgrad written whole"), 2 * 4);
+  // GELU runs in the MLPs' products' epilogues (Mlp::fuses_gelu): no activation pass. The up
+  // projections' forwards (again where recomputed) and the down projections' dgrads.
+  EXPECT_EQ(gpt2.entry("activation_forward_bf16") + gpt2.entry("activation_backward_bf16"), 0);
+  EXPECT_EQ(gpt2.entry("precision_linear_gemm: GELU epilogue"), (2 * 2 + 2) * kMicroBatches);
   EXPECT_EQ(gpt2.entry("zero_runs"), 1);
 }
 

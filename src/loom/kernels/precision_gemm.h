@@ -184,6 +184,22 @@ struct PrecisionGemm {
   const void* a16 = nullptr;
   const void* b16 = nullptr;
   void* out16 = nullptr;
+  // GELU in the product's epilogue, under the bf16 recipe with out16 (a GELU MLP's bf16 interior:
+  // Mlp::fuses_gelu; cuBLASLt's GELU_AUX_BIAS and DGELU epilogues on a GPU, as llm.c's gelu_fusion).
+  // Forward, when set: the result (after the bias, rounded to bf16) is written here, the GELU
+  // input the backward needs, and out16 receives GELU of it. DataGrad, when gelu_input16 is set (a
+  // GELU input such a forward kept: the up projection's, in the down projection's dgrad): out16
+  // receives the result times GELU's derivative at those values, the GELU input's gradient, and
+  // that gradient's column sums are added into gelu_bias_grad when set (fp32: the bias gradient of
+  // the GELU input's producer). loom's GELU is the tanh form (activation.h); cuBLASLt's epilogue is
+  // held to it within bf16's rounding (CudaGemm.GeluEpiloguesAreTheActivationPassesWithinBf16). The
+  // emulated device computes what the unfused passes do (the activation from the rounded input, its gradient from the
+  // rounded product, the sums over the unrounded gradient); a GPU's epilogue applies them to the
+  // fp32 accumulator before its one rounding, and sums the bf16 gradient: within bf16's rounding.
+  // (The CPU has no such entry: its GEMMs take no bf16 tensors.)
+  void* pre_gelu16 = nullptr;
+  const void* gelu_input16 = nullptr;
+  float* gelu_bias_grad = nullptr;
 };
 
 }  // namespace loom::kernels

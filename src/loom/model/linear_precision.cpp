@@ -279,6 +279,15 @@ void LinearPrecision::check_device_tensors(const DeviceTensors& tensors) const {
              "codes are written already)");
   LOOM_CHECK(tensors.dout_codes == nullptr || (tensors.dout == nullptr && tensors.dout_amax == nullptr),
              "a linear layer's output gradient given as its producer's FP8 codes comes with nothing else of it");
+  LOOM_CHECK((tensors.pre_gelu == nullptr && tensors.gelu_input == nullptr && tensors.gelu_bias_grad == nullptr) ||
+                 takes_bf16_tensors(),
+             "a linear layer's GEMMs apply GELU in their epilogue under the bf16 recipe on a GPU only (this one: " +
+                 recipe_name(recipe_) + " on " + device_.name() + ")");
+  LOOM_CHECK((tensors.pre_gelu == nullptr || tensors.out != nullptr) &&
+                 (tensors.gelu_input == nullptr || tensors.din != nullptr) &&
+                 (tensors.gelu_bias_grad == nullptr || tensors.gelu_input != nullptr),
+             "a linear layer's GELU epilogue writes its bf16 output (out, din), and a GELU input's bias gradient "
+             "comes with GELU's derivative (gelu_input)");
 }
 
 void LinearPrecision::forward(float* out, const float* in, const float* weight, const float* bias, int64_t n,

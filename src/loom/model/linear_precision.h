@@ -186,10 +186,20 @@ struct DeviceTensors {
   const float* dout_amax = nullptr;          // backward
   const void* in_codes = nullptr;            // forward
   const void* dout_codes = nullptr;          // backward
-  bool any_bf16() const { return in != nullptr || out != nullptr || dout != nullptr || din != nullptr; }
+  // GELU in the GEMM's epilogue (bf16 only; kernels::PrecisionGemm::pre_gelu16): the forward's
+  // `out` is GELU of the output and `pre_gelu` the output itself; the backward's `din` is dgrad's
+  // output times GELU's derivative at `gelu_input` (that forward's pre_gelu), its column sums
+  // added into `gelu_bias_grad` when set.
+  void* pre_gelu = nullptr;                  // forward
+  const void* gelu_input = nullptr;          // backward
+  float* gelu_bias_grad = nullptr;           // backward
+  bool any_bf16() const {
+    return in != nullptr || out != nullptr || dout != nullptr || din != nullptr || pre_gelu != nullptr ||
+           gelu_input != nullptr;
+  }
   bool any() const {
     return any_bf16() || keep_input_codes != nullptr || kept_input_codes != nullptr || in_amax != nullptr ||
-           dout_amax != nullptr || in_codes != nullptr || dout_codes != nullptr;
+           dout_amax != nullptr || in_codes != nullptr || dout_codes != nullptr || gelu_bias_grad != nullptr;
   }
 };
 

@@ -210,6 +210,7 @@ void LinearPrecision::device_forward(float* out, const float* in, const float* w
   g.fast_accumulation = forward_fast_accumulation_;
   g.out = out;
   g.out16 = tensors.out;
+  g.pre_gelu16 = tensors.pre_gelu;
   g.accumulate = accumulate;
   g.addend = addend;
   g.bias = bias;
@@ -272,6 +273,8 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
     g.a_codes = tensors.dout_codes;
     g.out = din;
     g.out16 = tensors.din;
+    g.gelu_input16 = tensors.gelu_input;
+    g.gelu_bias_grad = tensors.gelu_bias_grad;
     g.accumulate = accumulate_din && tensors.din == nullptr;  // a bf16 din is written whole
     const WrittenStores stores = device_weight(g, weight);
     g.rounding = din_output == GemmOutput::Rounded ? rounding() : kernels::OutputRounding::None;
@@ -297,6 +300,8 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
     g.b_store_use = kernels::CastStore::None;
     g.b_store_transposed = nullptr;
     g.out16 = nullptr;
+    g.gelu_input16 = nullptr;
+    g.gelu_bias_grad = nullptr;
     g.a_codes = nullptr;
     g.a_store_use = keep_dout || given_codes ? kernels::CastStore::Read : kernels::CastStore::None;
     g.rounding = kernels::OutputRounding::None;

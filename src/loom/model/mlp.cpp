@@ -45,6 +45,8 @@ bool Mlp::bf16_interior() const {
   return up != nullptr && down != nullptr && up->takes_bf16_tensors() && down->takes_bf16_tensors();
 }
 
+bool Mlp::fuses_gelu() const { return bf16_interior() && activation_ == config::Activation::Gelu && ffn_ % 8 == 0; }
+
 bool Mlp::bf16_hidden() const {
   const LinearPrecision *up = in_->precision(), *down = down_->precision();
   return !bf16_interior() && up != nullptr && down != nullptr && up->gives_bf16_outputs() &&
@@ -64,8 +66,13 @@ void Mlp::forward(Saved& saved, float* residual, const NormedRows& normed, int64
   if (bf16_interior()) {
     void* hidden = sized_16bit(saved.hidden, rows * hidden_width(), device_);
     void* act = sized_16bit(saved.act, rows * ffn_, device_);
-    in_->forward(nullptr, normed.fp32, rows, scratch, DeviceTensors{.in = normed.bf16, .out = hidden});
-    activation_forward_bf16(device_, activation_, nullptr, act, hidden, rows, ffn_);
+    if (fuses_gelu()) {
+      in_->forward(nullptr, normed.fp32, rows, scratch,
+                   DeviceTensors{.in = normed.bf16, .out = act, .pre_gelu = hidden});
+    } else {
+      in_->forward(nullptr, normed.fp32, rows, scratch, DeviceTensors{.in = normed.bf16, .out = hidden});
+      activation_forward_bf16(device_, activation_, nullptr, act, hidden, rows, ffn_);
+    }
     down_->forward(residual, nullptr, rows, scratch, DeviceTensors{.in = act, .out = out16}, residual_in);
     return;
   }
@@ -115,14 +122,23 @@ void Mlp::backward(float* d_normed, const float* d_residual, const NormedRows& n
              "Mlp::backward: a residual gradient's amax taken by its producer is for fp8_current's down projection");
   // Each gradient below is written whole by one producer: nothing is zeroed first.
   if (bf16_interior()) {
-    void* d_act = sized_16bit(work.d_act, rows * ffn_, device_);
-    down_->backward(nullptr, d_residual, nullptr, rows, scratch, false,
-                    DeviceTensors{.in = saved.act.data(), .dout = d_residual16, .din = d_act});
-    // A bias's gradient sums the fp32 hidden gradient: the activation's backward adds it from the
-    // same pass that leaves the bf16 one.
     void* d_hidden = sized_16bit(work.d_hidden, rows * hidden_width(), device_);
-    activation_backward_bf16(device_, activation_, nullptr, d_hidden, in_->bias_grad(), d_act, saved.hidden.data(),
-                             rows, ffn_);
+    if (fuses_gelu()) {  // the down projection's dgrad leaves the hidden gradient and the up bias's
+      down_->backward(nullptr, d_residual, nullptr, rows, scratch, false,
+                      DeviceTensors{.in = saved.act.data(),
+                                    .dout = d_residual16,
+                                    .din = d_hidden,
+                                    .gelu_input = saved.hidden.data(),
+                                    .gelu_bias_grad = in_->bias_grad()});
+    } else {
+      void* d_act = sized_16bit(work.d_act, rows * ffn_, device_);
+      down_->backward(nullptr, d_residual, nullptr, rows, scratch, false,
+                      DeviceTensors{.in = saved.act.data(), .dout = d_residual16, .din = d_act});
+      // A bias's gradient sums the fp32 hidden gradient: the activation's backward adds it from
+      // the same pass that leaves the bf16 one.
+      activation_backward_bf16(device_, activation_, nullptr, d_hidden, in_->bias_grad(), d_act,
+                               saved.hidden.data(), rows, ffn_);
+    }
     in_->backward(d_normed, nullptr, normed.fp32, rows, scratch, accumulate,
                   DeviceTensors{.in = normed.bf16, .dout = d_hidden, .din = d_normed16});
     return;

@@ -68,6 +68,16 @@ class Mlp {
   // and with half the bytes. A bias on the up projection takes its gradient from the fp32 hidden
   // gradient, which the activation's backward sums as it leaves the bf16 one.
   bool bf16_interior() const;
+  // Whether, within that, GELU runs in the projections' epilogues (as llm.c's gelu_fusion): the up
+  // projection's product writes the saved pre-activation and its GELU, the down projection's dgrad
+  // writes the hidden gradient from the saved pre-activation and sums the up projection's bias
+  // gradient from it (kernels::PrecisionGemm::pre_gelu16): no activation pass either way, and
+  // neither the activation's input read again nor its gradient written and read. A GELU MLP with
+  // a bf16 interior whose ffn features (this rank's) are a multiple of 8, as cuBLASLt's epilogue
+  // takes them. On a GPU the epilogue applies GELU (and its derivative) to the fp32 sum before the
+  // one rounding where the passes apply them to the rounded bf16 values: the same within bf16's
+  // rounding; the emulated device computes the passes' values.
+  bool fuses_gelu() const;
   // Whether, short of that, the MLP keeps the bf16 outputs of its GEMMs bf16: on a GPU under the
   // FP8 and MX recipes, whose GEMMs round their outputs to bf16 too, the hidden pre-activation
   // (the up projection's output, saved for backward) and the activation's gradient (the down

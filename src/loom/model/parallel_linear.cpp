@@ -242,7 +242,9 @@ void RowParallelLinear::backward(float* d_x, const float* d_out, const float* x,
                                 .dout = tensors.dout,
                                 .din = tensors.din,
                                 .kept_input_codes = tensors.kept_input_codes,
-                                .dout_amax = tensors.dout_amax});
+                                .dout_amax = tensors.dout_amax,
+                                .gelu_input = tensors.gelu_input,
+                                .gelu_bias_grad = tensors.gelu_bias_grad});
   // The bias was added after g, to this rank's rows: its gradient is over those rows (a partial
   // sum under sequence parallelism, completed by the model's gradient sync).
   if (bias_ >= 0) {

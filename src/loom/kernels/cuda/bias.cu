@@ -1,5 +1,7 @@
 #include "loom/kernels/cuda/bias.h"
 
+#include <cuda_bf16.h>
+
 #include <string>
 
 #include "loom/core/error.h"
@@ -22,15 +24,30 @@ __global__ void broadcast_bias_kernel(float* out, const float* bias, int64_t row
   }
 }
 
+__device__ __forceinline__ float as_float(float v) { return v; }
+__device__ __forceinline__ float as_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
 // partial[k, c] = the sum of x[r, c] over chunk k's rows, in row order from zero.
-__global__ void chunk_column_sums_kernel(float* __restrict__ partial, const float* __restrict__ x, int64_t rows,
+template <typename T>
+__global__ void chunk_column_sums_kernel(float* __restrict__ partial, const T* __restrict__ x, int64_t rows,
                                          int64_t cols, int64_t chunk) {
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x, k = blockIdx.y;
   if (c >= cols) return;
   const int64_t last = min(rows, (k + 1) * chunk);
   float s = 0.0f;
-  for (int64_t r = k * chunk; r < last; ++r) s = __fadd_rn(s, x[r * cols + c]);
+  for (int64_t r = k * chunk; r < last; ++r) s = __fadd_rn(s, as_float(x[r * cols + c]));
   partial[k * cols + c] = s;
+}
+
+template <typename T>
+void add_column_sums_of(float* sums, const T* x, int64_t rows, int64_t cols, cudaStream_t stream, const char* what) {
+  if (rows * cols == 0) return;
+  const ColumnChunks l = column_chunks(rows, cols, what);
+  Scratch scratch;
+  float* partial = scratch.floats(l.chunks * cols);
+  chunk_column_sums_kernel<T><<<l.grid, kThreads, 0, stream>>>(partial, x, rows, cols, l.chunk);
+  check_launch("chunk_column_sums_kernel");
+  add_partial_column_sums(sums, partial, l.chunks, cols, stream);
 }
 
 // A block of 32 columns x 32 groups: thread (g, c) sums group g's chunk sums in order from zero;
@@ -74,13 +91,11 @@ ColumnChunks column_chunks(int64_t rows, int64_t cols, const char* what) {
 }
 
 void add_column_sums(float* sums, const float* x, int64_t rows, int64_t cols, cudaStream_t stream) {
-  if (rows * cols == 0) return;
-  const ColumnChunks l = column_chunks(rows, cols, "cuda::add_column_sums");
-  Scratch scratch;
-  float* partial = scratch.floats(l.chunks * cols);
-  chunk_column_sums_kernel<<<l.grid, kThreads, 0, stream>>>(partial, x, rows, cols, l.chunk);
-  check_launch("chunk_column_sums_kernel");
-  add_partial_column_sums(sums, partial, l.chunks, cols, stream);
+  add_column_sums_of(sums, x, rows, cols, stream, "cuda::add_column_sums");
+}
+
+void add_column_sums_bf16(float* sums, const void* x16, int64_t rows, int64_t cols, cudaStream_t stream) {
+  add_column_sums_of(sums, static_cast<const __nv_bfloat16*>(x16), rows, cols, stream, "cuda::add_column_sums_bf16");
 }
 
 void add_partial_column_sums(float* sums, const float* partial, int64_t chunks, int64_t cols, cudaStream_t stream) {

@@ -13,6 +13,8 @@ namespace loom::kernels::cuda {
 void broadcast_bias(float* out, const float* bias, int64_t rows, int64_t cols, bool accumulate,
                     cudaStream_t stream = nullptr);
 void add_column_sums(float* sums, const float* x, int64_t rows, int64_t cols, cudaStream_t stream = nullptr);
+// The same over bf16 values (2-byte elements), each widened exactly.
+void add_column_sums_bf16(float* sums, const void* x16, int64_t rows, int64_t cols, cudaStream_t stream = nullptr);
 // The launch of a kernel that sums the columns of [rows, cols] by a thread per (column, chunk of
 // rows), in column_sums.h's order: `chunk` rows per chunk, `chunks` of them, over `grid` of
 // kThreads-thread blocks (column blocks along x, chunks along y). An Error naming `what` where

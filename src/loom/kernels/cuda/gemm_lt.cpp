@@ -86,7 +86,8 @@ int alignment_of(const void* p) {
 }
 
 // Everything an algorithm choice depends on, in cuBLASLt's column-major terms.
-using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, int, int, int, int, int, bool, bool>;
+using PlanKey =
+    std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, int, int, int, int, int, bool, bool, int, int>;
 
 // A matmul descriptor, its layouts and the chosen algorithm, made once per key.
 struct Plan {
@@ -140,7 +141,20 @@ struct LtProblem {
   GemmType out;
   const void* bias = nullptr;  // GemmOutput::bias: one per cuBLASLt row (our column)
   bool fast_accumulation = false;  // GemmOutput::fast_accumulation
+  GemmOutput::Epilogue epilogue = GemmOutput::Epilogue::None;  // GemmOutput::epilogue, with its aux
+  const void* aux = nullptr;
 };
+
+// cuBLASLt's epilogue for the bias and GELU a problem asks for.
+cublasLtEpilogue_t lt_epilogue(const LtProblem& p) {
+  switch (p.epilogue) {
+    case GemmOutput::Epilogue::GeluAux:
+      return p.bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    case GemmOutput::Epilogue::DGelu: return CUBLASLT_EPILOGUE_DGELU;
+    case GemmOutput::Epilogue::None: break;
+  }
+  return p.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
 
 std::unique_ptr<Plan> make_plan(Context& ctx, const LtProblem& p, bool accumulate, int alignment) {
   auto plan = std::make_unique<Plan>();
@@ -162,10 +176,16 @@ std::unique_ptr<Plan> make_plan(Context& ctx, const LtProblem& p, bool accumulat
     set(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(p.fast_accumulation ? 1 : 0),
         "set FAST_ACCUM");
   }
+  if (p.bias != nullptr || p.epilogue != GemmOutput::Epilogue::None)
+    set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, lt_epilogue(p), "set EPILOGUE");
   if (p.bias != nullptr) {
-    set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS, "set EPILOGUE (bias)");
     set(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_16BF), "set BIAS_DATA_TYPE");
     set(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias, "set BIAS_POINTER");
+  }
+  if (p.epilogue != GemmOutput::Epilogue::None) {
+    // The GELU input, bf16 like D and laid out as D (cuBLASLt's rows are our columns).
+    set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux, "set EPILOGUE_AUX_POINTER");
+    set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(p.rows), "set EPILOGUE_AUX_LD");
   }
   const uint64_t m = static_cast<uint64_t>(p.rows), n = static_cast<uint64_t>(p.cols), k = static_cast<uint64_t>(p.depth);
   // cuBLASLt A: (m x k) after op; stored k x m when transposed.
@@ -201,6 +221,9 @@ std::unique_ptr<Plan> make_plan(Context& ctx, const LtProblem& p, bool accumulat
                 type_name(p.first.type) + " -> " + type_name(p.out) + " with (m, n, k) = (" + std::to_string(p.cols) +
                 ", " + std::to_string(p.rows) + ", " + std::to_string(p.depth) + ")" +
                 (accumulate ? ", accumulating" : "") + (p.bias != nullptr ? ", with a bf16 bias" : "") +
+                (p.epilogue == GemmOutput::Epilogue::GeluAux ? ", GELU and its input out"
+                 : p.epilogue == GemmOutput::Epilogue::DGelu ? ", GELU's derivative"
+                                                              : "") +
                 ", alignment " + std::to_string(alignment) + " bytes: " + cublasLtGetStatusName(status));
   }
   plan->algo = results[0].algo;
@@ -299,7 +322,13 @@ void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int
   }
   LOOM_CHECK(!c.fast_accumulation || (fp8 && per_tensor(a.scale_mode) && per_tensor(b.scale_mode)),
              "matmul: fast accumulation is for per-tensor FP8 products only");
-  const LtProblem p{n, m, k, b, a, c.type, c.bias, c.fast_accumulation};
+  const bool gelu = c.epilogue != GemmOutput::Epilogue::None;
+  LOOM_CHECK(!gelu || (c.type == GemmType::BF16 && a.type == GemmType::BF16 && c.aux != nullptr &&
+                       reinterpret_cast<uintptr_t>(c.aux) % 16 == 0 && n % 8 == 0 &&
+                       (c.bias == nullptr || c.epilogue == GemmOutput::Epilogue::GeluAux)),
+             "matmul: GELU in the epilogue is for bf16 operands into a bf16 output, with a 16-byte aligned bf16 "
+             "GELU input of n a multiple of 8 columns (n = " + std::to_string(n) + "), a bias only forward");
+  const LtProblem p{n, m, k, b, a, c.type, c.bias, c.fast_accumulation, c.epilogue, c.aux};
   // The bias pointer's alignment counts too: the heuristic picks kernels by the pointer the plan's
   // descriptor held when it was made (cublasLt.h), so it has a place of its own in the key.
   const int alignment = std::min({alignment_of(a.data), alignment_of(b.data), alignment_of(c.data)});
@@ -319,7 +348,9 @@ void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int
                     c.bias != nullptr,
                     bias_alignment,
                     accumulate,
-                    c.fast_accumulation};
+                    c.fast_accumulation,
+                    static_cast<int>(c.epilogue),
+                    gelu ? alignment_of(c.aux) : 0};
   Context& ctx = context();
   std::lock_guard<std::mutex> lock(ctx.mutex);
   auto it = ctx.plans.find(key);
@@ -330,6 +361,7 @@ void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int
     set(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, p.second.scale, "set B_SCALE_POINTER");
   }
   if (c.bias != nullptr) set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias, "set BIAS_POINTER");
+  if (gelu) set(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, c.aux, "set EPILOGUE_AUX_POINTER");
   if (!plan.candidates.empty()) tune(ctx, plan, p, alpha, beta, stream);
   check_lt(cublasLtMatmul(ctx.handle, plan.desc, &alpha, p.first.data, plan.a, p.second.data, plan.b, &beta, c.data,
                           plan.c, c.data, plan.d, &plan.algo, ctx.workspace(stream), kWorkspaceBytes, stream),

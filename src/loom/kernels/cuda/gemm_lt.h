@@ -45,6 +45,13 @@ struct GemmOutput {
   // Engine's choice for forward products, whose error is far below the operands' FP8 rounding;
   // gradients' products keep the promotion.
   bool fast_accumulation = false;
+  // GELU in the epilogue, into a bf16 output (16-bit operands): GeluAux writes the product (after
+  // the bias) to `aux` and its GELU to `data` (cuBLASLt's GELU_AUX / GELU_AUX_BIAS); DGelu writes
+  // the product times GELU's derivative at `aux`'s values (DGELU). `aux` is [m, n] bf16 like the
+  // output, n a multiple of 8 (cuBLASLt's leading-dimension rule), 16-byte aligned.
+  enum class Epilogue : uint8_t { None, GeluAux, DGelu };
+  Epilogue epilogue = Epilogue::None;
+  const void* aux = nullptr;
 };
 
 void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int64_t m, int64_t n, int64_t k,

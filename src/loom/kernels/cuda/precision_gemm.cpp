@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "loom/core/error.h"
+#include "loom/kernels/cuda/bias.h"
 #include "loom/kernels/cuda/cast.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/gemm_lt.h"
@@ -281,6 +282,11 @@ void check_casts(const PrecisionGemm& g) {
              "precision GEMM: a bf16 bias (bias16) goes with its fp32 bias under a bf16 rounding");
   LOOM_CHECK(g.addend == nullptr || (g.accumulate && g.pass == LinearGemm::Forward && g.out16 == nullptr),
              "precision GEMM: an addend is for a forward accumulating into its fp32 output");
+  LOOM_CHECK((g.pre_gelu16 == nullptr || (g.pass == LinearGemm::Forward && g.out16 != nullptr && bf16)) &&
+                 (g.gelu_input16 == nullptr || (g.pass == LinearGemm::DataGrad && g.out16 != nullptr && bf16)) &&
+                 (g.gelu_bias_grad == nullptr || g.gelu_input16 != nullptr),
+             "precision GEMM: GELU in the epilogue is a bf16 forward's (pre_gelu16) or a bf16 dgrad's (gelu_input16, "
+             "with the bias gradient gelu_bias_grad), into a bf16 output (out16)");
   LOOM_CHECK(g.out16 == nullptr || (a != OperandCast::None && b != OperandCast::None &&
                                     g.pass != LinearGemm::WeightGrad && g.rounding == OutputRounding::Bf16 &&
                                     !g.accumulate),
@@ -325,6 +331,15 @@ void multiply(const PrecisionGemm& g, const Dims& d, const Prepared& pa, const P
   // scales keep the promotion).
   const bool fp8 = pa.type == GemmType::E4M3 || pa.type == GemmType::E5M2;
   const bool fast = g.fast_accumulation && fp8 && !block_scaled;
+  if (g.pre_gelu16 != nullptr || g.gelu_input16 != nullptr) {  // GELU or its derivative in the epilogue
+    const bool forward = g.pre_gelu16 != nullptr;
+    GemmOutput out{g.out16, GemmType::BF16, bias16};
+    out.epilogue = forward ? GemmOutput::Epilogue::GeluAux : GemmOutput::Epilogue::DGelu;
+    out.aux = forward ? g.pre_gelu16 : g.gelu_input16;
+    matmul(out, a_operand, b_operand, d.m, d.n, d.k, 1.0f, 0.0f, stream);
+    if (g.gelu_bias_grad != nullptr) add_column_sums_bf16(g.gelu_bias_grad, g.out16, d.m, d.n, stream);
+    return;
+  }
   if (g.out16 != nullptr) {  // the result stays bf16: cuBLASLt's own, or rounded after the bias
     float* sum = bf16_out ? nullptr : scratch.floats(count);
     matmul(GemmOutput{bf16_out ? g.out16 : sum, bf16_out ? GemmType::BF16 : GemmType::F32, bias16, fast}, a_operand,
