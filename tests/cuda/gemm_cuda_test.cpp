@@ -9,7 +9,8 @@
 // its GELU epilogues (forward, and the derivative with the bias gradient) within bf16's rounding.
 // Plans whose algorithm was timed among cuBLASLt's candidates (LOOM_GEMM_AUTOTUNE) likewise.
 // Fresh random inputs, outputs poisoned. Skipped, saying why, without a GPU; the argument checks
-// (FP8 shape rules, flash attention's head_dim) run everywhere.
+// (FP8 shape rules, flash attention's head_dim) run everywhere. The bias gradient's column sums
+// (fp32, and bf16 for the GELU epilogue's bias) bit for bit the CPU's.
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
@@ -20,7 +21,9 @@
 
 #include "cuda_test_util.h"
 #include "loom/core/error.h"
+#include "loom/kernels/cpu/linear.h"
 #include "loom/kernels/cuda/backend.h"
+#include "loom/kernels/cuda/bias.h"
 #include "loom/kernels/cuda/flash_attention.h"
 #include "loom/kernels/cuda/gemm_autotune.h"
 #include "loom/kernels/cuda/gemm_lt.h"
@@ -103,13 +106,22 @@ TEST_F(CudaGemm, LinearForwardAndBackwardMatchTheCpu) {
 // row counts below, at and across a chunk's 64 rows, and past 65536 rows (chunks of 128).
 TEST_F(CudaGemm, BiasGradientColumnSumsEqualTheCpuBitForBit) {
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {63, 5}, {64, 300}, {65, 257}, {16384, 768},
-                            {65536 + 77, 33}}) {
+                            {65536 + 77, 33}, {1000, 3072}}) {
     const std::vector<float> dy = random_values(seed_, rows * cols, 1.0f), db0 = random_values(seed_ + 1, cols, 1.0f);
     std::vector<float> db = db0;
     kernels::linear_backward(Device::cpu(), nullptr, nullptr, db.data(), dy.data(), nullptr, nullptr, rows, 1, cols);
     DeviceFloats d_dy(allocator_, dy), d_db(allocator_, db0);
     kernels::linear_backward(Device::cuda(0), nullptr, nullptr, d_db.ptr, d_dy.ptr, nullptr, nullptr, rows, 1, cols);
     EXPECT_EQ(d_db.host(), db) << rows << " x " << cols;
+    // Over bf16 values (add_column_sums_bf16: the GELU epilogue's bias gradient), two columns per
+    // thread where the columns are even, one where odd: the CPU's sums of the widened values.
+    const std::vector<float> dy16 = bf16_rounded(dy);
+    std::vector<float> db16 = db0;
+    ::loom::kernels::cpu::add_column_sums(db16.data(), dy16.data(), rows, cols);
+    DeviceArray<__nv_bfloat16> d_dy16(allocator_, to_bf16(dy16));
+    DeviceFloats d_db16(allocator_, db0);
+    add_column_sums_bf16(d_db16.ptr, d_dy16.ptr, rows, cols);
+    EXPECT_EQ(d_db16.host(), db16) << rows << " x " << cols << " in bf16";
   }
 }
 
@@ -288,6 +300,7 @@ TEST_F(CudaGemm, GeluEpiloguesAreTheActivationPassesWithinBf16) {
   DeviceFloats d_bias_grad_unfused(allocator_, std::vector<float>(ffn, 0.25f));
   kernels::activation_backward_bf16(gpu, MlpActivation::Gelu, nullptr, d_hidden_unfused.ptr, d_bias_grad_unfused.ptr,
                                     d_dact.ptr, d_pre.ptr, n, ffn);
+  EXPECT_LE(relative_error(pre16, to_float(d_pre_unfused.host())), 1e-2);
   EXPECT_LE(relative_error(act16, to_float(d_act_unfused.host())), 1e-2);
   EXPECT_LE(relative_error(hidden16, to_float(d_hidden_unfused.host())), 1e-2);
   EXPECT_LE(relative_error(d_bias_grad.host(), d_bias_grad_unfused.host()), 1e-2);

@@ -126,7 +126,8 @@ TEST_F(CudaModel, TinyLlamaTrainsInTheLowPrecisionRecipesOnTheGpuAsOnTheCpu) {
 // A GPT-2-style block (LayerNorm, GELU, learned positions, biases) under bf16 and fp8_current on
 // the GPU as on the CPU's emulation: losses within 1e-2 relative over 4 steps. Its bf16 path keeps
 // the q/k/v gradient bf16 (Attention::bf16_gradients, the bias's gradient summed by attention's
-// backward) and sums the up projection's bias inside the activation's backward; under FP8 the
+// backward) and runs GELU in the MLP's products' epilogues (Mlp::fuses_gelu: the up projection's
+// bias summed over the hidden gradient its down projection's dgrad leaves); under FP8 the
 // activation's kernels take the amaxes of the down projection's input and the up projection's
 // output gradient.
 TEST_F(CudaModel, TinyGpt2TrainsInBf16AndFp8OnTheGpuAsOnTheCpu) {

@@ -469,14 +469,17 @@ void check_bias16(const kernels::PrecisionGemm& g, const std::vector<float>& rou
 // activation's gradient, its column sums (over the fp32 gradient) added into gelu_bias_grad.
 void gelu_epilogue(const kernels::PrecisionGemm& g, const std::vector<float>& y) {
   const char* op = "precision_linear_gemm";
-  LOOM_CHECK(g.a.cast == OperandCast::Bf16 && g.b.cast == OperandCast::Bf16 &&
-                 (g.pre_gelu16 == nullptr || g.pass == kernels::LinearGemm::Forward) &&
-                 (g.gelu_input16 == nullptr || g.pass == kernels::LinearGemm::DataGrad) &&
-                 (g.gelu_bias_grad == nullptr || g.gelu_input16 != nullptr),
-             "emulated cuda: precision_linear_gemm's GELU epilogue is a bf16 forward's (pre_gelu16) or a bf16 "
-             "dgrad's (gelu_input16, with the bias gradient gelu_bias_grad)");
   const int64_t count = static_cast<int64_t>(y.size());
   const int64_t rows = g.n, width = g.pass == kernels::LinearGemm::Forward ? g.out_features : g.in_features;
+  // A GPU's rules too (cuBLASLt's: the GELU input's columns a multiple of 8, 16-byte aligned).
+  LOOM_CHECK(g.a.cast == OperandCast::Bf16 && g.b.cast == OperandCast::Bf16 && width % 8 == 0 &&
+                 (g.pre_gelu16 == nullptr || g.pass == kernels::LinearGemm::Forward) &&
+                 (g.gelu_input16 == nullptr || (g.pass == kernels::LinearGemm::DataGrad && g.bias == nullptr)) &&
+                 (g.gelu_bias_grad == nullptr || g.gelu_input16 != nullptr) &&
+                 reinterpret_cast<uintptr_t>(g.pre_gelu16 != nullptr ? g.pre_gelu16 : g.gelu_input16) % 16 == 0,
+             "emulated cuda: precision_linear_gemm's GELU epilogue is a bf16 forward's (pre_gelu16) or a bf16 "
+             "dgrad's (gelu_input16, with the bias gradient gelu_bias_grad), over a 16-byte aligned GELU input "
+             "of a multiple of 8 columns");
   if (g.pass == kernels::LinearGemm::Forward) {
     void* pre = host(g.pre_gelu16, op, "pre_gelu16");
     kernels::narrow_floats(kHost, pre, y.data(), count, DType::BF16);

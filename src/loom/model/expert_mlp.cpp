@@ -6,6 +6,12 @@
 
 namespace loom::model {
 
+namespace {
+// Element `at` of a device tensor of 16-bit elements.
+void* at16(void* p, int64_t at) { return static_cast<uint16_t*>(p) + at; }
+const void* at16(const void* p, int64_t at) { return static_cast<const uint16_t*>(p) + at; }
+}  // namespace
+
 void stored_linear_forward(ParameterStore& store, LinearPrecision* precision, int id, float* out, const float* in,
                            int64_t n, int64_t in_features, int64_t out_features) {
   if (precision != nullptr) {
@@ -130,6 +136,11 @@ bool ExpertMlp::bf16_interior() const {
   return first != nullptr && first->takes_bf16_tensors();
 }
 
+bool ExpertMlp::bf16_hidden() const {
+  const LinearPrecision* first = precision_of(in_precision_, 0);
+  return !bf16_interior() && first != nullptr && first->gives_bf16_outputs();
+}
+
 void ExpertMlp::forward_grouped(Saved& saved, float* out, const float* in, const std::vector<int64_t>& expert_rows,
                                 ExpertScratch& scratch) const {
   const int64_t rows = std::accumulate(expert_rows.begin(), expert_rows.end(), int64_t{0});
@@ -137,14 +148,25 @@ void ExpertMlp::forward_grouped(Saved& saved, float* out, const float* in, const
     if (rows > 0) forward_bf16(saved, out, in, expert_rows, rows, scratch);
     return;
   }
-  float* hidden = sized(saved.hidden, rows * hidden_width(), device_);
   float* act = sized(saved.act, rows * ffn_, device_);
-  for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
-    stored_linear_forward(*store_, precision_of(in_precision_, j), in_[j], hidden + at * hidden_width(), in + at * width_, n, width_,
-            hidden_width());
-  });
-  // One launch over every expert's rows: the activation is the same function for all of them.
-  activation_forward(device_, activation_, act, hidden, rows, ffn_);
+  if (bf16_hidden()) {
+    // The up projections' bf16 outputs, read by the activation as they are (one launch for all).
+    void* hidden16 = sized_16bit(saved.hidden, rows * hidden_width(), device_);
+    for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
+      in_precision_[j]->forward(nullptr, in + at * width_, store_->value(in_[j]), nullptr, n, width_, hidden_width(),
+                                false, GemmOutput::Rounded,
+                                DeviceTensors{.out = at16(hidden16, at * hidden_width())});
+    });
+    activation_forward_bf16(device_, activation_, act, nullptr, hidden16, rows, ffn_);
+  } else {
+    float* hidden = sized(saved.hidden, rows * hidden_width(), device_);
+    for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
+      stored_linear_forward(*store_, precision_of(in_precision_, j), in_[j], hidden + at * hidden_width(),
+                            in + at * width_, n, width_, hidden_width());
+    });
+    // One launch over every expert's rows: the activation is the same function for all of them.
+    activation_forward(device_, activation_, act, hidden, rows, ffn_);
+  }
   for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
     stored_linear_forward(*store_, precision_of(down_precision_, j), down_[j], out + at * width_, act + at * ffn_, n, ffn_, width_);
   });
@@ -158,25 +180,31 @@ void ExpertMlp::backward_grouped(float* d_in, const float* d_out, const float* i
     if (rows > 0) backward_bf16(d_in, d_out, in, saved, work, expert_rows, rows, scratch);
     return;
   }
-  float* d_act = zeroed(work.d_act, rows * ffn_, device_);
   float* d_hidden = sized(work.d_hidden, rows * hidden_width(), device_);  // written whole by the activation
   if (rows > 0) allocator(device_).zero(d_in, static_cast<size_t>(rows * width_) * sizeof(float));
-  for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
-    stored_linear_backward(*store_, precision_of(down_precision_, j), down_[j], d_act + at * ffn_, d_out + at * width_,
-                     saved.act.data() + at * ffn_, n, ffn_, width_);
-  });
-  activation_backward(device_, activation_, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
+  if (bf16_hidden()) {
+    // Each expert's rows of the activation's gradient written whole in bf16 by its dgrad.
+    void* d_act16 = sized_16bit(work.d_act, rows * ffn_, device_);
+    for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
+      down_precision_[j]->backward(nullptr, store_->grad(down_[j]), nullptr, d_out + at * width_,
+                                   saved.act.data() + at * ffn_, store_->value(down_[j]), n, ffn_, width_,
+                                   GemmOutput::Rounded, false, DeviceTensors{.din = at16(d_act16, at * ffn_)});
+    });
+    activation_backward_bf16(device_, activation_, d_hidden, nullptr, nullptr, d_act16, saved.hidden.data(), rows,
+                             ffn_);
+  } else {
+    float* d_act = zeroed(work.d_act, rows * ffn_, device_);
+    for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
+      stored_linear_backward(*store_, precision_of(down_precision_, j), down_[j], d_act + at * ffn_,
+                             d_out + at * width_, saved.act.data() + at * ffn_, n, ffn_, width_);
+    });
+    activation_backward(device_, activation_, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
+  }
   for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
     stored_linear_backward(*store_, precision_of(in_precision_, j), in_[j], d_in + at * width_, d_hidden + at * hidden_width(),
                      in + at * width_, n, width_, hidden_width());
   });
 }
-
-namespace {
-// Element `at` of a device tensor of 16-bit elements.
-void* at16(void* p, int64_t at) { return static_cast<uint16_t*>(p) + at; }
-const void* at16(const void* p, int64_t at) { return static_cast<const uint16_t*>(p) + at; }
-}  // namespace
 
 void ExpertMlp::forward_bf16(Saved& saved, float* out, const float* in, const std::vector<int64_t>& expert_rows,
                              int64_t rows, ExpertScratch& scratch) const {

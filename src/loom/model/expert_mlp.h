@@ -19,7 +19,11 @@
 // input and the output gradient cast to bf16 once for all experts, the up projections writing the
 // hidden rows in bf16, the activation and its gradient in bf16, the down projections reading them;
 // each holds what the fp32 path casts or rounds to bf16, so the products are the same. Per expert
-// and projection only the GEMMs are launched.
+// and projection only the GEMMs are launched. Under the FP8 and MX recipes on a GPU (bf16_hidden,
+// as Mlp::bf16_hidden) the up projections leave the hidden rows in bf16 and the down projections'
+// dgrads the activation's gradient, which the activation's kernels read as they are, leaving the
+// activation and the hidden gradient in fp32 for the recipe's casts: the values the fp32 path
+// rounds to bf16 anyway, without its widening passes.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -56,7 +60,9 @@ struct ExpertScratch {
 class ExpertMlp {
  public:
   struct Saved {
-    Buffer hidden, act;  // in the padded row layout where rows are padded; bf16 under bf16_interior
+    // in the padded row layout where rows are padded; bf16 under bf16_interior (hidden also under
+    // bf16_hidden)
+    Buffer hidden, act;
   };
   // Registers experts [first, first + count) of width `width` (d_model or the latent size).
   ExpertMlp(ParameterStore& store, const TensorParallel& tp, const std::string& prefix, int first, int count,
@@ -82,6 +88,8 @@ class ExpertMlp {
   int hidden_width() const { return static_cast<int>(activation_input_width(activation_, ffn_)); }
   // Whether the experts' GEMMs take bf16 tensors (the bf16 recipe on a GPU).
   bool bf16_interior() const;
+  // Whether, short of that, they leave their outputs in bf16 (the FP8 and MX recipes on a GPU).
+  bool bf16_hidden() const;
   // f(j, at, n) for each local expert j with rows: n of them, from row `at`.
   template <typename F>
   static void for_each_expert(const std::vector<int64_t>& expert_rows, F&& f) {

@@ -66,7 +66,8 @@ class Mlp {
   // projection casts the activation and the hidden gradient is cast for both of the up
   // projection's backward GEMMs), so the results are the same, without those casts and widenings
   // and with half the bytes. A bias on the up projection takes its gradient from the fp32 hidden
-  // gradient, which the activation's backward sums as it leaves the bf16 one.
+  // gradient, which the activation's backward sums as it leaves the bf16 one (fuses_gelu: from
+  // the bf16 one its down projection's dgrad leaves).
   bool bf16_interior() const;
   // Whether, within that, GELU runs in the projections' epilogues (as llm.c's gelu_fusion): the up
   // projection's product writes the saved pre-activation and its GELU, the down projection's dgrad

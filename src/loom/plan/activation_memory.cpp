@@ -52,7 +52,8 @@ int64_t moe_saved_bytes(const config::ModelConfig& model, const LayerWidths& w, 
   bytes += (w.latent > 0 ? rows * W * e : 0) + 2 * routed * W * e;  // latent; dispatched and returned rows
   bytes += rows * W * e;                                                // combined
   if (a.ep > 1) bytes += computed * W * e;                              // the experts' regrouped input
-  bytes += w.padded_expert_rows(computed) * (w.expert_hidden() + w.expert_ffn) * a.expert_bytes;  // hidden, act
+  bytes += w.padded_expert_rows(computed) *
+           (w.expert_hidden() * a.expert_hidden_bytes + w.expert_ffn * a.expert_bytes);  // hidden, act
   if (w.shared_ffn > 0) {
     bytes += rows * (w.shared_hidden() * a.mlp_hidden_bytes + w.shared_ffn * a.mlp_bytes);
     bytes += rows * (C + w.shared_ffn) * a.input_code_bytes;

@@ -45,8 +45,10 @@ struct ActivationShape {
   int64_t mlp_hidden_bytes = 4;
   // The routed experts' saved hidden and activation: element_bytes, or 2 where a GPU keeps them
   // bf16 (ExpertMlp's bf16 interior: under the bf16 recipe, which also casts the experts' input and
-  // output gradient into a bf16 copy of each in ExpertScratch).
+  // output gradient into a bf16 copy of each in ExpertScratch); the hidden also under the FP8 and
+  // MX recipes (ExpertMlp's bf16 hidden).
   int64_t expert_bytes = 4;
+  int64_t expert_hidden_bytes = 4;
   // The q/k/v and attention output saved for backward: element_bytes, or 2 where a GPU keeps them
   // bf16 (Attention::bf16_tensors: every block under the bf16 recipe and per-tensor FP8).
   int64_t attention_bytes = 4;

@@ -164,6 +164,7 @@ StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& lay
                                                         : 0;
   a.mlp_hidden_bytes = bf16_mlp_hidden_on_device(config) ? 2 : a.element_bytes;
   a.expert_bytes = bf16_mlp_on_device(config) ? 2 : a.element_bytes;
+  a.expert_hidden_bytes = bf16_mlp_hidden_on_device(config) ? 2 : a.element_bytes;
   a.input_code_bytes = fp8_input_codes_on_device(config) ? 1 : 0;
   a.attention_bytes = bf16_attention_on_device(config) ? 2 : a.element_bytes;
   // An FP8 block's norms before q/k/v and up write those projections' codes and keep no output

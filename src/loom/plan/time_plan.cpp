@@ -187,6 +187,13 @@ Bf16Ends device_bf16_ends(const CastPath& path, model::Recipe r, LinearRole role
   // kernels take the amaxes of the down projection's input and the up projection's output gradient.
   const bool per_tensor = r == model::Recipe::Fp8Delayed || r == model::Recipe::Fp8Current;
   const bool attention = path.bf16_attention && per_tensor;
+  // The routed experts likewise (ExpertMlp's bf16 hidden): the up projections' output, the down
+  // projections' input gradient.
+  if (is_expert(role)) {
+    ends.output = role == LinearRole::ExpertUp;
+    ends.input_grad = role == LinearRole::ExpertDown;
+    return ends;
+  }
   ends.output = up || (qkv && attention);
   ends.input_grad = down || (o && attention) || ((qkv || up) && path.bf16_normed_grad);
   ends.input_bf16 = o && attention;

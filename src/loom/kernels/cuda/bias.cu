@@ -39,6 +39,23 @@ __global__ void chunk_column_sums_kernel(float* __restrict__ partial, const T* _
   partial[k * cols + c] = s;
 }
 
+// The same over bf16 values two columns per thread (one 4-byte load per row), each column's sum
+// in the same order: the same bits, with each warp reading 128 bytes of a row rather than 64.
+__global__ void chunk_column_pair_sums_kernel(float* __restrict__ partial, const __nv_bfloat162* __restrict__ x,
+                                              int64_t rows, int64_t pairs, int64_t chunk) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x, k = blockIdx.y;
+  if (c >= pairs) return;
+  const int64_t last = min(rows, (k + 1) * chunk);
+  float low = 0.0f, high = 0.0f;
+  for (int64_t r = k * chunk; r < last; ++r) {
+    const float2 v = __bfloat1622float2(x[r * pairs + c]);
+    low = __fadd_rn(low, v.x);
+    high = __fadd_rn(high, v.y);
+  }
+  partial[k * 2 * pairs + 2 * c] = low;
+  partial[k * 2 * pairs + 2 * c + 1] = high;
+}
+
 template <typename T>
 void add_column_sums_of(float* sums, const T* x, int64_t rows, int64_t cols, cudaStream_t stream, const char* what) {
   if (rows * cols == 0) return;
@@ -95,7 +112,18 @@ void add_column_sums(float* sums, const float* x, int64_t rows, int64_t cols, cu
 }
 
 void add_column_sums_bf16(float* sums, const void* x16, int64_t rows, int64_t cols, cudaStream_t stream) {
-  add_column_sums_of(sums, static_cast<const __nv_bfloat16*>(x16), rows, cols, stream, "cuda::add_column_sums_bf16");
+  if (cols % 2 != 0 || reinterpret_cast<uintptr_t>(x16) % 4 != 0) {
+    add_column_sums_of(sums, static_cast<const __nv_bfloat16*>(x16), rows, cols, stream, "cuda::add_column_sums_bf16");
+    return;
+  }
+  if (rows * cols == 0) return;
+  const ColumnChunks l = column_chunks(rows, cols / 2, "cuda::add_column_sums_bf16");
+  Scratch scratch;
+  float* partial = scratch.floats(l.chunks * cols);
+  chunk_column_pair_sums_kernel<<<l.grid, kThreads, 0, stream>>>(
+      partial, static_cast<const __nv_bfloat162*>(x16), rows, cols / 2, l.chunk);
+  check_launch("chunk_column_pair_sums_kernel");
+  add_partial_column_sums(sums, partial, l.chunks, cols, stream);
 }
 
 void add_partial_column_sums(float* sums, const float* partial, int64_t chunks, int64_t cols, cudaStream_t stream) {

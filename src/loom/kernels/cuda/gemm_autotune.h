@@ -22,7 +22,8 @@ int gemm_autotune_candidates();
 void set_gemm_autotune_candidates(int candidates);
 
 // One product as cublasLtMatmul takes it, its output into `scratch` (C and D: the caller's output
-// is not touched; with beta != 0 the scratch's own values are accumulated, at the same cost).
+// is not touched, but for a GELU_AUX epilogue's aux, which the descriptor points at; with beta != 0
+// the scratch's own values are accumulated, at the same cost).
 struct LtCall {
   cublasLtHandle_t handle = nullptr;
   cublasLtMatmulDesc_t desc = nullptr;

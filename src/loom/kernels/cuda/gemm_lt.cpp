@@ -142,7 +142,7 @@ struct LtProblem {
   const void* bias = nullptr;  // GemmOutput::bias: one per cuBLASLt row (our column)
   bool fast_accumulation = false;  // GemmOutput::fast_accumulation
   GemmOutput::Epilogue epilogue = GemmOutput::Epilogue::None;  // GemmOutput::epilogue, with its aux
-  const void* aux = nullptr;
+  void* aux = nullptr;
 };
 
 // cuBLASLt's epilogue for the bias and GELU a problem asks for.
@@ -246,6 +246,8 @@ int element_bytes(GemmType t) {
 
 // The plan's algorithm: the fastest of its candidates on its first product (gemm_autotune.h),
 // into a scratch output; said once per plan on stderr, so a run's log shows what timing bought.
+// A GELU_AUX epilogue's candidates write the caller's aux too (the descriptor holds its pointer):
+// what the product after them writes again, and aux overlaps no operand (matmul checks).
 void tune(Context& ctx, Plan& plan, const LtProblem& p, float alpha, float beta, cudaStream_t stream) {
   const size_t bytes = static_cast<size_t>(p.rows * p.cols * element_bytes(p.out));
   LtCall call;
@@ -328,6 +330,14 @@ void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int
                        (c.bias == nullptr || c.epilogue == GemmOutput::Epilogue::GeluAux)),
              "matmul: GELU in the epilogue is for bf16 operands into a bf16 output, with a 16-byte aligned bf16 "
              "GELU input of n a multiple of 8 columns (n = " + std::to_string(n) + "), a bias only forward");
+  if (gelu) {  // aux [m, n] bf16 apart from both operands (a [m, k], b [n, k] in either orientation)
+    const auto* aux = static_cast<const uint8_t*>(c.aux);
+    const auto apart = [&](const void* x, int64_t count) {
+      const auto* p = static_cast<const uint8_t*>(x);
+      return aux + m * n * 2 <= p || p + count * 2 <= aux;
+    };
+    LOOM_CHECK(apart(a.data, m * k) && apart(b.data, n * k), "matmul: a GELU epilogue's aux overlaps an operand");
+  }
   const LtProblem p{n, m, k, b, a, c.type, c.bias, c.fast_accumulation, c.epilogue, c.aux};
   // The bias pointer's alignment counts too: the heuristic picks kernels by the pointer the plan's
   // descriptor held when it was made (cublasLt.h), so it has a place of its own in the key.

@@ -12,7 +12,7 @@
 //   cuBLASLt offers on Hopper, in its layouts (what encode_rowwise_blocks / encode_tile_blocks write). cuBLASLt's FP8 rules hold: only c = a . b^T (a [m, k], b [n, k], both with
 //   k contiguous), m, n, k multiples of 16.
 // Each device has one cuBLASLt handle, a 32 MiB workspace from a caching allocator, and a plan
-// cache keyed by shape, types, transposes, scale modes and pointer alignment; calls are
+// cache keyed by shape, types, transposes, scale modes, epilogue and pointer alignment; calls are
 // serialised per device. Every cuBLASLt status is checked; a shape no algorithm serves is a
 // loom::Error naming it.
 #include <cuda_runtime.h>
@@ -48,10 +48,12 @@ struct GemmOutput {
   // GELU in the epilogue, into a bf16 output (16-bit operands): GeluAux writes the product (after
   // the bias) to `aux` and its GELU to `data` (cuBLASLt's GELU_AUX / GELU_AUX_BIAS); DGelu writes
   // the product times GELU's derivative at `aux`'s values (DGELU). `aux` is [m, n] bf16 like the
-  // output, n a multiple of 8 (cuBLASLt's leading-dimension rule), 16-byte aligned.
+  // output, n a multiple of 8 (cuBLASLt's leading-dimension rule), 16-byte aligned, overlapping
+  // neither operand (GeluAux writes it, also from each candidate LOOM_GEMM_AUTOTUNE times; DGelu
+  // only reads it).
   enum class Epilogue : uint8_t { None, GeluAux, DGelu };
   Epilogue epilogue = Epilogue::None;
-  const void* aux = nullptr;
+  void* aux = nullptr;
 };
 
 void matmul(const GemmOutput& c, const GemmOperand& a, const GemmOperand& b, int64_t m, int64_t n, int64_t k,

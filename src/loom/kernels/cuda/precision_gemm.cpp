@@ -335,7 +335,7 @@ void multiply(const PrecisionGemm& g, const Dims& d, const Prepared& pa, const P
     const bool forward = g.pre_gelu16 != nullptr;
     GemmOutput out{g.out16, GemmType::BF16, bias16};
     out.epilogue = forward ? GemmOutput::Epilogue::GeluAux : GemmOutput::Epilogue::DGelu;
-    out.aux = forward ? g.pre_gelu16 : g.gelu_input16;
+    out.aux = forward ? g.pre_gelu16 : const_cast<void*>(g.gelu_input16);  // DGelu only reads it
     matmul(out, a_operand, b_operand, d.m, d.n, d.k, 1.0f, 0.0f, stream);
     if (g.gelu_bias_grad != nullptr) add_column_sums_bf16(g.gelu_bias_grad, g.out16, d.m, d.n, stream);
     return;
