@@ -60,14 +60,17 @@ TEST(TensorParallelTime, MoeRoutersLatentProjectionsAndRoutedExpertsAreComputedW
   const auto [sp, sp_elementwise] = plan({"parallel.tp=2", "parallel.sequence_parallel=true"});
   EXPECT_NEAR(sp, tokens * ((split + 2 * gate) / 2 + whole) / 1e12 + sp_elementwise, 1e-15);
   // Under fp8_current (no bf16 edge layers) at twice the rate: the split linears' half and every
-  // routed expert in FP8; the router, the latent projections, the gate and eh_proj stay fp32,
-  // the heads bf16.
+  // routed expert in FP8, with each MoE layer's padding (4 experts x 15 rows through both
+  // projections, per micro-batch); the router, the latent projections, the gate and eh_proj stay
+  // fp32, the heads bf16.
   hw.fp8_peak_flops = 2e12;
   const auto [fp8, fp8_elementwise] =
       plan({"parallel.tp=2", "precision.recipe=fp8_current", "precision.fp8_edge_layers_bf16=false"});
   const double split_fp8 = 2 * (attention + shared), whole_fp8 = 2 * experts;
   const double at_gemm_rate = (2 * scores + heads) / 2 + 2 * (router + latent + gate) + eh_proj;
-  EXPECT_NEAR(fp8, tokens * (at_gemm_rate / 1e12 + (split_fp8 / 2 + whole_fp8) / 2e12) + fp8_elementwise, 1e-15);
+  const double padding = 2 * 4 * 15 * 6 * (16 * 8 + 8 * 8) / 2e12;
+  EXPECT_NEAR(fp8, tokens * (at_gemm_rate / 1e12 + (split_fp8 / 2 + whole_fp8) / 2e12) + padding + fp8_elementwise,
+              1e-15);
 }
 
 // A layer of each region kind that communicates: attention, a dense MLP, and a MoE layer with a

@@ -298,8 +298,9 @@ train: {global_batch: 2, micro_batch: 2}
   // gate/up 16 x 16 and down 16 x 8 over top 2 rows per token.
   const double tokens = 16, fp8_weights = 42 * 16 + 16 * 16 + 2 * 8 * 16 + 16 * 8 + 2 * (16 * 16 + 16 * 8);
   // And FP8 pads each expert's rows to 16 (planned at the bound: 15 rows more per expert), which
-  // keeps their hidden (16) and activation (8) at the elementwise rate (a third of the bandwidth).
-  const double padding = 4 * 15 * (16 + 8) * 4 / (1e15 / 3);
+  // keeps their hidden (16) and activation (8) at the elementwise rate (a third of the bandwidth)
+  // and multiplies them through both projections' three GEMMs at the FP8 rate.
+  const double padding = 4 * 15 * (16 + 8) * 4 / (1e15 / 3) + 4 * 15 * 6 * (16 * 16 + 16 * 8) / 2e12;
   EXPECT_NEAR(time("fp8_current").compute,
               time("bf16").compute - tokens * 6 * fp8_weights / 2 / 1e12 + padding, 1e-15);
   // Under bf16 on the CPU each linear casts its input twice, its weight twice and its output
@@ -401,8 +402,9 @@ TEST(TimePlan, MultiTokenPredictionBlocksAreCostedAsTheLayersBlocks) {
   const double tokens = 16, experts = 2 * (16 * 8 + 8 * 8), middle = 50 * 16 + 16 * 16 + 2 * 8 * 16 + 16 * 8;
   const double edges = 48 * 16 + 16 * 16 + 50 * 16 + 16 * 16, depth = 48 * 16 + 16 * 16 + 2 * 8 * 16 + 16 * 8;
   const auto saved = [&](double weights) { return tokens * 6 * weights / 2 / 1e12; };
-  // Each FP8 MoE layer's padded expert rows (as the test above counts them).
-  const double padding = 4 * 15 * (16 + 8) * 4 / (1e15 / 3);
+  // Each FP8 MoE layer's padded expert rows (as the test above counts them: their activations,
+  // and their products at the FP8 rate).
+  const double padding = 4 * 15 * (16 + 8) * 4 / (1e15 / 3) + 4 * 15 * 6 * (16 * 8 + 8 * 8) / 2e12;
   EXPECT_NEAR(time("fp8_current").compute, time("bf16").compute - saved(middle + experts) + padding, 1e-15);
   const std::vector<std::string> all_fp8 = {"precision.fp8_edge_layers_bf16=false"};
   EXPECT_NEAR(time("fp8_current", all_fp8).compute,

@@ -78,8 +78,9 @@ void visit_layer_linears(const config::RunConfig& config, const LayerWidths& w, 
 // q/k/v and output projections, dense MLPs' two, Mamba-2 mixers' in and out projections and
 // shared experts' two (1 each, the block's recipe), each routed expert's two (its share of
 // the rows the rank's experts compute at balanced routing of `tokens`, in the block's recipe:
-// MoeLayer::set_precision; not costed: the zero rows padding each expert's rows to the 16 or 128
-// an FP8 product takes, ExpertMlp::padded_rows, at most 15 or 127 per expert and micro-batch), and
+// MoeLayer::set_precision; the zero rows padding each expert's rows to the 16 or 128 an FP8
+// product takes, ExpertMlp::padded_rows, at most 15 or 127 per expert and micro-batch, are costed
+// apart: time_plan.cpp's expert_padding_flops), and
 // a latent MoE layer's two latent projections (1 each, the recipe's 16-bit form).
 // On the rank holding the head, each multi-token prediction depth's block likewise (widths index
 // layers + depth - 1), under the last layer's recipe as Transformer::build_mtp sets it, and its

@@ -321,6 +321,30 @@ Fp8Flops fp8_linear_flops_per_token(const config::RunConfig& config, const Stage
   return f;
 }
 
+// Training FLOPs per micro-batch of the zero rows padding each routed expert's rows to the 16 (128)
+// rows an FP8 product takes (ExpertMlp::padded_rows), at their bound, as the memory plan counts
+// their activations (LayerWidths::padded_expert_rows): multiple - 1 rows per local expert through
+// both projections' three GEMMs, in the FP8 blocks (the layers' and, on the rank holding the head,
+// the multi-token prediction depths' blocks, as for_each_block_linear visits them).
+double expert_padding_flops(const config::RunConfig& config, const StageMemory& stage) {
+  const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
+  const int layers = config.model.layers;
+  double flops = 0.0;
+  auto add = [&](int l) {
+    const LayerWidths& w = stage.widths[static_cast<size_t>(l)];
+    if (!w.has_moe() || w.local_experts == 0 || !model::is_fp8(entry_recipe(policy, l, layers))) return;
+    const double rows = static_cast<double>(w.local_experts * (w.expert_row_multiple - 1));
+    flops += 6.0 * rows * static_cast<double>(w.expert_hidden() * w.expert_width + w.expert_width * w.expert_ffn);
+  };
+  for (const model::LayerRange& c : stage.chunks) {
+    for (int l = c.first; l < c.last; ++l) add(l);
+  }
+  if (stage.head_rows > 0) {
+    for (int l = layers; l < layers + config.model.mtp_depths; ++l) add(l);
+  }
+  return flops;
+}
+
 // Training FLOPs per token of this rank's linears every tensor-parallel rank computes whole over
 // all rows (multi-token prediction's eh_proj): not shared out over the group.
 double replicated_linear_flops_per_token(const config::RunConfig& config, const StageMemory& stage) {
@@ -448,7 +472,8 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
   const double split_seconds =
       ((split - split_fp8 - flops.attention) / rate + split_fp8 / fp8_rate + flops.attention / attention_rate) *
       tokens / shape.tp;
-  const double replicated_seconds = ((flops.replicated - fp8.experts) / rate + fp8.experts / fp8_rate) * tokens;
+  const double replicated_seconds = ((flops.replicated - fp8.experts) / rate + fp8.experts / fp8_rate) * tokens +
+                                    expert_padding_flops(config, stage) / fp8_rate;
   const double block_seconds = split_seconds + replicated_seconds;
   const double gemm = block_seconds + tokens * flops.head / shape.tp / rate +
                       tokens * replicated_linear_flops_per_token(config, stage) / rate;
