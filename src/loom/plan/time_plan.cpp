@@ -5,12 +5,12 @@
 #include "loom/model/flops.h"
 #include "loom/model/layer_spec.h"
 #include "loom/model/linear_precision.h"
-#include "loom/model/multi_token_prediction.h"
 #include "loom/parallel/data/bf16_parameter_copy.h"
 #include "loom/parallel/data/fp8_weight_pieces.h"
 #include "loom/plan/activation_memory.h"
 #include "loom/plan/block_linears.h"
 #include "loom/plan/parallel_comm.h"
+#include "loom/plan/stage_flops.h"
 
 namespace loom::plan {
 
@@ -303,58 +303,6 @@ GemmOutputBytes gemm_output_bytes(const config::RunConfig& config, const StageMe
   return bytes;
 }
 
-// Training FLOPs per token of this rank's linears whose products run in FP8 (per-tensor or
-// blockwise scaled: fp8_delayed, fp8_current, fp8_blockwise; not MXFP8, which Hopper multiplies
-// in bf16, nor the layers the recipe keeps in bf16, nor the head): 6 x their weights, those
-// split over the tensor-parallel group apart from the routed experts', which every rank
-// computes whole over all the group's tokens.
-struct Fp8Flops {
-  double split = 0.0, experts = 0.0;
-};
-
-Fp8Flops fp8_linear_flops_per_token(const config::RunConfig& config, const StageMemory& stage) {
-  Fp8Flops f;
-  for_each_block_linear(config, stage, 1.0, [&](double out, double in, model::Recipe r, LinearRole role, double rows) {
-    if (!model::is_fp8(r) || r == model::Recipe::Mxfp8) return;
-    (is_expert(role) ? f.experts : f.split) += 6.0 * rows * out * in;
-  });
-  return f;
-}
-
-// Training FLOPs per micro-batch of the zero rows padding each routed expert's rows to the 16 (128)
-// rows an FP8 product takes (ExpertMlp::padded_rows), at their bound, as the memory plan counts
-// their activations (LayerWidths::padded_expert_rows): multiple - 1 rows per local expert through
-// both projections' three GEMMs, in the FP8 blocks (the layers' and, on the rank holding the head,
-// the multi-token prediction depths' blocks, as for_each_block_linear visits them).
-double expert_padding_flops(const config::RunConfig& config, const StageMemory& stage) {
-  const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
-  const int layers = config.model.layers;
-  double flops = 0.0;
-  auto add = [&](int l) {
-    const LayerWidths& w = stage.widths[static_cast<size_t>(l)];
-    if (!w.has_moe() || w.local_experts == 0 || !model::is_fp8(entry_recipe(policy, l, layers))) return;
-    const double rows = static_cast<double>(w.local_experts * (w.expert_row_multiple - 1));
-    flops += 6.0 * rows * static_cast<double>(w.expert_hidden() * w.expert_width + w.expert_width * w.expert_ffn);
-  };
-  for (const model::LayerRange& c : stage.chunks) {
-    for (int l = c.first; l < c.last; ++l) add(l);
-  }
-  if (stage.head_rows > 0) {
-    for (int l = layers; l < layers + config.model.mtp_depths; ++l) add(l);
-  }
-  return flops;
-}
-
-// Training FLOPs per token of this rank's linears every tensor-parallel rank computes whole over
-// all rows (multi-token prediction's eh_proj): not shared out over the group.
-double replicated_linear_flops_per_token(const config::RunConfig& config, const StageMemory& stage) {
-  double weights = 0.0;
-  for_each_block_linear(config, stage, 1.0, [&](double out, double in, model::Recipe, LinearRole role, double rows) {
-    if (role == LinearRole::Replicated) weights += rows * out * in;
-  });
-  return 6.0 * weights;
-}
-
 // Memory handed back to the system between uses and faulted in again, per micro-batch: ZeRO-2's
 // gradient buffer after each micro-batch's reduce-scatter; ZeRO-3's gathered parameters after
 // each unit's forward and backward and its gradients after their reduce-scatter; compact
@@ -411,42 +359,6 @@ void add_context_parallel_cost(StageCost& cost, const config::RunConfig& config,
   cost.cp = forward + backward;
   cost.forward += forward;
   cost.backward += backward;
-}
-
-// Training FLOPs per token of a stage's blocks, of which attention's score and value products
-// and what every tensor-parallel rank computes whole over all the group's tokens (`replicated`:
-// each MoE layer's router, latent projections and routed experts, MoeLayer's tp.replicated()
-// parameters, and its shared expert's gate where no sequence parallelism gives each rank its own
-// rows), and of its head (model/flops.h). On the rank holding the head, the multi-token prediction
-// depths' blocks count as blocks (their linears are the stage's block linears, for_each_block_linear)
-// and their eh_proj not at all (replicated_linear_flops_per_token); the head's FLOPs keep the
-// head once per depth.
-struct StageFlops {
-  double block = 0.0, attention = 0.0, replicated = 0.0, head = 0.0;
-};
-
-StageFlops stage_flops(const config::RunConfig& config, const StageMemory& stage,
-                       const std::vector<model::LayerSpec>& specs) {
-  const config::ModelConfig& model = config.model;
-  const int64_t seq = config.data.seq_len;
-  StageFlops f;
-  auto add_block = [&](const model::LayerSpec& spec, double count) {
-    f.block += count * model::layer_training_flops_per_token(model, spec, seq);
-    f.attention += count * model::attention_training_flops_per_token(model, spec, seq);
-    const model::MoeTrainingFlops moe = model::moe_training_flops_per_token(model, spec);
-    const double gate = config.parallel.sequence_parallel ? 0.0 : moe.shared_gate;
-    f.replicated += count * (moe.router + moe.latent + moe.experts + gate);
-  };
-  for (const model::LayerRange& c : stage.chunks) {
-    for (int l = c.first; l < c.last; ++l) add_block(specs[static_cast<size_t>(l)], 1.0);
-  }
-  if (stage.chunks.back().last != model.layers) return f;
-  const model::LayerSpec mtp = model::mtp_block_spec(model);
-  const double depths = model.mtp_depths, d = model.d_model;
-  add_block(mtp, depths);
-  const double block = model::layer_training_flops_per_token(model, mtp, seq), eh_proj = 3.0 * 2.0 * (2.0 * d) * d;
-  f.head = model::head_training_flops_per_token(model, seq) - depths * (block + eh_proj);
-  return f;
 }
 
 StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, const StageMemory& stage,
