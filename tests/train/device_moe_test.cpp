@@ -28,7 +28,8 @@ TEST_F(DeviceLayouts, MoeOnOneRankEqualsTheCpuBitForBit) {
   // GPU's FP8 product takes (the shared expert as wide as FP8's products take).
   expect_bitwise_equal_runs(kMoe, "moe-bf16", {"precision.recipe=bf16"});
   expect_bitwise_equal_runs(kMoe, "moe-fp8-current", {"precision.recipe=fp8_current"});
-  for (const std::string recipe : {"fp8_current", "fp8_delayed"}) {
+  // mxfp8: the experts' bf16 hidden rows unpadded (ExpertMlp::bf16_hidden at any row offset).
+  for (const std::string recipe : {"fp8_current", "fp8_delayed", "mxfp8"}) {
     expect_bitwise_equal_runs(kMoe, "moe-fp8-experts-" + recipe,
                               {"precision.recipe=" + recipe, "precision.fp8_edge_layers_bf16=false",
                                "model.moe_shared_ffn_size=16"});

@@ -168,7 +168,8 @@ void ExpertMlp::forward_grouped(Saved& saved, float* out, const float* in, const
     activation_forward(device_, activation_, act, hidden, rows, ffn_);
   }
   for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
-    stored_linear_forward(*store_, precision_of(down_precision_, j), down_[j], out + at * width_, act + at * ffn_, n, ffn_, width_);
+    stored_linear_forward(*store_, precision_of(down_precision_, j), down_[j], out + at * width_, act + at * ffn_, n,
+                          ffn_, width_);
   });
 }
 
@@ -201,8 +202,8 @@ void ExpertMlp::backward_grouped(float* d_in, const float* d_out, const float* i
     activation_backward(device_, activation_, d_hidden, d_act, saved.hidden.data(), rows, ffn_);
   }
   for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
-    stored_linear_backward(*store_, precision_of(in_precision_, j), in_[j], d_in + at * width_, d_hidden + at * hidden_width(),
-                     in + at * width_, n, width_, hidden_width());
+    stored_linear_backward(*store_, precision_of(in_precision_, j), in_[j], d_in + at * width_,
+                           d_hidden + at * hidden_width(), in + at * width_, n, width_, hidden_width());
   });
 }
 

@@ -82,7 +82,8 @@ bool bf16_logits_on_device(const config::RunConfig& config, int tp);
 // recipe (an FP8 recipe's bf16 edge blocks do too; not counted).
 bool bf16_mlp_on_device(const config::RunConfig& config);
 // Whether every block's MLP keeps its hidden pre-activation bf16 (Mlp::bf16_interior or
-// bf16_hidden): on a GPU under any recipe but fp32 and fp16.
+// bf16_hidden), and the routed experts theirs (ExpertMlp's likewise): on a GPU under any recipe
+// but fp32 and fp16.
 bool bf16_mlp_hidden_on_device(const config::RunConfig& config);
 // Whether every block's norms before attention and a dense MLP write their outputs in bf16 for the
 // projections after them (Attention / Mlp::takes_bf16_input): on a GPU under the bf16 recipe.

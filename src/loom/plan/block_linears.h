@@ -15,7 +15,8 @@ namespace loom::plan {
 // attention its q/k/v and output (Attention::bf16_tensors). Plain: fp32 in and out (a Mamba-2
 // mixer's projections, a MoE layer's shared expert, counted as such); ExpertUp / ExpertDown: a
 // routed expert's, fp32 in and out apart from their interior, which a GPU keeps bf16 under the bf16
-// recipe as the MLP's (ExpertMlp's bf16 interior), whose weight gradient is always added to (never
+// recipe as the MLP's (ExpertMlp's bf16 interior; their GEMMs' outputs under FP8 and MX: its bf16
+// hidden), whose weight gradient is always added to (never
 // written whole), computed whole on every tensor-parallel rank (MoeLayer routes all the group's
 // tokens); Latent: a latent MoE layer's fc1 / fc2 latent projection, fp32 in and out, in the
 // block recipe's 16-bit form (MoeLayer::set_precision), computed whole on every tensor-parallel
@@ -80,7 +81,7 @@ void visit_layer_linears(const config::RunConfig& config, const LayerWidths& w, 
 // the rows the rank's experts compute at balanced routing of `tokens`, in the block's recipe:
 // MoeLayer::set_precision; the zero rows padding each expert's rows to the 16 or 128 an FP8
 // product takes, ExpertMlp::padded_rows, at most 15 or 127 per expert and micro-batch, are costed
-// apart: time_plan.cpp's expert_padding_flops), and
+// apart: stage_flops.h's expert_padding_flops), and
 // a latent MoE layer's two latent projections (1 each, the recipe's 16-bit form).
 // On the rank holding the head, each multi-token prediction depth's block likewise (widths index
 // layers + depth - 1), under the last layer's recipe as Transformer::build_mtp sets it, and its
