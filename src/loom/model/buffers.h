@@ -64,11 +64,14 @@ class StagedTokens {
 // A host array copied where the kernels of `device` read it (into `buffer`, grown as needed; on
 // the cpu a plain copy), ordered as StagedTokens' uploads. Returns the buffer's data.
 template <typename T>
-T* upload(Device device, DeviceBuffer<T>& buffer, const std::vector<T>& host) {
-  const auto n = static_cast<int64_t>(host.size());
+T* upload(Device device, DeviceBuffer<T>& buffer, const T* host, int64_t n) {
   T* data = sized(buffer, n, device);
-  copy_from_host(device, data, host.data(), n);
+  copy_from_host(device, data, host, n);
   return data;
+}
+template <typename T>
+T* upload(Device device, DeviceBuffer<T>& buffer, const std::vector<T>& host) {
+  return upload(device, buffer, host.data(), static_cast<int64_t>(host.size()));
 }
 
 // A Mamba-2 mixer's decoding state for one sequence: the convolution's last conv_kernel - 1

@@ -191,10 +191,7 @@ void MoeLayer::shared_backward(float* d_normed, const float* d_residual, const f
   // dg += sum_t d_logit[t] normed[t] (rows in order into row 0); d_normed[t] += d_logit[t] g. The
   // index of zeros is uploaded once, when it grows.
   DeviceBuffer<int32_t>& zeros = moe_scratch().zeros;
-  if (zeros.device() != device_ || zeros.size() < local) {
-    zeros_host_.assign(local, 0);
-    upload(device_, zeros, zeros_host_);
-  }
+  if (zeros.device() != device_ || zeros.size() < local) upload(device_, zeros, std::vector<int32_t>(local, 0));
   const int32_t* row_zero = zeros.data();
   kernels::scatter_add_rows(device_, store_->grad(shared_gate_), normed, C, row_zero, d_logit, local, C);
   kernels::scatter_add_rows(device_, d_normed, value(shared_gate_), 0, nullptr, d_logit, local, C);

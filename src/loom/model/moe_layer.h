@@ -129,7 +129,6 @@ class MoeLayer {
   MoeScratch* shared_scratch_ = nullptr;
   mutable MoeScratch own_scratch_;
   mutable std::vector<int32_t> selection_row_;
-  mutable std::vector<int32_t> zeros_host_;
 };
 
 }  // namespace loom::model

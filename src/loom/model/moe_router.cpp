@@ -46,7 +46,7 @@ void MoeRouter::forward(Routing& r, const float* x, int64_t tokens, int64_t seq,
   kernels::RouterForward f;
   static_cast<kernels::RouterShape&>(f) = shape(tokens);
   f.logits = device_logits;
-  if (bias != nullptr) f.bias = upload(device_, r.bias_on_device, std::vector<float>(bias, bias + E));
+  if (bias != nullptr) f.bias = upload(device_, r.bias_on_device, bias, E);
   f.expert = reinterpret_cast<int32_t*>(packed);
   f.weight = reinterpret_cast<float*>(f.expert + selections);
   f.lse = z_loss ? packed + selections : nullptr;

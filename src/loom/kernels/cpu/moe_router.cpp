@@ -22,13 +22,14 @@ void select_top_k(const std::vector<float>& v, int k, int32_t* out) {
   }
 }
 
-// w [k] = the combine weights of the selected experts ex from the token's logits l and scores s.
-void combine_weights(const RouterForward& r, const float* l, const float* s, const int32_t* ex, float* w) {
+// w [k] = the combine weights of the selected experts ex from the token's logits l and scores s
+// (`picked`: room for k values).
+void combine_weights(const RouterForward& r, const float* l, const float* s, const int32_t* ex, float* w,
+                     float* picked) {
   const int k = r.top_k;
   if (r.kind == RouterKind::TopkSoftmax) {
-    std::vector<float> picked(static_cast<size_t>(k));
     for (int i = 0; i < k; ++i) picked[i] = l[ex[i]];
-    softmax_row(picked.data(), w, k);
+    softmax_row(picked, w, k);
   } else {
     double sum = 0.0;
     for (int i = 0; i < k; ++i) sum += w[i] = s[ex[i]];
@@ -108,16 +109,18 @@ void sigmoid_gate_backward(float* d_logit, const double* dots, const float* gate
 
 void moe_router_forward(const RouterForward& r) {
   const int E = r.experts, k = r.top_k;
-  std::vector<float> scores(static_cast<size_t>(E)), select(static_cast<size_t>(E));
+  std::vector<float> scores(static_cast<size_t>(E)), select(static_cast<size_t>(E)), picked(static_cast<size_t>(k));
   if (r.prob_sums != nullptr) std::fill_n(r.prob_sums, r.tokens / r.group_tokens * E, 0.0);
   for (int64_t t = 0; t < r.tokens; ++t) {
     const float* l = r.logits + t * E;
     const float* s = scores.data();
     router_scores(r.kind, l, scores.data(), E);
-    for (int e = 0; e < E; ++e) select[e] = (r.kind == RouterKind::TopkSoftmax ? l[e] : s[e]) + (r.bias ? r.bias[e] : 0.0f);
+    for (int e = 0; e < E; ++e) {
+      select[e] = (r.kind == RouterKind::TopkSoftmax ? l[e] : s[e]) + (r.bias ? r.bias[e] : 0.0f);
+    }
     int32_t* ex = r.expert + t * k;
     select_top_k(select, k, ex);
-    combine_weights(r, l, s, ex, r.weight + t * k);
+    combine_weights(r, l, s, ex, r.weight + t * k, picked.data());
     if (r.lse != nullptr) r.lse[t] = log_sum_exp(l, E);
     if (r.prob_sums != nullptr) {
       double norm = 1.0;

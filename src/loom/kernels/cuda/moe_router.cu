@@ -4,6 +4,7 @@
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/launch.cuh"
 #include "loom/kernels/cuda/moe_router.h"
+#include "loom/kernels/cuda/scratch.h"
 
 namespace loom::kernels::cuda {
 
@@ -301,31 +302,22 @@ void moe_router_forward(const RouterForward& r, cudaStream_t stream) {
                  ", model.moe_experts " + std::to_string(r.experts) + ")");
   if (r.tokens == 0) return;
   const int E = r.experts;
-  float* scores = nullptr;
-  double* norms = nullptr;
-  if (r.prob_sums != nullptr) {
-    check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&scores), r.tokens * E * sizeof(float), stream),
-               "cudaMallocAsync (the router's scores)");
-    check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&norms), r.tokens * sizeof(double), stream),
-               "cudaMallocAsync (the router's score norms)");
-  }
+  Scratch scratch;  // the scores, their norms and the balancing loss's partial sums, for this call
+  float* scores = r.prob_sums != nullptr ? scratch.floats(r.tokens * E) : nullptr;
+  double* norms = r.prob_sums != nullptr ? scratch.of<double>(r.tokens) : nullptr;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(r.tokens, 65536));
   const size_t shared = 2 * static_cast<size_t>(E) * sizeof(float) + static_cast<size_t>(E);
   moe_router_forward_kernel<<<blocks, kThreads, shared, stream>>>(r, scores, norms);
   check_launch("moe_router_forward_kernel");
   if (r.prob_sums == nullptr) return;
   const int64_t groups = r.tokens / r.group_tokens, chunks = (r.group_tokens + kProbChunk - 1) / kProbChunk;
-  double* partial = nullptr;
-  check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&partial), groups * chunks * E * sizeof(double), stream),
-             "cudaMallocAsync (the balancing loss's partial sums)");
+  double* partial = scratch.of<double>(groups * chunks * E);
   const dim3 grid(static_cast<unsigned>((E + kThreads - 1) / kThreads),
                   static_cast<unsigned>(std::min<int64_t>(groups * chunks, 65535)));
   prob_partials_kernel<<<grid, kThreads, 0, stream>>>(partial, scores, norms, E, r.group_tokens, chunks, groups);
   check_launch("prob_partials_kernel");
   prob_sums_kernel<<<grid_for(groups * E), kThreads, 0, stream>>>(r.prob_sums, partial, E, chunks, groups);
   check_launch("prob_sums_kernel");
-  for (void* p : {static_cast<void*>(scores), static_cast<void*>(norms), static_cast<void*>(partial)})
-    check_cuda(cudaFreeAsync(p, stream), "cudaFreeAsync (the router's scratch)");
 }
 
 void moe_router_backward(float* d_logits, const RouterBackward& r, cudaStream_t stream) {
