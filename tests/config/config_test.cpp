@@ -404,3 +404,30 @@ TEST(Config, MoeKeysParseAndBadValuesNameTheKey) {
 
 }  // namespace
 }  // namespace loom::config
+
+namespace loom::config {
+namespace {
+
+TEST(Config, ProfileKeysParseRoundTripAndBadValuesNameTheKey) {
+  const RunConfig off = parse("");
+  EXPECT_EQ(off.profile.first_step, 0);
+  EXPECT_EQ(off.profile.ranks, std::vector<int>{0});
+  EXPECT_TRUE(off.profile.synchronize);
+  const RunConfig on = parse("profile: {first_step: 10, last_step: 12, ranks: [0, 4], synchronize: false}");
+  EXPECT_EQ(on.profile.first_step, 10);
+  EXPECT_EQ(on.profile.last_step, 12);
+  EXPECT_EQ(on.profile.ranks, (std::vector<int>{0, 4}));
+  EXPECT_FALSE(on.profile.synchronize);
+  EXPECT_EQ(parse(to_yaml(on)).profile.ranks, (std::vector<int>{0, 4}));
+  EXPECT_EQ(parse("", {"profile.ranks=3"}).profile.ranks, std::vector<int>{3});
+  EXPECT_TRUE(parse("", {"profile.ranks=[]"}).profile.ranks.empty());
+  EXPECT_HAS(error_of([] { parse("profile: {last_step: 5}"); }), "profile.last_step = 5 needs profile.first_step");
+  EXPECT_HAS(error_of([] { parse("profile: {first_step: 5, last_step: 4}"); }),
+             "must be 0 (first_step alone) or >= profile.first_step = 5");
+  EXPECT_HAS(error_of([] { parse("profile: {first_step: 1, ranks: [0, -1]}"); }), "profile.ranks = [0, -1] is invalid");
+  EXPECT_HAS(error_of([] { parse("profile: {ranks: [0, a]}"); }), "profile.ranks[1]");
+  EXPECT_HAS(error_of([] { parse("profile: {first_step: -2}"); }), "profile.first_step = -2 is invalid");
+}
+
+}  // namespace
+}  // namespace loom::config

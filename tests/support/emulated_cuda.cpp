@@ -401,6 +401,10 @@ void fill_entries(kernels::CudaEntries& e) {
 #undef LOOM_EMULATE
   e.adamw_update_many = &adamw_update_many;
   e.zero_runs = &zero_runs;
+  e.profiler_capture = [](Device device, bool start) {
+    check_device(device, "profiler_capture");
+    tally([start](EmulatedCensus& c) { ++c.entries[start ? "profiler_capture: start" : "profiler_capture: stop"]; });
+  };
   // The precision recipes' device-only entries: the CPU's emulation of them (emulated_precision.h).
   e.amax = [](Device device, const float* x, int64_t n) {
     tally([](EmulatedCensus& c) { ++c.entries["amax"]; });
@@ -454,6 +458,7 @@ void fill_entries(kernels::CudaEntries& e) {
   LOOM_EMULATED_OPS(LOOM_KEEP_REAL)
   if (real.adamw_update_many == nullptr) e.adamw_update_many = nullptr;
   if (real.zero_runs == nullptr) e.zero_runs = nullptr;
+  if (real.profiler_capture == nullptr) e.profiler_capture = nullptr;
   if (real.amax == nullptr) e.amax = nullptr;
   if (real.round_in_place == nullptr) e.round_in_place = nullptr;
   if (real.precision_linear_gemm == nullptr) e.precision_linear_gemm = nullptr;

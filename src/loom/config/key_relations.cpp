@@ -38,6 +38,12 @@ void validate_moe(const ModelConfig& m) {
 }  // namespace
 
 void check_key_relations(const RunConfig& c) {
+  LOOM_CHECK(c.profile.last_step == 0 || c.profile.first_step > 0,
+             "profile.last_step = " + std::to_string(c.profile.last_step) +
+                 " needs profile.first_step, the first step to trace (>= 1)");
+  LOOM_CHECK(c.profile.last_step == 0 || c.profile.last_step >= c.profile.first_step,
+             "profile.last_step = " + std::to_string(c.profile.last_step) + " is invalid: must be 0 (first_step alone) "
+                 "or >= profile.first_step = " + std::to_string(c.profile.first_step));
   const ModelConfig& m = c.model;
   auto divisors = [](int n) {
     std::vector<std::string> out{"0"};

@@ -40,6 +40,15 @@ Check<std::vector<std::string>> only_roles() {
   };
 }
 
+// Rank numbers (profile.ranks): none negative; the world's size is checked when it is known.
+Check<std::vector<int>> each_at_least(int low) {
+  return [low](const std::vector<int>& values) -> std::optional<std::string> {
+    for (const int value : values)
+      if (value < low) return std::to_string(value) + " must be >= " + std::to_string(low);
+    return std::nullopt;
+  };
+}
+
 // A tokenizer name (core/tokenizer_names.h) or hf:<dir>; the directory is read when the
 // tokenizer is made, which names what is missing there.
 Check<std::string> tokenizer_name() {
@@ -262,6 +271,13 @@ const std::vector<SectionSchema>& schema() {
               {
                   field("interval", &LogConfig::interval, at_least(1)),
                   field("progress", &LogConfig::progress),
+              }),
+      section("profile", &RunConfig::profile,
+              {
+                  field("first_step", &ProfileConfig::first_step, at_least(0)),
+                  field("last_step", &ProfileConfig::last_step, at_least(0)),
+                  field("ranks", &ProfileConfig::ranks, each_at_least(0)),
+                  field("synchronize", &ProfileConfig::synchronize),
               }),
       section("fault", &RunConfig::fault,
               {

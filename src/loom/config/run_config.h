@@ -169,6 +169,16 @@ struct LogConfig {
   bool progress = true;    // progress bar (off when not a terminal)
 };
 
+// Steps traced for profiling (docs/operations.md, "Profiling a run"): each chosen rank writes the
+// named ranges of steps first_step..last_step (core/trace.h) to run.dir/profile/rank-<r>.json, a
+// Chrome trace, and a cuda rank brackets them with cudaProfilerStart/Stop for Nsight Systems.
+struct ProfileConfig {
+  int first_step = 0;           // 0: none
+  int last_step = 0;            // 0: first_step alone
+  std::vector<int> ranks = {0}; // which ranks trace; [] = every rank
+  bool synchronize = true;      // cuda: wait for the GPU at each range's ends, so ranges time its work
+};
+
 // How ranks are started and talk (see comm/launch.h).
 struct RuntimeConfig {
   Backend backend = Backend::Threads;  // threads | mpi | auto
@@ -285,6 +295,7 @@ struct RunConfig {
   SftConfig sft;
   GrpoConfig grpo;
   LogConfig log;
+  ProfileConfig profile;
   FaultConfig fault;
 };
 

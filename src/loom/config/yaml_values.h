@@ -222,6 +222,31 @@ struct Value<std::vector<std::string>> {
   }
 };
 
+// A list of integers: a YAML list, or one integer for a list of one.
+template <>
+struct Value<std::vector<int>> {
+  static constexpr const char* kExpected = "a list of integers (e.g. [0, 4])";
+  static std::vector<int> parse(const YAML::Node& node, const Origin& origin) {
+    if (node.IsNull()) return {};
+    if (node.IsScalar()) return {Value<int>::parse(node, origin)};
+    if (!node.IsSequence()) wrong_type(origin, node, kExpected);
+    std::vector<int> items;
+    for (size_t i = 0; i < node.size(); ++i)
+      items.push_back(Value<int>::parse(node[i], Origin{origin.where, origin.path + "[" + std::to_string(i) + "]"}));
+    return items;
+  }
+  static void emit(YAML::Emitter& out, const std::vector<int>& items) {
+    out << YAML::Flow << YAML::BeginSeq;
+    for (const int item : items) out << item;
+    out << YAML::EndSeq;
+  }
+  static std::string show(const std::vector<int>& items) {
+    std::string text = "[";
+    for (size_t i = 0; i < items.size(); ++i) text += (i == 0 ? "" : ", ") + std::to_string(items[i]);
+    return text + "]";
+  }
+};
+
 // A name outside an enum's table, found while parsing: parse_config reports it as it reports a
 // failed check (after the source's name), with the message a one_of check gives.
 struct UnknownName : Error {

@@ -195,6 +195,9 @@ struct CudaEntries {
   void (*norm_forward_codes)(Device, const float* in, const float* weight, const float* bias, const float* mean,
                              const float* rstd, int64_t rows, int64_t dim, const CastOperand& cast, void* codes,
                              void* transposed) = nullptr;
+  // cudaProfilerStart (start) or cudaProfilerStop on the device: what Nsight Systems captures
+  // under --capture-range=cudaProfilerApi.
+  void (*profiler_capture)(Device, bool start) = nullptr;
   bool started = false;  // whether a CUDA backend registered at all
   int devices = 0;       // the GPUs it serves: Device::cuda(0) .. cuda(devices - 1)
 };

@@ -418,6 +418,10 @@ void zero_runs(Device device, float* base, std::span<const FloatRun> runs) {
   cuda_kernel(cuda_entries().zero_runs, "zero_runs", device)(device, base, runs.data(),
                                                              static_cast<int64_t>(runs.size()));
 }
+void device_profiler_capture(Device device, bool start) {
+  if (device.is_cpu()) return;
+  cuda_kernel(cuda_entries().profiler_capture, "device_profiler_capture", device)(device, start);
+}
 double sum_of_squares(Device device, const float* x, int64_t n) { LOOM_DISPATCH(sum_of_squares, x, n); }
 void scale_in_place(Device device, float* x, int64_t n, float factor) {
   LOOM_DISPATCH(scale_in_place, x, n, factor);

@@ -304,6 +304,9 @@ inline void adamw_update_many(Device device, std::span<const AdamWTensor> tensor
 // per run of more than 64K floats): a gradient buffer zeroed around the ranges its GEMMs write
 // whole (model/parameters.h).
 void zero_runs(Device device, float* base, std::span<const FloatRun> runs);
+// Starts (start) or stops the device's profiler capture (cudaProfilerStart / cudaProfilerStop on a
+// GPU, for a profiler attached to the process); nothing on the cpu.
+void device_profiler_capture(Device device, bool start);
 // sum(x^2), each square exact in fp64 and summed there: Inf or NaN exactly when some x[i] is (no
 // finite square overflows fp64), which makes the gradient norm the check before a step too.
 double sum_of_squares(Device device, const float* x, int64_t n);

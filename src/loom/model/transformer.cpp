@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "loom/core/error.h"
+#include "loom/core/trace.h"
 #include "loom/kernels/ops.h"
 #include "loom/model/flops.h"
 
@@ -403,6 +404,7 @@ double Transformer::forward_chunk(Activations& a, int chunk, const int32_t* inpu
   check_packing(packing, rows);
   const Device device = params_.device();
   if (range.first == 0) {
+    trace::Range trace_range("embedding forward");
     if (hooks_) hooks_->before_forward(0);
     embed(sized(a.residual[0], local * C, device), inputs, batch, seq, 0, packing.positions, a.position_ids);
     if (hooks_) hooks_->after_forward(0);
@@ -412,6 +414,7 @@ double Transformer::forward_chunk(Activations& a, int chunk, const int32_t* inpu
   // ResidualLink); the chunk's last block writes its output.
   ResidualLink link;
   for (int l = range.first; l < range.last; ++l) {
+    trace::Range trace_range("block", l, "forward");
     if (hooks_) hooks_->before_forward(l + 1);
     link.leave_product = l + 1 < range.last && block(l).leaves_product() && block(l + 1).adds_product_in();
     Block::Saved& saved = saved_for(a, l);
@@ -422,6 +425,7 @@ double Transformer::forward_chunk(Activations& a, int chunk, const int32_t* inpu
   }
   if (range.last != config_.layers) return 0.0;
   const int head_unit = config_.layers + 1;
+  trace::Range trace_range("head forward");
   if (hooks_) hooks_->before_forward(head_unit);
   const double loss_sum = head_forward(a, targets, rows, grad_scale);
   // A token objective (GRPO) trains the main model only: the depths predict nothing it scores.
@@ -448,6 +452,7 @@ void Transformer::backward_chunk(Activations& a, int chunk, const int32_t* input
   ResidualGradForReader for_reader;
   auto reader = [&](int l) -> const Block* { return l >= range.first ? &block(l) : nullptr; };
   if (range.last == config_.layers) {
+    trace::Range trace_range("head backward");
     const int head_unit = config_.layers + 1;
     begin_unit(head_unit);
     for_reader.reader = mtp_adds_gradient() ? nullptr : reader(range.last - 1);
@@ -458,6 +463,7 @@ void Transformer::backward_chunk(Activations& a, int chunk, const int32_t* input
   float* d_x = a.d_x.data();  // d(loss)/d(chunk output), from the head or the next stage
   const Packing staged = staged_packing(packing, rows);
   for (int l = range.last - 1; l >= range.first; --l) {
+    trace::Range trace_range("block", l, "backward");
     begin_unit(l + 1);
     if (config_.recompute) {
       block(l).forward(shared_saved_, a.residual[l].data(),
@@ -470,6 +476,7 @@ void Transformer::backward_chunk(Activations& a, int chunk, const int32_t* input
     finish_unit(l + 1);
   }
   if (range.first == 0) {
+    trace::Range trace_range("embedding backward");
     begin_unit(0);
     embed_backward(d_x, inputs, rows, a.position_ids);
     finish_unit(0);
@@ -486,7 +493,12 @@ double Transformer::forward_backward(const int32_t* inputs, const int32_t* targe
                                      float grad_scale, const Packing& packing) {
   LOOM_CHECK(grad_scale != 0.0f, "forward_backward: grad_scale must be non-zero");
   check_whole_model("forward_backward");
-  const double loss_sum = forward_chunk(activations_, 0, inputs, targets, batch, seq, grad_scale, packing);
+  double loss_sum = 0.0;
+  {
+    trace::Range trace_range("forward");
+    loss_sum = forward_chunk(activations_, 0, inputs, targets, batch, seq, grad_scale, packing);
+  }
+  trace::Range trace_range("backward");
   backward_chunk(activations_, 0, inputs, batch, seq, packing);
   return loss_sum;
 }

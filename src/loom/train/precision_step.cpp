@@ -1,14 +1,14 @@
 #include "loom/train/precision_step.h"
-#include "loom/train/world_agreements.h"
-
-#include "loom/ckpt/manifest.h"
-#include "loom/comm/gather_text.h"
 
 #include <cmath>
 #include <mutex>
 
+#include "loom/ckpt/manifest.h"
+#include "loom/comm/gather_text.h"
 #include "loom/core/error.h"
+#include "loom/core/trace.h"
 #include "loom/kernels/ops.h"
+#include "loom/train/world_agreements.h"
 
 namespace loom::train {
 
@@ -59,7 +59,9 @@ PrecisionStepResult PrecisionStep::step(double lr, int64_t step) {
   PrecisionStepResult result;
   result.loss_scale = scaler_.scale();
   const PrecisionStepHooks hooks = current_hooks();
+  trace::Range reduction_range("gradient reduction");  // what the backward's reductions left to wait for
   const std::vector<std::span<float>> grads = optimizer_.reduced_gradients();
+  reduction_range.end();
   if (hooks.corrupt_gradients) hooks.corrupt_gradients(world_.rank(), step, grads);
   if (scaler_.enabled()) {
     const Device device = model_.params().device();
@@ -71,6 +73,7 @@ PrecisionStepResult PrecisionStep::step(double lr, int64_t step) {
   // The norm is the check: its squares are summed in fp64, where no finite gradient overflows,
   // so it is Inf or NaN exactly when a gradient it counts is (a copy another rank counts is
   // checked there), and the step reads the gradients once for both.
+  trace::Range norm_range("gradient norm");
   const double norm = optimizer_.gradient_norm();
   // An all-reduce max: the non-finite flag over the world (the norm is the same on every rank of
   // the model, but a rank whose gradients were corrupted after the reduction must not update
@@ -82,6 +85,8 @@ PrecisionStepResult PrecisionStep::step(double lr, int64_t step) {
   const bool found = agree_non_finite_and_amaxes(world_, same_layers_, !std::isfinite(norm), amaxes);
   model_.precision().commit_amaxes(amaxes);
   scaler_.update(found);
+  norm_range.end();
+  trace::Range update_range("update");
   if (found) {
     optimizer_.skip_step();
     result.skipped = true;

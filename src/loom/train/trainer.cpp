@@ -2,193 +2,24 @@
 
 #include <cblas.h>
 #include <omp.h>
-#include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <iomanip>
 #include <sstream>
 
-#include "loom/ckpt/async_writer.h"
-#include "loom/ckpt/checkpoint.h"
-#include "loom/ckpt/tensor_names.h"
-#include "loom/comm/mesh.h"
 #include "loom/core/error.h"
+#include "loom/core/trace.h"
 #include "loom/data/tokenizer.h"
 #include "loom/kernels/types.h"
-#include "loom/model/flops.h"
-#include "loom/ops/fault_injection.h"
-#include "loom/ops/heartbeat_writer.h"
 #include "loom/optim/schedule.h"
-#include "loom/parallel/context/context_parallel.h"
-#include "loom/parallel/data/data_parallel_step.h"
-#include "loom/parallel/expert/expert_parallel.h"
-#include "loom/parallel/pipeline/pipeline_partition.h"
-#include "loom/parallel/pipeline/pipeline_step.h"
-#include "loom/train/config_changes.h"
-#include "loom/train/layout_check.h"
 #include "loom/train/model_setup.h"
-#include "loom/train/memory_check.h"
-#include "loom/train/outer_step.h"
-#include "loom/train/precision_step.h"
-#include "loom/train/run_device.h"
-#include "loom/train/run_directory.h"
-#include "loom/train/sharded_training_state.h"
+#include "loom/train/step_profile.h"
+#include "loom/train/trainer_state.h"
 #include "loom/train/world_agreements.h"
 
 namespace loom::train {
 
-namespace {
-
 using Clock = std::chrono::steady_clock;
-
-// Threads per rank: the threads backend runs every rank in this process, so the cores are shared.
-int threads_per_rank(const config::RunConfig& config, const comm::Communicator& world) {
-  int total = config.train.threads > 0 ? config.train.threads : omp_get_num_procs();
-  if (world.backend() == "threads") total = std::max(1, total / world.size());
-  return total;
-}
-
-// The data-parallel size the world leaves for tp x pp, checked against the config.
-comm::MeshShape mesh_shape(const config::RunConfig& config, const comm::Communicator& world) {
-  return check_layout(config, world.size());
-}
-
-}  // namespace
-
-struct Trainer::State {
-  config::RunConfig run;
-  Device device;  // runtime.device: where this rank trains
-  std::unique_ptr<comm::Communicator> device_comm;  // the world wrapped for device buffers (run_device.h), or null
-  comm::Communicator& world;
-  const BatchSource& train;
-  MemoryCheck memory_check;  // the resident set before anything of the run is built
-  ops::Heartbeat heartbeat;  // for `loom launch` (docs/operations.md)
-  ops::FaultInjector faults;
-  comm::Mesh mesh;
-  int micro_batches = 0, local_batch = 0;
-  std::optional<parallel::PipelineSchedule> schedule;
-  std::vector<model::LayerRange> chunks;
-  std::unique_ptr<model::Transformer> model;
-  std::unique_ptr<model::ContextAttention> context;  // parallel.cp > 1: attention over the cp group
-  std::unique_ptr<OuterStep> outer;  // parallel.outer=diloco; its site groups outlive the optimizer
-  bool has_moe = false;                                // some layer of the model is a mixture of experts
-  std::unique_ptr<parallel::ExpertParallel> experts;  // the MoE layers' exchange
-  std::unique_ptr<parallel::DataParallelStep> optimizer;
-  std::optional<parallel::PipelineStep> pipeline;
-  std::unique_ptr<PrecisionStep> precision;
-  std::unique_ptr<RunDirectory> run_directory;  // rank 0: the run directory's lock and checks
-  TrainingProgress progress;
-  TokenBatch batch;
-  std::vector<float> saved_from_device;  // a GPU run's checkpoint ranges, copied to the host
-  StepObjective* objective = nullptr;  // reinforcement learning's, in place of cross-entropy
-  ckpt::AsyncCheckpointWriter async_writer;
-
-  State(const config::RunConfig& config, comm::Communicator& w, const BatchSource& source)
-      : run(config),
-        device(training_device(config, w.rank(), w.size())),
-        device_comm(device_world(config, device, w)),
-        world(device_comm ? *device_comm : w),
-        train(source),
-        heartbeat(w.rank(), w.size()),
-        faults(config.fault, w.rank(), w.size()),
-        mesh(world, mesh_shape(config, world)) {}
-
-  void plan_pipeline();
-  void build_model();
-  // The sum of token losses of the replica's micro-batches (the last stage's; 0 elsewhere).
-  double forward_backward(float grad_scale);
-  double forward_loss(const TokenBatch& b);
-  // The ranks holding the same parameters: data x context parallel (replicated parameters see
-  // different tokens on each).
-  comm::Communicator& replicas() { return mesh.layout().shape.cp > 1 ? mesh.dp_cp() : mesh.dp(); }
-  // Fills `batch` with global samples from `first`, masks it, keeps this rank's context share and
-  // returns the targets that count in it.
-  int64_t make_batch(const BatchSource& source, int64_t first, int rows, TokenBatch& batch);
-};
-
-// The schedule (checked before anything is built) and this rank's model chunks.
-void Trainer::State::plan_pipeline() {
-  const int pp = mesh.layout().shape.pp;
-  if (pp == 1) {
-    LOOM_CHECK(run.parallel.virtual_stages == 1, "parallel.virtual_stages = " +
-                                                     std::to_string(run.parallel.virtual_stages) +
-                                                     " needs a pipeline: set parallel.pp > 1 (and pipeline_schedule: interleaved)");
-    return;
-  }
-  schedule = parallel::make_pipeline_schedule(run.parallel.pipeline_schedule, pp,
-                                              micro_batches, run.parallel.virtual_stages);
-  std::vector<double> costs;
-  for (const model::LayerSpec& spec : model::resolve_layers(run.model)) {
-    costs.push_back(model::layer_training_flops_per_token(run.model, spec, run.data.seq_len));
-  }
-  const std::vector<int> bounds = parallel::partition_layers(
-      run.parallel.pipeline_partition, costs, model::head_training_flops_per_token(run.model, run.data.seq_len),
-      schedule->total_stages());
-  chunks = parallel::stage_chunks(*schedule, mesh.pp_rank(), bounds);
-}
-
-void Trainer::State::build_model() {
-  const comm::MeshShape shape = mesh.layout().shape;
-  const int pp = shape.pp;
-  model = std::make_unique<model::Transformer>(run.model, model::TensorParallel(&mesh.tp(), run.parallel.sequence_parallel),
-                                               model::PrecisionPolicy::from_config(run.precision), chunks,
-                                               model::ExpertLayout{shape.ep, mesh.ep_rank()}, device);
-  model->initialize(run.train.seed);
-  context = parallel::make_context_attention(mesh.cp(), run.parallel.cp_comm, model->params().device());
-  model->set_context_attention(context.get());
-  for (const model::LayerSpec& spec : model->layers()) has_moe = has_moe || spec.moe;
-  if (has_moe) {
-    // Tokens of the same layers are routed by every data x context parallel rank of the stage.
-    experts = std::make_unique<parallel::ExpertParallel>(mesh.ep(), mesh.dp_cp());
-    model->set_expert_comm(experts.get());
-  }
-  outer = OuterStep::make(run, replicas());  // sites and context parallelism exclude each other (layout_check)
-  comm::Communicator& reduced_over = outer ? outer->inner_group() : replicas();
-  parallel::GradientSyncOptions options;
-  options.pp = pp > 1 ? &mesh.pp() : nullptr;
-  if (schedule) options.pipeline = parallel::pipeline_sync_options(*model, *schedule, mesh.embedding());
-  // Expert parameters are summed over the expert-data-parallel ranks, the rest over dp x cp.
-  if (shape.ep > 1) options.groups = parallel::expert_parameter_groups(*model, reduced_over, mesh.expert_dp(), mesh.ep());
-  optimizer = std::make_unique<parallel::DataParallelStep>(reduced_over, *model, run, std::move(options));
-  if (schedule) pipeline.emplace(mesh.pp(), *model, *schedule, *optimizer, mesh.embedding());
-  if (outer) outer->attach(*model);
-  // Loss scaling, Inf/NaN skips, FP8 amaxes (agreed among the ranks holding the same layers).
-  precision = std::make_unique<PrecisionStep>(run.precision, *model, *optimizer, world,
-                                              pp > 1 ? &mesh.add_group(mesh.layout().shape.cp > 1 ? "tp-cp-dp" : "tp-dp") : nullptr);
-}
-
-double Trainer::State::forward_backward(float grad_scale) {
-  const int micro = run.train.micro_batch, seq = batch.seq;
-  // The stages run the replica's micro-batches in the schedule's order; every stage reads them
-  // (the first needs the inputs, the last the targets, the first's backward the inputs).
-  if (pipeline) return pipeline->run(batch.inputs.data(), batch.targets.data(), micro, seq, grad_scale, batch.packing());
-  double loss_sum = 0.0;
-  for (int m = 0; m < micro_batches; ++m) {
-    const bool last_micro_batch = m + 1 == micro_batches;
-    // Gradients of the global mean loss are the sum of every rank's contributions: their
-    // reduction starts bucket by bucket during backward (see DataParallelStep).
-    optimizer->begin_micro_batch(last_micro_batch);
-    loss_sum += model->forward_backward(batch.micro_inputs(m, micro), batch.micro_targets(m, micro), micro, seq,
-                                        grad_scale, batch.packing().at(static_cast<int64_t>(m) * micro * seq));
-    optimizer->end_micro_batch(last_micro_batch);
-  }
-  return loss_sum;
-}
-
-int64_t Trainer::State::make_batch(const BatchSource& source, int64_t first, int rows, TokenBatch& into) {
-  into.resize(rows, run.data.seq_len);
-  source.fill(first, into);
-  const int64_t tokens = into.mask_and_count(source, first);
-  if (mesh.layout().shape.cp == 1) return tokens;
-  return into.keep_context_share(mesh.layout().shape.cp, mesh.cp_rank());
-}
-
-double Trainer::State::forward_loss(const TokenBatch& b) {
-  return pipeline ? pipeline->forward_loss(b.inputs.data(), b.targets.data(), b.batch, b.seq, b.packing())
-                  : model->forward_loss(b.inputs.data(), b.targets.data(), b.batch, b.seq, b.packing());
-}
 
 Trainer::Trainer(const config::RunConfig& config, comm::Communicator& world, const BatchSource& train,
                  const BatchSource* validation, std::ostream& console)
@@ -205,6 +36,11 @@ Trainer::Trainer(const config::RunConfig& config, comm::Communicator& world, con
   s.micro_batches = s.local_batch / s.run.train.micro_batch;
   s.plan_pipeline();
   s.build_model();
+  s.trace = make_step_trace(s.run, s.world.rank(), s.world.size(), s.model->params().device());
+  if (s.run.profile.first_step > s.run.train.steps) {
+    out() << "profile: profile.first_step = " << s.run.profile.first_step << " is past train.steps = "
+          << s.run.train.steps << ": no step is traced\n";
+  }
   if (s.run_directory) s.run_directory->check_free_space(checkpoint_bytes(s.run.model));
 }
 
@@ -236,56 +72,6 @@ std::string Trainer::memory_check_report() const {
 int64_t Trainer::skipped_steps() const { return state_->precision->skipped_steps(); }
 bool Trainer::loss_scaling() const { return state_->precision->loss_scaling(); }
 
-// A model change cannot resume; changed settings are listed (allowed, never silent).
-void Trainer::check_resumable(const ckpt::LoadedCheckpoint& checkpoint) {
-  train::check_resumable(checkpoint.config_yaml(), checkpoint.path(), state_->run, out());
-}
-
-void Trainer::initialize_from(const std::string& path) {
-  State& s = *state_;
-  ckpt::LoadedCheckpoint checkpoint = ckpt::load_checkpoint(path);
-  load_parameters(checkpoint, *s.model);
-  // A fresh optimizer: zero moments, and the master weights taken from the loaded parameters.
-  const std::vector<float> zeros(s.model->params().total(), 0.0f);
-  s.optimizer->load_moments(zeros.data(), zeros.data());
-  out() << "train.init_from: parameters of " << checkpoint.path() << " (fresh optimizer, step 0)\n";
-}
-
-void Trainer::restore() {
-  State& s = *state_;
-  const std::string root = checkpoint_root(s.run);
-  const bool resumable = s.run.train.resume && std::filesystem::exists(std::filesystem::path(root) / "latest");
-  if (!resumable && !s.run.train.init_from.empty()) initialize_from(s.run.train.init_from);
-  if (!s.run.train.resume) return;
-  if (!resumable) {
-    out() << "train.resume: no checkpoint under " << root << ", starting from step 0\n";
-    return;
-  }
-  ckpt::LoadedCheckpoint checkpoint = ckpt::load_checkpoint(root);
-  // Full moments read from the checkpoint; each rank keeps its shards.
-  std::vector<float> exp_avg(s.model->params().total(), 0.0f), exp_avg_sq(exp_avg.size(), 0.0f);
-  s.progress = load_training_checkpoint(checkpoint, *s.model, exp_avg.data(), exp_avg_sq.data());
-  if (s.outer) s.outer->restore(checkpoint, *s.model, exp_avg.data(), exp_avg_sq.data());
-  check_resumable(checkpoint);  // after the shapes: a shape mismatch names its tensor
-  for (model::MoeLayer* layer : s.model->moe_layers()) {
-    const std::string name = expert_bias_state_name(*layer);
-    if (layer->has_expert_bias() && checkpoint.has(name)) {
-      checkpoint.read(name, layer->expert_bias().data(), DType::F32, Shape{layer->experts()});
-    }
-  }
-  s.precision->restore(s.progress.precision, training_state_where(checkpoint) + ".precision");
-  s.optimizer->load_moments(exp_avg.data(), exp_avg_sq.data());
-  out() << "resumed from " << checkpoint.path() << " at step " << s.progress.step << "\n";
-  LOOM_CHECK(s.progress.step <= s.run.train.steps,
-             "train.steps = " + std::to_string(s.run.train.steps) + " is behind the checkpoint " + checkpoint.path() +
-                 " at step " + std::to_string(s.progress.step) + ": set train.steps above " +
-                 std::to_string(s.progress.step) + " to train on, or start a new run in another run.dir");
-  if (s.progress.step == s.run.train.steps) {
-    out() << "the run is already complete: the checkpoint is at step " << s.progress.step
-          << " = train.steps; nothing to train (raise train.steps to continue)\n";
-  }
-}
-
 void Trainer::describe() {
   State& s = *state_;
   const config::RunConfig& run = s.run;
@@ -316,6 +102,19 @@ void Trainer::describe() {
 
 StepResult Trainer::step(int stop_signal) {
   State& s = *state_;
+  const int64_t step = s.progress.step + 1;
+  if (s.trace) s.trace->begin_step(step);
+  StepResult result;
+  {
+    trace::Range range("step", step);
+    result = run_step(stop_signal);
+  }
+  if (s.trace) out() << s.trace->end_step(step);
+  return result;
+}
+
+StepResult Trainer::run_step(int stop_signal) {
+  State& s = *state_;
   const auto start = Clock::now();
   StepResult result;
   result.step = s.progress.step + 1;
@@ -324,21 +123,34 @@ StepResult Trainer::step(int stop_signal) {
   // This replica's slice of the global batch; its trained tokens are counted here and summed
   // over the replicas, so each micro-batch's gradient is scaled by 1/(global count) and the sum
   // over micro-batches and ranks is the global-batch mean.
-  const int64_t first_sample = s.progress.consumed_samples + static_cast<int64_t>(s.mesh.dp_rank()) * s.local_batch;
-  const int64_t local_tokens = s.make_batch(s.train, first_sample, s.local_batch, s.batch);
-  result.trained_tokens = agree_token_count(s.replicas(), local_tokens);
-  LOOM_CHECK(result.trained_tokens > 0, "step " + std::to_string(result.step) + " has no target tokens to learn from");
-  // fp16: times the dynamic loss scale (a power of two, so exact; 1 for the other recipes).
-  // DiLoCo: each site takes a step of its own, over its own tokens.
-  const int64_t scale_tokens = s.outer ? agree_token_count(s.outer->inner_group(), local_tokens) : result.trained_tokens;
-  if (s.objective != nullptr) s.objective->prepare(*this, s.batch);  // its own forward passes first
+  int64_t local_tokens = 0, scale_tokens = 0;
+  {
+    trace::Range range("batch");
+    const int64_t first_sample =
+        s.progress.consumed_samples + static_cast<int64_t>(s.mesh.dp_rank()) * s.local_batch;
+    local_tokens = s.make_batch(s.train, first_sample, s.local_batch, s.batch);
+    result.trained_tokens = agree_token_count(s.replicas(), local_tokens);
+    LOOM_CHECK(result.trained_tokens > 0,
+               "step " + std::to_string(result.step) + " has no target tokens to learn from");
+    // fp16: times the dynamic loss scale (a power of two, so exact; 1 for the other recipes).
+    // DiLoCo: each site takes a step of its own, over its own tokens.
+    scale_tokens = s.outer ? agree_token_count(s.outer->inner_group(), local_tokens) : result.trained_tokens;
+  }
+  if (s.objective != nullptr) {
+    trace::Range range("objective");
+    s.objective->prepare(*this, s.batch);  // its own forward passes first
+  }
   const float loss_scale = s.precision->begin_step();
   const float grad_scale = static_cast<float>(1.0 / static_cast<double>(scale_tokens)) * loss_scale;
   // MoE balancing losses are per micro-batch, averaged over the global batch's micro-batches.
   s.model->set_aux_loss_scale(loss_scale * static_cast<float>(s.run.train.micro_batch) /
                               static_cast<float>(s.run.train.global_batch));
   s.model->set_token_objective(s.objective);
-  const double local_loss_sum = s.forward_backward(grad_scale);
+  double local_loss_sum = 0.0;
+  {
+    trace::Range range("forward_backward");
+    local_loss_sum = s.forward_backward(grad_scale);
+  }
   s.model->set_token_objective(nullptr);
   // The tensor-parallel ranks of a replica share its loss (computed on the last pipeline
   // stage): one of them contributes it.
@@ -351,6 +163,7 @@ StepResult Trainer::step(int stop_signal) {
     std::copy(mtp.loss_sums.begin(), mtp.loss_sums.end(), mtp_sums.begin());
     std::copy(mtp.tokens.begin(), mtp.tokens.end(), mtp_sums.begin() + depths);
   }
+  trace::Range agreement_range("loss agreement");
   const LossAndStop agreed = agree_loss_and_stop(s.world, holds_loss(), local_loss_sum, stop_signal, mtp_sums);
   result.loss = agreed.loss_sum / static_cast<double>(result.trained_tokens);
   result.stop_signal = agreed.stop_signal;
@@ -363,10 +176,13 @@ StepResult Trainer::step(int stop_signal) {
     result.moe = {moe.any,      moe.tokens_min,    moe.tokens_mean,      moe.tokens_max,          moe.dropped_fraction,
                   moe.aux_loss, moe.z_loss,        moe.layer_seconds,    moe.exchange_seconds,    moe.all_to_all_bytes};
   }
+  agreement_range.end();
   result.lr = optim::learning_rate(s.run.optim, result.step, s.run.train.steps);
   s.heartbeat.phase("optimizer", result.step);
+  trace::Range optimizer_range("optimizer");
   const PrecisionStepResult stepped = s.precision->step(result.lr, result.step);  // optimizer step unless skipped
   if (s.outer && s.outer->after_step(result.step)) s.optimizer->parameters_changed();
+  optimizer_range.end();
   result.grad_norm = stepped.grad_norm;
   result.skipped = stepped.skipped;
   result.loss_scale = stepped.loss_scale;
@@ -513,6 +329,7 @@ std::optional<double> Trainer::evaluate() {
   State& s = *state_;
   if (validation_ == nullptr) return std::nullopt;
   s.heartbeat.phase("eval", s.progress.step);
+  trace::Range range("evaluate");
   // Data-parallel replica 0 evaluates (all its tp ranks and stages), every replica under expert
   // parallelism (replica 0's tokens reach experts others hold); ZeRO-3 gathers parameters first.
   s.optimizer->gather_full_parameters();
@@ -536,62 +353,9 @@ std::optional<double> Trainer::evaluate() {
   return val_loss;
 }
 
-std::vector<ckpt::TensorRef> Trainer::parameter_shards() {
-  State& s = *state_;
-  std::vector<parallel::OwnedRange> values = s.optimizer->checkpoint_ranges();
-  for (parallel::OwnedRange& r : values) r.exp_avg = r.exp_avg_sq = nullptr;  // a GPU copies the values only
-  const auto owned = host_ranges(s.model->params().device(), std::move(values), s.saved_from_device);
-  std::vector<ckpt::TensorRef> refs = owned_training_state(*s.model, owned);
-  if (s.outer) refs = s.outer->checkpoint_tensors(*s.model, std::move(refs), owned);
-  std::erase_if(refs, [](const ckpt::TensorRef& r) { return !ckpt::is_model_parameter(r.name); });
-  return refs;
-}
-
-std::string Trainer::save() {
-  State& s = *state_;
-  const int64_t step = s.progress.step;
-  s.heartbeat.phase("checkpoint", step);
-  const std::string root = checkpoint_root(s.run);
-  // Every rank writes the shards it owns (its tensor-parallel slices, its stage's layers, its
-  // part of the data-parallel state) into one shared directory; rank 0 publishes the
-  // checkpoint once every rank's part is there.
-  const std::vector<parallel::OwnedRange> owned = host_ranges(s.model->params().device(),
-                                                              s.optimizer->checkpoint_ranges(), s.saved_from_device);
-  std::vector<ckpt::TensorRef> refs = owned_training_state(*s.model, owned);
-  if (s.outer) refs = s.outer->checkpoint_tensors(*s.model, std::move(refs), owned);
-  if (s.mesh.dp_rank() == 0 && s.mesh.tp_rank() == 0) {
-    for (const model::MoeLayer* layer : s.model->moe_layers()) {  // the same on every rank: one writes it
-      if (!layer->has_expert_bias()) continue;
-      const Shape shape{layer->experts()};
-      refs.push_back({expert_bias_state_name(*layer), shape, DType::F32, layer->expert_bias().data(), ckpt::full_slice(shape)});
-    }
-  }
-  if (s.mesh.layout().shape.pp > 1) {
-    if (s.mesh.dp_rank() == 0 && s.mesh.tp_rank() == 0) {
-      s.progress.precision = s.precision->pipeline_state(s.mesh.pp());  // every stage's FP8 histories
-    }
-  } else {
-    s.progress.precision = s.precision->state();
-  }
-  // The state and config travel in rank 0's part: it writes the manifest.
-  ckpt::CheckpointSnapshot snapshot = ckpt::snapshot_checkpoint(
-      step, refs, reporter() ? training_state(s.progress, s.run) : nlohmann::json::object(),
-      reporter() ? config::to_yaml(s.run) : std::string(), ckpt::ManifestScope::RankPart,
-      s.async_writer.take_arena());  // waits only for a save still in flight
-  const int64_t token = agree_save_token(s.world, static_cast<int64_t>(::getpid()));
-  const ckpt::SaveRank who{s.world.rank(), s.world.size(), token,
-                           std::chrono::milliseconds(static_cast<int64_t>(s.run.runtime.timeout_s * 1000.0))};
-  if (s.run.checkpoint.async) {
-    s.async_writer.save(root, std::move(snapshot), s.run.checkpoint.keep, who);  // the disk works while we train
-  } else {
-    ckpt::write_snapshot(root, snapshot, s.run.checkpoint.keep, who);
-  }
-  if (reporter()) s.faults.after_checkpoint(step, root, [&] { s.async_writer.wait(); });
-  return (std::filesystem::path(root) / ckpt::step_dir_name(step)).string();
-}
-
 void Trainer::finish() {
   State& s = *state_;
+  if (s.trace) out() << s.trace->end_run();  // a run that ended inside its profiled steps
   s.async_writer.wait();
   wait_for_every_rank(s.world);
   s.heartbeat.done(s.progress.step == s.run.train.steps, s.progress.step);

@@ -124,6 +124,8 @@ class Trainer {
  private:
   void check_resumable(const ckpt::LoadedCheckpoint& checkpoint);
   void initialize_from(const std::string& path);
+  // step()'s work, inside its trace range.
+  StepResult run_step(int stop_signal);
 
   struct State;
   std::unique_ptr<State> state_;

@@ -1,5 +1,7 @@
 #include "loom/kernels/cuda/entries.h"
 
+#include <cuda_profiler_api.h>
+
 #include <map>
 #include <mutex>
 #include <string>
@@ -354,6 +356,10 @@ void register_loss_and_optimizer(CudaEntries& e) {
     zero_runs(base, runs, count, stream_of(d));
   };
   e.sum_of_squares = [](Device d, const float* x, int64_t n) { return sum_of_squares(x, n, stream_of(d)); };
+  e.profiler_capture = [](Device d, bool start) {
+    stream_of(d);  // d current on this thread: the capture is of its context
+    check_cuda(start ? cudaProfilerStart() : cudaProfilerStop(), start ? "cudaProfilerStart" : "cudaProfilerStop");
+  };
   e.scale_in_place = [](Device d, float* x, int64_t n, float f) { scale_in_place(x, n, f, stream_of(d)); };
   e.add_in_place = [](Device d, float* y, const float* x, int64_t n) { add_in_place(y, x, n, stream_of(d)); };
   e.nesterov_outer_update = [](Device d, float* anchor, float* momentum, const float* delta, int64_t n, float lr,

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 
 #include "loom/core/error.h"
+#include "loom/core/trace.h"
 #include "loom/parallel/pipeline/communication.h"
 
 namespace loom::parallel {
@@ -11,6 +13,8 @@ namespace loom::parallel {
 namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+// A trace range's suffix: which of this rank's model chunks (virtual stages) runs.
+std::string chunk_name(int chunk) { return "chunk " + std::to_string(chunk); }
 }  // namespace
 
 std::vector<model::LayerRange> stage_chunks(const parallel::PipelineSchedule& schedule, int rank,
@@ -152,6 +156,7 @@ comm::WorkHandle PipelineStep::start_messages(size_t begin, size_t end, int64_t 
 }
 
 void PipelineStep::wait_for(const comm::WorkHandle& work) {
+  trace::Range range("pipeline receive wait");
   const Clock::time_point start = Clock::now();
   work->wait();
   stats_.wait_seconds += seconds_since(start);
@@ -160,6 +165,7 @@ void PipelineStep::wait_for(const comm::WorkHandle& work) {
 double PipelineStep::forward(Key key, const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
                              float grad_scale, const model::Packing& packing) {
   InFlight& f = acquire(key);
+  trace::Range range("forward micro-batch", key.first, chunk_name(key.second).c_str());
   const Clock::time_point start = Clock::now();
   const double loss_sum = model_.forward_chunk(*f.activations, key.second, inputs, targets, batch, seq, grad_scale, packing);
   stats_.compute_seconds += seconds_since(start);
@@ -205,6 +211,7 @@ double PipelineStep::run(const int32_t* inputs, const int32_t* targets, int64_t 
         break;
       case parallel::PipelineOp::Backward: {
         InFlight& f = acquire(key);
+        trace::Range range("backward micro-batch", in.micro_batch, chunk_name(in.chunk).c_str());
         // The data-parallel reduction of a unit starts during its last micro-batch's backward.
         dp.begin_micro_batch(in.micro_batch == s.micro_batches - 1);
         const Clock::time_point start = Clock::now();
@@ -217,6 +224,7 @@ double PipelineStep::run(const int32_t* inputs, const int32_t* targets, int64_t 
         break;
       }
       case parallel::PipelineOp::ReduceGradients: {
+        trace::Range range("gradient reduction round");
         const Clock::time_point start = Clock::now();
         recycle(true);
         stats_.wait_seconds += seconds_since(start);

@@ -1,0 +1,69 @@
+#pragma once
+// The profiled steps of one rank (profile.*, docs/operations.md "Profiling a run"): every named
+// range (core/trace.h) its training thread opens from the start of the first profiled step to
+// the end of the last, written as a Chrome trace (Perfetto, chrome://tracing) and summed by
+// phase. On a GPU the device's work is waited for at each range's ends when asked, so a range
+// times the work it issued rather than the issuing; the device's profiler (cudaProfilerStart /
+// Stop, Nsight Systems' --capture-range=cudaProfilerApi) brackets the profiled steps.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "loom/core/trace.h"
+
+namespace loom::ops {
+
+struct StepTraceSettings {
+  int64_t first_step = 1, last_step = 1;  // inclusive
+  int rank = 0;
+  std::string path;                       // the trace file, written atomically
+  std::function<void()> synchronize;      // waits for the device's queued work; empty: none
+  std::function<void(bool start)> device_profiler;  // starts / stops the device's profiler; empty: none
+};
+
+// Installs itself as the constructing thread's trace sink until destroyed (on that thread).
+class StepTrace : public trace::Sink {
+ public:
+  explicit StepTrace(StepTraceSettings settings);
+  ~StepTrace() override;
+  StepTrace(const StepTrace&) = delete;
+  StepTrace& operator=(const StepTrace&) = delete;
+
+  // Around each step, outside its ranges. After the last profiled step end_step writes the trace
+  // and returns the summary (what summary() gives); otherwise it returns "".
+  void begin_step(int64_t step);
+  std::string end_step(int64_t step);
+  // Where the run ends before the last profiled step: the steps traced so far, written as
+  // end_step would (their summary), or "" when none was traced or they were written already.
+  std::string end_run();
+
+  void open(const char* name) override;
+  void close() override;
+
+  // The phases (ranges directly inside a step's) by name, in first-seen order: mean time per
+  // profiled step and share of the step; then the step's mean. A few lines of text.
+  std::string summary() const;
+  const std::string& path() const { return settings_.path; }
+
+ private:
+  struct Event {
+    std::string name;
+    int64_t start_ns = 0, end_ns = -1;
+    int depth = 0;
+  };
+  int64_t now_ns() const;
+  std::string finish();
+  void write() const;
+
+  StepTraceSettings settings_;
+  trace::Sink* previous_ = nullptr;
+  std::chrono::steady_clock::time_point origin_;
+  bool recording_ = false, profiler_started_ = false, written_ = false;
+  int64_t traced_steps_ = 0, last_traced_ = 0;
+  std::vector<Event> events_;
+  std::vector<int64_t> open_;  // per open range: its event, or -1 when opened outside the recording
+};
+
+}  // namespace loom::ops

@@ -1,0 +1,16 @@
+#pragma once
+// The profiled steps of this rank (profile.*; ops/step_trace.h): its trace, or none when the run
+// profiles no step or not this rank.
+#include <memory>
+
+#include "loom/config/run_config.h"
+#include "loom/core/device.h"
+#include "loom/ops/step_trace.h"
+
+namespace loom::train {
+
+// Throws loom::Error naming profile.ranks when it names a rank the world does not have.
+std::unique_ptr<ops::StepTrace> make_step_trace(const config::RunConfig& run, int rank, int world_size,
+                                                Device device);
+
+}  // namespace loom::train
