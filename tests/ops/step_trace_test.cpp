@@ -116,12 +116,13 @@ TEST_F(StepTraceTest, KeepsTheProfiledStepsRangesNestedAndWritesThemAsAChromeTra
   EXPECT_NE(summary.find(settings.path), std::string::npos) << summary;
 }
 
-TEST_F(StepTraceTest, OneStepOnTheHostNeedsNoDeviceAndTheSinkIsTheThreadsOnlyWhileTheTraceLives) {
+TEST_F(StepTraceTest, OneStepOnTheHostNeedsNoDeviceAndTheSinkIsTheThreadsOnlyWhileItRecords) {
   StepTraceSettings settings;
   settings.first_step = settings.last_step = 4;
   settings.path = dir_ + "/rank-0.json";
   {
     StepTrace trace(settings);
+    EXPECT_EQ(trace::set_thread_sink(nullptr), nullptr);  // not before the profiled step
     const std::string summary = run_steps(trace);
     EXPECT_NE(summary.find("profile: rank 0, steps 4-4: "), std::string::npos) << summary;
   }
@@ -129,7 +130,7 @@ TEST_F(StepTraceTest, OneStepOnTheHostNeedsNoDeviceAndTheSinkIsTheThreadsOnlyWhi
   ASSERT_EQ(file.slices.size(), 4u);
   EXPECT_EQ(file.slices[0].at("name"), "step 4");
   EXPECT_EQ(file.json.at("otherData").at("synchronized"), false);
-  // Gone with the trace: a later range reaches no sink.
+  // Gone once written: a later range reaches no sink.
   EXPECT_EQ(trace::set_thread_sink(nullptr), nullptr);
 }
 

@@ -18,10 +18,21 @@ StepTrace::StepTrace(StepTraceSettings settings)
   LOOM_CHECK(settings_.first_step >= 1 && settings_.last_step >= settings_.first_step,
              "profiled steps " + std::to_string(settings_.first_step) + ".." + std::to_string(settings_.last_step) +
                  ": the first must be >= 1 and the last >= the first");
-  previous_ = trace::set_thread_sink(this);
 }
 
-StepTrace::~StepTrace() { trace::set_thread_sink(previous_); }
+StepTrace::~StepTrace() { uninstall(); }
+
+void StepTrace::install() {
+  previous_ = trace::set_thread_sink(this);
+  installed_on_ = std::this_thread::get_id();
+}
+
+void StepTrace::uninstall() {
+  // Only the thread it was installed on holds it (a thread's sink is that thread's own).
+  if (installed_on_ != std::this_thread::get_id()) return;
+  trace::set_thread_sink(previous_);
+  installed_on_ = {};
+}
 
 int64_t StepTrace::now_ns() const {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - origin_).count();
@@ -37,6 +48,7 @@ void StepTrace::begin_step(int64_t step) {
       profiler_started_ = true;
     }
     recording_ = true;
+    install();
   }
   ++traced_steps_;
   last_traced_ = step;
@@ -58,6 +70,7 @@ std::string StepTrace::finish() {
   profiler_started_ = false;
   recording_ = false;
   written_ = true;
+  uninstall();
   write();
   return summary();
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "loom/core/trace.h"
@@ -23,7 +24,8 @@ struct StepTraceSettings {
   std::function<void(bool start)> device_profiler;  // starts / stops the device's profiler; empty: none
 };
 
-// Installs itself as the constructing thread's trace sink until destroyed (on that thread).
+// The trace sink of the thread that steps (begin_step .. end_step), from the first profiled step
+// until the trace is written.
 class StepTrace : public trace::Sink {
  public:
   explicit StepTrace(StepTraceSettings settings);
@@ -56,9 +58,12 @@ class StepTrace : public trace::Sink {
   int64_t now_ns() const;
   std::string finish();
   void write() const;
+  void install();
+  void uninstall();
 
   StepTraceSettings settings_;
-  trace::Sink* previous_ = nullptr;
+  trace::Sink* previous_ = nullptr;  // the thread's sink before this one was installed
+  std::thread::id installed_on_;     // default: not installed
   std::chrono::steady_clock::time_point origin_;
   bool recording_ = false, profiler_started_ = false, written_ = false;
   int64_t traced_steps_ = 0, last_traced_ = 0;
