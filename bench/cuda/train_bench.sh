@@ -31,7 +31,8 @@
 #                injection library: LOOM_STEP_TIMELINE_LIB, default next to loom), then where each step
 #                left the GPU idle and what the host was doing, and its GPU work by kind and kernel
 #                (OUT/llama_timeline.log, OUT/gpt2_timeline.log); llm.c's cuDNN build the same way for
-#                12 GPT-2 steps, appended to OUT/gpt2_timeline.log
+#                12 GPT-2 steps, appended to OUT/gpt2_timeline.log; steps 3-4 of each loom run profiled
+#                with the device waited for per range (OUT/llama_phases.log and _profile.json, gpt2_*)
 # PROFILE_BYTES=1: the profiles also take each kernel's DRAM bytes and achieved occupancy (TB/s and
 # occ % columns), possibly rerunning the process once per counter pass.
 # Every run has its own timeout, cut to what is left before LOOM_GPU_DEADLINE (seconds since the
@@ -244,9 +245,15 @@ timeline_run() {  # NAME MODEL B T STEPS PREFIX [OVERRIDE ...]
   [ -z "$missing" ] || { echo "timeline $name: $lib misses libraries ($missing), skipped" | tee -a "$log"; return 0; }
   local dir="$work/timeline-$name" csv="$work/timeline-$name.csv"
   rm -rf "$dir" "$csv"
+  # Steps 3-4 are also profiled (profile.*: the device waited for at both ends of every range), far
+  # from the last steps the timeline reads: each block's forward and backward as the GPU ran them,
+  # the head, the optimizer. Their trace comes back as OUT/NAME_profile.json.
   run "timeline loom $model" 90 env CUDA_INJECTION64_PATH="$lib" LOOM_TIMELINE_OUT="$csv" \
-    "$loom" train $(loom_args "$model" "$B" "$T" "$steps" bf16 "$prefix" "$dir") "$@"
+    "$loom" train $(loom_args "$model" "$B" "$T" "$steps" bf16 "$prefix" "$dir") profile.first_step=3 \
+    profile.last_step=4 "$@"
   grep -h "^loom step timeline" "$work/part.log"  # the library's own lines: records written, or why not
+  grep -A8 "^profile: rank 0" "$work/part.log" | grep -E "^(profile:|  )" | tee "$out/${name}_phases.log"
+  [ -f "$dir/profile/rank-0.json" ] && cp "$dir/profile/rank-0.json" "$out/${name}_profile.json"
   if [ -s "$csv" ]; then
     python3 "$here/step_timeline.py" "$csv" | tee "$out/${name}_timeline.log"
   else
