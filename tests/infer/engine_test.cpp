@@ -2,11 +2,13 @@
 // prefill, prefix sharing, n samples and tensor parallelism change nothing in the output.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "engine_support.h"
 #include "loom/ckpt/digest.h"
 #include "loom/core/error.h"
+#include "loom/core/trace.h"
 
 namespace loom::infer::testing {
 namespace {
@@ -119,6 +121,39 @@ TEST_P(EngineTest, WeightsDigestIsTheCheckpointsAtEveryTp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, EngineTest, ::testing::Values("llama", "gpt2", "moe", "hybrid"));
+
+}  // namespace
+}  // namespace loom::infer::testing
+
+namespace loom::infer::testing {
+namespace {
+
+// Each open as its name, each close as "-".
+class RangeRecorder : public trace::Sink {
+ public:
+  void open(const char* name) override { calls.push_back(name); }
+  void close() override { calls.push_back("-"); }
+  std::vector<std::string> calls;
+};
+
+// What a profiler hears from a serving step (core/trace.h): the step, its forward with each
+// block inside, its sampling, under fixed names.
+TEST(EngineTrace, AStepNamesItsForwardItsBlocksAndItsSampling) {
+  const std::string ckpt = checkpoint_of("llama");
+  Engine engine(ckpt, {});
+  RangeRecorder recorder;
+  trace::set_thread_sink(&recorder);
+  run_all(engine, prompts_of({5}), greedy(2));
+  trace::set_thread_sink(nullptr);
+  // The test model's 4 blocks.
+  const std::vector<std::string> expected = {"engine step",           "engine forward", "block 0 paged forward", "-",
+                                             "block 1 paged forward", "-",              "block 2 paged forward", "-",
+                                             "block 3 paged forward", "-",              "-",
+                                             "engine sampling",       "-",              "-"};
+  ASSERT_GE(recorder.calls.size(), expected.size());
+  EXPECT_EQ(std::vector<std::string>(recorder.calls.begin(), recorder.calls.begin() + expected.size()), expected);
+  EXPECT_EQ(std::count(recorder.calls.begin(), recorder.calls.end(), "engine step"), engine.metrics().steps.load());
+}
 
 }  // namespace
 }  // namespace loom::infer::testing

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "loom/core/error.h"
+#include "loom/core/trace.h"
 #include "loom/infer/engine.h"
 
 namespace loom::infer {
@@ -17,14 +18,21 @@ bool Engine::step() {
   std::vector<Sample*> stepped;
   std::vector<int64_t> taken;
   if (!build_batch(batch, stepped, taken)) return false;
+  // Named for profilers (core/trace.h: NVTX's domain loom), a step with work only: its forward,
+  // its sampling; fixed names, so that a profiler's statistics gather every step's.
+  trace::Range range("engine step");
+  trace::Range forward_range("engine forward");
   const float* logits = runner_->forward(batch);
+  forward_range.end();
   metrics_.steps++;
   std::vector<Sample*> sampled;
   for (size_t i = 0; i < stepped.size(); ++i) {
     Sample& s = *stepped[i];
     if (s.computed + taken[i] == static_cast<int64_t>(s.tokens.size())) sampled.push_back(&s);
   }
+  trace::Range sampling_range("engine sampling");
   after_forward(logits, sampled, taken, stepped);
+  sampling_range.end();
   drop_finished();
   metrics_.kv_blocks_in_use = blocks_.used_blocks();
   metrics_.state_slots_in_use = runner_->state_slots() - static_cast<int64_t>(free_slots_.size());

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "loom/core/error.h"
+#include "loom/core/trace.h"
 #include "loom/kernels/ops.h"
 #include "loom/model/transformer.h"
 
@@ -183,6 +184,7 @@ const float* Transformer::forward_paged(const PagedBatch& batch, PagedKVCache& c
     kernels::embedding_forward(device, x, on_device.positions, params_.value(positions_), rows, C, true);
   }
   for (size_t l = 0; l < blocks_.size(); ++l) {
+    trace::Range range("block", static_cast<int64_t>(l), "paged forward");
     blocks_[l].forward_paged(x, batch, on_device, cache.layers[l], cache.block_size, s.block, s.tp);
   }
   const int64_t n = static_cast<int64_t>(batch.logit_rows.size());
