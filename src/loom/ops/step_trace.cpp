@@ -75,24 +75,20 @@ std::string StepTrace::finish() {
   return summary();
 }
 
+// Called only while installed, that is while recording.
 void StepTrace::open(const char* name) {
-  if (!recording_) {
-    open_.push_back(-1);
-    return;
-  }
   // The work issued before this range is not its work.
   if (settings_.synchronize) settings_.synchronize();
-  open_.push_back(static_cast<int64_t>(events_.size()));
+  open_.push_back(events_.size());
   events_.push_back({name, now_ns(), -1, static_cast<int>(open_.size()) - 1});
 }
 
 void StepTrace::close() {
-  if (open_.empty()) return;  // a range opened before this sink was installed
-  const int64_t event = open_.back();
+  if (open_.empty()) return;  // an unbalanced close: nothing of ours to end
+  const size_t event = open_.back();
   open_.pop_back();
-  if (event < 0) return;
   if (settings_.synchronize) settings_.synchronize();
-  events_[static_cast<size_t>(event)].end_ns = now_ns();
+  events_[event].end_ns = now_ns();
 }
 
 void StepTrace::write() const {

@@ -68,7 +68,7 @@ class StepTrace : public trace::Sink {
   bool recording_ = false, profiler_started_ = false, written_ = false;
   int64_t traced_steps_ = 0, last_traced_ = 0;
   std::vector<Event> events_;
-  std::vector<int64_t> open_;  // per open range: its event, or -1 when opened outside the recording
+  std::vector<size_t> open_;  // the open ranges' events, innermost last
 };
 
 }  // namespace loom::ops
