@@ -5,7 +5,8 @@
 # ZeRO-1; the interleaved pipeline at pp 2 x dp 2 with 4 micro-batches per pipeline; cp 2 x dp 2
 # with Ulysses all-to-all and ZeRO-1; cp 4 with ring attention; a mixture of
 # experts at ep 2 and ep 4 with ZeRO-1, and ep 2 x tp 2), and compares every step's loss
-# (relative 1e-5). Usage: mpi_train_equivalence.sh LOOM_BINARY MPIEXEC
+# (relative 1e-5); the pipeline run also traces two steps on every rank (profile.*), each process
+# writing its own trace. Usage: mpi_train_equivalence.sh LOOM_BINARY MPIEXEC
 set -euo pipefail
 loom="$1"
 mpiexec="$2"
@@ -26,7 +27,7 @@ YAML
 losses() { sed -E 's/.*"loss":([-0-9.e+]+).*/\1/' "$1/metrics.jsonl"; }
 layouts=("parallel.zero=0 train.micro_batch=2" "parallel.zero=1 train.micro_batch=2"
          "parallel.tp=2 parallel.sequence_parallel=true parallel.zero=1 train.micro_batch=4"
-         "parallel.pp=2 parallel.pipeline_schedule=1f1b parallel.zero=1 train.micro_batch=1"
+         "parallel.pp=2 parallel.pipeline_schedule=1f1b parallel.zero=1 train.micro_batch=1 profile.first_step=5 profile.last_step=6 profile.ranks=[]"
          "parallel.cp=2 parallel.cp_comm=a2a parallel.zero=1 train.micro_batch=2"
          "parallel.cp=4 parallel.cp_comm=p2p")
 compare() {  # compare REFERENCE_DIR RUN_DIR LAYOUT
@@ -45,6 +46,19 @@ for zero in 0 1 2 3 4 5; do
   compare "$work/one" "$work/mpi$zero" "${layouts[$zero]}"
   echo "${layouts[$zero]}: 4 MPI ranks match one rank over $steps steps"
 done
+# The pipeline run above traced steps 5-6 on every rank (profile.*): each MPI process wrote its own
+# Chrome trace, holding those steps and its stage's micro-batches.
+for rank in 0 1 2 3; do
+  python3 - "$work/mpi3/profile/rank-$rank.json" <<'PY' || exit 1
+import json, sys
+names = [e["name"] for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
+want = {"step 5", "step 6", "forward micro-batch 0 chunk 0", "backward micro-batch 1 chunk 0", "optimizer"}
+missing = want - set(names)
+if missing or "step 4" in names or "step 7" in names:
+    sys.exit(f"{sys.argv[1]}: missing {sorted(missing)}, or a step outside 5-6")
+PY
+done
+echo "pp 2 x dp 2: every MPI rank traced steps 5-6"
 # The interleaved pipeline (4 layers: 2 chunks per stage) with more micro-batches than stages: its
 # ranks exchange in lockstep batches with both neighbours (pipeline_schedule.cpp).
 sed -e 's/layers: 2,/layers: 4,/' "$work/config.yaml" > "$work/deep.yaml"

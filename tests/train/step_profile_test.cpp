@@ -1,7 +1,8 @@
 // Profiling a run (profile.*; docs/operations.md "Profiling a run"): each traced rank's Chrome
 // trace holds its profiled steps' ranges and no other step's, nested as the work is (a block's
 // forward inside its micro-batch's forward); pipeline stages trace their micro-batches and
-// chunks; a device rank brackets the steps with its profiler; tracing changes no number.
+// chunks; a device rank brackets the steps with its profiler; tracing changes no number. And
+// the memory every step's metrics report.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -119,6 +120,26 @@ TEST_F(StepProfile, PipelineStagesTraceTheirMicroBatchesAndADeviceBracketsTheSte
   const auto& entries = ::loom::testing::emulated_census().entries;
   EXPECT_EQ(entries.count("profiler_capture: start") ? entries.at("profiler_capture: start") : 0, 1);
   EXPECT_EQ(entries.count("profiler_capture: stop") ? entries.at("profiler_capture: stop") : 0, 1);
+}
+
+// metrics.jsonl's memory_allocated_bytes and memory_peak_bytes: rank 0's device allocator at the
+// step's end and at most during it, at least the fp32 parameters, gradients and two moments it
+// holds (16 bytes per parameter) on the device.
+TEST_F(StepProfile, EveryStepReportsTheMemoryItsDeviceHoldsAndItsPeak) {
+  for (const char* device : {"cpu", "cuda"}) {
+    std::string console;
+    const std::vector<nlohmann::json> records =
+        train_records(std::string("memory-") + device, kLlama, {std::string("runtime.device=") + device}, 2, &console);
+    ASSERT_EQ(records.size(), 2u) << device;
+    const size_t at = console.find("model: ");
+    ASSERT_NE(at, std::string::npos) << console;
+    const int64_t parameters = std::stoll(console.substr(at + 7));
+    for (const nlohmann::json& r : records) {
+      const int64_t allocated = r.at("memory_allocated_bytes"), peak = r.at("memory_peak_bytes");
+      EXPECT_GE(allocated, 16 * parameters) << device;
+      EXPECT_GE(peak, allocated) << device;
+    }
+  }
 }
 
 TEST_F(StepProfile, ARankTheRunDoesNotHaveIsAnErrorNamingTheKey) {

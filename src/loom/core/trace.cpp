@@ -62,12 +62,4 @@ void Range::end() {
   nvtx_pop();
 }
 
-bool nvtx_compiled_in() {
-#ifdef LOOM_HAVE_NVTX
-  return true;
-#else
-  return false;
-#endif
-}
-
 }  // namespace loom::trace

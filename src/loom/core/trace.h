@@ -38,7 +38,4 @@ class Range {
   bool open_ = true;
 };
 
-// Whether this build sends ranges to NVTX.
-bool nvtx_compiled_in();
-
 }  // namespace loom::trace

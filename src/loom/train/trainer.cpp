@@ -116,6 +116,12 @@ StepResult Trainer::step(int stop_signal) {
 StepResult Trainer::run_step(int stop_signal) {
   State& s = *state_;
   const auto start = Clock::now();
+  // The peak of this step on, but for the run's first step (the memory check's, since start-up),
+  // reset by rank 0 alone before the step's first collective: no rank of this process (sharing
+  // its allocator) can be past it yet.
+  Allocator& memory = allocator(s.model->params().device());
+  if (reporter() && s.steps_run > 0) memory.reset_peak_bytes();
+  ++s.steps_run;
   StepResult result;
   result.step = s.progress.step + 1;
   s.heartbeat.phase("forward_backward", result.step);
@@ -190,11 +196,15 @@ StepResult Trainer::run_step(int stop_signal) {
   s.progress.step = result.step;
   s.progress.consumed_samples += s.run.train.global_batch;
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  result.memory_allocated_bytes = memory.bytes_in_use();
+  result.memory_peak_bytes = memory.peak_bytes();
   return result;
 }
 
 void Trainer::add_metrics(const StepResult& result, nlohmann::json& record) const {
   const State& s = *state_;
+  record["memory_allocated_bytes"] = result.memory_allocated_bytes;
+  record["memory_peak_bytes"] = result.memory_peak_bytes;
   if (s.mesh.layout().shape.dp > 1) record["comm_hidden_fraction"] = s.optimizer->hidden_fraction();
   if (s.optimizer->across_sites()) {  // rank 0's ports: bytes sent per link class, time blocked
     const parallel::SiteTraffic t = s.optimizer->last_step_traffic();

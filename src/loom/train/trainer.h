@@ -47,6 +47,10 @@ struct StepResult {
   bool skipped = false;       // Inf/NaN in the gradients: nothing was updated
   float loss_scale = 1.0f, next_loss_scale = 1.0f;
   MoeMetrics moe;
+  // This rank's device (its allocator: the host's on the cpu, shared by the ranks of a process
+  // there and on a shared GPU): the bytes allocated at the step's end and at most during it (the
+  // run's first step: since the process or the memory check started).
+  int64_t memory_allocated_bytes = 0, memory_peak_bytes = 0;
   std::vector<double> mtp_losses;  // by depth: multi-token prediction's mean token loss (model.mtp_depths)
   int stop_signal = 0;  // some rank was asked to stop (SIGINT/SIGTERM): every rank stops after this step
 };

@@ -53,6 +53,7 @@ struct Trainer::State {
   StepObjective* objective = nullptr;  // reinforcement learning's, in place of cross-entropy
   ckpt::AsyncCheckpointWriter async_writer;
   std::unique_ptr<ops::StepTrace> trace;  // profile.*: this rank's profiled steps, or null
+  int64_t steps_run = 0;                  // steps since this trainer was made
 
   State(const config::RunConfig& config, comm::Communicator& w, const BatchSource& source);
 
