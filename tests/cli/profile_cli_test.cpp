@@ -52,7 +52,8 @@ TEST(ProfileCli, EveryRangeGoesToNvtxInLoomsDomainBalancedAndTheProfiledStepToIt
   const std::vector<std::string> lines = lines_of(record);
   ASSERT_FALSE(lines.empty()) << "the NVTX tool heard nothing";
   // Every step, not only the profiled one: a profiler attached to the process chooses what it keeps.
-  for (const char* step : {"push loom step 1", "push loom step 2", "push loom step 3"}) EXPECT_EQ(count_of(lines, step), 1);
+  for (const char* step : {"push loom step 1", "push loom step 2", "push loom step 3"})
+    EXPECT_EQ(count_of(lines, step), 1) << step;
   EXPECT_EQ(count_of(lines, "push loom block 1 forward"), 3 * 2);
   EXPECT_EQ(count_of(lines, "push loom block 0 backward"), 3 * 2);
   EXPECT_EQ(count_of(lines, "push loom update"), 3);

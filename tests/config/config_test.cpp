@@ -145,7 +145,8 @@ TEST(Config, UnknownSection) {
   std::string msg = error_of([] { parse("trian:\n  steps: 5\n"); });
   EXPECT_HAS(msg, "test.yaml:1:1");
   EXPECT_HAS(msg, "unknown section 'trian'");
-  EXPECT_HAS(msg, "run, runtime, parallel, precision, topology, model, data, optim, train, checkpoint, sft, grpo, log, profile, fault");
+  EXPECT_HAS(msg, "run, runtime, parallel, precision, topology, model, data, optim, train, checkpoint, sft, grpo, log, "
+                  "profile, fault");
   EXPECT_HAS(msg, "did you mean 'train'?");
   msg = error_of([] { parse("", {"optm.lr=1"}); });
   EXPECT_HAS(msg, "override 'optm.lr=1'");

@@ -13,8 +13,8 @@ namespace {
 // Each open as "+name", each close as "-".
 class Recorder : public Sink {
  public:
-  void open(const char* name) override { calls.push_back(std::string("+") + name); }
-  void close() override { calls.push_back("-"); }
+  void open(const char* name) noexcept override { calls.push_back(std::string("+") + name); }
+  void close() noexcept override { calls.push_back("-"); }
   std::vector<std::string> calls;
 };
 

@@ -131,8 +131,8 @@ namespace {
 // Each open as its name, each close as "-".
 class RangeRecorder : public trace::Sink {
  public:
-  void open(const char* name) override { calls.push_back(name); }
-  void close() override { calls.push_back("-"); }
+  void open(const char* name) noexcept override { calls.push_back(name); }
+  void close() noexcept override { calls.push_back("-"); }
   std::vector<std::string> calls;
 };
 

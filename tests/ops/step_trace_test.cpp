@@ -164,6 +164,59 @@ TEST_F(StepTraceTest, ARunEndingBeforeItsProfiledStepsWritesNothing) {
   EXPECT_FALSE(fs::exists(settings.path));
 }
 
+TEST_F(StepTraceTest, TheSummaryCountsOnlyTheStepsPhasesNotAnEvaluationBetweenSteps) {
+  StepTraceSettings settings;
+  settings.first_step = 1;
+  settings.last_step = 2;
+  settings.path = dir_ + "/rank-0.json";
+  StepTrace trace(settings);
+  trace.begin_step(1);
+  { trace::Range step("step", 1); trace::Range phase("optimizer"); }
+  trace.end_step(1);
+  { trace::Range evaluate("evaluate"); trace::Range inside("head forward"); }  // between the steps
+  trace.begin_step(2);
+  { trace::Range step("step", 2); trace::Range phase("optimizer"); }
+  const std::string summary = trace.end_step(2);
+  EXPECT_NE(summary.find("optimizer"), std::string::npos) << summary;
+  EXPECT_EQ(summary.find("head forward"), std::string::npos) << summary;
+  EXPECT_EQ(summary.find("evaluate"), std::string::npos) << summary;
+  // The trace itself keeps the evaluation.
+  EXPECT_NE(read_trace(settings.path).find("head forward"), nullptr);
+}
+
+TEST_F(StepTraceTest, ARunResumedInsideItsProfiledStepsNamesTheStepsItTraced) {
+  StepTraceSettings settings;
+  settings.first_step = 2;
+  settings.last_step = 4;
+  settings.path = dir_ + "/rank-0.json";
+  StepTrace trace(settings);
+  std::string summary;
+  for (int64_t step = 3; step <= 4; ++step) {  // resumed after step 2
+    trace.begin_step(step);
+    { trace::Range range("step", step); }
+    summary += trace.end_step(step);
+  }
+  EXPECT_NE(summary.find("profile: rank 0, steps 3-4: "), std::string::npos) << summary;
+  EXPECT_EQ(read_trace(settings.path).json.at("otherData").at("first_step"), 3);
+}
+
+TEST_F(StepTraceTest, ADeviceThatFailsWhileARangeEndsIsLeftToTheRunToReport) {
+  int waits = 0;
+  StepTraceSettings settings;
+  settings.path = dir_ + "/rank-0.json";
+  settings.synchronize = [&] {
+    if (++waits == 3) throw Error("the device failed");
+  };
+  StepTrace trace(settings);
+  trace.begin_step(1);  // wait 1
+  {
+    trace::Range step("step", 1);   // wait 2
+    trace::Range inner("block 0");  // wait 3 throws: no exception leaves the range
+  }
+  EXPECT_EQ(waits, 3);  // and the device is not waited for again
+  EXPECT_NE(trace.end_step(1).find("steps 1-1"), std::string::npos);
+}
+
 TEST_F(StepTraceTest, StepsOutsideTheRangeAsked) {
   StepTraceSettings settings;
   settings.first_step = 3;

@@ -27,7 +27,8 @@ YAML
 losses() { sed -E 's/.*"loss":([-0-9.e+]+).*/\1/' "$1/metrics.jsonl"; }
 layouts=("parallel.zero=0 train.micro_batch=2" "parallel.zero=1 train.micro_batch=2"
          "parallel.tp=2 parallel.sequence_parallel=true parallel.zero=1 train.micro_batch=4"
-         "parallel.pp=2 parallel.pipeline_schedule=1f1b parallel.zero=1 train.micro_batch=1 profile.first_step=5 profile.last_step=6 profile.ranks=[]"
+         "parallel.pp=2 parallel.pipeline_schedule=1f1b parallel.zero=1 train.micro_batch=1
+          profile.first_step=5 profile.last_step=6 profile.ranks=[]"
          "parallel.cp=2 parallel.cp_comm=a2a parallel.zero=1 train.micro_batch=2"
          "parallel.cp=4 parallel.cp_comm=p2p")
 compare() {  # compare REFERENCE_DIR RUN_DIR LAYOUT

@@ -2,7 +2,7 @@
 // streaming (usage chunk, [DONE]), n > 1, log-probabilities and token ids; malformed requests
 // answered with OpenAI error objects while the server keeps serving; a bounded queue (429); a
 // client that leaves frees its KV blocks; a load of concurrent streams leaks nothing; new weights
-// between steps; SIGTERM finishing the running request. One small server for all of it, one
+// between steps; profiling windows; SIGTERM finishing the running request. One small server for all of it, one
 // for a hybrid model with Mamba-2 layers, and two for --dtype.
 // Usage: node server_test.mjs LOOM_BINARY NPM_DIR   (exit 77: the npm clients are not installed)
 import { spawn, execFileSync } from 'node:child_process';
@@ -245,6 +245,37 @@ await check('new weights between steps, with their version in every response', a
   assert.equal(r.weight_version, 'v2');
   const c = await client.completions.create({ model: 'loom', prompt: 'after', max_tokens: 2 });
   assert.equal(c.weight_version, 'v2');
+});
+
+await check('profiling: /start_profile and /stop_profile record the engine steps between them', async () => {
+  // Off without --profile-dir: a 400 saying how to turn it on; a POST without a body is told to send one.
+  const off = await post('/start_profile', {});
+  assert.equal(off.status, 400);
+  assert.match((await off.json()).error.message, /--profile-dir/);
+  const bodiless = await fetch(`${base}/start_profile`, { method: 'POST' });
+  if (bodiless.status === 400) assert.match((await bodiless.json()).error.message, /needs a body|--profile-dir/);
+  const traces = path.join(dir, 'serve-traces');
+  const profiled = await startServer(['--profile-dir', traces]);
+  try {
+    const at = (route) => fetch(profiled.base + route, { method: 'POST', headers: { 'content-type': 'application/json' },
+                                                          body: '{}' });
+    assert.equal((await at('/stop_profile')).status, 400);  // none started
+    assert.deepEqual(await (await at('/start_profile')).json(), { profiling: true });
+    assert.equal((await at('/start_profile')).status, 400);  // one at a time
+    const c = new OpenAI({ baseURL: `${profiled.base}/v1`, apiKey: 'none', maxRetries: 0 });
+    await c.completions.create({ model: 'loom', prompt: 'profile me', max_tokens: 3, ignore_eos: true });
+    const stopped = await (await at('/stop_profile')).json();
+    assert.equal(stopped.trace, path.join(traces, 'serve-1.json'));
+    const names = JSON.parse(fs.readFileSync(stopped.trace, 'utf8')).traceEvents.filter((e) => e.ph === 'X')
+      .map((e) => e.name);
+    assert.equal(names.length, stopped.ranges);
+    // The prompt's step and a step per further token, each with its forward (2 blocks) and sampling.
+    assert.equal(names.filter((n) => n === 'engine step').length, 3);
+    assert.equal(names.filter((n) => n === 'block 1 paged forward').length, 3);
+    assert.equal(names.filter((n) => n === 'engine sampling').length, 3);
+  } finally {
+    profiled.child.kill('SIGKILL');
+  }
 });
 
 await check('SIGTERM finishes the running request, then the server exits', async () => {

@@ -59,6 +59,8 @@ void register_serve(CLI::App& app, std::vector<Command>& commands) {
   cmd->add_option("--port", args->server.port, "port (0: any free one, printed on stdout)")->check(CLI::Range(0, 65535));
   cmd->add_option("--max-queue", args->server.max_queue, "requests waiting for the engine before 429")->check(positive());
   cmd->add_option("--model-name", args->server.model_name, "the model id clients send (and /v1/models lists)");
+  cmd->add_option("--profile-dir", args->server.profile_dir,
+                  "directory for the traces POST /start_profile and /stop_profile record (off without it)");
   cmd->add_option("--tp", args->engine.tp, "tensor-parallel ranks (threads; under mpirun, the processes: mpirun -np N)")->check(positive());
   cmd->add_option("--device", args->device,
                   "where the model runs: cpu | cuda (weights and KV cache on the GPU; tp rank r on GPU r modulo the GPUs)")

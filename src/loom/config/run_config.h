@@ -171,7 +171,7 @@ struct LogConfig {
 
 // Steps traced for profiling (docs/operations.md, "Profiling a run"): each chosen rank writes the
 // named ranges of steps first_step..last_step (core/trace.h) to run.dir/profile/rank-<r>.json, a
-// Chrome trace, and a cuda rank brackets them with cudaProfilerStart/Stop for Nsight Systems.
+// Chrome trace, and a traced cuda rank brackets them with cudaProfilerStart/Stop for Nsight Systems.
 struct ProfileConfig {
   int first_step = 0;           // 0: none
   int last_step = 0;            // 0: first_step alone

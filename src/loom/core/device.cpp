@@ -20,6 +20,15 @@ void Allocator::count_allocation(size_t bytes) {
   }
 }
 
+void Allocator::reset_peak_bytes() {
+  peak_.store(bytes_in_use(), std::memory_order_relaxed);
+  // An allocation another thread counted between the two lines above is not lost.
+  const int64_t now = bytes_in_use();
+  int64_t peak = peak_.load(std::memory_order_relaxed);
+  while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
 void Allocator::count_free(size_t bytes) { in_use_.fetch_sub(static_cast<int64_t>(bytes), std::memory_order_relaxed); }
 
 namespace {

@@ -92,7 +92,7 @@ class Allocator {
   int64_t bytes_in_use() const { return in_use_.load(std::memory_order_relaxed); }
   int64_t peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
   // The peak from now on (e.g. over one training step).
-  void reset_peak_bytes() { peak_.store(bytes_in_use(), std::memory_order_relaxed); }
+  void reset_peak_bytes();
 
  protected:
   // Implementations call these with the bytes asked for (thread-safe).

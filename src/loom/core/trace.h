@@ -8,12 +8,13 @@
 
 namespace loom::trace {
 
-// Receives the ranges of the thread that set it, innermost last.
+// Receives the ranges of the thread that set it, innermost last. Neither call may throw: a
+// range closes in a destructor, perhaps while an exception unwinds.
 class Sink {
  public:
   virtual ~Sink() = default;
-  virtual void open(const char* name) = 0;
-  virtual void close() = 0;
+  virtual void open(const char* name) noexcept = 0;
+  virtual void close() noexcept = 0;
 };
 
 // The calling thread's sink (nullptr: none, the default); returns the one it replaces.

@@ -78,6 +78,8 @@ class Engine {
   kernels::KvCacheDtype kv_cache_dtype() const { return setup_.kv_dtype; }
   // Ids the sampler draws from (a padded model vocabulary's extra ids never are).
   int64_t sampled_vocab() const { return sampled_vocab_; }
+  // Where rank 0's model runs (cpu, or cuda:0).
+  Device device() const { return options_.device == config::RuntimeDevice::Cuda ? Device::cuda(0) : Device::cpu(); }
   const BlockManager& blocks() const { return blocks_; }
   // Mamba state slots (0 without Mamba-2 layers) and how many no sample holds (read between steps).
   int64_t state_slots() const { return runner_->state_slots(); }

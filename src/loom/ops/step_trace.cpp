@@ -2,14 +2,12 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
+#include <exception>
 #include <map>
 #include <utility>
 
-#include <nlohmann/json.hpp>
-
-#include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
+#include "loom/ops/chrome_trace.h"
 
 namespace loom::ops {
 
@@ -20,7 +18,14 @@ StepTrace::StepTrace(StepTraceSettings settings)
                  ": the first must be >= 1 and the last >= the first");
 }
 
-StepTrace::~StepTrace() { uninstall(); }
+StepTrace::~StepTrace() {
+  uninstall();
+  if (!profiler_started_) return;
+  try {  // a run that failed inside its profiled steps: the profiler still stops
+    settings_.device_profiler(false);
+  } catch (...) {
+  }
+}
 
 void StepTrace::install() {
   previous_ = trace::set_thread_sink(this);
@@ -43,6 +48,7 @@ void StepTrace::begin_step(int64_t step) {
   if (!recording_) {
     // What earlier steps queued is not the profiled steps' work.
     if (settings_.synchronize) settings_.synchronize();
+    first_traced_ = step;
     if (settings_.device_profiler) {
       settings_.device_profiler(true);
       profiler_started_ = true;
@@ -65,7 +71,7 @@ std::string StepTrace::end_run() {
 }
 
 std::string StepTrace::finish() {
-  if (settings_.synchronize) settings_.synchronize();
+  synchronize();
   if (profiler_started_) settings_.device_profiler(false);
   profiler_started_ = false;
   recording_ = false;
@@ -75,55 +81,45 @@ std::string StepTrace::finish() {
   return summary();
 }
 
-// Called only while installed, that is while recording.
-void StepTrace::open(const char* name) {
-  // The work issued before this range is not its work.
-  if (settings_.synchronize) settings_.synchronize();
-  open_.push_back(events_.size());
-  events_.push_back({name, now_ns(), -1, static_cast<int>(open_.size()) - 1});
+// Called only while installed, that is while recording. Neither throws: a range ends in a
+// destructor, perhaps while an exception unwinds.
+void StepTrace::open(const char* name) noexcept {
+  synchronize();  // the work issued before this range is not its work
+  const int64_t parent = open_.empty() ? -1 : static_cast<int64_t>(open_.back());
+  try {  // out of memory: the trace goes without this range
+    events_.push_back({name, now_ns(), -1, parent});
+    open_.push_back(events_.size() - 1);
+  } catch (...) {
+  }
 }
 
-void StepTrace::close() {
+void StepTrace::close() noexcept {
   if (open_.empty()) return;  // an unbalanced close: nothing of ours to end
   const size_t event = open_.back();
   open_.pop_back();
-  if (settings_.synchronize) settings_.synchronize();
-  events_[event].end_ns = now_ns();
+  synchronize();
+  if (event < events_.size()) events_[event].end_ns = now_ns();
+}
+
+// The device's queued work waited for, where asked. Not while an exception unwinds (the device
+// may wait on a peer that is gone), and not after the device failed once: the failure is the
+// run's to report, at its next device call.
+void StepTrace::synchronize() noexcept {
+  if (!settings_.synchronize || device_failed_ || std::uncaught_exceptions() > 0) return;
+  try {
+    settings_.synchronize();
+  } catch (...) {
+    device_failed_ = true;
+  }
 }
 
 void StepTrace::write() const {
-  const int pid = settings_.rank;
-  nlohmann::json events = nlohmann::json::array();
-  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0},
-                    {"args", {{"name", "rank " + std::to_string(pid)}}}});
-  events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0},
-                    {"args", {{"name", settings_.synchronize ? "training (device work, synchronized)"
-                                                             : "training (host)"}}}});
-  for (const Event& e : events_) {
-    if (e.end_ns < 0) continue;  // still open when the recording ended (none in a well-nested step)
-    events.push_back({{"name", e.name},
-                      {"ph", "X"},
-                      {"pid", pid},
-                      {"tid", 0},
-                      {"ts", static_cast<double>(e.start_ns) / 1e3},
-                      {"dur", static_cast<double>(e.end_ns - e.start_ns) / 1e3}});
-  }
-  const nlohmann::json trace = {
-      {"traceEvents", std::move(events)},
-      {"displayTimeUnit", "ms"},
-      {"otherData",
-       {{"rank", pid},
-        {"first_step", settings_.first_step},
-        {"last_step", last_traced_},
-        {"synchronized", static_cast<bool>(settings_.synchronize)}}}};
-  const std::filesystem::path path(settings_.path);
-  std::error_code error;
-  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), error);
-  LOOM_CHECK(!error, "profile: cannot create " + path.parent_path().string() + ": " + error.message());
-  const std::string text = trace.dump() + "\n";
-  AtomicFileWriter writer(settings_.path);
-  writer.write(text.data(), text.size());
-  writer.commit();
+  write_chrome_trace(settings_.path, settings_.rank, "rank " + std::to_string(settings_.rank),
+                     settings_.synchronize ? "training (device work, synchronized)" : "training (host)", events_,
+                     {{"rank", settings_.rank},
+                      {"first_step", first_traced_},
+                      {"last_step", last_traced_},
+                      {"synchronized", static_cast<bool>(settings_.synchronize)}});
 }
 
 std::string StepTrace::summary() const {
@@ -131,17 +127,19 @@ std::string StepTrace::summary() const {
   double step_ns = 0.0;
   std::vector<std::string> order;
   std::map<std::string, double> phase_ns;
-  for (const Event& e : events_) {
+  auto is_step = [&](int64_t e) { return e >= 0 && events_[static_cast<size_t>(e)].name.rfind("step ", 0) == 0; };
+  for (size_t i = 0; i < events_.size(); ++i) {
+    const TraceEvent& e = events_[i];
     if (e.end_ns < 0) continue;
     const double ns = static_cast<double>(e.end_ns - e.start_ns);
-    if (e.depth == 0 && e.name.rfind("step ", 0) == 0) step_ns += ns;
-    if (e.depth != 1) continue;
+    if (e.parent < 0 && is_step(static_cast<int64_t>(i))) step_ns += ns;
+    if (!is_step(e.parent)) continue;  // a phase is a range directly inside a step's
     if (phase_ns.find(e.name) == phase_ns.end()) order.push_back(e.name);
     phase_ns[e.name] += ns;
   }
   char line[160];
   std::snprintf(line, sizeof(line), "profile: rank %d, steps %lld-%lld%s: %.3f ms per step; trace in ", settings_.rank,
-                static_cast<long long>(settings_.first_step), static_cast<long long>(last_traced_),
+                static_cast<long long>(first_traced_), static_cast<long long>(last_traced_),
                 settings_.synchronize ? " (device synchronized)" : "", step_ns / steps / 1e6);
   std::string text = line + settings_.path + "\n";
   for (const std::string& name : order) {

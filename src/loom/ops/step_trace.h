@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "loom/core/trace.h"
+#include "loom/ops/chrome_trace.h"
 
 namespace loom::ops {
 
@@ -41,22 +42,19 @@ class StepTrace : public trace::Sink {
   // end_step would (their summary), or "" when none was traced or they were written already.
   std::string end_run();
 
-  void open(const char* name) override;
-  void close() override;
+  void open(const char* name) noexcept override;
+  void close() noexcept override;
 
-  // The phases (ranges directly inside a step's) by name, in first-seen order: mean time per
-  // profiled step and share of the step; then the step's mean. A few lines of text.
+  // The steps traced and their mean time, then the phases (ranges directly inside a step's: not
+  // an evaluation's between steps) by name, in first-seen order, with their mean time per step
+  // and share of the step. A few lines of text.
   std::string summary() const;
   const std::string& path() const { return settings_.path; }
 
  private:
-  struct Event {
-    std::string name;
-    int64_t start_ns = 0, end_ns = -1;
-    int depth = 0;
-  };
   int64_t now_ns() const;
   std::string finish();
+  void synchronize() noexcept;
   void write() const;
   void install();
   void uninstall();
@@ -65,9 +63,9 @@ class StepTrace : public trace::Sink {
   trace::Sink* previous_ = nullptr;  // the thread's sink before this one was installed
   std::thread::id installed_on_;     // default: not installed
   std::chrono::steady_clock::time_point origin_;
-  bool recording_ = false, profiler_started_ = false, written_ = false;
-  int64_t traced_steps_ = 0, last_traced_ = 0;
-  std::vector<Event> events_;
+  bool recording_ = false, profiler_started_ = false, written_ = false, device_failed_ = false;
+  int64_t traced_steps_ = 0, first_traced_ = 0, last_traced_ = 0;
+  std::vector<TraceEvent> events_;
   std::vector<size_t> open_;  // the open ranges' events, innermost last
 };
 

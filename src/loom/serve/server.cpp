@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "loom/core/error.h"
+#include "loom/core/trace.h"
+#include "loom/kernels/ops.h"
 #include "loom/serve/api_error.h"
 #include "loom/serve/chat_template.h"
 #include "loom/serve/request_parse.h"
@@ -49,7 +51,9 @@ Server::Server(infer::Engine& engine, ServeOptions options)
     : engine_(engine), options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {
   const int threads = options_.http_threads;
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  if (!options_.profile_dir.empty()) profile_ = std::make_unique<ops::WindowTrace>(options_.profile_dir, "serve");
   routes();
+  profile_routes();
 }
 
 Server::~Server() {
@@ -124,13 +128,52 @@ void Server::routes() {
   });
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    const std::string message = res.status == 404 ? "no route " + req.method + " " + req.path : "request failed";
+    // cpp-httplib answers 400 to a POST that says nothing of its body's length (curl -X POST
+    // without -d): say what to send.
+    const bool no_length = req.method == "POST" && !req.has_header("Content-Length") &&
+                           !req.has_header("Transfer-Encoding");
+    const std::string message = res.status == 404 ? "no route " + req.method + " " + req.path
+                                : res.status == 400 && no_length
+                                    ? "POST " + req.path + " needs a body with its Content-Length (send {} when there is "
+                                      "nothing to say, e.g. curl -d '{}')"
+                                    : "request failed";
     send_json(res, res.status, ApiError(res.status, message, "", "invalid_request_error").body());
+  });
+}
+
+// vLLM's profiling routes: between them the engine's steps are recorded (each step with work,
+// its forward and every block's, its sampling: engine_step.cpp), and on a GPU the device's
+// profiler runs (Nsight Systems' --capture-range=cudaProfilerApi).
+void Server::profile_routes() {
+  auto off = [this](httplib::Response& res) {
+    if (profile_) return false;
+    ++bad_requests_;
+    send_json(res, 400,
+              ApiError(400, "profiling is off: start loom serve with --profile-dir DIR", "", "invalid_request_error")
+                  .body());
+    return true;
+  };
+  http_->Post("/start_profile", [this, off](const httplib::Request&, httplib::Response& res) {
+    if (off(res)) return;
+    answer(res, bad_requests_, [&] {
+      profile_->start();
+      kernels::device_profiler_capture(engine_.device(), true);
+      send_json(res, 200, {{"profiling", true}});
+    });
+  });
+  http_->Post("/stop_profile", [this, off](const httplib::Request&, httplib::Response& res) {
+    if (off(res)) return;
+    answer(res, bad_requests_, [&] {
+      if (profile_->started()) kernels::device_profiler_capture(engine_.device(), false);
+      const ops::WindowTrace::Written written = profile_->stop();
+      send_json(res, 200, {{"profiling", false}, {"trace", written.path}, {"ranges", written.ranges}});
+    });
   });
 }
 
 void Server::run(const std::function<void(int port)>& on_listening) {
   engine_thread_ = std::thread([this] {
+    trace::set_thread_sink(profile_.get());  // the engine's ranges (engine_step.cpp), when profiling
     try {
       engine_.run();
     } catch (const std::exception& e) {

@@ -75,6 +75,8 @@ PrecisionStepResult PrecisionStep::step(double lr, int64_t step) {
   // checked there), and the step reads the gradients once for both.
   trace::Range norm_range("gradient norm");
   const double norm = optimizer_.gradient_norm();
+  norm_range.end();
+  trace::Range agreement_range("non-finite and amax agreement");
   // An all-reduce max: the non-finite flag over the world (the norm is the same on every rank of
   // the model, but a rank whose gradients were corrupted after the reduction must not update
   // alone), this step's FP8 amaxes (a non-finite amax as +Inf, which max keeps deterministically
@@ -85,7 +87,7 @@ PrecisionStepResult PrecisionStep::step(double lr, int64_t step) {
   const bool found = agree_non_finite_and_amaxes(world_, same_layers_, !std::isfinite(norm), amaxes);
   model_.precision().commit_amaxes(amaxes);
   scaler_.update(found);
-  norm_range.end();
+  agreement_range.end();
   trace::Range update_range("update");
   if (found) {
     optimizer_.skip_step();

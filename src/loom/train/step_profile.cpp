@@ -30,4 +30,24 @@ std::unique_ptr<ops::StepTrace> make_step_trace(const config::RunConfig& run, in
   return std::make_unique<ops::StepTrace>(std::move(settings));
 }
 
+std::string describe_profile(const config::RunConfig& run, int64_t done_steps) {
+  const config::ProfileConfig& p = run.profile;
+  if (p.first_step == 0) return "";
+  const int64_t first = p.first_step, last = p.last_step > 0 ? p.last_step : p.first_step;
+  const std::string steps = first == last ? "step " + std::to_string(first)
+                                          : "steps " + std::to_string(first) + "-" + std::to_string(last);
+  if (first > run.train.steps) {
+    return "profile: " + steps + " past train.steps = " + std::to_string(run.train.steps) + ": no step is traced\n";
+  }
+  if (last <= done_steps) {
+    return "profile: " + steps + " done before this run resumed at step " + std::to_string(done_steps) +
+           ": no step is traced\n";
+  }
+  std::string ranks;
+  for (const int r : p.ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  ranks = p.ranks.empty() ? "every rank" : (p.ranks.size() == 1 ? "rank " : "ranks ") + ranks;
+  return "profile: " + steps + " of " + ranks + " traced to " + run.run.dir +
+         "/profile/rank-<r>.json (a summary printed here when rank 0 is one)\n";
+}
+
 }  // namespace loom::train

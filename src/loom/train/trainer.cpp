@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iomanip>
 #include <sstream>
@@ -37,10 +38,6 @@ Trainer::Trainer(const config::RunConfig& config, comm::Communicator& world, con
   s.plan_pipeline();
   s.build_model();
   s.trace = make_step_trace(s.run, s.world.rank(), s.world.size(), s.model->params().device());
-  if (s.run.profile.first_step > s.run.train.steps) {
-    out() << "profile: profile.first_step = " << s.run.profile.first_step << " is past train.steps = "
-          << s.run.train.steps << ": no step is traced\n";
-  }
   if (s.run_directory) s.run_directory->check_free_space(checkpoint_bytes(s.run.model));
 }
 
@@ -98,6 +95,7 @@ void Trainer::describe() {
       << (s.precision->loss_scaling() ? ", dynamic loss scale " + std::to_string(s.precision->loss_scale()) : "")
       << "\n";
   }
+  o << describe_profile(run, s.progress.step);
 }
 
 StepResult Trainer::step(int stop_signal) {
@@ -111,6 +109,36 @@ StepResult Trainer::step(int stop_signal) {
   }
   if (s.trace) out() << s.trace->end_step(step);
   return result;
+}
+
+void Trainer::agree_losses(StepResult& result, double local_loss_sum, int stop_signal) {
+  State& s = *state_;
+  // The tensor-parallel ranks of a replica share its loss (computed on the last pipeline
+  // stage): one of them contributes it.
+  // Multi-token prediction's per-depth loss sums, then their token counts (zeros on the ranks
+  // without the head: every rank sends as many).
+  const int depths = s.run.model.mtp_depths;
+  std::vector<double> mtp_sums(2 * static_cast<size_t>(depths), 0.0);
+  if (s.model->mtp_depths() > 0) {
+    const model::MtpTotals mtp = s.model->take_mtp_totals();
+    std::copy(mtp.loss_sums.begin(), mtp.loss_sums.end(), mtp_sums.begin());
+    std::copy(mtp.tokens.begin(), mtp.tokens.end(), mtp_sums.begin() + depths);
+  }
+  {
+    trace::Range range("loss agreement");
+    const LossAndStop agreed = agree_loss_and_stop(s.world, holds_loss(), local_loss_sum, stop_signal, mtp_sums);
+    result.loss = agreed.loss_sum / static_cast<double>(result.trained_tokens);
+    result.stop_signal = agreed.stop_signal;
+    for (int k = 0; k < depths; ++k)
+      result.mtp_losses.push_back(agreed.extra[k] / std::max(1.0, agreed.extra[depths + k]));
+  }
+  if (!s.has_moe) return;
+  trace::Range range("moe step");
+  // Loads summed over the routing ranks move the expert biases, identically on every rank.
+  const parallel::MoeStepSummary moe = parallel::finish_moe_step(
+      *s.model, s.mesh.dp_cp(), s.mesh.layout().shape.pp > 1 ? &s.mesh.pp() : nullptr, s.experts.get());
+  result.moe = {moe.any,      moe.tokens_min, moe.tokens_mean,   moe.tokens_max,       moe.dropped_fraction,
+                moe.aux_loss, moe.z_loss,     moe.layer_seconds, moe.exchange_seconds, moe.all_to_all_bytes};
 }
 
 StepResult Trainer::run_step(int stop_signal) {
@@ -158,31 +186,7 @@ StepResult Trainer::run_step(int stop_signal) {
     local_loss_sum = s.forward_backward(grad_scale);
   }
   s.model->set_token_objective(nullptr);
-  // The tensor-parallel ranks of a replica share its loss (computed on the last pipeline
-  // stage): one of them contributes it.
-  // Multi-token prediction's per-depth loss sums, then their token counts (zeros on the ranks
-  // without the head: every rank sends as many).
-  const int depths = s.run.model.mtp_depths;
-  std::vector<double> mtp_sums(2 * static_cast<size_t>(depths), 0.0);
-  if (s.model->mtp_depths() > 0) {
-    const model::MtpTotals mtp = s.model->take_mtp_totals();
-    std::copy(mtp.loss_sums.begin(), mtp.loss_sums.end(), mtp_sums.begin());
-    std::copy(mtp.tokens.begin(), mtp.tokens.end(), mtp_sums.begin() + depths);
-  }
-  trace::Range agreement_range("loss agreement");
-  const LossAndStop agreed = agree_loss_and_stop(s.world, holds_loss(), local_loss_sum, stop_signal, mtp_sums);
-  result.loss = agreed.loss_sum / static_cast<double>(result.trained_tokens);
-  result.stop_signal = agreed.stop_signal;
-  for (int k = 0; k < depths; ++k) result.mtp_losses.push_back(agreed.extra[k] / std::max(1.0, agreed.extra[depths + k]));
-  if (s.has_moe) {
-    // Loads summed over the routing ranks move the expert biases, identically on every rank.
-    const parallel::MoeStepSummary moe =
-        parallel::finish_moe_step(*s.model, s.mesh.dp_cp(), s.mesh.layout().shape.pp > 1 ? &s.mesh.pp() : nullptr,
-                                  s.experts.get());
-    result.moe = {moe.any,      moe.tokens_min,    moe.tokens_mean,      moe.tokens_max,          moe.dropped_fraction,
-                  moe.aux_loss, moe.z_loss,        moe.layer_seconds,    moe.exchange_seconds,    moe.all_to_all_bytes};
-  }
-  agreement_range.end();
+  agree_losses(result, local_loss_sum, stop_signal);
   result.lr = optim::learning_rate(s.run.optim, result.step, s.run.train.steps);
   s.heartbeat.phase("optimizer", result.step);
   trace::Range optimizer_range("optimizer");

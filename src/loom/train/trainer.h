@@ -130,6 +130,9 @@ class Trainer {
   void initialize_from(const std::string& path);
   // step()'s work, inside its trace range.
   StepResult run_step(int stop_signal);
+  // The step's loss (and multi-token prediction's) agreed over the world, with any stop signal,
+  // and the MoE layers' routing statistics.
+  void agree_losses(StepResult& result, double local_loss_sum, int stop_signal);
 
   struct State;
   std::unique_ptr<State> state_;

@@ -29,6 +29,7 @@ Trainer::State::State(const config::RunConfig& config, comm::Communicator& w, co
       faults(config.fault, w.rank(), w.size()),
       mesh(world, check_layout(config, world.size())) {}
 
+// The schedule (checked before anything is built) and this rank's model chunks.
 void Trainer::State::plan_pipeline() {
   const int pp = mesh.layout().shape.pp;
   if (pp == 1) {
