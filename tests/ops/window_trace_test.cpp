@@ -51,7 +51,8 @@ TEST(WindowTrace, KeepsTheRangesInsideEachWindowStartedAndStoppedFromAnotherThre
     EXPECT_EQ(written.path, dir + "/serve-1.json");
     EXPECT_EQ(written.ranges, 3);
   }
-  EXPECT_EQ(names_in(dir + "/serve-1.json"), (std::vector<std::string>{"engine step", "engine forward", "engine step"}));
+  EXPECT_EQ(names_in(dir + "/serve-1.json"),
+            (std::vector<std::string>{"engine step", "engine forward", "engine step"}));
   window.start();
   { trace::Range step("second window"); }
   EXPECT_EQ(window.stop().path, dir + "/serve-2.json");

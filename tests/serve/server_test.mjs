@@ -257,8 +257,8 @@ await check('profiling: /start_profile and /stop_profile record the engine steps
   const traces = path.join(dir, 'serve-traces');
   const profiled = await startServer(['--profile-dir', traces]);
   try {
-    const at = (route) => fetch(profiled.base + route, { method: 'POST', headers: { 'content-type': 'application/json' },
-                                                          body: '{}' });
+    const at = (route) => fetch(profiled.base + route,
+                                { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
     assert.equal((await at('/stop_profile')).status, 400);  // none started
     assert.deepEqual(await (await at('/start_profile')).json(), { profiling: true });
     assert.equal((await at('/start_profile')).status, 400);  // one at a time

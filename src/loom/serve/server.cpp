@@ -132,11 +132,12 @@ void Server::routes() {
     // without -d): say what to send.
     const bool no_length = req.method == "POST" && !req.has_header("Content-Length") &&
                            !req.has_header("Transfer-Encoding");
-    const std::string message = res.status == 404 ? "no route " + req.method + " " + req.path
-                                : res.status == 400 && no_length
-                                    ? "POST " + req.path + " needs a body with its Content-Length (send {} when there is "
-                                      "nothing to say, e.g. curl -d '{}')"
-                                    : "request failed";
+    std::string message = "request failed";
+    if (res.status == 404) message = "no route " + req.method + " " + req.path;
+    if (res.status == 400 && no_length) {
+      message = "POST " + req.path + " needs a body with its Content-Length (send {} when there is nothing to say, "
+                "e.g. curl -d '{}')";
+    }
     send_json(res, res.status, ApiError(res.status, message, "", "invalid_request_error").body());
   });
 }

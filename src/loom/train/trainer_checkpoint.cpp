@@ -94,7 +94,8 @@ std::string Trainer::save() {
     for (const model::MoeLayer* layer : s.model->moe_layers()) {  // the same on every rank: one writes it
       if (!layer->has_expert_bias()) continue;
       const Shape shape{layer->experts()};
-      refs.push_back({expert_bias_state_name(*layer), shape, DType::F32, layer->expert_bias().data(), ckpt::full_slice(shape)});
+      refs.push_back({expert_bias_state_name(*layer), shape, DType::F32, layer->expert_bias().data(),
+                      ckpt::full_slice(shape)});
     }
   }
   if (s.mesh.layout().shape.pp > 1) {

@@ -33,9 +33,9 @@ Trainer::State::State(const config::RunConfig& config, comm::Communicator& w, co
 void Trainer::State::plan_pipeline() {
   const int pp = mesh.layout().shape.pp;
   if (pp == 1) {
-    LOOM_CHECK(run.parallel.virtual_stages == 1, "parallel.virtual_stages = " +
-                                                     std::to_string(run.parallel.virtual_stages) +
-                                                     " needs a pipeline: set parallel.pp > 1 (and pipeline_schedule: interleaved)");
+    LOOM_CHECK(run.parallel.virtual_stages == 1,
+               "parallel.virtual_stages = " + std::to_string(run.parallel.virtual_stages) +
+                   " needs a pipeline: set parallel.pp > 1 (and pipeline_schedule: interleaved)");
     return;
   }
   schedule = parallel::make_pipeline_schedule(run.parallel.pipeline_schedule, pp,
@@ -53,7 +53,8 @@ void Trainer::State::plan_pipeline() {
 void Trainer::State::build_model() {
   const comm::MeshShape shape = mesh.layout().shape;
   const int pp = shape.pp;
-  model = std::make_unique<model::Transformer>(run.model, model::TensorParallel(&mesh.tp(), run.parallel.sequence_parallel),
+  model = std::make_unique<model::Transformer>(run.model,
+                                               model::TensorParallel(&mesh.tp(), run.parallel.sequence_parallel),
                                                model::PrecisionPolicy::from_config(run.precision), chunks,
                                                model::ExpertLayout{shape.ep, mesh.ep_rank()}, device);
   model->initialize(run.train.seed);
@@ -71,20 +72,23 @@ void Trainer::State::build_model() {
   options.pp = pp > 1 ? &mesh.pp() : nullptr;
   if (schedule) options.pipeline = parallel::pipeline_sync_options(*model, *schedule, mesh.embedding());
   // Expert parameters are summed over the expert-data-parallel ranks, the rest over dp x cp.
-  if (shape.ep > 1) options.groups = parallel::expert_parameter_groups(*model, reduced_over, mesh.expert_dp(), mesh.ep());
+  if (shape.ep > 1)
+    options.groups = parallel::expert_parameter_groups(*model, reduced_over, mesh.expert_dp(), mesh.ep());
   optimizer = std::make_unique<parallel::DataParallelStep>(reduced_over, *model, run, std::move(options));
   if (schedule) pipeline.emplace(mesh.pp(), *model, *schedule, *optimizer, mesh.embedding());
   if (outer) outer->attach(*model);
   // Loss scaling, Inf/NaN skips, FP8 amaxes (agreed among the ranks holding the same layers).
   precision = std::make_unique<PrecisionStep>(run.precision, *model, *optimizer, world,
-                                              pp > 1 ? &mesh.add_group(mesh.layout().shape.cp > 1 ? "tp-cp-dp" : "tp-dp") : nullptr);
+                                              pp > 1 ? &mesh.add_group(mesh.layout().shape.cp > 1 ? "tp-cp-dp" : "tp-dp")
+                                                     : nullptr);
 }
 
 double Trainer::State::forward_backward(float grad_scale) {
   const int micro = run.train.micro_batch, seq = batch.seq;
   // The stages run the replica's micro-batches in the schedule's order; every stage reads them
   // (the first needs the inputs, the last the targets, the first's backward the inputs).
-  if (pipeline) return pipeline->run(batch.inputs.data(), batch.targets.data(), micro, seq, grad_scale, batch.packing());
+  if (pipeline)
+    return pipeline->run(batch.inputs.data(), batch.targets.data(), micro, seq, grad_scale, batch.packing());
   double loss_sum = 0.0;
   for (int m = 0; m < micro_batches; ++m) {
     const bool last_micro_batch = m + 1 == micro_batches;
