@@ -71,12 +71,5 @@ TEST(TraceRange, ASinkHearsOnlyItsOwnThreadAndARangeClosesInTheSinkItOpenedIn) {
   EXPECT_EQ(theirs.calls, (std::vector<std::string>{"+other thread", "-"}));
 }
 
-TEST(TraceRange, WithoutASinkARangeIsHarmless) {
-  set_thread_sink(nullptr);
-  Range range("nobody listens", 1, "here");
-  range.end();
-  SUCCEED();
-}
-
 }  // namespace
 }  // namespace loom::trace

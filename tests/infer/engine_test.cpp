@@ -142,9 +142,14 @@ TEST(EngineTrace, AStepNamesItsForwardItsBlocksAndItsSampling) {
   const std::string ckpt = checkpoint_of("llama");
   Engine engine(ckpt, {});
   RangeRecorder recorder;
-  trace::set_thread_sink(&recorder);
-  run_all(engine, prompts_of({5}), greedy(2));
-  trace::set_thread_sink(nullptr);
+  {
+    // Installed for the engine's steps only, even if they throw.
+    struct Installed {
+      explicit Installed(trace::Sink* sink) { trace::set_thread_sink(sink); }
+      ~Installed() { trace::set_thread_sink(nullptr); }
+    } installed(&recorder);
+    run_all(engine, prompts_of({5}), greedy(2));
+  }
   // The test model's 4 blocks.
   const std::vector<std::string> expected = {"engine step",           "engine forward", "block 0 paged forward", "-",
                                              "block 1 paged forward", "-",              "block 2 paged forward", "-",

@@ -51,7 +51,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(N
   unsigned int size = 0;
   if (callbacks == nullptr || callbacks->GetModuleFunctionTable(NVTX_CB_MODULE_CORE2, &table, &size) == 0) return 0;
   if (size <= NVTX_CBID_CORE2_DomainCreateA) return 0;
-  g_out = std::fopen(path, "w");
+  g_out = std::fopen(path, "a");  // appended: another NVTX copy in the process may initialise too
   if (g_out == nullptr) return 0;
   *table[NVTX_CBID_CORE2_DomainCreateA] = reinterpret_cast<NvtxFunctionPointer>(&domain_create);
   *table[NVTX_CBID_CORE2_DomainRangePushEx] = reinterpret_cast<NvtxFunctionPointer>(&range_push);
