@@ -69,6 +69,14 @@ class StepTraceTest : public ::testing::Test {
     }
     return summary;
   }
+  // Steps first..last of rank 0, traced to dir_/rank-0.json.
+  StepTraceSettings steps(int64_t first, int64_t last) const {
+    StepTraceSettings settings;
+    settings.first_step = first;
+    settings.last_step = last;
+    settings.path = dir_ + "/rank-0.json";
+    return settings;
+  }
   std::string dir_;
 };
 
@@ -117,9 +125,7 @@ TEST_F(StepTraceTest, KeepsTheProfiledStepsRangesNestedAndWritesThemAsAChromeTra
 }
 
 TEST_F(StepTraceTest, OneStepOnTheHostNeedsNoDeviceAndTheSinkIsTheThreadsOnlyWhileItRecords) {
-  StepTraceSettings settings;
-  settings.first_step = settings.last_step = 4;
-  settings.path = dir_ + "/rank-0.json";
+  StepTraceSettings settings = steps(4, 4);
   {
     StepTrace trace(settings);
     EXPECT_EQ(trace::set_thread_sink(nullptr), nullptr);  // not before the profiled step
@@ -136,10 +142,7 @@ TEST_F(StepTraceTest, OneStepOnTheHostNeedsNoDeviceAndTheSinkIsTheThreadsOnlyWhi
 
 TEST_F(StepTraceTest, ARunEndingInsideItsProfiledStepsWritesThoseItTracedOnce) {
   int starts = 0, stops = 0;
-  StepTraceSettings settings;
-  settings.first_step = 2;
-  settings.last_step = 9;  // past the run's 4 steps
-  settings.path = dir_ + "/rank-0.json";
+  StepTraceSettings settings = steps(2, 9);  // past the run's 4 steps
   settings.device_profiler = [&](bool start) { ++(start ? starts : stops); };
   StepTrace trace(settings);
   EXPECT_EQ(run_steps(trace), "");
@@ -154,10 +157,7 @@ TEST_F(StepTraceTest, ARunEndingInsideItsProfiledStepsWritesThoseItTracedOnce) {
 }
 
 TEST_F(StepTraceTest, ARunEndingBeforeItsProfiledStepsWritesNothing) {
-  StepTraceSettings settings;
-  settings.first_step = 7;
-  settings.last_step = 9;
-  settings.path = dir_ + "/rank-0.json";
+  StepTraceSettings settings = steps(7, 9);
   StepTrace trace(settings);
   run_steps(trace);
   EXPECT_EQ(trace.end_run(), "");
@@ -165,10 +165,7 @@ TEST_F(StepTraceTest, ARunEndingBeforeItsProfiledStepsWritesNothing) {
 }
 
 TEST_F(StepTraceTest, TheSummaryCountsOnlyTheStepsPhasesNotAnEvaluationBetweenSteps) {
-  StepTraceSettings settings;
-  settings.first_step = 1;
-  settings.last_step = 2;
-  settings.path = dir_ + "/rank-0.json";
+  StepTraceSettings settings = steps(1, 2);
   StepTrace trace(settings);
   trace.begin_step(1);
   { trace::Range step("step", 1); trace::Range phase("optimizer"); }
@@ -185,10 +182,7 @@ TEST_F(StepTraceTest, TheSummaryCountsOnlyTheStepsPhasesNotAnEvaluationBetweenSt
 }
 
 TEST_F(StepTraceTest, ARunResumedInsideItsProfiledStepsNamesTheStepsItTraced) {
-  StepTraceSettings settings;
-  settings.first_step = 2;
-  settings.last_step = 4;
-  settings.path = dir_ + "/rank-0.json";
+  StepTraceSettings settings = steps(2, 4);
   StepTrace trace(settings);
   std::string summary;
   for (int64_t step = 3; step <= 4; ++step) {  // resumed after step 2
@@ -202,8 +196,7 @@ TEST_F(StepTraceTest, ARunResumedInsideItsProfiledStepsNamesTheStepsItTraced) {
 
 TEST_F(StepTraceTest, ADeviceThatFailsWhileARangeEndsIsLeftToTheRunToReport) {
   int waits = 0;
-  StepTraceSettings settings;
-  settings.path = dir_ + "/rank-0.json";
+  StepTraceSettings settings = steps(1, 1);
   settings.synchronize = [&] {
     if (++waits == 3) throw Error("the device failed");
   };
