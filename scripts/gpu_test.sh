@@ -12,7 +12,8 @@
 #             (bench/cuda/train_bench.sh llama)
 #   curves    (not in the default) the llama stage's bf16 and fp8_current curves alone; LLAMA_SEED
 #             another seed, another sample of their difference
-#   gpt2      GPT-2 124M by loom and by llm.c (the bundle's prebuilt binaries)
+#   gpt2      GPT-2 124M by loom and by llm.c (the bundle's prebuilt binaries), then, where time is left,
+#             loom with its GELU in passes of its own (precision.gelu_epilogue=false)
 #   profile   the ~1B fp8_current step's, GPT-2's and the ~1B bf16 step's GPU time per kernel
 #             (Nsight Compute)
 #   bytes     (not in the default) the ~1B fp8_delayed step's and GPT-2's kernels with their DRAM
@@ -235,7 +236,7 @@ for s in "${stages[@]}"; do
     kernels) stage_kernels ;;
     llama) train_bench llama ;;
     curves) train_bench curves ;;
-    gpt2) train_bench gpt2 llmc ;;
+    gpt2) train_bench gpt2 llmc gpt2-gelu-passes ;;  # the last only where time is left
     profile) train_bench profile-fp8 profile-gpt2 profile ;;
     bytes) PROFILE_BYTES=1 train_bench profile-fp8-delayed profile-gpt2 ;;
     timeline) train_bench timeline ;;

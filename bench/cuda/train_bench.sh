@@ -18,6 +18,8 @@
 #                tokens/s over LLAMA_DELAYED_STEPS steps (default 60), with the bf16 edge blocks and
 #                with every block in FP8
 #   gpt2         loom's GPT-2 124M, 30 steps on random tokens
+#   gpt2-gelu-passes  the same with its GELU in passes of its own (precision.gelu_epilogue=false):
+#                what the products' GELU epilogues buy
 #   curves       the llama run's bf16 and fp8_current runs and their curves alone
 #   llmc         llm.c's GPT-2 124M, 50 steps on the same tokens (the bundle's prebuilt binaries:
 #                LLMC_BUILD=1 builds it there first, about a minute)
@@ -296,6 +298,8 @@ for r in "${runs[@]}"; do
     curves) llama_curves ;;
     gpt2) random_tokens && loom_run loom "${gpt2[@]}" 30 60 bf16 "$work/random/train" "$work/gpt2" \
       model.vocab_size=$gpt2_vocab ;;
+    gpt2-gelu-passes) random_tokens && loom_run "loom gelu passes" "${gpt2[@]}" 30 60 bf16 "$work/random/train" \
+      "$work/gpt2-gelu-passes" model.vocab_size=$gpt2_vocab precision.gelu_epilogue=false ;;
     llmc) llmc_runs ;;
     profile) profile_run bf16 kernel_profile.log "${llama[@]}" ;;
     profile-gpt2) profile_run bf16 gpt2_kernel_profile.log "${gpt2[@]}" ;;
@@ -304,8 +308,8 @@ for r in "${runs[@]}"; do
     torch-gpt2) torch_run "${gpt2[@]}" ;;
     torch-llama) torch_run "${llama[@]}" ;;
     timeline) timeline_runs ;;
-    *) echo "train_bench.sh: unknown run '$r' (llama, curves, gpt2, llmc, profile, torch-gpt2, torch-llama, profile-gpt2," \
-         "profile-fp8, profile-fp8-delayed, timeline)" >&2; exit 2 ;;
+    *) echo "train_bench.sh: unknown run '$r' (llama, curves, gpt2, gpt2-gelu-passes, llmc, profile, torch-gpt2," \
+         "torch-llama, profile-gpt2, profile-fp8, profile-fp8-delayed, timeline)" >&2; exit 2 ;;
   esac
 done
 exit 0

@@ -78,6 +78,12 @@ TEST_F(DeviceBf16Tensors, Gpt2WithBiasesAndSquaredReluEqualTheCpuBitForBit) {
   EXPECT_GT(calls("layernorm_forward_bf16"), 0);  // LayerNorm's bf16 form too
   EXPECT_GT(calls("flash_attention_backward_bf16_gradients"), 0);
   EXPECT_EQ(calls("flash_attention_backward_bf16_tensors"), 0);
+  EXPECT_GT(calls("precision_linear_gemm: GELU epilogue"), 0);
+  // Its GELU in passes of its own (precision.gelu_epilogue = false): the same numbers.
+  ::loom::testing::reset_emulated_census();
+  expect_bitwise_equal_runs(kGpt2, "bf16-gpt2-gelu-passes", bf16({"precision.gelu_epilogue=false"}));
+  EXPECT_EQ(entry_calls(::loom::testing::emulated_census(), "precision_linear_gemm: GELU epilogue"), 0);
+  EXPECT_GT(entry_calls(::loom::testing::emulated_census(), "activation_forward_bf16"), 0);
   expect_bitwise_equal_runs(kLlama, "bf16-relu2", bf16({"model.activation=relu2"}));
   ::loom::testing::reset_emulated_census();
   expect_bitwise_equal_runs(kLlama, "bf16-rope-bias", bf16({"model.bias=true"}));

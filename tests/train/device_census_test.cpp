@@ -207,6 +207,13 @@ TEST_F(DeviceCensus, AStepOfTheDeepModelWaitsForTheDeviceOnlyForItsInputsLossAnd
   EXPECT_EQ(gpt2.entry("activation_forward_bf16") + gpt2.entry("activation_backward_bf16"), 0);
   EXPECT_EQ(gpt2.entry("precision_linear_gemm: GELU epilogue"), (2 * 2 + 2) * kMicroBatches);
   EXPECT_EQ(gpt2.entry("zero_runs"), 1);
+  // precision.gelu_epilogue = false: the activation's passes again, forward (again where
+  // recomputed) and backward, and no epilogue.
+  const StepCensus passes = one_step("gpt2-gelu-passes", kGpt2,
+                                     {"precision.recipe=bf16", "model.recompute=true", "precision.gelu_epilogue=false"});
+  EXPECT_EQ(passes.entry("precision_linear_gemm: GELU epilogue"), 0);
+  EXPECT_EQ(passes.entry("activation_forward_bf16"), (2 + 2) * kMicroBatches);
+  EXPECT_EQ(passes.entry("activation_backward_bf16"), 2 * kMicroBatches);
 }
 
 // A latent MoE layer after a dense block (4 experts, top-2, the balancing and z losses, a shared

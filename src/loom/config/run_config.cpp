@@ -149,6 +149,7 @@ const std::vector<SectionSchema>& schema() {
                   field("fp8_margin", &PrecisionConfig::fp8_margin, at_least(0)),
                   field("fp8_edge_layers_bf16", &PrecisionConfig::fp8_edge_layers_bf16),
                   field("fp8_forward_fast_accumulation", &PrecisionConfig::fp8_forward_fast_accumulation),
+                  field("gelu_epilogue", &PrecisionConfig::gelu_epilogue),
                   field("fp8_weights_from_optimizer", &PrecisionConfig::fp8_weights_from_optimizer),
                   field("attention", &PrecisionConfig::attention),
               }),

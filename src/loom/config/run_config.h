@@ -260,6 +260,9 @@ struct PrecisionConfig {
   bool fp8_edge_layers_bf16 = true;     // fp8 recipes: first and last block's linears in bf16
   // fp8_delayed / fp8_current on a GPU: forward products with cuBLASLt's fast accumulation (TE's default)
   bool fp8_forward_fast_accumulation = true;
+  // A GELU MLP's bf16 products on a GPU apply GELU (forward) and its derivative (the down
+  // projection's dgrad) in cuBLASLt's epilogues; false: in passes of their own, as before.
+  bool gelu_epilogue = true;
   // fp8_delayed / fp8_current on a GPU at ZeRO 0: the optimizer's pass writes the FP8 weights' amaxes
   // (and fp8_delayed's codes) for the next step's forwards (model/optimizer_weight_casts.h)
   bool fp8_weights_from_optimizer = true;

@@ -64,6 +64,7 @@ PrecisionPolicy PrecisionPolicy::from_config(const config::PrecisionConfig& conf
   policy.margin = config.fp8_margin;
   policy.edge_layers_bf16 = config.fp8_edge_layers_bf16;
   policy.forward_fast_accumulation = config.fp8_forward_fast_accumulation;
+  policy.gelu_epilogue = config.gelu_epilogue;
   policy.attention = config.attention;
   return policy;
 }

@@ -101,6 +101,7 @@ struct PrecisionPolicy {
   bool edge_layers_bf16 = true;   // FP8 recipes: first and last block's linears in bf16
   config::AttentionPrecision attention = config::AttentionPrecision::Auto;
   bool forward_fast_accumulation = true;  // per-tensor FP8 on a GPU: LinearPrecision::set_forward_fast_accumulation
+  bool gelu_epilogue = true;              // precision.gelu_epilogue: Mlp::fuses_gelu
 
   static PrecisionPolicy from_config(const config::PrecisionConfig& config);
   // The recipe of block `layer` of `layers` (FP8 recipes keep the edge blocks in bf16 if asked).

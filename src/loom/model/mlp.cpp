@@ -36,6 +36,7 @@ Mlp::Mlp(ParameterStore& store, const TensorParallel& tp, int layer, const std::
 }
 
 void Mlp::set_precision(PrecisionContext& context, Recipe recipe, const std::string& prefix) {
+  gelu_epilogue_ = context.policy().gelu_epilogue;
   in_->set_precision(context.make(recipe, prefix + ".up_proj"));
   down_->set_precision(context.make(recipe, prefix + ".down_proj"));
 }
@@ -45,7 +46,9 @@ bool Mlp::bf16_interior() const {
   return up != nullptr && down != nullptr && up->takes_bf16_tensors() && down->takes_bf16_tensors();
 }
 
-bool Mlp::fuses_gelu() const { return bf16_interior() && activation_ == config::Activation::Gelu && ffn_ % 8 == 0; }
+bool Mlp::fuses_gelu() const {
+  return gelu_epilogue_ && bf16_interior() && activation_ == config::Activation::Gelu && ffn_ % 8 == 0;
+}
 
 bool Mlp::bf16_hidden() const {
   const LinearPrecision *up = in_->precision(), *down = down_->precision();

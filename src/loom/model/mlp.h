@@ -77,7 +77,8 @@ class Mlp {
   // a bf16 interior whose ffn features (this rank's) are a multiple of 8, as cuBLASLt's epilogue
   // takes them. On a GPU the epilogue applies GELU (and its derivative) to the fp32 sum before the
   // one rounding where the passes apply them to the rounded bf16 values: the same within bf16's
-  // rounding; the emulated device computes the passes' values.
+  // rounding; the emulated device computes the passes' values. precision.gelu_epilogue = false
+  // keeps the passes (to measure one against the other).
   bool fuses_gelu() const;
   // Whether, short of that, the MLP keeps the bf16 outputs of its GEMMs bf16: on a GPU under the
   // FP8 and MX recipes, whose GEMMs round their outputs to bf16 too, the hidden pre-activation
@@ -111,6 +112,7 @@ class Mlp {
   int d_model_, ffn_;  // ffn_: this rank's features
   config::Activation activation_;
   bool swiglu_;
+  bool gelu_epilogue_ = true;  // precision.gelu_epilogue
   std::optional<ColumnParallelLinear> in_;
   std::optional<RowParallelLinear> down_;
 };
