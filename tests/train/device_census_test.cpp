@@ -209,8 +209,9 @@ TEST_F(DeviceCensus, AStepOfTheDeepModelWaitsForTheDeviceOnlyForItsInputsLossAnd
   EXPECT_EQ(gpt2.entry("zero_runs"), 1);
   // precision.gelu_epilogue = false: the activation's passes again, forward (again where
   // recomputed) and backward, and no epilogue.
-  const StepCensus passes = one_step("gpt2-gelu-passes", kGpt2,
-                                     {"precision.recipe=bf16", "model.recompute=true", "precision.gelu_epilogue=false"});
+  const StepCensus passes =
+      one_step("gpt2-gelu-passes", kGpt2,
+               {"precision.recipe=bf16", "model.recompute=true", "precision.gelu_epilogue=false"});
   EXPECT_EQ(passes.entry("precision_linear_gemm: GELU epilogue"), 0);
   EXPECT_EQ(passes.entry("activation_forward_bf16"), (2 + 2) * kMicroBatches);
   EXPECT_EQ(passes.entry("activation_backward_bf16"), 2 * kMicroBatches);
