@@ -11,8 +11,7 @@
 
 namespace loom::ops {
 
-StepTrace::StepTrace(StepTraceSettings settings)
-    : settings_(std::move(settings)), origin_(std::chrono::steady_clock::now()) {
+StepTrace::StepTrace(StepTraceSettings settings) : settings_(std::move(settings)) {
   LOOM_CHECK(settings_.first_step >= 1 && settings_.last_step >= settings_.first_step,
              "profiled steps " + std::to_string(settings_.first_step) + ".." + std::to_string(settings_.last_step) +
                  ": the first must be >= 1 and the last >= the first");
@@ -37,10 +36,6 @@ void StepTrace::uninstall() {
   if (installed_on_ != std::this_thread::get_id()) return;
   trace::set_thread_sink(previous_);
   installed_on_ = {};
-}
-
-int64_t StepTrace::now_ns() const {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - origin_).count();
 }
 
 void StepTrace::begin_step(int64_t step) {
@@ -85,20 +80,12 @@ std::string StepTrace::finish() {
 // destructor, perhaps while an exception unwinds.
 void StepTrace::open(const char* name) noexcept {
   synchronize();  // the work issued before this range is not its work
-  const int64_t parent = open_.empty() ? -1 : static_cast<int64_t>(open_.back());
-  try {  // out of memory: the trace goes without this range
-    events_.push_back({name, now_ns(), -1, parent});
-    open_.push_back(events_.size() - 1);
-  } catch (...) {
-  }
+  log_.open(name, true);
 }
 
 void StepTrace::close() noexcept {
-  if (open_.empty()) return;  // an unbalanced close: nothing of ours to end
-  const size_t event = open_.back();
-  open_.pop_back();
   synchronize();
-  if (event < events_.size()) events_[event].end_ns = now_ns();
+  log_.close();
 }
 
 // The device's queued work waited for, where asked. Not while an exception unwinds (the device
@@ -115,7 +102,7 @@ void StepTrace::synchronize() noexcept {
 
 void StepTrace::write() const {
   write_chrome_trace(settings_.path, settings_.rank, "rank " + std::to_string(settings_.rank),
-                     settings_.synchronize ? "training (device work, synchronized)" : "training (host)", events_,
+                     settings_.synchronize ? "training (device work, synchronized)" : "training (host)", log_.events(),
                      {{"rank", settings_.rank},
                       {"first_step", first_traced_},
                       {"last_step", last_traced_},
@@ -127,9 +114,9 @@ std::string StepTrace::summary() const {
   double step_ns = 0.0;
   std::vector<std::string> order;
   std::map<std::string, double> phase_ns;
-  auto is_step = [&](int64_t e) { return e >= 0 && events_[static_cast<size_t>(e)].name.rfind("step ", 0) == 0; };
-  for (size_t i = 0; i < events_.size(); ++i) {
-    const TraceEvent& e = events_[i];
+  auto is_step = [&](int64_t e) { return e >= 0 && log_.events()[static_cast<size_t>(e)].name.rfind("step ", 0) == 0; };
+  for (size_t i = 0; i < log_.events().size(); ++i) {
+    const TraceEvent& e = log_.events()[i];
     if (e.end_ns < 0) continue;
     const double ns = static_cast<double>(e.end_ns - e.start_ns);
     if (e.parent < 0 && is_step(static_cast<int64_t>(i))) step_ns += ns;

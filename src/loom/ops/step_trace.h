@@ -5,7 +5,6 @@
 // phase. On a GPU the device's work is waited for at each range's ends when asked, so a range
 // times the work it issued rather than the issuing; the device's profiler (cudaProfilerStart /
 // Stop, Nsight Systems' --capture-range=cudaProfilerApi) brackets the profiled steps.
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -52,7 +51,6 @@ class StepTrace : public trace::Sink {
   const std::string& path() const { return settings_.path; }
 
  private:
-  int64_t now_ns() const;
   std::string finish();
   void synchronize() noexcept;
   void write() const;
@@ -62,11 +60,9 @@ class StepTrace : public trace::Sink {
   StepTraceSettings settings_;
   trace::Sink* previous_ = nullptr;  // the thread's sink before this one was installed
   std::thread::id installed_on_;     // default: not installed
-  std::chrono::steady_clock::time_point origin_;
   bool recording_ = false, profiler_started_ = false, written_ = false, device_failed_ = false;
   int64_t traced_steps_ = 0, first_traced_ = 0, last_traced_ = 0;
-  std::vector<TraceEvent> events_;
-  std::vector<size_t> open_;  // the open ranges' events, innermost last
+  RangeLog log_;  // the profiled steps' ranges
 };
 
 }  // namespace loom::ops

@@ -6,18 +6,12 @@
 
 namespace loom::ops {
 
-WindowTrace::WindowTrace(std::string dir, std::string prefix)
-    : dir_(std::move(dir)), prefix_(std::move(prefix)), origin_(std::chrono::steady_clock::now()) {}
-
-int64_t WindowTrace::now_ns() const {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - origin_).count();
-}
+WindowTrace::WindowTrace(std::string dir, std::string prefix) : dir_(std::move(dir)), prefix_(std::move(prefix)) {}
 
 void WindowTrace::start() {
   std::lock_guard<std::mutex> lock(mutex_);
   LOOM_CHECK(!recording_, "a profile is already being recorded: stop it first");
   recording_ = true;
-  events_.clear();
 }
 
 WindowTrace::Written WindowTrace::stop() {
@@ -28,9 +22,7 @@ WindowTrace::Written WindowTrace::stop() {
     std::lock_guard<std::mutex> lock(mutex_);
     LOOM_CHECK(recording_, "no profile is being recorded: start one first");
     recording_ = false;
-    events.swap(events_);
-    // Ranges still open end outside the window: their events are dropped with it.
-    for (int64_t& e : open_) e = -1;
+    events = log_.take();  // ranges still open end outside the window: dropped with it
     window = ++windows_;
     path = dir_ + "/" + prefix_ + "-" + std::to_string(window) + ".json";
   }
@@ -47,24 +39,12 @@ bool WindowTrace::started() const {
 
 void WindowTrace::open(const char* name) noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
-  const int64_t parent = open_.empty() ? -1 : open_.back();
-  int64_t event = -1;
-  try {  // out of memory: the window goes without this range
-    if (recording_) {
-      events_.push_back({name, now_ns(), -1, parent});
-      event = static_cast<int64_t>(events_.size()) - 1;
-    }
-    open_.push_back(event);
-  } catch (...) {
-  }
+  log_.open(name, recording_);
 }
 
 void WindowTrace::close() noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (open_.empty()) return;
-  const int64_t event = open_.back();
-  open_.pop_back();
-  if (event >= 0 && event < static_cast<int64_t>(events_.size())) events_[static_cast<size_t>(event)].end_ns = now_ns();
+  log_.close();
 }
 
 }  // namespace loom::ops

@@ -4,7 +4,6 @@
 // that thread's sink for its life; between start() and stop() its ranges are kept, and stop()
 // writes them as a Chrome trace (chrome_trace.h). Ranges open across start() or stop() are left
 // out. Thread-safe.
-#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -35,15 +34,11 @@ class WindowTrace : public trace::Sink {
   void close() noexcept override;
 
  private:
-  int64_t now_ns() const;
-
   const std::string dir_, prefix_;
-  const std::chrono::steady_clock::time_point origin_;
   mutable std::mutex mutex_;
   bool recording_ = false;
   int windows_ = 0;
-  std::vector<TraceEvent> events_;
-  std::vector<int64_t> open_;  // per open range: its event, or -1 when opened outside a window
+  RangeLog log_;  // the engine thread's ranges, kept while a window is open
 };
 
 }  // namespace loom::ops
