@@ -29,17 +29,19 @@
 #   torch-llama  PyTorch's ~1B, torch.compile
 #   profile-fp8  as profile, for fp8_current (OUT/fp8_kernel_profile.log)
 #   profile-fp8-delayed  as profile, for fp8_delayed (OUT/fp8_delayed_kernel_profile.log)
-#   timeline     the ~1B bf16 for 8 steps and GPT-2 bf16 for 12 under libloom_step_timeline.so (a CUPTI
+#   timeline     GPT-2 bf16 for 12 steps and the ~1B bf16 for 8 under libloom_step_timeline.so (a CUPTI
 #                injection library: LOOM_STEP_TIMELINE_LIB, default next to loom), then where each step
 #                left the GPU idle and what the host was doing, and its GPU work by kind and kernel
-#                (OUT/llama_timeline.log, OUT/gpt2_timeline.log); llm.c's cuDNN build the same way for
-#                12 GPT-2 steps, appended to OUT/gpt2_timeline.log; steps 3-4 of each loom run profiled
-#                with the device waited for per range (OUT/llama_phases.log and _profile.json, gpt2_*)
+#                (OUT/gpt2_timeline.log, OUT/llama_timeline.log); llm.c's cuDNN build the same way for
+#                12 GPT-2 steps (after loom's GPT-2), appended to OUT/gpt2_timeline.log; steps 3-4 of
+#                each loom run profiled with the device waited for per range (OUT/gpt2_phases.log and
+#                _profile.json, llama_*)
 # PROFILE_BYTES=1: the profiles also take each kernel's DRAM bytes and achieved occupancy (TB/s and
 # occ % columns), possibly rerunning the process once per counter pass.
 # Every run has its own timeout, cut to what is left before LOOM_GPU_DEADLINE (seconds since the
 # epoch; default: now + TRAIN_BENCH_BUDGET_S, default 420); a run that no longer fits is skipped,
-# saying so. TRAIN_BENCH_TORCH_ARGS adds arguments to the PyTorch runs (a smoke test without a
+# saying so. A traced or profiled run (timeline, profile), whose output is written only as it ends,
+# runs only where its whole time is left. TRAIN_BENCH_TORCH_ARGS adds arguments to the PyTorch runs (a smoke test without a
 # GPU: "--device cpu --tiny --modes eager").
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -87,6 +89,13 @@ run() {
   grep -E '^(TRAIN\||# |llm.c|model:|trained steps|loom: attention)' "$part"
   [ "$rc" = 0 ] || { echo "$name: exit $rc$([ "$rc" = 124 ] && echo ' (timed out)'); its last lines:"; tail -5 "$part"; }
 }
+# run_whole NAME SECONDS COMMAND...: as run, but skipped unless all SECONDS are left. For a traced or
+# profiled run, which writes its output only when it ends: cut short, it would bring back nothing.
+run_whole() {
+  local left=$((deadline - $(date +%s)))
+  if [ "$left" -lt "$2" ]; then echo "$1: skipped, it needs $2 s and $left are left" | tee -a "$log"; return 0; fi
+  run "$@"
+}
 
 loom="${bundle:+$bundle/bin/loom}"
 [ -n "$loom" ] && [ -x "$loom" ] || loom="$repo/build-gpu/loom"
@@ -113,6 +122,7 @@ loom_run() {
   [ -z "$loom_status" ] || { echo "$name: skipped ($loom_status)"; return 0; }
   rm -rf "$dir"
   run "$name $model" "$want" "$loom" train $(loom_args "$model" "$B" "$T" "$steps" "$recipe" "$prefix" "$dir") "$@"
+  rm -rf "$dir/checkpoints"  # a run stopped by its timeout saves one as it stops (~13 GB for the ~1B)
   [ -f "$dir/metrics.jsonl" ] &&
     python3 "$here/train_results.py" loom "$dir/metrics.jsonl" --model "$model" --batch "$B" --seq "$T" --impl "$name" |
     tee -a "$results"
@@ -215,7 +225,7 @@ profile_run() {  # RECIPE OUTPUT_NAME MODEL B T
     limit=180
   fi
   rm -rf "$dir" "$csv"
-  run "ncu loom $recipe $model" "$limit" "$ncu" --metrics "$metrics" "${replay[@]}" --csv --clock-control none \
+  run_whole "ncu loom $recipe $model" "$limit" "$ncu" --metrics "$metrics" "${replay[@]}" --csv --clock-control none \
     --log-file "$csv" "$loom" train $(loom_args "$model" "$B" "$T" 2 "$recipe" "$prefix" "$dir") "${vocab[@]}" \
     run.overwrite=true
   local step_ms
@@ -234,9 +244,9 @@ timeline_lib() {
   [ -f "$dir/bench/libloom_step_timeline.so" ] && echo "$dir/bench/libloom_step_timeline.so" ||
     echo "$dir/libloom_step_timeline.so"
 }
-timeline_run() {  # NAME MODEL B T STEPS PREFIX [OVERRIDE ...]
-  local name="$1" model="$2" B="$3" T="$4" steps="$5" prefix="$6" lib
-  shift 6
+timeline_run() {  # NAME MODEL B T STEPS SECONDS PREFIX [OVERRIDE ...]
+  local name="$1" model="$2" B="$3" T="$4" steps="$5" want="$6" prefix="$7" lib
+  shift 7
   lib=$(timeline_lib)
   if [ ! -f "$lib" ]; then
     echo "timeline $name: no step timeline library ($lib; scripts/gpu_bundle.sh builds it), skipped" | tee -a "$log"
@@ -250,7 +260,7 @@ timeline_run() {  # NAME MODEL B T STEPS PREFIX [OVERRIDE ...]
   # Steps 3-4 are also profiled (profile.*: the device waited for at both ends of every range), far
   # from the last steps the timeline reads: each block's forward and backward as the GPU ran them,
   # the head, the optimizer. Their trace comes back as OUT/NAME_profile.json.
-  run "timeline loom $model" 90 env CUDA_INJECTION64_PATH="$lib" LOOM_TIMELINE_OUT="$csv" \
+  run_whole "timeline loom $model" "$want" env CUDA_INJECTION64_PATH="$lib" LOOM_TIMELINE_OUT="$csv" \
     "$loom" train $(loom_args "$model" "$B" "$T" "$steps" bf16 "$prefix" "$dir") profile.first_step=3 \
     profile.last_step=4 "$@"
   grep -h "^loom step timeline" "$work/part.log"  # the library's own lines: records written, or why not
@@ -272,10 +282,10 @@ timeline_llmc() {
     echo "timeline llm.c: no cuDNN build in the bundle, skipped" | tee -a "$log"
     return 0
   fi
-  run "timeline llm.c: shards" 60 bash "$here/llmc_peer.sh" prepare "$bundle/llmc/src" "$work/llmc" "${gpt2[1]}" \
+  run_whole "timeline llm.c: shards" 45 bash "$here/llmc_peer.sh" prepare "$bundle/llmc/src" "$work/llmc" "${gpt2[1]}" \
     "${gpt2[2]}" "$bundle/llmc/train_gpt2cu" "$bundle/llmc/train_gpt2cu_cudnn"
   rm -f "$csv"
-  run "timeline llm.c ${gpt2[0]}" 90 env CUDA_INJECTION64_PATH="$lib" LOOM_TIMELINE_OUT="$csv" LLMC_RESULTS=0 \
+  run_whole "timeline llm.c ${gpt2[0]}" 60 env CUDA_INJECTION64_PATH="$lib" LOOM_TIMELINE_OUT="$csv" LLMC_RESULTS=0 \
     bash "$here/llmc_peer.sh" run "$work/llmc" "${gpt2[1]}" "${gpt2[2]}" 12 train_gpt2cu_cudnn
   if [ -s "$csv" ]; then
     { echo "== llm.c (cuDNN build)"; python3 "$here/step_timeline.py" "$csv"; } | tee -a "$out/gpt2_timeline.log"
@@ -283,13 +293,14 @@ timeline_llmc() {
     echo "timeline llm.c: no timeline written (the run's output is in $log)"
   fi
 }
+# GPT-2 and llm.c's first (the unmet GPT-2 target's gap, kernel by kernel), then the ~1B step.
 timeline_runs() {
   [ -z "$loom_status" ] || { echo "timeline: skipped ($loom_status)"; return 0; }
-  if docs_corpus; then timeline_run llama "${llama[@]}" 8 "$work/docs/c_train"
-  else echo "timeline llama: preparing the docs corpus failed"; tail -3 "$log"; fi
-  if random_tokens; then timeline_run gpt2 "${gpt2[@]}" 12 "$work/random/train" "model.vocab_size=$gpt2_vocab"
+  if random_tokens; then timeline_run gpt2 "${gpt2[@]}" 12 60 "$work/random/train" "model.vocab_size=$gpt2_vocab"
   else echo "timeline gpt2: making the random tokens failed"; tail -3 "$log"; fi
   timeline_llmc
+  if docs_corpus; then timeline_run llama "${llama[@]}" 8 90 "$work/docs/c_train"
+  else echo "timeline llama: preparing the docs corpus failed"; tail -3 "$log"; fi
 }
 
 for r in "${runs[@]}"; do

@@ -3,7 +3,8 @@
 // token to 1030, q/k/v as views of a fused qkv and as separate buffers; forward out within 1e-2
 // and lse within 1e-4, gradients (added into non-zero ones) within 1e-2, outputs poisoned first
 // (backward where cuDNN's serves it: not one token, and on cuDNN up to 9.15.0 only key lengths
-// that are multiples of 128).
+// that are multiples of 128); its bf16 gradients written into a fused qkv gradient's views at their
+// row stride are the packed ones, and nothing between the views is written.
 // The dispatcher of the bf16 operands takes cuDNN for a served shape and loom's kernels for packed
 // documents, a block of keys, head_dim 40 and LOOM_ATTENTION=loom. Skipped, saying why, without a
 // GPU and, separately, without cuDNN. The always-running part: cuDNN's status and the refusal
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -134,6 +136,59 @@ TEST_P(CudnnAttention, ForwardAndBackwardMatchTheCpu) {
     EXPECT_LE(relative_error(have_delta, want_delta), 1e-2) << "gradient elements [" << from << ", " << to << ")";
     EXPECT_LE(relative_error(have, want), 1e-2);
   }
+}
+
+// The bf16 backward writing its gradients straight into a fused q/k/v gradient's views at their row
+// stride (cudnn_gradients_into_views: no packed copy moved into them afterwards) writes what it
+// writes packed, within bf16's precision (cuDNN's dQ sums by atomics: two calls differ in the last
+// bits), and nothing between the views. Fused layouts only (separate ones are packed already).
+TEST_P(CudnnAttention, GradientsWrittenIntoViewsAreThePackedOnes) {
+  const Layout l(GetParam());
+  const FlashAttentionShape& s = l.s;
+  if (!GetParam().fused) GTEST_SKIP() << "separate q, k, v: their gradients are packed already";
+  const std::string backward_refused = cudnn_backward_refusal(s);
+  if (!backward_refused.empty()) GTEST_SKIP() << "backward not on cuDNN: " << backward_refused;
+  const CudnnGradientStrides views{s.q_stride, s.k_stride, s.v_stride};
+  const std::string refused = cudnn_attention_prepare(s, true, views);
+  if (!refused.empty()) GTEST_SKIP() << "cuDNN refuses the views' strides (the packed copy serves): " << refused;
+  const int64_t q_rows = s.batch * s.q_len, k_rows = s.batch * s.k_len;
+  const int64_t qw = s.heads * s.head_dim, kw = s.kv_heads * s.head_dim;
+  const std::vector<float> qkv = bf16_rounded(random_values(seed_, l.elements, 1.0f));
+  const std::vector<float> dout = bf16_rounded(random_values(seed_ + 1, q_rows * s.out_stride, 1.0f));
+  DeviceArray<__nv_bfloat16> d_qkv(allocator_, to_bf16(qkv)), d_dout(allocator_, to_bf16(dout)),
+      d_out(allocator_, std::vector<__nv_bfloat16>(dout.size()));
+  DeviceFloats d_lse(allocator_, poison(s.batch * s.heads * s.q_len));
+  const __nv_bfloat16 kPoison = __float2bfloat16_rn(-7.0f);
+  DeviceArray<__nv_bfloat16> packed_q(allocator_, std::vector<__nv_bfloat16>(q_rows * qw, kPoison)),
+      packed_k(allocator_, std::vector<__nv_bfloat16>(k_rows * kw, kPoison)),
+      packed_v(allocator_, std::vector<__nv_bfloat16>(k_rows * kw, kPoison)),
+      fused(allocator_, std::vector<__nv_bfloat16>(l.elements, kPoison));
+  {
+    Scratch scratch;
+    cudnn_attention_forward(d_out.ptr, d_lse.ptr, d_qkv.ptr + l.q_at, d_qkv.ptr + l.k_at, d_qkv.ptr + l.v_at, s,
+                            scratch, nullptr);
+    cudnn_attention_backward_bf16(packed_q.ptr, packed_k.ptr, packed_v.ptr, d_dout.ptr, d_out.ptr, d_lse.ptr,
+                                  d_qkv.ptr + l.q_at, d_qkv.ptr + l.k_at, d_qkv.ptr + l.v_at, s, scratch, nullptr);
+    cudnn_attention_backward_bf16(fused.ptr + l.q_at, fused.ptr + l.k_at, fused.ptr + l.v_at, d_dout.ptr, d_out.ptr,
+                                  d_lse.ptr, d_qkv.ptr + l.q_at, d_qkv.ptr + l.k_at, d_qkv.ptr + l.v_at, s, scratch,
+                                  nullptr, views);
+  }
+  const std::vector<float> got = to_float(fused.host());
+  int64_t written = 0;
+  for (const auto& [name, packed, at, rows, width, stride] :
+       {std::tuple{"dq", &packed_q, l.q_at, q_rows, qw, s.q_stride},
+        std::tuple{"dk", &packed_k, l.k_at, k_rows, kw, s.k_stride},
+        std::tuple{"dv", &packed_v, l.v_at, k_rows, kw, s.v_stride}}) {
+    const std::vector<float> want = to_float(packed->host());
+    std::vector<float> view(rows * width);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < width; ++c) view[r * width + c] = got[at + r * stride + c];
+    EXPECT_LE(relative_error(view, want), 1e-2) << name;
+    written += rows * width;
+  }
+  int64_t poisoned = 0;
+  for (float v : got) poisoned += v == -7.0f;
+  EXPECT_GE(poisoned, l.elements - written) << "written outside the views";
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudnnAttention,

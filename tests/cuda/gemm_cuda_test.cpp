@@ -411,7 +411,6 @@ TEST_F(CudaGemm, Mxfp8EmulatedIsWithin1e5OfTheQuantisedProduct) {
 namespace loom::kernels::cuda {
 namespace {
 
-// Argument checks come before any CUDA call, so these run (and must pass) without a GPU too.
 // Plans made with LOOM_GEMM_AUTOTUNE's timing (set_gemm_autotune_candidates: 8 of cuBLASLt's
 // candidates run on a scratch output, the fastest kept) compute the same products, and the timing
 // runs leave the caller's output alone: accumulating (beta 1) into random values adds the product
@@ -459,6 +458,7 @@ TEST_F(CudaGemm, AutotunedPlansComputeTheSameProductsAndLeaveTheOutputAlone) {
   }
 }
 
+// Argument checks come before any CUDA call, so these run (and must pass) without a GPU too.
 TEST(CudaGemmArguments, AutotuneCountsOutsideTheRangeAreErrors) {
   for (const int bad : {-1, 33}) {
     try {

@@ -284,10 +284,8 @@ bool cudnn_gradients_into_views(void* dq16, void* dk16, void* dv16, const void* 
                                 const FlashAttentionShape& s, const AttentionVisibility& vis, Scratch& scratch,
                                 cudaStream_t stream) {
   const CudnnGradientStrides views{s.q_stride, s.k_stride, s.v_stride};
-  for (const void* p : {dq16, dk16, dv16})
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
   if (!attention_fallback_reason(s, vis, true, {q16, k16, v16, out16, dout16, lse}).empty()) return false;
-  if (!cudnn_attention_prepare(s, true, views).empty()) return false;
+  if (!cudnn_gradient_views_refusal(s, dq16, dk16, dv16).empty()) return false;
   cudnn_attention_backward_bf16(static_cast<Bf16*>(dq16), static_cast<Bf16*>(dk16), static_cast<Bf16*>(dv16),
                                 as_bf16(dout16), as_bf16(out16), lse, as_bf16(q16), as_bf16(k16), as_bf16(v16), s,
                                 scratch, stream, views);

@@ -75,6 +75,13 @@ void flash_attention_backward_fp32_gradients(float* dq, float* dk, float* dv, co
 std::string attention_fallback_reason(const FlashAttentionShape& s, const AttentionVisibility& vis, bool backward,
                                       std::initializer_list<const void*> tensors = {});
 
+// Where cuDNN serves a backward (attention_fallback_reason empty): empty when its bf16 gradients
+// can be written straight into the views dq16, dk16, dv16 at the shape's q/k/v row strides (each
+// view 16-byte aligned and a plan at those strides built, once per shape); otherwise why they go
+// through a packed copy, said once per reason on stderr.
+std::string cudnn_gradient_views_refusal(const FlashAttentionShape& s, const void* dq16, const void* dk16,
+                                         const void* dv16);
+
 // dst[r * dst_stride + c] += src[r * src_stride + c] for r < rows, c < width (device memory).
 void add_bf16_rows(float* dst, int64_t dst_stride, const __nv_bfloat16* src, int64_t src_stride, int64_t rows,
                    int64_t width, cudaStream_t stream = nullptr);

@@ -1,5 +1,6 @@
 // Which kernels attention with bf16 operands runs on (attention_bf16.h): cuDNN's fused flash
 // attention or loom's own, by LOOM_ATTENTION and by what cuDNN serves.
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -49,6 +50,16 @@ std::string attention_fallback_reason(const FlashAttentionShape& s, const Attent
   } else {
     say_once(std::string("attention ") + (backward ? "backward" : "forward") + " on loom's kernels: " + why);
   }
+  return why;
+}
+
+std::string cudnn_gradient_views_refusal(const FlashAttentionShape& s, const void* dq16, const void* dk16,
+                                         const void* dv16) {
+  std::string why;
+  for (const void* p : {dq16, dk16, dv16})
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) why = "a gradient view is not 16-byte aligned";
+  if (why.empty()) why = cudnn_attention_prepare(s, true, CudnnGradientStrides{s.q_stride, s.k_stride, s.v_stride});
+  if (!why.empty()) say_once("attention backward's gradients through a packed copy: " + why);
   return why;
 }
 

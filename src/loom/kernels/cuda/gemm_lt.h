@@ -9,11 +9,12 @@
 //   operand with a dequantisation scale in device memory: one fp32 per tensor (Tensor), one per
 //   1 x 128 run along k (Vec128: [ceil(k / 128), rows], rows contiguous) or one per 128 x 128
 //   tile (Block128x128: [ceil(rows / 128), ceil(k / 128) rounded up to 4]), the blockwise modes
-//   cuBLASLt offers on Hopper, in its layouts (what encode_rowwise_blocks / encode_tile_blocks write). cuBLASLt's FP8 rules hold: only c = a . b^T (a [m, k], b [n, k], both with
-//   k contiguous), m, n, k multiples of 16.
+//   cuBLASLt offers on Hopper, in its layouts (what encode_rowwise_blocks / encode_tile_blocks
+//   write). cuBLASLt's FP8 rules hold: only c = a . b^T (a [m, k], b [n, k], both with k
+//   contiguous), m, n, k multiples of 16.
 // Each device has one cuBLASLt handle, a 32 MiB workspace from a caching allocator, and a plan
-// cache keyed by shape, types, transposes, scale modes, epilogue and pointer alignment; calls are
-// serialised per device. Every cuBLASLt status is checked; a shape no algorithm serves is a
+// cache keyed by shape, types, transposes, scale modes, fast accumulation, epilogue (with its aux
+// output's alignment) and pointer alignment; calls are serialised per device. Every cuBLASLt status is checked; a shape no algorithm serves is a
 // loom::Error naming it.
 #include <cuda_runtime.h>
 

@@ -42,8 +42,10 @@ inline NormBlocks norm_blocks(int64_t rows, int64_t dim, int arrays, int64_t ste
     LOOM_CHECK(total <= static_cast<size_t>(limit),
                "cuda norm backward: width " + std::to_string(dim) + " needs " + std::to_string(total) +
                    " bytes of shared memory per block, more than this GPU's " + std::to_string(limit));
+    // The cap set to all a block may opt into, the same value from every call: rank threads
+    // sharing the GPU at other widths never lower it between another's setting and its launch.
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(b.shared_bytes)),
+                                    limit - static_cast<int>(attributes.sharedSizeBytes)),
                "cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize)");
   }
   return b;

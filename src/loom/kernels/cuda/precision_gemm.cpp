@@ -68,8 +68,6 @@ void copy(float* dst, const float* src, int64_t n, cudaStream_t stream) {
              "cudaMemcpyAsync (precision GEMM operand)");
 }
 
-// A per-tensor FP8 operand's scale and its inverse in device memory (from its device amax under
-// fp8_current, from the host's scale under fp8_delayed): nothing is read back.
 // Where an operand's cast goes: the scratch, or (b under CastStore::Write) the weight's store.
 struct Into {
   void* codes = nullptr;
@@ -83,7 +81,9 @@ Into store_of(const PrecisionGemm& g) {
   return {base, reinterpret_cast<float*>(base + l.scale_offset)};
 }
 
-// The pair into `into` (or the scratch) and, when `copy` is set, there too.
+// A per-tensor FP8 operand's scale and its inverse in device memory (from its device amax under
+// fp8_current, from the host's scale under fp8_delayed): nothing is read back. The pair into
+// `into` (or the scratch) and, when `copy` is set, there too.
 const float* tensor_scale(const CastOperand& op, Scratch& scratch, cudaStream_t stream, Into into = {},
                           float* copy = nullptr) {
   float* scale_and_inverse = into.scales != nullptr ? into.scales : scratch.floats(kFp8ScalePairFloats);

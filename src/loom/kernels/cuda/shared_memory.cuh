@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "loom/kernels/cuda/device.h"
 
@@ -27,12 +28,24 @@ inline size_t static_shared_bytes(const void* kernel, const char* name) {
   return known.emplace(kernel, attributes.sharedSizeBytes).first->second;
 }
 
+// The kernel's consent to `bytes` of dynamic shared memory on the current device, only ever raised
+// (per device and kernel): rank threads sharing a GPU at other sizes never lower it between
+// another's setting and its launch.
 template <typename Kernel>
 void allow_shared(Kernel kernel, size_t bytes, const char* name) {
-  if (static_shared_bytes(reinterpret_cast<const void*>(kernel), name) + bytes <= 48 * 1024) return;
+  const void* key = reinterpret_cast<const void*>(kernel);
+  if (static_shared_bytes(key, name) + bytes <= 48 * 1024) return;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  static std::mutex mutex;
+  static std::map<std::pair<int, const void*>, size_t> allowed;
+  std::lock_guard<std::mutex> lock(mutex);
+  size_t& most = allowed[{device, key}];
+  if (bytes <= most) return;
   const cudaError_t set =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (set != cudaSuccess) check_cuda(set, std::string("cudaFuncSetAttribute(") + name + ")");
+  most = bytes;
 }
 
 }  // namespace loom::kernels::cuda
