@@ -56,15 +56,16 @@ else
   work=""
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON >/dev/null &&
     cmake --build build-gpu -j"$(nproc)" --target test_cuda test_nccl loom_bench_gemm_cuda loom_bench_flash_attention_cuda \
-      loom_bench_linear_precision_cuda loom_bench_paged_attention_cuda loom_bench_cast_cuda loom_bench_serve loom \
+      loom_bench_linear_precision_cuda loom_bench_paged_attention_cuda loom_bench_cast_cuda \
+      loom_bench_grouped_gemm_cuda loom_bench_serve loom \
       >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
   # The timeline's CUPTI injection library, where the toolkit has CUPTI (the timeline stage says so otherwise).
   cmake --build build-gpu -j"$(nproc)" --target loom_step_timeline >>"$out/build.log" 2>&1 || true
   bin="$repo/build-gpu/bench" tests="$repo/build-gpu" libs=""
 fi
 loom="$tests/loom"  # the trainer (runtime.device=cuda)
-# cuBLASLt, NCCL and cuDNN (loaded at run time for attention; its runtime-compiled engines load
-# NVRTC): the toolkit's, else the ones PyTorch's nvidia-* packages carry.
+# cuBLAS, cuBLASLt, NCCL and cuDNN (loaded at run time for attention; its runtime-compiled engines
+# load NVRTC): the toolkit's, else the ones PyTorch's nvidia-* packages carry.
 extra=$(python3 - <<'PY' 2>/dev/null
 import glob, os
 try:
@@ -74,7 +75,8 @@ except Exception:
     roots = []
 found = set()
 for root in roots:
-    for pattern in ("libcublasLt.so.*", "libnccl.so.*", "libcudart.so.*", "libcudnn.so.*", "libnvrtc.so.*"):
+    for pattern in ("libcublas.so.*", "libcublasLt.so.*", "libnccl.so.*", "libcudart.so.*", "libcudnn.so.*",
+                    "libnvrtc.so.*"):
         for path in glob.glob(os.path.join(root, "**", pattern), recursive=True):
             found.add(os.path.dirname(path))
 print(":".join(sorted(found)))
@@ -154,6 +156,9 @@ stage_kernels() {
   # The FP8 casts against a device copy of the same bytes, at the ~1B step's shapes, with either
   # tile height of the packed transposed cast (CAST lines: which one the step should take).
   capped loom_bench_cast_cuda 40 "$bin/loom_bench_cast_cuda" 2>&1 | tee -a "$out/bench.txt" || true
+  # An MoE layer's experts' GEMMs grouped against one by one (GROUPED lines: up to what rows per
+  # expert grouping wins, grouped_gemm_most_rows' default).
+  capped loom_bench_grouped_gemm_cuda 30 "$bin/loom_bench_grouped_gemm_cuda" 2>&1 | tee -a "$out/bench.txt" || true
 }
 
 stage_nccl() {

@@ -427,6 +427,18 @@ void fill_entries(kernels::CudaEntries& e) {
       tally([](EmulatedCensus& c) { ++c.entries["precision_linear_gemm: GELU epilogue"]; });
     emulated_precision_linear_gemm(device, gemm);
   };
+  // Independent GEMMs in one call: each as precision_linear_gemm computes it, in order (what a
+  // GPU groups runs in another order within bf16's rounding; here every GEMM is exact to its own).
+  e.precision_linear_gemms = [](Device device, const kernels::PrecisionGemm* gemms, int64_t count) {
+    tally([](EmulatedCensus& c) { ++c.entries["precision_linear_gemms"]; });
+    for (int64_t i = 0; i < count; ++i) {
+      const bool grouped = kernels::groupable(gemms[i]);
+      tally([grouped](EmulatedCensus& c) {
+        ++c.entries[grouped ? "precision_linear_gemms: groupable" : "precision_linear_gemms: alone"];
+      });
+      emulated_precision_linear_gemm(device, gemms[i]);
+    }
+  };
   e.activation_forward_codes = [](Device device, kernels::MlpActivation a, const void* in16, int64_t rows,
                                   int64_t width, const kernels::CastOperand& cast, void* codes, void* transposed) {
     tally([](EmulatedCensus& c) { ++c.entries["activation_forward_codes"]; });

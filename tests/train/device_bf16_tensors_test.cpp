@@ -102,8 +102,9 @@ constexpr const char* kLatentMoe =
 
 // The MoE layer under the bf16 recipe: its routed experts' interior in bf16 (ExpertMlp's
 // bf16_interior: the input and the output gradient cast once for all experts, one activation launch
-// and one gradient launch per layer for all of them, in bf16), its latent projections through the
-// bf16 GEMMs; only the router stays fp32. Every run equals the CPU's bit for bit, also at ep 2.
+// and one gradient launch per layer for all of them, in bf16), each projection's experts' GEMMs in
+// one call, its latent projections through the bf16 GEMMs; only the router stays fp32. Every run
+// equals the CPU's bit for bit, also at ep 2.
 TEST_F(DeviceBf16Tensors, LatentMoeWithItsExpertsInteriorInBf16EqualsTheCpuBitForBit) {
   ::loom::testing::reset_emulated_census();
   expect_bitwise_equal_runs(kLatentMoe, "bf16-latent-moe", bf16());
@@ -124,6 +125,13 @@ TEST_F(DeviceBf16Tensors, LatentMoeWithItsExpertsInteriorInBf16EqualsTheCpuBitFo
   // The router's GEMMs alone in fp32: one forward and one backward per MoE layer.
   EXPECT_EQ(calls("linear_forward"), forwards);
   EXPECT_EQ(calls("linear_backward"), backwards);
+  // Each projection's experts' GEMMs in one call (a GPU's grouped product: model/gemm_group.h),
+  // their dgrads and wgrads together: two calls per forward and two per backward, of groupable GEMMs
+  // (bf16 tensors and the weights' ready casts). The first forward's GEMMs cast each
+  // expert's weight into the step's cache, so they run one by one (the optimizer's bf16 copy
+  // serves every later step's).
+  EXPECT_EQ(calls("precision_linear_gemms"), 2 * (forwards - 1) + 2 * backwards);
+  EXPECT_GT(calls("precision_linear_gemms: groupable"), 0);
   expect_bitwise_equal_runs(kLatentMoe, "bf16-latent-moe-ep2",
                             bf16({"runtime.ranks=2", "parallel.ep=2", "train.micro_batch=1"}));
 }

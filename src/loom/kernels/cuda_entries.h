@@ -186,6 +186,7 @@ struct CudaEntries {
   float (*amax)(Device, const float* x, int64_t n) = nullptr;
   void (*round_in_place)(Device, float* x, int64_t n, OutputRounding rounding) = nullptr;
   void (*precision_linear_gemm)(Device, const PrecisionGemm& gemm) = nullptr;
+  void (*precision_linear_gemms)(Device, const PrecisionGemm* gemms, int64_t count) = nullptr;
   void (*activation_forward_codes)(Device, MlpActivation, const void* in16, int64_t rows, int64_t width,
                                    const CastOperand& cast, void* codes, void* transposed) = nullptr;
   void (*activation_backward_codes)(Device, MlpActivation, const void* dout16, const void* in16, int64_t rows,

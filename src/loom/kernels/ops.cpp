@@ -457,6 +457,10 @@ void round_in_place(Device device, float* x, int64_t n, OutputRounding rounding)
 void precision_linear_gemm(Device device, const PrecisionGemm& gemm) {
   LOOM_DEVICE_ONLY(precision_linear_gemm, gemm);
 }
+void precision_linear_gemms(Device device, const PrecisionGemm* gemms, int64_t count) {
+  if (count == 0) return;
+  LOOM_DEVICE_ONLY(precision_linear_gemms, gemms, count);
+}
 void activation_forward_codes(Device device, MlpActivation activation, const void* in16, int64_t rows, int64_t width,
                               const CastOperand& cast, void* codes, void* transposed) {
   LOOM_DEVICE_ONLY(activation_forward_codes, activation, in16, rows, width, cast, codes, transposed);

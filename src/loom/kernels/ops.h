@@ -336,6 +336,11 @@ void widen_floats(Device device, float* dst, const void* src, int64_t n, DType d
 float amax(Device device, const float* x, int64_t n);
 void round_in_place(Device device, float* x, int64_t n, OutputRounding rounding);
 void precision_linear_gemm(Device device, const PrecisionGemm& gemm);
+// count independent GEMMs (none reads what another writes; an MoE layer's experts' GEMMs of one
+// kind), each computing what precision_linear_gemm computes of it: on a GPU the groupable ones
+// (precision_gemm.h) as one grouped product per output type where they are many and small
+// (kernels/cuda/grouped_gemm.h), the others one by one.
+void precision_linear_gemms(Device device, const PrecisionGemm* gemms, int64_t count);
 // Per-tensor FP8: the MLP activation's output (forward) or its input gradient (backward) cast
 // straight to FP8 codes from what the activation reads (in16, and dout16 backward, as
 // activation_forward_bf16 / activation_backward_bf16 take them), with no fp32 tensor between: the

@@ -202,4 +202,24 @@ struct PrecisionGemm {
   float* gelu_bias_grad = nullptr;
 };
 
+// Whether g only multiplies bf16 tensors it is handed into its output, with nothing else done: a
+// from a16; b from the weight's ready store (forward, dgrad) or from b16 (wgrad); no bias, addend,
+// GELU epilogue, FP8 codes or store written; a forward's or dgrad's output bf16 (out16) or fp32
+// rounded to bf16, written whole; a wgrad's fp32, unrounded, written or added into. Several such
+// GEMMs given to one precision_linear_gemms call (ops.h: an MoE layer's experts) may run as one
+// grouped product on a GPU (kernels/cuda/grouped_gemm.h); any other GEMM runs alone there.
+inline bool groupable(const PrecisionGemm& g) {
+  const bool bf16 = g.a.cast == OperandCast::Bf16 && g.b.cast == OperandCast::Bf16 && g.a16 != nullptr;
+  const bool wgrad = g.pass == LinearGemm::WeightGrad;
+  const bool b_given = wgrad ? g.b16 != nullptr : g.b16 == nullptr && g.b_store_use == CastStore::Read;
+  const bool nothing_else = g.bias == nullptr && g.addend == nullptr && g.pre_gelu16 == nullptr &&
+                            g.gelu_input16 == nullptr && g.gelu_bias_grad == nullptr && g.a_codes == nullptr &&
+                            g.a_store_use == CastStore::None && g.input_codes_use == CastStore::None &&
+                            g.b_store_transposed == nullptr;
+  const bool output = wgrad ? g.out16 == nullptr && g.out != nullptr && g.rounding == OutputRounding::None
+                            : (g.out16 != nullptr || g.out != nullptr) && g.rounding == OutputRounding::Bf16 &&
+                                  !g.accumulate;
+  return bf16 && b_given && nothing_else && output;
+}
+
 }  // namespace loom::kernels

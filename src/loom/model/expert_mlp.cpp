@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "loom/kernels/ops.h"
+#include "loom/model/gemm_group.h"
 
 namespace loom::model {
 
@@ -213,16 +214,21 @@ void ExpertMlp::forward_bf16(Saved& saved, float* out, const float* in, const st
   kernels::narrow_floats(device_, in16, in, rows * width_, DType::BF16);  // what each up projection would cast
   void* hidden = sized_16bit(saved.hidden, rows * hidden_width(), device_);
   void* act = sized_16bit(saved.act, rows * ffn_, device_);
+  // Each projection's experts in one group (one grouped product on a GPU: gemm_group.h).
+  GemmGroup group(device_);
   for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
     in_precision_[j]->forward(nullptr, nullptr, store_->value(in_[j]), nullptr, n, width_, hidden_width(), false,
                               GemmOutput::Rounded,
-                              DeviceTensors{.in = at16(in16, at * width_), .out = at16(hidden, at * hidden_width())});
+                              DeviceTensors{.in = at16(in16, at * width_), .out = at16(hidden, at * hidden_width()),
+                                            .group = &group});
   });
+  group.run();
   activation_forward_bf16(device_, activation_, nullptr, act, hidden, rows, ffn_);
   for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
     down_precision_[j]->forward(out + at * width_, nullptr, store_->value(down_[j]), nullptr, n, ffn_, width_, false,
-                                GemmOutput::Rounded, DeviceTensors{.in = at16(act, at * ffn_)});
+                                GemmOutput::Rounded, DeviceTensors{.in = at16(act, at * ffn_), .group = &group});
   });
+  group.run();
 }
 
 void ExpertMlp::backward_bf16(float* d_in, const float* d_out, const float* in, const Saved& saved, Workspace& work,
@@ -235,21 +241,25 @@ void ExpertMlp::backward_bf16(float* d_in, const float* d_out, const float* in, 
   kernels::narrow_floats(device_, d_out16, d_out, rows * width_, DType::BF16);
   void* d_act = sized_16bit(work.d_act, rows * ffn_, device_);
   void* d_hidden = sized_16bit(work.d_hidden, rows * hidden_width(), device_);
-  // Each expert's rows of d_act and d_in are written whole by its dgrad: nothing is zeroed.
+  // Each expert's rows of d_act and d_in are written whole by its dgrad: nothing is zeroed. A
+  // projection's experts' dgrads and wgrads in one group: none reads what another writes.
+  GemmGroup group(device_);
   for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
     down_precision_[j]->backward(
         nullptr, store_->grad(down_[j]), nullptr, nullptr, nullptr, store_->value(down_[j]), n, ffn_, width_,
         GemmOutput::Rounded, false,
         DeviceTensors{.in = at16(saved.act.data(), at * ffn_), .dout = at16(d_out16, at * width_),
-                      .din = at16(d_act, at * ffn_)});
+                      .din = at16(d_act, at * ffn_), .group = &group});
   });
+  group.run();
   activation_backward_bf16(device_, activation_, nullptr, d_hidden, nullptr, d_act, saved.hidden.data(), rows, ffn_);
   for_each_expert(expert_rows, [&](int j, int64_t at, int64_t n) {
     in_precision_[j]->backward(
         d_in + at * width_, store_->grad(in_[j]), nullptr, nullptr, nullptr, store_->value(in_[j]), n, width_,
         hidden_width(), GemmOutput::Rounded, false,
-        DeviceTensors{.in = at16(in16, at * width_), .dout = at16(d_hidden, at * hidden_width())});
+        DeviceTensors{.in = at16(in16, at * width_), .dout = at16(d_hidden, at * hidden_width()), .group = &group});
   });
+  group.run();
 }
 
 }  // namespace loom::model

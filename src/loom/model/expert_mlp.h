@@ -19,11 +19,12 @@
 // input and the output gradient cast to bf16 once for all experts, the up projections writing the
 // hidden rows in bf16, the activation and its gradient in bf16, the down projections reading them;
 // each holds what the fp32 path casts or rounds to bf16, so the products are the same. Per expert
-// and projection only the GEMMs are launched. Under the FP8 and MX recipes on a GPU (bf16_hidden,
-// as Mlp::bf16_hidden) the up projections leave the hidden rows in bf16 and the down projections'
-// dgrads the activation's gradient, which the activation's kernels read as they are, leaving the
-// activation and the hidden gradient in fp32 for the recipe's casts: the values the fp32 path
-// rounds to bf16 anyway, without its widening passes.
+// and projection only the GEMMs are issued, and each projection's experts' GEMMs of a pass go to
+// the device in one call (GemmGroup: a GPU's grouped product). Under the FP8 and MX recipes on a
+// GPU (bf16_hidden, as Mlp::bf16_hidden) the up projections leave the hidden rows in bf16 and the
+// down projections' dgrads the activation's gradient, which the activation's kernels read as they
+// are, leaving the activation and the hidden gradient in fp32 for the recipe's casts: the values
+// the fp32 path rounds to bf16 anyway, without its widening passes.
 #include <cstdint>
 #include <memory>
 #include <string>

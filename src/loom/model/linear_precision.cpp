@@ -251,6 +251,8 @@ const float* LinearPrecision::rounded_bias(const float* bias, int64_t n) const {
 }
 
 void LinearPrecision::check_device_tensors(const DeviceTensors& tensors) const {
+  LOOM_CHECK(tensors.group == nullptr || !device_.is_cpu(),
+             "a linear layer's GEMMs run in a group on a GPU only (the CPU runs each at once)");
   LOOM_CHECK(tensors.dout == nullptr || takes_bf16_tensors(),
              "a linear layer's GEMMs take a bf16 output gradient under the bf16 recipe on a GPU only (this one: " +
                  recipe_name(recipe_) + " on " + device_.name() + ")");

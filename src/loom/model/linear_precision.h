@@ -176,6 +176,8 @@ struct PrecisionScratch {
 // input's (`in_amax`, forward) or the output gradient's (`dout_amax`, backward), each where
 // LinearPrecision::produced_amax gave for that operand (an Error otherwise). The cast then reads
 // its operand once, with no amax pass before it: the max of the same values is the same amax.
+class GemmGroup;
+
 struct DeviceTensors {
   const void* in = nullptr;
   void* out = nullptr;
@@ -194,6 +196,9 @@ struct DeviceTensors {
   void* pre_gelu = nullptr;                  // forward
   const void* gelu_input = nullptr;          // backward
   float* gelu_bias_grad = nullptr;           // backward
+  // On a device: where this call's groupable GEMMs go, to run with the group's others (an MoE
+  // layer's experts: gemm_group.h); null: every GEMM runs now.
+  GemmGroup* group = nullptr;
   bool any_bf16() const {
     return in != nullptr || out != nullptr || dout != nullptr || din != nullptr || pre_gelu != nullptr ||
            gelu_input != nullptr;
@@ -366,8 +371,9 @@ class LinearPrecision {
   // (into the cache's store inside a scope; a per-tensor FP8 forward into dgrad's too, from the
   // same read). Returns the stores to mark ready once g ran.
   WrittenStores device_weight(kernels::PrecisionGemm& g, const float* weight);
-  // Runs g, marking `stores` ready.
-  void run_device_gemm(const kernels::PrecisionGemm& g, WrittenStores stores);
+  // Runs g, marking `stores` ready; or, when it writes no store and is groupable, adds it to
+  // `group` (when given) to run with the group's others.
+  void run_device_gemm(const kernels::PrecisionGemm& g, WrittenStores stores, GemmGroup* group = nullptr);
   // fp8_delayed on a device: the 3 pending amaxes in device memory.
   float* device_pending();
   // The amax of operand `op`'s global tensor from this rank's piece's `local` amax.

@@ -7,6 +7,7 @@
 
 #include "loom/core/error.h"
 #include "loom/kernels/ops.h"
+#include "loom/model/gemm_group.h"
 #include "loom/model/linear_precision.h"
 #include "loom/model/tensor_parallel.h"
 #include "loom/precision/formats.h"
@@ -195,7 +196,11 @@ LinearPrecision::WrittenStores LinearPrecision::device_weight(kernels::Precision
   return written;
 }
 
-void LinearPrecision::run_device_gemm(const kernels::PrecisionGemm& g, WrittenStores stores) {
+void LinearPrecision::run_device_gemm(const kernels::PrecisionGemm& g, WrittenStores stores, GemmGroup* group) {
+  if (group != nullptr && stores.own == nullptr && stores.transposed == nullptr && kernels::groupable(g)) {
+    group->add(g);
+    return;
+  }
   kernels::precision_linear_gemm(device_, g);
   if (stores.own != nullptr) stores.own->ready = true;
   if (stores.transposed != nullptr) stores.transposed->ready = true;
@@ -234,7 +239,7 @@ void LinearPrecision::device_forward(float* out, const float* in, const float* w
   }
   const WrittenStores stores = device_weight(g, weight);
   g.rounding = output == GemmOutput::Rounded ? rounding() : kernels::OutputRounding::None;
-  run_device_gemm(g, stores);
+  run_device_gemm(g, stores, tensors.group);
 }
 
 void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
@@ -278,7 +283,7 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
     g.accumulate = accumulate_din && tensors.din == nullptr;  // a bf16 din is written whole
     const WrittenStores stores = device_weight(g, weight);
     g.rounding = din_output == GemmOutput::Rounded ? rounding() : kernels::OutputRounding::None;
-    run_device_gemm(g, stores);
+    run_device_gemm(g, stores, tensors.group);
   }
   if (dweight != nullptr) {
     // The weight gradient of one micro-batch, unrounded, added into the fp32 main gradient by the
@@ -305,7 +310,7 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
     g.a_codes = nullptr;
     g.a_store_use = keep_dout || given_codes ? kernels::CastStore::Read : kernels::CastStore::None;
     g.rounding = kernels::OutputRounding::None;
-    kernels::precision_linear_gemm(device_, g);
+    run_device_gemm(g, {}, tensors.group);
   }
 }
 

@@ -21,6 +21,7 @@
 #include "loom/kernels/cuda/flash_attention.h"
 #include "loom/kernels/cuda/gated_norm.h"
 #include "loom/kernels/cuda/gemm_lt.h"
+#include "loom/kernels/cuda/grouped_gemm.h"
 #include "loom/kernels/cuda/half_copies.h"
 #include "loom/kernels/cuda/layernorm.h"
 #include "loom/kernels/cuda/norm_codes.h"
@@ -423,6 +424,9 @@ void register_precision(CudaEntries& e) {
     round_in_place(x, n, rounding, stream_of(d));
   };
   e.precision_linear_gemm = [](Device d, const PrecisionGemm& g) { precision_linear_gemm(g, stream_of(d)); };
+  e.precision_linear_gemms = [](Device d, const PrecisionGemm* gemms, int64_t count) {
+    precision_linear_gemms(gemms, count, stream_of(d));
+  };
   e.activation_forward_codes = [](Device d, MlpActivation a, const void* in16, int64_t rows, int64_t width,
                                   const CastOperand& cast, void* codes, void* transposed) {
     activation_forward_codes(a, in16, rows, width, cast, codes, transposed, stream_of(d));

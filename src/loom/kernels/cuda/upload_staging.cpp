@@ -19,7 +19,7 @@ UploadStaging::~UploadStaging() {
 void UploadStaging::upload(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(mutex_);
   Slot& slot = slots_[next_];
-  next_ = (next_ + 1) % kSlots;
+  next_ = (next_ + 1) % static_cast<int>(slots_.size());
   if (slot.done == nullptr) {
     check_cuda(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming), "cudaEventCreateWithFlags (upload slot)");
   } else {

@@ -7,19 +7,21 @@
 // bytes may be reused at once, which is all from_host promises, and the stream reads the slot in
 // its order. Slots are taken in turn, each once its last copy is done (an event, normally long
 // passed); copies larger than kMaxStagedBytes (a checkpoint's parameters) keep the waiting path.
+// The slots bound how far the host runs ahead of the device in uploads: 8 by default (a step's
+// few token uploads), more where uploads are many (grouped GEMMs' pointer arrays, several per layer).
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <mutex>
+#include <vector>
 
 namespace loom::kernels::cuda {
 
 class UploadStaging {
  public:
   static constexpr size_t kMaxStagedBytes = size_t{4} << 20;
-  static constexpr int kSlots = 8;
 
-  explicit UploadStaging(int device) : device_(device) {}
+  explicit UploadStaging(int device, int slots = 8) : device_(device), slots_(static_cast<size_t>(slots)) {}
   ~UploadStaging();
   UploadStaging(const UploadStaging&) = delete;
   UploadStaging& operator=(const UploadStaging&) = delete;
@@ -38,7 +40,7 @@ class UploadStaging {
   };
   int device_;
   std::mutex mutex_;
-  Slot slots_[kSlots];
+  std::vector<Slot> slots_;
   int next_ = 0;
 };
 
