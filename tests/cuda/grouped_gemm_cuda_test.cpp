@@ -4,11 +4,12 @@
 // row counts (1 to 200); bf16 outputs written whole, fp32 outputs rounded to bf16 (widened from a
 // bf16 scratch, one pass per run of adjacent outputs: the experts' rows given in reverse and with
 // a gap too), weight gradients written or added into unrounded; a GEMM that is not groupable (a
-// bias) and one of zero rows among them, run alone; all three output kinds in one call. bf16
-// outputs within 1e-2 of fp64, fp32 sums of bf16 products within 1e-5; outputs poisoned first;
-// fresh random inputs. bf16 and rounded outputs must have run grouped (a refusal fails, with
-// cuBLAS's reason on stderr); weight gradients grouped or, where cuBLAS refuses fp32 outputs, one
-// by one, saying so. Skipped, saying why, without a GPU.
+// bias) and one of zero rows among them, run alone; all three output kinds in one call; widths
+// not a multiple of 8 one by one (cuBLAS's grouped kernels load 16 bytes). bf16 outputs within
+// 1e-2 of fp64, fp32 sums of bf16 products within 1e-5; outputs poisoned first; fresh random
+// inputs. bf16 and rounded outputs must have run grouped (a refusal fails, with cuBLAS's reason on
+// stderr); weight gradients grouped or, where cuBLAS refuses fp32 outputs, one by one, saying so.
+// Skipped, saying why, without a GPU.
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
@@ -49,14 +50,16 @@ struct Grouping {
 // The experts' operands, one bf16 tensor each for the inputs and output gradients (their rows one
 // expert after another) and a bf16 weight per expert, with fp64-exact float copies.
 struct Experts {
-  explicit Experts(CachingAllocator& allocator, uint32_t seed)
-      : total(sum(kRows)),
-        in(bf16_rounded(random_values(seed, total * kIn, 1.0f))),
-        dout(bf16_rounded(random_values(seed + 1, total * kOut, 1.0f))),
+  Experts(CachingAllocator& allocator, uint32_t seed, int64_t in_features = kIn, int64_t out_features = kOut)
+      : ic(in_features),
+        oc(out_features),
+        total(sum(kRows)),
+        in(bf16_rounded(random_values(seed, total * ic, 1.0f))),
+        dout(bf16_rounded(random_values(seed + 1, total * oc, 1.0f))),
         in16(allocator, to_bf16(in)),
         dout16(allocator, to_bf16(dout)) {
     for (size_t e = 0; e < kRows.size(); ++e) {
-      weights.push_back(bf16_rounded(random_values(seed + 10 + static_cast<uint32_t>(e), kOut * kIn, 0.2f)));
+      weights.push_back(bf16_rounded(random_values(seed + 10 + static_cast<uint32_t>(e), oc * ic, 0.2f)));
       weights16.push_back(std::make_unique<DeviceArray<__nv_bfloat16>>(allocator, to_bf16(weights.back())));
     }
   }
@@ -65,7 +68,7 @@ struct Experts {
     for (int64_t x : v) s += x;
     return s;
   }
-  int64_t total;
+  int64_t ic, oc, total;  // in and out features, rows in all
   std::vector<float> in, dout;
   DeviceArray<__nv_bfloat16> in16, dout16;
   std::vector<std::vector<float>> weights;
@@ -79,15 +82,15 @@ PrecisionGemm expert_gemm(const Experts& x, LinearGemm pass, size_t e, int64_t a
   g.pass = pass;
   g.a.cast = g.b.cast = OperandCast::Bf16;
   g.n = kRows[e];
-  g.in_features = kIn;
-  g.out_features = kOut;
+  g.in_features = x.ic;
+  g.out_features = x.oc;
   if (pass == LinearGemm::Forward) {
-    g.a16 = x.in16.ptr + at * kIn;
+    g.a16 = x.in16.ptr + at * x.ic;
   } else {
-    g.a16 = x.dout16.ptr + at * kOut;
+    g.a16 = x.dout16.ptr + at * x.oc;
   }
   if (pass == LinearGemm::WeightGrad) {
-    g.b16 = x.in16.ptr + at * kIn;
+    g.b16 = x.in16.ptr + at * x.ic;
   } else {
     g.b_store = x.weights16[e]->ptr;
     g.b_store_use = CastStore::Read;
@@ -102,23 +105,23 @@ std::vector<double> reference(const Experts& x, LinearGemm pass, size_t e, int64
   const std::vector<float>& w = x.weights[e];
   std::vector<double> out;
   if (pass == LinearGemm::WeightGrad) {
-    out.assign(kOut * kIn, 0.0);
+    out.assign(x.oc * x.ic, 0.0);
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t o = 0; o < kOut; ++o)
-        for (int64_t i = 0; i < kIn; ++i)
-          out[o * kIn + i] += double(x.dout[(at + r) * kOut + o]) * double(x.in[(at + r) * kIn + i]);
+      for (int64_t o = 0; o < x.oc; ++o)
+        for (int64_t i = 0; i < x.ic; ++i)
+          out[o * x.ic + i] += double(x.dout[(at + r) * x.oc + o]) * double(x.in[(at + r) * x.ic + i]);
     return out;
   }
   const bool forward = pass == LinearGemm::Forward;
-  const int64_t width = forward ? kOut : kIn;
+  const int64_t width = forward ? x.oc : x.ic;
   out.assign(rows * width, 0.0);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < width; ++c) {
       double s = 0.0;
       if (forward) {
-        for (int64_t i = 0; i < kIn; ++i) s += double(x.in[(at + r) * kIn + i]) * double(w[c * kIn + i]);
+        for (int64_t i = 0; i < x.ic; ++i) s += double(x.in[(at + r) * x.ic + i]) * double(w[c * x.ic + i]);
       } else {
-        for (int64_t o = 0; o < kOut; ++o) s += double(x.dout[(at + r) * kOut + o]) * double(w[o * kIn + c]);
+        for (int64_t o = 0; o < x.oc; ++o) s += double(x.dout[(at + r) * x.oc + o]) * double(w[o * x.ic + c]);
       }
       out[r * width + c] = s;
     }
@@ -275,6 +278,34 @@ TEST_F(CudaGroupedGemm, AGemmWithABiasAmongThemRunsAloneWithIt) {
         for (int64_t c = 0; c < kOut; ++c) want[r * kOut + c] += bias[c];
     const std::vector<float> rows(got.begin() + at * kOut, got.begin() + (at + kRows[e]) * kOut);
     EXPECT_LE(relative_error(rows, want), 1e-2) << "expert " << e;
+    at += kRows[e];
+  }
+}
+
+// Widths that are not a multiple of 8 (rows of 36 and 20 bf16: not 16-byte multiples) never reach
+// cuBLAS's grouped kernels, which load 16 bytes at a time: they run one by one, right.
+TEST_F(CudaGroupedGemm, WidthsNotAMultipleOf8RunOneByOne) {
+  const Experts x(allocator_, seed_, 36, 20);
+  DeviceArray<__nv_bfloat16> out16(allocator_, std::vector<__nv_bfloat16>(x.total * x.oc, __float2bfloat16(NAN)));
+  std::vector<PrecisionGemm> gemms;
+  int64_t at = 0;
+  for (size_t e = 0; e < kRows.size(); ++e) {
+    PrecisionGemm g = expert_gemm(x, LinearGemm::Forward, e, at);
+    g.out16 = out16.ptr + at * x.oc;
+    gemms.push_back(g);
+    at += kRows[e];
+  }
+  const GroupedGemmCounts before = grouped_gemm_counts();
+  {
+    const Grouping grouping(true);
+    precision_linear_gemms(kGpu, gemms.data(), static_cast<int64_t>(gemms.size()));
+  }
+  EXPECT_EQ(grouped_gemm_counts().grouped, before.grouped);
+  const std::vector<float> got = to_float(out16.host());
+  at = 0;
+  for (size_t e = 0; e < kRows.size(); ++e) {
+    const std::vector<float> rows(got.begin() + at * x.oc, got.begin() + (at + kRows[e]) * x.oc);
+    EXPECT_LE(relative_error(rows, reference(x, LinearGemm::Forward, e, at)), 1e-2) << "expert " << e;
     at += kRows[e];
   }
 }

@@ -143,6 +143,8 @@ struct PrecisionScratch {
   OptimizerWeightCasts optimizer_casts;
 };
 
+class GemmGroup;  // gemm_group.h
+
 // Tensors a layer's GEMMs take or leave on a GPU in a form other than fp32, kept by the model
 // (device memory; null: the fp32 argument is used, nothing is kept).
 //
@@ -176,8 +178,6 @@ struct PrecisionScratch {
 // input's (`in_amax`, forward) or the output gradient's (`dout_amax`, backward), each where
 // LinearPrecision::produced_amax gave for that operand (an Error otherwise). The cast then reads
 // its operand once, with no amax pass before it: the max of the same values is the same amax.
-class GemmGroup;
-
 struct DeviceTensors {
   const void* in = nullptr;
   void* out = nullptr;

@@ -20,6 +20,7 @@
 #include "loom/kernels/cuda/per_device.h"
 #include "loom/kernels/cuda/quantize.h"
 #include "loom/kernels/cuda/scratch.h"
+#include "loom/kernels/cuda/stream_workspaces.h"
 
 namespace loom::kernels::cuda {
 
@@ -111,13 +112,9 @@ struct Context {
   std::mutex mutex;
   cublasLtHandle_t handle = nullptr;
   CachingAllocator allocator;
-  std::map<cudaStream_t, void*> workspaces;
+  StreamWorkspaces workspaces{allocator, kWorkspaceBytes};
   std::map<PlanKey, std::unique_ptr<Plan>> plans;
-  void* workspace(cudaStream_t stream) {
-    void*& w = workspaces[stream];
-    if (w == nullptr) w = allocator.allocate(kWorkspaceBytes, stream);
-    return w;
-  }
+  void* workspace(cudaStream_t stream) { return workspaces.get(stream); }
 };
 
 Context& context() {

@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -22,6 +21,7 @@
 #include "loom/kernels/cuda/precision_gemm.h"
 #include "loom/kernels/cuda/process_setting.h"
 #include "loom/kernels/cuda/scratch.h"
+#include "loom/kernels/cuda/stream_workspaces.h"
 #include "loom/kernels/cuda/upload_staging.h"
 
 namespace loom::kernels::cuda {
@@ -74,14 +74,9 @@ struct Context {
   std::mutex mutex;
   cublasHandle_t handle = nullptr;
   CachingAllocator allocator;
-  std::map<cudaStream_t, void*> workspaces;
+  StreamWorkspaces workspaces{allocator, kWorkspaceBytes};
   UploadStaging uploads;
   bool refused[kOutputs] = {false, false, false};
-  void* workspace(cudaStream_t stream) {
-    void*& w = workspaces[stream];
-    if (w == nullptr) w = allocator.allocate(kWorkspaceBytes, stream);
-    return w;
-  }
 };
 
 Context& context() {
@@ -109,9 +104,9 @@ int64_t output_width(const PrecisionGemm& g) {
 // One GEMM in cuBLAS's column-major terms: C (m x n, ldc) = op(A) (m x k) . op(B) (k x n). A
 // row-major [r, c] matrix is its column-major transpose with leading dimension c, so (kernels/
 // precision_gemm.h's shapes, IC in, OC out features):
-//   Forward    out^T [OC, n]  = W^T^T . in^T      A = W  (T, ld IC), B = in   (N, ld IC)
-//   DataGrad   din^T [IC, n]  = W^T . dout^T      A = W  (N, ld IC), B = dout (N, ld OC)
-//   WeightGrad dW^T [IC, OC]  = in^T . dout       A = in (N, ld IC), B = dout (T, ld OC)
+//   Forward    out^T [OC, n]  = W . in^T       A = W  (T, ld IC), B = in   (N, ld IC)
+//   DataGrad   din^T [IC, n]  = W^T . dout^T   A = W  (N, ld IC), B = dout (N, ld OC)
+//   WeightGrad dW^T [IC, OC]  = in^T . dout    A = in (N, ld IC), B = dout (T, ld OC)
 // `c`: where the product writes (a rounded fp32 output's bf16 scratch).
 struct Problem {
   cublasOperation_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
@@ -144,18 +139,16 @@ Problem problem_of(const PrecisionGemm& g, void* c) {
 }
 
 // cuBLAS's grouped bf16 kernels load 16 bytes at a time and cannot check pointers it reads from a
-// device array: a GEMM joins a group only with every operand 16-byte aligned and every row a
-// multiple of 16 bytes (a rounded fp32 output's scratch rows are laid out that way; its own are
-// widened into by a pass of its own).
+// device array: a GEMM joins a group only with every operand 16-byte aligned and both widths a
+// multiple of 8 (every row of a bf16 or fp32 operand a multiple of 16 bytes). A rounded fp32
+// output's product goes to scratch laid out that way; the pass widening it into place takes any.
 bool aligned(const PrecisionGemm& g) {
   const auto at16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const Output kind = output_of(g);
   const void* out = kind == Output::Bf16 ? g.out16 : static_cast<const void*>(g.out);
-  const bool out_fine = kind == Output::RoundedFp32 || at16(out);
-  const int64_t out_bytes = kind == Output::Fp32 ? 4 : 2;
   const void* b = g.pass == LinearGemm::WeightGrad ? g.b16 : g.b_store;
-  return at16(g.a16) && at16(b) && out_fine && g.in_features % 8 == 0 && g.out_features % 8 == 0 &&
-         (output_width(g) * out_bytes) % 16 == 0;
+  return at16(g.a16) && at16(b) && (kind == Output::RoundedFp32 || at16(out)) && g.in_features % 8 == 0 &&
+         g.out_features % 8 == 0;
 }
 
 // Whether the GEMMs of one output kind are worth one grouped product: several, and small.
@@ -199,7 +192,8 @@ bool run_grouped(const std::vector<const PrecisionGemm*>& gemms, const std::vect
   std::lock_guard<std::mutex> lock(ctx.mutex);
   ctx.uploads.upload(on_device, pointers.data(), bytes, stream);
   cublasStatus_t status = cublasSetStream(ctx.handle, stream);  // which resets the workspace: set after
-  if (status == CUBLAS_STATUS_SUCCESS) status = cublasSetWorkspace(ctx.handle, ctx.workspace(stream), kWorkspaceBytes);
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasSetWorkspace(ctx.handle, ctx.workspaces.get(stream), ctx.workspaces.bytes());
   if (status != CUBLAS_STATUS_SUCCESS)
     throw Error("cuBLAS: setting the stream and workspace failed: " + status_text(status));
   const cudaDataType_t c_type = kind == Output::Fp32 ? CUDA_R_32F : CUDA_R_16BF;
