@@ -369,8 +369,10 @@ class LinearPrecision {
   // g.b = the weight [out_features, in_features] for g.pass (forward or dgrad): its cast from the
   // weight cast cache when an earlier GEMM of the scope made it (no cast, no amax), else cast now
   // (into the cache's store inside a scope; a per-tensor FP8 forward into dgrad's too, from the
-  // same read). Returns the stores to mark ready once g ran.
-  WrittenStores device_weight(kernels::PrecisionGemm& g, const float* weight);
+  // same read). Returns the stores to mark ready once g ran. `cast_apart` (a GEMM handed a group):
+  // a bf16 weight not yet cast is cast into its store first, by a pass of its own, and read from
+  // it, so the GEMM stays groupable.
+  WrittenStores device_weight(kernels::PrecisionGemm& g, const float* weight, bool cast_apart = false);
   // Runs g, marking `stores` ready; or, when it writes no store and is groupable, adds it to
   // `group` (when given) to run with the group's others.
   void run_device_gemm(const kernels::PrecisionGemm& g, WrittenStores stores, GemmGroup* group = nullptr);

@@ -150,7 +150,8 @@ OptimizerWeightCasts::Entry* LinearPrecision::optimizer_written(kernels::LinearG
   return e != nullptr && e->current ? e : nullptr;
 }
 
-LinearPrecision::WrittenStores LinearPrecision::device_weight(kernels::PrecisionGemm& g, const float* weight) {
+LinearPrecision::WrittenStores LinearPrecision::device_weight(kernels::PrecisionGemm& g, const float* weight,
+                                                             bool cast_apart) {
   const int64_t rows = g.out_features, cols = g.in_features;
   CastOperand cast = device_cast(recipe_, Operand::Weight, scale(Operand::Weight), margin_);
   WeightCastCache& cache = scratch_->weight_casts;
@@ -172,6 +173,17 @@ LinearPrecision::WrittenStores LinearPrecision::device_weight(kernels::Precision
   WeightCastCache::Store* store = cache.find(this, weight, g.pass, cast, rows, cols, device_);
   if (store != nullptr && store->ready) {
     // Cast by an earlier GEMM of this step: fp8_delayed's pending amax holds this weight's already.
+    cast.data = weight;
+    g.b = cast;
+    g.b_store = store->data;
+    g.b_store_use = kernels::CastStore::Read;
+    return {};
+  }
+  if (cast_apart && store != nullptr && cast.cast == kernels::OperandCast::Bf16) {
+    // Cast into its store by a pass of its own (the bf16 values the GEMM's cast would write), so
+    // the GEMM reads it and may join its group.
+    kernels::narrow_floats(device_, store->data, weight, rows * cols, DType::BF16);
+    store->ready = true;
     cast.data = weight;
     g.b = cast;
     g.b_store = store->data;
@@ -237,7 +249,7 @@ void LinearPrecision::device_forward(float* out, const float* in, const float* w
     g.input_codes = tensors.keep_input_codes;  // cast for the weight gradient too, from the same read
     g.input_codes_use = g.input_codes != nullptr ? kernels::CastStore::Write : kernels::CastStore::None;
   }
-  const WrittenStores stores = device_weight(g, weight);
+  const WrittenStores stores = device_weight(g, weight, tensors.group != nullptr);
   g.rounding = output == GemmOutput::Rounded ? rounding() : kernels::OutputRounding::None;
   run_device_gemm(g, stores, tensors.group);
 }
@@ -281,7 +293,7 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
     g.gelu_input16 = tensors.gelu_input;
     g.gelu_bias_grad = tensors.gelu_bias_grad;
     g.accumulate = accumulate_din && tensors.din == nullptr;  // a bf16 din is written whole
-    const WrittenStores stores = device_weight(g, weight);
+    const WrittenStores stores = device_weight(g, weight, tensors.group != nullptr);
     g.rounding = din_output == GemmOutput::Rounded ? rounding() : kernels::OutputRounding::None;
     run_device_gemm(g, stores, tensors.group);
   }
