@@ -1,15 +1,14 @@
 // Which kernels attention with bf16 operands runs on (attention_bf16.h): cuDNN's fused flash
 // attention or loom's own, by LOOM_ATTENTION and by what cuDNN serves.
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
-#include <mutex>
-#include <set>
+#include <string>
 
 #include "loom/core/error.h"
 #include "loom/kernels/cuda/attention_bf16.h"
 #include "loom/kernels/cuda/cudnn_attention.h"
 #include "loom/kernels/cuda/cudnn_library.h"
+#include "loom/kernels/cuda/say_once.h"
 
 namespace loom::kernels::cuda {
 
@@ -24,14 +23,6 @@ Choice choice() {
   if (v == "cudnn") return Choice::Cudnn;
   if (v == "loom") return Choice::Loom;
   throw Error("LOOM_ATTENTION=" + v + ": expected auto, cudnn or loom");
-}
-
-// Each distinct line once per process.
-void say_once(const std::string& line) {
-  static std::mutex mutex;
-  static auto* said = new std::set<std::string>();
-  std::lock_guard<std::mutex> lock(mutex);
-  if (said->insert(line).second) std::fprintf(stderr, "loom: %s\n", line.c_str());
 }
 
 }  // namespace

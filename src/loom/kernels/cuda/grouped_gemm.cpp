@@ -5,11 +5,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -20,6 +18,7 @@
 #include "loom/kernels/cuda/per_device.h"
 #include "loom/kernels/cuda/precision_gemm.h"
 #include "loom/kernels/cuda/process_setting.h"
+#include "loom/kernels/cuda/say_once.h"
 #include "loom/kernels/cuda/scratch.h"
 #include "loom/kernels/cuda/stream_workspaces.h"
 #include "loom/kernels/cuda/upload_staging.h"
@@ -45,13 +44,6 @@ int most_rows_from_environment() {
 ProcessSetting most_rows_setting(most_rows_from_environment);
 
 std::atomic<int64_t> grouped_count{0}, refused_count{0};
-
-void say_once(const std::string& line) {
-  static std::mutex mutex;
-  static auto* said = new std::set<std::string>();
-  std::lock_guard<std::mutex> lock(mutex);
-  if (said->insert(line).second) std::fprintf(stderr, "loom: %s\n", line.c_str());
-}
 
 std::string status_text(cublasStatus_t status) {
   return std::string(cublasGetStatusName(status)) + " (" + cublasGetStatusString(status) + ")";
