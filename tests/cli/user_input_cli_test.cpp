@@ -132,6 +132,33 @@ TEST_F(UserInputCli, OutOfVocabularyDatasetIsNamedAtStartAndDefaultsAgree) {
   EXPECT_NE(run_loom("train --help").output.find("default: byte"), std::string::npos);
 }
 
+// A blend's datasets are opened and checked before training starts: a missing one or one with
+// ids past the vocabulary is named by its entry's key; a good blend says what it reads.
+TEST_F(UserInputCli, BlendDatasetsAreNamedByTheirEntry) {
+  write_text(dir / "other.txt", "Some other text, written a few times over.\n\nAnd then some more of it.\n\n");
+  const CommandResult prepared =
+      run_loom("data prepare " + (dir / "other.txt") + " --val-fraction 0 --output " + (dir / "o/o"));
+  ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
+  const std::string blend = " data.train_prefix= 'data.train_blend=[{prefix: " + (dir / "data/c_train") +
+                            ", weight: 3}, {prefix: " + (dir / "o/o_train") + "}]'";
+  CommandResult missing = run_loom("train " + write_config("missing") +
+                                   " data.train_prefix= 'data.train_blend=[{prefix: " + (dir / "data/c_train") +
+                                   "}, {prefix: " + (dir / "data/none") + "}]'");
+  expect_failure_naming(missing, {"data.train_blend[1].prefix", "none.idx", "does not exist"});
+  expect_failure_naming(run_loom("train " + write_config("oov-blend") + blend + " model.vocab_size=100"),
+                        {"c_train.bin", "model.vocab_size = 100"});
+  CommandResult ok = run_loom("train " + write_config("blend") + blend);
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(
+      ok.output.find("data: blend of 2 datasets; samples [0, 4) read " + (dir / "data/c_train") + " 75.0% (3 samples"),
+      std::string::npos)
+      << ok.output;
+  // A dataset too short for a sample is named by its entry when the run opens it.
+  expect_failure_naming(run_loom("train " + write_config("short") + blend + " model.max_seq_len=128 data.seq_len=100"),
+                        {"data.train_blend[1].prefix = '" + (dir / "o/o_train") + "'",
+                         "seq_len 100 needs at least 101"});
+}
+
 // Item 12: an .idx whose dtype or pointers do not match its .bin is refused naming the sequence;
 // binary inputs and empty splits are flagged by data prepare.
 TEST_F(UserInputCli, CorruptIndexesAreRefusedAndPrepareWarns) {

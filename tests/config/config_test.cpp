@@ -114,6 +114,71 @@ TEST(Config, BlockConfigsFromOverride) {
   EXPECT_HAS(msg, "override 'model.block_configs=[{ffn_sise: 3}]'");
 }
 
+TEST(Config, BlendsFromYamlAndOverrideRoundTrip) {
+  RunConfig c = parse(R"(
+data:
+  train_blend:
+    - {prefix: data/web, weight: 0.7}
+    - {prefix: data/code, weight: 0.3}
+  val_blend: [{prefix: data/web_val}]
+)");
+  ASSERT_EQ(c.data.train_blend.size(), 2u);
+  EXPECT_EQ(c.data.train_blend[1].prefix, "data/code");
+  EXPECT_DOUBLE_EQ(c.data.train_blend[1].weight, 0.3);
+  ASSERT_EQ(c.data.val_blend.size(), 1u);
+  EXPECT_DOUBLE_EQ(c.data.val_blend[0].weight, 1.0);  // the default: equal shares
+  const RunConfig back = parse(to_yaml(c));
+  ASSERT_EQ(back.data.train_blend.size(), 2u);
+  EXPECT_EQ(back.data.train_blend[0].prefix, "data/web");
+  EXPECT_DOUBLE_EQ(back.data.train_blend[0].weight, 0.7);
+  const RunConfig over = parse("", {"data.train_blend=[{prefix: a, weight: 2}, {prefix: b, weight: 1}]"});
+  ASSERT_EQ(over.data.train_blend.size(), 2u);
+  EXPECT_EQ(over.data.train_blend[1].prefix, "b");
+}
+
+TEST(Config, BadBlendsNameTheEntryAndWhatIsValid) {
+  std::string msg = error_of([] { parse("data: {train_blend: [{prefix: a, weight: 0}]}"); });
+  EXPECT_HAS(msg, "data.train_blend[0].weight");
+  EXPECT_HAS(msg, "finite number > 0");
+  msg = error_of([] { parse("data: {train_blend: [{prefix: a}, {weight: 2}]}"); });
+  EXPECT_HAS(msg, "data.train_blend[1].prefix");
+  EXPECT_HAS(msg, "loom data prepare");
+  msg = error_of([] { parse("data: {val_blend: [{prefx: a}]}"); });
+  EXPECT_HAS(msg, "data.val_blend[0].prefx");
+  EXPECT_HAS(msg, "did you mean 'prefix'?");
+  msg = error_of([] { parse("data: {train_blend: {prefix: a}}"); });
+  EXPECT_HAS(msg, "data.train_blend");
+  EXPECT_HAS(msg, "a list of maps with keys prefix, weight");
+  msg = error_of([] { parse("data: {train_prefix: x, train_blend: [{prefix: a}]}"); });
+  EXPECT_HAS(msg, "data.train_prefix and data.train_blend are both set");
+  msg = error_of([] { parse("data: {val_blend: [{prefix: a}, {prefix: b}, {prefix: a, weight: 3}]}"); });
+  EXPECT_HAS(msg, "data.val_blend[2].prefix = 'a' is invalid: data.val_blend[0] names it already");
+}
+
+TEST(Config, SchedulesParseAndTheirStepCountsAreChecked) {
+  RunConfig c = parse("optim: {schedule: wsd, wsd_decay_steps: 20, wsd_decay_style: minus_sqrt, decay_steps: 90}\n"
+                      "train: {steps: 100}");
+  EXPECT_EQ(c.optim.schedule, LrSchedule::Wsd);
+  EXPECT_EQ(c.optim.wsd_decay_style, WsdDecay::MinusSqrt);
+  EXPECT_EQ(c.optim.decay_steps, 90);
+  EXPECT_EQ(parse("optim: {schedule: inverse_square_root}").optim.schedule, LrSchedule::InverseSquareRoot);
+  EXPECT_EQ(parse("optim: {schedule: linear}").optim.schedule, LrSchedule::Linear);
+  std::string msg = error_of([] { parse("optim: {schedule: wsd}"); });
+  EXPECT_HAS(msg, "optim.schedule = 'wsd' needs optim.wsd_decay_steps");
+  msg = error_of([] { parse("optim: {schedule: wsd, wsd_decay_steps: 95, warmup_steps: 10}\ntrain: {steps: 100}"); });
+  EXPECT_HAS(msg, "optim.wsd_decay_steps = 95 is invalid");
+  EXPECT_HAS(msg, "[1, 90]");
+  msg = error_of([] { parse("optim: {wsd_decay_steps: 5}"); });
+  EXPECT_HAS(msg, "optim.wsd_decay_steps = 5 is set but optim.schedule is 'cosine'");
+  msg = error_of([] { parse("optim: {decay_steps: 10, warmup_steps: 10}"); });
+  EXPECT_HAS(msg, "optim.decay_steps = 10 is invalid: must be 0 (= train.steps) or greater than optim.warmup_steps");
+  msg = error_of([] { parse("optim: {schedule: wsd_linear}"); });
+  EXPECT_HAS(msg, "optim.schedule");
+  EXPECT_HAS(msg, "inverse_square_root");
+  msg = error_of([] { parse("optim: {wsd_decay_style: sqrt}"); });
+  EXPECT_HAS(msg, "minus_sqrt");
+}
+
 TEST(Config, MalformedYamlNamesFileLineColumn) {
   std::string msg = error_of([] { parse("train:\n  steps: [1, 2\n"); });
   EXPECT_HAS(msg, "test.yaml:");
@@ -249,7 +314,8 @@ INSTANTIATE_TEST_SUITE_P(
         RangeCase{{"model.norm=rsm"}, {"model.norm = 'rsm'", "rms, layer", "did you mean 'rms'?"}},
         RangeCase{{"model.activation=relu"}, {"model.activation = 'relu'", "swiglu, gelu"}},
         RangeCase{{"model.positions=alibi"}, {"model.positions = 'alibi'", "rope, learned"}},
-        RangeCase{{"optim.schedule=linear"}, {"optim.schedule = 'linear'", "cosine, constant"}},
+        RangeCase{{"optim.schedule=exponential"},
+                  {"optim.schedule = 'exponential'", "cosine, constant, linear, inverse_square_root, wsd"}},
         RangeCase{{"data.tokenizer=cl100k"},
                   {"data.tokenizer = 'cl100k'", "byte, gpt2, r50k_base, cl100k_base, o200k_base",
                    "did you mean 'cl100k_base'?"}},

@@ -7,6 +7,7 @@
 
 #include <set>
 #include <string>
+#include <vector>
 
 #include "loom/config/run_config.h"
 #include "loom/core/error.h"
@@ -29,7 +30,8 @@ template <class E>
 class ConfigEnum : public ::testing::Test {};
 
 using AllEnums = ::testing::Types<Backend, PrecisionRecipe, GradReduce, ParamDtype, AttentionPrecision,
-                                  PipelineScheduleKind, Norm, Activation, Positions, BlockAttention, LrSchedule>;
+                                  PipelineScheduleKind, Norm, Activation, Positions, BlockAttention, LrSchedule,
+                                  WsdDecay>;
 TYPED_TEST_SUITE(ConfigEnum, AllEnums);
 
 TYPED_TEST(ConfigEnum, EveryNameRoundTrips) {
@@ -61,11 +63,15 @@ TYPED_TEST(ConfigEnum, UnknownNameListsTheNamesAndSuggestsTheClosest) {
   }
 }
 
-// Every value of the key `key` set by an override, read back by `get`, survives to_yaml.
+// Every value of the key `key` set by an override (beside `also(value)`, the keys a value needs),
+// read back by `get`, survives to_yaml.
 template <class E, class Get>
-void expect_every_value_parses(const std::string& key, Get get) {
+void expect_every_value_parses(const std::string& key, Get get,
+                               std::vector<std::string> (*also)(E) = [](E) { return std::vector<std::string>{}; }) {
   for (E value : all_values<E>()) {
-    const RunConfig c = parse_config("", "t.yaml", {key + "=" + to_string(value)});
+    std::vector<std::string> overrides = also(value);
+    overrides.push_back(key + "=" + to_string(value));
+    const RunConfig c = parse_config("", "t.yaml", overrides);
     EXPECT_EQ(get(c), value) << key;
     const std::string yaml = to_yaml(c);
     EXPECT_NE(yaml.find(": \"" + to_string(value) + "\""), std::string::npos) << yaml;
@@ -87,7 +93,13 @@ TEST(ConfigEnums, EveryKeyParsesEveryNameAndWritesItBack) {
   expect_every_value_parses<Norm>("model.norm", [](const RunConfig& c) { return c.model.norm; });
   expect_every_value_parses<Activation>("model.activation", [](const RunConfig& c) { return c.model.activation; });
   expect_every_value_parses<Positions>("model.positions", [](const RunConfig& c) { return c.model.positions; });
-  expect_every_value_parses<LrSchedule>("optim.schedule", [](const RunConfig& c) { return c.optim.schedule; });
+  expect_every_value_parses<LrSchedule>(
+      "optim.schedule", [](const RunConfig& c) { return c.optim.schedule; },
+      [](LrSchedule s) {  // wsd needs its annealing's length
+        return s == LrSchedule::Wsd ? std::vector<std::string>{"optim.wsd_decay_steps=10"} : std::vector<std::string>{};
+      });
+  expect_every_value_parses<WsdDecay>("optim.wsd_decay_style",
+                                      [](const RunConfig& c) { return c.optim.wsd_decay_style; });
   for (BlockAttention value : all_values<BlockAttention>()) {
     const std::string blocks = "model.block_configs=[{attention: " + to_string(value) + "}, {}, {}, {}]";
     const RunConfig c = parse_config("", "t.yaml", {blocks});

@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "loom/kernels/ops.h"
@@ -23,6 +25,107 @@ TEST(Schedule, WarmupThenCosineToMinLr) {
   EXPECT_NEAR(learning_rate(c, 110, 110), 0.1, 1e-12);
   c.schedule = config::LrSchedule::Constant;
   EXPECT_DOUBLE_EQ(learning_rate(c, 50, 110), 1.0);
+}
+
+// Megatron-Core's OptimizerParamScheduler.get_lr, transcribed from its published formulas (init_lr
+// 0, num_steps = the optimizer step), as the reference for every schedule.
+double megatron_lr(const std::string& style, const std::string& wsd_style, double max_lr, double min_lr, int warmup,
+                   int decay_steps, int wsd_decay_steps, int num_steps) {
+  if (warmup > 0 && num_steps <= warmup) return max_lr * num_steps / warmup;
+  if (style == "constant") return max_lr;
+  if (num_steps > decay_steps) return min_lr;
+  if (style == "inverse-square-root") {
+    return std::max(min_lr, max_lr * std::pow(std::max(warmup, 1), 0.5) / std::pow(std::max(num_steps, 1), 0.5));
+  }
+  const double decay_ratio = double(num_steps - warmup) / double(decay_steps - warmup);
+  double coeff = 0;
+  if (style == "linear") coeff = 1.0 - decay_ratio;
+  if (style == "cosine") coeff = 0.5 * (std::cos(M_PI * decay_ratio) + 1.0);
+  if (style == "WSD") {
+    const int anneal_start = decay_steps - wsd_decay_steps;
+    if (num_steps <= anneal_start) {
+      coeff = 1.0;
+    } else {
+      const double r = double(num_steps - anneal_start) / wsd_decay_steps;
+      if (wsd_style == "linear") coeff = 1.0 - r;
+      if (wsd_style == "cosine") coeff = 0.5 * (std::cos(M_PI * r) + 1.0);
+      if (wsd_style == "exponential") coeff = 2.0 * std::pow(0.5, r) - 1.0;
+      if (wsd_style == "minus_sqrt") coeff = 1.0 - std::sqrt(r);
+    }
+  }
+  return min_lr + coeff * (max_lr - min_lr);
+}
+
+TEST(Schedule, EveryScheduleIsMegatronsAtEveryStep) {
+  struct Case {
+    config::LrSchedule schedule;
+    std::string megatron;
+    config::WsdDecay wsd;
+    std::string megatron_wsd;
+  };
+  using config::LrSchedule;
+  using config::WsdDecay;
+  const std::vector<Case> cases = {
+      {LrSchedule::Cosine, "cosine", WsdDecay::Exponential, ""},
+      {LrSchedule::Linear, "linear", WsdDecay::Exponential, ""},
+      {LrSchedule::InverseSquareRoot, "inverse-square-root", WsdDecay::Exponential, ""},
+      {LrSchedule::Constant, "constant", WsdDecay::Exponential, ""},
+      {LrSchedule::Wsd, "WSD", WsdDecay::Exponential, "exponential"},
+      {LrSchedule::Wsd, "WSD", WsdDecay::Linear, "linear"},
+      {LrSchedule::Wsd, "WSD", WsdDecay::Cosine, "cosine"},
+      {LrSchedule::Wsd, "WSD", WsdDecay::MinusSqrt, "minus_sqrt"},
+  };
+  const int total = 120;
+  for (const Case& k : cases) {
+    for (const int decay_steps : {0, 90}) {  // 0: the decay ends with the run; 90: 30 steps at min_lr after it
+      config::OptimConfig c;
+      c.lr = 3e-4;
+      c.min_lr = 2e-5;
+      c.warmup_steps = 7;
+      c.schedule = k.schedule;
+      c.decay_steps = decay_steps;
+      c.wsd_decay_steps = k.schedule == LrSchedule::Wsd ? 25 : 0;
+      c.wsd_decay_style = k.wsd;
+      const int megatron_decay = decay_steps > 0 ? decay_steps : total;
+      for (int step = 1; step <= total; ++step) {
+        const double want = megatron_lr(k.megatron, k.megatron_wsd, c.lr, c.min_lr, c.warmup_steps, megatron_decay,
+                                        c.wsd_decay_steps, step);
+        ASSERT_NEAR(learning_rate(c, step, total), want, 1e-15)
+            << k.megatron << " " << k.megatron_wsd << " decay_steps " << decay_steps << " step " << step;
+      }
+    }
+  }
+}
+
+TEST(Schedule, WsdHoldsTheRateUntilItsAnnealingThenReachesMinLr) {
+  config::OptimConfig c;
+  c.lr = 1.0;
+  c.min_lr = 0.0;
+  c.warmup_steps = 10;
+  c.schedule = config::LrSchedule::Wsd;
+  c.wsd_decay_steps = 20;
+  c.wsd_decay_style = config::WsdDecay::Linear;
+  EXPECT_DOUBLE_EQ(learning_rate(c, 10, 100), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 80, 100), 1.0);   // the annealing starts after step 100 - 20
+  EXPECT_DOUBLE_EQ(learning_rate(c, 90, 100), 0.5);   // halfway through it
+  EXPECT_DOUBLE_EQ(learning_rate(c, 100, 100), 0.0);
+  c.wsd_decay_style = config::WsdDecay::MinusSqrt;
+  EXPECT_NEAR(learning_rate(c, 85, 100), 0.5, 1e-15);  // 1 - sqrt(1/4)
+  c.decay_steps = 60;                                   // the decay ends early; min_lr after it
+  EXPECT_DOUBLE_EQ(learning_rate(c, 40, 100), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 61, 100), 0.0);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 100, 100), 0.0);
+}
+
+TEST(Schedule, InverseSquareRootFallsFromTheWarmupsEndAndStopsAtMinLr) {
+  config::OptimConfig c;
+  c.lr = 1.0;
+  c.min_lr = 0.3;
+  c.warmup_steps = 4;
+  c.schedule = config::LrSchedule::InverseSquareRoot;
+  EXPECT_DOUBLE_EQ(learning_rate(c, 4, 1000), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 16, 1000), 0.5);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 64, 1000), 0.3);  // 0.25 < min_lr
 }
 
 // The global norm of a layout adds the sums of squares of its pieces (kernels::sum_of_squares);

@@ -100,9 +100,16 @@ constexpr std::array<std::string_view, 3> names(MoeAuxLoss) { return {"micro_bat
 enum class MoeDropPolicy : uint8_t { Probs, Position };
 constexpr std::array<std::string_view, 2> names(MoeDropPolicy) { return {"probs", "position"}; }
 
-// optim.schedule: the learning rate's shape after warm-up.
-enum class LrSchedule : uint8_t { Cosine, Constant };
-constexpr std::array<std::string_view, 2> names(LrSchedule) { return {"cosine", "constant"}; }
+// optim.schedule: the learning rate's shape after warm-up (Megatron's --lr-decay-style).
+enum class LrSchedule : uint8_t { Cosine, Constant, Linear, InverseSquareRoot, Wsd };
+constexpr std::array<std::string_view, 5> names(LrSchedule) {
+  return {"cosine", "constant", "linear", "inverse_square_root", "wsd"};
+}
+
+// optim.wsd_decay_style: the shape of a warmup-stable-decay schedule's final annealing
+// (Megatron's --lr-wsd-decay-style).
+enum class WsdDecay : uint8_t { Exponential, Linear, Cosine, MinusSqrt };
+constexpr std::array<std::string_view, 4> names(WsdDecay) { return {"exponential", "linear", "cosine", "minus_sqrt"}; }
 
 // sft.bad_lines: a chat data line that is not a conversation stops the run, or is skipped.
 enum class BadLines : uint8_t { Fail, Skip };

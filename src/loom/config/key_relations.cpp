@@ -35,6 +35,50 @@ void validate_moe(const ModelConfig& m) {
                  " is invalid: must be 0 (experts at d_model) or in [1, model.d_model = " + std::to_string(m.d_model) + "]");
 }
 
+// A dataset is named by data.<kind>_prefix or data.<kind>_blend, not both; a blend names each
+// dataset once.
+void check_dataset_keys(const std::string& kind, const std::string& prefix, const std::vector<BlendEntry>& blend) {
+  LOOM_CHECK(prefix.empty() || blend.empty(),
+             "data." + kind + "_prefix and data." + kind + "_blend are both set: give one (a single dataset, or a "
+             "weighted blend of datasets)");
+  for (size_t i = 0; i < blend.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      LOOM_CHECK(blend[i].prefix != blend[j].prefix,
+                 "data." + kind + "_blend[" + std::to_string(i) + "].prefix = '" + blend[i].prefix +
+                     "' is invalid: data." + kind + "_blend[" + std::to_string(j) +
+                     "] names it already (give each dataset once, with the sum of its weights)");
+    }
+  }
+}
+
+// The learning-rate schedule's step counts (optim/schedule.h).
+void check_schedule(const OptimConfig& o, int train_steps) {
+  const std::string decay_end = o.decay_steps > 0 ? "optim.decay_steps = " + std::to_string(o.decay_steps)
+                                                  : "train.steps = " + std::to_string(train_steps);
+  const bool decays = o.schedule != LrSchedule::Constant;
+  LOOM_CHECK(o.decay_steps == 0 || !decays || o.decay_steps > o.warmup_steps,
+             "optim.decay_steps = " + std::to_string(o.decay_steps) +
+                 " is invalid: must be 0 (= train.steps) or greater than optim.warmup_steps = " +
+                 std::to_string(o.warmup_steps));
+  if (o.schedule != LrSchedule::Wsd) {
+    LOOM_CHECK(o.wsd_decay_steps == 0, "optim.wsd_decay_steps = " + std::to_string(o.wsd_decay_steps) +
+                                           " is set but optim.schedule is '" + std::string(name_of(o.schedule)) +
+                                           "': it is the annealing of schedule 'wsd'");
+    return;
+  }
+  const int end = o.decay_steps > 0 ? o.decay_steps : train_steps;
+  LOOM_CHECK(o.wsd_decay_steps > 0,
+             "optim.schedule = 'wsd' needs optim.wsd_decay_steps: the annealing's steps at the end of the decay "
+             "(>= 1)");
+  const int most = end - o.warmup_steps;
+  const std::string room = most >= 1 ? "so it must be in [1, " + std::to_string(most) + "]"
+                                     : "which leaves it no step (lower optim.warmup_steps)";
+  LOOM_CHECK(o.wsd_decay_steps <= most,
+             "optim.wsd_decay_steps = " + std::to_string(o.wsd_decay_steps) + " is invalid: the annealing ends at " +
+                 decay_end + " and cannot start before the warm-up's end (optim.warmup_steps = " +
+                 std::to_string(o.warmup_steps) + "), " + room);
+}
+
 }  // namespace
 
 void check_key_relations(const RunConfig& c) {
@@ -86,6 +130,9 @@ void check_key_relations(const RunConfig& c) {
   LOOM_CHECK(c.data.seq_len <= m.max_seq_len,
         "data.seq_len = " + std::to_string(c.data.seq_len) + " is invalid: must be in [1, model.max_seq_len = " +
             std::to_string(m.max_seq_len) + "]");
+  check_dataset_keys("train", c.data.train_prefix, c.data.train_blend);
+  check_dataset_keys("val", c.data.val_prefix, c.data.val_blend);
+  check_schedule(c.optim, c.train.steps);
   LOOM_CHECK(c.optim.min_lr <= c.optim.lr, "optim.min_lr = " + format_double(c.optim.min_lr) +
                                           " is invalid: must be in [0, optim.lr = " + format_double(c.optim.lr) + "]");
   LOOM_CHECK(c.train.global_batch % c.train.micro_batch == 0,

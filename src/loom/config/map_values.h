@@ -1,9 +1,11 @@
 #pragma once
-// YAML values of the map-valued keys: `model.block_configs` (a list of per-layer maps) and
-// `model.mamba` (a map), each with its own key table, parsed, written and checked key by key.
+// YAML values of the map-valued keys: `model.block_configs` (a list of per-layer maps),
+// `data.train_blend` / `data.val_blend` (lists of weighted datasets) and `model.mamba` (a map),
+// each with its own key table, parsed, written and checked key by key.
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <optional>
 #include <string>
@@ -34,55 +36,105 @@ inline const std::vector<Key<BlockConfig>>& block_keys() {
 }
 
 
-template <>
-struct Value<std::vector<BlockConfig>> {
-  static constexpr const char* kExpected =
-      "a list of maps with keys attention, kv_heads, ffn, ffn_size (e.g. [{attention: skip}, {ffn_size: 512}])";
-  static std::vector<BlockConfig> parse(const YAML::Node& node, const Origin& origin) {
+// A list of maps (block_configs, a blend's entries), each map's keys parsed, written and
+// checked by `keys`; `entry` names one map in messages.
+template <class T>
+struct MapList {
+  static std::vector<T> parse(const YAML::Node& node, const Origin& origin, const std::vector<Key<T>>& keys,
+                              const std::string& expected, const std::string& entry) {
     if (node.IsNull()) return {};
-    if (!node.IsSequence()) wrong_type(origin, node, kExpected);
-    std::vector<BlockConfig> blocks;
+    if (!node.IsSequence()) wrong_type(origin, node, expected);
+    std::vector<T> items;
     for (size_t i = 0; i < node.size(); ++i) {
-      const YAML::Node entry = node[i];
-      Origin entry_origin{origin.where, origin.path + "[" + std::to_string(i) + "]"};
-      BlockConfig block;
-      if (!entry.IsNull()) {
-        if (!entry.IsMap()) wrong_type(entry_origin, entry, "a map with keys attention, kv_heads, ffn, ffn_size");
-        for (const auto& item : entry) {
-          const std::string name = item.first.Scalar();
-          const auto& keys = block_keys();
+      const YAML::Node map = node[i];
+      Origin item_origin{origin.where, origin.path + "[" + std::to_string(i) + "]"};
+      T item;
+      if (!map.IsNull()) {
+        if (!map.IsMap()) wrong_type(item_origin, map, "a map with keys " + join(names_of(keys)));
+        for (const auto& pair : map) {
+          const std::string name = pair.first.Scalar();
           auto key = std::find_if(keys.begin(), keys.end(), [&](const auto& k) { return k.name == name; });
           if (key == keys.end())
-            unknown_key(origin.where, entry_origin.path + "." + name, "key",
-                        "keys of a block_configs entry", names_of(keys));
-          key->parse(block, item.second, Origin{origin.where, entry_origin.path + "." + name});
+            unknown_key(origin.where, item_origin.path + "." + name, "key", "keys of " + entry, names_of(keys));
+          key->parse(item, pair.second, Origin{origin.where, item_origin.path + "." + name});
         }
       }
-      blocks.push_back(block);
+      items.push_back(item);
     }
-    return blocks;
+    return items;
   }
-  static void emit(YAML::Emitter& out, const std::vector<BlockConfig>& blocks) {
-    if (blocks.empty()) out << YAML::Flow;  // "[]" on the key's line
+  static void emit(YAML::Emitter& out, const std::vector<T>& items, const std::vector<Key<T>>& keys) {
+    if (items.empty()) out << YAML::Flow;  // "[]" on the key's line
     out << YAML::BeginSeq;
-    for (const auto& block : blocks) {
+    for (const T& item : items) {
       out << YAML::Flow << YAML::BeginMap;
-      for (const auto& key : block_keys()) {
+      for (const auto& key : keys) {
         out << YAML::Key << key.name << YAML::Value;
-        key.emit(block, out);
+        key.emit(item, out);
       }
       out << YAML::EndMap;
     }
     out << YAML::EndSeq;
   }
-  static std::string show(const std::vector<BlockConfig>& blocks) {
-    return "a list of " + std::to_string(blocks.size()) + " entries";
+  static std::string show(const std::vector<T>& items) {
+    return "a list of " + std::to_string(items.size()) + (items.size() == 1 ? " entry" : " entries");
   }
-  static void check(const std::vector<BlockConfig>& blocks, const std::string& path) {
-    for (size_t i = 0; i < blocks.size(); ++i) {
-      for (const auto& key : block_keys())
-        key.check(blocks[i], path + "[" + std::to_string(i) + "]." + key.name);
+  static void check(const std::vector<T>& items, const std::string& path, const std::vector<Key<T>>& keys) {
+    for (size_t i = 0; i < items.size(); ++i) {
+      for (const auto& key : keys) key.check(items[i], path + "[" + std::to_string(i) + "]." + key.name);
     }
+  }
+};
+
+template <>
+struct Value<std::vector<BlockConfig>> {
+  static constexpr const char* kExpected =
+      "a list of maps with keys attention, kv_heads, ffn, ffn_size (e.g. [{attention: skip}, {ffn_size: 512}])";
+  using List = MapList<BlockConfig>;
+  static std::vector<BlockConfig> parse(const YAML::Node& node, const Origin& origin) {
+    return List::parse(node, origin, block_keys(), kExpected, "a block_configs entry");
+  }
+  static void emit(YAML::Emitter& out, const std::vector<BlockConfig>& blocks) {
+    List::emit(out, blocks, block_keys());
+  }
+  static std::string show(const std::vector<BlockConfig>& blocks) { return List::show(blocks); }
+  static void check(const std::vector<BlockConfig>& blocks, const std::string& path) {
+    List::check(blocks, path, block_keys());
+  }
+};
+
+// Keys of one entry of `data.train_blend` / `data.val_blend`.
+inline const std::vector<Key<BlendEntry>>& blend_keys() {
+  static const std::vector<Key<BlendEntry>> keys = {
+      field("prefix", &BlendEntry::prefix,
+            [](const std::string& v) -> std::optional<std::string> {
+              if (!v.empty()) return std::nullopt;
+              return std::string("must name a dataset made by `loom data prepare` (its path without .bin/.idx)");
+            }),
+      field("weight", &BlendEntry::weight,
+            [](const double& v) -> std::optional<std::string> {
+              if (v > 0 && std::isfinite(v)) return std::nullopt;
+              return std::string("must be a finite number > 0 (the entries' weights are relative to each other)");
+            }),
+  };
+  return keys;
+}
+
+template <>
+struct Value<std::vector<BlendEntry>> {
+  static constexpr const char* kExpected =
+      "a list of maps with keys prefix, weight "
+      "(e.g. [{prefix: data/web, weight: 0.7}, {prefix: data/code, weight: 0.3}])";
+  using List = MapList<BlendEntry>;
+  static std::vector<BlendEntry> parse(const YAML::Node& node, const Origin& origin) {
+    return List::parse(node, origin, blend_keys(), kExpected, "a blend entry");
+  }
+  static void emit(YAML::Emitter& out, const std::vector<BlendEntry>& entries) {
+    List::emit(out, entries, blend_keys());
+  }
+  static std::string show(const std::vector<BlendEntry>& entries) { return List::show(entries); }
+  static void check(const std::vector<BlendEntry>& entries, const std::string& path) {
+    List::check(entries, path, blend_keys());
   }
 };
 

@@ -91,10 +91,20 @@ struct ModelConfig {
   double mtp_loss_weight = 0.3;
 };
 
+// One dataset of a weighted blend (data.train_blend, data.val_blend).
+struct BlendEntry {
+  std::string prefix;   // indexed dataset prefix (path without .bin/.idx)
+  double weight = 1.0;  // its share of the samples, relative to the other entries' weights
+};
+
 struct DataConfig {
   std::string tokenizer = kDefaultTokenizer;  // one of loom::known_tokenizers() or hf:<dir> (core/tokenizer_names.h)
   std::string train_prefix;        // indexed dataset prefix (path without .bin/.idx)
   std::string val_prefix;          // empty = no validation
+  // Weighted blends of datasets in place of train_prefix / val_prefix (Megatron's
+  // --data-path w1 p1 w2 p2 ...; data/blend_index.h): each sample comes from one dataset, each
+  // dataset's share of any stretch of samples following its weight.
+  std::vector<BlendEntry> train_blend, val_blend;
   int seq_len = 128;
   // Megatron's document options for samples that span documents (docs/packing.md): positions
   // restart at 0 after each document end, no attention across one, no loss on targets predicted
@@ -112,7 +122,10 @@ struct OptimConfig {
   double eps = 1e-8;
   double weight_decay = 0.1;
   int warmup_steps = 0;
-  LrSchedule schedule = LrSchedule::Cosine;  // cosine | constant
+  LrSchedule schedule = LrSchedule::Cosine;  // cosine | linear | wsd | inverse_square_root | constant
+  int decay_steps = 0;              // the decay reaches min_lr at this step, and stays; 0 = train.steps
+  int wsd_decay_steps = 0;          // wsd: the annealing's steps, ending at the decay's end
+  WsdDecay wsd_decay_style = WsdDecay::Exponential;  // wsd: exponential | linear | cosine | minus_sqrt
   double clip_grad = 1.0;           // 0 = no clipping
 };
 

@@ -1,6 +1,15 @@
 #pragma once
-// Learning-rate schedule: linear warmup from 0, then cosine decay to min_lr at the last step
-// (or constant), as Megatron-Core's OptimizerParamScheduler does.
+// Learning-rate schedule, as Megatron-Core's OptimizerParamScheduler computes it: linear warm-up
+// from 0 over optim.warmup_steps, then a decay from optim.lr to optim.min_lr that ends at
+// optim.decay_steps (train.steps when 0) and stays at min_lr after it:
+//   cosine               min_lr + (lr - min_lr) (1 + cos(pi r)) / 2, r the decay's progress in [0, 1]
+//   linear               min_lr + (lr - min_lr) (1 - r)
+//   wsd                  warmup-stable-decay: lr until the last optim.wsd_decay_steps of the decay,
+//                        then an annealing to min_lr shaped by optim.wsd_decay_style (exponential:
+//                        2 * 0.5^a - 1, linear: 1 - a, cosine: (1 + cos(pi a)) / 2, minus_sqrt:
+//                        1 - sqrt(a), a the annealing's progress)
+//   inverse_square_root  lr * sqrt(max(warmup_steps, 1) / step), never below min_lr
+//   constant             lr
 #include "loom/config/run_config.h"
 
 namespace loom::optim {

@@ -1,6 +1,7 @@
 #include "loom/train/batch_source.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "loom/core/error.h"
 #include "loom/data/tokenizer.h"
@@ -32,6 +33,13 @@ int64_t TokenBatch::mask_and_count(const BatchSource& source, int64_t first_samp
     counted += targets[i] != kernels::kIgnoreIndex;
   }
   return counted;
+}
+
+std::string format_epochs(int64_t samples, int64_t per_epoch) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.3g epoch%s", static_cast<double>(samples) / static_cast<double>(per_epoch),
+                samples == per_epoch ? "" : "s");
+  return text;
 }
 
 namespace {
@@ -91,6 +99,12 @@ void PretrainingSource::fill(int64_t first, TokenBatch& batch) const {
     }
   }
   if (options_.reset_position_ids || options_.reset_attention_mask) fill_documents(first, batch);
+}
+
+std::string PretrainingSource::describe_reading(int64_t first, int64_t samples) const {
+  return prefix_ + ": " + std::to_string(samples_per_epoch()) + " samples of " + std::to_string(loader_.seq_len() + 1) +
+         " tokens per epoch; samples [" + std::to_string(first) + ", " + std::to_string(first + samples) + ") read " +
+         format_epochs(samples, samples_per_epoch());
 }
 
 void PretrainingSource::fill_documents(int64_t first, TokenBatch& batch) const {

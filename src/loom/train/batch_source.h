@@ -57,7 +57,13 @@ class BatchSource {
   virtual void fill(int64_t first, TokenBatch& batch) const = 0;
   // For messages: the dataset this source reads.
   virtual std::string describe() const = 0;
+  // A line for the run's start: what global samples [first, first + samples) read (datasets,
+  // epochs); empty where there is nothing more to say than describe().
+  virtual std::string describe_reading(int64_t /*first*/, int64_t /*samples*/) const { return ""; }
 };
+
+// "1.5 epochs": `samples` read of a dataset holding `per_epoch`.
+std::string format_epochs(int64_t samples, int64_t per_epoch);
 
 // Megatron's document options of pre-training (data.reset_position_ids, data.reset_attention_mask,
 // data.eod_mask_loss), with the tokenizer's end-of-document id.
@@ -74,6 +80,8 @@ class PretrainingSource : public BatchSource {
   PretrainingSource(const std::string& prefix, int seq_len, uint64_t seed, DocumentOptions documents = {});
   void fill(int64_t first, TokenBatch& batch) const override;
   std::string describe() const override { return prefix_; }
+  std::string describe_reading(int64_t first, int64_t samples) const override;
+  int64_t samples_per_epoch() const { return loader_.num_samples(); }
 
  private:
   void fill_documents(int64_t first, TokenBatch& batch) const;

@@ -1,12 +1,17 @@
 #include "loom/train/pretrain.h"
 
+#include <memory>
 #include <optional>
+#include <utility>
+#include <string>
+#include <vector>
 
 #include "loom/core/error.h"
 #include "loom/core/tokenizer_names.h"
 #include "loom/data/indexed_dataset.h"
 #include "loom/data/tokenizer.h"
 #include "loom/train/batch_source.h"
+#include "loom/train/blended_source.h"
 #include "loom/train/run_ranks.h"
 
 namespace loom::train {
@@ -21,9 +26,25 @@ void check_dataset_vocabulary(const config::RunConfig& config) {
                                       : known_tokenizer_vocab_size(config.data.tokenizer);
   const int64_t vocab = config.model.vocab_size > 0 ? config.model.vocab_size : tokenizer_vocab;
   if (vocab <= 0) return;
-  for (const std::string& prefix : {config.data.train_prefix, config.data.val_prefix}) {
-    if (prefix.empty()) continue;
-    const data::IndexedDataset dataset = data::IndexedDataset::open(prefix);
+  std::vector<std::pair<std::string, std::string>> keyed;  // (the key that names it, prefix)
+  for (const auto& [key, prefix] : {std::pair{"data.train_prefix", &config.data.train_prefix},
+                                    std::pair{"data.val_prefix", &config.data.val_prefix}}) {
+    if (!prefix->empty()) keyed.emplace_back(key, *prefix);
+  }
+  for (const auto& [key, blend] : {std::pair{"data.train_blend", &config.data.train_blend},
+                                   std::pair{"data.val_blend", &config.data.val_blend}}) {
+    for (size_t i = 0; i < blend->size(); ++i) {
+      keyed.emplace_back(std::string(key) + "[" + std::to_string(i) + "].prefix", (*blend)[i].prefix);
+    }
+  }
+  for (const auto& [key, prefix] : keyed) {
+    std::optional<data::IndexedDataset> opened;
+    try {
+      opened.emplace(data::IndexedDataset::open(prefix));
+    } catch (const Error& e) {
+      throw Error(key + ": " + e.what());
+    }
+    const data::IndexedDataset& dataset = *opened;
     const std::optional<data::TokenOutOfRange> bad = dataset.find_token_at_least(vocab);
     if (!bad) continue;
     const std::string source = config.model.vocab_size > 0
@@ -38,19 +59,28 @@ void check_dataset_vocabulary(const config::RunConfig& config) {
   }
 }
 
+// The samples of a dataset (`prefix`) or a blend of datasets; nullptr where neither is given.
+std::unique_ptr<BatchSource> make_source(const config::RunConfig& config, const std::string& prefix,
+                                         const std::string& blend_key, const std::vector<config::BlendEntry>& blend) {
+  const DocumentOptions documents = DocumentOptions::from_config(config.data);
+  if (!blend.empty()) {
+    return std::make_unique<BlendedSource>(blend_key, blend, config.data.seq_len, config.train.seed, documents);
+  }
+  if (prefix.empty()) return nullptr;
+  return std::make_unique<PretrainingSource>(prefix, config.data.seq_len, config.train.seed, documents);
+}
+
 }  // namespace
 
 TrainSummary pretrain(const config::RunConfig& config, std::ostream& out) {
   const auto rank = [&](comm::Communicator& world) {
-    LOOM_CHECK(!config.data.train_prefix.empty(),
-               "data.train_prefix is empty: give the prefix of a dataset made by `loom data prepare`");
-    const DocumentOptions documents = DocumentOptions::from_config(config.data);
-    const PretrainingSource train(config.data.train_prefix, config.data.seq_len, config.train.seed, documents);
-    std::optional<PretrainingSource> validation;
-    if (!config.data.val_prefix.empty()) {
-      validation.emplace(config.data.val_prefix, config.data.seq_len, config.train.seed, documents);
-    }
-    return train_rank(config, world, train, validation ? &*validation : nullptr, out);
+    const std::unique_ptr<BatchSource> train =
+        make_source(config, config.data.train_prefix, "data.train_blend", config.data.train_blend);
+    LOOM_CHECK(train != nullptr, "no training data: give data.train_prefix (a dataset made by `loom data prepare`) "
+                                 "or data.train_blend (weighted datasets)");
+    const std::unique_ptr<BatchSource> validation =
+        make_source(config, config.data.val_prefix, "data.val_blend", config.data.val_blend);
+    return train_rank(config, world, *train, validation.get(), out);
   };
   return run_on_ranks(config, out, rank, [&] { check_dataset_vocabulary(config); });
 }

@@ -95,6 +95,10 @@ void Trainer::describe() {
       << (s.precision->loss_scaling() ? ", dynamic loss scale " + std::to_string(s.precision->loss_scale()) : "")
       << "\n";
   }
+  const int64_t steps_left = std::max<int64_t>(0, run.train.steps - s.progress.step);
+  const std::string reading =
+      s.train.describe_reading(s.progress.consumed_samples, steps_left * run.train.global_batch);
+  if (!reading.empty()) o << "data: " << reading << "\n";
   o << describe_profile(run, s.progress.step);
 }
 

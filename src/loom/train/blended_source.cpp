@@ -1,0 +1,85 @@
+#include "loom/train/blended_source.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "loom/core/error.h"
+
+namespace loom::train {
+
+namespace {
+
+std::vector<double> weights_of(const std::vector<config::BlendEntry>& entries) {
+  std::vector<double> weights;
+  for (const config::BlendEntry& entry : entries) weights.push_back(entry.weight);
+  return weights;
+}
+
+// Copies row 0 of `from` into row `row` of `into`, positions and document ids where `from` has them.
+void copy_row(const TokenBatch& from, int row, TokenBatch& into) {
+  const size_t seq = static_cast<size_t>(into.seq), at = static_cast<size_t>(row) * seq;
+  std::copy_n(from.inputs.begin(), seq, into.inputs.begin() + static_cast<std::ptrdiff_t>(at));
+  std::copy_n(from.targets.begin(), seq, into.targets.begin() + static_cast<std::ptrdiff_t>(at));
+  std::copy_n(from.loss_weights.begin(), seq, into.loss_weights.begin() + static_cast<std::ptrdiff_t>(at));
+  const size_t n = into.inputs.size();
+  if (!from.positions.empty()) {
+    into.positions.resize(n);
+    std::copy_n(from.positions.begin(), seq, into.positions.begin() + static_cast<std::ptrdiff_t>(at));
+  }
+  if (!from.documents.empty()) {
+    into.documents.resize(n);
+    std::copy_n(from.documents.begin(), seq, into.documents.begin() + static_cast<std::ptrdiff_t>(at));
+  }
+}
+
+}  // namespace
+
+BlendedSource::BlendedSource(const std::string& key, const std::vector<config::BlendEntry>& entries, int seq_len,
+                             uint64_t seed, DocumentOptions documents)
+    : entries_(entries), index_(weights_of(entries)) {
+  sources_.reserve(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    try {
+      sources_.emplace_back(entries[i].prefix, seq_len, seed, documents);
+    } catch (const Error& e) {
+      throw Error(key + "[" + std::to_string(i) + "].prefix = '" + entries[i].prefix + "': " + e.what());
+    }
+  }
+}
+
+void BlendedSource::fill(int64_t first, TokenBatch& batch) const {
+  const std::vector<data::BlendIndex::Pick> picks = index_.picks(first, batch.batch);
+  TokenBatch row;
+  for (int r = 0; r < batch.batch; ++r) {
+    const data::BlendIndex::Pick& pick = picks[static_cast<size_t>(r)];
+    row.resize(1, batch.seq);
+    sources_[static_cast<size_t>(pick.dataset)].fill(pick.sample, row);
+    copy_row(row, r, batch);
+  }
+}
+
+std::string BlendedSource::describe() const {
+  std::string text = "blend of";
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    char weight[32];
+    std::snprintf(weight, sizeof weight, "%g", entries_[i].weight);
+    text += (i == 0 ? " " : ", ") + entries_[i].prefix + " (weight " + weight + ")";
+  }
+  return text;
+}
+
+std::string BlendedSource::describe_reading(int64_t first, int64_t samples) const {
+  const std::vector<int64_t> before = index_.counts_before(first), after = index_.counts_before(first + samples);
+  std::string text = "blend of " + std::to_string(entries_.size()) + " datasets; samples [" + std::to_string(first) +
+                     ", " + std::to_string(first + samples) + ") read";
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const int64_t reads = after[i] - before[i], per_epoch = sources_[i].samples_per_epoch();
+    char share[32];
+    std::snprintf(share, sizeof share, "%.1f%%", samples > 0 ? 100.0 * static_cast<double>(reads) / samples : 0.0);
+    text += std::string(i == 0 ? " " : ", ") + entries_[i].prefix + " " + share + " (" + std::to_string(reads) +
+            " samples: " + format_epochs(reads, per_epoch) + " of its " + std::to_string(per_epoch) + ")";
+  }
+  return text;
+}
+
+}  // namespace loom::train
