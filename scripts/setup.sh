@@ -18,7 +18,7 @@ done
 packages=(
   build-essential cmake pkg-config git python3 ccache  # ccache: rebuilds of unchanged sources read objects back
   libopenblas-openmp-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev libssl-dev libxxhash-dev libzstd-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev libssl-dev libxxhash-dev libzstd-dev zlib1g-dev
   libsentencepiece-dev sentencepiece libutf8proc-dev  # Hugging Face tokenizers (spm_train/spm_encode: tests)
   libopenmpi-dev openmpi-bin
   libcpp-httplib-dev  # loom serve's HTTP server

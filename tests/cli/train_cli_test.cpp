@@ -38,6 +38,28 @@ class TrainCli : public ::testing::Test {
   TempDir dir;
 };
 
+// train.exit_duration_mins (a batch job's time limit): once the time has passed, every rank stops
+// after the same step with a checkpoint and exit status 0, and the run resumes from it.
+TEST_F(TrainCli, ExitDurationStopsEveryRankAfterOneStepWithACheckpoint) {
+  // A millionth of a minute has passed by the first step: it is the last.
+  CommandResult first = train("run.dir=" + (dir / "timed") + " train.exit_duration_mins=0.000001 runtime.ranks=2");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("stopping after step 1 (train.exit_duration_mins = 1e-06 passed); resume with "
+                              "train.resume=true"),
+            std::string::npos)
+      << first.output;
+  EXPECT_TRUE(fs::exists(dir / "timed/checkpoints/step-00000001"));
+  EXPECT_EQ(first.output.find("interrupted"), std::string::npos) << first.output;
+  CommandResult rest = train("run.dir=" + (dir / "timed") + " train.resume=true runtime.ranks=2");
+  ASSERT_EQ(rest.exit_code, 0) << rest.output;
+  EXPECT_TRUE(fs::exists(dir / "timed/checkpoints/step-00000008"));
+  ASSERT_EQ(train("run.dir=" + (dir / "untimed") + " runtime.ranks=2").exit_code, 0);
+  EXPECT_EQ(digest(dir / "timed/checkpoints"), digest(dir / "untimed/checkpoints"));
+  CommandResult bad = train("run.dir=" + (dir / "bad") + " train.exit_duration_mins=-1");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("train.exit_duration_mins = -1"), std::string::npos) << bad.output;
+}
+
 TEST_F(TrainCli, ResumedRunIsBitwiseIdenticalToUninterrupted) {
   CommandResult full = train("run.dir=" + (dir / "full"));
   ASSERT_EQ(full.exit_code, 0) << full.output;

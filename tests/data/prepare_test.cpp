@@ -10,6 +10,10 @@
 #include "loom/core/error.h"
 #include "loom/data/indexed_dataset.h"
 
+#include <nlohmann/json.hpp>
+#include <zlib.h>
+#include <zstd.h>
+
 namespace loom::data {
 namespace {
 
@@ -185,6 +189,81 @@ TEST_F(PrepareTest, EmptyInputsAreAnError) {
   // Nothing half-written is left behind.
   for (const fs::directory_entry& entry : fs::directory_iterator(dir_))
     EXPECT_EQ(entry.path().filename().string().rfind(".out", 0), std::string::npos) << entry.path();
+}
+
+// A JSONL corpus (Megatron's preprocess_data.py input): one document per line, the string of the
+// key given, in file order; the same bytes out of .jsonl, .jsonl.zst and .jsonl.gz; a directory
+// takes JSONL files beside text files, sorted by path.
+TEST_F(PrepareTest, JsonLinesAreOneDocumentPerLine) {
+  std::vector<std::string> texts;
+  std::string jsonl;
+  for (int i = 0; i < 300; ++i) {
+    texts.push_back("Document " + std::to_string(i) + " says \"hi\"\n\twith a tab, é and 日本" +
+                    std::string(static_cast<size_t>(i % 7) * 50, '.'));
+    jsonl += nlohmann::json{{"id", i}, {"text", texts.back()}, {"meta", {{"source", "test"}}}}.dump() + "\n";
+    if (i % 50 == 0) jsonl += "\n";  // blank lines are skipped
+  }
+  jsonl += R"({"id": 300, "text": ""})" "\n";  // an empty text is left out, with a warning
+  write("corpus.jsonl", jsonl);
+  {
+    std::string frame(ZSTD_compressBound(jsonl.size()), '\0');
+    frame.resize(ZSTD_compress(frame.data(), frame.size(), jsonl.data(), jsonl.size(), 3));
+    write("corpus.jsonl.zst", frame);
+    gzFile file = gzopen(path("corpus.json.gz").c_str(), "wb");
+    gzwrite(file, jsonl.data(), static_cast<unsigned>(jsonl.size()));
+    gzclose(file);
+  }
+  ShiftedByteTokenizer tok;
+  const PrepareStats stats = prepare_dataset({path("corpus.jsonl")}, tok, path("plain"), 0.2, 9);
+  std::vector<std::string> want_train, want_val;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    (is_validation_document(9, static_cast<int64_t>(i), 0.2) ? want_val : want_train).push_back(texts[i]);
+  }
+  EXPECT_EQ(read_documents(path("plain_train")), want_train);
+  EXPECT_EQ(read_documents(path("plain_val")), want_val);
+  EXPECT_EQ(stats.bytes, static_cast<int64_t>(jsonl.size()));
+  EXPECT_EQ(stats.empty_records, 1);
+  ASSERT_EQ(stats.warnings.size(), 1u);
+  EXPECT_NE(stats.warnings[0].find("1 JSON line(s) had an empty 'text'"), std::string::npos) << stats.warnings[0];
+  for (const char* name : {"corpus.jsonl.zst", "corpus.json.gz"}) {
+    prepare_dataset({path(name)}, tok, path("packed"), 0.2, 9);
+    for (const char* suffix : {"_train.bin", "_train.idx", "_val.bin", "_val.idx"}) {
+      EXPECT_EQ(read_file(path("plain") + suffix), read_file(path("packed") + suffix)) << name << suffix;
+    }
+  }
+  // Another key; a directory of both kinds.
+  write("corpus/b.jsonl", R"({"content": "from b"})" "\n");
+  write("corpus/a.txt", "from a\n");
+  write("corpus/nested/c.jsonl.zst", read_file(path("corpus.jsonl.zst")));
+  EXPECT_EQ(list_input_files({path("corpus")}), (std::vector<std::string>{path("corpus/a.txt"), path("corpus/b.jsonl"),
+                                                                          path("corpus/nested/c.jsonl.zst")}));
+  prepare_dataset({path("corpus/b.jsonl")}, tok, path("content"), 0.0, 1, "content");
+  EXPECT_EQ(read_documents(path("content_train")), (std::vector<std::string>{"from b"}));
+}
+
+TEST_F(PrepareTest, BadJsonLinesNameTheFileAndLine) {
+  ShiftedByteTokenizer tok;
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {R"({"text": "fine"})" "\n" R"({"text": "cut)", {"line 2 is not JSON"}},
+      {R"({"text": "fine"})" "\n\n" R"(["text"])", {"line 3 is not a JSON object"}},
+      {R"({"body": "x", "id": 1})", {"line 1 has no key 'text' (its keys: body, id)", "--json-key"}},
+      {R"({"text": 7})", {"line 1: 'text' is number, not a string"}},
+      {"{\"text\": \"bad \xff byte\"}", {"line 1 is not JSON"}},  // not UTF-8
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string name = "bad" + std::to_string(i) + ".jsonl";
+    write(name, cases[i].first);
+    try {
+      prepare_dataset({path(name)}, tok, path("out"), 0.1, 1);
+      ADD_FAILURE() << name << ": expected an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("'" + path(name) + "' "), std::string::npos) << e.what();
+      for (const std::string& part : cases[i].second) {
+        EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+      }
+    }
+    EXPECT_FALSE(fs::exists(path("out_train.idx"))) << name;
+  }
 }
 
 }  // namespace

@@ -51,5 +51,28 @@ TEST(WorldAgreements, LossSumsContributorsAndAnyStopStopsAll) {
   }
 }
 
+// One rank out of time (train.exit_duration_mins) stops them all, below any signal; the extra
+// sums still travel after the stop counts.
+TEST(WorldAgreements, ARanksTimeRunningOutStopsAllBelowSignals) {
+  for (const int other : {0, SIGINT, SIGTERM}) {
+    comm::LaunchOptions options;
+    options.ranks = 3;
+    std::mutex mutex;
+    std::vector<LossAndStop> results;
+    comm::launch(options, [&](comm::Communicator& world) {
+      const int request = world.rank() == 1 ? kStopForDuration : world.rank() == 2 ? other : 0;
+      const LossAndStop r = agree_loss_and_stop(world, true, 1.0, request, {2.0, 0.25});
+      std::lock_guard<std::mutex> lock(mutex);
+      results.push_back(r);
+    });
+    ASSERT_EQ(results.size(), 3u);
+    for (const LossAndStop& r : results) {
+      EXPECT_EQ(r.stop_signal, other == 0 ? kStopForDuration : other) << "other rank's signal " << other;
+      EXPECT_DOUBLE_EQ(r.loss_sum, 3.0);
+      EXPECT_EQ(r.extra, (std::vector<double>{6.0, 0.75}));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace loom::train

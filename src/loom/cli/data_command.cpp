@@ -1,4 +1,4 @@
-// loom data prepare INPUTS... --output PREFIX [--tokenizer NAME] [--val-fraction F] [--seed S]
+// loom data prepare INPUTS... --output PREFIX [--tokenizer NAME] [--val-fraction F] [--seed S] [--json-key K]
 // loom data synth --task KIND --count N --output FILE.jsonl [--seed S] [--digits D] [--numbers K] [--first I]
 #include <filesystem>
 #include <iostream>
@@ -65,23 +65,29 @@ void register_data(CLI::App& app, std::vector<Command>& commands) {
     std::string tokenizer = kDefaultTokenizer, output;
     double val_fraction = 0.02;
     uint64_t seed = 1234;
+    std::string json_key = "text";
   };
   auto args = std::make_shared<Args>();
   CLI::App* data = app.add_subcommand("data", "data preparation");
   data->require_subcommand(1);
-  CLI::App* cmd = data->add_subcommand("prepare", "tokenize text files into Megatron indexed datasets (.bin/.idx)");
+  CLI::App* cmd = data->add_subcommand(
+      "prepare", "tokenize text files or JSONL corpora into Megatron indexed datasets (.bin/.idx)");
   cmd->option_defaults()->always_capture_default();
-  cmd->add_option("inputs", args->inputs, "text files or directories of *.txt")->required();
+  cmd->add_option("inputs", args->inputs,
+                  "text files, JSON-lines files (*.jsonl, *.json, also .zst or .gz: one document per line), or "
+                  "directories of them")
+      ->required();
   cmd->add_option("--tokenizer", args->tokenizer,
                   known_tokenizer_list() + " (the same default as data.tokenizer in a run config)");
   cmd->add_option("--output", args->output, "output prefix (writes PREFIX_train and PREFIX_val)")->required();
   cmd->add_option("--val-fraction", args->val_fraction, "fraction of documents for validation")
       ->check(finite_range(0.0, 1.0));
   cmd->add_option("--seed", args->seed, "seed of the train/validation split");
+  cmd->add_option("--json-key", args->json_key, "JSON lines: the key of each object's text");
   commands.push_back({cmd, [args] {
                         auto tokenizer = data::make_tokenizer(args->tokenizer);
-                        data::PrepareStats s =
-                            data::prepare_dataset(args->inputs, *tokenizer, args->output, args->val_fraction, args->seed);
+                        data::PrepareStats s = data::prepare_dataset(args->inputs, *tokenizer, args->output,
+                                                                     args->val_fraction, args->seed, args->json_key);
                         for (const std::string& warning : s.warnings) std::cerr << "loom data prepare: warning: " << warning << "\n";
                         std::cout << "prepared " << s.files << " files (" << s.bytes << " bytes) with "
                                   << tokenizer->name() << ": train " << s.train_documents << " documents, "

@@ -251,6 +251,7 @@ const std::vector<SectionSchema>& schema() {
                   field("resume", &TrainConfig::resume),
                   field("threads", &TrainConfig::threads, at_least(0)),
                   field("exit_interval", &TrainConfig::exit_interval, at_least(0)),
+                  field("exit_duration_mins", &TrainConfig::exit_duration_mins, at_least(0.0)),
                   field("init_from", &TrainConfig::init_from),
               }),
       section("checkpoint", &RunConfig::checkpoint,

@@ -139,6 +139,10 @@ struct TrainConfig {
   bool resume = false;
   int threads = 0;        // 0 = OpenMP default
   int exit_interval = 0;  // stop (with a checkpoint) after this many steps of this run; 0 = never
+  // Stop (with a checkpoint, exit status 0) after the first step that starts this many minutes
+  // after the ranks started (Megatron's --exit-duration-in-mins: inside a batch job's time limit);
+  // 0 = never.
+  double exit_duration_mins = 0.0;
   // A checkpoint (root or step directory) whose parameters a fresh run starts from (fine-tuning):
   // weights only, a fresh optimizer and step 0. Ignored when train.resume finds a checkpoint.
   std::string init_from;

@@ -1,5 +1,6 @@
 #include "loom/train/run_ranks.h"
 
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <mutex>
@@ -72,10 +73,11 @@ TrainSummary run_on_ranks(const config::RunConfig& config, std::ostream& out, co
 
 TrainSummary train_rank(const config::RunConfig& config, comm::Communicator& world, const BatchSource& train,
                         const BatchSource* validation, std::ostream& out) {
+  const auto started = std::chrono::steady_clock::now();  // train.exit_duration_mins counts set-up too
   Trainer trainer(config, world, train, validation, out);
   trainer.restore();
   trainer.describe();
-  return run_training(trainer);
+  return run_training(trainer, started);
 }
 
 }  // namespace loom::train

@@ -52,7 +52,9 @@ struct StepResult {
   // run's first step: since the process or the memory check started).
   int64_t memory_allocated_bytes = 0, memory_peak_bytes = 0;
   std::vector<double> mtp_losses;  // by depth: multi-token prediction's mean token loss (model.mtp_depths)
-  int stop_signal = 0;  // some rank was asked to stop (SIGINT/SIGTERM): every rank stops after this step
+  // Some rank was asked to stop (SIGINT/SIGTERM, or kStopForDuration of world_agreements.h): every
+  // rank stops after this step.
+  int stop_signal = 0;
 };
 
 class Trainer {
@@ -73,7 +75,7 @@ class Trainer {
   void describe();
 
   // One optimizer step over the next global batch (collective). `stop_signal`: the signal this
-  // rank was asked to stop by (0: none); the result says whether any rank was.
+  // rank was asked to stop by, or kStopForDuration (0: none); the result says whether any rank was.
   StepResult step(int stop_signal);
   // Reinforcement learning: the objective of the next steps in place of cross-entropy (null:
   // cross-entropy again); StepResult::loss is then the mean of its token losses. Not with

@@ -4,9 +4,12 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdio>
+#include <string>
 
 #include "loom/config/metrics.h"
 #include "loom/config/progress.h"
+#include "loom/train/world_agreements.h"
 
 namespace loom::train {
 
@@ -40,6 +43,21 @@ class StopSignals {
   void (*previous_int_)(int);
   void (*previous_term_)(int);
 };
+
+// This rank's stop request for the next step: a signal it got, else kStopForDuration once
+// train.exit_duration_mins have passed since `started`, else 0.
+int stop_request(const config::TrainConfig& train, std::chrono::steady_clock::time_point started) {
+  if (const int signal = g_stop_signal.load(); signal != 0) return signal;
+  if (train.exit_duration_mins <= 0) return 0;
+  const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() / 60.0;
+  return minutes >= train.exit_duration_mins ? kStopForDuration : 0;
+}
+
+std::string format_minutes(double minutes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", minutes);
+  return text;
+}
 
 // What rank 0 writes and draws: metrics.jsonl and the progress bar.
 class Reporter {
@@ -93,7 +111,7 @@ void Reporter::step(const StepResult& r, const std::optional<double>& val_loss, 
 
 }  // namespace
 
-TrainSummary run_training(Trainer& trainer) {
+TrainSummary run_training(Trainer& trainer, std::chrono::steady_clock::time_point started) {
   const config::RunConfig& run = trainer.config();
   Reporter reporter(trainer);
   StopSignals signals;
@@ -110,7 +128,7 @@ TrainSummary run_training(Trainer& trainer) {
   int steps_this_run = 0;
   while (trainer.progress().step < run.train.steps) {
     if (steps_this_run == 0) trainer.start_memory_check();
-    const StepResult r = trainer.step(g_stop_signal.load());
+    const StepResult r = trainer.step(stop_request(run.train, started));
     ++steps_this_run;
     if (steps_this_run > 1) {  // the first step pays for allocations
       timed_seconds += r.seconds;
@@ -120,7 +138,8 @@ TrainSummary run_training(Trainer& trainer) {
     summary.last_loss = r.loss;
     summary.last_step = static_cast<int>(r.step);
     const bool last = r.step == run.train.steps;
-    const bool stop = r.stop_signal != 0 || (run.train.exit_interval > 0 && steps_this_run >= run.train.exit_interval);
+    const bool stop =
+        r.stop_signal != 0 || (run.train.exit_interval > 0 && steps_this_run >= run.train.exit_interval);
     std::optional<double> val_loss;
     if (evaluating && (r.step % run.train.eval_interval == 0 || last)) val_loss = trainer.evaluate();
     if (steps_this_run == 1) {
@@ -132,8 +151,12 @@ TrainSummary run_training(Trainer& trainer) {
     summary.steps_run = steps_this_run;
     if (stop && !last) {
       summary.stopped_early = true;
-      summary.stop_signal = r.stop_signal;
-      reporter.message("stopping after step " + std::to_string(r.step) + "; resume with train.resume=true");
+      summary.stop_signal = r.stop_signal == kStopForDuration ? 0 : r.stop_signal;  // out of time: a planned stop
+      const std::string why = r.stop_signal == kStopForDuration
+                                  ? " (train.exit_duration_mins = " + format_minutes(run.train.exit_duration_mins) +
+                                        " passed)"
+                                  : "";
+      reporter.message("stopping after step " + std::to_string(r.step) + why + "; resume with train.resume=true");
       break;
     }
   }

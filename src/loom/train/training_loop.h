@@ -2,7 +2,8 @@
 // The step loop every recipe runs on its Trainer: steps until train.steps, evaluating every
 // train.eval_interval steps, writing metrics.jsonl and the progress bar (rank 0), saving every
 // checkpoint.interval steps and at the end, and stopping after a step with a checkpoint on
-// SIGINT/SIGTERM or after train.exit_interval steps.
+// SIGINT/SIGTERM, after train.exit_interval steps or once train.exit_duration_mins have passed.
+#include <chrono>
 #include <optional>
 #include <string>
 
@@ -15,7 +16,7 @@ struct TrainSummary {
   int first_step = 0;    // the first step this invocation ran
   int last_step = 0;     // the last step completed
   int steps_run = 0;     // steps this invocation ran (0: the run was already complete)
-  bool stopped_early = false;  // stopped before train.steps (a signal, train.exit_interval)
+  bool stopped_early = false;  // stopped before train.steps (a signal, train.exit_interval, exit_duration_mins)
   int stop_signal = 0;         // the signal (SIGINT, SIGTERM) that stopped it, 0 if none
   double first_loss = 0.0, last_loss = 0.0;
   std::optional<double> first_val_loss, last_val_loss;
@@ -24,7 +25,9 @@ struct TrainSummary {
   std::string checkpoint;     // the last checkpoint written
 };
 
-// Runs `trainer` (restored already) to the end. Collective over the trainer's world.
-TrainSummary run_training(Trainer& trainer);
+// Runs `trainer` (restored already) to the end. Collective over the trainer's world. `started`:
+// when this rank began (train.exit_duration_mins counts from it).
+TrainSummary run_training(Trainer& trainer,
+                          std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now());
 
 }  // namespace loom::train

@@ -30,14 +30,18 @@ int64_t agree_token_count(comm::Communicator& dp, int64_t local_tokens) {
 LossAndStop agree_loss_and_stop(comm::Communicator& world, bool contribute, double local_loss_sum, int stop_signal,
                                 const std::vector<double>& extra_sums) {
   if (world.size() == 1) return {local_loss_sum, stop_signal, extra_sums};
-  // Counts of ranks asked to stop by SIGTERM and by SIGINT (small integers: exact in f32).
+  // Counts of ranks asked to stop by SIGTERM, by SIGINT and by their time (small integers: exact
+  // in f32).
+  const bool by_time = stop_signal == kStopForDuration;
   std::vector<float> shared = {contribute ? static_cast<float>(local_loss_sum) : 0.0f,
                                stop_signal == SIGTERM ? 1.0f : 0.0f,
-                               stop_signal != 0 && stop_signal != SIGTERM ? 1.0f : 0.0f};
+                               stop_signal != 0 && stop_signal != SIGTERM && !by_time ? 1.0f : 0.0f,
+                               by_time ? 1.0f : 0.0f};
+  constexpr size_t kSums = 4;  // extra_sums follow
   for (double x : extra_sums) shared.push_back(contribute ? static_cast<float>(x) : 0.0f);
   world.all_reduce(shared.data(), static_cast<int64_t>(shared.size()), DType::F32, comm::ReduceOp::Sum);
-  return {shared[0], shared[1] > 0.0f ? SIGTERM : shared[2] > 0.0f ? SIGINT : 0,
-          std::vector<double>(shared.begin() + 3, shared.end())};
+  const int agreed = shared[1] > 0.0f ? SIGTERM : shared[2] > 0.0f ? SIGINT : shared[3] > 0.0f ? kStopForDuration : 0;
+  return {shared[0], agreed, std::vector<double>(shared.begin() + kSums, shared.end())};
 }
 
 void sum_loss_and_tokens(comm::Communicator& group, double& loss_sum, int64_t& tokens) {

@@ -19,14 +19,19 @@ int64_t agree_token_count(comm::Communicator& dp, int64_t local_tokens);
 // ranks, summed (one all-reduce).
 void sum_loss_and_tokens(comm::Communicator& group, double& loss_sum, int64_t& tokens);
 
+// A stop request that is no signal: train.exit_duration_mins has passed on the rank.
+constexpr int kStopForDuration = -1;
+
 struct LossAndStop {
   double loss_sum = 0.0;  // the step's summed token loss over the whole global batch
-  int stop_signal = 0;    // SIGTERM if any rank got one, else SIGINT if any did, else 0
+  // SIGTERM if any rank got one, else SIGINT if any did, else kStopForDuration if any rank's time
+  // ran out, else 0.
+  int stop_signal = 0;
   std::vector<double> extra;  // `extra_sums`, summed like the loss
 };
 // Sums the loss of the ranks that `contribute` (one per replica: the last pipeline stage's first
 // tensor-parallel rank) and agrees on the stop requests (`stop_signal`: the signal this rank was
-// asked to stop by, 0 if none), in one all-reduce over `world`, so every rank stops after the
+// asked to stop by, kStopForDuration, or 0 if none), in one all-reduce over `world`, so every rank stops after the
 // same step and reports the same signal. `extra_sums` (multi-token prediction's losses and
 // token counts) travel in the same all-reduce, summed over the contributing ranks.
 LossAndStop agree_loss_and_stop(comm::Communicator& world, bool contribute, double local_loss_sum, int stop_signal,
