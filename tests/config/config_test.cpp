@@ -136,6 +136,29 @@ data:
   EXPECT_EQ(over.data.train_blend[1].prefix, "b");
 }
 
+// Megatron's --data-path text works as it is: weights and prefixes in turn, or one prefix.
+TEST(Config, BlendsFromMegatronDataPathText) {
+  const RunConfig c = parse("data: {train_blend: \"0.7 data/web  0.3 data/code\", val_blend: data/val}");
+  ASSERT_EQ(c.data.train_blend.size(), 2u);
+  EXPECT_EQ(c.data.train_blend[0].prefix, "data/web");
+  EXPECT_DOUBLE_EQ(c.data.train_blend[0].weight, 0.7);
+  EXPECT_EQ(c.data.train_blend[1].prefix, "data/code");
+  EXPECT_DOUBLE_EQ(c.data.train_blend[1].weight, 0.3);
+  ASSERT_EQ(c.data.val_blend.size(), 1u);
+  EXPECT_EQ(c.data.val_blend[0].prefix, "data/val");
+  const RunConfig over = parse("", {"data.train_blend=2 a 1e-1 b"});
+  ASSERT_EQ(over.data.train_blend.size(), 2u);
+  EXPECT_DOUBLE_EQ(over.data.train_blend[1].weight, 0.1);
+  EXPECT_EQ(parse(to_yaml(c)).data.train_blend.size(), 2u);  // written back as the list of maps
+  std::string msg = error_of([] { parse("", {"data.train_blend=0.7 data/web 0.3"}); });
+  EXPECT_HAS(msg, "data.train_blend = '0.7 data/web 0.3' is invalid: expected");
+  EXPECT_HAS(msg, "--data-path");
+  msg = error_of([] { parse("", {"data.train_blend=data/web 0.7 data/code 0.3"}); });
+  EXPECT_HAS(msg, "'data/web' (word 1) is not a weight");
+  msg = error_of([] { parse("", {"data.train_blend=-1 a 2 b"}); });
+  EXPECT_HAS(msg, "data.train_blend[0].weight");
+}
+
 TEST(Config, BadBlendsNameTheEntryAndWhatIsValid) {
   std::string msg = error_of([] { parse("data: {train_blend: [{prefix: a, weight: 0}]}"); });
   EXPECT_HAS(msg, "data.train_blend[0].weight");

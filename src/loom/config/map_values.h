@@ -5,7 +5,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <sstream>
+#include <system_error>
 #include <functional>
 #include <optional>
 #include <string>
@@ -120,13 +123,38 @@ inline const std::vector<Key<BlendEntry>>& blend_keys() {
   return keys;
 }
 
+// Megatron's --data-path text, "0.7 data/web 0.3 data/code" (weights and prefixes in turn) or a
+// lone prefix, as blend entries.
+inline std::vector<BlendEntry> blend_from_text(const std::string& text, const Origin& origin, const char* expected) {
+  std::vector<std::string> words;
+  std::istringstream in(text);
+  for (std::string word; in >> word;) words.push_back(word);
+  if (words.size() == 1) return {BlendEntry{words[0], 1.0}};
+  if (words.empty() || words.size() % 2 != 0) {
+    throw Error(origin.where + ": " + origin.path + " = " + in_quotes(text) + " is invalid: expected " + expected);
+  }
+  std::vector<BlendEntry> entries;
+  for (size_t i = 0; i < words.size(); i += 2) {
+    double weight = 0;
+    const auto [end, error] = std::from_chars(words[i].data(), words[i].data() + words[i].size(), weight);
+    if (error != std::errc() || end != words[i].data() + words[i].size()) {
+      throw Error(origin.where + ": " + origin.path + " = " + in_quotes(text) + " is invalid: " + in_quotes(words[i]) +
+                  " (word " + std::to_string(i + 1) + ") is not a weight; expected " + expected);
+    }
+    entries.push_back({words[i + 1], weight});
+  }
+  return entries;
+}
+
 template <>
 struct Value<std::vector<BlendEntry>> {
   static constexpr const char* kExpected =
       "a list of maps with keys prefix, weight "
-      "(e.g. [{prefix: data/web, weight: 0.7}, {prefix: data/code, weight: 0.3}])";
+      "(e.g. [{prefix: data/web, weight: 0.7}, {prefix: data/code, weight: 0.3}]), or Megatron's --data-path text "
+      "(\"0.7 data/web 0.3 data/code\")";
   using List = MapList<BlendEntry>;
   static std::vector<BlendEntry> parse(const YAML::Node& node, const Origin& origin) {
+    if (node.IsScalar()) return blend_from_text(node.Scalar(), origin, kExpected);
     return List::parse(node, origin, blend_keys(), kExpected, "a blend entry");
   }
   static void emit(YAML::Emitter& out, const std::vector<BlendEntry>& entries) {

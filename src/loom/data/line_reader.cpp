@@ -58,7 +58,9 @@ class ZstdSource : public PlainSource {
   size_t read(char* out, size_t capacity) override {
     ZSTD_outBuffer output{out, capacity, 0};
     while (output.pos == 0) {
-      if (in_.pos == in_.size) {
+      // A call that filled its output may have left decoded bytes in the decoder: those come
+      // first, before more input is read (or the end of the file is taken for a truncation).
+      if (in_.pos == in_.size && !output_was_full_) {
         const size_t n = PlainSource::read(input_.data(), input_.size());
         if (n == 0) {
           if (frame_open_) throw Error("'" + path_ + "' ends inside a zstd frame: the file is truncated");
@@ -71,6 +73,7 @@ class ZstdSource : public PlainSource {
         throw Error("'" + path_ + "' is not a valid zstd stream: " + ZSTD_getErrorName(left));
       }
       frame_open_ = left != 0;
+      output_was_full_ = output.pos == output.size;
     }
     return output.pos;
   }
@@ -79,7 +82,7 @@ class ZstdSource : public PlainSource {
   ZSTD_DStream* stream_;
   std::vector<char> input_;
   ZSTD_inBuffer in_{nullptr, 0, 0};
-  bool frame_open_ = false;
+  bool frame_open_ = false, output_was_full_ = false;
 };
 
 // gzip members one after another (zlib's gzread reads them all).
