@@ -145,6 +145,8 @@ TEST_F(UserInputCli, BlendDatasetsAreNamedByTheirEntry) {
                                    " data.train_prefix= 'data.train_blend=[{prefix: " + (dir / "data/c_train") +
                                    "}, {prefix: " + (dir / "data/none") + "}]'");
   expect_failure_naming(missing, {"data.train_blend[1].prefix", "none.idx", "does not exist"});
+  expect_failure_naming(run_loom("train " + write_config("no-data") + " data.train_prefix="),
+                        {"no training data", "data.train_prefix", "data.train_blend"});
   expect_failure_naming(run_loom("train " + write_config("oov-blend") + blend + " model.vocab_size=100"),
                         {"c_train.bin", "model.vocab_size = 100"});
   CommandResult ok = run_loom("train " + write_config("blend") + blend);
