@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -25,14 +26,16 @@ namespace fs = std::filesystem;
 class BlendedData : public ::testing::Test {
  protected:
   // root_/data/c_train (training_runs.h) and a second, smaller dataset of other text,
-  // root_/data/d_train, so that it is read for more than an epoch.
+  // root_/data/d_train, of short documents, so that it is read for more than an epoch.
   static void SetUpTestSuite() {
     root_ = testing::make_training_root("blend-test");
-    std::string text;
-    for (int i = 0; i < 10; ++i) text += "Call me Ishmael, said number " + std::to_string(i * 13) + ".\n\n";
-    std::ofstream(root_ + "/other.txt") << text;
+    std::string lines;  // JSON lines: short documents, so samples cross their ends
+    for (int i = 0; i < 10; ++i) {
+      lines += R"({"text": "Call me Ishmael, said number )" + std::to_string(i * 13) + ".\"}\n";
+    }
+    std::ofstream(root_ + "/other.jsonl") << lines;
     auto tokenizer = data::make_tokenizer("byte");
-    data::prepare_dataset({root_ + "/other.txt"}, *tokenizer, root_ + "/data/d", 0.0, 1);
+    data::prepare_dataset({root_ + "/other.jsonl"}, *tokenizer, root_ + "/data/d", 0.0, 1);
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
 
@@ -59,9 +62,13 @@ std::string BlendedData::root_;
 
 TEST_F(BlendedData, EachRowIsItsDatasetsSampleAtThePickedIndex) {
   const std::vector<config::BlendEntry> entries = {{c(), 0.6}, {d(), 0.4}};
-  const BlendedSource blended("data.train_blend", entries, 16, 1234, {});
-  const PretrainingSource sources[] = {PretrainingSource(c(), 16, 1234), PretrainingSource(d(), 16, 1234)};
+  // Positions and document ids too (Megatron's reset_position_ids and reset_attention_mask).
+  const DocumentOptions documents{true, true, false};
+  const BlendedSource blended("data.train_blend", entries, 16, 1234, documents);
+  const PretrainingSource sources[] = {PretrainingSource(c(), 16, 1234, documents),
+                                       PretrainingSource(d(), 16, 1234, documents)};
   const data::BlendIndex index({0.6, 0.4});
+  int64_t ends = 0;  // tokens after a document's end within their row
   for (const int64_t first : {int64_t{0}, int64_t{5}, int64_t{1000}}) {
     TokenBatch batch, row;
     batch.resize(12, 16);
@@ -75,11 +82,15 @@ TEST_F(BlendedData, EachRowIsItsDatasetsSampleAtThePickedIndex) {
       for (int t = 0; t < 16; ++t) {
         ASSERT_EQ(batch.inputs[r * 16 + t], row.inputs[t]) << "row " << r << " of the batch from " << first;
         ASSERT_EQ(batch.targets[r * 16 + t], row.targets[t]) << "row " << r << " of the batch from " << first;
+        ASSERT_EQ(batch.positions[r * 16 + t], row.positions[t]) << "row " << r << " of the batch from " << first;
+        ASSERT_EQ(batch.documents[r * 16 + t], row.documents[t]) << "row " << r << " of the batch from " << first;
       }
     }
+    ends += std::count_if(batch.documents.begin(), batch.documents.end(), [](int32_t id) { return id != 0; });
     EXPECT_GE(from_d, 4);  // 0.4 of 12 rows
     EXPECT_LE(from_d, 6);
   }
+  EXPECT_GT(ends, 0);
   EXPECT_THROW(BlendedSource("data.val_blend", {{c(), 1.0}, {root_ + "/data/none", 1.0}}, 16, 1, {}), Error);
   try {
     BlendedSource("data.val_blend", {{c(), 1.0}, {root_ + "/data/none", 1.0}}, 16, 1, {});

@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <sstream>
-#include <system_error>
 #include <functional>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <system_error>
 #include <type_traits>
 #include <vector>
 
@@ -39,72 +39,75 @@ inline const std::vector<Key<BlockConfig>>& block_keys() {
 }
 
 
-// A list of maps (block_configs, a blend's entries), each map's keys parsed, written and
-// checked by `keys`; `entry` names one map in messages.
+// One map's keys (at origin.path) into `item`, each by its entry in `keys`; `what` names the map's
+// keys in messages. A YAML null leaves `item` as it is.
 template <class T>
-struct MapList {
-  static std::vector<T> parse(const YAML::Node& node, const Origin& origin, const std::vector<Key<T>>& keys,
-                              const std::string& expected, const std::string& entry) {
+void parse_map(T& item, const YAML::Node& map, const Origin& origin, const std::vector<Key<T>>& keys,
+               const std::string& what) {
+  if (map.IsNull()) return;
+  if (!map.IsMap()) wrong_type(origin, map, "a map with keys " + join(names_of(keys)));
+  for (const auto& pair : map) {
+    const std::string name = pair.first.Scalar();
+    auto key = std::find_if(keys.begin(), keys.end(), [&](const auto& k) { return k.name == name; });
+    if (key == keys.end()) unknown_key(origin.where, origin.path + "." + name, "key", what, names_of(keys));
+    key->parse(item, pair.second, Origin{origin.where, origin.path + "." + name});
+  }
+}
+
+// One map's keys as a YAML flow map.
+template <class T>
+void emit_map(YAML::Emitter& out, const T& item, const std::vector<Key<T>>& keys) {
+  out << YAML::Flow << YAML::BeginMap;
+  for (const auto& key : keys) {
+    out << YAML::Key << key.name << YAML::Value;
+    key.emit(item, out);
+  }
+  out << YAML::EndMap;
+}
+
+// The Value of a list of maps (block_configs, a blend's entries): each map's keys parsed, written
+// and checked by Names::keys(); Names::kExpected says what the list is, Names::kEntry names one map.
+template <class T, class Names>
+struct MapListValue {
+  static std::vector<T> parse(const YAML::Node& node, const Origin& origin) {
+    const std::vector<Key<T>>& keys = Names::keys();
     if (node.IsNull()) return {};
-    if (!node.IsSequence()) wrong_type(origin, node, expected);
+    if (!node.IsSequence()) wrong_type(origin, node, Names::kExpected);
     std::vector<T> items;
     for (size_t i = 0; i < node.size(); ++i) {
-      const YAML::Node map = node[i];
-      Origin item_origin{origin.where, origin.path + "[" + std::to_string(i) + "]"};
       T item;
-      if (!map.IsNull()) {
-        if (!map.IsMap()) wrong_type(item_origin, map, "a map with keys " + join(names_of(keys)));
-        for (const auto& pair : map) {
-          const std::string name = pair.first.Scalar();
-          auto key = std::find_if(keys.begin(), keys.end(), [&](const auto& k) { return k.name == name; });
-          if (key == keys.end())
-            unknown_key(origin.where, item_origin.path + "." + name, "key", "keys of " + entry, names_of(keys));
-          key->parse(item, pair.second, Origin{origin.where, item_origin.path + "." + name});
-        }
-      }
+      parse_map(item, node[i], Origin{origin.where, origin.path + "[" + std::to_string(i) + "]"}, keys,
+                std::string("keys of ") + Names::kEntry);
       items.push_back(item);
     }
     return items;
   }
-  static void emit(YAML::Emitter& out, const std::vector<T>& items, const std::vector<Key<T>>& keys) {
+  static void emit(YAML::Emitter& out, const std::vector<T>& items) {
+    const std::vector<Key<T>>& keys = Names::keys();
     if (items.empty()) out << YAML::Flow;  // "[]" on the key's line
     out << YAML::BeginSeq;
-    for (const T& item : items) {
-      out << YAML::Flow << YAML::BeginMap;
-      for (const auto& key : keys) {
-        out << YAML::Key << key.name << YAML::Value;
-        key.emit(item, out);
-      }
-      out << YAML::EndMap;
-    }
+    for (const T& item : items) emit_map(out, item, keys);
     out << YAML::EndSeq;
   }
   static std::string show(const std::vector<T>& items) {
     return "a list of " + std::to_string(items.size()) + (items.size() == 1 ? " entry" : " entries");
   }
-  static void check(const std::vector<T>& items, const std::string& path, const std::vector<Key<T>>& keys) {
+  static void check(const std::vector<T>& items, const std::string& path) {
     for (size_t i = 0; i < items.size(); ++i) {
-      for (const auto& key : keys) key.check(items[i], path + "[" + std::to_string(i) + "]." + key.name);
+      for (const auto& key : Names::keys()) key.check(items[i], path + "[" + std::to_string(i) + "]." + key.name);
     }
   }
 };
 
-template <>
-struct Value<std::vector<BlockConfig>> {
+struct BlockConfigNames {
+  static const std::vector<Key<BlockConfig>>& keys() { return block_keys(); }
   static constexpr const char* kExpected =
       "a list of maps with keys attention, kv_heads, ffn, ffn_size (e.g. [{attention: skip}, {ffn_size: 512}])";
-  using List = MapList<BlockConfig>;
-  static std::vector<BlockConfig> parse(const YAML::Node& node, const Origin& origin) {
-    return List::parse(node, origin, block_keys(), kExpected, "a block_configs entry");
-  }
-  static void emit(YAML::Emitter& out, const std::vector<BlockConfig>& blocks) {
-    List::emit(out, blocks, block_keys());
-  }
-  static std::string show(const std::vector<BlockConfig>& blocks) { return List::show(blocks); }
-  static void check(const std::vector<BlockConfig>& blocks, const std::string& path) {
-    List::check(blocks, path, block_keys());
-  }
+  static constexpr const char* kEntry = "a block_configs entry";
 };
+
+template <>
+struct Value<std::vector<BlockConfig>> : MapListValue<BlockConfig, BlockConfigNames> {};
 
 // Keys of one entry of `data.train_blend` / `data.val_blend`.
 inline const std::vector<Key<BlendEntry>>& blend_keys() {
@@ -146,23 +149,21 @@ inline std::vector<BlendEntry> blend_from_text(const std::string& text, const Or
   return entries;
 }
 
-template <>
-struct Value<std::vector<BlendEntry>> {
+struct BlendNames {
+  static const std::vector<Key<BlendEntry>>& keys() { return blend_keys(); }
   static constexpr const char* kExpected =
       "a list of maps with keys prefix, weight "
       "(e.g. [{prefix: data/web, weight: 0.7}, {prefix: data/code, weight: 0.3}]), or Megatron's --data-path text "
       "(\"0.7 data/web 0.3 data/code\")";
-  using List = MapList<BlendEntry>;
+  static constexpr const char* kEntry = "a blend entry";
+};
+
+// Also Megatron's --data-path text (a YAML string) in place of the list.
+template <>
+struct Value<std::vector<BlendEntry>> : MapListValue<BlendEntry, BlendNames> {
   static std::vector<BlendEntry> parse(const YAML::Node& node, const Origin& origin) {
-    if (node.IsScalar()) return blend_from_text(node.Scalar(), origin, kExpected);
-    return List::parse(node, origin, blend_keys(), kExpected, "a blend entry");
-  }
-  static void emit(YAML::Emitter& out, const std::vector<BlendEntry>& entries) {
-    List::emit(out, entries, blend_keys());
-  }
-  static std::string show(const std::vector<BlendEntry>& entries) { return List::show(entries); }
-  static void check(const std::vector<BlendEntry>& entries, const std::string& path) {
-    List::check(entries, path, blend_keys());
+    if (node.IsScalar()) return blend_from_text(node.Scalar(), origin, BlendNames::kExpected);
+    return MapListValue::parse(node, origin);
   }
 };
 
@@ -184,25 +185,10 @@ template <>
 struct Value<MambaConfig> {
   static MambaConfig parse(const YAML::Node& node, const Origin& origin) {
     MambaConfig mamba;
-    if (node.IsNull()) return mamba;
-    if (!node.IsMap()) wrong_type(origin, node, "a map with keys " + join(names_of(mamba_keys())));
-    for (const auto& item : node) {
-      const std::string name = item.first.Scalar();
-      const auto& keys = mamba_keys();
-      auto key = std::find_if(keys.begin(), keys.end(), [&](const auto& k) { return k.name == name; });
-      if (key == keys.end()) unknown_key(origin.where, origin.path + "." + name, "key", "keys of model.mamba", names_of(keys));
-      key->parse(mamba, item.second, Origin{origin.where, origin.path + "." + name});
-    }
+    parse_map(mamba, node, origin, mamba_keys(), "keys of model.mamba");
     return mamba;
   }
-  static void emit(YAML::Emitter& out, const MambaConfig& mamba) {
-    out << YAML::Flow << YAML::BeginMap;
-    for (const auto& key : mamba_keys()) {
-      out << YAML::Key << key.name << YAML::Value;
-      key.emit(mamba, out);
-    }
-    out << YAML::EndMap;
-  }
+  static void emit(YAML::Emitter& out, const MambaConfig& mamba) { emit_map(out, mamba, mamba_keys()); }
   static std::string show(const MambaConfig&) { return "a map"; }
   static void check(const MambaConfig& mamba, const std::string& path) {
     for (const auto& key : mamba_keys()) key.check(mamba, path + "." + key.name);

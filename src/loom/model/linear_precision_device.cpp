@@ -171,19 +171,15 @@ LinearPrecision::WrittenStores LinearPrecision::device_weight(kernels::Precision
     from_optimizer = nullptr;
   }
   WeightCastCache::Store* store = cache.find(this, weight, g.pass, cast, rows, cols, device_);
-  if (store != nullptr && store->ready) {
-    // Cast by an earlier GEMM of this step: fp8_delayed's pending amax holds this weight's already.
-    cast.data = weight;
-    g.b = cast;
-    g.b_store = store->data;
-    g.b_store_use = kernels::CastStore::Read;
-    return {};
-  }
-  if (cast_apart && store != nullptr && cast.cast == kernels::OperandCast::Bf16) {
+  if (cast_apart && store != nullptr && !store->ready && cast.cast == kernels::OperandCast::Bf16) {
     // Cast into its store by a pass of its own (the bf16 values the GEMM's cast would write), so
-    // the GEMM reads it and may join its group.
+    // the GEMM reads it below and may join its group.
     kernels::narrow_floats(device_, store->data, weight, rows * cols, DType::BF16);
     store->ready = true;
+  }
+  if (store != nullptr && store->ready) {
+    // Cast by an earlier GEMM of this step (or just above): fp8_delayed's pending amax holds this
+    // weight's already.
     cast.data = weight;
     g.b = cast;
     g.b_store = store->data;

@@ -86,19 +86,24 @@ PretrainingSource::PretrainingSource(const std::string& prefix, int seq_len, uin
              "data.eod_mask_loss needs the tokenizer's end-of-document id (data.tokenizer)");
 }
 
-void PretrainingSource::fill(int64_t first, TokenBatch& batch) const {
+void PretrainingSource::fill(int64_t first, TokenBatch& batch) const { fill_rows(first, 0, batch.batch, batch); }
+
+void PretrainingSource::fill_rows(int64_t first, int row, int rows, TokenBatch& batch) const {
   LOOM_CHECK(batch.seq == loader_.seq_len(), "batch of " + std::to_string(batch.seq) + " tokens per sample from " + prefix_ +
                                                  ", which was opened for " + std::to_string(loader_.seq_len()));
-  loader_.fill_batch(first, batch.batch, batch.inputs.data(), batch.targets.data());
-  std::fill(batch.loss_weights.begin(), batch.loss_weights.end(), 1.0f);
+  const size_t seq = static_cast<size_t>(batch.seq), begin = static_cast<size_t>(row) * seq,
+               end = begin + static_cast<size_t>(rows) * seq;
+  loader_.fill_batch(first, rows, batch.inputs.data() + begin, batch.targets.data() + begin);
+  std::fill(batch.loss_weights.begin() + static_cast<std::ptrdiff_t>(begin),
+            batch.loss_weights.begin() + static_cast<std::ptrdiff_t>(end), 1.0f);
   // As Megatron: no loss where the input is the end-of-document token (its target is the next
   // document's first token, which nothing in the row can predict).
   if (options_.eod_mask_loss) {
-    for (size_t i = 0; i < batch.inputs.size(); ++i) {
+    for (size_t i = begin; i < end; ++i) {
       if (batch.inputs[i] == options_.eod) batch.loss_weights[i] = 0.0f;
     }
   }
-  if (options_.reset_position_ids || options_.reset_attention_mask) fill_documents(first, batch);
+  if (options_.reset_position_ids || options_.reset_attention_mask) fill_documents(first, begin, end, batch);
 }
 
 std::string PretrainingSource::describe_reading(int64_t first, int64_t samples) const {
@@ -107,13 +112,14 @@ std::string PretrainingSource::describe_reading(int64_t first, int64_t samples) 
          format_epochs(samples, samples_per_epoch());
 }
 
-void PretrainingSource::fill_documents(int64_t first, TokenBatch& batch) const {
+void PretrainingSource::fill_documents(int64_t first, size_t begin, size_t end, TokenBatch& batch) const {
   const size_t n = batch.inputs.size();
   batch.documents.resize(n);
-  loader_.fill_documents(first, batch.batch, batch.documents.data());
+  loader_.fill_documents(first, static_cast<int>((end - begin) / static_cast<size_t>(batch.seq)),
+                         batch.documents.data() + begin);
   if (options_.reset_position_ids) {
     batch.positions.resize(n);
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i = begin; i < end; ++i) {
       const bool starts = i % static_cast<size_t>(batch.seq) == 0 || batch.documents[i] != batch.documents[i - 1];
       batch.positions[i] = starts ? 0 : batch.positions[i - 1] + 1;
     }

@@ -79,12 +79,16 @@ class PretrainingSource : public BatchSource {
  public:
   PretrainingSource(const std::string& prefix, int seq_len, uint64_t seed, DocumentOptions documents = {});
   void fill(int64_t first, TokenBatch& batch) const override;
+  // Rows [row, row + rows) of `batch` with samples first, first + 1, ... (a blend's rows, each
+  // from its own dataset: blended_source.h).
+  void fill_rows(int64_t first, int row, int rows, TokenBatch& batch) const;
   std::string describe() const override { return prefix_; }
   std::string describe_reading(int64_t first, int64_t samples) const override;
   int64_t samples_per_epoch() const { return loader_.num_samples(); }
 
  private:
-  void fill_documents(int64_t first, TokenBatch& batch) const;
+  // Document ids (and positions) of the batch's values [begin, end), whole rows from sample first.
+  void fill_documents(int64_t first, size_t begin, size_t end, TokenBatch& batch) const;
 
   std::string prefix_;
   data::SequenceLoader loader_;

@@ -1,8 +1,8 @@
 #include "loom/train/blended_source.h"
 
-#include <algorithm>
 #include <cstdio>
 
+#include "loom/config/yaml_values.h"
 #include "loom/core/error.h"
 
 namespace loom::train {
@@ -13,23 +13,6 @@ std::vector<double> weights_of(const std::vector<config::BlendEntry>& entries) {
   std::vector<double> weights;
   for (const config::BlendEntry& entry : entries) weights.push_back(entry.weight);
   return weights;
-}
-
-// Copies row 0 of `from` into row `row` of `into`, positions and document ids where `from` has them.
-void copy_row(const TokenBatch& from, int row, TokenBatch& into) {
-  const size_t seq = static_cast<size_t>(into.seq), at = static_cast<size_t>(row) * seq;
-  std::copy_n(from.inputs.begin(), seq, into.inputs.begin() + static_cast<std::ptrdiff_t>(at));
-  std::copy_n(from.targets.begin(), seq, into.targets.begin() + static_cast<std::ptrdiff_t>(at));
-  std::copy_n(from.loss_weights.begin(), seq, into.loss_weights.begin() + static_cast<std::ptrdiff_t>(at));
-  const size_t n = into.inputs.size();
-  if (!from.positions.empty()) {
-    into.positions.resize(n);
-    std::copy_n(from.positions.begin(), seq, into.positions.begin() + static_cast<std::ptrdiff_t>(at));
-  }
-  if (!from.documents.empty()) {
-    into.documents.resize(n);
-    std::copy_n(from.documents.begin(), seq, into.documents.begin() + static_cast<std::ptrdiff_t>(at));
-  }
 }
 
 }  // namespace
@@ -49,20 +32,16 @@ BlendedSource::BlendedSource(const std::string& key, const std::vector<config::B
 
 void BlendedSource::fill(int64_t first, TokenBatch& batch) const {
   const std::vector<data::BlendIndex::Pick> picks = index_.picks(first, batch.batch);
-  TokenBatch row;
   for (int r = 0; r < batch.batch; ++r) {
     const data::BlendIndex::Pick& pick = picks[static_cast<size_t>(r)];
-    row.resize(1, batch.seq);
-    sources_[static_cast<size_t>(pick.dataset)].fill(pick.sample, row);
-    copy_row(row, r, batch);
+    sources_[static_cast<size_t>(pick.dataset)].fill_rows(pick.sample, r, 1, batch);
   }
 }
 
 std::string BlendedSource::describe() const {
   std::string text = "blend of";
   for (size_t i = 0; i < entries_.size(); ++i) {
-    char weight[32];
-    std::snprintf(weight, sizeof weight, "%g", entries_[i].weight);
+    const std::string weight = config::detail::format_double(entries_[i].weight);
     text += (i == 0 ? " " : ", ") + entries_[i].prefix + " (weight " + weight + ")";
   }
   return text;

@@ -4,11 +4,11 @@
 
 #include <atomic>
 #include <csignal>
-#include <cstdio>
 #include <string>
 
 #include "loom/config/metrics.h"
 #include "loom/config/progress.h"
+#include "loom/config/yaml_values.h"
 #include "loom/train/world_agreements.h"
 
 namespace loom::train {
@@ -51,12 +51,6 @@ int stop_request(const config::TrainConfig& train, std::chrono::steady_clock::ti
   if (train.exit_duration_mins <= 0) return 0;
   const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() / 60.0;
   return minutes >= train.exit_duration_mins ? kStopForDuration : 0;
-}
-
-std::string format_minutes(double minutes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", minutes);
-  return text;
 }
 
 // What rank 0 writes and draws: metrics.jsonl and the progress bar.
@@ -152,10 +146,9 @@ TrainSummary run_training(Trainer& trainer, std::chrono::steady_clock::time_poin
     if (stop && !last) {
       summary.stopped_early = true;
       summary.stop_signal = r.stop_signal == kStopForDuration ? 0 : r.stop_signal;  // out of time: a planned stop
-      const std::string why = r.stop_signal == kStopForDuration
-                                  ? " (train.exit_duration_mins = " + format_minutes(run.train.exit_duration_mins) +
-                                        " passed)"
-                                  : "";
+      const std::string minutes = config::detail::format_double(run.train.exit_duration_mins);
+      const std::string why =
+          r.stop_signal == kStopForDuration ? " (train.exit_duration_mins = " + minutes + " passed)" : "";
       reporter.message("stopping after step " + std::to_string(r.step) + why + "; resume with train.resume=true");
       break;
     }
