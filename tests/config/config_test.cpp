@@ -202,6 +202,57 @@ TEST(Config, SchedulesParseAndTheirStepCountsAreChecked) {
   EXPECT_HAS(msg, "minus_sqrt");
 }
 
+TEST(Config, BatchRampupParsesAsAListOrMegatronsTextAndRelatesToTheBatch) {
+  RunConfig c = parse("train: {global_batch: 64, rampup_batch_size: [16, 16, 1000]}");
+  EXPECT_EQ(c.train.rampup_batch_size, (BatchRampup{16, 16, 1000}));
+  EXPECT_EQ(parse(to_yaml(c)).train.rampup_batch_size, (BatchRampup{16, 16, 1000}));  // written back as the list
+  EXPECT_EQ(parse("train: {global_batch: 64}", {"train.rampup_batch_size=16 16 1000"}).train.rampup_batch_size,
+            (BatchRampup{16, 16, 1000}));
+  EXPECT_FALSE(parse("train: {rampup_batch_size: []}").train.rampup_batch_size.on());
+  EXPECT_FALSE(parse(to_yaml(RunConfig{})).train.rampup_batch_size.on());
+  std::string msg = error_of([] { parse("train: {rampup_batch_size: [16, 16]}"); });
+  EXPECT_HAS(msg, "train.rampup_batch_size = a list is not three integers [start, increment, samples]");
+  msg = error_of([] { parse("train: {rampup_batch_size: '16 x 1000'}"); });
+  EXPECT_HAS(msg, "train.rampup_batch_size = 'x' is not an integer");
+  msg = error_of([] { parse("train: {rampup_batch_size: [0, 16, 1000]}"); });
+  EXPECT_HAS(msg, "train.rampup_batch_size = [0, 16, 1000] is invalid: must be [] (no ramp-up) or three integers >= 1");
+  msg = error_of([] { parse("train: {global_batch: 64, rampup_batch_size: [64, 16, 1000]}"); });
+  EXPECT_HAS(msg, "train.rampup_batch_size = [64, 16, 1000] is invalid: its start batch must be below "
+                  "train.global_batch = 64");
+  msg = error_of([] { parse("train: {global_batch: 64, rampup_batch_size: [16, 20, 1000]}"); });
+  EXPECT_HAS(msg, "its increment must divide train.global_batch - start = 48");
+}
+
+TEST(Config, ARunMeasuredInSamplesCountsItsScheduleInSamples) {
+  RunConfig c = parse("optim: {warmup_samples: 100, decay_samples: 900, schedule: wsd, wsd_decay_samples: 200}\n"
+                      "train: {steps: 0, samples: 1000, global_batch: 8}");
+  EXPECT_EQ(c.train.samples, 1000);
+  EXPECT_EQ(c.optim.warmup_samples, 100);
+  EXPECT_EQ(c.optim.wsd_decay_samples, 200);
+  EXPECT_EQ(parse("train: {steps: 0, samples: 5000000000000}").train.samples, 5'000'000'000'000);
+  std::string msg = error_of([] { parse("train: {samples: 1000}"); });
+  EXPECT_HAS(msg, "train.samples = 1000 and train.steps = 100 both give the run's length: give one "
+                  "(train.steps=0 with train.samples)");
+  msg = error_of([] { parse("train: {steps: 0}"); });
+  EXPECT_HAS(msg, "train.steps = 0 needs train.samples");
+  msg = error_of([] { parse("optim: {warmup_steps: 10}\ntrain: {steps: 0, samples: 1000}"); });
+  EXPECT_HAS(msg, "optim.warmup_steps = 10 counts steps, but train.samples = 1000 measures this run in samples: use "
+                  "optim.warmup_samples (and set optim.warmup_steps=0)");
+  msg = error_of([] { parse("optim: {decay_samples: 10}"); });
+  EXPECT_HAS(msg, "optim.decay_samples = 10 counts samples, but this run is measured in steps (train.steps = 100");
+  msg = error_of([] { parse("train: {steps: 0, samples: 7, global_batch: 8}"); });
+  EXPECT_HAS(msg, "train.samples = 7 is less than one global batch (train.global_batch = 8)");
+  msg = error_of([] { parse("optim: {schedule: wsd, warmup_samples: 100}\ntrain: {steps: 0, samples: 1000}"); });
+  EXPECT_HAS(msg, "optim.schedule = 'wsd' needs optim.wsd_decay_samples: the annealing's samples");
+  msg = error_of([] {
+    parse("optim: {schedule: wsd, warmup_samples: 100, wsd_decay_samples: 950}\ntrain: {steps: 0, samples: 1000}");
+  });
+  EXPECT_HAS(msg, "optim.wsd_decay_samples = 950 is invalid: the annealing ends at train.samples = 1000 and cannot "
+                  "start before the warm-up's end (optim.warmup_samples = 100), so it must be in [1, 900]");
+  msg = error_of([] { parse("train: {steps: 0, samples: 99999999999999999999}"); });
+  EXPECT_HAS(msg, "does not fit a 64-bit integer");
+}
+
 TEST(Config, MalformedYamlNamesFileLineColumn) {
   std::string msg = error_of([] { parse("train:\n  steps: [1, 2\n"); });
   EXPECT_HAS(msg, "test.yaml:");

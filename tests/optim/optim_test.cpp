@@ -128,6 +128,43 @@ TEST(Schedule, InverseSquareRootFallsFromTheWarmupsEndAndStopsAtMinLr) {
   EXPECT_DOUBLE_EQ(learning_rate(c, 64, 1000), 0.3);  // 0.25 < min_lr
 }
 
+// A run measured in samples (train.samples) counts the schedule in samples consumed: with
+// global batches of 24 and every length a whole number of them, step k's rate is the one at
+// 24 k samples, for every schedule and annealing shape.
+TEST(Schedule, InSamplesOfWholeBatchesEveryStepHasTheRateOfItsStep) {
+  const int64_t batch = 24, steps = 120;
+  for (const config::LrSchedule schedule :
+       {config::LrSchedule::Cosine, config::LrSchedule::Linear, config::LrSchedule::Wsd,
+        config::LrSchedule::InverseSquareRoot, config::LrSchedule::Constant}) {
+    for (const int decay_steps : {0, 90}) {
+      config::OptimConfig by_steps;
+      by_steps.lr = 1.0;
+      by_steps.min_lr = 0.05;
+      by_steps.schedule = schedule;
+      by_steps.warmup_steps = 10;
+      by_steps.decay_steps = decay_steps;
+      by_steps.wsd_decay_steps = schedule == config::LrSchedule::Wsd ? 30 : 0;
+      by_steps.wsd_decay_style = config::WsdDecay::Cosine;
+      config::OptimConfig by_samples = by_steps;
+      by_samples.warmup_steps = by_samples.decay_steps = by_samples.wsd_decay_steps = 0;
+      by_samples.warmup_samples = by_steps.warmup_steps * batch;
+      by_samples.decay_samples = by_steps.decay_steps * batch;
+      by_samples.wsd_decay_samples = by_steps.wsd_decay_steps * batch;
+      for (int64_t step = 1; step <= steps; ++step) {
+        EXPECT_DOUBLE_EQ(learning_rate(by_samples, step * batch, steps * batch, ScheduleUnit::Samples),
+                         learning_rate(by_steps, step, steps))
+            << "schedule " << static_cast<int>(schedule) << ", decay_steps " << decay_steps << ", step " << step;
+      }
+    }
+  }
+  // Between whole batches the warm-up rises with each sample.
+  config::OptimConfig c;
+  c.lr = 1.0;
+  c.warmup_samples = 1000;
+  EXPECT_DOUBLE_EQ(learning_rate(c, 250, 10000, ScheduleUnit::Samples), 0.25);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 251, 10000, ScheduleUnit::Samples), 0.251);
+}
+
 // The global norm of a layout adds the sums of squares of its pieces (kernels::sum_of_squares);
 // each square exact in fp64 and summed there, the pieces' total equals the whole tensor's to fp64
 // rounding wherever the cuts fall (fp32 partials over blocks that start at each cut were ~1e-7

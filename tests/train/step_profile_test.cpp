@@ -148,20 +148,21 @@ TEST(DescribeProfile, NamesTheStepsRanksAndFilesOrWhyNoStepIsTraced) {
   config::RunConfig run;
   run.run.dir = "runs/x";
   run.train.steps = 10;
-  EXPECT_EQ(describe_profile(run, 0), "");
+  EXPECT_EQ(describe_profile(run, 0, run.train.steps), "");
   run.profile.first_step = 3;
   run.profile.last_step = 4;
-  EXPECT_EQ(describe_profile(run, 0),
+  EXPECT_EQ(describe_profile(run, 0, run.train.steps),
             "profile: steps 3-4 of rank 0 traced to runs/x/profile/rank-<r>.json (a summary printed here when rank 0 "
             "is one)\n");
   run.profile.ranks = {};
-  EXPECT_NE(describe_profile(run, 2).find("steps 3-4 of every rank traced"), std::string::npos);
+  EXPECT_NE(describe_profile(run, 2, run.train.steps).find("steps 3-4 of every rank traced"), std::string::npos);
   run.profile.ranks = {1, 3};
-  EXPECT_NE(describe_profile(run, 3).find("steps 3-4 of ranks 1, 3 traced"), std::string::npos);
-  EXPECT_EQ(describe_profile(run, 4), "profile: steps 3-4 done before this run resumed at step 4: no step is traced\n");
+  EXPECT_NE(describe_profile(run, 3, run.train.steps).find("steps 3-4 of ranks 1, 3 traced"), std::string::npos);
+  EXPECT_EQ(describe_profile(run, 4, run.train.steps),
+            "profile: steps 3-4 done before this run resumed at step 4: no step is traced\n");
   run.profile.first_step = 12;
   run.profile.last_step = 0;
-  EXPECT_EQ(describe_profile(run, 0), "profile: step 12 past train.steps = 10: no step is traced\n");
+  EXPECT_EQ(describe_profile(run, 0, run.train.steps), "profile: step 12 past train.steps = 10: no step is traced\n");
 }
 
 TEST_F(StepProfile, ARankTheRunDoesNotHaveIsAnErrorNamingTheKey) {

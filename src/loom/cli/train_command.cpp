@@ -32,7 +32,7 @@ void register_recipe(CLI::App& app, std::vector<Command>& commands, const std::s
   commands.push_back({cmd, [args, recipe] {
                         const config::RunConfig config = config::load_config(args->config, args->overrides);
                         return with_memory_advice(training_memory_advice(args->config, args->overrides), [&] {
-                          return report_training(recipe(config, std::cout), config);
+                          return report_training(recipe(config, std::cout));
                         });
                       }});
 }

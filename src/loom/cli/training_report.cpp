@@ -6,7 +6,7 @@
 
 namespace loom::cli {
 
-int report_training(const train::TrainSummary& s, const config::RunConfig& config) {
+int report_training(const train::TrainSummary& s) {
   if (!s.reporter) return ops::kExitFinished;  // another process (MPI rank 0) reports
   if (s.steps_run == 0) return ops::kExitFinished;  // already complete: restore() said so
   std::cout << "trained steps " << s.first_step << ".." << s.last_step << ": loss " << s.first_loss << " -> "
@@ -17,7 +17,7 @@ int report_training(const train::TrainSummary& s, const config::RunConfig& confi
   std::cout << "; " << static_cast<int64_t>(s.tokens_per_s) << " tokens/s, " << s.gflops_per_s << " GFLOP/s\n";
   if (!s.checkpoint.empty()) std::cout << "checkpoint: " << s.checkpoint << "\n";
   if (s.stop_signal != 0) {
-    std::cout << "interrupted at step " << s.last_step << " of " << config.train.steps
+    std::cout << "interrupted at step " << s.last_step << " of " << s.total_steps
               << "; continue with train.resume=true\n";
     return ops::exit_status_interrupted(s.stop_signal);
   }

@@ -51,32 +51,85 @@ void check_dataset_keys(const std::string& kind, const std::string& prefix, cons
   }
 }
 
-// The learning-rate schedule's step counts (optim/schedule.h).
-void check_schedule(const OptimConfig& o, int train_steps) {
-  const std::string decay_end = o.decay_steps > 0 ? "optim.decay_steps = " + std::to_string(o.decay_steps)
-                                                  : "train.steps = " + std::to_string(train_steps);
+// The learning-rate schedule's lengths in one unit, "steps" or "samples" (optim/schedule.h): its
+// keys are optim.warmup_<unit>, optim.decay_<unit>, optim.wsd_decay_<unit>, ending by default at
+// train.<unit>.
+struct ScheduleLengths {
+  std::string unit;
+  int64_t warmup = 0, decay = 0, wsd_decay = 0, total = 0;
+};
+
+void check_schedule(const OptimConfig& o, const ScheduleLengths& l) {
+  const std::string warmup = "optim.warmup_" + l.unit + " = " + std::to_string(l.warmup);
+  const std::string decay_key = "optim.decay_" + l.unit, wsd_key = "optim.wsd_decay_" + l.unit;
+  const std::string decay_end = l.decay > 0 ? decay_key + " = " + std::to_string(l.decay)
+                                            : "train." + l.unit + " = " + std::to_string(l.total);
   const bool decays = o.schedule != LrSchedule::Constant;
-  LOOM_CHECK(o.decay_steps == 0 || !decays || o.decay_steps > o.warmup_steps,
-             "optim.decay_steps = " + std::to_string(o.decay_steps) +
-                 " is invalid: must be 0 (= train.steps) or greater than optim.warmup_steps = " +
-                 std::to_string(o.warmup_steps));
+  LOOM_CHECK(l.decay == 0 || !decays || l.decay > l.warmup,
+             decay_key + " = " + std::to_string(l.decay) + " is invalid: must be 0 (= train." + l.unit +
+                 ") or greater than " + warmup);
   if (o.schedule != LrSchedule::Wsd) {
-    LOOM_CHECK(o.wsd_decay_steps == 0, "optim.wsd_decay_steps = " + std::to_string(o.wsd_decay_steps) +
-                                           " is set but optim.schedule is '" + std::string(name_of(o.schedule)) +
-                                           "': it is the annealing of schedule 'wsd'");
+    LOOM_CHECK(l.wsd_decay == 0, wsd_key + " = " + std::to_string(l.wsd_decay) +
+                                     " is set but optim.schedule is '" + std::string(name_of(o.schedule)) +
+                                     "': it is the annealing of schedule 'wsd'");
     return;
   }
-  const int end = o.decay_steps > 0 ? o.decay_steps : train_steps;
-  LOOM_CHECK(o.wsd_decay_steps > 0,
-             "optim.schedule = 'wsd' needs optim.wsd_decay_steps: the annealing's steps at the end of the decay "
-             "(>= 1)");
-  const int most = end - o.warmup_steps;
+  const int64_t end = l.decay > 0 ? l.decay : l.total;
+  LOOM_CHECK(l.wsd_decay > 0, "optim.schedule = 'wsd' needs " + wsd_key + ": the annealing's " + l.unit +
+                                  " at the end of the decay (>= 1)");
+  const int64_t most = end - l.warmup;
   const std::string room = most >= 1 ? "so it must be in [1, " + std::to_string(most) + "]"
-                                     : "which leaves it no step (lower optim.warmup_steps)";
-  LOOM_CHECK(o.wsd_decay_steps <= most,
-             "optim.wsd_decay_steps = " + std::to_string(o.wsd_decay_steps) + " is invalid: the annealing ends at " +
-                 decay_end + " and cannot start before the warm-up's end (optim.warmup_steps = " +
-                 std::to_string(o.warmup_steps) + "), " + room);
+                                     : "which leaves it no " + l.unit.substr(0, l.unit.size() - 1) +
+                                           " (lower optim.warmup_" + l.unit + ")";
+  LOOM_CHECK(l.wsd_decay <= most, wsd_key + " = " + std::to_string(l.wsd_decay) +
+                                      " is invalid: the annealing ends at " + decay_end +
+                                      " and cannot start before the warm-up's end (" + warmup + "), " + room);
+}
+
+// The schedule keys of the other unit are refused: `key` = `value` counts `unit`, which this run
+// does not (`why`).
+void refuse_other_unit(const std::string& key, int64_t value, const std::string& why, const std::string& instead) {
+  LOOM_CHECK(value == 0, key + " = " + std::to_string(value) + " " + why + ": use " + instead + " (and set " + key +
+                             "=0)");
+}
+
+// The run's length (train.steps or train.samples, Megatron's --train-iters / --train-samples) and
+// its learning-rate schedule in the same unit.
+void check_run_length(const TrainConfig& t, const OptimConfig& o) {
+  if (t.samples == 0) {
+    LOOM_CHECK(t.steps >= 1, "train.steps = 0 needs train.samples, the run's length in samples (or set train.steps "
+                             ">= 1)");
+    const std::string why = "counts samples, but this run is measured in steps (train.steps = " +
+                            std::to_string(t.steps) + "; train.samples measures one in samples)";
+    refuse_other_unit("optim.warmup_samples", o.warmup_samples, why, "optim.warmup_steps");
+    refuse_other_unit("optim.decay_samples", o.decay_samples, why, "optim.decay_steps");
+    refuse_other_unit("optim.wsd_decay_samples", o.wsd_decay_samples, why, "optim.wsd_decay_steps");
+    check_schedule(o, {"steps", o.warmup_steps, o.decay_steps, o.wsd_decay_steps, t.steps});
+    return;
+  }
+  const std::string samples = "train.samples = " + std::to_string(t.samples);
+  LOOM_CHECK(t.steps == 0, samples + " and train.steps = " + std::to_string(t.steps) +
+                               " both give the run's length: give one (train.steps=0 with train.samples)");
+  const std::string why = "counts steps, but " + samples + " measures this run in samples";
+  refuse_other_unit("optim.warmup_steps", o.warmup_steps, why, "optim.warmup_samples");
+  refuse_other_unit("optim.decay_steps", o.decay_steps, why, "optim.decay_samples");
+  refuse_other_unit("optim.wsd_decay_steps", o.wsd_decay_steps, why, "optim.wsd_decay_samples");
+  LOOM_CHECK(t.rampup_batch_size.on() || t.samples >= t.global_batch,
+             samples + " is less than one global batch (train.global_batch = " + std::to_string(t.global_batch) + ")");
+  check_schedule(o, {"samples", o.warmup_samples, o.decay_samples, o.wsd_decay_samples, t.samples});
+}
+
+// The ramp-up's batches climb from its start to train.global_batch in whole increments.
+void check_rampup(const TrainConfig& t) {
+  const BatchRampup& r = t.rampup_batch_size;
+  if (!r.on()) return;
+  const std::string ramp = "train.rampup_batch_size = [" + std::to_string(r.start) + ", " +
+                           std::to_string(r.increment) + ", " + std::to_string(r.samples) + "]";
+  LOOM_CHECK(r.start < t.global_batch, ramp + " is invalid: its start batch must be below train.global_batch = " +
+                                           std::to_string(t.global_batch) + ", the batch it ramps up to");
+  LOOM_CHECK((t.global_batch - r.start) % r.increment == 0,
+             ramp + " is invalid: its increment must divide train.global_batch - start = " +
+                 std::to_string(t.global_batch - r.start) + " (the ramp ends on train.global_batch)");
 }
 
 }  // namespace
@@ -132,7 +185,8 @@ void check_key_relations(const RunConfig& c) {
             std::to_string(m.max_seq_len) + "]");
   check_dataset_keys("train", c.data.train_prefix, c.data.train_blend);
   check_dataset_keys("val", c.data.val_prefix, c.data.val_blend);
-  check_schedule(c.optim, c.train.steps);
+  check_run_length(c.train, c.optim);
+  check_rampup(c.train);
   LOOM_CHECK(c.optim.min_lr <= c.optim.lr, "optim.min_lr = " + format_double(c.optim.min_lr) +
                                           " is invalid: must be in [0, optim.lr = " + format_double(c.optim.lr) + "]");
   LOOM_CHECK(c.train.global_batch % c.train.micro_batch == 0,

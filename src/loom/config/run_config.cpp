@@ -17,6 +17,7 @@
 #include "loom/config/grpo_schema.h"
 #include "loom/config/key_relations.h"
 #include "loom/config/map_values.h"
+#include "loom/config/rampup_value.h"
 #include "loom/config/schema_keys.h"
 #include "loom/config/suggestion.h"
 #include "loom/config/yaml_values.h"
@@ -51,6 +52,16 @@ Check<std::vector<int>> each_at_least(int low) {
 
 // A tokenizer name (core/tokenizer_names.h) or hf:<dir>; the directory is read when the
 // tokenizer is made, which names what is missing there.
+// Each of train.rampup_batch_size's three numbers is at least 1 (the three relate to the batch
+// sizes in key_relations.cpp).
+Check<BatchRampup> rampup_numbers() {
+  return [](const BatchRampup& r) -> std::optional<std::string> {
+    if (r == BatchRampup{} || (r.start >= 1 && r.increment >= 1 && r.samples >= 1)) return std::nullopt;
+    return std::string("must be [] (no ramp-up) or three integers >= 1: the start batch, its increment and the "
+                       "samples the ramp-up lasts");
+  };
+}
+
 Check<std::string> tokenizer_name() {
   return [](const std::string& value) -> std::optional<std::string> {
     if (is_valid_tokenizer_name(value)) return std::nullopt;
@@ -238,13 +249,18 @@ const std::vector<SectionSchema>& schema() {
                   field("decay_steps", &OptimConfig::decay_steps, at_least(0)),
                   field("wsd_decay_steps", &OptimConfig::wsd_decay_steps, at_least(0)),
                   field("wsd_decay_style", &OptimConfig::wsd_decay_style),
+                  field("warmup_samples", &OptimConfig::warmup_samples, at_least<int64_t>(0)),
+                  field("decay_samples", &OptimConfig::decay_samples, at_least<int64_t>(0)),
+                  field("wsd_decay_samples", &OptimConfig::wsd_decay_samples, at_least<int64_t>(0)),
                   field("clip_grad", &OptimConfig::clip_grad, at_least(0.0)),
               }),
       section("train", &RunConfig::train,
               {
-                  field("steps", &TrainConfig::steps, at_least(1)),
+                  field("steps", &TrainConfig::steps, at_least(0)),
                   field("global_batch", &TrainConfig::global_batch, at_least(1)),
                   field("micro_batch", &TrainConfig::micro_batch, at_least(1)),
+                  field("samples", &TrainConfig::samples, at_least<int64_t>(0)),
+                  field("rampup_batch_size", &TrainConfig::rampup_batch_size, rampup_numbers()),
                   field("eval_interval", &TrainConfig::eval_interval, at_least(0)),
                   field("eval_batches", &TrainConfig::eval_batches, at_least(1)),
                   field("seed", &TrainConfig::seed),

@@ -125,14 +125,32 @@ struct OptimConfig {
   LrSchedule schedule = LrSchedule::Cosine;  // cosine | linear | wsd | inverse_square_root | constant
   int decay_steps = 0;              // the decay reaches min_lr at this step, and stays; 0 = train.steps
   int wsd_decay_steps = 0;          // wsd: the annealing's steps, ending at the decay's end
+  // A run measured in samples (train.samples) counts its schedule in samples consumed (Megatron's
+  // --lr-warmup-samples, --lr-decay-samples, --lr-wsd-decay-samples) in place of the three above.
+  int64_t warmup_samples = 0;
+  int64_t decay_samples = 0;        // 0 = train.samples
+  int64_t wsd_decay_samples = 0;
   WsdDecay wsd_decay_style = WsdDecay::Exponential;  // wsd: exponential | linear | cosine | minus_sqrt
   double clip_grad = 1.0;           // 0 = no clipping
 };
 
+// train.rampup_batch_size (Megatron's --rampup-batch-size START INCREMENT SAMPLES): the global
+// batch starts at `start` sequences and grows by `increment` in equal shares of the first `samples`
+// samples consumed, reaching train.global_batch (train/batch_schedule.h). Off when start = 0.
+struct BatchRampup {
+  int64_t start = 0, increment = 0, samples = 0;
+  bool on() const { return start > 0; }
+  bool operator==(const BatchRampup&) const = default;
+};
+
 struct TrainConfig {
-  int steps = 100;
-  int global_batch = 8;   // sequences per optimizer step
+  int steps = 100;        // 0: as many as train.samples takes
+  // The run's length in samples (Megatron's --train-samples) in place of train.steps; the
+  // learning-rate schedule then counts samples (optim.*_samples). 0 = train.steps.
+  int64_t samples = 0;
+  int global_batch = 8;   // sequences per optimizer step (after the ramp-up, when there is one)
   int micro_batch = 8;    // sequences per forward/backward
+  BatchRampup rampup_batch_size;
   int eval_interval = 0;  // 0 = no evaluation
   int eval_batches = 4;
   uint64_t seed = 1234;

@@ -88,26 +88,42 @@ struct Origin {
 template <class T>
 struct Value;
 
+// A decimal integer (a leading '+' allowed) that fits T, whose bit width `bits` names.
+template <class T>
+T parse_integer(const YAML::Node& node, const Origin& origin, const char* expected, const char* bits) {
+  if (!node.IsScalar()) wrong_type(origin, node, expected);
+  std::string_view text = node.Scalar();
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  long long value = 0;
+  auto result = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (result.ec == std::errc::result_out_of_range ||
+      (result.ec == std::errc() && result.ptr == text.data() + text.size() &&
+       (value < std::numeric_limits<T>::min() || value > std::numeric_limits<T>::max())))
+    throw Error(origin.where + ": " + origin.path + " = " + in_quotes(node.Scalar()) + " does not fit a " + bits +
+                " integer");
+  if (result.ec != std::errc() || result.ptr != text.data() + text.size() || text.empty())
+    wrong_type(origin, node, expected);
+  return static_cast<T>(value);
+}
+
 template <>
 struct Value<int> {
   static constexpr const char* kExpected = "an integer (e.g. 8)";
   static int parse(const YAML::Node& node, const Origin& origin) {
-    if (!node.IsScalar()) wrong_type(origin, node, kExpected);
-    std::string_view text = node.Scalar();
-    if (!text.empty() && text.front() == '+') text.remove_prefix(1);
-    long long value = 0;
-    auto result = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (result.ec == std::errc::result_out_of_range ||
-        (result.ec == std::errc() && result.ptr == text.data() + text.size() &&
-         (value < std::numeric_limits<int>::min() || value > std::numeric_limits<int>::max())))
-      throw Error(origin.where + ": " + origin.path + " = " + in_quotes(node.Scalar()) +
-                  " does not fit a 32-bit integer");
-    if (result.ec != std::errc() || result.ptr != text.data() + text.size() || text.empty())
-      wrong_type(origin, node, kExpected);
-    return static_cast<int>(value);
+    return parse_integer<int>(node, origin, kExpected, "32-bit");
   }
   static void emit(YAML::Emitter& out, int value) { out << std::to_string(value); }
   static std::string show(int value) { return std::to_string(value); }
+};
+
+template <>
+struct Value<int64_t> {
+  static constexpr const char* kExpected = "an integer (e.g. 1000000)";
+  static int64_t parse(const YAML::Node& node, const Origin& origin) {
+    return parse_integer<int64_t>(node, origin, kExpected, "64-bit");
+  }
+  static void emit(YAML::Emitter& out, int64_t value) { out << std::to_string(value); }
+  static std::string show(int64_t value) { return std::to_string(value); }
 };
 
 template <>

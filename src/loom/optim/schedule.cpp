@@ -20,26 +20,29 @@ double annealed(config::WsdDecay style, double progress) {
 
 }  // namespace
 
-double learning_rate(const config::OptimConfig& config, int step, int total_steps) {
+double learning_rate(const config::OptimConfig& config, int64_t position, int64_t total, ScheduleUnit unit) {
   using config::LrSchedule;
-  if (config.warmup_steps > 0 && step <= config.warmup_steps) {
-    return config.lr * static_cast<double>(step) / static_cast<double>(config.warmup_steps);
-  }
+  const bool samples = unit == ScheduleUnit::Samples;
+  const int64_t warmup = samples ? config.warmup_samples : config.warmup_steps;
+  const int64_t decay = samples ? config.decay_samples : config.decay_steps;
+  const int64_t wsd_decay = samples ? config.wsd_decay_samples : config.wsd_decay_steps;
+  const auto ratio = [](int64_t a, int64_t b) { return static_cast<double>(a) / static_cast<double>(b); };
+  if (warmup > 0 && position <= warmup) return config.lr * ratio(position, warmup);
   if (config.schedule == LrSchedule::Constant) return config.lr;
-  const int decay_end = config.decay_steps > 0 ? config.decay_steps : total_steps;
-  if (step > decay_end) return config.min_lr;
+  const int64_t decay_end = decay > 0 ? decay : total;
+  if (position > decay_end) return config.min_lr;
   if (config.schedule == LrSchedule::InverseSquareRoot) {
-    const double warmup = std::max(config.warmup_steps, 1);
-    return std::max(config.min_lr, config.lr * std::sqrt(warmup) / std::sqrt(static_cast<double>(std::max(step, 1))));
+    const double w = static_cast<double>(std::max<int64_t>(warmup, 1));
+    const double p = static_cast<double>(std::max<int64_t>(position, 1));
+    return std::max(config.min_lr, config.lr * std::sqrt(w) / std::sqrt(p));
   }
-  const int decay_steps = std::max(1, decay_end - config.warmup_steps);
-  const double progress = std::clamp(static_cast<double>(step - config.warmup_steps) / decay_steps, 0.0, 1.0);
+  const double progress = std::clamp(ratio(position - warmup, std::max<int64_t>(1, decay_end - warmup)), 0.0, 1.0);
   switch (config.schedule) {
     case LrSchedule::Linear: return config.min_lr + (config.lr - config.min_lr) * (1.0 - progress);
     case LrSchedule::Wsd: {
-      const int anneal_start = decay_end - config.wsd_decay_steps;
-      if (step <= anneal_start) return config.lr;
-      const double annealing = static_cast<double>(step - anneal_start) / std::max(1, config.wsd_decay_steps);
+      const int64_t anneal_start = decay_end - wsd_decay;
+      if (position <= anneal_start) return config.lr;
+      const double annealing = ratio(position - anneal_start, std::max<int64_t>(1, wsd_decay));
       return config.min_lr + (config.lr - config.min_lr) * annealed(config.wsd_decay_style, annealing);
     }
     default: return config.min_lr + 0.5 * (config.lr - config.min_lr) * (1.0 + std::cos(M_PI * progress));

@@ -54,6 +54,9 @@ GrpoLearner::GrpoLearner(const config::RunConfig& config, comm::Communicator& wo
   LOOM_CHECK(config.parallel.cp == 1, "parallel.cp = " + std::to_string(config.parallel.cp) +
                                           ": the GRPO learner under context parallelism is not built yet; use "
                                           "parallel.cp = 1");
+  LOOM_CHECK(!config.train.rampup_batch_size.on() && config.train.samples == 0,
+             "train.rampup_batch_size and train.samples are for pre-training and fine-tuning: a GRPO step trains "
+             "on train.global_batch rows of its rollouts, train.steps times");
   s.trainer = std::make_unique<train::Trainer>(config, world, s.source, nullptr, console);
   const bool with_reference = config.grpo.kl_coeff != 0.0;
   // The reference is where the run started: taken before a resume replaces the parameters.

@@ -37,6 +37,24 @@ void check_context_parallel(const config::RunConfig& config) {
   }
 }
 
+// Every batch of train.rampup_batch_size splits into whole micro-batches on each data-parallel
+// rank, and under the interleaved schedule into whole rounds of the pipeline's stages.
+void check_rampup_layout(const config::RunConfig& config, int dp) {
+  const config::BatchRampup& r = config.train.rampup_batch_size;
+  if (!r.on()) return;
+  const bool rounds =
+      config.parallel.pp > 1 && config.parallel.pipeline_schedule == config::PipelineScheduleKind::Interleaved;
+  const int64_t unit = static_cast<int64_t>(config.train.micro_batch) * dp * (rounds ? config.parallel.pp : 1);
+  const std::string of = "train.micro_batch " + std::to_string(config.train.micro_batch) + " x data-parallel ranks " +
+                         std::to_string(dp) + (rounds ? " x parallel.pp " + std::to_string(config.parallel.pp) +
+                                                            " (the interleaved schedule's rounds)"
+                                                      : "");
+  LOOM_CHECK(r.start % unit == 0 && r.increment % unit == 0,
+             "train.rampup_batch_size = [" + std::to_string(r.start) + ", " + std::to_string(r.increment) + ", " +
+                 std::to_string(r.samples) + "]: each batch of the ramp-up must be a multiple of " + of + " = " +
+                 std::to_string(unit) + ", so its start and increment must be");
+}
+
 }  // namespace
 
 comm::MeshShape check_layout(const config::RunConfig& config, int world_size) {
@@ -76,6 +94,7 @@ comm::MeshShape check_layout(const config::RunConfig& config, int world_size) {
              "parallel.ep = " + std::to_string(ep) + " must divide model.moe_experts = " +
                  std::to_string(config.model.moe.experts) + " (each expert-parallel rank holds experts / ep of them)");
   check_context_parallel(config);
+  check_rampup_layout(config, dp);
   return comm::MeshShape{.tp = tp, .cp = cp, .ep = ep, .dp = dp, .pp = pp};
 }
 

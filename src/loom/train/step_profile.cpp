@@ -5,6 +5,7 @@
 
 #include "loom/core/error.h"
 #include "loom/kernels/ops.h"
+#include "loom/train/batch_schedule.h"
 
 namespace loom::train {
 
@@ -30,14 +31,14 @@ std::unique_ptr<ops::StepTrace> make_step_trace(const config::RunConfig& run, in
   return std::make_unique<ops::StepTrace>(std::move(settings));
 }
 
-std::string describe_profile(const config::RunConfig& run, int64_t done_steps) {
+std::string describe_profile(const config::RunConfig& run, int64_t done_steps, int64_t total_steps) {
   const config::ProfileConfig& p = run.profile;
   if (p.first_step == 0) return "";
   const int64_t first = p.first_step, last = p.last_step > 0 ? p.last_step : p.first_step;
   const std::string steps = first == last ? "step " + std::to_string(first)
                                           : "steps " + std::to_string(first) + "-" + std::to_string(last);
-  if (first > run.train.steps) {
-    return "profile: " + steps + " past train.steps = " + std::to_string(run.train.steps) + ": no step is traced\n";
+  if (first > total_steps) {
+    return "profile: " + steps + " past " + run_length_key(run.train) + ": no step is traced\n";
   }
   if (last <= done_steps) {
     return "profile: " + steps + " done before this run resumed at step " + std::to_string(done_steps) +

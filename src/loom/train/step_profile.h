@@ -17,6 +17,6 @@ std::unique_ptr<ops::StepTrace> make_step_trace(const config::RunConfig& run, in
 // The start-up line about profile.*: which steps of which ranks are traced and where to, or why
 // none is (past train.steps, or before the step a resumed run starts after, `done_steps`); "" when
 // profiling is off.
-std::string describe_profile(const config::RunConfig& run, int64_t done_steps);
+std::string describe_profile(const config::RunConfig& run, int64_t done_steps, int64_t total_steps);
 
 }  // namespace loom::train

@@ -13,6 +13,7 @@
 #include "loom/data/tokenizer.h"
 #include "loom/kernels/types.h"
 #include "loom/optim/schedule.h"
+#include "loom/train/batch_schedule.h"
 #include "loom/train/model_setup.h"
 #include "loom/train/step_profile.h"
 #include "loom/train/trainer_state.h"
@@ -33,8 +34,8 @@ Trainer::Trainer(const config::RunConfig& config, comm::Communicator& world, con
   auto tokenizer = data::make_tokenizer(config.data.tokenizer);
   s.run.model = resolve_model_config(config.model, *tokenizer);
   if (reporter()) s.run_directory = std::make_unique<RunDirectory>(s.run);
-  s.local_batch = s.run.train.global_batch / s.mesh.layout().shape.dp;
-  s.micro_batches = s.local_batch / s.run.train.micro_batch;
+  s.total_steps = training_steps(s.run.train);
+  s.use_global_batch(s.run.train.global_batch);  // each step sets its own (a ramp-up's)
   s.plan_pipeline();
   s.build_model();
   s.trace = make_step_trace(s.run, s.world.rank(), s.world.size(), s.model->params().device());
@@ -51,9 +52,7 @@ bool Trainer::holds_loss() const {
 const config::RunConfig& Trainer::config() const { return state_->run; }
 const TrainingProgress& Trainer::progress() const { return state_->progress; }
 double Trainer::flops_per_token() const { return state_->model->training_flops_per_token(state_->run.data.seq_len); }
-int64_t Trainer::tokens_per_step() const {
-  return static_cast<int64_t>(state_->run.train.global_batch) * state_->run.data.seq_len;
-}
+int64_t Trainer::total_steps() const { return state_->total_steps; }
 std::string Trainer::peak_memory_report() const { return state_->optimizer->peak_memory_report(); }
 void Trainer::start_memory_check() { state_->memory_check.start_step(state_->device); }
 std::string Trainer::memory_check_report() const {
@@ -87,19 +86,24 @@ void Trainer::describe() {
     for (const model::LayerRange& c : s.chunks) o << " [" << c.first << ", " << c.last << ")";
     o << ")";
   }
-  o << " (" << s.world.backend() << ") x " << s.micro_batches << " micro-batches of " << run.train.micro_batch << " x "
+  const int64_t per_micro_batch = static_cast<int64_t>(run.train.micro_batch) * shape.dp;
+  const config::BatchRampup& ramp = run.train.rampup_batch_size;
+  o << " (" << s.world.backend() << ") x ";
+  if (ramp.on()) o << ramp.start / per_micro_batch << " to ";
+  o << run.train.global_batch / per_micro_batch << " micro-batches of " << run.train.micro_batch << " x "
     << run.data.seq_len << " tokens per step\n"
     << std::defaultfloat << s.optimizer->memory_report() << "\n";
+  o << describe_batches(run.train);
   if (run.precision.recipe != config::PrecisionRecipe::Fp32) {
     o << "precision: " << run.precision.recipe << " GEMMs in the linear layers, fp32 master weights and optimizer"
       << (s.precision->loss_scaling() ? ", dynamic loss scale " + std::to_string(s.precision->loss_scale()) : "")
       << "\n";
   }
-  const int64_t steps_left = std::max<int64_t>(0, run.train.steps - s.progress.step);
-  const std::string reading =
-      s.train.describe_reading(s.progress.consumed_samples, steps_left * run.train.global_batch);
+  const int64_t samples_left =
+      std::max<int64_t>(0, samples_after_steps(run.train, s.total_steps) - s.progress.consumed_samples);
+  const std::string reading = s.train.describe_reading(s.progress.consumed_samples, samples_left);
   if (!reading.empty()) o << "data: " << reading << "\n";
-  o << describe_profile(run, s.progress.step);
+  o << describe_profile(run, s.progress.step, s.total_steps);
 }
 
 StepResult Trainer::step(int stop_signal) {
@@ -156,6 +160,8 @@ StepResult Trainer::run_step(int stop_signal) {
   ++s.steps_run;
   StepResult result;
   result.step = s.progress.step + 1;
+  s.use_global_batch(global_batch_at(s.run.train, s.progress.consumed_samples));
+  result.global_batch = s.step_batch;
   s.heartbeat.phase("forward_backward", result.step);
   s.faults.at_step_start(result.step);
   // This replica's slice of the global batch; its trained tokens are counted here and summed
@@ -182,7 +188,7 @@ StepResult Trainer::run_step(int stop_signal) {
   const float grad_scale = static_cast<float>(1.0 / static_cast<double>(scale_tokens)) * loss_scale;
   // MoE balancing losses are per micro-batch, averaged over the global batch's micro-batches.
   s.model->set_aux_loss_scale(loss_scale * static_cast<float>(s.run.train.micro_batch) /
-                              static_cast<float>(s.run.train.global_batch));
+                              static_cast<float>(s.step_batch));
   s.model->set_token_objective(s.objective);
   double local_loss_sum = 0.0;
   {
@@ -191,7 +197,10 @@ StepResult Trainer::run_step(int stop_signal) {
   }
   s.model->set_token_objective(nullptr);
   agree_losses(result, local_loss_sum, stop_signal);
-  result.lr = optim::learning_rate(s.run.optim, result.step, s.run.train.steps);
+  result.lr = s.run.train.samples > 0
+                  ? optim::learning_rate(s.run.optim, s.progress.consumed_samples + s.step_batch, s.run.train.samples,
+                                         optim::ScheduleUnit::Samples)
+                  : optim::learning_rate(s.run.optim, result.step, s.run.train.steps);
   s.heartbeat.phase("optimizer", result.step);
   trace::Range optimizer_range("optimizer");
   const PrecisionStepResult stepped = s.precision->step(result.lr, result.step);  // optimizer step unless skipped
@@ -202,7 +211,7 @@ StepResult Trainer::run_step(int stop_signal) {
   result.loss_scale = stepped.loss_scale;
   result.next_loss_scale = stepped.next_loss_scale;
   s.progress.step = result.step;
-  s.progress.consumed_samples += s.run.train.global_batch;
+  s.progress.consumed_samples += s.step_batch;
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   result.memory_allocated_bytes = memory.bytes_in_use();
   result.memory_peak_bytes = memory.peak_bytes();
@@ -376,7 +385,7 @@ void Trainer::finish() {
   if (s.trace) out() << s.trace->end_run();  // a run that ended inside its profiled steps
   s.async_writer.wait();
   wait_for_every_rank(s.world);
-  s.heartbeat.done(s.progress.step == s.run.train.steps, s.progress.step);
+  s.heartbeat.done(s.progress.step == s.total_steps, s.progress.step);
 }
 
 }  // namespace loom::train

@@ -39,6 +39,7 @@ struct MoeMetrics {
 // What one optimizer step did (the same on every rank, but for `reporter`-only fields noted).
 struct StepResult {
   int64_t step = 0;
+  int64_t global_batch = 0;   // sequences of this step (train.global_batch, or a ramp-up's)
   double loss = 0.0;          // mean token loss over the global batch's trained tokens
   int64_t trained_tokens = 0; // targets with loss weight 1 in the global batch
   double lr = 0.0;
@@ -114,7 +115,8 @@ class Trainer {
   const config::RunConfig& config() const;  // with the model's sizes resolved
   const TrainingProgress& progress() const;
   double flops_per_token() const;
-  int64_t tokens_per_step() const;
+  // The steps the run takes: train.steps, or the steps train.samples takes (batch_schedule.h).
+  int64_t total_steps() const;
   // The extra fields of a step's metrics record (communication overlap, loss scaling).
   void add_metrics(const StepResult& result, nlohmann::json& record) const;
   // What the progress line adds to the standard statistics (MoE routing), or "".

@@ -9,6 +9,7 @@
 #include "loom/ckpt/tensor_names.h"
 #include "loom/core/error.h"
 #include "loom/core/trace.h"
+#include "loom/train/batch_schedule.h"
 #include "loom/train/config_changes.h"
 #include "loom/train/sharded_training_state.h"
 #include "loom/train/trainer_state.h"
@@ -56,13 +57,15 @@ void Trainer::restore() {
   s.precision->restore(s.progress.precision, training_state_where(checkpoint) + ".precision");
   s.optimizer->load_moments(exp_avg.data(), exp_avg_sq.data());
   out() << "resumed from " << checkpoint.path() << " at step " << s.progress.step << "\n";
-  LOOM_CHECK(s.progress.step <= s.run.train.steps,
-             "train.steps = " + std::to_string(s.run.train.steps) + " is behind the checkpoint " + checkpoint.path() +
-                 " at step " + std::to_string(s.progress.step) + ": set train.steps above " +
-                 std::to_string(s.progress.step) + " to train on, or start a new run in another run.dir");
-  if (s.progress.step == s.run.train.steps) {
-    out() << "the run is already complete: the checkpoint is at step " << s.progress.step
-          << " = train.steps; nothing to train (raise train.steps to continue)\n";
+  const std::string length = run_length_key(s.run.train);
+  const std::string key = s.run.train.samples > 0 ? "train.samples" : "train.steps";
+  LOOM_CHECK(s.progress.step <= s.total_steps,
+             length + " is behind the checkpoint " + checkpoint.path() + " at step " +
+                 std::to_string(s.progress.step) + ": raise " + key + " to train on, or start a new run in another "
+                 "run.dir");
+  if (s.progress.step == s.total_steps) {
+    out() << "the run is already complete: the checkpoint is at step " << s.progress.step << ", the last of "
+          << length << "; nothing to train (raise " << key << " to continue)\n";
   }
 }
 

@@ -50,6 +50,17 @@ void Trainer::State::plan_pipeline() {
   chunks = parallel::stage_chunks(*schedule, mesh.pp_rank(), bounds);
 }
 
+void Trainer::State::use_global_batch(int64_t global) {
+  if (global == step_batch) return;
+  step_batch = global;
+  local_batch = static_cast<int>(global / mesh.layout().shape.dp);
+  micro_batches = local_batch / run.train.micro_batch;
+  if (pipeline) {
+    pipeline->set_schedule(parallel::make_pipeline_schedule(run.parallel.pipeline_schedule, mesh.layout().shape.pp,
+                                                            micro_batches, run.parallel.virtual_stages));
+  }
+}
+
 void Trainer::State::build_model() {
   const comm::MeshShape shape = mesh.layout().shape;
   const int pp = shape.pp;

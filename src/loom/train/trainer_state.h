@@ -35,6 +35,10 @@ struct Trainer::State {
   ops::Heartbeat heartbeat;  // for `loom launch` (docs/operations.md)
   ops::FaultInjector faults;
   comm::Mesh mesh;
+  int64_t total_steps = 0;  // train.steps, or the steps of train.samples (batch_schedule.h)
+  // This step's global batch (train.rampup_batch_size moves it), its share on this replica and
+  // that share's micro-batches.
+  int64_t step_batch = 0;
   int micro_batches = 0, local_batch = 0;
   std::optional<parallel::PipelineSchedule> schedule;
   std::vector<model::LayerRange> chunks;
@@ -58,6 +62,8 @@ struct Trainer::State {
   State(const config::RunConfig& config, comm::Communicator& w, const BatchSource& source);
 
   void plan_pipeline();
+  // Sizes the next steps for a global batch of `global` sequences (the pipeline's schedule too).
+  void use_global_batch(int64_t global);
   void build_model();
   // The sum of token losses of the replica's micro-batches (the last stage's; 0 elsewhere).
   double forward_backward(float grad_scale);

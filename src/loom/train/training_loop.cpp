@@ -61,8 +61,8 @@ class Reporter {
     const config::RunConfig& run = trainer.config();
     const int64_t step = trainer.progress().step;
     metrics_.emplace(run.run.dir, step + 1);
-    bar_.emplace(run.train.steps, static_cast<int>(step), run.log.progress && config::stdout_is_interactive(),
-                 run.log.interval, trainer.out());
+    bar_.emplace(static_cast<int>(trainer.total_steps()), static_cast<int>(step),
+                 run.log.progress && config::stdout_is_interactive(), run.log.interval, trainer.out());
   }
   void message(const std::string& text) {
     if (bar_) bar_->message(text);
@@ -77,7 +77,7 @@ class Reporter {
 
 void Reporter::step(const StepResult& r, const std::optional<double>& val_loss, TrainSummary& summary) {
   if (!metrics_) return;
-  const double tokens_per_s = static_cast<double>(trainer_.tokens_per_step()) / r.seconds;
+  const double tokens_per_s = static_cast<double>(r.global_batch * trainer_.config().data.seq_len) / r.seconds;
   nlohmann::json record = {{"step", r.step},
                            {"loss", r.loss},
                            {"lr", r.lr},
@@ -86,6 +86,7 @@ void Reporter::step(const StepResult& r, const std::optional<double>& val_loss, 
                            {"gflops_per_s", trainer_.flops_per_token() * tokens_per_s / 1e9},
                            {"step_time_s", r.seconds},
                            {"trained_tokens", r.trained_tokens},
+                           {"global_batch", r.global_batch},
                            {"consumed_samples", trainer_.progress().consumed_samples}};
   if (val_loss) {
     record["val_loss"] = *val_loss;
@@ -111,6 +112,7 @@ TrainSummary run_training(Trainer& trainer, std::chrono::steady_clock::time_poin
   StopSignals signals;
   TrainSummary summary;
   summary.reporter = trainer.reporter();
+  summary.total_steps = trainer.total_steps();
   summary.first_step = static_cast<int>(trainer.progress().step) + 1;
   const bool evaluating = trainer.has_validation() && run.train.eval_interval > 0;
   if (evaluating && trainer.progress().step == 0) {
@@ -120,18 +122,18 @@ TrainSummary run_training(Trainer& trainer, std::chrono::steady_clock::time_poin
   double timed_seconds = 0.0;
   int64_t timed_tokens = 0;
   int steps_this_run = 0;
-  while (trainer.progress().step < run.train.steps) {
+  while (trainer.progress().step < trainer.total_steps()) {
     if (steps_this_run == 0) trainer.start_memory_check();
     const StepResult r = trainer.step(stop_request(run.train, started));
     ++steps_this_run;
     if (steps_this_run > 1) {  // the first step pays for allocations
       timed_seconds += r.seconds;
-      timed_tokens += trainer.tokens_per_step();
+      timed_tokens += r.global_batch * run.data.seq_len;
     }
     if (steps_this_run == 1) summary.first_loss = r.loss;
     summary.last_loss = r.loss;
     summary.last_step = static_cast<int>(r.step);
-    const bool last = r.step == run.train.steps;
+    const bool last = r.step == trainer.total_steps();
     const bool stop =
         r.stop_signal != 0 || (run.train.exit_interval > 0 && steps_this_run >= run.train.exit_interval);
     std::optional<double> val_loss;

@@ -1,5 +1,5 @@
 #pragma once
-// The step loop every recipe runs on its Trainer: steps until train.steps, evaluating every
+// The step loop every recipe runs on its Trainer: steps to its end (train.steps or train.samples), evaluating every
 // train.eval_interval steps, writing metrics.jsonl and the progress bar (rank 0), saving every
 // checkpoint.interval steps and at the end, and stopping after a step with a checkpoint on
 // SIGINT/SIGTERM, after train.exit_interval steps or once train.exit_duration_mins have passed.
@@ -16,6 +16,7 @@ struct TrainSummary {
   int first_step = 0;    // the first step this invocation ran
   int last_step = 0;     // the last step completed
   int steps_run = 0;     // steps this invocation ran (0: the run was already complete)
+  int64_t total_steps = 0;  // the run's steps (train.steps, or those of train.samples)
   bool stopped_early = false;  // stopped before train.steps (a signal, train.exit_interval, exit_duration_mins)
   int stop_signal = 0;         // the signal (SIGINT, SIGTERM) that stopped it, 0 if none
   double first_loss = 0.0, last_loss = 0.0;

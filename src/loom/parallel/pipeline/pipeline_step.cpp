@@ -60,6 +60,16 @@ PipelineStep::PipelineStep(comm::Communicator& pp, model::Transformer& model, pa
                  "pipeline_sync_options(model, schedule, embedding) when making it");
 }
 
+void PipelineStep::set_schedule(parallel::PipelineSchedule schedule) {
+  LOOM_CHECK(schedule.kind == schedule_.kind && schedule.stages == schedule_.stages &&
+                 schedule.virtual_stages == schedule_.virtual_stages,
+             "pipeline rank " + std::to_string(rank_) + ": a new schedule must keep the kind, the " +
+                 std::to_string(schedule_.stages) + " stages and the " + std::to_string(schedule_.virtual_stages) +
+                 " virtual stages per rank; only its micro-batches change");
+  LOOM_CHECK(live_.empty(), "pipeline rank " + std::to_string(rank_) + ": schedule changed inside a step");
+  schedule_ = std::move(schedule);
+}
+
 PipelineStep::~PipelineStep() {
   try {
     recycle(true);

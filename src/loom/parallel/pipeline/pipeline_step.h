@@ -67,6 +67,9 @@ class PipelineStep {
                       const model::Packing& packing = {});
 
   const parallel::PipelineSchedule& schedule() const { return schedule_; }
+  // The schedule of the next steps (another micro-batch count, as a batch ramp-up takes): the
+  // same kind, stages and virtual stages (checked), between steps.
+  void set_schedule(parallel::PipelineSchedule schedule);
   const PipelineStats& last_stats() const { return stats_; }
 
  private:

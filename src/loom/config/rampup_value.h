@@ -1,0 +1,50 @@
+#pragma once
+// train.rampup_batch_size as a config value: a list of three integers [start, increment,
+// samples], or Megatron's --rampup-batch-size text "256 128 50000000"; [] (or nothing) is off.
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "loom/config/run_config.h"
+#include "loom/config/yaml_values.h"
+
+namespace loom::config::detail {
+
+template <>
+struct Value<BatchRampup> {
+  static constexpr const char* kExpected =
+      "three integers [start, increment, samples] (e.g. [256, 128, 50000000]), Megatron's --rampup-batch-size "
+      "text (\"256 128 50000000\"), or [] for none";
+  static BatchRampup parse(const YAML::Node& node, const Origin& origin) {
+    if (node.IsNull()) return {};
+    std::vector<int64_t> numbers;
+    if (node.IsSequence()) {
+      if (node.size() == 0) return {};
+      if (node.size() != 3) wrong_type(origin, node, kExpected);
+      for (size_t i = 0; i < 3; ++i)
+        numbers.push_back(
+            Value<int64_t>::parse(node[i], Origin{origin.where, origin.path + "[" + std::to_string(i) + "]"}));
+    } else if (node.IsScalar()) {
+      std::istringstream words(node.Scalar());
+      for (std::string word; words >> word;)
+        numbers.push_back(Value<int64_t>::parse(YAML::Node(word), origin));
+      if (numbers.empty()) return {};
+      if (numbers.size() != 3) wrong_type(origin, node, kExpected);
+    } else {
+      wrong_type(origin, node, kExpected);
+    }
+    return BatchRampup{numbers[0], numbers[1], numbers[2]};
+  }
+  static void emit(YAML::Emitter& out, const BatchRampup& value) {
+    out << YAML::Flow << YAML::BeginSeq;
+    if (value != BatchRampup{}) out << value.start << value.increment << value.samples;
+    out << YAML::EndSeq;
+  }
+  static std::string show(const BatchRampup& value) {
+    if (value == BatchRampup{}) return "[]";
+    return "[" + std::to_string(value.start) + ", " + std::to_string(value.increment) + ", " +
+           std::to_string(value.samples) + "]";
+  }
+};
+
+}  // namespace loom::config::detail
