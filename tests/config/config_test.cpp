@@ -253,6 +253,19 @@ TEST(Config, ARunMeasuredInSamplesCountsItsScheduleInSamples) {
   EXPECT_HAS(msg, "does not fit a 64-bit integer");
 }
 
+TEST(Config, SftWeightsGiveOnePerFile) {
+  RunConfig c = parse("sft: {train_files: [a.jsonl, b.jsonl], train_weights: [0.7, 0.3]}");
+  EXPECT_EQ(c.sft.train_weights, (std::vector<double>{0.7, 0.3}));
+  EXPECT_EQ(parse(to_yaml(c)).sft.train_weights, (std::vector<double>{0.7, 0.3}));
+  EXPECT_TRUE(parse("sft: {train_files: [a.jsonl]}").sft.train_weights.empty());
+  std::string msg = error_of([] { parse("sft: {train_files: [a.jsonl, b.jsonl], train_weights: [1]}"); });
+  EXPECT_HAS(msg, "sft.train_weights has 1 weights for 2 sft.train_files entries: give one per entry");
+  msg = error_of([] { parse("sft: {train_files: [a.jsonl, b.jsonl], train_weights: [1, 0]}"); });
+  EXPECT_HAS(msg, "sft.train_weights = [1, 0] is invalid: each weight must be a finite number > 0");
+  msg = error_of([] { parse("sft: {train_files: [a.jsonl], train_weights: [heavy]}"); });
+  EXPECT_HAS(msg, "sft.train_weights[0] = 'heavy' is not a finite number");
+}
+
 TEST(Config, MalformedYamlNamesFileLineColumn) {
   std::string msg = error_of([] { parse("train:\n  steps: [1, 2\n"); });
   EXPECT_HAS(msg, "test.yaml:");

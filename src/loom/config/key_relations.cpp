@@ -185,6 +185,10 @@ void check_key_relations(const RunConfig& c) {
             std::to_string(m.max_seq_len) + "]");
   check_dataset_keys("train", c.data.train_prefix, c.data.train_blend);
   check_dataset_keys("val", c.data.val_prefix, c.data.val_blend);
+  LOOM_CHECK(c.sft.train_weights.empty() || c.sft.train_weights.size() == c.sft.train_files.size(),
+             "sft.train_weights has " + std::to_string(c.sft.train_weights.size()) + " weights for " +
+                 std::to_string(c.sft.train_files.size()) +
+                 " sft.train_files entries: give one per entry (each its own dataset), or none (all pooled)");
   check_run_length(c.train, c.optim);
   check_rampup(c.train);
   LOOM_CHECK(c.optim.min_lr <= c.optim.lr, "optim.min_lr = " + format_double(c.optim.min_lr) +

@@ -169,6 +169,10 @@ struct TrainConfig {
 // Supervised fine-tuning on chat data (`loom sft`, docs/sft.md).
 struct SftConfig {
   std::vector<std::string> train_files;  // JSONL conversations (OpenAI messages or {input, output})
+  // One weight per train_files entry: each entry its own dataset, sampled by its share of the
+  // weights (NeMo's concat_sampling_probabilities; train/blended_source.h). Empty: the entries'
+  // conversations pooled into one dataset.
+  std::vector<double> train_weights;
   std::string chat_template = "chatml";  // chatml | tokenizer | tokenizer:NAME (data/chat/chat_format.h)
   std::vector<std::string> train_roles = {"assistant"};  // whose messages are trained on
   bool last_turn_only = false;           // only the last message of those roles

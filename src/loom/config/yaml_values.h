@@ -263,6 +263,31 @@ struct Value<std::vector<int>> {
   }
 };
 
+// A list of numbers: a YAML list, or one number for a list of one.
+template <>
+struct Value<std::vector<double>> {
+  static constexpr const char* kExpected = "a list of numbers (e.g. [0.7, 0.3])";
+  static std::vector<double> parse(const YAML::Node& node, const Origin& origin) {
+    if (node.IsNull()) return {};
+    if (node.IsScalar()) return {Value<double>::parse(node, origin)};
+    if (!node.IsSequence()) wrong_type(origin, node, kExpected);
+    std::vector<double> items;
+    for (size_t i = 0; i < node.size(); ++i)
+      items.push_back(Value<double>::parse(node[i], Origin{origin.where, origin.path + "[" + std::to_string(i) + "]"}));
+    return items;
+  }
+  static void emit(YAML::Emitter& out, const std::vector<double>& items) {
+    out << YAML::Flow << YAML::BeginSeq;
+    for (const double item : items) out << Value<double>::show(item);
+    out << YAML::EndSeq;
+  }
+  static std::string show(const std::vector<double>& items) {
+    std::string text = "[";
+    for (size_t i = 0; i < items.size(); ++i) text += (i == 0 ? "" : ", ") + Value<double>::show(items[i]);
+    return text + "]";
+  }
+};
+
 // A name outside an enum's table, found while parsing: parse_config reports it as it reports a
 // failed check (after the source's name), with the message a one_of check gives.
 struct UnknownName : Error {

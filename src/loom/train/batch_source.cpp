@@ -86,8 +86,6 @@ PretrainingSource::PretrainingSource(const std::string& prefix, int seq_len, uin
              "data.eod_mask_loss needs the tokenizer's end-of-document id (data.tokenizer)");
 }
 
-void PretrainingSource::fill(int64_t first, TokenBatch& batch) const { fill_rows(first, 0, batch.batch, batch); }
-
 void PretrainingSource::fill_rows(int64_t first, int row, int rows, TokenBatch& batch) const {
   LOOM_CHECK(batch.seq == loader_.seq_len(), "batch of " + std::to_string(batch.seq) + " tokens per sample from " + prefix_ +
                                                  ", which was opened for " + std::to_string(loader_.seq_len()));

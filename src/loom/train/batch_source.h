@@ -73,18 +73,26 @@ struct DocumentOptions {
   static DocumentOptions from_config(const config::DataConfig& data);
 };
 
+// A source a weighted blend can read row by row (blended_source.h): pre-training's datasets,
+// SFT's conversation files.
+class BlendableSource : public BatchSource {
+ public:
+  void fill(int64_t first, TokenBatch& batch) const override { fill_rows(first, 0, batch.batch, batch); }
+  // Rows [row, row + rows) of `batch` with this source's samples first, first + 1, ...
+  virtual void fill_rows(int64_t first, int row, int rows, TokenBatch& batch) const = 0;
+  // The samples of one pass over the source's data.
+  virtual int64_t samples_per_epoch() const = 0;
+};
+
 // Pre-training: GPT-style samples from a Megatron indexed dataset (data/sequence_loader.h),
 // every target trained on unless eod_mask_loss; documents and positions by the options.
-class PretrainingSource : public BatchSource {
+class PretrainingSource : public BlendableSource {
  public:
   PretrainingSource(const std::string& prefix, int seq_len, uint64_t seed, DocumentOptions documents = {});
-  void fill(int64_t first, TokenBatch& batch) const override;
-  // Rows [row, row + rows) of `batch` with samples first, first + 1, ... (a blend's rows, each
-  // from its own dataset: blended_source.h).
-  void fill_rows(int64_t first, int row, int rows, TokenBatch& batch) const;
+  void fill_rows(int64_t first, int row, int rows, TokenBatch& batch) const override;
   std::string describe() const override { return prefix_; }
   std::string describe_reading(int64_t first, int64_t samples) const override;
-  int64_t samples_per_epoch() const { return loader_.num_samples(); }
+  int64_t samples_per_epoch() const override { return loader_.num_samples(); }
 
  private:
   // Document ids (and positions) of the batch's values [begin, end), whole rows from sample first.

@@ -1,11 +1,13 @@
 #pragma once
-// Pre-training on a weighted blend of indexed datasets (data.train_blend, data.val_blend):
-// global sample g reads the dataset data::BlendIndex picks for it, at that dataset's own next
-// sample index, each dataset shuffled epoch by epoch as a lone dataset is (data/sequence_loader.h,
-// with the run's seed). The samples are a function of g alone, so every layout reads the same
-// global batch and a resumed run continues the blend where it stopped; a blend of one dataset
-// reads what data.train_prefix of it reads.
+// A weighted blend of sources (pre-training's data.train_blend / data.val_blend of indexed
+// datasets, SFT's sft.train_weights over its files): global sample g reads the source
+// data::BlendIndex picks for it, at that source's own next sample index, each source shuffled
+// epoch by epoch as it is alone (a dataset: data/sequence_loader.h; a conversation file:
+// sft_source.h). The samples are a function of g alone, so every layout reads the same global
+// batch and a resumed run continues the blend where it stopped; a blend of one source reads what
+// that source alone reads.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,8 +19,14 @@ namespace loom::train {
 
 class BlendedSource : public BatchSource {
  public:
-  // Throws loom::Error naming the entry (`key`[i], e.g. data.train_blend[1]) whose dataset cannot
-  // be opened.
+  struct Part {
+    std::string name;   // for messages: the dataset's prefix, the file's path
+    double weight = 1;  // relative to the other parts' weights
+    std::unique_ptr<BlendableSource> source;
+  };
+  explicit BlendedSource(std::vector<Part> parts);
+  // Pre-training's blend of indexed datasets; throws loom::Error naming the entry (`key`[i], e.g.
+  // data.train_blend[1]) whose dataset cannot be opened.
   BlendedSource(const std::string& key, const std::vector<config::BlendEntry>& entries, int seq_len, uint64_t seed,
                 DocumentOptions documents);
   void fill(int64_t first, TokenBatch& batch) const override;
@@ -26,8 +34,7 @@ class BlendedSource : public BatchSource {
   std::string describe_reading(int64_t first, int64_t samples) const override;
 
  private:
-  std::vector<config::BlendEntry> entries_;
-  std::vector<PretrainingSource> sources_;
+  std::vector<Part> parts_;
   data::BlendIndex index_;
 };
 

@@ -1,20 +1,23 @@
 #include "loom/train/sft.h"
 
 #include <iomanip>
+#include <memory>
 #include <optional>
 #include <ostream>
 
 #include "loom/core/error.h"
 #include "loom/data/tokenizer.h"
+#include "loom/config/yaml_values.h"
+#include "loom/train/blended_source.h"
 #include "loom/train/run_ranks.h"
 #include "loom/train/sft_source.h"
 
 namespace loom::train {
 
-data::ChatDataset build_sft_dataset(const config::RunConfig& config) {
+data::ChatDataset build_sft_dataset(const config::RunConfig& config, const std::vector<std::string>& paths) {
   const config::SftConfig& sft = config.sft;
   data::ChatDatasetOptions options;
-  options.paths = sft.train_files;
+  options.paths = paths;
   options.chat_template = sft.chat_template;
   options.mask.roles = sft.train_roles;
   options.mask.last_turn_only = sft.last_turn_only;
@@ -26,6 +29,10 @@ data::ChatDataset build_sft_dataset(const config::RunConfig& config) {
   options.drop_overlong = sft.overlong == config::Overlong::Drop;
   const std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(config.data.tokenizer);
   return data::build_chat_dataset(options, *tokenizer);
+}
+
+data::ChatDataset build_sft_dataset(const config::RunConfig& config) {
+  return build_sft_dataset(config, config.sft.train_files);
 }
 
 void report_sft_dataset(const data::ChatDataset& dataset, const config::RunConfig& config, std::ostream& out) {
@@ -47,7 +54,71 @@ void report_sft_dataset(const data::ChatDataset& dataset, const config::RunConfi
   out << "\n";
 }
 
+namespace {
+
+// sft.train_weights: each sft.train_files entry its own dataset (split, tokenized and packed on
+// its own), blended by the weights.
+struct SftBlend {
+  std::vector<std::string> names;
+  std::vector<data::ChatDataset> datasets;
+
+  explicit SftBlend(const config::RunConfig& config) {
+    for (size_t i = 0; i < config.sft.train_files.size(); ++i) {
+      const std::string& path = config.sft.train_files[i];
+      names.push_back(path);
+      try {
+        datasets.push_back(build_sft_dataset(config, {path}));
+      } catch (const Error& e) {
+        throw Error(entry(i) + e.what());
+      }
+    }
+  }
+
+  // For messages: "sft.train_files[i] = '<path>': ".
+  std::string entry(size_t i) const { return "sft.train_files[" + std::to_string(i) + "] = '" + names[i] + "': "; }
+
+  void report(const config::RunConfig& config, std::ostream& out) const {
+    for (size_t i = 0; i < datasets.size(); ++i) {
+      out << "sft: dataset " << i << " of the blend: " << names[i] << " (weight "
+          << config::detail::format_double(config.sft.train_weights[i]) << ")\n";
+      report_sft_dataset(datasets[i], config, out);
+    }
+  }
+
+  // The blend of the datasets' training rows (shuffled), or of their validation rows (in order;
+  // the datasets without any left out), null when none has validation rows.
+  std::unique_ptr<BatchSource> source(const config::RunConfig& config, bool training) const {
+    std::vector<BlendedSource::Part> parts;
+    for (size_t i = 0; i < datasets.size(); ++i) {
+      const data::ChatRows& rows = training ? datasets[i].train : datasets[i].validation;
+      if (rows.rows == 0 && !training) continue;
+      const std::string name = names[i] + (training ? " (train split)" : " (validation split)");
+      // Each dataset its own shuffle (the first one's as it would be alone).
+      const uint64_t seed = config.train.seed + i * 0x9E3779B97F4A7C15ull;
+      try {
+        parts.push_back({name, config.sft.train_weights[i], std::make_unique<SftSource>(rows, seed, training, name)});
+      } catch (const Error& e) {
+        throw Error(entry(i) + e.what());
+      }
+    }
+    if (parts.empty()) return nullptr;
+    return std::make_unique<BlendedSource>(std::move(parts));
+  }
+};
+
+}  // namespace
+
 TrainSummary sft(const config::RunConfig& config, std::ostream& out) {
+  if (!config.sft.train_weights.empty()) {
+    const SftBlend blend(config);
+    const auto rank = [&](comm::Communicator& world) {
+      if (world.rank() == 0) blend.report(config, out);
+      const std::unique_ptr<BatchSource> train = blend.source(config, true);
+      const std::unique_ptr<BatchSource> validation = blend.source(config, false);
+      return train_rank(config, world, *train, validation.get(), out);
+    };
+    return run_on_ranks(config, out, rank);
+  }
   const data::ChatDataset dataset = build_sft_dataset(config);
   const auto rank = [&](comm::Communicator& world) {
     if (world.rank() == 0) report_sft_dataset(dataset, config, out);

@@ -2,6 +2,8 @@
 // Supervised fine-tuning: chat conversations (sft.* keys) fed to the shared trainer, the loss
 // on the trained roles' tokens only. See docs/sft.md.
 #include <iosfwd>
+#include <string>
+#include <vector>
 
 #include "loom/config/run_config.h"
 #include "loom/data/chat/chat_dataset.h"
@@ -9,8 +11,10 @@
 
 namespace loom::train {
 
-// The chat dataset a config describes (read, split, tokenized, packed), as `loom sft` builds it.
+// The chat dataset a config describes (read, split, tokenized, packed), as `loom sft` builds it:
+// of sft.train_files, or of `paths` (one entry of a weighted blend, sft.train_weights).
 data::ChatDataset build_sft_dataset(const config::RunConfig& config);
+data::ChatDataset build_sft_dataset(const config::RunConfig& config, const std::vector<std::string>& paths);
 
 // What the dataset holds: conversations, skipped lines, truncations, packing efficiency.
 void report_sft_dataset(const data::ChatDataset& dataset, const config::RunConfig& config, std::ostream& out);

@@ -38,7 +38,7 @@ int64_t SftSource::row_of(int64_t sample) const {
   return permute_index(within, rows_.rows, philox_key(seed_ + static_cast<uint64_t>(epoch), "sft.epoch"));
 }
 
-void SftSource::fill(int64_t first, TokenBatch& batch) const {
+void SftSource::fill_rows(int64_t first, int row, int rows, TokenBatch& batch) const {
   LOOM_CHECK(batch.seq == rows_.seq_len, name_ + ": a batch of " + std::to_string(batch.seq) +
                                              " tokens per sample from rows of " + std::to_string(rows_.seq_len));
   const size_t seq = static_cast<size_t>(batch.seq);
@@ -48,8 +48,8 @@ void SftSource::fill(int64_t first, TokenBatch& batch) const {
     batch.positions.resize(batch.inputs.size());
     batch.documents.resize(batch.inputs.size());
   }
-  for (int b = 0; b < batch.batch; ++b) {
-    const size_t from = static_cast<size_t>(row_of(first + b)) * seq, to = static_cast<size_t>(b) * seq;
+  for (int b = 0; b < rows; ++b) {
+    const size_t from = static_cast<size_t>(row_of(first + b)) * seq, to = static_cast<size_t>(row + b) * seq;
     std::copy_n(rows_.inputs.begin() + from, seq, batch.inputs.begin() + to);
     std::copy_n(rows_.targets.begin() + from, seq, batch.targets.begin() + to);
     std::copy_n(rows_.loss_weights.begin() + from, seq, batch.loss_weights.begin() + to);

@@ -13,11 +13,12 @@
 
 namespace loom::train {
 
-class SftSource : public BatchSource {
+class SftSource : public BlendableSource {
  public:
   // `rows` outlives the source; `shuffle`: permute rows per epoch (training) or not (validation).
   SftSource(const data::ChatRows& rows, uint64_t seed, bool shuffle, std::string name);
-  void fill(int64_t first, TokenBatch& batch) const override;
+  void fill_rows(int64_t first, int row, int rows, TokenBatch& batch) const override;
+  int64_t samples_per_epoch() const override { return rows_.rows; }
   std::string describe() const override { return name_; }
   // The row global sample `sample` reads.
   int64_t row_of(int64_t sample) const;
