@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "cli_support.h"
 #include "support/test_paths.h"
 
@@ -70,6 +72,33 @@ TEST(PlanCli, TimePrintsTheBreakdown) {
   r = run_loom("plan time " + source("configs/tiny.yaml") + " --json --hardware " + source("configs/hardware/h100-sxm.yaml"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("\"step_s\""), std::string::npos) << r.output;
+}
+
+// The run's time: every batch it trains on planned as a run of that batch, times its steps.
+TEST(PlanCli, TimeAddsUpTheRunOverItsBatches) {
+  const std::string hardware = " --hardware " + source("configs/hardware/h100-sxm.yaml");
+  const std::string ramp = " train.steps=0 train.samples=1600 train.rampup_batch_size='8 8 480' optim.warmup_steps=0";
+  CommandResult r = run_loom("plan time " + source("configs/tiny.yaml") + ramp + hardware);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Steps that start before 480 samples train on 8 (60 of them), the rest on 16: 1120 / 16 = 70.
+  EXPECT_NE(r.output.find("run of train.samples = 1600 (130 steps): 60 steps of 8 sequences x "), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(" + 70 steps of 16 sequences x "), std::string::npos) << r.output;
+  r = run_loom("plan time " + source("configs/tiny.yaml") + ramp + " --json" + hardware);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json run = nlohmann::json::parse(r.output).at("run");
+  ASSERT_EQ(run.at("by_batch").size(), 2u);
+  const nlohmann::json& small = run["by_batch"][0];
+  const nlohmann::json& full = run["by_batch"][1];
+  EXPECT_EQ(run.at("steps").get<int64_t>(), 130);
+  EXPECT_LT(small.at("step_s").get<double>(), full.at("step_s").get<double>());  // half the batch, less time
+  const double expected = 60 * small.at("step_s").get<double>() + 70 * full.at("step_s").get<double>();
+  EXPECT_NEAR(run.at("seconds").get<double>(), expected, 1e-12);
+  // Without a ramp-up: train.steps steps of the step the table shows.
+  r = run_loom("plan time " + source("configs/tiny.yaml") + " --json" + hardware);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json plain = nlohmann::json::parse(r.output);
+  EXPECT_NEAR(plain.at("run").at("seconds").get<double>(), 300 * plain.at("time").at("step_s").get<double>(), 1e-12);
 }
 
 TEST(PlanCli, BadInputIsAClearError) {

@@ -63,6 +63,20 @@ TEST(Progress, EtaCountsOnlyStepsTimedSinceResume) {
   EXPECT_NE(out.str().find("ETA 6m30s"), std::string::npos) << out.str();  // 39 steps x 10 s
 }
 
+TEST(Progress, EtaWeighsStepsByTheirWork) {
+  std::ostringstream out;
+  FakeClock clock;
+  ProgressBar bar(10, 2, false, 1, out, clock.fn());
+  // Steps 1-4 of 1 unit each, the rest of 3 (a batch ramp-up): 4 + 6 x 3 = 22 units in all.
+  bar.set_work([](int step) { return step <= 4 ? step : 4.0 + 3.0 * (step - 4); });
+  clock.now += 8.0;  // steps 3 and 4 (2 units) took 8 s: 4 s a unit
+  bar.update(4, 1.0, 1e-4, 1.0, 100);
+  EXPECT_NE(out.str().find("ETA 1m12s"), std::string::npos) << out.str();  // 18 units left
+  clock.now += 12.0;  // step 5 (3 units)
+  bar.update(5, 1.0, 1e-4, 1.0, 100);
+  EXPECT_NE(out.str().find("ETA 1m00s"), std::string::npos) << out.str();  // 5 units in 20 s, 15 left
+}
+
 TEST(Progress, TerminalRedrawsInPlaceAndKeepsBarUnderMessages) {
   std::ostringstream out;
   FakeClock clock;

@@ -37,12 +37,6 @@ class BatchRampupTraining : public ::testing::Test {
   }
   std::string digest(const std::string& name) { return ckpt::parameter_digest(root_ + "/" + name + "/checkpoints"); }
 
-  static std::vector<int64_t> column(const std::vector<nlohmann::json>& records, const std::string& key) {
-    std::vector<int64_t> values;
-    for (const nlohmann::json& r : records) values.push_back(r.at(key).get<int64_t>());
-    return values;
-  }
-
   static std::string root_;
 };
 std::string BatchRampupTraining::root_;
@@ -50,8 +44,8 @@ std::string BatchRampupTraining::root_;
 TEST_F(BatchRampupTraining, TrainsAsTheRunsOfItsBatchesOneAfterAnother) {
   std::string console;
   const std::vector<nlohmann::json> ramped = train("ramped", {}, &console);
-  EXPECT_EQ(column(ramped, "global_batch"), (std::vector<int64_t>{4, 4, 8, 12, 16, 16, 16, 16}));
-  EXPECT_EQ(column(ramped, "consumed_samples"), (std::vector<int64_t>{4, 8, 16, 28, 44, 60, 76, 92}));
+  EXPECT_EQ(testing::column<int64_t>(ramped, "global_batch"), (std::vector<int64_t>{4, 4, 8, 12, 16, 16, 16, 16}));
+  EXPECT_EQ(testing::column<int64_t>(ramped, "consumed_samples"), (std::vector<int64_t>{4, 8, 16, 28, 44, 60, 76, 92}));
   EXPECT_NE(console.find("x 2 to 8 micro-batches of 2 x 16 tokens per step"), std::string::npos) << console;
   EXPECT_NE(console.find("batch: ramps up from 4 to 16 sequences by 4 over the first 24 samples (steps 1-4), then 16"),
             std::string::npos)
@@ -72,7 +66,8 @@ TEST_F(BatchRampupTraining, TrainsAsTheRunsOfItsBatchesOneAfterAnother) {
     EXPECT_EQ(chained[i].at("loss").get<double>(), ramped[i].at("loss").get<double>()) << "step " << i + 1;
     EXPECT_EQ(chained[i].at("lr").get<double>(), ramped[i].at("lr").get<double>()) << "step " << i + 1;
   }
-  EXPECT_EQ(column(chained, "consumed_samples"), column(ramped, "consumed_samples"));
+  EXPECT_EQ(testing::column<int64_t>(chained, "consumed_samples"),
+            testing::column<int64_t>(ramped, "consumed_samples"));
   EXPECT_EQ(digest("chained"), digest("ramped"));
 }
 
@@ -99,7 +94,7 @@ TEST_F(BatchRampupTraining, AResumedRunContinuesMidRampBitForBit) {
   train("full", {});
   train("split", {"train.exit_interval=3"});
   const std::vector<nlohmann::json> resumed = train("split", {"train.resume=true"});
-  EXPECT_EQ(column(resumed, "global_batch"), (std::vector<int64_t>{4, 4, 8, 12, 16, 16, 16, 16}));
+  EXPECT_EQ(testing::column<int64_t>(resumed, "global_batch"), (std::vector<int64_t>{4, 4, 8, 12, 16, 16, 16, 16}));
   EXPECT_EQ(digest("split"), digest("full"));
 }
 
@@ -110,7 +105,7 @@ TEST_F(BatchRampupTraining, ARunOfSamplesTakesMegatronsStepsAtItsSamplesLearning
                                             "optim.warmup_samples=12", "optim.schedule=linear"};
   std::string console;
   const std::vector<nlohmann::json> records = train("samples", samples, &console);
-  EXPECT_EQ(column(records, "global_batch"), (std::vector<int64_t>{4, 4, 8, 12, 16, 16, 16}));
+  EXPECT_EQ(testing::column<int64_t>(records, "global_batch"), (std::vector<int64_t>{4, 4, 8, 12, 16, 16, 16}));
   const config::RunConfig config = config::parse_config(std::string(kRun) + testing::data_section(root_), "", samples);
   for (const nlohmann::json& r : records) {
     const int64_t consumed = r.at("consumed_samples").get<int64_t>();

@@ -131,6 +131,34 @@ TEST(BatchSchedule, ATrillionSampleRampIsWalkedAStageAtATime) {
   EXPECT_NEAR(static_cast<double>(ramp_steps), expected_steps, 47.0);
 }
 
+TEST(BatchSchedule, StepsGroupByTheirBatchInOrder) {
+  for (config::TrainConfig t : ramps()) {
+    for (const int64_t samples : {int64_t{0}, 3 * t.rampup_batch_size.samples + 5 * t.global_batch}) {
+      t.samples = samples;
+      t.steps = samples > 0 ? 0 : 37;
+      std::vector<BatchSteps> expected;
+      int64_t consumed = 0;
+      for (int64_t step = 0; step < training_steps(t); ++step) {
+        const int64_t batch = megatron_batch(t, consumed);
+        if (expected.empty() || expected.back().batch != batch) expected.push_back({batch, 0});
+        ++expected.back().steps;
+        consumed += batch;
+      }
+      const std::vector<BatchSteps> groups = steps_by_batch(t);
+      ASSERT_EQ(groups.size(), expected.size()) << "ramp over " << t.rampup_batch_size.samples;
+      for (size_t i = 0; i < groups.size(); ++i) {
+        EXPECT_EQ(groups[i].batch, expected[i].batch) << "group " << i;
+        EXPECT_EQ(groups[i].steps, expected[i].steps) << "group " << i;
+      }
+    }
+  }
+  config::TrainConfig constant;
+  constant.steps = 12;
+  ASSERT_EQ(steps_by_batch(constant).size(), 1u);
+  EXPECT_EQ(steps_by_batch(constant)[0].steps, 12);
+  EXPECT_EQ(steps_by_batch(constant)[0].batch, constant.global_batch);
+}
+
 TEST(BatchSchedule, DescribesTheRampAndTheRunsLength) {
   const config::TrainConfig t = ramp(8, 4, 2, 8, 40);
   EXPECT_EQ(describe_batches(t), "batch: ramps up from 4 to 8 sequences by 2 over the first 8 samples (steps 1-2), "

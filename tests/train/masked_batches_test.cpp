@@ -68,9 +68,7 @@ class MaskedBatches : public ::testing::Test {
 std::string MaskedBatches::root_;
 
 std::vector<int64_t> token_counts(const std::vector<nlohmann::json>& records) {
-  std::vector<int64_t> counts;
-  for (const nlohmann::json& r : records) counts.push_back(r.at("trained_tokens").get<int64_t>());
-  return counts;
+  return testing::column<int64_t>(records, "trained_tokens");
 }
 
 TEST_F(MaskedBatches, EveryLayoutTrainsTheSameFunctionAsOneRank) {

@@ -50,12 +50,6 @@ class SuperTraining : public ::testing::Test {
     return testing::train_run(root_, name, yaml, overrides);
   }
 
-  static std::vector<double> field(const std::vector<nlohmann::json>& records, const std::string& key) {
-    std::vector<double> out;
-    for (const nlohmann::json& r : records) out.push_back(r.at(key).get<double>());
-    return out;
-  }
-
   static std::string root_;
 };
 std::string SuperTraining::root_;
@@ -63,7 +57,7 @@ std::string SuperTraining::root_;
 TEST_F(SuperTraining, LayoutsComputeTheSameFunctionAsOneRank) {
   const std::vector<nlohmann::json> one = train("one", {});
   ASSERT_EQ(one.size(), 20u);
-  const std::vector<double> losses = testing::losses_of(one), mtp = field(one, "mtp_loss");
+  const std::vector<double> losses = testing::losses_of(one), mtp = testing::column<double>(one, "mtp_loss");
   EXPECT_LT(losses.back(), losses.front());
   EXPECT_LT(mtp.back(), mtp.front());
   // Depth 2 predicts a token further ahead: harder than the next one.
@@ -79,7 +73,7 @@ TEST_F(SuperTraining, LayoutsComputeTheSameFunctionAsOneRank) {
     SCOPED_TRACE(name);
     const std::vector<nlohmann::json> other = train(name, overrides);
     testing::expect_same_losses(losses, testing::losses_of(other));
-    testing::expect_same_losses(mtp, field(other, "mtp_loss"));
+    testing::expect_same_losses(mtp, testing::column<double>(other, "mtp_loss"));
     EXPECT_LE(state_difference(root_, "one", name), kStateTolerance);
   }
 }

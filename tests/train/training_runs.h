@@ -67,10 +67,16 @@ inline std::vector<nlohmann::json> train_run(const std::string& root, const std:
   return records;
 }
 
+// Every record's value of `key`, as T.
+template <class T>
+std::vector<T> column(const std::vector<nlohmann::json>& records, const std::string& key) {
+  std::vector<T> values;
+  for (const nlohmann::json& r : records) values.push_back(r.at(key).get<T>());
+  return values;
+}
+
 inline std::vector<double> losses_of(const std::vector<nlohmann::json>& records) {
-  std::vector<double> losses;
-  for (const nlohmann::json& r : records) losses.push_back(r.at("loss").get<double>());
-  return losses;
+  return column<double>(records, "loss");
 }
 
 // Max over the tensors `names` of max|a - b| / max|a| between the latest checkpoints of the

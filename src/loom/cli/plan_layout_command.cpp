@@ -3,12 +3,17 @@
 // loom plan time   CONFIG [overrides] --hardware FILE [--ranks N] [--json]
 // loom plan search CONFIG [overrides] --hardware FILE --devices N [--top K] [--json]
 // Memory per rank and step time of a layout before it runs (src/loom/plan/, docs/plan.md).
+#include <cstdio>
+#include <iomanip>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include "loom/cli/command.h"
 #include "loom/data/tokenizer.h"
+#include "loom/config/progress.h"
 #include "loom/plan/report.h"
+#include "loom/train/batch_schedule.h"
 #include "loom/train/layout_check.h"
 #include "loom/train/model_setup.h"
 
@@ -50,6 +55,30 @@ plan::MemoryOptions memory_options(const PlanArgs& args, const plan::Hardware* h
 plan::MemoryPlan memory_of(const PlanArgs& args, const config::RunConfig& run, const plan::Hardware* hardware) {
   const int world = args.ranks > 0 ? args.ranks : run.runtime.ranks;
   return plan::plan_memory(run, train::check_layout(run, world), memory_options(args, hardware));
+}
+
+// The run's time: each global batch it trains on (a ramp-up's, then train.global_batch) planned
+// as a run of that batch, times its steps. Text for the table view; `json` gets the same.
+std::string run_time(const PlanArgs& args, const config::RunConfig& run, const plan::Hardware& hardware,
+                     nlohmann::json& json) {
+  double seconds = 0.0;
+  std::ostringstream parts;
+  json = {{"steps", train::training_steps(run.train)}, {"by_batch", nlohmann::json::array()}};
+  for (const train::BatchSteps& group : train::steps_by_batch(run.train)) {
+    config::RunConfig at_batch = run;
+    at_batch.train.global_batch = static_cast<int>(group.batch);
+    at_batch.train.rampup_batch_size = {};
+    const double step = plan::plan_time(at_batch, memory_of(args, at_batch, &hardware), hardware).step;
+    seconds += step * static_cast<double>(group.steps);
+    parts << (json["by_batch"].empty() ? "" : " + ") << group.steps << " steps of " << group.batch << " sequences x "
+          << std::fixed << std::setprecision(2) << step * 1e3 << " ms";
+    json["by_batch"].push_back({{"batch", group.batch}, {"steps", group.steps}, {"step_s", step}});
+  }
+  json["seconds"] = seconds;
+  char short_run[32];
+  std::snprintf(short_run, sizeof short_run, "%.3g s", seconds);
+  const std::string total = seconds < 60.0 ? short_run : config::ProgressBar::format_duration(seconds);
+  return "run of " + train::run_length_key(run.train) + ": " + parts.str() + " = " + total + "\n";
 }
 
 CLI::App* add_common(CLI::App* plan, const std::string& name, const std::string& help, PlanArgs& args) {
@@ -94,13 +123,16 @@ void register_plan_layouts(CLI::App& plan, std::vector<Command>& commands) {
                         const config::RunConfig run = load_run(*args);
                         const plan::MemoryPlan memory = memory_of(*args, run, &hardware);
                         const plan::TimeBreakdown time = plan::plan_time(run, memory, hardware);
+                        nlohmann::json run_json;
+                        const std::string run_line = run_time(*args, run, hardware, run_json);
                         if (args->json) {
                           std::cout << nlohmann::json{{"memory", plan::memory_json(memory)},
-                                                      {"time", plan::time_json(time)}}.dump(2)
+                                                      {"time", plan::time_json(time)},
+                                                      {"run", run_json}}.dump(2)
                                     << "\n";
                         } else {
                           std::cout << plan::memory_table(memory) << "step time on " << hardware.name << ":\n"
-                                    << plan::time_table(time);
+                                    << plan::time_table(time) << run_line;
                         }
                         return 0;
                       }});

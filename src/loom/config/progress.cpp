@@ -91,9 +91,10 @@ std::string ProgressBar::format_stats(int step, int total_steps, double loss, do
 
 void ProgressBar::update(int step, double loss, double lr, double grad_norm, double tokens_per_s,
                          const std::string& extra) {
-  const int timed_steps = step - first_step_;
+  const Work work = work_ ? work_ : [](int s) { return static_cast<double>(s); };
+  const double timed_work = work(step) - work(first_step_);
   const double elapsed = clock_() - start_s_;
-  const double eta = timed_steps > 0 ? elapsed / timed_steps * std::max(total_steps_ - step, 0) : -1.0;
+  const double eta = timed_work > 0 ? elapsed / timed_work * std::max(work(total_steps_) - work(step), 0.0) : -1.0;
   const std::string stats =
       format_stats(step, total_steps_, loss, lr, grad_norm, tokens_per_s, eta) + (extra.empty() ? "" : " " + extra);
   if (is_terminal_) {

@@ -34,6 +34,10 @@ class ProgressBar {
   void update(int step, double loss, double lr, double grad_norm, double tokens_per_s, const std::string& extra = "");
   // Prints `text` on its own line (e.g. a validation loss) and redraws the bar below it.
   void message(const std::string& text);
+  // The run's work done after `step` steps, for the ETA when steps differ in size (under a batch
+  // ramp-up: the samples consumed); unset, every step is the same work.
+  using Work = std::function<double(int step)>;
+  void set_work(Work work) { work_ = std::move(work); }
 
   // "12/100 loss 3.2104 lr 3.00e-04 gnorm 0.912 12.3k tok/s ETA 1m02s"; `eta_s` < 0 = unknown.
   static std::string format_stats(int step, int total_steps, double loss, double lr, double grad_norm,
@@ -52,6 +56,7 @@ class ProgressBar {
   int log_interval_;
   std::ostream& out_;
   Clock clock_;
+  Work work_;
   double start_s_;
   std::string bar_line_;     // the bar currently on screen (terminal mode), empty when none
   size_t drawn_width_ = 0;   // characters of the last redraw, to blank a shorter one

@@ -238,53 +238,43 @@ struct Value<std::vector<std::string>> {
   }
 };
 
-// A list of integers: a YAML list, or one integer for a list of one.
-template <>
-struct Value<std::vector<int>> {
-  static constexpr const char* kExpected = "a list of integers (e.g. [0, 4])";
-  static std::vector<int> parse(const YAML::Node& node, const Origin& origin) {
+// A list of numbers of type T: a YAML list, or one number for a list of one.
+template <class T>
+struct NumberListValue {
+  static std::vector<T> parse(const YAML::Node& node, const Origin& origin, const char* expected) {
     if (node.IsNull()) return {};
-    if (node.IsScalar()) return {Value<int>::parse(node, origin)};
-    if (!node.IsSequence()) wrong_type(origin, node, kExpected);
-    std::vector<int> items;
+    if (node.IsScalar()) return {Value<T>::parse(node, origin)};
+    if (!node.IsSequence()) wrong_type(origin, node, expected);
+    std::vector<T> items;
     for (size_t i = 0; i < node.size(); ++i)
-      items.push_back(Value<int>::parse(node[i], Origin{origin.where, origin.path + "[" + std::to_string(i) + "]"}));
+      items.push_back(Value<T>::parse(node[i], Origin{origin.where, origin.path + "[" + std::to_string(i) + "]"}));
     return items;
   }
-  static void emit(YAML::Emitter& out, const std::vector<int>& items) {
+  static void emit(YAML::Emitter& out, const std::vector<T>& items) {
     out << YAML::Flow << YAML::BeginSeq;
-    for (const int item : items) out << item;
+    for (const T& item : items) out << Value<T>::show(item);
     out << YAML::EndSeq;
   }
-  static std::string show(const std::vector<int>& items) {
+  static std::string show(const std::vector<T>& items) {
     std::string text = "[";
-    for (size_t i = 0; i < items.size(); ++i) text += (i == 0 ? "" : ", ") + std::to_string(items[i]);
+    for (size_t i = 0; i < items.size(); ++i) text += (i == 0 ? "" : ", ") + Value<T>::show(items[i]);
     return text + "]";
   }
 };
 
-// A list of numbers: a YAML list, or one number for a list of one.
 template <>
-struct Value<std::vector<double>> {
+struct Value<std::vector<int>> : NumberListValue<int> {
+  static constexpr const char* kExpected = "a list of integers (e.g. [0, 4])";
+  static std::vector<int> parse(const YAML::Node& node, const Origin& origin) {
+    return NumberListValue<int>::parse(node, origin, kExpected);
+  }
+};
+
+template <>
+struct Value<std::vector<double>> : NumberListValue<double> {
   static constexpr const char* kExpected = "a list of numbers (e.g. [0.7, 0.3])";
   static std::vector<double> parse(const YAML::Node& node, const Origin& origin) {
-    if (node.IsNull()) return {};
-    if (node.IsScalar()) return {Value<double>::parse(node, origin)};
-    if (!node.IsSequence()) wrong_type(origin, node, kExpected);
-    std::vector<double> items;
-    for (size_t i = 0; i < node.size(); ++i)
-      items.push_back(Value<double>::parse(node[i], Origin{origin.where, origin.path + "[" + std::to_string(i) + "]"}));
-    return items;
-  }
-  static void emit(YAML::Emitter& out, const std::vector<double>& items) {
-    out << YAML::Flow << YAML::BeginSeq;
-    for (const double item : items) out << Value<double>::show(item);
-    out << YAML::EndSeq;
-  }
-  static std::string show(const std::vector<double>& items) {
-    std::string text = "[";
-    for (size_t i = 0; i < items.size(); ++i) text += (i == 0 ? "" : ", ") + Value<double>::show(items[i]);
-    return text + "]";
+    return NumberListValue<double>::parse(node, origin, kExpected);
   }
 };
 

@@ -83,6 +83,25 @@ int64_t rampup_steps(const config::TrainConfig& train) {
   return walk(train, {}, train.rampup_batch_size.samples, kNoLimit).steps;
 }
 
+std::vector<BatchSteps> steps_by_batch(const config::TrainConfig& train) {
+  const int64_t total = training_steps(train);
+  const Stages stages{train};
+  std::vector<BatchSteps> groups;
+  Walk at;
+  while (at.steps < total) {
+    const int64_t stage = stages.of(at.consumed);
+    const Walk next = walk(train, at, stages.end(stage), total);  // the steps that start in this stage
+    const int64_t batch = stages.batch(stage), steps = next.steps - at.steps;
+    if (!groups.empty() && groups.back().batch == batch) {
+      groups.back().steps += steps;
+    } else {
+      groups.push_back({batch, steps});
+    }
+    at = next;
+  }
+  return groups;
+}
+
 std::string run_length_key(const config::TrainConfig& train) {
   if (train.samples == 0) return "train.steps = " + std::to_string(train.steps);
   return "train.samples = " + std::to_string(train.samples) + " (" + std::to_string(training_steps(train)) + " steps)";

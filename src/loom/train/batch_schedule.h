@@ -9,6 +9,7 @@
 // stage at a time, never a step at a time.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "loom/config/run_config.h"
 
@@ -27,6 +28,13 @@ int64_t samples_after_steps(const config::TrainConfig& train, int64_t steps);
 
 // The steps that train on less than train.global_batch (0 without a ramp-up).
 int64_t rampup_steps(const config::TrainConfig& train);
+
+// The run's steps grouped by their global batch, in the order they run: one entry without a
+// ramp-up, one per batch size the ramp-up's steps train on otherwise.
+struct BatchSteps {
+  int64_t batch = 0, steps = 0;
+};
+std::vector<BatchSteps> steps_by_batch(const config::TrainConfig& train);
 
 // The key that sets the run's length, for messages: "train.steps = 300", or
 // "train.samples = 1000 (125 steps)".

@@ -9,6 +9,7 @@
 #include "loom/config/metrics.h"
 #include "loom/config/progress.h"
 #include "loom/config/yaml_values.h"
+#include "loom/train/batch_schedule.h"
 #include "loom/train/world_agreements.h"
 
 namespace loom::train {
@@ -63,6 +64,10 @@ class Reporter {
     metrics_.emplace(run.run.dir, step + 1);
     bar_.emplace(static_cast<int>(trainer.total_steps()), static_cast<int>(step),
                  run.log.progress && config::stdout_is_interactive(), run.log.interval, trainer.out());
+    // Under a batch ramp-up the later steps are larger: the ETA counts samples.
+    if (run.train.rampup_batch_size.on()) {
+      bar_->set_work([train = run.train](int s) { return static_cast<double>(samples_after_steps(train, s)); });
+    }
   }
   void message(const std::string& text) {
     if (bar_) bar_->message(text);
