@@ -5,9 +5,9 @@
 #include <optional>
 #include <ostream>
 
+#include "loom/config/yaml_values.h"
 #include "loom/core/error.h"
 #include "loom/data/tokenizer.h"
-#include "loom/config/yaml_values.h"
 #include "loom/train/blended_source.h"
 #include "loom/train/run_ranks.h"
 #include "loom/train/sft_source.h"
