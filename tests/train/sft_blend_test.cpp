@@ -2,8 +2,8 @@
 // row of the file the blend picks for it, at that file's own next sample; a blend of one file
 // trains bit for bit as the file alone; two data-parallel ranks train a blend as one rank does
 // (every step's loss and the final parameters and moments, fp32: relative 1e-5); validation
-// blends the files' held-out rows; the run reports each file and the blend's shares; a file
-// without conversations is named by its entry.
+// blends the files' held-out rows; a resumed blend continues bit for bit; the run reports each
+// file and the blend's shares; a file without conversations is named by its entry.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -141,6 +141,13 @@ TEST_F(SftBlend, DataParallelRanksTrainABlendAsOneRankAndTheRunSaysWhatItReads) 
   EXPECT_NEAR(two[1].at("val_loss").get<double>(), one[1].at("val_loss").get<double>(),
               1e-5 * one[1].at("val_loss").get<double>());
   EXPECT_LE(testing::state_difference(root_, "one", "two"), 1e-5);
+}
+
+TEST_F(SftBlend, AResumedBlendContinuesBitForBit) {
+  train("whole", {"sft.train_weights=[3, 1]"});
+  train("halves", {"sft.train_weights=[3, 1]", "train.exit_interval=2"});
+  train("halves", {"sft.train_weights=[3, 1]", "train.resume=true"});
+  EXPECT_EQ(digest("halves"), digest("whole"));
 }
 
 TEST_F(SftBlend, AFileWithoutConversationsIsNamedByItsEntry) {
