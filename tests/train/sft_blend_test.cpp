@@ -143,6 +143,16 @@ TEST_F(SftBlend, DataParallelRanksTrainABlendAsOneRankAndTheRunSaysWhatItReads) 
   EXPECT_LE(testing::state_difference(root_, "one", "two"), 1e-5);
 }
 
+TEST_F(SftBlend, AFileAloneSaysHowManyEpochsTheRunReads) {
+  std::string console;
+  train("alone-b", {"sft.train_files=[" + root_ + "/b.jsonl]", "train.steps=3"}, &console);
+  // 12 conversations, 2 held out: 10 rows; 3 steps of 8 read 24 of them.
+  EXPECT_NE(console.find("data: sft.train_files (train split): 10 rows of 128 tokens per epoch; samples [0, 24) read "
+                         "2.4 epochs"),
+            std::string::npos)
+      << console;
+}
+
 TEST_F(SftBlend, AResumedBlendContinuesBitForBit) {
   train("whole", {"sft.train_weights=[3, 1]"});
   train("halves", {"sft.train_weights=[3, 1]", "train.exit_interval=2"});

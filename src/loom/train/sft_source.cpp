@@ -32,6 +32,12 @@ SftSource::SftSource(const data::ChatRows& rows, uint64_t seed, bool shuffle, st
   LOOM_CHECK(rows_.rows > 0, name_ + " has no conversations to read (all were held out, dropped or skipped)");
 }
 
+std::string SftSource::describe_reading(int64_t first, int64_t samples) const {
+  return name_ + ": " + std::to_string(rows_.rows) + " rows of " + std::to_string(rows_.seq_len) +
+         " tokens per epoch; samples [" + std::to_string(first) + ", " + std::to_string(first + samples) + ") read " +
+         format_epochs(samples, rows_.rows);
+}
+
 int64_t SftSource::row_of(int64_t sample) const {
   const int64_t epoch = sample / rows_.rows, within = sample % rows_.rows;
   if (!shuffle_) return within;

@@ -20,6 +20,7 @@ class SftSource : public BlendableSource {
   void fill_rows(int64_t first, int row, int rows, TokenBatch& batch) const override;
   int64_t samples_per_epoch() const override { return rows_.rows; }
   std::string describe() const override { return name_; }
+  std::string describe_reading(int64_t first, int64_t samples) const override;
   // The row global sample `sample` reads.
   int64_t row_of(int64_t sample) const;
 
