@@ -162,7 +162,9 @@ TEST(PlanCli, TrainingComparesThePlanWithTheFirstStep) {
       hybrid + " runtime.ranks=2 parallel.ep=2", hybrid + " precision.recipe=bf16",
       // FP8 routed experts, their rows padded to 16 (planned at the bound).
       hybrid + " precision.recipe=fp8_current precision.fp8_edge_layers_bf16=false",
-      tiny + " runtime.ranks=4 parallel.tp=4 model.kv_heads=2 precision.recipe=fp8_delayed"};
+      tiny + " runtime.ranks=4 parallel.tp=4 model.kv_heads=2 precision.recipe=fp8_delayed",
+      // The measured step is a ramp-up's first, of one micro-batch where the full batch has two in flight.
+      tiny + " runtime.ranks=2 parallel.pp=2 parallel.pipeline_schedule=gpipe train.rampup_batch_size=[2,2,1000]"};
   for (size_t i = 0; i < runs.size(); ++i) {
     SCOPED_TRACE(runs[i]);
     CommandResult r = run_loom("train " + runs[i] + " data.train_prefix=" + (dir / "data/c_train") +

@@ -58,8 +58,12 @@ void Trainer::start_memory_check() { state_->memory_check.start_step(state_->dev
 std::string Trainer::memory_check_report() const {
   const State& s = *state_;
   try {
-    const MemoryCheck::Result r =
-        s.memory_check.measure(s.run, s.mesh.layout().shape, s.mesh.pp_rank(), s.world.backend() == "threads");
+    // Planned for the batch the measured step trained on (a ramp-up's first is smaller).
+    config::RunConfig measured_step = s.run;
+    measured_step.train.global_batch = static_cast<int>(s.step_batch);
+    measured_step.train.rampup_batch_size = {};
+    const MemoryCheck::Result r = s.memory_check.measure(measured_step, s.mesh.layout().shape, s.mesh.pp_rank(),
+                                                         s.world.backend() == "threads");
     return s.memory_check.report(r);
   } catch (const Error& e) {  // a layout the planner does not know yet must not stop the run
     return std::string("memory: no plan for this layout (") + e.what() + ")";
