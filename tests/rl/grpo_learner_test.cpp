@@ -308,6 +308,17 @@ TEST_F(GrpoLearnerTest, RefusesWhatItCannotTrain) {
       return train::TrainSummary{};
     });
   }, "parallel.cp");
+  const std::vector<std::vector<std::string>> ramps = {
+      {"train.rampup_batch_size=[4, 4, 100]"}, {"train.samples=64", "train.steps=0", "optim.warmup_steps=0"}};
+  for (const std::vector<std::string>& overrides : ramps) {
+    const config::RunConfig ramp = config("refuse-ramp", overrides);
+    fails([&] {
+      train::run_on_ranks(ramp, out, [&](comm::Communicator& world) {
+        GrpoLearner learner(ramp, world, out);
+        return train::TrainSummary{};
+      });
+    }, "train.rampup_batch_size and train.samples are for pre-training and fine-tuning");
+  }
 }
 
 }  // namespace
