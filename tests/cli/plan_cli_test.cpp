@@ -101,6 +101,20 @@ TEST(PlanCli, TimeAddsUpTheRunOverItsBatches) {
   EXPECT_NEAR(plain.at("run").at("seconds").get<double>(), 300 * plain.at("time").at("step_s").get<double>(), 1e-12);
 }
 
+// A layout whose micro-batches x dp do not divide a ramp-up's batches cannot run: the search leaves
+// it out (dp 2 x micro-batch 8 = 16 does not divide the ramp's first batch of 8).
+TEST(PlanCli, SearchLeavesOutLayoutsThatCannotSplitARampUp) {
+  const std::string search = "plan search " + source("configs/tiny.yaml") + " --hardware " +
+                             source("configs/hardware/h100-sxm.yaml") + " --devices 2 --top 200";
+  CommandResult plain = run_loom(search);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_NE(plain.output.find("dp 2, zero 1, micro-batch 8"), std::string::npos) << plain.output;
+  CommandResult ramp = run_loom(search + " 'train.rampup_batch_size=[8, 8, 480]'");
+  ASSERT_EQ(ramp.exit_code, 0) << ramp.output;
+  EXPECT_EQ(ramp.output.find("dp 2, zero 1, micro-batch 8"), std::string::npos) << ramp.output;
+  EXPECT_NE(ramp.output.find("dp 2, zero 1, micro-batch 4"), std::string::npos) << ramp.output;
+}
+
 TEST(PlanCli, BadInputIsAClearError) {
   TempDir dir;
   write_text(dir / "hw.yaml", "device: {peak_tflops: 1, memory_gb: 80}\n");
