@@ -261,7 +261,8 @@ TEST(Config, SftWeightsGiveOnePerFile) {
   std::string msg = error_of([] { parse("sft: {train_files: [a.jsonl, b.jsonl], train_weights: [1]}"); });
   EXPECT_HAS(msg, "sft.train_weights has 1 weights for 2 sft.train_files entries: give one per entry");
   msg = error_of([] { parse("sft: {train_files: [a.jsonl, b.jsonl], train_weights: [1, 0]}"); });
-  EXPECT_HAS(msg, "sft.train_weights = [1, 0] is invalid: each weight must be a finite number > 0");
+  EXPECT_HAS(msg, "sft.train_weights = [1, 0] is invalid: each weight must be a finite number > 0 (weights are "
+                  "relative");
   msg = error_of([] { parse("sft: {train_files: [a.jsonl], train_weights: [heavy]}"); });
   EXPECT_HAS(msg, "sft.train_weights[0] = 'heavy' is not a finite number");
 }

@@ -58,17 +58,21 @@ plan::MemoryPlan memory_of(const PlanArgs& args, const config::RunConfig& run, c
 }
 
 // The run's time: each global batch it trains on (a ramp-up's, then train.global_batch) planned
-// as a run of that batch, times its steps. Text for the table view; `json` gets the same.
+// as a run of that batch, times its steps; `full_step` is train.global_batch's, planned already.
+// Text for the table view; `json` gets the same.
 std::string run_time(const PlanArgs& args, const config::RunConfig& run, const plan::Hardware& hardware,
-                     nlohmann::json& json) {
+                     double full_step, nlohmann::json& json) {
   double seconds = 0.0;
   std::ostringstream parts;
   json = {{"steps", train::training_steps(run.train)}, {"by_batch", nlohmann::json::array()}};
   for (const train::BatchSteps& group : train::steps_by_batch(run.train)) {
-    config::RunConfig at_batch = run;
-    at_batch.train.global_batch = static_cast<int>(group.batch);
-    at_batch.train.rampup_batch_size = {};
-    const double step = plan::plan_time(at_batch, memory_of(args, at_batch, &hardware), hardware).step;
+    double step = full_step;
+    if (group.batch != run.train.global_batch) {
+      config::RunConfig at_batch = run;
+      at_batch.train.global_batch = static_cast<int>(group.batch);
+      at_batch.train.rampup_batch_size = {};
+      step = plan::plan_time(at_batch, memory_of(args, at_batch, &hardware), hardware).step;
+    }
     seconds += step * static_cast<double>(group.steps);
     parts << (json["by_batch"].empty() ? "" : " + ") << group.steps << " steps of " << group.batch << " sequences x "
           << std::fixed << std::setprecision(2) << step * 1e3 << " ms";
@@ -124,7 +128,7 @@ void register_plan_layouts(CLI::App& plan, std::vector<Command>& commands) {
                         const plan::MemoryPlan memory = memory_of(*args, run, &hardware);
                         const plan::TimeBreakdown time = plan::plan_time(run, memory, hardware);
                         nlohmann::json run_json;
-                        const std::string run_line = run_time(*args, run, hardware, run_json);
+                        const std::string run_line = run_time(*args, run, hardware, time.step, run_json);
                         if (args->json) {
                           std::cout << nlohmann::json{{"memory", plan::memory_json(memory)},
                                                       {"time", plan::time_json(time)},

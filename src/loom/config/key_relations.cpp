@@ -5,6 +5,7 @@
 
 #include "loom/config/grpo_schema.h"
 #include "loom/config/hybrid_config.h"
+#include "loom/config/rampup_value.h"
 #include "loom/config/yaml_values.h"
 #include "loom/core/error.h"
 
@@ -123,8 +124,7 @@ void check_run_length(const TrainConfig& t, const OptimConfig& o) {
 void check_rampup(const TrainConfig& t) {
   const BatchRampup& r = t.rampup_batch_size;
   if (!r.on()) return;
-  const std::string ramp = "train.rampup_batch_size = [" + std::to_string(r.start) + ", " +
-                           std::to_string(r.increment) + ", " + std::to_string(r.samples) + "]";
+  const std::string ramp = "train.rampup_batch_size = " + detail::Value<BatchRampup>::show(r);
   LOOM_CHECK(r.start < t.global_batch, ramp + " is invalid: its start batch must be below train.global_batch = " +
                                            std::to_string(t.global_batch) + ", the batch it ramps up to");
   LOOM_CHECK((t.global_batch - r.start) % r.increment == 0,

@@ -117,11 +117,7 @@ inline const std::vector<Key<BlendEntry>>& blend_keys() {
               if (!v.empty()) return std::nullopt;
               return std::string("must name a dataset made by `loom data prepare` (its path without .bin/.idx)");
             }),
-      field("weight", &BlendEntry::weight,
-            [](const double& v) -> std::optional<std::string> {
-              if (v > 0 && std::isfinite(v)) return std::nullopt;
-              return std::string("must be a finite number > 0 (the entries' weights are relative to each other)");
-            }),
+      field("weight", &BlendEntry::weight, [](const double& v) { return weight_problem(v); }),
   };
   return keys;
 }

@@ -41,9 +41,12 @@ struct Value<BatchRampup> {
     out << YAML::EndSeq;
   }
   static std::string show(const BatchRampup& value) {
-    if (value == BatchRampup{}) return "[]";
-    return "[" + std::to_string(value.start) + ", " + std::to_string(value.increment) + ", " +
-           std::to_string(value.samples) + "]";
+    std::string text = "[";  // appended, not "[" + ...: gcc 12 gives a false -Wrestrict on the latter
+    if (value != BatchRampup{}) {
+      text.append(std::to_string(value.start)).append(", ").append(std::to_string(value.increment)).append(", ");
+      text.append(std::to_string(value.samples));
+    }
+    return text.append("]");
   }
 };
 

@@ -52,10 +52,10 @@ Check<std::vector<int>> each_at_least(int low) {
 
 // A tokenizer name (core/tokenizer_names.h) or hf:<dir>; the directory is read when the
 // tokenizer is made, which names what is missing there.
-Check<std::vector<double>> each_positive() {
+Check<std::vector<double>> each_a_weight() {
   return [](const std::vector<double>& weights) -> std::optional<std::string> {
     for (const double w : weights)
-      if (!(w > 0 && std::isfinite(w))) return std::string("each weight must be a finite number > 0");
+      if (auto problem = weight_problem(w)) return "each weight " + *problem;
     return std::nullopt;
   };
 }
@@ -289,7 +289,7 @@ const std::vector<SectionSchema>& schema() {
       section("sft", &RunConfig::sft,
               {
                   field("train_files", &SftConfig::train_files),
-                  field("train_weights", &SftConfig::train_weights, each_positive()),
+                  field("train_weights", &SftConfig::train_weights, each_a_weight()),
                   field("chat_template", &SftConfig::chat_template),
                   field("train_roles", &SftConfig::train_roles, only_roles()),
                   field("last_turn_only", &SftConfig::last_turn_only),

@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <optional>
 #include <string>
@@ -58,6 +59,13 @@ inline Check<T> at_least(T low) {
     if (value >= low) return std::nullopt;
     return "must be >= " + Value<T>::show(low);
   };
+}
+
+// A blend's weight (data.*_blend, sft.train_weights): relative to the others, so any finite
+// number > 0.
+inline std::optional<std::string> weight_problem(double weight) {
+  if (weight > 0 && std::isfinite(weight)) return std::nullopt;
+  return std::string("must be a finite number > 0 (weights are relative to each other)");
 }
 
 template <class T>

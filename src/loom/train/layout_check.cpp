@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string>
 
+#include "loom/config/rampup_value.h"
 #include "loom/core/error.h"
 #include "loom/model/layer_spec.h"
 
@@ -50,9 +51,9 @@ void check_rampup_layout(const config::RunConfig& config, int dp) {
                                                             " (the interleaved schedule's rounds)"
                                                       : "");
   LOOM_CHECK(r.start % unit == 0 && r.increment % unit == 0,
-             "train.rampup_batch_size = [" + std::to_string(r.start) + ", " + std::to_string(r.increment) + ", " +
-                 std::to_string(r.samples) + "]: each batch of the ramp-up must be a multiple of " + of + " = " +
-                 std::to_string(unit) + ", so its start and increment must be");
+             "train.rampup_batch_size = " + config::detail::Value<config::BatchRampup>::show(r) +
+                 ": each batch of the ramp-up must be a multiple of " + of + " = " + std::to_string(unit) +
+                 ", so its start and increment must be");
 }
 
 }  // namespace

@@ -2,7 +2,6 @@
 
 #include <iomanip>
 #include <memory>
-#include <optional>
 #include <ostream>
 
 #include "loom/config/yaml_values.h"
@@ -56,18 +55,24 @@ void report_sft_dataset(const data::ChatDataset& dataset, const config::RunConfi
 
 namespace {
 
-// sft.train_weights: each sft.train_files entry its own dataset (split, tokenized and packed on
-// its own), blended by the weights.
-struct SftBlend {
-  std::vector<std::string> names;
+// What `loom sft` reads: the sft.train_files entries' conversations pooled into one dataset, or
+// with sft.train_weights each entry its own dataset (split, tokenized and packed on its own),
+// blended by the weights.
+struct SftData {
+  bool blended = false;
+  std::vector<std::string> names;  // per dataset, for messages
   std::vector<data::ChatDataset> datasets;
 
-  explicit SftBlend(const config::RunConfig& config) {
+  explicit SftData(const config::RunConfig& config) : blended(!config.sft.train_weights.empty()) {
+    if (!blended) {
+      names.push_back("sft.train_files");
+      datasets.push_back(build_sft_dataset(config));
+      return;
+    }
     for (size_t i = 0; i < config.sft.train_files.size(); ++i) {
-      const std::string& path = config.sft.train_files[i];
-      names.push_back(path);
+      names.push_back(config.sft.train_files[i]);
       try {
-        datasets.push_back(build_sft_dataset(config, {path}));
+        datasets.push_back(build_sft_dataset(config, {names[i]}));
       } catch (const Error& e) {
         throw Error(entry(i) + e.what());
       }
@@ -79,14 +84,16 @@ struct SftBlend {
 
   void report(const config::RunConfig& config, std::ostream& out) const {
     for (size_t i = 0; i < datasets.size(); ++i) {
-      out << "sft: dataset " << i << " of the blend: " << names[i] << " (weight "
-          << config::detail::format_double(config.sft.train_weights[i]) << ")\n";
+      if (blended) {
+        out << "sft: dataset " << i << " of the blend: " << names[i] << " (weight "
+            << config::detail::format_double(config.sft.train_weights[i]) << ")\n";
+      }
       report_sft_dataset(datasets[i], config, out);
     }
   }
 
-  // The blend of the datasets' training rows (shuffled), or of their validation rows (in order;
-  // the datasets without any left out), null when none has validation rows.
+  // The datasets' training rows (shuffled) or validation rows (in order; the datasets without any
+  // left out), blended when weighted; null when no dataset has validation rows.
   std::unique_ptr<BatchSource> source(const config::RunConfig& config, bool training) const {
     std::vector<BlendedSource::Part> parts;
     for (size_t i = 0; i < datasets.size(); ++i) {
@@ -96,8 +103,11 @@ struct SftBlend {
       // Each dataset its own shuffle (the first one's as it would be alone).
       const uint64_t seed = config.train.seed + i * 0x9E3779B97F4A7C15ull;
       try {
-        parts.push_back({name, config.sft.train_weights[i], std::make_unique<SftSource>(rows, seed, training, name)});
+        auto rows_source = std::make_unique<SftSource>(rows, seed, training, name);
+        if (!blended) return rows_source;
+        parts.push_back({name, config.sft.train_weights[i], std::move(rows_source)});
       } catch (const Error& e) {
+        if (!blended) throw;
         throw Error(entry(i) + e.what());
       }
     }
@@ -109,24 +119,12 @@ struct SftBlend {
 }  // namespace
 
 TrainSummary sft(const config::RunConfig& config, std::ostream& out) {
-  if (!config.sft.train_weights.empty()) {
-    const SftBlend blend(config);
-    const auto rank = [&](comm::Communicator& world) {
-      if (world.rank() == 0) blend.report(config, out);
-      const std::unique_ptr<BatchSource> train = blend.source(config, true);
-      const std::unique_ptr<BatchSource> validation = blend.source(config, false);
-      return train_rank(config, world, *train, validation.get(), out);
-    };
-    return run_on_ranks(config, out, rank);
-  }
-  const data::ChatDataset dataset = build_sft_dataset(config);
+  const SftData data(config);
   const auto rank = [&](comm::Communicator& world) {
-    if (world.rank() == 0) report_sft_dataset(dataset, config, out);
-    const SftSource train(dataset.train, config.train.seed, true, "sft.train_files (train split)");
-    std::optional<SftSource> validation;
-    if (dataset.validation.rows > 0)
-      validation.emplace(dataset.validation, config.train.seed, false, "sft.train_files (validation split)");
-    return train_rank(config, world, train, validation ? &*validation : nullptr, out);
+    if (world.rank() == 0) data.report(config, out);
+    const std::unique_ptr<BatchSource> train = data.source(config, true);
+    const std::unique_ptr<BatchSource> validation = data.source(config, false);
+    return train_rank(config, world, *train, validation.get(), out);
   };
   return run_on_ranks(config, out, rank);
 }
