@@ -223,6 +223,34 @@ TEST(Config, BatchRampupParsesAsAListOrMegatronsTextAndRelatesToTheBatch) {
   EXPECT_HAS(msg, "its increment must divide train.global_batch - start = 48");
 }
 
+TEST(Config, DataSplitParsesAsMegatronsTextOrAListAndStandsAlone) {
+  RunConfig c = parse("data: {split: '969,30,1'}");
+  EXPECT_EQ(c.data.split.shares, (std::vector<double>{969, 30, 1}));
+  EXPECT_EQ(parse(to_yaml(c)).data.split, c.data.split);  // written back as the text
+  EXPECT_EQ(parse("data: {split: [969, 30, 1]}").data.split, c.data.split);
+  EXPECT_EQ(parse("", {"data.split=969/30/1"}).data.split, c.data.split);
+  EXPECT_EQ(parse("data: {split: 0.9 0.1}").data.split.shares, (std::vector<double>{0.9, 0.1}));
+  EXPECT_EQ(parse("data: {split: 1}").data.split.shares, (std::vector<double>{1}));
+  EXPECT_FALSE(parse("data: {split: ''}").data.split.on());
+  EXPECT_FALSE(parse(to_yaml(RunConfig{})).data.split.on());
+  EXPECT_EQ(parse("data: {test_prefix: t, test_blend: []}").data.test_prefix, "t");
+  std::string msg = error_of([] { parse("data: {split: '90,5,4,1'}"); });
+  EXPECT_HAS(msg, "data.split = 90,5,4,1 is invalid: must be 1 to 3 shares (train, validation, test), not 4");
+  msg = error_of([] { parse("data: {split: [90, -5, 5]}"); });
+  EXPECT_HAS(msg, "data.split = 90,-5,5 is invalid: must be shares >= 0, not -5");
+  msg = error_of([] { parse("data: {split: '0,1,1'}"); });
+  EXPECT_HAS(msg, "data.split = 0,1,1 is invalid: must give training a share");
+  msg = error_of([] { parse("data: {split: '90,x'}"); });
+  EXPECT_HAS(msg, "data.split = 'x' is not a finite number");
+  msg = error_of([] { parse("data: {split: '98,1,1', val_prefix: v}"); });
+  EXPECT_HAS(msg, "data.split = 98,1,1 takes the validation and test sets from the training datasets, and "
+                  "data.val_prefix is set too: give one (the split, or separate datasets)");
+  msg = error_of([] { parse("data: {split: '98,1,1', test_blend: [{prefix: t}]}"); });
+  EXPECT_HAS(msg, "and data.test_blend is set too");
+  msg = error_of([] { parse("data: {test_prefix: t, test_blend: [{prefix: t}]}"); });
+  EXPECT_HAS(msg, "data.test_prefix and data.test_blend are both set");
+}
+
 TEST(Config, ARunMeasuredInSamplesCountsItsScheduleInSamples) {
   RunConfig c = parse("optim: {warmup_samples: 100, decay_samples: 900, schedule: wsd, wsd_decay_samples: 200}\n"
                       "train: {steps: 0, samples: 1000, global_batch: 8}");

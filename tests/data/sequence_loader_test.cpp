@@ -186,5 +186,53 @@ TEST_F(SequenceLoaderTest, TooFewTokensNamesPrefixCountAndSeqLen) {
   EXPECT_THROW(loader.sample(-1, tokens.data()), Error);
 }
 
+// A range of sequences (a part of data.split) reads what a dataset of those sequences alone reads:
+// the same samples in the same order, with the same document ids, epoch after epoch.
+TEST_F(SequenceLoaderTest, ARangeReadsAsADatasetOfItsSequencesAlone) {
+  const IndexedDataset whole = IndexedDataset::open(prefix_);
+  for (const SequenceRange range :
+       {SequenceRange{1, 3}, SequenceRange{2, 5}, SequenceRange{0, 5}, SequenceRange{4, 5}}) {
+    SCOPED_TRACE("sequences [" + std::to_string(range.begin) + ", " + std::to_string(range.end) + ")");
+    const std::string alone =
+        (dir_ / ("alone_" + std::to_string(range.begin) + "_" + std::to_string(range.end))).string();
+    IndexedDatasetWriter writer(alone, TokenDType::kInt32);
+    for (int64_t i = range.begin; i < range.end; ++i) writer.add_document(whole.sequence(i));
+    writer.finish();
+    const SequenceLoader part(IndexedDataset::open(prefix_), kSeqLen, 9, range), reference(alone, kSeqLen, 9);
+    ASSERT_EQ(part.num_samples(), reference.num_samples());
+    EXPECT_EQ(part.range().begin, range.begin);
+    const int batch = static_cast<int>(3 * part.num_samples() + 1);  // over three epochs
+    const size_t values = static_cast<size_t>(batch) * kSeqLen;
+    std::vector<int32_t> inputs(values), targets(values), documents(values);
+    std::vector<int32_t> expected_inputs(values), expected_targets(values), expected_documents(values);
+    part.fill_batch(2, batch, inputs.data(), targets.data());
+    part.fill_documents(2, batch, documents.data());
+    reference.fill_batch(2, batch, expected_inputs.data(), expected_targets.data());
+    reference.fill_documents(2, batch, expected_documents.data());
+    EXPECT_EQ(inputs, expected_inputs);
+    EXPECT_EQ(targets, expected_targets);
+    EXPECT_EQ(documents, expected_documents);
+    EXPECT_EQ(read_sample(part, 5), read_sample(reference, 5));
+  }
+  // The whole dataset as a range is the dataset.
+  EXPECT_EQ(SequenceLoader(IndexedDataset::open(prefix_), kSeqLen, 9, std::nullopt).range().end, 5);
+}
+
+TEST_F(SequenceLoaderTest, ARangeTooSmallOrOutsideIsAnError) {
+  try {
+    SequenceLoader(IndexedDataset::open(prefix_), kSeqLen, 1, SequenceRange{2, 4});  // 17 tokens and an empty one
+    SequenceLoader(IndexedDataset::open(prefix_), 17, 1, SequenceRange{2, 4});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("sequences [2, 4) have 17 tokens; seq_len 17 needs at least 18"), std::string::npos)
+        << message;
+  }
+  EXPECT_THROW(SequenceLoader(IndexedDataset::open(prefix_), kSeqLen, 1, SequenceRange{3, 3}), Error);
+  EXPECT_THROW(SequenceLoader(IndexedDataset::open(prefix_), kSeqLen, 1, SequenceRange{4, 6}), Error);
+  EXPECT_THROW(SequenceLoader(IndexedDataset::open(prefix_), kSeqLen, 1, SequenceRange{-1, 2}), Error);
+  EXPECT_THROW(SequenceLoader(IndexedDataset::open(prefix_), kSeqLen, 1, SequenceRange{3, 2}), Error);
+}
+
 }  // namespace
 }  // namespace loom::data

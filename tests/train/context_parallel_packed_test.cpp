@@ -58,7 +58,7 @@ std::vector<double> train_packed(const std::string& root, const std::string& nam
   const config::RunConfig config = config::parse_config(yaml, name, overrides);
   std::ostringstream out;
   const PackedSource source(config.data.train_prefix, config.data.seq_len, config.train.seed);
-  run_on_ranks(config, out, [&](comm::Communicator& world) { return train_rank(config, world, source, nullptr, out); });
+  run_on_ranks(config, out, [&](comm::Communicator& world) { return train_rank(config, world, source, {}, out); });
   std::vector<nlohmann::json> records;
   std::ifstream metrics(root + "/" + name + "/metrics.jsonl");
   for (std::string line; std::getline(metrics, line);) records.push_back(nlohmann::json::parse(line));

@@ -55,7 +55,7 @@ class MaskedBatches : public ::testing::Test {
     const config::RunConfig config = config::parse_config(yaml, name, overrides);
     std::ostringstream out;
     const MaskingSource source(config.data.train_prefix, config.data.seq_len);
-    run_on_ranks(config, out, [&](comm::Communicator& world) { return train_rank(config, world, source, nullptr, out); });
+    run_on_ranks(config, out, [&](comm::Communicator& world) { return train_rank(config, world, source, {}, out); });
     std::vector<nlohmann::json> records;
     std::ifstream metrics(root_ + "/" + name + "/metrics.jsonl");
     std::string line;

@@ -104,7 +104,7 @@ class PackedDocuments : public ::testing::Test {
         config::parse_config(model_yaml(name, root_ + "/data/c_train", global_batch), name, overrides);
     std::ostringstream out;
     const DocumentSource source(packed);
-    run_on_ranks(config, out, [&](comm::Communicator& world) { return train_rank(config, world, source, nullptr, out); });
+    run_on_ranks(config, out, [&](comm::Communicator& world) { return train_rank(config, world, source, {}, out); });
     return read_losses(name);
   }
 

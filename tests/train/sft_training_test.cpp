@@ -80,7 +80,7 @@ class SftTraining : public ::testing::Test {
                                            const std::vector<std::string>& overrides) {
     const config::RunConfig c = config(name, global_batch, overrides);
     std::ostringstream out;
-    run_on_ranks(c, out, [&](comm::Communicator& world) { return train_rank(c, world, source, nullptr, out); });
+    run_on_ranks(c, out, [&](comm::Communicator& world) { return train_rank(c, world, source, {}, out); });
     std::vector<nlohmann::json> records;
     std::ifstream metrics(root_ + "/" + name + "/metrics.jsonl");
     std::string line;

@@ -14,6 +14,7 @@ int report_training(const train::TrainSummary& s) {
   if (s.first_val_loss && s.last_val_loss) {
     std::cout << ", val_loss " << *s.first_val_loss << " -> " << *s.last_val_loss;
   }
+  if (s.test_loss) std::cout << ", test_loss " << *s.test_loss;
   std::cout << "; " << static_cast<int64_t>(s.tokens_per_s) << " tokens/s, " << s.gflops_per_s << " GFLOP/s\n";
   if (!s.checkpoint.empty()) std::cout << "checkpoint: " << s.checkpoint << "\n";
   if (s.stop_signal != 0) {

@@ -1,11 +1,13 @@
 #include "loom/config/key_relations.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/config/grpo_schema.h"
 #include "loom/config/hybrid_config.h"
 #include "loom/config/rampup_value.h"
+#include "loom/config/split_value.h"
 #include "loom/config/yaml_values.h"
 #include "loom/core/error.h"
 
@@ -49,6 +51,19 @@ void check_dataset_keys(const std::string& kind, const std::string& prefix, cons
                      "' is invalid: data." + kind + "_blend[" + std::to_string(j) +
                      "] names it already (give each dataset once, with the sum of its weights)");
     }
+  }
+}
+
+// data.split takes the validation and test sets from the training datasets: no other is named.
+void check_split(const DataConfig& d) {
+  if (!d.split.on()) return;
+  const std::string split = "data.split = " + detail::Value<DataSplit>::show(d.split);
+  for (const auto& [key, named] : {std::pair{"data.val_prefix", !d.val_prefix.empty()},
+                                   std::pair{"data.val_blend", !d.val_blend.empty()},
+                                   std::pair{"data.test_prefix", !d.test_prefix.empty()},
+                                   std::pair{"data.test_blend", !d.test_blend.empty()}}) {
+    LOOM_CHECK(!named, split + " takes the validation and test sets from the training datasets, and " + key +
+                           " is set too: give one (the split, or separate datasets)");
   }
 }
 
@@ -185,6 +200,8 @@ void check_key_relations(const RunConfig& c) {
             std::to_string(m.max_seq_len) + "]");
   check_dataset_keys("train", c.data.train_prefix, c.data.train_blend);
   check_dataset_keys("val", c.data.val_prefix, c.data.val_blend);
+  check_dataset_keys("test", c.data.test_prefix, c.data.test_blend);
+  check_split(c.data);
   LOOM_CHECK(c.sft.train_weights.empty() || c.sft.train_weights.size() == c.sft.train_files.size(),
              "sft.train_weights has " + std::to_string(c.sft.train_weights.size()) + " weights for " +
                  std::to_string(c.sft.train_files.size()) +

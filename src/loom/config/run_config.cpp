@@ -19,6 +19,7 @@
 #include "loom/config/map_values.h"
 #include "loom/config/rampup_value.h"
 #include "loom/config/schema_keys.h"
+#include "loom/config/split_value.h"
 #include "loom/config/suggestion.h"
 #include "loom/config/yaml_values.h"
 #include "loom/core/atomic_file.h"
@@ -67,6 +68,21 @@ Check<BatchRampup> rampup_numbers() {
     if (r == BatchRampup{} || (r.start >= 1 && r.increment >= 1 && r.samples >= 1)) return std::nullopt;
     return std::string("must be [] (no ramp-up) or three integers >= 1: the start batch, its increment and the "
                        "samples the ramp-up lasts");
+  };
+}
+
+// data.split: one to three shares (train, validation, test), each finite and at least 0, the
+// train share above 0 (Megatron's parse_and_normalize_split, with a part to train on).
+Check<DataSplit> split_shares() {
+  return [](const DataSplit& split) -> std::optional<std::string> {
+    if (!split.on()) return std::nullopt;
+    if (split.shares.size() > 3)
+      return "must be 1 to 3 shares (train, validation, test), not " + std::to_string(split.shares.size());
+    for (const double share : split.shares) {
+      if (!std::isfinite(share) || share < 0.0) return "must be shares >= 0, not " + format_double(share);
+    }
+    if (split.shares[0] <= 0.0) return std::string("must give training a share: the first (train) share above 0");
+    return std::nullopt;
   };
 }
 
@@ -239,6 +255,9 @@ const std::vector<SectionSchema>& schema() {
                   field("val_prefix", &DataConfig::val_prefix),
                   field("train_blend", &DataConfig::train_blend),
                   field("val_blend", &DataConfig::val_blend),
+                  field("test_prefix", &DataConfig::test_prefix),
+                  field("test_blend", &DataConfig::test_blend),
+                  field("split", &DataConfig::split, split_shares()),
                   field("seq_len", &DataConfig::seq_len, at_least(1)),
                   field("reset_position_ids", &DataConfig::reset_position_ids),
                   field("reset_attention_mask", &DataConfig::reset_attention_mask),

@@ -97,6 +97,15 @@ struct BlendEntry {
   double weight = 1.0;  // its share of the samples, relative to the other entries' weights
 };
 
+// data.split (Megatron's --split "969,30,1"): each training dataset's sequences cut, in order,
+// into train, validation and test parts in proportion to up to three shares (data/dataset_split.h).
+// Empty: no split (the training datasets are trained on whole).
+struct DataSplit {
+  std::vector<double> shares;
+  bool on() const { return !shares.empty(); }
+  bool operator==(const DataSplit&) const = default;
+};
+
 struct DataConfig {
   std::string tokenizer = kDefaultTokenizer;  // one of loom::known_tokenizers() or hf:<dir> (core/tokenizer_names.h)
   std::string train_prefix;        // indexed dataset prefix (path without .bin/.idx)
@@ -105,6 +114,10 @@ struct DataConfig {
   // --data-path w1 p1 w2 p2 ...; data/blend_index.h): each sample comes from one dataset, each
   // dataset's share of any stretch of samples following its weight.
   std::vector<BlendEntry> train_blend, val_blend;
+  // The test set (Megatron's --test-data-path): evaluated once, after the last step. Empty = none.
+  std::string test_prefix;
+  std::vector<BlendEntry> test_blend;
+  DataSplit split;  // validation and test parts of the training datasets, in place of the four above
   int seq_len = 128;
   // Megatron's document options for samples that span documents (docs/packing.md): positions
   // restart at 0 after each document end, no attention across one, no loss on targets predicted

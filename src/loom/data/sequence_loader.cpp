@@ -2,6 +2,7 @@
 
 #include <mutex>
 #include <numeric>
+#include <utility>
 
 #include "loom/core/error.h"
 #include "loom/core/philox.h"
@@ -31,14 +32,28 @@ struct SequenceLoader::Cache {
 };
 
 SequenceLoader::SequenceLoader(const std::string& prefix, int seq_len, uint64_t seed)
-    : dataset_(IndexedDataset::open(prefix)), seq_len_(seq_len), seed_(seed), cache_(std::make_unique<Cache>()) {
+    : SequenceLoader(IndexedDataset::open(prefix), seq_len, seed, std::nullopt) {}
+
+SequenceLoader::SequenceLoader(IndexedDataset dataset, int seq_len, uint64_t seed, std::optional<SequenceRange> range)
+    : dataset_(std::move(dataset)),
+      seq_len_(seq_len),
+      seed_(seed),
+      range_(range.value_or(SequenceRange{0, dataset_.num_sequences()})),
+      cache_(std::make_unique<Cache>()) {
+  const std::string& prefix = dataset_.prefix();
+  const bool whole = !range.has_value();
   if (seq_len <= 0)
     throw Error("sequence length " + std::to_string(seq_len) + " for dataset '" + prefix + "' must be positive");
-  const int64_t total = dataset_.total_tokens();
+  const std::string sequences = "sequences [" + std::to_string(range_.begin) + ", " + std::to_string(range_.end) + ")";
+  if (range_.begin < 0 || range_.begin > range_.end || range_.end > dataset_.num_sequences())
+    throw Error(sequences + " are not a range of dataset '" + prefix + "''s " +
+                std::to_string(dataset_.num_sequences()) + " sequences");
+  first_token_ = dataset_.stream_start(range_.begin);
+  const int64_t total = dataset_.stream_start(range_.end) - first_token_;
   if (total < static_cast<int64_t>(seq_len) + 1)
-    throw Error("dataset '" + prefix + "' has " + std::to_string(total) + " tokens; seq_len " +
-                std::to_string(seq_len) + " needs at least " + std::to_string(static_cast<int64_t>(seq_len) + 1) +
-                " (use a shorter seq_len or more data)");
+    throw Error("dataset '" + prefix + "'" + (whole ? " has " : "'s " + sequences + " have ") + std::to_string(total) +
+                " tokens; seq_len " + std::to_string(seq_len) + " needs at least " +
+                std::to_string(static_cast<int64_t>(seq_len) + 1) + " (use a shorter seq_len or more data)");
   num_samples_ = (total - 1) / seq_len;
 }
 
@@ -80,7 +95,7 @@ int64_t SequenceLoader::sample_index(int64_t global_index) const {
 
 void SequenceLoader::sample(int64_t global_index, int32_t* tokens) const {
   int64_t k = sample_index(global_index);
-  dataset_.read_tokens(k * seq_len_, static_cast<int64_t>(seq_len_) + 1, tokens);
+  dataset_.read_tokens(first_token_ + k * seq_len_, static_cast<int64_t>(seq_len_) + 1, tokens);
 }
 
 void SequenceLoader::fill_batch(int64_t first_global_index, int batch, int32_t* inputs, int32_t* targets) const {
@@ -98,7 +113,7 @@ void SequenceLoader::fill_batch(int64_t first_global_index, int batch, int32_t* 
       perm_epoch = epoch;
     }
     int64_t k = (*perm)[static_cast<size_t>(g % num_samples_)];
-    dataset_.read_tokens(k * seq_len_, static_cast<int64_t>(seq_len_) + 1, row.data());
+    dataset_.read_tokens(first_token_ + k * seq_len_, static_cast<int64_t>(seq_len_) + 1, row.data());
     std::copy(row.begin(), row.begin() + static_cast<std::ptrdiff_t>(t), inputs + b * t);
     std::copy(row.begin() + 1, row.end(), targets + b * t);
   }
@@ -108,7 +123,7 @@ void SequenceLoader::fill_documents(int64_t first_global_index, int batch, int32
   check_index(first_global_index);
   if (batch < 0) throw Error("batch size " + std::to_string(batch) + " must be non-negative");
   for (int b = 0; b < batch; ++b) {
-    const int64_t first = sample_index(first_global_index + b) * seq_len_;
+    const int64_t first = first_token_ + sample_index(first_global_index + b) * seq_len_;
     int64_t sequence = dataset_.sequence_holding(first);
     int64_t next = dataset_.stream_start(sequence + 1);
     int32_t id = 0;

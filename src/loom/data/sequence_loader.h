@@ -1,16 +1,19 @@
 #pragma once
-// GPT-style pre-training samples from an indexed dataset. All sequences, back to back, form one
-// token stream; sample k is tokens [k*T, k*T + T] (T + 1 tokens: inputs and shifted targets).
+// GPT-style pre-training samples from an indexed dataset. All sequences (or those of a range:
+// one part of data.split's, data/dataset_split.h), back to back, form one token stream; sample k
+// is tokens [k*T, k*T + T] of it (T + 1 tokens: inputs and shifted targets).
 // The order depends only on (seed, global sample index): global index g reads, in epoch
 // e = g / num_samples, the sample perm_e[g % num_samples], where perm_e is a Fisher-Yates
 // shuffle drawn from Philox keyed by (seed, "data.shuffle") with counter (i, e). So dp ranks that
 // split a global batch read exactly what one rank would, and a resumed run continues the order.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "loom/data/dataset_split.h"
 #include "loom/data/indexed_dataset.h"
 
 namespace loom::data {
@@ -26,13 +29,17 @@ class SequenceLoader {
  public:
   // Throws loom::Error when the dataset cannot be opened or holds fewer than seq_len + 1 tokens.
   SequenceLoader(const std::string& prefix, int seq_len, uint64_t seed);
+  // The samples of `dataset`'s sequences `range` alone (nullopt: all); a range outside the
+  // dataset, or one of fewer than seq_len + 1 tokens, is a loom::Error.
+  SequenceLoader(IndexedDataset dataset, int seq_len, uint64_t seed, std::optional<SequenceRange> range);
   ~SequenceLoader();
   SequenceLoader(SequenceLoader&&) noexcept;
   SequenceLoader& operator=(SequenceLoader&&) noexcept;
 
   int seq_len() const { return seq_len_; }
   uint64_t seed() const { return seed_; }
-  int64_t num_samples() const { return num_samples_; }  // per epoch: (total_tokens - 1) / seq_len
+  int64_t num_samples() const { return num_samples_; }  // per epoch: (the range's tokens - 1) / seq_len
+  SequenceRange range() const { return range_; }
   const IndexedDataset& dataset() const { return dataset_; }
 
   // The sample k (its tokens start at k * seq_len) that global index g reads.
@@ -55,6 +62,8 @@ class SequenceLoader {
   IndexedDataset dataset_;
   int seq_len_;
   uint64_t seed_;
+  SequenceRange range_;
+  int64_t first_token_ = 0;  // where the range starts in the dataset's token stream
   int64_t num_samples_ = 0;
   std::unique_ptr<Cache> cache_;
 };

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
+#include <utility>
 
 #include "loom/core/error.h"
 #include "loom/data/tokenizer.h"
@@ -80,14 +82,43 @@ DocumentOptions DocumentOptions::from_config(const config::DataConfig& data) {
   return options;
 }
 
-PretrainingSource::PretrainingSource(const std::string& prefix, int seq_len, uint64_t seed, DocumentOptions documents)
-    : prefix_(prefix), loader_(prefix, seq_len, seed), options_(documents) {
+namespace {
+
+// The samples of `prefix`'s part: its sequences by data.split when it splits, else all.
+data::SequenceLoader open_part(const std::string& prefix, int seq_len, uint64_t seed, const DatasetPart& part) {
+  data::IndexedDataset dataset = data::IndexedDataset::open(prefix);
+  if (!part.split()) return data::SequenceLoader(std::move(dataset), seq_len, seed, std::nullopt);
+  const std::string split = "data.split = " + data::split_text(part.shares);
+  const data::SequenceRange range = data::split_range(part.shares, part.part, dataset.num_sequences());
+  try {
+    return data::SequenceLoader(std::move(dataset), seq_len, seed, range);
+  } catch (const Error& e) {
+    throw Error(split + " gives the " + data::split_part_name(part.part) + " part sequences [" +
+                std::to_string(range.begin) + ", " + std::to_string(range.end) + "): " + e.what() +
+                "; give that part a larger share (or 0 for none)");
+  }
+}
+
+std::string part_name(const std::string& prefix, const data::SequenceLoader& loader, const DatasetPart& part) {
+  if (!part.split()) return prefix;
+  const data::SequenceRange range = loader.range();
+  return prefix + " (" + data::split_part_name(part.part) + " part of data.split = " + data::split_text(part.shares) +
+         ": sequences [" + std::to_string(range.begin) + ", " + std::to_string(range.end) + "))";
+}
+
+}  // namespace
+
+PretrainingSource::PretrainingSource(const std::string& prefix, int seq_len, uint64_t seed, DocumentOptions documents,
+                                     const DatasetPart& part)
+    : loader_(open_part(prefix, seq_len, seed, part)), options_(documents) {
+  name_ = part_name(prefix, loader_, part);
   LOOM_CHECK(!options_.eod_mask_loss || options_.eod >= 0,
              "data.eod_mask_loss needs the tokenizer's end-of-document id (data.tokenizer)");
 }
 
 void PretrainingSource::fill_rows(int64_t first, int row, int rows, TokenBatch& batch) const {
-  LOOM_CHECK(batch.seq == loader_.seq_len(), "batch of " + std::to_string(batch.seq) + " tokens per sample from " + prefix_ +
+  LOOM_CHECK(batch.seq == loader_.seq_len(), "batch of " + std::to_string(batch.seq) + " tokens per sample from " +
+                                                 name_ +
                                                  ", which was opened for " + std::to_string(loader_.seq_len()));
   const size_t seq = static_cast<size_t>(batch.seq), begin = static_cast<size_t>(row) * seq,
                end = begin + static_cast<size_t>(rows) * seq;
@@ -105,7 +136,7 @@ void PretrainingSource::fill_rows(int64_t first, int row, int rows, TokenBatch& 
 }
 
 std::string PretrainingSource::describe_reading(int64_t first, int64_t samples) const {
-  return prefix_ + ": " + std::to_string(samples_per_epoch()) + " samples of " + std::to_string(loader_.seq_len() + 1) +
+  return name_ + ": " + std::to_string(samples_per_epoch()) + " samples of " + std::to_string(loader_.seq_len() + 1) +
          " tokens per epoch; samples [" + std::to_string(first) + ", " + std::to_string(first + samples) + ") read " +
          format_epochs(samples, samples_per_epoch());
 }

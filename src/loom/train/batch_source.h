@@ -84,13 +84,24 @@ class BlendableSource : public BatchSource {
   virtual int64_t samples_per_epoch() const = 0;
 };
 
+// Which sequences of a dataset a source reads: all (no shares), or one part of data.split's.
+struct DatasetPart {
+  std::vector<double> shares;  // data.split's; empty: the whole dataset
+  data::SplitPart part = data::SplitPart::Train;
+  bool split() const { return !shares.empty(); }
+};
+
 // Pre-training: GPT-style samples from a Megatron indexed dataset (data/sequence_loader.h),
 // every target trained on unless eod_mask_loss; documents and positions by the options.
 class PretrainingSource : public BlendableSource {
  public:
-  PretrainingSource(const std::string& prefix, int seq_len, uint64_t seed, DocumentOptions documents = {});
+  // Throws loom::Error when the dataset (or its part) cannot be read or holds fewer than
+  // seq_len + 1 tokens; for a part, naming data.split.
+  PretrainingSource(const std::string& prefix, int seq_len, uint64_t seed, DocumentOptions documents = {},
+                    const DatasetPart& part = {});
   void fill_rows(int64_t first, int row, int rows, TokenBatch& batch) const override;
-  std::string describe() const override { return prefix_; }
+  // The prefix, and for a part of data.split, which sequences.
+  std::string describe() const override { return name_; }
   std::string describe_reading(int64_t first, int64_t samples) const override;
   int64_t samples_per_epoch() const override { return loader_.num_samples(); }
 
@@ -98,7 +109,7 @@ class PretrainingSource : public BlendableSource {
   // Document ids (and positions) of the batch's values [begin, end), whole rows from sample first.
   void fill_documents(int64_t first, size_t begin, size_t end, TokenBatch& batch) const;
 
-  std::string prefix_;
+  std::string name_;
   data::SequenceLoader loader_;
   DocumentOptions options_;
 };

@@ -16,12 +16,14 @@ std::vector<double> weights_of(const std::vector<BlendedSource::Part>& parts) {
 }
 
 std::vector<BlendedSource::Part> dataset_parts(const std::string& key, const std::vector<config::BlendEntry>& entries,
-                                               int seq_len, uint64_t seed, DocumentOptions documents) {
+                                               int seq_len, uint64_t seed, DocumentOptions documents,
+                                               const DatasetPart& part) {
   std::vector<BlendedSource::Part> parts;
   for (size_t i = 0; i < entries.size(); ++i) {
     try {
-      parts.push_back({entries[i].prefix, entries[i].weight,
-                       std::make_unique<PretrainingSource>(entries[i].prefix, seq_len, seed, documents)});
+      auto source = std::make_unique<PretrainingSource>(entries[i].prefix, seq_len, seed, documents, part);
+      std::string name = source->describe();  // the prefix, and which sequences of a split
+      parts.push_back({std::move(name), entries[i].weight, std::move(source)});
     } catch (const Error& e) {
       throw Error(key + "[" + std::to_string(i) + "].prefix = '" + entries[i].prefix + "': " + e.what());
     }
@@ -34,8 +36,8 @@ std::vector<BlendedSource::Part> dataset_parts(const std::string& key, const std
 BlendedSource::BlendedSource(std::vector<Part> parts) : parts_(std::move(parts)), index_(weights_of(parts_)) {}
 
 BlendedSource::BlendedSource(const std::string& key, const std::vector<config::BlendEntry>& entries, int seq_len,
-                             uint64_t seed, DocumentOptions documents)
-    : BlendedSource(dataset_parts(key, entries, seq_len, seed, documents)) {}
+                             uint64_t seed, DocumentOptions documents, const DatasetPart& part)
+    : BlendedSource(dataset_parts(key, entries, seq_len, seed, documents, part)) {}
 
 void BlendedSource::fill(int64_t first, TokenBatch& batch) const {
   const std::vector<data::BlendIndex::Pick> picks = index_.picks(first, batch.batch);

@@ -25,10 +25,11 @@ class BlendedSource : public BatchSource {
     std::unique_ptr<BlendableSource> source;
   };
   explicit BlendedSource(std::vector<Part> parts);
-  // Pre-training's blend of indexed datasets; throws loom::Error naming the entry (`key`[i], e.g.
-  // data.train_blend[1]) whose dataset cannot be opened.
+  // Pre-training's blend of indexed datasets (each one's `part` of data.split when it splits);
+  // throws loom::Error naming the entry (`key`[i], e.g. data.train_blend[1]) whose dataset
+  // cannot be opened.
   BlendedSource(const std::string& key, const std::vector<config::BlendEntry>& entries, int seq_len, uint64_t seed,
-                DocumentOptions documents);
+                DocumentOptions documents, const DatasetPart& part = {});
   void fill(int64_t first, TokenBatch& batch) const override;
   std::string describe() const override;
   std::string describe_reading(int64_t first, int64_t samples) const override;

@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 #include <ostream>
+#include <string>
 
 #include "loom/comm/launch.h"
 #include "loom/comm/simulated_links.h"
@@ -71,13 +72,32 @@ TrainSummary run_on_ranks(const config::RunConfig& config, std::ostream& out, co
   return summary;
 }
 
+namespace {
+
+// The start-up line on what the run evaluates on, when it evaluates.
+std::string describe_held_out(const config::TrainConfig& train, HeldOutData held_out) {
+  const bool validating = held_out.validation != nullptr && train.eval_interval > 0;
+  if (!validating && held_out.test == nullptr) return "";
+  std::string text = "evaluation: " + std::to_string(train.eval_batches) + " micro-batches of ";
+  if (validating) {
+    text += held_out.validation->describe() + " every " + std::to_string(train.eval_interval) + " steps";
+  }
+  if (held_out.test != nullptr) {
+    text += (validating ? ", of " : "") + held_out.test->describe() + " after the last step";
+  }
+  return text + "\n";
+}
+
+}  // namespace
+
 TrainSummary train_rank(const config::RunConfig& config, comm::Communicator& world, const BatchSource& train,
-                        const BatchSource* validation, std::ostream& out) {
+                        HeldOutData held_out, std::ostream& out) {
   const auto started = std::chrono::steady_clock::now();  // train.exit_duration_mins counts set-up too
-  Trainer trainer(config, world, train, validation, out);
+  Trainer trainer(config, world, train, held_out.validation, out);
   trainer.restore();
   trainer.describe();
-  return run_training(trainer, started);
+  trainer.out() << describe_held_out(config.train, held_out);
+  return run_training(trainer, held_out.test, started);
 }
 
 }  // namespace loom::train

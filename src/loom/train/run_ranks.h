@@ -22,9 +22,16 @@ using RankRecipe = std::function<TrainSummary(comm::Communicator& world)>;
 TrainSummary run_on_ranks(const config::RunConfig& config, std::ostream& out, const RankRecipe& recipe,
                           const std::function<void()>& before_launch = {});
 
-// The shared wiring of a training recipe on one rank: a Trainer over `train` (and `validation`,
-// may be null), restored when train.resume asks, described, and run to the end.
+// The data a run evaluates on, either may be null: the validation set (every train.eval_interval
+// steps) and the test set (once, after the last step).
+struct HeldOutData {
+  const BatchSource* validation = nullptr;
+  const BatchSource* test = nullptr;
+};
+
+// The shared wiring of a training recipe on one rank: a Trainer over `train` (evaluating on
+// `held_out`), restored when train.resume asks, described, and run to the end.
 TrainSummary train_rank(const config::RunConfig& config, comm::Communicator& world, const BatchSource& train,
-                        const BatchSource* validation, std::ostream& out);
+                        HeldOutData held_out, std::ostream& out);
 
 }  // namespace loom::train

@@ -124,7 +124,7 @@ TrainSummary sft(const config::RunConfig& config, std::ostream& out) {
     if (world.rank() == 0) data.report(config, out);
     const std::unique_ptr<BatchSource> train = data.source(config, true);
     const std::unique_ptr<BatchSource> validation = data.source(config, false);
-    return train_rank(config, world, *train, validation.get(), out);
+    return train_rank(config, world, *train, {validation.get()}, out);
   };
   return run_on_ranks(config, out, rank);
 }

@@ -357,8 +357,12 @@ Tensor Trainer::parameter_copy(const std::string& checkpoint) {
 }
 
 std::optional<double> Trainer::evaluate() {
-  State& s = *state_;
   if (validation_ == nullptr) return std::nullopt;
+  return evaluate(*validation_);
+}
+
+std::optional<double> Trainer::evaluate(const BatchSource& data) {
+  State& s = *state_;
   s.heartbeat.phase("eval", s.progress.step);
   trace::Range range("evaluate");
   // Data-parallel replica 0 evaluates (all its tp ranks and stages), every replica under expert
@@ -366,13 +370,13 @@ std::optional<double> Trainer::evaluate() {
   s.optimizer->gather_full_parameters();
   std::optional<double> val_loss;
   if (s.mesh.dp_rank() == 0 || s.mesh.layout().shape.ep > 1) {
-    // The same validation samples at every evaluation.
+    // The same samples at every evaluation.
     TokenBatch batch;
     double loss_sum = 0.0;
     int64_t tokens = 0;
     for (int b = 0; b < s.run.train.eval_batches; ++b) {
       const int64_t first = static_cast<int64_t>(b) * s.run.train.micro_batch;
-      tokens += s.make_batch(*validation_, first, s.run.train.micro_batch, batch);
+      tokens += s.make_batch(data, first, s.run.train.micro_batch, batch);
       loss_sum += s.forward_loss(batch);
     }
     // Each context-parallel rank holds its share of the tokens.

@@ -103,6 +103,8 @@ class Trainer {
   // Mean token loss over the validation set's first train.eval_batches micro-batches, on rank 0
   // (nullopt elsewhere, and when there is no validation source). Collective.
   std::optional<double> evaluate();
+  // The same over `data`'s first train.eval_batches micro-batches (the test set).
+  std::optional<double> evaluate(const BatchSource& data);
   bool has_validation() const { return validation_ != nullptr; }
   // Writes a checkpoint of the current step (collective; train.checkpoint.async: in the
   // background). Returns its directory.

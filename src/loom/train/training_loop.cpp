@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <string>
 
@@ -72,7 +73,9 @@ class Reporter {
   void message(const std::string& text) {
     if (bar_) bar_->message(text);
   }
-  void step(const StepResult& r, const std::optional<double>& val_loss, TrainSummary& summary);
+  // The step's record, with the validation loss and (after the last step) the test loss when evaluated.
+  void step(const StepResult& r, const std::optional<double>& val_loss, const std::optional<double>& test_loss,
+            TrainSummary& summary);
 
  private:
   Trainer& trainer_;
@@ -80,7 +83,8 @@ class Reporter {
   std::optional<config::ProgressBar> bar_;
 };
 
-void Reporter::step(const StepResult& r, const std::optional<double>& val_loss, TrainSummary& summary) {
+void Reporter::step(const StepResult& r, const std::optional<double>& val_loss, const std::optional<double>& test_loss,
+                    TrainSummary& summary) {
   if (!metrics_) return;
   const double tokens_per_s = static_cast<double>(r.global_batch * trainer_.config().data.seq_len) / r.seconds;
   nlohmann::json record = {{"step", r.step},
@@ -99,6 +103,12 @@ void Reporter::step(const StepResult& r, const std::optional<double>& val_loss, 
     summary.last_val_loss = val_loss;
     message("step " + std::to_string(r.step) + ": val_loss " + std::to_string(*val_loss));
   }
+  if (test_loss) {
+    record["test_loss"] = *test_loss;
+    summary.test_loss = test_loss;
+    message("step " + std::to_string(r.step) + ": test_loss " + std::to_string(*test_loss) + " (perplexity " +
+            std::to_string(std::exp(*test_loss)) + ")");
+  }
   trainer_.add_metrics(r, record);
   if (r.skipped) {
     message("step " + std::to_string(r.step) + ": skipped (Inf/NaN in the gradients), " +
@@ -111,7 +121,7 @@ void Reporter::step(const StepResult& r, const std::optional<double>& val_loss, 
 
 }  // namespace
 
-TrainSummary run_training(Trainer& trainer, std::chrono::steady_clock::time_point started) {
+TrainSummary run_training(Trainer& trainer, const BatchSource* test, std::chrono::steady_clock::time_point started) {
   const config::RunConfig& run = trainer.config();
   Reporter reporter(trainer);
   StopSignals signals;
@@ -143,10 +153,12 @@ TrainSummary run_training(Trainer& trainer, std::chrono::steady_clock::time_poin
         r.stop_signal != 0 || (run.train.exit_interval > 0 && steps_this_run >= run.train.exit_interval);
     std::optional<double> val_loss;
     if (evaluating && (r.step % run.train.eval_interval == 0 || last)) val_loss = trainer.evaluate();
+    std::optional<double> test_loss;
+    if (test != nullptr && last) test_loss = trainer.evaluate(*test);
     if (steps_this_run == 1) {
       trainer.out() << trainer.memory_check_report() << "\n" << trainer.peak_memory_report() << "\n";
     }
-    reporter.step(r, val_loss, summary);
+    reporter.step(r, val_loss, test_loss, summary);
     const bool interval_due = run.checkpoint.interval > 0 && r.step % run.checkpoint.interval == 0;
     if (interval_due || (last && run.checkpoint.at_end) || stop) summary.checkpoint = trainer.save();
     summary.steps_run = steps_this_run;
