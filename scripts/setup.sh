@@ -4,7 +4,8 @@
 #   setup.sh                     the build, the data, the server tests' npm clients
 #   setup.sh --test-references   also the Debian references the tests compare against beyond
 #                                npm: python3-torch (227 packages, about 190 MB: the MoE layer's
-#                                PyTorch autograd reference, tests/scripts/moe_torch_reference.sh)
+#                                PyTorch autograd reference, tests/scripts/moe_torch_reference.sh),
+#                                protobuf and crcmod (tests/scripts/tensorboard_reference.sh)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 test_references=0
@@ -24,7 +25,8 @@ packages=(
   libcpp-httplib-dev  # loom serve's HTTP server
   clang libclang-rt-14-dev  # libFuzzer + AddressSanitizer for tests/scripts/fuzz_parsers.sh
 )
-[ "$test_references" -eq 0 ] || packages+=(python3-torch)  # for Debian's /usr/bin/python3
+# For Debian's /usr/bin/python3: PyTorch (the MoE reference), protobuf and crcmod (TensorBoard's event files).
+[ "$test_references" -eq 0 ] || packages+=(python3-torch protobuf-compiler python3-protobuf python3-crcmod)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

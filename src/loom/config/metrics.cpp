@@ -28,7 +28,7 @@ std::string kept_lines(const std::string& path, int64_t resume_from_step) {
 
 }  // namespace
 
-MetricsWriter::MetricsWriter(const std::string& run_dir, int64_t resume_from_step) {
+MetricsWriter::MetricsWriter(const std::string& run_dir, int64_t resume_from_step, bool tensorboard) {
   LOOM_CHECK(resume_from_step >= 0, "metrics: resume step = " + std::to_string(resume_from_step) + " must be >= 0");
   std::error_code ec;
   std::filesystem::create_directories(run_dir, ec);
@@ -39,6 +39,7 @@ MetricsWriter::MetricsWriter(const std::string& run_dir, int64_t resume_from_ste
   else write_file_atomic(path_, "");
   out_.open(path_, std::ios::out | std::ios::app | std::ios::binary);
   if (!out_) throw Error("cannot open '" + path_ + "' for appending");
+  if (tensorboard) tensorboard_.emplace(run_dir, resume_from_step);
 }
 
 void MetricsWriter::write(const nlohmann::json& object) {
@@ -52,6 +53,7 @@ void MetricsWriter::write(const nlohmann::json& object) {
   out_ << line << '\n';
   out_.flush();
   if (!out_) throw Error("cannot write to '" + path_ + "' (disk full?)");
+  if (tensorboard_) tensorboard_->write(object);
 }
 
 }  // namespace loom::config

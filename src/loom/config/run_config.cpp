@@ -322,6 +322,7 @@ const std::vector<SectionSchema>& schema() {
               {
                   field("interval", &LogConfig::interval, at_least(1)),
                   field("progress", &LogConfig::progress),
+                  field("tensorboard", &LogConfig::tensorboard),
               }),
       section("profile", &RunConfig::profile,
               {

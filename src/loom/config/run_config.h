@@ -219,6 +219,9 @@ inline constexpr int kMaxThreadRanks = 1024;
 struct LogConfig {
   int interval = 1;        // console line every N steps
   bool progress = true;    // progress bar (off when not a terminal)
+  // TensorBoard scalars of every metrics.jsonl number in run.dir/tensorboard (Megatron's
+  // --tensorboard-dir; config/tensorboard_events.h).
+  bool tensorboard = false;
 };
 
 // Steps traced for profiling (docs/operations.md, "Profiling a run"): each chosen rank writes the

@@ -109,6 +109,12 @@ void RunDirectory::refuse_takeover(const config::RunConfig& config) {
     }
   }
   fs::remove(fs::path(run_dir_) / "metrics.jsonl", ec);
+  const fs::path events = fs::path(run_dir_) / "tensorboard";  // log.tensorboard's event files
+  if (fs::is_directory(events, ec)) {
+    for (const fs::directory_entry& entry : fs::directory_iterator(events, ec)) {
+      if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0) fs::remove(entry.path(), ec);
+    }
+  }
 }
 
 void RunDirectory::check_checkpoint_directory() {

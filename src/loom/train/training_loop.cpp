@@ -62,7 +62,7 @@ class Reporter {
     if (!trainer.reporter()) return;
     const config::RunConfig& run = trainer.config();
     const int64_t step = trainer.progress().step;
-    metrics_.emplace(run.run.dir, step + 1);
+    metrics_.emplace(run.run.dir, step + 1, run.log.tensorboard);
     bar_.emplace(static_cast<int>(trainer.total_steps()), static_cast<int>(step),
                  run.log.progress && config::stdout_is_interactive(), run.log.interval, trainer.out());
     // Under a batch ramp-up the later steps are larger: the ETA counts samples.

@@ -255,7 +255,7 @@ void Controller::rollout_loop(int thread) {
 }
 
 int Controller::run() {
-  writer_ = std::make_unique<config::MetricsWriter>(config_.run.dir, 0);
+  writer_ = std::make_unique<config::MetricsWriter>(config_.run.dir, 0, config_.log.tensorboard);
   roles_->start_all(log_);
   serve_learner_api();
   std::thread http_thread([this] {
