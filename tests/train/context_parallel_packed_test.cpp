@@ -1,7 +1,8 @@
 // Packed documents under context parallelism: a source that packs several documents per row
 // (document ids, positions restarting at each boundary, boundaries inside the cp chunks) trains
 // the same function at cp 2 and 4 with ring (p2p) and Ulysses (a2a) attention as on one rank, for
-// 20 steps (every step's loss and the final state, fp32: relative 1e-5).
+// 20 steps (every step's loss and the final state, fp32: relative 1e-5), with multi-token
+// prediction too.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -78,6 +79,22 @@ TEST(ContextParallelPacked, PackedDocumentsEqualOneRank) {
                                                                  "parallel.cp_comm=" + comm}));
       EXPECT_LE(testing::state_difference(root, "one", name), 1e-5);
     }
+  }
+  fs::remove_all(root);
+}
+
+// Multi-token prediction's look-ahead stops at document ends, which fall inside and between the
+// ranks' chunks: cp 2 trains two depths on packed rows as one rank does.
+TEST(ContextParallelPacked, MultiTokenPredictionOverPackedDocumentsEqualsOneRank) {
+  const std::string root = testing::make_training_root("cp-packed-mtp");
+  const std::vector<double> one = train_packed(root, "one", {"model.mtp_depths=2"});
+  for (const std::string comm : {"p2p", "a2a"}) {
+    const std::string name = "cp2-" + comm;
+    SCOPED_TRACE(name);
+    const std::vector<std::string> layout = {"model.mtp_depths=2", "runtime.ranks=2", "parallel.cp=2",
+                                             "parallel.cp_comm=" + comm};
+    testing::expect_same_losses(one, train_packed(root, name, layout));
+    EXPECT_LE(testing::state_difference(root, "one", name), 1e-5);
   }
   fs::remove_all(root);
 }

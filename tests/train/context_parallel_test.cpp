@@ -163,6 +163,34 @@ TEST_F(ContextParallelTraining, CheckpointsMoveBetweenCp2AndCp1) {
   }
 }
 
+// Multi-token prediction looks k tokens ahead, across the ranks' chunks: cp 2 (ring and
+// all-to-all, alone and with tensor + sequence parallelism) trains every depth as one rank does.
+TEST_F(ContextParallelTraining, MultiTokenPredictionEqualsOneRank) {
+  auto run = [&](const std::string& name, std::vector<std::string> overrides) {
+    overrides.push_back("model.mtp_depths=2");
+    const std::string yaml = std::string(kLlama) + testing::data_section(root_) +
+                             "optim: {lr: 1.0e-3, warmup_steps: 2, clip_grad: 1.0}\n"
+                             "train: {steps: 8, global_batch: 8, micro_batch: 4, threads: 1}\n"
+                             "log: {progress: false, interval: 100}\n";
+    return testing::train_run(root_, name, yaml, overrides);
+  };
+  const std::vector<nlohmann::json> one = run("mtp-one", {});
+  ASSERT_EQ(one.size(), 8u);
+  const std::vector<std::vector<std::string>> layouts = {
+      cp_layout(2, "p2p", 2), cp_layout(2, "a2a", 2),
+      {"runtime.ranks=4", "parallel.cp=2", "parallel.tp=2", "parallel.sequence_parallel=true"}};
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    const std::string name = "mtp-layout-" + std::to_string(i);
+    SCOPED_TRACE(name);
+    const std::vector<nlohmann::json> records = run(name, layouts[i]);
+    testing::expect_same_losses(testing::losses_of(one), testing::losses_of(records));
+    for (const std::string depth : {"mtp_loss_1", "mtp_loss_2"}) {
+      testing::expect_same_losses(testing::column<double>(one, depth), testing::column<double>(records, depth));
+    }
+    EXPECT_LE(testing::state_difference(root_, "mtp-one", name), 1e-5);
+  }
+}
+
 // Layouts that cannot work are refused before any rank starts, naming the key and what is valid.
 TEST_F(ContextParallelTraining, LayoutErrorsNameTheKeys) {
   auto refused = [&](const std::string& name, const std::string& model, const std::vector<std::string>& overrides) {

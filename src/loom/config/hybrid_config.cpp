@@ -60,10 +60,6 @@ void check_hybrid_layout(const RunConfig& config) {
              "parallel.cp = " + std::to_string(config.parallel.cp) + " with Mamba-2 layers (model.layer_pattern = '" +
                  config.model.layer_pattern + "'): context parallelism of the Mamba scan (passing the state between "
                  "sequence shards) is not built yet; use parallel.cp = 1");
-  LOOM_CHECK(config.model.mtp_depths == 0 || config.parallel.cp == 1,
-             "parallel.cp = " + std::to_string(config.parallel.cp) + " with model.mtp_depths = " +
-                 std::to_string(config.model.mtp_depths) + ": multi-token prediction shifts tokens across the "
-                 "context-parallel shards, which is not built; use parallel.cp = 1 or model.mtp_depths = 0");
 }
 
 }  // namespace loom::config

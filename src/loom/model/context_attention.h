@@ -45,6 +45,10 @@ class ContextAttention {
   // Adds d(loss)/d(qkv) of this rank's rows into d_qkv, given d(loss)/d(att). Collective.
   virtual void backward(float* d_qkv, const float* d_att, const float* qkv, const float* att, const ContextSaved& saved,
                         const kernels::AttentionShape& local, const Packing& packing) = 0;
+  // Token ids (inputs, targets, document ids) of whole sequences: every rank's `local` [batch, seq]
+  // (host memory) into `whole` [batch, size() * seq] in the sequences' natural order (multi-token
+  // prediction looks k tokens ahead, which may sit on another rank). Collective.
+  virtual void gather_sequences(int32_t* whole, const int32_t* local, int64_t batch, int64_t seq) = 0;
 };
 
 }  // namespace loom::model

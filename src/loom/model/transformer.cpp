@@ -173,6 +173,7 @@ void Transformer::check_tokens(const int32_t* tokens, int64_t rows) const {
 void Transformer::set_context_attention(ContextAttention* context) {
   context_ = context;
   for (Block& block : blocks_) block.set_context(context);
+  for (MtpDepth& depth : mtp_) depth.block().set_context(context);
 }
 
 Packing Transformer::staged_packing(const Packing& packing, int64_t rows) {

@@ -281,6 +281,8 @@ class Transformer {
   MtpTotals mtp_totals_;
   std::vector<double> last_mtp_;
   std::vector<Buffer> mtp_d_;  // by depth: d(loss)/d(h_k) during backward
+  // Context parallelism: the micro-batch's whole sequences of inputs, targets and document ids.
+  std::vector<int32_t> mtp_whole_inputs_, mtp_whole_targets_, mtp_whole_documents_;
   Buffer mtp_d_embedded_;
 
   Activations activations_;     // forward_backward's

@@ -4,9 +4,27 @@
 
 #include "loom/core/error.h"
 #include "loom/kernels/types.h"
+#include "loom/model/context_attention.h"
 #include "loom/model/transformer.h"
 
 namespace loom::model {
+
+namespace {
+
+// Context parallelism: the values of this rank's tokens (context_position) out of whole-sequence
+// rows [batch, size * seq].
+void keep_context_share(std::vector<int32_t>& values, int64_t batch, int64_t seq, int size, int rank) {
+  std::vector<int32_t> mine(static_cast<size_t>(batch * seq));
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t t = 0; t < seq; ++t) {
+      mine[static_cast<size_t>(b * seq + t)] =
+          values[static_cast<size_t>(b * seq * size + context_position(size, rank, seq, t))];
+    }
+  }
+  values.swap(mine);
+}
+
+}  // namespace
 
 void Transformer::build_mtp(const config::ModelConfig& config, const PrecisionPolicy& precision,
                             ExpertLayout experts) {
@@ -39,9 +57,30 @@ void Transformer::mtp_forward(Activations& a, const int32_t* inputs, const int32
   const float scale = grad_scale * static_cast<float>(config_.mtp_loss_weight / depths);
   if (a.mtp.size() != mtp_.size()) a.mtp.resize(mtp_.size());
   const float* h_prev = a.residual[config_.layers].data();
+  // Context parallelism: the depths look ahead within whole sequences (the token k ahead of one
+  // of this rank's may sit on another rank), then keep this rank's tokens.
+  const int32_t *ahead_inputs = inputs, *ahead_targets = targets, *ahead_documents = packing.documents;
+  if (context_ != nullptr) {
+    const auto whole = static_cast<size_t>(batch * global_seq(seq));
+    mtp_whole_inputs_.resize(whole);
+    mtp_whole_targets_.resize(whole);
+    context_->gather_sequences(mtp_whole_inputs_.data(), inputs, batch, seq);
+    context_->gather_sequences(mtp_whole_targets_.data(), targets, batch, seq);
+    ahead_inputs = mtp_whole_inputs_.data();
+    ahead_targets = mtp_whole_targets_.data();
+    if (packing.documents != nullptr) {
+      mtp_whole_documents_.resize(whole);
+      context_->gather_sequences(mtp_whole_documents_.data(), packing.documents, batch, seq);
+      ahead_documents = mtp_whole_documents_.data();
+    }
+  }
   for (int k = 0; k < depths; ++k) {
     MtpDepth::Saved& s = a.mtp[k];
-    mtp_[k].shift(s, inputs, targets, batch, seq, packing.documents);
+    mtp_[k].shift(s, ahead_inputs, ahead_targets, batch, global_seq(seq), ahead_documents);
+    if (context_ != nullptr) {
+      keep_context_share(s.tokens, batch, seq, context_->size(), context_->rank());
+      keep_context_share(s.targets, batch, seq, context_->size(), context_->rank());
+    }
     lookup_tokens(sized(s.embedded, local * C, params_.device()), s.tokens.data(), rows, mtp_embed_);
     mtp_[k].forward(s, config_.recompute ? shared_saved_ : s.block, h_prev, batch, seq, packing, tp_scratch_);
     last_mtp_[k] = head_loss(s.hidden.data(), s.final_norm, s.head_input, s.logits, s.targets.data(), rows, scale);

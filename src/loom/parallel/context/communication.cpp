@@ -1,5 +1,9 @@
 #include "loom/parallel/context/communication.h"
 
+#include <vector>
+
+#include "loom/parallel/context/ulysses_layout.h"
+
 namespace loom::parallel {
 
 namespace {
@@ -16,6 +20,12 @@ void exchange_all_to_all(comm::Communicator& cp, const float* send, float* recv,
 void gather_documents(comm::Communicator& cp, const int32_t* mine, int32_t* all, int64_t count) {
   bytes_sent += count * static_cast<int64_t>(sizeof(int32_t));
   cp.all_gather(mine, all, count, DType::I32);
+}
+
+void gather_sequences(comm::Communicator& cp, const int32_t* mine, int32_t* whole, int64_t batch, int64_t local_seq) {
+  std::vector<int32_t> blocks(static_cast<size_t>(cp.size() * batch * local_seq));
+  gather_documents(cp, mine, blocks.data(), batch * local_seq);
+  blocks_to_sequence(whole, blocks.data(), batch, local_seq, cp.size());
 }
 
 RingHop::RingHop(comm::Communicator& cp, const float* send, float* recv, int64_t count, int tag) {

@@ -19,6 +19,11 @@ void exchange_all_to_all(comm::Communicator& cp, const float* send, float* recv,
 // Every rank's `count` document ids, in rank order (packed documents: who sees whom).
 void gather_documents(comm::Communicator& cp, const int32_t* mine, int32_t* all, int64_t count);
 
+// Every rank's token ids of `batch` sequences of `local_seq` (its load-balanced chunks), as
+// whole sequences in natural order: whole = [batch, cp * local_seq] (ContextAttention's
+// gather_sequences).
+void gather_sequences(comm::Communicator& cp, const int32_t* mine, int32_t* whole, int64_t batch, int64_t local_seq);
+
 // One hop of the ring: `send` to the next rank (rank + 1), `recv` from the previous one, as one
 // batch (Communicator::exchange_async); both buffers must stay valid until wait(), which returns
 // when the received block is ready for the calling thread's later work (Work::wait_in_stream).

@@ -145,4 +145,8 @@ void RingAttention::backward(float* d_qkv, const float* d_att, const float* qkv,
   kernels::add_rows(device_, d_qkv + q, W, grad, kv2, rows, kv2);
 }
 
+void RingAttention::gather_sequences(int32_t* whole, const int32_t* local, int64_t batch, int64_t seq) {
+  parallel::gather_sequences(*cp_, local, whole, batch, seq);
+}
+
 }  // namespace loom::parallel

@@ -24,6 +24,7 @@ class RingAttention final : public model::ContextAttention {
                const model::Packing& packing) override;
   void backward(float* d_qkv, const float* d_att, const float* qkv, const float* att, const model::ContextSaved& saved,
                 const kernels::AttentionShape& local, const model::Packing& packing) override;
+  void gather_sequences(int32_t* whole, const int32_t* local, int64_t batch, int64_t seq) override;
 
  private:
   // Global positions of every rank's tokens, [batch, seq] each (rebuilt when the shape changes).

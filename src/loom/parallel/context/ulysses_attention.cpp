@@ -134,4 +134,8 @@ void UlyssesAttention::backward(float* d_qkv, const float* d_att, const float*, 
   to_tokens(d_qkv, d_gathered, local, true, true);
 }
 
+void UlyssesAttention::gather_sequences(int32_t* whole, const int32_t* local, int64_t batch, int64_t seq) {
+  parallel::gather_sequences(*cp_, local, whole, batch, seq);
+}
+
 }  // namespace loom::parallel

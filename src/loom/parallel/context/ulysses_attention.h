@@ -21,6 +21,7 @@ class UlyssesAttention final : public model::ContextAttention {
                const model::Packing& packing) override;
   void backward(float* d_qkv, const float* d_att, const float* qkv, const float* att, const model::ContextSaved& saved,
                 const kernels::AttentionShape& local, const model::Packing& packing) override;
+  void gather_sequences(int32_t* whole, const int32_t* local, int64_t batch, int64_t seq) override;
 
  private:
   // The whole sequence's shape on this rank's 1/cp of the heads; throws naming the heads when
