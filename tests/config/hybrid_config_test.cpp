@@ -47,7 +47,13 @@ TEST(HybridConfig, InvalidPatternsAndSizesNameTheKey) {
   EXPECT_HAS(error_of(kHybrid, {"model.mamba={heads: 4, groups: 3}"}), "model.mamba.groups");
   EXPECT_HAS(error_of(kHybrid, {"model.mamba={head_dim: 0}"}), "model.mamba.head_dim");
   EXPECT_HAS(error_of(kHybrid, {"model.mamba={stat_size: 4}"}), "keys of model.mamba");
-  EXPECT_HAS(error_of(kHybrid, {"parallel.cp=2", "runtime.ranks=2"}), "parallel.cp");
+  // Context parallelism splits each tensor-parallel rank's Mamba heads and groups (2 groups here).
+  EXPECT_EQ(parse_config(kHybrid, "hybrid.yaml", {"parallel.cp=2", "runtime.ranks=2"}).parallel.cp, 2);
+  EXPECT_HAS(error_of(kHybrid, {"parallel.cp=4", "runtime.ranks=4"}),
+             "parallel.cp = 4 splits the Mamba-2 heads and groups of each tensor-parallel rank over the "
+             "context-parallel ranks, but a rank (parallel.tp = 1) holds 4 / 1 heads in model.mamba.groups = 2 / 1 "
+             "groups: both must be multiples of parallel.cp");
+  EXPECT_HAS(error_of(kHybrid, {"parallel.cp=2", "parallel.tp=2", "runtime.ranks=4"}), "model.mamba.groups = 2 / 2");
   EXPECT_HAS(error_of(kHybrid, {"model.mtp_depths=-1"}), "model.mtp_depths");
   EXPECT_HAS(error_of(kHybrid, {"model.mtp_loss_weight=-0.5"}), "model.mtp_loss_weight");
 }

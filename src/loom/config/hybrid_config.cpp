@@ -56,10 +56,17 @@ void check_hybrid(const ModelConfig& model) {
 
 void check_hybrid_layout(const RunConfig& config) {
   const bool mamba = config.model.layer_pattern.find(kMambaLayer) != std::string::npos;
-  LOOM_CHECK(!mamba || config.parallel.cp == 1,
-             "parallel.cp = " + std::to_string(config.parallel.cp) + " with Mamba-2 layers (model.layer_pattern = '" +
-                 config.model.layer_pattern + "'): context parallelism of the Mamba scan (passing the state between "
-                 "sequence shards) is not built yet; use parallel.cp = 1");
+  if (!mamba || config.parallel.cp == 1) return;
+  // Context parallelism shards the mixers' heads and groups (model/mamba2_mixer.h): each
+  // tensor-parallel rank's must split evenly over the cp ranks.
+  const int tp = config.parallel.tp, cp = config.parallel.cp, heads = mamba_heads(config.model);
+  const int groups = config.model.mamba.groups;
+  LOOM_CHECK(heads % tp == 0 && groups % tp == 0 && (heads / tp) % cp == 0 && (groups / tp) % cp == 0,
+             "parallel.cp = " + std::to_string(cp) + " splits the Mamba-2 heads and groups of each tensor-parallel "
+             "rank over the context-parallel ranks, but a rank (parallel.tp = " + std::to_string(tp) + ") holds " +
+                 std::to_string(heads) + " / " + std::to_string(tp) + " heads in model.mamba.groups = " +
+                 std::to_string(groups) + " / " + std::to_string(tp) +
+                 " groups: both must be multiples of parallel.cp");
 }
 
 }  // namespace loom::config

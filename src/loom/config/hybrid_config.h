@@ -16,8 +16,8 @@ int mamba_heads(const ModelConfig& model);
 
 // Throws an Error naming the key (and the layer) when the pattern or the Mamba sizes cannot work.
 void check_hybrid(const ModelConfig& model);
-// The parallel layouts a hybrid model cannot use yet (context parallelism with Mamba layers or
-// multi-token prediction).
+// Context parallelism with Mamba layers: each tensor-parallel rank's mixer heads and groups must
+// split over the cp ranks (the mixers shard heads).
 void check_hybrid_layout(const RunConfig& config);
 
 }  // namespace loom::config

@@ -103,6 +103,7 @@ class Block {
   // Context parallelism's attention over the group (context_attention.h); null: none.
   void set_context(ContextAttention* context) {
     if (attention_) attention_->set_context(context);
+    if (mamba_) mamba_->set_context(context);
   }
   void set_attention_operands(kernels::AttentionOperands operands) {
     if (attention_) attention_->set_operands(operands);

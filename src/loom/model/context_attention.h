@@ -22,6 +22,13 @@ inline int64_t context_position(int size, int rank, int64_t local_seq, int64_t t
   return which * chunk + t % chunk;
 }
 
+// Columns of a row that hold heads: `width` columns from `first`, cut into cp equal parts (rank j
+// takes part j). Fused qkv rows have three (q, k, v heads); a Mamba-2 mixer's projections five
+// (z, x, B, C, dt).
+struct HeadColumns {
+  int64_t first, width;
+};
+
 // What a ContextAttention keeps of one layer's forward for its backward.
 struct ContextSaved {
   Buffer gathered;  // a2a: the head-sharded qkv of the whole sequence; p2p: unused
@@ -49,6 +56,15 @@ class ContextAttention {
   // (host memory) into `whole` [batch, size() * seq] in the sequences' natural order (multi-token
   // prediction looks k tokens ahead, which may sit on another rank). Collective.
   virtual void gather_sequences(int32_t* whole, const int32_t* local, int64_t batch, int64_t seq) = 0;
+  // Head sharding (a Mamba-2 mixer's, whatever cp_comm; Ulysses attention's own): one all-to-all
+  // turns this rank's `rows` [batch * seq, row_width] (its tokens, every head) into `whole`
+  // [batch, size() * seq, block] (every token in natural order, part rank() of each segment's
+  // columns: block = the sum of the segments' widths / size()). Collective.
+  virtual void rows_to_heads(float* whole, const float* rows, int64_t batch, int64_t seq, int64_t row_width,
+                             const std::vector<HeadColumns>& segments) = 0;
+  // The inverse: `whole`'s parts back to their tokens' rows, added into `rows` when `accumulate`.
+  virtual void heads_to_rows(float* rows, const float* whole, int64_t batch, int64_t seq, int64_t row_width,
+                             const std::vector<HeadColumns>& segments, bool accumulate) = 0;
 };
 
 }  // namespace loom::model

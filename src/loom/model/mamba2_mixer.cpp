@@ -64,55 +64,158 @@ void Mamba2Mixer::set_precision(PrecisionContext& context, Recipe recipe, const 
   out_->set_precision(context.make(recipe, prefix + ".out_proj"));
 }
 
-kernels::SsdShape Mamba2Mixer::scan_shape(int64_t batch, int64_t seq) const {
-  return {batch, seq, heads_, head_dim_, groups_, state_, chunk_, conv_channels(), proj_width(), conv_channels(),
-          inner_};
+kernels::SsdShape Mamba2Mixer::scan_shape(const Heads& h, int64_t batch, int64_t seq) const {
+  return {batch,           seq, h.heads, head_dim_, h.groups, state_, chunk_, h.conv_channels(), h.proj_width(),
+          h.conv_channels(), h.inner};
 }
 
-kernels::ConvShape Mamba2Mixer::conv_shape(int64_t batch, int64_t seq) const {
-  return {batch, seq, conv_channels(), kernel_, proj_width(), conv_channels()};
+kernels::ConvShape Mamba2Mixer::conv_shape(const Heads& h, int64_t batch, int64_t seq) const {
+  return {batch, seq, h.conv_channels(), kernel_, h.proj_width(), h.conv_channels()};
+}
+
+Mamba2Mixer::Heads Mamba2Mixer::context_heads() const {
+  const int64_t cp = context_->size(), rank = context_->rank();
+  const int64_t heads = heads_ / cp, groups = groups_ / cp;
+  return {heads, groups, heads * head_dim_, groups * state_, rank * heads, rank * groups};
+}
+
+std::vector<HeadColumns> Mamba2Mixer::proj_segments() const {
+  const int64_t gn = groups_ * state_;
+  return {{0, inner_}, {inner_, inner_}, {2 * inner_, gn}, {2 * inner_ + gn, gn}, {2 * inner_ + 2 * gn, heads_}};
+}
+
+Mamba2Mixer::HeadParams Mamba2Mixer::head_params(const Heads& h, bool backward) const {
+  ParameterStore& p = *store_;
+  const int64_t head = h.first_head, channel = h.first_head * head_dim_;
+  HeadParams params{p.value(conv_weight_), p.value(conv_bias_), p.value(dt_bias_) + head, p.value(a_log_) + head,
+                    p.value(d_) + head,    p.value(norm_) + channel,
+                    nullptr,               nullptr,
+                    nullptr,               nullptr,
+                    nullptr,               nullptr};
+  if (backward) {
+    params.conv_weight_grad = p.grad(conv_weight_);
+    params.conv_bias_grad = p.grad(conv_bias_);
+    params.dt_bias_grad = p.grad(dt_bias_) + head;
+    params.a_log_grad = p.grad(a_log_) + head;
+    params.d_grad = p.grad(d_) + head;
+    params.norm_grad = p.grad(norm_) + channel;
+  }
+  if (h.heads == heads_) return params;
+  // A context slice's channels are three row ranges of the convolution's: x, B and C.
+  const int64_t gn = groups_ * state_, slice_gn = h.gn, k = kernel_;
+  const int64_t starts[3] = {channel, inner_ + h.first_group * state_, inner_ + gn + h.first_group * state_};
+  const int64_t counts[3] = {h.inner, slice_gn, slice_gn};
+  float* weight = sized(conv_slice_, h.conv_channels() * (k + 1), device_);
+  float* bias = weight + h.conv_channels() * k;
+  for (int64_t part = 0, row = 0; part < 3; row += counts[part], ++part) {
+    copy_on_device(device_, weight + row * k, p.value(conv_weight_) + starts[part] * k, counts[part] * k);
+    copy_on_device(device_, bias + row, p.value(conv_bias_) + starts[part], counts[part]);
+  }
+  params.conv_weight = weight;
+  params.conv_bias = bias;
+  if (backward) {
+    params.conv_weight_grad = zeroed(conv_slice_grad_, h.conv_channels() * (k + 1), device_);
+    params.conv_bias_grad = params.conv_weight_grad + h.conv_channels() * k;
+  }
+  return params;
+}
+
+void Mamba2Mixer::add_conv_slice_grads(const Heads& h) const {
+  ParameterStore& p = *store_;
+  const int64_t gn = groups_ * state_, k = kernel_, channel = h.first_head * head_dim_;
+  const int64_t starts[3] = {channel, inner_ + h.first_group * state_, inner_ + gn + h.first_group * state_};
+  const int64_t counts[3] = {h.inner, h.gn, h.gn};
+  const float* weight = conv_slice_grad_.data();
+  const float* bias = weight + h.conv_channels() * k;
+  for (int64_t part = 0, row = 0; part < 3; row += counts[part], ++part) {
+    kernels::add_rows(device_, p.grad(conv_weight_) + starts[part] * k, k, weight + row * k, k, counts[part], k);
+    kernels::add_rows(device_, p.grad(conv_bias_) + starts[part], 1, bias + row, 1, counts[part], 1);
+  }
+}
+
+void Mamba2Mixer::scan_forward(const Heads& h, Saved& saved, float* gated, int64_t batch, int64_t seq,
+                               const int32_t* documents) const {
+  const int64_t rows = batch * seq;
+  const HeadParams w = head_params(h, false);
+  const float* proj = saved.proj.data();
+  float* conv = sized(saved.conv, rows * h.conv_channels(), device_);
+  float* y = sized(saved.y, rows * h.inner, device_);
+  float* rstd = sized(saved.rstd, rows * h.groups, device_);
+  kernels::causal_conv_silu_forward(device_, conv, proj + h.inner, w.conv_weight, w.conv_bias,
+                                    conv_shape(h, batch, seq), documents);
+  kernels::ssd_scan_forward(device_, y, conv, proj + h.inner + h.conv_channels(), w.dt_bias, w.a_log, conv + h.inner,
+                            conv + h.inner + h.gn, w.d, scan_shape(h, batch, seq), documents);
+  kernels::gated_rmsnorm_forward(device_, gated, rstd, y, proj, h.proj_width(), w.norm, rows, h.inner,
+                                 h.inner / h.groups, eps_);
+}
+
+void Mamba2Mixer::scan_backward(const Heads& h, float* d_proj, const float* d_gated, const Saved& saved,
+                                Workspace& work, int64_t batch, int64_t seq, const int32_t* documents) const {
+  const int64_t rows = batch * seq;
+  const HeadParams w = head_params(h, true);
+  const float* proj = saved.proj.data();
+  const float* conv = saved.conv.data();
+  float* d_y = zeroed(work.d_mixer_scan, rows * h.inner, device_);
+  kernels::gated_rmsnorm_backward(device_, d_y, d_proj, w.norm_grad, d_gated, saved.y.data(), proj, h.proj_width(),
+                                  w.norm, saved.rstd.data(), rows, h.inner, h.inner / h.groups);
+  float* d_conv = zeroed(work.d_mixer_conv, rows * h.conv_channels(), device_);
+  const float* dt = proj + h.inner + h.conv_channels();
+  kernels::ssd_scan_backward(device_, d_conv, d_proj + h.inner + h.conv_channels(), w.dt_bias_grad, w.a_log_grad,
+                             d_conv + h.inner, d_conv + h.inner + h.gn, w.d_grad, d_y, conv, dt, w.dt_bias, w.a_log,
+                             conv + h.inner, conv + h.inner + h.gn, w.d, scan_shape(h, batch, seq), documents);
+  kernels::causal_conv_silu_backward(device_, d_proj + h.inner, w.conv_weight_grad, w.conv_bias_grad, d_conv,
+                                     proj + h.inner, w.conv_weight, w.conv_bias, conv_shape(h, batch, seq), documents);
+  if (h.heads != heads_) add_conv_slice_grads(h);
 }
 
 void Mamba2Mixer::forward(Saved& saved, float* residual, const float* normed, int64_t batch, int64_t seq,
                           const Packing& packing, ParallelScratch& scratch, const float* residual_in) const {
-  const int64_t rows = batch * seq, gn = groups_ * state_;
-  const ParameterStore& p = *store_;
-  float* proj = sized(saved.proj, rows * proj_width(), device_);
-  float* conv = sized(saved.conv, rows * conv_channels(), device_);
-  float* y = sized(saved.y, rows * inner_, device_);
+  const int64_t rows = batch * seq;
   float* gated = sized(saved.gated, rows * inner_, device_);
-  float* rstd = sized(saved.rstd, rows * groups_, device_);
-  in_->forward(proj, normed, rows, scratch);
-  kernels::causal_conv_silu_forward(device_, conv, proj + inner_, p.value(conv_weight_), p.value(conv_bias_),
-                                    conv_shape(batch, seq), packing.documents);
-  kernels::ssd_scan_forward(device_, y, conv, proj + inner_ + conv_channels(), p.value(dt_bias_), p.value(a_log_),
-                            conv + inner_, conv + inner_ + gn, p.value(d_), scan_shape(batch, seq), packing.documents);
-  kernels::gated_rmsnorm_forward(device_, gated, rstd, y, proj, proj_width(), p.value(norm_), rows, inner_,
-                                 inner_ / groups_, eps_);
+  if (context_ == nullptr) {
+    in_->forward(sized(saved.proj, rows * proj_width(), device_), normed, rows, scratch);
+    scan_forward(all_heads(), saved, gated, batch, seq, packing.documents);
+  } else {
+    // Whole sequences of this rank's 1/cp of the heads between two all-to-alls.
+    const Heads h = context_heads();
+    const int64_t whole_seq = seq * context_->size(), whole_rows = batch * whole_seq;
+    float* local_proj = sized(scratch.mixer_proj, rows * proj_width(), device_);
+    in_->forward(local_proj, normed, rows, scratch);
+    context_->rows_to_heads(sized(saved.proj, whole_rows * h.proj_width(), device_), local_proj, batch, seq,
+                            proj_width(), proj_segments());
+    const int32_t* documents = nullptr;
+    if (packing.documents != nullptr) {
+      saved.documents.resize(static_cast<size_t>(whole_rows));
+      context_->gather_sequences(saved.documents.data(), packing.documents, batch, seq);
+      documents = staged_documents_.stage(device_, saved.documents.data(), whole_rows);
+    }
+    float* whole_gated = sized(scratch.mixer_gated, whole_rows * h.inner, device_);
+    scan_forward(h, saved, whole_gated, batch, whole_seq, documents);
+    context_->heads_to_rows(gated, whole_gated, batch, seq, inner_, {{0, inner_}}, false);
+  }
   out_->forward(residual, gated, rows, scratch, {}, residual_in);
 }
 
 void Mamba2Mixer::backward(float* d_normed, const float* d_residual, const float* normed, const Saved& saved,
                            Workspace& work, int64_t batch, int64_t seq, const Packing& packing,
                            ParallelScratch& scratch) const {
-  const int64_t rows = batch * seq, gn = groups_ * state_;
-  ParameterStore& p = *store_;
-  const float* proj = saved.proj.data();
-  const float* conv = saved.conv.data();
+  const int64_t rows = batch * seq;
   float* d_gated = sized(work.d_mixer_gated, rows * inner_, device_);
   out_->backward(d_gated, d_residual, saved.gated.data(), rows, scratch, false);
   float* d_proj = zeroed(work.d_mixer_proj, rows * proj_width(), device_);
-  float* d_y = zeroed(work.d_mixer_scan, rows * inner_, device_);
-  kernels::gated_rmsnorm_backward(device_, d_y, d_proj, p.grad(norm_), d_gated, saved.y.data(), proj, proj_width(),
-                                  p.value(norm_), saved.rstd.data(), rows, inner_, inner_ / groups_);
-  float* d_conv = zeroed(work.d_mixer_conv, rows * conv_channels(), device_);
-  kernels::ssd_scan_backward(device_, d_conv, d_proj + inner_ + conv_channels(), p.grad(dt_bias_), p.grad(a_log_),
-                             d_conv + inner_, d_conv + inner_ + gn, p.grad(d_), d_y, conv,
-                             proj + inner_ + conv_channels(), p.value(dt_bias_), p.value(a_log_), conv + inner_,
-                             conv + inner_ + gn, p.value(d_), scan_shape(batch, seq), packing.documents);
-  kernels::causal_conv_silu_backward(device_, d_proj + inner_, p.grad(conv_weight_), p.grad(conv_bias_), d_conv,
-                                     proj + inner_, p.value(conv_weight_), p.value(conv_bias_), conv_shape(batch, seq),
-                                     packing.documents);
+  if (context_ == nullptr) {
+    scan_backward(all_heads(), d_proj, d_gated, saved, work, batch, seq, packing.documents);
+  } else {
+    const Heads h = context_heads();
+    const int64_t whole_seq = seq * context_->size(), whole_rows = batch * whole_seq;
+    float* whole_d_gated = sized(scratch.mixer_gated, whole_rows * h.inner, device_);
+    context_->rows_to_heads(whole_d_gated, d_gated, batch, seq, inner_, {{0, inner_}});
+    const int32_t* documents =
+        packing.documents != nullptr ? staged_documents_.stage(device_, saved.documents.data(), whole_rows) : nullptr;
+    float* whole_d_proj = zeroed(scratch.mixer_proj, whole_rows * h.proj_width(), device_);
+    scan_backward(h, whole_d_proj, whole_d_gated, saved, work, batch, whole_seq, documents);
+    context_->heads_to_rows(d_proj, whole_d_proj, batch, seq, proj_width(), proj_segments(), false);
+  }
   in_->backward(d_normed, d_proj, normed, rows, scratch, false);
 }
 
@@ -195,10 +298,10 @@ void Mamba2Mixer::step_rows(float* residual, const float* normed, int64_t rows, 
     float* pt = proj + run.first * proj_width();
     float* ct = conv + run.first * conv_channels();
     kernels::causal_conv_silu_step(device_, ct, run.window, run.slots, pt + inner_, p.value(conv_weight_),
-                                   p.value(conv_bias_), conv_shape(batch, seq));
+                                   p.value(conv_bias_), conv_shape(all_heads(), batch, seq));
     kernels::ssd_scan_step(device_, y + run.first * inner_, run.state, run.slots, ct, pt + inner_ + conv_channels(),
                            p.value(dt_bias_), p.value(a_log_), ct + inner_, ct + inner_ + gn, p.value(d_),
-                           scan_shape(batch, seq));
+                           scan_shape(all_heads(), batch, seq));
   }
   kernels::gated_rmsnorm_forward(device_, gated, rstd, y, proj, proj_width(), p.value(norm_), rows, inner_,
                                  inner_ / groups_, eps_);

@@ -7,14 +7,19 @@
 // B and C are shared by the heads of a group. Tensor parallelism splits heads and groups: the
 // in_proj pieces are column-parallel (each rank's rows are its z, x, B, C, dt), conv, scan and
 // norm are per channel / head / group, out_proj is row-parallel (Megatron's Mamba layer).
-// Packed documents restart the scan's state and the convolution's window.
+// Packed documents restart the scan's state and the convolution's window. Context parallelism
+// shards heads instead of tokens: one all-to-all after in_proj gives each cp rank whole sequences
+// of 1/cp of this rank's heads and groups, which it convolves, scans and norms; another brings the
+// gated outputs back to the rank's tokens for out_proj (as Megatron-Core's Mamba layer does).
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "loom/config/run_config.h"
 #include "loom/kernels/types.h"
 #include "loom/model/buffers.h"
+#include "loom/model/context_attention.h"
 #include "loom/model/packing.h"
 #include "loom/model/paged.h"
 #include "loom/model/parallel_linear.h"
@@ -26,7 +31,8 @@ namespace loom::model {
 class Mamba2Mixer {
  public:
   struct Saved {
-    Buffer proj, conv, y, gated, rstd;
+    Buffer proj, conv, y, gated, rstd;  // context parallelism: all but gated of whole sequences
+    std::vector<int32_t> documents;      // context parallelism: the whole sequences' document ids
   };
   // Throws naming the layer when heads or groups cannot be split over the tensor-parallel group.
   Mamba2Mixer(ParameterStore& store, const TensorParallel& tp, int layer, const std::string& prefix,
@@ -51,12 +57,39 @@ class Mamba2Mixer {
   int64_t window_width() const { return conv_channels() * (kernel_ - 1); }
   int64_t state_width() const { return heads_ * head_dim_ * state_; }
   void set_precision(PrecisionContext& context, Recipe recipe, const std::string& prefix);
+  // Context parallelism's group (context_attention.h); null: none. Its size must divide this
+  // rank's heads and groups (config::check_hybrid_layout).
+  void set_context(ContextAttention* context) { context_ = context; }
 
  private:
-  int64_t proj_width() const { return 2 * inner_ + 2 * groups_ * state_ + heads_; }
-  int64_t conv_channels() const { return inner_ + 2 * groups_ * state_; }
-  kernels::SsdShape scan_shape(int64_t batch, int64_t seq) const;
-  kernels::ConvShape conv_shape(int64_t batch, int64_t seq) const;
+  // The heads one scan runs over: all of this rank's, or a context-parallel rank's 1/cp of them
+  // (from first_head, first_group), with the parameters they read and add their gradients into.
+  struct Heads {
+    int64_t heads, groups, inner, gn, first_head, first_group;
+    int64_t proj_width() const { return 2 * inner + 2 * gn + heads; }
+    int64_t conv_channels() const { return inner + 2 * gn; }
+  };
+  struct HeadParams {
+    const float *conv_weight, *conv_bias, *dt_bias, *a_log, *d, *norm;
+    float *conv_weight_grad, *conv_bias_grad, *dt_bias_grad, *a_log_grad, *d_grad, *norm_grad;
+  };
+  Heads all_heads() const { return {heads_, groups_, inner_, groups_ * state_, 0, 0}; }
+  Heads context_heads() const;
+  // The store's parameters of `h`; a context slice's convolution weights and biases (three row
+  // ranges of x, B and C) as copies in conv_slice_ and their gradients in conv_slice_grad_.
+  HeadParams head_params(const Heads& h, bool backward) const;
+  void add_conv_slice_grads(const Heads& h) const;
+  kernels::SsdShape scan_shape(const Heads& h, int64_t batch, int64_t seq) const;
+  kernels::ConvShape conv_shape(const Heads& h, int64_t batch, int64_t seq) const;
+  // Convolution, scan and gated norm of `proj` rows ([batch * seq, h.proj_width()]), and back.
+  void scan_forward(const Heads& h, Saved& saved, float* gated, int64_t batch, int64_t seq,
+                    const int32_t* documents) const;
+  void scan_backward(const Heads& h, float* d_proj, const float* d_gated, const Saved& saved, Workspace& work,
+                     int64_t batch, int64_t seq, const int32_t* documents) const;
+  // The projection's columns the cp ranks split: z, x, B, C and dt.
+  std::vector<HeadColumns> proj_segments() const;
+  int64_t proj_width() const { return all_heads().proj_width(); }
+  int64_t conv_channels() const { return all_heads().conv_channels(); }
   // Rows [first, first + count) advanced by one call of each step kernel: one sequence's next
   // `count` tokens from its window and state, or (slots) the next token of `count` sequences whose
   // windows and states are the pool's slots slots[0 .. count) (no slot twice).
@@ -77,6 +110,11 @@ class Mamba2Mixer {
   int conv_weight_ = -1, conv_bias_ = -1, dt_bias_ = -1, a_log_ = -1, d_ = -1, norm_ = -1;
   std::optional<ColumnParallelLinear> in_;
   std::optional<RowParallelLinear> out_;
+  ContextAttention* context_ = nullptr;
+  // Context parallelism: the conv slice's parameters and gradients, and the whole sequences'
+  // document ids where the kernels read them.
+  mutable Buffer conv_slice_, conv_slice_grad_;
+  mutable StagedTokens staged_documents_;
 };
 
 }  // namespace loom::model

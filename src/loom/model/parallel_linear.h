@@ -31,6 +31,10 @@ struct ParallelScratch {
   Buffer gathered, partial, d_full;
   Buffer product16;  // a product left in bf16 for the norm after it to add (Block::forward)
   Buffer replicated_kv;  // replicated kv heads' gradients summed over their holders (Attention::backward)
+  // A Mamba-2 mixer under context parallelism (Mamba2Mixer): this rank's rows of in_proj (the
+  // whole sequences' projection gradient in backward), and the whole sequences' gated output (its
+  // gradient in backward).
+  Buffer mixer_proj, mixer_gated;
 };
 
 class ColumnParallelLinear {

@@ -29,7 +29,8 @@ RingAttention::RingAttention(comm::Communicator& cp, Device device)
       grads_{model::Buffer(device), model::Buffer(device)},
       part_out_(device),
       part_lse_(device),
-      device_documents_(device) {}
+      device_documents_(device),
+      heads_(cp, device) {}
 
 void RingAttention::plan_positions(const kernels::AttentionShape& local) {
   if (planned_batch_ == local.batch && planned_seq_ == local.seq) return;
@@ -147,6 +148,16 @@ void RingAttention::backward(float* d_qkv, const float* d_att, const float* qkv,
 
 void RingAttention::gather_sequences(int32_t* whole, const int32_t* local, int64_t batch, int64_t seq) {
   parallel::gather_sequences(*cp_, local, whole, batch, seq);
+}
+
+void RingAttention::rows_to_heads(float* whole, const float* rows, int64_t batch, int64_t seq, int64_t row_width,
+                                  const std::vector<model::HeadColumns>& segments) {
+  heads_.to_heads(whole, rows, batch, seq, row_width, segments);
+}
+
+void RingAttention::heads_to_rows(float* rows, const float* whole, int64_t batch, int64_t seq, int64_t row_width,
+                                  const std::vector<model::HeadColumns>& segments, bool accumulate) {
+  heads_.to_rows(rows, whole, batch, seq, row_width, segments, accumulate);
 }
 
 }  // namespace loom::parallel

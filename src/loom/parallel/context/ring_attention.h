@@ -12,6 +12,7 @@
 #include "loom/comm/communicator.h"
 #include "loom/core/device.h"
 #include "loom/model/context_attention.h"
+#include "loom/parallel/context/head_exchange.h"
 
 namespace loom::parallel {
 
@@ -25,6 +26,10 @@ class RingAttention final : public model::ContextAttention {
   void backward(float* d_qkv, const float* d_att, const float* qkv, const float* att, const model::ContextSaved& saved,
                 const kernels::AttentionShape& local, const model::Packing& packing) override;
   void gather_sequences(int32_t* whole, const int32_t* local, int64_t batch, int64_t seq) override;
+  void rows_to_heads(float* whole, const float* rows, int64_t batch, int64_t seq, int64_t row_width,
+                     const std::vector<model::HeadColumns>& segments) override;
+  void heads_to_rows(float* rows, const float* whole, int64_t batch, int64_t seq, int64_t row_width,
+                     const std::vector<model::HeadColumns>& segments, bool accumulate) override;
 
  private:
   // Global positions of every rank's tokens, [batch, seq] each (rebuilt when the shape changes).
@@ -45,6 +50,7 @@ class RingAttention final : public model::ContextAttention {
   const int32_t* documents_ = nullptr;  // every rank's document ids (packed documents), for the kernels
   model::Buffer blocks_[2], grads_[2], part_out_, part_lse_;
   DeviceBuffer<int32_t> device_documents_;  // on a GPU: the copy documents_ points to
+  HeadExchange heads_;  // the Mamba-2 mixers' head sharding
 };
 
 }  // namespace loom::parallel

@@ -24,8 +24,7 @@ std::vector<HeadColumns> head_segments(const kernels::AttentionShape& s, bool fu
 UlyssesAttention::UlyssesAttention(comm::Communicator& cp, Device device)
     : cp_(&cp),
       device_(device),
-      send_(device),
-      recv_(device),
+      heads_(cp, device),
       whole_grad_(device),
       whole_d_qkv_(device),
       device_documents_(device) {}
@@ -40,28 +39,14 @@ kernels::AttentionShape UlyssesAttention::head_shape(const kernels::AttentionSha
 }
 
 void UlyssesAttention::to_heads(float* whole, const float* rows, const kernels::AttentionShape& local, bool fused_qkv) {
-  const int cp = size();
-  const std::vector<HeadColumns> segments = head_segments(local, fused_qkv);
-  const int64_t n = local.batch * local.seq, width = fused_qkv ? local.qkv_width() : local.heads * local.head_dim;
-  const int64_t block = head_block_width(segments, cp);
-  float* send = model::sized(send_, cp * n * block);
-  float* recv = model::sized(recv_, cp * n * block);
-  split_heads(device_, send, rows, n, width, segments, cp);
-  exchange_all_to_all(*cp_, send, recv, n * block);
-  blocks_to_sequence(device_, whole, recv, local.batch, local.seq, block, cp);
+  const int64_t width = fused_qkv ? local.qkv_width() : local.heads * local.head_dim;
+  heads_.to_heads(whole, rows, local.batch, local.seq, width, head_segments(local, fused_qkv));
 }
 
 void UlyssesAttention::to_tokens(float* rows, const float* whole, const kernels::AttentionShape& local, bool fused_qkv,
                                  bool accumulate) {
-  const int cp = size();
-  const std::vector<HeadColumns> segments = head_segments(local, fused_qkv);
-  const int64_t n = local.batch * local.seq, width = fused_qkv ? local.qkv_width() : local.heads * local.head_dim;
-  const int64_t block = head_block_width(segments, cp);
-  float* send = model::sized(send_, cp * n * block);
-  float* recv = model::sized(recv_, cp * n * block);
-  sequence_to_blocks(device_, send, whole, local.batch, local.seq, block, cp);
-  exchange_all_to_all(*cp_, send, recv, n * block);
-  merge_heads(device_, rows, recv, n, width, segments, cp, accumulate);
+  const int64_t width = fused_qkv ? local.qkv_width() : local.heads * local.head_dim;
+  heads_.to_rows(rows, whole, local.batch, local.seq, width, head_segments(local, fused_qkv), accumulate);
 }
 
 namespace {
@@ -136,6 +121,16 @@ void UlyssesAttention::backward(float* d_qkv, const float* d_att, const float*, 
 
 void UlyssesAttention::gather_sequences(int32_t* whole, const int32_t* local, int64_t batch, int64_t seq) {
   parallel::gather_sequences(*cp_, local, whole, batch, seq);
+}
+
+void UlyssesAttention::rows_to_heads(float* whole, const float* rows, int64_t batch, int64_t seq, int64_t row_width,
+                                     const std::vector<model::HeadColumns>& segments) {
+  heads_.to_heads(whole, rows, batch, seq, row_width, segments);
+}
+
+void UlyssesAttention::heads_to_rows(float* rows, const float* whole, int64_t batch, int64_t seq, int64_t row_width,
+                                     const std::vector<model::HeadColumns>& segments, bool accumulate) {
+  heads_.to_rows(rows, whole, batch, seq, row_width, segments, accumulate);
 }
 
 }  // namespace loom::parallel

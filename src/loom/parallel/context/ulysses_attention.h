@@ -9,6 +9,7 @@
 #include "loom/comm/communicator.h"
 #include "loom/core/device.h"
 #include "loom/model/context_attention.h"
+#include "loom/parallel/context/head_exchange.h"
 
 namespace loom::parallel {
 
@@ -22,6 +23,10 @@ class UlyssesAttention final : public model::ContextAttention {
   void backward(float* d_qkv, const float* d_att, const float* qkv, const float* att, const model::ContextSaved& saved,
                 const kernels::AttentionShape& local, const model::Packing& packing) override;
   void gather_sequences(int32_t* whole, const int32_t* local, int64_t batch, int64_t seq) override;
+  void rows_to_heads(float* whole, const float* rows, int64_t batch, int64_t seq, int64_t row_width,
+                     const std::vector<model::HeadColumns>& segments) override;
+  void heads_to_rows(float* rows, const float* whole, int64_t batch, int64_t seq, int64_t row_width,
+                     const std::vector<model::HeadColumns>& segments, bool accumulate) override;
 
  private:
   // The whole sequence's shape on this rank's 1/cp of the heads; throws naming the heads when
@@ -34,7 +39,8 @@ class UlyssesAttention final : public model::ContextAttention {
 
   comm::Communicator* cp_;
   Device device_;
-  model::Buffer send_, recv_, whole_grad_, whole_d_qkv_;
+  HeadExchange heads_;
+  model::Buffer whole_grad_, whole_d_qkv_;
   std::vector<int32_t> gathered_documents_;
   DeviceBuffer<int32_t> device_documents_;  // on a GPU: the whole sequence's document ids
   // `visible` with its document ids (a copy of `documents`) where the kernels read them.

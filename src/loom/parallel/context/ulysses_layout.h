@@ -9,14 +9,11 @@
 #include <vector>
 
 #include "loom/core/device.h"
+#include "loom/model/context_attention.h"
 
 namespace loom::parallel {
 
-// Columns of a row that hold heads: `width` columns from `first`, cut into cp equal parts
-// (rank j takes part j). Fused qkv rows have three (q, k, v heads); attention outputs one.
-struct HeadColumns {
-  int64_t first, width;
-};
+using model::HeadColumns;
 
 // The columns rank j's block takes from a row of `row_width`: part j of every segment, in order.
 int64_t head_block_width(const std::vector<HeadColumns>& segments, int cp);
