@@ -23,14 +23,12 @@ kernels::FlashAttentionShape ring_shape(const kernels::AttentionShape& s) {
 }  // namespace
 
 RingAttention::RingAttention(comm::Communicator& cp, Device device)
-    : cp_(&cp),
-      device_(device),
+    : GroupAttention(cp, device),
       blocks_{model::Buffer(device), model::Buffer(device)},
       grads_{model::Buffer(device), model::Buffer(device)},
       part_out_(device),
       part_lse_(device),
-      device_documents_(device),
-      heads_(cp, device) {}
+      device_documents_(device) {}
 
 void RingAttention::plan_positions(const kernels::AttentionShape& local) {
   if (planned_batch_ == local.batch && planned_seq_ == local.seq) return;
@@ -144,20 +142,6 @@ void RingAttention::backward(float* d_qkv, const float* d_att, const float* qkv,
   }
   // `grad` now holds every rank's contribution to this rank's own keys and values.
   kernels::add_rows(device_, d_qkv + q, W, grad, kv2, rows, kv2);
-}
-
-void RingAttention::gather_sequences(int32_t* whole, const int32_t* local, int64_t batch, int64_t seq) {
-  parallel::gather_sequences(*cp_, local, whole, batch, seq);
-}
-
-void RingAttention::rows_to_heads(float* whole, const float* rows, int64_t batch, int64_t seq, int64_t row_width,
-                                  const std::vector<model::HeadColumns>& segments) {
-  heads_.to_heads(whole, rows, batch, seq, row_width, segments);
-}
-
-void RingAttention::heads_to_rows(float* rows, const float* whole, int64_t batch, int64_t seq, int64_t row_width,
-                                  const std::vector<model::HeadColumns>& segments, bool accumulate) {
-  heads_.to_rows(rows, whole, batch, seq, row_width, segments, accumulate);
 }
 
 }  // namespace loom::parallel

@@ -12,24 +12,17 @@
 #include "loom/comm/communicator.h"
 #include "loom/core/device.h"
 #include "loom/model/context_attention.h"
-#include "loom/parallel/context/head_exchange.h"
+#include "loom/parallel/context/group_attention.h"
 
 namespace loom::parallel {
 
-class RingAttention final : public model::ContextAttention {
+class RingAttention final : public GroupAttention {
  public:
   RingAttention(comm::Communicator& cp, Device device);
-  int size() const override { return cp_->size(); }
-  int rank() const override { return cp_->rank(); }
   void forward(float* att, model::ContextSaved& saved, const float* qkv, const kernels::AttentionShape& local,
                const model::Packing& packing) override;
   void backward(float* d_qkv, const float* d_att, const float* qkv, const float* att, const model::ContextSaved& saved,
                 const kernels::AttentionShape& local, const model::Packing& packing) override;
-  void gather_sequences(int32_t* whole, const int32_t* local, int64_t batch, int64_t seq) override;
-  void rows_to_heads(float* whole, const float* rows, int64_t batch, int64_t seq, int64_t row_width,
-                     const std::vector<model::HeadColumns>& segments) override;
-  void heads_to_rows(float* rows, const float* whole, int64_t batch, int64_t seq, int64_t row_width,
-                     const std::vector<model::HeadColumns>& segments, bool accumulate) override;
 
  private:
   // Global positions of every rank's tokens, [batch, seq] each (rebuilt when the shape changes).
@@ -42,15 +35,12 @@ class RingAttention final : public model::ContextAttention {
   // This rank's keys and values, [rows, 2 x kv width] (k then v), copied out of the fused rows.
   float* own_block(const float* qkv, const kernels::AttentionShape& local);
 
-  comm::Communicator* cp_;
-  Device device_;
   int64_t planned_batch_ = -1, planned_seq_ = -1;
   std::vector<std::vector<int32_t>> positions_;  // by rank
   std::vector<DeviceBuffer<int32_t>> device_positions_;  // on a GPU: their device copies
   const int32_t* documents_ = nullptr;  // every rank's document ids (packed documents), for the kernels
   model::Buffer blocks_[2], grads_[2], part_out_, part_lse_;
   DeviceBuffer<int32_t> device_documents_;  // on a GPU: the copy documents_ points to
-  HeadExchange heads_;  // the Mamba-2 mixers' head sharding
 };
 
 }  // namespace loom::parallel

@@ -22,9 +22,7 @@ std::vector<HeadColumns> head_segments(const kernels::AttentionShape& s, bool fu
 }  // namespace
 
 UlyssesAttention::UlyssesAttention(comm::Communicator& cp, Device device)
-    : cp_(&cp),
-      device_(device),
-      heads_(cp, device),
+    : GroupAttention(cp, device),
       whole_grad_(device),
       whole_d_qkv_(device),
       device_documents_(device) {}
@@ -117,20 +115,6 @@ void UlyssesAttention::backward(float* d_qkv, const float* d_att, const float*, 
                                     saved.out.data(), saved.lse.data(), g, g + k_off, g + v_off, flash_shape(heads),
                                     visible);
   to_tokens(d_qkv, d_gathered, local, true, true);
-}
-
-void UlyssesAttention::gather_sequences(int32_t* whole, const int32_t* local, int64_t batch, int64_t seq) {
-  parallel::gather_sequences(*cp_, local, whole, batch, seq);
-}
-
-void UlyssesAttention::rows_to_heads(float* whole, const float* rows, int64_t batch, int64_t seq, int64_t row_width,
-                                     const std::vector<model::HeadColumns>& segments) {
-  heads_.to_heads(whole, rows, batch, seq, row_width, segments);
-}
-
-void UlyssesAttention::heads_to_rows(float* rows, const float* whole, int64_t batch, int64_t seq, int64_t row_width,
-                                     const std::vector<model::HeadColumns>& segments, bool accumulate) {
-  heads_.to_rows(rows, whole, batch, seq, row_width, segments, accumulate);
 }
 
 }  // namespace loom::parallel

@@ -9,24 +9,17 @@
 #include "loom/comm/communicator.h"
 #include "loom/core/device.h"
 #include "loom/model/context_attention.h"
-#include "loom/parallel/context/head_exchange.h"
+#include "loom/parallel/context/group_attention.h"
 
 namespace loom::parallel {
 
-class UlyssesAttention final : public model::ContextAttention {
+class UlyssesAttention final : public GroupAttention {
  public:
   UlyssesAttention(comm::Communicator& cp, Device device);
-  int size() const override { return cp_->size(); }
-  int rank() const override { return cp_->rank(); }
   void forward(float* att, model::ContextSaved& saved, const float* qkv, const kernels::AttentionShape& local,
                const model::Packing& packing) override;
   void backward(float* d_qkv, const float* d_att, const float* qkv, const float* att, const model::ContextSaved& saved,
                 const kernels::AttentionShape& local, const model::Packing& packing) override;
-  void gather_sequences(int32_t* whole, const int32_t* local, int64_t batch, int64_t seq) override;
-  void rows_to_heads(float* whole, const float* rows, int64_t batch, int64_t seq, int64_t row_width,
-                     const std::vector<model::HeadColumns>& segments) override;
-  void heads_to_rows(float* rows, const float* whole, int64_t batch, int64_t seq, int64_t row_width,
-                     const std::vector<model::HeadColumns>& segments, bool accumulate) override;
 
  private:
   // The whole sequence's shape on this rank's 1/cp of the heads; throws naming the heads when
@@ -37,9 +30,6 @@ class UlyssesAttention final : public model::ContextAttention {
   void to_heads(float* whole, const float* rows, const kernels::AttentionShape& local, bool fused_qkv);
   void to_tokens(float* rows, const float* whole, const kernels::AttentionShape& local, bool fused_qkv, bool accumulate);
 
-  comm::Communicator* cp_;
-  Device device_;
-  HeadExchange heads_;
   model::Buffer whole_grad_, whole_d_qkv_;
   std::vector<int32_t> gathered_documents_;
   DeviceBuffer<int32_t> device_documents_;  // on a GPU: the whole sequence's document ids
