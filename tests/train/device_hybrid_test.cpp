@@ -3,10 +3,13 @@
 // beside attention and MLP layers, and every run equals the same run on the CPU bit for bit
 // (losses and every tensor of the final checkpoint): one rank with and without recompute, packed
 // documents (the scan and the convolution restart at each document), tensor parallelism (the
-// mixer's heads and groups split over the ranks), with sequence parallelism, in a pipeline, with
+// mixer's heads and groups split over the ranks), with sequence parallelism, with context
+// parallelism (the mixers sharding heads over the cp ranks), in a pipeline, with
 // latent MoE layers and multi-token prediction (Nemotron 3 Super's alphabet), and a checkpoint
 // moving between the device and the CPU. That the CPU layouts train as one rank does is tested
 // in hybrid_training_test.cpp.
+#include <string>
+
 #include "device_training.h"
 #include "tiny_super_model.h"
 
@@ -44,6 +47,18 @@ TEST_F(DeviceLayouts, TensorParallelHybridEqualsTheCpuBitForBit) {
   expect_bitwise_equal_runs(kHybrid, "hybrid-tp2-sp-docs",
                             {"runtime.ranks=2", "parallel.tp=2", "parallel.sequence_parallel=true",
                              "data.reset_attention_mask=true"});
+}
+
+// Context parallelism: the mixers' head exchange and the whole sequences' document ids reach the
+// device kernels; the MTP depths' gathered ids with them.
+TEST_F(DeviceLayouts, ContextParallelHybridEqualsTheCpuBitForBit) {
+  for (const std::string comm : {"p2p", "a2a"}) {
+    expect_bitwise_equal_runs(kHybrid, "hybrid-cp2-" + comm,
+                              {"runtime.ranks=2", "parallel.cp=2", "parallel.cp_comm=" + comm});
+  }
+  expect_bitwise_equal_runs(kHybrid, "hybrid-cp2-docs",
+                            {"runtime.ranks=2", "parallel.cp=2", "data.reset_attention_mask=true"});
+  expect_bitwise_equal_runs(kSuper, "super-cp2", {"runtime.ranks=2", "parallel.cp=2"});
 }
 
 TEST_F(DeviceLayouts, PipelinedHybridEqualsTheCpuBitForBit) {

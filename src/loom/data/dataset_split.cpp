@@ -1,7 +1,7 @@
 #include "loom/data/dataset_split.h"
 
+#include <charconv>
 #include <cmath>
-#include <cstdio>
 
 #include "loom/core/error.h"
 
@@ -53,8 +53,8 @@ std::string split_text(const std::vector<double>& shares) {
   std::string text;
   for (size_t i = 0; i < shares.size(); ++i) {
     char number[32];
-    std::snprintf(number, sizeof number, "%.10g", shares[i]);
-    text.append(i == 0 ? "" : ",").append(number);
+    const auto written = std::to_chars(number, number + sizeof number, shares[i]);
+    text.append(i == 0 ? "" : ",").append(number, written.ptr);
   }
   return text;
 }

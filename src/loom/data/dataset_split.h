@@ -25,13 +25,12 @@ std::array<int64_t, 4> split_bounds(const std::vector<double>& shares, int64_t c
 // Sequences [begin, end) of a dataset.
 struct SequenceRange {
   int64_t begin = 0, end = 0;
-  int64_t size() const { return end - begin; }
 };
 
 // The sequences of `part` among `count`.
 SequenceRange split_range(const std::vector<double>& shares, SplitPart part, int64_t count);
 
-// "969,30,1" (as Megatron writes its --split).
+// "969,30,1" (as Megatron writes its --split; each share the shortest text that reads back as it).
 std::string split_text(const std::vector<double>& shares);
 
 }  // namespace loom::data
