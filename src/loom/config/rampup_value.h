@@ -1,7 +1,6 @@
 #pragma once
 // train.rampup_batch_size as a config value: a list of three integers [start, increment,
 // samples], or Megatron's --rampup-batch-size text "256 128 50000000"; [] (or nothing) is off.
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -16,23 +15,10 @@ struct Value<BatchRampup> {
       "three integers [start, increment, samples] (e.g. [256, 128, 50000000]), Megatron's --rampup-batch-size "
       "text (\"256 128 50000000\"), or [] for none";
   static BatchRampup parse(const YAML::Node& node, const Origin& origin) {
-    if (node.IsNull()) return {};
-    std::vector<int64_t> numbers;
-    if (node.IsSequence()) {
-      if (node.size() == 0) return {};
-      if (node.size() != 3) wrong_type(origin, node, kExpected);
-      for (size_t i = 0; i < 3; ++i)
-        numbers.push_back(
-            Value<int64_t>::parse(node[i], Origin{origin.where, origin.path + "[" + std::to_string(i) + "]"}));
-    } else if (node.IsScalar()) {
-      std::istringstream words(node.Scalar());
-      for (std::string word; words >> word;)
-        numbers.push_back(Value<int64_t>::parse(YAML::Node(word), origin));
-      if (numbers.empty()) return {};
-      if (numbers.size() != 3) wrong_type(origin, node, kExpected);
-    } else {
-      wrong_type(origin, node, kExpected);
-    }
+    const std::vector<int64_t> numbers = node.IsScalar() ? numbers_in_text<int64_t>(node, origin, "")
+                                                         : NumberListValue<int64_t>::parse(node, origin, kExpected);
+    if (numbers.empty()) return {};
+    if (numbers.size() != 3) wrong_type(origin, node, kExpected);
     return BatchRampup{numbers[0], numbers[1], numbers[2]};
   }
   static void emit(YAML::Emitter& out, const BatchRampup& value) {

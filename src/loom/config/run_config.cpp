@@ -51,8 +51,7 @@ Check<std::vector<int>> each_at_least(int low) {
   };
 }
 
-// A tokenizer name (core/tokenizer_names.h) or hf:<dir>; the directory is read when the
-// tokenizer is made, which names what is missing there.
+// Blend weights (sft.train_weights): each a finite number > 0.
 Check<std::vector<double>> each_a_weight() {
   return [](const std::vector<double>& weights) -> std::optional<std::string> {
     for (const double w : weights)
@@ -86,6 +85,8 @@ Check<DataSplit> split_shares() {
   };
 }
 
+// A tokenizer name (core/tokenizer_names.h) or hf:<dir>; the directory is read when the
+// tokenizer is made, which names what is missing there.
 Check<std::string> tokenizer_name() {
   return [](const std::string& value) -> std::optional<std::string> {
     if (is_valid_tokenizer_name(value)) return std::nullopt;

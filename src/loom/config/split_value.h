@@ -2,7 +2,6 @@
 // data.split as a config value: Megatron's --split text ("969,30,1", also "969/30/1" or
 // "969 30 1"), or a list of up to three numbers [969, 30, 1]; one number is all train; "" or []
 // is no split.
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,21 +16,8 @@ struct Value<DataSplit> {
       "up to three shares (train, validation, test) as Megatron's --split text \"969,30,1\" or a list [969, 30, 1], "
       "or \"\" for none";
   static DataSplit parse(const YAML::Node& node, const Origin& origin) {
-    if (node.IsNull()) return {};
-    DataSplit split;
-    if (node.IsSequence()) {
-      for (size_t i = 0; i < node.size(); ++i)
-        split.shares.push_back(
-            Value<double>::parse(node[i], Origin{origin.where, origin.path + "[" + std::to_string(i) + "]"}));
-      return split;
-    }
-    if (!node.IsScalar()) wrong_type(origin, node, kExpected);
-    std::string text = node.Scalar();
-    for (char& c : text)
-      if (c == ',' || c == '/') c = ' ';
-    std::istringstream words(text);
-    for (std::string word; words >> word;) split.shares.push_back(Value<double>::parse(YAML::Node(word), origin));
-    return split;
+    if (node.IsScalar()) return {numbers_in_text<double>(node, origin, ",/")};
+    return {NumberListValue<double>::parse(node, origin, kExpected)};
   }
   static void emit(YAML::Emitter& out, const DataSplit& value) { out << show(value); }
   static std::string show(const DataSplit& value) {

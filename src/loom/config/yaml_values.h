@@ -9,6 +9,7 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -261,6 +262,19 @@ struct NumberListValue {
     return text + "]";
   }
 };
+
+// Numbers written as Megatron's command-line text: one scalar of numbers separated by spaces or
+// any of `separators` ("256 128 50000000", "969,30,1"), each parsed as Value<T> (a bad one named).
+template <class T>
+std::vector<T> numbers_in_text(const YAML::Node& node, const Origin& origin, std::string_view separators) {
+  std::string text = node.Scalar();
+  for (char& c : text)
+    if (separators.find(c) != std::string_view::npos) c = ' ';
+  std::istringstream words(text);
+  std::vector<T> numbers;
+  for (std::string word; words >> word;) numbers.push_back(Value<T>::parse(YAML::Node(word), origin));
+  return numbers;
+}
 
 template <>
 struct Value<std::vector<int>> : NumberListValue<int> {

@@ -1,6 +1,7 @@
 #include "loom/model/mamba2_mixer.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -65,7 +66,7 @@ void Mamba2Mixer::set_precision(PrecisionContext& context, Recipe recipe, const 
 }
 
 kernels::SsdShape Mamba2Mixer::scan_shape(const Heads& h, int64_t batch, int64_t seq) const {
-  return {batch,           seq, h.heads, head_dim_, h.groups, state_, chunk_, h.conv_channels(), h.proj_width(),
+  return {batch, seq, h.heads, head_dim_, h.groups, state_, chunk_, h.conv_channels(), h.proj_width(),
           h.conv_channels(), h.inner};
 }
 
@@ -87,11 +88,13 @@ std::vector<HeadColumns> Mamba2Mixer::proj_segments() const {
 Mamba2Mixer::HeadParams Mamba2Mixer::head_params(const Heads& h, bool backward) const {
   ParameterStore& p = *store_;
   const int64_t head = h.first_head, channel = h.first_head * head_dim_;
-  HeadParams params{p.value(conv_weight_), p.value(conv_bias_), p.value(dt_bias_) + head, p.value(a_log_) + head,
-                    p.value(d_) + head,    p.value(norm_) + channel,
-                    nullptr,               nullptr,
-                    nullptr,               nullptr,
-                    nullptr,               nullptr};
+  HeadParams params{};  // gradients null in forward
+  params.conv_weight = p.value(conv_weight_);
+  params.conv_bias = p.value(conv_bias_);
+  params.dt_bias = p.value(dt_bias_) + head;
+  params.a_log = p.value(a_log_) + head;
+  params.d = p.value(d_) + head;
+  params.norm = p.value(norm_) + channel;
   if (backward) {
     params.conv_weight_grad = p.grad(conv_weight_);
     params.conv_bias_grad = p.grad(conv_bias_);
@@ -101,15 +104,12 @@ Mamba2Mixer::HeadParams Mamba2Mixer::head_params(const Heads& h, bool backward) 
     params.norm_grad = p.grad(norm_) + channel;
   }
   if (h.heads == heads_) return params;
-  // A context slice's channels are three row ranges of the convolution's: x, B and C.
-  const int64_t gn = groups_ * state_, slice_gn = h.gn, k = kernel_;
-  const int64_t starts[3] = {channel, inner_ + h.first_group * state_, inner_ + gn + h.first_group * state_};
-  const int64_t counts[3] = {h.inner, slice_gn, slice_gn};
+  const int64_t k = kernel_;
   float* weight = sized(conv_slice_, h.conv_channels() * (k + 1), device_);
   float* bias = weight + h.conv_channels() * k;
-  for (int64_t part = 0, row = 0; part < 3; row += counts[part], ++part) {
-    copy_on_device(device_, weight + row * k, p.value(conv_weight_) + starts[part] * k, counts[part] * k);
-    copy_on_device(device_, bias + row, p.value(conv_bias_) + starts[part], counts[part]);
+  for (const ConvRows& part : conv_slice_rows(h)) {
+    copy_on_device(device_, weight + part.slice * k, p.value(conv_weight_) + part.full * k, part.count * k);
+    copy_on_device(device_, bias + part.slice, p.value(conv_bias_) + part.full, part.count);
   }
   params.conv_weight = weight;
   params.conv_bias = bias;
@@ -120,16 +120,21 @@ Mamba2Mixer::HeadParams Mamba2Mixer::head_params(const Heads& h, bool backward) 
   return params;
 }
 
+std::array<Mamba2Mixer::ConvRows, 3> Mamba2Mixer::conv_slice_rows(const Heads& h) const {
+  const int64_t gn = groups_ * state_, group_rows = h.first_group * state_;
+  return {{{h.first_head * head_dim_, 0, h.inner},
+           {inner_ + group_rows, h.inner, h.gn},
+           {inner_ + gn + group_rows, h.inner + h.gn, h.gn}}};
+}
+
 void Mamba2Mixer::add_conv_slice_grads(const Heads& h) const {
   ParameterStore& p = *store_;
-  const int64_t gn = groups_ * state_, k = kernel_, channel = h.first_head * head_dim_;
-  const int64_t starts[3] = {channel, inner_ + h.first_group * state_, inner_ + gn + h.first_group * state_};
-  const int64_t counts[3] = {h.inner, h.gn, h.gn};
+  const int64_t k = kernel_;
   const float* weight = conv_slice_grad_.data();
   const float* bias = weight + h.conv_channels() * k;
-  for (int64_t part = 0, row = 0; part < 3; row += counts[part], ++part) {
-    kernels::add_rows(device_, p.grad(conv_weight_) + starts[part] * k, k, weight + row * k, k, counts[part], k);
-    kernels::add_rows(device_, p.grad(conv_bias_) + starts[part], 1, bias + row, 1, counts[part], 1);
+  for (const ConvRows& part : conv_slice_rows(h)) {
+    kernels::add_rows(device_, p.grad(conv_weight_) + part.full * k, k, weight + part.slice * k, k, part.count, k);
+    kernels::add_rows(device_, p.grad(conv_bias_) + part.full, 1, bias + part.slice, 1, part.count, 1);
   }
 }
 

@@ -11,6 +11,7 @@
 // shards heads instead of tokens: one all-to-all after in_proj gives each cp rank whole sequences
 // of 1/cp of this rank's heads and groups, which it convolves, scans and norms; another brings the
 // gated outputs back to the rank's tokens for out_proj (as Megatron-Core's Mamba layer does).
+#include <array>
 #include <optional>
 #include <span>
 #include <string>
@@ -79,6 +80,12 @@ class Mamba2Mixer {
   // ranges of x, B and C) as copies in conv_slice_ and their gradients in conv_slice_grad_.
   HeadParams head_params(const Heads& h, bool backward) const;
   void add_conv_slice_grads(const Heads& h) const;
+  // A context slice's convolution channels are three row ranges of the full convolution's (its x,
+  // B and C channels): `count` rows at `full` there, at `slice` in the slice's copy.
+  struct ConvRows {
+    int64_t full, slice, count;
+  };
+  std::array<ConvRows, 3> conv_slice_rows(const Heads& h) const;
   kernels::SsdShape scan_shape(const Heads& h, int64_t batch, int64_t seq) const;
   kernels::ConvShape conv_shape(const Heads& h, int64_t batch, int64_t seq) const;
   // Convolution, scan and gated norm of `proj` rows ([batch * seq, h.proj_width()]), and back.
