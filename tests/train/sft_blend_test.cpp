@@ -18,21 +18,14 @@
 #include "loom/train/blended_source.h"
 #include "loom/train/sft.h"
 #include "loom/train/sft_source.h"
+#include "sft_files.h"
 #include "training_runs.h"
 
 namespace loom::train {
 namespace {
 
 namespace fs = std::filesystem;
-
-// `count` conversations: a question and an answer, distinct per file (`tag`) and index.
-void write_conversations(const std::string& path, const std::string& tag, int count) {
-  std::ofstream out(path);
-  for (int i = 0; i < count; ++i) {
-    out << R"({"messages": [{"role": "user", "content": ")" << tag << " question " << i * 7
-        << R"("}, {"role": "assistant", "content": ")" << tag << " answer " << i * 11 << "\"}]}\n";
-  }
-}
+using testing::write_conversations;
 
 class SftBlend : public ::testing::Test {
  protected:

@@ -97,6 +97,9 @@ void register_grpo(CLI::App& app, std::vector<Command>& commands) {
   commands.push_back({cmd, [args] {
                         rl::check_role_name(args->role);
                         const config::RunConfig config = config::load_config(args->config, args->overrides);
+                        LOOM_CHECK(!config.train.skip_train,
+                                   "train.skip_train is for loom train and loom sft: GRPO evaluates held-out prompts "
+                                   "with grpo.validation_prompts");
                         const bool external = config.grpo.launch == "external";
                         LOOM_CHECK(external || args->role == "controller" || args->role == "learner",
                                    "loom grpo --role " + args->role +

@@ -1,5 +1,6 @@
 #include "loom/cli/training_report.h"
 
+#include <cmath>
 #include <iostream>
 
 #include "loom/ops/exit_status.h"
@@ -8,6 +9,17 @@ namespace loom::cli {
 
 int report_training(const train::TrainSummary& s) {
   if (!s.reporter) return ops::kExitFinished;  // another process (MPI rank 0) reports
+  if (s.evaluated_only) {
+    const auto loss = [](const char* name, double value) {
+      std::cout << name << " " << std::to_string(value) << " (perplexity " << std::to_string(std::exp(value)) << ")";
+    };
+    std::cout << "evaluated step " << s.last_step << ": ";
+    if (s.last_val_loss) loss("val_loss", *s.last_val_loss);
+    if (s.last_val_loss && s.test_loss) std::cout << ", ";
+    if (s.test_loss) loss("test_loss", *s.test_loss);
+    std::cout << "\n";
+    return ops::kExitFinished;
+  }
   if (s.steps_run == 0) return ops::kExitFinished;  // already complete: restore() said so
   std::cout << "trained steps " << s.first_step << ".." << s.last_step << ": loss " << s.first_loss << " -> "
             << s.last_loss;

@@ -206,6 +206,11 @@ void check_key_relations(const RunConfig& c) {
              "sft.train_weights has " + std::to_string(c.sft.train_weights.size()) + " weights for " +
                  std::to_string(c.sft.train_files.size()) +
                  " sft.train_files entries: give one per entry (each its own dataset), or none (all pooled)");
+  LOOM_CHECK(c.sft.val_files.empty() || c.sft.val_fraction == 0.0,
+             "sft.val_files names the validation conversations, and sft.val_fraction = " +
+                 format_double(c.sft.val_fraction) +
+                 " holds some of sft.train_files out for validation too: set sft.val_fraction=0 with sft.val_files "
+                 "(or give no sft.val_files)");
   check_run_length(c.train, c.optim);
   check_rampup(c.train);
   LOOM_CHECK(c.optim.min_lr <= c.optim.lr, "optim.min_lr = " + format_double(c.optim.min_lr) +

@@ -297,6 +297,7 @@ const std::vector<SectionSchema>& schema() {
                   field("exit_interval", &TrainConfig::exit_interval, at_least(0)),
                   field("exit_duration_mins", &TrainConfig::exit_duration_mins, at_least(0.0)),
                   field("init_from", &TrainConfig::init_from),
+                  field("skip_train", &TrainConfig::skip_train),
               }),
       section("checkpoint", &RunConfig::checkpoint,
               {
@@ -315,6 +316,8 @@ const std::vector<SectionSchema>& schema() {
                   field("last_turn_only", &SftConfig::last_turn_only),
                   field("packing", &SftConfig::packing),
                   field("val_fraction", &SftConfig::val_fraction, in_unit_interval()),
+                  field("val_files", &SftConfig::val_files),
+                  field("test_files", &SftConfig::test_files),
                   field("bad_lines", &SftConfig::bad_lines),
                   field("overlong", &SftConfig::overlong),
               }),

@@ -177,6 +177,9 @@ struct TrainConfig {
   // A checkpoint (root or step directory) whose parameters a fresh run starts from (fine-tuning):
   // weights only, a fresh optimizer and step 0. Ignored when train.resume finds a checkpoint.
   std::string init_from;
+  // Evaluate without training (Megatron's --skip-train): the model as train.resume or
+  // train.init_from loads it, on the validation and test sets once; nothing is written.
+  bool skip_train = false;
 };
 
 // Supervised fine-tuning on chat data (`loom sft`, docs/sft.md).
@@ -191,6 +194,11 @@ struct SftConfig {
   bool last_turn_only = false;           // only the last message of those roles
   bool packing = true;                   // first-fit-decreasing packing; false: one conversation per row
   double val_fraction = 0.05;            // share of conversations held out for validation
+  // Validation and test conversations of their own (NeMo's validation_ds and test_ds): val_files
+  // replace the held-out share (sft.val_fraction must then be 0); test_files are evaluated once,
+  // after the last step.
+  std::vector<std::string> val_files;
+  std::vector<std::string> test_files;
   BadLines bad_lines = BadLines::Fail;   // fail | skip: a line that is not a conversation
   Overlong overlong = Overlong::Truncate;  // truncate | drop: a conversation longer than data.seq_len
 };

@@ -94,7 +94,7 @@ void RunDirectory::lock() {
 }
 
 void RunDirectory::refuse_takeover(const config::RunConfig& config) {
-  if (config.train.resume) return;
+  if (config.train.resume || config.train.skip_train) return;  // continues the run, or writes nothing
   const std::string found = earlier_run(run_dir_, checkpoint_root_);
   if (found.empty()) return;
   LOOM_CHECK(config.run.overwrite, "run.dir '" + run_dir_ + "' holds another run (" + found +

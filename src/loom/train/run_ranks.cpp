@@ -88,14 +88,29 @@ std::string describe_held_out(const config::TrainConfig& train, HeldOutData held
   return text + "\n";
 }
 
+// The start-up line of train.skip_train.
+std::string describe_evaluation(const config::TrainConfig& train, HeldOutData held_out) {
+  std::string text = "evaluation only (train.skip_train): " + std::to_string(train.eval_batches) + " micro-batches of ";
+  if (held_out.validation != nullptr) text += held_out.validation->describe();
+  if (held_out.test != nullptr) text += (held_out.validation != nullptr ? ", of " : "") + held_out.test->describe();
+  return text + "\n";
+}
+
 }  // namespace
 
 TrainSummary train_rank(const config::RunConfig& config, comm::Communicator& world, const BatchSource& train,
                         HeldOutData held_out, std::ostream& out) {
   const auto started = std::chrono::steady_clock::now();  // train.exit_duration_mins counts set-up too
+  LOOM_CHECK(!config.train.skip_train || held_out.validation != nullptr || held_out.test != nullptr,
+             "train.skip_train evaluates the validation and test sets, and this run has neither: name one "
+             "(data.val_prefix, data.test_prefix, data.split; sft.val_fraction, sft.val_files, sft.test_files)");
   Trainer trainer(config, world, train, held_out.validation, out);
   trainer.restore();
   trainer.describe();
+  if (config.train.skip_train) {
+    trainer.out() << describe_evaluation(config.train, held_out);
+    return evaluate_only(trainer, held_out.test);
+  }
   trainer.out() << describe_held_out(config.train, held_out);
   return run_training(trainer, held_out.test, started);
 }

@@ -13,7 +13,11 @@
 
 namespace loom::train {
 
-data::ChatDataset build_sft_dataset(const config::RunConfig& config, const std::vector<std::string>& paths) {
+namespace {
+
+// `paths`' conversations, `val_fraction` of them held out.
+data::ChatDataset read_sft_dataset(const config::RunConfig& config, const std::vector<std::string>& paths,
+                                   double val_fraction) {
   const config::SftConfig& sft = config.sft;
   data::ChatDatasetOptions options;
   options.paths = paths;
@@ -22,7 +26,7 @@ data::ChatDataset build_sft_dataset(const config::RunConfig& config, const std::
   options.mask.last_turn_only = sft.last_turn_only;
   options.seq_len = config.data.seq_len;
   options.packing = sft.packing;
-  options.val_fraction = sft.val_fraction;
+  options.val_fraction = val_fraction;
   options.seed = config.train.seed;
   options.skip_bad_lines = sft.bad_lines == config::BadLines::Skip;
   options.drop_overlong = sft.overlong == config::Overlong::Drop;
@@ -30,20 +34,28 @@ data::ChatDataset build_sft_dataset(const config::RunConfig& config, const std::
   return data::build_chat_dataset(options, *tokenizer);
 }
 
+}  // namespace
+
+data::ChatDataset build_sft_dataset(const config::RunConfig& config, const std::vector<std::string>& paths) {
+  return read_sft_dataset(config, paths, config.sft.val_fraction);
+}
+
 data::ChatDataset build_sft_dataset(const config::RunConfig& config) {
   return build_sft_dataset(config, config.sft.train_files);
 }
 
-void report_sft_dataset(const data::ChatDataset& dataset, const config::RunConfig& config, std::ostream& out) {
-  for (const std::string& problem : dataset.load.problems) out << "sft: skipped " << problem << "\n";
-  const auto rows = [&](const char* what, const data::ChatRows& r) {
-    out << "sft: " << what << ": " << r.conversations << " conversations, " << r.tokens << " tokens ("
-        << r.trained_tokens << " trained) in " << r.rows << " rows of " << r.seq_len << "; "
-        << (config.sft.packing ? "packed" : "padded") << ", packing efficiency " << std::fixed << std::setprecision(1)
-        << 100.0 * r.efficiency << "% real tokens" << std::defaultfloat << "\n";
-  };
-  rows("train", dataset.train);
-  if (dataset.validation.rows > 0) rows("validation", dataset.validation);
+namespace {
+
+void report_rows(const std::string& what, const data::ChatRows& rows, const config::RunConfig& config,
+                 std::ostream& out) {
+  out << "sft: " << what << ": " << rows.conversations << " conversations, " << rows.tokens << " tokens ("
+      << rows.trained_tokens << " trained) in " << rows.rows << " rows of " << rows.seq_len << "; "
+      << (config.sft.packing ? "packed" : "padded") << ", packing efficiency " << std::fixed << std::setprecision(1)
+      << 100.0 * rows.efficiency << "% real tokens" << std::defaultfloat << "\n";
+}
+
+// What was read, skipped, cut and left out of a dataset, after its rows.
+void report_loading(const data::ChatDataset& dataset, const config::RunConfig& config, std::ostream& out) {
   out << "sft: " << dataset.load.lines << " lines, " << dataset.load.problems.size() << " skipped; "
       << dataset.truncated << " conversations truncated and " << dataset.dropped_overlong
       << " dropped as longer than data.seq_len = " << config.data.seq_len << " (sft.overlong = " << config.sft.overlong
@@ -53,7 +65,42 @@ void report_sft_dataset(const data::ChatDataset& dataset, const config::RunConfi
   out << "\n";
 }
 
+}  // namespace
+
+void report_sft_dataset(const data::ChatDataset& dataset, const config::RunConfig& config, std::ostream& out) {
+  for (const std::string& problem : dataset.load.problems) out << "sft: skipped " << problem << "\n";
+  report_rows("train", dataset.train, config, out);
+  if (dataset.validation.rows > 0) report_rows("validation", dataset.validation, config, out);
+  report_loading(dataset, config, out);
+}
+
 namespace {
+
+// The conversations of sft.val_files or sft.test_files (`key`), none held out: all in `train`.
+struct HeldOutFiles {
+  std::string role, key;  // "validation", "sft.val_files"
+  data::ChatDataset dataset;
+
+  HeldOutFiles(const config::RunConfig& config, std::string role_name, std::string key_name,
+               const std::vector<std::string>& paths)
+      : role(std::move(role_name)), key(std::move(key_name)) {
+    try {
+      dataset = read_sft_dataset(config, paths, 0.0);
+    } catch (const Error& e) {
+      throw Error(key + ": " + e.what());
+    }
+  }
+
+  void report(const config::RunConfig& config, std::ostream& out) const {
+    for (const std::string& problem : dataset.load.problems) out << "sft: skipped " << problem << "\n";
+    report_rows(role + " (" + key + ")", dataset.train, config, out);
+    report_loading(dataset, config, out);
+  }
+
+  std::unique_ptr<BatchSource> source(const config::RunConfig& config) const {
+    return std::make_unique<SftSource>(dataset.train, config.train.seed, false, key);
+  }
+};
 
 // What `loom sft` reads: the sft.train_files entries' conversations pooled into one dataset, or
 // with sft.train_weights each entry its own dataset (split, tokenized and packed on its own),
@@ -63,7 +110,14 @@ struct SftData {
   std::vector<std::string> names;  // per dataset, for messages
   std::vector<data::ChatDataset> datasets;
 
+  // sft.val_files' and sft.test_files' conversations; null where none are named.
+  std::unique_ptr<HeldOutFiles> validation_files, test_files;
+
   explicit SftData(const config::RunConfig& config) : blended(!config.sft.train_weights.empty()) {
+    if (!config.sft.val_files.empty())
+      validation_files = std::make_unique<HeldOutFiles>(config, "validation", "sft.val_files", config.sft.val_files);
+    if (!config.sft.test_files.empty())
+      test_files = std::make_unique<HeldOutFiles>(config, "test", "sft.test_files", config.sft.test_files);
     if (!blended) {
       names.push_back("sft.train_files");
       datasets.push_back(build_sft_dataset(config));
@@ -90,11 +144,15 @@ struct SftData {
       }
       report_sft_dataset(datasets[i], config, out);
     }
+    if (validation_files) validation_files->report(config, out);
+    if (test_files) test_files->report(config, out);
   }
 
-  // The datasets' training rows (shuffled) or validation rows (in order; the datasets without any
-  // left out), blended when weighted; null when no dataset has validation rows.
+  // The datasets' training rows (shuffled) or validation rows (in order: sft.val_files', else the
+  // held-out rows of the datasets that have any), blended when weighted; null when there are no
+  // validation rows.
   std::unique_ptr<BatchSource> source(const config::RunConfig& config, bool training) const {
+    if (!training && validation_files) return validation_files->source(config);
     std::vector<BlendedSource::Part> parts;
     for (size_t i = 0; i < datasets.size(); ++i) {
       const data::ChatRows& rows = training ? datasets[i].train : datasets[i].validation;
@@ -124,7 +182,8 @@ TrainSummary sft(const config::RunConfig& config, std::ostream& out) {
     if (world.rank() == 0) data.report(config, out);
     const std::unique_ptr<BatchSource> train = data.source(config, true);
     const std::unique_ptr<BatchSource> validation = data.source(config, false);
-    return train_rank(config, world, *train, {validation.get()}, out);
+    const std::unique_ptr<BatchSource> test = data.test_files ? data.test_files->source(config) : nullptr;
+    return train_rank(config, world, *train, {validation.get(), test.get()}, out);
   };
   return run_on_ranks(config, out, rank);
 }

@@ -106,7 +106,7 @@ void Trainer::describe() {
   const int64_t samples_left =
       std::max<int64_t>(0, samples_after_steps(run.train, s.total_steps) - s.progress.consumed_samples);
   const std::string reading = s.train.describe_reading(s.progress.consumed_samples, samples_left);
-  if (!reading.empty()) o << "data: " << reading << "\n";
+  if (!reading.empty() && !run.train.skip_train) o << "data: " << reading << "\n";  // skip_train reads none
   o << describe_profile(run, s.progress.step, s.total_steps);
 }
 

@@ -180,4 +180,16 @@ TrainSummary run_training(Trainer& trainer, const BatchSource* test, std::chrono
   return summary;
 }
 
+TrainSummary evaluate_only(Trainer& trainer, const BatchSource* test) {
+  TrainSummary summary;
+  summary.reporter = trainer.reporter();
+  summary.evaluated_only = true;
+  summary.total_steps = trainer.total_steps();
+  summary.first_step = summary.last_step = static_cast<int>(trainer.progress().step);
+  if (trainer.has_validation()) summary.first_val_loss = summary.last_val_loss = trainer.evaluate();
+  if (test != nullptr) summary.test_loss = trainer.evaluate(*test);
+  trainer.finish();
+  return summary;
+}
+
 }  // namespace loom::train

@@ -26,6 +26,7 @@ struct TrainSummary {
   double tokens_per_s = 0.0;  // mean over steps after the first
   double gflops_per_s = 0.0;  // achieved model FLOP/s over the same steps
   std::string checkpoint;     // the last checkpoint written
+  bool evaluated_only = false;  // train.skip_train: last_step is the evaluated step, nothing was trained
 };
 
 // Runs `trainer` (restored already) to the end, and evaluates `test` (when not null) after the
@@ -33,5 +34,9 @@ struct TrainSummary {
 // (train.exit_duration_mins counts from it).
 TrainSummary run_training(Trainer& trainer, const BatchSource* test = nullptr,
                           std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now());
+
+// train.skip_train: evaluates `trainer` (restored already) once on its validation set and `test`
+// (either may be missing, not both), writing nothing. Collective over the trainer's world.
+TrainSummary evaluate_only(Trainer& trainer, const BatchSource* test);
 
 }  // namespace loom::train
