@@ -2,6 +2,7 @@
 // and every kind of bad input giving a clear message, a non-zero exit and no damage.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -90,6 +91,28 @@ TEST_F(TrainCli, ResumedRunIsBitwiseIdenticalToUninterrupted) {
     EXPECT_NE(line.find("\"step\":" + std::to_string(lines)), std::string::npos) << line;
     EXPECT_NE(line.find("\"tokens_per_s\""), std::string::npos);
   }
+  EXPECT_EQ(lines, 8);
+}
+
+// train.skip_train: the command evaluates a finished run where it stopped, prints the losses its
+// last step logged, exits 0 and leaves metrics.jsonl as it was.
+TEST_F(TrainCli, SkipTrainPrintsTheLossesOfTheLastStep) {
+  ASSERT_EQ(train("run.dir=" + (dir / "done")).exit_code, 0);
+  std::ifstream metrics(dir / "done/metrics.jsonl");
+  std::string line, last;
+  while (std::getline(metrics, line)) last = line;
+  const size_t at = last.find("\"val_loss\":");
+  ASSERT_NE(at, std::string::npos) << last;
+  char expected[64];
+  std::snprintf(expected, sizeof(expected), "%f", std::stod(last.substr(at + 11)));
+  CommandResult evaluated = train("run.dir=" + (dir / "done") + " train.resume=true train.skip_train=true");
+  ASSERT_EQ(evaluated.exit_code, 0) << evaluated.output;
+  EXPECT_NE(evaluated.output.find("evaluated step 8: val_loss " + std::string(expected) + " (perplexity "),
+            std::string::npos)
+      << evaluated.output;
+  std::ifstream again(dir / "done/metrics.jsonl");
+  int lines = 0;
+  while (std::getline(again, line)) ++lines;
   EXPECT_EQ(lines, 8);
 }
 
