@@ -1,6 +1,7 @@
 // Multi-token prediction (model.mtp_depths): finite-difference gradients of the whole objective
 // (main loss + mtp_loss_weight / depths x the depths' losses), the tokens and targets each depth
-// sees (rows and documents), recompute, and a zero weight leaving the main model untouched.
+// sees (rows and documents), each depth's own final norm, recompute, and a zero weight leaving the
+// main model untouched.
 #include <gtest/gtest.h>
 
 #include "../gradient_check.h"
@@ -75,7 +76,7 @@ double objective(Transformer& model, const Batch& data, int64_t batch, int64_t s
   return total;
 }
 
-void check_gradients(const config::ModelConfig& config) {
+void check_gradients(const config::ModelConfig& config, double eps = 1e-2) {
   Transformer model(config);
   model.initialize(11);
   const int64_t batch = 2, seq = 6;
@@ -88,7 +89,7 @@ void check_gradients(const config::ModelConfig& config) {
   for (const Parameter& p : model.params().list()) {
     loom::testing::expect_gradient_matches(p.name, model.params().values() + p.offset, p.numel,
                                            analytic.data() + p.offset, loss,
-                                           {.eps = 1e-2, .atol = 2e-3, .rtol = 2e-2, .max_checks = 10});
+                                           {.eps = eps, .atol = 2e-3, .rtol = 2e-2, .max_checks = 10});
   }
 }
 
@@ -96,21 +97,30 @@ TEST(MtpGradients, LlamaStyleMatchesFiniteDifferences) { check_gradients(llama_w
 TEST(MtpGradients, Gpt2StyleTiedHeadMatchesFiniteDifferences) { check_gradients(gpt2_with_mtp()); }
 TEST(MtpGradients, HybridMatchesFiniteDifferences) { check_gradients(hybrid_with_mtp()); }
 
+// model.mtp_use_repeated_layer: one depth's weights at both depths, their gradient both depths'.
+TEST(MtpGradients, RepeatedLayerMatchesFiniteDifferences) {
+  config::ModelConfig llama = llama_with_mtp(), hybrid = hybrid_with_mtp();
+  llama.mtp_use_repeated_layer = hybrid.mtp_use_repeated_layer = true;
+  check_gradients(llama);
+  // An embedding row of the hybrid reaches the loss through both depths' norms of the same
+  // weights: curved enough that eps 1e-2 is 16% off one entry (3e-3: 1%, 1e-3: 2% of fp32 noise).
+  check_gradients(hybrid, 3e-3);
+  Transformer model(llama);
+  EXPECT_EQ(model.mtp_depths(), 2);
+  for (const Parameter& p : model.params().list()) EXPECT_EQ(p.name.find("mtp.layers.1."), std::string::npos) << p.name;
+}
+
 TEST(Mtp, DepthsSeeTheTokensAheadWithinARowAndDocument) {
-  const config::ModelConfig c = llama_with_mtp();
-  ParameterStore store(Device::cpu(), ParameterStore::Allocation::ShapesOnly);
-  const TensorParallel tp;
   const int32_t inputs[] = {1, 2, 3, 4, 5, 6, 7, 8};
   const int32_t targets[] = {2, 3, 4, 5, 6, 7, 8, 9};
   const int32_t documents[] = {0, 0, 0, 1, 1, 1, 1, 1};  // row 0: documents 0 | 1; row 1: document 1
   MtpDepth::Saved s;
   // Depth 2 at position t: the input t + 2 and the target t + 2 (the token 3 ahead).
-  const MtpDepth depth2(store, tp, 2, c, nullptr, {});
-  depth2.shift(s, inputs, targets, 2, 4, nullptr);
+  MtpDepth::shift(s, 2, inputs, targets, 2, 4, nullptr);
   EXPECT_EQ(s.tokens, (std::vector<int32_t>{3, 4, 0, 0, 7, 8, 0, 0}));
   const int32_t I = kernels::cpu::kIgnoreIndex;
   EXPECT_EQ(s.targets, (std::vector<int32_t>{4, 5, I, I, 8, 9, I, I}));
-  depth2.shift(s, inputs, targets, 2, 4, documents);
+  MtpDepth::shift(s, 2, inputs, targets, 2, 4, documents);
   EXPECT_EQ(s.targets, (std::vector<int32_t>{4, I, I, I, 8, 9, I, I}));  // 1 -> 3 crosses a document
 }
 
@@ -157,6 +167,35 @@ TEST(Mtp, ZeroWeightLeavesTheMainModelAlone) {
     const Parameter& q = a.params().list()[a.params().find(p.name)];
     for (int64_t i = 0; i < p.numel; ++i) ASSERT_EQ(b.params().grads()[p.offset + i], a.params().grads()[q.offset + i]) << p.name;
   }
+}
+
+// Each depth ends in its own final norm (Megatron-Core's final_layernorm), whose output is both
+// that depth's head input and the next depth's h: depth 2's norm changes depth 2's loss alone,
+// depth 1's changes both depths' and never the main loss.
+TEST(Mtp, EachDepthEndsInItsOwnFinalNorm) {
+  Transformer model(llama_with_mtp());
+  model.initialize(6);
+  const Batch data = make_batch(model.config().vocab_size, 2 * 6, 3);
+  auto losses = [&] {
+    const double main = model.forward_loss(data.inputs.data(), data.targets.data(), 2, 6);
+    return std::vector<double>{main, model.last_mtp_loss_sums()[0], model.last_mtp_loss_sums()[1]};
+  };
+  const std::vector<double> before = losses();
+  auto scale = [&](const std::string& name) {
+    const Parameter& p = model.params().list()[model.params().find(name)];
+    ASSERT_EQ(p.numel, model.config().d_model) << name;
+    for (int64_t i = 0; i < p.numel; ++i) model.params().values()[p.offset + i] *= 1.0f + 0.1f * static_cast<float>(i);
+  };
+  scale("mtp.layers.1.final_layernorm.weight");
+  const std::vector<double> second = losses();
+  EXPECT_EQ(second[0], before[0]);
+  EXPECT_EQ(second[1], before[1]);
+  EXPECT_GT(std::abs(second[2] - before[2]), 1e-4 * before[2]);
+  scale("mtp.layers.0.final_layernorm.weight");
+  const std::vector<double> first = losses();
+  EXPECT_EQ(first[0], before[0]);
+  EXPECT_GT(std::abs(first[1] - second[1]), 1e-4 * second[1]);
+  EXPECT_GT(std::abs(first[2] - second[2]), 1e-4 * second[2]);
 }
 
 // FLOPs (MFU, the pipeline's head cost) count each depth: eh_proj, its block and the head again.

@@ -369,8 +369,9 @@ TEST(TimePlan, HybridTensorParallelCommunicationIsCountedCollectiveByCollective)
   // Then the gradients every rank holds whole but computes over its own rows are summed after
   // each unit's backward (fp32): the layers' norms (16 each), the MoE layers' router (4 x 16),
   // latent projections (2 x 8 x 16) and experts (4 x 3 x 8 x 8); the head's unit the final norm,
-  // the depth's enorm and hnorm and its block's two norms, router, latent projections and experts.
-  const std::vector<int64_t> sums = {16, 16, 16 + 64 + 256 + 768, 16, 3 * 16 + 2 * 16 + 64 + 256 + 768};
+  // the depth's enorm, hnorm and final_layernorm and its block's two norms, router, latent
+  // projections and experts.
+  const std::vector<int64_t> sums = {16, 16, 16 + 64 + 256 + 768, 16, 4 * 16 + 2 * 16 + 64 + 256 + 768};
   EXPECT_EQ(split.tp_gradient_sums, sums);
   double summed = 0.0;
   for (const int64_t n : sums) summed += all_reduce_seconds(4.0 * n, 2, link);

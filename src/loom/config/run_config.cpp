@@ -232,6 +232,7 @@ const std::vector<SectionSchema>& schema() {
                   field("mamba", &ModelConfig::mamba),
                   field("mtp_depths", &ModelConfig::mtp_depths, at_least(0)),
                   field("mtp_loss_weight", &ModelConfig::mtp_loss_weight, at_least(0.0)),
+                  field("mtp_use_repeated_layer", &ModelConfig::mtp_use_repeated_layer),
                   moe_field("moe_experts", &MoeConfig::experts, at_least(0)),
                   moe_field("moe_top_k", &MoeConfig::top_k, at_least(1)),
                   moe_field("moe_ffn_size", &MoeConfig::ffn_size, at_least(0)),

@@ -89,6 +89,9 @@ struct ModelConfig {
   // training loss. 0 = none.
   int mtp_depths = 0;
   double mtp_loss_weight = 0.3;
+  // One depth's weights applied at every depth (Megatron-Core's mtp_use_repeated_layer, as
+  // Nemotron 3 Super trains them): the checkpoint holds mtp.layers.0 alone.
+  bool mtp_use_repeated_layer = false;
 };
 
 // One dataset of a weighted blend (data.train_blend, data.val_blend).

@@ -30,14 +30,14 @@ LayerSpec mtp_block_spec(const config::ModelConfig& config) {
 int64_t MtpDepth::Saved::bytes() const {
   auto b = [](const Buffer& x) { return static_cast<int64_t>(x.size() * sizeof(float)); };
   auto n = [&](const Norm::Saved& x) { return b(x.out) + b(x.mean) + b(x.rstd); };
-  return n(enorm) + n(hnorm) + n(final_norm) + b(embedded) + b(combined) + b(combined_all) + b(block_in) + b(hidden) +
-         b(head_input) + b(logits) +
+  return n(enorm) + n(hnorm) + n(final_norm) + b(embedded) + b(combined) + b(combined_all) + b(block_in) +
+         b(block_out) + b(head_input) + b(logits) +
          static_cast<int64_t>((tokens.size() + targets.size()) * sizeof(int32_t));
 }
 
 MtpDepth::MtpDepth(ParameterStore& store, const TensorParallel& tp, int depth, const config::ModelConfig& config,
                    const kernels::RopeTable* rope, ExpertLayout experts)
-    : tp_(&tp), store_(&store), depth_(depth), d_model_(config.d_model),
+    : tp_(&tp), store_(&store), d_model_(config.d_model),
       enorm_(store, depth_prefix(depth) + ".enorm", config.d_model, config.norm == config::Norm::Layer,
              static_cast<float>(config.norm_eps), tp.replicated()),
       hnorm_(store, depth_prefix(depth) + ".hnorm", config.d_model, config.norm == config::Norm::Layer,
@@ -45,11 +45,13 @@ MtpDepth::MtpDepth(ParameterStore& store, const TensorParallel& tp, int depth, c
       eh_proj_(store.add(depth_prefix(depth) + ".eh_proj.weight", {config.d_model, 2 * config.d_model}, Init::Normal,
                          static_cast<float>(config.init_std), identical_copies(tp))),
       block_(store, tp, config.layers + depth - 1, config, mtp_block_spec(config), rope, experts,
-             depth_prefix(depth)) {}
+             depth_prefix(depth)),
+      final_norm_(store, depth_prefix(depth) + ".final_layernorm", config.d_model, config.norm == config::Norm::Layer,
+                  static_cast<float>(config.norm_eps), tp.replicated()) {}
 
-void MtpDepth::shift(Saved& saved, const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
-                     const int32_t* documents) const {
-  const int64_t rows = batch * seq, k = depth_;
+void MtpDepth::shift(Saved& saved, int depth, const int32_t* inputs, const int32_t* targets, int64_t batch,
+                     int64_t seq, const int32_t* documents) {
+  const int64_t rows = batch * seq, k = depth;
   saved.tokens.assign(rows, 0);
   saved.targets.assign(rows, kernels::kIgnoreIndex);
   for (int64_t b = 0; b < batch; ++b) {
@@ -81,16 +83,20 @@ void MtpDepth::forward(Saved& saved, Block::Saved& block_saved, const float* h_p
   } else {
     kernels::linear_forward(device, block_in, combined, store_->value(eh_proj_), nullptr, local, 2 * C, C);
   }
-  block_.forward(block_saved, block_in, sized(saved.hidden, local * C, device), batch, seq, packing, scratch);
+  float* block_out = sized(saved.block_out, local * C, device);
+  block_.forward(block_saved, block_in, block_out, batch, seq, packing, scratch);
+  final_norm_.forward(saved.final_norm, block_out, local);
 }
 
-void MtpDepth::backward(float* d_hidden, float* d_prev, float* d_embedded, const float* h_prev, const Saved& saved,
-                        const Block::Saved& block_saved, Workspace& work, int64_t batch, int64_t seq,
-                        const Packing& packing, ParallelScratch& scratch) const {
+void MtpDepth::backward(const float* d_output, float* d_prev, float* d_embedded, const float* h_prev,
+                        const Saved& saved, const Block::Saved& block_saved, Workspace& work, int64_t batch,
+                        int64_t seq, const Packing& packing, ParallelScratch& scratch) const {
   const int64_t C = d_model_, local = tp_->local_rows(batch * seq);
   const Device device = store_->device();
+  float* d_hidden = zeroed(d_block_, local * C, device);
+  final_norm_.backward(d_hidden, d_output, saved.block_out.data(), saved.final_norm, local);
   // d_hidden becomes d(loss)/d(block_in).
-  ResidualGradForReader nothing_for_reader;  // d_hidden comes from the depth's head alone
+  ResidualGradForReader nothing_for_reader;  // d_hidden comes from the depth's final norm alone
   block_.backward(d_hidden, nothing_for_reader, saved.block_in.data(), block_saved, work, batch, seq, packing, scratch);
   float* d_combined = zeroed(d_combined_, local * 2 * C, device);
   const float* weight = store_->value(eh_proj_);

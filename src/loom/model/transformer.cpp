@@ -313,16 +313,16 @@ bool Transformer::bf16_logits() const {
 }
 
 double Transformer::head_forward(Activations& a, const int32_t* targets, int64_t rows, float grad_scale) {
-  return head_loss(a.residual[config_.layers].data(), a.final_norm, a.head_input, a.logits, targets, rows, grad_scale);
+  final_norm_->forward(a.final_norm, a.residual[config_.layers].data(), tp_.local_rows(rows));
+  return head_loss(a.final_norm.out.data(), a.head_input, a.logits, targets, rows, grad_scale);
 }
 
-double Transformer::head_loss(const float* hidden, Norm::Saved& norm, Buffer& head_input, Buffer& logits_out,
-                              const int32_t* targets, int64_t rows, float grad_scale) {
-  const int64_t C = config_.d_model, local = tp_.local_rows(rows);
-  final_norm_->forward(norm, hidden, local);
+double Transformer::head_loss(const float* normed, Buffer& head_input, Buffer& logits_out, const int32_t* targets,
+                              int64_t rows, float grad_scale) {
+  const int64_t C = config_.d_model;
   // The head is column-parallel over the vocabulary; its input (all rows) is kept for backward.
-  const float* head_in = norm.out.data();
-  if (tp_.sequence_parallel()) head_in = tp_.enter_forward(norm.out.data(), rows, C, head_input);
+  const float* head_in = normed;
+  if (tp_.sequence_parallel()) head_in = tp_.enter_forward(normed, rows, C, head_input);
   if (bf16_logits()) {
     void* logits16 = sized_16bit(logits_out, rows * vocab_local_, params_.device());
     head_precision_->forward(nullptr, head_in, params_.value(head_), nullptr, rows, C, vocab_local_, false,
@@ -338,13 +338,17 @@ double Transformer::head_loss(const float* hidden, Norm::Saved& norm, Buffer& he
 }
 
 void Transformer::head_backward(Activations& a, int64_t rows, ResidualGradForReader& for_reader) {
-  const int64_t n = tp_.local_rows(rows) * config_.d_model;
-  float* d_x = zeroed(a.d_x, n, params_.device());
+  const int64_t local = tp_.local_rows(rows), n = local * config_.d_model;
+  const Device device = params_.device();
+  float* d_x = zeroed(a.d_x, n, device);
   const bool bf16 = for_reader.reader_takes_bf16();
-  void* d_x16_out = bf16 ? sized_16bit(work_.d_residual16, n, params_.device()) : nullptr;
-  for_reader.amax =
-      head_grad(d_x, a.residual[config_.layers].data(), a.final_norm, a.head_input, a.logits, rows, d_x16_out,
-                &for_reader);
+  void* d_x16_out = bf16 ? sized_16bit(work_.d_residual16, n, device) : nullptr;
+  float* d_normed = head_grad(a.final_norm.out.data(), a.head_input, a.logits, rows);
+  // The depths' gradient of the main model's output (mtp_backward ran first).
+  if (mtp_adds_gradient()) kernels::add_in_place(device, d_normed, mtp_d_main_.data(), n);
+  float* amax = for_reader.reader_amax();
+  final_norm_->backward(d_x, d_normed, a.residual[config_.layers].data(), a.final_norm, local, d_x16_out, amax);
+  for_reader.amax = amax;
   for_reader.current = bf16;
 }
 
@@ -352,14 +356,12 @@ bool Transformer::mtp_adds_gradient() const {
   return objective_ == nullptr && !mtp_.empty() && config_.mtp_loss_weight != 0.0;
 }
 
-float* Transformer::head_grad(float* d_hidden, const float* hidden, const Norm::Saved& norm,
-                              const Buffer& head_input, const Buffer& logits, int64_t rows, void* d_hidden16,
-                              const ResidualGradForReader* for_reader) {
+float* Transformer::head_grad(const float* normed, const Buffer& head_input, const Buffer& logits, int64_t rows) {
   const int64_t C = config_.d_model, local = tp_.local_rows(rows);
   // logits holds d(loss)/d(logits). The head's input gradient is written whole (d_final and the
   // tensor-parallel target are not zeroed first).
   float* d_final = sized(d_final_, local * C, params_.device());
-  const float* head_in = tp_.sequence_parallel() ? head_input.data() : norm.out.data();
+  const float* head_in = tp_.sequence_parallel() ? head_input.data() : normed;
   float* d_head_in = tp_.enter_backward_target(d_final, rows, C, tp_scratch_.d_full, false);
   if (bf16_logits()) {  // the loss's bf16 gradient, multiplied as it is
     head_precision_->backward(d_head_in, params_.grad(head_), nullptr, nullptr, head_in, params_.value(head_), rows, C,
@@ -373,9 +375,7 @@ float* Transformer::head_grad(float* d_hidden, const float* hidden, const Norm::
                              params_.value(head_), rows, C, vocab_local_, false);
   }
   tp_.enter_backward(d_final, d_head_in, rows, C, head_precision_.get(), false);
-  float* d_hidden_amax = for_reader != nullptr ? for_reader->reader_amax() : nullptr;
-  final_norm_->backward(d_hidden, d_final, hidden, norm, local, d_hidden16, d_hidden_amax);
-  return d_hidden_amax;
+  return d_final;
 }
 
 float* Transformer::chunk_input(Activations& a, int chunk, int64_t rows) {
@@ -449,16 +449,18 @@ void Transformer::backward_chunk(Activations& a, int chunk, const int32_t* input
     if (hooks_) hooks_->after_backward(unit);
   };
   // d_x in bf16, or its amax, for the output projections that take it, written by the norms that
-  // update d_x (none where d_x came from the next pipeline stage, or the depths add into it).
+  // update d_x (none where d_x came from the next pipeline stage).
   ResidualGradForReader for_reader;
   auto reader = [&](int l) -> const Block* { return l >= range.first ? &block(l) : nullptr; };
   if (range.last == config_.layers) {
     trace::Range trace_range("head backward");
     const int head_unit = config_.layers + 1;
     begin_unit(head_unit);
-    for_reader.reader = mtp_adds_gradient() ? nullptr : reader(range.last - 1);
-    head_backward(a, rows, for_reader);
+    for_reader.reader = reader(range.last - 1);
+    // The depths first: their gradient of the main model's output joins the head's before the
+    // final norm's backward.
     if (objective_ == nullptr) mtp_backward(a, batch, seq, packing);
+    head_backward(a, rows, for_reader);
     finish_unit(head_unit);
   }
   float* d_x = a.d_x.data();  // d(loss)/d(chunk output), from the head or the next stage

@@ -132,7 +132,7 @@ class Transformer {
   // is the main loss plus mtp_loss_weight / depths times the depths' summed losses; forward_chunk
   // returns the main loss only. The summed losses of training micro-batches (grad_scale != 0)
   // are accumulated here until taken.
-  int mtp_depths() const { return static_cast<int>(mtp_.size()); }
+  int mtp_depths() const { return mtp_.empty() ? 0 : config_.mtp_depths; }
   MtpTotals take_mtp_totals();
   // Each depth's summed token loss in the last forward (training or not).
   const std::vector<double>& last_mtp_loss_sums() const { return last_mtp_; }
@@ -239,17 +239,15 @@ class Transformer {
   // a.d_x = the gradient of the last block's output; in bf16 too, or its amax taken, where
   // for_reader.reader takes it (ResidualGradForReader).
   void head_backward(Activations& a, int64_t rows, ResidualGradForReader& for_reader);
-  // Whether anything adds into a.d_x after the head's backward (multi-token prediction's depths).
+  // Whether multi-token prediction's depths add a gradient into the main model's output (the
+  // final norm's), held in mtp_d_main_ when head_backward runs.
   bool mtp_adds_gradient() const;
-  // The final norm, head and loss on `hidden` (this rank's rows); head_grad adds the gradient of
-  // `hidden` into d_hidden (logits holding the loss's gradient), writes its new values in bf16
-  // into d_hidden16 where given, and takes their amax for for_reader's reader where it takes one
-  // (returning where: ResidualGradForReader::reader_amax; else null).
-  double head_loss(const float* hidden, Norm::Saved& norm, Buffer& head_input, Buffer& logits,
-                   const int32_t* targets, int64_t rows, float grad_scale);
-  float* head_grad(float* d_hidden, const float* hidden, const Norm::Saved& norm, const Buffer& head_input,
-                   const Buffer& logits, int64_t rows, void* d_hidden16 = nullptr,
-                   const ResidualGradForReader* for_reader = nullptr);
+  // The head and loss on `normed` (this rank's rows of a final norm's output: the model's, or a
+  // depth's); head_grad returns d(loss)/d(normed) ([local, C], logits holding the loss's gradient),
+  // valid until the next call.
+  double head_loss(const float* normed, Buffer& head_input, Buffer& logits, const int32_t* targets, int64_t rows,
+                   float grad_scale);
+  float* head_grad(const float* normed, const Buffer& head_input, const Buffer& logits, int64_t rows);
   // The token lookup of embedding table `table` (vocabulary-parallel over tp) and its backward.
   void lookup_tokens(float* out, const int32_t* tokens, int64_t rows, int table);
   void lookup_tokens_backward(const float* d_out, const int32_t* tokens, int64_t rows, int table);
@@ -276,11 +274,14 @@ class Transformer {
   std::vector<Block> blocks_;     // the layers held, in order
   std::vector<int> block_index_;  // global layer -> index in blocks_ (-1: another stage's)
   std::optional<Norm> final_norm_;
-  std::vector<MtpDepth> mtp_;  // by depth (the rank holding the head)
+  std::vector<MtpDepth> mtp_;  // by depth, or one for all (the rank holding the head)
+  // The weights depth k (0-based) runs: its own, or the one repeated layer's.
+  MtpDepth& mtp_module(int k) { return mtp_[config_.mtp_use_repeated_layer ? 0 : k]; }
   int mtp_embed_ = -1;         // the embedding table multi-token prediction reads
   MtpTotals mtp_totals_;
   std::vector<double> last_mtp_;
   std::vector<Buffer> mtp_d_;  // by depth: d(loss)/d(h_k) during backward
+  Buffer mtp_d_main_;          // d(loss)/d(h_0) of the depths: the main model's final norm output
   // Context parallelism: the micro-batch's whole sequences of inputs, targets and document ids.
   std::vector<int32_t> mtp_whole_inputs_, mtp_whole_targets_, mtp_whole_documents_;
   Buffer mtp_d_embedded_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "loom/core/error.h"
+#include "loom/kernels/ops.h"
 #include "loom/kernels/types.h"
 #include "loom/model/context_attention.h"
 #include "loom/model/transformer.h"
@@ -28,8 +29,9 @@ void keep_context_share(std::vector<int32_t>& values, int64_t batch, int64_t seq
 
 void Transformer::build_mtp(const config::ModelConfig& config, const PrecisionPolicy& precision,
                             ExpertLayout experts) {
-  mtp_.reserve(config.mtp_depths);
-  for (int k = 1; k <= config.mtp_depths; ++k) {
+  const int modules = config.mtp_use_repeated_layer && config.mtp_depths > 0 ? 1 : config.mtp_depths;
+  mtp_.reserve(modules);
+  for (int k = 1; k <= modules; ++k) {
     mtp_.emplace_back(params_, tp_, k, config, rope_.get(), experts);
     // The blocks' GEMMs follow the last layer's recipe; eh_proj stays fp32.
     if (precision.recipe != Recipe::Fp32) {
@@ -55,8 +57,8 @@ void Transformer::mtp_forward(Activations& a, const int32_t* inputs, const int32
   const int depths = mtp_depths();
   // Each depth's loss enters the objective with weight mtp_loss_weight / depths.
   const float scale = grad_scale * static_cast<float>(config_.mtp_loss_weight / depths);
-  if (a.mtp.size() != mtp_.size()) a.mtp.resize(mtp_.size());
-  const float* h_prev = a.residual[config_.layers].data();
+  if (a.mtp.size() != static_cast<size_t>(depths)) a.mtp.resize(depths);
+  const float* h_prev = a.final_norm.out.data();  // the main model's output (head_forward ran)
   // Context parallelism: the depths look ahead within whole sequences (the token k ahead of one
   // of this rank's may sit on another rank), then keep this rank's tokens.
   const int32_t *ahead_inputs = inputs, *ahead_targets = targets, *ahead_documents = packing.documents;
@@ -76,45 +78,46 @@ void Transformer::mtp_forward(Activations& a, const int32_t* inputs, const int32
   }
   for (int k = 0; k < depths; ++k) {
     MtpDepth::Saved& s = a.mtp[k];
-    mtp_[k].shift(s, ahead_inputs, ahead_targets, batch, global_seq(seq), ahead_documents);
+    MtpDepth::shift(s, k + 1, ahead_inputs, ahead_targets, batch, global_seq(seq), ahead_documents);
     if (context_ != nullptr) {
       keep_context_share(s.tokens, batch, seq, context_->size(), context_->rank());
       keep_context_share(s.targets, batch, seq, context_->size(), context_->rank());
     }
     lookup_tokens(sized(s.embedded, local * C, params_.device()), s.tokens.data(), rows, mtp_embed_);
-    mtp_[k].forward(s, config_.recompute ? shared_saved_ : s.block, h_prev, batch, seq, packing, tp_scratch_);
-    last_mtp_[k] = head_loss(s.hidden.data(), s.final_norm, s.head_input, s.logits, s.targets.data(), rows, scale);
+    mtp_module(k).forward(s, config_.recompute ? shared_saved_ : s.block, h_prev, batch, seq, packing, tp_scratch_);
+    last_mtp_[k] = head_loss(s.output(), s.head_input, s.logits, s.targets.data(), rows, scale);
     if (grad_scale != 0.0f) {
       mtp_totals_.loss_sums[k] += last_mtp_[k];
       mtp_totals_.tokens[k] += static_cast<double>(
           std::count_if(s.targets.begin(), s.targets.end(), [](int32_t t) { return t != kernels::kIgnoreIndex; }));
     }
-    h_prev = s.hidden.data();
+    h_prev = s.output();
   }
 }
 
 void Transformer::mtp_backward(Activations& a, int64_t batch, int64_t seq, const Packing& packing) {
-  if (mtp_.empty() || config_.mtp_loss_weight == 0.0) return;  // a zero weight leaves no gradient
+  if (!mtp_adds_gradient()) return;  // a zero weight leaves no gradient
   const int64_t rows = batch * seq, local = tp_.local_rows(rows), C = config_.d_model;
   const int depths = mtp_depths();
-  if (mtp_d_.size() != mtp_.size()) mtp_d_.resize(mtp_.size());
+  if (mtp_d_.size() != static_cast<size_t>(depths)) mtp_d_.resize(depths);
   const Device device = params_.device();
   zeroed(mtp_d_[depths - 1], local * C, device);
   for (int k = depths - 1; k >= 0; --k) {
     const MtpDepth::Saved& s = a.mtp[k];
-    // d(h_k): its own loss's, plus (already there) what depth k + 1's hnorm passed back.
-    float* d_hidden = mtp_d_[k].data();
-    head_grad(d_hidden, s.hidden.data(), s.final_norm, s.head_input, s.logits, rows);
-    const float* h_prev = k == 0 ? a.residual[config_.layers].data() : a.mtp[k - 1].hidden.data();
-    float* d_prev = k == 0 ? a.d_x.data() : zeroed(mtp_d_[k - 1], local * C, device);
+    // d(h_k): what depth k + 1's hnorm passed back (already there), plus its own loss's.
+    float* d_output = mtp_d_[k].data();
+    kernels::add_in_place(device, d_output, head_grad(s.output(), s.head_input, s.logits, rows), local * C);
+    const float* h_prev = k == 0 ? a.final_norm.out.data() : a.mtp[k - 1].output();
+    float* d_prev = zeroed(k == 0 ? mtp_d_main_ : mtp_d_[k - 1], local * C, device);
     const Block::Saved* block_saved = &s.block;
     if (config_.recompute) {
-      mtp_[k].block().forward(shared_saved_, s.block_in.data(), sized(recompute_out_, local * C, device), batch, seq,
-                              packing, tp_scratch_);
+      mtp_module(k).block().forward(shared_saved_, s.block_in.data(), sized(recompute_out_, local * C, device), batch,
+                                    seq, packing, tp_scratch_);
       block_saved = &shared_saved_;
     }
     float* d_embedded = sized(mtp_d_embedded_, local * C, device);
-    mtp_[k].backward(d_hidden, d_prev, d_embedded, h_prev, s, *block_saved, work_, batch, seq, packing, tp_scratch_);
+    mtp_module(k).backward(d_output, d_prev, d_embedded, h_prev, s, *block_saved, work_, batch, seq, packing,
+                           tp_scratch_);
     lookup_tokens_backward(d_embedded, s.tokens.data(), rows, mtp_embed_);
   }
 }

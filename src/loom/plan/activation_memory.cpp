@@ -62,13 +62,14 @@ int64_t moe_saved_bytes(const config::ModelConfig& model, const LayerWidths& w, 
   return bytes;
 }
 
-// A multi-token prediction depth's tensors besides its block (MtpDepth::Saved): its two norms,
-// the shifted tokens' embeddings, the combined rows (all of them too under sequence parallelism),
-// eh_proj's output, the depth's hidden state, and the shared head's norm, input and logits.
+// A multi-token prediction depth's tensors besides its block (MtpDepth::Saved): its three norms
+// (enorm, hnorm, final_layernorm), the shifted tokens' embeddings, the combined rows (all of them
+// too under sequence parallelism), eh_proj's output, the block's output, and the shared head's
+// input and logits.
 int64_t mtp_depth_bytes(const config::ModelConfig& model, int64_t head_rows, const ActivationShape& a) {
   const int64_t local = a.local_rows() * model.d_model * a.element_bytes;
   const bool gathered = a.sequence_parallel && a.tp > 1;
-  int64_t bytes = 3 * norm_bytes(model, a, a.element_bytes) + 5 * local;  // embedded, combined (2), block_in, hidden
+  int64_t bytes = 3 * norm_bytes(model, a, a.element_bytes) + 5 * local;  // embedded, combined (2), block_in, block_out
   if (gathered) bytes += 3 * a.rows() * model.d_model * a.element_bytes;  // combined over all rows, head input
   return bytes + a.rows() * head_rows * a.logit_bytes;
 }
@@ -106,14 +107,15 @@ int64_t moe_scratch_bytes(const config::ModelConfig& model, const std::vector<La
   return bytes;
 }
 
-// Multi-token prediction's gradients: each depth's hidden state's and the embeddings' (the
-// Transformer's), and each depth's combined rows' and halves' (all rows' too under sequence
-// parallelism).
+// Multi-token prediction's gradients: each depth's output's, the main model's output's and the
+// embeddings' (the Transformer's), and each depth module's block output's, combined rows' and
+// halves' (all rows' too under sequence parallelism): one module for a repeated layer.
 int64_t mtp_gradient_bytes(const config::ModelConfig& model, const ActivationShape& a) {
   if (model.mtp_depths == 0) return 0;
   const int64_t local = a.local_rows() * model.d_model * a.element_bytes;
   const int64_t all = a.sequence_parallel && a.tp > 1 ? 2 * a.rows() * model.d_model * a.element_bytes : 0;
-  return (model.mtp_depths + 1) * local + model.mtp_depths * (3 * local + all);
+  const int modules = model.mtp_use_repeated_layer ? 1 : model.mtp_depths;
+  return (model.mtp_depths + 2) * local + modules * (4 * local + all);
 }
 
 // A linear layer's GEMM on this rank: its rows (tokens) and its weight's output and input features.

@@ -77,6 +77,10 @@ std::vector<LayerWidths> layer_widths(const std::vector<model::Parameter>& param
       read_moe(w, rest.substr(4), p);
     }
   }
+  // One depth's weights run at every depth: each has the first one's widths.
+  if (model.mtp_use_repeated_layer) {
+    for (int l = layers + 1; l < total; ++l) out[static_cast<size_t>(l)] = out[static_cast<size_t>(layers)];
+  }
   return out;
 }
 

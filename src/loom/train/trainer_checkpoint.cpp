@@ -94,7 +94,7 @@ std::string Trainer::save() {
                                                               s.optimizer->checkpoint_ranges(), s.saved_from_device);
   std::vector<ckpt::TensorRef> refs = owned_training_state(*s.model, owned);
   if (s.outer) refs = s.outer->checkpoint_tensors(*s.model, std::move(refs), owned);
-  if (s.mesh.dp_rank() == 0 && s.mesh.tp_rank() == 0) {
+  if (s.mesh.dp_rank() == 0 && s.mesh.tp_rank() == 0 && s.mesh.cp_rank() == 0) {
     for (const model::MoeLayer* layer : s.model->moe_layers()) {  // the same on every rank: one writes it
       if (!layer->has_expert_bias()) continue;
       const Shape shape{layer->experts()};

@@ -54,8 +54,8 @@ void check_nemotron_h_exportable(const config::ModelConfig& model) {
   LOOM_CHECK(model.block_configs.empty(), std::string("model.block_configs (per-layer sizes)") + kWhy);
   LOOM_CHECK(model.mtp_depths == 0,
              "model.mtp_depths = " + std::to_string(model.mtp_depths) +
-                 ": Nemotron-H's multi-token prediction layers (mtp.layers.*) give each depth its own final norm "
-                 "where loom's depths share model.norm, so loom does not convert them");
+                 ": loom does not map Nemotron-H's multi-token prediction layers (mtp.layers.*, each depth stored as "
+                 "the layers of mtp_hybrid_override_pattern) yet; export a model without them (model.mtp_depths=0)");
   if (has_layer(model, config::kMoeLayer)) check_moe_exportable(model);
 }
 
@@ -169,8 +169,8 @@ void check_unsupported(const ConfigReader& c) {
   if (c.has("num_nextn_predict_layers")) {
     LOOM_CHECK(c.at("num_nextn_predict_layers") == 0,
                c.where("num_nextn_predict_layers") + " is " + shown(c.at("num_nextn_predict_layers")) +
-                   ": Nemotron-H's multi-token prediction layers (mtp.layers.*) give each depth its own final norm "
-                   "where loom's depths share model.norm; loom converts models without them (0)");
+                   ": loom does not map Nemotron-H's multi-token prediction layers (mtp.layers.*, each depth stored "
+                   "as the layers of mtp_hybrid_override_pattern) yet; it converts models without them (0)");
   }
 }
 
