@@ -176,10 +176,12 @@ TEST_F(ConvertCli, Qwen2MoeRoundTripKeepsTheDigest) {
 }
 
 // A hybrid model (Mamba-2, attention without positions, squared-ReLU MLP, latent MoE with a
-// trained expert bias) exports as NemotronHForCausalLM and back with the same digest and text.
+// trained expert bias, a repeated multi-token prediction depth) exports as NemotronHForCausalLM and
+// back with the same digest and text.
 TEST_F(ConvertCli, NemotronHRoundTripKeepsTheDigestAndTheExpertBias) {
   train(write_config("hybrid", "  layers: 4\n  layer_pattern: \"M*-E\"\n  kv_heads: 2\n  ffn_size: 48\n"
                                "  activation: relu2\n  positions: none\n  tied_embeddings: false\n"
+                               "  mtp_depths: 2\n  mtp_use_repeated_layer: true\n"
                                "  moe_experts: 4\n  moe_top_k: 2\n  moe_ffn_size: 16\n  moe_shared_ffn_size: 24\n"
                                "  moe_latent_size: 16\n  moe_router: sigmoid\n  moe_expert_bias: true\n"
                                "  moe_bias_update_rate: 0.05\n"
@@ -196,6 +198,14 @@ TEST_F(ConvertCli, NemotronHRoundTripKeepsTheDigestAndTheExpertBias) {
             (std::vector<uint64_t>{32 + 2 * 2 * 8, 1, 4}));
   EXPECT_NE(weights.header().find("backbone.layers.3.mixer.shared_experts.up_proj.weight"), nullptr);
   EXPECT_NE(weights.header().find("backbone.layers.2.norm.weight"), nullptr);
+  EXPECT_EQ(c.at("num_nextn_predict_layers"), 1);
+  EXPECT_EQ(c.at("mtp_hybrid_override_pattern"), "*E");
+  for (const char* name :
+       {"mtp.layers.0.eh_proj.weight", "mtp.layers.0.mixer.o_proj.weight", "mtp.layers.1.norm.weight",
+        "mtp.layers.1.mixer.experts.3.down_proj.weight", "mtp.layers.1.final_layernorm.weight",
+        "mtp.layers.1.mixer.gate.e_score_correction_bias"}) {
+    EXPECT_NE(weights.header().find(name), nullptr) << name;
+  }
   // The trained expert bias travels as the router's e_score_correction_bias.
   const auto* bias = weights.header().find("backbone.layers.3.mixer.gate.e_score_correction_bias");
   ASSERT_NE(bias, nullptr);

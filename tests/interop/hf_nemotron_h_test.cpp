@@ -3,7 +3,8 @@
 // (backbone.*, in_proj = [z; x; B; C; dt], conv1d = [x; B; C] as [channels, 1, taps], the
 // router's e_score_correction_bias) import to a model whose logits equal that model's; a wrong
 // in_proj order or a dropped correction bias is caught; config.json round-trips and what loom
-// cannot compute is refused naming the key.
+// cannot compute is refused naming the key; a multi-token prediction depth imports from its two
+// layers (below).
 #include <gtest/gtest.h>
 
 #include "../ckpt/ckpt_test_util.h"
@@ -200,7 +201,7 @@ TEST(HfNemotronHConfig, WritesAndReadsBack) {
 TEST(HfNemotronHConfig, RefusesWhatLoomCannotComputeNamingTheKey) {
   const std::vector<std::pair<std::string, json>> changes = {
       {"time_step_limit", json::array({0.0, 100.0})},  {"mlp_hidden_act", "silu"},
-      {"num_nextn_predict_layers", 1},                 {"norm_topk_prob", false},
+      {"num_nextn_predict_layers", 2},                 {"norm_topk_prob", false},
       {"use_conv_bias", false},                        {"head_dim", 8},
       {"hybrid_override_pattern", "M*-X"},             {"n_groups", 3},
       {"mamba_proj_bias", true},                       {"sliding_window", 16}};
@@ -223,12 +224,20 @@ TEST(HfNemotronHConfig, RefusesWhatLoomCannotComputeNamingTheKey) {
   json c = nemotron_h_config_json();
   c.erase("mamba_num_heads");
   expect_refused(c, "mamba_num_heads");
+  // A depth's layers loom's depth is not (a Mamba mixer; an MLP where the model has experts).
+  for (const char* mtp : {"*M", "*-", "E*"}) {
+    SCOPED_TRACE(mtp);
+    c = nemotron_h_config_json();
+    c["num_nextn_predict_layers"] = 1;
+    c["mtp_hybrid_override_pattern"] = mtp;
+    expect_refused(c, "mtp_hybrid_override_pattern");
+  }
 
   config::ModelConfig m = hybrid_model();
   m.positions = config::Positions::Rope;
   expect_not_exported(m, "model.positions");
   m = hybrid_model();
-  m.mtp_depths = 1;
+  m.mtp_depths = 2;  // two depths of their own: a checkpoint holds one depth's weights
   expect_not_exported(m, "model.mtp_depths");
   m = hybrid_model();
   m.activation = config::Activation::Swiglu;
@@ -239,6 +248,100 @@ TEST(HfNemotronHConfig, RefusesWhatLoomCannotComputeNamingTheKey) {
   m = hybrid_model();
   m.block_configs.assign(4, config::BlockConfig{});
   expect_not_exported(m, "model.block_configs");
+}
+
+// Multi-token prediction: loom's depth (mtp.layers.0: enorm, hnorm, eh_proj, a block of attention
+// and the model's MoE, final_layernorm) is Nemotron-H's two layers of mtp_hybrid_override_pattern
+// "*E", the names written out here: every tensor and the depth's expert bias import exactly; the
+// two layers' norms swapped are caught. A repeated depth writes the same one depth.
+std::string renamed_mtp(const std::string& name) {
+  const std::string prefix = "mtp.layers.0.";
+  std::string rest = name.substr(prefix.size());
+  auto starts = [&](const char* p) { return rest.rfind(p, 0) == 0; };
+  auto swap_prefix = [&](const std::string& from, const std::string& to) { rest = to + rest.substr(from.size()); };
+  if (starts("input_layernorm.")) return "mtp.layers.0.norm." + rest.substr(16);
+  if (starts("self_attn.")) swap_prefix("self_attn.", "mixer.");
+  if (starts("enorm.") || starts("hnorm.") || starts("eh_proj.") || starts("mixer.")) return "mtp.layers.0." + rest;
+  if (starts("post_attention_layernorm.")) return "mtp.layers.1.norm." + rest.substr(25);
+  if (starts("mlp.")) swap_prefix("mlp.", "mixer.");
+  const size_t shared = rest.find(".shared_expert.");
+  if (shared != std::string::npos) rest.replace(shared, 15, ".shared_experts.");
+  return "mtp.layers.1." + rest;
+}
+
+json nemotron_h_mtp_config_json() {
+  json c = nemotron_h_config_json();
+  c["num_nextn_predict_layers"] = 1;
+  c["mtp_hybrid_override_pattern"] = "*E";
+  return c;
+}
+
+TEST(HfNemotronHMtp, TheDepthImportsFromItsTwoLayers) {
+  ckpt::test::TempDir dir;
+  config::ModelConfig m = hybrid_model();
+  m.mtp_depths = 1;
+  model::Transformer reference(m);
+  reference.initialize(17);
+  // Norm weights start at one: made distinct, so that a norm read into another's place shows.
+  for (const model::Parameter& p : reference.params().list()) {
+    if (p.name.find("norm.weight") == std::string::npos) continue;
+    float* values = reference.params().values() + p.offset;
+    for (int64_t i = 0; i < p.numel; ++i) values[i] = 1.0f + 0.01f * static_cast<float>(p.offset % 97 + i);
+  }
+  ASSERT_EQ(reference.moe_layers().size(), 2u);  // layer 3's and the depth's
+  reference.moe_layers().back()->expert_bias() = {-0.3f, 0.1f, 0.4f, -0.2f};
+  Tensors tensors = nemotron_h_tensors_of(reference, {"z", "x", "B", "C", "dt"});
+  for (auto it = tensors.begin(); it != tensors.end();) {  // the main model's renaming missed the depth
+    it = it->first.rfind("mtp.", 0) == 0 ? tensors.erase(it) : std::next(it);
+  }
+  for (const auto& [name, t] : parameters_of(reference)) {
+    if (name.rfind("mtp.", 0) == 0) tensors[renamed_mtp(name)] = t;
+  }
+  tensors["mtp.layers.1.mixer.gate.e_score_correction_bias"] = {{4}, reference.moe_layers().back()->expert_bias()};
+  EXPECT_EQ(tensors.count("mtp.layers.0.mixer.q_proj.weight"), 1u);
+  EXPECT_EQ(tensors.count("mtp.layers.1.mixer.shared_experts.up_proj.weight"), 1u);
+  EXPECT_EQ(tensors.count("mtp.layers.1.final_layernorm.weight"), 1u);
+  const std::string hf = dir / "nemotron-mtp";
+  auto imported_difference = [&](const std::string& name, const Tensors& written) {
+    write_hf_dir(hf, nemotron_h_mtp_config_json(), written);
+    const std::string root = hf + "/" + name;
+    HfImportOptions options;
+    options.tokenizer = "byte";
+    import_from_hf(hf, root, options);
+    const ckpt::LoadedCheckpoint checkpoint = ckpt::load_checkpoint(root);
+    double worst = 0.0;
+    Tensors expected = parameters_of(reference);
+    expected["state.expert_bias.mtp.layers.0.mlp.gate"] = {{4}, reference.moe_layers().back()->expert_bias()};
+    for (const auto& [loom_name, t] : expected) {
+      std::vector<float> values(t.values.size());
+      checkpoint.read(loom_name, values.data(), DType::F32, t.shape);
+      worst = std::max(worst, relative_difference(t.values, values));
+    }
+    return worst;
+  };
+  EXPECT_EQ(imported_difference("ok", tensors), 0.0);
+  Tensors swapped = tensors;
+  std::swap(swapped.at("mtp.layers.0.norm.weight").values, swapped.at("mtp.layers.1.norm.weight").values);
+  EXPECT_GT(imported_difference("swapped", swapped), 1e-3);
+}
+
+TEST(HfNemotronHMtp, ConfigSaysOneDepthAndItsPattern) {
+  config::ModelConfig m = hybrid_model();
+  m.mtp_depths = 2;
+  m.mtp_use_repeated_layer = true;
+  const json c = json::parse(hf_config_json(m, "float32").dump());
+  EXPECT_EQ(c.at("num_nextn_predict_layers"), 1);
+  EXPECT_EQ(c.at("mtp_hybrid_override_pattern"), "*E");
+  const config::ModelConfig back = model_config_from_hf(c, "config.json");
+  EXPECT_EQ(back.mtp_depths, 1);  // the weights of one depth: train.init_from it with more depths, repeated
+  json listed = c;
+  listed.erase("mtp_hybrid_override_pattern");
+  listed["mtp_layers_block_type"] = {"attention", "moe"};
+  EXPECT_EQ(model_config_from_hf(listed, "config.json").mtp_depths, 1);
+  m.moe.experts = 0;
+  m.layer_pattern = "M*-";
+  m.layers = 3;
+  EXPECT_EQ(json::parse(hf_config_json(m, "float32").dump()).at("mtp_hybrid_override_pattern"), "*-");
 }
 
 }  // namespace

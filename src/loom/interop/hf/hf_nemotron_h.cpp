@@ -29,6 +29,9 @@ void replace(std::string& s, std::string_view from, std::string_view to) {
   if (at != std::string::npos) s.replace(at, from.size(), to);
 }
 
+// The layers of a multi-token prediction depth as mtp_hybrid_override_pattern spells them.
+std::string mtp_pattern(const config::ModelConfig& model) { return model.moe.experts > 0 ? "*E" : "*-"; }
+
 void check_moe_exportable(const config::ModelConfig& model) {
   const config::MoeConfig& m = model.moe;
   LOOM_CHECK(m.router == config::MoeRouter::Sigmoid,
@@ -52,11 +55,14 @@ void check_nemotron_h_exportable(const config::ModelConfig& model) {
                  " (its MLPs and experts are up_proj -> relu^2 -> down_proj: model.activation relu2)");
   LOOM_CHECK(!model.bias && !model.qkv_bias, std::string(model.bias ? "model.bias" : "model.qkv_bias") + kWhy);
   LOOM_CHECK(model.block_configs.empty(), std::string("model.block_configs (per-layer sizes)") + kWhy);
-  LOOM_CHECK(model.mtp_depths == 0,
+  LOOM_CHECK(model.mtp_depths <= 1 || model.mtp_use_repeated_layer,
              "model.mtp_depths = " + std::to_string(model.mtp_depths) +
-                 ": loom does not map Nemotron-H's multi-token prediction layers (mtp.layers.*, each depth stored as "
-                 "the layers of mtp_hybrid_override_pattern) yet; export a model without them (model.mtp_depths=0)");
-  if (has_layer(model, config::kMoeLayer)) check_moe_exportable(model);
+                 " depths of their own: a Nemotron-H checkpoint holds one multi-token prediction depth's weights "
+                 "(num_nextn_predict_layers 1, run at every depth); set model.mtp_use_repeated_layer=true or "
+                 "model.mtp_depths=1");
+  if (has_layer(model, config::kMoeLayer) || (model.mtp_depths > 0 && model.moe.experts > 0)) {
+    check_moe_exportable(model);
+  }
 }
 
 nlohmann::ordered_json nemotron_h_config_json(const config::ModelConfig& model, std::string_view torch_dtype) {
@@ -92,7 +98,7 @@ nlohmann::ordered_json nemotron_h_config_json(const config::ModelConfig& model, 
   out["mamba_proj_bias"] = false;
   out["layer_norm_epsilon"] = model.norm_eps;
   out["residual_in_fp32"] = false;
-  if (has_layer(model, config::kMoeLayer)) {
+  if (has_layer(model, config::kMoeLayer) || (model.mtp_depths > 0 && moe.experts > 0)) {
     out["n_routed_experts"] = moe.experts;
     out["num_experts_per_tok"] = moe.top_k;
     out["moe_intermediate_size"] = moe.ffn_size > 0 ? moe.ffn_size : model.ffn_size;
@@ -104,7 +110,10 @@ nlohmann::ordered_json nemotron_h_config_json(const config::ModelConfig& model, 
     out["norm_topk_prob"] = true;
     out["routed_scaling_factor"] = moe.topk_scaling;
   }
-  out["num_nextn_predict_layers"] = 0;
+  // Multi-token prediction: one depth's weights, its block attention then the model's
+  // feed-forward (model::mtp_block_spec).
+  out["num_nextn_predict_layers"] = model.mtp_depths > 0 ? 1 : 0;
+  if (model.mtp_depths > 0) out["mtp_hybrid_override_pattern"] = mtp_pattern(model);
   out["tie_word_embeddings"] = model.tied_embeddings;
   out["initializer_range"] = model.init_std;
   out["torch_dtype"] = torch_dtype;
@@ -166,12 +175,31 @@ void check_unsupported(const ConfigReader& c) {
   LOOM_CHECK(!c.has("sliding_window"), c.where("sliding_window") + " is " + shown(c.at("sliding_window")) +
                                            "; loom's attention is full causal attention (sliding_window null)");
   check_time_step_limit(c);
-  if (c.has("num_nextn_predict_layers")) {
-    LOOM_CHECK(c.at("num_nextn_predict_layers") == 0,
-               c.where("num_nextn_predict_layers") + " is " + shown(c.at("num_nextn_predict_layers")) +
-                   ": loom does not map Nemotron-H's multi-token prediction layers (mtp.layers.*, each depth stored "
-                   "as the layers of mtp_hybrid_override_pattern) yet; it converts models without them (0)");
+}
+
+// num_nextn_predict_layers: 0, or 1 (one depth's weights) with the depth's layers in
+// mtp_hybrid_override_pattern (or mtp_layers_block_type): attention, then an MLP or a MoE.
+// Returns the pattern ("" without one).
+std::string read_mtp_pattern(const ConfigReader& c) {
+  if (!c.has("num_nextn_predict_layers") || c.at("num_nextn_predict_layers") == 0) return "";
+  LOOM_CHECK(c.at("num_nextn_predict_layers") == 1,
+             c.where("num_nextn_predict_layers") + " is " + shown(c.at("num_nextn_predict_layers")) +
+                 "; loom converts one multi-token prediction depth's weights (1) or none (0)");
+  std::string pattern;
+  if (c.has("mtp_hybrid_override_pattern") && c.at("mtp_hybrid_override_pattern").is_string()) {
+    pattern = c.at("mtp_hybrid_override_pattern").get<std::string>();
+  } else if (c.has("mtp_layers_block_type") && c.at("mtp_layers_block_type").is_array()) {
+    for (const json& kind : c.at("mtp_layers_block_type")) {
+      const std::string k = kind.is_string() ? kind.get<std::string>() : "";
+      pattern += k == "attention" ? '*' : k == "mlp" ? '-' : k == "moe" ? 'E' : '?';
+    }
   }
+  LOOM_CHECK(pattern == "*E" || pattern == "*-",
+             c.where(c.has("mtp_hybrid_override_pattern") ? "mtp_hybrid_override_pattern" : "mtp_layers_block_type") +
+                 " is " + (pattern.empty() ? std::string("missing") : "'" + pattern + "'") +
+                 "; loom's multi-token prediction depth is one attention layer and one feed-forward layer: \"*E\" "
+                 "(a MoE) or \"*-\" (an MLP)");
+  return pattern;
 }
 
 void read_mamba(const ConfigReader& c, config::ModelConfig& m, const std::string& where) {
@@ -238,24 +266,53 @@ config::ModelConfig nemotron_h_model_config(const json& config, const std::strin
   m.init_std = c.positive_number("initializer_range", 0.02);
   m.tied_embeddings = c.boolean("tie_word_embeddings", false);
   check_unsupported(c);
+  const std::string mtp = read_mtp_pattern(c);
+  m.mtp_depths = mtp.empty() ? 0 : 1;
   if (has_layer(m, config::kMambaLayer)) read_mamba(c, m, where);
-  if (has_layer(m, config::kMoeLayer)) read_moe(c, m, where);
+  if (has_layer(m, config::kMoeLayer) || mtp == "*E") read_moe(c, m, where);
+  // loom's depth takes the model's feed-forward: a MoE exactly when the model has experts.
+  LOOM_CHECK(mtp.empty() || (mtp == "*E") == (m.moe.experts > 0),
+             c.where("mtp_hybrid_override_pattern") + " is '" + mtp + "' in a model " +
+                 (m.moe.experts > 0 ? "with" : "without") +
+                 " MoE layers; loom's multi-token prediction depth has the model's feed-forward (\"" +
+                 (m.moe.experts > 0 ? "*E" : "*-") + "\")");
   return m;
 }
 
 namespace {
 
-std::string hf_name(const std::string& name) {
-  if (name == "model.embed_tokens.weight") return "backbone.embeddings.weight";
-  if (name == "model.norm.weight") return "backbone.norm_f.weight";
-  if (name.rfind("model.layers.", 0) != 0) return name;  // lm_head.weight
-  std::string out = "backbone." + name.substr(6);
+// A layer's names: each mixer under .mixer. behind its .norm.
+void rename_mixers(std::string& name) {
   for (const auto& [from, to] : {std::pair<std::string_view, std::string_view>{".input_layernorm.", ".norm."},
                                  {".post_attention_layernorm.", ".norm."},
                                  {".self_attn.", ".mixer."},
                                  {".mlp.", ".mixer."},
                                  {".shared_expert.", ".shared_experts."}})
-    replace(out, from, to);
+    replace(name, from, to);
+}
+
+// The multi-token prediction depth (loom's mtp.layers.0: enorm, hnorm, eh_proj and one block of
+// attention and feed-forward, then final_layernorm) as Nemotron-H's two layers of its pattern:
+// mtp.layers.0 (enorm, hnorm, eh_proj, the attention's norm and mixer) and mtp.layers.1 (the
+// feed-forward's norm and mixer, final_layernorm).
+std::string hf_mtp_name(const std::string& name) {
+  const std::string prefix = "mtp.layers.0.";
+  LOOM_CHECK(name.rfind(prefix, 0) == 0, "a multi-token prediction tensor outside mtp.layers.0: " + name);
+  const std::string rest = name.substr(prefix.size());
+  const bool second = rest.starts_with("post_attention_layernorm.") || rest.starts_with("mlp.") ||
+                      rest.starts_with("final_layernorm.");
+  std::string out = std::string(second ? "mtp.layers.1." : "mtp.layers.0.") + rest;
+  rename_mixers(out);
+  return out;
+}
+
+std::string hf_name(const std::string& name) {
+  if (name == "model.embed_tokens.weight") return "backbone.embeddings.weight";
+  if (name == "model.norm.weight") return "backbone.norm_f.weight";
+  if (name.rfind("mtp.layers.", 0) == 0) return hf_mtp_name(name);
+  if (name.rfind("model.layers.", 0) != 0) return name;  // lm_head.weight
+  std::string out = "backbone." + name.substr(6);
+  rename_mixers(out);
   return out;
 }
 
