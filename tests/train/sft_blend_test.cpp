@@ -40,26 +40,13 @@ class SftBlend : public ::testing::Test {
   static void TearDownTestSuite() { fs::remove_all(root_); }
 
   static config::RunConfig config(const std::string& name, const std::vector<std::string>& overrides) {
-    const std::string yaml =
-        "run: {dir: " + root_ + "/" + name + "}\n" +
-        "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, max_seq_len: 128}\n"
-        "data: {tokenizer: byte, seq_len: 128}\n"
-        "sft: {train_files: [" + root_ + "/a.jsonl, " + root_ + "/b.jsonl], val_fraction: 0.25}\n"
-        "optim: {lr: 1.0e-3, warmup_steps: 1, clip_grad: 1.0}\n"
-        "train: {steps: 4, global_batch: 8, micro_batch: 2, threads: 1, eval_interval: 2, eval_batches: 2}\n"
-        "log: {progress: false, interval: 100}\n";
-    return config::parse_config(yaml, name, overrides);
+    const std::string sft = "{train_files: [" + root_ + "/a.jsonl, " + root_ + "/b.jsonl], val_fraction: 0.25}";
+    return testing::sft_test_config(root_, name, sft, overrides);
   }
 
   static std::vector<nlohmann::json> train(const std::string& name, const std::vector<std::string>& overrides,
                                            std::string* console = nullptr) {
-    std::ostringstream out;
-    sft(config(name, overrides), out);
-    if (console != nullptr) *console = out.str();
-    std::vector<nlohmann::json> records;
-    std::ifstream metrics(root_ + "/" + name + "/metrics.jsonl");
-    for (std::string line; std::getline(metrics, line);) records.push_back(nlohmann::json::parse(line));
-    return records;
+    return testing::sft_run(config(name, overrides), console);
   }
   static std::string digest(const std::string& name) {
     return ckpt::parameter_digest(root_ + "/" + name + "/checkpoints");
