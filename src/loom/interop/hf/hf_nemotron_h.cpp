@@ -177,6 +177,11 @@ void check_unsupported(const ConfigReader& c) {
   check_time_step_limit(c);
 }
 
+// Where config.json spells the multi-token prediction depth's layers.
+const char* mtp_pattern_key(const ConfigReader& c) {
+  return c.has("mtp_hybrid_override_pattern") ? "mtp_hybrid_override_pattern" : "mtp_layers_block_type";
+}
+
 // num_nextn_predict_layers: 0, or 1 (one depth's weights) with the depth's layers in
 // mtp_hybrid_override_pattern (or mtp_layers_block_type): attention, then an MLP or a MoE.
 // Returns the pattern ("" without one).
@@ -195,8 +200,7 @@ std::string read_mtp_pattern(const ConfigReader& c) {
     }
   }
   LOOM_CHECK(pattern == "*E" || pattern == "*-",
-             c.where(c.has("mtp_hybrid_override_pattern") ? "mtp_hybrid_override_pattern" : "mtp_layers_block_type") +
-                 " is " + (pattern.empty() ? std::string("missing") : "'" + pattern + "'") +
+             c.where(mtp_pattern_key(c)) + " is " + (pattern.empty() ? std::string("missing") : "'" + pattern + "'") +
                  "; loom's multi-token prediction depth is one attention layer and one feed-forward layer: \"*E\" "
                  "(a MoE) or \"*-\" (an MLP)");
   return pattern;
@@ -272,7 +276,7 @@ config::ModelConfig nemotron_h_model_config(const json& config, const std::strin
   if (has_layer(m, config::kMoeLayer) || mtp == "*E") read_moe(c, m, where);
   // loom's depth takes the model's feed-forward: a MoE exactly when the model has experts.
   LOOM_CHECK(mtp.empty() || (mtp == "*E") == (m.moe.experts > 0),
-             c.where("mtp_hybrid_override_pattern") + " is '" + mtp + "' in a model " +
+             c.where(mtp_pattern_key(c)) + " is '" + mtp + "' in a model " +
                  (m.moe.experts > 0 ? "with" : "without") +
                  " MoE layers; loom's multi-token prediction depth has the model's feed-forward (\"" +
                  (m.moe.experts > 0 ? "*E" : "*-") + "\")");
