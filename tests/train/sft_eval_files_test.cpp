@@ -2,8 +2,8 @@
 // validation_ds and test_ds): evaluating them leaves training bit for bit as it was; the test set
 // is evaluated once, after the last step, exactly as the validation set is (the same files give
 // the same loss); other files give another loss; data-parallel and tensor-parallel ranks evaluate
-// both as one rank does; a held-out share beside val_files, an empty file and a missing one are
-// refused naming the key; train.skip_train evaluates a checkpoint on both files as its run did.
+// both as one rank does; a held-out share beside val_files, an empty file and a missing one, and
+// the pre-training data keys loom sft does not read are refused naming the key; train.skip_train evaluates a checkpoint on both files as its run did.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -134,6 +134,12 @@ TEST_F(SftEvalFiles, BadFilesAndAHeldOutShareBesideThemAreRefusedByKey) {
   EXPECT_NE(share.find("set sft.val_fraction=0"), std::string::npos) << share;
   const std::string empty = error_of({"sft.test_files=[" + file("empty") + "]"});
   EXPECT_NE(empty.find("sft.test_files has no conversations"), std::string::npos) << empty;
+  for (const std::string key : {"data.val_prefix", "data.test_prefix"}) {
+    const std::string unread = error_of({key + "=" + root_ + "/data"});
+    EXPECT_EQ(unread.rfind(key + " is set, and loom sft does not read it", 0), 0u) << unread;
+  }
+  const std::string split = error_of({"data.split=98,1,1"});
+  EXPECT_EQ(split.rfind("data.split is set, and loom sft does not read it", 0), 0u) << split;
   const std::string missing = error_of({"sft.val_files=[" + root_ + "/missing.jsonl]"});
   EXPECT_EQ(missing.rfind("sft.val_files: ", 0), 0u) << missing;
   EXPECT_NE(missing.find(root_ + "/missing.jsonl"), std::string::npos) << missing;

@@ -3,6 +3,7 @@
 #include <iomanip>
 #include <memory>
 #include <ostream>
+#include <utility>
 
 #include "loom/config/yaml_values.h"
 #include "loom/core/error.h"
@@ -174,9 +175,25 @@ struct SftData {
   }
 };
 
+// loom sft reads its data from sft.*: a pre-training data key would go unused without a word.
+void refuse_pretraining_data(const config::DataConfig& d) {
+  for (const auto& [key, named] : {std::pair{"data.train_prefix", !d.train_prefix.empty()},
+                                   std::pair{"data.train_blend", !d.train_blend.empty()},
+                                   std::pair{"data.val_prefix", !d.val_prefix.empty()},
+                                   std::pair{"data.val_blend", !d.val_blend.empty()},
+                                   std::pair{"data.test_prefix", !d.test_prefix.empty()},
+                                   std::pair{"data.test_blend", !d.test_blend.empty()},
+                                   std::pair{"data.split", d.split.on()}}) {
+    LOOM_CHECK(!named, std::string(key) + " is set, and loom sft does not read it: its conversations are "
+                                          "sft.train_files, validated on sft.val_fraction of them or sft.val_files, "
+                                          "tested on sft.test_files (unset " + key + ")");
+  }
+}
+
 }  // namespace
 
 TrainSummary sft(const config::RunConfig& config, std::ostream& out) {
+  refuse_pretraining_data(config.data);
   const SftData data(config);
   const auto rank = [&](comm::Communicator& world) {
     if (world.rank() == 0) data.report(config, out);
