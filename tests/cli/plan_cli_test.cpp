@@ -173,6 +173,8 @@ TEST(PlanCli, TrainingComparesThePlanWithTheFirstStep) {
              "model.kv_heads=2 model.ffn_size=128 model.layers=2",
       hybrid, hybrid + " runtime.ranks=2 parallel.tp=2 parallel.sequence_parallel=true",
       hybrid + " model.recompute=true", hybrid + " runtime.ranks=2 parallel.pp=2",
+      // The mixers' head exchange and scratch, beside the ring's buffers or Ulysses' (shared exchange).
+      hybrid + " runtime.ranks=2 parallel.cp=2", hybrid + " runtime.ranks=2 parallel.cp=2 parallel.cp_comm=a2a",
       hybrid + " runtime.ranks=2 parallel.ep=2", hybrid + " precision.recipe=bf16",
       // FP8 routed experts, their rows padded to 16 (planned at the bound).
       hybrid + " precision.recipe=fp8_current precision.fp8_edge_layers_bf16=false",

@@ -188,15 +188,24 @@ int64_t context_attention_bytes(const std::vector<LayerWidths>& widths, const st
                                 const ActivationShape& a) {
   if (a.cp <= 1) return 0;
   const int64_t rows = a.rows(), e = a.element_bytes;
+  const auto largest = [&](auto f) { return max_over_layers(widths, chunks, f); };
+  // parallel::HeadExchange, shared by Ulysses attention and the Mamba-2 mixers: its send and
+  // receive blocks (cp blocks of a rank's rows x its share of the heads) as wide as the widest rows
+  // it moves: the rank's fused q/k/v (all-to-all attention), a mixer's in_proj outputs.
+  const int64_t qkv = a.cp_all_to_all ? largest([](const LayerWidths& w) { return w.qkv(); }) : 0;
+  const int64_t mamba_proj = largest([](const LayerWidths& w) { return w.mamba_proj(); });
+  int64_t bytes = 2 * rows * std::max(qkv, mamba_proj) * e;
+  // A mixer's rows of in_proj and its whole sequences' gated output (ParallelScratch::mixer_proj,
+  // mixer_gated; their gradients in backward).
+  bytes += largest([&](const LayerWidths& w) { return rows * (w.mamba_proj() + w.mamba_inner) * e; });
   if (a.cp_all_to_all) {
-    // parallel::UlyssesAttention: the all-to-all's send and receive blocks (cp blocks of a rank's
-    // rows x its share of the heads: as large as the rank's fused q/k/v), and backward's output
-    // gradient and q/k/v gradient of its heads over the whole sequence.
-    return max_over_layers(widths, chunks, [&](const LayerWidths& w) { return rows * (3 * w.qkv() + w.q) * e; });
+    // parallel::UlyssesAttention: backward's output gradient and q/k/v gradient of its heads over
+    // the whole sequence.
+    return bytes + largest([&](const LayerWidths& w) { return rows * (w.qkv() + w.q) * e; });
   }
   // parallel::RingAttention: the key/value block held and the one arriving, their gradients
   // likewise, and a block's partial output and log-sum-exp before they are merged.
-  return max_over_layers(widths, chunks, [&](const LayerWidths& w) {
+  return bytes + largest([&](const LayerWidths& w) {
     return rows * (4 * 2 * w.kv + w.q) * e + a.batch * w.heads * a.seq * e;
   });
 }
