@@ -4,7 +4,7 @@
 // the statistics are those of the loss; the reference policy is the run's starting point across
 // a resume and from train.init_from; a step with zero advantages and no reference leaves the
 // model unchanged; bad rollouts and context parallelism are refused with errors naming what to
-// change.
+// change; each grpo.loss_aggregation gives its formula's loss.
 #include "loom/rl/grpo_learner.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +19,7 @@
 #include "loom/ckpt/digest.h"
 #include "loom/core/error.h"
 #include "loom/core/philox.h"
+#include "loom/rl/grpo_loss.h"
 #include "loom/train/run_ranks.h"
 #include "support/emulated_cuda.h"
 #include "support/emulated_precision.h"
@@ -137,6 +138,57 @@ TEST_F(GrpoLearnerTest, EveryLayoutEqualsOneRank) {
       EXPECT_NEAR(other[s].truncated_fraction, reference[s].truncated_fraction, 1e-12);
     }
     EXPECT_LE(train::testing::state_difference(root_, "one", name), 1e-5);
+  }
+}
+
+// grpo.loss_aggregation on the first step, where the policy is the one that generated the old
+// log-probabilities (r = 1) and, without a reference or a correction, each token's loss is -A of
+// its sample: the step's loss is the formula's, computed here from the groups' rewards
+// (group_advantages) and each sample's trained tokens (its sampled tokens but the first); a
+// constant factor scales the gradient as it scales the loss; data and pipeline parallelism
+// average the samples as one rank does.
+TEST_F(GrpoLearnerTest, LossAggregationsAreTheirFormulas) {
+  double token_sum = 0.0, sample_sum = 0.0;  // sum over tokens of -A; over samples of -A
+  int64_t tokens = 0, samples = 0;
+  for (const RolloutGroup& group : make_groups(7)) {
+    std::vector<double> rewards;
+    for (const Rollout& r : group.samples) rewards.push_back(r.reward);
+    const GroupAdvantages advantages = group_advantages(rewards, true, 1e-6);
+    for (size_t i = 0; i < group.samples.size(); ++i) {
+      const int64_t trained = static_cast<int64_t>(group.samples[i].tokens.size()) - 5;
+      token_sum -= static_cast<double>(trained) * advantages.advantages[i];
+      sample_sum -= advantages.advantages[i];
+      tokens += trained;
+      samples += 1;
+    }
+  }
+  const std::vector<std::string> plain = {"grpo.kl_coeff=0", "grpo.importance_correction=none"};
+  auto first_step = [&](const std::string& name, const std::string& mode, std::vector<std::string> layout = {}) {
+    layout.insert(layout.end(), plain.begin(), plain.end());
+    layout.push_back("grpo.loss_aggregation=" + mode);
+    return learn(name, layout, 1).at(0);
+  };
+  const LearnerStep token_mean = first_step("agg-token", "token_mean");
+  const LearnerStep sample_mean = first_step("agg-sample", "seq_mean_token_mean");
+  const LearnerStep sum_norm = first_step("agg-sum-norm", "seq_mean_token_sum_norm");
+  // The rows carry each advantage as a float: relative 1e-6.
+  auto expect_loss = [](double loss, double expected) { EXPECT_NEAR(loss, expected, 1e-6 * std::fabs(expected)); };
+  EXPECT_EQ(token_mean.trained_tokens, tokens);
+  expect_loss(token_mean.loss, token_sum / static_cast<double>(tokens));
+  expect_loss(sample_mean.loss, sample_sum / static_cast<double>(samples));
+  // grpo.max_tokens (32) x grpo.max_turns (1) tokens per sample.
+  expect_loss(sum_norm.loss, token_sum / static_cast<double>(samples * 32));
+  EXPECT_GT(std::fabs(sample_mean.loss - token_mean.loss), 1e-3);
+  const double factor = static_cast<double>(tokens) / static_cast<double>(samples * 32);
+  EXPECT_NEAR(sum_norm.grad_norm, factor * token_mean.grad_norm, 1e-5 * sum_norm.grad_norm);
+  for (const auto& [name, layout] :
+       {std::pair<std::string, std::vector<std::string>>{"agg-dp2", {"runtime.ranks=2"}},
+        {"agg-pp2", {"runtime.ranks=2", "parallel.pp=2"}}}) {
+    SCOPED_TRACE(name);
+    const LearnerStep other = first_step(name, "seq_mean_token_mean", layout);
+    EXPECT_NEAR(other.loss, sample_mean.loss, 1e-5 * std::fabs(sample_mean.loss));
+    EXPECT_NEAR(other.grad_norm, sample_mean.grad_norm, 1e-5 * sample_mean.grad_norm);
+    EXPECT_LE(train::testing::state_difference(root_, "agg-sample", name), 1e-5);
   }
 }
 

@@ -254,6 +254,26 @@ TEST(GrpoConfig, KeysAreDeclaredAndChecked) {
   fails("grpo: {clip_lo: 0.1}\n", "clip_low");
   fails("grpo: {icepop_low: 3, icepop_high: 2}\n", "grpo.icepop_low");
   fails("grpo: {overlong_buffer: 8}\n", "grpo.overlong_max_tokens");
+  fails("grpo: {loss_aggregation: seq_mean}\n", "seq_mean_token_mean");
+}
+
+// grpo.loss_aggregation's factor on a sample of 3 trained tokens in a step of 10 tokens over 4
+// samples: the token mean's 1; the sample mean's 10 / (3 x 4), so that the sample's 3 token
+// losses over the step's 10 tokens weigh 1/4; Dr. GRPO's 10 / (4 x 2 x 8) with 2 turns of 8
+// tokens. A sample without trained tokens gets 0.
+TEST(GrpoLoss, SampleFactorsOfEachAggregation) {
+  const std::string yaml = "grpo: {loss_aggregation: seq_mean_token_sum_norm, max_turns: 2, max_tokens: 8}\n";
+  const config::RunConfig c = config::parse_config(yaml, "grpo", {});
+  LossOptions o = LossOptions::from_config(c.grpo);
+  EXPECT_EQ(o.aggregation, config::LossAggregation::SeqMeanTokenSumNorm);
+  EXPECT_EQ(o.max_sample_tokens, 16);
+  EXPECT_DOUBLE_EQ(sample_loss_factor(o, 3, 10, 4), 10.0 / 64.0);
+  o.aggregation = config::LossAggregation::SeqMeanTokenMean;
+  EXPECT_DOUBLE_EQ(sample_loss_factor(o, 3, 10, 4), 10.0 / 12.0);
+  EXPECT_DOUBLE_EQ(3 * sample_loss_factor(o, 3, 10, 4) / 10.0, 0.25);
+  EXPECT_EQ(sample_loss_factor(o, 0, 10, 4), 0.0);
+  o.aggregation = config::LossAggregation::TokenMean;
+  EXPECT_EQ(sample_loss_factor(o, 3, 10, 4), 1.0);
 }
 
 }  // namespace

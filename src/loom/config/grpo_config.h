@@ -18,6 +18,16 @@ namespace loom::config {
 enum class ImportanceCorrection : uint8_t { None, Tis, Icepop };
 constexpr std::array<std::string_view, 3> names(ImportanceCorrection) { return {"none", "tis", "icepop"}; }
 
+// grpo.loss_aggregation: how the token losses of a step make its loss. token_mean: their sum
+// over the step's trained tokens (DAPO, NeMo RL's token_level_loss); seq_mean_token_mean: each
+// sample's token mean, averaged over the samples (the GRPO paper, NeMo RL's token_level_loss:
+// false); seq_mean_token_sum_norm: their sum over the samples times the most tokens a sample can
+// train on, grpo.max_turns x grpo.max_tokens (Dr. GRPO).
+enum class LossAggregation : uint8_t { TokenMean, SeqMeanTokenMean, SeqMeanTokenSumNorm };
+constexpr std::array<std::string_view, 3> names(LossAggregation) {
+  return {"token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"};
+}
+
 struct GrpoConfig {
   // The loss.
   double clip_low = 0.2;    // the ratio's lower clip: 1 - clip_low
@@ -27,6 +37,7 @@ struct GrpoConfig {
   ImportanceCorrection importance_correction = ImportanceCorrection::None;
   double tis_cap = 2.0;
   double icepop_low = 0.5, icepop_high = 5.0;
+  LossAggregation loss_aggregation = LossAggregation::TokenMean;
   bool normalize_std = true;    // advantages divided by the leave-one-out reward std
   double std_epsilon = 1e-6;
   int overlong_buffer = 0;         // DAPO's soft overlong penalty over the last N tokens; 0: off

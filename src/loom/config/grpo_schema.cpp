@@ -36,6 +36,7 @@ std::vector<Key<GrpoConfig>> grpo_keys() {
       field("tis_cap", &GrpoConfig::tis_cap, greater_than(0)),
       field("icepop_low", &GrpoConfig::icepop_low, at_least(0.0)),
       field("icepop_high", &GrpoConfig::icepop_high, greater_than(0)),
+      field("loss_aggregation", &GrpoConfig::loss_aggregation),
       field("normalize_std", &GrpoConfig::normalize_std),
       field("std_epsilon", &GrpoConfig::std_epsilon, at_least(0.0)),
       field("overlong_buffer", &GrpoConfig::overlong_buffer, at_least(0)),

@@ -110,6 +110,7 @@ LearnerStep GrpoLearner::step(const std::vector<RolloutGroup>& groups) {
   out.reward_mean = rows.samples > 0 ? rows.reward_sum / static_cast<double>(rows.samples) : 0.0;
   out.reward_min = rows.reward_min;
   out.reward_max = rows.reward_max;
+  s.objective->set_step_totals(trained_targets(rows), samples_in_training(rows));
   s.source.set(std::move(rows), s.trainer->progress().consumed_samples);
   const train::StepResult result = s.trainer->step(0);
   out.step = result.step;

@@ -44,7 +44,24 @@ LossOptions LossOptions::from_config(const config::GrpoConfig& grpo) {
   o.tis_cap = grpo.tis_cap;
   o.icepop_low = grpo.icepop_low;
   o.icepop_high = grpo.icepop_high;
+  o.aggregation = grpo.loss_aggregation;
+  o.max_sample_tokens = static_cast<int64_t>(grpo.max_turns) * grpo.max_tokens;
   return o;
+}
+
+double sample_loss_factor(const LossOptions& options, int64_t sample_tokens, int64_t step_tokens,
+                          int64_t step_samples) {
+  if (sample_tokens <= 0 || step_samples <= 0) return 0.0;
+  const double tokens = static_cast<double>(step_tokens), samples = static_cast<double>(step_samples);
+  switch (options.aggregation) {
+    case config::LossAggregation::TokenMean:
+      return 1.0;
+    case config::LossAggregation::SeqMeanTokenMean:
+      return tokens / (static_cast<double>(sample_tokens) * samples);
+    case config::LossAggregation::SeqMeanTokenSumNorm:
+      return tokens / (samples * static_cast<double>(options.max_sample_tokens));
+  }
+  return 1.0;
 }
 
 void LossStatistics::add(const LossStatistics& o) {

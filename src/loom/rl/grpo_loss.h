@@ -42,8 +42,18 @@ struct LossOptions {
   config::ImportanceCorrection correction = config::ImportanceCorrection::None;
   double tis_cap = 2.0;
   double icepop_low = 0.5, icepop_high = 5.0;
+  config::LossAggregation aggregation = config::LossAggregation::TokenMean;
+  int64_t max_sample_tokens = 1;  // seq_mean_token_sum_norm's length: grpo.max_turns x grpo.max_tokens
   static LossOptions from_config(const config::GrpoConfig& grpo);
 };
+
+// The factor on one sample's token losses that turns the trainer's token mean (the sum over the
+// step's trained tokens, `step_tokens`, of every sample) into grpo.loss_aggregation's loss:
+// token_mean 1; seq_mean_token_mean step_tokens / (sample_tokens x step_samples), each sample's
+// token mean averaged over the step's samples that train on any token; seq_mean_token_sum_norm
+// step_tokens / (step_samples x max_sample_tokens). 0 for a sample without trained tokens.
+double sample_loss_factor(const LossOptions& options, int64_t sample_tokens, int64_t step_tokens,
+                          int64_t step_samples);
 
 // Sums over tokens; merged over micro-batches and ranks (sums added, min/max taken).
 struct LossStatistics {

@@ -1,5 +1,6 @@
 #include "loom/rl/grpo_objective.h"
 
+#include <algorithm>
 #include <string>
 
 #include "loom/core/error.h"
@@ -14,6 +15,11 @@ GrpoObjective::GrpoObjective(LossOptions options, const Tensor* reference)
              "GrpoObjective: grpo.kl_coeff > 0 needs the reference policy's parameters");
 }
 
+void GrpoObjective::set_step_totals(int64_t tokens, int64_t samples) {
+  step_tokens_ = tokens;
+  step_samples_ = samples;
+}
+
 void GrpoObjective::prepare(train::Trainer& trainer, const train::TokenBatch& batch) {
   const size_t n = batch.targets.size();
   LOOM_CHECK(batch.advantages.size() == n && batch.generation_logprobs.size() == n,
@@ -23,6 +29,14 @@ void GrpoObjective::prepare(train::Trainer& trainer, const train::TokenBatch& ba
   stats_ = {};
   reference_logp_.clear();
   if (options_.kl_coeff != 0.0) reference_logp_ = trainer.target_logprobs(batch, reference_);
+  row_factors_.assign(static_cast<size_t>(batch.batch), 1.0);
+  if (options_.aggregation == config::LossAggregation::TokenMean) return;
+  LOOM_CHECK(step_samples_ > 0, "GrpoObjective: grpo.loss_aggregation needs the step's totals (set_step_totals)");
+  for (int r = 0; r < batch.batch; ++r) {
+    const auto row = batch.targets.begin() + static_cast<std::ptrdiff_t>(r) * batch.seq;
+    const int64_t trained = std::count_if(row, row + batch.seq, [](int32_t t) { return t != kernels::kIgnoreIndex; });
+    row_factors_[static_cast<size_t>(r)] = sample_loss_factor(options_, trained, step_tokens_, step_samples_);
+  }
 }
 
 double GrpoObjective::evaluate(const int32_t* targets, const float* logp, int64_t rows, float* gradient) {
@@ -38,8 +52,9 @@ double GrpoObjective::evaluate(const int32_t* targets, const float* logp, int64_
     const double reference = reference_logp_.empty() ? 0.0 : reference_logp_[i];
     const TokenLoss t = token_loss(options_, logp[r], logp[r], batch_->generation_logprobs[i], reference,
                                    batch_->advantages[i], stats_);
-    gradient[r] = static_cast<float>(t.gradient);
-    loss_sum += t.loss;
+    const double factor = row_factors_[i / static_cast<size_t>(batch_->seq)];
+    gradient[r] = static_cast<float>(factor * t.gradient);
+    loss_sum += factor * t.loss;
   }
   return loss_sum;
 }

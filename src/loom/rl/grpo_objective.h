@@ -5,7 +5,9 @@
 //         the update are the current ones, so r = 1 with d r / d logp = 1),
 //   generation log-probability and advantage from the batch (TokenBatch's per-target data),
 //   reference log-probability from a forward-only pass with the reference parameters
-//         (only when kl_coeff > 0).
+//         (only when kl_coeff > 0),
+// each token's loss and gradient times its sample's factor of grpo.loss_aggregation (one sample
+// per row: the learner refuses context parallelism, so a row is a whole sample).
 #include <vector>
 
 #include "loom/core/tensor.h"
@@ -20,6 +22,9 @@ class GrpoObjective : public train::StepObjective {
   // outliving the objective; null when options.kl_coeff is 0.
   GrpoObjective(LossOptions options, const Tensor* reference);
 
+  // The step's trained tokens and the samples that train on any, over every replica's rows
+  // (grpo.loss_aggregation's normalisers); before the trainer's step.
+  void set_step_totals(int64_t tokens, int64_t samples);
   void prepare(train::Trainer& trainer, const train::TokenBatch& batch) override;
   double evaluate(const int32_t* targets, const float* logp, int64_t rows, float* gradient) override;
 
@@ -31,6 +36,8 @@ class GrpoObjective : public train::StepObjective {
   const Tensor* reference_;
   const train::TokenBatch* batch_ = nullptr;
   std::vector<float> reference_logp_;
+  std::vector<double> row_factors_;  // per row of the batch (one sample each): sample_loss_factor
+  int64_t step_tokens_ = 0, step_samples_ = 0;
   LossStatistics stats_;
 };
 

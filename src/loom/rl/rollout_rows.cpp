@@ -100,4 +100,17 @@ void RolloutSource::fill(int64_t first, train::TokenBatch& batch) const {
   slice(rows_.generation_logprobs, batch.generation_logprobs);
 }
 
+int64_t trained_targets(const RolloutRows& rows) {
+  return std::count(rows.weights.begin(), rows.weights.end(), 1.0f);
+}
+
+int64_t samples_in_training(const RolloutRows& rows) {
+  int64_t samples = 0;
+  for (int r = 0; r < rows.rows; ++r) {
+    const auto row = rows.weights.begin() + static_cast<std::ptrdiff_t>(r) * rows.seq;
+    samples += std::find(row, row + rows.seq, 1.0f) != row + rows.seq;
+  }
+  return samples;
+}
+
 }  // namespace loom::rl

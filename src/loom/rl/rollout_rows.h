@@ -26,6 +26,10 @@ struct RolloutRows {
 // more than seq + 1, mismatched arrays) or the samples exceed `rows` (train.global_batch).
 RolloutRows make_rollout_rows(const std::vector<RolloutGroup>& groups, const config::GrpoConfig& grpo, int rows, int seq);
 
+// The rows' trained targets, and the rows (samples) with at least one.
+int64_t trained_targets(const RolloutRows& rows);
+int64_t samples_in_training(const RolloutRows& rows);
+
 // The trainer's batch source over one step's rows: global samples first, first + 1, ... of the
 // step beginning at `first_sample` are rows 0, 1, ... (every rank holds all rows).
 class RolloutSource : public train::BatchSource {
