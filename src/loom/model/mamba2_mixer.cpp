@@ -88,21 +88,14 @@ std::vector<HeadColumns> Mamba2Mixer::proj_segments() const {
 Mamba2Mixer::HeadParams Mamba2Mixer::head_params(const Heads& h, bool backward) const {
   ParameterStore& p = *store_;
   const int64_t head = h.first_head, channel = h.first_head * head_dim_;
-  HeadParams params{};  // gradients null in forward
-  params.conv_weight = p.value(conv_weight_);
-  params.conv_bias = p.value(conv_bias_);
-  params.dt_bias = p.value(dt_bias_) + head;
-  params.a_log = p.value(a_log_) + head;
-  params.d = p.value(d_) + head;
-  params.norm = p.value(norm_) + channel;
-  if (backward) {
-    params.conv_weight_grad = p.grad(conv_weight_);
-    params.conv_bias_grad = p.grad(conv_bias_);
-    params.dt_bias_grad = p.grad(dt_bias_) + head;
-    params.a_log_grad = p.grad(a_log_) + head;
-    params.d_grad = p.grad(d_) + head;
-    params.norm_grad = p.grad(norm_) + channel;
-  }
+  // `tensor(id)`: a parameter's values or gradients; the heads' parts of the per-head ones.
+  const auto of = [&](auto tensor) -> HeadTensors {
+    return {tensor(conv_weight_), tensor(conv_bias_), tensor(dt_bias_) + head,
+            tensor(a_log_) + head, tensor(d_) + head, tensor(norm_) + channel};
+  };
+  HeadParams params{};
+  params.value = of([&](int id) { return p.value(id); });
+  if (backward) params.grad = of([&](int id) { return p.grad(id); });
   if (h.heads == heads_) return params;
   const int64_t k = kernel_;
   float* weight = sized(conv_slice_, h.conv_channels() * (k + 1), device_);
@@ -111,11 +104,11 @@ Mamba2Mixer::HeadParams Mamba2Mixer::head_params(const Heads& h, bool backward) 
     copy_on_device(device_, weight + part.slice * k, p.value(conv_weight_) + part.full * k, part.count * k);
     copy_on_device(device_, bias + part.slice, p.value(conv_bias_) + part.full, part.count);
   }
-  params.conv_weight = weight;
-  params.conv_bias = bias;
+  params.value.conv_weight = weight;
+  params.value.conv_bias = bias;
   if (backward) {
-    params.conv_weight_grad = zeroed(conv_slice_grad_, h.conv_channels() * (k + 1), device_);
-    params.conv_bias_grad = params.conv_weight_grad + h.conv_channels() * k;
+    params.grad.conv_weight = zeroed(conv_slice_grad_, h.conv_channels() * (k + 1), device_);
+    params.grad.conv_bias = params.grad.conv_weight + h.conv_channels() * k;
   }
   return params;
 }
@@ -141,7 +134,7 @@ void Mamba2Mixer::add_conv_slice_grads(const Heads& h) const {
 void Mamba2Mixer::scan_forward(const Heads& h, Saved& saved, float* gated, int64_t batch, int64_t seq,
                                const int32_t* documents) const {
   const int64_t rows = batch * seq;
-  const HeadParams w = head_params(h, false);
+  const HeadTensors w = head_params(h, false).value;
   const float* proj = saved.proj.data();
   float* conv = sized(saved.conv, rows * h.conv_channels(), device_);
   float* y = sized(saved.y, rows * h.inner, device_);
@@ -157,18 +150,19 @@ void Mamba2Mixer::scan_forward(const Heads& h, Saved& saved, float* gated, int64
 void Mamba2Mixer::scan_backward(const Heads& h, float* d_proj, const float* d_gated, const Saved& saved,
                                 Workspace& work, int64_t batch, int64_t seq, const int32_t* documents) const {
   const int64_t rows = batch * seq;
-  const HeadParams w = head_params(h, true);
+  const HeadParams params = head_params(h, true);
+  const HeadTensors &w = params.value, &g = params.grad;
   const float* proj = saved.proj.data();
   const float* conv = saved.conv.data();
   float* d_y = zeroed(work.d_mixer_scan, rows * h.inner, device_);
-  kernels::gated_rmsnorm_backward(device_, d_y, d_proj, w.norm_grad, d_gated, saved.y.data(), proj, h.proj_width(),
+  kernels::gated_rmsnorm_backward(device_, d_y, d_proj, g.norm, d_gated, saved.y.data(), proj, h.proj_width(),
                                   w.norm, saved.rstd.data(), rows, h.inner, h.inner / h.groups);
   float* d_conv = zeroed(work.d_mixer_conv, rows * h.conv_channels(), device_);
   const float* dt = proj + h.inner + h.conv_channels();
-  kernels::ssd_scan_backward(device_, d_conv, d_proj + h.inner + h.conv_channels(), w.dt_bias_grad, w.a_log_grad,
-                             d_conv + h.inner, d_conv + h.inner + h.gn, w.d_grad, d_y, conv, dt, w.dt_bias, w.a_log,
+  kernels::ssd_scan_backward(device_, d_conv, d_proj + h.inner + h.conv_channels(), g.dt_bias, g.a_log,
+                             d_conv + h.inner, d_conv + h.inner + h.gn, g.d, d_y, conv, dt, w.dt_bias, w.a_log,
                              conv + h.inner, conv + h.inner + h.gn, w.d, scan_shape(h, batch, seq), documents);
-  kernels::causal_conv_silu_backward(device_, d_proj + h.inner, w.conv_weight_grad, w.conv_bias_grad, d_conv,
+  kernels::causal_conv_silu_backward(device_, d_proj + h.inner, g.conv_weight, g.conv_bias, d_conv,
                                      proj + h.inner, w.conv_weight, w.conv_bias, conv_shape(h, batch, seq), documents);
   if (h.heads != heads_) add_conv_slice_grads(h);
 }

@@ -70,9 +70,12 @@ class Mamba2Mixer {
     int64_t proj_width() const { return 2 * inner + 2 * gn + heads; }
     int64_t conv_channels() const { return inner + 2 * gn; }
   };
+  // One scan's parameters (their values, or their gradients) where the kernels read them.
+  struct HeadTensors {
+    float *conv_weight, *conv_bias, *dt_bias, *a_log, *d, *norm;
+  };
   struct HeadParams {
-    const float *conv_weight, *conv_bias, *dt_bias, *a_log, *d, *norm;
-    float *conv_weight_grad, *conv_bias_grad, *dt_bias_grad, *a_log_grad, *d_grad, *norm_grad;
+    HeadTensors value, grad;  // grad: null in forward
   };
   Heads all_heads() const { return {heads_, groups_, inner_, groups_ * state_, 0, 0}; }
   Heads context_heads() const;

@@ -337,30 +337,28 @@ double Transformer::head_loss(const float* normed, Buffer& head_input, Buffer& l
   return cross_entropy(logits, targets, rows, grad_scale);
 }
 
-void Transformer::head_backward(Activations& a, int64_t rows, ResidualGradForReader& for_reader) {
-  const int64_t local = tp_.local_rows(rows), n = local * config_.d_model;
+void Transformer::head_backward(Activations& a, int64_t batch, int64_t seq, const Packing& packing,
+                                ResidualGradForReader& for_reader) {
+  const int64_t rows = batch * seq, local = tp_.local_rows(rows), n = local * config_.d_model;
   const Device device = params_.device();
   float* d_x = zeroed(a.d_x, n, device);
   const bool bf16 = for_reader.reader_takes_bf16();
   void* d_x16_out = bf16 ? sized_16bit(work_.d_residual16, n, device) : nullptr;
-  float* d_normed = head_grad(a.final_norm.out.data(), a.head_input, a.logits, rows);
-  // The depths' gradient of the main model's output (mtp_backward ran first).
-  if (mtp_adds_gradient()) kernels::add_in_place(device, d_normed, mtp_d_main_.data(), n);
+  float* d_normed = head_grad(a.final_norm.out.data(), a.head_input, a.logits, rows, d_final_);
+  // The depths add their gradient of the final norm's output (depth 1's hnorm) before its backward.
+  if (objective_ == nullptr) mtp_backward(a, batch, seq, packing, d_normed);
   float* amax = for_reader.reader_amax();
   final_norm_->backward(d_x, d_normed, a.residual[config_.layers].data(), a.final_norm, local, d_x16_out, amax);
   for_reader.amax = amax;
   for_reader.current = bf16;
 }
 
-bool Transformer::mtp_adds_gradient() const {
-  return objective_ == nullptr && !mtp_.empty() && config_.mtp_loss_weight != 0.0;
-}
-
-float* Transformer::head_grad(const float* normed, const Buffer& head_input, const Buffer& logits, int64_t rows) {
+float* Transformer::head_grad(const float* normed, const Buffer& head_input, const Buffer& logits, int64_t rows,
+                              Buffer& out) {
   const int64_t C = config_.d_model, local = tp_.local_rows(rows);
   // logits holds d(loss)/d(logits). The head's input gradient is written whole (d_final and the
   // tensor-parallel target are not zeroed first).
-  float* d_final = sized(d_final_, local * C, params_.device());
+  float* d_final = sized(out, local * C, params_.device());
   const float* head_in = tp_.sequence_parallel() ? head_input.data() : normed;
   float* d_head_in = tp_.enter_backward_target(d_final, rows, C, tp_scratch_.d_full, false);
   if (bf16_logits()) {  // the loss's bf16 gradient, multiplied as it is
@@ -457,10 +455,7 @@ void Transformer::backward_chunk(Activations& a, int chunk, const int32_t* input
     const int head_unit = config_.layers + 1;
     begin_unit(head_unit);
     for_reader.reader = reader(range.last - 1);
-    // The depths first: their gradient of the main model's output joins the head's before the
-    // final norm's backward.
-    if (objective_ == nullptr) mtp_backward(a, batch, seq, packing);
-    head_backward(a, rows, for_reader);
+    head_backward(a, batch, seq, packing, for_reader);
     finish_unit(head_unit);
   }
   float* d_x = a.d_x.data();  // d(loss)/d(chunk output), from the head or the next stage

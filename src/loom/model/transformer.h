@@ -236,18 +236,17 @@ class Transformer {
   // The same with objective_: log-probabilities, the objective's row gradients, their logits' gradient.
   double objective_loss(float* logits, const int32_t* targets, int64_t rows, float grad_scale);
   double head_forward(Activations& a, const int32_t* targets, int64_t rows, float grad_scale);
-  // a.d_x = the gradient of the last block's output; in bf16 too, or its amax taken, where
-  // for_reader.reader takes it (ResidualGradForReader).
-  void head_backward(Activations& a, int64_t rows, ResidualGradForReader& for_reader);
-  // Whether multi-token prediction's depths add a gradient into the main model's output (the
-  // final norm's), held in mtp_d_main_ when head_backward runs.
-  bool mtp_adds_gradient() const;
+  // a.d_x = the gradient of the last block's output (the head's, and multi-token prediction's
+  // depths', through the final norm); in bf16 too, or its amax taken, where for_reader.reader
+  // takes it (ResidualGradForReader).
+  void head_backward(Activations& a, int64_t batch, int64_t seq, const Packing& packing,
+                     ResidualGradForReader& for_reader);
   // The head and loss on `normed` (this rank's rows of a final norm's output: the model's, or a
-  // depth's); head_grad returns d(loss)/d(normed) ([local, C], logits holding the loss's gradient),
-  // valid until the next call.
+  // depth's); head_grad writes d(loss)/d(normed) into `out` ([local, C], logits holding the
+  // loss's gradient) and returns it.
   double head_loss(const float* normed, Buffer& head_input, Buffer& logits, const int32_t* targets, int64_t rows,
                    float grad_scale);
-  float* head_grad(const float* normed, const Buffer& head_input, const Buffer& logits, int64_t rows);
+  float* head_grad(const float* normed, const Buffer& head_input, const Buffer& logits, int64_t rows, Buffer& out);
   // The token lookup of embedding table `table` (vocabulary-parallel over tp) and its backward.
   void lookup_tokens(float* out, const int32_t* tokens, int64_t rows, int table);
   void lookup_tokens_backward(const float* d_out, const int32_t* tokens, int64_t rows, int table);
@@ -258,7 +257,8 @@ class Transformer {
   void head_logits(float* logits, const float* normed, int64_t rows) const;
   void mtp_forward(Activations& a, const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
                    float grad_scale, const Packing& packing);
-  void mtp_backward(Activations& a, int64_t batch, int64_t seq, const Packing& packing);
+  // Adds the depths' gradient of the main model's output (its final norm's) into d_main.
+  void mtp_backward(Activations& a, int64_t batch, int64_t seq, const Packing& packing, float* d_main);
   Block::Saved& saved_for(Activations& a, int layer);
   const Block& block(int layer) const { return blocks_[block_index_.at(layer)]; }
 
@@ -281,7 +281,7 @@ class Transformer {
   MtpTotals mtp_totals_;
   std::vector<double> last_mtp_;
   std::vector<Buffer> mtp_d_;  // by depth: d(loss)/d(h_k) during backward
-  Buffer mtp_d_main_;          // d(loss)/d(h_0) of the depths: the main model's final norm output
+  Buffer mtp_d_head_;          // a depth's head's gradient of its output
   // Context parallelism: the micro-batch's whole sequences of inputs, targets and document ids.
   std::vector<int32_t> mtp_whole_inputs_, mtp_whole_targets_, mtp_whole_documents_;
   Buffer mtp_d_embedded_;

@@ -95,8 +95,8 @@ void Transformer::mtp_forward(Activations& a, const int32_t* inputs, const int32
   }
 }
 
-void Transformer::mtp_backward(Activations& a, int64_t batch, int64_t seq, const Packing& packing) {
-  if (!mtp_adds_gradient()) return;  // a zero weight leaves no gradient
+void Transformer::mtp_backward(Activations& a, int64_t batch, int64_t seq, const Packing& packing, float* d_main) {
+  if (mtp_.empty() || config_.mtp_loss_weight == 0.0) return;  // a zero weight leaves no gradient
   const int64_t rows = batch * seq, local = tp_.local_rows(rows), C = config_.d_model;
   const int depths = mtp_depths();
   if (mtp_d_.size() != static_cast<size_t>(depths)) mtp_d_.resize(depths);
@@ -106,9 +106,10 @@ void Transformer::mtp_backward(Activations& a, int64_t batch, int64_t seq, const
     const MtpDepth::Saved& s = a.mtp[k];
     // d(h_k): what depth k + 1's hnorm passed back (already there), plus its own loss's.
     float* d_output = mtp_d_[k].data();
-    kernels::add_in_place(device, d_output, head_grad(s.output(), s.head_input, s.logits, rows), local * C);
+    kernels::add_in_place(device, d_output, head_grad(s.output(), s.head_input, s.logits, rows, mtp_d_head_),
+                          local * C);
     const float* h_prev = k == 0 ? a.final_norm.out.data() : a.mtp[k - 1].output();
-    float* d_prev = zeroed(k == 0 ? mtp_d_main_ : mtp_d_[k - 1], local * C, device);
+    float* d_prev = k == 0 ? d_main : zeroed(mtp_d_[k - 1], local * C, device);
     const Block::Saved* block_saved = &s.block;
     if (config_.recompute) {
       mtp_module(k).block().forward(shared_saved_, s.block_in.data(), sized(recompute_out_, local * C, device), batch,

@@ -107,8 +107,8 @@ int64_t moe_scratch_bytes(const config::ModelConfig& model, const std::vector<La
   return bytes;
 }
 
-// Multi-token prediction's gradients: each depth's output's, the main model's output's and the
-// embeddings' (the Transformer's), and each depth module's block output's, combined rows' and
+// Multi-token prediction's gradients: each depth's output's, a depth's head's and the embeddings'
+// (the Transformer's), and each depth module's block output's, combined rows' and
 // halves' (all rows' too under sequence parallelism): one module for a repeated layer.
 int64_t mtp_gradient_bytes(const config::ModelConfig& model, const ActivationShape& a) {
   if (model.mtp_depths == 0) return 0;

@@ -74,25 +74,21 @@ TrainSummary run_on_ranks(const config::RunConfig& config, std::ostream& out, co
 
 namespace {
 
-// The start-up line on what the run evaluates on, when it evaluates.
+// The start-up line on what the run evaluates on, when it evaluates (train.skip_train: once,
+// without training).
 std::string describe_held_out(const config::TrainConfig& train, HeldOutData held_out) {
-  const bool validating = held_out.validation != nullptr && train.eval_interval > 0;
+  const bool only = train.skip_train;
+  const bool validating = held_out.validation != nullptr && (only || train.eval_interval > 0);
   if (!validating && held_out.test == nullptr) return "";
-  std::string text = "evaluation: " + std::to_string(train.eval_batches) + " micro-batches of ";
+  std::string text = std::string(only ? "evaluation only (train.skip_train): " : "evaluation: ") +
+                     std::to_string(train.eval_batches) + " micro-batches of ";
   if (validating) {
-    text += held_out.validation->describe() + " every " + std::to_string(train.eval_interval) + " steps";
+    text += held_out.validation->describe();
+    if (!only) text += " every " + std::to_string(train.eval_interval) + " steps";
   }
   if (held_out.test != nullptr) {
-    text += (validating ? ", of " : "") + held_out.test->describe() + " after the last step";
+    text += (validating ? ", of " : "") + held_out.test->describe() + (only ? "" : " after the last step");
   }
-  return text + "\n";
-}
-
-// The start-up line of train.skip_train.
-std::string describe_evaluation(const config::TrainConfig& train, HeldOutData held_out) {
-  std::string text = "evaluation only (train.skip_train): " + std::to_string(train.eval_batches) + " micro-batches of ";
-  if (held_out.validation != nullptr) text += held_out.validation->describe();
-  if (held_out.test != nullptr) text += (held_out.validation != nullptr ? ", of " : "") + held_out.test->describe();
   return text + "\n";
 }
 
@@ -107,11 +103,8 @@ TrainSummary train_rank(const config::RunConfig& config, comm::Communicator& wor
   Trainer trainer(config, world, train, held_out.validation, out);
   trainer.restore();
   trainer.describe();
-  if (config.train.skip_train) {
-    trainer.out() << describe_evaluation(config.train, held_out);
-    return evaluate_only(trainer, held_out.test);
-  }
   trainer.out() << describe_held_out(config.train, held_out);
+  if (config.train.skip_train) return evaluate_only(trainer, held_out.test);
   return run_training(trainer, held_out.test, started);
 }
 

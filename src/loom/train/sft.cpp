@@ -45,18 +45,17 @@ data::ChatDataset build_sft_dataset(const config::RunConfig& config) {
   return build_sft_dataset(config, config.sft.train_files);
 }
 
-namespace {
-
-void report_rows(const std::string& what, const data::ChatRows& rows, const config::RunConfig& config,
-                 std::ostream& out) {
-  out << "sft: " << what << ": " << rows.conversations << " conversations, " << rows.tokens << " tokens ("
-      << rows.trained_tokens << " trained) in " << rows.rows << " rows of " << rows.seq_len << "; "
-      << (config.sft.packing ? "packed" : "padded") << ", packing efficiency " << std::fixed << std::setprecision(1)
-      << 100.0 * rows.efficiency << "% real tokens" << std::defaultfloat << "\n";
-}
-
-// What was read, skipped, cut and left out of a dataset, after its rows.
-void report_loading(const data::ChatDataset& dataset, const config::RunConfig& config, std::ostream& out) {
+void report_sft_dataset(const data::ChatDataset& dataset, const config::RunConfig& config, std::ostream& out,
+                        const std::string& train_label) {
+  for (const std::string& problem : dataset.load.problems) out << "sft: skipped " << problem << "\n";
+  const auto rows = [&](const std::string& what, const data::ChatRows& r) {
+    out << "sft: " << what << ": " << r.conversations << " conversations, " << r.tokens << " tokens ("
+        << r.trained_tokens << " trained) in " << r.rows << " rows of " << r.seq_len << "; "
+        << (config.sft.packing ? "packed" : "padded") << ", packing efficiency " << std::fixed << std::setprecision(1)
+        << 100.0 * r.efficiency << "% real tokens" << std::defaultfloat << "\n";
+  };
+  rows(train_label, dataset.train);
+  if (dataset.validation.rows > 0) rows("validation", dataset.validation);
   out << "sft: " << dataset.load.lines << " lines, " << dataset.load.problems.size() << " skipped; "
       << dataset.truncated << " conversations truncated and " << dataset.dropped_overlong
       << " dropped as longer than data.seq_len = " << config.data.seq_len << " (sft.overlong = " << config.sft.overlong
@@ -64,15 +63,6 @@ void report_loading(const data::ChatDataset& dataset, const config::RunConfig& c
   for (size_t i = 0; i < dataset.untrained_examples.size(); ++i)
     out << (i == 0 ? " (" : ", ") << dataset.untrained_examples[i] << (i + 1 == dataset.untrained_examples.size() ? ")" : "");
   out << "\n";
-}
-
-}  // namespace
-
-void report_sft_dataset(const data::ChatDataset& dataset, const config::RunConfig& config, std::ostream& out) {
-  for (const std::string& problem : dataset.load.problems) out << "sft: skipped " << problem << "\n";
-  report_rows("train", dataset.train, config, out);
-  if (dataset.validation.rows > 0) report_rows("validation", dataset.validation, config, out);
-  report_loading(dataset, config, out);
 }
 
 namespace {
@@ -93,9 +83,7 @@ struct HeldOutFiles {
   }
 
   void report(const config::RunConfig& config, std::ostream& out) const {
-    for (const std::string& problem : dataset.load.problems) out << "sft: skipped " << problem << "\n";
-    report_rows(role + " (" + key + ")", dataset.train, config, out);
-    report_loading(dataset, config, out);
+    report_sft_dataset(dataset, config, out, role + " (" + key + ")");
   }
 
   std::unique_ptr<BatchSource> source(const config::RunConfig& config) const {

@@ -16,8 +16,10 @@ namespace loom::train {
 data::ChatDataset build_sft_dataset(const config::RunConfig& config);
 data::ChatDataset build_sft_dataset(const config::RunConfig& config, const std::vector<std::string>& paths);
 
-// What the dataset holds: conversations, skipped lines, truncations, packing efficiency.
-void report_sft_dataset(const data::ChatDataset& dataset, const config::RunConfig& config, std::ostream& out);
+// What the dataset holds: conversations, skipped lines, truncations, packing efficiency; its
+// training rows under `train_label` ("sft: train: ...").
+void report_sft_dataset(const data::ChatDataset& dataset, const config::RunConfig& config, std::ostream& out,
+                        const std::string& train_label = "train");
 
 // Runs `config` (validated) as `pretrain` does, on batches of sft.train_files.
 TrainSummary sft(const config::RunConfig& config, std::ostream& out);

@@ -123,6 +123,12 @@ nlohmann::ordered_json nemotron_h_config_json(const config::ModelConfig& model, 
 
 namespace {
 
+// A layers_block_type entry's pattern character ('?' for one loom does not know).
+char layer_code(const json& kind) {
+  const std::string k = kind.is_string() ? kind.get<std::string>() : "";
+  return k == "mamba" ? 'M' : k == "attention" ? '*' : k == "mlp" ? '-' : k == "moe" ? 'E' : '?';
+}
+
 // The pattern: hybrid_override_pattern, or the newer layers_block_type list.
 std::string read_pattern(const ConfigReader& c, const std::string& where) {
   if (c.has("hybrid_override_pattern")) {
@@ -135,8 +141,7 @@ std::string read_pattern(const ConfigReader& c, const std::string& where) {
              where + ": missing key 'hybrid_override_pattern' (or layers_block_type), the layer kinds");
   std::string out;
   for (const json& kind : c.at("layers_block_type")) {
-    const std::string k = kind.is_string() ? kind.get<std::string>() : "";
-    const char code = k == "mamba" ? 'M' : k == "attention" ? '*' : k == "mlp" ? '-' : k == "moe" ? 'E' : '?';
+    const char code = layer_code(kind);
     LOOM_CHECK(code != '?', c.where("layers_block_type") + " holds " + shown(kind) +
                                 "; expected \"mamba\", \"attention\", \"mlp\" or \"moe\"");
     out += code;
@@ -194,10 +199,7 @@ std::string read_mtp_pattern(const ConfigReader& c) {
   if (c.has("mtp_hybrid_override_pattern") && c.at("mtp_hybrid_override_pattern").is_string()) {
     pattern = c.at("mtp_hybrid_override_pattern").get<std::string>();
   } else if (c.has("mtp_layers_block_type") && c.at("mtp_layers_block_type").is_array()) {
-    for (const json& kind : c.at("mtp_layers_block_type")) {
-      const std::string k = kind.is_string() ? kind.get<std::string>() : "";
-      pattern += k == "attention" ? '*' : k == "mlp" ? '-' : k == "moe" ? 'E' : '?';
-    }
+    for (const json& kind : c.at("mtp_layers_block_type")) pattern += layer_code(kind);
   }
   LOOM_CHECK(pattern == "*E" || pattern == "*-",
              c.where(mtp_pattern_key(c)) + " is " + (pattern.empty() ? std::string("missing") : "'" + pattern + "'") +

@@ -22,6 +22,14 @@ class HeadExchange {
                const std::vector<model::HeadColumns>& segments, bool accumulate);
 
  private:
+  // One exchange's send and receive blocks: cp blocks of `rows` x `width` columns each (part j of
+  // every segment for rank j), in send_ and recv_.
+  struct Blocks {
+    int64_t width;
+    float *send, *recv;
+  };
+  Blocks blocks(int64_t rows, const std::vector<model::HeadColumns>& segments);
+
   comm::Communicator* cp_;
   Device device_;
   model::Buffer send_, recv_;

@@ -58,14 +58,10 @@ kernels::FlashAttentionShape flash_shape(const kernels::AttentionShape& s) {
 
 // Packed documents: every token's document id over the whole sequence, in its natural order.
 kernels::AttentionVisibility whole_documents(comm::Communicator& cp, const model::Packing& packing,
-                                             const kernels::AttentionShape& local, std::vector<int32_t>& gathered,
-                                             std::vector<int32_t>& documents) {
+                                             const kernels::AttentionShape& local, std::vector<int32_t>& documents) {
   if (packing.documents == nullptr) return {};
-  const int64_t tokens = local.batch * local.seq;
-  gathered.resize(static_cast<size_t>(cp.size() * tokens));
-  documents.resize(gathered.size());
-  gather_documents(cp, packing.documents, gathered.data(), tokens);
-  blocks_to_sequence(documents.data(), gathered.data(), local.batch, local.seq, cp.size());
+  documents.resize(static_cast<size_t>(cp.size() * local.batch * local.seq));
+  gather_sequences(cp, packing.documents, documents.data(), local.batch, local.seq);
   return {nullptr, nullptr, documents.data(), documents.data()};
 }
 
@@ -84,7 +80,7 @@ void UlyssesAttention::forward(float* att, model::ContextSaved& saved, const flo
                                const kernels::AttentionShape& local, const model::Packing& packing) {
   const kernels::AttentionShape heads = head_shape(local);
   const kernels::AttentionVisibility visible =
-      placed(whole_documents(*cp_, packing, local, gathered_documents_, saved.documents), saved.documents);
+      placed(whole_documents(*cp_, packing, local, saved.documents), saved.documents);
   const int64_t rows = heads.batch * heads.seq, k_off = heads.heads * heads.head_dim;
   const int64_t v_off = k_off + heads.kv_heads * heads.head_dim;
   float* gathered = model::sized(saved.gathered, rows * heads.qkv_width(), device_);

@@ -31,7 +31,6 @@ class UlyssesAttention final : public GroupAttention {
   void to_tokens(float* rows, const float* whole, const kernels::AttentionShape& local, bool fused_qkv, bool accumulate);
 
   model::Buffer whole_grad_, whole_d_qkv_;
-  std::vector<int32_t> gathered_documents_;
   DeviceBuffer<int32_t> device_documents_;  // on a GPU: the whole sequence's document ids
   // `visible` with its document ids (a copy of `documents`) where the kernels read them.
   kernels::AttentionVisibility placed(kernels::AttentionVisibility visible, const std::vector<int32_t>& documents);
