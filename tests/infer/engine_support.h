@@ -74,8 +74,40 @@ inline const std::string& llama64_yaml() {
   return yaml;
 }
 
+// Models with multi-token prediction, trained long enough (60 steps) that their depths' drafts
+// are often right: a Llama-style one with 3 depths, a GPT-2-style one with 2, and a hybrid one
+// (Mamba-2, attention, latent MoE; its depth attention plus a MoE) with one depth's weights at 2
+// depths, as Nemotron 3 Super.
+inline const std::string& llama_mtp_yaml() {
+  static const std::string yaml =
+      "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: swiglu,\n"
+      "        positions: rope, tied_embeddings: false, max_seq_len: 64, mtp_depths: 3, mtp_loss_weight: 0.5}\n"
+      "optim: {lr: 1.0e-2}\n"
+      "train: {steps: 60, global_batch: 8, micro_batch: 8, seed: 17}\n";
+  return yaml;
+}
+inline const std::string& gpt2_mtp_yaml() {
+  static const std::string yaml =
+      "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, ffn_size: 64, norm: layer, activation: gelu,\n"
+      "        positions: learned, bias: true, tied_embeddings: true, max_seq_len: 64, mtp_depths: 2}\n"
+      "optim: {lr: 1.0e-2}\n"
+      "train: {steps: 60, global_batch: 8, micro_batch: 8, seed: 19}\n";
+  return yaml;
+}
+inline const std::string& hybrid_mtp_yaml() {
+  static const std::string yaml =
+      "model: {vocab_size: 0, d_model: 32, layers: 4, layer_pattern: 'M*EM', heads: 4, kv_heads: 2, ffn_size: 48,\n"
+      "        norm: rms, activation: relu2, positions: rope, tied_embeddings: false, max_seq_len: 64,\n"
+      "        moe_experts: 4, moe_top_k: 2, moe_ffn_size: 24, moe_latent_size: 16, moe_shared_ffn_size: 16,\n"
+      "        moe_router: sigmoid, mtp_depths: 2, mtp_use_repeated_layer: true,\n"
+      "        mamba: {state_size: 8, heads: 4, head_dim: 8, groups: 2, conv_kernel: 4, chunk_size: 6}}\n"
+      "optim: {lr: 1.0e-2}\n"
+      "train: {steps: 60, global_batch: 8, micro_batch: 8, seed: 23}\n";
+  return yaml;
+}
+
 // Trains each model once per test binary; returns the checkpoint root of `name` (llama | gpt2 | moe | hybrid |
-// llama64).
+// llama64 | llama_mtp | gpt2_mtp | hybrid_mtp).
 inline std::string checkpoint_of(const std::string& name) {
   static std::map<std::string, std::string> made;
   if (made.count(name) != 0) return made[name];
@@ -84,6 +116,9 @@ inline std::string checkpoint_of(const std::string& name) {
                              : name == "moe"    ? moe_yaml()
                              : name == "hybrid" ? hybrid_yaml()
                              : name == "llama64" ? llama64_yaml()
+                             : name == "llama_mtp" ? llama_mtp_yaml()
+                             : name == "gpt2_mtp" ? gpt2_mtp_yaml()
+                             : name == "hybrid_mtp" ? hybrid_mtp_yaml()
                                                 : gpt2_yaml();
   const std::string yaml = model + loom::train::testing::data_section(root);
   loom::train::testing::train_run(root, name, yaml, {});

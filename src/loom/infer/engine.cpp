@@ -50,6 +50,7 @@ RankSetup rank_setup(const EngineOptions& options) {
   setup.device = options.device;
   setup.recipe = inference_recipe(options.dtype, options.device);
   setup.kv_dtype = kv_cache_dtype(options.kv_cache_dtype, setup.recipe);
+  setup.draft_depths = options.speculative_tokens;
   return setup;
 }
 
@@ -61,6 +62,15 @@ Engine::Engine(const std::string& checkpoint_path, EngineOptions options)
   ckpt::LoadedCheckpoint checkpoint = ckpt::load_checkpoint(checkpoint_path);
   model_ = served_model_config(checkpoint, tokenizer_);
   sampled_vocab_ = std::min<int64_t>(model_.vocab_size, tokenizer_->vocab_size());
+  LOOM_CHECK(options.speculative_tokens >= 0 && options.speculative_tokens <= model_.mtp_depths &&
+                 options.speculative_tokens <= EngineMetrics::kMaxDraftPositions,
+             "num_speculative_tokens: " + std::to_string(options.speculative_tokens) + " drafts need as many " +
+                 "multi-token prediction depths; the model of " + checkpoint_path + " has " +
+                 std::to_string(model_.mtp_depths) + " (model.mtp_depths)" +
+                 (model_.mtp_depths > EngineMetrics::kMaxDraftPositions
+                      ? ", of which at most " + std::to_string(EngineMetrics::kMaxDraftPositions) + " draft"
+                      : std::string()));
+  has_mamba_ = model_.layer_pattern.find('M') != std::string::npos;
   if (options.world != nullptr) {
     LOOM_CHECK(options.world->rank() == 0, "the serving engine runs on rank 0; other ranks run follow_engine");
     LOOM_CHECK(options.tp == options.world->size(),
@@ -75,6 +85,9 @@ Engine::Engine(const std::string& checkpoint_path, EngineOptions options)
   // A Mamba state exists only where a prompt's computation stopped, not at every block
   // boundary: a cached KV prefix could not be resumed from.
   if (runner_->state_slots() > 0) options_.prefix_caching = false;
+  // Drafting depths' rows at the positions after a cached prefix read tokens the prefix's first
+  // prompt did not have: a cached block's draft keys and values would not be this prompt's.
+  if (options.speculative_tokens > 0) options_.prefix_caching = false;
   weight_version_ = version_of(checkpoint);
   metrics_.kv_blocks_total = blocks_.blocks();
   metrics_.state_slots_total = runner_->state_slots();

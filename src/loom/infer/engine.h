@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -29,6 +30,7 @@
 #include "loom/infer/inference_device.h"
 #include "loom/infer/model_runner.h"
 #include "loom/infer/request.h"
+#include "loom/infer/sampling.h"
 #include "loom/infer/text_output.h"
 
 namespace loom::infer {
@@ -49,6 +51,14 @@ struct EngineOptions {
   InferenceDtype dtype = InferenceDtype::Auto;
   // The KV cache's elements: fp32 | bf16, auto = bf16 under bf16 or fp16 GEMMs, else fp32.
   KvCacheSetting kv_cache_dtype = KvCacheSetting::Auto;
+  // Speculative decoding with the model's multi-token prediction depths (vLLM's method "mtp"):
+  // tokens each decoding sample drafts per step with depths 1 .. this, verified by the next
+  // step's forward (0: off; at most model.mtp_depths). Turns prefix caching off.
+  int speculative_tokens = 0;
+  // Called on the engine thread with every draft's logits [vocab] (rank 0's, on the host), the
+  // depth that drew it and the tokens it follows (the sample's known ones, then the drafts before
+  // it): tests compare them with training's depths. Null: none.
+  std::function<void(const std::vector<int32_t>& before, int depth, const float* logits)> draft_observer;
 };
 
 // What every rank is built with under `options` (auto settings resolved).
@@ -124,6 +134,14 @@ class Engine {
     std::unique_ptr<TextOutput> text;
     bool finished = false;
     std::chrono::steady_clock::time_point last_token;
+    // Speculative decoding: the tokens drafted for the positions after the last, the
+    // distributions they were drawn from, and per depth k the positions 0 .. depth_done[k - 1]
+    // whose rows it computed from known tokens. step_row / step_position: this step's first
+    // forward row and its position (-1: not in this step's forward).
+    std::vector<int32_t> drafts;
+    std::vector<model::TokenDistribution> draft_distributions;
+    std::vector<int64_t> depth_done;
+    int64_t step_row = -1, step_position = 0;
   };
   struct Request {
     std::shared_ptr<RequestStream> stream;
@@ -144,10 +162,23 @@ class Engine {
                      const std::vector<Sample*>& stepped);
   void fork(Sample& parent);
   void sample_next(Sample& sample, const float* logits);
+  // Appends `token` (drawn from `logits`) to the sample and streams it; finishes the sample at a
+  // stop or its length.
+  void emit_token(Sample& sample, int32_t token, const float* logits);
+  // Speculative decoding: the sample's drafts checked against the target's logits (one row per
+  // draft and one after), the kept ones and the next token emitted; returns the drafts kept.
+  int64_t verify_drafts(Sample& sample, const float* logits);
+  // After the step's forward: each drafting depth over the rows of every sample in it (drafting.cpp).
+  void draft_step();
   void publish_prefix(Sample& sample);
   void reuse_prefix(Sample& sample);
   void finish(Sample& sample, const std::string& reason);
   int32_t take_slot();
+  // The Mamba state slot holding the snapshot after verification row `row` of slot `slot`'s sample.
+  int32_t snapshot_slot(int32_t slot, int row) const {
+    return static_cast<int32_t>(runner_->state_slots() + static_cast<int64_t>(slot) * options_.speculative_tokens + row);
+  }
+  void add_snapshots(model::PagedBatch& batch, const Sample& sample, int64_t rows);
   void drop_finished();
   int64_t outstanding_reserve() const;
 
@@ -158,7 +189,8 @@ class Engine {
   int64_t sampled_vocab_ = 0;
   std::unique_ptr<ModelRunner> runner_;
   BlockManager blocks_;
-  std::vector<int32_t> free_slots_;  // Mamba state slots no sample holds (engine thread only)
+  std::vector<int32_t> free_slots_;  // state slots no sample holds (engine thread only)
+  bool has_mamba_ = false;           // Mamba-2 layers: verification rows keep state snapshots
   EngineMetrics metrics_;
 
   mutable std::mutex mutex_;  // guards waiting_, pending load and digest, stop flags, weight_version_

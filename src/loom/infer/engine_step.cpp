@@ -2,8 +2,10 @@
 #include <algorithm>
 
 #include "loom/core/error.h"
+#include "loom/core/philox.h"
 #include "loom/core/trace.h"
 #include "loom/infer/engine.h"
+#include "loom/infer/speculative.h"
 
 namespace loom::infer {
 
@@ -28,11 +30,15 @@ bool Engine::step() {
   std::vector<Sample*> sampled;
   for (size_t i = 0; i < stepped.size(); ++i) {
     Sample& s = *stepped[i];
-    if (s.computed + taken[i] == static_cast<int64_t>(s.tokens.size())) sampled.push_back(&s);
+    if (s.computed + taken[i] == static_cast<int64_t>(s.tokens.size() + s.drafts.size())) sampled.push_back(&s);
   }
   trace::Range sampling_range("engine sampling");
   after_forward(logits, sampled, taken, stepped);
   sampling_range.end();
+  if (options_.speculative_tokens > 0) {
+    trace::Range drafting_range("engine drafting");
+    draft_step();
+  }
   drop_finished();
   metrics_.kv_blocks_in_use = blocks_.used_blocks();
   metrics_.state_slots_in_use = runner_->state_slots() - static_cast<int64_t>(free_slots_.size());
@@ -52,11 +58,17 @@ bool Engine::build_batch(model::PagedBatch& batch, std::vector<Sample*>& stepped
     taken.push_back(rows);
     budget -= rows;
   };
-  // Decoding samples first (one row each), so prompts never delay them; then prompt chunks.
+  // Decoding samples first (one row each, and one per draft to verify), so prompts never delay
+  // them; then prompt chunks.
   for (auto& r : running_) {
     for (auto& s : r->samples) {
       const int64_t prompt = static_cast<int64_t>(r->stream->prompt().size());
-      if (!s->finished && s->computed >= prompt && budget > 0) take(*s, 1);
+      if (s->finished || s->computed < prompt || budget <= 0) continue;
+      if (static_cast<int64_t>(s->drafts.size()) >= budget) {  // the drafts that fit
+        s->drafts.resize(static_cast<size_t>(budget - 1));
+        s->draft_distributions.resize(s->drafts.size());
+      }
+      take(*s, 1 + static_cast<int64_t>(s->drafts.size()));
     }
   }
   const size_t decoding = stepped.size();
@@ -79,14 +91,32 @@ bool Engine::build_batch(model::PagedBatch& batch, std::vector<Sample*>& stepped
     std::copy(s.table.begin(), s.table.end(), batch.block_tables.begin() + i * width);
     batch.state_slots.push_back(s.slot);
     if (i >= decoding) batch.prompt_entries.push_back(static_cast<int32_t>(i));
+    s.step_row = batch.rows();
+    s.step_position = s.computed;
+    const auto known = static_cast<int64_t>(s.tokens.size());
     for (int64_t p = s.computed; p < s.computed + taken[i]; ++p) {
-      batch.tokens.push_back(s.tokens[p]);
+      batch.tokens.push_back(p < known ? s.tokens[p] : s.drafts[static_cast<size_t>(p - known)]);
       batch.positions.push_back(static_cast<int32_t>(p));
       batch.sequences.push_back(static_cast<int32_t>(i));
     }
-    if (s.computed + taken[i] == static_cast<int64_t>(s.tokens.size())) batch.logit_rows.push_back(batch.rows() - 1);
+    // The last known token's logits, and with drafts each draft's (its verification).
+    const int64_t end = s.computed + taken[i];
+    if (end == known + static_cast<int64_t>(s.drafts.size())) {
+      for (int64_t p = known - 1; p < end; ++p) batch.logit_rows.push_back(batch.rows() - (end - p));
+    }
+    add_snapshots(batch, s, taken[i]);
   }
   return true;
+}
+
+// A hybrid model's verification rows: the Mamba state after each draft's row is kept, so that the
+// state after the last row kept can be restored (the last row's stays in the sample's slot).
+void Engine::add_snapshots(model::PagedBatch& batch, const Sample& s, int64_t rows) {
+  if (!has_mamba_ || options_.speculative_tokens == 0) return;
+  batch.snapshot_slots.resize(static_cast<size_t>(batch.rows()), -1);
+  for (size_t j = 0; j < s.drafts.size(); ++j) {
+    batch.snapshot_slots[static_cast<size_t>(batch.rows() - rows) + j] = snapshot_slot(s.slot, static_cast<int>(j));
+  }
 }
 
 void Engine::after_forward(const float* logits, const std::vector<Sample*>& sampled, const std::vector<int64_t>& taken,
@@ -96,10 +126,16 @@ void Engine::after_forward(const float* logits, const std::vector<Sample*>& samp
     if (options_.prefix_caching) publish_prefix(*stepped[i]);
   }
   const int64_t V = model_.vocab_size;
-  for (size_t i = 0; i < sampled.size(); ++i) {
-    Sample& s = *sampled[i];
+  int64_t logit_row = 0;
+  for (Sample* sample : sampled) {
+    Sample& s = *sample;
     Request& r = *s.request;
-    const float* row = logits + static_cast<int64_t>(i) * V;
+    const float* row = logits + logit_row * V;
+    logit_row += 1 + static_cast<int64_t>(s.drafts.size());
+    if (!s.drafts.empty()) {
+      verify_drafts(s, row);
+      continue;
+    }
     if (s.index == 0 && r.samples.size() < static_cast<size_t>(r.options.n)) {
       fork(s);
       for (size_t k = 1; k < r.samples.size(); ++k) sample_next(*r.samples[k], row);
@@ -108,10 +144,50 @@ void Engine::after_forward(const float* logits, const std::vector<Sample*>& samp
   }
 }
 
+int64_t Engine::verify_drafts(Sample& s, const float* logits) {
+  Request& r = *s.request;
+  const RequestOptions& o = r.options;
+  const int64_t V = model_.vocab_size, drafted = static_cast<int64_t>(s.drafts.size());
+  const int64_t last = static_cast<int64_t>(s.tokens.size()) - 1;  // the position verification starts at
+  std::vector<int32_t> drafts = std::move(s.drafts);
+  std::vector<model::TokenDistribution> from = std::move(s.draft_distributions);
+  s.drafts.clear();
+  s.draft_distributions.clear();
+  int64_t kept = 0;
+  int32_t next = -1;  // the token in place of the first draft refused
+  while (kept < drafted && !s.finished) {
+    const float* row = logits + kept * V;
+    const model::TokenDistribution target = model::token_distribution(row, sampled_vocab_, o.sampling);
+    const uint64_t counter = (static_cast<uint64_t>(s.index) << 32) | static_cast<uint64_t>(s.generated);
+    if (!accept_draft(target, from[kept], drafts[kept], philox_uniform(r.key, counter, kAcceptStream))) {
+      next = residual_token(target, from[kept], philox_uniform(r.key, counter));
+      break;
+    }
+    emit_token(s, drafts[kept], row);
+    ++kept;
+  }
+  metrics_.count_drafts(drafted, kept);
+  if (s.finished) return kept;
+  // The positions verified: the last known token's and the kept drafts'; the rows after them
+  // are overwritten before anything reads them (a Mamba layer's state is restored here).
+  s.computed = last + kept + 1;
+  if (kept < drafted && has_mamba_) runner_->copy_state_slot(snapshot_slot(s.slot, static_cast<int>(kept)), s.slot);
+  const float* row = logits + kept * V;
+  if (next < 0) {  // every draft kept: the token after them from the last row
+    sample_next(s, row);
+  } else {
+    emit_token(s, next, row);
+  }
+  return kept;
+}
+
 void Engine::fork(Sample& parent) {
   Request& r = *parent.request;
   const int64_t bs = options_.block_size;
-  const bool partial = parent.computed % bs != 0;
+  // Full blocks are shared; the partial last one, which each sample goes on writing, is copied,
+  // and so is every block holding the last `speculative_tokens` prompt positions, where each
+  // sample's drafting depths write rows that read its own first token.
+  const auto first_own = static_cast<size_t>(std::max<int64_t>(parent.computed - options_.speculative_tokens, 0) / bs);
   for (int index = 1; index < r.options.n; ++index) {
     auto child = std::make_unique<Sample>();
     child->request = &r;
@@ -120,12 +196,16 @@ void Engine::fork(Sample& parent) {
     child->computed = parent.computed;
     child->text = std::make_unique<TextOutput>(*tokenizer_, r.options.stop);
     child->table = parent.table;
-    // Full blocks are shared; the partial last one, which each sample goes on writing, is copied.
-    const size_t shared = partial ? parent.table.size() - 1 : parent.table.size();
-    for (size_t b = 0; b < shared; ++b) blocks_.share(parent.table[b]);
-    if (partial) {
-      child->table.back() = blocks_.allocate();
-      runner_->copy_block(parent.table.back(), child->table.back());
+    child->depth_done = parent.depth_done;
+    child->step_row = parent.step_row;
+    child->step_position = parent.step_position;
+    for (size_t b = 0; b < parent.table.size(); ++b) {
+      if (b < first_own) {
+        blocks_.share(parent.table[b]);
+      } else {
+        child->table[b] = blocks_.allocate();
+        runner_->copy_block(parent.table[b], child->table[b]);
+      }
     }
     // Mamba layers: the prompt's final state, from which each sample goes on on its own.
     child->slot = take_slot();
@@ -136,9 +216,13 @@ void Engine::fork(Sample& parent) {
 
 void Engine::sample_next(Sample& s, const float* logits) {
   Request& r = *s.request;
-  const RequestOptions& o = r.options;
   const uint64_t counter = (static_cast<uint64_t>(s.index) << 32) | static_cast<uint64_t>(s.generated);
-  const int32_t token = model::sample_token(logits, sampled_vocab_, o.sampling, r.key, counter);
+  emit_token(s, model::sample_token(logits, sampled_vocab_, r.options.sampling, r.key, counter), logits);
+}
+
+void Engine::emit_token(Sample& s, int32_t token, const float* logits) {
+  Request& r = *s.request;
+  const RequestOptions& o = r.options;
   SampleEvent event;
   event.index = s.index;
   event.tokens.push_back(token);

@@ -20,12 +20,14 @@ namespace {
 // Whole KV blocks in what the Mamba state pool leaves of the budget.
 int64_t blocks_for(const model::Transformer& model, const RankSetup& setup) {
   const int64_t bytes = setup.kv_cache_bytes, state_slots = setup.state_slots;
-  const int64_t per_block = std::max<int64_t>(model.paged_block_bytes(setup.block_size, setup.kv_dtype), 1);
-  const int64_t pool = state_slots * model.paged_state_slot_bytes();
+  const int64_t per_block =
+      std::max<int64_t>(model.paged_block_bytes(setup.block_size, setup.kv_dtype, setup.draft_depths), 1);
+  const int64_t slot_bytes = model.paged_state_slot_bytes(setup.draft_depths);
+  const int64_t pool = state_slots * slot_bytes;
   LOOM_CHECK(pool == 0 || pool + per_block <= bytes,
              "the KV cache budget (" + std::to_string(bytes >> 20) + " MiB per rank, --kv-cache-mb) is smaller than the " +
-                 "Mamba state pool of this hybrid model (" + std::to_string(state_slots) + " slots, one per running " +
-                 "sequence (--max-running), of " + std::to_string(model.paged_state_slot_bytes()) + " bytes = " +
+                 "state pool of this model (Mamba states and drafting depths' states: " + std::to_string(state_slots) +
+                 " slots, one per running sequence (--max-running), of " + std::to_string(slot_bytes) + " bytes = " +
                  std::to_string(pool) + " bytes) plus one KV block: raise --kv-cache-mb or lower --max-running");
   return std::max<int64_t>((bytes - pool) / per_block, 1);
 }
@@ -35,20 +37,27 @@ void copy_row(model::Buffer& buffer, int64_t width, int32_t from, int32_t to) {
 }
 // Block `from` of each attention layer's pools copied into block `to` (their elements' bytes).
 void copy_cache_block(model::PagedKVCache& cache, int32_t from, int32_t to) {
-  for (model::PagedLayerCache& layer : cache.layers) {
-    const int64_t bytes = cache.block_size * layer.kv_width * kernels::kv_cache_element_bytes(layer.kv_dtype);
-    if (bytes == 0) continue;
-    for (model::Buffer* pool : {&layer.keys, &layer.values}) {
-      auto* base = reinterpret_cast<std::byte*>(pool->data());
-      copy_on_device(pool->device(), base + to * bytes, base + from * bytes, bytes);
+  for (auto* layers : {&cache.layers, &cache.draft_layers}) {
+    for (model::PagedLayerCache& layer : *layers) {
+      const int64_t bytes = cache.block_size * layer.kv_width * kernels::kv_cache_element_bytes(layer.kv_dtype);
+      if (bytes == 0) continue;
+      for (model::Buffer* pool : {&layer.keys, &layer.values}) {
+        auto* base = reinterpret_cast<std::byte*>(pool->data());
+        copy_on_device(pool->device(), base + to * bytes, base + from * bytes, bytes);
+      }
     }
   }
 }
+// The Mamba states of slot `from` (a sample's, or a verification row's snapshot) into `to`, and
+// the drafting depths' kept states where both are samples' slots.
 void copy_slot(model::PagedKVCache& cache, int32_t from, int32_t to) {
   for (model::PagedLayerCache& layer : cache.layers) {
     if (layer.state_width == 0) continue;
     copy_row(layer.windows, layer.window_width, from, to);
     copy_row(layer.states, layer.state_width, from, to);
+  }
+  if (cache.draft_depths > 1 && from < cache.state_slots && to < cache.state_slots) {
+    copy_row(cache.kept_hidden, static_cast<int64_t>(cache.kept_hidden.size()) / cache.state_slots, from, to);
   }
 }
 // Copies of the parameter shards this rank stores (not those another rank holds too).
@@ -115,7 +124,8 @@ std::unique_ptr<ModelRunner::Rank> ModelRunner::make_rank(const config::ModelCon
   auto rank = std::make_unique<Rank>(model, group, device, setup_.recipe);
   load_weights(*rank, checkpoint);
   const int64_t blocks = blocks_for(rank->model, setup_);
-  rank->cache = rank->model.make_paged_cache(blocks, setup_.block_size, setup_.state_slots, setup_.kv_dtype);
+  rank->cache = rank->model.make_paged_cache(blocks, setup_.block_size, setup_.state_slots, setup_.kv_dtype,
+                                             setup_.draft_depths);
   warm_up(rank->model, rank->cache, rank->scratch);
   return rank;
 }
@@ -123,7 +133,7 @@ std::unique_ptr<ModelRunner::Rank> ModelRunner::make_rank(const config::ModelCon
 void ModelRunner::take_sizes(const Rank& rank) {
   blocks_ = rank.cache.blocks;
   state_slots_ = rank.cache.state_slots;
-  state_pool_bytes_ = state_slots_ * rank.model.paged_state_slot_bytes();
+  state_pool_bytes_ = state_slots_ * rank.model.paged_state_slot_bytes(setup_.draft_depths);
 }
 
 ModelRunner::ModelRunner(const config::ModelConfig& model, comm::Communicator& world,
@@ -247,20 +257,12 @@ void ModelRunner::execute(const StepMessage& message, const ckpt::LoadedCheckpoi
 
 void ModelRunner::apply(Rank& rank, const StepMessage& message, const ckpt::LoadedCheckpoint* checkpoint) {
   switch (message.kind) {
-    case StepKind::Forward: {
-      const float* logits = rank.model.forward_paged(message.batch, rank.cache, rank.scratch);
-      if (rank.model.tensor_parallel().rank() != 0) return;
-      const Device device = rank.model.params().device();
-      if (device.is_cpu()) {
-        logits_ = logits;
-        return;
-      }
-      const int64_t n = static_cast<int64_t>(message.batch.logit_rows.size()) * rank.model.config().vocab_size;
-      rank.host_logits.resize(static_cast<size_t>(n));
-      copy_to_host(device, rank.host_logits.data(), logits, n);
-      logits_ = rank.host_logits.data();
-      return;
-    }
+    case StepKind::Forward:
+      return take_logits(rank, rank.model.forward_paged(message.batch, rank.cache, rank.scratch),
+                         message.batch.logit_rows.size());
+    case StepKind::Draft:
+      return take_logits(rank, rank.model.draft_paged(message.draft, rank.cache, rank.scratch),
+                         message.draft.rows.logit_rows.size());
     case StepKind::CopyBlock: return copy_cache_block(rank.cache, message.from, message.to);
     case StepKind::CopyStateSlot: return copy_slot(rank.cache, message.from, message.to);
     case StepKind::LoadWeights:
@@ -273,6 +275,26 @@ void ModelRunner::apply(Rank& rank, const StepMessage& message, const ckpt::Load
     case StepKind::KeepAlive:
     case StepKind::Stop: return;
   }
+}
+
+void ModelRunner::take_logits(Rank& rank, const float* logits, size_t rows) {
+  if (rank.model.tensor_parallel().rank() != 0) return;
+  const Device device = rank.model.params().device();
+  if (device.is_cpu()) {
+    logits_ = logits;
+    return;
+  }
+  const int64_t n = static_cast<int64_t>(rows) * rank.model.config().vocab_size;
+  rank.host_logits.resize(static_cast<size_t>(n));
+  copy_to_host(device, rank.host_logits.data(), logits, n);
+  logits_ = rank.host_logits.data();
+}
+
+const float* ModelRunner::draft(const model::DraftBatch& draft) {
+  StepMessage message = message_of(StepKind::Draft);
+  message.draft = draft;
+  execute(message);
+  return logits_;
 }
 
 const float* ModelRunner::forward(const model::PagedBatch& batch) {

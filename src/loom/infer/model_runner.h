@@ -41,6 +41,9 @@ struct RankSetup {
   // is made once after every load and kept.
   config::PrecisionRecipe recipe = config::PrecisionRecipe::Fp32;
   kernels::KvCacheDtype kv_dtype = kernels::KvCacheDtype::Fp32;  // the KV pools' elements
+  // Speculative decoding: the multi-token prediction depths that draft (0: none), whose keys and
+  // values are in every block and whose kept states and Mamba snapshots are in every slot.
+  int draft_depths = 0;
 };
 
 class ModelRunner {
@@ -66,8 +69,13 @@ class ModelRunner {
   const float* forward(const model::PagedBatch& batch);
   // Copies block `from`'s keys and values into block `to` (a sample's own copy of a shared partial block).
   void copy_block(int32_t from, int32_t to);
-  // Copies state slot `from` into `to` (a sample continuing from its prompt's final Mamba state).
+  // Copies state slot `from` into `to`: a sample continuing from its prompt's final Mamba state
+  // (and its drafting depths' kept states), or a Mamba snapshot (from) restored after verification.
   void copy_state_slot(int32_t from, int32_t to);
+  // One drafting depth's logits [draft.rows.logit_rows, vocab] (speculative decoding, after the
+  // step's forward and the previous depth's draft), on the host (valid until the next call).
+  const float* draft(const model::DraftBatch& draft);
+  int draft_depths() const { return setup_.draft_depths; }
   // New weights, every rank its slice (the model's config must match).
   void load(const ckpt::LoadedCheckpoint& checkpoint);
   // ckpt::parameter_digest of the weights the ranks hold together (each parameter once).
@@ -102,6 +110,8 @@ class ModelRunner {
   // Every operation: announced to MPI followers (rank 0), then run on every rank.
   void execute(const StepMessage& message, const ckpt::LoadedCheckpoint* checkpoint = nullptr);
   void apply(Rank& rank, const StepMessage& message, const ckpt::LoadedCheckpoint* checkpoint);
+  // Rank 0's logits of `rows` rows where the engine reads them (a GPU's copied to the host).
+  void take_logits(Rank& rank, const float* logits, size_t rows);
 
   int tp_;
   RankSetup setup_;

@@ -10,7 +10,7 @@ namespace loom::infer {
 
 namespace {
 
-constexpr int32_t kVersion = 2;
+constexpr int32_t kVersion = 3;
 
 class Writer {
  public:
@@ -90,24 +90,53 @@ std::string step_kind_name(StepKind kind) {
     case StepKind::Digest: return "digest";
     case StepKind::KeepAlive: return "keep_alive";
     case StepKind::Stop: return "stop";
+    case StepKind::Draft: return "draft";
   }
   return "kind " + std::to_string(static_cast<int32_t>(kind));
 }
+
+namespace {
+void write_batch(Writer& w, const model::PagedBatch& b) {
+  w.list(b.tokens);
+  w.list(b.positions);
+  w.list(b.sequences);
+  w.value<int64_t>(b.table_width);
+  w.list(b.block_tables);
+  w.list(b.state_slots);
+  w.list(b.logit_rows);
+  w.list(b.prompt_entries);
+  w.list(b.snapshot_slots);
+}
+
+model::PagedBatch read_batch(Reader& r) {
+  model::PagedBatch b;
+  b.tokens = r.list<int32_t>("tokens");
+  b.positions = r.list<int32_t>("positions");
+  b.sequences = r.list<int32_t>("sequences");
+  b.table_width = r.value<int64_t>("table_width");
+  b.block_tables = r.list<int32_t>("block_tables");
+  b.state_slots = r.list<int32_t>("state_slots");
+  b.logit_rows = r.list<int64_t>("logit_rows");
+  b.prompt_entries = r.list<int32_t>("prompt_entries");
+  b.snapshot_slots = r.list<int32_t>("snapshot_slots");
+  LOOM_CHECK(b.positions.size() == b.tokens.size() && b.sequences.size() == b.tokens.size(),
+             "serving step message: tokens, positions and sequences differ in length");
+  return b;
+}
+}  // namespace
 
 std::string encode_step(const StepMessage& m) {
   Writer w;
   w.value<int32_t>(kVersion);
   w.value<int32_t>(static_cast<int32_t>(m.kind));
   if (m.kind == StepKind::Forward) {
-    const model::PagedBatch& b = m.batch;
-    w.list(b.tokens);
-    w.list(b.positions);
-    w.list(b.sequences);
-    w.value<int64_t>(b.table_width);
-    w.list(b.block_tables);
-    w.list(b.state_slots);
-    w.list(b.logit_rows);
-    w.list(b.prompt_entries);
+    write_batch(w, m.batch);
+  } else if (m.kind == StepKind::Draft) {
+    w.value<int32_t>(m.draft.depth);
+    write_batch(w, m.draft.rows);
+    w.list(m.draft.hidden_rows);
+    w.list(m.draft.retain_rows);
+    w.list(m.draft.retain_slots);
   } else if (m.kind == StepKind::CopyBlock || m.kind == StepKind::CopyStateSlot) {
     w.value<int32_t>(m.from);
     w.value<int32_t>(m.to);
@@ -124,21 +153,17 @@ StepMessage decode_step(const std::string& bytes) {
                                       std::to_string(kVersion) + " (every rank must run the same loom binary)");
   StepMessage m;
   const auto kind = r.value<int32_t>("kind");
-  LOOM_CHECK(kind >= static_cast<int32_t>(StepKind::Forward) && kind <= static_cast<int32_t>(StepKind::Stop),
+  LOOM_CHECK(kind >= static_cast<int32_t>(StepKind::Forward) && kind <= static_cast<int32_t>(StepKind::Draft),
              "serving step message: unknown kind " + std::to_string(kind));
   m.kind = static_cast<StepKind>(kind);
   if (m.kind == StepKind::Forward) {
-    model::PagedBatch& b = m.batch;
-    b.tokens = r.list<int32_t>("tokens");
-    b.positions = r.list<int32_t>("positions");
-    b.sequences = r.list<int32_t>("sequences");
-    b.table_width = r.value<int64_t>("table_width");
-    b.block_tables = r.list<int32_t>("block_tables");
-    b.state_slots = r.list<int32_t>("state_slots");
-    b.logit_rows = r.list<int64_t>("logit_rows");
-    b.prompt_entries = r.list<int32_t>("prompt_entries");
-    LOOM_CHECK(b.positions.size() == b.tokens.size() && b.sequences.size() == b.tokens.size(),
-               "serving step message: tokens, positions and sequences differ in length");
+    m.batch = read_batch(r);
+  } else if (m.kind == StepKind::Draft) {
+    m.draft.depth = r.value<int32_t>("depth");
+    m.draft.rows = read_batch(r);
+    m.draft.hidden_rows = r.list<int32_t>("hidden_rows");
+    m.draft.retain_rows = r.list<int32_t>("retain_rows");
+    m.draft.retain_slots = r.list<int32_t>("retain_slots");
   } else if (m.kind == StepKind::CopyBlock || m.kind == StepKind::CopyStateSlot) {
     m.from = r.value<int32_t>("from");
     m.to = r.value<int32_t>("to");

@@ -22,12 +22,14 @@ enum class StepKind : int32_t {
   Digest = 5,         // every rank contributes its shards to the parameter digest
   KeepAlive = 6,      // nothing to run: rank 0 is idle (and checks that the followers still answer)
   Stop = 7,           // the server has stopped: the followers return
+  Draft = 8,          // one multi-token prediction depth's drafting rows (`draft`, speculative decoding)
 };
 std::string step_kind_name(StepKind kind);
 
 struct StepMessage {
   StepKind kind = StepKind::KeepAlive;
   model::PagedBatch batch;  // Forward
+  model::DraftBatch draft;  // Draft
   int32_t from = 0, to = 0;  // CopyBlock, CopyStateSlot
   std::string path;          // LoadWeights
 };

@@ -259,9 +259,25 @@ void Mamba2Mixer::forward_paged(float* residual, const float* normed, const Page
     for (int64_t g : group_slots) in_group[static_cast<size_t>(g)] = 0;
     group_slots.clear();
   };
+  // A verification row with a snapshot slot is a run of its own, its state copied after it.
+  auto snapshot_of = [&](int64_t t) {
+    const int64_t to = batch.snapshot_slots.empty() ? -1 : batch.snapshot_slots[static_cast<size_t>(t)];
+    LOOM_CHECK(to < slots, "Mamba snapshot slot " + std::to_string(to) + " is outside the pool of " +
+                               std::to_string(slots));
+    return to;
+  };
+  LOOM_CHECK(batch.snapshot_slots.empty() || static_cast<int64_t>(batch.snapshot_slots.size()) == rows,
+             "a paged step's snapshot slots are not one per row");
   for (int64_t t = 0, end = 0; t < rows; t = end) {
     const int64_t slot = slot_of[static_cast<size_t>(t)];
-    for (end = t + 1; end < rows && slot_of[static_cast<size_t>(end)] == slot;) ++end;
+    if (const int64_t to = snapshot_of(t); to >= 0) {
+      close_group();
+      end = t + 1;
+      runs.push_back({t, 1, cache.windows.data() + slot * window_width(), cache.states.data() + slot * state_width(),
+                      nullptr, cache.windows.data() + to * window_width(), cache.states.data() + to * state_width()});
+      continue;
+    }
+    for (end = t + 1; end < rows && slot_of[static_cast<size_t>(end)] == slot && snapshot_of(end) < 0;) ++end;
     if (end - t > 1) {
       close_group();
       runs.push_back({t, end - t, cache.windows.data() + slot * window_width(),
@@ -301,6 +317,10 @@ void Mamba2Mixer::step_rows(float* residual, const float* normed, int64_t rows, 
     kernels::ssd_scan_step(device_, y + run.first * inner_, run.state, run.slots, ct, pt + inner_ + conv_channels(),
                            p.value(dt_bias_), p.value(a_log_), ct + inner_, ct + inner_ + gn, p.value(d_),
                            scan_shape(all_heads(), batch, seq));
+    if (run.snapshot_window != nullptr) {
+      copy_on_device(device_, run.snapshot_window, run.window, window_width());
+      copy_on_device(device_, run.snapshot_state, run.state, state_width());
+    }
   }
   kernels::gated_rmsnorm_forward(device_, gated, rstd, y, proj, proj_width(), p.value(norm_), rows, inner_,
                                  inner_ / groups_, eps_);

@@ -108,6 +108,9 @@ class Mamba2Mixer {
     float* window = nullptr;  // the sequence's; with slots, the pool's
     float* state = nullptr;
     const int32_t* slots = nullptr;  // where the kernels read them (device memory on a GPU)
+    // Where the sequence's window and state are copied after the run (a verification row's snapshot).
+    float* snapshot_window = nullptr;
+    float* snapshot_state = nullptr;
   };
   // in_proj over the rows, the runs' convolutions and scans in order, gated norm and out_proj.
   void step_rows(float* residual, const float* normed, int64_t rows, std::span<const StepRun> runs, Saved& scratch,

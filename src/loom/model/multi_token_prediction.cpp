@@ -88,6 +88,22 @@ void MtpDepth::forward(Saved& saved, Block::Saved& block_saved, const float* h_p
   final_norm_.forward(saved.final_norm, block_out, local);
 }
 
+void MtpDepth::forward_paged(Saved& saved, const float* h_prev, const PagedBatch& batch, const PagedRows& on_device,
+                             PagedLayerCache& cache, int64_t block_size, Block::Saved& block_scratch,
+                             ParallelScratch& scratch) const {
+  const int64_t C = d_model_, rows = batch.rows();
+  const Device device = store_->device();
+  enorm_.forward(saved.enorm, saved.embedded.data(), rows);
+  hnorm_.forward(saved.hnorm, h_prev, rows);
+  float* combined = sized(saved.combined, rows * 2 * C, device);
+  copy_rows(device, combined, 2 * C, saved.enorm.out.data(), C, rows, C);
+  copy_rows(device, combined + C, 2 * C, saved.hnorm.out.data(), C, rows, C);
+  float* x = sized(saved.block_in, rows * C, device);
+  kernels::linear_forward(device, x, combined, store_->value(eh_proj_), nullptr, rows, 2 * C, C);
+  block_.forward_paged(x, batch, on_device, cache, block_size, block_scratch, scratch);
+  final_norm_.forward(saved.final_norm, x, rows);
+}
+
 void MtpDepth::backward(const float* d_output, float* d_prev, float* d_embedded, const float* h_prev,
                         const Saved& saved, const Block::Saved& block_saved, Workspace& work, int64_t batch,
                         int64_t seq, const Packing& packing, ParallelScratch& scratch) const {

@@ -63,6 +63,13 @@ class MtpDepth {
                 const Block::Saved& block_saved, Workspace& work, int64_t batch, int64_t seq, const Packing& packing,
                 ParallelScratch& scratch) const;
 
+  // Speculative decoding's drafting (Transformer::draft_paged): the depth over `batch`'s rows (no
+  // sequence parallelism), its block attending over its own keys and values in `cache`.
+  // saved.embedded holds the rows' tokens' embeddings; writes h_k (saved.output()).
+  void forward_paged(Saved& saved, const float* h_prev, const PagedBatch& batch, const PagedRows& on_device,
+                     PagedLayerCache& cache, int64_t block_size, Block::Saved& block_scratch,
+                     ParallelScratch& scratch) const;
+
   Block& block() { return block_; }
   const Block& block() const { return block_; }
 

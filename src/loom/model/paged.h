@@ -26,7 +26,29 @@ struct PagedBatch {
   // tensor cores where the cache is bf16 (kernels::paged_prompt_attention), to decoding rows on
   // CUDA cores in fp32; elsewhere both are paged_attention's.
   std::vector<int32_t> prompt_entries;
+  // Speculative decoding's verification rows (a decoding entry's token and its drafts): after
+  // row r a Mamba-2 layer copies its sequence's state (window and scan state) into state slot
+  // snapshot_slots[r] (-1: none), so that the state after any row kept can be restored. Empty: none.
+  std::vector<int32_t> snapshot_slots;
   int64_t rows() const { return static_cast<int64_t>(tokens.size()); }
+};
+
+// One multi-token prediction depth's rows of a drafting step (Transformer::draft_paged, speculative
+// decoding): depth k (1-based) at position t reads the token k positions ahead of t and the
+// previous depth's output at t (depth 1: the main model's output after its final norm), as
+// training computes it (multi_token_prediction.h), attending over its own keys and values.
+struct DraftBatch {
+  int depth = 1;
+  // The rows' tokens (each the token `depth` ahead of its position: known, or drafted), positions,
+  // table entries, block tables and the rows whose logits (the next drafts) are wanted.
+  PagedBatch rows;
+  // Per row, where its previous hidden state is: >= 0, that row of the previous source (depth 1:
+  // the rows of the last forward_paged; depth k: depth k - 1's rows of the last draft_paged);
+  // -1 - slot: the state depth k - 1 kept for state slot `slot` (retain_rows below).
+  std::vector<int32_t> hidden_rows;
+  // After the depth: its output at row retain_rows[i] is kept for state slot retain_slots[i] (read
+  // by depth + 1 at that position in a later step). Only depths below the cache's last.
+  std::vector<int32_t> retain_rows, retain_slots;
 };
 
 // A batch's per-row metadata where the model's kernels read it: the host arrays themselves on the
@@ -57,8 +79,21 @@ struct PagedLayerCache {
 
 struct PagedKVCache {
   int64_t blocks = 0, block_size = 0;
-  int64_t state_slots = 0;              // Mamba state slots (0 without Mamba-2 layers)
+  // Sample state slots: each running sequence's Mamba states (hybrid models) and the hidden states
+  // its drafting depths keep; 0 without either. A hybrid model's Mamba pools hold state_slots x
+  // (1 + draft_depths) slots: slot s's, then the snapshots of its verification rows at
+  // state_slots + s x draft_depths + i (snapshot_slot).
+  int64_t state_slots = 0;
   std::vector<PagedLayerCache> layers;  // by layer (empty entries for layers without attention or mixer)
+  // Speculative decoding with multi-token prediction: the depths that draft, each with the keys
+  // and values of its block (same blocks and tables as the layers'), and the hidden state depths
+  // 1 .. draft_depths - 1 keep per slot ([state_slots, draft_depths - 1, d_model]).
+  int draft_depths = 0;
+  std::vector<PagedLayerCache> draft_layers;
+  Buffer kept_hidden;
+  int32_t snapshot_slot(int32_t slot, int row) const {
+    return static_cast<int32_t>(state_slots + static_cast<int64_t>(slot) * draft_depths + row);
+  }
 };
 
 }  // namespace loom::model

@@ -40,6 +40,16 @@ struct PagedScratch {
   Block::Saved block;
   ParallelScratch tp;
   Norm::Saved final_norm;
+  // Speculative decoding: the last forward's rows after the final norm (a cache that drafts) and
+  // their count; by depth, the drafting depths' scratch (their output: h_k) and row counts; the
+  // previous hidden states a depth reads.
+  Norm::Saved hidden;
+  int64_t hidden_rows = 0;
+  std::vector<MtpDepth::Saved> draft;
+  std::vector<int64_t> draft_rows;
+  Buffer draft_prev;
+  Buffer kept_before;  // the cache's kept states as a drafting step found them (depth 1 copies them)
+  StagedTokens hidden_indices;
   Buffer x, head_in, local_logits, logits;
   std::vector<int32_t> logit_rows;  // the batch's logit rows as gather indices
   std::vector<int32_t> row_slots;   // each row's Mamba state slot (hybrid models)
@@ -179,14 +189,24 @@ class Transformer {
   // keys and values of `kv_dtype`, with `state_slots` Mamba state slots (hybrid models; zeroed),
   // and the bytes one block and one state slot take over all layers (for a memory budget; a slot
   // is 0 bytes without Mamba layers).
+  // With `draft_depths` (1 .. model.mtp_depths) the first depths of multi-token prediction draft
+  // tokens for speculative decoding (draft_paged): their blocks' keys and values, and per slot
+  // the Mamba snapshots and hidden states they keep, are counted and made too.
   PagedKVCache make_paged_cache(int64_t blocks, int64_t block_size, int64_t state_slots = 0,
-                                kernels::KvCacheDtype kv_dtype = kernels::KvCacheDtype::Fp32) const;
-  int64_t paged_block_bytes(int64_t block_size, kernels::KvCacheDtype kv_dtype = kernels::KvCacheDtype::Fp32) const;
-  int64_t paged_state_slot_bytes() const;
+                                kernels::KvCacheDtype kv_dtype = kernels::KvCacheDtype::Fp32,
+                                int draft_depths = 0) const;
+  int64_t paged_block_bytes(int64_t block_size, kernels::KvCacheDtype kv_dtype = kernels::KvCacheDtype::Fp32,
+                            int draft_depths = 0) const;
+  int64_t paged_state_slot_bytes(int draft_depths = 0) const;
   // One batched inference step over every row of `batch` (any tp; every rank passes the same
   // batch): returns the logits [logit_rows, vocab] (the whole vocabulary on every rank), on the
   // model's device. The cache must live there too (make_paged_cache puts it there).
+  // With a cache that drafts, the step's rows after the final norm stay in `scratch` for depth 1.
   const float* forward_paged(const PagedBatch& batch, PagedKVCache& cache, PagedScratch& scratch);
+  // One depth of speculative decoding's drafting over `draft`'s rows (after the forward_paged
+  // whose rows depth 1 reads, and depth k - 1's draft_paged): returns the logits of its logit
+  // rows (the drafts' distributions), as forward_paged does.
+  const float* draft_paged(const DraftBatch& draft, PagedKVCache& cache, PagedScratch& scratch);
   // Context parallelism (context_attention.h): this rank's inputs hold its 2 of each sequence's
   // 2 x cp chunks, and attention spans the group through `context`; null (the default): whole
   // sequences. Positions (RoPE, learned) follow the tokens' global places.
@@ -255,6 +275,11 @@ class Transformer {
   // The head's GEMM: this rank's fp32 logits [rows, vocab_local] of the final norm's rows `normed`,
   // in the head's precision recipe (fp32 without one; its reduction, over d_model, is never split).
   void head_logits(float* logits, const float* normed, int64_t rows) const;
+  // A paged step's metadata where the kernels read it (staged to a GPU), checked.
+  PagedRows stage_paged_rows(const PagedBatch& batch, const PagedKVCache& cache, PagedScratch& s);
+  // The head's logits (the whole vocabulary) of `rows` of x ([*, d_model]; through the final norm
+  // unless `normed`: already after a final norm).
+  const float* paged_logits(const float* x, const std::vector<int64_t>& rows, bool normed, PagedScratch& s);
   void mtp_forward(Activations& a, const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
                    float grad_scale, const Packing& packing);
   // Adds the depths' gradient of the main model's output (its final norm's) into d_main.

@@ -9,51 +9,73 @@
 
 namespace loom::model {
 
+namespace {
+// A layer's cache: keys and values of `block`'s attention in `blocks` blocks, its Mamba pool in `slots` slots.
+PagedLayerCache layer_cache(const Block& block, int64_t blocks, int64_t block_size, int64_t slots,
+                            kernels::KvCacheDtype kv_dtype, Device device) {
+  PagedLayerCache layer;
+  layer.kv_width = block.local_kv_width();
+  layer.kv_dtype = kv_dtype;
+  if (layer.kv_width > 0) {
+    const int64_t bytes = blocks * block_size * layer.kv_width * kernels::kv_cache_element_bytes(kv_dtype);
+    sized_bytes(layer.keys, bytes, device);
+    sized_bytes(layer.values, bytes, device);
+  }
+  layer.window_width = block.local_window_width();
+  layer.state_width = block.local_state_width();
+  if (layer.state_width > 0) {
+    zeroed(layer.windows, slots * layer.window_width, device);
+    zeroed(layer.states, slots * layer.state_width, device);
+  }
+  return layer;
+}
+}  // namespace
+
 PagedKVCache Transformer::make_paged_cache(int64_t blocks, int64_t block_size, int64_t state_slots,
-                                           kernels::KvCacheDtype kv_dtype) const {
+                                           kernels::KvCacheDtype kv_dtype, int draft_depths) const {
   check_whole_model("a paged KV cache");
   LOOM_CHECK(blocks > 0 && block_size > 0, "a paged KV cache needs blocks > 0 and block_size > 0");
   LOOM_CHECK(state_slots >= 0, "a paged KV cache needs state_slots >= 0");
-  LOOM_CHECK(state_slots > 0 || paged_state_slot_bytes() == 0,
-             "a paged KV cache of a model with Mamba-2 layers needs Mamba state slots (one per running sequence)");
+  LOOM_CHECK(draft_depths >= 0 && draft_depths <= mtp_depths(),
+             "speculative decoding drafts with " + std::to_string(draft_depths) + " multi-token prediction depths; " +
+                 "the model has " + std::to_string(mtp_depths()) + " (model.mtp_depths)");
+  LOOM_CHECK(state_slots > 0 || paged_state_slot_bytes(draft_depths) == 0,
+             "a paged KV cache of a model with Mamba-2 layers, or drafting with several depths, needs state slots "
+             "(one per running sequence)");
   PagedKVCache cache;
   cache.blocks = blocks;
   cache.block_size = block_size;
-  cache.state_slots = paged_state_slot_bytes() > 0 ? state_slots : 0;
-  cache.layers.resize(blocks_.size());
-  for (size_t l = 0; l < blocks_.size(); ++l) {
-    PagedLayerCache& layer = cache.layers[l];
-    layer.kv_width = blocks_[l].local_kv_width();
-    layer.kv_dtype = kv_dtype;
-    const Device device = params_.device();
-    if (layer.kv_width > 0) {
-      const int64_t bytes = blocks * block_size * layer.kv_width * kernels::kv_cache_element_bytes(kv_dtype);
-      sized_bytes(layer.keys, bytes, device);
-      sized_bytes(layer.values, bytes, device);
-    }
-    layer.window_width = blocks_[l].local_window_width();
-    layer.state_width = blocks_[l].local_state_width();
-    if (layer.state_width > 0) {
-      zeroed(layer.windows, cache.state_slots * layer.window_width, device);
-      zeroed(layer.states, cache.state_slots * layer.state_width, device);
-    }
+  cache.state_slots = paged_state_slot_bytes(draft_depths) > 0 ? state_slots : 0;
+  cache.draft_depths = draft_depths;
+  const Device device = params_.device();
+  // A hybrid model's Mamba pools: the sample slots, then their verification rows' snapshots.
+  const int64_t mamba_slots = cache.state_slots * (1 + draft_depths);
+  for (const Block& block : blocks_) {
+    cache.layers.push_back(layer_cache(block, blocks, block_size, mamba_slots, kv_dtype, device));
   }
+  for (int k = 0; k < draft_depths; ++k) {
+    cache.draft_layers.push_back(
+        layer_cache(mtp_[config_.mtp_use_repeated_layer ? 0 : k].block(), blocks, block_size, 0, kv_dtype, device));
+  }
+  if (draft_depths > 1) zeroed(cache.kept_hidden, cache.state_slots * (draft_depths - 1) * config_.d_model, device);
   return cache;
 }
 
-int64_t Transformer::paged_block_bytes(int64_t block_size, kernels::KvCacheDtype kv_dtype) const {
+int64_t Transformer::paged_block_bytes(int64_t block_size, kernels::KvCacheDtype kv_dtype, int draft_depths) const {
   int64_t bytes = 0;
   const int64_t element = kernels::kv_cache_element_bytes(kv_dtype);
   for (const Block& b : blocks_) bytes += 2 * block_size * b.local_kv_width() * element;
+  for (int k = 0; k < draft_depths && !mtp_.empty(); ++k) {
+    bytes += 2 * block_size * mtp_[config_.mtp_use_repeated_layer ? 0 : k].block().local_kv_width() * element;
+  }
   return bytes;
 }
 
-int64_t Transformer::paged_state_slot_bytes() const {
-  int64_t bytes = 0;
-  for (const Block& b : blocks_) {
-    bytes += (b.local_window_width() + b.local_state_width()) * static_cast<int64_t>(sizeof(float));
-  }
-  return bytes;
+int64_t Transformer::paged_state_slot_bytes(int draft_depths) const {
+  int64_t mamba = 0;
+  for (const Block& b : blocks_) mamba += b.local_window_width() + b.local_state_width();
+  const int64_t kept = draft_depths > 1 ? (draft_depths - 1) * config_.d_model : 0;
+  return (mamba * (1 + draft_depths) + kept) * static_cast<int64_t>(sizeof(float));
 }
 
 void Transformer::head_logits(float* logits, const float* normed, int64_t rows) const {
@@ -150,10 +172,8 @@ int64_t prompt_tiles(const PagedBatch& batch, std::vector<int32_t>& tiles, int64
 
 }  // namespace
 
-const float* Transformer::forward_paged(const PagedBatch& batch, PagedKVCache& cache, PagedScratch& s) {
-  check_whole_model("inference");
-  LOOM_CHECK(!tp_.sequence_parallel(), "inference runs without sequence parallelism");
-  const int64_t rows = batch.rows(), C = config_.d_model, V = config_.vocab_size;
+PagedRows Transformer::stage_paged_rows(const PagedBatch& batch, const PagedKVCache& cache, PagedScratch& s) {
+  const int64_t rows = batch.rows();
   LOOM_CHECK(rows > 0, "a paged step needs at least one row");
   LOOM_CHECK(batch.positions.size() == batch.tokens.size(), "paged step: one position per row");
   for (int32_t p : batch.positions) {
@@ -162,8 +182,6 @@ const float* Transformer::forward_paged(const PagedBatch& batch, PagedKVCache& c
   }
   check_block_tables(batch, cache);
   const Device device = params_.device();
-  float* x = sized(s.x, rows * C, device);
-  lookup_tokens(x, batch.tokens.data(), rows, embed_);
   PagedRows on_device{
       s.positions.stage(device, batch.positions.data(), rows), s.sequences.stage(device, batch.sequences.data(), rows),
       s.block_tables.stage(device, batch.block_tables.data(), static_cast<int64_t>(batch.block_tables.size()))};
@@ -180,6 +198,36 @@ const float* Transformer::forward_paged(const PagedBatch& batch, PagedKVCache& c
     }
     on_device.state_slots = s.state_slots.stage(device, s.row_slots.data(), rows);
   }
+  return on_device;
+}
+
+const float* Transformer::paged_logits(const float* x, const std::vector<int64_t>& rows, bool normed,
+                                       PagedScratch& s) {
+  const int64_t n = static_cast<int64_t>(rows.size()), C = config_.d_model, V = config_.vocab_size;
+  const Device device = params_.device();
+  float* logits = sized(s.logits, std::max<int64_t>(n, 1) * V, device);
+  if (n == 0) return logits;
+  s.logit_rows.assign(rows.begin(), rows.end());
+  float* head_in = sized(s.head_in, n * C, device);
+  kernels::gather_rows(device, head_in, x, s.logit_indices.stage(device, s.logit_rows.data(), n), nullptr, n, C);
+  if (!normed) {  // the rows alone through the final norm (a row's norm is its own)
+    final_norm_->forward(s.final_norm, head_in, n);
+    head_in = s.final_norm.out.data();
+  }
+  float* out = tp_.single() ? logits : sized(s.local_logits, n * vocab_local_, device);
+  head_logits(out, head_in, n);
+  if (!tp_.single()) tp_.gather_columns(logits, out, n, V);
+  return logits;
+}
+
+const float* Transformer::forward_paged(const PagedBatch& batch, PagedKVCache& cache, PagedScratch& s) {
+  check_whole_model("inference");
+  LOOM_CHECK(!tp_.sequence_parallel(), "inference runs without sequence parallelism");
+  const int64_t rows = batch.rows(), C = config_.d_model;
+  const PagedRows on_device = stage_paged_rows(batch, cache, s);
+  const Device device = params_.device();
+  float* x = sized(s.x, rows * C, device);
+  lookup_tokens(x, batch.tokens.data(), rows, embed_);
   if (positions_ >= 0) {
     kernels::embedding_forward(device, x, on_device.positions, params_.value(positions_), rows, C, true);
   }
@@ -187,18 +235,71 @@ const float* Transformer::forward_paged(const PagedBatch& batch, PagedKVCache& c
     trace::Range range("block", static_cast<int64_t>(l), "paged forward");
     blocks_[l].forward_paged(x, batch, on_device, cache.layers[l], cache.block_size, s.block, s.tp);
   }
-  const int64_t n = static_cast<int64_t>(batch.logit_rows.size());
-  float* logits = sized(s.logits, std::max<int64_t>(n, 1) * V, device);
-  if (n == 0) return logits;
-  // The rows whose logits are wanted, gathered for the head.
-  s.logit_rows.assign(batch.logit_rows.begin(), batch.logit_rows.end());
-  float* head_in = sized(s.head_in, n * C, device);
-  kernels::gather_rows(device, head_in, x, s.logit_indices.stage(device, s.logit_rows.data(), n), nullptr, n, C);
-  final_norm_->forward(s.final_norm, head_in, n);
-  float* out = tp_.single() ? logits : sized(s.local_logits, n * vocab_local_, device);
-  head_logits(out, s.final_norm.out.data(), n);
-  if (!tp_.single()) tp_.gather_columns(logits, out, n, V);
-  return logits;
+  if (cache.draft_depths == 0) return paged_logits(x, batch.logit_rows, false, s);
+  // Drafting reads every row's output after the final norm (h_0 of multi-token prediction).
+  final_norm_->forward(s.hidden, x, rows);
+  s.hidden_rows = rows;
+  return paged_logits(s.hidden.out.data(), batch.logit_rows, true, s);
+}
+
+const float* Transformer::draft_paged(const DraftBatch& draft, PagedKVCache& cache, PagedScratch& s) {
+  check_whole_model("drafting");
+  const int k = draft.depth, depths = cache.draft_depths;
+  LOOM_CHECK(k >= 1 && k <= depths, "drafting depth " + std::to_string(k) + " of a cache that drafts with " +
+                                        std::to_string(depths) + " depths");
+  const PagedBatch& batch = draft.rows;
+  const int64_t rows = batch.rows(), C = config_.d_model;
+  LOOM_CHECK(draft.hidden_rows.size() == batch.tokens.size(), "drafting: one hidden state source per row");
+  LOOM_CHECK(draft.retain_rows.size() == draft.retain_slots.size() && (draft.retain_rows.empty() || k < depths),
+             "drafting: retained rows need their slots, and only depths below the last keep any");
+  const PagedRows on_device = stage_paged_rows(batch, cache, s);
+  const Device device = params_.device();
+  if (s.draft.size() < static_cast<size_t>(depths)) {
+    s.draft.resize(static_cast<size_t>(depths));
+    s.draft_rows.assign(static_cast<size_t>(depths), 0);
+  }
+  // The previous hidden state of each row: a row of the previous source, or a slot's kept state.
+  const float* source = k == 1 ? s.hidden.out.data() : s.draft[static_cast<size_t>(k - 2)].output();
+  const int64_t source_rows = k == 1 ? s.hidden_rows : s.draft_rows[static_cast<size_t>(k - 2)];
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t from = draft.hidden_rows[static_cast<size_t>(r)];
+    const int64_t slot = -1 - static_cast<int64_t>(from);
+    LOOM_CHECK(from < source_rows && (from >= 0 || (k > 1 && slot < cache.state_slots)),
+               "drafting depth " + std::to_string(k) + ": row " + std::to_string(r) + " reads hidden state " +
+                   std::to_string(from) + " of " + std::to_string(source_rows) + " rows (or a kept one of " +
+                   std::to_string(cache.state_slots) + " slots at depth 2 and deeper)");
+  }
+  // A step's depths read the states kept in earlier steps: depth k - 1 keeps its own of this step
+  // (for the next) before depth k runs.
+  if (k == 1 && depths > 1) {
+    float* before = sized(s.kept_before, static_cast<int64_t>(cache.kept_hidden.size()), device);
+    copy_on_device(device, before, cache.kept_hidden.data(), static_cast<int64_t>(cache.kept_hidden.size()));
+  }
+  float* h_prev = sized(s.draft_prev, rows * C, device);
+  kernels::gather_rows(device, h_prev, source, s.hidden_indices.stage(device, draft.hidden_rows.data(), rows), nullptr,
+                       rows, C);
+  for (int64_t r = 0; r < rows; ++r) {  // gathered as zeros; the kept states copied in
+    const int32_t from = draft.hidden_rows[static_cast<size_t>(r)];
+    if (from >= 0) continue;
+    const int64_t kept = (static_cast<int64_t>(-1 - from) * (depths - 1) + (k - 2)) * C;
+    copy_on_device(device, h_prev + r * C, s.kept_before.data() + kept, C);
+  }
+  MtpDepth::Saved& saved = s.draft[static_cast<size_t>(k - 1)];
+  lookup_tokens(sized(saved.embedded, rows * C, device), batch.tokens.data(), rows, mtp_embed_);
+  trace::Range range("draft depth", k, "paged forward");
+  mtp_[config_.mtp_use_repeated_layer ? 0 : k - 1].forward_paged(
+      saved, h_prev, batch, on_device, cache.draft_layers[static_cast<size_t>(k - 1)], cache.block_size, s.block,
+      s.tp);
+  s.draft_rows[static_cast<size_t>(k - 1)] = rows;
+  for (size_t i = 0; i < draft.retain_rows.size(); ++i) {
+    const int64_t row = draft.retain_rows[i], slot = draft.retain_slots[i];
+    LOOM_CHECK(row >= 0 && row < rows && slot >= 0 && slot < cache.state_slots,
+               "drafting: row " + std::to_string(row) + " of " + std::to_string(rows) + " kept for slot " +
+                   std::to_string(slot) + " of " + std::to_string(cache.state_slots));
+    copy_on_device(device, cache.kept_hidden.data() + (slot * (depths - 1) + (k - 1)) * C, saved.output() + row * C,
+                   C);
+  }
+  return paged_logits(saved.output(), batch.logit_rows, true, s);
 }
 
 }  // namespace loom::model

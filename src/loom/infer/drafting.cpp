@@ -1,0 +1,131 @@
+// Engine::draft_step: speculative decoding's drafts from the model's multi-token prediction
+// depths, as training computes them (model/multi_token_prediction.h). Depth k at position t reads
+// the token k positions ahead and depth k - 1's output at t (depth 1: the main model's, after its
+// final norm), and attends over its own keys and values of the positions before.
+//
+// After a step's forward and the tokens it kept, a sample knows tokens 0 .. m and the main model
+// has computed positions 0 .. T - 1 (T = m once it decodes). Depth k's row at t is known when
+// t < T and t + k <= m: each step runs depth k over the rows from the first it had not computed so
+// to the last known one (kept for good), and, for a decoding sample, on to position m - 1 with
+// the tokens drafted by the depths before it (rows that the next steps compute again once those
+// tokens are known). Depth k's logits at m - 1 give the draft of position m + k. Depth k - 1's rows
+// of a step start at most one position after depth k's: its output at that position, computed the
+// step before, is kept per sample (the kept states of the cache's slots).
+#include <algorithm>
+
+#include "loom/core/error.h"
+#include "loom/core/philox.h"
+#include "loom/infer/engine.h"
+#include "loom/infer/speculative.h"
+
+namespace loom::infer {
+
+namespace {
+// One sample's rows of the drafting depth before: the position of its first and that row's index (-1: none).
+struct DepthRows {
+  int64_t first_position = 0, first_row = -1;
+};
+}  // namespace
+
+void Engine::draft_step() {
+  const int depths = options_.speculative_tokens;
+  std::vector<Sample*> drafters;
+  std::vector<int> drafts;  // per drafter: the tokens it drafts this step (0 while its prompt is computed)
+  for (auto& r : running_) {
+    for (auto& sample : r->samples) {
+      Sample& s = *sample;
+      if (s.step_row < 0 || s.finished) continue;
+      if (s.depth_done.empty()) s.depth_done.assign(static_cast<size_t>(depths), 0);
+      const int64_t last = static_cast<int64_t>(s.tokens.size()) - 1;
+      int64_t count = 0;
+      if (s.computed == last) {  // decoding: drafts that the request's length and the context leave room for
+        count = std::min<int64_t>({depths, r->options.max_tokens - s.generated - 1, model_.max_seq_len - 1 - last});
+        if (count <= 0) continue;  // never again: what is left is one token
+      }
+      drafters.push_back(&s);
+      drafts.push_back(static_cast<int>(count));
+    }
+  }
+  std::vector<DepthRows> before(drafters.size());
+  for (int k = 1; k <= depths; ++k) {
+    model::DraftBatch draft;
+    draft.depth = k;
+    std::vector<DepthRows> rows_of(drafters.size());
+    std::vector<Sample*> entries;
+    std::vector<size_t> logit_drafter;  // the drafter of each logit row
+    for (size_t i = 0; i < drafters.size(); ++i) {
+      Sample& s = *drafters[i];
+      const int64_t last = static_cast<int64_t>(s.tokens.size()) - 1;
+      const bool decoding = s.computed == last;
+      if (decoding && drafts[i] < k) continue;
+      int64_t& done = s.depth_done[static_cast<size_t>(k - 1)];
+      const int64_t known_end = std::min(s.computed, last - k + 1);  // rows from known tokens end here
+      const int64_t end = decoding ? last : known_end;
+      rows_of[i].first_position = done;
+      if (done >= end) continue;
+      const auto entry = static_cast<int32_t>(entries.size());
+      entries.push_back(&s);
+      rows_of[i].first_row = draft.rows.rows();
+      for (int64_t t = done; t < end; ++t) {
+        const int64_t ahead = t + k;
+        draft.rows.tokens.push_back(ahead <= last ? s.tokens[static_cast<size_t>(ahead)]
+                                                  : s.drafts[static_cast<size_t>(ahead - last - 1)]);
+        draft.rows.positions.push_back(static_cast<int32_t>(t));
+        draft.rows.sequences.push_back(entry);
+        int32_t hidden = 0;
+        if (k == 1) {
+          LOOM_CHECK(t >= s.step_position && t < s.computed, "drafting: position " + std::to_string(t) +
+                                                                 " has no row in the step's forward");
+          hidden = static_cast<int32_t>(s.step_row + t - s.step_position);
+        } else if (before[i].first_row >= 0 && t >= before[i].first_position) {
+          hidden = static_cast<int32_t>(before[i].first_row + t - before[i].first_position);
+        } else {
+          LOOM_CHECK(t == before[i].first_position - 1 && s.slot >= 0,
+                     "drafting: depth " + std::to_string(k - 1) + " kept no state at position " + std::to_string(t));
+          hidden = -1 - s.slot;
+        }
+        draft.hidden_rows.push_back(hidden);
+      }
+      if (decoding) {
+        draft.rows.logit_rows.push_back(draft.rows.rows() - 1);
+        logit_drafter.push_back(i);
+      }
+      if (k < depths && known_end > done) {
+        draft.retain_rows.push_back(static_cast<int32_t>(rows_of[i].first_row + known_end - 1 - done));
+        draft.retain_slots.push_back(s.slot);
+      }
+      done = known_end;
+    }
+    before = rows_of;
+    if (entries.empty()) continue;
+    size_t width = 1;
+    for (Sample* s : entries) width = std::max(width, s->table.size());
+    draft.rows.table_width = static_cast<int64_t>(width);
+    draft.rows.block_tables.assign(entries.size() * width, 0);
+    for (size_t e = 0; e < entries.size(); ++e) {
+      std::copy(entries[e]->table.begin(), entries[e]->table.end(), draft.rows.block_tables.begin() + e * width);
+    }
+    const float* logits = runner_->draft(draft);
+    const int64_t V = model_.vocab_size;
+    for (size_t j = 0; j < logit_drafter.size(); ++j) {
+      Sample& s = *drafters[logit_drafter[j]];
+      const RequestOptions& o = s.request->options;
+      const float* row = logits + static_cast<int64_t>(j) * V;
+      if (options_.draft_observer) {
+        std::vector<int32_t> before_draft = s.tokens;
+        before_draft.insert(before_draft.end(), s.drafts.begin(), s.drafts.end());
+        options_.draft_observer(before_draft, k, row);
+      }
+      model::TokenDistribution from = model::token_distribution(row, sampled_vocab_, o.sampling);
+      const uint64_t position = static_cast<uint64_t>(s.generated) + s.drafts.size();
+      const uint64_t counter = (static_cast<uint64_t>(s.index) << 32) | position;
+      s.drafts.push_back(model::draw_token(from, philox_uniform(s.request->key, counter, kDraftStream)));
+      s.draft_distributions.push_back(std::move(from));
+    }
+  }
+  for (auto& r : running_) {
+    for (auto& sample : r->samples) sample->step_row = -1;
+  }
+}
+
+}  // namespace loom::infer
