@@ -27,10 +27,29 @@ std::vector<float> training_draft_logits(model::Transformer& model, const std::v
   return std::vector<float>(logits, logits + V);
 }
 
+// Every draft's logits compared with training's depth over the same tokens.
 struct DraftCheck {
+  explicit DraftCheck(const std::string& ckpt) : model(load_model(ckpt)) {}
+  void watch(EngineOptions& options) {
+    options.draft_observer = [this](const std::vector<int32_t>& before, int depth, const float* logits) {
+      const std::vector<float> reference = training_draft_logits(*model, before, depth);
+      for (size_t v = 0; v < reference.size(); ++v) {
+        worst = std::max(worst, static_cast<double>(std::abs(logits[v] - reference[v])));
+      }
+      ++drafts;
+      deepest = std::max(deepest, depth);
+    };
+  }
+  std::unique_ptr<model::Transformer> model;
   int64_t drafts = 0;
+  int deepest = 0;
   double worst = 0.0;  // the largest |logit difference| over every draft
 };
+
+void expect_everything_returned(Engine& engine, const std::string& what) {
+  EXPECT_EQ(engine.blocks().used_blocks(), 0) << what;
+  EXPECT_EQ(engine.free_state_slots(), engine.state_slots()) << what;
+}
 
 struct Case {
   std::string model;
@@ -46,31 +65,102 @@ TEST(SpeculativeDecoding, GreedyOutputIsTheTargetsAndEveryDraftIsTrainingsDepth)
     const auto expected = run_all(plain, prompts, greedy(24));
     EngineOptions options;
     options.speculative_tokens = c.tokens;
-    DraftCheck check;
-    std::unique_ptr<model::Transformer> model = load_model(ckpt);
-    options.draft_observer = [&](const std::vector<int32_t>& before, int depth, const float* logits) {
-      const std::vector<float> reference = training_draft_logits(*model, before, depth);
-      for (size_t v = 0; v < reference.size(); ++v) {
-        check.worst = std::max(check.worst, static_cast<double>(std::abs(logits[v] - reference[v])));
-      }
-      ++check.drafts;
-      double w = 0; for (size_t v = 0; v < reference.size(); ++v) w = std::max(w, (double)std::abs(logits[v] - reference[v]));
-      if (getenv("DBG")) fprintf(stderr, "depth %d len %zu worst %g\n", depth, before.size(), w);
-    };
+    DraftCheck check(ckpt);
+    check.watch(options);
     Engine engine(ckpt, options);
     const auto got = run_all(engine, prompts, greedy(24));
-    for (size_t i = 0; i < prompts.size(); ++i) expect_same(got[i][0], expected[i][0], what + ", prompt " + std::to_string(i));
-    EXPECT_GT(check.drafts, 0) << what;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      expect_same(got[i][0], expected[i][0], what + ", prompt " + std::to_string(i));
+    }
+    EXPECT_EQ(check.deepest, c.tokens) << what;
     EXPECT_LT(check.worst, 1e-4) << what;
     const EngineMetrics& m = engine.metrics();
     // Trained on repetitive text, the depths are often right and sometimes wrong: both paths ran.
     EXPECT_GT(m.spec_accepted_tokens.load(), 0) << what;
     EXPECT_LT(m.spec_accepted_tokens.load(), m.spec_draft_tokens.load()) << what;
-    // Fewer forwards than tokens: kept drafts save steps.
-    EXPECT_LT(m.spec_verifications.load(), m.generation_tokens.load()) << what;
-    EXPECT_EQ(engine.blocks().used_blocks(), 0) << what;
-    EXPECT_EQ(engine.free_state_slots(), engine.state_slots()) << what;
+    EXPECT_GE(m.spec_accepted_at[0].load(), m.spec_accepted_at[static_cast<size_t>(c.tokens - 1)].load()) << what;
+    // Fewer steps than tokens: kept drafts save forwards.
+    EXPECT_LT(m.spec_verifications.load() + static_cast<int64_t>(prompts.size()), m.generation_tokens.load()) << what;
+    expect_everything_returned(engine, what);
   }
+}
+
+// Sampled (n samples of a prompt, which share its blocks), prompts in uneven chunks over small
+// blocks, tensor parallelism: every draft is still training's depth over its own sample's tokens.
+TEST(SpeculativeDecoding, DraftsFollowEachSampleThroughChunksForksAndTensorParallelism) {
+  RequestOptions sampled;
+  sampled.max_tokens = 20;
+  sampled.n = 3;
+  sampled.seed = 5;
+  sampled.ignore_eos = true;
+  // Hot enough that a prompt's samples take different first tokens: their drafting rows at the
+  // prompt's last positions differ.
+  sampled.sampling.temperature = 2.0;
+  sampled.sampling.top_k = 40;
+  for (const std::string name : {"llama_mtp", "hybrid_mtp"}) {
+    for (int tp : {1, 2}) {
+      const std::string what = name + " at tp " + std::to_string(tp);
+      const std::string ckpt = checkpoint_of(name);
+      EngineOptions options;
+      options.speculative_tokens = 2;
+      options.block_size = 4;
+      options.max_batch_tokens = 7;
+      options.tp = tp;
+      DraftCheck check(ckpt);
+      check.watch(options);
+      Engine engine(ckpt, options);
+      const auto got = run_all(engine, prompts_of({9, 14, 5}), sampled);
+      for (const auto& request : got) {
+        for (const Completion& c : request) EXPECT_EQ(c.tokens.size(), 20u) << what;
+      }
+      EXPECT_GT(check.drafts, 0) << what;
+      EXPECT_LT(check.worst, 1e-4) << what;
+      EXPECT_GT(engine.metrics().spec_accepted_tokens.load(), 0) << what;
+      expect_everything_returned(engine, what);
+    }
+  }
+}
+
+// The last tokens of a request and of the context: drafts never run past max_tokens or
+// model.max_seq_len, and a stop token among kept drafts ends the sample there.
+TEST(SpeculativeDecoding, DraftsStopAtTheRequestsAndTheContextsEnd) {
+  const std::string ckpt = checkpoint_of("llama_mtp");
+  Engine plain(ckpt, {});
+  EngineOptions options;
+  options.speculative_tokens = 3;
+  Engine engine(ckpt, options);
+  for (int64_t max_tokens : {1, 2, 3, 5}) {
+    const auto prompts = prompts_of({6, 13});
+    expect_same(run_all(engine, prompts, greedy(max_tokens))[1][0], run_all(plain, prompts, greedy(max_tokens))[1][0],
+                "max_tokens " + std::to_string(max_tokens));
+  }
+  const auto near_the_end = prompts_of({59});  // the context is 64: 5 tokens left
+  expect_same(run_all(engine, near_the_end, greedy(5))[0][0], run_all(plain, near_the_end, greedy(5))[0][0],
+              "at the context's end");
+  // A stop token: the greedy output's fourth token, wherever drafts put it.
+  const auto prompts = prompts_of({11});
+  const std::vector<int32_t> free_run = run_all(plain, prompts, greedy(12))[0][0].tokens;
+  RequestOptions stopping = greedy(12);
+  stopping.stop_token_ids = {free_run[3]};
+  const Completion expected = run_all(plain, prompts, stopping)[0][0];
+  const Completion got = run_all(engine, prompts, stopping)[0][0];
+  expect_same(got, expected, "stop token");
+  EXPECT_EQ(got.finish_reason, "stop");
+  expect_everything_returned(engine, "after the stops");
+}
+
+TEST(SpeculativeDecoding, MoreDraftsThanDepthsAreRefusedByName) {
+  EngineOptions options;
+  options.speculative_tokens = 3;
+  try {
+    Engine engine(checkpoint_of("gpt2_mtp"), options);
+    FAIL() << "3 drafts of a model with 2 depths were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("num_speculative_tokens"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.mtp_depths"), std::string::npos) << e.what();
+  }
+  options.speculative_tokens = 1;
+  EXPECT_THROW(Engine(checkpoint_of("llama"), options), Error);  // no depths at all
 }
 
 }  // namespace

@@ -21,6 +21,7 @@ StepMessage forward_step() {
   m.batch.state_slots = {3, -1};
   m.batch.logit_rows = {2, 3};
   m.batch.prompt_entries = {1};
+  m.batch.snapshot_slots = {-1, -1, -1, 12};
   return m;
 }
 
@@ -45,6 +46,27 @@ TEST(StepMessage, ForwardRoundTrips) {
   EXPECT_EQ(back.batch.state_slots, m.batch.state_slots);
   EXPECT_EQ(back.batch.logit_rows, m.batch.logit_rows);
   EXPECT_EQ(back.batch.prompt_entries, m.batch.prompt_entries);
+  EXPECT_EQ(back.batch.snapshot_slots, m.batch.snapshot_slots);
+}
+
+TEST(StepMessage, DraftRoundTrips) {
+  StepMessage m;
+  m.kind = StepKind::Draft;
+  m.draft.depth = 2;
+  m.draft.rows = forward_step().batch;
+  m.draft.hidden_rows = {4, 5, -3, 0};
+  m.draft.retain_rows = {3};
+  m.draft.retain_slots = {7};
+  const StepMessage back = decode_step(encode_step(m));
+  EXPECT_EQ(back.kind, StepKind::Draft);
+  EXPECT_EQ(back.draft.depth, 2);
+  EXPECT_EQ(back.draft.rows.tokens, m.draft.rows.tokens);
+  EXPECT_EQ(back.draft.rows.block_tables, m.draft.rows.block_tables);
+  EXPECT_EQ(back.draft.rows.logit_rows, m.draft.rows.logit_rows);
+  EXPECT_EQ(back.draft.hidden_rows, m.draft.hidden_rows);
+  EXPECT_EQ(back.draft.retain_rows, m.draft.retain_rows);
+  EXPECT_EQ(back.draft.retain_slots, m.draft.retain_slots);
+  EXPECT_THROW(decode_step(encode_step(m).substr(0, encode_step(m).size() - 2)), Error);
 }
 
 TEST(StepMessage, OtherKindsRoundTrip) {
@@ -73,7 +95,7 @@ TEST(StepMessage, BadBytesAreErrors) {
     EXPECT_THROW(decode_step(bytes.substr(0, cut)), Error) << "cut at " << cut;
   }
   expect_error_containing(bytes.substr(0, 3), "truncated in field 'version'");
-  expect_error_containing(bytes.substr(0, bytes.size() - 4), "field 'prompt_entries' claims 1 elements");
+  expect_error_containing(bytes.substr(0, bytes.size() - 4), "field 'snapshot_slots' claims 4 elements");
   expect_error_containing(bytes + "x", "left over");
   std::string other_version = bytes;
   other_version[0] = 9;

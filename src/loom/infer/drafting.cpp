@@ -21,6 +21,12 @@
 namespace loom::infer {
 
 namespace {
+// Whether a sample decodes: it has sampled a token, which the main model computes next (its
+// prompt's chunks stop short of the prompt's end at times, where no token is sampled yet).
+template <typename Sample>
+bool decoding(const Sample& s) {
+  return s.generated > 0 && s.computed + 1 == static_cast<int64_t>(s.tokens.size());
+}
 // One sample's rows of the drafting depth before: the position of its first and that row's index (-1: none).
 struct DepthRows {
   int64_t first_position = 0, first_row = -1;
@@ -38,7 +44,7 @@ void Engine::draft_step() {
       if (s.depth_done.empty()) s.depth_done.assign(static_cast<size_t>(depths), 0);
       const int64_t last = static_cast<int64_t>(s.tokens.size()) - 1;
       int64_t count = 0;
-      if (s.computed == last) {  // decoding: drafts that the request's length and the context leave room for
+      if (decoding(s)) {  // drafts that the request's length and the context leave room for
         count = std::min<int64_t>({depths, r->options.max_tokens - s.generated - 1, model_.max_seq_len - 1 - last});
         if (count <= 0) continue;  // never again: what is left is one token
       }
@@ -56,11 +62,11 @@ void Engine::draft_step() {
     for (size_t i = 0; i < drafters.size(); ++i) {
       Sample& s = *drafters[i];
       const int64_t last = static_cast<int64_t>(s.tokens.size()) - 1;
-      const bool decoding = s.computed == last;
-      if (decoding && drafts[i] < k) continue;
+      const bool decodes = decoding(s);
+      if (decodes && drafts[i] < k) continue;
       int64_t& done = s.depth_done[static_cast<size_t>(k - 1)];
       const int64_t known_end = std::min(s.computed, last - k + 1);  // rows from known tokens end here
-      const int64_t end = decoding ? last : known_end;
+      const int64_t end = decodes ? last : known_end;
       rows_of[i].first_position = done;
       if (done >= end) continue;
       const auto entry = static_cast<int32_t>(entries.size());
@@ -68,6 +74,9 @@ void Engine::draft_step() {
       rows_of[i].first_row = draft.rows.rows();
       for (int64_t t = done; t < end; ++t) {
         const int64_t ahead = t + k;
+        LOOM_CHECK(ahead <= last + static_cast<int64_t>(s.drafts.size()),
+                   "drafting: depth " + std::to_string(k) + " at position " + std::to_string(t) +
+                       " reads a token not drafted yet (position " + std::to_string(ahead) + ")");
         draft.rows.tokens.push_back(ahead <= last ? s.tokens[static_cast<size_t>(ahead)]
                                                   : s.drafts[static_cast<size_t>(ahead - last - 1)]);
         draft.rows.positions.push_back(static_cast<int32_t>(t));
@@ -86,7 +95,7 @@ void Engine::draft_step() {
         }
         draft.hidden_rows.push_back(hidden);
       }
-      if (decoding) {
+      if (decodes) {
         draft.rows.logit_rows.push_back(draft.rows.rows() - 1);
         logit_drafter.push_back(i);
       }
