@@ -234,5 +234,30 @@ TEST(DeviceEngine, HybridModelOnTheDeviceEqualsTheCpu) {
   expect_identical(run_on(ckpt, on_device(options), prompts, request), run_on(ckpt, options, prompts, request));
 }
 
+// Speculative decoding with multi-token prediction on the device: the drafting depths' keys and
+// values, kept states and a hybrid model's Mamba snapshots in device memory, seeded sampling with
+// forks and tensor parallelism as on the cpu.
+TEST(DeviceEngine, SpeculativeDecodingOnTheDeviceEqualsTheCpu) {
+  ::loom::testing::install_emulated_cuda();
+  RequestOptions sampled;
+  sampled.sampling = {.temperature = 1.5, .top_k = 40};
+  sampled.seed = 3;
+  sampled.max_tokens = 14;
+  sampled.n = 2;
+  sampled.ignore_eos = true;
+  for (const std::string name : {"llama_mtp", "hybrid_mtp"}) {
+    const std::string ckpt = checkpoint_of(name);
+    const auto prompts = prompts_of({4, 13});
+    EngineOptions options;
+    options.speculative_tokens = 2;
+    options.block_size = 4;
+    options.max_batch_tokens = 9;
+    expect_identical(run_on(ckpt, on_device(options), prompts, greedy(16)), run_on(ckpt, options, prompts, greedy(16)));
+    expect_identical(run_on(ckpt, on_device(options), prompts, sampled), run_on(ckpt, options, prompts, sampled));
+    options.tp = 2;
+    expect_identical(run_on(ckpt, on_device(options), prompts, sampled), run_on(ckpt, options, prompts, sampled));
+  }
+}
+
 }  // namespace
 }  // namespace loom::infer::testing

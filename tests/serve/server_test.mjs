@@ -3,7 +3,7 @@
 // answered with OpenAI error objects while the server keeps serving; a bounded queue (429); a
 // client that leaves frees its KV blocks; a load of concurrent streams leaks nothing; new weights
 // between steps; profiling windows; SIGTERM finishing the running request. One small server for all of it, one
-// for a hybrid model with Mamba-2 layers, and two for --dtype.
+// for a hybrid model with Mamba-2 layers, two for speculative decoding and two for --dtype.
 // Usage: node server_test.mjs LOOM_BINARY NPM_DIR   (exit 77: the npm clients are not installed)
 import { spawn, execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
@@ -333,6 +333,65 @@ await check('a hybrid model: n = 2 greedy samples equal `loom generate`, streami
   assert.equal(value('loom_kv_blocks_in_use'), 0);
 });
 hybrid.child.kill('SIGKILL');
+
+// Speculative decoding: a hybrid model with one multi-token prediction depth's weights at two
+// depths (Nemotron 3 Super's), trained long enough that its drafts are often right.
+fs.writeFileSync(path.join(dir, 'mtp.yaml'), `run: {dir: ${dir}/mtp}
+model: {vocab_size: 0, d_model: 32, layers: 4, layer_pattern: 'M*EM', heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: relu2, positions: rope, tied_embeddings: false, max_seq_len: 128, moe_experts: 4, moe_top_k: 2, moe_ffn_size: 24, moe_router: sigmoid, mtp_depths: 2, mtp_use_repeated_layer: true, mamba: {state_size: 8, heads: 4, head_dim: 8, groups: 2, conv_kernel: 4, chunk_size: 8}}
+data: {tokenizer: byte, train_prefix: ${dir}/data/c_train, seq_len: 32}
+optim: {lr: 1.0e-2}
+train: {steps: 40, global_batch: 8, micro_batch: 8}
+`);
+execFileSync(loom, ['train', path.join(dir, 'mtp.yaml')]);
+const mtpCheckpoint = path.join(dir, 'mtp/checkpoints');
+await check('--speculative-config mtp: the same greedy tokens and log-probabilities, drafts counted in /metrics', async () => {
+  const plain = await startServer([], mtpCheckpoint);
+  const drafting = await startServer(['--speculative-config', '{"method": "mtp", "num_speculative_tokens": 2}'],
+                                     mtpCheckpoint);
+  try {
+    const ask = async (server, stream) => {
+      const c = new OpenAI({ baseURL: `${server.base}/v1`, apiKey: 'none', maxRetries: 0 });
+      const body = { model: 'loom', prompt: 'It is a truth universally', max_tokens: 24, temperature: 0, logprobs: 1,
+                     return_token_ids: true, ignore_eos: true };
+      if (!stream) return (await c.completions.create(body)).choices[0];
+      const ids = [];
+      for await (const chunk of await c.completions.create({ ...body, stream: true })) {
+        for (const ch of chunk.choices) ids.push(...(ch.token_ids ?? []));
+      }
+      return { token_ids: ids };
+    };
+    const [expected, got] = [await ask(plain, false), await ask(drafting, false)];
+    assert.equal(got.token_ids.length, 24);
+    assert.deepEqual(got.token_ids, expected.token_ids);
+    got.logprobs.token_logprobs.forEach((x, i) => assert.ok(Math.abs(x - expected.logprobs.token_logprobs[i]) < 1e-4,
+                                                             `token ${i}: ${x} against ${expected.logprobs.token_logprobs[i]}`));
+    assert.deepEqual((await ask(drafting, true)).token_ids, expected.token_ids);
+    const text = await (await fetch(`${drafting.base}/metrics`)).text();
+    const value = (name) => Number(text.match(new RegExp(`^${name} (\\S+)$`, 'm'))[1]);
+    assert.ok(value('loom_spec_decode_draft_tokens_total') > 0);
+    assert.ok(value('loom_spec_decode_accepted_tokens_total') > 0, 'no draft was kept');
+    assert.ok(value('loom_spec_decode_drafts_total') < 2 * 24, 'no step was saved');
+    assert.match(text, /^loom_spec_decode_accepted_tokens_per_position_total\{position="1"\} \d+$/m);
+  } finally {
+    plain.child.kill('SIGKILL');
+    drafting.child.kill('SIGKILL');
+  }
+  const refusal = (config) => {
+    try {
+      execFileSync(loom, ['serve', mtpCheckpoint, '--speculative-config', config], { stdio: 'pipe' });
+    } catch (e) {
+      return e;
+    }
+    return null;
+  };
+  const ngram = refusal('{"method": "ngram", "num_speculative_tokens": 2}');
+  assert.ok(ngram && ngram.status !== 0, 'method ngram was accepted');
+  assert.match(ngram.stderr.toString(), /'method' must be "mtp"/);
+  const deep = refusal('{"method": "mtp", "num_speculative_tokens": 3}');
+  assert.ok(deep && deep.status !== 0, '3 drafts from 2 depths were accepted');
+  assert.match(deep.stderr.toString(), /num_speculative_tokens/);
+  assert.match(deep.stderr.toString(), /model\.mtp_depths/);
+});
 
 await check('--dtype bf16 serves with bf16 GEMMs; an unknown dtype is refused naming the valid ones', async () => {
   const prompt = 'It is a truth';

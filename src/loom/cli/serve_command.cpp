@@ -11,6 +11,7 @@
 #include "loom/cli/serve_until_signal.h"
 #include "loom/comm/launch.h"
 #include "loom/infer/engine.h"
+#include "loom/infer/speculative.h"
 #include "loom/serve/server.h"
 
 namespace loom::cli {
@@ -25,6 +26,7 @@ struct Args {
   std::string device = "cpu";
   std::string dtype = "auto";
   std::string kv_cache_dtype = "auto";
+  std::string speculative_config;
   double comm_timeout_s = 300;  // under mpirun
 };
 
@@ -39,6 +41,10 @@ int serve_http(const Args& args) {
                     << args.server.model_name << "', " << engine.blocks().blocks() << " KV blocks of "
                     << args.engine.block_size << " positions of " << config::name_of(engine.kv_cache_dtype()) << ", GEMMs in "
                     << config::name_of(engine.recipe()) << ")" << std::endl;
+          if (args.engine.speculative_tokens > 0) {
+            std::cout << "loom serve: speculative decoding: " << args.engine.speculative_tokens
+                      << " draft tokens a step from the model's multi-token prediction depths" << std::endl;
+          }
         });
       },
       [&] {
@@ -79,12 +85,18 @@ void register_serve(CLI::App& app, std::vector<Command>& commands) {
   cmd->add_option("--comm-timeout-s", args->comm_timeout_s,
                   "under mpirun: seconds rank 0 waits for a follower rank (and a follower for rank 0) before failing")
       ->check(CLI::Range(2.0, 86400.0));
+  cmd->add_option("--speculative-config", args->speculative_config,
+                  "speculative decoding, as vLLM's: '{\"method\": \"mtp\", \"num_speculative_tokens\": N}' drafts N tokens a "
+                  "step with the model's multi-token prediction depths (docs/serving.md)");
   cmd->add_flag("!--no-prefix-caching", args->engine.prefix_caching, "do not reuse KV blocks of shared prompt prefixes (always off for hybrid models)");
   commands.push_back({cmd, [args] {
                         args->engine.kv_cache_bytes = args->kv_cache_mb << 20;
                         args->engine.device = args->device == "cuda" ? config::RuntimeDevice::Cuda : config::RuntimeDevice::Cpu;
                         args->engine.dtype = infer::parse_inference_dtype(args->dtype);
                         args->engine.kv_cache_dtype = infer::parse_kv_cache_setting(args->kv_cache_dtype);
+                        if (!args->speculative_config.empty()) {
+                          args->engine.speculative_tokens = infer::parse_speculative_config(args->speculative_config);
+                        }
                         const std::string advice =
                             serving_memory_advice(args->kv_cache_mb, args->engine.max_batch_tokens);
                         if (comm::detect_backend() != "mpi") {

@@ -95,6 +95,8 @@ class Engine {
   int64_t state_slots() const { return runner_->state_slots(); }
   int64_t free_state_slots() const { return static_cast<int64_t>(free_slots_.size()); }
   std::string weight_version() const;
+  // Tokens each decoding sample drafts a step (0: no speculative decoding).
+  int speculative_tokens() const { return options_.speculative_tokens; }
 
   // Queues a request (thread-safe). A prompt that cannot fit (context or KV cache) or bad
   // options are an Error naming the field.

@@ -1,7 +1,10 @@
 #include "loom/infer/speculative.h"
 
-#include <algorithm>
 #include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "loom/core/error.h"
 
 namespace loom::infer {
 
@@ -31,6 +34,30 @@ int32_t residual_token(const model::TokenDistribution& target, const model::Toke
   }
   if (residual.ids.empty()) return model::draw_token(target, u);
   return model::draw_token(residual, u);
+}
+
+int parse_speculative_config(const std::string& json) {
+  const std::string where = "--speculative-config";
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(json);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(where + ": not JSON (" + e.what() + "); expected {\"method\": \"mtp\", \"num_speculative_tokens\": N}");
+  }
+  LOOM_CHECK(config.is_object(), where + ": expected a JSON object {\"method\": \"mtp\", \"num_speculative_tokens\": N}");
+  for (const auto& [key, value] : config.items()) {
+    LOOM_CHECK(key == "method" || key == "num_speculative_tokens",
+               where + ": unknown key '" + key + "' (this server reads 'method' and 'num_speculative_tokens')");
+  }
+  LOOM_CHECK(config.contains("method") && config["method"].is_string() && config["method"] == "mtp",
+             where + ": 'method' must be \"mtp\" (drafts from the model's multi-token prediction depths), got " +
+                 (config.contains("method") ? config["method"].dump() : std::string("nothing")));
+  const nlohmann::json& tokens = config.contains("num_speculative_tokens") ? config["num_speculative_tokens"]
+                                                                           : nlohmann::json();
+  LOOM_CHECK(tokens.is_number_integer() && tokens.get<int64_t>() >= 1 && tokens.get<int64_t>() <= 1024,
+             where + ": 'num_speculative_tokens' must be an integer >= 1, got " +
+                 (tokens.is_null() ? std::string("nothing") : tokens.dump()));
+  return static_cast<int>(tokens.get<int64_t>());
 }
 
 }  // namespace loom::infer

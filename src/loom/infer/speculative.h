@@ -6,6 +6,7 @@
 // greedy sampling (both distributions one id) a draft is kept when it is the target's argmax and
 // the token emitted in its place is that argmax: the output is the target's greedy output.
 #include <cstdint>
+#include <string>
 
 #include "loom/infer/sampling.h"
 
@@ -23,5 +24,10 @@ bool accept_draft(const model::TokenDistribution& target, const model::TokenDist
 // uniform in [0, 1) (from the target where the two are equal and nothing is left).
 int32_t residual_token(const model::TokenDistribution& target, const model::TokenDistribution& draft_distribution,
                        double u);
+
+// The drafts per step that vLLM's --speculative-config JSON asks for, `{"method": "mtp",
+// "num_speculative_tokens": N}` (N >= 1; the model's multi-token prediction depths draft them); an
+// Error naming the key or value for anything else (other methods, unknown keys, bad JSON).
+int parse_speculative_config(const std::string& json);
 
 }  // namespace loom::infer

@@ -235,6 +235,19 @@ std::string Server::metrics_text() const {
   metric("loom_prompt_tokens_cached_total", "counter", "Prompt tokens whose KV came from a shared prefix.", m.cached_prompt_tokens.load());
   metric("loom_generation_tokens_total", "counter", "Tokens generated.", m.generation_tokens.load());
   metric("loom_engine_steps_total", "counter", "Batched forward steps.", m.steps.load());
+  metric("loom_spec_decode_drafts_total", "counter", "Verifications of a sample's drafted tokens (speculative decoding).",
+         m.spec_verifications.load());
+  metric("loom_spec_decode_draft_tokens_total", "counter", "Tokens drafted and verified.", m.spec_draft_tokens.load());
+  metric("loom_spec_decode_accepted_tokens_total", "counter", "Drafted tokens kept.", m.spec_accepted_tokens.load());
+  const int drafted_positions = engine_.speculative_tokens();
+  if (drafted_positions > 0) {
+    const char* name = "loom_spec_decode_accepted_tokens_per_position_total";
+    out << "# HELP " << name << " Drafted tokens kept, by their place among a step's drafts (0: the first).\n# TYPE "
+        << name << " counter\n";
+    for (int j = 0; j < drafted_positions; ++j) {
+      out << name << "{position=\"" << j << "\"} " << m.spec_accepted_at[static_cast<size_t>(j)].load() << "\n";
+    }
+  }
   out << m.time_to_first_token.prometheus("loom_time_to_first_token_seconds", "Time from arrival to the first token.");
   out << m.inter_token_latency.prometheus("loom_inter_token_latency_seconds", "Time between a sample's tokens.");
   return out.str();
