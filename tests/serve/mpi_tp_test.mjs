@@ -5,7 +5,7 @@
 // rank loading its slice; the served digest equals `loom ckpt digest` of the checkpoint);
 // SIGTERM on rank 0 finishing a running request and ending both processes with status 0; a
 // follower killed, or stopped, making rank 0 fail rather than hang; a hybrid model (Mamba-2
-// state slots) under MPI decoding as one rank.
+// state slots) under MPI decoding as one rank, also drafting with its multi-token prediction depths.
 // Usage: node mpi_tp_test.mjs LOOM_BINARY MPIEXEC   (exit 77: no mpirun)
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -162,9 +162,9 @@ await check('a follower that stops answering makes rank 0 fail, naming it', asyn
   // after entering it, its handshake polls stand still. Either way it is named.
   assert.match(err(), /the engine failed.*timed out.*(never arrived|stopped making progress)[^:]*: 1 \(world rank 1/);
 });
-await check('a hybrid model (Mamba-2 state slots copied for n = 2) under MPI decodes as one rank', async () => {
+await check('a hybrid model (Mamba-2 state slots copied for n = 2) under MPI decodes as one rank, with drafts too', async () => {
   fs.writeFileSync(path.join(dir, 'hybrid.yaml'), `run: {dir: ${dir}/hybrid}
-model: {vocab_size: 0, d_model: 32, layers: 4, layer_pattern: 'M*EM', heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: relu2, positions: rope, tied_embeddings: false, max_seq_len: 128, moe_experts: 4, moe_top_k: 2, moe_ffn_size: 24, moe_router: sigmoid, mamba: {state_size: 8, heads: 4, head_dim: 8, groups: 2, conv_kernel: 4, chunk_size: 8}}
+model: {vocab_size: 0, d_model: 32, layers: 4, layer_pattern: 'M*EM', heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: relu2, positions: rope, tied_embeddings: false, max_seq_len: 128, moe_experts: 4, moe_top_k: 2, moe_ffn_size: 24, moe_router: sigmoid, mtp_depths: 2, mtp_use_repeated_layer: true, mamba: {state_size: 8, heads: 4, head_dim: 8, groups: 2, conv_kernel: 4, chunk_size: 8}}
 data: {tokenizer: byte, train_prefix: ${dir}/data/c_train, seq_len: 32}
 train: {steps: 4, global_batch: 4, micro_batch: 4}
 log: {progress: false}
@@ -181,6 +181,19 @@ log: {progress: false}
   }
   assert.equal((await within(mpi.exited, 30000, 'mpirun')).code, 0);
   assert.equal((await within(one.exited, 30000, 'loom serve')).code, 0);
+  // Speculative decoding with its multi-token prediction depths: every drafting depth a step
+  // message of its own, the followers' snapshot slots restored as rank 0's.
+  const drafting = ['--speculative-config', '{"method": "mtp", "num_speculative_tokens": 2}'];
+  const oneDrafting = await start(loom, ['serve', checkpoint, '--tp', '1', ...flags, ...drafting]);
+  const mpiDrafting = await start(mpiexec, ['--allow-run-as-root', '--oversubscribe', '-np', '2', loom, 'serve',
+                                            checkpoint, '--tp', '2', ...flags, ...drafting]);
+  try {
+    same('hybrid mpi drafting', await decode(mpiDrafting.base), await decode(oneDrafting.base));
+  } finally {
+    oneDrafting.child.kill('SIGTERM');
+    process.kill(ranksOf(mpiDrafting.child)[0], 'SIGTERM');
+  }
+  assert.equal((await within(mpiDrafting.exited, 30000, 'mpirun')).code, 0);
 });
 fs.rmSync(dir, { recursive: true, force: true });
 const failures = failedChecks();

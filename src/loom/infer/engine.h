@@ -168,8 +168,8 @@ class Engine {
   // stop or its length.
   void emit_token(Sample& sample, int32_t token, const float* logits);
   // Speculative decoding: the sample's drafts checked against the target's logits (one row per
-  // draft and one after), the kept ones and the next token emitted; returns the drafts kept.
-  int64_t verify_drafts(Sample& sample, const float* logits);
+  // draft and one after), the kept ones and the next token emitted.
+  void verify_drafts(Sample& sample, const float* logits);
   // After the step's forward: each drafting depth over the rows of every sample in it (drafting.cpp).
   void draft_step();
   void publish_prefix(Sample& sample);

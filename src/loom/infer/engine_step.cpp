@@ -144,7 +144,7 @@ void Engine::after_forward(const float* logits, const std::vector<Sample*>& samp
   }
 }
 
-int64_t Engine::verify_drafts(Sample& s, const float* logits) {
+void Engine::verify_drafts(Sample& s, const float* logits) {
   Request& r = *s.request;
   const RequestOptions& o = r.options;
   const int64_t V = model_.vocab_size, drafted = static_cast<int64_t>(s.drafts.size());
@@ -167,7 +167,7 @@ int64_t Engine::verify_drafts(Sample& s, const float* logits) {
     ++kept;
   }
   metrics_.count_drafts(drafted, kept);
-  if (s.finished) return kept;
+  if (s.finished) return;
   // The positions verified: the last known token's and the kept drafts'; the rows after them
   // are overwritten before anything reads them (a Mamba layer's state is restored here).
   s.computed = last + kept + 1;
@@ -178,7 +178,6 @@ int64_t Engine::verify_drafts(Sample& s, const float* logits) {
   } else {
     emit_token(s, next, row);
   }
-  return kept;
 }
 
 void Engine::fork(Sample& parent) {

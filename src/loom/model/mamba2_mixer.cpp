@@ -249,9 +249,81 @@ void Mamba2Mixer::forward_paged(float* residual, const float* normed, const Page
                               static_cast<size_t>(state_width()) * sizeof(float));
     }
   }
-  // Adjacent rows on one slot are one sequence's next tokens (a prompt's chunk): one run from the
-  // slot. Rows of one token each go together while their slots differ (decoding sequences): one
-  // run over the pool, the kernels reading each row's slot. A sequence's rows keep their order.
+  LOOM_CHECK(batch.snapshot_slots.empty() || static_cast<int64_t>(batch.snapshot_slots.size()) == rows,
+             "a paged step's snapshot slots are not one per row");
+  for (int32_t to : batch.snapshot_slots) {
+    LOOM_CHECK(to < slots, "Mamba snapshot slot " + std::to_string(to) + " is outside the pool of " +
+                               std::to_string(slots));
+  }
+  const RunOrder order = run_order(batch, slot_of);
+  const bool permuted = !order.group_ends.empty();
+  const int32_t* slots_in_order = on_device.state_slots;  // each row's slot, in the runs' order
+  if (permuted) {
+    scratch.run_slots.resize(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i) {
+      scratch.run_slots[static_cast<size_t>(i)] = static_cast<int32_t>(slot_of[order.to_batch[i]]);
+    }
+    slots_in_order = scratch.staged_run_slots.stage(device_, scratch.run_slots.data(), rows);
+  }
+  std::vector<StepRun> runs = plain_runs(order, slot_of, slots, slots_in_order, cache);
+  // Verification rows: the j-th of every sequence together, then each state copied to its snapshot.
+  for (size_t g = 0, first = static_cast<size_t>(order.plain); g < order.group_ends.size(); ++g) {
+    const auto end = static_cast<size_t>(order.group_ends[g]);
+    StepRun run{static_cast<int64_t>(first), static_cast<int64_t>(end - first), cache.windows.data(),
+                cache.states.data(), slots_in_order + first};
+    for (size_t i = first; i < end; ++i) {
+      const int64_t row = order.to_batch[i], to = batch.snapshot_slots[static_cast<size_t>(row)];
+      if (to >= 0) run.snapshots.emplace_back(slot_of[static_cast<size_t>(row)], to);
+    }
+    runs.push_back(std::move(run));
+    first = end;
+  }
+  const int32_t* to_batch = nullptr;
+  const int32_t* to_runs = nullptr;
+  if (permuted) {
+    scratch.run_inverse.resize(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i) scratch.run_inverse[static_cast<size_t>(order.to_batch[i])] = static_cast<int32_t>(i);
+    to_batch = scratch.staged_to_batch.stage(device_, order.to_batch.data(), rows);
+    to_runs = scratch.staged_to_runs.stage(device_, scratch.run_inverse.data(), rows);
+  }
+  step_rows(residual, normed, rows, runs, scratch, tp_scratch, to_batch, to_runs);
+}
+
+Mamba2Mixer::RunOrder Mamba2Mixer::run_order(const PagedBatch& batch, const std::vector<int64_t>& slot_of) {
+  const int64_t rows = batch.rows();
+  RunOrder order;
+  std::vector<std::pair<int64_t, int64_t>> verifying;  // first row and rows of each verifying sequence
+  std::vector<char> verified(static_cast<size_t>(rows), 0);
+  for (int64_t t = 0, end = 0; t < rows && !batch.snapshot_slots.empty(); t = end) {
+    bool snapshots = false;
+    for (end = t; end < rows && slot_of[static_cast<size_t>(end)] == slot_of[static_cast<size_t>(t)]; ++end) {
+      snapshots = snapshots || batch.snapshot_slots[static_cast<size_t>(end)] >= 0;
+    }
+    if (!snapshots) continue;
+    verifying.emplace_back(t, end - t);
+    std::fill(verified.begin() + t, verified.begin() + end, 1);
+  }
+  for (int64_t t = 0; t < rows; ++t) {
+    if (!verified[static_cast<size_t>(t)]) order.to_batch.push_back(static_cast<int32_t>(t));
+  }
+  order.plain = static_cast<int64_t>(order.to_batch.size());
+  for (int64_t j = 0;; ++j) {
+    const size_t before = order.to_batch.size();
+    for (const auto& [first, count] : verifying) {
+      if (j < count) order.to_batch.push_back(static_cast<int32_t>(first + j));
+    }
+    if (order.to_batch.size() == before) break;
+    order.group_ends.push_back(static_cast<int64_t>(order.to_batch.size()));
+  }
+  return order;
+}
+
+// Adjacent rows on one slot are one sequence's next tokens (a prompt's chunk): one run from the
+// slot. Rows of one token each go together while their slots differ (decoding sequences): one
+// run over the pool, the kernels reading each row's slot. A sequence's rows keep their order.
+std::vector<Mamba2Mixer::StepRun> Mamba2Mixer::plain_runs(const RunOrder& order, const std::vector<int64_t>& slot_of,
+                                                           int64_t slots, const int32_t* slots_in_order,
+                                                           PagedLayerCache& cache) const {
   std::vector<StepRun> runs;
   std::vector<char> in_group(static_cast<size_t>(slots), 0);  // the slots of the open group of one-token rows
   std::vector<int64_t> group_slots;
@@ -259,25 +331,10 @@ void Mamba2Mixer::forward_paged(float* residual, const float* normed, const Page
     for (int64_t g : group_slots) in_group[static_cast<size_t>(g)] = 0;
     group_slots.clear();
   };
-  // A verification row with a snapshot slot is a run of its own, its state copied after it.
-  auto snapshot_of = [&](int64_t t) {
-    const int64_t to = batch.snapshot_slots.empty() ? -1 : batch.snapshot_slots[static_cast<size_t>(t)];
-    LOOM_CHECK(to < slots, "Mamba snapshot slot " + std::to_string(to) + " is outside the pool of " +
-                               std::to_string(slots));
-    return to;
-  };
-  LOOM_CHECK(batch.snapshot_slots.empty() || static_cast<int64_t>(batch.snapshot_slots.size()) == rows,
-             "a paged step's snapshot slots are not one per row");
-  for (int64_t t = 0, end = 0; t < rows; t = end) {
-    const int64_t slot = slot_of[static_cast<size_t>(t)];
-    if (const int64_t to = snapshot_of(t); to >= 0) {
-      close_group();
-      end = t + 1;
-      runs.push_back({t, 1, cache.windows.data() + slot * window_width(), cache.states.data() + slot * state_width(),
-                      nullptr, cache.windows.data() + to * window_width(), cache.states.data() + to * state_width()});
-      continue;
-    }
-    for (end = t + 1; end < rows && slot_of[static_cast<size_t>(end)] == slot && snapshot_of(end) < 0;) ++end;
+  auto slot_at = [&](int64_t i) { return slot_of[static_cast<size_t>(order.to_batch[static_cast<size_t>(i)])]; };
+  for (int64_t t = 0, end = 0; t < order.plain; t = end) {
+    const int64_t slot = slot_at(t);
+    for (end = t + 1; end < order.plain && slot_at(end) == slot;) ++end;
     if (end - t > 1) {
       close_group();
       runs.push_back({t, end - t, cache.windows.data() + slot * window_width(),
@@ -288,17 +345,18 @@ void Mamba2Mixer::forward_paged(float* residual, const float* normed, const Page
                        !in_group[static_cast<size_t>(slot)];
     if (!joins) {
       close_group();
-      runs.push_back({t, 0, cache.windows.data(), cache.states.data(), on_device.state_slots + t});
+      runs.push_back({t, 0, cache.windows.data(), cache.states.data(), slots_in_order + t});
     }
     ++runs.back().count;
     in_group[static_cast<size_t>(slot)] = 1;
     group_slots.push_back(slot);
   }
-  step_rows(residual, normed, rows, runs, scratch, tp_scratch);
+  return runs;
 }
 
 void Mamba2Mixer::step_rows(float* residual, const float* normed, int64_t rows, std::span<const StepRun> runs,
-                            Saved& scratch, ParallelScratch& tp_scratch) const {
+                            Saved& scratch, ParallelScratch& tp_scratch, const int32_t* to_batch,
+                            const int32_t* to_runs) const {
   const int64_t gn = groups_ * state_;
   const ParameterStore& p = *store_;
   float* proj = sized(scratch.proj, rows * proj_width(), device_);
@@ -307,21 +365,30 @@ void Mamba2Mixer::step_rows(float* residual, const float* normed, int64_t rows, 
   float* gated = sized(scratch.gated, rows * inner_, device_);
   float* rstd = sized(scratch.rstd, rows * groups_, device_);
   in_->forward(proj, normed, rows, tp_scratch);
+  // The runs' rows in their own order: in_proj's output gathered into it, their output back.
+  float* run_proj = proj;
+  float* run_y = y;
+  if (to_batch != nullptr) {
+    run_proj = sized(scratch.run_proj, rows * proj_width(), device_);
+    run_y = sized(scratch.run_y, rows * inner_, device_);
+    kernels::gather_rows(device_, run_proj, proj, to_batch, nullptr, rows, proj_width());
+  }
   for (const StepRun& run : runs) {
     // A chunk: batch 1 of run.count tokens; decoding rows: run.count sequences of one token.
     const int64_t batch = run.slots ? run.count : 1, seq = run.slots ? 1 : run.count;
-    float* pt = proj + run.first * proj_width();
+    float* pt = run_proj + run.first * proj_width();
     float* ct = conv + run.first * conv_channels();
     kernels::causal_conv_silu_step(device_, ct, run.window, run.slots, pt + inner_, p.value(conv_weight_),
                                    p.value(conv_bias_), conv_shape(all_heads(), batch, seq));
-    kernels::ssd_scan_step(device_, y + run.first * inner_, run.state, run.slots, ct, pt + inner_ + conv_channels(),
-                           p.value(dt_bias_), p.value(a_log_), ct + inner_, ct + inner_ + gn, p.value(d_),
-                           scan_shape(all_heads(), batch, seq));
-    if (run.snapshot_window != nullptr) {
-      copy_on_device(device_, run.snapshot_window, run.window, window_width());
-      copy_on_device(device_, run.snapshot_state, run.state, state_width());
+    kernels::ssd_scan_step(device_, run_y + run.first * inner_, run.state, run.slots, ct,
+                           pt + inner_ + conv_channels(), p.value(dt_bias_), p.value(a_log_), ct + inner_,
+                           ct + inner_ + gn, p.value(d_), scan_shape(all_heads(), batch, seq));
+    for (const auto& [from, to] : run.snapshots) {  // a verification row's state kept (pool slots)
+      copy_on_device(device_, run.window + to * window_width(), run.window + from * window_width(), window_width());
+      copy_on_device(device_, run.state + to * state_width(), run.state + from * state_width(), state_width());
     }
   }
+  if (to_runs != nullptr) kernels::gather_rows(device_, y, run_y, to_runs, nullptr, rows, inner_);
   kernels::gated_rmsnorm_forward(device_, gated, rstd, y, proj, proj_width(), p.value(norm_), rows, inner_,
                                  inner_ / groups_, eps_);
   out_->forward(residual, gated, rows, tp_scratch);

@@ -15,6 +15,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/config/run_config.h"
@@ -34,6 +35,11 @@ class Mamba2Mixer {
   struct Saved {
     Buffer proj, conv, y, gated, rstd;  // context parallelism: all but gated of whole sequences
     std::vector<int32_t> documents;      // context parallelism: the whole sequences' document ids
+    // A paged step's runs in another order (speculative decoding's verification rows): in_proj's
+    // output and the scan's in that order, each row's slot, and the orders where kernels read them.
+    Buffer run_proj, run_y;
+    std::vector<int32_t> run_slots, run_inverse;
+    StagedTokens staged_run_slots, staged_to_batch, staged_to_runs;
   };
   // Throws naming the layer when heads or groups cannot be split over the tensor-parallel group.
   Mamba2Mixer(ParameterStore& store, const TensorParallel& tp, int layer, const std::string& prefix,
@@ -108,13 +114,27 @@ class Mamba2Mixer {
     float* window = nullptr;  // the sequence's; with slots, the pool's
     float* state = nullptr;
     const int32_t* slots = nullptr;  // where the kernels read them (device memory on a GPU)
-    // Where the sequence's window and state are copied after the run (a verification row's snapshot).
-    float* snapshot_window = nullptr;
-    float* snapshot_state = nullptr;
+    // With slots: pool slots (from, to) whose window and state are copied after the run (the
+    // snapshots of speculative decoding's verification rows).
+    std::vector<std::pair<int64_t, int64_t>> snapshots;
   };
+  // The order the runs take a paged step's rows in: to_batch[i] is the batch row at run row i.
+  // Every row outside verification first, in the batch's order (plain of them); then speculative
+  // decoding's verification rows (a sequence's rows with snapshot slots and the row after them),
+  // the j-th of every sequence together, group j ending at group_ends[j]. Identity without those.
+  struct RunOrder {
+    std::vector<int32_t> to_batch;
+    int64_t plain = 0;
+    std::vector<int64_t> group_ends;
+  };
+  static RunOrder run_order(const PagedBatch& batch, const std::vector<int64_t>& slot_of);
+  std::vector<StepRun> plain_runs(const RunOrder& order, const std::vector<int64_t>& slot_of, int64_t slots,
+                                  const int32_t* slots_in_order, PagedLayerCache& cache) const;
   // in_proj over the rows, the runs' convolutions and scans in order, gated norm and out_proj.
+  // to_batch / to_runs (device; null: the batch's order): the runs' rows in another order, and back.
   void step_rows(float* residual, const float* normed, int64_t rows, std::span<const StepRun> runs, Saved& scratch,
-                 ParallelScratch& tp_scratch) const;
+                 ParallelScratch& tp_scratch, const int32_t* to_batch = nullptr,
+                 const int32_t* to_runs = nullptr) const;
 
   ParameterStore* store_;
   Device device_;
