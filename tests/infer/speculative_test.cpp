@@ -16,7 +16,8 @@ TEST(SpeculativeVerification, EmittedTokensFollowTheTargetDistribution) {
   // The target keeps the top 4 of 6 ids; the draft all 6, ordered otherwise and hotter.
   const std::vector<float> target_logits = {2.0f, 0.5f, 1.5f, -1.0f, 0.0f, -3.0f};
   const std::vector<float> draft_logits = {0.2f, 1.8f, 1.0f, 0.9f, -0.5f, 0.4f};
-  const model::TokenDistribution p = model::token_distribution(target_logits.data(), 6, {.temperature = 1.0, .top_k = 4});
+  const model::TokenDistribution p =
+      model::token_distribution(target_logits.data(), 6, {.temperature = 1.0, .top_k = 4});
   const model::TokenDistribution q = model::token_distribution(draft_logits.data(), 6, {.temperature = 1.3});
   const uint64_t key = philox_key(3, "speculative-test");
   const int trials = 200000;

@@ -86,8 +86,8 @@ void register_serve(CLI::App& app, std::vector<Command>& commands) {
                   "under mpirun: seconds rank 0 waits for a follower rank (and a follower for rank 0) before failing")
       ->check(CLI::Range(2.0, 86400.0));
   cmd->add_option("--speculative-config", args->speculative_config,
-                  "speculative decoding, as vLLM's: '{\"method\": \"mtp\", \"num_speculative_tokens\": N}' drafts N tokens a "
-                  "step with the model's multi-token prediction depths (docs/serving.md)");
+                  "speculative decoding, as vLLM's: '{\"method\": \"mtp\", \"num_speculative_tokens\": N}' "
+                  "drafts N tokens a step with the model's multi-token prediction depths (docs/serving.md)");
   cmd->add_flag("!--no-prefix-caching", args->engine.prefix_caching, "do not reuse KV blocks of shared prompt prefixes (always off for hybrid models)");
   commands.push_back({cmd, [args] {
                         args->engine.kv_cache_bytes = args->kv_cache_mb << 20;

@@ -27,16 +27,11 @@ template <typename Sample>
 bool decoding(const Sample& s) {
   return s.generated > 0 && s.computed + 1 == static_cast<int64_t>(s.tokens.size());
 }
-// One sample's rows of the drafting depth before: the position of its first and that row's index (-1: none).
-struct DepthRows {
-  int64_t first_position = 0, first_row = -1;
-};
 }  // namespace
 
-void Engine::draft_step() {
+std::vector<Engine::Drafter> Engine::step_drafters() {
   const int depths = options_.speculative_tokens;
-  std::vector<Sample*> drafters;
-  std::vector<int> drafts;  // per drafter: the tokens it drafts this step (0 while its prompt is computed)
+  std::vector<Drafter> drafters;
   for (auto& r : running_) {
     for (auto& sample : r->samples) {
       Sample& s = *sample;
@@ -48,89 +43,87 @@ void Engine::draft_step() {
         count = std::min<int64_t>({depths, r->options.max_tokens - s.generated - 1, model_.max_seq_len - 1 - last});
         if (count <= 0) continue;  // never again: what is left is one token
       }
-      drafters.push_back(&s);
-      drafts.push_back(static_cast<int>(count));
+      drafters.push_back({&s, static_cast<int>(count), {}});
     }
   }
-  std::vector<DepthRows> before(drafters.size());
-  for (int k = 1; k <= depths; ++k) {
+  return drafters;
+}
+
+void Engine::add_depth_rows(model::DraftBatch& draft, Drafter& d, int32_t entry) {
+  Sample& s = *d.sample;
+  const int k = draft.depth;
+  const int64_t last = static_cast<int64_t>(s.tokens.size()) - 1;
+  const bool decodes = decoding(s);
+  int64_t& done = s.depth_done[static_cast<size_t>(k - 1)];
+  const int64_t known_end = std::min(s.computed, last - k + 1);  // rows from known tokens end here
+  const int64_t end = decodes ? last : known_end;
+  const DepthRows before = d.rows;  // depth k - 1's rows of this step
+  d.rows = {done, -1};
+  if (done >= end) return;
+  d.rows.first_row = draft.rows.rows();
+  for (int64_t t = done; t < end; ++t) {
+    const int64_t ahead = t + k;
+    LOOM_CHECK(ahead <= last + static_cast<int64_t>(s.drafts.size()),
+               "drafting: depth " + std::to_string(k) + " at position " + std::to_string(t) +
+                   " reads a token not drafted yet (position " + std::to_string(ahead) + ")");
+    draft.rows.tokens.push_back(ahead <= last ? s.tokens[static_cast<size_t>(ahead)]
+                                              : s.drafts[static_cast<size_t>(ahead - last - 1)]);
+    draft.rows.positions.push_back(static_cast<int32_t>(t));
+    draft.rows.sequences.push_back(entry);
+    int32_t hidden = 0;
+    if (k == 1) {
+      LOOM_CHECK(t >= s.step_position && t < s.computed,
+                 "drafting: position " + std::to_string(t) + " has no row in the step's forward");
+      hidden = static_cast<int32_t>(s.step_row + t - s.step_position);
+    } else if (before.first_row >= 0 && t >= before.first_position) {
+      hidden = static_cast<int32_t>(before.first_row + t - before.first_position);
+    } else {
+      LOOM_CHECK(t == before.first_position - 1 && s.slot >= 0,
+                 "drafting: depth " + std::to_string(k - 1) + " kept no state at position " + std::to_string(t));
+      hidden = -1 - s.slot;
+    }
+    draft.hidden_rows.push_back(hidden);
+  }
+  if (decodes) draft.rows.logit_rows.push_back(draft.rows.rows() - 1);
+  if (k < options_.speculative_tokens && known_end > done) {
+    draft.retain_rows.push_back(static_cast<int32_t>(d.rows.first_row + known_end - 1 - done));
+    draft.retain_slots.push_back(s.slot);
+  }
+  done = known_end;
+}
+
+void Engine::take_draft(Sample& s, int depth, const float* logits) {
+  if (options_.draft_observer) {
+    std::vector<int32_t> before = s.tokens;
+    before.insert(before.end(), s.drafts.begin(), s.drafts.end());
+    options_.draft_observer(before, depth, logits);
+  }
+  model::TokenDistribution from = model::token_distribution(logits, sampled_vocab_, s.request->options.sampling);
+  const uint64_t position = static_cast<uint64_t>(s.generated) + s.drafts.size();
+  const uint64_t counter = (static_cast<uint64_t>(s.index) << 32) | position;
+  s.drafts.push_back(model::draw_token(from, philox_uniform(s.request->key, counter, kDraftStream)));
+  s.draft_distributions.push_back(std::move(from));
+}
+
+void Engine::draft_step() {
+  std::vector<Drafter> drafters = step_drafters();
+  for (int k = 1; k <= options_.speculative_tokens; ++k) {
     model::DraftBatch draft;
     draft.depth = k;
-    std::vector<DepthRows> rows_of(drafters.size());
-    std::vector<Sample*> entries;
-    std::vector<size_t> logit_drafter;  // the drafter of each logit row
-    for (size_t i = 0; i < drafters.size(); ++i) {
-      Sample& s = *drafters[i];
-      const int64_t last = static_cast<int64_t>(s.tokens.size()) - 1;
-      const bool decodes = decoding(s);
-      if (decodes && drafts[i] < k) continue;
-      int64_t& done = s.depth_done[static_cast<size_t>(k - 1)];
-      const int64_t known_end = std::min(s.computed, last - k + 1);  // rows from known tokens end here
-      const int64_t end = decodes ? last : known_end;
-      rows_of[i].first_position = done;
-      if (done >= end) continue;
-      const auto entry = static_cast<int32_t>(entries.size());
+    std::vector<Sample*> entries, drafting;  // the samples with rows, and those drafting (a logit row each)
+    for (Drafter& d : drafters) {
+      Sample& s = *d.sample;
+      if (decoding(s) && d.drafts < k) continue;  // drafts no deeper: its depth k rows are never read
+      const auto first_logit = draft.rows.logit_rows.size();
+      add_depth_rows(draft, d, static_cast<int32_t>(entries.size()));
+      if (d.rows.first_row < 0) continue;  // nothing new at this depth
       entries.push_back(&s);
-      rows_of[i].first_row = draft.rows.rows();
-      for (int64_t t = done; t < end; ++t) {
-        const int64_t ahead = t + k;
-        LOOM_CHECK(ahead <= last + static_cast<int64_t>(s.drafts.size()),
-                   "drafting: depth " + std::to_string(k) + " at position " + std::to_string(t) +
-                       " reads a token not drafted yet (position " + std::to_string(ahead) + ")");
-        draft.rows.tokens.push_back(ahead <= last ? s.tokens[static_cast<size_t>(ahead)]
-                                                  : s.drafts[static_cast<size_t>(ahead - last - 1)]);
-        draft.rows.positions.push_back(static_cast<int32_t>(t));
-        draft.rows.sequences.push_back(entry);
-        int32_t hidden = 0;
-        if (k == 1) {
-          LOOM_CHECK(t >= s.step_position && t < s.computed, "drafting: position " + std::to_string(t) +
-                                                                 " has no row in the step's forward");
-          hidden = static_cast<int32_t>(s.step_row + t - s.step_position);
-        } else if (before[i].first_row >= 0 && t >= before[i].first_position) {
-          hidden = static_cast<int32_t>(before[i].first_row + t - before[i].first_position);
-        } else {
-          LOOM_CHECK(t == before[i].first_position - 1 && s.slot >= 0,
-                     "drafting: depth " + std::to_string(k - 1) + " kept no state at position " + std::to_string(t));
-          hidden = -1 - s.slot;
-        }
-        draft.hidden_rows.push_back(hidden);
-      }
-      if (decodes) {
-        draft.rows.logit_rows.push_back(draft.rows.rows() - 1);
-        logit_drafter.push_back(i);
-      }
-      if (k < depths && known_end > done) {
-        draft.retain_rows.push_back(static_cast<int32_t>(rows_of[i].first_row + known_end - 1 - done));
-        draft.retain_slots.push_back(s.slot);
-      }
-      done = known_end;
+      if (draft.rows.logit_rows.size() > first_logit) drafting.push_back(&s);
     }
-    before = rows_of;
     if (entries.empty()) continue;
-    size_t width = 1;
-    for (Sample* s : entries) width = std::max(width, s->table.size());
-    draft.rows.table_width = static_cast<int64_t>(width);
-    draft.rows.block_tables.assign(entries.size() * width, 0);
-    for (size_t e = 0; e < entries.size(); ++e) {
-      std::copy(entries[e]->table.begin(), entries[e]->table.end(), draft.rows.block_tables.begin() + e * width);
-    }
+    set_block_tables(draft.rows, entries);
     const float* logits = runner_->draft(draft);
-    const int64_t V = model_.vocab_size;
-    for (size_t j = 0; j < logit_drafter.size(); ++j) {
-      Sample& s = *drafters[logit_drafter[j]];
-      const RequestOptions& o = s.request->options;
-      const float* row = logits + static_cast<int64_t>(j) * V;
-      if (options_.draft_observer) {
-        std::vector<int32_t> before_draft = s.tokens;
-        before_draft.insert(before_draft.end(), s.drafts.begin(), s.drafts.end());
-        options_.draft_observer(before_draft, k, row);
-      }
-      model::TokenDistribution from = model::token_distribution(row, sampled_vocab_, o.sampling);
-      const uint64_t position = static_cast<uint64_t>(s.generated) + s.drafts.size();
-      const uint64_t counter = (static_cast<uint64_t>(s.index) << 32) | position;
-      s.drafts.push_back(model::draw_token(from, philox_uniform(s.request->key, counter, kDraftStream)));
-      s.draft_distributions.push_back(std::move(from));
-    }
+    for (size_t j = 0; j < drafting.size(); ++j) take_draft(*drafting[j], k, logits + j * model_.vocab_size);
   }
   for (auto& r : running_) {
     for (auto& sample : r->samples) sample->step_row = -1;

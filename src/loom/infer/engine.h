@@ -172,13 +172,33 @@ class Engine {
   void verify_drafts(Sample& sample, const float* logits);
   // After the step's forward: each drafting depth over the rows of every sample in it (drafting.cpp).
   void draft_step();
+  // A depth's rows of one sample in a drafting step: the position of the first, and its row (-1: none).
+  struct DepthRows {
+    int64_t first_position = 0, first_row = -1;
+  };
+  // A sample in the step's forward with the drafts it makes (0 while its prompt is computed), and
+  // its rows of the depth drafted last.
+  struct Drafter {
+    Sample* sample = nullptr;
+    int drafts = 0;
+    DepthRows rows;
+  };
+  std::vector<Drafter> step_drafters();
+  // The sample's rows of draft.depth (table entry `entry`): from the first it had not computed from
+  // known tokens to the last known token (decoding) or the last with known tokens (a prompt's).
+  void add_depth_rows(model::DraftBatch& draft, Drafter& drafter, int32_t entry);
+  // The sample's next draft drawn from a depth's logits.
+  void take_draft(Sample& sample, int depth, const float* logits);
+  // The block tables of `samples`, one entry each, in a batch.
+  static void set_block_tables(model::PagedBatch& batch, const std::vector<Sample*>& samples);
   void publish_prefix(Sample& sample);
   void reuse_prefix(Sample& sample);
   void finish(Sample& sample, const std::string& reason);
   int32_t take_slot();
   // The Mamba state slot holding the snapshot after verification row `row` of slot `slot`'s sample.
   int32_t snapshot_slot(int32_t slot, int row) const {
-    return static_cast<int32_t>(runner_->state_slots() + static_cast<int64_t>(slot) * options_.speculative_tokens + row);
+    const int64_t drafts = options_.speculative_tokens;
+    return static_cast<int32_t>(runner_->state_slots() + static_cast<int64_t>(slot) * drafts + row);
   }
   void add_snapshots(model::PagedBatch& batch, const Sample& sample, int64_t rows);
   void drop_finished();

@@ -82,13 +82,9 @@ bool Engine::build_batch(model::PagedBatch& batch, std::vector<Sample*>& stepped
     }
   }
   if (stepped.empty()) return false;
-  size_t width = 1;
-  for (Sample* s : stepped) width = std::max(width, s->table.size());
-  batch.table_width = static_cast<int64_t>(width);
-  batch.block_tables.assign(stepped.size() * width, 0);
+  set_block_tables(batch, stepped);
   for (size_t i = 0; i < stepped.size(); ++i) {
     Sample& s = *stepped[i];
-    std::copy(s.table.begin(), s.table.end(), batch.block_tables.begin() + i * width);
     batch.state_slots.push_back(s.slot);
     if (i >= decoding) batch.prompt_entries.push_back(static_cast<int32_t>(i));
     s.step_row = batch.rows();
@@ -107,6 +103,16 @@ bool Engine::build_batch(model::PagedBatch& batch, std::vector<Sample*>& stepped
     add_snapshots(batch, s, taken[i]);
   }
   return true;
+}
+
+void Engine::set_block_tables(model::PagedBatch& batch, const std::vector<Sample*>& samples) {
+  size_t width = 1;
+  for (const Sample* s : samples) width = std::max(width, s->table.size());
+  batch.table_width = static_cast<int64_t>(width);
+  batch.block_tables.assign(samples.size() * width, 0);
+  for (size_t i = 0; i < samples.size(); ++i) {
+    std::copy(samples[i]->table.begin(), samples[i]->table.end(), batch.block_tables.begin() + i * width);
+  }
 }
 
 // A hybrid model's verification rows: the Mamba state after each draft's row is kept, so that the

@@ -44,7 +44,8 @@ int parse_speculative_config(const std::string& json) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(where + ": not JSON (" + e.what() + "); expected {\"method\": \"mtp\", \"num_speculative_tokens\": N}");
   }
-  LOOM_CHECK(config.is_object(), where + ": expected a JSON object {\"method\": \"mtp\", \"num_speculative_tokens\": N}");
+  LOOM_CHECK(config.is_object(),
+             where + ": expected a JSON object {\"method\": \"mtp\", \"num_speculative_tokens\": N}");
   for (const auto& [key, value] : config.items()) {
     LOOM_CHECK(key == "method" || key == "num_speculative_tokens",
                where + ": unknown key '" + key + "' (this server reads 'method' and 'num_speculative_tokens')");

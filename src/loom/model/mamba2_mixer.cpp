@@ -224,7 +224,7 @@ void Mamba2Mixer::decode(float* residual, const float* normed, int64_t rows, Mam
     zeroed(cache.window, window_width(), device_);
     zeroed(cache.state, state_width(), device_);
   }
-  const StepRun run{0, rows, cache.window.data(), cache.state.data(), nullptr};
+  const StepRun run{0, rows, cache.window.data(), cache.state.data(), nullptr, {}};
   step_rows(residual, normed, rows, {&run, 1}, scratch, tp_scratch);
 }
 
@@ -270,7 +270,7 @@ void Mamba2Mixer::forward_paged(float* residual, const float* normed, const Page
   for (size_t g = 0, first = static_cast<size_t>(order.plain); g < order.group_ends.size(); ++g) {
     const auto end = static_cast<size_t>(order.group_ends[g]);
     StepRun run{static_cast<int64_t>(first), static_cast<int64_t>(end - first), cache.windows.data(),
-                cache.states.data(), slots_in_order + first};
+                cache.states.data(), slots_in_order + first, {}};
     for (size_t i = first; i < end; ++i) {
       const int64_t row = order.to_batch[i], to = batch.snapshot_slots[static_cast<size_t>(row)];
       if (to >= 0) run.snapshots.emplace_back(slot_of[static_cast<size_t>(row)], to);
@@ -282,7 +282,9 @@ void Mamba2Mixer::forward_paged(float* residual, const float* normed, const Page
   const int32_t* to_runs = nullptr;
   if (permuted) {
     scratch.run_inverse.resize(static_cast<size_t>(rows));
-    for (int64_t i = 0; i < rows; ++i) scratch.run_inverse[static_cast<size_t>(order.to_batch[i])] = static_cast<int32_t>(i);
+    for (int64_t i = 0; i < rows; ++i) {
+      scratch.run_inverse[static_cast<size_t>(order.to_batch[i])] = static_cast<int32_t>(i);
+    }
     to_batch = scratch.staged_to_batch.stage(device_, order.to_batch.data(), rows);
     to_runs = scratch.staged_to_runs.stage(device_, scratch.run_inverse.data(), rows);
   }
@@ -338,14 +340,14 @@ std::vector<Mamba2Mixer::StepRun> Mamba2Mixer::plain_runs(const RunOrder& order,
     if (end - t > 1) {
       close_group();
       runs.push_back({t, end - t, cache.windows.data() + slot * window_width(),
-                      cache.states.data() + slot * state_width(), nullptr});
+                      cache.states.data() + slot * state_width(), nullptr, {}});
       continue;
     }
     const bool joins = !runs.empty() && runs.back().slots != nullptr && runs.back().first + runs.back().count == t &&
                        !in_group[static_cast<size_t>(slot)];
     if (!joins) {
       close_group();
-      runs.push_back({t, 0, cache.windows.data(), cache.states.data(), slots_in_order + t});
+      runs.push_back({t, 0, cache.windows.data(), cache.states.data(), slots_in_order + t, {}});
     }
     ++runs.back().count;
     in_group[static_cast<size_t>(slot)] = 1;

@@ -235,8 +235,8 @@ std::string Server::metrics_text() const {
   metric("loom_prompt_tokens_cached_total", "counter", "Prompt tokens whose KV came from a shared prefix.", m.cached_prompt_tokens.load());
   metric("loom_generation_tokens_total", "counter", "Tokens generated.", m.generation_tokens.load());
   metric("loom_engine_steps_total", "counter", "Batched forward steps.", m.steps.load());
-  metric("loom_spec_decode_drafts_total", "counter", "Verifications of a sample's drafted tokens (speculative decoding).",
-         m.spec_verifications.load());
+  metric("loom_spec_decode_drafts_total", "counter",
+         "Verifications of a sample's drafted tokens (speculative decoding).", m.spec_verifications.load());
   metric("loom_spec_decode_draft_tokens_total", "counter", "Tokens drafted and verified.", m.spec_draft_tokens.load());
   metric("loom_spec_decode_accepted_tokens_total", "counter", "Drafted tokens kept.", m.spec_accepted_tokens.load());
   const int drafted_positions = engine_.speculative_tokens();
