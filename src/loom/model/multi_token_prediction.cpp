@@ -63,15 +63,22 @@ void MtpDepth::shift(Saved& saved, int depth, const int32_t* inputs, const int32
   }
 }
 
+const float* MtpDepth::combine(Saved& saved, const float* h_prev, int64_t rows) const {
+  const int64_t C = d_model_;
+  const Device device = store_->device();
+  enorm_.forward(saved.enorm, saved.embedded.data(), rows);
+  hnorm_.forward(saved.hnorm, h_prev, rows);
+  float* combined = sized(saved.combined, rows * 2 * C, device);
+  copy_rows(device, combined, 2 * C, saved.enorm.out.data(), C, rows, C);
+  copy_rows(device, combined + C, 2 * C, saved.hnorm.out.data(), C, rows, C);
+  return combined;
+}
+
 void MtpDepth::forward(Saved& saved, Block::Saved& block_saved, const float* h_prev, int64_t batch, int64_t seq,
                        const Packing& packing, ParallelScratch& scratch) const {
   const int64_t C = d_model_, local = tp_->local_rows(batch * seq);
   const Device device = store_->device();
-  enorm_.forward(saved.enorm, saved.embedded.data(), local);
-  hnorm_.forward(saved.hnorm, h_prev, local);
-  float* combined = sized(saved.combined, local * 2 * C, device);
-  copy_rows(device, combined, 2 * C, saved.enorm.out.data(), C, local, C);
-  copy_rows(device, combined + C, 2 * C, saved.hnorm.out.data(), C, local, C);
+  const float* combined = combine(saved, h_prev, local);
   float* block_in = sized(saved.block_in, local * C, device);
   if (tp_->sequence_parallel()) {
     // All rows through one GEMM; this rank keeps its own.
@@ -93,13 +100,8 @@ void MtpDepth::forward_paged(Saved& saved, const float* h_prev, const PagedBatch
                              ParallelScratch& scratch) const {
   const int64_t C = d_model_, rows = batch.rows();
   const Device device = store_->device();
-  enorm_.forward(saved.enorm, saved.embedded.data(), rows);
-  hnorm_.forward(saved.hnorm, h_prev, rows);
-  float* combined = sized(saved.combined, rows * 2 * C, device);
-  copy_rows(device, combined, 2 * C, saved.enorm.out.data(), C, rows, C);
-  copy_rows(device, combined + C, 2 * C, saved.hnorm.out.data(), C, rows, C);
   float* x = sized(saved.block_in, rows * C, device);
-  kernels::linear_forward(device, x, combined, store_->value(eh_proj_), nullptr, rows, 2 * C, C);
+  kernels::linear_forward(device, x, combine(saved, h_prev, rows), store_->value(eh_proj_), nullptr, rows, 2 * C, C);
   block_.forward_paged(x, batch, on_device, cache, block_size, block_scratch, scratch);
   final_norm_.forward(saved.final_norm, x, rows);
 }

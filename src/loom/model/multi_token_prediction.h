@@ -74,6 +74,9 @@ class MtpDepth {
   const Block& block() const { return block_; }
 
  private:
+  // [enorm(e) | hnorm(h_prev)] of `rows` rows into saved.combined (returned).
+  const float* combine(Saved& saved, const float* h_prev, int64_t rows) const;
+
   const TensorParallel* tp_;
   ParameterStore* store_;
   int d_model_;

@@ -82,7 +82,7 @@ struct PagedKVCache {
   // Sample state slots: each running sequence's Mamba states (hybrid models) and the hidden states
   // its drafting depths keep; 0 without either. A hybrid model's Mamba pools hold state_slots x
   // (1 + draft_depths) slots: slot s's, then the snapshots of its verification rows at
-  // state_slots + s x draft_depths + i (snapshot_slot).
+  // state_slots + s x draft_depths + i (the engine's Engine::snapshot_slot).
   int64_t state_slots = 0;
   std::vector<PagedLayerCache> layers;  // by layer (empty entries for layers without attention or mixer)
   // Speculative decoding with multi-token prediction: the depths that draft, each with the keys
@@ -91,9 +91,6 @@ struct PagedKVCache {
   int draft_depths = 0;
   std::vector<PagedLayerCache> draft_layers;
   Buffer kept_hidden;
-  int32_t snapshot_slot(int32_t slot, int row) const {
-    return static_cast<int32_t>(state_slots + static_cast<int64_t>(slot) * draft_depths + row);
-  }
 };
 
 }  // namespace loom::model

@@ -302,6 +302,7 @@ class Transformer {
   std::vector<MtpDepth> mtp_;  // by depth, or one for all (the rank holding the head)
   // The weights depth k (0-based) runs: its own, or the one repeated layer's.
   MtpDepth& mtp_module(int k) { return mtp_[config_.mtp_use_repeated_layer ? 0 : k]; }
+  const MtpDepth& mtp_module(int k) const { return mtp_[config_.mtp_use_repeated_layer ? 0 : k]; }
   int mtp_embed_ = -1;         // the embedding table multi-token prediction reads
   MtpTotals mtp_totals_;
   std::vector<double> last_mtp_;

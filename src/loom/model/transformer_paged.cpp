@@ -55,7 +55,7 @@ PagedKVCache Transformer::make_paged_cache(int64_t blocks, int64_t block_size, i
   }
   for (int k = 0; k < draft_depths; ++k) {
     cache.draft_layers.push_back(
-        layer_cache(mtp_[config_.mtp_use_repeated_layer ? 0 : k].block(), blocks, block_size, 0, kv_dtype, device));
+        layer_cache(mtp_module(k).block(), blocks, block_size, 0, kv_dtype, device));
   }
   if (draft_depths > 1) zeroed(cache.kept_hidden, cache.state_slots * (draft_depths - 1) * config_.d_model, device);
   return cache;
@@ -66,7 +66,7 @@ int64_t Transformer::paged_block_bytes(int64_t block_size, kernels::KvCacheDtype
   const int64_t element = kernels::kv_cache_element_bytes(kv_dtype);
   for (const Block& b : blocks_) bytes += 2 * block_size * b.local_kv_width() * element;
   for (int k = 0; k < draft_depths && !mtp_.empty(); ++k) {
-    bytes += 2 * block_size * mtp_[config_.mtp_use_repeated_layer ? 0 : k].block().local_kv_width() * element;
+    bytes += 2 * block_size * mtp_module(k).block().local_kv_width() * element;
   }
   return bytes;
 }
@@ -287,9 +287,8 @@ const float* Transformer::draft_paged(const DraftBatch& draft, PagedKVCache& cac
   MtpDepth::Saved& saved = s.draft[static_cast<size_t>(k - 1)];
   lookup_tokens(sized(saved.embedded, rows * C, device), batch.tokens.data(), rows, mtp_embed_);
   trace::Range range("draft depth", k, "paged forward");
-  mtp_[config_.mtp_use_repeated_layer ? 0 : k - 1].forward_paged(
-      saved, h_prev, batch, on_device, cache.draft_layers[static_cast<size_t>(k - 1)], cache.block_size, s.block,
-      s.tp);
+  mtp_module(k - 1).forward_paged(saved, h_prev, batch, on_device, cache.draft_layers[static_cast<size_t>(k - 1)],
+                                  cache.block_size, s.block, s.tp);
   s.draft_rows[static_cast<size_t>(k - 1)] = rows;
   for (size_t i = 0; i < draft.retain_rows.size(); ++i) {
     const int64_t row = draft.retain_rows[i], slot = draft.retain_slots[i];
