@@ -91,7 +91,8 @@ class Engine {
   // Where rank 0's model runs (cpu, or cuda:0).
   Device device() const { return options_.device == config::RuntimeDevice::Cuda ? Device::cuda(0) : Device::cpu(); }
   const BlockManager& blocks() const { return blocks_; }
-  // Mamba state slots (0 without Mamba-2 layers) and how many no sample holds (read between steps).
+  // State slots (0 without Mamba-2 layers or several drafting depths) and how many no sample holds
+  // (read between steps).
   int64_t state_slots() const { return runner_->state_slots(); }
   int64_t free_state_slots() const { return static_cast<int64_t>(free_slots_.size()); }
   std::string weight_version() const;

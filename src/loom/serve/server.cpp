@@ -225,11 +225,15 @@ std::string Server::metrics_text() const {
   metric("loom_running_sequences", "gauge", "Samples being generated.", engine_.running());
   metric("loom_kv_blocks_in_use", "gauge", "KV cache blocks held by sequences.", m.kv_blocks_in_use.load());
   metric("loom_kv_blocks_total", "gauge", "KV cache blocks.", m.kv_blocks_total.load());
-  metric("loom_mamba_state_slots_in_use", "gauge", "Mamba state slots held by sequences (hybrid models).",
+  metric("loom_mamba_state_slots_in_use", "gauge",
+         "State slots held by sequences (hybrid models' Mamba states; drafting depths' kept states).",
          m.state_slots_in_use.load());
-  metric("loom_mamba_state_slots_total", "gauge", "Mamba state slots (one per running sequence; hybrid models).",
+  metric("loom_mamba_state_slots_total", "gauge",
+         "State slots (one per running sequence; hybrid models, or drafting with several depths).",
          m.state_slots_total.load());
-  metric("loom_mamba_state_pool_bytes", "gauge", "Bytes of the Mamba state pool per rank, within the KV cache budget.",
+  metric("loom_mamba_state_pool_bytes", "gauge",
+         "Bytes of the state pool per rank (Mamba states and their snapshots, drafting depths' states), within the "
+         "KV cache budget.",
          m.state_pool_bytes.load());
   metric("loom_prompt_tokens_total", "counter", "Prompt tokens admitted.", m.prompt_tokens.load());
   metric("loom_prompt_tokens_cached_total", "counter", "Prompt tokens whose KV came from a shared prefix.", m.cached_prompt_tokens.load());
