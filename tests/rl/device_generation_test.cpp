@@ -7,7 +7,10 @@
 #include <algorithm>
 
 #include "../train/training_runs.h"
+#include "loom/config/grpo_schema.h"
+#include "loom/core/error.h"
 #include "loom/infer/engine.h"
+#include "loom/infer/speculative.h"
 #include "loom/rl/agent_loop.h"
 #include "loom/rl/env/env_server.h"
 #include "loom/rl/launch/server_command.h"
@@ -91,6 +94,25 @@ TEST(DeviceGeneration, GenerationWorkersRunOnTheRuntimeDeviceWithTheConfiguredDt
     config.grpo.worker_dtype = dtype;
     EXPECT_EQ(worker_flag(config, "--dtype"), dtype);
   }
+}
+
+// grpo.worker_speculative_tokens: each worker drafts with the model's multi-token prediction depths.
+TEST(DeviceGeneration, WorkersDraftWithTheModelsDepthsWhenAsked) {
+  config::RunConfig config;
+  EXPECT_EQ(worker_flag(config, "--speculative-config"), "");
+  config.grpo.worker_speculative_tokens = 2;
+  const std::string json = worker_flag(config, "--speculative-config");
+  EXPECT_EQ(json, "{\"method\": \"mtp\", \"num_speculative_tokens\": 2}");
+  EXPECT_EQ(infer::parse_speculative_config(json), 2);  // what `loom serve` reads back
+  const std::string yaml = "model: {mtp_depths: 1}\ngrpo: {worker_speculative_tokens: 2}\n";
+  try {
+    config::check_grpo(config::parse_config(yaml, "grpo.yaml", {}));
+    FAIL() << "2 drafts from 1 depth were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("grpo.worker_speculative_tokens"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.mtp_depths is 1"), std::string::npos) << e.what();
+  }
+  config::check_grpo(config::parse_config("model: {mtp_depths: 2}\ngrpo: {worker_speculative_tokens: 2}\n", "grpo.yaml", {}));
 }
 
 }  // namespace

@@ -60,6 +60,7 @@ std::vector<Key<GrpoConfig>> grpo_keys() {
       field("environment_servers", &GrpoConfig::environment_servers, at_least(1)),
       field("worker_kv_cache_mb", &GrpoConfig::worker_kv_cache_mb, at_least(1)),
       field("worker_dtype", &GrpoConfig::worker_dtype, one_of({"auto", "fp32", "bf16", "fp16"})),
+      field("worker_speculative_tokens", &GrpoConfig::worker_speculative_tokens, at_least(0)),
       field("rollout_threads", &GrpoConfig::rollout_threads, at_least(0)),
       field("max_staleness", &GrpoConfig::max_staleness, at_least(0)),
       field("inflight_updates", &GrpoConfig::inflight_updates, one_of({"continue", "wait"})),
@@ -98,6 +99,10 @@ void check_grpo(const RunConfig& config) {
   LOOM_CHECK(g.refit != "comm" || g.inflight_updates == "continue",
              "grpo.refit = 'comm' with grpo.inflight_updates = 'wait': the workers load what the learner sends as it arrives; "
              "use inflight_updates = 'continue' or refit = 'checkpoint'");
+  LOOM_CHECK(g.worker_speculative_tokens <= config.model.mtp_depths,
+             "grpo.worker_speculative_tokens = " + std::to_string(g.worker_speculative_tokens) +
+                 " drafts need as many multi-token prediction depths; model.mtp_depths is " +
+                 std::to_string(config.model.mtp_depths));
   LOOM_CHECK(g.environment != "calculator" || g.max_turns >= 2,
              "grpo.max_turns = " + std::to_string(g.max_turns) +
                  " with grpo.environment = 'calculator': a tool call needs a second turn for the answer; use >= 2");

@@ -19,6 +19,11 @@ std::vector<std::string> server_command(const config::RunConfig& config, const s
     argv = {loom, "serve", checkpoint, "--port", "0", "--kv-cache-mb", std::to_string(g.worker_kv_cache_mb),
             "--max-running", std::to_string(std::max(64, g.samples_per_prompt * 4)), "--device",
             config.runtime.device == config::RuntimeDevice::Cuda ? "cuda" : "cpu", "--dtype", g.worker_dtype};
+    if (g.worker_speculative_tokens > 0) {  // drafts from the model's multi-token prediction depths
+      argv.push_back("--speculative-config");
+      argv.push_back("{\"method\": \"mtp\", \"num_speculative_tokens\": " +
+                     std::to_string(g.worker_speculative_tokens) + "}");
+    }
   }
   if (!host.empty()) {
     argv.push_back("--host");
