@@ -12,32 +12,27 @@
 #   ("It is a truth universally acknowledged, item N."), prompted with that text.
 # Usage: bench/speculative_bench.sh [BUILD_DIR=build] [THREADS=2] [STEPS=300] [MODELS="super dense"]
 set -euo pipefail
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="${1:-$repo/build}"
-threads="${2:-2}"
+source "$(dirname "${BASH_SOURCE[0]}")/serve_common.sh" "$@"  # repo, build, threads, work, the repetitive corpus
 steps="${3:-300}"
 models="${4:-super dense}"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
 corpus="$repo/.cache/data/corpus"
 [[ -d "$corpus/sotu" ]] || { echo "no corpus at $corpus (run scripts/setup.sh)" >&2; exit 1; }
 export OMP_NUM_THREADS="$threads"
 if [[ " $models " == *" super "* ]]; then
-  "$build/loom" data prepare "$corpus/sotu" --tokenizer byte --output "$work/data/c" --val-fraction 0.02 > /dev/null
-  sed -e "s|dir: runs/.*|dir: $work/super|" -e "s|data/byte/corpus|$work/data/c|g" \
+  "$build/loom" data prepare "$corpus/sotu" --tokenizer byte --output "$work/data/s" --val-fraction 0.02 > /dev/null
+  sed -e "s|dir: runs/.*|dir: $work/super|" -e "s|data/byte/corpus|$work/data/s|g" \
       -e "s|^  steps: [0-9]*$|  steps: $steps|" -e "s|eval_interval: [0-9]*|eval_interval: 0|" \
       "$repo/configs/nemotron3-super-tiny.yaml" > "$work/super.yaml"
   "$build/loom" train "$work/super.yaml" | tail -2
   head -c 200000 "$corpus/moby-dick.txt" | tail -c 100000 > "$work/super-prompts.txt"
 fi
 if [[ " $models " == *" dense "* ]]; then
-  for i in $(seq 1 300); do echo "It is a truth universally acknowledged, item $((i * 7))."; echo; done > "$work/dense-prompts.txt"
-  "$build/loom" data prepare "$work/dense-prompts.txt" --output "$work/data/r" --val-fraction 0 > /dev/null
+  cp "$work/corpus.txt" "$work/dense-prompts.txt"  # serve_common.sh's, prepared as $work/data/c
   cat > "$work/dense.yaml" <<YAML
 run: {dir: $work/dense}
 model: {vocab_size: 0, d_model: 768, layers: 8, heads: 12, kv_heads: 4, ffn_size: 2048, norm: rms, activation: swiglu,
         positions: rope, tied_embeddings: false, max_seq_len: 256, mtp_depths: 2, mtp_loss_weight: 0.5}
-data: {tokenizer: byte, train_prefix: $work/data/r_train, seq_len: 64}
+data: {tokenizer: byte, train_prefix: $work/data/c_train, seq_len: 64}
 optim: {lr: 1.0e-3, warmup_steps: 5}
 train: {steps: 30, global_batch: 8, micro_batch: 8}
 log: {progress: false}
