@@ -26,6 +26,9 @@
 #   more      the hybrid step, serving on the GPU beside the CPU, compute-sanitizer, the kernel
 #             benchmarks beside PyTorch, decoding and prompt rows'
 #             attention over a paged cache beside PyTorch's over contiguous tensors
+#   spec      (not in the default) speculative decoding on the GPU: bench/speculative_bench.sh's
+#             74M-parameter model with 2 MTP depths trained here, then the engine with 0, 1 and 2
+#             drafts a step (SPEC lines: loom_bench_serve's JSON, drafts kept, tokens a step)
 # The budget is LOOM_GPU_BUDGET_S seconds from the start (default 540); each step has its own
 # timeout, cut to what is left, and a step that no longer fits is skipped, saying so. Binaries
 # come from .gpu-bundle/ (scripts/gpu_bundle.sh, made on a build machine) when it is there, else
@@ -40,9 +43,9 @@ export LOOM_GPU_DEADLINE=$(($(date +%s) + ${LOOM_GPU_BUDGET_S:-540}))
 stages=("$@")
 [ "${#stages[@]}" -gt 0 ] || stages=(kernels llama gpt2 profile nccl torch more)
 for s in "${stages[@]}"; do
-  case "$s" in kernels | llama | curves | gpt2 | profile | bytes | timeline | nccl | torch | more) ;;
+  case "$s" in kernels | llama | curves | gpt2 | profile | bytes | timeline | nccl | torch | more | spec) ;;
     *) echo "gpu_test.sh: unknown stage '$s' (kernels, llama, curves, gpt2, profile, bytes, timeline, nccl, torch," \
-         "more)" >&2
+         "more, spec)" >&2
       exit 2 ;;
   esac
 done
@@ -235,6 +238,34 @@ PY
   done
 }
 
+stage_spec() {
+  # The model of bench/speculative_bench.sh's dense part (d_model 768, 8 layers, 2 MTP depths)
+  # trained 30 steps on its repetitive corpus, on the GPU; then greedy decoding with 0, 1 and 2
+  # drafts a step at 1, 8 and 32 sequences, prompts from that corpus.
+  local dir=/tmp/loom-spec spec
+  mkdir -p "$dir"
+  for i in $(seq 1 300); do echo "It is a truth universally acknowledged, item $((i * 7))."; echo; done >"$dir/corpus.txt"
+  timeout 30 "$loom" data prepare "$dir/corpus.txt" --output "$dir/c" --val-fraction 0 >"$out/prepare_spec.log" 2>&1
+  cat >"$dir/dense.yaml" <<YAML
+run: {dir: $dir/run, overwrite: true}
+model: {vocab_size: 0, d_model: 768, layers: 8, heads: 12, kv_heads: 4, ffn_size: 2048, norm: rms, activation: swiglu,
+        positions: rope, tied_embeddings: false, max_seq_len: 256, mtp_depths: 2, mtp_loss_weight: 0.5}
+data: {tokenizer: byte, train_prefix: $dir/c_train, seq_len: 64}
+optim: {lr: 1.0e-3, warmup_steps: 5}
+train: {steps: 30, global_batch: 8, micro_batch: 8}
+runtime: {device: cuda}
+log: {progress: false}
+YAML
+  capped "loom train spec" 90 "$loom" train "$dir/dense.yaml" >>"$out/train_cuda.log" 2>&1
+  echo "loom train spec exit $?"
+  grep -E "^trained|error" "$out/train_cuda.log" | tail -1 | cut -c1-200
+  [ -d "$dir/run/checkpoints" ] || return 0
+  for spec in 0 1 2; do
+    capped "serve spec $spec" 45 "$bin/loom_bench_serve" "$dir/run/checkpoints" 64 64 192 cuda auto auto "$spec" \
+      "$dir/corpus.txt" 2>&1 | sed "s/^/SPEC|drafts $spec|/" | tee -a "$out/bench.txt" | cut -c1-240
+  done
+}
+
 for s in "${stages[@]}"; do
   echo "== stage $s ($(left) s left)"
   case "$s" in
@@ -248,6 +279,7 @@ for s in "${stages[@]}"; do
     nccl) stage_nccl ;;
     torch) train_bench torch-gpt2 torch-llama ;;
     more) stage_more ;;
+    spec) stage_spec ;;
   esac
 done
 echo "== done ($(left) s of the budget left)"
