@@ -56,7 +56,7 @@ int parse_speculative_config(const std::string& json) {
   const nlohmann::json& tokens = config.contains("num_speculative_tokens") ? config["num_speculative_tokens"]
                                                                            : nlohmann::json();
   LOOM_CHECK(tokens.is_number_integer() && tokens.get<int64_t>() >= 1 && tokens.get<int64_t>() <= 1024,
-             where + ": 'num_speculative_tokens' must be an integer >= 1, got " +
+             where + ": 'num_speculative_tokens' must be an integer in [1, 1024], got " +
                  (tokens.is_null() ? std::string("nothing") : tokens.dump()));
   return static_cast<int>(tokens.get<int64_t>());
 }
