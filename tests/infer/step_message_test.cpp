@@ -56,7 +56,7 @@ TEST(StepMessage, DraftRoundTrips) {
   m.draft.rows = forward_step().batch;
   m.draft.hidden_rows = {4, 5, -3, 0};
   m.draft.retain_rows = {3};
-  m.draft.retain_slots = {7};
+  m.draft.retain_states = {7};
   const StepMessage back = decode_step(encode_step(m));
   EXPECT_EQ(back.kind, StepKind::Draft);
   EXPECT_EQ(back.draft.depth, 2);
@@ -65,7 +65,7 @@ TEST(StepMessage, DraftRoundTrips) {
   EXPECT_EQ(back.draft.rows.logit_rows, m.draft.rows.logit_rows);
   EXPECT_EQ(back.draft.hidden_rows, m.draft.hidden_rows);
   EXPECT_EQ(back.draft.retain_rows, m.draft.retain_rows);
-  EXPECT_EQ(back.draft.retain_slots, m.draft.retain_slots);
+  EXPECT_EQ(back.draft.retain_states, m.draft.retain_states);
   EXPECT_THROW(decode_step(encode_step(m).substr(0, encode_step(m).size() - 2)), Error);
 }
 

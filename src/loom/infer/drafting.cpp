@@ -10,7 +10,8 @@
 // the tokens drafted by the depths before it (rows that the next steps compute again once those
 // tokens are known). Depth k's logits at m - 1 give the draft of position m + k. Depth k - 1's rows
 // of a step start at most one position after depth k's: its output at that position, computed the
-// step before, is kept per sample (the kept states of the cache's slots).
+// step before, is kept per sample (one of the two kept states of its slot: a step writes the
+// other, which its next step reads).
 #include <algorithm>
 
 #include "loom/core/error.h"
@@ -36,14 +37,17 @@ std::vector<Engine::Drafter> Engine::step_drafters() {
     for (auto& sample : r->samples) {
       Sample& s = *sample;
       if (s.step_row < 0 || s.finished) continue;
-      if (s.depth_done.empty()) s.depth_done.assign(static_cast<size_t>(depths), 0);
+      if (s.depth_done.empty()) {
+        s.depth_done.assign(static_cast<size_t>(depths), 0);
+        s.kept_half.assign(static_cast<size_t>(depths - 1), 0);
+      }
       const int64_t last = static_cast<int64_t>(s.tokens.size()) - 1;
       int64_t count = 0;
       if (decoding(s)) {  // drafts that the request's length and the context leave room for
         count = std::min<int64_t>({depths, r->options.max_tokens - s.generated - 1, model_.max_seq_len - 1 - last});
         if (count <= 0) continue;  // never again: what is left is one token
       }
-      drafters.push_back({&s, static_cast<int>(count), {}});
+      drafters.push_back({&s, static_cast<int>(count), {}, {}});
     }
   }
   return drafters;
@@ -80,14 +84,15 @@ void Engine::add_depth_rows(model::DraftBatch& draft, Drafter& d, int32_t entry)
     } else {
       LOOM_CHECK(t == before.first_position - 1 && s.slot >= 0,
                  "drafting: depth " + std::to_string(k - 1) + " kept no state at position " + std::to_string(t));
-      hidden = -1 - s.slot;
+      hidden = -1 - (2 * s.slot + s.kept_half[static_cast<size_t>(k - 2)]);
     }
     draft.hidden_rows.push_back(hidden);
   }
   if (decodes) draft.rows.logit_rows.push_back(draft.rows.rows() - 1);
-  if (k < options_.speculative_tokens && known_end > done) {
+  if (k < options_.speculative_tokens && known_end > done) {  // into the state depth k + 1 does not read now
     draft.retain_rows.push_back(static_cast<int32_t>(d.rows.first_row + known_end - 1 - done));
-    draft.retain_slots.push_back(s.slot);
+    draft.retain_states.push_back(2 * s.slot + 1 - s.kept_half[static_cast<size_t>(k - 1)]);
+    d.kept_written.push_back(k);
   }
   done = known_end;
 }
@@ -99,8 +104,7 @@ void Engine::take_draft(Sample& s, int depth, const float* logits) {
     options_.draft_observer(before, depth, logits);
   }
   model::TokenDistribution from = model::token_distribution(logits, sampled_vocab_, s.request->options.sampling);
-  const uint64_t position = static_cast<uint64_t>(s.generated) + s.drafts.size();
-  const uint64_t counter = (static_cast<uint64_t>(s.index) << 32) | position;
+  const uint64_t counter = draw_counter(s, static_cast<int64_t>(s.drafts.size()));
   s.drafts.push_back(model::draw_token(from, philox_uniform(s.request->key, counter, kDraftStream)));
   s.draft_distributions.push_back(std::move(from));
 }
@@ -124,6 +128,9 @@ void Engine::draft_step() {
     set_block_tables(draft.rows, entries);
     const float* logits = runner_->draft(draft);
     for (size_t j = 0; j < drafting.size(); ++j) take_draft(*drafting[j], k, logits + j * model_.vocab_size);
+  }
+  for (Drafter& d : drafters) {  // the states written this step are the ones to read next
+    for (int k : d.kept_written) d.sample->kept_half[static_cast<size_t>(k - 1)] ^= 1;
   }
   for (auto& r : running_) {
     for (auto& sample : r->samples) sample->step_row = -1;

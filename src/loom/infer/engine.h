@@ -139,11 +139,13 @@ class Engine {
     std::chrono::steady_clock::time_point last_token;
     // Speculative decoding: the tokens drafted for the positions after the last, the
     // distributions they were drawn from, and per depth k the positions 0 .. depth_done[k - 1]
-    // whose rows it computed from known tokens. step_row / step_position: this step's first
-    // forward row and its position (-1: not in this step's forward).
+    // whose rows it computed from known tokens, and which of its slot's two kept states holds
+    // its kept output (kept_half[k - 1], depths below the last). step_row / step_position: this
+    // step's first forward row and its position (-1: not in this step's forward).
     std::vector<int32_t> drafts;
     std::vector<model::TokenDistribution> draft_distributions;
     std::vector<int64_t> depth_done;
+    std::vector<int32_t> kept_half;
     int64_t step_row = -1, step_position = 0;
   };
   struct Request {
@@ -165,6 +167,10 @@ class Engine {
                      const std::vector<Sample*>& stepped);
   void fork(Sample& parent);
   void sample_next(Sample& sample, const float* logits);
+  // The Philox counter of the sample's token `ahead` positions after its next one.
+  static uint64_t draw_counter(const Sample& sample, int64_t ahead = 0) {
+    return (static_cast<uint64_t>(sample.index) << 32) | static_cast<uint64_t>(sample.generated + ahead);
+  }
   // Appends `token` (drawn from `logits`) to the sample and streams it; finishes the sample at a
   // stop or its length.
   void emit_token(Sample& sample, int32_t token, const float* logits);
@@ -177,12 +183,13 @@ class Engine {
   struct DepthRows {
     int64_t first_position = 0, first_row = -1;
   };
-  // A sample in the step's forward with the drafts it makes (0 while its prompt is computed), and
-  // its rows of the depth drafted last.
+  // A sample in the step's forward with the drafts it makes (0 while its prompt is computed), its
+  // rows of the depth drafted last, and the depths that wrote their other kept state this step.
   struct Drafter {
     Sample* sample = nullptr;
     int drafts = 0;
     DepthRows rows;
+    std::vector<int> kept_written;
   };
   std::vector<Drafter> step_drafters();
   // The sample's rows of draft.depth (table entry `entry`): from the first it had not computed from

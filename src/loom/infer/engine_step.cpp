@@ -164,7 +164,7 @@ void Engine::verify_drafts(Sample& s, const float* logits) {
   while (kept < drafted && !s.finished) {
     const float* row = logits + kept * V;
     const model::TokenDistribution target = model::token_distribution(row, sampled_vocab_, o.sampling);
-    const uint64_t counter = (static_cast<uint64_t>(s.index) << 32) | static_cast<uint64_t>(s.generated);
+    const uint64_t counter = draw_counter(s);
     if (!accept_draft(target, from[kept], drafts[kept], philox_uniform(r.key, counter, kAcceptStream))) {
       next = residual_token(target, from[kept], philox_uniform(r.key, counter));
       break;
@@ -202,6 +202,7 @@ void Engine::fork(Sample& parent) {
     child->text = std::make_unique<TextOutput>(*tokenizer_, r.options.stop);
     child->table = parent.table;
     child->depth_done = parent.depth_done;
+    child->kept_half = parent.kept_half;
     child->step_row = parent.step_row;
     child->step_position = parent.step_position;
     for (size_t b = 0; b < parent.table.size(); ++b) {
@@ -221,8 +222,7 @@ void Engine::fork(Sample& parent) {
 
 void Engine::sample_next(Sample& s, const float* logits) {
   Request& r = *s.request;
-  const uint64_t counter = (static_cast<uint64_t>(s.index) << 32) | static_cast<uint64_t>(s.generated);
-  emit_token(s, model::sample_token(logits, sampled_vocab_, r.options.sampling, r.key, counter), logits);
+  emit_token(s, model::sample_token(logits, sampled_vocab_, r.options.sampling, r.key, draw_counter(s)), logits);
 }
 
 void Engine::emit_token(Sample& s, int32_t token, const float* logits) {

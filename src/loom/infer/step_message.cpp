@@ -136,7 +136,7 @@ std::string encode_step(const StepMessage& m) {
     write_batch(w, m.draft.rows);
     w.list(m.draft.hidden_rows);
     w.list(m.draft.retain_rows);
-    w.list(m.draft.retain_slots);
+    w.list(m.draft.retain_states);
   } else if (m.kind == StepKind::CopyBlock || m.kind == StepKind::CopyStateSlot) {
     w.value<int32_t>(m.from);
     w.value<int32_t>(m.to);
@@ -163,7 +163,7 @@ StepMessage decode_step(const std::string& bytes) {
     m.draft.rows = read_batch(r);
     m.draft.hidden_rows = r.list<int32_t>("hidden_rows");
     m.draft.retain_rows = r.list<int32_t>("retain_rows");
-    m.draft.retain_slots = r.list<int32_t>("retain_slots");
+    m.draft.retain_states = r.list<int32_t>("retain_states");
   } else if (m.kind == StepKind::CopyBlock || m.kind == StepKind::CopyStateSlot) {
     m.from = r.value<int32_t>("from");
     m.to = r.value<int32_t>("to");

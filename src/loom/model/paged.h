@@ -44,11 +44,13 @@ struct DraftBatch {
   PagedBatch rows;
   // Per row, where its previous hidden state is: >= 0, that row of the previous source (depth 1:
   // the rows of the last forward_paged; depth k: depth k - 1's rows of the last draft_paged);
-  // -1 - slot: the state depth k - 1 kept for state slot `slot` (retain_rows below).
+  // -1 - kept: depth k - 1's kept state `kept` (retain_rows below).
   std::vector<int32_t> hidden_rows;
-  // After the depth: its output at row retain_rows[i] is kept for state slot retain_slots[i] (read
-  // by depth + 1 at that position in a later step). Only depths below the cache's last.
-  std::vector<int32_t> retain_rows, retain_slots;
+  // After the depth: its output at row retain_rows[i] becomes its kept state retain_states[i] (read
+  // by depth + 1 at that position in a later step). Only depths below the cache's last. Each
+  // state slot s has two kept states per depth, 2 s and 2 s + 1: a step writes one while its next
+  // depth reads the other.
+  std::vector<int32_t> retain_rows, retain_states;
 };
 
 // A batch's per-row metadata where the model's kernels read it: the host arrays themselves on the
@@ -86,8 +88,8 @@ struct PagedKVCache {
   int64_t state_slots = 0;
   std::vector<PagedLayerCache> layers;  // by layer (empty entries for layers without attention or mixer)
   // Speculative decoding with multi-token prediction: the depths that draft, each with the keys
-  // and values of its block (same blocks and tables as the layers'), and the hidden state depths
-  // 1 .. draft_depths - 1 keep per slot ([state_slots, draft_depths - 1, d_model]).
+  // and values of its block (same blocks and tables as the layers'), and the hidden states depths
+  // 1 .. draft_depths - 1 keep, two per slot ([2 x state_slots, draft_depths - 1, d_model]).
   int draft_depths = 0;
   std::vector<PagedLayerCache> draft_layers;
   Buffer kept_hidden;

@@ -48,7 +48,6 @@ struct PagedScratch {
   std::vector<MtpDepth::Saved> draft;
   std::vector<int64_t> draft_rows;
   Buffer draft_prev;
-  Buffer kept_before;  // the cache's kept states as a drafting step found them (depth 1 copies them)
   StagedTokens hidden_indices;
   Buffer x, head_in, local_logits, logits;
   std::vector<int32_t> logit_rows;  // the batch's logit rows as gather indices

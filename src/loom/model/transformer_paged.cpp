@@ -57,7 +57,7 @@ PagedKVCache Transformer::make_paged_cache(int64_t blocks, int64_t block_size, i
     cache.draft_layers.push_back(
         layer_cache(mtp_module(k).block(), blocks, block_size, 0, kv_dtype, device));
   }
-  if (draft_depths > 1) zeroed(cache.kept_hidden, cache.state_slots * (draft_depths - 1) * config_.d_model, device);
+  if (draft_depths > 1) zeroed(cache.kept_hidden, 2 * cache.state_slots * (draft_depths - 1) * config_.d_model, device);
   return cache;
 }
 
@@ -74,7 +74,7 @@ int64_t Transformer::paged_block_bytes(int64_t block_size, kernels::KvCacheDtype
 int64_t Transformer::paged_state_slot_bytes(int draft_depths) const {
   int64_t mamba = 0;
   for (const Block& b : blocks_) mamba += b.local_window_width() + b.local_state_width();
-  const int64_t kept = draft_depths > 1 ? (draft_depths - 1) * config_.d_model : 0;
+  const int64_t kept = draft_depths > 1 ? 2 * (draft_depths - 1) * config_.d_model : 0;
   return (mamba * (1 + draft_depths) + kept) * static_cast<int64_t>(sizeof(float));
 }
 
@@ -250,39 +250,34 @@ const float* Transformer::draft_paged(const DraftBatch& draft, PagedKVCache& cac
   const PagedBatch& batch = draft.rows;
   const int64_t rows = batch.rows(), C = config_.d_model;
   LOOM_CHECK(draft.hidden_rows.size() == batch.tokens.size(), "drafting: one hidden state source per row");
-  LOOM_CHECK(draft.retain_rows.size() == draft.retain_slots.size() && (draft.retain_rows.empty() || k < depths),
-             "drafting: retained rows need their slots, and only depths below the last keep any");
+  LOOM_CHECK(draft.retain_rows.size() == draft.retain_states.size() && (draft.retain_rows.empty() || k < depths),
+             "drafting: retained rows need their kept states, and only depths below the last keep any");
   const PagedRows on_device = stage_paged_rows(batch, cache, s);
   const Device device = params_.device();
   if (s.draft.size() < static_cast<size_t>(depths)) {
     s.draft.resize(static_cast<size_t>(depths));
     s.draft_rows.assign(static_cast<size_t>(depths), 0);
   }
-  // The previous hidden state of each row: a row of the previous source, or a slot's kept state.
+  // The previous hidden state of each row: a row of the previous source, or a kept state.
   const float* source = k == 1 ? s.hidden.out.data() : s.draft[static_cast<size_t>(k - 2)].output();
   const int64_t source_rows = k == 1 ? s.hidden_rows : s.draft_rows[static_cast<size_t>(k - 2)];
+  const int64_t kept_states = 2 * cache.state_slots;
+  auto kept_at = [&](int64_t state, int depth) {  // depth's kept state `state`
+    return cache.kept_hidden.data() + (state * (depths - 1) + (depth - 1)) * C;
+  };
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t from = draft.hidden_rows[static_cast<size_t>(r)];
-    const int64_t slot = -1 - static_cast<int64_t>(from);
-    LOOM_CHECK(from < source_rows && (from >= 0 || (k > 1 && slot < cache.state_slots)),
+    LOOM_CHECK(from < source_rows && (from >= 0 || (k > 1 && -1 - static_cast<int64_t>(from) < kept_states)),
                "drafting depth " + std::to_string(k) + ": row " + std::to_string(r) + " reads hidden state " +
                    std::to_string(from) + " of " + std::to_string(source_rows) + " rows (or a kept one of " +
-                   std::to_string(cache.state_slots) + " slots at depth 2 and deeper)");
-  }
-  // A step's depths read the states kept in earlier steps: depth k - 1 keeps its own of this step
-  // (for the next) before depth k runs.
-  if (k == 1 && depths > 1) {
-    float* before = sized(s.kept_before, static_cast<int64_t>(cache.kept_hidden.size()), device);
-    copy_on_device(device, before, cache.kept_hidden.data(), static_cast<int64_t>(cache.kept_hidden.size()));
+                   std::to_string(kept_states) + " at depth 2 and deeper)");
   }
   float* h_prev = sized(s.draft_prev, rows * C, device);
   kernels::gather_rows(device, h_prev, source, s.hidden_indices.stage(device, draft.hidden_rows.data(), rows), nullptr,
                        rows, C);
   for (int64_t r = 0; r < rows; ++r) {  // gathered as zeros; the kept states copied in
     const int32_t from = draft.hidden_rows[static_cast<size_t>(r)];
-    if (from >= 0) continue;
-    const int64_t kept = (static_cast<int64_t>(-1 - from) * (depths - 1) + (k - 2)) * C;
-    copy_on_device(device, h_prev + r * C, s.kept_before.data() + kept, C);
+    if (from < 0) copy_on_device(device, h_prev + r * C, kept_at(-1 - static_cast<int64_t>(from), k - 1), C);
   }
   MtpDepth::Saved& saved = s.draft[static_cast<size_t>(k - 1)];
   lookup_tokens(sized(saved.embedded, rows * C, device), batch.tokens.data(), rows, mtp_embed_);
@@ -291,12 +286,11 @@ const float* Transformer::draft_paged(const DraftBatch& draft, PagedKVCache& cac
                                   cache.block_size, s.block, s.tp);
   s.draft_rows[static_cast<size_t>(k - 1)] = rows;
   for (size_t i = 0; i < draft.retain_rows.size(); ++i) {
-    const int64_t row = draft.retain_rows[i], slot = draft.retain_slots[i];
-    LOOM_CHECK(row >= 0 && row < rows && slot >= 0 && slot < cache.state_slots,
-               "drafting: row " + std::to_string(row) + " of " + std::to_string(rows) + " kept for slot " +
-                   std::to_string(slot) + " of " + std::to_string(cache.state_slots));
-    copy_on_device(device, cache.kept_hidden.data() + (slot * (depths - 1) + (k - 1)) * C, saved.output() + row * C,
-                   C);
+    const int64_t row = draft.retain_rows[i], state = draft.retain_states[i];
+    LOOM_CHECK(row >= 0 && row < rows && state >= 0 && state < kept_states,
+               "drafting: row " + std::to_string(row) + " of " + std::to_string(rows) + " kept as state " +
+                   std::to_string(state) + " of " + std::to_string(kept_states));
+    copy_on_device(device, kept_at(state, k), saved.output() + row * C, C);
   }
   return paged_logits(saved.output(), batch.logit_rows, true, s);
 }
