@@ -121,6 +121,38 @@ TEST(SpeculativeDecoding, DraftsFollowEachSampleThroughChunksForksAndTensorParal
   }
 }
 
+// Seeded sampling gives a request the same tokens alone as among others, also when a step's rows
+// cannot hold every sample's drafts (7 rows, three samples drafting 2 each): a sample waits for a
+// step with all its drafts rather than having them cut, which would change its draws.
+TEST(SpeculativeDecoding, SeededSamplesAreTheSameAloneAndAmongOthersInFullSteps) {
+  RequestOptions sampled;
+  sampled.max_tokens = 24;
+  sampled.n = 2;
+  sampled.seed = 11;
+  sampled.ignore_eos = true;
+  sampled.sampling.temperature = 1.0;
+  for (const std::string name : {"llama_mtp", "hybrid_mtp"}) {
+    const std::string ckpt = checkpoint_of(name);
+    EngineOptions options;
+    options.speculative_tokens = 2;
+    options.block_size = 4;
+    options.max_batch_tokens = 7;
+    Engine engine(ckpt, options);
+    const auto prompts = prompts_of({5, 12, 8});
+    const auto together = run_all(engine, prompts, sampled);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const auto alone = run_all(engine, {prompts[i]}, sampled);
+      for (int c = 0; c < sampled.n; ++c) {
+        expect_same(together[i][static_cast<size_t>(c)], alone[0][static_cast<size_t>(c)],
+                    name + ", prompt " + std::to_string(i) + " sample " + std::to_string(c));
+      }
+    }
+    EXPECT_GT(engine.metrics().spec_accepted_tokens.load(), 0) << name;
+    EXPECT_LT(engine.metrics().spec_accepted_tokens.load(), engine.metrics().spec_draft_tokens.load()) << name;
+    expect_everything_returned(engine, name);
+  }
+}
+
 // The last tokens of a request and of the context: drafts never run past max_tokens or
 // model.max_seq_len, and a stop token among kept drafts ends the sample there.
 TEST(SpeculativeDecoding, DraftsStopAtTheRequestsAndTheContextsEnd) {

@@ -43,8 +43,9 @@ std::vector<Engine::Drafter> Engine::step_drafters() {
       }
       const int64_t last = static_cast<int64_t>(s.tokens.size()) - 1;
       int64_t count = 0;
-      if (decoding(s)) {  // drafts that the request's length and the context leave room for
-        count = std::min<int64_t>({depths, r->options.max_tokens - s.generated - 1, model_.max_seq_len - 1 - last});
+      if (decoding(s)) {  // drafts that the request's length, the context and a step's rows leave room for
+        count = std::min<int64_t>({depths, r->options.max_tokens - s.generated - 1, model_.max_seq_len - 1 - last,
+                                   options_.max_batch_tokens - 1});
         if (count <= 0) continue;  // never again: what is left is one token
       }
       drafters.push_back({&s, static_cast<int>(count), {}, {}});

@@ -59,16 +59,15 @@ bool Engine::build_batch(model::PagedBatch& batch, std::vector<Sample*>& stepped
     budget -= rows;
   };
   // Decoding samples first (one row each, and one per draft to verify), so prompts never delay
-  // them; then prompt chunks.
+  // them; then prompt chunks. A sample whose drafts do not all fit waits for a later step with
+  // them: cutting its drafts would make its seeded tokens depend on what else is in the batch.
+  // The first always fits (step_drafters drafts no more than max_batch_tokens - 1).
   for (auto& r : running_) {
     for (auto& s : r->samples) {
       const int64_t prompt = static_cast<int64_t>(r->stream->prompt().size());
-      if (s->finished || s->computed < prompt || budget <= 0) continue;
-      if (static_cast<int64_t>(s->drafts.size()) >= budget) {  // the drafts that fit
-        s->drafts.resize(static_cast<size_t>(budget - 1));
-        s->draft_distributions.resize(s->drafts.size());
-      }
-      take(*s, 1 + static_cast<int64_t>(s->drafts.size()));
+      const int64_t rows = 1 + static_cast<int64_t>(s->drafts.size());
+      if (s->finished || s->computed < prompt || rows > budget) continue;
+      take(*s, rows);
     }
   }
   const size_t decoding = stepped.size();
