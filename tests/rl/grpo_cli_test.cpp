@@ -1,6 +1,7 @@
 // `loom grpo` end to end: the controller starts an environment server, a generation worker and
 // a tp 2 learner under `loom launch`; the test kills the environment server, then the worker,
-// then the learner while the run goes on; every step is trained and the run exits 0.
+// then the learner while the run goes on; every step is trained and the run exits 0. A tp 2 x pp 2
+// learner refits a tp 1 worker bit for bit; a worker drafts with the depths the learner trains.
 #include <dirent.h>
 #include <signal.h>
 
@@ -45,12 +46,13 @@ pid_t learner_pid(const std::string& grpo_dir) {
 }
 
 // A tiny checkpoint trained for 2 steps under `root`, and a `loom grpo` config starting from it
-// with the learner layout and grpo keys given; returns the config's path (its run.dir: root/grpo).
+// with the learner layout and grpo keys given (and more model keys); returns the config's path
+// (its run.dir: root/grpo).
 std::string grpo_config(const std::string& root, const std::string& train, const std::string& layout,
-                        const std::string& grpo) {
+                        const std::string& grpo, const std::string& more_model = "") {
   const std::string model =
       "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: swiglu,\n"
-      "        positions: rope, tied_embeddings: false, max_seq_len: 128}\n";
+      "        positions: rope, tied_embeddings: false, max_seq_len: 128" + more_model + "}\n";
   train::testing::train_run(root, "tiny", model + "train: {steps: 2, global_batch: 4, micro_batch: 4, seed: 7}\n" +
                                               train::testing::data_section(root), {});
   std::ofstream(root + "/grpo.yaml") << "run: {dir: " << root << "/grpo}\n" << model
@@ -117,6 +119,40 @@ TEST(GrpoCli, RefitGivesTheWorkersTheLearnersWeightsBitForBit) {
     EXPECT_EQ(json::parse(line).value("refit_verified_workers", -1), 1) << line;
   }
   EXPECT_EQ(rows, 2) << log;
+}
+
+// grpo.worker_speculative_tokens with grpo.mtp_loss_weight: the worker drafts with the model's
+// multi-token prediction depths and the learner trains them along; every metrics row holds the
+// drafts the worker verified and kept since the previous one and each depth's loss, and the
+// worker's weights (depths included) equal the learner's after every refit.
+TEST(GrpoCli, TheWorkersDraftWithTheDepthsTheLearnerTrains) {
+  const std::string root = train::testing::make_training_root("rl-grpo-drafts");
+  grpo_config(root,
+              "optim: {lr: 1.0e-3, warmup_steps: 0}\n"
+              "train: {steps: 3, global_batch: 4, micro_batch: 4, seed: 7, init_from: " + root + "/tiny/checkpoints}",
+              "runtime: {ranks: 2}\nparallel: {tp: 2}",
+              "verify_refit: true, worker_speculative_tokens: 2, mtp_loss_weight: 0.3", ", mtp_depths: 2");
+  const std::string command = loom::test_paths::binary() + " grpo " + root + "/grpo.yaml > " + root + "/grpo.log 2>&1";
+  const int status = std::system(command.c_str());
+  const std::string log = read_file(root + "/grpo.log");
+  ASSERT_EQ(status, 0) << log;
+  std::ifstream in(root + "/grpo/metrics.jsonl");
+  int rows = 0;
+  double accepted = 0.0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    ++rows;
+    const json row = json::parse(line);
+    EXPECT_EQ(row.value("refit_verified_workers", -1), 1) << line;
+    const json& drafts = row.at("spec_decode");
+    EXPECT_GT(drafts.at("draft_tokens").get<double>(), 0.0) << line;
+    EXPECT_LE(drafts.at("accepted_tokens").get<double>(), drafts.at("draft_tokens").get<double>()) << line;
+    EXPECT_EQ(drafts.at("acceptance_rate_per_position").size(), 2u) << line;
+    accepted += drafts.at("accepted_tokens").get<double>();
+    EXPECT_GT(row.at("learner").at("mtp_loss_2").get<double>(), 0.0) << line;
+  }
+  EXPECT_EQ(rows, 3) << log;
+  EXPECT_GT(accepted, 0.0) << log;
 }
 
 }  // namespace

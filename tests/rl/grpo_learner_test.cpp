@@ -4,7 +4,8 @@
 // the statistics are those of the loss; the reference policy is the run's starting point across
 // a resume and from train.init_from; a step with zero advantages and no reference leaves the
 // model unchanged; bad rollouts and context parallelism are refused with errors naming what to
-// change; each grpo.loss_aggregation gives its formula's loss.
+// change; each grpo.loss_aggregation gives its formula's loss; grpo.mtp_loss_weight trains the
+// multi-token prediction depths alone.
 #include "loom/rl/grpo_learner.h"
 
 #include <gtest/gtest.h>
@@ -324,6 +325,68 @@ TEST_F(GrpoLearnerTest, ZeroAdvantagesWithoutReferenceChangeNothing) {
     learner.finish();
     return train::TrainSummary{};
   });
+}
+
+// grpo.mtp_loss_weight: the multi-token prediction depths learn to draft the rollouts' response
+// tokens (each depth's cross-entropy on the targets k ahead), and only they learn from it.
+// Without clipping (whose global norm counts the depths' gradients), every other tensor and its
+// moments end as in a run that leaves the depths alone, bit for bit, with the same losses, while
+// the depths move; each step reports each depth's loss; tp 2 with sequence parallelism, pp 2 and
+// dp 2 with ZeRO-3 equal one rank; the key is refused for a model without depths.
+TEST_F(GrpoLearnerTest, TheDepthsDraftLossTrainsTheDepthsAloneInEveryLayout) {
+  const std::vector<std::string> depths = {"model.mtp_depths=2", "optim.clip_grad=0"};
+  auto drafting = [&](std::vector<std::string> overrides) {
+    overrides.insert(overrides.end(), depths.begin(), depths.end());
+    overrides.push_back("grpo.mtp_loss_weight=0.5");
+    return overrides;
+  };
+  const std::vector<LearnerStep> left_alone = learn("depths-alone", depths, 3);
+  const std::vector<LearnerStep> reference = learn("depths-one", drafting({}), 3);
+  ASSERT_EQ(reference.size(), 3u);
+  for (size_t s = 0; s < reference.size(); ++s) {
+    EXPECT_TRUE(left_alone[s].mtp_losses.empty());
+    ASSERT_EQ(reference[s].mtp_losses.size(), 2u);
+    EXPECT_GT(reference[s].mtp_losses[1], 1.0);  // random bytes: near log 256
+    EXPECT_EQ(reference[s].to_json().at("mtp_loss_2").get<double>(), reference[s].mtp_losses[1]);
+    EXPECT_EQ(reference[s].loss, left_alone[s].loss) << "step " << s + 1;
+  }
+  auto of_depths = [](bool wanted) {
+    return [wanted](const ckpt::LoadedCheckpoint& c) {
+      std::vector<std::string> names;
+      for (const std::string& name : c.names()) {
+        if ((name.find("mtp.layers.") != std::string::npos) == wanted) names.push_back(name);
+      }
+      return names;
+    };
+  };
+  EXPECT_EQ(train::testing::checkpoint_difference(root_, "depths-alone", "depths-one", of_depths(false)), 0.0);
+  EXPECT_GT(train::testing::checkpoint_difference(root_, "depths-alone", "depths-one", of_depths(true)), 1e-4);
+  const std::vector<std::vector<std::string>> layouts = {
+      {"runtime.ranks=2", "parallel.tp=2", "parallel.sequence_parallel=true"},
+      {"runtime.ranks=2", "parallel.pp=2", "parallel.pipeline_schedule=1f1b"},
+      {"runtime.ranks=2", "parallel.zero=3"},
+  };
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    SCOPED_TRACE("layout " + std::to_string(i));
+    const std::string name = "depths-layout" + std::to_string(i);
+    const std::vector<LearnerStep> other = learn(name, drafting(layouts[i]), 3);
+    ASSERT_EQ(other.size(), reference.size());
+    for (size_t s = 0; s < other.size(); ++s) {
+      EXPECT_NEAR(other[s].loss, reference[s].loss, 1e-5 * std::fabs(reference[s].loss)) << "step " << s + 1;
+      ASSERT_EQ(other[s].mtp_losses.size(), 2u);
+      for (size_t k = 0; k < 2; ++k) {
+        EXPECT_NEAR(other[s].mtp_losses[k], reference[s].mtp_losses[k], 1e-5 * reference[s].mtp_losses[k]);
+      }
+    }
+    EXPECT_LE(train::testing::state_difference(root_, "depths-one", name), 1e-5);
+  }
+  try {
+    config("depths-none", {"grpo.mtp_loss_weight=0.5"});
+    ADD_FAILURE() << "grpo.mtp_loss_weight without model.mtp_depths was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("grpo.mtp_loss_weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.mtp_depths"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(GrpoLearnerTest, RefusesWhatItCannotTrain) {

@@ -2,12 +2,15 @@
 // parameter gradients match finite differences of the objective; the objective -logp gives
 // cross-entropy's loss and gradients;
 // under tensor parallelism with sequence parallelism (vocabulary-parallel head) it gives one
-// rank's gradients.
+// rank's gradients; the multi-token prediction depths' loss beside an objective trains the
+// depths alone.
 #include "loom/model/token_objective.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <mutex>
 
 #include "../gradient_check.h"
@@ -60,6 +63,16 @@ class NegativeLogprob : public TokenObjective {
   }
 };
 
+// SmoothObjective asking for the multi-token prediction depths' loss beside it.
+class SmoothWithDepths : public SmoothObjective {
+ public:
+  explicit SmoothWithDepths(double weight) : weight_(weight) {}
+  double depth_loss_weight() const override { return weight_; }
+
+ private:
+  double weight_;
+};
+
 struct Data {
   std::vector<int32_t> inputs, targets;
 };
@@ -105,6 +118,56 @@ TEST(TokenObjective, NegativeLogprobIsCrossEntropy) {
   for (float g : ce_grads) scale = std::max(scale, std::fabs(g));
   for (size_t i = 0; i < ce_grads.size(); ++i) {
     ASSERT_NEAR(model.params().grads()[i], ce_grads[i], 1e-6f * scale) << "gradient " << i;
+  }
+}
+
+// Under an objective whose depth_loss_weight() is w, the multi-token prediction depths'
+// cross-entropy trains the depths alone: every other parameter's gradient (the trunk, the
+// embedding the depths read, the shared head) is the objective's alone, bit for bit, and each
+// depth parameter's is pre-training's with model.mtp_loss_weight = w (whose whole objective
+// MtpGradients.* check against finite differences), as are the depths' losses. An objective
+// asking for none leaves the depths' gradients zero. Untied and tied heads.
+TEST(TokenObjective, ADepthLossBesideItTrainsTheDepthsAlone) {
+  for (const bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied head" : "untied head");
+    config::ModelConfig c = small_model();
+    c.mtp_depths = 2;
+    c.mtp_loss_weight = 0.6;
+    c.tied_embeddings = tied;
+    const Data d = make_data(2 * 8, 37);
+    std::vector<double> depth_losses;
+    auto gradients = [&](TokenObjective* objective) {
+      Transformer model(c);
+      model.initialize(7);
+      model.set_token_objective(objective);
+      model.params().zero_grads();
+      model.forward_backward(d.inputs.data(), d.targets.data(), 2, 8, 0.5f);
+      depth_losses = model.last_mtp_loss_sums();
+      std::map<std::string, std::vector<float>> out;
+      for (const Parameter& p : model.params().list()) {
+        out[p.name].assign(model.params().grads() + p.offset, model.params().grads() + p.offset + p.numel);
+      }
+      return out;
+    };
+    const auto pretraining = gradients(nullptr);
+    const std::vector<double> pretraining_losses = depth_losses;
+    SmoothWithDepths with(0.6), without(0.0);
+    const auto alone = gradients(&without);
+    const auto beside = gradients(&with);
+    EXPECT_EQ(depth_losses, pretraining_losses);
+    int depth_tensors = 0;
+    for (const auto& [name, g] : beside) {
+      if (name.rfind("mtp.layers.", 0) != 0) {
+        EXPECT_EQ(g, alone.at(name)) << name;
+        continue;
+      }
+      ++depth_tensors;
+      EXPECT_EQ(g, pretraining.at(name)) << name;
+      EXPECT_TRUE(std::any_of(g.begin(), g.end(), [](float v) { return v != 0.0f; })) << name;
+      const std::vector<float>& none = alone.at(name);
+      EXPECT_TRUE(std::all_of(none.begin(), none.end(), [](float v) { return v == 0.0f; })) << name;
+    }
+    EXPECT_GE(depth_tensors, 10);
   }
 }
 

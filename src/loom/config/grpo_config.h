@@ -64,6 +64,7 @@ struct GrpoConfig {
   int worker_kv_cache_mb = 64;            // each worker's --kv-cache-mb
   std::string worker_dtype = "auto";      // each worker's --dtype: auto (bf16 on cuda, fp32 on cpu), fp32, bf16, fp16
   int worker_speculative_tokens = 0;      // each worker's drafts a step from the model's MTP depths (0: none)
+  double mtp_loss_weight = 0.0;           // the MTP depths' draft loss, which trains them alone (0: none)
   int rollout_threads = 0;                // groups generated at once; 0: 2 per generation worker
   int rollout_thread_count() const { return rollout_threads > 0 ? rollout_threads : 2 * generation_workers; }
   // Staleness and weight updates.

@@ -61,6 +61,7 @@ std::vector<Key<GrpoConfig>> grpo_keys() {
       field("worker_kv_cache_mb", &GrpoConfig::worker_kv_cache_mb, at_least(1)),
       field("worker_dtype", &GrpoConfig::worker_dtype, one_of({"auto", "fp32", "bf16", "fp16"})),
       field("worker_speculative_tokens", &GrpoConfig::worker_speculative_tokens, at_least(0)),
+      field("mtp_loss_weight", &GrpoConfig::mtp_loss_weight, at_least(0.0)),
       field("rollout_threads", &GrpoConfig::rollout_threads, at_least(0)),
       field("max_staleness", &GrpoConfig::max_staleness, at_least(0)),
       field("inflight_updates", &GrpoConfig::inflight_updates, one_of({"continue", "wait"})),
@@ -103,6 +104,9 @@ void check_grpo(const RunConfig& config) {
              "grpo.worker_speculative_tokens = " + std::to_string(g.worker_speculative_tokens) +
                  " drafts need as many multi-token prediction depths; model.mtp_depths is " +
                  std::to_string(config.model.mtp_depths));
+  LOOM_CHECK(g.mtp_loss_weight == 0.0 || config.model.mtp_depths > 0,
+             "grpo.mtp_loss_weight = " + format_double(g.mtp_loss_weight) +
+                 " trains the model's multi-token prediction depths, and model.mtp_depths is 0: set it to 0");
   LOOM_CHECK(g.environment != "calculator" || g.max_turns >= 2,
              "grpo.max_turns = " + std::to_string(g.max_turns) +
                  " with grpo.environment = 'calculator': a tool call needs a second turn for the answer; use >= 2");

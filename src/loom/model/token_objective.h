@@ -18,6 +18,12 @@ class TokenObjective {
   // gradient[r] = d(loss_r)/d(logp[r]) (0 for ignored rows) and returns the sum of the rows'
   // losses. Called once per micro-batch forward on the ranks holding the head.
   virtual double evaluate(const int32_t* targets, const float* logp, int64_t rows, float* gradient) = 0;
+  // The weight of the multi-token prediction depths' loss beside the objective (0: the depths do
+  // not run). Each depth's cross-entropy on the targets k ahead then trains the depths alone: its
+  // gradient reaches neither the main model's output, nor the embedding the depths read, nor the
+  // shared head's weight: every gradient of the main model's parameters is what it is without it
+  // (the global norm that clipping reads counts the depths' too).
+  virtual double depth_loss_weight() const { return 0.0; }
 };
 
 }  // namespace loom::model

@@ -249,8 +249,9 @@ void Transformer::embed_backward(const float* d_x, const int32_t* tokens, int64_
   }
 }
 
-double Transformer::cross_entropy(float* logits, const int32_t* targets, int64_t rows, float grad_scale) {
-  if (objective_ != nullptr) return objective_loss(logits, targets, rows, grad_scale);
+double Transformer::cross_entropy(float* logits, const int32_t* targets, int64_t rows, float grad_scale,
+                                  bool model_rows) {
+  if (objective_ != nullptr && model_rows) return objective_loss(logits, targets, rows, grad_scale);
   float* losses = sized(losses_, rows, params_.device());
   if (tp_.single()) {
     return kernels::softmax_cross_entropy(params_.device(), logits, losses,
@@ -314,11 +315,11 @@ bool Transformer::bf16_logits() const {
 
 double Transformer::head_forward(Activations& a, const int32_t* targets, int64_t rows, float grad_scale) {
   final_norm_->forward(a.final_norm, a.residual[config_.layers].data(), tp_.local_rows(rows));
-  return head_loss(a.final_norm.out.data(), a.head_input, a.logits, targets, rows, grad_scale);
+  return head_loss(a.final_norm.out.data(), a.head_input, a.logits, targets, rows, grad_scale, true);
 }
 
 double Transformer::head_loss(const float* normed, Buffer& head_input, Buffer& logits_out, const int32_t* targets,
-                              int64_t rows, float grad_scale) {
+                              int64_t rows, float grad_scale, bool model_rows) {
   const int64_t C = config_.d_model;
   // The head is column-parallel over the vocabulary; its input (all rows) is kept for backward.
   const float* head_in = normed;
@@ -334,7 +335,7 @@ double Transformer::head_loss(const float* normed, Buffer& head_input, Buffer& l
   }
   float* logits = sized(logits_out, rows * vocab_local_, params_.device());
   head_logits(logits, head_in, rows);
-  return cross_entropy(logits, targets, rows, grad_scale);
+  return cross_entropy(logits, targets, rows, grad_scale, model_rows);
 }
 
 void Transformer::head_backward(Activations& a, int64_t batch, int64_t seq, const Packing& packing,
@@ -344,9 +345,9 @@ void Transformer::head_backward(Activations& a, int64_t batch, int64_t seq, cons
   float* d_x = zeroed(a.d_x, n, device);
   const bool bf16 = for_reader.reader_takes_bf16();
   void* d_x16_out = bf16 ? sized_16bit(work_.d_residual16, n, device) : nullptr;
-  float* d_normed = head_grad(a.final_norm.out.data(), a.head_input, a.logits, rows, d_final_);
+  float* d_normed = head_grad(a.final_norm.out.data(), a.head_input, a.logits, rows, d_final_, true);
   // The depths add their gradient of the final norm's output (depth 1's hnorm) before its backward.
-  if (objective_ == nullptr) mtp_backward(a, batch, seq, packing, d_normed);
+  if (depths_run()) mtp_backward(a, batch, seq, packing, d_normed);
   float* amax = for_reader.reader_amax();
   final_norm_->backward(d_x, d_normed, a.residual[config_.layers].data(), a.final_norm, local, d_x16_out, amax);
   for_reader.amax = amax;
@@ -354,22 +355,23 @@ void Transformer::head_backward(Activations& a, int64_t batch, int64_t seq, cons
 }
 
 float* Transformer::head_grad(const float* normed, const Buffer& head_input, const Buffer& logits, int64_t rows,
-                              Buffer& out) {
+                              Buffer& out, bool weight_gradient) {
   const int64_t C = config_.d_model, local = tp_.local_rows(rows);
   // logits holds d(loss)/d(logits). The head's input gradient is written whole (d_final and the
   // tensor-parallel target are not zeroed first).
   float* d_final = sized(out, local * C, params_.device());
   const float* head_in = tp_.sequence_parallel() ? head_input.data() : normed;
   float* d_head_in = tp_.enter_backward_target(d_final, rows, C, tp_scratch_.d_full, false);
+  float* d_weight = weight_gradient ? params_.grad(head_) : nullptr;
   if (bf16_logits()) {  // the loss's bf16 gradient, multiplied as it is
-    head_precision_->backward(d_head_in, params_.grad(head_), nullptr, nullptr, head_in, params_.value(head_), rows, C,
+    head_precision_->backward(d_head_in, d_weight, nullptr, nullptr, head_in, params_.value(head_), rows, C,
                               vocab_local_, GemmOutput::Rounded, false, DeviceTensors{.dout = logits.data()});
   } else if (head_precision_) {
     // Each vocabulary shard's input gradient is a partial sum: rounded once, after the sum over ranks.
-    head_precision_->backward(d_head_in, params_.grad(head_), nullptr, logits.data(), head_in, params_.value(head_),
+    head_precision_->backward(d_head_in, d_weight, nullptr, logits.data(), head_in, params_.value(head_),
                               rows, C, vocab_local_, tp_.single() ? GemmOutput::Rounded : GemmOutput::Partial, false);
   } else {
-    kernels::linear_backward(params_.device(), d_head_in, params_.grad(head_), nullptr, logits.data(), head_in,
+    kernels::linear_backward(params_.device(), d_head_in, d_weight, nullptr, logits.data(), head_in,
                              params_.value(head_), rows, C, vocab_local_, false);
   }
   tp_.enter_backward(d_final, d_head_in, rows, C, head_precision_.get(), false);
@@ -427,8 +429,9 @@ double Transformer::forward_chunk(Activations& a, int chunk, const int32_t* inpu
   trace::Range trace_range("head forward");
   if (hooks_) hooks_->before_forward(head_unit);
   const double loss_sum = head_forward(a, targets, rows, grad_scale);
-  // A token objective (GRPO) trains the main model only: the depths predict nothing it scores.
-  if (!mtp_.empty() && objective_ == nullptr) mtp_forward(a, inputs, targets, batch, seq, grad_scale, packing);
+  // Under a token objective (GRPO) the depths run only where it asks for their loss, which trains
+  // them alone (TokenObjective::depth_loss_weight).
+  if (depths_run()) mtp_forward(a, inputs, targets, batch, seq, grad_scale, packing);
   if (hooks_) hooks_->after_forward(head_unit);
   return loss_sum;
 }

@@ -251,7 +251,9 @@ class Transformer {
   // for its GEMMs), so the results are the same.
   bool bf16_logits() const;
   // Sum of token losses; logits holds grad_scale * d(loss)/d(logits) after it (when non-zero).
-  double cross_entropy(float* logits, const int32_t* targets, int64_t rows, float grad_scale);
+  // `model_rows`: the main model's rows, which go through objective_ where one is set (a depth's
+  // rows are always cross-entropy).
+  double cross_entropy(float* logits, const int32_t* targets, int64_t rows, float grad_scale, bool model_rows);
   // The same with objective_: log-probabilities, the objective's row gradients, their logits' gradient.
   double objective_loss(float* logits, const int32_t* targets, int64_t rows, float grad_scale);
   double head_forward(Activations& a, const int32_t* targets, int64_t rows, float grad_scale);
@@ -261,11 +263,13 @@ class Transformer {
   void head_backward(Activations& a, int64_t batch, int64_t seq, const Packing& packing,
                      ResidualGradForReader& for_reader);
   // The head and loss on `normed` (this rank's rows of a final norm's output: the model's, or a
-  // depth's); head_grad writes d(loss)/d(normed) into `out` ([local, C], logits holding the
-  // loss's gradient) and returns it.
+  // depth's, as cross_entropy's `model_rows` says); head_grad writes d(loss)/d(normed) into `out`
+  // ([local, C], logits holding the loss's gradient) and returns it, adding the head weight's
+  // gradient unless the loss is one only the depths learn from (depths_alone()).
   double head_loss(const float* normed, Buffer& head_input, Buffer& logits, const int32_t* targets, int64_t rows,
-                   float grad_scale);
-  float* head_grad(const float* normed, const Buffer& head_input, const Buffer& logits, int64_t rows, Buffer& out);
+                   float grad_scale, bool model_rows);
+  float* head_grad(const float* normed, const Buffer& head_input, const Buffer& logits, int64_t rows, Buffer& out,
+                   bool weight_gradient);
   // The token lookup of embedding table `table` (vocabulary-parallel over tp) and its backward.
   void lookup_tokens(float* out, const int32_t* tokens, int64_t rows, int table);
   void lookup_tokens_backward(const float* d_out, const int32_t* tokens, int64_t rows, int table);
@@ -279,9 +283,16 @@ class Transformer {
   // The head's logits (the whole vocabulary) of `rows` of x ([*, d_model]; through the final norm
   // unless `normed`: already after a final norm).
   const float* paged_logits(const float* x, const std::vector<int64_t>& rows, bool normed, PagedScratch& s);
+  // The depths' loss weight of the passes now: model.mtp_loss_weight under cross-entropy, the
+  // objective's depth_loss_weight() under one. Whether the depths run at all, and whether their
+  // loss trains the depths alone (under an objective: TokenObjective::depth_loss_weight).
+  double depth_loss_weight() const;
+  bool depths_run() const { return !mtp_.empty() && (objective_ == nullptr || depth_loss_weight() > 0.0); }
+  bool depths_alone() const { return objective_ != nullptr; }
   void mtp_forward(Activations& a, const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
                    float grad_scale, const Packing& packing);
-  // Adds the depths' gradient of the main model's output (its final norm's) into d_main.
+  // Adds the depths' gradient of the main model's output (its final norm's) into d_main, and of
+  // the embedding and head into theirs, unless depths_alone().
   void mtp_backward(Activations& a, int64_t batch, int64_t seq, const Packing& packing, float* d_main);
   Block::Saved& saved_for(Activations& a, int layer);
   const Block& block(int layer) const { return blocks_[block_index_.at(layer)]; }
@@ -310,6 +321,7 @@ class Transformer {
   // Context parallelism: the micro-batch's whole sequences of inputs, targets and document ids.
   std::vector<int32_t> mtp_whole_inputs_, mtp_whole_targets_, mtp_whole_documents_;
   Buffer mtp_d_embedded_;
+  Buffer mtp_d_detached_;  // depths_alone(): depth 1's gradient of the main model's output, dropped
 
   Activations activations_;     // forward_backward's
   Block::Saved shared_saved_;   // with recompute: the one block being recomputed

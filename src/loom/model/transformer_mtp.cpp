@@ -1,5 +1,8 @@
 // Multi-token prediction on the rank holding the head (multi_token_prediction.h): the depths run
 // after the main head's loss, in the head's unit, and their backward before the main model's.
+// Under a token objective (GRPO) whose depth_loss_weight() is not 0 they run too, their loss
+// training the depths alone: their gradient of the main model's output, of the embedding they
+// read and of the shared head's weight is dropped.
 #include <algorithm>
 
 #include "loom/core/error.h"
@@ -43,6 +46,10 @@ void Transformer::build_mtp(const config::ModelConfig& config, const PrecisionPo
   last_mtp_.assign(config.mtp_depths, 0.0);
 }
 
+double Transformer::depth_loss_weight() const {
+  return objective_ == nullptr ? config_.mtp_loss_weight : objective_->depth_loss_weight();
+}
+
 MtpTotals Transformer::take_mtp_totals() {
   MtpTotals out = mtp_totals_;
   std::fill(mtp_totals_.loss_sums.begin(), mtp_totals_.loss_sums.end(), 0.0);
@@ -55,8 +62,8 @@ void Transformer::mtp_forward(Activations& a, const int32_t* inputs, const int32
   LOOM_CHECK(inputs != nullptr, "multi-token prediction (model.mtp_depths) needs the input tokens on the last stage");
   const int64_t rows = batch * seq, local = tp_.local_rows(rows), C = config_.d_model;
   const int depths = mtp_depths();
-  // Each depth's loss enters the objective with weight mtp_loss_weight / depths.
-  const float scale = grad_scale * static_cast<float>(config_.mtp_loss_weight / depths);
+  // Each depth's loss enters the objective with weight depth_loss_weight() / depths.
+  const float scale = grad_scale * static_cast<float>(depth_loss_weight() / depths);
   if (a.mtp.size() != static_cast<size_t>(depths)) a.mtp.resize(depths);
   const float* h_prev = a.final_norm.out.data();  // the main model's output (head_forward ran)
   // Context parallelism: the depths look ahead within whole sequences (the token k ahead of one
@@ -85,7 +92,7 @@ void Transformer::mtp_forward(Activations& a, const int32_t* inputs, const int32
     }
     lookup_tokens(sized(s.embedded, local * C, params_.device()), s.tokens.data(), rows, mtp_embed_);
     mtp_module(k).forward(s, config_.recompute ? shared_saved_ : s.block, h_prev, batch, seq, packing, tp_scratch_);
-    last_mtp_[k] = head_loss(s.output(), s.head_input, s.logits, s.targets.data(), rows, scale);
+    last_mtp_[k] = head_loss(s.output(), s.head_input, s.logits, s.targets.data(), rows, scale, false);
     if (grad_scale != 0.0f) {
       mtp_totals_.loss_sums[k] += last_mtp_[k];
       mtp_totals_.tokens[k] += static_cast<double>(
@@ -96,7 +103,8 @@ void Transformer::mtp_forward(Activations& a, const int32_t* inputs, const int32
 }
 
 void Transformer::mtp_backward(Activations& a, int64_t batch, int64_t seq, const Packing& packing, float* d_main) {
-  if (mtp_.empty() || config_.mtp_loss_weight == 0.0) return;  // a zero weight leaves no gradient
+  if (mtp_.empty() || depth_loss_weight() == 0.0) return;  // a zero weight leaves no gradient
+  const bool alone = depths_alone();
   const int64_t rows = batch * seq, local = tp_.local_rows(rows), C = config_.d_model;
   const int depths = mtp_depths();
   if (mtp_d_.size() != static_cast<size_t>(depths)) mtp_d_.resize(depths);
@@ -106,10 +114,12 @@ void Transformer::mtp_backward(Activations& a, int64_t batch, int64_t seq, const
     const MtpDepth::Saved& s = a.mtp[k];
     // d(h_k): what depth k + 1's hnorm passed back (already there), plus its own loss's.
     float* d_output = mtp_d_[k].data();
-    kernels::add_in_place(device, d_output, head_grad(s.output(), s.head_input, s.logits, rows, mtp_d_head_),
+    kernels::add_in_place(device, d_output, head_grad(s.output(), s.head_input, s.logits, rows, mtp_d_head_, !alone),
                           local * C);
     const float* h_prev = k == 0 ? a.final_norm.out.data() : a.mtp[k - 1].output();
-    float* d_prev = k == 0 ? d_main : zeroed(mtp_d_[k - 1], local * C, device);
+    float* d_prev = k > 0 ? zeroed(mtp_d_[k - 1], local * C, device)
+                    : alone ? zeroed(mtp_d_detached_, local * C, device)
+                            : d_main;
     const Block::Saved* block_saved = &s.block;
     if (config_.recompute) {
       mtp_module(k).block().forward(shared_saved_, s.block_in.data(), sized(recompute_out_, local * C, device), batch,
@@ -119,7 +129,7 @@ void Transformer::mtp_backward(Activations& a, int64_t batch, int64_t seq, const
     float* d_embedded = sized(mtp_d_embedded_, local * C, device);
     mtp_module(k).backward(d_output, d_prev, d_embedded, h_prev, s, *block_saved, work_, batch, seq, packing,
                            tp_scratch_);
-    lookup_tokens_backward(d_embedded, s.tokens.data(), rows, mtp_embed_);
+    if (!alone) lookup_tokens_backward(d_embedded, s.tokens.data(), rows, mtp_embed_);
   }
 }
 

@@ -13,7 +13,7 @@
 namespace loom::rl {
 
 nlohmann::json LearnerStep::to_json() const {
-  return {{"step", step},
+  nlohmann::json out = {{"step", step},
           {"loss", loss},
           {"trained_tokens", trained_tokens},
           {"samples", samples},
@@ -35,6 +35,8 @@ nlohmann::json LearnerStep::to_json() const {
           {"lr", lr},
           {"seconds", seconds},
           {"skipped", skipped}};
+  train::add_mtp_losses(mtp_losses, out);
+  return out;
 }
 
 struct GrpoLearner::State {
@@ -120,6 +122,7 @@ LearnerStep GrpoLearner::step(const std::vector<RolloutGroup>& groups) {
   out.lr = result.lr;
   out.seconds = result.seconds;
   out.skipped = result.skipped;
+  if (s.config.grpo.mtp_loss_weight > 0.0) out.mtp_losses = result.mtp_losses;
   agree_statistics(s.world, s.trainer->holds_loss(), s.objective->statistics(), out);
   return out;
 }

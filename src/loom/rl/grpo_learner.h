@@ -50,6 +50,8 @@ struct LearnerStep {
   double masked_fraction = 0.0, truncated_fraction = 0.0;  // icepop's zeroed, tis's capped weights
   double grad_norm = 0.0, lr = 0.0, seconds = 0.0;
   bool skipped = false;         // Inf/NaN gradients (mixed precision): nothing was updated
+  // grpo.mtp_loss_weight > 0: each depth's mean cross-entropy on the response tokens (else empty).
+  std::vector<double> mtp_losses;
   nlohmann::json to_json() const;
 };
 

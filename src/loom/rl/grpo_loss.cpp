@@ -46,6 +46,7 @@ LossOptions LossOptions::from_config(const config::GrpoConfig& grpo) {
   o.icepop_high = grpo.icepop_high;
   o.aggregation = grpo.loss_aggregation;
   o.max_sample_tokens = static_cast<int64_t>(grpo.max_turns) * grpo.max_tokens;
+  o.mtp_loss_weight = grpo.mtp_loss_weight;
   return o;
 }
 

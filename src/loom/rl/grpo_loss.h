@@ -44,6 +44,7 @@ struct LossOptions {
   double icepop_low = 0.5, icepop_high = 5.0;
   config::LossAggregation aggregation = config::LossAggregation::TokenMean;
   int64_t max_sample_tokens = 1;  // seq_mean_token_sum_norm's length: grpo.max_turns x grpo.max_tokens
+  double mtp_loss_weight = 0.0;    // the depths' draft loss beside it (TokenObjective::depth_loss_weight)
   static LossOptions from_config(const config::GrpoConfig& grpo);
 };
 

@@ -27,6 +27,8 @@ class GrpoObjective : public train::StepObjective {
   void set_step_totals(int64_t tokens, int64_t samples);
   void prepare(train::Trainer& trainer, const train::TokenBatch& batch) override;
   double evaluate(const int32_t* targets, const float* logp, int64_t rows, float* gradient) override;
+  // grpo.mtp_loss_weight: the depths learn to draft the rollouts' tokens, the policy unaffected.
+  double depth_loss_weight() const override { return options_.mtp_loss_weight; }
 
   // This rank's statistics of the step (empty on ranks without the head).
   const LossStatistics& statistics() const { return stats_; }

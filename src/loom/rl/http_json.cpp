@@ -47,6 +47,15 @@ JsonReply get_json(const std::string& url, const std::string& path, double timeo
   return reply_of(client.Get(path), "GET " + url + path);
 }
 
+std::string get_ok_text(const std::string& url, const std::string& path, double timeout_s) {
+  httplib::Client client = client_for(url, timeout_s);
+  const httplib::Result result = client.Get(path);
+  const std::string what = "GET " + url + path;
+  if (!result) throw HttpFailure(what + " failed: " + httplib::to_string(result.error()));
+  if (result->status != 200) throw HttpFailure(what + " answered " + std::to_string(result->status));
+  return result->body;
+}
+
 json post_ok(const std::string& url, const std::string& path, const json& body, double timeout_s) {
   const JsonReply reply = post_json(url, path, body, timeout_s);
   if (reply.status != 200)

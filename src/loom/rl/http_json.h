@@ -30,5 +30,7 @@ JsonReply get_json(const std::string& url, const std::string& path, double timeo
 
 // The body of a 200 reply; any other status is an HttpFailure naming the peer and the error.
 nlohmann::json post_ok(const std::string& url, const std::string& path, const nlohmann::json& body, double timeout_s);
+// The text of a 200 reply to a GET (a worker's Prometheus /metrics); else an HttpFailure.
+std::string get_ok_text(const std::string& url, const std::string& path, double timeout_s);
 
 }  // namespace loom::rl

@@ -222,6 +222,16 @@ StepResult Trainer::run_step(int stop_signal) {
   return result;
 }
 
+void add_mtp_losses(const std::vector<double>& losses, nlohmann::json& record) {
+  if (losses.empty()) return;
+  double mean = 0.0;
+  for (size_t k = 0; k < losses.size(); ++k) {
+    record["mtp_loss_" + std::to_string(k + 1)] = losses[k];
+    mean += losses[k] / static_cast<double>(losses.size());
+  }
+  record["mtp_loss"] = mean;
+}
+
 void Trainer::add_metrics(const StepResult& result, nlohmann::json& record) const {
   const State& s = *state_;
   record["memory_allocated_bytes"] = result.memory_allocated_bytes;
@@ -236,14 +246,7 @@ void Trainer::add_metrics(const StepResult& result, nlohmann::json& record) cons
   if (s.outer) record["cross_site_bytes"] = s.outer->take_cross_site_bytes();
   if (s.precision->loss_scaling()) record["loss_scale"] = result.loss_scale;
   if (s.precision->loss_scaling() || result.skipped) record["skipped"] = result.skipped;
-  if (!result.mtp_losses.empty()) {
-    double mean = 0.0;
-    for (size_t k = 0; k < result.mtp_losses.size(); ++k) {
-      record["mtp_loss_" + std::to_string(k + 1)] = result.mtp_losses[k];
-      mean += result.mtp_losses[k] / static_cast<double>(result.mtp_losses.size());
-    }
-    record["mtp_loss"] = mean;
-  }
+  add_mtp_losses(result.mtp_losses, record);
   if (result.moe.present) {
     record["moe_tokens_per_expert_min"] = result.moe.tokens_min;
     record["moe_tokens_per_expert_mean"] = result.moe.tokens_mean;

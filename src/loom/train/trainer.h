@@ -58,6 +58,10 @@ struct StepResult {
   int stop_signal = 0;
 };
 
+// Multi-token prediction's losses by depth into a metrics record: mtp_loss_k and their mean
+// mtp_loss (nothing when `losses` is empty).
+void add_mtp_losses(const std::vector<double>& losses, nlohmann::json& record);
+
 class Trainer {
  public:
   // `config` validated; `train` and `validation` (may be null) outlive the trainer. Messages go

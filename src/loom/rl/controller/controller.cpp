@@ -19,6 +19,8 @@
 namespace loom::rl {
 
 namespace {
+// How long a metrics row waits for a worker's /metrics (one that does not answer is left out).
+constexpr double kDraftMetricsTimeoutS = 10.0;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
@@ -157,6 +159,11 @@ json Controller::step_done(const json& body) {
   json row = metrics_.row(batch, learner, buffer_.evicted_total(), roles_->restarts(), step + 1);
   row["refit_s"] = std::chrono::duration<double>(Clock::now() - refit_start).count();
   if (config_.grpo.verify_refit) row["refit_verified_workers"] = refit_verified;
+  if (config_.grpo.worker_speculative_tokens > 0) {
+    std::vector<std::string> workers;
+    for (size_t i = 0; i < roles_->workers(); ++i) workers.push_back(roles_->worker_url(i));
+    row["spec_decode"] = draft_metrics_.since_last(workers, kDraftMetricsTimeoutS);
+  }
   const int64_t trained = step + 1;
   if (config_.grpo.validation_prompts > 0 &&
       (trained % config_.grpo.validation_interval == 0 || trained == config_.train.steps))

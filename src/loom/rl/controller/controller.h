@@ -28,6 +28,7 @@
 
 #include "loom/config/metrics.h"
 #include "loom/config/run_config.h"
+#include "loom/rl/controller/draft_metrics.h"
 #include "loom/rl/controller/roles.h"
 #include "loom/rl/controller/step_metrics.h"
 #include "loom/rl/replay_buffer.h"
@@ -83,6 +84,7 @@ class Controller {
   std::unique_ptr<Roles> roles_;
   ReplayBuffer buffer_;
   StepMetrics metrics_;
+  DraftMetrics draft_metrics_;  // grpo.worker_speculative_tokens: the workers' drafts kept
   std::unique_ptr<httplib::Server> http_;
   std::string url_;
   std::atomic<bool> listening_{false}, stopping_{false};
