@@ -389,6 +389,29 @@ TEST_F(GrpoLearnerTest, TheDepthsDraftLossTrainsTheDepthsAloneInEveryLayout) {
   }
 }
 
+// The depths' draft loss on the emulated device (fp32, and bf16 where the head's and the depths'
+// GEMMs run through the precision recipe without the head weight's gradient) equals the CPU's
+// steps bit for bit.
+TEST_F(GrpoLearnerTest, TheDepthsDraftLossOnTheDeviceEqualsTheCpuBitForBit) {
+  ::loom::testing::install_emulated_cuda();
+  for (const std::string recipe : {"fp32", "bf16"}) {
+    SCOPED_TRACE(recipe);
+    const std::vector<std::string> drafting = {"model.mtp_depths=2", "grpo.mtp_loss_weight=0.5",
+                                               "precision.recipe=" + recipe};
+    std::vector<std::string> on_device = drafting;
+    on_device.push_back("runtime.device=cuda");
+    const std::vector<LearnerStep> expected = learn("depths-cpu-" + recipe, drafting, 2);
+    const std::vector<LearnerStep> got = learn("depths-device-" + recipe, on_device, 2);
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t s = 0; s < got.size(); ++s) {
+      EXPECT_EQ(got[s].loss, expected[s].loss) << "step " << s + 1;
+      EXPECT_EQ(got[s].mtp_losses, expected[s].mtp_losses) << "step " << s + 1;
+      EXPECT_EQ(got[s].grad_norm, expected[s].grad_norm) << "step " << s + 1;
+    }
+    EXPECT_EQ(train::testing::state_difference(root_, "depths-cpu-" + recipe, "depths-device-" + recipe), 0.0);
+  }
+}
+
 TEST_F(GrpoLearnerTest, RefusesWhatItCannotTrain) {
   auto fails = [](const std::function<void()>& f, const std::string& needle) {
     try {
