@@ -51,6 +51,17 @@ void expect_everything_returned(Engine& engine, const std::string& what) {
   EXPECT_EQ(engine.free_state_slots(), engine.state_slots()) << what;
 }
 
+// n samples of `max_tokens` tokens each, drawn at `temperature` with `seed`.
+RequestOptions seeded(int64_t max_tokens, int n, uint64_t seed, double temperature) {
+  RequestOptions o;
+  o.max_tokens = max_tokens;
+  o.n = n;
+  o.seed = seed;
+  o.ignore_eos = true;
+  o.sampling.temperature = temperature;
+  return o;
+}
+
 struct Case {
   std::string model;
   int tokens;
@@ -88,14 +99,9 @@ TEST(SpeculativeDecoding, GreedyOutputIsTheTargetsAndEveryDraftIsTrainingsDepth)
 // Sampled (n samples of a prompt, which share its blocks), prompts in uneven chunks over small
 // blocks, tensor parallelism: every draft is still training's depth over its own sample's tokens.
 TEST(SpeculativeDecoding, DraftsFollowEachSampleThroughChunksForksAndTensorParallelism) {
-  RequestOptions sampled;
-  sampled.max_tokens = 20;
-  sampled.n = 3;
-  sampled.seed = 5;
-  sampled.ignore_eos = true;
   // Hot enough that a prompt's samples take different first tokens: their drafting rows at the
   // prompt's last positions differ.
-  sampled.sampling.temperature = 2.0;
+  RequestOptions sampled = seeded(20, 3, 5, 2.0);
   sampled.sampling.top_k = 40;
   for (const std::string name : {"llama_mtp", "hybrid_mtp"}) {
     for (int tp : {1, 2}) {
@@ -125,12 +131,7 @@ TEST(SpeculativeDecoding, DraftsFollowEachSampleThroughChunksForksAndTensorParal
 // cannot hold every sample's drafts (7 rows, three samples drafting 2 each): a sample waits for a
 // step with all its drafts rather than having them cut, which would change its draws.
 TEST(SpeculativeDecoding, SeededSamplesAreTheSameAloneAndAmongOthersInFullSteps) {
-  RequestOptions sampled;
-  sampled.max_tokens = 24;
-  sampled.n = 2;
-  sampled.seed = 11;
-  sampled.ignore_eos = true;
-  sampled.sampling.temperature = 1.0;
+  const RequestOptions sampled = seeded(24, 2, 11, 1.0);
   for (const std::string name : {"llama_mtp", "hybrid_mtp"}) {
     const std::string ckpt = checkpoint_of(name);
     EngineOptions options;
