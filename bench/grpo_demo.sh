@@ -8,32 +8,13 @@
 # reward gained per wall-clock minute.
 #   bash bench/grpo_demo.sh [LOOM] [GRPO_STEPS] [PAIR_STEPS]
 set -euo pipefail
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$repo"
-loom="${1:-build/loom}"
+source "$(dirname "${BASH_SOURCE[0]}")/demo_common.sh"
 grpo_steps="${2:-100}"
 pair_steps="${3:-30}"
 eval_every="${EVAL_EVERY:-10}"
 out="${OUT:-runs/grpo-demo}"
-threads="${THREADS:-2}"
-[ -x "$loom" ] || { echo "no loom binary at $loom (build it: cmake --build build --target loom)" >&2; exit 1; }
-mkdir -p "$out" data/sft
-load() { cut -d' ' -f1-3 /proc/loadavg; }
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load average $(load)"
-if [ ! -f data/byte/corpus_train.idx ]; then
-  "$loom" data prepare .cache/data/corpus --tokenizer byte --output data/byte/corpus --val-fraction 0.02
-fi
 # 1. Pre-training (resumes or finds complete a run already there), then SFT as in docs/sft.md.
-"$loom" train configs/tiny.yaml run.dir="$out/pre" train.resume=true train.steps=300 \
-  train.threads="$threads" log.progress=false > "$out/pre.log" 2>&1
-[ -f data/sft/arithmetic.jsonl ] ||
-  "$loom" data synth --task arithmetic --digits 2 --count 20000 --output data/sft/arithmetic.jsonl
-if [ ! -f "$out/sft/checkpoints/latest" ]; then
-  "$loom" sft configs/tiny-sft.yaml run.dir="$out/sft" run.overwrite=true train.init_from="$out/pre/checkpoints" \
-    train.steps=400 train.threads="$threads" log.progress=false train.eval_interval=50 checkpoint.interval=0 \
-    > "$out/sft.log" 2>&1
-fi
-echo "SFT'd: $(cat "$out/sft/checkpoints/latest")"
+tiny_sft "$out"
 # 2. Held-out prompts: environment indices from 1000000 on (GRPO samples indices 0, 1, 2, ...),
 #    1-digit (the GRPO task) and 2-digit (the SFT task, without its training prompts).
 "$loom" data synth --task arithmetic --digits 1 --count 200 --first 1000000 --output "$out/heldout1.jsonl"

@@ -10,31 +10,12 @@
 # metrics rows' spec_decode), the training reward, the gradient norm and generation tokens/s.
 #   bash bench/grpo_drafts_bench.sh [LOOM] [GRPO_STEPS]
 set -euo pipefail
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$repo"
-loom="${1:-build/loom}"
+source "$(dirname "${BASH_SOURCE[0]}")/demo_common.sh"
 steps="${2:-40}"
 weight="${WEIGHT:-0.3}"
 out="${OUT:-runs/grpo-drafts}"
-threads="${THREADS:-2}"
-[ -x "$loom" ] || { echo "no loom binary at $loom (build it: cmake --build build --target loom)" >&2; exit 1; }
-mkdir -p "$out" data/sft
-load() { cut -d' ' -f1-3 /proc/loadavg; }
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load average $(load)"
-if [ ! -f data/byte/corpus_train.idx ]; then
-  "$loom" data prepare .cache/data/corpus --tokenizer byte --output data/byte/corpus --val-fraction 0.02
-fi
 depths=(model.mtp_depths=2 model.mtp_loss_weight=0.3)
-"$loom" train configs/tiny.yaml "${depths[@]}" run.dir="$out/pre" train.resume=true train.steps=300 \
-  train.threads="$threads" log.progress=false > "$out/pre.log" 2>&1
-[ -f data/sft/arithmetic.jsonl ] ||
-  "$loom" data synth --task arithmetic --digits 2 --count 20000 --output data/sft/arithmetic.jsonl
-if [ ! -f "$out/sft/checkpoints/latest" ]; then
-  "$loom" sft configs/tiny-sft.yaml "${depths[@]}" run.dir="$out/sft" run.overwrite=true \
-    train.init_from="$out/pre/checkpoints" train.steps=400 train.threads="$threads" log.progress=false \
-    checkpoint.interval=0 > "$out/sft.log" 2>&1
-fi
-echo "SFT'd: $(cat "$out/sft/checkpoints/latest")"
+tiny_sft "$out" "${depths[@]}"
 for w in 0 "$weight"; do
   echo "GRPO: $steps steps, grpo.mtp_loss_weight=$w, load average $(load)"
   start=$(date +%s.%N)
