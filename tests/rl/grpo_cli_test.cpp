@@ -138,20 +138,23 @@ TEST(GrpoCli, TheWorkersDraftWithTheDepthsTheLearnerTrains) {
   ASSERT_EQ(status, 0) << log;
   std::ifstream in(root + "/grpo/metrics.jsonl");
   int rows = 0;
-  double accepted = 0.0;
+  double drafted = 0.0, accepted = 0.0;
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
     ++rows;
     const json row = json::parse(line);
     EXPECT_EQ(row.value("refit_verified_workers", -1), 1) << line;
+    // Since the previous row: with max_staleness 1 a step's groups may all have been generated
+    // before the previous row was written, so a row alone may count none.
     const json& drafts = row.at("spec_decode");
-    EXPECT_GT(drafts.at("draft_tokens").get<double>(), 0.0) << line;
     EXPECT_LE(drafts.at("accepted_tokens").get<double>(), drafts.at("draft_tokens").get<double>()) << line;
-    EXPECT_EQ(drafts.at("acceptance_rate_per_position").size(), 2u) << line;
+    EXPECT_EQ(drafts.at("acceptance_rate_per_position").size(), drafts.at("drafts").get<double>() > 0 ? 2u : 0u) << line;
+    drafted += drafts.at("draft_tokens").get<double>();
     accepted += drafts.at("accepted_tokens").get<double>();
     EXPECT_GT(row.at("learner").at("mtp_loss_2").get<double>(), 0.0) << line;
   }
   EXPECT_EQ(rows, 3) << log;
+  EXPECT_GT(drafted, 0.0) << log;
   EXPECT_GT(accepted, 0.0) << log;
 }
 
