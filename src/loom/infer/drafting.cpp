@@ -46,7 +46,7 @@ std::vector<Engine::Drafter> Engine::step_drafters() {
       if (decoding(s)) {  // drafts that the request's length, the context and a step's rows leave room for
         count = std::min<int64_t>({depths, r->options.max_tokens - s.generated - 1, model_.max_seq_len - 1 - last,
                                    options_.max_batch_tokens - 1});
-        if (count <= 0) continue;  // never again: what is left is one token
+        if (count <= 0) continue;  // never again: one token left, or one row a step
       }
       drafters.push_back({&s, static_cast<int>(count), {}, {}});
     }
