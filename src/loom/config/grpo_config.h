@@ -46,6 +46,8 @@ struct GrpoConfig {
   bool overlong_filter = false;    // truncated samples leave the loss
   bool dynamic_sampling = false;   // DAPO: groups whose samples are all rewarded alike are dropped and refilled
   int dynamic_sampling_max_draws = 10;  // the run fails after this many x prompts_per_step such groups in a row
+  // The learner's rows.
+  bool packing = true;  // samples packed into rows (first-fit decreasing); false: one per row
   // Rollouts.
   std::string environment = "countdown";  // arithmetic | countdown | calculator (loom env serve --task)
   int task_digits = 2;                    // arithmetic, calculator: operands of up to this many digits

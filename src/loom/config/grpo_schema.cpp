@@ -45,6 +45,7 @@ std::vector<Key<GrpoConfig>> grpo_keys() {
       field("overlong_filter", &GrpoConfig::overlong_filter),
       field("dynamic_sampling", &GrpoConfig::dynamic_sampling),
       field("dynamic_sampling_max_draws", &GrpoConfig::dynamic_sampling_max_draws, at_least(1)),
+      field("packing", &GrpoConfig::packing),
       field("environment", &GrpoConfig::environment, one_of({"arithmetic", "countdown", "calculator"})),
       field("task_digits", &GrpoConfig::task_digits, in_range(1, 9, "")),
       field("task_numbers", &GrpoConfig::task_numbers, in_range(2, 8, "")),

@@ -338,7 +338,7 @@ double Transformer::head_loss(const float* normed, Buffer& head_input, Buffer& l
   return cross_entropy(logits, targets, rows, grad_scale, model_rows);
 }
 
-void Transformer::head_backward(Activations& a, int64_t batch, int64_t seq, const Packing& packing,
+void Transformer::head_backward(Activations& a, int64_t batch, int64_t seq, const Packing& staged,
                                 ResidualGradForReader& for_reader) {
   const int64_t rows = batch * seq, local = tp_.local_rows(rows), n = local * config_.d_model;
   const Device device = params_.device();
@@ -347,7 +347,7 @@ void Transformer::head_backward(Activations& a, int64_t batch, int64_t seq, cons
   void* d_x16_out = bf16 ? sized_16bit(work_.d_residual16, n, device) : nullptr;
   float* d_normed = head_grad(a.final_norm.out.data(), a.head_input, a.logits, rows, d_final_, true);
   // The depths add their gradient of the final norm's output (depth 1's hnorm) before its backward.
-  if (depths_run()) mtp_backward(a, batch, seq, packing, d_normed);
+  if (depths_run()) mtp_backward(a, batch, seq, staged, d_normed);
   float* amax = for_reader.reader_amax();
   final_norm_->backward(d_x, d_normed, a.residual[config_.layers].data(), a.final_norm, local, d_x16_out, amax);
   for_reader.amax = amax;
@@ -431,7 +431,7 @@ double Transformer::forward_chunk(Activations& a, int chunk, const int32_t* inpu
   const double loss_sum = head_forward(a, targets, rows, grad_scale);
   // Under a token objective (GRPO) the depths run only where it asks for their loss, which trains
   // them alone (TokenObjective::depth_loss_weight).
-  if (depths_run()) mtp_forward(a, inputs, targets, batch, seq, grad_scale, packing);
+  if (depths_run()) mtp_forward(a, inputs, targets, batch, seq, grad_scale, packing, staged);
   if (hooks_) hooks_->after_forward(head_unit);
   return loss_sum;
 }
@@ -453,16 +453,16 @@ void Transformer::backward_chunk(Activations& a, int chunk, const int32_t* input
   // update d_x (none where d_x came from the next pipeline stage).
   ResidualGradForReader for_reader;
   auto reader = [&](int l) -> const Block* { return l >= range.first ? &block(l) : nullptr; };
+  const Packing staged = staged_packing(packing, rows);
   if (range.last == config_.layers) {
     trace::Range trace_range("head backward");
     const int head_unit = config_.layers + 1;
     begin_unit(head_unit);
     for_reader.reader = reader(range.last - 1);
-    head_backward(a, batch, seq, packing, for_reader);
+    head_backward(a, batch, seq, staged, for_reader);
     finish_unit(head_unit);
   }
   float* d_x = a.d_x.data();  // d(loss)/d(chunk output), from the head or the next stage
-  const Packing staged = staged_packing(packing, rows);
   for (int l = range.last - 1; l >= range.first; --l) {
     trace::Range trace_range("block", l, "backward");
     begin_unit(l + 1);

@@ -259,8 +259,9 @@ class Transformer {
   double head_forward(Activations& a, const int32_t* targets, int64_t rows, float grad_scale);
   // a.d_x = the gradient of the last block's output (the head's, and multi-token prediction's
   // depths', through the final norm); in bf16 too, or its amax taken, where for_reader.reader
-  // takes it (ResidualGradForReader).
-  void head_backward(Activations& a, int64_t batch, int64_t seq, const Packing& packing,
+  // takes it (ResidualGradForReader). `staged`: the packing where the blocks read it
+  // (staged_packing).
+  void head_backward(Activations& a, int64_t batch, int64_t seq, const Packing& staged,
                      ResidualGradForReader& for_reader);
   // The head and loss on `normed` (this rank's rows of a final norm's output: the model's, or a
   // depth's, as cross_entropy's `model_rows` says); head_grad writes d(loss)/d(normed) into `out`
@@ -289,11 +290,13 @@ class Transformer {
   double depth_loss_weight() const;
   bool depths_run() const { return !mtp_.empty() && (objective_ == nullptr || depth_loss_weight() > 0.0); }
   bool depths_alone() const { return objective_ != nullptr; }
+  // `packing` on the host (the documents that end the depths' shifted rows), `staged` where the
+  // depths' blocks read it (staged_packing: the device's).
   void mtp_forward(Activations& a, const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
-                   float grad_scale, const Packing& packing);
+                   float grad_scale, const Packing& packing, const Packing& staged);
   // Adds the depths' gradient of the main model's output (its final norm's) into d_main, and of
   // the embedding and head into theirs, unless depths_alone().
-  void mtp_backward(Activations& a, int64_t batch, int64_t seq, const Packing& packing, float* d_main);
+  void mtp_backward(Activations& a, int64_t batch, int64_t seq, const Packing& staged, float* d_main);
   Block::Saved& saved_for(Activations& a, int layer);
   const Block& block(int layer) const { return blocks_[block_index_.at(layer)]; }
 

@@ -58,7 +58,7 @@ MtpTotals Transformer::take_mtp_totals() {
 }
 
 void Transformer::mtp_forward(Activations& a, const int32_t* inputs, const int32_t* targets, int64_t batch,
-                              int64_t seq, float grad_scale, const Packing& packing) {
+                              int64_t seq, float grad_scale, const Packing& packing, const Packing& staged) {
   LOOM_CHECK(inputs != nullptr, "multi-token prediction (model.mtp_depths) needs the input tokens on the last stage");
   const int64_t rows = batch * seq, local = tp_.local_rows(rows), C = config_.d_model;
   const int depths = mtp_depths();
@@ -91,7 +91,7 @@ void Transformer::mtp_forward(Activations& a, const int32_t* inputs, const int32
       keep_context_share(s.targets, batch, seq, context_->size(), context_->rank());
     }
     lookup_tokens(sized(s.embedded, local * C, params_.device()), s.tokens.data(), rows, mtp_embed_);
-    mtp_module(k).forward(s, config_.recompute ? shared_saved_ : s.block, h_prev, batch, seq, packing, tp_scratch_);
+    mtp_module(k).forward(s, config_.recompute ? shared_saved_ : s.block, h_prev, batch, seq, staged, tp_scratch_);
     last_mtp_[k] = head_loss(s.output(), s.head_input, s.logits, s.targets.data(), rows, scale, false);
     if (grad_scale != 0.0f) {
       mtp_totals_.loss_sums[k] += last_mtp_[k];
@@ -102,7 +102,7 @@ void Transformer::mtp_forward(Activations& a, const int32_t* inputs, const int32
   }
 }
 
-void Transformer::mtp_backward(Activations& a, int64_t batch, int64_t seq, const Packing& packing, float* d_main) {
+void Transformer::mtp_backward(Activations& a, int64_t batch, int64_t seq, const Packing& staged, float* d_main) {
   if (mtp_.empty() || depth_loss_weight() == 0.0) return;  // a zero weight leaves no gradient
   const bool alone = depths_alone();
   const int64_t rows = batch * seq, local = tp_.local_rows(rows), C = config_.d_model;
@@ -123,11 +123,11 @@ void Transformer::mtp_backward(Activations& a, int64_t batch, int64_t seq, const
     const Block::Saved* block_saved = &s.block;
     if (config_.recompute) {
       mtp_module(k).block().forward(shared_saved_, s.block_in.data(), sized(recompute_out_, local * C, device), batch,
-                                    seq, packing, tp_scratch_);
+                                    seq, staged, tp_scratch_);
       block_saved = &shared_saved_;
     }
     float* d_embedded = sized(mtp_d_embedded_, local * C, device);
-    mtp_module(k).backward(d_output, d_prev, d_embedded, h_prev, s, *block_saved, work_, batch, seq, packing,
+    mtp_module(k).backward(d_output, d_prev, d_embedded, h_prev, s, *block_saved, work_, batch, seq, staged,
                            tp_scratch_);
     if (!alone) lookup_tokens_backward(d_embedded, s.tokens.data(), rows, mtp_embed_);
   }

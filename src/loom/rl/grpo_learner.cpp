@@ -19,6 +19,8 @@ nlohmann::json LearnerStep::to_json() const {
           {"samples", samples},
           {"zero_variance_groups", zero_variance_groups},
           {"filtered_samples", filtered_samples},
+          {"rows", rows},
+          {"packing_efficiency", packing_efficiency},
           {"reward_mean", reward_mean},
           {"reward_min", reward_min},
           {"reward_max", reward_max},
@@ -58,7 +60,7 @@ GrpoLearner::GrpoLearner(const config::RunConfig& config, comm::Communicator& wo
                                           "parallel.cp = 1");
   LOOM_CHECK(!config.train.rampup_batch_size.on() && config.train.samples == 0,
              "train.rampup_batch_size and train.samples are for pre-training and fine-tuning: a GRPO step trains "
-             "on train.global_batch rows of its rollouts, train.steps times");
+             "on the rows of its rollouts (at most train.global_batch), train.steps times");
   s.trainer = std::make_unique<train::Trainer>(config, world, s.source, nullptr, console);
   const bool with_reference = config.grpo.kl_coeff != 0.0;
   // The reference is where the run started: taken before a resume replaces the parameters.
@@ -104,17 +106,21 @@ void agree_statistics(comm::Communicator& world, bool contributes, const LossSta
 
 LearnerStep GrpoLearner::step(const std::vector<RolloutGroup>& groups) {
   State& s = *state_;
-  RolloutRows rows = make_rollout_rows(groups, s.config.grpo, s.config.train.global_batch, s.config.data.seq_len);
+  RolloutRows rows = make_rollout_rows(groups, s.config.grpo, s.config.train.global_batch, s.config.data.seq_len,
+                                       s.trainer->batch_unit());
   LearnerStep out;
   out.samples = rows.samples;
+  out.rows = rows.rows;
+  out.packing_efficiency = rows.packing_efficiency;
   out.zero_variance_groups = rows.zero_variance_groups;
   out.filtered_samples = rows.filtered_samples;
   out.reward_mean = rows.samples > 0 ? rows.reward_sum / static_cast<double>(rows.samples) : 0.0;
   out.reward_min = rows.reward_min;
   out.reward_max = rows.reward_max;
-  s.objective->set_step_totals(trained_targets(rows), samples_in_training(rows));
+  s.objective->set_step_totals(rows.trained_targets, rows.trained_samples);
+  const int64_t step_rows = rows.rows;
   s.source.set(std::move(rows), s.trainer->progress().consumed_samples);
-  const train::StepResult result = s.trainer->step(0);
+  const train::StepResult result = s.trainer->step(0, step_rows);
   out.step = result.step;
   out.loss = result.loss;
   out.trained_tokens = result.trained_tokens;

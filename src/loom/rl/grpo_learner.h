@@ -12,10 +12,10 @@
 //   }
 //   learner.finish();
 //
-// A step builds one row per sample (padded to data.seq_len; at most train.global_batch samples,
-// the rest of the rows padding), computes the group advantages (and DAPO's overlong shaping and
-// filtering, when set), and takes one optimizer step on the token mean of the GRPO loss over the
-// global batch's trained tokens (grpo_loss.h; the `grpo` config section). With
+// A step computes the group advantages (and DAPO's overlong shaping and filtering, when set),
+// places its samples in rows of data.seq_len (grpo.packing: packed, the step taking the rows they
+// fill; else one per row, train.global_batch rows), and takes one optimizer step on the token
+// mean of the GRPO loss over the global batch's trained tokens (grpo_loss.h; the `grpo` config section). With
 // grpo.kl_coeff > 0 the reference policy is the run's starting point: train.init_from's
 // parameters, or the seed's initialisation without it; its log-probabilities come from a
 // forward-only pass with its parameters in the same layout.
@@ -43,6 +43,8 @@ struct LearnerStep {
   double loss = 0.0;            // mean GRPO token loss over the global batch's trained tokens
   int64_t trained_tokens = 0;
   int64_t samples = 0, zero_variance_groups = 0, filtered_samples = 0;
+  int64_t rows = 0;              // rows the step trained on (grpo.packing: the rows its samples fill)
+  double packing_efficiency = 0.0;  // the share of those rows' slots holding a sample's input
   double reward_mean = 0.0, reward_min = 0.0, reward_max = 0.0;  // after overlong shaping
   double kl = 0.0;              // mean k3 KL to the reference over trained tokens (0 without one)
   double clip_low_fraction = 0.0, clip_high_fraction = 0.0, dual_clip_fraction = 0.0;

@@ -29,13 +29,22 @@ void GrpoObjective::prepare(train::Trainer& trainer, const train::TokenBatch& ba
   stats_ = {};
   reference_logp_.clear();
   if (options_.kl_coeff != 0.0) reference_logp_ = trainer.target_logprobs(batch, reference_);
-  row_factors_.assign(static_cast<size_t>(batch.batch), 1.0);
+  factors_.assign(batch.targets.size(), 1.0);
   if (options_.aggregation == config::LossAggregation::TokenMean) return;
   LOOM_CHECK(step_samples_ > 0, "GrpoObjective: grpo.loss_aggregation needs the step's totals (set_step_totals)");
-  for (int r = 0; r < batch.batch; ++r) {
-    const auto row = batch.targets.begin() + static_cast<std::ptrdiff_t>(r) * batch.seq;
-    const int64_t trained = std::count_if(row, row + batch.seq, [](int32_t t) { return t != kernels::kIgnoreIndex; });
-    row_factors_[static_cast<size_t>(r)] = sample_loss_factor(options_, trained, step_tokens_, step_samples_);
+  // A sample is a row's run of one document id (packed rows), or the whole row.
+  const auto seq = static_cast<size_t>(batch.seq);
+  for (size_t row = 0; row < batch.targets.size(); row += seq) {
+    for (size_t begin = row, end = row; begin < row + seq; begin = end) {
+      end = batch.documents.empty() ? row + seq : begin + 1;
+      while (end < row + seq && batch.documents[end] == batch.documents[begin]) ++end;
+      const auto first = batch.targets.begin() + static_cast<std::ptrdiff_t>(begin);
+      const int64_t trained = std::count_if(first, first + static_cast<std::ptrdiff_t>(end - begin),
+                                            [](int32_t t) { return t != kernels::kIgnoreIndex; });
+      const double factor = sample_loss_factor(options_, trained, step_tokens_, step_samples_);
+      std::fill(factors_.begin() + static_cast<std::ptrdiff_t>(begin),
+                factors_.begin() + static_cast<std::ptrdiff_t>(end), factor);
+    }
   }
 }
 
@@ -52,7 +61,7 @@ double GrpoObjective::evaluate(const int32_t* targets, const float* logp, int64_
     const double reference = reference_logp_.empty() ? 0.0 : reference_logp_[i];
     const TokenLoss t = token_loss(options_, logp[r], logp[r], batch_->generation_logprobs[i], reference,
                                    batch_->advantages[i], stats_);
-    const double factor = row_factors_[i / static_cast<size_t>(batch_->seq)];
+    const double factor = factors_[i];
     gradient[r] = static_cast<float>(factor * t.gradient);
     loss_sum += factor * t.loss;
   }

@@ -6,8 +6,8 @@
 //   generation log-probability and advantage from the batch (TokenBatch's per-target data),
 //   reference log-probability from a forward-only pass with the reference parameters
 //         (only when kl_coeff > 0),
-// each token's loss and gradient times its sample's factor of grpo.loss_aggregation (one sample
-// per row: the learner refuses context parallelism, so a row is a whole sample).
+// each token's loss and gradient times its sample's factor of grpo.loss_aggregation (a sample is
+// a row, or a document of a packed row: the learner refuses context parallelism, so rows are whole).
 #include <vector>
 
 #include "loom/core/tensor.h"
@@ -38,7 +38,7 @@ class GrpoObjective : public train::StepObjective {
   const Tensor* reference_;
   const train::TokenBatch* batch_ = nullptr;
   std::vector<float> reference_logp_;
-  std::vector<double> row_factors_;  // per row of the batch (one sample each): sample_loss_factor
+  std::vector<double> factors_;  // per target of the batch: its sample's sample_loss_factor
   int64_t step_tokens_ = 0, step_samples_ = 0;
   LossStatistics stats_;
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "loom/core/error.h"
+#include "loom/data/chat/packing.h"
 #include "loom/rl/grpo_loss.h"
 
 namespace loom::rl {
@@ -24,38 +25,88 @@ void check_sample(const Rollout& s, size_t group, size_t sample, int seq) {
                  std::to_string(seq + 1) + " (raise data.seq_len or lower the generation's token limit)");
 }
 
-// Writes one sample into row `row` of `out`.
-void write_row(const Rollout& s, double advantage, int row, RolloutRows& out) {
-  const size_t base = static_cast<size_t>(row) * static_cast<size_t>(out.seq);
+// A sample with its advantage, in the step's order (groups, then their samples).
+struct Placed {
+  const Rollout* sample;
+  double advantage;
+};
+
+// Writes sample `s` into the slots from `slot` on, as document `document` of its row.
+void place(const Placed& p, int64_t slot, int32_t document, RolloutRows& out) {
+  const Rollout& s = *p.sample;
   for (size_t j = 0; j + 1 < s.tokens.size(); ++j) {
-    out.inputs[base + j] = s.tokens[j];
-    out.targets[base + j] = s.tokens[j + 1];
-    out.weights[base + j] = s.trained[j + 1] != 0 ? 1.0f : 0.0f;
-    out.advantages[base + j] = static_cast<float>(advantage);
-    out.generation_logprobs[base + j] = s.generation_logprobs[j + 1];
+    const size_t at = static_cast<size_t>(slot) + j;
+    out.inputs[at] = s.tokens[j];
+    out.targets[at] = s.tokens[j + 1];
+    out.weights[at] = s.trained[j + 1] != 0 ? 1.0f : 0.0f;
+    out.advantages[at] = static_cast<float>(p.advantage);
+    out.generation_logprobs[at] = s.generation_logprobs[j + 1];
+    if (!out.documents.empty()) {
+      out.documents[at] = document;
+      out.positions[at] = static_cast<int32_t>(j);
+    }
   }
 }
 
-}  // namespace
-
-RolloutRows make_rollout_rows(const std::vector<RolloutGroup>& groups, const config::GrpoConfig& grpo, int rows, int seq) {
-  RolloutRows out;
-  out.rows = rows;
-  out.seq = seq;
-  const size_t n = static_cast<size_t>(rows) * static_cast<size_t>(seq);
+// The samples' slots placed in rows (packed or one per row), written into `out`, which gets its
+// row count: the filled rows rounded up to `row_unit` when packed, else `max_rows`.
+void lay_out(const std::vector<Placed>& placed, bool packing, int max_rows, int64_t row_unit, RolloutRows& out) {
+  std::vector<int64_t> lengths;
+  for (const Placed& p : placed) lengths.push_back(static_cast<int64_t>(p.sample->tokens.size()) - 1);
+  const std::vector<std::vector<int64_t>> layout =
+      packing ? data::pack_first_fit_decreasing(lengths, out.seq) : data::one_per_row(lengths, out.seq);
+  out.filled_rows = static_cast<int64_t>(layout.size());
+  LOOM_CHECK(out.filled_rows <= max_rows,
+             "a learner step's " + std::to_string(placed.size()) + " samples " +
+                 (packing ? "packed fill " + std::to_string(out.filled_rows) + " rows of data.seq_len " +
+                                std::to_string(out.seq) + " but train.global_batch = "
+                          : "need as many rows but train.global_batch = ") +
+                 std::to_string(max_rows) + ": raise train.global_batch to prompts x samples per prompt" +
+                 (packing ? " or lower the generation's token limit" : ""));
+  const int64_t rounded = (out.filled_rows + row_unit - 1) / row_unit * row_unit;
+  out.rows = packing ? static_cast<int>(std::min<int64_t>(std::max<int64_t>(rounded, row_unit), max_rows)) : max_rows;
+  const size_t n = static_cast<size_t>(out.rows) * static_cast<size_t>(out.seq);
   out.inputs.assign(n, 0);
   out.targets.assign(n, 0);
   out.weights.assign(n, 0.0f);
   out.advantages.assign(n, 0.0f);
   out.generation_logprobs.assign(n, 0.0f);
-  for (const RolloutGroup& g : groups) out.samples += static_cast<int64_t>(g.samples.size());
-  LOOM_CHECK(out.samples <= rows, "a learner step got " + std::to_string(out.samples) +
-                                      " samples but train.global_batch = " + std::to_string(rows) +
-                                      " rows: raise train.global_batch to prompts x samples per prompt");
-  int row = 0;
+  if (packing) {
+    out.documents.assign(n, 0);
+    out.positions.assign(n, 0);
+  }
+  int64_t used = 0;
+  const std::vector<int64_t> none;  // the samples of a row past the layout's: padding alone
+  for (int64_t r = 0; r < out.rows; ++r) {
+    int64_t slot = r * out.seq;
+    int32_t document = 0;
+    for (int64_t i : r < out.filled_rows ? layout[static_cast<size_t>(r)] : none) {
+      place(placed[static_cast<size_t>(i)], slot, document++, out);
+      slot += lengths[static_cast<size_t>(i)];
+      used += lengths[static_cast<size_t>(i)];
+    }
+    if (!packing) continue;
+    for (int32_t position = 0; slot < (r + 1) * out.seq; ++slot) {  // padding: its own document
+      out.documents[static_cast<size_t>(slot)] = document;
+      out.positions[static_cast<size_t>(slot)] = position++;
+    }
+  }
+  out.packing_efficiency = static_cast<double>(used) / static_cast<double>(n);
+}
+
+bool trains(const Rollout& s) { return std::find(s.trained.begin() + 1, s.trained.end(), 1) != s.trained.end(); }
+
+}  // namespace
+
+RolloutRows make_rollout_rows(const std::vector<RolloutGroup>& groups, const config::GrpoConfig& grpo, int max_rows,
+                              int seq, int64_t row_unit) {
+  RolloutRows out;
+  out.seq = seq;
+  std::vector<RolloutGroup> shaped = groups;  // rewards shaped and truncated samples filtered, as asked
+  std::vector<Placed> placed;
   bool first = true;
-  for (size_t gi = 0; gi < groups.size(); ++gi) {
-    RolloutGroup group = groups[gi];
+  for (size_t gi = 0; gi < shaped.size(); ++gi) {
+    RolloutGroup& group = shaped[gi];
     for (size_t si = 0; si < group.samples.size(); ++si) check_sample(group.samples[si], gi, si, seq);
     if (grpo.overlong_buffer > 0) {
       shape_overlong_rewards(group, grpo.overlong_max_tokens, grpo.overlong_buffer, grpo.overlong_penalty);
@@ -71,9 +122,13 @@ RolloutRows make_rollout_rows(const std::vector<RolloutGroup>& groups, const con
       out.reward_min = first ? r : std::min(out.reward_min, r);
       out.reward_max = first ? r : std::max(out.reward_max, r);
       first = false;
-      write_row(group.samples[si], a.advantages[si], row++, out);
+      ++out.samples;
+      out.trained_samples += trains(group.samples[si]) ? 1 : 0;
+      placed.push_back({&group.samples[si], a.advantages[si]});
     }
   }
+  lay_out(placed, grpo.packing, max_rows, row_unit, out);
+  out.trained_targets = std::count(out.weights.begin(), out.weights.end(), 1.0f);
   return out;
 }
 
@@ -98,19 +153,10 @@ void RolloutSource::fill(int64_t first, train::TokenBatch& batch) const {
   slice(rows_.weights, batch.loss_weights);
   slice(rows_.advantages, batch.advantages);
   slice(rows_.generation_logprobs, batch.generation_logprobs);
-}
-
-int64_t trained_targets(const RolloutRows& rows) {
-  return std::count(rows.weights.begin(), rows.weights.end(), 1.0f);
-}
-
-int64_t samples_in_training(const RolloutRows& rows) {
-  int64_t samples = 0;
-  for (int r = 0; r < rows.rows; ++r) {
-    const auto row = rows.weights.begin() + static_cast<std::ptrdiff_t>(r) * rows.seq;
-    samples += std::find(row, row + rows.seq, 1.0f) != row + rows.seq;
+  if (!rows_.documents.empty()) {  // packed samples (else plain rows, as TokenBatch::resize left them)
+    slice(rows_.positions, batch.positions);
+    slice(rows_.documents, batch.documents);
   }
-  return samples;
 }
 
 }  // namespace loom::rl

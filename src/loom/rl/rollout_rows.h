@@ -1,10 +1,16 @@
 #pragma once
 // The rows a GRPO learner step trains on, made from rollout groups: each group's rewards shaped
 // (DAPO's overlong penalty) and turned into advantages (grpo_loss.h), truncated samples filtered
-// when asked, then one sample per row, padded to data.seq_len: inputs are the sample's tokens but
-// the last, targets its tokens but the first, and a target is trained on when the model sampled it
-// (Rollout::trained); every target carries its sample's advantage and its generation
-// log-probability. Rows beyond the samples are padding (no trained targets).
+// when asked; then each sample's inputs (its tokens but the last) and targets (its tokens but the
+// first) placed in rows of data.seq_len slots, a target trained on when the model sampled it
+// (Rollout::trained) and carrying its sample's advantage and its generation log-probability.
+//
+// grpo.packing (NeMo RL's sequence packing): the samples are packed into rows by first-fit
+// decreasing, each a document of its row (model/packing.h: positions restarting at 0, no
+// attention across samples, so a sample computes what it computes alone), and the step takes the
+// rows they fill, rounded up to the trainer's batch unit (Trainer::batch_unit), at most
+// train.global_batch. Without it, one sample per row and train.global_batch rows. Slots past the
+// samples are padding (no trained targets).
 #include <string>
 #include <vector>
 
@@ -17,18 +23,24 @@ namespace loom::rl {
 struct RolloutRows {
   int rows = 0, seq = 0;
   std::vector<int32_t> inputs, targets;  // [rows, seq]
+  // Packed: each slot's position in its sample and the sample's place in its row (the padding
+  // after a row's samples a document of its own); empty: one sample per row.
+  std::vector<int32_t> positions, documents;
   std::vector<float> weights, advantages, generation_logprobs;
   int64_t samples = 0, zero_variance_groups = 0, filtered_samples = 0;
+  int64_t trained_targets = 0;  // targets trained on
+  int64_t trained_samples = 0;  // samples with a trained target (grpo.loss_aggregation's S)
+  int64_t filled_rows = 0;      // rows holding a sample
+  double packing_efficiency = 0.0;  // the share of the step's slots holding a sample's input
   double reward_sum = 0.0, reward_min = 0.0, reward_max = 0.0;  // after shaping
 };
 
+// `max_rows`: train.global_batch; `row_unit`: what a packed step's rows are a multiple of.
 // Throws an Error naming the group and sample when a rollout does not fit (fewer than 2 tokens,
-// more than seq + 1, mismatched arrays) or the samples exceed `rows` (train.global_batch).
-RolloutRows make_rollout_rows(const std::vector<RolloutGroup>& groups, const config::GrpoConfig& grpo, int rows, int seq);
-
-// The rows' trained targets, and the rows (samples) with at least one.
-int64_t trained_targets(const RolloutRows& rows);
-int64_t samples_in_training(const RolloutRows& rows);
+// more than seq + 1, mismatched arrays), and naming train.global_batch when the samples need more
+// rows than it.
+RolloutRows make_rollout_rows(const std::vector<RolloutGroup>& groups, const config::GrpoConfig& grpo, int max_rows,
+                              int seq, int64_t row_unit);
 
 // The trainer's batch source over one step's rows: global samples first, first + 1, ... of the
 // step beginning at `first_sample` are rows 0, 1, ... (every rank holds all rows).

@@ -111,16 +111,35 @@ void Trainer::describe() {
 }
 
 StepResult Trainer::step(int stop_signal) {
+  return step(stop_signal, global_batch_at(state_->run.train, state_->progress.consumed_samples));
+}
+
+StepResult Trainer::step(int stop_signal, int64_t global_batch) {
   State& s = *state_;
+  const int64_t unit = batch_unit();
+  LOOM_CHECK(global_batch > 0 && global_batch % unit == 0 && global_batch <= s.run.train.global_batch,
+             "a step of " + std::to_string(global_batch) + " sequences: valid are multiples of " +
+                 std::to_string(unit) + " (train.micro_batch x data-parallel ranks" +
+                 (unit == static_cast<int64_t>(s.run.train.micro_batch) * s.mesh.layout().shape.dp
+                      ? ""
+                      : " x parallel.pp, the interleaved schedule's rounds") +
+                 ") up to train.global_batch = " + std::to_string(s.run.train.global_batch));
   const int64_t step = s.progress.step + 1;
   if (s.trace) s.trace->begin_step(step);
   StepResult result;
   {
     trace::Range range("step", step);
-    result = run_step(stop_signal);
+    result = run_step(stop_signal, global_batch);
   }
   if (s.trace) out() << s.trace->end_step(step);
   return result;
+}
+
+int64_t Trainer::batch_unit() const {
+  const State& s = *state_;
+  const comm::MeshShape shape = s.mesh.layout().shape;
+  const bool rounds = shape.pp > 1 && s.run.parallel.pipeline_schedule == config::PipelineScheduleKind::Interleaved;
+  return static_cast<int64_t>(s.run.train.micro_batch) * shape.dp * (rounds ? shape.pp : 1);
 }
 
 void Trainer::agree_losses(StepResult& result, double local_loss_sum, int stop_signal) {
@@ -153,7 +172,7 @@ void Trainer::agree_losses(StepResult& result, double local_loss_sum, int stop_s
                 moe.aux_loss, moe.z_loss,     moe.layer_seconds, moe.exchange_seconds, moe.all_to_all_bytes};
 }
 
-StepResult Trainer::run_step(int stop_signal) {
+StepResult Trainer::run_step(int stop_signal, int64_t global_batch) {
   State& s = *state_;
   const auto start = Clock::now();
   // The peak of this step on, but for the run's first step (the memory check's, since start-up),
@@ -164,7 +183,7 @@ StepResult Trainer::run_step(int stop_signal) {
   ++s.steps_run;
   StepResult result;
   result.step = s.progress.step + 1;
-  s.use_global_batch(global_batch_at(s.run.train, s.progress.consumed_samples));
+  s.use_global_batch(global_batch);
   result.global_batch = s.step_batch;
   s.heartbeat.phase("forward_backward", result.step);
   s.faults.at_step_start(result.step);

@@ -82,6 +82,12 @@ class Trainer {
   // One optimizer step over the next global batch (collective). `stop_signal`: the signal this
   // rank was asked to stop by, or kStopForDuration (0: none); the result says whether any rank was.
   StepResult step(int stop_signal);
+  // The same over `global_batch` sequences in place of the schedule's, for a recipe whose steps
+  // differ in rows (GRPO's packed rollouts): a multiple of batch_unit(), at most train.global_batch.
+  StepResult step(int stop_signal, int64_t global_batch);
+  // What every step's global batch is a multiple of: train.micro_batch x data-parallel ranks (x
+  // parallel.pp under the interleaved schedule, whose micro-batches go in rounds of the stages).
+  int64_t batch_unit() const;
   // Reinforcement learning: the objective of the next steps in place of cross-entropy (null:
   // cross-entropy again); StepResult::loss is then the mean of its token losses. Not with
   // context parallelism (an Error naming parallel.cp).
@@ -139,7 +145,7 @@ class Trainer {
   void check_resumable(const ckpt::LoadedCheckpoint& checkpoint);
   void initialize_from(const std::string& path);
   // step()'s work, inside its trace range.
-  StepResult run_step(int stop_signal);
+  StepResult run_step(int stop_signal, int64_t global_batch);
   // The step's loss (and multi-token prediction's) agreed over the world, with any stop signal,
   // and the MoE layers' routing statistics.
   void agree_losses(StepResult& result, double local_loss_sum, int stop_signal);
