@@ -1,10 +1,10 @@
 // The GRPO learner on the shared trainer: steps on the same rollout groups at dp 2 (ZeRO 0 and
-// 3), tp 2 with sequence parallelism, pp 2, recompute, tp 2 x pp 2 and dp 2 x tp 2 equal one
-// rank (fp32: relative 1e-5 on each step's loss and the final parameters), and so do bf16 runs;
-// the statistics are those of the loss; the reference policy is the run's starting point across
-// a resume and from train.init_from; a step with zero advantages and no reference leaves the
-// model unchanged; bad rollouts and context parallelism are refused with errors naming what to
-// change; each grpo.loss_aggregation gives its formula's loss; grpo.mtp_loss_weight trains the
+// 3), tp 2 with sequence parallelism, pp 2, recompute, tp 2 x pp 2, dp 2 x tp 2, cp 2 (ring and
+// all-to-all) and dp 2 x cp 2 equal one rank (fp32: relative 1e-5 on each step's loss and the
+// final parameters), and so do bf16 runs; the statistics are those of the loss; the reference
+// policy is the run's starting point across a resume and from train.init_from; a step with zero
+// advantages and no reference leaves the model unchanged; bad rollouts are refused with errors
+// naming what to change; each grpo.loss_aggregation gives its formula's loss; grpo.mtp_loss_weight trains the
 // multi-token prediction depths alone; packed rows (grpo.packing, the default) train as one
 // sample per row does.
 #include "loom/rl/grpo_learner.h"
@@ -124,6 +124,9 @@ TEST_F(GrpoLearnerTest, EveryLayoutEqualsOneRank) {
       {"model.recompute=true"},
       {"runtime.ranks=4", "parallel.tp=2", "parallel.pp=2", "parallel.sequence_parallel=true"},  // tp 2 x pp 2
       {"runtime.ranks=4", "parallel.tp=2", "parallel.zero=3"},                                      // dp 2 x tp 2, ZeRO-3
+      {"runtime.ranks=2", "parallel.cp=2"},                                        // cp 2, ring attention
+      {"runtime.ranks=2", "parallel.cp=2", "parallel.cp_comm=a2a"},                // cp 2, all-to-all
+      {"runtime.ranks=4", "parallel.cp=2", "parallel.zero=1"},                     // dp 2 x cp 2, ZeRO-1
   };
   for (size_t i = 0; i < layouts.size(); ++i) {
     SCOPED_TRACE("layout " + std::to_string(i));
@@ -185,7 +188,8 @@ TEST_F(GrpoLearnerTest, LossAggregationsAreTheirFormulas) {
   EXPECT_NEAR(sum_norm.grad_norm, factor * token_mean.grad_norm, 1e-5 * sum_norm.grad_norm);
   for (const auto& [name, layout] :
        {std::pair<std::string, std::vector<std::string>>{"agg-dp2", {"runtime.ranks=2"}},
-        {"agg-pp2", {"runtime.ranks=2", "parallel.pp=2"}}}) {
+        {"agg-pp2", {"runtime.ranks=2", "parallel.pp=2"}},
+        {"agg-cp2", {"runtime.ranks=2", "parallel.cp=2"}}}) {
     SCOPED_TRACE(name);
     const LearnerStep other = first_step(name, "seq_mean_token_mean", layout);
     EXPECT_NEAR(other.loss, sample_mean.loss, 1e-5 * std::fabs(sample_mean.loss));
@@ -332,12 +336,12 @@ TEST_F(GrpoLearnerTest, ZeroAdvantagesWithoutReferenceChangeNothing) {
 // tokens (each depth's cross-entropy on the targets k ahead), and only they learn from it.
 // Without clipping (whose global norm counts the depths' gradients), every other tensor and its
 // moments end as in a run that leaves the depths alone, bit for bit, with the same losses, while
-// the depths move; each step reports each depth's loss; tp 2 with sequence parallelism, pp 2 and
+// the depths move; each step reports each depth's loss; tp 2 with sequence parallelism, pp 2, cp 2 and
 // dp 2 with ZeRO-3 equal one rank; the key is refused for a model without depths.
 // One sample per row: with clipping off, tp 2's reduction order leaves layer 0's down projection's
 // first moment 7e-6 of its largest element from one rank's after three steps, and packed rows
-// 1.2e-5 (measured), over this test's 1e-5; packed rows with the depths' loss, on one rank and at
-// tp 2, are PackedRowsTrainAsOneSamplePerRowInEveryLayout's.
+// 1.2e-5 (measured), over this test's 1e-5; packed rows with the depths' loss, on one rank, at
+// tp 2 and at cp 2, are PackedRowsTrainAsOneSamplePerRowInEveryLayout's.
 TEST_F(GrpoLearnerTest, TheDepthsDraftLossTrainsTheDepthsAloneInEveryLayout) {
   const std::vector<std::string> depths = {"model.mtp_depths=2", "optim.clip_grad=0", "grpo.packing=false"};
   auto drafting = [&](std::vector<std::string> overrides) {
@@ -370,6 +374,7 @@ TEST_F(GrpoLearnerTest, TheDepthsDraftLossTrainsTheDepthsAloneInEveryLayout) {
       {"runtime.ranks=2", "parallel.tp=2", "parallel.sequence_parallel=true"},
       {"runtime.ranks=2", "parallel.pp=2", "parallel.pipeline_schedule=1f1b"},
       {"runtime.ranks=2", "parallel.zero=3"},
+      {"runtime.ranks=2", "parallel.cp=2"},
   };
   for (size_t i = 0; i < layouts.size(); ++i) {
     SCOPED_TRACE("layout " + std::to_string(i));
@@ -399,7 +404,8 @@ TEST_F(GrpoLearnerTest, TheDepthsDraftLossTrainsTheDepthsAloneInEveryLayout) {
 // parameters and moments after two steps within fp32 rounding (relative 1e-5), alone, under
 // seq_mean_token_mean (each sample's factor found by its document), with the depths' draft loss
 // (documents end the depths' shifted rows), and at tp 2 + sp (also with the depths), pp 2 (1F1B,
-// and interleaved over 4 layers, whose steps take multiples of 8 rows) and dp 2 ZeRO-3; the packed
+// and interleaved over 4 layers, whose steps take multiples of 8 rows), dp 2 ZeRO-3 and cp 2
+// (with the depths and seq_mean_token_mean: each rank holds chunks of every sample); the packed
 // steps take fewer rows.
 TEST_F(GrpoLearnerTest, PackedRowsTrainAsOneSamplePerRowInEveryLayout) {
   const std::vector<std::vector<std::string>> cases = {
@@ -413,6 +419,8 @@ TEST_F(GrpoLearnerTest, PackedRowsTrainAsOneSamplePerRowInEveryLayout) {
       {"runtime.ranks=2", "model.layers=4", "parallel.pp=2", "parallel.pipeline_schedule=interleaved",
        "parallel.virtual_stages=2"},
       {"runtime.ranks=2", "parallel.zero=3"},
+      {"runtime.ranks=2", "parallel.cp=2", "grpo.loss_aggregation=seq_mean_token_mean", "model.mtp_depths=2",
+       "grpo.mtp_loss_weight=0.5"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE("case " + std::to_string(i));
@@ -496,13 +504,6 @@ TEST_F(GrpoLearnerTest, RefusesWhatItCannotTrain) {
     learner.finish();
     return train::TrainSummary{};
   });
-  const config::RunConfig cp = config("refuse-cp", {"runtime.ranks=2", "parallel.cp=2"});
-  fails([&] {
-    train::run_on_ranks(cp, out, [&](comm::Communicator& world) {
-      GrpoLearner learner(cp, world, out);
-      return train::TrainSummary{};
-    });
-  }, "parallel.cp");
   const std::vector<std::vector<std::string>> ramps = {
       {"train.rampup_batch_size=[4, 4, 100]"}, {"train.samples=64", "train.steps=0", "optim.warmup_steps=0"}};
   for (const std::vector<std::string>& overrides : ramps) {

@@ -55,9 +55,6 @@ struct GrpoLearner::State {
 GrpoLearner::GrpoLearner(const config::RunConfig& config, comm::Communicator& world, std::ostream& console)
     : state_(std::make_unique<State>(config, world)) {
   State& s = *state_;
-  LOOM_CHECK(config.parallel.cp == 1, "parallel.cp = " + std::to_string(config.parallel.cp) +
-                                          ": the GRPO learner under context parallelism is not built yet; use "
-                                          "parallel.cp = 1");
   LOOM_CHECK(!config.train.rampup_batch_size.on() && config.train.samples == 0,
              "train.rampup_batch_size and train.samples are for pre-training and fine-tuning: a GRPO step trains "
              "on the rows of its rollouts (at most train.global_batch), train.steps times");

@@ -1,6 +1,6 @@
 #pragma once
 // The GRPO learner: one rank's share of the trainer (any layout: dp with ZeRO 0-3, tp with
-// sequence parallelism, pp; recompute; mixed precision; not context parallelism) training the
+// sequence parallelism, cp, pp; recompute; mixed precision) training the
 // GRPO loss on rollout groups. Every learner rank calls each method with the same arguments
 // (the methods are collective over `world`):
 //

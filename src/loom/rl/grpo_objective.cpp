@@ -32,20 +32,11 @@ void GrpoObjective::prepare(train::Trainer& trainer, const train::TokenBatch& ba
   factors_.assign(batch.targets.size(), 1.0);
   if (options_.aggregation == config::LossAggregation::TokenMean) return;
   LOOM_CHECK(step_samples_ > 0, "GrpoObjective: grpo.loss_aggregation needs the step's totals (set_step_totals)");
-  // A sample is a row's run of one document id (packed rows), or the whole row.
-  const auto seq = static_cast<size_t>(batch.seq);
-  for (size_t row = 0; row < batch.targets.size(); row += seq) {
-    for (size_t begin = row, end = row; begin < row + seq; begin = end) {
-      end = batch.documents.empty() ? row + seq : begin + 1;
-      while (end < row + seq && batch.documents[end] == batch.documents[begin]) ++end;
-      const auto first = batch.targets.begin() + static_cast<std::ptrdiff_t>(begin);
-      const int64_t trained = std::count_if(first, first + static_cast<std::ptrdiff_t>(end - begin),
-                                            [](int32_t t) { return t != kernels::kIgnoreIndex; });
-      const double factor = sample_loss_factor(options_, trained, step_tokens_, step_samples_);
-      std::fill(factors_.begin() + static_cast<std::ptrdiff_t>(begin),
-                factors_.begin() + static_cast<std::ptrdiff_t>(end), factor);
-    }
-  }
+  LOOM_CHECK(batch.sample_targets.size() == batch.targets.size(),
+             "GrpoObjective: grpo.loss_aggregation needs each target's sample's trained targets (a rollout source "
+             "fills them)");
+  for (size_t i = 0; i < factors_.size(); ++i)
+    factors_[i] = sample_loss_factor(options_, batch.sample_targets[i], step_tokens_, step_samples_);
 }
 
 double GrpoObjective::evaluate(const int32_t* targets, const float* logp, int64_t rows, float* gradient) {

@@ -6,8 +6,9 @@
 //   generation log-probability and advantage from the batch (TokenBatch's per-target data),
 //   reference log-probability from a forward-only pass with the reference parameters
 //         (only when kl_coeff > 0),
-// each token's loss and gradient times its sample's factor of grpo.loss_aggregation (a sample is
-// a row, or a document of a packed row: the learner refuses context parallelism, so rows are whole).
+// each token's loss and gradient times its sample's factor of grpo.loss_aggregation (from the
+// count of its sample's trained targets the batch carries per target, which holds under context
+// parallelism too, where a rank sees chunks of each sample).
 #include <vector>
 
 #include "loom/core/tensor.h"

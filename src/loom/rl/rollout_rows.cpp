@@ -31,9 +31,15 @@ struct Placed {
   double advantage;
 };
 
+// The targets of sample `s` that are trained on: its sampled tokens but the first token.
+int32_t trained_targets_of(const Rollout& s) {
+  return static_cast<int32_t>(std::count(s.trained.begin() + 1, s.trained.end(), 1));
+}
+
 // Writes sample `s` into the slots from `slot` on, as document `document` of its row.
 void place(const Placed& p, int64_t slot, int32_t document, RolloutRows& out) {
   const Rollout& s = *p.sample;
+  const int32_t trained = trained_targets_of(s);
   for (size_t j = 0; j + 1 < s.tokens.size(); ++j) {
     const size_t at = static_cast<size_t>(slot) + j;
     out.inputs[at] = s.tokens[j];
@@ -41,6 +47,7 @@ void place(const Placed& p, int64_t slot, int32_t document, RolloutRows& out) {
     out.weights[at] = s.trained[j + 1] != 0 ? 1.0f : 0.0f;
     out.advantages[at] = static_cast<float>(p.advantage);
     out.generation_logprobs[at] = s.generation_logprobs[j + 1];
+    out.sample_targets[at] = trained;
     if (!out.documents.empty()) {
       out.documents[at] = document;
       out.positions[at] = static_cast<int32_t>(j);
@@ -71,6 +78,7 @@ void lay_out(const std::vector<Placed>& placed, bool packing, int max_rows, int6
   out.weights.assign(n, 0.0f);
   out.advantages.assign(n, 0.0f);
   out.generation_logprobs.assign(n, 0.0f);
+  out.sample_targets.assign(n, 0);
   if (packing) {
     out.documents.assign(n, 0);
     out.positions.assign(n, 0);
@@ -93,8 +101,6 @@ void lay_out(const std::vector<Placed>& placed, bool packing, int max_rows, int6
   }
   out.packing_efficiency = static_cast<double>(used) / static_cast<double>(n);
 }
-
-bool trains(const Rollout& s) { return std::find(s.trained.begin() + 1, s.trained.end(), 1) != s.trained.end(); }
 
 }  // namespace
 
@@ -123,7 +129,7 @@ RolloutRows make_rollout_rows(const std::vector<RolloutGroup>& groups, const con
       out.reward_max = first ? r : std::max(out.reward_max, r);
       first = false;
       ++out.samples;
-      out.trained_samples += trains(group.samples[si]) ? 1 : 0;
+      out.trained_samples += trained_targets_of(group.samples[si]) > 0 ? 1 : 0;
       placed.push_back({&group.samples[si], a.advantages[si]});
     }
   }
@@ -153,6 +159,7 @@ void RolloutSource::fill(int64_t first, train::TokenBatch& batch) const {
   slice(rows_.weights, batch.loss_weights);
   slice(rows_.advantages, batch.advantages);
   slice(rows_.generation_logprobs, batch.generation_logprobs);
+  slice(rows_.sample_targets, batch.sample_targets);
   if (!rows_.documents.empty()) {  // packed samples (else plain rows, as TokenBatch::resize left them)
     slice(rows_.positions, batch.positions);
     slice(rows_.documents, batch.documents);

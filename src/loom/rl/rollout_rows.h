@@ -3,7 +3,8 @@
 // (DAPO's overlong penalty) and turned into advantages (grpo_loss.h), truncated samples filtered
 // when asked; then each sample's inputs (its tokens but the last) and targets (its tokens but the
 // first) placed in rows of data.seq_len slots, a target trained on when the model sampled it
-// (Rollout::trained) and carrying its sample's advantage and its generation log-probability.
+// (Rollout::trained) and carrying its sample's advantage, its generation log-probability and its
+// sample's count of trained targets (grpo.loss_aggregation's T_i).
 //
 // grpo.packing (NeMo RL's sequence packing): the samples are packed into rows by first-fit
 // decreasing, each a document of its row (model/packing.h: positions restarting at 0, no
@@ -27,6 +28,7 @@ struct RolloutRows {
   // after a row's samples a document of its own); empty: one sample per row.
   std::vector<int32_t> positions, documents;
   std::vector<float> weights, advantages, generation_logprobs;
+  std::vector<int32_t> sample_targets;  // per slot: the trained targets of its sample (0: padding)
   int64_t samples = 0, zero_variance_groups = 0, filtered_samples = 0;
   int64_t trained_targets = 0;  // targets trained on
   int64_t trained_samples = 0;  // samples with a trained target (grpo.loss_aggregation's S)

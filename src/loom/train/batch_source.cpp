@@ -22,6 +22,7 @@ void TokenBatch::resize(int batch_size, int seq_len) {
   documents.clear();
   advantages.clear();  // no per-target data until a source gives it
   generation_logprobs.clear();
+  sample_targets.clear();
 }
 
 int64_t TokenBatch::mask_and_count(const BatchSource& source, int64_t first_sample) {
@@ -71,6 +72,9 @@ int64_t TokenBatch::keep_context_share(int cp, int rank) {
     keep_chunks(loss_weights, batch, seq, cp, rank);
     if (!positions.empty()) keep_chunks(positions, batch, seq, cp, rank);
     if (!documents.empty()) keep_chunks(documents, batch, seq, cp, rank);
+    if (!advantages.empty()) keep_chunks(advantages, batch, seq, cp, rank);
+    if (!generation_logprobs.empty()) keep_chunks(generation_logprobs, batch, seq, cp, rank);
+    if (!sample_targets.empty()) keep_chunks(sample_targets, batch, seq, cp, rank);
     seq /= cp;
   }
   return std::count_if(targets.begin(), targets.end(), [](int32_t t) { return t != kernels::kIgnoreIndex; });

@@ -27,9 +27,12 @@ struct TokenBatch {
   std::vector<float> loss_weights;
   std::vector<int32_t> positions, documents;
   // Reinforcement learning's per-target data ([batch, seq] each; empty for pre-training and SFT):
-  // the advantage of the sample a target belongs to, and the generation server's log-probability
-  // of the target. Read by a StepObjective (step_objective.h); not split by context parallelism.
+  // the advantage of the sample a target belongs to, the generation server's log-probability of
+  // the target, and how many targets of its sample are trained on (a sample's loss factors need
+  // the whole sample, which context parallelism splits over ranks). Read by a StepObjective
+  // (step_objective.h); split by context parallelism as the targets are.
   std::vector<float> advantages, generation_logprobs;
+  std::vector<int32_t> sample_targets;
 
   model::Packing packing() const {
     return {positions.empty() ? nullptr : positions.data(), documents.empty() ? nullptr : documents.data()};
@@ -42,7 +45,7 @@ struct TokenBatch {
   int64_t mask_and_count(const BatchSource& source, int64_t first_sample);
   // Context parallelism: keeps this rank's share of every sample, chunks `rank` and 2 cp - 1 -
   // `rank` of its 2 cp equal chunks (in that order; model/context_attention.h), of the inputs,
-  // targets, loss weights, positions and document ids alike; seq becomes seq / cp. Returns the targets that count in the
+  // targets, loss weights, positions, document ids and per-target data alike; seq becomes seq / cp. Returns the targets that count in the
   // share. Call after mask_and_count.
   int64_t keep_context_share(int cp, int rank);
   const int32_t* micro_inputs(int m, int micro) const { return inputs.data() + static_cast<size_t>(m) * micro * seq; }

@@ -293,12 +293,7 @@ std::string Trainer::progress_extra(const StepResult& result) {
   return line.str();
 }
 
-void Trainer::set_objective(StepObjective* objective) {
-  LOOM_CHECK(objective == nullptr || state_->mesh.layout().shape.cp == 1,
-             "parallel.cp = " + std::to_string(state_->mesh.layout().shape.cp) +
-                 ": a per-token objective (GRPO) under context parallelism is not built yet; use parallel.cp = 1");
-  state_->objective = objective;
-}
+void Trainer::set_objective(StepObjective* objective) { state_->objective = objective; }
 
 namespace {
 // Writes each row's log-probability at its place in the batch (a forward-only pass's objective).

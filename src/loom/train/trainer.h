@@ -89,8 +89,8 @@ class Trainer {
   // parallel.pp under the interleaved schedule, whose micro-batches go in rounds of the stages).
   int64_t batch_unit() const;
   // Reinforcement learning: the objective of the next steps in place of cross-entropy (null:
-  // cross-entropy again); StepResult::loss is then the mean of its token losses. Not with
-  // context parallelism (an Error naming parallel.cp).
+  // cross-entropy again); StepResult::loss is then the mean of its token losses. Under context
+  // parallelism it sees this rank's share of each sample (TokenBatch::keep_context_share).
   void set_objective(StepObjective* objective);
   // The log-probabilities of `batch`'s targets ([batch, seq], 0 where masked) under this rank's
   // parameters, or under `parameters` (a full copy of them, as parameter_copy gives) when not
