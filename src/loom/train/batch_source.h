@@ -45,8 +45,8 @@ struct TokenBatch {
   int64_t mask_and_count(const BatchSource& source, int64_t first_sample);
   // Context parallelism: keeps this rank's share of every sample, chunks `rank` and 2 cp - 1 -
   // `rank` of its 2 cp equal chunks (in that order; model/context_attention.h), of the inputs,
-  // targets, loss weights, positions, document ids and per-target data alike; seq becomes seq / cp. Returns the targets that count in the
-  // share. Call after mask_and_count.
+  // targets, loss weights, positions, document ids and per-target data alike; seq becomes
+  // seq / cp. Returns the targets that count in the share. Call after mask_and_count.
   int64_t keep_context_share(int cp, int rank);
   const int32_t* micro_inputs(int m, int micro) const { return inputs.data() + static_cast<size_t>(m) * micro * seq; }
   const int32_t* micro_targets(int m, int micro) const { return targets.data() + static_cast<size_t>(m) * micro * seq; }
