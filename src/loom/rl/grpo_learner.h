@@ -15,10 +15,10 @@
 // A step computes the group advantages (and DAPO's overlong shaping and filtering, when set),
 // places its samples in rows of data.seq_len (grpo.packing: packed, the step taking the rows they
 // fill; else one per row, train.global_batch rows), and takes one optimizer step on the token
-// mean of the GRPO loss over the global batch's trained tokens (grpo_loss.h; the `grpo` config section). With
-// grpo.kl_coeff > 0 the reference policy is the run's starting point: train.init_from's
-// parameters, or the seed's initialisation without it; its log-probabilities come from a
-// forward-only pass with its parameters in the same layout.
+// mean of the GRPO loss over the global batch's trained tokens (grpo_loss.h; the `grpo` config
+// section). With grpo.kl_coeff > 0 the reference policy is the run's starting point:
+// train.init_from's parameters, or the seed's initialisation without it; its log-probabilities
+// come from a forward-only pass with its parameters in the same layout.
 #include <cstdint>
 #include <memory>
 #include <ostream>
