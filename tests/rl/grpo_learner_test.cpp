@@ -477,6 +477,26 @@ TEST_F(GrpoLearnerTest, TheDepthsDraftLossOnTheDeviceEqualsTheCpuBitForBit) {
   }
 }
 
+// The start-up report says how a step's rows are laid out, with the unit a packed step's rows
+// are a multiple of (train.micro_batch x data-parallel ranks).
+TEST_F(GrpoLearnerTest, ItSaysHowItLaysOutItsRows) {
+  for (const bool packing : {true, false}) {
+    const std::string layout = packing ? "grpo.packing=true" : "grpo.packing=false";
+    const config::RunConfig c = config(packing ? "say-packed" : "say-padded", {"runtime.ranks=2", layout});
+    std::ostringstream out;
+    train::run_on_ranks(c, out, [&](comm::Communicator& world) {
+      GrpoLearner learner(c, world, out);
+      learner.finish();
+      return train::TrainSummary{};
+    });
+    const std::string expected =
+        packing ? "grpo: each step's samples packed into rows of 16 tokens (first-fit decreasing); a step trains on "
+                  "the rows they fill, a multiple of 8, at most 16 (train.global_batch)"
+                : "grpo: one sample per row of 16 tokens, 16 rows a step (grpo.packing false)";
+    EXPECT_NE(out.str().find(expected), std::string::npos) << out.str();
+  }
+}
+
 TEST_F(GrpoLearnerTest, RefusesWhatItCannotTrain) {
   auto fails = [](const std::function<void()>& f, const std::string& needle) {
     try {

@@ -64,6 +64,16 @@ GrpoLearner::GrpoLearner(const config::RunConfig& config, comm::Communicator& wo
   if (with_reference) s.reference = s.trainer->parameter_copy(config.train.init_from);
   s.trainer->restore();
   s.trainer->describe();
+  if (s.trainer->reporter()) {
+    const int rows = config.train.global_batch, seq = config.data.seq_len;
+    if (config.grpo.packing) {
+      console << "grpo: each step's samples packed into rows of " << seq << " tokens (first-fit decreasing); a step "
+              << "trains on the rows they fill, a multiple of " << s.trainer->batch_unit() << ", at most " << rows
+              << " (train.global_batch)\n";
+    } else {
+      console << "grpo: one sample per row of " << seq << " tokens, " << rows << " rows a step (grpo.packing false)\n";
+    }
+  }
   s.objective = std::make_unique<GrpoObjective>(LossOptions::from_config(config.grpo),
                                                 with_reference ? &s.reference : nullptr);
   s.trainer->set_objective(s.objective.get());
