@@ -31,9 +31,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Four prompts x 4 samples of random bytes; the first 5 tokens are the prompt (not trained), the
-// rest sampled with a generation log-probability near -6.5; rewards make 3 of the 4 groups vary.
-std::vector<RolloutGroup> make_groups(uint64_t seed) {
+// Four prompts x 4 samples of random bytes; the first `prompt` tokens are the prompt (not
+// trained), the rest sampled with a generation log-probability near -6.5; rewards make 3 of the 4
+// groups vary.
+std::vector<RolloutGroup> make_groups(uint64_t seed, int prompt = 5) {
   std::vector<RolloutGroup> groups;
   for (int g = 0; g < 4; ++g) {
     RolloutGroup group;
@@ -44,8 +45,8 @@ std::vector<RolloutGroup> make_groups(uint64_t seed) {
       for (int k = 0; k < length; ++k) {
         const auto bits = philox4x32(seed, g * 4 + s, k);
         r.tokens.push_back(static_cast<int32_t>(bits[0] % 256));
-        r.trained.push_back(k >= 5 ? 1 : 0);
-        r.generation_logprobs.push_back(k >= 5 ? -6.0f - static_cast<float>(bits[1] % 1000) / 1000.0f : 0.0f);
+        r.trained.push_back(k >= prompt ? 1 : 0);
+        r.generation_logprobs.push_back(k >= prompt ? -6.0f - static_cast<float>(bits[1] % 1000) / 1000.0f : 0.0f);
       }
       r.reward = g == 3 ? 1.0 : static_cast<double>(philox4x32(seed, g, s + 50)[0] % 3);
       if (g < 3 && s == 0) r.reward = 5.0;  // never a zero-variance group by chance
@@ -76,9 +77,10 @@ class GrpoLearnerTest : public ::testing::Test {
     return config::parse_config(yaml, name, overrides);
   }
 
-  // Learner steps up to train.steps = `steps` (step k on the groups of seed 6 + k), then a
-  // checkpoint; rank 0's step metrics.
-  static std::vector<LearnerStep> learn(const std::string& name, std::vector<std::string> overrides, int steps) {
+  // Learner steps up to train.steps = `steps` (step k on the groups of seed 6 + k, prompts of
+  // `prompt` tokens), then a checkpoint; rank 0's step metrics.
+  static std::vector<LearnerStep> learn(const std::string& name, std::vector<std::string> overrides, int steps,
+                                        int prompt = 5) {
     overrides.push_back("train.steps=" + std::to_string(steps));
     const config::RunConfig c = config(name, overrides);
     std::ostringstream out;
@@ -87,7 +89,8 @@ class GrpoLearnerTest : public ::testing::Test {
     train::run_on_ranks(c, out, [&](comm::Communicator& world) {
       GrpoLearner learner(c, world, out);
       std::vector<LearnerStep> mine;
-      while (learner.weight_version() < steps) mine.push_back(learner.step(make_groups(7 + learner.weight_version())));
+      while (learner.weight_version() < steps)
+        mine.push_back(learner.step(make_groups(7 + learner.weight_version(), prompt)));
       learner.save();
       learner.finish();
       if (world.rank() == 0) {
@@ -406,7 +409,9 @@ TEST_F(GrpoLearnerTest, TheDepthsDraftLossTrainsTheDepthsAloneInEveryLayout) {
 // (documents end the depths' shifted rows), and at tp 2 + sp (also with the depths), pp 2 (1F1B,
 // and interleaved over 4 layers, whose steps take multiples of 8 rows), dp 2 ZeRO-3 and cp 2
 // (with the depths and seq_mean_token_mean: each rank holds chunks of every sample); the packed
-// steps take fewer rows.
+// steps take fewer rows. With one-token prompts the depths' losses agree too (their shifted rows
+// end at each sample's last token, which the documents mark; without that they would reach the
+// next sample's trained tokens).
 TEST_F(GrpoLearnerTest, PackedRowsTrainAsOneSamplePerRowInEveryLayout) {
   const std::vector<std::vector<std::string>> cases = {
       {},
@@ -452,6 +457,24 @@ TEST_F(GrpoLearnerTest, PackedRowsTrainAsOneSamplePerRowInEveryLayout) {
     }
     EXPECT_LE(train::testing::state_difference(root_, padded_name, packed_name), 1e-5);
   }
+  // One-token prompts: a depth's shifted rows at a sample's last tokens would reach the next
+  // sample's trained tokens in a packed row if its document did not end them.
+  const std::vector<std::string> depths = {"data.seq_len=32", "model.mtp_depths=2", "grpo.mtp_loss_weight=0.5"};
+  std::vector<std::string> one_per_row = depths;
+  one_per_row.push_back("grpo.packing=false");
+  const std::vector<LearnerStep> padded = learn("padded-short-prompts", one_per_row, 2, 1);
+  const std::vector<LearnerStep> packed = learn("packed-short-prompts", depths, 2, 1);
+  ASSERT_EQ(packed.size(), 2u);
+  for (size_t s = 0; s < packed.size(); ++s) {
+    EXPECT_LT(packed[s].rows, padded[s].rows);
+    EXPECT_NEAR(packed[s].loss, padded[s].loss, 1e-5 * std::fabs(padded[s].loss)) << "step " << s + 1;
+    ASSERT_EQ(packed[s].mtp_losses.size(), 2u);
+    for (size_t k = 0; k < 2; ++k) {
+      EXPECT_NEAR(packed[s].mtp_losses[k], padded[s].mtp_losses[k], 1e-5 * padded[s].mtp_losses[k])
+          << "step " << s + 1 << ", depth " << k + 1;
+    }
+  }
+  EXPECT_LE(train::testing::state_difference(root_, "padded-short-prompts", "packed-short-prompts"), 1e-5);
 }
 
 // The depths' draft loss on the emulated device (fp32, and bf16 where the head's and the depths'
