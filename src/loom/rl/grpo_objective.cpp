@@ -29,14 +29,11 @@ void GrpoObjective::prepare(train::Trainer& trainer, const train::TokenBatch& ba
   stats_ = {};
   reference_logp_.clear();
   if (options_.kl_coeff != 0.0) reference_logp_ = trainer.target_logprobs(batch, reference_);
-  factors_.assign(batch.targets.size(), 1.0);
   if (options_.aggregation == config::LossAggregation::TokenMean) return;
   LOOM_CHECK(step_samples_ > 0, "GrpoObjective: grpo.loss_aggregation needs the step's totals (set_step_totals)");
-  LOOM_CHECK(batch.sample_targets.size() == batch.targets.size(),
+  LOOM_CHECK(batch.sample_targets.size() == n,
              "GrpoObjective: grpo.loss_aggregation needs each target's sample's trained targets (a rollout source "
              "fills them)");
-  for (size_t i = 0; i < factors_.size(); ++i)
-    factors_[i] = sample_loss_factor(options_, batch.sample_targets[i], step_tokens_, step_samples_);
 }
 
 double GrpoObjective::evaluate(const int32_t* targets, const float* logp, int64_t rows, float* gradient) {
@@ -52,7 +49,9 @@ double GrpoObjective::evaluate(const int32_t* targets, const float* logp, int64_
     const double reference = reference_logp_.empty() ? 0.0 : reference_logp_[i];
     const TokenLoss t = token_loss(options_, logp[r], logp[r], batch_->generation_logprobs[i], reference,
                                    batch_->advantages[i], stats_);
-    const double factor = factors_[i];
+    const double factor = options_.aggregation == config::LossAggregation::TokenMean
+                              ? 1.0
+                              : sample_loss_factor(options_, batch_->sample_targets[i], step_tokens_, step_samples_);
     gradient[r] = static_cast<float>(factor * t.gradient);
     loss_sum += factor * t.loss;
   }

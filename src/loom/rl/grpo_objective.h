@@ -39,7 +39,6 @@ class GrpoObjective : public train::StepObjective {
   const Tensor* reference_;
   const train::TokenBatch* batch_ = nullptr;
   std::vector<float> reference_logp_;
-  std::vector<double> factors_;  // per target of the batch: its sample's sample_loss_factor
   int64_t step_tokens_ = 0, step_samples_ = 0;
   LossStatistics stats_;
 };

@@ -25,10 +25,12 @@ void check_sample(const Rollout& s, size_t group, size_t sample, int seq) {
                  std::to_string(seq + 1) + " (raise data.seq_len or lower the generation's token limit)");
 }
 
-// A sample with its advantage, in the step's order (groups, then their samples).
+// A sample with its advantage and its count of trained targets, in the step's order (groups,
+// then their samples).
 struct Placed {
   const Rollout* sample;
   double advantage;
+  int32_t trained_targets;
 };
 
 // The targets of sample `s` that are trained on: its sampled tokens but the first token.
@@ -39,7 +41,6 @@ int32_t trained_targets_of(const Rollout& s) {
 // Writes sample `s` into the slots from `slot` on, as document `document` of its row.
 void place(const Placed& p, int64_t slot, int32_t document, RolloutRows& out) {
   const Rollout& s = *p.sample;
-  const int32_t trained = trained_targets_of(s);
   for (size_t j = 0; j + 1 < s.tokens.size(); ++j) {
     const size_t at = static_cast<size_t>(slot) + j;
     out.inputs[at] = s.tokens[j];
@@ -47,7 +48,7 @@ void place(const Placed& p, int64_t slot, int32_t document, RolloutRows& out) {
     out.weights[at] = s.trained[j + 1] != 0 ? 1.0f : 0.0f;
     out.advantages[at] = static_cast<float>(p.advantage);
     out.generation_logprobs[at] = s.generation_logprobs[j + 1];
-    out.sample_targets[at] = trained;
+    out.sample_targets[at] = p.trained_targets;
     if (!out.documents.empty()) {
       out.documents[at] = document;
       out.positions[at] = static_cast<int32_t>(j);
@@ -128,13 +129,14 @@ RolloutRows make_rollout_rows(const std::vector<RolloutGroup>& groups, const con
       out.reward_min = first ? r : std::min(out.reward_min, r);
       out.reward_max = first ? r : std::max(out.reward_max, r);
       first = false;
+      const int32_t trained = trained_targets_of(group.samples[si]);
       ++out.samples;
-      out.trained_samples += trained_targets_of(group.samples[si]) > 0 ? 1 : 0;
-      placed.push_back({&group.samples[si], a.advantages[si]});
+      out.trained_targets += trained;
+      out.trained_samples += trained > 0 ? 1 : 0;
+      placed.push_back({&group.samples[si], a.advantages[si], trained});
     }
   }
   lay_out(placed, grpo.packing, max_rows, row_unit, out);
-  out.trained_targets = std::count(out.weights.begin(), out.weights.end(), 1.0f);
   return out;
 }
 

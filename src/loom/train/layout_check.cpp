@@ -43,20 +43,26 @@ void check_context_parallel(const config::RunConfig& config) {
 void check_rampup_layout(const config::RunConfig& config, int dp) {
   const config::BatchRampup& r = config.train.rampup_batch_size;
   if (!r.on()) return;
-  const bool rounds =
-      config.parallel.pp > 1 && config.parallel.pipeline_schedule == config::PipelineScheduleKind::Interleaved;
-  const int64_t unit = static_cast<int64_t>(config.train.micro_batch) * dp * (rounds ? config.parallel.pp : 1);
-  const std::string of = "train.micro_batch " + std::to_string(config.train.micro_batch) + " x data-parallel ranks " +
-                         std::to_string(dp) + (rounds ? " x parallel.pp " + std::to_string(config.parallel.pp) +
-                                                            " (the interleaved schedule's rounds)"
-                                                      : "");
-  LOOM_CHECK(r.start % unit == 0 && r.increment % unit == 0,
+  const BatchUnit unit = batch_unit(config, dp);
+  LOOM_CHECK(r.start % unit.rows == 0 && r.increment % unit.rows == 0,
              "train.rampup_batch_size = " + config::detail::Value<config::BatchRampup>::show(r) +
-                 ": each batch of the ramp-up must be a multiple of " + of + " = " + std::to_string(unit) +
+                 ": each batch of the ramp-up must be a multiple of " + unit.what + " = " + std::to_string(unit.rows) +
                  ", so its start and increment must be");
 }
 
 }  // namespace
+
+BatchUnit batch_unit(const config::RunConfig& config, int dp) {
+  const bool rounds =
+      config.parallel.pp > 1 && config.parallel.pipeline_schedule == config::PipelineScheduleKind::Interleaved;
+  BatchUnit unit;
+  unit.rows = static_cast<int64_t>(config.train.micro_batch) * dp * (rounds ? config.parallel.pp : 1);
+  unit.what = "train.micro_batch " + std::to_string(config.train.micro_batch) + " x data-parallel ranks " +
+              std::to_string(dp) +
+              (rounds ? " x parallel.pp " + std::to_string(config.parallel.pp) + " (the interleaved schedule's rounds)"
+                      : "");
+  return unit;
+}
 
 comm::MeshShape check_layout(const config::RunConfig& config, int world_size) {
   const int tp = config.parallel.tp, cp = config.parallel.cp, pp = config.parallel.pp;

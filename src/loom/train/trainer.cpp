@@ -14,6 +14,7 @@
 #include "loom/kernels/types.h"
 #include "loom/optim/schedule.h"
 #include "loom/train/batch_schedule.h"
+#include "loom/train/layout_check.h"
 #include "loom/train/model_setup.h"
 #include "loom/train/step_profile.h"
 #include "loom/train/trainer_state.h"
@@ -116,14 +117,11 @@ StepResult Trainer::step(int stop_signal) {
 
 StepResult Trainer::step(int stop_signal, int64_t global_batch) {
   State& s = *state_;
-  const int64_t unit = batch_unit();
-  LOOM_CHECK(global_batch > 0 && global_batch % unit == 0 && global_batch <= s.run.train.global_batch,
-             "a step of " + std::to_string(global_batch) + " sequences: valid are multiples of " +
-                 std::to_string(unit) + " (train.micro_batch x data-parallel ranks" +
-                 (unit == static_cast<int64_t>(s.run.train.micro_batch) * s.mesh.layout().shape.dp
-                      ? ""
-                      : " x parallel.pp, the interleaved schedule's rounds") +
-                 ") up to train.global_batch = " + std::to_string(s.run.train.global_batch));
+  const BatchUnit unit = train::batch_unit(s.run, s.mesh.layout().shape.dp);
+  LOOM_CHECK(global_batch > 0 && global_batch % unit.rows == 0 && global_batch <= s.run.train.global_batch,
+             "a step of " + std::to_string(global_batch) + " sequences: valid are multiples of " + unit.what + " = " +
+                 std::to_string(unit.rows) + " up to train.global_batch = " +
+                 std::to_string(s.run.train.global_batch));
   const int64_t step = s.progress.step + 1;
   if (s.trace) s.trace->begin_step(step);
   StepResult result;
@@ -136,10 +134,7 @@ StepResult Trainer::step(int stop_signal, int64_t global_batch) {
 }
 
 int64_t Trainer::batch_unit() const {
-  const State& s = *state_;
-  const comm::MeshShape shape = s.mesh.layout().shape;
-  const bool rounds = shape.pp > 1 && s.run.parallel.pipeline_schedule == config::PipelineScheduleKind::Interleaved;
-  return static_cast<int64_t>(s.run.train.micro_batch) * shape.dp * (rounds ? shape.pp : 1);
+  return train::batch_unit(state_->run, state_->mesh.layout().shape.dp).rows;
 }
 
 void Trainer::agree_losses(StepResult& result, double local_loss_sum, int stop_signal) {
