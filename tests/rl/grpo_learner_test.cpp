@@ -6,7 +6,7 @@
 // advantages and no reference leaves the model unchanged; bad rollouts are refused with errors
 // naming what to change; each grpo.loss_aggregation gives its formula's loss; grpo.mtp_loss_weight trains the
 // multi-token prediction depths alone; packed rows (grpo.packing, the default) train as one
-// sample per row does.
+// sample per row does; grpo.minibatches updates against the policy each step started from.
 #include "loom/rl/grpo_learner.h"
 
 #include <gtest/gtest.h>
@@ -486,8 +486,99 @@ TEST_F(GrpoLearnerTest, TheDepthsDraftLossOnTheDeviceEqualsTheCpuBitForBit) {
   }
 }
 
+// grpo.minibatches = 2: each step takes two optimizer updates, on the first and the second half
+// of its samples (groups 0-1, then 2-3). The first update is a step on the first half alone (its
+// loss and gradient norm, bit for bit); the second's ratios are to the log-probabilities of the
+// parameters the step started from: the step's raw importance weights exp(old - gen) are those of
+// one update on every sample (the starting policy's log-probabilities for every token), while its
+// KL to the reference (the starting point) is above 0 and tight clips clip tokens that one update
+// never clips (its ratios are 1); dp 2, dp 2 with ZeRO-3, tp 2 + sp, pp 2 and cp 2 equal one rank;
+// a run resumed after its first step equals one that was not, bit for bit. (optim.eps is 1e-4: at
+// 1e-6, tp 2's reduction order moved an element of layer 0's v_proj weight, whose gradient is near
+// eps, by 1.8e-5 of the tensor's largest after the first step's two updates, and by 1.2e-6 at 1e-4;
+// measured.)
+TEST_F(GrpoLearnerTest, MinibatchesUpdateAgainstTheStepsStartingPolicy) {
+  const std::vector<std::string> one = {"optim.eps=1e-4"}, two = {"optim.eps=1e-4", "grpo.minibatches=2"};
+  const std::vector<LearnerStep> reference = learn("mb-one", two, 2);
+  const std::vector<LearnerStep> whole = learn("mb-whole", one, 1);
+  ASSERT_EQ(reference.size(), 2u);
+  const LearnerStep& first = reference[0];
+  EXPECT_EQ(first.updates, 2);
+  ASSERT_EQ(first.update_losses.size(), 2u);
+  EXPECT_EQ(first.to_json().at("update_losses").size(), 2u);
+  EXPECT_EQ(first.trained_tokens, whole[0].trained_tokens);
+  EXPECT_EQ(whole[0].kl, 0.0);
+  EXPECT_GT(first.kl, 0.0);
+  EXPECT_NEAR(first.importance_weight_mean, whole[0].importance_weight_mean, 1e-6 * whole[0].importance_weight_mean);
+  EXPECT_NEAR(first.importance_weight_min, whole[0].importance_weight_min, 1e-6 * whole[0].importance_weight_min);
+  EXPECT_NEAR(first.importance_weight_max, whole[0].importance_weight_max, 1e-6 * whole[0].importance_weight_max);
+  EXPECT_NEAR(first.truncated_fraction, whole[0].truncated_fraction, 1e-12);
+  {  // the first half alone
+    const config::RunConfig c = config("mb-half", one);
+    std::vector<RolloutGroup> half = make_groups(7);
+    half.resize(2);
+    std::ostringstream out;
+    train::run_on_ranks(c, out, [&](comm::Communicator& world) {
+      GrpoLearner learner(c, world, out);
+      const LearnerStep step = learner.step(half);
+      EXPECT_EQ(step.updates, 1);
+      EXPECT_TRUE(step.update_losses.empty());
+      EXPECT_EQ(first.update_losses[0], step.loss);
+      EXPECT_EQ(first.update_grad_norms[0], step.grad_norm);
+      learner.finish();
+      return train::TrainSummary{};
+    });
+  }
+  const std::vector<std::string> tight = {"optim.eps=1e-4", "grpo.clip_low=0.001", "grpo.clip_high=0.001"};
+  std::vector<std::string> tight_two = tight;
+  tight_two.push_back("grpo.minibatches=2");
+  const LearnerStep clipped = learn("mb-tight", tight_two, 1).at(0);
+  const LearnerStep unclipped = learn("mb-tight-whole", tight, 1).at(0);
+  EXPECT_EQ(unclipped.clip_low_fraction + unclipped.clip_high_fraction, 0.0);
+  EXPECT_GT(clipped.clip_low_fraction + clipped.clip_high_fraction, 0.0);
+  const std::vector<std::vector<std::string>> layouts = {
+      {"runtime.ranks=2"},
+      {"runtime.ranks=2", "parallel.zero=3"},
+      {"runtime.ranks=2", "parallel.tp=2", "parallel.sequence_parallel=true"},
+      {"runtime.ranks=2", "parallel.pp=2", "parallel.pipeline_schedule=1f1b"},
+      {"runtime.ranks=2", "parallel.cp=2"},
+  };
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    SCOPED_TRACE("layout " + std::to_string(i));
+    const std::string name = "mb-layout" + std::to_string(i);
+    std::vector<std::string> overrides = layouts[i];
+    overrides.insert(overrides.end(), two.begin(), two.end());
+    const std::vector<LearnerStep> other = learn(name, overrides, 2);
+    ASSERT_EQ(other.size(), reference.size());
+    for (size_t s = 0; s < other.size(); ++s) {
+      SCOPED_TRACE("step " + std::to_string(s + 1));
+      const LearnerStep& r = reference[s];
+      EXPECT_NEAR(other[s].loss, r.loss, 1e-5 * std::fabs(r.loss));
+      ASSERT_EQ(other[s].update_losses.size(), 2u);
+      for (size_t u = 0; u < 2; ++u) {
+        EXPECT_NEAR(other[s].update_losses[u], r.update_losses[u], 1e-5 * std::fabs(r.update_losses[u]));
+        EXPECT_NEAR(other[s].update_grad_norms[u], r.update_grad_norms[u], 1e-5 * r.update_grad_norms[u]);
+      }
+      // Step 1's KL (2.5e-5) is of the second update's moves of ~7e-3 in log-probability alone,
+      // whose fp32 rounding it carries at about 2e-5 relative (measured at tp 2: 1.7e-5).
+      EXPECT_NEAR(other[s].kl, r.kl, 1e-4 * r.kl);
+      EXPECT_NEAR(other[s].importance_weight_mean, r.importance_weight_mean, 1e-5 * r.importance_weight_mean);
+      EXPECT_NEAR(other[s].truncated_fraction, r.truncated_fraction, 1e-12);
+    }
+    EXPECT_LE(train::testing::state_difference(root_, "mb-one", name), 1e-5);
+  }
+  ASSERT_EQ(learn("mb-split", two, 1).size(), 1u);
+  std::vector<std::string> resume = two;
+  resume.push_back("train.resume=true");
+  const std::vector<LearnerStep> resumed = learn("mb-split", resume, 2);
+  ASSERT_EQ(resumed.size(), 1u);
+  EXPECT_EQ(resumed[0].loss, reference[1].loss);
+  EXPECT_EQ(resumed[0].update_grad_norms, reference[1].update_grad_norms);
+  EXPECT_EQ(train::testing::state_difference(root_, "mb-one", "mb-split"), 0.0);
+}
+
 // The start-up report says how a step's rows are laid out, with the unit a packed step's rows
-// are a multiple of (train.micro_batch x data-parallel ranks).
+// are a multiple of (train.micro_batch x data-parallel ranks), and how many updates a step takes.
 TEST_F(GrpoLearnerTest, ItSaysHowItLaysOutItsRows) {
   for (const bool packing : {true, false}) {
     const std::string layout = packing ? "grpo.packing=true" : "grpo.packing=false";
@@ -502,6 +593,20 @@ TEST_F(GrpoLearnerTest, ItSaysHowItLaysOutItsRows) {
         packing ? "grpo: each step's samples packed into rows of 16 tokens (first-fit decreasing); a step trains on "
                   "the rows they fill, a multiple of 8, at most 16 (train.global_batch)"
                 : "grpo: one sample per row of 16 tokens, 16 rows a step (grpo.packing false)";
+    EXPECT_NE(out.str().find(expected), std::string::npos) << out.str();
+  }
+  const config::RunConfig c = config("say-minibatches", {"grpo.minibatches=2"});
+  std::ostringstream out;
+  train::run_on_ranks(c, out, [&](comm::Communicator& world) {
+    GrpoLearner learner(c, world, out);
+    learner.finish();
+    return train::TrainSummary{};
+  });
+  for (const std::string expected :
+       {"grpo: 2 optimizer updates a step (grpo.minibatches), each on its share of the step's samples, in order, the "
+        "later ones' ratios to the policy the step started from",
+        "grpo: an update's samples packed into rows of 16 tokens (first-fit decreasing); an update trains on the rows "
+        "they fill, a multiple of 4, at most 16 (train.global_batch)"}) {
     EXPECT_NE(out.str().find(expected), std::string::npos) << out.str();
   }
 }

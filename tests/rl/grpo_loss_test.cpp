@@ -255,6 +255,12 @@ TEST(GrpoConfig, KeysAreDeclaredAndChecked) {
   fails("grpo: {icepop_low: 3, icepop_high: 2}\n", "grpo.icepop_low");
   fails("grpo: {overlong_buffer: 8}\n", "grpo.overlong_max_tokens");
   fails("grpo: {loss_aggregation: seq_mean}\n", "seq_mean_token_mean");
+  fails("grpo: {minibatches: 0}\n", "grpo.minibatches");
+  fails("grpo: {minibatches: 9, prompts_per_step: 2, samples_per_prompt: 4}\n",
+        "grpo.minibatches = 9 updates a step, each on a share of its 8 samples");
+  EXPECT_EQ(config::parse_config("grpo: {minibatches: 8, prompts_per_step: 2, samples_per_prompt: 4}\n", "grpo", {})
+                .grpo.minibatches,
+            8);
 }
 
 // grpo.loss_aggregation's factor on a sample of 3 trained tokens in a step of 10 tokens over 4

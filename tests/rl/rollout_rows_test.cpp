@@ -2,7 +2,8 @@
 // advantage and generation log-probability of one sample per row, each in a document of its own
 // with positions from 0; the rows the samples fill are first-fit decreasing's, rounded up to the
 // batch unit and at most train.global_batch; one sample per row keeps train.global_batch rows;
-// samples that do not fit are refused naming train.global_batch.
+// samples that do not fit are refused naming train.global_batch; grpo.minibatches splits the
+// samples in order, each update's share laid out alone in rows after the previous update's.
 #include "loom/rl/rollout_rows.h"
 
 #include <gtest/gtest.h>
@@ -37,9 +38,10 @@ std::vector<RolloutGroup> groups_of(const std::vector<std::vector<int>>& lengths
   return groups;
 }
 
-config::GrpoConfig packing(bool on) {
+config::GrpoConfig packing(bool on, int minibatches = 1) {
   config::GrpoConfig grpo;
   grpo.packing = on;
+  grpo.minibatches = minibatches;
   return grpo;
 }
 
@@ -153,6 +155,72 @@ TEST(RolloutRows, ASampleTooLongForARowIsNamed) {
     ADD_FAILURE() << "an 18-token sample in rows of 16";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("rollout group 0 sample 1 has 18 tokens"), std::string::npos) << e.what();
+  }
+}
+
+// Two updates: group 0's samples (12, 8, 5 slots) then group 1's (6, 3, 11), each packed alone
+// (12 | 8 + 5 and 11 + 3 | 6), every sample's slots as one update holds them (advantages from its
+// whole group); the shares' sizes differ by at most one; more updates than samples are refused.
+TEST(RolloutRows, MinibatchesSplitTheSamplesInOrderEachLaidOutAlone) {
+  const std::vector<RolloutGroup> groups = groups_of({{13, 9, 6}, {7, 4, 12}});
+  const RolloutRows whole = make_rollout_rows(groups, packing(true), 8, 16, 2);
+  const RolloutRows split = make_rollout_rows(groups, packing(true, 2), 8, 16, 2);
+  ASSERT_EQ(split.minibatches.size(), 2u);
+  ASSERT_EQ(whole.minibatches.size(), 1u);
+  EXPECT_EQ(whole.minibatches[0].rows, whole.rows);
+  EXPECT_EQ(split.rows, 4);
+  EXPECT_EQ(split.filled_rows, 4);
+  EXPECT_EQ(split.minibatches[0].rows, 2);
+  EXPECT_EQ(split.minibatches[1].rows, 2);
+  EXPECT_EQ(split.minibatches[0].trained_targets, 11 + 7 + 4);  // each sample's slots but its first target
+  EXPECT_EQ(split.minibatches[1].trained_targets, 5 + 2 + 10);
+  EXPECT_EQ(split.minibatches[0].trained_samples, 3);
+  EXPECT_EQ(split.minibatches[1].trained_samples, 3);
+  EXPECT_EQ(split.trained_targets, whole.trained_targets);
+  EXPECT_EQ(split.trained_samples, whole.trained_samples);
+  EXPECT_EQ(split.samples, 6);
+  EXPECT_DOUBLE_EQ(split.packing_efficiency, 45.0 / 64.0);
+  const std::map<int32_t, Document> in_split = documents_of(split), in_whole = documents_of(whole);
+  ASSERT_EQ(in_split.size(), 6u);
+  for (const auto& [first, d] : in_split) {
+    SCOPED_TRACE("sample starting with token " + std::to_string(first));
+    EXPECT_EQ(d.row < 2, first < 100);  // group 0's samples in the first update's rows
+    const Document& w = in_whole.at(first);
+    ASSERT_EQ(d.length, w.length);
+    for (int k = 0; k < d.length; ++k) {
+      const size_t a = static_cast<size_t>(w.row) * 16 + static_cast<size_t>(w.first_slot + k);
+      const size_t b = static_cast<size_t>(d.row) * 16 + static_cast<size_t>(d.first_slot + k);
+      EXPECT_EQ(split.targets[b], whole.targets[a]);
+      EXPECT_EQ(split.weights[b], whole.weights[a]);
+      EXPECT_EQ(split.advantages[b], whole.advantages[a]);
+      EXPECT_EQ(split.generation_logprobs[b], whole.generation_logprobs[a]);
+      EXPECT_EQ(split.sample_targets[b], whole.sample_targets[a]);
+      EXPECT_EQ(split.positions[b], k);
+    }
+  }
+  // One per row: each update takes train.global_batch rows.
+  const RolloutRows padded = make_rollout_rows(groups, packing(false, 2), 4, 16, 2);
+  EXPECT_EQ(padded.rows, 8);
+  EXPECT_EQ(padded.minibatches[1].rows, 4);
+  // Six samples in four updates: 1, 2, 1 and 2 of them.
+  const RolloutRows four = make_rollout_rows(groups, packing(false, 4), 2, 16, 1);
+  ASSERT_EQ(four.minibatches.size(), 4u);
+  const int64_t samples[] = {1, 2, 1, 2};
+  for (size_t m = 0; m < 4; ++m) EXPECT_EQ(four.minibatches[m].trained_samples, samples[m]) << "update " << m;
+  try {
+    make_rollout_rows(groups, packing(true, 7), 8, 16, 2);
+    ADD_FAILURE() << "7 updates of 6 samples";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("grpo.minibatches = 7"), std::string::npos) << e.what();
+  }
+  try {
+    make_rollout_rows(groups, packing(false, 2), 2, 16, 1);
+    ADD_FAILURE() << "3 samples of an update taken into 2 rows one per row";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("an update's (of grpo.minibatches = 2) 3 samples need as many rows but "
+                                         "train.global_batch = 2"),
+              std::string::npos)
+        << e.what();
   }
 }
 

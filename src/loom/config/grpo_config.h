@@ -48,6 +48,7 @@ struct GrpoConfig {
   int dynamic_sampling_max_draws = 10;  // the run fails after this many x prompts_per_step such groups in a row
   // The learner's rows.
   bool packing = true;  // samples packed into rows (first-fit decreasing); false: one per row
+  int minibatches = 1;  // optimizer updates a step takes, each on its share of the samples (PPO's minibatches)
   // Rollouts.
   std::string environment = "countdown";  // arithmetic | countdown | calculator (loom env serve --task)
   int task_digits = 2;                    // arithmetic, calculator: operands of up to this many digits

@@ -46,6 +46,7 @@ std::vector<Key<GrpoConfig>> grpo_keys() {
       field("dynamic_sampling", &GrpoConfig::dynamic_sampling),
       field("dynamic_sampling_max_draws", &GrpoConfig::dynamic_sampling_max_draws, at_least(1)),
       field("packing", &GrpoConfig::packing),
+      field("minibatches", &GrpoConfig::minibatches, at_least(1)),
       field("environment", &GrpoConfig::environment, one_of({"arithmetic", "countdown", "calculator"})),
       field("task_digits", &GrpoConfig::task_digits, in_range(1, 9, "")),
       field("task_numbers", &GrpoConfig::task_numbers, in_range(2, 8, "")),
@@ -108,6 +109,10 @@ void check_grpo(const RunConfig& config) {
   LOOM_CHECK(g.mtp_loss_weight == 0.0 || config.model.mtp_depths > 0,
              "grpo.mtp_loss_weight = " + format_double(g.mtp_loss_weight) +
                  " trains the model's multi-token prediction depths, and model.mtp_depths is 0: set it to 0");
+  LOOM_CHECK(g.minibatches <= g.prompts_per_step * g.samples_per_prompt,
+             "grpo.minibatches = " + std::to_string(g.minibatches) + " updates a step, each on a share of its " +
+                 std::to_string(g.prompts_per_step * g.samples_per_prompt) +
+                 " samples (grpo.prompts_per_step x grpo.samples_per_prompt): use at most that many");
   LOOM_CHECK(g.environment != "calculator" || g.max_turns >= 2,
              "grpo.max_turns = " + std::to_string(g.max_turns) +
                  " with grpo.environment = 'calculator': a tool call needs a second turn for the answer; use >= 2");

@@ -36,7 +36,12 @@ nlohmann::json LearnerStep::to_json() const {
           {"grad_norm", grad_norm},
           {"lr", lr},
           {"seconds", seconds},
-          {"skipped", skipped}};
+          {"skipped", skipped},
+          {"updates", updates}};
+  if (!update_losses.empty()) {
+    out["update_losses"] = update_losses;
+    out["update_grad_norms"] = update_grad_norms;
+  }
   train::add_mtp_losses(mtp_losses, out);
   return out;
 }
@@ -66,12 +71,19 @@ GrpoLearner::GrpoLearner(const config::RunConfig& config, comm::Communicator& wo
   s.trainer->describe();
   if (s.trainer->reporter()) {
     const int rows = config.train.global_batch, seq = config.data.seq_len;
+    const int updates = config.grpo.minibatches;
+    const std::string unit = updates > 1 ? "an update" : "a step";
+    if (updates > 1) {
+      console << "grpo: " << updates << " optimizer updates a step (grpo.minibatches), each on its share of the "
+              << "step's samples, in order, the later ones' ratios to the policy the step started from\n";
+    }
     if (config.grpo.packing) {
-      console << "grpo: each step's samples packed into rows of " << seq << " tokens (first-fit decreasing); a step "
-              << "trains on the rows they fill, a multiple of " << s.trainer->batch_unit() << ", at most " << rows
-              << " (train.global_batch)\n";
+      console << "grpo: " << (updates > 1 ? "an update's" : "each step's") << " samples packed into rows of " << seq
+              << " tokens (first-fit decreasing); " << unit << " trains on the rows they fill, a multiple of "
+              << s.trainer->batch_unit() << ", at most " << rows << " (train.global_batch)\n";
     } else {
-      console << "grpo: one sample per row of " << seq << " tokens, " << rows << " rows a step (grpo.packing false)\n";
+      console << "grpo: one sample per row of " << seq << " tokens, " << rows << " rows " << unit
+              << " (grpo.packing false)\n";
     }
   }
   s.objective = std::make_unique<GrpoObjective>(LossOptions::from_config(config.grpo),
@@ -124,11 +136,21 @@ LearnerStep GrpoLearner::step(const std::vector<RolloutGroup>& groups) {
   out.reward_mean = rows.samples > 0 ? rows.reward_sum / static_cast<double>(rows.samples) : 0.0;
   out.reward_min = rows.reward_min;
   out.reward_max = rows.reward_max;
-  s.objective->set_step_totals(rows.trained_targets, rows.trained_samples);
-  const int64_t step_rows = rows.rows;
+  std::vector<GrpoObjective::UpdateTotals> totals;
+  std::vector<int64_t> update_rows;
+  for (const RolloutMinibatch& m : rows.minibatches) {
+    totals.push_back({m.trained_targets, m.trained_samples});
+    update_rows.push_back(m.rows);
+  }
+  s.objective->set_step_totals(std::move(totals));
   s.source.set(std::move(rows), s.trainer->progress().consumed_samples);
-  const train::StepResult result = s.trainer->step(0, step_rows);
+  const train::StepResult result = s.trainer->step(0, update_rows);
   out.step = result.step;
+  out.updates = static_cast<int64_t>(update_rows.size());
+  if (out.updates > 1) {
+    out.update_losses = result.update_losses;
+    out.update_grad_norms = result.update_grad_norms;
+  }
   out.loss = result.loss;
   out.trained_tokens = result.trained_tokens;
   out.grad_norm = result.grad_norm;

@@ -7,18 +7,20 @@
 //   GrpoLearner learner(config, world, std::cout);   // restores train.resume / train.init_from
 //   while (...) {
 //     std::vector<RolloutGroup> groups = ...;        // the same groups on every learner rank
-//     LearnerStep m = learner.step(groups);          // one optimizer step; m.step = new version
+//     LearnerStep m = learner.step(groups);          // grpo.minibatches updates; m.step = new version
 //     learner.save();                                // a checkpoint the generation side refits from
 //   }
 //   learner.finish();
 //
 // A step computes the group advantages (and DAPO's overlong shaping and filtering, when set),
 // places its samples in rows of data.seq_len (grpo.packing: packed, the step taking the rows they
-// fill; else one per row, train.global_batch rows), and takes one optimizer step on the token
+// fill; else one per row, train.global_batch rows), and takes one optimizer update on the token
 // mean of the GRPO loss over the global batch's trained tokens (grpo_loss.h; the `grpo` config
-// section). With grpo.kl_coeff > 0 the reference policy is the run's starting point:
-// train.init_from's parameters, or the seed's initialisation without it; its log-probabilities
-// come from a forward-only pass with its parameters in the same layout.
+// section), or grpo.minibatches of them, each on its share of the samples, the later ones'
+// ratios to the log-probabilities of the parameters the step started from (PPO's minibatches).
+// With grpo.kl_coeff > 0 the reference policy is the run's starting point: train.init_from's
+// parameters, or the seed's initialisation without it; its log-probabilities come from a
+// forward-only pass with its parameters in the same layout.
 #include <cstdint>
 #include <memory>
 #include <ostream>
@@ -50,8 +52,11 @@ struct LearnerStep {
   double clip_low_fraction = 0.0, clip_high_fraction = 0.0, dual_clip_fraction = 0.0;
   double importance_weight_mean = 0.0, importance_weight_min = 0.0, importance_weight_max = 0.0;
   double masked_fraction = 0.0, truncated_fraction = 0.0;  // icepop's zeroed, tis's capped weights
-  double grad_norm = 0.0, lr = 0.0, seconds = 0.0;
-  bool skipped = false;         // Inf/NaN gradients (mixed precision): nothing was updated
+  double grad_norm = 0.0, lr = 0.0, seconds = 0.0;  // grad_norm: the mean of the updates' (grpo.minibatches)
+  bool skipped = false;         // Inf/NaN gradients (mixed precision): nothing was updated (in some update)
+  int64_t updates = 1;          // optimizer updates the step took (grpo.minibatches)
+  // grpo.minibatches > 1: each update's loss and gradient norm, in order (else empty).
+  std::vector<double> update_losses, update_grad_norms;
   // grpo.mtp_loss_weight > 0: each depth's mean cross-entropy on the response tokens (else empty).
   std::vector<double> mtp_losses;
   nlohmann::json to_json() const;
@@ -65,7 +70,8 @@ class GrpoLearner {
   GrpoLearner(const GrpoLearner&) = delete;
   GrpoLearner& operator=(const GrpoLearner&) = delete;
 
-  // One optimizer step on `groups` (collective; the same groups on every rank).
+  // One step on `groups` (collective; the same groups on every rank): grpo.minibatches optimizer
+  // updates, each on its share of the samples, in order.
   LearnerStep step(const std::vector<RolloutGroup>& groups);
   // Writes a checkpoint of the current weights (train.checkpoint.async: in the background) and
   // returns its step directory (collective).

@@ -15,22 +15,36 @@ GrpoObjective::GrpoObjective(LossOptions options, const Tensor* reference)
              "GrpoObjective: grpo.kl_coeff > 0 needs the reference policy's parameters");
 }
 
-void GrpoObjective::set_step_totals(int64_t tokens, int64_t samples) {
-  step_tokens_ = tokens;
-  step_samples_ = samples;
+void GrpoObjective::set_step_totals(std::vector<UpdateTotals> totals) {
+  totals_ = std::move(totals);
+  old_logp_.assign(totals_.size(), {});
 }
 
-void GrpoObjective::prepare(train::Trainer& trainer, const train::TokenBatch& batch) {
+void GrpoObjective::before_updates(train::Trainer& trainer, const train::TokenBatch& batch, int update) {
+  LOOM_CHECK(update > 0 && static_cast<size_t>(update) < totals_.size(),
+             "GrpoObjective: update " + std::to_string(update) + " of a step set for " +
+                 std::to_string(totals_.size()));
+  old_logp_[static_cast<size_t>(update)] = trainer.target_logprobs(batch, nullptr);
+}
+
+void GrpoObjective::prepare(train::Trainer& trainer, const train::TokenBatch& batch, int update) {
   const size_t n = batch.targets.size();
   LOOM_CHECK(batch.advantages.size() == n && batch.generation_logprobs.size() == n,
              "GrpoObjective: the batch carries no advantages and generation log-probabilities (a rollout source "
              "fills them)");
+  LOOM_CHECK(update >= 0 && static_cast<size_t>(update) < totals_.size(),
+             "GrpoObjective: update " + std::to_string(update) + " of a step set for " +
+                 std::to_string(totals_.size()) + " (set_step_totals)");
+  LOOM_CHECK(update == 0 || old_logp_[static_cast<size_t>(update)].size() == n,
+             "GrpoObjective: update " + std::to_string(update) + " has no old log-probabilities (before_updates)");
   batch_ = &batch;
-  stats_ = {};
+  update_ = update;
+  if (update == 0) stats_ = {};
   reference_logp_.clear();
   if (options_.kl_coeff != 0.0) reference_logp_ = trainer.target_logprobs(batch, reference_);
   if (options_.aggregation == config::LossAggregation::TokenMean) return;
-  LOOM_CHECK(step_samples_ > 0, "GrpoObjective: grpo.loss_aggregation needs the step's totals (set_step_totals)");
+  LOOM_CHECK(totals_[static_cast<size_t>(update)].samples > 0,
+             "GrpoObjective: grpo.loss_aggregation needs the update's totals (set_step_totals)");
   LOOM_CHECK(batch.sample_targets.size() == n,
              "GrpoObjective: grpo.loss_aggregation needs each target's sample's trained targets (a rollout source "
              "fills them)");
@@ -47,11 +61,13 @@ double GrpoObjective::evaluate(const int32_t* targets, const float* logp, int64_
     if (targets[r] == kernels::kIgnoreIndex) continue;
     const size_t i = static_cast<size_t>(first + r);
     const double reference = reference_logp_.empty() ? 0.0 : reference_logp_[i];
-    const TokenLoss t = token_loss(options_, logp[r], logp[r], batch_->generation_logprobs[i], reference,
+    const double old = update_ == 0 ? logp[r] : old_logp_[static_cast<size_t>(update_)][i];
+    const TokenLoss t = token_loss(options_, logp[r], old, batch_->generation_logprobs[i], reference,
                                    batch_->advantages[i], stats_);
+    const UpdateTotals& totals = totals_[static_cast<size_t>(update_)];
     const double factor = options_.aggregation == config::LossAggregation::TokenMean
                               ? 1.0
-                              : sample_loss_factor(options_, batch_->sample_targets[i], step_tokens_, step_samples_);
+                              : sample_loss_factor(options_, batch_->sample_targets[i], totals.tokens, totals.samples);
     gradient[r] = static_cast<float>(factor * t.gradient);
     loss_sum += factor * t.loss;
   }

@@ -1,8 +1,10 @@
 #pragma once
 // The GRPO loss (grpo_loss.h) as the trainer's step objective: for each trained target of this
 // rank's batch, the head's log-probability logp goes through token_loss with
-//   old = logp, detached (one optimizer step per batch: the learner's log-probabilities before
-//         the update are the current ones, so r = 1 with d r / d logp = 1),
+//   old = the learner's log-probability before the step: in its first update logp, detached (the
+//         parameters are still the step's: r = 1 with d r / d logp = 1); in a later update
+//         (grpo.minibatches) the value of a forward-only pass over that update's batch before
+//         the first update (StepObjective::before_updates),
 //   generation log-probability and advantage from the batch (TokenBatch's per-target data),
 //   reference log-probability from a forward-only pass with the reference parameters
 //         (only when kl_coeff > 0),
@@ -23,15 +25,19 @@ class GrpoObjective : public train::StepObjective {
   // outliving the objective; null when options.kl_coeff is 0.
   GrpoObjective(LossOptions options, const Tensor* reference);
 
-  // The step's trained tokens and the samples that train on any, over every replica's rows
-  // (grpo.loss_aggregation's normalisers); before the trainer's step.
-  void set_step_totals(int64_t tokens, int64_t samples);
-  void prepare(train::Trainer& trainer, const train::TokenBatch& batch) override;
+  // Each update's trained tokens and the samples that train on any, over every replica's rows
+  // (grpo.loss_aggregation's normalisers, RolloutRows::minibatches); before the trainer's step.
+  struct UpdateTotals {
+    int64_t tokens = 0, samples = 0;
+  };
+  void set_step_totals(std::vector<UpdateTotals> totals);
+  void before_updates(train::Trainer& trainer, const train::TokenBatch& batch, int update) override;
+  void prepare(train::Trainer& trainer, const train::TokenBatch& batch, int update) override;
   double evaluate(const int32_t* targets, const float* logp, int64_t rows, float* gradient) override;
   // grpo.mtp_loss_weight: the depths learn to draft the rollouts' tokens, the policy unaffected.
   double depth_loss_weight() const override { return options_.mtp_loss_weight; }
 
-  // This rank's statistics of the step (empty on ranks without the head).
+  // This rank's statistics of the step, every update's (empty on ranks without the head).
   const LossStatistics& statistics() const { return stats_; }
 
  private:
@@ -39,7 +45,9 @@ class GrpoObjective : public train::StepObjective {
   const Tensor* reference_;
   const train::TokenBatch* batch_ = nullptr;
   std::vector<float> reference_logp_;
-  int64_t step_tokens_ = 0, step_samples_ = 0;
+  std::vector<std::vector<float>> old_logp_;  // by update: the step's parameters' (empty for update 0)
+  std::vector<UpdateTotals> totals_;
+  int update_ = 0;
   LossStatistics stats_;
 };
 

@@ -56,51 +56,57 @@ void place(const Placed& p, int64_t slot, int32_t document, RolloutRows& out) {
   }
 }
 
-// The samples' slots placed in rows (packed or one per row), written into `out`, which gets its
-// row count: the filled rows rounded up to `row_unit` when packed, else `max_rows`.
-void lay_out(const std::vector<Placed>& placed, bool packing, int max_rows, int64_t row_unit, RolloutRows& out) {
+// One update's samples placed in rows (packed or one per row), appended to `out`'s: the filled
+// rows rounded up to `row_unit` when packed, else `max_rows`. Returns the rows it took.
+int64_t lay_out(const std::vector<Placed>& placed, bool packing, int max_rows, int64_t row_unit, int minibatches,
+                RolloutRows& out) {
   std::vector<int64_t> lengths;
   for (const Placed& p : placed) lengths.push_back(static_cast<int64_t>(p.sample->tokens.size()) - 1);
   const std::vector<std::vector<int64_t>> layout =
       packing ? data::pack_first_fit_decreasing(lengths, out.seq) : data::one_per_row(lengths, out.seq);
-  out.filled_rows = static_cast<int64_t>(layout.size());
-  LOOM_CHECK(out.filled_rows <= max_rows,
-             "a learner step's " + std::to_string(placed.size()) + " samples " +
-                 (packing ? "packed fill " + std::to_string(out.filled_rows) + " rows of data.seq_len " +
+  const int64_t filled = static_cast<int64_t>(layout.size());
+  const std::string whose = minibatches > 1 ? "an update's (of grpo.minibatches = " + std::to_string(minibatches) + ") "
+                                            : "a learner step's ";
+  LOOM_CHECK(filled <= max_rows,
+             whose + std::to_string(placed.size()) + " samples " +
+                 (packing ? "packed fill " + std::to_string(filled) + " rows of data.seq_len " +
                                 std::to_string(out.seq) + " but train.global_batch = "
                           : "need as many rows but train.global_batch = ") +
                  std::to_string(max_rows) + ": raise train.global_batch to prompts x samples per prompt" +
+                 (minibatches > 1 ? " / grpo.minibatches" : "") +
                  (packing ? " or lower the generation's token limit" : ""));
-  const int64_t rounded = (out.filled_rows + row_unit - 1) / row_unit * row_unit;
-  out.rows = packing ? static_cast<int>(std::min<int64_t>(std::max<int64_t>(rounded, row_unit), max_rows)) : max_rows;
-  const size_t n = static_cast<size_t>(out.rows) * static_cast<size_t>(out.seq);
-  out.inputs.assign(n, 0);
-  out.targets.assign(n, 0);
-  out.weights.assign(n, 0.0f);
-  out.advantages.assign(n, 0.0f);
-  out.generation_logprobs.assign(n, 0.0f);
-  out.sample_targets.assign(n, 0);
+  const int64_t rounded = (filled + row_unit - 1) / row_unit * row_unit;
+  const int64_t rows = packing ? std::min<int64_t>(std::max<int64_t>(rounded, row_unit), max_rows) : max_rows;
+  const size_t begin = static_cast<size_t>(out.rows) * static_cast<size_t>(out.seq);
+  const size_t n = begin + static_cast<size_t>(rows) * static_cast<size_t>(out.seq);
+  out.inputs.resize(n, 0);
+  out.targets.resize(n, 0);
+  out.weights.resize(n, 0.0f);
+  out.advantages.resize(n, 0.0f);
+  out.generation_logprobs.resize(n, 0.0f);
+  out.sample_targets.resize(n, 0);
   if (packing) {
-    out.documents.assign(n, 0);
-    out.positions.assign(n, 0);
+    out.documents.resize(n, 0);
+    out.positions.resize(n, 0);
   }
-  int64_t used = 0;
   const std::vector<int64_t> none;  // the samples of a row past the layout's: padding alone
-  for (int64_t r = 0; r < out.rows; ++r) {
-    int64_t slot = r * out.seq;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t row_end = static_cast<int64_t>(begin) + (r + 1) * out.seq;
+    int64_t slot = row_end - out.seq;
     int32_t document = 0;
-    for (int64_t i : r < out.filled_rows ? layout[static_cast<size_t>(r)] : none) {
+    for (int64_t i : r < filled ? layout[static_cast<size_t>(r)] : none) {
       place(placed[static_cast<size_t>(i)], slot, document++, out);
       slot += lengths[static_cast<size_t>(i)];
-      used += lengths[static_cast<size_t>(i)];
     }
     if (!packing) continue;
-    for (int32_t position = 0; slot < (r + 1) * out.seq; ++slot) {  // padding: its own document
+    for (int32_t position = 0; slot < row_end; ++slot) {  // padding: its own document
       out.documents[static_cast<size_t>(slot)] = document;
       out.positions[static_cast<size_t>(slot)] = position++;
     }
   }
-  out.packing_efficiency = static_cast<double>(used) / static_cast<double>(n);
+  out.rows += static_cast<int>(rows);
+  out.filled_rows += filled;
+  return rows;
 }
 
 }  // namespace
@@ -129,14 +135,31 @@ RolloutRows make_rollout_rows(const std::vector<RolloutGroup>& groups, const con
       out.reward_min = first ? r : std::min(out.reward_min, r);
       out.reward_max = first ? r : std::max(out.reward_max, r);
       first = false;
-      const int32_t trained = trained_targets_of(group.samples[si]);
       ++out.samples;
-      out.trained_targets += trained;
-      out.trained_samples += trained > 0 ? 1 : 0;
-      placed.push_back({&group.samples[si], a.advantages[si], trained});
+      placed.push_back({&group.samples[si], a.advantages[si], trained_targets_of(group.samples[si])});
     }
   }
-  lay_out(placed, grpo.packing, max_rows, row_unit, out);
+  // The updates' shares of the samples, in order, their sizes differing by at most one.
+  const int updates = grpo.minibatches;
+  LOOM_CHECK(out.samples >= updates, "grpo.minibatches = " + std::to_string(updates) +
+                                         " updates a step, each on a share of its samples, and this step has " +
+                                         std::to_string(out.samples) + ": lower grpo.minibatches");
+  int64_t used = 0;
+  for (int m = 0; m < updates; ++m) {
+    const int64_t from = out.samples * m / updates, to = out.samples * (m + 1) / updates;
+    const std::vector<Placed> share(placed.begin() + from, placed.begin() + to);
+    RolloutMinibatch minibatch;
+    for (const Placed& p : share) {
+      minibatch.trained_targets += p.trained_targets;
+      minibatch.trained_samples += p.trained_targets > 0 ? 1 : 0;
+      used += static_cast<int64_t>(p.sample->tokens.size()) - 1;
+    }
+    minibatch.rows = lay_out(share, grpo.packing, max_rows, row_unit, updates, out);
+    out.trained_targets += minibatch.trained_targets;
+    out.trained_samples += minibatch.trained_samples;
+    out.minibatches.push_back(minibatch);
+  }
+  out.packing_efficiency = static_cast<double>(used) / (static_cast<double>(out.rows) * out.seq);
   return out;
 }
 

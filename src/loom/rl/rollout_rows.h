@@ -6,10 +6,12 @@
 // (Rollout::trained) and carrying its sample's advantage, its generation log-probability and its
 // sample's count of trained targets (grpo.loss_aggregation's T_i).
 //
-// grpo.packing (NeMo RL's sequence packing): the samples are packed into rows by first-fit
-// decreasing, each a document of its row (model/packing.h: positions restarting at 0, no
-// attention across samples, so a sample computes what it computes alone), and the step takes the
-// rows they fill, rounded up to the trainer's batch unit (Trainer::batch_unit), at most
+// grpo.minibatches: the step's samples are split, in order, into that many shares (sizes differing
+// by at most one), one optimizer update each, whose rows follow each other; each share is laid out
+// as follows. grpo.packing (NeMo RL's sequence packing): the samples are packed into rows by
+// first-fit decreasing, each a document of its row (model/packing.h: positions restarting at 0, no
+// attention across samples, so a sample computes what it computes alone), and the update takes
+// the rows they fill, rounded up to the trainer's batch unit (Trainer::batch_unit), at most
 // train.global_batch. Without it, one sample per row and train.global_batch rows. Slots past the
 // samples are padding (no trained targets).
 #include <string>
@@ -21,8 +23,15 @@
 
 namespace loom::rl {
 
+// One optimizer update's share of a step's rows.
+struct RolloutMinibatch {
+  int64_t rows = 0;             // consecutive rows, after the previous update's
+  int64_t trained_targets = 0;  // its targets trained on (grpo.loss_aggregation's N)
+  int64_t trained_samples = 0;  // its samples with a trained target (S)
+};
+
 struct RolloutRows {
-  int rows = 0, seq = 0;
+  int rows = 0, seq = 0;  // every update's rows
   std::vector<int32_t> inputs, targets;  // [rows, seq]
   // Packed: each slot's position in its sample and the sample's place in its row (the padding
   // after a row's samples a document of its own); empty: one sample per row.
@@ -34,13 +43,14 @@ struct RolloutRows {
   int64_t trained_samples = 0;  // samples with a trained target (grpo.loss_aggregation's S)
   int64_t filled_rows = 0;      // rows holding a sample
   double packing_efficiency = 0.0;  // the share of the step's slots holding a sample's input
+  std::vector<RolloutMinibatch> minibatches;  // grpo.minibatches of them, in order
   double reward_sum = 0.0, reward_min = 0.0, reward_max = 0.0;  // after shaping
 };
 
-// `max_rows`: train.global_batch; `row_unit`: what a packed step's rows are a multiple of.
+// `max_rows`: train.global_batch; `row_unit`: what a packed update's rows are a multiple of.
 // Throws an Error naming the group and sample when a rollout does not fit (fewer than 2 tokens,
-// more than seq + 1, mismatched arrays), and naming train.global_batch when the samples need more
-// rows than it.
+// more than seq + 1, mismatched arrays), naming train.global_batch when an update's samples need
+// more rows than it, and grpo.minibatches when the step has fewer samples than updates.
 RolloutRows make_rollout_rows(const std::vector<RolloutGroup>& groups, const config::GrpoConfig& grpo, int max_rows,
                               int seq, int64_t row_unit);
 

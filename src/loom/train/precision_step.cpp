@@ -95,7 +95,7 @@ PrecisionStepResult PrecisionStep::step(double lr, int64_t step) {
     ++skipped_;
   } else {
     // AdamW's step number counts the updates applied (bias correction), not the iterations.
-    optimizer_.update(lr, step - skipped_, norm);
+    optimizer_.update(lr, ++applied_, norm);
     result.grad_norm = norm;
   }
   result.next_loss_scale = scaler_.scale();
@@ -107,7 +107,8 @@ nlohmann::json PrecisionStep::state() const {
   nlohmann::json state = {{"recipe", config::to_string(recipe_)},
                           {"loss_scale", scaler_.scale()},
                           {"clean_steps", scaler_.state().clean_steps},
-                          {"skipped_steps", skipped_}};
+                          {"skipped_steps", skipped_},
+                          {"applied_updates", applied_}};
   nlohmann::json linear = model_.precision().state();
   if (!linear.is_null()) state["linear"] = linear;
   return state;
@@ -127,13 +128,16 @@ nlohmann::json PrecisionStep::pipeline_state(comm::Communicator& pp) const {
   return mine;
 }
 
-void PrecisionStep::restore(const nlohmann::json& state, const std::string& where) {
+void PrecisionStep::restore(const nlohmann::json& state, const std::string& where, int64_t steps_taken) {
+  skipped_ = 0;
+  applied_ = steps_taken;
   if (state.is_null()) return;
   LOOM_CHECK(state.is_object(), where + ": expected a JSON object (the precision recipe's state), got a JSON " +
                                     state.type_name());
-  // The optimizer's update count, whatever the recipe.
-  skipped_ = 0;
+  // The optimizer's update counts, whatever the recipe.
   if (state.contains("skipped_steps")) skipped_ = static_cast<int64_t>(ckpt::get_uint(state, "skipped_steps", where));
+  applied_ = state.contains("applied_updates") ? static_cast<int64_t>(ckpt::get_uint(state, "applied_updates", where))
+                                               : steps_taken - skipped_;
   if (!state.contains("recipe") || ckpt::get_string(state, "recipe", where) != config::to_string(recipe_)) return;
   precision::LossScalerState scaler;
   const nlohmann::json& scale = ckpt::member(state, "loss_scale", where);

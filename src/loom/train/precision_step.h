@@ -15,9 +15,10 @@
 //      non-finite gradient still skips the step (with a warning from the trainer) instead of
 //      poisoning the weights.
 // The optimizer's step number counts applied updates only (AdamW's bias correction), so a
-// skipped step does not advance it; the learning-rate schedule follows the iteration.
-// state()/restore() carry the scaler, the skipped-step count and FP8 amax histories through
-// checkpoints.
+// skipped update does not advance it and a trainer step of several updates (GRPO's minibatches)
+// advances it by each; the learning-rate schedule follows the trainer's steps.
+// state()/restore() carry the scaler, the skipped and applied update counts and FP8 amax
+// histories through checkpoints.
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -63,18 +64,21 @@ class PrecisionStep {
   // Before the step's first micro-batch: the factor to multiply forward_backward's grad_scale by.
   float begin_step();
   // After the last micro-batch (collective over the world): instead of parallel::DataParallelStep::step.
+  // `step`: the trainer's step the update belongs to (the test hooks see it).
   PrecisionStepResult step(double lr, int64_t step);
 
   bool loss_scaling() const { return scaler_.enabled(); }
   float loss_scale() const { return scaler_.scale(); }
   int64_t skipped_steps() const { return skipped_; }
 
-  // {"recipe", "loss_scale", "clean_steps", "skipped_steps", fp8 amax histories}. restore()
-  // takes the skipped-step count from any state, the scaler and amax histories only from one
-  // written under the same recipe (else they start fresh); null restores nothing. A key of the
-  // wrong type is an Error naming `where` (the checkpoint's state.precision) and the key.
+  // {"recipe", "loss_scale", "clean_steps", "skipped_steps", "applied_updates", fp8 amax
+  // histories}. restore() takes the update counts from any state (a state without
+  // "applied_updates", written before a step could take several, applied one per step:
+  // `steps_taken` less the skipped), the scaler and amax histories only from one written under the
+  // same recipe (else they start fresh); null restores the counts alone. A key of the wrong type is
+  // an Error naming `where` (the checkpoint's state.precision) and the key.
   nlohmann::json state() const;
-  void restore(const nlohmann::json& state, const std::string& where);
+  void restore(const nlohmann::json& state, const std::string& where, int64_t steps_taken);
   // Collective over the pipeline group: state() with the FP8 histories of every stage's layers
   // (each stage holds its own), complete on pipeline rank 0; null elsewhere.
   nlohmann::json pipeline_state(comm::Communicator& pp) const;
@@ -87,6 +91,7 @@ class PrecisionStep {
   comm::Communicator* same_layers_;
   precision::DynamicLossScaler scaler_;
   int64_t skipped_ = 0;
+  int64_t applied_ = 0;  // updates applied: AdamW's step number of the last
 };
 
 }  // namespace loom::train

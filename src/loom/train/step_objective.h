@@ -12,10 +12,15 @@ class Trainer;
 
 class StepObjective : public model::TokenObjective {
  public:
-  // Called by Trainer::step on every rank with its share of the step's batch (masked, with the
-  // source's per-target data) before the step's forward passes; `batch` stays valid through the
-  // step. evaluate() then gets rows of `batch` (their offset in batch.targets names them).
-  virtual void prepare(Trainer& trainer, const TokenBatch& batch) = 0;
+  // Called by Trainer::step on every rank with its share of an update's batch (masked, with the
+  // source's per-target data) before the update's forward passes; `batch` stays valid through the
+  // update. evaluate() then gets rows of `batch` (their offset in batch.targets names them).
+  // `update` counts the step's optimizer updates from 0 (a step of several: GRPO's minibatches).
+  virtual void prepare(Trainer& trainer, const TokenBatch& batch, int update) = 0;
+  // A step of several updates calls this first, under the parameters the step starts from, with
+  // this rank's share of each later update's batch in turn (update 1, 2, ...; valid during the
+  // call only): what the objective needs of those parameters (GRPO's old log-probabilities).
+  virtual void before_updates(Trainer& /*trainer*/, const TokenBatch& /*batch*/, int /*update*/) {}
 };
 
 }  // namespace loom::train

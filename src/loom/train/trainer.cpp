@@ -116,18 +116,28 @@ StepResult Trainer::step(int stop_signal) {
 }
 
 StepResult Trainer::step(int stop_signal, int64_t global_batch) {
+  return step(stop_signal, std::span<const int64_t>(&global_batch, 1));
+}
+
+StepResult Trainer::step(int stop_signal, std::span<const int64_t> update_batches) {
   State& s = *state_;
   const BatchUnit unit = train::batch_unit(s.run, s.mesh.layout().shape.dp);
-  LOOM_CHECK(global_batch > 0 && global_batch % unit.rows == 0 && global_batch <= s.run.train.global_batch,
-             "a step of " + std::to_string(global_batch) + " sequences: valid are multiples of " + unit.what + " = " +
-                 std::to_string(unit.rows) + " up to train.global_batch = " +
-                 std::to_string(s.run.train.global_batch));
+  LOOM_CHECK(!update_batches.empty(), "a step takes at least one update");
+  for (const int64_t global_batch : update_batches) {
+    LOOM_CHECK(global_batch > 0 && global_batch % unit.rows == 0 && global_batch <= s.run.train.global_batch,
+               "a step of " + std::to_string(global_batch) + " sequences: valid are multiples of " + unit.what +
+                   " = " + std::to_string(unit.rows) + " up to train.global_batch = " +
+                   std::to_string(s.run.train.global_batch));
+  }
+  LOOM_CHECK(update_batches.size() == 1 || !s.outer,
+             "a step of " + std::to_string(update_batches.size()) +
+                 " optimizer updates under optim.outer (DiLoCo counts one inner step per trainer step)");
   const int64_t step = s.progress.step + 1;
   if (s.trace) s.trace->begin_step(step);
   StepResult result;
   {
     trace::Range range("step", step);
-    result = run_step(stop_signal, global_batch);
+    result = run_step(stop_signal, update_batches);
   }
   if (s.trace) out() << s.trace->end_step(step);
   return result;
@@ -167,7 +177,53 @@ void Trainer::agree_losses(StepResult& result, double local_loss_sum, int stop_s
                 moe.aux_loss, moe.z_loss,     moe.layer_seconds, moe.exchange_seconds, moe.all_to_all_bytes};
 }
 
-StepResult Trainer::run_step(int stop_signal, int64_t global_batch) {
+namespace {
+
+// A step of several updates from theirs: samples, tokens and times summed; the loss (and each
+// depth's) the mean over every update's trained tokens; the gradient norm the mean of the applied
+// updates'; MoE routing's extremes over the updates, its means their mean.
+void combine_updates(const std::vector<StepResult>& updates, StepResult& step) {
+  double loss_sum = 0.0, norm_sum = 0.0;
+  int applied = 0;
+  step.loss_scale = updates.front().loss_scale;
+  step.next_loss_scale = updates.back().next_loss_scale;
+  step.mtp_losses.assign(updates.front().mtp_losses.size(), 0.0);
+  for (const StepResult& u : updates) {
+    step.global_batch += u.global_batch;
+    step.trained_tokens += u.trained_tokens;
+    loss_sum += u.loss * static_cast<double>(u.trained_tokens);
+    for (size_t k = 0; k < u.mtp_losses.size(); ++k)
+      step.mtp_losses[k] += u.mtp_losses[k] * static_cast<double>(u.trained_tokens);
+    step.skipped = step.skipped || u.skipped;
+    if (!u.skipped) norm_sum += u.grad_norm;
+    applied += u.skipped ? 0 : 1;
+    step.stop_signal = u.stop_signal != 0 ? u.stop_signal : step.stop_signal;
+    step.update_losses.push_back(u.loss);
+    step.update_grad_norms.push_back(u.grad_norm);
+    const bool first_moe = !step.moe.present;
+    MoeMetrics& m = step.moe;
+    if (!u.moe.present) continue;
+    m.present = true;
+    m.tokens_min = first_moe ? u.moe.tokens_min : std::min(m.tokens_min, u.moe.tokens_min);
+    m.tokens_max = first_moe ? u.moe.tokens_max : std::max(m.tokens_max, u.moe.tokens_max);
+    const double share = 1.0 / static_cast<double>(updates.size());
+    m.tokens_mean += share * u.moe.tokens_mean;
+    m.dropped_fraction += share * u.moe.dropped_fraction;
+    m.aux_loss += share * u.moe.aux_loss;
+    m.z_loss += share * u.moe.z_loss;
+    m.layer_seconds += u.moe.layer_seconds;
+    m.exchange_seconds += u.moe.exchange_seconds;
+    m.all_to_all_bytes += u.moe.all_to_all_bytes;
+  }
+  const double tokens = static_cast<double>(std::max<int64_t>(1, step.trained_tokens));
+  step.loss = loss_sum / tokens;
+  for (double& loss : step.mtp_losses) loss /= tokens;
+  step.grad_norm = applied > 0 ? norm_sum / applied : 0.0;
+}
+
+}  // namespace
+
+StepResult Trainer::run_step(int stop_signal, std::span<const int64_t> update_batches) {
   State& s = *state_;
   const auto start = Clock::now();
   // The peak of this step on, but for the run's first step (the memory check's, since start-up),
@@ -178,10 +234,50 @@ StepResult Trainer::run_step(int stop_signal, int64_t global_batch) {
   ++s.steps_run;
   StepResult result;
   result.step = s.progress.step + 1;
-  s.use_global_batch(global_batch);
-  result.global_batch = s.step_batch;
+  int64_t step_samples = 0;
+  for (const int64_t global_batch : update_batches) step_samples += global_batch;
+  result.lr = s.run.train.samples > 0
+                  ? optim::learning_rate(s.run.optim, s.progress.consumed_samples + step_samples, s.run.train.samples,
+                                         optim::ScheduleUnit::Samples)
+                  : optim::learning_rate(s.run.optim, result.step, s.run.train.steps);
   s.heartbeat.phase("forward_backward", result.step);
   s.faults.at_step_start(result.step);
+  if (update_batches.size() == 1) {
+    run_update(stop_signal, update_batches[0], 0, result);
+  } else {
+    if (s.objective != nullptr) show_later_updates(update_batches);
+    std::vector<StepResult> updates(update_batches.size());
+    for (size_t u = 0; u < updates.size(); ++u) {
+      updates[u].step = result.step;
+      updates[u].lr = result.lr;
+      run_update(stop_signal, update_batches[u], static_cast<int>(u), updates[u]);
+    }
+    combine_updates(updates, result);
+  }
+  s.progress.step = result.step;
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  result.memory_allocated_bytes = memory.bytes_in_use();
+  result.memory_peak_bytes = memory.peak_bytes();
+  return result;
+}
+
+void Trainer::show_later_updates(std::span<const int64_t> update_batches) {
+  State& s = *state_;
+  trace::Range range("objective before the updates");
+  int64_t first = s.progress.consumed_samples + update_batches[0];
+  for (size_t u = 1; u < update_batches.size(); ++u) {
+    s.use_global_batch(update_batches[u]);
+    TokenBatch batch;
+    s.make_batch(s.train, first + static_cast<int64_t>(s.mesh.dp_rank()) * s.local_batch, s.local_batch, batch);
+    s.objective->before_updates(*this, batch, static_cast<int>(u));
+    first += update_batches[u];
+  }
+}
+
+void Trainer::run_update(int stop_signal, int64_t global_batch, int update, StepResult& result) {
+  State& s = *state_;
+  s.use_global_batch(global_batch);
+  result.global_batch = s.step_batch;
   // This replica's slice of the global batch; its trained tokens are counted here and summed
   // over the replicas, so each micro-batch's gradient is scaled by 1/(global count) and the sum
   // over micro-batches and ranks is the global-batch mean.
@@ -192,15 +288,16 @@ StepResult Trainer::run_step(int stop_signal, int64_t global_batch) {
         s.progress.consumed_samples + static_cast<int64_t>(s.mesh.dp_rank()) * s.local_batch;
     local_tokens = s.make_batch(s.train, first_sample, s.local_batch, s.batch);
     result.trained_tokens = agree_token_count(s.replicas(), local_tokens);
-    LOOM_CHECK(result.trained_tokens > 0,
-               "step " + std::to_string(result.step) + " has no target tokens to learn from");
+    LOOM_CHECK(result.trained_tokens > 0, "step " + std::to_string(result.step) +
+                                              (update > 0 ? " (update " + std::to_string(update + 1) + ")" : "") +
+                                              " has no target tokens to learn from");
     // fp16: times the dynamic loss scale (a power of two, so exact; 1 for the other recipes).
     // DiLoCo: each site takes a step of its own, over its own tokens.
     scale_tokens = s.outer ? agree_token_count(s.outer->inner_group(), local_tokens) : result.trained_tokens;
   }
   if (s.objective != nullptr) {
     trace::Range range("objective");
-    s.objective->prepare(*this, s.batch);  // its own forward passes first
+    s.objective->prepare(*this, s.batch, update);  // its own forward passes first
   }
   const float loss_scale = s.precision->begin_step();
   const float grad_scale = static_cast<float>(1.0 / static_cast<double>(scale_tokens)) * loss_scale;
@@ -215,10 +312,6 @@ StepResult Trainer::run_step(int stop_signal, int64_t global_batch) {
   }
   s.model->set_token_objective(nullptr);
   agree_losses(result, local_loss_sum, stop_signal);
-  result.lr = s.run.train.samples > 0
-                  ? optim::learning_rate(s.run.optim, s.progress.consumed_samples + s.step_batch, s.run.train.samples,
-                                         optim::ScheduleUnit::Samples)
-                  : optim::learning_rate(s.run.optim, result.step, s.run.train.steps);
   s.heartbeat.phase("optimizer", result.step);
   trace::Range optimizer_range("optimizer");
   const PrecisionStepResult stepped = s.precision->step(result.lr, result.step);  // optimizer step unless skipped
@@ -228,12 +321,9 @@ StepResult Trainer::run_step(int stop_signal, int64_t global_batch) {
   result.skipped = stepped.skipped;
   result.loss_scale = stepped.loss_scale;
   result.next_loss_scale = stepped.next_loss_scale;
-  s.progress.step = result.step;
+  result.update_losses = {result.loss};
+  result.update_grad_norms = {result.grad_norm};
   s.progress.consumed_samples += s.step_batch;
-  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  result.memory_allocated_bytes = memory.bytes_in_use();
-  result.memory_peak_bytes = memory.peak_bytes();
-  return result;
 }
 
 void add_mtp_losses(const std::vector<double>& losses, nlohmann::json& record) {

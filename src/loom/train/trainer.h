@@ -16,8 +16,10 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <span>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "loom/comm/communicator.h"
 #include "loom/config/run_config.h"
@@ -36,17 +38,21 @@ struct MoeMetrics {
   int64_t all_to_all_bytes = 0;                            // rank 0's bytes sent to other expert-parallel ranks
 };
 
-// What one optimizer step did (the same on every rank, but for `reporter`-only fields noted).
+// What one step did (the same on every rank, but for `reporter`-only fields noted). A step is
+// one optimizer update over its global batch, or several over consecutive batches (GRPO's
+// minibatches, Trainer::step's `update_batches`): the fields then sum or average the updates'.
 struct StepResult {
   int64_t step = 0;
-  int64_t global_batch = 0;   // sequences of this step (train.global_batch, or a ramp-up's)
-  double loss = 0.0;          // mean token loss over the global batch's trained tokens
+  int64_t global_batch = 0;   // sequences of this step (train.global_batch, or a ramp-up's; every update's)
+  double loss = 0.0;          // mean token loss over the global batch's trained tokens (every update's)
   int64_t trained_tokens = 0; // targets with loss weight 1 in the global batch
   double lr = 0.0;
-  double grad_norm = 0.0;
+  double grad_norm = 0.0;     // several updates: the mean of the applied ones'
   double seconds = 0.0;
-  bool skipped = false;       // Inf/NaN in the gradients: nothing was updated
-  float loss_scale = 1.0f, next_loss_scale = 1.0f;
+  bool skipped = false;       // Inf/NaN in the gradients: nothing was updated (several: in some update)
+  float loss_scale = 1.0f, next_loss_scale = 1.0f;  // several: the first update's, the scale after the last
+  // Each update's loss and gradient norm (0 where skipped), in order (one: the step's).
+  std::vector<double> update_losses, update_grad_norms;
   MoeMetrics moe;
   // This rank's device (its allocator: the host's on the cpu, shared by the ranks of a process
   // there and on a shared GPU): the bytes allocated at the step's end and at most during it (the
@@ -85,6 +91,12 @@ class Trainer {
   // The same over `global_batch` sequences in place of the schedule's, for a recipe whose steps
   // differ in rows (GRPO's packed rollouts): a multiple of batch_unit(), at most train.global_batch.
   StepResult step(int stop_signal, int64_t global_batch);
+  // One step of several optimizer updates (GRPO's minibatches), update u over the next
+  // `update_batches[u]` sequences of the source (each as `global_batch` above), all at the step's
+  // learning rate (the schedule counts steps; the step's samples are every update's); AdamW's step
+  // number counts the updates. The objective sees the later updates' batches first
+  // (StepObjective::before_updates). Refused under optim.outer (DiLoCo counts its inner steps).
+  StepResult step(int stop_signal, std::span<const int64_t> update_batches);
   // What every step's global batch is a multiple of: train.micro_batch x data-parallel ranks (x
   // parallel.pp under the interleaved schedule, whose micro-batches go in rounds of the stages).
   int64_t batch_unit() const;
@@ -145,7 +157,12 @@ class Trainer {
   void check_resumable(const ckpt::LoadedCheckpoint& checkpoint);
   void initialize_from(const std::string& path);
   // step()'s work, inside its trace range.
-  StepResult run_step(int stop_signal, int64_t global_batch);
+  StepResult run_step(int stop_signal, std::span<const int64_t> update_batches);
+  // One optimizer update of the step `result.step` at `result.lr` over the next `global_batch`
+  // sequences: fills the rest of `result`.
+  void run_update(int stop_signal, int64_t global_batch, int update, StepResult& result);
+  // The objective's look at the later updates' batches (StepObjective::before_updates).
+  void show_later_updates(std::span<const int64_t> update_batches);
   // The step's loss (and multi-token prediction's) agreed over the world, with any stop signal,
   // and the MoE layers' routing statistics.
   void agree_losses(StepResult& result, double local_loss_sum, int stop_signal);

@@ -54,7 +54,7 @@ void Trainer::restore() {
       checkpoint.read(name, layer->expert_bias().data(), DType::F32, Shape{layer->experts()});
     }
   }
-  s.precision->restore(s.progress.precision, training_state_where(checkpoint) + ".precision");
+  s.precision->restore(s.progress.precision, training_state_where(checkpoint) + ".precision", s.progress.step);
   s.optimizer->load_moments(exp_avg.data(), exp_avg_sq.data());
   out() << "resumed from " << checkpoint.path() << " at step " << s.progress.step << "\n";
   if (s.run.train.skip_train) return;  // evaluated where it is, however long the run
