@@ -204,11 +204,12 @@ TEST_F(GrpoLearnerTest, LossAggregationsAreTheirFormulas) {
 // runtime.device=cuda on the emulated device (tests/support/emulated_cuda.h: the CPU kernels
 // behind memory the host cannot touch): the learner's steps (its reference and old-policy
 // passes, the objective's log-probabilities going to the host and its gradients coming back)
-// equal the same steps on the CPU bit for bit, alone and at tp 2 x dp 2.
+// equal the same steps on the CPU bit for bit, alone, at tp 2 x dp 2, and with two updates a step
+// (grpo.minibatches, whose second update reads the old-policy pass's log-probabilities).
 TEST_F(GrpoLearnerTest, OnTheDeviceEqualsTheCpuBitForBit) {
   ::loom::testing::install_emulated_cuda();
   const std::vector<std::vector<std::string>> layouts = {
-      {}, {"runtime.ranks=4", "parallel.tp=2", "parallel.sequence_parallel=true"}};
+      {}, {"runtime.ranks=4", "parallel.tp=2", "parallel.sequence_parallel=true"}, {"grpo.minibatches=2"}};
   for (size_t i = 0; i < layouts.size(); ++i) {
     SCOPED_TRACE("layout " + std::to_string(i));
     const std::string cpu = "cpu" + std::to_string(i), gpu = "device" + std::to_string(i);

@@ -167,6 +167,30 @@ TEST(GrpoTokenLoss, K3KlToTheReference) {
   EXPECT_EQ(at_ref.gradient, 0.0);
 }
 
+// grpo.on_policy_kl: the k3 term and its gradient times exp(logp - gen), a constant to the
+// gradient (NeMo RL detaches it); the statistics' KL is the weighted one; a non-finite weight is 0.
+TEST(GrpoTokenLoss, OnPolicyKlWeightsTheTermByTheCurrentOverTheGenerationPolicy) {
+  LossOptions o;
+  o.kl_coeff = 0.1;
+  o.on_policy_kl = true;
+  LossStatistics s;
+  // logp -1, gen -1.25: weight e^0.25; ref - logp = -0.5.
+  const TokenLoss t = token_loss(o, -1.0, -1.0, -1.25, -1.5, 0.0, s);
+  const double weight = std::exp(0.25), kl = std::exp(-0.5) + 0.5 - 1.0;
+  EXPECT_NEAR(t.loss, 0.1 * weight * kl, 1e-15);
+  EXPECT_NEAR(t.gradient, 0.1 * weight * (1.0 - std::exp(-0.5)), 1e-15);
+  EXPECT_NEAR(s.kl_mean(), weight * kl, 1e-15);
+  o.on_policy_kl = false;
+  LossStatistics plain;
+  EXPECT_NEAR(token_loss(o, -1.0, -1.0, -1.25, -1.5, 0.0, plain).loss, 0.1 * kl, 1e-15);
+  o.on_policy_kl = true;
+  const TokenLoss unbounded = token_loss(o, -1.0, -1.0, -1.0e4, -1.5, 0.0, s);
+  EXPECT_EQ(unbounded.loss, 0.0);
+  EXPECT_EQ(unbounded.gradient, 0.0);
+  const config::RunConfig c = config::parse_config("grpo: {on_policy_kl: true}\n", "grpo", {});
+  EXPECT_TRUE(LossOptions::from_config(c.grpo).on_policy_kl);
+}
+
 TEST(GrpoLoss, MasksAndTheGlobalTokenMean) {
   // Four tokens, the second not trained; 6 trained tokens in the global batch.
   const std::vector<float> logp = {-1.0f, -2.0f, -0.5f, -3.0f}, advantage = {1.0f, 5.0f, -0.5f, 2.0f};

@@ -34,6 +34,7 @@ struct GrpoConfig {
   double clip_high = 0.2;   // the ratio's upper clip: 1 + clip_high
   double dual_clip = 0.0;   // 0: off; else c > 1 bounds -A r by -A c for negative advantages
   double kl_coeff = 0.01;   // the k3 KL penalty's weight; 0: no reference policy
+  bool on_policy_kl = false;  // the KL term weighted by exp(logp - gen): its estimate under the current policy
   ImportanceCorrection importance_correction = ImportanceCorrection::None;
   double tis_cap = 2.0;
   double icepop_low = 0.5, icepop_high = 5.0;

@@ -32,6 +32,7 @@ std::vector<Key<GrpoConfig>> grpo_keys() {
       field("clip_high", &GrpoConfig::clip_high, at_least(0.0)),
       field("dual_clip", &GrpoConfig::dual_clip, off_or_above_one()),
       field("kl_coeff", &GrpoConfig::kl_coeff, at_least(0.0)),
+      field("on_policy_kl", &GrpoConfig::on_policy_kl),
       field("importance_correction", &GrpoConfig::importance_correction),
       field("tis_cap", &GrpoConfig::tis_cap, greater_than(0)),
       field("icepop_low", &GrpoConfig::icepop_low, at_least(0.0)),

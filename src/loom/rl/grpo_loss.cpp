@@ -40,6 +40,7 @@ LossOptions LossOptions::from_config(const config::GrpoConfig& grpo) {
   o.clip_high = grpo.clip_high;
   o.dual_clip = grpo.dual_clip;
   o.kl_coeff = grpo.kl_coeff;
+  o.on_policy_kl = grpo.on_policy_kl;
   o.correction = grpo.importance_correction;
   o.tis_cap = grpo.tis_cap;
   o.icepop_low = grpo.icepop_low;
@@ -135,10 +136,12 @@ TokenLoss token_loss(const LossOptions& o, double logp, double old_logp, double 
   TokenLoss out{weight * pg.loss, weight * pg.gradient};
   if (o.kl_coeff != 0.0) {
     const double d = reference_logp - logp, e = std::exp(d);
-    const double kl = e - d - 1.0;
+    double on_policy = o.on_policy_kl ? std::exp(logp - generation_logp) : 1.0;
+    if (!std::isfinite(on_policy)) on_policy = 0.0;  // as NeMo RL's nan_to_num
+    const double kl = on_policy * (e - d - 1.0);
     mine.kl_sum = kl;
     out.loss += o.kl_coeff * kl;
-    out.gradient += o.kl_coeff * (1.0 - e);  // d kl / d logp = -e + 1
+    out.gradient += o.kl_coeff * on_policy * (1.0 - e);  // d kl / d logp = -e + 1, the weight detached
   }
   mine.loss_sum = out.loss;
   stats.add(mine);

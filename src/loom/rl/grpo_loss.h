@@ -10,7 +10,7 @@
 //   r = exp(logp - old)
 //   pg = max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high));  A < 0 and dual_clip c > 1: min(pg, -A c)
 //   w = exp(old - gen), then none: 1 | tis: min(w, tis_cap) | icepop: w in [low, high] ? w : 0
-//   kl = exp(ref - logp) - (ref - logp) - 1
+//   kl = exp(ref - logp) - (ref - logp) - 1, with on_policy_kl times exp(logp - gen) (detached)
 //   loss_t = (w pg + kl_coeff kl) / N      N = the global count of trained tokens
 #include <cstdint>
 #include <vector>
@@ -39,6 +39,10 @@ struct LossOptions {
   double clip_low = 0.2, clip_high = 0.2;
   double dual_clip = 0.0;  // 0: off; else c > 1
   double kl_coeff = 0.01;  // 0: no reference policy, no KL term
+  // The KL term weighted by exp(logp - gen), detached (NeMo RL's use_on_policy_kl_approximation):
+  // the tokens were sampled by the generation policy, so the plain k3 mean estimates the KL under
+  // that policy; weighted, under the current one.
+  bool on_policy_kl = false;
   config::ImportanceCorrection correction = config::ImportanceCorrection::None;
   double tis_cap = 2.0;
   double icepop_low = 0.5, icepop_high = 5.0;
