@@ -578,6 +578,54 @@ TEST_F(GrpoLearnerTest, MinibatchesUpdateAgainstTheStepsStartingPolicy) {
   EXPECT_EQ(train::testing::state_difference(root_, "mb-one", "mb-split"), 0.0);
 }
 
+// grpo.epochs = 2: a step passes over its samples twice. The first update is the one-update step,
+// bit for bit; the second, on the same rows with the moved policy, has a lower loss, its ratios to
+// the starting policy (the raw importance weights those of the one-update step, the KL above 0);
+// with grpo.minibatches 2 (four updates) dp 2 with ZeRO-3, pp 2 and cp 2 equal one rank.
+TEST_F(GrpoLearnerTest, EpochsPassOverTheSamplesAgainAgainstTheStepsStartingPolicy) {
+  const std::vector<std::string> one = {"optim.eps=1e-4"}, twice = {"optim.eps=1e-4", "grpo.epochs=2"};
+  const LearnerStep whole = learn("ep-whole", one, 1).at(0);
+  const LearnerStep first = learn("ep-twice", twice, 1).at(0);
+  EXPECT_EQ(first.updates, 2);
+  ASSERT_EQ(first.update_losses.size(), 2u);
+  EXPECT_EQ(first.update_losses[0], whole.loss);
+  EXPECT_EQ(first.update_grad_norms[0], whole.grad_norm);
+  EXPECT_LT(first.update_losses[1], first.update_losses[0]);
+  EXPECT_EQ(first.trained_tokens, 2 * whole.trained_tokens);
+  EXPECT_GT(first.kl, 0.0);
+  EXPECT_NEAR(first.importance_weight_mean, whole.importance_weight_mean, 1e-6 * whole.importance_weight_mean);
+  EXPECT_NEAR(first.importance_weight_max, whole.importance_weight_max, 1e-6 * whole.importance_weight_max);
+  std::vector<std::string> four = twice;
+  four.push_back("grpo.minibatches=2");
+  const std::vector<LearnerStep> reference = learn("ep-four", four, 2);
+  ASSERT_EQ(reference.size(), 2u);
+  EXPECT_EQ(reference[0].updates, 4);
+  const std::vector<std::vector<std::string>> layouts = {
+      {"runtime.ranks=2", "parallel.zero=3"},
+      {"runtime.ranks=2", "parallel.pp=2", "parallel.pipeline_schedule=1f1b"},
+      {"runtime.ranks=2", "parallel.cp=2"},
+  };
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    SCOPED_TRACE("layout " + std::to_string(i));
+    const std::string name = "ep-layout" + std::to_string(i);
+    std::vector<std::string> overrides = layouts[i];
+    overrides.insert(overrides.end(), four.begin(), four.end());
+    const std::vector<LearnerStep> other = learn(name, overrides, 2);
+    ASSERT_EQ(other.size(), reference.size());
+    for (size_t s = 0; s < other.size(); ++s) {
+      SCOPED_TRACE("step " + std::to_string(s + 1));
+      ASSERT_EQ(other[s].update_losses.size(), 4u);
+      for (size_t u = 0; u < 4; ++u) {
+        EXPECT_NEAR(other[s].update_losses[u], reference[s].update_losses[u],
+                    1e-5 * std::fabs(reference[s].update_losses[u]));
+      }
+      EXPECT_NEAR(other[s].grad_norm, reference[s].grad_norm, 1e-5 * reference[s].grad_norm);
+      EXPECT_NEAR(other[s].kl, reference[s].kl, 1e-4 * reference[s].kl);  // as the minibatches' test says
+    }
+    EXPECT_LE(train::testing::state_difference(root_, "ep-four", name), 1e-5);
+  }
+}
+
 // The start-up report says how a step's rows are laid out, with the unit a packed step's rows
 // are a multiple of (train.micro_batch x data-parallel ranks), and how many updates a step takes.
 TEST_F(GrpoLearnerTest, ItSaysHowItLaysOutItsRows) {
@@ -596,7 +644,7 @@ TEST_F(GrpoLearnerTest, ItSaysHowItLaysOutItsRows) {
                 : "grpo: one sample per row of 16 tokens, 16 rows a step (grpo.packing false)";
     EXPECT_NE(out.str().find(expected), std::string::npos) << out.str();
   }
-  const config::RunConfig c = config("say-minibatches", {"grpo.minibatches=2"});
+  const config::RunConfig c = config("say-minibatches", {"grpo.minibatches=2", "grpo.epochs=3"});
   std::ostringstream out;
   train::run_on_ranks(c, out, [&](comm::Communicator& world) {
     GrpoLearner learner(c, world, out);
@@ -604,8 +652,8 @@ TEST_F(GrpoLearnerTest, ItSaysHowItLaysOutItsRows) {
     return train::TrainSummary{};
   });
   for (const std::string expected :
-       {"grpo: 2 optimizer updates a step (grpo.minibatches), each on its share of the step's samples, in order, the "
-        "later ones' ratios to the policy the step started from",
+       {"grpo: 6 optimizer updates a step (grpo.minibatches 2, each on its share of the samples, in order; "
+        "grpo.epochs 3 passes over them), the later ones' ratios to the policy the step started from",
         "grpo: an update's samples packed into rows of 16 tokens (first-fit decreasing); an update trains on the rows "
         "they fill, a multiple of 4, at most 16 (train.global_batch)"}) {
     EXPECT_NE(out.str().find(expected), std::string::npos) << out.str();

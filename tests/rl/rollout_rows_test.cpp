@@ -224,5 +224,26 @@ TEST(RolloutRows, MinibatchesSplitTheSamplesInOrderEachLaidOutAlone) {
   }
 }
 
+// grpo.epochs: the source serves the step's rows pass after pass, and nothing past the last pass.
+TEST(RolloutRows, TheSourceServesItsRowsPassAfterPass) {
+  RolloutSource source;
+  const RolloutRows rows = make_rollout_rows(groups_of({{13, 9, 6}, {7, 4, 12}}), packing(true), 8, 16, 2);
+  source.set(rows, 100, 2);
+  train::TokenBatch first, again;
+  first.resize(2, 16);
+  again.resize(2, 16);
+  source.fill(102, first);
+  source.fill(102 + rows.rows, again);
+  EXPECT_EQ(again.inputs, first.inputs);
+  EXPECT_EQ(again.documents, first.documents);
+  EXPECT_EQ(again.advantages, first.advantages);
+  try {
+    source.fill(100 + 2 * rows.rows, again);
+    ADD_FAILURE() << "a third pass was served";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(2 passes over 4 rows)"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace loom::rl

@@ -50,6 +50,7 @@ struct GrpoConfig {
   // The learner's rows.
   bool packing = true;  // samples packed into rows (first-fit decreasing); false: one per row
   int minibatches = 1;  // optimizer updates a step takes, each on its share of the samples (PPO's minibatches)
+  int epochs = 1;       // passes over the minibatches a step takes (the GRPO paper's mu, PPO's epochs)
   // Rollouts.
   std::string environment = "countdown";  // arithmetic | countdown | calculator (loom env serve --task)
   int task_digits = 2;                    // arithmetic, calculator: operands of up to this many digits

@@ -48,6 +48,7 @@ std::vector<Key<GrpoConfig>> grpo_keys() {
       field("dynamic_sampling_max_draws", &GrpoConfig::dynamic_sampling_max_draws, at_least(1)),
       field("packing", &GrpoConfig::packing),
       field("minibatches", &GrpoConfig::minibatches, at_least(1)),
+      field("epochs", &GrpoConfig::epochs, at_least(1)),
       field("environment", &GrpoConfig::environment, one_of({"arithmetic", "countdown", "calculator"})),
       field("task_digits", &GrpoConfig::task_digits, in_range(1, 9, "")),
       field("task_numbers", &GrpoConfig::task_numbers, in_range(2, 8, "")),

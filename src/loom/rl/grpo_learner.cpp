@@ -71,14 +71,19 @@ GrpoLearner::GrpoLearner(const config::RunConfig& config, comm::Communicator& wo
   s.trainer->describe();
   if (s.trainer->reporter()) {
     const int rows = config.train.global_batch, seq = config.data.seq_len;
-    const int updates = config.grpo.minibatches;
-    const std::string unit = updates > 1 ? "an update" : "a step";
-    if (updates > 1) {
-      console << "grpo: " << updates << " optimizer updates a step (grpo.minibatches), each on its share of the "
-              << "step's samples, in order, the later ones' ratios to the policy the step started from\n";
+    const int minibatches = config.grpo.minibatches, epochs = config.grpo.epochs;
+    const std::string unit = minibatches > 1 ? "an update" : "a step";
+    if (minibatches * epochs > 1) {
+      console << "grpo: " << minibatches * epochs << " optimizer updates a step (";
+      if (minibatches > 1) {
+        console << "grpo.minibatches " << minibatches << ", each on its share of the samples, in order";
+      }
+      if (minibatches > 1 && epochs > 1) console << "; ";
+      if (epochs > 1) console << "grpo.epochs " << epochs << " passes over them";
+      console << "), the later ones' ratios to the policy the step started from\n";
     }
     if (config.grpo.packing) {
-      console << "grpo: " << (updates > 1 ? "an update's" : "each step's") << " samples packed into rows of " << seq
+      console << "grpo: " << (minibatches > 1 ? "an update's" : "each step's") << " samples packed into rows of " << seq
               << " tokens (first-fit decreasing); " << unit << " trains on the rows they fill, a multiple of "
               << s.trainer->batch_unit() << ", at most " << rows << " (train.global_batch)\n";
     } else {
@@ -138,12 +143,15 @@ LearnerStep GrpoLearner::step(const std::vector<RolloutGroup>& groups) {
   out.reward_max = rows.reward_max;
   std::vector<GrpoObjective::UpdateTotals> totals;
   std::vector<int64_t> update_rows;
-  for (const RolloutMinibatch& m : rows.minibatches) {
-    totals.push_back({m.trained_targets, m.trained_samples});
-    update_rows.push_back(m.rows);
+  const int epochs = s.config.grpo.epochs;
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    for (const RolloutMinibatch& m : rows.minibatches) {
+      totals.push_back({m.trained_targets, m.trained_samples});
+      update_rows.push_back(m.rows);
+    }
   }
   s.objective->set_step_totals(std::move(totals));
-  s.source.set(std::move(rows), s.trainer->progress().consumed_samples);
+  s.source.set(std::move(rows), s.trainer->progress().consumed_samples, epochs);
   const train::StepResult result = s.trainer->step(0, update_rows);
   out.step = result.step;
   out.updates = static_cast<int64_t>(update_rows.size());

@@ -16,8 +16,9 @@
 // places its samples in rows of data.seq_len (grpo.packing: packed, the step taking the rows they
 // fill; else one per row, train.global_batch rows), and takes one optimizer update on the token
 // mean of the GRPO loss over the global batch's trained tokens (grpo_loss.h; the `grpo` config
-// section), or grpo.minibatches of them, each on its share of the samples, the later ones'
-// ratios to the log-probabilities of the parameters the step started from (PPO's minibatches).
+// section), or grpo.minibatches of them, each on its share of the samples (and grpo.epochs passes
+// over those), the later ones' ratios to the log-probabilities of the parameters the step
+// started from (PPO's minibatches and epochs).
 // With grpo.kl_coeff > 0 the reference policy is the run's starting point: train.init_from's
 // parameters, or the seed's initialisation without it; its log-probabilities come from a
 // forward-only pass with its parameters in the same layout.
@@ -54,8 +55,8 @@ struct LearnerStep {
   double masked_fraction = 0.0, truncated_fraction = 0.0;  // icepop's zeroed, tis's capped weights
   double grad_norm = 0.0, lr = 0.0, seconds = 0.0;  // grad_norm: the mean of the updates' (grpo.minibatches)
   bool skipped = false;         // Inf/NaN gradients (mixed precision): nothing was updated (in some update)
-  int64_t updates = 1;          // optimizer updates the step took (grpo.minibatches)
-  // grpo.minibatches > 1: each update's loss and gradient norm, in order (else empty).
+  int64_t updates = 1;          // optimizer updates the step took (grpo.minibatches x grpo.epochs)
+  // More than one update: each update's loss and gradient norm, in order (else empty).
   std::vector<double> update_losses, update_grad_norms;
   // grpo.mtp_loss_weight > 0: each depth's mean cross-entropy on the response tokens (else empty).
   std::vector<double> mtp_losses;
@@ -71,7 +72,7 @@ class GrpoLearner {
   GrpoLearner& operator=(const GrpoLearner&) = delete;
 
   // One step on `groups` (collective; the same groups on every rank): grpo.minibatches optimizer
-  // updates, each on its share of the samples, in order.
+  // updates, each on its share of the samples, in order, grpo.epochs times over.
   LearnerStep step(const std::vector<RolloutGroup>& groups);
   // Writes a checkpoint of the current weights (train.checkpoint.async: in the background) and
   // returns its step directory (collective).

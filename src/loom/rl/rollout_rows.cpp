@@ -163,17 +163,21 @@ RolloutRows make_rollout_rows(const std::vector<RolloutGroup>& groups, const con
   return out;
 }
 
-void RolloutSource::set(RolloutRows rows, int64_t first_sample) {
+void RolloutSource::set(RolloutRows rows, int64_t first_sample, int passes) {
   rows_ = std::move(rows);
   first_sample_ = first_sample;
+  passes_ = passes;
 }
 
 void RolloutSource::fill(int64_t first, train::TokenBatch& batch) const {
-  const int64_t row0 = first - first_sample_;
-  LOOM_CHECK(row0 >= 0 && row0 + batch.batch <= rows_.rows && batch.seq == rows_.seq,
+  const int64_t offset = first - first_sample_, rows = rows_.rows;
+  const int64_t row0 = rows > 0 ? offset % rows : offset;  // the pass's row
+  LOOM_CHECK(offset >= 0 && offset < rows * passes_ && row0 + batch.batch <= rows && batch.seq == rows_.seq,
              "GRPO rollouts: samples [" + std::to_string(first) + ", " + std::to_string(first + batch.batch) +
                  ") asked of a step holding [" + std::to_string(first_sample_) + ", " +
-                 std::to_string(first_sample_ + rows_.rows) + ")");
+                 std::to_string(first_sample_ + rows * passes_) + ")" +
+                 (passes_ > 1 ? " (" + std::to_string(passes_) + " passes over " + std::to_string(rows) + " rows)"
+                              : ""));
   const size_t begin = static_cast<size_t>(row0) * static_cast<size_t>(rows_.seq);
   const size_t count = static_cast<size_t>(batch.batch) * static_cast<size_t>(batch.seq);
   auto slice = [&](const auto& from, auto& into) {

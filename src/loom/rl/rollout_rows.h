@@ -55,16 +55,18 @@ RolloutRows make_rollout_rows(const std::vector<RolloutGroup>& groups, const con
                               int seq, int64_t row_unit);
 
 // The trainer's batch source over one step's rows: global samples first, first + 1, ... of the
-// step beginning at `first_sample` are rows 0, 1, ... (every rank holds all rows).
+// step beginning at `first_sample` are rows 0, 1, ... (every rank holds all rows), `passes` times
+// over (grpo.epochs: the step's updates read its rows again, pass after pass).
 class RolloutSource : public train::BatchSource {
  public:
-  void set(RolloutRows rows, int64_t first_sample);
+  void set(RolloutRows rows, int64_t first_sample, int passes = 1);
   void fill(int64_t first, train::TokenBatch& batch) const override;
   std::string describe() const override { return "GRPO rollouts"; }
 
  private:
   RolloutRows rows_;
   int64_t first_sample_ = 0;
+  int passes_ = 1;
 };
 
 }  // namespace loom::rl
