@@ -102,6 +102,39 @@ class GrpoLearnerTest : public ::testing::Test {
     return result;
   }
 
+  // Steps of several updates (grpo.minibatches, grpo.epochs) in each of `layouts` with `common`
+  // equal `reference`, the run `reference_name` on one rank: each step's loss, each update's loss
+  // and gradient norm and the importance weights' mean within relative 1e-5, the KL within 1e-4
+  // (step 1's, 2.5e-5, is of the later updates' moves of ~7e-3 in log-probability alone, whose fp32
+  // rounding it carries at about 2e-5 relative: 1.7e-5 measured at tp 2), and the parameters and
+  // moments after them within 1e-5.
+  static void expect_updates_in_layouts(const std::string& prefix, const std::vector<std::string>& common,
+                                        const std::vector<std::vector<std::string>>& layouts,
+                                        const std::string& reference_name, const std::vector<LearnerStep>& reference) {
+    for (size_t i = 0; i < layouts.size(); ++i) {
+      SCOPED_TRACE("layout " + std::to_string(i));
+      const std::string name = prefix + std::to_string(i);
+      std::vector<std::string> overrides = layouts[i];
+      overrides.insert(overrides.end(), common.begin(), common.end());
+      const std::vector<LearnerStep> other = learn(name, overrides, static_cast<int>(reference.size()));
+      ASSERT_EQ(other.size(), reference.size());
+      for (size_t s = 0; s < other.size(); ++s) {
+        SCOPED_TRACE("step " + std::to_string(s + 1));
+        const LearnerStep& r = reference[s];
+        EXPECT_NEAR(other[s].loss, r.loss, 1e-5 * std::fabs(r.loss));
+        ASSERT_EQ(other[s].update_losses.size(), r.update_losses.size());
+        for (size_t u = 0; u < r.update_losses.size(); ++u) {
+          EXPECT_NEAR(other[s].update_losses[u], r.update_losses[u], 1e-5 * std::fabs(r.update_losses[u]));
+          EXPECT_NEAR(other[s].update_grad_norms[u], r.update_grad_norms[u], 1e-5 * r.update_grad_norms[u]);
+        }
+        EXPECT_NEAR(other[s].kl, r.kl, 1e-4 * r.kl);
+        EXPECT_NEAR(other[s].importance_weight_mean, r.importance_weight_mean, 1e-5 * r.importance_weight_mean);
+        EXPECT_NEAR(other[s].truncated_fraction, r.truncated_fraction, 1e-12);
+      }
+      EXPECT_LE(train::testing::state_difference(root_, reference_name, name), 1e-5);
+    }
+  }
+
   static std::string root_;
 };
 std::string GrpoLearnerTest::root_;
@@ -544,30 +577,7 @@ TEST_F(GrpoLearnerTest, MinibatchesUpdateAgainstTheStepsStartingPolicy) {
       {"runtime.ranks=2", "parallel.pp=2", "parallel.pipeline_schedule=1f1b"},
       {"runtime.ranks=2", "parallel.cp=2"},
   };
-  for (size_t i = 0; i < layouts.size(); ++i) {
-    SCOPED_TRACE("layout " + std::to_string(i));
-    const std::string name = "mb-layout" + std::to_string(i);
-    std::vector<std::string> overrides = layouts[i];
-    overrides.insert(overrides.end(), two.begin(), two.end());
-    const std::vector<LearnerStep> other = learn(name, overrides, 2);
-    ASSERT_EQ(other.size(), reference.size());
-    for (size_t s = 0; s < other.size(); ++s) {
-      SCOPED_TRACE("step " + std::to_string(s + 1));
-      const LearnerStep& r = reference[s];
-      EXPECT_NEAR(other[s].loss, r.loss, 1e-5 * std::fabs(r.loss));
-      ASSERT_EQ(other[s].update_losses.size(), 2u);
-      for (size_t u = 0; u < 2; ++u) {
-        EXPECT_NEAR(other[s].update_losses[u], r.update_losses[u], 1e-5 * std::fabs(r.update_losses[u]));
-        EXPECT_NEAR(other[s].update_grad_norms[u], r.update_grad_norms[u], 1e-5 * r.update_grad_norms[u]);
-      }
-      // Step 1's KL (2.5e-5) is of the second update's moves of ~7e-3 in log-probability alone,
-      // whose fp32 rounding it carries at about 2e-5 relative (measured at tp 2: 1.7e-5).
-      EXPECT_NEAR(other[s].kl, r.kl, 1e-4 * r.kl);
-      EXPECT_NEAR(other[s].importance_weight_mean, r.importance_weight_mean, 1e-5 * r.importance_weight_mean);
-      EXPECT_NEAR(other[s].truncated_fraction, r.truncated_fraction, 1e-12);
-    }
-    EXPECT_LE(train::testing::state_difference(root_, "mb-one", name), 1e-5);
-  }
+  expect_updates_in_layouts("mb-layout", two, layouts, "mb-one", reference);
   ASSERT_EQ(learn("mb-split", two, 1).size(), 1u);
   std::vector<std::string> resume = two;
   resume.push_back("train.resume=true");
@@ -605,25 +615,7 @@ TEST_F(GrpoLearnerTest, EpochsPassOverTheSamplesAgainAgainstTheStepsStartingPoli
       {"runtime.ranks=2", "parallel.pp=2", "parallel.pipeline_schedule=1f1b"},
       {"runtime.ranks=2", "parallel.cp=2"},
   };
-  for (size_t i = 0; i < layouts.size(); ++i) {
-    SCOPED_TRACE("layout " + std::to_string(i));
-    const std::string name = "ep-layout" + std::to_string(i);
-    std::vector<std::string> overrides = layouts[i];
-    overrides.insert(overrides.end(), four.begin(), four.end());
-    const std::vector<LearnerStep> other = learn(name, overrides, 2);
-    ASSERT_EQ(other.size(), reference.size());
-    for (size_t s = 0; s < other.size(); ++s) {
-      SCOPED_TRACE("step " + std::to_string(s + 1));
-      ASSERT_EQ(other[s].update_losses.size(), 4u);
-      for (size_t u = 0; u < 4; ++u) {
-        EXPECT_NEAR(other[s].update_losses[u], reference[s].update_losses[u],
-                    1e-5 * std::fabs(reference[s].update_losses[u]));
-      }
-      EXPECT_NEAR(other[s].grad_norm, reference[s].grad_norm, 1e-5 * reference[s].grad_norm);
-      EXPECT_NEAR(other[s].kl, reference[s].kl, 1e-4 * reference[s].kl);  // as the minibatches' test says
-    }
-    EXPECT_LE(train::testing::state_difference(root_, "ep-four", name), 1e-5);
-  }
+  expect_updates_in_layouts("ep-layout", four, layouts, "ep-four", reference);
 }
 
 // The start-up report says how a step's rows are laid out, with the unit a packed step's rows

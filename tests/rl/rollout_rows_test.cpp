@@ -68,6 +68,32 @@ std::map<int32_t, Document> documents_of(const RolloutRows& rows) {
   return out;
 }
 
+// Every sample's run of slots in `got` holds what it holds in `expected` (its inputs, targets,
+// marks, advantage, log-probabilities and size), packed ones with positions from 0 in one document.
+void expect_same_samples(const RolloutRows& got, const RolloutRows& expected) {
+  const std::map<int32_t, Document> in_got = documents_of(got), in_expected = documents_of(expected);
+  ASSERT_EQ(in_got.size(), in_expected.size());
+  const size_t seq = static_cast<size_t>(got.seq);
+  for (const auto& [first, g] : in_got) {
+    SCOPED_TRACE("sample starting with token " + std::to_string(first));
+    const Document& e = in_expected.at(first);
+    ASSERT_EQ(g.length, e.length);
+    for (int k = 0; k < e.length; ++k) {
+      const size_t a = static_cast<size_t>(e.row) * seq + static_cast<size_t>(e.first_slot + k);
+      const size_t b = static_cast<size_t>(g.row) * seq + static_cast<size_t>(g.first_slot + k);
+      EXPECT_EQ(got.inputs[b], expected.inputs[a]);
+      EXPECT_EQ(got.targets[b], expected.targets[a]);
+      EXPECT_EQ(got.weights[b], expected.weights[a]);
+      EXPECT_EQ(got.advantages[b], expected.advantages[a]);
+      EXPECT_EQ(got.generation_logprobs[b], expected.generation_logprobs[a]);
+      EXPECT_EQ(got.sample_targets[b], expected.sample_targets[a]);
+      if (got.documents.empty()) continue;
+      EXPECT_EQ(got.positions[b], k);
+      EXPECT_EQ(got.documents[b], got.documents[b - static_cast<size_t>(k)]);
+    }
+  }
+}
+
 TEST(RolloutRows, PackedSamplesKeepTheirTokensInDocumentsOfTheirOwn) {
   // 2 groups of 3: 13, 9, 6 and 7, 4, 12 tokens (12, 8, 5, 6, 3, 11 slots) in rows of 16.
   const std::vector<RolloutGroup> groups = groups_of({{13, 9, 6}, {7, 4, 12}});
@@ -89,25 +115,8 @@ TEST(RolloutRows, PackedSamplesKeepTheirTokensInDocumentsOfTheirOwn) {
   }
   // Every sample's run of slots holds its inputs, targets, marks, advantage and log-probabilities,
   // the same in both layouts.
-  const std::map<int32_t, Document> in_padded = documents_of(padded), in_packed = documents_of(packed);
-  ASSERT_EQ(in_packed.size(), 6u);
-  ASSERT_EQ(in_padded.size(), 6u);
-  for (const auto& [first, p] : in_packed) {
-    SCOPED_TRACE("sample starting with token " + std::to_string(first));
-    const Document& d = in_padded.at(first);
-    EXPECT_EQ(p.length, d.length);
-    for (int k = 0; k < d.length; ++k) {
-      const size_t a = static_cast<size_t>(d.row) * 16 + static_cast<size_t>(d.first_slot + k);
-      const size_t b = static_cast<size_t>(p.row) * 16 + static_cast<size_t>(p.first_slot + k);
-      EXPECT_EQ(packed.inputs[b], padded.inputs[a]);
-      EXPECT_EQ(packed.targets[b], padded.targets[a]);
-      EXPECT_EQ(packed.weights[b], padded.weights[a]);
-      EXPECT_EQ(packed.advantages[b], padded.advantages[a]);
-      EXPECT_EQ(packed.generation_logprobs[b], padded.generation_logprobs[a]);
-      EXPECT_EQ(packed.positions[b], k);
-      EXPECT_EQ(packed.documents[b], packed.documents[b - static_cast<size_t>(k)]);
-    }
-  }
+  EXPECT_EQ(documents_of(packed).size(), 6u);
+  expect_same_samples(packed, padded);
   // Documents are numbered from 0 along each row, the padding after the samples one of its own
   // with positions from 0; the fourth row is padding alone.
   for (int r = 0; r < packed.rows; ++r) {
@@ -180,23 +189,10 @@ TEST(RolloutRows, MinibatchesSplitTheSamplesInOrderEachLaidOutAlone) {
   EXPECT_EQ(split.trained_samples, whole.trained_samples);
   EXPECT_EQ(split.samples, 6);
   EXPECT_DOUBLE_EQ(split.packing_efficiency, 45.0 / 64.0);
-  const std::map<int32_t, Document> in_split = documents_of(split), in_whole = documents_of(whole);
-  ASSERT_EQ(in_split.size(), 6u);
-  for (const auto& [first, d] : in_split) {
-    SCOPED_TRACE("sample starting with token " + std::to_string(first));
-    EXPECT_EQ(d.row < 2, first < 100);  // group 0's samples in the first update's rows
-    const Document& w = in_whole.at(first);
-    ASSERT_EQ(d.length, w.length);
-    for (int k = 0; k < d.length; ++k) {
-      const size_t a = static_cast<size_t>(w.row) * 16 + static_cast<size_t>(w.first_slot + k);
-      const size_t b = static_cast<size_t>(d.row) * 16 + static_cast<size_t>(d.first_slot + k);
-      EXPECT_EQ(split.targets[b], whole.targets[a]);
-      EXPECT_EQ(split.weights[b], whole.weights[a]);
-      EXPECT_EQ(split.advantages[b], whole.advantages[a]);
-      EXPECT_EQ(split.generation_logprobs[b], whole.generation_logprobs[a]);
-      EXPECT_EQ(split.sample_targets[b], whole.sample_targets[a]);
-      EXPECT_EQ(split.positions[b], k);
-    }
+  EXPECT_EQ(documents_of(split).size(), 6u);
+  expect_same_samples(split, whole);
+  for (const auto& [first, d] : documents_of(split)) {
+    EXPECT_EQ(d.row < 2, first < 100) << first;  // group 0's samples in the first update's rows
   }
   // One per row: each update takes train.global_batch rows.
   const RolloutRows padded = make_rollout_rows(groups, packing(false, 2), 4, 16, 2);
