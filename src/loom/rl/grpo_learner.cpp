@@ -150,7 +150,7 @@ LearnerStep GrpoLearner::step(const std::vector<RolloutGroup>& groups) {
       update_rows.push_back(m.rows);
     }
   }
-  s.objective->set_step_totals(std::move(totals));
+  s.objective->set_step_totals(std::move(totals), static_cast<int>(rows.minibatches.size()));
   s.source.set(std::move(rows), s.trainer->progress().consumed_samples, epochs);
   const train::StepResult result = s.trainer->step(0, update_rows);
   out.step = result.step;

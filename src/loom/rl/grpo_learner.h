@@ -7,7 +7,7 @@
 //   GrpoLearner learner(config, world, std::cout);   // restores train.resume / train.init_from
 //   while (...) {
 //     std::vector<RolloutGroup> groups = ...;        // the same groups on every learner rank
-//     LearnerStep m = learner.step(groups);          // grpo.minibatches updates; m.step = new version
+//     LearnerStep m = learner.step(groups);          // minibatches x epochs updates; m.step = new version
 //     learner.save();                                // a checkpoint the generation side refits from
 //   }
 //   learner.finish();

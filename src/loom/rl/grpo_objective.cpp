@@ -15,15 +15,22 @@ GrpoObjective::GrpoObjective(LossOptions options, const Tensor* reference)
              "GrpoObjective: grpo.kl_coeff > 0 needs the reference policy's parameters");
 }
 
-void GrpoObjective::set_step_totals(std::vector<UpdateTotals> totals) {
+void GrpoObjective::set_step_totals(std::vector<UpdateTotals> totals, int shares) {
+  LOOM_CHECK(shares > 0 && !totals.empty() && totals.size() % static_cast<size_t>(shares) == 0,
+             "GrpoObjective: " + std::to_string(totals.size()) + " updates over " + std::to_string(shares) +
+                 " shares of the samples");
   totals_ = std::move(totals);
-  old_logp_.assign(totals_.size(), {});
+  old_logp_.assign(static_cast<size_t>(shares), {});
+  reference_logp_.assign(static_cast<size_t>(shares), {});
 }
 
 void GrpoObjective::before_updates(train::Trainer& trainer, const train::TokenBatch& batch, int update) {
   LOOM_CHECK(update > 0 && static_cast<size_t>(update) < totals_.size(),
              "GrpoObjective: update " + std::to_string(update) + " of a step set for " +
                  std::to_string(totals_.size()));
+  // A later pass's share has the log-probabilities of its first pass: share 0's are the first
+  // update's own (evaluate keeps them), the others' this pass's.
+  if (static_cast<size_t>(update) >= old_logp_.size()) return;
   old_logp_[static_cast<size_t>(update)] = trainer.target_logprobs(batch, nullptr);
 }
 
@@ -35,13 +42,19 @@ void GrpoObjective::prepare(train::Trainer& trainer, const train::TokenBatch& ba
   LOOM_CHECK(update >= 0 && static_cast<size_t>(update) < totals_.size(),
              "GrpoObjective: update " + std::to_string(update) + " of a step set for " +
                  std::to_string(totals_.size()) + " (set_step_totals)");
-  LOOM_CHECK(update == 0 || old_logp_[static_cast<size_t>(update)].size() == n,
-             "GrpoObjective: update " + std::to_string(update) + " has no old log-probabilities (before_updates)");
   batch_ = &batch;
   update_ = update;
-  if (update == 0) stats_ = {};
-  reference_logp_.clear();
-  if (options_.kl_coeff != 0.0) reference_logp_ = trainer.target_logprobs(batch, reference_);
+  share_ = static_cast<size_t>(update) % old_logp_.size();
+  if (update == 0) {
+    stats_ = {};
+    // Kept by evaluate when a later pass reads share 0 again.
+    if (totals_.size() > old_logp_.size()) old_logp_[0].assign(n, 0.0f);
+  }
+  LOOM_CHECK(update == 0 || old_logp_[share_].size() == n,
+             "GrpoObjective: update " + std::to_string(update) + " has no old log-probabilities (before_updates)");
+  // The reference's log-probabilities of a share, once a step.
+  if (options_.kl_coeff != 0.0 && reference_logp_[share_].size() != n)
+    reference_logp_[share_] = trainer.target_logprobs(batch, reference_);
   if (options_.aggregation == config::LossAggregation::TokenMean) return;
   LOOM_CHECK(totals_[static_cast<size_t>(update)].samples > 0,
              "GrpoObjective: grpo.loss_aggregation needs the update's totals (set_step_totals)");
@@ -60,8 +73,9 @@ double GrpoObjective::evaluate(const int32_t* targets, const float* logp, int64_
     gradient[r] = 0.0f;
     if (targets[r] == kernels::kIgnoreIndex) continue;
     const size_t i = static_cast<size_t>(first + r);
-    const double reference = reference_logp_.empty() ? 0.0 : reference_logp_[i];
-    const double old = update_ == 0 ? logp[r] : old_logp_[static_cast<size_t>(update_)][i];
+    const double reference = options_.kl_coeff != 0.0 ? reference_logp_[share_][i] : 0.0;
+    if (update_ == 0 && !old_logp_[0].empty()) old_logp_[0][i] = logp[r];
+    const double old = update_ == 0 ? logp[r] : old_logp_[share_][i];
     const TokenLoss t = token_loss(options_, logp[r], old, batch_->generation_logprobs[i], reference,
                                    batch_->advantages[i], stats_);
     const UpdateTotals& totals = totals_[static_cast<size_t>(update_)];

@@ -4,7 +4,8 @@
 //   old = the learner's log-probability before the step: in its first update logp, detached (the
 //         parameters are still the step's: r = 1 with d r / d logp = 1); in a later update
 //         (grpo.minibatches) the value of a forward-only pass over that update's batch before
-//         the first update (StepObjective::before_updates),
+//         the first update (StepObjective::before_updates), the same again in a later pass over
+//         the samples (grpo.epochs; the first update's logp for the first share),
 //   generation log-probability and advantage from the batch (TokenBatch's per-target data),
 //   reference log-probability from a forward-only pass with the reference parameters
 //         (only when kl_coeff > 0),
@@ -26,11 +27,13 @@ class GrpoObjective : public train::StepObjective {
   GrpoObjective(LossOptions options, const Tensor* reference);
 
   // Each update's trained tokens and the samples that train on any, over every replica's rows
-  // (grpo.loss_aggregation's normalisers, RolloutRows::minibatches); before the trainer's step.
+  // (grpo.loss_aggregation's normalisers, RolloutRows::minibatches), the updates passing over
+  // `shares` shares of the samples in turn (grpo.epochs passes: update u trains on share
+  // u mod shares, the same rows as its first pass); before the trainer's step.
   struct UpdateTotals {
     int64_t tokens = 0, samples = 0;
   };
-  void set_step_totals(std::vector<UpdateTotals> totals);
+  void set_step_totals(std::vector<UpdateTotals> totals, int shares);
   void before_updates(train::Trainer& trainer, const train::TokenBatch& batch, int update) override;
   void prepare(train::Trainer& trainer, const train::TokenBatch& batch, int update) override;
   double evaluate(const int32_t* targets, const float* logp, int64_t rows, float* gradient) override;
@@ -44,10 +47,12 @@ class GrpoObjective : public train::StepObjective {
   LossOptions options_;
   const Tensor* reference_;
   const train::TokenBatch* batch_ = nullptr;
-  std::vector<float> reference_logp_;
-  std::vector<std::vector<float>> old_logp_;  // by update: the step's parameters' (empty for update 0)
+  // By share: the reference's log-probabilities, and the step's starting parameters' (share 0's
+  // kept from the first update only when a later pass reads it again).
+  std::vector<std::vector<float>> reference_logp_, old_logp_;
   std::vector<UpdateTotals> totals_;
   int update_ = 0;
+  size_t share_ = 0;  // update_'s share
   LossStatistics stats_;
 };
 
