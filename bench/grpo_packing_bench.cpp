@@ -6,10 +6,14 @@
 // their slots holding tokens, the median learner step (LearnerStep::seconds) and the trained
 // tokens per second, then packed over padded. The two runs' losses agree to fp32 rounding
 // (tests/rl/grpo_learner_test.cpp); the first step's are printed.
+// With --minibatches M (> 1) it compares instead packed steps of one optimizer update against
+// packed steps of M (grpo.minibatches: each update on its share of the samples, packed alone,
+// after M - 1 forward-only passes for the starting policy's log-probabilities); their first
+// updates differ in samples, so only the rows and times compare.
 //   loom_bench_grpo_packing CONFIG.yaml [section.key=value ...] [--steps N] [--warmup W]
-//                           [--prompt P] [--response R] [--rounds K]
-// Each layout runs K times, alternated (padded, packed, padded, ...); each run builds its learner
-// from the config's seed, so every run trains the same steps.
+//                           [--prompt P] [--response R] [--rounds K] [--minibatches M]
+// Each layout runs K times, alternated (the first, the second, the first, ...); each run builds its
+// learner from the config's seed, so every run trains the same steps.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -95,17 +99,29 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s CONFIG.yaml [section.key=value ...] [--steps N] [--warmup W] [--prompt P] "
-                 "[--response R] [--rounds K]\n",
+                 "[--response R] [--rounds K] [--minibatches M]\n",
                  argv[0]);
     return 2;
   }
   try {
-    std::map<std::string, int> flags = {{"steps", 6}, {"warmup", 1}, {"prompt", 64}, {"response", 96}, {"rounds", 2}};
+    std::map<std::string, int> flags = {{"steps", 6},  {"warmup", 1}, {"prompt", 64},
+                                        {"response", 96}, {"rounds", 2}, {"minibatches", 1}};
     config::RunConfig config = bench::load_bench_config(argc, argv, flags);
     const int steps = flags["steps"], warmup = flags["warmup"], prompt = flags["prompt"];
-    const int response = flags["response"], rounds = flags["rounds"];
-    LOOM_CHECK(steps > warmup && warmup >= 0 && rounds >= 1 && prompt >= 1 && prompt < config.data.seq_len,
-               "want --steps > --warmup >= 0, --rounds >= 1 and 1 <= --prompt < data.seq_len");
+    const int response = flags["response"], rounds = flags["rounds"], minibatches = flags["minibatches"];
+    LOOM_CHECK(steps > warmup && warmup >= 0 && rounds >= 1 && prompt >= 1 && prompt < config.data.seq_len &&
+                   minibatches >= 1,
+               "want --steps > --warmup >= 0, --rounds >= 1, 1 <= --prompt < data.seq_len and --minibatches >= 1");
+    // The two layouts compared: {name, grpo.packing, grpo.minibatches}.
+    struct Layout {
+      std::string name;
+      bool packing;
+      int minibatches;
+    };
+    const std::vector<Layout> layouts =
+        minibatches == 1 ? std::vector<Layout>{{"one per row", false, 1}, {"packed", true, 1}}
+                         : std::vector<Layout>{{"one update", true, 1},
+                                               {std::to_string(minibatches) + " updates", true, minibatches}};
     config.train.steps = steps;
     const std::string root =
         (std::filesystem::temp_directory_path() / ("loom-bench-grpo-packing-" + std::to_string(::getpid()))).string();
@@ -117,11 +133,12 @@ int main(int argc, char** argv) {
                 config.train.micro_batch, config.runtime.ranks, warmup + 1, steps);
     std::printf("| layout | round | rows | slots holding tokens | step s (median) | trained tokens/s | first loss |\n");
     std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
-    std::map<bool, std::vector<double>> medians;
+    std::vector<std::vector<double>> medians(layouts.size());
     for (int round = 1; round <= rounds; ++round) {
-      for (const bool packing : {false, true}) {
-        config.grpo.packing = packing;
-        config.run.dir = root + "/" + (packing ? "packed" : "padded") + std::to_string(round);
+      for (size_t l = 0; l < layouts.size(); ++l) {
+        config.grpo.packing = layouts[l].packing;
+        config.grpo.minibatches = layouts[l].minibatches;
+        config.run.dir = root + "/layout" + std::to_string(l) + "-" + std::to_string(round);
         const Run run = learn(config, steps, prompt, response);
         std::vector<double> seconds;
         double rows = 0, efficiency = 0, tokens = 0;
@@ -133,16 +150,17 @@ int main(int argc, char** argv) {
           tokens += static_cast<double>(m.trained_tokens) / (steps - warmup);
         }
         const double step_s = median(seconds);
-        medians[packing].push_back(step_s);
-        std::printf("| %s | %d | %.1f | %.1f%% | %.3f | %.0f | %.6f |\n", packing ? "packed" : "one per row", round,
-                    rows, 100.0 * efficiency, step_s, tokens / step_s, run.steps.front().loss);
+        medians[l].push_back(step_s);
+        std::printf("| %s | %d | %.1f | %.1f%% | %.3f | %.0f | %.6f |\n", layouts[l].name.c_str(), round, rows,
+                    100.0 * efficiency, step_s, tokens / step_s, run.steps.front().loss);
         std::fflush(stdout);
       }
     }
     std::filesystem::remove_all(root);
-    std::printf("packed / one per row, step time by round:");
-    for (int r = 0; r < rounds; ++r) std::printf(" %.3f", medians[true][r] / medians[false][r]);
-    std::printf(" (speed-up %.2fx over the rounds' medians)\n", median(medians[false]) / median(medians[true]));
+    std::printf("%s / %s, step time by round:", layouts[1].name.c_str(), layouts[0].name.c_str());
+    for (size_t r = 0; r < static_cast<size_t>(rounds); ++r) std::printf(" %.3f", medians[1][r] / medians[0][r]);
+    std::printf(" (%s: %.2fx the speed of %s over the rounds' medians)\n", layouts[1].name.c_str(),
+                median(medians[0]) / median(medians[1]), layouts[0].name.c_str());
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
