@@ -109,8 +109,9 @@ TEST(RolloutRows, PackedSamplesKeepTheirTokensInDocumentsOfTheirOwn) {
   EXPECT_DOUBLE_EQ(padded.packing_efficiency, 45.0 / 128.0);
   for (const RolloutRows* rows : {&padded, &packed}) {
     EXPECT_EQ(rows->samples, 6);
-    EXPECT_EQ(rows->trained_samples, 6);
-    EXPECT_EQ(rows->trained_targets, 45 - 6);  // every sample's slots but its prompt's second token
+    ASSERT_EQ(rows->minibatches.size(), 1u);
+    EXPECT_EQ(rows->minibatches[0].trained_samples, 6);
+    EXPECT_EQ(rows->minibatches[0].trained_targets, 45 - 6);  // every sample's slots but its prompt's second token
     EXPECT_EQ(rows->zero_variance_groups, 0);
   }
   // Every sample's run of slots holds its inputs, targets, marks, advantage and log-probabilities,
@@ -185,8 +186,10 @@ TEST(RolloutRows, MinibatchesSplitTheSamplesInOrderEachLaidOutAlone) {
   EXPECT_EQ(split.minibatches[1].trained_targets, 5 + 2 + 10);
   EXPECT_EQ(split.minibatches[0].trained_samples, 3);
   EXPECT_EQ(split.minibatches[1].trained_samples, 3);
-  EXPECT_EQ(split.trained_targets, whole.trained_targets);
-  EXPECT_EQ(split.trained_samples, whole.trained_samples);
+  EXPECT_EQ(split.minibatches[0].trained_targets + split.minibatches[1].trained_targets,
+            whole.minibatches[0].trained_targets);
+  EXPECT_EQ(split.minibatches[0].trained_samples + split.minibatches[1].trained_samples,
+            whole.minibatches[0].trained_samples);
   EXPECT_EQ(split.samples, 6);
   EXPECT_DOUBLE_EQ(split.packing_efficiency, 45.0 / 64.0);
   EXPECT_EQ(documents_of(split).size(), 6u);

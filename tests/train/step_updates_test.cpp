@@ -6,7 +6,6 @@
 // the later updates' batches before the first update, under the step's starting parameters.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <mutex>
 #include <sstream>
 
@@ -19,8 +18,6 @@
 
 namespace loom::train {
 namespace {
-
-namespace fs = std::filesystem;
 
 // Random bytes, the same for a global sample index on every rank.
 class RandomBytes : public BatchSource {

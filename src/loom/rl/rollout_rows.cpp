@@ -58,7 +58,7 @@ void place(const Placed& p, int64_t slot, int32_t document, RolloutRows& out) {
 
 // One update's samples placed in rows (packed or one per row), appended to `out`'s: the filled
 // rows rounded up to `row_unit` when packed, else `max_rows`. Returns the rows it took.
-int64_t lay_out(const std::vector<Placed>& placed, bool packing, int max_rows, int64_t row_unit, int minibatches,
+int64_t lay_out(std::span<const Placed> placed, bool packing, int max_rows, int64_t row_unit, int minibatches,
                 RolloutRows& out) {
   std::vector<int64_t> lengths;
   for (const Placed& p : placed) lengths.push_back(static_cast<int64_t>(p.sample->tokens.size()) - 1);
@@ -147,7 +147,7 @@ RolloutRows make_rollout_rows(const std::vector<RolloutGroup>& groups, const con
   int64_t used = 0;
   for (int m = 0; m < updates; ++m) {
     const int64_t from = out.samples * m / updates, to = out.samples * (m + 1) / updates;
-    const std::vector<Placed> share(placed.begin() + from, placed.begin() + to);
+    const std::span<const Placed> share(placed.begin() + from, placed.begin() + to);
     RolloutMinibatch minibatch;
     for (const Placed& p : share) {
       minibatch.trained_targets += p.trained_targets;
@@ -155,8 +155,6 @@ RolloutRows make_rollout_rows(const std::vector<RolloutGroup>& groups, const con
       used += static_cast<int64_t>(p.sample->tokens.size()) - 1;
     }
     minibatch.rows = lay_out(share, grpo.packing, max_rows, row_unit, updates, out);
-    out.trained_targets += minibatch.trained_targets;
-    out.trained_samples += minibatch.trained_samples;
     out.minibatches.push_back(minibatch);
   }
   out.packing_efficiency = static_cast<double>(used) / (static_cast<double>(out.rows) * out.seq);

@@ -14,6 +14,7 @@
 // the rows they fill, rounded up to the trainer's batch unit (Trainer::batch_unit), at most
 // train.global_batch. Without it, one sample per row and train.global_batch rows. Slots past the
 // samples are padding (no trained targets).
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,11 +40,9 @@ struct RolloutRows {
   std::vector<float> weights, advantages, generation_logprobs;
   std::vector<int32_t> sample_targets;  // per slot: the trained targets of its sample (0: padding)
   int64_t samples = 0, zero_variance_groups = 0, filtered_samples = 0;
-  int64_t trained_targets = 0;  // targets trained on
-  int64_t trained_samples = 0;  // samples with a trained target (grpo.loss_aggregation's S)
   int64_t filled_rows = 0;      // rows holding a sample
   double packing_efficiency = 0.0;  // the share of the step's slots holding a sample's input
-  std::vector<RolloutMinibatch> minibatches;  // grpo.minibatches of them, in order
+  std::vector<RolloutMinibatch> minibatches;  // grpo.minibatches of them, in order, with their counts
   double reward_sum = 0.0, reward_min = 0.0, reward_max = 0.0;  // after shaping
 };
 
