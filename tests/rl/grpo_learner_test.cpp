@@ -6,7 +6,8 @@
 // advantages and no reference leaves the model unchanged; bad rollouts are refused with errors
 // naming what to change; each grpo.loss_aggregation gives its formula's loss; grpo.mtp_loss_weight trains the
 // multi-token prediction depths alone; packed rows (grpo.packing, the default) train as one
-// sample per row does; grpo.minibatches updates against the policy each step started from.
+// sample per row does; grpo.minibatches updates against the policy each step started from;
+// grpo.ratio_level sequence (GSPO) gives each sample its ratio and weight, in every layout.
 #include "loom/rl/grpo_learner.h"
 
 #include <gtest/gtest.h>
@@ -21,7 +22,10 @@
 #include "loom/ckpt/digest.h"
 #include "loom/core/error.h"
 #include "loom/core/philox.h"
+#include "loom/kernels/types.h"
 #include "loom/rl/grpo_loss.h"
+#include "loom/rl/grpo_objective.h"
+#include "loom/train/trainer.h"
 #include "loom/train/run_ranks.h"
 #include "support/emulated_cuda.h"
 #include "support/emulated_precision.h"
@@ -32,9 +36,10 @@ namespace {
 namespace fs = std::filesystem;
 
 // Four prompts x 4 samples of random bytes; the first `prompt` tokens are the prompt (not
-// trained), the rest sampled with a generation log-probability near -6.5; rewards make 3 of the 4
+// trained), the rest sampled with a generation log-probability in [generation_logp - 1,
+// generation_logp] (the untrained model's are near -log 256 = -5.55); rewards make 3 of the 4
 // groups vary.
-std::vector<RolloutGroup> make_groups(uint64_t seed, int prompt = 5) {
+std::vector<RolloutGroup> make_groups(uint64_t seed, int prompt = 5, float generation_logp = -6.0f) {
   std::vector<RolloutGroup> groups;
   for (int g = 0; g < 4; ++g) {
     RolloutGroup group;
@@ -46,7 +51,8 @@ std::vector<RolloutGroup> make_groups(uint64_t seed, int prompt = 5) {
         const auto bits = philox4x32(seed, g * 4 + s, k);
         r.tokens.push_back(static_cast<int32_t>(bits[0] % 256));
         r.trained.push_back(k >= prompt ? 1 : 0);
-        r.generation_logprobs.push_back(k >= prompt ? -6.0f - static_cast<float>(bits[1] % 1000) / 1000.0f : 0.0f);
+        r.generation_logprobs.push_back(
+            k >= prompt ? generation_logp - static_cast<float>(bits[1] % 1000) / 1000.0f : 0.0f);
       }
       r.reward = g == 3 ? 1.0 : static_cast<double>(philox4x32(seed, g, s + 50)[0] % 3);
       if (g < 3 && s == 0) r.reward = 5.0;  // never a zero-variance group by chance
@@ -78,9 +84,9 @@ class GrpoLearnerTest : public ::testing::Test {
   }
 
   // Learner steps up to train.steps = `steps` (step k on the groups of seed 6 + k, prompts of
-  // `prompt` tokens), then a checkpoint; rank 0's step metrics.
+  // `prompt` tokens, make_groups' `generation_logp`), then a checkpoint; rank 0's step metrics.
   static std::vector<LearnerStep> learn(const std::string& name, std::vector<std::string> overrides, int steps,
-                                        int prompt = 5) {
+                                        int prompt = 5, float generation_logp = -6.0f) {
     overrides.push_back("train.steps=" + std::to_string(steps));
     const config::RunConfig c = config(name, overrides);
     std::ostringstream out;
@@ -90,7 +96,7 @@ class GrpoLearnerTest : public ::testing::Test {
       GrpoLearner learner(c, world, out);
       std::vector<LearnerStep> mine;
       while (learner.weight_version() < steps)
-        mine.push_back(learner.step(make_groups(7 + learner.weight_version(), prompt)));
+        mine.push_back(learner.step(make_groups(7 + learner.weight_version(), prompt, generation_logp)));
       learner.save();
       learner.finish();
       if (world.rank() == 0) {
@@ -107,16 +113,20 @@ class GrpoLearnerTest : public ::testing::Test {
   // and gradient norm and the importance weights' mean within relative 1e-5, the KL within 1e-4
   // (step 1's, 2.5e-5, is of the later updates' moves of ~7e-3 in log-probability alone, whose fp32
   // rounding it carries at about 2e-5 relative: 1.7e-5 measured at tp 2), and the parameters and
-  // moments after them within 1e-5.
+  // moments after them within 1e-5; an update's loss that cancels to near 0 within 1e-6 absolute
+  // (GSPO's first, 1.7e-5 of terms of 0.1 to 1, moved by 3.6e-7 at tp 2). The rollouts' generation
+  // log-probabilities from `generation_logp`, as make_groups'.
   static void expect_updates_in_layouts(const std::string& prefix, const std::vector<std::string>& common,
                                         const std::vector<std::vector<std::string>>& layouts,
-                                        const std::string& reference_name, const std::vector<LearnerStep>& reference) {
+                                        const std::string& reference_name, const std::vector<LearnerStep>& reference,
+                                        float generation_logp = -6.0f) {
     for (size_t i = 0; i < layouts.size(); ++i) {
       SCOPED_TRACE("layout " + std::to_string(i));
       const std::string name = prefix + std::to_string(i);
       std::vector<std::string> overrides = layouts[i];
       overrides.insert(overrides.end(), common.begin(), common.end());
-      const std::vector<LearnerStep> other = learn(name, overrides, static_cast<int>(reference.size()));
+      const std::vector<LearnerStep> other =
+          learn(name, overrides, static_cast<int>(reference.size()), 5, generation_logp);
       ASSERT_EQ(other.size(), reference.size());
       for (size_t s = 0; s < other.size(); ++s) {
         SCOPED_TRACE("step " + std::to_string(s + 1));
@@ -124,7 +134,8 @@ class GrpoLearnerTest : public ::testing::Test {
         EXPECT_NEAR(other[s].loss, r.loss, 1e-5 * std::fabs(r.loss));
         ASSERT_EQ(other[s].update_losses.size(), r.update_losses.size());
         for (size_t u = 0; u < r.update_losses.size(); ++u) {
-          EXPECT_NEAR(other[s].update_losses[u], r.update_losses[u], 1e-5 * std::fabs(r.update_losses[u]));
+          const double loss = r.update_losses[u];
+          EXPECT_NEAR(other[s].update_losses[u], loss, std::max(1e-5 * std::fabs(loss), 1e-6));
           EXPECT_NEAR(other[s].update_grad_norms[u], r.update_grad_norms[u], 1e-5 * r.update_grad_norms[u]);
         }
         EXPECT_NEAR(other[s].kl, r.kl, 1e-4 * r.kl);
@@ -616,6 +627,170 @@ TEST_F(GrpoLearnerTest, EpochsPassOverTheSamplesAgainAgainstTheStepsStartingPoli
       {"runtime.ranks=2", "parallel.cp=2"},
   };
   expect_updates_in_layouts("ep-layout", four, layouts, "ep-four", reference);
+}
+
+// A batch of 4 rows of 16 slots with five packed samples (slots: trained from the `prompt`-th
+// on; each sample's advantage; the rest of a row a padding document): rows 0 (6 + 7 + 3 padding),
+// 1 (16), 2 (5 + 5 + 6 padding), 3 (padding alone). Generation log-probabilities are set later.
+struct PackedSample {
+  int row, slots, prompt;
+  float advantage;
+};
+const std::vector<PackedSample> kPackedSamples = {
+    {0, 6, 2, 1.5f}, {0, 7, 1, -0.5f}, {1, 16, 4, 0.75f}, {2, 5, 1, -1.25f}, {2, 5, 2, 2.0f}};
+
+train::TokenBatch packed_batch() {
+  train::TokenBatch b;
+  b.resize(4, 16);
+  b.positions.assign(64, 0);
+  b.documents.assign(64, 0);
+  b.advantages.assign(64, 0.0f);
+  b.generation_logprobs.assign(64, 0.0f);
+  b.sample_targets.assign(64, 0);
+  std::vector<int> used(4, 0), documents(4, 0);
+  for (size_t i = 0; i < 64; ++i) {
+    b.inputs[i] = static_cast<int32_t>(philox4x32(3, static_cast<uint64_t>(i), 0)[0] % 256);
+    b.targets[i] = kernels::kIgnoreIndex;
+    b.loss_weights[i] = 0.0f;
+  }
+  for (const PackedSample& sample : kPackedSamples) {
+    const int first = sample.row * 16 + used[static_cast<size_t>(sample.row)];
+    for (int k = 0; k < sample.slots; ++k) {
+      const size_t i = static_cast<size_t>(first + k);
+      b.positions[i] = k;
+      b.documents[i] = documents[static_cast<size_t>(sample.row)];
+      b.advantages[i] = sample.advantage;
+      b.sample_targets[i] = sample.slots - sample.prompt;
+      if (k < sample.prompt) continue;
+      b.targets[i] = static_cast<int32_t>(philox4x32(4, i, 0)[0] % 256);
+      b.loss_weights[i] = 1.0f;
+    }
+    used[static_cast<size_t>(sample.row)] += sample.slots;
+    ++documents[static_cast<size_t>(sample.row)];
+  }
+  for (int row = 0; row < 4; ++row) {  // each row's padding: a document of its own
+    for (int k = used[static_cast<size_t>(row)]; k < 16; ++k) {
+      b.positions[static_cast<size_t>(row * 16 + k)] = k - used[static_cast<size_t>(row)];
+      b.documents[static_cast<size_t>(row * 16 + k)] = documents[static_cast<size_t>(row)];
+    }
+  }
+  return b;
+}
+
+// grpo.ratio_level sequence on the objective itself over packed_batch (tis at cap 2, no KL), its
+// old policy the model's log-probabilities: at the first update every trained token's gradient is
+// its sample's factor x w (-A) with w = exp(sum(logp - gen)) over the sample (every s is 1); at a
+// later update, the current log-probabilities moved from the old ones by up to 0.1, factor x
+// w (-A s) with s = exp(mean(logp - old)) and w = exp(sum(old - gen)), capped at 2 where above:
+// the same evaluated a row at a time as all rows at once. A part of a row is refused.
+TEST_F(GrpoLearnerTest, GspoObjectiveGivesEachSampleItsRatioAndWeight) {
+  const config::RunConfig c = config("gspo-objective", {"grpo.kl_coeff=0", "grpo.ratio_level=sequence",
+                                                        "grpo.loss_aggregation=seq_mean_token_mean"});
+  std::ostringstream out;
+  train::run_on_ranks(c, out, [&](comm::Communicator& world) {
+    GrpoLearner learner(c, world, out);
+    train::TokenBatch batch = packed_batch();
+    const std::vector<float> old = learner.trainer().target_logprobs(batch, nullptr);
+    std::vector<float> logp(64, 0.0f);
+    int64_t tokens = 0;
+    for (size_t i = 0; i < 64; ++i) {
+      if (batch.targets[i] == kernels::kIgnoreIndex) continue;
+      ++tokens;
+      auto move = [&](uint64_t key) {
+        return 0.2f * (static_cast<float>(philox4x32(key, i, 0)[0] % 1000) / 1e3f - 0.5f);
+      };
+      batch.generation_logprobs[i] = old[i] + move(5);
+      logp[i] = old[i] + move(6);
+    }
+    const int64_t samples = static_cast<int64_t>(kPackedSamples.size());
+    GrpoObjective objective(LossOptions::from_config(c.grpo), nullptr);
+    objective.set_step_totals({{tokens, samples}, {tokens, samples}}, 2);
+    objective.before_updates(learner.trainer(), batch, 1);
+    // The expected gradients: each sample's slots, its sums, s and w.
+    auto expected = [&](int update) {
+      std::vector<double> gradient(64, 0.0);
+      for (size_t n = 0; n < kPackedSamples.size(); ++n) {
+        const PackedSample& sample = kPackedSamples[n];
+        size_t first = static_cast<size_t>(sample.row * 16);
+        for (size_t m = 0; m < n; ++m) first += kPackedSamples[m].row == sample.row ? kPackedSamples[m].slots : 0;
+        double log_ratio = 0.0, log_weight = 0.0;
+        for (int k = sample.prompt; k < sample.slots; ++k) {
+          const size_t i = first + static_cast<size_t>(k);
+          const double before = update == 0 ? logp[i] : old[i];
+          log_ratio += logp[i] - before;
+          log_weight += before - batch.generation_logprobs[i];
+        }
+        const int trained = sample.slots - sample.prompt;
+        const double s = std::exp(log_ratio / trained), w = std::min(2.0, std::exp(log_weight));
+        const double factor = static_cast<double>(tokens) / (static_cast<double>(trained) * samples);
+        for (int k = sample.prompt; k < sample.slots; ++k)
+          gradient[first + static_cast<size_t>(k)] = factor * w * -sample.advantage * s;
+      }
+      return gradient;
+    };
+    auto expect_gradients = [&](const std::vector<float>& got, const std::vector<double>& want) {
+      for (size_t i = 0; i < 64; ++i) EXPECT_NEAR(got[i], want[i], 1e-6 * std::fabs(want[i])) << "slot " << i;
+    };
+    objective.prepare(learner.trainer(), batch, 0);
+    std::vector<float> gradient(64);
+    objective.evaluate(batch.targets.data(), logp.data(), 64, gradient.data());
+    const std::vector<double> first_update = expected(0);
+    expect_gradients(gradient, first_update);
+    objective.prepare(learner.trainer(), batch, 1);
+    for (int row = 0; row < 4; ++row) {
+      objective.evaluate(batch.targets.data() + row * 16, logp.data() + row * 16, 16, gradient.data() + row * 16);
+    }
+    const std::vector<double> later = expected(1);
+    expect_gradients(gradient, later);
+    std::vector<float> all_rows(64);
+    objective.evaluate(batch.targets.data(), logp.data(), 64, all_rows.data());
+    EXPECT_EQ(all_rows, gradient);
+    // The later update's weights differ from the first's, and its ratios from 1.
+    EXPECT_GT(std::fabs(later[20] / first_update[20] - 1.0), 1e-3);
+    EXPECT_THROW(objective.evaluate(batch.targets.data() + 8, logp.data() + 8, 16, gradient.data()), Error);
+    learner.finish();
+    return train::TrainSummary{};
+  });
+}
+
+// GSPO in the learner: with no importance correction its first update is token-level GRPO's
+// (seq_mean_token_mean both), bit for bit, every ratio 1 at the step's start, and its second
+// differs; with tis and two updates a step, dp 2 with ZeRO-3, tp 2 + sp, pp 2, cp 2 (ring and
+// all-to-all, each rank's sums over its chunks of every sample added over the pair) and
+// dp 2 x cp 2 equal one rank. There the rollouts' generation log-probabilities lie around the
+// model's (a sample's weight, exp of a sum over its tokens, then between about 0.5 and 2, tis
+// capping some at 1.5): with make_groups' usual ones, a log-probability 1 below the model's a
+// token, the weights reach e^10 and the loss is a sum of terms a hundred times its size.
+TEST_F(GrpoLearnerTest, GspoTrainsInEveryLayoutAsOneRank) {
+  const std::vector<std::string> sample_mean = {"optim.eps=1e-4", "grpo.minibatches=2",
+                                                "grpo.loss_aggregation=seq_mean_token_mean"};
+  std::vector<std::string> plain = sample_mean, gspo_plain = sample_mean;
+  plain.push_back("grpo.importance_correction=none");
+  gspo_plain.push_back("grpo.importance_correction=none");
+  gspo_plain.push_back("grpo.ratio_level=sequence");
+  const LearnerStep token_level = learn("gspo-token", plain, 1).at(0);
+  const LearnerStep sequence_level = learn("gspo-plain", gspo_plain, 1).at(0);
+  ASSERT_EQ(sequence_level.update_losses.size(), 2u);
+  EXPECT_EQ(sequence_level.update_losses[0], token_level.update_losses[0]);
+  EXPECT_EQ(sequence_level.update_grad_norms[0], token_level.update_grad_norms[0]);
+  EXPECT_NE(sequence_level.update_losses[1], token_level.update_losses[1]);
+  std::vector<std::string> common = sample_mean;
+  common.push_back("grpo.ratio_level=sequence");
+  common.push_back("grpo.tis_cap=1.5");
+  const float generation_logp = -5.05f;
+  const std::vector<LearnerStep> reference = learn("gspo-one", common, 2, 5, generation_logp);
+  ASSERT_EQ(reference.size(), 2u);
+  EXPECT_GT(reference[0].truncated_fraction, 0.0);
+  EXPECT_LT(reference[0].truncated_fraction, 1.0);
+  const std::vector<std::vector<std::string>> layouts = {
+      {"runtime.ranks=2", "parallel.zero=3"},
+      {"runtime.ranks=2", "parallel.tp=2", "parallel.sequence_parallel=true"},
+      {"runtime.ranks=2", "parallel.pp=2", "parallel.pipeline_schedule=1f1b"},
+      {"runtime.ranks=2", "parallel.cp=2"},
+      {"runtime.ranks=2", "parallel.cp=2", "parallel.cp_comm=a2a"},
+      {"runtime.ranks=4", "parallel.cp=2"},
+  };
+  expect_updates_in_layouts("gspo-layout", common, layouts, "gspo-one", reference, generation_logp);
 }
 
 // The start-up report says how a step's rows are laid out, with the unit a packed step's rows

@@ -1,7 +1,8 @@
 // The GRPO loss against values computed by hand: leave-one-out advantages with and without the
 // std division, zero-variance groups, the ratio clipped on each side, the dual clip, tis and
 // icepop weights, the k3 KL, masks and the global token mean, DAPO's overlong shaping and
-// filtering; and every token gradient against central finite differences.
+// filtering, GSPO's ratios and weights per sample; and every token gradient against central finite
+// differences (GSPO's of the whole loss, through its samples' shared ratios).
 #include "loom/rl/grpo_loss.h"
 
 #include <gtest/gtest.h>
@@ -232,6 +233,135 @@ TEST(GrpoLoss, GradientsMatchFiniteDifferences) {
   }
 }
 
+LossOptions gspo() {
+  LossOptions o;
+  o.ratio_level = config::RatioLevel::Sequence;
+  o.aggregation = config::LossAggregation::SeqMeanTokenMean;
+  return o;
+}
+
+// Two samples packed out of order with an untrained token between: each trained token's policy
+// term is its sample's w pg(s), s the geometric mean of the sample's token ratios, w its sequence
+// likelihood ratio exp(sum(old - gen)) (tis caps it); a clip clips the whole sample.
+TEST(GspoLoss, TokensShareTheirSamplesGeometricMeanRatioAndSequenceWeight) {
+  LossOptions o = gspo();
+  o.kl_coeff = 0.0;
+  o.correction = config::ImportanceCorrection::Tis;
+  o.tis_cap = 1.3;
+  o.clip_low = o.clip_high = 0.1;
+  // Sample 0: log ratios 0.08, -0.04 (s = exp(0.02)), old - gen 0.1 and 0.2 (w = exp(0.3), capped);
+  // sample 1: log ratios 0.3, 0.08, 0.2 (s = exp(0.58 / 3) > 1.1: clipped high, A > 0), old - gen
+  // -0.1 each.
+  const std::vector<float> old = {-1.0f, -2.0f, -0.5f, -3.0f, -1.5f, -2.5f};
+  const std::vector<float> logp = {-0.92f, -1.7f, -0.54f, -9.0f, -1.42f, -2.3f};
+  const std::vector<float> gen = {-1.1f, -1.9f, -0.7f, -3.0f, -1.4f, -2.4f};
+  const std::vector<float> advantage = {2.0f, 0.5f, 2.0f, 7.0f, 0.5f, 0.5f};
+  const std::vector<uint8_t> trained = {1, 1, 1, 0, 1, 1};
+  const std::vector<int32_t> sample = {0, 1, 0, 1, 1, 1};
+  TokenArrays t{6, logp.data(), old.data(), gen.data(), nullptr, advantage.data(), trained.data(), sample.data()};
+  std::vector<float> loss(6), gradient(6);
+  LossStatistics s;
+  grpo_loss(o, t, 5, loss.data(), gradient.data(), s);
+  const double s0 = std::exp(((-0.92 + 1.0) + (-0.54 + 0.5)) / 2.0), s1 = 1.1;  // s1: the clip
+  for (int i : {0, 2}) {
+    EXPECT_NEAR(loss[i], 1.3 * -2.0 * s0 / 5.0, 1e-6) << i;
+    EXPECT_NEAR(gradient[i], 1.3 * -2.0 * s0 / 5.0, 1e-6) << i;
+  }
+  const double w1 = std::exp(-0.1 - 0.1 - 0.1);
+  for (int i : {1, 4, 5}) {
+    EXPECT_NEAR(loss[i], w1 * -0.5 * s1 / 5.0, 1e-6) << i;
+    EXPECT_EQ(gradient[i], 0.0f) << i;
+  }
+  EXPECT_EQ(loss[3], 0.0f);
+  EXPECT_EQ(s.tokens, 5);
+  EXPECT_EQ(s.clipped_high, 3);  // sample 1's tokens, its clip one for all of them
+  EXPECT_EQ(s.truncated, 2);     // sample 0's tokens
+  EXPECT_NEAR(s.weight_max, std::exp(0.3), 1e-6);
+  EXPECT_NEAR(s.weight_min, w1, 1e-6);
+  // Token by token, tokens 0 and 4 (r = exp(0.08) < 1.1) would not clip.
+  LossStatistics per_token;
+  o.ratio_level = config::RatioLevel::Token;
+  grpo_loss(o, t, 5, loss.data(), gradient.data(), per_token);
+  EXPECT_EQ(per_token.clipped_high, 2);
+}
+
+// Central differences of the whole loss (every token of the token's sample moves with its logp)
+// in each token's logp, three samples of 2 to 5 trained tokens, for every correction with the KL
+// and the dual clip, away from the clip boundaries.
+TEST(GspoLoss, GradientsMatchFiniteDifferencesOfTheWholeLoss) {
+  LossOptions o = gspo();
+  o.kl_coeff = 0.05;
+  o.dual_clip = 3.0;
+  o.clip_low = o.clip_high = 0.1;
+  o.tis_cap = 1.2;
+  o.icepop_low = 0.8;
+  o.icepop_high = 1.25;
+  const int n = 12;
+  const std::vector<int32_t> sample = {0, 0, 1, 2, 1, 1, 0, 2, 1, 0, 2, 1};
+  const std::vector<uint8_t> trained = {1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 0, 1};
+  int checked = 0;
+  for (config::ImportanceCorrection correction :
+       {config::ImportanceCorrection::None, config::ImportanceCorrection::Tis, config::ImportanceCorrection::Icepop}) {
+    o.correction = correction;
+    for (int trial = 0; trial < 60; ++trial) {
+      auto u = [&](int k) { return (philox4x32(17, trial * 64 + k, static_cast<int>(correction))[0] % 100000) / 1e5; };
+      std::vector<float> logp(n), old(n), gen(n), ref(n), advantage(n);
+      const double advantages[3] = {4.0 * (u(60) - 0.5), 4.0 * (u(61) - 0.5), 4.0 * (u(62) - 0.5)};
+      for (int i = 0; i < n; ++i) {
+        old[i] = static_cast<float>(-0.2 - 3.0 * u(i));
+        logp[i] = static_cast<float>(old[i] + 0.4 * (u(20 + i) - 0.5));
+        gen[i] = static_cast<float>(old[i] + 0.2 * (u(40 + i) - 0.5));
+        ref[i] = static_cast<float>(old[i] + 0.5 * (u(50 + i % 10) - 0.5));
+        advantage[i] = static_cast<float>(advantages[sample[static_cast<size_t>(i)]]);
+      }
+      TokenArrays t{n, logp.data(), old.data(), gen.data(), ref.data(), advantage.data(), trained.data(),
+                    sample.data()};
+      std::vector<float> loss(n), gradient(n);
+      LossStatistics s;
+      grpo_loss(o, t, 9, loss.data(), gradient.data(), s);
+      // Skip a trial whose sample ratio or sequence weight sits near an edge.
+      bool near_edge = false;
+      for (int k = 0; k < 3; ++k) {
+        double log_ratio = 0.0, log_weight = 0.0;
+        int tokens = 0;
+        for (int i = 0; i < n; ++i) {
+          if (sample[static_cast<size_t>(i)] != k || trained[static_cast<size_t>(i)] == 0) continue;
+          log_ratio += static_cast<double>(logp[i]) - old[i];
+          log_weight += static_cast<double>(old[i]) - gen[i];
+          ++tokens;
+        }
+        const double ratio = std::exp(log_ratio / tokens), weight = std::exp(log_weight);
+        for (double edge : {1.0 - o.clip_low, 1.0 + o.clip_high, o.dual_clip})
+          near_edge = near_edge || std::fabs(ratio - edge) < 1e-3;
+        for (double edge : {o.tis_cap, o.icepop_low, o.icepop_high})
+          near_edge = near_edge || std::fabs(weight - edge) < 1e-3;
+      }
+      if (near_edge) continue;
+      // The loss in double at moved logp (float arrays: the step is large enough for their rounding).
+      auto total_at = [&](int i, double step) {
+        std::vector<float> moved = logp;
+        moved[i] = static_cast<float>(moved[i] + step);
+        const double actual_step = static_cast<double>(moved[i]) - logp[i];
+        TokenArrays m = t;
+        m.logp = moved.data();
+        std::vector<float> l(n), g(n);
+        LossStatistics unused;
+        return std::pair{grpo_loss(o, m, 9, l.data(), g.data(), unused), actual_step};
+      };
+      for (int i = 0; i < n; ++i) {
+        if (trained[static_cast<size_t>(i)] == 0) continue;
+        const auto [up, h_up] = total_at(i, 1e-3);
+        const auto [down, h_down] = total_at(i, -1e-3);
+        const double numeric = (up - down) / (h_up - h_down);
+        EXPECT_NEAR(gradient[i], numeric, 2e-4 * std::max(0.1, std::fabs(numeric)))
+            << "trial " << trial << " token " << i << " correction " << static_cast<int>(correction);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 400);
+}
+
 TEST(Overlong, SoftPenaltyInTheLastTokens) {
   EXPECT_EQ(overlong_penalty(15, 20, 5, 1.0), 0.0);
   EXPECT_NEAR(overlong_penalty(16, 20, 5, 1.0), -0.2, 1e-15);
@@ -279,6 +409,14 @@ TEST(GrpoConfig, KeysAreDeclaredAndChecked) {
   fails("grpo: {icepop_low: 3, icepop_high: 2}\n", "grpo.icepop_low");
   fails("grpo: {overlong_buffer: 8}\n", "grpo.overlong_max_tokens");
   fails("grpo: {loss_aggregation: seq_mean}\n", "seq_mean_token_mean");
+  fails("grpo: {ratio_level: sequence}\n",
+        "grpo.ratio_level = 'sequence' (GSPO) gives each sample one ratio and one loss: it needs "
+        "grpo.loss_aggregation = 'seq_mean_token_mean' (the samples' mean), not 'token_mean'");
+  fails("grpo: {ratio_level: sample}\n", "sequence");
+  EXPECT_EQ(LossOptions::from_config(config::parse_config("grpo: {ratio_level: sequence, loss_aggregation: "
+                                                          "seq_mean_token_mean}\n", "grpo", {}).grpo)
+                .ratio_level,
+            config::RatioLevel::Sequence);
   fails("grpo: {minibatches: 0}\n", "grpo.minibatches");
   fails("grpo: {minibatches: 9, prompts_per_step: 2, samples_per_prompt: 4}\n",
         "grpo.minibatches = 9 updates a step, each on a share of its 8 samples");

@@ -28,6 +28,12 @@ constexpr std::array<std::string_view, 3> names(LossAggregation) {
   return {"token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"};
 }
 
+// grpo.ratio_level: the PPO ratio and the importance weight per token (GRPO), or per sample
+// (GSPO, NeMo RL's sequence_level_importance_ratios): the geometric mean of the sample's token
+// ratios, and its sequence likelihood ratio to the generation policy, shared by its tokens.
+enum class RatioLevel : uint8_t { Token, Sequence };
+constexpr std::array<std::string_view, 2> names(RatioLevel) { return {"token", "sequence"}; }
+
 struct GrpoConfig {
   // The loss.
   double clip_low = 0.2;    // the ratio's lower clip: 1 - clip_low
@@ -39,6 +45,7 @@ struct GrpoConfig {
   double tis_cap = 2.0;
   double icepop_low = 0.5, icepop_high = 5.0;
   LossAggregation loss_aggregation = LossAggregation::TokenMean;
+  RatioLevel ratio_level = RatioLevel::Token;
   bool normalize_std = true;    // advantages divided by the leave-one-out reward std
   double std_epsilon = 1e-6;
   int overlong_buffer = 0;         // DAPO's soft overlong penalty over the last N tokens; 0: off

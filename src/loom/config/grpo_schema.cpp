@@ -38,6 +38,7 @@ std::vector<Key<GrpoConfig>> grpo_keys() {
       field("icepop_low", &GrpoConfig::icepop_low, at_least(0.0)),
       field("icepop_high", &GrpoConfig::icepop_high, greater_than(0)),
       field("loss_aggregation", &GrpoConfig::loss_aggregation),
+      field("ratio_level", &GrpoConfig::ratio_level),
       field("normalize_std", &GrpoConfig::normalize_std),
       field("std_epsilon", &GrpoConfig::std_epsilon, at_least(0.0)),
       field("overlong_buffer", &GrpoConfig::overlong_buffer, at_least(0)),
@@ -94,6 +95,10 @@ void check_grpo(const RunConfig& config) {
   LOOM_CHECK(g.icepop_low < g.icepop_high, "grpo.icepop_low = " + format_double(g.icepop_low) +
                                                " is invalid: must be below grpo.icepop_high = " +
                                                format_double(g.icepop_high));
+  LOOM_CHECK(g.ratio_level != RatioLevel::Sequence || g.loss_aggregation == LossAggregation::SeqMeanTokenMean,
+             "grpo.ratio_level = 'sequence' (GSPO) gives each sample one ratio and one loss: it needs "
+             "grpo.loss_aggregation = 'seq_mean_token_mean' (the samples' mean), not '" +
+                 std::string(name_of(g.loss_aggregation)) + "'");
   LOOM_CHECK(g.overlong_buffer == 0 || (g.overlong_max_tokens > 0 && g.overlong_buffer <= g.overlong_max_tokens),
              "grpo.overlong_buffer = " + std::to_string(g.overlong_buffer) +
                  " needs grpo.overlong_max_tokens (the generation's response limit) at least as large; it is " +

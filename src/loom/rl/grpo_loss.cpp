@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
+
+#include "loom/core/error.h"
 
 namespace loom::rl {
 
@@ -46,6 +49,7 @@ LossOptions LossOptions::from_config(const config::GrpoConfig& grpo) {
   o.icepop_low = grpo.icepop_low;
   o.icepop_high = grpo.icepop_high;
   o.aggregation = grpo.loss_aggregation;
+  o.ratio_level = grpo.ratio_level;
   o.max_sample_tokens = static_cast<int64_t>(grpo.max_turns) * grpo.max_tokens;
   o.mtp_loss_weight = grpo.mtp_loss_weight;
   return o;
@@ -121,14 +125,12 @@ TokenLoss policy_gradient(const LossOptions& o, double ratio, double advantage, 
   return {unclipped, -advantage * ratio};
 }
 
-}  // namespace
-
-TokenLoss token_loss(const LossOptions& o, double logp, double old_logp, double generation_logp,
-                     double reference_logp, double advantage, LossStatistics& stats) {
+// A trained token's loss at the PPO ratio `ratio` with the raw importance weight `raw`, both
+// the token's own or its sample's (GSPO); its KL term is always its own.
+TokenLoss loss_at(const LossOptions& o, double ratio, double raw, double logp, double generation_logp,
+                  double reference_logp, double advantage, LossStatistics& stats) {
   LossStatistics mine;
   mine.tokens = 1;
-  const double ratio = std::exp(logp - old_logp);
-  double raw = std::exp(old_logp - generation_logp);
   if (!std::isfinite(raw)) raw = 0.0;  // as NeMo RL's nan_to_num
   mine.weight_sum = mine.weight_min = mine.weight_max = raw;
   const double weight = corrected_weight(o, raw, mine);
@@ -148,15 +150,52 @@ TokenLoss token_loss(const LossOptions& o, double logp, double old_logp, double 
   return out;
 }
 
+}  // namespace
+
+TokenLoss token_loss(const LossOptions& o, double logp, double old_logp, double generation_logp,
+                     double reference_logp, double advantage, LossStatistics& stats) {
+  return loss_at(o, std::exp(logp - old_logp), std::exp(old_logp - generation_logp), logp, generation_logp,
+                 reference_logp, advantage, stats);
+}
+
+TokenLoss sequence_token_loss(const LossOptions& o, const SampleSums& sample, int64_t sample_tokens, double logp,
+                              double generation_logp, double reference_logp, double advantage, LossStatistics& stats) {
+  LOOM_CHECK(sample_tokens > 0, "sequence_token_loss: a trained token of a sample without trained tokens");
+  const double ratio = std::exp(sample.log_ratio / static_cast<double>(sample_tokens));
+  return loss_at(o, ratio, std::exp(sample.log_weight), logp, generation_logp, reference_logp, advantage, stats);
+}
+
 double grpo_loss(const LossOptions& options, const TokenArrays& t, int64_t global_tokens, float* loss, float* gradient,
                  LossStatistics& stats) {
+  const bool by_sequence = options.ratio_level == config::RatioLevel::Sequence;
+  LOOM_CHECK(!by_sequence || t.sample != nullptr, "grpo_loss: sequence-level ratios need each token's sample");
+  // GSPO: each sample's sums and trained tokens first.
+  std::vector<SampleSums> sums;
+  std::vector<int64_t> sample_tokens;
+  for (int64_t i = 0; by_sequence && i < t.count; ++i) {
+    if (t.trained[i] == 0) continue;
+    LOOM_CHECK(t.sample[i] >= 0,
+               "grpo_loss: token " + std::to_string(i) + " has sample " + std::to_string(t.sample[i]));
+    const size_t k = static_cast<size_t>(t.sample[i]);
+    if (k >= sums.size()) {
+      sums.resize(k + 1);
+      sample_tokens.resize(k + 1, 0);
+    }
+    sums[k].log_ratio += static_cast<double>(t.logp[i]) - t.old_logp[i];
+    sums[k].log_weight += static_cast<double>(t.old_logp[i]) - t.generation_logp[i];
+    ++sample_tokens[k];
+  }
   const double scale = 1.0 / static_cast<double>(std::max<int64_t>(1, global_tokens));
   double total = 0.0;
   for (int64_t i = 0; i < t.count; ++i) {
     loss[i] = gradient[i] = 0.0f;
     if (t.trained[i] == 0) continue;
     const double ref = t.reference_logp != nullptr ? t.reference_logp[i] : 0.0;
-    const TokenLoss one = token_loss(options, t.logp[i], t.old_logp[i], t.generation_logp[i], ref, t.advantage[i], stats);
+    const size_t k = by_sequence ? static_cast<size_t>(t.sample[i]) : 0;
+    const TokenLoss one =
+        by_sequence ? sequence_token_loss(options, sums[k], sample_tokens[k], t.logp[i], t.generation_logp[i], ref,
+                                          t.advantage[i], stats)
+                    : token_loss(options, t.logp[i], t.old_logp[i], t.generation_logp[i], ref, t.advantage[i], stats);
     loss[i] = static_cast<float>(one.loss * scale);
     gradient[i] = static_cast<float>(one.gradient * scale);
     total += one.loss * scale;

@@ -12,6 +12,7 @@
 //   w = exp(old - gen), then none: 1 | tis: min(w, tis_cap) | icepop: w in [low, high] ? w : 0
 //   kl = exp(ref - logp) - (ref - logp) - 1, with on_policy_kl times exp(logp - gen) (detached)
 //   loss_t = (w pg + kl_coeff kl) / N      N = the global count of trained tokens
+// With grpo.ratio_level sequence (GSPO) a sample's tokens share r and w (sequence_token_loss).
 #include <cstdint>
 #include <vector>
 
@@ -47,6 +48,7 @@ struct LossOptions {
   double tis_cap = 2.0;
   double icepop_low = 0.5, icepop_high = 5.0;
   config::LossAggregation aggregation = config::LossAggregation::TokenMean;
+  config::RatioLevel ratio_level = config::RatioLevel::Token;
   int64_t max_sample_tokens = 1;  // seq_mean_token_sum_norm's length: grpo.max_turns x grpo.max_tokens
   double mtp_loss_weight = 0.0;    // the depths' draft loss beside it (TokenObjective::depth_loss_weight)
   static LossOptions from_config(const config::GrpoConfig& grpo);
@@ -94,6 +96,26 @@ struct TokenLoss {
 TokenLoss token_loss(const LossOptions& options, double logp, double old_logp, double generation_logp,
                      double reference_logp, double advantage, LossStatistics& stats);
 
+// ---- GSPO: one ratio and one importance weight per sample (grpo.ratio_level: sequence)
+//
+// Each made of sums over the sample's T trained tokens:
+//   s = exp(sum(logp - old) / T)    the geometric mean of its token ratios, clipped as r is
+//   w_raw = exp(sum(old - gen))     its sequence likelihood ratio to the generation policy, then
+//                                   corrected (tis, icepop) as a token's
+// and every trained token of it carries w pg(s) (+ its own kl_coeff kl). As d s / d logp_t = s / T,
+// d(sum over the sample's tokens of w pg(s)) / d logp_t = w pg'(s) s: the token gradient with r
+// replaced by s, zero where s is clipped (for all the sample's tokens at once), which a sample's
+// loss factor (sample_loss_factor) scales as it scales the loss.
+struct SampleSums {
+  double log_ratio = 0.0;   // sum of logp - old over the sample's trained tokens
+  double log_weight = 0.0;  // sum of old - gen over them
+};
+// One trained token of a sample of `sample_tokens` trained tokens whose sums are `sample`; adds
+// it to `stats` (its clip counts and raw weight the sample's).
+TokenLoss sequence_token_loss(const LossOptions& options, const SampleSums& sample, int64_t sample_tokens,
+                              double logp, double generation_logp, double reference_logp, double advantage,
+                              LossStatistics& stats);
+
 // Per-token arrays of `count` tokens (reference may be null when kl_coeff is 0). Tokens with
 // trained[t] = 0 get loss and gradient 0. loss[t] and gradient[t] are divided by
 // `global_tokens`, the trained tokens of the whole global batch, so their sum over every rank's
@@ -106,6 +128,9 @@ struct TokenArrays {
   const float* reference_logp = nullptr;
   const float* advantage = nullptr;
   const uint8_t* trained = nullptr;
+  // ratio_level sequence: each token's sample, numbered from 0 (the sums over its trained tokens
+  // here make the sample's ratio and weight).
+  const int32_t* sample = nullptr;
 };
 double grpo_loss(const LossOptions& options, const TokenArrays& tokens, int64_t global_tokens, float* loss,
                  float* gradient, LossStatistics& stats);

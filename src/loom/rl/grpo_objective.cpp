@@ -5,6 +5,7 @@
 
 #include "loom/core/error.h"
 #include "loom/kernels/types.h"
+#include "loom/rl/communication.h"
 #include "loom/train/trainer.h"
 
 namespace loom::rl {
@@ -13,6 +14,9 @@ GrpoObjective::GrpoObjective(LossOptions options, const Tensor* reference)
     : options_(options), reference_(reference) {
   LOOM_CHECK(options_.kl_coeff == 0.0 || reference_ != nullptr,
              "GrpoObjective: grpo.kl_coeff > 0 needs the reference policy's parameters");
+  LOOM_CHECK(options_.ratio_level == config::RatioLevel::Token ||
+                 options_.aggregation == config::LossAggregation::SeqMeanTokenMean,
+             "GrpoObjective: sequence-level ratios need the samples' mean (seq_mean_token_mean)");
 }
 
 void GrpoObjective::set_step_totals(std::vector<UpdateTotals> totals, int shares) {
@@ -55,6 +59,14 @@ void GrpoObjective::prepare(train::Trainer& trainer, const train::TokenBatch& ba
   // The reference's log-probabilities of a share, once a step.
   if (options_.kl_coeff != 0.0 && reference_logp_[share_].size() != n)
     reference_logp_[share_] = trainer.target_logprobs(batch, reference_);
+  if (options_.ratio_level == config::RatioLevel::Sequence) {
+    // The samples' slots of a micro-batch: its rows x the most documents a row holds, on every
+    // context-parallel rank alike (a rank may hold no chunk of a row's last sample).
+    context_ = &trainer.context_group();
+    int64_t documents = 1;
+    for (const int32_t d : batch.documents) documents = std::max<int64_t>(documents, int64_t{d} + 1);
+    row_samples_ = max_over_group(*context_, documents);
+  }
   if (options_.aggregation == config::LossAggregation::TokenMean) return;
   LOOM_CHECK(totals_[static_cast<size_t>(update)].samples > 0,
              "GrpoObjective: grpo.loss_aggregation needs the update's totals (set_step_totals)");
@@ -63,11 +75,48 @@ void GrpoObjective::prepare(train::Trainer& trainer, const train::TokenBatch& ba
              "fills them)");
 }
 
+double GrpoObjective::old_logp(size_t i, double logp) const {
+  return update_ == 0 ? logp : old_logp_[share_][i];
+}
+
+size_t GrpoObjective::sample_slot(int64_t first, size_t i) const {
+  const int64_t seq = batch_->seq;
+  const int64_t row = static_cast<int64_t>(i) / seq - first / seq;
+  const int64_t document = batch_->documents.empty() ? 0 : batch_->documents[i];
+  return static_cast<size_t>(row * row_samples_ + document);
+}
+
+void GrpoObjective::sum_samples(int64_t first, const float* logp, int64_t rows) {
+  const int64_t seq = batch_->seq;
+  LOOM_CHECK(first % seq == 0 && rows % seq == 0,
+             "GrpoObjective: grpo.ratio_level sequence needs whole rows in each evaluation, got targets " +
+                 std::to_string(first) + " + " + std::to_string(rows) + " of rows of " + std::to_string(seq));
+  sample_sums_.assign(static_cast<size_t>(rows / seq * row_samples_), SampleSums{});
+  for (int64_t r = 0; r < rows; ++r) {
+    if (batch_->targets[static_cast<size_t>(first + r)] == kernels::kIgnoreIndex) continue;
+    const size_t i = static_cast<size_t>(first + r);
+    SampleSums& sums = sample_sums_[sample_slot(first, i)];
+    const double old = old_logp(i, logp[r]);
+    sums.log_ratio += logp[r] - old;
+    sums.log_weight += old - batch_->generation_logprobs[i];
+  }
+  if (context_->size() == 1) return;
+  std::vector<double> flat(2 * sample_sums_.size());
+  for (size_t k = 0; k < sample_sums_.size(); ++k) {
+    flat[2 * k] = sample_sums_[k].log_ratio;
+    flat[2 * k + 1] = sample_sums_[k].log_weight;
+  }
+  sum_samples_over_group(*context_, flat);
+  for (size_t k = 0; k < sample_sums_.size(); ++k) sample_sums_[k] = {flat[2 * k], flat[2 * k + 1]};
+}
+
 double GrpoObjective::evaluate(const int32_t* targets, const float* logp, int64_t rows, float* gradient) {
   LOOM_CHECK(batch_ != nullptr, "GrpoObjective: evaluate before prepare");
   const int64_t first = targets - batch_->targets.data();
   LOOM_CHECK(first >= 0 && first + rows <= static_cast<int64_t>(batch_->targets.size()),
              "GrpoObjective: rows outside the batch it was prepared for");
+  const bool by_sequence = options_.ratio_level == config::RatioLevel::Sequence;
+  if (by_sequence) sum_samples(first, logp, rows);
   double loss_sum = 0.0;
   for (int64_t r = 0; r < rows; ++r) {
     gradient[r] = 0.0f;
@@ -75,9 +124,12 @@ double GrpoObjective::evaluate(const int32_t* targets, const float* logp, int64_
     const size_t i = static_cast<size_t>(first + r);
     const double reference = options_.kl_coeff != 0.0 ? reference_logp_[share_][i] : 0.0;
     if (update_ == 0 && !old_logp_[0].empty()) old_logp_[0][i] = logp[r];
-    const double old = update_ == 0 ? logp[r] : old_logp_[share_][i];
-    const TokenLoss t = token_loss(options_, logp[r], old, batch_->generation_logprobs[i], reference,
-                                   batch_->advantages[i], stats_);
+    const double generation = batch_->generation_logprobs[i], advantage = batch_->advantages[i];
+    const TokenLoss t = by_sequence ? sequence_token_loss(options_, sample_sums_[sample_slot(first, i)],
+                                                          batch_->sample_targets[i], logp[r], generation, reference,
+                                                          advantage, stats_)
+                                    : token_loss(options_, logp[r], old_logp(i, logp[r]), generation, reference,
+                                                 advantage, stats_);
     const UpdateTotals& totals = totals_[static_cast<size_t>(update_)];
     const double factor = options_.aggregation == config::LossAggregation::TokenMean
                               ? 1.0

@@ -46,6 +46,7 @@ Trainer::Trainer(const config::RunConfig& config, comm::Communicator& world, con
 Trainer::~Trainer() = default;
 
 bool Trainer::reporter() const { return state_->world.rank() == 0; }
+comm::Communicator& Trainer::context_group() { return state_->mesh.cp(); }
 bool Trainer::holds_loss() const {
   const State& s = *state_;
   return s.mesh.tp_rank() == 0 && s.mesh.pp_rank() == s.mesh.layout().shape.pp - 1;

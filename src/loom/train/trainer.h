@@ -118,6 +118,9 @@ class Trainer {
   // once. They point into the live state (on a GPU: a host copy of it): valid until the next step
   // or save.
   std::vector<ckpt::TensorRef> parameter_shards();
+  // The context-parallel group: the ranks holding the other chunks of this rank's sequences (this
+  // rank alone without context parallelism). An objective's sums over whole samples add over it.
+  comm::Communicator& context_group();
   // Whether this rank contributes its replica's loss (and objective statistics) to the world's
   // sums: the first tensor-parallel rank of the last pipeline stage.
   bool holds_loss() const;
