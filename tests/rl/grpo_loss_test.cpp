@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -29,8 +30,12 @@ TokenLoss at_ratio(const LossOptions& o, double ratio, double advantage, LossSta
   return token_loss(o, old + std::log(ratio), old, old, 0.0, advantage, stats);
 }
 
+AdvantageOptions advantage_options(bool leave_one_out, bool normalize_std, double epsilon) {
+  return {leave_one_out, normalize_std, epsilon};
+}
+
 TEST(GroupAdvantages, LeaveOneOutBaselineWithoutNormalisation) {
-  const GroupAdvantages a = group_advantages({1.0, 0.0, 0.0, 0.0}, false, 0.0);
+  const GroupAdvantages a = group_advantages({1.0, 0.0, 0.0, 0.0}, advantage_options(true, false, 0.0));
   EXPECT_FALSE(a.zero_variance);
   EXPECT_DOUBLE_EQ(a.advantages[0], 1.0);           // 1 - mean(0, 0, 0)
   EXPECT_DOUBLE_EQ(a.advantages[1], -1.0 / 3.0);    // 0 - mean(1, 0, 0)
@@ -38,22 +43,72 @@ TEST(GroupAdvantages, LeaveOneOutBaselineWithoutNormalisation) {
 }
 
 TEST(GroupAdvantages, DividedByTheOtherSamplesStd) {
-  // Sample 1's others are {1, 0, 0}: mean 1/3, std sqrt(1/3 - 1/9) = sqrt(2)/3, so
-  // A = (-1/3) / (sqrt(2)/3) = -1/sqrt(2). Sample 0's others are all 0 (std 0): A stays 1.
-  const GroupAdvantages a = group_advantages({1.0, 0.0, 0.0, 0.0}, true, 0.0);
+  // Sample 1's others are {1, 0, 0}: mean 1/3, Bessel-corrected std sqrt((1/3 - 1/9) 3/2) =
+  // 1/sqrt(3), so A = (-1/3) sqrt(3) = -1/sqrt(3). Sample 0's others are all 0 (std 0): A stays 1.
+  const GroupAdvantages a = group_advantages({1.0, 0.0, 0.0, 0.0}, advantage_options(true, true, 0.0));
   EXPECT_DOUBLE_EQ(a.advantages[0], 1.0);
-  EXPECT_NEAR(a.advantages[1], -1.0 / std::sqrt(2.0), 1e-15);
-  const GroupAdvantages e = group_advantages({1.0, 0.0, 0.0, 0.0}, true, 0.1);
-  EXPECT_NEAR(e.advantages[2], (-1.0 / 3.0) / (std::sqrt(2.0) / 3.0 + 0.1), 1e-15);
-  // Two samples: each has one other (std 0), so the advantages are the plain differences.
-  const GroupAdvantages two = group_advantages({1.0, 3.0}, true, 1e-6);
+  EXPECT_NEAR(a.advantages[1], -1.0 / std::sqrt(3.0), 1e-15);
+  const GroupAdvantages e = group_advantages({1.0, 0.0, 0.0, 0.0}, advantage_options(true, true, 0.1));
+  EXPECT_NEAR(e.advantages[2], (-1.0 / 3.0) / (1.0 / std::sqrt(3.0) + 0.1), 1e-15);
+  // Two samples: each has one other (no std of one reward), so the advantages are the plain differences.
+  const GroupAdvantages two = group_advantages({1.0, 3.0}, advantage_options(true, true, 1e-6));
   EXPECT_DOUBLE_EQ(two.advantages[0], -2.0);
   EXPECT_DOUBLE_EQ(two.advantages[1], 2.0);
 }
 
+// grpo.leave_one_out false: the group's mean and Bessel-corrected std, the sample's own reward in
+// both: {1, 0, 0, 0} has mean 1/4 and std sqrt((1/4 - 1/16) 4/3) = 1/2, so A = 3/2 and -1/2.
+TEST(GroupAdvantages, TheGroupsMeanAndStdWithoutLeavingOneOut) {
+  const GroupAdvantages plain = group_advantages({1.0, 0.0, 0.0, 0.0}, advantage_options(false, false, 0.0));
+  EXPECT_DOUBLE_EQ(plain.advantages[0], 0.75);
+  EXPECT_DOUBLE_EQ(plain.advantages[1], -0.25);
+  const GroupAdvantages a = group_advantages({1.0, 0.0, 0.0, 0.0}, advantage_options(false, true, 0.0));
+  EXPECT_NEAR(a.advantages[0], 1.5, 1e-15);
+  EXPECT_NEAR(a.advantages[3], -0.5, 1e-15);
+  const GroupAdvantages two = group_advantages({1.0, 3.0}, advantage_options(false, true, 0.0));
+  EXPECT_NEAR(two.advantages[0], -1.0 / std::sqrt(2.0), 1e-15);  // mean 2, std sqrt(1 x 2)
+  const config::RunConfig c = config::parse_config("grpo: {leave_one_out: false, std_epsilon: 0.5}\n", "grpo", {});
+  const AdvantageOptions o = AdvantageOptions::from_config(c.grpo);
+  EXPECT_FALSE(o.leave_one_out);
+  EXPECT_TRUE(o.normalize_std);
+  EXPECT_EQ(o.std_epsilon, 0.5);
+}
+
+// Random groups of 2 to 9 rewards against a two-pass reference (the baseline's mean, then the
+// squared deviations from it over m - 1), both baselines, with and without the std.
+TEST(GroupAdvantages, EqualATwoPassReferenceOnRandomGroups) {
+  for (int g = 0; g < 200; ++g) {
+    const int n = 2 + static_cast<int>(philox4x32(21, g, 0)[0] % 8);
+    std::vector<double> rewards;
+    for (int i = 0; i < n; ++i) rewards.push_back(static_cast<double>(philox4x32(21, g, i + 1)[0] % 5) * 0.5);
+    for (const bool leave_one_out : {true, false}) {
+      for (const bool normalize : {true, false}) {
+        const GroupAdvantages a = group_advantages(rewards, advantage_options(leave_one_out, normalize, 1e-6));
+        bool all_equal = true;
+        for (double r : rewards) all_equal = all_equal && r == rewards[0];
+        ASSERT_EQ(a.zero_variance, all_equal);
+        for (int i = 0; i < n; ++i) {
+          std::vector<double> baseline;
+          for (int j = 0; j < n; ++j) {
+            if (!leave_one_out || j != i) baseline.push_back(rewards[static_cast<size_t>(j)]);
+          }
+          double mean = 0.0;
+          for (double r : baseline) mean += r / static_cast<double>(baseline.size());
+          double squares = 0.0;
+          for (double r : baseline) squares += (r - mean) * (r - mean);
+          const double std = baseline.size() > 1 ? std::sqrt(squares / static_cast<double>(baseline.size() - 1)) : 0.0;
+          double expected = all_equal ? 0.0 : rewards[static_cast<size_t>(i)] - mean;
+          if (normalize && std > 1e-12 && !all_equal) expected /= std + 1e-6;
+          EXPECT_NEAR(a.advantages[static_cast<size_t>(i)], expected, 1e-12) << "group " << g << " sample " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(GroupAdvantages, ZeroVarianceGroupsContributeNothing) {
   for (const std::vector<double>& rewards : {std::vector<double>{0.7, 0.7, 0.7}, std::vector<double>{1.0}}) {
-    const GroupAdvantages a = group_advantages(rewards, true, 1e-6);
+    const GroupAdvantages a = group_advantages(rewards, advantage_options(true, true, 1e-6));
     EXPECT_TRUE(a.zero_variance);
     for (double v : a.advantages) EXPECT_EQ(v, 0.0);
   }
@@ -168,6 +223,77 @@ TEST(GrpoTokenLoss, K3KlToTheReference) {
   EXPECT_EQ(at_ref.gradient, 0.0);
 }
 
+// grpo.kl_type: k1 -logr (gradient 1), k2 logr^2 / 2 (gradient -logr) at logr = ref - logp =
+// -0.5; the input clamp at 0.3 holds logr at -0.3 with no gradient; the output clamp at 0.01
+// holds the estimate there with no gradient, and leaves a smaller one alone.
+TEST(GrpoTokenLoss, EachKlEstimatorAndClampWithItsGradient) {
+  LossOptions o;
+  o.kl_coeff = 0.1;
+  LossStatistics s;
+  auto kl_at = [&](config::KlType type, double input_clamp, double output_clamp) {
+    o.kl_type = type;
+    o.kl_input_clamp = input_clamp;
+    o.kl_output_clamp = output_clamp;
+    return token_loss(o, -1.0, -1.0, -1.0, -1.5, 0.0, s);  // A = 0: the KL term alone
+  };
+  TokenLoss t = kl_at(config::KlType::K1, 0.0, 0.0);
+  EXPECT_NEAR(t.loss, 0.1 * 0.5, 1e-15);
+  EXPECT_NEAR(t.gradient, 0.1, 1e-15);
+  t = kl_at(config::KlType::K2, 0.0, 0.0);
+  EXPECT_NEAR(t.loss, 0.1 * 0.125, 1e-15);
+  EXPECT_NEAR(t.gradient, 0.1 * 0.5, 1e-15);
+  t = kl_at(config::KlType::K3, 0.3, 0.0);
+  EXPECT_NEAR(t.loss, 0.1 * (std::exp(-0.3) + 0.3 - 1.0), 1e-15);
+  EXPECT_EQ(t.gradient, 0.0);
+  t = kl_at(config::KlType::K2, 0.0, 0.01);
+  EXPECT_NEAR(t.loss, 0.1 * 0.01, 1e-15);
+  EXPECT_EQ(t.gradient, 0.0);
+  t = kl_at(config::KlType::K2, 0.0, 0.2);
+  EXPECT_NEAR(t.loss, 0.1 * 0.125, 1e-15);
+  EXPECT_NEAR(t.gradient, 0.1 * 0.5, 1e-15);
+  // k1 is negative where the reference is the likelier (logr = 0.5): clamped from below too.
+  o.kl_type = config::KlType::K1;
+  const TokenLoss negative = token_loss(o, -1.5, -1.5, -1.5, -1.0, 0.0, s);
+  EXPECT_NEAR(negative.loss, 0.1 * -0.2, 1e-15);
+  EXPECT_EQ(negative.gradient, 0.0);
+  EXPECT_DOUBLE_EQ(kl_estimate(config::KlType::K3, 0.0), 0.0);
+  const config::RunConfig c = config::parse_config(
+      "grpo: {kl_type: k2, kl_input_clamp: 20, kl_output_clamp: 10}\n", "grpo", {});
+  const LossOptions from = LossOptions::from_config(c.grpo);
+  EXPECT_EQ(from.kl_type, config::KlType::K2);
+  EXPECT_EQ(from.kl_input_clamp, 20.0);
+  EXPECT_EQ(from.kl_output_clamp, 10.0);
+}
+
+// The mismatch statistics of a token with old -1, gen -1.5 and logp -0.8: exp(0.5); k3 at
+// logr 0.5 (the generation policy's KL to the learner's) and at -0.5 (the reverse); half of each
+// one's k3 to their mixture; -exp(0.7) x -0.8. k1 gives the KLs -0.5 and 0.5.
+TEST(GrpoTokenLoss, MismatchStatisticsOfTheGenerationPolicyAgainstTheLearners) {
+  LossOptions o = no_kl();
+  LossStatistics s;
+  token_loss(o, -0.8, -1.0, -1.5, 0.0, 1.0, s);
+  EXPECT_NEAR(s.mult_prob_error_sum, std::exp(0.5), 1e-15);
+  EXPECT_NEAR(s.generation_kl_sum, std::exp(0.5) - 1.0 - 0.5, 1e-15);
+  EXPECT_NEAR(s.policy_kl_sum, std::exp(-0.5) - 1.0 + 0.5, 1e-15);
+  const double p = std::exp(-1.0), q = std::exp(-1.5), m = 0.5 * (p + q);
+  const double js = 0.5 * (p / m - 1.0 - std::log(p / m)) + 0.5 * (q / m - 1.0 - std::log(q / m));
+  EXPECT_NEAR(s.js_divergence_sum, js, 1e-15);
+  EXPECT_NEAR(s.entropy_sum, std::exp(0.7) * 0.8, 1e-14);
+  token_loss(o, -1.0, -1.0, -1.0, 0.0, 1.0, s);  // a token where both policies agree adds 1, 0, 0, 0
+  EXPECT_NEAR(s.mean(s.mult_prob_error_sum), (std::exp(0.5) + 1.0) / 2.0, 1e-15);
+  EXPECT_NEAR(s.mean(s.generation_kl_sum), (std::exp(0.5) - 1.5) / 2.0, 1e-15);
+  EXPECT_NEAR(s.mean(s.js_divergence_sum), js / 2.0, 1e-15);
+  o.kl_type = config::KlType::K1;
+  LossStatistics k1;
+  token_loss(o, -0.8, -1.0, -1.5, 0.0, 1.0, k1);
+  EXPECT_NEAR(k1.generation_kl_sum, -0.5, 1e-15);
+  EXPECT_NEAR(k1.policy_kl_sum, 0.5, 1e-15);
+  LossStatistics far;
+  token_loss(o, -1.0, -1.0, -2000.0, 0.0, 1.0, far);  // exp(1999): not finite, counts 0
+  EXPECT_EQ(far.mult_prob_error_sum, 0.0);
+  EXPECT_EQ(far.entropy_sum, 0.0);
+}
+
 // grpo.on_policy_kl: the k3 term and its gradient times exp(logp - gen), a constant to the
 // gradient (NeMo RL detaches it); the statistics' KL is the weighted one; a non-finite weight is 0.
 TEST(GrpoTokenLoss, OnPolicyKlWeightsTheTermByTheCurrentOverTheGenerationPolicy) {
@@ -208,14 +334,18 @@ TEST(GrpoLoss, MasksAndTheGlobalTokenMean) {
 }
 
 // Central differences of each token's loss in logp (old, gen and ref fixed), away from the
-// clip boundaries, for every option together.
+// clip and clamp boundaries, for every option together, each importance correction with each KL
+// estimator.
 TEST(GrpoLoss, GradientsMatchFiniteDifferences) {
   LossOptions o;
   o.kl_coeff = 0.05;
   o.dual_clip = 3.0;
-  for (config::ImportanceCorrection correction :
-       {config::ImportanceCorrection::None, config::ImportanceCorrection::Tis, config::ImportanceCorrection::Icepop}) {
-    o.correction = correction;
+  const double clamps[4][2] = {{0.0, 0.0}, {0.3, 0.0}, {0.0, 0.04}, {0.3, 0.2}};  // input, output
+  for (int variant = 0; variant < 36; ++variant) {
+    o.correction = static_cast<config::ImportanceCorrection>(variant % 3);
+    o.kl_type = static_cast<config::KlType>(variant / 3 % 3);
+    o.kl_input_clamp = clamps[variant / 9][0];
+    o.kl_output_clamp = clamps[variant / 9][1];
     for (int i = 0; i < 200; ++i) {
       auto u = [&](int k) { return (philox4x32(11, i, k)[0] % 100000) / 100000.0; };
       const double old = -0.2 - 3.0 * u(0), logp = old + 2.0 * (u(1) - 0.5);
@@ -224,6 +354,10 @@ TEST(GrpoLoss, GradientsMatchFiniteDifferences) {
       const double h = 1e-6;
       auto near = [&](double edge) { return std::fabs(ratio - edge) < 1e-3; };
       if (near(1.0 - o.clip_low) || near(1.0 + o.clip_high) || near(o.dual_clip)) continue;
+      const double input = o.kl_input_clamp > 0.0 ? o.kl_input_clamp : 1e9;
+      const double logr = std::clamp(ref - logp, -input, input);
+      if (std::fabs(std::fabs(ref - logp) - input) < 1e-4) continue;
+      if (std::fabs(std::fabs(kl_estimate(o.kl_type, logr)) - o.kl_output_clamp) < 1e-4) continue;
       LossStatistics s;
       const TokenLoss t = token_loss(o, logp, old, gen, ref, advantage, s);
       const double numeric = (token_loss(o, logp + h, old, gen, ref, advantage, s).loss -

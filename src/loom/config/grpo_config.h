@@ -28,6 +28,11 @@ constexpr std::array<std::string_view, 3> names(LossAggregation) {
   return {"token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"};
 }
 
+// grpo.kl_type: the per-token estimator of the KL to the reference (Schulman's k1, k2, k3 over
+// logr = ref - logp: -logr, logr^2 / 2, e^logr - 1 - logr).
+enum class KlType : uint8_t { K1, K2, K3 };
+constexpr std::array<std::string_view, 3> names(KlType) { return {"k1", "k2", "k3"}; }
+
 // grpo.ratio_level: the PPO ratio and the importance weight per token (GRPO), or per sample
 // (GSPO, NeMo RL's sequence_level_importance_ratios): the geometric mean of the sample's token
 // ratios, and its sequence likelihood ratio to the generation policy, shared by its tokens.
@@ -39,14 +44,18 @@ struct GrpoConfig {
   double clip_low = 0.2;    // the ratio's lower clip: 1 - clip_low
   double clip_high = 0.2;   // the ratio's upper clip: 1 + clip_high
   double dual_clip = 0.0;   // 0: off; else c > 1 bounds -A r by -A c for negative advantages
-  double kl_coeff = 0.01;   // the k3 KL penalty's weight; 0: no reference policy
+  double kl_coeff = 0.01;   // the KL penalty's weight; 0: no reference policy
+  KlType kl_type = KlType::K3;
+  double kl_input_clamp = 0.0;   // logr clamped to [-c, c] (no gradient beyond); 0: off
+  double kl_output_clamp = 0.0;  // the estimate clamped to [-c, c] (no gradient beyond); 0: off
   bool on_policy_kl = false;  // the KL term weighted by exp(logp - gen): its estimate under the current policy
   ImportanceCorrection importance_correction = ImportanceCorrection::None;
   double tis_cap = 2.0;
   double icepop_low = 0.5, icepop_high = 5.0;
   LossAggregation loss_aggregation = LossAggregation::TokenMean;
   RatioLevel ratio_level = RatioLevel::Token;
-  bool normalize_std = true;    // advantages divided by the leave-one-out reward std
+  bool leave_one_out = true;    // a sample's baseline the mean of the others' rewards; false: of the group's
+  bool normalize_std = true;    // advantages divided by the baseline's rewards' std (Bessel-corrected)
   double std_epsilon = 1e-6;
   int overlong_buffer = 0;         // DAPO's soft overlong penalty over the last N tokens; 0: off
   double overlong_penalty = 1.0;   // its largest penalty

@@ -33,6 +33,11 @@ nlohmann::json LearnerStep::to_json() const {
           {"importance_weight_max", importance_weight_max},
           {"masked_fraction", masked_fraction},
           {"truncated_fraction", truncated_fraction},
+          {"token_mult_prob_error", token_mult_prob_error},
+          {"generation_kl", generation_kl},
+          {"policy_kl", policy_kl},
+          {"js_divergence", js_divergence},
+          {"approx_entropy", approx_entropy},
           {"grad_norm", grad_norm},
           {"lr", lr},
           {"seconds", seconds},
@@ -111,7 +116,9 @@ void agree_statistics(comm::Communicator& world, bool contributes, const LossSta
   const double lowest = -std::numeric_limits<double>::infinity();
   std::vector<double> sums = {static_cast<double>(mine.tokens), mine.kl_sum, static_cast<double>(mine.clipped_low),
                               static_cast<double>(mine.clipped_high), static_cast<double>(mine.dual_clipped),
-                              mine.weight_sum, static_cast<double>(mine.masked), static_cast<double>(mine.truncated)};
+                              mine.weight_sum, static_cast<double>(mine.masked), static_cast<double>(mine.truncated),
+                              mine.mult_prob_error_sum, mine.generation_kl_sum, mine.policy_kl_sum,
+                              mine.js_divergence_sum, mine.entropy_sum};
   std::vector<double> maxima = {any ? mine.weight_max : lowest, any ? -mine.weight_min : lowest};
   train::agree_sums_and_maxima(world, contributes, sums, maxima);
   const double tokens = std::max(1.0, sums[0]);
@@ -122,6 +129,11 @@ void agree_statistics(comm::Communicator& world, bool contributes, const LossSta
   out.importance_weight_mean = sums[5] / tokens;
   out.masked_fraction = sums[6] / tokens;
   out.truncated_fraction = sums[7] / tokens;
+  out.token_mult_prob_error = sums[8] / tokens;
+  out.generation_kl = sums[9] / tokens;
+  out.policy_kl = sums[10] / tokens;
+  out.js_divergence = sums[11] / tokens;
+  out.approx_entropy = sums[12] / tokens;
   out.importance_weight_max = std::isfinite(maxima[0]) ? maxima[0] : 0.0;
   out.importance_weight_min = std::isfinite(maxima[1]) ? -maxima[1] : 0.0;
 }

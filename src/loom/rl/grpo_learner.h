@@ -49,10 +49,15 @@ struct LearnerStep {
   int64_t rows = 0;              // rows the step trained on (grpo.packing: the rows its samples fill)
   double packing_efficiency = 0.0;  // the share of those rows' slots holding a sample's input
   double reward_mean = 0.0, reward_min = 0.0, reward_max = 0.0;  // after overlong shaping
-  double kl = 0.0;              // mean k3 KL to the reference over trained tokens (0 without one)
+  double kl = 0.0;              // mean KL (grpo.kl_type) to the reference over trained tokens (0 without one)
   double clip_low_fraction = 0.0, clip_high_fraction = 0.0, dual_clip_fraction = 0.0;
   double importance_weight_mean = 0.0, importance_weight_min = 0.0, importance_weight_max = 0.0;
   double masked_fraction = 0.0, truncated_fraction = 0.0;  // icepop's zeroed, tis's capped weights
+  // The generation policy against the learner's, means over trained tokens (LossStatistics):
+  // exp(|old - gen|), the KL of each to the other, their Jensen-Shannon divergence, and the
+  // policy's entropy estimated on the generation policy's samples.
+  double token_mult_prob_error = 0.0, generation_kl = 0.0, policy_kl = 0.0, js_divergence = 0.0;
+  double approx_entropy = 0.0;
   double grad_norm = 0.0, lr = 0.0, seconds = 0.0;  // grad_norm: the mean of the updates' (grpo.minibatches)
   bool skipped = false;         // Inf/NaN gradients (mixed precision): nothing was updated (in some update)
   int64_t updates = 1;          // optimizer updates the step took (grpo.minibatches x grpo.epochs)

@@ -9,7 +9,11 @@
 
 namespace loom::rl {
 
-GroupAdvantages group_advantages(const std::vector<double>& rewards, bool normalize_std, double epsilon) {
+AdvantageOptions AdvantageOptions::from_config(const config::GrpoConfig& grpo) {
+  return {grpo.leave_one_out, grpo.normalize_std, grpo.std_epsilon};
+}
+
+GroupAdvantages group_advantages(const std::vector<double>& rewards, const AdvantageOptions& options) {
   const size_t n = rewards.size();
   GroupAdvantages out;
   out.advantages.assign(n, 0.0);
@@ -23,14 +27,15 @@ GroupAdvantages group_advantages(const std::vector<double>& rewards, bool normal
     sum += r;
     sum_sq += r * r;
   }
-  const double others = static_cast<double>(n - 1);
+  const double m = static_cast<double>(options.leave_one_out ? n - 1 : n);  // the baseline's rewards
   for (size_t i = 0; i < n; ++i) {
-    const double mean = (sum - rewards[i]) / others;
-    const double mean_sq = (sum_sq - rewards[i] * rewards[i]) / others;
+    const double own = options.leave_one_out ? rewards[i] : 0.0;
+    const double mean = (sum - own) / m;
+    const double mean_sq = (sum_sq - own * own) / m;
     double advantage = rewards[i] - mean;
-    if (normalize_std) {
-      const double std = std::sqrt(std::max(0.0, mean_sq - mean * mean));
-      if (std > 0.0) advantage /= std + epsilon;
+    if (options.normalize_std && m >= 2.0) {
+      const double std = std::sqrt(std::max(0.0, (mean_sq - mean * mean) * m / (m - 1.0)));
+      if (std > 0.0) advantage /= std + options.std_epsilon;
     }
     out.advantages[i] = advantage;
   }
@@ -43,6 +48,9 @@ LossOptions LossOptions::from_config(const config::GrpoConfig& grpo) {
   o.clip_high = grpo.clip_high;
   o.dual_clip = grpo.dual_clip;
   o.kl_coeff = grpo.kl_coeff;
+  o.kl_type = grpo.kl_type;
+  o.kl_input_clamp = grpo.kl_input_clamp;
+  o.kl_output_clamp = grpo.kl_output_clamp;
   o.on_policy_kl = grpo.on_policy_kl;
   o.correction = grpo.importance_correction;
   o.tis_cap = grpo.tis_cap;
@@ -83,6 +91,23 @@ void LossStatistics::add(const LossStatistics& o) {
   weight_sum += o.weight_sum;
   masked += o.masked;
   truncated += o.truncated;
+  mult_prob_error_sum += o.mult_prob_error_sum;
+  generation_kl_sum += o.generation_kl_sum;
+  policy_kl_sum += o.policy_kl_sum;
+  js_divergence_sum += o.js_divergence_sum;
+  entropy_sum += o.entropy_sum;
+}
+
+double kl_estimate(config::KlType type, double logr) {
+  switch (type) {
+    case config::KlType::K1:
+      return -logr;
+    case config::KlType::K2:
+      return 0.5 * logr * logr;
+    case config::KlType::K3:
+      return std::exp(logr) - 1.0 - logr;
+  }
+  return 0.0;
 }
 
 namespace {
@@ -125,25 +150,68 @@ TokenLoss policy_gradient(const LossOptions& o, double ratio, double advantage, 
   return {unclipped, -advantage * ratio};
 }
 
+// The KL term to the reference of a token (grpo.kl_type over logr = ref - logp, each clamp
+// stopping the gradient where it acts) and its derivative in logp.
+TokenLoss reference_kl(const LossOptions& o, double logp, double reference_logp) {
+  double logr = reference_logp - logp, dlogr = -1.0;
+  if (o.kl_input_clamp > 0.0 && std::fabs(logr) > o.kl_input_clamp) {
+    logr = std::clamp(logr, -o.kl_input_clamp, o.kl_input_clamp);
+    dlogr = 0.0;
+  }
+  TokenLoss kl{kl_estimate(o.kl_type, logr), 0.0};
+  switch (o.kl_type) {
+    case config::KlType::K1:
+      kl.gradient = -dlogr;
+      break;
+    case config::KlType::K2:
+      kl.gradient = logr * dlogr;
+      break;
+    case config::KlType::K3:
+      kl.gradient = (std::exp(logr) - 1.0) * dlogr;
+      break;
+  }
+  if (o.kl_output_clamp > 0.0 && std::fabs(kl.loss) > o.kl_output_clamp) {
+    kl.loss = std::clamp(kl.loss, -o.kl_output_clamp, o.kl_output_clamp);
+    kl.gradient = 0.0;
+  }
+  return kl;
+}
+
+double finite_or_zero(double value) { return std::isfinite(value) ? value : 0.0; }
+
+// The mismatch of the generation policy and the learner's before the update, at one token.
+void add_mismatch(const LossOptions& o, double logp, double old_logp, double generation_logp, LossStatistics& mine) {
+  mine.mult_prob_error_sum = finite_or_zero(std::exp(std::fabs(old_logp - generation_logp)));
+  mine.generation_kl_sum = finite_or_zero(kl_estimate(o.kl_type, old_logp - generation_logp));
+  mine.policy_kl_sum = finite_or_zero(kl_estimate(o.kl_type, generation_logp - old_logp));
+  // Each distribution's k3 to their mixture M: log M = log((p_old + p_gen) / 2).
+  const double high = std::max(old_logp, generation_logp);
+  const double log_mixture = high + std::log(0.5 * (std::exp(old_logp - high) + std::exp(generation_logp - high)));
+  const double js = 0.5 * kl_estimate(config::KlType::K3, old_logp - log_mixture) +
+                    0.5 * kl_estimate(config::KlType::K3, generation_logp - log_mixture);
+  mine.js_divergence_sum = finite_or_zero(js);
+  mine.entropy_sum = finite_or_zero(-std::exp(logp - generation_logp) * logp);
+}
+
 // A trained token's loss at the PPO ratio `ratio` with the raw importance weight `raw`, both
-// the token's own or its sample's (GSPO); its KL term is always its own.
-TokenLoss loss_at(const LossOptions& o, double ratio, double raw, double logp, double generation_logp,
+// the token's own or its sample's (GSPO); its KL term and mismatch statistics are always its own.
+TokenLoss loss_at(const LossOptions& o, double ratio, double raw, double logp, double old_logp, double generation_logp,
                   double reference_logp, double advantage, LossStatistics& stats) {
   LossStatistics mine;
   mine.tokens = 1;
   if (!std::isfinite(raw)) raw = 0.0;  // as NeMo RL's nan_to_num
   mine.weight_sum = mine.weight_min = mine.weight_max = raw;
+  add_mismatch(o, logp, old_logp, generation_logp, mine);
   const double weight = corrected_weight(o, raw, mine);
   const TokenLoss pg = policy_gradient(o, ratio, advantage, mine);
   TokenLoss out{weight * pg.loss, weight * pg.gradient};
   if (o.kl_coeff != 0.0) {
-    const double d = reference_logp - logp, e = std::exp(d);
     double on_policy = o.on_policy_kl ? std::exp(logp - generation_logp) : 1.0;
     if (!std::isfinite(on_policy)) on_policy = 0.0;  // as NeMo RL's nan_to_num
-    const double kl = on_policy * (e - d - 1.0);
-    mine.kl_sum = kl;
-    out.loss += o.kl_coeff * kl;
-    out.gradient += o.kl_coeff * on_policy * (1.0 - e);  // d kl / d logp = -e + 1, the weight detached
+    const TokenLoss kl = reference_kl(o, logp, reference_logp);
+    mine.kl_sum = on_policy * kl.loss;
+    out.loss += o.kl_coeff * on_policy * kl.loss;
+    out.gradient += o.kl_coeff * on_policy * kl.gradient;  // the weight detached
   }
   mine.loss_sum = out.loss;
   stats.add(mine);
@@ -154,15 +222,17 @@ TokenLoss loss_at(const LossOptions& o, double ratio, double raw, double logp, d
 
 TokenLoss token_loss(const LossOptions& o, double logp, double old_logp, double generation_logp,
                      double reference_logp, double advantage, LossStatistics& stats) {
-  return loss_at(o, std::exp(logp - old_logp), std::exp(old_logp - generation_logp), logp, generation_logp,
-                 reference_logp, advantage, stats);
+  return loss_at(o, std::exp(logp - old_logp), std::exp(old_logp - generation_logp), logp, old_logp,
+                 generation_logp, reference_logp, advantage, stats);
 }
 
 TokenLoss sequence_token_loss(const LossOptions& o, const SampleSums& sample, int64_t sample_tokens, double logp,
-                              double generation_logp, double reference_logp, double advantage, LossStatistics& stats) {
+                              double old_logp, double generation_logp, double reference_logp, double advantage,
+                              LossStatistics& stats) {
   LOOM_CHECK(sample_tokens > 0, "sequence_token_loss: a trained token of a sample without trained tokens");
   const double ratio = std::exp(sample.log_ratio / static_cast<double>(sample_tokens));
-  return loss_at(o, ratio, std::exp(sample.log_weight), logp, generation_logp, reference_logp, advantage, stats);
+  return loss_at(o, ratio, std::exp(sample.log_weight), logp, old_logp, generation_logp, reference_logp, advantage,
+                 stats);
 }
 
 double grpo_loss(const LossOptions& options, const TokenArrays& t, int64_t global_tokens, float* loss, float* gradient,
@@ -193,8 +263,8 @@ double grpo_loss(const LossOptions& options, const TokenArrays& t, int64_t globa
     const double ref = t.reference_logp != nullptr ? t.reference_logp[i] : 0.0;
     const size_t k = by_sequence ? static_cast<size_t>(t.sample[i]) : 0;
     const TokenLoss one =
-        by_sequence ? sequence_token_loss(options, sums[k], sample_tokens[k], t.logp[i], t.generation_logp[i], ref,
-                                          t.advantage[i], stats)
+        by_sequence ? sequence_token_loss(options, sums[k], sample_tokens[k], t.logp[i], t.old_logp[i],
+                                          t.generation_logp[i], ref, t.advantage[i], stats)
                     : token_loss(options, t.logp[i], t.old_logp[i], t.generation_logp[i], ref, t.advantage[i], stats);
     loss[i] = static_cast<float>(one.loss * scale);
     gradient[i] = static_cast<float>(one.gradient * scale);

@@ -1,8 +1,8 @@
 #pragma once
 // The GRPO loss as NeMo RL defines it (ClippedPGLossFn), as pure functions over plain arrays:
 // group-relative advantages, the clipped policy-gradient objective per sampled token with an
-// importance-sampling correction for off-policy data and a k3 KL penalty to a frozen reference
-// policy, and DAPO's overlong shaping and filtering. docs/grpo.md gives the formulas.
+// importance-sampling correction for off-policy data and a KL penalty (k1, k2 or k3) to a frozen
+// reference policy, and DAPO's overlong shaping and filtering. docs/grpo.md gives the formulas.
 //
 // Per token t with log-probability logp (the learner's, the only input that carries a gradient),
 // old log-probability old (the learner's before the update, detached), generation log-probability
@@ -10,7 +10,8 @@
 //   r = exp(logp - old)
 //   pg = max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high));  A < 0 and dual_clip c > 1: min(pg, -A c)
 //   w = exp(old - gen), then none: 1 | tis: min(w, tis_cap) | icepop: w in [low, high] ? w : 0
-//   kl = exp(ref - logp) - (ref - logp) - 1, with on_policy_kl times exp(logp - gen) (detached)
+//   kl = k3: exp(logr) - logr - 1 (k1: -logr, k2: logr^2 / 2) of logr = ref - logp, logr and kl
+//        optionally clamped; with on_policy_kl times exp(logp - gen) (detached)
 //   loss_t = (w pg + kl_coeff kl) / N      N = the global count of trained tokens
 // With grpo.ratio_level sequence (GSPO) a sample's tokens share r and w (sequence_token_loss).
 #include <cstdint>
@@ -28,11 +29,19 @@ struct GroupAdvantages {
   bool zero_variance = false;      // every reward equal (or one sample): every advantage is 0
 };
 
-// A_i = r_i - mean of the other samples' rewards (leave-one-out baseline). With `normalize_std`,
-// A_i is divided by (s_i + epsilon), s_i the standard deviation of the other samples' rewards
-// (population form: sqrt(mean(r^2) - mean(r)^2) over the others), where s_i > 0; a sample whose
-// s_i is 0 keeps A_i (NeMo RL's rule). A group whose rewards are all equal contributes nothing.
-GroupAdvantages group_advantages(const std::vector<double>& rewards, bool normalize_std, double epsilon);
+// NeMo RL's rule (calculate_baseline_and_std_per_prompt): A_i = r_i - b_i, b_i the mean of the
+// baseline's m rewards: the other samples' (leave_one_out, RLOO's unbiased baseline; m = n - 1)
+// or the whole group's (m = n, the GRPO paper's). With `normalize_std`, A_i is divided by
+// (s_i + epsilon), s_i the Bessel-corrected standard deviation of those m rewards,
+// sqrt((mean(r^2) - mean(r)^2) m / (m - 1)) (0 when m < 2), where s_i > 0; a sample whose s_i is 0
+// keeps A_i. A group whose rewards are all equal (or of one sample) contributes nothing.
+struct AdvantageOptions {
+  bool leave_one_out = true;
+  bool normalize_std = true;
+  double std_epsilon = 1e-6;
+  static AdvantageOptions from_config(const config::GrpoConfig& grpo);
+};
+GroupAdvantages group_advantages(const std::vector<double>& rewards, const AdvantageOptions& options);
 
 // ---- the per-token objective
 
@@ -40,6 +49,8 @@ struct LossOptions {
   double clip_low = 0.2, clip_high = 0.2;
   double dual_clip = 0.0;  // 0: off; else c > 1
   double kl_coeff = 0.01;  // 0: no reference policy, no KL term
+  config::KlType kl_type = config::KlType::K3;
+  double kl_input_clamp = 0.0, kl_output_clamp = 0.0;  // 0: off
   // The KL term weighted by exp(logp - gen), detached (NeMo RL's use_on_policy_kl_approximation):
   // the tokens were sampled by the generation policy, so the plain k3 mean estimates the KL under
   // that policy; weighted, under the current one.
@@ -74,14 +85,22 @@ struct LossStatistics {
   double weight_min = 0.0, weight_max = 0.0;
   int64_t masked = 0;                // icepop: weights outside [low, high], set to 0
   int64_t truncated = 0;             // tis: weights above the cap, set to it
+  // The generation policy against the learner's before the update, summed over tokens (NeMo RL's
+  // metrics of their mismatch): exp(|old - gen|), the KL (grpo.kl_type's estimator, unclamped)
+  // of the generation policy to the learner's (logr = old - gen) and of the learner's to it
+  // (logr = gen - old), their Jensen-Shannon divergence, and -exp(logp - gen) logp (the
+  // policy's entropy estimated on the generation policy's samples). Non-finite terms count 0.
+  double mult_prob_error_sum = 0.0, generation_kl_sum = 0.0, policy_kl_sum = 0.0;
+  double js_divergence_sum = 0.0, entropy_sum = 0.0;
   void add(const LossStatistics& other);
   double clip_low_fraction() const { return fraction(clipped_low); }
   double clip_high_fraction() const { return fraction(clipped_high); }
   double dual_clip_fraction() const { return fraction(dual_clipped); }
   double masked_fraction() const { return fraction(masked); }
   double truncated_fraction() const { return fraction(truncated); }
-  double kl_mean() const { return tokens > 0 ? kl_sum / static_cast<double>(tokens) : 0.0; }
-  double weight_mean() const { return tokens > 0 ? weight_sum / static_cast<double>(tokens) : 0.0; }
+  double kl_mean() const { return mean(kl_sum); }
+  double weight_mean() const { return mean(weight_sum); }
+  double mean(double sum) const { return tokens > 0 ? sum / static_cast<double>(tokens) : 0.0; }
 
  private:
   double fraction(int64_t count) const { return tokens > 0 ? static_cast<double>(count) / static_cast<double>(tokens) : 0.0; }
@@ -91,6 +110,10 @@ struct TokenLoss {
   double loss = 0.0;      // w pg + kl_coeff kl (unnormalised)
   double gradient = 0.0;  // d(loss)/d(logp)
 };
+
+// Schulman's estimator `type` of a KL at logr (the log-ratio of the distribution it is to over the
+// one that sampled): k1 -logr, k2 logr^2 / 2, k3 exp(logr) - 1 - logr.
+double kl_estimate(config::KlType type, double logr);
 
 // One trained token's loss and gradient (`ref` is read only when kl_coeff > 0); adds it to `stats`.
 TokenLoss token_loss(const LossOptions& options, double logp, double old_logp, double generation_logp,
@@ -113,8 +136,8 @@ struct SampleSums {
 // One trained token of a sample of `sample_tokens` trained tokens whose sums are `sample`; adds
 // it to `stats` (its clip counts and raw weight the sample's).
 TokenLoss sequence_token_loss(const LossOptions& options, const SampleSums& sample, int64_t sample_tokens,
-                              double logp, double generation_logp, double reference_logp, double advantage,
-                              LossStatistics& stats);
+                              double logp, double old_logp, double generation_logp, double reference_logp,
+                              double advantage, LossStatistics& stats);
 
 // Per-token arrays of `count` tokens (reference may be null when kl_coeff is 0). Tokens with
 // trained[t] = 0 get loss and gradient 0. loss[t] and gradient[t] are divided by

@@ -125,11 +125,11 @@ double GrpoObjective::evaluate(const int32_t* targets, const float* logp, int64_
     const double reference = options_.kl_coeff != 0.0 ? reference_logp_[share_][i] : 0.0;
     if (update_ == 0 && !old_logp_[0].empty()) old_logp_[0][i] = logp[r];
     const double generation = batch_->generation_logprobs[i], advantage = batch_->advantages[i];
+    const double old = old_logp(i, logp[r]);
     const TokenLoss t = by_sequence ? sequence_token_loss(options_, sample_sums_[sample_slot(first, i)],
-                                                          batch_->sample_targets[i], logp[r], generation, reference,
-                                                          advantage, stats_)
-                                    : token_loss(options_, logp[r], old_logp(i, logp[r]), generation, reference,
-                                                 advantage, stats_);
+                                                          batch_->sample_targets[i], logp[r], old, generation,
+                                                          reference, advantage, stats_)
+                                    : token_loss(options_, logp[r], old, generation, reference, advantage, stats_);
     const UpdateTotals& totals = totals_[static_cast<size_t>(update_)];
     const double factor = options_.aggregation == config::LossAggregation::TokenMean
                               ? 1.0

@@ -126,7 +126,7 @@ RolloutRows make_rollout_rows(const std::vector<RolloutGroup>& groups, const con
     }
     std::vector<double> rewards;
     for (const Rollout& s : group.samples) rewards.push_back(s.reward);
-    const GroupAdvantages a = group_advantages(rewards, grpo.normalize_std, grpo.std_epsilon);
+    const GroupAdvantages a = group_advantages(rewards, AdvantageOptions::from_config(grpo));
     out.zero_variance_groups += a.zero_variance ? 1 : 0;
     if (grpo.overlong_filter) out.filtered_samples += filter_overlong(group);
     for (size_t si = 0; si < group.samples.size(); ++si) {
