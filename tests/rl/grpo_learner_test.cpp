@@ -141,6 +141,7 @@ class GrpoLearnerTest : public ::testing::Test {
         EXPECT_NEAR(other[s].kl, r.kl, 1e-4 * r.kl);
         EXPECT_NEAR(other[s].importance_weight_mean, r.importance_weight_mean, 1e-5 * r.importance_weight_mean);
         EXPECT_NEAR(other[s].truncated_fraction, r.truncated_fraction, 1e-12);
+        EXPECT_NEAR(other[s].masked_fraction, r.masked_fraction, 1e-12);
       }
       EXPECT_LE(train::testing::state_difference(root_, reference_name, name), 1e-5);
     }
@@ -802,6 +803,28 @@ TEST_F(GrpoLearnerTest, GspoTrainsInEveryLayoutAsOneRank) {
       {"runtime.ranks=4", "parallel.cp=2"},
   };
   expect_updates_in_layouts("gspo-layout", common, layouts, "gspo-one", reference, generation_logp);
+}
+
+// grpo.importance_correction seq_mask_tis, its band [0.9, 1.1] keeping about half the samples
+// (the rollouts' generation log-probabilities around the model's, as in the GSPO test), with two
+// updates a step: each sample's mean weight summed over its chunks at cp 2, and dp 2 with ZeRO-3,
+// pp 2 and cp 2 (ring and all-to-all) equal one rank.
+TEST_F(GrpoLearnerTest, SeqMaskTisMasksWholeSamplesInEveryLayoutAsOneRank) {
+  const std::vector<std::string> common = {"optim.eps=1e-4", "grpo.minibatches=2",
+                                           "grpo.importance_correction=seq_mask_tis", "grpo.seq_mask_low=0.9",
+                                           "grpo.seq_mask_high=1.1"};
+  const float generation_logp = -5.05f;
+  const std::vector<LearnerStep> reference = learn("seqmask-one", common, 2, 5, generation_logp);
+  ASSERT_EQ(reference.size(), 2u);
+  EXPECT_GT(reference[0].masked_fraction, 0.1);
+  EXPECT_LT(reference[0].masked_fraction, 0.9);
+  const std::vector<std::vector<std::string>> layouts = {
+      {"runtime.ranks=2", "parallel.zero=3"},
+      {"runtime.ranks=2", "parallel.pp=2", "parallel.pipeline_schedule=1f1b"},
+      {"runtime.ranks=2", "parallel.cp=2"},
+      {"runtime.ranks=2", "parallel.cp=2", "parallel.cp_comm=a2a"},
+  };
+  expect_updates_in_layouts("seqmask-layout", common, layouts, "seqmask-one", reference, generation_logp);
 }
 
 // The start-up report says how a step's rows are laid out, with the unit a packed step's rows

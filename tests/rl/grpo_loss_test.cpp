@@ -419,9 +419,43 @@ TEST(GspoLoss, TokensShareTheirSamplesGeometricMeanRatioAndSequenceWeight) {
   EXPECT_EQ(per_token.clipped_high, 2);
 }
 
+// seq_mask_tis (band [0.999, 1.002]): sample 0's tokens have old - gen 0.002 and -0.001, a
+// geometric-mean weight exp(0.0005) in the band, so each keeps its own weight; sample 1's
+// exp(0.005) is out, so both its tokens lose their policy term (and keep their KL).
+TEST(SeqMaskTis, KeepsTokenWeightsInSamplesWhoseMeanWeightIsInItsBand) {
+  LossOptions o;
+  o.kl_coeff = 0.1;
+  o.correction = config::ImportanceCorrection::SeqMaskTis;
+  const std::vector<float> old = {-1.0f, -2.0f, -0.5f, -3.0f};
+  const std::vector<float> logp = {-0.9f, -2.0f, -0.45f, -3.0f};
+  const std::vector<float> gen = {-1.002f, -2.004f, -0.499f, -3.006f};
+  const std::vector<float> ref = {-1.0f, -2.1f, -0.5f, -3.0f};
+  const std::vector<float> advantage = {1.0f, -2.0f, 1.0f, -2.0f};
+  const std::vector<uint8_t> trained = {1, 1, 1, 1};
+  const std::vector<int32_t> sample = {0, 1, 0, 1};
+  TokenArrays t{4, logp.data(), old.data(), gen.data(), ref.data(), advantage.data(), trained.data(), sample.data()};
+  std::vector<float> loss(4), gradient(4);
+  LossStatistics s;
+  grpo_loss(o, t, 4, loss.data(), gradient.data(), s);
+  for (int i : {0, 2}) {
+    const double raw = std::exp(static_cast<double>(old[i]) - gen[i]);
+    const double ratio = std::exp(static_cast<double>(logp[i]) - old[i]);
+    const double logr = static_cast<double>(ref[i]) - logp[i], kl = std::exp(logr) - 1.0 - logr;
+    EXPECT_NEAR(loss[i], (raw * -1.0 * ratio + 0.1 * kl) / 4.0, 1e-7) << i;
+    EXPECT_NEAR(gradient[i], (raw * -1.0 * ratio + 0.1 * (1.0 - std::exp(logr))) / 4.0, 1e-7) << i;
+  }
+  for (int i : {1, 3}) {
+    const double logr = static_cast<double>(ref[i]) - logp[i];
+    EXPECT_NEAR(loss[i], 0.1 * (std::exp(logr) - 1.0 - logr) / 4.0, 1e-7) << i;
+    EXPECT_NEAR(gradient[i], 0.1 * (1.0 - std::exp(logr)) / 4.0, 1e-7) << i;
+  }
+  EXPECT_EQ(s.masked, 2);
+  EXPECT_THROW(token_loss(o, -1.0, -1.0, -1.0, -1.0, 1.0, s), Error);  // it needs the token's sample
+}
+
 // Central differences of the whole loss (every token of the token's sample moves with its logp)
 // in each token's logp, three samples of 2 to 5 trained tokens, for every correction with the KL
-// and the dual clip, away from the clip boundaries.
+// and the dual clip, away from the clip boundaries; and seq_mask_tis over token ratios.
 TEST(GspoLoss, GradientsMatchFiniteDifferencesOfTheWholeLoss) {
   LossOptions o = gspo();
   o.kl_coeff = 0.05;
@@ -433,10 +467,15 @@ TEST(GspoLoss, GradientsMatchFiniteDifferencesOfTheWholeLoss) {
   const int n = 12;
   const std::vector<int32_t> sample = {0, 0, 1, 2, 1, 1, 0, 2, 1, 0, 2, 1};
   const std::vector<uint8_t> trained = {1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 0, 1};
+  o.seq_mask_low = 0.97;
+  o.seq_mask_high = 1.03;
   int checked = 0;
-  for (config::ImportanceCorrection correction :
-       {config::ImportanceCorrection::None, config::ImportanceCorrection::Tis, config::ImportanceCorrection::Icepop}) {
+  // GSPO with each correction, and token ratios with seq_mask_tis.
+  for (int variant = 0; variant < 4; ++variant) {
+    const config::ImportanceCorrection correction = static_cast<config::ImportanceCorrection>(variant);
     o.correction = correction;
+    o.ratio_level = correction == config::ImportanceCorrection::SeqMaskTis ? config::RatioLevel::Token
+                                                                           : config::RatioLevel::Sequence;
     for (int trial = 0; trial < 60; ++trial) {
       auto u = [&](int k) { return (philox4x32(17, trial * 64 + k, static_cast<int>(correction))[0] % 100000) / 1e5; };
       std::vector<float> logp(n), old(n), gen(n), ref(n), advantage(n);
@@ -469,6 +508,13 @@ TEST(GspoLoss, GradientsMatchFiniteDifferencesOfTheWholeLoss) {
           near_edge = near_edge || std::fabs(ratio - edge) < 1e-3;
         for (double edge : {o.tis_cap, o.icepop_low, o.icepop_high})
           near_edge = near_edge || std::fabs(weight - edge) < 1e-3;
+        for (double edge : {o.seq_mask_low, o.seq_mask_high})
+          near_edge = near_edge || std::fabs(std::exp(log_weight / tokens) - edge) < 1e-4;
+      }
+      // Token ratios (seq_mask_tis): each token's own clip edges.
+      for (int i = 0; o.ratio_level == config::RatioLevel::Token && i < n; ++i) {
+        for (double edge : {1.0 - o.clip_low, 1.0 + o.clip_high})
+          near_edge = near_edge || std::fabs(std::exp(static_cast<double>(logp[i]) - old[i]) - edge) < 1e-3;
       }
       if (near_edge) continue;
       // The loss in double at moved logp (float arrays: the step is large enough for their rounding).
@@ -493,7 +539,7 @@ TEST(GspoLoss, GradientsMatchFiniteDifferencesOfTheWholeLoss) {
       }
     }
   }
-  EXPECT_GT(checked, 400);
+  EXPECT_GT(checked, 600);
 }
 
 TEST(Overlong, SoftPenaltyInTheLastTokens) {
@@ -547,6 +593,14 @@ TEST(GrpoConfig, KeysAreDeclaredAndChecked) {
         "grpo.ratio_level = 'sequence' (GSPO) gives each sample one ratio and one loss: it needs "
         "grpo.loss_aggregation = 'seq_mean_token_mean' (the samples' mean), not 'token_mean'");
   fails("grpo: {ratio_level: sample}\n", "sequence");
+  fails("grpo: {seq_mask_low: 1.1, seq_mask_high: 1.05}\n", "grpo.seq_mask_low = 1.1 is invalid");
+  fails("grpo: {importance_correction: seq_mask_tis, ratio_level: sequence, loss_aggregation: seq_mean_token_mean}\n",
+        "grpo.importance_correction = 'seq_mask_tis' keeps each token's own weight");
+  const LossOptions masked = LossOptions::from_config(
+      config::parse_config("grpo: {importance_correction: seq_mask_tis, seq_mask_low: 0.9}\n", "grpo", {}).grpo);
+  EXPECT_EQ(masked.correction, config::ImportanceCorrection::SeqMaskTis);
+  EXPECT_EQ(masked.seq_mask_low, 0.9);
+  EXPECT_EQ(masked.seq_mask_high, 1.002);
   EXPECT_EQ(LossOptions::from_config(config::parse_config("grpo: {ratio_level: sequence, loss_aggregation: "
                                                           "seq_mean_token_mean}\n", "grpo", {}).grpo)
                 .ratio_level,

@@ -13,10 +13,13 @@
 namespace loom::config {
 
 // grpo.importance_correction: how off-policy tokens are weighted by exp(old - generation
-// log-probability): not at all, truncated at grpo.tis_cap, or zeroed outside
-// [grpo.icepop_low, grpo.icepop_high].
-enum class ImportanceCorrection : uint8_t { None, Tis, Icepop };
-constexpr std::array<std::string_view, 3> names(ImportanceCorrection) { return {"none", "tis", "icepop"}; }
+// log-probability): not at all, truncated at grpo.tis_cap, zeroed outside
+// [grpo.icepop_low, grpo.icepop_high], or kept as they are in samples whose geometric-mean weight
+// lies in [grpo.seq_mask_low, grpo.seq_mask_high] and zeroed in the others (seq_mask_tis).
+enum class ImportanceCorrection : uint8_t { None, Tis, Icepop, SeqMaskTis };
+constexpr std::array<std::string_view, 4> names(ImportanceCorrection) {
+  return {"none", "tis", "icepop", "seq_mask_tis"};
+}
 
 // grpo.loss_aggregation: how the token losses of a step make its loss. token_mean: their sum
 // over the step's trained tokens (DAPO, NeMo RL's token_level_loss); seq_mean_token_mean: each
@@ -52,6 +55,7 @@ struct GrpoConfig {
   ImportanceCorrection importance_correction = ImportanceCorrection::None;
   double tis_cap = 2.0;
   double icepop_low = 0.5, icepop_high = 5.0;
+  double seq_mask_low = 0.999, seq_mask_high = 1.002;  // seq_mask_tis's band (NeMo RL's reference bounds)
   LossAggregation loss_aggregation = LossAggregation::TokenMean;
   RatioLevel ratio_level = RatioLevel::Token;
   bool leave_one_out = true;    // a sample's baseline the mean of the others' rewards; false: of the group's

@@ -40,6 +40,8 @@ std::vector<Key<GrpoConfig>> grpo_keys() {
       field("tis_cap", &GrpoConfig::tis_cap, greater_than(0)),
       field("icepop_low", &GrpoConfig::icepop_low, at_least(0.0)),
       field("icepop_high", &GrpoConfig::icepop_high, greater_than(0)),
+      field("seq_mask_low", &GrpoConfig::seq_mask_low, at_least(0.0)),
+      field("seq_mask_high", &GrpoConfig::seq_mask_high, greater_than(0)),
       field("loss_aggregation", &GrpoConfig::loss_aggregation),
       field("ratio_level", &GrpoConfig::ratio_level),
       field("leave_one_out", &GrpoConfig::leave_one_out),
@@ -99,6 +101,12 @@ void check_grpo(const RunConfig& config) {
   LOOM_CHECK(g.icepop_low < g.icepop_high, "grpo.icepop_low = " + format_double(g.icepop_low) +
                                                " is invalid: must be below grpo.icepop_high = " +
                                                format_double(g.icepop_high));
+  LOOM_CHECK(g.seq_mask_low < g.seq_mask_high, "grpo.seq_mask_low = " + format_double(g.seq_mask_low) +
+                                                   " is invalid: must be below grpo.seq_mask_high = " +
+                                                   format_double(g.seq_mask_high));
+  LOOM_CHECK(g.ratio_level != RatioLevel::Sequence || g.importance_correction != ImportanceCorrection::SeqMaskTis,
+             "grpo.importance_correction = 'seq_mask_tis' keeps each token's own weight in the samples it keeps, and "
+             "grpo.ratio_level = 'sequence' (GSPO) weighs a sample by one weight: use tis or icepop with it");
   LOOM_CHECK(g.ratio_level != RatioLevel::Sequence || g.loss_aggregation == LossAggregation::SeqMeanTokenMean,
              "grpo.ratio_level = 'sequence' (GSPO) gives each sample one ratio and one loss: it needs "
              "grpo.loss_aggregation = 'seq_mean_token_mean' (the samples' mean), not '" +

@@ -56,6 +56,8 @@ LossOptions LossOptions::from_config(const config::GrpoConfig& grpo) {
   o.tis_cap = grpo.tis_cap;
   o.icepop_low = grpo.icepop_low;
   o.icepop_high = grpo.icepop_high;
+  o.seq_mask_low = grpo.seq_mask_low;
+  o.seq_mask_high = grpo.seq_mask_high;
   o.aggregation = grpo.loss_aggregation;
   o.ratio_level = grpo.ratio_level;
   o.max_sample_tokens = static_cast<int64_t>(grpo.max_turns) * grpo.max_tokens;
@@ -112,8 +114,9 @@ double kl_estimate(config::KlType type, double logr) {
 
 namespace {
 
-// The importance weight used for a token whose raw weight is `raw`, counting what was changed.
-double corrected_weight(const LossOptions& o, double raw, LossStatistics& stats) {
+// The importance weight used for a token whose raw weight is `raw` (in a sample seq_mask_tis
+// keeps, `sample_kept`), counting what was changed.
+double corrected_weight(const LossOptions& o, double raw, bool sample_kept, LossStatistics& stats) {
   switch (o.correction) {
     case config::ImportanceCorrection::None:
       return 1.0;
@@ -125,6 +128,12 @@ double corrected_weight(const LossOptions& o, double raw, LossStatistics& stats)
       return raw;
     case config::ImportanceCorrection::Icepop:
       if (raw < o.icepop_low || raw > o.icepop_high) {
+        ++stats.masked;
+        return 0.0;
+      }
+      return raw;
+    case config::ImportanceCorrection::SeqMaskTis:
+      if (!sample_kept) {
         ++stats.masked;
         return 0.0;
       }
@@ -194,15 +203,16 @@ void add_mismatch(const LossOptions& o, double logp, double old_logp, double gen
 }
 
 // A trained token's loss at the PPO ratio `ratio` with the raw importance weight `raw`, both
-// the token's own or its sample's (GSPO); its KL term and mismatch statistics are always its own.
-TokenLoss loss_at(const LossOptions& o, double ratio, double raw, double logp, double old_logp, double generation_logp,
-                  double reference_logp, double advantage, LossStatistics& stats) {
+// the token's own or its sample's (GSPO), in a sample seq_mask_tis keeps or not; its KL term and
+// mismatch statistics are always its own.
+TokenLoss loss_at(const LossOptions& o, double ratio, double raw, bool sample_kept, double logp, double old_logp,
+                  double generation_logp, double reference_logp, double advantage, LossStatistics& stats) {
   LossStatistics mine;
   mine.tokens = 1;
   if (!std::isfinite(raw)) raw = 0.0;  // as NeMo RL's nan_to_num
   mine.weight_sum = mine.weight_min = mine.weight_max = raw;
   add_mismatch(o, logp, old_logp, generation_logp, mine);
-  const double weight = corrected_weight(o, raw, mine);
+  const double weight = corrected_weight(o, raw, sample_kept, mine);
   const TokenLoss pg = policy_gradient(o, ratio, advantage, mine);
   TokenLoss out{weight * pg.loss, weight * pg.gradient};
   if (o.kl_coeff != 0.0) {
@@ -222,27 +232,38 @@ TokenLoss loss_at(const LossOptions& o, double ratio, double raw, double logp, d
 
 TokenLoss token_loss(const LossOptions& o, double logp, double old_logp, double generation_logp,
                      double reference_logp, double advantage, LossStatistics& stats) {
-  return loss_at(o, std::exp(logp - old_logp), std::exp(old_logp - generation_logp), logp, old_logp,
+  LOOM_CHECK(!needs_sample_sums(o), "token_loss: these options need the token's sample (sample_token_loss)");
+  return loss_at(o, std::exp(logp - old_logp), std::exp(old_logp - generation_logp), true, logp, old_logp,
                  generation_logp, reference_logp, advantage, stats);
 }
 
-TokenLoss sequence_token_loss(const LossOptions& o, const SampleSums& sample, int64_t sample_tokens, double logp,
-                              double old_logp, double generation_logp, double reference_logp, double advantage,
-                              LossStatistics& stats) {
-  LOOM_CHECK(sample_tokens > 0, "sequence_token_loss: a trained token of a sample without trained tokens");
-  const double ratio = std::exp(sample.log_ratio / static_cast<double>(sample_tokens));
-  return loss_at(o, ratio, std::exp(sample.log_weight), logp, old_logp, generation_logp, reference_logp, advantage,
-                 stats);
+bool needs_sample_sums(const LossOptions& o) {
+  return o.ratio_level == config::RatioLevel::Sequence || o.correction == config::ImportanceCorrection::SeqMaskTis;
+}
+
+TokenLoss sample_token_loss(const LossOptions& o, const SampleSums& sample, int64_t sample_tokens, double logp,
+                            double old_logp, double generation_logp, double reference_logp, double advantage,
+                            LossStatistics& stats) {
+  LOOM_CHECK(sample_tokens > 0, "sample_token_loss: a trained token of a sample without trained tokens");
+  const double tokens = static_cast<double>(sample_tokens);
+  const double mean_weight = std::exp(sample.log_weight / tokens);
+  const bool kept = mean_weight >= o.seq_mask_low && mean_weight <= o.seq_mask_high;
+  if (o.ratio_level == config::RatioLevel::Sequence) {
+    return loss_at(o, std::exp(sample.log_ratio / tokens), std::exp(sample.log_weight), kept, logp, old_logp,
+                   generation_logp, reference_logp, advantage, stats);
+  }
+  return loss_at(o, std::exp(logp - old_logp), std::exp(old_logp - generation_logp), kept, logp, old_logp,
+                 generation_logp, reference_logp, advantage, stats);
 }
 
 double grpo_loss(const LossOptions& options, const TokenArrays& t, int64_t global_tokens, float* loss, float* gradient,
                  LossStatistics& stats) {
-  const bool by_sequence = options.ratio_level == config::RatioLevel::Sequence;
-  LOOM_CHECK(!by_sequence || t.sample != nullptr, "grpo_loss: sequence-level ratios need each token's sample");
-  // GSPO: each sample's sums and trained tokens first.
+  const bool by_sample = needs_sample_sums(options);
+  LOOM_CHECK(!by_sample || t.sample != nullptr, "grpo_loss: these options need each token's sample");
+  // GSPO, seq_mask_tis: each sample's sums and trained tokens first.
   std::vector<SampleSums> sums;
   std::vector<int64_t> sample_tokens;
-  for (int64_t i = 0; by_sequence && i < t.count; ++i) {
+  for (int64_t i = 0; by_sample && i < t.count; ++i) {
     if (t.trained[i] == 0) continue;
     LOOM_CHECK(t.sample[i] >= 0,
                "grpo_loss: token " + std::to_string(i) + " has sample " + std::to_string(t.sample[i]));
@@ -261,11 +282,11 @@ double grpo_loss(const LossOptions& options, const TokenArrays& t, int64_t globa
     loss[i] = gradient[i] = 0.0f;
     if (t.trained[i] == 0) continue;
     const double ref = t.reference_logp != nullptr ? t.reference_logp[i] : 0.0;
-    const size_t k = by_sequence ? static_cast<size_t>(t.sample[i]) : 0;
+    const size_t k = by_sample ? static_cast<size_t>(t.sample[i]) : 0;
     const TokenLoss one =
-        by_sequence ? sequence_token_loss(options, sums[k], sample_tokens[k], t.logp[i], t.old_logp[i],
-                                          t.generation_logp[i], ref, t.advantage[i], stats)
-                    : token_loss(options, t.logp[i], t.old_logp[i], t.generation_logp[i], ref, t.advantage[i], stats);
+        by_sample ? sample_token_loss(options, sums[k], sample_tokens[k], t.logp[i], t.old_logp[i],
+                                      t.generation_logp[i], ref, t.advantage[i], stats)
+                  : token_loss(options, t.logp[i], t.old_logp[i], t.generation_logp[i], ref, t.advantage[i], stats);
     loss[i] = static_cast<float>(one.loss * scale);
     gradient[i] = static_cast<float>(one.gradient * scale);
     total += one.loss * scale;

@@ -9,11 +9,13 @@
 // gen (the server's), reference log-probability ref and advantage A:
 //   r = exp(logp - old)
 //   pg = max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high));  A < 0 and dual_clip c > 1: min(pg, -A c)
-//   w = exp(old - gen), then none: 1 | tis: min(w, tis_cap) | icepop: w in [low, high] ? w : 0
+//   w = exp(old - gen), then none: 1 | tis: min(w, tis_cap) | icepop: w in [low, high] ? w : 0 |
+//       seq_mask_tis: w where the sample's exp(mean(old - gen)) is in [seq_mask_low, seq_mask_high], else 0
 //   kl = k3: exp(logr) - logr - 1 (k1: -logr, k2: logr^2 / 2) of logr = ref - logp, logr and kl
 //        optionally clamped; with on_policy_kl times exp(logp - gen) (detached)
 //   loss_t = (w pg + kl_coeff kl) / N      N = the global count of trained tokens
-// With grpo.ratio_level sequence (GSPO) a sample's tokens share r and w (sequence_token_loss).
+// With grpo.ratio_level sequence (GSPO) a sample's tokens share r and w, and seq_mask_tis masks
+// whole samples (sample_token_loss).
 #include <cstdint>
 #include <vector>
 
@@ -58,6 +60,7 @@ struct LossOptions {
   config::ImportanceCorrection correction = config::ImportanceCorrection::None;
   double tis_cap = 2.0;
   double icepop_low = 0.5, icepop_high = 5.0;
+  double seq_mask_low = 0.999, seq_mask_high = 1.002;
   config::LossAggregation aggregation = config::LossAggregation::TokenMean;
   config::RatioLevel ratio_level = config::RatioLevel::Token;
   int64_t max_sample_tokens = 1;  // seq_mean_token_sum_norm's length: grpo.max_turns x grpo.max_tokens
@@ -83,7 +86,7 @@ struct LossStatistics {
   int64_t dual_clipped = 0;          // A < 0 and r > dual_clip
   double weight_sum = 0.0;           // raw importance weights exp(old - gen) (0 where not finite)
   double weight_min = 0.0, weight_max = 0.0;
-  int64_t masked = 0;                // icepop: weights outside [low, high], set to 0
+  int64_t masked = 0;                // icepop, seq_mask_tis: weights set to 0
   int64_t truncated = 0;             // tis: weights above the cap, set to it
   // The generation policy against the learner's before the update, summed over tokens (NeMo RL's
   // metrics of their mismatch): exp(|old - gen|), the KL (grpo.kl_type's estimator, unclamped)
@@ -119,9 +122,12 @@ double kl_estimate(config::KlType type, double logr);
 TokenLoss token_loss(const LossOptions& options, double logp, double old_logp, double generation_logp,
                      double reference_logp, double advantage, LossStatistics& stats);
 
-// ---- GSPO: one ratio and one importance weight per sample (grpo.ratio_level: sequence)
+// ---- What needs the whole sample: GSPO's ratio and weight (grpo.ratio_level: sequence), and
+// seq_mask_tis's mask (grpo.importance_correction)
 //
-// Each made of sums over the sample's T trained tokens:
+// seq_mask_tis keeps each token's own raw weight exp(old - gen) where its sample's geometric-mean
+// weight exp(sum(old - gen) / T) lies in [seq_mask_low, seq_mask_high] and zeroes every weight of
+// the sample elsewhere (NeMo RL's seq-mask-tis). GSPO gives a sample one ratio and one weight,
 //   s = exp(sum(logp - old) / T)    the geometric mean of its token ratios, clipped as r is
 //   w_raw = exp(sum(old - gen))     its sequence likelihood ratio to the generation policy, then
 //                                   corrected (tis, icepop) as a token's
@@ -133,11 +139,13 @@ struct SampleSums {
   double log_ratio = 0.0;   // sum of logp - old over the sample's trained tokens
   double log_weight = 0.0;  // sum of old - gen over them
 };
+// Whether `options` need each sample's sums (sample_token_loss in place of token_loss).
+bool needs_sample_sums(const LossOptions& options);
 // One trained token of a sample of `sample_tokens` trained tokens whose sums are `sample`; adds
-// it to `stats` (its clip counts and raw weight the sample's).
-TokenLoss sequence_token_loss(const LossOptions& options, const SampleSums& sample, int64_t sample_tokens,
-                              double logp, double old_logp, double generation_logp, double reference_logp,
-                              double advantage, LossStatistics& stats);
+// it to `stats` (under GSPO its clip counts and raw weight the sample's).
+TokenLoss sample_token_loss(const LossOptions& options, const SampleSums& sample, int64_t sample_tokens,
+                            double logp, double old_logp, double generation_logp, double reference_logp,
+                            double advantage, LossStatistics& stats);
 
 // Per-token arrays of `count` tokens (reference may be null when kl_coeff is 0). Tokens with
 // trained[t] = 0 get loss and gradient 0. loss[t] and gradient[t] are divided by
@@ -151,8 +159,8 @@ struct TokenArrays {
   const float* reference_logp = nullptr;
   const float* advantage = nullptr;
   const uint8_t* trained = nullptr;
-  // ratio_level sequence: each token's sample, numbered from 0 (the sums over its trained tokens
-  // here make the sample's ratio and weight).
+  // needs_sample_sums: each token's sample, numbered from 0 (the sums over its trained tokens
+  // here make the sample's ratio, weight or mask).
   const int32_t* sample = nullptr;
 };
 double grpo_loss(const LossOptions& options, const TokenArrays& tokens, int64_t global_tokens, float* loss,

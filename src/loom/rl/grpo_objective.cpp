@@ -59,7 +59,10 @@ void GrpoObjective::prepare(train::Trainer& trainer, const train::TokenBatch& ba
   // The reference's log-probabilities of a share, once a step.
   if (options_.kl_coeff != 0.0 && reference_logp_[share_].size() != n)
     reference_logp_[share_] = trainer.target_logprobs(batch, reference_);
-  if (options_.ratio_level == config::RatioLevel::Sequence) {
+  if (needs_sample_sums(options_)) {
+    LOOM_CHECK(batch.sample_targets.size() == n,
+               "GrpoObjective: sums over whole samples need each target's sample's trained targets (a rollout "
+               "source fills them)");
     // The samples' slots of a micro-batch: its rows x the most documents a row holds, on every
     // context-parallel rank alike (a rank may hold no chunk of a row's last sample).
     context_ = &trainer.context_group();
@@ -89,7 +92,7 @@ size_t GrpoObjective::sample_slot(int64_t first, size_t i) const {
 void GrpoObjective::sum_samples(int64_t first, const float* logp, int64_t rows) {
   const int64_t seq = batch_->seq;
   LOOM_CHECK(first % seq == 0 && rows % seq == 0,
-             "GrpoObjective: grpo.ratio_level sequence needs whole rows in each evaluation, got targets " +
+             "GrpoObjective: sums over whole samples need whole rows in each evaluation, got targets " +
                  std::to_string(first) + " + " + std::to_string(rows) + " of rows of " + std::to_string(seq));
   sample_sums_.assign(static_cast<size_t>(rows / seq * row_samples_), SampleSums{});
   for (int64_t r = 0; r < rows; ++r) {
@@ -115,8 +118,8 @@ double GrpoObjective::evaluate(const int32_t* targets, const float* logp, int64_
   const int64_t first = targets - batch_->targets.data();
   LOOM_CHECK(first >= 0 && first + rows <= static_cast<int64_t>(batch_->targets.size()),
              "GrpoObjective: rows outside the batch it was prepared for");
-  const bool by_sequence = options_.ratio_level == config::RatioLevel::Sequence;
-  if (by_sequence) sum_samples(first, logp, rows);
+  const bool by_sample = needs_sample_sums(options_);
+  if (by_sample) sum_samples(first, logp, rows);
   double loss_sum = 0.0;
   for (int64_t r = 0; r < rows; ++r) {
     gradient[r] = 0.0f;
@@ -126,10 +129,10 @@ double GrpoObjective::evaluate(const int32_t* targets, const float* logp, int64_
     if (update_ == 0 && !old_logp_[0].empty()) old_logp_[0][i] = logp[r];
     const double generation = batch_->generation_logprobs[i], advantage = batch_->advantages[i];
     const double old = old_logp(i, logp[r]);
-    const TokenLoss t = by_sequence ? sequence_token_loss(options_, sample_sums_[sample_slot(first, i)],
-                                                          batch_->sample_targets[i], logp[r], old, generation,
-                                                          reference, advantage, stats_)
-                                    : token_loss(options_, logp[r], old, generation, reference, advantage, stats_);
+    const TokenLoss t = by_sample ? sample_token_loss(options_, sample_sums_[sample_slot(first, i)],
+                                                      batch_->sample_targets[i], logp[r], old, generation, reference,
+                                                      advantage, stats_)
+                                  : token_loss(options_, logp[r], old, generation, reference, advantage, stats_);
     const UpdateTotals& totals = totals_[static_cast<size_t>(update_)];
     const double factor = options_.aggregation == config::LossAggregation::TokenMean
                               ? 1.0

@@ -12,9 +12,10 @@
 // each token's loss and gradient times its sample's factor of grpo.loss_aggregation (from the
 // count of its sample's trained targets the batch carries per target, which holds under context
 // parallelism too, where a rank sees chunks of each sample). With grpo.ratio_level sequence (GSPO)
-// a micro-batch's sums over each sample's trained targets come first (sequence_token_loss): a
-// sample is a document of its row (the whole row unpacked), and under context parallelism each
-// rank's sums over its chunks are added over the context-parallel group before any token's loss.
+// or grpo.importance_correction seq_mask_tis a micro-batch's sums over each sample's trained
+// targets come first (sample_token_loss): a sample is a document of its row (the whole row
+// unpacked), and under context parallelism each rank's sums over its chunks are added over the
+// context-parallel group before any token's loss.
 #include <vector>
 
 #include "loom/comm/communicator.h"
@@ -50,8 +51,8 @@ class GrpoObjective : public train::StepObjective {
  private:
   // The learner's log-probability before the step of target `i` whose current one is `logp`.
   double old_logp(size_t i, double logp) const;
-  // GSPO: the sums of each sample of the micro-batch's `rows` targets from `first` into
-  // sample_sums_, at sample_slot's slots, over the context-parallel group.
+  // GSPO, seq_mask_tis: the sums of each sample of the micro-batch's `rows` targets from `first`
+  // into sample_sums_, at sample_slot's slots, over the context-parallel group.
   void sum_samples(int64_t first, const float* logp, int64_t rows);
   size_t sample_slot(int64_t first, size_t i) const;
 
@@ -65,8 +66,8 @@ class GrpoObjective : public train::StepObjective {
   int update_ = 0;
   size_t share_ = 0;  // update_'s share
   LossStatistics stats_;
-  // GSPO: the context-parallel group, the most samples a row of the update holds (agreed over
-  // that group) and a micro-batch's sums, by row and document.
+  // GSPO, seq_mask_tis: the context-parallel group, the most samples a row of the update holds
+  // (agreed over that group) and a micro-batch's sums, by row and document.
   comm::Communicator* context_ = nullptr;
   int64_t row_samples_ = 1;
   std::vector<SampleSums> sample_sums_;
