@@ -7,7 +7,9 @@
 #include <vector>
 
 // Everything inside a block is accumulated in double: the chunked scan must agree with the
-// token-by-token recurrence to fp32 rounding whatever the block size.
+// token-by-token recurrence to fp32 rounding whatever the block size. Every product of a block
+// (C B^T, the quadratic form, the state's terms, and their gradients) is one dgemm on dense
+// double copies of the block's rows; only the elementwise terms are loops.
 
 namespace loom::kernels::cpu {
 namespace {
@@ -42,13 +44,10 @@ struct HeadBlock {
   const SsdShape* s;
   int64_t row0;  // b * seq
   int64_t h, g;
-  const float *x, *dt_raw, *B, *C;
+  const float *x, *dt_raw;
   double A, D, dt_bias;
   std::vector<double> dt, cum;
 
-  const float* x_at(int64_t t) const { return x + (row0 + t) * s->x_stride + h * s->head_dim; }
-  const float* B_at(int64_t t) const { return B + (row0 + t) * s->bc_stride + g * s->state; }
-  const float* C_at(int64_t t) const { return C + (row0 + t) * s->bc_stride + g * s->state; }
   double raw_at(int64_t t) const { return dt_raw[(row0 + t) * s->dt_stride + h] + dt_bias; }
 
   std::vector<double> step_decay;  // exp(dt_i A): exp(cum_i - cum_{i-1})
@@ -81,67 +80,92 @@ struct HeadBlock {
 };
 
 HeadBlock head_block(const SsdShape& s, int64_t b, int64_t h, const float* x, const float* dt_raw,
-                     const float* dt_bias, const float* A_log, const float* B, const float* C, const float* D) {
+                     const float* dt_bias, const float* A_log, const float* D) {
   const int64_t g = h / (s.heads / s.groups);
-  return {&s, b * s.seq, h, g, x, dt_raw, B, C, -std::exp(static_cast<double>(A_log[h])),
+  return {&s, b * s.seq, h, g, x, dt_raw, -std::exp(static_cast<double>(A_log[h])),
           static_cast<double>(D[h]), static_cast<double>(dt_bias[h]), {}, {}, {}};
 }
 
-double dot(const float* a, const float* b, int64_t n) {
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(a[i]) * b[i];
-  return sum;
+// c = beta c + op(a) op(b), row-major doubles [m, n] (OpenBLAS): op(a) is [m, k], op(b) [k, n].
+void product(double* c, const double* a, bool trans_a, const double* b, bool trans_b, int64_t m, int64_t n, int64_t k,
+             double beta) {
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, a,
+              static_cast<int>(trans_a ? m : k), b, static_cast<int>(trans_b ? k : n), beta, c, static_cast<int>(n));
 }
 
-// cb[i * len + j] = C_{begin+i} . B_{begin+j} for j <= i (shared by the heads of a group).
-void block_cb(std::vector<double>& cb, const HeadBlock& hb, const Segment& seg) {
-  const int64_t len = seg.end - seg.begin;
-  cb.assign(len * len, 0.0);
+// A block's rows as a dense [len, width] double matrix (rows of `base` at `stride`, from `col`).
+void block_rows(std::vector<double>& out, const float* base, int64_t stride, int64_t row0, int64_t col, int64_t len,
+                int64_t width) {
+  out.resize(static_cast<size_t>(len * width));
   for (int64_t i = 0; i < len; ++i)
-    for (int64_t j = 0; j <= i; ++j) cb[i * len + j] = dot(hb.C_at(seg.begin + i), hb.B_at(seg.begin + j), hb.s->state);
+    for (int64_t c = 0; c < width; ++c) out[i * width + c] = base[(row0 + i) * stride + col + c];
 }
 
-// S <- exp(cum_end) S + sum_j exp(cum_end - cum_j) dt_j x_j B_j^T.
-void advance_state(std::vector<double>& S, const HeadBlock& hb, const Segment& seg) {
+// A block's B and C rows of one group, dense ([len, state] each), and with `with_cb`
+// cb = C B^T ([len, len]: cb[i, j] = C_i . B_j; only j <= i is read), shared by the group's heads.
+struct GroupBlock {
+  std::vector<double> Bm, Cm, cb;
+  void load(const SsdShape& s, const float* B, const float* C, int64_t row0, int64_t g, const Segment& seg,
+            bool with_cb) {
+    const int64_t len = seg.end - seg.begin, N = s.state;
+    block_rows(Bm, B, s.bc_stride, row0 + seg.begin, g * N, len, N);
+    block_rows(Cm, C, s.bc_stride, row0 + seg.begin, g * N, len, N);
+    if (!with_cb) return;
+    cb.resize(static_cast<size_t>(len * len));
+    product(cb.data(), Cm.data(), false, Bm.data(), true, len, len, N, 0.0);
+  }
+};
+
+// The block's x rows of the head, dense [len, head_dim].
+void head_rows(std::vector<double>& X, const HeadBlock& hb, const Segment& seg) {
+  block_rows(X, hb.x, hb.s->x_stride, hb.row0 + seg.begin, hb.h * hb.s->head_dim, seg.end - seg.begin,
+             hb.s->head_dim);
+}
+
+// W[i, j] = exp(cum_i - cum_j) dt_j cb[i, j] for j <= i, 0 above: the block's quadratic form.
+void quadratic_form(std::vector<double>& W, const HeadBlock& hb, const std::vector<double>& cb, int64_t len) {
+  W.assign(static_cast<size_t>(len * len), 0.0);
+  std::vector<double> decays;
+  for (int64_t i = 0; i < len; ++i) {
+    hb.decays_to(i, decays);
+    for (int64_t j = 0; j <= i; ++j) W[i * len + j] = decays[static_cast<size_t>(j)] * hb.dt[j] * cb[i * len + j];
+  }
+}
+
+// S <- exp(cum_end) S + sum_j exp(cum_end - cum_j) dt_j x_j B_j^T: S = exp(cum_end) S + X^T Bc
+// with Bc_j = exp(cum_end - cum_j) dt_j B_j.
+void advance_state(std::vector<double>& S, const HeadBlock& hb, const std::vector<double>& X, const GroupBlock& gb,
+                   const Segment& seg) {
   const int64_t len = seg.end - seg.begin, P = hb.s->head_dim, N = hb.s->state;
   const double last = hb.cum[len - 1];
   for (double& v : S) v *= std::exp(last);
+  std::vector<double> Bc(static_cast<size_t>(len * N));
   for (int64_t j = 0; j < len; ++j) {
     const double coeff = std::exp(last - hb.cum[j]) * hb.dt[j];
-    const float* xj = hb.x_at(seg.begin + j);
-    const float* Bj = hb.B_at(seg.begin + j);
-    for (int64_t p = 0; p < P; ++p) {
-      const double xp = coeff * xj[p];
-      for (int64_t n = 0; n < N; ++n) S[p * N + n] += xp * Bj[n];
-    }
+    for (int64_t n = 0; n < N; ++n) Bc[j * N + n] = coeff * gb.Bm[j * N + n];
   }
+  product(S.data(), X.data(), true, Bc.data(), false, P, N, len, 1.0);
 }
 
-// y over the block from the entering state S and the block's own tokens.
-void block_output(float* y, const SsdShape& s, const HeadBlock& hb, const Segment& seg, const std::vector<double>& S,
-                  const std::vector<double>& cb) {
+// y over the block from the entering state S ([head_dim, state]) and the block's own tokens:
+// y = D x + diag(exp(cum)) C S^T + W X.
+void block_output(float* y, const SsdShape& s, const HeadBlock& hb, const std::vector<double>& X,
+                  const GroupBlock& gb, const Segment& seg, const std::vector<double>& S) {
   const int64_t len = seg.end - seg.begin, P = s.head_dim, N = s.state;
-  std::vector<double> acc(P), L;
+  std::vector<double> W, out(static_cast<size_t>(len * P));
+  quadratic_form(W, hb, gb.cb, len);
+  product(out.data(), gb.Cm.data(), false, S.data(), true, len, P, N, 0.0);
   for (int64_t i = 0; i < len; ++i) {
-    const float* xi = hb.x_at(seg.begin + i);
-    const float* Ci = hb.C_at(seg.begin + i);
     const double decay = std::exp(hb.cum[i]);
-    hb.decays_to(i, L);
-    for (int64_t p = 0; p < P; ++p) {
-      double sc = 0.0;
-      for (int64_t n = 0; n < N; ++n) sc += S[p * N + n] * Ci[n];
-      acc[p] = hb.D * xi[p] + decay * sc;
-    }
-    for (int64_t j = 0; j <= i; ++j) {
-      const double w = L[static_cast<size_t>(j)] * hb.dt[j] * cb[i * len + j];
-      const float* xj = hb.x_at(seg.begin + j);
-      for (int64_t p = 0; p < P; ++p) acc[p] += w * xj[p];
-    }
+    for (int64_t p = 0; p < P; ++p) out[i * P + p] *= decay;
+  }
+  product(out.data(), W.data(), false, X.data(), false, len, P, len, 1.0);
+  for (int64_t i = 0; i < len; ++i) {
     float* yi = y + (hb.row0 + seg.begin + i) * s.y_stride + hb.h * P;
-    for (int64_t p = 0; p < P; ++p) yi[p] = static_cast<float>(acc[p]);
+    for (int64_t p = 0; p < P; ++p) yi[p] = static_cast<float>(hb.D * X[i * P + p] + out[i * P + p]);
   }
 }
-
 
 // Gradients of one (head, block), accumulated in double: dx, dB, dC of the block's tokens
 // ([len, head_dim] / [len, state]), d(dt) and d(cum) per token.
@@ -158,58 +182,39 @@ struct BlockGrads {
   }
 };
 
-// A block's rows as a dense [len, width] double matrix (rows of `base` at `stride`, from `col`).
-void block_rows(std::vector<double>& out, const float* base, int64_t stride, int64_t row0, int64_t col, int64_t len,
-                int64_t width) {
-  out.resize(static_cast<size_t>(len * width));
-  for (int64_t i = 0; i < len; ++i)
-    for (int64_t c = 0; c < width; ++c) out[i * width + c] = base[(row0 + i) * stride + col + c];
-}
-
-// c[m, n] += op(a) . op(b), row-major doubles (OpenBLAS).
-void add_product(double* c, const double* a, const double* b, int64_t m, int64_t n, int64_t k, bool trans_a) {
-  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-              static_cast<int>(k), 1.0, a, trans_a ? static_cast<int>(m) : static_cast<int>(k), b, static_cast<int>(n), 1.0,
-              c, static_cast<int>(n));
-}
-
-// Gradients through y = D x + exp(cum) S_in C + intra-block terms. dD summed into *dD. The
-// intra-block quadratic form is three products: with DYX = dy . x^T, W_ij = L_ij dt_j cb_ij and
-// G_ij = L_ij dt_j DYX_ij (j <= i), dx += W^T dy, dC += G B and dB += G^T C.
+// Gradients through y = D x + diag(exp(cum)) C S_in^T + W x. dD summed into *dD. Through the
+// state: with YS = dy S_in, dC_i += exp(cum_i) YS_i and dS_in += (diag(exp(cum)) dy)^T C. The
+// quadratic form is three products: with DYX = dy x^T and G_ij = L_ij dt_j DYX_ij (j <= i),
+// dx += W^T dy, dC += G B and dB += G^T C.
 void block_output_backward(BlockGrads& gr, std::vector<double>& dS_in, double* dD, const float* dy,
-                           const HeadBlock& hb, const Segment& seg, const std::vector<double>& S,
-                           const std::vector<double>& cb) {
+                           const HeadBlock& hb, const std::vector<double>& X, const GroupBlock& gb, const Segment& seg,
+                           const std::vector<double>& S) {
   const SsdShape& s = *hb.s;
   const int64_t len = seg.end - seg.begin, P = s.head_dim, N = s.state;
-  std::vector<double> Y, X, Bm, Cm, decays;
+  std::vector<double> Y, decays;
   block_rows(Y, dy, s.y_stride, hb.row0 + seg.begin, hb.h * P, len, P);
-  block_rows(X, hb.x, s.x_stride, hb.row0 + seg.begin, hb.h * P, len, P);
-  block_rows(Bm, hb.B, s.bc_stride, hb.row0 + seg.begin, hb.g * N, len, N);
-  block_rows(Cm, hb.C, s.bc_stride, hb.row0 + seg.begin, hb.g * N, len, N);
-  std::vector<double> dyx(static_cast<size_t>(len * len), 0.0), W(dyx.size(), 0.0), G(dyx.size(), 0.0);
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(len), static_cast<int>(len), static_cast<int>(P),
-              1.0, Y.data(), static_cast<int>(P), X.data(), static_cast<int>(P), 0.0, dyx.data(), static_cast<int>(len));
+  std::vector<double> dyx(static_cast<size_t>(len * len)), W(dyx.size(), 0.0), G(dyx.size(), 0.0);
+  product(dyx.data(), Y.data(), false, X.data(), true, len, len, P, 0.0);
+  std::vector<double> YS(static_cast<size_t>(len * N)), Yd(static_cast<size_t>(len * P));
+  product(YS.data(), Y.data(), false, S.data(), false, len, N, P, 0.0);
   for (int64_t i = 0; i < len; ++i) {
-    const double* dyi = &Y[static_cast<size_t>(i * P)];
-    const double* Ci = &Cm[static_cast<size_t>(i * N)];
-    for (int64_t p = 0; p < P; ++p) {
-      *dD += dyi[p] * X[static_cast<size_t>(i * P + p)];
-      gr.dx[i * P + p] += hb.D * dyi[p];
-    }
     const double decay = std::exp(hb.cum[i]);
     double through_state = 0.0;
     for (int64_t p = 0; p < P; ++p) {
-      for (int64_t n = 0; n < N; ++n) {
-        dS_in[p * N + n] += decay * dyi[p] * Ci[n];
-        gr.dC[i * N + n] += decay * S[p * N + n] * dyi[p];
-        through_state += dyi[p] * S[p * N + n] * Ci[n];
-      }
+      const double dyp = Y[i * P + p];
+      *dD += dyp * X[i * P + p];
+      gr.dx[i * P + p] += hb.D * dyp;
+      Yd[i * P + p] = decay * dyp;
+    }
+    for (int64_t n = 0; n < N; ++n) {
+      gr.dC[i * N + n] += decay * YS[i * N + n];
+      through_state += YS[i * N + n] * gb.Cm[i * N + n];
     }
     gr.dcum[i] += decay * through_state;
     hb.decays_to(i, decays);
     for (int64_t j = 0; j <= i; ++j) {
       const size_t ij = static_cast<size_t>(i * len + j);
-      const double L = decays[static_cast<size_t>(j)], cbij = cb[ij];
+      const double L = decays[static_cast<size_t>(j)], cbij = gb.cb[ij];
       W[ij] = L * hb.dt[j] * cbij;
       G[ij] = L * hb.dt[j] * dyx[ij];
       gr.ddt[j] += L * cbij * dyx[ij];
@@ -217,15 +222,18 @@ void block_output_backward(BlockGrads& gr, std::vector<double>& dS_in, double* d
       gr.dcum[j] -= W[ij] * dyx[ij];
     }
   }
-  add_product(gr.dx.data(), W.data(), Y.data(), len, P, len, true);
-  add_product(gr.dC.data(), G.data(), Bm.data(), len, N, len, false);
-  add_product(gr.dB.data(), G.data(), Cm.data(), len, N, len, true);
+  product(dS_in.data(), Yd.data(), true, gb.Cm.data(), false, P, N, len, 1.0);
+  product(gr.dx.data(), W.data(), true, Y.data(), false, len, P, len, 1.0);
+  product(gr.dC.data(), G.data(), false, gb.Bm.data(), false, len, N, len, 1.0);
+  product(gr.dB.data(), G.data(), true, gb.Cm.data(), false, len, N, len, 1.0);
 }
 
-// Gradients through S_out = exp(cum_end) S_in + sum_j exp(cum_end - cum_j) dt_j x_j B_j^T, given
-// dS_out.
+// Gradients through S_out = exp(cum_end) S_in + sum_j c_j x_j B_j^T (c_j = exp(cum_end - cum_j)
+// dt_j), given dS_out: with V = B dS_out^T and XD = x dS_out, dx_j += c_j V_j, dB_j += c_j XD_j
+// and d c_j = x_j . V_j.
 void advance_state_backward(BlockGrads& gr, std::vector<double>& dS_in, const std::vector<double>& dS_out,
-                            const HeadBlock& hb, const Segment& seg, const std::vector<double>& S) {
+                            const HeadBlock& hb, const std::vector<double>& X, const GroupBlock& gb,
+                            const Segment& seg, const std::vector<double>& S) {
   const int64_t len = seg.end - seg.begin, P = hb.s->head_dim, N = hb.s->state;
   const double last = hb.cum[len - 1], keep = std::exp(last);
   double through_state = 0.0;
@@ -234,22 +242,17 @@ void advance_state_backward(BlockGrads& gr, std::vector<double>& dS_in, const st
     through_state += dS_out[i] * S[i];
   }
   gr.dcum[len - 1] += keep * through_state;
-  std::vector<double> dSB(P);
+  std::vector<double> V(static_cast<size_t>(len * P)), XD(static_cast<size_t>(len * N));
+  product(V.data(), gb.Bm.data(), false, dS_out.data(), true, len, P, N, 0.0);
+  product(XD.data(), X.data(), false, dS_out.data(), false, len, N, P, 0.0);
   for (int64_t j = 0; j < len; ++j) {
-    const float* xj = hb.x_at(seg.begin + j);
-    const float* Bj = hb.B_at(seg.begin + j);
     const double decay = std::exp(last - hb.cum[j]), coeff = decay * hb.dt[j];
     double dcoeff = 0.0;
     for (int64_t p = 0; p < P; ++p) {
-      double v = 0.0;
-      for (int64_t n = 0; n < N; ++n) {
-        v += dS_out[p * N + n] * Bj[n];
-        gr.dB[j * N + n] += coeff * dS_out[p * N + n] * xj[p];
-      }
-      dSB[p] = v;
-      gr.dx[j * P + p] += coeff * v;
-      dcoeff += xj[p] * v;
+      dcoeff += X[j * P + p] * V[j * P + p];
+      gr.dx[j * P + p] += coeff * V[j * P + p];
     }
+    for (int64_t n = 0; n < N; ++n) gr.dB[j * N + n] += coeff * XD[j * N + n];
     gr.ddt[j] += decay * dcoeff;
     gr.dcum[len - 1] += coeff * dcoeff;
     gr.dcum[j] -= coeff * dcoeff;
@@ -299,7 +302,7 @@ void chunked_scan(float* y, const float* x, const float* dt_raw, const float* dt
     for (int64_t g = 0; g < s.groups; ++g) {
       std::vector<HeadBlock> heads;
       for (int64_t k = 0; k < per_group; ++k)
-        heads.push_back(head_block(s, b, g * per_group + k, x, dt_raw, dt_bias, A_log, B, C, D));
+        heads.push_back(head_block(s, b, g * per_group + k, x, dt_raw, dt_bias, A_log, D));
       std::vector<std::vector<double>> states(per_group, std::vector<double>(state_size, 0.0));
       if (initial) {
         for (int64_t k = 0; k < per_group; ++k) {
@@ -307,15 +310,17 @@ void chunked_scan(float* y, const float* x, const float* dt_raw, const float* dt
           std::copy(from, from + state_size, states[k].begin());
         }
       }
-      std::vector<double> cb;
+      GroupBlock gb;
+      std::vector<double> X;
       for (const Segment& seg : segments_of_row(s, b, documents)) {
-        block_cb(cb, heads[0], seg);
+        gb.load(s, B, C, b * s.seq, g, seg, true);
         const bool restart = seg.starts_document && !(initial && seg.begin == 0);
         for (int64_t k = 0; k < per_group; ++k) {
           if (restart) std::fill(states[k].begin(), states[k].end(), 0.0);
           heads[k].load(seg);
-          block_output(y, s, heads[k], seg, states[k], cb);
-          advance_state(states[k], heads[k], seg);
+          head_rows(X, heads[k], seg);
+          block_output(y, s, heads[k], X, gb, seg, states[k]);
+          advance_state(states[k], heads[k], X, gb, seg);
         }
       }
       if (final) {
@@ -337,18 +342,24 @@ void ssd_scan_forward(float* y, const float* x, const float* dt_raw, const float
 
 namespace {
 
-// The entering state of every block of a row for each head of the group (recomputed forward).
-std::vector<double> entering_states(std::vector<HeadBlock>& heads, const std::vector<Segment>& segs,
-                                    int64_t state_size) {
-  const int64_t per_group = static_cast<int64_t>(heads.size());
+// The entering state of every block of a row for each head of the group (recomputed forward),
+// [block, head of the group, head_dim, state].
+std::vector<double> entering_states(const SsdShape& s, std::vector<HeadBlock>& heads, const float* B, const float* C,
+                                    int64_t b, int64_t g, const std::vector<Segment>& segs) {
+  const int64_t per_group = static_cast<int64_t>(heads.size()), state_size = s.head_dim * s.state;
   std::vector<double> out(segs.size() * per_group * state_size);
-  std::vector<double> S(state_size);
-  for (int64_t k = 0; k < per_group; ++k) {
-    for (size_t i = 0; i < segs.size(); ++i) {
+  std::vector<std::vector<double>> states(per_group, std::vector<double>(state_size, 0.0));
+  GroupBlock gb;
+  std::vector<double> X;
+  for (size_t i = 0; i < segs.size(); ++i) {
+    gb.load(s, B, C, b * s.seq, g, segs[i], false);
+    for (int64_t k = 0; k < per_group; ++k) {
+      std::vector<double>& S = states[k];
       if (segs[i].starts_document) std::fill(S.begin(), S.end(), 0.0);
       std::copy(S.begin(), S.end(), out.begin() + (i * per_group + k) * state_size);
       heads[k].load(segs[i]);
-      advance_state(S, heads[k], segs[i]);
+      head_rows(X, heads[k], segs[i]);
+      advance_state(S, heads[k], X, gb, segs[i]);
     }
   }
   return out;
@@ -367,16 +378,17 @@ void ssd_scan_backward(float* dx, float* ddt_raw, float* ddt_bias, float* dA_log
     for (int64_t g = 0; g < s.groups; ++g) {
       std::vector<HeadBlock> heads;
       for (int64_t k = 0; k < per_group; ++k)
-        heads.push_back(head_block(s, b, g * per_group + k, x, dt_raw, dt_bias, A_log, B, C, D));
+        heads.push_back(head_block(s, b, g * per_group + k, x, dt_raw, dt_bias, A_log, D));
       const std::vector<Segment> segs = segments_of_row(s, b, documents);
-      const std::vector<double> entering = entering_states(heads, segs, state_size);
+      const std::vector<double> entering = entering_states(s, heads, B, C, b, g, segs);
       std::vector<std::vector<double>> carry(per_group, std::vector<double>(state_size, 0.0));
-      std::vector<double> cb, dS_in(state_size);
+      std::vector<double> X, dS_in(state_size);
+      GroupBlock gb;
       BlockGrads gr;
       for (int64_t i = static_cast<int64_t>(segs.size()) - 1; i >= 0; --i) {
         const Segment& seg = segs[i];
         const int64_t len = seg.end - seg.begin;
-        block_cb(cb, heads[0], seg);
+        gb.load(s, B, C, b * s.seq, g, seg, true);
         gr.reset(len, P, N, true);
         for (int64_t k = 0; k < per_group; ++k) {
           HeadBlock& hb = heads[k];
@@ -384,10 +396,11 @@ void ssd_scan_backward(float* dx, float* ddt_raw, float* ddt_bias, float* dA_log
           const std::vector<double> S(entering.begin() + (i * per_group + k) * state_size,
                                       entering.begin() + (i * per_group + k + 1) * state_size);
           hb.load(seg);
+          head_rows(X, hb, seg);
           gr.reset(len, P, N, false);
           std::fill(dS_in.begin(), dS_in.end(), 0.0);
-          block_output_backward(gr, dS_in, part + 2, dy, hb, seg, S, cb);
-          advance_state_backward(gr, dS_in, carry[k], hb, seg, S);
+          block_output_backward(gr, dS_in, part + 2, dy, hb, X, gb, seg, S);
+          advance_state_backward(gr, dS_in, carry[k], hb, X, gb, seg, S);
           dt_backward(ddt_raw, part, part + 1, gr, hb, seg);
           add_block(dx, s.x_stride, hb.row0 + seg.begin, hb.h * P, gr.dx, len, P);
           if (seg.starts_document) std::fill(dS_in.begin(), dS_in.end(), 0.0);
