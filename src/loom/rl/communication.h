@@ -1,7 +1,7 @@
 #pragma once
 // The learner ranks' collectives of a GRPO run (docs/collectives.md): rank 0 fetches a step's
-// groups from the controller and every rank gets the same text; under context parallelism, GSPO's
-// sums over whole samples.
+// groups from the controller and every rank gets the same text; under context parallelism, the
+// sums over whole samples of GSPO and seq_mask_tis.
 #include <cstdint>
 #include <string>
 #include <vector>
