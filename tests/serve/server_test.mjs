@@ -65,6 +65,36 @@ async function settled() {
 }
 const { check, failures: failedChecks } = checks();
 
+// Greedy with presence and frequency penalties: every token is the best of its 20 reported
+// alternatives once their raw log-probabilities lose frequency x count + presence for the tokens
+// already generated (and beats every alternative left out, whose raw value is lower still).
+await check('presence and frequency penalties: each token the best of the penalised alternatives', async () => {
+  const ask = (penalties) => client.completions.create({ model: 'loom', prompt: 'It is a truth', max_tokens: 16,
+                                                         temperature: 0, logprobs: 20, ignore_eos: true,
+                                                         return_tokens_as_token_ids: true, ...penalties });
+  const r = await ask({ presence_penalty: 1.5, frequency_penalty: 1 });
+  const plain = await ask({});
+  const c = r.choices[0];
+  assert.equal(c.logprobs.tokens.length, 16);
+  const counts = new Map();
+  const id = (token) => Number(token.split(':')[1]);
+  for (let i = 0; i < c.logprobs.tokens.length; ++i) {
+    let best = null, bestValue = -Infinity, lowest = Infinity;
+    for (const [key, lp] of Object.entries(c.logprobs.top_logprobs[i])) {
+      const n = counts.get(id(key)) ?? 0;
+      const v = lp - 1 * n - (n > 0 ? 1.5 : 0);
+      if (v > bestValue) [best, bestValue] = [id(key), v];
+      lowest = Math.min(lowest, lp);
+    }
+    const chosen = id(c.logprobs.tokens[i]);
+    assert.equal(chosen, best, `token ${i}`);
+    assert.ok(bestValue >= lowest, `token ${i}: an alternative left out could have won`);
+    counts.set(chosen, (counts.get(chosen) ?? 0) + 1);
+  }
+  assert.notDeepEqual(c.logprobs.tokens, plain.choices[0].logprobs.tokens);
+  await settled();
+});
+
 await check('completions with logprobs and token ids', async () => {
   const r = await client.completions.create({ model: 'loom', prompt: 'It is a truth', max_tokens: 12, temperature: 0,
                                               logprobs: 3, ignore_eos: true, return_token_ids: true });
@@ -172,7 +202,9 @@ await check('malformed requests get their 4xx error and the server keeps serving
     ['/v1/completions', { model: 'loom', prompt: 'a', stream: 'yes' }, 400, 'stream'],
     ['/v1/completions', { model: 'loom', prompt: 'a', stream_options: { include_usage: true } }, 400, 'stream_options'],
     ['/v1/completions', { model: 'loom', prompt: 'a', seed: 'x' }, 400, 'seed'],
-    ['/v1/completions', { model: 'loom', prompt: 'a', presence_penalty: 1 }, 400, 'presence_penalty'],
+    ['/v1/completions', { model: 'loom', prompt: 'a', presence_penalty: 3 }, 400, 'presence_penalty'],
+    ['/v1/completions', { model: 'loom', prompt: 'a', frequency_penalty: -2.5 }, 400, 'frequency_penalty'],
+    ['/v1/completions', { model: 'loom', prompt: 'a', repetition_penalty: 0 }, 400, 'repetition_penalty'],
     ['/v1/completions', { model: 'loom', prompt: 'a', stop_token_ids: 'x' }, 400, 'stop_token_ids'],
     ['/v1/chat/completions', { model: 'loom' }, 400, 'messages'],
     ['/v1/chat/completions', { model: 'loom', messages: [] }, 400, 'messages'],

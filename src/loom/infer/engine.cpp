@@ -134,6 +134,13 @@ void Engine::validate(const std::vector<int32_t>& prompt, const RequestOptions& 
   LOOM_CHECK(s.top_k >= 0, "top_k: must be >= 0 (0 = all tokens), got " + std::to_string(s.top_k));
   LOOM_CHECK(o.top_logprobs >= 0 && o.top_logprobs <= 20,
              "logprobs: must be in [0, 20], got " + std::to_string(o.top_logprobs));
+  const Penalties& pen = o.penalties;
+  LOOM_CHECK(std::isfinite(pen.presence) && std::fabs(pen.presence) <= 2.0,
+             "presence_penalty: must be in [-2, 2], got " + std::to_string(pen.presence));
+  LOOM_CHECK(std::isfinite(pen.frequency) && std::fabs(pen.frequency) <= 2.0,
+             "frequency_penalty: must be in [-2, 2], got " + std::to_string(pen.frequency));
+  LOOM_CHECK(std::isfinite(pen.repetition) && pen.repetition > 0.0 && pen.repetition <= 100.0,
+             "repetition_penalty: must be in (0, 100], got " + std::to_string(pen.repetition));
   const int64_t bs = options_.block_size;
   const int64_t need = o.n * ((static_cast<int64_t>(prompt.size()) + o.max_tokens + bs - 1) / bs);
   LOOM_CHECK(need <= blocks_.blocks(), "max_tokens: n x (prompt + max_tokens) needs " + std::to_string(need) +
@@ -153,6 +160,7 @@ std::shared_ptr<RequestStream> Engine::submit(std::vector<int32_t> prompt, const
   first->request = request.get();
   first->tokens = prompt;
   first->text = std::make_unique<TextOutput>(*tokenizer_, options.stop);
+  if (options.penalties.repetition != 1.0) first->counts.set_prompt(prompt);
   request->samples.push_back(std::move(first));
   request->stream = std::make_shared<RequestStream>(id, std::move(prompt), options.n);
   auto stream = request->stream;

@@ -147,6 +147,7 @@ class Engine {
     std::vector<int64_t> depth_done;
     std::vector<int32_t> kept_half;
     int64_t step_row = -1, step_position = 0;
+    PenaltyCounts counts;  // what the request's penalties read (kept only when it has some)
   };
   struct Request {
     std::shared_ptr<RequestStream> stream;
@@ -167,6 +168,9 @@ class Engine {
                      const std::vector<Sample*>& stepped);
   void fork(Sample& parent);
   void sample_next(Sample& sample, const float* logits);
+  // The row a sample draws from: `logits` itself, or with its request's penalties applied (into
+  // penalized_); the log-probabilities it reports are of `logits`.
+  const float* drawn_from(const Sample& sample, const float* logits);
   // The Philox counter of the sample's token `ahead` positions after its next one.
   static uint64_t draw_counter(const Sample& sample, int64_t ahead = 0) {
     return (static_cast<uint64_t>(sample.index) << 32) | static_cast<uint64_t>(sample.generated + ahead);
@@ -217,6 +221,7 @@ class Engine {
   config::ModelConfig model_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   int64_t sampled_vocab_ = 0;
+  std::vector<float> penalized_;  // drawn_from's row
   std::unique_ptr<ModelRunner> runner_;
   BlockManager blocks_;
   std::vector<int32_t> free_slots_;  // state slots no sample holds (engine thread only)

@@ -162,7 +162,8 @@ void Engine::verify_drafts(Sample& s, const float* logits) {
   int32_t next = -1;  // the token in place of the first draft refused
   while (kept < drafted && !s.finished) {
     const float* row = logits + kept * V;
-    const model::TokenDistribution target = model::token_distribution(row, sampled_vocab_, o.sampling);
+    const model::TokenDistribution target =
+        model::token_distribution(drawn_from(s, row), sampled_vocab_, o.sampling);
     const uint64_t counter = draw_counter(s);
     if (!accept_draft(target, from[kept], drafts[kept], philox_uniform(r.key, counter, kAcceptStream))) {
       next = residual_token(target, from[kept], philox_uniform(r.key, counter));
@@ -204,6 +205,7 @@ void Engine::fork(Sample& parent) {
     child->kept_half = parent.kept_half;
     child->step_row = parent.step_row;
     child->step_position = parent.step_position;
+    child->counts = parent.counts;
     for (size_t b = 0; b < parent.table.size(); ++b) {
       if (b < first_own) {
         blocks_.share(parent.table[b]);
@@ -221,7 +223,16 @@ void Engine::fork(Sample& parent) {
 
 void Engine::sample_next(Sample& s, const float* logits) {
   Request& r = *s.request;
-  emit_token(s, model::sample_token(logits, sampled_vocab_, r.options.sampling, r.key, draw_counter(s)), logits);
+  const float* row = drawn_from(s, logits);
+  emit_token(s, model::sample_token(row, sampled_vocab_, r.options.sampling, r.key, draw_counter(s)), logits);
+}
+
+const float* Engine::drawn_from(const Sample& s, const float* logits) {
+  const Penalties& penalties = s.request->options.penalties;
+  if (!penalties.active()) return logits;
+  penalized_.resize(static_cast<size_t>(model_.vocab_size));
+  apply_penalties(logits, model_.vocab_size, penalties, s.counts, penalized_.data());
+  return penalized_.data();
 }
 
 void Engine::emit_token(Sample& s, int32_t token, const float* logits) {
@@ -232,6 +243,7 @@ void Engine::emit_token(Sample& s, int32_t token, const float* logits) {
   event.tokens.push_back(token);
   event.logprobs.push_back(token_logprobs(logits, model_.vocab_size, token, o.top_logprobs));
   s.tokens.push_back(token);
+  if (o.penalties.active()) s.counts.add_output(token);
   ++s.generated;
   metrics_.generation_tokens++;
   const auto now = std::chrono::steady_clock::now();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "loom/infer/logprobs.h"
+#include "loom/infer/penalties.h"
 #include "loom/infer/sampling.h"
 
 namespace loom::infer {
@@ -25,6 +26,7 @@ struct RequestOptions {
   std::vector<int32_t> stop_token_ids;    // besides the tokenizer's end of text
   bool ignore_eos = false;
   int top_logprobs = 0;                   // most likely alternatives reported per token
+  Penalties penalties;                    // presence, frequency (OpenAI) and repetition (vLLM) penalties
 };
 
 // New output of one sample since the previous event.

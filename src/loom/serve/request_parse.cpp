@@ -94,9 +94,10 @@ void sampling_fields(const json& body, const ModelInfo& model, ParsedRequest& r)
     o.stop_token_ids = token_list(body["stop_token_ids"], "stop_token_ids", model);
   }
   o.ignore_eos = boolean(body, "ignore_eos", false);
-  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
-    if (number(body, key, -2.0, 2.0, 0.0) != 0.0) throw bad_field(key, "is not supported (only 0)");
-  }
+  o.penalties.presence = number(body, "presence_penalty", -2.0, 2.0, 0.0);
+  o.penalties.frequency = number(body, "frequency_penalty", -2.0, 2.0, 0.0);
+  o.penalties.repetition = number(body, "repetition_penalty", 0.0, 100.0, 1.0);
+  if (o.penalties.repetition == 0.0) throw bad_field("repetition_penalty", "must be in (0, 100], got 0");
   if (present(body, "best_of") && integer(body, "best_of", 1, 128, 1) != o.n)
     throw bad_field("best_of", "is not supported (only equal to n)");
   r.stream = boolean(body, "stream", false);
