@@ -10,6 +10,7 @@
 
 #include "engine_support.h"
 #include "loom/core/error.h"
+#include "loom/infer/generate.h"
 #include "loom/infer/penalties.h"
 #include "loom/kernels/types.h"
 
@@ -105,6 +106,27 @@ TEST(Penalties, DraftingDepthsKeepTheGreedyOutput) {
   EngineOptions options;
   options.speculative_tokens = 2;
   expect_greedy_under_penalties(checkpoint_of("llama_mtp"), options);
+}
+
+// `loom generate`'s path (Generator, its own KV cache): the same greedy output as the reference.
+TEST(Penalties, GenerateDrawsUnderThemToo) {
+  const std::string ckpt = checkpoint_of("llama_mtp");
+  std::unique_ptr<model::Transformer> model = load_model(ckpt);
+  Generator generator(ckpt);
+  for (const Penalties& p : {Penalties{1.5, 1.0, 1.0}, Penalties{0.4, 0.3, 1.3}}) {
+    GenerateOptions options;
+    options.prompt = "the cat sat";
+    options.max_tokens = 14;
+    options.sampling.temperature = 0.0;
+    options.stop_at_eot = false;
+    options.penalties = p;
+    const std::vector<int32_t> prompt = generator.tokenizer().encode(options.prompt);
+    const std::vector<int32_t> expected =
+        reference_greedy(*model, prompt, 14, generator.tokenizer().vocab_size(), p);
+    EXPECT_EQ(generator.continue_text(options), generator.tokenizer().decode(expected));
+    options.penalties = {};
+    EXPECT_NE(generator.continue_text(options), generator.tokenizer().decode(expected));
+  }
 }
 
 TEST(Penalties, OutOfRangeValuesAreRefusedByName) {

@@ -1,4 +1,5 @@
 // loom generate CKPT --prompt TEXT [--chat [--system TEXT]] [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
+//               [--presence-penalty P] [--frequency-penalty F] [--repetition-penalty R]
 //               [--device cpu|cuda] [--dtype auto|fp32|bf16|fp16]
 #include <iostream>
 #include <memory>
@@ -35,6 +36,16 @@ void register_generate(CLI::App& app, std::vector<Command>& commands) {
   cmd->add_option("--temperature", o.sampling.temperature, "0 = greedy")->check(finite_range(0.0, 100.0));
   cmd->add_option("--top-k", o.sampling.top_k, "keep the k most likely tokens (0 = all)")->check(non_negative());
   cmd->add_option("--top-p", o.sampling.top_p, "nucleus mass (1 = all)")->check(finite_range(0.0, 1.0));
+  cmd->add_option("--presence-penalty", o.penalties.presence,
+                  "subtracted from the logit of every token already generated (OpenAI's, -2 .. 2)")
+      ->check(finite_range(-2.0, 2.0));
+  cmd->add_option("--frequency-penalty", o.penalties.frequency,
+                  "subtracted from a token's logit once per time it was generated (OpenAI's, -2 .. 2)")
+      ->check(finite_range(-2.0, 2.0));
+  cmd->add_option("--repetition-penalty", o.penalties.repetition,
+                  "divides the positive logits (multiplies the negative ones) of tokens in the prompt or the output "
+                  "(vLLM's; 1 = none)")
+      ->check(number_check("a number in (0, 100]", 0.0, 100.0, true));
   cmd->add_option("--seed", o.seed, "sampling seed, 0 .. 18446744073709551615 (2^64 - 1)")
       ->check(CLI::Validator(
           [](std::string& text) -> std::string {

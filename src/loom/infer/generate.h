@@ -8,6 +8,7 @@
 #include "loom/config/run_config.h"
 #include "loom/data/tokenizer.h"
 #include "loom/infer/inference_device.h"
+#include "loom/infer/penalties.h"
 #include "loom/infer/sampling.h"
 #include "loom/model/transformer.h"
 
@@ -17,6 +18,7 @@ struct GenerateOptions {
   std::string prompt;
   int max_tokens = 100;
   model::SamplingParams sampling;
+  Penalties penalties;              // presence, frequency and repetition penalties (penalties.h), as loom serve's
   uint64_t seed = 0;
   bool stop_at_eot = true;
   bool parse_special = false;       // special-token text in the prompt becomes their ids (a rendered chat)
