@@ -22,12 +22,11 @@ namespace {
 // output's ids lose 0.25 x count + 0.5.
 TEST(Penalties, OfARowByHand) {
   const std::vector<float> logits = {2.0f, -1.0f, 0.5f, 3.0f, -2.0f};
-  PenaltyCounts counts;
-  counts.set_prompt({4, 0, 4});
+  const Penalties penalties{0.5, 0.25, 2.0};
+  PenaltyCounts counts(penalties, {4, 0, 4});
   counts.add_output(1);
   counts.add_output(3);
   counts.add_output(1);
-  const Penalties penalties{0.5, 0.25, 2.0};
   std::vector<float> out(5);
   apply_penalties(logits.data(), 5, penalties, counts, out.data());
   EXPECT_EQ(out, (std::vector<float>{1.0f, -3.0f, 0.5f, 0.75f, -4.0f}));

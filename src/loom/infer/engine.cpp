@@ -160,7 +160,7 @@ std::shared_ptr<RequestStream> Engine::submit(std::vector<int32_t> prompt, const
   first->request = request.get();
   first->tokens = prompt;
   first->text = std::make_unique<TextOutput>(*tokenizer_, options.stop);
-  if (options.penalties.repetition != 1.0) first->counts.set_prompt(prompt);
+  first->counts = PenaltyCounts(options.penalties, prompt);
   request->samples.push_back(std::move(first));
   request->stream = std::make_shared<RequestStream>(id, std::move(prompt), options.n);
   auto stream = request->stream;

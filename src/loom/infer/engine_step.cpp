@@ -228,11 +228,7 @@ void Engine::sample_next(Sample& s, const float* logits) {
 }
 
 const float* Engine::drawn_from(const Sample& s, const float* logits) {
-  const Penalties& penalties = s.request->options.penalties;
-  if (!penalties.active()) return logits;
-  penalized_.resize(static_cast<size_t>(model_.vocab_size));
-  apply_penalties(logits, model_.vocab_size, penalties, s.counts, penalized_.data());
-  return penalized_.data();
+  return penalized_row(logits, model_.vocab_size, s.request->options.penalties, s.counts, penalized_);
 }
 
 void Engine::emit_token(Sample& s, int32_t token, const float* logits) {

@@ -52,18 +52,12 @@ std::string Generator::continue_text(const GenerateOptions& options) {
   const uint64_t key = philox_key(options.seed, "generate");
   std::vector<int32_t> generated;
   std::string text;
-  PenaltyCounts counts;
+  PenaltyCounts counts(options.penalties, tokens);
   std::vector<float> penalized;
-  if (options.penalties.repetition != 1.0) counts.set_prompt(tokens);
   for (int64_t i = 0; i < budget; ++i) {
-    const float* row = logits;
-    if (options.penalties.active()) {
-      penalized.resize(static_cast<size_t>(config_.model.vocab_size));
-      apply_penalties(logits, config_.model.vocab_size, options.penalties, counts, penalized.data());
-      row = penalized.data();
-    }
+    const float* row = penalized_row(logits, config_.model.vocab_size, options.penalties, counts, penalized);
     int32_t next = model::sample_token(row, sampled_vocab, options.sampling, key, static_cast<uint64_t>(i));
-    counts.add_output(next);
+    if (options.penalties.active()) counts.add_output(next);
     if (options.stop_at_eot && next == tokenizer_->eot_token()) break;
     generated.push_back(next);
     if (!options.stop.empty()) {

@@ -4,7 +4,8 @@
 
 namespace loom::infer {
 
-void PenaltyCounts::set_prompt(const std::vector<int32_t>& ids) {
+PenaltyCounts::PenaltyCounts(const Penalties& penalties, const std::vector<int32_t>& ids) {
+  if (penalties.repetition == 1.0) return;
   prompt = ids;
   std::sort(prompt.begin(), prompt.end());
   prompt.erase(std::unique(prompt.begin(), prompt.end()), prompt.end());
@@ -28,6 +29,14 @@ void apply_penalties(const float* logits, int64_t vocab, const Penalties& penalt
     if (id < 0 || id >= vocab || count <= 0) continue;
     out[id] = static_cast<float>(out[id] - penalties.frequency * count - penalties.presence);
   }
+}
+
+const float* penalized_row(const float* logits, int64_t vocab, const Penalties& penalties, const PenaltyCounts& counts,
+                           std::vector<float>& scratch) {
+  if (!penalties.active()) return logits;
+  scratch.resize(static_cast<size_t>(vocab));
+  apply_penalties(logits, vocab, penalties, counts, scratch.data());
+  return scratch.data();
 }
 
 }  // namespace loom::infer

@@ -23,12 +23,19 @@ struct Penalties {
 struct PenaltyCounts {
   std::unordered_map<int32_t, int32_t> output;
   std::vector<int32_t> prompt;  // distinct ids, sorted
-  void set_prompt(const std::vector<int32_t>& ids);
+  // What `penalties` read of a sample with prompt `ids` (the prompt's ids only for a repetition
+  // penalty; nothing at all without penalties).
+  PenaltyCounts(const Penalties& penalties, const std::vector<int32_t>& ids);
+  PenaltyCounts() = default;
   void add_output(int32_t token) { ++output[token]; }
 };
 
 // `logits` ([vocab]) with `penalties` applied into `out` (which may be `logits`).
 void apply_penalties(const float* logits, int64_t vocab, const Penalties& penalties, const PenaltyCounts& counts,
                      float* out);
+// The row a sample draws from: `logits` itself when `penalties` are none, else them applied into
+// `scratch`.
+const float* penalized_row(const float* logits, int64_t vocab, const Penalties& penalties, const PenaltyCounts& counts,
+                           std::vector<float>& scratch);
 
 }  // namespace loom::infer

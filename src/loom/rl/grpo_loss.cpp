@@ -168,7 +168,7 @@ TokenLoss reference_kl(const LossOptions& o, double logp, double reference_logp)
     dlogr = 0.0;
   }
   TokenLoss kl{kl_estimate(o.kl_type, logr), 0.0};
-  switch (o.kl_type) {
+  switch (o.kl_type) {  // d kl / d logr, times d logr / d logp
     case config::KlType::K1:
       kl.gradient = -dlogr;
       break;
@@ -176,7 +176,7 @@ TokenLoss reference_kl(const LossOptions& o, double logp, double reference_logp)
       kl.gradient = logr * dlogr;
       break;
     case config::KlType::K3:
-      kl.gradient = (std::exp(logr) - 1.0) * dlogr;
+      kl.gradient = (kl.loss + logr) * dlogr;  // e^logr - 1 = k3 + logr
       break;
   }
   if (o.kl_output_clamp > 0.0 && std::fabs(kl.loss) > o.kl_output_clamp) {

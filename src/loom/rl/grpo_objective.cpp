@@ -59,10 +59,14 @@ void GrpoObjective::prepare(train::Trainer& trainer, const train::TokenBatch& ba
   // The reference's log-probabilities of a share, once a step.
   if (options_.kl_coeff != 0.0 && reference_logp_[share_].size() != n)
     reference_logp_[share_] = trainer.target_logprobs(batch, reference_);
-  if (needs_sample_sums(options_)) {
-    LOOM_CHECK(batch.sample_targets.size() == n,
-               "GrpoObjective: sums over whole samples need each target's sample's trained targets (a rollout "
-               "source fills them)");
+  const bool by_sample = needs_sample_sums(options_);
+  const bool token_mean = options_.aggregation == config::LossAggregation::TokenMean;
+  LOOM_CHECK((token_mean && !by_sample) || batch.sample_targets.size() == n,
+             "GrpoObjective: grpo.loss_aggregation and sums over whole samples need each target's sample's trained "
+             "targets (a rollout source fills them)");
+  LOOM_CHECK(token_mean || totals_[static_cast<size_t>(update)].samples > 0,
+             "GrpoObjective: grpo.loss_aggregation needs the update's totals (set_step_totals)");
+  if (by_sample) {
     // The samples' slots of a micro-batch: its rows x the most documents a row holds, on every
     // context-parallel rank alike (a rank may hold no chunk of a row's last sample).
     context_ = &trainer.context_group();
@@ -70,12 +74,6 @@ void GrpoObjective::prepare(train::Trainer& trainer, const train::TokenBatch& ba
     for (const int32_t d : batch.documents) documents = std::max<int64_t>(documents, int64_t{d} + 1);
     row_samples_ = max_over_group(*context_, documents);
   }
-  if (options_.aggregation == config::LossAggregation::TokenMean) return;
-  LOOM_CHECK(totals_[static_cast<size_t>(update)].samples > 0,
-             "GrpoObjective: grpo.loss_aggregation needs the update's totals (set_step_totals)");
-  LOOM_CHECK(batch.sample_targets.size() == n,
-             "GrpoObjective: grpo.loss_aggregation needs each target's sample's trained targets (a rollout source "
-             "fills them)");
 }
 
 double GrpoObjective::old_logp(size_t i, double logp) const {
@@ -94,23 +92,15 @@ void GrpoObjective::sum_samples(int64_t first, const float* logp, int64_t rows) 
   LOOM_CHECK(first % seq == 0 && rows % seq == 0,
              "GrpoObjective: sums over whole samples need whole rows in each evaluation, got targets " +
                  std::to_string(first) + " + " + std::to_string(rows) + " of rows of " + std::to_string(seq));
-  sample_sums_.assign(static_cast<size_t>(rows / seq * row_samples_), SampleSums{});
+  sample_sums_.assign(static_cast<size_t>(2 * (rows / seq) * row_samples_), 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     if (batch_->targets[static_cast<size_t>(first + r)] == kernels::kIgnoreIndex) continue;
-    const size_t i = static_cast<size_t>(first + r);
-    SampleSums& sums = sample_sums_[sample_slot(first, i)];
+    const size_t i = static_cast<size_t>(first + r), k = 2 * sample_slot(first, i);
     const double old = old_logp(i, logp[r]);
-    sums.log_ratio += logp[r] - old;
-    sums.log_weight += old - batch_->generation_logprobs[i];
+    sample_sums_[k] += logp[r] - old;
+    sample_sums_[k + 1] += old - batch_->generation_logprobs[i];
   }
-  if (context_->size() == 1) return;
-  std::vector<double> flat(2 * sample_sums_.size());
-  for (size_t k = 0; k < sample_sums_.size(); ++k) {
-    flat[2 * k] = sample_sums_[k].log_ratio;
-    flat[2 * k + 1] = sample_sums_[k].log_weight;
-  }
-  sum_samples_over_group(*context_, flat);
-  for (size_t k = 0; k < sample_sums_.size(); ++k) sample_sums_[k] = {flat[2 * k], flat[2 * k + 1]};
+  sum_samples_over_group(*context_, sample_sums_);
 }
 
 double GrpoObjective::evaluate(const int32_t* targets, const float* logp, int64_t rows, float* gradient) {
@@ -129,7 +119,8 @@ double GrpoObjective::evaluate(const int32_t* targets, const float* logp, int64_
     if (update_ == 0 && !old_logp_[0].empty()) old_logp_[0][i] = logp[r];
     const double generation = batch_->generation_logprobs[i], advantage = batch_->advantages[i];
     const double old = old_logp(i, logp[r]);
-    const TokenLoss t = by_sample ? sample_token_loss(options_, sample_sums_[sample_slot(first, i)],
+    const size_t k = by_sample ? 2 * sample_slot(first, i) : 0;
+    const TokenLoss t = by_sample ? sample_token_loss(options_, {sample_sums_[k], sample_sums_[k + 1]},
                                                       batch_->sample_targets[i], logp[r], old, generation, reference,
                                                       advantage, stats_)
                                   : token_loss(options_, logp[r], old, generation, reference, advantage, stats_);

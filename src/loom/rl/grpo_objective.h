@@ -67,10 +67,11 @@ class GrpoObjective : public train::StepObjective {
   size_t share_ = 0;  // update_'s share
   LossStatistics stats_;
   // GSPO, seq_mask_tis: the context-parallel group, the most samples a row of the update holds
-  // (agreed over that group) and a micro-batch's sums, by row and document.
+  // (agreed over that group) and a micro-batch's sums, by row and document: log_ratio then
+  // log_weight (SampleSums) of each slot.
   comm::Communicator* context_ = nullptr;
   int64_t row_samples_ = 1;
-  std::vector<SampleSums> sample_sums_;
+  std::vector<double> sample_sums_;
 };
 
 }  // namespace loom::rl
