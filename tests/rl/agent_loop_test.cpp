@@ -221,5 +221,36 @@ TEST(AgentLoop, WeightVersionsParse) {
   EXPECT_THROW(parse_weight_version("step-"), Error);
 }
 
+// An episode of one of the run's environments (grpo.environments) checks that its server serves
+// that environment's task: a server of another task is the run's error, not a failed episode
+// (a restart would not mend it); with the right task the episode goes on to the worker.
+TEST(AgentLoop, AServerOfAnotherTaskIsTheRunsError) {
+  Environment env("arithmetic");
+  AgentOptions o;
+  o.model_url = "http://127.0.0.1:1";  // no worker: an episode that reaches it fails as the worker's
+  o.environment_url = env.thread.url();
+  o.environment_name = "sums";
+  o.environment_task = "countdown";
+  o.samples = 2;
+  o.generation_timeout_s = 5;
+  try {
+    run_group(o, 3);
+    ADD_FAILURE() << "a countdown episode ran on an arithmetic server";
+  } catch (const EpisodeFailure& e) {
+    ADD_FAILURE() << "taken for a failed episode: " << e.what();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("serves 'arithmetic', and this episode is of environment 'sums' (task 'countdown')"),
+              std::string::npos)
+        << e.what();
+  }
+  o.environment_task = "arithmetic";
+  try {
+    run_group(o, 3);
+    ADD_FAILURE() << "no worker answers";
+  } catch (const EpisodeFailure& e) {
+    EXPECT_EQ(e.role, FailedRole::Generation) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace loom::rl

@@ -4,6 +4,8 @@
 // run goes on, one metrics row per step.
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -191,6 +193,99 @@ TEST(Controller, ValidatesHeldOutPromptsBeforeTrainingAndEveryInterval) {
   EXPECT_FALSE(rows[0].contains("validation"));
   EXPECT_EQ(rows[1]["validation"]["weight_version"], 2);
   EXPECT_EQ(rows[2]["validation"]["weight_version"], 3);
+}
+
+// grpo.environments: prompts drawn from an arithmetic environment (named "sums", weight 2) and a
+// countdown one (two servers) as the prompt mix assigns them, every group's samples named by their
+// environment (each episode checks its server serves that task), rewards per environment in the
+// metrics rows, roles.json naming each server's environment, and validation per environment.
+TEST(Controller, DrawsPromptsFromSeveralEnvironmentsByWeight) {
+  const GrpoRun& run = grpo_run();
+  const config::RunConfig config = run.config(
+      "mixed", {"grpo.environment=countdown",
+                "grpo.environments=[{name: sums, task: arithmetic, weight: 2}, {task: countdown, task_numbers: 2, servers: 2}]",
+                "train.steps=3", "grpo.prompts_per_step=3", "grpo.max_staleness=0", "grpo.validation_prompts=3",
+                "grpo.validation_interval=3", "grpo.validation_first_index=500"});
+  std::ostringstream log;
+  ControllerOptions options;
+  options.loom_binary = loom::test_paths::binary();
+  options.initial_checkpoint = run.checkpoint;
+  Controller controller(config, options, log);
+  int status = -1;
+  std::string failure;
+  std::thread thread([&] {
+    try {
+      status = controller.run();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  });
+  // A failed assertion below leaves the test: the run is stopped and its thread joined first.
+  struct Joined {
+    Controller& controller;
+    std::thread& thread;
+    ~Joined() {
+      if (!thread.joinable()) return;
+      controller.request_stop();
+      thread.join();
+    }
+  } joined{controller, thread};
+  const std::string grpo_dir = config.run.dir + "/grpo";
+  LearnerClient learner(find_controller(grpo_dir, 120.0), 120.0);
+  const json roles = json::parse(read_file(grpo_dir + "/roles.json"));
+  EXPECT_EQ(roles["environments"].size(), 3u);
+  EXPECT_EQ(roles["environment_names"], json({"sums", "countdown", "countdown"}));
+  // Which prompt n each (environment, task index) is.
+  const PromptMix mix(config.grpo);
+  std::map<std::pair<std::string, int64_t>, int64_t> prompt_of;
+  for (int64_t n = 0; n < 1000; ++n) {
+    const EnvironmentPrompt p = mix.at(n);
+    prompt_of[{p.environment == 0 ? "sums" : "countdown", p.task_index}] = n;
+  }
+  std::set<int64_t> prompts;
+  std::map<std::string, int64_t> groups_of;
+  for (int64_t step = 0; step < 3; ++step) {
+    for (const RolloutGroup& g : groups_of_batch(learner.batch_text(step), step)) {
+      ASSERT_EQ(g.samples.size(), 2u);
+      const std::string name = g.samples[0].environment;
+      EXPECT_EQ(g.samples[1].environment, name);
+      ASSERT_TRUE(prompt_of.count({name, g.prompt_index})) << name << " task " << g.prompt_index;
+      EXPECT_TRUE(prompts.insert(prompt_of[{name, g.prompt_index}]).second) << "prompt drawn twice";
+      ++groups_of[name];
+    }
+    learner.step_done(step, run.checkpoint + "/step-00000002", json::object());
+  }
+  thread.join();
+  ASSERT_EQ(failure, "") << log.str();
+  EXPECT_EQ(status, 0) << log.str();
+  EXPECT_GT(groups_of["sums"], 0);
+  EXPECT_GT(groups_of["countdown"], 0) << log.str();
+  EXPECT_NE(log.str().find("(environment 'countdown')"), std::string::npos) << log.str();
+  std::map<std::string, int64_t> samples_of;
+  for (const json& row : metric_rows(config.run.dir + "/metrics.jsonl")) {
+    int64_t samples = 0;
+    for (const auto& [name, summary] : row["reward"].items()) {
+      EXPECT_TRUE(name == "sums" || name == "countdown") << name;
+      samples += summary["samples"].get<int64_t>();
+      samples_of[name] += summary["samples"].get<int64_t>();
+    }
+    EXPECT_EQ(samples, row["samples"]);
+  }
+  EXPECT_EQ(samples_of["sums"], 2 * groups_of["sums"]);
+  EXPECT_EQ(samples_of["countdown"], 2 * groups_of["countdown"]);
+  const std::vector<json> validations = metric_rows(config.run.dir + "/validation.jsonl");
+  ASSERT_EQ(validations.size(), 2u) << log.str();  // before training and after the last step
+  for (const json& v : validations) {
+    EXPECT_EQ(v["prompts"], 6);
+    EXPECT_EQ(v["failed_prompts"], 0);
+    for (const char* name : {"sums", "countdown"}) {
+      EXPECT_EQ(v["environments"][name]["prompts"], 3) << v.dump();
+      EXPECT_EQ(v["environments"][name]["samples"], 3) << v.dump();
+    }
+    const double mean = (v["environments"]["sums"]["reward_mean"].get<double>() +
+                         v["environments"]["countdown"]["reward_mean"].get<double>()) / 2;
+    EXPECT_NEAR(v["reward_mean"].get<double>(), mean, 1e-12);
+  }
 }
 
 // grpo.dynamic_sampling keeps only groups whose samples' rewards differ.

@@ -78,7 +78,7 @@ TEST(DeviceGeneration, AGroupFromADeviceWorkerEqualsTheCpuWorkers) {
 
 // The value after `flag` in a generation worker's command line under `config` ("" without one).
 std::string worker_flag(const config::RunConfig& config, const std::string& flag) {
-  const std::vector<std::string> argv = server_command(config, "generation", "loom", "/ckpt", "");
+  const std::vector<std::string> argv = server_command(config, "generation", 0, "loom", "/ckpt", "");
   const auto at = std::find(argv.begin(), argv.end(), flag);
   return at != argv.end() && at + 1 != argv.end() ? *(at + 1) : "";
 }

@@ -1,8 +1,10 @@
 // The runtime's grpo keys: declared (defaults, overrides) and validated with messages naming the key.
 #include <gtest/gtest.h>
 
+#include "loom/config/grpo_environments.h"
 #include "loom/config/run_config.h"
 #include "loom/core/error.h"
+#include "loom/rl/launch/server_command.h"
 
 namespace loom::rl {
 namespace {
@@ -64,6 +66,81 @@ TEST(GrpoRuntimeConfig, BadValuesNameTheKey) {
   EXPECT_NE(error_of({"grpo.refit=comm", "grpo.launch=external", "grpo.inflight_updates=wait"}).find("inflight_updates = 'continue'"),
             std::string::npos);
   EXPECT_NE(error_of({"grpo.max_stalenes=1"}).find("did you mean"), std::string::npos);
+}
+
+// grpo.environments: each entry's zeros take the run's keys, names default to the task's, server
+// processes are numbered across the environments in order, and a launcher's environment process
+// of index p serves its environment's task with its settings.
+TEST(GrpoRuntimeConfig, SeveralEnvironmentsResolveAgainstTheRunsKeys) {
+  const std::string base = "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, ffn_size: 64, max_seq_len: 128}\n";
+  const config::RunConfig c = config::parse_config(
+      base + "grpo: {task_digits: 3, max_tokens: 40, environments: [{task: countdown, weight: 3, task_numbers: 3},\n"
+             "  {task: calculator, max_turns: 2, servers: 2, max_tokens: 24}, {name: sums, task: arithmetic, task_digits: 1}]}\n",
+      "grpo_test", {});
+  const std::vector<config::GrpoEnvironment> e = config::run_environments(c.grpo);
+  ASSERT_EQ(e.size(), 3u);
+  EXPECT_EQ(e[0].name, "countdown");
+  EXPECT_EQ(e[0].weight, 3.0);
+  EXPECT_EQ(e[0].task_numbers, 3);
+  EXPECT_EQ(e[0].task_digits, 3);
+  EXPECT_EQ(e[0].max_turns, 1);
+  EXPECT_EQ(e[0].max_tokens, 40);
+  EXPECT_EQ(e[1].name, "calculator");
+  EXPECT_EQ(e[1].max_turns, 2);
+  EXPECT_EQ(e[1].max_tokens, 24);
+  EXPECT_EQ(e[1].servers, 2);
+  EXPECT_EQ(e[2].name, "sums");
+  EXPECT_EQ(e[2].task, "arithmetic");
+  EXPECT_EQ(e[2].task_digits, 1);
+  EXPECT_EQ(e[2].task_numbers, 4);
+  EXPECT_EQ(config::environment_server_count(c.grpo), 4);
+  const std::vector<int> served = {0, 1, 1, 2};
+  for (int p = 0; p < 4; ++p) EXPECT_EQ(config::environment_of_server(c.grpo, p), served[static_cast<size_t>(p)]) << p;
+  EXPECT_THROW(config::environment_of_server(c.grpo, 4), Error);
+  EXPECT_EQ(config::max_sample_tokens(c.grpo), 48) << "calculator's 2 turns x 24 tokens";
+  const std::vector<std::string> third = rl::server_command(c, "environment", 3, "loom", "", "");
+  EXPECT_EQ(third, (std::vector<std::string>{"loom", "env", "serve", "--task", "arithmetic", "--port", "0", "--seed",
+                                             std::to_string(c.train.seed), "--digits", "1", "--numbers", "4"}));
+  const std::vector<std::string> second = rl::server_command(c, "environment", 2, "loom", "", "");
+  EXPECT_EQ(second[4], "calculator");
+  EXPECT_EQ(second[10], "3") << "grpo.task_digits";
+  // The config round-trips through the YAML a checkpoint stores.
+  const config::RunConfig stored = config::parse_config(config::to_yaml(c), "stored", {});
+  ASSERT_EQ(stored.grpo.environments.size(), 3u);
+  EXPECT_EQ(stored.grpo.environments[2].name, "sums");
+  EXPECT_EQ(stored.grpo.environments[1].servers, 2);
+  // Without the list: the one environment of grpo.environment and its keys.
+  const config::RunConfig one = config::parse_config(base, "grpo_test", {"grpo.environment=arithmetic", "grpo.environment_servers=2"});
+  const std::vector<config::GrpoEnvironment> only = config::run_environments(one.grpo);
+  ASSERT_EQ(only.size(), 1u);
+  EXPECT_EQ(only[0].name, "arithmetic");
+  EXPECT_EQ(only[0].servers, 2);
+  EXPECT_EQ(only[0].task_digits, 2);
+  EXPECT_EQ(config::max_sample_tokens(one.grpo), 32);
+}
+
+TEST(GrpoRuntimeConfig, BadEnvironmentsNameTheEntryAndKey) {
+  EXPECT_NE(error_of({"grpo.environments=[{task: chess}]"}).find("grpo.environments[0].task"), std::string::npos);
+  EXPECT_NE(error_of({"grpo.environments=[{task: chess}]"}).find("arithmetic, countdown, calculator"), std::string::npos);
+  EXPECT_NE(error_of({"grpo.environments=[{task: countdown}, {task: arithmetic, weight: 0}]"}).find("grpo.environments[1].weight"),
+            std::string::npos);
+  EXPECT_NE(error_of({"grpo.environments=[{task: countdown, task_numbers: 9}]"}).find("grpo.environments[0].task_numbers"),
+            std::string::npos);
+  EXPECT_NE(error_of({"grpo.environments=[{task: countdown, servers: 0}]"}).find("grpo.environments[0].servers"), std::string::npos);
+  EXPECT_NE(error_of({"grpo.environments=[{task: countdown, turns: 2}]"}).find("grpo.environments[0].turns"), std::string::npos);
+  EXPECT_NE(error_of({"grpo.environments={task: countdown}"}).find("a list of maps"), std::string::npos);
+  const std::string twice = error_of({"grpo.environments=[{task: countdown}, {task: countdown, task_numbers: 3}]"});
+  EXPECT_NE(twice.find("grpo.environments[1].name = 'countdown' is also grpo.environments[0]'s"), std::string::npos) << twice;
+  EXPECT_EQ(error_of({"grpo.environments=[{task: countdown}, {name: short, task: countdown, task_numbers: 3}]"}), "");
+  const std::string turns = error_of({"grpo.environments=[{task: countdown}, {task: calculator}]"});
+  EXPECT_NE(turns.find("grpo.max_turns = 1 with grpo.environments[1].task = 'calculator'"), std::string::npos) << turns;
+  const std::string own = error_of({"grpo.environments=[{task: calculator, max_turns: 1}]", "grpo.max_turns=3"});
+  EXPECT_NE(own.find("grpo.environments[0].max_turns = 1 with grpo.environments[0].task"), std::string::npos) << own;
+  const std::string both = error_of({"grpo.environments=[{task: countdown}]", "grpo.environment=arithmetic"});
+  EXPECT_NE(both.find("grpo.environment = 'arithmetic'"), std::string::npos) << both;
+  EXPECT_NE(both.find("grpo.environments[i].task"), std::string::npos) << both;
+  EXPECT_NE(error_of({"grpo.environments=[{task: countdown}]", "grpo.environment_servers=2"}).find("grpo.environment_servers = 2"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 # learner of 2 MPI ranks (tp 2) for 40 steps with grpo.verify_refit; the generation worker's
 # server is killed once registered (its supervisor restarts it, the controller refits it)
 # and the run still finishes every step. The refit over the communication layer from a tp 2 x
-# pp 2 learner and from a dp 2 ZeRO-3 learner to two workers, verified bit for bit. The roles as
+# pp 2 learner and from a dp 2 ZeRO-3 learner to two workers (with two environments, one server
+# each), verified bit for bit. The roles as
 # one process each with the learner under `loom launch`, killed and resumed. Then the errors: a
 # role out of restarts, a role that never registers, an unknown --role, a duplicate index.
 # Usage: grpo_mpmd.sh LOOM_BINARY MPIEXEC
@@ -65,27 +66,40 @@ grep -q "generation 0: its server (pid $server) killed by signal 9" "$work/mpmd.
 # The refit over the communication layer (grpo.refit = comm): the learner's ranks send their
 # shards in buckets of 1 MiB to the workers' processes; every refit is verified bit for bit (each
 # worker's weights digest equals the learner's checkpoint's). A tp 2 x pp 2 learner (4 MPI
-# ranks) to one tp 1 worker, then a dp 2 ZeRO-3 learner to two workers.
-comm_run() {  # NAME WORKERS LEARNER_RANKS LEARNER_OVERRIDES...
-  local name="$1" workers="$2" ranks="$3"
-  shift 3
+# ranks) to one tp 1 worker, then a dp 2 ZeRO-3 learner to two workers, its prompts drawn from two
+# environments (grpo.environments: arithmetic named sums, and countdown), one launched process
+# each: each process serves its entry's task (every episode checks it), roles.json names them.
+comm_run() {  # NAME WORKERS LEARNER_RANKS ENVIRONMENTS ('' or a grpo.environments list) LEARNER_OVERRIDES...
+  local name="$1" workers="$2" ranks="$3" environments="$4" servers=1 names='["arithmetic"]'
+  shift 4
   local c=("${g[@]}" grpo.refit=comm grpo.refit_bucket_mb=1 grpo.generation_workers="$workers" run.dir="$work/$name")
-  "$mpiexec" --allow-run-as-root --oversubscribe -np 1 "${c[@]}" --role controller : -np 1 "${c[@]}" --role environment : \
-    -np "$workers" "${c[@]}" --role generation : -np "$ranks" "${c[@]}" --role learner runtime.backend=auto "$@" \
+  if [ -n "$environments" ]; then
+    c+=(grpo.environment=countdown "grpo.environments=$environments")
+    servers=2 names='["sums", "countdown"]'
+  fi
+  "$mpiexec" --allow-run-as-root --oversubscribe -np 1 "${c[@]}" --role controller : \
+    -np "$servers" "${c[@]}" --role environment : -np "$workers" "${c[@]}" --role generation : -np "$ranks" "${c[@]}" --role learner runtime.backend=auto "$@" \
     > "$work/$name.log" 2>&1 || fail "the MPMD run $name with grpo.refit=comm exited with $?" "$work/$name.log"
-  python3 - "$work/$name" "$workers" <<'PY' || fail "metrics of the comm refit $name" "$work/$name.log"
+  python3 - "$work/$name" "$workers" "$names" <<'PY' || fail "metrics of the comm refit $name" "$work/$name.log"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl") if l.strip()]
 verified = [r.get("refit_verified_workers") for r in rows]
 workers = int(sys.argv[2])
 assert len(rows) == 3 and verified == [workers] * 3, f"{len(rows)} rows, refit_verified_workers {verified}"
+names = json.loads(sys.argv[3])
+roles = json.load(open(sys.argv[1] + "/grpo/roles.json"))
+assert roles["environment_names"] == names, roles["environment_names"]
+seen = set().union(*(r["reward"].keys() for r in rows))
+assert seen == set(names), f"rewards of {seen}, expected {names}"
 PY
   [ "$(grep -c "refit over the communication layer: .* from $ranks learner rank(s), loaded by .* as step-" "$work/$name.log")" = $((3 * workers)) ] ||
     fail "the workers did not receive 3 refits each over the communication layer" "$work/$name.log"
-  echo "grpo.refit=comm, $name: 3 steps, $ranks learner ranks to $workers worker(s), every refit bit for bit"
+  echo "grpo.refit=comm, $name: 3 steps, $ranks learner ranks to $workers worker(s), every refit bit for bit," \
+    "environments $names"
 }
-comm_run tp2pp2 1 4 parallel.tp=2 parallel.pp=2 train.micro_batch=2
-comm_run zero3 2 2 parallel.zero=3 train.micro_batch=2
+comm_run tp2pp2 1 4 '' parallel.tp=2 parallel.pp=2 train.micro_batch=2
+comm_run zero3 2 2 "[{name: sums, task: arithmetic}, {task: countdown, task_numbers: 2}]" \
+  parallel.zero=3 train.micro_batch=2
 
 # One process per role, as one `srun` step each would start them (no MPI job; indices 0), the
 # learner under `loom launch` (6 steps): the learner kills itself when it reaches its third step

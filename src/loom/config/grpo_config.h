@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "loom/config/enums.h"
 
@@ -25,7 +26,7 @@ constexpr std::array<std::string_view, 4> names(ImportanceCorrection) {
 // over the step's trained tokens (DAPO, NeMo RL's token_level_loss); seq_mean_token_mean: each
 // sample's token mean, averaged over the samples (the GRPO paper, NeMo RL's token_level_loss:
 // false); seq_mean_token_sum_norm: their sum over the samples times the most tokens a sample can
-// train on, grpo.max_turns x grpo.max_tokens (Dr. GRPO).
+// train on, grpo.max_turns x grpo.max_tokens, the largest of the environments' (Dr. GRPO).
 enum class LossAggregation : uint8_t { TokenMean, SeqMeanTokenMean, SeqMeanTokenSumNorm };
 constexpr std::array<std::string_view, 3> names(LossAggregation) {
   return {"token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"};
@@ -41,6 +42,19 @@ constexpr std::array<std::string_view, 3> names(KlType) { return {"k1", "k2", "k
 // ratios, and its sequence likelihood ratio to the generation policy, shared by its tokens.
 enum class RatioLevel : uint8_t { Token, Sequence };
 constexpr std::array<std::string_view, 2> names(RatioLevel) { return {"token", "sequence"}; }
+
+// One entry of grpo.environments: an environment the rollouts draw prompts from, in proportion
+// to its weight (docs/grpo.md, "Several environments"). Zeros take the run's grpo key of the name.
+struct GrpoEnvironment {
+  std::string name;          // its name in metrics, logs and roles.json; empty: the task's
+  std::string task = "countdown";  // arithmetic | countdown | calculator (loom env serve --task)
+  double weight = 1.0;       // its share of the prompts: weight / the weights' sum
+  int task_digits = 0;       // 0: grpo.task_digits
+  int task_numbers = 0;      // 0: grpo.task_numbers
+  int servers = 1;           // its `loom env serve` processes
+  int max_turns = 0;         // 0: grpo.max_turns
+  int max_tokens = 0;        // 0: grpo.max_tokens
+};
 
 struct GrpoConfig {
   // The loss.
@@ -71,8 +85,10 @@ struct GrpoConfig {
   bool packing = true;  // samples packed into rows (first-fit decreasing); false: one per row
   int minibatches = 1;  // optimizer updates a step takes, each on its share of the samples (PPO's minibatches)
   int epochs = 1;       // passes over the minibatches a step takes (the GRPO paper's mu, PPO's epochs)
-  // Rollouts.
+  // Rollouts. One environment (environment, task_digits, task_numbers, environment_servers), or
+  // several (environments; the run's environments resolved by config/grpo_environments.h).
   std::string environment = "countdown";  // arithmetic | countdown | calculator (loom env serve --task)
+  std::vector<GrpoEnvironment> environments;  // several environments; empty: the one above
   int task_digits = 2;                    // arithmetic, calculator: operands of up to this many digits
   int task_numbers = 4;                   // countdown: how many numbers are given
   int samples_per_prompt = 4;             // n: the size of a group

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "loom/config/grpo_environments.h"
+#include "loom/config/map_values.h"
 #include "loom/core/error.h"
 
 namespace loom::config {
@@ -24,7 +26,43 @@ Check<double> nucleus() {
     return std::string("must be in (0, 1]");
   };
 }
+
+// A grpo.environments entry's count that is 0 (the run's key) or in [low, high].
+Check<int> run_key_or_in(int low, int high, const char* run_key) {
+  return [=](const int& value) -> std::optional<std::string> {
+    if (value == 0 || (value >= low && value <= high)) return std::nullopt;
+    return "must be 0 (" + std::string(run_key) + ") or in [" + std::to_string(low) + ", " + std::to_string(high) + "]";
+  };
+}
+
+const char* const kTasks[] = {"arithmetic", "countdown", "calculator"};
 }  // namespace
+
+// Keys of one grpo.environments entry.
+const std::vector<Key<GrpoEnvironment>>& environment_keys() {
+  static const std::vector<Key<GrpoEnvironment>> keys = {
+      field("name", &GrpoEnvironment::name),
+      field("task", &GrpoEnvironment::task, one_of({kTasks[0], kTasks[1], kTasks[2]})),
+      field("weight", &GrpoEnvironment::weight, [](const double& v) { return weight_problem(v); }),
+      field("task_digits", &GrpoEnvironment::task_digits, run_key_or_in(1, 9, "grpo.task_digits")),
+      field("task_numbers", &GrpoEnvironment::task_numbers, run_key_or_in(2, 8, "grpo.task_numbers")),
+      field("servers", &GrpoEnvironment::servers, at_least(1)),
+      field("max_turns", &GrpoEnvironment::max_turns, at_least(0)),
+      field("max_tokens", &GrpoEnvironment::max_tokens, at_least(0)),
+  };
+  return keys;
+}
+
+struct EnvironmentNames {
+  static const std::vector<Key<GrpoEnvironment>>& keys() { return environment_keys(); }
+  static constexpr const char* kExpected =
+      "a list of maps with keys name, task, weight, task_digits, task_numbers, servers, max_turns, max_tokens "
+      "(e.g. [{task: countdown, weight: 3}, {task: calculator, max_turns: 2}])";
+  static constexpr const char* kEntry = "a grpo.environments entry";
+};
+
+template <>
+struct Value<std::vector<GrpoEnvironment>> : MapListValue<GrpoEnvironment, EnvironmentNames> {};
 
 std::vector<Key<GrpoConfig>> grpo_keys() {
   return {
@@ -56,7 +94,8 @@ std::vector<Key<GrpoConfig>> grpo_keys() {
       field("packing", &GrpoConfig::packing),
       field("minibatches", &GrpoConfig::minibatches, at_least(1)),
       field("epochs", &GrpoConfig::epochs, at_least(1)),
-      field("environment", &GrpoConfig::environment, one_of({"arithmetic", "countdown", "calculator"})),
+      field("environment", &GrpoConfig::environment, one_of({kTasks[0], kTasks[1], kTasks[2]})),
+      field("environments", &GrpoConfig::environments),
       field("task_digits", &GrpoConfig::task_digits, in_range(1, 9, "")),
       field("task_numbers", &GrpoConfig::task_numbers, in_range(2, 8, "")),
       field("samples_per_prompt", &GrpoConfig::samples_per_prompt, at_least(1)),
@@ -95,6 +134,33 @@ std::vector<Key<GrpoConfig>> grpo_keys() {
 
 }  // namespace detail
 
+namespace {
+// grpo.environment and its keys, or grpo.environments: names distinct, a calculator with a
+// second turn.
+void check_grpo_environments(const GrpoConfig& g) {
+  const GrpoConfig defaults;
+  LOOM_CHECK(g.environments.empty() || (g.environment == defaults.environment && g.environment_servers == 1),
+             "grpo.environments lists the run's environments, each with its task and servers: grpo.environment = '" +
+                 g.environment + "' and grpo.environment_servers = " + std::to_string(g.environment_servers) +
+                 " are for a run of one; set grpo.environments[i].task and .servers instead");
+  const std::vector<GrpoEnvironment> environments = run_environments(g);
+  for (size_t i = 0; i < environments.size(); ++i) {
+    const GrpoEnvironment& e = environments[i];
+    const std::string key = g.environments.empty() ? "grpo" : "grpo.environments[" + std::to_string(i) + "]";
+    for (size_t j = 0; j < i; ++j) {
+      LOOM_CHECK(environments[j].name != e.name,
+                 key + ".name = '" + e.name + "' is also grpo.environments[" + std::to_string(j) +
+                     "]'s (an entry without a name takes its task's): give each environment a distinct name");
+    }
+    LOOM_CHECK(e.task != "calculator" || e.max_turns >= 2,
+               (g.environments.empty() || g.environments[i].max_turns == 0 ? std::string("grpo") : key) +
+                   ".max_turns = " + std::to_string(e.max_turns) + " with " +
+                   (g.environments.empty() ? "grpo.environment" : key + ".task") +
+                   " = 'calculator': a tool call needs a second turn for the answer; use >= 2");
+  }
+}
+}  // namespace
+
 void check_grpo(const RunConfig& config) {
   using detail::format_double;
   const GrpoConfig& g = config.grpo;
@@ -132,9 +198,7 @@ void check_grpo(const RunConfig& config) {
              "grpo.minibatches = " + std::to_string(g.minibatches) + " updates a step, each on a share of its " +
                  std::to_string(g.prompts_per_step * g.samples_per_prompt) +
                  " samples (grpo.prompts_per_step x grpo.samples_per_prompt): use at most that many");
-  LOOM_CHECK(g.environment != "calculator" || g.max_turns >= 2,
-             "grpo.max_turns = " + std::to_string(g.max_turns) +
-                 " with grpo.environment = 'calculator': a tool call needs a second turn for the answer; use >= 2");
+  check_grpo_environments(g);
 }
 
 }  // namespace loom::config

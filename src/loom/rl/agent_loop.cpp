@@ -156,7 +156,13 @@ Episode seed_episode(const AgentOptions& o, int64_t prompt_index) {
   Episode e;
   e.session = seeded.at("session_id").get<std::string>();
   e.messages = seeded.at("messages");
-  e.rollout.environment = seeded.value("environment", "");
+  const std::string served = seeded.value("environment", "");
+  // A server of another task (a launcher's processes out of order) is the run's error, not the episode's.
+  LOOM_CHECK(o.environment_task.empty() || served == o.environment_task,
+             "environment " + o.environment_url + " serves '" + served + "', and this episode is of environment '" +
+                 o.environment_name + "' (task '" + o.environment_task + "'): grpo.environments' servers are the " +
+                 "environment processes in the order of its entries");
+  e.rollout.environment = o.environment_name.empty() ? served : o.environment_name;
   return e;
 }
 }  // namespace

@@ -19,6 +19,8 @@ namespace loom::rl {
 struct AgentOptions {
   std::string model_url;        // a `loom serve` worker, http://host:port
   std::string environment_url;  // a `loom env serve`, http://host:port
+  std::string environment_name;  // the samples' environment in metrics; empty: the name the server reports
+  std::string environment_task;  // the task the server must report serving (an Error otherwise); empty: any
   std::string model_name = "loom";
   int samples = 4;              // the group size n
   int max_turns = 1;            // model turns per episode (1: single-turn)

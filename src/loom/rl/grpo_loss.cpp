@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "loom/config/grpo_environments.h"
 #include "loom/core/error.h"
 
 namespace loom::rl {
@@ -60,7 +61,7 @@ LossOptions LossOptions::from_config(const config::GrpoConfig& grpo) {
   o.seq_mask_high = grpo.seq_mask_high;
   o.aggregation = grpo.loss_aggregation;
   o.ratio_level = grpo.ratio_level;
-  o.max_sample_tokens = static_cast<int64_t>(grpo.max_turns) * grpo.max_tokens;
+  o.max_sample_tokens = config::max_sample_tokens(grpo);
   o.mtp_loss_weight = grpo.mtp_loss_weight;
   return o;
 }

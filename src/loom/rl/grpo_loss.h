@@ -63,7 +63,7 @@ struct LossOptions {
   double seq_mask_low = 0.999, seq_mask_high = 1.002;
   config::LossAggregation aggregation = config::LossAggregation::TokenMean;
   config::RatioLevel ratio_level = config::RatioLevel::Token;
-  int64_t max_sample_tokens = 1;  // seq_mean_token_sum_norm's length: grpo.max_turns x grpo.max_tokens
+  int64_t max_sample_tokens = 1;  // seq_mean_token_sum_norm's length: the largest environment's max_turns x max_tokens
   double mtp_loss_weight = 0.0;    // the depths' draft loss beside it (TokenObjective::depth_loss_weight)
   static LossOptions from_config(const config::GrpoConfig& grpo);
 };

@@ -34,7 +34,8 @@ std::string grpo_dir(const config::RunConfig& c) { return c.run.dir + "/grpo"; }
 
 Controller::Controller(const config::RunConfig& config, ControllerOptions options, std::ostream& log)
     : config_(config), options_(std::move(options)), log_(log),
-      buffer_(config.grpo.max_staleness, config.grpo.prompts_per_step), http_(std::make_unique<httplib::Server>()) {
+      buffer_(config.grpo.max_staleness, config.grpo.prompts_per_step), mix_(config.grpo),
+      http_(std::make_unique<httplib::Server>()) {
   LOOM_CHECK(!options_.initial_checkpoint.empty(),
              "loom grpo: train.init_from must name the checkpoint the generation workers and the learner start from");
   make_directories(grpo_dir(config) + "/logs", "the roles' logs, under run.dir");
@@ -166,8 +167,14 @@ json Controller::step_done(const json& body) {
   }
   const int64_t trained = step + 1;
   if (config_.grpo.validation_prompts > 0 &&
-      (trained % config_.grpo.validation_interval == 0 || trained == config_.train.steps))
-    row["validation"] = run_validation(trained);
+      (trained % config_.grpo.validation_interval == 0 || trained == config_.train.steps)) {
+    try {
+      row["validation"] = run_validation(trained);
+    } catch (const Error& e) {  // not an episode's failure (those are counted): the run's
+      fail_run(e.what());
+      throw;
+    }
+  }
   writer_->write(row);
   write_roles_file();
   steps_done_ = step + 1;
@@ -188,12 +195,18 @@ json Controller::run_validation(int64_t weight_version) {
   return result;
 }
 
-void Controller::note_filtered_group(int64_t index) {
+std::string Controller::prompt_name(int64_t index, const EnvironmentPrompt& prompt) const {
+  const std::string name = "prompt " + std::to_string(index);
+  if (config_.grpo.environments.empty()) return name;
+  return name + " (" + roles_->environment(prompt.environment).name + "'s task " + std::to_string(prompt.task_index) +
+         ")";
+}
+
+void Controller::note_filtered_group(const std::string& prompt) {
   const int64_t limit = static_cast<int64_t>(config_.grpo.dynamic_sampling_max_draws) * config_.grpo.prompts_per_step;
   if (++filtered_in_a_row_ < limit) return;
-  fail_run("loom grpo: grpo.dynamic_sampling dropped " + std::to_string(limit) + " groups in a row (the last: prompt " +
-           std::to_string(index) +
-           ") whose samples were all rewarded alike; the task is too hard or too easy for the policy: raise "
+  fail_run("loom grpo: grpo.dynamic_sampling dropped " + std::to_string(limit) + " groups in a row (the last: " +
+           prompt + ") whose samples were all rewarded alike; the task is too hard or too easy for the policy: raise "
            "grpo.dynamic_sampling_max_draws (" + std::to_string(config_.grpo.dynamic_sampling_max_draws) +
            " x grpo.prompts_per_step) or turn grpo.dynamic_sampling off");
   buffer_.close();
@@ -213,9 +226,11 @@ void Controller::rollout_loop(int thread) {
       continue;
     }
     const int64_t index = next_prompt_++;
-    if (g.validation_prompts > 0 && index >= g.validation_first_index) {
-      fail_run("loom grpo: the rollouts reached task index " + std::to_string(index) +
-               ", the first held-out prompt (grpo.validation_first_index); raise it above the prompts training uses");
+    const EnvironmentPrompt prompt = mix_.at(index);
+    const std::string name = prompt_name(index, prompt);
+    if (g.validation_prompts > 0 && prompt.task_index >= g.validation_first_index) {
+      fail_run("loom grpo: the rollouts reached task index " + std::to_string(prompt.task_index) + " (" + name +
+               "), the first held-out prompt (grpo.validation_first_index); raise it above the prompts training uses");
       buffer_.release();
       break;
     }
@@ -223,14 +238,14 @@ void Controller::rollout_loop(int thread) {
     for (int attempt = 0; !stopping_; ++attempt) {
       std::shared_lock<std::shared_mutex> hold(refit_lock_, std::defer_lock);
       if (g.inflight_updates == "wait") hold.lock();
-      const AgentOptions o = episode_options(config_, *roles_, static_cast<size_t>(thread + attempt), index, attempt);
+      const AgentOptions o = episode_options(config_, *roles_, static_cast<size_t>(thread + attempt), prompt, attempt);
       try {
         GroupStats stats;
-        RolloutGroup group = run_group(o, index, &stats);
+        RolloutGroup group = run_group(o, prompt.task_index, &stats);
         metrics_.group_done(stats);
         if (g.dynamic_sampling && rewarded_alike(group)) {
           metrics_.group_filtered();
-          note_filtered_group(index);
+          note_filtered_group(name);
           break;  // the slot is released below and the next prompt drawn
         }
         filtered_in_a_row_ = 0;
@@ -243,7 +258,7 @@ void Controller::rollout_loop(int thread) {
         const bool give_up = g.episode_failure == "drop" || attempt >= g.episode_retries;
         {
           std::lock_guard<std::mutex> lock(log_mutex_);
-          log_ << "loom grpo: prompt " << index << " failed (attempt " << attempt + 1 << "): " << e.what() << "; "
+          log_ << "loom grpo: " << name << " failed (attempt " << attempt + 1 << "): " << e.what() << "; "
                << (give_up ? "dropped" : "retrying") << std::endl;
         }
         if (give_up) {
@@ -251,7 +266,7 @@ void Controller::rollout_loop(int thread) {
           break;
         }
       } catch (const std::exception& e) {
-        fail_run(std::string("rollout of prompt ") + std::to_string(index) + ": " + e.what());
+        fail_run("rollout of " + name + ": " + e.what());
         break;
       }
       hold = {};
@@ -270,21 +285,20 @@ int Controller::run() {
     http_->listen_after_bind();
   });
   write_roles_file();
-  if (config_.grpo.validation_prompts > 0) {
-    const std::string validation = config_.run.dir + "/validation.jsonl";
-    std::error_code ec;
-    std::filesystem::remove(validation, ec);
-    LOOM_CHECK(!ec, "cannot remove the last run's '" + validation + "' (" + ec.message() + ")");
-    run_validation(0);  // the starting weights, before any rollout competes for the workers
-  }
-  log_ << "loom grpo: controller on " << url_ << "; roles in " << grpo_dir(config_) << "/roles.json" << std::endl;
-  const int threads = config_.grpo.rollout_thread_count();
   std::vector<std::thread> rollouts;
-  for (int t = 0; t < threads; ++t) rollouts.emplace_back([this, t] { rollout_loop(t); });
-  if (!options_.learner_command.empty())
-    learner_ = std::make_unique<ChildProcess>(options_.learner_command, grpo_dir(config_) + "/logs/learner.log");
   std::string failure;
   try {
+    if (config_.grpo.validation_prompts > 0) {
+      const std::string validation = config_.run.dir + "/validation.jsonl";
+      std::error_code ec;
+      std::filesystem::remove(validation, ec);
+      LOOM_CHECK(!ec, "cannot remove the last run's '" + validation + "' (" + ec.message() + ")");
+      run_validation(0);  // the starting weights, before any rollout competes for the workers
+    }
+    log_ << "loom grpo: controller on " << url_ << "; roles in " << grpo_dir(config_) << "/roles.json" << std::endl;
+    for (int t = 0; t < config_.grpo.rollout_thread_count(); ++t) rollouts.emplace_back([this, t] { rollout_loop(t); });
+    if (!options_.learner_command.empty())
+      learner_ = std::make_unique<ChildProcess>(options_.learner_command, grpo_dir(config_) + "/logs/learner.log");
     while (!stopping_ && steps_done_ < config_.train.steps) {
       std::this_thread::sleep_for(std::chrono::milliseconds(250));
       if (roles_->check(log_)) write_roles_file();

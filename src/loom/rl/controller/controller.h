@@ -29,6 +29,7 @@
 #include "loom/config/metrics.h"
 #include "loom/config/run_config.h"
 #include "loom/rl/controller/draft_metrics.h"
+#include "loom/rl/controller/prompt_mix.h"
 #include "loom/rl/controller/roles.h"
 #include "loom/rl/controller/step_metrics.h"
 #include "loom/rl/replay_buffer.h"
@@ -73,7 +74,9 @@ class Controller {
   nlohmann::json run_validation(int64_t weight_version);
   void write_roles_file(bool finished = false);
   // grpo.dynamic_sampling: counts a dropped zero-variance group; too many in a row end the run.
-  void note_filtered_group(int64_t index);
+  void note_filtered_group(const std::string& prompt);
+  // "prompt 12 (countdown's task 8)", or "prompt 12" with one environment.
+  std::string prompt_name(int64_t index, const EnvironmentPrompt& prompt) const;
   // Ends the run with `message` (run() throws it once the roles are stopped).
   void fail_run(const std::string& message);
 
@@ -83,6 +86,7 @@ class Controller {
   std::mutex log_mutex_, roles_file_mutex_;
   std::unique_ptr<Roles> roles_;
   ReplayBuffer buffer_;
+  PromptMix mix_;  // prompt n's environment and task index
   StepMetrics metrics_;
   DraftMetrics draft_metrics_;  // grpo.worker_speculative_tokens: the workers' drafts kept
   std::unique_ptr<httplib::Server> http_;

@@ -5,6 +5,7 @@
 #include <ostream>
 #include <thread>
 
+#include "loom/config/grpo_environments.h"
 #include "loom/core/error.h"
 #include "loom/rl/controller/roles.h"
 #include "loom/rl/http_json.h"
@@ -72,8 +73,9 @@ void Roles::wait_for_registrations(std::ostream& log) {
     if (missing.empty()) return;
     LOOM_CHECK(std::chrono::steady_clock::now() < deadline,
                "loom grpo: after " + std::to_string(timeout_s) + " s (grpo.register_timeout_s) these roles have not registered in " +
-                   options_.grpo_dir + "/roles: " + missing + "; grpo.launch = external expects grpo.environment_servers = " +
-                   std::to_string(config_.grpo.environment_servers) + " environment, grpo.generation_workers = " +
+                   options_.grpo_dir + "/roles: " + missing + "; grpo.launch = external expects " +
+                   std::to_string(environments_.size()) + " environment (" +
+                   config::environment_servers_key(config_.grpo) + "), grpo.generation_workers = " +
                    std::to_string(config_.grpo.generation_workers) +
                    " generation and one learner job, each started as `loom grpo --role ROLE CONFIG` with this run.dir");
     std::this_thread::sleep_for(std::chrono::milliseconds(200));

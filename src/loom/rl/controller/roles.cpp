@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "loom/ckpt/digest.h"
+#include "loom/config/grpo_environments.h"
 #include "loom/core/error.h"
 #include "loom/rl/http_json.h"
 #include "loom/rl/launch/server_command.h"
@@ -14,22 +15,28 @@
 namespace loom::rl {
 
 Roles::Roles(const config::RunConfig& config, RoleOptions options)
-    : config_(config), options_(std::move(options)), checkpoint_(options_.checkpoint) {
-  auto role = [](const std::string& kind, int index) {
+    : config_(config), options_(std::move(options)), environment_configs_(config::run_environments(config.grpo)),
+      checkpoint_(options_.checkpoint) {
+  auto role = [](const std::string& kind, int index, int environment) {
     Role r;
     r.kind = kind;
     r.index = static_cast<size_t>(index);
+    r.environment = environment;
     return r;
   };
-  for (int i = 0; i < config.grpo.environment_servers; ++i) environments_.push_back(role("environment", i));
-  for (int i = 0; i < config.grpo.generation_workers; ++i) workers_.push_back(role("worker", i));
+  for (size_t e = 0; e < environment_configs_.size(); ++e) {
+    for (int s = 0; s < environment_configs_[e].servers; ++s)
+      environments_.push_back(role("environment", static_cast<int>(environments_.size()), static_cast<int>(e)));
+  }
+  for (int i = 0; i < config.grpo.generation_workers; ++i) workers_.push_back(role("worker", i, 0));
 }
 
 Roles::~Roles() { stop_all(); }
 
 std::vector<std::string> Roles::command(const Role& role) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return server_command(config_, role.kind == "environment" ? "environment" : "generation", options_.loom_binary, checkpoint_, "");
+  const std::string kind = role.kind == "environment" ? "environment" : "generation";
+  return server_command(config_, kind, static_cast<int>(role.index), options_.loom_binary, checkpoint_, "");
 }
 
 nlohmann::json Roles::current_weights() const {
@@ -52,7 +59,9 @@ void Roles::start(Role& role, std::ostream& log) {
     role.url = url;
     role.suspect = false;
   }
-  log << "loom grpo: " << name << " (pid " << role.process->pid() << ") listening on " << url << std::endl;
+  log << "loom grpo: " << name << " (pid " << role.process->pid() << ") listening on " << url;
+  if (role.kind == "environment") log << " (environment '" << environment(role.environment).name << "')";
+  log << std::endl;
 }
 
 void Roles::start_all(std::ostream& log) {
@@ -74,9 +83,13 @@ void Roles::stop_all() {
   }
 }
 
-std::string Roles::environment_url(size_t i) const {
+std::string Roles::environment_url(int environment, size_t turn) const {
+  // Its servers are consecutive in environments_.
+  size_t first = 0;
+  for (int e = 0; e < environment; ++e) first += static_cast<size_t>(this->environment(e).servers);
+  const size_t servers = static_cast<size_t>(this->environment(environment).servers);
   std::lock_guard<std::mutex> lock(mutex_);
-  return environments_.at(i % environments_.size()).url;
+  return environments_.at(first + turn % servers).url;
 }
 
 std::string Roles::worker_url(size_t i) const {
@@ -224,16 +237,21 @@ int Roles::refit(const std::string& checkpoint, int64_t version, bool sent) {
 
 nlohmann::json Roles::addresses() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  nlohmann::json env = nlohmann::json::array(), workers = nlohmann::json::array(), pids = nlohmann::json::object();
-  for (const Role& r : environments_) env.push_back(r.url);
+  nlohmann::json env = nlohmann::json::array(), names = nlohmann::json::array(), workers = nlohmann::json::array(),
+                 pids = nlohmann::json::object();
+  for (const Role& r : environments_) {
+    env.push_back(r.url);
+    names.push_back(environment(r.environment).name);
+  }
   for (const Role& r : workers_) workers.push_back(r.url);
   for (const auto* list : {&environments_, &workers_}) {
     for (const Role& r : *list) {
       if (r.process) pids[r.url] = r.process->pid();
     }
   }
-  nlohmann::json out = {{"environments", env}, {"generation_workers", workers}, {"pids", pids}, {"weight_version", version_},
-                        {"checkpoint", checkpoint_}, {"launch", options_.external ? "external" : "local"}};
+  nlohmann::json out = {{"environments", env},         {"environment_names", names}, {"generation_workers", workers},
+                        {"pids", pids},               {"weight_version", version_}, {"checkpoint", checkpoint_},
+                        {"launch", options_.external ? "external" : "local"}};
   if (options_.external) {
     nlohmann::json registered = nlohmann::json::array();
     for (const auto* list : {&environments_, &workers_}) {

@@ -40,9 +40,11 @@ class Roles {
   void start_all(std::ostream& log);
   void stop_all();
 
-  std::string environment_url(size_t i) const;
+  // The run's environments (config::run_environments) and, round-robin by `turn`, a server of one.
+  const config::GrpoEnvironment& environment(int i) const { return environment_configs_.at(static_cast<size_t>(i)); }
+  std::string environment_url(int environment, size_t turn) const;
   std::string worker_url(size_t i) const;
-  size_t environments() const { return environments_.size(); }
+  size_t environment_servers() const { return environments_.size(); }
   size_t workers() const { return workers_.size(); }
 
   // A rollout saw `url` fail: the next check() probes it (GET /health) and restarts it if it
@@ -64,14 +66,18 @@ class Roles {
   int refit(const std::string& checkpoint, int64_t version, bool sent = false);
   int64_t version() const;
 
-  nlohmann::json addresses() const;  // {"environments": [...], "generation_workers": [...]}
-  // Kills one role with SIGKILL (fault injection and tests): "environment" or "worker", index.
+  // {"environments": [url per server], "environment_names": [its environment's name per server],
+  //  "generation_workers": [...], ...}
+  nlohmann::json addresses() const;
+  // Kills one role with SIGKILL (fault injection and tests): "environment" or "worker", index
+  // (environment servers numbered across the environments).
   void kill(const std::string& kind, size_t index);
 
  private:
   struct Role {
     std::string kind;  // "environment" | "worker"
     size_t index = 0;
+    int environment = 0;  // an environment server's: index into environment_configs_
     std::unique_ptr<ChildProcess> process;
     std::string url;
     int starts = 0;
@@ -93,8 +99,9 @@ class Roles {
   // The body of POST /load_weights that gives a worker the current weights and their version.
   nlohmann::json current_weights() const;
 
+  const std::vector<config::GrpoEnvironment> environment_configs_;
   mutable std::mutex mutex_;  // guards urls, suspect flags, checkpoint_, version_
-  std::vector<Role> environments_, workers_;
+  std::vector<Role> environments_, workers_;  // environments_: every environment's servers, in order
   std::optional<Registration> learner_;  // external: the learner's rank 0
   std::string checkpoint_;
   int64_t version_ = 0;

@@ -57,7 +57,10 @@ json StepMetrics::row(const TakenBatch& batch, const LearnerReport& learner, int
                         : json{{"mean", r.sum / static_cast<double>(r.count)}, {"min", r.min}, {"max", r.max}};
   };
   json per_environment = json::object();
-  for (const auto& [name, range] : rewards) per_environment[name] = summary(range);
+  for (const auto& [name, range] : rewards) {
+    per_environment[name] = summary(range);
+    per_environment[name]["samples"] = range.count;
+  }
   json staleness = json::object();
   for (const auto& [age, count] : batch.staleness) staleness[std::to_string(age)] = count;
 

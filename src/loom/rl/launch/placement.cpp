@@ -6,6 +6,7 @@
 
 #include "loom/comm/launch.h"
 #include "loom/comm/role_world.h"
+#include "loom/config/grpo_environments.h"
 #include "loom/core/error.h"
 
 namespace loom::rl {
@@ -55,10 +56,10 @@ RolePlacement place_role(const std::string& role, const config::RunConfig& confi
     p.index = environment_int("SLURM_PROCID", 0);
   }
   const int wanted = role == "controller"    ? 1
-                     : role == "environment" ? config.grpo.environment_servers
+                     : role == "environment" ? config::environment_server_count(config.grpo)
                      : role == "generation"  ? config.grpo.generation_workers
                                              : -1;  // the learner: as many ranks as launched
-  const std::string key = role == "environment"  ? "grpo.environment_servers"
+  const std::string key = role == "environment"  ? config::environment_servers_key(config.grpo)
                           : role == "generation" ? "grpo.generation_workers"
                                                  : "one controller";
   if (wanted > 0 && p.mpi) {

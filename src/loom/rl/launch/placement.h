@@ -26,7 +26,8 @@ struct RolePlacement {
 void check_role_name(const std::string& role);
 
 // Places this process (joining the MPI job's role world when there is one) and checks the
-// count against the config: one controller; grpo.environment_servers environments and
+// count against the config: one controller; the environments' servers (grpo.environment_servers,
+// or those of grpo.environments) and
 // grpo.generation_workers workers (an MPI job starts exactly that many; otherwise the index
 // must be below it).
 RolePlacement place_role(const std::string& role, const config::RunConfig& config);

@@ -37,7 +37,8 @@ class Supervisor {
     const std::string log_path = options_.grpo_dir + "/logs/" + me_.role + "-" + std::to_string(me_.index) + "." +
                                  std::to_string(me_.starts) + ".log";
     server_ = std::make_unique<ChildProcess>(
-        server_command(config_, me_.role, options_.loom_binary, config_.train.init_from, "0.0.0.0"), log_path, true);
+        server_command(config_, me_.role, me_.index, options_.loom_binary, config_.train.init_from, "0.0.0.0"), log_path,
+        true);
     const std::string url = url_on_host(wait_for_listening(*server_, options_.start_timeout_s, name_), me_.host);
     ++me_.starts;
     {

@@ -2,17 +2,20 @@
 
 #include <algorithm>
 
+#include "loom/config/grpo_environments.h"
 #include "loom/core/error.h"
 
 namespace loom::rl {
 
-std::vector<std::string> server_command(const config::RunConfig& config, const std::string& role, const std::string& loom,
-                                        const std::string& checkpoint, const std::string& host) {
+std::vector<std::string> server_command(const config::RunConfig& config, const std::string& role, int index,
+                                        const std::string& loom, const std::string& checkpoint, const std::string& host) {
   const config::GrpoConfig& g = config.grpo;
   std::vector<std::string> argv;
   if (role == "environment") {
-    argv = {loom, "env", "serve", "--task", g.environment, "--port", "0", "--seed", std::to_string(config.train.seed),
-            "--digits", std::to_string(g.task_digits), "--numbers", std::to_string(g.task_numbers)};
+    const config::GrpoEnvironment e =
+        config::run_environments(g).at(static_cast<size_t>(config::environment_of_server(g, index)));
+    argv = {loom, "env", "serve", "--task", e.task, "--port", "0", "--seed", std::to_string(config.train.seed),
+            "--digits", std::to_string(e.task_digits), "--numbers", std::to_string(e.task_numbers)};
   } else {
     LOOM_CHECK(role == "generation", "server_command: no server for role '" + role + "'");
     // Generation workers run where the learner does (runtime.device).
