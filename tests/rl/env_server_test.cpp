@@ -132,5 +132,24 @@ TEST(EnvServer, UnknownTaskIsAnErrorListingTheValidOnes) {
   }
 }
 
+// A port another server listens on is refused, naming it (cpp-httplib's default SO_REUSEPORT
+// would have let the second server share it and take half its connections); two plain httplib
+// servers show that default.
+TEST(EnvServer, APortInUseIsRefused) {
+  Served first("arithmetic");
+  const int port = std::stoi(first.thread.url().substr(first.thread.url().rfind(':') + 1));
+  EnvironmentServer second(make_environment({"arithmetic", 1234, 2, 4}), "127.0.0.1", port);
+  try {
+    second.run([](int) { throw Error("the second server listens"); });  // leaves run() before it serves
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot listen on 127.0.0.1:" + std::to_string(port) + " (in use"), std::string::npos)
+        << e.what();
+  }
+  httplib::Server plain, plain_twin;
+  const int shared = plain.bind_to_any_port("127.0.0.1");
+  EXPECT_TRUE(plain_twin.bind_to_port("127.0.0.1", shared)) << "cpp-httplib no longer shares ports by default";
+  EXPECT_EQ(post_json(first.thread.url(), "/seed_session", {{"index", 1}}, 10.0).status, 200);
+}
+
 }  // namespace
 }  // namespace loom::rl

@@ -7,12 +7,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
 
 #include "../train/training_runs.h"
+#include "loom/ckpt/checkpoint_root.h"
 #include "loom/core/atomic_file.h"
 #include "support/test_paths.h"
 
@@ -156,6 +158,67 @@ TEST(GrpoCli, TheWorkersDraftWithTheDepthsTheLearnerTrains) {
   EXPECT_EQ(rows, 3) << log;
   EXPECT_GT(drafted, 0.0) << log;
   EXPECT_GT(accepted, 0.0) << log;
+}
+
+// A run whose controller is killed (SIGKILL: its roles and its learner end with it) goes on with
+// train.resume=true from the learner's newest checkpoint: every step's metrics row once and in
+// order, new prompts for the resumed steps, validations of saved weights only, and the killed
+// run's logs kept beside the new ones.
+TEST(GrpoCli, AKilledRunResumesFromTheLearnersCheckpoint) {
+  const std::string root = train::testing::make_training_root("rl-grpo-resume");
+  grpo_config(root,
+              "optim: {lr: 1.0e-3, warmup_steps: 0}\ntrain: {steps: 8, global_batch: 4, micro_batch: 4, seed: 7, init_from: " +
+                  root + "/tiny/checkpoints}",
+              "", "validation_prompts: 2, validation_interval: 2, validation_first_index: 500");
+  const std::string run_dir = root + "/grpo", grpo_dir = run_dir + "/grpo", metrics = run_dir + "/metrics.jsonl";
+  const std::string loom = loom::test_paths::binary() + " grpo " + root + "/grpo.yaml";
+  int status = -1;
+  std::thread first([&] {
+    status = std::system(("sh -c 'echo $$ > " + root + "/controller.pid; exec " + loom + "' > " + root + "/first.log 2>&1").c_str());
+  });
+  for (int i = 0; i < 3000 && rows_in(metrics) < 3 && status == -1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(status, -1) << "the run ended before it was killed: " << read_file(root + "/first.log");
+  ::kill(static_cast<pid_t>(std::stol(read_file(root + "/controller.pid"))), SIGKILL);
+  first.join();
+  // Its children end on their parent's death; the learner's run directory stays locked until then.
+  for (int i = 0; i < 1500 && learner_pid(grpo_dir) != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(learner_pid(grpo_dir), 0) << "the killed run's learner is still there";
+  const int64_t killed_at = rows_in(metrics);
+  ASSERT_LT(killed_at, 8) << "the run finished before it was killed";
+
+  status = std::system((loom + " train.resume=true > " + root + "/second.log 2>&1").c_str());
+  const std::string log = read_file(root + "/second.log");
+  ASSERT_EQ(status, 0) << log;
+  std::smatch found;
+  ASSERT_TRUE(std::regex_search(log, found, std::regex("resuming at step (\\d+) from \\S+/step-0*(\\d+), prompts from (\\d+) on")))
+      << log;
+  const int64_t resumed_at = std::stoll(found[1].str()), first_prompt = std::stoll(found[3].str());
+  EXPECT_EQ(std::stoll(found[2].str()), resumed_at);
+  EXPECT_GE(resumed_at, 3) << "step 2 was reported, so its weights (step 3) were saved";
+  EXPECT_GE(first_prompt, 2 * (resumed_at - 1)) << "the killed run drew at least the prompts of the steps it reported";
+  const std::string learner_log = read_file(grpo_dir + "/logs/learner.log");
+  EXPECT_NE(learner_log.find("resumed from " + run_dir + "/learner/checkpoints/" + ckpt::step_dir_name(resumed_at)),
+            std::string::npos) << learner_log;
+  EXPECT_TRUE(std::filesystem::exists(grpo_dir + "/logs.1/learner.log")) << "the killed run's logs were not kept";
+  std::ifstream in(metrics);
+  int64_t expected = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const json row = json::parse(line);
+    EXPECT_EQ(row["step"], expected) << line;
+    EXPECT_EQ(row["weight_version"], expected + 1) << line;
+    ++expected;
+  }
+  EXPECT_EQ(expected, 8) << log;
+  const json progress = json::parse(read_file(grpo_dir + "/progress.json"));
+  EXPECT_EQ(progress["steps_done"], 8);
+  EXPECT_GE(progress["next_prompt"].get<int64_t>(), first_prompt + 2 * (8 - resumed_at)) << progress.dump();
+  std::ifstream validations(run_dir + "/validation.jsonl");
+  std::vector<int64_t> versions;
+  for (std::string line; std::getline(validations, line);) {
+    if (!line.empty()) versions.push_back(json::parse(line)["weight_version"].get<int64_t>());
+  }
+  EXPECT_EQ(versions, (std::vector<int64_t>{0, 2, 4, 6, 8}));
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 # server is killed once registered (its supervisor restarts it, the controller refits it)
 # and the run still finishes every step. The refit over the communication layer from a tp 2 x
 # pp 2 learner and from a dp 2 ZeRO-3 learner to two workers (with two environments, one server
-# each), verified bit for bit. The roles as
+# each), verified bit for bit. A whole job stopped and resumed. The roles as
 # one process each with the learner under `loom launch`, killed and resumed. Then the errors: a
 # role out of restarts, a role that never registers, an unknown --role, a duplicate index.
 # Usage: grpo_mpmd.sh LOOM_BINARY MPIEXEC
@@ -62,6 +62,38 @@ print(f"40 steps, refits verified {verified}, roles: {sorted(registered)}, gener
 PY
 grep -q "generation 0: its server (pid $server) killed by signal 9" "$work/mpmd.log" ||
   fail "no restart of the killed generation server" "$work/mpmd.log"
+
+# A whole MPMD job stopped (SIGTERM to mpirun ends every role) after at least 3 of its 1000 steps
+# (so many that it cannot finish first), then launched again with train.resume=true for 4 steps
+# more: the controller goes on from the learner's newest checkpoint, the roles register anew (the
+# dead ones' registrations are left behind), and every step is done once.
+r=("${g[@]}" train.steps=1000 run.dir="$work/resumed")
+"$mpiexec" --allow-run-as-root --oversubscribe -np 1 "${r[@]}" --role controller : -np 1 "${r[@]}" --role environment : \
+  -np 1 "${r[@]}" --role generation : -np 1 "${r[@]}" --role learner runtime.backend=auto > "$work/stopped.log" 2>&1 &
+job=$!
+for _ in $(seq 1 1200); do [ "$(rows "$work/resumed/metrics.jsonl")" -ge 3 ] && break; kill -0 $job 2>/dev/null || break; sleep 0.1; done
+kill -TERM $job 2>/dev/null || true
+wait $job || true
+# mpirun returns before its processes have all ended (a launcher's next job starts after them).
+for pid in $(cat "$work"/resumed/grpo/roles/*.json | python3 -c "import json, sys
+for l in sys.stdin: r = json.loads(l); print(r['pid'], r['server_pid'] or '')"); do  # the learner has no server
+  for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+done
+stopped=$(rows "$work/resumed/metrics.jsonl")
+[ "$stopped" -ge 3 ] && [ "$stopped" -lt 1000 ] || fail "the job to resume ran $stopped of 1000 steps" "$work/stopped.log"
+total=$((stopped + 4))  # the learner saved at most one step more than was reported
+r+=(train.resume=true train.steps=$total)
+"$mpiexec" --allow-run-as-root --oversubscribe -np 1 "${r[@]}" --role controller : -np 1 "${r[@]}" --role environment : \
+  -np 1 "${r[@]}" --role generation : -np 1 "${r[@]}" --role learner runtime.backend=auto > "$work/resumed.log" 2>&1 ||
+  fail "the resumed MPMD job exited with $?" "$work/resumed.log"
+grep -q "train.resume: resuming at step \($stopped\|$((stopped + 1))\) from $work/resumed/learner/checkpoints/step-" \
+  "$work/resumed.log" || fail "the controller did not resume from the learner's checkpoint" "$work/resumed.log"
+python3 - "$work/resumed" "$total" <<'PY' || fail "the resumed job's metrics" "$work/resumed.log"
+import json, sys
+steps = [json.loads(l)["step"] for l in open(sys.argv[1] + "/metrics.jsonl") if l.strip()]
+assert steps == list(range(int(sys.argv[2]))), f"metrics rows of steps {steps}"
+PY
+echo "a whole MPMD job stopped after $stopped steps resumed with train.resume=true: $total steps, each once"
 
 # The refit over the communication layer (grpo.refit = comm): the learner's ranks send their
 # shards in buckets of 1 MiB to the workers' processes; every refit is verified bit for bit (each

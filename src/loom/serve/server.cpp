@@ -12,6 +12,7 @@
 #include "loom/kernels/ops.h"
 #include "loom/serve/api_error.h"
 #include "loom/serve/chat_template.h"
+#include "loom/serve/exclusive_port.h"
 #include "loom/serve/request_parse.h"
 #include "loom/serve/responses.h"
 
@@ -185,6 +186,7 @@ void Server::run(const std::function<void(int port)>& on_listening) {
       std::_Exit(1);
     }
   });
+  listen_exclusively(*http_);
   int port = options_.port;
   if (port == 0) {
     port = http_->bind_to_any_port(options_.host);

@@ -36,8 +36,10 @@ std::vector<std::string> environment_outside_launcher() {
   return out;
 }
 
-std::string read_all(const std::string& path) {
+// The file from byte `offset` on.
+std::string read_from(const std::string& path, off_t offset) {
   std::ifstream in(path);
+  in.seekg(offset);
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
@@ -49,6 +51,7 @@ ChildProcess::ChildProcess(std::vector<std::string> argv, std::string log_path, 
   LOOM_CHECK(!argv.empty(), "ChildProcess: empty command");
   const int log = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   LOOM_CHECK(log >= 0, "cannot open the role's log '" + log_path_ + "': " + std::strerror(errno));
+  log_start_ = ::lseek(log, 0, SEEK_END);  // an earlier run's lines before it are not this start's
   std::vector<char*> args;
   for (auto& a : argv) args.push_back(a.data());
   args.push_back(nullptr);
@@ -117,7 +120,7 @@ std::string wait_for_listening(ChildProcess& child, double timeout_s, const std:
   static const std::regex listening("listening on (http://[0-9A-Za-z.:\\-\\[\\]]+:[0-9]+)");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   while (true) {
-    const std::string log = read_all(child.log_path());
+    const std::string log = read_from(child.log_path(), child.log_start());
     std::smatch m;
     if (std::regex_search(log, m, listening)) return m[1].str();
     const auto status = child.ended();

@@ -27,15 +27,19 @@ class ChildProcess {
   void stop(double grace_s = 5.0);
   void kill_now();  // SIGKILL (fault tests)
   const std::string& log_path() const { return log_path_; }
+  // Where this start's output begins in the log (the log is appended to: a run started again in
+  // its run directory finds the earlier run's output before it).
+  off_t log_start() const { return log_start_; }
 
  private:
   pid_t pid_ = -1;
+  off_t log_start_ = 0;
   bool reaped_ = false;
   std::string status_, log_path_;
 };
 
-// Waits up to timeout_s for a line "listening on http://HOST:PORT" in the log file (what
-// `loom serve` and `loom env serve` print once they listen; each start has a log of its own) and returns "http://HOST:PORT";
+// Waits up to timeout_s for a line "listening on http://HOST:PORT" in the log file after
+// log_start() (what `loom serve` and `loom env serve` print once they listen) and returns "http://HOST:PORT";
 // throws naming the log and its tail when the process ends first or the time runs out.
 std::string wait_for_listening(ChildProcess& child, double timeout_s, const std::string& role);
 

@@ -4,15 +4,18 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
 #include "loom/rl/controller/episode_options.h"
+#include "loom/rl/controller/resume.h"
 #include "loom/rl/controller/validation.h"
 #include "loom/rl/http_json.h"
 #include "loom/rl/launch/registration.h"
 #include "loom/rl/rollout_json.h"
 #include "loom/serve/api_error.h"
+#include "loom/serve/exclusive_port.h"
 #include "loom/serve/request_parse.h"
 #include "loom/serve/responses.h"
 
@@ -38,11 +41,19 @@ Controller::Controller(const config::RunConfig& config, ControllerOptions option
       http_(std::make_unique<httplib::Server>()) {
   LOOM_CHECK(!options_.initial_checkpoint.empty(),
              "loom grpo: train.init_from must name the checkpoint the generation workers and the learner start from");
+  const std::optional<ResumePoint> resume = config.train.resume ? find_resume_point(config, log) : std::nullopt;
+  if (resume) {
+    // External roles write their logs there too, as they start: those are the launcher's to keep.
+    if (config.grpo.launch == "local") set_aside(grpo_dir(config) + "/logs", log);
+    steps_done_ = resume->step;
+    next_prompt_ = resume->next_prompt;
+  }
   make_directories(grpo_dir(config) + "/logs", "the roles' logs, under run.dir");
   RoleOptions roles;
   roles.loom_binary = options_.loom_binary;
   roles.log_dir = grpo_dir(config) + "/logs";
-  roles.checkpoint = options_.initial_checkpoint;
+  roles.checkpoint = resume ? resume->checkpoint : options_.initial_checkpoint;
+  roles.version = resume ? resume->step : 0;
   roles.external = config.grpo.launch == "external";
   roles.grpo_dir = grpo_dir(config);
   roles_ = std::make_unique<Roles>(config, roles);
@@ -103,6 +114,7 @@ void Controller::serve_learner_api() {
   // External roles may be on other nodes: listen on every interface, named by the host name.
   const bool external = config_.grpo.launch == "external";
   const std::string host = external ? "0.0.0.0" : "127.0.0.1";
+  serve::listen_exclusively(s);
   const int port = options_.port == 0 ? s.bind_to_any_port(host) : (s.bind_to_port(host, options_.port) ? options_.port : -1);
   LOOM_CHECK(port > 0, "loom grpo: the controller cannot listen on port " + std::to_string(options_.port));
   url_ = "http://" + (external ? this_host() : host) + ":" + std::to_string(port);
@@ -178,6 +190,7 @@ json Controller::step_done(const json& body) {
   writer_->write(row);
   write_roles_file();
   steps_done_ = step + 1;
+  write_progress(grpo_dir(config_), {step + 1, next_prompt_.load()});
   {
     std::lock_guard<std::mutex> lock(log_mutex_);
     log_ << "loom grpo: step " << step << " reward " << row["reward_mean"] << " (min " << row["reward_min"] << ", max "
@@ -277,7 +290,8 @@ void Controller::rollout_loop(int thread) {
 }
 
 int Controller::run() {
-  writer_ = std::make_unique<config::MetricsWriter>(config_.run.dir, 0, config_.log.tensorboard);
+  const int64_t resumed_at = steps_done_.load();  // 0: a fresh run
+  writer_ = std::make_unique<config::MetricsWriter>(config_.run.dir, resumed_at, config_.log.tensorboard);
   roles_->start_all(log_);
   serve_learner_api();
   std::thread http_thread([this] {
@@ -288,8 +302,10 @@ int Controller::run() {
   std::vector<std::thread> rollouts;
   std::string failure;
   try {
-    if (config_.grpo.validation_prompts > 0) {
-      const std::string validation = config_.run.dir + "/validation.jsonl";
+    const std::string validation = config_.run.dir + "/validation.jsonl";
+    if (resumed_at > 0) {
+      keep_rows_up_to(validation, "weight_version", resumed_at);  // those of weights saved
+    } else if (config_.grpo.validation_prompts > 0) {
       std::error_code ec;
       std::filesystem::remove(validation, ec);
       LOOM_CHECK(!ec, "cannot remove the last run's '" + validation + "' (" + ec.message() + ")");

@@ -2,7 +2,8 @@
 // The GRPO controller (`loom grpo`, docs/grpo.md "Controller and refit"): starts the
 // environment servers and generation workers (Roles), runs the rollout threads that fill the
 // replay buffer, serves the buffer to the learner over HTTP, refits the workers after each
-// learner step, restarts dead roles, and writes one metrics row per step.
+// learner step, restarts dead roles, and writes one metrics row per step. With train.resume it
+// goes on from the learner's newest checkpoint (controller/resume.h).
 //
 // The learner protocol (HTTP on the controller, its address in run.dir/grpo/roles.json):
 //   GET  /batch?step=S  -> {"step", "groups": [...], "waited_s"}: blocks until step S's groups

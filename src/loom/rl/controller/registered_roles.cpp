@@ -56,14 +56,14 @@ void Roles::wait_for_registrations(std::ostream& log) {
       for (Role& r : *list) {
         if (r.registration) continue;
         const std::string role = registered_role(r);
-        const auto registration = read_registration(options_.grpo_dir, role, static_cast<int>(r.index));
+        const auto registration = read_registration_since(options_.grpo_dir, role, static_cast<int>(r.index), started_);
         if (registration && !registration->failed.empty()) gave_up(role, static_cast<int>(r.index), *registration);
         if (registration && !(r.tried && r.tried->same_start(*registration)) && adopt(r, *registration, log)) continue;
         missing += (missing.empty() ? "" : ", ") + role + " " + std::to_string(r.index);
       }
     }
     if (!learner_) {
-      if (const auto registration = read_registration(options_.grpo_dir, "learner", 0)) {
+      if (const auto registration = read_registration_since(options_.grpo_dir, "learner", 0, started_)) {
         std::lock_guard<std::mutex> lock(mutex_);
         learner_ = registration;
       } else {
@@ -88,7 +88,7 @@ bool Roles::check_registered(std::ostream& log) {
     for (Role& r : *list) {
       const std::string role = registered_role(r);
       const int index = static_cast<int>(r.index);
-      const auto registration = read_registration(options_.grpo_dir, role, index);
+      const auto registration = read_registration_since(options_.grpo_dir, role, index, started_);
       if (!registration) continue;  // its supervisor ended (the run is finishing)
       if (!registration->failed.empty()) gave_up(role, index, *registration);
       if (!r.registration || !r.registration->same_start(*registration)) {
@@ -114,7 +114,7 @@ bool Roles::check_registered(std::ostream& log) {
       request_restart(options_.grpo_dir, role, index, {url, why});
     }
   }
-  const auto learner = read_registration(options_.grpo_dir, "learner", 0);
+  const auto learner = read_registration_since(options_.grpo_dir, "learner", 0, started_);
   if (learner && (!learner_ || !learner_->same_process(*learner))) {
     log << "loom grpo: " << describe("learner", 0, *learner) << " registered (" << learner->ranks << " ranks)" << std::endl;
     std::lock_guard<std::mutex> lock(mutex_);

@@ -16,7 +16,7 @@ namespace loom::rl {
 
 Roles::Roles(const config::RunConfig& config, RoleOptions options)
     : config_(config), options_(std::move(options)), environment_configs_(config::run_environments(config.grpo)),
-      checkpoint_(options_.checkpoint) {
+      checkpoint_(options_.checkpoint), version_(options_.version) {
   auto role = [](const std::string& kind, int index, int environment) {
     Role r;
     r.kind = kind;

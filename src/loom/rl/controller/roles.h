@@ -4,6 +4,7 @@
 // written to run.dir/grpo/roles.json, dead ones restarted (a restarted worker first loads the
 // current weights), weights refit on every worker (POST /load_weights).
 #include <cstdint>
+#include <filesystem>
 #include <iosfwd>
 #include <memory>
 #include <mutex>
@@ -24,6 +25,7 @@ struct RoleOptions {
   std::string loom_binary;         // the `loom` executable the roles run
   std::string log_dir;             // one log per start: <role>-<i>.<start>.log
   std::string checkpoint;          // the weights workers start from
+  int64_t version = 0;             // and their version (learner steps trained)
   double start_timeout_s = 120.0;  // until a role listens
   // grpo.launch = external: the roles are started by a launcher, each registers itself under
   // grpo_dir/roles (launch/registration.h) and its supervisor restarts its server; these Roles
@@ -103,6 +105,9 @@ class Roles {
   mutable std::mutex mutex_;  // guards urls, suspect flags, checkpoint_, version_
   std::vector<Role> environments_, workers_;  // environments_: every environment's servers, in order
   std::optional<Registration> learner_;  // external: the learner's rank 0
+  // External: when these Roles began; a registration of a dead process written before is an
+  // earlier job's (the run started again in its directory).
+  const std::filesystem::file_time_type started_ = std::filesystem::file_time_type::clock::now();
   std::string checkpoint_;
   int64_t version_ = 0;
   int64_t restarts_ = 0;

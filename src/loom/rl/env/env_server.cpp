@@ -4,6 +4,7 @@
 
 #include "loom/core/error.h"
 #include "loom/serve/api_error.h"
+#include "loom/serve/exclusive_port.h"
 #include "loom/serve/request_parse.h"
 #include "loom/serve/responses.h"
 
@@ -87,6 +88,7 @@ EnvironmentServer::~EnvironmentServer() { stop(); }
 void EnvironmentServer::stop() { http_->stop(); }
 
 void EnvironmentServer::run(const std::function<void(int port)>& on_listening) {
+  serve::listen_exclusively(*http_);
   const int port = port_ == 0 ? http_->bind_to_any_port(host_) : (http_->bind_to_port(host_, port_) ? port_ : -1);
   if (port < 0) throw Error("loom env serve: cannot listen on " + host_ + ":" + std::to_string(port_) + " (in use, or not an address of this host)");
   if (on_listening) on_listening(port);

@@ -71,6 +71,15 @@ bool may_run(const Registration& r) {
 }
 }  // namespace
 
+std::optional<Registration> read_registration_since(const std::string& grpo_dir, const std::string& role, int index,
+                                                    std::filesystem::file_time_type since) {
+  std::optional<Registration> r = read_registration(grpo_dir, role, index);
+  if (!r || may_run(*r)) return r;
+  std::error_code ec;
+  const auto written = std::filesystem::last_write_time(registration_path(grpo_dir, role, index), ec);
+  return !ec && written < since ? std::nullopt : r;
+}
+
 void write_registration(const std::string& grpo_dir, const Registration& registration, bool first) {
   const std::string path = registration_path(grpo_dir, registration.role, registration.index);
   if (const auto existing = read_registration(grpo_dir, registration.role, registration.index);

@@ -5,6 +5,7 @@
 // RUN/grpo/roles.json (which names the controller and every role's registering process), and
 // the roles wait until roles.json names them (then it is this run's, not a stale one).
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -36,6 +37,11 @@ struct Registration {
 std::string registration_path(const std::string& grpo_dir, const std::string& role, int index);
 // Null when the file does not exist; throws naming the file when it is malformed.
 std::optional<Registration> read_registration(const std::string& grpo_dir, const std::string& role, int index);
+// The same, but null also for a registration an earlier job left: written before `since` (the
+// reader's start) by a process of this node that no longer runs (a job run again in its run
+// directory, train.resume; one of another node cannot be told from a live one).
+std::optional<Registration> read_registration_since(const std::string& grpo_dir, const std::string& role, int index,
+                                                    std::filesystem::file_time_type since);
 // Writes it atomically. A first registration (`first`) refuses a file naming another process
 // of this role and index that may still run (a duplicate index: two processes launched as the
 // same role), naming both.

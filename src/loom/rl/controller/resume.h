@@ -1,0 +1,45 @@
+#pragma once
+// Resuming a GRPO run (docs/grpo.md, "Resuming a run"): `loom grpo CONFIG train.resume=true` after
+// the controller, its machine or the whole job ended. The learner's newest complete checkpoint
+// (RUN/learner/checkpoints/latest, which the learner resumes from too) says how many steps are
+// trained: the run goes on at that step, its workers serving those weights as that version. The
+// controller's progress file (RUN/grpo/progress.json, rewritten atomically after every step) says
+// how many prompts the rollouts had drawn, so the resumed run draws new ones. Metrics rows and
+// validations of later steps (a step trained but not saved) are dropped, and, with a local launch,
+// the earlier run's role logs kept beside the new ones.
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+
+#include "loom/config/run_config.h"
+
+namespace loom::rl {
+
+struct ControllerProgress {
+  int64_t steps_done = 0;   // learner steps reported
+  int64_t next_prompt = 0;  // prompts the rollouts drew (the next one's number)
+};
+
+void write_progress(const std::string& grpo_dir, const ControllerProgress& progress);
+// Nullopt when there is none; throws naming the file when it is malformed.
+std::optional<ControllerProgress> read_progress(const std::string& grpo_dir);
+
+struct ResumePoint {
+  int64_t step = 0;         // learner steps trained: the weights' version
+  std::string checkpoint;   // those weights
+  int64_t next_prompt = 0;  // the first prompt the resumed rollouts draw
+};
+
+// With train.resume, where the run goes on (nullopt: nothing saved yet, a fresh run); logs what
+// it found.
+std::optional<ResumePoint> find_resume_point(const config::RunConfig& config, std::ostream& log);
+
+// Keeps the lines of a JSON-lines file whose integer `key` is <= `last` (others, and lines that
+// do not parse, dropped), atomically; nothing when the file does not exist.
+void keep_rows_up_to(const std::string& path, const std::string& key, int64_t last);
+
+// Renames `dir` to the first free `dir.1`, `dir.2`, ... when it exists (an earlier run's logs).
+void set_aside(const std::string& dir, std::ostream& log);
+
+}  // namespace loom::rl
