@@ -209,8 +209,7 @@ TEST(Controller, ValidatesHeldOutPromptsBeforeTrainingAndEveryInterval) {
 TEST(Controller, DrawsPromptsFromSeveralEnvironmentsByWeight) {
   const GrpoRun& run = grpo_run();
   const config::RunConfig config = run.config(
-      "mixed", {"grpo.environment=countdown",
-                "grpo.environments=[{name: sums, task: arithmetic, weight: 2}, {task: countdown, task_numbers: 2, servers: 2}]",
+      "mixed", {"grpo.environments=[{name: sums, weight: 2}, {task: countdown, task_numbers: 2, servers: 2}]",
                 "train.steps=3", "grpo.prompts_per_step=3", "grpo.max_staleness=0", "grpo.validation_prompts=3",
                 "grpo.validation_interval=3", "grpo.validation_first_index=500"});
   ControllerThread running(config);

@@ -117,6 +117,17 @@ TEST(GrpoRuntimeConfig, SeveralEnvironmentsResolveAgainstTheRunsKeys) {
   EXPECT_EQ(only[0].servers, 2);
   EXPECT_EQ(only[0].task_digits, 2);
   EXPECT_EQ(config::max_sample_tokens(one.grpo), 32);
+  // Entries without a task or servers take grpo.environment's and grpo.environment_servers'.
+  const config::RunConfig two = config::parse_config(
+      base, "grpo_test",
+      {"grpo.environment=arithmetic", "grpo.environment_servers=2", "grpo.environments=[{name: a}, {task: countdown, servers: 1}]"});
+  const std::vector<config::GrpoEnvironment> both = config::run_environments(two.grpo);
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_EQ(both[0].task, "arithmetic");
+  EXPECT_EQ(both[0].servers, 2);
+  EXPECT_EQ(both[1].task, "countdown");
+  EXPECT_EQ(both[1].servers, 1);
+  EXPECT_EQ(config::environment_server_count(two.grpo), 3);
 }
 
 TEST(GrpoRuntimeConfig, BadEnvironmentsNameTheEntryAndKey) {
@@ -126,7 +137,6 @@ TEST(GrpoRuntimeConfig, BadEnvironmentsNameTheEntryAndKey) {
             std::string::npos);
   EXPECT_NE(error_of({"grpo.environments=[{task: countdown, task_numbers: 9}]"}).find("grpo.environments[0].task_numbers"),
             std::string::npos);
-  EXPECT_NE(error_of({"grpo.environments=[{task: countdown, servers: 0}]"}).find("grpo.environments[0].servers"), std::string::npos);
   EXPECT_NE(error_of({"grpo.environments=[{task: countdown, turns: 2}]"}).find("grpo.environments[0].turns"), std::string::npos);
   EXPECT_NE(error_of({"grpo.environments={task: countdown}"}).find("a list of maps"), std::string::npos);
   const std::string twice = error_of({"grpo.environments=[{task: countdown}, {task: countdown, task_numbers: 3}]"});
@@ -136,10 +146,9 @@ TEST(GrpoRuntimeConfig, BadEnvironmentsNameTheEntryAndKey) {
   EXPECT_NE(turns.find("grpo.max_turns = 1 with grpo.environments[1].task = 'calculator'"), std::string::npos) << turns;
   const std::string own = error_of({"grpo.environments=[{task: calculator, max_turns: 1}]", "grpo.max_turns=3"});
   EXPECT_NE(own.find("grpo.environments[0].max_turns = 1 with grpo.environments[0].task"), std::string::npos) << own;
-  const std::string both = error_of({"grpo.environments=[{task: countdown}]", "grpo.environment=arithmetic"});
-  EXPECT_NE(both.find("grpo.environment = 'arithmetic'"), std::string::npos) << both;
-  EXPECT_NE(both.find("grpo.environments[i].task"), std::string::npos) << both;
-  EXPECT_NE(error_of({"grpo.environments=[{task: countdown}]", "grpo.environment_servers=2"}).find("grpo.environment_servers = 2"),
+  const std::string inherited = error_of({"grpo.environments=[{task: countdown}, {name: tools}]", "grpo.environment=calculator"});
+  EXPECT_NE(inherited.find("grpo.max_turns = 1 with grpo.environment = 'calculator'"), std::string::npos) << inherited;
+  EXPECT_NE(error_of({"grpo.environments=[{task: countdown, servers: -1}]"}).find("grpo.environments[0].servers"),
             std::string::npos);
 }
 

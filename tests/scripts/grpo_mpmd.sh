@@ -106,7 +106,7 @@ comm_run() {  # NAME WORKERS LEARNER_RANKS ENVIRONMENTS ('' or a grpo.environmen
   shift 4
   local c=("${g[@]}" grpo.refit=comm grpo.refit_bucket_mb=1 grpo.generation_workers="$workers" run.dir="$work/$name")
   if [ -n "$environments" ]; then
-    c+=(grpo.environment=countdown "grpo.environments=$environments")
+    c+=("grpo.environments=$environments")
     servers=2 names='["sums", "countdown"]'
   fi
   "$mpiexec" --allow-run-as-root --oversubscribe -np 1 "${c[@]}" --role controller : \
@@ -130,7 +130,7 @@ PY
     "environments $names"
 }
 comm_run tp2pp2 1 4 '' parallel.tp=2 parallel.pp=2 train.micro_batch=2
-comm_run zero3 2 2 "[{name: sums, task: arithmetic}, {task: countdown, task_numbers: 2}]" \
+comm_run zero3 2 2 "[{name: sums}, {task: countdown, task_numbers: 2}]" \
   parallel.zero=3 train.micro_batch=2
 
 # One process per role, as one `srun` step each would start them (no MPI job; indices 0), the

@@ -44,14 +44,15 @@ enum class RatioLevel : uint8_t { Token, Sequence };
 constexpr std::array<std::string_view, 2> names(RatioLevel) { return {"token", "sequence"}; }
 
 // One entry of grpo.environments: an environment the rollouts draw prompts from, in proportion
-// to its weight (docs/grpo.md, "Several environments"). Zeros take the run's grpo key of the name.
+// to its weight (docs/grpo.md, "Several environments"). Zeros and empty strings take the run's
+// grpo key of the name (grpo.environment for the task, grpo.environment_servers for servers).
 struct GrpoEnvironment {
   std::string name;          // its name in metrics, logs and roles.json; empty: the task's
-  std::string task = "countdown";  // arithmetic | countdown | calculator (loom env serve --task)
+  std::string task;          // arithmetic | countdown | calculator (loom env serve --task); empty: grpo.environment
   double weight = 1.0;       // its share of the prompts: weight / the weights' sum
   int task_digits = 0;       // 0: grpo.task_digits
   int task_numbers = 0;      // 0: grpo.task_numbers
-  int servers = 1;           // its `loom env serve` processes
+  int servers = 0;           // its `loom env serve` processes; 0: grpo.environment_servers
   int max_turns = 0;         // 0: grpo.max_turns
   int max_tokens = 0;        // 0: grpo.max_tokens
 };
@@ -86,7 +87,8 @@ struct GrpoConfig {
   int minibatches = 1;  // optimizer updates a step takes, each on its share of the samples (PPO's minibatches)
   int epochs = 1;       // passes over the minibatches a step takes (the GRPO paper's mu, PPO's epochs)
   // Rollouts. One environment (environment, task_digits, task_numbers, environment_servers), or
-  // several (environments; the run's environments resolved by config/grpo_environments.h).
+  // several (environments, whose entries default to those keys; resolved by
+  // config/grpo_environments.h).
   std::string environment = "countdown";  // arithmetic | countdown | calculator (loom env serve --task)
   std::vector<GrpoEnvironment> environments;  // several environments; empty: the one above
   int task_digits = 2;                    // arithmetic, calculator: operands of up to this many digits

@@ -9,13 +9,10 @@ namespace loom::config {
 
 std::vector<GrpoEnvironment> run_environments(const GrpoConfig& grpo) {
   std::vector<GrpoEnvironment> out = grpo.environments;
-  if (out.empty()) {
-    GrpoEnvironment only;
-    only.task = grpo.environment;
-    only.servers = grpo.environment_servers;
-    out.push_back(only);
-  }
+  if (out.empty()) out.emplace_back();  // the one environment of the run's keys
   for (GrpoEnvironment& e : out) {
+    if (e.task.empty()) e.task = grpo.environment;
+    if (e.servers == 0) e.servers = grpo.environment_servers;
     if (e.name.empty()) e.name = e.task;
     if (e.task_digits == 0) e.task_digits = grpo.task_digits;
     if (e.task_numbers == 0) e.task_numbers = grpo.task_numbers;

@@ -36,17 +36,27 @@ Check<int> run_key_or_in(int low, int high, const char* run_key) {
 }
 
 const char* const kTasks[] = {"arithmetic", "countdown", "calculator"};
+
+// A grpo.environments entry's task: empty (grpo.environment) or one of kTasks.
+Check<std::string> run_key_or_task() {
+  return [](const std::string& value) -> std::optional<std::string> {
+    for (const char* task : kTasks) {
+      if (value.empty() || value == task) return std::nullopt;
+    }
+    return std::string("must be one of arithmetic, countdown, calculator (or empty: grpo.environment)");
+  };
+}
 }  // namespace
 
 // Keys of one grpo.environments entry.
 const std::vector<Key<GrpoEnvironment>>& environment_keys() {
   static const std::vector<Key<GrpoEnvironment>> keys = {
       field("name", &GrpoEnvironment::name),
-      field("task", &GrpoEnvironment::task, one_of({kTasks[0], kTasks[1], kTasks[2]})),
+      field("task", &GrpoEnvironment::task, run_key_or_task()),
       field("weight", &GrpoEnvironment::weight, [](const double& v) { return weight_problem(v); }),
       field("task_digits", &GrpoEnvironment::task_digits, run_key_or_in(1, 9, "grpo.task_digits")),
       field("task_numbers", &GrpoEnvironment::task_numbers, run_key_or_in(2, 8, "grpo.task_numbers")),
-      field("servers", &GrpoEnvironment::servers, at_least(1)),
+      field("servers", &GrpoEnvironment::servers, at_least(0)),
       field("max_turns", &GrpoEnvironment::max_turns, at_least(0)),
       field("max_tokens", &GrpoEnvironment::max_tokens, at_least(0)),
   };
@@ -138,11 +148,6 @@ namespace {
 // grpo.environment and its keys, or grpo.environments: names distinct, a calculator with a
 // second turn.
 void check_grpo_environments(const GrpoConfig& g) {
-  const GrpoConfig defaults;
-  LOOM_CHECK(g.environments.empty() || (g.environment == defaults.environment && g.environment_servers == 1),
-             "grpo.environments lists the run's environments, each with its task and servers: grpo.environment = '" +
-                 g.environment + "' and grpo.environment_servers = " + std::to_string(g.environment_servers) +
-                 " are for a run of one; set grpo.environments[i].task and .servers instead");
   const std::vector<GrpoEnvironment> environments = run_environments(g);
   for (size_t i = 0; i < environments.size(); ++i) {
     const GrpoEnvironment& e = environments[i];
@@ -155,7 +160,7 @@ void check_grpo_environments(const GrpoConfig& g) {
     LOOM_CHECK(e.task != "calculator" || e.max_turns >= 2,
                (g.environments.empty() || g.environments[i].max_turns == 0 ? std::string("grpo") : key) +
                    ".max_turns = " + std::to_string(e.max_turns) + " with " +
-                   (g.environments.empty() ? "grpo.environment" : key + ".task") +
+                   (g.environments.empty() || g.environments[i].task.empty() ? "grpo.environment" : key + ".task") +
                    " = 'calculator': a tool call needs a second turn for the answer; use >= 2");
   }
 }
