@@ -2,9 +2,9 @@
 // The environments of a GRPO run, resolved: grpo.environments with each entry's zeros and empty
 // strings replaced by the run's grpo key of that name (grpo.environment for the task,
 // grpo.environment_servers for servers) and each name filled (the task's when it has none), or,
-// without that list, the one environment of those keys. Environment server processes are numbered across the environments in
-// order (environment i's servers follow those of 0 .. i-1): how a launcher's `--role environment`
-// process of index p knows which task it serves.
+// without that list, the one environment of those keys. Environment server processes are
+// numbered across the environments in order (environment i's servers follow those of 0 .. i-1):
+// how a launcher's `--role environment` process of index p knows which task it serves.
 #include <cstdint>
 #include <string>
 #include <vector>
