@@ -161,9 +161,10 @@ TEST(GrpoCli, TheWorkersDraftWithTheDepthsTheLearnerTrains) {
 }
 
 // A run whose controller is killed (SIGKILL: its roles and its learner end with it) goes on with
-// train.resume=true from the learner's newest checkpoint: every step's metrics row once and in
-// order, new prompts for the resumed steps, validations of saved weights only, and the killed
-// run's logs kept beside the new ones.
+// train.resume=true from the learner's newest good checkpoint (the newest is corrupted here: the
+// one before it, as the learner): every step's metrics row once and in order, new prompts for the
+// resumed steps, validations of saved weights only, and the killed run's logs kept beside the
+// new ones.
 TEST(GrpoCli, AKilledRunResumesFromTheLearnersCheckpoint) {
   const std::string root = train::testing::make_training_root("rl-grpo-resume");
   grpo_config(root,
@@ -185,6 +186,11 @@ TEST(GrpoCli, AKilledRunResumesFromTheLearnersCheckpoint) {
   ASSERT_EQ(learner_pid(grpo_dir), 0) << "the killed run's learner is still there";
   const int64_t killed_at = rows_in(metrics);
   ASSERT_LT(killed_at, 8) << "the run finished before it was killed";
+  // The newest checkpoint corrupt (its shard cut short): the learner falls back to the one
+  // before, and the controller must go on from that same one.
+  const std::string checkpoints = run_dir + "/learner/checkpoints";
+  const int64_t newest = ckpt::parse_step_dir_name(ckpt::read_latest(checkpoints).value()).value();
+  std::filesystem::resize_file(checkpoints + "/" + ckpt::step_dir_name(newest) + "/rank-00000.bin", 16);
 
   status = std::system((loom + " train.resume=true > " + root + "/second.log 2>&1").c_str());
   const std::string log = read_file(root + "/second.log");
@@ -194,7 +200,8 @@ TEST(GrpoCli, AKilledRunResumesFromTheLearnersCheckpoint) {
       << log;
   const int64_t resumed_at = std::stoll(found[1].str()), first_prompt = std::stoll(found[3].str());
   EXPECT_EQ(std::stoll(found[2].str()), resumed_at);
-  EXPECT_GE(resumed_at, 3) << "step 2 was reported, so its weights (step 3) were saved";
+  EXPECT_GE(newest, 3) << "step 2 was reported, so its weights (step 3) were saved";
+  EXPECT_EQ(resumed_at, newest - 1) << "not the learner's fallback from the corrupt step " << newest;
   EXPECT_GE(first_prompt, 2 * (resumed_at - 1)) << "the killed run drew at least the prompts of the steps it reported";
   const std::string learner_log = read_file(grpo_dir + "/logs/learner.log");
   EXPECT_NE(learner_log.find("resumed from " + run_dir + "/learner/checkpoints/" + ckpt::step_dir_name(resumed_at)),

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loom/ckpt/checkpoint.h"
 #include "loom/ckpt/checkpoint_root.h"
 #include "loom/core/atomic_file.h"
 #include "loom/core/error.h"
@@ -40,15 +41,16 @@ std::optional<ControllerProgress> read_progress(const std::string& grpo_dir) {
 std::optional<ResumePoint> find_resume_point(const config::RunConfig& config, std::ostream& log) {
   // The learner's run directory, as `loom grpo` gives it (local and external alike).
   const std::string root = config.run.dir + "/learner/checkpoints";
-  const std::optional<std::string> latest = ckpt::read_latest(root);
-  const std::optional<int64_t> step = latest ? ckpt::parse_step_dir_name(*latest) : std::nullopt;
-  if (!step || *step == 0) {
+  if (!ckpt::read_latest(root)) {
     log << "loom grpo: train.resume: no learner checkpoint under " << root << ", starting from step 0" << std::endl;
     return std::nullopt;
   }
+  // The one the learner resumes from: `latest` verified, or the newest good one before it.
+  const ckpt::LoadedCheckpoint checkpoint = ckpt::load_checkpoint(root);
+  if (checkpoint.step() == 0) return std::nullopt;
   ResumePoint point;
-  point.step = *step;
-  point.checkpoint = root + "/" + *latest;
+  point.step = checkpoint.step();
+  point.checkpoint = checkpoint.path();
   const std::optional<ControllerProgress> progress = read_progress(config.run.dir + "/grpo");
   point.next_prompt = progress ? progress->next_prompt : 0;
   log << "loom grpo: train.resume: resuming at step " << point.step << " from " << point.checkpoint << ", prompts from "

@@ -1,8 +1,8 @@
 #pragma once
 // Resuming a GRPO run (docs/grpo.md, "Resuming a run"): `loom grpo CONFIG train.resume=true` after
-// the controller, its machine or the whole job ended. The learner's newest complete checkpoint
-// (RUN/learner/checkpoints/latest, which the learner resumes from too) says how many steps are
-// trained: the run goes on at that step, its workers serving those weights as that version. The
+// the controller, its machine or the whole job ended. The learner's newest good checkpoint
+// (RUN/learner/checkpoints/latest verified, or the newest sound one before it: the one the learner
+// resumes from too) says how many steps are trained: the run goes on at that step, its workers serving those weights as that version. The
 // controller's progress file (RUN/grpo/progress.json, rewritten atomically after every step) says
 // how many prompts the rollouts had drawn, so the resumed run draws new ones. Metrics rows and
 // validations of later steps (a step trained but not saved) are dropped, and, with a local launch,
