@@ -9,24 +9,21 @@
 
 namespace loom::config {
 
-namespace {
-
-// The lines of an existing metrics file that belong to steps before `resume_from_step`.
-std::string kept_lines(const std::string& path, int64_t resume_from_step) {
+void keep_lines_below(const std::string& path, const std::string& key, int64_t end) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return;
   std::istringstream in(read_file(path));
   std::string kept;
   std::string line;
   while (std::getline(in, line)) {
     auto object = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!object.is_object()) continue;
-    auto step = object.find("step");
-    if (step == object.end() || !step->is_number_integer()) continue;
-    if (step->get<int64_t>() < resume_from_step) kept.append(line).append("\n");
+    auto value = object.find(key);
+    if (value == object.end() || !value->is_number_integer()) continue;
+    if (value->get<int64_t>() < end) kept.append(line).append("\n");
   }
-  return kept;
+  write_file_atomic(path, kept);
 }
-
-}  // namespace
 
 MetricsWriter::MetricsWriter(const std::string& run_dir, int64_t resume_from_step, bool tensorboard) {
   LOOM_CHECK(resume_from_step >= 0, "metrics: resume step = " + std::to_string(resume_from_step) + " must be >= 0");
@@ -35,7 +32,7 @@ MetricsWriter::MetricsWriter(const std::string& run_dir, int64_t resume_from_ste
   if (ec) throw Error("cannot create run directory '" + run_dir + "': " + ec.message());
   path_ = (std::filesystem::path(run_dir) / "metrics.jsonl").string();
   const bool exists = std::filesystem::exists(path_, ec);
-  if (resume_from_step > 0 && exists) write_file_atomic(path_, kept_lines(path_, resume_from_step));
+  if (resume_from_step > 0 && exists) keep_lines_below(path_, "step", resume_from_step);
   else write_file_atomic(path_, "");
   out_.open(path_, std::ios::out | std::ios::app | std::ios::binary);
   if (!out_) throw Error("cannot open '" + path_ + "' for appending");

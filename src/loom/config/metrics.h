@@ -13,6 +13,10 @@
 
 namespace loom::config {
 
+// Rewrites a JSON-lines file atomically, keeping the lines whose integer `key` is below `end`
+// (lines without one, e.g. a line torn by a crash, are dropped); nothing when it does not exist.
+void keep_lines_below(const std::string& path, const std::string& key, int64_t end);
+
 class MetricsWriter {
  public:
   // Creates `run_dir` if needed. `resume_from_step` == 0: a fresh run; an existing

@@ -304,7 +304,7 @@ int Controller::run() {
   try {
     const std::string validation = config_.run.dir + "/validation.jsonl";
     if (resumed_at > 0) {
-      keep_rows_up_to(validation, "weight_version", resumed_at);  // those of weights saved
+      config::keep_lines_below(validation, "weight_version", resumed_at + 1);  // those of weights saved
     } else if (config_.grpo.validation_prompts > 0) {
       std::error_code ec;
       std::filesystem::remove(validation, ec);

@@ -1,7 +1,6 @@
 #include "loom/rl/controller/resume.h"
 
 #include <filesystem>
-#include <fstream>
 #include <ostream>
 
 #include <nlohmann/json.hpp>
@@ -58,18 +57,6 @@ std::optional<ResumePoint> find_resume_point(const config::RunConfig& config, st
       << (progress ? "" : " (no " + config.run.dir + "/grpo/progress.json: the prompts drawn before are not known)")
       << std::endl;
   return point;
-}
-
-void keep_rows_up_to(const std::string& path, const std::string& key, int64_t last) {
-  if (!std::filesystem::exists(path)) return;
-  std::ifstream in(path);
-  std::string kept, line;
-  while (std::getline(in, line)) {
-    const nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
-    if (row.is_object() && row.contains(key) && row[key].is_number_integer() && row[key].get<int64_t>() <= last)
-      kept += line + "\n";
-  }
-  write_file_atomic(path, kept);
 }
 
 void set_aside(const std::string& dir, std::ostream& log) {

@@ -35,10 +35,6 @@ struct ResumePoint {
 // it found.
 std::optional<ResumePoint> find_resume_point(const config::RunConfig& config, std::ostream& log);
 
-// Keeps the lines of a JSON-lines file whose integer `key` is <= `last` (others, and lines that
-// do not parse, dropped), atomically; nothing when the file does not exist.
-void keep_rows_up_to(const std::string& path, const std::string& key, int64_t last);
-
 // Renames `dir` to the first free `dir.1`, `dir.2`, ... when it exists (an earlier run's logs).
 void set_aside(const std::string& dir, std::ostream& log);
 
