@@ -282,6 +282,7 @@ const std::vector<SectionSchema>& schema() {
                   field("decay_samples", &OptimConfig::decay_samples, at_least<int64_t>(0)),
                   field("wsd_decay_samples", &OptimConfig::wsd_decay_samples, at_least<int64_t>(0)),
                   field("clip_grad", &OptimConfig::clip_grad, at_least(0.0)),
+                  field("cpu_offload", &OptimConfig::cpu_offload),
               }),
       section("train", &RunConfig::train,
               {

@@ -148,6 +148,10 @@ struct OptimConfig {
   int64_t wsd_decay_samples = 0;
   WsdDecay wsd_decay_style = WsdDecay::Exponential;  // wsd: exponential | linear | cosine | minus_sqrt
   double clip_grad = 1.0;           // 0 = no clipping
+  // The optimizer's moments in host memory and its update on the host's cores, for a run on a GPU
+  // (Megatron-Core's --optimizer-cpu-offload, DeepSpeed's ZeRO-Offload): 8 bytes per owned
+  // parameter off the device, the gradients and values copied down and the values back each step.
+  bool cpu_offload = false;
 };
 
 // train.rampup_batch_size (Megatron's --rampup-batch-size START INCREMENT SAMPLES): the global

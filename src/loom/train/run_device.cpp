@@ -11,7 +11,11 @@
 namespace loom::train {
 
 Device training_device(const config::RunConfig& config, int world_rank, int world_size) {
-  if (config.runtime.device == config::RuntimeDevice::Cpu) return Device::cpu();
+  if (config.runtime.device == config::RuntimeDevice::Cpu) {
+    LOOM_CHECK(!config.optim.cpu_offload, "optim.cpu_offload=true needs runtime.device=cuda: on the cpu the optimizer "
+                                          "state is in host memory already (set optim.cpu_offload=false)");
+    return Device::cpu();
+  }
   int devices = 0;
   try {
     devices = kernels::start_cuda();

@@ -41,16 +41,21 @@ std::vector<ckpt::TensorRef> owned_training_state(const model::Transformer& mode
 std::vector<parallel::OwnedRange> host_ranges(Device device, std::vector<parallel::OwnedRange> ranges,
                                               std::vector<float>& storage) {
   if (device.is_cpu()) return ranges;
+  // The arrays to copy: the values, and the moments unless they are in host memory already
+  // (optim.cpu_offload), where they are written from.
+  auto on_device = [](parallel::OwnedRange& r) {
+    std::vector<const float**> arrays = {&r.value};
+    if (!r.moments_on_host) arrays.insert(arrays.end(), {&r.exp_avg, &r.exp_avg_sq});
+    std::erase_if(arrays, [](const float** array) { return *array == nullptr; });
+    return arrays;
+  };
   int64_t total = 0;
-  for (const parallel::OwnedRange& r : ranges) {
-    total += (r.end - r.begin) * ((r.value != nullptr) + (r.exp_avg != nullptr) + (r.exp_avg_sq != nullptr));
-  }
+  for (parallel::OwnedRange& r : ranges) total += (r.end - r.begin) * static_cast<int64_t>(on_device(r).size());
   storage.resize(static_cast<size_t>(total));
   float* at = storage.data();
   for (parallel::OwnedRange& r : ranges) {
     const int64_t n = r.end - r.begin;
-    for (const float** array : {&r.value, &r.exp_avg, &r.exp_avg_sq}) {
-      if (*array == nullptr) continue;
+    for (const float** array : on_device(r)) {
       copy_to_host(device, at, *array, n);
       *array = at;
       at += n;

@@ -14,9 +14,9 @@ DdpSync::DdpSync(SyncSetup setup)
       optimizer_(optim::make_optimizer(setup_.config->optim, setup_.model->params().device())) {
   model::ParameterStore& params = model_.params();
   segments_ = optimizer_segments(params);
-  // The moments live with the parameters (on their device).
-  exp_avg_ = Tensor({params.total()}, DType::F32, params.device());
-  exp_avg_sq_ = Tensor({params.total()}, DType::F32, params.device());
+  // The moments live with the parameters (on their device), or on the host (optim.cpu_offload).
+  exp_avg_ = Tensor({params.total()}, DType::F32, optimizer_->state_device());
+  exp_avg_sq_ = Tensor({params.total()}, DType::F32, optimizer_->state_device());
   const int64_t bucket_bytes = static_cast<int64_t>(setup_.config->parallel.bucket_mb * 1024.0 * 1024.0);
   for (const Lane& lane : lanes_) {
     if (lane.comm->size() == 1) {
@@ -134,7 +134,8 @@ std::vector<OwnedRange> DdpSync::checkpoint_ranges() const {
     const int64_t begin = range.begin + model::balanced_first(n, lane.comm->size(), lane.comm->rank());
     const int64_t end = range.begin + model::balanced_first(n, lane.comm->size(), lane.comm->rank() + 1);
     if (begin < end) {
-      out.push_back({begin, end, values + begin, exp_avg_.data<float>() + begin, exp_avg_sq_.data<float>() + begin});
+      out.push_back({begin, end, values + begin, exp_avg_.data<float>() + begin, exp_avg_sq_.data<float>() + begin,
+                     optimizer_->state_device().is_cpu()});
     }
   }
   return out;
@@ -143,8 +144,8 @@ std::vector<OwnedRange> DdpSync::checkpoint_ranges() const {
 void DdpSync::load_moments(const float* exp_avg, const float* exp_avg_sq) {
   const int64_t total = model_.params().total();
   const Device device = model_.params().device();
-  copy_from_host(device, exp_avg_.data<float>(), exp_avg, total);
-  copy_from_host(device, exp_avg_sq_.data<float>(), exp_avg_sq, total);
+  copy_from_host(optimizer_->state_device(), exp_avg_.data<float>(), exp_avg, total);
+  copy_from_host(optimizer_->state_device(), exp_avg_sq_.data<float>(), exp_avg_sq, total);
   if (compact_) {  // the checkpoint holds the master weights, loaded into the values
     copy_on_device(device, master_.data<float>(), model_.params().values(), total);
     compact_->store_from_values();
@@ -173,7 +174,8 @@ MemoryBytes DdpSync::memory_bytes() const {
   bytes.parameters = compact_ ? total * static_cast<int64_t>(dtype_size(setup_.param_dtype)) : total * 4;
   if (bf16_copy_) bytes.parameters += bf16_copy_->bytes();
   bytes.gradients = total * 4;
-  bytes.optimizer_moments = total * 8;
+  (optimizer_->state_device() == model_.params().device() ? bytes.optimizer_moments : bytes.host_optimizer_moments) =
+      total * 8;
   bytes.master_weights = master_.numel() * 4;  // param_dtype=compute
   return bytes;
 }

@@ -73,11 +73,12 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& dp, BucketLayout 
     }
     std::sort(pieces_[b].begin(), pieces_[b].end(), [](const Piece& x, const Piece& y) { return x.local < y.local; });
   }
-  // Only the owned shards get optimizer state: ~numel / dp elements each.
+  // Only the owned shards get optimizer state: ~numel / dp elements each (the moments on the
+  // host where the optimizer is offloaded; the master weights stay, the gathers' source).
   const Device device = options_.device;
   master_ = Tensor({state}, DType::F32, device);
-  exp_avg_ = Tensor({state}, DType::F32, device);
-  exp_avg_sq_ = Tensor({state}, DType::F32, device);
+  exp_avg_ = Tensor({state}, DType::F32, optimizer_->state_device());
+  exp_avg_sq_ = Tensor({state}, DType::F32, optimizer_->state_device());
   // ZeRO-1 reduces once per step and keeps the full gradient buffer through it: the reduced shard
   // is written back in place into the buffer (Megatron's layout: 6 + 12/d bytes per parameter with
   // bf16 parameters). ZeRO-2 frees the buffer between rounds, so its shards are a buffer of their own.

@@ -144,6 +144,8 @@ class DistributedOptimizer {
   int launched_buckets() const { return schedule_.launched(); }
 
   std::vector<OwnedShard> shards();
+  // Where the shards' moments live: options.device, or the host (optim.cpu_offload).
+  Device moments_device() const { return optimizer_->state_device(); }
   const BucketLayout& layout() const { return layout_; }
   int zero() const { return options_.zero; }
   ShardAllocation allocation() const;

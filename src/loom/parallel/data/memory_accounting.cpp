@@ -38,7 +38,8 @@ std::string describe_memory(const MemoryBytes& b) {
   };
   return "parameters " + mib(b.parameters) + ", gradients " + mib(b.gradients) + ", master weights " +
          mib(b.master_weights) + ", optimizer moments " + mib(b.optimizer_moments) + ", communication buffers " +
-         mib(b.communication_buffers) + ", total " + mib(b.total());
+         mib(b.communication_buffers) + ", total " + mib(b.total()) +
+         (b.host_optimizer_moments > 0 ? "; optimizer moments in host memory " + mib(b.host_optimizer_moments) : "");
 }
 
 }  // namespace loom::parallel

@@ -31,6 +31,8 @@ struct MemoryModel {
 
 struct MemoryBytes {
   int64_t parameters = 0, gradients = 0, master_weights = 0, optimizer_moments = 0, communication_buffers = 0;
+  // The moments in host memory instead (optim.cpu_offload on a GPU): not part of the device's total.
+  int64_t host_optimizer_moments = 0;
   int64_t total() const {
     return parameters + gradients + master_weights + optimizer_moments + communication_buffers;
   }

@@ -18,6 +18,7 @@ struct OwnedRange {
   const float* value = nullptr;
   const float* exp_avg = nullptr;
   const float* exp_avg_sq = nullptr;
+  bool moments_on_host = false;  // the moments in host memory on a GPU run (optim.cpu_offload)
 };
 
 }  // namespace loom::parallel

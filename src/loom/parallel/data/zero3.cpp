@@ -88,8 +88,8 @@ Zero3::Zero3(comm::Communicator& dp, float* values, float* grads, std::vector<Pa
   }
   const Device device = options_.device;
   shard_ = Tensor({state}, DType::F32, device);
-  exp_avg_ = Tensor({state}, DType::F32, device);
-  exp_avg_sq_ = Tensor({state}, DType::F32, device);
+  exp_avg_ = Tensor({state}, DType::F32, optimizer_->state_device());  // the host's: optim.cpu_offload
+  exp_avg_sq_ = Tensor({state}, DType::F32, optimizer_->state_device());
   grad_shards_ = Tensor({grad}, DType::F32, device);
   shard_elements_ = state;
   // A slot holds a padded section to send, then the received shard.
@@ -434,7 +434,7 @@ std::vector<Zero3::OwnedShard> Zero3::shards() const {
 }
 
 void Zero3::load_moments(const float* exp_avg, const float* exp_avg_sq) {
-  const Device device = options_.device;
+  const Device device = moments_device();
   for (const Section& sec : sections_) {
     copy_from_host(device, exp_avg_.data<float>() + sec.state_offset, exp_avg + sec.mine.begin, sec.mine.size());
     copy_from_host(device, exp_avg_sq_.data<float>() + sec.state_offset, exp_avg_sq + sec.mine.begin, sec.mine.size());

@@ -154,6 +154,8 @@ class Zero3 : public model::ParameterHooks {
     const float* exp_avg_sq = nullptr;
   };
   std::vector<OwnedShard> shards() const;
+  // Where the shards' moments live: options.device, or the host (optim.cpu_offload).
+  Device moments_device() const { return optimizer_->state_device(); }
   // Takes this rank's shards of full flat moment buffers.
   void load_moments(const float* exp_avg, const float* exp_avg_sq);
 

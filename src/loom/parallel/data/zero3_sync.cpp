@@ -108,7 +108,10 @@ void Zero3Sync::load_moments(const float* exp_avg, const float* exp_avg_sq) {
 std::vector<OwnedRange> Zero3Sync::checkpoint_ranges() const {
   std::vector<OwnedRange> out;
   for (const auto& z : zero3_) {
-    for (const Zero3::OwnedShard& s : z->shards()) out.push_back({s.begin, s.end, s.value, s.exp_avg, s.exp_avg_sq});
+    const bool on_host = z->moments_device().is_cpu();
+    for (const Zero3::OwnedShard& s : z->shards()) {
+      out.push_back({s.begin, s.end, s.value, s.exp_avg, s.exp_avg_sq, on_host});
+    }
   }
   return out;
 }
@@ -137,7 +140,8 @@ MemoryBytes Zero3Sync::memory_bytes() const {
   MemoryBytes bytes{};
   bytes.parameters = m.parameter_shard;  // fp32: the shard is its own master copy
   bytes.gradients = m.gradient_shard;
-  bytes.optimizer_moments = m.moments;
+  const bool on_host = !zero3_.empty() && zero3_.front()->moments_device() != setup_.model->params().device();
+  (on_host ? bytes.host_optimizer_moments : bytes.optimizer_moments) = m.moments;
   bytes.communication_buffers = m.comm_buffers;
   return bytes;
 }

@@ -1,0 +1,81 @@
+#include "loom/optim/host_offload.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "loom/core/error.h"
+
+namespace loom::optim {
+
+HostOffloadedOptimizer::HostOffloadedOptimizer(std::unique_ptr<Optimizer> host, Device device, int64_t chunk)
+    : host_(std::move(host)), device_(device), chunk_(chunk) {
+  LOOM_CHECK(chunk_ > 0, "optim.cpu_offload: the staging chunk must hold at least one element");
+  LOOM_CHECK(host_ != nullptr && host_->state_device().is_cpu(),
+             "optim.cpu_offload: the offloaded optimizer must run on the host");
+  LOOM_CHECK(!device_.is_cpu(), "optim.cpu_offload: the parameters are already in host memory");
+}
+
+void HostOffloadedOptimizer::update(const ShardPiece& piece, const StepParams& step) const {
+  update_many({&piece, 1}, step);
+}
+
+void HostOffloadedOptimizer::update_many(std::span<const ShardPiece> pieces, const StepParams& step) const {
+  int64_t total = 0;
+  for (const ShardPiece& p : pieces) total += p.numel;
+  const size_t staging = static_cast<size_t>(std::min(total, chunk_));
+  if (values_.size() < staging) {
+    values_.resize(staging);
+    grads_.resize(staging);
+  }
+  Allocator& memory = allocator(device_);
+  std::vector<Run> runs;
+  std::vector<ShardPiece> staged;
+  int64_t used = 0;
+  auto flush = [&] {
+    update_staged(runs, staged, step);
+    runs.clear();
+    staged.clear();
+    used = 0;
+  };
+  for (const ShardPiece& piece : pieces) {
+    LOOM_CHECK(piece.param_bf16 == nullptr && piece.fp8.amax == nullptr,
+               "optim.cpu_offload: the offloaded optimizer writes no bf16 copy or FP8 codes");
+    LOOM_CHECK(!memory.holds(piece.state[0]) && !memory.holds(piece.state[1]),
+               "optim.cpu_offload: the optimizer state of a piece is in " + device_.name() +
+                   "'s memory, not the host's (allocate it on state_device())");
+    for (int64_t done = 0; done < piece.numel;) {
+      if (used == chunk_) flush();
+      const int64_t n = std::min(piece.numel - done, chunk_ - used);
+      float* param = piece.param + done;
+      const float* grad = piece.grad + done;
+      // Adjacent on the device too (a stage's pieces mostly are): one transfer for both.
+      if (!runs.empty() && runs.back().param + runs.back().n == param && runs.back().grad + runs.back().n == grad) {
+        runs.back().n += n;
+      } else {
+        runs.push_back({param, grad, used, n});
+      }
+      ShardPiece host = piece;
+      host.param = values_.data() + used;
+      host.grad = grads_.data() + used;
+      host.state = {piece.state[0] + done, piece.state[1] + done};
+      host.numel = n;
+      staged.push_back(host);
+      used += n;
+      done += n;
+    }
+  }
+  if (!staged.empty()) flush();
+}
+
+void HostOffloadedOptimizer::update_staged(std::span<const Run> runs, std::span<const ShardPiece> staged,
+                                           const StepParams& step) const {
+  for (const Run& r : runs) {
+    copy_to_host(device_, grads_.data() + r.at, r.grad, r.n);
+    copy_to_host(device_, values_.data() + r.at, r.param, r.n);
+  }
+  host_->update_many(staged, step);
+  for (const Run& r : runs) copy_from_host(device_, r.param, values_.data() + r.at, r.n);
+}
+
+}  // namespace loom::optim

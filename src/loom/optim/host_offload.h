@@ -1,0 +1,54 @@
+#pragma once
+// optim.cpu_offload (Megatron-Core's --optimizer-cpu-offload, DeepSpeed's ZeRO-Offload): the
+// optimizer of parameters that live on a GPU, with its per-element state (AdamW's two moments)
+// in host memory and its arithmetic on the host's cores. The data-parallel stages allocate that
+// state where state_device() says (the host) and hand their pieces over as always: the values
+// and gradients on the device, the state on the host.
+//
+// An update copies the pieces' gradients and values down into host staging, a run of adjacent
+// pieces per transfer, has the host optimizer update them there, and copies the values back: the
+// host optimizer's arithmetic exactly, 8 bytes per element off the device for 12 bytes moved each
+// step. Staging holds at most kOffloadChunkElements of each at a time (a larger call goes chunk
+// by chunk, a piece split where a chunk ends). It writes no bf16 copy or FP8 codes: the stages
+// then round the values themselves and the model casts its weights (writes_bf16_copies() is
+// false).
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "loom/core/device.h"
+#include "loom/optim/optimizer.h"
+
+namespace loom::optim {
+
+// Elements of gradients (and as many of values) staged on the host at a time: 64 MiB each.
+constexpr int64_t kOffloadChunkElements = int64_t{16} << 20;
+
+class HostOffloadedOptimizer final : public Optimizer {
+ public:
+  // `host`: the optimizer that runs on the host (its state_device() the cpu); `device`: where the
+  // pieces' values and gradients live; `chunk`: the staging's elements (tests make it small).
+  HostOffloadedOptimizer(std::unique_ptr<Optimizer> host, Device device, int64_t chunk = kOffloadChunkElements);
+
+  void update(const ShardPiece& piece, const StepParams& step) const override;
+  void update_many(std::span<const ShardPiece> pieces, const StepParams& step) const override;
+  Device state_device() const override { return Device::cpu(); }
+
+ private:
+  // One transfer each way: `n` elements of values and gradients at `param` and `grad` on the
+  // device, staged from element `at`.
+  struct Run {
+    float* param = nullptr;
+    const float* grad = nullptr;
+    int64_t at = 0, n = 0;
+  };
+  void update_staged(std::span<const Run> runs, std::span<const ShardPiece> staged, const StepParams& step) const;
+
+  std::unique_ptr<Optimizer> host_;
+  Device device_;
+  int64_t chunk_;
+  mutable std::vector<float> values_, grads_;  // host staging, kept between steps
+};
+
+}  // namespace loom::optim

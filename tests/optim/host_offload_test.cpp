@@ -1,0 +1,136 @@
+// optim.cpu_offload's optimizer (optim/host_offload.h) on the emulated CUDA device: values and
+// gradients on the device, moments on the host. It must update as AdamW does on the device, bit
+// for bit (the emulated device runs the CPU kernels), whatever its staging chunk, and move each
+// run of adjacent pieces in one transfer each way.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/core/device.h"
+#include "loom/core/error.h"
+#include "loom/optim/adamw.h"
+#include "loom/optim/host_offload.h"
+#include "support/emulated_cuda.h"
+
+namespace loom::optim {
+namespace {
+
+constexpr Device kGpu = Device::cuda(0);
+constexpr int64_t kElements = 64;
+
+std::vector<float> wave(float scale, int shift) {
+  std::vector<float> v(kElements);
+  for (int64_t i = 0; i < kElements; ++i) v[static_cast<size_t>(i)] = scale * static_cast<float>((i * 29 + shift) % 23 - 11);
+  return v;
+}
+
+// Adjacent pieces of several kinds ([0, 19)), a gap, then two more ([25, 64)).
+struct PieceSpec {
+  int64_t offset, numel;
+  bool weight_decay;
+  float lr_scale;
+};
+const std::vector<PieceSpec> kPieces = {{0, 5, true, 1.0f}, {5, 13, false, 0.5f}, {18, 1, true, 1.0f},
+                                        {25, 20, true, 2.0f}, {45, 19, false, 1.0f}};
+
+struct Trained {
+  std::vector<float> values, exp_avg, exp_avg_sq;
+};
+
+// Three steps of `optimizer` over the pieces; moments on `state_device`.
+Trained three_steps(const Optimizer& optimizer, Device state_device) {
+  DeviceBuffer<float> values(kGpu, kElements), grads(kGpu, kElements);
+  DeviceBuffer<float> m(state_device, kElements), v(state_device, kElements);
+  const std::vector<float> initial = wave(0.1f, 3);
+  copy_from_host(kGpu, values.data(), initial.data(), kElements);
+  for (int64_t step = 1; step <= 3; ++step) {
+    const std::vector<float> g = wave(0.01f * static_cast<float>(step), static_cast<int>(step) * 7);
+    copy_from_host(kGpu, grads.data(), g.data(), kElements);
+    std::vector<ShardPiece> pieces;
+    for (const PieceSpec& p : kPieces) {
+      pieces.push_back({values.data() + p.offset, grads.data() + p.offset, {m.data() + p.offset, v.data() + p.offset},
+                        p.numel, p.weight_decay, p.lr_scale});
+    }
+    optimizer.update_many(pieces, {1e-2, step, 0.75f});
+  }
+  Trained out{std::vector<float>(kElements), std::vector<float>(kElements), std::vector<float>(kElements)};
+  copy_to_host(kGpu, out.values.data(), values.data(), kElements);
+  copy_to_host(state_device, out.exp_avg.data(), m.data(), kElements);
+  copy_to_host(state_device, out.exp_avg_sq.data(), v.data(), kElements);
+  return out;
+}
+
+config::OptimConfig adamw_config() {
+  config::OptimConfig c;
+  c.weight_decay = 0.1;
+  c.cpu_offload = true;
+  return c;
+}
+
+TEST(HostOffload, UpdatesAsTheDevicesAdamWBitForBitWhateverItsChunk) {
+  ::loom::testing::install_emulated_cuda();
+  const AdamW on_device(adamw_config(), kGpu);
+  const Trained expected = three_steps(on_device, kGpu);
+  // 1: every element its own chunk; 7 and 13: pieces split across chunks; 1000: one chunk.
+  for (int64_t chunk : {1, 7, 13, 1000}) {
+    const HostOffloadedOptimizer offloaded(std::make_unique<AdamW>(adamw_config(), Device::cpu()), kGpu, chunk);
+    EXPECT_TRUE(offloaded.state_device().is_cpu());
+    EXPECT_FALSE(offloaded.writes_bf16_copies());
+    const Trained got = three_steps(offloaded, Device::cpu());
+    EXPECT_EQ(got.values, expected.values) << "chunk " << chunk;
+    EXPECT_EQ(got.exp_avg, expected.exp_avg) << "chunk " << chunk;
+    EXPECT_EQ(got.exp_avg_sq, expected.exp_avg_sq) << "chunk " << chunk;
+  }
+}
+
+// One chunk: the three adjacent pieces move as one run and the two after the gap as another, so
+// a step copies 2 runs x (gradients, values) down and 2 runs of values up.
+TEST(HostOffload, MovesEachRunOfAdjacentPiecesOnce) {
+  ::loom::testing::install_emulated_cuda();
+  const HostOffloadedOptimizer offloaded(std::make_unique<AdamW>(adamw_config(), Device::cpu()), kGpu);
+  DeviceBuffer<float> values(kGpu, kElements), grads(kGpu, kElements);
+  std::vector<float> m(kElements), v(kElements);
+  std::vector<ShardPiece> pieces;
+  for (const PieceSpec& p : kPieces) {
+    pieces.push_back({values.data() + p.offset, grads.data() + p.offset, {m.data() + p.offset, v.data() + p.offset},
+                      p.numel, p.weight_decay, p.lr_scale});
+  }
+  ::loom::testing::reset_emulated_census();
+  offloaded.update_many(pieces, {1e-2, 1, 1.0f});
+  const ::loom::testing::EmulatedCensus census = ::loom::testing::emulated_census();
+  EXPECT_EQ(census.to_host, 4);
+  EXPECT_EQ(census.from_host, 2);
+  EXPECT_EQ(census.to_host_bytes, 2 * (19 + 39) * 4);
+  EXPECT_EQ(census.from_host_bytes, (19 + 39) * 4);
+}
+
+TEST(HostOffload, MomentsInDeviceMemoryAreAnErrorNamingTheKey) {
+  ::loom::testing::install_emulated_cuda();
+  const HostOffloadedOptimizer offloaded(std::make_unique<AdamW>(adamw_config(), Device::cpu()), kGpu);
+  DeviceBuffer<float> values(kGpu, 8), grads(kGpu, 8), m(kGpu, 8), v(kGpu, 8);
+  const ShardPiece piece{values.data(), grads.data(), {m.data(), v.data()}, 8};
+  try {
+    offloaded.update(piece, {1e-2, 1, 1.0f});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("optim.cpu_offload"), std::string::npos) << what;
+    EXPECT_NE(what.find("cuda:0"), std::string::npos) << what;
+  }
+}
+
+// make_optimizer offloads on a GPU only: on the cpu the state is in host memory already.
+TEST(HostOffload, MakeOptimizerOffloadsWhereTheConfigAsksOnAGpu) {
+  ::loom::testing::install_emulated_cuda();
+  config::OptimConfig c = adamw_config();
+  EXPECT_TRUE(make_optimizer(c, kGpu)->state_device().is_cpu());
+  EXPECT_TRUE(make_optimizer(c, Device::cpu())->state_device().is_cpu());
+  c.cpu_offload = false;
+  EXPECT_EQ(make_optimizer(c, kGpu)->state_device(), kGpu);
+}
+
+}  // namespace
+}  // namespace loom::optim

@@ -1,0 +1,111 @@
+// optim.cpu_offload on the emulated CUDA device: the optimizer's moments in host memory and its
+// update on the host (optim/host_offload.h), the values and gradients on the device, whose memory
+// the host cannot touch and whose ops refuse host memory. Every ZeRO stage, with and without
+// parameters in the compute dtype and under FP8 (where the optimizer then writes no bf16 copy or
+// FP8 codes), trains as the same run on the CPU does, bit for bit; its checkpoints hold the same
+// state and resume with the offload on or off; the device holds 8 bytes per owned parameter less.
+#include <regex>
+
+#include "device_training.h"
+
+namespace loom::train {
+namespace {
+
+using DeviceOffload = DeviceTraining;
+
+const std::string kOffload = "optim.cpu_offload=true";
+
+std::vector<std::string> zero(int stage, std::vector<std::string> extra = {}) {
+  std::vector<std::string> overrides = {"runtime.ranks=2", "train.micro_batch=1", "parallel.zero=" + std::to_string(stage)};
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  return overrides;
+}
+
+TEST_F(DeviceOffload, EveryZeroStageEqualsTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kLlama, "offload-one-rank", {}, {kOffload});
+  expect_bitwise_equal_runs(kGpt2, "offload-gpt2", {}, {kOffload});
+  for (int stage : {0, 1, 2, 3}) {
+    SCOPED_TRACE(stage);
+    expect_bitwise_equal_runs(kLlama, "offload-zero" + std::to_string(stage), zero(stage), {kOffload});
+  }
+}
+
+// The stages round the values into the compact parameters themselves, and the model casts its
+// weights, where an optimizer on the device would have written them.
+TEST_F(DeviceOffload, CompactParametersAndFp8EqualTheCpuBitForBit) {
+  for (int stage : {0, 1, 3}) {
+    SCOPED_TRACE(stage);
+    expect_bitwise_equal_runs(kLlama, "offload-compact-zero" + std::to_string(stage),
+                              zero(stage, {"precision.recipe=bf16", "precision.param_dtype=compute"}), {kOffload});
+  }
+  expect_bitwise_equal_runs(kLlama, "offload-bf16", {"precision.recipe=bf16"}, {kOffload});
+  expect_bitwise_equal_runs(kLlama, "offload-fp8-delayed", {"precision.recipe=fp8_delayed"}, {kOffload});
+}
+
+// A checkpoint of an offloaded run holds the moments as any other: it resumes with the offload on
+// or off to the uninterrupted run's losses and final state.
+TEST_F(DeviceOffload, CheckpointsResumeWithTheOffloadOnOrOff) {
+  const std::vector<double> full = train("offload-ckpt-full", kLlama, zero(1));
+  ASSERT_EQ(full.size(), 4u);
+  for (const bool offload_after : {true, false}) {
+    const std::string name = std::string("offload-ckpt-then-") + (offload_after ? "on" : "off");
+    train(name, kLlama, zero(1, {"runtime.device=cuda", kOffload}), 2);
+    std::vector<std::string> resume = zero(1, {"runtime.device=cuda", "train.resume=true"});
+    if (offload_after) resume.push_back(kOffload);
+    EXPECT_EQ(train(name, kLlama, resume), full) << name;
+    expect_same_checkpoints("offload-ckpt-full", name);
+  }
+}
+
+// Rank 0's committed device bytes after step 1, and the start-up report's host moments (MiB).
+struct Held {
+  int64_t parameters = 0, device_after = 0;
+  double host_moments_mib = 0.0;
+};
+
+class DeviceOffloadMemory : public DeviceTraining {
+ protected:
+  Held held(const std::string& tag, std::vector<std::string> overrides) {
+    overrides.insert(overrides.end(), {"runtime.device=cuda", "model.layers=8"});
+    std::string console;
+    train(tag, kLlama, overrides, 1, &console);
+    Held h;
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(console, m, std::regex(R"(model: (\d+) parameters)"))) << console;
+    if (!m.empty()) h.parameters = std::stoll(m[1]);
+    EXPECT_TRUE(std::regex_search(console, m, std::regex(R"(cuda:0 committed: \d+ bytes \([^)]*\) at the peak of step 1, (\d+) bytes after it)")))
+        << console;
+    if (!m.empty()) h.device_after = std::stoll(m[1]);
+    if (std::regex_search(console, m, std::regex(R"(optimizer moments in host memory ([0-9.]+) MiB)"))) {
+      h.host_moments_mib = std::stod(m[1]);
+    }
+    return h;
+  }
+};
+
+// One rank holds every parameter's two moments: 8P bytes leave the device for the host; at ZeRO 1
+// over dp 2 its shard's, about 4P (the buckets' shards padded to the ranks).
+TEST_F(DeviceOffloadMemory, TheMomentsLeaveTheDevice) {
+  const Held on = held("offload-memory-on", {kOffload}), off = held("offload-memory-off", {});
+  ASSERT_GT(on.parameters, 10000);
+  EXPECT_EQ(off.device_after - on.device_after, 8 * on.parameters);
+  EXPECT_NEAR(on.host_moments_mib, 8.0 * static_cast<double>(on.parameters) / (1024.0 * 1024.0), 0.01);
+  EXPECT_EQ(off.host_moments_mib, 0.0);
+
+  const Held zero1_on = held("offload-memory-zero1-on", zero(1, {kOffload}));
+  const Held zero1_off = held("offload-memory-zero1-off", zero(1));
+  EXPECT_NEAR(static_cast<double>(zero1_off.device_after - zero1_on.device_after), 4.0 * on.parameters, 64.0);
+}
+
+TEST_F(DeviceOffload, OnTheCpuItIsAnErrorNamingTheKeys) {
+  try {
+    train("offload-on-cpu", kLlama, {kOffload}, 1);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("optim.cpu_offload=true needs runtime.device=cuda"), std::string::npos) << what;
+  }
+}
+
+}  // namespace
+}  // namespace loom::train
