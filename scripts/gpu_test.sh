@@ -21,6 +21,9 @@
 #   timeline  (not in the default) the ~1B bf16 and GPT-2 steps' GPU timelines (CUPTI): where the GPU
 #             sat idle within a step and what the host was doing then, the work by kind and kernel;
 #             llm.c's GPT-2 step the same way (bench/cuda/train_bench.sh timeline)
+#   offload   (not in the default) the ~1B bf16 step with the optimizer on the host
+#             (optim.cpu_offload=true) beside the same run without it, 10 steps each
+#             (bench/cuda/train_bench.sh llama-offload)
 #   nccl      test_nccl; the trainer over NCCL (one rank) and as 2 ranks sharing the GPU
 #   torch     PyTorch with torch.compile on both shapes
 #   more      the hybrid step, serving on the GPU beside the CPU, compute-sanitizer, the kernel
@@ -43,9 +46,9 @@ export LOOM_GPU_DEADLINE=$(($(date +%s) + ${LOOM_GPU_BUDGET_S:-540}))
 stages=("$@")
 [ "${#stages[@]}" -gt 0 ] || stages=(kernels llama gpt2 profile nccl torch more)
 for s in "${stages[@]}"; do
-  case "$s" in kernels | llama | curves | gpt2 | profile | bytes | timeline | nccl | torch | more | spec) ;;
-    *) echo "gpu_test.sh: unknown stage '$s' (kernels, llama, curves, gpt2, profile, bytes, timeline, nccl, torch," \
-         "more, spec)" >&2
+  case "$s" in kernels | llama | curves | gpt2 | profile | bytes | timeline | offload | nccl | torch | more | spec) ;;
+    *) echo "gpu_test.sh: unknown stage '$s' (kernels, llama, curves, gpt2, profile, bytes, timeline, offload, nccl," \
+         "torch, more, spec)" >&2
       exit 2 ;;
   esac
 done
@@ -276,6 +279,7 @@ for s in "${stages[@]}"; do
     profile) train_bench profile-fp8 profile-gpt2 profile ;;
     bytes) PROFILE_BYTES=1 train_bench profile-fp8-delayed profile-gpt2 ;;
     timeline) train_bench timeline ;;
+    offload) train_bench llama-offload ;;
     nccl) stage_nccl ;;
     torch) train_bench torch-gpt2 torch-llama ;;
     more) stage_more ;;

@@ -20,6 +20,9 @@
 #   gpt2         loom's GPT-2 124M, 30 steps on random tokens
 #   gpt2-gelu-passes  the same with its GELU in passes of its own (precision.gelu_epilogue=false):
 #                what the products' GELU epilogues buy
+#   llama-offload  loom's ~1B in bf16 for OFFLOAD_STEPS steps (default 10) with the optimizer's moments
+#                and update on the host (optim.cpu_offload=true), after the same run without it: what
+#                the offload costs a step (each run's committed device bytes in OUT/train.log)
 #   curves       the llama run's bf16 and fp8_current runs and their curves alone
 #   llmc         llm.c's GPT-2 124M, 50 steps on the same tokens (the bundle's prebuilt binaries:
 #                LLMC_BUILD=1 builds it there first, about a minute)
@@ -175,6 +178,17 @@ llama_runs() {
     "$work/llama-fp8_delayed-all" precision.fp8_edge_layers_bf16=false
 }
 
+# The ~1B bf16 step with the optimizer on the host (optim.cpu_offload) beside the same run without.
+offload_runs() {
+  [ -z "$loom_status" ] || { echo "llama-offload: skipped ($loom_status)"; return 0; }
+  docs_corpus || { echo "llama-offload: preparing the docs corpus failed"; tail -3 "$log"; return 0; }
+  local steps="${OFFLOAD_STEPS:-10}"
+  loom_run loom "${llama[@]}" "$steps" 60 bf16 "$work/docs/c_train" "$work/llama-offload-peer"
+  loom_run "loom offload" "${llama[@]}" "$steps" 90 bf16 "$work/docs/c_train" "$work/llama-offload" \
+    optim.cpu_offload=true
+  grep -h "committed:" "$log" | tail -2 | cut -c1-300
+}
+
 llmc_runs() {
   if [ -z "$bundle" ] || [ ! -f "$bundle/llmc/src/train_gpt2.cu" ]; then
     echo "llm.c: not in the bundle (scripts/gpu_bundle.sh copies its sources from a fetched mirror)" | tee -a "$log"
@@ -307,6 +321,7 @@ for r in "${runs[@]}"; do
   case "$r" in
     llama) llama_runs ;;
     curves) llama_curves ;;
+    llama-offload) offload_runs ;;
     gpt2) random_tokens && loom_run loom "${gpt2[@]}" 30 60 bf16 "$work/random/train" "$work/gpt2" \
       model.vocab_size=$gpt2_vocab ;;
     gpt2-gelu-passes) random_tokens && loom_run "loom gelu passes" "${gpt2[@]}" 30 60 bf16 "$work/random/train" \
@@ -319,7 +334,7 @@ for r in "${runs[@]}"; do
     torch-gpt2) torch_run "${gpt2[@]}" ;;
     torch-llama) torch_run "${llama[@]}" ;;
     timeline) timeline_runs ;;
-    *) echo "train_bench.sh: unknown run '$r' (llama, curves, gpt2, gpt2-gelu-passes, llmc, profile, torch-gpt2," \
+    *) echo "train_bench.sh: unknown run '$r' (llama, llama-offload, curves, gpt2, gpt2-gelu-passes, llmc, profile, torch-gpt2," \
          "torch-llama, profile-gpt2, profile-fp8, profile-fp8-delayed, timeline)" >&2; exit 2 ;;
   esac
 done

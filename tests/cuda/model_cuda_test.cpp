@@ -269,5 +269,55 @@ TEST_F(CudaModel, TinyLlamaLayoutsOnTheGpuTrainAsOneCpuRank) {
   std::filesystem::remove_all(root);
 }
 
+// optim.cpu_offload: the moments in host memory and the update on the host's cores (the CPU's
+// AdamW exactly), the values and gradients copied down and back each step. One rank, ZeRO 1 and
+// ZeRO 3 over two ranks sharing the GPU, and the bf16 recipe train as one CPU rank does (fp32:
+// 1e-4 relative; bf16 1e-2), and one rank's GPU holds the moments' 8 bytes per parameter less.
+TEST_F(CudaModel, TinyLlamaWithTheOptimizerOffloadedTrainsAsOnTheCpu) {
+  set_cuda_starter(&start_backend);
+  const std::string root = train::testing::make_training_root("cuda-model-offload");
+  const std::string yaml = tiny_llama(root);
+  const std::vector<double> one = train::testing::losses_of(train::testing::train_run(root, "one", yaml, {}));
+  const std::vector<double> one_bf16 =
+      train::testing::losses_of(train::testing::train_run(root, "one-bf16", yaml, {"precision.recipe=bf16"}));
+  ASSERT_EQ(one.size(), 4u);
+  const std::vector<std::tuple<std::string, std::vector<std::string>, const std::vector<double>*, double>> runs = {
+      {"offload", {}, &one, 1e-4},
+      {"offload-zero1", {"runtime.ranks=2", "parallel.zero=1"}, &one, 1e-4},
+      {"offload-zero3", {"runtime.ranks=2", "parallel.zero=3"}, &one, 1e-4},
+      {"offload-bf16", {"precision.recipe=bf16"}, &one_bf16, 1e-2},
+  };
+  for (const auto& [name, overrides, reference, tolerance] : runs) {
+    std::vector<std::string> on_gpu = overrides;
+    on_gpu.insert(on_gpu.end(), {"runtime.device=cuda", "optim.cpu_offload=true"});
+    const std::vector<double> gpu = train::testing::losses_of(train::testing::train_run(root, name, yaml, on_gpu));
+    ASSERT_EQ(gpu.size(), 4u) << name;
+    for (size_t i = 0; i < gpu.size(); ++i) {
+      EXPECT_NEAR(gpu[i], (*reference)[i], tolerance * std::fabs((*reference)[i])) << name << " step " << i + 1;
+      std::printf("%s step %zu: loss one cpu rank %.7f gpu %.7f\n", name.c_str(), i + 1, (*reference)[i], gpu[i]);
+    }
+  }
+  // The device bytes committed after step 1 (the allocator counts the bytes asked for), with the
+  // moments on the GPU and on the host, and the model's parameters.
+  int64_t parameters = 0;
+  auto committed_after_step = [&](const std::string& name, std::vector<std::string> overrides) {
+    overrides.insert(overrides.end(), {"runtime.device=cuda", "train.steps=1"});
+    std::string console;
+    train::testing::train_run(root, name, yaml, overrides, &console);
+    const size_t model = console.find("model: ");
+    if (model != std::string::npos) parameters = std::stoll(console.substr(model + 7));
+    const size_t at = console.find("at the peak of step 1, ");
+    EXPECT_NE(at, std::string::npos) << console;
+    return at == std::string::npos ? int64_t{0} : std::stoll(console.substr(at + 23));
+  };
+  const int64_t on_gpu = committed_after_step("memory-gpu", {});
+  const int64_t on_host = committed_after_step("memory-host", {"optim.cpu_offload=true"});
+  std::printf("committed after step 1: moments on the gpu %lld bytes, on the host %lld bytes (%lld parameters)\n",
+              static_cast<long long>(on_gpu), static_cast<long long>(on_host), static_cast<long long>(parameters));
+  ASSERT_GT(parameters, 0);
+  EXPECT_EQ(on_gpu - on_host, 8 * parameters);
+  std::filesystem::remove_all(root);
+}
+
 }  // namespace
 }  // namespace loom::kernels::cuda

@@ -1,7 +1,7 @@
 // optim.cpu_offload's optimizer (optim/host_offload.h) on the emulated CUDA device: values and
 // gradients on the device, moments on the host. It must update as AdamW does on the device, bit
 // for bit (the emulated device runs the CPU kernels), whatever its staging chunk, and move each
-// run of adjacent pieces in one transfer each way.
+// run of adjacent pieces in one transfer each way, through the device's transfer staging.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -105,6 +105,8 @@ TEST(HostOffload, MovesEachRunOfAdjacentPiecesOnce) {
   EXPECT_EQ(census.from_host, 2);
   EXPECT_EQ(census.to_host_bytes, 2 * (19 + 39) * 4);
   EXPECT_EQ(census.from_host_bytes, (19 + 39) * 4);
+  // All through the device's transfer staging (pinned on a GPU).
+  EXPECT_EQ(census.staged_transfer_bytes, census.to_host_bytes + census.from_host_bytes);
 }
 
 TEST(HostOffload, MomentsInDeviceMemoryAreAnErrorNamingTheKey) {

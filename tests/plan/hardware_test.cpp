@@ -49,6 +49,13 @@ device: {peak_tflops: 989, fp8_peak_tflops: 1979, gemm_efficiency: 0.8, fp8_gemm
       "device: {peak_tflops: 989, memory_gib: 141, memory_bandwidth_gbs: 4000, gemm_writes_output: true}\n", "hw.yaml");
   EXPECT_TRUE(gpu.gemm_writes_output);
   EXPECT_DOUBLE_EQ(gpu.gemm_output_seconds(8e9), 2e-3);
+  // An offloaded optimizer's host: estimates by default, or the file's.
+  EXPECT_DOUBLE_EQ(gpu.host_link_bandwidth, 40e9);
+  EXPECT_DOUBLE_EQ(gpu.host_memory_bandwidth, 30e9);
+  const Hardware host = parse_hardware(
+      "device: {peak_tflops: 989, memory_gib: 80}\nhost: {link_gbs: 50, memory_bandwidth_gbs: 120}\n", "hw.yaml");
+  EXPECT_DOUBLE_EQ(host.host_link_bandwidth, 50e9);
+  EXPECT_DOUBLE_EQ(host.host_memory_bandwidth, 120e9);
 }
 
 TEST(Hardware, ShippedFilesParse) {
@@ -109,6 +116,13 @@ TEST(Hardware, BadFilesNameTheFileTheKeyAndWhatIsValid) {
   EXPECT_NE(error_of("device: {peak_tflops: 1, memory_gib: 1}\nlinks: {nvlink_gbps: 1}").find("links.nvlink_gbps"),
             std::string::npos);
   EXPECT_NE(error_of("devices: {}").find("'devices' is not known"), std::string::npos);
+  EXPECT_NE(error_of("device: {peak_tflops: 1, memory_gib: 1}\nhost: {pcie_gbs: 25}")
+                .find("'host.pcie_gbs' is not known; valid keys of host: link_gbs, memory_bandwidth_gbs"),
+            std::string::npos);
+  EXPECT_NE(error_of("device: {peak_tflops: 1, memory_gib: 1}\nhost: {link_gbs: 0}")
+                .find("'host.link_gbs' must be in [0.001, 1e+09] (got 0)"),
+            std::string::npos)
+      << error_of("device: {peak_tflops: 1, memory_gib: 1}\nhost: {link_gbs: 0}");
   EXPECT_NE(error_of("device: [1, 2").find("hw.yaml: not valid YAML"), std::string::npos);
   EXPECT_NE(error_of("ranks_per_node: 8").find("'device' is missing"), std::string::npos);
   try {

@@ -216,20 +216,38 @@ class EmulatedAllocator final : public Allocator {
     const char* s = device_to_host(static_cast<const char*>(src), "copy_2d's source");
     for (size_t r = 0; r < rows; ++r) std::memcpy(d + r * dst_pitch, s + r * src_pitch, width);
   }
+  // Plain host memory, as the default, remembered so that transfers through it are counted.
+  void* allocate_transfer_staging(size_t bytes) override {
+    void* p = Allocator::allocate_transfer_staging(bytes);
+    std::lock_guard<std::mutex> lock(staging_mutex_);
+    staging_[reinterpret_cast<uintptr_t>(p)] = bytes;
+    return p;
+  }
+  void free_transfer_staging(void* ptr, size_t bytes) override {
+    {
+      std::lock_guard<std::mutex> lock(staging_mutex_);
+      staging_.erase(reinterpret_cast<uintptr_t>(ptr));
+    }
+    Allocator::free_transfer_staging(ptr, bytes);
+  }
   void to_host(void* host_dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
-    tally([bytes](EmulatedCensus& c) {
+    const bool staged = in_staging(host_dst, bytes);
+    tally([bytes, staged](EmulatedCensus& c) {
       ++c.to_host;
       c.to_host_bytes += static_cast<int64_t>(bytes);
+      if (staged) c.staged_transfer_bytes += static_cast<int64_t>(bytes);
     });
     LOOM_CHECK(!is_emulated_device_pointer(host_dst), "emulated cuda: to_host's destination is device memory");
     std::memcpy(host_dst, device_to_host(src, "to_host's source"), bytes);
   }
   void from_host(void* dst, const void* host_src, size_t bytes) override {
     if (bytes == 0) return;
-    tally([bytes](EmulatedCensus& c) {
+    const bool staged = in_staging(host_src, bytes);
+    tally([bytes, staged](EmulatedCensus& c) {
       ++c.from_host;
       c.from_host_bytes += static_cast<int64_t>(bytes);
+      if (staged) c.staged_transfer_bytes += static_cast<int64_t>(bytes);
     });
     LOOM_CHECK(!is_emulated_device_pointer(host_src), "emulated cuda: from_host's source is device memory");
     std::memcpy(device_to_host(dst, "from_host's destination"), host_src, bytes);
@@ -239,8 +257,20 @@ class EmulatedAllocator final : public Allocator {
   bool holds(const void* ptr) const override { return is_emulated_device_pointer(ptr); }
 
  private:
+  // Whether [p, p + bytes) lies inside one transfer staging allocation.
+  bool in_staging(const void* p, size_t bytes) {
+    const auto at = reinterpret_cast<uintptr_t>(p);
+    std::lock_guard<std::mutex> lock(staging_mutex_);
+    auto it = staging_.upper_bound(at);
+    if (it == staging_.begin()) return false;
+    --it;
+    return at + bytes <= it->first + it->second;
+  }
+
   int index_;
   ReleasableRegions releasable_;
+  std::mutex staging_mutex_;
+  std::map<uintptr_t, size_t> staging_;  // transfer staging by start: its bytes
 };
 
 int g_devices = 0;

@@ -40,6 +40,9 @@ struct EmulatedCensus {
   int64_t copies = 0, zeroes = 0;
   int64_t to_host = 0, from_host = 0;
   int64_t to_host_bytes = 0, from_host_bytes = 0;
+  // Of those, the bytes whose host side was the device's transfer staging
+  // (Allocator::allocate_transfer_staging: pinned memory on a GPU).
+  int64_t staged_transfer_bytes = 0;
   // Each of the above by the compute queue of the thread that asked (core/compute_queue.h): on a
   // GPU the stream it went on.
   std::map<int, int64_t> by_queue;

@@ -84,6 +84,9 @@ std::atomic<Allocator*>& slot(Device device) {
 
 }  // namespace
 
+void* Allocator::allocate_transfer_staging(size_t bytes) { return host_allocator().allocate(bytes); }
+void Allocator::free_transfer_staging(void* ptr, size_t bytes) { host_allocator().free(ptr, bytes); }
+
 Allocator& host_allocator() {
   static HostAllocator host;
   return host;

@@ -87,6 +87,13 @@ class Allocator {
     (void)bytes;
   }
 
+  // Host memory this device's to_host and from_host move large, reused arrays through fastest (an
+  // offloaded optimizer's staging, optim/host_offload.h): page-locked on a GPU, where a transfer
+  // from pageable memory is staged by the driver at a fraction of the link's rate; ordinary host
+  // memory elsewhere (the default). Not counted in bytes_in_use(): it is the host's.
+  virtual void* allocate_transfer_staging(size_t bytes);
+  virtual void free_transfer_staging(void* ptr, size_t bytes);
+
   // Bytes held now and at most so far: on a device, committed bytes (decommitted granules are
   // not counted); on the host, allocated bytes (the pages given back show in the resident set).
   int64_t bytes_in_use() const { return in_use_.load(std::memory_order_relaxed); }

@@ -9,7 +9,7 @@
 namespace loom::optim {
 
 HostOffloadedOptimizer::HostOffloadedOptimizer(std::unique_ptr<Optimizer> host, Device device, int64_t chunk)
-    : host_(std::move(host)), device_(device), chunk_(chunk) {
+    : host_(std::move(host)), device_(device), chunk_(chunk), values_(device), grads_(device) {
   LOOM_CHECK(chunk_ > 0, "optim.cpu_offload: the staging chunk must hold at least one element");
   LOOM_CHECK(host_ != nullptr && host_->state_device().is_cpu(),
              "optim.cpu_offload: the offloaded optimizer must run on the host");
@@ -23,11 +23,8 @@ void HostOffloadedOptimizer::update(const ShardPiece& piece, const StepParams& s
 void HostOffloadedOptimizer::update_many(std::span<const ShardPiece> pieces, const StepParams& step) const {
   int64_t total = 0;
   for (const ShardPiece& p : pieces) total += p.numel;
-  const size_t staging = static_cast<size_t>(std::min(total, chunk_));
-  if (values_.size() < staging) {
-    values_.resize(staging);
-    grads_.resize(staging);
-  }
+  values_.reserve(std::min(total, chunk_));
+  grads_.reserve(std::min(total, chunk_));
   Allocator& memory = allocator(device_);
   std::vector<Run> runs;
   std::vector<ShardPiece> staged;
@@ -76,6 +73,20 @@ void HostOffloadedOptimizer::update_staged(std::span<const Run> runs, std::span<
   }
   host_->update_many(staged, step);
   for (const Run& r : runs) copy_from_host(device_, r.param, values_.data() + r.at, r.n);
+}
+
+HostOffloadedOptimizer::Staging::~Staging() {
+  if (data_ != nullptr) allocator(device_).free_transfer_staging(data_, static_cast<size_t>(elements_) * sizeof(float));
+}
+
+void HostOffloadedOptimizer::Staging::reserve(int64_t elements) {
+  if (elements <= elements_) return;
+  Allocator& memory = allocator(device_);
+  if (data_ != nullptr) memory.free_transfer_staging(data_, static_cast<size_t>(elements_) * sizeof(float));
+  data_ = nullptr;
+  elements_ = 0;
+  data_ = static_cast<float*>(memory.allocate_transfer_staging(static_cast<size_t>(elements) * sizeof(float)));
+  elements_ = elements;
 }
 
 }  // namespace loom::optim

@@ -5,17 +5,16 @@
 // state where state_device() says (the host) and hand their pieces over as always: the values
 // and gradients on the device, the state on the host.
 //
-// An update copies the pieces' gradients and values down into host staging, a run of adjacent
-// pieces per transfer, has the host optimizer update them there, and copies the values back: the
-// host optimizer's arithmetic exactly, 8 bytes per element off the device for 12 bytes moved each
-// step. Staging holds at most kOffloadChunkElements of each at a time (a larger call goes chunk
-// by chunk, a piece split where a chunk ends). It writes no bf16 copy or FP8 codes: the stages
-// then round the values themselves and the model casts its weights (writes_bf16_copies() is
-// false).
+// An update copies the pieces' gradients and values down into host staging (pinned on a GPU), a
+// run of adjacent pieces per transfer, has the host optimizer update them there, and copies the
+// values back: the host optimizer's arithmetic exactly, 8 bytes per element off the device for 12
+// bytes moved each step. Staging holds at most kOffloadChunkElements of each at a time (a larger
+// call goes chunk by chunk, a piece split where a chunk ends). It writes no bf16 copy or FP8
+// codes: the stages then round the values themselves and the model casts its weights
+// (writes_bf16_copies() is false).
 #include <cstdint>
 #include <memory>
 #include <span>
-#include <vector>
 
 #include "loom/core/device.h"
 #include "loom/optim/optimizer.h"
@@ -45,10 +44,27 @@ class HostOffloadedOptimizer final : public Optimizer {
   };
   void update_staged(std::span<const Run> runs, std::span<const ShardPiece> staged, const StepParams& step) const;
 
+  // Host memory of the device's transfer staging (Allocator::allocate_transfer_staging: pinned
+  // on a GPU), grown as calls need and kept between steps.
+  class Staging {
+   public:
+    explicit Staging(Device device) : device_(device) {}
+    ~Staging();
+    Staging(const Staging&) = delete;
+    Staging& operator=(const Staging&) = delete;
+    float* data() const { return data_; }
+    void reserve(int64_t elements);
+
+   private:
+    Device device_;
+    float* data_ = nullptr;
+    int64_t elements_ = 0;
+  };
+
   std::unique_ptr<Optimizer> host_;
   Device device_;
   int64_t chunk_;
-  mutable std::vector<float> values_, grads_;  // host staging, kept between steps
+  mutable Staging values_, grads_;
 };
 
 }  // namespace loom::optim

@@ -113,7 +113,7 @@ Hardware parse_hardware(const std::string& yaml_text, const std::string& source)
     throw Error(source + ": not valid YAML: " + e.what());
   }
   const Reader r{source};
-  r.only(root, "", {"device", "ranks_per_node", "links", "step_overhead_ms", "comm_overlap"});
+  r.only(root, "", {"device", "ranks_per_node", "links", "host", "step_overhead_ms", "comm_overlap"});
   const YAML::Node device = root["device"];
   if (!device) r.fail("device", "is missing: a hardware file needs device.peak_tflops and device.memory_gib");
   r.only(device, "device",
@@ -151,6 +151,13 @@ Hardware parse_hardware(const std::string& yaml_text, const std::string& source)
   hw.links[1] = {400e9 / 8, 5e-6};
   hw.links[2] = {100e9 / 8, 10500e-6};
   read_links(r, root["links"], hw);
+  if (const YAML::Node host = root["host"]) {
+    r.only(host, "host", {"link_gbs", "memory_bandwidth_gbs"});
+    hw.host_link_bandwidth = r.number(host["link_gbs"], "host.link_gbs", hw.host_link_bandwidth / 1e9, 1e-3, 1e9) * 1e9;
+    hw.host_memory_bandwidth =
+        r.number(host["memory_bandwidth_gbs"], "host.memory_bandwidth_gbs", hw.host_memory_bandwidth / 1e9, 1e-3, 1e9) *
+        1e9;
+  }
   hw.step_overhead = r.number(root["step_overhead_ms"], "step_overhead_ms", 0.0, 0.0, 1e9) / 1e3;
   hw.comm_overlap = r.number(root["comm_overlap"], "comm_overlap", 0.0, 0.0, 1.0);
   return hw;

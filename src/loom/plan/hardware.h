@@ -37,6 +37,9 @@
 //     node_bandwidth_gbps: 3600   node_latency_us: 2
 //     site_bandwidth_gbps: 400    site_latency_us: 5
 //     cross_site_bandwidth_gbps: 100   cross_site_latency_us: 10500
+//   host:                       # where an offloaded optimizer runs (optim.cpu_offload)
+//     link_gbs: 40              # GB/s each way between host memory and one device
+//     memory_bandwidth_gbs: 30  # GB/s of host memory one rank's optimizer update gets
 //   step_overhead_ms: 0         # fixed cost per step (launches, host work)
 //   comm_overlap: 0.5           # fraction of data-parallel communication hidden behind backward
 //
@@ -74,6 +77,8 @@ struct Hardware {
   double fresh_memory_bandwidth = 0.0;  // bytes per second per rank; 0: no cost
   int ranks_per_node = 1;
   Link links[comm::kLinkClasses];
+  double host_link_bandwidth = 40e9;    // bytes per second each way, host memory <-> one device
+  double host_memory_bandwidth = 30e9;  // bytes per second of host memory per rank
   double step_overhead = 0.0;    // seconds
   double comm_overlap = 0.0;
   const Link& link(comm::LinkClass c) const { return links[static_cast<int>(c)]; }

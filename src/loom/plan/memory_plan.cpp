@@ -1,6 +1,7 @@
 #include "loom/plan/memory_plan.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "loom/model/layer_spec.h"
 #include "loom/parallel/data/bf16_parameter_copy.h"
@@ -98,6 +99,10 @@ GroupState plan_group_state(const config::RunConfig& config, const std::vector<m
   // ZeRO 1-2 keep an fp32 master copy of the owned shard even when the parameters are fp32
   // (distributed_optimizer.cpp); ZeRO-3's shard is its own master.
   if (!compact && (zero == 1 || zero == 2)) m.state.master_weights = 4 * ((parameter_count + dp - 1) / dp);
+  // An optimizer offloaded to the host keeps its moments there (optim/host_offload.h).
+  if (config.optim.cpu_offload && config.runtime.device == config::RuntimeDevice::Cuda) {
+    m.state.host_optimizer_moments = std::exchange(m.state.optimizer_moments, 0);
+  }
   // The bf16 copy of the parameters the optimizer writes for the GEMMs (parallel/data/bf16_parameter_copy.h).
   if (parallel::keeps_bf16_parameter_copy(config)) m.state.parameters += 2 * parameter_count;
   if (compact) m.gather_buffers += unit * 4;              // the fp32 values of the unit in flight
@@ -124,6 +129,7 @@ void plan_model_state(const config::RunConfig& config, const std::vector<model::
     state.state.gradients += e.state.gradients;
     state.state.master_weights += e.state.master_weights;
     state.state.optimizer_moments += e.state.optimizer_moments;
+    state.state.host_optimizer_moments += e.state.host_optimizer_moments;
     state.state.communication_buffers += e.state.communication_buffers;
     state.gather_buffers += e.gather_buffers;
   }

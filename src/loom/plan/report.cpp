@@ -56,6 +56,11 @@ std::string memory_table(const MemoryPlan& plan) {
       << " |\n";
   }
   o << "peak per rank: " << format_bytes(plan.peak()) << "\n";
+  for (const StageMemory& s : plan.stages) {
+    if (s.state.host_optimizer_moments == 0) continue;
+    o << "stage " << s.stage << ": optimizer moments in host memory (optim.cpu_offload) "
+      << format_bytes(s.state.host_optimizer_moments) << " per rank\n";
+  }
   return o.str();
 }
 
@@ -69,6 +74,7 @@ nlohmann::json memory_json(const MemoryPlan& plan) {
                       {"gradients", s.state.gradients},
                       {"master_weights", s.state.master_weights},
                       {"optimizer_moments", s.state.optimizer_moments},
+                      {"host_optimizer_moments", s.state.host_optimizer_moments},
                       {"communication_buffers", s.state.communication_buffers},
                       {"gather_buffers", s.gather_buffers},
                       {"activations_per_micro_batch", s.activations_per_micro_batch},

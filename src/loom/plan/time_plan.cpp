@@ -29,6 +29,16 @@ struct StageCost {
 // ZeRO-3 (which zeroes its sections itself).
 constexpr double kOptimizerBytesPerParameter = 32.0;
 constexpr double kZeroedBytesPerGradient = 4.0;
+// Offloaded to the host (optim.cpu_offload): the device reads each gradient for the norm; the link
+// moves gradient and value down and the value up; the host's update reads value, gradient and
+// moments and writes value and moments.
+constexpr double kNormBytesPerParameter = 4.0;
+constexpr double kOffloadLinkBytesPerParameter = 12.0;
+constexpr double kOffloadHostBytesPerParameter = 28.0;
+
+bool offloads_optimizer(const config::RunConfig& config) {
+  return config.optim.cpu_offload && config.runtime.device == config::RuntimeDevice::Cuda;
+}
 
 // Where a run casts its GEMM operands: the CPU's emulation, or a GPU (runtime.device: cuda),
 // whose weight cast cache casts each weight once per optimizer step and form
@@ -511,9 +521,16 @@ TimeBreakdown plan_time(const config::RunConfig& config, const MemoryPlan& memor
   const double copy_bytes = parallel::keeps_bf16_parameter_copy(config) ? 2.0 : 0.0;
   const double written_whole =
       written_whole_share(config, replicas, m) > 0.0 ? block_linear_weights(config, *widest) : 0.0;
-  t.optimizer = ((kOptimizerBytesPerParameter + copy_bytes) * owned +
-                 kZeroedBytesPerGradient * (static_cast<double>(widest->parameter_count) - written_whole)) /
-                hw.bandwidth_per_rank(world);
+  const double zeroed = kZeroedBytesPerGradient * (static_cast<double>(widest->parameter_count) - written_whole);
+  if (offloads_optimizer(config)) {
+    // The device reads the gradients for their norm; the host link carries them and the values
+    // down and the values up, and the host's memory serves the update (optim/host_offload.h).
+    t.optimizer = (kNormBytesPerParameter * owned + zeroed) / hw.bandwidth_per_rank(world) +
+                  kOffloadLinkBytesPerParameter * owned / hw.host_link_bandwidth +
+                  kOffloadHostBytesPerParameter * owned / hw.host_memory_bandwidth;
+  } else {
+    t.optimizer = ((kOptimizerBytesPerParameter + copy_bytes) * owned + zeroed) / hw.bandwidth_per_rank(world);
+  }
   t.overhead = hw.step_overhead;
   t.step = makespan + t.dp_comm + t.optimizer + t.overhead;
   return t;

@@ -71,6 +71,19 @@ class DeviceAllocator final : public Allocator {
     count_allocation(bytes);
     return p;
   }
+  // Page-locked, so that the copies through it run at the link's rate (portable: any device's).
+  void* allocate_transfer_staging(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    check_cuda(cudaSetDevice(index_), "cudaSetDevice(" + std::to_string(index_) + ")");
+    void* p = nullptr;
+    check_cuda(cudaHostAlloc(&p, bytes, cudaHostAllocPortable),
+               "cudaHostAlloc (" + std::to_string(bytes) + " bytes of pinned transfer staging)");
+    return p;
+  }
+  void free_transfer_staging(void* ptr, size_t bytes) override {
+    (void)bytes;
+    if (ptr != nullptr) cudaFreeHost(ptr);
+  }
   void free(void* ptr, size_t bytes) override {
     if (ptr == nullptr) return;
     std::lock_guard<std::mutex> lock(mutex_);

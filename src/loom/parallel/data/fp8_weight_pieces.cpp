@@ -7,7 +7,7 @@ namespace loom::parallel {
 bool keeps_fp8_weight_casts(const config::RunConfig& config) {
   const config::PrecisionRecipe recipe = config.precision.recipe;
   return config.precision.fp8_weights_from_optimizer && config.runtime.device == config::RuntimeDevice::Cuda &&
-         config.parallel.zero == 0 &&
+         config.parallel.zero == 0 && !config.optim.cpu_offload &&  // an offloaded optimizer writes no codes
          config.precision.param_dtype == config::ParamDtype::Fp32 &&
          (recipe == config::PrecisionRecipe::Fp8Delayed || recipe == config::PrecisionRecipe::Fp8Current);
 }
