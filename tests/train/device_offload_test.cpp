@@ -2,7 +2,8 @@
 // update on the host (optim/host_offload.h), the values and gradients on the device, whose memory
 // the host cannot touch and whose ops refuse host memory. Every ZeRO stage, with and without
 // parameters in the compute dtype and under FP8 (where the optimizer then writes no bf16 copy or
-// FP8 codes), trains as the same run on the CPU does, bit for bit; its checkpoints hold the same
+// FP8 codes), with tensor, pipeline and expert parallelism, trains as the same run on the CPU
+// does, bit for bit; its checkpoints hold the same
 // state and resume with the offload on or off; the device holds 8 bytes per owned parameter less.
 #include <regex>
 
@@ -28,6 +29,21 @@ TEST_F(DeviceOffload, EveryZeroStageEqualsTheCpuBitForBit) {
     SCOPED_TRACE(stage);
     expect_bitwise_equal_runs(kLlama, "offload-zero" + std::to_string(stage), zero(stage), {kOffload});
   }
+}
+
+// Each rank offloads its own part: a tensor-parallel rank its shards, a pipeline stage its layers,
+// the experts' group (ep 2, its parameter group's own distributed optimizer) its experts.
+TEST_F(DeviceOffload, TensorPipelineAndExpertParallelRanksEqualTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kLlama, "offload-tp2", {"runtime.ranks=2", "parallel.tp=2"}, {kOffload});
+  expect_bitwise_equal_runs(kLlama, "offload-pp2-zero1", {"runtime.ranks=4", "parallel.pp=2", "train.micro_batch=1",
+                                                          "parallel.zero=1"},
+                            {kOffload});
+  const char* moe =
+      "model: {vocab_size: 0, d_model: 16, layers: 2, heads: 2, ffn_size: 32, max_seq_len: 32,\n"
+      "        tied_embeddings: false, block_configs: [{ffn: dense}, {ffn: moe}],\n"
+      "        moe_experts: 4, moe_top_k: 2, moe_ffn_size: 16}\n";
+  expect_bitwise_equal_runs(moe, "offload-ep2-zero1",
+                            {"runtime.ranks=2", "parallel.ep=2", "train.micro_batch=1", "parallel.zero=1"}, {kOffload});
 }
 
 // The stages round the values into the compact parameters themselves, and the model casts its
