@@ -26,10 +26,8 @@ PYTHON="${PYTHON:-/usr/bin/python3}"
 export OPENBLAS_CORETYPE=SkylakeX   # OpenBLAS 0.3.21 misdetects this CPU
 
 [ -x "$BIN" ] || { echo "error: $BIN not built (cmake --build build --target loom_bench_attention)" >&2; exit 1; }
-if ! "$PYTHON" -c "import torch" 2>/dev/null; then   # as bench/peers/run_peers.sh: Debian's torch, on demand
-  echo "== torch missing for $PYTHON; installing Debian python3-torch" >&2
-  if [ "$(id -u)" = 0 ]; then apt-get install -y python3-torch >&2; else sudo apt-get install -y python3-torch >&2; fi
-fi
+source "$REPO/bench/peers/ensure_torch.sh"
+ensure_torch "$PYTHON"
 
 # Median of 5 runs up to T = 1024, 3 up to 4096, 1 above (each after one warm-up run), as loom's bench.
 repeats() { if [ "$1" -le 1024 ]; then echo 5; elif [ "$1" -le 4096 ]; then echo 3; else echo 1; fi; }

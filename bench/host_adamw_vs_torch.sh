@@ -22,10 +22,8 @@ BIN="${BIN:-$REPO/build/bench/loom_bench_host_adamw}"
 PYTHON="${PYTHON:-/usr/bin/python3}"
 
 [ -x "$BIN" ] || { echo "error: $BIN not built (cmake --build build --target loom_bench_host_adamw)" >&2; exit 1; }
-if ! "$PYTHON" -c "import torch" 2>/dev/null; then
-  echo "== torch missing for $PYTHON; installing Debian python3-torch" >&2
-  if [ "$(id -u)" = 0 ]; then apt-get install -y python3-torch >&2; else sudo apt-get install -y python3-torch >&2; fi
-fi
+source "$REPO/bench/peers/ensure_torch.sh"
+ensure_torch "$PYTHON"
 
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 LINES="$(mktemp)"

@@ -19,6 +19,7 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$HERE/ensure_torch.sh"
 REPO="$(cd "$HERE/../.." && pwd)"
 WHICH="${1:-all}"
 LLMC_SRC="${LLMC_SRC:-/work/.mirror/karpathy+llm.c/repo}"
@@ -104,11 +105,7 @@ run_llmc() {
 }
 
 run_pytorch() {
-  if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
-    echo "== torch missing for $PYTHON; installing Debian python3-torch" >&2
-    if [ "$(id -u)" = 0 ]; then apt-get install -y python3-torch >&2
-    else sudo apt-get install -y python3-torch >&2; fi
-  fi
+  ensure_torch "$PYTHON"
   echo "== running: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE $PYTHON torch_gpt2.py --threads $THREADS; loadavg before: $(cut -d' ' -f1-3 /proc/loadavg)"
   local out
   out="$("$PYTHON" "$HERE/torch_gpt2.py" --B $B --T $T --threads "$THREADS" \
