@@ -8,8 +8,8 @@ namespace loom::parallel {
 bool keeps_bf16_parameter_copy(const config::RunConfig& config) {
   const config::PrecisionRecipe recipe = config.precision.recipe;
   // An optimizer offloaded to the host (optim.cpu_offload) writes no copy.
-  return config.runtime.device == config::RuntimeDevice::Cuda && config.parallel.zero == 0 && !config.optim.cpu_offload &&
-         config.precision.param_dtype == config::ParamDtype::Fp32 && recipe != config::PrecisionRecipe::Fp32 &&
+  return config.runtime.device == config::RuntimeDevice::Cuda && config.parallel.zero == 0 &&
+         !config.optim.cpu_offload && config.precision.param_dtype == config::ParamDtype::Fp32 && recipe != config::PrecisionRecipe::Fp32 &&
          recipe != config::PrecisionRecipe::Fp16;
 }
 
