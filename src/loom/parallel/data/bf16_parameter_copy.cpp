@@ -9,8 +9,8 @@ bool keeps_bf16_parameter_copy(const config::RunConfig& config) {
   const config::PrecisionRecipe recipe = config.precision.recipe;
   // An optimizer offloaded to the host (optim.cpu_offload) writes no copy.
   return config.runtime.device == config::RuntimeDevice::Cuda && config.parallel.zero == 0 &&
-         !config.optim.cpu_offload && config.precision.param_dtype == config::ParamDtype::Fp32 && recipe != config::PrecisionRecipe::Fp32 &&
-         recipe != config::PrecisionRecipe::Fp16;
+         !config.optim.cpu_offload && config.precision.param_dtype == config::ParamDtype::Fp32 &&
+         recipe != config::PrecisionRecipe::Fp32 && recipe != config::PrecisionRecipe::Fp16;
 }
 
 Bf16ParameterCopy::Bf16ParameterCopy(const float* values, int64_t total, Device device)
