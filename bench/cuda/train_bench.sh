@@ -334,8 +334,8 @@ for r in "${runs[@]}"; do
     torch-gpt2) torch_run "${gpt2[@]}" ;;
     torch-llama) torch_run "${llama[@]}" ;;
     timeline) timeline_runs ;;
-    *) echo "train_bench.sh: unknown run '$r' (llama, llama-offload, curves, gpt2, gpt2-gelu-passes, llmc, profile, torch-gpt2," \
-         "torch-llama, profile-gpt2, profile-fp8, profile-fp8-delayed, timeline)" >&2; exit 2 ;;
+    *) echo "train_bench.sh: unknown run '$r' (llama, llama-offload, curves, gpt2, gpt2-gelu-passes, llmc, profile," \
+         "torch-gpt2, torch-llama, profile-gpt2, profile-fp8, profile-fp8-delayed, timeline)" >&2; exit 2 ;;
   esac
 done
 exit 0

@@ -23,7 +23,9 @@ constexpr int64_t kElements = 64;
 
 std::vector<float> wave(float scale, int shift) {
   std::vector<float> v(kElements);
-  for (int64_t i = 0; i < kElements; ++i) v[static_cast<size_t>(i)] = scale * static_cast<float>((i * 29 + shift) % 23 - 11);
+  for (int64_t i = 0; i < kElements; ++i) {
+    v[static_cast<size_t>(i)] = scale * static_cast<float>((i * 29 + shift) % 23 - 11);
+  }
   return v;
 }
 

@@ -521,9 +521,8 @@ TEST(TimePlan, AnOffloadedOptimizerCostsTheHostLinkAndHostMemory) {
     const MemoryPlan reference = plan_memory(on_device, {.tp = 1, .dp = dp, .pp = 1});
     const double params = static_cast<double>(m.stages[0].parameter_count), owned = zero == 0 ? params : params / 2;
     const double zeroed = params - block_weights;
-    EXPECT_NEAR(plan_time(on_host, m, hw).optimizer, (4 * owned + 4 * zeroed) / 1e9 + 12 * owned / 2e8 + 28 * owned / 5e8,
-                1e-12)
-        << "zero " << zero;
+    const double expected = (4 * owned + 4 * zeroed) / 1e9 + 12 * owned / 2e8 + 28 * owned / 5e8;
+    EXPECT_NEAR(plan_time(on_host, m, hw).optimizer, expected, 1e-12) << "zero " << zero;
     const parallel::MemoryBytes& state = m.stages[0].state;
     EXPECT_EQ(state.optimizer_moments, 0) << "zero " << zero;
     EXPECT_EQ(state.host_optimizer_moments, reference.stages[0].state.optimizer_moments) << "zero " << zero;
