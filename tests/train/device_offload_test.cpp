@@ -17,7 +17,8 @@ using DeviceOffload = DeviceTraining;
 const std::string kOffload = "optim.cpu_offload=true";
 
 std::vector<std::string> zero(int stage, std::vector<std::string> extra = {}) {
-  std::vector<std::string> overrides = {"runtime.ranks=2", "train.micro_batch=1", "parallel.zero=" + std::to_string(stage)};
+  std::vector<std::string> overrides = {"runtime.ranks=2", "train.micro_batch=1",
+                                       "parallel.zero=" + std::to_string(stage)};
   overrides.insert(overrides.end(), extra.begin(), extra.end());
   return overrides;
 }
@@ -89,8 +90,8 @@ class DeviceOffloadMemory : public DeviceTraining {
     std::smatch m;
     EXPECT_TRUE(std::regex_search(console, m, std::regex(R"(model: (\d+) parameters)"))) << console;
     if (!m.empty()) h.parameters = std::stoll(m[1]);
-    EXPECT_TRUE(std::regex_search(console, m, std::regex(R"(cuda:0 committed: \d+ bytes \([^)]*\) at the peak of step 1, (\d+) bytes after it)")))
-        << console;
+    const std::regex committed(R"(cuda:0 committed: \d+ bytes \([^)]*\) at the peak of step 1, (\d+) bytes after it)");
+    EXPECT_TRUE(std::regex_search(console, m, committed)) << console;
     if (!m.empty()) h.device_after = std::stoll(m[1]);
     if (std::regex_search(console, m, std::regex(R"(optimizer moments in host memory ([0-9.]+) MiB)"))) {
       h.host_moments_mib = std::stod(m[1]);
