@@ -185,7 +185,8 @@ TEST_F(TrainCli, RunningOutOfMemorySaysWhatToChange) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   for (const std::string& m : {std::string("out of memory"), "loom plan memory " + (dir / "config.yaml") + " " + big,
                                std::string("train.micro_batch"), std::string("model.recompute=true"),
-                               std::string("parallel.zero"), std::string("loom plan search")}) {
+                               std::string("parallel.zero"), std::string("optim.cpu_offload=true"),
+                               std::string("loom plan search")}) {
     EXPECT_NE(r.output.find(m), std::string::npos) << "missing '" << m << "' in:\n" << r.output;
   }
   EXPECT_TRUE(!fs::exists(dir / "big/checkpoints") || fs::is_empty(dir / "big/checkpoints")) << "a checkpoint written";

@@ -11,8 +11,8 @@ std::string training_memory_advice(const std::string& config, const std::vector<
   for (const std::string& o : overrides) command += " " + o;
   return "\nWhat this layout needs per rank: loom plan memory " + command +
          "\nTo need less: a smaller train.micro_batch (the global batch stays: more micro-batches a step), "
-         "model.recompute=true, parallel.zero=1, 2 or 3 over data-parallel ranks, or more ranks in parallel.tp "
-         "or parallel.pp (loom plan search " +
+         "model.recompute=true, parallel.zero=1, 2 or 3 over data-parallel ranks, more ranks in parallel.tp "
+         "or parallel.pp, or on a GPU optim.cpu_offload=true (the Adam moments in host memory) (loom plan search " +
          config + " --hardware FILE --devices N lists the layouts that fit).";
 }
 
