@@ -271,7 +271,8 @@ TEST_F(CudaModel, TinyLlamaLayoutsOnTheGpuTrainAsOneCpuRank) {
 
 // optim.cpu_offload: the moments in host memory and the update on the host's cores (the CPU's
 // AdamW exactly), the values and gradients copied down and back each step. One rank, ZeRO 1 and
-// ZeRO 3 over two ranks sharing the GPU, and the bf16 recipe train as one CPU rank does (fp32:
+// ZeRO 3 over two ranks sharing the GPU, half the state offloaded (optim.offload_fraction: the
+// other half updated on the GPU) and the bf16 recipe train as one CPU rank does (fp32:
 // 1e-4 relative; bf16 1e-2), and one rank's GPU holds the moments' 8 bytes per parameter less.
 TEST_F(CudaModel, TinyLlamaWithTheOptimizerOffloadedTrainsAsOnTheCpu) {
   set_cuda_starter(&start_backend);
@@ -285,6 +286,7 @@ TEST_F(CudaModel, TinyLlamaWithTheOptimizerOffloadedTrainsAsOnTheCpu) {
       {"offload", {}, &one, 1e-4},
       {"offload-zero1", {"runtime.ranks=2", "parallel.zero=1"}, &one, 1e-4},
       {"offload-zero3", {"runtime.ranks=2", "parallel.zero=3"}, &one, 1e-4},
+      {"offload-half", {"optim.offload_fraction=0.5"}, &one, 1e-4},
       {"offload-bf16", {"precision.recipe=bf16"}, &one_bf16, 1e-2},
   };
   for (const auto& [name, overrides, reference, tolerance] : runs) {

@@ -1,7 +1,8 @@
 // optim.cpu_offload's optimizer (optim/host_offload.h) on the emulated CUDA device: values and
-// gradients on the device, moments on the host. It must update as AdamW does on the device, bit
-// for bit (the emulated device runs the CPU kernels), whatever its staging chunk, and move each
-// run of adjacent pieces in one transfer each way, through the device's transfer staging.
+// gradients on the device, moments on the host (or, optim.offload_fraction, some on the device).
+// It must update as AdamW does on the device, bit for bit (the emulated device runs the CPU
+// kernels), whatever its staging chunk and wherever each piece's moments are, and move each run of
+// adjacent pieces in one transfer each way, through the device's transfer staging.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "loom/core/error.h"
 #include "loom/optim/adamw.h"
 #include "loom/optim/host_offload.h"
+#include "loom/optim/moment_arrays.h"
 #include "support/emulated_cuda.h"
 
 namespace loom::optim {
@@ -42,10 +44,10 @@ struct Trained {
   std::vector<float> values, exp_avg, exp_avg_sq;
 };
 
-// Three steps of `optimizer` over the pieces; moments on `state_device`.
-Trained three_steps(const Optimizer& optimizer, Device state_device) {
+// Three steps of `optimizer` over the pieces, their moments where `moments` has them (a piece
+// whose moments cross from host into device memory is cut there, as the stages cut them).
+Trained three_steps(const Optimizer& optimizer, const MomentArrays& moments) {
   DeviceBuffer<float> values(kGpu, kElements), grads(kGpu, kElements);
-  DeviceBuffer<float> m(state_device, kElements), v(state_device, kElements);
   const std::vector<float> initial = wave(0.1f, 3);
   copy_from_host(kGpu, values.data(), initial.data(), kElements);
   for (int64_t step = 1; step <= 3; ++step) {
@@ -53,15 +55,19 @@ Trained three_steps(const Optimizer& optimizer, Device state_device) {
     copy_from_host(kGpu, grads.data(), g.data(), kElements);
     std::vector<ShardPiece> pieces;
     for (const PieceSpec& p : kPieces) {
-      pieces.push_back({values.data() + p.offset, grads.data() + p.offset, {m.data() + p.offset, v.data() + p.offset},
-                        p.numel, p.weight_decay, p.lr_scale});
+      for (const MomentArrays::Part& part : moments.parts(p.offset, p.numel)) {
+        pieces.push_back({values.data() + part.begin, grads.data() + part.begin, {part.exp_avg, part.exp_avg_sq},
+                          part.n, p.weight_decay, p.lr_scale});
+      }
     }
     optimizer.update_many(pieces, {1e-2, step, 0.75f});
   }
   Trained out{std::vector<float>(kElements), std::vector<float>(kElements), std::vector<float>(kElements)};
   copy_to_host(kGpu, out.values.data(), values.data(), kElements);
-  copy_to_host(state_device, out.exp_avg.data(), m.data(), kElements);
-  copy_to_host(state_device, out.exp_avg_sq.data(), v.data(), kElements);
+  for (const MomentArrays::Part& part : moments.parts(0, kElements)) {
+    copy_to_host(part.device, out.exp_avg.data() + part.begin, part.exp_avg, part.n);
+    copy_to_host(part.device, out.exp_avg_sq.data() + part.begin, part.exp_avg_sq, part.n);
+  }
   return out;
 }
 
@@ -72,16 +78,20 @@ config::OptimConfig adamw_config() {
   return c;
 }
 
+HostOffloadedOptimizer offloaded_optimizer(int64_t chunk = kOffloadChunkElements) {
+  return HostOffloadedOptimizer(std::make_unique<AdamW>(adamw_config(), Device::cpu()),
+                                std::make_unique<AdamW>(adamw_config(), kGpu), kGpu, chunk);
+}
+
 TEST(HostOffload, UpdatesAsTheDevicesAdamWBitForBitWhateverItsChunk) {
   ::loom::testing::install_emulated_cuda();
   const AdamW on_device(adamw_config(), kGpu);
-  const Trained expected = three_steps(on_device, kGpu);
+  const Trained expected = three_steps(on_device, MomentArrays(kElements, 0, kGpu));
   // 1: every element its own chunk; 7 and 13: pieces split across chunks; 1000: one chunk.
   for (int64_t chunk : {1, 7, 13, 1000}) {
-    const HostOffloadedOptimizer offloaded(std::make_unique<AdamW>(adamw_config(), Device::cpu()), kGpu, chunk);
-    EXPECT_TRUE(offloaded.state_device().is_cpu());
+    const HostOffloadedOptimizer offloaded = offloaded_optimizer(chunk);
     EXPECT_FALSE(offloaded.writes_bf16_copies());
-    const Trained got = three_steps(offloaded, Device::cpu());
+    const Trained got = three_steps(offloaded, MomentArrays(kElements, kElements, kGpu));
     EXPECT_EQ(got.values, expected.values) << "chunk " << chunk;
     EXPECT_EQ(got.exp_avg, expected.exp_avg) << "chunk " << chunk;
     EXPECT_EQ(got.exp_avg_sq, expected.exp_avg_sq) << "chunk " << chunk;
@@ -92,7 +102,7 @@ TEST(HostOffload, UpdatesAsTheDevicesAdamWBitForBitWhateverItsChunk) {
 // a step copies 2 runs x (gradients, values) down and 2 runs of values up.
 TEST(HostOffload, MovesEachRunOfAdjacentPiecesOnce) {
   ::loom::testing::install_emulated_cuda();
-  const HostOffloadedOptimizer offloaded(std::make_unique<AdamW>(adamw_config(), Device::cpu()), kGpu);
+  const HostOffloadedOptimizer offloaded = offloaded_optimizer();
   DeviceBuffer<float> values(kGpu, kElements), grads(kGpu, kElements);
   std::vector<float> m(kElements), v(kElements);
   std::vector<ShardPiece> pieces;
@@ -111,18 +121,18 @@ TEST(HostOffload, MovesEachRunOfAdjacentPiecesOnce) {
   EXPECT_EQ(census.staged_transfer_bytes, census.to_host_bytes + census.from_host_bytes);
 }
 
-TEST(HostOffload, MomentsInDeviceMemoryAreAnErrorNamingTheKey) {
+// optim.offload_fraction: the pieces whose moments are on the device are updated there, the others
+// on the host, each as the device's AdamW would (the pieces' moments, here the first 25 elements'
+// on the host, the rest on the device, as a stage's MomentArrays hands them out).
+TEST(HostOffload, PiecesWithTheirMomentsOnTheDeviceAreUpdatedThere) {
   ::loom::testing::install_emulated_cuda();
-  const HostOffloadedOptimizer offloaded(std::make_unique<AdamW>(adamw_config(), Device::cpu()), kGpu);
-  DeviceBuffer<float> values(kGpu, 8), grads(kGpu, 8), m(kGpu, 8), v(kGpu, 8);
-  const ShardPiece piece{values.data(), grads.data(), {m.data(), v.data()}, 8};
-  try {
-    offloaded.update(piece, {1e-2, 1, 1.0f});
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("optim.cpu_offload"), std::string::npos) << what;
-    EXPECT_NE(what.find("cuda:0"), std::string::npos) << what;
+  const AdamW on_device(adamw_config(), kGpu);
+  const Trained expected = three_steps(on_device, MomentArrays(kElements, 0, kGpu));
+  for (int64_t on_host : {int64_t{0}, int64_t{10}, int64_t{25}, kElements}) {
+    const Trained got = three_steps(offloaded_optimizer(7), MomentArrays(kElements, on_host, kGpu));
+    EXPECT_EQ(got.values, expected.values) << on_host << " on the host";
+    EXPECT_EQ(got.exp_avg, expected.exp_avg) << on_host << " on the host";
+    EXPECT_EQ(got.exp_avg_sq, expected.exp_avg_sq) << on_host << " on the host";
   }
 }
 
@@ -130,10 +140,26 @@ TEST(HostOffload, MomentsInDeviceMemoryAreAnErrorNamingTheKey) {
 TEST(HostOffload, MakeOptimizerOffloadsWhereTheConfigAsksOnAGpu) {
   ::loom::testing::install_emulated_cuda();
   config::OptimConfig c = adamw_config();
-  EXPECT_TRUE(make_optimizer(c, kGpu)->state_device().is_cpu());
-  EXPECT_TRUE(make_optimizer(c, Device::cpu())->state_device().is_cpu());
+  EXPECT_NE(dynamic_cast<HostOffloadedOptimizer*>(make_optimizer(c, kGpu).get()), nullptr);
+  EXPECT_EQ(dynamic_cast<HostOffloadedOptimizer*>(make_optimizer(c, Device::cpu()).get()), nullptr);
   c.cpu_offload = false;
-  EXPECT_EQ(make_optimizer(c, kGpu)->state_device(), kGpu);
+  EXPECT_EQ(dynamic_cast<HostOffloadedOptimizer*>(make_optimizer(c, kGpu).get()), nullptr);
+}
+
+// How many of a stage's elements have host moments: none on the cpu or without the offload, the
+// fraction's share (rounded) with it.
+TEST(HostOffload, OffloadedElementsAreTheFractionsShareOnAGpu) {
+  config::OptimConfig c = adamw_config();
+  EXPECT_EQ(offloaded_elements(c, kGpu, 1000), 1000);
+  EXPECT_EQ(offloaded_elements(c, Device::cpu(), 1000), 0);
+  c.offload_fraction = 0.25;
+  EXPECT_EQ(offloaded_elements(c, kGpu, 1000), 250);
+  EXPECT_EQ(offloaded_elements(c, kGpu, 3), 1);
+  c.offload_fraction = 0.0;
+  EXPECT_EQ(offloaded_elements(c, kGpu, 1000), 0);
+  c.cpu_offload = false;
+  c.offload_fraction = 1.0;
+  EXPECT_EQ(offloaded_elements(c, kGpu, 1000), 0);
 }
 
 }  // namespace

@@ -501,9 +501,10 @@ TEST(TimePlan, TheOptimizerZeroesEveryGradientButTheBlocksWeights) {
   }
 }
 
-// optim.cpu_offload on a GPU: the device reads each owned gradient for the norm (4 bytes) and
-// zeroes as before; the host link carries 12 bytes per owned parameter, the host's memory 28; the
-// moments (8 bytes per owned parameter) leave the device's memory for the host's.
+// optim.cpu_offload on a GPU: for the offloaded share (optim.offload_fraction) the device reads
+// each owned gradient for the norm (4 bytes), the host link carries 12 bytes per parameter and the
+// host's memory 28; the rest costs the device's 32; zeroing as before. That share's moments (8
+// bytes per owned parameter) leave the device's memory for the host's.
 TEST(TimePlan, AnOffloadedOptimizerCostsTheHostLinkAndHostMemory) {
   Hardware hw = device();
   hw.memory_bandwidth = 1e9;
@@ -511,23 +512,28 @@ TEST(TimePlan, AnOffloadedOptimizerCostsTheHostLinkAndHostMemory) {
   hw.host_memory_bandwidth = 5e8;
   double block_weights = 0.0;
   for (const auto& [out, in] : kTinyLinears) block_weights += 6 * out * in;
-  for (const int zero : {0, 1}) {
-    const int dp = zero == 0 ? 1 : 2;
-    const std::vector<std::string> gpu = {"parallel.zero=" + std::to_string(zero), "runtime.device=cuda"};
-    std::vector<std::string> offloaded = gpu;
-    offloaded.push_back("optim.cpu_offload=true");
-    const config::RunConfig on_device = tiny(gpu), on_host = tiny(offloaded);
-    const MemoryPlan m = plan_memory(on_host, {.tp = 1, .dp = dp, .pp = 1});
-    const MemoryPlan reference = plan_memory(on_device, {.tp = 1, .dp = dp, .pp = 1});
-    const double params = static_cast<double>(m.stages[0].parameter_count), owned = zero == 0 ? params : params / 2;
-    const double zeroed = params - block_weights;
-    const double expected = (4 * owned + 4 * zeroed) / 1e9 + 12 * owned / 2e8 + 28 * owned / 5e8;
-    EXPECT_NEAR(plan_time(on_host, m, hw).optimizer, expected, 1e-12) << "zero " << zero;
-    const parallel::MemoryBytes& state = m.stages[0].state;
-    EXPECT_EQ(state.optimizer_moments, 0) << "zero " << zero;
-    EXPECT_EQ(state.host_optimizer_moments, reference.stages[0].state.optimizer_moments) << "zero " << zero;
-    EXPECT_NEAR(static_cast<double>(state.host_optimizer_moments), 8 * owned, 8.0 * dp) << "zero " << zero;
-    EXPECT_EQ(m.stages[0].total(), reference.stages[0].total() - state.host_optimizer_moments) << "zero " << zero;
+  for (const double fraction : {1.0, 0.25}) {
+    for (const int zero : {0, 1}) {
+      SCOPED_TRACE("zero " + std::to_string(zero) + ", fraction " + std::to_string(fraction));
+      const int dp = zero == 0 ? 1 : 2;
+      const std::vector<std::string> gpu = {"parallel.zero=" + std::to_string(zero), "runtime.device=cuda"};
+      std::vector<std::string> offloaded = gpu;
+      offloaded.insert(offloaded.end(),
+                       {"optim.cpu_offload=true", "optim.offload_fraction=" + std::to_string(fraction)});
+      const config::RunConfig on_device = tiny(gpu), on_host = tiny(offloaded);
+      const MemoryPlan m = plan_memory(on_host, {.tp = 1, .dp = dp, .pp = 1});
+      const MemoryPlan reference = plan_memory(on_device, {.tp = 1, .dp = dp, .pp = 1});
+      const double params = static_cast<double>(m.stages[0].parameter_count);
+      const double owned = zero == 0 ? params : params / 2, host = fraction * owned;
+      const double zeroed = params - block_weights;
+      const double expected =
+          (4 * host + 32 * (owned - host) + 4 * zeroed) / 1e9 + 12 * host / 2e8 + 28 * host / 5e8;
+      EXPECT_NEAR(plan_time(on_host, m, hw).optimizer, expected, 1e-12);
+      const parallel::MemoryBytes& state = m.stages[0].state;
+      EXPECT_EQ(state.optimizer_moments + state.host_optimizer_moments, reference.stages[0].state.optimizer_moments);
+      EXPECT_NEAR(static_cast<double>(state.host_optimizer_moments), 8 * host, 8.0 * dp);
+      EXPECT_EQ(m.stages[0].total(), reference.stages[0].total() - state.host_optimizer_moments);
+    }
   }
 }
 

@@ -2,8 +2,8 @@
 // update on the host (optim/host_offload.h), the values and gradients on the device, whose memory
 // the host cannot touch and whose ops refuse host memory. Every ZeRO stage, with and without
 // parameters in the compute dtype and under FP8 (where the optimizer then writes no bf16 copy or
-// FP8 codes), with tensor, pipeline and expert parallelism, trains as the same run on the CPU
-// does, bit for bit; its checkpoints hold the same
+// FP8 codes), with tensor, pipeline and expert parallelism, and with a fraction of the state
+// offloaded, trains as the same run on the CPU does, bit for bit; its checkpoints hold the same
 // state and resume with the offload on or off; the device holds 8 bytes per owned parameter less.
 #include <regex>
 
@@ -30,6 +30,25 @@ TEST_F(DeviceOffload, EveryZeroStageEqualsTheCpuBitForBit) {
     SCOPED_TRACE(stage);
     expect_bitwise_equal_runs(kLlama, "offload-zero" + std::to_string(stage), zero(stage), {kOffload});
   }
+}
+
+// optim.offload_fraction: the first share of each stage's state has its moments on the host, the
+// rest on the device (a piece crossing the boundary cut in two), each updated where its moments
+// are; bit for bit the CPU's run still, and a checkpoint resumes under another split.
+TEST_F(DeviceOffload, AFractionOffloadedEqualsTheCpuBitForBit) {
+  const std::string fraction = "optim.offload_fraction=0.3";
+  expect_bitwise_equal_runs(kLlama, "offload-fraction-one-rank", {}, {kOffload, fraction});
+  for (int stage : {0, 1, 2, 3}) {
+    SCOPED_TRACE(stage);
+    expect_bitwise_equal_runs(kLlama, "offload-fraction-zero" + std::to_string(stage), zero(stage),
+                              {kOffload, fraction});
+  }
+  const std::vector<double> full = train("offload-fraction-full", kLlama, zero(3));
+  train("offload-fraction-resumed", kLlama, zero(3, {"runtime.device=cuda", kOffload, fraction}), 2);
+  EXPECT_EQ(train("offload-fraction-resumed", kLlama,
+                  zero(3, {"runtime.device=cuda", "train.resume=true", kOffload, "optim.offload_fraction=0.8"})),
+            full);
+  expect_same_checkpoints("offload-fraction-full", "offload-fraction-resumed");
 }
 
 // Each rank offloads its own part: a tensor-parallel rank its shards, a pipeline stage its layers,
@@ -109,19 +128,31 @@ TEST_F(DeviceOffloadMemory, TheMomentsLeaveTheDevice) {
   EXPECT_NEAR(on.host_moments_mib, 8.0 * static_cast<double>(on.parameters) / (1024.0 * 1024.0), 0.01);
   EXPECT_EQ(off.host_moments_mib, 0.0);
 
+  // A quarter offloaded: a quarter of those bytes.
+  const Held quarter = held("offload-memory-quarter", {kOffload, "optim.offload_fraction=0.25"});
+  EXPECT_NEAR(static_cast<double>(off.device_after - quarter.device_after), 2.0 * on.parameters, 8.0);
+
   const Held zero1_on = held("offload-memory-zero1-on", zero(1, {kOffload}));
   const Held zero1_off = held("offload-memory-zero1-off", zero(1));
   EXPECT_NEAR(static_cast<double>(zero1_off.device_after - zero1_on.device_after), 4.0 * on.parameters, 64.0);
 }
 
-TEST_F(DeviceOffload, OnTheCpuItIsAnErrorNamingTheKeys) {
-  try {
-    train("offload-on-cpu", kLlama, {kOffload}, 1);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("optim.cpu_offload=true needs runtime.device=cuda"), std::string::npos) << what;
-  }
+TEST_F(DeviceOffload, OnTheCpuOrAFractionAloneItIsAnErrorNamingTheKeys) {
+  auto error_of = [&](const std::string& name, const std::vector<std::string>& overrides) -> std::string {
+    try {
+      train(name, kLlama, overrides, 1);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of("offload-on-cpu", {kOffload}).find("optim.cpu_offload=true needs runtime.device=cuda"),
+            std::string::npos);
+  const std::string alone = error_of("fraction-alone", {"runtime.device=cuda", "optim.offload_fraction=0.5"});
+  EXPECT_NE(alone.find("optim.offload_fraction"), std::string::npos) << alone;
+  EXPECT_NE(alone.find("optim.cpu_offload=true"), std::string::npos) << alone;
+  const std::string range = error_of("fraction-range", {"runtime.device=cuda", kOffload, "optim.offload_fraction=1.5"});
+  EXPECT_NE(range.find("optim.offload_fraction"), std::string::npos) << range;
 }
 
 }  // namespace

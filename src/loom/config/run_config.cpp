@@ -283,6 +283,8 @@ const std::vector<SectionSchema>& schema() {
                   field("wsd_decay_samples", &OptimConfig::wsd_decay_samples, at_least<int64_t>(0)),
                   field("clip_grad", &OptimConfig::clip_grad, at_least(0.0)),
                   field("cpu_offload", &OptimConfig::cpu_offload),
+                  field("offload_fraction", &OptimConfig::offload_fraction,
+                        in_range(0.0, 1.0, " (the share of the state offloaded)")),
               }),
       section("train", &RunConfig::train,
               {

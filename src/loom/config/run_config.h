@@ -152,6 +152,9 @@ struct OptimConfig {
   // (Megatron-Core's --optimizer-cpu-offload, DeepSpeed's ZeRO-Offload): 8 bytes per owned
   // parameter off the device, the gradients and values copied down and the values back each step.
   bool cpu_offload = false;
+  // With cpu_offload: the share of each rank's optimizer state in host memory, its first elements
+  // (Megatron-Core's --optimizer-offload-fraction); the rest stays on the device and is updated there.
+  double offload_fraction = 1.0;
 };
 
 // train.rampup_batch_size (Megatron's --rampup-batch-size START INCREMENT SAMPLES): the global

@@ -35,7 +35,6 @@ class AdamW final : public Optimizer {
   // per-piece updates as update()).
   void update_many(std::span<const ShardPiece> pieces, const StepParams& step) const override;
   bool writes_bf16_copies() const override { return true; }
-  Device state_device() const override { return device_; }
 
   // Flat form. Updates `params` with `grads` clipped to config.clip_grad by global norm (when
   // > 0; the gradients themselves are left as they are). Returns the global norm before

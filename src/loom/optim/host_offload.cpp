@@ -9,11 +9,16 @@
 
 namespace loom::optim {
 
-HostOffloadedOptimizer::HostOffloadedOptimizer(std::unique_ptr<Optimizer> host, Device device, int64_t chunk)
-    : host_(std::move(host)), device_(device), chunk_(chunk), values_(device), grads_(device) {
+HostOffloadedOptimizer::HostOffloadedOptimizer(std::unique_ptr<Optimizer> host, std::unique_ptr<Optimizer> on_device,
+                                               Device device, int64_t chunk)
+    : host_(std::move(host)),
+      on_device_(std::move(on_device)),
+      device_(device),
+      chunk_(chunk),
+      values_(device),
+      grads_(device) {
   LOOM_CHECK(chunk_ > 0, "optim.cpu_offload: the staging chunk must hold at least one element");
-  LOOM_CHECK(host_ != nullptr && host_->state_device().is_cpu(),
-             "optim.cpu_offload: the offloaded optimizer must run on the host");
+  LOOM_CHECK(host_ != nullptr && on_device_ != nullptr, "optim.cpu_offload: an optimizer for the host and the device");
   LOOM_CHECK(!device_.is_cpu(), "optim.cpu_offload: the parameters are already in host memory");
 }
 
@@ -22,11 +27,24 @@ void HostOffloadedOptimizer::update(const ShardPiece& piece, const StepParams& s
 }
 
 void HostOffloadedOptimizer::update_many(std::span<const ShardPiece> pieces, const StepParams& step) const {
+  // Each piece where its moments are (optim.offload_fraction leaves some on the device).
+  Allocator& memory = allocator(device_);
+  std::vector<ShardPiece> on_host, on_device;
+  for (const ShardPiece& piece : pieces) {
+    const bool device_moments = memory.holds(piece.state[0]);
+    LOOM_CHECK(device_moments == memory.holds(piece.state[1]),
+               "optim.cpu_offload: a piece's two moments are in different memories");
+    (device_moments ? on_device : on_host).push_back(piece);
+  }
+  if (!on_device.empty()) on_device_->update_many(on_device, step);
+  if (!on_host.empty()) update_on_host(on_host, step);
+}
+
+void HostOffloadedOptimizer::update_on_host(std::span<const ShardPiece> pieces, const StepParams& step) const {
   int64_t total = 0;
   for (const ShardPiece& p : pieces) total += p.numel;
   values_.reserve(std::min(total, chunk_));
   grads_.reserve(std::min(total, chunk_));
-  Allocator& memory = allocator(device_);
   std::vector<Run> runs;
   std::vector<ShardPiece> staged;
   int64_t used = 0;
@@ -39,9 +57,6 @@ void HostOffloadedOptimizer::update_many(std::span<const ShardPiece> pieces, con
   for (const ShardPiece& piece : pieces) {
     LOOM_CHECK(piece.param_bf16 == nullptr && piece.fp8.amax == nullptr,
                "optim.cpu_offload: the offloaded optimizer writes no bf16 copy or FP8 codes");
-    LOOM_CHECK(!memory.holds(piece.state[0]) && !memory.holds(piece.state[1]),
-               "optim.cpu_offload: the optimizer state of a piece is in " + device_.name() +
-                   "'s memory, not the host's (allocate it on state_device())");
     for (int64_t done = 0; done < piece.numel;) {
       if (used == chunk_) flush();
       const int64_t n = std::min(piece.numel - done, chunk_ - used);

@@ -2,15 +2,16 @@
 // optim.cpu_offload (Megatron-Core's --optimizer-cpu-offload, DeepSpeed's ZeRO-Offload): the
 // optimizer of parameters that live on a GPU, with its per-element state (AdamW's two moments)
 // in host memory and its arithmetic on the host's cores. The data-parallel stages allocate that
-// state where state_device() says (the host) and hand their pieces over as always: the values
-// and gradients on the device, the state on the host.
+// state as optim/moment_arrays.h says (all of it on the host, or its first optim.offload_fraction)
+// and hand their pieces over as always: the values and gradients on the device, each piece's
+// moments on the host or on the device; a piece whose moments are on the device is updated there.
 //
-// An update copies the pieces' gradients and values down into host staging (pinned on a GPU), a
-// run of adjacent pieces per transfer, has the host optimizer update them there, and copies the
-// values back: the host optimizer's arithmetic exactly, 8 bytes per element off the device for 12
-// bytes moved each step. Staging holds at most kOffloadChunkElements of each at a time (a larger
-// call goes chunk by chunk, a piece split where a chunk ends). It writes no bf16 copy or FP8
-// codes: the stages then round the values themselves and the model casts its weights
+// An update copies the host pieces' gradients and values down into host staging (pinned on a
+// GPU), a run of adjacent pieces per transfer, has the host optimizer update them there, and
+// copies the values back: the host optimizer's arithmetic exactly, 8 bytes per element off the
+// device for 12 bytes moved each step. Staging holds at most kOffloadChunkElements of each at a
+// time (a larger call goes chunk by chunk, a piece split where a chunk ends). It writes no bf16
+// copy or FP8 codes: the stages then round the values themselves and the model casts its weights
 // (writes_bf16_copies() is false).
 #include <cstdint>
 #include <memory>
@@ -26,13 +27,14 @@ constexpr int64_t kOffloadChunkElements = int64_t{16} << 20;
 
 class HostOffloadedOptimizer final : public Optimizer {
  public:
-  // `host`: the optimizer that runs on the host (its state_device() the cpu); `device`: where the
-  // pieces' values and gradients live; `chunk`: the staging's elements (tests make it small).
-  HostOffloadedOptimizer(std::unique_ptr<Optimizer> host, Device device, int64_t chunk = kOffloadChunkElements);
+  // `host`: the optimizer that runs on the host; `on_device`: the same optimizer on `device`, for
+  // the pieces whose moments are there; `device`: where the pieces' values and gradients live;
+  // `chunk`: the staging's elements (tests make it small).
+  HostOffloadedOptimizer(std::unique_ptr<Optimizer> host, std::unique_ptr<Optimizer> on_device, Device device,
+                         int64_t chunk = kOffloadChunkElements);
 
   void update(const ShardPiece& piece, const StepParams& step) const override;
   void update_many(std::span<const ShardPiece> pieces, const StepParams& step) const override;
-  Device state_device() const override { return Device::cpu(); }
 
  private:
   // One transfer each way: `n` elements of values and gradients at `param` and `grad` on the
@@ -42,6 +44,7 @@ class HostOffloadedOptimizer final : public Optimizer {
     const float* grad = nullptr;
     int64_t at = 0, n = 0;
   };
+  void update_on_host(std::span<const ShardPiece> pieces, const StepParams& step) const;
   void update_staged(std::span<const Run> runs, std::span<const ShardPiece> staged, const StepParams& step) const;
 
   // Host memory of the device's transfer staging (Allocator::allocate_transfer_staging: pinned
@@ -61,7 +64,7 @@ class HostOffloadedOptimizer final : public Optimizer {
     int64_t elements_ = 0;
   };
 
-  std::unique_ptr<Optimizer> host_;
+  std::unique_ptr<Optimizer> host_, on_device_;
   Device device_;
   int64_t chunk_;
   mutable Staging values_, grads_;

@@ -7,7 +7,8 @@ namespace loom::optim {
 
 std::unique_ptr<Optimizer> make_optimizer(const config::OptimConfig& config, Device device) {
   if (config.cpu_offload && !device.is_cpu()) {
-    return std::make_unique<HostOffloadedOptimizer>(std::make_unique<AdamW>(config, Device::cpu()), device);
+    return std::make_unique<HostOffloadedOptimizer>(std::make_unique<AdamW>(config, Device::cpu()),
+                                                    std::make_unique<AdamW>(config, device), device);
   }
   return std::make_unique<AdamW>(config, device);
 }

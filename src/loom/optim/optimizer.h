@@ -52,9 +52,6 @@ class Optimizer {
   }
   // Whether update() and update_many() write a piece's param_bf16 and fp8 (others leave them alone).
   virtual bool writes_bf16_copies() const { return false; }
-  // Where the pieces' per-element state must live (the stages allocate it there): the parameters'
-  // device, or the host where the optimizer is offloaded (optim.cpu_offload, host_offload.h).
-  virtual Device state_device() const = 0;
 };
 
 // The optimizer a run's config asks for (today AdamW), offloaded to the host where

@@ -1,7 +1,7 @@
 #include "loom/plan/memory_plan.h"
 
 #include <algorithm>
-#include <utility>
+#include <cmath>
 
 #include "loom/model/layer_spec.h"
 #include "loom/parallel/data/bf16_parameter_copy.h"
@@ -99,9 +99,13 @@ GroupState plan_group_state(const config::RunConfig& config, const std::vector<m
   // ZeRO 1-2 keep an fp32 master copy of the owned shard even when the parameters are fp32
   // (distributed_optimizer.cpp); ZeRO-3's shard is its own master.
   if (!compact && (zero == 1 || zero == 2)) m.state.master_weights = 4 * ((parameter_count + dp - 1) / dp);
-  // An optimizer offloaded to the host keeps its moments there (optim/host_offload.h).
+  // An optimizer offloaded to the host keeps its moments there, or their optim.offload_fraction
+  // (optim/moment_arrays.h).
   if (config.optim.cpu_offload && config.runtime.device == config::RuntimeDevice::Cuda) {
-    m.state.host_optimizer_moments = std::exchange(m.state.optimizer_moments, 0);
+    const int64_t elements = m.state.optimizer_moments / 8;
+    m.state.host_optimizer_moments =
+        8 * std::llround(config.optim.offload_fraction * static_cast<double>(elements));
+    m.state.optimizer_moments -= m.state.host_optimizer_moments;
   }
   // The bf16 copy of the parameters the optimizer writes for the GEMMs (parallel/data/bf16_parameter_copy.h).
   if (parallel::keeps_bf16_parameter_copy(config)) m.state.parameters += 2 * parameter_count;

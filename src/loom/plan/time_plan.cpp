@@ -523,11 +523,14 @@ TimeBreakdown plan_time(const config::RunConfig& config, const MemoryPlan& memor
       written_whole_share(config, replicas, m) > 0.0 ? block_linear_weights(config, *widest) : 0.0;
   const double zeroed = kZeroedBytesPerGradient * (static_cast<double>(widest->parameter_count) - written_whole);
   if (offloads_optimizer(config)) {
-    // The device reads the gradients for their norm; the host link carries them and the values
-    // down and the values up, and the host's memory serves the update (optim/host_offload.h).
-    t.optimizer = (kNormBytesPerParameter * owned + zeroed) / hw.bandwidth_per_rank(world) +
-                  kOffloadLinkBytesPerParameter * owned / hw.host_link_bandwidth +
-                  kOffloadHostBytesPerParameter * owned / hw.host_memory_bandwidth;
+    // For the offloaded share (optim.offload_fraction) the device reads the gradients for their
+    // norm; the host link carries them and the values down and the values up, and the host's
+    // memory serves the update (optim/host_offload.h). The rest is updated on the device.
+    const double on_host = config.optim.offload_fraction * owned, on_device = owned - on_host;
+    t.optimizer = (kNormBytesPerParameter * on_host + kOptimizerBytesPerParameter * on_device + zeroed) /
+                      hw.bandwidth_per_rank(world) +
+                  kOffloadLinkBytesPerParameter * on_host / hw.host_link_bandwidth +
+                  kOffloadHostBytesPerParameter * on_host / hw.host_memory_bandwidth;
   } else {
     t.optimizer = ((kOptimizerBytesPerParameter + copy_bytes) * owned + zeroed) / hw.bandwidth_per_rank(world);
   }

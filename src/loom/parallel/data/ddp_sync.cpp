@@ -14,9 +14,9 @@ DdpSync::DdpSync(SyncSetup setup)
       optimizer_(optim::make_optimizer(setup_.config->optim, setup_.model->params().device())) {
   model::ParameterStore& params = model_.params();
   segments_ = optimizer_segments(params);
-  // The moments live with the parameters (on their device), or on the host (optim.cpu_offload).
-  exp_avg_ = Tensor({params.total()}, DType::F32, optimizer_->state_device());
-  exp_avg_sq_ = Tensor({params.total()}, DType::F32, optimizer_->state_device());
+  // The moments live with the parameters (on their device), or in part on the host (optim.cpu_offload).
+  const int64_t on_host = optim::offloaded_elements(setup_.config->optim, params.device(), params.total());
+  moments_ = optim::MomentArrays(params.total(), on_host, params.device());
   const int64_t bucket_bytes = static_cast<int64_t>(setup_.config->parallel.bucket_mb * 1024.0 * 1024.0);
   for (const Lane& lane : lanes_) {
     if (lane.comm->size() == 1) {
@@ -79,9 +79,10 @@ void DdpSync::update(double lr, int64_t step, double norm) {
   float* target = master_.empty() ? params.values() : master_.data<float>();
   std::vector<optim::ShardPiece> pieces;
   for (const optim::Segment& s : segments_) {
-    pieces.push_back({target + s.offset, params.grads() + s.offset,
-                      {exp_avg_.data<float>() + s.offset, exp_avg_sq_.data<float>() + s.offset}, s.numel,
-                      s.weight_decay, s.lr_scale});
+    for (const optim::MomentArrays::Part& part : moments_.parts(s.offset, s.numel)) {
+      pieces.push_back({target + part.begin, params.grads() + part.begin, {part.exp_avg, part.exp_avg_sq}, part.n,
+                        s.weight_decay, s.lr_scale});
+    }
   }
   if (bf16_copy_) bf16_copy_->into_pieces(pieces);
   // bf16 compact parameters: the optimizer's pass writes them too (the values it does not update
@@ -89,7 +90,7 @@ void DdpSync::update(double lr, int64_t step, double norm) {
   const bool compact_bf16 = !master_.empty() && setup_.param_dtype == DType::BF16 && optimizer_->writes_bf16_copies();
   if (compact_bf16) {
     auto* store = static_cast<uint16_t*>(compact_store_.raw());
-    for (size_t i = 0; i < pieces.size(); ++i) pieces[i].param_bf16 = store + segments_[i].offset;
+    for (optim::ShardPiece& p : pieces) p.param_bf16 = store + (p.param - target);
   }
   // The FP8 weights' amaxes and codes for the next step's forwards (the step's history committed);
   // last, as it may join a weight's pieces into one.
@@ -133,9 +134,9 @@ std::vector<OwnedRange> DdpSync::checkpoint_ranges() const {
     const int64_t n = range.end - range.begin;
     const int64_t begin = range.begin + model::balanced_first(n, lane.comm->size(), lane.comm->rank());
     const int64_t end = range.begin + model::balanced_first(n, lane.comm->size(), lane.comm->rank() + 1);
-    if (begin < end) {
-      out.push_back({begin, end, values + begin, exp_avg_.data<float>() + begin, exp_avg_sq_.data<float>() + begin,
-                     optimizer_->state_device().is_cpu()});
+    for (const optim::MomentArrays::Part& part : moments_.parts(begin, end - begin)) {
+      out.push_back(
+          {part.begin, part.begin + part.n, values + part.begin, part.exp_avg, part.exp_avg_sq, part.on_host});
     }
   }
   return out;
@@ -144,8 +145,10 @@ std::vector<OwnedRange> DdpSync::checkpoint_ranges() const {
 void DdpSync::load_moments(const float* exp_avg, const float* exp_avg_sq) {
   const int64_t total = model_.params().total();
   const Device device = model_.params().device();
-  copy_from_host(optimizer_->state_device(), exp_avg_.data<float>(), exp_avg, total);
-  copy_from_host(optimizer_->state_device(), exp_avg_sq_.data<float>(), exp_avg_sq, total);
+  for (const optim::MomentArrays::Part& part : moments_.parts(0, total)) {
+    copy_from_host(part.device, part.exp_avg, exp_avg + part.begin, part.n);
+    copy_from_host(part.device, part.exp_avg_sq, exp_avg_sq + part.begin, part.n);
+  }
   if (compact_) {  // the checkpoint holds the master weights, loaded into the values
     copy_on_device(device, master_.data<float>(), model_.params().values(), total);
     compact_->store_from_values();
@@ -174,8 +177,8 @@ MemoryBytes DdpSync::memory_bytes() const {
   bytes.parameters = compact_ ? total * static_cast<int64_t>(dtype_size(setup_.param_dtype)) : total * 4;
   if (bf16_copy_) bytes.parameters += bf16_copy_->bytes();
   bytes.gradients = total * 4;
-  (optimizer_->state_device() == model_.params().device() ? bytes.optimizer_moments : bytes.host_optimizer_moments) =
-      total * 8;
+  bytes.optimizer_moments = moments_.device_elements() * 8;
+  bytes.host_optimizer_moments = moments_.host_elements() * 8;
   bytes.master_weights = master_.numel() * 4;  // param_dtype=compute
   return bytes;
 }

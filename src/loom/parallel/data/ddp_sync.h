@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "loom/core/tensor.h"
+#include "loom/optim/moment_arrays.h"
 #include "loom/optim/optimizer.h"
 #include "loom/parallel/data/bf16_parameter_copy.h"
 #include "loom/parallel/data/bucketed_sync.h"
@@ -38,7 +39,7 @@ class DdpSync final : public BucketedSync {
 
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::vector<optim::Segment> segments_;
-  Tensor exp_avg_, exp_avg_sq_;
+  optim::MomentArrays moments_;  // on the parameters' device, or in part or whole on the host (optim.cpu_offload)
   Tensor master_;         // param_dtype != F32: the fp32 master weights (on the model's device)
   Tensor compact_store_;  // param_dtype != F32: the compact parameters (likewise)
   std::unique_ptr<Bf16ParameterCopy> bf16_copy_;  // keeps_bf16_parameter_copy: written by each update

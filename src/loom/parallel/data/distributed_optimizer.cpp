@@ -77,8 +77,7 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& dp, BucketLayout 
   // host where the optimizer is offloaded; the master weights stay, the gathers' source).
   const Device device = options_.device;
   master_ = Tensor({state}, DType::F32, device);
-  exp_avg_ = Tensor({state}, DType::F32, optimizer_->state_device());
-  exp_avg_sq_ = Tensor({state}, DType::F32, optimizer_->state_device());
+  moments_ = optim::MomentArrays(state, optim::offloaded_elements(config, device, state), device);
   // ZeRO-1 reduces once per step and keeps the full gradient buffer through it: the reduced shard
   // is written back in place into the buffer (Megatron's layout: 6 + 12/d bytes per parameter with
   // bf16 parameters). ZeRO-2 frees the buffer between rounds, so its shards are a buffer of their own.
@@ -255,8 +254,6 @@ double DistributedOptimizer::step(double lr, int64_t step) {
 void DistributedOptimizer::update(const optim::StepParams& at) {
   check_reduced();
   float* master = master_.data<float>();
-  float* m = exp_avg_.data<float>();
-  float* v = exp_avg_sq_.data<float>();
   std::vector<comm::WorkHandle> gathers;
   gathers.reserve(layout_.buckets.size());
   std::vector<optim::ShardPiece> pieces;
@@ -264,8 +261,11 @@ void DistributedOptimizer::update(const optim::StepParams& at) {
     const float* grad = reduced_shard(static_cast<int>(b));
     pieces.clear();
     for (const Piece& p : pieces_[b]) {
-      const int64_t s = state_offset_[b] + p.local;
-      pieces.push_back({master + s, grad + p.local, {m + s, v + s}, p.numel, p.weight_decay, p.lr_scale});
+      for (const optim::MomentArrays::Part& part : moments_.parts(state_offset_[b] + p.local, p.numel)) {
+        const int64_t local = part.begin - state_offset_[b];
+        pieces.push_back({master + part.begin, grad + local, {part.exp_avg, part.exp_avg_sq}, part.n, p.weight_decay,
+                          p.lr_scale});
+      }
     }
     optimizer_->update_many(pieces, at);  // the bucket's pieces in as few launches as they allow
     // Each bucket's gather starts as soon as it is updated, overlapping the next bucket's update.
@@ -285,14 +285,19 @@ std::vector<OwnedShard> DistributedOptimizer::shards() {
     const FlatRange mine = layout_.buckets[b].shards[rank_];
     if (mine.empty()) continue;
     const int64_t s = state_offset_[b];
-    out.push_back({static_cast<int>(b), mine.begin, mine.end, master_.data<float>() + s, exp_avg_.data<float>() + s,
-                   exp_avg_sq_.data<float>() + s, reduced_shard(static_cast<int>(b))});
+    float* grad = reduced_shard(static_cast<int>(b));
+    for (const optim::MomentArrays::Part& part : moments_.parts(s, mine.size())) {
+      const int64_t local = part.begin - s;
+      out.push_back({static_cast<int>(b), mine.begin + local, mine.begin + local + part.n,
+                     master_.data<float>() + part.begin, part.exp_avg, part.exp_avg_sq, grad + local, part.on_host,
+                     part.device});
+    }
   }
   return out;
 }
 
 ShardAllocation DistributedOptimizer::allocation() const {
-  return {master_.numel(), exp_avg_.numel() + exp_avg_sq_.numel(), grad_shards_.numel(),
+  return {master_.numel(), 2 * moments_.device_elements(), 2 * moments_.host_elements(), grad_shards_.numel(),
           static_cast<int64_t>(staging_.nbytes() / sizeof(float))};
 }
 

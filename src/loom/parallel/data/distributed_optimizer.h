@@ -45,6 +45,7 @@
 #include "loom/comm/communicator.h"
 #include "loom/core/tensor.h"
 #include "loom/optim/adamw.h"
+#include "loom/optim/moment_arrays.h"
 #include "loom/optim/optimizer.h"
 #include "loom/parallel/data/global_norm.h"
 #include "loom/parallel/data/grad_buckets.h"
@@ -84,6 +85,8 @@ struct DistributedOptimizerOptions {
 
 // One shard this rank owns: flat [begin, end) of the full buffers, and its optimizer state.
 // Checkpoints store these by global parameter slice (param_slices(layout().params, {begin, end})).
+// A shard whose moments are partly in host memory (optim.offload_fraction) comes as two, each
+// with its moments in one memory.
 struct OwnedShard {
   int bucket = 0;
   int64_t begin = 0, end = 0;
@@ -91,12 +94,15 @@ struct OwnedShard {
   float* exp_avg = nullptr;
   float* exp_avg_sq = nullptr;
   float* grad = nullptr;        // the reduced gradient after finish_grads()
+  bool moments_on_host = false; // in host memory while the parameters are on a device (optim.cpu_offload)
+  Device moments_device;        // where exp_avg and exp_avg_sq are
 };
 
 // Elements this rank allocated, by purpose (for the start-up memory report).
 struct ShardAllocation {
   int64_t master = 0;        // fp32 master weights
-  int64_t moments = 0;       // exp_avg + exp_avg_sq
+  int64_t moments = 0;       // exp_avg + exp_avg_sq on the device
+  int64_t host_moments = 0;  // ... and in host memory (optim.cpu_offload)
   int64_t grad_shards = 0;   // reduced gradients of the owned shards (with each bucket's padding)
   // Reduce-scatter staging, in fp32-sized elements (bytes / 4) so that a bf16 wire, which
   // stages half the bytes, is reported as such by callers that multiply by 4.
@@ -144,8 +150,6 @@ class DistributedOptimizer {
   int launched_buckets() const { return schedule_.launched(); }
 
   std::vector<OwnedShard> shards();
-  // Where the shards' moments live: options.device, or the host (optim.cpu_offload).
-  Device moments_device() const { return optimizer_->state_device(); }
   const BucketLayout& layout() const { return layout_; }
   int zero() const { return options_.zero; }
   ShardAllocation allocation() const;
@@ -190,7 +194,8 @@ class DistributedOptimizer {
   std::vector<int64_t> state_offset_, grad_offset_;
   std::vector<std::vector<Piece>> pieces_;
   std::vector<std::vector<int64_t>> gather_counts_;  // per bucket, per rank: real shard sizes
-  Tensor master_, exp_avg_, exp_avg_sq_, grad_shards_;
+  Tensor master_, grad_shards_;
+  optim::MomentArrays moments_;    // by state element, in part on the host under optim.cpu_offload
   Tensor staging_;                 // comm_buffers slots of (dp + 1) * max shard elements, wire dtype
   bool in_place_ = false;          // ZeRO-1: reduced shards live in the full gradient buffer
   float* reduced_shard(int bucket);

@@ -77,10 +77,9 @@ void ShardedSync::skip_step() {
 std::vector<OwnedRange> ShardedSync::checkpoint_ranges() const {
   std::vector<OwnedRange> out;
   for (const auto& sharded : sharded_) {
-    const bool on_host = sharded->moments_device().is_cpu();
     for (const OwnedShard& s : sharded->shards()) {
       if (!setup_.site) {
-        out.push_back({s.begin, s.end, s.master, s.exp_avg, s.exp_avg_sq, on_host});
+        out.push_back({s.begin, s.end, s.master, s.exp_avg, s.exp_avg_sq, s.moments_on_host});
         continue;
       }
       // Every site holds the same shards: site k writes the k-th part of each, so the ranks of
@@ -89,8 +88,8 @@ std::vector<OwnedRange> ShardedSync::checkpoint_ranges() const {
       const int64_t n = s.end - s.begin;
       const int64_t first = model::balanced_first(n, g.sites, g.site), last = model::balanced_first(n, g.sites, g.site + 1);
       if (last > first) {
-        out.push_back(
-            {s.begin + first, s.begin + last, s.master + first, s.exp_avg + first, s.exp_avg_sq + first, on_host});
+        out.push_back({s.begin + first, s.begin + last, s.master + first, s.exp_avg + first, s.exp_avg_sq + first,
+                       s.moments_on_host});
       }
     }
   }
@@ -101,10 +100,9 @@ void ShardedSync::load_moments(const float* exp_avg, const float* exp_avg_sq) {
   for (auto& s : sharded_) s->load_master_from_params();
   if (compact_) compact_->store_from_values();
   for (auto& sharded : sharded_) {
-    const Device device = sharded->moments_device();
     for (const OwnedShard& s : sharded->shards()) {
-      copy_from_host(device, s.exp_avg, exp_avg + s.begin, s.end - s.begin);
-      copy_from_host(device, s.exp_avg_sq, exp_avg_sq + s.begin, s.end - s.begin);
+      copy_from_host(s.moments_device, s.exp_avg, exp_avg + s.begin, s.end - s.begin);
+      copy_from_host(s.moments_device, s.exp_avg_sq, exp_avg_sq + s.begin, s.end - s.begin);
     }
   }
 }
@@ -137,8 +135,8 @@ MemoryBytes ShardedSync::memory_bytes() const {
   for (const auto& s : sharded_) {
     const ShardAllocation a = s->allocation();
     bytes.master_weights += a.master * 4;
-    (s->moments_device() == model_.params().device() ? bytes.optimizer_moments : bytes.host_optimizer_moments) +=
-        a.moments * 4;
+    bytes.optimizer_moments += a.moments * 4;
+    bytes.host_optimizer_moments += a.host_moments * 4;
     bytes.gradients += a.grad_shards * 4;
     bytes.communication_buffers += a.comm_buffers * 4;
     if (compact_) bytes.communication_buffers += a.master * static_cast<int64_t>(dtype_size(setup_.param_dtype));

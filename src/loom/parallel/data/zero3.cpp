@@ -88,8 +88,7 @@ Zero3::Zero3(comm::Communicator& dp, float* values, float* grads, std::vector<Pa
   }
   const Device device = options_.device;
   shard_ = Tensor({state}, DType::F32, device);
-  exp_avg_ = Tensor({state}, DType::F32, optimizer_->state_device());  // the host's: optim.cpu_offload
-  exp_avg_sq_ = Tensor({state}, DType::F32, optimizer_->state_device());
+  moments_ = optim::MomentArrays(state, optim::offloaded_elements(config, device, state), device);
   grad_shards_ = Tensor({grad}, DType::F32, device);
   shard_elements_ = state;
   // A slot holds a padded section to send, then the received shard.
@@ -364,15 +363,15 @@ void Zero3::update(const optim::StepParams& at) {
   if (full_) release_full_parameters();  // the full copy would go stale
   const float* grads = grad_shards_.data<float>();
   float* shard = shard_.data<float>();
-  float* m = exp_avg_.data<float>();
-  float* v = exp_avg_sq_.data<float>();
   std::vector<optim::ShardPiece> pieces;
   for (size_t s = 0; s < sections_.size(); ++s) {
     const Section& sec = sections_[s];
     for (const Piece& p : pieces_[s]) {
-      const int64_t i = sec.state_offset + p.local;
-      pieces.push_back(
-          {shard + i, grads + sec.grad_offset + p.local, {m + i, v + i}, p.numel, p.weight_decay, p.lr_scale});
+      for (const optim::MomentArrays::Part& part : moments_.parts(sec.state_offset + p.local, p.numel)) {
+        const int64_t local = part.begin - sec.state_offset;
+        pieces.push_back({shard + part.begin, grads + sec.grad_offset + local, {part.exp_avg, part.exp_avg_sq},
+                          part.n, p.weight_decay, p.lr_scale});
+      }
     }
   }
   optimizer_->update_many(pieces, at);  // every section's pieces in as few launches as they allow
@@ -415,10 +414,13 @@ void Zero3::gather_moments(float* exp_avg, float* exp_avg_sq) {
   std::vector<comm::WorkHandle> work;
   for (const Section& sec : sections_) {
     if (sec.numel == 0) continue;
-    work.push_back(start_shard_all_gather(dp_, exp_avg_.data<float>() + sec.state_offset, exp_avg + sec.begin, sec.counts,
-                                          DType::F32));
-    work.push_back(start_shard_all_gather(dp_, exp_avg_sq_.data<float>() + sec.state_offset, exp_avg_sq + sec.begin,
-                                          sec.counts, DType::F32));
+    const std::vector<optim::MomentArrays::Part> parts = moments_.parts(sec.state_offset, sec.mine.size());
+    LOOM_CHECK(parts.size() <= 1, "Zero3::gather_moments: a section's moments are split between host and device "
+                                  "memory (optim.offload_fraction < 1)");
+    const float* m = parts.empty() ? nullptr : parts[0].exp_avg;
+    const float* v = parts.empty() ? nullptr : parts[0].exp_avg_sq;
+    work.push_back(start_shard_all_gather(dp_, m, exp_avg + sec.begin, sec.counts, DType::F32));
+    work.push_back(start_shard_all_gather(dp_, v, exp_avg_sq + sec.begin, sec.counts, DType::F32));
   }
   for (comm::WorkHandle& w : work) w->wait();
 }
@@ -427,24 +429,30 @@ std::vector<Zero3::OwnedShard> Zero3::shards() const {
   std::vector<OwnedShard> out;
   for (const Section& sec : sections_) {
     if (sec.mine.empty()) continue;
-    out.push_back({sec.mine.begin, sec.mine.end, shard_.data<float>() + sec.state_offset,
-                   exp_avg_.data<float>() + sec.state_offset, exp_avg_sq_.data<float>() + sec.state_offset});
+    for (const optim::MomentArrays::Part& part : moments_.parts(sec.state_offset, sec.mine.size())) {
+      const int64_t local = part.begin - sec.state_offset;
+      out.push_back({sec.mine.begin + local, sec.mine.begin + local + part.n, shard_.data<float>() + part.begin,
+                     part.exp_avg, part.exp_avg_sq, part.on_host, part.device});
+    }
   }
   return out;
 }
 
 void Zero3::load_moments(const float* exp_avg, const float* exp_avg_sq) {
-  const Device device = moments_device();
   for (const Section& sec : sections_) {
-    copy_from_host(device, exp_avg_.data<float>() + sec.state_offset, exp_avg + sec.mine.begin, sec.mine.size());
-    copy_from_host(device, exp_avg_sq_.data<float>() + sec.state_offset, exp_avg_sq + sec.mine.begin, sec.mine.size());
+    for (const optim::MomentArrays::Part& part : moments_.parts(sec.state_offset, sec.mine.size())) {
+      const int64_t at = sec.mine.begin + (part.begin - sec.state_offset);
+      copy_from_host(part.device, part.exp_avg, exp_avg + at, part.n);
+      copy_from_host(part.device, part.exp_avg_sq, exp_avg_sq + at, part.n);
+    }
   }
 }
 
 Zero3Memory Zero3::memory() const {
   Zero3Memory m;
   m.parameter_shard = shard_.numel() * 4;
-  m.moments = (exp_avg_.numel() + exp_avg_sq_.numel()) * 4;
+  m.moments = moments_.device_elements() * 8;
+  m.host_moments = moments_.host_elements() * 8;
   m.gradient_shard = grad_shards_.numel() * 4;
   m.comm_buffers = static_cast<int64_t>(staging_.nbytes());
   for (const Section& sec : sections_) m.full_parameters += sec.numel * 4;

@@ -55,6 +55,7 @@
 #include "loom/core/tensor.h"
 #include "loom/model/parameter_hooks.h"
 #include "loom/optim/adamw.h"
+#include "loom/optim/moment_arrays.h"
 #include "loom/optim/optimizer.h"
 #include "loom/parallel/data/global_norm.h"
 #include "loom/parallel/data/grad_buckets.h"
@@ -87,7 +88,8 @@ struct Zero3Options {
 // buffers (counted in elements populated between gather and release, times 4).
 struct Zero3Memory {
   int64_t parameter_shard = 0;   // fp32 parameter shard (also the master weights)
-  int64_t moments = 0;           // exp_avg + exp_avg_sq
+  int64_t moments = 0;           // exp_avg + exp_avg_sq on the device
+  int64_t host_moments = 0;      // ... and in host memory (optim.cpu_offload)
   int64_t gradient_shard = 0;    // accumulated reduced gradients (padded shards)
   int64_t comm_buffers = 0;      // reduce-scatter staging (in the wire dtype)
   int64_t full_parameters = 0;   // the unsharded model, for comparison
@@ -143,19 +145,21 @@ class Zero3 : public model::ParameterHooks {
   // The values buffer holds full parameters (every rank the same): take this rank's shards from
   // it and release it.
   void load_from_full();
-  // Collective: Adam moments as full flat buffers laid out like the parameters.
+  // Collective: Adam moments as full flat buffers laid out like the parameters (each section's
+  // moments in one memory: not with a part of them offloaded, optim.offload_fraction < 1).
   void gather_moments(float* exp_avg, float* exp_avg_sq);
   // This rank's shards: flat [begin, end) with its fp32 parameters (the master weights) and
-  // moments, for checkpoints that store each rank's own part.
+  // moments, for checkpoints that store each rank's own part; a shard whose moments are partly
+  // in host memory (optim.offload_fraction) comes as two.
   struct OwnedShard {
     int64_t begin = 0, end = 0;
     const float* value = nullptr;
     const float* exp_avg = nullptr;
     const float* exp_avg_sq = nullptr;
+    bool moments_on_host = false;  // in host memory while the parameters are on a device (optim.cpu_offload)
+    Device moments_device;         // where exp_avg and exp_avg_sq are
   };
   std::vector<OwnedShard> shards() const;
-  // Where the shards' moments live: options.device, or the host (optim.cpu_offload).
-  Device moments_device() const { return optimizer_->state_device(); }
   // Takes this rank's shards of full flat moment buffers.
   void load_moments(const float* exp_avg, const float* exp_avg_sq);
 
@@ -220,7 +224,8 @@ class Zero3 : public model::ParameterHooks {
   std::vector<std::vector<int>> unit_sections_;  // sections unit u reads
   std::vector<std::vector<Piece>> pieces_;       // per section
   std::vector<char> acquired_;                   // per phase
-  Tensor shard_, exp_avg_, exp_avg_sq_, grad_shards_;
+  Tensor shard_, grad_shards_;
+  optim::MomentArrays moments_;  // by state element, in part on the host under optim.cpu_offload
   Tensor staging_;  // wire dtype
   Tensor gather_send_;  // param_gather != F32: this rank's shards, rounded for the gathers
   int64_t slot_elements_ = 0;

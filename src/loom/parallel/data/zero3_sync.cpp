@@ -108,9 +108,8 @@ void Zero3Sync::load_moments(const float* exp_avg, const float* exp_avg_sq) {
 std::vector<OwnedRange> Zero3Sync::checkpoint_ranges() const {
   std::vector<OwnedRange> out;
   for (const auto& z : zero3_) {
-    const bool on_host = z->moments_device().is_cpu();
     for (const Zero3::OwnedShard& s : z->shards()) {
-      out.push_back({s.begin, s.end, s.value, s.exp_avg, s.exp_avg_sq, on_host});
+      out.push_back({s.begin, s.end, s.value, s.exp_avg, s.exp_avg_sq, s.moments_on_host});
     }
   }
   return out;
@@ -122,6 +121,7 @@ Zero3Memory Zero3Sync::memory() const {
     const Zero3Memory m = z->memory();
     total.parameter_shard += m.parameter_shard;
     total.moments += m.moments;
+    total.host_moments += m.host_moments;
     total.gradient_shard += m.gradient_shard;
     total.comm_buffers += m.comm_buffers;
     total.full_parameters += m.full_parameters;
@@ -140,8 +140,8 @@ MemoryBytes Zero3Sync::memory_bytes() const {
   MemoryBytes bytes{};
   bytes.parameters = m.parameter_shard;  // fp32: the shard is its own master copy
   bytes.gradients = m.gradient_shard;
-  const bool on_host = !zero3_.empty() && zero3_.front()->moments_device() != setup_.model->params().device();
-  (on_host ? bytes.host_optimizer_moments : bytes.optimizer_moments) = m.moments;
+  bytes.optimizer_moments = m.moments;
+  bytes.host_optimizer_moments = m.host_moments;
   bytes.communication_buffers = m.comm_buffers;
   return bytes;
 }
