@@ -73,8 +73,9 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& dp, BucketLayout 
     }
     std::sort(pieces_[b].begin(), pieces_[b].end(), [](const Piece& x, const Piece& y) { return x.local < y.local; });
   }
-  // Only the owned shards get optimizer state: ~numel / dp elements each (the moments on the
-  // host where the optimizer is offloaded; the master weights stay, the gathers' source).
+  // Only the owned shards get optimizer state: ~numel / dp elements each (the moments, or their
+  // optim.offload_fraction, on the host where the optimizer is offloaded; the master weights stay
+  // on the device, the gathers' source).
   const Device device = options_.device;
   master_ = Tensor({state}, DType::F32, device);
   moments_ = optim::MomentArrays(state, optim::offloaded_elements(config, device, state), device);
