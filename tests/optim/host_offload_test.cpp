@@ -58,6 +58,7 @@ Trained three_steps(const Optimizer& optimizer, const MomentArrays& moments) {
       for (const MomentArrays::Part& part : moments.parts(p.offset, p.numel)) {
         pieces.push_back({values.data() + part.begin, grads.data() + part.begin, {part.exp_avg, part.exp_avg_sq},
                           part.n, p.weight_decay, p.lr_scale});
+        pieces.back().state_on_host = part.on_host;
       }
     }
     optimizer.update_many(pieces, {1e-2, step, 0.75f});
@@ -109,6 +110,7 @@ TEST(HostOffload, MovesEachRunOfAdjacentPiecesOnce) {
   for (const PieceSpec& p : kPieces) {
     pieces.push_back({values.data() + p.offset, grads.data() + p.offset, {m.data() + p.offset, v.data() + p.offset},
                       p.numel, p.weight_decay, p.lr_scale});
+    pieces.back().state_on_host = true;
   }
   ::loom::testing::reset_emulated_census();
   offloaded.update_many(pieces, {1e-2, 1, 1.0f});
@@ -150,16 +152,16 @@ TEST(HostOffload, MakeOptimizerOffloadsWhereTheConfigAsksOnAGpu) {
 // fraction's share (rounded) with it.
 TEST(HostOffload, OffloadedElementsAreTheFractionsShareOnAGpu) {
   config::OptimConfig c = adamw_config();
-  EXPECT_EQ(offloaded_elements(c, kGpu, 1000), 1000);
-  EXPECT_EQ(offloaded_elements(c, Device::cpu(), 1000), 0);
+  EXPECT_EQ(offloaded_elements(c, true, 1000), 1000);
+  EXPECT_EQ(offloaded_elements(c, false, 1000), 0);
   c.offload_fraction = 0.25;
-  EXPECT_EQ(offloaded_elements(c, kGpu, 1000), 250);
-  EXPECT_EQ(offloaded_elements(c, kGpu, 3), 1);
+  EXPECT_EQ(offloaded_elements(c, true, 1000), 250);
+  EXPECT_EQ(offloaded_elements(c, true, 3), 1);
   c.offload_fraction = 0.0;
-  EXPECT_EQ(offloaded_elements(c, kGpu, 1000), 0);
+  EXPECT_EQ(offloaded_elements(c, true, 1000), 0);
   c.cpu_offload = false;
   c.offload_fraction = 1.0;
-  EXPECT_EQ(offloaded_elements(c, kGpu, 1000), 0);
+  EXPECT_EQ(offloaded_elements(c, true, 1000), 0);
 }
 
 }  // namespace

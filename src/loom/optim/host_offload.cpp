@@ -28,14 +28,8 @@ void HostOffloadedOptimizer::update(const ShardPiece& piece, const StepParams& s
 
 void HostOffloadedOptimizer::update_many(std::span<const ShardPiece> pieces, const StepParams& step) const {
   // Each piece where its moments are (optim.offload_fraction leaves some on the device).
-  Allocator& memory = allocator(device_);
   std::vector<ShardPiece> on_host, on_device;
-  for (const ShardPiece& piece : pieces) {
-    const bool device_moments = memory.holds(piece.state[0]);
-    LOOM_CHECK(device_moments == memory.holds(piece.state[1]),
-               "optim.cpu_offload: a piece's two moments are in different memories");
-    (device_moments ? on_device : on_host).push_back(piece);
-  }
+  for (const ShardPiece& piece : pieces) (piece.state_on_host ? on_host : on_device).push_back(piece);
   if (!on_device.empty()) on_device_->update_many(on_device, step);
   if (!on_host.empty()) update_on_host(on_host, step);
 }

@@ -4,7 +4,8 @@
 // in host memory and its arithmetic on the host's cores. The data-parallel stages allocate that
 // state as optim/moment_arrays.h says (all of it on the host, or its first optim.offload_fraction)
 // and hand their pieces over as always: the values and gradients on the device, each piece's
-// moments on the host or on the device; a piece whose moments are on the device is updated there.
+// moments on the host or on the device (ShardPiece::state_on_host); a piece whose moments are on
+// the device is updated there.
 //
 // An update copies the host pieces' gradients and values down into host staging (pinned on a
 // GPU), a run of adjacent pieces per transfer, has the host optimizer update them there, and

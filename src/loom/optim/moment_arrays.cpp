@@ -8,9 +8,12 @@
 
 namespace loom::optim {
 
-int64_t offloaded_elements(const config::OptimConfig& config, Device device, int64_t n) {
-  if (!config.cpu_offload || device.is_cpu()) return 0;
-  return std::clamp<int64_t>(std::llround(config.offload_fraction * static_cast<double>(n)), 0, n);
+double offloaded_share(const config::OptimConfig& config, bool on_gpu) {
+  return config.cpu_offload && on_gpu ? config.offload_fraction : 0.0;
+}
+
+int64_t offloaded_elements(const config::OptimConfig& config, bool on_gpu, int64_t n) {
+  return std::clamp<int64_t>(std::llround(offloaded_share(config, on_gpu) * static_cast<double>(n)), 0, n);
 }
 
 MomentArrays::MomentArrays(int64_t n, int64_t on_host, Device device) : n_(n), on_host_(on_host), device_(device) {

@@ -14,8 +14,11 @@
 
 namespace loom::optim {
 
-// How many of a stage's n state elements have their moments in host memory on `device`.
-int64_t offloaded_elements(const config::OptimConfig& config, Device device, int64_t n);
+// The share of a stage's state with its moments in host memory: optim.offload_fraction under
+// optim.cpu_offload on a GPU (`on_gpu`), else none. The planner counts with it too.
+double offloaded_share(const config::OptimConfig& config, bool on_gpu);
+// How many of a stage's n state elements that share is (rounded to the nearest).
+int64_t offloaded_elements(const config::OptimConfig& config, bool on_gpu, int64_t n);
 
 class MomentArrays {
  public:

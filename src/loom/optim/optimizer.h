@@ -32,6 +32,9 @@ struct ShardPiece {
   // Where the piece is a per-tensor FP8 weight whole: its amax and codes for the next step's
   // products, written by the same pass where the optimizer writes_bf16_copies() (nothing set: none).
   kernels::AdamWFp8Weight fp8{};
+  // The state in host memory while param and grad are on a device (optim.cpu_offload: the stages
+  // set it from where their MomentArrays put the piece's moments, optim/moment_arrays.h).
+  bool state_on_host = false;
 };
 
 // What is the same for every piece of one step.

@@ -1,9 +1,9 @@
 #include "loom/plan/memory_plan.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "loom/model/layer_spec.h"
+#include "loom/optim/moment_arrays.h"
 #include "loom/parallel/data/bf16_parameter_copy.h"
 #include "loom/parallel/data/grad_buckets.h"
 #include "loom/plan/activation_memory.h"
@@ -101,12 +101,9 @@ GroupState plan_group_state(const config::RunConfig& config, const std::vector<m
   if (!compact && (zero == 1 || zero == 2)) m.state.master_weights = 4 * ((parameter_count + dp - 1) / dp);
   // An optimizer offloaded to the host keeps its moments there, or their optim.offload_fraction
   // (optim/moment_arrays.h).
-  if (config.optim.cpu_offload && config.runtime.device == config::RuntimeDevice::Cuda) {
-    const int64_t elements = m.state.optimizer_moments / 8;
-    m.state.host_optimizer_moments =
-        8 * std::llround(config.optim.offload_fraction * static_cast<double>(elements));
-    m.state.optimizer_moments -= m.state.host_optimizer_moments;
-  }
+  const bool gpu = config.runtime.device == config::RuntimeDevice::Cuda;
+  m.state.host_optimizer_moments = 8 * optim::offloaded_elements(config.optim, gpu, m.state.optimizer_moments / 8);
+  m.state.optimizer_moments -= m.state.host_optimizer_moments;
   // The bf16 copy of the parameters the optimizer writes for the GEMMs (parallel/data/bf16_parameter_copy.h).
   if (parallel::keeps_bf16_parameter_copy(config)) m.state.parameters += 2 * parameter_count;
   if (compact) m.gather_buffers += unit * 4;              // the fp32 values of the unit in flight

@@ -5,6 +5,7 @@
 #include "loom/model/flops.h"
 #include "loom/model/layer_spec.h"
 #include "loom/model/linear_precision.h"
+#include "loom/optim/moment_arrays.h"
 #include "loom/parallel/data/bf16_parameter_copy.h"
 #include "loom/parallel/data/fp8_weight_pieces.h"
 #include "loom/plan/activation_memory.h"
@@ -36,9 +37,6 @@ constexpr double kNormBytesPerParameter = 4.0;
 constexpr double kOffloadLinkBytesPerParameter = 12.0;
 constexpr double kOffloadHostBytesPerParameter = 28.0;
 
-bool offloads_optimizer(const config::RunConfig& config) {
-  return config.optim.cpu_offload && config.runtime.device == config::RuntimeDevice::Cuda;
-}
 
 // Where a run casts its GEMM operands: the CPU's emulation, or a GPU (runtime.device: cuda),
 // whose weight cast cache casts each weight once per optimizer step and form
@@ -522,18 +520,15 @@ TimeBreakdown plan_time(const config::RunConfig& config, const MemoryPlan& memor
   const double written_whole =
       written_whole_share(config, replicas, m) > 0.0 ? block_linear_weights(config, *widest) : 0.0;
   const double zeroed = kZeroedBytesPerGradient * (static_cast<double>(widest->parameter_count) - written_whole);
-  if (offloads_optimizer(config)) {
-    // For the offloaded share (optim.offload_fraction) the device reads the gradients for their
-    // norm; the host link carries them and the values down and the values up, and the host's
-    // memory serves the update (optim/host_offload.h). The rest is updated on the device.
-    const double on_host = config.optim.offload_fraction * owned, on_device = owned - on_host;
-    t.optimizer = (kNormBytesPerParameter * on_host + kOptimizerBytesPerParameter * on_device + zeroed) /
-                      hw.bandwidth_per_rank(world) +
-                  kOffloadLinkBytesPerParameter * on_host / hw.host_link_bandwidth +
-                  kOffloadHostBytesPerParameter * on_host / hw.host_memory_bandwidth;
-  } else {
-    t.optimizer = ((kOptimizerBytesPerParameter + copy_bytes) * owned + zeroed) / hw.bandwidth_per_rank(world);
-  }
+  // For the share offloaded to the host (optim.cpu_offload, optim.offload_fraction; none by
+  // default) the device reads the gradients for their norm, the host link carries them and the
+  // values down and the values up, and the host's memory serves the update (optim/host_offload.h).
+  const bool gpu = config.runtime.device == config::RuntimeDevice::Cuda;
+  const double on_host = optim::offloaded_share(config.optim, gpu) * owned, on_device = owned - on_host;
+  t.optimizer = (kNormBytesPerParameter * on_host + (kOptimizerBytesPerParameter + copy_bytes) * on_device + zeroed) /
+                    hw.bandwidth_per_rank(world) +
+                kOffloadLinkBytesPerParameter * on_host / hw.host_link_bandwidth +
+                kOffloadHostBytesPerParameter * on_host / hw.host_memory_bandwidth;
   t.overhead = hw.step_overhead;
   t.step = makespan + t.dp_comm + t.optimizer + t.overhead;
   return t;

@@ -15,7 +15,7 @@ DdpSync::DdpSync(SyncSetup setup)
   model::ParameterStore& params = model_.params();
   segments_ = optimizer_segments(params);
   // The moments live with the parameters (on their device), or in part on the host (optim.cpu_offload).
-  const int64_t on_host = optim::offloaded_elements(setup_.config->optim, params.device(), params.total());
+  const int64_t on_host = optim::offloaded_elements(setup_.config->optim, !params.device().is_cpu(), params.total());
   moments_ = optim::MomentArrays(params.total(), on_host, params.device());
   const int64_t bucket_bytes = static_cast<int64_t>(setup_.config->parallel.bucket_mb * 1024.0 * 1024.0);
   for (const Lane& lane : lanes_) {
@@ -82,6 +82,7 @@ void DdpSync::update(double lr, int64_t step, double norm) {
     for (const optim::MomentArrays::Part& part : moments_.parts(s.offset, s.numel)) {
       pieces.push_back({target + part.begin, params.grads() + part.begin, {part.exp_avg, part.exp_avg_sq}, part.n,
                         s.weight_decay, s.lr_scale});
+      pieces.back().state_on_host = part.on_host;
     }
   }
   if (bf16_copy_) bf16_copy_->into_pieces(pieces);

@@ -78,7 +78,7 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& dp, BucketLayout 
   // on the device, the gathers' source).
   const Device device = options_.device;
   master_ = Tensor({state}, DType::F32, device);
-  moments_ = optim::MomentArrays(state, optim::offloaded_elements(config, device, state), device);
+  moments_ = optim::MomentArrays(state, optim::offloaded_elements(config, !device.is_cpu(), state), device);
   // ZeRO-1 reduces once per step and keeps the full gradient buffer through it: the reduced shard
   // is written back in place into the buffer (Megatron's layout: 6 + 12/d bytes per parameter with
   // bf16 parameters). ZeRO-2 frees the buffer between rounds, so its shards are a buffer of their own.
@@ -266,6 +266,7 @@ void DistributedOptimizer::update(const optim::StepParams& at) {
         const int64_t local = part.begin - state_offset_[b];
         pieces.push_back({master + part.begin, grad + local, {part.exp_avg, part.exp_avg_sq}, part.n, p.weight_decay,
                           p.lr_scale});
+        pieces.back().state_on_host = part.on_host;
       }
     }
     optimizer_->update_many(pieces, at);  // the bucket's pieces in as few launches as they allow

@@ -88,7 +88,7 @@ Zero3::Zero3(comm::Communicator& dp, float* values, float* grads, std::vector<Pa
   }
   const Device device = options_.device;
   shard_ = Tensor({state}, DType::F32, device);
-  moments_ = optim::MomentArrays(state, optim::offloaded_elements(config, device, state), device);
+  moments_ = optim::MomentArrays(state, optim::offloaded_elements(config, !device.is_cpu(), state), device);
   grad_shards_ = Tensor({grad}, DType::F32, device);
   shard_elements_ = state;
   // A slot holds a padded section to send, then the received shard.
@@ -371,6 +371,7 @@ void Zero3::update(const optim::StepParams& at) {
         const int64_t local = part.begin - sec.state_offset;
         pieces.push_back({shard + part.begin, grads + sec.grad_offset + local, {part.exp_avg, part.exp_avg_sq},
                           part.n, p.weight_decay, p.lr_scale});
+        pieces.back().state_on_host = part.on_host;
       }
     }
   }
