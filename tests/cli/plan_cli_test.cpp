@@ -66,7 +66,7 @@ TEST(PlanCli, TimePrintsTheBreakdown) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("step time on H100 SXM 80GB:"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("| compute | casts | memory faults | bubble | core wait | tp comm | cp comm | ep comm | "
-                          "pp comm | dp comm (exposed) | optimizer | overhead | step |"),
+                          "pp comm | dp comm (exposed) | host link | optimizer | overhead | step |"),
             std::string::npos)
       << r.output;
   r = run_loom("plan time " + source("configs/tiny.yaml") + " --json --hardware " + source("configs/hardware/h100-sxm.yaml"));

@@ -273,7 +273,8 @@ TEST_F(CudaModel, TinyLlamaLayoutsOnTheGpuTrainAsOneCpuRank) {
 // AdamW exactly), the values and gradients copied down and back each step. One rank, ZeRO 1 and
 // ZeRO 3 over two ranks sharing the GPU, half the state offloaded (optim.offload_fraction: the
 // other half updated on the GPU) and the bf16 recipe train as one CPU rank does (fp32:
-// 1e-4 relative; bf16 1e-2), and one rank's GPU holds the moments' 8 bytes per parameter less.
+// 1e-4 relative; bf16 1e-2), and one rank's GPU holds the moments' 8 bytes per parameter less;
+// with ZeRO-3's shards in host memory too (parallel.offload_params), 8 more.
 TEST_F(CudaModel, TinyLlamaWithTheOptimizerOffloadedTrainsAsOnTheCpu) {
   set_cuda_starter(&start_backend);
   const std::string root = train::testing::make_training_root("cuda-model-offload");
@@ -288,6 +289,15 @@ TEST_F(CudaModel, TinyLlamaWithTheOptimizerOffloadedTrainsAsOnTheCpu) {
       {"offload-zero3", {"runtime.ranks=2", "parallel.zero=3"}, &one, 1e-4},
       {"offload-half", {"optim.offload_fraction=0.5"}, &one, 1e-4},
       {"offload-bf16", {"precision.recipe=bf16"}, &one_bf16, 1e-2},
+      // ZeRO-3's shards in host memory too (parallel.offload_params): one rank and two ranks sharing
+      // the GPU, fp32 and bf16 with the parameters gathered in bf16.
+      {"offload-params", {"parallel.zero=3", "parallel.offload_params=true"}, &one, 1e-4},
+      {"offload-params-zero3", {"runtime.ranks=2", "parallel.zero=3", "parallel.offload_params=true"}, &one, 1e-4},
+      {"offload-params-bf16",
+       {"runtime.ranks=2", "parallel.zero=3", "parallel.offload_params=true", "precision.recipe=bf16",
+        "precision.param_dtype=compute"},
+       &one_bf16,
+       1e-2},
   };
   for (const auto& [name, overrides, reference, tolerance] : runs) {
     std::vector<std::string> on_gpu = overrides;
@@ -318,6 +328,14 @@ TEST_F(CudaModel, TinyLlamaWithTheOptimizerOffloadedTrainsAsOnTheCpu) {
               static_cast<long long>(on_gpu), static_cast<long long>(on_host), static_cast<long long>(parameters));
   ASSERT_GT(parameters, 0);
   EXPECT_EQ(on_gpu - on_host, 8 * parameters);
+  // At ZeRO-3 on one rank, the parameter and gradient shards in host memory too: 8 bytes per
+  // parameter more.
+  const int64_t zero3 = committed_after_step("memory-zero3", {"parallel.zero=3", "optim.cpu_offload=true"});
+  const int64_t shards = committed_after_step(
+      "memory-shards", {"parallel.zero=3", "optim.cpu_offload=true", "parallel.offload_params=true"});
+  std::printf("committed after step 1 at zero 3: shards on the gpu %lld bytes, on the host %lld bytes\n",
+              static_cast<long long>(zero3), static_cast<long long>(shards));
+  EXPECT_EQ(zero3 - shards, 8 * parameters);
   std::filesystem::remove_all(root);
 }
 

@@ -537,6 +537,50 @@ TEST(TimePlan, AnOffloadedOptimizerCostsTheHostLinkAndHostMemory) {
   }
 }
 
+// parallel.offload_params: ZeRO-3's parameter and gradient shards (and master weights) move to the
+// host's memory, the device keeping two sections' shards for their gathers; each micro-batch the
+// link carries every owned parameter down twice (its gathers, 4 bytes each) and its reduced
+// gradient up (4), which the host adds into the gradient shard (12 bytes of host memory); the
+// update reads its gradients in host memory (the norm's 4 bytes there too) and needs no link.
+TEST(TimePlan, ShardsInHostMemoryCostTheLinkEachMicroBatch) {
+  Hardware hw = device();
+  hw.memory_bandwidth = 1e9;
+  hw.host_link_bandwidth = 2e8;
+  hw.host_memory_bandwidth = 5e8;
+  double block_weights = 0.0;
+  for (const auto& [out, in] : kTinyLinears) block_weights += 6 * out * in;
+  for (const int dp : {1, 2}) {
+    SCOPED_TRACE("dp " + std::to_string(dp));
+    const std::vector<std::string> moments = {"parallel.zero=3", "runtime.device=cuda", "optim.cpu_offload=true"};
+    std::vector<std::string> shards = moments;
+    shards.push_back("parallel.offload_params=true");
+    const config::RunConfig reference_config = tiny(moments), c = tiny(shards);
+    const MemoryPlan m = plan_memory(c, {.tp = 1, .dp = dp, .pp = 1});
+    const MemoryPlan reference = plan_memory(reference_config, {.tp = 1, .dp = dp, .pp = 1});
+    const parallel::MemoryBytes& state = m.stages[0].state;
+    EXPECT_EQ(state.parameters + state.master_weights + state.gradients, 0);
+    EXPECT_GT(state.host_parameters, 0);
+    EXPECT_EQ(state.host_parameters, dp == 1 ? 4 * m.stages[0].parameter_count
+                                             : reference.stages[0].state.parameters +
+                                                   reference.stages[0].state.master_weights);
+    EXPECT_EQ(state.host_gradients, state.host_parameters);  // fp32 shards of the same padded size
+    const int64_t gathered = m.stages[0].gather_buffers - reference.stages[0].gather_buffers;
+    if (dp == 2) {
+      EXPECT_GT(gathered, 0);
+      EXPECT_LT(gathered, 2 * 4 * m.stages[0].parameter_count / dp);
+    }
+
+    const double params = static_cast<double>(m.stages[0].parameter_count), owned = params / dp;
+    const double micro_batches = m.layout.micro_batches;
+    const TimeBreakdown t = plan_time(c, m, hw);
+    EXPECT_NEAR(t.host_link, micro_batches * owned * ((2 * 4 + 4) / 2e8 + (8 + 4) / 5e8), 1e-12);
+    const double zeroed = dp == 1 ? params - block_weights : params;
+    EXPECT_NEAR(t.optimizer, 4 * zeroed / 1e9 + (28 + 4) * owned / 5e8, 1e-12);
+    const TimeBreakdown before = plan_time(reference_config, reference, hw);
+    EXPECT_NEAR(t.step, before.step - before.optimizer + t.optimizer + t.host_link, 1e-9) << "nothing else changes";
+  }
+}
+
 // Memory handed back between uses: ZeRO-2's gradients (4 bytes a parameter per micro-batch),
 // ZeRO-3's parameters after forward and backward and its gradients (12 bytes), compact
 // parameters widened twice (8 bytes, plus two casts of every parameter).

@@ -5,6 +5,8 @@
 // FP8 codes), with tensor, pipeline and expert parallelism, and with a fraction of the state
 // offloaded, trains as the same run on the CPU does, bit for bit; its checkpoints hold the same
 // state and resume with the offload on or off; the device holds 8 bytes per owned parameter less.
+// With parallel.offload_params ZeRO-3's parameter and gradient shards are in host memory too: the
+// same bits, 8 more bytes per owned parameter off the device.
 #include <regex>
 
 #include "device_training.h"
@@ -15,6 +17,7 @@ namespace {
 using DeviceOffload = DeviceTraining;
 
 const std::string kOffload = "optim.cpu_offload=true";
+const std::string kOffloadParams = "parallel.offload_params=true";
 
 std::vector<std::string> zero(int stage, std::vector<std::string> extra = {}) {
   std::vector<std::string> overrides = {"runtime.ranks=2", "train.micro_batch=1",
@@ -96,7 +99,7 @@ TEST_F(DeviceOffload, CheckpointsResumeWithTheOffloadOnOrOff) {
 // Rank 0's committed device bytes after step 1, and the start-up report's host moments (MiB).
 struct Held {
   int64_t parameters = 0, device_after = 0;
-  double host_moments_mib = 0.0;
+  double host_moments_mib = 0.0, host_parameters_mib = 0.0, host_gradients_mib = 0.0;
 };
 
 class DeviceOffloadMemory : public DeviceTraining {
@@ -112,8 +115,13 @@ class DeviceOffloadMemory : public DeviceTraining {
     const std::regex committed(R"(cuda:0 committed: \d+ bytes \([^)]*\) at the peak of step 1, (\d+) bytes after it)");
     EXPECT_TRUE(std::regex_search(console, m, committed)) << console;
     if (!m.empty()) h.device_after = std::stoll(m[1]);
-    if (std::regex_search(console, m, std::regex(R"(optimizer moments in host memory ([0-9.]+) MiB)"))) {
-      h.host_moments_mib = std::stod(m[1]);
+    const std::pair<const char*, double*> on_host[] = {{"optimizer moments", &h.host_moments_mib},
+                                                        {"parameters", &h.host_parameters_mib},
+                                                        {"gradients", &h.host_gradients_mib}};
+    for (const auto& [what, mib] : on_host) {
+      if (std::regex_search(console, m, std::regex(std::string("; ") + what + R"( in host memory ([0-9.]+) MiB)"))) {
+        *mib = std::stod(m[1]);
+      }
     }
     return h;
   }
@@ -132,9 +140,70 @@ TEST_F(DeviceOffloadMemory, TheMomentsLeaveTheDevice) {
   const Held quarter = held("offload-memory-quarter", {kOffload, "optim.offload_fraction=0.25"});
   EXPECT_NEAR(static_cast<double>(off.device_after - quarter.device_after), 2.0 * on.parameters, 8.0);
 
+  // ZeRO-3's shards in host memory too: the fp32 parameter shard and the gradient shard, 8P more
+  // bytes at one rank, reported as host memory; what crosses the link goes through the transfer
+  // staging: the step's two micro-batches' gathers, forward and backward (16P bytes less the
+  // head's section, held from its forward into its backward), and their reduced gradients (8P).
+  const std::vector<std::string> zero3 = {"parallel.zero=3", kOffload};
+  const Held zero3_moments = held("offload-memory-zero3", zero3);
+  std::vector<std::string> zero3_params = zero3;
+  zero3_params.push_back(kOffloadParams);
+  ::loom::testing::reset_emulated_census();
+  const Held shards = held("offload-memory-zero3-params", zero3_params);
+  EXPECT_GE(::loom::testing::emulated_census().staged_transfer_bytes, 20 * shards.parameters);
+  EXPECT_EQ(zero3_moments.device_after - shards.device_after, 8 * on.parameters);
+  EXPECT_NEAR(shards.host_parameters_mib, 4.0 * static_cast<double>(on.parameters) / (1024.0 * 1024.0), 0.01);
+  EXPECT_NEAR(shards.host_gradients_mib, 4.0 * static_cast<double>(on.parameters) / (1024.0 * 1024.0), 0.01);
+  EXPECT_EQ(zero3_moments.host_parameters_mib, 0.0);
+
   const Held zero1_on = held("offload-memory-zero1-on", zero(1, {kOffload}));
   const Held zero1_off = held("offload-memory-zero1-off", zero(1));
   EXPECT_NEAR(static_cast<double>(zero1_off.device_after - zero1_on.device_after), 4.0 * on.parameters, 64.0);
+}
+
+// parallel.offload_params: ZeRO-3's parameter and gradient shards in host memory too, the shards
+// copied to the device for each gather and the reduced gradients back, the norm, unscaling and
+// update on the host: bit for bit the CPU's run at one rank and over dp 2, with parameters
+// gathered in bf16, gradients reduced in bf16, fp16's loss scaling (its unscaling on the host), tp 2
+// and the experts' own group (ep 2).
+TEST_F(DeviceOffload, ShardsInHostMemoryEqualTheCpuBitForBit) {
+  auto zero3 = [](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), {"train.micro_batch=1", "parallel.zero=3"});
+    return extra;
+  };
+  const std::vector<std::string> offload = {kOffload, kOffloadParams};
+  expect_bitwise_equal_runs(kLlama, "offload-params-one-rank", zero3({}), offload);
+  expect_bitwise_equal_runs(kLlama, "offload-params-dp2", zero3({"runtime.ranks=2"}), offload);
+  expect_bitwise_equal_runs(kLlama, "offload-params-compact",
+                            zero3({"runtime.ranks=2", "precision.recipe=bf16", "precision.param_dtype=compute",
+                                   "precision.grad_reduce=bf16"}),
+                            offload);
+  expect_bitwise_equal_runs(kLlama, "offload-params-fp16", zero3({"runtime.ranks=2", "precision.recipe=fp16"}),
+                            offload);
+  expect_bitwise_equal_runs(kLlama, "offload-params-tp2", zero3({"runtime.ranks=2", "parallel.tp=2"}), offload);
+  const char* moe =
+      "model: {vocab_size: 0, d_model: 16, layers: 2, heads: 2, ffn_size: 32, max_seq_len: 32,\n"
+      "        tied_embeddings: false, block_configs: [{ffn: dense}, {ffn: moe}],\n"
+      "        moe_experts: 4, moe_top_k: 2, moe_ffn_size: 16}\n";
+  expect_bitwise_equal_runs(moe, "offload-params-ep2", zero3({"runtime.ranks=2", "parallel.ep=2"}), offload);
+}
+
+// Its checkpoints are the same state, written from host memory: a run stopped at step 2 resumes
+// with the shards on the device, and one stopped with them there resumes with them on the host.
+TEST_F(DeviceOffload, ShardsInHostMemoryResumeEitherWay) {
+  const std::vector<std::string> base = {"runtime.ranks=2", "train.micro_batch=1", "parallel.zero=3",
+                                         "runtime.device=cuda", kOffload};
+  const std::vector<double> full = train("offload-params-full", kLlama, base);
+  ASSERT_EQ(full.size(), 4u);
+  for (const bool params_first : {true, false}) {
+    const std::string name = std::string("offload-params-then-") + (params_first ? "device" : "host");
+    std::vector<std::string> first = base, then = base;
+    (params_first ? first : then).push_back(kOffloadParams);
+    train(name, kLlama, first, 2);
+    then.push_back("train.resume=true");
+    EXPECT_EQ(train(name, kLlama, then), full) << name;
+    expect_same_checkpoints("offload-params-full", name);
+  }
 }
 
 TEST_F(DeviceOffload, OnTheCpuOrAFractionAloneItIsAnErrorNamingTheKeys) {
@@ -153,6 +222,15 @@ TEST_F(DeviceOffload, OnTheCpuOrAFractionAloneItIsAnErrorNamingTheKeys) {
   EXPECT_NE(alone.find("optim.cpu_offload=true"), std::string::npos) << alone;
   const std::string range = error_of("fraction-range", {"runtime.device=cuda", kOffload, "optim.offload_fraction=1.5"});
   EXPECT_NE(range.find("optim.offload_fraction"), std::string::npos) << range;
+  // parallel.offload_params: ZeRO-3's shards, updated on the host with all of the optimizer's state.
+  const std::string not_zero3 = error_of("params-zero1", {"runtime.device=cuda", kOffload, kOffloadParams});
+  EXPECT_NE(not_zero3.find("parallel.offload_params=true"), std::string::npos) << not_zero3;
+  EXPECT_NE(not_zero3.find("parallel.zero=3 (it is 0)"), std::string::npos) << not_zero3;
+  const std::string alone_params = error_of("params-alone", {"runtime.device=cuda", "parallel.zero=3", kOffloadParams});
+  EXPECT_NE(alone_params.find("optim.cpu_offload=true"), std::string::npos) << alone_params;
+  const std::string part = error_of("params-fraction", {"runtime.device=cuda", "parallel.zero=3", kOffload,
+                                                        kOffloadParams, "optim.offload_fraction=0.5"});
+  EXPECT_NE(part.find("optim.offload_fraction at 1"), std::string::npos) << part;
 }
 
 }  // namespace

@@ -147,9 +147,27 @@ void check_rampup(const TrainConfig& t) {
                  std::to_string(t.global_batch - r.start) + " (the ramp ends on train.global_batch)");
 }
 
+// What is kept in host memory on a GPU run: the optimizer's state (optim.cpu_offload, a share of it
+// with optim.offload_fraction), and ZeRO-3's shards with it (parallel.offload_params).
+void check_offload(const RunConfig& c) {
+  LOOM_CHECK(c.optim.cpu_offload || c.optim.offload_fraction == 1.0,
+             "optim.offload_fraction is the share of the state optim.cpu_offload moves to the host: set "
+             "optim.cpu_offload=true with it, or leave it at 1");
+  LOOM_CHECK(!c.optim.cpu_offload || c.runtime.device == RuntimeDevice::Cuda,
+             "optim.cpu_offload=true needs runtime.device=cuda: on the cpu the optimizer state is in host memory "
+             "already (set optim.cpu_offload=false)");
+  if (!c.parallel.offload_params) return;
+  LOOM_CHECK(c.parallel.zero == 3, "parallel.offload_params=true keeps ZeRO-3's parameter and gradient shards in host "
+                                   "memory: set parallel.zero=3 (it is " + std::to_string(c.parallel.zero) + ")");
+  LOOM_CHECK(c.optim.cpu_offload && c.optim.offload_fraction == 1.0,
+             "parallel.offload_params=true updates the shards where they are, on the host: set optim.cpu_offload=true "
+             "and leave optim.offload_fraction at 1");
+}
+
 }  // namespace
 
 void check_key_relations(const RunConfig& c) {
+  check_offload(c);
   LOOM_CHECK(c.profile.last_step == 0 || c.profile.first_step > 0,
              "profile.last_step = " + std::to_string(c.profile.last_step) +
                  " needs profile.first_step, the first step to trace (>= 1)");

@@ -294,6 +294,10 @@ struct ParallelConfig {
   int ep = 1;               // expert-parallel ranks, carved out of dp (experts split over them)
   bool sequence_parallel = false;  // split norms/residuals along the sequence over the tp group
   int zero = 0;             // distributed optimizer stage: 0 (DDP), 1, 2, 3
+  // ZeRO-3 on a GPU: each rank's parameter and gradient shards in host memory (FSDP2's
+  // CPUOffloadPolicy, NeMo RL's dtensor_cfg.cpu_offload, DeepSpeed's offload_param), copied to the
+  // device around each unit's gather and back after its reduce-scatter; needs optim.cpu_offload.
+  bool offload_params = false;
   double bucket_mb = 16.0;  // gradient bucket size for overlapped reduction
   int pp = 1;               // pipeline stages
   PipelineScheduleKind pipeline_schedule = PipelineScheduleKind::OneFOneB;  // gpipe | 1f1b | interleaved

@@ -1,6 +1,7 @@
 #include "loom/core/tensor.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace loom {
 
@@ -25,6 +26,20 @@ Tensor::Tensor(Shape shape, DType dtype, Device device)
   a.zero(p, bytes);
   storage_ = std::shared_ptr<void>(p, [&a, bytes](void* q) { a.free(q, bytes); });
   data_ = p;
+}
+
+Tensor Tensor::transfer_staging(Shape shape, DType dtype, Device device) {
+  Tensor t;
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  for (int64_t d : t.shape_) LOOM_CHECK(d >= 0, "Tensor: negative dimension in shape " + shape_string(t.shape_));
+  Allocator& a = allocator(device);
+  const size_t bytes = std::max<size_t>(t.nbytes(), 1);
+  void* p = a.allocate_transfer_staging(bytes);
+  std::memset(p, 0, bytes);
+  t.storage_ = std::shared_ptr<void>(p, [&a, bytes](void* q) { a.free_transfer_staging(q, bytes); });
+  t.data_ = p;
+  return t;
 }
 
 Tensor Tensor::view(void* data, Shape shape, DType dtype, Device device) {

@@ -22,6 +22,10 @@ class Tensor {
   Tensor() = default;
   // Allocates zero-filled storage through the device's allocator (on the host: 64-byte aligned).
   Tensor(Shape shape, DType dtype, Device device = Device::cpu());
+  // A host tensor (device cpu, zero-filled) in the memory `device` moves to and from fastest
+  // (Allocator::allocate_transfer_staging: page-locked for a GPU), for host arrays that cross the
+  // link every step (ZeRO-3's shards under parallel.offload_params, an offloaded optimizer's staging).
+  static Tensor transfer_staging(Shape shape, DType dtype, Device device);
   // A non-owning view of `data`, which must outlive the view.
   static Tensor view(void* data, Shape shape, DType dtype, Device device = Device::cpu());
 

@@ -14,9 +14,7 @@ HostOffloadedOptimizer::HostOffloadedOptimizer(std::unique_ptr<Optimizer> host, 
     : host_(std::move(host)),
       on_device_(std::move(on_device)),
       device_(device),
-      chunk_(chunk),
-      values_(device),
-      grads_(device) {
+      chunk_(chunk) {
   LOOM_CHECK(chunk_ > 0, "optim.cpu_offload: the staging chunk must hold at least one element");
   LOOM_CHECK(host_ != nullptr && on_device_ != nullptr, "optim.cpu_offload: an optimizer for the host and the device");
   LOOM_CHECK(!device_.is_cpu(), "optim.cpu_offload: the parameters are already in host memory");
@@ -37,8 +35,7 @@ void HostOffloadedOptimizer::update_many(std::span<const ShardPiece> pieces, con
 void HostOffloadedOptimizer::update_on_host(std::span<const ShardPiece> pieces, const StepParams& step) const {
   int64_t total = 0;
   for (const ShardPiece& p : pieces) total += p.numel;
-  values_.reserve(std::min(total, chunk_));
-  grads_.reserve(std::min(total, chunk_));
+  reserve_staging(std::min(total, chunk_));
   std::vector<Run> runs;
   std::vector<ShardPiece> staged;
   int64_t used = 0;
@@ -63,8 +60,8 @@ void HostOffloadedOptimizer::update_on_host(std::span<const ShardPiece> pieces, 
         runs.push_back({param, grad, used, n});
       }
       ShardPiece host = piece;
-      host.param = values_.data() + used;
-      host.grad = grads_.data() + used;
+      host.param = values_.data<float>() + used;
+      host.grad = grads_.data<float>() + used;
       host.state = {piece.state[0] + done, piece.state[1] + done};
       host.numel = n;
       staged.push_back(host);
@@ -78,25 +75,19 @@ void HostOffloadedOptimizer::update_on_host(std::span<const ShardPiece> pieces, 
 void HostOffloadedOptimizer::update_staged(std::span<const Run> runs, std::span<const ShardPiece> staged,
                                            const StepParams& step) const {
   for (const Run& r : runs) {
-    copy_to_host(device_, grads_.data() + r.at, r.grad, r.n);
-    copy_to_host(device_, values_.data() + r.at, r.param, r.n);
+    copy_to_host(device_, grads_.data<float>() + r.at, r.grad, r.n);
+    copy_to_host(device_, values_.data<float>() + r.at, r.param, r.n);
   }
   host_->update_many(staged, step);
-  for (const Run& r : runs) copy_from_host(device_, r.param, values_.data() + r.at, r.n);
+  for (const Run& r : runs) copy_from_host(device_, r.param, values_.data<float>() + r.at, r.n);
 }
 
-HostOffloadedOptimizer::Staging::~Staging() {
-  if (data_ != nullptr) allocator(device_).free_transfer_staging(data_, static_cast<size_t>(elements_) * sizeof(float));
-}
-
-void HostOffloadedOptimizer::Staging::reserve(int64_t elements) {
-  if (elements <= elements_) return;
-  Allocator& memory = allocator(device_);
-  if (data_ != nullptr) memory.free_transfer_staging(data_, static_cast<size_t>(elements_) * sizeof(float));
-  data_ = nullptr;
-  elements_ = 0;
-  data_ = static_cast<float*>(memory.allocate_transfer_staging(static_cast<size_t>(elements) * sizeof(float)));
-  elements_ = elements;
+void HostOffloadedOptimizer::reserve_staging(int64_t elements) const {
+  if (!values_.empty() && values_.numel() >= elements) return;
+  values_ = Tensor();  // the old staging goes before the new is taken
+  grads_ = Tensor();
+  values_ = Tensor::transfer_staging({elements}, DType::F32, device_);
+  grads_ = Tensor::transfer_staging({elements}, DType::F32, device_);
 }
 
 }  // namespace loom::optim

@@ -19,6 +19,7 @@
 #include <span>
 
 #include "loom/core/device.h"
+#include "loom/core/tensor.h"
 #include "loom/optim/optimizer.h"
 
 namespace loom::optim {
@@ -48,27 +49,14 @@ class HostOffloadedOptimizer final : public Optimizer {
   void update_on_host(std::span<const ShardPiece> pieces, const StepParams& step) const;
   void update_staged(std::span<const Run> runs, std::span<const ShardPiece> staged, const StepParams& step) const;
 
-  // Host memory of the device's transfer staging (Allocator::allocate_transfer_staging: pinned
-  // on a GPU), grown as calls need and kept between steps.
-  class Staging {
-   public:
-    explicit Staging(Device device) : device_(device) {}
-    ~Staging();
-    Staging(const Staging&) = delete;
-    Staging& operator=(const Staging&) = delete;
-    float* data() const { return data_; }
-    void reserve(int64_t elements);
-
-   private:
-    Device device_;
-    float* data_ = nullptr;
-    int64_t elements_ = 0;
-  };
+  // Host memory of the device's transfer staging (Tensor::transfer_staging: pinned for a GPU),
+  // grown as calls need and kept between steps.
+  void reserve_staging(int64_t elements) const;
 
   std::unique_ptr<Optimizer> host_, on_device_;
   Device device_;
   int64_t chunk_;
-  mutable Staging values_, grads_;
+  mutable Tensor values_, grads_;
 };
 
 }  // namespace loom::optim

@@ -90,7 +90,8 @@ GroupState plan_group_state(const config::RunConfig& config, const std::vector<m
   for (const model::Parameter& p : params) parameter_count += p.numel;
   const bool compact = config.precision.param_dtype == config::ParamDtype::Compute &&
                        config.precision.recipe != config::PrecisionRecipe::Fp32;
-  const int zero = sharded ? config.parallel.zero : 0;  // one replica: nothing to shard
+  // One replica: nothing to shard, but for ZeRO-3's shards kept in host memory (parallel.offload_params).
+  const int zero = sharded || config.parallel.offload_params ? config.parallel.zero : 0;
   const std::vector<int64_t> units = unit_sizes(params);
   const int64_t unit = largest(units);
   parallel::MemoryModel model_state{parameter_count, dp, zero, compact ? 2 : 4, 4,
@@ -104,6 +105,14 @@ GroupState plan_group_state(const config::RunConfig& config, const std::vector<m
   const bool gpu = config.runtime.device == config::RuntimeDevice::Cuda;
   m.state.host_optimizer_moments = 8 * optim::offloaded_elements(config.optim, gpu, m.state.optimizer_moments / 8);
   m.state.optimizer_moments -= m.state.host_optimizer_moments;
+  // ZeRO-3's shards in host memory (parallel.offload_params): the device keeps the units in flight,
+  // and the shard of each of two sections copied there for its gather.
+  if (zero == 3 && config.parallel.offload_params) {
+    m.state.host_parameters = m.state.parameters + m.state.master_weights;
+    m.state.host_gradients = m.state.gradients;
+    m.state.parameters = m.state.master_weights = m.state.gradients = 0;
+    m.gather_buffers += 2 * ((unit + dp - 1) / dp) * (compact ? 2 : 4);
+  }
   // The bf16 copy of the parameters the optimizer writes for the GEMMs (parallel/data/bf16_parameter_copy.h).
   if (parallel::keeps_bf16_parameter_copy(config)) m.state.parameters += 2 * parameter_count;
   if (compact) m.gather_buffers += unit * 4;              // the fp32 values of the unit in flight
@@ -131,6 +140,8 @@ void plan_model_state(const config::RunConfig& config, const std::vector<model::
     state.state.master_weights += e.state.master_weights;
     state.state.optimizer_moments += e.state.optimizer_moments;
     state.state.host_optimizer_moments += e.state.host_optimizer_moments;
+    state.state.host_parameters += e.state.host_parameters;
+    state.state.host_gradients += e.state.host_gradients;
     state.state.communication_buffers += e.state.communication_buffers;
     state.gather_buffers += e.gather_buffers;
   }

@@ -57,6 +57,10 @@ std::string memory_table(const MemoryPlan& plan) {
   }
   o << "peak per rank: " << format_bytes(plan.peak()) << "\n";
   for (const StageMemory& s : plan.stages) {
+    if (s.state.host_parameters > 0) {
+      o << "stage " << s.stage << ": parameter and gradient shards in host memory (parallel.offload_params) "
+        << format_bytes(s.state.host_parameters) << " and " << format_bytes(s.state.host_gradients) << " per rank\n";
+    }
     if (s.state.host_optimizer_moments == 0) continue;
     o << "stage " << s.stage << ": optimizer moments in host memory (optim.cpu_offload) "
       << format_bytes(s.state.host_optimizer_moments) << " per rank\n";
@@ -75,6 +79,8 @@ nlohmann::json memory_json(const MemoryPlan& plan) {
                       {"master_weights", s.state.master_weights},
                       {"optimizer_moments", s.state.optimizer_moments},
                       {"host_optimizer_moments", s.state.host_optimizer_moments},
+                      {"host_parameters", s.state.host_parameters},
+                      {"host_gradients", s.state.host_gradients},
                       {"communication_buffers", s.state.communication_buffers},
                       {"gather_buffers", s.gather_buffers},
                       {"activations_per_micro_batch", s.activations_per_micro_batch},
@@ -94,12 +100,12 @@ nlohmann::json memory_json(const MemoryPlan& plan) {
 std::string time_table(const TimeBreakdown& t) {
   std::ostringstream o;
   o << "| compute | casts | memory faults | bubble | core wait | tp comm | cp comm | ep comm | pp comm | "
-       "dp comm (exposed) | optimizer | overhead | step |\n"
-    << "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+       "dp comm (exposed) | host link | optimizer | overhead | step |\n"
+    << "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     << "| " << ms(t.compute) << " | " << ms(t.casts) << " | " << ms(t.memory) << " | " << ms(t.bubble) << " | "
     << ms(t.core_wait) << " | " << ms(t.tp_comm) << " | " << ms(t.cp_comm) << " | " << ms(t.ep_comm) << " | "
     << ms(t.pp_comm) << " | "
-    << ms(t.dp_comm) << " | "
+    << ms(t.dp_comm) << " | " << ms(t.host_link) << " | "
     << ms(t.optimizer) << " | " << ms(t.overhead) << " | " << ms(t.step) << " |\n";
   return o.str();
 }
@@ -108,7 +114,8 @@ nlohmann::json time_json(const TimeBreakdown& t) {
   return {{"compute_s", t.compute},     {"casts_s", t.casts},         {"memory_s", t.memory},
           {"bubble_s", t.bubble},       {"core_wait_s", t.core_wait}, {"tp_comm_s", t.tp_comm},
           {"cp_comm_s", t.cp_comm},     {"ep_comm_s", t.ep_comm},     {"pp_comm_s", t.pp_comm},
-          {"dp_comm_s", t.dp_comm},     {"optimizer_s", t.optimizer}, {"overhead_s", t.overhead},
+          {"dp_comm_s", t.dp_comm},     {"host_link_s", t.host_link}, {"optimizer_s", t.optimizer},
+          {"overhead_s", t.overhead},
           {"step_s", t.step}};
 }
 

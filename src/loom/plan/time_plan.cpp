@@ -36,6 +36,11 @@ constexpr double kZeroedBytesPerGradient = 4.0;
 constexpr double kNormBytesPerParameter = 4.0;
 constexpr double kOffloadLinkBytesPerParameter = 12.0;
 constexpr double kOffloadHostBytesPerParameter = 28.0;
+// ZeRO-3's shards in host memory (parallel.offload_params): the link carries each section's shard
+// to the device for its two gathers a micro-batch (in the gathers' dtype) and its reduced gradient
+// back (in the wire dtype), which the host reads, widens and adds into the fp32 gradient shard (8
+// bytes); the update needs no link, and the norm reads the gradients in host memory.
+constexpr double kShardAddHostBytesPerParameter = 8.0;
 
 
 // Where a run casts its GEMM operands: the CPU's emulation, or a GPU (runtime.device: cuda),
@@ -525,12 +530,28 @@ TimeBreakdown plan_time(const config::RunConfig& config, const MemoryPlan& memor
   // values down and the values up, and the host's memory serves the update (optim/host_offload.h).
   const bool gpu = config.runtime.device == config::RuntimeDevice::Cuda;
   const double on_host = optim::offloaded_share(config.optim, gpu) * owned, on_device = owned - on_host;
-  t.optimizer = (kNormBytesPerParameter * on_host + (kOptimizerBytesPerParameter + copy_bytes) * on_device + zeroed) /
-                    hw.bandwidth_per_rank(world) +
-                kOffloadLinkBytesPerParameter * on_host / hw.host_link_bandwidth +
-                kOffloadHostBytesPerParameter * on_host / hw.host_memory_bandwidth;
+  // With ZeRO-3's shards in host memory too (parallel.offload_params) the gradients are read for
+  // their norm there, and nothing crosses the link for the update.
+  const bool shards_on_host = gpu && config.parallel.zero == 3 && config.parallel.offload_params;
+  const double norm_bytes = kNormBytesPerParameter * on_host;
+  const double device_bytes =
+      (shards_on_host ? 0.0 : norm_bytes) + (kOptimizerBytesPerParameter + copy_bytes) * on_device + zeroed;
+  const double link_bytes = shards_on_host ? 0.0 : kOffloadLinkBytesPerParameter * on_host;
+  const double host_bytes = kOffloadHostBytesPerParameter * on_host + (shards_on_host ? norm_bytes : 0.0);
+  t.optimizer = device_bytes / hw.bandwidth_per_rank(world) + link_bytes / hw.host_link_bandwidth +
+                host_bytes / hw.host_memory_bandwidth;
+  if (shards_on_host) {
+    const double gathered = config.precision.param_dtype == config::ParamDtype::Compute &&
+                                    config.precision.recipe != config::PrecisionRecipe::Fp32
+                                ? 2.0
+                                : 4.0;
+    const double wire = config.precision.grad_reduce == config::GradReduce::Bf16 && replicas > 1 ? 2.0 : 4.0;
+    t.host_link = m * owned *
+                  ((2.0 * gathered + wire) / hw.host_link_bandwidth +
+                   (kShardAddHostBytesPerParameter + wire) / hw.host_memory_bandwidth);
+  }
   t.overhead = hw.step_overhead;
-  t.step = makespan + t.dp_comm + t.optimizer + t.overhead;
+  t.step = makespan + t.dp_comm + t.host_link + t.optimizer + t.overhead;
   return t;
 }
 

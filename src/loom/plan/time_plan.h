@@ -47,6 +47,9 @@ struct TimeBreakdown {
   double ep_comm = 0.0;      // expert parallelism's token exchanges
   double pp_comm = 0.0;      // pipeline sends and receives
   double dp_comm = 0.0;      // exposed data-parallel communication
+  // ZeRO-3's shards to the device for each gather and back after each reduce-scatter, over the
+  // host link (parallel.offload_params), with the host memory adding the received gradients
+  double host_link = 0.0;
   double optimizer = 0.0;
   double overhead = 0.0;
   double step = 0.0;

@@ -64,7 +64,7 @@ PrecisionStepResult PrecisionStep::step(double lr, int64_t step) {
   reduction_range.end();
   if (hooks.corrupt_gradients) hooks.corrupt_gradients(world_.rank(), step, grads);
   if (scaler_.enabled()) {
-    const Device device = model_.params().device();
+    const Device device = optimizer_.reduced_gradients_on_host() ? Device::cpu() : model_.params().device();
     const float inverse = scaler_.inverse_scale();  // a power of two: exact, and Inf or NaN stays so
     for (const std::span<float>& g : grads) {
       kernels::scale_in_place(device, g.data(), static_cast<int64_t>(g.size()), inverse);

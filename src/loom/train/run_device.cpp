@@ -11,14 +11,7 @@
 namespace loom::train {
 
 Device training_device(const config::RunConfig& config, int world_rank, int world_size) {
-  LOOM_CHECK(config.optim.cpu_offload || config.optim.offload_fraction == 1.0,
-             "optim.offload_fraction is the share of the state optim.cpu_offload moves to the host: set "
-             "optim.cpu_offload=true with it, or leave it at 1");
-  if (config.runtime.device == config::RuntimeDevice::Cpu) {
-    LOOM_CHECK(!config.optim.cpu_offload, "optim.cpu_offload=true needs runtime.device=cuda: on the cpu the optimizer "
-                                          "state is in host memory already (set optim.cpu_offload=false)");
-    return Device::cpu();
-  }
+  if (config.runtime.device == config::RuntimeDevice::Cpu) return Device::cpu();
   int devices = 0;
   try {
     devices = kernels::start_cuda();

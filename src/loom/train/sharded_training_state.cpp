@@ -41,12 +41,18 @@ std::vector<ckpt::TensorRef> owned_training_state(const model::Transformer& mode
 std::vector<parallel::OwnedRange> host_ranges(Device device, std::vector<parallel::OwnedRange> ranges,
                                               std::vector<float>& storage) {
   if (device.is_cpu()) return ranges;
-  // The arrays to copy: the values, and the moments unless they are in host memory already
-  // (optim.cpu_offload), where they are written from.
+  // The arrays to copy: those not in host memory already (the moments under optim.cpu_offload,
+  // the values too under parallel.offload_params), which are written from where they are.
   auto on_device = [](parallel::OwnedRange& r) {
-    std::vector<const float**> arrays = {&r.value};
-    if (!r.moments_on_host) arrays.insert(arrays.end(), {&r.exp_avg, &r.exp_avg_sq});
-    std::erase_if(arrays, [](const float** array) { return *array == nullptr; });
+    std::vector<const float**> arrays;
+    auto copied = [&arrays](const float** array) {
+      if (*array != nullptr) arrays.push_back(array);
+    };
+    if (!r.values_on_host) copied(&r.value);
+    if (!r.moments_on_host) {
+      copied(&r.exp_avg);
+      copied(&r.exp_avg_sq);
+    }
     return arrays;
   };
   int64_t total = 0;

@@ -23,6 +23,7 @@ class DataParallelStep final : public GradientSync {
   double gradient_norm() override { return sync_->gradient_norm(); }
   void update(double lr, int64_t step, double norm) override { sync_->update(lr, step, norm); }
   std::vector<std::span<float>> reduced_gradients() override { return sync_->reduced_gradients(); }
+  bool reduced_gradients_on_host() const override { return sync_->reduced_gradients_on_host(); }
   void skip_step() override { sync_->skip_step(); }
   void load_moments(const float* exp_avg, const float* exp_avg_sq) override {
     sync_->load_moments(exp_avg, exp_avg_sq);

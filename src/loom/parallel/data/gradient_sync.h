@@ -86,6 +86,9 @@ class GradientSync : public model::ParameterHooks {
   // (the whole buffer at zero 0, its shards at 1-3), for mixed precision (train/precision_step.h)
   // to unscale. skip_step() replaces update() when a step is skipped.
   virtual std::vector<std::span<float>> reduced_gradients() = 0;
+  // Whether those are in host memory while the parameters are on a GPU (ZeRO-3's shards under
+  // parallel.offload_params): unscaled there, by the host.
+  virtual bool reduced_gradients_on_host() const { return false; }
   virtual void skip_step() = 0;
   // Restores the moments from full flat buffers (each rank keeps its shards); parameters must
   // already hold the checkpoint's values (zero 3 re-shards them from there).

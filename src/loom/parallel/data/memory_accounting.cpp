@@ -1,6 +1,7 @@
 #include "loom/parallel/data/memory_accounting.h"
 
 #include <cstdio>
+#include <utility>
 
 #include "loom/core/error.h"
 
@@ -36,10 +37,16 @@ std::string describe_memory(const MemoryBytes& b) {
     std::snprintf(text, sizeof text, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
     return std::string(text);
   };
-  return "parameters " + mib(b.parameters) + ", gradients " + mib(b.gradients) + ", master weights " +
-         mib(b.master_weights) + ", optimizer moments " + mib(b.optimizer_moments) + ", communication buffers " +
-         mib(b.communication_buffers) + ", total " + mib(b.total()) +
-         (b.host_optimizer_moments > 0 ? "; optimizer moments in host memory " + mib(b.host_optimizer_moments) : "");
+  std::string text = "parameters " + mib(b.parameters) + ", gradients " + mib(b.gradients) + ", master weights " +
+                     mib(b.master_weights) + ", optimizer moments " + mib(b.optimizer_moments) +
+                     ", communication buffers " + mib(b.communication_buffers) + ", total " + mib(b.total());
+  const std::pair<const char*, int64_t> on_host[] = {{"parameters", b.host_parameters},
+                                                     {"gradients", b.host_gradients},
+                                                     {"optimizer moments", b.host_optimizer_moments}};
+  for (const auto& [what, bytes] : on_host) {
+    if (bytes > 0) text += std::string("; ") + what + " in host memory " + mib(bytes);
+  }
+  return text;
 }
 
 }  // namespace loom::parallel

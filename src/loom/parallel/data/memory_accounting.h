@@ -31,8 +31,10 @@ struct MemoryModel {
 
 struct MemoryBytes {
   int64_t parameters = 0, gradients = 0, master_weights = 0, optimizer_moments = 0, communication_buffers = 0;
-  // The moments in host memory instead (optim.cpu_offload on a GPU): not part of the device's total.
-  int64_t host_optimizer_moments = 0;
+  // In host memory instead, not part of the device's total: the moments (optim.cpu_offload on a
+  // GPU), ZeRO-3's parameter and gradient shards (parallel.offload_params).
+  int64_t host_optimizer_moments = 0, host_parameters = 0, host_gradients = 0;
+  int64_t host_total() const { return host_parameters + host_gradients + host_optimizer_moments; }
   int64_t total() const {
     return parameters + gradients + master_weights + optimizer_moments + communication_buffers;
   }

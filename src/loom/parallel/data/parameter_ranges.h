@@ -19,6 +19,7 @@ struct OwnedRange {
   const float* exp_avg = nullptr;
   const float* exp_avg_sq = nullptr;
   bool moments_on_host = false;  // the moments in host memory on a GPU run (optim.cpu_offload)
+  bool values_on_host = false;   // the values too (ZeRO-3's shards under parallel.offload_params)
 };
 
 }  // namespace loom::parallel

@@ -42,10 +42,16 @@ Zero3::Zero3(comm::Communicator& dp, float* values, float* grads, std::vector<Pa
       params_(std::move(params)),
       segments_(std::move(segments)),
       config_(config),
-      optimizer_(optim::make_optimizer(config, options.device)),
+      // With the shards in host memory the update is the host's, over them where they are.
+      optimizer_(optim::make_optimizer(config, options.offload_shards ? Device::cpu() : options.device)),
       options_(std::move(options)),
-      rank_(dp.rank()) {
+      rank_(dp.rank()),
+      shards_device_(options_.offload_shards ? Device::cpu() : options_.device) {
   const std::string who = "Zero3 (group '" + dp.name() + "')";
+  LOOM_CHECK(!options_.offload_shards || (!options_.device.is_cpu() && config.cpu_offload &&
+                                          config.offload_fraction == 1.0),
+             who + ": shards in host memory (parallel.offload_params) need the parameters on a GPU and all of the "
+                   "optimizer's state on the host (optim.cpu_offload=true, optim.offload_fraction=1)");
   check_gradient_op(options_.reduce_op, who);
   check_gradient_wire(options_.wire, who);
   LOOM_CHECK(options_.comm_buffers >= 1, who + ": comm_buffers must be >= 1");
@@ -87,17 +93,23 @@ Zero3::Zero3(comm::Communicator& dp, float* values, float* grads, std::vector<Pa
     unit_sections_[u].erase(std::unique(unit_sections_[u].begin(), unit_sections_[u].end()), unit_sections_[u].end());
   }
   const Device device = options_.device;
-  shard_ = Tensor({state}, DType::F32, device);
+  // The shard state on the device, or in host memory the device moves fastest (offload_shards).
+  auto shard_array = [&](int64_t n, DType dtype) {
+    return options_.offload_shards ? Tensor::transfer_staging({n}, dtype, device) : Tensor({n}, dtype, device);
+  };
+  shard_ = shard_array(state, DType::F32);
   moments_ = optim::MomentArrays(state, optim::offloaded_elements(config, !device.is_cpu(), state), device);
-  grad_shards_ = Tensor({grad}, DType::F32, device);
-  shard_elements_ = state;
+  grad_shards_ = shard_array(grad, DType::F32);
+  shard_elements_ = options_.offload_shards ? 0 : state;
+  device_grad_shard_elements_ = options_.offload_shards ? 0 : grad;
   // A slot holds a padded section to send, then the received shard.
   slot_elements_ = max_padded + max_shard;
   staging_ = Tensor({options_.comm_buffers * slot_elements_}, options_.wire, device);
+  if (options_.offload_shards) received_host_ = Tensor::transfer_staging({max_shard}, options_.wire, device);
   LOOM_CHECK(options_.param_gather == DType::F32 || options_.param_gather == DType::BF16 ||
             options_.param_gather == DType::F16,
         "Zero3: parameters are gathered in f32, bf16 or f16 (precision.param_dtype=fp32 or compute)");
-  if (options_.param_gather != DType::F32) gather_send_ = Tensor({state}, options_.param_gather, device);
+  if (options_.param_gather != DType::F32) gather_send_ = shard_array(state, options_.param_gather);
   slot_section_.assign(options_.comm_buffers, -1);
   slot_work_.resize(options_.comm_buffers);
   acquired_.assign(2 * U, 0);
@@ -172,25 +184,41 @@ void Zero3::acquire_section(int s) {
   gathered_elements_ += sec.numel;
   note_residency();
   commit_range(options_.device, values_, sec.begin, sec.numel);  // the gather writes it
+  const void* send = gather_source(sec);
   if (options_.param_gather == DType::F32) {
-    sec.gather = start_shard_all_gather(dp_, shard_.data<float>() + sec.state_offset, values_ + sec.begin, sec.counts,
-                                        DType::F32);
+    sec.gather = start_shard_all_gather(dp_, send, values_ + sec.begin, sec.counts, DType::F32);
     return;
   }
   // The shard travels rounded to the compute dtype and lands in a staging area of that dtype,
   // widened into the values when the gather is waited for (finish_gather).
-  const size_t element = dtype_size(options_.param_gather);
-  std::byte* send = gather_send_.data<std::byte>() + sec.state_offset * element;
-  kernels::narrow_floats(options_.device, send, shard_.data<float>() + sec.state_offset, sec.mine.size(),
-                         options_.param_gather);
   sec.gathered_bits = Tensor({sec.numel}, options_.param_gather, options_.device);
   sec.gather = start_shard_all_gather(dp_, send, sec.gathered_bits.raw(), sec.counts, options_.param_gather);
+}
+
+// This rank's shard of the section as the gather sends it, on the device: the fp32 shard itself,
+// or rounded to the compute dtype (param_gather), where the shard state is; with the shards in host
+// memory, then copied to the device (sec.sent, kept until the gather is done).
+const void* Zero3::gather_source(Section& sec) {
+  const float* shard = shard_.data<float>() + sec.state_offset;
+  const int64_t n = sec.mine.size();
+  const void* send = shard;
+  if (options_.param_gather != DType::F32) {
+    std::byte* rounded = gather_send_.data<std::byte>() + sec.state_offset * dtype_size(options_.param_gather);
+    kernels::narrow_floats(shards_device_, rounded, shard, n, options_.param_gather);
+    send = rounded;
+  }
+  if (!options_.offload_shards) return send;
+  sec.sent = Tensor({n}, options_.param_gather, options_.device);
+  copy_from_host(options_.device, sec.sent.data<std::byte>(), static_cast<const std::byte*>(send),
+                 n * static_cast<int64_t>(dtype_size(options_.param_gather)));
+  return sec.sent.raw();
 }
 
 void Zero3::finish_gather(Section& sec) {
   if (!sec.gather) return;
   sec.gather->wait_in_stream();  // the section's kernels read it next (nccl: the host runs on)
   sec.gather.reset();
+  sec.sent = Tensor();  // freed in the compute stream's order, after the gather
   if (sec.gathered_bits.empty()) return;
   kernels::widen_floats(options_.device, values_ + sec.begin, sec.gathered_bits.raw(), sec.numel, options_.param_gather,
                         false);
@@ -205,6 +233,7 @@ void Zero3::release_section(int s) {
     sec.gather->wait();
     sec.gather.reset();
     sec.gathered_bits = Tensor();
+    sec.sent = Tensor();
   }
   sec.gathered = false;
   if (sec.numel == 0) return;
@@ -310,8 +339,12 @@ void Zero3::complete_reduce_scatter(int slot) {
   const size_t element = dtype_size(options_.wire);
   const std::byte* received =
       staging_.data<std::byte>() + (slot * slot_elements_ + sec.shard_numel * dp_.size()) * element;
+  if (options_.offload_shards) {  // added to the gradient shard where it is, in host memory
+    copy_to_host(options_.device, received_host_.data<std::byte>(), received, sec.shard_numel * element);
+    received = received_host_.data<std::byte>();
+  }
   // Micro-batches accumulate in fp32 whatever the wire.
-  take_reduced(options_.device, grad_shards_.data<float>() + sec.grad_offset, received, sec.shard_numel, options_.wire,
+  take_reduced(shards_device_, grad_shards_.data<float>() + sec.grad_offset, received, sec.shard_numel, options_.wire,
                true);
 }
 
@@ -346,7 +379,7 @@ double Zero3::hidden_fraction() const {
 NormShare Zero3::norm_share() {
   LOOM_CHECK(!in_micro_batch_, "Zero3: step() inside a micro-batch; call end_micro_batch() first");
   LOOM_CHECK(rounds_ > 0, "Zero3: step() needs at least one micro-batch's gradients since the last step");
-  NormShare share{{}, &dp_, nullptr, options_.device};
+  NormShare share{{}, &dp_, nullptr, shards_device_};
   const float* grads = grad_shards_.data<float>();
   for (const Section& sec : sections_) share.pieces.push_back({grads + sec.grad_offset, sec.mine});
   return share;
@@ -406,7 +439,12 @@ void Zero3::load_from_full() {
   }
   for (const Section& sec : sections_) {
     LOOM_CHECK(sec.refs == 0, "Zero3: load_from_full() while a unit's parameters are gathered");
-    copy_on_device(options_.device, shard_.data<float>() + sec.state_offset, values_ + sec.mine.begin, sec.mine.size());
+    float* shard = shard_.data<float>() + sec.state_offset;
+    if (options_.offload_shards) {
+      copy_to_host(options_.device, shard, values_ + sec.mine.begin, sec.mine.size());
+    } else {
+      copy_on_device(options_.device, shard, values_ + sec.mine.begin, sec.mine.size());
+    }
   }
   for (const Section& sec : sections_) release_range(options_.device, values_, sec.begin, sec.numel);
 }
@@ -433,7 +471,7 @@ std::vector<Zero3::OwnedShard> Zero3::shards() const {
     for (const optim::MomentArrays::Part& part : moments_.parts(sec.state_offset, sec.mine.size())) {
       const int64_t local = part.begin - sec.state_offset;
       out.push_back({sec.mine.begin + local, sec.mine.begin + local + part.n, shard_.data<float>() + part.begin,
-                     part.exp_avg, part.exp_avg_sq, part.on_host, part.device});
+                     part.exp_avg, part.exp_avg_sq, part.on_host, part.device, options_.offload_shards});
     }
   }
   return out;
@@ -451,10 +489,10 @@ void Zero3::load_moments(const float* exp_avg, const float* exp_avg_sq) {
 
 Zero3Memory Zero3::memory() const {
   Zero3Memory m;
-  m.parameter_shard = shard_.numel() * 4;
+  (options_.offload_shards ? m.host_parameter_shard : m.parameter_shard) = shard_.numel() * 4;
+  (options_.offload_shards ? m.host_gradient_shard : m.gradient_shard) = grad_shards_.numel() * 4;
   m.moments = moments_.device_elements() * 8;
   m.host_moments = moments_.host_elements() * 8;
-  m.gradient_shard = grad_shards_.numel() * 4;
   m.comm_buffers = static_cast<int64_t>(staging_.nbytes());
   for (const Section& sec : sections_) m.full_parameters += sec.numel * 4;
   m.peak_parameters = peak_parameters_ * 4;

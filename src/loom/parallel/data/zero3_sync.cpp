@@ -35,6 +35,7 @@ Zero3Sync::Zero3Sync(SyncSetup setup) : setup_(std::move(setup)) {
     options.norm_groups = setup_.model_groups;
     options.norm_excluded = setup_.norm_excluded;
     options.device = params.device();
+    options.offload_shards = setup_.config->parallel.offload_params;
     zero3_.push_back(std::make_unique<Zero3>(*group.comm, params.values(), params.grads(), std::move(mine), units,
                                              optimizer_segments(params), setup_.config->optim, options));
   }
@@ -109,7 +110,7 @@ std::vector<OwnedRange> Zero3Sync::checkpoint_ranges() const {
   std::vector<OwnedRange> out;
   for (const auto& z : zero3_) {
     for (const Zero3::OwnedShard& s : z->shards()) {
-      out.push_back({s.begin, s.end, s.value, s.exp_avg, s.exp_avg_sq, s.moments_on_host});
+      out.push_back({s.begin, s.end, s.value, s.exp_avg, s.exp_avg_sq, s.moments_on_host, s.value_on_host});
     }
   }
   return out;
@@ -121,8 +122,10 @@ Zero3Memory Zero3Sync::memory() const {
     const Zero3Memory m = z->memory();
     total.parameter_shard += m.parameter_shard;
     total.moments += m.moments;
-    total.host_moments += m.host_moments;
     total.gradient_shard += m.gradient_shard;
+    total.host_parameter_shard += m.host_parameter_shard;
+    total.host_moments += m.host_moments;
+    total.host_gradient_shard += m.host_gradient_shard;
     total.comm_buffers += m.comm_buffers;
     total.full_parameters += m.full_parameters;
     total.peak_parameters += m.peak_parameters;
@@ -142,6 +145,8 @@ MemoryBytes Zero3Sync::memory_bytes() const {
   bytes.gradients = m.gradient_shard;
   bytes.optimizer_moments = m.moments;
   bytes.host_optimizer_moments = m.host_moments;
+  bytes.host_parameters = m.host_parameter_shard;
+  bytes.host_gradients = m.host_gradient_shard;
   bytes.communication_buffers = m.comm_buffers;
   return bytes;
 }
