@@ -37,7 +37,7 @@
 //     node_bandwidth_gbps: 3600   node_latency_us: 2
 //     site_bandwidth_gbps: 400    site_latency_us: 5
 //     cross_site_bandwidth_gbps: 100   cross_site_latency_us: 10500
-//   host:                       # where an offloaded optimizer runs (optim.cpu_offload)
+//   host:                       # an offloaded optimizer (optim.cpu_offload), ZeRO-3 shards (parallel.offload_params)
 //     link_gbs: 40              # GB/s each way between host memory and one device
 //     memory_bandwidth_gbs: 30  # GB/s of host memory one rank's optimizer update gets
 //   step_overhead_ms: 0         # fixed cost per step (launches, host work)
