@@ -247,6 +247,62 @@ TEST(GgufExport, RefusesOtherTokenizersNamingTheKey) {
   expect_refused("cl100k_base", "data.tokenizer is cl100k_base");
 }
 
+// Heterogeneous layers (model.block_configs, as Llama-3.3-Nemotron-Super's) go out as llama.cpp's
+// `deci` architecture, with a head count, kv-head count and ffn size per layer (0 where a layer
+// skips attention or its MLP), and Llama 3.1's scaled RoPE as the `rope_freqs` factors; llama.cpp
+// then generates greedily the same tokens as loom's decoding. A context of 64 positions over an
+// original 16 puts the scaling to work in every prompt.
+TEST(GgufExport, HeterogeneousLayersAndLlama3RopeRunAsLlamaCppsDeci) {
+  const std::string root = t::make_training_root("gguf-deci");
+  const std::string yaml =
+      "model: {vocab_size: 0, d_model: 32, layers: 5, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, "
+      "activation: swiglu, positions: rope, tied_embeddings: false, max_seq_len: 64, init_std: 0.2, "
+      "rope_scaling: llama3, rope_scaling_factor: 4.0, rope_original_max_positions: 16, rope_theta: 500.0,\n"
+      "        block_configs: [{kv_heads: 4, ffn_size: 32}, {attention: skip, ffn_size: 64}, {kv_heads: 1}, "
+      "{attention: skip, ffn_size: 0}, {ffn_size: 16}]}\n"
+      "train: {steps: 2, global_batch: 4, micro_batch: 4}\n"
+      "data: {tokenizer: byte, train_prefix: " + root + "/data/c_train, seq_len: 16}\n";
+  t::train_run(root, "deci", yaml, {});
+  const std::string checkpoint = root + "/deci/checkpoints", file = root + "/model.gguf";
+  const GgufExportResult result = export_to_gguf(checkpoint, file, {});
+  // embeddings, rope_freqs, 3 attention blocks of 5, 4 MLPs of 4, output norm and head
+  EXPECT_EQ(result.tensors, 1 + 1 + 3 * 5 + 4 * 4 + 2);
+  const std::vector<std::string> prompts = {"It is a", "Call me Ishmael. Some years", "x"};
+  const std::vector<Loom> loom = loom_greedy(checkpoint, prompts, 30);
+  const std::vector<nlohmann::json> llama_cpp = llama_cpp_greedy(file, prompts, 30);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(llama_cpp[i].at("prompt").get<std::vector<int32_t>>(), loom[i].prompt) << prompts[i];
+    EXPECT_EQ(llama_cpp[i].at("generated").get<std::vector<int32_t>>(), loom[i].generated) << prompts[i];
+  }
+  std::filesystem::remove_all(root);
+}
+
+// What llama.cpp's `llama` and `deci` cannot run is refused by its key, and no file is written.
+TEST(GgufExport, RefusesLayersLlamaCppsDeciCannotRun) {
+  const std::string root = t::make_training_root("gguf-deci-refused");
+  const std::string model = "vocab_size: 0, d_model: 32, layers: 2, heads: 4, ffn_size: 32, max_seq_len: 32";
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"block_configs: [{}, {ffn_size: 0}]", "model.block_configs[1].ffn_size is 0 with attention"},
+      {"block_configs: [{attention: skip}, {}]", "model.block_configs[0].attention is skip"},
+      {"moe_experts: 4, moe_ffn_size: 16", "model.moe_experts"},
+      {"rope_scaling: yarn, rope_scaling_factor: 2.0", "model.rope_scaling is yarn"},
+  };
+  for (size_t i = 0; i < refused.size(); ++i) {
+    const auto& [keys, expected] = refused[i];
+    const std::string name = "m" + std::to_string(i);
+    const std::string train = "train: {steps: 1, global_batch: 2, micro_batch: 2}\n";
+    t::train_run(root, name, "model: {" + model + ", " + keys + "}\n" + train + t::data_section(root), {});
+    try {
+      export_to_gguf(root + "/" + name + "/checkpoints", root + "/x.gguf", {});
+      ADD_FAILURE() << keys << " was exported";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(root + "/x.gguf")) << keys;
+  }
+  std::filesystem::remove_all(root);
+}
+
 TEST(GgufExport, RefusesWhatLlamaCppsLlamaCannotRun) {
   const std::string root = t::make_training_root("gguf-refused");
   t::train_run(root, "gpt2", "model: {d_model: 32, layers: 1, heads: 2, ffn_size: 32, norm: layer, activation: gelu, "

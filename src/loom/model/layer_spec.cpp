@@ -44,4 +44,18 @@ std::vector<LayerSpec> resolve_layers(const config::ModelConfig& config) {
   return specs;
 }
 
+kernels::RopeScaling rope_scaling(const config::ModelConfig& c) {
+  kernels::RopeScaling s;
+  s.type = c.rope_scaling == config::RopeScaling::Llama3 ? kernels::RopeScaling::Type::Llama3
+           : c.rope_scaling == config::RopeScaling::Yarn ? kernels::RopeScaling::Type::Yarn
+                                                         : kernels::RopeScaling::Type::None;
+  s.factor = c.rope_scaling_factor;
+  s.low_freq_factor = c.rope_low_freq_factor;
+  s.high_freq_factor = c.rope_high_freq_factor;
+  s.original_max_positions = c.rope_original_max_positions;
+  s.beta_fast = c.rope_beta_fast;
+  s.beta_slow = c.rope_beta_slow;
+  return s;
+}
+
 }  // namespace loom::model

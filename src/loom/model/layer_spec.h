@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "loom/config/run_config.h"
+#include "loom/kernels/types.h"
 
 namespace loom::model {
 
@@ -22,5 +23,8 @@ struct LayerSpec {
 std::vector<LayerSpec> resolve_layers(const config::ModelConfig& config);
 
 int head_dim(const config::ModelConfig& config);
+
+// model.rope_* keys as the kernels' RoPE table takes them.
+kernels::RopeScaling rope_scaling(const config::ModelConfig& config);
 
 }  // namespace loom::model

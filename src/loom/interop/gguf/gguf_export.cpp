@@ -10,42 +10,94 @@
 #include "loom/data/tokenizer.h"
 #include "loom/interop/gguf/gguf_tokenizer.h"
 #include "loom/interop/gguf/gguf_writer.h"
+#include "loom/kernels/types.h"
 #include "loom/model/layer_spec.h"
 #include "loom/train/model_setup.h"
 
 namespace loom::interop::gguf {
 
 namespace {
-void check_llama_style(const config::ModelConfig& m) {
-  auto refuse = [](const std::string& key, const std::string& value) {
-    throw Error("loom convert --to-gguf: " + key + " is " + value +
-                "; the GGUF export writes llama.cpp's `llama` architecture (model.norm rms, model.activation swiglu, "
-                "model.positions rope, model.bias and model.qkv_bias false, model.rope_scaling none, no model.block_configs)");
+
+// What llama.cpp's `llama` architecture runs, and its `deci` (Nemotron-NAS) for heterogeneous
+// layers: a refused model names the key, what it is, and why.
+void check_exportable(const config::ModelConfig& m, const std::vector<model::LayerSpec>& layers) {
+  auto refuse = [](const std::string& key, const std::string& value, const std::string& why) {
+    throw Error("loom convert --to-gguf: " + key + " is " + value + "; " + why);
   };
-  if (m.norm != config::Norm::Rms) refuse("model.norm", "layer");
-  if (m.activation != config::Activation::Swiglu) refuse("model.activation", "gelu");
-  if (m.positions != config::Positions::Rope) refuse("model.positions", "learned");
-  if (m.bias) refuse("model.bias", "true");
-  if (m.qkv_bias) refuse("model.qkv_bias", "true");
-  if (m.rope_scaling != config::RopeScaling::None) refuse("model.rope_scaling", config::to_string(m.rope_scaling));
-  if (!m.block_configs.empty()) refuse("model.block_configs", "set (heterogeneous layers)");
+  const std::string llama_style =
+      "the GGUF export writes llama.cpp's `llama` architecture, or `deci` for model.block_configs (model.norm rms, "
+      "model.activation swiglu, model.positions rope, model.bias and model.qkv_bias false, model.rope_scaling none "
+      "or llama3)";
+  if (m.norm != config::Norm::Rms) refuse("model.norm", "layer", llama_style);
+  if (m.activation != config::Activation::Swiglu) refuse("model.activation", "gelu", llama_style);
+  if (m.positions != config::Positions::Rope) refuse("model.positions", config::to_string(m.positions), llama_style);
+  if (m.bias) refuse("model.bias", "true", llama_style);
+  if (m.qkv_bias) refuse("model.qkv_bias", "true", llama_style);
+  if (m.rope_scaling == config::RopeScaling::Yarn) refuse("model.rope_scaling", "yarn", llama_style);
+  if (!m.layer_pattern.empty()) {
+    refuse("model.layer_pattern", "'" + m.layer_pattern + "'",
+           "a hybrid's Mamba-2 mixers and lone MLP layers have no place in llama.cpp's `llama` or `deci`");
+  }
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const model::LayerSpec& spec = layers[l];
+    const std::string block = "model.block_configs[" + std::to_string(l) + "]";
+    if (spec.moe) {
+      refuse(m.block_configs.empty() ? "model.moe_experts" : block + ".ffn", "a mixture of experts in layer " +
+             std::to_string(l), "llama.cpp's `llama` and `deci` export here has dense MLPs only");
+    }
+    if (l == 0 && !spec.has_attention) {
+      refuse(block + ".attention", "skip", "llama.cpp takes the head size from the first layer's heads");
+    }
+    if (spec.has_attention && !spec.has_mlp()) {
+      refuse(block + ".ffn_size", "0 with attention",
+             "llama.cpp's `deci` graph passes over a layer without an MLP whole, its attention included");
+    }
+  }
 }
 
-void add_metadata(GgufWriter& w, const config::ModelConfig& m, const std::string& dtype, const std::string& name) {
-  w.add_string("general.architecture", "llama");
+// llama.cpp's `llama` for a model whose layers are alike, `deci` for model.block_configs: the
+// same keys under that prefix, with a value per layer where the layers differ (0 heads: no
+// attention; 0 ffn: no MLP).
+void add_metadata(GgufWriter& w, const config::ModelConfig& m, const std::vector<model::LayerSpec>& layers,
+                  const std::string& dtype, const std::string& name) {
+  const std::string arch = m.block_configs.empty() ? "llama" : "deci";
+  w.add_string("general.architecture", arch);
   w.add_string("general.name", name);
   w.add_u32("general.alignment", 32);
   w.add_u32("general.file_type", dtype == "f32" ? 0 : dtype == "f16" ? 1 : 32);
-  w.add_u32("llama.context_length", m.max_seq_len);
-  w.add_u32("llama.embedding_length", m.d_model);
-  w.add_u32("llama.block_count", m.layers);
-  w.add_u32("llama.feed_forward_length", m.ffn_size);
-  w.add_u32("llama.attention.head_count", m.heads);
-  w.add_u32("llama.attention.head_count_kv", m.kv_heads == 0 ? m.heads : m.kv_heads);
-  w.add_u32("llama.rope.dimension_count", model::head_dim(m));
-  w.add_f32("llama.rope.freq_base", static_cast<float>(m.rope_theta));
-  w.add_f32("llama.attention.layer_norm_rms_epsilon", static_cast<float>(m.norm_eps));
-  w.add_u32("llama.vocab_size", m.vocab_size);
+  w.add_u32(arch + ".context_length", m.max_seq_len);
+  w.add_u32(arch + ".embedding_length", m.d_model);
+  w.add_u32(arch + ".block_count", m.layers);
+  if (arch == "llama") {
+    w.add_u32("llama.feed_forward_length", m.ffn_size);
+    w.add_u32("llama.attention.head_count", m.heads);
+    w.add_u32("llama.attention.head_count_kv", m.kv_heads == 0 ? m.heads : m.kv_heads);
+  } else {
+    std::vector<int32_t> ffn, heads, kv_heads;
+    for (const model::LayerSpec& spec : layers) {
+      ffn.push_back(spec.ffn_size);
+      heads.push_back(spec.has_attention ? m.heads : 0);
+      kv_heads.push_back(spec.has_attention ? spec.kv_heads : 0);
+    }
+    w.add_i32s("deci.feed_forward_length", ffn);
+    w.add_i32s("deci.attention.head_count", heads);
+    w.add_i32s("deci.attention.head_count_kv", kv_heads);
+  }
+  w.add_u32(arch + ".rope.dimension_count", model::head_dim(m));
+  w.add_f32(arch + ".rope.freq_base", static_cast<float>(m.rope_theta));
+  w.add_f32(arch + ".attention.layer_norm_rms_epsilon", static_cast<float>(m.norm_eps));
+  w.add_u32(arch + ".vocab_size", m.vocab_size);
+}
+
+// Llama 3.1's scaled RoPE as llama.cpp takes it: a factor per rotated pair that its frequency
+// is divided by (`rope_freqs.weight`), here each unscaled frequency over loom's scaled one.
+std::vector<float> llama3_rope_factors(const config::ModelConfig& m) {
+  const int64_t hd = model::head_dim(m);
+  const std::vector<double> plain = kernels::rope_inverse_frequencies(hd, m.rope_theta, {});
+  const std::vector<double> scaled = kernels::rope_inverse_frequencies(hd, m.rope_theta, model::rope_scaling(m));
+  std::vector<float> factors;
+  for (size_t i = 0; i < plain.size(); ++i) factors.push_back(static_cast<float>(plain[i] / scaled[i]));
+  return factors;
 }
 
 std::vector<uint8_t> encode(const std::vector<float>& values, const std::string& dtype) {
@@ -87,11 +139,12 @@ GgufExportResult export_to_gguf(const std::string& checkpoint_path, const std::s
   config::RunConfig config = config::parse_config(checkpoint.config_yaml(), checkpoint.path() + "/manifest.json", {});
   auto tokenizer = data::make_tokenizer(config.data.tokenizer);
   const config::ModelConfig m = train::resolve_model_config(config.model, *tokenizer);
-  check_llama_style(m);
+  const std::vector<model::LayerSpec> layers = model::resolve_layers(m);
+  check_exportable(m, layers);
   GgufWriter w;
-  add_metadata(w, m, options.dtype, config.run.name);
+  add_metadata(w, m, layers, options.dtype, config.run.name);
   add_tokenizer(w, m.vocab_size, config.data.tokenizer, *tokenizer);
-  const int64_t hd = model::head_dim(m), kv_heads = m.kv_heads == 0 ? m.heads : m.kv_heads;
+  const int64_t hd = model::head_dim(m);
   GgufExportResult result{checkpoint.path(), checkpoint.step(), 0, 0};
   auto add = [&](const std::string& loom_name, const std::string& gguf_name, int64_t permute_heads) {
     const Shape shape = checkpoint.shape(loom_name);
@@ -105,17 +158,27 @@ GgufExportResult export_to_gguf(const std::string& checkpoint_path, const std::s
     ++result.tensors;
   };
   add("model.embed_tokens.weight", "token_embd.weight", 0);
+  if (m.rope_scaling == config::RopeScaling::Llama3) {
+    const std::vector<float> factors = llama3_rope_factors(m);
+    w.add_tensor("rope_freqs.weight", {factors.size()}, TensorType::F32, encode(factors, "f32"));
+    ++result.tensors;
+  }
   for (int l = 0; l < m.layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l), b = "blk." + std::to_string(l);
-    add(p + ".input_layernorm.weight", b + ".attn_norm.weight", 0);
-    add(p + ".self_attn.q_proj.weight", b + ".attn_q.weight", m.heads);
-    add(p + ".self_attn.k_proj.weight", b + ".attn_k.weight", kv_heads);
-    add(p + ".self_attn.v_proj.weight", b + ".attn_v.weight", 0);
-    add(p + ".self_attn.o_proj.weight", b + ".attn_output.weight", 0);
-    add(p + ".post_attention_layernorm.weight", b + ".ffn_norm.weight", 0);
-    add(p + ".mlp.gate_proj.weight", b + ".ffn_gate.weight", 0);
-    add(p + ".mlp.up_proj.weight", b + ".ffn_up.weight", 0);
-    add(p + ".mlp.down_proj.weight", b + ".ffn_down.weight", 0);
+    const model::LayerSpec& spec = layers[static_cast<size_t>(l)];
+    if (spec.has_attention) {
+      add(p + ".input_layernorm.weight", b + ".attn_norm.weight", 0);
+      add(p + ".self_attn.q_proj.weight", b + ".attn_q.weight", m.heads);
+      add(p + ".self_attn.k_proj.weight", b + ".attn_k.weight", spec.kv_heads);
+      add(p + ".self_attn.v_proj.weight", b + ".attn_v.weight", 0);
+      add(p + ".self_attn.o_proj.weight", b + ".attn_output.weight", 0);
+    }
+    if (spec.has_mlp()) {
+      add(p + ".post_attention_layernorm.weight", b + ".ffn_norm.weight", 0);
+      add(p + ".mlp.gate_proj.weight", b + ".ffn_gate.weight", 0);
+      add(p + ".mlp.up_proj.weight", b + ".ffn_up.weight", 0);
+      add(p + ".mlp.down_proj.weight", b + ".ffn_down.weight", 0);
+    }
   }
   add("model.norm.weight", "output_norm.weight", 0);
   if (!m.tied_embeddings) add("lm_head.weight", "output.weight", 0);  // tied: llama.cpp reuses token_embd
