@@ -287,9 +287,9 @@ TEST(GgufExport, RefusesLayersLlamaCppsDeciCannotRun) {
       {"moe_experts: 4, moe_ffn_size: 16", "model.moe_experts"},
       {"rope_scaling: yarn, rope_scaling_factor: 2.0", "model.rope_scaling is yarn"},
   };
-  for (size_t i = 0; i < refused.size(); ++i) {
-    const auto& [keys, expected] = refused[i];
-    const std::string name = "m" + std::to_string(i);
+  int run = 0;
+  for (const auto& [keys, expected] : refused) {
+    const std::string name = "refused-" + std::to_string(++run);
     const std::string train = "train: {steps: 1, global_batch: 2, micro_batch: 2}\n";
     t::train_run(root, name, "model: {" + model + ", " + keys + "}\n" + train + t::data_section(root), {});
     try {
