@@ -277,6 +277,32 @@ TEST(GgufExport, HeterogeneousLayersAndLlama3RopeRunAsLlamaCppsDeci) {
   std::filesystem::remove_all(root);
 }
 
+// A mixture of experts in every layer (Mixtral's) goes out as llama.cpp's `llama` with experts:
+// the router as `ffn_gate_inp`, each projection's experts stacked into one `*_exps` tensor, and
+// `expert_count` / `expert_used_count`; llama.cpp routes as loom's topk_softmax (a softmax over
+// all logits renormalised over the k best) and generates greedily the same tokens.
+TEST(GgufExport, MixtureOfExpertsRunsAsLlamaCppsLlama) {
+  const std::string root = t::make_training_root("gguf-moe");
+  const std::string yaml =
+      "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, "
+      "activation: swiglu, positions: rope, tied_embeddings: false, max_seq_len: 64, init_std: 0.2, "
+      "moe_experts: 4, moe_top_k: 2, moe_ffn_size: 24}\n"
+      "train: {steps: 2, global_batch: 4, micro_batch: 4}\n"
+      "data: {tokenizer: byte, train_prefix: " + root + "/data/c_train, seq_len: 16}\n";
+  t::train_run(root, "moe", yaml, {});
+  const std::string checkpoint = root + "/moe/checkpoints", file = root + "/model.gguf";
+  const GgufExportResult result = export_to_gguf(checkpoint, file, {});
+  EXPECT_EQ(result.tensors, 1 + 2 * (5 + 5) + 2);  // per layer: attention 5, MoE's norm, router and 3 stacks
+  const std::vector<std::string> prompts = {"It is a", "Call me Ishmael. Some years", "x"};
+  const std::vector<Loom> loom = loom_greedy(checkpoint, prompts, 30);
+  const std::vector<nlohmann::json> llama_cpp = llama_cpp_greedy(file, prompts, 30);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(llama_cpp[i].at("prompt").get<std::vector<int32_t>>(), loom[i].prompt) << prompts[i];
+    EXPECT_EQ(llama_cpp[i].at("generated").get<std::vector<int32_t>>(), loom[i].generated) << prompts[i];
+  }
+  std::filesystem::remove_all(root);
+}
+
 // What llama.cpp's `llama` and `deci` cannot run is refused by its key, and no file is written.
 TEST(GgufExport, RefusesLayersLlamaCppsDeciCannotRun) {
   const std::string root = t::make_training_root("gguf-deci-refused");
@@ -284,7 +310,9 @@ TEST(GgufExport, RefusesLayersLlamaCppsDeciCannotRun) {
   const std::vector<std::pair<std::string, std::string>> refused = {
       {"block_configs: [{}, {ffn_size: 0}]", "model.block_configs[1].ffn_size is 0 with attention"},
       {"block_configs: [{attention: skip}, {}]", "model.block_configs[0].attention is skip"},
-      {"moe_experts: 4, moe_ffn_size: 16", "model.moe_experts"},
+      {"moe_experts: 4, moe_router: sigmoid", "model.moe_router is sigmoid"},
+      {"moe_experts: 4, moe_shared_ffn_size: 16", "model.moe_shared_ffn_size is 16"},
+      {"moe_experts: 4, block_configs: [{ffn: moe}, {ffn: dense}]", "model.block_configs[0].ffn is moe"},
       {"rope_scaling: yarn, rope_scaling_factor: 2.0", "model.rope_scaling is yarn"},
   };
   int run = 0;

@@ -18,8 +18,9 @@ namespace loom::interop::gguf {
 
 namespace {
 
-// What llama.cpp's `llama` architecture runs, and its `deci` (Nemotron-NAS) for heterogeneous
-// layers: a refused model names the key, what it is, and why.
+// What llama.cpp's `llama` architecture runs (with a mixture of experts in every layer, as
+// Mixtral), and its `deci` (Nemotron-NAS) for heterogeneous layers: a refused model names the key,
+// what it is, and why.
 void check_exportable(const config::ModelConfig& m, const std::vector<model::LayerSpec>& layers) {
   auto refuse = [](const std::string& key, const std::string& value, const std::string& why) {
     throw Error("loom convert --to-gguf: " + key + " is " + value + "; " + why);
@@ -38,12 +39,28 @@ void check_exportable(const config::ModelConfig& m, const std::vector<model::Lay
     refuse("model.layer_pattern", "'" + m.layer_pattern + "'",
            "a hybrid's Mamba-2 mixers and lone MLP layers have no place in llama.cpp's `llama` or `deci`");
   }
+  // llama.cpp's `llama` MoE: every layer's, routed by a softmax over the k best logits (its
+  // softmax over all, renormalised over the k), each expert a SwiGLU MLP, nothing else.
+  const config::MoeConfig& moe = m.moe;
+  if (moe.experts > 0 && m.block_configs.empty()) {
+    const std::string mixtral = "llama.cpp's `llama` mixture of experts routes as Mixtral does";
+    if (moe.router != config::MoeRouter::TopkSoftmax)
+      refuse("model.moe_router", config::to_string(moe.router), mixtral + " (topk_softmax)");
+    if (moe.topk_scaling != 1.0) refuse("model.moe_topk_scaling", std::to_string(moe.topk_scaling), mixtral + " (1)");
+    if (moe.expert_bias) refuse("model.moe_expert_bias", "true", mixtral + ", without a bias on the selection");
+    if (moe.shared_ffn_size > 0) {
+      refuse("model.moe_shared_ffn_size", std::to_string(moe.shared_ffn_size), mixtral + ", without a shared expert");
+    }
+    if (moe.latent_size > 0) {
+      refuse("model.moe_latent_size", std::to_string(moe.latent_size), mixtral + ", its experts at d_model");
+    }
+  }
   for (size_t l = 0; l < layers.size(); ++l) {
     const model::LayerSpec& spec = layers[l];
     const std::string block = "model.block_configs[" + std::to_string(l) + "]";
-    if (spec.moe) {
-      refuse(m.block_configs.empty() ? "model.moe_experts" : block + ".ffn", "a mixture of experts in layer " +
-             std::to_string(l), "llama.cpp's `llama` and `deci` export here has dense MLPs only");
+    if (spec.moe && !m.block_configs.empty()) {
+      refuse(block + ".ffn", "moe", "llama.cpp's `deci` has dense MLPs only (a mixture of experts is exported in "
+                                    "every layer or none, as llama.cpp's `llama`)");
     }
     if (l == 0 && !spec.has_attention) {
       refuse(block + ".attention", "skip", "llama.cpp takes the head size from the first layer's heads");
@@ -69,9 +86,14 @@ void add_metadata(GgufWriter& w, const config::ModelConfig& m, const std::vector
   w.add_u32(arch + ".embedding_length", m.d_model);
   w.add_u32(arch + ".block_count", m.layers);
   if (arch == "llama") {
-    w.add_u32("llama.feed_forward_length", m.ffn_size);
+    const bool moe = m.moe.experts > 0;
+    w.add_u32("llama.feed_forward_length", moe && m.moe.ffn_size > 0 ? m.moe.ffn_size : m.ffn_size);
     w.add_u32("llama.attention.head_count", m.heads);
     w.add_u32("llama.attention.head_count_kv", m.kv_heads == 0 ? m.heads : m.kv_heads);
+    if (moe) {
+      w.add_u32("llama.expert_count", m.moe.experts);
+      w.add_u32("llama.expert_used_count", m.moe.top_k);
+    }
   } else {
     std::vector<int32_t> ffn, heads, kv_heads;
     for (const model::LayerSpec& spec : layers) {
@@ -146,16 +168,35 @@ GgufExportResult export_to_gguf(const std::string& checkpoint_path, const std::s
   add_tokenizer(w, m.vocab_size, config.data.tokenizer, *tokenizer);
   const int64_t hd = model::head_dim(m);
   GgufExportResult result{checkpoint.path(), checkpoint.step(), 0, 0};
-  auto add = [&](const std::string& loom_name, const std::string& gguf_name, int64_t permute_heads) {
-    const Shape shape = checkpoint.shape(loom_name);
+  auto read = [&](const std::string& loom_name, Shape& shape) {
+    shape = checkpoint.shape(loom_name);
     std::vector<float> values(shape_numel(shape));
     checkpoint.read(loom_name, values.data(), DType::F32, shape);
-    if (permute_heads > 0) values = interleave_rope_rows(values, permute_heads, hd, shape.at(1));
+    return values;
+  };
+  auto put = [&](const std::string& gguf_name, const Shape& shape, const std::vector<float>& values) {
     std::vector<uint64_t> dims(shape.rbegin(), shape.rend());  // ggml: fastest-varying first
     const std::string dtype = shape.size() == 1 ? "f32" : options.dtype;
     const TensorType type = dtype == "f32" ? TensorType::F32 : dtype == "f16" ? TensorType::F16 : TensorType::BF16;
     w.add_tensor(gguf_name, dims, type, encode(values, dtype));
     ++result.tensors;
+  };
+  auto add = [&](const std::string& loom_name, const std::string& gguf_name, int64_t permute_heads) {
+    Shape shape;
+    std::vector<float> values = read(loom_name, shape);
+    if (permute_heads > 0) values = interleave_rope_rows(values, permute_heads, hd, shape.at(1));
+    put(gguf_name, shape, values);
+  };
+  // Every expert's projection of a layer as one [experts, rows, cols] tensor (llama.cpp's *_exps).
+  auto add_experts = [&](const std::string& prefix, const std::string& projection, const std::string& gguf_name) {
+    Shape shape;
+    std::vector<float> stacked;
+    for (int e = 0; e < m.moe.experts; ++e) {
+      const std::vector<float> expert = read(prefix + ".experts." + std::to_string(e) + "." + projection, shape);
+      stacked.insert(stacked.end(), expert.begin(), expert.end());
+    }
+    shape.insert(shape.begin(), m.moe.experts);
+    put(gguf_name, shape, stacked);
   };
   add("model.embed_tokens.weight", "token_embd.weight", 0);
   if (m.rope_scaling == config::RopeScaling::Llama3) {
@@ -173,7 +214,13 @@ GgufExportResult export_to_gguf(const std::string& checkpoint_path, const std::s
       add(p + ".self_attn.v_proj.weight", b + ".attn_v.weight", 0);
       add(p + ".self_attn.o_proj.weight", b + ".attn_output.weight", 0);
     }
-    if (spec.has_mlp()) {
+    if (spec.moe) {
+      add(p + ".post_attention_layernorm.weight", b + ".ffn_norm.weight", 0);
+      add(p + ".mlp.gate.weight", b + ".ffn_gate_inp.weight", 0);  // the router, [experts, d_model]
+      add_experts(p + ".mlp", "gate_proj.weight", b + ".ffn_gate_exps.weight");
+      add_experts(p + ".mlp", "up_proj.weight", b + ".ffn_up_exps.weight");
+      add_experts(p + ".mlp", "down_proj.weight", b + ".ffn_down_exps.weight");
+    } else if (spec.has_mlp()) {
       add(p + ".post_attention_layernorm.weight", b + ".ffn_norm.weight", 0);
       add(p + ".mlp.gate_proj.weight", b + ".ffn_gate.weight", 0);
       add(p + ".mlp.up_proj.weight", b + ".ffn_up.weight", 0);

@@ -1,9 +1,10 @@
 #pragma once
-// A loom checkpoint as a GGUF v3 file llama.cpp runs (architecture `llama`, or `deci` for
-// heterogeneous layers, model.block_configs): llama.cpp's tensor names, Q/K rows permuted from
-// loom's (Hugging Face's) half-split RoPE layout to llama.cpp's interleaved one, Llama 3.1's scaled
-// RoPE as `rope_freqs` factors, and the tokenizer as a GGUF `gpt2` (byte-level BPE) vocabulary
-// (gguf_tokenizer.h). See docs/serving.md ("GGUF export") for what is supported.
+// A loom checkpoint as a GGUF v3 file llama.cpp runs (architecture `llama`, with experts for a
+// Mixtral-style mixture of experts, or `deci` for heterogeneous layers, model.block_configs):
+// llama.cpp's tensor names, Q/K rows permuted from loom's (Hugging Face's) half-split RoPE layout
+// to llama.cpp's interleaved one, Llama 3.1's scaled RoPE as `rope_freqs` factors, and the
+// tokenizer as a GGUF `gpt2` (byte-level BPE) vocabulary (gguf_tokenizer.h). See docs/serving.md
+// ("GGUF export") for what is supported.
 #include <cstdint>
 #include <string>
 
@@ -21,7 +22,7 @@ struct GgufExportResult {
 };
 
 // Throws naming the model key when the checkpoint's model is not Llama-style (rms norm, SwiGLU,
-// RoPE unscaled or llama3, no biases, dense MLPs, layers llama.cpp's `deci` runs) or its tokenizer
+// RoPE unscaled or llama3, no biases, MoE only as Mixtral's, layers llama.cpp's `deci` runs) or its tokenizer
 // is one llama.cpp cannot reproduce.
 GgufExportResult export_to_gguf(const std::string& checkpoint, const std::string& path, const GgufExportOptions& options);
 

@@ -92,30 +92,35 @@ Zero3::Zero3(comm::Communicator& dp, float* values, float* grads, std::vector<Pa
     std::sort(unit_sections_[u].begin(), unit_sections_[u].end());
     unit_sections_[u].erase(std::unique(unit_sections_[u].begin(), unit_sections_[u].end()), unit_sections_[u].end());
   }
+  allocate_state(state, grad, max_padded + max_shard, max_shard);
+  slot_section_.assign(options_.comm_buffers, -1);
+  slot_work_.resize(options_.comm_buffers);
+  acquired_.assign(2 * U, 0);
+  load_from_full();
+  // The gradient buffer is address space only from now on.
+  for (const Section& sec : sections_) release_range(options_.device, grads_, sec.begin, sec.numel);
+}
+
+// The shard state (`state` owned elements, `grad` padded gradient elements) on the device, or in
+// host memory the device moves fastest (offload_shards), and the reduce-scatter slots of `slot`
+// elements (a padded section to send, then the received shard of at most `max_shard`).
+void Zero3::allocate_state(int64_t state, int64_t grad, int64_t slot, int64_t max_shard) {
   const Device device = options_.device;
-  // The shard state on the device, or in host memory the device moves fastest (offload_shards).
   auto shard_array = [&](int64_t n, DType dtype) {
     return options_.offload_shards ? Tensor::transfer_staging({n}, dtype, device) : Tensor({n}, dtype, device);
   };
   shard_ = shard_array(state, DType::F32);
-  moments_ = optim::MomentArrays(state, optim::offloaded_elements(config, !device.is_cpu(), state), device);
+  moments_ = optim::MomentArrays(state, optim::offloaded_elements(config_, !device.is_cpu(), state), device);
   grad_shards_ = shard_array(grad, DType::F32);
   shard_elements_ = options_.offload_shards ? 0 : state;
   device_grad_shard_elements_ = options_.offload_shards ? 0 : grad;
-  // A slot holds a padded section to send, then the received shard.
-  slot_elements_ = max_padded + max_shard;
+  slot_elements_ = slot;
   staging_ = Tensor({options_.comm_buffers * slot_elements_}, options_.wire, device);
   if (options_.offload_shards) received_host_ = Tensor::transfer_staging({max_shard}, options_.wire, device);
   LOOM_CHECK(options_.param_gather == DType::F32 || options_.param_gather == DType::BF16 ||
             options_.param_gather == DType::F16,
         "Zero3: parameters are gathered in f32, bf16 or f16 (precision.param_dtype=fp32 or compute)");
   if (options_.param_gather != DType::F32) gather_send_ = shard_array(state, options_.param_gather);
-  slot_section_.assign(options_.comm_buffers, -1);
-  slot_work_.resize(options_.comm_buffers);
-  acquired_.assign(2 * U, 0);
-  load_from_full();
-  // The gradient buffer is address space only from now on.
-  for (const Section& sec : sections_) release_range(device, grads_, sec.begin, sec.numel);
 }
 
 // Section s: the contiguous flat range of the parameters in it, split into dp shards, and the

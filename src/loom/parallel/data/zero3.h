@@ -217,6 +217,7 @@ class Zero3 : public model::ParameterHooks {
   int phase_unit(int phase) const { return phase < units() ? phase : 2 * units() - 1 - phase; }
   int units() const { return static_cast<int>(unit_sections_.size()); }
   void lay_out_section(int s, const std::vector<int>& section_of, const std::string& who);
+  void allocate_state(int64_t state, int64_t grad, int64_t slot, int64_t max_shard);
   void begin_phase(int phase);
   void end_phase(int phase);
   void acquire(int phase);
