@@ -164,6 +164,21 @@ TEST(GgufExport, HfQwen3TokenizerTokenizesAndGeneratesAsLoom) {
   expect_llama_cpp_matches("gguf-qwen3", "hf:" + data::default_data_dir() + "/hf/qwen3", false);
 }
 
+// The tiktoken encodings past GPT-2's: p50k_base (its <|endoftext|> among the ranks' ids, GPT-2's
+// split), cl100k_base (Llama 3's split, llama.cpp's llama-bpe, which also cleans spaces) and
+// o200k_base (llama.cpp's gpt-4o, which does not), each with its merges rebuilt from the ranks.
+TEST(GgufExport, P50kTokenizerTokenizesAndGeneratesAsLoom) {
+  expect_llama_cpp_matches("gguf-p50k", "p50k_base", true);
+}
+
+TEST(GgufExport, Cl100kTokenizerTokenizesAndGeneratesAsLoom) {
+  expect_llama_cpp_matches("gguf-cl100k", "cl100k_base", true);
+}
+
+TEST(GgufExport, O200kTokenizerTokenizesAndGeneratesAsLoom) {
+  expect_llama_cpp_matches("gguf-o200k", "o200k_base", false);
+}
+
 TEST(GgufExport, MergesRebuiltFromRanks) {
   // Ranks: bytes a b c, then "ab" (a+b), "bc" (b+c), "abc": merging a b c below rank 5 makes
   // "ab" first (rank 3 < 4), so "abc" is ab + c, not a + bc.
@@ -244,7 +259,6 @@ TEST(GgufExport, RefusesOtherTokenizersNamingTheKey) {
   };
   // Llama 2's SentencePiece-converted tokenizer.json (byte fallback, Metaspace-style normalizer).
   expect_refused("hf:" + data::default_data_dir() + "/hf/llama2", "model.byte_fallback");
-  expect_refused("cl100k_base", "data.tokenizer is cl100k_base");
 }
 
 // Heterogeneous layers (model.block_configs, as Llama-3.3-Nemotron-Super's) go out as llama.cpp's

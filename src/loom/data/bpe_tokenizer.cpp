@@ -330,6 +330,13 @@ std::optional<int32_t> BpeTokenizer::special_token_id(std::string_view text) con
   return std::nullopt;
 }
 
+std::optional<std::string_view> BpeTokenizer::rank_bytes(int32_t id) const {
+  if (id < 0 || id >= encoding_.vocab_size || !id_used_[static_cast<size_t>(id)]) return std::nullopt;
+  for (const SpecialToken& s : encoding_.specials)
+    if (s.id == id) return std::nullopt;
+  return token_bytes_[static_cast<size_t>(id)];
+}
+
 std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
   std::string out;
   for (size_t i = 0; i < ids.size(); ++i) {

@@ -54,6 +54,12 @@ class BpeTokenizer final : public Tokenizer {
   std::string name() const override { return std::string(encoding_.name); }
   std::optional<int32_t> special_token_id(std::string_view text) const override;
 
+  // The published definition it was made from (its specials, its vocabulary size).
+  const BpeEncoding& encoding() const { return encoding_; }
+  // The bytes of the mergeable rank `id`, or nullopt for a special token's id or an unused one
+  // between the ranks and the specials.
+  std::optional<std::string_view> rank_bytes(int32_t id) const;
+
  private:
   struct StringHash {
     using is_transparent = void;

@@ -2,11 +2,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "loom/core/error.h"
+#include "loom/data/bpe_tokenizer.h"
 #include "loom/data/hf/components.h"
 #include "loom/data/hf/hf_tokenizer.h"
 #include "loom/interop/gguf/tiktoken_merges.h"
@@ -58,16 +60,34 @@ Vocabulary byte_vocabulary(const data::Tokenizer& tokenizer) {
   return v;
 }
 
-// gpt2 (r50k_base): ranks 0..50255 are the ids, <|endoftext|> (50256) the only special token.
-Vocabulary gpt2_vocabulary(const data::Tokenizer& tokenizer) {
-  Vocabulary v{"gpt-2", {}, {}, {}, tokenizer.eot_token(), tokenizer.eot_token()};
-  std::vector<std::string> ranks;
-  for (int32_t id = 0; id < tokenizer.eot_token(); ++id) {
-    const int32_t one[] = {id};
-    ranks.push_back(tokenizer.decode(one));
+// llama.cpp's pre-tokenizer splitting text as a tiktoken encoding's pattern does: GPT-2's for
+// r50k_base (gpt2) and p50k_base; cl100k_base's is Llama 3's (whose tokenizer extends it), which
+// llama.cpp runs as "llama-bpe", taking a piece found whole in the vocabulary as tiktoken does;
+// o200k_base's is llama.cpp's "gpt-4o".
+std::string tiktoken_pre(const std::string& encoding) {
+  if (encoding == "r50k_base" || encoding == "p50k_base" || encoding == "p50k_edit") return "gpt-2";
+  if (encoding == "cl100k_base") return "llama-bpe";
+  if (encoding == "o200k_base") return "gpt-4o";
+  return "";
+}
+
+// A tiktoken encoding (data/bpe_tokenizer.h): each rank's bytes as byte-to-unicode characters at
+// its id, its special tokens (control) at theirs, unused ids between them marked unused, and the
+// merges rebuilt from the ranks in rank order (tiktoken_merges.h).
+Vocabulary tiktoken_vocabulary(const data::BpeTokenizer& tokenizer) {
+  const std::string encoding(tokenizer.encoding().name);
+  Vocabulary v{tiktoken_pre(encoding), {}, {}, {}, tokenizer.eot_token(), tokenizer.eot_token()};
+  if (v.pre.empty())
+    refuse("data.tokenizer", encoding, "the GGUF export takes the tiktoken encodings r50k_base (gpt2), p50k_base, "
+                                       "p50k_edit, cl100k_base and o200k_base");
+  std::vector<std::string> ranks;  // in rank order: the ids of the ranks ascend with them
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    const std::optional<std::string_view> bytes = tokenizer.rank_bytes(id);
+    if (!bytes) continue;
+    ranks.emplace_back(*bytes);
     set_token(v, id, byte_level(ranks.back()), kNormal);
   }
-  set_token(v, tokenizer.eot_token(), "<|endoftext|>", kControl);
+  for (const data::SpecialToken& s : tokenizer.encoding().specials) set_token(v, s.id, std::string(s.text), kControl);
   for (auto& [left, right] : merges_from_ranks(ranks)) v.merges.push_back(byte_level(left) + " " + byte_level(right));
   return v;
 }
@@ -139,12 +159,13 @@ void add_tokenizer(GgufWriter& w, int64_t vocab_size, const std::string& name, c
   Vocabulary v;
   if (name == "byte") {
     v = byte_vocabulary(tokenizer);
-  } else if (name == "gpt2" || name == "r50k_base") {
-    v = gpt2_vocabulary(tokenizer);
+  } else if (const auto* tiktoken = dynamic_cast<const data::BpeTokenizer*>(&tokenizer)) {
+    v = tiktoken_vocabulary(*tiktoken);
   } else if (const auto* hf = dynamic_cast<const data::HfTokenizer*>(&tokenizer)) {
     v = hf_vocabulary(name, *hf);
   } else {
-    refuse("data.tokenizer", name, "the GGUF export takes byte, gpt2 (r50k_base) and hf:<dir> byte-level BPE tokenizers");
+    refuse("data.tokenizer", name, "the GGUF export takes byte, the tiktoken encodings and hf:<dir> byte-level BPE "
+                                   "tokenizers");
   }
   LOOM_CHECK(static_cast<int64_t>(v.tokens.size()) <= vocab_size,
              "loom convert --to-gguf: tokenizer " + name + " has ids up to " + std::to_string(v.tokens.size() - 1) +
