@@ -317,6 +317,44 @@ TEST(GgufExport, MixtureOfExpertsRunsAsLlamaCppsLlama) {
   std::filesystem::remove_all(root);
 }
 
+// Trains a Nemotron-H hybrid of `layers` (its pattern and MoE keys), exports it, and checks that
+// llama.cpp's `nemotron_h` generates greedily the same tokens as loom's decoding.
+void expect_hybrid_runs_as_llama_cpp(const std::string& tag, const std::string& layers, int64_t tensors) {
+  const std::string root = t::make_training_root(tag);
+  const std::string yaml =
+      "model: {vocab_size: 0, d_model: 32, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: relu2, "
+      "positions: none, tied_embeddings: false, max_seq_len: 64, init_std: 0.2, " + layers + ",\n"
+      "        mamba: {state_size: 8, heads: 4, head_dim: 16, groups: 2, conv_kernel: 4, chunk_size: 8}}\n"
+      "train: {steps: 3, global_batch: 4, micro_batch: 4}\n"
+      "data: {tokenizer: byte, train_prefix: " + root + "/data/c_train, seq_len: 16}\n";
+  t::train_run(root, "hybrid", yaml, {});
+  const std::string checkpoint = root + "/hybrid/checkpoints", file = root + "/model.gguf";
+  EXPECT_EQ(export_to_gguf(checkpoint, file, {}).tensors, tensors);
+  const std::vector<std::string> prompts = {"It is a", "Call me Ishmael. Some years", "x"};
+  const std::vector<Loom> loom = loom_greedy(checkpoint, prompts, 30);
+  const std::vector<nlohmann::json> llama_cpp = llama_cpp_greedy(file, prompts, 30);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(llama_cpp[i].at("prompt").get<std::vector<int32_t>>(), loom[i].prompt) << prompts[i];
+    EXPECT_EQ(llama_cpp[i].at("generated").get<std::vector<int32_t>>(), loom[i].generated) << prompts[i];
+  }
+  std::filesystem::remove_all(root);
+}
+
+// Nemotron-H hybrids go out as llama.cpp's `nemotron_h`, whose Mamba-2 convolution, scan and gated
+// norm, attention without positions and squared-ReLU MLPs then generate as loom's decoding does:
+// Nemotron-H's layers (Mamba-2, attention, MLP), and Nemotron 3 Super's (Mamba-2, attention and a
+// latent MoE with sigmoid routing, a shared expert, a trained expert bias and scaled weights).
+TEST(GgufExport, NemotronHHybridsRunAsLlamaCppsNemotronH) {
+  // embeddings; a Mamba-2 layer 9 tensors, attention 5, an MLP 3; output norm and head
+  expect_hybrid_runs_as_llama_cpp("gguf-nemotron-h", "layers: 4, layer_pattern: 'M*-M'", 1 + 9 + 5 + 3 + 9 + 2);
+  // a MoE layer: norm, router, its bias, the latent projections, the shared expert, the experts' stacks
+  expect_hybrid_runs_as_llama_cpp("gguf-nemotron-h-moe",
+                                  "layers: 4, layer_pattern: 'M*ME', moe_experts: 4, moe_top_k: 2, moe_ffn_size: 16, "
+                                  "moe_latent_size: 16, moe_shared_ffn_size: 24, moe_router: sigmoid, "
+                                  "moe_expert_bias: true, moe_bias_update_rate: 0.05, moe_topk_scaling: 1.5",
+                                  1 + 9 + 5 + 9 + 9 + 2);
+}
+
 // What llama.cpp's `llama` and `deci` cannot run is refused by its key, and no file is written.
 TEST(GgufExport, RefusesLayersLlamaCppsDeciCannotRun) {
   const std::string root = t::make_training_root("gguf-deci-refused");
@@ -328,6 +366,10 @@ TEST(GgufExport, RefusesLayersLlamaCppsDeciCannotRun) {
       {"moe_experts: 4, moe_shared_ffn_size: 16", "model.moe_shared_ffn_size is 16"},
       {"moe_experts: 4, block_configs: [{ffn: moe}, {ffn: dense}]", "model.block_configs[0].ffn is moe"},
       {"rope_scaling: yarn, rope_scaling_factor: 2.0", "model.rope_scaling is yarn"},
+      {"layer_pattern: '-E', activation: relu2, positions: none, moe_experts: 4, moe_router: sigmoid, "
+       "moe_shared_ffn_size: 16",
+       "model.layer_pattern is '-E'"},
+      {"layer_pattern: 'M*', activation: relu2, mamba: {heads: 2, head_dim: 16, chunk_size: 8}", "model.positions"},
   };
   int run = 0;
   for (const auto& [keys, expected] : refused) {

@@ -8,7 +8,9 @@
 #include "loom/core/dtype_convert.h"
 #include "loom/core/error.h"
 #include "loom/data/tokenizer.h"
+#include "loom/interop/gguf/gguf_nemotron_h.h"
 #include "loom/interop/gguf/gguf_tokenizer.h"
+#include "loom/interop/hf/hf_nemotron_h.h"
 #include "loom/interop/gguf/gguf_writer.h"
 #include "loom/kernels/types.h"
 #include "loom/model/layer_spec.h"
@@ -35,10 +37,6 @@ void check_exportable(const config::ModelConfig& m, const std::vector<model::Lay
   if (m.bias) refuse("model.bias", "true", llama_style);
   if (m.qkv_bias) refuse("model.qkv_bias", "true", llama_style);
   if (m.rope_scaling == config::RopeScaling::Yarn) refuse("model.rope_scaling", "yarn", llama_style);
-  if (!m.layer_pattern.empty()) {
-    refuse("model.layer_pattern", "'" + m.layer_pattern + "'",
-           "a hybrid's Mamba-2 mixers and lone MLP layers have no place in llama.cpp's `llama` or `deci`");
-  }
   // llama.cpp's `llama` MoE: every layer's, routed by a softmax over the k best logits (its
   // softmax over all, renormalised over the k), each expert a SwiGLU MLP, nothing else.
   const config::MoeConfig& moe = m.moe;
@@ -72,16 +70,19 @@ void check_exportable(const config::ModelConfig& m, const std::vector<model::Lay
   }
 }
 
-// llama.cpp's `llama` for a model whose layers are alike, `deci` for model.block_configs: the
-// same keys under that prefix, with a value per layer where the layers differ (0 heads: no
-// attention; 0 ffn: no MLP).
-void add_metadata(GgufWriter& w, const config::ModelConfig& m, const std::vector<model::LayerSpec>& layers,
-                  const std::string& dtype, const std::string& name) {
-  const std::string arch = m.block_configs.empty() ? "llama" : "deci";
-  w.add_string("general.architecture", arch);
+// What every export says first: its name, alignment and matrices' dtype.
+void add_general(GgufWriter& w, const std::string& dtype, const std::string& name) {
   w.add_string("general.name", name);
   w.add_u32("general.alignment", 32);
   w.add_u32("general.file_type", dtype == "f32" ? 0 : dtype == "f16" ? 1 : 32);
+}
+
+// llama.cpp's `llama` for a model whose layers are alike, `deci` for model.block_configs: the
+// same keys under that prefix, with a value per layer where the layers differ (0 heads: no
+// attention; 0 ffn: no MLP).
+void add_metadata(GgufWriter& w, const config::ModelConfig& m, const std::vector<model::LayerSpec>& layers) {
+  const std::string arch = m.block_configs.empty() ? "llama" : "deci";
+  w.add_string("general.architecture", arch);
   w.add_u32(arch + ".context_length", m.max_seq_len);
   w.add_u32(arch + ".embedding_length", m.d_model);
   w.add_u32(arch + ".block_count", m.layers);
@@ -152,34 +153,17 @@ std::vector<float> interleave_rope_rows(const std::vector<float>& w, int64_t hea
   }
   return out;
 }
-}  // namespace
 
-GgufExportResult export_to_gguf(const std::string& checkpoint_path, const std::string& path, const GgufExportOptions& options) {
-  LOOM_CHECK(options.dtype == "f32" || options.dtype == "f16" || options.dtype == "bf16",
-             "--dtype: '" + options.dtype + "' is not one of f32, f16, bf16");
-  ckpt::LoadedCheckpoint checkpoint = ckpt::load_checkpoint(checkpoint_path);
-  config::RunConfig config = config::parse_config(checkpoint.config_yaml(), checkpoint.path() + "/manifest.json", {});
-  auto tokenizer = data::make_tokenizer(config.data.tokenizer);
-  const config::ModelConfig m = train::resolve_model_config(config.model, *tokenizer);
-  const std::vector<model::LayerSpec> layers = model::resolve_layers(m);
-  check_exportable(m, layers);
-  GgufWriter w;
-  add_metadata(w, m, layers, options.dtype, config.run.name);
-  add_tokenizer(w, m.vocab_size, config.data.tokenizer, *tokenizer);
+// llama.cpp's `llama` (with or without experts) and `deci` tensors of a loom checkpoint: q and k
+// rows interleaved for its rope, Llama 3.1's rope factors, each projection's experts stacked.
+void put_llama_tensors(const ckpt::LoadedCheckpoint& checkpoint, const config::ModelConfig& m,
+                       const std::vector<model::LayerSpec>& layers, const PutTensor& put) {
   const int64_t hd = model::head_dim(m);
-  GgufExportResult result{checkpoint.path(), checkpoint.step(), 0, 0};
   auto read = [&](const std::string& loom_name, Shape& shape) {
     shape = checkpoint.shape(loom_name);
     std::vector<float> values(shape_numel(shape));
     checkpoint.read(loom_name, values.data(), DType::F32, shape);
     return values;
-  };
-  auto put = [&](const std::string& gguf_name, const Shape& shape, const std::vector<float>& values) {
-    std::vector<uint64_t> dims(shape.rbegin(), shape.rend());  // ggml: fastest-varying first
-    const std::string dtype = shape.size() == 1 ? "f32" : options.dtype;
-    const TensorType type = dtype == "f32" ? TensorType::F32 : dtype == "f16" ? TensorType::F16 : TensorType::BF16;
-    w.add_tensor(gguf_name, dims, type, encode(values, dtype));
-    ++result.tensors;
   };
   auto add = [&](const std::string& loom_name, const std::string& gguf_name, int64_t permute_heads) {
     Shape shape;
@@ -201,8 +185,7 @@ GgufExportResult export_to_gguf(const std::string& checkpoint_path, const std::s
   add("model.embed_tokens.weight", "token_embd.weight", 0);
   if (m.rope_scaling == config::RopeScaling::Llama3) {
     const std::vector<float> factors = llama3_rope_factors(m);
-    w.add_tensor("rope_freqs.weight", {factors.size()}, TensorType::F32, encode(factors, "f32"));
-    ++result.tensors;
+    put("rope_freqs.weight", {static_cast<int64_t>(factors.size())}, factors);
   }
   for (int l = 0; l < m.layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l), b = "blk." + std::to_string(l);
@@ -229,6 +212,47 @@ GgufExportResult export_to_gguf(const std::string& checkpoint_path, const std::s
   }
   add("model.norm.weight", "output_norm.weight", 0);
   if (!m.tied_embeddings) add("lm_head.weight", "output.weight", 0);  // tied: llama.cpp reuses token_embd
+}
+
+}  // namespace
+
+GgufExportResult export_to_gguf(const std::string& checkpoint_path, const std::string& path, const GgufExportOptions& options) {
+  LOOM_CHECK(options.dtype == "f32" || options.dtype == "f16" || options.dtype == "bf16",
+             "--dtype: '" + options.dtype + "' is not one of f32, f16, bf16");
+  ckpt::LoadedCheckpoint checkpoint = ckpt::load_checkpoint(checkpoint_path);
+  config::RunConfig config = config::parse_config(checkpoint.config_yaml(), checkpoint.path() + "/manifest.json", {});
+  auto tokenizer = data::make_tokenizer(config.data.tokenizer);
+  const config::ModelConfig m = train::resolve_model_config(config.model, *tokenizer);
+  const std::vector<model::LayerSpec> layers = model::resolve_layers(m);
+  GgufWriter w;
+  add_general(w, options.dtype, config.run.name);
+  if (is_hybrid(m)) {
+    try {
+      hf::check_nemotron_h_exportable(m);
+    } catch (const Error& e) {  // llama.cpp converts Hugging Face's NemotronH: what it cannot hold
+      throw Error(std::string("loom convert --to-gguf: llama.cpp's nemotron_h runs Hugging Face's NemotronH: ") +
+                  e.what());
+    }
+    check_nemotron_h_layers(m);
+    add_nemotron_h_metadata(w, m);
+  } else {
+    check_exportable(m, layers);
+    add_metadata(w, m, layers);
+  }
+  add_tokenizer(w, m.vocab_size, config.data.tokenizer, *tokenizer);
+  GgufExportResult result{checkpoint.path(), checkpoint.step(), 0, 0};
+  auto put = [&](const std::string& gguf_name, const Shape& shape, const std::vector<float>& values) {
+    std::vector<uint64_t> dims(shape.rbegin(), shape.rend());  // ggml: fastest-varying first
+    const std::string dtype = stays_f32(gguf_name, shape) ? "f32" : options.dtype;
+    const TensorType type = dtype == "f32" ? TensorType::F32 : dtype == "f16" ? TensorType::F16 : TensorType::BF16;
+    w.add_tensor(gguf_name, dims, type, encode(values, dtype));
+    ++result.tensors;
+  };
+  if (is_hybrid(m)) {
+    put_nemotron_h_tensors(checkpoint, m, put);
+  } else {
+    put_llama_tensors(checkpoint, m, layers, put);
+  }
   result.bytes = w.write(path);
   return result;
 }

@@ -1,6 +1,7 @@
 #pragma once
 // A loom checkpoint as a GGUF v3 file llama.cpp runs (architecture `llama`, with experts for a
-// Mixtral-style mixture of experts, or `deci` for heterogeneous layers, model.block_configs):
+// Mixtral-style mixture of experts, `deci` for heterogeneous layers, model.block_configs, or
+// `nemotron_h` for Nemotron-H hybrids, model.layer_pattern: gguf_nemotron_h.h):
 // llama.cpp's tensor names, Q/K rows permuted from loom's (Hugging Face's) half-split RoPE layout
 // to llama.cpp's interleaved one, Llama 3.1's scaled RoPE as `rope_freqs` factors, and the
 // tokenizer as a GGUF `gpt2` (byte-level BPE) vocabulary (gguf_tokenizer.h). See docs/serving.md

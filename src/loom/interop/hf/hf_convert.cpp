@@ -84,23 +84,6 @@ void check_parameters_match(const ckpt::LoadedCheckpoint& checkpoint, const std:
   }
 }
 
-// A Hugging Face tensor's values: its loom pieces back to back, as f32 (a state piece the
-// checkpoint lacks, such as the expert bias of a model trained without one, is zeros).
-std::vector<float> read_pieces(const ckpt::LoadedCheckpoint& checkpoint, const HfTensor& t) {
-  std::vector<float> values;
-  for (const HfPiece& piece : t.pieces) {
-    const int64_t n = shape_numel(piece.shape);
-    const size_t at = values.size();
-    values.resize(at + static_cast<size_t>(n), 0.0f);
-    if (t.state && !checkpoint.has(piece.name)) continue;
-    const DType stored = checkpoint.dtype(piece.name);
-    std::vector<std::byte> raw(static_cast<size_t>(n) * dtype_size(stored));
-    checkpoint.read(piece.name, raw.data(), stored, piece.shape);
-    to_f32(values.data() + at, raw.data(), n, stored);  // little-endian, as loom (x86-64) and safetensors
-  }
-  return values;
-}
-
 // ---- Hugging Face -> loom -------------------------------------------------------------------
 
 // The tensors of an HF model directory: one model.safetensors, or the shards of an index.
@@ -322,7 +305,7 @@ HfExportResult export_to_hf(const std::string& checkpoint_path, const std::strin
   std::vector<loom::interop::hf::SafetensorsOutput> tensors;
   for (const HfTensor& t : hf_tensors(model)) {
     tensors.push_back({t.name, bf16 ? "BF16" : "F32", unsigned_shape(t.shape), [&checkpoint, t, bf16](std::span<std::byte> out) {
-                         const std::vector<float> values = read_pieces(checkpoint, t);
+                         const std::vector<float> values = read_hf_tensor(checkpoint, t);
                          from_f32(out.data(), values.data(), static_cast<int64_t>(values.size()),
                                   bf16 ? DType::BF16 : DType::F32);
                        }});

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/ckpt/checkpoint.h"
 #include "loom/config/run_config.h"
 #include "loom/core/tensor.h"
 
@@ -26,5 +27,9 @@ struct HfTensor {
 
 // Every Hugging Face tensor of `model` (vocab_size resolved), in model order.
 std::vector<HfTensor> hf_tensors(const config::ModelConfig& model);
+
+// A Hugging Face tensor's values from a loom checkpoint: its pieces back to back, as f32 (a state
+// piece the checkpoint lacks, such as the expert bias of a model trained without one, is zeros).
+std::vector<float> read_hf_tensor(const ckpt::LoadedCheckpoint& checkpoint, const HfTensor& t);
 
 }  // namespace loom::interop::hf
