@@ -261,34 +261,41 @@ TEST(GgufExport, RefusesOtherTokenizersNamingTheKey) {
   expect_refused("hf:" + data::default_data_dir() + "/hf/llama2", "model.byte_fallback");
 }
 
+// Trains a model (`model`: the body of its YAML map) on bytes, exports it, checks the file's tensor
+// count, and that llama.cpp generates greedily the same 30 tokens as loom's decoding after each
+// prompt.
+void expect_export_generates_as_loom(const std::string& tag, const std::string& model, int64_t tensors) {
+  const std::string root = t::make_training_root(tag);
+  const std::string yaml = "model: {" + model + "}\ntrain: {steps: 3, global_batch: 4, micro_batch: 4}\n" +
+                           "data: {tokenizer: byte, train_prefix: " + root + "/data/c_train, seq_len: 16}\n";
+  t::train_run(root, "model", yaml, {});
+  const std::string checkpoint = root + "/model/checkpoints", file = root + "/model.gguf";
+  EXPECT_EQ(export_to_gguf(checkpoint, file, {}).tensors, tensors) << tag;
+  const std::vector<std::string> prompts = {"It is a", "Call me Ishmael. Some years", "x"};
+  const std::vector<Loom> loom = loom_greedy(checkpoint, prompts, 30);
+  const std::vector<nlohmann::json> llama_cpp = llama_cpp_greedy(file, prompts, 30);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(llama_cpp[i].at("prompt").get<std::vector<int32_t>>(), loom[i].prompt) << tag << ": " << prompts[i];
+    EXPECT_EQ(llama_cpp[i].at("generated").get<std::vector<int32_t>>(), loom[i].generated) << tag << ": " << prompts[i];
+  }
+  std::filesystem::remove_all(root);
+}
+
 // Heterogeneous layers (model.block_configs, as Llama-3.3-Nemotron-Super's) go out as llama.cpp's
 // `deci` architecture, with a head count, kv-head count and ffn size per layer (0 where a layer
 // skips attention or its MLP), and Llama 3.1's scaled RoPE as the `rope_freqs` factors; llama.cpp
 // then generates greedily the same tokens as loom's decoding. A context of 64 positions over an
 // original 16 puts the scaling to work in every prompt.
 TEST(GgufExport, HeterogeneousLayersAndLlama3RopeRunAsLlamaCppsDeci) {
-  const std::string root = t::make_training_root("gguf-deci");
-  const std::string yaml =
-      "model: {vocab_size: 0, d_model: 32, layers: 5, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, "
-      "activation: swiglu, positions: rope, tied_embeddings: false, max_seq_len: 64, init_std: 0.2, "
-      "rope_scaling: llama3, rope_scaling_factor: 4.0, rope_original_max_positions: 16, rope_theta: 500.0,\n"
-      "        block_configs: [{kv_heads: 4, ffn_size: 32}, {attention: skip, ffn_size: 64}, {kv_heads: 1}, "
-      "{attention: skip, ffn_size: 0}, {ffn_size: 16}]}\n"
-      "train: {steps: 2, global_batch: 4, micro_batch: 4}\n"
-      "data: {tokenizer: byte, train_prefix: " + root + "/data/c_train, seq_len: 16}\n";
-  t::train_run(root, "deci", yaml, {});
-  const std::string checkpoint = root + "/deci/checkpoints", file = root + "/model.gguf";
-  const GgufExportResult result = export_to_gguf(checkpoint, file, {});
   // embeddings, rope_freqs, 3 attention blocks of 5, 4 MLPs of 4, output norm and head
-  EXPECT_EQ(result.tensors, 1 + 1 + 3 * 5 + 4 * 4 + 2);
-  const std::vector<std::string> prompts = {"It is a", "Call me Ishmael. Some years", "x"};
-  const std::vector<Loom> loom = loom_greedy(checkpoint, prompts, 30);
-  const std::vector<nlohmann::json> llama_cpp = llama_cpp_greedy(file, prompts, 30);
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    EXPECT_EQ(llama_cpp[i].at("prompt").get<std::vector<int32_t>>(), loom[i].prompt) << prompts[i];
-    EXPECT_EQ(llama_cpp[i].at("generated").get<std::vector<int32_t>>(), loom[i].generated) << prompts[i];
-  }
-  std::filesystem::remove_all(root);
+  expect_export_generates_as_loom(
+      "gguf-deci",
+      "vocab_size: 0, d_model: 32, layers: 5, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: swiglu, "
+      "positions: rope, tied_embeddings: false, max_seq_len: 64, init_std: 0.2, rope_scaling: llama3, "
+      "rope_scaling_factor: 4.0, rope_original_max_positions: 16, rope_theta: 500.0, "
+      "block_configs: [{kv_heads: 4, ffn_size: 32}, {attention: skip, ffn_size: 64}, {kv_heads: 1}, "
+      "{attention: skip, ffn_size: 0}, {ffn_size: 16}]",
+      1 + 1 + 3 * 5 + 4 * 4 + 2);
 }
 
 // A mixture of experts in every layer (Mixtral's) goes out as llama.cpp's `llama` with experts:
@@ -296,48 +303,13 @@ TEST(GgufExport, HeterogeneousLayersAndLlama3RopeRunAsLlamaCppsDeci) {
 // `expert_count` / `expert_used_count`; llama.cpp routes as loom's topk_softmax (a softmax over
 // all logits renormalised over the k best) and generates greedily the same tokens.
 TEST(GgufExport, MixtureOfExpertsRunsAsLlamaCppsLlama) {
-  const std::string root = t::make_training_root("gguf-moe");
-  const std::string yaml =
-      "model: {vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, "
-      "activation: swiglu, positions: rope, tied_embeddings: false, max_seq_len: 64, init_std: 0.2, "
-      "moe_experts: 4, moe_top_k: 2, moe_ffn_size: 24}\n"
-      "train: {steps: 2, global_batch: 4, micro_batch: 4}\n"
-      "data: {tokenizer: byte, train_prefix: " + root + "/data/c_train, seq_len: 16}\n";
-  t::train_run(root, "moe", yaml, {});
-  const std::string checkpoint = root + "/moe/checkpoints", file = root + "/model.gguf";
-  const GgufExportResult result = export_to_gguf(checkpoint, file, {});
-  EXPECT_EQ(result.tensors, 1 + 2 * (5 + 5) + 2);  // per layer: attention 5, MoE's norm, router and 3 stacks
-  const std::vector<std::string> prompts = {"It is a", "Call me Ishmael. Some years", "x"};
-  const std::vector<Loom> loom = loom_greedy(checkpoint, prompts, 30);
-  const std::vector<nlohmann::json> llama_cpp = llama_cpp_greedy(file, prompts, 30);
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    EXPECT_EQ(llama_cpp[i].at("prompt").get<std::vector<int32_t>>(), loom[i].prompt) << prompts[i];
-    EXPECT_EQ(llama_cpp[i].at("generated").get<std::vector<int32_t>>(), loom[i].generated) << prompts[i];
-  }
-  std::filesystem::remove_all(root);
-}
-
-// Trains a Nemotron-H hybrid of `layers` (its pattern and MoE keys), exports it, and checks that
-// llama.cpp's `nemotron_h` generates greedily the same tokens as loom's decoding.
-void expect_hybrid_runs_as_llama_cpp(const std::string& tag, const std::string& layers, int64_t tensors) {
-  const std::string root = t::make_training_root(tag);
-  const std::string yaml =
-      "model: {vocab_size: 0, d_model: 32, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: relu2, "
-      "positions: none, tied_embeddings: false, max_seq_len: 64, init_std: 0.2, " + layers + ",\n"
-      "        mamba: {state_size: 8, heads: 4, head_dim: 16, groups: 2, conv_kernel: 4, chunk_size: 8}}\n"
-      "train: {steps: 3, global_batch: 4, micro_batch: 4}\n"
-      "data: {tokenizer: byte, train_prefix: " + root + "/data/c_train, seq_len: 16}\n";
-  t::train_run(root, "hybrid", yaml, {});
-  const std::string checkpoint = root + "/hybrid/checkpoints", file = root + "/model.gguf";
-  EXPECT_EQ(export_to_gguf(checkpoint, file, {}).tensors, tensors);
-  const std::vector<std::string> prompts = {"It is a", "Call me Ishmael. Some years", "x"};
-  const std::vector<Loom> loom = loom_greedy(checkpoint, prompts, 30);
-  const std::vector<nlohmann::json> llama_cpp = llama_cpp_greedy(file, prompts, 30);
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    EXPECT_EQ(llama_cpp[i].at("prompt").get<std::vector<int32_t>>(), loom[i].prompt) << prompts[i];
-    EXPECT_EQ(llama_cpp[i].at("generated").get<std::vector<int32_t>>(), loom[i].generated) << prompts[i];
-  }
-  std::filesystem::remove_all(root);
+  // per layer: attention 5, the MoE's norm, router and 3 stacks
+  expect_export_generates_as_loom(
+      "gguf-moe",
+      "vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: swiglu, "
+      "positions: rope, tied_embeddings: false, max_seq_len: 64, init_std: 0.2, moe_experts: 4, moe_top_k: 2, "
+      "moe_ffn_size: 24",
+      1 + 2 * (5 + 5) + 2);
 }
 
 // Nemotron-H hybrids go out as llama.cpp's `nemotron_h`, whose Mamba-2 convolution, scan and gated
@@ -346,12 +318,16 @@ void expect_hybrid_runs_as_llama_cpp(const std::string& tag, const std::string& 
 // latent MoE with sigmoid routing, a shared expert, a trained expert bias and scaled weights).
 TEST(GgufExport, NemotronHHybridsRunAsLlamaCppsNemotronH) {
   // embeddings; a Mamba-2 layer 9 tensors, attention 5, an MLP 3; output norm and head
-  expect_hybrid_runs_as_llama_cpp("gguf-nemotron-h", "layers: 4, layer_pattern: 'M*-M'", 1 + 9 + 5 + 3 + 9 + 2);
+  const std::string hybrid =
+      "vocab_size: 0, d_model: 32, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: relu2, positions: none, "
+      "tied_embeddings: false, max_seq_len: 64, init_std: 0.2, layers: 4, "
+      "mamba: {state_size: 8, heads: 4, head_dim: 16, groups: 2, conv_kernel: 4, chunk_size: 8}, ";
+  expect_export_generates_as_loom("gguf-nemotron-h", hybrid + "layer_pattern: 'M*-M'", 1 + 9 + 5 + 3 + 9 + 2);
   // a MoE layer: norm, router, its bias, the latent projections, the shared expert, the experts' stacks
-  expect_hybrid_runs_as_llama_cpp("gguf-nemotron-h-moe",
-                                  "layers: 4, layer_pattern: 'M*ME', moe_experts: 4, moe_top_k: 2, moe_ffn_size: 16, "
-                                  "moe_latent_size: 16, moe_shared_ffn_size: 24, moe_router: sigmoid, "
-                                  "moe_expert_bias: true, moe_bias_update_rate: 0.05, moe_topk_scaling: 1.5",
+  expect_export_generates_as_loom("gguf-nemotron-h-moe",
+                                  hybrid + "layer_pattern: 'M*ME', moe_experts: 4, moe_top_k: 2, moe_ffn_size: 16, "
+                                           "moe_latent_size: 16, moe_shared_ffn_size: 24, moe_router: sigmoid, "
+                                           "moe_expert_bias: true, moe_bias_update_rate: 0.05, moe_topk_scaling: 1.5",
                                   1 + 9 + 5 + 9 + 9 + 2);
 }
 

@@ -128,6 +128,22 @@ train: {global_batch: 4, micro_batch: 2}
 // (8 heads of 32, 4 kv heads), the output projection, the fused gate/up and the down projection.
 const std::vector<std::pair<double, double>> kTinyLinears = {{256 + 2 * 128, 256}, {256, 256}, {2 * 704, 256}, {256, 704}};
 
+// The tiny model's blocks' linear weights (6 layers): their gradients are written whole.
+double tiny_block_weights() {
+  double weights = 0.0;
+  for (const auto& [out, in] : kTinyLinears) weights += 6 * out * in;
+  return weights;
+}
+
+// A device of 1 GB/s whose host link moves 0.2 GB/s and host memory 0.5 GB/s (offloaded state).
+Hardware offload_device() {
+  Hardware hw = device();
+  hw.memory_bandwidth = 1e9;
+  hw.host_link_bandwidth = 2e8;
+  hw.host_memory_bandwidth = 5e8;
+  return hw;
+}
+
 // bf16 on every linear, at 1 G elements/s and an unlimited bandwidth: each linear's copies and casts
 // of its operands (input and weight twice, output gradient once) and of its three outputs.
 TEST(TimePlan, PrecisionCastsEveryLinearOperandAndOutput) {
@@ -489,8 +505,7 @@ TEST(TimePlan, GemmsThatWriteTheirOutputsAfterTheProductsAddThoseBytesAtTheBandw
 TEST(TimePlan, TheOptimizerZeroesEveryGradientButTheBlocksWeights) {
   Hardware hw = device();
   hw.memory_bandwidth = 1e9;
-  double block_weights = 0.0;
-  for (const auto& [out, in] : kTinyLinears) block_weights += 6 * out * in;
+  const double block_weights = tiny_block_weights();
   for (const int zero : {0, 1, 2, 3}) {
     const int dp = zero == 0 ? 1 : 2;
     const config::RunConfig c = tiny({"parallel.zero=" + std::to_string(zero)});
@@ -506,12 +521,8 @@ TEST(TimePlan, TheOptimizerZeroesEveryGradientButTheBlocksWeights) {
 // host's memory 28; the rest costs the device's 32; zeroing as before. That share's moments (8
 // bytes per owned parameter) leave the device's memory for the host's.
 TEST(TimePlan, AnOffloadedOptimizerCostsTheHostLinkAndHostMemory) {
-  Hardware hw = device();
-  hw.memory_bandwidth = 1e9;
-  hw.host_link_bandwidth = 2e8;
-  hw.host_memory_bandwidth = 5e8;
-  double block_weights = 0.0;
-  for (const auto& [out, in] : kTinyLinears) block_weights += 6 * out * in;
+  const Hardware hw = offload_device();
+  const double block_weights = tiny_block_weights();
   for (const double fraction : {1.0, 0.25}) {
     for (const int zero : {0, 1}) {
       SCOPED_TRACE("zero " + std::to_string(zero) + ", fraction " + std::to_string(fraction));
@@ -543,12 +554,8 @@ TEST(TimePlan, AnOffloadedOptimizerCostsTheHostLinkAndHostMemory) {
 // gradient up (4), which the host adds into the gradient shard (12 bytes of host memory); the
 // update reads its gradients in host memory (the norm's 4 bytes there too) and needs no link.
 TEST(TimePlan, ShardsInHostMemoryCostTheLinkEachMicroBatch) {
-  Hardware hw = device();
-  hw.memory_bandwidth = 1e9;
-  hw.host_link_bandwidth = 2e8;
-  hw.host_memory_bandwidth = 5e8;
-  double block_weights = 0.0;
-  for (const auto& [out, in] : kTinyLinears) block_weights += 6 * out * in;
+  const Hardware hw = offload_device();
+  const double block_weights = tiny_block_weights();
   for (const int dp : {1, 2}) {
     SCOPED_TRACE("dp " + std::to_string(dp));
     const std::vector<std::string> moments = {"parallel.zero=3", "runtime.device=cuda", "optim.cpu_offload=true"};
