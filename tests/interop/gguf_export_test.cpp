@@ -312,6 +312,24 @@ TEST(GgufExport, MixtureOfExpertsRunsAsLlamaCppsLlama) {
       1 + 2 * (5 + 5) + 2);
 }
 
+// Qwen 2's q/k/v biases go out as llama.cpp's `qwen2` (its NeoX rope rotates loom's half-split
+// pairs: no row interleaving), and with experts as its `qwen2moe`: a softmax over every expert
+// with the k best weights as they are (softmax_topk), and a shared expert scaled by the sigmoid of
+// its gate; tied embeddings, which qwen2moe takes as an output of their own.
+TEST(GgufExport, Qwen2AndQwen2MoeRunAsLlamaCppsQwen2) {
+  const std::string qwen2 =
+      "vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: swiglu, "
+      "positions: rope, rope_theta: 1000000.0, qkv_bias: true, tied_embeddings: true, max_seq_len: 64, "
+      "init_std: 0.2";
+  // per layer: attention 5 and its 3 biases, the MLP's 4
+  expect_export_generates_as_loom("gguf-qwen2", qwen2, 1 + 2 * (8 + 4) + 1);
+  // per layer: attention 8, the MoE's norm, router, 3 stacks, the shared expert's gate and 3
+  expect_export_generates_as_loom("gguf-qwen2-moe",
+                                  qwen2 + ", moe_experts: 4, moe_top_k: 2, moe_ffn_size: 16, moe_router: softmax_topk, "
+                                          "moe_shared_ffn_size: 24, moe_shared_expert_gate: true",
+                                  1 + 2 * (8 + 9) + 2);
+}
+
 // Nemotron-H hybrids go out as llama.cpp's `nemotron_h`, whose Mamba-2 convolution, scan and gated
 // norm, attention without positions and squared-ReLU MLPs then generate as loom's decoding does:
 // Nemotron-H's layers (Mamba-2, attention, MLP), and Nemotron 3 Super's (Mamba-2, attention and a
@@ -342,6 +360,8 @@ TEST(GgufExport, RefusesLayersLlamaCppsDeciCannotRun) {
       {"moe_experts: 4, moe_shared_ffn_size: 16", "model.moe_shared_ffn_size is 16"},
       {"moe_experts: 4, block_configs: [{ffn: moe}, {ffn: dense}]", "model.block_configs[0].ffn is moe"},
       {"rope_scaling: yarn, rope_scaling_factor: 2.0", "model.rope_scaling is yarn"},
+      {"qkv_bias: true, moe_experts: 4, moe_shared_ffn_size: 16, moe_shared_expert_gate: true",
+       "model.moe_router is topk_softmax"},
       {"layer_pattern: '-E', activation: relu2, positions: none, moe_experts: 4, moe_router: sigmoid, "
        "moe_shared_ffn_size: 16",
        "model.layer_pattern is '-E'"},

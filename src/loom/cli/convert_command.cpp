@@ -30,10 +30,10 @@ void register_convert(CLI::App& app, std::vector<Command>& commands) {
                                     "SOURCE is a Hugging Face model directory; write a step-0 checkpoint under "
                                     "the new checkpoint root OUTPUT");
   CLI::Option* to_gguf = cmd->add_flag("--to-gguf", args->to_gguf,
-                                       "SOURCE is a loom checkpoint (Llama-style, Mixtral-style MoE, heterogeneous "
-                                       "layers as llama.cpp's deci, Nemotron-H hybrids as its nemotron_h; byte, "
-                                       "tiktoken or byte-level BPE hf tokenizer); write the GGUF v3 file OUTPUT that "
-                                       "llama.cpp runs");
+                                       "SOURCE is a loom checkpoint (Llama, Qwen 2, Mixtral and Qwen2-MoE styles, "
+                                       "heterogeneous layers as llama.cpp's deci, Nemotron-H hybrids as its "
+                                       "nemotron_h; byte, tiktoken or byte-level BPE hf tokenizer); write the GGUF v3 "
+                                       "file OUTPUT that llama.cpp runs");
   to->excludes(from);
   to_gguf->excludes(to)->excludes(from);
   cmd->add_option("source", args->source, "checkpoint (--to-hf) or Hugging Face model directory (--from-hf)")->required();

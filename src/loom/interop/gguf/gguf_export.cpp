@@ -20,27 +20,55 @@ namespace loom::interop::gguf {
 
 namespace {
 
+// llama.cpp's architecture for a transformer (a hybrid's is `nemotron_h`, gguf_nemotron_h.h):
+// `qwen2` for q/k/v biases (Qwen 2), `qwen2moe` with experts too, `deci` for heterogeneous layers,
+// else `llama`.
+std::string transformer_arch(const config::ModelConfig& m) {
+  if (m.qkv_bias) return m.moe.experts > 0 ? "qwen2moe" : "qwen2";
+  return m.block_configs.empty() ? "llama" : "deci";
+}
+
 // What llama.cpp's `llama` architecture runs (with a mixture of experts in every layer, as
-// Mixtral), and its `deci` (Nemotron-NAS) for heterogeneous layers: a refused model names the key,
-// what it is, and why.
+// Mixtral), its `qwen2` and `qwen2moe` (Qwen 2's biases, and its MoE's shared expert), and its
+// `deci` (Nemotron-NAS) for heterogeneous layers: a refused model names the key, what it is, and why.
 void check_exportable(const config::ModelConfig& m, const std::vector<model::LayerSpec>& layers) {
   auto refuse = [](const std::string& key, const std::string& value, const std::string& why) {
     throw Error("loom convert --to-gguf: " + key + " is " + value + "; " + why);
   };
   const std::string llama_style =
-      "the GGUF export writes llama.cpp's `llama` architecture, or `deci` for model.block_configs (model.norm rms, "
-      "model.activation swiglu, model.positions rope, model.bias and model.qkv_bias false, model.rope_scaling none "
-      "or llama3)";
+      "the GGUF export writes llama.cpp's `llama` architecture, `qwen2` for model.qkv_bias, or `deci` for "
+      "model.block_configs (model.norm rms, model.activation swiglu, model.positions rope, model.bias false, "
+      "model.rope_scaling none or llama3)";
   if (m.norm != config::Norm::Rms) refuse("model.norm", "layer", llama_style);
   if (m.activation != config::Activation::Swiglu) refuse("model.activation", "gelu", llama_style);
   if (m.positions != config::Positions::Rope) refuse("model.positions", config::to_string(m.positions), llama_style);
   if (m.bias) refuse("model.bias", "true", llama_style);
-  if (m.qkv_bias) refuse("model.qkv_bias", "true", llama_style);
   if (m.rope_scaling == config::RopeScaling::Yarn) refuse("model.rope_scaling", "yarn", llama_style);
+  const std::string arch = transformer_arch(m);
+  if (m.qkv_bias && m.rope_scaling != config::RopeScaling::None) {
+    refuse("model.rope_scaling", config::to_string(m.rope_scaling), "llama.cpp's `" + arch + "` takes no RoPE factors");
+  }
+  if (m.qkv_bias && !m.block_configs.empty()) {
+    refuse("model.block_configs", "set with model.qkv_bias", "llama.cpp's `deci` has no q/k/v biases");
+  }
   // llama.cpp's `llama` MoE: every layer's, routed by a softmax over the k best logits (its
   // softmax over all, renormalised over the k), each expert a SwiGLU MLP, nothing else.
   const config::MoeConfig& moe = m.moe;
-  if (moe.experts > 0 && m.block_configs.empty()) {
+  if (arch == "qwen2moe") {
+    // llama.cpp's `qwen2moe`: a softmax over every expert, the k best weights as they are, and
+    // a shared expert scaled by sigmoid(shared_expert_gate . x).
+    const std::string qwen = "llama.cpp's `qwen2moe` routes as Qwen2-MoE without norm_topk_prob";
+    if (moe.router != config::MoeRouter::SoftmaxTopk)
+      refuse("model.moe_router", config::to_string(moe.router), qwen + " (softmax_topk)");
+    if (moe.topk_scaling != 1.0) refuse("model.moe_topk_scaling", std::to_string(moe.topk_scaling), qwen + " (1)");
+    if (moe.expert_bias) refuse("model.moe_expert_bias", "true", qwen + ", without a bias on the selection");
+    if (moe.shared_ffn_size == 0 || !moe.shared_expert_gate)
+      refuse("model.moe_shared_ffn_size and model.moe_shared_expert_gate", "not both set",
+             qwen + ", with a gated shared expert");
+    if (moe.latent_size > 0) {
+      refuse("model.moe_latent_size", std::to_string(moe.latent_size), qwen + ", its experts at d_model");
+    }
+  } else if (moe.experts > 0 && m.block_configs.empty()) {
     const std::string mixtral = "llama.cpp's `llama` mixture of experts routes as Mixtral does";
     if (moe.router != config::MoeRouter::TopkSoftmax)
       refuse("model.moe_router", config::to_string(moe.router), mixtral + " (topk_softmax)");
@@ -81,19 +109,25 @@ void add_general(GgufWriter& w, const std::string& dtype, const std::string& nam
 // same keys under that prefix, with a value per layer where the layers differ (0 heads: no
 // attention; 0 ffn: no MLP).
 void add_metadata(GgufWriter& w, const config::ModelConfig& m, const std::vector<model::LayerSpec>& layers) {
-  const std::string arch = m.block_configs.empty() ? "llama" : "deci";
+  const std::string arch = transformer_arch(m);
   w.add_string("general.architecture", arch);
   w.add_u32(arch + ".context_length", m.max_seq_len);
   w.add_u32(arch + ".embedding_length", m.d_model);
   w.add_u32(arch + ".block_count", m.layers);
-  if (arch == "llama") {
+  if (arch != "deci") {
     const bool moe = m.moe.experts > 0;
-    w.add_u32("llama.feed_forward_length", moe && m.moe.ffn_size > 0 ? m.moe.ffn_size : m.ffn_size);
-    w.add_u32("llama.attention.head_count", m.heads);
-    w.add_u32("llama.attention.head_count_kv", m.kv_heads == 0 ? m.heads : m.kv_heads);
+    const int expert_ffn = m.moe.ffn_size > 0 ? m.moe.ffn_size : m.ffn_size;
+    // llama's experts take feed_forward_length; qwen2moe's their own key, beside the shared one's.
+    w.add_u32(arch + ".feed_forward_length", moe && arch == "llama" ? expert_ffn : m.ffn_size);
+    w.add_u32(arch + ".attention.head_count", m.heads);
+    w.add_u32(arch + ".attention.head_count_kv", m.kv_heads == 0 ? m.heads : m.kv_heads);
     if (moe) {
-      w.add_u32("llama.expert_count", m.moe.experts);
-      w.add_u32("llama.expert_used_count", m.moe.top_k);
+      w.add_u32(arch + ".expert_count", m.moe.experts);
+      w.add_u32(arch + ".expert_used_count", m.moe.top_k);
+    }
+    if (arch == "qwen2moe") {
+      w.add_u32("qwen2moe.expert_feed_forward_length", expert_ffn);
+      w.add_u32("qwen2moe.expert_shared_feed_forward_length", m.moe.shared_ffn_size);
     }
   } else {
     std::vector<int32_t> ffn, heads, kv_heads;
@@ -154,11 +188,15 @@ std::vector<float> interleave_rope_rows(const std::vector<float>& w, int64_t hea
   return out;
 }
 
-// llama.cpp's `llama` (with or without experts) and `deci` tensors of a loom checkpoint: q and k
-// rows interleaved for its rope, Llama 3.1's rope factors, each projection's experts stacked.
+// llama.cpp's `llama` (with or without experts), `qwen2`, `qwen2moe` and `deci` tensors of a loom
+// checkpoint: q and k rows interleaved where its rope rotates adjacent pairs (all but the qwen2
+// ones, whose NeoX rope rotates loom's halves), Llama 3.1's rope factors, each projection's experts
+// stacked.
 void put_llama_tensors(const ckpt::LoadedCheckpoint& checkpoint, const config::ModelConfig& m,
                        const std::vector<model::LayerSpec>& layers, const PutTensor& put) {
   const int64_t hd = model::head_dim(m);
+  const std::string arch = transformer_arch(m);
+  const bool interleave = arch == "llama" || arch == "deci";
   auto read = [&](const std::string& loom_name, Shape& shape) {
     shape = checkpoint.shape(loom_name);
     std::vector<float> values(shape_numel(shape));
@@ -168,7 +206,9 @@ void put_llama_tensors(const ckpt::LoadedCheckpoint& checkpoint, const config::M
   auto add = [&](const std::string& loom_name, const std::string& gguf_name, int64_t permute_heads) {
     Shape shape;
     std::vector<float> values = read(loom_name, shape);
-    if (permute_heads > 0) values = interleave_rope_rows(values, permute_heads, hd, shape.at(1));
+    if (interleave && permute_heads > 0) {
+      values = interleave_rope_rows(values, permute_heads, hd, shape.at(1));
+    }
     put(gguf_name, shape, values);
   };
   // Every expert's projection of a layer as one [experts, rows, cols] tensor (llama.cpp's *_exps).
@@ -196,6 +236,11 @@ void put_llama_tensors(const ckpt::LoadedCheckpoint& checkpoint, const config::M
       add(p + ".self_attn.k_proj.weight", b + ".attn_k.weight", spec.kv_heads);
       add(p + ".self_attn.v_proj.weight", b + ".attn_v.weight", 0);
       add(p + ".self_attn.o_proj.weight", b + ".attn_output.weight", 0);
+      if (m.qkv_bias) {
+        add(p + ".self_attn.q_proj.bias", b + ".attn_q.bias", 0);
+        add(p + ".self_attn.k_proj.bias", b + ".attn_k.bias", 0);
+        add(p + ".self_attn.v_proj.bias", b + ".attn_v.bias", 0);
+      }
     }
     if (spec.moe) {
       add(p + ".post_attention_layernorm.weight", b + ".ffn_norm.weight", 0);
@@ -203,6 +248,14 @@ void put_llama_tensors(const ckpt::LoadedCheckpoint& checkpoint, const config::M
       add_experts(p + ".mlp", "gate_proj.weight", b + ".ffn_gate_exps.weight");
       add_experts(p + ".mlp", "up_proj.weight", b + ".ffn_up_exps.weight");
       add_experts(p + ".mlp", "down_proj.weight", b + ".ffn_down_exps.weight");
+      if (arch == "qwen2moe") {  // the shared expert and its gate, [1, d_model] as a vector
+        Shape gate;
+        const std::vector<float> values = read(p + ".mlp.shared_expert_gate.weight", gate);
+        put(b + ".ffn_gate_inp_shexp.weight", {gate.back()}, values);
+        add(p + ".mlp.shared_expert.gate_proj.weight", b + ".ffn_gate_shexp.weight", 0);
+        add(p + ".mlp.shared_expert.up_proj.weight", b + ".ffn_up_shexp.weight", 0);
+        add(p + ".mlp.shared_expert.down_proj.weight", b + ".ffn_down_shexp.weight", 0);
+      }
     } else if (spec.has_mlp()) {
       add(p + ".post_attention_layernorm.weight", b + ".ffn_norm.weight", 0);
       add(p + ".mlp.gate_proj.weight", b + ".ffn_gate.weight", 0);
@@ -211,7 +264,9 @@ void put_llama_tensors(const ckpt::LoadedCheckpoint& checkpoint, const config::M
     }
   }
   add("model.norm.weight", "output_norm.weight", 0);
-  if (!m.tied_embeddings) add("lm_head.weight", "output.weight", 0);  // tied: llama.cpp reuses token_embd
+  // Tied: llama.cpp reuses token_embd, but for qwen2moe, which needs an output of its own.
+  if (!m.tied_embeddings) add("lm_head.weight", "output.weight", 0);
+  if (m.tied_embeddings && arch == "qwen2moe") add("model.embed_tokens.weight", "output.weight", 0);
 }
 
 }  // namespace
