@@ -51,8 +51,6 @@ void check_exportable(const config::ModelConfig& m, const std::vector<model::Lay
   if (m.qkv_bias && !m.block_configs.empty()) {
     refuse("model.block_configs", "set with model.qkv_bias", "llama.cpp's `deci` has no q/k/v biases");
   }
-  // llama.cpp's `llama` MoE: every layer's, routed by a softmax over the k best logits (its
-  // softmax over all, renormalised over the k), each expert a SwiGLU MLP, nothing else.
   const config::MoeConfig& moe = m.moe;
   if (arch == "qwen2moe") {
     // llama.cpp's `qwen2moe`: a softmax over every expert, the k best weights as they are, and
@@ -69,6 +67,8 @@ void check_exportable(const config::ModelConfig& m, const std::vector<model::Lay
       refuse("model.moe_latent_size", std::to_string(moe.latent_size), qwen + ", its experts at d_model");
     }
   } else if (moe.experts > 0 && m.block_configs.empty()) {
+    // llama.cpp's `llama` MoE: every layer's, routed by a softmax over the k best logits (its
+    // softmax over all, renormalised over the k), each expert a SwiGLU MLP, nothing else.
     const std::string mixtral = "llama.cpp's `llama` mixture of experts routes as Mixtral does";
     if (moe.router != config::MoeRouter::TopkSoftmax)
       refuse("model.moe_router", config::to_string(moe.router), mixtral + " (topk_softmax)");
@@ -105,9 +105,9 @@ void add_general(GgufWriter& w, const std::string& dtype, const std::string& nam
   w.add_u32("general.file_type", dtype == "f32" ? 0 : dtype == "f16" ? 1 : 32);
 }
 
-// llama.cpp's `llama` for a model whose layers are alike, `deci` for model.block_configs: the
-// same keys under that prefix, with a value per layer where the layers differ (0 heads: no
-// attention; 0 ffn: no MLP).
+// llama.cpp's `llama`, `qwen2` or `qwen2moe` for a model whose layers are alike, `deci` for
+// model.block_configs: the same keys under that prefix, with a value per layer where the layers
+// differ (0 heads: no attention; 0 ffn: no MLP).
 void add_metadata(GgufWriter& w, const config::ModelConfig& m, const std::vector<model::LayerSpec>& layers) {
   const std::string arch = transformer_arch(m);
   w.add_string("general.architecture", arch);
