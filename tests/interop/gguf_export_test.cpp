@@ -264,13 +264,14 @@ TEST(GgufExport, RefusesOtherTokenizersNamingTheKey) {
 // Trains a model (`model`: the body of its YAML map) on bytes, exports it, checks the file's tensor
 // count, and that llama.cpp generates greedily the same 30 tokens as loom's decoding after each
 // prompt.
-void expect_export_generates_as_loom(const std::string& tag, const std::string& model, int64_t tensors) {
+void expect_export_generates_as_loom(const std::string& tag, const std::string& model, int64_t tensors,
+                                     const std::string& dtype = "f32") {
   const std::string root = t::make_training_root(tag);
   const std::string yaml = "model: {" + model + "}\ntrain: {steps: 3, global_batch: 4, micro_batch: 4}\n" +
                            "data: {tokenizer: byte, train_prefix: " + root + "/data/c_train, seq_len: 16}\n";
   t::train_run(root, "model", yaml, {});
   const std::string checkpoint = root + "/model/checkpoints", file = root + "/model.gguf";
-  EXPECT_EQ(export_to_gguf(checkpoint, file, {}).tensors, tensors) << tag;
+  EXPECT_EQ(export_to_gguf(checkpoint, file, {dtype}).tensors, tensors) << tag;
   const std::vector<std::string> prompts = {"It is a", "Call me Ishmael. Some years", "x"};
   const std::vector<Loom> loom = loom_greedy(checkpoint, prompts, 30);
   const std::vector<nlohmann::json> llama_cpp = llama_cpp_greedy(file, prompts, 30);
@@ -341,6 +342,7 @@ TEST(GgufExport, NemotronHHybridsRunAsLlamaCppsNemotronH) {
       "tied_embeddings: false, max_seq_len: 64, init_std: 0.2, layers: 4, "
       "mamba: {state_size: 8, heads: 4, head_dim: 16, groups: 2, conv_kernel: 4, chunk_size: 8}, ";
   expect_export_generates_as_loom("gguf-nemotron-h", hybrid + "layer_pattern: 'M*-M'", 1 + 9 + 5 + 3 + 9 + 2);
+  expect_export_generates_as_loom("gguf-nemotron-h-f16", hybrid + "layer_pattern: 'M*-M'", 1 + 9 + 5 + 3 + 9 + 2, "f16");
   // a MoE layer: norm, router, its bias, the latent projections, the shared expert, the experts' stacks
   expect_export_generates_as_loom("gguf-nemotron-h-moe",
                                   hybrid + "layer_pattern: 'M*ME', moe_experts: 4, moe_top_k: 2, moe_ffn_size: 16, "
