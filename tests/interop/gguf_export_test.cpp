@@ -341,8 +341,9 @@ TEST(GgufExport, NemotronHHybridsRunAsLlamaCppsNemotronH) {
       "vocab_size: 0, d_model: 32, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: relu2, positions: none, "
       "tied_embeddings: false, max_seq_len: 64, init_std: 0.2, layers: 4, "
       "mamba: {state_size: 8, heads: 4, head_dim: 16, groups: 2, conv_kernel: 4, chunk_size: 8}, ";
-  expect_export_generates_as_loom("gguf-nemotron-h", hybrid + "layer_pattern: 'M*-M'", 1 + 9 + 5 + 3 + 9 + 2);
-  expect_export_generates_as_loom("gguf-nemotron-h-f16", hybrid + "layer_pattern: 'M*-M'", 1 + 9 + 5 + 3 + 9 + 2, "f16");
+  const std::string nemotron_h = hybrid + "layer_pattern: 'M*-M'";
+  expect_export_generates_as_loom("gguf-nemotron-h", nemotron_h, 1 + 9 + 5 + 3 + 9 + 2);
+  expect_export_generates_as_loom("gguf-nemotron-h-f16", nemotron_h, 1 + 9 + 5 + 3 + 9 + 2, "f16");
   // a MoE layer: norm, router, its bias, the latent projections, the shared expert, the experts' stacks
   expect_export_generates_as_loom("gguf-nemotron-h-moe",
                                   hybrid + "layer_pattern: 'M*ME', moe_experts: 4, moe_top_k: 2, moe_ffn_size: 16, "
