@@ -125,15 +125,16 @@ std::string search_table(const SearchResult& r, int top) {
     << " do not fit the device's memory, " << r.ranked.size() << " ranked\n";
   if (r.ranked.empty() && !r.first_refusal.empty()) o << "the first refused: " << r.first_refusal << "\n";
   o << "| rank | layout | peak memory / rank | step | compute | casts + memory faults | bubble + core wait | tp | "
-       "cp | ep | pp | dp | optimizer |\n"
-    << "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+       "cp | ep | pp | dp | host link | optimizer |\n"
+    << "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (int i = 0; i < top && i < static_cast<int>(r.ranked.size()); ++i) {
     const Candidate& c = r.ranked[static_cast<size_t>(i)];
     o << "| " << i + 1 << " | " << c.describe() << " | " << format_bytes(c.memory.peak()) << " | " << ms(c.time.step)
       << " | " << ms(c.time.compute) << " | " << ms(c.time.casts + c.time.memory) << " | "
       << ms(c.time.bubble + c.time.core_wait) << " | " << ms(c.time.tp_comm) << " | " << ms(c.time.cp_comm) << " | "
       << ms(c.time.ep_comm) << " | "
-      << ms(c.time.pp_comm) << " | " << ms(c.time.dp_comm) << " | " << ms(c.time.optimizer) << " |\n";
+      << ms(c.time.pp_comm) << " | " << ms(c.time.dp_comm) << " | " << ms(c.time.host_link) << " | "
+      << ms(c.time.optimizer) << " |\n";
   }
   if (!r.ranked.empty()) {
     o << "best: loom train CONFIG";
