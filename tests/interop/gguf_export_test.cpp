@@ -261,17 +261,19 @@ TEST(GgufExport, RefusesOtherTokenizersNamingTheKey) {
   expect_refused("hf:" + data::default_data_dir() + "/hf/llama2", "model.byte_fallback");
 }
 
-// Trains a model (`model`: the body of its YAML map) on bytes, exports it, checks the file's tensor
-// count, and that llama.cpp generates greedily the same 30 tokens as loom's decoding after each
-// prompt.
-void expect_export_generates_as_loom(const std::string& tag, const std::string& model, int64_t tensors,
-                                     const std::string& dtype = "f32") {
+// Trains a model (`model`: the body of its YAML map) on bytes, exports it, checks the file's
+// llama.cpp architecture and tensor count, and that llama.cpp generates greedily the same 30
+// tokens as loom's decoding after each prompt.
+void expect_export_generates_as_loom(const std::string& tag, const std::string& architecture, const std::string& model,
+                                     int64_t tensors, const std::string& dtype = "f32") {
   const std::string root = t::make_training_root(tag);
   const std::string yaml = "model: {" + model + "}\ntrain: {steps: 3, global_batch: 4, micro_batch: 4}\n" +
                            "data: {tokenizer: byte, train_prefix: " + root + "/data/c_train, seq_len: 16}\n";
   t::train_run(root, "model", yaml, {});
   const std::string checkpoint = root + "/model/checkpoints", file = root + "/model.gguf";
-  EXPECT_EQ(export_to_gguf(checkpoint, file, {dtype}).tensors, tensors) << tag;
+  const GgufExportResult result = export_to_gguf(checkpoint, file, {dtype});
+  EXPECT_EQ(result.tensors, tensors) << tag;
+  EXPECT_EQ(result.architecture, architecture) << tag;
   const std::vector<std::string> prompts = {"It is a", "Call me Ishmael. Some years", "x"};
   const std::vector<Loom> loom = loom_greedy(checkpoint, prompts, 30);
   const std::vector<nlohmann::json> llama_cpp = llama_cpp_greedy(file, prompts, 30);
@@ -290,7 +292,7 @@ void expect_export_generates_as_loom(const std::string& tag, const std::string& 
 TEST(GgufExport, HeterogeneousLayersAndLlama3RopeRunAsLlamaCppsDeci) {
   // embeddings, rope_freqs, 3 attention blocks of 5, 4 MLPs of 4, output norm and head
   expect_export_generates_as_loom(
-      "gguf-deci",
+      "gguf-deci", "deci",
       "vocab_size: 0, d_model: 32, layers: 5, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: swiglu, "
       "positions: rope, tied_embeddings: false, max_seq_len: 64, init_std: 0.2, rope_scaling: llama3, "
       "rope_scaling_factor: 4.0, rope_original_max_positions: 16, rope_theta: 500.0, "
@@ -306,7 +308,7 @@ TEST(GgufExport, HeterogeneousLayersAndLlama3RopeRunAsLlamaCppsDeci) {
 TEST(GgufExport, MixtureOfExpertsRunsAsLlamaCppsLlama) {
   // per layer: attention 5, the MoE's norm, router and 3 stacks
   expect_export_generates_as_loom(
-      "gguf-moe",
+      "gguf-moe", "llama",
       "vocab_size: 0, d_model: 32, layers: 2, heads: 4, kv_heads: 2, ffn_size: 48, norm: rms, activation: swiglu, "
       "positions: rope, tied_embeddings: false, max_seq_len: 64, init_std: 0.2, moe_experts: 4, moe_top_k: 2, "
       "moe_ffn_size: 24",
@@ -323,9 +325,9 @@ TEST(GgufExport, Qwen2AndQwen2MoeRunAsLlamaCppsQwen2) {
       "positions: rope, rope_theta: 1000000.0, qkv_bias: true, tied_embeddings: true, max_seq_len: 64, "
       "init_std: 0.2";
   // per layer: attention 5 and its 3 biases, the MLP's 4
-  expect_export_generates_as_loom("gguf-qwen2", qwen2, 1 + 2 * (8 + 4) + 1);
+  expect_export_generates_as_loom("gguf-qwen2", "qwen2", qwen2, 1 + 2 * (8 + 4) + 1);
   // per layer: attention 8, the MoE's norm, router, 3 stacks, the shared expert's gate and 3
-  expect_export_generates_as_loom("gguf-qwen2-moe",
+  expect_export_generates_as_loom("gguf-qwen2-moe", "qwen2moe",
                                   qwen2 + ", moe_experts: 4, moe_top_k: 2, moe_ffn_size: 16, moe_router: softmax_topk, "
                                           "moe_shared_ffn_size: 24, moe_shared_expert_gate: true",
                                   1 + 2 * (8 + 9) + 2);
@@ -342,14 +344,27 @@ TEST(GgufExport, NemotronHHybridsRunAsLlamaCppsNemotronH) {
       "tied_embeddings: false, max_seq_len: 64, init_std: 0.2, layers: 4, "
       "mamba: {state_size: 8, heads: 4, head_dim: 16, groups: 2, conv_kernel: 4, chunk_size: 8}, ";
   const std::string nemotron_h = hybrid + "layer_pattern: 'M*-M'";
-  expect_export_generates_as_loom("gguf-nemotron-h", nemotron_h, 1 + 9 + 5 + 3 + 9 + 2);
-  expect_export_generates_as_loom("gguf-nemotron-h-f16", nemotron_h, 1 + 9 + 5 + 3 + 9 + 2, "f16");
+  expect_export_generates_as_loom("gguf-nemotron-h", "nemotron_h", nemotron_h, 1 + 9 + 5 + 3 + 9 + 2);
+  expect_export_generates_as_loom("gguf-nemotron-h-f16", "nemotron_h", nemotron_h, 1 + 9 + 5 + 3 + 9 + 2, "f16");
   // a MoE layer: norm, router, its bias, the latent projections, the shared expert, the experts' stacks
-  expect_export_generates_as_loom("gguf-nemotron-h-moe",
+  expect_export_generates_as_loom("gguf-nemotron-h-moe", "nemotron_h",
                                   hybrid + "layer_pattern: 'M*ME', moe_experts: 4, moe_top_k: 2, moe_ffn_size: 16, "
                                            "moe_latent_size: 16, moe_shared_ffn_size: 24, moe_router: sigmoid, "
                                            "moe_expert_bias: true, moe_bias_update_rate: 0.05, moe_topk_scaling: 1.5",
                                   1 + 9 + 5 + 9 + 9 + 2);
+}
+
+// A model's multi-token prediction depths have no place in the file: the export says so.
+TEST(GgufExport, SaysTheMtpDepthsAreLeftOut) {
+  const std::string root = t::make_training_root("gguf-mtp");
+  t::train_run(root, "mtp", llama_yaml(root, "byte"), {"model.mtp_depths=1"});
+  const GgufExportResult with = export_to_gguf(root + "/mtp/checkpoints", root + "/mtp.gguf", {});
+  EXPECT_EQ(with.architecture, "llama");
+  EXPECT_EQ(with.tensors, 1 + 2 * 9 + 2);
+  EXPECT_NE(with.note.find("model.mtp_depths = 1"), std::string::npos) << with.note;
+  t::train_run(root, "plain", llama_yaml(root, "byte"), {});
+  EXPECT_EQ(export_to_gguf(root + "/plain/checkpoints", root + "/plain.gguf", {}).note, "");
+  std::filesystem::remove_all(root);
 }
 
 // What llama.cpp's `llama` and `deci` cannot run is refused by its key, and no file is written.

@@ -56,9 +56,10 @@ void register_convert(CLI::App& app, std::vector<Command>& commands) {
                         if (args->to_gguf) {
                           const interop::gguf::GgufExportResult r = interop::gguf::export_to_gguf(
                               args->source, args->output, {args->to.dtype});
-                          std::cout << "wrote " << args->output << " (GGUF v3, llama, " << r.tensors << " tensors, "
-                                    << r.bytes << " bytes, " << args->to.dtype << ") from " << r.checkpoint
-                                    << " (step " << r.step << ")" << std::endl;
+                          std::cout << "wrote " << args->output << " (GGUF v3, " << r.architecture << ", "
+                                    << r.tensors << " tensors, " << r.bytes << " bytes, " << args->to.dtype
+                                    << ") from " << r.checkpoint << " (step " << r.step << ")" << std::endl;
+                          if (!r.note.empty()) std::cerr << "loom convert: note: " << r.note << std::endl;
                           return 0;
                         }
                         if (args->to_hf) {

@@ -295,7 +295,12 @@ GgufExportResult export_to_gguf(const std::string& checkpoint_path, const std::s
     add_metadata(w, m, layers);
   }
   add_tokenizer(w, m.vocab_size, config.data.tokenizer, *tokenizer);
-  GgufExportResult result{checkpoint.path(), checkpoint.step(), 0, 0};
+  GgufExportResult result{checkpoint.path(), checkpoint.step(), 0, 0, is_hybrid(m) ? "nemotron_h" : transformer_arch(m),
+                          ""};
+  if (m.mtp_depths > 0) {
+    result.note = "model.mtp_depths = " + std::to_string(m.mtp_depths) +
+                  ": the multi-token prediction depths are not exported (the file decodes without drafts)";
+  }
   auto put = [&](const std::string& gguf_name, const Shape& shape, const std::vector<float>& values) {
     std::vector<uint64_t> dims(shape.rbegin(), shape.rend());  // ggml: fastest-varying first
     const std::string dtype = stays_f32(gguf_name, shape) ? "f32" : options.dtype;

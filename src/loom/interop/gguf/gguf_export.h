@@ -21,6 +21,8 @@ struct GgufExportResult {
   int64_t step = 0;
   int64_t tensors = 0;
   uint64_t bytes = 0;
+  std::string architecture;  // llama.cpp's: llama, qwen2, qwen2moe, deci or nemotron_h
+  std::string note;          // what the file leaves out of the model (its MTP depths), or empty
 };
 
 // Throws naming the model key when the checkpoint's model is not Llama-style (rms norm, SwiGLU,
