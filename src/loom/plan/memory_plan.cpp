@@ -107,7 +107,7 @@ GroupState plan_group_state(const config::RunConfig& config, const std::vector<m
   m.state.optimizer_moments -= m.state.host_optimizer_moments;
   // ZeRO-3's shards in host memory (parallel.offload_params): the device keeps the units in flight,
   // and the shard of each of two sections copied there for its gather.
-  if (zero == 3 && config.parallel.offload_params) {
+  if (config.parallel.offload_params) {  // ZeRO-3 on a GPU (config::check_key_relations)
     m.state.host_parameters = m.state.parameters + m.state.master_weights;
     m.state.host_gradients = m.state.gradients;
     m.state.parameters = m.state.master_weights = m.state.gradients = 0;

@@ -532,7 +532,7 @@ TimeBreakdown plan_time(const config::RunConfig& config, const MemoryPlan& memor
   const double on_host = optim::offloaded_share(config.optim, gpu) * owned, on_device = owned - on_host;
   // With ZeRO-3's shards in host memory too (parallel.offload_params) the gradients are read for
   // their norm there, and nothing crosses the link for the update.
-  const bool shards_on_host = gpu && config.parallel.zero == 3 && config.parallel.offload_params;
+  const bool shards_on_host = config.parallel.offload_params;  // ZeRO-3 on a GPU (config::check_key_relations)
   const double norm_bytes = kNormBytesPerParameter * on_host;
   const double device_bytes =
       (shards_on_host ? 0.0 : norm_bytes) + (kOptimizerBytesPerParameter + copy_bytes) * on_device + zeroed;

@@ -34,7 +34,6 @@ struct MemoryBytes {
   // In host memory instead, not part of the device's total: the moments (optim.cpu_offload on a
   // GPU), ZeRO-3's parameter and gradient shards (parallel.offload_params).
   int64_t host_optimizer_moments = 0, host_parameters = 0, host_gradients = 0;
-  int64_t host_total() const { return host_parameters + host_gradients + host_optimizer_moments; }
   int64_t total() const {
     return parameters + gradients + master_weights + optimizer_moments + communication_buffers;
   }

@@ -201,17 +201,14 @@ void Zero3::acquire_section(int s) {
 }
 
 // This rank's shard of the section as the gather sends it, on the device: the fp32 shard itself,
-// or rounded to the compute dtype (param_gather), where the shard state is; with the shards in host
-// memory, then copied to the device (sec.sent, kept until the gather is done).
+// or its rounding to the compute dtype (param_gather; made once per update, round_for_gathers),
+// where the shard state is; with the shards in host memory, then copied to the device (sec.sent,
+// kept until the gather is done).
 const void* Zero3::gather_source(Section& sec) {
-  const float* shard = shard_.data<float>() + sec.state_offset;
   const int64_t n = sec.mine.size();
-  const void* send = shard;
-  if (options_.param_gather != DType::F32) {
-    std::byte* rounded = gather_send_.data<std::byte>() + sec.state_offset * dtype_size(options_.param_gather);
-    kernels::narrow_floats(shards_device_, rounded, shard, n, options_.param_gather);
-    send = rounded;
-  }
+  const void* send = options_.param_gather == DType::F32
+                         ? static_cast<const void*>(shard_.data<float>() + sec.state_offset)
+                         : gather_send_.data<std::byte>() + sec.state_offset * dtype_size(options_.param_gather);
   if (!options_.offload_shards) return send;
   sec.sent = Tensor({n}, options_.param_gather, options_.device);
   copy_from_host(options_.device, sec.sent.data<std::byte>(), static_cast<const std::byte*>(send),
@@ -414,8 +411,15 @@ void Zero3::update(const optim::StepParams& at) {
     }
   }
   optimizer_->update_many(pieces, at);  // every section's pieces in as few launches as they allow
+  round_for_gathers();
   grad_shards_.zero();
   rounds_ = 0;
+}
+
+void Zero3::round_for_gathers() {
+  if (options_.param_gather == DType::F32) return;
+  kernels::narrow_floats(shards_device_, gather_send_.raw(), shard_.data<float>(), shard_.numel(),
+                         options_.param_gather);
 }
 
 void Zero3::gather_full_parameters() {
@@ -451,6 +455,7 @@ void Zero3::load_from_full() {
       copy_on_device(options_.device, shard, values_ + sec.mine.begin, sec.mine.size());
     }
   }
+  round_for_gathers();
   for (const Section& sec : sections_) release_range(options_.device, values_, sec.begin, sec.numel);
 }
 

@@ -225,6 +225,8 @@ class Zero3 : public model::ParameterHooks {
   void finish_gather(Section& sec);
   void acquire_section(int s);
   const void* gather_source(Section& sec);
+  // The shards rounded to the compute dtype for the gathers (gather_send_), whenever they change.
+  void round_for_gathers();
   void release_section(int s);
   void launch_reduce_scatter(int s);
   void complete_reduce_scatter(int slot);
@@ -249,7 +251,7 @@ class Zero3 : public model::ParameterHooks {
   Tensor shard_, grad_shards_;
   optim::MomentArrays moments_;  // by state element, in part on the host under optim.cpu_offload
   Tensor staging_;  // wire dtype
-  Tensor gather_send_;  // param_gather != F32: this rank's shards, rounded for the gathers
+  Tensor gather_send_;  // param_gather != F32: this rank's shards, rounded for the gathers after each change
   Tensor received_host_;  // offload_shards: a reduce-scatter's received shard, back on the host
   int64_t slot_elements_ = 0;
   std::vector<int> slot_section_;  // section reduce-scattering in each slot, -1 when free

@@ -93,6 +93,10 @@ void Zero3Sync::update(double lr, int64_t step, double norm) {
   for (auto& z : zero3_) z->update(at);
 }
 
+bool Zero3Sync::reduced_gradients_on_host() const {
+  return !zero3_.empty() && zero3_.front()->shards_device() != setup_.model->params().device();
+}
+
 std::vector<std::span<float>> Zero3Sync::reduced_gradients() {
   std::vector<std::span<float>> out;
   for (auto& z : zero3_) out.emplace_back(z->reduced_gradients(), static_cast<size_t>(z->reduced_gradients_numel()));

@@ -23,7 +23,7 @@ class Zero3Sync final : public GradientSync {
   double gradient_norm() override;
   void update(double lr, int64_t step, double norm) override;
   std::vector<std::span<float>> reduced_gradients() override;
-  bool reduced_gradients_on_host() const override { return setup_.config->parallel.offload_params; }
+  bool reduced_gradients_on_host() const override;
   void skip_step() override;
   void load_moments(const float* exp_avg, const float* exp_avg_sq) override;
   std::vector<OwnedRange> checkpoint_ranges() const override;
