@@ -255,6 +255,7 @@ TEST_F(CudaModel, TinyLlamaLayoutsOnTheGpuTrainAsOneCpuRank) {
       {"tp2-sp", {"runtime.ranks=2", "parallel.tp=2", "parallel.sequence_parallel=true"}},
       {"cp2-ring", {"runtime.ranks=2", "parallel.cp=2", "parallel.cp_comm=p2p"}},
       {"zero3", {"runtime.ranks=2", "parallel.zero=3"}},
+      {"zero1-overlapped-gathers", {"runtime.ranks=2", "parallel.zero=1", "parallel.overlap_param_gather=true"}},
   };
   for (const auto& [name, overrides] : layouts) {
     std::vector<std::string> on_gpu = overrides;

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <random>
 
@@ -43,6 +45,7 @@ struct Setup {
   int rounds = 1;              // reduction rounds per step (ZeRO-2 may reduce per micro-batch)
   int comm_buffers = 2;
   bool shuffled_marks = false;
+  bool overlap_param_gather = false;  // each parameter awaited alone, in forward order, after the step
 };
 
 struct Result {
@@ -69,6 +72,7 @@ Result run_zero(const Setup& s) {
     DistributedOptimizerOptions options;
     options.zero = s.zero;
     options.comm_buffers = s.comm_buffers;
+    options.overlap_param_gather = s.overlap_param_gather;
     DistributedOptimizer opt(world, make_buckets(params, s.bucket_bytes, s.ranks), segments(params), c, values.data(),
                              grads.data(), options);
     std::vector<float> reference = init;
@@ -96,6 +100,10 @@ Result run_zero(const Setup& s) {
       std::vector<float> reduced(summed.begin(), summed.end());
       const double expected_norm = adamw.step(reference.data(), reduced.data(), c.lr, step);
       const double norm = opt.step(c.lr, step);
+      if (s.overlap_param_gather) {
+        for (const ParamRange& p : params) opt.wait_for_parameters({p.offset, p.offset + p.numel});
+        EXPECT_EQ(opt.parameter_gathers_in_flight(), 0);
+      }
       norm_error = std::max(norm_error, std::abs(norm - expected_norm) / expected_norm);
       for (int64_t i = 0; i < n; ++i) {
         param_error = std::max(
@@ -266,6 +274,89 @@ TEST(DistributedOptimizer, ReportsOverlap) {
     }
     opt.step(1e-3, 1);
     EXPECT_EQ(opt.total_stats().rounds, 1);
+  });
+}
+
+TEST(DistributedOptimizer, OverlappedGathersEqualUnshardedAdamW) {
+  for (int zero : {1, 2}) {
+    for (int ranks : {1, 2, 3, 4}) {
+      expect_equivalent({.ranks = ranks, .zero = zero, .rounds = zero, .overlap_param_gather = true});
+    }
+  }
+}
+
+// Holds back every transfer of at least kGated bytes while closed (the norm's 8-byte shares
+// pass), for at most 10 s: then it opens by itself and says so (a test waiting for a transfer it
+// holds fails instead of hanging).
+class GatedLinks : public comm::LinkModel {
+ public:
+  static constexpr int64_t kGated = 1024;
+  void transfer(int, int, int64_t bytes) override {
+    if (bytes < kGated) return;
+    std::unique_lock lock(mutex_);
+    if (!opened_.wait_for(lock, std::chrono::seconds(10), [&] { return open_; })) {
+      open_ = true;
+      timed_out_ = true;
+      opened_.notify_all();
+    }
+  }
+  void set_open(bool open) {
+    std::lock_guard lock(mutex_);
+    open_ = open;
+    opened_.notify_all();
+  }
+  bool timed_out() {
+    std::lock_guard lock(mutex_);
+    return timed_out_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable opened_;
+  bool open_ = true, timed_out_ = false;
+};
+
+// With overlap_param_gather the step returns while its gathers are held back on the links, the
+// other rank's shards of the parameters still hold their old values, and the data-parallel group
+// stays free (a barrier passes: the gathers run on a group of their own). Awaiting the first
+// parameter finishes its bucket alone; awaiting them all gives the updated parameters.
+TEST(DistributedOptimizer, OverlappedGathersStayInFlightUntilAwaited) {
+  const auto params = ranges({2048, 2048, 2048});
+  auto links = std::make_shared<GatedLinks>();
+  comm::LaunchOptions launch = threads(2);
+  launch.link_model = links;
+  comm::launch(launch, [&](comm::Communicator& world) {
+    std::vector<float> values(3 * 2048, 0.5f), grads(3 * 2048, 1.0f);
+    DistributedOptimizerOptions options;
+    options.overlap_param_gather = true;
+    DistributedOptimizer opt(world, make_buckets(params, 2048 * 4, 2), segments(params), config(), values.data(),
+                             grads.data(), options);
+    for (int p = 2; p >= 0; --p) opt.mark_ready(p);
+    opt.finish_grads();
+    world.barrier();
+    if (world.rank() == 0) links->set_open(false);
+    world.barrier();
+    opt.step(1e-3, 1);
+    EXPECT_EQ(opt.parameter_gathers_in_flight(), 3);
+    std::vector<FlatRange> others;  // the other rank's shards: not gathered yet
+    for (const Bucket& b : opt.layout().buckets) others.push_back(b.shards[1 - world.rank()]);
+    for (const FlatRange& r : others) {
+      for (int64_t i = r.begin; i < r.end; ++i) ASSERT_EQ(values[i], 0.5f) << i;
+    }
+    world.barrier();  // passes while the gathers are held: they are not on this group
+    EXPECT_FALSE(links->timed_out());
+    if (world.rank() == 0) links->set_open(true);
+    opt.wait_for_parameters({0, 2048});  // parameter 0: the last bucket
+    EXPECT_EQ(opt.parameter_gathers_in_flight(), 2);
+    opt.wait_for_parameters();
+    EXPECT_EQ(opt.parameter_gathers_in_flight(), 0);
+    for (const OwnedShard& shard : opt.shards()) {
+      for (int64_t i = shard.begin; i < shard.end; ++i) ASSERT_EQ(values[i], shard.master[i - shard.begin]);
+    }
+    for (const FlatRange& r : others) {
+      for (int64_t i = r.begin; i < r.end; ++i) ASSERT_NE(values[i], 0.5f) << i;
+    }
+    EXPECT_GT(opt.parameter_gather_wait_s(), 0.0);
   });
 }
 

@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
+#include <tuple>
 
 #include "loom/core/error.h"
 #include "loom/model/flops.h"
@@ -61,6 +63,49 @@ TEST(TimePlan, DataParallelCommunicationIsTheGradientAllReduce) {
   const TimeBreakdown t = plan_time(run, memory, device());
   const double bytes = 4.0 * static_cast<double>(memory.stages[0].parameter_count);
   EXPECT_NEAR(t.dp_comm, all_reduce_seconds(bytes, 2, Link{1e9, 1e-6}), 1e-12);
+}
+
+// ZeRO 1-2: the gradients' reduce-scatter hides behind backward as far as the hardware's
+// comm_overlap says; the parameter all-gather after the update is waited for whole, or with
+// parallel.overlap_param_gather only what outlasts the first micro-batch's forward, and at least
+// the first bucket's share.
+TEST(TimePlan, TheParameterGatherIsWaitedForUnlessItOverlapsTheForward) {
+  for (const int zero : {1, 2}) {
+    SCOPED_TRACE("zero " + std::to_string(zero));
+    const std::string stage = "parallel.zero=" + std::to_string(zero);
+    auto dp_comm = [&](const std::vector<std::string>& more, double gbps) {
+      Hardware hw = device();
+      hw.comm_overlap = 0.5;
+      hw.links[static_cast<int>(comm::LinkClass::SameNode)].bandwidth = gbps * 1e9 / 8;
+      std::vector<std::string> overrides = {stage};
+      overrides.insert(overrides.end(), more.begin(), more.end());
+      const config::RunConfig c = tiny(overrides);
+      const MemoryPlan m = plan_memory(c, {.tp = 1, .dp = 2, .pp = 1});
+      const TimeBreakdown t = plan_time(c, m, hw);
+      const double gather = all_gather_seconds(4.0 * static_cast<double>(m.stages[0].parameter_count), 2,
+                                               Link{gbps * 1e9 / 8, 1e-6});
+      // One micro-batch a step: the reduce-scatter costs what the gather does.
+      return std::tuple{t.dp_comm, gather, t.compute, static_cast<double>(m.stages[0].parameter_count)};
+    };
+    const auto [blocking, gather, compute, params] = dp_comm({}, 8);
+    EXPECT_NEAR(blocking, 0.5 * gather + gather, 1e-12);
+    // One bucket: nothing computes before the only bucket arrives.
+    EXPECT_NEAR(std::get<0>(dp_comm({"parallel.overlap_param_gather=true", "parallel.bucket_mb=1000"}, 8)), blocking,
+                1e-12);
+    // A slow link: the forward hides its length of the gather (about a third of fwd + bwd).
+    const std::vector<std::string> overlapped = {"parallel.overlap_param_gather=true", "parallel.bucket_mb=1"};
+    const auto [slow_blocking, slow_gather, slow_compute, slow_params] = dp_comm({}, 0.1);
+    const double hidden = slow_blocking - std::get<0>(dp_comm(overlapped, 0.1));
+    EXPECT_GT(hidden, slow_compute / 4);
+    EXPECT_LT(hidden, slow_compute / 2);
+    EXPECT_LT(hidden, slow_gather);
+    // A fast link: all but the first bucket's share hides behind the forward.
+    const double buckets = std::ceil(4.0 * params / (1024.0 * 1024.0));
+    const auto [fast_blocking, fast_gather, fast_compute, fast_params] = dp_comm({}, 800);
+    ASSERT_LT(fast_gather, fast_compute / 4);
+    const double fast = std::get<0>(dp_comm(overlapped, 800));
+    EXPECT_NEAR(fast - 0.5 * fast_gather, fast_gather / buckets, 0.05 * fast_gather / buckets);
+  }
 }
 
 // Context parallelism: a cp rank's micro-batch is seq_len / cp of each sequence, so its compute

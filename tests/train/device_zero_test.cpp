@@ -73,6 +73,18 @@ TEST_F(DeviceLayouts, ZeroWithADeviceBackendEqualsTheCpuBitForBit) {
   }
 }
 
+// parallel.overlap_param_gather: the update's gathers left in flight and awaited unit by unit
+// (on the device backend in the compute queue's order), staged through the host and unstaged.
+TEST_F(DeviceLayouts, ZeroWithOverlappedParameterGathersOnTheDeviceEqualsTheCpuBitForBit) {
+  ::loom::testing::install_emulated_device_communicator();
+  for (int stage : {1, 2}) {
+    const std::string tag = "zero" + std::to_string(stage) + "-overlapped-gathers";
+    const std::vector<std::string> overlapped = zero(stage, {"parallel.overlap_param_gather=true"});
+    expect_bitwise_equal_runs(kLlama, tag, overlapped);
+    expect_bitwise_equal_runs(kLlama, tag + "-device-comm", overlapped, {"runtime.device_comm=nccl"});
+  }
+}
+
 // A ZeRO-3 checkpoint written on the device holds every rank's shards of the parameters and
 // moments: it resumes on the CPU to the uninterrupted run's losses bit for bit; at ZeRO-1 (another
 // sharding of the same state) on the device as on the CPU, and within fp32 rounding of the

@@ -164,10 +164,21 @@ void check_offload(const RunConfig& c) {
              "and leave optim.offload_fraction at 1");
 }
 
+// The update's parameter all-gathers exist at ZeRO 1-2 only: ZeRO-0 has none, and ZeRO-3 gathers
+// each unit's parameters around its own forward, prefetching the next.
+void check_overlap_param_gather(const RunConfig& c) {
+  LOOM_CHECK(!c.parallel.overlap_param_gather || c.parallel.zero == 1 || c.parallel.zero == 2,
+             "parallel.overlap_param_gather=true overlaps the distributed optimizer's parameter all-gathers with the "
+             "next forward: set parallel.zero=1 or 2 (it is " + std::to_string(c.parallel.zero) +
+                 (c.parallel.zero == 3 ? "; ZeRO-3 gathers each unit's parameters as it runs, the next one prefetched)"
+                                       : "; ZeRO-0 gathers no parameters)"));
+}
+
 }  // namespace
 
 void check_key_relations(const RunConfig& c) {
   check_offload(c);
+  check_overlap_param_gather(c);
   LOOM_CHECK(c.profile.last_step == 0 || c.profile.first_step > 0,
              "profile.last_step = " + std::to_string(c.profile.last_step) +
                  " needs profile.first_step, the first step to trace (>= 1)");

@@ -298,6 +298,10 @@ struct ParallelConfig {
   // CPUOffloadPolicy, NeMo RL's dtensor_cfg.cpu_offload, DeepSpeed's offload_param), copied to the
   // device around each unit's gather and back after its reduce-scatter; needs optim.cpu_offload.
   bool offload_params = false;
+  // ZeRO 1-2: the update's all-gathers of the parameters are left in flight (in forward order, on
+  // a group of their own) and each unit's forward waits for its own buckets only, so the gathers
+  // overlap the next forward (Megatron-Core's --overlap-param-gather).
+  bool overlap_param_gather = false;
   double bucket_mb = 16.0;  // gradient bucket size for overlapped reduction
   int pp = 1;               // pipeline stages
   PipelineScheduleKind pipeline_schedule = PipelineScheduleKind::OneFOneB;  // gpipe | 1f1b | interleaved

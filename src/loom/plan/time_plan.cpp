@@ -1,6 +1,7 @@
 #include "loom/plan/time_plan.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "loom/model/flops.h"
 #include "loom/model/layer_spec.h"
@@ -448,23 +449,43 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
   return cost;
 }
 
-double data_parallel_seconds(const config::RunConfig& config, const MemoryPlan& memory, const StageMemory& stage,
-                             const Hardware& hw) {
+// A step's data-parallel collectives: those that run beside backward (the gradients' and, at
+// ZeRO-3, every gather of a micro-batch) and the distributed optimizer's parameter all-gather
+// after the update (ZeRO 1-2), which the step waits for unless parallel.overlap_param_gather.
+struct DataParallelSeconds {
+  double during_backward = 0.0;
+  double parameter_gather = 0.0;
+};
+
+DataParallelSeconds data_parallel_seconds(const config::RunConfig& config, const MemoryPlan& memory,
+                                          const StageMemory& stage, const Hardware& hw) {
   const comm::MeshShape shape = memory.layout.shape;
   // The gradients reduce over the data- and context-parallel ranks together (Mesh::dp_cp).
   const int replicas = shape.dp * shape.cp;
-  if (replicas == 1) return 0.0;
+  if (replicas == 1) return {};
   const int world = shape.tp * shape.cp * shape.dp * shape.pp;
   const Link& link = hw.link(group_link(hw, replicas, shape.tp, world));
   const double wire = config.precision.grad_reduce == config::GradReduce::Bf16 ? 2.0 : 4.0;
   const double grads = static_cast<double>(stage.parameter_count) * wire;
   const int zero = config.parallel.zero;
-  if (zero == 0 || zero == 1) return all_reduce_seconds(grads, replicas, link);
+  if (zero == 0) return {all_reduce_seconds(grads, replicas, link), 0.0};
   const double params = static_cast<double>(stage.parameter_count) *
                         (config.precision.param_dtype == config::ParamDtype::Compute ? 2.0 : 4.0);
   const double m = memory.layout.micro_batches;
-  if (zero == 2) return m * all_gather_seconds(grads, replicas, link) + all_gather_seconds(params, replicas, link);
-  return m * (2.0 * all_gather_seconds(params, replicas, link) + all_gather_seconds(grads, replicas, link));
+  if (zero == 1) return {all_gather_seconds(grads, replicas, link), all_gather_seconds(params, replicas, link)};
+  if (zero == 2) return {m * all_gather_seconds(grads, replicas, link), all_gather_seconds(params, replicas, link)};
+  return {m * (2.0 * all_gather_seconds(params, replicas, link) + all_gather_seconds(grads, replicas, link)), 0.0};
+}
+
+// What the step waits for of the parameter all-gather: all of it, or, overlapped with the next
+// forward, what outlasts the first micro-batch's forward, and at least the first bucket's share
+// (the embedding's, which nothing computes before).
+double exposed_parameter_gather(const config::RunConfig& config, const StageMemory& stage, double gather,
+                                double forward) {
+  if (!config.parallel.overlap_param_gather || gather <= 0.0) return gather;
+  const double bucket_bytes = config.parallel.bucket_mb * 1024.0 * 1024.0;
+  const double buckets = std::max(1.0, std::ceil(static_cast<double>(stage.parameter_count) * 4.0 / bucket_bytes));
+  return std::max(gather / buckets, gather - forward);
 }
 
 }  // namespace
@@ -517,7 +538,9 @@ TimeBreakdown plan_time(const config::RunConfig& config, const MemoryPlan& memor
     t.core_wait = std::max(0.0, shared - makespan);
     makespan = std::max(makespan, shared);
   }
-  t.dp_comm = (1.0 - hw.comm_overlap) * data_parallel_seconds(config, memory, *widest, hw);
+  const DataParallelSeconds dp = data_parallel_seconds(config, memory, *widest, hw);
+  t.dp_comm = (1.0 - hw.comm_overlap) * dp.during_backward +
+              exposed_parameter_gather(config, *widest, dp.parameter_gather, worst.forward);
   const double owned = config.parallel.zero >= 1 ? static_cast<double>(widest->parameter_count) / replicas
                                                  : static_cast<double>(widest->parameter_count);
   // The bf16 copy of the parameters, where kept, is 2 more bytes written per parameter.

@@ -15,9 +15,11 @@
 //                the head's and the multi-token prediction depths', and the gradient sums
 //   pipeline     the schedule simulated (parallel/pipeline/pipeline_simulation.h) with these
 //                stage costs and each boundary's send/recv: the makespan holds the bubble
-//   data par.    the gradient all-reduce (ZeRO 1-2: reduce-scatter + all-gather; ZeRO-3: two
-//                parameter all-gathers per micro-batch and a reduce-scatter), partly hidden
-//                behind backward (hardware comm_overlap)
+//   data par.    the gradient all-reduce (ZeRO 1-2: reduce-scatter; ZeRO-3: two parameter
+//                all-gathers per micro-batch and a reduce-scatter), partly hidden behind
+//                backward (hardware comm_overlap); at ZeRO 1-2 the parameter all-gather after the
+//                update, waited for whole, or with parallel.overlap_param_gather what outlasts the
+//                first micro-batch's forward (at least one bucket's share)
 //   optimizer    AdamW's pass over this rank's parameters and state, and the gradients zeroed,
 //                at the memory bandwidth
 //   casts        the precision recipe's copies and casts of every linear's GEMM operands and

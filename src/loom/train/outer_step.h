@@ -36,6 +36,8 @@ class OuterStep {
   void attach(model::Transformer& model);
   // After the inner step `step`: whether the outer step replaced the parameters. Collective.
   bool after_step(int64_t step);
+  // Whether after_step(step) reads and replaces parameters.
+  bool syncs_at(int64_t step) const { return outer_->syncs_at(step); }
   // Bytes this rank sent across sites since the last call.
   int64_t take_cross_site_bytes();
 

@@ -316,7 +316,11 @@ void Trainer::run_update(int stop_signal, int64_t global_batch, int update, Step
   s.heartbeat.phase("optimizer", result.step);
   trace::Range optimizer_range("optimizer");
   const PrecisionStepResult stepped = s.precision->step(result.lr, result.step);  // optimizer step unless skipped
-  if (s.outer && s.outer->after_step(result.step)) s.optimizer->parameters_changed();
+  if (s.outer && s.outer->syncs_at(result.step)) {
+    s.optimizer->gather_full_parameters();  // the update's gathers, where the forward would await them
+    if (s.outer->after_step(result.step)) s.optimizer->parameters_changed();
+    s.optimizer->release_full_parameters();
+  }
   optimizer_range.end();
   result.grad_norm = stepped.grad_norm;
   result.skipped = stepped.skipped;
@@ -342,6 +346,8 @@ void Trainer::add_metrics(const StepResult& result, nlohmann::json& record) cons
   record["memory_allocated_bytes"] = result.memory_allocated_bytes;
   record["memory_peak_bytes"] = result.memory_peak_bytes;
   if (s.mesh.layout().shape.dp > 1) record["comm_hidden_fraction"] = s.optimizer->hidden_fraction();
+  if (s.mesh.layout().shape.dp > 1 && (s.run.parallel.zero == 1 || s.run.parallel.zero == 2))
+    record["param_gather_wait_s"] = s.optimizer->last_step_parameter_wait_s();
   if (s.optimizer->across_sites()) {  // rank 0's ports: bytes sent per link class, time blocked
     const parallel::SiteTraffic t = s.optimizer->last_step_traffic();
     record["in_site_bytes"] = t.in_site_bytes;

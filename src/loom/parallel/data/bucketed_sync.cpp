@@ -22,7 +22,12 @@ void BucketedSync::use_compact_parameters(std::byte* store) {
   install_hooks();
 }
 
-void BucketedSync::install_hooks() { model_.set_hooks(reducing_ || compact_ ? this : nullptr); }
+void BucketedSync::await_parameters_in_hooks() {
+  await_in_hooks_ = true;
+  install_hooks();
+}
+
+void BucketedSync::install_hooks() { model_.set_hooks(reducing_ || compact_ || await_in_hooks_ ? this : nullptr); }
 
 void BucketedSync::begin_micro_batch(bool last) {
   // Reductions start during backward: of the last micro-batch (zero 0, 1) or of each (zero 2).
@@ -42,6 +47,7 @@ void BucketedSync::begin_micro_batch(bool last) {
 }
 
 void BucketedSync::before_forward(int unit) {
+  await_parameters(unit);
   if (compact_) compact_->materialize(unit);
 }
 
@@ -50,6 +56,7 @@ void BucketedSync::after_forward(int unit) {
 }
 
 void BucketedSync::before_backward(int unit) {
+  await_parameters(unit);
   if (compact_) compact_->materialize(unit);
 }
 

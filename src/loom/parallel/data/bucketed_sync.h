@@ -36,9 +36,14 @@ class BucketedSync : public GradientSync {
   virtual void mark_ready(int lane, int local) = 0;
   // End of a micro-batch's backward (after the tied-embedding sum): `last` of the step.
   virtual void finish_round(bool last) = 0;
+  // Before a unit runs (forward, backward or recompute): its parameters must hold the last
+  // update's values (ZeRO 1-2 with parallel.overlap_param_gather waits for their gathers here).
+  virtual void await_parameters(int /*unit*/) {}
 
   // Parameters compact in `store` (precision.param_dtype=compute), widened unit by unit.
   void use_compact_parameters(std::byte* store);
+  // Keeps the hooks installed for await_parameters(), every micro-batch and evaluation alike.
+  void await_parameters_in_hooks();
   // Zero 2 under a schedule that does not interleave: a reduction round per micro-batch.
   bool rounds_per_micro_batch() const { return zero_ == 2 && !setup_.pipeline.reduce_once_per_step; }
   // Zeroes the full gradient buffer for the next step or round; ZeRO-2 releases its pages.
@@ -57,12 +62,13 @@ class BucketedSync : public GradientSync {
 
  private:
   // Hooks stay installed between micro-batches when parameters are compact (they must be
-  // widened around every unit, evaluation included).
+  // widened around every unit, evaluation included) or gathered while the forward runs.
   void install_hooks();
   void mark(int id);
   void reduce_tied_embedding();
 
   bool reducing_ = false;
+  bool await_in_hooks_ = false;
   bool grads_released_ = false;  // ZeRO-2: the gradient buffer's pages went back after the last round
   SiteTraffic at_step_start_, last_step_;  // this micro-batch's backward marks gradients ready
 };

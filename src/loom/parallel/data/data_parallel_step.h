@@ -37,6 +37,7 @@ class DataParallelStep final : public GradientSync {
   std::string peak_memory_report() const override { return sync_->peak_memory_report(); }
   const PipelineSyncOptions& pipeline_options() const override { return sync_->pipeline_options(); }
   SiteTraffic last_step_traffic() const override { return sync_->last_step_traffic(); }
+  double last_step_parameter_wait_s() const override { return sync_->last_step_parameter_wait_s(); }
   bool across_sites() const override { return sync_->across_sites(); }
   void parameters_changed() override { sync_->parameters_changed(); }
   const void* bf16_values() const override { return sync_->bf16_values(); }

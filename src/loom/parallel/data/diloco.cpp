@@ -24,6 +24,14 @@ void DilocoOuter::reset() {
   zero_on_device(device_, momentum(), total_);
 }
 
+bool DilocoOuter::syncs_at(int64_t step) const {
+  const int64_t h = options_.outer_steps, f = options_.fragments;
+  for (int64_t k = 0; k < f; ++k) {
+    if (step % h == k * h / f) return true;
+  }
+  return false;
+}
+
 bool DilocoOuter::after_step(int64_t step) {
   const int64_t h = options_.outer_steps, f = options_.fragments;
   bool changed = false;

@@ -38,6 +38,8 @@ class DilocoOuter {
   // Returns whether the parameters changed (the inner optimizer must then reload its master
   // weights from them).
   bool after_step(int64_t step);
+  // Whether after_step(step) syncs a fragment (reads and replaces parameters).
+  bool syncs_at(int64_t step) const;
   // The anchor becomes the parameters and the momentum zero (a start without outer state).
   void reset();
 

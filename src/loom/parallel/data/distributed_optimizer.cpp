@@ -95,12 +95,20 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& dp, BucketLayout 
     gathered_ = Tensor({layout_.numel()}, options_.param_gather, device);
     gather_send_ = Tensor({state}, options_.param_gather, device);
   }
+  parameter_gathers_.resize(buckets);
+  // Gathers left in flight on the data-parallel group itself would hold back every collective
+  // issued after them there (a group runs its operations in issue order), the next step's first
+  // ones included.
+  if (options_.overlap_param_gather && dp.size() > 1) {
+    gather_group_ = split_group(dp, 0, dp.rank(), dp.name() + "-param-gather");
+  }
   load_master_from_params();
 }
 
 DistributedOptimizer::~DistributedOptimizer() { wait_all_quietly(); }
 
 void DistributedOptimizer::load_master_from_params() {
+  wait_for_parameters();
   float* master = master_.data<float>();
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
     const FlatRange mine = layout_.buckets[b].shards[rank_];
@@ -187,6 +195,14 @@ void DistributedOptimizer::wait_all_quietly() {
     }
     f.work.reset();
   }
+  for (comm::WorkHandle& work : parameter_gathers_) {
+    if (!work) continue;
+    try {
+      work->wait();
+    } catch (...) {
+    }
+    work.reset();
+  }
   std::fill(slot_bucket_.begin(), slot_bucket_.end(), -1);
 }
 
@@ -233,8 +249,9 @@ NormShare DistributedOptimizer::norm_share() {
 comm::WorkHandle DistributedOptimizer::gather_parameters(int bucket) {
   const Bucket& b = layout_.buckets[bucket];
   if (options_.site != nullptr) options_.site->count_in_site(b.numel * static_cast<int64_t>(dtype_size(options_.param_gather)), dp_.size());
+  comm::Communicator& group = gather_group_ ? *gather_group_ : dp_;
   if (options_.param_gather == DType::F32) {
-    return start_shard_all_gather(dp_, master_.data<float>() + state_offset_[bucket], params_ + b.offset,
+    return start_shard_all_gather(group, master_.data<float>() + state_offset_[bucket], params_ + b.offset,
                                   gather_counts_[bucket], DType::F32);
   }
   // The owned shard travels rounded to the compute dtype.
@@ -242,8 +259,41 @@ comm::WorkHandle DistributedOptimizer::gather_parameters(int bucket) {
   std::byte* send = gather_send_.data<std::byte>() + state_offset_[bucket] * element;
   kernels::narrow_floats(options_.device, send, master_.data<float>() + state_offset_[bucket], b.shards[rank_].size(),
                          options_.param_gather);
-  return start_shard_all_gather(dp_, send, gathered_.data<std::byte>() + b.offset * element, gather_counts_[bucket],
+  return start_shard_all_gather(group, send, gathered_.data<std::byte>() + b.offset * element, gather_counts_[bucket],
                                 options_.param_gather);
+}
+
+void DistributedOptimizer::finish_parameter_gather(int bucket, comm::WorkHandle& work) {
+  const Clock::time_point t0 = Clock::now();
+  comm::WorkHandle done = std::move(work);
+  work.reset();
+  // Overlapped, what reads the parameters next is the unit's forward on the compute stream: on
+  // nccl that stream waits for the gather, not the host, which goes on queueing the forward.
+  if (options_.overlap_param_gather) {
+    done->wait_in_stream();
+  } else {
+    done->wait();
+  }
+  gather_wait_s_ += seconds(Clock::now() - t0);
+  if (options_.param_gather == DType::F32 || options_.keep_gathered) return;
+  const Bucket& b = layout_.buckets[bucket];
+  const size_t element = dtype_size(options_.param_gather);
+  kernels::widen_floats(options_.device, params_ + b.offset, gathered_.data<std::byte>() + b.offset * element, b.numel,
+                        options_.param_gather, false);
+}
+
+void DistributedOptimizer::wait_for_parameters(FlatRange range) {
+  // Forward order (the last bucket holds the first parameters), the order they were issued in.
+  for (int b = static_cast<int>(layout_.buckets.size()) - 1; b >= 0; --b) {
+    const Bucket& bucket = layout_.buckets[b];
+    const bool overlaps = bucket.offset < range.end && range.begin < bucket.offset + bucket.numel;
+    if (parameter_gathers_[b] && overlaps) finish_parameter_gather(b, parameter_gathers_[b]);
+  }
+}
+
+int DistributedOptimizer::parameter_gathers_in_flight() const {
+  return static_cast<int>(std::count_if(parameter_gathers_.begin(), parameter_gathers_.end(),
+                                        [](const comm::WorkHandle& w) { return w != nullptr; }));
 }
 
 double DistributedOptimizer::step(double lr, int64_t step) {
@@ -254,12 +304,16 @@ double DistributedOptimizer::step(double lr, int64_t step) {
 
 void DistributedOptimizer::update(const optim::StepParams& at) {
   check_reduced();
+  LOOM_CHECK(parameter_gathers_in_flight() == 0,
+             "DistributedOptimizer: the last update's parameter gathers are still in flight; the forward in "
+             "between waits for them (wait_for_parameters)");
   float* master = master_.data<float>();
-  std::vector<comm::WorkHandle> gathers;
-  gathers.reserve(layout_.buckets.size());
   std::vector<optim::ShardPiece> pieces;
-  for (size_t b = 0; b < layout_.buckets.size(); ++b) {
-    const float* grad = reduced_shard(static_cast<int>(b));
+  const int buckets = static_cast<int>(layout_.buckets.size());
+  for (int i = 0; i < buckets; ++i) {
+    // Left in flight, the gathers go in forward order, so that the first units' arrive first.
+    const int b = options_.overlap_param_gather ? buckets - 1 - i : i;
+    const float* grad = reduced_shard(b);
     pieces.clear();
     for (const Piece& p : pieces_[b]) {
       for (const optim::MomentArrays::Part& part : moments_.parts(state_offset_[b] + p.local, p.numel)) {
@@ -271,12 +325,12 @@ void DistributedOptimizer::update(const optim::StepParams& at) {
     }
     optimizer_->update_many(pieces, at);  // the bucket's pieces in as few launches as they allow
     // Each bucket's gather starts as soon as it is updated, overlapping the next bucket's update.
-    if (layout_.buckets[b].numel > 0) gathers.push_back(gather_parameters(static_cast<int>(b)));
+    if (layout_.buckets[b].numel > 0) parameter_gathers_[b] = gather_parameters(b);
   }
-  for (comm::WorkHandle& w : gathers) w->wait();
-  if (options_.param_gather != DType::F32 && !options_.keep_gathered) {
-    kernels::widen_floats(options_.device, params_, gathered_.data<std::byte>(), layout_.numel(), options_.param_gather,
-                          false);
+  if (!options_.overlap_param_gather) {
+    for (int b = 0; b < buckets; ++b) {
+      if (parameter_gathers_[b]) finish_parameter_gather(b, parameter_gathers_[b]);
+    }
   }
   rounds_ = 0;  // the next round's reduce-scatters overwrite the shards' gradients
 }

@@ -37,6 +37,12 @@
 //   [zero=2: zero/reuse the full gradient buffer here; more rounds may follow]
 //   norm = step(lr, step_number)   // clip + AdamW on owned shards + all-gather of parameters
 //   [zero=1: zero the full gradient buffer]
+//
+// With overlap_param_gather the all-gathers are left in flight when step() returns: issued in
+// forward order (the last bucket, which holds the first-registered parameters, first) on a
+// group split from the data-parallel one, so that no other collective of that group queues
+// behind them; wait_for_parameters(range) before reading or writing a range of the parameters
+// (the model's hooks do it unit by unit, so each unit's forward waits for its own buckets only).
 // Not thread-safe: call from the thread that runs backward.
 #include <cstdint>
 #include <memory>
@@ -66,6 +72,8 @@ struct DistributedOptimizerOptions {
   // With param_gather != F32: leave the gathered parameters in gathered_parameters() (a
   // CompactParameters store) instead of widening them into the full parameter buffer.
   bool keep_gathered = false;
+  // Leave the parameter all-gathers in flight when the update returns (see above).
+  bool overlap_param_gather = false;
   // Staging buffers for reduce-scatters in flight; a launch beyond that many waits for the
   // oldest to finish (bounded memory; with many buckets 2 keeps the network busy).
   int comm_buffers = 2;
@@ -143,8 +151,19 @@ class DistributedOptimizer {
   void skip_step() { rounds_ = 0; }
 
   // Copies the owned slices of the parameter buffer into the master weights (after parameters
-  // were loaded from a checkpoint that has no optimizer state).
+  // were loaded from a checkpoint that has no optimizer state). Waits for the gathers first.
   void load_master_from_params();
+
+  // overlap_param_gather: waits for the parameter gathers of the buckets that hold any of the flat
+  // range (widening them into the parameters where param_gather != F32 and !keep_gathered); the
+  // range's values are then the last update's. Without it, or with nothing in flight, no-ops.
+  void wait_for_parameters(FlatRange range);
+  void wait_for_parameters() { wait_for_parameters({0, INT64_MAX}); }
+  // Buckets whose parameter gather is still in flight.
+  int parameter_gathers_in_flight() const;
+  // Seconds the caller has blocked waiting for parameter gathers, over all steps: inside step()
+  // without overlap_param_gather, in wait_for_parameters() with it.
+  double parameter_gather_wait_s() const { return gather_wait_s_; }
 
   // Buckets whose reduce-scatter has started this round; their gradients were copied out.
   int launched_buckets() const { return schedule_.launched(); }
@@ -178,6 +197,8 @@ class DistributedOptimizer {
   // master shard is gathered as it is; with bf16 weights, round the master shard into a bf16
   // send buffer here and gather that into the bf16 compute buffer (half the bytes on the wire).
   comm::WorkHandle gather_parameters(int bucket);
+  // Waits for bucket's gather (timed) and widens it where the parameters are not kept gathered.
+  void finish_parameter_gather(int bucket, comm::WorkHandle& work);
 
   comm::Communicator& dp_;
   BucketLayout layout_;
@@ -204,6 +225,10 @@ class DistributedOptimizer {
   int64_t slot_elements_ = 0;
   std::vector<int> slot_bucket_;   // bucket using each slot, -1 when free
   std::vector<InFlight> in_flight_;
+  // overlap_param_gather: the parameter gathers run here, and are in flight per bucket until waited.
+  std::unique_ptr<comm::Communicator> gather_group_;
+  std::vector<comm::WorkHandle> parameter_gathers_;
+  double gather_wait_s_ = 0.0;
 
   int rounds_ = 0;  // finished rounds since the last step
   std::chrono::steady_clock::time_point window_start_;

@@ -10,6 +10,8 @@
 //     gathered around its forward and backward and released after; gradients are reduce-scattered
 //     per unit. Outside a micro-batch the model's values buffer holds nothing:
 //     gather_full_parameters() before reading it (checkpoints, evaluation), release after.
+//     ZeRO 1-2 under parallel.overlap_param_gather leave the update's gathers in flight, awaited
+//     unit by unit by the hooks: gather_full_parameters() waits for all of them.
 // Every implementation is the model's ParameterHooks, installed by itself while it needs them.
 // Parameters come in groups, each reduced over its own communicator ("dense" over the data-
 // parallel group; with expert parallelism, "expert" over the expert-data-parallel group).
@@ -115,6 +117,10 @@ class GradientSync : public model::ParameterHooks {
   // that the last update wrote and nothing has written over since (bf16_parameter_copy.h), for a
   // bf16 model's GEMMs; null where none is kept or it is not current.
   virtual const void* bf16_values() const { return nullptr; }
+  // ZeRO 1-2: seconds this rank blocked waiting for parameter all-gathers since the previous
+  // update, that update's own wait included (in the forward instead under
+  // parallel.overlap_param_gather); zero at the other stages.
+  virtual double last_step_parameter_wait_s() const { return 0.0; }
   // Across sites: the bytes this rank sent inside its site and across sites, and the time the
   // training thread blocked on gradient communication, during the last step (zero otherwise).
   virtual SiteTraffic last_step_traffic() const { return {}; }

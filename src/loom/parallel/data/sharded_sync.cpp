@@ -23,6 +23,7 @@ ShardedSync::ShardedSync(SyncSetup setup) : BucketedSync(std::move(setup)) {
     options.wire = setup_.wire(*lane.comm);
     options.param_gather = setup_.param_dtype;
     options.keep_gathered = compact;
+    options.overlap_param_gather = setup_.config->parallel.overlap_param_gather;
     options.norm_groups = setup_.model_groups;
     options.norm_excluded = setup_.norm_excluded;
     options.device = params.device();
@@ -31,6 +32,27 @@ ShardedSync::ShardedSync(SyncSetup setup) : BucketedSync(std::move(setup)) {
         setup_.config->optim, params.values(), params.grads(), options));
   }
   if (compact) use_compact_parameters(sharded_.front()->gathered_parameters());
+  if (setup_.config->parallel.overlap_param_gather) {
+    unit_ranges_ = unit_flat_ranges(model_);
+    await_parameters_in_hooks();
+  }
+}
+
+void ShardedSync::await_parameters(int unit) {
+  if (unit_ranges_.empty()) return;
+  for (const FlatRange& range : unit_ranges_.at(static_cast<size_t>(unit))) {
+    for (auto& s : sharded_) s->wait_for_parameters(range);
+  }
+}
+
+void ShardedSync::gather_full_parameters() {
+  for (auto& s : sharded_) s->wait_for_parameters();
+}
+
+double ShardedSync::parameter_wait_s() const {
+  double waited = 0.0;
+  for (const auto& s : sharded_) waited += s->parameter_gather_wait_s();
+  return waited;
 }
 
 void ShardedSync::finish_round(bool last) {
@@ -55,7 +77,11 @@ double ShardedSync::gradient_norm() {
 
 void ShardedSync::update(double lr, int64_t step, double norm) {
   const optim::StepParams at{lr, step, optim::clip_factor(setup_.config->optim, norm)};
+  gather_full_parameters();  // gathers of parameters no unit's forward awaited
   for (auto& s : sharded_) s->update(at);
+  const double waited = parameter_wait_s();
+  last_step_wait_s_ = waited - wait_at_last_update_s_;
+  wait_at_last_update_s_ = waited;
   clear_gradients();
   close_step_traffic(blocked_seconds());
 }

@@ -3,7 +3,9 @@
 // master weights, moments and the reduced gradient for its shards only (DistributedOptimizer,
 // distributed_optimizer.h); the updated shards are all-gathered into every rank's parameters.
 // Zero 2 reduces after every micro-batch (once per step when a pipeline interleaves) and
-// releases the full gradient buffer's pages between backward passes.
+// releases the full gradient buffer's pages between backward passes. With
+// parallel.overlap_param_gather the update leaves its all-gathers in flight and each unit's
+// forward waits for the buckets holding its own parameters (the model's hooks).
 #include <memory>
 #include <vector>
 
@@ -24,6 +26,8 @@ class ShardedSync final : public BucketedSync {
   std::vector<OwnedRange> checkpoint_ranges() const override;
   double hidden_fraction() const override;
   void parameters_changed() override;
+  void gather_full_parameters() override;
+  double last_step_parameter_wait_s() const override { return last_step_wait_s_; }
   MemoryBytes memory_bytes() const override;
   std::string memory_report() const override;
 
@@ -32,8 +36,13 @@ class ShardedSync final : public BucketedSync {
   bool reduces() const override { return true; }
   void mark_ready(int lane, int local) override { sharded_[lane]->mark_ready(local); }
   void finish_round(bool last) override;
+  void await_parameters(int unit) override;
+  double parameter_wait_s() const;
 
   std::vector<std::unique_ptr<DistributedOptimizer>> sharded_;  // per lane
+  // parallel.overlap_param_gather: each unit's flat ranges, whose gathers its forward awaits.
+  std::vector<std::vector<FlatRange>> unit_ranges_;
+  double wait_at_last_update_s_ = 0.0, last_step_wait_s_ = 0.0;
 };
 
 }  // namespace loom::parallel
