@@ -88,21 +88,25 @@ DistributedOptimizer::DistributedOptimizer(comm::Communicator& dp, BucketLayout 
   slot_elements_ = (dp.size() + 1) * max_shard;  // the padded bucket, then a receive area
   staging_ = Tensor({slots * slot_elements_}, options_.wire, device);
   slot_bucket_.assign(slots, -1);
+  prepare_parameter_gathers(who, state);
+  load_master_from_params();
+}
+
+void DistributedOptimizer::prepare_parameter_gathers(const std::string& who, int64_t owned) {
   LOOM_CHECK(options_.param_gather == DType::F32 || options_.param_gather == DType::BF16 ||
             options_.param_gather == DType::F16,
         who + ": parameters are all-gathered in f32, bf16 or f16 (precision.param_dtype=fp32 or compute)");
   if (options_.param_gather != DType::F32) {
-    gathered_ = Tensor({layout_.numel()}, options_.param_gather, device);
-    gather_send_ = Tensor({state}, options_.param_gather, device);
+    gathered_ = Tensor({layout_.numel()}, options_.param_gather, options_.device);
+    gather_send_ = Tensor({owned}, options_.param_gather, options_.device);
   }
-  parameter_gathers_.resize(buckets);
+  parameter_gathers_.resize(layout_.buckets.size());
   // Gathers left in flight on the data-parallel group itself would hold back every collective
   // issued after them there (a group runs its operations in issue order), the next step's first
   // ones included.
-  if (options_.overlap_param_gather && dp.size() > 1) {
-    gather_group_ = split_group(dp, 0, dp.rank(), dp.name() + "-param-gather");
+  if (options_.overlap_param_gather && dp_.size() > 1) {
+    gather_group_ = split_group(dp_, 0, dp_.rank(), dp_.name() + "-param-gather");
   }
-  load_master_from_params();
 }
 
 DistributedOptimizer::~DistributedOptimizer() { wait_all_quietly(); }

@@ -46,6 +46,7 @@
 // Not thread-safe: call from the thread that runs backward.
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "loom/comm/communicator.h"
@@ -189,6 +190,9 @@ class DistributedOptimizer {
     bool accumulate = false;  // add to the shard (a later round) rather than overwrite it
   };
 
+  // The gathers' dtype checked, their compact buffers (`owned`: this rank's shard elements) and
+  // the group they run on under overlap_param_gather.
+  void prepare_parameter_gathers(const std::string& who, int64_t owned);
   void launch(int bucket);
   void complete(int bucket);
   void wait_all_quietly();
