@@ -6,6 +6,7 @@
 #include "loom/optim/moment_arrays.h"
 #include "loom/parallel/data/bf16_parameter_copy.h"
 #include "loom/parallel/data/grad_buckets.h"
+#include "loom/parallel/data/parameter_dtype.h"
 #include "loom/plan/activation_memory.h"
 #include "loom/plan/activation_pool.h"
 #include "loom/plan/device_shapes.h"
@@ -88,8 +89,7 @@ GroupState plan_group_state(const config::RunConfig& config, const std::vector<m
   GroupState m;
   int64_t parameter_count = 0;
   for (const model::Parameter& p : params) parameter_count += p.numel;
-  const bool compact = config.precision.param_dtype == config::ParamDtype::Compute &&
-                       config.precision.recipe != config::PrecisionRecipe::Fp32;
+  const bool compact = parallel::parameter_dtype(config) != DType::F32;
   // One replica: nothing to shard, but for ZeRO-3's shards kept in host memory (parallel.offload_params).
   const int zero = sharded || config.parallel.offload_params ? config.parallel.zero : 0;
   const std::vector<int64_t> units = unit_sizes(params);

@@ -9,6 +9,7 @@
 #include "loom/optim/moment_arrays.h"
 #include "loom/parallel/data/bf16_parameter_copy.h"
 #include "loom/parallel/data/fp8_weight_pieces.h"
+#include "loom/parallel/data/parameter_dtype.h"
 #include "loom/plan/activation_memory.h"
 #include "loom/plan/block_linears.h"
 #include "loom/plan/parallel_comm.h"
@@ -324,8 +325,7 @@ GemmOutputBytes gemm_output_bytes(const config::RunConfig& config, const StageMe
 // forward and backward (which also costs the widening, a cast, where casts cost time).
 double fresh_memory_seconds(const config::RunConfig& config, const StageMemory& stage, int dp, const Hardware& hw) {
   const double params = static_cast<double>(stage.parameter_count);
-  const bool compact = config.precision.param_dtype == config::ParamDtype::Compute &&
-                       config.precision.recipe != config::PrecisionRecipe::Fp32;
+  const bool compact = parallel::parameter_dtype(config) != DType::F32;
   const int zero = dp > 1 ? config.parallel.zero : 0;
   double fresh_bytes = 0.0, widened = 0.0;
   if (zero == 2) fresh_bytes += 4.0 * params;
@@ -469,8 +469,8 @@ DataParallelSeconds data_parallel_seconds(const config::RunConfig& config, const
   const double grads = static_cast<double>(stage.parameter_count) * wire;
   const int zero = config.parallel.zero;
   if (zero == 0) return {all_reduce_seconds(grads, replicas, link), 0.0};
-  const double params = static_cast<double>(stage.parameter_count) *
-                        (config.precision.param_dtype == config::ParamDtype::Compute ? 2.0 : 4.0);
+  const double params =
+      static_cast<double>(stage.parameter_count) * static_cast<double>(dtype_size(parallel::parameter_dtype(config)));
   const double m = memory.layout.micro_batches;
   if (zero == 1) return {all_gather_seconds(grads, replicas, link), all_gather_seconds(params, replicas, link)};
   if (zero == 2) return {m * all_gather_seconds(grads, replicas, link), all_gather_seconds(params, replicas, link)};
@@ -564,10 +564,7 @@ TimeBreakdown plan_time(const config::RunConfig& config, const MemoryPlan& memor
   t.optimizer = device_bytes / hw.bandwidth_per_rank(world) + link_bytes / hw.host_link_bandwidth +
                 host_bytes / hw.host_memory_bandwidth;
   if (shards_on_host) {
-    const double gathered = config.precision.param_dtype == config::ParamDtype::Compute &&
-                                    config.precision.recipe != config::PrecisionRecipe::Fp32
-                                ? 2.0
-                                : 4.0;
+    const auto gathered = static_cast<double>(dtype_size(parallel::parameter_dtype(config)));
     const double wire = config.precision.grad_reduce == config::GradReduce::Bf16 && replicas > 1 ? 2.0 : 4.0;
     t.host_link = m * owned *
                   ((2.0 * gathered + wire) / hw.host_link_bandwidth +

@@ -4,6 +4,7 @@
 
 #include "loom/core/error.h"
 #include "loom/parallel/data/ddp_sync.h"
+#include "loom/parallel/data/parameter_dtype.h"
 #include "loom/parallel/data/sharded_sync.h"
 #include "loom/parallel/data/sync_setup.h"
 #include "loom/parallel/data/zero3_sync.h"
@@ -92,12 +93,7 @@ SyncSetup make_setup(comm::Communicator& dp, model::Transformer& model, const co
   }
   check_groups(options.groups, static_cast<int>(params.list().size()));
   s.groups = std::move(options.groups);
-  // precision.param_dtype=compute: the fp32 master weights live in the optimizer and the model's
-  // parameters are them rounded to the compute dtype (what Megatron's bf16 models hold).
-  if (config.precision.param_dtype == config::ParamDtype::Compute &&
-      config.precision.recipe != config::PrecisionRecipe::Fp32) {
-    s.param_dtype = config.precision.recipe == config::PrecisionRecipe::Fp16 ? DType::F16 : DType::BF16;
-  }
+  s.param_dtype = parameter_dtype(config);
   s.pipeline = options.pipeline;
   LOOM_CHECK(zero != 3 || s.pipeline.tied_param < 0, "an embedding on two pipeline stages (tied embeddings, or model.mtp_depths > 0) needs "
                                              "parallel.zero 0, 1 or 2");
