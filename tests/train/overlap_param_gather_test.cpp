@@ -3,7 +3,7 @@
 // still in flight when the next forward starts (topology.simulate: every rank a node of its own),
 // a run trains bit for bit as with the gathers waited for inside the update: losses, evaluations
 // between update and forward, and every tensor of the checkpoints, at ZeRO 1 and 2, with bf16
-// parameters, with a pipeline, across a resume and under DiLoCo.
+// parameters, with a pipeline, tensor parallelism, two sites, across a resume and under DiLoCo.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -74,6 +74,12 @@ TEST_F(OverlapParamGather, CompactBf16ParametersTrainAsWithTheGathersInTheUpdate
 TEST_F(OverlapParamGather, PipelineAndTensorParallelLayoutsTrainAsWithTheGathersInTheUpdate) {
   expect_overlap_changes_nothing("zero1-pp2", {"runtime.ranks=4", "parallel.pp=2", "parallel.zero=1"});
   expect_overlap_changes_nothing("zero2-tp2", {"runtime.ranks=4", "parallel.tp=2", "parallel.zero=2"});
+}
+
+// Two sites of two ranks: the optimizer sharded inside each site, the gathers on a group split
+// from the site's.
+TEST_F(OverlapParamGather, AcrossSitesTrainsAsWithTheGathersInTheUpdate) {
+  expect_overlap_changes_nothing("zero2-sites", {"runtime.ranks=4", "parallel.zero=2", "parallel.dp_sites=2"});
 }
 
 // A run stopped after step 3 (its gathers in flight) resumes to the uninterrupted run's state.
