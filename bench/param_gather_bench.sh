@@ -9,24 +9,11 @@
 # Usage: [BATCH=2 SEQ=64] [LOOM=build/loom] bench/param_gather_bench.sh [steps] [gbps...]
 #   BATCH x SEQ tokens per rank and step; LOOM given: that binary, nothing is built.
 set -euo pipefail
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$repo"
 steps="${1:-6}"
 shift || true
 rates=("$@")
 [ ${#rates[@]} -gt 0 ] || rates=(5 10 25)
-loom="${LOOM:-build/loom}"
-if [ -z "${LOOM:-}" ]; then
-  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build build -j2 --target loom >/dev/null
-fi
-unset OPENBLAS_CORETYPE
-[ -f data/gpt2/corpus_train.idx ] || "$loom" data prepare .cache/data/corpus --tokenizer gpt2 --output data/gpt2/corpus
-out="$(mktemp -d)"
-trap 'rm -rf "$out"' EXIT
-median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
-field() { grep -o "\"$2\":[-0-9.e+]*" "$1/metrics.jsonl" | cut -d: -f2 | tail -n +2; }
-batch="${BATCH:-2}" seq="${SEQ:-64}"  # per rank
+source "$(dirname "${BASH_SOURCE[0]}")/gpt2_ranks_common.sh"
 common=(configs/gpt2-124m.yaml train.steps="$steps" train.micro_batch=$batch data.seq_len=$seq
         train.eval_interval=0 checkpoint.interval=0 log.progress=false parallel.bucket_mb=16)
 two=(runtime.ranks=2 train.threads=2 train.global_batch=$((2 * batch)) parallel.zero=1)
