@@ -190,23 +190,17 @@ float* DistributedOptimizer::reduced_shard(int bucket) {
 }
 
 void DistributedOptimizer::wait_all_quietly() {
-  for (InFlight& f : in_flight_) {
-    if (!f.work) continue;
-    try {
-      f.work->wait();
-    } catch (...) {
-      // Destruction during unwinding: the original error is what matters.
-    }
-    f.work.reset();
-  }
-  for (comm::WorkHandle& work : parameter_gathers_) {
-    if (!work) continue;
+  auto wait_quietly = [](comm::WorkHandle& work) {
+    if (!work) return;
     try {
       work->wait();
     } catch (...) {
+      // Destruction during unwinding: the original error is what matters.
     }
     work.reset();
-  }
+  };
+  for (InFlight& f : in_flight_) wait_quietly(f.work);
+  for (comm::WorkHandle& work : parameter_gathers_) wait_quietly(work);
   std::fill(slot_bucket_.begin(), slot_bucket_.end(), -1);
 }
 

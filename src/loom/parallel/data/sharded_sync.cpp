@@ -49,10 +49,11 @@ void ShardedSync::gather_full_parameters() {
   for (auto& s : sharded_) s->wait_for_parameters();
 }
 
-double ShardedSync::parameter_wait_s() const {
+void ShardedSync::close_step_parameter_wait() {
   double waited = 0.0;
   for (const auto& s : sharded_) waited += s->parameter_gather_wait_s();
-  return waited;
+  last_step_wait_s_ = waited - wait_at_last_close_s_;
+  wait_at_last_close_s_ = waited;
 }
 
 void ShardedSync::finish_round(bool last) {
@@ -79,9 +80,7 @@ void ShardedSync::update(double lr, int64_t step, double norm) {
   const optim::StepParams at{lr, step, optim::clip_factor(setup_.config->optim, norm)};
   gather_full_parameters();  // gathers of parameters no unit's forward awaited
   for (auto& s : sharded_) s->update(at);
-  const double waited = parameter_wait_s();
-  last_step_wait_s_ = waited - wait_at_last_update_s_;
-  wait_at_last_update_s_ = waited;
+  close_step_parameter_wait();
   clear_gradients();
   close_step_traffic(blocked_seconds());
 }
@@ -96,6 +95,7 @@ std::vector<std::span<float>> ShardedSync::reduced_gradients() {
 
 void ShardedSync::skip_step() {
   for (auto& s : sharded_) s->skip_step();
+  close_step_parameter_wait();
   clear_gradients();
   close_step_traffic(blocked_seconds());
 }

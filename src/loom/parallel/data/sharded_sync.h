@@ -37,12 +37,13 @@ class ShardedSync final : public BucketedSync {
   void mark_ready(int lane, int local) override { sharded_[lane]->mark_ready(local); }
   void finish_round(bool last) override;
   void await_parameters(int unit) override;
-  double parameter_wait_s() const;
+  // At the end of update() or skip_step(): the gathers' wait since the previous one.
+  void close_step_parameter_wait();
 
   std::vector<std::unique_ptr<DistributedOptimizer>> sharded_;  // per lane
   // parallel.overlap_param_gather: each unit's flat ranges, whose gathers its forward awaits.
   std::vector<std::vector<FlatRange>> unit_ranges_;
-  double wait_at_last_update_s_ = 0.0, last_step_wait_s_ = 0.0;
+  double wait_at_last_close_s_ = 0.0, last_step_wait_s_ = 0.0;
 };
 
 }  // namespace loom::parallel
