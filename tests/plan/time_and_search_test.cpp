@@ -670,6 +670,38 @@ TEST(TimePlan, RanksSharingCoresTakeTurns) {
   EXPECT_NEAR(busy + four.bubble + four.core_wait, 2 * busy, 1e-12);
 }
 
+// parallel.overlap_param_gather in the base applies to the ZeRO 1-2 layouts; the ZeRO 0 and 3 ones,
+// which refuse the key, are planned without it (not refused), and their overrides say so.
+TEST(Search, OverlappedParameterGathersApplyWhereTheStageHasThem) {
+  const LayoutCheck check = [](const config::RunConfig& c, int devices) {
+    const int model_ranks = c.parallel.tp * c.parallel.cp * c.parallel.pp;
+    LOOM_CHECK(devices % model_ranks == 0, "does not divide");
+    return comm::MeshShape{.tp = c.parallel.tp, .cp = c.parallel.cp, .ep = c.parallel.ep,
+                           .dp = devices / model_ranks, .pp = c.parallel.pp};
+  };
+  const SearchResult plain = search_layouts(tiny({"parallel.zero=1"}), device(), 4, check);
+  const SearchResult overlapped =
+      search_layouts(tiny({"parallel.zero=1", "parallel.overlap_param_gather=true"}), device(), 4, check);
+  EXPECT_EQ(overlapped.refused, plain.refused);
+  ASSERT_EQ(overlapped.ranked.size(), plain.ranked.size());
+  int zero03 = 0, faster = 0;
+  for (const Candidate& c : overlapped.ranked) {
+    const int zero = c.config.parallel.zero;
+    const std::vector<std::string> o = c.overrides();
+    const bool says_false = std::find(o.begin(), o.end(), "parallel.overlap_param_gather=false") != o.end();
+    EXPECT_EQ(c.config.parallel.overlap_param_gather, zero == 1 || zero == 2) << c.describe();
+    EXPECT_EQ(says_false, zero == 0 || zero == 3) << c.describe();
+    zero03 += zero == 0 || zero == 3;
+    for (const Candidate& p : plain.ranked) {
+      if (p.describe() != c.describe()) continue;
+      EXPECT_LE(c.time.dp_comm, p.time.dp_comm) << c.describe();
+      faster += c.time.dp_comm < p.time.dp_comm;
+    }
+  }
+  EXPECT_GT(zero03, 0);
+  EXPECT_GT(faster, 0);
+}
+
 TEST(Search, RanksOnlyLayoutsTheRulesAcceptAndThatFit) {
   int checked = 0;
   const LayoutCheck check = [&](const config::RunConfig& c, int devices) {

@@ -36,6 +36,8 @@ void add_options(const config::RunConfig& base, comm::MeshShape mesh, int v, std
           c.parallel.pipeline_schedule =
               v > 1 ? config::PipelineScheduleKind::Interleaved : config::PipelineScheduleKind::OneFOneB;
           c.parallel.zero = zero;
+          // The update's gathers overlap the forward at ZeRO 1-2 only (ZeRO 0 and 3 refuse the key).
+          c.parallel.overlap_param_gather = base.parallel.overlap_param_gather && (zero == 1 || zero == 2);
           c.parallel.sequence_parallel = sp == 1;
           c.train.micro_batch = mb;
           c.model.recompute = recompute == 1;
@@ -100,6 +102,7 @@ std::vector<std::string> Candidate::overrides() const {
     o.push_back("parallel.pipeline_schedule=interleaved");
     o.push_back("parallel.virtual_stages=" + std::to_string(p.virtual_stages));
   }
+  if (overlap_dropped) o.push_back("parallel.overlap_param_gather=false");
   return o;
 }
 
@@ -110,6 +113,7 @@ SearchResult search_layouts(const config::RunConfig& base, const Hardware& hardw
   for (config::RunConfig& c : enumerate(base, devices)) {
     ++result.enumerated;
     Candidate candidate;
+    candidate.overlap_dropped = base.parallel.overlap_param_gather && !c.parallel.overlap_param_gather;
     try {
       config::validate_config(c);
       const comm::MeshShape shape = check(c, devices);

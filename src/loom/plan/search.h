@@ -23,6 +23,9 @@ struct Candidate {
   TimeBreakdown time;
   std::string describe() const;  // "tp 2 pp 1 dp 2 zero 1 mb 4 recompute off ..."
   std::vector<std::string> overrides() const;  // "parallel.tp=2", ... to run it with loom train
+  // The base asked for parallel.overlap_param_gather, which this layout's ZeRO stage (0 or 3)
+  // refuses: its overrides set it false.
+  bool overlap_dropped = false;
 };
 
 struct SearchResult {
