@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Data, tensor, pipeline, context and expert parallelism under MPI compute the same function as
 # one rank: trains 20 steps on one rank (threads backend) and on 4 MPI processes (dp 4 with ZeRO
-# stages 0 and 1; tp 2 x dp 2 with sequence parallelism and ZeRO-1; pp 2 x dp 2 with 1F1B and
+# stages 0 and 1, and 2 with the parameter gathers overlapping the forward (parallel.
+# overlap_param_gather: MPI's non-blocking gathers on a split communicator left in flight); tp 2
+# x dp 2 with sequence parallelism and ZeRO-1; pp 2 x dp 2 with 1F1B and
 # ZeRO-1; the interleaved pipeline at pp 2 x dp 2 with 4 micro-batches per pipeline; cp 2 x dp 2
 # with Ulysses all-to-all and ZeRO-1; cp 4 with ring attention; a mixture of
 # experts at ep 2 and ep 4 with ZeRO-1, and ep 2 x tp 2), and compares every step's loss
@@ -30,14 +32,15 @@ layouts=("parallel.zero=0 train.micro_batch=2" "parallel.zero=1 train.micro_batc
          "parallel.pp=2 parallel.pipeline_schedule=1f1b parallel.zero=1 train.micro_batch=1
           profile.first_step=5 profile.last_step=6 profile.ranks=[]"
          "parallel.cp=2 parallel.cp_comm=a2a parallel.zero=1 train.micro_batch=2"
-         "parallel.cp=4 parallel.cp_comm=p2p")
+         "parallel.cp=4 parallel.cp_comm=p2p"
+         "parallel.zero=2 parallel.overlap_param_gather=true train.micro_batch=2")
 compare() {  # compare REFERENCE_DIR RUN_DIR LAYOUT
   paste <(losses "$1") <(losses "$2") | awk -v layout="$3" -v steps="$steps" '
     { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1);
       if (r > 1e-5) { printf "%s, step %d: one rank %s, 4 MPI ranks %s (relative %.2e)\n", layout, n, $1, $2, r; bad = 1 } }
     END { if (n != steps) { print "expected " steps " steps, got " n; exit 1 } exit bad }'
 }
-for zero in 0 1 2 3 4 5; do
+for zero in 0 1 2 3 4 5 6; do
   # shellcheck disable=SC2086  # the layout is a list of overrides
   "$mpiexec" --allow-run-as-root --oversubscribe -np 4 "$loom" train "$work/config.yaml" runtime.backend=mpi \
     run.dir="$work/mpi$zero" ${layouts[$zero]} > "$work/mpi$zero.log" 2>&1 ||
