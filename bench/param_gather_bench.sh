@@ -27,7 +27,9 @@ run() {  # name, overrides...: prints tokens/s, the median step (s) and the medi
   awk -v s="$step" -v w="${wait_s:-0}" -v r="${ranks:-1}" -v b=$batch -v t=$seq \
       'BEGIN {printf "%.1f %.3f %.3f", r * b * t / s, s, w}'
 }
-show() { awk -v name="$1" '{printf "%-34s %7.1f tok/s  step %.3f s  waiting for gathers %.3f s\n", name, $1, $2, $3}' <<< "$2"; }
+show() {
+  awk -v name="$1" '{printf "%-34s %7.1f tok/s  step %.3f s  waiting for gathers %.3f s\n", name, $1, $2, $3}' <<< "$2"
+}
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 one=$(run one-rank runtime.ranks=1 train.threads=1 train.global_batch=$batch)
 show "1 rank (compute alone)" "$one"
@@ -43,6 +45,7 @@ for gbps in "${rates[@]}"; do
   overlapped=$(run "overlapped-$gbps" "${two[@]}" "${links[@]}" parallel.overlap_param_gather=true)
   show "dp 2, zero 1, $gbps Gbit/s, overlapped" "$overlapped"
   awk -v b="${blocking%% *}" -v o="${overlapped%% *}" -v f="${free%% *}" -v g="$gbps" \
-      'BEGIN {printf "  %s Gbit/s: overlapped / blocking %.3f; of free links: blocking %.1f%%, overlapped %.1f%%\n", g, o / b, 100 * b / f, 100 * o / f}'
+      'BEGIN {printf "  %s Gbit/s: overlapped / blocking %.3f; of free links: blocking %.1f%%, overlapped %.1f%%\n",
+              g, o / b, 100 * b / f, 100 * o / f}'
 done
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"

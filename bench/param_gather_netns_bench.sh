@@ -42,7 +42,8 @@ shape() {  # RATE or "none": the veth pair's qdisc, both ways
   local h
   for h in 0 1; do
     ip netns exec "${host_ns[$h]}" tc qdisc del dev "${tag}v$h" root 2> /dev/null || true
-    [ "$1" = none ] || ip netns exec "${host_ns[$h]}" tc qdisc add dev "${tag}v$h" root tbf rate "$1" burst 1mb latency 50ms
+    [ "$1" = none ] ||
+      ip netns exec "${host_ns[$h]}" tc qdisc add dev "${tag}v$h" root tbf rate "$1" burst 1mb latency 50ms
   done
 }
 # Open MPI's launch agent (called like ssh: agent HOST COMMAND...) runs the command in HOST's
@@ -51,7 +52,11 @@ agent="$out/netns_agent.sh"
 cat > "$agent" <<AGENT
 #!/usr/bin/env bash
 host="\$1"; shift
-case "\$host" in ${hosts[0]}) ns=${host_ns[0]} ;; ${hosts[1]}) ns=${host_ns[1]} ;; *) echo "unknown host \$host" >&2; exit 1 ;; esac
+case "\$host" in
+  ${hosts[0]}) ns=${host_ns[0]} ;;
+  ${hosts[1]}) ns=${host_ns[1]} ;;
+  *) echo "unknown host \$host" >&2; exit 1 ;;
+esac
 exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$ns; \$*"
 AGENT
 chmod +x "$agent"
@@ -71,7 +76,9 @@ run() {  # name, overrides...: prints tokens/s, the median step (s) and the medi
   wait_s=$(field "$out/$name" param_gather_wait_s | median)
   awk -v s="$step" -v w="$wait_s" -v b=$batch -v t=$seq 'BEGIN {printf "%.1f %.3f %.3f", 2 * b * t / s, s, w}'
 }
-show() { awk -v name="$1" '{printf "%-36s %7.1f tok/s  step %.3f s  waiting for gathers %.3f s\n", name, $1, $2, $3}' <<< "$2"; }
+show() {
+  awk -v name="$1" '{printf "%-36s %7.1f tok/s  step %.3f s  waiting for gathers %.3f s\n", name, $1, $2, $3}' <<< "$2"
+}
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 shape none
 free=$(run free)
@@ -84,6 +91,7 @@ for rate in "${rates[@]}"; do
   overlapped=$(run "overlapped-$rate" parallel.overlap_param_gather=true)
   show "dp 2 over veth, tbf $rate, overlapped" "$overlapped"
   awk -v b="${blocking%% *}" -v o="${overlapped%% *}" -v f="${free%% *}" -v r="$rate" \
-      'BEGIN {printf "  %s: overlapped / waited %.3f; of the unshaped run: waited %.1f%%, overlapped %.1f%%\n", r, o / b, 100 * b / f, 100 * o / f}'
+      'BEGIN {printf "  %s: overlapped / waited %.3f; of the unshaped run: waited %.1f%%, overlapped %.1f%%\n",
+              r, o / b, 100 * b / f, 100 * o / f}'
 done
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
