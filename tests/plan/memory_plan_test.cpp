@@ -65,6 +65,26 @@ TEST(MemoryPlan, ZeroOneShardsMasterAndMoments) {
   EXPECT_LT(small.state.communication_buffers, slot * (262144 + largest));
 }
 
+// One data-parallel replica runs the configured stage too (the trainer builds the stage's
+// synchronisation whatever the group's size, as its start-up report shows): ZeRO-1 an fp32 master
+// of every parameter and its reduce-scatter staging, ZeRO-2 the full gradient buffer in flight
+// during backward, ZeRO-3 its gathered units and its staging.
+TEST(MemoryPlan, OneReplicaRunsTheConfiguredStage) {
+  auto one_rank = [](const std::string& zero) {
+    return plan_memory(tiny({"parallel.zero=" + zero}), {.tp = 1, .dp = 1, .pp = 1}).stages[0];
+  };
+  const StageMemory zero0 = one_rank("0"), zero1 = one_rank("1"), zero2 = one_rank("2"), zero3 = one_rank("3");
+  EXPECT_EQ(zero1.state.master_weights, 4 * kTiny);
+  EXPECT_EQ(zero1.state.optimizer_moments, 8 * kTiny);
+  EXPECT_GT(zero1.state.communication_buffers, 0);
+  EXPECT_EQ(zero1.gather_buffers, 0);
+  EXPECT_EQ(zero2.gather_buffers, 4 * kTiny);
+  EXPECT_EQ(zero3.state.master_weights, 0);
+  EXPECT_GT(zero3.state.communication_buffers, 0);
+  EXPECT_GT(zero3.gather_buffers, 0);
+  for (const StageMemory* s : {&zero1, &zero2, &zero3}) EXPECT_GT(s->total(), zero0.total());
+}
+
 TEST(MemoryPlan, MixedPrecisionAdamIsEighteenBytesAndSixPlusTwelveOverD) {
   const std::vector<std::string> bf16 = {"precision.recipe=bf16", "precision.param_dtype=compute"};
   const StageMemory one = plan_memory(tiny(bf16), {.tp = 1, .dp = 1, .pp = 1}).stages[0];

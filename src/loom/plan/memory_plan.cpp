@@ -76,22 +76,21 @@ int64_t comm_buffer_bytes(const config::RunConfig& config, const std::vector<mod
 }
 
 // The model state (parameters, gradients, master weights, moments) of one parameter group and
-// the buffers its data parallelism gathers into, over the `dp` ranks it is reduced over, in a run
-// whose ZeRO stage applies (`sharded`: more than one replica; then also to a group over one rank,
-// as the experts' group over an expert-data-parallel size of 1).
+// the buffers its data parallelism gathers into, over the `dp` ranks it is reduced over, at the
+// run's ZeRO stage: the trainer runs that stage's synchronisation at one replica too (ZeRO 1-2
+// with their master copy and staging, ZeRO-3 with its gathered units), and over a group of one
+// rank (the experts' group over an expert-data-parallel size of 1).
 struct GroupState {
   parallel::MemoryBytes state;
   int64_t gather_buffers = 0;
 };
 
-GroupState plan_group_state(const config::RunConfig& config, const std::vector<model::Parameter>& params, int dp,
-                            bool sharded) {
+GroupState plan_group_state(const config::RunConfig& config, const std::vector<model::Parameter>& params, int dp) {
   GroupState m;
   int64_t parameter_count = 0;
   for (const model::Parameter& p : params) parameter_count += p.numel;
   const bool compact = parallel::parameter_dtype(config) != DType::F32;
-  // One replica: nothing to shard, but for ZeRO-3's shards kept in host memory (parallel.offload_params).
-  const int zero = sharded || config.parallel.offload_params ? config.parallel.zero : 0;
+  const int zero = config.parallel.zero;
   const std::vector<int64_t> units = unit_sizes(params);
   const int64_t unit = largest(units);
   parallel::MemoryModel model_state{parameter_count, dp, zero, compact ? 2 : 4, 4,
@@ -132,9 +131,9 @@ void plan_model_state(const config::RunConfig& config, const std::vector<model::
   for (const model::Parameter& p : params) {
     (shape.ep > 1 && p.name.find(".mlp.experts.") != std::string::npos ? experts : dense).push_back(p);
   }
-  GroupState state = plan_group_state(config, dense, replicas, replicas > 1);
+  GroupState state = plan_group_state(config, dense, replicas);
   if (!experts.empty()) {
-    const GroupState e = plan_group_state(config, experts, replicas / shape.ep, replicas > 1);
+    const GroupState e = plan_group_state(config, experts, replicas / shape.ep);
     state.state.parameters += e.state.parameters;
     state.state.gradients += e.state.gradients;
     state.state.master_weights += e.state.master_weights;

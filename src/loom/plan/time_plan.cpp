@@ -273,8 +273,8 @@ double cast_seconds(const config::RunConfig& config, const StageMemory& stage, d
 // The share of micro-batches whose blocks' wgrad GEMMs write their gradients whole (4 bytes, not
 // read and added to: 8): the first of a step; every one at ZeRO-2, which zeroes the gradients after
 // each micro-batch's reduce-scatter; none at ZeRO-3, which zeroes its sections itself.
-double written_whole_share(const config::RunConfig& config, int dp, double micro_batches) {
-  const int zero = dp > 1 ? config.parallel.zero : 0;
+double written_whole_share(const config::RunConfig& config, double micro_batches) {
+  const int zero = config.parallel.zero;  // the stage runs at one replica too
   if (zero == 3) return 0.0;
   return zero == 2 ? 1.0 : 1.0 / micro_batches;
 }
@@ -323,10 +323,10 @@ GemmOutputBytes gemm_output_bytes(const config::RunConfig& config, const StageMe
 // each unit's forward and backward and its gradients after their reduce-scatter; compact
 // parameters (precision.param_dtype=compute) widened from their 2-byte store before each unit's
 // forward and backward (which also costs the widening, a cast, where casts cost time).
-double fresh_memory_seconds(const config::RunConfig& config, const StageMemory& stage, int dp, const Hardware& hw) {
+double fresh_memory_seconds(const config::RunConfig& config, const StageMemory& stage, const Hardware& hw) {
   const double params = static_cast<double>(stage.parameter_count);
   const bool compact = parallel::parameter_dtype(config) != DType::F32;
-  const int zero = dp > 1 ? config.parallel.zero : 0;
+  const int zero = config.parallel.zero;  // the stage runs at one replica too
   double fresh_bytes = 0.0, widened = 0.0;
   if (zero == 2) fresh_bytes += 4.0 * params;
   if (zero == 3) fresh_bytes += 3.0 * 4.0 * params;
@@ -378,7 +378,7 @@ void add_context_parallel_cost(StageCost& cost, const config::RunConfig& config,
 StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, const StageMemory& stage,
                      const Hardware& hw) {
   const comm::MeshShape shape = memory.layout.shape;
-  const int world = shape.tp * shape.cp * shape.dp * shape.pp, replicas = shape.dp * shape.cp;
+  const int world = shape.tp * shape.cp * shape.dp * shape.pp;
   const std::vector<model::LayerSpec> specs = model::resolve_layers(config.model);
   // This rank's tokens: a context-parallel rank holds seq_len / cp of each sequence (its
   // attention still sees every key: the per-token FLOPs are the whole sequence's).
@@ -405,7 +405,7 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
                       tokens * replicated_linear_flops_per_token(config, stage) / rate;
   const double m = static_cast<double>(memory.layout.micro_batches);
   const GemmOutputBytes written =
-      gemm_output_bytes(config, stage, tokens, shape.tp, written_whole_share(config, replicas, m));
+      gemm_output_bytes(config, stage, tokens, shape.tp, written_whole_share(config, m));
   const double written_forward = hw.gemm_output_seconds(written.block_forward + written.head_forward);
   const double written_backward = hw.gemm_output_seconds(written.backward);
   const double recompute =
@@ -413,7 +413,7 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
   const double elementwise = static_cast<double>(stage.activations_per_micro_batch) / hw.activation_rate_per_rank(1);
   StageCost cost;
   cost.casts = cast_seconds(config, stage, tokens, static_cast<double>(memory.layout.micro_batches), shape.tp, hw);
-  cost.fresh = fresh_memory_seconds(config, stage, replicas, hw);
+  cost.fresh = fresh_memory_seconds(config, stage, hw);
   cost.forward = gemm / 3.0 + written_forward + elementwise / 3.0 + (cost.casts + cost.fresh) / 3.0;
   cost.backward = 2.0 * gemm / 3.0 + written_backward + recompute + 2.0 * elementwise / 3.0 +
                   2.0 * (cost.casts + cost.fresh) / 3.0;
@@ -546,7 +546,7 @@ TimeBreakdown plan_time(const config::RunConfig& config, const MemoryPlan& memor
   // The bf16 copy of the parameters, where kept, is 2 more bytes written per parameter.
   const double copy_bytes = parallel::keeps_bf16_parameter_copy(config) ? 2.0 : 0.0;
   const double written_whole =
-      written_whole_share(config, replicas, m) > 0.0 ? block_linear_weights(config, *widest) : 0.0;
+      written_whole_share(config, m) > 0.0 ? block_linear_weights(config, *widest) : 0.0;
   const double zeroed = kZeroedBytesPerGradient * (static_cast<double>(widest->parameter_count) - written_whole);
   // For the share offloaded to the host (optim.cpu_offload, optim.offload_fraction; none by
   // default) the device reads the gradients for their norm, the host link carries them and the
