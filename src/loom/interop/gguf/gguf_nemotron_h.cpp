@@ -13,8 +13,6 @@ namespace loom::interop::gguf {
 
 namespace {
 
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
-
 // Hugging Face's names within a layer (backbone.layers.N.<rest>) as llama.cpp's (blk.N.<name>).
 const std::map<std::string, std::string>& layer_names() {
   static const std::map<std::string, std::string> names = {
@@ -43,10 +41,6 @@ const std::map<std::string, std::string>& layer_names() {
   return names;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
 
 void check_nemotron_h_layers(const config::ModelConfig& m) {
@@ -58,8 +52,8 @@ void check_nemotron_h_layers(const config::ModelConfig& m) {
 }
 
 bool stays_f32(const std::string& name, const Shape& shape) {
-  return shape.size() == 1 || ends_with(name, ".ssm_a") || ends_with(name, ".ssm_d") ||
-         ends_with(name, ".ssm_conv1d.weight") || ends_with(name, ".ssm_norm.weight");
+  return shape.size() == 1 || name.ends_with(".ssm_a") || name.ends_with(".ssm_d") ||
+         name.ends_with(".ssm_conv1d.weight") || name.ends_with(".ssm_norm.weight");
 }
 
 void add_nemotron_h_metadata(GgufWriter& w, const config::ModelConfig& m) {
@@ -116,7 +110,7 @@ void put_nemotron_h_tensors(const ckpt::LoadedCheckpoint& checkpoint, const conf
     stacks.clear();
   };
   for (const hf::HfTensor& t : hf::hf_tensors(m)) {
-    if (starts_with(t.name, "mtp.")) continue;  // llama.cpp's draft head is not exported
+    if (t.name.starts_with("mtp.")) continue;  // llama.cpp's draft head is not exported
     std::vector<float> values = hf::read_hf_tensor(checkpoint, t);
     if (t.name == "backbone.embeddings.weight") {
       put("token_embd.weight", t.shape, values);
@@ -128,11 +122,11 @@ void put_nemotron_h_tensors(const ckpt::LoadedCheckpoint& checkpoint, const conf
       continue;
     }
     const std::string layers = "backbone.layers.";
-    LOOM_CHECK(starts_with(t.name, layers), "loom convert --to-gguf: no llama.cpp name for " + t.name);
+    LOOM_CHECK(t.name.starts_with(layers), "loom convert --to-gguf: no llama.cpp name for " + t.name);
     const size_t dot = t.name.find('.', layers.size());
     const std::string blk = "blk." + t.name.substr(layers.size(), dot - layers.size()) + ".";
     const std::string rest = t.name.substr(dot + 1);
-    if (starts_with(rest, "mixer.experts.")) {  // mixer.experts.E.{up,down}_proj.weight
+    if (rest.starts_with("mixer.experts.")) {  // mixer.experts.E.{up,down}_proj.weight
       const std::string projection = rest.substr(rest.find('.', std::string("mixer.experts.").size()) + 1);
       auto& [shape, stacked] = stacks[blk + (projection == "up_proj.weight" ? "ffn_up_exps.weight" : "ffn_down_exps.weight")];
       shape = t.shape;

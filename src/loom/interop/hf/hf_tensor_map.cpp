@@ -1,7 +1,6 @@
 #include "loom/interop/hf/hf_tensor_map.h"
 
 #include "loom/core/dtype_convert.h"
-
 #include "loom/interop/hf/hf_moe.h"
 #include "loom/interop/hf/hf_nemotron_h.h"
 #include "loom/model/parameter_shapes.h"
