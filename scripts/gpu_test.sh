@@ -23,7 +23,8 @@
 #             llm.c's GPT-2 step the same way (bench/cuda/train_bench.sh timeline)
 #   offload   (not in the default) the ~1B bf16 step with the optimizer on the host
 #             (optim.cpu_offload=true) beside the same run without it, and at ZeRO-3 with its
-#             shards on the host too (parallel.offload_params=true), 10 steps each
+#             shards on the host too (parallel.offload_params=true), then with the device's copy
+#             of them for the gathers (parallel.offload_params_device_copy=true), 10 steps each
 #             (bench/cuda/train_bench.sh llama-offload)
 #   nccl      test_nccl; the trainer over NCCL (one rank) and as 2 ranks sharing the GPU
 #   torch     PyTorch with torch.compile on both shapes

@@ -23,8 +23,9 @@
 #   llama-offload  loom's ~1B in bf16 for OFFLOAD_STEPS steps (default 10) with the optimizer's moments
 #                and update on the host (optim.cpu_offload=true), after the same run without it, then
 #                at ZeRO-3 with its parameter and gradient shards on the host too
-#                (parallel.offload_params=true): what each costs a step (each run's committed device
-#                bytes in OUT/train.log)
+#                (parallel.offload_params=true), and with the device's copy of the shards for the
+#                gathers (parallel.offload_params_device_copy=true): what each costs a step (each
+#                run's committed device bytes in OUT/train.log)
 #   curves       the llama run's bf16 and fp8_current runs and their curves alone
 #   llmc         llm.c's GPT-2 124M, 50 steps on the same tokens (the bundle's prebuilt binaries:
 #                LLMC_BUILD=1 builds it there first, about a minute)
@@ -181,7 +182,8 @@ llama_runs() {
 }
 
 # The ~1B bf16 step with the optimizer on the host (optim.cpu_offload) beside the same run without,
-# and with ZeRO-3's shards on the host too (parallel.offload_params).
+# and with ZeRO-3's shards on the host too (parallel.offload_params), then with the device's copy of
+# the shards for the gathers (parallel.offload_params_device_copy).
 offload_runs() {
   [ -z "$loom_status" ] || { echo "llama-offload: skipped ($loom_status)"; return 0; }
   docs_corpus || { echo "llama-offload: preparing the docs corpus failed"; tail -3 "$log"; return 0; }
@@ -191,7 +193,10 @@ offload_runs() {
     optim.cpu_offload=true
   loom_run "loom offload params" "${llama[@]}" "$steps" 120 bf16 "$work/docs/c_train" "$work/llama-offload-params" \
     optim.cpu_offload=true parallel.zero=3 parallel.offload_params=true
-  grep -h "committed:" "$log" | tail -3 | cut -c1-300
+  loom_run "loom offload params device copy" "${llama[@]}" "$steps" 120 bf16 "$work/docs/c_train" \
+    "$work/llama-offload-params-copy" optim.cpu_offload=true parallel.zero=3 parallel.offload_params=true \
+    parallel.offload_params_device_copy=true
+  grep -h "committed:" "$log" | tail -4 | cut -c1-300
 }
 
 llmc_runs() {

@@ -275,7 +275,8 @@ TEST_F(CudaModel, TinyLlamaLayoutsOnTheGpuTrainAsOneCpuRank) {
 // ZeRO 3 over two ranks sharing the GPU, half the state offloaded (optim.offload_fraction: the
 // other half updated on the GPU) and the bf16 recipe train as one CPU rank does (fp32:
 // 1e-4 relative; bf16 1e-2), and one rank's GPU holds the moments' 8 bytes per parameter less;
-// with ZeRO-3's shards in host memory too (parallel.offload_params), 8 more.
+// with ZeRO-3's shards in host memory too (parallel.offload_params), 8 more, of which the device's
+// copy for the gathers (parallel.offload_params_device_copy) takes 4 back.
 TEST_F(CudaModel, TinyLlamaWithTheOptimizerOffloadedTrainsAsOnTheCpu) {
   set_cuda_starter(&start_backend);
   const std::string root = train::testing::make_training_root("cuda-model-offload");
@@ -297,6 +298,16 @@ TEST_F(CudaModel, TinyLlamaWithTheOptimizerOffloadedTrainsAsOnTheCpu) {
       {"offload-params-bf16",
        {"runtime.ranks=2", "parallel.zero=3", "parallel.offload_params=true", "precision.recipe=bf16",
         "precision.param_dtype=compute"},
+       &one_bf16,
+       1e-2},
+      // With the device's copy of the shards the gathers send from (parallel.offload_params_device_copy).
+      {"offload-params-device-copy",
+       {"parallel.zero=3", "parallel.offload_params=true", "parallel.offload_params_device_copy=true"},
+       &one,
+       1e-4},
+      {"offload-params-device-copy-bf16",
+       {"runtime.ranks=2", "parallel.zero=3", "parallel.offload_params=true",
+        "parallel.offload_params_device_copy=true", "precision.recipe=bf16", "precision.param_dtype=compute"},
        &one_bf16,
        1e-2},
   };
@@ -337,6 +348,13 @@ TEST_F(CudaModel, TinyLlamaWithTheOptimizerOffloadedTrainsAsOnTheCpu) {
   std::printf("committed after step 1 at zero 3: shards on the gpu %lld bytes, on the host %lld bytes\n",
               static_cast<long long>(zero3), static_cast<long long>(shards));
   EXPECT_EQ(zero3 - shards, 8 * parameters);
+  // The device's copy of the shard for the gathers (fp32 at one rank): 4 bytes per parameter back.
+  const int64_t copied = committed_after_step("memory-shards-copy", {"parallel.zero=3", "optim.cpu_offload=true",
+                                                                     "parallel.offload_params=true",
+                                                                     "parallel.offload_params_device_copy=true"});
+  std::printf("committed after step 1 with the device's copy of the shards: %lld bytes\n",
+              static_cast<long long>(copied));
+  EXPECT_EQ(copied - shards, 4 * parameters);
   std::filesystem::remove_all(root);
 }
 

@@ -632,6 +632,39 @@ TEST(TimePlan, ShardsInHostMemoryCostTheLinkEachMicroBatch) {
   }
 }
 
+// parallel.offload_params_device_copy: the device keeps the owned shard as the gathers send it
+// (fp32: 4 bytes per owned parameter, bf16 gathers 2) instead of two sections' copies, and the link
+// carries it down once a step instead of twice a micro-batch; the gradients still go up each
+// micro-batch.
+TEST(TimePlan, ADeviceCopyOfTheShardsCrossesTheLinkOnceAStep) {
+  const Hardware hw = offload_device();
+  for (const bool compact : {false, true}) {
+    SCOPED_TRACE(compact ? "bf16 gathers" : "fp32 gathers");
+    std::vector<std::string> shards = {"parallel.zero=3", "runtime.device=cuda", "optim.cpu_offload=true",
+                                       "parallel.offload_params=true"};
+    if (compact) shards.insert(shards.end(), {"precision.recipe=bf16", "precision.param_dtype=compute"});
+    std::vector<std::string> copied = shards;
+    copied.push_back("parallel.offload_params_device_copy=true");
+    const config::RunConfig without = tiny(shards), with = tiny(copied);
+    const int dp = 2;
+    const MemoryPlan m = plan_memory(with, {.tp = 1, .dp = dp, .pp = 1});
+    const MemoryPlan reference = plan_memory(without, {.tp = 1, .dp = dp, .pp = 1});
+    const int64_t params = m.stages[0].parameter_count, owned = (params + dp - 1) / dp;
+    const int64_t gathered = compact ? 2 : 4;
+    const parallel::MemoryBytes& state = m.stages[0].state;
+    EXPECT_EQ(state.parameters, gathered * owned);
+    EXPECT_EQ(state.host_parameters, reference.stages[0].state.host_parameters) << "the shards stay on the host";
+    EXPECT_EQ(state.host_gradients, reference.stages[0].state.host_gradients);
+    EXPECT_LT(m.stages[0].gather_buffers, reference.stages[0].gather_buffers) << "no section's copy for its gather";
+
+    const double micro_batches = m.layout.micro_batches;
+    const double own = static_cast<double>(params) / dp, down = static_cast<double>(gathered);
+    const TimeBreakdown t = plan_time(with, m, hw), before = plan_time(without, reference, hw);
+    EXPECT_NEAR(t.host_link, micro_batches * own * (4 / 2e8 + (8 + 4) / 5e8) + own * down / 2e8, 1e-12);
+    EXPECT_NEAR(before.host_link - t.host_link, (2 * micro_batches - 1) * own * down / 2e8, 1e-12);
+  }
+}
+
 // Memory handed back between uses: ZeRO-2's gradients (4 bytes a parameter per micro-batch),
 // ZeRO-3's parameters after forward and backward and its gradients (12 bytes), compact
 // parameters widened twice (8 bytes, plus two casts of every parameter).

@@ -6,7 +6,9 @@
 // offloaded, trains as the same run on the CPU does, bit for bit; its checkpoints hold the same
 // state and resume with the offload on or off; the device holds 8 bytes per owned parameter less.
 // With parallel.offload_params ZeRO-3's parameter and gradient shards are in host memory too: the
-// same bits, 8 more bytes per owned parameter off the device.
+// same bits, 8 more bytes per owned parameter off the device; with parallel.offload_params_device_copy
+// the gathers send from a copy of the shard the device keeps: the same bits again, that copy's bytes
+// back on the device and the per-gather copies off the link.
 #include <regex>
 
 #include "device_training.h"
@@ -18,6 +20,7 @@ using DeviceOffload = DeviceTraining;
 
 const std::string kOffload = "optim.cpu_offload=true";
 const std::string kOffloadParams = "parallel.offload_params=true";
+const std::string kDeviceCopy = "parallel.offload_params_device_copy=true";
 
 std::vector<std::string> zero(int stage, std::vector<std::string> extra = {}) {
   std::vector<std::string> overrides = {"runtime.ranks=2", "train.micro_batch=1",
@@ -161,6 +164,36 @@ TEST_F(DeviceOffloadMemory, TheMomentsLeaveTheDevice) {
   EXPECT_NEAR(static_cast<double>(zero1_off.device_after - zero1_on.device_after), 4.0 * on.parameters, 64.0);
 }
 
+// parallel.offload_params_device_copy at one rank: the device holds the shard as the gathers send
+// it (fp32: 4 bytes a parameter; bf16 gathers: 2) beside what it held with the shards alone on the
+// host, and the link carries the shard down once at the start and once after the step's update
+// instead of at each of the two micro-batches' gathers; the loads' copy of the values to the host
+// and the reduced gradients' way back stay: 4P + 2 x 4P down + 2 x 4P up.
+TEST_F(DeviceOffloadMemory, ADeviceCopyHoldsTheShardAndCrossesTheLinkOnceAStep) {
+  const std::vector<std::string> shards = {"parallel.zero=3", kOffload, kOffloadParams};
+  std::vector<std::string> copied = shards;
+  copied.push_back(kDeviceCopy);
+  ::loom::testing::reset_emulated_census();
+  const Held without = held("device-copy-memory-without", shards);
+  const int64_t link_without = ::loom::testing::emulated_census().staged_transfer_bytes;
+  ::loom::testing::reset_emulated_census();
+  const Held with = held("device-copy-memory-with", copied);
+  const int64_t link_with = ::loom::testing::emulated_census().staged_transfer_bytes;
+  ASSERT_GT(with.parameters, 10000);
+  EXPECT_EQ(with.device_after - without.device_after, 4 * with.parameters);
+  EXPECT_EQ(with.host_parameters_mib, without.host_parameters_mib);
+  EXPECT_EQ(link_with, 20 * with.parameters);
+  EXPECT_GE(link_without - link_with, 4 * with.parameters) << link_without;
+
+  std::vector<std::string> compact = {"precision.recipe=bf16", "precision.param_dtype=compute"};
+  std::vector<std::string> shards16 = shards, copied16 = copied;
+  shards16.insert(shards16.end(), compact.begin(), compact.end());
+  copied16.insert(copied16.end(), compact.begin(), compact.end());
+  const Held without16 = held("device-copy-memory-without-bf16", shards16);
+  const Held with16 = held("device-copy-memory-with-bf16", copied16);
+  EXPECT_EQ(with16.device_after - without16.device_after, 2 * with.parameters);
+}
+
 // parallel.offload_params: ZeRO-3's parameter and gradient shards in host memory too, the shards
 // copied to the device for each gather and the reduced gradients back, the norm, unscaling and
 // update on the host: bit for bit the CPU's run at one rank and over dp 2, with parameters
@@ -186,6 +219,57 @@ TEST_F(DeviceOffload, ShardsInHostMemoryEqualTheCpuBitForBit) {
       "        tied_embeddings: false, block_configs: [{ffn: dense}, {ffn: moe}],\n"
       "        moe_experts: 4, moe_top_k: 2, moe_ffn_size: 16}\n";
   expect_bitwise_equal_runs(moe, "offload-params-ep2", zero3({"runtime.ranks=2", "parallel.ep=2"}), offload);
+}
+
+// parallel.offload_params_device_copy: each gather sends from the device's copy of the shard in the
+// gathers' dtype, uploaded after every update and load, instead of from a copy made for it: bit for
+// bit the CPU's run at one rank, over dp 2, with bf16 gathers and gradient reduction, under fp16 (its
+// skipped steps leave the copy as it is), with evaluations between the steps (a forward over the
+// gathered full parameters), and with the experts' own group (ep 2).
+TEST_F(DeviceOffload, ADeviceCopyOfTheShardsEqualsTheCpuBitForBit) {
+  auto zero3 = [](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), {"train.micro_batch=1", "parallel.zero=3"});
+    return extra;
+  };
+  const std::vector<std::string> offload = {kOffload, kOffloadParams, kDeviceCopy};
+  expect_bitwise_equal_runs(kLlama, "device-copy-one-rank", zero3({}), offload);
+  expect_bitwise_equal_runs(kLlama, "device-copy-dp2", zero3({"runtime.ranks=2"}), offload);
+  expect_bitwise_equal_runs(kLlama, "device-copy-compact",
+                            zero3({"runtime.ranks=2", "precision.recipe=bf16", "precision.param_dtype=compute",
+                                   "precision.grad_reduce=bf16"}),
+                            offload);
+  expect_bitwise_equal_runs(kLlama, "device-copy-fp16", zero3({"runtime.ranks=2", "precision.recipe=fp16"}), offload);
+  expect_bitwise_equal_runs(kLlama, "device-copy-eval",
+                            zero3({"runtime.ranks=2", "data.val_prefix=" + root_ + "/data/c_train",
+                                   "train.eval_interval=1", "train.eval_batches=1"}),
+                            offload);
+  const std::vector<double> evaluated = validation_losses(root_, "device-copy-eval-cuda");
+  EXPECT_EQ(evaluated.size(), 4u);
+  EXPECT_EQ(evaluated, validation_losses(root_, "device-copy-eval-cpu"));
+  const char* moe =
+      "model: {vocab_size: 0, d_model: 16, layers: 2, heads: 2, ffn_size: 32, max_seq_len: 32,\n"
+      "        tied_embeddings: false, block_configs: [{ffn: dense}, {ffn: moe}],\n"
+      "        moe_experts: 4, moe_top_k: 2, moe_ffn_size: 16}\n";
+  expect_bitwise_equal_runs(moe, "device-copy-ep2", zero3({"runtime.ranks=2", "parallel.ep=2"}), offload);
+}
+
+// The copy is no state of the run: a run stopped at step 2 with it resumes without it, and one
+// stopped without it resumes with it (the load uploads the copy), to the uninterrupted run's losses
+// and checkpoint.
+TEST_F(DeviceOffload, ADeviceCopyOfTheShardsResumesEitherWay) {
+  const std::vector<std::string> base = {"runtime.ranks=2", "train.micro_batch=1", "parallel.zero=3",
+                                         "runtime.device=cuda", kOffload, kOffloadParams};
+  const std::vector<double> full = train("device-copy-full", kLlama, base);
+  ASSERT_EQ(full.size(), 4u);
+  for (const bool copy_first : {true, false}) {
+    const std::string name = std::string("device-copy-") + (copy_first ? "then-none" : "then-copy");
+    std::vector<std::string> first = base, then = base;
+    (copy_first ? first : then).push_back(kDeviceCopy);
+    train(name, kLlama, first, 2);
+    then.push_back("train.resume=true");
+    EXPECT_EQ(train(name, kLlama, then), full) << name;
+    expect_same_checkpoints("device-copy-full", name);
+  }
 }
 
 // Its checkpoints are the same state, written from host memory: a run stopped at step 2 resumes
@@ -231,6 +315,10 @@ TEST_F(DeviceOffload, OnTheCpuOrAFractionAloneItIsAnErrorNamingTheKeys) {
   const std::string part = error_of("params-fraction", {"runtime.device=cuda", "parallel.zero=3", kOffload,
                                                         kOffloadParams, "optim.offload_fraction=0.5"});
   EXPECT_NE(part.find("optim.offload_fraction at 1"), std::string::npos) << part;
+  // parallel.offload_params_device_copy: a copy of what parallel.offload_params moves to the host.
+  const std::string copy_alone = error_of("copy-alone", {"runtime.device=cuda", "parallel.zero=3", kOffload, kDeviceCopy});
+  EXPECT_NE(copy_alone.find("parallel.offload_params_device_copy=true"), std::string::npos) << copy_alone;
+  EXPECT_NE(copy_alone.find("set parallel.offload_params=true"), std::string::npos) << copy_alone;
 }
 
 }  // namespace

@@ -156,6 +156,10 @@ void check_offload(const RunConfig& c) {
   LOOM_CHECK(!c.optim.cpu_offload || c.runtime.device == RuntimeDevice::Cuda,
              "optim.cpu_offload=true needs runtime.device=cuda: on the cpu the optimizer state is in host memory "
              "already (set optim.cpu_offload=false)");
+  LOOM_CHECK(!c.parallel.offload_params_device_copy || c.parallel.offload_params,
+             "parallel.offload_params_device_copy=true keeps a device copy of the parameter shards "
+             "parallel.offload_params moves to the host: set parallel.offload_params=true with it (and "
+             "parallel.zero=3, optim.cpu_offload=true)");
   if (!c.parallel.offload_params) return;
   LOOM_CHECK(c.parallel.zero == 3, "parallel.offload_params=true keeps ZeRO-3's parameter and gradient shards in host "
                                    "memory: set parallel.zero=3 (it is " + std::to_string(c.parallel.zero) + ")");

@@ -161,6 +161,7 @@ const std::vector<SectionSchema>& schema() {
                   field("cp_comm", &ParallelConfig::cp_comm),
                   field("zero", &ParallelConfig::zero, at_least(0)),
                   field("offload_params", &ParallelConfig::offload_params),
+                  field("offload_params_device_copy", &ParallelConfig::offload_params_device_copy),
                   field("overlap_param_gather", &ParallelConfig::overlap_param_gather),
                   field("bucket_mb", &ParallelConfig::bucket_mb, greater_than(0)),
                   field("pp", &ParallelConfig::pp, at_least(1)),

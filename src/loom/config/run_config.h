@@ -298,6 +298,11 @@ struct ParallelConfig {
   // CPUOffloadPolicy, NeMo RL's dtensor_cfg.cpu_offload, DeepSpeed's offload_param), copied to the
   // device around each unit's gather and back after its reduce-scatter; needs optim.cpu_offload.
   bool offload_params = false;
+  // With offload_params: a copy of the rank's parameter shard in the dtype its gathers send (the
+  // compute dtype under precision.param_dtype=compute, else fp32) stays on the device from one
+  // update to the next, uploaded once per step instead of once per gather (2 or 4 bytes per owned
+  // parameter of device memory for 2 gathers' link bytes per micro-batch).
+  bool offload_params_device_copy = false;
   // ZeRO 1-2: the update's all-gathers of the parameters are left in flight (in forward order, on
   // a group of their own) and each unit's forward waits for its own buckets only, so the gathers
   // overlap the next forward (Megatron-Core's --overlap-param-gather).

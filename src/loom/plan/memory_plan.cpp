@@ -105,12 +105,17 @@ GroupState plan_group_state(const config::RunConfig& config, const std::vector<m
   m.state.host_optimizer_moments = 8 * optim::offloaded_elements(config.optim, gpu, m.state.optimizer_moments / 8);
   m.state.optimizer_moments -= m.state.host_optimizer_moments;
   // ZeRO-3's shards in host memory (parallel.offload_params): the device keeps the units in flight,
-  // and the shard of each of two sections copied there for its gather.
+  // and the shard of each of two sections copied there for its gather, or with
+  // parallel.offload_params_device_copy the whole shard as the gathers send it.
   if (config.parallel.offload_params) {  // ZeRO-3 on a GPU (config::check_key_relations)
     m.state.host_parameters = m.state.parameters + m.state.master_weights;
     m.state.host_gradients = m.state.gradients;
     m.state.parameters = m.state.master_weights = m.state.gradients = 0;
-    m.gather_buffers += 2 * ((unit + dp - 1) / dp) * (compact ? 2 : 4);
+    if (config.parallel.offload_params_device_copy) {
+      m.state.parameters = ((parameter_count + dp - 1) / dp) * (compact ? 2 : 4);
+    } else {
+      m.gather_buffers += 2 * ((unit + dp - 1) / dp) * (compact ? 2 : 4);
+    }
   }
   // The bf16 copy of the parameters the optimizer writes for the GEMMs (parallel/data/bf16_parameter_copy.h).
   if (parallel::keeps_bf16_parameter_copy(config)) m.state.parameters += 2 * parameter_count;

@@ -39,7 +39,8 @@ constexpr double kNormBytesPerParameter = 4.0;
 constexpr double kOffloadLinkBytesPerParameter = 12.0;
 constexpr double kOffloadHostBytesPerParameter = 28.0;
 // ZeRO-3's shards in host memory (parallel.offload_params): the link carries each section's shard
-// to the device for its two gathers a micro-batch (in the gathers' dtype) and its reduced gradient
+// to the device for its two gathers a micro-batch (in the gathers' dtype; once a step into the
+// device's copy with parallel.offload_params_device_copy) and its reduced gradient
 // back (in the wire dtype), which the host reads, widens and adds into the fp32 gradient shard (8
 // bytes); the update needs no link, and the norm reads the gradients in host memory.
 constexpr double kShardAddHostBytesPerParameter = 8.0;
@@ -566,9 +567,14 @@ TimeBreakdown plan_time(const config::RunConfig& config, const MemoryPlan& memor
   if (shards_on_host) {
     const auto gathered = static_cast<double>(dtype_size(parallel::parameter_dtype(config)));
     const double wire = config.precision.grad_reduce == config::GradReduce::Bf16 && replicas > 1 ? 2.0 : 4.0;
+    // The gathers' shard goes down twice a micro-batch, or once a step into the device's copy
+    // (parallel.offload_params_device_copy).
+    const bool device_copy = config.parallel.offload_params_device_copy;
+    const double down_per_micro_batch = device_copy ? 0.0 : 2.0 * gathered;
     t.host_link = m * owned *
-                  ((2.0 * gathered + wire) / hw.host_link_bandwidth +
-                   (kShardAddHostBytesPerParameter + wire) / hw.host_memory_bandwidth);
+                      ((down_per_micro_batch + wire) / hw.host_link_bandwidth +
+                       (kShardAddHostBytesPerParameter + wire) / hw.host_memory_bandwidth) +
+                  (device_copy ? owned * gathered / hw.host_link_bandwidth : 0.0);
   }
   t.overhead = hw.step_overhead;
   t.step = makespan + t.dp_comm + t.host_link + t.optimizer + t.overhead;

@@ -54,6 +54,9 @@ Zero3::Zero3(comm::Communicator& dp, float* values, float* grads, std::vector<Pa
                    "optimizer's state on the host (optim.cpu_offload=true, optim.offload_fraction=1)");
   check_gradient_op(options_.reduce_op, who);
   check_gradient_wire(options_.wire, who);
+  LOOM_CHECK(!options_.device_gather_copy || options_.offload_shards,
+             who + ": a device copy of the gathers' shards (parallel.offload_params_device_copy) needs the shards in "
+                   "host memory (parallel.offload_params)");
   LOOM_CHECK(options_.comm_buffers >= 1, who + ": comm_buffers must be >= 1");
   LOOM_CHECK(!unit_params.empty(), who + ": the model has no units");
   for (comm::Communicator* g : options_.norm_groups) LOOM_CHECK(g != nullptr, who + ": a norm group is null");
@@ -121,6 +124,7 @@ void Zero3::allocate_state(int64_t state, int64_t grad, int64_t slot, int64_t ma
             options_.param_gather == DType::F16,
         "Zero3: parameters are gathered in f32, bf16 or f16 (precision.param_dtype=fp32 or compute)");
   if (options_.param_gather != DType::F32) gather_send_ = shard_array(state, options_.param_gather);
+  if (options_.device_gather_copy) device_send_ = Tensor({state}, options_.param_gather, device);
 }
 
 // Section s: the contiguous flat range of the parameters in it, split into dp shards, and the
@@ -201,18 +205,21 @@ void Zero3::acquire_section(int s) {
 }
 
 // This rank's shard of the section as the gather sends it, on the device: the fp32 shard itself,
-// or its rounding to the compute dtype (param_gather; made once per update, round_for_gathers),
-// where the shard state is; with the shards in host memory, then copied to the device (sec.sent,
-// kept until the gather is done).
+// or its rounding to the compute dtype (param_gather; made once per update,
+// prepare_gather_sources), where the shard state is; with the shards in host memory, the device's
+// copy of it (device_gather_copy) or else a copy made for this gather (sec.sent, kept until the
+// gather is done).
 const void* Zero3::gather_source(Section& sec) {
   const int64_t n = sec.mine.size();
+  const size_t element = dtype_size(options_.param_gather);
+  if (options_.device_gather_copy) return device_send_.data<std::byte>() + sec.state_offset * element;
   const void* send = options_.param_gather == DType::F32
                          ? static_cast<const void*>(shard_.data<float>() + sec.state_offset)
-                         : gather_send_.data<std::byte>() + sec.state_offset * dtype_size(options_.param_gather);
+                         : gather_send_.data<std::byte>() + sec.state_offset * element;
   if (!options_.offload_shards) return send;
   sec.sent = Tensor({n}, options_.param_gather, options_.device);
   copy_from_host(options_.device, sec.sent.data<std::byte>(), static_cast<const std::byte*>(send),
-                 n * static_cast<int64_t>(dtype_size(options_.param_gather)));
+                 n * static_cast<int64_t>(element));
   return sec.sent.raw();
 }
 
@@ -411,15 +418,20 @@ void Zero3::update(const optim::StepParams& at) {
     }
   }
   optimizer_->update_many(pieces, at);  // every section's pieces in as few launches as they allow
-  round_for_gathers();
+  prepare_gather_sources();
   grad_shards_.zero();
   rounds_ = 0;
 }
 
-void Zero3::round_for_gathers() {
-  if (options_.param_gather == DType::F32) return;
-  kernels::narrow_floats(shards_device_, gather_send_.raw(), shard_.data<float>(), shard_.numel(),
-                         options_.param_gather);
+void Zero3::prepare_gather_sources() {
+  if (options_.param_gather != DType::F32) {
+    kernels::narrow_floats(shards_device_, gather_send_.raw(), shard_.data<float>(), shard_.numel(),
+                           options_.param_gather);
+  }
+  if (!options_.device_gather_copy) return;
+  const Tensor& send = options_.param_gather == DType::F32 ? shard_ : gather_send_;
+  copy_from_host(options_.device, device_send_.data<std::byte>(), send.data<std::byte>(),
+                 static_cast<int64_t>(send.nbytes()));
 }
 
 void Zero3::gather_full_parameters() {
@@ -455,7 +467,7 @@ void Zero3::load_from_full() {
       copy_on_device(options_.device, shard, values_ + sec.mine.begin, sec.mine.size());
     }
   }
-  round_for_gathers();
+  prepare_gather_sources();
   for (const Section& sec : sections_) release_range(options_.device, values_, sec.begin, sec.numel);
 }
 
@@ -504,6 +516,7 @@ Zero3Memory Zero3::memory() const {
   m.moments = moments_.device_elements() * 8;
   m.host_moments = moments_.host_elements() * 8;
   m.comm_buffers = static_cast<int64_t>(staging_.nbytes());
+  m.gather_copy = static_cast<int64_t>(device_send_.nbytes());
   for (const Section& sec : sections_) m.full_parameters += sec.numel * 4;
   m.peak_parameters = peak_parameters_ * 4;
   m.peak_gradients = peak_gradients_ * 4;

@@ -51,7 +51,11 @@
 // on the host's cores over the shards where they are. The device keeps only the units in flight
 // and the communication staging: 8 bytes per owned parameter fewer than with the moments alone
 // offloaded, for 4 bytes (2 in the compute dtype) over the link per owned parameter and gather and
-// 4 (2 in bf16) per reduce-scatter. The arithmetic is the same, so the bits are too.
+// 4 (2 in bf16) per reduce-scatter. The arithmetic is the same, so the bits are too. With
+// `device_gather_copy` (parallel.offload_params_device_copy) the shard as the gathers send it
+// (gather_send_, or the fp32 shard) is uploaded once after each change (update, load) into a copy
+// the device keeps, which every gather then sends from: 2 (or 4) bytes per owned parameter stay on
+// the device for none of the per-gather copies.
 //
 // Checkpoints: gather_full_parameters() fills the whole values buffer (and
 // release_full_parameters() frees it again); load_from_full() re-shards parameters that were
@@ -96,6 +100,9 @@ struct Zero3Options {
   // The parameter and gradient shards in host memory while the buffers are on a GPU (above);
   // needs the optimizer's state there too (optim.cpu_offload with all of it offloaded).
   bool offload_shards = false;
+  // With offload_shards: the shard in the gathers' dtype kept on the device between updates
+  // (above), each gather sending from it instead of from a copy made for it.
+  bool device_gather_copy = false;
 };
 
 // Bytes this rank holds: persistent shard state, and the measured residency of the full-size
@@ -107,6 +114,7 @@ struct Zero3Memory {
   // ... and in host memory: the moments (optim.cpu_offload), the shards (offload_shards)
   int64_t host_parameter_shard = 0, host_moments = 0, host_gradient_shard = 0;
   int64_t comm_buffers = 0;      // reduce-scatter staging (in the wire dtype)
+  int64_t gather_copy = 0;       // the shard in the gathers' dtype on the device (device_gather_copy)
   int64_t full_parameters = 0;   // the unsharded model, for comparison
   int64_t peak_parameters = 0;   // max over time of shard + gathered sections
   int64_t peak_gradients = 0;    // max over time of gradient shard + resident gradient sections
@@ -225,8 +233,9 @@ class Zero3 : public model::ParameterHooks {
   void finish_gather(Section& sec);
   void acquire_section(int s);
   const void* gather_source(Section& sec);
-  // The shards rounded to the compute dtype for the gathers (gather_send_), whenever they change.
-  void round_for_gathers();
+  // The shards as the gathers send them, whenever they change: rounded to the compute dtype
+  // (gather_send_), and uploaded into the device's copy (device_gather_copy).
+  void prepare_gather_sources();
   void release_section(int s);
   void launch_reduce_scatter(int s);
   void complete_reduce_scatter(int slot);
@@ -252,6 +261,7 @@ class Zero3 : public model::ParameterHooks {
   optim::MomentArrays moments_;  // by state element, in part on the host under optim.cpu_offload
   Tensor staging_;  // wire dtype
   Tensor gather_send_;  // param_gather != F32: this rank's shards, rounded for the gathers after each change
+  Tensor device_send_;  // device_gather_copy: what the gathers send (gather_send_ or shard_), on the device
   Tensor received_host_;  // offload_shards: a reduce-scatter's received shard, back on the host
   int64_t slot_elements_ = 0;
   std::vector<int> slot_section_;  // section reduce-scattering in each slot, -1 when free

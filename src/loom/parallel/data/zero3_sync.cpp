@@ -36,6 +36,7 @@ Zero3Sync::Zero3Sync(SyncSetup setup) : setup_(std::move(setup)) {
     options.norm_excluded = setup_.norm_excluded;
     options.device = params.device();
     options.offload_shards = setup_.config->parallel.offload_params;
+    options.device_gather_copy = setup_.config->parallel.offload_params_device_copy;
     zero3_.push_back(std::make_unique<Zero3>(*group.comm, params.values(), params.grads(), std::move(mine), units,
                                              optimizer_segments(params), setup_.config->optim, options));
   }
@@ -131,6 +132,7 @@ Zero3Memory Zero3Sync::memory() const {
     total.host_moments += m.host_moments;
     total.host_gradient_shard += m.host_gradient_shard;
     total.comm_buffers += m.comm_buffers;
+    total.gather_copy += m.gather_copy;
     total.full_parameters += m.full_parameters;
     total.peak_parameters += m.peak_parameters;
     total.peak_gradients += m.peak_gradients;
@@ -145,7 +147,8 @@ MemoryBytes Zero3Sync::memory_bytes() const {
   // Persistent state only; the units gathered in flight come on top (peak_memory_report()).
   const Zero3Memory m = memory();
   MemoryBytes bytes{};
-  bytes.parameters = m.parameter_shard;  // fp32: the shard is its own master copy
+  // fp32: the shard is its own master copy; with it in host memory, the device's copy for the gathers
+  bytes.parameters = m.parameter_shard + m.gather_copy;
   bytes.gradients = m.gradient_shard;
   bytes.optimizer_moments = m.moments;
   bytes.host_optimizer_moments = m.host_moments;
