@@ -2,11 +2,13 @@
 // of the calling thread, blocking with respect to the legacy default stream; device memory freed
 // on one stream is handed out again only on that stream, by the device's allocator and by the
 // entries' scratch; ranks of a threads world sharing the GPU, each on its own stream, get exactly
-// the results one thread gets. Skipped, saying why, without a GPU.
+// the results one thread gets; transfers not waited for land in their stream's order. Skipped,
+// saying why, without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -124,6 +126,49 @@ TEST_F(CudaComputeStreams, RanksSharingTheGpuGetExactlyTheirOwnResults) {
         static_cast<int>(std::count_if(host.begin(), host.end(), [&](float x) { return x != expected; }));
   });
   EXPECT_EQ(mismatches, std::vector<int>(kRanks, 0));
+}
+
+// Transfers not waited for (Allocator::to_host_async / from_host_async) through pinned staging, in
+// the compute stream's order: 64 MiB made on the device by 20 queued adds come down behind them
+// once the fence is waited for, and go back up ahead of the next add, in chunks as the offloaded
+// optimizer moves them, the next chunk queued before the host reads the previous one.
+TEST_F(CudaComputeStreams, TransfersNotWaitedForLandInTheStreamsOrder) {
+  const Device gpu = Device::cuda(0);
+  constexpr int64_t n = int64_t{16} << 20, chunks = 4, chunk = n / chunks;
+  Allocator& device = allocator(gpu);
+  auto* staging = static_cast<float*>(device.allocate_transfer_staging(2 * chunk * sizeof(float)));
+  std::vector<float> ones(static_cast<size_t>(n), 1.0f);
+  DeviceBuffer<float> x(gpu, n), one(gpu, n);
+  copy_from_host(gpu, one.data(), ones.data(), n);
+  for (int k = 0; k < 20; ++k) add_in_place(gpu, x.data(), one.data(), n);
+  std::vector<std::unique_ptr<DeviceFence>> down(chunks);
+  auto send_down = [&](int64_t c) {
+    device.to_host_async(staging + (c % 2) * chunk, x.data() + c * chunk, chunk * sizeof(float));
+    down[static_cast<size_t>(c)] = device.fence();
+  };
+  int64_t wrong = 0;
+  send_down(0);
+  for (int64_t c = 0; c < chunks; ++c) {
+    if (c + 1 < chunks) send_down(c + 1);
+    down[static_cast<size_t>(c)]->wait();
+    float* slot = staging + (c % 2) * chunk;
+    wrong += std::count_if(slot, slot + chunk, [](float v) { return v != 20.0f; });
+    for (int64_t i = 0; i < chunk; ++i) slot[i] += static_cast<float>(c);
+    device.from_host_async(x.data() + c * chunk, slot, chunk * sizeof(float));
+  }
+  add_in_place(gpu, x.data(), one.data(), n);
+  device.fence()->wait();
+  EXPECT_EQ(wrong, 0);
+  std::vector<float> host(static_cast<size_t>(n));
+  copy_to_host(gpu, host.data(), x.data(), n);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const float expected = 21.0f + static_cast<float>(c);
+    EXPECT_EQ(std::count_if(host.begin() + c * chunk, host.begin() + (c + 1) * chunk,
+                            [&](float v) { return v != expected; }),
+              0)
+        << "chunk " << c;
+  }
+  device.free_transfer_staging(staging, 2 * chunk * sizeof(float));
 }
 
 }  // namespace

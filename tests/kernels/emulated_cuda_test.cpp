@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,37 @@ TEST(EmulatedCuda, TransfersKeepHostAndDeviceApart) {
   EXPECT_THROW(copy_on_device(Device::cuda(0), d.data(), host.data(), 10), Error);
   DeviceBuffer<float> copy = d;  // a deep copy on the device
   EXPECT_EQ(download(copy), host);
+}
+
+// A transfer not waited for runs when its queue next works or a fence of it is waited for, as a
+// GPU's copy engine may run it any time until then: the host side read (or rewritten) before the
+// fence shows the old bytes (or sends the new ones), which the offloaded optimizer's bit-for-bit
+// tests rely on to catch a missing wait. Only transfer staging takes part.
+TEST(EmulatedCuda, TransfersNotWaitedForLandAtTheirFence) {
+  install_emulated_cuda();
+  Allocator& device = allocator(Device::cuda(0));
+  const std::vector<float> values = ramp(8, 1.0f);
+  DeviceBuffer<float> d = upload(values);
+  auto* staging = static_cast<float*>(device.allocate_transfer_staging(8 * sizeof(float)));
+  std::fill(staging, staging + 8, -1.0f);
+  device.to_host_async(staging, d.data(), 4 * sizeof(float));
+  const std::unique_ptr<DeviceFence> first = device.fence();
+  device.to_host_async(staging + 4, d.data() + 4, 4 * sizeof(float));
+  EXPECT_EQ(staging[0], -1.0f) << "not yet";
+  first->wait();
+  EXPECT_TRUE(std::equal(values.begin(), values.begin() + 4, staging));
+  EXPECT_EQ(staging[4], -1.0f) << "issued after the fence waited for";
+  device.fence()->wait();
+  EXPECT_TRUE(std::equal(values.begin(), values.end(), staging));
+
+  std::fill(staging, staging + 8, 5.0f);
+  device.from_host_async(d.data(), staging, 8 * sizeof(float));
+  std::fill(staging, staging + 8, 7.0f);  // rewritten before the fence: these are what arrive
+  EXPECT_EQ(download(d), std::vector<float>(8, 7.0f)) << "the next operation ran it first";
+
+  std::vector<float> pageable(8);
+  EXPECT_THROW(device.to_host_async(pageable.data(), d.data(), 8 * sizeof(float)), Error);
+  device.free_transfer_staging(staging, 8 * sizeof(float));
 }
 
 #ifdef LOOM_TEST_REAL_CUDA_ENTRIES

@@ -593,6 +593,26 @@ TEST(TimePlan, AnOffloadedOptimizerCostsTheHostLinkAndHostMemory) {
   }
 }
 
+// The offloaded update goes in chunks of 16 Mi elements, pipelined: while the host updates one,
+// the link carries the next one down and the previous one up. A model of about 100M parameters
+// (7 chunks) at one rank: the link's 12 bytes and the host memory's 28 per parameter no longer
+// add up, the longer counts whole and the shorter a chunk's share; the tiny model (one chunk)
+// pays both whole, as the test above says.
+TEST(TimePlan, AnOffloadedUpdateOverlapsTheLinkWithTheHostChunkByChunk) {
+  const config::RunConfig c = tiny({"model.d_model=1024", "model.ffn_size=4096", "model.kv_heads=8",
+                                    "runtime.device=cuda", "optim.cpu_offload=true"});
+  const MemoryPlan m = plan_memory(c, {.tp = 1, .dp = 1, .pp = 1});
+  const double params = static_cast<double>(m.stages[0].parameter_count);
+  const double chunks = std::ceil(params / static_cast<double>(int64_t{16} << 20));
+  ASSERT_EQ(chunks, 7.0);
+  const Hardware hw = offload_device();
+  Hardware free_host = hw;  // what the device alone costs
+  free_host.host_link_bandwidth = free_host.host_memory_bandwidth = 1e30;
+  const double link = 12 * params / 2e8, host = 28 * params / 5e8;
+  EXPECT_NEAR(plan_time(c, m, hw).optimizer - plan_time(c, m, free_host).optimizer,
+              std::max(link, host) + std::min(link, host) / chunks, 1e-9);
+}
+
 // parallel.offload_params: ZeRO-3's parameter and gradient shards (and master weights) move to the
 // host's memory, the device keeping two sections' shards for their gathers; each micro-batch the
 // link carries every owned parameter down twice (its gathers, 4 bytes each) and its reduced

@@ -6,9 +6,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -49,12 +52,70 @@ T* device_to_host(T* p, const std::string& what) {
 std::mutex g_census_mutex;
 EmulatedCensus g_census;
 
+// Transfers not waited for (Allocator::to_host_async / from_host_async), by compute queue, as
+// host addresses, numbered in issue order: they run, in order, as late as a GPU's copy engine
+// could: when their queue issues its next other operation or synchronises, or when a fence taken
+// after them is waited for (the ones taken after that fence stay pending). So a host that reads
+// (or rewrites) their host side before waiting for the right fence reads stale bytes (or has the
+// new ones sent), and the bit-for-bit tests notice.
+struct PendingCopy {
+  uint64_t number;
+  void* dst;
+  const void* src;
+  size_t bytes;
+};
+std::mutex g_pending_mutex;
+std::map<int, std::deque<PendingCopy>> g_pending;
+uint64_t g_next_pending = 0;
+
+// The queue's pending transfers numbered below `before`, in order.
+void run_pending(int queue, uint64_t before = std::numeric_limits<uint64_t>::max()) {
+  std::vector<PendingCopy> copies;
+  {
+    std::lock_guard<std::mutex> lock(g_pending_mutex);
+    auto it = g_pending.find(queue);
+    if (it == g_pending.end()) return;
+    while (!it->second.empty() && it->second.front().number < before) {
+      copies.push_back(it->second.front());
+      it->second.pop_front();
+    }
+  }
+  for (const PendingCopy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
+}
+
+void defer_copy(void* dst, const void* src, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_pending_mutex);
+  g_pending[compute_queue()].push_back({g_next_pending++, dst, src, bytes});
+}
+
+class EmulatedFence final : public DeviceFence {
+ public:
+  explicit EmulatedFence(int queue) : queue_(queue) {
+    std::lock_guard<std::mutex> lock(g_pending_mutex);
+    after_ = g_next_pending;
+  }
+  void wait() override;
+
+ private:
+  int queue_;
+  uint64_t after_;  // the transfers numbered below it were issued before the fence
+};
+
+// Every operation first runs its queue's transfers issued before it (`in_order`), but for
+// another transfer not waited for, which queues behind them.
 template <typename Count>
-void tally(Count count) {
+void tally(Count count, bool in_order = true) {
   const int queue = compute_queue();
+  if (in_order) run_pending(queue);
   std::lock_guard<std::mutex> lock(g_census_mutex);
   count(g_census);
   ++g_census.by_queue[queue];
+}
+
+void EmulatedFence::wait() {
+  run_pending(queue_, after_);
+  std::lock_guard<std::mutex> lock(g_census_mutex);
+  ++g_census.fence_waits;
 }
 
 size_t host_page() {
@@ -190,6 +251,7 @@ class EmulatedAllocator final : public Allocator {
   }
   void free(void* ptr, size_t bytes) override {
     if (ptr == nullptr) return;
+    run_pending(compute_queue());  // a GPU's caching allocator reuses the memory in stream order
     char* host = device_to_host(static_cast<char*>(ptr), "free");
     size_t decommitted = 0;
     if (releasable_.free(host, decommitted)) {
@@ -224,6 +286,7 @@ class EmulatedAllocator final : public Allocator {
     return p;
   }
   void free_transfer_staging(void* ptr, size_t bytes) override {
+    run_pending(compute_queue());  // cudaFreeHost waits for the device
     {
       std::lock_guard<std::mutex> lock(staging_mutex_);
       staging_.erase(reinterpret_cast<uintptr_t>(ptr));
@@ -252,6 +315,34 @@ class EmulatedAllocator final : public Allocator {
     LOOM_CHECK(!is_emulated_device_pointer(host_src), "emulated cuda: from_host's source is device memory");
     std::memcpy(device_to_host(dst, "from_host's destination"), host_src, bytes);
   }
+  void to_host_async(void* host_dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    const bool staged = in_staging(host_dst, bytes);
+    tally(
+        [bytes, staged](EmulatedCensus& c) {
+          ++c.to_host_async;
+          c.to_host_bytes += static_cast<int64_t>(bytes);
+          if (staged) c.staged_transfer_bytes += static_cast<int64_t>(bytes);
+        },
+        false);
+    LOOM_CHECK(staged, "emulated cuda: to_host_async's destination is not transfer staging");
+    defer_copy(host_dst, device_to_host(src, "to_host_async's source"), bytes);
+  }
+  void from_host_async(void* dst, const void* host_src, size_t bytes) override {
+    if (bytes == 0) return;
+    const bool staged = in_staging(host_src, bytes);
+    tally(
+        [bytes, staged](EmulatedCensus& c) {
+          ++c.from_host_async;
+          c.from_host_bytes += static_cast<int64_t>(bytes);
+          if (staged) c.staged_transfer_bytes += static_cast<int64_t>(bytes);
+        },
+        false);
+    LOOM_CHECK(staged, "emulated cuda: from_host_async's source is not transfer staging");
+    defer_copy(device_to_host(dst, "from_host_async's destination"), host_src, bytes);
+  }
+  std::unique_ptr<DeviceFence> fence() override { return std::make_unique<EmulatedFence>(compute_queue()); }
+  void synchronize() override { run_pending(compute_queue()); }
   size_t alignment() const override { return 256; }
   Device device() const override { return Device::cuda(index_); }
   bool holds(const void* ptr) const override { return is_emulated_device_pointer(ptr); }

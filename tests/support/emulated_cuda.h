@@ -39,6 +39,9 @@ struct EmulatedCensus {
   std::map<std::string, int64_t> entries;
   int64_t copies = 0, zeroes = 0;
   int64_t to_host = 0, from_host = 0;
+  // Transfers not waited for (Allocator::to_host_async / from_host_async; their bytes are counted
+  // with the others') and fences waited for.
+  int64_t to_host_async = 0, from_host_async = 0, fence_waits = 0;
   int64_t to_host_bytes = 0, from_host_bytes = 0;
   // Of those, the bytes whose host side was the device's transfer staging
   // (Allocator::allocate_transfer_staging: pinned memory on a GPU).

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -29,6 +30,14 @@ struct Device {
 };
 
 constexpr int kMaxCudaDevices = 16;
+
+// A point in the work a thread's compute queue has issued on a device (Allocator::fence): wait()
+// returns once everything issued before it is done (on a GPU: an event on the compute stream).
+class DeviceFence {
+ public:
+  virtual ~DeviceFence() = default;
+  virtual void wait() = 0;
+};
 
 // Bytes on one device. allocate(0) returns nullptr; free(nullptr, 0) does nothing. zero and
 // copy (within the device) are the two memory operations an owning buffer needs (growing keeps
@@ -93,6 +102,15 @@ class Allocator {
   // memory elsewhere (the default). Not counted in bytes_in_use(): it is the host's.
   virtual void* allocate_transfer_staging(size_t bytes);
   virtual void free_transfer_staging(void* ptr, size_t bytes);
+  // Transfers between this device and its transfer staging that return at once, queued in the
+  // device's order of work (on a GPU: the compute stream, the copy engine running while the host
+  // goes on): the host side must not be read (to_host_async) or written (from_host_async) until a
+  // fence taken after them was waited for. The defaults wait, as to_host and from_host.
+  virtual void to_host_async(void* host_dst, const void* src, size_t bytes) { to_host(host_dst, src, bytes); }
+  virtual void from_host_async(void* dst, const void* host_src, size_t bytes) { from_host(dst, host_src, bytes); }
+  // A fence after the work the calling thread's compute queue has issued on this device so far
+  // (the default, for devices that run everything at once: nothing to wait for).
+  virtual std::unique_ptr<DeviceFence> fence();
 
   // Bytes held now and at most so far: on a device, committed bytes (decommitted granules are
   // not counted); on the host, allocated bytes (the pages given back show in the resident set).

@@ -32,54 +32,75 @@ void HostOffloadedOptimizer::update_many(std::span<const ShardPiece> pieces, con
   if (!on_host.empty()) update_on_host(on_host, step);
 }
 
-void HostOffloadedOptimizer::update_on_host(std::span<const ShardPiece> pieces, const StepParams& step) const {
+std::vector<HostOffloadedOptimizer::Chunk> HostOffloadedOptimizer::plan_chunks(
+    std::span<const ShardPiece> pieces) const {
   int64_t total = 0;
   for (const ShardPiece& p : pieces) total += p.numel;
-  reserve_staging(std::min(total, chunk_));
-  std::vector<Run> runs;
-  std::vector<ShardPiece> staged;
+  const int64_t slot = std::min(total, chunk_);
+  reserve_staging(total > chunk_ ? 2 * slot : slot);
+  std::vector<Chunk> chunks(1);
   int64_t used = 0;
-  auto flush = [&] {
-    update_staged(runs, staged, step);
-    runs.clear();
-    staged.clear();
-    used = 0;
-  };
   for (const ShardPiece& piece : pieces) {
     LOOM_CHECK(piece.param_bf16 == nullptr && piece.fp8.amax == nullptr,
                "optim.cpu_offload: the offloaded optimizer writes no bf16 copy or FP8 codes");
     for (int64_t done = 0; done < piece.numel;) {
-      if (used == chunk_) flush();
+      if (used == chunk_) {
+        chunks.emplace_back();
+        used = 0;
+      }
       const int64_t n = std::min(piece.numel - done, chunk_ - used);
+      const int64_t at = static_cast<int64_t>((chunks.size() - 1) % 2) * slot + used;
       float* param = piece.param + done;
       const float* grad = piece.grad + done;
       // Adjacent on the device too (a stage's pieces mostly are): one transfer for both.
+      std::vector<Run>& runs = chunks.back().runs;
       if (!runs.empty() && runs.back().param + runs.back().n == param && runs.back().grad + runs.back().n == grad) {
         runs.back().n += n;
       } else {
-        runs.push_back({param, grad, used, n});
+        runs.push_back({param, grad, at, n});
       }
       ShardPiece host = piece;
-      host.param = values_.data<float>() + used;
-      host.grad = grads_.data<float>() + used;
+      host.param = values_.data<float>() + at;
+      host.grad = grads_.data<float>() + at;
       host.state = {piece.state[0] + done, piece.state[1] + done};
       host.numel = n;
-      staged.push_back(host);
+      chunks.back().staged.push_back(host);
       used += n;
       done += n;
     }
   }
-  if (!staged.empty()) flush();
+  return chunks;
 }
 
-void HostOffloadedOptimizer::update_staged(std::span<const Run> runs, std::span<const ShardPiece> staged,
-                                           const StepParams& step) const {
-  for (const Run& r : runs) {
-    copy_to_host(device_, grads_.data<float>() + r.at, r.grad, r.n);
-    copy_to_host(device_, values_.data<float>() + r.at, r.param, r.n);
+void HostOffloadedOptimizer::update_on_host(std::span<const ShardPiece> pieces, const StepParams& step) const {
+  const std::vector<Chunk> chunks = plan_chunks(pieces);
+  Allocator& device = allocator(device_);
+  float* values = values_.data<float>();
+  float* grads = grads_.data<float>();
+  std::vector<std::unique_ptr<DeviceFence>> down(chunks.size());
+  auto send_down = [&](size_t c) {
+    for (const Run& r : chunks[c].runs) {
+      const size_t bytes = static_cast<size_t>(r.n) * sizeof(float);
+      device.to_host_async(grads + r.at, r.grad, bytes);
+      device.to_host_async(values + r.at, r.param, bytes);
+    }
+    down[c] = device.fence();
+  };
+  send_down(0);
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    // The next chunk comes down while this one is updated. Its slot held chunk c - 1, whose values
+    // were queued up before: the device's order of work keeps them apart, and the host writes a
+    // slot only after a fence past both.
+    if (c + 1 < chunks.size()) send_down(c + 1);
+    down[c]->wait();
+    host_->update_many(chunks[c].staged, step);
+    for (const Run& r : chunks[c].runs) {
+      device.from_host_async(r.param, values + r.at, static_cast<size_t>(r.n) * sizeof(float));
+    }
   }
-  host_->update_many(staged, step);
-  for (const Run& r : runs) copy_from_host(device_, r.param, values_.data<float>() + r.at, r.n);
+  // Every value back on the device before the update returns: whoever reads them next, on any
+  // queue, finds them there, and the staging is free for the next call.
+  device.fence()->wait();
 }
 
 void HostOffloadedOptimizer::reserve_staging(int64_t elements) const {

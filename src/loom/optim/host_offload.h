@@ -11,12 +11,16 @@
 // GPU), a run of adjacent pieces per transfer, has the host optimizer update them there, and
 // copies the values back: the host optimizer's arithmetic exactly, 8 bytes per element off the
 // device for 12 bytes moved each step. Staging holds at most kOffloadChunkElements of each at a
-// time (a larger call goes chunk by chunk, a piece split where a chunk ends). It writes no bf16
-// copy or FP8 codes: the stages then round the values themselves and the model casts its weights
-// (writes_bf16_copies() is false).
+// time (a larger call goes chunk by chunk, a piece split where a chunk ends), in two slots used in
+// turn, so that the transfers overlap the host's arithmetic (Megatron-Core's
+// --overlap-cpu-optimizer-d2h-h2d): while the host updates one chunk, the next comes down and the
+// previous goes back up, queued without waits (Allocator::to_host_async / from_host_async) and
+// waited for by fences. It writes no bf16 copy or FP8 codes: the stages then round the values
+// themselves and the model casts its weights (writes_bf16_copies() is false).
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "loom/core/device.h"
 #include "loom/core/tensor.h"
@@ -40,14 +44,21 @@ class HostOffloadedOptimizer final : public Optimizer {
 
  private:
   // One transfer each way: `n` elements of values and gradients at `param` and `grad` on the
-  // device, staged from element `at`.
+  // device, staged from element `at` of the staging arrays.
   struct Run {
     float* param = nullptr;
     const float* grad = nullptr;
     int64_t at = 0, n = 0;
   };
+  // At most chunk_ elements in one staging slot: its transfers and its pieces as the host updates
+  // them there.
+  struct Chunk {
+    std::vector<Run> runs;
+    std::vector<ShardPiece> staged;
+  };
   void update_on_host(std::span<const ShardPiece> pieces, const StepParams& step) const;
-  void update_staged(std::span<const Run> runs, std::span<const ShardPiece> staged, const StepParams& step) const;
+  // The pieces cut into chunks, chunk c in staging slot c % 2 (one slot when one chunk holds them).
+  std::vector<Chunk> plan_chunks(std::span<const ShardPiece> pieces) const;
 
   // Host memory of the device's transfer staging (Tensor::transfer_staging: pinned for a GPU),
   // grown as calls need and kept between steps.

@@ -6,6 +6,7 @@
 #include "loom/model/flops.h"
 #include "loom/model/layer_spec.h"
 #include "loom/model/linear_precision.h"
+#include "loom/optim/host_offload.h"
 #include "loom/optim/moment_arrays.h"
 #include "loom/parallel/data/bf16_parameter_copy.h"
 #include "loom/parallel/data/fp8_weight_pieces.h"
@@ -45,6 +46,15 @@ constexpr double kOffloadHostBytesPerParameter = 28.0;
 // bytes); the update needs no link, and the norm reads the gradients in host memory.
 constexpr double kShardAddHostBytesPerParameter = 8.0;
 
+
+// The offloaded update's link and host-memory seconds for `elements` on the host: its chunks of
+// optim::kOffloadChunkElements pipelined (optim/host_offload.h), the link's transfers of the
+// chunks before and after one running while the host updates it, so the longer of the two counts
+// whole and the shorter for one chunk's share.
+double offloaded_update_seconds(double link, double host, double elements) {
+  const double chunks = std::max(1.0, std::ceil(elements / static_cast<double>(optim::kOffloadChunkElements)));
+  return std::max(link, host) + std::min(link, host) / chunks;
+}
 
 // Where a run casts its GEMM operands: the CPU's emulation, or a GPU (runtime.device: cuda),
 // whose weight cast cache casts each weight once per optimizer step and form
@@ -562,8 +572,9 @@ TimeBreakdown plan_time(const config::RunConfig& config, const MemoryPlan& memor
       (shards_on_host ? 0.0 : norm_bytes) + (kOptimizerBytesPerParameter + copy_bytes) * on_device + zeroed;
   const double link_bytes = shards_on_host ? 0.0 : kOffloadLinkBytesPerParameter * on_host;
   const double host_bytes = kOffloadHostBytesPerParameter * on_host + (shards_on_host ? norm_bytes : 0.0);
-  t.optimizer = device_bytes / hw.bandwidth_per_rank(world) + link_bytes / hw.host_link_bandwidth +
-                host_bytes / hw.host_memory_bandwidth;
+  t.optimizer = device_bytes / hw.bandwidth_per_rank(world) +
+                offloaded_update_seconds(link_bytes / hw.host_link_bandwidth, host_bytes / hw.host_memory_bandwidth,
+                                         on_host);
   if (shards_on_host) {
     const auto gathered = static_cast<double>(dtype_size(parallel::parameter_dtype(config)));
     const double wire = config.precision.grad_reduce == config::GradReduce::Bf16 && replicas > 1 ? 2.0 : 4.0;

@@ -15,6 +15,7 @@
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/entries.h"
 #include "loom/kernels/cuda/releasable_memory.h"
+#include "loom/kernels/cuda/stream_event.h"
 #include "loom/kernels/cuda/upload_staging.h"
 #include "loom/kernels/cuda_entries.h"
 
@@ -30,6 +31,16 @@ bool vmm_allowed() {
   const char* value = std::getenv("LOOM_CUDA_VMM");
   return value == nullptr || std::string(value) != "0";
 }
+
+// A fence on a compute stream: an event recorded there.
+class StreamFence final : public DeviceFence {
+ public:
+  explicit StreamFence(cudaStream_t stream) : event_(stream) {}
+  void wait() override { event_.wait(); }
+
+ private:
+  StreamEvent event_;
+};
 
 class DeviceAllocator final : public Allocator {
  public:
@@ -83,6 +94,24 @@ class DeviceAllocator final : public Allocator {
   void free_transfer_staging(void* ptr, size_t bytes) override {
     (void)bytes;
     if (ptr != nullptr) cudaFreeHost(ptr);
+  }
+  // On the compute stream without a wait: from pinned staging the copy engine runs while the host
+  // goes on (the caller waits for a fence before touching the host side).
+  void to_host_async(void* host_dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    check_cuda(cudaSetDevice(index_), "cudaSetDevice(" + std::to_string(index_) + ")");
+    check_cuda(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, compute_stream(index_)),
+               "cudaMemcpyAsync (device to host, not waited for)");
+  }
+  void from_host_async(void* dst, const void* host_src, size_t bytes) override {
+    if (bytes == 0) return;
+    check_cuda(cudaSetDevice(index_), "cudaSetDevice(" + std::to_string(index_) + ")");
+    check_cuda(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, compute_stream(index_)),
+               "cudaMemcpyAsync (host to device, not waited for)");
+  }
+  std::unique_ptr<DeviceFence> fence() override {
+    check_cuda(cudaSetDevice(index_), "cudaSetDevice(" + std::to_string(index_) + ")");
+    return std::make_unique<StreamFence>(compute_stream(index_));
   }
   void free(void* ptr, size_t bytes) override {
     if (ptr == nullptr) return;

@@ -217,9 +217,10 @@ const void* Zero3::gather_source(Section& sec) {
                          ? static_cast<const void*>(shard_.data<float>() + sec.state_offset)
                          : gather_send_.data<std::byte>() + sec.state_offset * element;
   if (!options_.offload_shards) return send;
+  // Queued without a wait (the shard is transfer staging, which the host rewrites only in the
+  // update, after a fence): the gather follows it in the device's order.
   sec.sent = Tensor({n}, options_.param_gather, options_.device);
-  copy_from_host(options_.device, sec.sent.data<std::byte>(), static_cast<const std::byte*>(send),
-                 n * static_cast<int64_t>(element));
+  allocator(options_.device).from_host_async(sec.sent.raw(), send, static_cast<size_t>(n) * element);
   return sec.sent.raw();
 }
 
@@ -403,6 +404,8 @@ double Zero3::step(double lr, int64_t step) {
 void Zero3::update(const optim::StepParams& at) {
   LOOM_CHECK(!in_micro_batch_ && rounds_ > 0, "Zero3: update() needs a finished micro-batch since the last step");
   if (full_) release_full_parameters();  // the full copy would go stale
+  // The host rewrites the shards in host memory next: every upload of them for a gather is done.
+  if (options_.offload_shards) allocator(options_.device).fence()->wait();
   const float* grads = grad_shards_.data<float>();
   float* shard = shard_.data<float>();
   std::vector<optim::ShardPiece> pieces;
