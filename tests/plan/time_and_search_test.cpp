@@ -755,6 +755,41 @@ TEST(Search, OverlappedParameterGathersApplyWhereTheStageHasThem) {
   EXPECT_GT(faster, 0);
 }
 
+// With ZeRO-3's shards on the host the search tries each ZeRO-3 layout with and without the
+// device's copy of the shards for the gathers: the copy holds more device memory and spends less
+// time on the host link, and the overrides say which was planned.
+TEST(Search, OffloadedShardsAreTriedWithAndWithoutTheDeviceCopy) {
+  const LayoutCheck check = [](const config::RunConfig& c, int devices) {
+    const int model_ranks = c.parallel.tp * c.parallel.cp * c.parallel.pp;
+    LOOM_CHECK(devices % model_ranks == 0, "does not divide");
+    return comm::MeshShape{.tp = c.parallel.tp, .cp = c.parallel.cp, .ep = c.parallel.ep,
+                           .dp = devices / model_ranks, .pp = c.parallel.pp};
+  };
+  const SearchResult r = search_layouts(tiny({"runtime.device=cuda", "parallel.zero=3", "optim.cpu_offload=true",
+                                              "parallel.offload_params=true"}),
+                                        offload_device(), 2, check);
+  int pairs = 0;
+  for (const Candidate& with : r.ranked) {
+    EXPECT_EQ(with.config.parallel.zero, 3) << with.describe();
+    if (!with.config.parallel.offload_params_device_copy) continue;
+    const std::vector<std::string> o = with.overrides();
+    EXPECT_NE(std::find(o.begin(), o.end(), "parallel.offload_params_device_copy=true"), o.end());
+    for (const Candidate& without : r.ranked) {
+      if (without.config.parallel.offload_params_device_copy ||
+          without.describe() != with.describe().substr(0, without.describe().size()) ||
+          without.config.train.micro_batch != with.config.train.micro_batch) {
+        continue;
+      }
+      const std::vector<std::string> w = without.overrides();
+      EXPECT_NE(std::find(w.begin(), w.end(), "parallel.offload_params_device_copy=false"), w.end());
+      EXPECT_LT(with.time.host_link, without.time.host_link) << with.describe();
+      EXPECT_GT(with.memory.stages[0].state.parameters, without.memory.stages[0].state.parameters);
+      ++pairs;
+    }
+  }
+  EXPECT_GT(pairs, 0);
+}
+
 TEST(Search, RanksOnlyLayoutsTheRulesAcceptAndThatFit) {
   int checked = 0;
   const LayoutCheck check = [&](const config::RunConfig& c, int devices) {

@@ -16,11 +16,21 @@
 namespace loom::train {
 namespace {
 
-using DeviceOffload = DeviceTraining;
-
 const std::string kOffload = "optim.cpu_offload=true";
 const std::string kOffloadParams = "parallel.offload_params=true";
 const std::string kDeviceCopy = "parallel.offload_params_device_copy=true";
+
+// A dense block, then one of 4 experts (the experts' own parameter group under ep 2).
+constexpr const char* kMoe =
+    "model: {vocab_size: 0, d_model: 16, layers: 2, heads: 2, ffn_size: 32, max_seq_len: 32,\n"
+    "        tied_embeddings: false, block_configs: [{ffn: dense}, {ffn: moe}],\n"
+    "        moe_experts: 4, moe_top_k: 2, moe_ffn_size: 16}\n";
+
+// ZeRO-3 with micro-batches of one (two per rank and step), then `extra`.
+std::vector<std::string> zero3_rounds(std::vector<std::string> extra) {
+  extra.insert(extra.begin(), {"train.micro_batch=1", "parallel.zero=3"});
+  return extra;
+}
 
 std::vector<std::string> zero(int stage, std::vector<std::string> extra = {}) {
   std::vector<std::string> overrides = {"runtime.ranks=2", "train.micro_batch=1",
@@ -28,6 +38,29 @@ std::vector<std::string> zero(int stage, std::vector<std::string> extra = {}) {
   overrides.insert(overrides.end(), extra.begin(), extra.end());
   return overrides;
 }
+
+class DeviceOffload : public DeviceTraining {
+ protected:
+  // ZeRO-3 over dp 2 on the device with `base`: a run stopped at step 2 with `key` set resumes
+  // without it, and one stopped without it resumes with it, to the uninterrupted run's losses and
+  // final checkpoint (which ran without it).
+  void expect_resumes_either_way(const std::string& tag, const std::vector<std::string>& base,
+                                 const std::string& key) {
+    std::vector<std::string> run = zero3_rounds({"runtime.ranks=2", "runtime.device=cuda"});
+    run.insert(run.end(), base.begin(), base.end());
+    const std::vector<double> full = train(tag + "-full", kLlama, run);
+    ASSERT_EQ(full.size(), 4u);
+    for (const bool key_first : {true, false}) {
+      const std::string name = tag + (key_first ? "-then-without" : "-then-with");
+      std::vector<std::string> first = run, then = run;
+      (key_first ? first : then).push_back(key);
+      train(name, kLlama, first, 2);
+      then.push_back("train.resume=true");
+      EXPECT_EQ(train(name, kLlama, then), full) << name;
+      expect_same_checkpoints(tag + "-full", name);
+    }
+  }
+};
 
 TEST_F(DeviceOffload, EveryZeroStageEqualsTheCpuBitForBit) {
   expect_bitwise_equal_runs(kLlama, "offload-one-rank", {}, {kOffload});
@@ -64,11 +97,7 @@ TEST_F(DeviceOffload, TensorPipelineAndExpertParallelRanksEqualTheCpuBitForBit) 
   expect_bitwise_equal_runs(kLlama, "offload-pp2-zero1", {"runtime.ranks=4", "parallel.pp=2", "train.micro_batch=1",
                                                           "parallel.zero=1"},
                             {kOffload});
-  const char* moe =
-      "model: {vocab_size: 0, d_model: 16, layers: 2, heads: 2, ffn_size: 32, max_seq_len: 32,\n"
-      "        tied_embeddings: false, block_configs: [{ffn: dense}, {ffn: moe}],\n"
-      "        moe_experts: 4, moe_top_k: 2, moe_ffn_size: 16}\n";
-  expect_bitwise_equal_runs(moe, "offload-ep2-zero1",
+  expect_bitwise_equal_runs(kMoe, "offload-ep2-zero1",
                             {"runtime.ranks=2", "parallel.ep=2", "train.micro_batch=1", "parallel.zero=1"}, {kOffload});
 }
 
@@ -200,25 +229,17 @@ TEST_F(DeviceOffloadMemory, ADeviceCopyHoldsTheShardAndCrossesTheLinkOnceAStep) 
 // gathered in bf16, gradients reduced in bf16, fp16's loss scaling (its unscaling on the host), tp 2
 // and the experts' own group (ep 2).
 TEST_F(DeviceOffload, ShardsInHostMemoryEqualTheCpuBitForBit) {
-  auto zero3 = [](std::vector<std::string> extra) {
-    extra.insert(extra.begin(), {"train.micro_batch=1", "parallel.zero=3"});
-    return extra;
-  };
   const std::vector<std::string> offload = {kOffload, kOffloadParams};
-  expect_bitwise_equal_runs(kLlama, "offload-params-one-rank", zero3({}), offload);
-  expect_bitwise_equal_runs(kLlama, "offload-params-dp2", zero3({"runtime.ranks=2"}), offload);
+  expect_bitwise_equal_runs(kLlama, "offload-params-one-rank", zero3_rounds({}), offload);
+  expect_bitwise_equal_runs(kLlama, "offload-params-dp2", zero3_rounds({"runtime.ranks=2"}), offload);
   expect_bitwise_equal_runs(kLlama, "offload-params-compact",
-                            zero3({"runtime.ranks=2", "precision.recipe=bf16", "precision.param_dtype=compute",
+                            zero3_rounds({"runtime.ranks=2", "precision.recipe=bf16", "precision.param_dtype=compute",
                                    "precision.grad_reduce=bf16"}),
                             offload);
-  expect_bitwise_equal_runs(kLlama, "offload-params-fp16", zero3({"runtime.ranks=2", "precision.recipe=fp16"}),
+  expect_bitwise_equal_runs(kLlama, "offload-params-fp16", zero3_rounds({"runtime.ranks=2", "precision.recipe=fp16"}),
                             offload);
-  expect_bitwise_equal_runs(kLlama, "offload-params-tp2", zero3({"runtime.ranks=2", "parallel.tp=2"}), offload);
-  const char* moe =
-      "model: {vocab_size: 0, d_model: 16, layers: 2, heads: 2, ffn_size: 32, max_seq_len: 32,\n"
-      "        tied_embeddings: false, block_configs: [{ffn: dense}, {ffn: moe}],\n"
-      "        moe_experts: 4, moe_top_k: 2, moe_ffn_size: 16}\n";
-  expect_bitwise_equal_runs(moe, "offload-params-ep2", zero3({"runtime.ranks=2", "parallel.ep=2"}), offload);
+  expect_bitwise_equal_runs(kLlama, "offload-params-tp2", zero3_rounds({"runtime.ranks=2", "parallel.tp=2"}), offload);
+  expect_bitwise_equal_runs(kMoe, "offload-params-ep2", zero3_rounds({"runtime.ranks=2", "parallel.ep=2"}), offload);
 }
 
 // parallel.offload_params_device_copy: each gather sends from the device's copy of the shard in the
@@ -227,67 +248,36 @@ TEST_F(DeviceOffload, ShardsInHostMemoryEqualTheCpuBitForBit) {
 // skipped steps leave the copy as it is), with evaluations between the steps (a forward over the
 // gathered full parameters), and with the experts' own group (ep 2).
 TEST_F(DeviceOffload, ADeviceCopyOfTheShardsEqualsTheCpuBitForBit) {
-  auto zero3 = [](std::vector<std::string> extra) {
-    extra.insert(extra.begin(), {"train.micro_batch=1", "parallel.zero=3"});
-    return extra;
-  };
   const std::vector<std::string> offload = {kOffload, kOffloadParams, kDeviceCopy};
-  expect_bitwise_equal_runs(kLlama, "device-copy-one-rank", zero3({}), offload);
-  expect_bitwise_equal_runs(kLlama, "device-copy-dp2", zero3({"runtime.ranks=2"}), offload);
+  expect_bitwise_equal_runs(kLlama, "device-copy-one-rank", zero3_rounds({}), offload);
+  expect_bitwise_equal_runs(kLlama, "device-copy-dp2", zero3_rounds({"runtime.ranks=2"}), offload);
   expect_bitwise_equal_runs(kLlama, "device-copy-compact",
-                            zero3({"runtime.ranks=2", "precision.recipe=bf16", "precision.param_dtype=compute",
+                            zero3_rounds({"runtime.ranks=2", "precision.recipe=bf16", "precision.param_dtype=compute",
                                    "precision.grad_reduce=bf16"}),
                             offload);
-  expect_bitwise_equal_runs(kLlama, "device-copy-fp16", zero3({"runtime.ranks=2", "precision.recipe=fp16"}), offload);
+  expect_bitwise_equal_runs(kLlama, "device-copy-fp16", zero3_rounds({"runtime.ranks=2", "precision.recipe=fp16"}),
+                            offload);
   expect_bitwise_equal_runs(kLlama, "device-copy-eval",
-                            zero3({"runtime.ranks=2", "data.val_prefix=" + root_ + "/data/c_train",
+                            zero3_rounds({"runtime.ranks=2", "data.val_prefix=" + root_ + "/data/c_train",
                                    "train.eval_interval=1", "train.eval_batches=1"}),
                             offload);
   const std::vector<double> evaluated = validation_losses(root_, "device-copy-eval-cuda");
   EXPECT_EQ(evaluated.size(), 4u);
   EXPECT_EQ(evaluated, validation_losses(root_, "device-copy-eval-cpu"));
-  const char* moe =
-      "model: {vocab_size: 0, d_model: 16, layers: 2, heads: 2, ffn_size: 32, max_seq_len: 32,\n"
-      "        tied_embeddings: false, block_configs: [{ffn: dense}, {ffn: moe}],\n"
-      "        moe_experts: 4, moe_top_k: 2, moe_ffn_size: 16}\n";
-  expect_bitwise_equal_runs(moe, "device-copy-ep2", zero3({"runtime.ranks=2", "parallel.ep=2"}), offload);
+  expect_bitwise_equal_runs(kMoe, "device-copy-ep2", zero3_rounds({"runtime.ranks=2", "parallel.ep=2"}), offload);
 }
 
 // The copy is no state of the run: a run stopped at step 2 with it resumes without it, and one
 // stopped without it resumes with it (the load uploads the copy), to the uninterrupted run's losses
 // and checkpoint.
 TEST_F(DeviceOffload, ADeviceCopyOfTheShardsResumesEitherWay) {
-  const std::vector<std::string> base = {"runtime.ranks=2", "train.micro_batch=1", "parallel.zero=3",
-                                         "runtime.device=cuda", kOffload, kOffloadParams};
-  const std::vector<double> full = train("device-copy-full", kLlama, base);
-  ASSERT_EQ(full.size(), 4u);
-  for (const bool copy_first : {true, false}) {
-    const std::string name = std::string("device-copy-") + (copy_first ? "then-none" : "then-copy");
-    std::vector<std::string> first = base, then = base;
-    (copy_first ? first : then).push_back(kDeviceCopy);
-    train(name, kLlama, first, 2);
-    then.push_back("train.resume=true");
-    EXPECT_EQ(train(name, kLlama, then), full) << name;
-    expect_same_checkpoints("device-copy-full", name);
-  }
+  expect_resumes_either_way("device-copy", {kOffload, kOffloadParams}, kDeviceCopy);
 }
 
 // Its checkpoints are the same state, written from host memory: a run stopped at step 2 resumes
 // with the shards on the device, and one stopped with them there resumes with them on the host.
 TEST_F(DeviceOffload, ShardsInHostMemoryResumeEitherWay) {
-  const std::vector<std::string> base = {"runtime.ranks=2", "train.micro_batch=1", "parallel.zero=3",
-                                         "runtime.device=cuda", kOffload};
-  const std::vector<double> full = train("offload-params-full", kLlama, base);
-  ASSERT_EQ(full.size(), 4u);
-  for (const bool params_first : {true, false}) {
-    const std::string name = std::string("offload-params-then-") + (params_first ? "device" : "host");
-    std::vector<std::string> first = base, then = base;
-    (params_first ? first : then).push_back(kOffloadParams);
-    train(name, kLlama, first, 2);
-    then.push_back("train.resume=true");
-    EXPECT_EQ(train(name, kLlama, then), full) << name;
-    expect_same_checkpoints("offload-params-full", name);
-  }
+  expect_resumes_either_way("offload-params", {kOffload}, kOffloadParams);
 }
 
 TEST_F(DeviceOffload, OnTheCpuOrAFractionAloneItIsAnErrorNamingTheKeys) {
@@ -316,7 +306,8 @@ TEST_F(DeviceOffload, OnTheCpuOrAFractionAloneItIsAnErrorNamingTheKeys) {
                                                         kOffloadParams, "optim.offload_fraction=0.5"});
   EXPECT_NE(part.find("optim.offload_fraction at 1"), std::string::npos) << part;
   // parallel.offload_params_device_copy: a copy of what parallel.offload_params moves to the host.
-  const std::string copy_alone = error_of("copy-alone", {"runtime.device=cuda", "parallel.zero=3", kOffload, kDeviceCopy});
+  const std::string copy_alone =
+      error_of("copy-alone", {"runtime.device=cuda", "parallel.zero=3", kOffload, kDeviceCopy});
   EXPECT_NE(copy_alone.find("parallel.offload_params_device_copy=true"), std::string::npos) << copy_alone;
   EXPECT_NE(copy_alone.find("set parallel.offload_params=true"), std::string::npos) << copy_alone;
 }

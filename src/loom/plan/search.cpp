@@ -41,6 +41,13 @@ void add_options(const config::RunConfig& base, comm::MeshShape mesh, int v, std
           c.parallel.sequence_parallel = sp == 1;
           c.train.micro_batch = mb;
           c.model.recompute = recompute == 1;
+          // With ZeRO-3's shards on the host, with and without the device's copy of them for the
+          // gathers: it costs memory a larger micro-batch may want and saves link time.
+          if (base.parallel.offload_params && zero == 3) {
+            config::RunConfig copied = c;
+            copied.parallel.offload_params_device_copy = !base.parallel.offload_params_device_copy;
+            out.push_back(std::move(copied));
+          }
           out.push_back(std::move(c));
         }
       }
@@ -86,6 +93,9 @@ std::string Candidate::describe() const {
   if (p.virtual_stages > 1) o << "x" << p.virtual_stages;
   o << ", dp " << memory.layout.shape.dp << ", zero " << p.zero << ", micro-batch " << config.train.micro_batch
     << (config.model.recompute ? ", recompute" : "");
+  if (p.offload_params) {
+    o << (p.offload_params_device_copy ? ", shards on the host, a copy on the device" : ", shards on the host");
+  }
   return o.str();
 }
 
@@ -103,6 +113,10 @@ std::vector<std::string> Candidate::overrides() const {
     o.push_back("parallel.virtual_stages=" + std::to_string(p.virtual_stages));
   }
   if (overlap_dropped) o.push_back("parallel.overlap_param_gather=false");
+  if (p.offload_params) {
+    o.push_back(std::string("parallel.offload_params_device_copy=") +
+                (p.offload_params_device_copy ? "true" : "false"));
+  }
   return o;
 }
 

@@ -4,7 +4,8 @@
 // those that do not fit the device's memory dropped, the rest ranked by planned step time (times
 // within about 2% count as equal: then larger micro-batches, then sequence parallelism first).
 // Context parallelism (parallel.cp) is enumerated too, with the config's parallel.cp_comm; expert
-// parallelism (parallel.ep) is not: it stays as the config sets it.
+// parallelism (parallel.ep) is not: it stays as the config sets it. With parallel.offload_params,
+// ZeRO-3 layouts with and without parallel.offload_params_device_copy.
 #include <functional>
 #include <string>
 #include <vector>
