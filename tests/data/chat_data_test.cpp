@@ -182,6 +182,63 @@ TEST(ChatMasks, QwenThreeTrainsItsThinkingBlockAndReportsRewrittenTurns) {
   EXPECT_NE(rewritten->find("not prefix stable at messages[3]"), std::string::npos) << *rewritten;
 }
 
+// Split into one example per answer (tokenize_turns), Qwen 3's conversation trains each answer
+// after the prompt its template renders for it: the first answer with its empty thinking block
+// after [S, Q1]; the second after a history whose first answer has lost that block, as Qwen 3
+// shows it at inference. Each example's tokens are the rendered text's, prompt and answer each
+// tokenized whole.
+TEST(ChatMasks, QwenThreeTurnsSplitIntoOneExamplePerAnswerWithTheirInferenceHistory) {
+  const auto qwen = make_tokenizer("hf:" + hf_dir("qwen3"));
+  const auto format = make_chat_format("tokenizer", *qwen);
+  const Conversation conversation = two_turns();
+  const nlohmann::json messages = messages_json(conversation.messages);
+  auto render = [&](size_t count, bool prompt) {
+    return format->render(nlohmann::json(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(count)),
+                          nlohmann::json::array(), prompt);
+  };
+  std::vector<TokenizedConversation> examples;
+  const auto problem = tokenize_turns(conversation, *format, *qwen, MaskOptions{}, examples);
+  ASSERT_FALSE(problem) << *problem;
+  ASSERT_EQ(examples.size(), 2u);
+  const std::string think = "<think>\n\n</think>\n\n";
+  EXPECT_EQ(decoded(*qwen, examples[0], true), think + "A1<|im_end|>\n");
+  EXPECT_EQ(decoded(*qwen, examples[1], true), think + "A2<|im_end|>\n");
+  EXPECT_EQ(decoded(*qwen, examples[0], false), render(3, false));
+  EXPECT_EQ(decoded(*qwen, examples[1], false), render(5, false));
+  const std::string history = render(4, true);  // the prompt of the second answer
+  EXPECT_NE(history.find("<|im_start|>assistant\nA1<|im_end|>"), std::string::npos) << history;
+  EXPECT_EQ(history.find("<think>"), std::string::npos) << "the first answer's block is gone: " << history;
+  for (size_t k = 0; k < examples.size(); ++k) {
+    const std::string prompt = render(2 * k + 2, true), answer = render(2 * k + 3, false).substr(prompt.size());
+    std::vector<int32_t> tokens = qwen->encode(prompt, EncodeOptions{});
+    const std::vector<int32_t> answer_tokens = qwen->encode(answer, EncodeOptions{});
+    tokens.insert(tokens.end(), answer_tokens.begin(), answer_tokens.end());
+    EXPECT_EQ(examples[k].tokens, tokens) << k;
+    EXPECT_EQ(examples[k].trained_tokens(), static_cast<int64_t>(answer_tokens.size())) << k;
+  }
+  // Only the last answer: one example.
+  MaskOptions last;
+  last.last_turn_only = true;
+  ASSERT_FALSE(tokenize_turns(conversation, *format, *qwen, last, examples));
+  ASSERT_EQ(examples.size(), 1u);
+  EXPECT_EQ(decoded(*qwen, examples[0], true), think + "A2<|im_end|>\n");
+}
+
+// A template that is prefix stable gives the same trained text either way: ChatML split into its
+// two answers trains each as the whole conversation does.
+TEST(ChatMasks, AStableTemplateSplitTrainsTheSameAnswers) {
+  const auto byte = make_tokenizer("byte");
+  const auto chatml = make_chat_format("chatml", *byte);
+  std::vector<TokenizedConversation> examples;
+  ASSERT_FALSE(tokenize_turns(two_turns(), *chatml, *byte, MaskOptions{}, examples));
+  ASSERT_EQ(examples.size(), 2u);
+  EXPECT_EQ(trained_text(examples[0]), "A1<|im_end|>\n");
+  EXPECT_EQ(trained_text(examples[1]), "A2<|im_end|>\n");
+  TokenizedConversation whole;
+  ASSERT_FALSE(tokenize_conversation(two_turns(), *chatml, *byte, MaskOptions{}, whole));
+  EXPECT_EQ(examples[1].tokens, whole.tokens);  // the last example is the whole conversation
+}
+
 // A template that rewrites earlier turns (it numbers them from the end) cannot be attributed.
 class Unstable : public ChatFormat {
  public:
@@ -255,6 +312,46 @@ TEST(ChatDataset, OverlongConversationsAreTruncatedOrDroppedAndCounted) {
   const ChatDataset dropped = build_chat_dataset(options, *byte);
   EXPECT_EQ(dropped.dropped_overlong, 1);
   EXPECT_EQ(dropped.truncated, 0);
+  fs::remove(path);
+}
+
+// sft.split_turns over a file of Qwen 3 conversations: by default (where the template rewrites
+// earlier turns) the two-answer conversation becomes two examples and the one-answer one stays
+// whole; `never` reports the line as before, naming the key that would train it; `always` splits
+// the one-answer conversation too (one example).
+TEST(ChatDataset, ConversationsATemplateRewritesAreSplitIntoOneExamplePerAnswer) {
+  const std::string path = write_jsonl(
+      "chat-split",
+      R"({"messages":[{"role":"system","content":"S"},{"role":"user","content":"Q1"},)"
+      R"({"role":"assistant","content":"A1"},{"role":"user","content":"Q2"},{"role":"assistant","content":"A2"}]})"
+      "\n"
+      R"({"messages":[{"role":"user","content":"Q"},{"role":"assistant","content":"A"}]})"
+      "\n");
+  const auto qwen = make_tokenizer("hf:" + hf_dir("qwen3"));
+  ChatDatasetOptions options;
+  options.paths = {path};
+  options.chat_template = "tokenizer";
+  options.seq_len = 256;
+  const ChatDataset split = build_chat_dataset(options, *qwen);
+  EXPECT_EQ(split.split_conversations, 1);
+  EXPECT_EQ(split.split_examples, 2);
+  EXPECT_EQ(split.train.conversations, 3);
+  options.split = TurnSplit::Never;
+  try {
+    build_chat_dataset(options, *qwen);
+    ADD_FAILURE() << "a rewritten turn with sft.split_turns=never is an error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(":1: chat template"), std::string::npos) << what;
+    EXPECT_NE(what.find("not prefix stable at messages[3]"), std::string::npos) << what;
+    EXPECT_NE(what.find("sft.split_turns=unstable"), std::string::npos) << what;
+  }
+  options.split = TurnSplit::Always;
+  const ChatDataset always = build_chat_dataset(options, *qwen);
+  EXPECT_EQ(always.split_conversations, 2);
+  EXPECT_EQ(always.split_examples, 3);
+  EXPECT_EQ(always.train.conversations, 3);
+  EXPECT_EQ(always.train.trained_tokens, split.train.trained_tokens);
   fs::remove(path);
 }
 

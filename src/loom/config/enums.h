@@ -115,6 +115,12 @@ constexpr std::array<std::string_view, 4> names(WsdDecay) { return {"exponential
 enum class BadLines : uint8_t { Fail, Skip };
 constexpr std::array<std::string_view, 2> names(BadLines) { return {"fail", "skip"}; }
 
+// sft.split_turns: when a conversation becomes one example per trained message (its history
+// rendered as the prompt the model is given for it): never, only where the template rewrites
+// earlier turns (Qwen 3 drops earlier answers' thinking), or always.
+enum class SplitTurns : uint8_t { Never, Unstable, Always };
+constexpr std::array<std::string_view, 3> names(SplitTurns) { return {"never", "unstable", "always"}; }
+
 // sft.overlong: a conversation longer than data.seq_len is cut to it, or left out.
 enum class Overlong : uint8_t { Truncate, Drop };
 constexpr std::array<std::string_view, 2> names(Overlong) { return {"truncate", "drop"}; }

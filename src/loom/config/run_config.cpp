@@ -327,6 +327,7 @@ const std::vector<SectionSchema>& schema() {
                   field("test_files", &SftConfig::test_files),
                   field("bad_lines", &SftConfig::bad_lines),
                   field("overlong", &SftConfig::overlong),
+                  field("split_turns", &SftConfig::split_turns),
               }),
       section("grpo", &RunConfig::grpo, grpo_keys()),
       section("log", &RunConfig::log,

@@ -211,6 +211,10 @@ struct SftConfig {
   std::vector<std::string> test_files;
   BadLines bad_lines = BadLines::Fail;   // fail | skip: a line that is not a conversation
   Overlong overlong = Overlong::Truncate;  // truncate | drop: a conversation longer than data.seq_len
+  // never | unstable | always: a conversation as one example per trained message, each with its
+  // history as the template renders it for generation; `unstable`: only where the template
+  // rewrites earlier turns when later ones follow (docs/sft.md).
+  SplitTurns split_turns = SplitTurns::Unstable;
 };
 
 struct CheckpointConfig {

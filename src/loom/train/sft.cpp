@@ -31,6 +31,9 @@ data::ChatDataset read_sft_dataset(const config::RunConfig& config, const std::v
   options.seed = config.train.seed;
   options.skip_bad_lines = sft.bad_lines == config::BadLines::Skip;
   options.drop_overlong = sft.overlong == config::Overlong::Drop;
+  options.split = sft.split_turns == config::SplitTurns::Never      ? data::TurnSplit::Never
+                  : sft.split_turns == config::SplitTurns::Always ? data::TurnSplit::Always
+                                                                  : data::TurnSplit::WhereRewritten;
   const std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(config.data.tokenizer);
   return data::build_chat_dataset(options, *tokenizer);
 }
@@ -62,6 +65,10 @@ void report_sft_dataset(const data::ChatDataset& dataset, const config::RunConfi
       << "); " << dataset.dropped_untrained << " without a trained token left out";
   for (size_t i = 0; i < dataset.untrained_examples.size(); ++i)
     out << (i == 0 ? " (" : ", ") << dataset.untrained_examples[i] << (i + 1 == dataset.untrained_examples.size() ? ")" : "");
+  if (dataset.split_conversations > 0) {
+    out << "; " << dataset.split_conversations << " split into " << dataset.split_examples
+        << " examples, one per trained message (sft.split_turns = " << config.sft.split_turns << ")";
+  }
   out << "\n";
 }
 

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "loom/core/error.h"
 #include "loom/data/chat/packing.h"
@@ -59,6 +62,29 @@ ChatRows make_rows(const std::vector<TokenizedConversation>& documents, int seq_
   return rows;
 }
 
+namespace {
+
+// A conversation as one example, or one per trained message (options.split: `split` says which);
+// what is wrong, or none.
+std::optional<std::string> tokenize_examples(const Conversation& conversation, const ChatFormat& chat_template,
+                                             const Tokenizer& tokenizer, const ChatDatasetOptions& options,
+                                             std::vector<TokenizedConversation>& docs, bool& split) {
+  split = false;
+  if (options.split != TurnSplit::Always) {
+    docs.resize(1);
+    std::optional<std::string> whole =
+        tokenize_conversation(conversation, chat_template, tokenizer, options.mask, docs[0]);
+    if (!whole) return whole;
+    if (options.split == TurnSplit::Never) {
+      return *whole + "; sft.split_turns=unstable trains such a conversation as one example per trained message";
+    }
+  }
+  split = true;
+  return tokenize_turns(conversation, chat_template, tokenizer, options.mask, docs);
+}
+
+}  // namespace
+
 ChatDataset build_chat_dataset(const ChatDatasetOptions& options, const Tokenizer& tokenizer) {
   LOOM_CHECK(!options.paths.empty(), "sft.train_files is empty: give one or more JSONL files of conversations");
   ChatDataset dataset;
@@ -69,28 +95,41 @@ ChatDataset build_chat_dataset(const ChatDatasetOptions& options, const Tokenize
   for (size_t i = 0; i < conversations.size(); ++i) {
     const Conversation& conversation = conversations[i];
     const std::string where = conversation.file + ":" + std::to_string(conversation.line);
-    TokenizedConversation doc;
-    if (auto bad = tokenize_conversation(conversation, *chat_template, tokenizer, options.mask, doc)) {
+    std::vector<TokenizedConversation> docs;
+    bool split_turns = false;
+    if (auto bad = tokenize_examples(conversation, *chat_template, tokenizer, options, docs, split_turns)) {
       LOOM_CHECK(options.skip_bad_lines, where + ": " + *bad + " (set sft.bad_lines=skip to skip such lines)");
       dataset.load.problems.push_back(where + ": " + *bad);
       continue;
     }
-    if (doc.tokens.size() > static_cast<size_t>(options.seq_len)) {
-      if (options.drop_overlong) {
-        ++dataset.dropped_overlong;
-        continue;
-      }
-      ++dataset.truncated;
-      doc.tokens.resize(options.seq_len);
-      doc.trained.resize(options.seq_len);
+    if (split_turns) {
+      ++dataset.split_conversations;
+      dataset.split_examples += static_cast<int64_t>(docs.size());
     }
-    // The first token is never a target: a conversation needs a trained token after it.
-    if (std::count(doc.trained.begin() + 1, doc.trained.end(), uint8_t{1}) == 0) {
+    // A conversation's examples stay together: all trained, or all held out.
+    std::vector<TokenizedConversation>& split =
+        in_validation(options.seed, static_cast<int64_t>(i), options.val_fraction) ? validation : train;
+    int64_t kept = 0, overlong = 0;
+    for (TokenizedConversation& doc : docs) {
+      if (doc.tokens.size() > static_cast<size_t>(options.seq_len)) {
+        if (options.drop_overlong) {
+          ++dataset.dropped_overlong;
+          ++overlong;
+          continue;
+        }
+        ++dataset.truncated;
+        doc.tokens.resize(options.seq_len);
+        doc.trained.resize(options.seq_len);
+      }
+      // The first token is never a target: an example needs a trained token after it.
+      if (std::count(doc.trained.begin() + 1, doc.trained.end(), uint8_t{1}) == 0) continue;
+      ++kept;
+      split.push_back(std::move(doc));
+    }
+    if (kept == 0 && overlong == 0) {
       ++dataset.dropped_untrained;
       if (dataset.untrained_examples.size() < 3) dataset.untrained_examples.push_back(where);
-      continue;
     }
-    (in_validation(options.seed, static_cast<int64_t>(i), options.val_fraction) ? validation : train).push_back(std::move(doc));
   }
   dataset.train = make_rows(train, options.seq_len, options.packing, tokenizer.eot_token());
   dataset.validation = make_rows(validation, options.seq_len, options.packing, tokenizer.eot_token());

@@ -17,10 +17,15 @@
 
 namespace loom::data {
 
+// When a conversation becomes one example per trained message (tokenize_turns): never, where the
+// template is not prefix stable (it rewrites earlier turns), or always.
+enum class TurnSplit { Never, WhereRewritten, Always };
+
 struct ChatDatasetOptions {
   std::vector<std::string> paths;
   std::string chat_template = "chatml";
   MaskOptions mask;
+  TurnSplit split = TurnSplit::WhereRewritten;
   int seq_len = 128;
   bool packing = true;
   double val_fraction = 0.0;
@@ -44,6 +49,7 @@ struct ChatDataset {
   ChatRows train, validation;
   ChatLoadReport load;
   int64_t truncated = 0, dropped_overlong = 0, dropped_untrained = 0;
+  int64_t split_conversations = 0, split_examples = 0;  // conversations made one example per trained message
   std::vector<std::string> untrained_examples;  // "file:line" of the first few without a trained token
 };
 

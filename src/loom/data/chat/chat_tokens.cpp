@@ -68,6 +68,10 @@ std::optional<std::string> attribute(const Conversation& conversation, const Cha
   return std::nullopt;
 }
 
+bool trains(const MaskOptions& options, const std::string& role) {
+  return std::find(options.roles.begin(), options.roles.end(), role) != options.roles.end();
+}
+
 }  // namespace
 
 int64_t TokenizedConversation::trained_tokens() const {
@@ -87,6 +91,37 @@ std::optional<std::string> tokenize_conversation(const Conversation& conversatio
   if (!trailing.empty() && !attribute(conversation, chat_template, tokenizer, options, trailing, out))
     return std::nullopt;
   return problem;
+}
+
+std::optional<std::string> tokenize_turns(const Conversation& conversation, const ChatFormat& chat_template,
+                                          const Tokenizer& tokenizer, const MaskOptions& options,
+                                          std::vector<TokenizedConversation>& out) {
+  const nlohmann::json messages = messages_json(conversation.messages);
+  auto render = [&](size_t count, bool generation_prompt) {
+    const nlohmann::json head(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(count));
+    return chat_template.render(head, conversation.tools, generation_prompt);
+  };
+  // What the template appends to every rendering (Llama 3.0's assistant header) belongs to no message.
+  const std::string trailing = chat_template.render(nlohmann::json::array(), conversation.tools, false);
+  const int last = last_trained_message(conversation, options);
+  out.clear();
+  for (size_t k = 0; k < conversation.messages.size(); ++k) {
+    const std::string& role = conversation.messages[k].role;
+    if (!trains(options, role) || (options.last_turn_only && static_cast<int>(k) != last)) continue;
+    std::string text = render(k + 1, false);
+    if (!trailing.empty() && text.ends_with(trailing)) text.resize(text.size() - trailing.size());
+    // An assistant's message follows the generation prompt; another role's, the history alone.
+    std::string prompt = role == "assistant" ? render(k, true) : std::string();
+    if (role != "assistant" || !text.starts_with(prompt)) prompt = render(k, false);
+    if (!text.starts_with(prompt) || text.size() == prompt.size()) {
+      return "chat template '" + chat_template.name() + "': the rendering of messages[" + std::to_string(k) +
+             "] does not continue the prompt it renders for the messages before it";
+    }
+    TokenizedConversation& example = out.emplace_back();
+    append_piece(tokenizer, prompt, false, example);
+    append_piece(tokenizer, std::string_view(text).substr(prompt.size()), true, example);
+  }
+  return std::nullopt;
 }
 
 }  // namespace loom::data

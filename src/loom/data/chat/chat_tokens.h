@@ -3,8 +3,8 @@
 //
 // Attribution of rendered text to messages: the template renders every prefix of the
 // conversation (messages [0, i) for i = 0..n); each must be a prefix of the next (prefix
-// stability, checked: a template that rewrites earlier turns cannot be attributed and the line
-// is reported). A template that appends the same text to every rendering whatever
+// stability, checked: a template that rewrites earlier turns cannot be attributed, and its
+// conversation is reported or made one example per trained message by tokenize_turns). A template that appends the same text to every rendering whatever
 // add_generation_prompt says (Llama 3.0's appends the assistant's header) is attributed with that
 // text taken off each rendering (it is what the template renders for no messages). Message i
 // owns the text between prefix i and prefix i + 1; of an assistant message, only the part after
@@ -39,5 +39,15 @@ struct TokenizedConversation {
 std::optional<std::string> tokenize_conversation(const Conversation& conversation, const ChatFormat& chat_template,
                                                  const Tokenizer& tokenizer, const MaskOptions& options,
                                                  TokenizedConversation& out);
+
+// One example per trained message k: the conversation before it rendered as the prompt the model
+// is given for it (add_generation_prompt for an assistant's message), untrained, then message k as
+// the template renders it after that prompt, trained. Each example's history is what inference
+// shows: a template that rewrites earlier turns once later ones follow (Qwen 3 drops earlier
+// answers' thinking blocks) is trained on the text it renders at every turn. Returns what is
+// wrong (message k's rendering does not continue its prompt), or fills `out`.
+std::optional<std::string> tokenize_turns(const Conversation& conversation, const ChatFormat& chat_template,
+                                          const Tokenizer& tokenizer, const MaskOptions& options,
+                                          std::vector<TokenizedConversation>& out);
 
 }  // namespace loom::data
