@@ -9,6 +9,7 @@
 
 #include "engine_support.h"
 #include "loom/core/error.h"
+#include "loom/infer/generate.h"
 #include "loom/kernels/types.h"
 
 namespace loom::infer::testing {
@@ -194,6 +195,41 @@ TEST(SpeculativeDecoding, MoreDraftsThanDepthsAreRefusedByName) {
   }
   options.speculative_tokens = 1;
   EXPECT_THROW(Engine(checkpoint_of("llama"), options), Error);  // no depths at all
+}
+
+// loom generate with drafts (Generator's speculative_tokens, one sequence through the engine): the
+// greedy text of the generator without drafts, for a dense model (three depths) and a hybrid one
+// (two), one and two drafts a step, and cut at a stop string where that generator cuts it; more
+// drafts than the model has depths is an error naming the key.
+TEST(SpeculativeGenerate, GreedyTextIsTheGeneratorsWithoutDrafts) {
+  for (const std::string name : {"llama_mtp", "hybrid_mtp"}) {
+    const std::string ckpt = checkpoint_of(name);
+    GenerateOptions options;
+    options.prompt = "Once upon a time";
+    options.max_tokens = 40;
+    options.stop_at_eot = false;
+    options.sampling.temperature = 0.0;  // greedy
+    Generator plain(ckpt);
+    const std::string expected = plain.continue_text(options);
+    ASSERT_GE(expected.size(), 20u) << name;
+    GenerateOptions stopping = options;
+    stopping.stop = expected.substr(12, 3);
+    const std::string cut = plain.continue_text(stopping);
+    EXPECT_LT(cut.size(), expected.size()) << name;
+    for (const int drafts : {1, 2}) {
+      Generator drafting(ckpt, config::RuntimeDevice::Cpu, InferenceDtype::Auto, drafts);
+      EXPECT_EQ(drafting.continue_text(options), expected) << name << ", " << drafts << " drafts";
+      EXPECT_EQ(drafting.continue_text(stopping), cut) << name << ", " << drafts << " drafts";
+      EXPECT_GT(drafting.drafts().drafted, 0) << name;  // the text did come through drafts
+      EXPECT_GT(drafting.drafts().kept, 0) << name;
+    }
+  }
+  try {
+    Generator too_many(checkpoint_of("hybrid_mtp"), config::RuntimeDevice::Cpu, InferenceDtype::Auto, 3);
+    ADD_FAILURE() << "3 drafts of a model with 2 depths";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.mtp_depths"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

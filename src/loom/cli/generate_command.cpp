@@ -1,12 +1,13 @@
 // loom generate CKPT --prompt TEXT [--chat [--system TEXT]] [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
 //               [--presence-penalty P] [--frequency-penalty F] [--repetition-penalty R]
-//               [--device cpu|cuda] [--dtype auto|fp32|bf16|fp16]
+//               [--device cpu|cuda] [--dtype auto|fp32|bf16|fp16] [--speculative-config JSON]
 #include <iostream>
 #include <memory>
 
 #include "loom/cli/command.h"
 #include "loom/data/chat/chat_format.h"
 #include "loom/infer/generate.h"
+#include "loom/infer/speculative.h"
 
 namespace loom::cli {
 
@@ -18,6 +19,7 @@ void register_generate(CLI::App& app, std::vector<Command>& commands) {
     std::string system;
     std::string device = "cpu";
     std::string dtype = "auto";
+    std::string speculative_config;
   };
   auto args = std::make_shared<Args>();
   infer::GenerateOptions& o = args->options;
@@ -59,15 +61,23 @@ void register_generate(CLI::App& app, std::vector<Command>& commands) {
   cmd->add_option("--dtype", args->dtype,
                   "the linear layers' GEMMs: auto (bf16 on cuda, fp32 on cpu) | fp32 | bf16 | fp16 (as loom serve's)")
       ->check(CLI::IsMember({"auto", "fp32", "bf16", "fp16"}));
+  cmd->add_option("--speculative-config", args->speculative_config,
+                  "speculative decoding, as loom serve's: '{\"method\": \"mtp\", \"num_speculative_tokens\": N}' "
+                  "drafts N tokens a step with the model's multi-token prediction depths (greedy output unchanged; "
+                  "docs/serving.md)");
   commands.push_back({cmd, [args] {
                         args->options.notices = &std::cerr;
                         args->options.device = args->device == "cuda" ? config::RuntimeDevice::Cuda : config::RuntimeDevice::Cpu;
                         args->options.dtype = infer::parse_inference_dtype(args->dtype);
+                        if (!args->speculative_config.empty()) {
+                          args->options.speculative_tokens = infer::parse_speculative_config(args->speculative_config);
+                        }
                         if (!args->chat) {
                           std::cout << infer::generate_text(args->checkpoint, args->options) << std::endl;
                           return 0;
                         }
-                        infer::Generator generator(args->checkpoint, args->options.device, args->options.dtype);
+                        infer::Generator generator(args->checkpoint, args->options.device, args->options.dtype,
+                                                   args->options.speculative_tokens);
                         const auto chat_template = data::make_chat_format(generator.config().sft.chat_template, generator.tokenizer());
                         nlohmann::json messages = nlohmann::json::array();
                         if (!args->system.empty()) messages.push_back({{"role", "system"}, {"content", args->system}});

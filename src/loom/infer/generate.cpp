@@ -1,17 +1,21 @@
 #include "loom/infer/generate.h"
 
 #include <algorithm>
+#include <chrono>
+#include <memory>
 #include <ostream>
 
 #include "loom/ckpt/checkpoint.h"
 #include "loom/core/error.h"
 #include "loom/core/philox.h"
+#include "loom/infer/engine.h"
 #include "loom/infer/inference_device.h"
 #include "loom/train/model_setup.h"
 
 namespace loom::infer {
 
-Generator::Generator(const std::string& checkpoint_path, config::RuntimeDevice device, InferenceDtype dtype) {
+Generator::Generator(const std::string& checkpoint_path, config::RuntimeDevice device, InferenceDtype dtype,
+                     int speculative_tokens) {
   ckpt::LoadedCheckpoint checkpoint = ckpt::load_checkpoint(checkpoint_path);
   config_ = config::parse_config(checkpoint.config_yaml(), checkpoint.path() + "/manifest.json", {});
   tokenizer_ = data::make_tokenizer(config_.data.tokenizer);
@@ -26,8 +30,61 @@ Generator::Generator(const std::string& checkpoint_path, config::RuntimeDevice d
                                                 inference_policy(inference_recipe(dtype, device)),
                                                 std::vector<model::LayerRange>{}, model::ExpertLayout{},
                                                 inference_device(device, 0));
+  if (speculative_tokens > 0) {
+    // The engine's KV cache holds one sequence of the whole context, its drafts' too, and its
+    // Mamba state slot (model/transformer.h counts them); the model built here only sizes it.
+    LOOM_CHECK(speculative_tokens <= config_.model.mtp_depths,
+               checkpoint.path() + ": " + std::to_string(speculative_tokens) + " draft tokens a step need as many "
+               "multi-token prediction depths; the model has " + std::to_string(config_.model.mtp_depths) +
+               " (model.mtp_depths)");
+    EngineOptions engine;
+    engine.device = device;
+    engine.dtype = dtype;
+    engine.speculative_tokens = speculative_tokens;
+    engine.max_running = 1;
+    engine.prefix_caching = false;
+    const int64_t blocks = (config_.model.max_seq_len + speculative_tokens) / engine.block_size + 2;
+    engine.kv_cache_bytes =
+        blocks * model_->paged_block_bytes(engine.block_size, kernels::KvCacheDtype::Fp32, speculative_tokens) +
+        model_->paged_state_slot_bytes(speculative_tokens);
+    model_.reset();
+    engine_ = std::make_unique<Engine>(checkpoint_path, engine);
+    return;
+  }
   train::load_parameters(checkpoint, *model_);
   keep_weight_casts(*model_);
+}
+
+Generator::~Generator() = default;
+
+Generator::Drafts Generator::drafts() const {
+  if (!engine_) return {};
+  return {engine_->metrics().spec_draft_tokens.load(), engine_->metrics().spec_accepted_tokens.load()};
+}
+
+// Through the engine with drafts: one request, stepped until it ends.
+std::string Generator::continue_with_drafts(const std::vector<int32_t>& prompt, int64_t budget,
+                                            const GenerateOptions& options) {
+  RequestOptions request;
+  request.sampling = options.sampling;
+  request.seed = options.seed;
+  request.max_tokens = budget;
+  request.penalties = options.penalties;
+  request.ignore_eos = !options.stop_at_eot;
+  if (!options.stop.empty()) request.stop = {options.stop};
+  const std::shared_ptr<RequestStream> stream = engine_->submit(prompt, request);
+  std::string text;
+  while (!stream->done()) {
+    engine_->step();
+    for (const SampleEvent& event : stream->pop(std::chrono::milliseconds(0))) text += event.text;
+  }
+  LOOM_CHECK(stream->error().empty(), "loom generate: " + stream->error());
+  if (options.notices != nullptr) {
+    const Drafts d = drafts();
+    *options.notices << "loom generate: speculative decoding kept " << d.kept << " of " << d.drafted
+                     << " drafted tokens" << std::endl;
+  }
+  return text;
 }
 
 std::string Generator::continue_text(const GenerateOptions& options) {
@@ -43,6 +100,7 @@ std::string Generator::continue_text(const GenerateOptions& options) {
                      << ": the prompt is " << tokens.size() << " tokens and the model's context (model.max_seq_len) is "
                      << config_.model.max_seq_len << std::endl;
   }
+  if (engine_) return continue_with_drafts(tokens, budget, options);
   // Padded vocabularies: ids at or above the tokenizer's are never sampled (their logits are
   // left out, which is masking them to -inf).
   const int64_t sampled_vocab = std::min<int64_t>(config_.model.vocab_size, tokenizer_->vocab_size());
@@ -70,7 +128,7 @@ std::string Generator::continue_text(const GenerateOptions& options) {
 }
 
 std::string generate_text(const std::string& checkpoint, const GenerateOptions& options) {
-  Generator generator(checkpoint, options.device, options.dtype);
+  Generator generator(checkpoint, options.device, options.dtype, options.speculative_tokens);
   return options.prompt + generator.continue_text(options);
 }
 
