@@ -723,15 +723,21 @@ TEST(TimePlan, RanksSharingCoresTakeTurns) {
   EXPECT_NEAR(busy + four.bubble + four.core_wait, 2 * busy, 1e-12);
 }
 
-// parallel.overlap_param_gather in the base applies to the ZeRO 1-2 layouts; the ZeRO 0 and 3 ones,
-// which refuse the key, are planned without it (not refused), and their overrides say so.
-TEST(Search, OverlappedParameterGathersApplyWhereTheStageHasThem) {
-  const LayoutCheck check = [](const config::RunConfig& c, int devices) {
+// The layout rule of these searches: the model ranks (tp x cp x pp) divide the devices, the rest
+// is data parallel.
+LayoutCheck dividing_layouts() {
+  return [](const config::RunConfig& c, int devices) {
     const int model_ranks = c.parallel.tp * c.parallel.cp * c.parallel.pp;
     LOOM_CHECK(devices % model_ranks == 0, "does not divide");
     return comm::MeshShape{.tp = c.parallel.tp, .cp = c.parallel.cp, .ep = c.parallel.ep,
                            .dp = devices / model_ranks, .pp = c.parallel.pp};
   };
+}
+
+// parallel.overlap_param_gather in the base applies to the ZeRO 1-2 layouts; the ZeRO 0 and 3 ones,
+// which refuse the key, are planned without it (not refused), and their overrides say so.
+TEST(Search, OverlappedParameterGathersApplyWhereTheStageHasThem) {
+  const LayoutCheck check = dividing_layouts();
   const SearchResult plain = search_layouts(tiny({"parallel.zero=1"}), device(), 4, check);
   const SearchResult overlapped =
       search_layouts(tiny({"parallel.zero=1", "parallel.overlap_param_gather=true"}), device(), 4, check);
@@ -759,12 +765,7 @@ TEST(Search, OverlappedParameterGathersApplyWhereTheStageHasThem) {
 // device's copy of the shards for the gathers: the copy holds more device memory and spends less
 // time on the host link, and the overrides say which was planned.
 TEST(Search, OffloadedShardsAreTriedWithAndWithoutTheDeviceCopy) {
-  const LayoutCheck check = [](const config::RunConfig& c, int devices) {
-    const int model_ranks = c.parallel.tp * c.parallel.cp * c.parallel.pp;
-    LOOM_CHECK(devices % model_ranks == 0, "does not divide");
-    return comm::MeshShape{.tp = c.parallel.tp, .cp = c.parallel.cp, .ep = c.parallel.ep,
-                           .dp = devices / model_ranks, .pp = c.parallel.pp};
-  };
+  const LayoutCheck check = dividing_layouts();
   const SearchResult r = search_layouts(tiny({"runtime.device=cuda", "parallel.zero=3", "optim.cpu_offload=true",
                                               "parallel.offload_params=true"}),
                                         offload_device(), 2, check);

@@ -4,9 +4,10 @@
 // Attribution of rendered text to messages: the template renders every prefix of the
 // conversation (messages [0, i) for i = 0..n); each must be a prefix of the next (prefix
 // stability, checked: a template that rewrites earlier turns cannot be attributed, and its
-// conversation is reported or made one example per trained message by tokenize_turns). A template that appends the same text to every rendering whatever
-// add_generation_prompt says (Llama 3.0's appends the assistant's header) is attributed with that
-// text taken off each rendering (it is what the template renders for no messages). Message i
+// conversation is reported or made one example per trained message by tokenize_turns). A
+// template that appends the same text to every rendering whatever add_generation_prompt says
+// (Llama 3.0's appends the assistant's header) is attributed with that text taken off each
+// rendering (it is what the template renders for no messages). Message i
 // owns the text between prefix i and prefix i + 1; of an assistant message, only the part after
 // the generation prompt (render of [0, i) with the assistant's header) is trained, so the header
 // is context, the answer and its end-of-turn are targets. The text is tokenized piece by piece
