@@ -6,12 +6,16 @@ namespace loom::data {
 
 namespace {
 
+// Whether messages of `role` are trained on.
+bool trains(const MaskOptions& options, const std::string& role) {
+  return std::find(options.roles.begin(), options.roles.end(), role) != options.roles.end();
+}
+
 // The index of the last message whose role is trained on, or -1.
 int last_trained_message(const Conversation& conversation, const MaskOptions& options) {
   int last = -1;
   for (size_t i = 0; i < conversation.messages.size(); ++i) {
-    const std::string& role = conversation.messages[i].role;
-    if (std::find(options.roles.begin(), options.roles.end(), role) != options.roles.end()) last = static_cast<int>(i);
+    if (trains(options, conversation.messages[i].role)) last = static_cast<int>(i);
   }
   return last;
 }
@@ -53,8 +57,7 @@ std::optional<std::string> attribute(const Conversation& conversation, const Cha
       return "chat template '" + chat_template.name() + "' is not prefix stable at messages[" + std::to_string(i) +
              "]: rendering the conversation up to it changes the text of earlier messages";
     const std::string& role = conversation.messages[i].role;
-    const bool role_trained = std::find(options.roles.begin(), options.roles.end(), role) != options.roles.end();
-    const bool trained = role_trained && (!options.last_turn_only || static_cast<int>(i) == last);
+    const bool trained = trains(options, role) && (!options.last_turn_only || static_cast<int>(i) == last);
     size_t content_start = previous->size();
     if (role == "assistant") {
       const std::string prompt = render(i, true);
@@ -66,10 +69,6 @@ std::optional<std::string> attribute(const Conversation& conversation, const Cha
     previous = next;
   }
   return std::nullopt;
-}
-
-bool trains(const MaskOptions& options, const std::string& role) {
-  return std::find(options.roles.begin(), options.roles.end(), role) != options.roles.end();
 }
 
 }  // namespace

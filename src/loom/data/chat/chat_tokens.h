@@ -7,12 +7,11 @@
 // conversation is reported or made one example per trained message by tokenize_turns). A
 // template that appends the same text to every rendering whatever add_generation_prompt says
 // (Llama 3.0's appends the assistant's header) is attributed with that text taken off each
-// rendering (it is what the template renders for no messages). Message i
-// owns the text between prefix i and prefix i + 1; of an assistant message, only the part after
-// the generation prompt (render of [0, i) with the assistant's header) is trained, so the header
-// is context, the answer and its end-of-turn are targets. The text is tokenized piece by piece
-// at these boundaries, so no token straddles two messages and the prompt is tokenized exactly as
-// generation will tokenize it.
+// rendering (it is what the template renders for no messages). Message i owns the text between
+// prefix i and prefix i + 1; of an assistant message, only the part after the generation prompt
+// (render of [0, i) with the assistant's header) is trained, so the header is context, the answer
+// and its end-of-turn are targets. The text is tokenized piece by piece at these boundaries, so no
+// token straddles two messages and the prompt is tokenized exactly as generation will tokenize it.
 #include <cstdint>
 #include <optional>
 #include <string>
