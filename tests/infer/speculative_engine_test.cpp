@@ -224,6 +224,12 @@ TEST(SpeculativeGenerate, GreedyTextIsTheGeneratorsWithoutDrafts) {
       EXPECT_GT(drafting.drafts().kept, 0) << name;
     }
   }
+  // The generator's engine holds blocks for the whole context (EngineOptions::kv_cache_blocks):
+  // 64 positions and 2 drafts in blocks of 16.
+  EngineOptions sized;
+  sized.kv_cache_blocks = 6;
+  sized.speculative_tokens = 2;
+  EXPECT_EQ(Engine(checkpoint_of("llama_mtp"), sized).blocks().blocks(), 6);
   try {
     Generator too_many(checkpoint_of("hybrid_mtp"), config::RuntimeDevice::Cpu, InferenceDtype::Auto, 3);
     ADD_FAILURE() << "3 drafts of a model with 2 depths";

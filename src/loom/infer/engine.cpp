@@ -45,6 +45,7 @@ config::ModelConfig served_model_config(const ckpt::LoadedCheckpoint& checkpoint
 RankSetup rank_setup(const EngineOptions& options) {
   RankSetup setup;
   setup.kv_cache_bytes = options.kv_cache_bytes;
+  setup.kv_cache_blocks = options.kv_cache_blocks;
   setup.block_size = options.block_size;
   setup.state_slots = options.max_running;
   setup.device = options.device;

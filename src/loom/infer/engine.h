@@ -41,6 +41,7 @@ struct EngineOptions {
   // every other rank runs follow_engine. Null: ranks as threads of this process.
   comm::Communicator* world = nullptr;
   int64_t kv_cache_bytes = 64ll << 20;  // per rank
+  int64_t kv_cache_blocks = 0;          // > 0: exactly this many KV blocks per rank, whatever kv_cache_bytes says
   int64_t block_size = 16;              // positions per KV block
   int64_t max_batch_tokens = 256;       // rows of one step's forward (decode tokens + prefill chunks)
   int64_t max_running = 64;             // samples decoding at once (= Mamba state slots of a hybrid model)

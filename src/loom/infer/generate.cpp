@@ -26,31 +26,26 @@ Generator::Generator(const std::string& checkpoint_path, config::RuntimeDevice d
                  std::to_string(tokenizer_->vocab_size()) +
                  "); this checkpoint cannot generate with that tokenizer (was data.tokenizer changed after training?)");
   config_.model = train::resolve_model_config(config_.model, *tokenizer_);
-  model_ = std::make_unique<model::Transformer>(config_.model, model::TensorParallel{},
-                                                inference_policy(inference_recipe(dtype, device)),
-                                                std::vector<model::LayerRange>{}, model::ExpertLayout{},
-                                                inference_device(device, 0));
   if (speculative_tokens > 0) {
-    // The engine's KV cache holds one sequence of the whole context, its drafts' too, and its
-    // Mamba state slot (model/transformer.h counts them); the model built here only sizes it.
     LOOM_CHECK(speculative_tokens <= config_.model.mtp_depths,
                checkpoint.path() + ": " + std::to_string(speculative_tokens) + " draft tokens a step need as many "
                "multi-token prediction depths; the model has " + std::to_string(config_.model.mtp_depths) +
                " (model.mtp_depths)");
+    // One sequence: KV blocks for the whole context and its drafts, one Mamba state slot.
     EngineOptions engine;
     engine.device = device;
     engine.dtype = dtype;
     engine.speculative_tokens = speculative_tokens;
     engine.max_running = 1;
     engine.prefix_caching = false;
-    const int64_t blocks = (config_.model.max_seq_len + speculative_tokens) / engine.block_size + 2;
-    engine.kv_cache_bytes =
-        blocks * model_->paged_block_bytes(engine.block_size, kernels::KvCacheDtype::Fp32, speculative_tokens) +
-        model_->paged_state_slot_bytes(speculative_tokens);
-    model_.reset();
+    engine.kv_cache_blocks = (config_.model.max_seq_len + speculative_tokens) / engine.block_size + 2;
     engine_ = std::make_unique<Engine>(checkpoint_path, engine);
     return;
   }
+  model_ = std::make_unique<model::Transformer>(config_.model, model::TensorParallel{},
+                                                inference_policy(inference_recipe(dtype, device)),
+                                                std::vector<model::LayerRange>{}, model::ExpertLayout{},
+                                                inference_device(device, 0));
   train::load_parameters(checkpoint, *model_);
   keep_weight_casts(*model_);
 }

@@ -19,6 +19,7 @@ namespace loom::infer {
 namespace {
 // Whole KV blocks in what the Mamba state pool leaves of the budget.
 int64_t blocks_for(const model::Transformer& model, const RankSetup& setup) {
+  if (setup.kv_cache_blocks > 0) return setup.kv_cache_blocks;
   const int64_t bytes = setup.kv_cache_bytes, state_slots = setup.state_slots;
   const int64_t per_block =
       std::max<int64_t>(model.paged_block_bytes(setup.block_size, setup.kv_dtype, setup.draft_depths), 1);

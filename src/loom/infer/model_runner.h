@@ -34,6 +34,7 @@ struct RankSetup {
   // Per rank: a hybrid model's pool of `state_slots` Mamba state slots first, the rest whole KV
   // blocks of `block_size` positions (at least one; an Error when the pool leaves no room for one).
   int64_t kv_cache_bytes = 64ll << 20;
+  int64_t kv_cache_blocks = 0;  // > 0: this many KV blocks (and the state pool beside them) instead
   int64_t block_size = 16;
   int64_t state_slots = 0;
   config::RuntimeDevice device = config::RuntimeDevice::Cpu;  // rank r on GPU r modulo the GPUs

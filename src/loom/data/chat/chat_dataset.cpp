@@ -107,7 +107,7 @@ ChatDataset build_chat_dataset(const ChatDatasetOptions& options, const Tokenize
       dataset.split_examples += static_cast<int64_t>(docs.size());
     }
     // A conversation's examples stay together: all trained, or all held out.
-    std::vector<TokenizedConversation>& split =
+    std::vector<TokenizedConversation>& destination =
         in_validation(options.seed, static_cast<int64_t>(i), options.val_fraction) ? validation : train;
     int64_t kept = 0, overlong = 0;
     for (TokenizedConversation& doc : docs) {
@@ -124,7 +124,7 @@ ChatDataset build_chat_dataset(const ChatDatasetOptions& options, const Tokenize
       // The first token is never a target: an example needs a trained token after it.
       if (std::count(doc.trained.begin() + 1, doc.trained.end(), uint8_t{1}) == 0) continue;
       ++kept;
-      split.push_back(std::move(doc));
+      destination.push_back(std::move(doc));
     }
     if (kept == 0 && overlong == 0) {
       ++dataset.dropped_untrained;
