@@ -228,5 +228,64 @@ TEST(GrpoCli, AKilledRunResumesFromTheLearnersCheckpoint) {
   EXPECT_EQ(versions, (std::vector<int64_t>{0, 2, 4, 6, 8}));
 }
 
+// A stop after the learner saved a step's weights but before the controller wrote that step's
+// row (it writes it after the refit the step ends with): the row reported before the refit is
+// kept in progress.json, and the resumed run writes it, marked, before going on; where the row
+// was written already it is not written twice. Both stops are made from a finished run's files.
+TEST(GrpoCli, AStopBeforeAReportedStepsRowLosesNoRow) {
+  const std::string root = train::testing::make_training_root("rl-grpo-unwritten-row");
+  grpo_config(root,
+              "optim: {lr: 1.0e-3, warmup_steps: 0}\ntrain: {steps: 4, global_batch: 4, micro_batch: 4, seed: 7, init_from: " +
+                  root + "/tiny/checkpoints}",
+              "", "");
+  const std::string run_dir = root + "/grpo", grpo_dir = run_dir + "/grpo", metrics = run_dir + "/metrics.jsonl";
+  const std::string loom = loom::test_paths::binary() + " grpo " + root + "/grpo.yaml";
+  ASSERT_EQ(std::system((loom + " > " + root + "/first.log 2>&1").c_str()), 0) << read_file(root + "/first.log");
+  std::vector<json> rows;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) rows.push_back(json::parse(line));
+  }
+  ASSERT_EQ(rows.size(), 4u);
+  const json progress = json::parse(read_file(grpo_dir + "/progress.json"));
+  ASSERT_EQ(progress["steps_done"], 4);
+  EXPECT_FALSE(progress.contains("reported_row")) << "a finished step keeps no reported row: " << progress.dump();
+  // Step 3 reported (its weights are the learner's newest checkpoint, step 4), its row as it
+  // stood before the refit.
+  json reported = rows[3];
+  reported.erase("refit_s");
+  const json stopped = {{"steps_done", 3}, {"next_prompt", progress["next_prompt"]}, {"reported_row", reported}};
+  auto resume = [&](bool row_written, int64_t steps) {
+    std::string kept;
+    for (size_t i = 0; i < (row_written ? 4u : 3u); ++i) kept += rows[i].dump() + "\n";
+    write_file_atomic(metrics, kept);
+    write_file_atomic(grpo_dir + "/progress.json", stopped.dump() + "\n");
+    const std::string log_path = root + "/resumed-" + std::to_string(steps) + ".log";
+    const int status =
+        std::system((loom + " train.resume=true train.steps=" + std::to_string(steps) + " > " + log_path + " 2>&1").c_str());
+    const std::string log = read_file(log_path);
+    EXPECT_EQ(status, 0) << log;
+    EXPECT_NE(log.find("resuming at step 4 from"), std::string::npos) << log;
+    EXPECT_EQ(log.find("step 3's metrics row, reported before the stop but not written, written now") != std::string::npos,
+              !row_written) << log;
+    std::ifstream resumed(metrics);
+    std::vector<json> now;
+    for (std::string line; std::getline(resumed, line);) {
+      if (!line.empty()) now.push_back(json::parse(line));
+    }
+    ASSERT_EQ(now.size(), static_cast<size_t>(steps)) << log;
+    for (size_t i = 0; i < now.size(); ++i) EXPECT_EQ(now[i]["step"], static_cast<int64_t>(i)) << now[i].dump();
+    json expected = row_written ? rows[3] : reported;
+    if (!row_written) expected["refit_interrupted"] = true;
+    EXPECT_EQ(now[3], expected);
+  };
+  resume(/*row_written=*/false, 5);
+  // The learner's newest is step 5 now: go back to step 4's state for the second stop.
+  const std::string checkpoints = run_dir + "/learner/checkpoints";
+  std::filesystem::remove_all(checkpoints + "/" + ckpt::step_dir_name(5));
+  ckpt::write_latest(checkpoints, ckpt::step_dir_name(4));
+  resume(/*row_written=*/true, 6);
+}
+
 }  // namespace
 }  // namespace loom::rl

@@ -47,6 +47,7 @@ Controller::Controller(const config::RunConfig& config, ControllerOptions option
     if (config.grpo.launch == "local") set_aside(grpo_dir(config) + "/logs", log);
     steps_done_ = resume->step;
     next_prompt_ = resume->next_prompt;
+    unwritten_row_ = resume->unwritten_row;
   }
   make_directories(grpo_dir(config) + "/logs", "the roles' logs, under run.dir");
   RoleOptions roles;
@@ -156,6 +157,10 @@ json Controller::step_done(const json& body) {
     taken_at_.erase(step);
   }
   if (body.contains("metrics") && body["metrics"].is_object()) learner.metrics = body["metrics"];
+  json row = metrics_.row(batch, learner, buffer_.evicted_total(), roles_->restarts(), step + 1);
+  // The learner has saved this step's weights: its row is kept before the refit, so that a stop
+  // during the refit leaves it to the resumed run (resume.h).
+  write_progress(grpo_dir(config_), {step, next_prompt_.load(), row});
   // The refit: in `wait` mode the groups being generated finish on the old weights first.
   const auto refit_start = Clock::now();
   int refit_verified = 0;
@@ -169,7 +174,6 @@ json Controller::step_done(const json& body) {
       throw;
     }
   }
-  json row = metrics_.row(batch, learner, buffer_.evicted_total(), roles_->restarts(), step + 1);
   row["refit_s"] = std::chrono::duration<double>(Clock::now() - refit_start).count();
   if (config_.grpo.verify_refit) row["refit_verified_workers"] = refit_verified;
   if (config_.grpo.worker_speculative_tokens > 0) {
@@ -190,7 +194,7 @@ json Controller::step_done(const json& body) {
   writer_->write(row);
   write_roles_file();
   steps_done_ = step + 1;
-  write_progress(grpo_dir(config_), {step + 1, next_prompt_.load()});
+  write_progress(grpo_dir(config_), {step + 1, next_prompt_.load(), nullptr});
   {
     std::lock_guard<std::mutex> lock(log_mutex_);
     log_ << "loom grpo: step " << step << " reward " << row["reward_mean"] << " (min " << row["reward_min"] << ", max "
@@ -292,6 +296,11 @@ void Controller::rollout_loop(int thread) {
 int Controller::run() {
   const int64_t resumed_at = steps_done_.load();  // 0: a fresh run
   writer_ = std::make_unique<config::MetricsWriter>(config_.run.dir, resumed_at, config_.log.tensorboard);
+  if (!unwritten_row_.is_null() && !has_metrics_row(writer_->path(), resumed_at - 1)) {
+    writer_->write(unwritten_row_);
+    log_ << "loom grpo: train.resume: step " << resumed_at - 1
+         << "'s metrics row, reported before the stop but not written, written now" << std::endl;
+  }
   roles_->start_all(log_);
   serve_learner_api();
   std::thread http_thread([this] {

@@ -100,6 +100,7 @@ class Controller {
   std::map<int64_t, TakenBatch> batches_;  // handed out, not yet done (a restarted learner asks again)
   std::map<int64_t, std::chrono::steady_clock::time_point> taken_at_;
   std::unique_ptr<config::MetricsWriter> writer_;
+  nlohmann::json unwritten_row_;  // train.resume: the stopped run's last reported step's row, if lost
   std::unique_ptr<ChildProcess> learner_;
   std::mutex fatal_mutex_;
   std::string fatal_;             // a rollout thread's error that ends the run

@@ -12,6 +12,8 @@
 #include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "loom/config/run_config.h"
 
 namespace loom::rl {
@@ -19,6 +21,10 @@ namespace loom::rl {
 struct ControllerProgress {
   int64_t steps_done = 0;   // learner steps reported
   int64_t next_prompt = 0;  // prompts the rollouts drew (the next one's number)
+  // The metrics row of step `steps_done` as it stood when the learner reported it, before its
+  // refit (null when none): the learner has saved that step's weights by then, so a stop before
+  // the row is written would otherwise lose it.
+  nlohmann::json reported_row;
 };
 
 void write_progress(const std::string& grpo_dir, const ControllerProgress& progress);
@@ -29,11 +35,17 @@ struct ResumePoint {
   int64_t step = 0;         // learner steps trained: the weights' version
   std::string checkpoint;   // those weights
   int64_t next_prompt = 0;  // the first prompt the resumed rollouts draw
+  // The row of step `step - 1` when the run stopped between that step's report and its row
+  // (progress.json's reported_row), marked "refit_interrupted"; null otherwise.
+  nlohmann::json unwritten_row;
 };
 
 // With train.resume, where the run goes on (nullopt: nothing saved yet, a fresh run); logs what
 // it found.
 std::optional<ResumePoint> find_resume_point(const config::RunConfig& config, std::ostream& log);
+
+// Whether the metrics file at `path` holds a row of `step`.
+bool has_metrics_row(const std::string& path, int64_t step);
 
 // Renames `dir` to the first free `dir.1`, `dir.2`, ... when it exists (an earlier run's logs).
 void set_aside(const std::string& dir, std::ostream& log);
