@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
+
+#include "loom/kernels/cpu/fast_math.h"
 
 namespace loom::kernels::cpu {
 namespace {
-
-double sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
 
 // First token of the window of token t of row b: the row's, or its document's, start.
 int64_t window_floor(const ConvShape& s, int64_t b, int64_t t, const int32_t* documents) {
@@ -18,29 +19,45 @@ int64_t window_floor(const ConvShape& s, int64_t b, int64_t t, const int32_t* do
   return first;
 }
 
-double pre_activation(const ConvShape& s, const float* in, const float* weight, const float* bias, int64_t b,
-                      int64_t t, int64_t c, int64_t floor) {
-  double acc = bias ? bias[c] : 0.0;
+// The weights tap by tap ([kernel, channels]), so that a tap's products run over adjacent channels.
+std::vector<float> taps_of(const float* weight, const ConvShape& s) {
+  std::vector<float> taps(static_cast<size_t>(s.kernel * s.channels));
+  for (int64_t c = 0; c < s.channels; ++c)
+    for (int64_t k = 0; k < s.kernel; ++k) taps[k * s.channels + c] = weight[c * s.kernel + k];
+  return taps;
+}
+
+// acc[i] = the pre-activation of channel c0 + i of token t (i < width): the bias, then the taps in
+// order over the window's inputs at or past `floor`.
+void pre_activations(double* acc, const ConvShape& s, const float* in, const std::vector<float>& taps,
+                     const float* bias, int64_t b, int64_t t, int64_t floor, int64_t c0, int64_t width) {
+#pragma omp simd
+  for (int64_t i = 0; i < width; ++i) acc[i] = bias ? bias[c0 + i] : 0.0;
   for (int64_t k = 0; k < s.kernel; ++k) {
     const int64_t src = t - (s.kernel - 1) + k;
     if (src < 0 || src < floor) continue;
-    acc += static_cast<double>(weight[c * s.kernel + k]) * in[(b * s.seq + src) * s.in_stride + c];
+    const float* row = in + (b * s.seq + src) * s.in_stride + c0;
+    const float* tap = taps.data() + k * s.channels + c0;
+#pragma omp simd
+    for (int64_t i = 0; i < width; ++i) acc[i] += static_cast<double>(tap[i]) * row[i];
   }
-  return acc;
 }
 
 }  // namespace
 
 void causal_conv_silu_forward(float* out, const float* in, const float* weight, const float* bias,
                               const ConvShape& s, const int32_t* documents) {
-#pragma omp parallel for schedule(static) collapse(2)
-  for (int64_t b = 0; b < s.batch; ++b) {
-    for (int64_t t = 0; t < s.seq; ++t) {
-      const int64_t floor = window_floor(s, b, t, documents);
-      float* o = out + (b * s.seq + t) * s.out_stride;
-      for (int64_t c = 0; c < s.channels; ++c) {
-        const double v = pre_activation(s, in, weight, bias, b, t, c, floor);
-        o[c] = static_cast<float>(v * sigmoid(v));
+  const std::vector<float> taps = taps_of(weight, s);
+#pragma omp parallel
+  {
+    std::vector<double> acc(static_cast<size_t>(s.channels));
+#pragma omp for schedule(static) collapse(2)
+    for (int64_t b = 0; b < s.batch; ++b) {
+      for (int64_t t = 0; t < s.seq; ++t) {
+        pre_activations(acc.data(), s, in, taps, bias, b, t, window_floor(s, b, t, documents), 0, s.channels);
+        float* o = out + (b * s.seq + t) * s.out_stride;
+#pragma omp simd
+        for (int64_t c = 0; c < s.channels; ++c) o[c] = static_cast<float>(acc[c] * fast_sigmoid(acc[c]));
       }
     }
   }
@@ -54,25 +71,47 @@ void causal_conv_silu_backward(float* din, float* dweight, float* dbias, const f
   // threads), over a block of adjacent channels so that every row is read a cache line at a time.
   constexpr int64_t kChannelBlock = 16;
   const int64_t blocks = (s.channels + kChannelBlock - 1) / kChannelBlock;
-#pragma omp parallel for schedule(static)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t c_begin = blk * kChannelBlock, c_end = std::min(s.channels, c_begin + kChannelBlock);
-    for (int64_t b = 0; b < s.batch; ++b) {
-      for (int64_t t = 0; t < s.seq; ++t) {
-        const int64_t floor = window_floor(s, b, t, documents);
-        for (int64_t c = c_begin; c < c_end; ++c) {
-          const double v = pre_activation(s, in, weight, bias, b, t, c, floor), sg = sigmoid(v);
-          const double g = dout[(b * s.seq + t) * s.out_stride + c] * sg * (1.0 + v * (1.0 - sg));
-          if (dbias) dbias[c] += static_cast<float>(g);
+  const std::vector<float> taps = taps_of(weight, s);
+#pragma omp parallel
+  {
+    std::vector<float> dtaps(static_cast<size_t>(s.kernel * kChannelBlock));  // the block's dweight, tap by tap
+#pragma omp for schedule(static)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t c0 = blk * kChannelBlock, width = std::min(s.channels - c0, kChannelBlock);
+      for (int64_t i = 0; i < width; ++i)
+        for (int64_t k = 0; k < s.kernel; ++k) dtaps[k * kChannelBlock + i] = dweight[(c0 + i) * s.kernel + k];
+      double g[kChannelBlock];
+      for (int64_t b = 0; b < s.batch; ++b) {
+        for (int64_t t = 0; t < s.seq; ++t) {
+          const int64_t floor = window_floor(s, b, t, documents);
+          pre_activations(g, s, in, taps, bias, b, t, floor, c0, width);
+          const float* d = dout + (b * s.seq + t) * s.out_stride + c0;
+#pragma omp simd
+          for (int64_t i = 0; i < width; ++i) {
+            const double v = g[i], sg = fast_sigmoid(v);
+            g[i] = d[i] * sg * (1.0 + v * (1.0 - sg));
+          }
+          if (dbias) {
+#pragma omp simd
+            for (int64_t i = 0; i < width; ++i) dbias[c0 + i] += static_cast<float>(g[i]);
+          }
           for (int64_t k = 0; k < s.kernel; ++k) {
             const int64_t src = t - (s.kernel - 1) + k;
             if (src < 0 || src < floor) continue;
-            const int64_t at = (b * s.seq + src) * s.in_stride + c;
-            dweight[c * s.kernel + k] += static_cast<float>(g * in[at]);
-            din[at] += static_cast<float>(g * weight[c * s.kernel + k]);
+            const float* x = in + (b * s.seq + src) * s.in_stride + c0;
+            float* dx = din + (b * s.seq + src) * s.in_stride + c0;
+            const float* tap = taps.data() + k * s.channels + c0;
+            float* dtap = dtaps.data() + k * kChannelBlock;
+#pragma omp simd
+            for (int64_t i = 0; i < width; ++i) {
+              dtap[i] += static_cast<float>(g[i] * x[i]);
+              dx[i] += static_cast<float>(g[i] * tap[i]);
+            }
           }
         }
       }
+      for (int64_t i = 0; i < width; ++i)
+        for (int64_t k = 0; k < s.kernel; ++k) dweight[(c0 + i) * s.kernel + k] = dtaps[k * kChannelBlock + i];
     }
   }
 }
@@ -93,7 +132,7 @@ void conv_continue(float* out, float* window, const float* in, const float* weig
       for (int64_t t = 0; t < s.seq; ++t) {
         double v = bias ? bias[c] : 0.0;
         for (int64_t k = 0; k < s.kernel; ++k) v += static_cast<double>(weight[c * s.kernel + k]) * input(t - past + k);
-        out[(b * s.seq + t) * s.out_stride + c] = static_cast<float>(v * sigmoid(v));
+        out[(b * s.seq + t) * s.out_stride + c] = static_cast<float>(v * fast_sigmoid(v));
       }
       for (int64_t k = 0; k < past; ++k) w[k] = input(s.seq - past + k);
     }
@@ -116,7 +155,7 @@ void causal_conv_silu_step(float* out, float* window, const int32_t* slots, cons
       v += static_cast<double>(weight[c * s.kernel + past]) * x;
       for (int64_t k = 0; k + 1 < past; ++k) w[k] = w[k + 1];
       if (past > 0) w[past - 1] = x;
-      out[b * s.out_stride + c] = static_cast<float>(v * sigmoid(v));
+      out[b * s.out_stride + c] = static_cast<float>(v * fast_sigmoid(v));
     }
   }
 }

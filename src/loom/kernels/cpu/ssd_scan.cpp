@@ -65,17 +65,17 @@ struct HeadBlock {
       step_decay[i] = std::exp(dt[i] * A);
     }
   }
-  // decay[j] = exp(cum_i - cum_j) for j <= i, as a running product of the steps' decays from i
-  // down (one multiplication each instead of an exp; every factor is in (0, 1], so the product
-  // only shrinks, and its rounding stays far below fp32's).
-  void decays_to(int64_t i, std::vector<double>& decay) const {
+  // Row i of the block's decays, decay[j] = exp(cum_i - cum_j) for j <= i, from row i - 1 (the
+  // i entries `decay` holds; none for i = 0): that row times the step's decay exp(dt_i A), one
+  // vector multiplication a row instead of an exp an entry. Every factor is in (0, 1], so the
+  // products only shrink, and their rounding stays far below fp32's.
+  void next_decays(int64_t i, std::vector<double>& decay) const {
     decay.resize(static_cast<size_t>(i + 1));
-    double d = 1.0;
-    decay[static_cast<size_t>(i)] = d;
-    for (int64_t j = i - 1; j >= 0; --j) {
-      d *= step_decay[static_cast<size_t>(j + 1)];
-      decay[static_cast<size_t>(j)] = d;
-    }
+    double* d = decay.data();
+    const double step = step_decay[static_cast<size_t>(i)];
+#pragma omp simd
+    for (int64_t j = 0; j < i; ++j) d[j] *= step;
+    d[i] = 1.0;
   }
 };
 
@@ -127,9 +127,14 @@ void head_rows(std::vector<double>& X, const HeadBlock& hb, const Segment& seg) 
 void quadratic_form(std::vector<double>& W, const HeadBlock& hb, const std::vector<double>& cb, int64_t len) {
   W.assign(static_cast<size_t>(len * len), 0.0);
   std::vector<double> decays;
+  const double* dt = hb.dt.data();
   for (int64_t i = 0; i < len; ++i) {
-    hb.decays_to(i, decays);
-    for (int64_t j = 0; j <= i; ++j) W[i * len + j] = decays[static_cast<size_t>(j)] * hb.dt[j] * cb[i * len + j];
+    hb.next_decays(i, decays);
+    const double* L = decays.data();
+    const double* cb_row = cb.data() + i * len;
+    double* W_row = W.data() + i * len;
+#pragma omp simd
+    for (int64_t j = 0; j <= i; ++j) W_row[j] = L[j] * dt[j] * cb_row[j];
   }
 }
 
@@ -211,16 +216,23 @@ void block_output_backward(BlockGrads& gr, std::vector<double>& dS_in, double* d
       through_state += YS[i * N + n] * gb.Cm[i * N + n];
     }
     gr.dcum[i] += decay * through_state;
-    hb.decays_to(i, decays);
+    // Row i of the quadratic form: W and G, and d(cum) through W_ij = exp(cum_i - cum_j) ...:
+    // + W_ij dyx_ij to cum_i, - the same to cum_j (both to cum_i at j = i: they cancel).
+    hb.next_decays(i, decays);
+    const double *L = decays.data(), *dt = hb.dt.data(), *cb_row = gb.cb.data() + i * len;
+    const double* dyx_row = dyx.data() + i * len;
+    double *W_row = W.data() + i * len, *G_row = G.data() + i * len, *ddt = gr.ddt.data(), *dcum = gr.dcum.data();
+    double into_i = 0.0;
+#pragma omp simd reduction(+ : into_i)
     for (int64_t j = 0; j <= i; ++j) {
-      const size_t ij = static_cast<size_t>(i * len + j);
-      const double L = decays[static_cast<size_t>(j)], cbij = gb.cb[ij];
-      W[ij] = L * hb.dt[j] * cbij;
-      G[ij] = L * hb.dt[j] * dyx[ij];
-      gr.ddt[j] += L * cbij * dyx[ij];
-      gr.dcum[i] += W[ij] * dyx[ij];
-      gr.dcum[j] -= W[ij] * dyx[ij];
+      const double w = L[j] * dt[j] * cb_row[j], wd = w * dyx_row[j];
+      W_row[j] = w;
+      G_row[j] = L[j] * dt[j] * dyx_row[j];
+      ddt[j] += L[j] * cb_row[j] * dyx_row[j];
+      into_i += wd;
+      dcum[j] -= wd;
     }
+    dcum[i] += into_i;
   }
   product(dS_in.data(), Yd.data(), true, gb.Cm.data(), false, P, N, len, 1.0);
   product(gr.dx.data(), W.data(), true, Y.data(), false, len, P, len, 1.0);
