@@ -3,7 +3,7 @@
 # Python with PyTorch but none of the build's Debian packages and no network (the lent device
 # machine; docs/cuda.md). Here: builds test_cuda, test_nccl, loom_bench_gemm_cuda,
 # loom_bench_flash_attention_cuda, loom_bench_linear_precision_cuda, loom_bench_cast_cuda,
-# loom_bench_grouped_gemm_cuda,
+# loom_bench_grouped_gemm_cuda, loom_bench_ssd_scan_cuda,
 # `loom` (for runtime.device=cuda) and libloom_step_timeline.so (a CUPTI injection library, with
 # libcupti) with the CUDA backend (nvcc from /usr/local/cuda; sm_90a + compute_90 PTX), strips
 # them, and packs them with the shared libraries they need beyond glibc, libstdc++ and the big
@@ -20,7 +20,8 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 targets=(test_cuda test_nccl loom_bench_gemm_cuda loom_bench_flash_attention_cuda loom_bench_linear_precision_cuda
-  loom_bench_paged_attention_cuda loom_bench_cast_cuda loom_bench_grouped_gemm_cuda loom_bench_serve)
+  loom_bench_paged_attention_cuda loom_bench_cast_cuda loom_bench_grouped_gemm_cuda loom_bench_ssd_scan_cuda
+  loom_bench_serve)
 targets+=(loom)  # runtime.device=cuda
 targets+=(loom_step_timeline)  # the CUPTI injection library of train_bench.sh's timeline run
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON >/dev/null
@@ -31,7 +32,8 @@ trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
 cp build/test_cuda build/test_nccl build/bench/loom_bench_gemm_cuda build/bench/loom_bench_flash_attention_cuda \
   build/bench/loom_bench_linear_precision_cuda build/bench/loom_bench_paged_attention_cuda \
-  build/bench/loom_bench_cast_cuda build/bench/loom_bench_grouped_gemm_cuda build/bench/loom_bench_serve \
+  build/bench/loom_bench_cast_cuda build/bench/loom_bench_grouped_gemm_cuda build/bench/loom_bench_ssd_scan_cuda \
+  build/bench/loom_bench_serve \
   "$stage/bin/"
 cp build/loom "$stage/bin/"  # runtime.device=cuda
 # Next to loom, where train_bench.sh looks for it; libcupti travels in lib/ (the ldd loop below).

@@ -29,7 +29,7 @@
 #   nccl      test_nccl; the trainer over NCCL (one rank) and as 2 ranks sharing the GPU
 #   torch     PyTorch with torch.compile on both shapes
 #   more      the hybrid step, serving on the GPU beside the CPU, compute-sanitizer, the kernel
-#             benchmarks beside PyTorch, decoding and prompt rows'
+#             benchmarks beside PyTorch (Mamba-2's scan among them), decoding and prompt rows'
 #             attention over a paged cache beside PyTorch's over contiguous tensors
 #   spec      (not in the default) speculative decoding on the GPU: bench/speculative_bench.sh's
 #             74M-parameter model with 2 MTP depths trained here, then the engine with 0, 1 and 2
@@ -65,7 +65,7 @@ else
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON >/dev/null &&
     cmake --build build-gpu -j"$(nproc)" --target test_cuda test_nccl loom_bench_gemm_cuda loom_bench_flash_attention_cuda \
       loom_bench_linear_precision_cuda loom_bench_paged_attention_cuda loom_bench_cast_cuda \
-      loom_bench_grouped_gemm_cuda loom_bench_serve loom \
+      loom_bench_grouped_gemm_cuda loom_bench_ssd_scan_cuda loom_bench_serve loom \
       >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
   # The timeline's CUPTI injection library, where the toolkit has CUPTI (the timeline stage says so otherwise).
   cmake --build build-gpu -j"$(nproc)" --target loom_step_timeline >>"$out/build.log" 2>&1 || true
@@ -232,6 +232,12 @@ PY
   local b
   for b in "60 $bin/loom_bench_linear_precision_cuda" "45 $bin/loom_bench_gemm_cuda" "45 python3 bench/cuda/torch_cuda_peer.py gemm" \
            "90 $bin/loom_bench_flash_attention_cuda" "60 python3 bench/cuda/torch_cuda_peer.py attention"; do
+    # shellcheck disable=SC2086
+    capped "${b#* }" ${b} 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
+  done
+  # Mamba-2's chunked scan (double on CUDA cores) beside PyTorch's einsums over blocks in fp32 and
+  # with bf16 products: what rate the planner should give the scan (RESULT lines, "ssd scan").
+  for b in "40 $bin/loom_bench_ssd_scan_cuda" "90 python3 bench/cuda/torch_ssd_peer.py"; do
     # shellcheck disable=SC2086
     capped "${b#* }" ${b} 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
   done

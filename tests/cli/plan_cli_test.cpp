@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+
 #include <nlohmann/json.hpp>
 
 #include "cli_support.h"
@@ -144,6 +147,12 @@ TEST(PlanCli, BenchHardwareWritesAFileThatPlanTimeReads) {
   CommandResult r = run_loom("bench hardware --output " + (dir / "host.yaml"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("effective cores"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("GFLOP/s; handed-back memory"), std::string::npos) << r.output;  // the scan's rate
+  std::ifstream written(dir / "host.yaml");
+  const std::string text((std::istreambuf_iterator<char>(written)), std::istreambuf_iterator<char>());
+  const size_t scan = text.find("scan_tflops: ");
+  ASSERT_NE(scan, std::string::npos) << text;
+  EXPECT_GT(std::stod(text.substr(scan + 13)), 0.0) << text;
   r = run_loom("plan time " + source("configs/tiny.yaml") + " runtime.ranks=2 --hardware " + (dir / "host.yaml"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("step time on this host (loom bench hardware):"), std::string::npos) << r.output;

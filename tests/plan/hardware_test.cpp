@@ -83,15 +83,22 @@ TEST(Hardware, CastAndMemoryRatesDefaultToTheBandwidthOrToFree) {
   EXPECT_FALSE(plain.costs_casts());                          // fused into the kernels
   EXPECT_DOUBLE_EQ(plain.cast_seconds(1e9, true, 1), 0.0);
   EXPECT_DOUBLE_EQ(plain.fresh_memory_seconds(1e9, 1), 0.0);
+  EXPECT_DOUBLE_EQ(plain.scan_flops_per_rank(1), 0.5e12);  // the Mamba-2 scan in double: half the GEMM rate
   const Hardware measured = parse_hardware(R"(
 device: {peak_tflops: 1, memory_gib: 1, shared: true, cores: 2, activation_gbs: 4, bf16_cast_gelems: 2,
-         fp8_cast_gelems: 0.5, fresh_memory_gbs: 8}
+         fp8_cast_gelems: 0.5, fresh_memory_gbs: 8, scan_tflops: 0.01}
 )",
                                            "hw.yaml");
   EXPECT_DOUBLE_EQ(measured.activation_rate_per_rank(1), 4e9);
   EXPECT_DOUBLE_EQ(measured.cast_seconds(2e9, false, 1), 1.0);
   EXPECT_DOUBLE_EQ(measured.cast_seconds(0.25e9, true, 4), 1.0);  // four ranks on two cores: 0.25 G/s each
   EXPECT_DOUBLE_EQ(measured.fresh_memory_seconds(8e9, 1), 1.0);
+  EXPECT_DOUBLE_EQ(measured.scan_flops_per_rank(1), 0.01e12);
+  EXPECT_DOUBLE_EQ(measured.scan_flops_per_rank(4), 0.005e12);  // four ranks on two cores
+  EXPECT_NE(error_of("device: {peak_tflops: 1, memory_gib: 1, scan_tflops: -2}")
+                .find("'device.scan_tflops' must be in [0, 1e+06] (got -2)"),
+            std::string::npos)
+      << error_of("device: {peak_tflops: 1, memory_gib: 1, scan_tflops: -2}");
   EXPECT_NE(error_of("device: {peak_tflops: 1, memory_gib: 1, fresh_memory_gbs: -1}")
                 .find("'device.fresh_memory_gbs' must be in [0, 1e+09] (got -1)"),
             std::string::npos)

@@ -390,6 +390,34 @@ train: {global_batch: 2, micro_batch: 2}
   EXPECT_EQ(time("fp32").casts, 0.0);
 }
 
+// The Mamba-2 mixers' scans at the scan kernels' rate (device.scan_tflops; without it half the
+// GEMM rate: they compute in double), everything else as before: plans on files that differ in
+// that rate alone differ by the scans' FLOPs over each rate.
+TEST(TimePlan, MambaScansRunAtTheScanKernelsRate) {
+  const std::string yaml = R"(
+model: {vocab_size: 16, d_model: 16, layers: 4, layer_pattern: '*MEM', heads: 2, ffn_size: 32, tied_embeddings: false,
+        moe_experts: 4, moe_top_k: 2, moe_ffn_size: 8,
+        mamba: {state_size: 4, heads: 2, head_dim: 8, groups: 1, conv_kernel: 4, chunk_size: 4}}
+data: {seq_len: 8}
+train: {global_batch: 4, micro_batch: 2}
+)";
+  const config::RunConfig run = config::parse_config(yaml, "hybrid", {});
+  const std::vector<model::LayerSpec> specs = model::resolve_layers(run.model);
+  // Per token, forward: C . B over the mean prefix (4 + 1) / 2 of a block of 4, 2 x G N = 8 a
+  // position; the weighted x over it, 2 x H P = 32; the state's read and update, 4 x H P N = 256.
+  EXPECT_DOUBLE_EQ(model::ssd_scan_training_flops_per_token(run.model, specs[1], 8), 3.0 * (8 * 2.5 + 32 * 2.5 + 256));
+  EXPECT_EQ(model::ssd_scan_training_flops_per_token(run.model, specs[0], 8), 0.0);  // attention
+  const double scans = 2 * 3.0 * (8 * 2.5 + 32 * 2.5 + 256) * 16;  // two mixers, a micro-batch of 16 tokens
+  Hardware hw = device();  // 1 TFLOP/s
+  const auto compute = [&](double scan_tflops) {
+    hw.scan_flops = scan_tflops * 1e12;
+    return plan_time(run, plan_memory(run, {.tp = 1, .dp = 1, .pp = 1}), hw).compute;
+  };
+  const double half_rate = compute(0.0);  // 0.5 TFLOP/s
+  EXPECT_NEAR(compute(0.01) - half_rate, 2 * scans * (1 / 0.01e12 - 1 / 0.5e12), 1e-15);  // two micro-batches
+  EXPECT_NEAR(compute(1.0) - half_rate, 2 * scans * (1 / 1e12 - 1 / 0.5e12), 1e-15);
+}
+
 // A small hybrid with one multi-token prediction depth: attention, a Mamba-2 mixer, a latent MoE
 // layer with a shared expert, a mixer; the depth's block is attention and the MoE.
 const char* const kHybridWithMtp = R"(

@@ -9,16 +9,15 @@ namespace loom::model {
 
 namespace {
 
-// A Mamba-2 mixer's forward per token: the projections, the convolution, and the chunked scan
-// (C.B and the weighted sum over the block's causal prefix, the state's read and update).
+// A Mamba-2 mixer's forward per token: the projections, the convolution, and the chunked scan.
 double mamba_forward_flops_per_token(const config::ModelConfig& config, int64_t seq) {
   const config::MambaConfig& m = config.mamba;
-  const double C = config.d_model, H = config::mamba_heads(config), P = m.head_dim, N = m.state_size,
-               G = m.groups, inner = H * P, channels = inner + 2.0 * G * N;
-  const double prefix = (static_cast<double>(std::min<int64_t>(m.chunk_size, seq)) + 1.0) / 2.0;
-  const double projections = 2.0 * C * (inner + channels + H) + 2.0 * inner * C;
-  const double scan = 2.0 * G * N * prefix + 2.0 * H * P * prefix + 4.0 * H * P * N;
-  return projections + 2.0 * m.conv_kernel * channels + scan;
+  const int64_t heads = config::mamba_heads(config);
+  const double C = config.d_model, inner = static_cast<double>(heads) * m.head_dim,
+               channels = inner + 2.0 * m.groups * m.state_size;
+  const double projections = 2.0 * C * (inner + channels + heads) + 2.0 * inner * C;
+  return projections + 2.0 * m.conv_kernel * channels +
+         ssd_scan_forward_flops_per_token(heads, m.head_dim, m.groups, m.state_size, m.chunk_size, seq);
 }
 
 // A (gated or plain) MLP's forward per token, `width` in and out, `ffn` features.
@@ -28,6 +27,21 @@ double mlp_forward_flops_per_token(const config::ModelConfig& config, double wid
 }
 
 }  // namespace
+
+double ssd_scan_forward_flops_per_token(int64_t heads, int64_t head_dim, int64_t groups, int64_t state, int64_t chunk,
+                                        int64_t seq) {
+  const double H = static_cast<double>(heads), P = static_cast<double>(head_dim), N = static_cast<double>(state),
+               G = static_cast<double>(groups);
+  const double prefix = (static_cast<double>(std::min(chunk, seq)) + 1.0) / 2.0;
+  return 2.0 * G * N * prefix + 2.0 * H * P * prefix + 4.0 * H * P * N;
+}
+
+double ssd_scan_training_flops_per_token(const config::ModelConfig& config, const LayerSpec& spec, int64_t seq) {
+  if (!spec.has_mamba) return 0.0;
+  const config::MambaConfig& m = config.mamba;
+  return 3.0 * ssd_scan_forward_flops_per_token(config::mamba_heads(config), m.head_dim, m.groups, m.state_size,
+                                                m.chunk_size, seq);
+}
 
 MoeTrainingFlops moe_training_flops_per_token(const config::ModelConfig& config, const LayerSpec& spec) {
   MoeTrainingFlops f;

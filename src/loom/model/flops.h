@@ -22,6 +22,14 @@ MoeTrainingFlops moe_training_flops_per_token(const config::ModelConfig& config,
 // Of those, attention's score and value products over the causal prefix (no projections): the
 // part a fused attention kernel computes, at a rate of its own (plan/time_plan.cpp).
 double attention_training_flops_per_token(const config::ModelConfig& config, const LayerSpec& spec, int64_t seq);
+// Of a Mamba-2 mixer's forward per token, the chunked scan's: C_t . B_j and the weighted sum over
+// the block's causal prefix (chunk tokens at most, (prefix + 1) / 2 on average), the entering
+// state's read and the state's update. Its training FLOPs count 3x this, as the layer's do.
+double ssd_scan_forward_flops_per_token(int64_t heads, int64_t head_dim, int64_t groups, int64_t state, int64_t chunk,
+                                        int64_t seq);
+// A layer's training FLOPs of that scan per token (0 without a Mamba-2 mixer): the part the scan
+// kernels compute, in double, at a rate of their own (plan/time_plan.cpp).
+double ssd_scan_training_flops_per_token(const config::ModelConfig& config, const LayerSpec& spec, int64_t seq);
 // The head, and with model.mtp_depths each multi-token prediction depth (eh_proj, its block and
 // the shared head again) at sequence length `seq`.
 double head_training_flops_per_token(const config::ModelConfig& config, int64_t seq);

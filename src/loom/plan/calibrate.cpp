@@ -14,6 +14,7 @@
 #include "loom/comm/comm_bench.h"
 #include "loom/comm/launch.h"
 #include "loom/kernels/ops.h"
+#include "loom/model/flops.h"
 #include "loom/core/release_pages.h"
 #include "loom/precision/formats.h"
 #include "loom/precision/fp8_scaling.h"
@@ -108,6 +109,34 @@ double cast_rate(bool fp8, int repeats) {
   return static_cast<double>(n) / s;
 }
 
+// FLOP/s of the Mamba-2 scan kernels (model::ssd_scan_training_flops_per_token's count: the
+// forward's, three times) through a forward and a backward at the shipped tiny Super's mixer
+// shape (configs/nemotron3-super-tiny.yaml: 8 heads of 16 channels, state 16 in 2 groups, blocks
+// of 64 tokens; a micro-batch of 8 sequences of 128).
+double scan_rate(int repeats) {
+  const kernels::SsdShape s{8, 128, 8, 16, 2, 16, 64, 8 * 16, 8, 2 * 16, 8 * 16};
+  const int64_t rows = s.batch * s.seq, inner = s.heads * s.head_dim, bc = s.groups * s.state;
+  const auto values = [](int64_t n, float step) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = step * static_cast<float>(i % 97) - 0.5f;
+    return v;
+  };
+  const std::vector<float> x = values(rows * inner, 0.011f), dt = values(rows * s.heads, 0.007f),
+                           per_head = values(s.heads, 0.1f), B = values(rows * bc, 0.013f),
+                           C = values(rows * bc, 0.009f), dy = values(rows * inner, 0.005f);
+  std::vector<float> y(x.size()), dx(x.size()), ddt(dt.size()), dB(B.size()), dC(C.size()), dheads(3 * s.heads);
+  const double seconds = median_seconds(repeats, [&] {
+    kernels::ssd_scan_forward(Device::cpu(), y.data(), x.data(), dt.data(), per_head.data(), per_head.data(), B.data(),
+                              C.data(), per_head.data(), s, nullptr);
+    kernels::ssd_scan_backward(Device::cpu(), dx.data(), ddt.data(), dheads.data(), dheads.data() + s.heads, dB.data(),
+                               dC.data(), dheads.data() + 2 * s.heads, dy.data(), x.data(), dt.data(), per_head.data(),
+                               per_head.data(), B.data(), C.data(), per_head.data(), s, nullptr);
+  });
+  const double forward = static_cast<double>(rows) * model::ssd_scan_forward_flops_per_token(
+                                                         s.heads, s.head_dim, s.groups, s.state, s.chunk, s.seq);
+  return 3.0 * forward / seconds;
+}
+
 // Bytes per second at which memory handed back to the system (core/release_pages.h)
 // comes back when written again: the time of release + write less the write alone.
 double fresh_memory_bandwidth(int repeats) {
@@ -170,6 +199,7 @@ Hardware measure_host(const CalibrationOptions& options, std::ostream* log) {
   hw.bf16_cast_rate = cast_rate(false, options.repeats);
   hw.fp8_cast_rate = cast_rate(true, options.repeats);
   hw.fresh_memory_bandwidth = fresh_memory_bandwidth(options.repeats);
+  hw.scan_flops = scan_rate(options.repeats);
   omp_set_num_threads(threads);
   openblas_set_num_threads(threads);
   struct sysinfo info {};
@@ -182,7 +212,8 @@ Hardware measure_host(const CalibrationOptions& options, std::ostream* log) {
          << options.gemm_inner << "x" << options.gemm_cols << ": " << achieved / 1e9 << " GFLOP/s (half that rate at " << hw.gemm_half_rows << " rows); copy "
          << hw.memory_bandwidth / 1e9 << " GB/s; elementwise kernels " << hw.activation_bandwidth / 1e9
          << " GB of activations/s; casts to bf16 " << hw.bf16_cast_rate / 1e9 << " G elements/s, to FP8 "
-         << hw.fp8_cast_rate / 1e9 << " G elements/s; handed-back memory faults in at " << hw.fresh_memory_bandwidth / 1e9
+         << hw.fp8_cast_rate / 1e9 << " G elements/s; Mamba-2 scan " << hw.scan_flops / 1e9
+         << " GFLOP/s; handed-back memory faults in at " << hw.fresh_memory_bandwidth / 1e9
          << " GB/s; threads all-reduce on " << options.ranks << " ranks: latency "
          << link.latency * 1e6 << " us, bus bandwidth " << link.bandwidth / 1e9 << " GB/s; effective cores "
          << hw.cores << " of " << omp_get_num_procs() << "\n";
@@ -197,7 +228,8 @@ std::string hardware_yaml(const Hardware& hw, const std::string& comment) {
     << "\n  gemm_efficiency: " << hw.gemm_efficiency << "\n  gemm_half_rows: " << hw.gemm_half_rows << "\n  memory_gib: " << hw.memory_bytes / (1024.0 * 1024 * 1024)
     << "\n  memory_bandwidth_gbs: " << hw.memory_bandwidth / 1e9 << "\n  shared: " << (hw.shared ? "true" : "false")
     << "\n  cores: " << hw.cores << "\n  activation_bytes: " << hw.activation_bytes
-    << "\n  fused_attention: " << (hw.fused_attention ? "true" : "false") << "\n  activation_gbs: " << hw.activation_bandwidth / 1e9
+    << "\n  fused_attention: " << (hw.fused_attention ? "true" : "false") << "\n  scan_tflops: " << hw.scan_flops / 1e12
+    << "\n  activation_gbs: " << hw.activation_bandwidth / 1e9
     << "\n  bf16_cast_gelems: " << hw.bf16_cast_rate / 1e9
     << "\n  fp8_cast_gelems: " << hw.fp8_cast_rate / 1e9 << "\n  fresh_memory_gbs: " << hw.fresh_memory_bandwidth / 1e9
     << "\nranks_per_node: " << hw.ranks_per_node << "\nlinks:\n";

@@ -2,9 +2,9 @@
 // `loom bench hardware`: measures this host as a hardware file (hardware.h) for `loom plan time`
 // and `loom plan search`: the GEMM rate of a square 2048 sgemm (peak) and of a training-shaped
 // one (achieved: gemm_efficiency), the memory bandwidth of a large copy, the precision recipes'
-// casts of a GEMM operand (to bf16, to FP8), how fast memory handed back to the system between
-// uses faults in again (ZeRO-2/3, compact parameters), and the threads
-// backend's all-reduce latency and bandwidth (comm/comm_bench.h) as the same-node link. Rates
+// casts of a GEMM operand (to bf16, to FP8), the Mamba-2 scan kernels' rate, how fast memory
+// handed back to the system between uses faults in again (ZeRO-2/3, compact parameters), and the
+// threads backend's all-reduce latency and bandwidth (comm/comm_bench.h) as the same-node link. Rates
 // are one core's (one thread); the host's cores are shared by every rank of the threads backend:
 // the file says shared: true and how many cores, and runs planned with it give each rank one
 // thread (train.threads = the number of ranks).

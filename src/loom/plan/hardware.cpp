@@ -92,6 +92,9 @@ double Hardware::fp8_flops_per_rank(int ranks) const {
 double Hardware::attention_flops_per_rank(int ranks) const {
   return peak_flops * (attention_efficiency > 0.0 ? attention_efficiency : gemm_efficiency) * core_share(*this, ranks);
 }
+double Hardware::scan_flops_per_rank(int ranks) const {
+  return (scan_flops > 0.0 ? scan_flops : peak_flops * gemm_efficiency / 2.0) * core_share(*this, ranks);
+}
 double Hardware::bandwidth_per_rank(int ranks) const { return memory_bandwidth * core_share(*this, ranks); }
 double Hardware::activation_rate_per_rank(int ranks) const {
   return (activation_bandwidth > 0.0 ? activation_bandwidth : memory_bandwidth / 3.0) * core_share(*this, ranks);
@@ -118,7 +121,8 @@ Hardware parse_hardware(const std::string& yaml_text, const std::string& source)
   if (!device) r.fail("device", "is missing: a hardware file needs device.peak_tflops and device.memory_gib");
   r.only(device, "device",
          {"name", "peak_tflops", "fp8_peak_tflops", "gemm_efficiency", "fp8_gemm_efficiency", "gemm_half_rows",
-          "gemm_writes_output", "attention_efficiency", "memory_gib", "memory_bandwidth_gbs", "shared", "cores",
+          "gemm_writes_output", "attention_efficiency", "scan_tflops",
+          "memory_gib", "memory_bandwidth_gbs", "shared", "cores",
           "activation_bytes", "fused_attention", "activation_gbs", "bf16_cast_gelems", "fp8_cast_gelems", "fresh_memory_gbs"});
   Hardware hw;
   hw.source = source;
@@ -132,6 +136,7 @@ Hardware parse_hardware(const std::string& yaml_text, const std::string& source)
                                     1e-3, 1.0);
   hw.attention_efficiency = r.number(device["attention_efficiency"], "device.attention_efficiency",
                                      hw.gemm_efficiency, 1e-3, 1.0);
+  hw.scan_flops = r.number(device["scan_tflops"], "device.scan_tflops", 0.0, 0.0, 1e6) * 1e12;
   hw.gemm_half_rows = r.number(device["gemm_half_rows"], "device.gemm_half_rows", 0.0, 0.0, 1e9);
   hw.gemm_writes_output = r.boolean(device["gemm_writes_output"], "device.gemm_writes_output", false);
   hw.memory_bytes = r.number(device["memory_gib"], "device.memory_gib", 0, 1e-6, 1e9) * 1024.0 * 1024.0 * 1024.0;

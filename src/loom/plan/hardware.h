@@ -14,6 +14,9 @@
 //                               #   small-k products lose the most); false: hidden behind them
 //     attention_efficiency: 0   # fraction of peak attention's score and value products reach
 //                               #   (a fused kernel: FlashAttention / cuDNN); 0: gemm_efficiency
+//     scan_tflops: 0            # the Mamba-2 scan kernels' rate, in model/flops.h's scan FLOPs
+//                               #   (they compute in double); 0: half the GEMM rate (peak x
+//                               #   gemm_efficiency / 2: a CPU's doubles per instruction)
 //     memory_gib: 80
 //     memory_bandwidth_gbs: 3350  # GB/s
 //     shared: false             # true: a CPU host whose `cores` cores its ranks share; the
@@ -63,6 +66,7 @@ struct Hardware {
   double fp8_gemm_efficiency = 0.0;  // 0: gemm_efficiency
   double gemm_efficiency = 1.0;
   double attention_efficiency = 0.0;  // 0: gemm_efficiency
+  double scan_flops = 0.0;       // FLOP/s of the Mamba-2 scan kernels; 0: half the GEMM rate
   double gemm_half_rows = 0.0;
   bool gemm_writes_output = false;
   double memory_bytes = 0.0;
@@ -89,6 +93,8 @@ struct Hardware {
   double fp8_flops_per_rank(int ranks) const;
   // The same for attention's score and value products.
   double attention_flops_per_rank(int ranks) const;
+  // The same for the Mamba-2 scan kernels (model::ssd_scan_training_flops_per_token).
+  double scan_flops_per_rank(int ranks) const;
   // The fraction of that rate a GEMM over `rows` rows reaches: rows / (rows + gemm_half_rows).
   double gemm_rows_factor(double rows) const { return rows / (rows + gemm_half_rows); }
   double bandwidth_per_rank(int ranks) const;

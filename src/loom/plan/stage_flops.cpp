@@ -52,6 +52,7 @@ StageFlops stage_flops(const config::RunConfig& config, const StageMemory& stage
   auto add_block = [&](const model::LayerSpec& spec, double count) {
     f.block += count * model::layer_training_flops_per_token(model, spec, seq);
     f.attention += count * model::attention_training_flops_per_token(model, spec, seq);
+    f.scan += count * model::ssd_scan_training_flops_per_token(model, spec, seq);
     const model::MoeTrainingFlops moe = model::moe_training_flops_per_token(model, spec);
     const double gate = config.parallel.sequence_parallel ? 0.0 : moe.shared_gate;
     f.replicated += count * (moe.router + moe.latent + moe.experts + gate);

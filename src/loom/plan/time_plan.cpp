@@ -396,18 +396,20 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
   const double tokens = static_cast<double>(config.train.micro_batch) * config.data.seq_len / shape.cp;
   const StageFlops flops = stage_flops(config, stage, specs);
   // Rates of one rank alone; plan_time accounts for ranks sharing a host's cores. FP8 linears at
-  // the device's FP8 rate, attention's score and value products at its attention rate, the rest
+  // the device's FP8 rate, attention's score and value products at its attention rate, the
+  // Mamba-2 scans at the scan kernels' rate, the rest
   // (bf16 layers, the head) at its GEMM rate. The split FP8 linears' FLOPs are this rank's share:
   // the group's are tp times them. The replicated parts (a MoE layer's router, latent projections
   // and routed experts, FP8 under an FP8 recipe) and eh_proj, computed whole by every rank, are
   // not shared out.
   const double rate = hw.flops_per_rank(1) * hw.gemm_rows_factor(tokens);
   const double fp8_rate = hw.fp8_flops_per_rank(1) * hw.gemm_rows_factor(tokens);
-  const double attention_rate = hw.attention_flops_per_rank(1);
+  const double attention_rate = hw.attention_flops_per_rank(1), scan_rate = hw.scan_flops_per_rank(1);
   const Fp8Flops fp8 = fp8_linear_flops_per_token(config, stage);
   const double split = flops.block - flops.replicated, split_fp8 = shape.tp * fp8.split;
   const double split_seconds =
-      ((split - split_fp8 - flops.attention) / rate + split_fp8 / fp8_rate + flops.attention / attention_rate) *
+      ((split - split_fp8 - flops.attention - flops.scan) / rate + split_fp8 / fp8_rate +
+       flops.attention / attention_rate + flops.scan / scan_rate) *
       tokens / shape.tp;
   const double replicated_seconds = ((flops.replicated - fp8.experts) / rate + fp8.experts / fp8_rate) * tokens +
                                     expert_padding_flops(config, stage) / fp8_rate;
