@@ -13,7 +13,8 @@ namespace loom::model {
 
 int ParameterStore::add(const std::string& name, Shape shape, Init init, float init_std, ShardSpec shard) {
   LOOM_CHECK(!allocated_, "ParameterStore: parameter '" + name + "' added after allocation");
-  LOOM_CHECK(find(name) < 0, "ParameterStore: duplicate parameter name '" + name + "'");
+  const bool added = ids_by_name_.emplace(name, static_cast<int>(params_.size())).second;
+  LOOM_CHECK(added, "ParameterStore: duplicate parameter name '" + name + "'");
   Parameter p;
   p.name = name;
   p.numel = shape_numel(shape);
@@ -158,9 +159,8 @@ void ParameterStore::settle_grads(std::span<const int> ids) {
 }
 
 int ParameterStore::find(const std::string& name) const {
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].name == name) return static_cast<int>(i);
-  return -1;
+  const auto it = ids_by_name_.find(name);
+  return it == ids_by_name_.end() ? -1 : it->second;
 }
 
 }  // namespace loom::model

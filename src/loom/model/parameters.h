@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -100,6 +101,9 @@ class ParameterStore {
   void zero_stale(std::span<const int> ids);
 
   std::vector<Parameter> params_;
+  // params_' ids by name: a model of many experts holds tens of thousands of parameters, which
+  // add()'s duplicate check and find() would otherwise compare one by one.
+  std::unordered_map<std::string, int> ids_by_name_;
   int64_t total_ = 0;
   Device device_;
   Allocation allocation_;

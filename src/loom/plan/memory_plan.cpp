@@ -1,6 +1,10 @@
 #include "loom/plan/memory_plan.h"
 
 #include <algorithm>
+#include <deque>
+#include <sstream>
+#include <string>
+#include <utility>
 
 #include "loom/model/layer_spec.h"
 #include "loom/optim/moment_arrays.h"
@@ -153,6 +157,29 @@ void plan_model_state(const config::RunConfig& config, const std::vector<model::
   m.gather_buffers += state.gather_buffers;
 }
 
+// A stage's parameter list (Transformer::parameter_list) for a model, tensor-parallel size,
+// chunks and expert-parallel size. A layout search plans many layouts (micro-batch sizes, ZeRO
+// stages, recompute, sequence parallelism) on each mesh, which share it, and a model of many
+// experts registers tens of thousands of parameters: the last few lists are kept (per thread),
+// keyed by the model's YAML and the mesh.
+const std::vector<model::Parameter>& stage_parameters(const config::ModelConfig& model, const model::TensorParallel& tp,
+                                                      const std::vector<model::LayerRange>& chunks, int ep) {
+  constexpr size_t kKept = 16;  // a mesh's stages, with and without sequence parallelism
+  thread_local std::deque<std::pair<std::string, std::vector<model::Parameter>>> kept;
+  config::RunConfig only_model;
+  only_model.model = model;
+  std::ostringstream mesh;
+  mesh << "tp " << tp.size() << " sp " << tp.sequence_parallel() << " ep " << ep << " chunks";
+  for (const model::LayerRange& c : chunks) mesh << " " << c.first << "-" << c.last;
+  std::string key = config::to_yaml(only_model);
+  key.append(mesh.str());
+  for (const auto& [k, params] : kept)
+    if (k == key) return params;
+  if (kept.size() == kKept) kept.pop_back();
+  kept.emplace_front(std::move(key), model::Transformer::parameter_list(model, tp, chunks, model::ExpertLayout{ep, 0}));
+  return kept.front().second;
+}
+
 StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& layout, int stage,
                        const MemoryOptions& options) {
   const comm::MeshShape shape = layout.shape;
@@ -161,8 +188,7 @@ StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& lay
   StageMemory m;
   m.stage = stage;
   m.chunks = layout.chunks.at(static_cast<size_t>(stage));
-  const std::vector<model::Parameter> params =
-      model::Transformer::parameter_list(config.model, tp, m.chunks, model::ExpertLayout{shape.ep, 0});
+  const std::vector<model::Parameter>& params = stage_parameters(config.model, tp, m.chunks, shape.ep);
   for (const model::Parameter& p : params) m.parameter_count += p.numel;
 
   plan_model_state(config, params, shape, m);
