@@ -63,6 +63,18 @@ TEST(PlanCli, TheFortyNineBModelPlansInAMomentAndNeedsTwoNodes) {
   EXPECT_NE(r.output.find("best: loom train CONFIG parallel.tp=8"), std::string::npos) << r.output;
 }
 
+// Nemotron 3 Super at full size: the main model holds the published 120.6B parameters (its
+// multi-token prediction block, run twice, 2.9B more), in about 41,000 tensors, most of them experts.
+TEST(PlanCli, NemotronThreeSuperHoldsItsPublishedParameters) {
+  const std::string config = source("configs/nemotron3-super-120b.yaml");
+  CommandResult r = run_loom("plan memory " + config + " model.mtp_depths=0 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"parameter_count\": 120668687360"), std::string::npos) << r.output;
+  r = run_loom("plan memory " + config + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"parameter_count\": 123611012096"), std::string::npos) << r.output;
+}
+
 TEST(PlanCli, TimePrintsTheBreakdown) {
   CommandResult r = run_loom("plan time " + source("configs/tiny.yaml") + " runtime.ranks=2 parallel.tp=2 --hardware " +
                              source("configs/hardware/h100-sxm.yaml"));
