@@ -14,6 +14,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from torch_cuda_peer import time_ms  # CUDA events over timed runs after warm-ups
+
 # loom_bench_ssd_scan_cuda's cases: name, batch, seq, heads, head_dim, groups, state, chunk.
 CASES = [("tiny-super", 8, 128, 8, 16, 2, 16, 64), ("nemotron-h", 1, 4096, 128, 64, 8, 128, 128),
          ("nemotron-h", 1, 8192, 128, 64, 8, 128, 128)]
@@ -91,18 +93,6 @@ def scan_flops(batch, seq, heads, head_dim, groups, state, chunk):
     return batch * seq * per_token
 
 
-def time_ms(fn, warmup=2, iterations=10):
-    for _ in range(warmup):
-        fn()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iterations):
-        fn()
-    stop.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(stop) / iterations
-
-
 def bench():
     try:
         compiled = torch.compile(chunked_scan)
@@ -120,13 +110,13 @@ def bench():
                 try:
                     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=products == "bf16"):
                         with torch.no_grad():
-                            ms = time_ms(lambda: fn(*args, chunk))
+                            ms = time_ms(lambda: fn(*args, chunk), 2, 10)
                         leaves = [t.detach().requires_grad_() for t in args]
                         dy = torch.rand_like(args[0])
 
                         def both():
                             fn(*leaves, chunk).backward(dy)
-                        both_ms = time_ms(both)
+                        both_ms = time_ms(both, 2, 10)
                 except Exception as e:  # a compile failure: say so and try eager
                     print(f"SKIP|torch|ssd scan {products} {how}|{shape}|{str(e)[:160]}", flush=True)
                     continue

@@ -30,6 +30,16 @@ int64_t rows_in(const std::string& path) {
   return n;
 }
 
+// A metrics file's rows, in order.
+std::vector<json> metrics_rows(const std::string& path) {
+  std::vector<json> rows;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) rows.push_back(json::parse(line));
+  }
+  return rows;
+}
+
 // The pid of the learner process itself (not its `loom launch`), 0 when there is none.
 pid_t learner_pid(const std::string& grpo_dir) {
   DIR* proc = opendir("/proc");
@@ -241,11 +251,7 @@ TEST(GrpoCli, AStopBeforeAReportedStepsRowLosesNoRow) {
   const std::string run_dir = root + "/grpo", grpo_dir = run_dir + "/grpo", metrics = run_dir + "/metrics.jsonl";
   const std::string loom = loom::test_paths::binary() + " grpo " + root + "/grpo.yaml";
   ASSERT_EQ(std::system((loom + " > " + root + "/first.log 2>&1").c_str()), 0) << read_file(root + "/first.log");
-  std::vector<json> rows;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) rows.push_back(json::parse(line));
-  }
+  const std::vector<json> rows = metrics_rows(metrics);
   ASSERT_EQ(rows.size(), 4u);
   const json progress = json::parse(read_file(grpo_dir + "/progress.json"));
   ASSERT_EQ(progress["steps_done"], 4);
@@ -268,11 +274,7 @@ TEST(GrpoCli, AStopBeforeAReportedStepsRowLosesNoRow) {
     EXPECT_NE(log.find("resuming at step 4 from"), std::string::npos) << log;
     EXPECT_EQ(log.find("step 3's metrics row, reported before the stop but not written, written now") != std::string::npos,
               !row_written) << log;
-    std::ifstream resumed(metrics);
-    std::vector<json> now;
-    for (std::string line; std::getline(resumed, line);) {
-      if (!line.empty()) now.push_back(json::parse(line));
-    }
+    const std::vector<json> now = metrics_rows(metrics);
     ASSERT_EQ(now.size(), static_cast<size_t>(steps)) << log;
     for (size_t i = 0; i < now.size(); ++i) EXPECT_EQ(now[i]["step"], static_cast<int64_t>(i)) << now[i].dump();
     json expected = row_written ? rows[3] : reported;
