@@ -23,8 +23,8 @@ MoeTrainingFlops moe_training_flops_per_token(const config::ModelConfig& config,
 // part a fused attention kernel computes, at a rate of its own (plan/time_plan.cpp).
 double attention_training_flops_per_token(const config::ModelConfig& config, const LayerSpec& spec, int64_t seq);
 // Of a Mamba-2 mixer's forward per token, the chunked scan's: C_t . B_j and the weighted sum over
-// the block's causal prefix (chunk tokens at most, (prefix + 1) / 2 on average), the entering
-// state's read and the state's update. Its training FLOPs count 3x this, as the layer's do.
+// the block's causal prefix ((min(chunk, seq) + 1) / 2 tokens on average), the entering state's
+// read and the state's update. Its training FLOPs count 3x this, as the layer's do.
 double ssd_scan_forward_flops_per_token(int64_t heads, int64_t head_dim, int64_t groups, int64_t state, int64_t chunk,
                                         int64_t seq);
 // A layer's training FLOPs of that scan per token (0 without a Mamba-2 mixer): the part the scan

@@ -168,6 +168,7 @@ const std::vector<model::Parameter>& stage_parameters(const config::ModelConfig&
   thread_local std::deque<std::pair<std::string, std::vector<model::Parameter>>> kept;
   config::RunConfig only_model;
   only_model.model = model;
+  only_model.model.recompute = false;  // the same parameters either way
   std::ostringstream mesh;
   mesh << "tp " << tp.size() << " sp " << tp.sequence_parallel() << " ep " << ep << " chunks";
   for (const model::LayerRange& c : chunks) mesh << " " << c.first << "-" << c.last;

@@ -216,7 +216,7 @@ void block_output_backward(BlockGrads& gr, std::vector<double>& dS_in, double* d
       through_state += YS[i * N + n] * gb.Cm[i * N + n];
     }
     gr.dcum[i] += decay * through_state;
-    // Row i of the quadratic form: W and G, and d(cum) through W_ij = exp(cum_i - cum_j) ...:
+    // Row i of the quadratic form: W and G, and d(cum) through W_ij's factor exp(cum_i - cum_j):
     // + W_ij dyx_ij to cum_i, - the same to cum_j (both to cum_i at j = i: they cancel).
     hb.next_decays(i, decays);
     const double *L = decays.data(), *dt = hb.dt.data(), *cb_row = gb.cb.data() + i * len;
