@@ -1,10 +1,6 @@
 #include "loom/plan/memory_plan.h"
 
 #include <algorithm>
-#include <deque>
-#include <sstream>
-#include <string>
-#include <utility>
 
 #include "loom/model/layer_spec.h"
 #include "loom/optim/moment_arrays.h"
@@ -157,30 +153,6 @@ void plan_model_state(const config::RunConfig& config, const std::vector<model::
   m.gather_buffers += state.gather_buffers;
 }
 
-// A stage's parameter list (Transformer::parameter_list) for a model, tensor-parallel size,
-// chunks and expert-parallel size. A layout search plans many layouts (micro-batch sizes, ZeRO
-// stages, recompute, sequence parallelism) on each mesh, which share it, and a model of many
-// experts registers tens of thousands of parameters: the last few lists are kept (per thread),
-// keyed by the model's YAML and the mesh.
-const std::vector<model::Parameter>& stage_parameters(const config::ModelConfig& model, const model::TensorParallel& tp,
-                                                      const std::vector<model::LayerRange>& chunks, int ep) {
-  constexpr size_t kKept = 16;  // a mesh's stages, with and without sequence parallelism
-  thread_local std::deque<std::pair<std::string, std::vector<model::Parameter>>> kept;
-  config::RunConfig only_model;
-  only_model.model = model;
-  only_model.model.recompute = false;  // the same parameters either way
-  std::ostringstream mesh;
-  mesh << "tp " << tp.size() << " sp " << tp.sequence_parallel() << " ep " << ep << " chunks";
-  for (const model::LayerRange& c : chunks) mesh << " " << c.first << "-" << c.last;
-  std::string key = config::to_yaml(only_model);
-  key.append(mesh.str());
-  for (const auto& [k, params] : kept)
-    if (k == key) return params;
-  if (kept.size() == kKept) kept.pop_back();
-  kept.emplace_front(std::move(key), model::Transformer::parameter_list(model, tp, chunks, model::ExpertLayout{ep, 0}));
-  return kept.front().second;
-}
-
 StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& layout, int stage,
                        const MemoryOptions& options) {
   const comm::MeshShape shape = layout.shape;
@@ -189,13 +161,17 @@ StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& lay
   StageMemory m;
   m.stage = stage;
   m.chunks = layout.chunks.at(static_cast<size_t>(stage));
-  const std::vector<model::Parameter>& params = stage_parameters(config.model, tp, m.chunks, shape.ep);
+  StageParameters made;  // without a search's lists
+  const StageParameters& stage_params = options.parameter_lists != nullptr
+                                            ? options.parameter_lists->of(config.model, tp, m.chunks, shape.ep)
+                                            : (made = stage_parameters(config.model, tp, m.chunks, shape.ep));
+  const std::vector<model::Parameter>& params = stage_params.params;
   for (const model::Parameter& p : params) m.parameter_count += p.numel;
 
   plan_model_state(config, params, shape, m);
 
   const bool last = m.chunks.back().last == config.model.layers;
-  std::vector<LayerWidths> widths = layer_widths(params, config.model);
+  std::vector<LayerWidths> widths = stage_params.widths;
   set_expert_row_multiples(widths, config);
   const int64_t head = head_rows(params, config.model.tied_embeddings, last);
   ActivationShape a{config.train.micro_batch, config.data.seq_len / shape.cp, shape.tp,
@@ -269,6 +245,26 @@ MemoryPlan plan_memory(const config::RunConfig& config, comm::MeshShape shape, c
   plan.layout = plan_layout(config, shape);
   for (int s = 0; s < plan.layout.stages(); ++s) plan.stages.push_back(plan_stage(config, plan.layout, s, options));
   return plan;
+}
+
+StageParameters stage_parameters(const config::ModelConfig& model, const model::TensorParallel& tp,
+                                 const std::vector<model::LayerRange>& chunks, int ep) {
+  StageParameters stage;
+  stage.params = model::Transformer::parameter_list(model, tp, chunks, model::ExpertLayout{ep, 0});
+  stage.widths = layer_widths(stage.params, model);
+  return stage;
+}
+
+const StageParameters& StageParameterLists::of(const config::ModelConfig& model, const model::TensorParallel& tp,
+                                               const std::vector<model::LayerRange>& chunks, int ep) {
+  constexpr size_t kKept = 16;  // a mesh's stages, with and without sequence parallelism
+  for (const Kept& k : kept_) {
+    if (k.tp == tp.size() && k.ep == ep && k.sequence_parallel == tp.sequence_parallel() && k.chunks == chunks)
+      return k.stage;
+  }
+  if (kept_.size() == kKept) kept_.pop_back();
+  kept_.push_front({tp.size(), ep, tp.sequence_parallel(), chunks, stage_parameters(model, tp, chunks, ep)});
+  return kept_.front().stage;
 }
 
 }  // namespace loom::plan

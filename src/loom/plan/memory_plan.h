@@ -6,15 +6,47 @@
 // mixed-precision Adam, 6 + 12/d with the distributed optimizer); activations per micro-batch
 // follow activation_memory.h, times the micro-batches the pipeline schedule holds at once.
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
 #include "loom/config/run_config.h"
+#include "loom/model/parameters.h"
+#include "loom/model/tensor_parallel.h"
+#include "loom/model/transformer.h"
 #include "loom/parallel/data/memory_accounting.h"
 #include "loom/plan/layer_widths.h"
 #include "loom/plan/layout.h"
 
 namespace loom::plan {
+
+// A stage rank's parameters (model::Transformer::parameter_list) and the layer widths read off
+// them (layer_widths).
+struct StageParameters {
+  std::vector<model::Parameter> params;
+  std::vector<LayerWidths> widths;
+};
+StageParameters stage_parameters(const config::ModelConfig& model, const model::TensorParallel& tp,
+                                 const std::vector<model::LayerRange>& chunks, int ep);
+
+// The stage parameters a layout search shares between the layouts it plans on one model: a model
+// of many experts registers tens of thousands of parameters, and a mesh's micro-batch sizes, ZeRO
+// stages and recompute settings all plan on the same ones. Serves one model (the mesh and the
+// chunks are the key); keeps the last few.
+class StageParameterLists {
+ public:
+  const StageParameters& of(const config::ModelConfig& model, const model::TensorParallel& tp,
+                            const std::vector<model::LayerRange>& chunks, int ep);
+
+ private:
+  struct Kept {
+    int tp = 1, ep = 1;
+    bool sequence_parallel = false;
+    std::vector<model::LayerRange> chunks;
+    StageParameters stage;
+  };
+  std::deque<Kept> kept_;
+};
 
 struct MemoryOptions {
   int64_t activation_bytes = 4;  // per activation element: 4 = the CPU backend's fp32
@@ -22,6 +54,7 @@ struct MemoryOptions {
   int64_t kv_batch = 0;          // serving: KV cache for this many sequences ...
   int64_t kv_seq = 0;            // ... of this many positions (0 = none)
   int64_t kv_bytes = 2;          // per cached element
+  StageParameterLists* parameter_lists = nullptr;  // a layout search's (null: each plan makes its own)
 };
 
 // One pipeline stage's rank (tensor-parallel rank 0, data-parallel rank 0).

@@ -124,6 +124,10 @@ SearchResult search_layouts(const config::RunConfig& base, const Hardware& hardw
                             const LayoutCheck& check, const MemoryOptions& options) {
   LOOM_CHECK(devices >= 1, "--devices must be at least 1 (got " + std::to_string(devices) + ")");
   SearchResult result;
+  // Every candidate plans on base's model (the search changes only model.recompute among its keys).
+  StageParameterLists lists;
+  MemoryOptions planned = options;
+  planned.parameter_lists = &lists;
   for (config::RunConfig& c : enumerate(base, devices)) {
     ++result.enumerated;
     Candidate candidate;
@@ -131,7 +135,7 @@ SearchResult search_layouts(const config::RunConfig& base, const Hardware& hardw
     try {
       config::validate_config(c);
       const comm::MeshShape shape = check(c, devices);
-      candidate.memory = plan_memory(c, shape, options);
+      candidate.memory = plan_memory(c, shape, planned);
     } catch (const Error& e) {
       ++result.refused;  // a rule of the run, the schedule, the model's splits or the device refuses it
       if (result.first_refusal.empty()) {
