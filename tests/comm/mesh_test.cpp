@@ -49,31 +49,42 @@ TEST(MeshLayout, MegatronWorld16Tp2Pp2Dp4) {
   EXPECT_EQ(l.groups["cp"].size(), 16u);
   EXPECT_EQ(l.groups["cp"][5], (std::vector<int>{5}));
   EXPECT_EQ(l.groups["embedding"], l.groups["pp"]);  // two stages: first and last are the whole pipeline
-  // ep 1: every expert group is a single rank and expert-dp is dp.
+  // ep 1: every expert group is a single rank and expert-dp is the stage's tp x dp ranks.
   EXPECT_EQ(l.groups["ep"].size(), 16u);
-  EXPECT_EQ(l.groups["expert_dp"], l.groups["dp"]);
+  EXPECT_EQ(l.groups["expert_dp"], (Groups{{0, 1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11, 12, 13, 14, 15}}));
 }
 
-// The same world with ep 2: the expert factorisation is tp 2 x ep 2 x expert-dp 2 x pp 2,
-// rank = tp + 2 * ep + 4 * edp + 8 * pp.
+// The same world with ep 2 and ep 8. Megatron-Core's expert generator with
+// expert_tensor_parallel_size 1 (MoE parallel folding): the expert factorisation is
+// ep x expert-dp x pp over the same ranks, rank = ep + ep_size * edp + 8 * pp, so ep takes the
+// tensor-parallel ranks first.
 TEST(MeshLayout, MegatronWorld16Tp2Pp2Dp4Ep2) {
   MeshLayout l = make_mesh_layout(16, {.tp = 2, .ep = 2, .dp = 4, .pp = 2});
-  EXPECT_EQ(l.expert_dp, 2);
-  EXPECT_EQ(l.groups["ep"], (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
-  EXPECT_EQ(l.groups["expert_dp"], (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
+  EXPECT_EQ(l.expert_dp, 4);
+  EXPECT_EQ(l.groups["ep"], l.groups["tp"]);  // ep 2 folded onto the tp 2 ranks
+  EXPECT_EQ(l.groups["expert_dp"], (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
   // Dense groups do not change with ep, and both factorisations share the pipelines.
   EXPECT_EQ(l.groups["dp"], (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
   EXPECT_EQ(mesh_rank_groups(l, "pp", true), l.groups["pp"]);
-  // Expert tp equals dense tp (expert_tensor_parallel_size defaults to tp).
-  EXPECT_EQ(mesh_rank_groups(l, "tp", true), l.groups["tp"]);
-  // tp-ep (expert tensor x model parallel) as Megatron builds it.
-  EXPECT_EQ(mesh_rank_groups(l, "tp-ep", true), (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}}));
-  MeshCoord c = mesh_coord(l, 13);  // 13 = 1 + 2*2 + 8*1 dense; = 1 + 2*0 + 4*1 + 8*1 expert
+  // Expert tp is 1: its groups are single ranks, and tp-ep is ep.
+  EXPECT_EQ(mesh_rank_groups(l, "tp", true).size(), 16u);
+  EXPECT_EQ(mesh_rank_groups(l, "tp-ep", true), l.groups["ep"]);
+  MeshCoord c = mesh_coord(l, 13);  // 13 = 1 + 2*2 + 8*1 dense; = 1 + 2*2 + 8*1 expert
   EXPECT_EQ(c.tp, 1);
   EXPECT_EQ(c.dp, 2);
   EXPECT_EQ(c.pp, 1);
-  EXPECT_EQ(c.ep, 0);
-  EXPECT_EQ(c.expert_dp, 1);
+  EXPECT_EQ(c.ep, 1);
+  EXPECT_EQ(c.expert_dp, 2);
+
+  // ep 8 spans a whole stage: the tp pairs and the dp replicas together.
+  MeshLayout all = make_mesh_layout(16, {.tp = 2, .ep = 8, .pp = 2});
+  EXPECT_EQ(all.expert_dp, 1);
+  EXPECT_EQ(all.groups["ep"], (Groups{{0, 1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11, 12, 13, 14, 15}}));
+  EXPECT_EQ(mesh_coord(all, 13).ep, 5);
+  // ep 4 with tp 2: two tp pairs per expert group; expert-dp joins ranks four apart.
+  MeshLayout four = make_mesh_layout(16, {.tp = 2, .ep = 4, .pp = 2});
+  EXPECT_EQ(four.groups["ep"], (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}}));
+  EXPECT_EQ(four.groups["expert_dp"], (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
 }
 
 // World 16 = tp 2 x cp 2 x dp 2 x pp 2: rank = tp + 2 cp + 4 dp + 8 pp. Within a dp-cp group cp
@@ -84,10 +95,11 @@ TEST(MeshLayout, MegatronContextParallel) {
   EXPECT_EQ(l.groups["dp"], (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
   EXPECT_EQ(l.groups["dp_cp"], (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
   EXPECT_EQ(mesh_rank_groups(l, "cp-dp"), l.groups["dp_cp"]);
-  // ep 2 carved out of dp x cp = 4: expert-dp 2; the expert groups take the cp positions.
-  EXPECT_EQ(l.expert_dp, 2);
-  EXPECT_EQ(l.groups["ep"], l.groups["cp"]);
-  EXPECT_EQ(l.groups["expert_dp"], l.groups["dp"]);
+  // ep 2 carved out of tp x cp x dp = 8: expert-dp 4; the expert groups take the tp positions
+  // and expert-dp the cp and dp ones.
+  EXPECT_EQ(l.expert_dp, 4);
+  EXPECT_EQ(l.groups["ep"], l.groups["tp"]);
+  EXPECT_EQ(l.groups["expert_dp"], l.groups["dp_cp"]);
 }
 
 TEST(MeshLayout, EmbeddingIsFirstAndLastStage) {
@@ -121,7 +133,7 @@ TEST(MeshLayout, Errors) {
   msg = error_of([] { make_mesh_layout(16, {.tp = 2, .dp = 3, .pp = 2}); });
   EXPECT_HAS(msg, "= 12 but the world has 16 ranks; use dp 4 or 0 (auto)");
   msg = error_of([] { make_mesh_layout(16, {.tp = 2, .ep = 3, .pp = 2}); });
-  EXPECT_HAS(msg, "ep 3 does not divide dp * cp = 4 * 1 = 4");
+  EXPECT_HAS(msg, "ep 3 does not divide tp * cp * dp = 2 * 1 * 4 = 8");
   EXPECT_HAS(error_of([] { make_mesh_layout(8, {.tp = 0}); }), "must be >= 1");
   MeshLayout l = make_mesh_layout(8, {.tp = 2});
   EXPECT_HAS(error_of([&] { mesh_rank_groups(l, "tp-xp"); }),
@@ -151,7 +163,8 @@ TEST(Mesh, ThreadsBackend2x2x2) {
     EXPECT_EQ(mesh.tp_rank(), me % 2);
     EXPECT_EQ(mesh.dp_rank(), me / 2 % 2);
     EXPECT_EQ(mesh.pp_rank(), me / 4);
-    EXPECT_EQ(mesh.ep_rank(), me / 2 % 2);
+    EXPECT_EQ(mesh.ep_rank(), me % 2);  // ep folded onto the tp pair
+    EXPECT_EQ(mesh.expert_dp_rank(), me / 2 % 2);
     for (const std::string& kind : mesh_group_kinds()) {
       Communicator& g = mesh.group(kind);
       // The group holding this rank in the layout, in group-rank order.

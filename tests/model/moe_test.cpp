@@ -246,7 +246,7 @@ TEST(MoePrecision, PaddedExpertRowsChangeNothing) {
   const std::string prefix = "model.layers.0.mlp";
   ParameterStore store;
   TensorParallel tp;
-  ExpertMlp experts(store, tp, prefix, 0, 3, width, ffn, config::Activation::Swiglu, 0.2f, 0.2f);
+  ExpertMlp experts(store, ShardSpec{}, prefix, 0, 3, width, ffn, config::Activation::Swiglu, 0.2f, 0.2f);
   store.allocate();
   store.initialize(3);
   const std::vector<int64_t> rows = {5, 0, 19};

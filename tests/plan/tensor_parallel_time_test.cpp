@@ -1,5 +1,6 @@
 // Step time under tensor parallelism, counted by hand: what every rank computes whole (a MoE
-// layer's router, latent projections and routed experts) and the bytes its collectives move.
+// layer's router forward), what it computes over its share of the tokens (the router's backward,
+// the latent projections, the routed experts) and the bytes its collectives move.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -31,9 +32,10 @@ data: {seq_len: 8}
 train: {global_batch: 2, micro_batch: 2}
 )";
 
-// Every tensor-parallel rank routes all the group's tokens through the router, the latent
-// projections and its routed experts (MoeLayer registers them tp.replicated()), so at tp 2 they
-// cost a rank as much as at tp 1; attention, the shared expert and the heads are split in two.
+// Every tensor-parallel rank runs the router's forward over all the group's tokens, so at tp 2 it
+// costs a rank as much as at tp 1; the router's backward, the latent projections and the routed
+// experts run over the rank's share of the tokens (MoeLayer::share), and attention, the shared
+// expert and the heads are split: each costs a rank half.
 // Training FLOPs per token (3 x 2 x weights), d_model 16, 2 heads of 8, SwiGLU:
 //   attention   q/k/v 48 x 16 and output 16 x 16: 6144; scores and values over 4.5 keys: 864
 //   MoE         router 4 x 16: 384; latent down 8 x 16 and up 16 x 8: 1536; top 2 experts' gate/up
@@ -42,7 +44,7 @@ train: {global_batch: 2, micro_batch: 2}
 //   eh_proj     16 x 32: 3072, whole on every rank
 // The depth's block counts its attention and MoE again. The shared expert's gate sees each rank's
 // own rows under sequence parallelism (MoeLayer::shared_forward), all of them without.
-TEST(TensorParallelTime, MoeRoutersLatentProjectionsAndRoutedExpertsAreComputedWholeOnEveryRank) {
+TEST(TensorParallelTime, MoeRoutersRunWholeAndTheRoutedPartOverEachRanksShareOfTheTokens) {
   Hardware hw = device();
   const auto plan = [&](const std::vector<std::string>& overrides) {
     const config::RunConfig run = config::parse_config(kAttentionAndMoe, "moe", overrides);
@@ -53,24 +55,23 @@ TEST(TensorParallelTime, MoeRoutersLatentProjectionsAndRoutedExpertsAreComputedW
   };
   const double tokens = 16, attention = 6144, scores = 864, router = 384, latent = 1536, experts = 2304;
   const double shared = 2304, gate = 96, heads = 2 * 1536, eh_proj = 3072;
-  const double split = 2 * (attention + scores + shared) + heads;
-  const double whole = 2 * (router + latent + experts) + eh_proj;
+  const double split = 2 * (attention + scores + shared + 2 * router / 3 + latent + experts) + heads;
+  const double whole = 2 * router / 3 + eh_proj;
   const auto [fp32, fp32_elementwise] = plan({"parallel.tp=2"});
   EXPECT_NEAR(fp32, tokens * (split / 2 + whole + 2 * gate) / 1e12 + fp32_elementwise, 1e-15);
   const auto [sp, sp_elementwise] = plan({"parallel.tp=2", "parallel.sequence_parallel=true"});
   EXPECT_NEAR(sp, tokens * ((split + 2 * gate) / 2 + whole) / 1e12 + sp_elementwise, 1e-15);
-  // Under fp8_current (no bf16 edge layers) at twice the rate: the split linears' half and every
-  // routed expert in FP8, with each MoE layer's padding (4 experts x 15 rows through both
+  // Under fp8_current (no bf16 edge layers) at twice the rate: the split linears' half and the
+  // routed experts' half in FP8, with each MoE layer's padding (4 experts x 15 rows through both
   // projections, per micro-batch); the router, the latent projections, the gate and eh_proj stay
   // fp32, the heads bf16.
   hw.fp8_peak_flops = 2e12;
   const auto [fp8, fp8_elementwise] =
       plan({"parallel.tp=2", "precision.recipe=fp8_current", "precision.fp8_edge_layers_bf16=false"});
-  const double split_fp8 = 2 * (attention + shared), whole_fp8 = 2 * experts;
-  const double at_gemm_rate = (2 * scores + heads) / 2 + 2 * (router + latent + gate) + eh_proj;
+  const double split_fp8 = 2 * (attention + shared + experts);
+  const double at_gemm_rate = (2 * (scores + 2 * router / 3 + latent) + heads) / 2 + 2 * (router / 3 + gate) + eh_proj;
   const double padding = 2 * 4 * 15 * 6 * (16 * 8 + 8 * 8) / 2e12;
-  EXPECT_NEAR(fp8, tokens * (at_gemm_rate / 1e12 + (split_fp8 / 2 + whole_fp8) / 2e12) + padding + fp8_elementwise,
-              1e-15);
+  EXPECT_NEAR(fp8, tokens * (at_gemm_rate / 1e12 + split_fp8 / 2 / 2e12) + padding + fp8_elementwise, 1e-15);
 }
 
 // A layer of each region kind that communicates: attention, a dense MLP, and a MoE layer with a
@@ -98,25 +99,31 @@ TEST(TensorParallelTime, CollectivesMoveFp32WhateverTheActivationsAreStoredIn) {
   const double rows = 16 * 16;
   const double reduce = all_reduce_seconds(4 * rows, 2, link), gather = all_gather_seconds(4 * rows, 2, link);
   const double bf16_gather = all_gather_seconds(2 * rows, 2, link);
-  // Three regions (attention, the MLP, the shared expert) all-reduce once forward and once
-  // backward; the lookup forward, the head backward.
+  // Three regions (attention, the MLP, the shared expert) and the routed part (its shares'
+  // outputs, their input gradients) all-reduce once forward and once backward; the lookup
+  // forward, the head backward; then the fp32 sums of the router's and experts' gradients, which
+  // each rank computes over its share of the tokens.
   for (const char* device : {"cpu", "cuda"}) {
     const auto [stage, t] = plan({"parallel.tp=2", "precision.recipe=bf16", std::string("runtime.device=") + device});
-    EXPECT_NEAR(t.tp_comm, 8 * reduce, 1e-15) << device;
+    double summed = 0.0;
+    for (const int64_t n : stage.tp_gradient_sums) summed += all_reduce_seconds(4.0 * n, 2, link);
+    EXPECT_EQ(stage.tp_gradient_sums, (std::vector<int64_t>{4 * 16 + 4 * 3 * 8 * 16})) << device;
+    EXPECT_NEAR(t.tp_comm, 10 * reduce + summed, 1e-15) << device;
   }
   // Sequence parallelism on a GPU under bf16. Forward: the shared expert's input, the routed
   // part's, the head's gathered in fp32, the three regions' outputs and the lookup reduce-scattered;
   // backward: the three regions' output gradients, the shared expert's input again and the lookup's
-  // gathered, the three regions' input gradients, the routed part's and the head's reduce-scattered;
-  // then the fp32 sums of the gradients every rank holds whole.
+  // gathered, the three regions' input gradients and the head's reduce-scattered (the routed part's
+  // input gradient is the rank's own rows'); then the fp32 sums of the gradients every rank holds
+  // whole.
   const auto [stage, t] = plan({"parallel.tp=2", "parallel.sequence_parallel=true", "precision.recipe=bf16",
                                 "runtime.device=cuda"});
   double summed = 0.0;
   for (const int64_t n : stage.tp_gradient_sums) summed += all_reduce_seconds(4.0 * n, 2, link);
-  EXPECT_NEAR(t.tp_comm, 4 * bf16_gather + (7 + 10) * gather + summed, 1e-15);
+  EXPECT_NEAR(t.tp_comm, 4 * bf16_gather + (7 + 9) * gather + summed, 1e-15);
   // On the CPU every gather is fp32.
   const auto [cpu_stage, cpu] = plan({"parallel.tp=2", "parallel.sequence_parallel=true", "precision.recipe=bf16"});
-  EXPECT_NEAR(cpu.tp_comm, (4 + 7 + 10) * gather + summed, 1e-15);
+  EXPECT_NEAR(cpu.tp_comm, (4 + 7 + 9) * gather + summed, 1e-15);
 }
 
 // Context parallelism's exchanges and the pipeline's sends move fp32 too

@@ -433,8 +433,10 @@ train: {global_batch: 2, micro_batch: 2}
 // sequence parallelism each region from a column- to a row-parallel linear all-reduces them once
 // forward and once backward: attention,
 // each Mamba-2 mixer, the MoE layer's shared expert, and the depth's attention and shared expert;
-// the routed experts (every rank routes all the tokens) none. The two lookups (the embedding and
-// the depth's) all-reduce forward, the two heads backward.
+// the two routed parts (each rank runs its share of the tokens) sum their shares' outputs forward
+// and input gradients backward. The two lookups (the embedding and the depth's) all-reduce
+// forward, the two heads backward. The MoE layers' router, latent projections and experts, which
+// each rank differentiates over its share, have their gradients summed (fp32, after their unit).
 TEST(TimePlan, HybridTensorParallelCommunicationIsCountedCollectiveByCollective) {
   const Hardware hw = device();
   const Link& link = hw.link(comm::LinkClass::SameNode);
@@ -446,12 +448,13 @@ TEST(TimePlan, HybridTensorParallelCommunicationIsCountedCollectiveByCollective)
   const double stream = 16 * 16 * 4;
   const double reduce = all_reduce_seconds(stream, 2, link), gather = all_gather_seconds(stream, 2, link);
   const auto [plain, t] = plan({"parallel.tp=2"});
-  EXPECT_TRUE(plain.tp_gradient_sums.empty());  // kv heads split: no gradient several ranks hold
-  EXPECT_NEAR(t.tp_comm, (6 + 2 + 6 + 2) * reduce, 1e-15);
+  const int64_t moe_sums = 64 + 256 + 768;  // router 4 x 16, latent 2 x 8 x 16, experts 4 x 3 x 8 x 8
+  EXPECT_EQ(plain.tp_gradient_sums, (std::vector<int64_t>{moe_sums, moe_sums}));  // kv heads split: nothing else
+  EXPECT_NEAR(t.tp_comm, (6 + 2 + 2 + 6 + 2 + 2) * reduce + 2 * all_reduce_seconds(4.0 * moe_sums, 2, link), 1e-15);
   // Sequence parallelism: each region gathers its input and reduce-scatters its output forward;
   // backward it gathers the output's gradient, gathers its input again for the weight gradient
   // (no FP8 codes kept on the CPU) and reduce-scatters the input's gradient. Each MoE layer's routed
-  // part gathers its input rows forward and reduce-scatters their gradient backward; each lookup
+  // part gathers its input rows forward (its input gradient is its own rows'); each lookup
   // reduce-scatters forward and gathers backward, each head the other way round; eh_proj gathers
   // its [enorm | hnorm] rows (32 wide) forward and its output's gradient backward.
   const auto [split, s] = plan({"parallel.tp=2", "parallel.sequence_parallel=true"});
@@ -464,12 +467,12 @@ TEST(TimePlan, HybridTensorParallelCommunicationIsCountedCollectiveByCollective)
   EXPECT_EQ(split.tp_gradient_sums, sums);
   double summed = 0.0;
   for (const int64_t n : sums) summed += all_reduce_seconds(4.0 * n, 2, link);
-  const double regions = 6 * (2 + 3) * gather, routed = 2 * 2 * gather, ends = 4 * 2 * gather;
+  const double regions = 6 * (2 + 3) * gather, routed = 2 * gather, ends = 4 * 2 * gather;
   const double eh_proj = all_gather_seconds(2 * stream, 2, link) + gather;
   EXPECT_NEAR(s.tp_comm, regions + routed + ends + eh_proj + summed, 1e-15);
   // Recompute runs the blocks' forwards, and their collectives, again.
   const auto [again, r] = plan({"parallel.tp=2", "parallel.sequence_parallel=true", "model.recompute=true"});
-  EXPECT_NEAR(r.tp_comm - s.tp_comm, 6 * 2 * gather + routed / 2, 1e-15);
+  EXPECT_NEAR(r.tp_comm - s.tp_comm, 6 * 2 * gather + routed, 1e-15);
 }
 
 // The multi-token prediction depth's block is costed as the layers' blocks are: its linears under
@@ -499,10 +502,10 @@ TEST(TimePlan, MultiTokenPredictionBlocksAreCostedAsTheLayersBlocks) {
   const std::vector<std::string> all_fp8 = {"precision.fp8_edge_layers_bf16=false"};
   EXPECT_NEAR(time("fp8_current", all_fp8).compute,
               time("bf16", all_fp8).compute - saved(middle + edges + depth + 2 * experts) + 2 * padding, 1e-15);
-  // At tp 2 each rank computes half of the split linears and every routed expert over all rows
-  // (both recipes charge the experts whole: TensorParallelTime counts the rest by hand).
+  // At tp 2 each rank computes half of the split linears and of the routed experts' rows (its
+  // share of the tokens: TensorParallelTime counts the rest by hand).
   EXPECT_NEAR(time("fp8_current", all_fp8, 2).compute,
-              time("bf16", all_fp8, 2).compute - saved((middle + edges + depth) / 2 + 2 * experts) + 2 * padding,
+              time("bf16", all_fp8, 2).compute - saved((middle + edges + depth + 2 * experts) / 2) + 2 * padding,
               1e-15);
   // bf16 casts on the CPU (as MambaMixersAndExpertsRunAtTheFp8RateAndAreCastOverTheirRows
   // counts them): the layers', the depth block's attention, shared expert, latent projections and

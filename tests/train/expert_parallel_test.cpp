@@ -2,8 +2,9 @@
 // function as one rank for 20 steps (losses per step and final parameters, fp32: relative 1e-5)
 // for every router, dropless and with capacity dropping; composed with tensor parallelism
 // (with sequence parallelism), pipeline parallelism, data parallelism with ZeRO-1 and activation
-// recompute, and ZeRO-3 (ep 1 and ep 2 x dp 2); bf16 and FP8 experts train as one rank; the
-// aux-loss-free expert bias the same in every layout.
+// recompute, and ZeRO-3 (ep 1 and ep 2 x dp 2); folded onto the tensor-parallel ranks (MoE
+// parallel folding); bf16 and FP8 experts train as one rank; the aux-loss-free expert bias the
+// same in every layout.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -127,6 +128,51 @@ TEST_F(ExpertParallelTraining, Ep2ComposesWithTensorPipelineAndDataParallelism) 
   EXPECT_GT(std::fabs(bias[0]) + std::fabs(bias[1]) + std::fabs(bias[2]) + std::fabs(bias[3]), 0.0f);
 }
 
+// MoE parallel folding (Megatron-Core's expert tensor parallelism 1): every tensor-parallel rank
+// routes the whole group alike, then runs only its share of the tokens through the experts, and
+// ep spreads the experts over the tensor-parallel ranks first. With and without sequence
+// parallelism, the experts replicated (ep 1: their gradients summed over tp) or folded (ep 2 on
+// the tp pair, ep 4 over tp x dp), capacity drops decided over the group, ZeRO-1 and ZeRO-3: the
+// same function as one rank (losses, gradient norms and final parameters, the expert bias among
+// them).
+TEST_F(ExpertParallelTraining, ExpertsFoldOntoTensorParallelRanks) {
+  // init_std 0.1: the experts' share of the gradient norm is large enough (about 1%) that
+  // counting it once per tensor-parallel rank shows.
+  const std::vector<std::string> keys = {"model.init_std=0.1",              "model.moe_router=sigmoid",
+                                         "model.moe_expert_bias=true",      "model.moe_bias_update_rate=0.01",
+                                         "model.moe_capacity_factor=1.0",   "model.moe_drop_policy=probs"};
+  // The gradient norm too: each expert counted once whichever ranks hold it.
+  auto expect_same_run_and_norms = [&](const std::vector<nlohmann::json>& one, const std::string& reference,
+                                       const std::string& name, const std::vector<std::string>& overrides) {
+    SCOPED_TRACE(name);
+    const std::vector<nlohmann::json> run = train(name, overrides);
+    testing::expect_same_losses(testing::losses_of(one), testing::losses_of(run));
+    for (size_t s = 0; s < one.size() && s < run.size(); ++s) {
+      const double norm = one[s].at("grad_norm").get<double>();
+      EXPECT_NEAR(run[s].at("grad_norm").get<double>(), norm, 1e-5 * norm) << "step " << s + 1;
+    }
+    EXPECT_LE(testing::state_difference(root_, reference, name), 1e-5);
+  };
+  const std::vector<nlohmann::json> one = train("fold-one", keys);
+  const std::string sp = "parallel.sequence_parallel=true";
+  auto expect_same_as_one = [&](const std::string& name, const std::vector<std::string>& overrides) {
+    expect_same_run_and_norms(one, "fold-one", name, with(keys, overrides));
+  };
+  expect_same_as_one("fold-tp2-ep1", {"runtime.ranks=2", "parallel.tp=2"});
+  expect_same_as_one("fold-tp2-ep2", {"runtime.ranks=2", "parallel.tp=2", "parallel.ep=2"});
+  expect_same_as_one("fold-tp2-sp-ep2", {"runtime.ranks=2", "parallel.tp=2", "parallel.ep=2", sp});
+  expect_same_as_one("fold-tp2-sp-ep4-dp2-zero1",
+                     {"runtime.ranks=4", "parallel.tp=2", "parallel.ep=4", sp, "parallel.zero=1"});
+  expect_same_as_one("fold-tp2-ep2-dp2-zero3", {"runtime.ranks=4", "parallel.tp=2", "parallel.ep=2", "parallel.zero=3"});
+  // A latent MoE: the latent projections run on each rank's share of the tokens as well.
+  const std::vector<std::string> latent = with(keys, {"model.moe_latent_size=8"});
+  const std::vector<nlohmann::json> latent_one = train("fold-latent-one", latent);
+  expect_same_run_and_norms(latent_one, "fold-latent-one", "fold-latent-tp2-ep1",
+                            with(latent, {"runtime.ranks=2", "parallel.tp=2"}));
+  expect_same_run_and_norms(latent_one, "fold-latent-one", "fold-latent-tp2-ep2",
+                            with(latent, {"runtime.ranks=2", "parallel.tp=2", "parallel.ep=2"}));
+}
+
 // Qwen2-MoE's gated shared expert: its gate weight is replicated over tensor parallelism (its
 // gradient summed over the sequence-parallel ranks' rows) and dense under expert parallelism.
 TEST_F(ExpertParallelTraining, GatedSharedExpertEqualsOneRankUnderTp2AndEp2) {
@@ -173,12 +219,14 @@ TEST_F(ExpertParallelTraining, Bf16RecipeTrains) {
                   {"runtime.ranks=2", "parallel.ep=2", "precision.recipe=bf16", "model.recompute=true"}));
   testing::expect_same_losses(losses("fp8-one", {"precision.recipe=fp8_current"}),
                               losses("fp8-ep2", {"runtime.ranks=2", "parallel.ep=2", "precision.recipe=fp8_current"}));
-  // ep must divide the data-parallel ranks (and the experts): refused before any rank starts.
+  // ep must divide a stage's ranks (and the experts): refused before any rank starts.
   try {
     losses("ep4-of-2", {"runtime.ranks=2", "parallel.ep=4"});
-    ADD_FAILURE() << "parallel.ep=4 on 2 data-parallel ranks was accepted";
+    ADD_FAILURE() << "parallel.ep=4 on 2 ranks was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("parallel.ep = 4 must divide the 2 data-parallel ranks"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("parallel.ep = 4 must divide the 2 ranks of a pipeline stage (tp 1 x cp 1 "
+                                         "x dp 2"),
+              std::string::npos)
         << e.what();
   }
 }

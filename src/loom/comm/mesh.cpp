@@ -15,8 +15,8 @@ struct Axis {
 };
 
 // The two factorisations of the world, fastest axis first. Megatron-Core's order is
-// "tp-cp-ep-dp-pp"; the dense generator has ep = 1 and the expert one cp = 1, and a size-1 axis
-// changes no rank's index, so each reduces to the four axes below.
+// "tp-cp-ep-dp-pp"; the dense generator has ep = 1 and the expert one cp = 1 and tp = expert tp
+// = 1, and a size-1 axis changes no rank's index, so each reduces to the four axes below.
 std::vector<Axis> dense_axes(const MeshLayout& layout) {
   const MeshShape& s = layout.shape;
   return {{"tp", s.tp}, {"cp", s.cp}, {"dp", s.dp}, {"pp", s.pp}};
@@ -24,7 +24,7 @@ std::vector<Axis> dense_axes(const MeshLayout& layout) {
 
 std::vector<Axis> expert_axes(const MeshLayout& layout) {
   const MeshShape& s = layout.shape;
-  return {{"tp", s.tp}, {"ep", s.ep}, {"dp", layout.expert_dp}, {"pp", s.pp}};
+  return {{"tp", 1}, {"ep", s.ep}, {"dp", layout.expert_dp}, {"pp", s.pp}};
 }
 
 std::string axis_names(const std::vector<Axis>& axes) {
@@ -124,15 +124,16 @@ MeshLayout make_mesh_layout(int world_size, MeshShape shape) {
             std::to_string(static_cast<long long>(model) * shape.dp) + " but the world has " +
             std::to_string(world_size) + " ranks; use dp " + std::to_string(dp) + " or 0 (auto)");
   shape.dp = dp;
-  LOOM_CHECK(dp * shape.cp % shape.ep == 0, "mesh: ep " + std::to_string(shape.ep) +
-                                           " does not divide dp * cp = " + std::to_string(dp) + " * " +
-                                           std::to_string(shape.cp) + " = " + std::to_string(dp * shape.cp) +
-                                           " (expert parallelism is carved out of dp x cp; " + sizes + ")");
+  const int stage = shape.tp * shape.cp * dp;
+  LOOM_CHECK(stage % shape.ep == 0, "mesh: ep " + std::to_string(shape.ep) + " does not divide tp * cp * dp = " +
+                                        std::to_string(shape.tp) + " * " + std::to_string(shape.cp) + " * " +
+                                        std::to_string(dp) + " = " + std::to_string(stage) +
+                                        " (expert parallelism is carved out of a stage's ranks; " + sizes + ")");
 
   MeshLayout layout;
   layout.world_size = world_size;
   layout.shape = shape;
-  layout.expert_dp = dp * shape.cp / shape.ep;
+  layout.expert_dp = stage / shape.ep;
   const auto dense = dense_axes(layout);
   const auto expert = expert_axes(layout);
   layout.groups["tp"] = groups_over(dense, "tp", false);
@@ -167,8 +168,8 @@ MeshCoord mesh_coord(const MeshLayout& layout, int world_rank) {
   c.cp = world_rank / s.tp % s.cp;
   c.dp = world_rank / (s.tp * s.cp) % s.dp;
   c.pp = world_rank / (s.tp * s.cp * s.dp);
-  c.ep = world_rank / s.tp % s.ep;
-  c.expert_dp = world_rank / (s.tp * s.ep) % layout.expert_dp;
+  c.ep = world_rank % s.ep;
+  c.expert_dp = world_rank / s.ep % layout.expert_dp;
   return c;
 }
 
@@ -177,8 +178,8 @@ std::string describe_mesh(const MeshLayout& layout) {
   std::ostringstream out;
   out << "mesh: world " << layout.world_size << " = " << shape_text(layout)
       << " (rank order tp-cp-dp-pp, tp fastest)\n";
-  out << "experts: world " << layout.world_size << " = tp " << s.tp << " x ep " << s.ep << " x expert_dp "
-      << layout.expert_dp << " x pp " << s.pp << " (rank order tp-ep-dp-pp)\n";
+  out << "experts: world " << layout.world_size << " = ep " << s.ep << " x expert_dp " << layout.expert_dp
+      << " x pp " << s.pp << " (rank order ep-dp-pp, ep fastest; expert tp 1)\n";
   for (const std::string& kind : mesh_group_kinds()) {
     const auto& groups = layout.groups.at(kind);
     out << kind << " groups (" << groups.size() << " of " << groups.front().size() << "):";

@@ -2,9 +2,12 @@
 // The device mesh: world = pp x dp x cp x tp in Megatron-Core's rank order "tp-cp-ep-dp-pp"
 // (tp varies fastest, pp slowest; ep is 1 for the dense groups). It gives every rank its
 // coordinates and the process groups Megatron-Core users know. Expert parallelism is carved out
-// of dp x cp as Megatron's expert rank generator does: a second factorisation of the same ranks
-// in the order "tp-ep-dp-pp" with expert tp = tp and expert-dp = dp * cp / ep. Both
-// factorisations share the pp groups, so a pipeline stage holds the same layers in both.
+// of a stage's tp x cp x dp ranks as Megatron's expert rank generator does with
+// expert_tensor_parallel_size 1 (MoE parallel folding): a second factorisation of the same ranks
+// in the order "tp-ep-dp-pp" with expert tp = 1, ep dividing tp * cp * dp, and expert-dp =
+// tp * cp * dp / ep. ep therefore takes the tensor-parallel ranks first: tp 8 with ep 8 puts a
+// node's eight GPUs' experts on its fast links. Both factorisations share the pp groups, so a
+// pipeline stage holds the same layers in both.
 #include <map>
 #include <memory>
 #include <string>
@@ -22,7 +25,7 @@ struct MeshShape {
 struct MeshLayout {
   int world_size = 0;
   MeshShape shape;    // dp resolved
-  int expert_dp = 0;  // dp * cp / ep
+  int expert_dp = 0;  // tp * cp * dp / ep
   // Group kind ("tp", "cp", "dp", "pp", "dp_cp", "ep", "expert_dp", "embedding") -> the groups,
   // each a list of world ranks in group-rank order.
   std::map<std::string, std::vector<std::vector<int>>> groups;
@@ -38,14 +41,14 @@ std::string describe_mesh(const MeshLayout& layout);
 
 // Megatron-Core's RankGenerator::get_ranks: the groups spanning the axes named in `axes`
 // ("tp", "dp-cp", "tp-pp", ...; any order, the mesh order decides the rank order inside a
-// group). Dense axes: tp, cp, dp, pp. With expert = true the expert factorisation: tp, ep, dp
-// (expert-dp), pp. Groups are listed by the mixed-radix index of the remaining axes.
+// group). Dense axes: tp, cp, dp, pp. With expert = true the expert factorisation: tp (size 1),
+// ep, dp (expert-dp), pp. Groups are listed by the mixed-radix index of the remaining axes.
 std::vector<std::vector<int>> mesh_rank_groups(const MeshLayout& layout, const std::string& axes, bool expert = false);
 
 // One world rank's position on every axis of both factorisations.
 struct MeshCoord {
   int tp = 0, cp = 0, dp = 0, pp = 0;  // dense
-  int ep = 0, expert_dp = 0;           // expert (expert tp = tp, pp shared)
+  int ep = 0, expert_dp = 0;           // expert (expert tp = 1, pp shared)
 };
 MeshCoord mesh_coord(const MeshLayout& layout, int world_rank);
 

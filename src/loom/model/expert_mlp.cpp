@@ -33,7 +33,7 @@ void stored_linear_backward(ParameterStore& store, LinearPrecision* precision, i
   }
 }
 
-ExpertMlp::ExpertMlp(ParameterStore& store, const TensorParallel& tp, const std::string& prefix, int first,
+ExpertMlp::ExpertMlp(ParameterStore& store, const ShardSpec& placement, const std::string& prefix, int first,
                      int count, int width, int ffn_size, config::Activation activation, float init_std,
                      float out_std)
     : store_(&store),
@@ -46,14 +46,13 @@ ExpertMlp::ExpertMlp(ParameterStore& store, const TensorParallel& tp, const std:
   const bool swiglu = activation == config::Activation::Swiglu;
   for (int j = 0; j < count; ++j) {
     const std::string name = prefix + ".experts." + std::to_string(first + j);
-    // Whole on every tensor-parallel rank (each computes the layer for all its tokens).
     if (swiglu) {
-      in_.push_back(store.add(name + ".gate_proj.weight", {ffn_size, width}, Init::Normal, init_std, tp.replicated()));
-      store.add(name + ".up_proj.weight", {ffn_size, width}, Init::Normal, init_std, tp.replicated());
+      in_.push_back(store.add(name + ".gate_proj.weight", {ffn_size, width}, Init::Normal, init_std, placement));
+      store.add(name + ".up_proj.weight", {ffn_size, width}, Init::Normal, init_std, placement);
     } else {
-      in_.push_back(store.add(name + ".up_proj.weight", {ffn_size, width}, Init::Normal, init_std, tp.replicated()));
+      in_.push_back(store.add(name + ".up_proj.weight", {ffn_size, width}, Init::Normal, init_std, placement));
     }
-    down_.push_back(store.add(name + ".down_proj.weight", {width, ffn_size}, Init::Normal, out_std, tp.replicated()));
+    down_.push_back(store.add(name + ".down_proj.weight", {width, ffn_size}, Init::Normal, out_std, placement));
   }
 }
 

@@ -65,8 +65,9 @@ class ExpertMlp {
     // bf16_hidden)
     Buffer hidden, act;
   };
-  // Registers experts [first, first + count) of width `width` (d_model or the latent size).
-  ExpertMlp(ParameterStore& store, const TensorParallel& tp, const std::string& prefix, int first, int count,
+  // Registers experts [first, first + count) of width `width` (d_model or the latent size), each
+  // tensor whole and placed as `placement` says (MoeLayer decides).
+  ExpertMlp(ParameterStore& store, const ShardSpec& placement, const std::string& prefix, int first, int count,
             int width, int ffn_size, config::Activation activation, float init_std, float out_std);
   int count() const { return count_; }
   // The experts' GEMMs in `recipe`. Every one of the layer's `experts` is registered with

@@ -46,6 +46,30 @@ DispatchPlan plan_dispatch(const int32_t* expert, const float* weight, int64_t t
   return plan;
 }
 
+DispatchPlan share_of_plan(const DispatchPlan& plan, int64_t first, int64_t tokens) {
+  LOOM_CHECK(first >= 0 && tokens >= 0 && first + tokens <= plan.tokens,
+             "share_of_plan: tokens [" + std::to_string(first) + ", " + std::to_string(first + tokens) +
+                 ") are outside the plan's " + std::to_string(plan.tokens));
+  const int64_t k = plan.top_k, begin = first * k, end = (first + tokens) * k;
+  DispatchPlan share;
+  share.tokens = tokens;
+  share.top_k = plan.top_k;
+  share.experts = plan.experts;
+  share.expert_rows.assign(plan.expert_rows.size(), 0);
+  share.kept.assign(plan.kept.begin() + begin, plan.kept.begin() + end);
+  share.dropped = std::count(share.kept.begin(), share.kept.end(), uint8_t{0});
+  int64_t row = 0;
+  for (size_t e = 0; e < plan.expert_rows.size(); ++e) {
+    for (int64_t n = 0; n < plan.expert_rows[e]; ++n, ++row) {
+      const int64_t selection = plan.order[row];
+      if (selection < begin || selection >= end) continue;
+      share.order.push_back(selection - begin);
+      ++share.expert_rows[e];
+    }
+  }
+  return share;
+}
+
 std::vector<int32_t> dispatched_tokens(const DispatchPlan& plan) {
   std::vector<int32_t> tokens(plan.order.size());
   for (size_t r = 0; r < plan.order.size(); ++r) tokens[r] = static_cast<int32_t>(plan.order[r] / plan.top_k);

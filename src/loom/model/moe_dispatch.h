@@ -32,6 +32,12 @@ int64_t expert_capacity(int64_t tokens, int top_k, int experts, double capacity_
 DispatchPlan plan_dispatch(const int32_t* expert, const float* weight, int64_t tokens, int top_k, int experts,
                            double capacity_factor, config::MoeDropPolicy policy);
 
+// The part of `plan` whose tokens are [first, first + tokens), as a plan over those tokens alone
+// (selection and token indices counted from `first`; rows still by expert, then token). Each
+// tensor-parallel rank dispatches its share of the group's tokens from the group's plan, so
+// capacity and drops stay decided over the whole group.
+DispatchPlan share_of_plan(const DispatchPlan& plan, int64_t first, int64_t tokens);
+
 // The token of each dispatched row (the index of the layer's row gathers and scatter-adds).
 std::vector<int32_t> dispatched_tokens(const DispatchPlan& plan);
 

@@ -32,13 +32,16 @@ MoeLayer::MoeLayer(ParameterStore& store, const TensorParallel& tp, ExpertLayout
   LOOM_CHECK(E % experts.size == 0, "layer " + std::to_string(layer) + " (" + prefix + "): model.moe_experts " +
                                         std::to_string(E) + " cannot be split over " + std::to_string(experts.size) +
                                         " expert-parallel ranks (parallel.ep must divide it)");
-  router_weight_ = store.add(prefix + ".gate.weight", {E, config.d_model}, Init::Normal, init_std, tp.replicated());
+  // The router and latent projections see this rank's share of the tokens only: their gradients
+  // are summed over the tensor-parallel ranks.
+  router_weight_ =
+      store.add(prefix + ".gate.weight", {E, config.d_model}, Init::Normal, init_std, tp.replicated_partial());
   store.set_lr_scale(router_weight_, static_cast<float>(config.moe.router_lr_scale));
   if (config.moe.latent_size > 0) {
     latent_down_ = store.add(prefix + ".fc1_latent_proj.weight", {width_, config.d_model}, Init::Normal, init_std,
-                             tp.replicated());
+                             tp.replicated_partial());
     latent_up_ = store.add(prefix + ".fc2_latent_proj.weight", {config.d_model, width_}, Init::Normal, out_std,
-                           tp.replicated());
+                           tp.replicated_partial());
   }
   if (config.moe.shared_ffn_size > 0) {
     shared_.emplace(store, tp, layer, prefix + ".shared_expert", config.d_model, config.moe.shared_ffn_size,
@@ -49,10 +52,14 @@ MoeLayer::MoeLayer(ParameterStore& store, const TensorParallel& tp, ExpertLayout
     }
   }
   // The routed experts last: a layer's dense and expert parameters are then two contiguous runs
-  // (expert parallelism reduces and shards them over different groups).
+  // (expert parallelism reduces and shards them over different groups). Without expert
+  // parallelism every tensor-parallel rank holds every expert and computes its share of the
+  // tokens' gradients: summed over the group. With it the expert-data-parallel group (which
+  // holds the tensor-parallel ranks) sums the copies, and every rank's experts count in the norm.
   const int local = E / experts.size;
   const int ffn = config.moe.ffn_size > 0 ? config.moe.ffn_size : dense_ffn;
-  experts_.emplace(store, tp, prefix, experts.rank * local, local, width_, ffn, config.activation, init_std,
+  const ShardSpec placement = experts.size == 1 ? tp.replicated_partial() : ShardSpec{};
+  experts_.emplace(store, placement, prefix, experts.rank * local, local, width_, ffn, config.activation, init_std,
                    out_std);
   bias_.assign(E, 0.0f);
   stats_.loads.assign(E, 0.0);
@@ -109,6 +116,13 @@ const float* MoeLayer::run_experts(Saved& s, int64_t width) const {
   return returned;
 }
 
+MoeLayer::RowShare MoeLayer::share(int64_t rows) const {
+  if (tp_->sequence_parallel()) return {tp_->first_local_row(rows), tp_->local_rows(rows)};
+  const int parts = tp_->size(), rank = tp_->rank();
+  const int64_t first = balanced_first(rows, parts, rank);
+  return {first, balanced_first(rows, parts, rank + 1) - first};
+}
+
 void MoeLayer::forward(Saved& s, float* residual, const float* normed, int64_t batch, int64_t seq,
                        ParallelScratch& scratch) const {
   const auto start = std::chrono::steady_clock::now();
@@ -116,36 +130,52 @@ void MoeLayer::forward(Saved& s, float* residual, const float* normed, int64_t b
   if (shared_) shared_forward(s, residual, normed, rows, scratch);
   const float* x = tp_->enter_forward(normed, rows, C, s.gathered);  // every token of the group
   router_.forward(s.routing, x, rows, seq, value(router_weight_), moe_.expert_bias ? bias_.data() : nullptr, comm_);
-  s.plan = plan_dispatch(s.routing.expert.data(), s.routing.weight.data(), rows, router_.top_k(), router_.experts(),
-                         moe_.capacity_factor, moe_.drop_policy);
-  const int64_t R = static_cast<int64_t>(s.plan.order.size());
-  const int32_t* tokens = upload(device_, s.row_token, dispatched_tokens(s.plan));
-  // Each selection's dispatched row (-1: dropped), for the router's backward on the device.
-  selection_row_.assign(static_cast<size_t>(rows * router_.top_k()), -1);
-  for (int64_t r = 0; r < R; ++r) selection_row_[static_cast<size_t>(s.plan.order[r])] = static_cast<int32_t>(r);
-  upload(device_, s.selection_row, selection_row_);
+  DispatchPlan plan = plan_dispatch(s.routing.expert.data(), s.routing.weight.data(), rows, router_.top_k(),
+                                    router_.experts(), moe_.capacity_factor, moe_.drop_policy);
+  s.group_dropped = plan.dropped;
+  // The routed part runs on this rank's share of the group's tokens (every tensor-parallel rank
+  // routes the whole group alike, then dispatches its share).
+  const RowShare mine = share(rows);
+  s.plan = mine.rows == rows ? std::move(plan) : share_of_plan(plan, mine.first, mine.rows);
+  const int64_t R = static_cast<int64_t>(s.plan.order.size()), k = router_.top_k();
+  const int32_t* tokens = upload(device_, s.row_token, dispatched_tokens(s.plan));  // counted from mine.first
+  // Each selection's dispatched row (-1: dropped or another rank's), for the router's backward.
+  selection_row_.assign(static_cast<size_t>(rows * k), -1);
   std::vector<float> row_weight(R);
-  for (int64_t r = 0; r < R; ++r) row_weight[r] = s.routing.weight[s.plan.order[r]];
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t selection = mine.first * k + s.plan.order[r];
+    selection_row_[static_cast<size_t>(selection)] = static_cast<int32_t>(r);
+    row_weight[r] = s.routing.weight[selection];
+  }
+  upload(device_, s.selection_row, selection_row_);
   const float* weights = upload(device_, s.row_weight, row_weight);
-  const float* expert_input = x;
+  const float* expert_input = x + mine.first * C;
   if (latent_down_ >= 0) {
-    float* z = sized(s.latent, rows * W, device_);
-    stored_linear_forward(*store_, latent_down_precision_.get(), latent_down_, z, x, rows, C, W);
+    float* z = sized(s.latent, mine.rows * W, device_);
+    stored_linear_forward(*store_, latent_down_precision_.get(), latent_down_, z, expert_input, mine.rows, C, W);
     expert_input = z;
   }
   float* dispatched = sized(s.dispatched, R * W, device_);
   kernels::gather_rows(device_, dispatched, expert_input, tokens, nullptr, R, W);
   const float* returned = run_experts(s, W);
-  float* y = zeroed(s.combined, rows * W, device_);
+  float* y = zeroed(s.combined, mine.rows * W, device_);
   kernels::scatter_add_rows(device_, y, returned, W, tokens, weights, R, W);  // combine, in dispatched order
   const float* out = y;
   if (latent_up_ >= 0) {
-    float* full = sized(moe_scratch().out_full, rows * C, device_);
-    stored_linear_forward(*store_, latent_up_precision_.get(), latent_up_, full, y, rows, W, C);
+    float* full = sized(moe_scratch().out_full, mine.rows * C, device_);
+    stored_linear_forward(*store_, latent_up_precision_.get(), latent_up_, full, y, mine.rows, W, C);
     out = full;
   }
-  const int64_t first = tp_->first_local_row(rows), local = tp_->local_rows(rows);
-  kernels::add_in_place(device_, residual, out + first * C, local * C);
+  if (mine.rows == tp_->local_rows(rows)) {
+    kernels::add_in_place(device_, residual, out, mine.rows * C);  // the share is this rank's rows
+  } else {
+    // Tensor parallel without sequence parallelism: every rank holds every row; the shares are
+    // summed into place (exact: each row is one rank's, zeros elsewhere).
+    float* whole = zeroed(moe_scratch().whole, rows * C, device_);
+    copy_on_device(device_, whole + mine.first * C, out, mine.rows * C);
+    tp_->all_reduce(whole, rows * C);
+    kernels::add_in_place(device_, residual, whole, rows * C);
+  }
   stats_.seconds += seconds_since(start);
 }
 
@@ -221,16 +251,17 @@ void MoeLayer::backward(float* d_normed, const float* d_residual, const float* n
                         Workspace& work, int64_t batch, int64_t seq, ParallelScratch& scratch) const {
   const auto start = std::chrono::steady_clock::now();
   const int64_t rows = batch * seq, C = d_model_, W = width_;
-  const int64_t first = tp_->first_local_row(rows), local = tp_->local_rows(rows);
   if (shared_) shared_backward(d_normed, d_residual, normed, s, work, rows, scratch);
-  const float* x = tp_->sequence_parallel() ? s.gathered.data() : normed;
-  // The gradient of the branch's output over all rows: this rank's rows only (sequence parallel).
-  float* d_out = zeroed(moe_scratch().d_full, rows * C, device_);
-  copy_on_device(device_, d_out + first * C, d_residual, local * C);
+  const RowShare mine = share(rows);
+  const bool own_rows = mine.rows == tp_->local_rows(rows);  // else every rank holds every row
+  const float* x = (tp_->sequence_parallel() ? s.gathered.data() : normed) + mine.first * C;
+  // The gradient of the branch's output at this rank's share of the rows.
+  const float* d_out = own_rows ? d_residual : d_residual + mine.first * C;
   const float* d_y = d_out;
   if (latent_up_ >= 0) {
-    float* dy = zeroed(moe_scratch().d_y, rows * W, device_);
-    stored_linear_backward(*store_, latent_up_precision_.get(), latent_up_, dy, d_out, s.combined.data(), rows, W, C);
+    float* dy = zeroed(moe_scratch().d_y, mine.rows * W, device_);
+    stored_linear_backward(*store_, latent_up_precision_.get(), latent_up_, dy, d_out, s.combined.data(), mine.rows,
+                           W, C);
     d_y = dy;
   }
   // Combine: y[t] = sum_r weight[s_r] * returned[r].
@@ -243,24 +274,30 @@ void MoeLayer::backward(float* d_normed, const float* d_residual, const float* n
   float* d_dispatched = sized(moe_scratch().d_rows2, R * W, device_);
   if (comm_ != nullptr && comm_->size() > 1) d_dispatched = sized(moe_scratch().out_full, R * W, device_);
   experts_backward(d_dispatched, d_returned, s, work, W);
-  // Each rank's input gradient covers its own rows' outputs: summed over the sequence-parallel
-  // ranks (reduce-scatter); without sequence parallelism every rank holds the whole gradient.
-  float* d_x = tp_->sequence_parallel() ? tp_->enter_backward_target(d_normed, rows, C, scratch.d_full) : d_normed;
-  float* d_x_full = zeroed(moe_scratch().d_x_full, rows * C, device_);
+  float* d_x = zeroed(moe_scratch().d_x_full, mine.rows * C, device_);
   if (latent_down_ >= 0) {
-    float* dz = zeroed(moe_scratch().d_y, rows * W, device_);
+    float* dz = zeroed(moe_scratch().d_y, mine.rows * W, device_);
     kernels::scatter_add_rows(device_, dz, d_dispatched, W, tokens, nullptr, R, W);
-    stored_linear_backward(*store_, latent_down_precision_.get(), latent_down_, d_x_full, dz, x, rows, C, W);
+    stored_linear_backward(*store_, latent_down_precision_.get(), latent_down_, d_x, dz, x, mine.rows, C, W);
   } else {
-    kernels::scatter_add_rows(device_, d_x_full, d_dispatched, W, tokens, nullptr, R, W);
+    kernels::scatter_add_rows(device_, d_x, d_dispatched, W, tokens, nullptr, R, W);
   }
+  // The router's gradient at this rank's share (the balancing losses' part too).
   const int E = router_.experts();
   float* d_logits = sized(moe_scratch().d_logits, rows * E, device_);
-  router_.backward(d_logits, s.routing, s.selection_row.data(), row_grad, aux_scale_, first, first + local);
-  kernels::linear_backward(device_, d_x_full, store_->grad(router_weight_), nullptr, d_logits, x,
-                           value(router_weight_), rows, C, E);
-  kernels::add_in_place(device_, d_x, d_x_full, rows * C);
-  if (tp_->sequence_parallel()) tp_->enter_backward(d_normed, d_x, rows, C);
+  router_.backward(d_logits, s.routing, s.selection_row.data(), row_grad, aux_scale_, mine.first,
+                   mine.first + mine.rows);
+  kernels::linear_backward(device_, d_x, store_->grad(router_weight_), nullptr, d_logits + mine.first * E, x,
+                           value(router_weight_), mine.rows, C, E);
+  if (own_rows) {
+    kernels::add_in_place(device_, d_normed, d_x, mine.rows * C);
+  } else {
+    // Every rank holds every row's input gradient: the shares summed into place.
+    float* whole = zeroed(moe_scratch().whole, rows * C, device_);
+    copy_on_device(device_, whole + mine.first * C, d_x, mine.rows * C);
+    tp_->all_reduce(whole, rows * C);
+    kernels::add_in_place(device_, d_normed, whole, rows * C);
+  }
   record_stats(s);
   stats_.seconds += seconds_since(start);
 }
@@ -268,7 +305,7 @@ void MoeLayer::backward(float* d_normed, const float* d_residual, const float* n
 void MoeLayer::record_stats(const Saved& s) const {
   for (int e = 0; e < router_.experts(); ++e) stats_.loads[e] += s.routing.counts[e];
   stats_.selections += static_cast<double>(s.routing.expert.size());
-  stats_.dropped += static_cast<double>(s.plan.dropped);
+  stats_.dropped += static_cast<double>(s.group_dropped);
   stats_.aux_loss += s.routing.aux_loss;
   stats_.z_loss += s.routing.z_loss;
   stats_.micro_batches += 1;

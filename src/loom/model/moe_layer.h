@@ -16,8 +16,11 @@
 // of kernels/ops.h; the same code runs on the CPU, where the copies are plain copies.
 // The routing group is every token of this rank's micro-batch (gathered from the sequence-
 // parallel ranks first): capacity and the balancing losses are defined over it, so the result
-// does not depend on the expert-parallel size. Every tensor-parallel rank runs the routed part
-// for all the group's tokens (expert tensor parallelism 1).
+// does not depend on the expert-parallel size. Every tensor-parallel rank routes the whole group
+// alike (the router's GEMM is small), then dispatches, combines and differentiates only its share
+// of the tokens (its own rows under sequence parallelism, a balanced part of the rows without):
+// the experts run each token once, and expert parallelism can span the tensor-parallel ranks
+// (Megatron-Core's expert tensor parallelism 1, MoE parallel folding; comm/mesh.h).
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,7 +48,8 @@ struct MoeStepStats {
 struct MoeScratch {
   Buffer received, back;  // expert parallelism: rows exchanged with the experts' ranks, and their results
   Buffer out_full;        // latent MoE: the up-projected output (backward: the dispatched rows' gradient)
-  Buffer d_full, d_y, d_rows, d_rows2, d_x_full, d_logits, d_shared, d_gate_logit;
+  Buffer whole;           // tensor parallel without sequence parallelism: every rank's share, summed
+  Buffer d_y, d_rows, d_rows2, d_x_full, d_logits, d_shared, d_gate_logit;
   DeviceBuffer<double> dots;
   DeviceBuffer<int32_t> zeros;
   ExpertScratch experts;  // the routed experts' padded rows (under the FP8 recipes)
@@ -56,9 +60,10 @@ class MoeLayer {
   struct Saved {
     Buffer gathered;  // sequence parallel: the group's full input rows
     Routing routing;
-    DispatchPlan plan;
+    DispatchPlan plan;  // this rank's share of the group's tokens
+    int64_t group_dropped = 0;  // selections the group's plan dropped
     ExchangePlan exchange;
-    DeviceBuffer<int32_t> row_token;  // the token of each dispatched row
+    DeviceBuffer<int32_t> row_token;  // the token of each dispatched row, counted from the share's first
     DeviceBuffer<int32_t> selection_row;  // the dispatched row of each selection (-1: dropped)
     Buffer row_weight;                // and its combine weight
     Buffer latent, dispatched, expert_in, returned, combined;
@@ -96,6 +101,11 @@ class MoeLayer {
   MoeStepStats& step_stats() const { return stats_; }
 
  private:
+  // This rank's share of a group of `rows` tokens: [first, first + rows).
+  struct RowShare {
+    int64_t first = 0, rows = 0;
+  };
+  RowShare share(int64_t rows) const;
   const float* run_experts(Saved& s, int64_t width) const;
   void experts_backward(float* d_dispatched, const float* d_returned, const Saved& s, Workspace& work,
                         int64_t width) const;

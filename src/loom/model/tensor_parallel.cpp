@@ -84,6 +84,13 @@ ShardSpec TensorParallel::replicated() const {
   return spec;
 }
 
+ShardSpec TensorParallel::replicated_partial() const {
+  ShardSpec spec;
+  spec.grad_sync = single() ? TpGradSync::None : TpGradSync::SumOverHolders;
+  spec.counts_in_norm = rank() == 0;
+  return spec;
+}
+
 ShardSpec TensorParallel::split(Shape global, int dim, int64_t start, int64_t length) const {
   ShardSpec spec;
   if (single()) return spec;

@@ -71,6 +71,10 @@ class TensorParallel {
   // Placement of a parameter every rank holds whole (norms, row-parallel biases, positions):
   // under sequence parallelism each rank's gradient covers its rows only, so they are summed.
   ShardSpec replicated() const;
+  // Placement of a parameter every rank holds whole whose gradient each rank computes from its
+  // own share of the rows, with or without sequence parallelism (the MoE layer's router, latent
+  // projections and replicated experts: each rank routes a share of the tokens): summed.
+  ShardSpec replicated_partial() const;
   // Placement of this rank's [start, start + length) of dimension `dim` of `global`.
   ShardSpec split(Shape global, int dim, int64_t start, int64_t length) const;
 

@@ -36,21 +36,28 @@ std::vector<model::LayerRange> with_mtp_blocks(const config::ModelConfig& model,
   return out;
 }
 
-// The rows a MoE layer's experts on this rank compute: at balanced routing what the rank routes.
-int64_t expert_rows(const config::ModelConfig& model, const LayerWidths& w, const ActivationShape& a) {
-  return routed_rows(model, w, a.rows());
+// The rows a MoE layer dispatches on this rank: its share of the group's tokens' selections.
+int64_t dispatched_rows(const config::ModelConfig& model, const LayerWidths& w, const ActivationShape& a) {
+  return routed_rows(model, w, w.share_of(a.rows()));
 }
 
-// A MoE layer's saved tensors (MoeLayer::Saved).
+// The rows a MoE layer's experts on this rank compute: at balanced routing what the rank dispatches.
+int64_t expert_rows(const config::ModelConfig& model, const LayerWidths& w, const ActivationShape& a) {
+  return dispatched_rows(model, w, a);
+}
+
+// A MoE layer's saved tensors (MoeLayer::Saved): the router's over the whole group, the rest over
+// this rank's share of its tokens.
 int64_t moe_saved_bytes(const config::ModelConfig& model, const LayerWidths& w, const ActivationShape& a) {
-  const int64_t rows = a.rows(), e = a.element_bytes, C = model.d_model, W = w.expert_width;
-  const int64_t routed = routed_rows(model, w, rows), computed = expert_rows(model, w, a);
+  const int64_t rows = a.rows(), share = w.share_of(rows), e = a.element_bytes, C = model.d_model,
+                W = w.expert_width;
+  const int64_t routed = dispatched_rows(model, w, a), computed = expert_rows(model, w, a);
   int64_t bytes = 0;
   if (a.sequence_parallel && a.tp > 1) bytes += rows * C * e;        // the group's gathered rows
   bytes += rows * w.experts * e + routed * (4 + e);                   // router logits; row tokens and weights
   bytes += rows * model.moe.top_k * 12;  // each selection's expert, weight and dispatched row (the router's backward)
-  bytes += (w.latent > 0 ? rows * W * e : 0) + 2 * routed * W * e;  // latent; dispatched and returned rows
-  bytes += rows * W * e;                                                // combined
+  bytes += (w.latent > 0 ? share * W * e : 0) + 2 * routed * W * e;  // latent; dispatched and returned rows
+  bytes += share * W * e;                                              // combined
   if (a.ep > 1) bytes += computed * W * e;                              // the experts' regrouped input
   bytes += w.padded_expert_rows(computed) *
            (w.expert_hidden() * a.expert_hidden_bytes + w.expert_ffn * a.expert_bytes);  // hidden, act
@@ -83,15 +90,18 @@ int64_t moe_scratch_bytes(const config::ModelConfig& model, const std::vector<La
   auto largest = [&](auto f) {
     return max_over_layers(widths, chunks, [&](const LayerWidths& w) { return w.has_moe() ? f(w) : 0; });
   };
-  auto routed = [&](const LayerWidths& w) { return routed_rows(model, w, rows); };
+  auto share = [&](const LayerWidths& w) { return w.share_of(rows); };
+  auto routed = [&](const LayerWidths& w) { return dispatched_rows(model, w, a); };
   auto computed = [&](const LayerWidths& w) { return expert_rows(model, w, a); };
   int64_t bytes = 0;
   if (exchange) bytes += 2 * largest([&](const LayerWidths& w) { return computed(w) * w.expert_width * e; });
   bytes += largest([&](const LayerWidths& w) {  // out_full: the latent's up projection; the dispatched gradient
-    return std::max(w.latent > 0 ? rows * C * e : 0, exchange ? routed(w) * w.expert_width * e : 0);
+    return std::max(w.latent > 0 ? share(w) * C * e : 0, exchange ? routed(w) * w.expert_width * e : 0);
   });
-  bytes += largest([&](const LayerWidths&) { return 2 * rows * C * e; });  // d_full, d_x_full
-  bytes += largest([&](const LayerWidths& w) { return w.latent > 0 ? rows * w.latent * e : 0; });  // d_y
+  bytes += largest([&](const LayerWidths& w) { return share(w) * C * e; });  // d_x_full
+  // whole: every rank's share summed into every row (tensor parallel without sequence parallelism)
+  bytes += largest([&](const LayerWidths& w) { return share(w) < local ? rows * C * e : 0; });
+  bytes += largest([&](const LayerWidths& w) { return w.latent > 0 ? share(w) * w.latent * e : 0; });  // d_y
   bytes += largest([&](const LayerWidths& w) { return routed(w) * w.expert_width * e; });           // d_rows
   bytes += largest([&](const LayerWidths& w) { return (exchange ? computed(w) : routed(w)) * w.expert_width * e; });
   bytes += largest([&](const LayerWidths& w) { return rows * w.experts * e; });  // d_logits

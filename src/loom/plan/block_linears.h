@@ -17,10 +17,9 @@ namespace loom::plan {
 // routed expert's, fp32 in and out apart from their interior, which a GPU keeps bf16 under the bf16
 // recipe as the MLP's (ExpertMlp's bf16 interior; their GEMMs' outputs under FP8 and MX: its bf16
 // hidden), whose weight gradient is always added to (never
-// written whole), computed whole on every tensor-parallel rank (MoeLayer routes all the group's
-// tokens); Latent: a latent MoE layer's fc1 / fc2 latent projection, fp32 in and out, in the
-// block recipe's 16-bit form (MoeLayer::set_precision), computed whole on every tensor-parallel
-// rank, its weight gradient added to (its FLOPs counted among the MoE layer's:
+// written whole), over this rank's share of the group's tokens (MoeLayer::share); Latent: a latent
+// MoE layer's fc1 / fc2 latent projection, fp32 in and out, in the block recipe's 16-bit form
+// (MoeLayer::set_precision), over the same share, its weight gradient added to (its FLOPs counted among the MoE layer's:
 // model::moe_training_flops_per_token); Replicated: a multi-token prediction depth's eh_proj, an
 // fp32 GEMM every tensor-parallel rank computes whole over all rows (MtpDepth), its weight gradient
 // added to as well.
@@ -60,8 +59,10 @@ void visit_layer_linears(const config::RunConfig& config, const LayerWidths& w, 
     visit(d, dbl(w.shared_ffn), r, LinearRole::Plain, 1.0);
   }
   if (w.has_moe() && w.local_experts > 0 && r != model::Recipe::Fp32) {
+    // This rank's share of the rows its experts compute at balanced routing of the group's tokens.
     const auto routed = static_cast<int64_t>(tokens);
-    const double each = dbl(routed_rows(config.model, w, routed)) / dbl(w.local_experts) / tokens;
+    const double each =
+        dbl(routed_rows(config.model, w, routed)) / dbl(w.local_experts) / tokens / dbl(w.token_share);
     for (int64_t e = 0; e < w.local_experts; ++e) {
       visit(dbl(w.expert_hidden()), dbl(w.expert_width), r, LinearRole::ExpertUp, each);
       visit(dbl(w.expert_width), dbl(w.expert_ffn), r, LinearRole::ExpertDown, each);
@@ -69,8 +70,8 @@ void visit_layer_linears(const config::RunConfig& config, const LayerWidths& w, 
   }
   if (w.has_moe() && w.latent > 0 && r != model::Recipe::Fp32) {
     const model::Recipe latent = model::sixteen_bit_recipe(r);
-    visit(dbl(w.latent), d, latent, LinearRole::Latent, 1.0);
-    visit(d, dbl(w.latent), latent, LinearRole::Latent, 1.0);
+    visit(dbl(w.latent), d, latent, LinearRole::Latent, 1.0 / dbl(w.token_share));
+    visit(d, dbl(w.latent), latent, LinearRole::Latent, 1.0 / dbl(w.token_share));
   }
 }
 

@@ -127,7 +127,7 @@ GroupState plan_group_state(const config::RunConfig& config, const std::vector<m
 
 // The stage's model state over its parameter groups, as the trainer reduces them: everything over
 // the data- and context-parallel ranks (dp x cp), but under expert parallelism the routed experts
-// (this rank's share of them) over the expert-data-parallel ranks (dp x cp / ep), each group
+// (this rank's share of them) over the expert-data-parallel ranks (tp x cp x dp / ep), each group
 // bucketed and sharded on its own.
 void plan_model_state(const config::RunConfig& config, const std::vector<model::Parameter>& params,
                       comm::MeshShape shape, StageMemory& m) {
@@ -138,7 +138,7 @@ void plan_model_state(const config::RunConfig& config, const std::vector<model::
   }
   GroupState state = plan_group_state(config, dense, replicas);
   if (!experts.empty()) {
-    const GroupState e = plan_group_state(config, experts, replicas / shape.ep);
+    const GroupState e = plan_group_state(config, experts, shape.tp * replicas / shape.ep);
     state.state.parameters += e.state.parameters;
     state.state.gradients += e.state.gradients;
     state.state.master_weights += e.state.master_weights;
@@ -173,6 +173,7 @@ StageMemory plan_stage(const config::RunConfig& config, const PlannedLayout& lay
   const bool last = m.chunks.back().last == config.model.layers;
   std::vector<LayerWidths> widths = stage_params.widths;
   set_expert_row_multiples(widths, config);
+  for (LayerWidths& w : widths) w.token_share = shape.tp;
   const int64_t head = head_rows(params, config.model.tied_embeddings, last);
   ActivationShape a{config.train.micro_batch, config.data.seq_len / shape.cp, shape.tp,
                     config.parallel.sequence_parallel, options.activation_bytes, options.attention_probs};

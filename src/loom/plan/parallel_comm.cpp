@@ -15,15 +15,18 @@ namespace {
 // parallel: a reduce-scatter, after g's all-gather of the output's gradient and the column-parallel
 // wgrad's input gathered again, but where that layer kept its input's FP8 codes: per-tensor FP8 on
 // a GPU, in attention and the MLPs, never in the mixer). A MoE layer's routed part (every rank
-// routes all the group's tokens) communicates under sequence parallelism only: its input rows
-// gathered forward, their gradient reduce-scattered backward. All fp32 (kCommBytes) but
+// routes all the group's tokens, then runs its share of them: MoeLayer::share): under sequence
+// parallelism its input rows gathered forward, and nothing backward (each rank's share is its own
+// rows); without, the shares' outputs summed forward and their input gradients backward (an
+// all-reduce each). All fp32 (kCommBytes) but
 // attention's and a dense MLP's input gathers where their norms write bf16 rows (kBf16GatherBytes).
 TpSeconds block_tp_seconds(const config::RunConfig& config, const LayerWidths& w, model::Recipe r, double stream,
                            int tp, const Link& link) {
   const int regions = w.has_attention() + w.has_mlp() + w.has_mamba() + (w.shared_ffn > 0);
+  const int routed = w.has_moe();
   if (!config.parallel.sequence_parallel) {
     const double reduce = all_reduce_seconds(stream * kCommBytes, tp, link);
-    return {regions * reduce, regions * reduce};
+    return {(regions + routed) * reduce, (regions + routed) * reduce};
   }
   const double gather = all_gather_seconds(stream * kCommBytes, tp, link);  // a reduce-scatter costs the same
   const bool device = config.runtime.device == config::RuntimeDevice::Cuda;
@@ -33,12 +36,11 @@ TpSeconds block_tp_seconds(const config::RunConfig& config, const LayerWidths& w
   const int bf16 = device && r == model::Recipe::Bf16 ? w.has_attention() + w.has_mlp() : 0;
   const double bf16_gather = all_gather_seconds(stream * kBf16GatherBytes, tp, link);
   const int regathered = w.has_mamba() + (kept_codes ? 0 : regions - w.has_mamba());
-  const int routed = w.has_moe();
   // Forward each region's input gathered and output reduce-scattered; backward its output's
   // gradient gathered, its input gathered again and its input's gradient reduce-scattered.
   const double inputs = (regions - bf16) * gather + bf16 * bf16_gather;
   const double inputs_again = (regathered - bf16) * gather + bf16 * bf16_gather;
-  return {inputs + (regions + routed) * gather, inputs_again + (2 * regions + routed) * gather};
+  return {inputs + (regions + routed) * gather, inputs_again + 2 * regions * gather};
 }
 
 }  // namespace
@@ -91,8 +93,8 @@ double all_to_all_seconds(double bytes, int ranks, const Link& link) {
 }
 
 // Forward and backward seconds of expert parallelism's token exchanges for one micro-batch of
-// `tokens` on this rank (parallel/expert/): each MoE layer's routed rows (every tensor-parallel
-// rank routes all its tokens: top_k rows each, fp32 at the experts' width) to the experts' ranks
+// `tokens` this rank dispatches (parallel/expert/): each MoE layer's routed rows (top_k rows a
+// token, fp32 at the experts' width) to the experts' ranks
 // and back, forward and backward, (ep - 1)/ep of them crossing when the routing is balanced; not
 // hidden. The multi-token prediction depths' MoE blocks too, on the rank holding the head.
 double expert_parallel_seconds(const config::RunConfig& config, const StageMemory& stage, double tokens, int ep,

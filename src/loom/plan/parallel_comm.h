@@ -36,8 +36,9 @@ TpSeconds tensor_parallel_seconds(const config::RunConfig& config, const StageMe
 // of them, one latency per peer.
 double all_to_all_seconds(double bytes, int ranks, const Link& link);
 
-// Forward and backward seconds of expert parallelism's token exchanges for one micro-batch of
-// `tokens` on this rank (parallel/expert/), its MoE layers' and multi-token prediction blocks'.
+// Forward and backward seconds of expert parallelism's token exchanges for one micro-batch whose
+// routed part runs `tokens` on this rank (its share of the tensor-parallel group's: parallel/expert/),
+// its MoE layers' and multi-token prediction blocks'.
 double expert_parallel_seconds(const config::RunConfig& config, const StageMemory& stage, double tokens, int ep,
                                const Link& link);
 

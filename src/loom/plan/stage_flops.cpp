@@ -55,7 +55,9 @@ StageFlops stage_flops(const config::RunConfig& config, const StageMemory& stage
     f.scan += count * model::ssd_scan_training_flops_per_token(model, spec, seq);
     const model::MoeTrainingFlops moe = model::moe_training_flops_per_token(model, spec);
     const double gate = config.parallel.sequence_parallel ? 0.0 : moe.shared_gate;
-    f.replicated += count * (moe.router + moe.latent + moe.experts + gate);
+    // The router's forward (a third of its FLOPs) over the whole group on every rank; its
+    // backward, the latent projections and the experts over this rank's share of the tokens.
+    f.replicated += count * (moe.router / 3.0 + gate);
   };
   for (const model::LayerRange& c : stage.chunks) {
     for (int l = c.first; l < c.last; ++l) add_block(specs[static_cast<size_t>(l)], 1.0);

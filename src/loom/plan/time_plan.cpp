@@ -398,21 +398,20 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
   // Rates of one rank alone; plan_time accounts for ranks sharing a host's cores. FP8 linears at
   // the device's FP8 rate, attention's score and value products at its attention rate, the
   // Mamba-2 scans at the scan kernels' rate, the rest
-  // (bf16 layers, the head) at its GEMM rate. The split FP8 linears' FLOPs are this rank's share:
-  // the group's are tp times them. The replicated parts (a MoE layer's router, latent projections
-  // and routed experts, FP8 under an FP8 recipe) and eh_proj, computed whole by every rank, are
-  // not shared out.
+  // (bf16 layers, the head) at its GEMM rate. The FP8 linears' FLOPs are this rank's share (the
+  // routed experts' too: the rank's share of the tokens): the group's are tp times them. The
+  // replicated parts (a MoE layer's router forward) and eh_proj, computed whole by every rank,
+  // are not shared out.
   const double rate = hw.flops_per_rank(1) * hw.gemm_rows_factor(tokens);
   const double fp8_rate = hw.fp8_flops_per_rank(1) * hw.gemm_rows_factor(tokens);
   const double attention_rate = hw.attention_flops_per_rank(1), scan_rate = hw.scan_flops_per_rank(1);
   const Fp8Flops fp8 = fp8_linear_flops_per_token(config, stage);
-  const double split = flops.block - flops.replicated, split_fp8 = shape.tp * fp8.split;
+  const double split = flops.block - flops.replicated, split_fp8 = shape.tp * (fp8.split + fp8.experts);
   const double split_seconds =
       ((split - split_fp8 - flops.attention - flops.scan) / rate + split_fp8 / fp8_rate +
        flops.attention / attention_rate + flops.scan / scan_rate) *
       tokens / shape.tp;
-  const double replicated_seconds = ((flops.replicated - fp8.experts) / rate + fp8.experts / fp8_rate) * tokens +
-                                    expert_padding_flops(config, stage) / fp8_rate;
+  const double replicated_seconds = flops.replicated / rate * tokens + expert_padding_flops(config, stage) / fp8_rate;
   const double block_seconds = split_seconds + replicated_seconds;
   const double gemm = block_seconds + tokens * flops.head / shape.tp / rate +
                       tokens * replicated_linear_flops_per_token(config, stage) / rate;
@@ -446,8 +445,9 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
     });
   }
   if (shape.ep > 1) {
-    const Link& link = hw.link(group_link(hw, shape.ep, shape.tp * shape.cp, world));
-    cost.ep = expert_parallel_seconds(config, stage, tokens, shape.ep, link);
+    // The expert-parallel groups are consecutive ranks (the tensor-parallel ones first).
+    const Link& link = hw.link(group_link(hw, shape.ep, 1, world));
+    cost.ep = expert_parallel_seconds(config, stage, tokens / shape.tp, shape.ep, link);
     cost.forward += cost.ep / 2.0;
     cost.backward += cost.ep / 2.0;
   }

@@ -94,9 +94,10 @@ comm::MeshShape check_layout(const config::RunConfig& config, int world_size) {
                  " must be a multiple of train.micro_batch " + std::to_string(config.train.micro_batch) +
                  " x data-parallel ranks " + std::to_string(dp));
   const int ep = config.parallel.ep;
-  LOOM_CHECK(dp * cp % ep == 0, "parallel.ep = " + std::to_string(ep) + " must divide the " + std::to_string(dp * cp) +
-                                    (cp == 1 ? " data-parallel ranks (expert parallelism is carved out of data parallelism)"
-                                             : " data x context parallel ranks (expert parallelism is carved out of dp x cp)"));
+  LOOM_CHECK(tp * cp * dp % ep == 0,
+             "parallel.ep = " + std::to_string(ep) + " must divide the " + std::to_string(tp * cp * dp) +
+                 " ranks of a pipeline stage (tp " + std::to_string(tp) + " x cp " + std::to_string(cp) + " x dp " +
+                 std::to_string(dp) + "; expert parallelism is carved out of them, tensor-parallel ranks first)");
   LOOM_CHECK(ep == 1 || config.model.moe.experts % ep == 0,
              "parallel.ep = " + std::to_string(ep) + " must divide model.moe_experts = " +
                  std::to_string(config.model.moe.experts) + " (each expert-parallel rank holds experts / ep of them)");

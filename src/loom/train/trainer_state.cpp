@@ -84,7 +84,8 @@ void Trainer::State::build_model() {
   if (schedule) options.pipeline = parallel::pipeline_sync_options(*model, *schedule, mesh.embedding());
   // Expert parameters are summed over the expert-data-parallel ranks, the rest over dp x cp.
   if (shape.ep > 1)
-    options.groups = parallel::expert_parameter_groups(*model, reduced_over, mesh.expert_dp(), mesh.ep());
+    options.groups =
+        parallel::expert_parameter_groups(*model, reduced_over, mesh.expert_dp(), mesh.ep(), mesh.tp_rank());
   optimizer = std::make_unique<parallel::DataParallelStep>(reduced_over, *model, run, std::move(options));
   if (schedule) pipeline.emplace(mesh.pp(), *model, *schedule, *optimizer, mesh.embedding());
   if (outer) outer->attach(*model);

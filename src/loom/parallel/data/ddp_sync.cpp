@@ -68,7 +68,8 @@ double DdpSync::gradient_norm() {
     shares.push_back({{{params.grads() + lane.range().begin, lane.range()}},
                       nullptr,
                       setup_.groups[lane.group].partitioned_over,
-                      params.device()});
+                      params.device(),
+                      setup_.groups[lane.group].norm_counted_here});
   }
   return global_norm(shares, setup_.norm_excluded, setup_.model_groups);
 }

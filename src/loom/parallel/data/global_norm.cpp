@@ -16,7 +16,7 @@ double global_norm(const std::vector<NormShare>& shares, const std::vector<FlatR
     for (const NormPiece& p : share.pieces) local += sum_of_squares_excluding(p.data, p.range, excluded, share.device);
     double group = share.sharded_over != nullptr ? sum_over_group(*share.sharded_over, local) : local;
     if (share.partitioned_over != nullptr) group = sum_over_group(*share.partitioned_over, group);
-    total += group;
+    if (share.counted) total += group;
   }
   for (comm::Communicator* g : model_groups) total = sum_over_group(*g, total);
   return std::sqrt(total);

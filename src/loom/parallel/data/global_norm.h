@@ -28,6 +28,7 @@ struct NormShare {
   // Ranks holding other parameters of the group (ParameterGroup::partitioned_over), or null.
   comm::Communicator* partitioned_over = nullptr;
   Device device = Device::cpu();  // where the pieces live
+  bool counted = true;            // ParameterGroup::norm_counted_here
 };
 
 // sqrt of the sum of squares of every share (each element outside `excluded` counted once),

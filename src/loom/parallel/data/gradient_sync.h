@@ -40,6 +40,10 @@ struct ParameterGroup {
   // Ranks holding different parameters of this group (the expert-parallel group: each holds its
   // own experts): the gradient norm of the group sums over them too. Null: none.
   comm::Communicator* partitioned_over = nullptr;
+  // Whether this rank adds the group's norm (summed over partitioned_over) to the total that the
+  // model-parallel groups sum: false where another tensor-parallel rank adds the same sum (experts
+  // spread over the tensor-parallel ranks, whose expert-parallel sum already covers them).
+  bool norm_counted_here = true;
 };
 
 // What a pipeline stage needs of the synchronisation (parallel/pipeline/pipeline_step.h makes it).

@@ -72,6 +72,7 @@ double ShardedSync::gradient_norm() {
   for (size_t i = 0; i < sharded_.size(); ++i) {
     shares.push_back(sharded_[i]->norm_share());
     shares.back().partitioned_over = setup_.groups[lanes_[i].group].partitioned_over;
+    shares.back().counted = setup_.groups[lanes_[i].group].norm_counted_here;
   }
   return global_norm(shares, setup_.norm_excluded, setup_.model_groups);
 }

@@ -85,6 +85,7 @@ double Zero3Sync::gradient_norm() {
   for (size_t g = 0; g < zero3_.size(); ++g) {
     shares.push_back(zero3_[g]->norm_share());
     shares.back().partitioned_over = setup_.groups[g].partitioned_over;
+    shares.back().counted = setup_.groups[g].norm_counted_here;
   }
   return global_norm(shares, setup_.norm_excluded, setup_.model_groups);
 }

@@ -98,10 +98,12 @@ MoeStepSummary finish_moe_step(model::Transformer& model, comm::Communicator& ro
 bool is_expert_parameter(const std::string& name) { return name.find(".mlp.experts.") != std::string::npos; }
 
 std::vector<ParameterGroup> expert_parameter_groups(const model::Transformer& model, comm::Communicator& dp,
-                                                    comm::Communicator& expert_dp, comm::Communicator& ep) {
+                                                    comm::Communicator& expert_dp, comm::Communicator& ep,
+                                                    int tp_rank) {
   ParameterGroup dense{"dense", {}, &dp};
   ParameterGroup experts{"expert", {}, &expert_dp};
   experts.partitioned_over = &ep;
+  experts.norm_counted_here = tp_rank == 0;
   const auto& list = model.params().list();
   for (int id = 0; id < static_cast<int>(list.size()); ++id) {
     (is_expert_parameter(list[id].name) ? experts : dense).params.push_back(id);

@@ -1,6 +1,7 @@
 #pragma once
 // Expert parallelism (Megatron-Core's MoE layout): the experts of every MoE layer are split over
-// the expert-parallel group (carved out of data x context parallelism, comm/mesh.h), tokens move
+// the expert-parallel group (carved out of a stage's tensor x context x data-parallel ranks,
+// tensor-parallel ranks first: comm/mesh.h), tokens move
 // to their experts' ranks by all-to-all (model/moe_layer.h drives it through ExpertParallel),
 // expert parameters are summed over the expert-data-parallel group and dense ones over the
 // data-parallel group (two parameter groups), and once per step the routing statistics are
@@ -60,8 +61,11 @@ MoeStepSummary finish_moe_step(model::Transformer& model, comm::Communicator& ro
 
 // Whether a parameter is a routed expert's (model.layers.N.mlp.experts.E.*).
 bool is_expert_parameter(const std::string& name);
-// Two groups: "dense" over `dp`, "expert" over `expert_dp`, its norm summed over `ep` too.
+// Two groups: "dense" over `dp`, "expert" over `expert_dp`, its norm summed over `ep` too and
+// added by the first tensor-parallel rank alone (`tp_rank` 0: the ep sum covers every rank of
+// the stage).
 std::vector<ParameterGroup> expert_parameter_groups(const model::Transformer& model, comm::Communicator& dp,
-                                                    comm::Communicator& expert_dp, comm::Communicator& ep);
+                                                    comm::Communicator& expert_dp, comm::Communicator& ep,
+                                                    int tp_rank);
 
 }  // namespace loom::parallel
