@@ -336,6 +336,48 @@ TEST(MoeDispatch, CapacityDropsWhatThePolicyNames) {
   EXPECT_EQ(dropless.order.size(), 6u);
 }
 
+// A tensor-parallel rank's share of a group's plan: the group's decisions (capacity drops over
+// all the tokens) restricted to its tokens, counted from the share's first. Shares of uneven
+// sizes together hold every kept selection once, in the group's expert order.
+TEST(MoeDispatch, SharesOfAPlanKeepTheGroupsDecisions) {
+  const int64_t tokens = 11;
+  const int k = 2, experts = 3;
+  std::vector<int32_t> expert(tokens * k);
+  std::vector<float> weight(tokens * k);
+  for (int64_t s = 0; s < tokens * k; ++s) {
+    expert[s] = static_cast<int32_t>((s * 7 + s / 5) % experts);
+    weight[s] = 0.1f + 0.03f * static_cast<float>((s * 5) % 13);
+  }
+  const DispatchPlan group =
+      plan_dispatch(expert.data(), weight.data(), tokens, k, experts, 1.0, config::MoeDropPolicy::Probs);
+  ASSERT_GT(group.dropped, 0);
+  std::vector<int64_t> rows_per_expert(experts, 0);
+  std::vector<std::vector<int64_t>> selections(experts);
+  int64_t dropped = 0;
+  for (const auto& [first, count] : std::vector<std::pair<int64_t, int64_t>>{{0, 4}, {4, 4}, {8, 3}}) {
+    const DispatchPlan share = share_of_plan(group, first, count);
+    EXPECT_EQ(share.tokens, count);
+    EXPECT_EQ(share.kept, std::vector<uint8_t>(group.kept.begin() + first * k, group.kept.begin() + (first + count) * k));
+    dropped += share.dropped;
+    int64_t row = 0;
+    for (int e = 0; e < experts; ++e) {
+      rows_per_expert[e] += share.expert_rows[e];
+      for (int64_t n = 0; n < share.expert_rows[e]; ++n, ++row) {
+        const int64_t selection = first * k + share.order[row];
+        EXPECT_EQ(expert[selection], e);
+        selections[e].push_back(selection);
+      }
+    }
+    EXPECT_EQ(row, static_cast<int64_t>(share.order.size()));
+  }
+  EXPECT_EQ(dropped, group.dropped);
+  EXPECT_EQ(rows_per_expert, group.expert_rows);
+  std::vector<int64_t> in_group_order;
+  for (int e = 0; e < experts; ++e) in_group_order.insert(in_group_order.end(), selections[e].begin(), selections[e].end());
+  EXPECT_EQ(in_group_order, group.order);  // shares in token order: the group's order by expert, then token
+  EXPECT_THROW(share_of_plan(group, 8, 4), Error);
+}
+
 TEST(MoeDispatch, PermutationRoundTripsEveryTokenWithItsWeight) {
   const int64_t tokens = 37, width = 3;
   const int k = 3, experts = 8, peers = 4;

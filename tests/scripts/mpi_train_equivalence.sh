@@ -78,9 +78,11 @@ sed -e 's/^model: {\(.*\)}$/model: {\1, moe_experts: 4, moe_top_k: 2, moe_ffn_si
         moe_router: sigmoid, moe_expert_bias: true, moe_bias_update_rate: 0.01, moe_capacity_factor: 1.0}/' \
   "$work/config.yaml" > "$work/moe.yaml"
 "$loom" train "$work/moe.yaml" run.dir="$work/moe-one" train.micro_batch=2 > /dev/null
+# The last two fold the experts onto the tensor-parallel ranks (ep 4 over tp 2 x dp 2).
 moe_layouts=("parallel.ep=2 parallel.zero=1 train.micro_batch=2" "parallel.ep=4 train.micro_batch=2"
-             "parallel.ep=2 parallel.tp=2 parallel.sequence_parallel=true train.micro_batch=2")
-for i in 0 1 2; do
+             "parallel.ep=2 parallel.tp=2 parallel.sequence_parallel=true train.micro_batch=2"
+             "parallel.ep=4 parallel.tp=2 train.micro_batch=2")
+for i in 0 1 2 3; do
   # shellcheck disable=SC2086  # the layout is a list of overrides
   "$mpiexec" --allow-run-as-root --oversubscribe -np 4 "$loom" train "$work/moe.yaml" runtime.backend=mpi \
     run.dir="$work/moe$i" ${moe_layouts[$i]} > "$work/moe$i.log" 2>&1 || { cat "$work/moe$i.log"; exit 1; }

@@ -116,6 +116,8 @@ const float* MoeLayer::run_experts(Saved& s, int64_t width) const {
   return returned;
 }
 
+bool MoeLayer::share_is_own_rows() const { return tp_->single() || tp_->sequence_parallel(); }
+
 MoeLayer::RowShare MoeLayer::share(int64_t rows) const {
   if (tp_->sequence_parallel()) return {tp_->first_local_row(rows), tp_->local_rows(rows)};
   const int parts = tp_->size(), rank = tp_->rank();
@@ -166,8 +168,8 @@ void MoeLayer::forward(Saved& s, float* residual, const float* normed, int64_t b
     stored_linear_forward(*store_, latent_up_precision_.get(), latent_up_, full, y, mine.rows, W, C);
     out = full;
   }
-  if (mine.rows == tp_->local_rows(rows)) {
-    kernels::add_in_place(device_, residual, out, mine.rows * C);  // the share is this rank's rows
+  if (share_is_own_rows()) {
+    kernels::add_in_place(device_, residual, out, mine.rows * C);
   } else {
     // Tensor parallel without sequence parallelism: every rank holds every row; the shares are
     // summed into place (exact: each row is one rank's, zeros elsewhere).
@@ -253,7 +255,7 @@ void MoeLayer::backward(float* d_normed, const float* d_residual, const float* n
   const int64_t rows = batch * seq, C = d_model_, W = width_;
   if (shared_) shared_backward(d_normed, d_residual, normed, s, work, rows, scratch);
   const RowShare mine = share(rows);
-  const bool own_rows = mine.rows == tp_->local_rows(rows);  // else every rank holds every row
+  const bool own_rows = share_is_own_rows();
   const float* x = (tp_->sequence_parallel() ? s.gathered.data() : normed) + mine.first * C;
   // The gradient of the branch's output at this rank's share of the rows.
   const float* d_out = own_rows ? d_residual : d_residual + mine.first * C;

@@ -106,6 +106,9 @@ class MoeLayer {
     int64_t first = 0, rows = 0;
   };
   RowShare share(int64_t rows) const;
+  // Whether the share is the rows this rank holds (one rank, or sequence parallel); else every
+  // rank holds every row and the shares' results are summed over the group.
+  bool share_is_own_rows() const;
   const float* run_experts(Saved& s, int64_t width) const;
   void experts_backward(float* d_dispatched, const float* d_returned, const Saved& s, Workspace& work,
                         int64_t width) const;

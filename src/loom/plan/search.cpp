@@ -55,15 +55,15 @@ void add_options(const config::RunConfig& base, comm::MeshShape mesh, int v, std
   }
 }
 
-// Every layout of tp x cp x pp x dp ranks: expert parallelism (a divisor of dp x cp and of the
-// experts), virtual stages and add_options's, into `out`.
+// Every layout of tp x cp x pp x dp ranks: expert parallelism (a divisor of tp x cp x dp and of
+// the experts), virtual stages and add_options's, into `out`.
 void add_layouts(const config::RunConfig& base, int tp, int cp, int pp, int dp, std::vector<config::RunConfig>& out) {
   if (base.train.global_batch % dp != 0) return;
   std::vector<int> virtuals = {1};
   if (pp > 1) {
     for (int v = 2; v * pp <= base.model.layers && v <= 4; ++v) virtuals.push_back(v);
   }
-  for (int ep : divisors(dp * cp)) {
+  for (int ep : divisors(tp * cp * dp)) {
     if (ep > 1 && (base.model.moe.experts == 0 || base.model.moe.experts % ep != 0)) continue;
     for (int v : virtuals) add_options(base, {.tp = tp, .cp = cp, .ep = ep, .dp = dp, .pp = pp}, v, out);
   }
