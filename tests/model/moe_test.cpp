@@ -357,7 +357,8 @@ TEST(MoeDispatch, SharesOfAPlanKeepTheGroupsDecisions) {
   for (const auto& [first, count] : std::vector<std::pair<int64_t, int64_t>>{{0, 4}, {4, 4}, {8, 3}}) {
     const DispatchPlan share = share_of_plan(group, first, count);
     EXPECT_EQ(share.tokens, count);
-    EXPECT_EQ(share.kept, std::vector<uint8_t>(group.kept.begin() + first * k, group.kept.begin() + (first + count) * k));
+    const auto kept_from = group.kept.begin() + first * k;
+    EXPECT_EQ(share.kept, std::vector<uint8_t>(kept_from, kept_from + count * k));
     dropped += share.dropped;
     int64_t row = 0;
     for (int e = 0; e < experts; ++e) {
@@ -373,7 +374,9 @@ TEST(MoeDispatch, SharesOfAPlanKeepTheGroupsDecisions) {
   EXPECT_EQ(dropped, group.dropped);
   EXPECT_EQ(rows_per_expert, group.expert_rows);
   std::vector<int64_t> in_group_order;
-  for (int e = 0; e < experts; ++e) in_group_order.insert(in_group_order.end(), selections[e].begin(), selections[e].end());
+  for (int e = 0; e < experts; ++e) {
+    in_group_order.insert(in_group_order.end(), selections[e].begin(), selections[e].end());
+  }
   EXPECT_EQ(in_group_order, group.order);  // shares in token order: the group's order by expert, then token
   EXPECT_THROW(share_of_plan(group, 8, 4), Error);
 }

@@ -247,7 +247,7 @@ TEST(ActivationMemory, ContextParallelRanksHoldHalfOfEachSequenceAndTheExchangeB
 
 // Expert parallelism: a rank registers its share of each MoE layer's routed experts, and its
 // state splits as the trainer's parameter groups do: the rest reduced (and ZeRO-sharded) over
-// dp x cp, the routed experts over the expert-data-parallel ranks (dp x cp / ep), where ZeRO
+// dp x cp, the routed experts over the expert-data-parallel ranks (tp x cp x dp / ep), where ZeRO
 // still keeps a master and moments of its own even over one rank.
 TEST(MemoryPlan, ExpertParallelRanksHoldTheirExpertsAndShardThemOverTheExpertDataParallelRanks) {
   // One dense layer and one MoE layer of 4 experts (SwiGLU of 16: gate/up 32 x 16, down 16 x 16).
@@ -267,6 +267,14 @@ train: {global_batch: 4, micro_batch: 2}
   EXPECT_EQ(ep.state.optimizer_moments, 8 * ((dense + 1) / 2 + 2 * expert));  // experts over 2 / 2 = 1 rank
   EXPECT_EQ(ep.state.master_weights, 4 * ((dense + 1) / 2 + 2 * expert));
   EXPECT_EQ(one.state.optimizer_moments, 8 * ((one.parameter_count + 1) / 2));  // one group over dp 2
+  // Folded onto the tensor-parallel ranks (tp 2 x dp 2, ep 4): one expert a rank, its group over
+  // tp x dp / ep = 1 rank; at ep 1 every tp rank holds all four, in the one group over dp.
+  const StageMemory tp_only = plan_memory(run, {.tp = 2, .ep = 1, .dp = 2, .pp = 1}).stages[0];
+  const int64_t tp_dense = tp_only.parameter_count - 4 * expert;
+  EXPECT_EQ(tp_only.state.optimizer_moments, 8 * ((tp_only.parameter_count + 1) / 2));
+  const StageMemory folded = plan_memory(run, {.tp = 2, .ep = 4, .dp = 2, .pp = 1}).stages[0];
+  EXPECT_EQ(folded.parameter_count, tp_dense + expert);
+  EXPECT_EQ(folded.state.optimizer_moments, 8 * ((tp_dense + 1) / 2 + expert));
 }
 
 // A hybrid small enough to count by hand (batch 2, seq 8: 16 rows, d_model 16): a Mamba-2 mixer

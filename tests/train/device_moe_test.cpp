@@ -3,8 +3,8 @@
 // scatter-adds (kernels/ops.h), and every run equals the same run on the CPU bit for bit (losses
 // and every tensor of the final checkpoint): one rank with and without recompute, GELU experts,
 // latent experts, the aux-loss-free expert bias, data x expert parallelism (the all-to-all and
-// the global loss's sums staged through the host), with ZeRO-3, pipelines and tensor x sequence
-// parallelism. That the
+// the global loss's sums staged through the host), with ZeRO-3, pipelines, tensor x sequence
+// parallelism, and experts folded onto the tensor-parallel ranks. That the
 // CPU layouts train as one rank does is tested in expert_parallel_test.cpp.
 #include "device_training.h"
 
@@ -70,6 +70,14 @@ TEST_F(DeviceLayouts, PipelinedMoeEqualsTheCpuBitForBit) {
 TEST_F(DeviceLayouts, TensorAndSequenceParallelMoeEqualsTheCpuBitForBit) {
   expect_bitwise_equal_runs(kMoe, "moe-tp2-sp",
                             {"runtime.ranks=2", "parallel.tp=2", "parallel.sequence_parallel=true"});
+}
+
+// MoE parallel folding: the experts split over the tensor-parallel ranks, each running its share
+// of the tokens; without sequence parallelism the shares' outputs are summed over tp.
+TEST_F(DeviceLayouts, ExpertsFoldedOntoTheTensorParallelRanksEqualTheCpuBitForBit) {
+  expect_bitwise_equal_runs(kMoe, "moe-tp2-ep2", {"runtime.ranks=2", "parallel.tp=2", "parallel.ep=2"});
+  expect_bitwise_equal_runs(kMoe, "moe-tp2-sp-ep2",
+                            {"runtime.ranks=2", "parallel.tp=2", "parallel.sequence_parallel=true", "parallel.ep=2"});
 }
 
 TEST_F(DeviceLayouts, MoeCheckpointsMoveBetweenDeviceAndCpu) {

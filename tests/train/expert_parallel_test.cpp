@@ -163,7 +163,8 @@ TEST_F(ExpertParallelTraining, ExpertsFoldOntoTensorParallelRanks) {
   expect_same_as_one("fold-tp2-sp-ep2", {"runtime.ranks=2", "parallel.tp=2", "parallel.ep=2", sp});
   expect_same_as_one("fold-tp2-sp-ep4-dp2-zero1",
                      {"runtime.ranks=4", "parallel.tp=2", "parallel.ep=4", sp, "parallel.zero=1"});
-  expect_same_as_one("fold-tp2-ep2-dp2-zero3", {"runtime.ranks=4", "parallel.tp=2", "parallel.ep=2", "parallel.zero=3"});
+  expect_same_as_one("fold-tp2-ep2-dp2-zero3",
+                     {"runtime.ranks=4", "parallel.tp=2", "parallel.ep=2", "parallel.zero=3"});
   // A latent MoE: the latent projections run on each rank's share of the tokens as well.
   const std::vector<std::string> latent = with(keys, {"model.moe_latent_size=8"});
   const std::vector<nlohmann::json> latent_one = train("fold-latent-one", latent);

@@ -23,7 +23,8 @@ void register_mesh(CLI::App& app, std::vector<Command>& commands) {
       ->check(non_negative());
   cmd->add_option("--tp", args->shape.tp, "tensor parallel size")->check(positive());
   cmd->add_option("--cp", args->shape.cp, "context parallel size")->check(positive());
-  cmd->add_option("--ep", args->shape.ep, "expert parallel size (carved out of tp x cp x dp, tp ranks first)")->check(positive());
+  cmd->add_option("--ep", args->shape.ep, "expert parallel size (carved out of tp x cp x dp, tp ranks first)")
+      ->check(positive());
   cmd->add_option("--dp", args->shape.dp, "data parallel size (0 = the rest of the world)")
       ->check(non_negative());
   cmd->add_option("--pp", args->shape.pp, "pipeline parallel size")->check(positive());

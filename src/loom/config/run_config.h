@@ -295,7 +295,7 @@ struct ParallelConfig {
   int tp = 1;               // tensor-parallel ranks (Megatron column/row split)
   int cp = 1;               // context-parallel ranks: each holds 2 of the sequence's 2 * cp chunks
   ContextComm cp_comm = ContextComm::P2p;  // p2p (ring attention) | a2a (Ulysses all-to-all)
-  int ep = 1;               // expert-parallel ranks, carved out of dp (experts split over them)
+  int ep = 1;               // expert-parallel ranks, carved out of tp x cp x dp (experts split over them)
   bool sequence_parallel = false;  // split norms/residuals along the sequence over the tp group
   int zero = 0;             // distributed optimizer stage: 0 (DDP), 1, 2, 3
   // ZeRO-3 on a GPU: each rank's parameter and gradient shards in host memory (FSDP2's

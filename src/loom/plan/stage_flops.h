@@ -15,10 +15,10 @@ namespace loom::plan {
 // the Mamba-2 mixers' scans, and what every tensor-parallel rank computes whole over all the
 // group's tokens (`replicated`: each MoE layer's router forward, which every rank runs over the
 // whole group before dispatching its share of the tokens, and its shared expert's gate where no
-// sequence parallelism gives each rank its own rows), and of its head (model/flops.h). On the rank holding the head, the multi-token prediction
-// depths' blocks count as blocks (their linears are the stage's block linears, for_each_block_linear)
-// and their eh_proj not at all (replicated_linear_flops_per_token); the head's FLOPs keep the
-// head once per depth.
+// sequence parallelism gives each rank its own rows), and of its head (model/flops.h). On the
+// rank holding the head, the multi-token prediction depths' blocks count as blocks (their linears
+// are the stage's block linears, for_each_block_linear) and their eh_proj not at all
+// (replicated_linear_flops_per_token); the head's FLOPs keep the head once per depth.
 struct StageFlops {
   double block = 0.0, attention = 0.0, scan = 0.0, replicated = 0.0, head = 0.0;
 };
