@@ -125,6 +125,21 @@ MoeLayer::RowShare MoeLayer::share(int64_t rows) const {
   return {first, balanced_first(rows, parts, rank + 1) - first};
 }
 
+void MoeLayer::add_share(float* target, const float* share_values, int64_t rows) const {
+  const RowShare mine = share(rows);
+  const int64_t C = d_model_;
+  if (share_is_own_rows()) {
+    kernels::add_in_place(device_, target, share_values, mine.rows * C);
+    return;
+  }
+  // Tensor parallel without sequence parallelism: every rank holds every row; the shares are
+  // summed into place (exact: each row is one rank's, zeros elsewhere).
+  float* whole = zeroed(moe_scratch().whole, rows * C, device_);
+  copy_on_device(device_, whole + mine.first * C, share_values, mine.rows * C);
+  tp_->all_reduce(whole, rows * C);
+  kernels::add_in_place(device_, target, whole, rows * C);
+}
+
 void MoeLayer::forward(Saved& s, float* residual, const float* normed, int64_t batch, int64_t seq,
                        ParallelScratch& scratch) const {
   const auto start = std::chrono::steady_clock::now();
@@ -168,16 +183,7 @@ void MoeLayer::forward(Saved& s, float* residual, const float* normed, int64_t b
     stored_linear_forward(*store_, latent_up_precision_.get(), latent_up_, full, y, mine.rows, W, C);
     out = full;
   }
-  if (share_is_own_rows()) {
-    kernels::add_in_place(device_, residual, out, mine.rows * C);
-  } else {
-    // Tensor parallel without sequence parallelism: every rank holds every row; the shares are
-    // summed into place (exact: each row is one rank's, zeros elsewhere).
-    float* whole = zeroed(moe_scratch().whole, rows * C, device_);
-    copy_on_device(device_, whole + mine.first * C, out, mine.rows * C);
-    tp_->all_reduce(whole, rows * C);
-    kernels::add_in_place(device_, residual, whole, rows * C);
-  }
+  add_share(residual, out, rows);
   stats_.seconds += seconds_since(start);
 }
 
@@ -255,10 +261,9 @@ void MoeLayer::backward(float* d_normed, const float* d_residual, const float* n
   const int64_t rows = batch * seq, C = d_model_, W = width_;
   if (shared_) shared_backward(d_normed, d_residual, normed, s, work, rows, scratch);
   const RowShare mine = share(rows);
-  const bool own_rows = share_is_own_rows();
   const float* x = (tp_->sequence_parallel() ? s.gathered.data() : normed) + mine.first * C;
   // The gradient of the branch's output at this rank's share of the rows.
-  const float* d_out = own_rows ? d_residual : d_residual + mine.first * C;
+  const float* d_out = share_is_own_rows() ? d_residual : d_residual + mine.first * C;
   const float* d_y = d_out;
   if (latent_up_ >= 0) {
     float* dy = zeroed(moe_scratch().d_y, mine.rows * W, device_);
@@ -291,15 +296,7 @@ void MoeLayer::backward(float* d_normed, const float* d_residual, const float* n
                    mine.first + mine.rows);
   kernels::linear_backward(device_, d_x, store_->grad(router_weight_), nullptr, d_logits + mine.first * E, x,
                            value(router_weight_), mine.rows, C, E);
-  if (own_rows) {
-    kernels::add_in_place(device_, d_normed, d_x, mine.rows * C);
-  } else {
-    // Every rank holds every row's input gradient: the shares summed into place.
-    float* whole = zeroed(moe_scratch().whole, rows * C, device_);
-    copy_on_device(device_, whole + mine.first * C, d_x, mine.rows * C);
-    tp_->all_reduce(whole, rows * C);
-    kernels::add_in_place(device_, d_normed, whole, rows * C);
-  }
+  add_share(d_normed, d_x, rows);  // the input's gradient, as the output forward
   record_stats(s);
   stats_.seconds += seconds_since(start);
 }

@@ -109,6 +109,9 @@ class MoeLayer {
   // Whether the share is the rows this rank holds (one rank, or sequence parallel); else every
   // rank holds every row and the shares' results are summed over the group.
   bool share_is_own_rows() const;
+  // Adds this rank's share of a group of `rows` rows (d_model wide) into `target`, which holds
+  // this rank's rows: the share itself, or every row with the shares summed over the group.
+  void add_share(float* target, const float* share_values, int64_t rows) const;
   const float* run_experts(Saved& s, int64_t width) const;
   void experts_backward(float* d_dispatched, const float* d_returned, const Saved& s, Workspace& work,
                         int64_t width) const;
