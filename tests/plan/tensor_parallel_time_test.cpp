@@ -99,16 +99,16 @@ TEST(TensorParallelTime, CollectivesMoveFp32WhateverTheActivationsAreStoredIn) {
   const double rows = 16 * 16;
   const double reduce = all_reduce_seconds(4 * rows, 2, link), gather = all_gather_seconds(4 * rows, 2, link);
   const double bf16_gather = all_gather_seconds(2 * rows, 2, link);
-  // Three regions (attention, the MLP, the shared expert) and the routed part (its shares'
-  // outputs, their input gradients) all-reduce once forward and once backward; the lookup
-  // forward, the head backward; then the fp32 sums of the router's and experts' gradients, which
+  // Three regions (attention, the MLP, the shared expert) all-reduce once forward and once
+  // backward, the routed part all-gathers its shares' outputs and their input gradients (each row
+  // is one rank's); the lookup all-reduces forward, the head backward; then the fp32 sums of the router's and experts' gradients, which
   // each rank computes over its share of the tokens.
   for (const char* device : {"cpu", "cuda"}) {
     const auto [stage, t] = plan({"parallel.tp=2", "precision.recipe=bf16", std::string("runtime.device=") + device});
     double summed = 0.0;
     for (const int64_t n : stage.tp_gradient_sums) summed += all_reduce_seconds(4.0 * n, 2, link);
     EXPECT_EQ(stage.tp_gradient_sums, (std::vector<int64_t>{4 * 16 + 4 * 3 * 8 * 16})) << device;
-    EXPECT_NEAR(t.tp_comm, 10 * reduce + summed, 1e-15) << device;
+    EXPECT_NEAR(t.tp_comm, 8 * reduce + 2 * gather + summed, 1e-15) << device;
   }
   // Sequence parallelism on a GPU under bf16. Forward: the shared expert's input, the routed
   // part's, the head's gathered in fp32, the three regions' outputs and the lookup reduce-scattered;

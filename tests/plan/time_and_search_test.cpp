@@ -433,8 +433,8 @@ train: {global_batch: 2, micro_batch: 2}
 // sequence parallelism each region from a column- to a row-parallel linear all-reduces them once
 // forward and once backward: attention,
 // each Mamba-2 mixer, the MoE layer's shared expert, and the depth's attention and shared expert;
-// the two routed parts (each rank runs its share of the tokens) sum their shares' outputs forward
-// and input gradients backward. The two lookups (the embedding and the depth's) all-reduce
+// the two routed parts (each rank runs its share of the tokens) all-gather their shares' outputs
+// forward and input gradients backward (each row is one rank's). The two lookups (the embedding and the depth's) all-reduce
 // forward, the two heads backward. The MoE layers' router, latent projections and experts, which
 // each rank differentiates over its share, have their gradients summed (fp32, after their unit).
 TEST(TimePlan, HybridTensorParallelCommunicationIsCountedCollectiveByCollective) {
@@ -450,7 +450,8 @@ TEST(TimePlan, HybridTensorParallelCommunicationIsCountedCollectiveByCollective)
   const auto [plain, t] = plan({"parallel.tp=2"});
   const int64_t moe_sums = 64 + 256 + 768;  // router 4 x 16, latent 2 x 8 x 16, experts 4 x 3 x 8 x 8
   EXPECT_EQ(plain.tp_gradient_sums, (std::vector<int64_t>{moe_sums, moe_sums}));  // kv heads split: nothing else
-  EXPECT_NEAR(t.tp_comm, (6 + 2 + 2 + 6 + 2 + 2) * reduce + 2 * all_reduce_seconds(4.0 * moe_sums, 2, link), 1e-15);
+  EXPECT_NEAR(t.tp_comm, (6 + 2 + 6 + 2) * reduce + (2 + 2) * gather + 2 * all_reduce_seconds(4.0 * moe_sums, 2, link),
+              1e-15);
   // Sequence parallelism: each region gathers its input and reduce-scatters its output forward;
   // backward it gathers the output's gradient, gathers its input again for the weight gradient
   // (no FP8 codes kept on the CPU) and reduce-scatters the input's gradient. Each MoE layer's routed

@@ -132,11 +132,10 @@ void MoeLayer::add_share(float* target, const float* share_values, int64_t rows)
     kernels::add_in_place(device_, target, share_values, mine.rows * C);
     return;
   }
-  // Tensor parallel without sequence parallelism: every rank holds every row; the shares are
-  // summed into place (exact: each row is one rank's, zeros elsewhere).
-  float* whole = zeroed(moe_scratch().whole, rows * C, device_);
-  copy_on_device(device_, whole + mine.first * C, share_values, mine.rows * C);
-  tp_->all_reduce(whole, rows * C);
+  // Tensor parallel without sequence parallelism: every rank holds every row, and each row is one
+  // rank's share: the shares gathered (half an all-reduce's bytes) and added.
+  float* whole = sized(moe_scratch().whole, rows * C, device_);
+  tp_->gather_row_parts(whole, share_values, rows, C);
   kernels::add_in_place(device_, target, whole, rows * C);
 }
 

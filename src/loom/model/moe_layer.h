@@ -48,7 +48,7 @@ struct MoeStepStats {
 struct MoeScratch {
   Buffer received, back;  // expert parallelism: rows exchanged with the experts' ranks, and their results
   Buffer out_full;        // latent MoE: the up-projected output (backward: the dispatched rows' gradient)
-  Buffer whole;           // tensor parallel without sequence parallelism: every rank's share, summed
+  Buffer whole;           // tensor parallel without sequence parallelism: every rank's share, gathered
   Buffer d_y, d_rows, d_rows2, d_x_full, d_logits, d_shared, d_gate_logit;
   DeviceBuffer<double> dots;
   DeviceBuffer<int32_t> zeros;
@@ -110,7 +110,7 @@ class MoeLayer {
   // rank holds every row and the shares' results are summed over the group.
   bool share_is_own_rows() const;
   // Adds this rank's share of a group of `rows` rows (d_model wide) into `target`, which holds
-  // this rank's rows: the share itself, or every row with the shares summed over the group.
+  // this rank's rows: the share itself, or every row with the group's shares gathered.
   void add_share(float* target, const float* share_values, int64_t rows) const;
   const float* run_experts(Saved& s, int64_t width) const;
   void experts_backward(float* d_dispatched, const float* d_returned, const Saved& s, Workspace& work,

@@ -84,6 +84,10 @@ class TensorParallel {
   // out [rows, width] from every rank's columns [rows, its share of width] (vocabulary-parallel
   // logits; rank r holds columns [balanced_first(width, size, r), balanced_first(.., r + 1))).
   void gather_columns(float* out, const float* local, int64_t rows, int64_t width) const;
+  // out [rows, width] from every rank's part of the rows [its part, width] (rank r holds rows
+  // [balanced_first(rows, size, r), balanced_first(.., r + 1))): an all-gather, whatever
+  // sequence parallelism's split.
+  void gather_row_parts(float* out, const float* local, int64_t rows, int64_t width) const;
 
  private:
   // The sum over the group of `partial` [rows, width]: this rank's local rows of it, in place

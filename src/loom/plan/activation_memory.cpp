@@ -99,7 +99,7 @@ int64_t moe_scratch_bytes(const config::ModelConfig& model, const std::vector<La
     return std::max(w.latent > 0 ? share(w) * C * e : 0, exchange ? routed(w) * w.expert_width * e : 0);
   });
   bytes += largest([&](const LayerWidths& w) { return share(w) * C * e; });  // d_x_full
-  // whole: every rank's share summed into every row (tensor parallel without sequence parallelism)
+  // whole: every rank's share gathered into every row (tensor parallel without sequence parallelism)
   bytes += largest([&](const LayerWidths& w) { return share(w) < local ? rows * C * e : 0; });
   bytes += largest([&](const LayerWidths& w) { return w.latent > 0 ? share(w) * w.latent * e : 0; });  // d_y
   bytes += largest([&](const LayerWidths& w) { return routed(w) * w.expert_width * e; });           // d_rows

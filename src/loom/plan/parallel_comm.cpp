@@ -17,8 +17,8 @@ namespace {
 // a GPU, in attention and the MLPs, never in the mixer). A MoE layer's routed part (every rank
 // routes all the group's tokens, then runs its share of them: MoeLayer::share): under sequence
 // parallelism its input rows gathered forward, and nothing backward (each rank's share is its own
-// rows); without, the shares' outputs summed forward and their input gradients backward (an
-// all-reduce each). All fp32 (kCommBytes) but
+// rows); without, the shares' outputs forward and their input gradients backward gathered into
+// every row (an all-gather each: each row is one rank's). All fp32 (kCommBytes) but
 // attention's and a dense MLP's input gathers where their norms write bf16 rows (kBf16GatherBytes).
 TpSeconds block_tp_seconds(const config::RunConfig& config, const LayerWidths& w, model::Recipe r, double stream,
                            int tp, const Link& link) {
@@ -26,7 +26,8 @@ TpSeconds block_tp_seconds(const config::RunConfig& config, const LayerWidths& w
   const int routed = w.has_moe();
   if (!config.parallel.sequence_parallel) {
     const double reduce = all_reduce_seconds(stream * kCommBytes, tp, link);
-    return {(regions + routed) * reduce, (regions + routed) * reduce};
+    const double shares = routed * all_gather_seconds(stream * kCommBytes, tp, link);
+    return {regions * reduce + shares, regions * reduce + shares};
   }
   const double gather = all_gather_seconds(stream * kCommBytes, tp, link);  // a reduce-scatter costs the same
   const bool device = config.runtime.device == config::RuntimeDevice::Cuda;
