@@ -101,8 +101,8 @@ TEST(TensorParallelTime, CollectivesMoveFp32WhateverTheActivationsAreStoredIn) {
   const double bf16_gather = all_gather_seconds(2 * rows, 2, link);
   // Three regions (attention, the MLP, the shared expert) all-reduce once forward and once
   // backward, the routed part all-gathers its shares' outputs and their input gradients (each row
-  // is one rank's); the lookup all-reduces forward, the head backward; then the fp32 sums of the router's and experts' gradients, which
-  // each rank computes over its share of the tokens.
+  // is one rank's); the lookup all-reduces forward, the head backward; then the fp32 sums of the
+  // router's and experts' gradients, which each rank computes over its share of the tokens.
   for (const char* device : {"cpu", "cuda"}) {
     const auto [stage, t] = plan({"parallel.tp=2", "precision.recipe=bf16", std::string("runtime.device=") + device});
     double summed = 0.0;

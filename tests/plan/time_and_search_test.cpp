@@ -431,11 +431,11 @@ train: {global_batch: 2, micro_batch: 2}
 // Tensor parallelism over a hybrid, collective by collective (one micro-batch of 16 tokens; the
 // residual stream's rows 16 x 16 x 4 bytes: fp32, as the model sends them on any device). Without
 // sequence parallelism each region from a column- to a row-parallel linear all-reduces them once
-// forward and once backward: attention,
-// each Mamba-2 mixer, the MoE layer's shared expert, and the depth's attention and shared expert;
-// the two routed parts (each rank runs its share of the tokens) all-gather their shares' outputs
-// forward and input gradients backward (each row is one rank's). The two lookups (the embedding and the depth's) all-reduce
-// forward, the two heads backward. The MoE layers' router, latent projections and experts, which
+// forward and once backward: attention, each Mamba-2 mixer, the MoE layer's shared expert, and
+// the depth's attention and shared expert; the two routed parts (each rank runs its share of the
+// tokens) all-gather their shares' outputs forward and input gradients backward (each row is one
+// rank's). The two lookups (the embedding and the depth's) all-reduce forward, the two heads
+// backward. The MoE layers' router, latent projections and experts, which
 // each rank differentiates over its share, have their gradients summed (fp32, after their unit).
 TEST(TimePlan, HybridTensorParallelCommunicationIsCountedCollectiveByCollective) {
   const Hardware hw = device();

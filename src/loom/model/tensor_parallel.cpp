@@ -112,7 +112,9 @@ void TensorParallel::all_reduce_max(float* data, int64_t count) const {
 void TensorParallel::gather_row_parts(float* out, const float* local, int64_t rows, int64_t width) const {
   const int ranks = size();
   std::vector<int64_t> counts(ranks);
-  for (int r = 0; r < ranks; ++r) counts[r] = width * (balanced_first(rows, ranks, r + 1) - balanced_first(rows, ranks, r));
+  for (int r = 0; r < ranks; ++r) {
+    counts[r] = width * (balanced_first(rows, ranks, r + 1) - balanced_first(rows, ranks, r));
+  }
   group_->all_gather_v(local, out, counts, DType::F32);  // the parts back to back are the rows in order
 }
 
