@@ -34,7 +34,7 @@ train: {global_batch: 2, micro_batch: 2}
 
 // Every tensor-parallel rank runs the router's forward over all the group's tokens, so at tp 2 it
 // costs a rank as much as at tp 1; the router's backward, the latent projections and the routed
-// experts run over the rank's share of the tokens (MoeLayer::share), and attention, the shared
+// experts run over the rank's share of the tokens (TensorParallel::row_part), and attention, the shared
 // expert and the heads are split: each costs a rank half.
 // Training FLOPs per token (3 x 2 x weights), d_model 16, 2 heads of 8, SwiGLU:
 //   attention   q/k/v 48 x 16 and output 16 x 16: 6144; scores and values over 4.5 keys: 864

@@ -118,15 +118,8 @@ const float* MoeLayer::run_experts(Saved& s, int64_t width) const {
 
 bool MoeLayer::share_is_own_rows() const { return tp_->single() || tp_->sequence_parallel(); }
 
-MoeLayer::RowShare MoeLayer::share(int64_t rows) const {
-  if (tp_->sequence_parallel()) return {tp_->first_local_row(rows), tp_->local_rows(rows)};
-  const int parts = tp_->size(), rank = tp_->rank();
-  const int64_t first = balanced_first(rows, parts, rank);
-  return {first, balanced_first(rows, parts, rank + 1) - first};
-}
-
 void MoeLayer::add_share(float* target, const float* share_values, int64_t rows) const {
-  const RowShare mine = share(rows);
+  const TensorParallel::RowPart mine = tp_->row_part(rows);
   const int64_t C = d_model_;
   if (share_is_own_rows()) {
     kernels::add_in_place(device_, target, share_values, mine.rows * C);
@@ -151,7 +144,7 @@ void MoeLayer::forward(Saved& s, float* residual, const float* normed, int64_t b
   s.group_dropped = plan.dropped;
   // The routed part runs on this rank's share of the group's tokens (every tensor-parallel rank
   // routes the whole group alike, then dispatches its share).
-  const RowShare mine = share(rows);
+  const TensorParallel::RowPart mine = tp_->row_part(rows);
   s.plan = mine.rows == rows ? std::move(plan) : share_of_plan(plan, mine.first, mine.rows);
   const int64_t R = static_cast<int64_t>(s.plan.order.size()), k = router_.top_k();
   const int32_t* tokens = upload(device_, s.row_token, dispatched_tokens(s.plan));  // counted from mine.first
@@ -259,7 +252,7 @@ void MoeLayer::backward(float* d_normed, const float* d_residual, const float* n
   const auto start = std::chrono::steady_clock::now();
   const int64_t rows = batch * seq, C = d_model_, W = width_;
   if (shared_) shared_backward(d_normed, d_residual, normed, s, work, rows, scratch);
-  const RowShare mine = share(rows);
+  const TensorParallel::RowPart mine = tp_->row_part(rows);
   const float* x = (tp_->sequence_parallel() ? s.gathered.data() : normed) + mine.first * C;
   // The gradient of the branch's output at this rank's share of the rows.
   const float* d_out = share_is_own_rows() ? d_residual : d_residual + mine.first * C;

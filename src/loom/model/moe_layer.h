@@ -101,13 +101,9 @@ class MoeLayer {
   MoeStepStats& step_stats() const { return stats_; }
 
  private:
-  // This rank's share of a group of `rows` tokens: [first, first + rows).
-  struct RowShare {
-    int64_t first = 0, rows = 0;
-  };
-  RowShare share(int64_t rows) const;
-  // Whether the share is the rows this rank holds (one rank, or sequence parallel); else every
-  // rank holds every row and the shares' results are summed over the group.
+  // This rank's share of a group's tokens is TensorParallel::row_part. Whether it is the rows this
+  // rank holds (one rank, or sequence parallel); else every rank holds every row and the shares'
+  // results are gathered over the group.
   bool share_is_own_rows() const;
   // Adds this rank's share of a group of `rows` rows (d_model wide) into `target`, which holds
   // this rank's rows: the share itself, or every row with the group's shares gathered.

@@ -109,6 +109,11 @@ void TensorParallel::all_reduce_max(float* data, int64_t count) const {
   if (!single()) group_->all_reduce(data, count, DType::F32, comm::ReduceOp::Max);
 }
 
+TensorParallel::RowPart TensorParallel::row_part(int64_t rows) const {
+  const int64_t first = balanced_first(rows, size(), rank());
+  return {first, balanced_first(rows, size(), rank() + 1) - first};
+}
+
 void TensorParallel::gather_row_parts(float* out, const float* local, int64_t rows, int64_t width) const {
   const int ranks = size();
   std::vector<int64_t> counts(ranks);

@@ -84,9 +84,13 @@ class TensorParallel {
   // out [rows, width] from every rank's columns [rows, its share of width] (vocabulary-parallel
   // logits; rank r holds columns [balanced_first(width, size, r), balanced_first(.., r + 1))).
   void gather_columns(float* out, const float* local, int64_t rows, int64_t width) const;
-  // out [rows, width] from every rank's part of the rows [its part, width] (rank r holds rows
-  // [balanced_first(rows, size, r), balanced_first(.., r + 1))): an all-gather, whatever
-  // sequence parallelism's split.
+  // This rank's part of a group of `rows` rows: [first, first + rows) with first =
+  // balanced_first(rows, size, rank); under sequence parallelism its own rows.
+  struct RowPart {
+    int64_t first = 0, rows = 0;
+  };
+  RowPart row_part(int64_t rows) const;
+  // out [rows, width] from every rank's row_part [its part, width]: an all-gather.
   void gather_row_parts(float* out, const float* local, int64_t rows, int64_t width) const;
 
  private:

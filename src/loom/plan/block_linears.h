@@ -17,7 +17,7 @@ namespace loom::plan {
 // routed expert's, fp32 in and out apart from their interior, which a GPU keeps bf16 under the bf16
 // recipe as the MLP's (ExpertMlp's bf16 interior; their GEMMs' outputs under FP8 and MX: its bf16
 // hidden), whose weight gradient is always added to (never written whole), over this rank's share
-// of the group's tokens (MoeLayer::share); Latent: a latent MoE layer's fc1 / fc2 latent
+// of the group's tokens (TensorParallel::row_part); Latent: a latent MoE layer's fc1 / fc2 latent
 // projection, fp32 in and out, in the block recipe's 16-bit form (MoeLayer::set_precision), over
 // the same share, its weight gradient added to (its FLOPs counted among the MoE layer's:
 // model::moe_training_flops_per_token); Replicated: a multi-token prediction depth's eh_proj, an

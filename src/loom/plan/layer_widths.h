@@ -36,7 +36,7 @@ struct LayerWidths {
   // (ExpertMlp::padded_rows: 16 or 128 under the FP8 recipes; set by set_expert_row_multiples).
   int64_t expert_row_multiple = 1;
   // The tensor-parallel ranks sharing a MoE layer's tokens: each dispatches, combines and
-  // differentiates 1 / token_share of them (MoeLayer::share; set by the memory plan).
+  // differentiates 1 / token_share of them (TensorParallel::row_part; set by the memory plan).
   int64_t token_share = 1;
   // The tokens of `tokens` (the group's) whose routed part this rank runs.
   int64_t share_of(int64_t tokens) const { return tokens / token_share; }

@@ -15,7 +15,7 @@ namespace {
 // parallel: a reduce-scatter, after g's all-gather of the output's gradient and the column-parallel
 // wgrad's input gathered again, but where that layer kept its input's FP8 codes: per-tensor FP8 on
 // a GPU, in attention and the MLPs, never in the mixer). A MoE layer's routed part (every rank
-// routes all the group's tokens, then runs its share of them: MoeLayer::share): under sequence
+// routes all the group's tokens, then runs its share of them: TensorParallel::row_part): under sequence
 // parallelism its input rows gathered forward, and nothing backward (each rank's share is its own
 // rows); without, the shares' outputs forward and their input gradients backward gathered into
 // every row (an all-gather each: each row is one rank's). All fp32 (kCommBytes) but
