@@ -1,0 +1,208 @@
+// The chunk-parallel form of Mamba-2's scan (kernels/ssd_chunks_scan.h), the one the CUDA backend
+// runs with cuBLAS's batched DGEMMs, run here by a host executor (loops and OpenBLAS's dgemm) and
+// held to the CPU's scan (kernels/cpu/ssd_scan.h): forward, backward adding into non-zero
+// gradients, and prompt chunks continuing a carried state; awkward shapes (a sequence not a
+// multiple of the chunk, a chunk longer than the sequence, fewer groups than heads, head_dim 1,
+// strided rows), packed documents (starts inside chunks, on a chunk's first token, single-token
+// documents), the groups in one slice and one group a slice. The work memory is poisoned (NaN) so
+// a read of an element no step wrote shows.
+#include <cblas.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "loom/kernels/cpu/ssd_scan.h"
+#include "loom/kernels/ssd_chunks_scan.h"
+
+namespace loom::kernels::ssd_chunks {
+namespace {
+
+class HostExecutor {
+ public:
+  template <class T>
+  T* take(int64_t n) {
+    const size_t bytes = static_cast<size_t>(n) * sizeof(T) + 1;
+    held_.push_back(std::make_unique<unsigned char[]>(bytes));
+    std::memset(held_.back().get(), 0xff, bytes);  // NaN doubles, -1 ints
+    return reinterpret_cast<T*>(held_.back().get());
+  }
+  template <class F>
+  void each(int64_t n, const F& step) {
+    for (int64_t i = 0; i < n; ++i) step(i);
+  }
+  void product(const Product& p) {
+    ++products;
+    for (int64_t i = 0; i < p.count; ++i) {
+      cblas_dgemm(CblasRowMajor, p.trans_a ? CblasTrans : CblasNoTrans, p.trans_b ? CblasTrans : CblasNoTrans,
+                  static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k), 1.0, operand_at(p, p.a, i),
+                  static_cast<int>(p.lda), operand_at(p, p.b, i), static_cast<int>(p.ldb), p.beta,
+                  operand_at(p, p.c, i), static_cast<int>(p.ldc));
+    }
+  }
+  int products = 0;
+
+ private:
+  std::vector<std::unique_ptr<unsigned char[]>> held_;
+};
+
+std::vector<float> random_floats(std::mt19937& rng, int64_t n, float scale) {
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+// Largest |a - b| / (|b| + 1e-3 max|b|) over the elements (NaN in both: equal).
+double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double scale = 0.0, worst = 0.0;
+  for (float v : b)
+    if (!std::isnan(v)) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+    if (std::isnan(a[i]) || std::isnan(b[i])) return INFINITY;
+    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]) / (std::fabs(b[i]) + 1e-3 * scale));
+  }
+  return worst;
+}
+
+struct Problem {
+  SsdShape s;
+  std::vector<float> x, dt_raw, dt_bias, A_log, B, C, D, dy;
+  std::vector<int32_t> docs;
+  Inputs inputs(bool packed) const {
+    return {x.data(), dt_raw.data(), dt_bias.data(), A_log.data(), B.data(), C.data(), D.data(),
+            packed ? docs.data() : nullptr, nullptr, nullptr};
+  }
+};
+
+// Rows padded past their widths; documents start with probability 1/5 per token, at every
+// chunk's first token of the second row, and at the last two tokens of each row.
+Problem make_problem(uint32_t seed, int64_t batch, int64_t seq, int64_t heads, int64_t P, int64_t groups, int64_t N,
+                     int64_t chunk) {
+  std::mt19937 rng(seed);
+  Problem p;
+  p.s = {batch, seq, heads, P, groups, N, chunk, heads * P + 3, heads + 2, groups * N + 5, heads * P + 1};
+  const int64_t rows = batch * seq;
+  p.x = random_floats(rng, rows * p.s.x_stride, 1.0f);
+  p.dt_raw = random_floats(rng, rows * p.s.dt_stride, 1.0f);
+  p.dt_bias = random_floats(rng, heads, 0.5f);
+  p.A_log = random_floats(rng, heads, 0.5f);
+  p.B = random_floats(rng, rows * p.s.bc_stride, 1.0f);
+  p.C = random_floats(rng, rows * p.s.bc_stride, 1.0f);
+  p.D = random_floats(rng, heads, 1.0f);
+  p.dy = random_floats(rng, rows * p.s.y_stride, 1.0f);
+  std::uniform_int_distribution<int> die(0, 4);
+  for (int64_t b = 0; b < batch; ++b) {
+    int32_t id = 0;
+    for (int64_t t = 0; t < seq; ++t) {
+      if (t > 0 && (die(rng) == 0 || (b == 1 && t % chunk == 0) || t >= seq - 2)) ++id;
+      p.docs.push_back(id);
+    }
+  }
+  return p;
+}
+
+std::vector<Problem> problems() {
+  return {make_problem(1, 1, 1, 1, 1, 1, 4, 4),      make_problem(2, 2, 13, 4, 3, 2, 4, 5),
+          make_problem(3, 3, 37, 6, 2, 3, 8, 8),     make_problem(4, 1, 70, 2, 1, 1, 16, 16),
+          make_problem(5, 2, 45, 4, 16, 1, 16, 64),  make_problem(6, 2, 50, 4, 8, 2, 16, 16),
+          make_problem(7, 2, 24, 8, 4, 4, 8, 8)};
+}
+
+std::string describe(const SsdShape& s, bool packed, int64_t slice_bytes) {
+  return "batch " + std::to_string(s.batch) + " seq " + std::to_string(s.seq) + " heads " + std::to_string(s.heads) +
+         " head_dim " + std::to_string(s.head_dim) + " groups " + std::to_string(s.groups) + " state " +
+         std::to_string(s.state) + " chunk " + std::to_string(s.chunk) + (packed ? " packed" : "") +
+         " slice bytes " + std::to_string(slice_bytes);
+}
+
+constexpr double kTolerance = 1e-6;  // both accumulate in double; fp32 results within about an ulp
+constexpr int64_t kOneSlice = int64_t{1} << 40, kGroupASlice = 1;
+
+TEST(SsdChunks, ForwardAndBackwardEqualTheCpuScan) {
+  for (const Problem& p : problems()) {
+    for (bool packed : {false, true}) {
+      for (int64_t slice_bytes : {kOneSlice, kGroupASlice}) {
+        SCOPED_TRACE(describe(p.s, packed, slice_bytes));
+        const SsdShape& s = p.s;
+        const int64_t rows = s.batch * s.seq;
+        const Inputs in = p.inputs(packed);
+        std::vector<float> want_y(rows * s.y_stride, NAN), got_y = want_y;
+        cpu::ssd_scan_forward(want_y.data(), in.x, in.dt_raw, in.dt_bias, in.A_log, in.B, in.C, in.D, s, in.documents);
+        HostExecutor ex;
+        forward(ex, got_y.data(), in, s, slice_bytes);
+        EXPECT_LE(relative_error(got_y, want_y), kTolerance) << "y";
+
+        std::mt19937 rng(11);
+        const std::vector<float> dx0 = random_floats(rng, rows * s.x_stride, 0.5f),
+                                 ddt0 = random_floats(rng, rows * s.dt_stride, 0.5f),
+                                 dB0 = random_floats(rng, rows * s.bc_stride, 0.5f),
+                                 dC0 = random_floats(rng, rows * s.bc_stride, 0.5f),
+                                 dh0 = random_floats(rng, 3 * s.heads, 0.5f);
+        std::vector<float> dx = dx0, ddt = ddt0, dB = dB0, dC = dC0, dh = dh0;
+        cpu::ssd_scan_backward(dx.data(), ddt.data(), dh.data(), dh.data() + s.heads, dB.data(), dC.data(),
+                               dh.data() + 2 * s.heads, p.dy.data(), in.x, in.dt_raw, in.dt_bias, in.A_log, in.B,
+                               in.C, in.D, s, in.documents);
+        std::vector<float> got_dx = dx0, got_ddt = ddt0, got_dB = dB0, got_dC = dC0, got_dh = dh0;
+        const Grads out{got_dx.data(), got_ddt.data(), got_dh.data(), got_dh.data() + s.heads, got_dB.data(),
+                        got_dC.data(), got_dh.data() + 2 * s.heads, p.dy.data()};
+        HostExecutor back;
+        backward(back, out, in, s, slice_bytes);
+        EXPECT_LE(relative_error(got_dx, dx), kTolerance) << "dx";
+        EXPECT_LE(relative_error(got_ddt, ddt), kTolerance) << "d(dt_raw)";
+        EXPECT_LE(relative_error(got_dB, dB), kTolerance) << "dB";
+        EXPECT_LE(relative_error(got_dC, dC), kTolerance) << "dC";
+        EXPECT_LE(relative_error(got_dh, dh), kTolerance) << "d(dt_bias), d(A_log), d(D)";
+      }
+    }
+  }
+}
+
+// A prompt's chunk continuing each row's state (ssd_scan_step with several tokens): y and the
+// state after the row's last token, in place.
+TEST(SsdChunks, ChunksContinuingAStateEqualTheCpuSteps) {
+  for (const Problem& p : problems()) {
+    for (int64_t slice_bytes : {kOneSlice, kGroupASlice}) {
+      SCOPED_TRACE(describe(p.s, false, slice_bytes));
+      const SsdShape& s = p.s;
+      const int64_t rows = s.batch * s.seq;
+      std::mt19937 rng(5);
+      const std::vector<float> state0 = random_floats(rng, s.batch * s.heads * s.head_dim * s.state, 1.0f);
+      std::vector<float> want_state = state0, want_y(rows * s.y_stride, NAN);
+      Inputs in = p.inputs(false);
+      cpu::ssd_scan_step(want_y.data(), want_state.data(), nullptr, in.x, in.dt_raw, in.dt_bias, in.A_log, in.B,
+                         in.C, in.D, s);
+      if (s.seq == 1) continue;  // one token is the recurrence's step, not the chunked scan
+      std::vector<float> got_state = state0, got_y(rows * s.y_stride, NAN);
+      in.initial = got_state.data();
+      in.final = got_state.data();
+      HostExecutor ex;
+      forward(ex, got_y.data(), in, s, slice_bytes);
+      EXPECT_LE(relative_error(got_y, want_y), kTolerance) << "y";
+      EXPECT_LE(relative_error(got_state, want_state), kTolerance) << "state";
+    }
+  }
+}
+
+// The slices' sizes: one group a slice takes groups passes of the same products.
+TEST(SsdChunks, SlicesTakeAsManyGroupsAsTheirBytesHold) {
+  const Problem p = make_problem(9, 2, 24, 8, 4, 4, 8, 8);
+  const Dims one = slice_dims(p.s, true, kOneSlice), each = slice_dims(p.s, true, kGroupASlice);
+  EXPECT_EQ(one.groups_here, 4);
+  EXPECT_EQ(each.groups_here, 1);
+  EXPECT_EQ(one.Q, 8);
+  EXPECT_EQ(one.chunks, 3);
+  HostExecutor all, sliced;
+  std::vector<float> y(p.s.batch * p.s.seq * p.s.y_stride);
+  forward(all, y.data(), p.inputs(true), p.s, kOneSlice);
+  forward(sliced, y.data(), p.inputs(true), p.s, kGroupASlice);
+  EXPECT_EQ(sliced.products, 4 * all.products);
+}
+
+}  // namespace
+}  // namespace loom::kernels::ssd_chunks
