@@ -152,6 +152,9 @@ stage_kernels() {
     --gtest_filter="-$model_tests:$cudnn_tests"
   CUDNN_LOGDEST_DBG="$out/cudnn_attention.log" gtest_run test_cuda_cudnn test_cuda 60 --gtest_filter="$cudnn_tests"
   CUDNN_LOGDEST_DBG="$out/cudnn_model.log" gtest_run test_cuda_model test_cuda 120 --gtest_filter="$model_tests"
+  # The tiny Super hybrid trained with the scan's chunk-parallel form (kernels/cuda/ssd_chunk_scan.h;
+  # the kernel tests above hold both forms to the CPU), as on the CPU.
+  LOOM_SSD_SCAN=chunks gtest_run test_cuda_scan_chunks test_cuda 45 --gtest_filter='CudaModel.TinySuperHybrid*'
   unset CUDNN_LOGLEVEL_DBG
   # Which attention the bf16 operands ran on (cuDNN's, or loom's kernels and why: once per reason).
   grep -h "^loom: attention" "$out"/test_cuda*.log | sort -u | cut -c1-300 | head -6
@@ -235,9 +238,11 @@ PY
     # shellcheck disable=SC2086
     capped "${b#* }" ${b} 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
   done
-  # Mamba-2's chunked scan (double on CUDA cores) beside PyTorch's einsums over blocks in fp32 and
-  # with bf16 products: what rate the planner should give the scan (RESULT lines, "ssd scan").
-  for b in "40 $bin/loom_bench_ssd_scan_cuda" "90 python3 bench/cuda/torch_ssd_peer.py"; do
+  # Mamba-2's chunked scan in both forms (the chunk-parallel one on batched DGEMMs first, then the
+  # (row, head) loops in double on CUDA cores) beside PyTorch's einsums over blocks in fp32 and with
+  # bf16 products: which form the entries should take, and what rate the planner should give the
+  # scan (RESULT lines, "ssd scan").
+  for b in "60 $bin/loom_bench_ssd_scan_cuda" "90 python3 bench/cuda/torch_ssd_peer.py"; do
     # shellcheck disable=SC2086
     capped "${b#* }" ${b} 2>&1 | tee -a "$out/bench.txt" | grep -v "^RESULT" || true
   done
@@ -296,7 +301,7 @@ for s in "${stages[@]}"; do
 done
 echo "== done ($(left) s of the budget left)"
 xmls=()
-for t in test_cuda test_cuda_cudnn test_cuda_model test_nccl; do [ -f "$out/$t.xml" ] && xmls+=("$out/$t.xml"); done
+for t in test_cuda test_cuda_cudnn test_cuda_model test_cuda_scan_chunks test_nccl; do [ -f "$out/$t.xml" ] && xmls+=("$out/$t.xml"); done
 python3 bench/cuda/gpu_table.py "$out/bench.txt" "${xmls[@]}"
 # The device tool brings back at most 8 files from $OUT: the logs travel as one archive.
 (cd "$out" && ls ./*.log >/dev/null 2>&1 && tar -czf logs.tar.gz ./*.log && rm -f ./*.log)

@@ -1,5 +1,6 @@
-// Mamba-2's chunked scan on the GPU (kernels/cuda/ssd_scan.h: the CPU's chunked SSD algorithm in
-// double on CUDA cores), forward and forward + backward, at the mixer shapes of a Nemotron-H-sized
+// Mamba-2's chunked scan on the GPU in both its forms (kernels/cuda/ssd_chunk_scan.h): the CPU's
+// block walk per (row, head) in double on CUDA cores (`loops`) and the chunk-parallel form on
+// cuBLAS's batched DGEMMs (`chunks`), forward and forward + backward, at the mixer shapes of a Nemotron-H-sized
 // model (128 heads of 64 channels, state 128 in 8 groups, blocks of 128 tokens) over 4096 and
 // 8192 tokens, and of the tiny Super (configs/nemotron3-super-tiny.yaml: 8 heads of 16, state 16
 // in 2 groups, blocks of 64; a micro-batch of 8 x 128). TFLOP/s count the planner's scan FLOPs
@@ -15,6 +16,7 @@
 
 #include "bench_util.h"
 #include "loom/kernels/cuda/device.h"
+#include "loom/kernels/cuda/ssd_chunk_scan.h"
 #include "loom/kernels/cuda/ssd_scan.h"
 #include "loom/model/flops.h"
 
@@ -61,20 +63,27 @@ void run_case(const ScanCase& c) {
                             std::to_string(c.heads) + " P" + std::to_string(c.head_dim) + " G" +
                             std::to_string(c.groups) + " N" + std::to_string(c.state) + " chunk" +
                             std::to_string(c.chunk);
-  const auto forward = [&] {
-    loom::kernels::cuda::ssd_scan_forward(y, x, dt_raw, dt_bias, a_log, B, C, D, s, nullptr);
-  };
-  const double forward_ms = time_ms(forward, 2, 10);
-  print_result("loom", "ssd scan fwd via double kernels", shape, forward_ms, forward_flops);
-  const double both_ms = time_ms(
-      [&] {
-        forward();
-        loom::kernels::cuda::ssd_scan_backward(dx, ddt, per_head, per_head + c.heads, dB, dC, per_head + 2 * c.heads,
-                                               dy, x, dt_raw, dt_bias, a_log, B, C, D, s, nullptr);
-      },
-      2, 10);
-  print_result("loom", "ssd scan fwd+bwd via double kernels", shape, both_ms, 3.0 * forward_flops);
-  check_cuda(cudaDeviceSynchronize(), "the scan");
+  using loom::kernels::cuda::SsdScanForm;
+  for (SsdScanForm form : {SsdScanForm::Chunks, SsdScanForm::Loops}) {  // chunks first: the cap may cut the rest
+    loom::kernels::cuda::set_ssd_scan_form(static_cast<int>(form));
+    const std::string via = form == SsdScanForm::Chunks ? " via chunks, batched DGEMMs" : " via loops, double";
+    const auto forward = [&] {
+      loom::kernels::cuda::ssd_scan_forward(y, x, dt_raw, dt_bias, a_log, B, C, D, s, nullptr);
+    };
+    const double forward_ms = time_ms(forward, 2, 10);
+    print_result("loom", "ssd scan fwd" + via, shape, forward_ms, forward_flops);
+    const double both_ms = time_ms(
+        [&] {
+          forward();
+          loom::kernels::cuda::ssd_scan_backward(dx, ddt, per_head, per_head + c.heads, dB, dC,
+                                                 per_head + 2 * c.heads, dy, x, dt_raw, dt_bias, a_log, B, C, D, s,
+                                                 nullptr);
+        },
+        2, 10);
+    print_result("loom", "ssd scan fwd+bwd" + via, shape, both_ms, 3.0 * forward_flops);
+    check_cuda(cudaDeviceSynchronize(), "the scan");
+  }
+  loom::kernels::cuda::set_ssd_scan_form(0);
   for (float* p : {x, dt_raw, dt_bias, a_log, B, C, D, dy, y, dx, ddt, dB, dC, per_head}) cudaFree(p);
 }
 

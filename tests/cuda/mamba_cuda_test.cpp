@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "loom/kernels/cuda/ssd_chunk_scan.h"
 #include "loom/kernels/ops.h"
 
 namespace loom::kernels::cuda {
@@ -29,6 +30,15 @@ const Device kGpu = Device::cuda(0);
 constexpr double kTolerance = 1e-5;
 
 class CudaMamba : public testing::GpuTest<> {};
+
+// The scan's two forms on the GPU (ssd_chunk_scan.h): the (row, head) loops and the chunk-parallel
+// batched products; each is held to the CPU.
+constexpr std::array<SsdScanForm, 2> kScanForms{SsdScanForm::Loops, SsdScanForm::Chunks};
+struct UsingScanForm {
+  explicit UsingScanForm(SsdScanForm form) { set_ssd_scan_form(static_cast<int>(form)); }
+  ~UsingScanForm() { set_ssd_scan_form(0); }
+};
+std::string form_name(SsdScanForm form) { return form == SsdScanForm::Chunks ? "chunks" : "loops"; }
 
 // Document ids of [batch, seq] tokens: a new document with probability 1/6 per token, and one
 // starting exactly at `aligned` in every row (a chunk's boundary).
@@ -84,60 +94,65 @@ struct ScanOperands {
 TEST_F(CudaMamba, SsdScanForwardAndBackwardMatchTheCpu) {
   for (const SsdShape& s : scan_shapes()) {
     for (bool packed : {false, true}) {
-      SCOPED_TRACE(describe(s, packed));
-      const int64_t rows = s.batch * s.seq;
-      const ScanOperands in(seed_, s);
-      const std::vector<int32_t> docs = packed_documents(seed_ + 7, s.batch, s.seq, s.chunk);
-      const int32_t* cpu_docs = packed ? docs.data() : nullptr;
-      const std::vector<float> dy = random_values(seed_ + 8, rows * s.y_stride, 1.0f);
-      const std::vector<float> dx0 = random_values(seed_ + 9, rows * s.x_stride, 0.5f),
-                               ddt0 = random_values(seed_ + 10, rows * s.dt_stride, 0.5f),
-                               dB0 = random_values(seed_ + 11, rows * s.bc_stride, 0.5f),
-                               dC0 = random_values(seed_ + 12, rows * s.bc_stride, 0.5f),
-                               dh0 = random_values(seed_ + 13, 3 * s.heads, 0.5f);
-      std::vector<float> y = poison(rows * s.y_stride), dx = dx0, ddt = ddt0, dB = dB0, dC = dC0, dh = dh0;
-      ssd_scan_forward(kCpu, y.data(), in.x.data(), in.dt_raw.data(), in.dt_bias.data(), in.A_log.data(), in.B.data(),
-                       in.C.data(), in.D.data(), s, cpu_docs);
-      ssd_scan_backward(kCpu, dx.data(), ddt.data(), dh.data(), dh.data() + s.heads, dB.data(), dC.data(),
-                        dh.data() + 2 * s.heads, dy.data(), in.x.data(), in.dt_raw.data(), in.dt_bias.data(),
-                        in.A_log.data(), in.B.data(), in.C.data(), in.D.data(), s, cpu_docs);
+      for (SsdScanForm form : kScanForms) {
+        const UsingScanForm use(form);
+        SCOPED_TRACE(form_name(form));
+        SCOPED_TRACE(describe(s, packed));
+        const int64_t rows = s.batch * s.seq;
+        const ScanOperands in(seed_, s);
+        const std::vector<int32_t> docs = packed_documents(seed_ + 7, s.batch, s.seq, s.chunk);
+        const int32_t* cpu_docs = packed ? docs.data() : nullptr;
+        const std::vector<float> dy = random_values(seed_ + 8, rows * s.y_stride, 1.0f);
+        const std::vector<float> dx0 = random_values(seed_ + 9, rows * s.x_stride, 0.5f),
+                                 ddt0 = random_values(seed_ + 10, rows * s.dt_stride, 0.5f),
+                                 dB0 = random_values(seed_ + 11, rows * s.bc_stride, 0.5f),
+                                 dC0 = random_values(seed_ + 12, rows * s.bc_stride, 0.5f),
+                                 dh0 = random_values(seed_ + 13, 3 * s.heads, 0.5f);
+        std::vector<float> y = poison(rows * s.y_stride), dx = dx0, ddt = ddt0, dB = dB0, dC = dC0, dh = dh0;
+        ssd_scan_forward(kCpu, y.data(), in.x.data(), in.dt_raw.data(), in.dt_bias.data(), in.A_log.data(),
+                         in.B.data(), in.C.data(), in.D.data(), s, cpu_docs);
+        ssd_scan_backward(kCpu, dx.data(), ddt.data(), dh.data(), dh.data() + s.heads, dB.data(), dC.data(),
+                          dh.data() + 2 * s.heads, dy.data(), in.x.data(), in.dt_raw.data(), in.dt_bias.data(),
+                          in.A_log.data(), in.B.data(), in.C.data(), in.D.data(), s, cpu_docs);
 
-      DeviceFloats d_x(allocator_, in.x), d_dt(allocator_, in.dt_raw), d_bias(allocator_, in.dt_bias),
-          d_alog(allocator_, in.A_log), d_B(allocator_, in.B), d_C(allocator_, in.C), d_D(allocator_, in.D),
-          d_dy(allocator_, dy), d_y(allocator_, poison(rows * s.y_stride)), d_dx(allocator_, dx0),
-          d_ddt(allocator_, ddt0), d_dB(allocator_, dB0), d_dC(allocator_, dC0), d_dh(allocator_, dh0);
-      DeviceArray<int32_t> d_docs(allocator_, docs);
-      const int32_t* gpu_docs = packed ? d_docs.ptr : nullptr;
-      ssd_scan_forward(kGpu, d_y.ptr, d_x.ptr, d_dt.ptr, d_bias.ptr, d_alog.ptr, d_B.ptr, d_C.ptr, d_D.ptr, s, gpu_docs);
-      ssd_scan_backward(kGpu, d_dx.ptr, d_ddt.ptr, d_dh.ptr, d_dh.ptr + s.heads, d_dB.ptr, d_dC.ptr,
-                        d_dh.ptr + 2 * s.heads, d_dy.ptr, d_x.ptr, d_dt.ptr, d_bias.ptr, d_alog.ptr, d_B.ptr, d_C.ptr,
-                        d_D.ptr, s, gpu_docs);
-      // y's padding stays poisoned on both (NaN is skipped by relative_error where the CPU's is).
-      EXPECT_LE(relative_error(d_y.host(), y), kTolerance);
-      EXPECT_LE(relative_error(d_dx.host(), dx), kTolerance);
-      EXPECT_LE(relative_error(d_ddt.host(), ddt), kTolerance);
-      EXPECT_LE(relative_error(d_dB.host(), dB), kTolerance);
-      EXPECT_LE(relative_error(d_dC.host(), dC), kTolerance);
-      EXPECT_LE(relative_error(d_dh.host(), dh), kTolerance);
-      // Nothing written into y's padding (still NaN where the CPU left it NaN).
-      const std::vector<float> got_y = d_y.host();
-      for (size_t i = 0; i < got_y.size(); ++i) {
-        if (std::isnan(y[i]) && !std::isnan(got_y[i])) {
-          ADD_FAILURE() << "y's padding written at " << i;
-          break;
+        DeviceFloats d_x(allocator_, in.x), d_dt(allocator_, in.dt_raw), d_bias(allocator_, in.dt_bias),
+            d_alog(allocator_, in.A_log), d_B(allocator_, in.B), d_C(allocator_, in.C), d_D(allocator_, in.D),
+            d_dy(allocator_, dy), d_y(allocator_, poison(rows * s.y_stride)), d_dx(allocator_, dx0),
+            d_ddt(allocator_, ddt0), d_dB(allocator_, dB0), d_dC(allocator_, dC0), d_dh(allocator_, dh0);
+        DeviceArray<int32_t> d_docs(allocator_, docs);
+        const int32_t* gpu_docs = packed ? d_docs.ptr : nullptr;
+        ssd_scan_forward(kGpu, d_y.ptr, d_x.ptr, d_dt.ptr, d_bias.ptr, d_alog.ptr, d_B.ptr, d_C.ptr, d_D.ptr, s,
+                         gpu_docs);
+        ssd_scan_backward(kGpu, d_dx.ptr, d_ddt.ptr, d_dh.ptr, d_dh.ptr + s.heads, d_dB.ptr, d_dC.ptr,
+                          d_dh.ptr + 2 * s.heads, d_dy.ptr, d_x.ptr, d_dt.ptr, d_bias.ptr, d_alog.ptr, d_B.ptr, d_C.ptr,
+                          d_D.ptr, s, gpu_docs);
+        // y's padding stays poisoned on both (NaN is skipped by relative_error where the CPU's is).
+        EXPECT_LE(relative_error(d_y.host(), y), kTolerance);
+        EXPECT_LE(relative_error(d_dx.host(), dx), kTolerance);
+        EXPECT_LE(relative_error(d_ddt.host(), ddt), kTolerance);
+        EXPECT_LE(relative_error(d_dB.host(), dB), kTolerance);
+        EXPECT_LE(relative_error(d_dC.host(), dC), kTolerance);
+        EXPECT_LE(relative_error(d_dh.host(), dh), kTolerance);
+        // Nothing written into y's padding (still NaN where the CPU left it NaN).
+        const std::vector<float> got_y = d_y.host();
+        for (size_t i = 0; i < got_y.size(); ++i) {
+          if (std::isnan(y[i]) && !std::isnan(got_y[i])) {
+            ADD_FAILURE() << "y's padding written at " << i;
+            break;
+          }
         }
+        // A second backward from the same starting gradients gives the same bits (no atomics).
+        DeviceFloats again_dx(allocator_, dx0), again_ddt(allocator_, ddt0), again_dB(allocator_, dB0),
+            again_dC(allocator_, dC0), again_dh(allocator_, dh0);
+        ssd_scan_backward(kGpu, again_dx.ptr, again_ddt.ptr, again_dh.ptr, again_dh.ptr + s.heads, again_dB.ptr,
+                          again_dC.ptr, again_dh.ptr + 2 * s.heads, d_dy.ptr, d_x.ptr, d_dt.ptr, d_bias.ptr, d_alog.ptr,
+                          d_B.ptr, d_C.ptr, d_D.ptr, s, gpu_docs);
+        EXPECT_EQ(again_dx.host(), d_dx.host());
+        EXPECT_EQ(again_ddt.host(), d_ddt.host());
+        EXPECT_EQ(again_dB.host(), d_dB.host());
+        EXPECT_EQ(again_dC.host(), d_dC.host());
+        EXPECT_EQ(again_dh.host(), d_dh.host());
       }
-      // A second backward from the same starting gradients gives the same bits (no atomics).
-      DeviceFloats again_dx(allocator_, dx0), again_ddt(allocator_, ddt0), again_dB(allocator_, dB0),
-          again_dC(allocator_, dC0), again_dh(allocator_, dh0);
-      ssd_scan_backward(kGpu, again_dx.ptr, again_ddt.ptr, again_dh.ptr, again_dh.ptr + s.heads, again_dB.ptr,
-                        again_dC.ptr, again_dh.ptr + 2 * s.heads, d_dy.ptr, d_x.ptr, d_dt.ptr, d_bias.ptr, d_alog.ptr,
-                        d_B.ptr, d_C.ptr, d_D.ptr, s, gpu_docs);
-      EXPECT_EQ(again_dx.host(), d_dx.host());
-      EXPECT_EQ(again_ddt.host(), d_ddt.host());
-      EXPECT_EQ(again_dB.host(), d_dB.host());
-      EXPECT_EQ(again_dC.host(), d_dC.host());
-      EXPECT_EQ(again_dh.host(), d_dh.host());
     }
   }
 }
@@ -168,22 +183,26 @@ TEST_F(CudaMamba, SsdScanStepsMatchTheCpu) {
 // state and back into it), twice: the second chunk continues the state the first left.
 TEST_F(CudaMamba, SsdScanChunksContinuingTheStateMatchTheCpu) {
   for (const SsdShape& s : scan_shapes()) {
-    if (s.seq < 2) continue;
-    SCOPED_TRACE(describe(s, false));
-    const ScanOperands in(seed_, s);
-    const int64_t state_size = s.batch * s.heads * s.head_dim * s.state;
-    const std::vector<float> state0 = random_values(seed_ + 7, state_size, 1.0f);
-    std::vector<float> y = poison(s.batch * s.seq * s.y_stride), state = state0;
-    DeviceFloats d_x(allocator_, in.x), d_dt(allocator_, in.dt_raw), d_bias(allocator_, in.dt_bias),
-        d_alog(allocator_, in.A_log), d_B(allocator_, in.B), d_C(allocator_, in.C), d_D(allocator_, in.D),
-        d_y(allocator_, y), d_state(allocator_, state0);
-    for (int chunk = 0; chunk < 2; ++chunk) {
-      ssd_scan_step(kCpu, y.data(), state.data(), nullptr, in.x.data(), in.dt_raw.data(), in.dt_bias.data(),
-                    in.A_log.data(), in.B.data(), in.C.data(), in.D.data(), s);
-      ssd_scan_step(kGpu, d_y.ptr, d_state.ptr, nullptr, d_x.ptr, d_dt.ptr, d_bias.ptr, d_alog.ptr, d_B.ptr, d_C.ptr,
-                    d_D.ptr, s);
-      EXPECT_LE(relative_error(d_y.host(), y), kTolerance) << "chunk " << chunk;
-      EXPECT_LE(relative_error(d_state.host(), state), kTolerance) << "chunk " << chunk;
+    for (SsdScanForm form : kScanForms) {
+      const UsingScanForm use(form);
+      SCOPED_TRACE(form_name(form));
+      if (s.seq < 2) continue;
+      SCOPED_TRACE(describe(s, false));
+      const ScanOperands in(seed_, s);
+      const int64_t state_size = s.batch * s.heads * s.head_dim * s.state;
+      const std::vector<float> state0 = random_values(seed_ + 7, state_size, 1.0f);
+      std::vector<float> y = poison(s.batch * s.seq * s.y_stride), state = state0;
+      DeviceFloats d_x(allocator_, in.x), d_dt(allocator_, in.dt_raw), d_bias(allocator_, in.dt_bias),
+          d_alog(allocator_, in.A_log), d_B(allocator_, in.B), d_C(allocator_, in.C), d_D(allocator_, in.D),
+          d_y(allocator_, y), d_state(allocator_, state0);
+      for (int chunk = 0; chunk < 2; ++chunk) {
+        ssd_scan_step(kCpu, y.data(), state.data(), nullptr, in.x.data(), in.dt_raw.data(), in.dt_bias.data(),
+                      in.A_log.data(), in.B.data(), in.C.data(), in.D.data(), s);
+        ssd_scan_step(kGpu, d_y.ptr, d_state.ptr, nullptr, d_x.ptr, d_dt.ptr, d_bias.ptr, d_alog.ptr, d_B.ptr, d_C.ptr,
+                      d_D.ptr, s);
+        EXPECT_LE(relative_error(d_y.host(), y), kTolerance) << "chunk " << chunk;
+        EXPECT_LE(relative_error(d_state.host(), state), kTolerance) << "chunk " << chunk;
+      }
     }
   }
 }

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "loom/core/error.h"
-#include "loom/kernels/cuda/caching_allocator.h"
+#include "loom/kernels/cuda/cublas_handle.h"
 #include "loom/kernels/cuda/cast.h"
 #include "loom/kernels/cuda/device.h"
 #include "loom/kernels/cuda/per_device.h"
@@ -20,7 +20,6 @@
 #include "loom/kernels/cuda/process_setting.h"
 #include "loom/kernels/cuda/say_once.h"
 #include "loom/kernels/cuda/scratch.h"
-#include "loom/kernels/cuda/stream_workspaces.h"
 #include "loom/kernels/cuda/upload_staging.h"
 
 namespace loom::kernels::cuda {
@@ -45,28 +44,19 @@ ProcessSetting most_rows_setting(most_rows_from_environment);
 
 std::atomic<int64_t> grouped_count{0}, refused_count{0};
 
-std::string status_text(cublasStatus_t status) {
-  return std::string(cublasGetStatusName(status)) + " (" + cublasGetStatusString(status) + ")";
-}
-
-constexpr size_t kWorkspaceBytes = 32u << 20;
-
 // What one grouped product writes: bf16 outputs (out16), fp32 outputs rounded to bf16 (written by
 // the product in bf16 into scratch, then widened into place: cuBLAS's grouped bf16 kernels write
 // bf16), or a weight gradient's fp32 (written or added into).
 enum class Output { Bf16, RoundedFp32, Fp32 };
 constexpr int kOutputs = 3;
 
-// One device's cuBLAS handle (its calls serialised), a workspace per stream its products run on
-// (products queued on two streams may run at once), the staging its pointer arrays go up by (64
-// slots: a few uploads per MoE layer and micro-batch, and the host may run many layers ahead), and
-// the output kinds cuBLAS refused a grouped product of (not asked again).
+// One device's staging for the pointer arrays (64 slots: a few uploads per MoE layer and
+// micro-batch, and the host may run many layers ahead) and the output kinds cuBLAS refused a
+// grouped product of (not asked again); the products themselves go through the device's cuBLAS
+// handle (cublas_handle.h).
 struct Context {
   explicit Context(int device) : uploads(device, 64) {}
   std::mutex mutex;
-  cublasHandle_t handle = nullptr;
-  CachingAllocator allocator;
-  StreamWorkspaces workspaces{allocator, kWorkspaceBytes};
   UploadStaging uploads;
   bool refused[kOutputs] = {false, false, false};
 };
@@ -75,10 +65,7 @@ Context& context() {
   return current_device_object<Context>("cuBLAS grouped GEMM", [] {
     int device = 0;
     check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-    auto made = std::make_unique<Context>(device);
-    const cublasStatus_t created = cublasCreate(&made->handle);
-    if (created != CUBLAS_STATUS_SUCCESS) throw Error("cuBLAS: cublasCreate failed: " + status_text(created));
-    return made;
+    return std::make_unique<Context>(device);
   });
 }
 
@@ -183,27 +170,24 @@ bool run_grouped(const std::vector<const PrecisionGemm*>& gemms, const std::vect
   auto** on_device = static_cast<void**>(scratch.bytes(static_cast<int64_t>(bytes)));
   std::lock_guard<std::mutex> lock(ctx.mutex);
   ctx.uploads.upload(on_device, pointers.data(), bytes, stream);
-  cublasStatus_t status = cublasSetStream(ctx.handle, stream);  // which resets the workspace: set after
-  if (status == CUBLAS_STATUS_SUCCESS)
-    status = cublasSetWorkspace(ctx.handle, ctx.workspaces.get(stream), ctx.workspaces.bytes());
-  if (status != CUBLAS_STATUS_SUCCESS)
-    throw Error("cuBLAS: setting the stream and workspace failed: " + status_text(status));
+  CublasHandle& blas = cublas_handle();
+  std::lock_guard<std::mutex> blas_lock(blas.mutex);
+  blas.bind(stream);
   const cudaDataType_t c_type = kind == Output::Fp32 ? CUDA_R_32F : CUDA_R_16BF;
-  status = cublasGemmGroupedBatchedEx_64(ctx.handle, transa.data(), transb.data(), m.data(), n.data(), k.data(),
-                                         alpha.data(), on_device, CUDA_R_16BF, lda.data(), on_device + count,
-                                         CUDA_R_16BF, ldb.data(), beta.data(), on_device + 2 * count, c_type,
-                                         ldc.data(), static_cast<int64_t>(count), group_size.data(),
-                                         CUBLAS_COMPUTE_32F);
+  const cublasStatus_t status = cublasGemmGroupedBatchedEx_64(
+      blas.handle, transa.data(), transb.data(), m.data(), n.data(), k.data(), alpha.data(), on_device, CUDA_R_16BF,
+      lda.data(), on_device + count, CUDA_R_16BF, ldb.data(), beta.data(), on_device + 2 * count, c_type, ldc.data(),
+      static_cast<int64_t>(count), group_size.data(), CUBLAS_COMPUTE_32F);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_ARCH_MISMATCH) {
     ctx.refused[static_cast<int>(kind)] = true;
     ++refused_count;
     say_once(std::string("grouped GEMMs one by one: cuBLAS refuses a grouped product of bf16 operands into ") +
-             (kind == Output::Fp32 ? "fp32" : "bf16") + ": " + status_text(status));
+             (kind == Output::Fp32 ? "fp32" : "bf16") + ": " + cublas_status_text(status));
     return false;
   }
   if (status != CUBLAS_STATUS_SUCCESS)
     throw Error("cuBLAS: cublasGemmGroupedBatchedEx of " + std::to_string(count) + " GEMMs failed: " +
-                status_text(status));
+                cublas_status_text(status));
   ++grouped_count;
   return true;
 #else

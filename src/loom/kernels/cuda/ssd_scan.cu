@@ -3,6 +3,7 @@
 #include "loom/kernels/cuda/launch.cuh"
 #include "loom/kernels/cuda/mamba_math.cuh"
 #include "loom/kernels/cuda/scratch.h"
+#include "loom/kernels/cuda/ssd_chunk_scan.h"
 #include "loom/kernels/cuda/ssd_scan_blocks.cuh"
 
 namespace loom::kernels::cuda {
@@ -176,6 +177,8 @@ void ssd_scan_forward(float* y, const float* x, const float* dt_raw, const float
                       const float* B, const float* C, const float* D, const SsdShape& s, const int32_t* documents,
                       cudaStream_t stream) {
   if (s.batch * s.seq * s.heads == 0) return;
+  if (ssd_scan_form() == SsdScanForm::Chunks)
+    return ssd_chunk_scan_forward(y, x, dt_raw, dt_bias, A_log, B, C, D, s, documents, stream);
   Scratch scratch;
   const RowSegments segments = row_segments(s, documents, scratch, stream);
   scan_states(y, nullptr, 0, {x, dt_raw, dt_bias, A_log, B, C, D}, s, segments, scratch, stream);
@@ -186,6 +189,8 @@ void ssd_scan_step(float* y, float* state, const int32_t* slots, const float* x,
                    const SsdShape& s, cudaStream_t stream) {
   if (s.batch * s.seq * s.heads == 0) return;
   if (s.seq > 1) {  // a prompt's chunk: the chunked scan, continuing from the state and back into it
+    if (ssd_scan_form() == SsdScanForm::Chunks)
+      return ssd_chunk_scan_continue(y, state, x, dt_raw, dt_bias, A_log, B, C, D, s, stream);
     Scratch scratch;
     const RowSegments segments = row_segments(s, nullptr, scratch, stream);
     scan_states(y, nullptr, 0, {x, dt_raw, dt_bias, A_log, B, C, D}, s, segments, scratch, stream, {state, state});

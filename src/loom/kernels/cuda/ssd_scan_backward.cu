@@ -5,6 +5,7 @@
 #include "loom/kernels/cuda/launch.cuh"
 #include "loom/kernels/cuda/mamba_math.cuh"
 #include "loom/kernels/cuda/scratch.h"
+#include "loom/kernels/cuda/ssd_chunk_scan.h"
 #include "loom/kernels/cuda/ssd_scan.h"
 #include "loom/kernels/cuda/ssd_scan_blocks.cuh"
 
@@ -292,6 +293,9 @@ void ssd_scan_backward(float* dx, float* ddt_raw, float* ddt_bias, float* dA_log
                        const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,
                        const int32_t* documents, cudaStream_t stream) {
   if (s.batch * s.seq * s.heads == 0) return;
+  if (ssd_scan_form() == SsdScanForm::Chunks)
+    return ssd_chunk_scan_backward(dx, ddt_raw, ddt_bias, dA_log, dB, dC, dD, dy, x, dt_raw, dt_bias, A_log, B, C, D,
+                                   s, documents, stream);
   Scratch scratch;
   const ScanInputs in{x, dt_raw, dt_bias, A_log, B, C, D};
   const RowSegments segments = row_segments(s, documents, scratch, stream);

@@ -1,0 +1,35 @@
+#pragma once
+// Mamba-2's scan on the GPU in the SSD algorithm's chunk-parallel form (kernels/ssd_chunks_scan.h):
+// every chunk's products at once as cuBLAS batched DGEMMs (an H100's FP64 tensor cores: 67
+// TFLOP/s), the element steps as kernels of one thread per index, only the passing of the states
+// from chunk to chunk in order. The contracts of ssd_scan.h (kernels/cpu/ssd_scan.h), in double as
+// there; the work memory is at most about 1 GiB per call (the groups taken in slices).
+//
+// ssd_scan.h's entries take this form or the (row, head) loops by `LOOM_SSD_SCAN` (`loops`, the
+// default until the GPU measures both, or `chunks`), or a value set in code (tests, benchmarks).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "loom/kernels/types.h"
+
+namespace loom::kernels::cuda {
+
+void ssd_chunk_scan_forward(float* y, const float* x, const float* dt_raw, const float* dt_bias, const float* A_log,
+                            const float* B, const float* C, const float* D, const SsdShape& s,
+                            const int32_t* documents, cudaStream_t stream = nullptr);
+void ssd_chunk_scan_backward(float* dx, float* ddt_raw, float* ddt_bias, float* dA_log, float* dB, float* dC,
+                             float* dD, const float* dy, const float* x, const float* dt_raw, const float* dt_bias,
+                             const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,
+                             const int32_t* documents, cudaStream_t stream = nullptr);
+// A prompt's chunk of s.seq > 1 tokens per sequence continuing `state` and written back into it.
+void ssd_chunk_scan_continue(float* y, float* state, const float* x, const float* dt_raw, const float* dt_bias,
+                             const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,
+                             cudaStream_t stream = nullptr);
+
+enum class SsdScanForm { Loops = 1, Chunks = 2 };
+SsdScanForm ssd_scan_form();
+// Unset (nullptr-like 0): back to the environment's.
+void set_ssd_scan_form(int form);
+
+}  // namespace loom::kernels::cuda
