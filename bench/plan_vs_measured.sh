@@ -15,9 +15,13 @@ HW="$WORK/host.yaml"
 # A small step (8 sequences of 128 bytes) keeps each run short on 2 shared cores.
 BASE=(configs/tiny.yaml data.seq_len=128 train.global_batch=8 train.micro_batch=4 train.eval_interval=0
       checkpoint.interval=0 log.progress=false "train.steps=$STEPS")
-# One thread per rank (threads_per_rank = train.threads / ranks), as the host file is per core.
+# One thread per rank (threads_per_rank = train.threads / ranks) unless a layout sets train.threads:
+# the host file is per core, with the speed-ups of one process on every processor
+# (train.threads=0: the processors over the ranks).
 LAYOUTS=(
   "runtime.ranks=1"
+  "runtime.ranks=1 train.threads=0"
+  "runtime.ranks=1 precision.recipe=bf16 train.threads=0"
   "runtime.ranks=1 model.recompute=true"
   "runtime.ranks=1 precision.recipe=bf16"
   "runtime.ranks=1 precision.recipe=bf16 precision.param_dtype=compute"
@@ -44,7 +48,7 @@ for layout in "${LAYOUTS[@]}"; do
   # shellcheck disable=SC2206
   extra=($layout)
   ranks=$(grep -o 'runtime.ranks=[0-9]*' <<<"$layout" | cut -d= -f2)
-  extra+=("train.threads=$ranks")
+  grep -q 'train.threads=' <<<"$layout" || extra+=("train.threads=$ranks")
   planned_s=$("$LOOM" plan time "${BASE[@]}" "${extra[@]}" --hardware "$HW" --json |
               python3 -c 'import json,sys; print(json.load(sys.stdin)["time"]["step_s"])')
   out=$("$LOOM" train "${BASE[@]}" "${extra[@]}" "run.dir=$WORK/run$i" 2>&1)

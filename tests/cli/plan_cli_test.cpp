@@ -165,6 +165,13 @@ TEST(PlanCli, BenchHardwareWritesAFileThatPlanTimeReads) {
   const size_t scan = text.find("scan_tflops: ");
   ASSERT_NE(scan, std::string::npos) << text;
   EXPECT_GT(std::stod(text.substr(scan + 13)), 0.0) << text;
+  // One process on every processor: its threads' speed-ups over one thread.
+  EXPECT_NE(r.output.find("the GEMM "), std::string::npos) << r.output;
+  for (const char* key : {"processors: ", "gemm_thread_speedup: ", "memory_thread_speedup: "}) {
+    const size_t at = text.find(key);
+    ASSERT_NE(at, std::string::npos) << key << " in " << text;
+    EXPECT_GT(std::stod(text.substr(at + std::string(key).size())), 0.0) << text;
+  }
   r = run_loom("plan time " + source("configs/tiny.yaml") + " runtime.ranks=2 --hardware " + (dir / "host.yaml"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("step time on this host (loom bench hardware):"), std::string::npos) << r.output;

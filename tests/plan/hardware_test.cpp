@@ -77,6 +77,31 @@ TEST(Hardware, ASharedHostDividesItsCores) {
   EXPECT_DOUBLE_EQ(hw.flops_per_rank(4), 0.02e12);
 }
 
+TEST(Hardware, ThreadsSpeedARankUpInProportionUpToTheProcessors) {
+  const Hardware hw = parse_hardware(
+      "device: {peak_tflops: 1, memory_gib: 1, shared: true, cores: 3.5, processors: 4, gemm_thread_speedup: 3.4,"
+      " memory_thread_speedup: 2.2}\n",
+      "cpu.yaml");
+  EXPECT_EQ(hw.processors, 4);
+  EXPECT_DOUBLE_EQ(hw.gemm_speedup(1), 1.0);
+  EXPECT_DOUBLE_EQ(hw.gemm_speedup(3), 1.0 + 2.4 * 2.0 / 3.0);
+  EXPECT_DOUBLE_EQ(hw.gemm_speedup(4), 3.4);
+  EXPECT_DOUBLE_EQ(hw.gemm_speedup(64), 3.4);
+  EXPECT_DOUBLE_EQ(hw.memory_speedup(2), 1.4);
+  const Hardware device = parse_hardware(
+      "device: {peak_tflops: 1, memory_gib: 1, processors: 4, gemm_thread_speedup: 3.4}\n", "gpu.yaml");
+  EXPECT_DOUBLE_EQ(device.gemm_speedup(4), 1.0);  // not a shared host: the device's own rate
+  const Hardware defaults = parse_hardware("device: {peak_tflops: 1, memory_gib: 1, shared: true}\n", "cpu.yaml");
+  EXPECT_DOUBLE_EQ(defaults.gemm_speedup(8), 1.0);
+  EXPECT_NE(error_of("device: {peak_tflops: 1, memory_gib: 1, processors: 0}")
+                .find("'device.processors' must be in [1, "),
+            std::string::npos)
+      << error_of("device: {peak_tflops: 1, memory_gib: 1, processors: 0}");
+  EXPECT_NE(error_of("device: {peak_tflops: 1, memory_gib: 1, memory_thread_speedup: 0}")
+                .find("'device.memory_thread_speedup' must be in [0.01, "),
+            std::string::npos);
+}
+
 TEST(Hardware, CastAndMemoryRatesDefaultToTheBandwidthOrToFree) {
   const Hardware plain = parse_hardware("device: {peak_tflops: 1, memory_gib: 1, memory_bandwidth_gbs: 30}\n", "hw.yaml");
   EXPECT_DOUBLE_EQ(plain.activation_rate_per_rank(1), 10e9);  // three passes at the bandwidth

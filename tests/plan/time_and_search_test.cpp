@@ -755,6 +755,46 @@ TEST(TimePlan, RanksSharingCoresTakeTurns) {
   EXPECT_NEAR(busy + four.bubble + four.core_wait, 2 * busy, 1e-12);
 }
 
+// A rank's threads (train.threads, or every processor, over the ranks, as the trainer gives them)
+// speed its work up by the host's measured speed-ups, in proportion between one thread and every
+// processor, and keep that many cores busy.
+TEST(TimePlan, ARanksThreadsSpeedItUpAndKeepTheirCoresBusy) {
+  Hardware hw = device();
+  hw.shared = true;
+  hw.cores = 4;
+  hw.processors = 4;
+  hw.gemm_thread_speedup = 2.5;  // 1.5 at two threads
+  hw.memory_thread_speedup = 1.9;  // 1.3 at two threads
+  hw.bf16_cast_rate = 4e9;
+  hw.activation_bandwidth = 1e9;
+  auto plan = [&](const std::vector<std::string>& overrides, int dp) {
+    std::vector<std::string> all = {"precision.recipe=bf16", "train.micro_batch=2"};
+    all.insert(all.end(), overrides.begin(), overrides.end());
+    const config::RunConfig c = tiny(all);
+    return plan_time(c, plan_memory(c, {.tp = 1, .dp = dp, .pp = 1}), hw);
+  };
+  const TimeBreakdown one = plan({"train.threads=1"}, 1), two = plan({"train.threads=2"}, 1);
+  EXPECT_NEAR(two.casts, one.casts / 1.3, 1e-12);
+  EXPECT_NEAR(two.optimizer, one.optimizer / 1.3, 1e-12);
+  // The compute: the GEMMs 1.5x faster, the elementwise kernels 1.3x.
+  EXPECT_LT(two.compute, one.compute / 1.3);
+  EXPECT_GT(two.compute, one.compute / 1.5);
+  hw.memory_thread_speedup = 2.5;
+  const TimeBreakdown gemms = plan({"train.threads=1"}, 1), every = plan({}, 1), more = plan({"train.threads=16"}, 1);
+  EXPECT_NEAR(every.compute, gemms.compute / 2.5, 1e-12);
+  EXPECT_DOUBLE_EQ(more.compute, every.compute);  // no faster past the processors
+  EXPECT_EQ(every.core_wait, 0.0);
+  // Two ranks of two threads on the four cores: no wait; four ranks of two (train.threads 8) wait
+  // for each other's cores: their work is 4 ranks x 2 threads of it over 4 cores.
+  EXPECT_EQ(plan({}, 2).core_wait, 0.0);
+  const TimeBreakdown crowded = plan({"train.threads=8"}, 4);
+  const double busy = crowded.compute + crowded.casts + crowded.memory;
+  EXPECT_NEAR(crowded.core_wait, busy, 1e-12);
+  // A device's rates are its own: threads do not change them.
+  hw.shared = false;
+  EXPECT_DOUBLE_EQ(plan({}, 1).compute, plan({"train.threads=1"}, 1).compute);
+}
+
 // The layout rule of these searches: the model ranks (tp x cp x pp) divide the devices, the rest
 // is data parallel.
 LayoutCheck dividing_layouts() {

@@ -180,7 +180,7 @@ Link threads_link(int ranks) {
 Hardware measure_host(const CalibrationOptions& options, std::ostream* log) {
   Hardware hw;
   hw.name = "this host (loom bench hardware)";
-  hw.shared = true;  // one core measured: each rank runs one thread (train.threads = ranks)
+  hw.shared = true;  // one core measured, then every processor (a rank's threads: train.threads over the ranks)
   const int threads = omp_get_max_threads();
   omp_set_num_threads(1);
   openblas_set_num_threads(1);
@@ -202,6 +202,12 @@ Hardware measure_host(const CalibrationOptions& options, std::ostream* log) {
   hw.scan_flops = scan_rate(options.repeats);
   omp_set_num_threads(threads);
   openblas_set_num_threads(threads);
+  // One process on every processor (train.threads: 0, one rank): its training-shaped GEMM and its
+  // elementwise kernels against one thread's.
+  hw.processors = omp_get_num_procs();
+  const double threaded = gemm_flops(options.gemm_rows, options.gemm_cols, options.gemm_inner, options.repeats);
+  hw.gemm_thread_speedup = threaded / achieved;
+  hw.memory_thread_speedup = activation_rate(options.repeats) / hw.activation_bandwidth;
   struct sysinfo info {};
   hw.memory_bytes = ::sysinfo(&info) == 0 ? static_cast<double>(info.totalram) * info.mem_unit : 0.0;
   hw.ranks_per_node = 1 << 20;  // every rank of the threads backend is on this host
@@ -216,7 +222,8 @@ Hardware measure_host(const CalibrationOptions& options, std::ostream* log) {
          << " GFLOP/s; handed-back memory faults in at " << hw.fresh_memory_bandwidth / 1e9
          << " GB/s; threads all-reduce on " << options.ranks << " ranks: latency "
          << link.latency * 1e6 << " us, bus bandwidth " << link.bandwidth / 1e9 << " GB/s; effective cores "
-         << hw.cores << " of " << omp_get_num_procs() << "\n";
+         << hw.cores << " of " << omp_get_num_procs() << "; on " << hw.processors << " threads the GEMM "
+         << hw.gemm_thread_speedup << "x and the elementwise kernels " << hw.memory_thread_speedup << "x one's\n";
   }
   return hw;
 }
@@ -227,7 +234,9 @@ std::string hardware_yaml(const Hardware& hw, const std::string& comment) {
   o << "device:\n  name: " << hw.name << "\n  peak_tflops: " << hw.peak_flops / 1e12
     << "\n  gemm_efficiency: " << hw.gemm_efficiency << "\n  gemm_half_rows: " << hw.gemm_half_rows << "\n  memory_gib: " << hw.memory_bytes / (1024.0 * 1024 * 1024)
     << "\n  memory_bandwidth_gbs: " << hw.memory_bandwidth / 1e9 << "\n  shared: " << (hw.shared ? "true" : "false")
-    << "\n  cores: " << hw.cores << "\n  activation_bytes: " << hw.activation_bytes
+    << "\n  cores: " << hw.cores << "\n  processors: " << hw.processors
+    << "\n  gemm_thread_speedup: " << hw.gemm_thread_speedup
+    << "\n  memory_thread_speedup: " << hw.memory_thread_speedup << "\n  activation_bytes: " << hw.activation_bytes
     << "\n  fused_attention: " << (hw.fused_attention ? "true" : "false") << "\n  scan_tflops: " << hw.scan_flops / 1e12
     << "\n  activation_gbs: " << hw.activation_bandwidth / 1e9
     << "\n  bf16_cast_gelems: " << hw.bf16_cast_rate / 1e9

@@ -6,8 +6,9 @@
 // handed back to the system between uses faults in again (ZeRO-2/3, compact parameters), and the
 // threads backend's all-reduce latency and bandwidth (comm/comm_bench.h) as the same-node link. Rates
 // are one core's (one thread); the host's cores are shared by every rank of the threads backend:
-// the file says shared: true and how many cores, and runs planned with it give each rank one
-// thread (train.threads = the number of ranks).
+// the file says shared: true and how many cores, and how much faster the training-shaped GEMM and
+// the elementwise kernels run on every processor than on one thread, which the plan gives a rank
+// in proportion to its threads (train.threads, or every processor, over the ranks).
 #include <ostream>
 #include <string>
 

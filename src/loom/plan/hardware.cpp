@@ -99,6 +99,11 @@ double Hardware::bandwidth_per_rank(int ranks) const { return memory_bandwidth *
 double Hardware::activation_rate_per_rank(int ranks) const {
   return (activation_bandwidth > 0.0 ? activation_bandwidth : memory_bandwidth / 3.0) * core_share(*this, ranks);
 }
+double Hardware::thread_speedup(double at_processors, int threads) const {
+  if (!shared || threads <= 1 || processors <= 1) return 1.0;
+  const double share = static_cast<double>(std::min(threads, processors) - 1) / (processors - 1);
+  return 1.0 + (at_processors - 1.0) * share;
+}
 double Hardware::cast_seconds(double elements, bool fp8, int ranks) const {
   if (!costs_casts()) return 0.0;
   const double rate = fp8 && fp8_cast_rate > 0.0 ? fp8_cast_rate : bf16_cast_rate > 0.0 ? bf16_cast_rate : fp8_cast_rate;
@@ -122,7 +127,8 @@ Hardware parse_hardware(const std::string& yaml_text, const std::string& source)
   r.only(device, "device",
          {"name", "peak_tflops", "fp8_peak_tflops", "gemm_efficiency", "fp8_gemm_efficiency", "gemm_half_rows",
           "gemm_writes_output", "attention_efficiency", "scan_tflops",
-          "memory_gib", "memory_bandwidth_gbs", "shared", "cores",
+          "memory_gib", "memory_bandwidth_gbs", "shared", "cores", "processors", "gemm_thread_speedup",
+          "memory_thread_speedup",
           "activation_bytes", "fused_attention", "activation_gbs", "bf16_cast_gelems", "fp8_cast_gelems", "fresh_memory_gbs"});
   Hardware hw;
   hw.source = source;
@@ -143,6 +149,10 @@ Hardware parse_hardware(const std::string& yaml_text, const std::string& source)
   hw.memory_bandwidth = r.number(device["memory_bandwidth_gbs"], "device.memory_bandwidth_gbs", 1000, 1e-3, 1e9) * 1e9;
   hw.shared = r.boolean(device["shared"], "device.shared", false);
   hw.cores = r.number(device["cores"], "device.cores", 1, 0.01, 1 << 20);
+  hw.processors = static_cast<int>(r.number(device["processors"], "device.processors", 1, 1, 1 << 20));
+  hw.gemm_thread_speedup = r.number(device["gemm_thread_speedup"], "device.gemm_thread_speedup", 1, 0.01, 1 << 20);
+  hw.memory_thread_speedup =
+      r.number(device["memory_thread_speedup"], "device.memory_thread_speedup", 1, 0.01, 1 << 20);
   hw.activation_bytes = static_cast<int>(r.number(device["activation_bytes"], "device.activation_bytes", 4, 2, 4));
   if (hw.activation_bytes == 3) r.fail("device.activation_bytes", "must be 2 or 4 (got 3)");
   hw.fused_attention = r.boolean(device["fused_attention"], "device.fused_attention", true);

@@ -22,6 +22,12 @@
 //     shared: false             # true: a CPU host whose `cores` cores its ranks share; the
 //     cores: 1                  #   numbers above are then one core's (one thread per rank);
 //                               #   fractional when other work takes a share of the host
+//     processors: 1             # shared: the host's processors, the threads a process takes
+//                               #   by default (train.threads: 0), shared out over the ranks
+//     gemm_thread_speedup: 1    # shared: one rank's speed-up on `processors` threads over
+//     memory_thread_speedup: 1  #   one, for GEMM-bound work and for memory-bound work
+//                               #   (elementwise kernels, casts, the optimizer); fewer threads
+//                               #   get the share of it in proportion (1 thread: none)
 //     activation_bytes: 2       # per stored activation element (4: loom's CPU backend)
 //     fused_attention: true     # attention keeps no probabilities (a tiled / flash kernel, as
 //                               #   loom's); false: it keeps batch x heads x seq^2 of them
@@ -73,6 +79,9 @@ struct Hardware {
   double memory_bandwidth = 0.0; // bytes per second
   bool shared = false;
   double cores = 1.0;            // shared: cores the host's ranks share (measured: effective)
+  int processors = 1;            // shared: the threads a process takes by default
+  double gemm_thread_speedup = 1.0;    // shared: on `processors` threads over one
+  double memory_thread_speedup = 1.0;
   int activation_bytes = 4;
   bool fused_attention = true;
   double activation_bandwidth = 0.0;  // bytes of activations per second; 0: a third of memory_bandwidth
@@ -103,6 +112,11 @@ struct Hardware {
   double gemm_output_seconds(double bytes) const { return gemm_writes_output ? bytes / bandwidth_per_rank(1) : 0.0; }
   // Bytes of activations per second one rank's elementwise kernels get through.
   double activation_rate_per_rank(int ranks) const;
+  // One rank's speed-up on `threads` threads over one thread (shared hosts; elsewhere 1): the
+  // measured speed-up at `processors` threads, in proportion for fewer, no more for more.
+  double gemm_speedup(int threads) const { return thread_speedup(gemm_thread_speedup, threads); }
+  double memory_speedup(int threads) const { return thread_speedup(memory_thread_speedup, threads); }
+  double thread_speedup(double at_processors, int threads) const;
   // Whether the precision recipes' casts cost time on this device (a cast rate is given).
   bool costs_casts() const { return bf16_cast_rate > 0.0 || fp8_cast_rate > 0.0; }
   // Seconds for one rank to cast `elements` GEMM operand elements to bf16 / FP8 (0 when free).

@@ -386,6 +386,14 @@ void add_context_parallel_cost(StageCost& cost, const config::RunConfig& config,
   cost.backward += backward;
 }
 
+// Threads of one rank on a shared host, as train::threads_per_rank gives them: train.threads (or
+// every processor) over the ranks; one elsewhere (a device's rates are the device's).
+int rank_threads(const config::RunConfig& config, const Hardware& hw, int world) {
+  if (!hw.shared) return 1;
+  const int total = config.train.threads > 0 ? config.train.threads : hw.processors;
+  return std::max(1, total / world);
+}
+
 StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, const StageMemory& stage,
                      const Hardware& hw) {
   const comm::MeshShape shape = memory.layout.shape;
@@ -402,9 +410,12 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
   // routed experts' too: the rank's share of the tokens): the group's are tp times them. The
   // replicated parts (a MoE layer's router forward) and eh_proj, computed whole by every rank,
   // are not shared out.
-  const double rate = hw.flops_per_rank(1) * hw.gemm_rows_factor(tokens);
-  const double fp8_rate = hw.fp8_flops_per_rank(1) * hw.gemm_rows_factor(tokens);
-  const double attention_rate = hw.attention_flops_per_rank(1), scan_rate = hw.scan_flops_per_rank(1);
+  const int threads = rank_threads(config, hw, world);
+  const double gemm_speedup = hw.gemm_speedup(threads), memory_speedup = hw.memory_speedup(threads);
+  const double rate = hw.flops_per_rank(1) * gemm_speedup * hw.gemm_rows_factor(tokens);
+  const double fp8_rate = hw.fp8_flops_per_rank(1) * gemm_speedup * hw.gemm_rows_factor(tokens);
+  const double attention_rate = hw.attention_flops_per_rank(1) * gemm_speedup;
+  const double scan_rate = hw.scan_flops_per_rank(1) * gemm_speedup;
   const Fp8Flops fp8 = fp8_linear_flops_per_token(config, stage);
   const double split = flops.block - flops.replicated, split_fp8 = shape.tp * (fp8.split + fp8.experts);
   const double split_seconds =
@@ -422,10 +433,12 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
   const double written_backward = hw.gemm_output_seconds(written.backward);
   const double recompute =
       config.model.recompute ? block_seconds / 3.0 + hw.gemm_output_seconds(written.block_forward) : 0.0;
-  const double elementwise = static_cast<double>(stage.activations_per_micro_batch) / hw.activation_rate_per_rank(1);
+  const double elementwise =
+      static_cast<double>(stage.activations_per_micro_batch) / (hw.activation_rate_per_rank(1) * memory_speedup);
   StageCost cost;
-  cost.casts = cast_seconds(config, stage, tokens, static_cast<double>(memory.layout.micro_batches), shape.tp, hw);
-  cost.fresh = fresh_memory_seconds(config, stage, hw);
+  cost.casts = cast_seconds(config, stage, tokens, static_cast<double>(memory.layout.micro_batches), shape.tp, hw) /
+               memory_speedup;
+  cost.fresh = fresh_memory_seconds(config, stage, hw) / memory_speedup;
   cost.forward = gemm / 3.0 + written_forward + elementwise / 3.0 + (cost.casts + cost.fresh) / 3.0;
   cost.backward = 2.0 * gemm / 3.0 + written_backward + recompute + 2.0 * elementwise / 3.0 +
                   2.0 * (cost.casts + cost.fresh) / 3.0;
@@ -520,6 +533,7 @@ double all_gather_seconds(double bytes, int ranks, const Link& link) { return al
 TimeBreakdown plan_time(const config::RunConfig& config, const MemoryPlan& memory, const Hardware& hw) {
   const comm::MeshShape shape = memory.layout.shape;
   const int world = shape.tp * shape.cp * shape.dp * shape.pp, replicas = shape.dp * shape.cp;
+  const int threads = rank_threads(config, hw, world);
   StageCost worst;
   const StageMemory* widest = &memory.stages.front();
   for (const StageMemory& s : memory.stages) {
@@ -543,10 +557,10 @@ TimeBreakdown plan_time(const config::RunConfig& config, const MemoryPlan& memor
   t.compute = busy - t.tp_comm - t.cp_comm - t.ep_comm - t.pp_comm - t.casts - t.memory;
   t.bubble = makespan - busy;
   if (hw.shared) {
-    // Ranks sharing a host's cores: a rank idle in the pipeline bubble leaves its core to the
-    // others, so the step is at least every rank's work over the cores, and at least one
-    // rank's schedule at the rate it gets alone (min(1, cores) of a core).
-    const double alone = std::min(1.0, hw.cores);
+    // Ranks sharing a host's cores: a rank idle in the pipeline bubble leaves its cores to the
+    // others, so the step is at least every rank's work over the cores, each rank busy on
+    // min(threads, cores) of them, and at least one rank's schedule at the rate it gets alone.
+    const double alone = std::min(static_cast<double>(threads), hw.cores);
     const double shared = world * busy * alone / hw.cores;
     t.core_wait = std::max(0.0, shared - makespan);
     makespan = std::max(makespan, shared);
@@ -574,7 +588,7 @@ TimeBreakdown plan_time(const config::RunConfig& config, const MemoryPlan& memor
       (shards_on_host ? 0.0 : norm_bytes) + (kOptimizerBytesPerParameter + copy_bytes) * on_device + zeroed;
   const double link_bytes = shards_on_host ? 0.0 : kOffloadLinkBytesPerParameter * on_host;
   const double host_bytes = kOffloadHostBytesPerParameter * on_host + (shards_on_host ? norm_bytes : 0.0);
-  t.optimizer = device_bytes / hw.bandwidth_per_rank(world) +
+  t.optimizer = device_bytes / (hw.bandwidth_per_rank(world) * hw.memory_speedup(threads)) +
                 offloaded_update_seconds(link_bytes / hw.host_link_bandwidth, host_bytes / hw.host_memory_bandwidth,
                                          on_host);
   if (shards_on_host) {
