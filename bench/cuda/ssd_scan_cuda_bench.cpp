@@ -1,6 +1,7 @@
-// Mamba-2's chunked scan on the GPU in both its forms (kernels/cuda/ssd_chunk_scan.h): the CPU's
-// block walk per (row, head) in double on CUDA cores (`loops`) and the chunk-parallel form on
-// cuBLAS's batched DGEMMs (`chunks`), forward and forward + backward, at the mixer shapes of a Nemotron-H-sized
+// Mamba-2's chunked scan on the GPU in each of its forms (kernels/cuda/ssd_chunk_scan.h): the
+// CPU's block walk per (row, head) in double on CUDA cores (`loops`) and the chunk-parallel form
+// on cuBLAS's batched DGEMMs (`chunks`) and in fp32 on TF32 ones (`chunks-tf32`), forward and
+// forward + backward, at the mixer shapes of a Nemotron-H-sized
 // model (128 heads of 64 channels, state 128 in 8 groups, blocks of 128 tokens) over 4096 and
 // 8192 tokens, and of the tiny Super (configs/nemotron3-super-tiny.yaml: 8 heads of 16, state 16
 // in 2 groups, blocks of 64; a micro-batch of 8 x 128). TFLOP/s count the planner's scan FLOPs
@@ -64,9 +65,12 @@ void run_case(const ScanCase& c) {
                             std::to_string(c.groups) + " N" + std::to_string(c.state) + " chunk" +
                             std::to_string(c.chunk);
   using loom::kernels::cuda::SsdScanForm;
-  for (SsdScanForm form : {SsdScanForm::Chunks, SsdScanForm::Loops}) {  // chunks first: the cap may cut the rest
+  // The chunk-parallel forms first: the stage's time cap may cut the rest.
+  for (SsdScanForm form : {SsdScanForm::ChunksTf32, SsdScanForm::Chunks, SsdScanForm::Loops}) {
     loom::kernels::cuda::set_ssd_scan_form(static_cast<int>(form));
-    const std::string via = form == SsdScanForm::Chunks ? " via chunks, batched DGEMMs" : " via loops, double";
+    const std::string via = form == SsdScanForm::ChunksTf32 ? " via chunks, batched TF32 GEMMs"
+                            : form == SsdScanForm::Chunks   ? " via chunks, batched DGEMMs"
+                                                            : " via loops, double";
     const auto forward = [&] {
       loom::kernels::cuda::ssd_scan_forward(y, x, dt_raw, dt_bias, a_log, B, C, D, s, nullptr);
     };

@@ -4,16 +4,18 @@
 // the shape's chunk, at most seq; the last chunk padded with zero tokens), the products of all
 // chunks run at once as batched GEMMs, and only the [head_dim, state] states pass from chunk to
 // chunk in order, an element-wise walk. It is written once for an executor (kernels/
-// ssd_chunks_scan.h) that runs element steps over index ranges and batched row-major double
-// GEMMs: the CUDA backend's (kernels/cuda/ssd_chunk_scan.cu: one thread per index, cuBLAS's
-// batched DGEMMs) and a host one in the tests, which holds this form to the CPU's scan.
+// ssd_chunks_scan.h) that runs element steps over index ranges and batched row-major GEMMs, in
+// double or in float (`Real`: the work arrays' and products' type; the element steps sum in
+// double either way): the CUDA backend's (kernels/cuda/ssd_chunk_scan.cu: one thread per index,
+// cuBLAS's batched DGEMMs or TF32 GEMMs) and a host one in the tests, which holds this form to
+// the CPU's scan.
 //
 // Documents packed in a row restart the state at their first token. With z_i the number of
 // document starts among the chunk's tokens up to i (equal for two tokens of one document), a
 // token sees the earlier tokens of the chunk with its z only, the entering state only while
 // z_i = 0, and a chunk passes on the entering state only when it holds no start, only its last
 // document's tokens. The CPU cuts its blocks at document starts instead: the same sums in
-// another order, both in double, so the fp32 results agree to about an ulp.
+// another order: in double, as the CPU's, the fp32 results agree to about an ulp.
 //
 // Per chunk and head (ch), with cum_i the running sum of dt A over the chunk and CB = C B^T:
 //   W_ij  = [j <= i][z_i = z_j] exp(cum_i - cum_j) dt_j CB_ij     (the quadratic form)
@@ -65,35 +67,37 @@ struct Dims {
   LOOM_HOST_DEVICE bool valid(int64_t bc, int64_t i) const { return token_in_row(bc, i) < s.seq; }
 };
 
-// The work arrays of one slice, in doubles but `starts` (int32, [row_chunks, Q], for every slice).
+// The work arrays of one slice, in Real but `starts` (int32, [row_chunks, Q], for every slice).
 // Per chunk-head: dt, cum, e, cs [Q]; keep; x and cs x [Q, head_dim]; W [Q, Q]; S_local (the
 // chunk's own part of the leaving state; in the backward then the leaving state's gradient) and
 // S_in [head_dim, state]; T = C S_in^T and U = W x [Q, head_dim] (in the backward W^T dy and
 // B dS_out^T). Per chunk-group: B, C [Q, state] and CB [Q, Q].
+template <typename Real>
 struct Buffers {
   int32_t* starts;
-  double *dt, *cum, *e, *cs, *keep;
-  double *X, *Xc, *W, *S_local, *S_in, *T, *U;
-  double *Bd, *Cd, *CB;
+  Real *dt, *cum, *e, *cs, *keep;
+  Real *X, *Xc, *W, *S_local, *S_in, *T, *U;
+  Real *Bd, *Cd, *CB;
 };
 
 // The backward's further arrays: dy and e dy, dy x^T and the quadratic form's gradient G [Q, Q],
 // dy S_in [Q, state], each head's share of dB and dC [Q, state], per token sums [Q] (the
 // quadratic form's d(dt) and d(cum) by column and by row, C . dy S_in, x . V, dy . x), and per
 // chunk-head the leaving state's <dS_out, S_in> and the (dA_log, dt_bias, D) partial sums.
+template <typename Real>
 struct GradBuffers {
-  double *dY, *Ye, *DYX, *G, *YS, *dCh, *dBh;
-  double *col_ddt, *col_dcum, *row_dcum, *through_state, *through_share, *dy_x;
-  double *dkeep, *partials;
+  Real *dY, *Ye, *DYX, *G, *YS, *dCh, *dBh;
+  Real *col_ddt, *col_dcum, *row_dcum, *through_state, *through_share, *dy_x;
+  Real *dkeep, *partials;
 };
 
-// Doubles per chunk-head and per chunk-group of a slice (Buffers; with GradBuffers for the backward).
-LOOM_HOST_DEVICE inline int64_t head_doubles(const SsdShape& s, int64_t Q, bool backward) {
+// Elements per chunk-head and per chunk-group of a slice (Buffers; with GradBuffers for the backward).
+LOOM_HOST_DEVICE inline int64_t head_elements(const SsdShape& s, int64_t Q, bool backward) {
   const int64_t P = s.head_dim, N = s.state;
   const int64_t forward = 4 * Q + 1 + 4 * Q * P + Q * Q + 2 * P * N;
   return forward + (backward ? 2 * Q * P + 2 * Q * Q + 3 * Q * N + 6 * Q + 4 : 0);
 }
-LOOM_HOST_DEVICE inline int64_t group_doubles(const SsdShape& s, int64_t Q) { return 2 * Q * s.state + Q * Q; }
+LOOM_HOST_DEVICE inline int64_t group_elements(const SsdShape& s, int64_t Q) { return 2 * Q * s.state + Q * Q; }
 
 LOOM_HOST_DEVICE inline double softplus(double v) { return v > 20.0 ? v : log1p(exp(v)); }
 LOOM_HOST_DEVICE inline double sigmoid(double v) { return 1.0 / (1.0 + exp(-v)); }
@@ -120,93 +124,100 @@ struct CountStarts {
 };
 
 // Per chunk-head: dt (zero on padding), cum, e, cs and keep.
+template <typename Real>
 struct Decays {
   Dims d;
   Inputs in;
-  Buffers w;
+  Buffers<Real> w;
   LOOM_HOST_DEVICE void operator()(int64_t ch) const {
     const int64_t h = d.head_of(ch), bc = d.chunk_of(ch), Q = d.Q;
     const double A = -exp(static_cast<double>(in.A_log[h])), bias = in.dt_bias[h];
-    double* dt = w.dt + ch * Q;
-    double* cum = w.cum + ch * Q;
+    Real* dt = w.dt + ch * Q;
+    Real* cum = w.cum + ch * Q;
     double run = 0.0;
     for (int64_t i = 0; i < Q; ++i) {
-      dt[i] = d.valid(bc, i) ? softplus(in.dt_raw[d.token_row(bc, i) * d.s.dt_stride + h] + bias) : 0.0;
+      dt[i] = static_cast<Real>(
+          d.valid(bc, i) ? softplus(in.dt_raw[d.token_row(bc, i) * d.s.dt_stride + h] + bias) : 0.0);
       run += dt[i] * A;
-      cum[i] = run;
+      cum[i] = static_cast<Real>(run);
     }
     const int32_t* z = w.starts + bc * Q;
     const double last = cum[Q - 1];
-    w.keep[ch] = z[Q - 1] == 0 ? exp(last) : 0.0;
+    w.keep[ch] = static_cast<Real>(z[Q - 1] == 0 ? exp(last) : 0.0);
     for (int64_t i = 0; i < Q; ++i) {
-      w.e[ch * Q + i] = z[i] == 0 ? exp(cum[i]) : 0.0;
-      w.cs[ch * Q + i] = z[i] == z[Q - 1] ? exp(last - cum[i]) * dt[i] : 0.0;
+      w.e[ch * Q + i] = static_cast<Real>(z[i] == 0 ? exp(static_cast<double>(cum[i])) : 0.0);
+      w.cs[ch * Q + i] = static_cast<Real>(z[i] == z[Q - 1] ? exp(last - cum[i]) * dt[i] : 0.0);
     }
   }
 };
 
 // Per (chunk-head, token, channel): x and cs x, dense (zeros on padding).
+template <typename Real>
 struct HeadRows {
   Dims d;
   Inputs in;
-  Buffers w;
+  Buffers<Real> w;
   LOOM_HOST_DEVICE void operator()(int64_t k) const {
     const int64_t P = d.s.head_dim, p = k % P, i = (k / P) % d.Q, ch = k / (P * d.Q), bc = d.chunk_of(ch);
     const double v =
         d.valid(bc, i) ? static_cast<double>(in.x[d.token_row(bc, i) * d.s.x_stride + d.head_of(ch) * P + p]) : 0.0;
-    w.X[k] = v;
-    w.Xc[k] = w.cs[ch * d.Q + i] * v;
+    w.X[k] = static_cast<Real>(v);
+    w.Xc[k] = static_cast<Real>(w.cs[ch * d.Q + i] * v);
   }
 };
 
 // Per (chunk-group, token, state element): B and C, dense (zeros on padding).
+template <typename Real>
 struct GroupRows {
   Dims d;
   Inputs in;
-  Buffers w;
+  Buffers<Real> w;
   LOOM_HOST_DEVICE void operator()(int64_t k) const {
     const int64_t N = d.s.state, n = k % N, i = (k / N) % d.Q, cg = k / (N * d.Q);
     const int64_t bc = cg / d.groups_here, g = d.first_group + cg % d.groups_here;
     const bool valid = d.valid(bc, i);
     const int64_t at = d.token_row(bc, i) * d.s.bc_stride + g * N + n;
-    w.Bd[k] = valid ? static_cast<double>(in.B[at]) : 0.0;
-    w.Cd[k] = valid ? static_cast<double>(in.C[at]) : 0.0;
+    w.Bd[k] = valid ? static_cast<Real>(in.B[at]) : Real(0);
+    w.Cd[k] = valid ? static_cast<Real>(in.C[at]) : Real(0);
   }
 };
 
 // L_ij = [j <= i][z_i = z_j] exp(cum_i - cum_j): W's decay and mask.
-LOOM_HOST_DEVICE inline double masked_decay(const Dims& d, const Buffers& w, int64_t ch, int64_t i, int64_t j) {
+template <typename Real>
+LOOM_HOST_DEVICE double masked_decay(const Dims& d, const Buffers<Real>& w, int64_t ch, int64_t i, int64_t j) {
   const int32_t* z = w.starts + d.chunk_of(ch) * d.Q;
   if (j > i || z[i] != z[j]) return 0.0;
-  const double* cum = w.cum + ch * d.Q;
-  return exp(cum[i] - cum[j]);
+  const Real* cum = w.cum + ch * d.Q;
+  return exp(static_cast<double>(cum[i]) - cum[j]);
 }
 
 // Per (chunk-head, i, j): the quadratic form W.
+template <typename Real>
 struct QuadraticForm {
   Dims d;
-  Buffers w;
+  Buffers<Real> w;
   LOOM_HOST_DEVICE void operator()(int64_t k) const {
     const int64_t Q = d.Q, j = k % Q, i = (k / Q) % Q, ch = k / (Q * Q);
     const double L = masked_decay(d, w, ch, i, j);
-    w.W[k] = L == 0.0 ? 0.0 : L * w.dt[ch * Q + j] * w.CB[d.group_item_of(ch) * Q * Q + i * Q + j];
+    w.W[k] = static_cast<Real>(L == 0.0 ? 0.0 : L * w.dt[ch * Q + j] * w.CB[d.group_item_of(ch) * Q * Q + i * Q + j]);
   }
 };
 
 // Per (row, head of the slice, state element): the states in chunk order. S_in of each chunk is
 // written; S_local is the chunk's own part of the state it leaves. The row's final state into
 // in.final when given (each element read from in.initial before it is written).
+template <typename Real>
 struct PassStates {
   Dims d;
   Inputs in;
-  Buffers w;
+  Buffers<Real> w;
   LOOM_HOST_DEVICE void operator()(int64_t k) const {
     const int64_t size = d.states(), e = k % size, hl = (k / size) % d.heads_here(), b = k / (size * d.heads_here());
     const int64_t h = d.first_group * d.per_group + hl, carried = (b * d.s.heads + h) * size + e;
     double S = in.initial ? static_cast<double>(in.initial[carried]) : 0.0;
     for (int64_t c = 0; c < d.chunks; ++c) {
       const int64_t ch = (b * d.chunks + c) * d.heads_here() + hl;
-      w.S_in[ch * size + e] = S;
+      w.S_in[ch * size + e] = static_cast<Real>(S);
       S = w.keep[ch] * S + w.S_local[ch * size + e];
     }
     if (in.final) in.final[carried] = static_cast<float>(S);
@@ -214,16 +225,17 @@ struct PassStates {
 };
 
 // Per (chunk-head, token, channel) of a real token: y = D x + e_i T + U.
+template <typename Real>
 struct Outputs {
   Dims d;
   Inputs in;
-  Buffers w;
+  Buffers<Real> w;
   float* y;
   LOOM_HOST_DEVICE void operator()(int64_t k) const {
     const int64_t P = d.s.head_dim, p = k % P, i = (k / P) % d.Q, ch = k / (P * d.Q), bc = d.chunk_of(ch);
     if (!d.valid(bc, i)) return;
     const int64_t h = d.head_of(ch);
-    const double v = static_cast<double>(in.D[h]) * w.X[k] + w.e[ch * d.Q + i] * w.T[k] + w.U[k];
+    const double v = static_cast<double>(in.D[h]) * w.X[k] + static_cast<double>(w.e[ch * d.Q + i]) * w.T[k] + w.U[k];
     y[d.token_row(bc, i) * d.s.y_stride + h * P + p] = static_cast<float>(v);
   }
 };
@@ -233,22 +245,25 @@ struct Outputs {
 
 // Operand i of a product: base + i * size, or, for a per-group operand of a product over
 // chunk-heads, the chunk-head's group's item.
+template <typename Real>
 struct Operand {
-  double* base;
+  Real* base;
   int64_t size;
   bool group_of_head = false;
 };
 
+template <typename Real>
 struct Product {
   Dims d;
   int64_t count, m, n, k;
   bool trans_a, trans_b;
-  Operand a, b, c;
+  Operand<Real> a, b, c;
   int64_t lda, ldb, ldc;
   double beta = 0.0;
 };
 
-LOOM_HOST_DEVICE inline double* operand_at(const Product& p, const Operand& o, int64_t i) {
+template <typename Real>
+LOOM_HOST_DEVICE Real* operand_at(const Product<Real>& p, const Operand<Real>& o, int64_t i) {
   return o.base + (o.group_of_head ? p.d.group_item_of(i) : i) * o.size;
 }
 

@@ -2,8 +2,10 @@
 // The chunk-parallel scan's forward and backward (kernels/ssd_chunks.h) for an executor `ex`:
 //   ex.take<T>(n)        n Ts of work memory, held until the executor goes (not zeroed);
 //   ex.each(n, step)     step(i) for every i in [0, n), in any order or at once;
-//   ex.product(p)        the batched row-major double GEMMs of a Product;
-// each call ordered after the previous ones. The groups are taken a slice at a time, as many per
+//   ex.product(p)        the batched row-major GEMMs of a Product<Real>;
+// each call ordered after the previous ones. `Real` is the work arrays' and products' type:
+// double (as the CPU's scan) or float (the products on TF32 tensor cores on a GPU); every sum of
+// an element step is in double either way. The groups are taken a slice at a time, as many per
 // slice as `slice_bytes` of work memory hold (at least one): the work arrays grow with tokens x
 // heads x (head_dim + state + chunk), about 11 KB a token and head in the backward.
 #include <algorithm>
@@ -15,28 +17,29 @@
 namespace loom::kernels::ssd_chunks {
 
 // The dimensions of the slices (the widest: first_group 0, groups_here the most a slice holds).
-inline Dims slice_dims(const SsdShape& s, bool backward, int64_t slice_bytes) {
+template <typename Real>
+Dims slice_dims(const SsdShape& s, bool backward, int64_t slice_bytes) {
   const int64_t Q = std::max<int64_t>(1, std::min(s.chunk, s.seq)), chunks = (s.seq + Q - 1) / Q;
   const int64_t per_group = s.heads / s.groups, row_chunks = s.batch * chunks;
-  const int64_t group_bytes =
-      8 * row_chunks * (per_group * head_doubles(s, Q, backward) + group_doubles(s, Q));
+  const int64_t group_bytes = static_cast<int64_t>(sizeof(Real)) * row_chunks *
+                              (per_group * head_elements(s, Q, backward) + group_elements(s, Q));
   const int64_t fit = std::max<int64_t>(1, slice_bytes / std::max<int64_t>(1, group_bytes));
   return {s, Q, chunks, 0, std::min(fit, s.groups), per_group};
 }
 
 // The work arrays of the widest slice (`d`), carved from one allocation; a narrower slice uses
 // their beginnings (every step indexes them by the slice's own counts).
-template <class Exec>
-Buffers take_buffers(Exec& ex, const Dims& d, GradBuffers* grads) {
+template <typename Real, class Exec>
+Buffers<Real> take_buffers(Exec& ex, const Dims& d, GradBuffers<Real>* grads) {
   const int64_t Q = d.Q, P = d.s.head_dim, N = d.s.state, heads = d.chunk_heads(), groups = d.chunk_groups();
-  double* next = ex.template take<double>(heads * head_doubles(d.s, Q, grads != nullptr) +
-                                          groups * group_doubles(d.s, Q));
+  Real* next = ex.template take<Real>(heads * head_elements(d.s, Q, grads != nullptr) +
+                                      groups * group_elements(d.s, Q));
   auto carve = [&](int64_t n) {
-    double* p = next;
+    Real* p = next;
     next += n;
     return p;
   };
-  Buffers w{};
+  Buffers<Real> w{};
   w.starts = ex.template take<int32_t>(d.row_chunks() * Q);
   w.dt = carve(heads * Q), w.cum = carve(heads * Q), w.e = carve(heads * Q), w.cs = carve(heads * Q);
   w.keep = carve(heads);
@@ -45,7 +48,7 @@ Buffers take_buffers(Exec& ex, const Dims& d, GradBuffers* grads) {
   w.S_local = carve(heads * P * N), w.S_in = carve(heads * P * N);
   w.Bd = carve(groups * Q * N), w.Cd = carve(groups * Q * N), w.CB = carve(groups * Q * Q);
   if (grads == nullptr) return w;
-  GradBuffers& g = *grads;
+  GradBuffers<Real>& g = *grads;
   g.dY = carve(heads * Q * P), g.Ye = carve(heads * Q * P);
   g.DYX = carve(heads * Q * Q), g.G = carve(heads * Q * Q);
   g.YS = carve(heads * Q * N), g.dCh = carve(heads * Q * N), g.dBh = carve(heads * Q * N);
@@ -56,31 +59,33 @@ Buffers take_buffers(Exec& ex, const Dims& d, GradBuffers* grads) {
 }
 
 // A product over the slice's chunk-heads (or, with over_groups, its chunk-groups).
-inline Product product(const Dims& d, bool over_groups, int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b,
-                       Operand a, int64_t lda, Operand b, int64_t ldb, Operand c, int64_t ldc, double beta = 0.0) {
+template <typename Real>
+Product<Real> product(const Dims& d, bool over_groups, int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b,
+                      Operand<Real> a, int64_t lda, Operand<Real> b, int64_t ldb, Operand<Real> c, int64_t ldc,
+                      double beta = 0.0) {
   return {d, over_groups ? d.chunk_groups() : d.chunk_heads(), m, n, k, trans_a, trans_b, a, b, c, lda, ldb, ldc, beta};
 }
 
 // The slice's decays, dense rows, CB = C B^T, each chunk's own part of the leaving state
 // S_local = (cs x)^T B, and the states entering every chunk (the row's final one into in.final).
-template <class Exec>
-void chunk_states(Exec& ex, const Dims& d, const Inputs& in, const Buffers& w) {
+template <typename Real, class Exec>
+void chunk_states(Exec& ex, const Dims& d, const Inputs& in, const Buffers<Real>& w) {
   const int64_t Q = d.Q, P = d.s.head_dim, N = d.s.state;
-  ex.each(d.chunk_heads(), Decays{d, in, w});
-  ex.each(d.chunk_heads() * Q * P, HeadRows{d, in, w});
-  ex.each(d.chunk_groups() * Q * N, GroupRows{d, in, w});
-  ex.product(product(d, true, Q, Q, N, false, true, {w.Cd, Q * N}, N, {w.Bd, Q * N}, N, {w.CB, Q * Q}, Q));
-  ex.product(product(d, false, P, N, Q, true, false, {w.Xc, Q * P}, P, {w.Bd, Q * N, true}, N,
-                     {w.S_local, P * N}, N));
-  ex.each(d.s.batch * d.heads_here() * P * N, PassStates{d, in, w});
+  ex.each(d.chunk_heads(), Decays<Real>{d, in, w});
+  ex.each(d.chunk_heads() * Q * P, HeadRows<Real>{d, in, w});
+  ex.each(d.chunk_groups() * Q * N, GroupRows<Real>{d, in, w});
+  ex.product(product<Real>(d, true, Q, Q, N, false, true, {w.Cd, Q * N}, N, {w.Bd, Q * N}, N, {w.CB, Q * Q}, Q));
+  ex.product(product<Real>(d, false, P, N, Q, true, false, {w.Xc, Q * P}, P, {w.Bd, Q * N, true}, N,
+                           {w.S_local, P * N}, N));
+  ex.each(d.s.batch * d.heads_here() * P * N, PassStates<Real>{d, in, w});
 }
 
 // y of every real token (and in.final when given).
-template <class Exec>
+template <typename Real, class Exec>
 void forward(Exec& ex, float* y, const Inputs& in, const SsdShape& s, int64_t slice_bytes) {
   if (s.batch * s.seq * s.heads == 0) return;
-  const Dims widest = slice_dims(s, false, slice_bytes);
-  const Buffers w = take_buffers(ex, widest, nullptr);
+  const Dims widest = slice_dims<Real>(s, false, slice_bytes);
+  const Buffers<Real> w = take_buffers<Real>(ex, widest, nullptr);
   ex.each(widest.row_chunks(), CountStarts{widest, in, w.starts});
   const int64_t Q = widest.Q, P = s.head_dim, N = s.state;
   for (int64_t g0 = 0; g0 < s.groups; g0 += widest.groups_here) {
@@ -88,50 +93,53 @@ void forward(Exec& ex, float* y, const Inputs& in, const SsdShape& s, int64_t sl
     d.first_group = g0;
     d.groups_here = std::min(widest.groups_here, s.groups - g0);
     chunk_states(ex, d, in, w);
-    ex.each(d.chunk_heads() * Q * Q, QuadraticForm{d, w});
-    ex.product(product(d, false, Q, P, N, false, true, {w.Cd, Q * N, true}, N, {w.S_in, P * N}, N, {w.T, Q * P}, P));
-    ex.product(product(d, false, Q, P, Q, false, false, {w.W, Q * Q}, Q, {w.X, Q * P}, P, {w.U, Q * P}, P));
-    ex.each(d.chunk_heads() * Q * P, Outputs{d, in, w, y});
+    ex.each(d.chunk_heads() * Q * Q, QuadraticForm<Real>{d, w});
+    ex.product(product<Real>(d, false, Q, P, N, false, true, {w.Cd, Q * N, true}, N, {w.S_in, P * N}, N,
+                             {w.T, Q * P}, P));
+    ex.product(product<Real>(d, false, Q, P, Q, false, false, {w.W, Q * Q}, Q, {w.X, Q * P}, P, {w.U, Q * P}, P));
+    ex.each(d.chunk_heads() * Q * P, Outputs<Real>{d, in, w, y});
   }
 }
 
 // One slice's backward, its states already computed.
-template <class Exec>
-void slice_backward(Exec& ex, const Dims& d, const Inputs& in, const Buffers& w, const GradBuffers& g,
+template <typename Real, class Exec>
+void slice_backward(Exec& ex, const Dims& d, const Inputs& in, const Buffers<Real>& w, const GradBuffers<Real>& g,
                     const Grads& out) {
   const int64_t Q = d.Q, P = d.s.head_dim, N = d.s.state, heads = d.chunk_heads();
-  ex.each(heads * Q * P, GradRows{d, w, g, out});
-  ex.product(product(d, false, Q, Q, P, false, true, {g.dY, Q * P}, P, {w.X, Q * P}, P, {g.DYX, Q * Q}, Q));
-  ex.product(product(d, false, Q, N, P, false, false, {g.dY, Q * P}, P, {w.S_in, P * N}, N, {g.YS, Q * N}, N));
-  ex.product(product(d, false, P, N, Q, true, false, {g.Ye, Q * P}, P, {w.Cd, Q * N, true}, N,
-                     {w.S_local, P * N}, N));
-  ex.each(d.s.batch * d.heads_here() * P * N, PassStateGradients{d, w});  // S_local: dS_out now
-  ex.product(product(d, false, 1, 1, P * N, false, false, {w.S_local, P * N}, P * N, {w.S_in, P * N}, 1,
-                     {g.dkeep, 1}, 1));
-  ex.each(heads * Q, QuadraticColumns{d, w, g});
-  ex.each(heads * Q, QuadraticRows{d, w, g});
-  ex.product(product(d, false, Q, P, Q, true, false, {w.W, Q * Q}, Q, {g.dY, Q * P}, P, {w.T, Q * P}, P));
-  ex.product(product(d, false, Q, N, Q, false, false, {g.G, Q * Q}, Q, {w.Bd, Q * N, true}, N, {g.dCh, Q * N}, N));
-  ex.product(product(d, false, Q, N, Q, true, false, {g.G, Q * Q}, Q, {w.Cd, Q * N, true}, N, {g.dBh, Q * N}, N));
-  ex.product(product(d, false, Q, N, P, false, false, {w.Xc, Q * P}, P, {w.S_local, P * N}, N, {g.dBh, Q * N}, N,
-                     1.0));
-  ex.product(product(d, false, Q, P, N, false, true, {w.Bd, Q * N, true}, N, {w.S_local, P * N}, N, {w.U, Q * P}, P));
-  ex.each(heads * Q, RowDots{d, w, g});
-  ex.each(heads, DtBackward{d, in, w, g, out});
-  ex.each(heads * Q * P, InputGradient{d, in, w, g, out});
-  ex.each(d.chunk_groups() * Q * N, GroupGradients{d, w, g, out});
-  ex.each(d.heads_here(), HeadParameterGradients{d, g, out});
+  ex.each(heads * Q * P, GradRows<Real>{d, w, g, out});
+  ex.product(product<Real>(d, false, Q, Q, P, false, true, {g.dY, Q * P}, P, {w.X, Q * P}, P, {g.DYX, Q * Q}, Q));
+  ex.product(product<Real>(d, false, Q, N, P, false, false, {g.dY, Q * P}, P, {w.S_in, P * N}, N, {g.YS, Q * N}, N));
+  ex.product(product<Real>(d, false, P, N, Q, true, false, {g.Ye, Q * P}, P, {w.Cd, Q * N, true}, N,
+                           {w.S_local, P * N}, N));
+  ex.each(d.s.batch * d.heads_here() * P * N, PassStateGradients<Real>{d, w});  // S_local: dS_out now
+  ex.product(product<Real>(d, false, 1, 1, P * N, false, false, {w.S_local, P * N}, P * N, {w.S_in, P * N}, 1,
+                           {g.dkeep, 1}, 1));
+  ex.each(heads * Q, QuadraticColumns<Real>{d, w, g});
+  ex.each(heads * Q, QuadraticRows<Real>{d, w, g});
+  ex.product(product<Real>(d, false, Q, P, Q, true, false, {w.W, Q * Q}, Q, {g.dY, Q * P}, P, {w.T, Q * P}, P));
+  ex.product(product<Real>(d, false, Q, N, Q, false, false, {g.G, Q * Q}, Q, {w.Bd, Q * N, true}, N,
+                           {g.dCh, Q * N}, N));
+  ex.product(product<Real>(d, false, Q, N, Q, true, false, {g.G, Q * Q}, Q, {w.Cd, Q * N, true}, N, {g.dBh, Q * N}, N));
+  ex.product(product<Real>(d, false, Q, N, P, false, false, {w.Xc, Q * P}, P, {w.S_local, P * N}, N, {g.dBh, Q * N}, N,
+                           1.0));
+  ex.product(product<Real>(d, false, Q, P, N, false, true, {w.Bd, Q * N, true}, N, {w.S_local, P * N}, N,
+                           {w.U, Q * P}, P));
+  ex.each(heads * Q, RowDots<Real>{d, w, g});
+  ex.each(heads, DtBackward<Real>{d, in, w, g, out});
+  ex.each(heads * Q * P, InputGradient<Real>{d, in, w, g, out});
+  ex.each(d.chunk_groups() * Q * N, GroupGradients<Real>{d, w, g, out});
+  ex.each(d.heads_here(), HeadParameterGradients<Real>{d, g, out});
 }
 
 // Every gradient added into (kernels/cpu/ssd_scan.h's backward); in.initial and in.final unused.
-template <class Exec>
+template <typename Real, class Exec>
 void backward(Exec& ex, const Grads& out, Inputs in, const SsdShape& s, int64_t slice_bytes) {
   if (s.batch * s.seq * s.heads == 0) return;
   in.initial = nullptr;
   in.final = nullptr;
-  const Dims widest = slice_dims(s, true, slice_bytes);
-  GradBuffers g{};
-  const Buffers w = take_buffers(ex, widest, &g);
+  const Dims widest = slice_dims<Real>(s, true, slice_bytes);
+  GradBuffers<Real> g{};
+  const Buffers<Real> w = take_buffers<Real>(ex, widest, &g);
   ex.each(widest.row_chunks(), CountStarts{widest, in, w.starts});
   for (int64_t g0 = 0; g0 < s.groups; g0 += widest.groups_here) {
     Dims d = widest;

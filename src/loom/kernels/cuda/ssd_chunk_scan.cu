@@ -4,6 +4,7 @@
 #include <limits>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "loom/core/error.h"
 #include "loom/kernels/cuda/cublas_handle.h"
@@ -17,6 +18,7 @@ namespace loom::kernels::cuda {
 namespace {
 
 using ssd_chunks::Product;
+using ssd_chunks::Inputs;
 
 // Work memory per slice of groups: 256 MiB, or one group where that takes more (at 8192 tokens of
 // 16 heads of 64 channels, state 128, chunks of 128: 1.35 GB in the backward).
@@ -28,7 +30,8 @@ __global__ void chunk_step_kernel(int64_t n, Step step) {
 }
 
 // A product's operand pointers, [A..., B..., C...] (cuBLAS's batched GEMMs take device arrays).
-__global__ void product_pointers_kernel(double** pointers, Product p) {
+template <typename Real>
+__global__ void product_pointers_kernel(Real** pointers, Product<Real> p) {
   for (int64_t i = grid_start(); i < p.count; i += grid_stride()) {
     pointers[i] = ssd_chunks::operand_at(p, p.a, i);
     pointers[p.count + i] = ssd_chunks::operand_at(p, p.b, i);
@@ -60,24 +63,36 @@ class DeviceExecutor {
   }
 
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets B's pointers
-  // first, with the widths swapped.
-  void product(const Product& p) {
+  // first, with the widths swapped. Doubles on the FP64 tensor cores; floats on the TF32 ones
+  // (fp32 accumulation).
+  template <typename Real>
+  void product(const Product<Real>& p) {
     if (p.count == 0) return;
-    auto** pointers = scratch_.of<double*>(3 * p.count);
-    product_pointers_kernel<<<grid_for(p.count), kThreads, 0, stream_>>>(pointers, p);
+    auto** pointers = scratch_.of<Real*>(3 * p.count);
+    product_pointers_kernel<Real><<<grid_for(p.count), kThreads, 0, stream_>>>(pointers, p);
     check_launch("product_pointers_kernel");
-    const double one = 1.0, beta = p.beta;
+    const Real one = 1, beta = static_cast<Real>(p.beta);
+    const cublasOperation_t op_b = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int m = as_int(p.n, "width"), n = as_int(p.m, "height"), k = as_int(p.k, "depth");
+    const int lda = as_int(p.ldb, "leading dimension"), ldb = as_int(p.lda, "leading dimension");
+    const int ldc = as_int(p.ldc, "leading dimension"), count = as_int(p.count, "batch");
     CublasHandle& blas = cublas_handle();
     std::lock_guard<std::mutex> lock(blas.mutex);
     blas.bind(stream_);
-    const cublasStatus_t status = cublasDgemmBatched(
-        blas.handle, p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, as_int(p.n, "width"),
-        as_int(p.m, "height"), as_int(p.k, "depth"), &one, pointers + p.count, as_int(p.ldb, "leading dimension"),
-        pointers, as_int(p.lda, "leading dimension"), &beta, pointers + 2 * p.count,
-        as_int(p.ldc, "leading dimension"), as_int(p.count, "batch"));
+    cublasStatus_t status;
+    if constexpr (std::is_same_v<Real, double>) {
+      status = cublasDgemmBatched(blas.handle, op_b, op_a, m, n, k, &one, pointers + p.count, lda, pointers, ldb, &beta,
+                                  pointers + 2 * p.count, ldc, count);
+    } else {
+      auto** any = reinterpret_cast<void**>(pointers);
+      status = cublasGemmBatchedEx(blas.handle, op_b, op_a, m, n, k, &one, any + p.count, CUDA_R_32F, lda, any,
+                                   CUDA_R_32F, ldb, &beta, any + 2 * p.count, CUDA_R_32F, ldc, count,
+                                   CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT);
+    }
     if (status != CUBLAS_STATUS_SUCCESS)
-      throw Error("cuBLAS: cublasDgemmBatched of " + std::to_string(p.count) + " " + std::to_string(p.m) + " x " +
-                  std::to_string(p.n) + " x " + std::to_string(p.k) + " products failed: " + cublas_status_text(status));
+      throw Error(std::string("cuBLAS: the chunked scan's batched ") + (sizeof(Real) == 8 ? "DGEMM" : "TF32 GEMM") +
+                  " of " + std::to_string(p.count) + " " + std::to_string(p.m) + " x " + std::to_string(p.n) + " x " +
+                  std::to_string(p.k) + " products failed: " + cublas_status_text(status));
   }
 
  private:
@@ -90,21 +105,29 @@ int form_from_environment() {
   const std::string v = value != nullptr ? value : "";
   if (v.empty() || v == "loops") return static_cast<int>(SsdScanForm::Loops);
   if (v == "chunks") return static_cast<int>(SsdScanForm::Chunks);
-  throw Error("LOOM_SSD_SCAN=" + v + ": expected `loops` (the scan's (row, head) loops, the default) or `chunks` " +
-              "(the chunk-parallel form on batched GEMMs)");
+  if (v == "chunks-tf32") return static_cast<int>(SsdScanForm::ChunksTf32);
+  throw Error("LOOM_SSD_SCAN=" + v + ": expected `loops` (the scan's (row, head) loops, the default), `chunks` " +
+              "(the chunk-parallel form on batched DGEMMs) or `chunks-tf32` (the same in fp32 on TF32 tensor cores)");
 }
 ProcessSetting form_setting(form_from_environment);
+
+// The forward in the form ssd_scan_form() names (Chunks unless ChunksTf32).
+void forward_in_form(float* y, const Inputs& in, const SsdShape& s, cudaStream_t stream) {
+  DeviceExecutor ex(stream);
+  if (ssd_scan_form() == SsdScanForm::ChunksTf32) return ssd_chunks::forward<float>(ex, y, in, s, kSliceBytes);
+  ssd_chunks::forward<double>(ex, y, in, s, kSliceBytes);
+}
 
 }  // namespace
 
 SsdScanForm ssd_scan_form() { return static_cast<SsdScanForm>(form_setting.value()); }
 void set_ssd_scan_form(int form) { form_setting.set(form); }
+bool ssd_scan_in_chunks() { return ssd_scan_form() != SsdScanForm::Loops; }
 
 void ssd_chunk_scan_forward(float* y, const float* x, const float* dt_raw, const float* dt_bias, const float* A_log,
                             const float* B, const float* C, const float* D, const SsdShape& s,
                             const int32_t* documents, cudaStream_t stream) {
-  DeviceExecutor ex(stream);
-  ssd_chunks::forward(ex, y, {x, dt_raw, dt_bias, A_log, B, C, D, documents, nullptr, nullptr}, s, kSliceBytes);
+  forward_in_form(y, {x, dt_raw, dt_bias, A_log, B, C, D, documents, nullptr, nullptr}, s, stream);
 }
 
 void ssd_chunk_scan_backward(float* dx, float* ddt_raw, float* ddt_bias, float* dA_log, float* dB, float* dC,
@@ -112,15 +135,16 @@ void ssd_chunk_scan_backward(float* dx, float* ddt_raw, float* ddt_bias, float* 
                              const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,
                              const int32_t* documents, cudaStream_t stream) {
   DeviceExecutor ex(stream);
-  ssd_chunks::backward(ex, {dx, ddt_raw, ddt_bias, dA_log, dB, dC, dD, dy},
-                       {x, dt_raw, dt_bias, A_log, B, C, D, documents, nullptr, nullptr}, s, kSliceBytes);
+  const ssd_chunks::Grads out{dx, ddt_raw, ddt_bias, dA_log, dB, dC, dD, dy};
+  const Inputs in{x, dt_raw, dt_bias, A_log, B, C, D, documents, nullptr, nullptr};
+  if (ssd_scan_form() == SsdScanForm::ChunksTf32) return ssd_chunks::backward<float>(ex, out, in, s, kSliceBytes);
+  ssd_chunks::backward<double>(ex, out, in, s, kSliceBytes);
 }
 
 void ssd_chunk_scan_continue(float* y, float* state, const float* x, const float* dt_raw, const float* dt_bias,
                              const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,
                              cudaStream_t stream) {
-  DeviceExecutor ex(stream);
-  ssd_chunks::forward(ex, y, {x, dt_raw, dt_bias, A_log, B, C, D, nullptr, state, state}, s, kSliceBytes);
+  forward_in_form(y, {x, dt_raw, dt_bias, A_log, B, C, D, nullptr, state, state}, s, stream);
 }
 
 }  // namespace loom::kernels::cuda

@@ -5,8 +5,10 @@
 // from chunk to chunk in order. The contracts of ssd_scan.h (kernels/cpu/ssd_scan.h), in double as
 // there; the work memory is 256 MiB a call, or one group's where that is more (the groups taken in slices).
 //
-// ssd_scan.h's entries take this form or the (row, head) loops by `LOOM_SSD_SCAN` (`loops`, the
-// default until the GPU measures both, or `chunks`), or a value set in code (tests, benchmarks).
+// ssd_scan.h's entries take this form or the (row, head) loops by `LOOM_SSD_SCAN`: `loops` (the
+// default until the GPU measures the forms), `chunks`, or `chunks-tf32` (the work arrays in fp32,
+// the products on TF32 tensor cores with fp32 accumulation: about 8x the FP64 tensor cores' rate,
+// at TF32's 10-bit mantissa, bf16-level tolerance rather than fp32's), or a value set in code.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -27,9 +29,10 @@ void ssd_chunk_scan_continue(float* y, float* state, const float* x, const float
                              const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,
                              cudaStream_t stream = nullptr);
 
-enum class SsdScanForm { Loops = 1, Chunks = 2 };
+enum class SsdScanForm { Loops = 1, Chunks = 2, ChunksTf32 = 3 };
 SsdScanForm ssd_scan_form();
-// Unset (nullptr-like 0): back to the environment's.
+bool ssd_scan_in_chunks();  // Chunks or ChunksTf32
+// 0: back to the environment's.
 void set_ssd_scan_form(int form);
 
 }  // namespace loom::kernels::cuda

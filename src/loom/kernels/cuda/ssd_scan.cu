@@ -177,7 +177,7 @@ void ssd_scan_forward(float* y, const float* x, const float* dt_raw, const float
                       const float* B, const float* C, const float* D, const SsdShape& s, const int32_t* documents,
                       cudaStream_t stream) {
   if (s.batch * s.seq * s.heads == 0) return;
-  if (ssd_scan_form() == SsdScanForm::Chunks)
+  if (ssd_scan_in_chunks())
     return ssd_chunk_scan_forward(y, x, dt_raw, dt_bias, A_log, B, C, D, s, documents, stream);
   Scratch scratch;
   const RowSegments segments = row_segments(s, documents, scratch, stream);
@@ -189,7 +189,7 @@ void ssd_scan_step(float* y, float* state, const int32_t* slots, const float* x,
                    const SsdShape& s, cudaStream_t stream) {
   if (s.batch * s.seq * s.heads == 0) return;
   if (s.seq > 1) {  // a prompt's chunk: the chunked scan, continuing from the state and back into it
-    if (ssd_scan_form() == SsdScanForm::Chunks)
+    if (ssd_scan_in_chunks())
       return ssd_chunk_scan_continue(y, state, x, dt_raw, dt_bias, A_log, B, C, D, s, stream);
     Scratch scratch;
     const RowSegments segments = row_segments(s, nullptr, scratch, stream);

@@ -293,7 +293,7 @@ void ssd_scan_backward(float* dx, float* ddt_raw, float* ddt_bias, float* dA_log
                        const float* A_log, const float* B, const float* C, const float* D, const SsdShape& s,
                        const int32_t* documents, cudaStream_t stream) {
   if (s.batch * s.seq * s.heads == 0) return;
-  if (ssd_scan_form() == SsdScanForm::Chunks)
+  if (ssd_scan_in_chunks())
     return ssd_chunk_scan_backward(dx, ddt_raw, ddt_bias, dA_log, dB, dC, dD, dy, x, dt_raw, dt_bias, A_log, B, C, D,
                                    s, documents, stream);
   Scratch scratch;
