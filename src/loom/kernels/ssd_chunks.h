@@ -65,6 +65,19 @@ struct Dims {
     return (bc / chunks) * s.seq + token_in_row(bc, i);
   }
   LOOM_HOST_DEVICE bool valid(int64_t bc, int64_t i) const { return token_in_row(bc, i) < s.seq; }
+
+  // Element k of a [chunk_heads, Q, head_dim] work array: its chunk-head, token, channel and
+  // row-chunk; and where that element lives in a [batch * seq, stride] tensor of the heads' rows.
+  struct HeadElement {
+    int64_t ch, i, p, bc;
+  };
+  LOOM_HOST_DEVICE HeadElement head_element(int64_t k) const {
+    const int64_t ch = k / (s.head_dim * Q);
+    return {ch, (k / s.head_dim) % Q, k % s.head_dim, chunk_of(ch)};
+  }
+  LOOM_HOST_DEVICE int64_t head_at(const HeadElement& e, int64_t stride) const {
+    return token_row(e.bc, e.i) * stride + head_of(e.ch) * s.head_dim + e.p;
+  }
 };
 
 // The work arrays of one slice, in Real but `starts` (int32, [row_chunks, Q], for every slice).
@@ -158,11 +171,10 @@ struct HeadRows {
   Inputs in;
   Buffers<Real> w;
   LOOM_HOST_DEVICE void operator()(int64_t k) const {
-    const int64_t P = d.s.head_dim, p = k % P, i = (k / P) % d.Q, ch = k / (P * d.Q), bc = d.chunk_of(ch);
-    const double v =
-        d.valid(bc, i) ? static_cast<double>(in.x[d.token_row(bc, i) * d.s.x_stride + d.head_of(ch) * P + p]) : 0.0;
+    const Dims::HeadElement e = d.head_element(k);
+    const double v = d.valid(e.bc, e.i) ? static_cast<double>(in.x[d.head_at(e, d.s.x_stride)]) : 0.0;
     w.X[k] = static_cast<Real>(v);
-    w.Xc[k] = static_cast<Real>(w.cs[ch * d.Q + i] * v);
+    w.Xc[k] = static_cast<Real>(w.cs[e.ch * d.Q + e.i] * v);
   }
 };
 
@@ -232,15 +244,15 @@ struct Outputs {
   Buffers<Real> w;
   float* y;
   LOOM_HOST_DEVICE void operator()(int64_t k) const {
-    const int64_t P = d.s.head_dim, p = k % P, i = (k / P) % d.Q, ch = k / (P * d.Q), bc = d.chunk_of(ch);
-    if (!d.valid(bc, i)) return;
-    const int64_t h = d.head_of(ch);
-    const double v = static_cast<double>(in.D[h]) * w.X[k] + static_cast<double>(w.e[ch * d.Q + i]) * w.T[k] + w.U[k];
-    y[d.token_row(bc, i) * d.s.y_stride + h * P + p] = static_cast<float>(v);
+    const Dims::HeadElement e = d.head_element(k);
+    if (!d.valid(e.bc, e.i)) return;
+    const double v = static_cast<double>(in.D[d.head_of(e.ch)]) * w.X[k] +
+                     static_cast<double>(w.e[e.ch * d.Q + e.i]) * w.T[k] + w.U[k];
+    y[d.head_at(e, d.s.y_stride)] = static_cast<float>(v);
   }
 };
 
-// --- Batched products: for i in [0, count), C_i = op(A_i) op(B_i) + beta C_i, row-major doubles
+// --- Batched products: for i in [0, count), C_i = op(A_i) op(B_i) + beta C_i, row-major
 // (op(A_i) [m, k], op(B_i) [k, n]; leading dimensions lda, ldb, ldc).
 
 // Operand i of a product: base + i * size, or, for a per-group operand of a product over

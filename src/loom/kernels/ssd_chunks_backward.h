@@ -28,10 +28,10 @@ struct GradRows {
   GradBuffers<Real> g;
   Grads out;
   LOOM_HOST_DEVICE void operator()(int64_t k) const {
-    const int64_t P = d.s.head_dim, p = k % P, i = (k / P) % d.Q, ch = k / (P * d.Q), bc = d.chunk_of(ch);
-    const double v = d.valid(bc, i) ? out.dy[d.token_row(bc, i) * d.s.y_stride + d.head_of(ch) * P + p] : 0.0;
+    const Dims::HeadElement e = d.head_element(k);
+    const double v = d.valid(e.bc, e.i) ? out.dy[d.head_at(e, d.s.y_stride)] : 0.0;
     g.dY[k] = static_cast<Real>(v);
-    g.Ye[k] = static_cast<Real>(w.e[ch * d.Q + i] * v);
+    g.Ye[k] = static_cast<Real>(w.e[e.ch * d.Q + e.i] * v);
   }
 };
 
@@ -165,11 +165,11 @@ struct InputGradient {
   GradBuffers<Real> g;
   Grads out;
   LOOM_HOST_DEVICE void operator()(int64_t k) const {
-    const int64_t P = d.s.head_dim, p = k % P, i = (k / P) % d.Q, ch = k / (P * d.Q), bc = d.chunk_of(ch);
-    if (!d.valid(bc, i)) return;
-    const int64_t h = d.head_of(ch);
-    const double v = static_cast<double>(in.D[h]) * g.dY[k] + w.T[k] + static_cast<double>(w.cs[ch * d.Q + i]) * w.U[k];
-    out.dx[d.token_row(bc, i) * d.s.x_stride + h * P + p] += static_cast<float>(v);
+    const Dims::HeadElement e = d.head_element(k);
+    if (!d.valid(e.bc, e.i)) return;
+    const double v = static_cast<double>(in.D[d.head_of(e.ch)]) * g.dY[k] + w.T[k] +
+                     static_cast<double>(w.cs[e.ch * d.Q + e.i]) * w.U[k];
+    out.dx[d.head_at(e, d.s.x_stride)] += static_cast<float>(v);
   }
 };
 
