@@ -4,8 +4,8 @@
 // gradients, and prompt chunks continuing a carried state; awkward shapes (a sequence not a
 // multiple of the chunk, a chunk longer than the sequence, fewer groups than heads, head_dim 1,
 // strided rows), packed documents (starts inside chunks, on a chunk's first token, single-token
-// documents), the groups in one slice and one group a slice. The work memory is poisoned (NaN) so
-// a read of an element no step wrote shows.
+// documents), the heads in one slice, one head a slice, and slices of two heads or of whole
+// groups. The work memory is poisoned (NaN) so a read of an element no step wrote shows.
 #include <cblas.h>
 #include <gtest/gtest.h>
 
@@ -121,7 +121,7 @@ std::vector<Problem> problems() {
   return {make_problem(1, 1, 1, 1, 1, 1, 4, 4),      make_problem(2, 2, 13, 4, 3, 2, 4, 5),
           make_problem(3, 3, 37, 6, 2, 3, 8, 8),     make_problem(4, 1, 70, 2, 1, 1, 16, 16),
           make_problem(5, 2, 45, 4, 16, 1, 16, 64),  make_problem(6, 2, 50, 4, 8, 2, 16, 16),
-          make_problem(7, 2, 24, 8, 4, 4, 8, 8)};
+          make_problem(7, 2, 24, 8, 4, 4, 8, 8),     make_problem(8, 1, 20, 12, 2, 2, 4, 8)};
 }
 
 std::string describe(const SsdShape& s, bool packed, int64_t slice_bytes) {
@@ -132,6 +132,15 @@ std::string describe(const SsdShape& s, bool packed, int64_t slice_bytes) {
 }
 
 constexpr int64_t kOneSlice = int64_t{1} << 40, kGroupASlice = 1;
+
+// Work memory for two heads and a group's B and C: slices of one group where a group has two
+// heads or one, of two heads of a larger group, of two groups of one head.
+template <typename Real>
+int64_t two_heads(const SsdShape& s, bool backward) {
+  const int64_t Q = std::min(s.chunk, s.seq), row_chunks = s.batch * ((s.seq + Q - 1) / Q);
+  return static_cast<int64_t>(sizeof(Real)) * row_chunks *
+         (2 * head_elements(s, Q, backward) + group_elements(s, Q, backward));
+}
 
 // The form in double (the CPU's arithmetic: fp32 results within about an ulp of it) and in float
 // (the work arrays and products in fp32, as the GPU runs them on TF32 tensor cores, whose 10-bit
@@ -149,7 +158,7 @@ TYPED_TEST(SsdChunks, ForwardAndBackwardEqualTheCpuScan) {
   const double kTolerance = TestFixture::kTolerance;
   for (const Problem& p : problems()) {
     for (bool packed : {false, true}) {
-      for (int64_t slice_bytes : {kOneSlice, kGroupASlice}) {
+      for (int64_t slice_bytes : {kOneSlice, kGroupASlice, two_heads<Real>(p.s, true)}) {
         SCOPED_TRACE(describe(p.s, packed, slice_bytes));
         const SsdShape& s = p.s;
         const int64_t rows = s.batch * s.seq;
@@ -191,7 +200,7 @@ TYPED_TEST(SsdChunks, ChunksContinuingAStateEqualTheCpuSteps) {
   using Real = TypeParam;
   const double kTolerance = TestFixture::kTolerance;
   for (const Problem& p : problems()) {
-    for (int64_t slice_bytes : {kOneSlice, kGroupASlice}) {
+    for (int64_t slice_bytes : {kOneSlice, kGroupASlice, two_heads<Real>(p.s, false)}) {
       SCOPED_TRACE(describe(p.s, false, slice_bytes));
       const SsdShape& s = p.s;
       const int64_t rows = s.batch * s.seq;
@@ -213,19 +222,34 @@ TYPED_TEST(SsdChunks, ChunksContinuingAStateEqualTheCpuSteps) {
   }
 }
 
-// The slices' sizes: one group a slice takes groups passes of the same products.
-TEST(SsdChunkSlices, SlicesTakeAsManyGroupsAsTheirBytesHold) {
-  const Problem p = make_problem(9, 2, 24, 8, 4, 4, 8, 8);
+// The slices' sizes: whole groups as the bytes hold them, else the most heads of a group that
+// divide it; each slice runs the same products again.
+TEST(SsdChunkSlices, SlicesTakeWholeGroupsOrPartsOfOne) {
+  const Problem p = make_problem(9, 2, 24, 8, 4, 4, 8, 8);  // 8 heads in 4 groups of 2
   const Dims one = slice_dims<double>(p.s, true, kOneSlice), each = slice_dims<double>(p.s, true, kGroupASlice);
-  EXPECT_EQ(one.groups_here, 4);
-  EXPECT_EQ(each.groups_here, 1);
+  EXPECT_EQ(one.heads, 8);
+  EXPECT_EQ(one.groups_here(), 4);
+  EXPECT_EQ(each.heads, 1);  // one head of a group
+  EXPECT_EQ(each.groups_here(), 1);
   EXPECT_EQ(one.Q, 8);
   EXPECT_EQ(one.chunks, 3);
+  // Bytes of a head's and a group's arrays: 8-byte doubles over 2 rows of 3 chunks.
+  const int64_t head_bytes = 8 * 2 * 3 * head_elements(p.s, 8, true);
+  const int64_t group_bytes = 8 * 2 * 3 * group_elements(p.s, 8, true);
+  const Dims two_groups = slice_dims<double>(p.s, true, 2 * (2 * head_bytes + group_bytes) + 7);
+  EXPECT_EQ(two_groups.heads, 4);
+  EXPECT_EQ(slice_at(two_groups, 4).first_group(), 2);
+  const Problem wide = make_problem(10, 1, 20, 12, 2, 2, 4, 8);  // 12 heads in 2 groups of 6
+  const int64_t wide_head = 8 * 3 * head_elements(wide.s, 8, true);  // one row of 3 chunks
+  const int64_t wide_group = 8 * 3 * group_elements(wide.s, 8, true);
+  EXPECT_EQ(slice_dims<double>(wide.s, true, 5 * wide_head + wide_group).heads, 3);  // 3 divides 6, 5 and 4 do not
+  EXPECT_EQ(slice_dims<double>(wide.s, true, 6 * wide_head + wide_group).heads, 6);
+  EXPECT_EQ(slice_dims<double>(wide.s, true, 11 * wide_head + 2 * wide_group).heads, 6);  // not two groups yet
   HostExecutor all, sliced;
   std::vector<float> y(p.s.batch * p.s.seq * p.s.y_stride);
   forward<double>(all, y.data(), p.inputs(true), p.s, kOneSlice);
   forward<double>(sliced, y.data(), p.inputs(true), p.s, kGroupASlice);
-  EXPECT_EQ(sliced.products, 4 * all.products);
+  EXPECT_EQ(sliced.products, 8 * all.products);
 }
 
 }  // namespace

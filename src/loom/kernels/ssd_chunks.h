@@ -41,23 +41,29 @@ struct Inputs {
   float* final;
 };
 
-// One pass over a slice of the groups, [first_group, first_group + groups_here), and their heads.
+// One pass over a slice of the heads, [first_head, first_head + heads), in the order of the model's:
+// whole groups, or part of one group (`heads` then divides the group's; the group's B and C are
+// made again for each part).
 struct Dims {
   SsdShape s;
   int64_t Q, chunks;  // tokens per chunk, chunks per row
-  int64_t first_group, groups_here, per_group;
+  int64_t first_head, heads, per_group;
 
-  LOOM_HOST_DEVICE int64_t heads_here() const { return groups_here * per_group; }
+  LOOM_HOST_DEVICE int64_t heads_here() const { return heads; }
+  // The slice's heads of one group, its groups, and its first group in the model.
+  LOOM_HOST_DEVICE int64_t group_heads() const { return heads < per_group ? heads : per_group; }
+  LOOM_HOST_DEVICE int64_t groups_here() const { return heads / group_heads(); }
+  LOOM_HOST_DEVICE int64_t first_group() const { return first_head / per_group; }
   LOOM_HOST_DEVICE int64_t row_chunks() const { return s.batch * chunks; }
-  LOOM_HOST_DEVICE int64_t chunk_heads() const { return row_chunks() * heads_here(); }
-  LOOM_HOST_DEVICE int64_t chunk_groups() const { return row_chunks() * groups_here; }
+  LOOM_HOST_DEVICE int64_t chunk_heads() const { return row_chunks() * heads; }
+  LOOM_HOST_DEVICE int64_t chunk_groups() const { return row_chunks() * groups_here(); }
   LOOM_HOST_DEVICE int64_t states() const { return s.head_dim * s.state; }
   // Chunk-head ch: its row-chunk and its head in the model.
-  LOOM_HOST_DEVICE int64_t chunk_of(int64_t ch) const { return ch / heads_here(); }
-  LOOM_HOST_DEVICE int64_t head_of(int64_t ch) const { return first_group * per_group + ch % heads_here(); }
+  LOOM_HOST_DEVICE int64_t chunk_of(int64_t ch) const { return ch / heads; }
+  LOOM_HOST_DEVICE int64_t head_of(int64_t ch) const { return first_head + ch % heads; }
   // The chunk-group that chunk-head ch reads B and C from.
   LOOM_HOST_DEVICE int64_t group_item_of(int64_t ch) const {
-    return chunk_of(ch) * groups_here + (ch % heads_here()) / per_group;
+    return chunk_of(ch) * groups_here() + (ch % heads) / group_heads();
   }
   // Token i of row-chunk bc: its index in the row (seq or beyond: padding) and in [batch * seq].
   LOOM_HOST_DEVICE int64_t token_in_row(int64_t bc, int64_t i) const { return (bc % chunks) * Q + i; }
@@ -95,13 +101,16 @@ struct Buffers {
 
 // The backward's further arrays: dy and e dy, dy x^T and the quadratic form's gradient G [Q, Q],
 // dy S_in [Q, state], each head's share of dB and dC [Q, state], per token sums [Q] (the
-// quadratic form's d(dt) and d(cum) by column and by row, C . dy S_in, x . V, dy . x), and per
-// chunk-head the leaving state's <dS_out, S_in> and the (dA_log, dt_bias, D) partial sums.
+// quadratic form's d(dt) and d(cum) by column and by row, C . dy S_in, x . V, dy . x), per
+// chunk-head the leaving state's <dS_out, S_in> and the (dA_log, dt_bias, D) partial sums, and
+// per chunk-group dB and dC summed over the heads of the group's slices so far (a group taken in
+// parts: its gradients are added once, after its last part).
 template <typename Real>
 struct GradBuffers {
   Real *dY, *Ye, *DYX, *G, *YS, *dCh, *dBh;
   Real *col_ddt, *col_dcum, *row_dcum, *through_state, *through_share, *dy_x;
   Real *dkeep, *partials;
+  Real *group_dB, *group_dC;  // per chunk-group [Q, state]: a group's sums over the slices before
 };
 
 // Elements per chunk-head and per chunk-group of a slice (Buffers; with GradBuffers for the backward).
@@ -110,7 +119,9 @@ LOOM_HOST_DEVICE inline int64_t head_elements(const SsdShape& s, int64_t Q, bool
   const int64_t forward = 4 * Q + 1 + 4 * Q * P + Q * Q + 2 * P * N;
   return forward + (backward ? 2 * Q * P + 2 * Q * Q + 3 * Q * N + 6 * Q + 4 : 0);
 }
-LOOM_HOST_DEVICE inline int64_t group_elements(const SsdShape& s, int64_t Q) { return 2 * Q * s.state + Q * Q; }
+LOOM_HOST_DEVICE inline int64_t group_elements(const SsdShape& s, int64_t Q, bool backward) {
+  return (backward ? 4 : 2) * Q * s.state + Q * Q;
+}
 
 LOOM_HOST_DEVICE inline double softplus(double v) { return v > 20.0 ? v : log1p(exp(v)); }
 LOOM_HOST_DEVICE inline double sigmoid(double v) { return 1.0 / (1.0 + exp(-v)); }
@@ -186,7 +197,7 @@ struct GroupRows {
   Buffers<Real> w;
   LOOM_HOST_DEVICE void operator()(int64_t k) const {
     const int64_t N = d.s.state, n = k % N, i = (k / N) % d.Q, cg = k / (N * d.Q);
-    const int64_t bc = cg / d.groups_here, g = d.first_group + cg % d.groups_here;
+    const int64_t bc = cg / d.groups_here(), g = d.first_group() + cg % d.groups_here();
     const bool valid = d.valid(bc, i);
     const int64_t at = d.token_row(bc, i) * d.s.bc_stride + g * N + n;
     w.Bd[k] = valid ? static_cast<Real>(in.B[at]) : Real(0);
@@ -225,7 +236,7 @@ struct PassStates {
   Buffers<Real> w;
   LOOM_HOST_DEVICE void operator()(int64_t k) const {
     const int64_t size = d.states(), e = k % size, hl = (k / size) % d.heads_here(), b = k / (size * d.heads_here());
-    const int64_t h = d.first_group * d.per_group + hl, carried = (b * d.s.heads + h) * size + e;
+    const int64_t h = d.first_head + hl, carried = (b * d.s.heads + h) * size + e;
     double S = in.initial ? static_cast<double>(in.initial[carried]) : 0.0;
     for (int64_t c = 0; c < d.chunks; ++c) {
       const int64_t ch = (b * d.chunks + c) * d.heads_here() + hl;

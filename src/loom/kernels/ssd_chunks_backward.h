@@ -174,7 +174,8 @@ struct InputGradient {
 };
 
 // Per (chunk-group, token, state element) of a real token: the group's heads' shares of dB and dC
-// added in head order, then into the gradients.
+// added in head order, then into the gradients (a group taken in parts: into its sums so far,
+// added into the gradients after its last part).
 template <typename Real>
 struct GroupGradients {
   Dims d;
@@ -183,15 +184,25 @@ struct GroupGradients {
   Grads out;
   LOOM_HOST_DEVICE void operator()(int64_t k) const {
     const int64_t N = d.s.state, n = k % N, i = (k / N) % d.Q, cg = k / (N * d.Q);
-    const int64_t bc = cg / d.groups_here, gl = cg % d.groups_here;
+    const int64_t bc = cg / d.groups_here(), gl = cg % d.groups_here();
     if (!d.valid(bc, i)) return;
     double dB = 0.0, dC = 0.0;
-    for (int64_t head = 0; head < d.per_group; ++head) {
-      const int64_t ch = bc * d.heads_here() + gl * d.per_group + head, row = (ch * d.Q + i) * N + n;
+    for (int64_t head = 0; head < d.group_heads(); ++head) {
+      const int64_t ch = bc * d.heads_here() + gl * d.group_heads() + head, row = (ch * d.Q + i) * N + n;
       dB += g.dBh[row];
       dC += g.dCh[row] + static_cast<double>(w.e[ch * d.Q + i]) * g.YS[row];
     }
-    const int64_t at = d.token_row(bc, i) * d.s.bc_stride + (d.first_group + gl) * N + n;
+    const bool first_part = d.first_head % d.per_group == 0, last_part = (d.first_head + d.heads) % d.per_group == 0;
+    if (!first_part) {
+      dB += g.group_dB[k];
+      dC += g.group_dC[k];
+    }
+    if (!last_part) {
+      g.group_dB[k] = static_cast<Real>(dB);
+      g.group_dC[k] = static_cast<Real>(dC);
+      return;
+    }
+    const int64_t at = d.token_row(bc, i) * d.s.bc_stride + (d.first_group() + gl) * N + n;
     out.dB[at] += static_cast<float>(dB);
     out.dC[at] += static_cast<float>(dC);
   }
@@ -207,7 +218,7 @@ struct HeadParameterGradients {
     double sums[3] = {0.0, 0.0, 0.0};
     for (int64_t bc = 0; bc < d.row_chunks(); ++bc)
       for (int c = 0; c < 3; ++c) sums[c] += g.partials[(bc * d.heads_here() + hl) * 3 + c];
-    const int64_t h = d.first_group * d.per_group + hl;
+    const int64_t h = d.first_head + hl;
     out.dA_log[h] += static_cast<float>(sums[0]);
     out.ddt_bias[h] += static_cast<float>(sums[1]);
     out.dD[h] += static_cast<float>(sums[2]);

@@ -5,9 +5,10 @@
 //   ex.product(p)        the batched row-major GEMMs of a Product<Real>;
 // each call ordered after the previous ones. `Real` is the work arrays' and products' type:
 // double (as the CPU's scan) or float (the products on TF32 tensor cores on a GPU); every sum of
-// an element step is in double either way. The groups are taken a slice at a time, as many per
-// slice as `slice_bytes` of work memory hold (at least one): the work arrays grow with tokens x
-// heads x (head_dim + state + chunk), about 11 KB a token and head in the backward.
+// an element step is in double either way. The heads are taken a slice at a time, as many whole
+// groups per slice as `slice_bytes` of work memory hold, else part of a group (at least one
+// head): the work arrays grow with tokens x heads x (head_dim + state + chunk), about 11 KB a
+// token and head in the backward in double.
 #include <algorithm>
 #include <cstdint>
 
@@ -16,15 +17,34 @@
 
 namespace loom::kernels::ssd_chunks {
 
-// The dimensions of the slices (the widest: first_group 0, groups_here the most a slice holds).
+// The dimensions of the slices (the widest, first_head 0): as many whole groups as `slice_bytes`
+// hold, else the most heads of one group that divide it and fit (at least one head).
 template <typename Real>
 Dims slice_dims(const SsdShape& s, bool backward, int64_t slice_bytes) {
   const int64_t Q = std::max<int64_t>(1, std::min(s.chunk, s.seq)), chunks = (s.seq + Q - 1) / Q;
   const int64_t per_group = s.heads / s.groups, row_chunks = s.batch * chunks;
-  const int64_t group_bytes = static_cast<int64_t>(sizeof(Real)) * row_chunks *
-                              (per_group * head_elements(s, Q, backward) + group_elements(s, Q));
-  const int64_t fit = std::max<int64_t>(1, slice_bytes / std::max<int64_t>(1, group_bytes));
-  return {s, Q, chunks, 0, std::min(fit, s.groups), per_group};
+  const auto bytes = [&](int64_t heads, int64_t groups) {
+    return static_cast<int64_t>(sizeof(Real)) * row_chunks *
+           (heads * head_elements(s, Q, backward) + groups * group_elements(s, Q, backward));
+  };
+  const int64_t groups = std::min(s.groups, slice_bytes / std::max<int64_t>(1, bytes(per_group, 1)));
+  if (groups >= 1) return {s, Q, chunks, 0, groups * per_group, per_group};
+  int64_t heads = 1;
+  for (int64_t k = per_group; k > 1; --k) {
+    if (per_group % k == 0 && bytes(k, 1) <= slice_bytes) {
+      heads = k;
+      break;
+    }
+  }
+  return {s, Q, chunks, 0, heads, per_group};
+}
+
+// The slice of the heads from `first_head` (the last may hold fewer whole groups than the widest).
+inline Dims slice_at(const Dims& widest, int64_t first_head) {
+  Dims d = widest;
+  d.first_head = first_head;
+  d.heads = std::min(widest.heads, widest.s.heads - first_head);
+  return d;
 }
 
 // The work arrays of the widest slice (`d`), carved from one allocation; a narrower slice uses
@@ -33,7 +53,7 @@ template <typename Real, class Exec>
 Buffers<Real> take_buffers(Exec& ex, const Dims& d, GradBuffers<Real>* grads) {
   const int64_t Q = d.Q, P = d.s.head_dim, N = d.s.state, heads = d.chunk_heads(), groups = d.chunk_groups();
   Real* next = ex.template take<Real>(heads * head_elements(d.s, Q, grads != nullptr) +
-                                      groups * group_elements(d.s, Q));
+                                      groups * group_elements(d.s, Q, grads != nullptr));
   auto carve = [&](int64_t n) {
     Real* p = next;
     next += n;
@@ -55,6 +75,7 @@ Buffers<Real> take_buffers(Exec& ex, const Dims& d, GradBuffers<Real>* grads) {
   g.col_ddt = carve(heads * Q), g.col_dcum = carve(heads * Q), g.row_dcum = carve(heads * Q);
   g.through_state = carve(heads * Q), g.through_share = carve(heads * Q), g.dy_x = carve(heads * Q);
   g.dkeep = carve(heads), g.partials = carve(heads * 3);
+  g.group_dB = carve(groups * Q * N), g.group_dC = carve(groups * Q * N);
   return w;
 }
 
@@ -88,10 +109,8 @@ void forward(Exec& ex, float* y, const Inputs& in, const SsdShape& s, int64_t sl
   const Buffers<Real> w = take_buffers<Real>(ex, widest, nullptr);
   ex.each(widest.row_chunks(), CountStarts{widest, in, w.starts});
   const int64_t Q = widest.Q, P = s.head_dim, N = s.state;
-  for (int64_t g0 = 0; g0 < s.groups; g0 += widest.groups_here) {
-    Dims d = widest;
-    d.first_group = g0;
-    d.groups_here = std::min(widest.groups_here, s.groups - g0);
+  for (int64_t h0 = 0; h0 < s.heads; h0 += widest.heads) {
+    const Dims d = slice_at(widest, h0);
     chunk_states(ex, d, in, w);
     ex.each(d.chunk_heads() * Q * Q, QuadraticForm<Real>{d, w});
     ex.product(product<Real>(d, false, Q, P, N, false, true, {w.Cd, Q * N, true}, N, {w.S_in, P * N}, N,
@@ -141,10 +160,8 @@ void backward(Exec& ex, const Grads& out, Inputs in, const SsdShape& s, int64_t 
   GradBuffers<Real> g{};
   const Buffers<Real> w = take_buffers<Real>(ex, widest, &g);
   ex.each(widest.row_chunks(), CountStarts{widest, in, w.starts});
-  for (int64_t g0 = 0; g0 < s.groups; g0 += widest.groups_here) {
-    Dims d = widest;
-    d.first_group = g0;
-    d.groups_here = std::min(widest.groups_here, s.groups - g0);
+  for (int64_t h0 = 0; h0 < s.heads; h0 += widest.heads) {
+    const Dims d = slice_at(widest, h0);
     chunk_states(ex, d, in, w);
     slice_backward(ex, d, in, w, g, out);
   }
