@@ -20,8 +20,9 @@ namespace {
 using ssd_chunks::Product;
 using ssd_chunks::Inputs;
 
-// Work memory per slice of groups: 256 MiB, or one group where that takes more (at 8192 tokens of
-// 16 heads of 64 channels, state 128, chunks of 128: 1.35 GB in the backward).
+// Work memory per slice of heads: 256 MiB (whole groups, else part of one: at 8192 tokens of a
+// group of 16 heads of 64 channels, state 128, chunks of 128, two heads a slice in the backward,
+// 211 MB, where the whole group would take 1.35 GB).
 constexpr int64_t kSliceBytes = int64_t{256} << 20;
 
 template <class Step>

@@ -3,7 +3,7 @@
 // every chunk's products at once as cuBLAS batched DGEMMs (an H100's FP64 tensor cores: 67
 // TFLOP/s), the element steps as kernels of one thread per index, only the passing of the states
 // from chunk to chunk in order. The contracts of ssd_scan.h (kernels/cpu/ssd_scan.h), in double as
-// there; the work memory is 256 MiB a call, or one group's where that is more (the groups taken in slices).
+// there; the work memory is at most 256 MiB a call (the heads taken in slices) but for one head's.
 //
 // ssd_scan.h's entries take this form or the (row, head) loops by `LOOM_SSD_SCAN`: `loops` (the
 // default until the GPU measures the forms), `chunks`, or `chunks-tf32` (the work arrays in fp32,
