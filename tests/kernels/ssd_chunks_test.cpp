@@ -1,6 +1,6 @@
 // The chunk-parallel form of Mamba-2's scan (kernels/ssd_chunks_scan.h), the one the CUDA backend
-// runs with cuBLAS's batched DGEMMs, run here by a host executor (loops and OpenBLAS's dgemm) and
-// held to the CPU's scan (kernels/cpu/ssd_scan.h): forward, backward adding into non-zero
+// runs with cuBLAS's batched GEMMs, run here by a host executor (loops, and OpenBLAS's column-major
+// GEMMs called as the CUDA executor calls cuBLAS's) and held to the CPU's scan (kernels/cpu/ssd_scan.h): forward, backward adding into non-zero
 // gradients, and prompt chunks continuing a carried state; awkward shapes (a sequence not a
 // multiple of the chunk, a chunk longer than the sequence, fewer groups than heads, head_dim 1,
 // strided rows), packed documents (starts inside chunks, on a chunk's first token, single-token
@@ -36,22 +36,26 @@ class HostExecutor {
   void each(int64_t n, const F& step) {
     for (int64_t i = 0; i < n; ++i) step(i);
   }
-  void product(const Product<double>& p) {
+  // Each product as the CUDA executor calls cuBLAS (column_major: B first, widths swapped), here
+  // through OpenBLAS's column-major dgemm / sgemm.
+  template <typename Real>
+  void product(const Product<Real>& p) {
     ++products;
+    const ColumnMajorCall call = column_major(p);
+    const auto op = [](bool trans) { return trans ? CblasTrans : CblasNoTrans; };
+    const int m = static_cast<int>(call.m), n = static_cast<int>(call.n), k = static_cast<int>(call.k);
+    const int ld_first = static_cast<int>(call.ld_first), ld_second = static_cast<int>(call.ld_second);
     for (int64_t i = 0; i < p.count; ++i) {
-      cblas_dgemm(CblasRowMajor, p.trans_a ? CblasTrans : CblasNoTrans, p.trans_b ? CblasTrans : CblasNoTrans,
-                  static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k), 1.0, operand_at(p, p.a, i),
-                  static_cast<int>(p.lda), operand_at(p, p.b, i), static_cast<int>(p.ldb), p.beta,
-                  operand_at(p, p.c, i), static_cast<int>(p.ldc));
-    }
-  }
-  void product(const Product<float>& p) {
-    ++products;
-    for (int64_t i = 0; i < p.count; ++i) {
-      cblas_sgemm(CblasRowMajor, p.trans_a ? CblasTrans : CblasNoTrans, p.trans_b ? CblasTrans : CblasNoTrans,
-                  static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k), 1.0f, operand_at(p, p.a, i),
-                  static_cast<int>(p.lda), operand_at(p, p.b, i), static_cast<int>(p.ldb), static_cast<float>(p.beta),
-                  operand_at(p, p.c, i), static_cast<int>(p.ldc));
+      Real* first = operand_at(p, p.b, i);
+      Real* second = operand_at(p, p.a, i);
+      Real* c = operand_at(p, p.c, i);
+      if constexpr (std::is_same_v<Real, double>) {
+        cblas_dgemm(CblasColMajor, op(call.trans_first), op(call.trans_second), m, n, k, 1.0, first, ld_first, second,
+                    ld_second, p.beta, c, static_cast<int>(call.ldc));
+      } else {
+        cblas_sgemm(CblasColMajor, op(call.trans_first), op(call.trans_second), m, n, k, 1.0f, first, ld_first, second,
+                    ld_second, static_cast<float>(p.beta), c, static_cast<int>(call.ldc));
+      }
     }
   }
   int products = 0;

@@ -290,4 +290,17 @@ LOOM_HOST_DEVICE Real* operand_at(const Product<Real>& p, const Operand<Real>& o
   return o.base + (o.group_of_head ? p.d.group_item_of(i) : i) * o.size;
 }
 
+// A row-major product as a column-major BLAS call (cuBLAS's): row-major C = op(A) op(B) is
+// column-major C^T = op(B)^T op(A)^T, so the call's first operand is B, its second A, with the
+// widths swapped. The CUDA executor calls cuBLAS with these; the tests' host executor calls a
+// column-major dgemm / sgemm with them, which holds the mapping to the CPU's scan.
+struct ColumnMajorCall {
+  bool trans_first, trans_second;  // op of the call's first operand (B) and second (A)
+  int64_t m, n, k, ld_first, ld_second, ldc;
+};
+template <typename Real>
+ColumnMajorCall column_major(const Product<Real>& p) {
+  return {p.trans_b, p.trans_a, p.n, p.m, p.k, p.ldb, p.lda, p.ldc};
+}
+
 }  // namespace loom::kernels::ssd_chunks

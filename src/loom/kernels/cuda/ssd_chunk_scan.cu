@@ -63,9 +63,8 @@ class DeviceExecutor {
     check_launch("chunk_step_kernel (the chunked scan's element steps)");
   }
 
-  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets B's pointers
-  // first, with the widths swapped. Doubles on the FP64 tensor cores; floats on the TF32 ones
-  // (fp32 accumulation).
+  // The row-major product as cuBLAS's column-major call (ssd_chunks::column_major: B's pointers
+  // first). Doubles on the FP64 tensor cores; floats on the TF32 ones (fp32 accumulation).
   template <typename Real>
   void product(const Product<Real>& p) {
     if (p.count == 0) return;
@@ -73,10 +72,12 @@ class DeviceExecutor {
     product_pointers_kernel<Real><<<grid_for(p.count), kThreads, 0, stream_>>>(pointers, p);
     check_launch("product_pointers_kernel");
     const Real one = 1, beta = static_cast<Real>(p.beta);
-    const cublasOperation_t op_b = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const int m = as_int(p.n, "width"), n = as_int(p.m, "height"), k = as_int(p.k, "depth");
-    const int lda = as_int(p.ldb, "leading dimension"), ldb = as_int(p.lda, "leading dimension");
-    const int ldc = as_int(p.ldc, "leading dimension"), count = as_int(p.count, "batch");
+    const ssd_chunks::ColumnMajorCall call = ssd_chunks::column_major(p);
+    const cublasOperation_t op_b = call.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_a = call.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int m = as_int(call.m, "width"), n = as_int(call.n, "height"), k = as_int(call.k, "depth");
+    const int lda = as_int(call.ld_first, "leading dimension"), ldb = as_int(call.ld_second, "leading dimension");
+    const int ldc = as_int(call.ldc, "leading dimension"), count = as_int(p.count, "batch");
     CublasHandle& blas = cublas_handle();
     std::lock_guard<std::mutex> lock(blas.mutex);
     blas.bind(stream_);
