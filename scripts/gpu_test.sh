@@ -301,7 +301,9 @@ for s in "${stages[@]}"; do
 done
 echo "== done ($(left) s of the budget left)"
 xmls=()
-for t in test_cuda test_cuda_cudnn test_cuda_model test_cuda_scan_chunks test_nccl; do [ -f "$out/$t.xml" ] && xmls+=("$out/$t.xml"); done
+for t in test_cuda test_cuda_cudnn test_cuda_model test_cuda_scan_chunks test_nccl; do
+  [ -f "$out/$t.xml" ] && xmls+=("$out/$t.xml")
+done
 python3 bench/cuda/gpu_table.py "$out/bench.txt" "${xmls[@]}"
 # The device tool brings back at most 8 files from $OUT: the logs travel as one archive.
 (cd "$out" && ls ./*.log >/dev/null 2>&1 && tar -czf logs.tar.gz ./*.log && rm -f ./*.log)

@@ -1,11 +1,12 @@
 // The chunk-parallel form of Mamba-2's scan (kernels/ssd_chunks_scan.h), the one the CUDA backend
 // runs with cuBLAS's batched GEMMs, run here by a host executor (loops, and OpenBLAS's column-major
-// GEMMs called as the CUDA executor calls cuBLAS's) and held to the CPU's scan (kernels/cpu/ssd_scan.h): forward, backward adding into non-zero
-// gradients, and prompt chunks continuing a carried state; awkward shapes (a sequence not a
-// multiple of the chunk, a chunk longer than the sequence, fewer groups than heads, head_dim 1,
-// strided rows), packed documents (starts inside chunks, on a chunk's first token, single-token
-// documents), the heads in one slice, one head a slice, and slices of two heads or of whole
-// groups. The work memory is poisoned (NaN) so a read of an element no step wrote shows.
+// GEMMs called as the CUDA executor calls cuBLAS's) and held to the CPU's scan
+// (kernels/cpu/ssd_scan.h): forward, backward adding into non-zero gradients, and prompt chunks
+// continuing a carried state; awkward shapes (a sequence not a multiple of the chunk, a chunk
+// longer than the sequence, fewer groups than heads, head_dim 1, strided rows), packed documents
+// (starts inside chunks, on a chunk's first token, single-token documents), the heads in one slice,
+// one head a slice, and slices of two heads or of whole groups. The work memory is poisoned (NaN)
+// so a read of an element no step wrote shows.
 #include <cblas.h>
 #include <gtest/gtest.h>
 
