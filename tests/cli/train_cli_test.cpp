@@ -2,10 +2,13 @@
 // and every kind of bad input giving a clear message, a non-zero exit and no damage.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <thread>
 
 #include "cli_support.h"
 #include "support/test_paths.h"
@@ -59,6 +62,24 @@ TEST_F(TrainCli, ExitDurationStopsEveryRankAfterOneStepWithACheckpoint) {
   CommandResult bad = train("run.dir=" + (dir / "bad") + " train.exit_duration_mins=-1");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("train.exit_duration_mins = -1"), std::string::npos) << bad.output;
+}
+
+// More threads than the host's processors over the threads backend's ranks run slower, and the
+// start says so (not where each rank has one thread, as the fixture's train.threads 1 gives).
+TEST_F(TrainCli, OversubscribedThreadsAreNamed) {
+  const int threads = 4 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  CommandResult crowded = train("run.dir=" + (dir / "crowded") + " runtime.ranks=2 train.steps=1 train.threads=" +
+                                std::to_string(threads));
+  ASSERT_EQ(crowded.exit_code, 0) << crowded.output;
+  EXPECT_NE(crowded.output.find("threads: train.threads = " + std::to_string(threads) + " gives each of the 2 ranks " +
+                                std::to_string(threads / 2) + " threads, " + std::to_string(threads) +
+                                " on this host's "),
+            std::string::npos)
+      << crowded.output;
+  EXPECT_NE(crowded.output.find("oversubscribed"), std::string::npos) << crowded.output;
+  CommandResult one_each = train("run.dir=" + (dir / "one-each") + " runtime.ranks=2 train.steps=1");
+  ASSERT_EQ(one_each.exit_code, 0) << one_each.output;
+  EXPECT_EQ(one_each.output.find("oversubscribed"), std::string::npos) << one_each.output;
 }
 
 TEST_F(TrainCli, ResumedRunIsBitwiseIdenticalToUninterrupted) {

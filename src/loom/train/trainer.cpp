@@ -32,6 +32,7 @@ Trainer::Trainer(const config::RunConfig& config, comm::Communicator& world, con
   const int threads = threads_per_rank(config, world);
   omp_set_num_threads(threads);
   openblas_set_num_threads(threads);
+  if (const std::string note = oversubscription_note(config, world); !note.empty()) *out_ << note << "\n";
   auto tokenizer = data::make_tokenizer(config.data.tokenizer);
   s.run.model = resolve_model_config(config.model, *tokenizer);
   if (reporter()) s.run_directory = std::make_unique<RunDirectory>(s.run);

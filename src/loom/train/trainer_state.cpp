@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <string>
 
 #include "loom/core/error.h"
 #include "loom/core/trace.h"
@@ -17,6 +18,17 @@ int threads_per_rank(const config::RunConfig& config, const comm::Communicator& 
   int total = config.train.threads > 0 ? config.train.threads : omp_get_num_procs();
   if (world.backend() == "threads") total = std::max(1, total / world.size());
   return total;
+}
+
+std::string oversubscription_note(const config::RunConfig& config, const comm::Communicator& world) {
+  const int threads = threads_per_rank(config, world), processors = omp_get_num_procs();
+  if (world.backend() != "threads" || threads < 2 || threads * world.size() <= processors) return "";
+  return "threads: train.threads = " + std::to_string(config.train.threads) + " gives each of the " +
+         std::to_string(world.size()) + " ranks " + std::to_string(threads) + " threads, " +
+         std::to_string(threads * world.size()) + " on this host's " + std::to_string(processors) +
+         " processors: oversubscribed ranks wait on each other's threads (1.4-1.5x slower steps measured at 2 "
+         "ranks on 2 processors, docs/plan.md); train.threads = " + std::to_string(processors) +
+         " or less gives a thread per processor";
 }
 
 Trainer::State::State(const config::RunConfig& config, comm::Communicator& w, const BatchSource& source)

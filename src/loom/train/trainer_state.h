@@ -78,5 +78,8 @@ struct Trainer::State {
 
 // Threads per rank: the threads backend runs every rank in this process, so the cores are shared.
 int threads_per_rank(const config::RunConfig& config, const comm::Communicator& world);
+// A line for the console where the threads backend's ranks get more threads together than the host
+// has processors (train.threads above them): such ranks wait on each other's threads. Empty otherwise.
+std::string oversubscription_note(const config::RunConfig& config, const comm::Communicator& world);
 
 }  // namespace loom::train
