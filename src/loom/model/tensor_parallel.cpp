@@ -114,19 +114,27 @@ TensorParallel::RowPart TensorParallel::row_part(int64_t rows) const {
   return {first, balanced_first(rows, size(), rank() + 1) - first};
 }
 
-void TensorParallel::gather_row_parts(float* out, const float* local, int64_t rows, int64_t width) const {
-  const int ranks = size();
+namespace {
+
+// Elements of each rank's balanced part of `total` (balanced_first) times `per_unit`.
+std::vector<int64_t> balanced_counts(int64_t total, int ranks, int64_t per_unit) {
   std::vector<int64_t> counts(ranks);
   for (int r = 0; r < ranks; ++r) {
-    counts[r] = width * (balanced_first(rows, ranks, r + 1) - balanced_first(rows, ranks, r));
+    counts[r] = per_unit * (balanced_first(total, ranks, r + 1) - balanced_first(total, ranks, r));
   }
-  group_->all_gather_v(local, out, counts, DType::F32);  // the parts back to back are the rows in order
+  return counts;
+}
+
+}  // namespace
+
+void TensorParallel::gather_row_parts(float* out, const float* local, int64_t rows, int64_t width) const {
+  // The parts back to back are the rows in order.
+  group_->all_gather_v(local, out, balanced_counts(rows, size(), width), DType::F32);
 }
 
 void TensorParallel::gather_columns(float* out, const float* local, int64_t rows, int64_t width) const {
   const int ranks = size();
-  std::vector<int64_t> counts(ranks);
-  for (int r = 0; r < ranks; ++r) counts[r] = rows * (balanced_first(width, ranks, r + 1) - balanced_first(width, ranks, r));
+  const std::vector<int64_t> counts = balanced_counts(width, ranks, rows);
   float* gathered = sized(gather_scratch_, rows * width, device_);
   group_->all_gather_v(local, gathered, counts, DType::F32);
   // gathered holds each rank's [rows, its columns] back to back: interleave them into rows.
