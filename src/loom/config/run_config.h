@@ -1,6 +1,7 @@
 #pragma once
 // RunConfig: every setting of a run, parsed from YAML plus `section.key=value` overrides and
 // validated (unknown keys, wrong types and out-of-range values are errors) before any work starts.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -190,6 +191,14 @@ struct TrainConfig {
   // Evaluate without training (Megatron's --skip-train): the model as train.resume or
   // train.init_from loads it, on the validation and test sets once; nothing is written.
   bool skip_train = false;
+
+  // The threads one rank runs on: train.threads (0: every processor) shared out over the ranks of
+  // one process (the threads backend's; one under MPI), at least one. The trainer and the planner
+  // both take it from here.
+  int threads_per_rank(int processors, int ranks_in_process) const {
+    const int total = threads > 0 ? threads : processors;
+    return std::max(1, total / std::max(1, ranks_in_process));
+  }
 };
 
 // Supervised fine-tuning on chat data (`loom sft`, docs/sft.md).

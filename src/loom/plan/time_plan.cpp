@@ -162,12 +162,10 @@ void add_context_parallel_cost(StageCost& cost, const config::RunConfig& config,
   cost.backward += backward;
 }
 
-// Threads of one rank on a shared host, as train::threads_per_rank gives them: train.threads (or
-// every processor) over the ranks; one elsewhere (a device's rates are the device's).
+// Threads of one rank on a shared host, as the trainer gives them (config::TrainConfig::
+// threads_per_rank, the ranks all in one process); one elsewhere (a device's rates are its own).
 int rank_threads(const config::RunConfig& config, const Hardware& hw, int world) {
-  if (!hw.shared) return 1;
-  const int total = config.train.threads > 0 ? config.train.threads : hw.processors;
-  return std::max(1, total / world);
+  return hw.shared ? config.train.threads_per_rank(hw.processors, world) : 1;
 }
 
 StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, const StageMemory& stage,

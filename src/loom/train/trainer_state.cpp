@@ -15,9 +15,7 @@
 namespace loom::train {
 
 int threads_per_rank(const config::RunConfig& config, const comm::Communicator& world) {
-  int total = config.train.threads > 0 ? config.train.threads : omp_get_num_procs();
-  if (world.backend() == "threads") total = std::max(1, total / world.size());
-  return total;
+  return config.train.threads_per_rank(omp_get_num_procs(), world.backend() == "threads" ? world.size() : 1);
 }
 
 std::string oversubscription_note(const config::RunConfig& config, const comm::Communicator& world) {
