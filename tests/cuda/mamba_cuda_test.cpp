@@ -98,27 +98,27 @@ struct ScanOperands {
 TEST_F(CudaMamba, SsdScanForwardAndBackwardMatchTheCpu) {
   for (const SsdShape& s : scan_shapes()) {
     for (bool packed : {false, true}) {
+      SCOPED_TRACE(describe(s, packed));
+      const int64_t rows = s.batch * s.seq;
+      const ScanOperands in(seed_, s);
+      const std::vector<int32_t> docs = packed_documents(seed_ + 7, s.batch, s.seq, s.chunk);
+      const int32_t* cpu_docs = packed ? docs.data() : nullptr;
+      const std::vector<float> dy = random_values(seed_ + 8, rows * s.y_stride, 1.0f);
+      const std::vector<float> dx0 = random_values(seed_ + 9, rows * s.x_stride, 0.5f),
+                               ddt0 = random_values(seed_ + 10, rows * s.dt_stride, 0.5f),
+                               dB0 = random_values(seed_ + 11, rows * s.bc_stride, 0.5f),
+                               dC0 = random_values(seed_ + 12, rows * s.bc_stride, 0.5f),
+                               dh0 = random_values(seed_ + 13, 3 * s.heads, 0.5f);
+      std::vector<float> y = poison(rows * s.y_stride), dx = dx0, ddt = ddt0, dB = dB0, dC = dC0, dh = dh0;
+      ssd_scan_forward(kCpu, y.data(), in.x.data(), in.dt_raw.data(), in.dt_bias.data(), in.A_log.data(),
+                       in.B.data(), in.C.data(), in.D.data(), s, cpu_docs);
+      ssd_scan_backward(kCpu, dx.data(), ddt.data(), dh.data(), dh.data() + s.heads, dB.data(), dC.data(),
+                        dh.data() + 2 * s.heads, dy.data(), in.x.data(), in.dt_raw.data(), in.dt_bias.data(),
+                        in.A_log.data(), in.B.data(), in.C.data(), in.D.data(), s, cpu_docs);
+      // The CPU's results once; each GPU form against them.
       for (SsdScanForm form : kScanForms) {
         const UsingScanForm use(form);
         SCOPED_TRACE(form_name(form));
-        SCOPED_TRACE(describe(s, packed));
-        const int64_t rows = s.batch * s.seq;
-        const ScanOperands in(seed_, s);
-        const std::vector<int32_t> docs = packed_documents(seed_ + 7, s.batch, s.seq, s.chunk);
-        const int32_t* cpu_docs = packed ? docs.data() : nullptr;
-        const std::vector<float> dy = random_values(seed_ + 8, rows * s.y_stride, 1.0f);
-        const std::vector<float> dx0 = random_values(seed_ + 9, rows * s.x_stride, 0.5f),
-                                 ddt0 = random_values(seed_ + 10, rows * s.dt_stride, 0.5f),
-                                 dB0 = random_values(seed_ + 11, rows * s.bc_stride, 0.5f),
-                                 dC0 = random_values(seed_ + 12, rows * s.bc_stride, 0.5f),
-                                 dh0 = random_values(seed_ + 13, 3 * s.heads, 0.5f);
-        std::vector<float> y = poison(rows * s.y_stride), dx = dx0, ddt = ddt0, dB = dB0, dC = dC0, dh = dh0;
-        ssd_scan_forward(kCpu, y.data(), in.x.data(), in.dt_raw.data(), in.dt_bias.data(), in.A_log.data(),
-                         in.B.data(), in.C.data(), in.D.data(), s, cpu_docs);
-        ssd_scan_backward(kCpu, dx.data(), ddt.data(), dh.data(), dh.data() + s.heads, dB.data(), dC.data(),
-                          dh.data() + 2 * s.heads, dy.data(), in.x.data(), in.dt_raw.data(), in.dt_bias.data(),
-                          in.A_log.data(), in.B.data(), in.C.data(), in.D.data(), s, cpu_docs);
-
         DeviceFloats d_x(allocator_, in.x), d_dt(allocator_, in.dt_raw), d_bias(allocator_, in.dt_bias),
             d_alog(allocator_, in.A_log), d_B(allocator_, in.B), d_C(allocator_, in.C), d_D(allocator_, in.D),
             d_dy(allocator_, dy), d_y(allocator_, poison(rows * s.y_stride)), d_dx(allocator_, dx0),
