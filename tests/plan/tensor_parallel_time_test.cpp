@@ -3,6 +3,7 @@
 // the latent projections, the routed experts) and the bytes its collectives move.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -91,7 +92,8 @@ train: {global_batch: 2, micro_batch: 2}
 TEST(TensorParallelTime, CollectivesMoveFp32WhateverTheActivationsAreStoredIn) {
   const Hardware hw = device(2);
   const Link& link = hw.link(comm::LinkClass::SameNode);
-  const auto plan = [&](const std::vector<std::string>& overrides) {
+  const auto plan = [&](std::vector<std::string> overrides) {
+    overrides.push_back("parallel.overlap_tp_comm=false");  // every collective waited for (below: overlapped)
     const config::RunConfig run = config::parse_config(kRegions, "regions", overrides);
     const MemoryPlan memory = plan_memory(run, {.tp = 2, .dp = 1, .pp = 1});
     return std::pair{memory.stages[0], plan_time(run, memory, hw)};
@@ -124,6 +126,45 @@ TEST(TensorParallelTime, CollectivesMoveFp32WhateverTheActivationsAreStoredIn) {
   // On the CPU every gather is fp32.
   const auto [cpu_stage, cpu] = plan({"parallel.tp=2", "parallel.sequence_parallel=true", "precision.recipe=bf16"});
   EXPECT_NEAR(cpu.tp_comm, (4 + 7 + 9) * gather + summed, 1e-15);
+}
+
+// parallel.overlap_tp_comm: each column-parallel layer (here attention's q/k/v, 48 x 16, and the
+// MLP's gate/up, 64 x 16: at tp 2 a rank's 24 and 32 output features) hides its input gradient's
+// sum behind its wgrad GEMM and, under sequence parallelism, its input's second gather behind its
+// dgrad GEMM, each as far as the GEMM (2 x 16 rows x its features x 16 FLOPs) lasts: the whole
+// collective on a slow core, the GEMM's time on a fast one. The step shortens by what is hidden.
+TEST(TensorParallelTime, ColumnParallelBackwardsHideTheirCollectivesBehindTheirGemms) {
+  const std::string yaml = R"(
+model: {vocab_size: 16, d_model: 16, layers: 1, heads: 2, kv_heads: 2, ffn_size: 32, tied_embeddings: false}
+data: {seq_len: 8}
+train: {global_batch: 2, micro_batch: 2}
+)";
+  const double stream = 16 * 16;
+  for (const double tflops : {1e-6, 1.0}) {
+    Hardware hw = device();
+    hw.peak_flops = tflops * 1e12;
+    const Link& link = hw.link(comm::LinkClass::SameNode);
+    const double reduce = all_reduce_seconds(4 * stream, 2, link), gather = all_gather_seconds(4 * stream, 2, link);
+    const double qkv = 2 * stream * 24 / hw.peak_flops, up = 2 * stream * 32 / hw.peak_flops;
+    for (const bool sp : {false, true}) {
+      SCOPED_TRACE(std::to_string(tflops) + " TFLOP/s" + (sp ? ", sequence parallel" : ""));
+      const auto time = [&](bool overlap) {
+        const config::RunConfig run = config::parse_config(
+            yaml, "dense",
+            {"parallel.tp=2", "parallel.sequence_parallel=" + std::string(sp ? "true" : "false"),
+             "parallel.overlap_tp_comm=" + std::string(overlap ? "true" : "false")});
+        return plan_time(run, plan_memory(run, {.tp = 2, .dp = 1, .pp = 1}), hw);
+      };
+      const TimeBreakdown waited = time(false), overlapped = time(true);
+      double hidden = 0.0;
+      for (const double gemm : {qkv, up}) {
+        hidden += sp ? std::min(gather, gemm) + std::min(gather, gemm) : std::min(reduce, gemm);
+      }
+      EXPECT_GT(hidden, 0.0);
+      EXPECT_NEAR(waited.tp_comm - overlapped.tp_comm, hidden, 1e-15);
+      EXPECT_NEAR(waited.step - overlapped.step, hidden, 1e-12);
+    }
+  }
 }
 
 // Context parallelism's exchanges and the pipeline's sends move fp32 too

@@ -440,7 +440,9 @@ train: {global_batch: 2, micro_batch: 2}
 TEST(TimePlan, HybridTensorParallelCommunicationIsCountedCollectiveByCollective) {
   const Hardware hw = device();
   const Link& link = hw.link(comm::LinkClass::SameNode);
-  const auto plan = [&](const std::vector<std::string>& overrides) {
+  const auto plan = [&](std::vector<std::string> overrides) {
+    // Every collective waited for (the overlap's share: tensor_parallel_time_test.cpp).
+    overrides.push_back("parallel.overlap_tp_comm=false");
     const config::RunConfig run = config::parse_config(kHybridWithMtp, "hybrid", overrides);
     const MemoryPlan memory = plan_memory(run, {.tp = 2, .dp = 1, .pp = 1});
     return std::pair{memory.stages[0], plan_time(run, memory, hw)};

@@ -163,6 +163,7 @@ const std::vector<SectionSchema>& schema() {
                   field("offload_params", &ParallelConfig::offload_params),
                   field("offload_params_device_copy", &ParallelConfig::offload_params_device_copy),
                   field("overlap_param_gather", &ParallelConfig::overlap_param_gather),
+                  field("overlap_tp_comm", &ParallelConfig::overlap_tp_comm),
                   field("bucket_mb", &ParallelConfig::bucket_mb, greater_than(0)),
                   field("pp", &ParallelConfig::pp, at_least(1)),
                   field("pipeline_schedule", &ParallelConfig::pipeline_schedule),

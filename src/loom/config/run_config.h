@@ -320,6 +320,10 @@ struct ParallelConfig {
   // a group of their own) and each unit's forward waits for its own buckets only, so the gathers
   // overlap the next forward (Megatron-Core's --overlap-param-gather).
   bool overlap_param_gather = false;
+  // tp > 1: a column-parallel layer's backward runs its collectives beside its GEMMs (the gather
+  // of its input for wgrad beside dgrad under sequence parallelism, its input gradient's sum beside
+  // wgrad), as Megatron-Core does; the same bits either way (model/tensor_parallel.h).
+  bool overlap_tp_comm = true;
   double bucket_mb = 16.0;  // gradient bucket size for overlapped reduction
   int pp = 1;               // pipeline stages
   PipelineScheduleKind pipeline_schedule = PipelineScheduleKind::OneFOneB;  // gpipe | 1f1b | interleaved

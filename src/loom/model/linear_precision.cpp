@@ -315,12 +315,12 @@ void LinearPrecision::forward(float* out, const float* in, const float* weight, 
 void LinearPrecision::backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                                const float* weight, int64_t n, int64_t in_features, int64_t out_features,
                                GemmOutput din_output, bool accumulate_din, const DeviceTensors& tensors,
-                               bool accumulate_dweight) {
+                               bool accumulate_dweight, const std::function<void()>& after_dgrad) {
   if (n == 0) return;
   check_device_tensors(tensors);
   if (!device_.is_cpu())
     return device_backward(din, dweight, dbias, dout, in, weight, n, in_features, out_features, din_output,
-                           accumulate_din, tensors, accumulate_dweight);
+                           accumulate_din, tensors, accumulate_dweight, after_dgrad);
   if (dbias != nullptr)
     kernels::linear_backward(kHost, nullptr, nullptr, dbias, dout, nullptr, nullptr, n, in_features, out_features);
   // Per-tensor recipes quantize dout the same way for both GEMMs; block-scaled ones block it
@@ -335,6 +335,7 @@ void LinearPrecision::backward(float* din, float* dweight, float* dbias, const f
     if (din_output == GemmOutput::Rounded) round_output(y, n * in_features);
     if (accumulate_din) add_into(din, din, y, n * in_features);
   }
+  if (after_dgrad) after_dgrad();
   if (dweight != nullptr) {
     if (g == nullptr || oriented) g = prepare(Operand::OutputGrad, GemmPass::WeightGrad, dout, n, out_features);
     const float* x = prepare(Operand::Input, GemmPass::WeightGrad, in, n, in_features);

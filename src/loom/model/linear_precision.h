@@ -48,6 +48,7 @@
 // every output they reach is NaN where the CPU's is Inf or NaN (docs/precision.md).
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -259,9 +260,13 @@ class LinearPrecision {
   void forward(float* out, const float* in, const float* weight, const float* bias, int64_t n, int64_t in_features,
                int64_t out_features, bool accumulate = false, GemmOutput output = GemmOutput::Rounded,
                const DeviceTensors& tensors = {}, const float* addend = nullptr);
+  // `after_dgrad` (when given): called between dgrad and wgrad, once din is written (or queued on
+  // the device), for the caller to start what needs din or is needed by wgrad only (a
+  // column-parallel layer's collectives); not called when n is 0.
   void backward(float* din, float* dweight, float* dbias, const float* dout, const float* in, const float* weight,
                 int64_t n, int64_t in_features, int64_t out_features, GemmOutput din_output = GemmOutput::Rounded,
-                bool accumulate_din = true, const DeviceTensors& tensors = {}, bool accumulate_dweight = true);
+                bool accumulate_din = true, const DeviceTensors& tensors = {}, bool accumulate_dweight = true,
+                const std::function<void()>& after_dgrad = {});
 
   // Whether forward / backward take DeviceTensors' bf16 tensors: the bf16 recipe on a GPU.
   bool takes_bf16_tensors() const { return device_.is_cuda() && recipe_ == Recipe::Bf16; }
@@ -342,7 +347,7 @@ class LinearPrecision {
   void device_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                        const float* weight, int64_t n, int64_t in_features, int64_t out_features,
                        GemmOutput din_output, bool accumulate_din, const DeviceTensors& tensors,
-                       bool accumulate_dweight);
+                       bool accumulate_dweight, const std::function<void()>& after_dgrad);
   // Operand `op` (n elements on the device: x, or x16 in bf16) cast as the recipe says;
   // fp8_delayed records its amax (taken by the GEMM's cast: amax_out). `given_amax`: the operand's
   // amax already in amax_slot(op), taken by its producer (DeviceTensors' in_amax / dout_amax): no

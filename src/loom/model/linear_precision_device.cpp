@@ -253,7 +253,7 @@ void LinearPrecision::device_forward(float* out, const float* in, const float* w
 void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
                                       const float* weight, int64_t n, int64_t in_features, int64_t out_features,
                                       GemmOutput din_output, bool accumulate_din, const DeviceTensors& tensors,
-                                      bool accumulate_dweight) {
+                                      bool accumulate_dweight, const std::function<void()>& after_dgrad) {
   check_device_shape(recipe_, n, in_features, out_features, name_);
   LOOM_CHECK(dbias == nullptr || (tensors.dout == nullptr && tensors.dout_codes == nullptr),
              "a bias gradient needs the fp32 output gradient, not bf16 or FP8 codes");
@@ -293,6 +293,7 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
     g.rounding = din_output == GemmOutput::Rounded ? rounding() : kernels::OutputRounding::None;
     run_device_gemm(g, stores, tensors.group);
   }
+  if (after_dgrad) after_dgrad();
   if (dweight != nullptr) {
     // The weight gradient of one micro-batch, unrounded, added into the fp32 main gradient by the
     // GEMM itself (gradient-accumulation fusion), or written whole into a stale one.

@@ -1,5 +1,6 @@
 #include "loom/model/parallel_linear.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,18 +24,28 @@ void linear_forward(Device device, LinearPrecision* precision, float* out, const
     kernels::linear_forward(device, out, in, weight, bias, n, in_features, out_features, accumulate);
   }
 }
+// `after_dgrad` (when given) runs once, between the two GEMMs (LinearPrecision::backward's).
 void linear_backward(Device device, LinearPrecision* precision, float* din, float* dweight, float* dbias,
                      const float* dout, const float* in, const float* weight, int64_t n, int64_t in_features,
                      int64_t out_features, GemmOutput din_output, bool accumulate_din, bool accumulate_dweight,
-                     const DeviceTensors& tensors = {}) {
+                     const DeviceTensors& tensors = {}, const std::function<void()>& after_dgrad = {}) {
+  bool called = false;
+  const std::function<void()> once = [&] {
+    if (!called && after_dgrad) after_dgrad();
+    called = true;
+  };
   if (precision != nullptr) {
     precision->backward(din, dweight, dbias, dout, in, weight, n, in_features, out_features, din_output,
-                        accumulate_din, tensors, accumulate_dweight);
+                        accumulate_din, tensors, accumulate_dweight, once);
   } else {
     LOOM_CHECK(!tensors.any(), kFp32Layer);
-    kernels::linear_backward(device, din, dweight, dbias, dout, in, weight, n, in_features, out_features,
-                             accumulate_din, accumulate_dweight);
+    kernels::linear_backward(device, din, nullptr, dbias, dout, nullptr, weight, n, in_features, out_features,
+                             accumulate_din);
+    once();
+    kernels::linear_backward(device, nullptr, dweight, nullptr, dout, in, nullptr, n, in_features, out_features,
+                             false, accumulate_dweight);
   }
+  once();
 }
 
 // A layer's weight gradient (numel elements from `weight`, a fused projection's parameters
@@ -145,29 +156,41 @@ void ColumnParallelLinear::backward(float* d_x, const float* d_out, const float*
              "tensor-parallel rank, a bf16-rounding recipe on a GPU)");
   // Sequence parallel: the full input is gathered again rather than kept from forward, for wgrad
   // alone; unless wgrad multiplies the input's codes the forward kept, and so never reads it.
+  // The gather runs beside dgrad, and the sum of the input gradient beside wgrad
+  // (TensorParallel::overlaps_communication), else each is waited for where it starts.
   const bool gather = !(tp_->sequence_parallel() && tensors.kept_input_codes != nullptr);
-  const float* full = nullptr;
-  const void* full16 = nullptr;
-  if (gather && tensors.in != nullptr) {
-    full16 = tp_->enter_forward_bf16(tensors.in, rows, in_, scratch.gathered);
+  const bool overlap = tp_->overlaps_communication(), bf16_input = gather && tensors.in != nullptr;
+  TensorParallel::PendingRows gathering;
+  if (bf16_input) {
+    gathering = tp_->start_enter_forward(tensors.in, DType::BF16, rows, in_, scratch.gathered);
   } else if (gather) {
-    full = tp_->enter_forward(x, rows, in_, scratch.gathered);
+    gathering = tp_->start_enter_forward(x, DType::F32, rows, in_, scratch.gathered);
   }
+  if (!overlap) gathering.wait();
   // Across ranks the GEMM writes the whole partial product; the sum then goes into d_x.
   float* d_full = tp_->enter_backward_target(d_x, rows, in_, scratch.d_full, false);
+  TensorParallel::PendingSum summing;
+  auto after_dgrad = [&] {
+    summing = tp_->start_enter_backward(d_full, rows, in_);
+    if (!overlap) tp_->finish_enter_backward(summing, d_x, rows, in_, precision_.get(), accumulate);
+    gathering.wait();  // wgrad reads the rows next
+  };
   // dgrad reduces over the split output features: partial products, rounded after the sum.
   // A bf16 d_out: the bias gradient is the caller's; FP8 codes: the layer has no bias (Mlp).
   float* dbias = tensors.dout == nullptr && tensors.dout_codes == nullptr ? bias_grad() : nullptr;
-  linear_backward(store_->device(), precision_.get(), d_full, store_->grad(weight_), dbias, d_out, full,
-                  store_->value(weight_), rows, in_, out_, split_output(*tp_), accumulate && tp_->single(),
+  const void* full = gathering.rows();  // null when not gathered
+  linear_backward(store_->device(), precision_.get(), d_full, store_->grad(weight_), dbias, d_out,
+                  bf16_input ? nullptr : static_cast<const float*>(full), store_->value(weight_), rows, in_, out_,
+                  split_output(*tp_), accumulate && tp_->single(),
                   !writes_weight_grad(*store_, weight_, out_ * in_, rows),
-                  DeviceTensors{.in = full16,
+                  DeviceTensors{.in = bf16_input ? full : nullptr,
                                 .dout = tensors.dout,
                                 .din = tensors.din,
                                 .kept_input_codes = tensors.kept_input_codes,
                                 .dout_amax = tensors.dout_amax,
-                                .dout_codes = tensors.dout_codes});
-  tp_->enter_backward(d_x, d_full, rows, in_, precision_.get(), accumulate);
+                                .dout_codes = tensors.dout_codes},
+                  after_dgrad);
+  if (overlap) tp_->finish_enter_backward(summing, d_x, rows, in_, precision_.get(), accumulate);
 }
 
 RowParallelLinear::RowParallelLinear(ParameterStore& store, const TensorParallel& tp, int weight, int bias,

@@ -9,21 +9,36 @@
 
 namespace loom::model {
 
-TensorParallel::TensorParallel(comm::Communicator* group, bool sequence_parallel)
-    : group_(group), sequence_parallel_(sequence_parallel) {}
+TensorParallel::TensorParallel(comm::Communicator* group, bool sequence_parallel, bool overlap_communication)
+    : group_(group), sequence_parallel_(sequence_parallel), overlap_communication_(overlap_communication) {}
 
 const float* TensorParallel::enter_forward(const float* x, int64_t rows, int64_t width, Buffer& scratch) const {
-  if (!sequence_parallel()) return x;
-  float* full = sized(scratch, rows * width, device_);
-  group_->all_gather(x, full, local_rows(rows) * width, DType::F32);
-  return full;
+  return static_cast<const float*>(start_enter_forward(x, DType::F32, rows, width, scratch).wait());
 }
 
 const void* TensorParallel::enter_forward_bf16(const void* x, int64_t rows, int64_t width, Buffer& scratch) const {
-  if (!sequence_parallel()) return x;
-  void* full = sized_16bit(scratch, rows * width, device_);
-  group_->all_gather(x, full, local_rows(rows) * width, DType::BF16);
-  return full;
+  return start_enter_forward(x, DType::BF16, rows, width, scratch).wait();
+}
+
+TensorParallel::PendingRows TensorParallel::start_enter_forward(const void* x, DType dtype, int64_t rows,
+                                                                int64_t width, Buffer& scratch) const {
+  if (!sequence_parallel()) return PendingRows(x, nullptr);
+  LOOM_CHECK(dtype == DType::F32 || dtype == DType::BF16, "TensorParallel: rows are gathered in fp32 or bf16");
+  void* full = dtype == DType::F32 ? static_cast<void*>(sized(scratch, rows * width, device_))
+                                   : sized_16bit(scratch, rows * width, device_);
+  return PendingRows(full, group_->all_gather_async(x, full, local_rows(rows) * width, dtype));
+}
+
+const void* TensorParallel::PendingRows::wait() {
+  if (work_ != nullptr) work_->wait_in_stream();
+  work_ = nullptr;
+  return rows_;
+}
+
+float* TensorParallel::PendingSum::wait() {
+  if (work_ != nullptr) work_->wait_in_stream();
+  work_ = nullptr;
+  return sum_;
 }
 
 float* TensorParallel::enter_backward_target(float* d_x, int64_t rows, int64_t width, Buffer& scratch,
@@ -34,9 +49,20 @@ float* TensorParallel::enter_backward_target(float* d_x, int64_t rows, int64_t w
 
 void TensorParallel::enter_backward(float* d_x, float* target, int64_t rows, int64_t width,
                                     const LinearPrecision* rounding, bool accumulate) const {
+  PendingSum pending = start_enter_backward(target, rows, width);
+  finish_enter_backward(pending, d_x, rows, width, rounding, accumulate);
+}
+
+TensorParallel::PendingSum TensorParallel::start_enter_backward(float* target, int64_t rows, int64_t width) const {
+  if (single()) return {};
+  return start_reduce_rows(target, rows, width);
+}
+
+void TensorParallel::finish_enter_backward(PendingSum& pending, float* d_x, int64_t rows, int64_t width,
+                                           const LinearPrecision* rounding, bool accumulate) const {
   if (single()) return;
   const int64_t n = local_rows(rows) * width;
-  float* sum = reduce_rows(target, rows, width);
+  float* sum = pending.wait();
   if (rounding != nullptr) rounding->round_output(sum, n);
   if (accumulate) {
     kernels::add_in_place(device_, d_x, sum, n);
@@ -54,7 +80,7 @@ void TensorParallel::exit_forward(float* out, float* partial, const float* bias,
                                   const LinearPrecision* rounding) const {
   if (single()) return;  // the caller accumulated into `out` directly (with the bias)
   const int64_t local = local_rows(rows), n = local * width;
-  float* sum = reduce_rows(partial, rows, width);
+  float* sum = start_reduce_rows(partial, rows, width).wait();
   // The bias as one rank's forward adds it: rounded to the output's dtype (LinearPrecision::rounded_bias).
   if (bias != nullptr)
     kernels::add_bias(device_, sum, rounding != nullptr ? rounding->rounded_bias(bias, width) : bias, local, width);
@@ -62,15 +88,13 @@ void TensorParallel::exit_forward(float* out, float* partial, const float* bias,
   kernels::add_in_place(device_, out, sum, n);
 }
 
-float* TensorParallel::reduce_rows(float* partial, int64_t rows, int64_t width) const {
+TensorParallel::PendingSum TensorParallel::start_reduce_rows(float* partial, int64_t rows, int64_t width) const {
   const int64_t n = local_rows(rows) * width;
   if (!sequence_parallel()) {
-    group_->all_reduce(partial, n, DType::F32, comm::ReduceOp::Sum);
-    return partial;
+    return PendingSum(partial, group_->all_reduce_async(partial, n, DType::F32, comm::ReduceOp::Sum));
   }
   float* mine = sized(reduce_scratch_, n, device_);
-  group_->reduce_scatter(partial, mine, n, DType::F32, comm::ReduceOp::Sum);
-  return mine;
+  return PendingSum(mine, group_->reduce_scatter_async(partial, mine, n, DType::F32, comm::ReduceOp::Sum));
 }
 
 const float* TensorParallel::exit_backward(const float* d_out, int64_t rows, int64_t width, Buffer& scratch) const {

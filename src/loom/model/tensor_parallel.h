@@ -12,6 +12,11 @@
 // With one rank every operator is free (no copies): modules write straight into their targets.
 // The operators' scratch and sums live on the model's device (set_device): collectives take
 // device buffers (comm/device_staging.h) and the sums run through kernels/ops.h.
+//
+// A column-parallel layer's backward starts its collectives and computes beside them (Megatron's
+// overlap of tensor-parallel communication, parallel.overlap_tp_comm): under sequence parallelism
+// the gather of its input for wgrad runs beside dgrad, and the sum of its input gradient (f
+// backward) beside wgrad. Reordered only: the same collectives and products, so the same bits.
 #include <cstdint>
 
 #include "loom/comm/communicator.h"
@@ -25,13 +30,16 @@ class LinearPrecision;
 class TensorParallel {
  public:
   TensorParallel() = default;  // one rank
-  TensorParallel(comm::Communicator* group, bool sequence_parallel);
+  // `overlap_communication`: the column-parallel backward's collectives run beside its GEMMs
+  // (overlaps_communication); false waits for each where it is issued.
+  TensorParallel(comm::Communicator* group, bool sequence_parallel, bool overlap_communication = true);
 
   int size() const { return group_ ? group_->size() : 1; }
   int rank() const { return group_ ? group_->rank() : 0; }
   bool single() const { return size() == 1; }
   bool sequence_parallel() const { return sequence_parallel_ && !single(); }
   comm::Communicator* group() const { return group_; }
+  bool overlaps_communication() const { return overlap_communication_ && !single(); }
   // Where the activations the operators take live (the model's device; the cpu by default).
   void set_device(Device device) { device_ = device; }
   Device device() const { return device_; }
@@ -56,6 +64,38 @@ class TensorParallel {
   // added, as one rank's whole GEMM is.
   void enter_backward(float* d_x, float* target, int64_t rows, int64_t width, const LinearPrecision* rounding = nullptr,
                       bool accumulate = true) const;
+
+  // enter_forward's gather started (x: `dtype` F32 or BF16 elements), for the caller to compute
+  // beside it; wait() returns the full rows, ready for the calling thread's later work (in the
+  // stream on a device communicator).
+  class PendingRows {
+   public:
+    PendingRows() = default;
+    PendingRows(const void* rows, comm::WorkHandle work) : rows_(rows), work_(std::move(work)) {}
+    const void* wait();
+    const void* rows() const { return rows_; }  // where they land (read them after wait())
+
+   private:
+    const void* rows_ = nullptr;
+    comm::WorkHandle work_;
+  };
+  PendingRows start_enter_forward(const void* x, DType dtype, int64_t rows, int64_t width, Buffer& scratch) const;
+  // enter_backward in two halves: the sum over the group of `target` started, then finished into
+  // d_x as enter_backward does (after the caller computed beside it). `target` stays untouched
+  // until then.
+  class PendingSum {
+   public:
+    PendingSum() = default;
+    PendingSum(float* sum, comm::WorkHandle work) : sum_(sum), work_(std::move(work)) {}
+    float* wait();  // this rank's rows of the sum
+
+   private:
+    float* sum_ = nullptr;
+    comm::WorkHandle work_;
+  };
+  PendingSum start_enter_backward(float* target, int64_t rows, int64_t width) const;
+  void finish_enter_backward(PendingSum& pending, float* d_x, int64_t rows, int64_t width,
+                             const LinearPrecision* rounding = nullptr, bool accumulate = true) const;
 
   // g forward: where the region's partial output [rows, width] is accumulated: `out` itself with
   // one rank (the residual stream), else `scratch`, zeroed.
@@ -94,12 +134,13 @@ class TensorParallel {
   void gather_row_parts(float* out, const float* local, int64_t rows, int64_t width) const;
 
  private:
-  // The sum over the group of `partial` [rows, width]: this rank's local rows of it, in place
-  // (all-reduce) or in reduce_scratch_ (reduce-scatter).
-  float* reduce_rows(float* partial, int64_t rows, int64_t width) const;
+  // The sum over the group of `partial` [rows, width] started: this rank's local rows of it, in
+  // place (all-reduce) or in reduce_scratch_ (reduce-scatter).
+  PendingSum start_reduce_rows(float* partial, int64_t rows, int64_t width) const;
 
   comm::Communicator* group_ = nullptr;
   bool sequence_parallel_ = false;
+  bool overlap_communication_ = true;
   Device device_;
   mutable Buffer reduce_scratch_, gather_scratch_;
 };

@@ -1,5 +1,7 @@
 #include "loom/plan/parallel_comm.h"
 
+#include <algorithm>
+
 #include "loom/model/linear_precision.h"
 #include "loom/plan/time_plan.h"
 
@@ -20,28 +22,38 @@ namespace {
 // rows); without, the shares' outputs forward and their input gradients backward gathered into
 // every row (an all-gather each: each row is one rank's). All fp32 (kCommBytes) but
 // attention's and a dense MLP's input gathers where their norms write bf16 rows (kBf16GatherBytes).
+// With parallel.overlap_tp_comm a region's column-parallel layer (q/k/v, up, in_proj, the shared
+// expert's up) hides its input's second gather behind its dgrad GEMM and its input gradient's sum
+// behind its wgrad GEMM, each GEMM 2 rows x its out x d_model FLOPs at `rates`.
 TpSeconds block_tp_seconds(const config::RunConfig& config, const LayerWidths& w, model::Recipe r, double stream,
-                           int tp, const Link& link) {
-  const int regions = w.has_attention() + w.has_mlp() + w.has_mamba() + (w.shared_ffn > 0);
+                           int tp, const Link& link, const GemmRates& rates) {
   const int routed = w.has_moe();
-  if (!config.parallel.sequence_parallel) {
-    const double reduce = all_reduce_seconds(stream * kCommBytes, tp, link);
-    const double shares = routed * all_gather_seconds(stream * kCommBytes, tp, link);
-    return {regions * reduce + shares, regions * reduce + shares};
-  }
-  const double gather = all_gather_seconds(stream * kCommBytes, tp, link);  // a reduce-scatter costs the same
+  const bool sp = config.parallel.sequence_parallel;
   const bool device = config.runtime.device == config::RuntimeDevice::Cuda;
-  const bool kept_codes = device && (r == model::Recipe::Fp8Delayed || r == model::Recipe::Fp8Current);
-  // The inputs gathered in bf16, forward and again backward: attention's and a dense MLP's (Block's
-  // normed_input; the MoE layer's shared expert takes its norm's fp32 rows, as the mixer does).
-  const int bf16 = device && r == model::Recipe::Bf16 ? w.has_attention() + w.has_mlp() : 0;
+  const bool kept_codes = sp && device && (r == model::Recipe::Fp8Delayed || r == model::Recipe::Fp8Current);
+  const bool bf16_rows = sp && device && r == model::Recipe::Bf16;  // attention's and a dense MLP's inputs
+  const double reduce = sp ? all_gather_seconds(stream * kCommBytes, tp, link)  // a reduce-scatter costs the same
+                           : all_reduce_seconds(stream * kCommBytes, tp, link);
+  const double gather = all_gather_seconds(stream * kCommBytes, tp, link);
   const double bf16_gather = all_gather_seconds(stream * kBf16GatherBytes, tp, link);
-  const int regathered = w.has_mamba() + (kept_codes ? 0 : regions - w.has_mamba());
-  // Forward each region's input gathered and output reduce-scattered; backward its output's
-  // gradient gathered, its input gathered again and its input's gradient reduce-scattered.
-  const double inputs = (regions - bf16) * gather + bf16 * bf16_gather;
-  const double inputs_again = (regathered - bf16) * gather + bf16 * bf16_gather;
-  return {inputs + (regions + routed) * gather, inputs_again + 2 * regions * gather};
+  TpSeconds t;
+  auto column_layer = [&](bool present, int64_t out, bool bf16_input, bool regathered) {
+    if (!present) return;
+    const double input = bf16_input ? bf16_gather : gather, again = sp && regathered ? input : 0.0;
+    t.forward += reduce + (sp ? input : 0.0);
+    t.backward += reduce + again + (sp ? gather : 0.0);  // sp: the output's gradient gathered too
+    if (!config.parallel.overlap_tp_comm) return;
+    const double gemm = 2.0 * stream * static_cast<double>(out) / rates.of(r);
+    t.hidden_backward += std::min(again, gemm) + std::min(reduce, gemm);
+  };
+  column_layer(w.has_attention(), w.qkv(), bf16_rows, !kept_codes);
+  column_layer(w.has_mlp(), w.hidden(), bf16_rows, !kept_codes);
+  column_layer(w.has_mamba(), w.mamba_proj(), false, true);
+  column_layer(w.shared_ffn > 0, w.shared_hidden(), false, !kept_codes);
+  // The routed part: sp its input rows gathered forward; else its shares gathered both ways.
+  t.forward += routed * gather;
+  if (!sp) t.backward += routed * gather;
+  return t;
 }
 
 }  // namespace
@@ -54,7 +66,7 @@ TpSeconds block_tp_seconds(const config::RunConfig& config, const LayerWidths& w
 // rows forward (2 d_model wide) and of its output's gradient backward; after each unit's backward
 // the fp32 all-reduces of the gradients several ranks hold (StageMemory::tp_gradient_sums).
 TpSeconds tensor_parallel_seconds(const config::RunConfig& config, const StageMemory& stage, double tokens, int tp,
-                                  const Link& link) {
+                                  const Link& link, const GemmRates& rates) {
   const model::PrecisionPolicy policy = model::PrecisionPolicy::from_config(config.precision);
   const int layers = config.model.layers;
   const bool sp = config.parallel.sequence_parallel;
@@ -62,9 +74,10 @@ TpSeconds tensor_parallel_seconds(const config::RunConfig& config, const StageMe
   const double reduce = all_reduce_seconds(bytes, tp, link), gather = all_gather_seconds(bytes, tp, link);
   TpSeconds blocks;
   auto add_block = [&](int l, model::Recipe r) {
-    const TpSeconds b = block_tp_seconds(config, stage.widths[static_cast<size_t>(l)], r, stream, tp, link);
+    const TpSeconds b = block_tp_seconds(config, stage.widths[static_cast<size_t>(l)], r, stream, tp, link, rates);
     blocks.forward += b.forward;
     blocks.backward += b.backward;
+    blocks.hidden_backward += b.hidden_backward;
   };
   for (const model::LayerRange& c : stage.chunks) {
     for (int l = c.first; l < c.last; ++l) add_block(l, entry_recipe(policy, l, layers));

@@ -218,10 +218,10 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
                   2.0 * (cost.casts + cost.fresh) / 3.0;
   if (shape.tp > 1) {
     const Link& link = hw.link(group_link(hw, shape.tp, 1, world));
-    const TpSeconds tp = tensor_parallel_seconds(config, stage, tokens, shape.tp, link);
-    cost.tp = tp.forward + tp.backward;
+    const TpSeconds tp = tensor_parallel_seconds(config, stage, tokens, shape.tp, link, {rate, fp8_rate});
+    cost.tp = tp.forward + tp.backward - tp.hidden_backward;  // what the step waits for
     cost.forward += tp.forward;
-    cost.backward += tp.backward;
+    cost.backward += tp.backward - tp.hidden_backward;
   }
   if (shape.cp > 1) {
     const Link& link = hw.link(group_link(hw, shape.cp, shape.tp, world));

@@ -75,7 +75,8 @@ void Trainer::State::build_model() {
   const comm::MeshShape shape = mesh.layout().shape;
   const int pp = shape.pp;
   model = std::make_unique<model::Transformer>(run.model,
-                                               model::TensorParallel(&mesh.tp(), run.parallel.sequence_parallel),
+                                               model::TensorParallel(&mesh.tp(), run.parallel.sequence_parallel,
+                                                                     run.parallel.overlap_tp_comm),
                                                model::PrecisionPolicy::from_config(run.precision), chunks,
                                                model::ExpertLayout{shape.ep, mesh.ep_rank()}, device);
   model->initialize(run.train.seed);
