@@ -1,5 +1,6 @@
 #include "loom/model/tensor_parallel.h"
 
+#include <chrono>
 #include <vector>
 
 #include "loom/core/device.h"
@@ -8,6 +9,17 @@
 #include "loom/model/linear_precision.h"
 
 namespace loom::model {
+
+namespace {
+
+// Waits for `work` (in the stream), adding the seconds the calling thread blocked to `waited`.
+void timed_wait(comm::Work& work, double* waited) {
+  const auto start = std::chrono::steady_clock::now();
+  work.wait_in_stream();
+  if (waited != nullptr) *waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
 
 TensorParallel::TensorParallel(comm::Communicator* group, bool sequence_parallel, bool overlap_communication)
     : group_(group), sequence_parallel_(sequence_parallel), overlap_communication_(overlap_communication) {}
@@ -22,23 +34,29 @@ const void* TensorParallel::enter_forward_bf16(const void* x, int64_t rows, int6
 
 TensorParallel::PendingRows TensorParallel::start_enter_forward(const void* x, DType dtype, int64_t rows,
                                                                 int64_t width, Buffer& scratch) const {
-  if (!sequence_parallel()) return PendingRows(x, nullptr);
+  if (!sequence_parallel()) return PendingRows(x, nullptr, nullptr);
   LOOM_CHECK(dtype == DType::F32 || dtype == DType::BF16, "TensorParallel: rows are gathered in fp32 or bf16");
   void* full = dtype == DType::F32 ? static_cast<void*>(sized(scratch, rows * width, device_))
                                    : sized_16bit(scratch, rows * width, device_);
-  return PendingRows(full, group_->all_gather_async(x, full, local_rows(rows) * width, dtype));
+  return PendingRows(full, group_->all_gather_async(x, full, local_rows(rows) * width, dtype), &wait_seconds_);
 }
 
 const void* TensorParallel::PendingRows::wait() {
-  if (work_ != nullptr) work_->wait_in_stream();
+  if (work_ != nullptr) timed_wait(*work_, waited_);
   work_ = nullptr;
   return rows_;
 }
 
 float* TensorParallel::PendingSum::wait() {
-  if (work_ != nullptr) work_->wait_in_stream();
+  if (work_ != nullptr) timed_wait(*work_, waited_);
   work_ = nullptr;
   return sum_;
+}
+
+double TensorParallel::take_wait_seconds() const {
+  const double seconds = wait_seconds_;
+  wait_seconds_ = 0.0;
+  return seconds;
 }
 
 float* TensorParallel::enter_backward_target(float* d_x, int64_t rows, int64_t width, Buffer& scratch,
@@ -91,10 +109,11 @@ void TensorParallel::exit_forward(float* out, float* partial, const float* bias,
 TensorParallel::PendingSum TensorParallel::start_reduce_rows(float* partial, int64_t rows, int64_t width) const {
   const int64_t n = local_rows(rows) * width;
   if (!sequence_parallel()) {
-    return PendingSum(partial, group_->all_reduce_async(partial, n, DType::F32, comm::ReduceOp::Sum));
+    return PendingSum(partial, group_->all_reduce_async(partial, n, DType::F32, comm::ReduceOp::Sum), &wait_seconds_);
   }
   float* mine = sized(reduce_scratch_, n, device_);
-  return PendingSum(mine, group_->reduce_scatter_async(partial, mine, n, DType::F32, comm::ReduceOp::Sum));
+  return PendingSum(mine, group_->reduce_scatter_async(partial, mine, n, DType::F32, comm::ReduceOp::Sum),
+                    &wait_seconds_);
 }
 
 const float* TensorParallel::exit_backward(const float* d_out, int64_t rows, int64_t width, Buffer& scratch) const {
@@ -126,11 +145,11 @@ ShardSpec TensorParallel::split(Shape global, int dim, int64_t start, int64_t le
 }
 
 void TensorParallel::all_reduce(float* data, int64_t count) const {
-  if (!single()) group_->all_reduce(data, count, DType::F32, comm::ReduceOp::Sum);
+  if (!single()) timed_wait(*group_->all_reduce_async(data, count, DType::F32, comm::ReduceOp::Sum), &wait_seconds_);
 }
 
 void TensorParallel::all_reduce_max(float* data, int64_t count) const {
-  if (!single()) group_->all_reduce(data, count, DType::F32, comm::ReduceOp::Max);
+  if (!single()) timed_wait(*group_->all_reduce_async(data, count, DType::F32, comm::ReduceOp::Max), &wait_seconds_);
 }
 
 TensorParallel::RowPart TensorParallel::row_part(int64_t rows) const {
@@ -153,14 +172,14 @@ std::vector<int64_t> balanced_counts(int64_t total, int ranks, int64_t per_unit)
 
 void TensorParallel::gather_row_parts(float* out, const float* local, int64_t rows, int64_t width) const {
   // The parts back to back are the rows in order.
-  group_->all_gather_v(local, out, balanced_counts(rows, size(), width), DType::F32);
+  timed_wait(*group_->all_gather_v_async(local, out, balanced_counts(rows, size(), width), DType::F32), &wait_seconds_);
 }
 
 void TensorParallel::gather_columns(float* out, const float* local, int64_t rows, int64_t width) const {
   const int ranks = size();
   const std::vector<int64_t> counts = balanced_counts(width, ranks, rows);
   float* gathered = sized(gather_scratch_, rows * width, device_);
-  group_->all_gather_v(local, gathered, counts, DType::F32);
+  timed_wait(*group_->all_gather_v_async(local, gathered, counts, DType::F32), &wait_seconds_);
   // gathered holds each rank's [rows, its columns] back to back: interleave them into rows.
   const float* piece = gathered;
   for (int r = 0; r < ranks; ++r) {

@@ -40,6 +40,10 @@ class TensorParallel {
   bool sequence_parallel() const { return sequence_parallel_ && !single(); }
   comm::Communicator* group() const { return group_; }
   bool overlaps_communication() const { return overlap_communication_ && !single(); }
+  // Seconds this rank's thread waited for the group's collectives since the last call (the
+  // tensor-parallel communication its step did not hide: the trainer's tp_comm_wait_s). On a
+  // device communicator that orders its waits in the stream (nccl) the host does not wait: ~0.
+  double take_wait_seconds() const;
   // Where the activations the operators take live (the model's device; the cpu by default).
   void set_device(Device device) { device_ = device; }
   Device device() const { return device_; }
@@ -71,13 +75,15 @@ class TensorParallel {
   class PendingRows {
    public:
     PendingRows() = default;
-    PendingRows(const void* rows, comm::WorkHandle work) : rows_(rows), work_(std::move(work)) {}
+    PendingRows(const void* rows, comm::WorkHandle work, double* waited)
+        : rows_(rows), work_(std::move(work)), waited_(waited) {}
     const void* wait();
     const void* rows() const { return rows_; }  // where they land (read them after wait())
 
    private:
     const void* rows_ = nullptr;
     comm::WorkHandle work_;
+    double* waited_ = nullptr;  // the group's wait_seconds_
   };
   PendingRows start_enter_forward(const void* x, DType dtype, int64_t rows, int64_t width, Buffer& scratch) const;
   // enter_backward in two halves: the sum over the group of `target` started, then finished into
@@ -86,12 +92,14 @@ class TensorParallel {
   class PendingSum {
    public:
     PendingSum() = default;
-    PendingSum(float* sum, comm::WorkHandle work) : sum_(sum), work_(std::move(work)) {}
+    PendingSum(float* sum, comm::WorkHandle work, double* waited)
+        : sum_(sum), work_(std::move(work)), waited_(waited) {}
     float* wait();  // this rank's rows of the sum
 
    private:
     float* sum_ = nullptr;
     comm::WorkHandle work_;
+    double* waited_ = nullptr;  // the group's wait_seconds_
   };
   PendingSum start_enter_backward(float* target, int64_t rows, int64_t width) const;
   void finish_enter_backward(PendingSum& pending, float* d_x, int64_t rows, int64_t width,
@@ -143,6 +151,7 @@ class TensorParallel {
   bool overlap_communication_ = true;
   Device device_;
   mutable Buffer reduce_scratch_, gather_scratch_;
+  mutable double wait_seconds_ = 0.0;
 };
 
 // The largest of every tensor-parallel rank's `value` (a NaN propagates), e.g. an FP8 amax of a

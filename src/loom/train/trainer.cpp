@@ -234,6 +234,7 @@ StepResult Trainer::run_step(int stop_signal, std::span<const int64_t> update_ba
   Allocator& memory = allocator(s.model->params().device());
   if (reporter() && s.steps_run > 0) memory.reset_peak_bytes();
   ++s.steps_run;
+  s.model->tensor_parallel().take_wait_seconds();  // evaluation's and start-up's waits are not the step's
   StepResult result;
   result.step = s.progress.step + 1;
   int64_t step_samples = 0;
@@ -260,6 +261,7 @@ StepResult Trainer::run_step(int stop_signal, std::span<const int64_t> update_ba
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   result.memory_allocated_bytes = memory.bytes_in_use();
   result.memory_peak_bytes = memory.peak_bytes();
+  result.tp_comm_wait_seconds = s.model->tensor_parallel().take_wait_seconds();
   return result;
 }
 
@@ -347,6 +349,7 @@ void Trainer::add_metrics(const StepResult& result, nlohmann::json& record) cons
   record["memory_allocated_bytes"] = result.memory_allocated_bytes;
   record["memory_peak_bytes"] = result.memory_peak_bytes;
   if (s.mesh.layout().shape.dp > 1) record["comm_hidden_fraction"] = s.optimizer->hidden_fraction();
+  if (s.mesh.layout().shape.tp > 1) record["tp_comm_wait_s"] = result.tp_comm_wait_seconds;
   if (s.mesh.layout().shape.dp > 1 && (s.run.parallel.zero == 1 || s.run.parallel.zero == 2))
     record["param_gather_wait_s"] = s.optimizer->last_step_parameter_wait_s();
   if (s.optimizer->across_sites()) {  // rank 0's ports: bytes sent per link class, time blocked

@@ -58,6 +58,8 @@ struct StepResult {
   // there and on a shared GPU): the bytes allocated at the step's end and at most during it (the
   // run's first step: since the process or the memory check started).
   int64_t memory_allocated_bytes = 0, memory_peak_bytes = 0;
+  // Seconds this rank waited for its tensor-parallel collectives (TensorParallel::take_wait_seconds).
+  double tp_comm_wait_seconds = 0.0;
   std::vector<double> mtp_losses;  // by depth: multi-token prediction's mean token loss (model.mtp_depths)
   // Some rank was asked to stop (SIGINT/SIGTERM, or kStopForDuration of world_agreements.h): every
   // rank stops after this step.
