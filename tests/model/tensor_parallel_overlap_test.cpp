@@ -21,17 +21,12 @@
 #include "linear_pair.h"
 #include "small_configs.h"
 #include "support/observed_comm.h"
+#include "support/thread_ranks.h"
 
 namespace loom::model {
 namespace {
 
-comm::LaunchOptions threads(int ranks) {
-  comm::LaunchOptions options;
-  options.backend = "threads";
-  options.ranks = ranks;
-  options.comm.timeout = std::chrono::seconds(30);
-  return options;
-}
+using loom::testing::threads;
 
 bool all_finite(const float* x, int64_t n) {
   return std::all_of(x, x + n, [](float v) { return std::isfinite(v); });

@@ -30,17 +30,12 @@
 #include "loom/model/tensor_parallel_grads.h"
 #include "loom/model/transformer.h"
 #include "linear_pair.h"
+#include "support/thread_ranks.h"
 
 namespace loom::model {
 namespace {
 
-comm::LaunchOptions threads(int ranks) {
-  comm::LaunchOptions options;
-  options.backend = "threads";
-  options.ranks = ranks;
-  options.comm.timeout = std::chrono::seconds(30);
-  return options;
-}
+using loom::testing::threads;
 
 std::vector<float> random_values(int64_t n, float stddev, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -19,17 +19,12 @@
 #include "loom/model/parallel_linear.h"
 #include "loom/model/transformer.h"
 #include "linear_pair.h"
+#include "support/thread_ranks.h"
 
 namespace loom::model {
 namespace {
 
-comm::LaunchOptions threads(int ranks) {
-  comm::LaunchOptions options;
-  options.backend = "threads";
-  options.ranks = ranks;
-  options.comm.timeout = std::chrono::seconds(30);
-  return options;
-}
+using loom::testing::threads;
 
 // max |a - b| / max |b|: normwise relative difference of a rank's result from the reference
 // (infinite where an element of a is not finite).

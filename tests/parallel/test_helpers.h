@@ -8,6 +8,7 @@
 #include "loom/comm/launch.h"
 #include "loom/optim/adamw.h"
 #include "loom/parallel/data/grad_buckets.h"
+#include "support/thread_ranks.h"
 
 namespace loom::parallel::testing {
 
@@ -42,12 +43,6 @@ inline std::vector<float> random_values(uint64_t seed, int64_t n, float scale = 
   return out;
 }
 
-inline comm::LaunchOptions threads(int ranks) {
-  comm::LaunchOptions options;
-  options.backend = "threads";
-  options.ranks = ranks;
-  options.comm.timeout = std::chrono::seconds(30);
-  return options;
-}
+using loom::testing::threads;
 
 }  // namespace loom::parallel::testing

@@ -13,6 +13,7 @@
 #include "loom/comm/launch.h"
 #include "loom/core/error.h"
 #include "loom/precision/loss_scaler.h"
+#include "support/thread_ranks.h"
 
 namespace loom::precision {
 namespace {
@@ -20,13 +21,7 @@ namespace {
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-comm::LaunchOptions threads(int ranks) {
-  comm::LaunchOptions options;
-  options.backend = "threads";
-  options.ranks = ranks;
-  options.comm.timeout = std::chrono::seconds(30);
-  return options;
-}
+using loom::testing::threads;
 
 // An Inf on one rank's gradients: every rank skips the step and halves its scale; the next
 // clean step is taken everywhere and the scales stay equal.
