@@ -252,6 +252,7 @@ TEST_F(CudaModel, TinyLlamaLayoutsOnTheGpuTrainAsOneCpuRank) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
       {"dp2", {"runtime.ranks=2"}},
       {"pp2", {"runtime.ranks=2", "parallel.pp=2"}},
+      {"tp2", {"runtime.ranks=2", "parallel.tp=2"}},
       {"tp2-sp", {"runtime.ranks=2", "parallel.tp=2", "parallel.sequence_parallel=true"}},
       {"cp2-ring", {"runtime.ranks=2", "parallel.cp=2", "parallel.cp_comm=p2p"}},
       {"zero3", {"runtime.ranks=2", "parallel.zero=3"}},

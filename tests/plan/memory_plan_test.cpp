@@ -344,6 +344,23 @@ TEST(ActivationMemory, MambaMixersAndMoeLayersKeepTheirTensorsAndShareOneScratch
             2 * (42 * 16 + 16 * 16 + 3 * 8 * 16 + 4 * 3 * 8 * 16) + (copy ? 0 : 2 * 16 * 16));
 }
 
+// On a GPU the scan's backward takes its work arrays for the call beside the workspace (the loops
+// form, kernels/ssd_scan_work.h), counted by hand for the mixer above: batch 2, seq 8, 2 heads of
+// 8, one group of state 4, blocks of 4 tokens (2 per row). Each row's block boundaries (int32, 2 x 9
+// + 2); doubles: the states entering each block (2 x 2 x 2 x 8 x 4), each (row, head)'s forward
+// work (its state 32, a block's 16 weights, 12 per-token values: 2 x 2 x 60), the group's block dot
+// products (2 x 8 x 4), three parameter partials and the backward work (the state gradient 32,
+// three 4 x 4 pair terms, 20 per-token values, 4 x 8, and the forward work again 60: 2 x 2 x 192),
+// and the heads' dB and dC shares (2 x 2 x 8 x 4 each).
+TEST(ActivationMemory, AGpuPlansTheScansWorkArrays) {
+  config::RunConfig run = config::parse_config(kHandHybrid, "hybrid", {});
+  const int64_t cpu = plan_memory(run, {.tp = 1, .dp = 1, .pp = 1}).stages[0].workspace;
+  run.runtime.device = config::RuntimeDevice::Cuda;
+  const int64_t gpu = plan_memory(run, {.tp = 1, .dp = 1, .pp = 1}).stages[0].workspace;
+  const int64_t doubles = 2 * 2 * 2 * 8 * 4 + 2 * 2 * 60 + 2 * 8 * 4 + 2 * 2 * 3 + 2 * 2 * 192 + 2 * 2 * 2 * 8 * 4;
+  EXPECT_EQ(gpu - cpu, 4 * (2 * 9 + 2) + 8 * doubles);
+}
+
 // On a GPU, cuBLASLt's FP8 products take only dimensions that are multiples of 16: the plan refuses
 // a layout whose linear would not run (the mixer's in_proj 42 wide), naming the layer and its
 // widths, as the model would stop at its first FP8 GEMM; bf16, the CPU, and the bf16 edge blocks

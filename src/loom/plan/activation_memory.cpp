@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "loom/kernels/ssd_scan_work.h"
 #include "loom/model/linear_precision.h"
 #include "loom/model/moe_dispatch.h"
 #include "loom/model/multi_token_prediction.h"
@@ -314,6 +315,30 @@ int64_t micro_batch_activation_bytes(const config::ModelConfig& model, const std
   return bytes;
 }
 
+namespace {
+
+// On a GPU each call of the Mamba-2 scan takes its work arrays from the device's scratch for its
+// length (the loops form, LOOM_SSD_SCAN's default: kernels/ssd_scan_work.h; the chunk-parallel
+// forms at most 256 MiB), the backward's the larger: the widest mixer's, over whole sequences of
+// the micro-batch (a mixer under context parallelism scans whole sequences).
+int64_t gpu_scan_work_bytes(const config::RunConfig& config, const std::vector<LayerWidths>& widths,
+                            const std::vector<model::LayerRange>& chunks) {
+  return max_over_layers(widths, chunks, [&](const LayerWidths& w) -> int64_t {
+    if (!w.has_mamba()) return 0;
+    kernels::SsdShape s{};
+    s.batch = config.train.micro_batch;
+    s.seq = config.data.seq_len;
+    s.heads = w.mamba_heads;
+    s.head_dim = w.mamba_inner / w.mamba_heads;
+    s.groups = w.mamba_groups;
+    s.state = w.mamba_bc / w.mamba_groups;
+    s.chunk = config.model.mamba.chunk_size;
+    return kernels::ssd_loops::loops_backward_bytes(s);
+  });
+}
+
+}  // namespace
+
 int64_t workspace_bytes(const config::RunConfig& config, const std::vector<LayerWidths>& widths,
                         const std::vector<model::LayerRange>& rank_chunks, int64_t head_rows,
                         const ActivationShape& a) {
@@ -340,6 +365,7 @@ int64_t workspace_bytes(const config::RunConfig& config, const std::vector<Layer
   bytes += max_over_layers(widths, chunks, [&](const LayerWidths& w) { return rows * w.mamba_proj() * e; });
   bytes += max_over_layers(widths, chunks, [&](const LayerWidths& w) { return rows * w.mamba_conv() * e; });
   bytes += moe_scratch_bytes(model, widths, chunks, a);
+  if (config.runtime.device == config::RuntimeDevice::Cuda) bytes += gpu_scan_work_bytes(config, widths, chunks);
   if (head_rows > 0) bytes += mtp_gradient_bytes(model, a);
   // The tiled attention's backward: one row statistic per query and head.
   bytes += max_over_layers(widths, chunks, [&](const LayerWidths& w) { return a.batch * w.heads * a.seq * 4; });

@@ -20,6 +20,7 @@
 //                      quantized operand copies, the loss rows, the Mamba-2 mixers' gradients,
 //                      the MoE layers' shared scratch (model::MoeScratch), multi-token prediction's
 //                      gradients; on a device the weight cast cache (weight_cast_cache_bytes)
+//                      and the widest Mamba-2 mixer's scan work arrays (one backward call's)
 #include <cstdint>
 #include <vector>
 

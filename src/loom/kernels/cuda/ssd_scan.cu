@@ -149,6 +149,7 @@ __global__ void ssd_step_kernel(float* __restrict__ y, float* __restrict__ state
 }  // namespace
 
 RowSegments row_segments(const SsdShape& s, const int32_t* documents, Scratch& scratch, cudaStream_t stream) {
+  // segment_ints(s) in all (kernels/ssd_scan_work.h)
   RowSegments out{scratch.of<int32_t>(s.batch * (s.seq + 1)), scratch.of<int32_t>(s.batch)};
   ssd_segments_kernel<<<grid_for(s.batch), kThreads, 0, stream>>>(out.table, out.counts, s, documents);
   check_launch("ssd_segments_kernel");
@@ -157,7 +158,7 @@ RowSegments row_segments(const SsdShape& s, const int32_t* documents, Scratch& s
 
 double* block_dots(const ScanInputs& in, const SsdShape& s, const RowSegments& segments, Scratch& scratch,
                    cudaStream_t stream) {
-  double* dots = scratch.of<double>(s.batch * s.groups * s.seq * longest_block(s));
+  double* dots = scratch.of<double>(block_dot_doubles(s));
   const RowsLaunch l = launch_over_rows(s.batch * s.groups * s.seq, longest_block(s));
   ssd_dots_kernel<<<l.grid, l.block, 0, stream>>>(dots, in, s, segments.table, segments.counts);
   check_launch("ssd_dots_kernel");
@@ -167,7 +168,7 @@ double* block_dots(const ScanInputs& in, const SsdShape& s, const RowSegments& s
 void scan_states(float* y, double* entering, int64_t slots, const ScanInputs& in, const SsdShape& s,
                  const RowSegments& segments, Scratch& scratch, cudaStream_t stream, CarriedState carried) {
   const double* dots = y ? block_dots(in, s, segments, scratch, stream) : nullptr;
-  double* work = scratch.of<double>(s.batch * s.heads * forward_work(s));
+  double* work = scratch.of<double>(forward_work_doubles(s));
   ssd_forward_kernel<<<static_cast<unsigned>(s.batch * s.heads), kThreads, 0, stream>>>(
       y, dots, entering, slots, in, s, segments.table, segments.counts, work, carried);
   check_launch("ssd_forward_kernel");

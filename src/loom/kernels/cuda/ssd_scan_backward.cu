@@ -20,11 +20,6 @@ struct HeadWork {
   double *carry, *G, *Q, *R, *ddt, *dcum, *decay, *tok, *tok2, *V, *head;
 };
 
-__host__ __device__ int64_t head_work(const SsdShape& s) {
-  const int64_t L = longest_block(s);
-  return s.head_dim * s.state + 3 * L * L + 5 * L + L * s.head_dim + forward_work(s);
-}
-
 __device__ HeadWork head_arrays(const SsdShape& s, double* w) {
   const int64_t L = longest_block(s);
   HeadWork g{};
@@ -300,14 +295,14 @@ void ssd_scan_backward(float* dx, float* ddt_raw, float* ddt_bias, float* dA_log
   const ScanInputs in{x, dt_raw, dt_bias, A_log, B, C, D};
   const RowSegments segments = row_segments(s, documents, scratch, stream);
   const int64_t slots = state_slots(s);
-  double* entering = scratch.of<double>(s.batch * s.heads * slots * s.head_dim * s.state);
+  double* entering = scratch.of<double>(entering_state_doubles(s));
   scan_states(nullptr, entering, slots, in, s, segments, scratch, stream);
   const double* dots = block_dots(in, s, segments, scratch, stream);
-  double* partials = scratch.of<double>(s.batch * s.heads * 3);
-  double* work = scratch.of<double>(s.batch * s.heads * head_work(s));
+  double* partials = scratch.of<double>(head_partial_doubles(s));
+  double* work = scratch.of<double>(head_work_doubles(s));
   // Every token of every (row, head) is in one block, so the shares are written whole.
-  double* dB_heads = scratch.of<double>(s.batch * s.heads * s.seq * s.state);
-  double* dC_heads = scratch.of<double>(s.batch * s.heads * s.seq * s.state);
+  double* dB_heads = scratch.of<double>(head_bc_doubles(s));
+  double* dC_heads = scratch.of<double>(head_bc_doubles(s));
   ssd_backward_kernel<<<static_cast<unsigned>(s.batch * s.heads), kThreads, 0, stream>>>(
       {dx, ddt_raw, dB_heads, dC_heads, dy}, partials, dots, entering, slots, in, s, segments.table,
       segments.counts, work);

@@ -9,9 +9,22 @@
 
 #include "loom/kernels/cuda/mamba_math.cuh"
 #include "loom/kernels/cuda/scratch.h"
+#include "loom/kernels/ssd_scan_work.h"
 #include "loom/kernels/types.h"
 
 namespace loom::kernels::cuda {
+
+// The loops form's work arrays (kernels/ssd_scan_work.h).
+using ssd_loops::block_dot_doubles;
+using ssd_loops::entering_state_doubles;
+using ssd_loops::forward_work;
+using ssd_loops::forward_work_doubles;
+using ssd_loops::head_bc_doubles;
+using ssd_loops::head_partial_doubles;
+using ssd_loops::head_work;
+using ssd_loops::head_work_doubles;
+using ssd_loops::longest_block;
+using ssd_loops::state_slots;
 
 struct ScanInputs {
   const float *x, *dt_raw, *dt_bias, *A_log, *B, *C, *D;
@@ -24,16 +37,6 @@ struct Segment {
   __device__ int64_t len() const { return end - begin; }
 };
 
-// The longest block: what the per-block work arrays hold.
-__host__ __device__ inline int64_t longest_block(const SsdShape& s) {
-  const int64_t L = s.chunk < s.seq ? s.chunk : s.seq;
-  return L > 1 ? L : 1;
-}
-// Doubles of one (row, head)'s forward work: the state, the block's weights, dt, cum, coef.
-__host__ __device__ inline int64_t forward_work(const SsdShape& s) {
-  const int64_t L = longest_block(s);
-  return s.head_dim * s.state + L * L + 3 * L;
-}
 
 __device__ inline Segment segment_at(const int32_t* table, const SsdShape& s, int64_t b, int64_t i) {
   const int32_t* row = table + b * (s.seq + 1);
@@ -106,7 +109,6 @@ __device__ inline const double* dots_row(const double* dots, const SsdShape& s, 
   return dots + ((b * s.groups + g) * s.seq + t) * longest_block(s);
 }
 // Entering states of the blocks that do not start a document, at most this many per (row, head).
-inline int64_t state_slots(const SsdShape& s) { return std::max<int64_t>(1, (s.seq + s.chunk - 1) / s.chunk); }
 // A row's state before its first token and after its last ([batch, heads, head_dim, state] fp32;
 // final may be initial): a prompt's chunk continuing a sequence. Null initial: zeros.
 struct CarriedState {
