@@ -28,7 +28,8 @@ LOOM_HOST_DEVICE inline int64_t head_work(const SsdShape& s) {
   const int64_t L = longest_block(s);
   return s.head_dim * s.state + 3 * L * L + 5 * L + L * s.head_dim + forward_work(s);
 }
-// The blocks of a row (a state enters each): ceil(seq / chunk), at least one.
+// Entering states of the blocks that do not start a document, at most this many per (row, head):
+// ceil(seq / chunk), at least one.
 inline int64_t state_slots(const SsdShape& s) {
   const int64_t slots = (s.seq + s.chunk - 1) / s.chunk;
   return slots > 1 ? slots : 1;

@@ -31,7 +31,9 @@ TpSeconds block_tp_seconds(const config::RunConfig& config, const LayerWidths& w
   const bool sp = config.parallel.sequence_parallel;
   const bool device = config.runtime.device == config::RuntimeDevice::Cuda;
   const bool kept_codes = sp && device && (r == model::Recipe::Fp8Delayed || r == model::Recipe::Fp8Current);
-  const bool bf16_rows = sp && device && r == model::Recipe::Bf16;  // attention's and a dense MLP's inputs
+  // The inputs gathered in bf16, forward and again backward: attention's and a dense MLP's (Block's
+  // normed_input; the MoE layer's shared expert takes its norm's fp32 rows, as the mixer does).
+  const bool bf16_rows = sp && device && r == model::Recipe::Bf16;
   const double reduce = sp ? all_gather_seconds(stream * kCommBytes, tp, link)  // a reduce-scatter costs the same
                            : all_reduce_seconds(stream * kCommBytes, tp, link);
   const double gather = all_gather_seconds(stream * kCommBytes, tp, link);

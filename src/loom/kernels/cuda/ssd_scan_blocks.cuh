@@ -37,7 +37,6 @@ struct Segment {
   __device__ int64_t len() const { return end - begin; }
 };
 
-
 __device__ inline Segment segment_at(const int32_t* table, const SsdShape& s, int64_t b, int64_t i) {
   const int32_t* row = table + b * (s.seq + 1);
   return {row[i] / 2, row[i + 1] / 2, (row[i] & 1) != 0};
@@ -108,7 +107,6 @@ double* block_dots(const ScanInputs& in, const SsdShape& s, const RowSegments& s
 __device__ inline const double* dots_row(const double* dots, const SsdShape& s, int64_t b, int64_t g, int64_t t) {
   return dots + ((b * s.groups + g) * s.seq + t) * longest_block(s);
 }
-// Entering states of the blocks that do not start a document, at most this many per (row, head).
 // A row's state before its first token and after its last ([batch, heads, head_dim, state] fp32;
 // final may be initial): a prompt's chunk continuing a sequence. Null initial: zeros.
 struct CarriedState {
