@@ -162,6 +162,8 @@ train: {global_batch: 2, micro_batch: 2}
       }
       EXPECT_GT(hidden, 0.0);
       EXPECT_NEAR(waited.tp_comm - overlapped.tp_comm, hidden, 1e-15);
+      EXPECT_EQ(waited.tp_comm_hidden, 0.0);
+      EXPECT_NEAR(overlapped.tp_comm_hidden, hidden, 1e-15);  // one micro-batch
       EXPECT_NEAR(waited.step - overlapped.step, hidden, 1e-12);
     }
   }

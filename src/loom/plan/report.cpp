@@ -113,6 +113,7 @@ std::string time_table(const TimeBreakdown& t) {
 nlohmann::json time_json(const TimeBreakdown& t) {
   return {{"compute_s", t.compute},     {"casts_s", t.casts},         {"memory_s", t.memory},
           {"bubble_s", t.bubble},       {"core_wait_s", t.core_wait}, {"tp_comm_s", t.tp_comm},
+          {"tp_comm_hidden_s", t.tp_comm_hidden},
           {"cp_comm_s", t.cp_comm},     {"ep_comm_s", t.ep_comm},     {"pp_comm_s", t.pp_comm},
           {"dp_comm_s", t.dp_comm},     {"host_link_s", t.host_link}, {"optimizer_s", t.optimizer},
           {"overhead_s", t.overhead},

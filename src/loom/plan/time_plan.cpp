@@ -24,6 +24,7 @@ namespace {
 struct StageCost {
   double forward = 0.0, backward = 0.0;  // one micro-batch, seconds
   double tp = 0.0, cp = 0.0, ep = 0.0, pp = 0.0;  // of which communication
+  double tp_hidden = 0.0;                          // tensor-parallel collectives beside the GEMMs (not in the above)
   double casts = 0.0, fresh = 0.0;       // of which precision casts and handed-back memory
 };
 
@@ -220,6 +221,7 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
     const Link& link = hw.link(group_link(hw, shape.tp, 1, world));
     const TpSeconds tp = tensor_parallel_seconds(config, stage, tokens, shape.tp, link, {rate, fp8_rate});
     cost.tp = tp.forward + tp.backward - tp.hidden_backward;  // what the step waits for
+    cost.tp_hidden = tp.hidden_backward;
     cost.forward += tp.forward;
     cost.backward += tp.backward - tp.hidden_backward;
   }
@@ -323,6 +325,7 @@ TimeBreakdown plan_time(const config::RunConfig& config, const MemoryPlan& memor
   }
   const double busy = m * (worst.forward + worst.backward);
   t.tp_comm = m * worst.tp;
+  t.tp_comm_hidden = m * worst.tp_hidden;
   t.cp_comm = m * worst.cp;
   t.ep_comm = m * worst.ep;
   t.pp_comm = m * worst.pp;

@@ -45,6 +45,7 @@ struct TimeBreakdown {
   double bubble = 0.0;       // pipeline idle time of that stage
   double core_wait = 0.0;    // shared host: ranks waiting for one of its cores
   double tp_comm = 0.0;      // tensor-parallel collectives the step waits for (not hidden behind GEMMs)
+  double tp_comm_hidden = 0.0;  // and those run beside the GEMMs (parallel.overlap_tp_comm); not in step
   double cp_comm = 0.0;      // context-parallel attention's exchanges not hidden behind its compute
   double ep_comm = 0.0;      // expert parallelism's token exchanges
   double pp_comm = 0.0;      // pipeline sends and receives
