@@ -163,6 +163,15 @@ void add_context_parallel_cost(StageCost& cost, const config::RunConfig& config,
   cost.backward += backward;
 }
 
+// The tensor-parallel collectives of one micro-batch: the step waits for all but those the
+// column-parallel backwards hide behind their GEMMs.
+void add_tensor_parallel_cost(StageCost& cost, const TpSeconds& tp) {
+  cost.tp = tp.forward + tp.backward - tp.hidden_backward;
+  cost.tp_hidden = tp.hidden_backward;
+  cost.forward += tp.forward;
+  cost.backward += tp.backward - tp.hidden_backward;
+}
+
 // Threads of one rank on a shared host, as the trainer gives them (config::TrainConfig::
 // threads_per_rank, the ranks all in one process); one elsewhere (a device's rates are its own).
 int rank_threads(const config::RunConfig& config, const Hardware& hw, int world) {
@@ -219,11 +228,7 @@ StageCost stage_cost(const config::RunConfig& config, const MemoryPlan& memory, 
                   2.0 * (cost.casts + cost.fresh) / 3.0;
   if (shape.tp > 1) {
     const Link& link = hw.link(group_link(hw, shape.tp, 1, world));
-    const TpSeconds tp = tensor_parallel_seconds(config, stage, tokens, shape.tp, link, {rate, fp8_rate});
-    cost.tp = tp.forward + tp.backward - tp.hidden_backward;  // what the step waits for
-    cost.tp_hidden = tp.hidden_backward;
-    cost.forward += tp.forward;
-    cost.backward += tp.backward - tp.hidden_backward;
+    add_tensor_parallel_cost(cost, tensor_parallel_seconds(config, stage, tokens, shape.tp, link, {rate, fp8_rate}));
   }
   if (shape.cp > 1) {
     const Link& link = hw.link(group_link(hw, shape.cp, shape.tp, world));
