@@ -50,11 +50,8 @@ inline int64_t head_partial_doubles(const SsdShape& s) { return s.batch * s.head
 inline int64_t head_work_doubles(const SsdShape& s) { return s.batch * s.heads * head_work(s); }
 inline int64_t head_bc_doubles(const SsdShape& s) { return s.batch * s.heads * s.seq * s.state; }
 
-// Bytes one forward call takes (the states walked with y written: dots and forward work).
-inline int64_t loops_forward_bytes(const SsdShape& s) {
-  return 4 * segment_ints(s) + 8 * (block_dot_doubles(s) + forward_work_doubles(s));
-}
-// Bytes one backward call takes (the entering states recomputed by a forward walk without dots).
+// Bytes one backward call takes (the entering states recomputed by a forward walk without dots),
+// more than a forward call's (segments, dots and forward work): what the planner counts.
 inline int64_t loops_backward_bytes(const SsdShape& s) {
   return 4 * segment_ints(s) + 8 * (entering_state_doubles(s) + forward_work_doubles(s) + block_dot_doubles(s) +
                                     head_partial_doubles(s) + head_work_doubles(s) + 2 * head_bc_doubles(s));

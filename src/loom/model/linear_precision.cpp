@@ -316,7 +316,10 @@ void LinearPrecision::backward(float* din, float* dweight, float* dbias, const f
                                const float* weight, int64_t n, int64_t in_features, int64_t out_features,
                                GemmOutput din_output, bool accumulate_din, const DeviceTensors& tensors,
                                bool accumulate_dweight, const std::function<void()>& after_dgrad) {
-  if (n == 0) return;
+  if (n == 0) {
+    if (after_dgrad) after_dgrad();
+    return;
+  }
   check_device_tensors(tensors);
   if (!device_.is_cpu())
     return device_backward(din, dweight, dbias, dout, in, weight, n, in_features, out_features, din_output,

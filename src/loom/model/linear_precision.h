@@ -260,9 +260,9 @@ class LinearPrecision {
   void forward(float* out, const float* in, const float* weight, const float* bias, int64_t n, int64_t in_features,
                int64_t out_features, bool accumulate = false, GemmOutput output = GemmOutput::Rounded,
                const DeviceTensors& tensors = {}, const float* addend = nullptr);
-  // `after_dgrad` (when given): called between dgrad and wgrad, once din is written (or queued on
-  // the device), for the caller to start what needs din or is needed by wgrad only (a
-  // column-parallel layer's collectives); not called when n is 0.
+  // `after_dgrad` (when given): called once, between dgrad and wgrad, when din is written (or queued
+  // on the device), for the caller to start what needs din or is needed by wgrad only (a
+  // column-parallel layer's collectives); also when there is nothing to compute.
   void backward(float* din, float* dweight, float* dbias, const float* dout, const float* in, const float* weight,
                 int64_t n, int64_t in_features, int64_t out_features, GemmOutput din_output = GemmOutput::Rounded,
                 bool accumulate_din = true, const DeviceTensors& tensors = {}, bool accumulate_dweight = true,

@@ -260,7 +260,10 @@ void LinearPrecision::device_backward(float* din, float* dweight, float* dbias, 
   if (dbias != nullptr)
     kernels::linear_backward(device_, nullptr, nullptr, dbias, dout, nullptr, nullptr, n, in_features, out_features);
   const bool wants_din = din != nullptr || tensors.din != nullptr;
-  if (!wants_din && dweight == nullptr) return;
+  if (!wants_din && dweight == nullptr) {
+    if (after_dgrad) after_dgrad();
+    return;
+  }
   kernels::PrecisionGemm g;
   g.n = n;
   g.in_features = in_features;

@@ -24,28 +24,22 @@ void linear_forward(Device device, LinearPrecision* precision, float* out, const
     kernels::linear_forward(device, out, in, weight, bias, n, in_features, out_features, accumulate);
   }
 }
-// `after_dgrad` (when given) runs once, between the two GEMMs (LinearPrecision::backward's).
+// `after_dgrad` (when given) runs once, between the two GEMMs (LinearPrecision::backward's contract).
 void linear_backward(Device device, LinearPrecision* precision, float* din, float* dweight, float* dbias,
                      const float* dout, const float* in, const float* weight, int64_t n, int64_t in_features,
                      int64_t out_features, GemmOutput din_output, bool accumulate_din, bool accumulate_dweight,
                      const DeviceTensors& tensors = {}, const std::function<void()>& after_dgrad = {}) {
-  bool called = false;
-  const std::function<void()> once = [&] {
-    if (!called && after_dgrad) after_dgrad();
-    called = true;
-  };
   if (precision != nullptr) {
     precision->backward(din, dweight, dbias, dout, in, weight, n, in_features, out_features, din_output,
-                        accumulate_din, tensors, accumulate_dweight, once);
-  } else {
-    LOOM_CHECK(!tensors.any(), kFp32Layer);
-    kernels::linear_backward(device, din, nullptr, dbias, dout, nullptr, weight, n, in_features, out_features,
-                             accumulate_din);
-    once();
-    kernels::linear_backward(device, nullptr, dweight, nullptr, dout, in, nullptr, n, in_features, out_features,
-                             false, accumulate_dweight);
+                        accumulate_din, tensors, accumulate_dweight, after_dgrad);
+    return;
   }
-  once();
+  LOOM_CHECK(!tensors.any(), kFp32Layer);
+  kernels::linear_backward(device, din, nullptr, dbias, dout, nullptr, weight, n, in_features, out_features,
+                           accumulate_din);
+  if (after_dgrad) after_dgrad();
+  kernels::linear_backward(device, nullptr, dweight, nullptr, dout, in, nullptr, n, in_features, out_features, false,
+                           accumulate_dweight);
 }
 
 // A layer's weight gradient (numel elements from `weight`, a fused projection's parameters
@@ -178,7 +172,7 @@ void ColumnParallelLinear::backward(float* d_x, const float* d_out, const float*
   // dgrad reduces over the split output features: partial products, rounded after the sum.
   // A bf16 d_out: the bias gradient is the caller's; FP8 codes: the layer has no bias (Mlp).
   float* dbias = tensors.dout == nullptr && tensors.dout_codes == nullptr ? bias_grad() : nullptr;
-  const void* full = gathering.rows();  // null when not gathered
+  const void* full = gathering.result();  // null when not gathered
   linear_backward(store_->device(), precision_.get(), d_full, store_->grad(weight_), dbias, d_out,
                   bf16_input ? nullptr : static_cast<const float*>(full), store_->value(weight_), rows, in_, out_,
                   split_output(*tp_), accumulate && tp_->single(),

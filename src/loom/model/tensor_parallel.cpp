@@ -10,17 +10,6 @@
 
 namespace loom::model {
 
-namespace {
-
-// Waits for `work` (in the stream), adding the seconds the calling thread blocked to `waited`.
-void timed_wait(comm::Work& work, double* waited) {
-  const auto start = std::chrono::steady_clock::now();
-  work.wait_in_stream();
-  if (waited != nullptr) *waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-}  // namespace
-
 TensorParallel::TensorParallel(comm::Communicator* group, bool sequence_parallel, bool overlap_communication)
     : group_(group), sequence_parallel_(sequence_parallel), overlap_communication_(overlap_communication) {}
 
@@ -41,16 +30,10 @@ TensorParallel::PendingRows TensorParallel::start_enter_forward(const void* x, D
   return PendingRows(full, group_->all_gather_async(x, full, local_rows(rows) * width, dtype), &wait_seconds_);
 }
 
-const void* TensorParallel::PendingRows::wait() {
-  if (work_ != nullptr) timed_wait(*work_, waited_);
-  work_ = nullptr;
-  return rows_;
-}
-
-float* TensorParallel::PendingSum::wait() {
-  if (work_ != nullptr) timed_wait(*work_, waited_);
-  work_ = nullptr;
-  return sum_;
+void TensorParallel::wait_for(comm::Work& work, double* waited) {
+  const auto start = std::chrono::steady_clock::now();
+  work.wait_in_stream();
+  if (waited != nullptr) *waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 double TensorParallel::take_wait_seconds() const {
@@ -145,11 +128,11 @@ ShardSpec TensorParallel::split(Shape global, int dim, int64_t start, int64_t le
 }
 
 void TensorParallel::all_reduce(float* data, int64_t count) const {
-  if (!single()) timed_wait(*group_->all_reduce_async(data, count, DType::F32, comm::ReduceOp::Sum), &wait_seconds_);
+  if (!single()) wait_for(*group_->all_reduce_async(data, count, DType::F32, comm::ReduceOp::Sum), &wait_seconds_);
 }
 
 void TensorParallel::all_reduce_max(float* data, int64_t count) const {
-  if (!single()) timed_wait(*group_->all_reduce_async(data, count, DType::F32, comm::ReduceOp::Max), &wait_seconds_);
+  if (!single()) wait_for(*group_->all_reduce_async(data, count, DType::F32, comm::ReduceOp::Max), &wait_seconds_);
 }
 
 TensorParallel::RowPart TensorParallel::row_part(int64_t rows) const {
@@ -172,14 +155,14 @@ std::vector<int64_t> balanced_counts(int64_t total, int ranks, int64_t per_unit)
 
 void TensorParallel::gather_row_parts(float* out, const float* local, int64_t rows, int64_t width) const {
   // The parts back to back are the rows in order.
-  timed_wait(*group_->all_gather_v_async(local, out, balanced_counts(rows, size(), width), DType::F32), &wait_seconds_);
+  wait_for(*group_->all_gather_v_async(local, out, balanced_counts(rows, size(), width), DType::F32), &wait_seconds_);
 }
 
 void TensorParallel::gather_columns(float* out, const float* local, int64_t rows, int64_t width) const {
   const int ranks = size();
   const std::vector<int64_t> counts = balanced_counts(width, ranks, rows);
   float* gathered = sized(gather_scratch_, rows * width, device_);
-  timed_wait(*group_->all_gather_v_async(local, gathered, counts, DType::F32), &wait_seconds_);
+  wait_for(*group_->all_gather_v_async(local, gathered, counts, DType::F32), &wait_seconds_);
   // gathered holds each rank's [rows, its columns] back to back: interleave them into rows.
   const float* piece = gathered;
   for (int r = 0; r < ranks; ++r) {

@@ -69,38 +69,34 @@ class TensorParallel {
   void enter_backward(float* d_x, float* target, int64_t rows, int64_t width, const LinearPrecision* rounding = nullptr,
                       bool accumulate = true) const;
 
-  // enter_forward's gather started (x: `dtype` F32 or BF16 elements), for the caller to compute
-  // beside it; wait() returns the full rows, ready for the calling thread's later work (in the
-  // stream on a device communicator).
-  class PendingRows {
+  // A collective started for the caller to compute beside it: wait() returns its result, ready for
+  // the calling thread's later work (in the stream on a device communicator), the seconds it
+  // blocked added to the group's (take_wait_seconds); result() is where it lands.
+  template <typename T>
+  class Pending {
    public:
-    PendingRows() = default;
-    PendingRows(const void* rows, comm::WorkHandle work, double* waited)
-        : rows_(rows), work_(std::move(work)), waited_(waited) {}
-    const void* wait();
-    const void* rows() const { return rows_; }  // where they land (read them after wait())
+    Pending() = default;
+    Pending(T* result, comm::WorkHandle work, double* waited)
+        : result_(result), work_(std::move(work)), waited_(waited) {}
+    T* wait() {
+      if (work_ != nullptr) wait_for(*work_, waited_);
+      work_ = nullptr;
+      return result_;
+    }
+    T* result() const { return result_; }
 
    private:
-    const void* rows_ = nullptr;
+    T* result_ = nullptr;
     comm::WorkHandle work_;
-    double* waited_ = nullptr;  // the group's wait_seconds_
+    double* waited_ = nullptr;
   };
+  using PendingRows = Pending<const void>;  // gathered rows
+  using PendingSum = Pending<float>;        // this rank's rows of a sum
+  // enter_forward's gather started (x: `dtype` F32 or BF16 elements).
   PendingRows start_enter_forward(const void* x, DType dtype, int64_t rows, int64_t width, Buffer& scratch) const;
   // enter_backward in two halves: the sum over the group of `target` started, then finished into
   // d_x as enter_backward does (after the caller computed beside it). `target` stays untouched
   // until then.
-  class PendingSum {
-   public:
-    PendingSum() = default;
-    PendingSum(float* sum, comm::WorkHandle work, double* waited)
-        : sum_(sum), work_(std::move(work)), waited_(waited) {}
-    float* wait();  // this rank's rows of the sum
-
-   private:
-    float* sum_ = nullptr;
-    comm::WorkHandle work_;
-    double* waited_ = nullptr;  // the group's wait_seconds_
-  };
   PendingSum start_enter_backward(float* target, int64_t rows, int64_t width) const;
   void finish_enter_backward(PendingSum& pending, float* d_x, int64_t rows, int64_t width,
                              const LinearPrecision* rounding = nullptr, bool accumulate = true) const;
@@ -145,6 +141,8 @@ class TensorParallel {
   // The sum over the group of `partial` [rows, width] started: this rank's local rows of it, in
   // place (all-reduce) or in reduce_scratch_ (reduce-scatter).
   PendingSum start_reduce_rows(float* partial, int64_t rows, int64_t width) const;
+  // Waits for `work` (in the stream), adding the seconds the calling thread blocked to `waited`.
+  static void wait_for(comm::Work& work, double* waited);
 
   comm::Communicator* group_ = nullptr;
   bool sequence_parallel_ = false;
